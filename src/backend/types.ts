@@ -1,0 +1,153 @@
+/**
+ * The one backend interface every implementation (reference, webgpu, cuda) provides.
+ *
+ * Conventions
+ * - Ops *enqueue* work and return result tensors synchronously; only `download` is async. The
+ *   reference backend computes eagerly; webgpu/cuda record into a command stream and submit on
+ *   `download`/`flush`. Callers never depend on when work actually runs.
+ * - Activations are f32. Weights may be f32, f16, bf16 or q8_0 (GGUF block layout: per 32 values
+ *   one f16 scale then 32 int8). Index tensors are i32.
+ * - Matrices are row-major. A weight matrix of shape [rows=out, cols=in] is applied as y = x·Wᵀ
+ *   (GGUF and Hugging Face both store linear weights this way).
+ * - Every op allocates a fresh output tensor; callers `free` what they no longer need. Inputs are
+ *   never modified except by ops whose name says so (`kvWrite`).
+ * - Shapes are checked; a mismatch throws a `BackendShapeError` that quotes the shapes.
+ */
+
+/** Element types a tensor can hold. */
+export type DType = "f32" | "f16" | "bf16" | "q8_0" | "i32";
+
+/** Weight element types a matmul/embedding accepts. */
+export type WeightDType = "f32" | "f16" | "bf16" | "q8_0";
+
+/** An opaque device tensor. Its storage belongs to the backend that made it. */
+export interface Tensor {
+  readonly shape: readonly number[];
+  readonly dtype: DType;
+  /** Name of the backend that owns it ("reference", "webgpu", "cuda"). */
+  readonly backend: string;
+}
+
+/** Rotary embedding layouts: "normal" rotates pairs (2i, 2i+1) (Llama GGUF, llama.cpp
+ * LLAMA_ROPE_TYPE_NORM); "neox" rotates pairs (i, i + d/2) (Qwen, HF Llama safetensors). */
+export type RopeLayout = "normal" | "neox";
+
+/** Per-row sampling parameters. `uniform` is a random number in [0, 1) drawn on the CPU from a
+ * seeded generator, so every backend samples the same token for the same inputs. */
+export interface SamplingRow {
+  temperature: number; // 0 = greedy
+  topK: number; // 0 = disabled
+  topP: number; // 1 = disabled
+  uniform: number;
+}
+
+/**
+ * Metadata for paged attention over a ragged batch. Query row `t` belongs to sequence
+ * `tokenSeq[t]` at absolute position `tokenPos[t]`; it attends to that sequence's cached keys at
+ * positions 0..tokenPos[t] inclusive (causal). Keys of position p live in block
+ * `blockTables[seq * maxBlocksPerSeq + floor(p / blockSize)]`, slot `p % blockSize`.
+ * The KV of the new tokens must already be written (`kvWrite`) before `pagedAttention` runs.
+ * This one formulation covers prefill chunks over a cached prefix and decode alike.
+ */
+export interface AttentionBatch {
+  /** i32 [numTokens] */
+  tokenSeq: Tensor;
+  /** i32 [numTokens] */
+  tokenPos: Tensor;
+  /** i32 [numSeqs, maxBlocksPerSeq]; unused entries may hold any value. */
+  blockTables: Tensor;
+  /** Longest context (tokenPos+1) of any row: lets kernels bound their loops. */
+  maxContext: number;
+}
+
+/** Geometry of one layer's paged KV cache: tensor shape [numBlocks, blockSize, kvHeads, headDim]. */
+export interface KvGeometry {
+  numBlocks: number;
+  blockSize: number;
+  kvHeads: number;
+  headDim: number;
+}
+
+/** Facts a backend reports about itself (for `--backend auto` and for benchmarks). */
+export interface BackendInfo {
+  name: string;
+  /** Human-readable device description, e.g. "llvmpipe (LLVM 15.0.6, 256 bits)". */
+  device: string;
+  /** Whether `f16` storage is supported natively (shader-f16 on WebGPU). */
+  f16: boolean;
+  /** Peak figures for reports, when known (undefined on software devices). */
+  peakGflops?: number;
+  peakGBps?: number;
+}
+
+/** The backend interface. */
+export interface Backend {
+  readonly info: BackendInfo;
+
+  // --- memory -------------------------------------------------------------------------------
+  /** Uploads f32 or i32 data. */
+  upload(data: Float32Array | Int32Array, shape: readonly number[]): Tensor;
+  /** Uploads a weight from its raw little-endian bytes in `dtype`'s GGUF/safetensors layout. */
+  uploadWeight(raw: Uint8Array, shape: readonly number[], dtype: WeightDType): Tensor;
+  /** Allocates an f32 or i32 tensor filled with zeros. */
+  zeros(shape: readonly number[], dtype: "f32" | "i32"): Tensor;
+  /** Reads a tensor back (f32 → Float32Array, i32 → Int32Array; weights are dequantized to f32). */
+  download(t: Tensor): Promise<Float32Array | Int32Array>;
+  /** Same storage, new shape with the same element count (no copy). */
+  reshape(t: Tensor, shape: readonly number[]): Tensor;
+  /** Releases a tensor's storage (a reshaped view shares it: free only one of them). */
+  free(t: Tensor): void;
+  /** Submits queued work and waits for it (benchmarks; not needed for correctness). */
+  flush(): Promise<void>;
+  /** Releases everything the backend holds. */
+  destroy(): void;
+
+  // --- ops ----------------------------------------------------------------------------------
+  /** out[i, :] = table[ids[i], :] as f32. table [vocab, dim] (any weight dtype), ids i32 [n]. */
+  embedding(table: Tensor, ids: Tensor): Tensor;
+  /** Row-wise RMS norm over the last dim: x / sqrt(mean(x²) + eps) * weight. x f32 [..., d], weight f32 [d]. */
+  rmsnorm(x: Tensor, weight: Tensor, eps: number): Tensor;
+  /** y [n, out] = x [n, in] · Wᵀ, W [out, in] of any weight dtype; optional f32 bias [out]. */
+  matmul(x: Tensor, w: Tensor, bias?: Tensor): Tensor;
+  /** Rotary embedding on x f32 [n, heads, headDim] with positions i32 [n]; rotates the first
+   * `rotaryDim` (default headDim) dims with frequencies theta^(-2i/rotaryDim). */
+  rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number): Tensor;
+  /** Writes k, v f32 [n, kvHeads, headDim] into the caches [numBlocks, blockSize, kvHeads, headDim]
+   * at flat slots i32 [n] (slot = block * blockSize + offset). Mutates the caches. */
+  kvWrite(k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor): void;
+  /** Paged causal attention. q f32 [n, heads, headDim] → f32 [n, heads, headDim]. Query head h uses
+   * KV head floor(h / (heads / kvHeads)) (GQA). Scores are scaled by `scale` (usually 1/√headDim). */
+  pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number): Tensor;
+  /** silu(gate) * up, elementwise, f32. */
+  siluMul(gate: Tensor, up: Tensor): Tensor;
+  /** a + b, elementwise, f32, same shape. */
+  add(a: Tensor, b: Tensor): Tensor;
+  /** Row-wise softmax over the last dim, f32. */
+  softmax(x: Tensor): Tensor;
+  /** Row-wise argmax over the last dim → i32 [rows] (lowest index wins ties). */
+  argmax(x: Tensor): Tensor;
+  /** Row-wise sampling from logits f32 [rows, vocab] → i32 [rows]; one SamplingRow per row.
+   * temperature 0 means argmax. Otherwise: softmax(logits / T), keep the top-k, then the smallest
+   * prefix (by descending probability, ties by lower index) whose mass ≥ top-p, renormalise, and
+   * pick the first token whose cumulative probability exceeds uniform · total. */
+  sample(logits: Tensor, rows: readonly SamplingRow[]): Tensor;
+  /** out[i, :] = x[idx[i], :]. x f32 [n, d], idx i32 [m] → [m, d]. */
+  gatherRows(x: Tensor, idx: Tensor): Tensor;
+}
+
+/** Thrown when tensor shapes or dtypes do not fit an op; the message quotes them. */
+export class BackendShapeError extends Error {
+  override name = "BackendShapeError";
+}
+
+/** Thrown when a backend cannot be created on this machine (no adapter, no CUDA device). */
+export class BackendUnavailableError extends Error {
+  override name = "BackendUnavailableError";
+}
+
+/** Number of elements of a shape. */
+export function numel(shape: readonly number[]): number {
+  let n = 1;
+  for (const d of shape) n *= d;
+  return n;
+}

@@ -1,0 +1,96 @@
+/**
+ * Model description shared by the loaders (GGUF, safetensors) and the forward pass.
+ * Loaders translate their file's names into these; the forward knows nothing of file formats.
+ */
+import type { RopeLayout, WeightDType } from "../backend/types.ts";
+
+/** Architectures the forward supports. */
+export type Architecture = "llama" | "qwen2" | "qwen3";
+
+/** Hyper-parameters of a decoder-only transformer of the Llama/Qwen families. */
+export interface ModelConfig {
+  architecture: Architecture;
+  vocabSize: number;
+  hiddenSize: number;
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  intermediateSize: number;
+  rmsNormEps: number;
+  ropeTheta: number;
+  ropeLayout: RopeLayout;
+  /** Maximum context the model was trained for. */
+  contextLength: number;
+  /** True when the output projection reuses the token embedding. */
+  tiedEmbeddings: boolean;
+  /** Qwen2 has biases on the q/k/v projections. */
+  qkvBias: boolean;
+  /** Qwen3 normalises q and k per head before RoPE. */
+  qkNorm: boolean;
+  bosTokenId?: number;
+  eosTokenIds: number[];
+  /** Whether prompts start with BOS (GGUF tokenizer.ggml.add_bos_token; Llama yes, Qwen no). */
+  addBos: boolean;
+}
+
+/** A tensor as read from a file, before upload: raw little-endian bytes in its dtype's layout. */
+export interface HostTensor {
+  name: string;
+  shape: number[]; // row-major, outermost first (e.g. [out, in] for a linear weight)
+  dtype: WeightDType;
+  data: Uint8Array;
+}
+
+/** Host-side weights of one layer, named for their role. */
+export interface LayerWeights<T> {
+  attnNorm: T;
+  wq: T;
+  wk: T;
+  wv: T;
+  wo: T;
+  bq?: T;
+  bk?: T;
+  bv?: T;
+  qNorm?: T;
+  kNorm?: T;
+  ffnNorm: T;
+  wGate: T;
+  wUp: T;
+  wDown: T;
+}
+
+/** All weights of a model, generic over host (HostTensor) or device (Tensor) storage. */
+export interface ModelWeights<T> {
+  tokenEmbedding: T;
+  layers: LayerWeights<T>[];
+  outputNorm: T;
+  /** Absent when tied to the token embedding. */
+  output?: T;
+}
+
+/** The tokenizer contract the engine and server use. */
+export interface Tokenizer {
+  readonly vocabSize: number;
+  /** Encodes text to ids; adds BOS only when `addBos` is true. */
+  encode(text: string, options?: { addBos?: boolean }): number[];
+  /** Decodes ids to text (special tokens skipped). */
+  decode(ids: readonly number[]): string;
+  /** Text of one token as it would appear in streamed output (may be a partial UTF-8 piece). */
+  tokenText?(id: number): string;
+}
+
+/** A loaded model: configuration, host weights, tokenizer and its chat template if any. */
+export interface LoadedModel {
+  config: ModelConfig;
+  weights: ModelWeights<HostTensor>;
+  tokenizer: Tokenizer;
+  chatTemplate?: string;
+  /** Where it came from (path), for logs. */
+  source: string;
+}
+
+/** A clear, one-line error about a model file: missing, truncated, corrupt or unsupported. */
+export class ModelLoadError extends Error {
+  override name = "ModelLoadError";
+}
