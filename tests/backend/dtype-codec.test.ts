@@ -1,0 +1,55 @@
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import {
+  bf16ToF32,
+  byteSize,
+  decodeToF32,
+  encodeFromF32,
+  f16ToF32,
+  f32ToBf16,
+  f32ToF16,
+} from "../../src/backend/dtype-codec.ts";
+
+test("f32ToF16() and f16ToF32() match hand-computed half values", () => {
+  assert.equal(f32ToF16(1), 0x3c00);
+  assert.equal(f32ToF16(-2), 0xc000);
+  assert.equal(f32ToF16(65504), 0x7bff);
+  assert.equal(f32ToF16(1e6), 0x7c00); // overflow → inf
+  assert.equal(f32ToF16(2 ** -24), 0x0001); // smallest subnormal
+  assert.equal(f16ToF32(0x3555), 0.333251953125);
+  assert.equal(f16ToF32(0x0001), 2 ** -24);
+  // round to nearest even: 1 + 2^-11 is halfway between 1 and 1 + 2^-10 → rounds to 1
+  assert.equal(f32ToF16(1 + 2 ** -11), 0x3c00);
+  assert.equal(f32ToF16(1 + 3 * 2 ** -11), 0x3c02);
+});
+
+test("f32ToBf16() rounds to nearest even and bf16ToF32() inverts it", () => {
+  assert.equal(f32ToBf16(1), 0x3f80);
+  assert.equal(bf16ToF32(0x3f80), 1);
+  assert.equal(bf16ToF32(f32ToBf16(3.140625)), 3.140625);
+  assert.equal(f32ToBf16(1 + 2 ** -8), 0x3f80); // halfway → even
+  assert.ok(Number.isNaN(bf16ToF32(f32ToBf16(NaN))));
+});
+
+test("encodeFromF32() q8_0 uses llama.cpp's block layout and decodeToF32() inverts it", () => {
+  const values = new Float32Array(64).map((_, i) => (i - 20) / 7);
+  const raw = encodeFromF32(values, "q8_0");
+  assert.equal(raw.byteLength, byteSize("q8_0", 64));
+  assert.equal(raw.byteLength, 68);
+  const view = new DataView(raw.buffer);
+  // block 0: amax = 20/7, d = amax/127; the first quant is round(-20/7 / d) = -127
+  assert.equal(view.getInt8(2), -127);
+  assert.equal(f16ToF32(view.getUint16(0, true)), f16ToF32(f32ToF16(20 / 7 / 127)));
+  const back = decodeToF32(raw, "q8_0", 64);
+  for (let i = 0; i < 64; i++) {
+    // error bound: half a quantization step of the element's block (d = amax / 127), plus f16 rounding of d
+    const block = values.subarray(i - (i % 32), i - (i % 32) + 32);
+    const step = Math.max(...block.map(Math.abs)) / 127;
+    assert.ok(Math.abs(back[i] - values[i]) <= step * 0.5 + 1e-3, `element ${i}: ${back[i]} vs ${values[i]}`);
+  }
+});
+
+test("decodeToF32() rejects a buffer shorter than its element count", () => {
+  assert.throws(() => decodeToF32(new Uint8Array(6), "f32", 2), /Need 8 bytes for 2 f32 values, got 6/);
+  assert.throws(() => byteSize("q8_0", 33), /multiple of 32 elements, got 33/);
+});
