@@ -1,0 +1,105 @@
+/**
+ * Reference paged KV write and paged causal attention with GQA over a ragged batch.
+ */
+import { type AttentionBatch, BackendShapeError } from "../types.ts";
+import { softmaxRow } from "./elementwise.ts";
+import { asRef, expectRank, f32Tensor, fmt, type RefTensor } from "./storage.ts";
+
+function expectCaches(kCache: RefTensor, vCache: RefTensor): [number, number, number, number] {
+  expectRank(kCache, 4, "key cache", ["f32"]);
+  expectRank(vCache, 4, "value cache", ["f32"]);
+  if (kCache.shape.some((d, i) => d !== vCache.shape[i])) {
+    throw new BackendShapeError(`Key cache ${fmt(kCache.shape)} and value cache ${fmt(vCache.shape)} differ`);
+  }
+  const [numBlocks, blockSize, kvHeads, headDim] = kCache.shape;
+  return [numBlocks, blockSize, kvHeads, headDim];
+}
+
+/** Writes k, v [n, kvHeads, headDim] into the caches at flat slots [n]. Mutates the caches. */
+export function kvWrite(k: RefTensor, v: RefTensor, kCache: RefTensor, vCache: RefTensor, slots: RefTensor): void {
+  const [numBlocks, blockSize, kvHeads, headDim] = expectCaches(kCache, vCache);
+  expectRank(k, 3, "kvWrite keys", ["f32"]);
+  expectRank(v, 3, "kvWrite values", ["f32"]);
+  expectRank(slots, 1, "kvWrite slots", ["i32"]);
+  const n = slots.shape[0];
+  for (const [t, what] of [[k, "keys"], [v, "values"]] as const) {
+    if (t.shape[0] !== n || t.shape[1] !== kvHeads || t.shape[2] !== headDim) {
+      throw new BackendShapeError(
+        `kvWrite ${what} ${fmt(t.shape)} do not fit slots ${fmt(slots.shape)} and cache ${fmt(kCache.shape)}`,
+      );
+    }
+  }
+  const row = kvHeads * headDim;
+  const capacity = numBlocks * blockSize;
+  const ks = k.f32, vs = v.f32, kc = kCache.f32, vc = vCache.f32, sl = slots.i32;
+  for (let i = 0; i < n; i++) {
+    const s = sl[i];
+    if (s < 0 || s >= capacity) throw new RangeError(`KV slot ${s} at row ${i} is outside 0..${capacity - 1}`);
+    kc.set(ks.subarray(i * row, (i + 1) * row), s * row);
+    vc.set(vs.subarray(i * row, (i + 1) * row), s * row);
+  }
+}
+
+/** Paged causal attention (see Backend.pagedAttention). */
+export function pagedAttention(
+  q: RefTensor,
+  kCache: RefTensor,
+  vCache: RefTensor,
+  batch: AttentionBatch,
+  scale: number,
+): RefTensor {
+  const [numBlocks, blockSize, kvHeads, headDim] = expectCaches(kCache, vCache);
+  expectRank(q, 3, "attention queries", ["f32"]);
+  const [n, heads, qDim] = q.shape;
+  if (qDim !== headDim || heads % kvHeads !== 0) {
+    throw new BackendShapeError(`Attention queries ${fmt(q.shape)} do not fit cache ${fmt(kCache.shape)}`);
+  }
+  const seqT = asRef(batch.tokenSeq, "tokenSeq");
+  const posT = asRef(batch.tokenPos, "tokenPos");
+  const tablesT = asRef(batch.blockTables, "blockTables");
+  expectRank(seqT, 1, "tokenSeq", ["i32"]);
+  expectRank(posT, 1, "tokenPos", ["i32"]);
+  expectRank(tablesT, 2, "blockTables", ["i32"]);
+  if (seqT.shape[0] !== n || posT.shape[0] !== n) {
+    throw new BackendShapeError(`tokenSeq ${fmt(seqT.shape)} and tokenPos ${fmt(posT.shape)} must have ${n} rows`);
+  }
+  const [numSeqs, maxBlocks] = tablesT.shape;
+  const group = heads / kvHeads;
+  const row = kvHeads * headDim;
+  const qs = q.f32, kc = kCache.f32, vc = vCache.f32;
+  const seqs = seqT.i32, poss = posT.i32, tables = tablesT.i32;
+  const out = new Float32Array(n * heads * headDim);
+  for (let t = 0; t < n; t++) {
+    const seq = seqs[t];
+    const pos = poss[t];
+    if (seq < 0 || seq >= numSeqs) throw new RangeError(`tokenSeq ${seq} at row ${t} is outside 0..${numSeqs - 1}`);
+    if (pos < 0 || pos >= maxBlocks * blockSize || pos >= batch.maxContext) {
+      throw new RangeError(`tokenPos ${pos} at row ${t} exceeds the block table or maxContext ${batch.maxContext}`);
+    }
+    // Base offset (in floats) of each cached position's KV row.
+    const rowBase = new Int32Array(pos + 1);
+    for (let p = 0; p <= pos; p++) {
+      const block = tables[seq * maxBlocks + Math.floor(p / blockSize)];
+      if (block < 0 || block >= numBlocks) throw new RangeError(`Block ${block} of sequence ${seq} is outside 0..${numBlocks - 1}`);
+      rowBase[p] = (block * blockSize + (p % blockSize)) * row;
+    }
+    for (let h = 0; h < heads; h++) {
+      const qb = (t * heads + h) * headDim;
+      const kvOff = Math.floor(h / group) * headDim;
+      const scores = new Float64Array(pos + 1);
+      for (let p = 0; p <= pos; p++) {
+        const kb = rowBase[p] + kvOff;
+        let dot = 0;
+        for (let d = 0; d < headDim; d++) dot += qs[qb + d] * kc[kb + d];
+        scores[p] = dot;
+      }
+      const weights = softmaxRow(scores, 0, pos + 1, scale);
+      for (let d = 0; d < headDim; d++) {
+        let acc = 0;
+        for (let p = 0; p <= pos; p++) acc += weights[p] * vc[rowBase[p] + kvOff + d];
+        out[qb + d] = acc;
+      }
+    }
+  }
+  return f32Tensor(out, q.shape);
+}

@@ -1,0 +1,131 @@
+/**
+ * Reference row-wise and elementwise ops: embedding gather, row gather, rmsnorm, silu·mul, add,
+ * softmax, argmax. Reductions accumulate in f64.
+ */
+import { BackendShapeError } from "../types.ts";
+import {
+  expectF32,
+  expectRank,
+  expectSameShape,
+  f32Tensor,
+  fmt,
+  i32Tensor,
+  type RefTensor,
+  rowsOf,
+} from "./storage.ts";
+
+const WEIGHT_DTYPES = ["f32", "f16", "bf16", "q8_0"] as const;
+
+/** Copies rows `idx[i]` of a [rows, d] matrix into a new [m, d] f32 tensor. */
+function gather(src: Float32Array, rows: number, d: number, idx: Int32Array, what: string): RefTensor {
+  const out = new Float32Array(idx.length * d);
+  for (let i = 0; i < idx.length; i++) {
+    const r = idx[i];
+    if (r < 0 || r >= rows) throw new RangeError(`${what} ${r} at position ${i} is outside 0..${rows - 1}`);
+    out.set(src.subarray(r * d, (r + 1) * d), i * d);
+  }
+  return f32Tensor(out, [idx.length, d]);
+}
+
+/** out[i, :] = table[ids[i], :]. */
+export function embedding(table: RefTensor, ids: RefTensor): RefTensor {
+  expectRank(table, 2, "embedding table", WEIGHT_DTYPES);
+  expectRank(ids, 1, "embedding ids", ["i32"]);
+  const [vocab, d] = table.shape;
+  return gather(table.f32, vocab, d, ids.i32, "Token id");
+}
+
+/** out[i, :] = x[idx[i], :]. */
+export function gatherRows(x: RefTensor, idx: RefTensor): RefTensor {
+  expectRank(x, 2, "gatherRows input", ["f32"]);
+  expectRank(idx, 1, "gatherRows indices", ["i32"]);
+  const [n, d] = x.shape;
+  return gather(x.f32, n, d, idx.i32, "Row index");
+}
+
+/** x / sqrt(mean(x²) + eps) * weight over the last dim. */
+export function rmsnorm(x: RefTensor, weight: RefTensor, eps: number): RefTensor {
+  expectF32(x, "rmsnorm input");
+  expectRank(weight, 1, "rmsnorm weight", ["f32"]);
+  const { rows, cols } = rowsOf(x.shape);
+  if (weight.shape[0] !== cols) {
+    throw new BackendShapeError(`rmsnorm weight ${fmt(weight.shape)} does not match input ${fmt(x.shape)}`);
+  }
+  const src = x.f32;
+  const w = weight.f32;
+  const out = new Float32Array(src.length);
+  for (let r = 0; r < rows; r++) {
+    const base = r * cols;
+    let ss = 0;
+    for (let c = 0; c < cols; c++) ss += src[base + c] * src[base + c];
+    const inv = 1 / Math.sqrt(ss / cols + eps);
+    for (let c = 0; c < cols; c++) out[base + c] = src[base + c] * inv * w[c];
+  }
+  return f32Tensor(out, x.shape);
+}
+
+/** silu(gate) * up. */
+export function siluMul(gate: RefTensor, up: RefTensor): RefTensor {
+  expectF32(gate, "siluMul gate");
+  expectF32(up, "siluMul up");
+  expectSameShape(gate, up, "siluMul");
+  const g = gate.f32;
+  const u = up.f32;
+  const out = new Float32Array(g.length);
+  for (let i = 0; i < g.length; i++) out[i] = (g[i] / (1 + Math.exp(-g[i]))) * u[i];
+  return f32Tensor(out, gate.shape);
+}
+
+/** a + b. */
+export function add(a: RefTensor, b: RefTensor): RefTensor {
+  expectF32(a, "add left operand");
+  expectF32(b, "add right operand");
+  expectSameShape(a, b, "add");
+  const x = a.f32;
+  const y = b.f32;
+  const out = new Float32Array(x.length);
+  for (let i = 0; i < x.length; i++) out[i] = x[i] + y[i];
+  return f32Tensor(out, a.shape);
+}
+
+/** Numerically stable softmax of one row into f64 values. */
+export function softmaxRow(src: Float32Array | Float64Array, base: number, cols: number, scale = 1): Float64Array {
+  let max = -Infinity;
+  for (let c = 0; c < cols; c++) max = Math.max(max, src[base + c] * scale);
+  const out = new Float64Array(cols);
+  let sum = 0;
+  for (let c = 0; c < cols; c++) {
+    out[c] = Math.exp(src[base + c] * scale - max);
+    sum += out[c];
+  }
+  for (let c = 0; c < cols; c++) out[c] /= sum;
+  return out;
+}
+
+/** Row-wise softmax over the last dim. */
+export function softmax(x: RefTensor): RefTensor {
+  expectF32(x, "softmax input");
+  const { rows, cols } = rowsOf(x.shape);
+  const src = x.f32;
+  const out = new Float32Array(src.length);
+  for (let r = 0; r < rows; r++) out.set(softmaxRow(src, r * cols, cols), r * cols);
+  return f32Tensor(out, x.shape);
+}
+
+/** Index of the largest value in one row; the lowest index wins ties. */
+export function argmaxRow(src: Float32Array, base: number, cols: number): number {
+  let best = 0;
+  for (let c = 1; c < cols; c++) if (src[base + c] > src[base + best]) best = c;
+  return best;
+}
+
+/** Row-wise argmax over the last dim → i32 [rows]. */
+export function argmax(x: RefTensor): RefTensor {
+  expectF32(x, "argmax input");
+  const { rows, cols } = rowsOf(x.shape);
+  if (cols === 0) throw new BackendShapeError(`argmax needs a non-empty last dimension, got ${fmt(x.shape)}`);
+  const src = x.f32;
+  const out = new Int32Array(rows);
+  for (let r = 0; r < rows; r++) out[r] = argmaxRow(src, r * cols, cols);
+  return i32Tensor(out, [rows]);
+}

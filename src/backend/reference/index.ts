@@ -1,0 +1,93 @@
+/**
+ * The reference backend: plain TypeScript on the host, f32 storage, f64 accumulation. Slow and
+ * obviously correct; every other backend is tested against it.
+ */
+import { decodeToF32 } from "../dtype-codec.ts";
+import {
+  type AttentionBatch,
+  type Backend,
+  BackendShapeError,
+  type RopeLayout,
+  type SamplingRow,
+  type Tensor,
+  type WeightDType,
+} from "../types.ts";
+import { pagedAttention, kvWrite } from "./attention.ts";
+import { add, argmax, embedding, gatherRows, rmsnorm, siluMul, softmax } from "./elementwise.ts";
+import { matmul, rope } from "./linear.ts";
+import { sample } from "./sampling.ts";
+import { asRef, checkShape, f32Tensor, fmt, i32Tensor, REFERENCE_NAME, RefTensor } from "./storage.ts";
+
+const WEIGHT_DTYPES: readonly WeightDType[] = ["f32", "f16", "bf16", "q8_0"];
+
+/** Creates a reference backend instance (each instance is independent). */
+export function createReferenceBackend(): Backend {
+  const r = (t: Tensor, what: string) => asRef(t, what);
+  return {
+    info: { name: REFERENCE_NAME, device: "host CPU (TypeScript, f32 with f64 accumulation)", f16: true },
+
+    upload(data, shape) {
+      const count = checkShape(shape, "upload");
+      if (data.length !== count) {
+        throw new BackendShapeError(`upload got ${data.length} values for shape ${fmt(shape)}`);
+      }
+      if (data instanceof Float32Array) return f32Tensor(new Float32Array(data), shape);
+      if (data instanceof Int32Array) return i32Tensor(new Int32Array(data), shape);
+      throw new BackendShapeError("upload accepts only Float32Array or Int32Array data");
+    },
+
+    uploadWeight(raw, shape, dtype) {
+      const count = checkShape(shape, "uploadWeight");
+      if (!WEIGHT_DTYPES.includes(dtype)) throw new BackendShapeError(`Unknown weight dtype "${dtype}"`);
+      if (dtype === "q8_0" && shape[shape.length - 1] % 32 !== 0) {
+        throw new BackendShapeError(`A q8_0 weight needs rows that are a multiple of 32, got ${fmt(shape)}`);
+      }
+      return new RefTensor([...shape], dtype, { data: decodeToF32(raw, dtype, count), freed: false });
+    },
+
+    zeros(shape, dtype) {
+      const count = checkShape(shape, "zeros");
+      if (dtype === "i32") return i32Tensor(new Int32Array(count), shape);
+      if (dtype === "f32") return f32Tensor(new Float32Array(count), shape);
+      throw new BackendShapeError(`zeros accepts f32 or i32, got ${dtype}`);
+    },
+
+    async download(t) {
+      const ref = r(t, "download tensor");
+      return ref.dtype === "i32" ? new Int32Array(ref.i32) : new Float32Array(ref.f32);
+    },
+
+    reshape(t, shape) {
+      const ref = r(t, "reshape tensor");
+      if (checkShape(shape, "reshape") !== ref.storage.data.length) {
+        throw new BackendShapeError(`Cannot reshape ${fmt(ref.shape)} to ${fmt(shape)}`);
+      }
+      return new RefTensor([...shape], ref.dtype, ref.storage);
+    },
+
+    free(t) {
+      const ref = r(t, "free tensor");
+      ref.storage.freed = true;
+    },
+
+    flush: () => Promise.resolve(),
+    destroy() {},
+
+    embedding: (table: Tensor, ids: Tensor) => embedding(r(table, "embedding table"), r(ids, "embedding ids")),
+    rmsnorm: (x: Tensor, weight: Tensor, eps: number) => rmsnorm(r(x, "rmsnorm input"), r(weight, "rmsnorm weight"), eps),
+    matmul: (x: Tensor, w: Tensor, bias?: Tensor) =>
+      matmul(r(x, "matmul input"), r(w, "matmul weight"), bias && r(bias, "matmul bias")),
+    rope: (x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number) =>
+      rope(r(x, "rope input"), r(positions, "rope positions"), theta, layout, rotaryDim),
+    kvWrite: (k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor) =>
+      kvWrite(r(k, "keys"), r(v, "values"), r(kCache, "key cache"), r(vCache, "value cache"), r(slots, "slots")),
+    pagedAttention: (q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number) =>
+      pagedAttention(r(q, "queries"), r(kCache, "key cache"), r(vCache, "value cache"), batch, scale),
+    siluMul: (gate: Tensor, up: Tensor) => siluMul(r(gate, "siluMul gate"), r(up, "siluMul up")),
+    add: (a: Tensor, b: Tensor) => add(r(a, "add left operand"), r(b, "add right operand")),
+    softmax: (x: Tensor) => softmax(r(x, "softmax input")),
+    argmax: (x: Tensor) => argmax(r(x, "argmax input")),
+    sample: (logits: Tensor, rows: readonly SamplingRow[]) => sample(r(logits, "sample logits"), rows),
+    gatherRows: (x: Tensor, idx: Tensor) => gatherRows(r(x, "gatherRows input"), r(idx, "gatherRows indices")),
+  };
+}

@@ -1,0 +1,83 @@
+/** The reference backend's paged KV write and paged attention against hand-computed cases. */
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import type { AttentionBatch, Tensor } from "../../src/backend/types.ts";
+
+const be = createReferenceBackend();
+const f32 = (values: number[], shape: number[]) => be.upload(new Float32Array(values), shape);
+const i32 = (values: number[], shape = [values.length]) => be.upload(new Int32Array(values), shape);
+const read = async (t: Tensor) => Array.from(await be.download(t));
+const LN2 = Math.log(2);
+
+function close(actual: number[], expected: number[], tol = 1e-6): void {
+  assert.equal(actual.length, expected.length);
+  actual.forEach((a, i) => assert.ok(Math.abs(a - expected[i]) <= tol, `[${i}] ${a} vs ${expected[i]}`));
+}
+
+test("kvWrite() stores rows at flat slots and rejects slots outside the cache", async () => {
+  const kc = be.zeros([2, 2, 1, 2], "f32");
+  const vc = be.zeros([2, 2, 1, 2], "f32");
+  be.kvWrite(f32([1, 2, 3, 4], [2, 1, 2]), f32([5, 6, 7, 8], [2, 1, 2]), kc, vc, i32([3, 0]));
+  assert.deepEqual(await read(kc), [3, 4, 0, 0, 0, 0, 1, 2]);
+  assert.deepEqual(await read(vc), [7, 8, 0, 0, 0, 0, 5, 6]);
+  assert.throws(() => be.kvWrite(f32([1, 2], [1, 1, 2]), f32([1, 2], [1, 1, 2]), kc, vc, i32([4])), /slot 4/);
+  assert.throws(() => be.kvWrite(f32([1, 2], [1, 2, 1]), f32([1, 2], [1, 2, 1]), kc, vc, i32([0])), /do not fit/);
+});
+
+test("pagedAttention() follows a 2-block table, the causal limit and GQA head sharing", async () => {
+  // blockSize 2, 3 blocks, 1 KV head, headDim 2; 2 query heads share it.
+  const kc = be.zeros([3, 2, 1, 2], "f32");
+  const vc = be.zeros([3, 2, 1, 2], "f32");
+  // Sequence 0 has blocks [2, 0]: positions 0, 1 → slots 4, 5; position 2 → slot 0.
+  // Sequence 1 has block [1]: position 0 → slot 2.
+  const k = f32([1, 0, 0, 1, 1, 1, 5, 5], [4, 1, 2]);
+  const v = f32([1, 0, 0, 2, 3, 3, 7, 8], [4, 1, 2]);
+  be.kvWrite(k, v, kc, vc, i32([4, 5, 0, 2]));
+  const batch: AttentionBatch = {
+    tokenSeq: i32([0, 0, 1]),
+    tokenPos: i32([1, 2, 0]),
+    blockTables: i32([2, 0, 1, 99], [2, 2]), // 99: unused entry, must never be read
+    maxContext: 3,
+  };
+  const q = f32([
+    LN2, 0, 0, 0, // seq 0 pos 1: head 0 scores [ln2, 0]; head 1 uniform
+    0, 0, LN2, LN2, // seq 0 pos 2: head 0 uniform over 3; head 1 scores [ln2, ln2, 2ln2]
+    3, 1, -1, 4, // seq 1 pos 0: one key, so output = its value
+  ], [3, 2, 2]);
+  const out = await read(be.pagedAttention(q, kc, vc, batch, 1));
+  close(out, [
+    2 / 3, 2 / 3, 0.5, 1, // weights [2/3, 1/3] and [1/2, 1/2] over V rows 0, 1 (row 2 is in the future)
+    4 / 3, 5 / 3, 1.75, 2, // uniform over 3 rows; weights [1/4, 1/4, 1/2]
+    7, 8, 7, 8,
+  ]);
+});
+
+test("pagedAttention() maps query head h to KV head floor(h / group)", async () => {
+  // 4 query heads over 2 KV heads, headDim 1, one cached position in block 0.
+  const kc = be.zeros([1, 16, 2, 1], "f32");
+  const vc = be.zeros([1, 16, 2, 1], "f32");
+  be.kvWrite(f32([1, 1], [1, 2, 1]), f32([10, 20], [1, 2, 1]), kc, vc, i32([0]));
+  const batch: AttentionBatch = { tokenSeq: i32([0]), tokenPos: i32([0]), blockTables: i32([0], [1, 1]), maxContext: 1 };
+  const out = await read(be.pagedAttention(f32([1, 2, 3, 4], [1, 4, 1]), kc, vc, batch, 0.5));
+  assert.deepEqual(out, [10, 10, 20, 20]);
+});
+
+test("pagedAttention() applies the score scale", async () => {
+  const kc = be.zeros([1, 2, 1, 1], "f32");
+  const vc = be.zeros([1, 2, 1, 1], "f32");
+  be.kvWrite(f32([LN2 * 2, 0], [2, 1, 1]), f32([1, 0], [2, 1, 1]), kc, vc, i32([0, 1]));
+  const batch: AttentionBatch = { tokenSeq: i32([0]), tokenPos: i32([1]), blockTables: i32([0], [1, 1]), maxContext: 2 };
+  // scores = 0.5 · [2ln2, 0] = [ln2, 0] → weights [2/3, 1/3]
+  close(await read(be.pagedAttention(f32([1], [1, 1, 1]), kc, vc, batch, 0.5)), [2 / 3]);
+});
+
+test("pagedAttention() rejects mismatched shapes and positions past the block table", () => {
+  const kc = be.zeros([1, 2, 1, 2], "f32");
+  const vc = be.zeros([1, 2, 1, 2], "f32");
+  const batch: AttentionBatch = { tokenSeq: i32([0]), tokenPos: i32([2]), blockTables: i32([0], [1, 1]), maxContext: 3 };
+  assert.throws(() => be.pagedAttention(f32([0, 0], [1, 1, 2]), kc, vc, batch, 1), /tokenPos 2/);
+  assert.throws(() => be.pagedAttention(f32([0, 0, 0], [1, 1, 3]), kc, vc, batch, 1), /do not fit cache/);
+  assert.throws(() => be.pagedAttention(f32([0, 0, 0, 0, 0, 0], [1, 3, 2]), be.zeros([1, 2, 2, 2], "f32"),
+    be.zeros([1, 2, 2, 2], "f32"), batch, 1), /do not fit cache/);
+});

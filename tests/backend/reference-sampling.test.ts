@@ -1,0 +1,78 @@
+/** The reference backend's sampler against hand-computed cumulative distributions. */
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import type { SamplingRow } from "../../src/backend/types.ts";
+
+const be = createReferenceBackend();
+// softmax(ln p) = p: probabilities 0.1, 0.2, 0.3, 0.4 → descending order 3, 2, 1, 0,
+// cumulative 0.4, 0.7, 0.9, 1.0.
+const LOGITS = [0.1, 0.2, 0.3, 0.4].map(Math.log);
+
+async function pick(row: Partial<SamplingRow>, logits = LOGITS): Promise<number> {
+  const full: SamplingRow = { temperature: 1, topK: 0, topP: 1, uniform: 0, ...row };
+  const t = be.upload(new Float32Array(logits), [1, logits.length]);
+  return (await be.download(be.sample(t, [full])))[0];
+}
+
+test("sample() with temperature 0 is argmax", async () => {
+  assert.equal(await pick({ temperature: 0, uniform: 0.99 }), 3);
+  assert.equal(await pick({ temperature: 0 }, [2, 5, 5]), 1);
+});
+
+test("sample() inverts the cumulative distribution with the given uniform", async () => {
+  assert.equal(await pick({ uniform: 0 }), 3);
+  assert.equal(await pick({ uniform: 0.39 }), 3);
+  assert.equal(await pick({ uniform: 0.41 }), 2);
+  assert.equal(await pick({ uniform: 0.8 }), 1);
+  assert.equal(await pick({ uniform: 0.95 }), 0);
+});
+
+test("sample() with top-k renormalises over the k most likely tokens", async () => {
+  // kept {3: 0.4, 2: 0.3}, total 0.7: uniform 0.5 → target 0.35 < 0.4 → 3; 0.6 → 0.42 → 2.
+  assert.equal(await pick({ topK: 2, uniform: 0.5 }), 3);
+  assert.equal(await pick({ topK: 2, uniform: 0.6 }), 2);
+  assert.equal(await pick({ topK: 2, uniform: 0.999 }), 2);
+  assert.equal(await pick({ topK: 1, uniform: 0.999 }), 3);
+});
+
+test("sample() with top-p keeps the shortest prefix reaching the mass", async () => {
+  assert.equal(await pick({ topP: 0.39, uniform: 0.999 }), 3); // 0.4 ≥ 0.39: one token
+  assert.equal(await pick({ topP: 0.5, uniform: 0.999 }), 2); // needs 0.7: two tokens
+  assert.equal(await pick({ topP: 0.5, uniform: 0.6 }), 2); // target 0.42
+  assert.equal(await pick({ topP: 0.75, uniform: 0.85 }), 1); // kept 0.9, target 0.765
+  // top-p is measured within the top-k set: k 2 (mass 0.7), p 0.5 → 0.35 → one token.
+  assert.equal(await pick({ topK: 2, topP: 0.5, uniform: 0.999 }), 3);
+});
+
+test("sample() divides logits by the temperature", async () => {
+  // T = 2: p ∝ sqrt([.1, .2, .3, .4]) → [.1627, .2301, .2818, .3254]
+  assert.equal(await pick({ temperature: 2, uniform: 0.32 }), 3);
+  assert.equal(await pick({ temperature: 2, uniform: 0.33 }), 2);
+  assert.equal(await pick({ temperature: 2, uniform: 0.6 }), 2); // cum .6072
+  assert.equal(await pick({ temperature: 2, uniform: 0.61 }), 1);
+  assert.equal(await pick({ temperature: 2, uniform: 0.84 }), 0); // cum .8373
+});
+
+test("sample() breaks probability ties by the lower index", async () => {
+  assert.equal(await pick({ topK: 1, uniform: 0.9 }, [1, 3, 3]), 1);
+  assert.equal(await pick({ uniform: 0.4 }, [0, 0]), 0);
+  assert.equal(await pick({ uniform: 0.6 }, [0, 0]), 1);
+});
+
+test("sample() handles several rows with their own parameters", async () => {
+  const t = be.upload(new Float32Array([...LOGITS, ...LOGITS]), [2, 4]);
+  const out = await be.download(be.sample(t, [
+    { temperature: 1, topK: 0, topP: 1, uniform: 0.95 },
+    { temperature: 0, topK: 0, topP: 1, uniform: 0.95 },
+  ]));
+  assert.deepEqual(Array.from(out), [0, 3]);
+});
+
+test("sample() rejects a row count mismatch and bad parameters", () => {
+  const t = be.upload(new Float32Array(LOGITS), [1, 4]);
+  assert.throws(() => be.sample(t, []), /0 sampling rows for 1 logit rows/);
+  assert.throws(() => be.sample(t, [{ temperature: 1, topK: 0, topP: 0, uniform: 0 }]), /invalid topP 0/);
+  assert.throws(() => be.sample(t, [{ temperature: 1, topK: 0, topP: 1, uniform: 1 }]), /invalid uniform 1/);
+  assert.throws(() => be.sample(t, [{ temperature: -1, topK: 0, topP: 1, uniform: 0 }]), /invalid temperature -1/);
+});

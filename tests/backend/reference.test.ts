@@ -1,0 +1,126 @@
+/** The reference backend against hand-computed small cases: memory, elementwise, matmul, rope. */
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { BackendShapeError, type Tensor } from "../../src/backend/types.ts";
+import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
+
+const be = createReferenceBackend();
+const f32 = (values: number[], shape: number[]) => be.upload(new Float32Array(values), shape);
+const i32 = (values: number[]) => be.upload(new Int32Array(values), [values.length]);
+const read = async (t: Tensor) => Array.from(await be.download(t));
+
+function close(actual: number[], expected: number[], tol = 1e-6): void {
+  assert.equal(actual.length, expected.length, `length ${actual.length} vs ${expected.length}`);
+  actual.forEach((a, i) => assert.ok(Math.abs(a - expected[i]) <= tol, `[${i}] ${a} vs ${expected[i]}`));
+}
+
+test("upload(), download(), zeros() and reshape() round-trip values", async () => {
+  const t = f32([1, 2, 3, 4, 5, 6], [2, 3]);
+  assert.deepEqual(await read(t), [1, 2, 3, 4, 5, 6]);
+  const v = be.reshape(t, [3, 2]);
+  assert.deepEqual(v.shape, [3, 2]);
+  assert.deepEqual(await read(v), [1, 2, 3, 4, 5, 6]);
+  assert.deepEqual(await read(be.zeros([2, 2], "i32")), [0, 0, 0, 0]);
+  assert.equal((await be.download(i32([7, -1]))) instanceof Int32Array, true);
+  assert.throws(() => be.reshape(t, [4, 2]), BackendShapeError);
+  assert.throws(() => f32([1, 2, 3], [2, 2]), /3 values for shape \[2, 2\]/);
+});
+
+test("free() makes later use of the tensor and its views fail", async () => {
+  const t = f32([1, 2], [1, 2]);
+  const v = be.reshape(t, [2]);
+  be.free(t);
+  await assert.rejects(() => be.download(v), /after free/);
+});
+
+test("uploadWeight() dequantizes f16, bf16 and q8_0", async () => {
+  const f16 = new Uint8Array([0x00, 0x3c, 0x00, 0xc0]); // 1, -2
+  assert.deepEqual(await read(be.uploadWeight(f16, [1, 2], "f16")), [1, -2]);
+  const bf16 = new Uint8Array([0x80, 0x3f, 0x40, 0x40]); // 1, 3
+  assert.deepEqual(await read(be.uploadWeight(bf16, [2], "bf16")), [1, 3]);
+  const q = new Uint8Array(34);
+  q[0] = 0x00;
+  q[1] = 0x38; // scale 0.5
+  for (let j = 0; j < 32; j++) q[2 + j] = (j - 16) & 0xff;
+  const deq = await read(be.uploadWeight(q, [1, 32], "q8_0"));
+  assert.deepEqual(deq, Array.from({ length: 32 }, (_, j) => (j - 16) * 0.5));
+  assert.throws(() => be.uploadWeight(new Uint8Array(34), [2, 16], "q8_0"), /multiple of 32/);
+});
+
+test("embedding() gathers rows of any weight dtype and rejects bad ids", async () => {
+  const table = be.uploadWeight(encodeFromF32(new Float32Array([1, 2, 3, 4, 5, 6]), "f16"), [3, 2], "f16");
+  assert.deepEqual(await read(be.embedding(table, i32([2, 0, 2]))), [5, 6, 1, 2, 5, 6]);
+  assert.throws(() => be.embedding(table, i32([3])), /Token id 3/);
+});
+
+test("gatherRows() picks rows by index", async () => {
+  const x = f32([1, 2, 3, 4, 5, 6], [3, 2]);
+  assert.deepEqual(await read(be.gatherRows(x, i32([1, 1, 0]))), [3, 4, 3, 4, 1, 2]);
+});
+
+test("rmsnorm() matches hand-computed values", async () => {
+  // [3, 4]: mean of squares 12.5, rms 3.5355339; weight [1, 2]
+  const y = be.rmsnorm(f32([3, 4, 0, 0], [2, 2]), f32([1, 2], [2]), 0);
+  close((await read(y)).slice(0, 2), [0.8485281, 2.2627417]);
+  // eps keeps an all-zero row finite
+  const z = be.rmsnorm(f32([0, 0], [1, 2]), f32([1, 1], [2]), 1e-5);
+  assert.deepEqual(await read(z), [0, 0]);
+  assert.throws(() => be.rmsnorm(f32([1, 2], [1, 2]), f32([1, 2, 3], [3]), 0), /\[3\].*\[1, 2\]/);
+});
+
+test("siluMul(), add() and softmax() match hand-computed values", async () => {
+  close(await read(be.siluMul(f32([1, 0, -1], [3]), f32([2, 5, 1], [3]))), [1.4621172, 0, -0.2689414]);
+  assert.deepEqual(await read(be.add(f32([1, 2], [2]), f32([10, -2], [2]))), [11, 0]);
+  close(await read(be.softmax(f32([0, Math.log(3), 5, 5], [2, 2]))), [0.25, 0.75, 0.5, 0.5]);
+  // Large logits must not overflow.
+  close(await read(be.softmax(f32([1000, 1000], [1, 2]))), [0.5, 0.5]);
+  assert.throws(() => be.add(f32([1, 2], [2]), f32([1, 2], [1, 2])), /\[2\] and \[1, 2\] differ/);
+});
+
+test("argmax() returns the lowest index on ties", async () => {
+  assert.deepEqual(await read(be.argmax(f32([1, 3, 3, -1, -1, -2], [2, 3]))), [1, 0]);
+});
+
+test("matmul() computes x·Wᵀ + bias", async () => {
+  const x = f32([1, 2, -1, 0.5], [2, 2]);
+  const w = f32([1, 0, 0, 1, 1, 1], [3, 2]);
+  assert.deepEqual(await read(be.matmul(x, w)), [1, 2, 3, -1, 0.5, -0.5]);
+  assert.deepEqual(await read(be.matmul(x, w, f32([0.5, 0, -1], [3]))), [1.5, 2, 2, -0.5, 0.5, -1.5]);
+  assert.throws(() => be.matmul(f32([1, 2, 3], [1, 3]), w), /\[1, 3\] does not fit weight \[3, 2\]/);
+  assert.throws(() => be.matmul(x, w, f32([1], [1])), BackendShapeError);
+});
+
+test("matmul() against a q8_0 weight matches hand-computed sums", async () => {
+  const raw = new Uint8Array(68);
+  raw[1] = 0x38; // row 0: scale 0.5, quants 0..31 → 0, 0.5, ..., 15.5
+  for (let j = 0; j < 32; j++) raw[2 + j] = j;
+  raw[35] = 0x3c; // row 1: scale 1, quants all -1
+  raw.fill(0xff, 36, 68);
+  const w = be.uploadWeight(raw, [2, 32], "q8_0");
+  const ones = f32(new Array(32).fill(1), [1, 32]);
+  assert.deepEqual(await read(be.matmul(ones, w)), [248, -32]);
+  const oneHot = f32(Array.from({ length: 32 }, (_, j) => (j === 5 ? 2 : 0)), [1, 32]);
+  assert.deepEqual(await read(be.matmul(oneHot, w)), [5, -2]);
+});
+
+test("rope() rotates adjacent pairs in the normal layout", async () => {
+  // headDim 4, theta 10000: pair 0 turns by pos·1, pair 1 by pos·0.01.
+  const y = be.rope(f32([1, 0, 1, 0, 1, 2, 3, 4], [2, 1, 4]), i32([1, 0]), 10000, "normal");
+  close(await read(y), [0.5403023, 0.8414710, 0.99995, 0.00999983, 1, 2, 3, 4]);
+});
+
+test("rope() rotates half-split pairs in the neox layout and honours rotaryDim", async () => {
+  // Pairs (0, 2) and (1, 3): x0 = 1, x2 = 1 turned by 1 rad; x1 = 2, x3 = 0 turned by 0.01 rad.
+  const y = be.rope(f32([1, 2, 1, 0], [1, 1, 4]), i32([1]), 10000, "neox");
+  close(await read(y), [0.5403023 - 0.8414710, 2 * 0.99995, 0.8414710 + 0.5403023, 2 * 0.00999983]);
+  // rotaryDim 2 with neox pairs (0, 1) at frequency 1 and leaves dims 2, 3 alone; two heads.
+  const z = be.rope(f32([1, 0, 7, 8, 0, 1, 9, 9], [1, 2, 4]), i32([2]), 10000, "neox", 2);
+  close(await read(z), [-0.4161468, 0.9092974, 7, 8, -0.9092974, -0.4161468, 9, 9]);
+  assert.throws(() => be.rope(f32([1, 2], [1, 1, 2]), i32([0, 1]), 10000, "normal"), BackendShapeError);
+});
+
+test("ops reject tensors from another backend", () => {
+  const foreign: Tensor = { shape: [1], dtype: "f32", backend: "webgpu" };
+  assert.throws(() => be.add(foreign, foreign), /belongs to backend "webgpu"/);
+});
