@@ -1,0 +1,261 @@
+/**
+ * Paged KV block pool with reference counts and automatic prefix caching (vLLM-style).
+ * A block is free (on the free list), in use (refCount > 0), or cached-and-evictable (refCount 0,
+ * still indexed, reusable by a prefix hit until the retention policy evicts it).
+ */
+import { type BlockHasher, hashBlock } from "./hash.ts";
+import { PrefixIndex } from "./prefix-index.ts";
+import { LruPolicy, type RetentionPolicy } from "./retention.ts";
+import {
+  type BlockHash,
+  type BlockMeta,
+  type Clock,
+  KvCapacityError,
+  type KvEventSink,
+  KvStateError,
+  type Tier,
+} from "./types.ts";
+
+/** Construction options for a {@link BlockPool}. */
+export interface BlockPoolOptions {
+  numBlocks: number;
+  /** Tokens per block (16 in the engine; the simulator uses coarser content blocks). */
+  blockSize: number;
+  clock: Clock;
+  policy?: RetentionPolicy;
+  hasher?: BlockHasher;
+  events?: KvEventSink;
+  workerId?: string;
+  tier?: Tier;
+}
+
+/** Result of a prefix match: the acquired cached blocks and what they cover. */
+export interface PrefixMatch {
+  blockIds: number[];
+  hashes: BlockHash[];
+  /** Tokens covered by the matched blocks (blockIds.length × blockSize). */
+  numTokens: number;
+}
+
+const NO_SERIAL = -1;
+
+/** Reference-counted block pool with a prefix cache. */
+export class BlockPool {
+  readonly numBlocks: number;
+  readonly blockSize: number;
+  readonly workerId: string;
+  readonly tier: Tier;
+  private readonly clock: Clock;
+  private readonly policy: RetentionPolicy;
+  private readonly hasher: BlockHasher;
+  private readonly events?: KvEventSink;
+  private readonly index = new PrefixIndex();
+  private readonly refs: Int32Array;
+  private readonly hashes: Float64Array; // NaN = not cached
+  private readonly serials: Float64Array;
+  private readonly depths: Int32Array;
+  private readonly metas: (BlockMeta | undefined)[];
+  private readonly freeList: number[] = [];
+
+  /** Creates a pool of `numBlocks` free blocks. */
+  constructor(opts: BlockPoolOptions) {
+    if (!Number.isInteger(opts.numBlocks) || opts.numBlocks < 0) {
+      throw new KvStateError(`Block count must be a non-negative integer, got ${opts.numBlocks}`);
+    }
+    if (!Number.isInteger(opts.blockSize) || opts.blockSize < 1) {
+      throw new KvStateError(`Block size must be a positive integer, got ${opts.blockSize}`);
+    }
+    this.numBlocks = opts.numBlocks;
+    this.blockSize = opts.blockSize;
+    this.clock = opts.clock;
+    this.policy = opts.policy ?? new LruPolicy();
+    this.hasher = opts.hasher ?? hashBlock;
+    this.events = opts.events;
+    this.workerId = opts.workerId ?? "worker-0";
+    this.tier = opts.tier ?? "device";
+    this.refs = new Int32Array(opts.numBlocks);
+    this.hashes = new Float64Array(opts.numBlocks).fill(NaN);
+    this.serials = new Float64Array(opts.numBlocks).fill(NO_SERIAL);
+    this.depths = new Int32Array(opts.numBlocks);
+    this.metas = new Array(opts.numBlocks);
+    // Pop from the end hands out low ids first: friendlier to read in tests and dumps.
+    for (let i = opts.numBlocks - 1; i >= 0; i--) this.freeList.push(i);
+  }
+
+  /** Blocks that can be allocated now: truly free plus cached-but-unreferenced. */
+  numFreeBlocks(): number {
+    return this.freeList.length + this.policy.size;
+  }
+
+  /** Blocks held by at least one sequence. */
+  numUsedBlocks(): number {
+    return this.numBlocks - this.numFreeBlocks();
+  }
+
+  /** Blocks currently in the prefix cache (in use or evictable). */
+  numCachedBlocks(): number {
+    return this.index.size;
+  }
+
+  /** Hash collisions the prefix index has seen (hash equal, tokens or parent different). */
+  collisions(): number {
+    return this.index.collisions;
+  }
+
+  /** Reference count of a block. */
+  refCount(id: number): number {
+    this.check(id);
+    return this.refs[id];
+  }
+
+  /** Chained hash of a cached block, or null when the block is not in the prefix cache. */
+  hashOf(id: number): BlockHash | null {
+    this.check(id);
+    const h = this.hashes[id];
+    return Number.isNaN(h) ? null : h;
+  }
+
+  /** Allocates `count` fresh blocks (refCount 1), evicting cached blocks as needed, or returns null. */
+  tryAllocate(count: number): number[] | null {
+    if (count > this.numFreeBlocks()) return null;
+    const out: number[] = [];
+    const evicted: BlockHash[] = [];
+    const now = this.clock();
+    for (let i = 0; i < count; i++) {
+      let id = this.freeList.pop();
+      if (id === undefined) {
+        id = this.policy.evict(now);
+        if (id === undefined) throw new KvStateError("Retention policy lost track of evictable blocks");
+        evicted.push(this.uncache(id));
+      }
+      this.refs[id] = 1;
+      this.metas[id] = undefined;
+      out.push(id);
+    }
+    if (evicted.length > 0) this.events?.({ kind: "removed", workerId: this.workerId, tier: this.tier, time: now, hashes: evicted });
+    return out;
+  }
+
+  /** Allocates `count` fresh blocks or throws {@link KvCapacityError}. */
+  allocate(count: number): number[] {
+    const ids = this.tryAllocate(count);
+    if (ids === null) {
+      throw new KvCapacityError(`Cannot allocate ${count} KV blocks: only ${this.numFreeBlocks()} free`);
+    }
+    return ids;
+  }
+
+  /** Adds a reference to each block (fork / share a prefix with another sequence). */
+  share(ids: readonly number[]): void {
+    for (const id of ids) {
+      this.check(id);
+      if (this.refs[id] === 0) throw new KvStateError(`Cannot share block ${id}: it is not in use`);
+      this.refs[id]++;
+    }
+  }
+
+  /**
+   * Drops one reference from each block. Freed cached blocks stay reusable until evicted; pass a
+   * sequence's block table in order: blocks are released tail first so tails are evicted first.
+   */
+  release(ids: readonly number[], meta?: BlockMeta): void {
+    const now = this.clock();
+    for (let k = ids.length - 1; k >= 0; k--) {
+      const id = ids[k];
+      this.check(id);
+      if (this.refs[id] <= 0) throw new KvStateError(`Cannot release block ${id}: reference count is already 0`);
+      if (--this.refs[id] > 0) continue;
+      if (meta !== undefined) this.metas[id] = { ...this.metas[id], ...meta };
+      if (Number.isNaN(this.hashes[id])) this.freeList.push(id);
+      else this.policy.add({ id, hash: this.hashes[id], meta: this.metas[id] ?? {}, depth: this.depths[id] }, now);
+    }
+  }
+
+  /**
+   * Registers a full, in-use block in the prefix cache. `parentId` is the previous block of the same
+   * sequence (null for its first block) and must itself be cached. Returns the chained hash, or null
+   * when the block cannot be indexed (parent uncached, or an equal/colliding block already indexed).
+   */
+  commitBlock(id: number, parentId: number | null, tokens: ArrayLike<number>, meta?: BlockMeta): BlockHash | null {
+    this.check(id);
+    if (this.refs[id] <= 0) throw new KvStateError(`Cannot commit block ${id}: it is not in use`);
+    if (tokens.length !== this.blockSize) {
+      throw new KvStateError(`Cannot commit block ${id}: it holds ${tokens.length} tokens, expected ${this.blockSize}`);
+    }
+    if (meta !== undefined) this.metas[id] = meta;
+    if (!Number.isNaN(this.hashes[id])) return this.hashes[id];
+    let parentHash: BlockHash | null = null;
+    let parentSerial = NO_SERIAL;
+    let depth = 0;
+    if (parentId !== null) {
+      this.check(parentId);
+      if (Number.isNaN(this.hashes[parentId])) return null;
+      parentHash = this.hashes[parentId];
+      parentSerial = this.serials[parentId];
+      depth = this.depths[parentId] + 1;
+    }
+    const hash = this.hasher(parentHash, tokens);
+    const entry = this.index.insert(hash, id, tokens, parentSerial);
+    if (entry === undefined) return null;
+    this.hashes[id] = hash;
+    this.serials[id] = entry.serial;
+    this.depths[id] = depth;
+    this.events?.({
+      kind: "stored", workerId: this.workerId, tier: this.tier, time: this.clock(),
+      hashes: [hash], parentHash, blockSize: this.blockSize,
+    });
+    return hash;
+  }
+
+  /**
+   * Longest cached prefix of `tokens` (full blocks only). The matched blocks are acquired (their
+   * reference counts go up); release them with the sequence's block table.
+   */
+  matchPrefix(tokens: ArrayLike<number>, maxBlocks = Infinity): PrefixMatch {
+    const found = this.walk(tokens, maxBlocks);
+    for (const id of found.blockIds) {
+      if (this.refs[id] === 0) this.policy.remove(id);
+      this.refs[id]++;
+    }
+    return found;
+  }
+
+  /** Number of leading tokens of `tokens` that are cached here, without acquiring anything. */
+  cachedPrefixTokens(tokens: ArrayLike<number>, maxBlocks = Infinity): number {
+    return this.walk(tokens, maxBlocks).numTokens;
+  }
+
+  private walk(tokens: ArrayLike<number>, maxBlocks: number): PrefixMatch {
+    const blockIds: number[] = [];
+    const hashes: BlockHash[] = [];
+    const bs = this.blockSize;
+    const full = Math.min(Math.floor(tokens.length / bs), maxBlocks);
+    let parentHash: BlockHash | null = null;
+    let parentSerial = NO_SERIAL;
+    for (let b = 0; b < full; b++) {
+      const block = bs === 1 ? [tokens[b]] : Array.prototype.slice.call(tokens, b * bs, (b + 1) * bs) as number[];
+      const hash = this.hasher(parentHash, block);
+      const entry = this.index.lookup(hash, block, parentSerial);
+      if (entry === undefined) break;
+      blockIds.push(entry.blockId);
+      hashes.push(hash);
+      parentHash = hash;
+      parentSerial = entry.serial;
+    }
+    return { blockIds, hashes, numTokens: blockIds.length * bs };
+  }
+
+  private uncache(id: number): BlockHash {
+    const hash = this.hashes[id];
+    this.index.remove(hash, id);
+    this.hashes[id] = NaN;
+    this.serials[id] = NO_SERIAL;
+    return hash;
+  }
+
+  private check(id: number): void {
+    if (!Number.isInteger(id) || id < 0 || id >= this.numBlocks) {
+      throw new KvStateError(`Block id ${id} is out of range 0..${this.numBlocks - 1}`);
+    }
+  }
+}
