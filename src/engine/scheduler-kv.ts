@@ -1,0 +1,32 @@
+/**
+ * What the scheduler needs from the KV block layer. The pure implementation lives in `kv/`
+ * (block pool, prefix index, retention); `kvBlockManager()` in scheduler-kv-adapter.ts wraps it.
+ * Keeping this seam small lets the scheduler be tested against the real pool without a model.
+ */
+import type { SequenceHints } from "./sequence.ts";
+
+/** Block accounting and prefix caching as seen by the scheduler. */
+export interface KvBlockManager {
+  /** Tokens per block. */
+  readonly blockSize: number;
+  /** Blocks in the pool. */
+  readonly totalBlocks: number;
+  /** Blocks that can be handed out now: free ones plus cached ones nobody references. */
+  numAvailable(): number;
+  /** Blocks referenced by at least one sequence. */
+  numUsed(): number;
+  /**
+   * The longest cached run of full blocks that prefixes `tokens` (tokens compared, not only
+   * hashes); takes one reference on each returned block.
+   */
+  acquirePrefix(tokens: readonly number[], hints: SequenceHints): number[];
+  /** `n` fresh blocks, each with one reference, or null (and nothing taken) when fewer are available. */
+  allocate(n: number): number[] | null;
+  /**
+   * Registers blocks `from..to-1` of a sequence (full, KV computed) in the prefix cache.
+   * `tokens` holds at least `to * blockSize` tokens of the sequence; `blockIds` is its block table.
+   */
+  commit(tokens: readonly number[], blockIds: readonly number[], from: number, to: number, hints: SequenceHints): void;
+  /** Drops one reference from each block; unreferenced cached blocks become evictable. */
+  release(blockIds: readonly number[]): void;
+}

@@ -1,0 +1,225 @@
+/**
+ * Continuous batching with chunked prefill under a per-step token budget (vLLM v1's shape):
+ * running sequences first (decode tokens and unfinished prefill chunks), preempting the newest
+ * running sequence by recompute when KV runs out, then FCFS admission of waiting sequences while
+ * budget and free blocks last. Prefix-cache hits at admission skip their tokens. Pure CPU logic.
+ */
+import type { KvBlockManager } from "./scheduler-kv.ts";
+import {
+  DEFAULT_SCHEDULER_CONFIG,
+  SchedulerCapacityError,
+  type SchedulerConfig,
+  type SchedulerStats,
+  type StepEntry,
+  type StepPlan,
+} from "./scheduler-types.ts";
+import { type FinishReason, Sequence, type SequenceHints } from "./sequence.ts";
+
+/** The scheduler of one worker. */
+export class Scheduler {
+  readonly config: SchedulerConfig;
+  private readonly seqs = new Map<number, Sequence>();
+  private waiting: Sequence[] = [];
+  private running: Sequence[] = [];
+  private inFlight: StepPlan | undefined;
+  private arrivals = 0;
+  private stepNo = 0;
+  private prefixQueried = 0;
+  private prefixHit = 0;
+  private preemptions = 0;
+
+  constructor(private readonly kv: KvBlockManager, config: Partial<SchedulerConfig> = {}) {
+    this.config = { ...DEFAULT_SCHEDULER_CONFIG, ...config };
+  }
+
+  /** Queues a request. Throws SchedulerCapacityError when its prompt cannot fit the pool at all. */
+  submit(id: number, prompt: readonly number[], hints: SequenceHints = {}): Sequence {
+    if (this.seqs.has(id)) throw new RangeError(`Sequence id ${id} is already in use`);
+    const need = Math.ceil((prompt.length + 1) / this.kv.blockSize);
+    if (need > this.kv.totalBlocks - this.config.watermarkBlocks) {
+      throw new SchedulerCapacityError(`Prompt of ${prompt.length} tokens needs ${need} KV blocks; the pool has ${this.kv.totalBlocks}`);
+    }
+    const seq = new Sequence(id, prompt, this.arrivals++, hints);
+    this.seqs.set(id, seq);
+    this.waiting.push(seq);
+    return seq;
+  }
+
+  /** The sequence with this id, if it is still known. */
+  get(id: number): Sequence | undefined {
+    return this.seqs.get(id);
+  }
+
+  /** True when nothing waits or runs. */
+  get idle(): boolean {
+    return this.waiting.length === 0 && this.running.length === 0;
+  }
+
+  /** Plans the next step. Only one step may be in flight: call `commit` before planning again. */
+  schedule(): StepPlan {
+    if (this.inFlight) throw new Error(`Step ${this.inFlight.step} is still in flight`);
+    const bs = this.kv.blockSize;
+    let budget = this.config.maxBatchTokens;
+    const entries: StepEntry[] = [];
+    const preempted: number[] = [];
+    const truncated: number[] = [];
+    const scheduled = new Set<Sequence>();
+    let prefill = 0;
+    const add = (seq: Sequence, n: number) => {
+      const start = seq.numComputed;
+      entries.push({ seqId: seq.id, tokens: seq.tokens.slice(start, start + n), startPos: start, blockTable: [...seq.blockTable], sample: start + n === seq.tokens.length });
+      if (seq.inPrefill) prefill += n;
+      budget -= n;
+      scheduled.add(seq);
+    };
+
+    for (let i = 0; i < this.running.length && budget > 0; i++) {
+      const seq = this.running[i];
+      const n = Math.min(seq.numPending, budget);
+      const extra = Math.ceil((seq.numComputed + n) / bs) - seq.blockTable.length;
+      let got = extra > 0 ? this.kv.allocate(extra) : [];
+      while (got === null) {
+        if (this.running.length === 1) {
+          // Alone and still out of blocks: the pool can never hold this sequence, so it ends here.
+          this.finish(seq.id, "length");
+          truncated.push(seq.id);
+          break;
+        }
+        const victim = this.running[this.running.length - 1];
+        this.preempt(victim);
+        preempted.push(victim.id);
+        if (victim === seq) break;
+        got = this.kv.allocate(extra);
+      }
+      if (got === null) break;
+      seq.blockTable.push(...got);
+      add(seq, n);
+    }
+
+    if (preempted.length === 0) this.admit(() => budget, (seq, n) => add(seq, n));
+
+    const numTokens = entries.reduce((a, e) => a + e.tokens.length, 0);
+    const plan: StepPlan = { step: this.stepNo++, entries, numTokens, numPrefillTokens: prefill, numDecodeTokens: numTokens - prefill, preempted, truncated };
+    if (entries.length > 0) this.inFlight = plan;
+    return plan;
+  }
+
+  /** FCFS admission: stops at the first sequence that does not fit (no overtaking), except in the decode role. */
+  private admit(budget: () => number, add: (seq: Sequence, n: number) => void): void {
+    const bs = this.kv.blockSize;
+    for (let i = 0; i < this.waiting.length && budget() > 0 && this.running.length < this.config.maxRunning;) {
+      const seq = this.waiting[i];
+      // Never serve the last token from cache: its logits are needed, so at least one token is computed.
+      const probe = seq.tokens.slice(0, seq.tokens.length - 1);
+      const hit = this.kv.acquirePrefix(probe, seq.hints);
+      const cached = hit.length * bs;
+      const uncachedPrompt = Math.max(0, seq.promptLength - cached);
+      if (this.config.role === "decode" && uncachedPrompt > this.config.localPrefillLimit) {
+        this.kv.release(hit);
+        i++;
+        continue;
+      }
+      const room = this.kv.numAvailable() - this.config.watermarkBlocks;
+      const n = Math.min(seq.tokens.length - cached, budget(), (hit.length + room) * bs - cached);
+      const got = n > 0 ? this.kv.allocate(Math.ceil((cached + n) / bs) - hit.length) : null;
+      if (got === null) {
+        this.kv.release(hit);
+        break;
+      }
+      this.waiting.splice(i, 1);
+      seq.blockTable = [...hit, ...got];
+      seq.numComputed = cached;
+      seq.numCommittedBlocks = hit.length;
+      seq.status = "running";
+      if (seq.preemptions === 0) {
+        seq.numCachedPrompt = Math.min(cached, seq.promptLength);
+        this.prefixQueried += seq.promptLength;
+        this.prefixHit += seq.numCachedPrompt;
+      }
+      this.running.push(seq);
+      add(seq, n);
+    }
+  }
+
+  private preempt(seq: Sequence): void {
+    this.kv.release(seq.blockTable);
+    seq.blockTable = [];
+    seq.numComputed = 0;
+    seq.numCommittedBlocks = 0;
+    seq.preemptions++;
+    this.preemptions++;
+    seq.status = "waiting";
+    this.running.splice(this.running.indexOf(seq), 1);
+    this.waiting.unshift(seq);
+  }
+
+  /**
+   * Records a finished step: advances computed tokens, registers newly full blocks in the prefix
+   * cache and appends sampled tokens (`sampled` maps seqId → token for entries with `sample`).
+   * Returns the sequences that received a token. Aborts that arrived mid-step take effect here.
+   */
+  commit(plan: StepPlan, sampled: ReadonlyMap<number, number>): Sequence[] {
+    if (this.inFlight !== plan) throw new Error(`Step ${plan.step} is not the step in flight`);
+    this.inFlight = undefined;
+    const bs = this.kv.blockSize;
+    const out: Sequence[] = [];
+    for (const e of plan.entries) {
+      const seq = this.seqs.get(e.seqId);
+      if (!seq || seq.status !== "running") continue;
+      if (seq.abortRequested) {
+        this.finish(seq.id, "abort");
+        continue;
+      }
+      seq.numComputed += e.tokens.length;
+      const full = Math.floor(seq.numComputed / bs);
+      if (full > seq.numCommittedBlocks) {
+        this.kv.commit(seq.tokens, seq.blockTable, seq.numCommittedBlocks, full, seq.hints);
+        seq.numCommittedBlocks = full;
+      }
+      if (e.sample) {
+        const tok = sampled.get(seq.id);
+        if (tok === undefined) throw new Error(`Step ${plan.step} has no sampled token for sequence ${seq.id}`);
+        seq.tokens.push(tok);
+        out.push(seq);
+        if (this.config.role === "prefill" && seq.numOutput === 1) this.finish(seq.id, "prefill_done");
+      }
+    }
+    return out;
+  }
+
+  /** Ends a sequence and frees its KV blocks (cached full blocks stay evictable in the prefix cache). */
+  finish(id: number, reason: FinishReason): void {
+    const seq = this.seqs.get(id);
+    if (!seq || seq.status === "finished") return;
+    if (seq.status === "running") this.running.splice(this.running.indexOf(seq), 1);
+    else this.waiting.splice(this.waiting.indexOf(seq), 1);
+    this.kv.release(seq.blockTable);
+    seq.blockTable = [];
+    seq.status = "finished";
+    seq.finishReason = reason;
+    this.seqs.delete(id);
+  }
+
+  /** Cancels a request; if it is part of the step in flight its blocks are freed at `commit`. */
+  abort(id: number): void {
+    const seq = this.seqs.get(id);
+    if (!seq) return;
+    const busy = this.inFlight?.entries.some((e) => e.seqId === id) ?? false;
+    if (busy) seq.abortRequested = true;
+    else this.finish(id, "abort");
+  }
+
+  /** Gauges and counters for metrics. */
+  stats(): SchedulerStats {
+    return {
+      waiting: this.waiting.length,
+      running: this.running.length,
+      kvUsedBlocks: this.kv.numUsed(),
+      kvTotalBlocks: this.kv.totalBlocks,
+      prefixQueriedTokens: this.prefixQueried,
+      prefixHitTokens: this.prefixHit,
+      preemptions: this.preemptions,
+      steps: this.stepNo,
+    };
+  }
+}

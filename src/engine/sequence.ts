@@ -1,0 +1,69 @@
+/**
+ * A sequence: one request's tokens and its place in the KV cache, as the scheduler sees it.
+ * Plain data plus a few derived numbers; the scheduler owns every transition.
+ */
+
+/** Lifecycle of a sequence inside one worker. */
+export type SequenceStatus = "waiting" | "running" | "finished";
+
+/** Why a sequence ended (OpenAI's finish_reason plus our internal ones). */
+export type FinishReason = "stop" | "length" | "abort" | "prefill_done";
+
+/** Optional facts the KV layer may use for retention. */
+export interface SequenceHints {
+  /** prompt_cache_key or user: the session whose next turn will reuse this prefix. */
+  sessionId?: string;
+}
+
+/** Scheduler-side state of one request. */
+export class Sequence {
+  status: SequenceStatus = "waiting";
+  /** Prompt followed by every generated token (what the KV must eventually hold). */
+  readonly tokens: number[];
+  readonly promptLength: number;
+  /** Tokens whose KV is in the cache (from a prefix hit or a finished forward). */
+  numComputed = 0;
+  /** Prompt tokens served from the prefix cache at the latest admission. */
+  numCachedPrompt = 0;
+  /** Block ids, in position order. */
+  blockTable: number[] = [];
+  /** Leading blocks already registered in the prefix cache. */
+  numCommittedBlocks = 0;
+  /** Times this sequence lost its KV to preemption. */
+  preemptions = 0;
+  /** Set when an abort arrives while the sequence is part of a step in flight. */
+  abortRequested = false;
+  finishReason?: FinishReason;
+
+  constructor(
+    readonly id: number,
+    prompt: readonly number[],
+    /** Arrival order: lower is older and keeps its KV longer under pressure. */
+    readonly arrival: number,
+    readonly hints: SequenceHints = {},
+  ) {
+    if (prompt.length === 0) throw new RangeError(`Sequence ${id} has an empty prompt`);
+    this.tokens = [...prompt];
+    this.promptLength = prompt.length;
+  }
+
+  /** Generated tokens so far. */
+  get outputTokens(): number[] {
+    return this.tokens.slice(this.promptLength);
+  }
+
+  /** Number of generated tokens. */
+  get numOutput(): number {
+    return this.tokens.length - this.promptLength;
+  }
+
+  /** Tokens whose KV is still to be computed before the next token can be sampled. */
+  get numPending(): number {
+    return this.tokens.length - this.numComputed;
+  }
+
+  /** True while the sequence still works through its prompt (or a recompute after preemption). */
+  get inPrefill(): boolean {
+    return this.numPending > 1 || this.numOutput === 0;
+  }
+}

@@ -1,0 +1,169 @@
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { test } from "../harness.ts";
+import { BlockPool } from "../../kv/index.ts";
+import { Scheduler } from "../../src/engine/scheduler.ts";
+import { poolBlockManager } from "../../src/engine/scheduler-kv-adapter.ts";
+import type { SchedulerConfig, StepPlan } from "../../src/engine/scheduler-types.ts";
+
+function make(numBlocks: number, blockSize: number, cfg: Partial<SchedulerConfig> = {}) {
+  const pool = new BlockPool({ numBlocks, blockSize, clock: () => 0 });
+  return { pool, sched: new Scheduler(poolBlockManager(pool), { watermarkBlocks: 0, ...cfg }) };
+}
+
+const range = (n: number, from = 0) => Array.from({ length: n }, (_, i) => from + i);
+
+/** Fake forward: the sampled token is a function of the sequence and position, like a deterministic model. */
+function fakeSample(plan: StepPlan): Map<number, number> {
+  const m = new Map<number, number>();
+  for (const e of plan.entries) if (e.sample) m.set(e.seqId, (e.seqId * 31 + e.startPos + e.tokens.length) % 97);
+  return m;
+}
+
+/** Runs steps until idle, finishing each sequence after `maxTokens[id]` outputs; returns the plans. */
+function drain(sched: Scheduler, maxTokens: Map<number, number>, limit = 1000): StepPlan[] {
+  const plans: StepPlan[] = [];
+  for (let i = 0; i < limit && !sched.idle; i++) {
+    const plan = sched.schedule();
+    plans.push(plan);
+    for (const seq of sched.commit(plan, fakeSample(plan))) {
+      if (seq.numOutput >= (maxTokens.get(seq.id) ?? 1)) sched.finish(seq.id, "length");
+    }
+  }
+  assert.ok(sched.idle, "scheduler drained");
+  return plans;
+}
+
+test("Scheduler.schedule() chunks a long prompt under the token budget", () => {
+  const { sched } = make(16, 4, { maxBatchTokens: 8 });
+  sched.submit(1, range(20));
+  const plans = drain(sched, new Map([[1, 3]]));
+  assert.deepEqual(plans.map((p) => p.entries.map((e) => [e.startPos, e.tokens.length, e.sample])), [
+    [[0, 8, false]], [[8, 8, false]], [[16, 4, true]], [[20, 1, true]], [[21, 1, true]],
+  ]);
+  assert.deepEqual(plans.map((p) => p.numPrefillTokens), [8, 8, 4, 0, 0]);
+});
+
+test("Scheduler.schedule() batches decodes with a newly admitted prefill chunk", () => {
+  const { sched } = make(32, 4, { maxBatchTokens: 6 });
+  sched.submit(1, range(3));
+  let plan = sched.schedule();
+  sched.commit(plan, fakeSample(plan));
+  sched.submit(2, range(10, 50));
+  plan = sched.schedule();
+  assert.deepEqual(plan.entries.map((e) => [e.seqId, e.tokens.length]), [[1, 1], [2, 5]]);
+  assert.equal(plan.numTokens, 6);
+  assert.equal(plan.numDecodeTokens, 1);
+});
+
+test("Scheduler prefix hits skip cached blocks and usage counts them", () => {
+  const { sched, pool } = make(32, 4);
+  sched.submit(1, range(18));
+  drain(sched, new Map([[1, 2]]));
+  const b = sched.submit(2, [...range(16), 77, 78, 79]);
+  const plan = sched.schedule();
+  assert.equal(b.numCachedPrompt, 16);
+  assert.deepEqual(plan.entries.map((e) => [e.startPos, e.tokens]), [[16, [77, 78, 79]]]);
+  // A prompt that is entirely cached still computes its last token (its logits are needed).
+  sched.commit(plan, fakeSample(plan));
+  sched.finish(2, "stop");
+  const c = sched.submit(3, range(16));
+  const p3 = sched.schedule();
+  assert.equal(c.numCachedPrompt, 12);
+  assert.deepEqual(p3.entries[0].tokens, [12, 13, 14, 15]);
+  sched.commit(p3, fakeSample(p3));
+  sched.finish(3, "stop");
+  assert.equal(pool.numUsedBlocks(), 0);
+  assert.equal(sched.stats().prefixHitTokens, 28);
+});
+
+test("Scheduler admits by free KV blocks and waits for blocks to come back", () => {
+  const { sched, pool } = make(6, 4, { maxBatchTokens: 64 });
+  sched.submit(1, range(16));
+  sched.submit(2, range(16, 100));
+  const plan = sched.schedule();
+  // Seq 1 takes 4 blocks for its whole prompt; seq 2 gets only what is left (2 blocks = 8 tokens).
+  assert.deepEqual(plan.entries.map((e) => [e.seqId, e.tokens.length]), [[1, 16], [2, 8]]);
+  sched.commit(plan, fakeSample(plan));
+  sched.finish(1, "stop");
+  drain(sched, new Map([[2, 2]]));
+  assert.equal(pool.numUsedBlocks(), 0);
+});
+
+test("Scheduler preempts the newest sequence by recompute when KV runs out", () => {
+  const { sched, pool } = make(4, 2, { maxBatchTokens: 64 });
+  sched.submit(1, range(3));
+  sched.submit(2, range(3, 10));
+  const plans = drain(sched, new Map([[1, 4], [2, 4]]));
+  const pre = plans.flatMap((p) => p.preempted);
+  assert.ok(pre.includes(2), `seq 2 was preempted (${JSON.stringify(pre)})`);
+  assert.ok(!pre.includes(1), "the oldest sequence keeps its KV");
+  // After preemption seq 2 restarts from position 0 (or a cached prefix), then completes.
+  const restart = plans.findIndex((p) => p.preempted.length > 0);
+  const again = plans.slice(restart + 1).flatMap((p) => p.entries).find((e) => e.seqId === 2);
+  assert.ok(again && again.tokens.length > 1, "seq 2 recomputes its tokens");
+  assert.equal(sched.stats().preemptions >= 1, true);
+  assert.equal(pool.numUsedBlocks(), 0);
+});
+
+test("Scheduler.abort() frees blocks now, or at commit when the step is in flight", () => {
+  const { sched, pool } = make(16, 4);
+  sched.submit(1, range(10));
+  sched.submit(2, range(10, 20));
+  sched.submit(3, range(5));
+  const plan = sched.schedule();
+  sched.abort(2);
+  assert.ok(pool.numUsedBlocks() > 0);
+  const got = sched.commit(plan, fakeSample(plan));
+  assert.deepEqual(got.map((s) => s.id), [1, 3]);
+  sched.abort(1);
+  sched.abort(3);
+  assert.ok(sched.idle);
+  assert.equal(pool.numUsedBlocks(), 0);
+});
+
+test("Scheduler roles: decode admits only cached prompts, prefill stops after the first token", () => {
+  const pre = make(16, 4, { role: "prefill" });
+  pre.sched.submit(1, range(9));
+  const plan = pre.sched.schedule();
+  const done = pre.sched.commit(plan, fakeSample(plan));
+  assert.equal(done[0].finishReason, "prefill_done");
+  assert.ok(pre.sched.idle);
+  const dec = make(16, 4, { role: "decode", localPrefillLimit: 2 });
+  dec.sched.submit(1, range(9));
+  assert.equal(dec.sched.schedule().entries.length, 0, "an uncached 9-token prompt is not prefilled");
+  dec.sched.submit(2, range(2, 50));
+  assert.deepEqual(dec.sched.schedule().entries.map((e) => e.seqId), [2]);
+});
+
+test("Scheduler keeps its invariants under random workloads (fast-check)", () => {
+  fc.assert(
+    fc.property(
+      fc.array(fc.record({ len: fc.integer({ min: 1, max: 30 }), out: fc.integer({ min: 1, max: 8 }), shared: fc.boolean(), abortAt: fc.integer({ min: -1, max: 6 }) }), { minLength: 1, maxLength: 12 }),
+      fc.integer({ min: 8, max: 24 }),
+      fc.integer({ min: 2, max: 40 }),
+      (reqs, blocks, budget) => {
+        const { sched, pool } = make(blocks, 4, { maxBatchTokens: budget, maxRunning: 5 });
+        const maxTokens = new Map<number, number>();
+        reqs.forEach((r, id) => {
+          const prompt = r.shared ? range(Math.min(r.len, 20)) : range(r.len, 100 * (id + 1));
+          if (Math.ceil((prompt.length + 1) / 4) > blocks) return;
+          sched.submit(id, prompt);
+          maxTokens.set(id, r.out);
+        });
+        for (let step = 0; step < 2000 && !sched.idle; step++) {
+          const plan = sched.schedule();
+          assert.ok(plan.numTokens <= budget);
+          for (const e of plan.entries) assert.ok(e.blockTable.length * 4 >= e.startPos + e.tokens.length, "blocks cover the chunk");
+          reqs.forEach((r, id) => { if (r.abortAt === step) sched.abort(id); });
+          for (const seq of sched.commit(plan, fakeSample(plan))) {
+            if (seq.numOutput >= maxTokens.get(seq.id)!) sched.finish(seq.id, "length");
+          }
+        }
+        assert.ok(sched.idle, "every request ends");
+        assert.equal(pool.numUsedBlocks(), 0, "every block is back in the pool");
+      },
+    ),
+    { numRuns: 300, seed: 42 },
+  );
+});
