@@ -1,0 +1,139 @@
+/**
+ * Offline generation for a handful of prompts: chunked prefill and decode of every sequence as one
+ * ragged batch per step, sampling on the backend with per-sequence seeded uniforms. The serving
+ * scheduler (continuous batching, prefix cache) is separate; this is the simplest correct loop.
+ */
+import type { Backend, SamplingRow } from "../backend/types.ts";
+import type { DeviceModel } from "../model/device-weights.ts";
+import { forward, type ForwardEntry } from "../model/forward.ts";
+import { allocatePagedKv, BlockAllocator, DEFAULT_BLOCK_SIZE, freePagedKv } from "./kv-cache.ts";
+import { seededUniforms, type UniformSource } from "./sampler-rng.ts";
+
+/** Sampling and stopping options of `generate`. */
+export interface GenerateOptions {
+  maxTokens: number;
+  /** 0 = greedy (default). */
+  temperature?: number;
+  /** 0 = disabled (default). */
+  topK?: number;
+  /** 1 = disabled (default). */
+  topP?: number;
+  seed?: number;
+  /** Stop a sequence when it samples one of the model's EOS ids (default true). */
+  stopAtEos?: boolean;
+  /** Most prompt tokens one sequence feeds per step (default 64). */
+  prefillChunk?: number;
+  blockSize?: number;
+}
+
+/** One prompt's outcome. */
+export interface GenerateResult {
+  promptIds: number[];
+  /** Generated ids, without the EOS that stopped the sequence. */
+  ids: number[];
+  finishReason: "stop" | "length";
+}
+
+/** Thrown for prompts or options `generate` cannot run. */
+export class GenerateInputError extends RangeError {
+  override name = "GenerateInputError";
+}
+
+interface SeqState {
+  prompt: number[];
+  out: number[];
+  computed: number;
+  blocks: number[];
+  rng: UniformSource;
+  done: boolean;
+  finishReason: "stop" | "length";
+  /** Generation budget: maxTokens, cut so the sequence fits the context. */
+  budget: number;
+}
+
+function checkOptions(o: GenerateOptions): void {
+  const bad = (what: string, v: unknown) => new GenerateInputError(`Invalid ${what}: ${v}`);
+  if (!Number.isInteger(o.maxTokens) || o.maxTokens < 0) throw bad("maxTokens", o.maxTokens);
+  const t = o.temperature ?? 0;
+  if (!(t >= 0) || !Number.isFinite(t)) throw bad("temperature", t);
+  const k = o.topK ?? 0;
+  if (!Number.isInteger(k) || k < 0) throw bad("topK", k);
+  const p = o.topP ?? 1;
+  if (!(p > 0 && p <= 1)) throw bad("topP", p);
+  const chunk = o.prefillChunk ?? 64;
+  if (!Number.isInteger(chunk) || chunk <= 0) throw bad("prefillChunk", chunk);
+}
+
+/** Generates continuations of `prompts` (token ids) with `model` on `backend`. */
+export async function generate(
+  model: DeviceModel,
+  backend: Backend,
+  prompts: readonly (readonly number[])[],
+  options: GenerateOptions,
+): Promise<GenerateResult[]> {
+  checkOptions(options);
+  const ctx = model.config.contextLength;
+  const blockSize = options.blockSize ?? DEFAULT_BLOCK_SIZE;
+  const chunk = options.prefillChunk ?? 64;
+  const eos = new Set(options.stopAtEos === false ? [] : model.config.eosTokenIds);
+  const seqs: SeqState[] = prompts.map((prompt, i) => {
+    if (prompt.length === 0) throw new GenerateInputError(`Prompt ${i} is empty`);
+    if (prompt.length > ctx) {
+      throw new GenerateInputError(`Prompt ${i} has ${prompt.length} tokens, more than the context length ${ctx}`);
+    }
+    const budget = Math.min(options.maxTokens, ctx - prompt.length);
+    return {
+      prompt: [...prompt], out: [], computed: 0, blocks: [], rng: seededUniforms(options.seed ?? 0, i),
+      done: budget === 0, finishReason: "length", budget,
+    };
+  });
+  // Enough blocks for every sequence's worst case, so the loop never runs out.
+  const numBlocks = Math.max(1, seqs.reduce((n, s) => n + Math.ceil((s.prompt.length + s.budget) / blockSize), 0));
+  const kv = allocatePagedKv(backend, model.config, numBlocks, blockSize);
+  const alloc = new BlockAllocator(numBlocks);
+  try {
+    for (;;) {
+      const active = seqs.filter((s) => !s.done);
+      if (active.length === 0) break;
+      const entries: ForwardEntry[] = [];
+      const rows: SamplingRow[] = [];
+      const sampling: boolean[] = [];
+      for (const s of active) {
+        const all = [...s.prompt, ...s.out];
+        // The last sampled token has no KV yet; a prompt feeds the next chunk of its tokens.
+        const tokens = all.slice(s.computed, Math.min(all.length, s.computed + chunk));
+        alloc.ensure(s.blocks, s.computed + tokens.length, blockSize);
+        entries.push({ tokens, startPos: s.computed, blockTable: s.blocks });
+        const finishesPrompt = s.computed + tokens.length === all.length;
+        sampling.push(finishesPrompt);
+        rows.push({
+          temperature: finishesPrompt ? options.temperature ?? 0 : 0,
+          topK: options.topK ?? 0,
+          topP: options.topP ?? 1,
+          uniform: finishesPrompt ? s.rng.next() : 0,
+        });
+        s.computed += tokens.length;
+      }
+      const logits = forward(backend, model, kv, { entries });
+      const picked = backend.sample(logits, rows);
+      backend.free(logits);
+      const ids = await backend.download(picked);
+      backend.free(picked);
+      active.forEach((s, i) => {
+        if (!sampling[i]) return;
+        const id = ids[i];
+        if (eos.has(id)) {
+          s.done = true;
+          s.finishReason = "stop";
+        } else {
+          s.out.push(id);
+          s.done = s.out.length >= s.budget;
+        }
+        if (s.done) alloc.release(s.blocks.splice(0));
+      });
+    }
+  } finally {
+    freePagedKv(backend, kv);
+  }
+  return seqs.map((s) => ({ promptIds: s.prompt, ids: s.out, finishReason: s.finishReason }));
+}

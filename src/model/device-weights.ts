@@ -1,0 +1,69 @@
+/**
+ * Moves a loaded model's host weights onto a backend. Matrices keep their storage dtype
+ * (f32/f16/bf16/q8_0); norm weights and biases become f32 because the ops take them as f32.
+ */
+import { decodeToF32 } from "../backend/dtype-codec.ts";
+import { type Backend, numel, type Tensor } from "../backend/types.ts";
+import type { HostTensor, LayerWeights, LoadedModel, ModelConfig, ModelWeights } from "./config.ts";
+
+/** A model whose weights live on a backend: what `forward` consumes. */
+export interface DeviceModel {
+  config: ModelConfig;
+  weights: ModelWeights<Tensor>;
+}
+
+/** Uploads a matrix in its own dtype. */
+function uploadMatrix(backend: Backend, t: HostTensor): Tensor {
+  return backend.uploadWeight(t.data, t.shape, t.dtype);
+}
+
+/** Uploads a vector (norm weight, bias) as f32. */
+function uploadVector(backend: Backend, t: HostTensor): Tensor {
+  const count = numel(t.shape);
+  return backend.upload(decodeToF32(t.data, t.dtype, count), [count]);
+}
+
+function uploadOptional(backend: Backend, t: HostTensor | undefined): Tensor | undefined {
+  return t === undefined ? undefined : uploadVector(backend, t);
+}
+
+function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeights<Tensor> {
+  return {
+    attnNorm: uploadVector(backend, l.attnNorm),
+    wq: uploadMatrix(backend, l.wq),
+    wk: uploadMatrix(backend, l.wk),
+    wv: uploadMatrix(backend, l.wv),
+    wo: uploadMatrix(backend, l.wo),
+    bq: uploadOptional(backend, l.bq),
+    bk: uploadOptional(backend, l.bk),
+    bv: uploadOptional(backend, l.bv),
+    qNorm: uploadOptional(backend, l.qNorm),
+    kNorm: uploadOptional(backend, l.kNorm),
+    ffnNorm: uploadVector(backend, l.ffnNorm),
+    wGate: uploadMatrix(backend, l.wGate),
+    wUp: uploadMatrix(backend, l.wUp),
+    wDown: uploadMatrix(backend, l.wDown),
+  };
+}
+
+/** Uploads every weight of `model` to `backend`. */
+export function uploadModel(backend: Backend, model: Pick<LoadedModel, "config" | "weights">): DeviceModel {
+  const w = model.weights;
+  return {
+    config: model.config,
+    weights: {
+      tokenEmbedding: uploadMatrix(backend, w.tokenEmbedding),
+      layers: w.layers.map((l) => uploadLayer(backend, l)),
+      outputNorm: uploadVector(backend, w.outputNorm),
+      output: w.output === undefined ? undefined : uploadMatrix(backend, w.output),
+    },
+  };
+}
+
+/** Frees every device weight of a model uploaded with `uploadModel`. */
+export function freeDeviceModel(backend: Backend, model: DeviceModel): void {
+  const w = model.weights;
+  const all: (Tensor | undefined)[] = [w.tokenEmbedding, w.outputNorm, w.output];
+  for (const l of w.layers) all.push(...Object.values(l));
+  for (const t of all) if (t !== undefined) backend.free(t);
+}

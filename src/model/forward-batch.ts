@@ -1,0 +1,132 @@
+/**
+ * Turns a ragged batch of (new tokens, start position, block table) entries into the flat index
+ * tensors one forward step needs: token ids, positions, KV slots and the attention metadata.
+ */
+import type { AttentionBatch, Backend, Tensor } from "../backend/types.ts";
+
+/** One sequence's share of a forward step: its new tokens, where they start, and its blocks. */
+export interface ForwardEntry {
+  /** New token ids (a prefill chunk, or one token when decoding). */
+  tokens: readonly number[];
+  /** Absolute position of tokens[0]; positions before it must already be in the KV cache. */
+  startPos: number;
+  /** Block ids covering positions 0 .. startPos + tokens.length - 1, in order. */
+  blockTable: readonly number[];
+}
+
+/** Thrown when a forward step's entries do not fit the model or the KV cache. */
+export class ForwardInputError extends RangeError {
+  override name = "ForwardInputError";
+}
+
+/** Host-side arrays of a flattened step (exposed for tests and other backends' planners). */
+export interface FlatBatch {
+  ids: Int32Array;
+  positions: Int32Array;
+  tokenSeq: Int32Array;
+  slots: Int32Array;
+  /** [entries, maxBlocks] row-major; unused entries hold 0. */
+  blockTables: Int32Array;
+  maxBlocks: number;
+  maxContext: number;
+  /** Row of each entry's last token in the flat batch. */
+  lastRows: Int32Array;
+}
+
+/** Flattens and validates the entries of a step. */
+export function flattenBatch(
+  entries: readonly ForwardEntry[],
+  blockSize: number,
+  numBlocks: number,
+  vocabSize: number,
+): FlatBatch {
+  if (entries.length === 0) throw new ForwardInputError("A forward step needs at least one entry");
+  let total = 0;
+  let maxBlocks = 1;
+  let maxContext = 0;
+  entries.forEach((e, i) => {
+    if (e.tokens.length === 0) throw new ForwardInputError(`Entry ${i} has no tokens`);
+    if (!Number.isInteger(e.startPos) || e.startPos < 0) {
+      throw new ForwardInputError(`Entry ${i} has an invalid start position ${e.startPos}`);
+    }
+    const end = e.startPos + e.tokens.length;
+    const needed = Math.ceil(end / blockSize);
+    if (e.blockTable.length < needed) {
+      throw new ForwardInputError(
+        `Entry ${i} reaches position ${end - 1} but its block table has ${e.blockTable.length} blocks of ${blockSize}`,
+      );
+    }
+    for (const b of e.blockTable.slice(0, needed)) {
+      if (!Number.isInteger(b) || b < 0 || b >= numBlocks) {
+        throw new ForwardInputError(`Entry ${i} uses block ${b}, outside 0..${numBlocks - 1}`);
+      }
+    }
+    total += e.tokens.length;
+    maxBlocks = Math.max(maxBlocks, needed);
+    maxContext = Math.max(maxContext, end);
+  });
+  const flat: FlatBatch = {
+    ids: new Int32Array(total),
+    positions: new Int32Array(total),
+    tokenSeq: new Int32Array(total),
+    slots: new Int32Array(total),
+    blockTables: new Int32Array(entries.length * maxBlocks),
+    maxBlocks,
+    maxContext,
+    lastRows: new Int32Array(entries.length),
+  };
+  let row = 0;
+  entries.forEach((e, i) => {
+    const needed = Math.ceil((e.startPos + e.tokens.length) / blockSize);
+    for (let b = 0; b < needed; b++) flat.blockTables[i * maxBlocks + b] = e.blockTable[b];
+    e.tokens.forEach((id, j) => {
+      if (!Number.isInteger(id) || id < 0 || id >= vocabSize) {
+        throw new ForwardInputError(`Entry ${i} has token id ${id}, outside the vocabulary 0..${vocabSize - 1}`);
+      }
+      const pos = e.startPos + j;
+      flat.ids[row] = id;
+      flat.positions[row] = pos;
+      flat.tokenSeq[row] = i;
+      flat.slots[row] = e.blockTable[Math.floor(pos / blockSize)] * blockSize + (pos % blockSize);
+      row++;
+    });
+    flat.lastRows[i] = row - 1;
+  });
+  return flat;
+}
+
+/** The uploaded index tensors of one step; `free` releases them all. */
+export interface StepTensors {
+  ids: Tensor;
+  positions: Tensor;
+  slots: Tensor;
+  attention: AttentionBatch;
+  lastRows: Tensor;
+  free(): void;
+}
+
+/** Uploads a flattened step to the backend. */
+export function uploadBatch(backend: Backend, flat: FlatBatch): StepTensors {
+  const n = flat.ids.length;
+  const tensors = {
+    ids: backend.upload(flat.ids, [n]),
+    positions: backend.upload(flat.positions, [n]),
+    slots: backend.upload(flat.slots, [n]),
+    lastRows: backend.upload(flat.lastRows, [flat.lastRows.length]),
+    tokenSeq: backend.upload(flat.tokenSeq, [n]),
+    blockTables: backend.upload(flat.blockTables, [flat.lastRows.length, flat.maxBlocks]),
+  };
+  return {
+    ids: tensors.ids,
+    positions: tensors.positions,
+    slots: tensors.slots,
+    lastRows: tensors.lastRows,
+    attention: {
+      tokenSeq: tensors.tokenSeq,
+      tokenPos: tensors.positions,
+      blockTables: tensors.blockTables,
+      maxContext: flat.maxContext,
+    },
+    free: () => Object.values(tensors).forEach((t) => backend.free(t)),
+  };
+}

@@ -1,0 +1,121 @@
+/**
+ * One forward pass for the Llama / Qwen2 / Qwen3 family over a ragged batch, against the
+ * Backend interface, with a paged KV cache. Everything a step needs is passed in explicitly.
+ */
+import type { Backend, Tensor } from "../backend/types.ts";
+import type { LayerWeights } from "./config.ts";
+import type { DeviceModel } from "./device-weights.ts";
+import { type FlatBatch, flattenBatch, type ForwardEntry, ForwardInputError, type StepTensors, uploadBatch } from "./forward-batch.ts";
+
+export { type ForwardEntry, ForwardInputError } from "./forward-batch.ts";
+
+/** Per-layer paged KV caches, each [numBlocks, blockSize, kvHeads, headDim] f32. */
+export interface PagedKv {
+  k: Tensor[];
+  v: Tensor[];
+  numBlocks: number;
+  blockSize: number;
+}
+
+/** One step: the entries, and whether to return logits for every position or only the last. */
+export interface ForwardStep {
+  entries: readonly ForwardEntry[];
+  /** When true, logits cover every new token ([totalTokens, vocab]); tests use it. */
+  allPositions?: boolean;
+}
+
+/** Frees tensors registered during a layer; reshape views are not registered twice. */
+class Scratch {
+  private readonly held: Tensor[] = [];
+  constructor(private readonly backend: Backend) {}
+  keep<T extends Tensor>(t: T): T {
+    this.held.push(t);
+    return t;
+  }
+  release(): void {
+    for (const t of this.held.splice(0)) this.backend.free(t);
+  }
+}
+
+function attentionBlock(
+  backend: Backend,
+  model: DeviceModel,
+  l: LayerWeights<Tensor>,
+  x: Tensor,
+  step: StepTensors,
+  kCache: Tensor,
+  vCache: Tensor,
+  s: Scratch,
+): Tensor {
+  const c = model.config;
+  const n = x.shape[0];
+  const h = s.keep(backend.rmsnorm(x, l.attnNorm, c.rmsNormEps));
+  let q = backend.reshape(s.keep(backend.matmul(h, l.wq, l.bq)), [n, c.numHeads, c.headDim]);
+  let k = backend.reshape(s.keep(backend.matmul(h, l.wk, l.bk)), [n, c.numKvHeads, c.headDim]);
+  const v = backend.reshape(s.keep(backend.matmul(h, l.wv, l.bv)), [n, c.numKvHeads, c.headDim]);
+  if (c.qkNorm) {
+    if (!l.qNorm || !l.kNorm) throw new ForwardInputError("The model config asks for q/k norm but the weights lack it");
+    q = s.keep(backend.rmsnorm(q, l.qNorm, c.rmsNormEps));
+    k = s.keep(backend.rmsnorm(k, l.kNorm, c.rmsNormEps));
+  }
+  const qr = s.keep(backend.rope(q, step.positions, c.ropeTheta, c.ropeLayout));
+  const kr = s.keep(backend.rope(k, step.positions, c.ropeTheta, c.ropeLayout));
+  backend.kvWrite(kr, v, kCache, vCache, step.slots);
+  const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, 1 / Math.sqrt(c.headDim)));
+  const o = s.keep(backend.matmul(backend.reshape(att, [n, c.numHeads * c.headDim]), l.wo));
+  return backend.add(x, o);
+}
+
+function mlpBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch): Tensor {
+  const h = s.keep(backend.rmsnorm(x, l.ffnNorm, model.config.rmsNormEps));
+  const gate = s.keep(backend.matmul(h, l.wGate));
+  const up = s.keep(backend.matmul(h, l.wUp));
+  const act = s.keep(backend.siluMul(gate, up));
+  const down = s.keep(backend.matmul(act, l.wDown));
+  return backend.add(x, down);
+}
+
+/** Builds the flat batch for a step (validating it against the model and cache). */
+export function planStep(model: DeviceModel, kv: PagedKv, step: ForwardStep): FlatBatch {
+  return flattenBatch(step.entries, kv.blockSize, kv.numBlocks, model.config.vocabSize);
+}
+
+/**
+ * Runs one forward step: writes the new tokens' K/V into `kv` and returns f32 logits,
+ * [entries, vocab] for each entry's last token (or [totalTokens, vocab] with `allPositions`).
+ * The caller owns (and frees) the returned tensor.
+ */
+export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step: ForwardStep): Tensor {
+  const c = model.config;
+  const w = model.weights;
+  if (kv.k.length !== c.numLayers || kv.v.length !== c.numLayers) {
+    throw new ForwardInputError(`The KV cache has ${kv.k.length} layers, the model ${c.numLayers}`);
+  }
+  const flat = planStep(model, kv, step);
+  const tensors = uploadBatch(backend, flat);
+  const s = new Scratch(backend);
+  try {
+    let x = backend.embedding(w.tokenEmbedding, tensors.ids);
+    for (let i = 0; i < c.numLayers; i++) {
+      const l = w.layers[i];
+      const afterAttn = attentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], s);
+      backend.free(x);
+      x = mlpBlock(backend, model, l, afterAttn, s);
+      backend.free(afterAttn);
+      s.release();
+    }
+    if (!step.allPositions) {
+      const last = backend.gatherRows(x, tensors.lastRows);
+      backend.free(x);
+      x = last;
+    }
+    const normed = backend.rmsnorm(x, w.outputNorm, c.rmsNormEps);
+    backend.free(x);
+    const logits = backend.matmul(normed, w.output ?? w.tokenEmbedding);
+    backend.free(normed);
+    return logits;
+  } finally {
+    s.release();
+    tensors.free();
+  }
+}
