@@ -27,6 +27,17 @@ export interface BlockPoolOptions {
   events?: KvEventSink;
   workerId?: string;
   tier?: Tier;
+  /** Called for each cached block evicted from this pool (offload it to a lower tier here). */
+  onEvict?: (block: EvictedBlock) => void;
+}
+
+/** A cached block leaving the pool, with what a lower tier needs to keep it. */
+export interface EvictedBlock {
+  hash: BlockHash;
+  parentHash: BlockHash | null;
+  tokens: number[];
+  meta: BlockMeta;
+  depth: number;
 }
 
 /** Result of a prefix match: the acquired cached blocks and what they cover. */
@@ -49,6 +60,8 @@ export class BlockPool {
   private readonly policy: RetentionPolicy;
   private readonly hasher: BlockHasher;
   private readonly events?: KvEventSink;
+  private readonly onEvict?: (block: EvictedBlock) => void;
+  private readonly parents: Float64Array; // NaN = first block
   private readonly index = new PrefixIndex();
   private readonly refs: Int32Array;
   private readonly hashes: Float64Array; // NaN = not cached
@@ -71,6 +84,8 @@ export class BlockPool {
     this.policy = opts.policy ?? new LruPolicy();
     this.hasher = opts.hasher ?? hashBlock;
     this.events = opts.events;
+    this.onEvict = opts.onEvict;
+    this.parents = new Float64Array(opts.numBlocks).fill(NaN);
     this.workerId = opts.workerId ?? "worker-0";
     this.tier = opts.tier ?? "device";
     this.refs = new Int32Array(opts.numBlocks);
@@ -200,6 +215,7 @@ export class BlockPool {
     this.hashes[id] = hash;
     this.serials[id] = entry.serial;
     this.depths[id] = depth;
+    this.parents[id] = parentHash ?? NaN;
     this.events?.({
       kind: "stored", workerId: this.workerId, tier: this.tier, time: this.clock(),
       hashes: [hash], parentHash, blockSize: this.blockSize,
@@ -247,6 +263,13 @@ export class BlockPool {
 
   private uncache(id: number): BlockHash {
     const hash = this.hashes[id];
+    if (this.onEvict !== undefined) {
+      const p = this.parents[id];
+      this.onEvict({
+        hash, parentHash: Number.isNaN(p) ? null : p, tokens: this.index.get(hash)?.tokens ?? [],
+        meta: this.metas[id] ?? {}, depth: this.depths[id],
+      });
+    }
     this.index.remove(hash, id);
     this.hashes[id] = NaN;
     this.serials[id] = NO_SERIAL;

@@ -5,3 +5,8 @@ export * from "./rng.ts";
 export * from "./prefix-index.ts";
 export * from "./retention.ts";
 export * from "./block-pool.ts";
+export * from "./session-tracker.ts";
+export * from "./agent-retention.ts";
+export * from "./tiers.ts";
+export * from "./global-index.ts";
+export * from "./transfer.ts";

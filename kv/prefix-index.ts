@@ -47,6 +47,11 @@ export class PrefixIndex {
     return e;
   }
 
+  /** The entry at `hash`, unverified (for offload of an evicted block). */
+  get(hash: BlockHash): PrefixEntry | undefined {
+    return this.entries.get(hash);
+  }
+
   /** True when some entry (verified or not) already occupies `hash`. */
   has(hash: BlockHash): boolean {
     return this.entries.has(hash);

@@ -1,0 +1,143 @@
+/**
+ * What the KV layer knows about agent sessions: which one is running, which is waiting on a tool
+ * (and when it will probably come back), which went idle. Return times are learned online from the
+ * session's own history and the tool's history across sessions (log-normal gaps, EWMA in log space).
+ */
+
+/** Where a session stands. */
+export type SessionStatus = "running" | "waiting-tool" | "idle";
+
+/** Priors and learning rates; every number is a stated assumption, overridable. */
+export interface SessionTrackerOptions {
+  /** Median tool-call gap (s) before any history: SWE-agent tool steps run from <1 s to minutes. */
+  priorToolGapS?: number;
+  /** Median gap (s) before a human answers a finished turn. */
+  priorIdleGapS?: number;
+  /** Spread (sigma of log gap) assumed for return times. */
+  sigma?: number;
+  /** Probability a session continues after a tool call / after a final answer. */
+  pContinueAfterTool?: number;
+  pContinueAfterAnswer?: number;
+  /** Weight of a new observation in the EWMA of log gaps. */
+  alpha?: number;
+}
+
+interface SessionRecord {
+  status: SessionStatus;
+  since: number;
+  tool: string | null;
+  logGap: number | null;
+  observations: number;
+}
+
+interface ToolRecord {
+  logGap: number;
+  observations: number;
+}
+
+/** Standard normal CDF (Abramowitz–Stegun 7.1.26 through erf). */
+export function normalCdf(x: number): number {
+  const z = Math.abs(x) / Math.SQRT2;
+  const t = 1 / (1 + 0.3275911 * z);
+  const y = 1 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * Math.exp(-z * z);
+  return x >= 0 ? 0.5 * (1 + y) : 0.5 * (1 - y);
+}
+
+/** Tracks agent sessions and predicts when each will send its next turn. */
+export class SessionTracker {
+  private readonly sessions = new Map<string, SessionRecord>();
+  private readonly tools = new Map<string, ToolRecord>();
+  private readonly o: Required<SessionTrackerOptions>;
+
+  /** Creates a tracker with the given priors. */
+  constructor(opts: SessionTrackerOptions = {}) {
+    this.o = {
+      priorToolGapS: opts.priorToolGapS ?? 3,
+      priorIdleGapS: opts.priorIdleGapS ?? 120,
+      sigma: opts.sigma ?? 1.0,
+      pContinueAfterTool: opts.pContinueAfterTool ?? 0.97,
+      pContinueAfterAnswer: opts.pContinueAfterAnswer ?? 0.2,
+      alpha: opts.alpha ?? 0.3,
+    };
+  }
+
+  /** A turn of `sessionId` started (its request arrived); learns the gap if it was waiting. */
+  turnStarted(sessionId: string, now: number): void {
+    const s = this.sessions.get(sessionId);
+    if (s !== undefined && s.status === "waiting-tool") {
+      const lg = Math.log(Math.max(1e-3, now - s.since));
+      const a = this.o.alpha;
+      s.logGap = s.logGap === null ? lg : (1 - a) * s.logGap + a * lg;
+      s.observations++;
+      if (s.tool !== null) {
+        const t = this.tools.get(s.tool);
+        if (t === undefined) this.tools.set(s.tool, { logGap: lg, observations: 1 });
+        else { t.logGap = (1 - a) * t.logGap + a * lg; t.observations++; }
+      }
+    }
+    this.sessions.set(sessionId, {
+      status: "running", since: now, tool: null, logGap: s?.logGap ?? null, observations: s?.observations ?? 0,
+    });
+  }
+
+  /** A turn ended: with a tool call (`tool` names it) the session waits; with `null` it goes idle. */
+  turnEnded(sessionId: string, now: number, tool: string | null): void {
+    const s = this.sessions.get(sessionId);
+    this.sessions.set(sessionId, {
+      status: tool === null ? "idle" : "waiting-tool", since: now, tool,
+      logGap: s?.logGap ?? null, observations: s?.observations ?? 0,
+    });
+  }
+
+  /** Drops a session (it closed). */
+  forget(sessionId: string): void {
+    this.sessions.delete(sessionId);
+  }
+
+  /** Current status, or undefined for an unknown session. */
+  status(sessionId: string): SessionStatus | undefined {
+    return this.sessions.get(sessionId)?.status;
+  }
+
+  /** Predicted median gap (s) of the session's current wait. */
+  predictedGapS(sessionId: string): number {
+    const s = this.sessions.get(sessionId);
+    if (s === undefined || s.status === "idle") return this.o.priorIdleGapS;
+    if (s.status === "running") return 0;
+    // Blend session history, tool history and the prior by how much each has seen.
+    let sum = Math.log(this.o.priorToolGapS);
+    let w = 1;
+    const t = s.tool === null ? undefined : this.tools.get(s.tool);
+    if (t !== undefined) { sum += t.logGap * Math.min(t.observations, 8); w += Math.min(t.observations, 8); }
+    if (s.logGap !== null) { sum += s.logGap * Math.min(s.observations, 4); w += Math.min(s.observations, 4); }
+    return Math.exp(sum / w);
+  }
+
+  /** Predicted absolute time of the session's next turn (now for a running session). */
+  predictedReturnTime(sessionId: string, now: number): number {
+    const s = this.sessions.get(sessionId);
+    if (s === undefined) return now + this.o.priorIdleGapS;
+    if (s.status === "running") return now;
+    return Math.max(now, s.since + this.predictedGapS(sessionId));
+  }
+
+  /**
+   * Probability the session sends its next turn within `horizonS` seconds from `now`, given it has
+   * not yet returned (log-normal gap, conditioned on the time already waited).
+   */
+  returnProbability(sessionId: string, now: number, horizonS: number): number {
+    const s = this.sessions.get(sessionId);
+    if (s === undefined) return 0;
+    if (s.status === "running") return 1;
+    const pCont = s.status === "waiting-tool" ? this.o.pContinueAfterTool : this.o.pContinueAfterAnswer;
+    const mu = Math.log(this.predictedGapS(sessionId));
+    const sig = this.o.sigma;
+    const waited = Math.max(1e-6, now - s.since);
+    const fNow = normalCdf((Math.log(waited) - mu) / sig);
+    const fEnd = normalCdf((Math.log(waited + horizonS) - mu) / sig);
+    const tail = 1 - fNow;
+    // A session long overdue is less likely to be alive at all: survival discounts continuation.
+    const alive = (pCont * tail) / (pCont * tail + (1 - pCont));
+    return tail <= 1e-12 ? 0 : alive * (fEnd - fNow) / tail;
+  }
+}

@@ -1,0 +1,89 @@
+/**
+ * Lower KV tiers (host memory, remote store) as content-addressed caches of blocks evicted from
+ * the device. A tier entry keeps the block's tokens and parent hash, so a walk continuing a device
+ * prefix match verifies both before treating a block as present.
+ */
+import type { BlockHash, BlockMeta, KvEventSink, Tier } from "./types.ts";
+
+/** One block held by a lower tier. */
+export interface TierEntry {
+  parentHash: BlockHash | null;
+  tokens: number[];
+  meta: BlockMeta;
+}
+
+/** Capacity and link of a tier, as seen from the device. */
+export interface TierSpec {
+  tier: Exclude<Tier, "device">;
+  capacityBlocks: number;
+  /** Bytes per second between this tier and the device (e.g. NVLink-C2C, PCIe, RDMA). */
+  bandwidthBytesPerS: number;
+  /** Fixed latency per transfer (s). */
+  latencyS: number;
+}
+
+function sameTokens(a: number[], b: ArrayLike<number>): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}
+
+/** An LRU content-addressed block cache for one lower tier of one worker. */
+export class TierCache {
+  private readonly entries = new Map<BlockHash, TierEntry>();
+
+  /** Creates an empty tier; events (moved / removed) go to `events` tagged with `workerId`. */
+  constructor(readonly spec: TierSpec, private readonly workerId: string, private readonly events?: KvEventSink) {}
+
+  /** Blocks held. */
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /** Stores a block offloaded from the device (drops the least recently used entries when full). */
+  offload(hash: BlockHash, entry: TierEntry, now: number): void {
+    if (this.spec.capacityBlocks <= 0) return;
+    this.entries.delete(hash);
+    this.entries.set(hash, entry);
+    const dropped: BlockHash[] = [];
+    while (this.entries.size > this.spec.capacityBlocks) {
+      const oldest = this.entries.keys().next().value as BlockHash;
+      this.entries.delete(oldest);
+      dropped.push(oldest);
+    }
+    this.events?.({ kind: "moved", workerId: this.workerId, from: "device", to: this.spec.tier, time: now, hashes: [hash] });
+    if (dropped.length > 0) this.events?.({ kind: "removed", workerId: this.workerId, tier: this.spec.tier, time: now, hashes: dropped });
+  }
+
+  /**
+   * Continues a prefix match below the device: starting after `parentHash`, counts how many of the
+   * given blocks (hash + tokens) this tier holds contiguously, verifying tokens and parent links.
+   */
+  matchContinuation(parentHash: BlockHash | null, hashes: readonly BlockHash[], blockTokens: (i: number) => ArrayLike<number>): number {
+    let parent = parentHash;
+    let n = 0;
+    for (let i = 0; i < hashes.length; i++) {
+      const e = this.entries.get(hashes[i]);
+      if (e === undefined || e.parentHash !== parent || !sameTokens(e.tokens, blockTokens(i))) break;
+      // Touch for LRU.
+      this.entries.delete(hashes[i]);
+      this.entries.set(hashes[i], e);
+      parent = hashes[i];
+      n++;
+    }
+    return n;
+  }
+
+  /** Seconds to move `blocks` blocks of `blockBytes` each between this tier and the device. */
+  transferSeconds(blocks: number, blockBytes: number): number {
+    return blocks === 0 ? 0 : this.spec.latencyS + (blocks * blockBytes) / this.spec.bandwidthBytesPerS;
+  }
+}
+
+/**
+ * When to start prefetching a waiting session's blocks back to the device so they land before its
+ * predicted return: predicted return − transfer time − a safety margin (never before now).
+ */
+export function prefetchStartTime(predictedReturn: number, transferS: number, now: number, marginS = 0.5): number {
+  return Math.max(now, predictedReturn - transferS - marginS);
+}
