@@ -1,0 +1,42 @@
+/**
+ * Builds an Engine from a loaded model on a backend: uploads the weights, allocates the paged KV
+ * cache, and sizes the block pool from a block count or a memory budget.
+ */
+import type { Backend } from "../backend/types.ts";
+import type { LoadedModel } from "../model/config.ts";
+import { freeDeviceModel, uploadModel } from "../model/device-weights.ts";
+import { Engine, type EngineOptions } from "./engine.ts";
+import { modelStepRunner } from "./engine-runner.ts";
+import { allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock } from "./kv-cache.ts";
+
+/** Options of `createEngine` beyond the model and backend. */
+export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "config" | "tokenizer"> {
+  /** KV blocks; takes precedence over `kvMemoryBytes`. */
+  numBlocks?: number;
+  /** Memory budget for the KV cache, in bytes. */
+  kvMemoryBytes?: number;
+  blockSize?: number;
+}
+
+/** Blocks for a memory budget, or by default enough for 64 sequences at full context. */
+export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions): number {
+  const bs = o.blockSize ?? DEFAULT_BLOCK_SIZE;
+  if (o.numBlocks !== undefined) return o.numBlocks;
+  if (o.kvMemoryBytes !== undefined) return Math.max(1, Math.floor(o.kvMemoryBytes / kvBytesPerBlock(model.config, bs)));
+  const ctx = Math.min(o.maxModelLen ?? model.config.contextLength, model.config.contextLength);
+  return Math.ceil(ctx / bs) * 64 + 1;
+}
+
+/** An engine running `model` on `backend` (not started until the first request). */
+export function createEngine(backend: Backend, model: LoadedModel, o: CreateEngineOptions = {}): Engine {
+  const bs = o.blockSize ?? DEFAULT_BLOCK_SIZE;
+  const numBlocks = kvBlockCount(model, o);
+  if (!Number.isInteger(numBlocks) || numBlocks < 2) throw new RangeError(`The KV cache needs at least 2 blocks, got ${numBlocks}`);
+  const device = uploadModel(backend, model);
+  const kv = allocatePagedKv(backend, model.config, numBlocks, bs);
+  const runner = modelStepRunner(backend, device, kv, () => {
+    freePagedKv(backend, kv);
+    freeDeviceModel(backend, device);
+  });
+  return new Engine({ ...o, runner, config: model.config, tokenizer: model.tokenizer });
+}

@@ -1,0 +1,233 @@
+/**
+ * The worker loop: plans a step with the scheduler, runs it on the model, samples per request
+ * (seeded), streams text to each request's async iterator, applies EOS / stop strings / max tokens
+ * / context limits, frees KV on finish or cancel, and publishes KV events and metrics.
+ */
+import { BlockPool, type KvEvent } from "../../kv/index.ts";
+import type { SamplingRow } from "../backend/types.ts";
+import type { ModelConfig, Tokenizer } from "../model/config.ts";
+import { EngineMetrics } from "./engine-metrics.ts";
+import type { StepRunner } from "./engine-runner.ts";
+import { OutputText } from "./engine-text.ts";
+import { ContextLengthError, EngineOverloadedError, type GenerateRequest, type GenerateResult, type RequestHandle, RequestParamError, type StreamDelta } from "./engine-types.ts";
+import { AsyncQueue, EventChannel } from "./events.ts";
+import { seededUniforms, type UniformSource } from "./sampler-rng.ts";
+import { Scheduler } from "./scheduler.ts";
+import { poolBlockManager } from "./scheduler-kv-adapter.ts";
+import type { SchedulerConfig, SchedulerStats } from "./scheduler-types.ts";
+import type { FinishReason, Sequence } from "./sequence.ts";
+
+/** How to build an engine. */
+export interface EngineOptions {
+  runner: StepRunner;
+  config: ModelConfig;
+  tokenizer: Tokenizer;
+  scheduler?: Partial<SchedulerConfig>;
+  /** Context limit (prompt + output); defaults to the model's, capped by the KV pool. */
+  maxModelLen?: number;
+  /** Waiting requests at most before `submit` refuses with EngineOverloadedError. */
+  maxWaiting?: number;
+  /** Milliseconds on a monotonic clock. */
+  now?: () => number;
+  workerId?: string;
+}
+
+interface Active {
+  seq: Sequence;
+  req: GenerateRequest;
+  maxTokens: number;
+  queue: AsyncQueue<StreamDelta>;
+  text: OutputText;
+  rng: UniformSource;
+  resolve: (r: GenerateResult) => void;
+  t0: number;
+  tLast: number;
+  done: boolean;
+}
+
+const GREEDY_ROW: SamplingRow = { temperature: 0, topK: 0, topP: 1, uniform: 0 };
+
+/** Lets I/O callbacks run between steps (a CPU backend's forward never yields on its own). */
+const yieldToEventLoop = () => new Promise<void>((r) => setTimeout(r, 0));
+
+/** One worker: a scheduler, a KV block pool and a model runner driven by one loop. */
+export class Engine {
+  readonly kvEvents: EventChannel<KvEvent> = new EventChannel<KvEvent>();
+  readonly metrics: EngineMetrics = new EngineMetrics();
+  readonly maxModelLen: number;
+  readonly pool: BlockPool;
+  readonly scheduler: Scheduler;
+  private readonly active = new Map<number, Active>();
+  private readonly now: () => number;
+  private readonly maxWaiting: number;
+  private nextId = 0;
+  private wake: (() => void) | undefined;
+  private loopDone: Promise<void> | undefined;
+  private stopped = false;
+
+  constructor(private readonly opts: EngineOptions) {
+    this.now = opts.now ?? (() => performance.now());
+    const r = opts.runner;
+    this.pool = new BlockPool({
+      numBlocks: r.numBlocks, blockSize: r.blockSize, clock: () => this.now() / 1000,
+      events: (e) => this.kvEvents.publish(e), workerId: opts.workerId,
+    });
+    this.scheduler = new Scheduler(poolBlockManager(this.pool), opts.scheduler);
+    const poolTokens = (r.numBlocks - this.scheduler.config.watermarkBlocks) * r.blockSize;
+    this.maxModelLen = Math.min(opts.maxModelLen ?? opts.config.contextLength, opts.config.contextLength, poolTokens);
+    this.maxWaiting = opts.maxWaiting ?? 1024;
+  }
+
+  /** Queues a request and starts the loop if needed. Throws the typed errors of engine-types.ts. */
+  submit(req: GenerateRequest): RequestHandle {
+    if (this.stopped) throw new EngineOverloadedError("The engine is shutting down");
+    const n = req.prompt.length;
+    if (n === 0) throw new RequestParamError("The prompt is empty");
+    if (n >= this.maxModelLen) {
+      throw new ContextLengthError(`The prompt has ${n} tokens; this model's maximum context length is ${this.maxModelLen} tokens`);
+    }
+    const maxTokens = req.maxTokens ?? this.maxModelLen - n;
+    if (!Number.isInteger(maxTokens) || maxTokens < 1) throw new RequestParamError(`max_tokens must be a positive integer, got ${maxTokens}`);
+    if (n + maxTokens > this.maxModelLen) {
+      throw new ContextLengthError(
+        `This model's maximum context length is ${this.maxModelLen} tokens; you requested ${n + maxTokens} (${n} in the prompt, ${maxTokens} for the output)`,
+      );
+    }
+    if (this.scheduler.stats().waiting >= this.maxWaiting) {
+      this.metrics.rejected++;
+      throw new EngineOverloadedError(`${this.maxWaiting} requests are already waiting`);
+    }
+    const id = this.nextId++;
+    const seq = this.scheduler.submit(id, req.prompt, { sessionId: req.sessionId });
+    let resolve!: (r: GenerateResult) => void;
+    const result = new Promise<GenerateResult>((r) => (resolve = r));
+    const t0 = this.now();
+    const a: Active = {
+      seq, req, maxTokens, resolve, t0, tLast: t0, done: false,
+      queue: new AsyncQueue<StreamDelta>(() => this.cancel(id)),
+      text: new OutputText(this.opts.tokenizer, req.stop ?? []),
+      rng: seededUniforms(req.seed ?? Math.floor(Math.random() * 2 ** 31), 0),
+    };
+    this.active.set(id, a);
+    this.metrics.promptTokens += n;
+    this.start();
+    this.wake?.();
+    return { id, stream: a.queue, result, cancel: () => this.cancel(id) };
+  }
+
+  /** Cancels a request; its KV blocks are freed now or at the end of the step in flight. */
+  cancel(id: number): void {
+    const a = this.active.get(id);
+    if (!a || a.done) return;
+    this.scheduler.abort(id);
+    if (a.seq.status === "finished") this.finish(a, "abort");
+    this.wake?.();
+  }
+
+  /** Starts the worker loop (idempotent). */
+  start(): void {
+    this.loopDone ??= this.loop();
+  }
+
+  /** Stops the loop and cancels everything still active. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const id of [...this.active.keys()]) this.cancel(id);
+    this.wake?.();
+    await this.loopDone;
+    this.opts.runner.close();
+  }
+
+  /** Scheduler gauges and counters (queue, running, KV blocks, prefix hits). */
+  stats(): SchedulerStats {
+    return this.scheduler.stats();
+  }
+
+  /** Requests not yet finished. */
+  get activeRequests(): number {
+    return this.active.size;
+  }
+
+  private async loop(): Promise<void> {
+    while (!this.stopped || this.active.size > 0) {
+      const plan = this.scheduler.schedule();
+      for (const id of plan.truncated) this.finishById(id, "length");
+      if (plan.entries.length === 0) {
+        if (this.stopped) break;
+        await new Promise<void>((r) => (this.wake = r));
+        this.wake = undefined;
+        continue;
+      }
+      const rows = plan.entries.map((e) => {
+        const a = this.active.get(e.seqId)!;
+        if (!e.sample) return GREEDY_ROW;
+        return { temperature: a.req.temperature ?? 1, topK: a.req.topK ?? 0, topP: a.req.topP ?? 1, uniform: a.rng.next() };
+      });
+      let sampled: Int32Array | undefined;
+      let error: string | undefined;
+      try {
+        sampled = await this.opts.runner.run(plan.entries, rows);
+      } catch (e) {
+        error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+        this.metrics.stepErrors++;
+        for (const entry of plan.entries) this.scheduler.abort(entry.seqId);
+      }
+      const tokens = new Map<number, number>();
+      plan.entries.forEach((e, i) => sampled && e.sample && tokens.set(e.seqId, sampled[i]));
+      const advanced = this.scheduler.commit(plan, tokens);
+      for (const seq of advanced) this.onToken(seq);
+      for (const e of plan.entries) {
+        const a = this.active.get(e.seqId);
+        if (a && !a.done && a.seq.status === "finished") this.finish(a, a.seq.finishReason ?? "abort", error);
+      }
+      await yieldToEventLoop();
+    }
+  }
+
+  private onToken(seq: Sequence): void {
+    const a = this.active.get(seq.id);
+    if (!a || a.done) return;
+    const tok = seq.tokens[seq.tokens.length - 1];
+    const t = this.now();
+    if (seq.numOutput === 1) this.metrics.ttft.observe((t - a.t0) / 1000);
+    else this.metrics.itl.observe((t - a.tLast) / 1000);
+    a.tLast = t;
+    this.metrics.generationTokens++;
+    if (seq.status === "finished") return; // prefill role: the first token ends the sequence here
+    if (!a.req.ignoreEos && this.opts.config.eosTokenIds.includes(tok)) return this.finish(a, "stop");
+    const text = a.text.push(tok);
+    a.queue.push({ text, tokenIds: [tok] });
+    if (a.text.stopped) return this.finish(a, "stop");
+    if (seq.numOutput >= a.maxTokens || seq.tokens.length >= this.maxModelLen) this.finish(a, "length");
+  }
+
+  private finishById(id: number, reason: FinishReason): void {
+    const a = this.active.get(id);
+    if (a) this.finish(a, reason);
+  }
+
+  private finish(a: Active, reason: FinishReason, error?: string): void {
+    if (a.done) return;
+    a.done = true;
+    if (reason !== "abort") {
+      const rest = a.text.flush();
+      if (rest) a.queue.push({ text: rest, tokenIds: [] });
+    }
+    this.scheduler.finish(a.seq.id, reason);
+    this.active.delete(a.seq.id);
+    a.queue.close();
+    this.metrics.countFinish(error ? "error" : reason);
+    this.metrics.e2e.observe((this.now() - a.t0) / 1000);
+    const ids = a.seq.outputTokens;
+    const eos = reason === "stop" && !a.text.stopped && ids.length > 0;
+    a.resolve({
+      text: a.text.text,
+      tokenIds: eos ? ids.slice(0, -1) : ids,
+      finishReason: reason,
+      promptTokens: a.seq.promptLength,
+      completionTokens: ids.length,
+      cachedTokens: a.seq.numCachedPrompt,
+      error,
+    });
+  }
+}
