@@ -1,0 +1,92 @@
+/**
+ * A small command-line flag parser: `--name value`, `--name=value` and boolean `--name`, typed by
+ * a spec, with one-line errors that quote the offending flag or value.
+ */
+
+/** Kinds of flag values. */
+export type FlagKind = "string" | "int" | "number" | "boolean";
+
+/** One flag's declaration. */
+export interface FlagSpec {
+  kind: FlagKind;
+  /** Short description for --help. */
+  help: string;
+  /** Lowest accepted value for int/number flags. */
+  min?: number;
+  /** Highest accepted value for int/number flags. */
+  max?: number;
+}
+
+/** A parser's declarations, keyed by flag name without dashes (e.g. "max-tokens"). */
+export type FlagSpecs = Record<string, FlagSpec>;
+
+/** Parsed values (absent when not given). */
+export type ParsedFlags<S extends FlagSpecs> = {
+  [K in keyof S]?: S[K]["kind"] extends "boolean" ? boolean
+    : S[K]["kind"] extends "string" ? string
+    : number;
+};
+
+/** Thrown for an unknown flag, a missing value or a value of the wrong kind. */
+export class ArgsError extends Error {
+  override name = "ArgsError";
+}
+
+function parseValue(name: string, spec: FlagSpec, raw: string): string | number {
+  if (spec.kind === "string") return raw;
+  const value = Number(raw);
+  const isInt = spec.kind === "int";
+  if (raw.trim() === "" || !Number.isFinite(value) || (isInt && !Number.isInteger(value))) {
+    throw new ArgsError(`Flag --${name} expects ${isInt ? "an integer" : "a number"}, got "${raw}"`);
+  }
+  if (spec.min !== undefined && value < spec.min) {
+    throw new ArgsError(`Flag --${name} must be at least ${spec.min}, got "${raw}"`);
+  }
+  if (spec.max !== undefined && value > spec.max) {
+    throw new ArgsError(`Flag --${name} must be at most ${spec.max}, got "${raw}"`);
+  }
+  return value;
+}
+
+/** Parses `argv` against `specs`; positional arguments are refused. */
+export function parseArgs<S extends FlagSpecs>(argv: readonly string[], specs: S): ParsedFlags<S> {
+  const out: Record<string, string | number | boolean> = {};
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (!arg.startsWith("--") || arg === "--") throw new ArgsError(`Unexpected argument "${arg}"; flags start with --`);
+    const eq = arg.indexOf("=");
+    const name = arg.slice(2, eq === -1 ? undefined : eq);
+    const spec = Object.hasOwn(specs, name) ? specs[name] : undefined;
+    if (!spec) throw new ArgsError(`Unknown flag "--${name}"; known flags: ${Object.keys(specs).map((k) => `--${k}`).join(", ")}`);
+    if (spec.kind === "boolean") {
+      if (eq === -1) out[name] = true;
+      else {
+        const raw = arg.slice(eq + 1);
+        if (raw !== "true" && raw !== "false") throw new ArgsError(`Flag --${name} expects true or false, got "${raw}"`);
+        out[name] = raw === "true";
+      }
+      continue;
+    }
+    let raw: string;
+    if (eq !== -1) raw = arg.slice(eq + 1);
+    else {
+      const next = argv[i + 1];
+      // `--prompt --json` almost surely forgot the prompt; `--prompt=--json` stays possible.
+      if (next === undefined || (next.startsWith("--") && Object.hasOwn(specs, next.slice(2).split("=")[0]))) {
+        throw new ArgsError(`Flag --${name} needs a value`);
+      }
+      raw = argv[++i];
+    }
+    out[name] = parseValue(name, spec, raw);
+  }
+  return out as ParsedFlags<S>;
+}
+
+/** Usage text listing every flag. */
+export function usage(command: string, specs: FlagSpecs): string {
+  const lines = Object.entries(specs).map(([name, s]) => {
+    const arg = s.kind === "boolean" ? "" : ` <${s.kind === "string" ? "text" : s.kind}>`;
+    return `  --${name}${arg}`.padEnd(26) + s.help;
+  });
+  return `Usage: ${command} [flags]\n${lines.join("\n")}`;
+}
