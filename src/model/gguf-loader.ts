@@ -1,0 +1,158 @@
+/**
+ * GGUF file → LoadedModel: the config from `{arch}.*` metadata, weights under llama.cpp's tensor
+ * names, and the file's own tokenizer. Llama GGUFs carry q/k rows permuted by llama.cpp's
+ * converter for the "normal" (interleaved) RoPE; Qwen2/Qwen3 keep the "neox" (half-split) order.
+ */
+import { openRandomAccess } from "../runtime/fs.ts";
+import { type Architecture, type LoadedModel, type ModelConfig, ModelLoadError, type Tokenizer } from "./config.ts";
+import { type GgufHeader, GgufMetadata, type GgufTensorInfo, readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
+import { BpeTokenizer } from "./tokenizer-bpe.ts";
+import { SpmTokenizer } from "./tokenizer-spm.ts";
+import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
+
+const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3"];
+
+const LAYER_NAMES: Record<LayerRole, string> = {
+  attnNorm: "attn_norm.weight",
+  wq: "attn_q.weight",
+  wk: "attn_k.weight",
+  wv: "attn_v.weight",
+  wo: "attn_output.weight",
+  bq: "attn_q.bias",
+  bk: "attn_k.bias",
+  bv: "attn_v.bias",
+  qNorm: "attn_q_norm.weight",
+  kNorm: "attn_k_norm.weight",
+  ffnNorm: "ffn_norm.weight",
+  wGate: "ffn_gate.weight",
+  wUp: "ffn_up.weight",
+  wDown: "ffn_down.weight",
+};
+
+/** llama.cpp's GGUF tensor names. */
+export const GGUF_TENSOR_NAMES: TensorNames = {
+  tokenEmbedding: "token_embd.weight",
+  outputNorm: "output_norm.weight",
+  output: "output.weight",
+  layer: (i, role) => `blk.${i}.${LAYER_NAMES[role]}`,
+};
+
+/** Builds the ModelConfig from GGUF metadata and the tensors present. */
+export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
+  const meta = new GgufMetadata(header.metadata, path);
+  const arch = meta.string("general.architecture", "");
+  if (!ARCHITECTURES.includes(arch as Architecture)) {
+    throw new ModelLoadError(`Unknown architecture "${arch}" in "${path}"; supported: ${ARCHITECTURES.join(", ")}`);
+  }
+  const architecture = arch as Architecture;
+  const tensors = new Map(header.tensors.map((t) => [t.name, t]));
+  const embd = tensors.get(GGUF_TENSOR_NAMES.tokenEmbedding);
+  if (!embd) throw new ModelLoadError(`Model "${path}" lacks the tensor "${GGUF_TENSOR_NAMES.tokenEmbedding}"`);
+  const hiddenSize = meta.number(`${arch}.embedding_length`);
+  const numHeads = perLayerNumber(meta, `${arch}.attention.head_count`, path);
+  const numKvHeads = perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads);
+  const headDim = meta.number(`${arch}.attention.key_length`, Math.floor(hiddenSize / numHeads));
+  const ropeDim = meta.number(`${arch}.rope.dimension_count`, headDim);
+  if (ropeDim !== headDim) {
+    throw new ModelLoadError(`Model "${path}" rotates ${ropeDim} of ${headDim} head dims; partial RoPE is not supported`);
+  }
+  if (numHeads % numKvHeads !== 0) {
+    throw new ModelLoadError(`Model "${path}" has ${numHeads} heads, not a multiple of its ${numKvHeads} KV heads`);
+  }
+  const tokModel = meta.string("tokenizer.ggml.model", "");
+  const optionalId = (key: string) => meta.optionalNumber(key);
+  const eosTokenIds = [
+    ...new Set(
+      ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"]
+        .map(optionalId)
+        .filter((v): v is number => v !== undefined && v >= 0 && v < embd.shape[0]),
+    ),
+  ];
+  const bos = optionalId("tokenizer.ggml.bos_token_id");
+  return {
+    architecture,
+    vocabSize: embd.shape[0],
+    hiddenSize,
+    numLayers: meta.number(`${arch}.block_count`),
+    numHeads,
+    numKvHeads,
+    headDim,
+    intermediateSize: perLayerNumber(meta, `${arch}.feed_forward_length`, path),
+    rmsNormEps: meta.number(`${arch}.attention.layer_norm_rms_epsilon`, 1e-6),
+    ropeTheta: meta.number(`${arch}.rope.freq_base`, 10000),
+    ropeLayout: architecture === "llama" ? "normal" : "neox",
+    contextLength: meta.number(`${arch}.context_length`, 2048),
+    tiedEmbeddings: !tensors.has(GGUF_TENSOR_NAMES.output),
+    qkvBias: tensors.has(GGUF_TENSOR_NAMES.layer(0, "bq")),
+    qkNorm: tensors.has(GGUF_TENSOR_NAMES.layer(0, "qNorm")),
+    bosTokenId: bos !== undefined && bos >= 0 && bos < embd.shape[0] ? bos : undefined,
+    eosTokenIds,
+    addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama"),
+  };
+}
+
+/** Some GGUFs store per-layer values as arrays; we support only uniform ones. */
+function perLayerNumber(meta: GgufMetadata, key: string, path: string, fallback?: number): number {
+  const arr = meta.entries.get(key)?.value;
+  if (!Array.isArray(arr)) return meta.number(key, fallback);
+  const values = new Set(arr.map(Number));
+  if (values.size !== 1) throw new ModelLoadError(`Model "${path}" has per-layer "${key}" values; only uniform layers are supported`);
+  return [...values][0];
+}
+
+/** Builds the GGUF's own tokenizer (SentencePiece-style "llama" or byte-level BPE "gpt2"). */
+export function ggufTokenizer(header: GgufHeader, config: ModelConfig, path: string): Tokenizer {
+  const meta = new GgufMetadata(header.metadata, path);
+  const model = meta.string("tokenizer.ggml.model", "");
+  const tokens = meta.array("tokenizer.ggml.tokens");
+  if (!tokens) throw new ModelLoadError(`Model "${path}" has no tokenizer vocab (tokenizer.ggml.tokens)`);
+  const tokenStrings = tokens.map(String);
+  const types = (meta.array("tokenizer.ggml.token_type") ?? []).map(Number);
+  switch (model) {
+    case "llama":
+      return new SpmTokenizer({
+        tokens: tokenStrings,
+        scores: (meta.array("tokenizer.ggml.scores") ?? []).map(Number),
+        types,
+        bosId: config.bosTokenId,
+        unkId: meta.optionalNumber("tokenizer.ggml.unknown_token_id"),
+        addSpacePrefix: meta.bool("tokenizer.ggml.add_space_prefix", true),
+      });
+    case "gpt2":
+      return new BpeTokenizer({
+        tokens: tokenStrings,
+        types,
+        merges: (meta.array("tokenizer.ggml.merges") ?? []).map(String),
+        pre: meta.string("tokenizer.ggml.pre", "default"),
+        bosId: config.bosTokenId,
+      });
+    default:
+      throw new ModelLoadError(`Model "${path}" uses tokenizer "${model}"; supported GGUF tokenizers are "llama" and "gpt2"`);
+  }
+}
+
+/** Loads a GGUF model file. */
+export async function loadGguf(path: string, options: LoadOptions = {}): Promise<LoadedModel> {
+  const file = await openRandomAccess(path);
+  try {
+    const header = await readGgufHeader(file);
+    const config = ggufConfig(header, path);
+    const tokenizer = ggufTokenizer(header, config, path);
+    const infos = new Map<string, GgufTensorInfo>(header.tensors.map((t) => [t.name, t]));
+    const weights = await assembleWeights(config, {
+      has: (n) => infos.has(n),
+      byteLength: (n) => infos.get(n)!.byteLength,
+      read: (n) => readGgufTensor(file, infos.get(n)!),
+    }, GGUF_TENSOR_NAMES, path, options);
+    const template = header.metadata.get("tokenizer.chat_template")?.value;
+    return {
+      config,
+      weights,
+      tokenizer,
+      chatTemplate: typeof template === "string" ? template : undefined,
+      source: path,
+    };
+  } finally {
+    await file.close();
+  }
+}

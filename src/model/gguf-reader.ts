@@ -1,0 +1,264 @@
+/**
+ * GGUF v2/v3 reader. The header (metadata + tensor infos) is parsed from a growing window at the
+ * start of the file; tensor data is read by range, one tensor at a time, so a multi-GB file is
+ * never held in one buffer.
+ */
+import type { RandomAccessFile } from "../runtime/fs.ts";
+import { type HostTensor, ModelLoadError } from "./config.ts";
+import {
+  alignUp,
+  GGML_TYPES,
+  GGUF_DEFAULT_ALIGNMENT,
+  GGUF_MAGIC,
+  type GgufEntry,
+  GgufType,
+  type GgufValue,
+} from "./gguf-types.ts";
+
+/** Where one tensor's data lives and what it holds. */
+export interface GgufTensorInfo {
+  name: string;
+  /** Row-major, outermost first (GGUF's ne[] reversed). */
+  shape: number[];
+  ggmlType: number;
+  typeName: string;
+  /** Absolute byte offset of the data in the file. */
+  offset: number;
+  byteLength: number;
+}
+
+/** A parsed GGUF header. */
+export interface GgufHeader {
+  version: number;
+  alignment: number;
+  metadata: Map<string, GgufEntry>;
+  tensors: GgufTensorInfo[];
+  /** Absolute offset of the tensor data section. */
+  dataOffset: number;
+}
+
+/** Thrown internally when the window ends before the header does; the caller widens it. */
+class NeedMoreBytes extends Error {}
+
+/** Synchronous cursor over the header window. */
+class Cursor {
+  pos = 0;
+  private readonly view: DataView;
+  private readonly decoder = new TextDecoder("utf-8");
+
+  constructor(private readonly bytes: Uint8Array, private readonly atEof: boolean, private readonly path: string) {
+    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  }
+
+  private need(n: number): number {
+    const at = this.pos;
+    if (at + n > this.bytes.byteLength) {
+      if (this.atEof) throw new ModelLoadError(`GGUF file "${this.path}" is truncated: its header ends at byte ${this.bytes.byteLength}`);
+      throw new NeedMoreBytes();
+    }
+    this.pos += n;
+    return at;
+  }
+
+  u8 = (): number => this.view.getUint8(this.need(1));
+  i8 = (): number => this.view.getInt8(this.need(1));
+  u16 = (): number => this.view.getUint16(this.need(2), true);
+  i16 = (): number => this.view.getInt16(this.need(2), true);
+  u32 = (): number => this.view.getUint32(this.need(4), true);
+  i32 = (): number => this.view.getInt32(this.need(4), true);
+  f32 = (): number => this.view.getFloat32(this.need(4), true);
+  f64 = (): number => this.view.getFloat64(this.need(8), true);
+  u64 = (): number | bigint => narrow(this.view.getBigUint64(this.need(8), true));
+  i64 = (): number | bigint => narrow(this.view.getBigInt64(this.need(8), true));
+
+  /** A u64 count that must fit in the file: anything larger means corruption. */
+  count(what: string, limit: number): number {
+    const n = this.view.getBigUint64(this.need(8), true);
+    if (n > BigInt(Math.floor(limit))) {
+      throw new ModelLoadError(`GGUF file "${this.path}" is corrupt: ${what} ${n} is larger than the file allows`);
+    }
+    return Number(n);
+  }
+
+  string(limit: number): string {
+    const len = this.count("string length", limit);
+    const at = this.need(len);
+    return this.decoder.decode(this.bytes.subarray(at, at + len));
+  }
+}
+
+function narrow(v: bigint): number | bigint {
+  return v <= BigInt(Number.MAX_SAFE_INTEGER) && v >= BigInt(Number.MIN_SAFE_INTEGER) ? Number(v) : v;
+}
+
+function readValue(c: Cursor, type: GgufType, limit: number, path: string, depth = 0): GgufValue {
+  switch (type) {
+    case GgufType.UINT8: return c.u8();
+    case GgufType.INT8: return c.i8();
+    case GgufType.UINT16: return c.u16();
+    case GgufType.INT16: return c.i16();
+    case GgufType.UINT32: return c.u32();
+    case GgufType.INT32: return c.i32();
+    case GgufType.FLOAT32: return c.f32();
+    case GgufType.BOOL: return c.u8() !== 0;
+    case GgufType.STRING: return c.string(limit);
+    case GgufType.UINT64: return c.u64();
+    case GgufType.INT64: return c.i64();
+    case GgufType.FLOAT64: return c.f64();
+    case GgufType.ARRAY: {
+      if (depth > 4) throw new ModelLoadError(`GGUF file "${path}" is corrupt: arrays nested too deep`);
+      const itemType = c.u32();
+      const n = c.count("array length", limit);
+      const out: GgufValue[] = new Array(n);
+      for (let i = 0; i < n; i++) out[i] = readValue(c, itemType, limit, path, depth + 1);
+      return out;
+    }
+    default:
+      throw new ModelLoadError(`GGUF file "${path}" is corrupt: unknown metadata value type ${type}`);
+  }
+}
+
+function parseHeader(bytes: Uint8Array, atEof: boolean, path: string, fileSize: number): GgufHeader {
+  const c = new Cursor(bytes, atEof, path);
+  const magic = c.u32();
+  if (magic !== GGUF_MAGIC) {
+    const shown = Array.from(bytes.subarray(0, 4), (b) => b.toString(16).padStart(2, "0")).join(" ");
+    throw new ModelLoadError(`"${path}" is not a GGUF file: bad magic bytes ${shown}`);
+  }
+  const version = c.u32();
+  if (version !== 2 && version !== 3) {
+    throw new ModelLoadError(`GGUF file "${path}" has version ${version}; only versions 2 and 3 are supported`);
+  }
+  // Every tensor info and metadata entry takes at least 8 bytes: counts beyond size/8 are corrupt.
+  const tensorCount = c.count("tensor count", fileSize / 8);
+  const kvCount = c.count("metadata count", fileSize / 8);
+  const metadata = new Map<string, GgufEntry>();
+  for (let i = 0; i < kvCount; i++) {
+    const key = c.string(fileSize);
+    const type = c.u32();
+    let itemType: GgufType | undefined;
+    if (type === GgufType.ARRAY) {
+      // Peek the element type without consuming it: readValue reads it again.
+      const at = c.pos;
+      itemType = c.u32();
+      c.pos = at;
+    }
+    const value = readValue(c, type, fileSize, path);
+    metadata.set(key, itemType === undefined ? { type, value } : { type, itemType, value });
+  }
+  const alignEntry = metadata.get("general.alignment");
+  const alignment = typeof alignEntry?.value === "number" ? alignEntry.value : GGUF_DEFAULT_ALIGNMENT;
+  if (!Number.isInteger(alignment) || alignment <= 0 || alignment % 8 !== 0) {
+    throw new ModelLoadError(`GGUF file "${path}" is corrupt: general.alignment is ${alignment}`);
+  }
+  const raw: { name: string; shape: number[]; ggmlType: number; rel: number | bigint }[] = [];
+  for (let i = 0; i < tensorCount; i++) {
+    const name = c.string(fileSize);
+    const nDims = c.u32();
+    if (nDims > 8) throw new ModelLoadError(`GGUF file "${path}" is corrupt: tensor "${name}" has ${nDims} dimensions`);
+    const ne: number[] = [];
+    for (let d = 0; d < nDims; d++) ne.push(c.count(`dimension of tensor "${name}"`, fileSize * 64));
+    raw.push({ name, shape: ne.reverse(), ggmlType: c.u32(), rel: c.u64() });
+  }
+  const dataOffset = alignUp(c.pos, alignment);
+  const tensors = raw.map((t) => tensorInfo(t, dataOffset, fileSize, path));
+  return { version, alignment, metadata, tensors, dataOffset };
+}
+
+function tensorInfo(
+  t: { name: string; shape: number[]; ggmlType: number; rel: number | bigint },
+  dataOffset: number,
+  fileSize: number,
+  path: string,
+): GgufTensorInfo {
+  const info = GGML_TYPES.get(t.ggmlType);
+  if (!info) throw new ModelLoadError(`GGUF file "${path}": tensor "${t.name}" has unknown ggml type ${t.ggmlType}`);
+  const count = t.shape.reduce((a, b) => a * b, 1);
+  const inner = t.shape[t.shape.length - 1] ?? 1;
+  if (inner % info.blockSize !== 0) {
+    throw new ModelLoadError(`GGUF file "${path}" is corrupt: tensor "${t.name}" row of ${inner} is not a multiple of ${info.name} blocks`);
+  }
+  const byteLength = (count / info.blockSize) * info.blockBytes;
+  const offset = typeof t.rel === "number" ? dataOffset + t.rel : Infinity;
+  if (offset + byteLength > fileSize) {
+    throw new ModelLoadError(
+      `GGUF file "${path}" is truncated: tensor "${t.name}" ends at byte ${offset + byteLength} but the file has ${fileSize}`,
+    );
+  }
+  return { name: t.name, shape: t.shape, ggmlType: t.ggmlType, typeName: info.name, offset, byteLength };
+}
+
+/** Parses the header of an open GGUF file, widening the read window until the header fits. */
+export async function readGgufHeader(file: RandomAccessFile): Promise<GgufHeader> {
+  if (file.size < 24) throw new ModelLoadError(`GGUF file "${file.path}" is truncated: only ${file.size} bytes`);
+  let window = Math.min(file.size, 1 << 20);
+  for (;;) {
+    const bytes = await file.read(0, window);
+    try {
+      return parseHeader(bytes, window === file.size, file.path, file.size);
+    } catch (e) {
+      if (!(e instanceof NeedMoreBytes)) throw e;
+      window = Math.min(file.size, window * 4);
+    }
+  }
+}
+
+/** Reads one tensor's bytes; types other than F32/F16/BF16/Q8_0 are refused with the tensor's name. */
+export async function readGgufTensor(file: RandomAccessFile, info: GgufTensorInfo): Promise<HostTensor> {
+  const dtype = GGML_TYPES.get(info.ggmlType)?.dtype;
+  if (!dtype) {
+    throw new ModelLoadError(
+      `Tensor "${info.name}" in "${file.path}" has type ${info.typeName}; supported types are F32, F16, BF16 and Q8_0`,
+    );
+  }
+  const data = await file.read(info.offset, info.byteLength);
+  return { name: info.name, shape: info.shape.slice(), dtype, data };
+}
+
+/** Typed metadata accessors that fail with a one-line error naming the key. */
+export class GgufMetadata {
+  constructor(readonly entries: Map<string, GgufEntry>, private readonly path: string) {}
+
+  has(key: string): boolean {
+    return this.entries.has(key);
+  }
+
+  /** A numeric value (integer or float), or `fallback` when absent. */
+  number(key: string, fallback?: number): number {
+    const v = this.entries.get(key)?.value;
+    if (v === undefined) {
+      if (fallback !== undefined) return fallback;
+      throw new ModelLoadError(`GGUF file "${this.path}" lacks the metadata key "${key}"`);
+    }
+    if (typeof v === "number") return v;
+    if (typeof v === "bigint") return Number(v);
+    if (typeof v === "boolean") return v ? 1 : 0;
+    throw new ModelLoadError(`GGUF metadata "${key}" in "${this.path}" should be a number, got ${JSON.stringify(v)}`);
+  }
+
+  optionalNumber(key: string): number | undefined {
+    return this.entries.has(key) ? this.number(key) : undefined;
+  }
+
+  string(key: string, fallback?: string): string {
+    const v = this.entries.get(key)?.value;
+    if (v === undefined && fallback !== undefined) return fallback;
+    if (typeof v !== "string") {
+      throw new ModelLoadError(`GGUF metadata "${key}" in "${this.path}" should be a string, got ${JSON.stringify(v)}`);
+    }
+    return v;
+  }
+
+  bool(key: string, fallback: boolean): boolean {
+    const v = this.entries.get(key)?.value;
+    return v === undefined ? fallback : Boolean(v);
+  }
+
+  /** An array value; `undefined` when absent. */
+  array(key: string): GgufValue[] | undefined {
+    const v = this.entries.get(key)?.value;
+    if (v === undefined) return undefined;
+    if (!Array.isArray(v)) throw new ModelLoadError(`GGUF metadata "${key}" in "${this.path}" should be an array`);
+    return v;
+  }
+}

@@ -1,0 +1,144 @@
+/**
+ * GPT-2-style byte-level BPE from a GGUF vocab (tokenizer.ggml.model "gpt2"): text is split by a
+ * pre-tokenizer regex chosen from tokenizer.ggml.pre, each piece's UTF-8 bytes are mapped to
+ * printable characters (GPT-2's bytes_to_unicode), then merged by merge rank (lowest first).
+ */
+import type { Tokenizer } from "./config.ts";
+import { SpecialSplitter, TokenType, utf8 } from "./tokenizer-special.ts";
+
+/** The vocab fields a byte-level BPE tokenizer needs. */
+export interface BpeVocab {
+  tokens: readonly string[];
+  types: readonly number[];
+  /** "left right" pairs in priority order. */
+  merges: readonly string[];
+  /** tokenizer.ggml.pre ("llama-bpe", "qwen2", "gpt2", ...). */
+  pre: string;
+  bosId?: number;
+}
+
+const CONTRACTIONS = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])";
+
+/** Pre-tokenizer patterns, as llama.cpp uses them for each `tokenizer.ggml.pre`. */
+export const PRE_TOKENIZER_PATTERNS: Readonly<Record<string, string>> = {
+  gpt2: "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
+  "llama-bpe": `${CONTRACTIONS}|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`,
+  qwen2: `${CONTRACTIONS}|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`,
+};
+
+/** GPT-2's reversible map from bytes to printable unicode characters. */
+export function bytesToUnicode(): string[] {
+  const keep: number[] = [];
+  for (let b = 0x21; b <= 0x7e; b++) keep.push(b);
+  for (let b = 0xa1; b <= 0xac; b++) keep.push(b);
+  for (let b = 0xae; b <= 0xff; b++) keep.push(b);
+  const table: string[] = new Array(256);
+  let extra = 0;
+  for (let b = 0; b < 256; b++) {
+    table[b] = String.fromCodePoint(keep.includes(b) ? b : 256 + extra++);
+  }
+  return table;
+}
+
+/** Byte-level BPE tokenizer over a GGUF vocab. */
+export class BpeTokenizer implements Tokenizer {
+  readonly vocabSize: number;
+  private readonly ids = new Map<string, number>();
+  private readonly ranks = new Map<string, number>();
+  private readonly byteChar = bytesToUnicode();
+  private readonly charByte = new Map<string, number>();
+  private readonly pattern: RegExp;
+  private readonly specials: SpecialSplitter;
+  private readonly cache = new Map<string, number[]>();
+  private readonly ignoreMerges: boolean;
+
+  constructor(private readonly vocab: BpeVocab) {
+    this.vocabSize = vocab.tokens.length;
+    vocab.tokens.forEach((t, i) => {
+      if (!this.ids.has(t)) this.ids.set(t, i);
+    });
+    vocab.merges.forEach((m, i) => this.ranks.set(m, i));
+    this.byteChar.forEach((c, b) => this.charByte.set(c, b));
+    // Unknown pre-tokenizers fall back to Llama 3's pattern, which covers most modern BPE vocabs.
+    this.pattern = new RegExp(PRE_TOKENIZER_PATTERNS[vocab.pre] ?? PRE_TOKENIZER_PATTERNS["llama-bpe"], "gu");
+    this.specials = new SpecialSplitter(vocab.tokens, vocab.types);
+    this.ignoreMerges = vocab.pre === "llama-bpe";
+  }
+
+  encode(text: string, options: { addBos?: boolean } = {}): number[] {
+    const out: number[] = [];
+    if (options.addBos && this.vocab.bosId !== undefined) out.push(this.vocab.bosId);
+    for (const frag of this.specials.split(text)) {
+      if ("id" in frag) {
+        out.push(frag.id);
+        continue;
+      }
+      for (const m of frag.text.matchAll(this.pattern)) out.push(...this.encodeWord(m[0]));
+    }
+    return out;
+  }
+
+  private encodeWord(word: string): number[] {
+    const cached = this.cache.get(word);
+    if (cached) return cached;
+    const mapped = Array.from(new TextEncoder().encode(word), (b) => this.byteChar[b]);
+    const whole = this.ids.get(mapped.join(""));
+    let result: number[];
+    // llama.cpp's Llama 3 tokenizer takes a whole pre-token that is in the vocab without merging.
+    if (this.ignoreMerges && whole !== undefined && this.vocab.types[whole] !== TokenType.CONTROL) {
+      result = [whole];
+    } else {
+      const parts = this.merge(mapped);
+      result = [];
+      for (const p of parts) {
+        const id = this.ids.get(p);
+        if (id !== undefined) result.push(id);
+        else for (const ch of p) result.push(this.ids.get(ch) ?? 0); // vocabs hold every byte char
+      }
+    }
+    if (this.cache.size < 65536) this.cache.set(word, result);
+    return result;
+  }
+
+  /** Repeatedly merges the adjacent pair of lowest rank (leftmost on ties). */
+  private merge(parts: string[]): string[] {
+    for (;;) {
+      let best = -1;
+      let bestRank = Infinity;
+      for (let i = 0; i + 1 < parts.length; i++) {
+        const r = this.ranks.get(parts[i] + " " + parts[i + 1]);
+        if (r !== undefined && r < bestRank) {
+          bestRank = r;
+          best = i;
+        }
+      }
+      if (best < 0) return parts;
+      parts.splice(best, 2, parts[best] + parts[best + 1]);
+    }
+  }
+
+  decode(ids: readonly number[]): string {
+    const bytes: number[] = [];
+    for (const id of ids) for (const b of this.pieceBytes(id)) bytes.push(b);
+    return utf8(bytes);
+  }
+
+  tokenText(id: number): string {
+    return utf8(this.pieceBytes(id));
+  }
+
+  private pieceBytes(id: number): number[] {
+    const t = this.vocab.tokens[id];
+    if (t === undefined) return [];
+    const type = this.vocab.types[id] ?? TokenType.NORMAL;
+    if (type === TokenType.CONTROL || type === TokenType.UNUSED || type === TokenType.UNKNOWN) return [];
+    if (type === TokenType.USER_DEFINED) return Array.from(new TextEncoder().encode(t));
+    const out: number[] = [];
+    for (const ch of t) {
+      const b = this.charByte.get(ch);
+      if (b !== undefined) out.push(b);
+      else out.push(...new TextEncoder().encode(ch));
+    }
+    return out;
+  }
+}

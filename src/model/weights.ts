@@ -1,0 +1,119 @@
+/**
+ * Gathers a model's host weights from any tensor source (GGUF, safetensors) under that format's
+ * names, checks every shape against the config, converts norms and biases to f32 and reports
+ * progress. Both loaders share it so the forward sees one layout whatever the file.
+ */
+import { decodeToF32 } from "../backend/dtype-codec.ts";
+import { type HostTensor, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights } from "./config.ts";
+
+/** Progress of a load: bytes of tensor data read so far out of the total. */
+export interface LoadProgress {
+  bytesRead: number;
+  totalBytes: number;
+}
+
+/** Options every loader accepts. */
+export interface LoadOptions {
+  /** Called after each tensor is read. */
+  onProgress?: (progress: LoadProgress) => void;
+}
+
+/** Where tensors come from: names in the file's own convention. */
+export interface TensorSource {
+  has(name: string): boolean;
+  /** Stored size in bytes (for progress totals). */
+  byteLength(name: string): number;
+  read(name: string): Promise<HostTensor>;
+}
+
+/** Per-role layer tensor names of a file format. */
+export type LayerRole = keyof LayerWeights<unknown>;
+
+/** A file format's naming of model tensors. */
+export interface TensorNames {
+  tokenEmbedding: string;
+  outputNorm: string;
+  output: string;
+  layer(index: number, role: LayerRole): string;
+}
+
+const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>(["attnNorm", "ffnNorm", "qNorm", "kNorm", "bq", "bk", "bv"]);
+
+function expectedLayerShape(c: ModelConfig, role: LayerRole): number[] {
+  const q = c.numHeads * c.headDim;
+  const kv = c.numKvHeads * c.headDim;
+  switch (role) {
+    case "attnNorm":
+    case "ffnNorm":
+      return [c.hiddenSize];
+    case "wq":
+      return [q, c.hiddenSize];
+    case "wk":
+    case "wv":
+      return [kv, c.hiddenSize];
+    case "wo":
+      return [c.hiddenSize, q];
+    case "bq":
+      return [q];
+    case "bk":
+    case "bv":
+      return [kv];
+    case "qNorm":
+    case "kNorm":
+      return [c.headDim];
+    case "wGate":
+    case "wUp":
+      return [c.intermediateSize, c.hiddenSize];
+    case "wDown":
+      return [c.hiddenSize, c.intermediateSize];
+  }
+}
+
+/** Converts a tensor of any weight dtype to f32 (norm weights and biases are always f32). */
+export function toF32(t: HostTensor): HostTensor {
+  if (t.dtype === "f32") return t;
+  const count = t.shape.reduce((a, b) => a * b, 1);
+  const values = decodeToF32(t.data, t.dtype, count);
+  return { name: t.name, shape: t.shape, dtype: "f32", data: new Uint8Array(values.buffer) };
+}
+
+/** Reads every weight the config calls for, in file order of roles, checking shapes. */
+export async function assembleWeights(
+  config: ModelConfig,
+  source: TensorSource,
+  names: TensorNames,
+  sourcePath: string,
+  options: LoadOptions = {},
+): Promise<ModelWeights<HostTensor>> {
+  const roles: LayerRole[] = ["attnNorm", "wq", "wk", "wv", "wo", "ffnNorm", "wGate", "wUp", "wDown"];
+  if (config.qkvBias) roles.push("bq", "bk", "bv");
+  if (config.qkNorm) roles.push("qNorm", "kNorm");
+  const wanted: string[] = [names.tokenEmbedding, names.outputNorm];
+  if (!config.tiedEmbeddings) wanted.push(names.output);
+  for (let i = 0; i < config.numLayers; i++) for (const r of roles) wanted.push(names.layer(i, r));
+  for (const n of wanted) {
+    if (!source.has(n)) throw new ModelLoadError(`Model "${sourcePath}" lacks the tensor "${n}"`);
+  }
+  const totalBytes = wanted.reduce((a, n) => a + source.byteLength(n), 0);
+  let bytesRead = 0;
+  const read = async (name: string, shape: number[], f32: boolean): Promise<HostTensor> => {
+    const t = await source.read(name);
+    if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
+      throw new ModelLoadError(`Tensor "${name}" in "${sourcePath}" has shape [${t.shape}], expected [${shape}]`);
+    }
+    bytesRead += source.byteLength(name);
+    options.onProgress?.({ bytesRead, totalBytes });
+    return f32 ? toF32(t) : t;
+  };
+  const tokenEmbedding = await read(names.tokenEmbedding, [config.vocabSize, config.hiddenSize], false);
+  const layers: LayerWeights<HostTensor>[] = [];
+  for (let i = 0; i < config.numLayers; i++) {
+    const layer: Partial<LayerWeights<HostTensor>> = {};
+    for (const r of roles) layer[r] = await read(names.layer(i, r), expectedLayerShape(config, r), NORM_OR_BIAS.has(r));
+    layers.push(layer as LayerWeights<HostTensor>);
+  }
+  const outputNorm = await read(names.outputNorm, [config.hiddenSize], true);
+  const weights: ModelWeights<HostTensor> = { tokenEmbedding, layers, outputNorm };
+  if (!config.tiedEmbeddings) weights.output = await read(names.output, [config.vocabSize, config.hiddenSize], false);
+  return weights;
+}

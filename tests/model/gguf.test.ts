@@ -1,0 +1,148 @@
+/** GGUF writer → reader round trips and the reader's errors on bad files. */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import { decodeToF32 } from "../../src/backend/dtype-codec.ts";
+import type { WeightDType } from "../../src/backend/types.ts";
+import { ModelLoadError } from "../../src/model/config.ts";
+import { readGgufHeader, readGgufTensor } from "../../src/model/gguf-reader.ts";
+import { GgufType } from "../../src/model/gguf-types.ts";
+import { encodeGguf, gguf, hostTensorFromF32 } from "../../src/model/gguf-writer.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { openRandomAccess, writeFile } from "../../src/runtime/fs.ts";
+import { test } from "../harness.ts";
+import { ggufBytes, randomHfWeights, type ModelFileSpec } from "./model-files.ts";
+
+const dir = mkdtempSync(`${tmpdir()}/gguf-test-`);
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+
+/** Byte offset of the ggml type field of tensor `name` (GGUF tensor info: name, n_dims, ne[], type). */
+function typeFieldOffset(bytes: Uint8Array, name: string, dims: number): number {
+  const needle = new TextEncoder().encode(name);
+  for (let i = 0; i + needle.length <= bytes.length; i++) {
+    if (needle.every((b, j) => bytes[i + j] === b) && new DataView(bytes.buffer).getUint32(i + needle.length, true) === dims) {
+      return i + needle.length + 4 + 8 * dims;
+    }
+  }
+  throw new Error(`tensor ${name} not found`);
+}
+
+async function roundTrip(bytes: Uint8Array, name: string) {
+  const path = `${dir}/${name}.gguf`;
+  await writeFile(path, bytes);
+  const file = await openRandomAccess(path);
+  return { file, header: await readGgufHeader(file), path };
+}
+
+async function expectLoadError(path: string, pattern: RegExp): Promise<void> {
+  await assert.rejects(loadModel(path), (e: unknown) => {
+    assert.ok(e instanceof ModelLoadError, `expected ModelLoadError, got ${e}`);
+    assert.match(e.message, pattern);
+    assert.ok(!e.message.includes("\n"), "one line");
+    return true;
+  });
+}
+
+const SPEC: ModelFileSpec = {
+  architecture: "llama", hidden: 32, layers: 1, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300,
+  tied: true, dtype: "f32", seed: 7,
+};
+
+test("encodeGguf() and readGgufHeader() round-trip every metadata value type", async () => {
+  const meta = [
+    ["u8", { type: GgufType.UINT8, value: 250 }],
+    ["i8", { type: GgufType.INT8, value: -7 }],
+    ["u16", { type: GgufType.UINT16, value: 65000 }],
+    ["i16", { type: GgufType.INT16, value: -30000 }],
+    ["u32", gguf.u32(4000000000)],
+    ["i32", gguf.i32(-2000000000)],
+    ["f32", gguf.f32(0.5)],
+    ["bool", gguf.bool(true)],
+    ["str", gguf.str("héllo ▁ world")],
+    ["u64", gguf.u64(2n ** 60n)],
+    ["i64", { type: GgufType.INT64, value: -5 }],
+    ["f64", gguf.f64(Math.PI)],
+    ["arr.str", gguf.arr(GgufType.STRING, ["a", "", "<0x0A>"])],
+    ["arr.f32", gguf.arr(GgufType.FLOAT32, [1.5, -2])],
+    ["arr.empty", gguf.arr(GgufType.INT32, [])],
+  ] as const;
+  const { file, header } = await roundTrip(encodeGguf({ metadata: meta.map(([k, e]) => [k, e]), tensors: [] }), "meta");
+  await file.close();
+  assert.equal(header.version, 3);
+  assert.equal(header.alignment, 32);
+  for (const [key, entry] of meta) assert.deepEqual(header.metadata.get(key), entry, key);
+});
+
+for (const dtype of ["f32", "f16", "bf16", "q8_0"] as WeightDType[]) {
+  test(`readGgufTensor() returns what encodeGguf() wrote for ${dtype}, shape outermost first`, async () => {
+    const values = Float32Array.from({ length: 3 * 64 }, (_, i) => Math.sin(i) * 3);
+    const t = hostTensorFromF32("w", [3, 64], values, dtype);
+    const odd = hostTensorFromF32("v", [5], Float32Array.from([1, 2, 3, 4, 5]), "f32");
+    const { file, header } = await roundTrip(encodeGguf({ metadata: [], tensors: [odd, t], alignment: 64 }), `t-${dtype}`);
+    try {
+      assert.equal(header.alignment, 64);
+      const info = header.tensors.find((x) => x.name === "w")!;
+      assert.deepEqual(info.shape, [3, 64]);
+      assert.equal(info.offset % 64, 0);
+      const back = await readGgufTensor(file, info);
+      assert.equal(back.dtype, dtype);
+      assert.deepEqual(back.data, t.data);
+      const decoded = decodeToF32(back.data, dtype, values.length);
+      const tol = { f32: 0, f16: 2e-3, bf16: 2e-2, q8_0: 3 / 127 }[dtype];
+      decoded.forEach((v, i) => assert.ok(Math.abs(v - values[i]) <= tol, `${dtype}[${i}] ${v} vs ${values[i]}`));
+      assert.deepEqual(Array.from(decodeToF32((await readGgufTensor(file, header.tensors[0])).data, "f32", 5)), [1, 2, 3, 4, 5]);
+    } finally {
+      await file.close();
+    }
+  });
+}
+
+test("loadModel() reports a missing file with its path", async () => {
+  await expectLoadError(`${dir}/nope.gguf`, /^Model file not found: ".*nope\.gguf"$/);
+});
+
+test("loadModel() rejects a GGUF cut short, naming the truncation", async () => {
+  const full = ggufBytes(SPEC, randomHfWeights(SPEC));
+  await writeFile(`${dir}/cut-data.gguf`, full.subarray(0, full.byteLength - 100));
+  await expectLoadError(`${dir}/cut-data.gguf`, /is truncated: tensor ".*" ends at byte \d+ but the file has \d+/);
+  await writeFile(`${dir}/cut-header.gguf`, full.subarray(0, 2000));
+  await expectLoadError(`${dir}/cut-header.gguf`, /is truncated/);
+  await writeFile(`${dir}/tiny.gguf`, full.subarray(0, 10));
+  await expectLoadError(`${dir}/tiny.gguf`, /is truncated: only 10 bytes/);
+});
+
+test("loadModel() rejects bad magic bytes and absurd counts", async () => {
+  const full = ggufBytes(SPEC, randomHfWeights(SPEC));
+  const bad = full.slice();
+  bad.set([0x47, 0x47, 0x4d, 0x4c], 0);
+  await writeFile(`${dir}/magic.gguf`, bad);
+  await expectLoadError(`${dir}/magic.gguf`, /is not a GGUF file: bad magic bytes 47 47 4d 4c/);
+  const absurd = full.slice();
+  new DataView(absurd.buffer).setBigUint64(16, 2n ** 40n, true); // metadata count
+  await writeFile(`${dir}/absurd.gguf`, absurd);
+  await expectLoadError(`${dir}/absurd.gguf`, /is corrupt: metadata count 1099511627776 is larger than the file allows/);
+  const version = full.slice();
+  new DataView(version.buffer).setUint32(4, 1, true);
+  await writeFile(`${dir}/v1.gguf`, version);
+  await expectLoadError(`${dir}/v1.gguf`, /has version 1; only versions 2 and 3 are supported/);
+});
+
+test("loadModel() names the tensor and type it cannot load", async () => {
+  const bytes = ggufBytes(SPEC, randomHfWeights(SPEC));
+  const at = typeFieldOffset(bytes, "blk.0.attn_q.weight", 2);
+  const view = new DataView(bytes.buffer);
+  assert.equal(view.getUint32(at, true), 0);
+  view.setUint32(at, 2, true); // Q4_0: smaller than F32, so the data still lies inside the file
+  await writeFile(`${dir}/q4.gguf`, bytes);
+  await expectLoadError(`${dir}/q4.gguf`, /Tensor "blk\.0\.attn_q\.weight" in ".*" has type Q4_0; supported types are F32, F16, BF16 and Q8_0/);
+  view.setUint32(at, 99, true);
+  await writeFile(`${dir}/t99.gguf`, bytes);
+  await expectLoadError(`${dir}/t99.gguf`, /tensor "blk\.0\.attn_q\.weight" has unknown ggml type 99/);
+});
+
+test("loadModel() rejects an unknown architecture by name", async () => {
+  const w = hostTensorFromF32("token_embd.weight", [4, 32], new Float32Array(128), "f32");
+  await writeFile(`${dir}/arch.gguf`, encodeGguf({ metadata: [["general.architecture", gguf.str("mamba")]], tensors: [w] }));
+  await expectLoadError(`${dir}/arch.gguf`, /Unknown architecture "mamba" in ".*"; supported: llama, qwen2, qwen3/);
+});

@@ -1,0 +1,214 @@
+/**
+ * Random-weight model files for loader and oracle tests: one set of weights in Hugging Face
+ * order, written as a GGUF (llama.cpp names, llama q/k rows permuted as convert_hf_to_gguf.py
+ * does) and as a safetensors directory (config.json, model.safetensors, tokenizer.json).
+ */
+import { mkdirSync } from "node:fs";
+import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
+import type { WeightDType } from "../../src/backend/types.ts";
+import type { Architecture, HostTensor } from "../../src/model/config.ts";
+import { GgufType, type GgufEntry } from "../../src/model/gguf-types.ts";
+import { encodeGguf, gguf } from "../../src/model/gguf-writer.ts";
+import { encodeSafetensors } from "../../src/model/safetensors.ts";
+import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
+import { writeFile } from "../../src/runtime/fs.ts";
+
+/** Shape and storage of a random test model. */
+export interface ModelFileSpec {
+  architecture: Architecture;
+  hidden: number;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  ffn: number;
+  vocab: number;
+  tied: boolean;
+  /** Storage of matrices and the embedding; norms and biases stay f32. */
+  dtype: WeightDType;
+  seed: number;
+}
+
+/** Weights in Hugging Face order and names, as f32. */
+export type HfWeights = Map<string, { shape: number[]; values: Float32Array }>;
+
+/** Seeded uniform generator in [0, 1) (mulberry32). */
+export function seededRandom(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Draws the weights of `spec` in HF naming. */
+export function randomHfWeights(spec: ModelFileSpec): HfWeights {
+  const rand = seededRandom(spec.seed);
+  const w: HfWeights = new Map();
+  const put = (name: string, shape: number[], scale: number, offset = 0) => {
+    const n = shape.reduce((a, b) => a * b, 1);
+    w.set(name, { shape, values: new Float32Array(n).map(() => offset + (rand() * 2 - 1) * scale) });
+  };
+  const { hidden, heads, kvHeads, headDim: hd, ffn, vocab } = spec;
+  put("model.embed_tokens.weight", [vocab, hidden], 1);
+  for (let i = 0; i < spec.layers; i++) {
+    const p = `model.layers.${i}.`;
+    put(p + "input_layernorm.weight", [hidden], 0.2, 1);
+    put(p + "self_attn.q_proj.weight", [heads * hd, hidden], 1 / Math.sqrt(hidden));
+    put(p + "self_attn.k_proj.weight", [kvHeads * hd, hidden], 1 / Math.sqrt(hidden));
+    put(p + "self_attn.v_proj.weight", [kvHeads * hd, hidden], 1 / Math.sqrt(hidden));
+    put(p + "self_attn.o_proj.weight", [hidden, heads * hd], 1 / Math.sqrt(heads * hd));
+    if (spec.architecture === "qwen2") {
+      put(p + "self_attn.q_proj.bias", [heads * hd], 0.5);
+      put(p + "self_attn.k_proj.bias", [kvHeads * hd], 0.5);
+      put(p + "self_attn.v_proj.bias", [kvHeads * hd], 0.5);
+    }
+    if (spec.architecture === "qwen3") {
+      put(p + "self_attn.q_norm.weight", [hd], 0.2, 1);
+      put(p + "self_attn.k_norm.weight", [hd], 0.2, 1);
+    }
+    put(p + "post_attention_layernorm.weight", [hidden], 0.2, 1);
+    put(p + "mlp.gate_proj.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
+    put(p + "mlp.up_proj.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
+    put(p + "mlp.down_proj.weight", [hidden, ffn], 1 / Math.sqrt(ffn));
+  }
+  put("model.norm.weight", [hidden], 0.2, 1);
+  if (!spec.tied) put("lm_head.weight", [spec.vocab, hidden], 1 / Math.sqrt(hidden));
+  return w;
+}
+
+/** llama.cpp's permutation of Llama q/k rows (convert_hf_to_gguf.py `LlamaModel.permute`). */
+export function permuteForGguf(values: Float32Array, rows: number, cols: number, heads: number): Float32Array {
+  const hd = rows / heads;
+  const out = new Float32Array(values.length);
+  for (let h = 0; h < heads; h++) {
+    for (let half = 0; half < 2; half++) {
+      for (let j = 0; j < hd / 2; j++) {
+        const src = h * hd + half * (hd / 2) + j;
+        const dst = h * hd + j * 2 + half;
+        out.set(values.subarray(src * cols, (src + 1) * cols), dst * cols);
+      }
+    }
+  }
+  return out;
+}
+
+const GGUF_LAYER: Record<string, string> = {
+  "input_layernorm.weight": "attn_norm.weight",
+  "self_attn.q_proj.weight": "attn_q.weight",
+  "self_attn.k_proj.weight": "attn_k.weight",
+  "self_attn.v_proj.weight": "attn_v.weight",
+  "self_attn.o_proj.weight": "attn_output.weight",
+  "self_attn.q_proj.bias": "attn_q.bias",
+  "self_attn.k_proj.bias": "attn_k.bias",
+  "self_attn.v_proj.bias": "attn_v.bias",
+  "self_attn.q_norm.weight": "attn_q_norm.weight",
+  "self_attn.k_norm.weight": "attn_k_norm.weight",
+  "post_attention_layernorm.weight": "ffn_norm.weight",
+  "mlp.gate_proj.weight": "ffn_gate.weight",
+  "mlp.up_proj.weight": "ffn_up.weight",
+  "mlp.down_proj.weight": "ffn_down.weight",
+};
+
+function ggufName(hf: string): string {
+  if (hf === "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf === "model.norm.weight") return "output_norm.weight";
+  if (hf === "lm_head.weight") return "output.weight";
+  const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
+  if (!m || !GGUF_LAYER[m[2]]) throw new Error(`No GGUF name for ${hf}`);
+  return `blk.${m[1]}.${GGUF_LAYER[m[2]]}`;
+}
+
+/** Vectors (norms, biases) stay f32 in both formats, as converters write them. */
+const isVector = (shape: number[]) => shape.length === 1;
+
+/** The vocab a test model's GGUF carries: SentencePiece-style for llama, byte-level BPE for Qwen. */
+export function vocabFor(spec: ModelFileSpec): TestVocab {
+  return spec.architecture === "llama" ? spmVocab(spec.vocab) : bpeVocab(spec.vocab);
+}
+
+/** GGUF metadata for `spec` (what llama.cpp needs to load it). */
+export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, GgufEntry][] {
+  const a = spec.architecture;
+  const meta: [string, GgufEntry][] = [
+    ["general.architecture", gguf.str(a)],
+    ["general.name", gguf.str(`random-${a}`)],
+    [`${a}.context_length`, gguf.u32(256)],
+    [`${a}.embedding_length`, gguf.u32(spec.hidden)],
+    [`${a}.block_count`, gguf.u32(spec.layers)],
+    [`${a}.feed_forward_length`, gguf.u32(spec.ffn)],
+    [`${a}.attention.head_count`, gguf.u32(spec.heads)],
+    [`${a}.attention.head_count_kv`, gguf.u32(spec.kvHeads)],
+    [`${a}.attention.key_length`, gguf.u32(spec.headDim)],
+    [`${a}.attention.value_length`, gguf.u32(spec.headDim)],
+    [`${a}.rope.dimension_count`, gguf.u32(spec.headDim)],
+    [`${a}.attention.layer_norm_rms_epsilon`, gguf.f32(1e-5)],
+    [`${a}.rope.freq_base`, gguf.f32(a === "llama" ? 10000 : 1000000)],
+    ["tokenizer.ggml.model", gguf.str(vocab.kind === "spm" ? "llama" : "gpt2")],
+    ["tokenizer.ggml.tokens", gguf.arr(GgufType.STRING, vocab.tokens)],
+    ["tokenizer.ggml.token_type", gguf.arr(GgufType.INT32, vocab.types)],
+  ];
+  if (vocab.kind === "spm") meta.push(["tokenizer.ggml.scores", gguf.arr(GgufType.FLOAT32, vocab.scores)]);
+  else {
+    meta.push(["tokenizer.ggml.merges", gguf.arr(GgufType.STRING, vocab.merges)]);
+    meta.push(["tokenizer.ggml.pre", gguf.str("qwen2")]);
+  }
+  meta.push(["tokenizer.ggml.bos_token_id", gguf.u32(vocab.bosId)]);
+  meta.push(["tokenizer.ggml.eos_token_id", gguf.u32(vocab.eosId)]);
+  meta.push(["tokenizer.ggml.add_bos_token", gguf.bool(a === "llama")]);
+  return meta;
+}
+
+/** Encodes the weights as a GGUF file (llama q/k permuted for llama.cpp's "normal" RoPE). */
+export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocabFor(spec)): Uint8Array {
+  const tensors: HostTensor[] = [];
+  for (const [name, { shape, values }] of weights) {
+    let v = values;
+    if (spec.architecture === "llama" && /self_attn\.[qk]_proj\.(weight|bias)$/.test(name)) {
+      const heads = name.includes(".q_proj.") ? spec.heads : spec.kvHeads;
+      v = permuteForGguf(values, shape[0], shape[1] ?? 1, heads);
+    }
+    const dtype = isVector(shape) ? "f32" : spec.dtype;
+    tensors.push({ name: ggufName(name), shape, dtype, data: encodeFromF32(v, dtype) });
+  }
+  return encodeGguf({ metadata: ggufMetadata(spec, vocab), tensors });
+}
+
+/** Writes a Hugging Face directory holding the same weights (q8_0 is stored as f32 there). */
+export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights: HfWeights): Promise<void> {
+  mkdirSync(dir, { recursive: true });
+  const dtype = spec.dtype === "q8_0" ? "f32" : spec.dtype;
+  const tensors: HostTensor[] = [...weights].map(([name, { shape, values }]) => {
+    const dt = isVector(shape) ? "f32" : dtype;
+    return { name, shape, dtype: dt, data: encodeFromF32(values, dt) };
+  });
+  const vocab = bpeVocab(Math.min(spec.vocab, 300));
+  const archName = { llama: "LlamaForCausalLM", qwen2: "Qwen2ForCausalLM", qwen3: "Qwen3ForCausalLM" }[spec.architecture];
+  const config = {
+    architectures: [archName],
+    model_type: spec.architecture,
+    hidden_size: spec.hidden,
+    num_hidden_layers: spec.layers,
+    num_attention_heads: spec.heads,
+    num_key_value_heads: spec.kvHeads,
+    head_dim: spec.headDim,
+    intermediate_size: spec.ffn,
+    rms_norm_eps: 1e-5,
+    rope_theta: spec.architecture === "llama" ? 10000 : 1000000,
+    max_position_embeddings: 256,
+    tie_word_embeddings: spec.tied,
+    vocab_size: spec.vocab,
+    bos_token_id: vocab.bosId,
+    eos_token_id: vocab.eosId,
+  };
+  await writeFile(`${dir}/config.json`, JSON.stringify(config, null, 2));
+  await writeFile(`${dir}/model.safetensors`, encodeSafetensors(tensors, { format: "pt" }));
+  await writeFile(`${dir}/tokenizer.json`, JSON.stringify(tokenizerJson(vocab)));
+  await writeFile(`${dir}/tokenizer_config.json`, JSON.stringify({
+    add_bos_token: spec.architecture === "llama",
+    chat_template: "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}",
+  }));
+}
