@@ -1,0 +1,7 @@
+/** Public surface of the pure planner layer. */
+export * from "./types.ts";
+export * from "./profile.ts";
+export * from "./sla-profile-planner.ts";
+export * from "./load-planner.ts";
+export * from "./online-planner.ts";
+export * from "./routers.ts";

@@ -1,0 +1,137 @@
+/**
+ * Request routers. Baseline: Dynamo's KV-aware cost, overlap_weight·(uncached prefill blocks, plus
+ * blocks already queued) + active decode blocks, lowest wins. Ours: session affinity weighed
+ * against load, with a per-request transfer-vs-recompute choice for the cached prefix.
+ */
+import { decideTransfer } from "../kv/transfer.ts";
+import type { Role } from "./types.ts";
+
+/** A worker as a router sees it. */
+export interface RouteCandidate {
+  id: string;
+  role: Role;
+  /** Leading request blocks this worker holds on device, and on device-or-host. */
+  overlapDevice: number;
+  overlapHost: number;
+  /** Uncached prefill tokens already queued there. */
+  queuedPrefillTokens: number;
+  /** KV blocks held by running decodes. */
+  activeBlocks: number;
+  decodeBatch: number;
+  /** Online estimate of its prefill speed (tokens/s) and current decode step (s). */
+  prefillRate: number;
+  decodeStepS: number;
+  /** Rack, for link selection. */
+  rack: number;
+}
+
+/** Dynamo's KV-aware router cost: lower is better. */
+export function kvAwareCost(c: RouteCandidate, requestBlocks: number, blockTokens: number, overlapWeight = 1): number {
+  const prefillBlocks = Math.max(0, requestBlocks - c.overlapDevice) + c.queuedPrefillTokens / blockTokens;
+  return overlapWeight * prefillBlocks + c.activeBlocks;
+}
+
+/** Picks the lowest {@link kvAwareCost} (ties to the first candidate; temperature 0). */
+export function routeKvAware(cands: readonly RouteCandidate[], requestBlocks: number, blockTokens: number, overlapWeight = 1): RouteCandidate | undefined {
+  let best: RouteCandidate | undefined;
+  let bestCost = Infinity;
+  for (const c of cands) {
+    const cost = kvAwareCost(c, requestBlocks, blockTokens, overlapWeight);
+    if (cost < bestCost) { best = c; bestCost = cost; }
+  }
+  return best;
+}
+
+/** Link model the session router needs (bytes/s and latency between two workers, and to host memory). */
+export interface LinkModel {
+  bandwidth(fromRack: number, toRack: number): number;
+  latency(fromRack: number, toRack: number): number;
+  hostBandwidth: number;
+}
+
+/** One request as our router sees it. */
+export interface SessionRequest {
+  promptTokens: number;
+  blockTokens: number;
+  bytesPerBlock: number;
+  /** Worker that served this session last (affinity), if any. */
+  lastWorker?: string;
+}
+
+/** Where to prefill, where to decode, and how the prefill worker gets the cached prefix. */
+export interface SessionRoute {
+  decodeWorker: string;
+  /** null: prefill locally on the decode worker. */
+  prefillWorker: string | null;
+  /** Prefix blocks moved from the decode worker to the prefill worker (0 = recompute them). */
+  prefixTransferBlocks: number;
+  predictedTtftS: number;
+}
+
+/** Tunables of {@link routeSession}. */
+export interface SessionRouterOptions {
+  localPrefillThreshold: number;
+  itlTargetS: number;
+  /** Seconds of TTFT one ITL-target overshoot on a decode worker is worth (load vs affinity). */
+  loadWeightS?: number;
+  /** Bonus (s) for the session's last worker: its KV may also be on its way back from host. */
+  affinityBonusS?: number;
+}
+
+/** Our router: the candidate with the lowest predicted TTFT plus a decode-load penalty. */
+export function routeSession(
+  req: SessionRequest, decoders: readonly RouteCandidate[], prefillers: readonly RouteCandidate[],
+  links: LinkModel, o: SessionRouterOptions,
+): SessionRoute | undefined {
+  const bt = req.blockTokens;
+  let best: SessionRoute | undefined;
+  let bestCost = Infinity;
+  const loadW = o.loadWeightS ?? 0.5;
+  for (const w of decoders) {
+    const onDev = w.overlapDevice * bt;
+    const onHost = Math.max(0, w.overlapHost - w.overlapDevice);
+    const hostS = onHost === 0 ? 0 : (onHost * req.bytesPerBlock) / links.hostBandwidth;
+    const uncached = Math.max(0, req.promptTokens - onDev - onHost * bt);
+    const rate = Math.max(1, w.prefillRate);
+    let route: SessionRoute = {
+      decodeWorker: w.id, prefillWorker: null, prefixTransferBlocks: 0,
+      predictedTtftS: hostS + (w.queuedPrefillTokens + uncached) / rate,
+    };
+    if (uncached > o.localPrefillThreshold && w.role !== "mixed") {
+      const remote = bestRemote(req, w, w.overlapHost, uncached, prefillers, links);
+      if (remote !== undefined && remote.predictedTtftS < route.predictedTtftS) route = remote;
+    }
+    const overload = Math.max(0, w.decodeStepS / o.itlTargetS - 0.8);
+    let cost = route.predictedTtftS + loadW * overload;
+    if (w.id === req.lastWorker) cost -= o.affinityBonusS ?? 0;
+    if (cost < bestCost) { bestCost = cost; best = route; }
+  }
+  return best;
+}
+
+function bestRemote(
+  req: SessionRequest, w: RouteCandidate, held: number, uncached: number,
+  prefillers: readonly RouteCandidate[], links: LinkModel,
+): SessionRoute | undefined {
+  let best: SessionRoute | undefined;
+  for (const p of prefillers) {
+    const rate = Math.max(1, p.prefillRate);
+    // The prefill worker needs the prefix it lacks: fetch it from w, or recompute it.
+    const missing = Math.max(0, held - p.overlapDevice);
+    const d = decideTransfer({
+      blocks: missing, bytesPerBlock: req.bytesPerBlock, linkBandwidthBytesPerS: links.bandwidth(w.rack, p.rack),
+      linkLatencyS: links.latency(w.rack, p.rack), recomputeS: (missing * req.blockTokens) / rate,
+    });
+    const prefixS = Math.min(d.transferS, d.recomputeS);
+    const backBlocks = Math.ceil(uncached / req.blockTokens);
+    const backS = links.latency(p.rack, w.rack) + (backBlocks * req.bytesPerBlock) / links.bandwidth(p.rack, w.rack);
+    const ttft = p.queuedPrefillTokens / rate + prefixS + uncached / rate + backS;
+    if (best === undefined || ttft < best.predictedTtftS) {
+      best = {
+        decodeWorker: w.id, prefillWorker: p.id, prefixTransferBlocks: d.choice === "transfer" ? missing : 0,
+        predictedTtftS: ttft,
+      };
+    }
+  }
+  return best;
+}

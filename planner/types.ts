@@ -1,0 +1,75 @@
+/**
+ * What planners and routers see and decide. Pure data: the simulator and a real cluster fill the
+ * same snapshot, so a planner's decisions mean the same in both.
+ */
+
+/** What a worker admits: prefill only, decode only (plus short local prefills), or both. */
+export type Role = "prefill" | "decode" | "mixed";
+
+/** Lifecycle of a worker (the baseline scales by starting and stopping workers). */
+export type WorkerState = "serving" | "starting" | "draining" | "off";
+
+/** Per-worker metrics over the last window. */
+export interface WorkerSnapshot {
+  id: string;
+  role: Role;
+  state: WorkerState;
+  /** Uncached prompt tokens queued for prefill (not yet computed). */
+  waitingPrefillTokens: number;
+  /** Age (s) of the oldest request waiting for prefill. */
+  queueDelayS: number;
+  /** Sequences decoding now. */
+  decodeBatch: number;
+  /** Prefill tokens computed in the window and seconds of steps that carried prefill. */
+  prefillTokens: number;
+  prefillBusyS: number;
+  /** Decode tokens produced in the window and seconds of decode-carrying steps. */
+  decodeTokens: number;
+  decodeBusyS: number;
+  /** Mean step time (s) over decode-carrying steps in the window (0 when none). */
+  decodeStepS: number;
+  /** Mean decode batch over those steps. */
+  meanDecodeBatch: number;
+  /** Fraction of device KV blocks in use. */
+  kvUsage: number;
+}
+
+/** One finished request, as the frontend sees it. */
+export interface CompletedRequest {
+  isl: number;
+  osl: number;
+  ttftS: number;
+  itlS: number;
+}
+
+/** Everything a planner reads at one tick. */
+export interface MetricsSnapshot {
+  now: number;
+  windowS: number;
+  workers: WorkerSnapshot[];
+  /** Requests that arrived in the window, with their prompt tokens and uncached prompt tokens. */
+  arrivals: number;
+  arrivedPromptTokens: number;
+  arrivedUncachedTokens: number;
+  arrivedOutputTokens: number;
+  /** Requests that finished in the window. */
+  completions: CompletedRequest[];
+}
+
+/** A planner decision. */
+export type PlannerAction =
+  | { kind: "flip"; workerId: string; to: Role }
+  | { kind: "replicas"; prefill: number; decode: number }
+  | { kind: "local-prefill-threshold"; tokens: number };
+
+/** A planner: called every `intervalS` seconds of (injected) time with a fresh snapshot. */
+export interface Planner {
+  readonly name: string;
+  readonly intervalS: number;
+  tick(snapshot: MetricsSnapshot): PlannerAction[];
+}
+
+/** Raised for a planner or router configured with impossible values. */
+export class PlannerConfigError extends Error {
+  override name = "PlannerConfigError";
+}
