@@ -66,7 +66,7 @@ class Cursor {
   i16 = (): number => this.view.getInt16(this.need(2), true);
   u32 = (): number => this.view.getUint32(this.need(4), true);
   i32 = (): number => this.view.getInt32(this.need(4), true);
-  f32 = (): number => this.view.getFloat32(this.need(4), true);
+  f32 = (): number => shortestF32(this.view.getFloat32(this.need(4), true));
   f64 = (): number => this.view.getFloat64(this.need(8), true);
   u64 = (): number | bigint => narrow(this.view.getBigUint64(this.need(8), true));
   i64 = (): number | bigint => narrow(this.view.getBigInt64(this.need(8), true));
@@ -85,6 +85,16 @@ class Cursor {
     const at = this.need(len);
     return this.decoder.decode(this.bytes.subarray(at, at + len));
   }
+}
+
+/** The shortest decimal that rounds to the same f32, so 1e-5 stored as f32 reads back as 1e-5. */
+function shortestF32(v: number): number {
+  if (!Number.isFinite(v)) return v;
+  for (let p = 1; p <= 9; p++) {
+    const d = Number(v.toPrecision(p));
+    if (Math.fround(d) === v) return d;
+  }
+  return v;
 }
 
 function narrow(v: bigint): number | bigint {

@@ -130,6 +130,9 @@ export function encodeGguf(input: GgufWriteInput): Uint8Array {
   let offset = 0;
   const offsets: number[] = [];
   for (const t of input.tensors) {
+    if (t.dtype === "q8_0" && (t.shape[t.shape.length - 1] ?? 0) % 32 !== 0) {
+      throw new RangeError(`Tensor "${t.name}" of shape [${t.shape}] cannot be q8_0: its rows must be multiples of 32`);
+    }
     s.string(t.name);
     s.u32(t.shape.length);
     for (const d of [...t.shape].reverse()) s.u64(d);

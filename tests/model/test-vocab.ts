@@ -82,7 +82,7 @@ export function bpeVocab(size: number): TestVocab {
       tokens.push(`<|pad${i}|>`);
     }
   }
-  const types = tokens.map((t) => (t.startsWith("<|pad") ? 4 : 1));
+  const types: number[] = tokens.map((t) => (t.startsWith("<|pad") ? 4 : 1));
   tokens.push("<|endoftext|>");
   types.push(3);
   const eos = tokens.length - 1;
