@@ -1,0 +1,94 @@
+/**
+ * `generate`: load a model, run one prompt, print the continuation (or one JSON object with
+ * --json). User errors print one line on stderr and exit with code 2.
+ *
+ *   deno task generate --prompt "Once upon a time" --max-tokens 20 --temperature 0 --json
+ *   npx tsx src/cli/generate.ts --model models/stories260K.gguf --backend reference
+ */
+import { fileURLToPath } from "node:url";
+import { isBackendChoice, selectBackend, BACKEND_NAMES } from "../backend/select.ts";
+import { BackendShapeError, BackendUnavailableError, type Backend } from "../backend/types.ts";
+import { generate, GenerateInputError } from "../engine/generate.ts";
+import { ModelLoadError } from "../model/config.ts";
+import { uploadModel } from "../model/device-weights.ts";
+import { ForwardInputError } from "../model/forward.ts";
+import { loadModel } from "../model/load.ts";
+import { cliArgs, exitProcess } from "../runtime/env.ts";
+import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
+
+/** The bundled model, found relative to this file so any working directory works. */
+export const DEFAULT_MODEL = fileURLToPath(new URL("../../models/stories260K.gguf", import.meta.url));
+
+const FLAGS = {
+  model: { kind: "string", help: "GGUF file or Hugging Face directory (default: bundled stories260K)" },
+  prompt: { kind: "string", help: 'prompt text (default "Once upon a time")' },
+  "max-tokens": { kind: "int", min: 0, help: "tokens to generate (default 64)" },
+  temperature: { kind: "number", min: 0, help: "0 = greedy (default 0)" },
+  "top-k": { kind: "int", min: 0, help: "keep the k most likely tokens, 0 = off (default 0)" },
+  "top-p": { kind: "number", min: 0, max: 1, help: "nucleus mass, 1 = off (default 1)" },
+  seed: { kind: "int", help: "sampling seed (default 0)" },
+  backend: { kind: "string", help: `${BACKEND_NAMES.join("|")} (default auto)` },
+  json: { kind: "boolean", help: 'print {"backend","prompt_ids","ids","text"}' },
+  help: { kind: "boolean", help: "show this help" },
+} satisfies FlagSpecs;
+
+/** Errors the user can fix: reported in one line with exit code 2. */
+const USER_ERRORS = [ArgsError, ModelLoadError, GenerateInputError, BackendUnavailableError, ForwardInputError];
+
+function write(stream: "stdout" | "stderr", text: string): void {
+  (stream === "stdout" ? console.log : console.error)(text);
+}
+
+async function run(argv: readonly string[]): Promise<void> {
+  const flags = parseArgs(argv, FLAGS);
+  if (flags.help) {
+    write("stdout", usage("generate", FLAGS));
+    return;
+  }
+  const backendName = flags.backend ?? "auto";
+  if (!isBackendChoice(backendName)) {
+    throw new ArgsError(`Flag --backend expects one of ${BACKEND_NAMES.join(", ")}, got "${backendName}"`);
+  }
+  if (flags["top-p"] === 0) throw new ArgsError('Flag --top-p must be above 0, got "0"');
+  const model = await loadModel(flags.model ?? DEFAULT_MODEL);
+  const prompt = flags.prompt ?? "Once upon a time";
+  const promptIds = model.tokenizer.encode(prompt, { addBos: model.config.addBos });
+  if (promptIds.length > model.config.contextLength) {
+    throw new GenerateInputError(
+      `The prompt has ${promptIds.length} tokens, more than the context length ${model.config.contextLength}`,
+    );
+  }
+  const { backend, reason } = await selectBackend(backendName);
+  let held: Backend | undefined = backend;
+  try {
+    if (!flags.json) write("stderr", `backend: ${reason}`);
+    const device = uploadModel(backend, model);
+    const [result] = await generate(device, backend, [promptIds], {
+      maxTokens: flags["max-tokens"] ?? 64,
+      temperature: flags.temperature ?? 0,
+      topK: flags["top-k"] ?? 0,
+      topP: flags["top-p"] ?? 1,
+      seed: flags.seed ?? 0,
+    });
+    const text = model.tokenizer.decode(result.ids);
+    if (flags.json) {
+      write("stdout", JSON.stringify({ backend: backend.info.name, prompt_ids: promptIds, ids: result.ids, text }));
+    } else {
+      write("stdout", model.tokenizer.decode([...promptIds, ...result.ids]));
+    }
+    backend.destroy();
+    held = undefined;
+  } finally {
+    held?.destroy();
+  }
+}
+
+try {
+  await run(cliArgs());
+  exitProcess(0);
+} catch (e) {
+  const known = USER_ERRORS.some((cls) => e instanceof cls) || e instanceof BackendShapeError;
+  const message = (e instanceof Error ? e.message : String(e)).split("\n")[0];
+  write("stderr", known ? `error: ${message}` : `internal error: ${message}`);
+  exitProcess(known ? 2 : 1);
+}

@@ -1,0 +1,84 @@
+/** The generate CLI as a user runs it: spawned under Node (tsx) and Deno, JSON parsed, errors checked. */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { projectRoot, sharedRoot, test } from "../harness.ts";
+
+const golden = JSON.parse(readFileSync(`${sharedRoot}/reference/stories260K-greedy.json`, "utf8")) as {
+  prompt: string;
+  prompt_ids_with_bos: number[];
+  greedy20: number[];
+  text: string;
+};
+
+const RUNTIMES = {
+  // tsx by absolute path: `--import tsx` would resolve from the working directory.
+  node: ["node", ["--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, "src/cli/generate.ts"]],
+  deno: [`${projectRoot}/node_modules/.bin/deno`, ["run", "-A", "src/cli/generate.ts"]],
+  "deno task": [`${projectRoot}/node_modules/.bin/deno`, ["task", "-q", "generate"]],
+} as const;
+
+function runCli(runtime: keyof typeof RUNTIMES, args: string[], cwd = projectRoot) {
+  const [cmd, pre] = RUNTIMES[runtime];
+  const script = pre.map((a) => (a.startsWith("src/") ? `${projectRoot}/${a}` : a));
+  const r = spawnSync(cmd, [...script, ...args], {
+    cwd,
+    encoding: "utf8",
+    env: { ...process.env, NO_COLOR: "1", NODE_OPTIONS: "" },
+    timeout: 120_000,
+  });
+  return { status: r.status, stdout: r.stdout ?? "", stderr: r.stderr ?? "" };
+}
+
+for (const runtime of ["node", "deno"] as const) {
+  test(`generate CLI under ${runtime} prints the golden greedy JSON for the bundled model`, () => {
+    // Run from another directory: the default model must resolve relative to the project.
+    const r = runCli(runtime, ["--prompt", golden.prompt, "--max-tokens", "20", "--temperature", "0",
+      "--backend", "reference", "--json"], sharedRoot);
+    assert.equal(r.status, 0, r.stderr);
+    const out = JSON.parse(r.stdout.trim()) as Record<string, unknown>;
+    assert.deepEqual(Object.keys(out).sort(), ["backend", "ids", "prompt_ids", "text"]);
+    assert.equal(out.backend, "reference");
+    assert.deepEqual(out.prompt_ids, golden.prompt_ids_with_bos);
+    assert.deepEqual(out.ids, golden.greedy20);
+    assert.equal(out.text, golden.text);
+  });
+}
+
+test("deno task generate prints the golden JSON (the documented command)", () => {
+  const r = runCli("deno task", ["--max-tokens", "20", "--temperature", "0", "--backend", "reference", "--json"]);
+  assert.equal(r.status, 0, r.stderr);
+  const out = JSON.parse(r.stdout.trim()) as { ids: number[]; prompt_ids: number[] };
+  assert.deepEqual(out.prompt_ids, golden.prompt_ids_with_bos);
+  assert.deepEqual(out.ids, golden.greedy20);
+});
+
+test("generate CLI without --json prints the text and names the backend on stderr", () => {
+  const r = runCli("node", ["--max-tokens", "20", "--backend", "reference"]);
+  assert.equal(r.status, 0, r.stderr);
+  assert.equal(r.stdout.trim(), `${golden.prompt}${golden.text}`);
+  assert.match(r.stderr, /backend: reference/);
+});
+
+test("generate CLI exits 2 with one line for a missing model file", () => {
+  const r = runCli("node", ["--model", "/no/such/model.gguf", "--backend", "reference"]);
+  assert.equal(r.status, 2);
+  assert.equal(r.stdout, "");
+  assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+  assert.match(r.stderr, /not found.*\/no\/such\/model\.gguf/);
+});
+
+test("generate CLI exits 2 with one line for bad flags and values", () => {
+  for (const args of [["--bogus"], ["--max-tokens", "ten"], ["--backend", "tpu"], ["--top-p", "0"]]) {
+    const r = runCli("deno", args);
+    assert.equal(r.status, 2, `${args.join(" ")}: ${r.stderr}`);
+    assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+    assert.ok(r.stderr.includes(args[args.length - 1].replace(/^--/, "")), r.stderr);
+  }
+});
+
+test("generate CLI exits 2 for a prompt longer than the context", () => {
+  const r = runCli("deno", ["--prompt", "Once upon a time ".repeat(700), "--backend", "reference"]);
+  assert.equal(r.status, 2, r.stderr);
+  assert.match(r.stderr, /more than the context length 2048/);
+});
