@@ -12,7 +12,7 @@ import { generate, GenerateInputError } from "../engine/generate.ts";
 import { ModelLoadError } from "../model/config.ts";
 import { uploadModel } from "../model/device-weights.ts";
 import { ForwardInputError } from "../model/forward.ts";
-import { loadModel } from "../model/load.ts";
+import { type LoadProgress, loadModel } from "../model/load.ts";
 import { cliArgs, exitProcess } from "../runtime/env.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 
@@ -39,6 +39,18 @@ function write(stream: "stdout" | "stderr", text: string): void {
   (stream === "stdout" ? console.log : console.error)(text);
 }
 
+/** Prints load progress to stderr in 10% steps, only for files big enough to make a user wait. */
+function progressPrinter(): (p: LoadProgress) => void {
+  let shown = -1;
+  return ({ bytesRead, totalBytes }) => {
+    if (totalBytes < 64 * 2 ** 20) return;
+    const tenth = Math.floor((bytesRead / totalBytes) * 10);
+    if (tenth === shown) return;
+    shown = tenth;
+    write("stderr", `loading: ${tenth * 10}% of ${(totalBytes / 2 ** 20).toFixed(0)} MiB`);
+  };
+}
+
 async function run(argv: readonly string[]): Promise<void> {
   const flags = parseArgs(argv, FLAGS);
   if (flags.help) {
@@ -50,7 +62,7 @@ async function run(argv: readonly string[]): Promise<void> {
     throw new ArgsError(`Flag --backend expects one of ${BACKEND_NAMES.join(", ")}, got "${backendName}"`);
   }
   if (flags["top-p"] === 0) throw new ArgsError('Flag --top-p must be above 0, got "0"');
-  const model = await loadModel(flags.model ?? DEFAULT_MODEL);
+  const model = await loadModel(flags.model ?? DEFAULT_MODEL, { onProgress: progressPrinter() });
   const prompt = flags.prompt ?? "Once upon a time";
   const promptIds = model.tokenizer.encode(prompt, { addBos: model.config.addBos });
   if (promptIds.length > model.config.contextLength) {
