@@ -1,0 +1,74 @@
+/**
+ * `deno task serve` / `npm run serve`: an OpenAI-compatible server for one model.
+ *
+ *   deno task serve --model models/stories260K.gguf --port 8000 --backend auto
+ *
+ * Runs under Deno (Deno.serve) and Node (@hono/node-server); the runtime is detected.
+ */
+import { fileURLToPath } from "node:url";
+import { BACKEND_NAMES, isBackendChoice } from "../backend/select.ts";
+import { BackendUnavailableError } from "../backend/types.ts";
+import type { WorkerRole } from "../engine/scheduler-types.ts";
+import { ModelLoadError } from "../model/config.ts";
+import { cliArgs, exitProcess, runtimeName } from "../runtime/env.ts";
+import { startServer } from "../serve/server.ts";
+import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
+
+const DEFAULT_MODEL = fileURLToPath(new URL("../../models/stories260K.gguf", import.meta.url));
+
+const FLAGS = {
+  model: { kind: "string", help: "GGUF file or Hugging Face directory (default: the bundled stories260K)" },
+  "served-model-name": { kind: "string", help: "name clients use in 'model' (default: file name)" },
+  host: { kind: "string", help: "address to listen on (default 127.0.0.1)" },
+  port: { kind: "int", min: 0, max: 65535, help: "TCP port (default 8000)" },
+  backend: { kind: "string", help: `${BACKEND_NAMES.join("|")} (default auto)` },
+  "api-key": { kind: "string", help: "require 'Authorization: Bearer KEY' on /v1/*" },
+  "max-model-len": { kind: "int", min: 2, help: "context limit, prompt + output (default: the model's)" },
+  "kv-blocks": { kind: "int", min: 2, help: "KV cache blocks of 16 tokens" },
+  "kv-memory-fraction": { kind: "number", min: 0.0001, max: 0.95, help: "size the KV cache as this fraction of host memory" },
+  "max-batch-tokens": { kind: "int", min: 1, help: "token budget per step (default 512)" },
+  "max-num-seqs": { kind: "int", min: 1, help: "sequences per step at most (default 64)" },
+  "max-waiting": { kind: "int", min: 1, help: "queue length before 429 (default 1024)" },
+  role: { kind: "string", help: "mixed|prefill|decode (default mixed)" },
+  "max-body-bytes": { kind: "int", min: 1024, help: "largest request body (default 2 MiB)" },
+  help: { kind: "boolean", help: "show this help" },
+} satisfies FlagSpecs;
+
+async function main(): Promise<void> {
+  const f = parseArgs(cliArgs(), FLAGS);
+  if (f.help) {
+    console.log(usage("serve", FLAGS));
+    return;
+  }
+  const backend = f.backend ?? "auto";
+  if (!isBackendChoice(backend)) throw new ArgsError(`Unknown backend "${backend}"; choose one of ${BACKEND_NAMES.join(", ")}`);
+  const role = f.role ?? "mixed";
+  if (role !== "mixed" && role !== "prefill" && role !== "decode") throw new ArgsError(`Unknown role "${role}"; choose mixed, prefill or decode`);
+  const s = await startServer({
+    modelPath: f.model ?? DEFAULT_MODEL,
+    servedModelName: f["served-model-name"],
+    host: f.host ?? "127.0.0.1",
+    port: f.port ?? 8000,
+    backend,
+    apiKey: f["api-key"],
+    maxModelLen: f["max-model-len"],
+    kvBlocks: f["kv-blocks"],
+    kvMemoryFraction: f["kv-memory-fraction"],
+    maxBatchTokens: f["max-batch-tokens"],
+    maxNumSeqs: f["max-num-seqs"],
+    maxWaiting: f["max-waiting"],
+    role: role as WorkerRole,
+    maxBodyBytes: f["max-body-bytes"],
+  });
+  const st = s.engine.stats();
+  console.error(
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${st.kvTotalBlocks} blocks, max model len ${s.engine.maxModelLen}; ` +
+      `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,
+  );
+}
+
+main().catch((e: unknown) => {
+  const known = e instanceof ArgsError || e instanceof ModelLoadError || e instanceof BackendUnavailableError || e instanceof RangeError;
+  console.error(known ? `serve: ${(e as Error).message}` : `serve: unexpected error: ${e instanceof Error ? e.stack : String(e)}`);
+  exitProcess(1);
+});

@@ -1,0 +1,99 @@
+/**
+ * The Hono app: OpenAI-compatible routes, Bearer auth, body limit, health and Prometheus
+ * metrics. Runtime-neutral: `listen.ts` serves it under Deno.serve or @hono/node-server, tests
+ * call `app.request()` in-process.
+ */
+import { Hono, type Context } from "hono";
+import { bodyLimit } from "hono/body-limit";
+import type { ZodType } from "zod";
+import type { Engine } from "../engine/engine.ts";
+import type { LoadedModel } from "../model/config.ts";
+import { chatRenderer } from "./chat-template.ts";
+import { ApiError, schemaError } from "./errors.ts";
+import { renderMetrics } from "./metrics.ts";
+import { completeJson, completeStream, type ServeContext, submitChat, submitCompletion } from "./openai.ts";
+import { ChatRequestSchema, CompletionRequestSchema } from "./schemas.ts";
+
+/** Server settings. */
+export interface AppOptions {
+  engine: Engine;
+  model: LoadedModel;
+  /** Name served at /v1/models and expected in requests. */
+  modelName: string;
+  /** When set, /v1/* requires `Authorization: Bearer <apiKey>`. */
+  apiKey?: string;
+  /** Largest request body accepted (413 above). */
+  maxBodyBytes?: number;
+  /** Seconds clients are told to wait after a 429. */
+  retryAfterS?: number;
+}
+
+/** Builds the app. */
+export function createApp(o: AppOptions): Hono {
+  const tok = o.model.tokenizer;
+  const special = (id: number | undefined) => (id === undefined || !tok.tokenText ? undefined : tok.tokenText(id));
+  const ctx: ServeContext = {
+    engine: o.engine,
+    tokenizer: tok,
+    config: o.model.config,
+    modelName: o.modelName,
+    chat: chatRenderer(o.model.chatTemplate, { bos: special(o.model.config.bosTokenId), eos: special(o.model.config.eosTokenIds[0]) }),
+  };
+  const app = new Hono();
+  const fail = (c: Context, e: ApiError) => {
+    if (e.status === 429) c.header("Retry-After", String(o.retryAfterS ?? 1));
+    return c.json(e.body(), e.status);
+  };
+  app.onError((err, c) => {
+    if (err instanceof ApiError) return fail(c, err);
+    console.error(`Internal error on ${c.req.method} ${c.req.path}: ${err instanceof Error ? err.message : String(err)}`);
+    return fail(c, new ApiError(500, "Internal server error", null, "internal_error"));
+  });
+  app.notFound((c) => fail(c, new ApiError(404, `No route for ${c.req.method} ${c.req.path}`, null, "not_found")));
+
+  app.use("/v1/*", async (c, next) => {
+    if (o.apiKey === undefined) return next();
+    const auth = c.req.header("authorization") ?? "";
+    if (auth !== `Bearer ${o.apiKey}`) {
+      return fail(c, new ApiError(401, auth ? "Incorrect API key provided" : "Missing API key: send 'Authorization: Bearer <key>'", null, "invalid_api_key"));
+    }
+    return next();
+  });
+  const limit = o.maxBodyBytes ?? 2 * 1024 * 1024;
+  app.use("/v1/*", bodyLimit({ maxSize: limit, onError: (c) => fail(c, new ApiError(413, `The request body is larger than ${limit} bytes`, null, "body_too_large")) }));
+
+  async function parse<T>(c: Context, schema: ZodType<T>): Promise<T> {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(await c.req.text());
+    } catch {
+      throw new ApiError(400, "The request body is not valid JSON", null, "invalid_json");
+    }
+    const r = schema.safeParse(raw);
+    if (!r.success) throw schemaError(r.error, raw);
+    const model = (r.data as { model: string }).model;
+    if (model !== o.modelName) throw new ApiError(404, `The model '${model}' does not exist; this server serves '${o.modelName}'`, "model", "model_not_found");
+    return r.data;
+  }
+
+  const respond = async (c: Context, kind: "chat" | "completion", body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null } | null }, handle: ReturnType<typeof submitChat>) => {
+    c.req.raw.signal?.addEventListener("abort", () => handle.cancel());
+    if (!body.stream) return c.json(await completeJson(ctx, kind, handle));
+    const stream = completeStream(ctx, kind, handle, body.stream_options?.include_usage === true);
+    return new Response(stream, { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" } });
+  };
+  app.post("/v1/chat/completions", async (c) => {
+    const body = await parse(c, ChatRequestSchema);
+    return respond(c, "chat", body, submitChat(ctx, body));
+  });
+  app.post("/v1/completions", async (c) => {
+    const body = await parse(c, CompletionRequestSchema);
+    return respond(c, "completion", body, submitCompletion(ctx, body));
+  });
+  app.get("/v1/models", (c) =>
+    c.json({ object: "list", data: [{ id: o.modelName, object: "model", created: 0, owned_by: "evolving-infra", max_model_len: o.engine.maxModelLen }] })
+  );
+  app.get("/health", (c) => c.json({ status: "ok" }));
+  app.get("/metrics", (c) => c.text(renderMetrics(o.engine, o.modelName), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }));
+  return app;
+}

@@ -1,0 +1,53 @@
+/**
+ * Renders chat messages into a prompt: the model's own Jinja chat template (GGUF
+ * tokenizer.chat_template or tokenizer_config.json) through @huggingface/jinja, or, for a model
+ * without one, a plain fallback that joins the message texts with newlines. The fallback keeps
+ * turn N+1's prompt an extension of turn N's prompt plus its answer, so prefix caching still works.
+ */
+import { Template } from "@huggingface/jinja";
+import type { ChatMessageIn } from "./schemas.ts";
+import { ApiError } from "./errors.ts";
+
+/** The text of a message content (string, text parts, or nothing). */
+export function messageText(content: ChatMessageIn["content"]): string {
+  if (content === null || content === undefined) return "";
+  if (typeof content === "string") return content;
+  return content.map((p) => p.text).join("");
+}
+
+/** A chat renderer for one model. */
+export interface ChatRenderer {
+  /** True when the model ships its own template. */
+  readonly fromModel: boolean;
+  /** The prompt text; `startsWithBos` says whether the template already put BOS in it. */
+  render(messages: readonly ChatMessageIn[]): { text: string; startsWithBos: boolean };
+}
+
+/** Builds the renderer; a template that does not parse fails here, at start-up, not per request. */
+export function chatRenderer(template: string | undefined, special: { bos?: string; eos?: string }): ChatRenderer {
+  if (!template) {
+    return {
+      fromModel: false,
+      render: (messages) => ({ text: messages.map((m) => messageText(m.content)).join("\n"), startsWithBos: false }),
+    };
+  }
+  const compiled = new Template(template);
+  return {
+    fromModel: true,
+    render(messages) {
+      let text: string;
+      try {
+        text = compiled.render({
+          messages: messages.map((m) => ({ ...m, content: messageText(m.content) })),
+          add_generation_prompt: true,
+          bos_token: special.bos ?? "",
+          eos_token: special.eos ?? "",
+        });
+      } catch (e) {
+        // Templates raise on conversations they do not support (e.g. roles out of order): the client's input.
+        throw new ApiError(400, `The chat template rejected these messages: ${e instanceof Error ? e.message : String(e)}`, "messages", "invalid_messages");
+      }
+      return { text, startsWithBos: !!special.bos && text.startsWith(special.bos) };
+    },
+  };
+}

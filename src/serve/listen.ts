@@ -1,0 +1,47 @@
+/**
+ * Serves a fetch handler on a TCP port: `Deno.serve` under Deno, `@hono/node-server` under Node.
+ * Port 0 picks a free port (tests); the chosen port is returned.
+ */
+import { runtimeName } from "../runtime/env.ts";
+
+/** A listening server. */
+export interface Listening {
+  host: string;
+  port: number;
+  /** Stops accepting and closes open connections. */
+  close(): Promise<void>;
+}
+
+type FetchHandler = (req: Request) => Response | Promise<Response>;
+
+interface DenoServeApi {
+  serve(
+    opts: { hostname: string; port: number; onListen?: (addr: { port: number }) => void },
+    handler: FetchHandler,
+  ): { addr: { port: number }; shutdown(): Promise<void> };
+}
+
+/** Starts serving `fetch` on host:port. */
+export async function listen(fetch: FetchHandler, host: string, port: number): Promise<Listening> {
+  if (runtimeName() === "deno") {
+    const deno = (globalThis as unknown as { Deno: DenoServeApi }).Deno;
+    const server = deno.serve({ hostname: host, port, onListen: () => {} }, fetch);
+    return { host, port: server.addr.port, close: () => server.shutdown() };
+  }
+  const { serve } = await import("@hono/node-server");
+  return await new Promise<Listening>((resolve, reject) => {
+    const server = serve({ fetch, hostname: host, port }, (info) => {
+      resolve({
+        host,
+        port: info.port,
+        close: () =>
+          new Promise<void>((done) => {
+            const s = server as unknown as { close(cb: () => void): void; closeAllConnections?: () => void };
+            s.close(() => done());
+            s.closeAllConnections?.();
+          }),
+      });
+    });
+    server.once("error", reject);
+  });
+}

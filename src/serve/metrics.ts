@@ -1,0 +1,46 @@
+/**
+ * Prometheus text exposition of the engine's metrics, with vLLM's metric names (so dashboards
+ * built for vLLM read ours) plus a few of our own in the same style.
+ */
+import type { Engine } from "../engine/engine.ts";
+import type { Histogram } from "../engine/engine-metrics.ts";
+
+function esc(v: string): string {
+  return v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
+}
+
+/** Renders all metrics for GET /metrics. */
+export function renderMetrics(engine: Engine, modelName: string): string {
+  const s = engine.stats();
+  const m = engine.metrics;
+  const label = `model_name="${esc(modelName)}"`;
+  const out: string[] = [];
+  const metric = (name: string, type: string, help: string, lines: string[]) => {
+    out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`, ...lines);
+  };
+  const simple = (name: string, type: string, help: string, v: number) => metric(name, type, help, [`${name}{${label}} ${v}`]);
+  const hist = (name: string, help: string, h: Histogram) =>
+    metric(name, "histogram", help, [
+      ...h.bounds.map((b, i) => `${name}_bucket{${label},le="${b}"} ${h.counts[i]}`),
+      `${name}_bucket{${label},le="+Inf"} ${h.count}`,
+      `${name}_sum{${label}} ${h.sum}`,
+      `${name}_count{${label}} ${h.count}`,
+    ]);
+  simple("vllm:num_requests_running", "gauge", "Requests in the running batch.", s.running);
+  simple("vllm:num_requests_waiting", "gauge", "Requests waiting to be scheduled (queue depth).", s.waiting);
+  simple("vllm:kv_cache_usage_perc", "gauge", "Fraction of KV blocks in use (1 = full).", s.kvTotalBlocks ? s.kvUsedBlocks / s.kvTotalBlocks : 0);
+  simple("vllm:kv_cache_blocks_used", "gauge", "KV blocks referenced by running requests.", s.kvUsedBlocks);
+  simple("vllm:kv_cache_blocks_total", "gauge", "KV blocks in the pool.", s.kvTotalBlocks);
+  simple("vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", s.prefixQueriedTokens);
+  simple("vllm:prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", s.prefixHitTokens);
+  simple("vllm:prefix_cache_hit_rate", "gauge", "Prefix cache hits over queries, in tokens, since start.", s.prefixQueriedTokens ? s.prefixHitTokens / s.prefixQueriedTokens : 0);
+  simple("vllm:num_preemptions_total", "counter", "Requests preempted (KV recomputed later).", s.preemptions);
+  simple("vllm:prompt_tokens_total", "counter", "Prompt tokens received.", m.promptTokens);
+  simple("vllm:generation_tokens_total", "counter", "Tokens generated.", m.generationTokens);
+  simple("vllm:request_rejected_total", "counter", "Requests refused because the queue was full (429).", m.rejected);
+  metric("vllm:request_success_total", "counter", "Finished requests by finish reason.", [...m.finished].map(([r, n]) => `vllm:request_success_total{${label},finished_reason="${esc(r)}"} ${n}`));
+  hist("vllm:time_to_first_token_seconds", "Time to first token.", m.ttft);
+  hist("vllm:inter_token_latency_seconds", "Time between consecutive output tokens.", m.itl);
+  hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.", m.e2e);
+  return out.join("\n") + "\n";
+}

@@ -1,0 +1,86 @@
+/**
+ * Puts a server together: load the model, pick the backend, build the engine and the app, listen.
+ * Used by `src/cli/serve.ts` and by the tests that drive a real server over sockets.
+ */
+import os from "node:os";
+import { type BackendChoice, selectBackend } from "../backend/select.ts";
+import type { Engine } from "../engine/engine.ts";
+import { createEngine } from "../engine/engine-factory.ts";
+import { kvBytesPerBlock } from "../engine/kv-cache.ts";
+import type { WorkerRole } from "../engine/scheduler-types.ts";
+import type { LoadedModel } from "../model/config.ts";
+import { loadModel } from "../model/load.ts";
+import { createApp } from "./app.ts";
+import { listen, type Listening } from "./listen.ts";
+
+/** Everything `serve` can be told. */
+export interface ServerOptions {
+  modelPath: string;
+  /** Already loaded model (tests share one); otherwise loaded from modelPath. */
+  model?: LoadedModel;
+  servedModelName?: string;
+  host: string;
+  port: number;
+  backend: BackendChoice;
+  apiKey?: string;
+  maxModelLen?: number;
+  kvBlocks?: number;
+  /** Fraction of host memory for the KV cache (used when kvBlocks is not given). */
+  kvMemoryFraction?: number;
+  maxBatchTokens?: number;
+  maxNumSeqs?: number;
+  maxWaiting?: number;
+  role?: WorkerRole;
+  maxBodyBytes?: number;
+}
+
+/** A running server. */
+export interface RunningServer extends Listening {
+  url: string;
+  engine: Engine;
+  modelName: string;
+  backendReason: string;
+  /** Stops listening, cancels requests, stops the engine. */
+  shutdown(): Promise<void>;
+}
+
+/** The served name of a model file: its base name without extension. */
+export function modelNameOf(path: string): string {
+  return (path.split(/[\\/]/).filter(Boolean).pop() ?? "model").replace(/\.gguf$/i, "");
+}
+
+/** Starts a server and resolves once it listens. */
+export async function startServer(o: ServerOptions): Promise<RunningServer> {
+  const model = o.model ?? (await loadModel(o.modelPath));
+  const { backend, reason } = await selectBackend(o.backend);
+  const kvMemoryBytes = o.kvMemoryFraction === undefined ? undefined : o.kvMemoryFraction * os.totalmem();
+  if (o.kvBlocks === undefined && kvMemoryBytes !== undefined && kvMemoryBytes < 2 * kvBytesPerBlock(model.config)) {
+    throw new RangeError(`--kv-memory-fraction ${o.kvMemoryFraction} leaves room for fewer than 2 KV blocks`);
+  }
+  const engine = createEngine(backend, model, {
+    numBlocks: o.kvBlocks,
+    kvMemoryBytes,
+    maxModelLen: o.maxModelLen,
+    maxWaiting: o.maxWaiting,
+    scheduler: {
+      ...(o.maxBatchTokens ? { maxBatchTokens: o.maxBatchTokens } : {}),
+      ...(o.maxNumSeqs ? { maxRunning: o.maxNumSeqs } : {}),
+      ...(o.role ? { role: o.role } : {}),
+    },
+  });
+  const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
+  const app = createApp({ engine, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes });
+  const l = await listen(app.fetch, o.host, o.port);
+  return {
+    ...l,
+    url: `http://${o.host.includes(":") ? `[${o.host}]` : o.host}:${l.port}`,
+    engine,
+    modelName,
+    backendReason: reason,
+    async shutdown() {
+      await engine.stop();
+      await l.close();
+      backend.destroy();
+    },
+  };
+}
