@@ -77,8 +77,19 @@ export function createApp(o: AppOptions): Hono {
   }
 
   const respond = async (c: Context, kind: "chat" | "completion", body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null } | null }, handle: ReturnType<typeof submitChat>) => {
-    c.req.raw.signal?.addEventListener("abort", () => handle.cancel());
-    if (!body.stream) return c.json(await completeJson(ctx, kind, handle));
+    if (!body.stream) {
+      // A client that hangs up before the answer is ready cancels the request; the listener goes
+      // away afterwards (Deno aborts request.signal after successful responses too).
+      const signal = c.req.raw.signal;
+      const onAbort = () => handle.cancel();
+      signal?.addEventListener("abort", onAbort);
+      try {
+        return c.json(await completeJson(ctx, kind, handle));
+      } finally {
+        signal?.removeEventListener("abort", onAbort);
+      }
+    }
+    // Streams are cancelled through the body stream's cancel(), which both runtimes call on disconnect.
     const stream = completeStream(ctx, kind, handle, body.stream_options?.include_usage === true);
     return new Response(stream, { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" } });
   };

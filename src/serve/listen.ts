@@ -17,7 +17,7 @@ type FetchHandler = (req: Request) => Response | Promise<Response>;
 interface DenoServeApi {
   serve(
     opts: { hostname: string; port: number; onListen?: (addr: { port: number }) => void },
-    handler: FetchHandler,
+    handler: (req: Request, info: { completed?: Promise<void> }) => Response | Promise<Response>,
   ): { addr: { port: number }; shutdown(): Promise<void> };
 }
 
@@ -25,7 +25,17 @@ interface DenoServeApi {
 export async function listen(fetch: FetchHandler, host: string, port: number): Promise<Listening> {
   if (runtimeName() === "deno") {
     const deno = (globalThis as unknown as { Deno: DenoServeApi }).Deno;
-    const server = deno.serve({ hostname: host, port, onListen: () => {} }, fetch);
+    // Deno's legacy request.signal also aborts after successful responses; give the app a signal
+    // that aborts only when the response was not delivered (the client went away).
+    const handler = (req: Request, info: { completed?: Promise<void> }) => {
+      if (!info?.completed) return fetch(req);
+      const ctl = new AbortController();
+      info.completed.catch(() => ctl.abort());
+      const hasBody = req.method !== "GET" && req.method !== "HEAD";
+      const init = { method: req.method, headers: req.headers, body: hasBody ? req.body : null, signal: ctl.signal, duplex: "half" };
+      return fetch(new Request(req.url, init as RequestInit));
+    };
+    const server = deno.serve({ hostname: host, port, onListen: () => {} }, handler);
     return { host, port: server.addr.port, close: () => server.shutdown() };
   }
   const { serve } = await import("@hono/node-server");

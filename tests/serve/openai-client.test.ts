@@ -1,0 +1,111 @@
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import { projectRoot, test } from "../harness.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { startServer } from "../../src/serve/server.ts";
+
+const modelPath = `${projectRoot}/models/stories260K.gguf`;
+const model = await loadModel(modelPath);
+const STORY = "Once upon a time there was a little girl named Lily. She loved to play outside in the park.";
+
+async function withServer(opts: { apiKey?: string; maxWaiting?: number; maxNumSeqs?: number }, fn: (url: string, s: Awaited<ReturnType<typeof startServer>>) => Promise<void>) {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 256, ...opts });
+  try {
+    await fn(s.url, s);
+  } finally {
+    await s.shutdown();
+  }
+}
+
+test("openai client: chat and completions, streaming and not, usage with cached_tokens", async () => {
+  await withServer({ apiKey: "sk-test" }, async (url, s) => {
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "sk-test", maxRetries: 0 });
+    const models = await client.models.list();
+    assert.equal(models.data[0].id, "stories260K");
+
+    const chat = await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 12, temperature: 0 });
+    assert.equal(chat.object, "chat.completion");
+    assert.equal(chat.choices[0].finish_reason, "length");
+    assert.ok(chat.choices[0].message.content!.length > 0);
+    assert.equal(chat.usage!.completion_tokens, 12);
+
+    const stream = await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_completion_tokens: 12, temperature: 0, stream: true, stream_options: { include_usage: true } });
+    let text = "";
+    let finish: string | null = null;
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const c of stream) {
+      text += c.choices[0]?.delta.content ?? "";
+      finish = c.choices[0]?.finish_reason ?? finish;
+      usage = c.usage ?? usage;
+    }
+    assert.equal(text, chat.choices[0].message.content, "streamed greedy text equals the non-streamed one");
+    assert.equal(finish, "length");
+    assert.equal(usage!.prompt_tokens, chat.usage!.prompt_tokens);
+    assert.ok(usage!.prompt_tokens_details!.cached_tokens! > 0, "the repeated prompt is served from the prefix cache");
+
+    const comp = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 20, temperature: 0 });
+    assert.equal(comp.choices[0].text, ", there was a little girl named Lily. She loved to play outsid");
+    const cs = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 20, temperature: 0, stream: true });
+    let ctext = "";
+    for await (const c of cs) ctext += c.choices[0]?.text ?? "";
+    assert.equal(ctext, comp.choices[0].text);
+
+    const stopped = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 20, temperature: 0, stop: ["girl"] });
+    assert.equal(stopped.choices[0].text, ", there was a little ");
+    assert.equal(stopped.choices[0].finish_reason, "stop");
+
+    const noKey = new OpenAI({ baseURL: `${url}/v1`, apiKey: "wrong", maxRetries: 0 });
+    await assert.rejects(noKey.models.list(), (e: unknown) => e instanceof OpenAI.AuthenticationError);
+    await assert.rejects(
+      client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: "hi" }], n: 2 }),
+      (e: unknown) => e instanceof OpenAI.BadRequestError && (e.error as { param?: string }).param === "n",
+    );
+    await assert.rejects(
+      client.completions.create({ model: "stories260K", prompt: "hi ".repeat(3000), max_tokens: 5 }),
+      (e: unknown) => e instanceof OpenAI.BadRequestError && (e.error as { code?: string }).code === "context_length_exceeded",
+    );
+    assert.equal(s.engine.pool.numUsedBlocks(), 0);
+  });
+});
+
+test("server: a client that disconnects mid-stream cancels its request and frees its KV blocks", async () => {
+  await withServer({}, async (url, s) => {
+    const ctl = new AbortController();
+    const res = await fetch(`${url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "stories260K", prompt: STORY, max_tokens: 1500, temperature: 0, ignore_eos: true, stream: true }),
+      signal: ctl.signal,
+    });
+    const reader = res.body!.getReader();
+    await reader.read();
+    await reader.read();
+    assert.ok(s.engine.pool.numUsedBlocks() > 0, "the request holds KV while streaming");
+    ctl.abort();
+    await reader.cancel().catch(() => {});
+    for (let i = 0; i < 200 && s.engine.activeRequests > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(s.engine.activeRequests, 0, "the request was cancelled");
+    assert.equal(s.engine.pool.numUsedBlocks(), 0, "all KV blocks are back in the pool");
+    assert.ok((s.engine.metrics.finished.get("abort") ?? 0) >= 1);
+  });
+});
+
+test("server: a full queue answers 429 with Retry-After and the rest complete", async () => {
+  await withServer({ maxWaiting: 1, maxNumSeqs: 1 }, async (url, s) => {
+    const send = () =>
+      fetch(`${url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "stories260K", prompt: "Once upon a time", max_tokens: 30, temperature: 0, ignore_eos: true }),
+      });
+    const res = await Promise.all(Array.from({ length: 12 }, send));
+    const codes = res.map((r) => r.status);
+    assert.ok(codes.includes(429), `some requests were refused: ${codes}`);
+    assert.ok(codes.includes(200), `some requests completed: ${codes}`);
+    const refused = res.find((r) => r.status === 429)!;
+    assert.equal(refused.headers.get("retry-after"), "1");
+    assert.equal(((await refused.json()) as { error: { type: string } }).error.type, "rate_limit_error");
+    await Promise.all(res.filter((r) => r !== refused).map((r) => r.text()));
+    assert.equal(s.engine.pool.numUsedBlocks(), 0);
+  });
+});
