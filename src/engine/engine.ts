@@ -48,7 +48,11 @@ interface Active {
 const GREEDY_ROW: SamplingRow = { temperature: 0, topK: 0, topP: 1, uniform: 0 };
 
 /** Lets I/O callbacks run between steps (a CPU backend's forward never yields on its own). */
-const yieldToEventLoop = () => new Promise<void>((r) => setTimeout(r, 0));
+const yieldToEventLoop = (): Promise<void> => {
+  // setImmediate runs after pending I/O without setTimeout's 1 ms clamp; Deno and Node both have it.
+  const immediate = (globalThis as { setImmediate?: (fn: () => void) => unknown }).setImmediate;
+  return new Promise<void>((r) => (immediate ? immediate(r) : setTimeout(r, 0)));
+};
 
 /** One worker: a scheduler, a KV block pool and a model runner driven by one loop. */
 export class Engine {

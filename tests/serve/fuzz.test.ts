@@ -1,0 +1,105 @@
+import assert from "node:assert/strict";
+import fc from "fast-check";
+import { projectRoot, test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { createApp } from "../../src/serve/app.ts";
+import { listen } from "../../src/serve/listen.ts";
+
+const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
+
+/** A small context keeps the (rare) valid fuzz bodies cheap to generate for. */
+function makeApp() {
+  const engine = createEngine(createReferenceBackend(), model, { numBlocks: 64, maxModelLen: 48 });
+  return { engine, app: createApp({ engine, model, modelName: "stories260K", maxBodyBytes: 64 * 1024 }) };
+}
+
+const anyValue = fc.oneof(fc.anything(), fc.string(), fc.integer(), fc.double(), fc.constant(null), fc.boolean(), fc.array(fc.anything(), { maxLength: 3 }));
+const message = fc.record({ role: fc.oneof(fc.constantFrom("user", "system", "assistant", "tool", "developer"), anyValue), content: fc.oneof(fc.string({ maxLength: 40 }), anyValue) }, { requiredKeys: [] });
+/** Bodies close to valid: every known field present or not, with a valid or an arbitrary value. */
+const nearValid = fc.record(
+  {
+    model: fc.oneof(fc.constant("stories260K"), anyValue),
+    messages: fc.oneof(fc.array(message, { maxLength: 3 }), anyValue),
+    prompt: fc.oneof(fc.string({ maxLength: 40 }), fc.array(fc.integer({ min: -5, max: 600 }), { maxLength: 8 }), anyValue),
+    max_tokens: fc.oneof(fc.integer({ min: -2, max: 60 }), anyValue),
+    max_completion_tokens: fc.oneof(fc.integer({ min: -2, max: 60 }), anyValue),
+    temperature: fc.oneof(fc.double({ min: -1, max: 3, noNaN: true }), anyValue),
+    top_p: fc.oneof(fc.double({ min: -1, max: 2, noNaN: true }), anyValue),
+    seed: fc.oneof(fc.integer(), anyValue),
+    stop: fc.oneof(fc.string({ maxLength: 3 }), fc.array(fc.string({ maxLength: 3 }), { maxLength: 6 }), anyValue),
+    n: fc.oneof(fc.integer({ min: -1, max: 3 }), anyValue),
+    stream: fc.oneof(fc.boolean(), anyValue),
+    stream_options: fc.oneof(fc.record({ include_usage: fc.oneof(fc.boolean(), anyValue) }), anyValue),
+    prompt_cache_key: fc.oneof(fc.string(), anyValue),
+    user: fc.oneof(fc.string(), anyValue),
+    logprobs: anyValue,
+    echo: anyValue,
+  },
+  { requiredKeys: [] },
+);
+/** Valid bodies with one known field replaced by an arbitrary value (or left valid). */
+const oneMutation = fc.tuple(
+  fc.record({ max_tokens: fc.integer({ min: 1, max: 6 }), temperature: fc.constantFrom(0, 0.7), stream: fc.boolean(), prompt: fc.string({ maxLength: 30 }) }),
+  fc.option(fc.tuple(fc.constantFrom("model", "messages", "prompt", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "stream", "stream_options", "user"), anyValue)),
+).map(([v, m]) => {
+  const b: Record<string, unknown> = { model: "stories260K", ...v, messages: [{ role: "user", content: v.prompt || "hi" }] };
+  if (m) b[m[0]] = m[1];
+  return JSON.stringify(b);
+});
+const body = fc.oneof(
+  oneMutation,
+
+  nearValid.map((b) => JSON.stringify(b)),
+  fc.json(),
+  fc.string({ maxLength: 200 }),
+  fc.uint8Array({ maxLength: 64 }).map((u) => new TextDecoder().decode(u)),
+);
+const path = fc.constantFrom("/v1/chat/completions", "/v1/completions");
+
+test("API fuzzing (fast-check, in-process): thousands of malformed bodies, never a 5xx", async () => {
+  const { app, engine } = makeApp();
+  const statuses = new Map<number, number>();
+  await fc.assert(
+    fc.asyncProperty(path, body, async (p, b) => {
+      const res = await app.request(p, { method: "POST", headers: { "content-type": "application/json" }, body: b });
+      const text = await res.text();
+      statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+      assert.ok(res.status < 500, `${p} answered ${res.status} to ${b.slice(0, 200)}: ${text.slice(0, 200)}`);
+      if (res.status >= 400) {
+        const err = (JSON.parse(text) as { error: { message: string; type: string } }).error;
+        assert.equal(typeof err.message, "string");
+        assert.equal(typeof err.type, "string");
+      }
+    }),
+    { numRuns: 2000, seed: 7 },
+  );
+  assert.ok((statuses.get(400) ?? 0) > 1000, `most bodies are refused with 400: ${JSON.stringify([...statuses])}`);
+  assert.ok((statuses.get(200) ?? 0) > 0, `some near-valid bodies are served: ${JSON.stringify([...statuses])}`);
+  assert.equal(engine.pool.numUsedBlocks(), 0);
+  const big = await app.request("/v1/completions", { method: "POST", body: JSON.stringify({ model: "stories260K", prompt: "a".repeat(70_000) }) });
+  assert.equal(big.status, 413);
+  await engine.stop();
+});
+
+test("API fuzzing over a real socket: malformed bodies get 4xx and the server stays up", async () => {
+  const { app, engine } = makeApp();
+  const srv = await listen(app.fetch, "127.0.0.1", 0);
+  try {
+    const url = `http://127.0.0.1:${srv.port}`;
+    const samples = fc.sample(fc.tuple(path, body), { numRuns: 150, seed: 11 });
+    for (const [p, b] of samples) {
+      const res = await fetch(url + p, { method: "POST", headers: { "content-type": "application/json" }, body: b });
+      await res.text();
+      assert.ok(res.status < 500, `${p} answered ${res.status} to ${b.slice(0, 200)}`);
+    }
+    const health = await fetch(`${url}/health`);
+    assert.equal(health.status, 200);
+    await health.text();
+    assert.equal(engine.pool.numUsedBlocks(), 0);
+  } finally {
+    await engine.stop();
+    await srv.close();
+  }
+});
