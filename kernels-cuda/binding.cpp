@@ -1,0 +1,227 @@
+// Node-API binding (node-addon-api): one addon for Node and Deno. Exposes deviceCount() (safe
+// without a driver: cudart_static loads libcuda lazily) and a Context class whose methods
+// allocate, copy and enqueue kernels on the context's stream. Device pointers travel as BigInt.
+#include <napi.h>
+
+#include <memory>
+
+#include "context.h"
+#include "kernels.h"
+
+namespace {
+
+using ek::check;
+
+uint64_t big(const Napi::Value& v) {
+  if (v.IsBigInt()) {
+    bool lossless = true;
+    return v.As<Napi::BigInt>().Uint64Value(&lossless);
+  }
+  return uint64_t(v.As<Napi::Number>().Int64Value());  // 0 for "none"
+}
+template <typename T>
+T* ptr(const Napi::Value& v) { return reinterpret_cast<T*>(big(v)); }
+int num(const Napi::Value& v) { return v.As<Napi::Number>().Int32Value(); }
+double dbl(const Napi::Value& v) { return v.As<Napi::Number>().DoubleValue(); }
+Napi::Value bigv(Napi::Env env, const void* p) { return Napi::BigInt::New(env, uint64_t(reinterpret_cast<uintptr_t>(p))); }
+
+void launched(cudaError_t e, const char* kernel) {
+  if (e != cudaSuccess) throw ek::CudaFailure{std::string("kernel launch ") + kernel, e};
+}
+
+class Context : public Napi::ObjectWrap<Context> {
+ public:
+  static Napi::Function Define(Napi::Env env) {
+    return DefineClass(env, "Context",
+                       {
+                           InstanceMethod("info", &Context::Info),
+                           InstanceMethod("alloc", &Context::Alloc),
+                           InstanceMethod("zeros", &Context::Zeros),
+                           InstanceMethod("free", &Context::Free),
+                           InstanceMethod("upload", &Context::Upload),
+                           InstanceMethod("uploadQ8", &Context::UploadQ8),
+                           InstanceMethod("download", &Context::Download),
+                           InstanceMethod("sync", &Context::Sync),
+                           InstanceMethod("destroy", &Context::Destroy),
+                           InstanceMethod("mark", &Context::Mark),
+                           InstanceMethod("sinceMarkMs", &Context::SinceMarkMs),
+                           InstanceMethod("toF32", &Context::ToF32),
+                           InstanceMethod("fillRandom", &Context::FillRandom),
+                           InstanceMethod("copyBytes", &Context::CopyBytes),
+                           InstanceMethod("embedding", &Context::Embedding),
+                           InstanceMethod("gatherRows", &Context::GatherRows),
+                           InstanceMethod("add", &Context::Add),
+                           InstanceMethod("siluMul", &Context::SiluMul),
+                           InstanceMethod("rmsnorm", &Context::Rmsnorm),
+                           InstanceMethod("addRmsnorm", &Context::AddRmsnorm),
+                           InstanceMethod("softmax", &Context::Softmax),
+                           InstanceMethod("argmax", &Context::Argmax),
+                           InstanceMethod("rope", &Context::Rope),
+                           InstanceMethod("kvWrite", &Context::KvWrite),
+                           InstanceMethod("ropeKvWrite", &Context::RopeKvWrite),
+                           InstanceMethod("matmul", &Context::Matmul),
+                           InstanceMethod("matmulPath", &Context::MatmulPath),
+                           InstanceMethod("attention", &Context::Attention),
+                           InstanceMethod("sample", &Context::Sample),
+                       });
+  }
+
+  explicit Context(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Context>(info) {
+    guard(info.Env(), [&] { dev_ = std::make_unique<ek::Device>(info.Length() > 0 ? num(info[0]) : 0); });
+  }
+
+ private:
+  std::unique_ptr<ek::Device> dev_;
+
+  template <typename F>
+  static void guard(Napi::Env env, F&& f) {
+    try {
+      f();
+    } catch (const ek::CudaFailure& e) {
+      throw Napi::Error::New(env, e.message());
+    }
+  }
+  template <typename F>
+  Napi::Value run(const Napi::CallbackInfo& info, F&& f) {
+    Napi::Value out = info.Env().Undefined();
+    guard(info.Env(), [&] {
+      if (!dev_) throw ek::CudaFailure{"(context destroyed)", cudaErrorInvalidValue};
+      out = f(info.Env());
+    });
+    return out;
+  }
+  cudaStream_t s() const { return dev_->stream(); }
+  template <typename T>
+  T* out(size_t count) { return static_cast<T*>(dev_->alloc(count * sizeof(T))); }
+
+  Napi::Value Info(const Napi::CallbackInfo& info) {
+    return run(info, [&](Napi::Env env) -> Napi::Value {
+      const cudaDeviceProp& p = dev_->props();
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("name", std::string(p.name));
+      o.Set("ccMajor", p.major);
+      o.Set("ccMinor", p.minor);
+      o.Set("smCount", dev_->sm_count());
+      o.Set("totalBytes", double(p.totalGlobalMem));
+      o.Set("peakGBps", dev_->peak_gbps());
+      o.Set("pooledBytes", double(dev_->pooled_bytes()));
+      o.Set("liveBytes", double(dev_->live_bytes()));
+      return o;
+    });
+  }
+  Napi::Value Alloc(const Napi::CallbackInfo& info) {
+    return run(info, [&](Napi::Env env) { return bigv(env, dev_->alloc(size_t(dbl(info[0])))); });
+  }
+  Napi::Value Zeros(const Napi::CallbackInfo& info) {
+    return run(info, [&](Napi::Env env) {
+      const size_t bytes = size_t(dbl(info[0]));
+      void* p = dev_->alloc(bytes);
+      check(cudaMemsetAsync(p, 0, bytes, s()), "cudaMemsetAsync");
+      return bigv(env, p);
+    });
+  }
+  Napi::Value Free(const Napi::CallbackInfo& info) {
+    return run(info, [&](Napi::Env env) { dev_->release(ptr<void>(info[0])); return env.Undefined(); });
+  }
+  // upload(dst, bytes: TypedArray | ArrayBuffer view): copies the view's bytes to dst.
+  Napi::Value Upload(const Napi::CallbackInfo& info) {
+    return run(info, [&](Napi::Env env) {
+      Napi::TypedArray t = info[1].As<Napi::TypedArray>();
+      const uint8_t* src = static_cast<const uint8_t*>(t.ArrayBuffer().Data()) + t.ByteOffset();
+      // Pageable source: the copy is staged before cudaMemcpyAsync returns, so JS may reuse it.
+      check(cudaMemcpyAsync(ptr<void>(info[0]), src, t.ByteLength(), cudaMemcpyHostToDevice, s()), "cudaMemcpyAsync");
+      return env.Undefined();
+    });
+  }
+  // uploadQ8(raw: Uint8Array, count) → repacked q8_0 allocation.
+  Napi::Value UploadQ8(const Napi::CallbackInfo& info) {
+    return run(info, [&](Napi::Env env) {
+      Napi::Uint8Array raw = info[0].As<Napi::Uint8Array>();
+      const size_t count = size_t(dbl(info[1]));
+      void* tmp = dev_->alloc(raw.ByteLength());
+      check(cudaMemcpyAsync(tmp, raw.Data(), raw.ByteLength(), cudaMemcpyHostToDevice, s()), "cudaMemcpyAsync");
+      void* dst = dev_->alloc(ek::q8_scales_offset_host(count) + count / 32 * 2);
+      launched(ek::repack_q8_0(static_cast<uint8_t*>(tmp), dst, count, s()), "repack_q8_0");
+      dev_->release(tmp);
+      return bigv(env, dst);
+    });
+  }
+  Napi::Value Download(const Napi::CallbackInfo& info) {
+    return run(info, [&](Napi::Env env) {
+      const size_t bytes = size_t(dbl(info[1]));
+      Napi::ArrayBuffer buf = Napi::ArrayBuffer::New(env, bytes);
+      check(cudaMemcpyAsync(buf.Data(), ptr<void>(info[0]), bytes, cudaMemcpyDeviceToHost, s()), "cudaMemcpyAsync");
+      check(cudaStreamSynchronize(s()), "cudaStreamSynchronize");
+      return buf;
+    });
+  }
+  Napi::Value Sync(const Napi::CallbackInfo& info) {
+    return run(info, [&](Napi::Env env) { check(cudaStreamSynchronize(s()), "cudaStreamSynchronize"); return env.Undefined(); });
+  }
+  Napi::Value Destroy(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    guard(env, [&] {
+      if (dev_) dev_->destroy();
+      dev_.reset();
+    });
+    return env.Undefined();
+  }
+  Napi::Value Mark(const Napi::CallbackInfo& info) {
+    return run(info, [&](Napi::Env env) { dev_->mark(); return env.Undefined(); });
+  }
+  Napi::Value SinceMarkMs(const Napi::CallbackInfo& info) {
+    return run(info, [&](Napi::Env env) { return Napi::Number::New(env, dev_->since_mark_ms()); });
+  }
+  Napi::Value ToF32(const Napi::CallbackInfo& info) {
+    return run(info, [&](Napi::Env env) {
+      const size_t count = size_t(dbl(info[2]));
+      float* o = out<float>(count);
+      launched(ek::weight_to_f32(ptr<void>(info[0]), num(info[1]), count, o, s()), "weight_to_f32");
+      return bigv(env, o);
+    });
+  }
+  // fillRandom(dtype, count, seed, scale) → new weight allocation of random values.
+  Napi::Value FillRandom(const Napi::CallbackInfo& info) {
+    return run(info, [&](Napi::Env env) {
+      const int dtype = num(info[0]);
+      const size_t count = size_t(dbl(info[1]));
+      const size_t bytes = dtype == 3 ? ek::q8_scales_offset_host(count) + count / 32 * 2
+                                      : count * (dtype == 0 ? 4 : 2);
+      void* p = dev_->alloc(bytes);
+      launched(ek::fill_random(p, dtype, count, uint64_t(dbl(info[2])), float(dbl(info[3])), s()), "fill_random");
+      return bigv(env, p);
+    });
+  }
+  // copyBytes(src, dst, bytes): device copy kernel (bandwidth probe).
+  Napi::Value CopyBytes(const Napi::CallbackInfo& info) {
+    return run(info, [&](Napi::Env env) {
+      launched(ek::copy_bytes(ptr<void>(info[0]), ptr<void>(info[1]), size_t(dbl(info[2])), s()), "copy_bytes");
+      return env.Undefined();
+    });
+  }
+#include "binding_ops.inc"
+};
+
+Napi::Value DeviceCount(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  Napi::Object o = Napi::Object::New(env);
+  o.Set("count", e == cudaSuccess ? count : 0);
+  if (e != cudaSuccess) {
+    o.Set("error", std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+  }
+  int rt = 0;
+  if (cudaRuntimeGetVersion(&rt) == cudaSuccess) o.Set("runtimeVersion", rt);
+  return o;
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("deviceCount", Napi::Function::New(env, DeviceCount));
+  exports.Set("Context", Context::Define(env));
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(evolving_cuda, Init)

@@ -1,0 +1,183 @@
+// Gathers, elementwise ops, rotary embedding and paged KV writes (all memory-bound, one pass).
+#include "common.cuh"
+#include "kernels.h"
+
+namespace ek {
+namespace {
+
+inline unsigned grid_for(size_t count, int threads) {
+  size_t g = (count + threads - 1) / threads;
+  return unsigned(g < 65535u * 64u ? g : 65535u * 64u);
+}
+
+template <int WT>
+__global__ void embedding_kernel(WeightRef table, const int32_t* ids, int n, int dim, int vocab, float* out) {
+  const int row = blockIdx.x;
+  const int id = ids[row];
+  const bool ok = id >= 0 && id < vocab;  // out-of-range ids give a zero row (no device-side throw)
+  for (int c = threadIdx.x; c < dim; c += blockDim.x)
+    out[size_t(row) * dim + c] = ok ? load_w<WT>(table, size_t(id) * dim + c) : 0.f;
+}
+
+__global__ void gather_rows_kernel(const float* x, const int32_t* idx, int d, int rows, float* out) {
+  const int row = blockIdx.x;
+  const int src = idx[row];
+  const bool ok = src >= 0 && src < rows;
+  for (int c = threadIdx.x; c < d; c += blockDim.x) out[size_t(row) * d + c] = ok ? x[size_t(src) * d + c] : 0.f;
+}
+
+__global__ void add_kernel(const float* a, const float* b, size_t count, float* out) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = a[i] + b[i];
+}
+
+__global__ void silu_mul_kernel(const float* g, const float* u, size_t count, float* out) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = silu(g[i]) * u[i];
+}
+
+// Angles in double: positions reach 1e5+ and an f32 angle would lose ~1e-2 of phase there.
+__device__ __forceinline__ void rope_pair(float& a, float& b, int pos, int i, int rot_dim, float theta) {
+  const double inv = pow(double(theta), -2.0 * i / rot_dim);
+  double sn, cs;
+  sincos(double(pos) * inv, &sn, &cs);
+  const float c = float(cs), s = float(sn);
+  const float x = a, y = b;
+  a = x * c - y * s;
+  b = x * s + y * c;
+}
+
+// One thread per (token, head, pair); dims beyond rot_dim are copied through.
+__global__ void rope_kernel(const float* x, const int32_t* pos, int n, int heads, int D, int rot, float theta,
+                            int neox, float* out) {
+  const int half = rot / 2, pass = D - rot;
+  const int per_head = half + pass;
+  const size_t total = size_t(n) * heads * per_head;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < total; i += size_t(gridDim.x) * blockDim.x) {
+    const int j = int(i % per_head);
+    const size_t th = i / per_head;
+    const int t = int(th / heads);
+    const size_t base = th * D;
+    if (j < half) {
+      const int i0 = neox ? j : 2 * j, i1 = neox ? j + half : 2 * j + 1;
+      float a = x[base + i0], b = x[base + i1];
+      rope_pair(a, b, pos[t], j, rot, theta);
+      out[base + i0] = a;
+      out[base + i1] = b;
+    } else {
+      const int d = rot + (j - half);
+      out[base + d] = x[base + d];
+    }
+  }
+}
+
+__global__ void kv_write_kernel(const float* k, const float* v, float* kc, float* vc, const int32_t* slots, int n,
+                                int row, int capacity) {
+  const int t = blockIdx.x;
+  const int slot = slots[t];
+  if (slot < 0 || slot >= capacity) return;  // the TS side validates slots it knows on the host
+  for (int c = threadIdx.x; c < row; c += blockDim.x) {
+    kc[size_t(slot) * row + c] = k[size_t(t) * row + c];
+    vc[size_t(slot) * row + c] = v[size_t(t) * row + c];
+  }
+}
+
+// One block per token: rope on q and k pairs, copy v, scatter k/v to the token's cache slot.
+__global__ void rope_kv_write_kernel(const float* qkv, const int32_t* pos, const int32_t* slots, int heads,
+                                     int kv_heads, int D, int rot, float theta, int neox, float* q_out, float* kc,
+                                     float* vc, int capacity) {
+  const int t = blockIdx.x;
+  const int p = pos[t];
+  const int slot = slots[t];
+  const bool write = slot >= 0 && slot < capacity;
+  const int half = rot / 2;
+  const int width = (heads + 2 * kv_heads) * D;
+  const float* row = qkv + size_t(t) * width;
+  const int kv_row = kv_heads * D;
+  // Rotated pairs of q and k heads.
+  for (int i = threadIdx.x; i < (heads + kv_heads) * half; i += blockDim.x) {
+    const int h = i / half, j = i % half;
+    const int i0 = neox ? j : 2 * j, i1 = neox ? j + half : 2 * j + 1;
+    float a = row[h * D + i0], b = row[h * D + i1];
+    rope_pair(a, b, p, j, rot, theta);
+    if (h < heads) {
+      q_out[(size_t(t) * heads + h) * D + i0] = a;
+      q_out[(size_t(t) * heads + h) * D + i1] = b;
+    } else if (write) {
+      const size_t o = size_t(slot) * kv_row + (h - heads) * D;
+      kc[o + i0] = a;
+      kc[o + i1] = b;
+    }
+  }
+  // Unrotated tail dims of q and k, and all of v.
+  const int tail = D - rot;
+  for (int i = threadIdx.x; i < (heads + kv_heads) * tail; i += blockDim.x) {
+    const int h = i / tail, d = rot + i % tail;
+    const float val = row[h * D + d];
+    if (h < heads) q_out[(size_t(t) * heads + h) * D + d] = val;
+    else if (write) kc[size_t(slot) * kv_row + (h - heads) * D + d] = val;
+  }
+  if (write)
+    for (int i = threadIdx.x; i < kv_row; i += blockDim.x) vc[size_t(slot) * kv_row + i] = row[(heads + kv_heads) * D + i];
+}
+
+}  // namespace
+
+cudaError_t embedding(const void* table, int dtype, const int32_t* ids, int n, int dim, int vocab, float* out,
+                      cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  WeightRef w{table, reinterpret_cast<const __half*>(static_cast<const uint8_t*>(table) +
+                                                     q8_scales_offset(size_t(vocab) * dim))};
+  const int threads = dim >= 256 ? 256 : 128;
+  switch (dtype) {
+    case W_F32: embedding_kernel<W_F32><<<n, threads, 0, s>>>(w, ids, n, dim, vocab, out); break;
+    case W_F16: embedding_kernel<W_F16><<<n, threads, 0, s>>>(w, ids, n, dim, vocab, out); break;
+    case W_BF16: embedding_kernel<W_BF16><<<n, threads, 0, s>>>(w, ids, n, dim, vocab, out); break;
+    default: embedding_kernel<W_Q8><<<n, threads, 0, s>>>(w, ids, n, dim, vocab, out); break;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t gather_rows(const float* x, const int32_t* idx, int m, int d, int rows, float* out, cudaStream_t s) {
+  if (m == 0) return cudaSuccess;
+  gather_rows_kernel<<<m, d >= 256 ? 256 : 128, 0, s>>>(x, idx, d, rows, out);
+  return cudaGetLastError();
+}
+
+cudaError_t add(const float* a, const float* b, size_t count, float* out, cudaStream_t s) {
+  if (count == 0) return cudaSuccess;
+  add_kernel<<<grid_for(count, 256), 256, 0, s>>>(a, b, count, out);
+  return cudaGetLastError();
+}
+
+cudaError_t silu_mul(const float* g, const float* u, size_t count, float* out, cudaStream_t s) {
+  if (count == 0) return cudaSuccess;
+  silu_mul_kernel<<<grid_for(count, 256), 256, 0, s>>>(g, u, count, out);
+  return cudaGetLastError();
+}
+
+cudaError_t rope(const float* x, const int32_t* pos, int n, int heads, int D, int rot, float theta, int neox,
+                 float* out, cudaStream_t s) {
+  const size_t total = size_t(n) * heads * (rot / 2 + D - rot);
+  if (total == 0) return cudaSuccess;
+  rope_kernel<<<grid_for(total, 256), 256, 0, s>>>(x, pos, n, heads, D, rot, theta, neox, out);
+  return cudaGetLastError();
+}
+
+cudaError_t kv_write(const float* k, const float* v, float* kc, float* vc, const int32_t* slots, int n, int row,
+                     int capacity, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  kv_write_kernel<<<n, row >= 256 ? 256 : 128, 0, s>>>(k, v, kc, vc, slots, n, row, capacity);
+  return cudaGetLastError();
+}
+
+cudaError_t rope_kv_write(const float* qkv, const int32_t* pos, const int32_t* slots, int n, int heads,
+                          int kv_heads, int D, int rot, float theta, int neox, float* q_out, float* kc, float* vc,
+                          int capacity, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  rope_kv_write_kernel<<<n, 256, 0, s>>>(qkv, pos, slots, heads, kv_heads, D, rot, theta, neox, q_out, kc, vc,
+                                         capacity);
+  return cudaGetLastError();
+}
+
+}  // namespace ek

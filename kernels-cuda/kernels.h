@@ -1,0 +1,77 @@
+// Host-side launchers for every kernel. Each enqueues on `stream` and returns the launch status
+// (cudaGetLastError), so the binding can name the failing launch in its JS error.
+#pragma once
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+namespace ek {
+
+/** Byte offset of the f16 scales in a repacked q8_0 allocation (matches common.cuh). */
+inline size_t q8_scales_offset_host(size_t count) { return (count + 255) & ~size_t(255); }
+
+// --- weights (convert.cu) -----------------------------------------------------------------
+/** GGUF q8_0 blocks (34 bytes per 32 values) → device layout [int8 quants][f16 scales]. */
+cudaError_t repack_q8_0(const uint8_t* raw, void* out, size_t count, cudaStream_t s);
+/** Any weight dtype → f32 (for download). */
+cudaError_t weight_to_f32(const void* w, int dtype, size_t count, float* out, cudaStream_t s);
+/** Deterministic pseudo-random fill, uniform in [-scale, scale], stored as `dtype` (benchmarks). */
+cudaError_t fill_random(void* out, int dtype, size_t count, uint64_t seed, float scale, cudaStream_t s);
+/** Streams `bytes` from src to dst (a bandwidth probe: read + write). */
+cudaError_t copy_bytes(const void* src, void* dst, size_t bytes, cudaStream_t s);
+
+// --- elementwise and row ops (elementwise.cu, rownorm.cu) ---------------------------------
+cudaError_t embedding(const void* table, int dtype, const int32_t* ids, int n, int dim, int vocab, float* out,
+                      cudaStream_t s);
+cudaError_t gather_rows(const float* x, const int32_t* idx, int m, int d, int rows, float* out, cudaStream_t s);
+cudaError_t add(const float* a, const float* b, size_t count, float* out, cudaStream_t s);
+cudaError_t silu_mul(const float* gate, const float* up, size_t count, float* out, cudaStream_t s);
+cudaError_t rmsnorm(const float* x, const float* w, int rows, int cols, float eps, float* out, cudaStream_t s);
+/** Fused residual add + rmsnorm: sum = x + r; norm = rmsnorm(sum). One read of x and r. */
+cudaError_t add_rmsnorm(const float* x, const float* r, const float* w, int rows, int cols, float eps, float* sum,
+                        float* norm, cudaStream_t s);
+cudaError_t softmax(const float* x, int rows, int cols, float* out, cudaStream_t s);
+cudaError_t argmax(const float* x, int rows, int cols, int32_t* out, cudaStream_t s);
+cudaError_t rope(const float* x, const int32_t* pos, int n, int heads, int head_dim, int rot_dim, float theta,
+                 int neox, float* out, cudaStream_t s);
+cudaError_t kv_write(const float* k, const float* v, float* kc, float* vc, const int32_t* slots, int n,
+                     int row_elems, int capacity, cudaStream_t s);
+/** Fused: qkv [n, (H + 2*Hkv) * D] → rope(q) into q_out [n, H, D]; rope(k), v into the caches. */
+cudaError_t rope_kv_write(const float* qkv, const int32_t* pos, const int32_t* slots, int n, int heads,
+                          int kv_heads, int head_dim, int rot_dim, float theta, int neox, float* q_out, float* kc,
+                          float* vc, int capacity, cudaStream_t s);
+
+// --- matmul (matmul.cu) --------------------------------------------------------------------
+/** y [n, N] = x [n, K] · Wᵀ (+ bias). Picks GEMV, tensor-core (f16/bf16) or SIMT tiles. */
+cudaError_t matmul(const float* x, const void* w, int dtype, const float* bias, int n, int K, int N, float* y,
+                   int sm_count, cudaStream_t s);
+/** Which matmul path `matmul` takes for a shape (0 gemv, 1 tensor core, 2 simt); for benchmarks. */
+int matmul_path(int dtype, int n, int K, int N);
+
+// --- attention (attention.cu) --------------------------------------------------------------
+struct AttnArgs {
+  const float* q;        // [n, heads, D]
+  const float* kc;       // [numBlocks, blockSize, kvHeads, D]
+  const float* vc;
+  const int32_t* seq;    // [n]
+  const int32_t* pos;    // [n]
+  const int32_t* tables; // [numSeqs, maxBlocks]
+  float* out;            // [n, heads, D]
+  int n, heads, kv_heads, head_dim, block_size, max_blocks, num_blocks, max_context;
+  float scale;
+};
+/** Split-KV attention for every row in `rows` (null: all n rows). `ws` is attention_workspace bytes. */
+cudaError_t attention_decode(const AttnArgs& a, const int32_t* rows, int row_count, int sm_count, void* ws,
+                             cudaStream_t s);
+/** Bytes of scratch attention_decode needs for `row_count` rows. */
+size_t attention_workspace(const AttnArgs& a, int row_count, int sm_count);
+/** Flash-style tiles: tiles[2*i] = first row, tiles[2*i+1] = row count (≤ 32, one sequence). */
+cudaError_t attention_prefill(const AttnArgs& a, const int32_t* tiles, int tile_count, cudaStream_t s);
+
+// --- sampling (sample.cu) ------------------------------------------------------------------
+/** params: 4 floats per row (temperature, topK, topP, uniform). */
+size_t sample_workspace(int rows, int vocab);
+cudaError_t sample(const float* logits, const float* params, int rows, int vocab, int32_t* out, void* ws,
+                   size_t ws_bytes, cudaStream_t s);
+
+}  // namespace ek

@@ -1,0 +1,290 @@
+/**
+ * The CUDA backend: the Backend interface over the addon's context. Ops validate shapes here,
+ * then enqueue one kernel (or two) on the context's stream and wrap the returned pointer.
+ */
+import { byteSize } from "../dtype-codec.ts";
+import {
+  type AttentionBatch,
+  type Backend,
+  type BackendInfo,
+  BackendShapeError,
+  type RopeLayout,
+  type SamplingRow,
+  type Tensor,
+  type WeightDType,
+} from "../types.ts";
+import { type AttentionPlan, planAttention } from "./attention-plan.ts";
+import { CudaExtras } from "./extras.ts";
+import type { DevicePtr, NativeContext } from "./native-types.ts";
+import { checkShape, CudaTensor, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
+
+const WEIGHTS = ["f32", "f16", "bf16", "q8_0"] as const;
+
+interface CachedPlan {
+  seq: Tensor;
+  rows: DevicePtr;
+  rowCount: number;
+  tiles: DevicePtr;
+  tileCount: number;
+}
+
+/** Backend implementation on one CUDA device. Also offers fused ops and benchmark helpers. */
+export class CudaBackend extends CudaExtras implements Backend {
+  readonly info: BackendInfo;
+  private plan: CachedPlan | undefined;
+
+  constructor(ctx: NativeContext) {
+    super(ctx);
+    const d = ctx.info();
+    this.info = {
+      name: "cuda",
+      device: `${d.name} (sm_${d.ccMajor}${d.ccMinor}, ${d.smCount} SMs, ${(d.totalBytes / 2 ** 30).toFixed(0)} GiB)`,
+      f16: true,
+      peakGBps: d.peakGBps > 0 ? d.peakGBps : undefined,
+    };
+  }
+
+  upload(data: Float32Array | Int32Array, shape: readonly number[]): Tensor {
+    const count = checkShape(shape, "upload");
+    if (data.length !== count) throw new BackendShapeError(`upload got ${data.length} values for shape ${fmt(shape)}`);
+    const isF32 = data instanceof Float32Array;
+    if (!isF32 && !(data instanceof Int32Array)) {
+      throw new BackendShapeError("upload accepts only Float32Array or Int32Array data");
+    }
+    const p = this.ctx.alloc(count * 4);
+    if (count > 0) this.ctx.upload(p, data);
+    return new CudaTensor(p, [...shape], isF32 ? "f32" : "i32", isF32 ? undefined : new Int32Array(data));
+  }
+
+  uploadWeight(raw: Uint8Array, shape: readonly number[], dtype: WeightDType): Tensor {
+    const count = checkShape(shape, "uploadWeight");
+    if (!WEIGHTS.includes(dtype)) throw new BackendShapeError(`uploadWeight got unknown dtype "${dtype}"`);
+    if (dtype === "q8_0" && (shape.length === 0 || shape[shape.length - 1] % 32 !== 0)) {
+      throw new BackendShapeError(`A q8_0 weight needs a last dimension divisible by 32, got ${fmt(shape)}`);
+    }
+    const need = byteSize(dtype, count);
+    if (raw.byteLength < need) {
+      throw new BackendShapeError(`uploadWeight needs ${need} bytes for ${dtype} ${fmt(shape)}, got ${raw.byteLength}`);
+    }
+    if (dtype === "q8_0") return new CudaTensor(this.ctx.uploadQ8(raw.subarray(0, need), count), [...shape], dtype);
+    const p = this.ctx.alloc(need);
+    if (need > 0) this.ctx.upload(p, raw.subarray(0, need));
+    return new CudaTensor(p, [...shape], dtype);
+  }
+
+  zeros(shape: readonly number[], dtype: "f32" | "i32"): Tensor {
+    const count = checkShape(shape, "zeros");
+    return new CudaTensor(this.ctx.zeros(count * 4), [...shape], dtype);
+  }
+
+  async download(t: Tensor): Promise<Float32Array | Int32Array> {
+    const c = expect(t, undefined, "download input", ["f32", "i32", ...WEIGHTS]);
+    const count = checkShape(c.shape, "download");
+    if (count === 0) return c.dtype === "i32" ? new Int32Array(0) : new Float32Array(0);
+    if (c.dtype === "i32") return new Int32Array(this.ctx.download(c.ptr, count * 4));
+    if (c.dtype === "f32") return new Float32Array(this.ctx.download(c.ptr, count * 4));
+    const tmp = this.ctx.toF32(c.ptr, DTYPE_CODE[c.dtype], count);
+    try {
+      return new Float32Array(this.ctx.download(tmp, count * 4));
+    } finally {
+      this.ctx.free(tmp);
+    }
+  }
+
+  reshape(t: Tensor, shape: readonly number[]): Tensor {
+    const c = expect(t, undefined, "reshape input", ["f32", "i32", ...WEIGHTS]);
+    if (checkShape(shape, "reshape") !== checkShape(c.shape, "reshape")) {
+      throw new BackendShapeError(`Cannot reshape ${fmt(c.shape)} to ${fmt(shape)}`);
+    }
+    return new CudaTensor(c.ptr, [...shape], c.dtype, c.host);
+  }
+
+  free(t: Tensor): void {
+    this.ctx.free(expect(t, undefined, "free input", ["f32", "i32", ...WEIGHTS]).ptr);
+  }
+
+  flush(): Promise<void> {
+    this.ctx.sync();
+    return Promise.resolve();
+  }
+
+  destroy(): void {
+    this.plan = undefined;
+    this.ctx.destroy();
+  }
+
+  embedding(table: Tensor, ids: Tensor): Tensor {
+    const t = expect(table, 2, "embedding table", WEIGHTS);
+    const i = expect(ids, 1, "embedding ids", ["i32"]);
+    const [vocab, dim] = t.shape;
+    if (i.host) this.checkIndices(i.host, vocab, "Token id");
+    const n = i.shape[0];
+    return this.f32(this.ctx.embedding(t.ptr, DTYPE_CODE[t.dtype as WeightDType], i.ptr, n, dim, vocab), [n, dim]);
+  }
+
+  rmsnorm(x: Tensor, weight: Tensor, eps: number): Tensor {
+    const xs = expect(x, undefined, "rmsnorm input", ["f32"]);
+    const w = expect(weight, 1, "rmsnorm weight", ["f32"]);
+    const { rows, cols } = rowsOf(xs.shape, "rmsnorm input");
+    if (w.shape[0] !== cols) {
+      throw new BackendShapeError(`rmsnorm weight ${fmt(w.shape)} does not match input ${fmt(xs.shape)}`);
+    }
+    return this.f32(this.ctx.rmsnorm(xs.ptr, w.ptr, rows, cols, eps), xs.shape);
+  }
+
+  matmul(x: Tensor, w: Tensor, bias?: Tensor): Tensor {
+    const xs = expect(x, 2, "matmul input", ["f32"]);
+    const ws = expect(w, 2, "matmul weight", WEIGHTS);
+    const [n, k] = xs.shape;
+    const [out, kw] = ws.shape;
+    if (k !== kw) throw new BackendShapeError(`matmul input ${fmt(xs.shape)} does not fit weight ${fmt(ws.shape)}`);
+    let b: DevicePtr = 0n;
+    if (bias) {
+      const bs = expect(bias, 1, "matmul bias", ["f32"]);
+      if (bs.shape[0] !== out) throw new BackendShapeError(`matmul bias ${fmt(bs.shape)} does not fit weight ${fmt(ws.shape)}`);
+      b = bs.ptr;
+    }
+    return this.f32(this.ctx.matmul(xs.ptr, ws.ptr, DTYPE_CODE[ws.dtype as WeightDType], b, n, k, out), [n, out]);
+  }
+
+  rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number): Tensor {
+    const xs = expect(x, 3, "rope input", ["f32"]);
+    const p = expect(positions, 1, "rope positions", ["i32"]);
+    const [n, heads, headDim] = xs.shape;
+    if (p.shape[0] !== n) throw new BackendShapeError(`rope positions ${fmt(p.shape)} do not match input ${fmt(xs.shape)}`);
+    const rd = this.rotaryDim(rotaryDim, headDim, layout);
+    return this.f32(this.ctx.rope(xs.ptr, p.ptr, n, heads, headDim, rd, theta, layout === "neox" ? 1 : 0), xs.shape);
+  }
+
+  kvWrite(k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor): void {
+    const [kc, vc] = this.caches(kCache, vCache);
+    const [numBlocks, blockSize, kvHeads, headDim] = kc.shape;
+    const s = expect(slots, 1, "kvWrite slots", ["i32"]);
+    const n = s.shape[0];
+    for (const [t, what] of [[k, "keys"], [v, "values"]] as const) {
+      const c = expect(t, 3, `kvWrite ${what}`, ["f32"]);
+      if (c.shape[0] !== n || c.shape[1] !== kvHeads || c.shape[2] !== headDim) {
+        throw new BackendShapeError(`kvWrite ${what} ${fmt(c.shape)} do not fit slots ${fmt(s.shape)} and cache ${fmt(kc.shape)}`);
+      }
+    }
+    const capacity = numBlocks * blockSize;
+    if (s.host) this.checkIndices(s.host, capacity, "KV slot");
+    this.ctx.kvWrite((k as CudaTensor).ptr, (v as CudaTensor).ptr, kc.ptr, vc.ptr, s.ptr, n, kvHeads * headDim, capacity);
+  }
+
+  pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number): Tensor {
+    const [kc, vc] = this.caches(kCache, vCache);
+    const [numBlocks, blockSize, kvHeads, headDim] = kc.shape;
+    const qs = expect(q, 3, "attention queries", ["f32"]);
+    const [n, heads, qDim] = qs.shape;
+    if (qDim !== headDim || heads % kvHeads !== 0 || headDim > 256) {
+      throw new BackendShapeError(`Attention queries ${fmt(qs.shape)} do not fit cache ${fmt(kc.shape)} (head dim ≤ 256)`);
+    }
+    const seq = expect(batch.tokenSeq, 1, "tokenSeq", ["i32"]);
+    const pos = expect(batch.tokenPos, 1, "tokenPos", ["i32"]);
+    const tables = expect(batch.blockTables, 2, "blockTables", ["i32"]);
+    if (seq.shape[0] !== n || pos.shape[0] !== n) {
+      throw new BackendShapeError(`tokenSeq ${fmt(seq.shape)} and tokenPos ${fmt(pos.shape)} must have ${n} rows`);
+    }
+    const [numSeqs, maxBlocks] = tables.shape;
+    if (seq.host) this.checkIndices(seq.host, numSeqs, "tokenSeq");
+    if (pos.host) this.checkIndices(pos.host, Math.min(batch.maxContext, maxBlocks * blockSize), "tokenPos");
+    const plan = this.planFor(seq, n);
+    return this.f32(
+      this.ctx.attention(
+        qs.ptr, kc.ptr, vc.ptr, seq.ptr, pos.ptr, tables.ptr, n, heads, kvHeads, headDim, blockSize, maxBlocks,
+        numBlocks, batch.maxContext, scale, plan.rows, plan.rowCount, plan.tiles, plan.tileCount,
+      ),
+      qs.shape,
+    );
+  }
+
+  siluMul(gate: Tensor, up: Tensor): Tensor {
+    const [g, u] = this.same(gate, up, "siluMul");
+    return this.f32(this.ctx.siluMul(g.ptr, u.ptr, checkShape(g.shape, "siluMul")), g.shape);
+  }
+
+  add(a: Tensor, b: Tensor): Tensor {
+    const [x, y] = this.same(a, b, "add");
+    return this.f32(this.ctx.add(x.ptr, y.ptr, checkShape(x.shape, "add")), x.shape);
+  }
+
+  softmax(x: Tensor): Tensor {
+    const xs = expect(x, undefined, "softmax input", ["f32"]);
+    const { rows, cols } = rowsOf(xs.shape, "softmax input");
+    return this.f32(this.ctx.softmax(xs.ptr, rows, cols), xs.shape);
+  }
+
+  argmax(x: Tensor): Tensor {
+    const xs = expect(x, undefined, "argmax input", ["f32"]);
+    const { rows, cols } = rowsOf(xs.shape, "argmax input");
+    if (cols === 0) throw new BackendShapeError(`argmax needs a non-empty last dimension, got ${fmt(xs.shape)}`);
+    return new CudaTensor(this.ctx.argmax(xs.ptr, rows, cols), [rows], "i32");
+  }
+
+  sample(logits: Tensor, rows: readonly SamplingRow[]): Tensor {
+    const l = expect(logits, 2, "sample logits", ["f32"]);
+    const [n, vocab] = l.shape;
+    if (rows.length !== n) throw new BackendShapeError(`sample got ${rows.length} sampling rows for ${n} logit rows`);
+    if (vocab === 0) throw new BackendShapeError("sample needs a non-empty vocabulary");
+    const params = new Float32Array(4 * n);
+    rows.forEach((row, r) => {
+      checkSamplingRow(row, r);
+      params.set([row.temperature, row.topK, row.topP, row.uniform], 4 * r);
+    });
+    return new CudaTensor(this.ctx.sample(l.ptr, n, vocab, params), [n], "i32");
+  }
+
+  gatherRows(x: Tensor, idx: Tensor): Tensor {
+    const xs = expect(x, 2, "gatherRows input", ["f32"]);
+    const i = expect(idx, 1, "gatherRows indices", ["i32"]);
+    const [rows, d] = xs.shape;
+    if (i.host) this.checkIndices(i.host, rows, "Row index");
+    const m = i.shape[0];
+    return this.f32(this.ctx.gatherRows(xs.ptr, i.ptr, m, d, rows), [m, d]);
+  }
+
+  private planFor(seq: CudaTensor, n: number): CachedPlan {
+    if (this.plan && this.plan.seq === seq) return this.plan;
+    if (this.plan) {
+      if (this.plan.rows) this.ctx.free(this.plan.rows);
+      if (this.plan.tiles) this.ctx.free(this.plan.tiles);
+    }
+    const p: AttentionPlan = seq.host
+      ? planAttention(seq.host)
+      : { decodeRows: Int32Array.from({ length: n }, (_, i) => i), tiles: new Int32Array(0) };
+    this.plan = {
+      seq,
+      rows: this.uploadIndex(p.decodeRows),
+      rowCount: p.decodeRows.length,
+      tiles: this.uploadIndex(p.tiles),
+      tileCount: p.tiles.length / 2,
+    };
+    return this.plan;
+  }
+
+  private uploadIndex(a: Int32Array): DevicePtr {
+    if (a.length === 0) return 0n;
+    const p = this.ctx.alloc(a.length * 4);
+    this.ctx.upload(p, a);
+    return p;
+  }
+
+  private same(a: Tensor, b: Tensor, op: string): [CudaTensor, CudaTensor] {
+    const x = expect(a, undefined, `${op} input`, ["f32"]);
+    const y = expect(b, undefined, `${op} input`, ["f32"]);
+    if (x.shape.length !== y.shape.length || x.shape.some((d, i) => d !== y.shape[i])) {
+      throw new BackendShapeError(`${op} inputs differ in shape: ${fmt(x.shape)} and ${fmt(y.shape)}`);
+    }
+    return [x, y];
+  }
+}
+
+/** Rejects sampling parameters the reference would reject, quoting the value. */
+function checkSamplingRow(row: SamplingRow, r: number): void {
+  const bad = (field: string, value: number) => new BackendShapeError(`Sampling row ${r} has an invalid ${field} ${value}`);
+  if (!(row.temperature >= 0) || !Number.isFinite(row.temperature)) throw bad("temperature", row.temperature);
+  if (!Number.isInteger(row.topK) || row.topK < 0) throw bad("topK", row.topK);
+  if (!(row.topP > 0 && row.topP <= 1)) throw bad("topP", row.topP);
+  if (!(row.uniform >= 0 && row.uniform < 1)) throw bad("uniform", row.uniform);
+}

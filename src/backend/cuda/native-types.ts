@@ -1,0 +1,78 @@
+/**
+ * The shape of the CUDA addon (kernels-cuda/binding.cpp) as TypeScript sees it. Device pointers
+ * are BigInt; 0 stands for "none". Argument order mirrors the binding's comments.
+ */
+
+/** Device pointer as the addon returns it. */
+export type DevicePtr = bigint;
+
+/** What `deviceCount()` reports; `error` is set when the runtime could not query devices. */
+export interface DeviceCountResult {
+  count: number;
+  error?: string;
+  runtimeVersion?: number;
+}
+
+/** Facts about the context's device. */
+export interface NativeDeviceInfo {
+  name: string;
+  ccMajor: number;
+  ccMinor: number;
+  smCount: number;
+  totalBytes: number;
+  peakGBps: number;
+  pooledBytes: number;
+  liveBytes: number;
+}
+
+/** One device, its stream and allocation pool. Every method throws an Error naming the failing CUDA call. */
+export interface NativeContext {
+  info(): NativeDeviceInfo;
+  alloc(bytes: number): DevicePtr;
+  zeros(bytes: number): DevicePtr;
+  free(p: DevicePtr): void;
+  upload(dst: DevicePtr, data: Float32Array | Int32Array | Uint8Array): void;
+  uploadQ8(raw: Uint8Array, count: number): DevicePtr;
+  download(src: DevicePtr, bytes: number): ArrayBuffer;
+  sync(): void;
+  destroy(): void;
+  mark(): void;
+  sinceMarkMs(): number;
+  toF32(w: DevicePtr, dtype: number, count: number): DevicePtr;
+  fillRandom(dtype: number, count: number, seed: number, scale: number): DevicePtr;
+  copyBytes(src: DevicePtr, dst: DevicePtr, bytes: number): void;
+  embedding(table: DevicePtr, dtype: number, ids: DevicePtr, n: number, dim: number, vocab: number): DevicePtr;
+  gatherRows(x: DevicePtr, idx: DevicePtr, m: number, d: number, rows: number): DevicePtr;
+  add(a: DevicePtr, b: DevicePtr, count: number): DevicePtr;
+  siluMul(gate: DevicePtr, up: DevicePtr, count: number): DevicePtr;
+  rmsnorm(x: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): DevicePtr;
+  addRmsnorm(x: DevicePtr, r: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): [DevicePtr, DevicePtr];
+  softmax(x: DevicePtr, rows: number, cols: number): DevicePtr;
+  argmax(x: DevicePtr, rows: number, cols: number): DevicePtr;
+  rope(
+    x: DevicePtr, pos: DevicePtr, n: number, heads: number, headDim: number, rotDim: number, theta: number,
+    neox: number,
+  ): DevicePtr;
+  kvWrite(
+    k: DevicePtr, v: DevicePtr, kc: DevicePtr, vc: DevicePtr, slots: DevicePtr, n: number, row: number,
+    capacity: number,
+  ): void;
+  ropeKvWrite(
+    qkv: DevicePtr, pos: DevicePtr, slots: DevicePtr, n: number, heads: number, kvHeads: number, headDim: number,
+    rotDim: number, theta: number, neox: number, kc: DevicePtr, vc: DevicePtr, capacity: number,
+  ): DevicePtr;
+  matmul(x: DevicePtr, w: DevicePtr, dtype: number, bias: DevicePtr, n: number, k: number, nOut: number): DevicePtr;
+  matmulPath(dtype: number, n: number, k: number, nOut: number): number;
+  attention(
+    q: DevicePtr, kc: DevicePtr, vc: DevicePtr, seq: DevicePtr, pos: DevicePtr, tables: DevicePtr, n: number,
+    heads: number, kvHeads: number, headDim: number, blockSize: number, maxBlocks: number, numBlocks: number,
+    maxContext: number, scale: number, rows: DevicePtr, rowCount: number, tiles: DevicePtr, tileCount: number,
+  ): DevicePtr;
+  sample(logits: DevicePtr, rows: number, vocab: number, params: Float32Array): DevicePtr;
+}
+
+/** The addon's exports. */
+export interface NativeCudaModule {
+  deviceCount(): DeviceCountResult;
+  Context: new (device: number) => NativeContext;
+}
