@@ -1,0 +1,133 @@
+/**
+ * CUDA kernels against the reference backend on an NVIDIA GPU (skipped without one): every
+ * matmul path (GEMV, tensor core, SIMT) for every weight dtype, the row ops, rope, the fused ops,
+ * embedding, sampling. Outputs are poisoned with NaN before each op.
+ */
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import type { SamplingRow, WeightDType } from "../../src/backend/types.ts";
+import { assertClose, both, bothWeight, cuda, poison, rand, ref } from "./cuda-helpers.ts";
+
+const skip = { ignore: !cuda };
+const DTYPES: WeightDType[] = ["f32", "f16", "bf16", "q8_0"];
+
+test("matmul() matches the reference on the gemv, tensor-core and simt paths for every weight dtype", async () => {
+  // [n, K, N]: gemv (n ≤ 8, K % 8 == 0), gemv scalar (K % 8 != 0), tensor core (f16/bf16, K % 32 == 0), simt.
+  const shapes = [[1, 64, 33], [3, 40, 17], [8, 256, 130], [37, 128, 70], [130, 96, 129], [19, 36, 5]];
+  for (const dtype of DTYPES) {
+    for (const [n, k, out] of shapes) {
+      if (dtype === "q8_0" && k % 32 !== 0) continue;
+      const [xc, xr] = both(rand(n * k, n * 7 + k), [n, k]);
+      const [wc, wr] = bothWeight(rand(out * k, out + k * 3), [out, k], dtype);
+      const [bc, br] = both(rand(out, 5), [out]);
+      poison(n * out);
+      const path = cuda!.matmulPath(dtype, n, k, out);
+      // 16-bit activations on the tensor-core path: error grows like 2^-9·√K relative to |x|·|w|.
+      const loose = path === "tensor-core";
+      await assertClose(cuda!.matmul(xc, wc, bc), ref.matmul(xr, wr, br), `${dtype} [${n},${k},${out}] ${path}`,
+        loose ? 0.05 : 1e-4, loose ? 2e-2 : 1e-4);
+    }
+  }
+}, skip);
+
+test("download() of f16, bf16 and q8_0 weights equals the reference's dequantization", async () => {
+  for (const dtype of DTYPES) {
+    const [wc, wr] = bothWeight(rand(64 * 96, 11), [64, 96], dtype);
+    await assertClose(wc, wr, `download ${dtype}`, 0, 0);
+  }
+}, skip);
+
+test("rmsnorm(), add(), siluMul(), softmax() and argmax() match the reference (odd sizes)", async () => {
+  for (const [rows, cols] of [[1, 7], [5, 333], [3, 4097], [2, 20000]]) {
+    const [xc, xr] = both(rand(rows * cols, cols, 3), [rows, cols]);
+    const [yc, yr] = both(rand(rows * cols, cols + 1, 3), [rows, cols]);
+    const [wc, wr] = both(rand(cols, 2), [cols]);
+    poison(rows * cols);
+    await assertClose(cuda!.rmsnorm(xc, wc, 1e-5), ref.rmsnorm(xr, wr, 1e-5), `rmsnorm ${cols}`);
+    poison(rows * cols);
+    await assertClose(cuda!.add(xc, yc), ref.add(xr, yr), `add ${cols}`);
+    poison(rows * cols);
+    await assertClose(cuda!.siluMul(xc, yc), ref.siluMul(xr, yr), `siluMul ${cols}`);
+    poison(rows * cols);
+    await assertClose(cuda!.softmax(xc), ref.softmax(xr), `softmax ${cols}`, 1e-7, 1e-4);
+    assert.deepEqual(await cuda!.download(cuda!.argmax(xc)), await ref.download(ref.argmax(xr)));
+  }
+  const ties = new Float32Array([1, 5, 5, 2, -Infinity, -Infinity, 3, 3]);
+  const [tc] = both(ties, [2, 4]);
+  assert.deepEqual(Array.from(await cuda!.download(cuda!.argmax(tc))), [1, 2]);
+}, skip);
+
+test("addRmsnorm() equals add() then rmsnorm() of the reference", async () => {
+  for (const cols of [64, 1000, 4096, 14336]) {
+    const [xc, xr] = both(rand(3 * cols, 1, 2), [3, cols]);
+    const [rc, rr] = both(rand(3 * cols, 2, 2), [3, cols]);
+    const [wc, wr] = both(rand(cols, 3), [cols]);
+    poison(3 * cols, 4);
+    const { sum, normed } = cuda!.addRmsnorm(xc, rc, wc, 1e-6);
+    const s = ref.add(xr, rr);
+    await assertClose(sum, s, `addRmsnorm sum ${cols}`);
+    await assertClose(normed, ref.rmsnorm(s, wr, 1e-6), `addRmsnorm norm ${cols}`);
+  }
+}, skip);
+
+test("rope() matches the reference for both layouts, partial rotary dims and large positions", async () => {
+  const [n, heads, dim] = [5, 3, 64];
+  const [pc, pr] = both(Int32Array.from([0, 1, 17, 4095, 131071]), [n]);
+  const [xc, xr] = both(rand(n * heads * dim, 9), [n, heads, dim]);
+  for (const layout of ["normal", "neox"] as const) {
+    for (const rot of [64, 32]) {
+      poison(n * heads * dim);
+      await assertClose(cuda!.rope(xc, pc, 500000, layout, rot), ref.rope(xr, pr, 500000, layout, rot),
+        `rope ${layout} ${rot}`, 2e-5, 1e-4);
+    }
+  }
+}, skip);
+
+test("ropeKvWrite() equals rope() of q and k plus kvWrite() of k and v", async () => {
+  const [n, heads, kvHeads, dim, blocks, bs] = [4, 4, 2, 32, 3, 4];
+  const width = (heads + 2 * kvHeads) * dim;
+  const qkv = rand(n * width, 21);
+  const [qkvC] = both(qkv, [n, width]);
+  const [pc, pr] = both(Int32Array.from([3, 4, 5, 9]), [n]);
+  const [sc, sr] = both(Int32Array.from([7, 0, 11, 2]), [n]);
+  const kcC = cuda!.zeros([blocks, bs, kvHeads, dim], "f32"), vcC = cuda!.zeros([blocks, bs, kvHeads, dim], "f32");
+  const kcR = ref.zeros([blocks, bs, kvHeads, dim], "f32"), vcR = ref.zeros([blocks, bs, kvHeads, dim], "f32");
+  const part = (from: number, h: number) => {
+    const out = new Float32Array(n * h * dim);
+    for (let t = 0; t < n; t++) out.set(qkv.subarray(t * width + from * dim, t * width + (from + h) * dim), t * h * dim);
+    return ref.upload(out, [n, h, dim]);
+  };
+  const q = cuda!.ropeKvWrite(qkvC, pc, sc, heads, 10000, "neox", kcC, vcC, 16);
+  ref.kvWrite(ref.rope(part(heads, kvHeads), pr, 10000, "neox", 16), part(heads + kvHeads, kvHeads), kcR, vcR, sr);
+  await assertClose(q, ref.rope(part(0, heads), pr, 10000, "neox", 16), "ropeKvWrite q");
+  await assertClose(kcC, kcR, "ropeKvWrite k cache");
+  await assertClose(vcC, vcR, "ropeKvWrite v cache", 0, 0);
+}, skip);
+
+test("embedding(), gatherRows() and kvWrite() match the reference", async () => {
+  for (const dtype of DTYPES) {
+    const [tc, tr] = bothWeight(rand(50 * 64, 4), [50, 64], dtype);
+    const [ic, ir] = both(Int32Array.from([0, 49, 7, 7]), [4]);
+    poison(4 * 64);
+    await assertClose(cuda!.embedding(tc, ic), ref.embedding(tr, ir), `embedding ${dtype}`, 0, 0);
+  }
+  const [xc, xr] = both(rand(6 * 10, 5), [6, 10]);
+  const [gc, gr] = both(Int32Array.from([5, 0, 5]), [3]);
+  await assertClose(cuda!.gatherRows(xc, gc), ref.gatherRows(xr, gr), "gatherRows", 0, 0);
+  assert.throws(() => cuda!.gatherRows(xc, both(Int32Array.from([6]), [1])[0]), /Row index 6/);
+}, skip);
+
+test("sample() picks the reference's token for greedy, top-k, top-p and mixed rows", async () => {
+  for (const vocab of [10, 1000, 50000]) {
+    const rows: SamplingRow[] = [
+      { temperature: 0, topK: 0, topP: 1, uniform: 0.3 },
+      { temperature: 0.8, topK: 0, topP: 1, uniform: 0.61 },
+      { temperature: 1.2, topK: 5, topP: 1, uniform: 0.25 },
+      { temperature: 0.7, topK: 0, topP: 0.9, uniform: 0.93 },
+      { temperature: 1, topK: 40, topP: 0.5, uniform: 0.07 },
+    ];
+    const [lc, lr] = both(rand(rows.length * vocab, vocab, 4), [rows.length, vocab]);
+    assert.deepEqual(Array.from(await cuda!.download(cuda!.sample(lc, rows))),
+      Array.from(await ref.download(ref.sample(lr, rows))), `vocab ${vocab}`);
+  }
+}, skip);
