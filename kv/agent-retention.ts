@@ -34,6 +34,7 @@ export class AgentAwarePolicy implements RetentionPolicy {
   private readonly groups = new Map<string, Group>();
   private readonly owner = new Map<number, string>();
   private readonly dropped = new Map<number, true>();
+  private readonly droppedStack: number[] = [];
   private readonly recompute: (depth: number) => number;
   private readonly blockBytes: number;
   private readonly minHorizonS: number;
@@ -59,6 +60,7 @@ export class AgentAwarePolicy implements RetentionPolicy {
     const sid = block.meta.sessionId;
     if (block.meta.type === "reasoning" && sid !== undefined && this.sessions.status(sid) !== "running") {
       this.dropped.set(block.id, true);
+      this.droppedStack.push(block.id);
       return;
     }
     const key = sid ?? ANON;
@@ -89,7 +91,10 @@ export class AgentAwarePolicy implements RetentionPolicy {
   /** Evicts the block with the lowest expected benefit per byte. */
   evict(now: number): number | undefined {
     this.noteEviction(now);
-    for (const id of this.dropped.keys()) { this.remove(id); return id; }
+    while (this.droppedStack.length > 0) {
+      const id = this.droppedStack.pop()!;
+      if (this.dropped.has(id)) { this.remove(id); return id; }
+    }
     let key: string | undefined;
     // Scores change only with time, and one allocation evicts many blocks at one instant.
     if (this.pickCache !== null && this.pickCache.now === now && this.groups.has(this.pickCache.key)) key = this.pickCache.key;

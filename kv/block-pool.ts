@@ -5,7 +5,7 @@
  */
 import { type BlockHasher, hashBlock } from "./hash.ts";
 import { PrefixIndex } from "./prefix-index.ts";
-import { LruPolicy, type RetentionPolicy } from "./retention.ts";
+import { type EvictableBlock, LruPolicy, type RetentionPolicy } from "./retention.ts";
 import {
   type BlockHash,
   type BlockMeta,
@@ -49,6 +49,7 @@ export interface PrefixMatch {
 }
 
 const NO_SERIAL = -1;
+const NO_META: BlockMeta = Object.freeze({});
 
 /** Reference-counted block pool with a prefix cache. */
 export class BlockPool {
@@ -69,6 +70,11 @@ export class BlockPool {
   private readonly depths: Int32Array;
   private readonly metas: (BlockMeta | undefined)[];
   private readonly freeList: number[] = [];
+  /** Blocks [nextFresh, numBlocks) have never been handed out: implicitly free, no list needed. */
+  private nextFresh = 0;
+  private readonly scratch = [0];
+  // Handed to the policy on every release; policies copy what they keep (see RetentionPolicy.add).
+  private readonly evictable: EvictableBlock = { id: 0, hash: 0, meta: {}, depth: 0 };
 
   /** Creates a pool of `numBlocks` free blocks. */
   constructor(opts: BlockPoolOptions) {
@@ -92,14 +98,12 @@ export class BlockPool {
     this.hashes = new Float64Array(opts.numBlocks).fill(NaN);
     this.serials = new Float64Array(opts.numBlocks).fill(NO_SERIAL);
     this.depths = new Int32Array(opts.numBlocks);
-    this.metas = new Array(opts.numBlocks);
-    // Pop from the end hands out low ids first: friendlier to read in tests and dumps.
-    for (let i = opts.numBlocks - 1; i >= 0; i--) this.freeList.push(i);
+    this.metas = [];
   }
 
   /** Blocks that can be allocated now: truly free plus cached-but-unreferenced. */
   numFreeBlocks(): number {
-    return this.freeList.length + this.policy.size;
+    return this.freeList.length + (this.numBlocks - this.nextFresh) + this.policy.size;
   }
 
   /** Blocks held by at least one sequence. */
@@ -138,6 +142,7 @@ export class BlockPool {
     const now = this.clock();
     for (let i = 0; i < count; i++) {
       let id = this.freeList.pop();
+      if (id === undefined && this.nextFresh < this.numBlocks) id = this.nextFresh++;
       if (id === undefined) {
         id = this.policy.evict(now);
         if (id === undefined) throw new KvStateError("Retention policy lost track of evictable blocks");
@@ -180,9 +185,21 @@ export class BlockPool {
       this.check(id);
       if (this.refs[id] <= 0) throw new KvStateError(`Cannot release block ${id}: reference count is already 0`);
       if (--this.refs[id] > 0) continue;
-      if (meta !== undefined) this.metas[id] = { ...this.metas[id], ...meta };
+      if (meta !== undefined) {
+        const old = this.metas[id];
+        if (old === undefined || old.sessionId !== meta.sessionId || (meta.type !== undefined && old.type !== meta.type)) {
+          this.metas[id] = { ...old, ...meta };
+        }
+      }
       if (Number.isNaN(this.hashes[id])) this.freeList.push(id);
-      else this.policy.add({ id, hash: this.hashes[id], meta: this.metas[id] ?? {}, depth: this.depths[id] }, now);
+      else {
+        const e = this.evictable;
+        e.id = id;
+        e.hash = this.hashes[id];
+        e.meta = this.metas[id] ?? NO_META;
+        e.depth = this.depths[id];
+        this.policy.add(e, now);
+      }
     }
   }
 
@@ -249,7 +266,9 @@ export class BlockPool {
     let parentHash: BlockHash | null = null;
     let parentSerial = NO_SERIAL;
     for (let b = 0; b < full; b++) {
-      const block = bs === 1 ? [tokens[b]] : Array.prototype.slice.call(tokens, b * bs, (b + 1) * bs) as number[];
+      let block: ArrayLike<number>;
+      if (bs === 1) { this.scratch[0] = tokens[b]; block = this.scratch; }
+      else block = Array.prototype.slice.call(tokens, b * bs, (b + 1) * bs) as number[];
       const hash = this.hasher(parentHash, block);
       const entry = this.index.lookup(hash, block, parentSerial);
       if (entry === undefined) break;

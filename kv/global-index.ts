@@ -1,6 +1,7 @@
 /**
  * Cluster-wide view of which worker holds which block on which tier, built only from KV events
  * (the way Dynamo's router builds its radix tree). Used by routers for overlap scores.
+ * Worker ids are interned to small integers; each hash keeps a short list of (worker, tier bits).
  */
 import type { BlockHash, KvEvent, Tier } from "./types.ts";
 
@@ -13,9 +14,11 @@ export interface WorkerOverlap {
   deviceOrHost: number;
 }
 
-/** hash → (worker → tier bitmask), fed by {@link KvEvent}s. */
+/** hash → [(worker index << 3) | tier bits, ...], fed by {@link KvEvent}s. */
 export class GlobalBlockIndex {
-  private readonly holders = new Map<BlockHash, Map<string, number>>();
+  private readonly holders = new Map<BlockHash, number[]>();
+  private readonly ids: string[] = [];
+  private readonly idx = new Map<string, number>();
 
   /** Number of distinct hashes known. */
   get size(): number {
@@ -24,14 +27,19 @@ export class GlobalBlockIndex {
 
   /** Applies one KV event. */
   apply(e: KvEvent): void {
-    if (e.kind === "stored") for (const h of e.hashes) this.set(h, e.workerId, TIER_BIT[e.tier], true);
-    else if (e.kind === "removed") for (const h of e.hashes) this.set(h, e.workerId, TIER_BIT[e.tier], false);
-    else for (const h of e.hashes) this.set(h, e.workerId, TIER_BIT[e.to], true);
+    const w = this.intern(e.workerId);
+    if (e.kind === "stored") for (const h of e.hashes) this.set(h, w, TIER_BIT[e.tier], true);
+    else if (e.kind === "removed") for (const h of e.hashes) this.set(h, w, TIER_BIT[e.tier], false);
+    else for (const h of e.hashes) this.set(h, w, TIER_BIT[e.to], true);
   }
 
   /** Tiers (bitmask: device 1, host 2, remote 4) on which `workerId` holds `hash`. */
   tiersOf(hash: BlockHash, workerId: string): number {
-    return this.holders.get(hash)?.get(workerId) ?? 0;
+    const w = this.idx.get(workerId);
+    const list = this.holders.get(hash);
+    if (w === undefined || list === undefined) return 0;
+    for (const v of list) if (v >> 3 === w) return v & 7;
+    return 0;
   }
 
   /**
@@ -40,38 +48,61 @@ export class GlobalBlockIndex {
    */
   overlaps(hashes: readonly BlockHash[]): Map<string, WorkerOverlap> {
     const out = new Map<string, WorkerOverlap>();
-    const first = this.holders.get(hashes[0]);
-    if (hashes.length === 0 || first === undefined) return out;
-    const alive = new Map<string, boolean>(); // worker → still matching on device
-    for (const [w, bits] of first) {
-      out.set(w, { device: bits & 1 ? 1 : 0, deviceOrHost: 1 });
-      alive.set(w, (bits & 1) !== 0);
-    }
-    for (let i = 1; i < hashes.length && alive.size > 0; i++) {
-      const m = this.holders.get(hashes[i]);
-      for (const [w, onDevice] of alive) {
-        const bits = m?.get(w) ?? 0;
-        if ((bits & 3) === 0) { alive.delete(w); continue; }
-        const o = out.get(w)!;
-        o.deviceOrHost = i + 1;
-        if (onDevice && (bits & 1)) o.device = i + 1;
-        else alive.set(w, false);
+    const first = hashes.length === 0 ? undefined : this.holders.get(hashes[0]);
+    if (first === undefined) return out;
+    // Per worker (by interned index): still on a device run, last block on device, last on device-or-host.
+    const n = this.ids.length;
+    const onDev = new Uint8Array(n), dev = new Int32Array(n), any = new Int32Array(n), seen = new Int32Array(n);
+    const ws: number[] = [];
+    for (const v of first) { const w = v >> 3; ws.push(w); onDev[w] = v & 1; dev[w] = v & 1; any[w] = 1; seen[w] = 1; }
+    let alive = ws.length;
+    for (let b = 1; b < hashes.length && alive > 0; b++) {
+      const list = this.holders.get(hashes[b]);
+      if (list === undefined) break;
+      // A worker extends its run only if it matched block b-1 (seen[w] === b) and holds block b.
+      alive = 0;
+      for (const v of list) {
+        const w = v >> 3;
+        if (seen[w] !== b || (v & 3) === 0) continue;
+        seen[w] = b + 1;
+        alive++;
+        any[w] = b + 1;
+        if (onDev[w] && (v & 1)) dev[w] = b + 1;
+        else onDev[w] = 0;
       }
     }
+    for (const w of ws) out.set(this.ids[w], { device: dev[w], deviceOrHost: any[w] });
     return out;
   }
 
-  private set(h: BlockHash, worker: string, bit: number, on: boolean): void {
-    let m = this.holders.get(h);
-    if (m === undefined) {
-      if (!on) return;
-      m = new Map();
-      this.holders.set(h, m);
+  private intern(id: string): number {
+    let w = this.idx.get(id);
+    if (w === undefined) {
+      w = this.ids.length;
+      this.ids.push(id);
+      this.idx.set(id, w);
     }
-    const bits = on ? (m.get(worker) ?? 0) | bit : (m.get(worker) ?? 0) & ~bit;
-    if (bits === 0) {
-      m.delete(worker);
-      if (m.size === 0) this.holders.delete(h);
-    } else m.set(worker, bits);
+    return w;
+  }
+
+  private set(h: BlockHash, w: number, bit: number, on: boolean): void {
+    let list = this.holders.get(h);
+    if (list === undefined) {
+      if (!on) return;
+      list = [];
+      this.holders.set(h, list);
+    }
+    for (let i = 0; i < list.length; i++) {
+      if (list[i] >> 3 !== w) continue;
+      const bits = on ? (list[i] & 7) | bit : (list[i] & 7) & ~bit;
+      if (bits !== 0) list[i] = (w << 3) | bits;
+      else {
+        list[i] = list[list.length - 1];
+        list.pop();
+        if (list.length === 0) this.holders.delete(h);
+      }
+      return;
+    }
+    if (on) list.push((w << 3) | bit);
   }
 }

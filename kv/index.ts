@@ -3,6 +3,7 @@ export * from "./types.ts";
 export * from "./hash.ts";
 export * from "./rng.ts";
 export * from "./prefix-index.ts";
+export * from "./lru-list.ts";
 export * from "./retention.ts";
 export * from "./block-pool.ts";
 export * from "./session-tracker.ts";

@@ -2,6 +2,7 @@
  * Retention policies decide which free-but-cached block to evict when a new block is needed.
  * The block pool owns the blocks; a policy only orders the evictable ones.
  */
+import { LruList } from "./lru-list.ts";
 import type { BlockHash, BlockMeta } from "./types.ts";
 
 /** A cached block whose reference count fell to zero: it may be reused by a later prefix hit, or evicted. */
@@ -15,7 +16,7 @@ export interface EvictableBlock {
 
 /** Orders evictable blocks. Implementations are pure and take time as an argument. */
 export interface RetentionPolicy {
-  /** A block became evictable (cached, reference count 0). */
+  /** A block became evictable (cached, reference count 0). `block` is reused by the caller: copy what you keep. */
   add(block: EvictableBlock, now: number): void;
   /** A block stopped being evictable (reused by a prefix hit, or dropped by the pool). */
   remove(id: number): void;
@@ -30,12 +31,10 @@ export interface RetentionPolicy {
  * a sequence's blocks are freed tail first, so among blocks freed together the tail goes first.
  */
 export class LruPolicy implements RetentionPolicy {
-  // A Map iterates in insertion order: re-inserting moves a block to the most-recent end.
-  private readonly order = new Map<number, true>();
+  private readonly order = new LruList<number, true>();
 
   /** Marks the block as the most recently used evictable one. */
   add(block: EvictableBlock, _now: number): void {
-    this.order.delete(block.id);
     this.order.set(block.id, true);
   }
 
@@ -46,11 +45,7 @@ export class LruPolicy implements RetentionPolicy {
 
   /** Evicts the least recently used block. */
   evict(_now: number): number | undefined {
-    for (const id of this.order.keys()) {
-      this.order.delete(id);
-      return id;
-    }
-    return undefined;
+    return this.order.shift();
   }
 
   /** Number of evictable blocks. */

@@ -3,6 +3,7 @@
  * the device. A tier entry keeps the block's tokens and parent hash, so a walk continuing a device
  * prefix match verifies both before treating a block as present.
  */
+import { LruList } from "./lru-list.ts";
 import type { BlockHash, BlockMeta, KvEventSink, Tier } from "./types.ts";
 
 /** One block held by a lower tier. */
@@ -30,7 +31,7 @@ function sameTokens(a: number[], b: ArrayLike<number>): boolean {
 
 /** An LRU content-addressed block cache for one lower tier of one worker. */
 export class TierCache {
-  private readonly entries = new Map<BlockHash, TierEntry>();
+  private readonly entries = new LruList<BlockHash, TierEntry>();
 
   /** Creates an empty tier; events (moved / removed) go to `events` tagged with `workerId`. */
   constructor(readonly spec: TierSpec, private readonly workerId: string, private readonly events?: KvEventSink) {}
@@ -43,14 +44,9 @@ export class TierCache {
   /** Stores a block offloaded from the device (drops the least recently used entries when full). */
   offload(hash: BlockHash, entry: TierEntry, now: number): void {
     if (this.spec.capacityBlocks <= 0) return;
-    this.entries.delete(hash);
     this.entries.set(hash, entry);
     const dropped: BlockHash[] = [];
-    while (this.entries.size > this.spec.capacityBlocks) {
-      const oldest = this.entries.keys().next().value as BlockHash;
-      this.entries.delete(oldest);
-      dropped.push(oldest);
-    }
+    while (this.entries.size > this.spec.capacityBlocks) dropped.push(this.entries.shift()!);
     this.events?.({ kind: "moved", workerId: this.workerId, from: "device", to: this.spec.tier, time: now, hashes: [hash] });
     if (dropped.length > 0) this.events?.({ kind: "removed", workerId: this.workerId, tier: this.spec.tier, time: now, hashes: dropped });
   }
@@ -65,9 +61,7 @@ export class TierCache {
     for (let i = 0; i < hashes.length; i++) {
       const e = this.entries.get(hashes[i]);
       if (e === undefined || e.parentHash !== parent || !sameTokens(e.tokens, blockTokens(i))) break;
-      // Touch for LRU.
-      this.entries.delete(hashes[i]);
-      this.entries.set(hashes[i], e);
+      this.entries.set(hashes[i], e); // touch: most recently used
       parent = hashes[i];
       n++;
     }

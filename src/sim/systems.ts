@@ -1,0 +1,102 @@
+/**
+ * The systems compared: three Dynamo-like baseline variants and ours. A system is configuration
+ * plus the pure planner/ and kv/ objects it runs; the simulator treats them all alike.
+ */
+import { AgentAwarePolicy } from "../../kv/agent-retention.ts";
+import { LruPolicy, type RetentionPolicy } from "../../kv/retention.ts";
+import type { SessionTracker } from "../../kv/session-tracker.ts";
+import { LoadPlanner } from "../../planner/load-planner.ts";
+import { OnlinePlanner } from "../../planner/online-planner.ts";
+import type { OfflineProfile } from "../../planner/profile.ts";
+import { SlaProfilePlanner } from "../../planner/sla-profile-planner.ts";
+import type { Planner } from "../../planner/types.ts";
+
+/** How requests are placed. */
+export type SystemMode = "disagg" | "agg" | "evolving";
+
+/** One system under test. */
+export interface SystemSpec {
+  name: string;
+  mode: SystemMode;
+  planner: Planner | null;
+  makePolicy: (sessions: SessionTracker) => RetentionPolicy;
+  hostTier: boolean;
+  /** Decode workers register the KV they receive and generate (prefix reuse on the next turn). */
+  decodeCaches: boolean;
+  initialPrefill: number;
+  initialDecode: number;
+  /** Seconds before a newly started worker serves (model load). */
+  startupS: number;
+  /** Conditional disaggregation: prefill locally when the uncached prompt is at most this. */
+  maxLocalPrefill: number;
+  /** ... or when this many requests per prefill worker are already queued for remote prefill. */
+  maxPrefillQueuePerWorker: number;
+  /** Stated parameters, for reports. */
+  params: Record<string, string | number | boolean>;
+}
+
+/** Shared settings every system gets. */
+export interface SystemContext {
+  workers: number;
+  profile: OfflineProfile;
+  initialSplit: { prefill: number; decode: number };
+  ttftTargetS: number;
+  itlTargetS: number;
+  startupS: number;
+}
+
+/** Dynamo disaggregated serving with the SLA planner in throughput mode (180 s). */
+export function baselineDisaggSla(c: SystemContext): SystemSpec {
+  const planner = new SlaProfilePlanner({
+    profile: c.profile, maxWorkers: c.workers, intervalS: 180, ttftTargetS: c.ttftTargetS, itlTargetS: c.itlTargetS,
+    startupDelayS: 30, predictor: "constant",
+  });
+  return {
+    name: "dynamo-disagg-sla", mode: "disagg", planner, makePolicy: () => new LruPolicy(), hostTier: true,
+    decodeCaches: false, initialPrefill: c.initialSplit.prefill, initialDecode: c.initialSplit.decode,
+    startupS: c.startupS, maxLocalPrefill: 1000, maxPrefillQueuePerWorker: 2,
+    params: {
+      planner: "SLA throughput mode", interval_s: 180, predictor: "constant", ttft_target_s: c.ttftTargetS,
+      itl_target_s: c.itlTargetS, planner_startup_delay_s: 30, worker_startup_s: c.startupS, max_workers: c.workers,
+      initial_prefill: c.initialSplit.prefill, initial_decode: c.initialSplit.decode, router: "kv-aware overlap_weight=1 temperature=0",
+      retention: "LRU + host tier (LRU, offload on evict)", max_local_prefill_tokens: 1000, max_prefill_queue_per_worker: 2,
+      decode_kv_reuse: false, profile: `offline sweep, ISL ${c.profile.profiledIsl}/OSL ${c.profile.profiledOsl} centre`,
+    },
+  };
+}
+
+/** Dynamo disaggregated serving with the load-mode planner (5 s, ±1 replica). */
+export function baselineDisaggLoad(c: SystemContext): SystemSpec {
+  const s = baselineDisaggSla(c);
+  const planner = new LoadPlanner({ profile: c.profile, maxWorkers: c.workers, intervalS: 5, ttftTargetS: c.ttftTargetS, itlTargetS: c.itlTargetS });
+  return { ...s, name: "dynamo-disagg-load", planner, params: { ...s.params, planner: "load mode (5 s, ±1 replica, scale-down guard 0.8)", interval_s: 5 } };
+}
+
+/** Dynamo aggregated serving: every worker prefills and decodes, KV-aware router, no planner. */
+export function baselineAgg(c: SystemContext): SystemSpec {
+  return {
+    name: "dynamo-agg", mode: "agg", planner: null, makePolicy: () => new LruPolicy(), hostTier: true,
+    decodeCaches: true, initialPrefill: 0, initialDecode: c.workers, startupS: c.startupS,
+    maxLocalPrefill: Infinity, maxPrefillQueuePerWorker: 0,
+    params: {
+      planner: "none (aggregated, all workers mixed)", router: "kv-aware overlap_weight=1 temperature=0 (agentic preset: decode KV reused)",
+      retention: "LRU + host tier (LRU, offload on evict)", workers: c.workers, chunked_prefill_budget: 8192,
+    },
+  };
+}
+
+/** Ours: online planner flipping roles, agent-aware KV, session router with transfer-vs-recompute. */
+export function evolving(c: SystemContext): SystemSpec {
+  const planner = new OnlinePlanner({ ttftTargetS: c.ttftTargetS, itlTargetS: c.itlTargetS });
+  const prefill = Math.max(1, Math.round(c.workers / 4));
+  return {
+    name: "evolving", mode: "evolving", planner, makePolicy: (s) => new AgentAwarePolicy(s), hostTier: true,
+    decodeCaches: true, initialPrefill: prefill, initialDecode: c.workers - prefill, startupS: 0,
+    maxLocalPrefill: planner.localPrefillThreshold(), maxPrefillQueuePerWorker: Infinity,
+    params: {
+      planner: "online (1 s tick, hysteresis 15%, confirm 2 ticks, cooldown 15 s, ≤12.5% flips/tick)",
+      router: "session affinity vs load, transfer vs recompute", retention: "agent-aware benefit/byte + host tier",
+      decode_kv_reuse: true, workers: c.workers,
+    },
+  };
+}
