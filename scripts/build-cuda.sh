@@ -6,6 +6,7 @@
 # exits 0. Writes ptxas's resource report (-Xptxas -v) to kernels-cuda/build/resource-usage.txt.
 #   CUDA_ARCHS="90a"   build one architecture (development); default "90a 100a 103a"
 #   CUDA_PTX=0         skip the PTX; CUDA_BUILD_FORCE=1 rebuild even when up to date
+#   CUDA_JOBS=8        compile the .cu files in parallel (default 1: CI machines are small)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=kernels-cuda
@@ -23,7 +24,8 @@ fi
 ARCHS="${CUDA_ARCHS:-90a 100a 103a}"
 PTX="${CUDA_PTX:-1}"
 NODE_INC=""
-for d in "${NODE_INCLUDE:-}" /usr/include/node /usr/local/include/node "$HOME"/.cache/node-gyp/*/include/node; do
+for d in "${NODE_INCLUDE:-}" /usr/include/node /usr/local/include/node .cache/device-carry/node-include \
+  "$HOME"/.cache/node-gyp/*/include/node; do
   if [ -n "$d" ] && [ -f "$d/node_api.h" ]; then NODE_INC="$d"; break; fi
 done
 NAPI_INC=node_modules/node-addon-api
@@ -43,16 +45,31 @@ GENCODE=()
 for a in $ARCHS; do GENCODE+=(-gencode "arch=compute_$a,code=sm_$a"); done
 if [ "$PTX" = 1 ]; then GENCODE+=(-gencode "arch=compute_90,code=compute_90"); fi
 REPORT="$OUT/resource-usage.txt"
-: >"$REPORT"
+JOBS="${CUDA_JOBS:-1}"
 start=$(date +%s)
 OBJS=()
+rm -f "$OUT"/obj/*.ptxas.txt
+pids=()
+failed=0
 for cu in "$SRC"/*.cu; do
   name=$(basename "$cu" .cu)
   echo "build-cuda: nvcc $name.cu ($ARCHS$([ "$PTX" = 1 ] && echo " +ptx"))"
   "$NVCC" -std=c++17 -O3 -Xcompiler -fPIC -lineinfo "${GENCODE[@]}" -Xptxas -v -c "$cu" -o "$OUT/obj/$name.o" \
-    2> >(tee -a "$REPORT" | grep -E "error|warning" >&2 || true)
+    2>"$OUT/obj/$name.ptxas.txt" &
+  pids+=($!)
   OBJS+=("$OUT/obj/$name.o")
+  if [ "${#pids[@]}" -ge "$JOBS" ]; then
+    wait "${pids[0]}" || failed=1
+    pids=("${pids[@]:1}")
+  fi
 done
+for p in "${pids[@]}"; do wait "$p" || failed=1; done
+cat "$OUT"/obj/*.ptxas.txt >"$REPORT"
+grep -E "error|warning" "$REPORT" >&2 || true
+if [ "$failed" != 0 ]; then
+  echo "build-cuda: nvcc failed (see $REPORT)" >&2
+  exit 1
+fi
 CXXFLAGS=(-std=c++17 -O2 -fPIC -fexceptions -fvisibility=hidden -DNAPI_VERSION=8 -DNAPI_CPP_EXCEPTIONS
   -I"$NODE_INC" -I"$NAPI_INC" -I"$CUDA_HOME/include")
 for cpp in binding context; do

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# One prepared check for a GPU machine (an NVIDIA H200 with nvcc and PyTorch, perhaps no Node or
+# Deno and no network). Prepare on the build machine with scripts/device-prepare.sh and carry the
+# paths it lists. Steps (≈5 minutes in all): versions; build the addon for this GPU; conformance +
+# CUDA kernel tests; golden (and, where Node and node-llama-cpp exist, oracle) generation checks;
+# torch baselines; the CUDA timing table, printed last. Everything lands in $OUT.
+#   JS_RUNTIME=/path/to/deno-or-node   use this runtime;   CUDA_ARCHS=90a   arch(s) to build here
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/out/device-check}"
+mkdir -p "$OUT"
+exec > >(tee "$OUT/device-check.log") 2>&1
+T0=$(date +%s)
+export NO_COLOR=1
+SUMMARY=()
+note() { SUMMARY+=("$(printf '%-34s %s' "$1" "$2")"); }
+elapsed() { echo "$(($(date +%s) - T0)) s"; }
+
+# --- JS runtime: prefer Deno (runs TypeScript without node_modules) --------------------------
+RT="${JS_RUNTIME:-}"
+if [ -z "$RT" ]; then
+  for c in "$(command -v deno || true)" node_modules/deno/deno .cache/device-carry/deno; do
+    if [ -n "$c" ] && [ -x "$c" ]; then RT="$c"; break; fi
+  done
+fi
+if [ -z "$RT" ] && [ -f .cache/device-carry/deno.xz ]; then
+  xz -dc .cache/device-carry/deno.xz >/tmp/evolving-deno && chmod +x /tmp/evolving-deno && RT=/tmp/evolving-deno
+fi
+if [ -z "$RT" ] && command -v node >/dev/null && [ -d node_modules/tsx ]; then RT="$(command -v node)"; fi
+run_ts() {  # run_ts test FILES... | run_ts run FILE ARGS...
+  local mode=$1; shift
+  case "$RT" in
+    *deno*) if [ "$mode" = test ]; then "$RT" test -A --no-check "$@"; else "$RT" run -A --no-check "$@"; fi ;;
+    *) if [ "$mode" = test ]; then "$RT" --import tsx --test "$@"; else "$RT" --import tsx "$@"; fi ;;
+  esac
+}
+
+echo "== versions"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.memory --format=csv,noheader || echo "nvidia-smi: unavailable"
+nvcc --version | tail -2 || echo "nvcc: unavailable"
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' \
+  || echo "torch: unavailable"
+if [ -n "$RT" ]; then echo "js runtime: $RT ($("$RT" --version | head -1))"; else echo "js runtime: none found"; fi
+git log --oneline -1 2>/dev/null || true
+
+echo "== build ($(elapsed))"
+if CUDA_ARCHS="${CUDA_ARCHS:-90a}" CUDA_JOBS="$(nproc)" CUDA_BUILD_FORCE=1 timeout 240 bash scripts/build-cuda.sh; then
+  note "build (nvcc, this GPU's arch)" "ok"
+elif [ -f kernels-cuda/build/evolving_cuda.node ]; then
+  note "build (nvcc, this GPU's arch)" "FAILED; using the carried addon"
+else
+  note "build (nvcc, this GPU's arch)" "FAILED; no addon"
+fi
+cp kernels-cuda/build/resource-usage.txt "$OUT/" 2>/dev/null || true
+
+if [ -z "$RT" ]; then
+  note "tests and timing" "SKIPPED: no Deno or Node (see scripts/device-prepare.sh)"
+else
+  echo "== conformance + CUDA kernel tests ($(elapsed))"
+  tests=(tests/backend/cuda-*.test.ts)
+  [ -f tests/backend/conformance.test.ts ] && tests=(tests/backend/conformance.test.ts "${tests[@]}")
+  if timeout 150 bash -c "$(declare -f run_ts); RT='$RT' run_ts test ${tests[*]}" >"$OUT/tests-backend.log" 2>&1; then
+    note "conformance + cuda kernel tests" "ok ($(grep -Eo '[0-9]+ passed.*' "$OUT/tests-backend.log" | tail -1))"
+  else
+    note "conformance + cuda kernel tests" "FAILED (see tests-backend.log)"
+  fi
+  tail -30 "$OUT/tests-backend.log"
+
+  echo "== golden generation (stories260K, every backend incl. cuda) ($(elapsed))"
+  if timeout 90 bash -c "$(declare -f run_ts); RT='$RT' run_ts test tests/model/forward-golden.test.ts" >"$OUT/tests-golden.log" 2>&1; then
+    note "golden greedy ids (forward-golden)" "ok"
+  else
+    note "golden greedy ids (forward-golden)" "FAILED (see tests-golden.log)"
+  fi
+  tail -15 "$OUT/tests-golden.log"
+  if command -v node >/dev/null && [ -d node_modules/node-llama-cpp ] && [ -f tests/oracle/llama-cpp.test.ts ]; then
+    echo "== oracle (llama.cpp) ($(elapsed))"
+    if timeout 90 node --import tsx --test tests/oracle/llama-cpp.test.ts >"$OUT/tests-oracle.log" 2>&1; then
+      note "oracle (llama.cpp log-probs)" "ok"
+    else
+      note "oracle (llama.cpp log-probs)" "FAILED (see tests-oracle.log)"
+    fi
+  else
+    note "oracle (llama.cpp log-probs)" "skipped: needs Node + node_modules/node-llama-cpp"
+  fi
+
+  echo "== torch baselines ($(elapsed))"
+  if timeout 90 python3 scripts/device-torch.py "$OUT/torch.json"; then note "torch baselines" "ok"; else note "torch baselines" "FAILED"; fi
+
+  echo "== CUDA timing ($(elapsed))"
+  if timeout 180 bash -c "$(declare -f run_ts); RT='$RT' run_ts run scripts/device-bench-cuda.ts --torch '$OUT/torch.json' --out '$OUT'"; then
+    note "cuda timing" "ok"
+  else
+    note "cuda timing" "FAILED"
+  fi
+fi
+
+echo
+echo "== summary ($(elapsed))"
+printf '%s\n' "${SUMMARY[@]}" | tee "$OUT/summary.txt"
+echo
+cat "$OUT/cuda-table.md" 2>/dev/null || echo "(no timing table)"
