@@ -25,15 +25,21 @@ interface DenoServeApi {
 export async function listen(fetch: FetchHandler, host: string, port: number): Promise<Listening> {
   if (runtimeName() === "deno") {
     const deno = (globalThis as unknown as { Deno: DenoServeApi }).Deno;
-    // Deno's legacy request.signal also aborts after successful responses; give the app a signal
-    // that aborts only when the response was not delivered (the client went away).
-    const handler = (req: Request, info: { completed?: Promise<void> }) => {
-      if (!info?.completed) return fetch(req);
+    // Deno's legacy request.signal also aborts after successful responses. The app gets its own
+    // signal: aborted when the client leaves while the handler is still working (req.signal, listened
+    // to only until the handler returns) or when the response could not be delivered (info.completed).
+    const handler = async (req: Request, info: { completed?: Promise<void> }) => {
       const ctl = new AbortController();
-      info.completed.catch(() => ctl.abort());
+      const abort = () => ctl.abort();
+      req.signal.addEventListener("abort", abort);
       const hasBody = req.method !== "GET" && req.method !== "HEAD";
       const init = { method: req.method, headers: req.headers, body: hasBody ? req.body : null, signal: ctl.signal, duplex: "half" };
-      return fetch(new Request(req.url, init as RequestInit));
+      try {
+        return await fetch(new Request(req.url, init as RequestInit));
+      } finally {
+        req.signal.removeEventListener("abort", abort);
+        info?.completed?.catch(abort);
+      }
     };
     const server = deno.serve({ hostname: host, port, onListen: () => {} }, handler);
     return { host, port: server.addr.port, close: () => server.shutdown() };

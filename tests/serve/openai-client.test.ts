@@ -87,6 +87,22 @@ test("server: a client that disconnects mid-stream cancels its request and frees
     assert.equal(s.engine.activeRequests, 0, "the request was cancelled");
     assert.equal(s.engine.pool.numUsedBlocks(), 0, "all KV blocks are back in the pool");
     assert.ok((s.engine.metrics.finished.get("abort") ?? 0) >= 1);
+
+    // Same for a non-streaming request whose client gives up before the answer.
+    const ctl2 = new AbortController();
+    const pending = fetch(`${url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "stories260K", prompt: STORY, max_tokens: 1500, temperature: 0, ignore_eos: true }),
+      signal: ctl2.signal,
+    }).catch(() => undefined);
+    for (let i = 0; i < 200 && s.engine.activeRequests === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    assert.equal(s.engine.activeRequests, 1, "the non-streaming request is running");
+    ctl2.abort();
+    await pending;
+    for (let i = 0; i < 200 && s.engine.activeRequests > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(s.engine.activeRequests, 0, "the non-streaming request was cancelled");
+    assert.equal(s.engine.pool.numUsedBlocks(), 0);
   });
 });
 
