@@ -75,7 +75,9 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
     put(p + "mlp.up_proj.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
     put(p + "mlp.down_proj.weight", [hidden, ffn], 1 / Math.sqrt(ffn));
   }
-  put("model.norm.weight", [hidden], 0.2, 1);
+  // Signed final-norm weights: with tied embeddings a positive norm makes every token predict
+  // itself, and greedy decoding would repeat one token (a weak check).
+  put("model.norm.weight", [hidden], 1.5);
   if (!spec.tied) put("lm_head.weight", [spec.vocab, hidden], 1 / Math.sqrt(hidden));
   return w;
 }

@@ -1,0 +1,155 @@
+/**
+ * Independent oracle: random-weight Llama / Qwen2 / Qwen3 GGUFs written by our own writer are run
+ * through llama.cpp (node-llama-cpp 3.21.1, CPU, offline, in a Node child process) and through our
+ * loader + forward on every available backend. Per model: next-token log-probabilities after the
+ * prompt and at each of 32 greedy steps, and the 32 greedy tokens. The same weights as a
+ * safetensors directory (llama q/k rows un-permuted, neox RoPE) must match llama.cpp too.
+ * ORACLE_BACKENDS (comma list, default "reference,webgpu") narrows the backends for local runs.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import { selectBackend } from "../../src/backend/select.ts";
+import type { Backend } from "../../src/backend/types.ts";
+import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
+import type { LoadedModel } from "../../src/model/config.ts";
+import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
+import { forward } from "../../src/model/forward.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { writeFile } from "../../src/runtime/fs.ts";
+import { envVar } from "../../src/runtime/env.ts";
+import { projectRoot, test } from "../harness.ts";
+import { ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "../model/model-files.ts";
+import { type LlamaCppResult, logSoftmax, maxLogProbError } from "./oracle-compare.ts";
+
+const STEPS = 32;
+const PROMPT = [1, 17, 120, 255, 3, 42, 299, 64];
+const BASE = { hidden: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32" } as const;
+
+interface OracleCase {
+  name: string;
+  spec: ModelFileSpec;
+  /** Max |Δ log-prob| allowed, relative to the spread of llama.cpp's log-probs. */
+  tol: number;
+  /** Also compare a safetensors directory of the same weights. */
+  hf: boolean;
+}
+
+// llama.cpp rounds activations to the weight type for f16/bf16/q8_0 dot products; we keep them
+// f32. Those cases get a tolerance that covers that rounding and are excluded from exact greedy.
+const CASES: OracleCase[] = [
+  { name: "llama GQA 4/2, untied, f32", spec: { ...BASE, architecture: "llama", seed: 101 }, tol: 1e-4, hf: true },
+  { name: "llama 3 heads / 1 KV head, tied, f32", spec: { ...BASE, architecture: "llama", heads: 3, kvHeads: 1, hidden: 24, tied: true, seed: 102 }, tol: 1e-4, hf: true },
+  { name: "qwen2 qkv bias, tied, f32", spec: { ...BASE, architecture: "qwen2", tied: true, seed: 103 }, tol: 1e-4, hf: true },
+  { name: "qwen3 q/k norm, 3/1 heads, head_dim 16, f32", spec: { ...BASE, architecture: "qwen3", heads: 3, kvHeads: 1, headDim: 16, seed: 104 }, tol: 1e-4, hf: true },
+  { name: "llama GQA f16", spec: { ...BASE, architecture: "llama", dtype: "f16", seed: 105 }, tol: 2e-3, hf: false },
+  { name: "qwen3 bf16, tied", spec: { ...BASE, architecture: "qwen3", dtype: "bf16", tied: true, seed: 106 }, tol: 1e-2, hf: false },
+  { name: "qwen2 q8_0", spec: { ...BASE, architecture: "qwen2", dtype: "q8_0", seed: 107 }, tol: 1.5e-2, hf: false },
+];
+
+const TEXTS = ["Once upon a time there was a little girl named Lily.", "hello world 123, it's the agent's tool call!"];
+
+const dir = mkdtempSync(`${tmpdir()}/oracle-`);
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+
+const jobModels = [];
+for (const c of CASES) {
+  const weights = randomHfWeights(c.spec);
+  await writeFile(`${dir}/${c.spec.seed}.gguf`, ggufBytes(c.spec, weights));
+  if (c.hf) await writeHfDirectory(`${dir}/${c.spec.seed}`, c.spec, weights);
+  jobModels.push({ path: `${dir}/${c.spec.seed}.gguf`, prompt: PROMPT, steps: STEPS, texts: TEXTS });
+}
+await writeFile(`${dir}/job.json`, JSON.stringify({ models: jobModels }));
+
+/** Runs llama.cpp once for every case; a failure is kept and reported by each test. */
+const oracle: { results?: LlamaCppResult[]; error?: string } = await new Promise((resolve) => {
+  const runner = `${projectRoot}/tests/oracle/llama-cpp-runner.mjs`;
+  execFile("node", [runner, `${dir}/job.json`], { maxBuffer: 256 << 20, cwd: projectRoot }, (err, stdout, stderr) => {
+    if (err) resolve({ error: `node ${runner} failed: ${(stderr || err.message).trim().split("\n").slice(-3).join(" | ")}` });
+    else resolve({ results: (JSON.parse(stdout) as { results: LlamaCppResult[] }).results });
+  });
+});
+
+const inCi = envVar("CI") !== undefined && envVar("CI") !== "" && envVar("CI") !== "false";
+const backends: { name: string; backend?: Backend; why: string; required: boolean }[] = [];
+const wanted = (envVar("ORACLE_BACKENDS") ?? "reference,webgpu").split(",").map((s) => s.trim());
+for (const name of (["reference", "webgpu"] as const).filter((n) => wanted.includes(n))) {
+  try {
+    const { backend, reason } = await selectBackend(name);
+    backends.push({ name, backend, why: reason, required: true });
+  } catch (e) {
+    backends.push({ name, why: e instanceof Error ? e.message : String(e), required: name === "reference" || inCi });
+  }
+}
+
+/** Our greedy run: log-probs after the prompt and after each generated token, and the tokens. */
+async function ourRun(backend: Backend, host: LoadedModel): Promise<{ logProbs: Float64Array[]; tokens: number[] }> {
+  const model = uploadModel(backend, host);
+  const kv = allocatePagedKv(backend, host.config, 3, 16);
+  const table = [2, 0, 1];
+  const logProbs: Float64Array[] = [];
+  const tokens: number[] = [];
+  try {
+    let entry = { tokens: PROMPT, startPos: 0, blockTable: table };
+    for (let step = 0; step < STEPS; step++) {
+      const out = forward(backend, model, kv, { entries: [entry] });
+      const logits = (await backend.download(out)) as Float32Array;
+      backend.free(out);
+      const lp = logSoftmax(logits);
+      let best = 0;
+      for (let i = 1; i < lp.length; i++) if (lp[i] > lp[best]) best = i;
+      logProbs.push(lp);
+      tokens.push(best);
+      entry = { tokens: [best], startPos: PROMPT.length + step, blockTable: table };
+    }
+  } finally {
+    freePagedKv(backend, kv);
+    freeDeviceModel(backend, model);
+  }
+  return { logProbs, tokens };
+}
+
+/** Compares step by step; after a token differs the contexts differ, so comparison stops there. */
+function compare(ours: { logProbs: Float64Array[]; tokens: number[] }, theirs: LlamaCppResult, tol: number, exact: boolean): void {
+  for (let step = 0; step < STEPS; step++) {
+    const ref = theirs.steps[step];
+    const { error, spread } = maxLogProbError(ours.logProbs[step], ref.probs);
+    assert.ok(error <= tol * spread, `step ${step}: log-prob error ${error.toExponential(2)} > ${tol} × spread ${spread.toFixed(2)}`);
+    if (ours.tokens[step] !== ref.token) {
+      const margin = ours.logProbs[step][ours.tokens[step]] - ours.logProbs[step][ref.token];
+      assert.ok(!exact && margin <= 2 * tol * spread,
+        `step ${step}: greedy token ${ours.tokens[step]} vs llama.cpp ${ref.token} (margin ${margin.toExponential(2)}); ours ${ours.tokens} vs ${theirs.steps.map((s) => s.token)}`);
+      return;
+    }
+  }
+}
+
+CASES.forEach((c, i) => {
+  for (const b of backends) {
+    const skip = !b.backend && !b.required;
+    if (skip && i === 0) console.error(`skipping llama.cpp oracle on ${b.name}: ${b.why}`);
+    const sources = c.hf ? ["gguf", "safetensors"] : ["gguf"];
+    for (const source of sources) {
+      test(`forward() on ${b.name} matches llama.cpp for ${c.name} (${source}): logits and ${STEPS} greedy tokens`, async () => {
+        assert.ok(oracle.results, oracle.error);
+        assert.ok(b.backend, `${b.name} is unavailable: ${b.why}`);
+        const host = await loadModel(source === "gguf" ? `${dir}/${c.spec.seed}.gguf` : `${dir}/${c.spec.seed}`);
+        const theirs = oracle.results[i];
+        assert.equal(theirs.steps.length, STEPS);
+        compare(await ourRun(b.backend, host), theirs, c.tol, c.spec.dtype === "f32");
+      }, { ignore: skip });
+    }
+  }
+  test(`the GGUF tokenizer matches llama.cpp's tokenization for ${c.name}`, async () => {
+    assert.ok(oracle.results, oracle.error);
+    const host = await loadModel(`${dir}/${c.spec.seed}.gguf`);
+    TEXTS.forEach((text, t) => assert.deepEqual(host.tokenizer.encode(text), oracle.results![i].tokenized[t], text));
+  });
+});
+
+test("the oracle's random models give llama.cpp varied greedy tokens (the check is not vacuous)", () => {
+  assert.ok(oracle.results, oracle.error);
+  for (const r of oracle.results) assert.ok(new Set(r.steps.map((s) => s.token)).size >= 2, `${r.path}: ${r.steps.map((s) => s.token)}`);
+});

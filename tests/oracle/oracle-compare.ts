@@ -1,0 +1,41 @@
+/** Comparing our logits with llama.cpp's next-token probabilities. */
+
+/** What the llama.cpp runner reports per model. */
+export interface LlamaCppResult {
+  path: string;
+  /** One entry per greedy step: llama.cpp's choice and its full softmax over the vocab. */
+  steps: { token: number; probs: number[] }[];
+  /** llama.cpp's tokenization (no BOS, no special-token parsing) of the job's texts. */
+  tokenized: number[][];
+}
+
+/** log(softmax(logits)) in f64. */
+export function logSoftmax(logits: ArrayLike<number>): Float64Array {
+  let max = -Infinity;
+  for (let i = 0; i < logits.length; i++) max = Math.max(max, logits[i]);
+  let sum = 0;
+  for (let i = 0; i < logits.length; i++) sum += Math.exp(logits[i] - max);
+  const lse = max + Math.log(sum);
+  return Float64Array.from(logits, (v) => v - lse);
+}
+
+/**
+ * Largest |our log-prob − log(llama.cpp prob)| over the vocab, and the spread (max − min) of
+ * llama.cpp's log-probs, which scales the tolerance. Probabilities that underflowed to 0 in
+ * llama.cpp's f32 softmax carry no log to compare and are skipped.
+ */
+export function maxLogProbError(ours: Float64Array, probs: readonly number[]): { error: number; spread: number } {
+  if (probs.length !== ours.length) throw new Error(`vocab sizes differ: ours ${ours.length}, llama.cpp ${probs.length}`);
+  let error = 0;
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (let i = 0; i < ours.length; i++) {
+    const p = probs[i];
+    if (!(p > 0)) continue;
+    const lp = Math.log(p);
+    lo = Math.min(lo, lp);
+    hi = Math.max(hi, lp);
+    error = Math.max(error, Math.abs(ours[i] - lp));
+  }
+  return { error, spread: hi - lo };
+}
