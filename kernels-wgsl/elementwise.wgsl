@@ -1,0 +1,19 @@
+// Binary elementwise ops on f32: add (a + b) or silu_mul (silu(a) * b).
+struct P { n: u32, _a: u32, _b: u32, _c: u32 }
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> dst: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+  if (i >= p.n) { return; }
+  let x = a[i];
+#if ${OP_ADD}
+  dst[i] = x + b[i];
+#else
+  dst[i] = x / (1.0 + exp(-x)) * b[i];
+#endif
+}

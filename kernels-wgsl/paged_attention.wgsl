@@ -1,0 +1,84 @@
+// Paged causal attention with GQA over a ragged batch, online softmax (flash-decoding style).
+// One workgroup of 64 per (query token, query head). Keys are visited in tiles of 64: thread j
+// scores key j of the tile; after the tile max, thread j turns its score into a weight; then
+// thread t accumulates output dims t, t+64, ... (DPT of them: head_dim <= 64·DPT).
+// Used for decode (one row per sequence) and for prefill chunks over a cached prefix alike.
+const WG = 64u;
+const DPT = ${DPT}u;
+struct P {
+  n: u32, heads: u32, kv_heads: u32, head_dim: u32,
+  block_size: u32, max_blocks: u32, num_blocks: u32, scale: f32,
+}
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+@group(0) @binding(2) var<storage, read> kc: array<f32>;
+@group(0) @binding(3) var<storage, read> vc: array<f32>;
+@group(0) @binding(4) var<storage, read> tseq: array<i32>;
+@group(0) @binding(5) var<storage, read> tpos: array<i32>;
+@group(0) @binding(6) var<storage, read> tables: array<i32>;
+@group(0) @binding(7) var<storage, read_write> dst: array<f32>;
+
+var<workgroup> qs: array<f32, 256>;
+var<workgroup> sc: array<f32, 64>;
+var<workgroup> kbase: array<u32, 64>;
+var<workgroup> ctx_shared: u32;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+  let g = wid.x + wid.y * nwg.x;
+  if (g >= p.n * p.heads) { return; }
+  let t = g / p.heads;
+  let h = g % p.heads;
+  let kvh = h / (p.heads / p.kv_heads);
+  let seq = u32(tseq[t]);
+  let qb = g * p.head_dim;
+  for (var d = lid; d < p.head_dim; d += WG) { qs[d] = q[qb + d] * p.scale; }
+  if (lid == 0u) { ctx_shared = u32(tpos[t] + 1); }
+  // The context length comes from a storage buffer; loading it this way makes it workgroup-uniform.
+  let ctx = workgroupUniformLoad(&ctx_shared);
+  let row = p.kv_heads * p.head_dim;
+  var m = -3.0e38;
+  var l = 0.0;
+  var acc: array<f32, DPT>;
+  for (var i = 0u; i < DPT; i += 1u) { acc[i] = 0.0; }
+  for (var start = 0u; start < ctx; start += WG) {
+    let key = start + lid;
+    var s = -3.0e38;
+    if (key < ctx) {
+      let blk = u32(tables[seq * p.max_blocks + key / p.block_size]);
+      let base = ((blk * p.block_size + key % p.block_size) * p.kv_heads + kvh) * p.head_dim;
+      kbase[lid] = base;
+      var dotv = 0.0;
+      for (var d = 0u; d < p.head_dim; d += 1u) { dotv += qs[d] * kc[base + d]; }
+      s = dotv;
+    }
+    sc[lid] = s;
+    workgroupBarrier();
+    var tmax = m;
+    let count = min(WG, ctx - start);
+    for (var j = 0u; j < count; j += 1u) { tmax = max(tmax, sc[j]); }
+    workgroupBarrier();
+    if (key < ctx) { sc[lid] = exp(s - tmax); }
+    workgroupBarrier();
+    let corr = exp(m - tmax);
+    l *= corr;
+    for (var i = 0u; i < DPT; i += 1u) { acc[i] *= corr; }
+    for (var j = 0u; j < count; j += 1u) {
+      let w = sc[j];
+      l += w;
+      let vb = kbase[j];
+      for (var i = 0u; i < DPT; i += 1u) {
+        let d = lid + i * WG;
+        if (d < p.head_dim) { acc[i] += w * vc[vb + d]; }
+      }
+    }
+    m = tmax;
+    workgroupBarrier();
+  }
+  let inv = 1.0 / l;
+  for (var i = 0u; i < DPT; i += 1u) {
+    let d = lid + i * WG;
+    if (d < p.head_dim) { dst[qb + d] = acc[i] * inv; }
+  }
+}

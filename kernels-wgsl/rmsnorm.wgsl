@@ -1,0 +1,25 @@
+// Row-wise RMS norm: one workgroup of 64 per row, tree reduction of the sum of squares.
+struct P { rows: u32, cols: u32, eps: f32, _pad: u32 }
+@group(0) @binding(0) var<uniform> p: P;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w: array<f32>;
+@group(0) @binding(3) var<storage, read_write> dst: array<f32>;
+var<workgroup> red: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+  let row = wid.x + wid.y * nwg.x;
+  if (row >= p.rows) { return; }
+  let base = row * p.cols;
+  var ss = 0.0;
+  for (var c = lid; c < p.cols; c += 64u) { let v = x[base + c]; ss += v * v; }
+  red[lid] = ss;
+  workgroupBarrier();
+  for (var s = 32u; s > 0u; s >>= 1u) {
+    if (lid < s) { red[lid] += red[lid + s]; }
+    workgroupBarrier();
+  }
+  let inv = 1.0 / sqrt(red[0] / f32(p.cols) + p.eps);
+  for (var c = lid; c < p.cols; c += 64u) { dst[base + c] = x[base + c] * inv * w[c]; }
+}

@@ -1,0 +1,98 @@
+/**
+ * A pool of GPU storage buffers, reused by size class, with byte counters.
+ *
+ * Size classes: up to 64 KiB the next power of two (at least 256 B); above, the next multiple of an
+ * eighth of the enclosing power of two, so a class wastes at most 12.5%. A freed buffer goes back
+ * to its class's free list and is handed to the next request of that class. Buffers are reusable
+ * as soon as they are freed, because all later use is recorded later in the same command stream;
+ * `lastEpoch` lets the uploader see whether a recycled buffer is still read by unsubmitted work.
+ */
+
+/** A pooled GPU buffer. */
+export interface PooledBuffer {
+  readonly buffer: GPUBuffer;
+  /** Class size in bytes (the buffer's real size). */
+  readonly size: number;
+  /** Recorder epoch of the last command that referenced it (-1: never). */
+  lastEpoch: number;
+}
+
+/** Byte counters of a pool. */
+export interface PoolStats {
+  /** Bytes of all live GPU buffers the pool created (in use + cached free). */
+  allocatedBytes: number;
+  /** Bytes handed out and not yet released. */
+  inUseBytes: number;
+  /** Highest inUseBytes seen. */
+  peakInUseBytes: number;
+  /** Requests served from a free list / by creating a buffer. */
+  reuses: number;
+  creations: number;
+}
+
+/** Rounds a byte count up to its size class. */
+export function sizeClass(bytes: number): number {
+  const b = Math.max(256, Math.ceil(bytes / 4) * 4);
+  if (b <= 65536) return 2 ** Math.ceil(Math.log2(b));
+  const step = 2 ** Math.floor(Math.log2(b)) / 8;
+  return Math.ceil(b / step) * step;
+}
+
+/** Storage buffers by size class. */
+export class BufferPool {
+  readonly #device: GPUDevice;
+  readonly #usage: number;
+  readonly #free = new Map<number, PooledBuffer[]>();
+  readonly #stats: PoolStats = { allocatedBytes: 0, inUseBytes: 0, peakInUseBytes: 0, reuses: 0, creations: 0 };
+
+  constructor(device: GPUDevice, usage: number) {
+    this.#device = device;
+    this.#usage = usage;
+  }
+
+  /** A buffer of at least `bytes` bytes (contents undefined when recycled, zero when new). */
+  acquire(bytes: number): PooledBuffer {
+    const size = sizeClass(bytes);
+    const list = this.#free.get(size);
+    let pb = list?.pop();
+    if (pb) {
+      this.#stats.reuses++;
+    } else {
+      pb = { buffer: this.#device.createBuffer({ size, usage: this.#usage }), size, lastEpoch: -1 };
+      this.#stats.creations++;
+      this.#stats.allocatedBytes += size;
+    }
+    this.#stats.inUseBytes += size;
+    this.#stats.peakInUseBytes = Math.max(this.#stats.peakInUseBytes, this.#stats.inUseBytes);
+    return pb;
+  }
+
+  /** Returns a buffer to its class's free list. */
+  release(pb: PooledBuffer): void {
+    this.#stats.inUseBytes -= pb.size;
+    const list = this.#free.get(pb.size);
+    if (list) list.push(pb);
+    else this.#free.set(pb.size, [pb]);
+  }
+
+  /** Destroys the cached free buffers (live ones stay with their owners). */
+  trim(): void {
+    for (const list of this.#free.values()) {
+      for (const pb of list) {
+        this.#stats.allocatedBytes -= pb.size;
+        pb.buffer.destroy();
+      }
+    }
+    this.#free.clear();
+  }
+
+  /** Free buffers waiting for reuse (tests poison them). */
+  freeBuffers(): PooledBuffer[] {
+    return [...this.#free.values()].flat();
+  }
+
+  /** A snapshot of the counters. */
+  stats(): PoolStats {
+    return { ...this.#stats };
+  }
+}

@@ -1,0 +1,27 @@
+/**
+ * WebGPU backend entry point: WGSL kernels from kernels-wgsl/, on Deno's built-in WebGPU or
+ * Node's `webgpu` package (Dawn).
+ */
+import { WebGpuBackend } from "./backend.ts";
+import { acquireDevice } from "./device.ts";
+
+export { WebGpuBackend, type WebGpuStats } from "./backend.ts";
+
+/** Options for createWebGpuBackend. */
+export interface WebGpuOptions {
+  /** Fill every op output with NaN before the op writes it (tests). Default false. */
+  poison?: boolean;
+  /** Use shader-f16 for f16 weights when the adapter has it. Default true. */
+  useF16?: boolean;
+  /** Splits weights into row chunks above this many bytes (default: the device's binding limit). */
+  maxBindingBytes?: number;
+}
+
+/**
+ * Creates a WebGPU backend. Throws BackendUnavailableError when the runtime has no WebGPU adapter.
+ * Call `destroy()` when done: on Node the process only exits once the device is destroyed.
+ */
+export async function createWebGpuBackend(options: WebGpuOptions = {}): Promise<WebGpuBackend> {
+  const gpu = await acquireDevice({ useF16: options.useF16, maxBindingBytes: options.maxBindingBytes });
+  return new WebGpuBackend(gpu, options.poison ?? false);
+}

@@ -1,0 +1,73 @@
+/**
+ * Loads the WGSL sources in `kernels-wgsl/` and specialises them with `wgsl-preprocessor`.
+ *
+ * A .wgsl file is written as the body of a template literal: `${NAME}` placeholders are template
+ * parameters, and `#if ${FLAG}` … `#endif` blocks are resolved by the preprocessor. The files are read
+ * relative to this module's URL (not the cwd), with node:fs, which Deno and Node both provide.
+ */
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { wgsl } from "wgsl-preprocessor/wgsl-preprocessor.js";
+
+/** Template parameters of one kernel variant: flags (booleans) and interpolated values. */
+export type KernelParams = Readonly<Record<string, boolean | number | string>>;
+
+/** Kernels whose sources are read; `weights` is a prelude, prepended where a kernel reads weights. */
+export const KERNEL_FILES = [
+  "weights", "embedding", "gather_rows", "fill", "elementwise", "rmsnorm", "softmax", "matmul_gemv",
+  "matmul_tiled", "rope", "kv_write", "paged_attention", "argmax", "sample", "bench_copy", "bench_fma",
+] as const;
+
+/** Name of one kernel source file (without `.wgsl`). */
+export type KernelName = (typeof KERNEL_FILES)[number];
+
+/** Kernels that read a weight through the `weights` prelude. */
+const USES_WEIGHTS: ReadonlySet<KernelName> = new Set(["embedding", "matmul_gemv", "matmul_tiled"]);
+
+/** Thrown when a kernel template names a parameter the caller did not supply. */
+export class KernelTemplateError extends Error {
+  override name = "KernelTemplateError";
+}
+
+/** Reads every kernel source once (synchronously: a few kilobytes). */
+export function loadKernelSources(): ReadonlyMap<KernelName, string> {
+  const dir = new URL("../../../kernels-wgsl/", import.meta.url);
+  const out = new Map<KernelName, string>();
+  for (const name of KERNEL_FILES) out.set(name, readFileSync(fileURLToPath(new URL(`${name}.wgsl`, dir)), "utf8"));
+  return out;
+}
+
+/** Splits `${NAME}` placeholders out of a source and runs it through the preprocessor's tag. */
+function applyTemplate(source: string, params: KernelParams, kernel: string): string {
+  const strings: string[] = [];
+  const values: unknown[] = [];
+  const re = /\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
+  let last = 0;
+  for (const m of source.matchAll(re)) {
+    const name = m[1];
+    if (!(name in params)) throw new KernelTemplateError(`Kernel "${kernel}" needs template parameter "${name}"`);
+    strings.push(source.slice(last, m.index));
+    values.push(params[name]);
+    last = (m.index ?? 0) + m[0].length;
+  }
+  strings.push(source.slice(last));
+  return wgsl(strings, ...values);
+}
+
+/** The specialised WGSL text of one kernel variant. */
+export function specialiseKernel(
+  sources: ReadonlyMap<KernelName, string>,
+  name: KernelName,
+  params: KernelParams,
+): string {
+  const body = sources.get(name);
+  if (body === undefined) throw new KernelTemplateError(`Unknown kernel "${name}"`);
+  const prelude = USES_WEIGHTS.has(name) ? applyTemplate(sources.get("weights") ?? "", params, "weights") : "";
+  return prelude + applyTemplate(body, params, name);
+}
+
+/** A stable cache key for a kernel variant: its name and its template parameters, never shapes. */
+export function kernelKey(name: KernelName, params: KernelParams): string {
+  const parts = Object.keys(params).sort().map((k) => `${k}=${params[k]}`);
+  return `${name}(${parts.join(",")})`;
+}

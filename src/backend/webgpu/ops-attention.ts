@@ -1,0 +1,86 @@
+/**
+ * Paged KV write and paged causal attention (GQA, block tables, online softmax).
+ */
+import { type GpuContext } from "./context.ts";
+import { F32 } from "./recorder.ts";
+import { asGpu, expectRank, fmt, type GpuTensor } from "./tensor.ts";
+import { type AttentionBatch, BackendShapeError, type Tensor } from "../types.ts";
+
+/** Largest head dimension the attention kernel supports (4 dims per thread × 64 threads). */
+export const MAX_HEAD_DIM = 256;
+
+function caches(kT: Tensor, vT: Tensor): [GpuTensor, GpuTensor] {
+  const k = asGpu(kT, "key cache");
+  const v = asGpu(vT, "value cache");
+  expectRank(k, 4, "key cache", ["f32"]);
+  expectRank(v, 4, "value cache", ["f32"]);
+  if (k.shape.some((d, i) => d !== v.shape[i])) {
+    throw new BackendShapeError(`Key cache ${fmt(k.shape)} and value cache ${fmt(v.shape)} differ`);
+  }
+  return [k, v];
+}
+
+/** Writes k, v [n, kvHeads, headDim] into the caches at flat slots [n]. */
+export function kvWrite(ctx: GpuContext, kT: Tensor, vT: Tensor, kcT: Tensor, vcT: Tensor, slotsT: Tensor): void {
+  const [kc, vc] = caches(kcT, vcT);
+  const [numBlocks, blockSize, kvHeads, headDim] = kc.shape;
+  const k = asGpu(kT, "kvWrite keys");
+  const v = asGpu(vT, "kvWrite values");
+  const slots = asGpu(slotsT, "kvWrite slots");
+  expectRank(k, 3, "kvWrite keys", ["f32"]);
+  expectRank(v, 3, "kvWrite values", ["f32"]);
+  expectRank(slots, 1, "kvWrite slots", ["i32"]);
+  const n = slots.shape[0];
+  for (const [t, what] of [[k, "keys"], [v, "values"]] as const) {
+    if (t.shape[0] !== n || t.shape[1] !== kvHeads || t.shape[2] !== headDim) {
+      throw new BackendShapeError(`kvWrite ${what} ${fmt(t.shape)} do not fit slots ${fmt(slots.shape)} and cache ${fmt(kc.shape)}`);
+    }
+  }
+  const row = kvHeads * headDim;
+  ctx.recorder.dispatch(
+    "kv_write",
+    {},
+    [n, row, numBlocks * blockSize, 0],
+    [[1, k.buffer], [2, v.buffer], [3, slots.buffer], [4, kc.buffer], [5, vc.buffer]],
+    Math.ceil((n * row) / 256),
+  );
+}
+
+/** Paged causal attention; q [n, heads, headDim] → [n, heads, headDim]. */
+export function pagedAttention(
+  ctx: GpuContext,
+  qT: Tensor,
+  kcT: Tensor,
+  vcT: Tensor,
+  batch: AttentionBatch,
+  scale: number,
+): Tensor {
+  const [kc, vc] = caches(kcT, vcT);
+  const [numBlocks, blockSize, kvHeads, headDim] = kc.shape;
+  const q = asGpu(qT, "attention queries");
+  expectRank(q, 3, "attention queries", ["f32"]);
+  const [n, heads, qDim] = q.shape;
+  if (qDim !== headDim || kvHeads === 0 || heads % kvHeads !== 0) {
+    throw new BackendShapeError(`Attention queries ${fmt(q.shape)} do not fit cache ${fmt(kc.shape)}`);
+  }
+  if (headDim > MAX_HEAD_DIM) throw new BackendShapeError(`Attention head dimension ${headDim} exceeds ${MAX_HEAD_DIM}`);
+  const seq = asGpu(batch.tokenSeq, "tokenSeq");
+  const pos = asGpu(batch.tokenPos, "tokenPos");
+  const tables = asGpu(batch.blockTables, "blockTables");
+  expectRank(seq, 1, "tokenSeq", ["i32"]);
+  expectRank(pos, 1, "tokenPos", ["i32"]);
+  expectRank(tables, 2, "blockTables", ["i32"]);
+  if (seq.shape[0] !== n || pos.shape[0] !== n) {
+    throw new BackendShapeError(`tokenSeq ${fmt(seq.shape)} and tokenPos ${fmt(pos.shape)} must have ${n} rows`);
+  }
+  const out = ctx.output(q.shape);
+  const dpt = headDim <= 64 ? 1 : headDim <= 128 ? 2 : 4;
+  ctx.recorder.dispatch(
+    "paged_attention",
+    { DPT: dpt },
+    [n, heads, kvHeads, headDim, blockSize, tables.shape[1], numBlocks, new F32(scale)],
+    [[1, q.buffer], [2, kc.buffer], [3, vc.buffer], [4, seq.buffer], [5, pos.buffer], [6, tables.buffer], [7, out.buffer]],
+    n * heads,
+  );
+  return out;
+}

@@ -1,0 +1,85 @@
+/**
+ * matmul (GEMV for decode, register-blocked tiles for prefill) and embedding, against weights of
+ * any dtype, including weights split into row chunks.
+ */
+import { type GpuContext } from "./context.ts";
+import type { KernelParams } from "./kernel-source.ts";
+import { asGpu, expectRank, fmt, type GpuTensor } from "./tensor.ts";
+import { BackendShapeError, type Tensor } from "../types.ts";
+
+const WEIGHTS = ["f32", "f16", "bf16", "q8_0"] as const;
+
+/** Up to this many rows use the GEMV kernel; more use the register-blocked one. */
+export const GEMV_MAX_ROWS = 4;
+
+/** Template flags selecting the weight accessor for a dtype. */
+export function weightParams(ctx: GpuContext, w: GpuTensor): KernelParams {
+  return {
+    W_F32: w.dtype === "f32",
+    W_F16N: w.dtype === "f16" && ctx.gpu.f16,
+    W_F16: w.dtype === "f16" && !ctx.gpu.f16,
+    W_BF16: w.dtype === "bf16",
+    W_Q8: w.dtype === "q8_0",
+  };
+}
+
+/** y [n, out] = x [n, in] · Wᵀ (+ bias). */
+export function matmul(ctx: GpuContext, xT: Tensor, wT: Tensor, biasT?: Tensor): Tensor {
+  const x = asGpu(xT, "matmul input");
+  const w = asGpu(wT, "matmul weight");
+  expectRank(x, 2, "matmul input", ["f32"]);
+  expectRank(w, 2, "matmul weight", WEIGHTS);
+  const [n, k] = x.shape;
+  const [m, kw] = w.shape;
+  if (k !== kw) throw new BackendShapeError(`matmul input ${fmt(x.shape)} does not fit weight ${fmt(w.shape)}`);
+  const bias = biasT && asGpu(biasT, "matmul bias");
+  if (bias) {
+    expectRank(bias, 1, "matmul bias", ["f32"]);
+    if (bias.shape[0] !== m) throw new BackendShapeError(`matmul bias ${fmt(bias.shape)} does not fit weight ${fmt(w.shape)}`);
+  }
+  const y = ctx.output([n, m]);
+  if (n === 0 || m === 0) return y;
+  if (k === 0) {
+    ctx.recorder.clear(y.buffer, n * m * 4);
+    if (!bias) return y;
+  }
+  const gemv = n <= GEMV_MAX_ROWS;
+  const params = { ...weightParams(ctx, w), VEC4: k % 4 === 0, HAS_BIAS: bias !== undefined };
+  for (const chunk of w.storage.chunks) {
+    const bindings: [number, typeof chunk.buffer][] = [[1, chunk.buffer], [2, x.buffer], [4, y.buffer]];
+    if (bias) bindings.push([3, bias.buffer]);
+    if (gemv) {
+      const perRow = Math.ceil(chunk.rows / 4);
+      ctx.recorder.dispatch("matmul_gemv", params, [n, k, chunk.rows, m, chunk.rowStart, perRow, 0, 0], bindings, perRow * n);
+    } else {
+      const gm = Math.ceil(chunk.rows / 32);
+      ctx.recorder.dispatch("matmul_tiled", params, [n, k, chunk.rows, m, chunk.rowStart, gm, 0, 0], bindings, gm * Math.ceil(n / 32));
+    }
+  }
+  return y;
+}
+
+/** Gathers rows `ids` of a (possibly chunked) [rows, cols] weight into a fresh f32 [n, cols]. */
+export function embeddingChunks(ctx: GpuContext, table: GpuTensor, ids: GpuTensor, n: number, cols: number): GpuTensor {
+  const out = ctx.output([n, cols]);
+  const params = weightParams(ctx, table);
+  for (const c of table.storage.chunks) {
+    ctx.recorder.dispatch(
+      "embedding",
+      params,
+      [n, cols, c.rowStart, c.rows],
+      [[1, c.buffer], [2, ids.buffer], [3, out.buffer]],
+      Math.ceil((n * cols) / 256),
+    );
+  }
+  return out;
+}
+
+/** out[i, :] = table[ids[i], :] as f32. */
+export function embedding(ctx: GpuContext, tableT: Tensor, idsT: Tensor): Tensor {
+  const table = asGpu(tableT, "embedding table");
+  const ids = asGpu(idsT, "embedding ids");
+  expectRank(table, 2, "embedding table", WEIGHTS);
+  expectRank(ids, 1, "embedding ids", ["i32"]);
+  return embeddingChunks(ctx, table, ids, ids.shape[0], table.shape[1]);
+}

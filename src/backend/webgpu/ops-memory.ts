@@ -1,0 +1,87 @@
+/**
+ * Memory ops of the WebGPU backend: upload, uploadWeight, zeros, download, reshape, free.
+ */
+import { type GpuContext } from "./context.ts";
+import { asGpu, checkShape, fmt, GpuTensor, type RowChunk } from "./tensor.ts";
+import { deviceBytes, packWeight } from "./weight-layout.ts";
+import { embeddingChunks } from "./ops-linear.ts";
+import { BackendShapeError, numel, type Tensor, type WeightDType } from "../types.ts";
+
+const WEIGHT_DTYPES: readonly WeightDType[] = ["f32", "f16", "bf16", "q8_0"];
+
+/** Uploads f32 or i32 host data. */
+export function upload(ctx: GpuContext, data: Float32Array | Int32Array, shape: readonly number[]): Tensor {
+  const count = checkShape(shape, "upload");
+  if (!(data instanceof Float32Array) && !(data instanceof Int32Array)) {
+    throw new BackendShapeError("upload accepts only Float32Array or Int32Array data");
+  }
+  if (data.length !== count) throw new BackendShapeError(`upload got ${data.length} values for shape ${fmt(shape)}`);
+  const pb = ctx.pool.acquire(count * 4);
+  ctx.write(pb, new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
+  return ctx.wrap(shape, data instanceof Float32Array ? "f32" : "i32", [{ buffer: pb, rowStart: 0, rows: 1 }]);
+}
+
+/** Uploads a weight in its file layout; see weight-layout.ts for the device layouts. */
+export function uploadWeight(ctx: GpuContext, raw: Uint8Array, shape: readonly number[], dtype: WeightDType): Tensor {
+  const count = checkShape(shape, "uploadWeight");
+  if (!WEIGHT_DTYPES.includes(dtype)) throw new BackendShapeError(`Unknown weight dtype "${dtype}"`);
+  const cols = shape.length ? shape[shape.length - 1] : 1;
+  if (dtype === "q8_0" && cols % 32 !== 0) {
+    throw new BackendShapeError(`A q8_0 weight needs rows that are a multiple of 32, got ${fmt(shape)}`);
+  }
+  const rows = cols ? count / cols : 0;
+  const chunks: RowChunk[] = packWeight(raw, rows, cols, dtype, ctx.gpu.maxBinding).map((c) => {
+    const pb = ctx.pool.acquire(Math.max(deviceBytes(dtype, c.rows * cols), 4));
+    ctx.write(pb, c.bytes);
+    return { buffer: pb, rowStart: c.rowStart, rows: c.rows };
+  });
+  return ctx.wrap(shape, dtype, chunks);
+}
+
+/** A zero-filled f32 or i32 tensor. */
+export function zeros(ctx: GpuContext, shape: readonly number[], dtype: "f32" | "i32"): Tensor {
+  const count = checkShape(shape, "zeros");
+  if (dtype !== "f32" && dtype !== "i32") throw new BackendShapeError(`zeros accepts f32 or i32, got ${dtype}`);
+  const pb = ctx.pool.acquire(count * 4);
+  ctx.recorder.clear(pb, Math.max(count * 4, 4));
+  return ctx.wrap(shape, dtype, [{ buffer: pb, rowStart: 0, rows: 1 }]);
+}
+
+/** Reads a tensor back; weights are dequantized on the device first. */
+export async function download(ctx: GpuContext, t: Tensor): Promise<Float32Array | Int32Array> {
+  let g = asGpu(t, "download tensor");
+  const count = numel(g.shape);
+  let temp: GpuTensor | undefined;
+  if (g.dtype !== "f32" && g.dtype !== "i32" || g.storage.chunks.length > 1) {
+    const cols = g.shape.length ? g.shape[g.shape.length - 1] : 1;
+    const rows = cols ? count / cols : 0;
+    const ids = Int32Array.from({ length: rows }, (_, i) => i);
+    const idT = upload(ctx, ids, [rows]) as GpuTensor;
+    temp = embeddingChunks(ctx, g, idT, rows, cols);
+    ctx.release(idT);
+    g = temp;
+  }
+  const bytes = count * 4;
+  const isInt = g.dtype === "i32";
+  if (bytes === 0) return isInt ? new Int32Array(0) : new Float32Array(0);
+  const readback = ctx.gpu.device.createBuffer({ size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+  ctx.recorder.copy(g.buffer.buffer, 0, readback, 0, bytes);
+  if (temp) ctx.release(temp);
+  await ctx.recorder.checkPipelines();
+  ctx.recorder.submit();
+  await readback.mapAsync(GPUMapMode.READ);
+  const copy = readback.getMappedRange().slice(0);
+  readback.unmap();
+  readback.destroy();
+  await ctx.recorder.flush(); // surfaces any validation error recorded with this batch
+  return isInt ? new Int32Array(copy) : new Float32Array(copy);
+}
+
+/** A view with a new shape over the same storage. */
+export function reshape(t: Tensor, shape: readonly number[]): Tensor {
+  const g = asGpu(t, "reshape tensor");
+  if (checkShape(shape, "reshape") !== numel(g.shape)) {
+    throw new BackendShapeError(`Cannot reshape ${fmt(g.shape)} to ${fmt(shape)}`);
+  }
+  return new GpuTensor([...shape], g.dtype, g.storage);
+}

@@ -1,0 +1,105 @@
+/**
+ * Row-wise and elementwise ops: rmsnorm, softmax, argmax, add, siluMul, gatherRows, rope.
+ */
+import { type GpuContext } from "./context.ts";
+import { F32 } from "./recorder.ts";
+import { asGpu, expectDtype, expectRank, expectSameShape, fmt, rowsOf } from "./tensor.ts";
+import { BackendShapeError, numel, type RopeLayout, type Tensor } from "../types.ts";
+
+/** x / sqrt(mean(x²) + eps) * weight over the last dim. */
+export function rmsnorm(ctx: GpuContext, xT: Tensor, wT: Tensor, eps: number): Tensor {
+  const x = asGpu(xT, "rmsnorm input");
+  const w = asGpu(wT, "rmsnorm weight");
+  expectDtype(x, "rmsnorm input", ["f32"]);
+  expectRank(w, 1, "rmsnorm weight", ["f32"]);
+  const { rows, cols } = rowsOf(x.shape);
+  if (w.shape[0] !== cols) throw new BackendShapeError(`rmsnorm weight ${fmt(w.shape)} does not match input ${fmt(x.shape)}`);
+  const out = ctx.output(x.shape);
+  ctx.recorder.dispatch("rmsnorm", {}, [rows, cols, new F32(eps), 0], [[1, x.buffer], [2, w.buffer], [3, out.buffer]], rows);
+  return out;
+}
+
+/** Row-wise softmax over the last dim. */
+export function softmax(ctx: GpuContext, xT: Tensor): Tensor {
+  const x = asGpu(xT, "softmax input");
+  expectDtype(x, "softmax input", ["f32"]);
+  const { rows, cols } = rowsOf(x.shape);
+  const out = ctx.output(x.shape);
+  ctx.recorder.dispatch("softmax", {}, [rows, cols, 0, 0], [[1, x.buffer], [2, out.buffer]], rows);
+  return out;
+}
+
+/** Row-wise argmax → i32 [rows]. */
+export function argmax(ctx: GpuContext, xT: Tensor): Tensor {
+  const x = asGpu(xT, "argmax input");
+  expectDtype(x, "argmax input", ["f32"]);
+  const { rows, cols } = rowsOf(x.shape);
+  if (cols === 0) throw new BackendShapeError(`argmax needs a non-empty last dimension, got ${fmt(x.shape)}`);
+  const out = ctx.output([rows], "i32");
+  ctx.recorder.dispatch("argmax", {}, [rows, cols, 0, 0], [[1, x.buffer], [2, out.buffer]], rows);
+  return out;
+}
+
+function binary(ctx: GpuContext, aT: Tensor, bT: Tensor, op: "add" | "siluMul"): Tensor {
+  const names = op === "add" ? ["add left operand", "add right operand"] : ["siluMul gate", "siluMul up"];
+  const a = asGpu(aT, names[0]);
+  const b = asGpu(bT, names[1]);
+  expectDtype(a, names[0], ["f32"]);
+  expectDtype(b, names[1], ["f32"]);
+  expectSameShape(a, b, op);
+  const n = numel(a.shape);
+  const out = ctx.output(a.shape);
+  ctx.recorder.dispatch("elementwise", { OP_ADD: op === "add" }, [n, 0, 0, 0], [[1, a.buffer], [2, b.buffer], [3, out.buffer]], Math.ceil(n / 256));
+  return out;
+}
+
+/** a + b. */
+export const add = (ctx: GpuContext, a: Tensor, b: Tensor): Tensor => binary(ctx, a, b, "add");
+
+/** silu(gate) * up. */
+export const siluMul = (ctx: GpuContext, gate: Tensor, up: Tensor): Tensor => binary(ctx, gate, up, "siluMul");
+
+/** out[i, :] = x[idx[i], :]. */
+export function gatherRows(ctx: GpuContext, xT: Tensor, idxT: Tensor): Tensor {
+  const x = asGpu(xT, "gatherRows input");
+  const idx = asGpu(idxT, "gatherRows indices");
+  expectRank(x, 2, "gatherRows input", ["f32"]);
+  expectRank(idx, 1, "gatherRows indices", ["i32"]);
+  const [rows, cols] = x.shape;
+  const m = idx.shape[0];
+  const out = ctx.output([m, cols]);
+  ctx.recorder.dispatch("gather_rows", {}, [m, cols, rows, 0], [[1, x.buffer], [2, idx.buffer], [3, out.buffer]], Math.ceil((m * cols) / 256));
+  return out;
+}
+
+/** Rotary embedding on x [n, heads, headDim]. */
+export function rope(
+  ctx: GpuContext,
+  xT: Tensor,
+  posT: Tensor,
+  theta: number,
+  layout: RopeLayout,
+  rotaryDim?: number,
+): Tensor {
+  const x = asGpu(xT, "rope input");
+  const pos = asGpu(posT, "rope positions");
+  expectRank(x, 3, "rope input", ["f32"]);
+  expectRank(pos, 1, "rope positions", ["i32"]);
+  const [n, heads, headDim] = x.shape;
+  if (pos.shape[0] !== n) throw new BackendShapeError(`rope positions ${fmt(pos.shape)} do not match input ${fmt(x.shape)}`);
+  const rd = rotaryDim ?? headDim;
+  if (!Number.isInteger(rd) || rd <= 0 || rd % 2 !== 0 || rd > headDim) {
+    throw new BackendShapeError(`rope rotaryDim ${rd} must be even and within headDim ${headDim}`);
+  }
+  if (layout !== "normal" && layout !== "neox") throw new BackendShapeError(`Unknown rope layout "${layout}"`);
+  const out = ctx.output(x.shape);
+  const threads = n * heads * (rd / 2 + headDim - rd);
+  ctx.recorder.dispatch(
+    "rope",
+    { NEOX: layout === "neox" },
+    [n, heads, headDim, rd, new F32(Math.log2(theta)), 0, 0, 0],
+    [[1, x.buffer], [2, pos.buffer], [3, out.buffer]],
+    Math.ceil(threads / 256),
+  );
+  return out;
+}

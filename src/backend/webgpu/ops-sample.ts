@@ -1,0 +1,41 @@
+/**
+ * Sampling on the device (see kernels-wgsl/sample.wgsl for the sort-free search).
+ */
+import { type GpuContext } from "./context.ts";
+import { asGpu, expectRank } from "./tensor.ts";
+import { BackendShapeError, type SamplingRow, type Tensor } from "../types.ts";
+
+function checkRow(row: SamplingRow, r: number): void {
+  const bad = (field: string, value: number) => new BackendShapeError(`Sampling row ${r} has an invalid ${field} ${value}`);
+  if (!(row.temperature >= 0) || !Number.isFinite(row.temperature)) throw bad("temperature", row.temperature);
+  if (!Number.isInteger(row.topK) || row.topK < 0) throw bad("topK", row.topK);
+  if (!(row.topP > 0 && row.topP <= 1)) throw bad("topP", row.topP);
+  if (!(row.uniform >= 0 && row.uniform < 1)) throw bad("uniform", row.uniform);
+}
+
+/** Row-wise sampling from logits [rows, vocab] → i32 [rows]. */
+export function sample(ctx: GpuContext, logitsT: Tensor, rows: readonly SamplingRow[]): Tensor {
+  const logits = asGpu(logitsT, "sample logits");
+  expectRank(logits, 2, "sample logits", ["f32"]);
+  const [n, vocab] = logits.shape;
+  if (rows.length !== n) throw new BackendShapeError(`sample got ${rows.length} sampling rows for ${n} logit rows`);
+  if (vocab === 0) throw new BackendShapeError("sample needs a non-empty vocabulary");
+  rows.forEach(checkRow);
+  const params = new Float32Array(n * 4);
+  rows.forEach((r, i) => params.set([r.temperature, Math.min(r.topK, 2 ** 24), r.topP, r.uniform], i * 4));
+  const paramBuf = ctx.pool.acquire(params.byteLength);
+  ctx.write(paramBuf, new Uint8Array(params.buffer));
+  const scratch = ctx.scratch(n * vocab * 4);
+  const out = ctx.output([n], "i32");
+  const indexBits = vocab > 1 ? Math.ceil(Math.log2(vocab)) : 0;
+  ctx.recorder.dispatch(
+    "sample",
+    {},
+    [n, vocab, indexBits, 0],
+    [[1, logits.buffer], [2, paramBuf], [3, scratch], [4, out.buffer]],
+    n,
+  );
+  ctx.pool.release(scratch);
+  ctx.pool.release(paramBuf);
+  return out;
+}

@@ -1,0 +1,190 @@
+/**
+ * Records ops into one command encoder (one compute pass between copies) and submits on demand.
+ * Holds the pipeline cache (keyed by kernel name and template parameters, never by shapes: shapes
+ * travel in a uniform block per dispatch) and the uniform ring those blocks are written into.
+ */
+import { type BufferPool, type PooledBuffer } from "./buffer-pool.ts";
+import { type GpuDevice, WebGpuError } from "./device.ts";
+import { kernelKey, type KernelName, type KernelParams, specialiseKernel } from "./kernel-source.ts";
+
+/** A 32-bit float uniform field (plain numbers are written as u32). */
+export class F32 {
+  constructor(readonly value: number) {}
+}
+
+/** One uniform field: a u32 (number) or an f32. */
+export type UniformField = number | F32;
+
+/** Counters of recorded work. */
+export interface RecorderStats {
+  dispatches: number;
+  submits: number;
+  pipelines: number;
+}
+
+const UNIFORM_CHUNK = 64 * 1024;
+const MAX_GROUPS = 65535;
+
+interface UniformChunk {
+  buffer: PooledBuffer;
+  data: ArrayBuffer;
+  used: number;
+}
+
+/** Command recording for one device. */
+export class Recorder {
+  readonly #gpu: GpuDevice;
+  readonly #sources: ReadonlyMap<KernelName, string>;
+  readonly #uniformPool: BufferPool;
+  readonly #pipelines = new Map<string, GPUComputePipeline>();
+  #encoder: GPUCommandEncoder | undefined;
+  #pass: GPUComputePassEncoder | undefined;
+  #chunks: UniformChunk[] = [];
+  #afterSubmit: (() => void)[] = [];
+  #epoch = 0;
+  /** Pending validation results of pipeline creations, awaited at the next flush. */
+  #checks: Promise<string | false | null>[] = [];
+  readonly #stats: RecorderStats = { dispatches: 0, submits: 0, pipelines: 0 };
+
+  constructor(gpu: GpuDevice, sources: ReadonlyMap<KernelName, string>, uniformPool: BufferPool) {
+    this.#gpu = gpu;
+    this.#sources = sources;
+    this.#uniformPool = uniformPool;
+  }
+
+  /** Epoch of the commands being recorded now (bumped by every submit). */
+  get epoch(): number {
+    return this.#epoch;
+  }
+
+  /** The device's GPU handle. */
+  get device(): GPUDevice {
+    return this.#gpu.device;
+  }
+
+  /** A pipeline for a kernel variant, compiled once per distinct template parameters. */
+  pipeline(name: KernelName, params: KernelParams): GPUComputePipeline {
+    const key = kernelKey(name, params);
+    let p = this.#pipelines.get(key);
+    if (!p) {
+      const code = specialiseKernel(this.#sources, name, params);
+      this.device.pushErrorScope("validation");
+      const module = this.device.createShaderModule({ code, label: key });
+      p = this.device.createComputePipeline({ layout: "auto", compute: { module, entryPoint: "main" }, label: key });
+      this.#checks.push(this.device.popErrorScope().then((e) => e && `kernel ${key}: ${e.message}`));
+      this.#pipelines.set(key, p);
+      this.#stats.pipelines++;
+    }
+    return p;
+  }
+
+  #encoderNow(): GPUCommandEncoder {
+    this.#encoder ??= this.device.createCommandEncoder();
+    return this.#encoder;
+  }
+
+  #uniformSlot(fields: readonly UniformField[]): { buffer: GPUBuffer; offset: number; size: number } {
+    const size = Math.ceil((fields.length * 4) / 16) * 16;
+    const stride = Math.ceil(size / this.#gpu.uniformAlign) * this.#gpu.uniformAlign;
+    let chunk = this.#chunks[this.#chunks.length - 1];
+    if (!chunk || chunk.used + stride > UNIFORM_CHUNK) {
+      chunk = { buffer: this.#uniformPool.acquire(UNIFORM_CHUNK), data: new ArrayBuffer(UNIFORM_CHUNK), used: 0 };
+      this.#chunks.push(chunk);
+    }
+    const u32 = new Uint32Array(chunk.data, chunk.used, size / 4);
+    const f32 = new Float32Array(chunk.data, chunk.used, size / 4);
+    fields.forEach((f, i) => {
+      if (f instanceof F32) f32[i] = f.value;
+      else u32[i] = f >>> 0;
+    });
+    const offset = chunk.used;
+    chunk.used += stride;
+    return { buffer: chunk.buffer.buffer, offset, size };
+  }
+
+  /** Records one dispatch of `groups` workgroups (folded into 2-D past 65535; kernels bound-check). */
+  dispatch(
+    name: KernelName,
+    params: KernelParams,
+    uniforms: readonly UniformField[],
+    bindings: readonly [number, PooledBuffer][],
+    groups: number,
+  ): void {
+    if (groups <= 0) return;
+    const pipeline = this.pipeline(name, params);
+    const entries: GPUBindGroupEntry[] = [{ binding: 0, resource: this.#uniformSlot(uniforms) }];
+    for (const [binding, pb] of bindings) {
+      pb.lastEpoch = this.#epoch;
+      entries.push({ binding, resource: { buffer: pb.buffer } });
+    }
+    const bindGroup = this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
+    this.#pass ??= this.#encoderNow().beginComputePass();
+    this.#pass.setPipeline(pipeline);
+    this.#pass.setBindGroup(0, bindGroup);
+    const x = Math.min(groups, MAX_GROUPS);
+    this.#pass.dispatchWorkgroups(x, Math.ceil(groups / x));
+    this.#stats.dispatches++;
+  }
+
+  /** Records a buffer-to-buffer copy. */
+  copy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, bytes: number): void {
+    this.#endPass();
+    this.#encoderNow().copyBufferToBuffer(src, srcOffset, dst, dstOffset, bytes);
+  }
+
+  /** Records a zero fill. */
+  clear(pb: PooledBuffer, bytes: number): void {
+    this.#endPass();
+    pb.lastEpoch = this.#epoch;
+    this.#encoderNow().clearBuffer(pb.buffer, 0, Math.ceil(bytes / 4) * 4);
+  }
+
+  /** Runs `fn` once the current commands have been submitted (e.g. destroying a staging buffer). */
+  afterSubmit(fn: () => void): void {
+    this.#afterSubmit.push(fn);
+  }
+
+  #endPass(): void {
+    this.#pass?.end();
+    this.#pass = undefined;
+  }
+
+  /** Submits everything recorded so far (uniform data is written first, in queue order). */
+  submit(): void {
+    const err = this.#gpu.takeError();
+    if (err) throw new WebGpuError(`WebGPU reported an error: ${err}`);
+    if (!this.#encoder) return;
+    this.#endPass();
+    const queue = this.device.queue;
+    for (const c of this.#chunks) queue.writeBuffer(c.buffer.buffer, 0, c.data, 0, c.used);
+    queue.submit([this.#encoder.finish()]);
+    this.#encoder = undefined;
+    // Later writes into these chunks are queued after this submit, so they may be reused at once.
+    for (const c of this.#chunks) this.#uniformPool.release(c.buffer);
+    this.#chunks = [];
+    for (const fn of this.#afterSubmit.splice(0)) fn();
+    this.#epoch++;
+    this.#stats.submits++;
+  }
+
+  /** Submits and waits until the device has finished. */
+  async flush(): Promise<void> {
+    await this.checkPipelines();
+    this.submit();
+    await this.device.queue.onSubmittedWorkDone();
+    const err = this.#gpu.takeError();
+    if (err) throw new WebGpuError(`WebGPU reported an error: ${err}`);
+  }
+
+  /** Throws the first compilation or validation error of a pipeline created since the last check. */
+  async checkPipelines(): Promise<void> {
+    const results = await Promise.all(this.#checks.splice(0));
+    const bad = results.find((r) => r);
+    if (bad) throw new WebGpuError(`WebGPU rejected ${bad}`);
+  }
+
+  /** A snapshot of the counters. */
+  stats(): RecorderStats {
+    return { ...this.#stats };
+  }
+}

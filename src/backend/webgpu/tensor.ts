@@ -1,0 +1,94 @@
+/**
+ * WebGPU tensors and the shape checks every op shares.
+ *
+ * A tensor's storage is one or more pooled buffers: activations, caches and small weights use one;
+ * a weight larger than the device's largest storage binding is split into row chunks, each its own
+ * buffer, and only matmul/embedding/download accept such a tensor.
+ */
+import type { PooledBuffer } from "./buffer-pool.ts";
+import { BackendShapeError, type DType, numel, type Tensor } from "../types.ts";
+
+/** Name the WebGPU backend stamps on its tensors. */
+export const WEBGPU_NAME = "webgpu";
+
+/** One row range of a weight, stored in its own buffer starting at element 0. */
+export interface RowChunk {
+  buffer: PooledBuffer;
+  rowStart: number;
+  rows: number;
+}
+
+/** Storage shared by a tensor and its reshaped views. */
+export interface GpuStorage {
+  chunks: RowChunk[];
+  freed: boolean;
+}
+
+/** A tensor that lives on the WebGPU device. */
+export class GpuTensor implements Tensor {
+  readonly backend = WEBGPU_NAME;
+  constructor(
+    readonly shape: readonly number[],
+    readonly dtype: DType,
+    readonly storage: GpuStorage,
+  ) {}
+
+  /** The single buffer of an unchunked tensor. */
+  get buffer(): PooledBuffer {
+    if (this.storage.freed) throw new BackendShapeError(`Tensor ${fmt(this.shape)} was used after free`);
+    if (this.storage.chunks.length !== 1) {
+      throw new BackendShapeError(`Tensor ${fmt(this.shape)} is split into ${this.storage.chunks.length} chunks; only matmul and embedding accept it`);
+    }
+    return this.storage.chunks[0].buffer;
+  }
+}
+
+/** Formats a shape for error messages: [2, 3]. */
+export function fmt(shape: readonly number[]): string {
+  return `[${shape.join(", ")}]`;
+}
+
+/** Checks that a tensor belongs to this backend. */
+export function asGpu(t: Tensor, what: string): GpuTensor {
+  if (!(t instanceof GpuTensor)) {
+    throw new BackendShapeError(`The ${what} belongs to backend "${t.backend}", not "${WEBGPU_NAME}"`);
+  }
+  if (t.storage.freed) throw new BackendShapeError(`The ${what} ${fmt(t.shape)} was used after free`);
+  return t;
+}
+
+/** Checks a shape: non-negative integers. Returns the element count. */
+export function checkShape(shape: readonly number[], what: string): number {
+  if (!shape.every((d) => Number.isInteger(d) && d >= 0)) {
+    throw new BackendShapeError(`${what} got an invalid shape ${fmt(shape)}`);
+  }
+  return numel(shape);
+}
+
+/** Checks rank and dtype. */
+export function expectRank(t: GpuTensor, rank: number, what: string, dtypes: readonly DType[]): void {
+  if (t.shape.length !== rank) {
+    throw new BackendShapeError(`The ${what} must have rank ${rank}, got shape ${fmt(t.shape)}`);
+  }
+  expectDtype(t, what, dtypes);
+}
+
+/** Checks the dtype. */
+export function expectDtype(t: GpuTensor, what: string, dtypes: readonly DType[]): void {
+  if (!dtypes.includes(t.dtype)) {
+    throw new BackendShapeError(`The ${what} must be ${dtypes.join(" or ")}, got ${t.dtype}`);
+  }
+}
+
+/** Checks that two tensors have the same shape. */
+export function expectSameShape(a: GpuTensor, b: GpuTensor, op: string): void {
+  if (a.shape.length !== b.shape.length || a.shape.some((d, i) => d !== b.shape[i])) {
+    throw new BackendShapeError(`${op} operands differ in shape: ${fmt(a.shape)} and ${fmt(b.shape)}`);
+  }
+}
+
+/** Rows and columns of a tensor seen as [rows, lastDim]. */
+export function rowsOf(shape: readonly number[]): { rows: number; cols: number } {
+  const cols = shape.length ? shape[shape.length - 1] : 1;
+  return { rows: cols ? numel(shape) / cols : 0, cols };
+}

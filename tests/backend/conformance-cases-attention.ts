@@ -1,0 +1,144 @@
+/**
+ * Conformance cases for kvWrite, pagedAttention and sample.
+ *
+ * Tolerances:
+ * - kvWrite: exact (a scatter; untouched slots keep their random contents on both sides).
+ * - pagedAttention: atol 2e-5, rtol 1e-4 (f32 dot products over headDim ≤ 64 and an online
+ *   softmax over ≤ 48 keys, against an f64 two-pass softmax).
+ * - sample: the same token ids (the order of tokens is decided on the exact f32 logits, so only a
+ *   cumulative sum that lands within rounding of uniform·mass could differ; inputs are random).
+ */
+import type { AttentionBatch, Backend, SamplingRow, Tensor } from "../../src/backend/types.ts";
+import { type Case, EXACT, type Output, type Rng } from "./conformance-support.ts";
+
+interface Geometry {
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  blockSize: number;
+}
+
+const GEOMETRIES: Geometry[] = [
+  { heads: 3, kvHeads: 1, headDim: 8, blockSize: 4 },
+  { heads: 4, kvHeads: 2, headDim: 64, blockSize: 16 },
+  { heads: 2, kvHeads: 2, headDim: 40, blockSize: 5 },
+];
+
+/** Sequences of one batch: (first new position, new tokens). */
+const SEQS: [number, number][] = [
+  [0, 37], // prefill from scratch
+  [5, 7], // prefill chunk over a cached prefix of 5
+  [20, 1], // decode
+  [0, 1], // decode of the first token
+];
+
+async function finish(b: Backend, outputs: Tensor[], temps: Tensor[]): Promise<Output[]> {
+  const res: Output[] = [];
+  for (const t of outputs) res.push(await b.download(t));
+  for (const t of [...outputs, ...temps]) b.free(t);
+  return res;
+}
+
+function attentionCase(g: Geometry): Case {
+  const maxCtx = Math.max(...SEQS.map(([s, n]) => s + n));
+  const maxBlocks = Math.ceil(maxCtx / g.blockSize);
+  const numBlocks = maxBlocks * SEQS.length + 3;
+  return {
+    op: "pagedAttention",
+    name: `heads=${g.heads} kvHeads=${g.kvHeads} headDim=${g.headDim} blockSize=${g.blockSize}`,
+    tolerance: { atol: 2e-5, rtol: 1e-4 },
+    run: (b, rng) => {
+      const cacheShape = [numBlocks, g.blockSize, g.kvHeads, g.headDim];
+      const cacheLen = numBlocks * g.blockSize * g.kvHeads * g.headDim;
+      // Caches hold random KV for every slot; blocks are handed to sequences in shuffled order.
+      const kc = b.upload(rng.f32(cacheLen), cacheShape);
+      const vc = b.upload(rng.f32(cacheLen), cacheShape);
+      const order = rng.perm(numBlocks);
+      const tables = new Int32Array(SEQS.length * maxBlocks).fill(-7);
+      SEQS.forEach(([start, n], s) => {
+        for (let j = 0; j < Math.ceil((start + n) / g.blockSize); j++) tables[s * maxBlocks + j] = order[s * maxBlocks + j];
+      });
+      const seq: number[] = [];
+      const pos: number[] = [];
+      SEQS.forEach(([start, n], s) => {
+        for (let i = 0; i < n; i++) {
+          seq.push(s);
+          pos.push(start + i);
+        }
+      });
+      const n = seq.length;
+      const batch: AttentionBatch = {
+        tokenSeq: b.upload(Int32Array.from(seq), [n]),
+        tokenPos: b.upload(Int32Array.from(pos), [n]),
+        blockTables: b.upload(tables, [SEQS.length, maxBlocks]),
+        maxContext: maxCtx,
+      };
+      const q = b.upload(rng.f32(n * g.heads * g.headDim, -2, 2), [n, g.heads, g.headDim]);
+      const out = b.pagedAttention(q, kc, vc, batch, 1 / Math.sqrt(g.headDim));
+      return finish(b, [out], [kc, vc, q, batch.tokenSeq, batch.tokenPos, batch.blockTables]);
+    },
+  };
+}
+
+function kvWriteCase(g: Geometry, n: number): Case {
+  const numBlocks = Math.ceil((n * 2) / g.blockSize) + 1;
+  return {
+    op: "kvWrite",
+    name: `n=${n} kvHeads=${g.kvHeads} headDim=${g.headDim} blockSize=${g.blockSize}`,
+    tolerance: EXACT,
+    run: (b, rng) => {
+      const shape = [numBlocks, g.blockSize, g.kvHeads, g.headDim];
+      const len = numBlocks * g.blockSize * g.kvHeads * g.headDim;
+      const kc = b.upload(rng.f32(len), shape);
+      const vc = b.upload(rng.f32(len), shape);
+      const slots = b.upload(Int32Array.from(rng.perm(numBlocks * g.blockSize).slice(0, n)), [n]);
+      const k = b.upload(rng.f32(n * g.kvHeads * g.headDim), [n, g.kvHeads, g.headDim]);
+      const v = b.upload(rng.f32(n * g.kvHeads * g.headDim), [n, g.kvHeads, g.headDim]);
+      b.kvWrite(k, v, kc, vc, slots);
+      return finish(b, [kc, vc], [slots, k, v]);
+    },
+  };
+}
+
+const SAMPLING: Omit<SamplingRow, "uniform">[] = [
+  { temperature: 0, topK: 0, topP: 1 },
+  { temperature: 1, topK: 0, topP: 1 },
+  { temperature: 0.7, topK: 0, topP: 1 },
+  { temperature: 1, topK: 5, topP: 1 },
+  { temperature: 1.3, topK: 0, topP: 0.9 },
+  { temperature: 0.8, topK: 40, topP: 0.5 },
+  { temperature: 2, topK: 1, topP: 1 },
+  { temperature: 1, topK: 3, topP: 0.05 },
+];
+
+function sampleCase(vocab: number, repeats: number, ties: boolean): Case {
+  return {
+    op: "sample",
+    name: `vocab=${vocab} rows=${SAMPLING.length * repeats}${ties ? " with tied logits" : ""}`,
+    tolerance: EXACT,
+    run: (b, rng) => {
+      const rows: SamplingRow[] = [];
+      for (let r = 0; r < repeats; r++) for (const s of SAMPLING) rows.push({ ...s, uniform: rng.next() });
+      // Logits spread like a real model's (a few strong candidates); ties are drawn from a small set.
+      const logits = Float32Array.from({ length: rows.length * vocab }, () =>
+        ties ? rng.int(6) * 0.5 : rng.uniform(-4, 4) ** 3 / 8,
+      );
+      const x = b.upload(logits, [rows.length, vocab]);
+      return finish(b, [b.sample(x, rows)], [x]);
+    },
+  };
+}
+
+/** Every attention, KV and sampling case. */
+export function attentionCases(): Case[] {
+  return [
+    ...GEOMETRIES.map(attentionCase),
+    kvWriteCase(GEOMETRIES[0], 37),
+    kvWriteCase(GEOMETRIES[1], 1),
+    kvWriteCase(GEOMETRIES[2], 9),
+    sampleCase(517, 3, false),
+    sampleCase(37, 2, true),
+    sampleCase(1, 1, false),
+    sampleCase(2000, 1, false),
+  ];
+}

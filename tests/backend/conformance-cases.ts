@@ -1,0 +1,176 @@
+/**
+ * Conformance cases for the dense ops: embedding, gatherRows, matmul, rmsnorm, rope, siluMul, add,
+ * softmax, argmax. Each case draws fresh inputs from the seeded generator it is given.
+ *
+ * Tolerances (|x - ref| <= atol + rtol·|ref|; the reference accumulates in f64):
+ * - embedding, gatherRows, add, argmax: exact. Decoding f16/bf16/q8_0 to f32 is exact (a q8_0 value
+ *   is an f16 scale times an int8: 19 significant bits), copies are copies, f32 addition is exactly
+ *   rounded either way, argmax compares the same f32 values.
+ * - matmul: atol 1e-4, rtol 1e-4. Inputs in [-1, 1], k ≤ 128: f32 accumulation error is about
+ *   √k·2⁻²⁴·Σ|x·w| ≈ 1e-5, ten times below.
+ * - rmsnorm: atol 1e-5, rtol 1e-5 (one f32 sum of squares and a reciprocal square root).
+ * - rope: atol 1e-4, rtol 0. Positions up to 300: the f32 angle pos·θ^(−2i/d) carries an absolute
+ *   error near pos·2⁻²⁴ plus the device's sin/cos error.
+ * - siluMul: atol 1e-6, rtol 1e-5 (the device's exp).
+ * - softmax: atol 1e-6, rtol 1e-5 (exp and an f32 sum over ≤ 517 terms).
+ */
+import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
+import type { Backend, RopeLayout, Tensor, WeightDType } from "../../src/backend/types.ts";
+import { type Case, EXACT, type Output, type Rng } from "./conformance-support.ts";
+
+const DTYPES: readonly WeightDType[] = ["f32", "f16", "bf16", "q8_0"];
+
+/** Downloads outputs, then frees every tensor the case made. */
+async function finish(b: Backend, outputs: Tensor[], temps: Tensor[]): Promise<Output[]> {
+  const res: Output[] = [];
+  for (const t of outputs) res.push(await b.download(t));
+  for (const t of [...outputs, ...temps]) b.free(t);
+  return res;
+}
+
+function embeddingCases(): Case[] {
+  const cases: Case[] = [];
+  for (const dtype of DTYPES) {
+    for (const [vocab, dim, n] of [[517, 64, 37], [7, 33, 1], [300, 32, 5]]) {
+      if (dtype === "q8_0" && dim % 32 !== 0) continue;
+      cases.push({
+        op: "embedding",
+        name: `${dtype} vocab=${vocab} dim=${dim} n=${n}`,
+        tolerance: EXACT,
+        run: (b, rng) => {
+          const table = b.uploadWeight(encodeFromF32(rng.f32(vocab * dim), dtype), [vocab, dim], dtype);
+          const ids = b.upload(rng.i32(n, vocab), [n]);
+          return finish(b, [b.embedding(table, ids), table], [ids]);
+        },
+      });
+    }
+  }
+  return cases;
+}
+
+function gatherCases(): Case[] {
+  return [[37, 64, 8], [5, 3, 11], [1, 517, 1]].map(([rows, cols, m]): Case => ({
+    op: "gatherRows",
+    name: `x=[${rows}, ${cols}] m=${m}`,
+    tolerance: EXACT,
+    run: (b, rng) => {
+      const x = b.upload(rng.f32(rows * cols), [rows, cols]);
+      const idx = b.upload(rng.i32(m, rows), [m]);
+      return finish(b, [b.gatherRows(x, idx)], [x, idx]);
+    },
+  }));
+}
+
+function matmulCases(): Case[] {
+  const cases: Case[] = [];
+  const shapes = [[1, 64, 37], [2, 128, 45], [37, 96, 45], [8, 128, 517], [3, 33, 5], [33, 31, 70]];
+  for (const dtype of DTYPES) {
+    for (const [n, k, m] of shapes) {
+      if (dtype === "q8_0" && k % 32 !== 0) continue;
+      for (const withBias of [false, true]) {
+        cases.push({
+          op: "matmul",
+          name: `${dtype} n=${n} k=${k} m=${m}${withBias ? " +bias" : ""}`,
+          tolerance: { atol: 1e-4, rtol: 1e-4 },
+          run: (b, rng) => {
+            const x = b.upload(rng.f32(n * k), [n, k]);
+            const w = b.uploadWeight(encodeFromF32(rng.f32(m * k), dtype), [m, k], dtype);
+            const bias = withBias ? b.upload(rng.f32(m), [m]) : undefined;
+            return finish(b, [b.matmul(x, w, bias)], bias ? [x, w, bias] : [x, w]);
+          },
+        });
+      }
+    }
+  }
+  return cases;
+}
+
+function rowCases(): Case[] {
+  const cases: Case[] = [];
+  for (const [rows, cols] of [[1, 64], [37, 37], [4, 517]]) {
+    cases.push({
+      op: "rmsnorm",
+      name: `[${rows}, ${cols}]`,
+      tolerance: { atol: 1e-5, rtol: 1e-5 },
+      run: (b, rng) => {
+        const x = b.upload(rng.f32(rows * cols, -3, 3), [rows, cols]);
+        const w = b.upload(rng.f32(cols), [cols]);
+        return finish(b, [b.rmsnorm(x, w, 1e-5)], [x, w]);
+      },
+    });
+    cases.push({
+      op: "softmax",
+      name: `[${rows}, ${cols}]`,
+      tolerance: { atol: 1e-6, rtol: 1e-5 },
+      run: (b, rng) => {
+        const x = b.upload(rng.f32(rows * cols, -8, 8), [rows, cols]);
+        return finish(b, [b.softmax(x)], [x]);
+      },
+    });
+    cases.push({
+      op: "argmax",
+      name: `[${rows}, ${cols}] with tied maxima`,
+      tolerance: EXACT,
+      run: (b, rng) => {
+        const data = rng.f32(rows * cols);
+        // Ties: copy each row's value at a random column to a later column and make it the maximum.
+        for (let r = 0; r < rows; r += 2) {
+          const c = rng.int(cols);
+          data[r * cols + c] = 2;
+          data[r * cols + Math.min(cols - 1, c + 1 + rng.int(cols))] = 2;
+        }
+        const x = b.upload(data, [rows, cols]);
+        return finish(b, [b.argmax(x)], [x]);
+      },
+    });
+  }
+  for (const shape of [[37, 64], [3, 5, 7], [1]]) {
+    const count = shape.reduce((a, d) => a * d, 1);
+    cases.push({
+      op: "add",
+      name: `[${shape.join(", ")}]`,
+      tolerance: EXACT,
+      run: (b, rng) => {
+        const x = b.upload(rng.f32(count), shape);
+        const y = b.upload(rng.f32(count), shape);
+        return finish(b, [b.add(x, y)], [x, y]);
+      },
+    });
+    cases.push({
+      op: "siluMul",
+      name: `[${shape.join(", ")}]`,
+      tolerance: { atol: 1e-6, rtol: 1e-5 },
+      run: (b, rng) => {
+        const g = b.upload(rng.f32(count, -6, 6), shape);
+        const u = b.upload(rng.f32(count), shape);
+        return finish(b, [b.siluMul(g, u)], [g, u]);
+      },
+    });
+  }
+  return cases;
+}
+
+function ropeCases(): Case[] {
+  const cases: Case[] = [];
+  const shapes: [number, number, number, number | undefined][] = [[1, 3, 8, undefined], [37, 3, 64, undefined], [5, 2, 64, 32], [4, 1, 8, 4]];
+  for (const layout of ["normal", "neox"] as RopeLayout[]) {
+    for (const [n, heads, dim, rot] of shapes) {
+      cases.push({
+        op: "rope",
+        name: `${layout} n=${n} heads=${heads} headDim=${dim}${rot ? ` rotaryDim=${rot}` : ""}`,
+        tolerance: { atol: 1e-4, rtol: 0 },
+        run: (b, rng) => {
+          const x = b.upload(rng.f32(n * heads * dim), [n, heads, dim]);
+          const pos = b.upload(rng.i32(n, 300), [n]);
+          return finish(b, [b.rope(x, pos, rng.next() < 0.5 ? 10000 : 500000, layout, rot)], [x, pos]);
+        },
+      });
+    }
+  }
+  return cases;
+}
+
+/** Every dense-op case. */
+export function denseCases(): Case[] {
+  return [...embeddingCases(), ...gatherCases(), ...matmulCases(), ...rowCases(), ...ropeCases()];
+}

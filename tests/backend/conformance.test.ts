@@ -1,0 +1,53 @@
+/**
+ * The backend conformance suite: every op, on every backend available on this machine, against the
+ * reference backend, on fresh inputs from a seeded generator (CONFORMANCE_SEED overrides the seed),
+ * with recycled buffers poisoned with NaN before each case. See conformance-cases*.ts for the
+ * shapes and the tolerance of each op.
+ *
+ * WebGPU must be present: without an adapter the suite fails, unless EVOLVING_ALLOW_NO_WEBGPU=1
+ * (for machines without Vulkan) turns that into a skip. CUDA runs where its module and a device exist.
+ */
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { envVar } from "../../src/runtime/env.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { conformanceCandidates } from "./conformance-backends.ts";
+import { attentionCases } from "./conformance-cases-attention.ts";
+import { denseCases } from "./conformance-cases.ts";
+import { type Case, compareOutputs, poisonRecycled, Rng, seedFor } from "./conformance-support.ts";
+
+const baseSeed = Number(envVar("CONFORMANCE_SEED") ?? 20240601);
+const cases: Case[] = [...denseCases(), ...attentionCases()];
+const ops = [...new Set(cases.map((c) => c.op))];
+const reference = createReferenceBackend();
+
+for (const cand of await conformanceCandidates()) {
+  const backend = cand.backend;
+  if (!backend) {
+    const why = `${cand.name} backend is unavailable: ${cand.reason}`;
+    if (cand.required) {
+      test(`conformance needs the ${cand.name} backend`, () => {
+        assert.fail(`${why} (set EVOLVING_ALLOW_NO_WEBGPU=1 to skip on a machine without Vulkan)`);
+      });
+    } else {
+      test(`conformance on ${cand.name} (${cand.reason})`, () => {}, { ignore: true });
+    }
+    continue;
+  }
+  for (const op of ops) {
+    test(`${op}() on ${cand.name} matches reference`, async () => {
+      for (const c of cases.filter((x) => x.op === op)) {
+        const seed = seedFor(`${c.op} ${c.name}`, baseSeed);
+        const want = await c.run(reference, new Rng(seed));
+        poisonRecycled(backend);
+        const got = await c.run(backend, new Rng(seed));
+        const diff = compareOutputs(got, want, c.tolerance);
+        assert.equal(diff, undefined, `${op} ${c.name} (seed ${seed}) on ${cand.name}: ${diff}`);
+      }
+    });
+  }
+  // Last test of the file: releasing the device lets the Node process exit.
+  test(`conformance releases the ${cand.name} device`, () => {
+    backend.destroy();
+  });
+}
