@@ -5,7 +5,8 @@
  */
 import { openRandomAccess } from "../runtime/fs.ts";
 import { type Architecture, type LoadedModel, type ModelConfig, ModelLoadError, type Tokenizer } from "./config.ts";
-import { type GgufHeader, GgufMetadata, type GgufTensorInfo, readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
+import { GgufMetadata } from "./gguf-metadata.ts";
+import { type GgufHeader, type GgufTensorInfo, readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
 import { BpeTokenizer } from "./tokenizer-bpe.ts";
 import { SpmTokenizer } from "./tokenizer-spm.ts";
 import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";

@@ -27,6 +27,8 @@ export interface ModelFileSpec {
   /** Storage of matrices and the embedding; norms and biases stay f32. */
   dtype: WeightDType;
   seed: number;
+  /** GGUF vocab: default SentencePiece-style for llama, Qwen2 byte-level BPE otherwise. */
+  tokenizer?: "spm" | "qwen2" | "llama-bpe";
 }
 
 /** Weights in Hugging Face order and names, as f32. */
@@ -129,7 +131,11 @@ const isVector = (shape: number[]) => shape.length === 1;
 
 /** The vocab a test model's GGUF carries: SentencePiece-style for llama, byte-level BPE for Qwen. */
 export function vocabFor(spec: ModelFileSpec): TestVocab {
-  return spec.architecture === "llama" ? spmVocab(spec.vocab) : bpeVocab(spec.vocab);
+  return tokenizerKind(spec) === "spm" ? spmVocab(spec.vocab) : bpeVocab(spec.vocab);
+}
+
+function tokenizerKind(spec: ModelFileSpec): "spm" | "qwen2" | "llama-bpe" {
+  return spec.tokenizer ?? (spec.architecture === "llama" ? "spm" : "qwen2");
 }
 
 /** GGUF metadata for `spec` (what llama.cpp needs to load it). */
@@ -156,7 +162,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   if (vocab.kind === "spm") meta.push(["tokenizer.ggml.scores", gguf.arr(GgufType.FLOAT32, vocab.scores)]);
   else {
     meta.push(["tokenizer.ggml.merges", gguf.arr(GgufType.STRING, vocab.merges)]);
-    meta.push(["tokenizer.ggml.pre", gguf.str("qwen2")]);
+    meta.push(["tokenizer.ggml.pre", gguf.str(tokenizerKind(spec))]);
   }
   meta.push(["tokenizer.ggml.bos_token_id", gguf.u32(vocab.bosId)]);
   meta.push(["tokenizer.ggml.eos_token_id", gguf.u32(vocab.eosId)]);

@@ -47,9 +47,14 @@ const CASES: OracleCase[] = [
   { name: "llama GQA f16", spec: { ...BASE, architecture: "llama", dtype: "f16", seed: 105 }, tol: 2e-3, hf: false },
   { name: "qwen3 bf16, tied", spec: { ...BASE, architecture: "qwen3", dtype: "bf16", tied: true, seed: 106 }, tol: 1e-2, hf: false },
   { name: "qwen2 q8_0", spec: { ...BASE, architecture: "qwen2", dtype: "q8_0", seed: 107 }, tol: 1.5e-2, hf: false },
+  { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
 ];
 
-const TEXTS = ["Once upon a time there was a little girl named Lily.", "hello world 123, it's the agent's tool call!"];
+const TEXTS = [
+  "Once upon a time there was a little girl named Lily.",
+  "hello world 1234567, it's the agent's tool call!",
+  "  two\n\nlines\tand  ünïcödé 🙂 THE'S done",
+];
 
 const dir = mkdtempSync(`${tmpdir()}/oracle-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
