@@ -1,0 +1,119 @@
+/**
+ * WebGPU-specific behaviour that the conformance suite does not reach: weights split into row
+ * chunks, f16 without shader-f16, the buffer pool's counters and reuse, the pipeline cache, uploads
+ * into buffers still read by unsubmitted work, and kernel template errors.
+ */
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { envVar } from "../../src/runtime/env.ts";
+import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import type { Backend, WeightDType } from "../../src/backend/types.ts";
+import { createWebGpuBackend, type WebGpuBackend } from "../../src/backend/webgpu/index.ts";
+import { KernelTemplateError, loadKernelSources, specialiseKernel } from "../../src/backend/webgpu/kernel-source.ts";
+import { sizeClass } from "../../src/backend/webgpu/buffer-pool.ts";
+import { compareOutputs, Rng } from "./conformance-support.ts";
+
+const skip = envVar("EVOLVING_ALLOW_NO_WEBGPU") === "1";
+const ref = createReferenceBackend();
+
+async function linearOutputs(b: Backend, rng: Rng, dtype: WeightDType, n: number, k: number, m: number) {
+  const w = b.uploadWeight(encodeFromF32(rng.f32(m * k), dtype), [m, k], dtype);
+  const x = b.upload(rng.f32(n * k), [n, k]);
+  const ids = b.upload(rng.i32(9, m), [9]);
+  const out = [await b.download(b.matmul(x, w)), await b.download(b.embedding(w, ids)), await b.download(w)];
+  b.free(w);
+  return out;
+}
+
+test("matmul() and embedding() on webgpu handle weights split into row chunks", async () => {
+  const gpu = await createWebGpuBackend({ poison: true, maxBindingBytes: 4096 });
+  try {
+    for (const [dtype, n, k, m] of [["f16", 1, 70, 100], ["q8_0", 6, 64, 90], ["f32", 37, 40, 61], ["bf16", 2, 33, 77]] as const) {
+      const want = await linearOutputs(ref, new Rng(7), dtype, n, k, m);
+      const got = await linearOutputs(gpu, new Rng(7), dtype, n, k, m);
+      assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `${dtype} ${n}×${k}×${m}`);
+    }
+  } finally {
+    gpu.destroy();
+  }
+}, { ignore: skip });
+
+test("matmul() on webgpu reads f16 weights from u32 words without shader-f16", async () => {
+  const gpu = await createWebGpuBackend({ poison: true, useF16: false });
+  try {
+    assert.equal(gpu.info.f16, false);
+    for (const [n, k, m] of [[1, 64, 37], [9, 30, 11]]) {
+      const want = await linearOutputs(ref, new Rng(3), "f16", n, k, m);
+      const got = await linearOutputs(gpu, new Rng(3), "f16", n, k, m);
+      assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `f16 ${n}×${k}×${m}`);
+    }
+  } finally {
+    gpu.destroy();
+  }
+}, { ignore: skip });
+
+let shared: WebGpuBackend | undefined;
+async function backend(): Promise<WebGpuBackend> {
+  shared ??= await createWebGpuBackend({ poison: true });
+  return shared;
+}
+
+test("WebGpuBackend.stats() counts pool bytes and reuses a freed buffer of the same size class", async () => {
+  const gpu = await backend();
+  await gpu.flush();
+  const before = gpu.stats().pool;
+  const a = gpu.zeros([1000], "f32");
+  const mid = gpu.stats().pool;
+  assert.equal(mid.inUseBytes - before.inUseBytes, sizeClass(4000));
+  assert.ok(mid.peakInUseBytes >= mid.inUseBytes);
+  gpu.free(a);
+  assert.equal(gpu.stats().pool.inUseBytes, before.inUseBytes);
+  const b = gpu.zeros([990], "f32"); // same 4 KiB class
+  const after = gpu.stats().pool;
+  assert.equal(after.creations, mid.creations);
+  assert.equal(after.allocatedBytes, mid.allocatedBytes);
+  assert.deepEqual([...(await gpu.download(b))].every((v) => v === 0), true);
+  gpu.free(b);
+}, { ignore: skip });
+
+test("WebGpuBackend caches pipelines by template parameters, not by shapes", async () => {
+  const gpu = await backend();
+  const rng = new Rng(11);
+  const run = async (n: number, k: number, m: number) => {
+    const x = gpu.upload(rng.f32(n * k), [n, k]);
+    const w = gpu.uploadWeight(encodeFromF32(rng.f32(m * k), "f16"), [m, k], "f16");
+    const y = gpu.matmul(x, w);
+    await gpu.download(y);
+    for (const t of [x, w, y]) gpu.free(t);
+  };
+  await run(2, 64, 40);
+  await run(20, 64, 40);
+  const pipelines = gpu.stats().recorder.pipelines;
+  await run(3, 128, 77);
+  await run(33, 256, 5);
+  assert.equal(gpu.stats().recorder.pipelines, pipelines);
+}, { ignore: skip });
+
+test("upload() on webgpu into a recycled buffer leaves earlier recorded ops reading the old data", async () => {
+  const gpu = await backend();
+  const a = gpu.upload(Float32Array.from([1, 2, 3, 4]), [4]);
+  const sum = gpu.add(a, a); // recorded, not yet submitted
+  gpu.free(a);
+  const b = gpu.upload(Float32Array.from([10, 20, 30, 40]), [4]); // reuses a's buffer
+  assert.deepEqual([...(await gpu.download(sum))], [2, 4, 6, 8]);
+  assert.deepEqual([...(await gpu.download(b))], [10, 20, 30, 40]);
+}, { ignore: skip });
+
+test("specialiseKernel() names a missing template parameter", () => {
+  const sources = loadKernelSources();
+  assert.throws(() => specialiseKernel(sources, "elementwise", {}), (e: unknown) =>
+    e instanceof KernelTemplateError && /"OP_ADD"/.test(e.message));
+  const add = specialiseKernel(sources, "elementwise", { OP_ADD: true });
+  assert.match(add, /x \+ b\[i\]/);
+  assert.doesNotMatch(add, /exp\(/);
+});
+
+test("webgpu test backend is released", () => {
+  shared?.destroy();
+});
