@@ -28,16 +28,19 @@ __device__ __forceinline__ long long kv_offset(const AttnArgs& a, int seq, int p
 }
 
 template <int EPL, int G>
-__global__ void __launch_bounds__(32 * DEC_WARPS) decode_kernel(AttnArgs a, const int32_t* rows, DecodePlan plan,
+__global__ void __launch_bounds__(32 * DEC_WARPS, 2) decode_kernel(AttnArgs a, const int32_t* rows, DecodePlan plan,
                                                                 float* ws_acc, float2* ws_ml) {
   __shared__ float s_m[DEC_WARPS][G], s_l[DEC_WARPS][G];
   __shared__ float s_acc[DEC_WARPS][G][32 * EPL];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int head_chunks = a.kv_heads * plan.cpg;
-  const int ri = blockIdx.y / head_chunks, hc = blockIdx.y % head_chunks;
+  const int ri = blockIdx.x / head_chunks, hc = blockIdx.x % head_chunks;
+  const int part_idx = blockIdx.y;
   const int t = rows ? rows[ri] : ri;
-  const int ctx = a.pos[t] + 1, seq = a.seq[t];
-  const int start = blockIdx.x * plan.part;
+  // Clamped so a position past maxContext (validated on the host when it knows the values)
+  // cannot index partitions beyond the workspace.
+  const int ctx = min(a.pos[t] + 1, a.max_context), seq = a.seq[t];
+  const int start = part_idx * plan.part;
   if (start >= ctx) return;
   const int end = min(ctx, start + plan.part);
   const int group = a.heads / a.kv_heads, D = a.head_dim;
@@ -117,7 +120,7 @@ __global__ void __launch_bounds__(32 * DEC_WARPS) decode_kernel(AttnArgs a, cons
     if (parts == 1) {
       a.out[(size_t(t) * a.heads + h) * D + d] = L > 0.f ? A / L : 0.f;
     } else {
-      const size_t slot = (size_t(ri) * a.heads + h) * plan.max_parts + blockIdx.x;
+      const size_t slot = (size_t(ri) * a.heads + h) * plan.max_parts + part_idx;
       ws_acc[slot * D + d] = A;
       if (d == 0) ws_ml[slot] = make_float2(M, L);
     }
@@ -128,7 +131,7 @@ __global__ void decode_reduce_kernel(AttnArgs a, const int32_t* rows, DecodePlan
                                      const float2* ws_ml) {
   const int ri = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
   const int t = rows ? rows[ri] : ri;
-  const int ctx = a.pos[t] + 1;
+  const int ctx = min(a.pos[t] + 1, a.max_context);
   const int parts = (ctx + plan.part - 1) / plan.part;
   if (parts <= 1) return;  // the decode kernel wrote this row directly
   const size_t base = (size_t(ri) * a.heads + h) * plan.max_parts;
@@ -165,7 +168,7 @@ DecodePlan plan_decode(const AttnArgs& a, int row_count, int sm_count) {
 template <int EPL>
 void launch_decode_epl(const AttnArgs& a, const int32_t* rows, int row_count, DecodePlan p, float* acc, float2* ml,
                        cudaStream_t s) {
-  dim3 grid(p.max_parts, row_count * a.kv_heads * p.cpg);
+  dim3 grid(row_count * a.kv_heads * p.cpg, p.max_parts);  // rows in x: y is limited to 65535
   switch (p.g) {
     case 1: decode_kernel<EPL, 1><<<grid, 32 * DEC_WARPS, 0, s>>>(a, rows, p, acc, ml); break;
     case 2: decode_kernel<EPL, 2><<<grid, 32 * DEC_WARPS, 0, s>>>(a, rows, p, acc, ml); break;

@@ -42,9 +42,10 @@ cudaError_t rope_kv_write(const float* qkv, const int32_t* pos, const int32_t* s
                           float* vc, int capacity, cudaStream_t s);
 
 // --- matmul (matmul.cu) --------------------------------------------------------------------
-/** y [n, N] = x [n, K] · Wᵀ (+ bias). Picks GEMV, tensor-core (f16/bf16) or SIMT tiles. */
+/** y [n, N] = x [n, K] · Wᵀ (+ bias). Picks GEMV, tensor-core (f16/bf16) or SIMT tiles. `exact`
+ * keeps f32 activations exact to ~2^-16 on the tensor-core path (two MMAs); 0 rounds x to 16 bits. */
 cudaError_t matmul(const float* x, const void* w, int dtype, const float* bias, int n, int K, int N, float* y,
-                   int sm_count, cudaStream_t s);
+                   int exact, int sm_count, cudaStream_t s);
 /** Which matmul path `matmul` takes for a shape (0 gemv, 1 tensor core, 2 simt); for benchmarks. */
 int matmul_path(int dtype, int n, int K, int N);
 

@@ -74,6 +74,16 @@ void launch_simt(const float* x, WeightRef w, const float* bias, int n, int K, i
   simt_gemm_kernel<WT><<<grid, 256, 0, s>>>(x, w, bias, n, K, N, y);
 }
 
+template <int WT, bool SPLIT>
+cudaError_t launch_mma(dim3 grid, const float* x, const uint16_t* w, const float* bias, int n, int K, int N, float* y,
+                       cudaStream_t s) {
+  constexpr int bytes = mma_smem_bytes<SPLIT>();
+  const cudaError_t e = cudaFuncSetAttribute(mma_gemm_kernel<WT, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) return e;
+  mma_gemm_kernel<WT, SPLIT><<<grid, MMA_THREADS, bytes, s>>>(x, w, bias, n, K, N, y);
+  return cudaSuccess;
+}
+
 }  // namespace
 
 int matmul_path(int dtype, int n, int K, int N) {
@@ -84,7 +94,7 @@ int matmul_path(int dtype, int n, int K, int N) {
 }
 
 cudaError_t matmul(const float* x, const void* wp, int dtype, const float* bias, int n, int K, int N, float* y,
-                   int sm_count, cudaStream_t s) {
+                   int exact, int sm_count, cudaStream_t s) {
   (void)sm_count;
   if (n == 0 || N == 0) return cudaSuccess;
   if (K == 0) return cudaMemsetAsync(y, 0, size_t(n) * N * sizeof(float), s);  // bias-free empty sum
@@ -102,8 +112,12 @@ cudaError_t matmul(const float* x, const void* wp, int dtype, const float* bias,
     case 1: {
       dim3 grid((N + MMA_BN - 1) / MMA_BN, (n + MMA_BM - 1) / MMA_BM);
       const auto* w16 = static_cast<const uint16_t*>(wp);
-      if (dtype == W_F16) mma_gemm_kernel<W_F16><<<grid, MMA_THREADS, 0, s>>>(x, w16, bias, n, K, N, y);
-      else mma_gemm_kernel<W_BF16><<<grid, MMA_THREADS, 0, s>>>(x, w16, bias, n, K, N, y);
+      cudaError_t e;
+      if (dtype == W_F16) e = exact ? launch_mma<W_F16, true>(grid, x, w16, bias, n, K, N, y, s)
+                                    : launch_mma<W_F16, false>(grid, x, w16, bias, n, K, N, y, s);
+      else e = exact ? launch_mma<W_BF16, true>(grid, x, w16, bias, n, K, N, y, s)
+                     : launch_mma<W_BF16, false>(grid, x, w16, bias, n, K, N, y, s);
+      if (e != cudaSuccess) return e;
       break;
     }
     default:

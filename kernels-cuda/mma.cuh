@@ -2,6 +2,9 @@
 // 128x128x32 tiles, 8 warps (2 x 4, 64x32 each), mma.sync m16n8k16 with f32 accumulation.
 // x is converted to the weight's 16-bit type while it is staged into shared memory (registers
 // carry the next tile's f32 values during the current tile's MMAs); W arrives by cp.async.
+// SPLIT ("exact", the default at the interface): x = hi + lo, both 16-bit, two MMAs per fragment,
+// so activations keep ~16 (bf16) or ~22 (f16) mantissa bits, as f32 inputs demand. Without
+// SPLIT ("fast") x is rounded once to 16 bits, as torch.matmul on bf16 tensors does.
 #pragma once
 #include "common.cuh"
 
@@ -18,6 +21,24 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
   } else {
     __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
     return *reinterpret_cast<uint32_t*>(&h);
+  }
+}
+
+/** The 16-bit pair nearest (a, b), and the pair nearest what it leaves over. */
+template <int WT>
+__device__ __forceinline__ void split2(float a, float b, uint32_t& hi, uint32_t& lo) {
+  if constexpr (WT == W_F16) {
+    __half2 h = __floats2half2_rn(a, b);
+    const float2 f = __half22float2(h);
+    __half2 l = __floats2half2_rn(a - f.x, b - f.y);
+    hi = *reinterpret_cast<uint32_t*>(&h);
+    lo = *reinterpret_cast<uint32_t*>(&l);
+  } else {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    const float2 f = __bfloat1622float2(h);
+    __nv_bfloat162 l = __floats2bfloat162_rn(a - f.x, b - f.y);
+    hi = *reinterpret_cast<uint32_t*>(&h);
+    lo = *reinterpret_cast<uint32_t*>(&l);
   }
 }
 
@@ -51,13 +72,21 @@ __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], const 
   }
 }
 
-/** Requires K % 32 == 0. Grid (ceil(N/128), ceil(n/128)), 256 threads. */
-template <int WT>
+/** Dynamic shared memory the kernel needs. */
+template <bool SPLIT>
+constexpr int mma_smem_bytes() { return (SPLIT ? 6 : 4) * MMA_BM * MMA_LD * 2; }
+
+/** Requires K % 32 == 0. Grid (ceil(N/128), ceil(n/128)), 256 threads, mma_smem_bytes<SPLIT>(). */
+template <int WT, bool SPLIT>
 __global__ void __launch_bounds__(MMA_THREADS, 2)
     mma_gemm_kernel(const float* __restrict__ x, const uint16_t* __restrict__ w, const float* __restrict__ bias,
                     int n, int K, int N, float* __restrict__ y) {
-  __shared__ __align__(16) uint16_t As[2][MMA_BM][MMA_LD];
-  __shared__ __align__(16) uint16_t Bs[2][MMA_BN][MMA_LD];
+  extern __shared__ __align__(16) uint16_t smem[];
+  constexpr int TILE = MMA_BM * MMA_LD;  // one buffer of one operand (BM == BN)
+  // Buffers: x hi [2], W [2], x lo [2] (SPLIT only).
+  auto As = [&](int buf, int r, int c) { return smem + buf * TILE + r * MMA_LD + c; };
+  auto Bs = [&](int buf, int r, int c) { return smem + (2 + buf) * TILE + r * MMA_LD + c; };
+  auto Al = [&](int buf, int r, int c) { return smem + (4 + buf) * TILE + r * MMA_LD + c; };
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;  // warp tile origin: (wm*64, wn*32)
   const int m0 = blockIdx.y * MMA_BM, n0 = blockIdx.x * MMA_BN;
@@ -75,8 +104,17 @@ __global__ void __launch_bounds__(MMA_THREADS, 2)
   auto store_x = [&](int buf) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-      uint2 v = make_uint2(pack2<WT>(xa[i].x, xa[i].y), pack2<WT>(xa[i].z, xa[i].w));
-      *reinterpret_cast<uint2*>(&As[buf][(tid >> 3) + 32 * i][4 * (tid & 7)]) = v;
+      const int r = (tid >> 3) + 32 * i, c = 4 * (tid & 7);
+      if constexpr (SPLIT) {
+        uint2 hi, lo;
+        split2<WT>(xa[i].x, xa[i].y, hi.x, lo.x);
+        split2<WT>(xa[i].z, xa[i].w, hi.y, lo.y);
+        *reinterpret_cast<uint2*>(As(buf, r, c)) = hi;
+        *reinterpret_cast<uint2*>(Al(buf, r, c)) = lo;
+      } else {
+        *reinterpret_cast<uint2*>(As(buf, r, c)) =
+            make_uint2(pack2<WT>(xa[i].x, xa[i].y), pack2<WT>(xa[i].z, xa[i].w));
+      }
     }
   };
   auto load_w = [&](int buf, int k0) {
@@ -86,7 +124,7 @@ __global__ void __launch_bounds__(MMA_THREADS, 2)
       const int row = c >> 2, col = (c & 3) * 8;
       const bool ok = n0 + row < N;
       const uint16_t* src = w + size_t(ok ? n0 + row : 0) * K + k0 + col;
-      cp_async16(&Bs[buf][row][col], src, ok);
+      cp_async16(Bs(buf, row, col), src, ok);
     }
     asm volatile("cp.async.commit_group;\n" ::);
   };
@@ -115,23 +153,29 @@ __global__ void __launch_bounds__(MMA_THREADS, 2)
     }
 #pragma unroll
     for (int kk = 0; kk < MMA_BK; kk += 16) {
-      uint32_t af[4][4], bf[4][2];
-#pragma unroll
-      for (int mi = 0; mi < 4; mi++)
-        ldmatrix_x4(af[mi], &As[cur][wm * 64 + mi * 16 + (lane & 15)][kk + (lane >> 4) * 8]);
+      uint32_t bf[4][2];
 #pragma unroll
       for (int nj = 0; nj < 2; nj++) {
         uint32_t r[4];
-        ldmatrix_x4(r, &Bs[cur][wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3)][kk + ((lane >> 3) & 1) * 8]);
+        ldmatrix_x4(r, Bs(cur, wn * 32 + nj * 16 + (lane & 7) + ((lane >> 4) << 3), kk + ((lane >> 3) & 1) * 8));
         bf[2 * nj][0] = r[0];
         bf[2 * nj][1] = r[1];
         bf[2 * nj + 1][0] = r[2];
         bf[2 * nj + 1][1] = r[3];
       }
 #pragma unroll
-      for (int mi = 0; mi < 4; mi++)
+      for (int mi = 0; mi < 4; mi++) {
+        uint32_t af[4];
+        const int ar = wm * 64 + mi * 16 + (lane & 15), ac = kk + (lane >> 4) * 8;
+        ldmatrix_x4(af, As(cur, ar, ac));
 #pragma unroll
-        for (int ni = 0; ni < 4; ni++) mma16816<WT>(acc[mi][ni], af[mi], bf[ni]);
+        for (int ni = 0; ni < 4; ni++) mma16816<WT>(acc[mi][ni], af, bf[ni]);
+        if constexpr (SPLIT) {
+          ldmatrix_x4(af, Al(cur, ar, ac));
+#pragma unroll
+          for (int ni = 0; ni < 4; ni++) mma16816<WT>(acc[mi][ni], af, bf[ni]);
+        }
+      }
     }
     if (more) {
       store_x(cur ^ 1);

@@ -46,10 +46,10 @@ __global__ void softmax_kernel(const float* x, int cols, float* out) {
   for (int c = threadIdx.x; c < cols; c += blockDim.x) m = fmaxf(m, row[c]);
   m = block_max(m, scratch);
   float s = 0.f;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) s += __expf(row[c] - m);
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) s += expf(row[c] - m);
   const float inv = 1.f / block_sum(s, scratch);
   float* o = out + size_t(blockIdx.x) * cols;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = __expf(row[c] - m) * inv;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = expf(row[c] - m) * inv;
 }
 
 // (value, index) pairs compare by larger value, then lower index: the reference's tie rule.

@@ -4,6 +4,7 @@
 # PTX) and packs what the GPU machine needs into .cache/device-carry/ (git-ignored):
 #   deno.xz        the Deno binary from node_modules/deno (xz, ~35 MB; device-check unpacks it)
 #   node-include/  Node-API C headers (so the GPU machine can rebuild the addon with its nvcc)
+#   shared/reference  golden ids the generation tests read from ../shared (absent on the GPU machine)
 # Then carry these ignored paths with the repository (64 MiB in all; the script prints the total):
 #   .cache/device-carry  kernels-cuda/build  node_modules/node-addon-api  node_modules/wgsl-preprocessor
 #   node_modules/@huggingface
@@ -18,6 +19,7 @@ for h in node_api.h node_api_types.h js_native_api.h js_native_api_types.h; do
     if [ -f "$d/$h" ]; then cp "$d/$h" "$CARRY/node-include/"; break; fi
   done
 done
+if [ -d ../shared/reference ]; then mkdir -p "$CARRY/shared" && cp -r ../shared/reference "$CARRY/shared/"; fi
 if [ ! -f "$CARRY/deno.xz" ] || [ node_modules/deno/deno -nt "$CARRY/deno.xz" ]; then
   echo "device-prepare: compressing node_modules/deno/deno (a minute on 2 cores)"
   xz -6 -T2 -c node_modules/deno/deno >"$CARRY/deno.xz.tmp" && mv "$CARRY/deno.xz.tmp" "$CARRY/deno.xz"

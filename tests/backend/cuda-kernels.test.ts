@@ -6,6 +6,8 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import type { SamplingRow, WeightDType } from "../../src/backend/types.ts";
+import { createCudaBackend } from "../../src/backend/cuda/index.ts";
+import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 import { assertClose, both, bothWeight, cuda, poison, rand, ref } from "./cuda-helpers.ts";
 
 const skip = { ignore: !cuda };
@@ -22,11 +24,26 @@ test("matmul() matches the reference on the gemv, tensor-core and simt paths for
       const [bc, br] = both(rand(out, 5), [out]);
       poison(n * out);
       const path = cuda!.matmulPath(dtype, n, k, out);
-      // 16-bit activations on the tensor-core path: error grows like 2^-9·√K relative to |x|·|w|.
-      const loose = path === "tensor-core";
-      await assertClose(cuda!.matmul(xc, wc, bc), ref.matmul(xr, wr, br), `${dtype} [${n},${k},${out}] ${path}`,
-        loose ? 0.05 : 1e-4, loose ? 2e-2 : 1e-4);
+      await assertClose(cuda!.matmul(xc, wc, bc), ref.matmul(xr, wr, br), `${dtype} [${n},${k},${out}] ${path}`, 1e-4, 1e-4);
     }
+  }
+}, skip);
+
+test("matmul() with matmulPrecision 'fast' rounds activations to 16 bits on the tensor-core path only", async () => {
+  const fast = createCudaBackend({ matmulPrecision: "fast" });
+  try {
+    const [n, k, out] = [64, 256, 96];
+    const xv = rand(n * k, 1), wv = rand(out * k, 2);
+    const xr = ref.upload(xv, [n, k]);
+    const wr = ref.uploadWeight(encodeFromF32(wv, "bf16"), [out, k], "bf16");
+    const y = fast.matmul(fast.upload(xv, [n, k]), fast.uploadWeight(encodeFromF32(wv, "bf16"), [out, k], "bf16"));
+    const got = await fast.download(y), want = await ref.download(ref.matmul(xr, wr));
+    let worst = 0;
+    for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i] - want[i]));
+    // One bf16 rounding of x: errors of order 2^-9·√k·E|x||w| ≈ 1e-2, far above exact mode's 1e-4.
+    assert.ok(worst > 1e-4 && worst < 0.1, `worst error ${worst}`);
+  } finally {
+    fast.destroy();
   }
 }, skip);
 

@@ -32,9 +32,13 @@ interface CachedPlan {
 export class CudaBackend extends CudaExtras implements Backend {
   readonly info: BackendInfo;
   private plan: CachedPlan | undefined;
+  private readonly exactMatmul: number;
 
-  constructor(ctx: NativeContext) {
+  /** `matmulPrecision` "fast" rounds activations to the weight's 16-bit type on the tensor-core path
+   * (like torch.matmul on bf16 tensors); "exact" (default) keeps them f32-accurate with two MMAs. */
+  constructor(ctx: NativeContext, matmulPrecision: "exact" | "fast" = "exact") {
     super(ctx);
+    this.exactMatmul = matmulPrecision === "exact" ? 1 : 0;
     const d = ctx.info();
     this.info = {
       name: "cuda",
@@ -144,7 +148,8 @@ export class CudaBackend extends CudaExtras implements Backend {
       if (bs.shape[0] !== out) throw new BackendShapeError(`matmul bias ${fmt(bs.shape)} does not fit weight ${fmt(ws.shape)}`);
       b = bs.ptr;
     }
-    return this.f32(this.ctx.matmul(xs.ptr, ws.ptr, DTYPE_CODE[ws.dtype as WeightDType], b, n, k, out), [n, out]);
+    const code = DTYPE_CODE[ws.dtype as WeightDType];
+    return this.f32(this.ctx.matmul(xs.ptr, ws.ptr, code, b, n, k, out, this.exactMatmul), [n, out]);
   }
 
   rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number): Tensor {

@@ -17,6 +17,8 @@ export interface CudaBackendOptions {
   device?: number;
   /** Path of the addon (default kernels-cuda/build/evolving_cuda.node or $EVOLVING_CUDA_ADDON). */
   addonPath?: string;
+  /** Tensor-core matmul activations: "exact" (default, f32-accurate) or "fast" (rounded to 16 bits). */
+  matmulPrecision?: "exact" | "fast";
 }
 
 /** Creates the CUDA backend or throws BackendUnavailableError saying why it cannot. */
@@ -25,7 +27,7 @@ export function createCudaBackend(options: CudaBackendOptions = {}): CudaBackend
   const mod = loadCudaAddon(options.addonPath ?? defaultAddonPath());
   requireCudaDevice(mod, device);
   try {
-    return new CudaBackend(new mod.Context(device));
+    return new CudaBackend(new mod.Context(device), options.matmulPrecision ?? "exact");
   } catch (err) {
     throw new BackendUnavailableError(`no CUDA device: ${err instanceof Error ? err.message : String(err)}`);
   }

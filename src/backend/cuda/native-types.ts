@@ -61,7 +61,9 @@ export interface NativeContext {
     qkv: DevicePtr, pos: DevicePtr, slots: DevicePtr, n: number, heads: number, kvHeads: number, headDim: number,
     rotDim: number, theta: number, neox: number, kc: DevicePtr, vc: DevicePtr, capacity: number,
   ): DevicePtr;
-  matmul(x: DevicePtr, w: DevicePtr, dtype: number, bias: DevicePtr, n: number, k: number, nOut: number): DevicePtr;
+  matmul(
+    x: DevicePtr, w: DevicePtr, dtype: number, bias: DevicePtr, n: number, k: number, nOut: number, exact: number,
+  ): DevicePtr;
   matmulPath(dtype: number, n: number, k: number, nOut: number): number;
   attention(
     q: DevicePtr, kc: DevicePtr, vc: DevicePtr, seq: DevicePtr, pos: DevicePtr, tables: DevicePtr, n: number,
