@@ -1,6 +1,7 @@
 /**
  * WebGPU-specific behaviour that the conformance suite does not reach: weights split into row
- * chunks, f16 without shader-f16, the buffer pool's counters and reuse, the pipeline cache, uploads
+ * chunks, f16 without shader-f16, both matmul kernels whatever the device's default, the buffer
+ * pool's counters and reuse, the pipeline cache, uploads
  * into buffers still read by unsubmitted work, and kernel template errors.
  */
 import assert from "node:assert/strict";
@@ -50,6 +51,24 @@ test("matmul() on webgpu reads f16 weights from u32 words without shader-f16", a
     }
   } finally {
     gpu.destroy();
+  }
+}, { ignore: skip });
+
+test("matmul() on webgpu matches reference through both the GEMV and the register-blocked kernel", async () => {
+  for (const gemvMaxRows of [0, 4]) {
+    const gpu = await createWebGpuBackend({ poison: true, gemvMaxRows });
+    try {
+      for (const dtype of ["f32", "f16", "bf16", "q8_0"] as const) {
+        for (const [n, k, m] of [[1, 64, 37], [4, 96, 45], [3, 35, 9], [2, 32, 517]]) {
+          if (dtype === "q8_0" && k % 32 !== 0) continue;
+          const want = await linearOutputs(ref, new Rng(n * 1000 + k), dtype, n, k, m);
+          const got = await linearOutputs(gpu, new Rng(n * 1000 + k), dtype, n, k, m);
+          assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `gemvMaxRows ${gemvMaxRows} ${dtype} ${n}×${k}×${m}`);
+        }
+      }
+    } finally {
+      gpu.destroy();
+    }
   }
 }, { ignore: skip });
 

@@ -34,8 +34,8 @@ export class WebGpuBackend implements Backend {
   readonly #ctx: GpuContext;
   #destroyed = false;
 
-  constructor(gpu: GpuDevice, poison: boolean) {
-    this.#ctx = new GpuContext(gpu, poison);
+  constructor(gpu: GpuDevice, options: { poison: boolean; gemvMaxRows: number }) {
+    this.#ctx = new GpuContext(gpu, options.poison, options.gemvMaxRows);
     this.info = { name: WEBGPU_NAME, device: gpu.description, f16: gpu.f16 };
   }
 

@@ -20,10 +20,13 @@ export class GpuContext {
   readonly recorder: Recorder;
   /** Fill every op output with NaN before the op writes it. */
   poison: boolean;
+  /** Matmuls of up to this many rows use the GEMV kernel. */
+  readonly gemvMaxRows: number;
 
-  constructor(gpu: GpuDevice, poison: boolean) {
+  constructor(gpu: GpuDevice, poison: boolean, gemvMaxRows: number) {
     this.gpu = gpu;
     this.poison = poison;
+    this.gemvMaxRows = gemvMaxRows;
     const u = GPUBufferUsage;
     this.pool = new BufferPool(gpu.device, u.STORAGE | u.COPY_SRC | u.COPY_DST);
     this.uniformPool = new BufferPool(gpu.device, u.UNIFORM | u.COPY_DST);

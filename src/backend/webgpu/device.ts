@@ -21,6 +21,8 @@ export interface GpuDevice {
   maxBinding: number;
   /** Largest buffer in bytes. */
   maxBuffer: number;
+  /** True for a CPU implementation (llvmpipe, SwiftShader): kernel choices differ there. */
+  software: boolean;
   /** Uniform offset alignment in bytes. */
   uniformAlign: number;
   /** Returns and clears the first uncaptured error message since the last call. */
@@ -64,10 +66,12 @@ export async function acquireDevice(options: DeviceOptions = {}): Promise<GpuDev
   });
   const info = (adapter as GPUAdapter & { info?: GPUAdapterInfo }).info;
   const description = [info?.description, info?.vendor, info?.architecture].filter((s) => s).join(" / ") || "WebGPU adapter";
+  const software = /llvmpipe|lavapipe|swiftshader|software/i.test(`${description} ${info?.architecture ?? ""}`);
   return {
     device,
     owners: [gpu, adapter],
     description,
+    software,
     f16,
     maxBinding: Math.min(device.limits.maxStorageBufferBindingSize, options.maxBindingBytes ?? Infinity),
     maxBuffer: device.limits.maxBufferSize,

@@ -15,6 +15,12 @@ export interface WebGpuOptions {
   useF16?: boolean;
   /** Splits weights into row chunks above this many bytes (default: the device's binding limit). */
   maxBindingBytes?: number;
+  /**
+   * Matmuls with at most this many rows use the GEMV kernel, more rows the register-blocked one.
+   * Default 4 on hardware GPUs and 0 on CPU adapters, where the register-blocked kernel measured
+   * faster even for one row (docs/bench-engine.md).
+   */
+  gemvMaxRows?: number;
 }
 
 /**
@@ -23,5 +29,5 @@ export interface WebGpuOptions {
  */
 export async function createWebGpuBackend(options: WebGpuOptions = {}): Promise<WebGpuBackend> {
   const gpu = await acquireDevice({ useF16: options.useF16, maxBindingBytes: options.maxBindingBytes });
-  return new WebGpuBackend(gpu, options.poison ?? false);
+  return new WebGpuBackend(gpu, { poison: options.poison ?? false, gemvMaxRows: options.gemvMaxRows ?? (gpu.software ? 0 : 4) });
 }

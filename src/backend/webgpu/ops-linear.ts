@@ -9,9 +9,6 @@ import { BackendShapeError, type Tensor } from "../types.ts";
 
 const WEIGHTS = ["f32", "f16", "bf16", "q8_0"] as const;
 
-/** Up to this many rows use the GEMV kernel; more use the register-blocked one. */
-export const GEMV_MAX_ROWS = 4;
-
 /** Template flags selecting the weight accessor for a dtype. */
 export function weightParams(ctx: GpuContext, w: GpuTensor): KernelParams {
   return {
@@ -43,7 +40,7 @@ export function matmul(ctx: GpuContext, xT: Tensor, wT: Tensor, biasT?: Tensor):
     ctx.recorder.clear(y.buffer, n * m * 4);
     if (!bias) return y;
   }
-  const gemv = n <= GEMV_MAX_ROWS;
+  const gemv = n <= ctx.gemvMaxRows;
   const params = { ...weightParams(ctx, w), VEC4: k % 4 === 0, HAS_BIAS: bias !== undefined };
   for (const chunk of w.storage.chunks) {
     const bindings: [number, typeof chunk.buffer][] = [[1, chunk.buffer], [2, x.buffer], [4, y.buffer]];
