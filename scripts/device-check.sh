@@ -24,7 +24,13 @@ if [ -z "$RT" ]; then
   done
 fi
 if [ -z "$RT" ] && [ -f .cache/device-carry/deno.xz ]; then
-  xz -dc .cache/device-carry/deno.xz >/tmp/evolving-deno && chmod +x /tmp/evolving-deno && RT=/tmp/evolving-deno
+  if command -v xz >/dev/null; then
+    xz -dc .cache/device-carry/deno.xz >/tmp/evolving-deno
+  else
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+      .cache/device-carry/deno.xz /tmp/evolving-deno
+  fi
+  chmod +x /tmp/evolving-deno && RT=/tmp/evolving-deno
 fi
 if [ -z "$RT" ] && command -v node >/dev/null && [ -d node_modules/tsx ]; then RT="$(command -v node)"; fi
 run_ts() {  # run_ts test FILES... | run_ts run FILE ARGS...

@@ -13,25 +13,18 @@ import {
   type Tensor,
   type WeightDType,
 } from "../types.ts";
-import { type AttentionPlan, planAttention } from "./attention-plan.ts";
 import { CudaExtras } from "./extras.ts";
 import type { DevicePtr, NativeContext } from "./native-types.ts";
+import { PlanCache } from "./plan-cache.ts";
+import { packSamplingRows } from "./sampling-params.ts";
 import { checkShape, CudaTensor, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
 
 const WEIGHTS = ["f32", "f16", "bf16", "q8_0"] as const;
 
-interface CachedPlan {
-  seq: Tensor;
-  rows: DevicePtr;
-  rowCount: number;
-  tiles: DevicePtr;
-  tileCount: number;
-}
-
 /** Backend implementation on one CUDA device. Also offers fused ops and benchmark helpers. */
 export class CudaBackend extends CudaExtras implements Backend {
   readonly info: BackendInfo;
-  private plan: CachedPlan | undefined;
+  private readonly plans: PlanCache;
   private readonly exactMatmul: number;
 
   /** `matmulPrecision` "fast" rounds activations to the weight's 16-bit type on the tensor-core path
@@ -39,6 +32,7 @@ export class CudaBackend extends CudaExtras implements Backend {
   constructor(ctx: NativeContext, matmulPrecision: "exact" | "fast" = "exact") {
     super(ctx);
     this.exactMatmul = matmulPrecision === "exact" ? 1 : 0;
+    this.plans = new PlanCache(ctx);
     const d = ctx.info();
     this.info = {
       name: "cuda",
@@ -113,7 +107,7 @@ export class CudaBackend extends CudaExtras implements Backend {
   }
 
   destroy(): void {
-    this.plan = undefined;
+    this.plans.clear();
     this.ctx.destroy();
   }
 
@@ -194,7 +188,7 @@ export class CudaBackend extends CudaExtras implements Backend {
     const [numSeqs, maxBlocks] = tables.shape;
     if (seq.host) this.checkIndices(seq.host, numSeqs, "tokenSeq");
     if (pos.host) this.checkIndices(pos.host, Math.min(batch.maxContext, maxBlocks * blockSize), "tokenPos");
-    const plan = this.planFor(seq, n);
+    const plan = this.plans.get(seq, n);
     return this.f32(
       this.ctx.attention(
         qs.ptr, kc.ptr, vc.ptr, seq.ptr, pos.ptr, tables.ptr, n, heads, kvHeads, headDim, blockSize, maxBlocks,
@@ -232,11 +226,7 @@ export class CudaBackend extends CudaExtras implements Backend {
     const [n, vocab] = l.shape;
     if (rows.length !== n) throw new BackendShapeError(`sample got ${rows.length} sampling rows for ${n} logit rows`);
     if (vocab === 0) throw new BackendShapeError("sample needs a non-empty vocabulary");
-    const params = new Float32Array(4 * n);
-    rows.forEach((row, r) => {
-      checkSamplingRow(row, r);
-      params.set([row.temperature, row.topK, row.topP, row.uniform], 4 * r);
-    });
+    const params = packSamplingRows(rows);
     return new CudaTensor(this.ctx.sample(l.ptr, n, vocab, params), [n], "i32");
   }
 
@@ -249,32 +239,6 @@ export class CudaBackend extends CudaExtras implements Backend {
     return this.f32(this.ctx.gatherRows(xs.ptr, i.ptr, m, d, rows), [m, d]);
   }
 
-  private planFor(seq: CudaTensor, n: number): CachedPlan {
-    if (this.plan && this.plan.seq === seq) return this.plan;
-    if (this.plan) {
-      if (this.plan.rows) this.ctx.free(this.plan.rows);
-      if (this.plan.tiles) this.ctx.free(this.plan.tiles);
-    }
-    const p: AttentionPlan = seq.host
-      ? planAttention(seq.host)
-      : { decodeRows: Int32Array.from({ length: n }, (_, i) => i), tiles: new Int32Array(0) };
-    this.plan = {
-      seq,
-      rows: this.uploadIndex(p.decodeRows),
-      rowCount: p.decodeRows.length,
-      tiles: this.uploadIndex(p.tiles),
-      tileCount: p.tiles.length / 2,
-    };
-    return this.plan;
-  }
-
-  private uploadIndex(a: Int32Array): DevicePtr {
-    if (a.length === 0) return 0n;
-    const p = this.ctx.alloc(a.length * 4);
-    this.ctx.upload(p, a);
-    return p;
-  }
-
   private same(a: Tensor, b: Tensor, op: string): [CudaTensor, CudaTensor] {
     const x = expect(a, undefined, `${op} input`, ["f32"]);
     const y = expect(b, undefined, `${op} input`, ["f32"]);
@@ -283,13 +247,4 @@ export class CudaBackend extends CudaExtras implements Backend {
     }
     return [x, y];
   }
-}
-
-/** Rejects sampling parameters the reference would reject, quoting the value. */
-function checkSamplingRow(row: SamplingRow, r: number): void {
-  const bad = (field: string, value: number) => new BackendShapeError(`Sampling row ${r} has an invalid ${field} ${value}`);
-  if (!(row.temperature >= 0) || !Number.isFinite(row.temperature)) throw bad("temperature", row.temperature);
-  if (!Number.isInteger(row.topK) || row.topK < 0) throw bad("topK", row.topK);
-  if (!(row.topP > 0 && row.topP <= 1)) throw bad("topP", row.topP);
-  if (!(row.uniform >= 0 && row.uniform < 1)) throw bad("uniform", row.uniform);
 }
