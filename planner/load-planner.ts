@@ -51,7 +51,7 @@ export class LoadPlanner implements Planner {
     const dRate = decodeThroughput(this.o.profile, ctx, this.o.itlTargetS);
     const baseItl = expectedItl(this.o.profile, ctx, this.o.itlTargetS);
     // Predicted ITL grows with batch beyond what the profile's best batch sustains.
-    const itls = dec.filter((w) => w.state === "serving").map((w) => itlFor(w, baseItl, dRate));
+    const itls = dec.filter((w) => w.state === "serving").map((w) => itlFor(w, baseItl, dRate, this.o.itlTargetS));
     const prefill = this.step(pre.length, ttfts, this.o.ttftTargetS);
     const decode = this.step(dec.length, itls, this.o.itlTargetS);
     let p = prefill;
@@ -75,7 +75,12 @@ export class LoadPlanner implements Planner {
   }
 }
 
-function itlFor(w: WorkerSnapshot, baseItl: number, profiledTokS: number): number {
+/**
+ * Predicted ITL of a decode worker: its measured step time when it decoded in the window (else the
+ * profile scaled by batch), pushed over the target when sequences queue for a slot or for KV.
+ */
+function itlFor(w: WorkerSnapshot, baseItl: number, profiledTokS: number, target: number): number {
   const profiledBatch = profiledTokS * baseItl;
-  return baseItl * Math.max(1, w.decodeBatch / Math.max(1, profiledBatch));
+  const est = w.decodeStepS > 0 ? w.decodeStepS : baseItl * Math.max(1, w.decodeBatch / Math.max(1, profiledBatch));
+  return w.waitingDecodes > 0 ? Math.max(est, target * 1.01) : est;
 }

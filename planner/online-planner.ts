@@ -20,12 +20,14 @@ export interface OnlinePlannerOptions {
   cooldownS?: number;
   /** Most workers flipped in one tick, as a fraction of the fleet. */
   maxFlipFraction?: number;
-  /** Cost charged per flipped worker, per in-flight decode it must drain (in SLO-pressure units). */
-  flipCostPerDecode?: number;
+  /** Cost charged per flipped worker (in SLO-pressure units): the drain and the transient it causes. */
+  flipCost?: number;
   /** Bounds of the adaptive local-prefill threshold (uncached tokens). */
   minLocalPrefill?: number;
   maxLocalPrefill?: number;
   initialLocalPrefill?: number;
+  /** Most sequences a worker decodes at once (engine setting): splits that need more are infeasible. */
+  maxDecodeBatch?: number;
 }
 
 /** Online, measurement-driven role planner. */
@@ -34,9 +36,12 @@ export class OnlinePlanner implements Planner {
   readonly intervalS: number;
   private readonly o: Required<OnlinePlannerOptions>;
   private prefillRate = 0; // tokens/s per worker while prefilling
-  private stepA = 0.01; // decode step ≈ stepA + stepB·batch
+  private stepA = 0.01; // decode step ≈ stepA + stepB·batch, refit every tick
   private stepB = 0.0001;
+  // Exponentially weighted sums for the least-squares fit of step time on batch.
+  private fit = { n: 0, x: 0, y: 0, xx: 0, xy: 0 };
   private demand = 0; // uncached prefill tokens/s arriving
+  private decodeDemand = 0; // output tokens/s arriving
   private pending: { target: number; ticks: number } | null = null;
   private readonly lastFlip = new Map<string, number>();
   private threshold: number;
@@ -45,11 +50,16 @@ export class OnlinePlanner implements Planner {
   constructor(opts: OnlinePlannerOptions = {}) {
     this.o = {
       intervalS: 1, ttftTargetS: 0.5, itlTargetS: 0.05, margin: 0.15, confirmTicks: 2, cooldownS: 15,
-      maxFlipFraction: 0.125, flipCostPerDecode: 0.002, minLocalPrefill: 256, maxLocalPrefill: 16384,
-      initialLocalPrefill: 2048, ...opts,
+      maxFlipFraction: 0.0625, flipCost: 0.03, minLocalPrefill: 256, maxLocalPrefill: 2048,
+      initialLocalPrefill: 512, maxDecodeBatch: 512, ...opts,
     };
     this.intervalS = this.o.intervalS;
     this.threshold = this.o.initialLocalPrefill;
+  }
+
+  /** Online estimates, for logs and tests. */
+  estimates(): { prefillRate: number; demand: number; decodeDemand: number; stepA: number; stepB: number } {
+    return { prefillRate: this.prefillRate, demand: this.demand, decodeDemand: this.decodeDemand, stepA: this.stepA, stepB: this.stepB };
   }
 
   /** Current local-prefill threshold (uncached tokens a decode worker prefills itself). */
@@ -57,16 +67,33 @@ export class OnlinePlanner implements Planner {
     return this.threshold;
   }
 
-  /** Predicted [P95 TTFT, ITL] with `p` prefill workers out of `n`, from the online estimates. */
+  /**
+   * Predicted [P95 TTFT, ITL] with `p` prefill workers out of `n`, from the online estimates.
+   * Prefill: queue drain + an M/M/1-like P95 wait; past saturation the queue grows for the next
+   * HORIZON seconds. Decode: by Little's law the batch a worker needs for the output-token demand is
+   * b = λ·a / (d − λ·B) for step = a + B·b; past the batch limit ITL stretches by demand ÷ capacity.
+   */
   predict(p: number, n: number, backlog: number, decodeSeqs: number, meanUncached: number): [number, number] {
+    const HORIZON = 10;
     const rate = Math.max(1, this.prefillRate);
-    const cap = p * rate;
-    const rho = this.demand / Math.max(1e-9, cap);
+    const cap = Math.max(1e-9, p * rate);
+    const rho = this.demand / cap;
     const service = meanUncached / rate;
-    // Queue drain plus an M/M/1-like P95 wait (ln 20 ≈ 3 mean waits) for the arriving stream.
-    const ttft = rho >= 0.98 ? 1e3 * (1 + rho) : backlog / cap + service + 3 * service * rho / (1 - rho);
+    const r = Math.min(rho, 0.95);
+    let ttft = backlog / cap + service + (3 * service * r) / (1 - r);
+    if (rho > 0.95) ttft += HORIZON * (rho - 0.95);
     const d = n - p;
-    const itl = d <= 0 ? 1e3 : this.stepA + this.stepB * (decodeSeqs / d);
+    if (d <= 0) return [ttft, 1e3];
+    const a = this.stepA, B = this.stepB, max = this.o.maxDecodeBatch;
+    const lambda = Math.max(this.decodeDemand, 0) / d; // tokens/s per decode worker
+    const held = decodeSeqs / d;
+    let b = lambda * B < 1 ? (lambda * a) / (1 - lambda * B) : Infinity;
+    b = Math.max(b, Math.min(held, max)); // sequences already decoding stay until they finish
+    let itl = a + B * Math.min(b, max);
+    if (b > max || held > max) {
+      const capTok = max / (a + B * max);
+      itl *= Math.max(lambda / capTok, held / max, 1);
+    }
     return [ttft, itl];
   }
 
@@ -79,7 +106,7 @@ export class OnlinePlanner implements Planner {
     const pre = live.filter((w) => w.role === "prefill");
     const p0 = pre.length;
     const backlog = live.reduce((a, w) => a + w.waitingPrefillTokens, 0);
-    const seqs = live.reduce((a, w) => a + w.decodeBatch, 0);
+    const seqs = live.reduce((a, w) => a + w.decodeBatch + w.waitingDecodes, 0);
     const meanUncached = s.arrivals > 0 ? s.arrivedUncachedTokens / s.arrivals : 1000;
     const pressure = (p: number) => {
       const [t, i] = this.predict(p, n, backlog, seqs, meanUncached);
@@ -90,7 +117,7 @@ export class OnlinePlanner implements Planner {
     const current = bestCost;
     for (let p = 1; p < n; p++) {
       const flips = Math.abs(p - p0);
-      const c = pressure(p) + flips * this.o.flipCostPerDecode * (seqs / n);
+      const c = pressure(p) + flips * this.o.flipCost;
       if (c < bestCost - 1e-12) { best = p; bestCost = c; }
     }
     const actions: PlannerAction[] = this.adaptThreshold(s.now, p0, n, backlog, seqs, meanUncached);
@@ -138,7 +165,8 @@ export class OnlinePlanner implements Planner {
   private learn(s: MetricsSnapshot, live: WorkerSnapshot[]): void {
     let tok = 0;
     let busy = 0;
-    for (const w of live) { tok += w.prefillTokens; busy += w.prefillBusyS; }
+    // Only prefill-role workers measure prefill speed: mixed steps on decode workers are decode-bound.
+    for (const w of live) if (w.role === "prefill") { tok += w.prefillTokens; busy += w.prefillBusyS; }
     if (busy > 1e-6) {
       const r = tok / busy;
       this.prefillRate = this.prefillRate === 0 ? r : 0.8 * this.prefillRate + 0.2 * r;
@@ -146,13 +174,23 @@ export class OnlinePlanner implements Planner {
     const d = s.arrivedUncachedTokens / Math.max(1e-9, s.windowS);
     // React fast to bursts, decay slower: bursts matter most for P95 TTFT.
     this.demand = d > this.demand ? 0.6 * d + 0.4 * this.demand : 0.8 * this.demand + 0.2 * d;
-    // Online fit of step time vs batch from workers that decoded in the window.
+    const o = s.arrivedOutputTokens / Math.max(1e-9, s.windowS);
+    this.decodeDemand = o > this.decodeDemand ? 0.6 * o + 0.4 * this.decodeDemand : 0.8 * this.decodeDemand + 0.2 * o;
+    // Online least-squares fit of step time on batch (forgetting factor 0.95 per tick).
+    const f = this.fit;
+    f.n *= 0.95; f.x *= 0.95; f.y *= 0.95; f.xx *= 0.95; f.xy *= 0.95;
     for (const w of live) {
       if (w.decodeBusyS <= 0 || w.meanDecodeBatch <= 0) continue;
-      const pred = this.stepA + this.stepB * w.meanDecodeBatch;
-      const err = w.decodeStepS - pred;
-      this.stepA = Math.max(1e-4, this.stepA + 0.05 * err);
-      this.stepB = Math.max(0, this.stepB + (0.05 * err) / Math.max(1, w.meanDecodeBatch));
+      const x = w.meanDecodeBatch, y = w.decodeStepS;
+      f.n += 1; f.x += x; f.y += y; f.xx += x * x; f.xy += x * y;
+    }
+    const det = f.n * f.xx - f.x * f.x;
+    if (f.n > 2 && det > 1e-9 * f.n * f.n) {
+      const b = (f.n * f.xy - f.x * f.y) / det;
+      this.stepB = Math.max(0, b);
+      this.stepA = Math.max(1e-4, (f.y - this.stepB * f.x) / f.n);
+    } else if (f.n > 0) {
+      this.stepA = Math.max(1e-4, f.y / f.n - this.stepB * (f.x / f.n));
     }
   }
 }

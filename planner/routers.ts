@@ -76,6 +76,8 @@ export interface SessionRouterOptions {
   loadWeightS?: number;
   /** Bonus (s) for the session's last worker: its KV may also be on its way back from host. */
   affinityBonusS?: number;
+  /** How many of the least-loaded prefill workers to price per request (default 4). */
+  prefillShortlist?: number;
 }
 
 /** Our router: the candidate with the lowest predicted TTFT plus a decode-load penalty. */
@@ -87,6 +89,10 @@ export function routeSession(
   let best: SessionRoute | undefined;
   let bestCost = Infinity;
   const loadW = o.loadWeightS ?? 0.5;
+  // Only the least-loaded prefill workers are worth pricing (keeps routing O(decoders)).
+  const shortlist = [...prefillers]
+    .sort((a, b) => a.queuedPrefillTokens / Math.max(1, a.prefillRate) - b.queuedPrefillTokens / Math.max(1, b.prefillRate) || b.overlapDevice - a.overlapDevice)
+    .slice(0, o.prefillShortlist ?? 4);
   for (const w of decoders) {
     const onDev = w.overlapDevice * bt;
     const onHost = Math.max(0, w.overlapHost - w.overlapDevice);
@@ -98,7 +104,7 @@ export function routeSession(
       predictedTtftS: hostS + (w.queuedPrefillTokens + uncached) / rate,
     };
     if (uncached > o.localPrefillThreshold && w.role !== "mixed") {
-      const remote = bestRemote(req, w, w.overlapHost, uncached, prefillers, links);
+      const remote = bestRemote(req, w, w.overlapHost, uncached, shortlist, links);
       if (remote !== undefined && remote.predictedTtftS < route.predictedTtftS) route = remote;
     }
     const overload = Math.max(0, w.decodeStepS / o.itlTargetS - 0.8);

@@ -20,13 +20,15 @@ export interface WorkerSnapshot {
   queueDelayS: number;
   /** Sequences decoding now. */
   decodeBatch: number;
+  /** Sequences ready to decode but waiting for a batch slot or for KV memory. */
+  waitingDecodes: number;
   /** Prefill tokens computed in the window and seconds of steps that carried prefill. */
   prefillTokens: number;
   prefillBusyS: number;
   /** Decode tokens produced in the window and seconds of decode-carrying steps. */
   decodeTokens: number;
   decodeBusyS: number;
-  /** Mean step time (s) over decode-carrying steps in the window (0 when none). */
+  /** Mean step time (s) over decode-only steps in the window (all decode-carrying steps if none; 0 when none). */
   decodeStepS: number;
   /** Mean decode batch over those steps. */
   meanDecodeBatch: number;

@@ -2,7 +2,7 @@
  * Runs the baseline variants and ours on the same workload and seed, and builds the report object:
  * `systems.baseline` (the best baseline variant by goodput), `systems.evolving`, and `ratios`.
  */
-import { decodeThroughput, prefillThroughput } from "../../planner/profile.ts";
+import { decodeThroughput, type OfflineProfile, prefillThroughput } from "../../planner/profile.ts";
 import { CostModel } from "./cost-model.ts";
 import { type SystemSummary, summarize } from "./metrics.ts";
 import { profileSweep } from "./profiler.ts";
@@ -53,18 +53,33 @@ export interface Comparison {
 
 const SLO = { ttftS: 1, itlS: 0.05 };
 
-/** Mean ISL / OSL / request rate a workload plans (turn prompts follow the session streams). */
-export function plannedLoad(w: Workload): { rate: number; isl: number; osl: number } {
-  let n = 0, isl = 0, osl = 0;
+/** Mean ISL, new (not previously seen) prompt tokens, OSL and request rate a workload plans. */
+export function plannedLoad(w: Workload): { rate: number; isl: number; fresh: number; osl: number } {
+  let n = 0, isl = 0, fresh = 0, osl = 0;
   for (const s of w.sessions) {
     let stream = s.sharedTokens;
     for (const t of s.turns) {
       const prompt = t.fixedPromptTokens ?? stream + t.newTokens;
+      fresh += t.fixedPromptTokens ?? t.newTokens + (stream === s.sharedTokens ? 0 : w.blockTokens / 2);
       stream = prompt + t.outputTokens - t.reasoningTokens;
       n++; isl += prompt; osl += t.outputTokens;
     }
   }
-  return { rate: n / Math.max(1, w.durationS), isl: isl / Math.max(1, n), osl: osl / Math.max(1, n) };
+  const k = Math.max(1, n);
+  return { rate: n / Math.max(1, w.durationS), isl: isl / k, fresh: fresh / k, osl: osl / k };
+}
+
+/**
+ * The baseline's best static start: its own replica formulas at the planned mean load, with the
+ * prompt tokens that actually need prefill (an operator who profiled the workload knows its cache
+ * hit rate), scaled up to fill the whole worker budget.
+ */
+export function initialSplit(w: Workload, profile: OfflineProfile, workers: number): { prefill: number; decode: number } {
+  const load = plannedLoad(w);
+  const p = (load.rate * load.fresh) / prefillThroughput(profile, load.isl);
+  const d = (load.rate * load.osl) / decodeThroughput(profile, load.isl + load.osl / 2, 0.05);
+  const prefill = Math.min(workers - 1, Math.max(1, Math.round((workers * p) / Math.max(1e-9, p + d))));
+  return { prefill, decode: workers - prefill };
 }
 
 /** Runs every system and compares. `clock` measures wall time (impure; injected by the CLI). */
@@ -73,13 +88,8 @@ export function compare(w: Workload, o: CompareOptions, clock: () => number): Co
   const workers = Math.floor(o.gpus / gpw);
   const cost = new CostModel(o.model, o.hw, gpw);
   const profile = profileSweep(cost);
-  const load = plannedLoad(w);
-  // Best settings for the baseline: start from the split its own formulas give for the planned load.
-  let p = Math.max(1, Math.ceil((load.rate * load.isl) / prefillThroughput(profile, load.isl)));
-  let d = Math.max(1, Math.ceil((load.rate * load.osl) / decodeThroughput(profile, load.isl + load.osl / 2, 0.05)));
-  if (p + d > workers) { p = Math.max(1, Math.floor((p * workers) / (p + d))); d = Math.max(1, workers - p); }
   const ctx: SystemContext = {
-    workers, profile, initialSplit: { prefill: p, decode: d }, ttftTargetS: 0.5, itlTargetS: 0.05, startupS: o.startupS ?? 60,
+    workers, profile, initialSplit: initialSplit(w, profile, workers), ttftTargetS: 0.5, itlTargetS: 0.05, startupS: o.startupS ?? 60,
   };
   const makers: Record<string, (c: SystemContext) => SystemSpec> = {
     "dynamo-disagg-sla": baselineDisaggSla, "dynamo-disagg-load": baselineDisaggLoad, "dynamo-agg": baselineAgg,

@@ -6,7 +6,6 @@ import { type RouteCandidate, routeKvAware, routeSession } from "../../planner/r
 import type { ReqState } from "./request.ts";
 import type { ClusterSim } from "./simulator.ts";
 import type { SimWorker } from "./worker.ts";
-import { SIM_BLOCK_TOKENS } from "./workload-types.ts";
 
 /** A routing outcome: prefill worker (null = local on the decode worker) and decode worker. */
 export interface Placement {
@@ -35,26 +34,26 @@ function candidates(sim: ClusterSim, req: ReqState, pick: (w: SimWorker) => bool
 
 /** Chooses prefill and decode workers for `req` under the system's mode; null when none serve. */
 export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
-  const blocks = Math.ceil(req.prompt / SIM_BLOCK_TOKENS);
+  const blocks = Math.ceil(req.prompt / sim.bt);
   const mode = sim.spec.mode;
   if (mode === "agg") {
     const all = candidates(sim, req, () => true);
-    const best = routeKvAware(all.map((x) => x.c), blocks, SIM_BLOCK_TOKENS);
+    const best = routeKvAware(all.map((x) => x.c), blocks, sim.bt);
     return best === undefined ? null : { prefill: null, decode: all.find((x) => x.c === best)!.w, prefixTransferBlocks: 0 };
   }
   if (mode === "disagg") {
     const dec = candidates(sim, req, (w) => w.role === "decode");
-    const d = routeKvAware(dec.map((x) => x.c), blocks, SIM_BLOCK_TOKENS);
+    const d = routeKvAware(dec.map((x) => x.c), blocks, sim.bt);
     if (d === undefined) return null;
     const decode = dec.find((x) => x.c === d)!.w;
-    const uncachedLocal = req.prompt - d.overlapDevice * SIM_BLOCK_TOKENS;
+    const uncachedLocal = req.prompt - d.overlapDevice * sim.bt;
     const pre = candidates(sim, req, (w) => w.role === "prefill");
     const queued = pre.reduce((a, x) => a + x.w.queue.length, 0);
     // Conditional disaggregation: short uncached prompts, or a full prefill queue, stay local.
     if (uncachedLocal <= sim.spec.maxLocalPrefill || pre.length === 0 || queued >= sim.spec.maxPrefillQueuePerWorker * pre.length) {
       return { prefill: null, decode, prefixTransferBlocks: 0 };
     }
-    const p = routeKvAware(pre.map((x) => x.c), blocks, SIM_BLOCK_TOKENS)!;
+    const p = routeKvAware(pre.map((x) => x.c), blocks, sim.bt)!;
     return { prefill: pre.find((x) => x.c === p)!.w, decode, prefixTransferBlocks: 0 };
   }
   const dec = candidates(sim, req, (w) => w.role !== "prefill");
@@ -62,7 +61,7 @@ export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
   const hw = sim.cfg.hw;
   const g = sim.cfg.gpusPerWorker;
   const route = routeSession(
-    { promptTokens: req.prompt, blockTokens: SIM_BLOCK_TOKENS, bytesPerBlock: sim.blockBytes, lastWorker: sim.lastWorker.get(req.plan.id) },
+    { promptTokens: req.prompt, blockTokens: sim.bt, bytesPerBlock: sim.blockBytes, lastWorker: sim.lastWorker.get(req.plan.id) },
     dec.map((x) => x.c), pre.map((x) => x.c),
     {
       bandwidth: (a, b) => (a === b ? hw.intraRackBandwidth : hw.interRackBandwidth) * g,

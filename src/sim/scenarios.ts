@@ -68,7 +68,7 @@ function steady(durationS: number, rate: number, seed: number): Workload {
     if (t >= durationS) break;
     const isl = Math.max(64, Math.round(rng.normal() * 300 + 3000));
     const osl = Math.max(8, Math.round(rng.normal() * 15 + 150));
-    const full = Math.floor(isl / 512);
+    const full = Math.floor(isl / 2048);
     sessions.push({
       idx: sessions.length, id: `steady-${sessions.length}`, kind: "steady", start: t, sharedChunks: [], sharedTokens: 0, chunkBase: base,
       turns: [{ newTokens: isl, outputTokens: osl, reasoningTokens: 0, tool: null, gapS: 0, fixedPromptTokens: isl, fixedChunks: Array.from({ length: full }, (_, c) => base + c) }],
@@ -76,7 +76,7 @@ function steady(durationS: number, rate: number, seed: number): Workload {
     base += full + 1;
   }
   return {
-    name: "steady-profiled", durationS, sessions,
+    name: "steady-profiled", durationS, sessions, blockTokens: 2048,
     assumptions: [`Stationary Poisson at ${rate.toFixed(1)} req/s, ISL normal(3000, 300), OSL normal(150, 15), no prefix reuse`],
   };
 }

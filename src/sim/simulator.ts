@@ -17,7 +17,7 @@ import type { ReqState, RequestOutcome } from "./request.ts";
 import { type Placement, placeRequest } from "./placement.ts";
 import type { SystemSpec } from "./systems.ts";
 import { type PrefillJob, SimWorker } from "./worker.ts";
-import { REASONING_ID_BASE, SIM_BLOCK_TOKENS, type SessionPlan, type Workload } from "./workload-types.ts";
+import { REASONING_ID_BASE, type SessionPlan, type Workload } from "./workload-types.ts";
 
 /** Simulator settings. */
 export interface SimConfig {
@@ -62,6 +62,8 @@ type Ev =
   | { t: "sample" };
 
 const MAX_MACRO_STEPS = 64;
+/** Most sequences one worker decodes at once (8 GPUs with DP attention: 64 per GPU). */
+const MAX_DECODE_BATCH = 512;
 
 /** Runs one system on one workload. */
 export class ClusterSim {
@@ -70,6 +72,8 @@ export class ClusterSim {
   readonly sessions = new SessionTracker();
   readonly cost: CostModel;
   readonly blockBytes: number;
+  /** Tokens per KV block in this workload. */
+  readonly bt: number;
   localThreshold: number;
   private readonly q = new EventQueue<Ev>();
   private readonly outcomes: RequestOutcome[] = [];
@@ -88,7 +92,8 @@ export class ClusterSim {
   /** Builds the cluster for `spec`. */
   constructor(readonly workload: Workload, readonly spec: SystemSpec, readonly cfg: SimConfig) {
     this.cost = new CostModel(cfg.model, cfg.hw, cfg.gpusPerWorker);
-    this.blockBytes = cfg.model.kvBytesPerToken * SIM_BLOCK_TOKENS;
+    this.bt = workload.blockTokens;
+    this.blockBytes = cfg.model.kvBytesPerToken * this.bt;
     this.localThreshold = spec.maxLocalPrefill;
     this.horizon = workload.durationS + cfg.drainS;
     const n = Math.floor(cfg.gpus / cfg.gpusPerWorker);
@@ -165,7 +170,7 @@ export class ClusterSim {
       chunks = tp.fixedChunks;
     } else {
       prompt = (this.streamLen.get(plan.idx) ?? plan.sharedTokens) + tp.newTokens;
-      const full = Math.floor(prompt / SIM_BLOCK_TOKENS);
+      const full = Math.floor(prompt / this.bt);
       chunks = new Array<number>(full);
       for (let c = 0; c < full; c++) chunks[c] = c < plan.sharedChunks.length ? plan.sharedChunks[c] : plan.chunkBase + c;
     }
@@ -203,6 +208,28 @@ export class ClusterSim {
 
   /** Matches the prefix on `w` (device, then host), reserves blocks and queues the prefill. */
   private enqueuePrefill(req: ReqState, w: SimWorker, local: boolean, delayS: number, extraCached = 0): void {
+    // FIFO admission: while earlier requests wait for KV memory here, later ones queue behind them.
+    if (w.admitWait.length > 0 || !this.tryEnqueuePrefill(req, w, local, delayS, extraCached)) {
+      w.admitWait.push({ req, local, delayS, extraCached, since: this.now });
+    }
+  }
+
+  /** Admits requests waiting for KV memory on `w`, oldest first; rejects those past the queue limit. */
+  private retryWaiting(w: SimWorker): void {
+    while (w.kvWait.length > 0) {
+      const k = w.kvWait[0];
+      if (!this.trySendKv(k.from, k.job, w)) break;
+      w.kvWait.shift();
+    }
+    while (w.admitWait.length > 0) {
+      const a = w.admitWait[0];
+      if (this.now - a.since > this.cfg.maxQueueS) { w.admitWait.shift(); this.reject(a.req, "queue-timeout"); continue; }
+      if (!this.tryEnqueuePrefill(a.req, w, a.local, a.delayS, a.extraCached)) break;
+      w.admitWait.shift();
+    }
+  }
+
+  private tryEnqueuePrefill(req: ReqState, w: SimWorker, local: boolean, delayS: number, extraCached: number): boolean {
     const m = w.pool.matchPrefix(req.chunks);
     const k = m.blockIds.length;
     let h = 0;
@@ -211,18 +238,19 @@ export class ClusterSim {
     }
     const fetched = Math.min(req.chunks.length - k, h + extraCached);
     const fetchS = h > 0 && w.host ? w.host.transferSeconds(h, this.blockBytes) : 0;
-    const total = Math.ceil((req.prompt + (local ? req.output : 0)) / SIM_BLOCK_TOKENS);
+    const total = Math.ceil((req.prompt + (local ? req.output : 0)) / this.bt);
     const fresh = w.pool.tryAllocate(Math.max(0, total - k));
     if (fresh === null) {
       w.pool.release(m.blockIds);
-      return this.reject(req, "kv-capacity");
+      if (total - k > w.pool.numBlocks) this.reject(req, "kv-capacity");
+      return total - k > w.pool.numBlocks;
     }
     const blocks = [...m.blockIds, ...fresh];
     const meta = { sessionId: req.plan.id };
     for (let i = k; i < k + fetched; i++) {
       w.pool.commitBlock(blocks[i], i === 0 ? null : blocks[i - 1], [req.chunks[i]], { ...meta, type: i < req.plan.sharedChunks.length ? "system" : "tool-output" });
     }
-    const cached = (k + fetched) * SIM_BLOCK_TOKENS;
+    const cached = (k + fetched) * this.bt;
     req.cachedTokens = Math.min(req.prompt, cached);
     const left = Math.max(1, req.prompt - cached);
     this.win.uncached += left;
@@ -235,37 +263,45 @@ export class ClusterSim {
     w.queue.push(job);
     w.queuedTokens += left;
     this.poke(w);
+    return true;
   }
 
   private prefillDone(w: SimWorker, job: PrefillJob): void {
     const req = job.req;
-    const full = Math.min(req.chunks.length, Math.floor(req.prompt / SIM_BLOCK_TOKENS));
+    const full = Math.min(req.chunks.length, Math.floor(req.prompt / this.bt));
     const caches = this.spec.decodeCaches || w.role !== "decode" || !job.local;
     if (caches) this.commitRange(w, job.blocks, req, job.cachedBlocks, full, (c) => req.chunks[c], "tool-output");
     if (job.local) return this.beginDecode(w, req, job.blocks);
-    // Send the KV to the decode worker: it reuses what it already holds, the rest crosses the link.
     const d = this.workers.find((x) => x.id === req.decodeWorker)!;
+    d.inflightKv++;
+    // The prefill worker keeps the KV until the decode worker has room for it.
+    if (d.kvWait.length > 0 || !this.trySendKv(w, job, d)) d.kvWait.push({ from: w, job });
+  }
+
+  /** Sends a finished prefill's KV to decode worker `d`: it reuses what it holds, the rest crosses the link. */
+  private trySendKv(w: SimWorker, job: PrefillJob, d: SimWorker): boolean {
+    const req = job.req;
     const m = d.pool.matchPrefix(req.chunks);
-    const need = Math.ceil((req.prompt + req.output) / SIM_BLOCK_TOKENS) - m.blockIds.length;
+    const need = Math.ceil((req.prompt + req.output) / this.bt) - m.blockIds.length;
     const fresh = d.pool.tryAllocate(need);
     if (fresh === null) {
       d.pool.release(m.blockIds);
-      w.pool.release(job.blocks, { sessionId: req.plan.id });
-      return this.reject(req, "kv-capacity");
+      return false;
     }
-    const sendBlocks = Math.max(0, Math.ceil(req.prompt / SIM_BLOCK_TOKENS) - m.blockIds.length);
-    d.inflightKv++;
+    const sendBlocks = Math.max(0, Math.ceil(req.prompt / this.bt) - m.blockIds.length);
     this.q.push(this.now + this.linkSeconds(w, d, sendBlocks), {
       t: "kv", w: d, req, blocks: [...m.blockIds, ...fresh], cached: m.blockIds.length, from: w, fromBlocks: job.blocks,
     });
+    return true;
   }
 
   private kvArrived(e: Extract<Ev, { t: "kv" }>): void {
     e.w.inflightKv--;
     if (e.w.state === "off") e.w.state = "draining";
     e.from.pool.release(e.fromBlocks, { sessionId: e.req.plan.id });
+    this.retryWaiting(e.from);
     if (this.spec.decodeCaches) {
-      const full = Math.min(e.req.chunks.length, Math.floor(e.req.prompt / SIM_BLOCK_TOKENS));
+      const full = Math.min(e.req.chunks.length, Math.floor(e.req.prompt / this.bt));
       this.commitRange(e.w, e.blocks, e.req, e.cached, full, (c) => e.req.chunks[c], "tool-output");
     }
     this.beginDecode(e.w, e.req, e.blocks);
@@ -274,26 +310,34 @@ export class ClusterSim {
   private beginDecode(w: SimWorker, req: ReqState, blocks: number[]): void {
     req.firstToken = this.now;
     this.sampleWin.ttfts.push(this.now - req.arrival);
-    if (req.output <= 1) return this.finish(w, req, blocks, w.clock);
+    if (req.output <= 1) return this.finish(w, req, blocks);
     if (w.busy) w.pendingJoin.push({ req, blocks });
-    else w.addDecode(req, blocks, req.output - 1, req.prompt);
+    else this.joinDecode(w, req, blocks);
     this.poke(w);
   }
 
-  private finish(w: SimWorker, req: ReqState, blocks: number[], joinClock: number): void {
+  /** Adds a sequence to the decode batch, or parks it until a slot frees (max batch reached). */
+  private joinDecode(w: SimWorker, req: ReqState, blocks: number[]): void {
+    if (w.batch >= MAX_DECODE_BATCH) w.decodeWait.push({ req, blocks });
+    else w.addDecode(req, blocks, req.output - 1, req.prompt);
+  }
+
+  private finish(w: SimWorker, req: ReqState, blocks: number[]): void {
     req.finish = this.now;
-    req.itlSum = w.clock - joinClock;
+    // Time from first to last token, waits for a decode slot included (a client sees that gap).
+    req.itlSum = this.now - req.firstToken;
     const plan = req.plan;
     const tp = plan.turns[req.turn];
     if (this.spec.decodeCaches && tp.fixedChunks === undefined) {
       // Decode-generated KV: reusable next turn only where the next prompt repeats it (no dropped reasoning).
-      const from = Math.floor(req.prompt / SIM_BLOCK_TOKENS);
-      const to = Math.floor((req.prompt + req.output) / SIM_BLOCK_TOKENS);
+      const from = Math.floor(req.prompt / this.bt);
+      const to = Math.floor((req.prompt + req.output) / this.bt);
       const reasoning = req.reasoning > 0;
       this.commitRange(w, blocks, req, from, to, (c) => (reasoning ? REASONING_ID_BASE + this.reasoningIds++ : plan.chunkBase + c), reasoning ? "reasoning" : "output");
     }
     this.sessions.turnEnded(plan.id, this.now, tp.tool);
     w.pool.release(blocks, { sessionId: plan.id });
+    this.retryWaiting(w);
     this.record(req);
     this.streamLen.set(plan.idx, req.prompt + req.output - req.reasoning);
     const next = req.turn + 1;
@@ -339,6 +383,9 @@ export class ClusterSim {
       for (const j of w.queue) seen.add(j.req);
       for (const s of w.decoding) seen.add(s.req);
       for (const p of w.pendingJoin) seen.add(p.req);
+      for (const p of w.decodeWait) seen.add(p.req);
+      for (const a of w.admitWait) seen.add(a.req);
+      for (const k of w.kvWait) seen.add(k.job.req);
     }
     for (;;) {
       const e = this.q.pop();
@@ -378,6 +425,7 @@ export class ClusterSim {
         w.queuedTokens -= j.left;
         w.pool.release(j.blocks, { sessionId: j.req.plan.id });
         this.reject(j.req, "queue-timeout");
+        this.retryWaiting(w);
         continue;
       }
       if (j.readyAt > this.now) { wake = Math.min(wake, j.readyAt); continue; }
@@ -433,9 +481,10 @@ export class ClusterSim {
       w.wDecodeBusy += m.k * m.stepS;
       w.wDecodeSteps += m.k;
       w.wBatchSum += D * m.k;
+      if (ptoks === 0) { w.wPureSteps += m.k; w.wPureBusy += m.k * m.stepS; w.wPureBatch += D * m.k; }
       w.decodeStepEwma = 0.8 * w.decodeStepEwma + 0.2 * m.stepS;
     }
-    for (const s of w.popFinished()) this.finish(w, s.req, s.blocks, s.joinClock);
+    for (const s of w.popFinished()) this.finish(w, s.req, s.blocks);
     const doneJobs = m.prefill.filter((j) => j.left <= 0);
     if (doneJobs.length > 0) {
       const gone = new Set(doneJobs);
@@ -445,8 +494,12 @@ export class ClusterSim {
     }
     for (const j of doneJobs) this.prefillDone(w, j);
     w.busy = false;
-    for (const p of w.pendingJoin.splice(0)) w.addDecode(p.req, p.blocks, p.req.output - 1, p.req.prompt);
-    if (w.state === "draining" && w.queue.length === 0 && w.batch === 0 && w.inflightKv === 0 && w.pendingJoin.length === 0) w.state = "off";
+    for (const p of w.pendingJoin.splice(0)) this.joinDecode(w, p.req, p.blocks);
+    while (w.decodeWait.length > 0 && w.batch < MAX_DECODE_BATCH) {
+      const p = w.decodeWait.shift()!;
+      w.addDecode(p.req, p.blocks, p.req.output - 1, p.req.prompt);
+    }
+    if (w.state === "draining" && w.queue.length === 0 && w.batch === 0 && w.inflightKv === 0 && w.pendingJoin.length === 0 && w.decodeWait.length === 0) w.state = "off";
     this.kick(w);
   }
 

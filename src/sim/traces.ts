@@ -4,7 +4,7 @@
  * first hash id. Azure LLM inference CSV (TIMESTAMP, ContextTokens, GeneratedTokens): no prefix
  * information, so every request's blocks are unique.
  */
-import { SIM_BLOCK_TOKENS, type SessionPlan, type Workload } from "./workload-types.ts";
+import { TRACE_BLOCK_TOKENS, type SessionPlan, type Workload } from "./workload-types.ts";
 
 /** Raised for a trace line that cannot be read. */
 export class TraceFormatError extends Error {
@@ -36,13 +36,13 @@ export function parseMooncake(text: string, timeScale = 1, maxRequests = Infinit
       throw new TraceFormatError(`Mooncake line ${i + 1} lacks timestamp/input_length/output_length/hash_ids: "${line.slice(0, 60)}"`);
     }
     const ids = (r.hash_ids as number[]).map((h) => TRACE_ID_BASE + h);
-    const full = Math.min(ids.length, Math.floor(r.input_length / SIM_BLOCK_TOKENS));
+    const full = Math.min(ids.length, Math.floor(r.input_length / TRACE_BLOCK_TOKENS));
     const sid = `mc-${r.hash_ids[0] ?? i}`;
     sessions.push(single(sessions.length, sid, r.timestamp / 1000 / timeScale, r.input_length, r.output_length, ids.slice(0, full)));
   }
   const durationS = sessions.length > 0 ? sessions[sessions.length - 1].start + 1 : 0;
   return {
-    name: "mooncake-trace", durationS, sessions,
+    name: "mooncake-trace", durationS, sessions, blockTokens: TRACE_BLOCK_TOKENS,
     assumptions: ["Mooncake trace: hash_ids are 512-token blocks; requests sharing leading ids share KV; session = first hash id"],
   };
 }
@@ -67,11 +67,11 @@ export function parseAzure(text: string, timeScale = 1, maxRequests = Infinity):
     const gen = Number(f[gi]);
     if (!Number.isFinite(t) || !Number.isFinite(ctx) || !Number.isFinite(gen)) throw new TraceFormatError(`Azure line ${i + 1} is malformed: "${line}"`);
     if (t0 === null) t0 = t;
-    const full = Math.floor(ctx / SIM_BLOCK_TOKENS);
+    const full = Math.floor(ctx / TRACE_BLOCK_TOKENS);
     const chunks = Array.from({ length: full }, (_, c) => base + c);
     base += full + 1;
     sessions.push(single(sessions.length, `az-${sessions.length}`, (t - t0) / 1000 / timeScale, ctx, gen, chunks));
   }
   const durationS = sessions.length > 0 ? sessions[sessions.length - 1].start + 1 : 0;
-  return { name: "azure-code-trace", durationS, sessions, assumptions: ["Azure trace: no prefix information; every request's blocks are unique"] };
+  return { name: "azure-code-trace", durationS, sessions, blockTokens: TRACE_BLOCK_TOKENS, assumptions: ["Azure trace: no prefix information; every request's blocks are unique"] };
 }

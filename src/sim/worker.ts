@@ -49,6 +49,12 @@ export class SimWorker {
   readonly incoming: { req: ReqState; blocks: number; cachedBlocks: number[]; prefillWorker: SimWorker }[] = [];
   /** Sequences that became ready to decode while a step was running; they join at its end. */
   readonly pendingJoin: { req: ReqState; blocks: number[] }[] = [];
+  /** Requests waiting for KV memory before their prefill can be queued here. */
+  readonly admitWait: { req: ReqState; local: boolean; delayS: number; extraCached: number; since: number }[] = [];
+  /** Finished remote prefills whose KV waits for room on this (decode) worker. */
+  readonly kvWait: { from: SimWorker; job: PrefillJob }[] = [];
+  /** Ready sequences waiting for a decode slot (batch at its maximum). */
+  readonly decodeWait: { req: ReqState; blocks: number[] }[] = [];
   private finishHeap: DecodeSeq[] = [];
   steps = 0;
   clock = 0;
@@ -67,6 +73,9 @@ export class SimWorker {
   wDecodeBusy = 0;
   wDecodeSteps = 0;
   wBatchSum = 0;
+  wPureSteps = 0;
+  wPureBusy = 0;
+  wPureBatch = 0;
 
   /** Creates a worker. */
   constructor(
@@ -127,12 +136,16 @@ export class SimWorker {
     const snap: WorkerSnapshot = {
       id: this.id, role: this.role, state: this.state, waitingPrefillTokens: this.queuedTokens,
       queueDelayS: head === undefined ? 0 : now - head.enqueuedAt, decodeBatch: this.decoding.size,
+      waitingDecodes: this.decodeWait.length + this.kvWait.length + this.pendingJoin.length,
       prefillTokens: this.wPrefillTokens, prefillBusyS: this.wPrefillBusy, decodeTokens: this.wDecodeTokens,
-      decodeBusyS: this.wDecodeBusy, decodeStepS: this.wDecodeSteps > 0 ? this.wDecodeBusy / this.wDecodeSteps : 0,
-      meanDecodeBatch: this.wDecodeSteps > 0 ? this.wBatchSum / this.wDecodeSteps : 0,
+      decodeBusyS: this.wDecodeBusy,
+      // Step time vs batch from decode-only steps when there were any (mixed steps carry prefill cost).
+      decodeStepS: this.wPureSteps > 0 ? this.wPureBusy / this.wPureSteps : this.wDecodeSteps > 0 ? this.wDecodeBusy / this.wDecodeSteps : 0,
+      meanDecodeBatch: this.wPureSteps > 0 ? this.wPureBatch / this.wPureSteps : this.wDecodeSteps > 0 ? this.wBatchSum / this.wDecodeSteps : 0,
       kvUsage: this.pool.numUsedBlocks() / Math.max(1, this.pool.numBlocks),
     };
     this.wPrefillTokens = this.wPrefillBusy = this.wDecodeTokens = this.wDecodeBusy = this.wDecodeSteps = this.wBatchSum = 0;
+    this.wPureSteps = this.wPureBusy = this.wPureBatch = 0;
     return snap;
   }
 

@@ -42,12 +42,21 @@ export interface Workload {
   name: string;
   durationS: number;
   sessions: SessionPlan[];
+  /** Tokens per simulated KV block (content-addressed chunk). */
+  blockTokens: number;
   /** Assumptions behind the numbers, printed in reports. */
   assumptions: string[];
 }
 
-/** Tokens per simulated KV block (Mooncake's hash_ids are 512-token blocks). */
-export const SIM_BLOCK_TOKENS = 512;
+/** Tokens per KV block in trace replay (Mooncake's hash_ids are 512-token blocks). */
+export const TRACE_BLOCK_TOKENS = 512;
+
+/**
+ * Tokens per KV block in synthetic agent workloads. Coarser than an engine's 16 so an hour at 256
+ * GPUs simulates in seconds; the prompt's last partial block is recomputed, so hit rates here are a
+ * lower bound for both systems alike.
+ */
+export const AGENT_BLOCK_TOKENS = 2048;
 
 /** Content ids above this are unique decode-generated (dropped-reasoning) chunks. */
 export const REASONING_ID_BASE = 1 << 30;

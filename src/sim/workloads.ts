@@ -5,7 +5,7 @@
  * tool-and-agent trace averages 8.6k input / 182 output tokens per request.
  */
 import { SeededRng } from "../../kv/rng.ts";
-import { SIM_BLOCK_TOKENS, type SessionKind, type SessionPlan, type TurnPlan, type Workload } from "./workload-types.ts";
+import { AGENT_BLOCK_TOKENS, type SessionKind, type SessionPlan, type TurnPlan, type Workload } from "./workload-types.ts";
 
 /** Shape of one agent kind. */
 export interface AgentShape {
@@ -56,7 +56,7 @@ export const BURSTY: RateShape = (t) => ((t % 300) < 60 ? 2.5 : 0.625);
 /** Builds one session of `shape` starting at `start`. */
 export function makeSession(shape: AgentShape, idx: number, start: number, chunkBase: number, rng: SeededRng, maxContext: number): SessionPlan {
   const app = rng.int(0, shape.apps - 1);
-  const sharedFull = Math.floor(shape.systemTokens / SIM_BLOCK_TOKENS);
+  const sharedFull = Math.floor(shape.systemTokens / AGENT_BLOCK_TOKENS);
   // Shared ids: per kind and app, small and disjoint from per-session ranges (which start at 1<<20).
   const kindSalt = { coding: 1, math: 2, "computer-use": 3, steady: 4, trace: 5 }[shape.kind];
   const sharedChunks = Array.from({ length: sharedFull }, (_, c) => kindSalt * 100000 + app * 1000 + c + 1);
@@ -96,7 +96,7 @@ export function agentWorkload(
   const peak = 2.5 * sessionsPerS;
   let t = 0;
   let chunkBase = 1 << 20;
-  const maxChunks = Math.ceil(maxContext / SIM_BLOCK_TOKENS) + 8;
+  const maxChunks = Math.ceil(maxContext / AGENT_BLOCK_TOKENS) + 8;
   for (;;) {
     t += starts.exponential(1 / peak);
     if (t >= durationS) break;
@@ -106,7 +106,10 @@ export function agentWorkload(
     chunkBase += maxChunks;
   }
   const shapes = [CODING, MATH, COMPUTER_USE].map(describeShape);
-  return { name, durationS, sessions, assumptions: [...assumptions, ...shapes] };
+  return {
+    name, durationS, sessions, blockTokens: AGENT_BLOCK_TOKENS,
+    assumptions: [...assumptions, ...shapes, `KV simulated in ${AGENT_BLOCK_TOKENS}-token blocks (last partial block of each prompt recomputed)`],
+  };
 }
 
 /** One line stating a shape's parameters. */
