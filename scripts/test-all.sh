@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+echo "== CUDA build (nvcc when present)"
+time bash scripts/build-cuda.sh
 echo "== type check (tsc)"
 npx tsc -p .
 mapfile -t files < <(find tests -name '*.test.ts' | sort)
