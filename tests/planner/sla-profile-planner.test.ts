@@ -1,0 +1,56 @@
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { LoadPlanner, type MetricsSnapshot, type OfflineProfile, SlaProfilePlanner, type WorkerSnapshot } from "../../planner/index.ts";
+
+const profile: OfflineProfile = {
+  profiledIsl: 3000, profiledOsl: 150,
+  prefill: [{ isl: 1000, tokensPerS: 10_000, ttftS: 0.1 }, { isl: 3000, tokensPerS: 12_000, ttftS: 0.25 }],
+  decode: [
+    { context: 1000, batch: 8, itlS: 0.02, tokensPerS: 400 }, { context: 1000, batch: 32, itlS: 0.04, tokensPerS: 800 },
+    { context: 1000, batch: 64, itlS: 0.08, tokensPerS: 800 },
+  ],
+};
+
+function snapshot(now: number, windowS: number, n: number, isl: number, osl: number, ttft: number, itl: number): MetricsSnapshot {
+  return {
+    now, windowS, workers: [], arrivals: n, arrivedPromptTokens: n * isl, arrivedUncachedTokens: n * isl, arrivedOutputTokens: n * osl,
+    completions: Array.from({ length: n }, () => ({ isl, osl, ttftS: ttft, itlS: itl })),
+  };
+}
+
+test("SlaProfilePlanner.tick() applies Dynamo's replica formulas with correction factors", () => {
+  const p = new SlaProfilePlanner({ profile, maxWorkers: 100, startupDelayS: 0 });
+  // 1800 requests in 180 s at ISL 1000 / OSL 100: prefill 10 req/s × 1000 = 10k tok/s; decode 1000 tok/s.
+  // Observed TTFT 0.05 vs expected 0.1 → correction 0.5 → prefill demand 5k tok/s → 1 replica.
+  // Observed ITL 0.04 vs expected 0.04 (batch 32 meets 50 ms) → decode 1000 / 800 → 2 replicas.
+  const acts = p.tick(snapshot(180, 180, 1800, 1000, 100, 0.05, 0.04));
+  assert.deepEqual(acts, [{ kind: "replicas", prefill: 1, decode: 2 }]);
+  assert.ok(Math.abs(p.ttftCorrection - 0.5) < 1e-9, `correction ${p.ttftCorrection}`);
+  // Twice the load, TTFT twice the profile: min(1, 2) keeps the raw demand 20k tok/s → 2; decode 2000 / 800 → 3.
+  const acts2 = p.tick(snapshot(360, 180, 3600, 1000, 100, 0.2, 0.04));
+  assert.deepEqual(acts2, [{ kind: "replicas", prefill: 2, decode: 3 }]);
+  assert.equal(p.intervalS, 180);
+});
+
+test("SlaProfilePlanner.tick() waits out its start-up delay and caps at the budget", () => {
+  const p = new SlaProfilePlanner({ profile, maxWorkers: 4, startupDelayS: 30 });
+  assert.deepEqual(p.tick(snapshot(10, 180, 10, 1000, 100, 0.1, 0.04)), []);
+  const acts = p.tick(snapshot(200, 180, 18_000, 1000, 100, 0.1, 0.04));
+  const r = acts[0];
+  assert.ok(r.kind === "replicas" && r.prefill + r.decode <= 4, JSON.stringify(acts));
+});
+
+test("LoadPlanner.tick() adds a decode replica when sequences queue and removes one only under the guard", () => {
+  const worker = (id: string, role: "prefill" | "decode", waiting: number, step: number): WorkerSnapshot => ({
+    id, role, state: "serving", waitingPrefillTokens: 0, queueDelayS: 0, decodeBatch: 10, waitingDecodes: waiting,
+    prefillTokens: 0, prefillBusyS: 0, decodeTokens: 0, decodeBusyS: 1, decodeStepS: step, meanDecodeBatch: 10, kvUsage: 0.5,
+  });
+  const lp = new LoadPlanner({ profile, maxWorkers: 10, isl: 1000 });
+  const base = snapshot(5, 5, 10, 1000, 100, 0.1, 0.04);
+  const up = lp.tick({ ...base, workers: [worker("p", "prefill", 0, 0), worker("a", "decode", 5, 0.03), worker("b", "decode", 5, 0.03)] });
+  assert.deepEqual(up, [{ kind: "replicas", prefill: 1, decode: 3 }]);
+  const down = lp.tick({ ...base, workers: [worker("p", "prefill", 0, 0), worker("a", "decode", 0, 0.01), worker("b", "decode", 0, 0.01)] });
+  assert.deepEqual(down, [{ kind: "replicas", prefill: 1, decode: 1 }]);
+  const hold = lp.tick({ ...base, workers: [worker("p", "prefill", 0, 0), worker("a", "decode", 0, 0.03), worker("b", "decode", 0, 0.01)] });
+  assert.deepEqual(hold, []);
+});
