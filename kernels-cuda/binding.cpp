@@ -66,8 +66,11 @@ class Context : public Napi::ObjectWrap<Context> {
                        });
   }
 
+  // Adopts a Device made by createContext(). Never throws: an exception escaping an ObjectWrap
+  // constructor leaves a wrap whose finalizer frees the object a second time (heap corruption
+  // seen under Deno), so everything that can fail happens before the JS object exists.
   explicit Context(const Napi::CallbackInfo& info) : Napi::ObjectWrap<Context>(info) {
-    guard(info.Env(), [&] { dev_ = std::make_unique<ek::Device>(info.Length() > 0 ? num(info[0]) : 0); });
+    if (info.Length() > 0 && info[0].IsExternal()) dev_.reset(info[0].As<Napi::External<ek::Device>>().Data());
   }
 
  private:
@@ -216,9 +219,24 @@ Napi::Value DeviceCount(const Napi::CallbackInfo& info) {
   return o;
 }
 
+// createContext(device) → Context. A CUDA failure throws here, before any Context exists.
+Napi::Value CreateContext(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  std::unique_ptr<ek::Device> dev;
+  try {
+    dev = std::make_unique<ek::Device>(info.Length() > 0 ? num(info[0]) : 0);
+  } catch (const ek::CudaFailure& e) {
+    throw Napi::Error::New(env, e.message());
+  }
+  Napi::Value ext = Napi::External<ek::Device>::New(env, dev.release());
+  return env.GetInstanceData<Napi::FunctionReference>()->New({ext});
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  auto* ctor = new Napi::FunctionReference(Napi::Persistent(Context::Define(env)));
+  env.SetInstanceData<Napi::FunctionReference>(ctor);  // per-environment, freed with it
   exports.Set("deviceCount", Napi::Function::New(env, DeviceCount));
-  exports.Set("Context", Context::Define(env));
+  exports.Set("createContext", Napi::Function::New(env, CreateContext));
   return exports;
 }
 

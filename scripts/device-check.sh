@@ -55,7 +55,7 @@ if [ -n "$RT" ]; then echo "js runtime: $RT ($("$RT" --version | head -1))"; els
 git log --oneline -1 2>/dev/null || true
 
 echo "== build ($(elapsed))"
-if CUDA_ARCHS="${CUDA_ARCHS:-90a}" CUDA_JOBS="$(nproc)" CUDA_BUILD_FORCE=1 timeout 240 bash scripts/build-cuda.sh; then
+if CUDA_ARCHS="${CUDA_ARCHS:-90a}" CUDA_PTX=0 CUDA_JOBS="$(nproc)" CUDA_BUILD_FORCE=1 timeout 240 bash scripts/build-cuda.sh; then
   note "build (nvcc, this GPU's arch)" "ok"
 elif [ -f kernels-cuda/build/evolving_cuda.node ]; then
   note "build (nvcc, this GPU's arch)" "FAILED; using the carried addon"

@@ -27,7 +27,7 @@ export function createCudaBackend(options: CudaBackendOptions = {}): CudaBackend
   const mod = loadCudaAddon(options.addonPath ?? defaultAddonPath());
   requireCudaDevice(mod, device);
   try {
-    return new CudaBackend(new mod.Context(device), options.matmulPrecision ?? "exact");
+    return new CudaBackend(mod.createContext(device), options.matmulPrecision ?? "exact");
   } catch (err) {
     throw new BackendUnavailableError(`no CUDA device: ${err instanceof Error ? err.message : String(err)}`);
   }

@@ -76,5 +76,6 @@ export interface NativeContext {
 /** The addon's exports. */
 export interface NativeCudaModule {
   deviceCount(): DeviceCountResult;
-  Context: new (device: number) => NativeContext;
+  /** Throws an Error naming the failing CUDA call (e.g. no driver) before any context exists. */
+  createContext(device: number): NativeContext;
 }
