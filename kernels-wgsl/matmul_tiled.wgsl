@@ -1,6 +1,9 @@
-// Prefill matmul (many rows), register-blocked: each thread accumulates a 4-row × 4-output block
-// in registers; an 8×8 workgroup covers 32 rows × 32 outputs. No shared memory: on llvmpipe this
-// beats shared-memory tiles, and on GPUs neighbouring threads still share cache lines.
+// Register-blocked matmul: each thread accumulates a 4-row × 4-output block in registers; the 64
+// threads of a workgroup form RT row groups × (64 / RT) output groups, so a workgroup covers 4·RT
+// rows × 256/RT outputs (RT = 8 for prefill; fewer for small batches so no thread idles). No shared
+// memory: on llvmpipe this beats shared-memory tiles, and on GPUs neighbours share cache lines.
+const RT = ${RT}u;
+const OT = 64u / RT;
 struct P { n: u32, k: u32, m_rows: u32, out_stride: u32, out_offset: u32, groups_m: u32, _a: u32, _b: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 #if ${VEC4}
@@ -28,8 +31,8 @@ fn store(r: u32, o: u32, v: f32) {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
   let g = wid.x + wid.y * nwg.x;
-  let r0 = (g / p.groups_m) * 32u + (lid / 8u) * 4u;
-  let o0 = (g % p.groups_m) * 32u + (lid % 8u) * 4u;
+  let r0 = (g / p.groups_m) * (4u * RT) + (lid / OT) * 4u;
+  let o0 = (g % p.groups_m) * (4u * OT) + (lid % OT) * 4u;
   if (r0 >= p.n || o0 >= p.m_rows) { return; }
   let rl = p.n - 1u;
   let ol = p.m_rows - 1u;

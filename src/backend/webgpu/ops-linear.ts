@@ -20,6 +20,11 @@ export function weightParams(ctx: GpuContext, w: GpuTensor): KernelParams {
   };
 }
 
+/** Row groups per workgroup of the register-blocked kernel: enough for n rows, at most 8. */
+function rowThreads(n: number): number {
+  return n <= 4 ? 1 : n <= 8 ? 2 : n <= 16 ? 4 : 8;
+}
+
 /** y [n, out] = x [n, in] · Wᵀ (+ bias). */
 export function matmul(ctx: GpuContext, xT: Tensor, wT: Tensor, biasT?: Tensor): Tensor {
   const x = asGpu(xT, "matmul input");
@@ -49,8 +54,15 @@ export function matmul(ctx: GpuContext, xT: Tensor, wT: Tensor, biasT?: Tensor):
       const perRow = Math.ceil(chunk.rows / 4);
       ctx.recorder.dispatch("matmul_gemv", params, [n, k, chunk.rows, m, chunk.rowStart, perRow, 0, 0], bindings, perRow * n);
     } else {
-      const gm = Math.ceil(chunk.rows / 32);
-      ctx.recorder.dispatch("matmul_tiled", params, [n, k, chunk.rows, m, chunk.rowStart, gm, 0, 0], bindings, gm * Math.ceil(n / 32));
+      const rt = rowThreads(n);
+      const gm = Math.ceil(chunk.rows / ((64 / rt) * 4));
+      ctx.recorder.dispatch(
+        "matmul_tiled",
+        { ...params, RT: rt },
+        [n, k, chunk.rows, m, chunk.rowStart, gm, 0, 0],
+        bindings,
+        gm * Math.ceil(n / (4 * rt)),
+      );
     }
   }
   return y;
