@@ -82,6 +82,19 @@ test("createCudaBackend() throws BackendUnavailableError 'no CUDA device' when n
   assert.equal(probeCuda(addon).available, false);
 }, { ignore: !built });
 
+test("createContext() turns a failing CUDA call into a JS Error naming the call", () => {
+  const mod = loadCudaAddon(addon);
+  if (mod.deviceCount().count > 0) {
+    assert.throws(() => mod.createContext(1 << 20), /^Error: CUDA call cudaSetDevice failed: cudaErrorInvalidDevice/);
+    return;
+  }
+  assert.throws(() => mod.createContext(0), (err: unknown) => {
+    assert.ok(err instanceof Error);
+    assert.match(err.message, /^CUDA call cudaSetDevice failed: cudaErrorInsufficientDriver \(.+\)$/);
+    return true;
+  });
+}, { ignore: !built });
+
 test("createCudaBackend() reports a missing addon as BackendUnavailableError 'no CUDA addon'", () => {
   const missing = `${buildDir}/does-not-exist.node`;
   assert.throws(() => createCudaBackend({ addonPath: missing }), (err: unknown) => {
