@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "== CUDA build (nvcc when present)"
-time bash scripts/build-cuda.sh
+CUDA_JOBS="${CUDA_JOBS:-2}" bash scripts/build-cuda.sh
 echo "== type check (tsc)"
 npx tsc -p .
 mapfile -t files < <(find tests -name '*.test.ts' | sort)
