@@ -15,6 +15,8 @@ export interface AgentAwareOptions {
   blockBytes?: number;
   /** Horizon floor (s) for "before eviction" when the pool has not evicted anything yet. */
   minHorizonS?: number;
+  /** Seconds between full re-rankings of sessions (scores drift slowly between events). */
+  rerankS?: number;
 }
 
 interface Group {
@@ -40,13 +42,18 @@ export class AgentAwarePolicy implements RetentionPolicy {
   private readonly minHorizonS: number;
   private evictRate = 0;
   private lastEvictTime = -Infinity;
-  private pickCache: { now: number; key: string } | null = null;
+  private readonly rerankS: number;
+  // Session keys ranked by score at the last re-ranking, lowest first; `next` walks it.
+  private order: string[] = [];
+  private next = 0;
+  private rankedAt = -Infinity;
 
   /** Creates the policy over the given session knowledge. */
   constructor(private readonly sessions: SessionTracker, opts: AgentAwareOptions = {}) {
     this.recompute = opts.recomputeSeconds ?? ((d) => 1 + d / 64);
     this.blockBytes = opts.blockBytes ?? 1;
     this.minHorizonS = opts.minHorizonS ?? 30;
+    this.rerankS = opts.rerankS ?? 2;
   }
 
   /** Number of evictable blocks tracked. */
@@ -95,12 +102,8 @@ export class AgentAwarePolicy implements RetentionPolicy {
       const id = this.droppedStack.pop()!;
       if (this.dropped.has(id)) { this.remove(id); return id; }
     }
-    let key: string | undefined;
-    // Scores change only with time, and one allocation evicts many blocks at one instant.
-    if (this.pickCache !== null && this.pickCache.now === now && this.groups.has(this.pickCache.key)) key = this.pickCache.key;
-    else key = this.lowestGroup(now);
+    const key = this.victimGroup(now);
     if (key === undefined) return undefined;
-    this.pickCache = { now, key };
     const g = this.groups.get(key)!;
     if (!g.sorted) {
       g.ids = g.ids.filter((id) => g.depth.has(id));
@@ -132,14 +135,27 @@ export class AgentAwarePolicy implements RetentionPolicy {
     return (this.recompute(g.maxDepth) * p) / this.blockBytes;
   }
 
-  private lowestGroup(now: number): string | undefined {
-    let best: string | undefined;
-    let bestScore = Infinity;
-    for (const key of this.groups.keys()) {
-      const s = this.score(key, now);
-      if (s < bestScore) { bestScore = s; best = key; }
+  /**
+   * The session to evict from: walks the ranking from the last re-ranking, re-ranking every
+   * `rerankS` seconds or when the ranking runs out (sessions that gained blocks since rank last).
+   */
+  private victimGroup(now: number): string | undefined {
+    if (this.groups.size === 0) return undefined;
+    for (let pass = 0; pass < 2; pass++) {
+      if (pass === 1 || now - this.rankedAt >= this.rerankS || this.next >= this.order.length) {
+        const scored = [...this.groups.keys()].map((k) => [k, this.score(k, now)] as const);
+        scored.sort((a, b) => a[1] - b[1] || (a[0] < b[0] ? -1 : 1));
+        this.order = scored.map((x) => x[0]);
+        this.next = 0;
+        this.rankedAt = now;
+      }
+      while (this.next < this.order.length) {
+        const k = this.order[this.next];
+        if (this.groups.has(k)) return k;
+        this.next++;
+      }
     }
-    return best;
+    return undefined;
   }
 
   /** Time a block would survive in this pool at the current eviction rate: size ÷ evictions per second. */

@@ -14,8 +14,9 @@ export interface Placement {
   prefixTransferBlocks: number;
 }
 
-function candidates(sim: ClusterSim, req: ReqState, pick: (w: SimWorker) => boolean): { c: RouteCandidate; w: SimWorker }[] {
-  const ov = req.hashes.length > 0 ? sim.index.overlaps(req.hashes) : new Map();
+type Overlaps = ReturnType<ClusterSim["index"]["overlaps"]>;
+
+function candidates(sim: ClusterSim, ov: Overlaps, pick: (w: SimWorker) => boolean): { c: RouteCandidate; w: SimWorker }[] {
   const out: { c: RouteCandidate; w: SimWorker }[] = [];
   for (const w of sim.workers) {
     if (w.state !== "serving" || !pick(w)) continue;
@@ -36,18 +37,19 @@ function candidates(sim: ClusterSim, req: ReqState, pick: (w: SimWorker) => bool
 export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
   const blocks = Math.ceil(req.prompt / sim.bt);
   const mode = sim.spec.mode;
+  const ov: Overlaps = req.hashes.length > 0 ? sim.index.overlaps(req.hashes) : new Map();
   if (mode === "agg") {
-    const all = candidates(sim, req, () => true);
+    const all = candidates(sim, ov, () => true);
     const best = routeKvAware(all.map((x) => x.c), blocks, sim.bt);
     return best === undefined ? null : { prefill: null, decode: all.find((x) => x.c === best)!.w, prefixTransferBlocks: 0 };
   }
   if (mode === "disagg") {
-    const dec = candidates(sim, req, (w) => w.role === "decode");
+    const dec = candidates(sim, ov, (w) => w.role === "decode");
     const d = routeKvAware(dec.map((x) => x.c), blocks, sim.bt);
     if (d === undefined) return null;
     const decode = dec.find((x) => x.c === d)!.w;
     const uncachedLocal = req.prompt - d.overlapDevice * sim.bt;
-    const pre = candidates(sim, req, (w) => w.role === "prefill");
+    const pre = candidates(sim, ov, (w) => w.role === "prefill");
     const queued = pre.reduce((a, x) => a + x.w.queue.length, 0);
     // Conditional disaggregation: short uncached prompts, or a full prefill queue, stay local.
     if (uncachedLocal <= sim.spec.maxLocalPrefill || pre.length === 0 || queued >= sim.spec.maxPrefillQueuePerWorker * pre.length) {
@@ -56,8 +58,8 @@ export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
     const p = routeKvAware(pre.map((x) => x.c), blocks, sim.bt)!;
     return { prefill: pre.find((x) => x.c === p)!.w, decode, prefixTransferBlocks: 0 };
   }
-  const dec = candidates(sim, req, (w) => w.role !== "prefill");
-  const pre = candidates(sim, req, (w) => w.role === "prefill");
+  const dec = candidates(sim, ov, (w) => w.role !== "prefill");
+  const pre = candidates(sim, ov, (w) => w.role === "prefill");
   const hw = sim.cfg.hw;
   const g = sim.cfg.gpusPerWorker;
   const route = routeSession(

@@ -1,0 +1,53 @@
+/**
+ * `deno task sim` / `npx tsx src/cli/sim.ts`: runs the Dynamo-like baselines and ours on the same
+ * workload and seed in the cluster simulator and prints a table, JSON (--json), a load sweep
+ * (--sweep) or writes a report folder with tables and SVG plots (--report DIR).
+ */
+import { mkdir, writeFile } from "node:fs/promises";
+import { cliArgs, exitProcess } from "../runtime/env.ts";
+import { readTextFile } from "../runtime/fs.ts";
+import { parseSimArgs, SimUsageError } from "../sim/cli-options.ts";
+import { hitRateOverTime, splitOverTime, ttftCdf } from "../sim/report.ts";
+import { jsonView, markdownView, runOnce, textView } from "../sim/run.ts";
+
+async function main(): Promise<void> {
+  const argv = cliArgs();
+  const o = parseSimArgs(argv);
+  let traceText: string | null = null;
+  if (o.trace !== null) {
+    try { traceText = await readTextFile(o.trace); } catch { throw new SimUsageError(`Cannot read trace file "${o.trace}"`); }
+  }
+  const clock = () => performance.now() / 1000;
+  const loads = o.sweep ?? [o.load];
+  const views: Record<string, unknown>[] = [];
+  const sections: string[] = [];
+  const command = `deno task sim ${argv.join(" ")}`;
+  for (const load of loads) {
+    const c = runOnce(o, load, traceText, clock);
+    views.push(jsonView(c, load));
+    if (!o.json) console.log(textView(c, load) + "\n");
+    sections.push(markdownView(c, load, command));
+    if (o.report !== null) {
+      const dir = loads.length > 1 ? `${o.report}/load-${load}` : o.report;
+      await mkdir(dir, { recursive: true });
+      await writeFile(`${dir}/ttft-cdf.svg`, ttftCdf(c));
+      await writeFile(`${dir}/prefill-decode-split.svg`, splitOverTime(c));
+      await writeFile(`${dir}/kv-hit-rate.svg`, hitRateOverTime(c));
+      await writeFile(`${dir}/result.json`, JSON.stringify(jsonView(c, load), null, 2));
+    }
+  }
+  if (o.report !== null) {
+    await mkdir(o.report, { recursive: true });
+    await writeFile(`${o.report}/README.md`, `# Simulator report\n\n${sections.join("\n\n")}\n`);
+  }
+  if (o.json) console.log(JSON.stringify(loads.length === 1 ? views[0] : views, null, 2));
+}
+
+main().catch((e: unknown) => {
+  if (e instanceof SimUsageError) {
+    console.error(e.message);
+    exitProcess(2);
+  }
+  console.error(e instanceof Error ? `${e.name}: ${e.message}` : String(e));
+  exitProcess(1);
+});

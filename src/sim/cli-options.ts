@@ -1,0 +1,96 @@
+/**
+ * Command-line options of the simulator CLI, parsed and validated into one typed object.
+ * Bad input raises {@link SimUsageError} with a one-line message quoting the value.
+ */
+import { HARDWARE, MODELS } from "./profiles.ts";
+import { SCENARIOS } from "./scenarios.ts";
+
+/** Raised for a bad command line. */
+export class SimUsageError extends Error {
+  override name = "SimUsageError";
+}
+
+/** Parsed options. */
+export interface SimOptions {
+  scenario: string | null;
+  trace: string | null;
+  format: "mooncake" | "azure";
+  gpus: number;
+  model: string;
+  hw: string;
+  load: number;
+  seed: number;
+  durationS: number;
+  json: boolean;
+  sweep: number[] | null;
+  report: string | null;
+  startupS: number;
+  baselines: string[] | null;
+  maxRequests: number;
+}
+
+/** Usage text. */
+export const USAGE = `usage: sim --scenario NAME [--gpus N] [--model PROFILE] [--hw HW] [--load X] [--seed N] [--duration S] [--json] [--sweep [X,Y,...]] [--report DIR]
+       sim --trace PATH --format mooncake|azure [--load X (time scale)] [--max-requests N] ...
+scenarios: ${SCENARIOS.join(", ")} · models: ${Object.keys(MODELS).join(", ")} · hardware: ${Object.keys(HARDWARE).join(", ")}
+baselines (--baselines a,b): dynamo-disagg-sla, dynamo-disagg-load, dynamo-agg · --startup S: baseline worker start-up (default 60)`;
+
+function num(flag: string, v: string | undefined, min: number, integer = false): number {
+  const x = Number(v);
+  if (v === undefined || !Number.isFinite(x) || x < min || (integer && !Number.isInteger(x))) {
+    throw new SimUsageError(`Option ${flag} needs ${integer ? "an integer" : "a number"} ≥ ${min}, got "${v ?? ""}"`);
+  }
+  return x;
+}
+
+/** Parses argv (without the script name). */
+export function parseSimArgs(argv: readonly string[]): SimOptions {
+  const o: SimOptions = {
+    scenario: null, trace: null, format: "mooncake", gpus: 256, model: "kimi-k2.6", hw: "gb300", load: 1, seed: 1,
+    durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity,
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    const next = () => argv[++i];
+    switch (a) {
+      case "--scenario": o.scenario = next() ?? ""; break;
+      case "--trace": o.trace = next() ?? ""; break;
+      case "--format": {
+        const f = next();
+        if (f !== "mooncake" && f !== "azure") throw new SimUsageError(`Option --format must be mooncake or azure, got "${f ?? ""}"`);
+        o.format = f;
+        break;
+      }
+      case "--gpus": o.gpus = num(a, next(), 1, true); break;
+      case "--model": o.model = next() ?? ""; break;
+      case "--hw": o.hw = next() ?? ""; break;
+      case "--load": o.load = num(a, next(), 1e-6); break;
+      case "--seed": o.seed = num(a, next(), 0, true); break;
+      case "--duration": o.durationS = num(a, next(), 1); break;
+      case "--startup": o.startupS = num(a, next(), 0); break;
+      case "--max-requests": o.maxRequests = num(a, next(), 1, true); break;
+      case "--json": o.json = true; break;
+      case "--report": o.report = next() ?? ""; break;
+      case "--baselines": o.baselines = (next() ?? "").split(",").filter((x) => x !== ""); break;
+      case "--sweep": {
+        const v = argv[i + 1];
+        if (v !== undefined && !v.startsWith("--")) { i++; o.sweep = v.split(",").map((x) => num("--sweep", x, 1e-6)); }
+        else o.sweep = [0.5, 1, 2, 3, 4, 6];
+        break;
+      }
+      case "-h": case "--help": throw new SimUsageError(USAGE);
+      default: throw new SimUsageError(`Unknown option "${a}"; run with --help for usage`);
+    }
+  }
+  if ((o.scenario === null) === (o.trace === null)) throw new SimUsageError("Give exactly one of --scenario NAME or --trace PATH");
+  if (o.scenario !== null && !(SCENARIOS as readonly string[]).includes(o.scenario)) {
+    throw new SimUsageError(`Unknown scenario "${o.scenario}"; known: ${SCENARIOS.join(", ")}`);
+  }
+  if (!(o.model in MODELS)) throw new SimUsageError(`Unknown model profile "${o.model}"; known: ${Object.keys(MODELS).join(", ")}`);
+  if (!(o.hw in HARDWARE)) throw new SimUsageError(`Unknown hardware profile "${o.hw}"; known: ${Object.keys(HARDWARE).join(", ")}`);
+  if (o.report === "") throw new SimUsageError('Option --report needs a folder, got ""');
+  for (const b of o.baselines ?? []) {
+    if (!["dynamo-disagg-sla", "dynamo-disagg-load", "dynamo-agg"].includes(b)) throw new SimUsageError(`Unknown baseline "${b}"`);
+  }
+  return o;
+}

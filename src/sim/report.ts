@@ -1,0 +1,112 @@
+/**
+ * Report rendering: a text table of a comparison, a Markdown table, and SVG plots (TTFT CDF,
+ * prefill/decode split over time, KV hit rate over time). Pure string builders; the CLI writes files.
+ */
+import type { Comparison } from "./compare.ts";
+import type { SystemSummary } from "./metrics.ts";
+import type { SimSample } from "./simulator.ts";
+
+const f3 = (x: number) => (Number.isFinite(x) ? x.toFixed(3) : "n/a");
+const f2 = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : "n/a");
+
+function row(name: string, s: SystemSummary): string[] {
+  return [
+    name, f3(s.ttft.mean), f3(s.ttft.p50), f3(s.ttft.p95), f3(s.ttft.p99), (s.itl.mean * 1000).toFixed(1), (s.itl.p95 * 1000).toFixed(1),
+    f2(s.e2e.mean), f2(s.e2e.p95), f2(s.goodput), f2(s.throughput), f3(s.kv_hit_rate), `${s.completed}/${s.offered}`,
+    (100 * s.completed_fraction).toFixed(1) + "%", Math.round(s.gpu_seconds / 3600).toString(),
+  ];
+}
+
+const HEAD = ["system", "TTFT mean", "p50", "p95", "p99", "ITL ms", "ITL p95", "E2E mean", "E2E p95", "goodput/s", "req/s", "KV hit", "completed", "done", "GPU-h"];
+
+/** All rows of a comparison: each baseline variant, then ours. */
+export function tableRows(c: Comparison): string[][] {
+  const rows = Object.entries(c.baseline_variants).map(([k, s]) => row(k + (k === c.systems.baseline.variant ? " *" : ""), s));
+  rows.push(row("evolving (ours)", c.systems.evolving));
+  return rows;
+}
+
+/** Fixed-width text table for the terminal. */
+export function textTable(c: Comparison): string {
+  const rows = [HEAD, ...tableRows(c)];
+  const w = HEAD.map((_, i) => Math.max(...rows.map((r) => r[i].length)));
+  const line = (r: string[]) => r.map((x, i) => (i === 0 ? x.padEnd(w[i]) : x.padStart(w[i]))).join("  ");
+  const head = `${c.workload} · ${c.model} on ${c.gpus}× ${c.hardware} (${c.gpus_per_worker} GPUs/worker) · SLO TTFT ≤ ${c.slo.ttft_s} s, ITL ≤ ${c.slo.itl_s * 1000} ms`;
+  const ratios = `ratios (baseline ${c.systems.baseline.variant} ÷ ours): p95 TTFT ${f2(c.ratios.p95_ttft)}×, mean E2E ${f2(c.ratios.mean_e2e)}×; goodput ours ÷ baseline ${f2(c.ratios.goodput)}×`;
+  return [head, line(HEAD), ...rows.slice(1).map(line), ratios, "(* = baseline variant reported: highest goodput)"].join("\n");
+}
+
+/** Markdown table of a comparison. */
+export function markdownTable(c: Comparison): string {
+  const rows = tableRows(c);
+  return [`| ${HEAD.join(" | ")} |`, `|${HEAD.map(() => "---").join("|")}|`, ...rows.map((r) => `| ${r.join(" | ")} |`)].join("\n");
+}
+
+const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"];
+
+interface Series {
+  name: string;
+  points: [number, number][];
+  dashed?: boolean;
+}
+
+/** A minimal line chart. */
+export function lineChart(title: string, xLabel: string, yLabel: string, series: Series[], yMax?: number, logX = false): string {
+  const W = 640, H = 360, L = 60, R = 20, T = 30, B = 45;
+  const xs = series.flatMap((s) => s.points.map((p) => p[0])).filter(Number.isFinite);
+  const ys = series.flatMap((s) => s.points.map((p) => p[1])).filter(Number.isFinite);
+  const tx = (x: number) => (logX ? Math.log10(Math.max(x, 1e-3)) : x);
+  const x0 = Math.min(...xs.map(tx)), x1 = Math.max(...xs.map(tx));
+  const y1 = yMax ?? Math.max(1e-9, ...ys) * 1.05;
+  const sx = (x: number) => L + ((tx(x) - x0) / Math.max(1e-9, x1 - x0)) * (W - L - R);
+  const sy = (y: number) => H - B - (Math.min(y, y1) / y1) * (H - T - B);
+  const paths = series.map((s, i) => {
+    const pts = s.points.filter((p) => Number.isFinite(p[0]) && Number.isFinite(p[1]));
+    const d = pts.map((p, j) => `${j === 0 ? "M" : "L"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
+    return `<path d="${d}" fill="none" stroke="${COLORS[i % COLORS.length]}" stroke-width="1.8"${s.dashed ? ' stroke-dasharray="5,3"' : ""}/>` +
+      `<text x="${W - R - 150}" y="${T + 14 * (i + 1)}" fill="${COLORS[i % COLORS.length]}" font-size="11">${s.name}</text>`;
+  });
+  const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => {
+    const y = f * y1;
+    const xv = logX ? Math.pow(10, x0 + f * (x1 - x0)) : x0 + f * (x1 - x0);
+    return `<text x="${L - 6}" y="${sy(y) + 4}" font-size="10" text-anchor="end">${y.toPrecision(2)}</text>` +
+      `<text x="${L + f * (W - L - R)}" y="${H - B + 14}" font-size="10" text-anchor="middle">${xv.toPrecision(2)}</text>`;
+  });
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif">` +
+    `<rect width="${W}" height="${H}" fill="white"/><text x="${W / 2}" y="18" text-anchor="middle" font-size="13">${title}</text>` +
+    `<line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="#333"/><line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="#333"/>` +
+    ticks.join("") + paths.join("") +
+    `<text x="${W / 2}" y="${H - 8}" text-anchor="middle" font-size="11">${xLabel}</text>` +
+    `<text x="14" y="${H / 2}" transform="rotate(-90 14 ${H / 2})" text-anchor="middle" font-size="11">${yLabel}</text></svg>`;
+}
+
+/** TTFT CDF per system (log-scaled time axis). */
+export function ttftCdf(c: Comparison): string {
+  const series = Object.entries(c.ttft_samples).map(([name, v]) => {
+    const s = v.slice().sort((a, b) => a - b);
+    const step = Math.max(1, Math.floor(s.length / 400));
+    const pts: [number, number][] = [];
+    for (let i = 0; i < s.length; i += step) pts.push([s[i], (i + 1) / s.length]);
+    if (s.length > 0) pts.push([s[s.length - 1], 1]);
+    return { name, points: pts };
+  });
+  return lineChart(`TTFT CDF — ${c.workload}`, "TTFT (s, log scale)", "fraction of requests", series, 1, true);
+}
+
+/** Prefill and decode worker counts over time for ours and the SLA-planned baseline. */
+export function splitOverTime(c: Comparison): string {
+  const series: Series[] = [];
+  for (const name of Object.keys(c.series)) {
+    const s: SimSample[] = c.series[name];
+    if (name === "dynamo-agg") continue;
+    series.push({ name: `${name} prefill`, points: s.map((x) => [x.t, x.prefillWorkers]) });
+    series.push({ name: `${name} decode`, points: s.map((x) => [x.t, x.decodeWorkers]), dashed: true });
+  }
+  return lineChart(`Prefill / decode workers over time — ${c.workload}`, "time (s)", "workers", series);
+}
+
+/** KV prefix hit rate over time per system. */
+export function hitRateOverTime(c: Comparison): string {
+  const series = Object.entries(c.series).map(([name, s]) => ({ name, points: s.map((x) => [x.t, x.kvHitRate] as [number, number]) }));
+  return lineChart(`KV hit rate over time — ${c.workload}`, "time (s)", "hit rate (cached / prompt tokens)", series, 1);
+}

@@ -1,0 +1,52 @@
+/**
+ * One CLI invocation's work: build the workload (scenario or trace), run the comparison at one load
+ * or a sweep, and produce the JSON object and text tables. File writing stays in the CLI.
+ */
+import { type Comparison, compare, type CompareOptions } from "./compare.ts";
+import type { SimOptions } from "./cli-options.ts";
+import { HARDWARE, MODELS } from "./profiles.ts";
+import { markdownTable, textTable } from "./report.ts";
+import { buildScenario } from "./scenarios.ts";
+import { parseAzure, parseMooncake } from "./traces.ts";
+import type { Workload } from "./workload-types.ts";
+
+/** Builds the workload for `o` at `load` (trace text passed in by the caller). */
+export function workloadFor(o: SimOptions, load: number, traceText: string | null): Workload {
+  if (o.trace !== null) {
+    const w = o.format === "mooncake" ? parseMooncake(traceText ?? "", load, o.maxRequests) : parseAzure(traceText ?? "", load, o.maxRequests);
+    return w;
+  }
+  return buildScenario(o.scenario!, { gpus: o.gpus, load, seed: o.seed, durationS: o.durationS, maxContext: MODELS[o.model].maxContext });
+}
+
+/** Runs one comparison. */
+export function runOnce(o: SimOptions, load: number, traceText: string | null, clock: () => number): Comparison {
+  const w = workloadFor(o, load, traceText);
+  const opts: CompareOptions = {
+    model: MODELS[o.model], hw: HARDWARE[o.hw], gpus: o.gpus, startupS: o.startupS,
+    baselines: (o.baselines ?? undefined) as CompareOptions["baselines"],
+  };
+  return compare(w, opts, clock);
+}
+
+/** The JSON object the CLI prints: the report without per-request samples and time series. */
+export function jsonView(c: Comparison, load: number): Record<string, unknown> {
+  const { series: _s, ttft_samples: _t, ...rest } = c;
+  return { load, ...rest };
+}
+
+/** Text printed for one comparison. */
+export function textView(c: Comparison, load: number): string {
+  return `load ${load}\n${textTable(c)}`;
+}
+
+/** Markdown section for one comparison (used by the report). */
+export function markdownView(c: Comparison, load: number, command: string): string {
+  const params = Object.entries(c.params).map(([k, v]) => `- **${k}**: ${Object.entries(v).map(([a, b]) => `${a}=${b}`).join(", ")}`);
+  return [
+    `## ${c.workload} at load ${load}`, "", "```", command, "```", "", markdownTable(c), "",
+    `Ratios (baseline = ${c.systems.baseline.variant}): p95 TTFT ${c.ratios.p95_ttft.toFixed(2)}×, mean E2E ${c.ratios.mean_e2e.toFixed(2)}×, goodput ${c.ratios.goodput.toFixed(2)}×.`,
+    "", "Parameters:", ...params, "", "Assumptions:", ...c.assumptions.map((a) => `- ${a}`), "",
+    "Wall time: " + Object.entries(c.perf).map(([k, p]) => `${k} ${p.wall_s.toFixed(1)} s (${Math.round(p.events_per_s)} events/s)`).join(", "),
+  ].join("\n");
+}
