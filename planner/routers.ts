@@ -15,9 +15,11 @@ export interface RouteCandidate {
   overlapHost: number;
   /** Uncached prefill tokens already queued there. */
   queuedPrefillTokens: number;
-  /** KV blocks held by running decodes. */
+  /** KV blocks in use on the worker (Dynamo's "active blocks"). */
   activeBlocks: number;
   decodeBatch: number;
+  /** Sequences waiting there for a decode slot or for KV memory (optional; 0 when unknown). */
+  decodeQueue?: number;
   /** Online estimate of its prefill speed (tokens/s) and current decode step (s). */
   prefillRate: number;
   decodeStepS: number;
@@ -107,7 +109,8 @@ export function routeSession(
       const remote = bestRemote(req, w, w.overlapHost, uncached, shortlist, links);
       if (remote !== undefined && remote.predictedTtftS < route.predictedTtftS) route = remote;
     }
-    const overload = Math.max(0, w.decodeStepS / o.itlTargetS - 0.8);
+    // Slow steps, and sequences already queued for a decode slot, both count as decode overload.
+    const overload = Math.max(0, w.decodeStepS / o.itlTargetS - 0.8) + (w.decodeQueue ?? 0) / 32;
     let cost = route.predictedTtftS + loadW * overload;
     if (w.id === req.lastWorker) cost -= o.affinityBonusS ?? 0;
     if (cost < bestCost) { bestCost = cost; best = route; }

@@ -25,7 +25,8 @@ function candidates(sim: ClusterSim, ov: Overlaps, pick: (w: SimWorker) => boole
       w,
       c: {
         id: w.id, role: w.role, overlapDevice: o?.device ?? 0, overlapHost: o?.deviceOrHost ?? 0,
-        queuedPrefillTokens: w.queuedTokens, activeBlocks: w.activeBlocks, decodeBatch: w.batch,
+        queuedPrefillTokens: w.queuedTokens, activeBlocks: w.pool.numUsedBlocks(), decodeBatch: w.batch,
+        decodeQueue: w.decodeWait.length + w.kvWait.length + w.admitWait.length,
         prefillRate: w.prefillRate, decodeStepS: w.decodeStepEwma, rack: w.rack,
       },
     });
