@@ -37,8 +37,11 @@ __global__ void silu_mul_kernel(const float* g, const float* u, size_t count, fl
 }
 
 // Angles in double: positions reach 1e5+ and an f32 angle would lose ~1e-2 of phase there.
-__device__ __forceinline__ void rope_pair(float& a, float& b, int pos, int i, int rot_dim, float theta) {
-  const double inv = pow(double(theta), -2.0 * i / rot_dim);
+// `factors` (nullable, [rot_dim / 2]) divides pair i's frequency (Llama 3.1+ rope_freqs).
+__device__ __forceinline__ void rope_pair(float& a, float& b, int pos, int i, int rot_dim, float theta,
+                                          const float* factors) {
+  double inv = pow(double(theta), -2.0 * i / rot_dim);
+  if (factors) inv /= double(factors[i]);
   double sn, cs;
   sincos(double(pos) * inv, &sn, &cs);
   const float c = float(cs), s = float(sn);
@@ -49,7 +52,7 @@ __device__ __forceinline__ void rope_pair(float& a, float& b, int pos, int i, in
 
 // One thread per (token, head, pair); dims beyond rot_dim are copied through.
 __global__ void rope_kernel(const float* x, const int32_t* pos, int n, int heads, int D, int rot, float theta,
-                            int neox, float* out) {
+                            int neox, const float* factors, float* out) {
   const int half = rot / 2, pass = D - rot;
   const int per_head = half + pass;
   const size_t total = size_t(n) * heads * per_head;
@@ -61,7 +64,7 @@ __global__ void rope_kernel(const float* x, const int32_t* pos, int n, int heads
     if (j < half) {
       const int i0 = neox ? j : 2 * j, i1 = neox ? j + half : 2 * j + 1;
       float a = x[base + i0], b = x[base + i1];
-      rope_pair(a, b, pos[t], j, rot, theta);
+      rope_pair(a, b, pos[t], j, rot, theta, factors);
       out[base + i0] = a;
       out[base + i1] = b;
     } else {
@@ -84,8 +87,8 @@ __global__ void kv_write_kernel(const float* k, const float* v, float* kc, float
 
 // One block per token: rope on q and k pairs, copy v, scatter k/v to the token's cache slot.
 __global__ void rope_kv_write_kernel(const float* qkv, const int32_t* pos, const int32_t* slots, int heads,
-                                     int kv_heads, int D, int rot, float theta, int neox, float* q_out, float* kc,
-                                     float* vc, int capacity) {
+                                     int kv_heads, int D, int rot, float theta, int neox, const float* factors,
+                                     float* q_out, float* kc, float* vc, int capacity) {
   const int t = blockIdx.x;
   const int p = pos[t];
   const int slot = slots[t];
@@ -99,7 +102,7 @@ __global__ void rope_kv_write_kernel(const float* qkv, const int32_t* pos, const
     const int h = i / half, j = i % half;
     const int i0 = neox ? j : 2 * j, i1 = neox ? j + half : 2 * j + 1;
     float a = row[h * D + i0], b = row[h * D + i1];
-    rope_pair(a, b, p, j, rot, theta);
+    rope_pair(a, b, p, j, rot, theta, factors);
     if (h < heads) {
       q_out[(size_t(t) * heads + h) * D + i0] = a;
       q_out[(size_t(t) * heads + h) * D + i1] = b;
@@ -157,10 +160,10 @@ cudaError_t silu_mul(const float* g, const float* u, size_t count, float* out, c
 }
 
 cudaError_t rope(const float* x, const int32_t* pos, int n, int heads, int D, int rot, float theta, int neox,
-                 float* out, cudaStream_t s) {
+                 const float* factors, float* out, cudaStream_t s) {
   const size_t total = size_t(n) * heads * (rot / 2 + D - rot);
   if (total == 0) return cudaSuccess;
-  rope_kernel<<<grid_for(total, 256), 256, 0, s>>>(x, pos, n, heads, D, rot, theta, neox, out);
+  rope_kernel<<<grid_for(total, 256), 256, 0, s>>>(x, pos, n, heads, D, rot, theta, neox, factors, out);
   return cudaGetLastError();
 }
 
@@ -172,11 +175,11 @@ cudaError_t kv_write(const float* k, const float* v, float* kc, float* vc, const
 }
 
 cudaError_t rope_kv_write(const float* qkv, const int32_t* pos, const int32_t* slots, int n, int heads,
-                          int kv_heads, int D, int rot, float theta, int neox, float* q_out, float* kc, float* vc,
-                          int capacity, cudaStream_t s) {
+                          int kv_heads, int D, int rot, float theta, int neox, const float* factors, float* q_out,
+                          float* kc, float* vc, int capacity, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  rope_kv_write_kernel<<<n, 256, 0, s>>>(qkv, pos, slots, heads, kv_heads, D, rot, theta, neox, q_out, kc, vc,
-                                         capacity);
+  rope_kv_write_kernel<<<n, 256, 0, s>>>(qkv, pos, slots, heads, kv_heads, D, rot, theta, neox, factors, q_out, kc,
+                                         vc, capacity);
   return cudaGetLastError();
 }
 

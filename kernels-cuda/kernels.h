@@ -32,14 +32,16 @@ cudaError_t add_rmsnorm(const float* x, const float* r, const float* w, int rows
                         float* norm, cudaStream_t s);
 cudaError_t softmax(const float* x, int rows, int cols, float* out, cudaStream_t s);
 cudaError_t argmax(const float* x, int rows, int cols, int32_t* out, cudaStream_t s);
+/** `factors` (nullable) f32 [rot_dim / 2] divides each pair's frequency (Llama 3.1+ rope_freqs). */
 cudaError_t rope(const float* x, const int32_t* pos, int n, int heads, int head_dim, int rot_dim, float theta,
-                 int neox, float* out, cudaStream_t s);
+                 int neox, const float* factors, float* out, cudaStream_t s);
 cudaError_t kv_write(const float* k, const float* v, float* kc, float* vc, const int32_t* slots, int n,
                      int row_elems, int capacity, cudaStream_t s);
-/** Fused: qkv [n, (H + 2*Hkv) * D] → rope(q) into q_out [n, H, D]; rope(k), v into the caches. */
+/** Fused: qkv [n, (H + 2*Hkv) * D] → rope(q) into q_out [n, H, D]; rope(k), v into the caches.
+ * `factors` as for `rope`. */
 cudaError_t rope_kv_write(const float* qkv, const int32_t* pos, const int32_t* slots, int n, int heads,
-                          int kv_heads, int head_dim, int rot_dim, float theta, int neox, float* q_out, float* kc,
-                          float* vc, int capacity, cudaStream_t s);
+                          int kv_heads, int head_dim, int rot_dim, float theta, int neox, const float* factors,
+                          float* q_out, float* kc, float* vc, int capacity, cudaStream_t s);
 
 // --- matmul (matmul.cu) --------------------------------------------------------------------
 /** y [n, N] = x [n, K] · Wᵀ (+ bias). Picks GEMV, tensor-core (f16/bf16) or SIMT tiles. `exact`

@@ -5,6 +5,10 @@ struct P { n: u32, heads: u32, head_dim: u32, rot: u32, log2_theta: f32, _a: u32
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> pos: array<i32>;
 @group(0) @binding(3) var<storage, read_write> dst: array<f32>;
+#if ${FREQ_FACTORS}
+// Per-pair frequency divisors [rot / 2] (Llama 3.1+ "llama3" scaling, llama.cpp's rope_freqs).
+@group(0) @binding(4) var<storage, read> factors: array<f32>;
+#endif
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -21,7 +25,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     dst[base + d] = x[base + d];
     return;
   }
+#if ${FREQ_FACTORS}
+  let angle = f32(pos[th / p.heads]) * exp2(-f32(2u * i) / f32(p.rot) * p.log2_theta) / factors[i];
+#else
   let angle = f32(pos[th / p.heads]) * exp2(-f32(2u * i) / f32(p.rot) * p.log2_theta);
+#endif
   let c = cos(angle);
   let s = sin(angle);
 #if ${NEOX}

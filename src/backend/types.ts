@@ -110,8 +110,10 @@ export interface Backend {
   /** y [n, out] = x [n, in] · Wᵀ, W [out, in] of any weight dtype; optional f32 bias [out]. */
   matmul(x: Tensor, w: Tensor, bias?: Tensor): Tensor;
   /** Rotary embedding on x f32 [n, heads, headDim] with positions i32 [n]; rotates the first
-   * `rotaryDim` (default headDim) dims with frequencies theta^(-2i/rotaryDim). */
-  rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number): Tensor;
+   * `rotaryDim` (default headDim) dims with frequencies theta^(-2i/rotaryDim).
+   * `freqFactors` f32 [rotaryDim/2] (llama.cpp's `rope_freqs`, Llama 3.1+ frequency scaling) divides
+   * pair i's frequency: angle = pos · theta^(-2i/rotaryDim) / freqFactors[i]. */
+  rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor): Tensor;
   /** Writes k, v f32 [n, kvHeads, headDim] into the caches [numBlocks, blockSize, kvHeads, headDim]
    * at flat slots i32 [n] (slot = block * blockSize + offset). Mutates the caches. */
   kvWrite(k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor): void;

@@ -20,6 +20,9 @@ export interface ModelConfig {
   rmsNormEps: number;
   ropeTheta: number;
   ropeLayout: RopeLayout;
+  /** Per-pair RoPE frequency divisors, length headDim/2 (Llama 3.1+ "llama3" scaling; llama.cpp's
+   * `rope_freqs.weight`): pair i turns at pos · ropeTheta^(-2i/headDim) / ropeFreqFactors[i]. */
+  ropeFreqFactors?: number[];
   /** Maximum context the model was trained for. */
   contextLength: number;
   /** True when the output projection reuses the token embedding. */

@@ -10,6 +10,8 @@ import type { HostTensor, LayerWeights, LoadedModel, ModelConfig, ModelWeights }
 export interface DeviceModel {
   config: ModelConfig;
   weights: ModelWeights<Tensor>;
+  /** config.ropeFreqFactors as f32 [headDim / 2], uploaded once for every layer's rope. */
+  ropeFreqFactors?: Tensor;
 }
 
 /** Uploads a matrix in its own dtype. */
@@ -57,13 +59,19 @@ export function uploadModel(backend: Backend, model: Pick<LoadedModel, "config" 
       outputNorm: uploadVector(backend, w.outputNorm),
       output: w.output === undefined ? undefined : uploadMatrix(backend, w.output),
     },
+    ropeFreqFactors: uploadFreqFactors(backend, model.config),
   };
+}
+
+function uploadFreqFactors(backend: Backend, config: ModelConfig): Tensor | undefined {
+  const f = config.ropeFreqFactors;
+  return f === undefined ? undefined : backend.upload(Float32Array.from(f), [f.length]);
 }
 
 /** Frees every device weight of a model uploaded with `uploadModel`. */
 export function freeDeviceModel(backend: Backend, model: DeviceModel): void {
   const w = model.weights;
-  const all: (Tensor | undefined)[] = [w.tokenEmbedding, w.outputNorm, w.output];
+  const all: (Tensor | undefined)[] = [w.tokenEmbedding, w.outputNorm, w.output, model.ropeFreqFactors];
   for (const l of w.layers) all.push(...Object.values(l));
   for (const t of all) if (t !== undefined) backend.free(t);
 }

@@ -58,8 +58,9 @@ function attentionBlock(
     q = s.keep(backend.rmsnorm(q, l.qNorm, c.rmsNormEps));
     k = s.keep(backend.rmsnorm(k, l.kNorm, c.rmsNormEps));
   }
-  const qr = s.keep(backend.rope(q, step.positions, c.ropeTheta, c.ropeLayout));
-  const kr = s.keep(backend.rope(k, step.positions, c.ropeTheta, c.ropeLayout));
+  const f = model.ropeFreqFactors;
+  const qr = s.keep(backend.rope(q, step.positions, c.ropeTheta, c.ropeLayout, undefined, f));
+  const kr = s.keep(backend.rope(k, step.positions, c.ropeTheta, c.ropeLayout, undefined, f));
   backend.kvWrite(kr, v, kCache, vCache, step.slots);
   const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, 1 / Math.sqrt(c.headDim)));
   const o = s.keep(backend.matmul(backend.reshape(att, [n, c.numHeads * c.headDim]), l.wo));
@@ -90,6 +91,9 @@ export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step:
   const w = model.weights;
   if (kv.k.length !== c.numLayers || kv.v.length !== c.numLayers) {
     throw new ForwardInputError(`The KV cache has ${kv.k.length} layers, the model ${c.numLayers}`);
+  }
+  if (c.ropeFreqFactors !== undefined && model.ropeFreqFactors === undefined) {
+    throw new ForwardInputError("The model config has RoPE frequency factors but the device model lacks them (use uploadModel)");
   }
   const flat = planStep(model, kv, step);
   const tensors = uploadBatch(backend, flat);

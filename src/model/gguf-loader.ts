@@ -3,10 +3,12 @@
  * names, and the file's own tokenizer. Llama GGUFs carry q/k rows permuted by llama.cpp's
  * converter for the "normal" (interleaved) RoPE; Qwen2/Qwen3 keep the "neox" (half-split) order.
  */
-import { openRandomAccess } from "../runtime/fs.ts";
+import { decodeToF32 } from "../backend/dtype-codec.ts";
+import { openRandomAccess, type RandomAccessFile } from "../runtime/fs.ts";
 import { type Architecture, type LoadedModel, type ModelConfig, ModelLoadError, type Tokenizer } from "./config.ts";
 import { GgufMetadata } from "./gguf-metadata.ts";
 import { type GgufHeader, type GgufTensorInfo, readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
+import { checkFreqFactors } from "./rope-scaling.ts";
 import { BpeTokenizer } from "./tokenizer-bpe.ts";
 import { SpmTokenizer } from "./tokenizer-spm.ts";
 import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
@@ -38,6 +40,9 @@ export const GGUF_TENSOR_NAMES: TensorNames = {
   layer: (i, role) => `blk.${i}.${LAYER_NAMES[role]}`,
 };
 
+/** llama.cpp's tensor of per-pair RoPE frequency divisors (Llama 3.1+ converters write it). */
+export const GGUF_ROPE_FREQS = "rope_freqs.weight";
+
 /** Builds the ModelConfig from GGUF metadata and the tensors present. */
 export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const meta = new GgufMetadata(header.metadata, path);
@@ -56,6 +61,10 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const ropeDim = meta.number(`${arch}.rope.dimension_count`, headDim);
   if (ropeDim !== headDim) {
     throw new ModelLoadError(`Model "${path}" rotates ${ropeDim} of ${headDim} head dims; partial RoPE is not supported`);
+  }
+  const scalingType = meta.string(`${arch}.rope.scaling.type`, "none");
+  if (scalingType !== "none" && meta.number(`${arch}.rope.scaling.factor`, 1) !== 1) {
+    throw new ModelLoadError(`Model "${path}" uses RoPE scaling type "${scalingType}"; only rope_freqs factors are supported`);
   }
   if (numHeads % numKvHeads !== 0) {
     throw new ModelLoadError(`Model "${path}" has ${numHeads} heads, not a multiple of its ${numKvHeads} KV heads`);
@@ -132,12 +141,21 @@ export function ggufTokenizer(header: GgufHeader, config: ModelConfig, path: str
   }
 }
 
+async function readFreqFactors(file: RandomAccessFile, info: GgufTensorInfo, headDim: number, path: string): Promise<number[]> {
+  const t = await readGgufTensor(file, info);
+  const count = t.shape.reduce((a, b) => a * b, 1);
+  if (t.shape.length !== 1) throw new ModelLoadError(`Tensor "${GGUF_ROPE_FREQS}" in "${path}" should be 1-D, got [${t.shape.join(", ")}]`);
+  return checkFreqFactors(Array.from(decodeToF32(t.data, t.dtype, count)), headDim, path);
+}
+
 /** Loads a GGUF model file. */
 export async function loadGguf(path: string, options: LoadOptions = {}): Promise<LoadedModel> {
   const file = await openRandomAccess(path);
   try {
     const header = await readGgufHeader(file);
     const config = ggufConfig(header, path);
+    const freqs = header.tensors.find((t) => t.name === GGUF_ROPE_FREQS);
+    if (freqs) config.ropeFreqFactors = await readFreqFactors(file, freqs, config.headDim, path);
     const tokenizer = ggufTokenizer(header, config, path);
     const infos = new Map<string, GgufTensorInfo>(header.tensors.map((t) => [t.name, t]));
     const weights = await assembleWeights(config, {

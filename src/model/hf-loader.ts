@@ -6,6 +6,7 @@
 import { promises as fsp } from "node:fs";
 import { openRandomAccess, pathExists, type RandomAccessFile, readTextFile } from "../runtime/fs.ts";
 import { type Architecture, type LoadedModel, type ModelConfig, ModelLoadError } from "./config.ts";
+import { hfRopeFreqFactors } from "./rope-scaling.ts";
 import { readSafetensor, readSafetensorsHeader, type SafetensorsInfo } from "./safetensors.ts";
 import { HfTokenizer } from "./tokenizer-hf.ts";
 import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
@@ -88,6 +89,9 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const eosTokenIds = (Array.isArray(eos) ? eos : eos === undefined || eos === null ? [] : [eos]).map(Number);
   const bos = typeof cfg.bos_token_id === "number" ? cfg.bos_token_id : undefined;
   const addBosSetting = tokCfg.add_bos_token;
+  const headDim = num(cfg, "head_dim", path, Math.floor(hiddenSize / numHeads));
+  const ropeTheta = num(cfg, "rope_theta", path, ropeParametersTheta(cfg) ?? 10000);
+  const ropeFreqFactors = hfRopeFreqFactors(cfg, ropeTheta, headDim, path);
   return {
     architecture,
     vocabSize,
@@ -95,11 +99,12 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     numLayers: num(cfg, "num_hidden_layers", path),
     numHeads,
     numKvHeads,
-    headDim: num(cfg, "head_dim", path, Math.floor(hiddenSize / numHeads)),
+    headDim,
     intermediateSize: num(cfg, "intermediate_size", path),
     rmsNormEps: num(cfg, "rms_norm_eps", path, 1e-6),
-    ropeTheta: num(cfg, "rope_theta", path, 10000),
+    ropeTheta,
     ropeLayout: "neox",
+    ...(ropeFreqFactors ? { ropeFreqFactors } : {}),
     contextLength: num(cfg, "max_position_embeddings", path, 2048),
     tiedEmbeddings: cfg.tie_word_embeddings === true,
     qkvBias: architecture === "qwen2" || cfg.attention_bias === true,
@@ -108,6 +113,13 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     eosTokenIds,
     addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",
   };
+}
+
+/** transformers 5 moves rope_theta into `rope_parameters`. */
+function ropeParametersTheta(cfg: Json): number | undefined {
+  const p = cfg.rope_parameters;
+  const theta = p && typeof p === "object" ? (p as Json).rope_theta : undefined;
+  return typeof theta === "number" ? theta : undefined;
 }
 
 /** Opens every safetensors shard and indexes its tensors by name. */

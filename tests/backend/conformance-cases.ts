@@ -10,7 +10,7 @@
  *   √k·2⁻²⁴·Σ|x·w| ≈ 1e-5, ten times below.
  * - rmsnorm: atol 1e-5, rtol 1e-5 (one f32 sum of squares and a reciprocal square root).
  * - rope: atol 1e-4, rtol 0. Positions up to 300: the f32 angle pos·θ^(−2i/d) carries an absolute
- *   error near pos·2⁻²⁴ plus the device's sin/cos error.
+ *   error near pos·2⁻²⁴ plus the device's sin/cos error (frequency divisors ≥ 1 only shrink it).
  * - siluMul: atol 1e-6, rtol 1e-5 (the device's exp).
  * - softmax: atol 1e-6, rtol 1e-5 (exp and an f32 sum over ≤ 517 terms).
  */
@@ -163,6 +163,21 @@ function ropeCases(): Case[] {
           const x = b.upload(rng.f32(n * heads * dim), [n, heads, dim]);
           const pos = b.upload(rng.i32(n, 300), [n]);
           return finish(b, [b.rope(x, pos, rng.next() < 0.5 ? 10000 : 500000, layout, rot)], [x, pos]);
+        },
+      });
+    }
+    // Llama 3.1+ frequency scaling: divisors in [1, 8] per rotated pair, as rope_freqs holds.
+    for (const [n, heads, dim, rot] of shapes.slice(1)) {
+      cases.push({
+        op: "rope",
+        name: `${layout} with freqFactors n=${n} heads=${heads} headDim=${dim}${rot ? ` rotaryDim=${rot}` : ""}`,
+        tolerance: { atol: 1e-4, rtol: 0 },
+        run: (b, rng) => {
+          const half = (rot ?? dim) / 2;
+          const x = b.upload(rng.f32(n * heads * dim), [n, heads, dim]);
+          const pos = b.upload(rng.i32(n, 300), [n]);
+          const factors = b.upload(rng.f32(half, 1, 8), [half]);
+          return finish(b, [b.rope(x, pos, rng.next() < 0.5 ? 10000 : 500000, layout, rot, factors)], [x, pos, factors]);
         },
       });
     }

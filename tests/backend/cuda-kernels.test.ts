@@ -100,6 +100,23 @@ test("rope() matches the reference for both layouts, partial rotary dims and lar
   }
 }, skip);
 
+/** Frequency divisors in [1, 8], the range Llama 3.1's rope_freqs spans. */
+const factorsIn1To8 = (count: number, seed: number) => rand(count, seed).map((v) => 4.5 + 3.5 * v);
+
+test("rope() with freqFactors matches the reference for both layouts and partial rotary dims", async () => {
+  const [n, heads, dim] = [5, 3, 64];
+  const [pc, pr] = both(Int32Array.from([0, 1, 17, 4095, 131071]), [n]);
+  const [xc, xr] = both(rand(n * heads * dim, 10), [n, heads, dim]);
+  for (const layout of ["normal", "neox"] as const) {
+    for (const rot of [64, 32]) {
+      const [fc, fr] = both(factorsIn1To8(rot / 2, rot), [rot / 2]);
+      poison(n * heads * dim);
+      await assertClose(cuda!.rope(xc, pc, 500000, layout, rot, fc), ref.rope(xr, pr, 500000, layout, rot, fr),
+        `rope ${layout} ${rot} with factors`, 2e-5, 1e-4);
+    }
+  }
+}, skip);
+
 test("ropeKvWrite() equals rope() of q and k plus kvWrite() of k and v", async () => {
   const [n, heads, kvHeads, dim, blocks, bs] = [4, 4, 2, 32, 3, 4];
   const width = (heads + 2 * kvHeads) * dim;
@@ -119,6 +136,28 @@ test("ropeKvWrite() equals rope() of q and k plus kvWrite() of k and v", async (
   await assertClose(q, ref.rope(part(0, heads), pr, 10000, "neox", 16), "ropeKvWrite q");
   await assertClose(kcC, kcR, "ropeKvWrite k cache");
   await assertClose(vcC, vcR, "ropeKvWrite v cache", 0, 0);
+}, skip);
+
+test("ropeKvWrite() with freqFactors equals rope() with them of q and k plus kvWrite()", async () => {
+  const [n, heads, kvHeads, dim, blocks, bs] = [4, 4, 2, 32, 3, 4];
+  const width = (heads + 2 * kvHeads) * dim;
+  const qkv = rand(n * width, 22);
+  const [qkvC] = both(qkv, [n, width]);
+  const [pc, pr] = both(Int32Array.from([3, 40, 5, 9000]), [n]);
+  const [sc, sr] = both(Int32Array.from([7, 0, 11, 2]), [n]);
+  const [fc, fr] = both(factorsIn1To8(dim / 2, 23), [dim / 2]);
+  const kcC = cuda!.zeros([blocks, bs, kvHeads, dim], "f32"), vcC = cuda!.zeros([blocks, bs, kvHeads, dim], "f32");
+  const kcR = ref.zeros([blocks, bs, kvHeads, dim], "f32"), vcR = ref.zeros([blocks, bs, kvHeads, dim], "f32");
+  const part = (from: number, h: number) => {
+    const out = new Float32Array(n * h * dim);
+    for (let t = 0; t < n; t++) out.set(qkv.subarray(t * width + from * dim, t * width + (from + h) * dim), t * h * dim);
+    return ref.upload(out, [n, h, dim]);
+  };
+  const q = cuda!.ropeKvWrite(qkvC, pc, sc, heads, 500000, "normal", kcC, vcC, undefined, fc);
+  ref.kvWrite(ref.rope(part(heads, kvHeads), pr, 500000, "normal", undefined, fr), part(heads + kvHeads, kvHeads), kcR, vcR, sr);
+  await assertClose(q, ref.rope(part(0, heads), pr, 500000, "normal", undefined, fr), "ropeKvWrite q with factors", 2e-5, 1e-4);
+  await assertClose(kcC, kcR, "ropeKvWrite k cache with factors", 2e-5, 1e-4);
+  await assertClose(vcC, vcR, "ropeKvWrite v cache with factors", 0, 0);
 }, skip);
 
 test("embedding(), gatherRows() and kvWrite() match the reference", async () => {

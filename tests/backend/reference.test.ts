@@ -120,6 +120,17 @@ test("rope() rotates half-split pairs in the neox layout and honours rotaryDim",
   assert.throws(() => be.rope(f32([1, 2], [1, 1, 2]), i32([0, 1]), 10000, "normal"), BackendShapeError);
 });
 
+test("rope() divides each pair's frequency by its freqFactors entry", async () => {
+  // headDim 4, theta 10000, pos 2, factors [2, 0.5]: pair 0 turns by 2·1/2 = 1 rad, pair 1 by 2·0.01/0.5 = 0.04 rad.
+  const y = be.rope(f32([1, 0, 0, 1], [1, 1, 4]), i32([2]), 10000, "normal", undefined, f32([2, 0.5], [2]));
+  close(await read(y), [0.5403023, 0.8414710, -0.0399893, 0.9992001]);
+  // neox with rotaryDim 2: one pair (0, 1) turned by 3·1/4 = 0.75 rad; dims 2, 3 pass through.
+  const z = be.rope(f32([1, 0, 5, 6], [1, 1, 4]), i32([3]), 10000, "neox", 2, f32([4], [1]));
+  close(await read(z), [0.7316889, 0.6816388, 5, 6]);
+  assert.throws(() => be.rope(f32([1, 0, 0, 1], [1, 1, 4]), i32([2]), 10000, "normal", undefined, f32([2, 1, 1], [3])),
+    (e: unknown) => e instanceof BackendShapeError && /freqFactors \[3\]/.test(e.message));
+});
+
 test("ops reject tensors from another backend", () => {
   const foreign: Tensor = { shape: [1], dtype: "f32", backend: "webgpu" };
   assert.throws(() => be.add(foreign, foreign), /belongs to backend "webgpu"/);

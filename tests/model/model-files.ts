@@ -9,6 +9,8 @@ import type { WeightDType } from "../../src/backend/types.ts";
 import type { Architecture, HostTensor } from "../../src/model/config.ts";
 import { GgufType, type GgufEntry } from "../../src/model/gguf-types.ts";
 import { encodeGguf, gguf } from "../../src/model/gguf-writer.ts";
+import { GGUF_ROPE_FREQS } from "../../src/model/gguf-loader.ts";
+import { type Llama3RopeScaling, llama3FreqFactors } from "../../src/model/rope-scaling.ts";
 import { encodeSafetensors } from "../../src/model/safetensors.ts";
 import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
@@ -29,6 +31,20 @@ export interface ModelFileSpec {
   seed: number;
   /** GGUF vocab: default SentencePiece-style for llama, Qwen2 byte-level BPE otherwise. */
   tokenizer?: "spm" | "qwen2" | "llama-bpe";
+  /** RoPE base; default 10000 for llama, 1e6 for Qwen. */
+  ropeTheta?: number;
+  /** Llama 3.1-style "llama3" scaling: HF config `rope_scaling`, GGUF `rope_freqs.weight` (as convert_hf_to_gguf.py bakes it). */
+  ropeScaling?: Llama3RopeScaling;
+}
+
+/** The RoPE base a spec's files declare. */
+export function ropeThetaOf(spec: ModelFileSpec): number {
+  return spec.ropeTheta ?? (spec.architecture === "llama" ? 10000 : 1000000);
+}
+
+/** The `rope_freqs.weight` values a spec's GGUF carries, if any. */
+export function ropeFreqsOf(spec: ModelFileSpec): number[] | undefined {
+  return spec.ropeScaling && llama3FreqFactors(ropeThetaOf(spec), spec.headDim, spec.ropeScaling);
 }
 
 /** Weights in Hugging Face order and names, as f32. */
@@ -154,7 +170,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     [`${a}.attention.value_length`, gguf.u32(spec.headDim)],
     [`${a}.rope.dimension_count`, gguf.u32(spec.headDim)],
     [`${a}.attention.layer_norm_rms_epsilon`, gguf.f32(1e-5)],
-    [`${a}.rope.freq_base`, gguf.f32(a === "llama" ? 10000 : 1000000)],
+    [`${a}.rope.freq_base`, gguf.f32(ropeThetaOf(spec))],
     ["tokenizer.ggml.model", gguf.str(vocab.kind === "spm" ? "llama" : "gpt2")],
     ["tokenizer.ggml.tokens", gguf.arr(GgufType.STRING, vocab.tokens)],
     ["tokenizer.ggml.token_type", gguf.arr(GgufType.INT32, vocab.types)],
@@ -170,8 +186,14 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   return meta;
 }
 
+/** Tensors and metadata appended to a test GGUF (for malformed-file tests). */
+export interface GgufExtras {
+  tensors?: HostTensor[];
+  metadata?: [string, GgufEntry][];
+}
+
 /** Encodes the weights as a GGUF file (llama q/k permuted for llama.cpp's "normal" RoPE). */
-export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocabFor(spec)): Uint8Array {
+export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocabFor(spec), extras: GgufExtras = {}): Uint8Array {
   const tensors: HostTensor[] = [];
   for (const [name, { shape, values }] of weights) {
     let v = values;
@@ -182,7 +204,21 @@ export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocab
     const dtype = isVector(shape) ? "f32" : spec.dtype;
     tensors.push({ name: ggufName(name), shape, dtype, data: encodeFromF32(v, dtype) });
   }
-  return encodeGguf({ metadata: ggufMetadata(spec, vocab), tensors });
+  const freqs = ropeFreqsOf(spec);
+  if (freqs) tensors.push({ name: GGUF_ROPE_FREQS, shape: [freqs.length], dtype: "f32", data: encodeFromF32(Float32Array.from(freqs), "f32") });
+  tensors.push(...(extras.tensors ?? []));
+  return encodeGguf({ metadata: [...ggufMetadata(spec, vocab), ...(extras.metadata ?? [])], tensors });
+}
+
+/** The HF config.json form of llama3 scaling (Llama 3.1's config.json spells it this way). */
+export function hfRopeScaling(s: Llama3RopeScaling): Record<string, unknown> {
+  return {
+    factor: s.factor,
+    low_freq_factor: s.lowFreqFactor,
+    high_freq_factor: s.highFreqFactor,
+    original_max_position_embeddings: s.originalMaxPositionEmbeddings,
+    rope_type: "llama3",
+  };
 }
 
 /** Writes a Hugging Face directory holding the same weights (q8_0 is stored as f32 there). */
@@ -205,7 +241,8 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     head_dim: spec.headDim,
     intermediate_size: spec.ffn,
     rms_norm_eps: 1e-5,
-    rope_theta: spec.architecture === "llama" ? 10000 : 1000000,
+    rope_theta: ropeThetaOf(spec),
+    ...(spec.ropeScaling ? { rope_scaling: hfRopeScaling(spec.ropeScaling) } : {}),
     max_position_embeddings: 256,
     tie_word_embeddings: spec.tied,
     vocab_size: spec.vocab,

@@ -48,6 +48,18 @@ const CASES: OracleCase[] = [
   { name: "qwen3 bf16, tied", spec: { ...BASE, architecture: "qwen3", dtype: "bf16", tied: true, seed: 106 }, tol: 1e-2, hf: false },
   { name: "qwen2 q8_0", spec: { ...BASE, architecture: "qwen2", dtype: "q8_0", seed: 107 }, tol: 1.5e-2, hf: false },
   { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
+  // Llama 3.1 frequency scaling: the GGUF carries rope_freqs.weight, the HF dir llama3 rope_scaling.
+  // Base 100 and an original context of 128 give a 16-wide head divisors from ~1.5 to 8 on every
+  // pair, so a dropped factor changes the very first positions.
+  {
+    name: "llama 3.1 rope_freqs (llama3 scaling), head_dim 16, f32",
+    spec: {
+      ...BASE, architecture: "llama", headDim: 16, seed: 109, ropeTheta: 100,
+      ropeScaling: { factor: 8, lowFreqFactor: 1, highFreqFactor: 32, originalMaxPositionEmbeddings: 128 },
+    },
+    tol: 1e-4,
+    hf: true,
+  },
 ];
 
 const TEXTS = [

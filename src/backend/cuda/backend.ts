@@ -146,13 +146,14 @@ export class CudaBackend extends CudaExtras implements Backend {
     return this.f32(this.ctx.matmul(xs.ptr, ws.ptr, code, b, n, k, out, this.exactMatmul), [n, out]);
   }
 
-  rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number): Tensor {
+  rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor): Tensor {
     const xs = expect(x, 3, "rope input", ["f32"]);
     const p = expect(positions, 1, "rope positions", ["i32"]);
     const [n, heads, headDim] = xs.shape;
     if (p.shape[0] !== n) throw new BackendShapeError(`rope positions ${fmt(p.shape)} do not match input ${fmt(xs.shape)}`);
     const rd = this.rotaryDim(rotaryDim, headDim, layout);
-    return this.f32(this.ctx.rope(xs.ptr, p.ptr, n, heads, headDim, rd, theta, layout === "neox" ? 1 : 0), xs.shape);
+    const f = this.freqFactors(freqFactors, rd);
+    return this.f32(this.ctx.rope(xs.ptr, p.ptr, n, heads, headDim, rd, theta, layout === "neox" ? 1 : 0, f), xs.shape);
   }
 
   kvWrite(k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor): void {

@@ -41,10 +41,11 @@ export class CudaExtras {
   /**
    * After one matmul against concatenated [Wq; Wk; Wv]: qkv f32 [n, (heads + 2·kvHeads)·headDim].
    * Applies rope to q and k, writes k and v into the caches at `slots`, and returns q [n, heads, headDim].
+   * `freqFactors` as for Backend.rope.
    */
   ropeKvWrite(
     qkv: Tensor, positions: Tensor, slots: Tensor, heads: number, theta: number, layout: RopeLayout,
-    kCache: Tensor, vCache: Tensor, rotaryDim?: number,
+    kCache: Tensor, vCache: Tensor, rotaryDim?: number, freqFactors?: Tensor,
   ): Tensor {
     const [kc, vc] = this.caches(kCache, vCache);
     const [numBlocks, blockSize, kvHeads, headDim] = kc.shape;
@@ -60,8 +61,9 @@ export class CudaExtras {
     const capacity = numBlocks * blockSize;
     if (s.host) this.checkIndices(s.host, capacity, "KV slot");
     const rd = this.rotaryDim(rotaryDim, headDim, layout);
+    const f = this.freqFactors(freqFactors, rd);
     const q = this.ctx.ropeKvWrite(
-      x.ptr, p.ptr, s.ptr, n, heads, kvHeads, headDim, rd, theta, layout === "neox" ? 1 : 0, kc.ptr, vc.ptr, capacity,
+      x.ptr, p.ptr, s.ptr, n, heads, kvHeads, headDim, rd, theta, layout === "neox" ? 1 : 0, kc.ptr, vc.ptr, capacity, f,
     );
     return this.f32(q, [n, heads, headDim]);
   }
@@ -121,6 +123,16 @@ export class CudaExtras {
     }
     if (layout !== "normal" && layout !== "neox") throw new BackendShapeError(`Unknown rope layout "${layout}"`);
     return rd;
+  }
+
+  /** The device pointer of an optional f32 [rotaryDim / 2] frequency-divisor tensor, 0n when absent. */
+  protected freqFactors(freqFactors: Tensor | undefined, rotaryDim: number): DevicePtr {
+    if (!freqFactors) return 0n;
+    const f = expect(freqFactors, 1, "rope freqFactors", ["f32"]);
+    if (f.shape[0] !== rotaryDim / 2) {
+      throw new BackendShapeError(`rope freqFactors ${fmt(f.shape)} should hold rotaryDim/2 = ${rotaryDim / 2} values`);
+    }
+    return f.ptr;
   }
 
   /** Host-side range check for index tensors whose values are known (the device cannot throw). */

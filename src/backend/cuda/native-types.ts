@@ -49,9 +49,10 @@ export interface NativeContext {
   addRmsnorm(x: DevicePtr, r: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): [DevicePtr, DevicePtr];
   softmax(x: DevicePtr, rows: number, cols: number): DevicePtr;
   argmax(x: DevicePtr, rows: number, cols: number): DevicePtr;
+  /** `factors` is an f32 [rotDim / 2] frequency-divisor buffer, or 0n for none. */
   rope(
     x: DevicePtr, pos: DevicePtr, n: number, heads: number, headDim: number, rotDim: number, theta: number,
-    neox: number,
+    neox: number, factors: DevicePtr,
   ): DevicePtr;
   kvWrite(
     k: DevicePtr, v: DevicePtr, kc: DevicePtr, vc: DevicePtr, slots: DevicePtr, n: number, row: number,
@@ -59,7 +60,7 @@ export interface NativeContext {
   ): void;
   ropeKvWrite(
     qkv: DevicePtr, pos: DevicePtr, slots: DevicePtr, n: number, heads: number, kvHeads: number, headDim: number,
-    rotDim: number, theta: number, neox: number, kc: DevicePtr, vc: DevicePtr, capacity: number,
+    rotDim: number, theta: number, neox: number, kc: DevicePtr, vc: DevicePtr, capacity: number, factors: DevicePtr,
   ): DevicePtr;
   matmul(
     x: DevicePtr, w: DevicePtr, dtype: number, bias: DevicePtr, n: number, k: number, nOut: number, exact: number,

@@ -77,8 +77,8 @@ export function createReferenceBackend(): Backend {
     rmsnorm: (x: Tensor, weight: Tensor, eps: number) => rmsnorm(r(x, "rmsnorm input"), r(weight, "rmsnorm weight"), eps),
     matmul: (x: Tensor, w: Tensor, bias?: Tensor) =>
       matmul(r(x, "matmul input"), r(w, "matmul weight"), bias && r(bias, "matmul bias")),
-    rope: (x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number) =>
-      rope(r(x, "rope input"), r(positions, "rope positions"), theta, layout, rotaryDim),
+    rope: (x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor) =>
+      rope(r(x, "rope input"), r(positions, "rope positions"), theta, layout, rotaryDim, freqFactors && r(freqFactors, "rope freqFactors")),
     kvWrite: (k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor) =>
       kvWrite(r(k, "keys"), r(v, "values"), r(kCache, "key cache"), r(vCache, "value cache"), r(slots, "slots")),
     pagedAttention: (q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number) =>

@@ -39,6 +39,7 @@ export function rope(
   theta: number,
   layout: RopeLayout,
   rotaryDim?: number,
+  freqFactors?: RefTensor,
 ): RefTensor {
   expectRank(x, 3, "rope input", ["f32"]);
   expectRank(positions, 1, "rope positions", ["i32"]);
@@ -51,13 +52,21 @@ export function rope(
     throw new BackendShapeError(`rope rotaryDim ${rd} must be even and within headDim ${headDim}`);
   }
   if (layout !== "normal" && layout !== "neox") throw new BackendShapeError(`Unknown rope layout "${layout}"`);
+  let factors: Float32Array | undefined;
+  if (freqFactors) {
+    expectRank(freqFactors, 1, "rope freqFactors", ["f32"]);
+    if (freqFactors.shape[0] !== rd / 2) {
+      throw new BackendShapeError(`rope freqFactors ${fmt(freqFactors.shape)} should hold rotaryDim/2 = ${rd / 2} values`);
+    }
+    factors = freqFactors.f32;
+  }
   const src = x.f32;
   const pos = positions.i32;
   const out = new Float32Array(src);
   const half = rd / 2;
   for (let t = 0; t < n; t++) {
     for (let i = 0; i < half; i++) {
-      const angle = pos[t] * Math.pow(theta, (-2 * i) / rd);
+      const angle = (pos[t] * Math.pow(theta, (-2 * i) / rd)) / (factors ? factors[i] : 1);
       const cos = Math.cos(angle);
       const sin = Math.sin(angle);
       // normal pairs adjacent dims (2i, 2i+1); neox pairs dim i with dim i + rd/2.

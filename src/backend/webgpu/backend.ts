@@ -97,8 +97,8 @@ export class WebGpuBackend implements Backend {
   matmul(x: Tensor, w: Tensor, bias?: Tensor): Tensor {
     return matmul(this.#ctx, x, w, bias);
   }
-  rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number): Tensor {
-    return rope(this.#ctx, x, positions, theta, layout, rotaryDim);
+  rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor): Tensor {
+    return rope(this.#ctx, x, positions, theta, layout, rotaryDim, freqFactors);
   }
   kvWrite(k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor): void {
     kvWrite(this.#ctx, k, v, kCache, vCache, slots);

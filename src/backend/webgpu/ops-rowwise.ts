@@ -1,6 +1,7 @@
 /**
  * Row-wise and elementwise ops: rmsnorm, softmax, argmax, add, siluMul, gatherRows, rope.
  */
+import type { PooledBuffer } from "./buffer-pool.ts";
 import { type GpuContext } from "./context.ts";
 import { F32 } from "./recorder.ts";
 import { asGpu, expectDtype, expectRank, expectSameShape, fmt, rowsOf } from "./tensor.ts";
@@ -80,6 +81,7 @@ export function rope(
   theta: number,
   layout: RopeLayout,
   rotaryDim?: number,
+  freqFactorsT?: Tensor,
 ): Tensor {
   const x = asGpu(xT, "rope input");
   const pos = asGpu(posT, "rope positions");
@@ -92,13 +94,23 @@ export function rope(
     throw new BackendShapeError(`rope rotaryDim ${rd} must be even and within headDim ${headDim}`);
   }
   if (layout !== "normal" && layout !== "neox") throw new BackendShapeError(`Unknown rope layout "${layout}"`);
+  const bindings: [number, PooledBuffer][] = [[1, x.buffer], [2, pos.buffer]];
+  if (freqFactorsT) {
+    const f = asGpu(freqFactorsT, "rope freqFactors");
+    expectRank(f, 1, "rope freqFactors", ["f32"]);
+    if (f.shape[0] !== rd / 2) {
+      throw new BackendShapeError(`rope freqFactors ${fmt(f.shape)} should hold rotaryDim/2 = ${rd / 2} values`);
+    }
+    bindings.push([4, f.buffer]);
+  }
   const out = ctx.output(x.shape);
+  bindings.push([3, out.buffer]);
   const threads = n * heads * (rd / 2 + headDim - rd);
   ctx.recorder.dispatch(
     "rope",
-    { NEOX: layout === "neox" },
+    { NEOX: layout === "neox", FREQ_FACTORS: freqFactorsT !== undefined },
     [n, heads, headDim, rd, new F32(Math.log2(theta)), 0, 0, 0],
-    [[1, x.buffer], [2, pos.buffer], [3, out.buffer]],
+    bindings,
     Math.ceil(threads / 256),
   );
   return out;

@@ -1,0 +1,90 @@
+/**
+ * RoPE frequency scaling as per-pair frequency divisors (llama.cpp's `rope_freqs.weight`): pair i
+ * of a head turns at pos · theta^(-2i/d) / factors[i]. Llama 3.1/3.2 checkpoints ship their
+ * "llama3" scaling as HF `rope_scaling` parameters; llama.cpp's converter bakes the same numbers
+ * into the GGUF tensor. Both loaders end up with one `ModelConfig.ropeFreqFactors`.
+ */
+import { ModelLoadError } from "./config.ts";
+
+/** The parameters of HF transformers' "llama3" rope_scaling. */
+export interface Llama3RopeScaling {
+  factor: number;
+  lowFreqFactor: number;
+  highFreqFactor: number;
+  originalMaxPositionEmbeddings: number;
+}
+
+/**
+ * Divisors of the base frequencies theta^(-2i/dim), i < dim/2, that reproduce HF transformers'
+ * `_compute_llama3_parameters`: long wavelengths (beyond original context / lowFreqFactor) are
+ * slowed by `factor`, short ones (below original context / highFreqFactor) are kept, and the band
+ * between interpolates smoothly. Computed in f64 (transformers uses f32 tensors).
+ */
+export function llama3FreqFactors(theta: number, dim: number, s: Llama3RopeScaling): number[] {
+  const lowFreqWavelen = s.originalMaxPositionEmbeddings / s.lowFreqFactor;
+  const highFreqWavelen = s.originalMaxPositionEmbeddings / s.highFreqFactor;
+  const factors: number[] = [];
+  for (let i = 0; i < dim / 2; i++) {
+    const invFreq = Math.pow(theta, (-2 * i) / dim);
+    const wavelen = (2 * Math.PI) / invFreq;
+    if (wavelen < highFreqWavelen) factors.push(1);
+    else if (wavelen > lowFreqWavelen) factors.push(s.factor);
+    else {
+      const smooth = (s.originalMaxPositionEmbeddings / wavelen - s.lowFreqFactor) / (s.highFreqFactor - s.lowFreqFactor);
+      // transformers: inv_freq' = (1 - smooth) · inv_freq / factor + smooth · inv_freq.
+      factors.push(1 / ((1 - smooth) / s.factor + smooth));
+    }
+  }
+  return factors;
+}
+
+type Json = Record<string, unknown>;
+
+function scalingNumber(scaling: Json, key: string, path: string): number {
+  const v = scaling[key];
+  if (typeof v !== "number" || !Number.isFinite(v)) {
+    throw new ModelLoadError(`"rope_scaling.${key}" in "${path}" should be a number, got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+/**
+ * Frequency divisors from an HF config's `rope_scaling` (or transformers 5's `rope_parameters`):
+ * undefined for none or "default", the llama3 divisors for "llama3"; every other type (linear,
+ * dynamic, yarn, longrope, ...) is refused rather than silently run unscaled.
+ */
+export function hfRopeFreqFactors(cfg: Json, theta: number, headDim: number, path: string): number[] | undefined {
+  const raw = cfg.rope_scaling ?? cfg.rope_parameters;
+  if (raw === undefined || raw === null) return undefined;
+  if (typeof raw !== "object" || Array.isArray(raw)) {
+    throw new ModelLoadError(`"rope_scaling" in "${path}" should be an object, got ${JSON.stringify(raw)}`);
+  }
+  const scaling = raw as Json;
+  const type = scaling.rope_type ?? scaling.type ?? "default";
+  if (type === "default") return undefined;
+  if (type !== "llama3") {
+    throw new ModelLoadError(`Model "${path}" uses rope_scaling type ${JSON.stringify(type)}; only "llama3" is supported`);
+  }
+  const s: Llama3RopeScaling = {
+    factor: scalingNumber(scaling, "factor", path),
+    lowFreqFactor: scalingNumber(scaling, "low_freq_factor", path),
+    highFreqFactor: scalingNumber(scaling, "high_freq_factor", path),
+    originalMaxPositionEmbeddings: scalingNumber(scaling, "original_max_position_embeddings", path),
+  };
+  if (!(s.factor > 0) || !(s.lowFreqFactor > 0) || !(s.highFreqFactor > s.lowFreqFactor) || !(s.originalMaxPositionEmbeddings > 0)) {
+    throw new ModelLoadError(
+      `"rope_scaling" in "${path}" needs factor > 0 and high_freq_factor > low_freq_factor > 0, got ${JSON.stringify(scaling)}`,
+    );
+  }
+  return checkFreqFactors(llama3FreqFactors(theta, headDim, s), headDim, path);
+}
+
+/** Checks divisors read from a file: headDim/2 finite positive values. */
+export function checkFreqFactors(factors: readonly number[], headDim: number, path: string): number[] {
+  if (factors.length !== headDim / 2) {
+    throw new ModelLoadError(`Model "${path}" has ${factors.length} RoPE frequency factors; head dim ${headDim} needs ${headDim / 2}`);
+  }
+  const bad = factors.findIndex((f) => !Number.isFinite(f) || f <= 0);
+  if (bad >= 0) throw new ModelLoadError(`RoPE frequency factor ${factors[bad]} at index ${bad} in "${path}" is not a positive number`);
+  return [...factors];
+}
