@@ -1,11 +1,13 @@
 /**
  * Ours: every tick (~1 s) estimate rates online (no offline profile), predict P95 TTFT and ITL for
- * every prefill/decode split of the fixed worker set, and flip roles toward the best split.
+ * every role mix of the fixed worker set (prefill, decode and mixed workers, from all-mixed to every
+ * disaggregated split), and flip roles toward the best mix.
  * Anti-flapping: a move must beat the current split by a margin (after charging its switch cost),
  * must be wanted on consecutive ticks unless the SLO is already badly missed, is rate-limited per
  * tick, and a flipped worker cools down before it can flip again.
  */
-import type { MetricsSnapshot, Planner, PlannerAction, Role, WorkerSnapshot } from "./types.ts";
+import { allMixes, chooseFlips, countRoles, flipsBetween, moveDirection, type RoleMix } from "./role-mix.ts";
+import type { MetricsSnapshot, Planner, PlannerAction, WorkerSnapshot } from "./types.ts";
 
 /** Knobs of {@link OnlinePlanner}. */
 export interface OnlinePlannerOptions {
@@ -28,6 +30,10 @@ export interface OnlinePlannerOptions {
   initialLocalPrefill?: number;
   /** Most sequences a worker decodes at once (engine setting): splits that need more are infeasible. */
   maxDecodeBatch?: number;
+  /** Prefill tokens a mixed worker's step carries at most (chunked-prefill budget shared with decodes). */
+  mixedChunkTokens?: number;
+  /** Consider mixed workers at all (false: prefill/decode splits only). */
+  allowMixed?: boolean;
 }
 
 /** Online, measurement-driven role planner. */
@@ -42,16 +48,17 @@ export class OnlinePlanner implements Planner {
   private fit = { n: 0, x: 0, y: 0, xx: 0, xy: 0 };
   private demand = 0; // uncached prefill tokens/s arriving
   private decodeDemand = 0; // output tokens/s arriving
-  private pending: { target: number; ticks: number } | null = null;
+  private localShare = 0; // fraction of prefill tokens decode workers compute themselves while prefill workers exist
+  private pending: { dir: string; ticks: number } | null = null;
   private readonly lastFlip = new Map<string, number>();
   private threshold: number;
 
   /** Creates the planner with the given knobs. */
   constructor(opts: OnlinePlannerOptions = {}) {
     this.o = {
-      intervalS: 1, ttftTargetS: 0.5, itlTargetS: 0.05, margin: 0.15, confirmTicks: 2, cooldownS: 15,
+      intervalS: 1, ttftTargetS: 0.5, itlTargetS: 0.05, margin: 0.1, confirmTicks: 2, cooldownS: 15,
       maxFlipFraction: 0.0625, flipCost: 0.03, minLocalPrefill: 256, maxLocalPrefill: 2048,
-      initialLocalPrefill: 512, maxDecodeBatch: 512, ...opts,
+      initialLocalPrefill: 512, maxDecodeBatch: 512, mixedChunkTokens: 8192, allowMixed: true, ...opts,
     };
     this.intervalS = this.o.intervalS;
     this.threshold = this.o.initialLocalPrefill;
@@ -68,33 +75,59 @@ export class OnlinePlanner implements Planner {
   }
 
   /**
-   * Predicted [P95 TTFT, ITL] with `p` prefill workers out of `n`, from the online estimates.
-   * Prefill: queue drain + an M/M/1-like P95 wait; past saturation the queue grows for the next
-   * HORIZON seconds. Decode: by Little's law the batch a worker needs for the output-token demand is
-   * b = λ·a / (d − λ·B) for step = a + B·b; past the batch limit ITL stretches by demand ÷ capacity.
+   * Predicted [P95 TTFT, ITL] with `p` prefill workers and the other `n − p` decoding, from the
+   * online estimates. Same as {@link predictMix} with no mixed workers.
    */
   predict(p: number, n: number, backlog: number, decodeSeqs: number, meanUncached: number): [number, number] {
-    const HORIZON = 10;
+    return this.predictMix({ prefill: p, decode: n - p, mixed: 0 }, backlog, decodeSeqs, meanUncached);
+  }
+
+  /**
+   * Predicted [P95 TTFT, ITL] for a role mix. Decode and mixed workers form one decode pool; it also
+   * prefills the share of prompts that stay local (all of them on mixed workers, the measured local
+   * share on decode workers, everything when no worker prefills only). A pool worker spends a
+   * fraction ρ of its time on prefill chunks, so by Little's law its step (the ITL) is
+   * a / (1 − ρ − λ·B) for λ output tokens/s and step = a + B·batch, never past a full-chunk step.
+   * Prefill: queue drain plus an M/M/1-like P95 wait per pool; past saturation the queue grows for
+   * the next HORIZON seconds. Past the batch limit ITL stretches by demand ÷ capacity.
+   */
+  predictMix(mix: RoleMix, backlog: number, decodeSeqs: number, meanUncached: number): [number, number] {
+    const CHUNK = this.o.mixedChunkTokens;
+    const p = mix.prefill, dc = mix.decode + mix.mixed;
     const rate = Math.max(1, this.prefillRate);
-    const cap = Math.max(1e-9, p * rate);
-    const rho = this.demand / cap;
-    const service = meanUncached / rate;
-    const r = Math.min(rho, 0.95);
-    let ttft = backlog / cap + service + (3 * service * r) / (1 - r);
-    if (rho > 0.95) ttft += HORIZON * (rho - 0.95);
-    const d = n - p;
-    if (d <= 0) return [ttft, 1e3];
     const a = this.stepA, B = this.stepB, max = this.o.maxDecodeBatch;
-    const lambda = Math.max(this.decodeDemand, 0) / d; // tokens/s per decode worker
-    const held = decodeSeqs / d;
-    let b = lambda * B < 1 ? (lambda * a) / (1 - lambda * B) : Infinity;
-    b = Math.max(b, Math.min(held, max)); // sequences already decoding stay until they finish
-    let itl = a + B * Math.min(b, max);
+    const share = p === 0 ? 1 : dc === 0 ? 0 : (mix.mixed + this.localShare * mix.decode) / dc;
+    const lambda = dc > 0 ? Math.max(this.decodeDemand, 0) / dc : 0; // output tokens/s per pool worker
+    const held = dc > 0 ? decodeSeqs / dc : 0;
+    const decodeFree = Math.max(0, 1 - lambda * B);
+    // Prefill tokens/s a pool worker sustains when every step carries a full chunk.
+    const capMixed = rate * decodeFree * (CHUNK / (CHUNK + a * rate));
+    const capP = p * rate, capM = dc * capMixed;
+    const drain = backlog / Math.max(1e-9, capP + capM);
+    const ttft = drain + Math.max(
+      p > 0 ? this.queueTtft(this.demand * (1 - share), capP, meanUncached / rate) : 0,
+      share > 0 ? this.queueTtft(this.demand * share, capM, meanUncached / rate) : 0,
+    );
+    if (dc <= 0) return [ttft, 1e3];
+    const rhoM = Math.min(0.99, (this.demand * share) / Math.max(1e-9, dc * rate));
+    const full = decodeFree > 0 ? (a + CHUNK / rate) / decodeFree : Infinity;
+    const den = 1 - rhoM - lambda * B;
+    let itl = Math.min(den > 0 ? a / den : Infinity, full);
+    itl = Math.max(itl, (a + B * Math.min(held, max)) / (1 - rhoM)); // sequences already decoding stay
+    const b = Number.isFinite(itl) ? lambda * itl : Infinity;
     if (b > max || held > max) {
       const capTok = max / (a + B * max);
-      itl *= Math.max(lambda / capTok, held / max, 1);
+      itl = Math.min(itl, a + B * max) * Math.max(lambda / capTok, held / max, 1);
     }
     return [ttft, itl];
+  }
+
+  /** P95 TTFT of a pool with capacity `cap` tokens/s serving `load` tokens/s. */
+  private queueTtft(load: number, cap: number, service: number): number {
+    const HORIZON = 10;
+    const rho = load / Math.max(1e-9, cap);
+    const r = Math.min(rho, 0.95);
+    return service + (3 * service * r) / (1 - r) + (rho > 0.95 ? HORIZON * (rho - 0.95) : 0);
   }
 
   /** One planning step. */
@@ -103,55 +136,49 @@ export class OnlinePlanner implements Planner {
     this.learn(s, live);
     const n = live.length;
     if (n < 2) return [];
-    const pre = live.filter((w) => w.role === "prefill");
-    const p0 = pre.length;
+    const cur = countRoles(live);
     const backlog = live.reduce((a, w) => a + w.waitingPrefillTokens, 0);
     const seqs = live.reduce((a, w) => a + w.decodeBatch + w.waitingDecodes, 0);
     const meanUncached = s.arrivals > 0 ? s.arrivedUncachedTokens / s.arrivals : 1000;
-    const pressure = (p: number) => {
-      const [t, i] = this.predict(p, n, backlog, seqs, meanUncached);
-      return Math.max(t / this.o.ttftTargetS, i / this.o.itlTargetS);
+    const pressure = (mix: RoleMix) => {
+      const [t, i] = this.predictMix(mix, backlog, seqs, meanUncached);
+      const rt = t / this.o.ttftTargetS, ri = i / this.o.itlTargetS;
+      // SLO risk (the worse ratio) plus latency itself, so light load still prefers the faster mix.
+      return Math.max(rt, ri) + 0.5 * (rt + ri);
     };
-    let best = p0;
-    let bestCost = pressure(p0);
+    let best = cur;
+    let bestCost = pressure(cur);
     const current = bestCost;
-    for (let p = 1; p < n; p++) {
-      const flips = Math.abs(p - p0);
-      const c = pressure(p) + flips * this.o.flipCost;
-      if (c < bestCost - 1e-12) { best = p; bestCost = c; }
+    const flipScale = Math.min(1, current);
+    for (const mix of allMixes(n)) {
+      if (!this.o.allowMixed && mix.mixed > 0) continue;
+      // Without prefill workers decode workers prefill everything locally: that is all-mixed, named so.
+      if (this.o.allowMixed && mix.prefill === 0 && mix.decode > 0) continue;
+      const f = flipsBetween(cur, mix);
+      if (f.intoPrefill + f.outOfPrefill + f.other === 0) continue;
+      // Draining decodes to prefill costs most; leaving prefill or switching decode↔mixed costs little.
+      // A flip's transient hurts in proportion to how loaded the cluster is.
+      const c = pressure(mix) + flipScale * this.o.flipCost * (f.intoPrefill + 0.25 * f.outOfPrefill + 0.1 * f.other);
+      if (c < bestCost - 1e-12) { best = mix; bestCost = c; }
     }
-    const actions: PlannerAction[] = this.adaptThreshold(s.now, p0, n, backlog, seqs, meanUncached);
-    const worthIt = best !== p0 && bestCost < current * (1 - this.o.margin);
+    const actions: PlannerAction[] = this.adaptThreshold(cur, backlog, seqs, meanUncached);
+    const worthIt = best !== cur && bestCost < current * (1 - this.o.margin);
     if (!worthIt) { this.pending = null; return actions; }
     const urgent = current > 2;
-    const dir = Math.sign(best - p0);
-    if (this.pending === null || Math.sign(this.pending.target - p0) !== dir) this.pending = { target: best, ticks: 0 };
+    const dir = moveDirection(cur, best);
+    if (this.pending === null || this.pending.dir !== dir) this.pending = { dir, ticks: 0 };
     this.pending.ticks++;
-    this.pending.target = best;
     if (!urgent && this.pending.ticks < this.o.confirmTicks) return actions;
     const maxFlips = Math.max(1, Math.ceil(n * this.o.maxFlipFraction));
-    const want = Math.min(maxFlips, Math.abs(best - p0));
-    actions.push(...this.chooseFlips(live, dir > 0 ? "prefill" : "decode", want, s.now));
+    const flips = chooseFlips(live, best, maxFlips, (w) => s.now - (this.lastFlip.get(w.id) ?? -Infinity) >= this.o.cooldownS);
+    for (const f of flips) if (f.kind === "flip") this.lastFlip.set(f.workerId, s.now);
+    actions.push(...flips);
     this.pending = null;
     return actions;
   }
 
-  private chooseFlips(live: WorkerSnapshot[], to: Role, count: number, now: number): PlannerAction[] {
-    const from: Role = to === "prefill" ? "decode" : "prefill";
-    const eligible = live
-      .filter((w) => w.role === from && now - (this.lastFlip.get(w.id) ?? -Infinity) >= this.o.cooldownS)
-      // Cheapest to flip first: fewest decodes to drain, or least prefill queued.
-      .sort((a, b) => (to === "prefill" ? a.decodeBatch - b.decodeBatch : a.waitingPrefillTokens - b.waitingPrefillTokens) || (a.id < b.id ? -1 : 1));
-    const out: PlannerAction[] = [];
-    for (const w of eligible.slice(0, count)) {
-      this.lastFlip.set(w.id, now);
-      out.push({ kind: "flip", workerId: w.id, to });
-    }
-    return out;
-  }
-
-  private adaptThreshold(_now: number, p: number, n: number, backlog: number, seqs: number, mu: number): PlannerAction[] {
-    const [ttft, itl] = this.predict(p, n, backlog, seqs, mu);
+  private adaptThreshold(mix: RoleMix, backlog: number, seqs: number, mu: number): PlannerAction[] {
+    const [ttft, itl] = this.predictMix(mix, backlog, seqs, mu);
     let t = this.threshold;
     // Decode has headroom and prefill is the pressure: let decode workers absorb more prefill locally.
     if (itl < 0.6 * this.o.itlTargetS && ttft > 0.5 * this.o.ttftTargetS) t *= 1.25;
@@ -170,6 +197,14 @@ export class OnlinePlanner implements Planner {
     if (busy > 1e-6) {
       const r = tok / busy;
       this.prefillRate = this.prefillRate === 0 ? r : 0.8 * this.prefillRate + 0.2 * r;
+      let local = 0;
+      for (const w of live) if (w.role === "decode") local += w.prefillTokens;
+      const share = local / Math.max(1e-9, local + tok);
+      this.localShare = 0.8 * this.localShare + 0.2 * share;
+    } else {
+      // No prefill workers: mixed steps also carry decodes, so their rate is only a lower bound.
+      for (const w of live) if (w.role !== "prefill") { tok += w.prefillTokens; busy += w.prefillBusyS; }
+      if (busy > 1e-6) this.prefillRate = Math.max(this.prefillRate, tok / busy);
     }
     const d = s.arrivedUncachedTokens / Math.max(1e-9, s.windowS);
     // React fast to bursts, decay slower: bursts matter most for P95 TTFT.

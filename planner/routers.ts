@@ -78,6 +78,12 @@ export interface SessionRouterOptions {
   loadWeightS?: number;
   /** Bonus (s) for the session's last worker: its KV may also be on its way back from host. */
   affinityBonusS?: number;
+  /**
+   * Seconds each sequence already decoding on a worker adds to its cost (default 1 ms): spreads
+   * decodes when prefill queues tie (all empty at light load), where ties would otherwise pile onto
+   * the first worker.
+   */
+  batchWeightS?: number;
   /** How many of the least-loaded prefill workers to price per request (default 4). */
   prefillShortlist?: number;
 }
@@ -111,7 +117,7 @@ export function routeSession(
     }
     // Slow steps, and sequences already queued for a decode slot, both count as decode overload.
     const overload = Math.max(0, w.decodeStepS / o.itlTargetS - 0.8) + (w.decodeQueue ?? 0) / 32;
-    let cost = route.predictedTtftS + loadW * overload;
+    let cost = route.predictedTtftS + loadW * overload + (o.batchWeightS ?? 0.001) * (w.decodeBatch + (w.decodeQueue ?? 0));
     if (w.id === req.lastWorker) cost -= o.affinityBonusS ?? 0;
     if (cost < bestCost) { bestCost = cost; best = route; }
   }

@@ -94,7 +94,7 @@ export function evolving(c: SystemContext): SystemSpec {
     decodeCaches: true, initialPrefill: prefill, initialDecode: c.workers - prefill, startupS: 0,
     maxLocalPrefill: planner.localPrefillThreshold(), maxPrefillQueuePerWorker: Infinity,
     params: {
-      planner: "online (1 s tick, hysteresis 15%, confirm 2 ticks, cooldown 15 s, ≤6.25% of workers flipped per tick)",
+      planner: "online (1 s tick, roles prefill/decode/mixed, hysteresis 10%, confirm 2 ticks, cooldown 15 s, ≤6.25% of workers flipped per tick)",
       router: "session affinity vs load, transfer vs recompute", retention: "agent-aware benefit/byte + host tier",
       decode_kv_reuse: true, workers: c.workers,
     },

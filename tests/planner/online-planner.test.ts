@@ -5,18 +5,25 @@ import { type MetricsSnapshot, OnlinePlanner, type Role, type WorkerSnapshot } f
 const N = 16;
 
 /** A cluster snapshot: `roles` per worker, prefill backlog and decode load per the arguments. */
-function snap(now: number, roles: Role[], o: { uncachedPerS: number; outputPerS: number; backlog: number; seqs: number }): MetricsSnapshot {
+function snap(
+  now: number, roles: Role[], o: { uncachedPerS: number; outputPerS: number; backlog: number; seqs: number; stepA?: number; stepB?: number },
+): MetricsSnapshot {
   const pre = roles.filter((r) => r === "prefill").length;
   const dec = roles.length - pre;
-  const workers: WorkerSnapshot[] = roles.map((role, i) => ({
-    id: `w${i}`, role, state: "serving", waitingPrefillTokens: role === "prefill" ? o.backlog / pre : 0, queueDelayS: 0,
-    decodeBatch: role === "decode" ? o.seqs / dec : 0, waitingDecodes: 0,
-    // Prefill workers run at 50k tokens/s when busy; decode steps cost 10 ms + 40 µs per sequence.
-    prefillTokens: role === "prefill" ? 50_000 * 0.8 : 0, prefillBusyS: role === "prefill" ? 0.8 : 0,
-    decodeTokens: 0, decodeBusyS: role === "decode" ? 1 : 0,
-    decodeStepS: role === "decode" ? 0.01 + 0.00004 * (o.seqs / dec) * (0.9 + 0.2 * (i % 2)) : 0,
-    meanDecodeBatch: role === "decode" ? (o.seqs / dec) * (0.9 + 0.2 * (i % 2)) : 0, kvUsage: 0.3,
-  }));
+  const workers: WorkerSnapshot[] = roles.map((role, i) => {
+    const decodes = role !== "prefill";
+    // Prefill workers run at 50k tokens/s when busy; mixed workers prefill locally at the same speed
+    // when there are no prefill workers. Decode steps cost 10 ms + 40 µs per sequence unless set.
+    const prefills = role === "prefill" || (role === "mixed" && pre === 0);
+    const b = (o.seqs / dec) * (0.9 + 0.2 * (i % 2));
+    return {
+      id: `w${i}`, role, state: "serving", waitingPrefillTokens: role === "prefill" ? o.backlog / pre : 0, queueDelayS: 0,
+      decodeBatch: decodes ? o.seqs / dec : 0, waitingDecodes: 0,
+      prefillTokens: prefills ? 50_000 * 0.8 : 0, prefillBusyS: prefills ? 0.8 : 0,
+      decodeTokens: 0, decodeBusyS: decodes ? 1 : 0,
+      decodeStepS: decodes ? (o.stepA ?? 0.01) + (o.stepB ?? 0.00004) * b : 0, meanDecodeBatch: decodes ? b : 0, kvUsage: 0.3,
+    };
+  });
   return {
     now, windowS: 1, workers, arrivals: 100, arrivedPromptTokens: 100 * 20_000, arrivedUncachedTokens: o.uncachedPerS,
     arrivedOutputTokens: o.outputPerS, completions: [],
@@ -67,4 +74,34 @@ test("OnlinePlanner.predict() charges decode overload when too few decode worker
   const [, itlFew] = planner.predict(15, N, 0, 800, 1000);
   const [, itlMany] = planner.predict(4, N, 0, 800, 1000);
   assert.ok(itlFew > 4 * itlMany, `itl with 1 decode worker ${itlFew}, with 12 ${itlMany}`);
+});
+
+test("OnlinePlanner.tick() moves to mixed workers under light decode-heavy load and stays there", () => {
+  const planner = new OnlinePlanner();
+  const roles: Role[] = Array.from({ length: N }, (_, i) => (i < 4 ? "prefill" : "decode"));
+  // Decode-bound steps (4 ms + 0.4 ms per sequence, as MoE expert reads grow with the batch): spreading
+  // decodes over the prefill workers too lowers ITL, and prefill is light enough to share steps.
+  const light = { uncachedPerS: 20_000, outputPerS: 24_000, backlog: 0, seqs: 240, stepA: 0.004, stepB: 0.0004 };
+  for (let t = 1; t <= 60; t++) apply(roles, planner.tick(snap(t, roles, light)));
+  const mixed = roles.filter((r) => r === "mixed").length;
+  const prefill = roles.filter((r) => r === "prefill").length;
+  // Idle prefill capacity becomes mixed workers that also decode (4 prefill workers at the start).
+  assert.ok(mixed >= 3 && prefill <= 1, `after 60 s: ${roles.join(",")}`);
+  const settled = roles.slice();
+  let later = 0;
+  for (let t = 61; t <= 180; t++) later += apply(roles, planner.tick(snap(t, roles, light)));
+  assert.equal(later, 0, `flipped ${later} times after settling at ${settled.join(",")}`);
+});
+
+test("OnlinePlanner.predictMix() puts prefill interference into mixed workers' ITL", () => {
+  const planner = new OnlinePlanner();
+  const roles: Role[] = Array.from({ length: N }, (_, i) => (i < 4 ? "prefill" : "decode"));
+  for (let t = 1; t <= 5; t++) planner.tick(snap(t, roles, steady));
+  const allMixed = { prefill: 0, decode: 0, mixed: N };
+  const [, itlLight] = planner.predictMix(allMixed, 0, 800, 1000);
+  planner.tick(snap(6, roles, { ...steady, uncachedPerS: 600_000 }));
+  const [, itlHeavy] = planner.predictMix(allMixed, 0, 800, 1000);
+  const [, itlSplit] = planner.predictMix({ prefill: 4, decode: N - 4, mixed: 0 }, 0, 800, 1000);
+  assert.ok(itlHeavy > 1.2 * itlLight, `mixed ITL at 150k prefill tok/s ${itlLight}, at 600k ${itlHeavy}`);
+  assert.ok(itlSplit < itlHeavy, `split ITL ${itlSplit} should beat all-mixed ${itlHeavy} under heavy prefill`);
 });
