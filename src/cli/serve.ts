@@ -8,7 +8,7 @@
 import { fileURLToPath } from "node:url";
 import { BACKEND_NAMES, isBackendChoice } from "../backend/select.ts";
 import { BackendUnavailableError } from "../backend/types.ts";
-import type { WorkerRole } from "../engine/scheduler-types.ts";
+import type { PreemptionMode, WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError } from "../model/config.ts";
 import { cliArgs, exitProcess, runtimeName } from "../runtime/env.ts";
 import { startServer } from "../serve/server.ts";
@@ -30,6 +30,8 @@ const FLAGS = {
   "max-num-seqs": { kind: "int", min: 1, help: "sequences per step at most (default 64)" },
   "max-waiting": { kind: "int", min: 1, help: "queue length before 429 (default 1024)" },
   role: { kind: "string", help: "mixed|prefill|decode (default mixed)" },
+  preemption: { kind: "string", help: "recompute|swap: what a request preempted for KV loses (default recompute)" },
+  "swap-space-blocks": { kind: "int", min: 0, help: "host swap space in KV blocks for --preemption swap (default: the KV pool's size)" },
   "max-body-bytes": { kind: "int", min: 1024, help: "largest request body (default 2 MiB)" },
   help: { kind: "boolean", help: "show this help" },
 } satisfies FlagSpecs;
@@ -44,6 +46,9 @@ async function main(): Promise<void> {
   if (!isBackendChoice(backend)) throw new ArgsError(`Unknown backend "${backend}"; choose one of ${BACKEND_NAMES.join(", ")}`);
   const role = f.role ?? "mixed";
   if (role !== "mixed" && role !== "prefill" && role !== "decode") throw new ArgsError(`Unknown role "${role}"; choose mixed, prefill or decode`);
+  const preemption = f.preemption ?? "recompute";
+  if (preemption !== "recompute" && preemption !== "swap") throw new ArgsError(`Unknown preemption mode "${preemption}"; choose recompute or swap`);
+  if (f["swap-space-blocks"] !== undefined && preemption !== "swap") throw new ArgsError(`Flag --swap-space-blocks ${f["swap-space-blocks"]} needs --preemption swap`);
   const s = await startServer({
     modelPath: f.model ?? DEFAULT_MODEL,
     servedModelName: f["served-model-name"],
@@ -58,6 +63,8 @@ async function main(): Promise<void> {
     maxNumSeqs: f["max-num-seqs"],
     maxWaiting: f["max-waiting"],
     role: role as WorkerRole,
+    preemption: preemption as PreemptionMode,
+    swapSpaceBlocks: f["swap-space-blocks"],
     maxBodyBytes: f["max-body-bytes"],
   });
   const st = s.engine.stats();

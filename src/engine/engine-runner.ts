@@ -2,23 +2,33 @@
  * Runs one scheduler step on a model: one ragged forward over the step's entries, then sampling
  * on the backend with each row's parameters and CPU-drawn uniform. The worker loop only sees the
  * `StepRunner` seam, so it can be driven by any backend (or a test double in unit tests).
+ * The model runner also moves preempted KV to and from host memory for swap preemption.
  */
 import type { Backend, SamplingRow } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import { forward, type PagedKv } from "../model/forward.ts";
-import type { StepEntry } from "./scheduler-types.ts";
+import { HostKvSwap } from "./kv-swap.ts";
+import type { StepEntry, SwapOp } from "./scheduler-types.ts";
 
 /** Executes steps: returns one sampled token per entry (entries that do not sample get any value). */
 export interface StepRunner {
   readonly numBlocks: number;
   readonly blockSize: number;
   run(entries: readonly StepEntry[], rows: readonly SamplingRow[]): Promise<Int32Array>;
+  /**
+   * Copies KV out to host memory, then back in (swap preemption). Must complete its swap-outs'
+   * reads before the next `run` writes the same blocks. Absent: only recompute preemption works.
+   */
+  swap?(out: readonly SwapOp[], into: readonly SwapOp[]): Promise<void>;
+  /** Forgets a sequence's host KV (it ended while swapped out). */
+  discardSwap?(seqId: number): void;
   /** Releases device memory. */
   close(): void;
 }
 
 /** A runner over a backend, an uploaded model and its paged KV cache. */
 export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedKv, release: () => void = () => {}): StepRunner {
+  const host = new HostKvSwap(backend, kv);
   return {
     numBlocks: kv.numBlocks,
     blockSize: kv.blockSize,
@@ -35,6 +45,11 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
         backend.free(logits);
       }
     },
+    async swap(out, into) {
+      for (const op of out) host.save(op);
+      for (const op of into) await host.restore(op);
+    },
+    discardSwap: (seqId) => host.discard(seqId),
     close: release,
   };
 }

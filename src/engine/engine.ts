@@ -14,7 +14,7 @@ import { AsyncQueue, EventChannel } from "./events.ts";
 import { seededUniforms, type UniformSource } from "./sampler-rng.ts";
 import { Scheduler } from "./scheduler.ts";
 import { poolBlockManager } from "./scheduler-kv-adapter.ts";
-import type { SchedulerConfig, SchedulerStats } from "./scheduler-types.ts";
+import type { SchedulerConfig, SchedulerStats, StepPlan } from "./scheduler-types.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 
 /** How to build an engine. */
@@ -76,6 +76,7 @@ export class Engine {
       numBlocks: r.numBlocks, blockSize: r.blockSize, clock: () => this.now() / 1000,
       events: (e) => this.kvEvents.publish(e), workerId: opts.workerId,
     });
+    if (opts.scheduler?.preemption === "swap" && !r.swap) throw new RangeError(`Preemption mode "swap" needs a runner that can copy KV to host memory`);
     this.scheduler = new Scheduler(poolBlockManager(this.pool), opts.scheduler);
     const poolTokens = (r.numBlocks - this.scheduler.config.watermarkBlocks) * r.blockSize;
     this.maxModelLen = Math.min(opts.maxModelLen ?? opts.config.contextLength, opts.config.contextLength, poolTokens);
@@ -156,7 +157,11 @@ export class Engine {
     while (!this.stopped || this.active.size > 0) {
       const plan = this.scheduler.schedule();
       for (const id of plan.truncated) this.finishById(id, "length");
+      const moved = plan.preempted.length + plan.truncated.length > 0;
       if (plan.entries.length === 0) {
+        // A step that only preempted or truncated changed the state: plan again instead of sleeping.
+        if (plan.swapOut.length > 0) await this.swapKv(plan).catch(() => this.metrics.stepErrors++);
+        if (moved) continue;
         if (this.stopped) break;
         await new Promise<void>((r) => (this.wake = r));
         this.wake = undefined;
@@ -170,6 +175,7 @@ export class Engine {
       let sampled: Int32Array | undefined;
       let error: string | undefined;
       try {
+        await this.swapKv(plan);
         sampled = await this.opts.runner.run(plan.entries, rows);
       } catch (e) {
         error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
@@ -186,6 +192,12 @@ export class Engine {
       }
       await yieldToEventLoop();
     }
+  }
+
+  /** Runs the plan's KV copies to and from host memory before its forward. */
+  private async swapKv(plan: StepPlan): Promise<void> {
+    if (plan.swapOut.length + plan.swapIn.length === 0) return;
+    await this.opts.runner.swap!(plan.swapOut, plan.swapIn);
   }
 
   private onToken(seq: Sequence): void {
@@ -218,6 +230,7 @@ export class Engine {
       if (rest) a.queue.push({ text: rest, tokenIds: [] });
     }
     this.scheduler.finish(a.seq.id, reason);
+    this.opts.runner.discardSwap?.(a.seq.id);
     this.active.delete(a.seq.id);
     a.queue.close();
     this.metrics.countFinish(error ? "error" : reason);

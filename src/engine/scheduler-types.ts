@@ -6,6 +6,12 @@
 /** What a worker does. A role only limits what the scheduler admits. */
 export type WorkerRole = "mixed" | "prefill" | "decode";
 
+/**
+ * What happens to a preempted sequence's KV: dropped and recomputed later (vLLM v1's default), or
+ * copied to host memory and written back on readmission ("swap", vLLM v0's option).
+ */
+export type PreemptionMode = "recompute" | "swap";
+
 /** Scheduler limits. */
 export interface SchedulerConfig {
   /** Token budget of one step (prefill chunks plus decode tokens). */
@@ -17,6 +23,12 @@ export interface SchedulerConfig {
   localPrefillLimit: number;
   /** Blocks kept free at admission so running sequences can grow without preempting at once. */
   watermarkBlocks: number;
+  preemption: PreemptionMode;
+  /**
+   * Swap mode: host blocks for swapped-out KV; a victim that does not fit falls back to recompute.
+   * Undefined means as many as the device pool holds.
+   */
+  swapSpaceBlocks?: number;
 }
 
 /** Defaults close to vLLM's for a small model. */
@@ -26,7 +38,18 @@ export const DEFAULT_SCHEDULER_CONFIG: SchedulerConfig = {
   role: "mixed",
   localPrefillLimit: 0,
   watermarkBlocks: 1,
+  preemption: "recompute",
 };
+
+/**
+ * A KV copy between the device pool and host memory: positions 0..numTokens-1 of a sequence,
+ * laid out over `blockTable` (swap out: the blocks just freed; swap in: the blocks just allocated).
+ */
+export interface SwapOp {
+  seqId: number;
+  blockTable: number[];
+  numTokens: number;
+}
 
 /** One sequence's share of a step: feed `tokens` at positions startPos.. with this block table. */
 export interface StepEntry {
@@ -45,8 +68,12 @@ export interface StepPlan {
   numTokens: number;
   numPrefillTokens: number;
   numDecodeTokens: number;
-  /** Sequences that lost their KV in this step (they recompute later). */
+  /** Sequences that lost their device KV in this step (recomputed or swapped in later). */
   preempted: number[];
+  /** KV to copy to host before the forward (its blocks are already reused by this step). */
+  swapOut: SwapOp[];
+  /** KV to write back from host before the forward. */
+  swapIn: SwapOp[];
   /** Sequences ended with "length" because the whole pool cannot hold them (engine reports them). */
   truncated: number[];
 }
@@ -60,7 +87,16 @@ export interface SchedulerStats {
   /** Prompt tokens looked up in the prefix cache at admission, and how many hit. */
   prefixQueriedTokens: number;
   prefixHitTokens: number;
+  /** Preemptions of either kind; `swapOuts` of them kept their KV in host memory. */
   preemptions: number;
+  swapOuts: number;
+  swappedOutBlocks: number;
+  swappedInBlocks: number;
+  /** Host swap space in use and in all, in blocks. */
+  swapUsedBlocks: number;
+  swapTotalBlocks: number;
+  /** Tokens whose KV was computed again after a recompute preemption (prefix hits excluded). */
+  recomputedTokens: number;
   steps: number;
 }
 

@@ -1,8 +1,9 @@
 /**
  * Continuous batching with chunked prefill under a per-step token budget (vLLM v1's shape):
  * running sequences first (decode tokens and unfinished prefill chunks), preempting the newest
- * running sequence by recompute when KV runs out, then FCFS admission of waiting sequences while
- * budget and free blocks last. Prefix-cache hits at admission skip their tokens. Pure CPU logic.
+ * running sequence when KV runs out (by recompute, or by swap to host memory while the swap space
+ * has room), then FCFS admission of waiting sequences while budget and free blocks last.
+ * Prefix-cache hits at admission skip their tokens. Pure CPU logic.
  */
 import type { KvBlockManager } from "./scheduler-kv.ts";
 import {
@@ -12,7 +13,9 @@ import {
   type SchedulerStats,
   type StepEntry,
   type StepPlan,
+  type SwapOp,
 } from "./scheduler-types.ts";
+import { SwapSpace } from "./scheduler-swap.ts";
 import { type FinishReason, Sequence, type SequenceHints } from "./sequence.ts";
 
 /** The scheduler of one worker. */
@@ -27,9 +30,14 @@ export class Scheduler {
   private prefixQueried = 0;
   private prefixHit = 0;
   private preemptions = 0;
+  private recomputed = 0;
+  private readonly swap: SwapSpace;
 
   constructor(private readonly kv: KvBlockManager, config: Partial<SchedulerConfig> = {}) {
     this.config = { ...DEFAULT_SCHEDULER_CONFIG, ...config };
+    const mode = this.config.preemption;
+    if (mode !== "recompute" && mode !== "swap") throw new RangeError(`Unknown preemption mode "${mode}"; choose recompute or swap`);
+    this.swap = new SwapSpace(mode === "swap" ? this.config.swapSpaceBlocks ?? kv.totalBlocks : 0, kv.blockSize);
   }
 
   /** Queues a request. Throws SchedulerCapacityError when its prompt cannot fit the pool at all. */
@@ -63,6 +71,8 @@ export class Scheduler {
     const entries: StepEntry[] = [];
     const preempted: number[] = [];
     const truncated: number[] = [];
+    const swapOut: SwapOp[] = [];
+    const swapIn: SwapOp[] = [];
     const scheduled = new Set<Sequence>();
     let prefill = 0;
     const add = (seq: Sequence, n: number) => {
@@ -86,7 +96,7 @@ export class Scheduler {
           break;
         }
         const victim = this.running[this.running.length - 1];
-        this.preempt(victim);
+        this.preempt(victim, swapOut);
         preempted.push(victim.id);
         if (victim === seq) break;
         got = this.kv.allocate(extra);
@@ -96,23 +106,27 @@ export class Scheduler {
       add(seq, n);
     }
 
-    if (preempted.length === 0) this.admit(() => budget, (seq, n) => add(seq, n));
+    if (preempted.length === 0) this.admit(() => budget, (seq, n) => add(seq, n), swapIn);
 
     const numTokens = entries.reduce((a, e) => a + e.tokens.length, 0);
-    const plan: StepPlan = { step: this.stepNo++, entries, numTokens, numPrefillTokens: prefill, numDecodeTokens: numTokens - prefill, preempted, truncated };
+    const plan: StepPlan = { step: this.stepNo++, entries, numTokens, numPrefillTokens: prefill, numDecodeTokens: numTokens - prefill, preempted, truncated, swapOut, swapIn };
     if (entries.length > 0) this.inFlight = plan;
     return plan;
   }
 
-  /** FCFS admission: stops at the first sequence that does not fit (no overtaking), except in the decode role. */
-  private admit(budget: () => number, add: (seq: Sequence, n: number) => void): void {
+  /**
+   * FCFS admission: stops at the first sequence that does not fit (no overtaking), except in the
+   * decode role. A swapped-out sequence gets fresh blocks for its saved KV (pushed onto `swapIn`).
+   */
+  private admit(budget: () => number, add: (seq: Sequence, n: number) => void, swapIn: SwapOp[]): void {
     const bs = this.kv.blockSize;
     for (let i = 0; i < this.waiting.length && budget() > 0 && this.running.length < this.config.maxRunning;) {
       const seq = this.waiting[i];
       // Never serve the last token from cache: its logits are needed, so at least one token is computed.
-      const probe = seq.tokens.slice(0, seq.tokens.length - 1);
-      const hit = this.kv.acquirePrefix(probe, seq.hints);
-      const cached = hit.length * bs;
+      // Swapped KV is restored whole into fresh blocks: no prefix probe, nothing shared.
+      const swapped = seq.numSwapped;
+      const hit = swapped > 0 ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
+      const cached = swapped > 0 ? swapped : hit.length * bs;
       const uncachedPrompt = Math.max(0, seq.promptLength - cached);
       if (this.config.role === "decode" && uncachedPrompt > this.config.localPrefillLimit) {
         this.kv.release(hit);
@@ -131,6 +145,7 @@ export class Scheduler {
       seq.numComputed = cached;
       seq.numCommittedBlocks = hit.length;
       seq.status = "running";
+      if (swapped > 0) swapIn.push(this.swap.swapIn(seq, got));
       if (seq.preemptions === 0) {
         seq.numCachedPrompt = Math.min(cached, seq.promptLength);
         this.prefixQueried += seq.promptLength;
@@ -141,7 +156,10 @@ export class Scheduler {
     }
   }
 
-  private preempt(seq: Sequence): void {
+  /** Frees a running sequence's blocks; in swap mode its computed KV goes to host memory when it fits. */
+  private preempt(seq: Sequence, swapOut: SwapOp[]): void {
+    const op = this.swap.swapOut(seq); // recompute mode has no swap space, so this is null there
+    if (op) swapOut.push(op);
     this.kv.release(seq.blockTable);
     seq.blockTable = [];
     seq.numComputed = 0;
@@ -170,7 +188,10 @@ export class Scheduler {
         this.finish(seq.id, "abort");
         continue;
       }
+      // Positions computed before (and lost to a recompute preemption) are counted as recomputed.
+      this.recomputed += Math.max(0, Math.min(seq.maxComputed, e.startPos + e.tokens.length) - e.startPos);
       seq.numComputed += e.tokens.length;
+      seq.maxComputed = Math.max(seq.maxComputed, seq.numComputed);
       const full = Math.floor(seq.numComputed / bs);
       if (full > seq.numCommittedBlocks) {
         this.kv.commit(seq.tokens, seq.blockTable, seq.numCommittedBlocks, full, seq.hints);
@@ -194,6 +215,7 @@ export class Scheduler {
     if (seq.status === "running") this.running.splice(this.running.indexOf(seq), 1);
     else this.waiting.splice(this.waiting.indexOf(seq), 1);
     this.kv.release(seq.blockTable);
+    this.swap.drop(seq);
     seq.blockTable = [];
     seq.status = "finished";
     seq.finishReason = reason;
@@ -219,6 +241,8 @@ export class Scheduler {
       prefixQueriedTokens: this.prefixQueried,
       prefixHitTokens: this.prefixHit,
       preemptions: this.preemptions,
+      ...this.swap.stats(),
+      recomputedTokens: this.recomputed,
       steps: this.stepNo,
     };
   }

@@ -29,6 +29,10 @@ export class Sequence {
   blockTable: number[] = [];
   /** Leading blocks already registered in the prefix cache. */
   numCommittedBlocks = 0;
+  /** Most tokens whose KV was ever computed (so a recompute after preemption can be counted). */
+  maxComputed = 0;
+  /** Leading tokens whose KV waits in host swap space (0 unless swapped out). */
+  numSwapped = 0;
   /** Times this sequence lost its KV to preemption. */
   preemptions = 0;
   /** Set when an abort arrives while the sequence is part of a step in flight. */

@@ -34,7 +34,12 @@ export function renderMetrics(engine: Engine, modelName: string): string {
   simple("vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.", s.prefixQueriedTokens);
   simple("vllm:prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", s.prefixHitTokens);
   simple("vllm:prefix_cache_hit_rate", "gauge", "Prefix cache hits over queries, in tokens, since start.", s.prefixQueriedTokens ? s.prefixHitTokens / s.prefixQueriedTokens : 0);
-  simple("vllm:num_preemptions_total", "counter", "Requests preempted (KV recomputed later).", s.preemptions);
+  simple("vllm:num_preemptions_total", "counter", "Requests preempted (KV recomputed or swapped to host memory).", s.preemptions);
+  simple("vllm:num_preemptions_swapped_total", "counter", "Preemptions whose KV was swapped to host memory.", s.swapOuts);
+  simple("vllm:num_recomputed_tokens_total", "counter", "Tokens whose KV was computed again after a recompute preemption.", s.recomputedTokens);
+  simple("vllm:kv_swapped_out_blocks_total", "counter", "KV blocks copied to host swap space.", s.swappedOutBlocks);
+  simple("vllm:kv_swapped_in_blocks_total", "counter", "KV blocks copied back from host swap space.", s.swappedInBlocks);
+  simple("vllm:cpu_cache_usage_perc", "gauge", "Fraction of host swap space in use (1 = full).", s.swapTotalBlocks ? s.swapUsedBlocks / s.swapTotalBlocks : 0);
   simple("vllm:prompt_tokens_total", "counter", "Prompt tokens received.", m.promptTokens);
   simple("vllm:generation_tokens_total", "counter", "Tokens generated.", m.generationTokens);
   simple("vllm:request_rejected_total", "counter", "Requests refused because the queue was full (429).", m.rejected);

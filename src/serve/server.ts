@@ -7,7 +7,7 @@ import { type BackendChoice, selectBackend } from "../backend/select.ts";
 import type { Engine } from "../engine/engine.ts";
 import { createEngine } from "../engine/engine-factory.ts";
 import { kvBytesPerBlock } from "../engine/kv-cache.ts";
-import type { WorkerRole } from "../engine/scheduler-types.ts";
+import type { PreemptionMode, WorkerRole } from "../engine/scheduler-types.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { loadModel } from "../model/load.ts";
 import { createApp } from "./app.ts";
@@ -31,6 +31,10 @@ export interface ServerOptions {
   maxNumSeqs?: number;
   maxWaiting?: number;
   role?: WorkerRole;
+  /** What a preempted request loses: its KV (recompute, the default) or nothing (swap to host). */
+  preemption?: PreemptionMode;
+  /** Host swap space in KV blocks (swap mode; default: as many as the device pool). */
+  swapSpaceBlocks?: number;
   maxBodyBytes?: number;
 }
 
@@ -66,6 +70,8 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...(o.maxBatchTokens ? { maxBatchTokens: o.maxBatchTokens } : {}),
       ...(o.maxNumSeqs ? { maxRunning: o.maxNumSeqs } : {}),
       ...(o.role ? { role: o.role } : {}),
+      ...(o.preemption ? { preemption: o.preemption } : {}),
+      ...(o.swapSpaceBlocks !== undefined ? { swapSpaceBlocks: o.swapSpaceBlocks } : {}),
     },
   });
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
