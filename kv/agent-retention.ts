@@ -4,6 +4,7 @@
  * Reasoning blocks of a finished turn are worth nothing (agents drop them from the next turn) and go
  * first. Within a session, the deepest block goes first, since a prefix is only useful contiguously.
  */
+import { RankHeap } from "./rank-heap.ts";
 import type { EvictableBlock, RetentionPolicy } from "./retention.ts";
 import type { SessionTracker } from "./session-tracker.ts";
 
@@ -20,8 +21,11 @@ export interface AgentAwareOptions {
 }
 
 interface Group {
+  key: string;
+  /** Block ids, possibly stale: an id counts only while `owner[id]` is this group. */
   ids: number[];
-  depth: Map<number, number>;
+  /** Live blocks (ids owned by this group). */
+  live: number;
   sorted: boolean;
   /** Upper bound on the depth of its blocks (exact after each sort). */
   maxDepth: number;
@@ -34,8 +38,12 @@ const ANON = "";
 /** Retention by expected benefit per byte, using a shared {@link SessionTracker}. */
 export class AgentAwarePolicy implements RetentionPolicy {
   private readonly groups = new Map<string, Group>();
-  private readonly owner = new Map<number, string>();
-  private readonly dropped = new Map<number, true>();
+  // Per block id (ids are dense pool indices, so arrays beat Maps): owning group, depth, dropped flag.
+  private readonly owner: (Group | undefined)[] = new Array<Group | undefined>(64).fill(undefined);
+  private depthOf = new Int32Array(64);
+  private isDropped = new Uint8Array(64);
+  private owned = 0;
+  private droppedCount = 0;
   private readonly droppedStack: number[] = [];
   private readonly recompute: (depth: number) => number;
   private readonly blockBytes: number;
@@ -43,9 +51,8 @@ export class AgentAwarePolicy implements RetentionPolicy {
   private evictRate = 0;
   private lastEvictTime = -Infinity;
   private readonly rerankS: number;
-  // Session keys ranked by score at the last re-ranking, lowest first; `next` walks it.
-  private order: string[] = [];
-  private next = 0;
+  // Session keys ranked by score at the last re-ranking, lowest first, consumed from the front.
+  private readonly order = new RankHeap();
   private rankedAt = -Infinity;
 
   /** Creates the policy over the given session knowledge. */
@@ -58,41 +65,50 @@ export class AgentAwarePolicy implements RetentionPolicy {
 
   /** Number of evictable blocks tracked. */
   get size(): number {
-    return this.owner.size + this.dropped.size;
+    return this.owned + this.droppedCount;
   }
 
   /** A cached block became evictable. */
   add(block: EvictableBlock, now: number): void {
-    this.remove(block.id);
+    const id = block.id;
+    this.remove(id);
+    if (id >= this.depthOf.length) this.growTo(id);
     const sid = block.meta.sessionId;
     if (block.meta.type === "reasoning" && sid !== undefined && this.sessions.status(sid) !== "running") {
-      this.dropped.set(block.id, true);
-      this.droppedStack.push(block.id);
+      this.isDropped[id] = 1;
+      this.droppedCount++;
+      this.droppedStack.push(id);
       return;
     }
     const key = sid ?? ANON;
     let g = this.groups.get(key);
     if (g === undefined) {
-      g = { ids: [], depth: new Map(), sorted: true, maxDepth: 0, newest: now };
+      g = { key, ids: [], live: 0, sorted: true, maxDepth: 0, newest: now };
       this.groups.set(key, g);
     }
     if (block.depth > g.maxDepth) g.maxDepth = block.depth;
     if (now > g.newest) g.newest = now;
-    g.ids.push(block.id);
-    g.depth.set(block.id, block.depth);
+    g.ids.push(id);
+    g.live++;
     g.sorted = false;
-    this.owner.set(block.id, key);
+    this.depthOf[id] = block.depth;
+    this.owner[id] = g;
+    this.owned++;
   }
 
   /** A block is no longer evictable. */
   remove(id: number): void {
-    if (this.dropped.delete(id)) return;
-    const key = this.owner.get(id);
-    if (key === undefined) return;
-    this.owner.delete(id);
-    const g = this.groups.get(key)!;
-    g.depth.delete(id); // lazy: the id stays in g.ids and is skipped on pop
-    if (g.depth.size === 0) this.groups.delete(key);
+    if (id >= this.depthOf.length) return;
+    if (this.isDropped[id] === 1) {
+      this.isDropped[id] = 0;
+      this.droppedCount--;
+      return;
+    }
+    const g = this.owner[id];
+    if (g === undefined) return;
+    this.owner[id] = undefined; // lazy: the id stays in g.ids and is skipped on pop
+    this.owned--;
+    if (--g.live === 0) this.groups.delete(g.key);
   }
 
   /** Evicts the block with the lowest expected benefit per byte. */
@@ -100,23 +116,25 @@ export class AgentAwarePolicy implements RetentionPolicy {
     this.noteEviction(now);
     while (this.droppedStack.length > 0) {
       const id = this.droppedStack.pop()!;
-      if (this.dropped.has(id)) { this.remove(id); return id; }
+      if (this.isDropped[id] === 1) { this.remove(id); return id; }
     }
     const key = this.victimGroup(now);
     if (key === undefined) return undefined;
     const g = this.groups.get(key)!;
+    const owner = this.owner;
+    const depth = this.depthOf;
     if (!g.sorted) {
-      g.ids = g.ids.filter((id) => g.depth.has(id));
-      g.ids.sort((a, b) => g.depth.get(a)! - g.depth.get(b)!);
+      g.ids = g.ids.filter((id) => owner[id] === g);
+      g.ids.sort((a, b) => depth[a] - depth[b]);
       g.sorted = true;
-      g.maxDepth = g.ids.length > 0 ? g.depth.get(g.ids[g.ids.length - 1])! : 0;
+      g.maxDepth = g.ids.length > 0 ? depth[g.ids[g.ids.length - 1]] : 0;
     }
     while (g.ids.length > 0) {
       const id = g.ids.pop()!;
-      if (g.depth.has(id)) {
+      if (owner[id] === g) {
         this.remove(id);
         const last = g.ids[g.ids.length - 1];
-        if (last !== undefined) g.maxDepth = g.depth.get(last) ?? g.maxDepth;
+        if (last !== undefined && owner[last] === g) g.maxDepth = depth[last];
         return id;
       }
     }
@@ -127,8 +145,11 @@ export class AgentAwarePolicy implements RetentionPolicy {
   /** Expected benefit per byte of keeping session `key`'s deepest block, as of `now`. */
   score(key: string, now: number): number {
     const g = this.groups.get(key);
-    if (g === undefined) return 0;
-    const horizon = this.horizonS();
+    return g === undefined ? 0 : this.groupScore(g, now, this.horizonS());
+  }
+
+  private groupScore(g: Group, now: number, horizon: number): number {
+    const key = g.key;
     const p = key === ANON
       ? Math.exp(-(now - g.newest) / horizon)
       : this.sessions.returnProbability(key, now, horizon);
@@ -142,20 +163,32 @@ export class AgentAwarePolicy implements RetentionPolicy {
   private victimGroup(now: number): string | undefined {
     if (this.groups.size === 0) return undefined;
     for (let pass = 0; pass < 2; pass++) {
-      if (pass === 1 || now - this.rankedAt >= this.rerankS || this.next >= this.order.length) {
-        const scored = [...this.groups.keys()].map((k) => [k, this.score(k, now)] as const);
-        scored.sort((a, b) => a[1] - b[1] || (a[0] < b[0] ? -1 : 1));
-        this.order = scored.map((x) => x[0]);
-        this.next = 0;
+      if (pass === 1 || now - this.rankedAt >= this.rerankS || this.order.size === 0) {
+        // Horizon depends only on the pool's size and eviction rate, fixed during a re-ranking.
+        const horizon = this.horizonS();
+        const keys: string[] = [];
+        const scores: number[] = [];
+        for (const g of this.groups.values()) { keys.push(g.key); scores.push(this.groupScore(g, now, horizon)); }
+        this.order.reset(keys, scores);
         this.rankedAt = now;
       }
-      while (this.next < this.order.length) {
-        const k = this.order[this.next];
+      for (let k = this.order.peek(); k !== undefined; this.order.pop(), k = this.order.peek()) {
         if (this.groups.has(k)) return k;
-        this.next++;
       }
     }
     return undefined;
+  }
+
+  /** Grows the per-block arrays to cover block `id`. */
+  private growTo(id: number): void {
+    const n = Math.max(id + 1, this.depthOf.length * 2);
+    const depth = new Int32Array(n);
+    depth.set(this.depthOf);
+    this.depthOf = depth;
+    const dropped = new Uint8Array(n);
+    dropped.set(this.isDropped);
+    this.isDropped = dropped;
+    while (this.owner.length < n) this.owner.push(undefined);
   }
 
   /** Time a block would survive in this pool at the current eviction rate: size ÷ evictions per second. */

@@ -3,6 +3,7 @@
  * (the way Dynamo's router builds its radix tree). Used by routers for overlap scores.
  * Worker ids are interned to small integers; each hash keeps a short list of (worker, tier bits).
  */
+import { BlockHashTable } from "./hash-table.ts";
 import type { BlockHash, KvEvent, Tier } from "./types.ts";
 
 const TIER_BIT: Record<Tier, number> = { device: 1, host: 2, remote: 4 };
@@ -16,9 +17,14 @@ export interface WorkerOverlap {
 
 /** hash → [(worker index << 3) | tier bits, ...], fed by {@link KvEvent}s. */
 export class GlobalBlockIndex {
-  private readonly holders = new Map<BlockHash, number[]>();
+  private readonly holders = new BlockHashTable<number[]>();
   private readonly ids: string[] = [];
   private readonly idx = new Map<string, number>();
+  // Scratch for overlaps(), reused across calls (sized to the interned worker count).
+  private onDev = new Uint8Array(0);
+  private dev = new Int32Array(0);
+  private any = new Int32Array(0);
+  private seen = new Int32Array(0);
 
   /** Number of distinct hashes known. */
   get size(): number {
@@ -52,7 +58,9 @@ export class GlobalBlockIndex {
     if (first === undefined) return out;
     // Per worker (by interned index): still on a device run, last block on device, last on device-or-host.
     const n = this.ids.length;
-    const onDev = new Uint8Array(n), dev = new Int32Array(n), any = new Int32Array(n), seen = new Int32Array(n);
+    if (this.seen.length < n) this.scratch(n);
+    const { onDev, dev, any, seen } = this;
+    seen.fill(0, 0, n); // the other arrays are written for every worker in `ws` before being read
     const ws: number[] = [];
     for (const v of first) { const w = v >> 3; ws.push(w); onDev[w] = v & 1; dev[w] = v & 1; any[w] = 1; seen[w] = 1; }
     let alive = ws.length;
@@ -61,7 +69,8 @@ export class GlobalBlockIndex {
       if (list === undefined) break;
       // A worker extends its run only if it matched block b-1 (seen[w] === b) and holds block b.
       alive = 0;
-      for (const v of list) {
+      for (let i = 0; i < list.length; i++) {
+        const v = list[i];
         const w = v >> 3;
         if (seen[w] !== b || (v & 3) === 0) continue;
         seen[w] = b + 1;
@@ -73,6 +82,13 @@ export class GlobalBlockIndex {
     }
     for (const w of ws) out.set(this.ids[w], { device: dev[w], deviceOrHost: any[w] });
     return out;
+  }
+
+  private scratch(n: number): void {
+    this.onDev = new Uint8Array(n);
+    this.dev = new Int32Array(n);
+    this.any = new Int32Array(n);
+    this.seen = new Int32Array(n);
   }
 
   private intern(id: string): number {

@@ -2,6 +2,8 @@
  * An O(1) least-recently-used order: a Map to nodes of a doubly linked list. (A plain Map used as a
  * queue degrades: V8 leaves deleted slots at its front that every `keys().next()` must skip.)
  */
+import { BlockHashTable } from "./hash-table.ts";
+import type { BlockHash } from "./types.ts";
 
 interface Node<K, V> {
   key: K;
@@ -10,11 +12,27 @@ interface Node<K, V> {
   next: Node<K, V> | null;
 }
 
+/** The key → node map an {@link LruList} needs (a Map, or a {@link BlockHashTable} for block hashes). */
+interface NodeMap<K, N> {
+  readonly size: number;
+  get(key: K): N | undefined;
+  has(key: K): boolean;
+  set(key: K, node: N): void;
+  delete(key: K): boolean;
+}
+
 /** Keys in recency order, oldest first, each with a value. */
 export class LruList<K, V> {
-  private readonly nodes = new Map<K, Node<K, V>>();
   private head: Node<K, V> | null = null; // oldest
   private tail: Node<K, V> | null = null; // newest
+
+  /** Creates an empty list; `nodes` defaults to a Map (see {@link LruList.forBlockHashes}). */
+  constructor(private readonly nodes: NodeMap<K, Node<K, V>> = new Map<K, Node<K, V>>()) {}
+
+  /** A list keyed by block hashes or block ids (non-negative integers), on a faster table than Map. */
+  static forBlockHashes<V>(): LruList<BlockHash, V> {
+    return new LruList<BlockHash, V>(new BlockHashTable<Node<BlockHash, V>>());
+  }
 
   /** Number of keys. */
   get size(): number {

@@ -3,6 +3,7 @@
  * looked-up tokens AND the entry's parent is the block the walk just matched (by commit serial),
  * so a hash collision can never hand out another sequence's KV.
  */
+import { BlockHashTable } from "./hash-table.ts";
 import type { BlockHash } from "./types.ts";
 
 /** One indexed block. */
@@ -23,7 +24,7 @@ function sameTokens(a: number[], b: ArrayLike<number>): boolean {
 
 /** Hash → entry map with token and parent verification. */
 export class PrefixIndex {
-  private readonly entries = new Map<BlockHash, PrefixEntry>();
+  private readonly entries = new BlockHashTable<PrefixEntry>();
   private nextSerial = 0;
   /** Lookups whose hash matched but whose tokens or parent did not (collisions observed). */
   collisions = 0;
@@ -59,9 +60,10 @@ export class PrefixIndex {
 
   /** Adds an entry; returns undefined (and adds nothing) when the hash is taken. */
   insert(hash: BlockHash, blockId: number, tokens: ArrayLike<number>, parentSerial: number): PrefixEntry | undefined {
-    if (this.entries.has(hash)) return undefined;
-    const entry: PrefixEntry = { blockId, serial: this.nextSerial++, parentSerial, tokens: Array.from(tokens) };
-    this.entries.set(hash, entry);
+    const copy = tokens.length === 1 ? [tokens[0]] : Array.from(tokens);
+    const entry: PrefixEntry = { blockId, serial: this.nextSerial, parentSerial, tokens: copy };
+    if (!this.entries.add(hash, entry)) return undefined;
+    this.nextSerial++;
     return entry;
   }
 

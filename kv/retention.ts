@@ -31,7 +31,7 @@ export interface RetentionPolicy {
  * a sequence's blocks are freed tail first, so among blocks freed together the tail goes first.
  */
 export class LruPolicy implements RetentionPolicy {
-  private readonly order = new LruList<number, true>();
+  private readonly order = LruList.forBlockHashes<true>();
 
   /** Marks the block as the most recently used evictable one. */
   add(block: EvictableBlock, _now: number): void {

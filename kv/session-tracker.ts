@@ -101,7 +101,10 @@ export class SessionTracker {
 
   /** Predicted median gap (s) of the session's current wait. */
   predictedGapS(sessionId: string): number {
-    const s = this.sessions.get(sessionId);
+    return this.gapOf(this.sessions.get(sessionId));
+  }
+
+  private gapOf(s: SessionRecord | undefined): number {
     if (s === undefined || s.status === "idle") return this.o.priorIdleGapS;
     if (s.status === "running") return 0;
     // Blend session history, tool history and the prior by how much each has seen.
@@ -118,7 +121,7 @@ export class SessionTracker {
     const s = this.sessions.get(sessionId);
     if (s === undefined) return now + this.o.priorIdleGapS;
     if (s.status === "running") return now;
-    return Math.max(now, s.since + this.predictedGapS(sessionId));
+    return Math.max(now, s.since + this.gapOf(s));
   }
 
   /**
@@ -130,7 +133,7 @@ export class SessionTracker {
     if (s === undefined) return 0;
     if (s.status === "running") return 1;
     const pCont = s.status === "waiting-tool" ? this.o.pContinueAfterTool : this.o.pContinueAfterAnswer;
-    const mu = Math.log(this.predictedGapS(sessionId));
+    const mu = Math.log(this.gapOf(s));
     const sig = this.o.sigma;
     const waited = Math.max(1e-6, now - s.since);
     const fNow = normalCdf((Math.log(waited) - mu) / sig);

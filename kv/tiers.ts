@@ -31,7 +31,7 @@ function sameTokens(a: number[], b: ArrayLike<number>): boolean {
 
 /** An LRU content-addressed block cache for one lower tier of one worker. */
 export class TierCache {
-  private readonly entries = new LruList<BlockHash, TierEntry>();
+  private readonly entries = LruList.forBlockHashes<TierEntry>();
 
   /** Creates an empty tier; events (moved / removed) go to `events` tagged with `workerId`. */
   constructor(readonly spec: TierSpec, private readonly workerId: string, private readonly events?: KvEventSink) {}
