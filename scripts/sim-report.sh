@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 DUR=${DUR:-1200}
 run() { npx tsx src/cli/sim.ts "$@"; }
 for s in coding-256 math-256 computer-use-256 mixed-shift-256; do
-  run --scenario "$s" --duration "$DUR" --sweep "${LOADS:-2,4}" --report "docs/results/$s" > "docs/results/$s.txt"
+  run --scenario "$s" --duration "$DUR" --sweep "${LOADS:-1,2}" --report "docs/results/$s" > "docs/results/$s.txt"
 done
 run --scenario steady-profiled --duration "$DUR" --sweep 1,2 --report docs/results/steady-profiled > docs/results/steady-profiled.txt
 run --trace ../shared/traces/azure2023_code.csv --format azure --load 1 --report docs/results/azure-code > docs/results/azure-code.txt
