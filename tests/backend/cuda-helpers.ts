@@ -7,6 +7,7 @@ import { createCudaBackend, type CudaBackend } from "../../src/backend/cuda/inde
 import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import type { Backend, Tensor, WeightDType } from "../../src/backend/types.ts";
+import { Rng } from "./conformance-support.ts";
 
 function tryCuda(): CudaBackend | undefined {
   try {
@@ -23,16 +24,8 @@ export const ref: Backend = createReferenceBackend();
 
 /** Deterministic values in [-scale, scale) from a seed (mulberry32). */
 export function rand(count: number, seed: number, scale = 1): Float32Array {
-  let a = seed >>> 0;
-  const out = new Float32Array(count);
-  for (let i = 0; i < count; i++) {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    out[i] = ((((t ^ (t >>> 14)) >>> 0) / 4294967296) * 2 - 1) * scale;
-  }
-  return out;
+  const rng = new Rng(seed);
+  return Float32Array.from({ length: count }, () => (rng.next() * 2 - 1) * scale);
 }
 
 /** Uploads the same f32 data to both backends. */

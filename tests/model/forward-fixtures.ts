@@ -5,6 +5,7 @@
 import { decodeToF32, encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 import type { RopeLayout, WeightDType } from "../../src/backend/types.ts";
 import type { Architecture, HostTensor, LayerWeights, ModelConfig, ModelWeights } from "../../src/model/config.ts";
+import { seededRandom } from "./model-files.ts";
 
 /** Shape options of a random model. */
 export interface RandomModelSpec {
@@ -28,20 +29,9 @@ export interface HostModel {
   weights: ModelWeights<HostTensor>;
 }
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 /** Builds a random-weight model of the given shape. */
 export function randomModel(spec: RandomModelSpec): HostModel {
-  const rand = rng(spec.seed);
+  const rand = seededRandom(spec.seed);
   const tensor = (name: string, shape: number[], scale: number, dtype: WeightDType, offset = 0): HostTensor => {
     const count = shape.reduce((a, b) => a * b, 1);
     const values = new Float32Array(count).map(() => offset + (rand() * 2 - 1) * scale);
