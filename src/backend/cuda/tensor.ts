@@ -5,6 +5,8 @@
 import { byteSize } from "../dtype-codec.ts";
 import { BackendShapeError, type DType, numel, type Tensor } from "../types.ts";
 import type { DevicePtr } from "./native-types.ts";
+import { checkShape, fmt } from "../shape-checks.ts";
+export { checkShape, fmt };
 
 /** The backend name every CUDA tensor carries. */
 export const CUDA_NAME = "cuda";
@@ -22,11 +24,6 @@ export class CudaTensor implements Tensor {
     /** Host copy of an uploaded i32 tensor (never of op results). */
     readonly host?: Int32Array,
   ) {}
-}
-
-/** Formats a shape for error messages: [2, 3]. */
-export function fmt(shape: readonly number[]): string {
-  return `[${shape.join(", ")}]`;
 }
 
 /** Narrows a Tensor to a CudaTensor or throws naming the owning backend. */
@@ -47,14 +44,6 @@ export function expect(t: Tensor, rank: number | undefined, what: string, dtypes
     throw new BackendShapeError(`${what} must be ${dtypes.join(" or ")}, got ${c.dtype}`);
   }
   return c;
-}
-
-/** Validates a shape and returns its element count. */
-export function checkShape(shape: readonly number[], what: string): number {
-  if (!shape.every((d) => Number.isInteger(d) && d >= 0)) {
-    throw new BackendShapeError(`${what} shape ${fmt(shape)} must hold non-negative integers`);
-  }
-  return numel(shape);
 }
 
 /** Device bytes of a tensor's storage (q8_0 uses the repacked layout: quants, then f16 scales). */

@@ -3,6 +3,8 @@
  * dequantized to f32 once, at upload), plus the shape/dtype checks every op shares.
  */
 import { BackendShapeError, type DType, numel, type Tensor } from "../types.ts";
+import { checkShape, expectRank, expectSameShape, fmt } from "../shape-checks.ts";
+export { checkShape, expectRank, expectSameShape, fmt };
 
 /** Name every reference tensor carries in `Tensor.backend`. */
 export const REFERENCE_NAME = "reference";
@@ -64,40 +66,10 @@ export function asRef(t: Tensor, what: string): RefTensor {
   return t;
 }
 
-/** Formats a shape for error messages. */
-export function fmt(shape: readonly number[]): string {
-  return `[${shape.join(", ")}]`;
-}
-
-/** Checks a shape is valid (non-negative integers) and returns its element count. */
-export function checkShape(shape: readonly number[], what: string): number {
-  for (const d of shape) {
-    if (!Number.isInteger(d) || d < 0) throw new BackendShapeError(`${what} has an invalid shape ${fmt(shape)}`);
-  }
-  return numel(shape);
-}
-
-/** Requires a tensor of exactly `rank` dimensions and the given dtypes. */
-export function expectRank(t: RefTensor, rank: number, what: string, dtypes: readonly DType[]): void {
-  if (t.shape.length !== rank) {
-    throw new BackendShapeError(`${what} must have ${rank} dimensions, got ${fmt(t.shape)}`);
-  }
-  if (!dtypes.includes(t.dtype)) {
-    throw new BackendShapeError(`${what} must be ${dtypes.join(" or ")}, got ${t.dtype} ${fmt(t.shape)}`);
-  }
-}
-
 /** Requires an f32 activation tensor of rank ≥ 1. */
 export function expectF32(t: RefTensor, what: string): void {
   if (t.dtype !== "f32") throw new BackendShapeError(`${what} must be f32, got ${t.dtype} ${fmt(t.shape)}`);
   if (t.shape.length < 1) throw new BackendShapeError(`${what} must have at least 1 dimension, got ${fmt(t.shape)}`);
-}
-
-/** Requires two shapes to be identical. */
-export function expectSameShape(a: RefTensor, b: RefTensor, what: string): void {
-  if (a.shape.length !== b.shape.length || a.shape.some((d, i) => d !== b.shape[i])) {
-    throw new BackendShapeError(`${what}: shapes ${fmt(a.shape)} and ${fmt(b.shape)} differ`);
-  }
 }
 
 /** Splits a shape into (rows, last dim) for row-wise ops. */

@@ -7,6 +7,8 @@
  */
 import type { PooledBuffer } from "./buffer-pool.ts";
 import { BackendShapeError, type DType, numel, type Tensor } from "../types.ts";
+import { checkShape, expectDtype, expectRank, expectSameShape, fmt } from "../shape-checks.ts";
+export { checkShape, expectDtype, expectRank, expectSameShape, fmt };
 
 /** Name the WebGPU backend stamps on its tensors. */
 export const WEBGPU_NAME = "webgpu";
@@ -43,11 +45,6 @@ export class GpuTensor implements Tensor {
   }
 }
 
-/** Formats a shape for error messages: [2, 3]. */
-export function fmt(shape: readonly number[]): string {
-  return `[${shape.join(", ")}]`;
-}
-
 /** Checks that a tensor belongs to this backend. */
 export function asGpu(t: Tensor, what: string): GpuTensor {
   if (!(t instanceof GpuTensor)) {
@@ -55,36 +52,6 @@ export function asGpu(t: Tensor, what: string): GpuTensor {
   }
   if (t.storage.freed) throw new BackendShapeError(`The ${what} ${fmt(t.shape)} was used after free`);
   return t;
-}
-
-/** Checks a shape: non-negative integers. Returns the element count. */
-export function checkShape(shape: readonly number[], what: string): number {
-  if (!shape.every((d) => Number.isInteger(d) && d >= 0)) {
-    throw new BackendShapeError(`${what} got an invalid shape ${fmt(shape)}`);
-  }
-  return numel(shape);
-}
-
-/** Checks rank and dtype. */
-export function expectRank(t: GpuTensor, rank: number, what: string, dtypes: readonly DType[]): void {
-  if (t.shape.length !== rank) {
-    throw new BackendShapeError(`The ${what} must have rank ${rank}, got shape ${fmt(t.shape)}`);
-  }
-  expectDtype(t, what, dtypes);
-}
-
-/** Checks the dtype. */
-export function expectDtype(t: GpuTensor, what: string, dtypes: readonly DType[]): void {
-  if (!dtypes.includes(t.dtype)) {
-    throw new BackendShapeError(`The ${what} must be ${dtypes.join(" or ")}, got ${t.dtype}`);
-  }
-}
-
-/** Checks that two tensors have the same shape. */
-export function expectSameShape(a: GpuTensor, b: GpuTensor, op: string): void {
-  if (a.shape.length !== b.shape.length || a.shape.some((d, i) => d !== b.shape[i])) {
-    throw new BackendShapeError(`${op} operands differ in shape: ${fmt(a.shape)} and ${fmt(b.shape)}`);
-  }
 }
 
 /** Rows and columns of a tensor seen as [rows, lastDim]. */

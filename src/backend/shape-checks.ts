@@ -1,0 +1,40 @@
+/**
+ * Shape and dtype checks shared by every backend, so a bad call reads the same whichever backend
+ * receives it. Each throws a BackendShapeError that quotes the shapes.
+ */
+import { BackendShapeError, type DType, numel, type Tensor } from "./types.ts";
+
+/** Formats a shape for error messages: [2, 3]. */
+export function fmt(shape: readonly number[]): string {
+  return `[${shape.join(", ")}]`;
+}
+
+/** Checks a shape holds non-negative integers and returns its element count. */
+export function checkShape(shape: readonly number[], what: string): number {
+  if (!shape.every((d) => Number.isInteger(d) && d >= 0)) {
+    throw new BackendShapeError(`${what} has an invalid shape ${fmt(shape)}`);
+  }
+  return numel(shape);
+}
+
+/** Requires one of the given dtypes. */
+export function expectDtype(t: Tensor, what: string, dtypes: readonly DType[]): void {
+  if (!dtypes.includes(t.dtype)) {
+    throw new BackendShapeError(`${what} must be ${dtypes.join(" or ")}, got ${t.dtype} ${fmt(t.shape)}`);
+  }
+}
+
+/** Requires exactly `rank` dimensions and one of the given dtypes. */
+export function expectRank(t: Tensor, rank: number, what: string, dtypes: readonly DType[]): void {
+  if (t.shape.length !== rank) {
+    throw new BackendShapeError(`${what} must have ${rank} dimensions, got ${fmt(t.shape)}`);
+  }
+  expectDtype(t, what, dtypes);
+}
+
+/** Requires two identical shapes. */
+export function expectSameShape(a: Tensor, b: Tensor, what: string): void {
+  if (a.shape.length !== b.shape.length || a.shape.some((d, i) => d !== b.shape[i])) {
+    throw new BackendShapeError(`${what}: shapes ${fmt(a.shape)} and ${fmt(b.shape)} differ`);
+  }
+}
