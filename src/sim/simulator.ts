@@ -113,7 +113,7 @@ export class ClusterSim {
         events: sink, workerId: id,
         onEvict: host ? (b) => host.offload(b.hash, { parentHash: b.parentHash, tokens: b.tokens, meta: b.meta }, this.now) : undefined,
       });
-      const role = i < spec.initialPrefill ? "prefill" : spec.mode === "agg" ? "mixed" : "decode";
+      const role = i < spec.initialPrefill ? "prefill" : spec.initialRole;
       const on = i < spec.initialPrefill + spec.initialDecode;
       this.workers.push(new SimWorker(id, i, Math.floor(i / workersPerRack), role, on ? "serving" : "off", pool, host, this.cost));
     }

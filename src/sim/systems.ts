@@ -25,6 +25,8 @@ export interface SystemSpec {
   decodeCaches: boolean;
   initialPrefill: number;
   initialDecode: number;
+  /** Role of the initial workers that do not prefill. */
+  initialRole: "decode" | "mixed";
   /** Seconds before a newly started worker serves (model load). */
   startupS: number;
   /** Conditional disaggregation: prefill locally when the uncached prompt is at most this. */
@@ -53,7 +55,7 @@ export function baselineDisaggSla(c: SystemContext): SystemSpec {
   });
   return {
     name: "dynamo-disagg-sla", mode: "disagg", planner, makePolicy: () => new LruPolicy(), hostTier: true,
-    decodeCaches: false, initialPrefill: c.initialSplit.prefill, initialDecode: c.initialSplit.decode,
+    decodeCaches: false, initialPrefill: c.initialSplit.prefill, initialDecode: c.initialSplit.decode, initialRole: "decode",
     startupS: c.startupS, maxLocalPrefill: 1000, maxPrefillQueuePerWorker: 2,
     params: {
       planner: "SLA throughput mode", interval_s: 180, predictor: "constant", ttft_target_s: c.ttftTargetS,
@@ -76,7 +78,7 @@ export function baselineDisaggLoad(c: SystemContext): SystemSpec {
 export function baselineAgg(c: SystemContext): SystemSpec {
   return {
     name: "dynamo-agg", mode: "agg", planner: null, makePolicy: () => new LruPolicy(), hostTier: true,
-    decodeCaches: true, initialPrefill: 0, initialDecode: c.workers, startupS: c.startupS,
+    decodeCaches: true, initialPrefill: 0, initialDecode: c.workers, initialRole: "mixed", startupS: c.startupS,
     maxLocalPrefill: Infinity, maxPrefillQueuePerWorker: 0,
     params: {
       planner: "none (aggregated, all workers mixed)", router: "kv-aware overlap_weight=1 temperature=0 (agentic preset: decode KV reused)",
@@ -88,15 +90,16 @@ export function baselineAgg(c: SystemContext): SystemSpec {
 /** Ours: online planner flipping roles, agent-aware KV, session router with transfer-vs-recompute. */
 export function evolving(c: SystemContext): SystemSpec {
   const planner = new OnlinePlanner({ ttftTargetS: c.ttftTargetS, itlTargetS: c.itlTargetS });
-  const prefill = Math.max(1, Math.round(c.workers / 4));
   return {
     name: "evolving", mode: "evolving", planner, makePolicy: (s) => new AgentAwarePolicy(s), hostTier: true,
-    decodeCaches: true, initialPrefill: prefill, initialDecode: c.workers - prefill, startupS: 0,
+    // No offline profile to pick a split from: start in the most general role (every worker prefills
+    // and decodes, like aggregated serving) and let measurements specialise workers.
+    decodeCaches: true, initialPrefill: 0, initialDecode: c.workers, initialRole: "mixed", startupS: 0,
     maxLocalPrefill: planner.localPrefillThreshold(), maxPrefillQueuePerWorker: Infinity,
     params: {
       planner: "online (1 s tick, roles prefill/decode/mixed, hysteresis 10%, confirm 2 ticks, cooldown 15 s, ≤6.25% of workers flipped per tick)",
       router: "session affinity vs load, transfer vs recompute", retention: "agent-aware benefit/byte + host tier",
-      decode_kv_reuse: true, workers: c.workers,
+      decode_kv_reuse: true, workers: c.workers, initial_roles: "all mixed",
     },
   };
 }

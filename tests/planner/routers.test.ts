@@ -41,11 +41,32 @@ test("routeSession() keeps a session on the worker holding its KV unless that wo
 test("routeSession() sends a long uncached suffix to a prefill worker and moves the prefix when that is cheaper", () => {
   const req = { promptTokens: 60_000, blockTokens: 2048, bytesPerBlock: 70e6 };
   const o = { localPrefillThreshold: 1024, itlTargetS: 0.05 };
-  const d = cand("d", { overlapDevice: 10, overlapHost: 10, prefillRate: 20_000 });
+  // Prefilling 40k tokens locally would stall the 64 sequences decoding on d.
+  const d = cand("d", { overlapDevice: 10, overlapHost: 10, prefillRate: 20_000, decodeBatch: 64 });
   const p = cand("p", { role: "prefill", prefillRate: 200_000 });
   const r = routeSession(req, [d], [p], links, o)!;
   assert.equal(r.prefillWorker, "p");
   assert.equal(r.prefixTransferBlocks, 10, "10 blocks over 1 TB/s beat recomputing 20k tokens");
   const slow: LinkModel = { ...links, bandwidth: () => 1e8 };
   assert.equal(routeSession(req, [d], [p], slow, o)!.prefixTransferBlocks, 0, "over a slow link it recomputes");
+});
+
+test("routeSession() prices every worker at the fleet prefill rate, not its own noisy estimate", () => {
+  const req = { promptTokens: 2_000, blockTokens: 512, bytesPerBlock: 18e6 };
+  const o = { localPrefillThreshold: 4096, itlTargetS: 0.05 };
+  // "idle" measured a low rate on short prompts (step overhead); "busy" is decoding 6 sequences.
+  const idle = cand("idle", { prefillRate: 50_000 });
+  const busy = cand("busy", { prefillRate: 250_000, decodeBatch: 6 });
+  assert.equal(routeSession(req, [busy, idle], [], links, o)?.decodeWorker, "idle");
+});
+
+test("routeSession() keeps a long prefill off a worker whose decode batch it would stall", () => {
+  const req = { promptTokens: 30_000, blockTokens: 2048, bytesPerBlock: 70e6 };
+  const o = { localPrefillThreshold: 1_000_000, itlTargetS: 0.05 };
+  const crowded = cand("crowded", { decodeBatch: 200 });
+  const light = cand("light", { decodeBatch: 20 });
+  assert.equal(routeSession(req, [crowded, light], [], links, o)?.decodeWorker, "light");
+  // With the stall weighed at 0 only the 1 ms-per-sequence spread separates them; still light, but by far less.
+  const r = routeSession(req, [crowded, light], [], links, { ...o, interferenceWeight: 0 })!;
+  assert.equal(r.decodeWorker, "light");
 });
