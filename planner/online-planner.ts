@@ -41,7 +41,9 @@ export class OnlinePlanner implements Planner {
   readonly name = "online";
   readonly intervalS: number;
   private readonly o: Required<OnlinePlannerOptions>;
-  private prefillRate = 0; // tokens/s per worker while prefilling
+  private prefillRate = 0; // tokens/s of a prefill worker while prefilling
+  private mixedRate = 0; // tokens/s of a pool worker over its steps that carry a prefill chunk
+  private chunkStepS = 0; // mean length of a pool worker's chunk-carrying step
   private stepA = 0.01; // decode step ≈ stepA + stepB·batch, refit every tick
   private stepB = 0.0001;
   // Exponentially weighted sums for the least-squares fit of step time on batch.
@@ -65,8 +67,11 @@ export class OnlinePlanner implements Planner {
   }
 
   /** Online estimates, for logs and tests. */
-  estimates(): { prefillRate: number; demand: number; decodeDemand: number; stepA: number; stepB: number } {
-    return { prefillRate: this.prefillRate, demand: this.demand, decodeDemand: this.decodeDemand, stepA: this.stepA, stepB: this.stepB };
+  estimates(): { prefillRate: number; mixedRate: number; chunkStepS: number; demand: number; decodeDemand: number; stepA: number; stepB: number } {
+    return {
+      prefillRate: this.prefillRate, mixedRate: this.mixedRate, chunkStepS: this.chunkStepS, demand: this.demand,
+      decodeDemand: this.decodeDemand, stepA: this.stepA, stepB: this.stepB,
+    };
   }
 
   /** Current local-prefill threshold (uncached tokens a decode worker prefills itself). */
@@ -85,39 +90,45 @@ export class OnlinePlanner implements Planner {
   /**
    * Predicted [P95 TTFT, ITL] for a role mix. Decode and mixed workers form one decode pool; it also
    * prefills the share of prompts that stay local (all of them on mixed workers, the measured local
-   * share on decode workers, everything when no worker prefills only). A pool worker spends a
-   * fraction ρ of its time on prefill chunks, so by Little's law its step (the ITL) is
-   * a / (1 − ρ − λ·B) for λ output tokens/s and step = a + B·batch, never past a full-chunk step.
+   * share on decode workers, everything when no worker prefills). Rates are measured, per kind of
+   * step: prefill workers' tokens/s, and the pool's tokens/s over the steps that carried a prefill
+   * chunk together with its decodes (in a compute-bound chunk step the decodes ride almost free, so
+   * a pool worker's prefill capacity is close to a prefill worker's — that is measured, not assumed).
+   * A pool worker spends a fraction ρ of its time in chunk steps (measured mean length) and the rest
+   * in decode-only steps of a + B·batch; its mean ITL is the mean step, with batch = λ·ITL (Little).
    * Prefill: queue drain plus an M/M/1-like P95 wait per pool; past saturation the queue grows for
    * the next HORIZON seconds. Past the batch limit ITL stretches by demand ÷ capacity.
    */
   predictMix(mix: RoleMix, backlog: number, decodeSeqs: number, meanUncached: number): [number, number] {
-    const CHUNK = this.o.mixedChunkTokens;
     const p = mix.prefill, dc = mix.decode + mix.mixed;
-    const rate = Math.max(1, this.prefillRate);
+    const rateP = Math.max(1, this.prefillRate || this.mixedRate);
+    const rateM = Math.max(1, this.mixedRate || this.prefillRate);
     const a = this.stepA, B = this.stepB, max = this.o.maxDecodeBatch;
+    const tChunk = this.chunkStepS > 0 ? this.chunkStepS : a + this.o.mixedChunkTokens / rateM;
     const share = p === 0 ? 1 : dc === 0 ? 0 : (mix.mixed + this.localShare * mix.decode) / dc;
-    const lambda = dc > 0 ? Math.max(this.decodeDemand, 0) / dc : 0; // output tokens/s per pool worker
-    const held = dc > 0 ? decodeSeqs / dc : 0;
-    const decodeFree = Math.max(0, 1 - lambda * B);
-    // Prefill tokens/s a pool worker sustains when every step carries a full chunk.
-    const capMixed = rate * decodeFree * (CHUNK / (CHUNK + a * rate));
-    const capP = p * rate, capM = dc * capMixed;
-    const drain = backlog / Math.max(1e-9, capP + capM);
+    const capP = p * rateP, capM = dc * rateM;
+    // The backlog drains on the workers that take prompts: decode workers only take their local share.
+    const drain = backlog / Math.max(1e-9, capP + share * capM);
     const ttft = drain + Math.max(
-      p > 0 ? this.queueTtft(this.demand * (1 - share), capP, meanUncached / rate) : 0,
-      share > 0 ? this.queueTtft(this.demand * share, capM, meanUncached / rate) : 0,
+      p > 0 ? this.queueTtft(this.demand * (1 - share), capP, meanUncached / rateP) : 0,
+      share > 0 ? this.queueTtft(this.demand * share, capM, meanUncached / rateM) : 0,
     );
     if (dc <= 0) return [ttft, 1e3];
-    const rhoM = Math.min(0.99, (this.demand * share) / Math.max(1e-9, dc * rate));
-    const full = decodeFree > 0 ? (a + CHUNK / rate) / decodeFree : Infinity;
-    const den = 1 - rhoM - lambda * B;
-    let itl = Math.min(den > 0 ? a / den : Infinity, full);
-    itl = Math.max(itl, (a + B * Math.min(held, max)) / (1 - rhoM)); // sequences already decoding stay
-    const b = Number.isFinite(itl) ? lambda * itl : Infinity;
+    const lambda = Math.max(this.decodeDemand, 0) / dc; // output tokens/s per pool worker
+    const held = decodeSeqs / dc;
+    const rho = Math.min(0.99, (this.demand * share) / Math.max(1e-9, capM));
+    // Fixed point of ITL = 1 / (ρ/tChunk + (1−ρ)/(a + B·λ·ITL)), batch at least what is held now.
+    let itl = a;
+    for (let i = 0; i < 30; i++) {
+      const pure = a + B * Math.min(max, Math.max(held, lambda * itl));
+      const next = 1 / (rho / tChunk + (1 - rho) / pure);
+      if (Math.abs(next - itl) < 1e-7) { itl = next; break; }
+      itl = next;
+    }
+    const b = lambda * itl;
     if (b > max || held > max) {
       const capTok = max / (a + B * max);
-      itl = Math.min(itl, a + B * max) * Math.max(lambda / capTok, held / max, 1);
+      itl *= Math.max(lambda / capTok, held / max, 1);
     }
     return [ttft, itl];
   }
@@ -190,21 +201,31 @@ export class OnlinePlanner implements Planner {
   }
 
   private learn(s: MetricsSnapshot, live: WorkerSnapshot[]): void {
-    let tok = 0;
-    let busy = 0;
-    // Only prefill-role workers measure prefill speed: mixed steps on decode workers are decode-bound.
-    for (const w of live) if (w.role === "prefill") { tok += w.prefillTokens; busy += w.prefillBusyS; }
+    let tok = 0, busy = 0, tokM = 0, busyM = 0, stepsM = 0, local = 0;
+    for (const w of live) {
+      if (w.role === "prefill") { tok += w.prefillTokens; busy += w.prefillBusyS; continue; }
+      tokM += w.prefillTokens; busyM += w.prefillBusyS; stepsM += w.prefillSteps ?? 0;
+      if (w.role === "decode") local += w.prefillTokens;
+    }
     if (busy > 1e-6) {
       const r = tok / busy;
       this.prefillRate = this.prefillRate === 0 ? r : 0.8 * this.prefillRate + 0.2 * r;
-      let local = 0;
-      for (const w of live) if (w.role === "decode") local += w.prefillTokens;
-      const share = local / Math.max(1e-9, local + tok);
-      this.localShare = 0.8 * this.localShare + 0.2 * share;
-    } else {
-      // No prefill workers: mixed steps also carry decodes, so their rate is only a lower bound.
-      for (const w of live) if (w.role !== "prefill") { tok += w.prefillTokens; busy += w.prefillBusyS; }
-      if (busy > 1e-6) this.prefillRate = Math.max(this.prefillRate, tok / busy);
+      this.localShare = 0.8 * this.localShare + 0.2 * (local / Math.max(1e-9, local + tok));
+    }
+    // Chunk steps carrying only a short prompt measure step overhead, not capacity: learn the pool's
+    // prefill rate from windows whose chunk steps were at least half full (or whose step count is unknown).
+    if (busyM > 1e-6) {
+      const full = stepsM === 0 || tokM / stepsM >= this.o.mixedChunkTokens / 2;
+      if (full) {
+        const r = tokM / busyM;
+        this.mixedRate = this.mixedRate === 0 ? r : 0.8 * this.mixedRate + 0.2 * r;
+      } else if (this.mixedRate === 0) {
+        this.mixedRate = tokM / busyM; // a lower bound until a full window arrives
+      }
+      if (stepsM > 0) {
+        const t = busyM / stepsM;
+        this.chunkStepS = this.chunkStepS === 0 ? t : 0.8 * this.chunkStepS + 0.2 * t;
+      }
     }
     const d = s.arrivedUncachedTokens / Math.max(1e-9, s.windowS);
     // React fast to bursts, decay slower: bursts matter most for P95 TTFT.

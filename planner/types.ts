@@ -25,6 +25,8 @@ export interface WorkerSnapshot {
   /** Prefill tokens computed in the window and seconds of steps that carried prefill. */
   prefillTokens: number;
   prefillBusyS: number;
+  /** Steps in the window that carried prefill (optional; lets a planner measure how long such a step takes). */
+  prefillSteps?: number;
   /** Decode tokens produced in the window and seconds of decode-carrying steps. */
   decodeTokens: number;
   decodeBusyS: number;

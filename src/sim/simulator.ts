@@ -474,6 +474,7 @@ export class ClusterSim {
     if (ptoks > 0) {
       w.wPrefillTokens += ptoks;
       w.wPrefillBusy += m.stepS;
+      w.wPrefillSteps += m.k;
       w.prefillRate = 0.8 * w.prefillRate + 0.2 * (ptoks / m.stepS);
     }
     if (D > 0) {

@@ -69,6 +69,7 @@ export class SimWorker {
   // Window counters for the planner snapshot.
   wPrefillTokens = 0;
   wPrefillBusy = 0;
+  wPrefillSteps = 0;
   wDecodeTokens = 0;
   wDecodeBusy = 0;
   wDecodeSteps = 0;
@@ -137,14 +138,14 @@ export class SimWorker {
       id: this.id, role: this.role, state: this.state, waitingPrefillTokens: this.queuedTokens,
       queueDelayS: head === undefined ? 0 : now - head.enqueuedAt, decodeBatch: this.decoding.size,
       waitingDecodes: this.decodeWait.length + this.kvWait.length + this.pendingJoin.length,
-      prefillTokens: this.wPrefillTokens, prefillBusyS: this.wPrefillBusy, decodeTokens: this.wDecodeTokens,
+      prefillTokens: this.wPrefillTokens, prefillBusyS: this.wPrefillBusy, prefillSteps: this.wPrefillSteps, decodeTokens: this.wDecodeTokens,
       decodeBusyS: this.wDecodeBusy,
       // Step time vs batch from decode-only steps when there were any (mixed steps carry prefill cost).
       decodeStepS: this.wPureSteps > 0 ? this.wPureBusy / this.wPureSteps : this.wDecodeSteps > 0 ? this.wDecodeBusy / this.wDecodeSteps : 0,
       meanDecodeBatch: this.wPureSteps > 0 ? this.wPureBatch / this.wPureSteps : this.wDecodeSteps > 0 ? this.wBatchSum / this.wDecodeSteps : 0,
       kvUsage: this.pool.numUsedBlocks() / Math.max(1, this.pool.numBlocks),
     };
-    this.wPrefillTokens = this.wPrefillBusy = this.wDecodeTokens = this.wDecodeBusy = this.wDecodeSteps = this.wBatchSum = 0;
+    this.wPrefillTokens = this.wPrefillBusy = this.wPrefillSteps = this.wDecodeTokens = this.wDecodeBusy = this.wDecodeSteps = this.wBatchSum = 0;
     this.wPureSteps = this.wPureBusy = this.wPureBatch = 0;
     return snap;
   }

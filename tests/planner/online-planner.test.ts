@@ -1,34 +1,9 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
-import { type MetricsSnapshot, OnlinePlanner, type Role, type WorkerSnapshot } from "../../planner/index.ts";
+import { OnlinePlanner, type Role } from "../../planner/index.ts";
+import { snap } from "./snapshots.ts";
 
 const N = 16;
-
-/** A cluster snapshot: `roles` per worker, prefill backlog and decode load per the arguments. */
-function snap(
-  now: number, roles: Role[], o: { uncachedPerS: number; outputPerS: number; backlog: number; seqs: number; stepA?: number; stepB?: number },
-): MetricsSnapshot {
-  const pre = roles.filter((r) => r === "prefill").length;
-  const dec = roles.length - pre;
-  const workers: WorkerSnapshot[] = roles.map((role, i) => {
-    const decodes = role !== "prefill";
-    // Prefill workers run at 50k tokens/s when busy; mixed workers prefill locally at the same speed
-    // when there are no prefill workers. Decode steps cost 10 ms + 40 µs per sequence unless set.
-    const prefills = role === "prefill" || (role === "mixed" && pre === 0);
-    const b = (o.seqs / dec) * (0.9 + 0.2 * (i % 2));
-    return {
-      id: `w${i}`, role, state: "serving", waitingPrefillTokens: role === "prefill" ? o.backlog / pre : 0, queueDelayS: 0,
-      decodeBatch: decodes ? o.seqs / dec : 0, waitingDecodes: 0,
-      prefillTokens: prefills ? 50_000 * 0.8 : 0, prefillBusyS: prefills ? 0.8 : 0,
-      decodeTokens: 0, decodeBusyS: decodes ? 1 : 0,
-      decodeStepS: decodes ? (o.stepA ?? 0.01) + (o.stepB ?? 0.00004) * b : 0, meanDecodeBatch: decodes ? b : 0, kvUsage: 0.3,
-    };
-  });
-  return {
-    now, windowS: 1, workers, arrivals: 100, arrivedPromptTokens: 100 * 20_000, arrivedUncachedTokens: o.uncachedPerS,
-    arrivedOutputTokens: o.outputPerS, completions: [],
-  };
-}
 
 function apply(roles: Role[], acts: ReturnType<OnlinePlanner["tick"]>): number {
   let flips = 0;
@@ -50,22 +25,27 @@ test("OnlinePlanner.tick() does not flap under steady load", () => {
   assert.deepEqual(roles, settled);
 });
 
-test("OnlinePlanner.tick() flips toward prefill within a few ticks of a prefill burst", () => {
-  const planner = new OnlinePlanner();
-  const roles: Role[] = Array.from({ length: N }, (_, i) => (i < 4 ? "prefill" : "decode"));
-  for (let t = 1; t <= 30; t++) apply(roles, planner.tick(snap(t, roles, steady)));
-  const before = roles.filter((r) => r === "prefill").length;
-  const burst = { uncachedPerS: 600_000, outputPerS: 20_000, backlog: 1_500_000, seqs: 800 };
-  let firstFlip = -1;
-  for (let t = 31; t <= 40; t++) {
-    const acts = planner.tick(snap(t, roles, burst));
-    if (apply(roles, acts) > 0 && firstFlip < 0) firstFlip = t - 30;
-  }
-  const after = roles.filter((r) => r === "prefill").length;
-  assert.ok(firstFlip >= 1 && firstFlip <= 3, `first flip after ${firstFlip} ticks`);
-  assert.ok(after > before, `prefill workers ${before} → ${after}`);
-  assert.ok(roles.some((r) => r === "decode"), "decode is never emptied");
-});
+for (const allowMixed of [true, false]) {
+  const label = allowMixed ? "into roles that prefill (prefill or mixed)" : "into prefill when mixed workers are off";
+  test(`OnlinePlanner.tick() flips workers ${label} within a few ticks of a prefill burst`, () => {
+    const planner = new OnlinePlanner({ allowMixed });
+    const roles: Role[] = Array.from({ length: N }, (_, i) => (i < 4 ? "prefill" : "decode"));
+    for (let t = 1; t <= 30; t++) apply(roles, planner.tick(snap(t, roles, steady)));
+    const prefilling = () => roles.filter((r) => r === "prefill" || r === "mixed").length;
+    const before = prefilling();
+    const burst = { uncachedPerS: 600_000, outputPerS: 20_000, backlog: 1_500_000, seqs: 800 };
+    let firstFlip = -1;
+    for (let t = 31; t <= 40; t++) {
+      const acts = planner.tick(snap(t, roles, burst));
+      if (apply(roles, acts) > 0 && firstFlip < 0) firstFlip = t - 30;
+    }
+    const after = prefilling();
+    assert.ok(firstFlip >= 1 && firstFlip <= 3, `first flip after ${firstFlip} ticks`);
+    assert.ok(after > before, `workers that prefill ${before} → ${after}`);
+    if (!allowMixed) assert.ok(!roles.includes("mixed"));
+    assert.ok(roles.some((r) => r === "decode" || r === "mixed"), "decode is never emptied");
+  });
+}
 
 test("OnlinePlanner.predict() charges decode overload when too few decode workers remain", () => {
   const planner = new OnlinePlanner({ maxDecodeBatch: 100 });
@@ -76,17 +56,16 @@ test("OnlinePlanner.predict() charges decode overload when too few decode worker
   assert.ok(itlFew > 4 * itlMany, `itl with 1 decode worker ${itlFew}, with 12 ${itlMany}`);
 });
 
-test("OnlinePlanner.tick() moves to mixed workers under light decode-heavy load and stays there", () => {
+test("OnlinePlanner.tick() moves idle prefill workers to decoding roles under light decode-heavy load and stays there", () => {
   const planner = new OnlinePlanner();
   const roles: Role[] = Array.from({ length: N }, (_, i) => (i < 4 ? "prefill" : "decode"));
   // Decode-bound steps (4 ms + 0.4 ms per sequence, as MoE expert reads grow with the batch): spreading
   // decodes over the prefill workers too lowers ITL, and prefill is light enough to share steps.
   const light = { uncachedPerS: 20_000, outputPerS: 24_000, backlog: 0, seqs: 240, stepA: 0.004, stepB: 0.0004 };
   for (let t = 1; t <= 60; t++) apply(roles, planner.tick(snap(t, roles, light)));
-  const mixed = roles.filter((r) => r === "mixed").length;
   const prefill = roles.filter((r) => r === "prefill").length;
-  // Idle prefill capacity becomes mixed workers that also decode (4 prefill workers at the start).
-  assert.ok(mixed >= 3 && prefill <= 1, `after 60 s: ${roles.join(",")}`);
+  // Idle prefill capacity becomes decode or mixed workers (4 prefill workers at the start).
+  assert.ok(prefill <= 1, `after 60 s: ${roles.join(",")}`);
   const settled = roles.slice();
   let later = 0;
   for (let t = 61; t <= 180; t++) later += apply(roles, planner.tick(snap(t, roles, light)));
