@@ -19,7 +19,7 @@ sim mooncake --trace ../shared/traces/mooncake_synthetic_trace.jsonl --format mo
 # The report folder adds the time series (SVG plots) that --json leaves out.
 rm -rf "$out/report" && npx tsx src/cli/sim.ts --scenario coding-256 --duration 300 --report "$out/report" > /dev/null
 jq 'del(.perf[]?.wall_s, .perf[]?.events_per_s)' "$out/report/result.json" > "$out/report/result.stripped.json" && rm "$out/report/result.json"
-sed -i '/^Wall time:/d' "$out/report/README.md"
+sed -i -e '/^Wall time:/d' -e '/^deno task sim/d' "$out/report/README.md"
 npx tsx scripts/bench-sim.ts --duration 600 --fingerprint --systems evolving,dynamo-disagg-sla,dynamo-disagg-load,dynamo-agg \
   | grep -E 'fingerprint|events' | sed -E 's/wall .*//' > "$out/fingerprints.txt"
 if [ "$mode" = record ]; then echo "reference written to $ref"; exit 0; fi
