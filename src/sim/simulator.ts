@@ -230,7 +230,7 @@ export class ClusterSim {
   }
 
   private tryEnqueuePrefill(req: ReqState, w: SimWorker, local: boolean, delayS: number, extraCached: number): boolean {
-    const m = w.pool.matchPrefix(req.chunks);
+    const m = w.pool.matchPrefixHashed(req.chunks, req.hashes);
     const k = m.blockIds.length;
     let h = 0;
     if (w.host !== undefined && k < req.chunks.length) {
@@ -281,7 +281,7 @@ export class ClusterSim {
   /** Sends a finished prefill's KV to decode worker `d`: it reuses what it holds, the rest crosses the link. */
   private trySendKv(w: SimWorker, job: PrefillJob, d: SimWorker): boolean {
     const req = job.req;
-    const m = d.pool.matchPrefix(req.chunks);
+    const m = d.pool.matchPrefixHashed(req.chunks, req.hashes);
     const need = Math.ceil((req.prompt + req.output) / this.bt) - m.blockIds.length;
     const fresh = d.pool.tryAllocate(need);
     if (fresh === null) {
