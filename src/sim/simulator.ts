@@ -7,7 +7,7 @@ import { GlobalBlockIndex } from "../../kv/global-index.ts";
 import { hashBlock } from "../../kv/hash.ts";
 import { SessionTracker } from "../../kv/session-tracker.ts";
 import { TierCache } from "../../kv/tiers.ts";
-import type { KvEvent } from "../../kv/types.ts";
+import type { BlockMeta, KvEvent } from "../../kv/types.ts";
 import type { CompletedRequest, MetricsSnapshot } from "../../planner/types.ts";
 import { applyAction } from "./actions.ts";
 import { CostModel } from "./cost-model.ts";
@@ -81,6 +81,8 @@ export class ClusterSim {
   private readonly streamLen = new Map<number, number>();
   private readonly sessHashes = new Map<number, number[]>();
   readonly lastWorker = new Map<string, string>();
+  /** Scratch one-token block handed to commitBlock (copied there). */
+  private readonly tok = [0];
   private nextReq = 0;
   private reasoningIds = 0;
   private now = 0;
@@ -246,9 +248,15 @@ export class ClusterSim {
       return total - k > w.pool.numBlocks;
     }
     const blocks = [...m.blockIds, ...fresh];
-    const meta = { sessionId: req.plan.id };
-    for (let i = k; i < k + fetched; i++) {
-      w.pool.commitBlock(blocks[i], i === 0 ? null : blocks[i - 1], [req.chunks[i]], { ...meta, type: i < req.plan.sharedChunks.length ? "system" : "tool-output" });
+    if (fetched > 0) {
+      // One meta object per type, shared by the blocks (pools and tiers never mutate metas).
+      const sys: BlockMeta = { sessionId: req.plan.id, type: "system" };
+      const tool: BlockMeta = { sessionId: req.plan.id, type: "tool-output" };
+      const tok = this.tok;
+      for (let i = k; i < k + fetched; i++) {
+        tok[0] = req.chunks[i];
+        w.pool.commitBlock(blocks[i], i === 0 ? null : blocks[i - 1], tok, i < req.plan.sharedChunks.length ? sys : tool);
+      }
     }
     const cached = (k + fetched) * this.bt;
     req.cachedTokens = Math.min(req.prompt, cached);
@@ -352,9 +360,13 @@ export class ClusterSim {
   }
 
   private commitRange(w: SimWorker, blocks: number[], req: ReqState, from: number, to: number, id: (c: number) => number, type: "tool-output" | "output" | "reasoning"): void {
+    if (from >= to || from >= blocks.length) return;
+    const sys: BlockMeta = { sessionId: req.plan.id, type: "system" };
+    const other: BlockMeta = { sessionId: req.plan.id, type };
+    const tok = this.tok; // the pool copies a committed block's tokens
     for (let c = from; c < to && c < blocks.length; c++) {
-      const t = c < req.plan.sharedChunks.length ? "system" : type;
-      if (w.pool.commitBlock(blocks[c], c === 0 ? null : blocks[c - 1], [id(c)], { sessionId: req.plan.id, type: t }) === null) break;
+      tok[0] = id(c);
+      if (w.pool.commitBlock(blocks[c], c === 0 ? null : blocks[c - 1], tok, c < req.plan.sharedChunks.length ? sys : other) === null) break;
     }
   }
 
