@@ -6,7 +6,7 @@
  */
 import { RankHeap } from "./rank-heap.ts";
 import type { EvictableBlock, RetentionPolicy } from "./retention.ts";
-import type { SessionTracker } from "./session-tracker.ts";
+import { type SessionHandle, SessionTracker } from "./session-tracker.ts";
 
 /** Tunables of {@link AgentAwarePolicy}. */
 export interface AgentAwareOptions {
@@ -31,6 +31,8 @@ interface Group {
   maxDepth: number;
   /** Latest time one of its blocks became evictable. */
   newest: number;
+  /** The session's tracker record, cached (re-fetched when missing or stale). */
+  rec: SessionHandle | undefined;
 }
 
 const ANON = "";
@@ -83,7 +85,7 @@ export class AgentAwarePolicy implements RetentionPolicy {
     const key = sid ?? ANON;
     let g = this.groups.get(key);
     if (g === undefined) {
-      g = { key, ids: [], live: 0, sorted: true, maxDepth: 0, newest: now };
+      g = { key, ids: [], live: 0, sorted: true, maxDepth: 0, newest: now, rec: undefined };
       this.groups.set(key, g);
     }
     if (block.depth > g.maxDepth) g.maxDepth = block.depth;
@@ -150,9 +152,13 @@ export class AgentAwarePolicy implements RetentionPolicy {
 
   private groupScore(g: Group, now: number, horizon: number): number {
     const key = g.key;
-    const p = key === ANON
-      ? Math.exp(-(now - g.newest) / horizon)
-      : this.sessions.returnProbability(key, now, horizon);
+    let p: number;
+    if (key === ANON) p = Math.exp(-(now - g.newest) / horizon);
+    else {
+      let rec = g.rec;
+      if (rec === undefined || SessionTracker.isStale(rec)) rec = g.rec = this.sessions.handle(key);
+      p = this.sessions.returnProbabilityOf(rec, now, horizon);
+    }
     return (this.recompute(g.maxDepth) * p) / this.blockBytes;
   }
 

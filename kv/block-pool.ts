@@ -245,7 +245,19 @@ export class BlockPool {
    * reference counts go up); release them with the sequence's block table.
    */
   matchPrefix(tokens: ArrayLike<number>, maxBlocks = Infinity): PrefixMatch {
-    const found = this.walk(tokens, maxBlocks);
+    return this.acquire(this.walk(tokens, maxBlocks, undefined));
+  }
+
+  /**
+   * {@link matchPrefix} for a caller that already holds the chain hashes of `tokens`' full blocks
+   * under this pool's hasher (`hashes[b]` hashes block b after `hashes[b - 1]`): skips rehashing,
+   * still verifies tokens and parent links. Extra trailing hashes are ignored.
+   */
+  matchPrefixHashed(tokens: ArrayLike<number>, hashes: readonly BlockHash[]): PrefixMatch {
+    return this.acquire(this.walk(tokens, Infinity, hashes));
+  }
+
+  private acquire(found: PrefixMatch): PrefixMatch {
     for (const id of found.blockIds) {
       if (this.refs[id] === 0) this.policy.remove(id);
       this.refs[id]++;
@@ -255,21 +267,22 @@ export class BlockPool {
 
   /** Number of leading tokens of `tokens` that are cached here, without acquiring anything. */
   cachedPrefixTokens(tokens: ArrayLike<number>, maxBlocks = Infinity): number {
-    return this.walk(tokens, maxBlocks).numTokens;
+    return this.walk(tokens, maxBlocks, undefined).numTokens;
   }
 
-  private walk(tokens: ArrayLike<number>, maxBlocks: number): PrefixMatch {
+  private walk(tokens: ArrayLike<number>, maxBlocks: number, known: readonly BlockHash[] | undefined): PrefixMatch {
     const blockIds: number[] = [];
     const hashes: BlockHash[] = [];
     const bs = this.blockSize;
-    const full = Math.min(Math.floor(tokens.length / bs), maxBlocks);
+    let full = Math.min(Math.floor(tokens.length / bs), maxBlocks);
+    if (known !== undefined && known.length < full) full = known.length;
     let parentHash: BlockHash | null = null;
     let parentSerial = NO_SERIAL;
     for (let b = 0; b < full; b++) {
       let block: ArrayLike<number>;
       if (bs === 1) { this.scratch[0] = tokens[b]; block = this.scratch; }
       else block = Array.prototype.slice.call(tokens, b * bs, (b + 1) * bs) as number[];
-      const hash = this.hasher(parentHash, block);
+      const hash: BlockHash = known !== undefined ? known[b] : this.hasher(parentHash, block);
       const entry = this.index.lookup(hash, block, parentSerial);
       if (entry === undefined) break;
       blockIds.push(entry.blockId);
@@ -296,7 +309,8 @@ export class BlockPool {
   }
 
   private check(id: number): void {
-    if (!Number.isInteger(id) || id < 0 || id >= this.numBlocks) {
+    // Same test as Number.isInteger(id) && 0 <= id < numBlocks (block counts fit in int32), cheaper.
+    if (!(id >= 0 && id < this.numBlocks && (id | 0) === id)) {
       throw new KvStateError(`Block id ${id} is out of range 0..${this.numBlocks - 1}`);
     }
   }

@@ -1,7 +1,9 @@
 /**
  * Cluster-wide view of which worker holds which block on which tier, built only from KV events
  * (the way Dynamo's router builds its radix tree). Used by routers for overlap scores.
- * Worker ids are interned to small integers; each hash keeps a short list of (worker, tier bits).
+ * Worker ids are interned to small integers; each hash keeps its (worker, tier bits) holders, packed
+ * as one number when a single worker holds it (most blocks: no array to allocate or chase), else a
+ * short list in insertion order.
  */
 import { BlockHashTable } from "./hash-table.ts";
 import type { BlockHash, KvEvent, Tier } from "./types.ts";
@@ -15,9 +17,12 @@ export interface WorkerOverlap {
   deviceOrHost: number;
 }
 
-/** hash → [(worker index << 3) | tier bits, ...], fed by {@link KvEvent}s. */
+/** One holder `(worker index << 3) | tier bits`, or several in insertion order. */
+type Holders = number | number[];
+
+/** hash → holders, fed by {@link KvEvent}s. */
 export class GlobalBlockIndex {
-  private readonly holders = new BlockHashTable<number[]>();
+  private readonly holders = new BlockHashTable<Holders>();
   private readonly ids: string[] = [];
   private readonly idx = new Map<string, number>();
   // Scratch for overlaps(), reused across calls (sized to the interned worker count).
@@ -44,6 +49,7 @@ export class GlobalBlockIndex {
     const w = this.idx.get(workerId);
     const list = this.holders.get(hash);
     if (w === undefined || list === undefined) return 0;
+    if (typeof list === "number") return list >> 3 === w ? list & 7 : 0;
     for (const v of list) if (v >> 3 === w) return v & 7;
     return 0;
   }
@@ -62,23 +68,19 @@ export class GlobalBlockIndex {
     const { onDev, dev, any, seen } = this;
     seen.fill(0, 0, n); // the other arrays are written for every worker in `ws` before being read
     const ws: number[] = [];
-    for (const v of first) { const w = v >> 3; ws.push(w); onDev[w] = v & 1; dev[w] = v & 1; any[w] = 1; seen[w] = 1; }
+    const firsts = typeof first === "number" ? [first] : first;
+    for (const v of firsts) { const w = v >> 3; ws.push(w); onDev[w] = v & 1; dev[w] = v & 1; any[w] = 1; seen[w] = 1; }
     let alive = ws.length;
     for (let b = 1; b < hashes.length && alive > 0; b++) {
       const list = this.holders.get(hashes[b]);
       if (list === undefined) break;
       // A worker extends its run only if it matched block b-1 (seen[w] === b) and holds block b.
       alive = 0;
-      for (let i = 0; i < list.length; i++) {
-        const v = list[i];
-        const w = v >> 3;
-        if (seen[w] !== b || (v & 3) === 0) continue;
-        seen[w] = b + 1;
-        alive++;
-        any[w] = b + 1;
-        if (onDev[w] && (v & 1)) dev[w] = b + 1;
-        else onDev[w] = 0;
+      if (typeof list === "number") {
+        alive = extend(list, b, onDev, dev, any, seen);
+        continue;
       }
+      for (let i = 0; i < list.length; i++) alive += extend(list[i], b, onDev, dev, any, seen);
     }
     for (const w of ws) out.set(this.ids[w], { device: dev[w], deviceOrHost: any[w] });
     return out;
@@ -102,23 +104,45 @@ export class GlobalBlockIndex {
   }
 
   private set(h: BlockHash, w: number, bit: number, on: boolean): void {
-    let list = this.holders.get(h);
-    if (list === undefined) {
-      if (!on) return;
-      list = [];
-      this.holders.set(h, list);
+    const cur = this.holders.get(h);
+    if (cur === undefined) {
+      if (on) this.holders.set(h, (w << 3) | bit);
+      return;
     }
+    if (typeof cur === "number") {
+      if (cur >> 3 !== w) {
+        if (on) this.holders.set(h, [cur, (w << 3) | bit]);
+        return;
+      }
+      const bits = on ? (cur & 7) | bit : (cur & 7) & ~bit;
+      if (bits === 0) this.holders.delete(h);
+      else if (bits !== (cur & 7)) this.holders.set(h, (w << 3) | bits);
+      return;
+    }
+    const list = cur;
     for (let i = 0; i < list.length; i++) {
       if (list[i] >> 3 !== w) continue;
       const bits = on ? (list[i] & 7) | bit : (list[i] & 7) & ~bit;
       if (bits !== 0) list[i] = (w << 3) | bits;
       else {
+        // Swap-remove keeps the order the list had before; one holder left goes back to a number.
         list[i] = list[list.length - 1];
         list.pop();
-        if (list.length === 0) this.holders.delete(h);
+        if (list.length === 1) this.holders.set(h, list[0]);
       }
       return;
     }
     if (on) list.push((w << 3) | bit);
   }
+}
+
+/** Extends worker `v >> 3`'s run to block `b` if it matched block b-1 and holds b; 1 when it did. */
+function extend(v: number, b: number, onDev: Uint8Array, dev: Int32Array, any: Int32Array, seen: Int32Array): number {
+  const w = v >> 3;
+  if (seen[w] !== b || (v & 3) === 0) return 0;
+  seen[w] = b + 1;
+  any[w] = b + 1;
+  if (onDev[w] && (v & 1)) dev[w] = b + 1;
+  else onDev[w] = 0;
+  return 1;
 }

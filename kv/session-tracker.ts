@@ -23,6 +23,8 @@ export interface SessionTrackerOptions {
 }
 
 interface SessionRecord {
+  /** Set when the session is forgotten, so a {@link SessionHandle} held elsewhere is known stale. */
+  gone: boolean;
   status: SessionStatus;
   since: number;
   tool: string | null;
@@ -41,6 +43,11 @@ export function normalCdf(x: number): number {
   const t = 1 / (1 + 0.3275911 * z);
   const y = 1 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * Math.exp(-z * z);
   return x >= 0 ? 0.5 * (1 + y) : 0.5 * (1 - y);
+}
+
+/** Opaque reference to one tracked session (see {@link SessionTracker.handle}). */
+export interface SessionHandle {
+  readonly status: SessionStatus;
 }
 
 /** Tracks agent sessions and predicts when each will send its next turn. */
@@ -75,23 +82,38 @@ export class SessionTracker {
         else { t.logGap = (1 - a) * t.logGap + a * lg; t.observations++; }
       }
     }
-    this.sessions.set(sessionId, {
-      status: "running", since: now, tool: null, logGap: s?.logGap ?? null, observations: s?.observations ?? 0,
-    });
+    // Updated in place (not replaced) so handles stay valid; the fields are those a new record would get.
+    if (s !== undefined) { s.status = "running"; s.since = now; s.tool = null; return; }
+    this.sessions.set(sessionId, { gone: false, status: "running", since: now, tool: null, logGap: null, observations: 0 });
   }
 
   /** A turn ended: with a tool call (`tool` names it) the session waits; with `null` it goes idle. */
   turnEnded(sessionId: string, now: number, tool: string | null): void {
     const s = this.sessions.get(sessionId);
-    this.sessions.set(sessionId, {
-      status: tool === null ? "idle" : "waiting-tool", since: now, tool,
-      logGap: s?.logGap ?? null, observations: s?.observations ?? 0,
-    });
+    const status = tool === null ? "idle" : "waiting-tool";
+    if (s !== undefined) { s.status = status; s.since = now; s.tool = tool; return; }
+    this.sessions.set(sessionId, { gone: false, status, since: now, tool, logGap: null, observations: 0 });
   }
 
   /** Drops a session (it closed). */
   forget(sessionId: string): void {
+    const s = this.sessions.get(sessionId);
+    if (s === undefined) return;
+    s.gone = true;
     this.sessions.delete(sessionId);
+  }
+
+  /**
+   * The live record of a session, for callers that score it often (retention re-ranking): pass it to
+   * {@link returnProbabilityOf} instead of looking the id up each time. Stale once `isStale()` says so.
+   */
+  handle(sessionId: string): SessionHandle | undefined {
+    return this.sessions.get(sessionId);
+  }
+
+  /** True when `h` no longer describes a tracked session (forgotten); look the id up again. */
+  static isStale(h: SessionHandle): boolean {
+    return (h as SessionRecord).gone;
   }
 
   /** Current status, or undefined for an unknown session. */
@@ -129,7 +151,12 @@ export class SessionTracker {
    * not yet returned (log-normal gap, conditioned on the time already waited).
    */
   returnProbability(sessionId: string, now: number, horizonS: number): number {
-    const s = this.sessions.get(sessionId);
+    return this.returnProbabilityOf(this.sessions.get(sessionId), now, horizonS);
+  }
+
+  /** {@link returnProbability} for a session given by its handle (undefined: unknown session, 0). */
+  returnProbabilityOf(h: SessionHandle | undefined, now: number, horizonS: number): number {
+    const s = h as SessionRecord | undefined;
     if (s === undefined) return 0;
     if (s.status === "running") return 1;
     const pCont = s.status === "waiting-tool" ? this.o.pContinueAfterTool : this.o.pContinueAfterAnswer;

@@ -1,7 +1,10 @@
 /**
  * Simulator speed: one simulated hour of coding-256 (256 GB300 GPUs, Kimi-K2.6-like) per system,
- * wall time and events/s. Usage: npx tsx scripts/bench-sim.ts [--load X] [--duration S] [--systems a,b]
+ * wall time and events/s. Usage: npx tsx scripts/bench-sim.ts [--load X] [--duration S] [--systems a,b] [--fingerprint]
+ * --fingerprint adds a SHA-256 of every request outcome, sample and the event count per system, so
+ * scripts/sim-identity.sh can check a speed change kept the results byte-identical.
  */
+import { createHash } from "node:crypto";
 import { cliArgs } from "../src/runtime/env.ts";
 import { initialSplit } from "../src/sim/compare.ts";
 import { CostModel } from "../src/sim/cost-model.ts";
@@ -16,6 +19,7 @@ const opt = (name: string, dflt: string) => { const i = args.indexOf(name); retu
 const load = Number(opt("--load", "1"));
 const durationS = Number(opt("--duration", "3600"));
 const systems = opt("--systems", "evolving,dynamo-disagg-sla").split(",");
+const fingerprint = args.includes("--fingerprint");
 const makers: Record<string, (c: S.SystemContext) => S.SystemSpec> = {
   evolving: S.evolving, "dynamo-disagg-sla": S.baselineDisaggSla, "dynamo-disagg-load": S.baselineDisaggLoad, "dynamo-agg": S.baselineAgg,
 };
@@ -33,4 +37,8 @@ for (const name of systems) {
   }).run();
   const wall = (performance.now() - start) / 1000;
   console.log(`${name.padEnd(20)} requests ${run.outcomes.length}  events ${run.events}  wall ${wall.toFixed(1)} s  ${Math.round(run.events / wall)} events/s  ${Math.round(run.outcomes.length / wall)} requests/s`);
+  if (fingerprint) {
+    const h = createHash("sha256").update(JSON.stringify([run.outcomes, run.samples, run.events, run.gpuSeconds, run.simulatedS]));
+    console.log(`${name.padEnd(20)} fingerprint ${h.digest("hex")}`);
+  }
 }

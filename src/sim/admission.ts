@@ -1,0 +1,129 @@
+/**
+ * Request admission in the simulator: a turn arrives, is routed (placement.ts), and waits FIFO per
+ * worker until KV memory for its prompt is reserved (matched device prefix, host fetch, fresh blocks);
+ * then its prefill is queued on the worker.
+ */
+import { hashBlock } from "../../kv/hash.ts";
+import type { BlockMeta } from "../../kv/types.ts";
+import { reject } from "./completion.ts";
+import { type Placement, placeRequest } from "./placement.ts";
+import type { ReqState } from "./request.ts";
+import type { ClusterSim } from "./simulator.ts";
+import { trySendKv } from "./kv-handoff.ts";
+import { poke } from "./stepping.ts";
+import type { PrefillJob, SimWorker } from "./worker.ts";
+import type { SessionPlan } from "./workload-types.ts";
+
+/** A session turn arrives: builds its request (chunks, chained hashes), routes it and starts it, or rejects it. */
+export function arrive(sim: ClusterSim, plan: SessionPlan, turn: number): void {
+  const tp = plan.turns[turn];
+  let prompt: number;
+  let chunks: number[];
+  if (tp.fixedChunks !== undefined) {
+    prompt = tp.fixedPromptTokens ?? tp.newTokens;
+    chunks = tp.fixedChunks;
+  } else {
+    prompt = (sim.streamLen.get(plan.idx) ?? plan.sharedTokens) + tp.newTokens;
+    const full = Math.floor(prompt / sim.bt);
+    chunks = new Array<number>(full);
+    for (let c = 0; c < full; c++) chunks[c] = c < plan.sharedChunks.length ? plan.sharedChunks[c] : plan.chunkBase + c;
+  }
+  let hs = sim.sessHashes.get(plan.idx);
+  if (hs === undefined || tp.fixedChunks !== undefined) hs = [];
+  for (let c = hs.length; c < chunks.length; c++) hs.push(hashBlock(c === 0 ? null : hs[c - 1], [chunks[c]]));
+  if (tp.fixedChunks === undefined) sim.sessHashes.set(plan.idx, hs);
+  const req: ReqState = {
+    id: sim.nextReq++, plan, turn, arrival: sim.now, prompt, output: tp.outputTokens, reasoning: tp.reasoningTokens,
+    chunks, hashes: hs.slice(0, chunks.length), cachedTokens: 0, firstToken: -1, finish: -1, itlSum: 0, rejected: null,
+    prefillWorker: null, decodeWorker: null,
+  };
+  sim.sessions.turnStarted(plan.id, sim.now);
+  if (prompt + tp.outputTokens > sim.cfg.model.maxContext) return reject(sim, req, "prompt-too-long");
+  const placement = placeRequest(sim, req);
+  if (placement === null) return reject(sim, req, "no-serving-worker");
+  sim.win.arrivals++;
+  sim.win.prompt += prompt;
+  sim.win.output += tp.outputTokens;
+  startPlacement(sim, req, placement);
+}
+
+/** Starts a routed request: prefill on the decode worker (local) or on a prefill worker. */
+export function startPlacement(sim: ClusterSim, req: ReqState, p: Placement): void {
+  const w = p.decode;
+  req.decodeWorker = w.id;
+  sim.lastWorker.set(req.plan.id, w.id);
+  if (p.prefill === null) {
+    enqueuePrefill(sim, req, w, true, 0);
+  } else {
+    req.prefillWorker = p.prefill.id;
+    const delay = p.prefixTransferBlocks > 0 ? sim.linkSeconds(w, p.prefill, p.prefixTransferBlocks) : 0;
+    enqueuePrefill(sim, req, p.prefill, false, delay, p.prefixTransferBlocks);
+  }
+}
+
+/** Matches the prefix on `w` (device, then host), reserves blocks and queues the prefill. */
+export function enqueuePrefill(sim: ClusterSim, req: ReqState, w: SimWorker, local: boolean, delayS: number, extraCached = 0): void {
+  // FIFO admission: while earlier requests wait for KV memory here, later ones queue behind them.
+  if (w.admitWait.length > 0 || !tryEnqueuePrefill(sim, req, w, local, delayS, extraCached)) {
+    w.admitWait.push({ req, local, delayS, extraCached, since: sim.now });
+  }
+}
+
+/** Admits requests waiting for KV memory on `w`, oldest first; rejects those past the queue limit. */
+export function retryWaiting(sim: ClusterSim, w: SimWorker): void {
+  while (w.kvWait.length > 0) {
+    const k = w.kvWait[0];
+    if (!trySendKv(sim, k.from, k.job, w)) break;
+    w.kvWait.shift();
+  }
+  while (w.admitWait.length > 0) {
+    const a = w.admitWait[0];
+    if (sim.now - a.since > sim.cfg.maxQueueS) { w.admitWait.shift(); reject(sim, a.req, "queue-timeout"); continue; }
+    if (!tryEnqueuePrefill(sim, a.req, w, a.local, a.delayS, a.extraCached)) break;
+    w.admitWait.shift();
+  }
+}
+
+/** One admission attempt: reserves blocks for the prompt (matched prefix, host fetch, fresh) and queues the prefill; false when KV memory is short. */
+export function tryEnqueuePrefill(sim: ClusterSim, req: ReqState, w: SimWorker, local: boolean, delayS: number, extraCached: number): boolean {
+  const m = w.pool.matchPrefixHashed(req.chunks, req.hashes);
+  const k = m.blockIds.length;
+  let h = 0;
+  if (w.host !== undefined && k < req.chunks.length) {
+    h = w.host.matchContinuation(k === 0 ? null : req.hashes[k - 1], req.hashes.slice(k), (i) => [req.chunks[k + i]]);
+  }
+  const fetched = Math.min(req.chunks.length - k, h + extraCached);
+  const fetchS = h > 0 && w.host ? w.host.transferSeconds(h, sim.blockBytes) : 0;
+  const total = Math.ceil((req.prompt + (local ? req.output : 0)) / sim.bt);
+  const fresh = w.pool.tryAllocate(Math.max(0, total - k));
+  if (fresh === null) {
+    w.pool.release(m.blockIds);
+    if (total - k > w.pool.numBlocks) reject(sim, req, "kv-capacity");
+    return total - k > w.pool.numBlocks;
+  }
+  const blocks = [...m.blockIds, ...fresh];
+  if (fetched > 0) {
+    // One meta object per type, shared by the blocks (pools and tiers never mutate metas).
+    const sys: BlockMeta = { sessionId: req.plan.id, type: "system" };
+    const tool: BlockMeta = { sessionId: req.plan.id, type: "tool-output" };
+    const tok = sim.tok;
+    for (let i = k; i < k + fetched; i++) {
+      tok[0] = req.chunks[i];
+      w.pool.commitBlock(blocks[i], i === 0 ? null : blocks[i - 1], tok, i < req.plan.sharedChunks.length ? sys : tool);
+    }
+  }
+  const cached = (k + fetched) * sim.bt;
+  req.cachedTokens = Math.min(req.prompt, cached);
+  const left = Math.max(1, req.prompt - cached);
+  sim.win.uncached += left;
+  sim.sampleWin.prompt += req.prompt;
+  sim.sampleWin.cached += req.cachedTokens;
+  const job: PrefillJob = {
+    req, left, pos: req.prompt - left, blocks, cachedBlocks: k + fetched, local,
+    readyAt: sim.now + Math.max(delayS, fetchS), enqueuedAt: sim.now,
+  };
+  w.queue.push(job);
+  w.queuedTokens += left;
+  poke(sim, w);
+  return true;
+}

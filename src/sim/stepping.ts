@@ -1,0 +1,120 @@
+/**
+ * Worker stepping in the simulator: each step mixes chunked prefill (within a token budget) with
+ * the decode batch; decode-only stretches run as one macro-step of identical steps, cut short when
+ * new work arrives. Step times come from the cost model.
+ */
+import { retryWaiting } from "./admission.ts";
+import { finish, reject } from "./completion.ts";
+import { joinDecode, prefillDone } from "./kv-handoff.ts";
+import { MAX_DECODE_BATCH, MAX_MACRO_STEPS } from "./sim-events.ts";
+import type { ClusterSim } from "./simulator.ts";
+import type { PrefillJob, SimWorker } from "./worker.ts";
+
+/** New work reached `w`: start a step, or cut a long decode macro-step short so the work joins soon. */
+export function poke(sim: ClusterSim, w: SimWorker): void {
+  if (!w.busy) return kick(sim, w);
+  const m = w.macro;
+  if (m === null || m.k <= 1) return;
+  const done = Math.min(m.k, Math.floor((sim.now - m.start) / m.stepS) + 1);
+  if (done >= m.k) return;
+  m.k = done;
+  w.version++;
+  sim.q.push(m.start + done * m.stepS, { t: "step", w, v: w.version });
+}
+
+/** Starts `w`'s next (macro-)step: chunked prefill within the token budget plus the decode batch. */
+export function kick(sim: ClusterSim, w: SimWorker): void {
+  if (w.busy || (w.state !== "serving" && w.state !== "draining")) return;
+  const budget = w.role === "prefill" ? 16384 : 8192;
+  const decodeSeqs = w.batch;
+  let used = w.role === "prefill" ? 0 : decodeSeqs;
+  const jobs: PrefillJob[] = [];
+  const toks: number[] = [];
+  let pairs = 0;
+  let wake = Infinity;
+  for (let i = 0; i < w.queue.length && used < budget; i++) {
+    const j = w.queue[i];
+    if (sim.now - j.enqueuedAt > sim.cfg.maxQueueS) {
+      w.queue.splice(i--, 1);
+      w.queuedTokens -= j.left;
+      w.pool.release(j.blocks, { sessionId: j.req.plan.id });
+      reject(sim, j.req, "queue-timeout");
+      retryWaiting(sim, w);
+      continue;
+    }
+    if (j.readyAt > sim.now) { wake = Math.min(wake, j.readyAt); continue; }
+    const n = Math.min(j.left, budget - used);
+    jobs.push(j);
+    toks.push(n);
+    pairs += sim.cost.prefillPairs(j.pos, n);
+    used += n;
+  }
+  const prefillTokens = used - (w.role === "prefill" ? 0 : decodeSeqs);
+  if (prefillTokens === 0 && decodeSeqs === 0) {
+    if (wake < Infinity) sim.q.push(wake, { t: "wake", w });
+    return;
+  }
+  let k = 1;
+  if (prefillTokens === 0) {
+    k = Math.max(1, Math.min(MAX_MACRO_STEPS, w.stepsToNextFinish()));
+    if (wake < Infinity) k = Math.max(1, Math.min(k, Math.floor((wake - sim.now) / 0.02)));
+  }
+  const dens = sim.cfg.model.attnDensity >= 1 ? 1 : sim.cfg.model.attnDensity;
+  const stepS = sim.cost.stepTime({
+    prefillTokens, prefillAttnPairs: pairs, decodeSeqs, decodeAttnTokens: w.decodeAttended() + decodeSeqs * dens * (k - 1) / 2,
+  });
+  w.busy = true;
+  w.macro = { start: sim.now, stepS, k, prefill: jobs, prefillTokens: toks, decode: decodeSeqs > 0 };
+  w.version++;
+  sim.q.push(sim.now + k * stepS, { t: "step", w, v: w.version });
+}
+
+/** A step ended on `w`: advances prefill jobs and decodes, finishes sequences and kicks the next step. */
+export function stepDone(sim: ClusterSim, w: SimWorker): void {
+  const m = w.macro!;
+  w.macro = null;
+  // Stay busy while applying the step, so work that becomes ready here joins after it, not mid-way.
+  const D = w.batch;
+  w.steps += m.k;
+  w.clock += m.k * m.stepS;
+  let ptoks = 0;
+  for (let i = 0; i < m.prefill.length; i++) {
+    const j = m.prefill[i];
+    const n = m.prefillTokens[i];
+    ptoks += n;
+    j.left -= n;
+    j.pos += n;
+    w.queuedTokens -= n;
+  }
+  if (ptoks > 0) {
+    w.wPrefillTokens += ptoks;
+    w.wPrefillBusy += m.stepS;
+    w.wPrefillSteps += m.k;
+    w.prefillRate = 0.8 * w.prefillRate + 0.2 * (ptoks / m.stepS);
+  }
+  if (D > 0) {
+    w.wDecodeTokens += D * m.k;
+    w.wDecodeBusy += m.k * m.stepS;
+    w.wDecodeSteps += m.k;
+    w.wBatchSum += D * m.k;
+    if (ptoks === 0) { w.wPureSteps += m.k; w.wPureBusy += m.k * m.stepS; w.wPureBatch += D * m.k; }
+    w.decodeStepEwma = 0.8 * w.decodeStepEwma + 0.2 * m.stepS;
+  }
+  for (const s of w.popFinished()) finish(sim, w, s.req, s.blocks);
+  const doneJobs = m.prefill.filter((j) => j.left <= 0);
+  if (doneJobs.length > 0) {
+    const gone = new Set(doneJobs);
+    const keep = w.queue.filter((j) => !gone.has(j));
+    w.queue.length = 0;
+    w.queue.push(...keep);
+  }
+  for (const j of doneJobs) prefillDone(sim, w, j);
+  w.busy = false;
+  for (const p of w.pendingJoin.splice(0)) joinDecode(sim, w, p.req, p.blocks);
+  while (w.decodeWait.length > 0 && w.batch < MAX_DECODE_BATCH) {
+    const p = w.decodeWait.shift()!;
+    w.addDecode(p.req, p.blocks, p.req.output - 1, p.req.prompt);
+  }
+  if (w.state === "draining" && w.queue.length === 0 && w.batch === 0 && w.inflightKv === 0 && w.pendingJoin.length === 0 && w.decodeWait.length === 0) w.state = "off";
+  kick(sim, w);
+}
