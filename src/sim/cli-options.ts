@@ -27,13 +27,16 @@ export interface SimOptions {
   startupS: number;
   baselines: string[] | null;
   maxRequests: number;
+  /** Also run ours without the role planner (ablation). */
+  ablation: boolean;
 }
 
 /** Usage text. */
 export const USAGE = `usage: sim --scenario NAME [--gpus N] [--model PROFILE] [--hw HW] [--load X] [--seed N] [--duration S] [--json] [--sweep [X,Y,...]] [--report DIR]
        sim --trace PATH --format mooncake|azure [--load X (time scale)] [--max-requests N] ...
 scenarios: ${SCENARIOS.join(", ")} · models: ${Object.keys(MODELS).join(", ")} · hardware: ${Object.keys(HARDWARE).join(", ")}
-baselines (--baselines a,b): dynamo-disagg-sla, dynamo-disagg-load, dynamo-agg · --startup S: baseline worker start-up (default 60)`;
+baselines (--baselines a,b): dynamo-disagg-sla, dynamo-disagg-load, dynamo-agg · --startup S: baseline worker start-up (default 60)
+--ablation: also run ours without the role planner (evolving-static; reported under "ablations", never as a baseline)`;
 
 function num(flag: string, v: string | undefined, min: number, integer = false): number {
   const x = Number(v);
@@ -47,7 +50,7 @@ function num(flag: string, v: string | undefined, min: number, integer = false):
 export function parseSimArgs(argv: readonly string[]): SimOptions {
   const o: SimOptions = {
     scenario: null, trace: null, format: "mooncake", gpus: 256, model: "kimi-k2.6", hw: "gb300", load: 1, seed: 1,
-    durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity,
+    durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity, ablation: false,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -70,6 +73,7 @@ export function parseSimArgs(argv: readonly string[]): SimOptions {
       case "--startup": o.startupS = num(a, next(), 0); break;
       case "--max-requests": o.maxRequests = num(a, next(), 1, true); break;
       case "--json": o.json = true; break;
+      case "--ablation": o.ablation = true; break;
       case "--report": o.report = next() ?? ""; break;
       case "--baselines": o.baselines = (next() ?? "").split(",").filter((x) => x !== ""); break;
       case "--sweep": {

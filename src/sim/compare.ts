@@ -8,7 +8,7 @@ import { type SystemSummary, summarize } from "./metrics.ts";
 import { profileSweep } from "./profiler.ts";
 import { gpusPerWorker, type HardwareProfile, type ModelProfile } from "./profiles.ts";
 import { ClusterSim, type SimSample } from "./simulator.ts";
-import { baselineAgg, baselineDisaggLoad, baselineDisaggSla, evolving, type SystemContext, type SystemSpec } from "./systems.ts";
+import { baselineAgg, baselineDisaggLoad, baselineDisaggSla, evolving, evolvingStatic, type SystemContext, type SystemSpec } from "./systems.ts";
 import type { Workload } from "./workload-types.ts";
 
 /** Options of one comparison. */
@@ -21,6 +21,8 @@ export interface CompareOptions {
   maxQueueS?: number;
   /** Which baseline variants to run (default all three). */
   baselines?: ("dynamo-disagg-sla" | "dynamo-disagg-load" | "dynamo-agg")[];
+  /** Also run ablations of ours (`evolving-static`: no role planner), reported apart from the baselines. */
+  ablation?: boolean;
 }
 
 /** One system's run, summarised. */
@@ -43,6 +45,8 @@ export interface Comparison {
   slo: { ttft_s: number; itl_s: number };
   systems: { baseline: SystemSummary & { variant: string }; evolving: SystemSummary };
   baseline_variants: Record<string, SystemSummary>;
+  /** Ablations of ours, when asked for (never a baseline). */
+  ablations?: Record<string, SystemSummary>;
   ratios: { p95_ttft: number; mean_e2e: number; goodput: number };
   params: Record<string, Record<string, string | number | boolean>>;
   assumptions: string[];
@@ -99,8 +103,10 @@ export function compare(w: Workload, o: CompareOptions, clock: () => number): Co
     sampleS: Math.max(1, Math.min(10, w.durationS / 120)), slo: SLO,
   };
   const results: Record<string, SystemResult> = {};
-  for (const name of [...(o.baselines ?? Object.keys(makers)), "evolving"]) {
-    const spec = name === "evolving" ? evolving(ctx) : makers[name](ctx);
+  const ours: Record<string, (c: SystemContext) => SystemSpec> = { evolving, "evolving-static": evolvingStatic };
+  const names = [...(o.baselines ?? Object.keys(makers)), "evolving", ...(o.ablation ? ["evolving-static"] : [])];
+  for (const name of names) {
+    const spec = (ours[name] ?? makers[name])(ctx);
     const t0 = clock();
     const run = new ClusterSim(w, spec, cfg).run();
     const wallS = clock() - t0;
@@ -109,8 +115,8 @@ export function compare(w: Workload, o: CompareOptions, clock: () => number): Co
       ttfts: run.outcomes.filter((x) => x.rejected === null).map((x) => x.ttft), params: spec.params, events: run.events, wallS,
     };
   }
-  const ours = results.evolving.summary;
-  const variants = Object.keys(results).filter((k) => k !== "evolving");
+  const evo = results.evolving.summary;
+  const variants = Object.keys(results).filter((k) => !(k in ours));
   // The baseline reported is its best variant: highest goodput, ties to lower mean end-to-end.
   const best = variants.reduce((a, b) => {
     const x = results[a].summary, y = results[b].summary;
@@ -120,9 +126,10 @@ export function compare(w: Workload, o: CompareOptions, clock: () => number): Co
   const out: Comparison = {
     workload: w.name, model: o.model.name, hardware: o.hw.name, gpus: o.gpus, gpus_per_worker: gpw,
     slo: { ttft_s: SLO.ttftS, itl_s: SLO.itlS },
-    systems: { baseline: { ...base, variant: best }, evolving: ours },
+    systems: { baseline: { ...base, variant: best }, evolving: evo },
     baseline_variants: Object.fromEntries(variants.map((k) => [k, results[k].summary])),
-    ratios: { p95_ttft: base.ttft.p95 / ours.ttft.p95, mean_e2e: base.e2e.mean / ours.e2e.mean, goodput: ours.goodput / base.goodput },
+    ...(o.ablation ? { ablations: { "evolving-static": results["evolving-static"].summary } } : {}),
+    ratios: { p95_ttft: base.ttft.p95 / evo.ttft.p95, mean_e2e: base.e2e.mean / evo.e2e.mean, goodput: evo.goodput / base.goodput },
     params: Object.fromEntries(Object.entries(results).map(([k, r]) => [k, r.params])),
     assumptions: w.assumptions,
     perf: Object.fromEntries(Object.entries(results).map(([k, r]) => [k, { events: r.events, wall_s: r.wallS, events_per_s: r.events / Math.max(1e-9, r.wallS) }])),

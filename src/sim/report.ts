@@ -19,10 +19,11 @@ function row(name: string, s: SystemSummary): string[] {
 
 const HEAD = ["system", "TTFT mean", "p50", "p95", "p99", "ITL ms", "ITL p95", "E2E mean", "E2E p95", "goodput/s", "req/s", "KV hit", "completed", "done", "GPU-h"];
 
-/** All rows of a comparison: each baseline variant, then ours. */
+/** All rows of a comparison: each baseline variant, then ours, then any ablations of ours. */
 export function tableRows(c: Comparison): string[][] {
   const rows = Object.entries(c.baseline_variants).map(([k, s]) => row(k + (k === c.systems.baseline.variant ? " *" : ""), s));
   rows.push(row("evolving (ours)", c.systems.evolving));
+  for (const [k, s] of Object.entries(c.ablations ?? {})) rows.push(row(`${k} (ablation)`, s));
   return rows;
 }
 

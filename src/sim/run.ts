@@ -24,7 +24,7 @@ export function runOnce(o: SimOptions, load: number, traceText: string | null, c
   const w = workloadFor(o, load, traceText);
   const opts: CompareOptions = {
     model: MODELS[o.model], hw: HARDWARE[o.hw], gpus: o.gpus, startupS: o.startupS,
-    baselines: (o.baselines ?? undefined) as CompareOptions["baselines"],
+    baselines: (o.baselines ?? undefined) as CompareOptions["baselines"], ablation: o.ablation,
   };
   return compare(w, opts, clock);
 }

@@ -103,3 +103,12 @@ export function evolving(c: SystemContext): SystemSpec {
     },
   };
 }
+
+/**
+ * Ablation, not a baseline: ours with the planner switched off, so roles stay all mixed. The gap to
+ * {@link evolving} is what the online role planner adds on top of our router and KV manager.
+ */
+export function evolvingStatic(c: SystemContext): SystemSpec {
+  const s = evolving(c);
+  return { ...s, name: "evolving-static", planner: null, params: { ...s.params, planner: "none (ablation: roles stay all mixed)" } };
+}

@@ -38,3 +38,15 @@ test("compare() shows prefix reuse: agent sessions hit the KV cache", () => {
   assert.ok(r.systems.evolving.kv_hit_rate > 0.5, `hit rate ${r.systems.evolving.kv_hit_rate}`);
   assert.ok(r.systems.baseline.kv_hit_rate > 0.3, `hit rate ${r.systems.baseline.kv_hit_rate}`);
 });
+
+test("compare() with ablation runs ours without the planner apart from the baselines", () => {
+  const r = compare(small(4), { model: KIMI_K2_6, hw: GB300, gpus: 32, drainS: 120, baselines: ["dynamo-agg"], ablation: true }, fakeClock);
+  const st = r.ablations?.["evolving-static"];
+  assert.ok(st !== undefined, "ablations.evolving-static is reported");
+  assert.equal(st.offered, r.systems.evolving.offered, "same workload");
+  assert.equal(st.completed + st.rejected, st.offered);
+  assert.deepEqual(Object.keys(r.baseline_variants), ["dynamo-agg"], "an ablation is never a baseline variant");
+  assert.match(String(r.params["evolving-static"].planner), /none/);
+  // Without the planner no worker ever leaves the mixed role.
+  assert.ok(r.series["evolving-static"].every((s) => s.mixedWorkers === s.prefillWorkers + s.decodeWorkers + s.mixedWorkers));
+});
