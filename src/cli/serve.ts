@@ -33,6 +33,7 @@ const FLAGS = {
   preemption: { kind: "string", help: "recompute|swap: what a request preempted for KV loses (default recompute)" },
   "swap-space-blocks": { kind: "int", min: 0, help: "host swap space in KV blocks for --preemption swap (default: the KV pool's size)" },
   "max-body-bytes": { kind: "int", min: 1024, help: "largest request body (default 2 MiB)" },
+  "step-log": { kind: "string", help: "write each engine step's shape and time as JSONL (input of: deno task sim --calibrate FILE)" },
   help: { kind: "boolean", help: "show this help" },
 } satisfies FlagSpecs;
 
@@ -66,6 +67,7 @@ async function main(): Promise<void> {
     preemption: preemption as PreemptionMode,
     swapSpaceBlocks: f["swap-space-blocks"],
     maxBodyBytes: f["max-body-bytes"],
+    stepLogPath: f["step-log"],
   });
   const st = s.engine.stats();
   console.error(

@@ -6,6 +6,7 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import { cliArgs, exitProcess } from "../runtime/env.ts";
 import { readTextFile } from "../runtime/fs.ts";
+import { StepLogError } from "../sim/calibration.ts";
 import { parseSimArgs, SimUsageError } from "../sim/cli-options.ts";
 import { hitRateOverTime, splitOverTime, ttftCdf } from "../sim/report.ts";
 import { jsonView, markdownView, runOnce, textView } from "../sim/run.ts";
@@ -17,13 +18,17 @@ async function main(): Promise<void> {
   if (o.trace !== null) {
     try { traceText = await readTextFile(o.trace); } catch { throw new SimUsageError(`Cannot read trace file "${o.trace}"`); }
   }
+  let stepLog: string | null = null;
+  if (o.calibrate !== null) {
+    try { stepLog = await readTextFile(o.calibrate); } catch { throw new SimUsageError(`Cannot read step log "${o.calibrate}"`); }
+  }
   const clock = () => performance.now() / 1000;
   const loads = o.sweep ?? [o.load];
   const views: Record<string, unknown>[] = [];
   const sections: string[] = [];
   const command = `deno task sim ${argv.join(" ")}`;
   for (const load of loads) {
-    const c = runOnce(o, load, traceText, clock);
+    const c = runOnce(o, load, traceText, clock, stepLog);
     views.push(jsonView(c, load));
     if (!o.json) console.log(textView(c, load) + "\n");
     sections.push(markdownView(c, load, command));
@@ -44,7 +49,7 @@ async function main(): Promise<void> {
 }
 
 main().catch((e: unknown) => {
-  if (e instanceof SimUsageError) {
+  if (e instanceof SimUsageError || e instanceof StepLogError) {
     console.error(e.message);
     exitProcess(2);
   }

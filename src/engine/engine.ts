@@ -16,6 +16,7 @@ import { Scheduler } from "./scheduler.ts";
 import { poolBlockManager } from "./scheduler-kv-adapter.ts";
 import type { SchedulerConfig, SchedulerStats, StepPlan } from "./scheduler-types.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
+import { type StepRecord, stepShapeOf } from "./step-record.ts";
 
 /** How to build an engine. */
 export interface EngineOptions {
@@ -30,6 +31,8 @@ export interface EngineOptions {
   /** Milliseconds on a monotonic clock. */
   now?: () => number;
   workerId?: string;
+  /** Called after every forward step with its shape and measured time (the simulator's step-log format). */
+  onStep?: (record: StepRecord) => void;
 }
 
 interface Active {
@@ -176,7 +179,9 @@ export class Engine {
       let error: string | undefined;
       try {
         await this.swapKv(plan);
+        const t0 = this.now();
         sampled = await this.opts.runner.run(plan.entries, rows);
+        this.opts.onStep?.({ ...stepShapeOf(plan.entries), seconds: (this.now() - t0) / 1000 });
       } catch (e) {
         error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
         this.metrics.stepErrors++;

@@ -8,10 +8,12 @@ import type { Engine } from "../engine/engine.ts";
 import { createEngine } from "../engine/engine-factory.ts";
 import { kvBytesPerBlock } from "../engine/kv-cache.ts";
 import type { PreemptionMode, WorkerRole } from "../engine/scheduler-types.ts";
+import type { StepRecord } from "../engine/step-record.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { loadModel } from "../model/load.ts";
 import { createApp } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
+import { StepLogWriter } from "./step-log.ts";
 
 /** Everything `serve` can be told. */
 export interface ServerOptions {
@@ -36,6 +38,8 @@ export interface ServerOptions {
   /** Host swap space in KV blocks (swap mode; default: as many as the device pool). */
   swapSpaceBlocks?: number;
   maxBodyBytes?: number;
+  /** Write every engine step's shape and time to this JSONL file (`deno task sim --calibrate`). */
+  stepLogPath?: string;
 }
 
 /** A running server. */
@@ -61,7 +65,9 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   if (o.kvBlocks === undefined && kvMemoryBytes !== undefined && kvMemoryBytes < 2 * kvBytesPerBlock(model.config)) {
     throw new RangeError(`--kv-memory-fraction ${o.kvMemoryFraction} leaves room for fewer than 2 KV blocks`);
   }
+  const stepLog = o.stepLogPath === undefined ? null : await StepLogWriter.open(o.stepLogPath);
   const engine = createEngine(backend, model, {
+    ...(stepLog ? { onStep: (r: StepRecord) => stepLog.record(r) } : {}),
     numBlocks: o.kvBlocks,
     kvMemoryBytes,
     maxModelLen: o.maxModelLen,
@@ -87,6 +93,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       await engine.stop();
       await l.close();
       backend.destroy();
+      await stepLog?.close();
     },
   };
 }

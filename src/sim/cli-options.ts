@@ -29,6 +29,8 @@ export interface SimOptions {
   maxRequests: number;
   /** Also run ours without the role planner (ablation). */
   ablation: boolean;
+  /** Step log (JSONL of measured engine steps) to calibrate the cost model from. */
+  calibrate: string | null;
 }
 
 /** Usage text. */
@@ -36,6 +38,7 @@ export const USAGE = `usage: sim --scenario NAME [--gpus N] [--model PROFILE] [-
        sim --trace PATH --format mooncake|azure [--load X (time scale)] [--max-requests N] ...
 scenarios: ${SCENARIOS.join(", ")} · models: ${Object.keys(MODELS).join(", ")} · hardware: ${Object.keys(HARDWARE).join(", ")}
 baselines (--baselines a,b): dynamo-disagg-sla, dynamo-disagg-load, dynamo-agg · --startup S: baseline worker start-up (default 60)
+--calibrate FILE: fit the cost model's efficiencies and step overhead to a step log (JSONL; deno task serve --step-log)
 --ablation: also run ours without the role planner (evolving-static; reported under "ablations", never as a baseline)`;
 
 function num(flag: string, v: string | undefined, min: number, integer = false): number {
@@ -50,7 +53,7 @@ function num(flag: string, v: string | undefined, min: number, integer = false):
 export function parseSimArgs(argv: readonly string[]): SimOptions {
   const o: SimOptions = {
     scenario: null, trace: null, format: "mooncake", gpus: 256, model: "kimi-k2.6", hw: "gb300", load: 1, seed: 1,
-    durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity, ablation: false,
+    durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity, ablation: false, calibrate: null,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -74,6 +77,7 @@ export function parseSimArgs(argv: readonly string[]): SimOptions {
       case "--max-requests": o.maxRequests = num(a, next(), 1, true); break;
       case "--json": o.json = true; break;
       case "--ablation": o.ablation = true; break;
+      case "--calibrate": o.calibrate = next() ?? ""; break;
       case "--report": o.report = next() ?? ""; break;
       case "--baselines": o.baselines = (next() ?? "").split(",").filter((x) => x !== ""); break;
       case "--sweep": {
@@ -92,6 +96,7 @@ export function parseSimArgs(argv: readonly string[]): SimOptions {
   }
   if (!(o.model in MODELS)) throw new SimUsageError(`Unknown model profile "${o.model}"; known: ${Object.keys(MODELS).join(", ")}`);
   if (!(o.hw in HARDWARE)) throw new SimUsageError(`Unknown hardware profile "${o.hw}"; known: ${Object.keys(HARDWARE).join(", ")}`);
+  if (o.calibrate === "") throw new SimUsageError('Option --calibrate needs a step log file, got ""');
   if (o.report === "") throw new SimUsageError('Option --report needs a folder, got ""');
   for (const b of o.baselines ?? []) {
     if (!["dynamo-disagg-sla", "dynamo-disagg-load", "dynamo-agg"].includes(b)) throw new SimUsageError(`Unknown baseline "${b}"`);

@@ -4,7 +4,8 @@
  */
 import { type Comparison, compare, type CompareOptions } from "./compare.ts";
 import type { SimOptions } from "./cli-options.ts";
-import { HARDWARE, MODELS } from "./profiles.ts";
+import { calibrateHardware, parseStepLog } from "./calibration.ts";
+import { gpusPerWorker, HARDWARE, MODELS } from "./profiles.ts";
 import { markdownTable, textTable } from "./report.ts";
 import { buildScenario } from "./scenarios.ts";
 import { parseAzure, parseMooncake } from "./traces.ts";
@@ -19,14 +20,26 @@ export function workloadFor(o: SimOptions, load: number, traceText: string | nul
   return buildScenario(o.scenario!, { gpus: o.gpus, load, seed: o.seed, durationS: o.durationS, maxContext: MODELS[o.model].maxContext });
 }
 
-/** Runs one comparison. */
-export function runOnce(o: SimOptions, load: number, traceText: string | null, clock: () => number): Comparison {
+/** Runs one comparison; with a step log, on a cost model calibrated from it. */
+export function runOnce(o: SimOptions, load: number, traceText: string | null, clock: () => number, stepLogText: string | null = null): Comparison {
   const w = workloadFor(o, load, traceText);
+  const model = MODELS[o.model];
+  let hw = HARDWARE[o.hw];
+  let note: string | null = null;
+  if (stepLogText !== null) {
+    const cal = calibrateHardware(model, hw, gpusPerWorker(model, hw), parseStepLog(stepLogText));
+    hw = cal.hw;
+    note = `Cost model calibrated from ${cal.steps} measured steps: ${(100 * hw.flopEfficiency).toFixed(1)}% of peak FLOP/s, ` +
+      `${(100 * hw.bandwidthEfficiency).toFixed(1)}% of HBM bandwidth, ${(1000 * hw.stepOverheadS).toFixed(2)} ms per step ` +
+      `(RMS error ${(1000 * cal.rmsBeforeS).toFixed(2)} ms assumed → ${(1000 * cal.rmsAfterS).toFixed(2)} ms fitted)`;
+  }
   const opts: CompareOptions = {
-    model: MODELS[o.model], hw: HARDWARE[o.hw], gpus: o.gpus, startupS: o.startupS,
+    model, hw, gpus: o.gpus, startupS: o.startupS,
     baselines: (o.baselines ?? undefined) as CompareOptions["baselines"], ablation: o.ablation,
   };
-  return compare(w, opts, clock);
+  const c = compare(w, opts, clock);
+  if (note !== null) c.assumptions = [note, ...c.assumptions];
+  return c;
 }
 
 /** The JSON object the CLI prints: the report without per-request samples and time series. */

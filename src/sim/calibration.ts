@@ -1,0 +1,74 @@
+/**
+ * Calibrating the step-time cost model from a real engine's step log: one JSON object per line with
+ * the step's shape and its measured duration,
+ *   {"prefillTokens":8192,"prefillAttnPairs":1.2e8,"decodeSeqs":64,"decodeAttnTokens":3.1e6,"seconds":0.041}
+ * (`deno task serve --step-log FILE` writes this format). The fit replaces the hardware profile's
+ * assumed efficiencies and step overhead for the run; the log must come from the same model and
+ * hardware (and GPUs per worker) as the simulated ones.
+ */
+import { CostModel, type StepShape } from "./cost-model.ts";
+import type { HardwareProfile, ModelProfile } from "./profiles.ts";
+
+/** One measured engine step. */
+export interface MeasuredStep extends StepShape {
+  seconds: number;
+}
+
+/** A step log line that is not a measured step. */
+export class StepLogError extends Error {
+  override name = "StepLogError";
+}
+
+const FIELDS = ["prefillTokens", "prefillAttnPairs", "decodeSeqs", "decodeAttnTokens", "seconds"] as const;
+
+/** Parses a JSONL step log; blank lines are skipped, anything else malformed is an error naming the line. */
+export function parseStepLog(text: string): MeasuredStep[] {
+  const out: MeasuredStep[] = [];
+  const lines = text.split("\n");
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i].trim();
+    if (line === "") continue;
+    let v: unknown;
+    try { v = JSON.parse(line); } catch { throw new StepLogError(`Step log line ${i + 1} is not JSON: "${line.slice(0, 80)}"`); }
+    if (typeof v !== "object" || v === null) throw new StepLogError(`Step log line ${i + 1} is not an object: "${line.slice(0, 80)}"`);
+    const rec = v as Record<string, unknown>;
+    for (const f of FIELDS) {
+      const x = rec[f];
+      if (typeof x !== "number" || !Number.isFinite(x) || x < 0) {
+        throw new StepLogError(`Step log line ${i + 1} needs a non-negative number "${f}", got ${JSON.stringify(x ?? null)}`);
+      }
+    }
+    if ((rec.seconds as number) <= 0) throw new StepLogError(`Step log line ${i + 1} has "seconds" ${rec.seconds}; a step takes time`);
+    out.push({
+      prefillTokens: rec.prefillTokens as number, prefillAttnPairs: rec.prefillAttnPairs as number,
+      decodeSeqs: rec.decodeSeqs as number, decodeAttnTokens: rec.decodeAttnTokens as number, seconds: rec.seconds as number,
+    });
+  }
+  if (out.length < 3) throw new StepLogError(`A step log needs at least 3 measured steps to calibrate, got ${out.length}`);
+  return out;
+}
+
+/** What a calibration changed. */
+export interface Calibration {
+  hw: HardwareProfile;
+  steps: number;
+  /** RMS error (s) of the assumed and the fitted model on the measured steps. */
+  rmsBeforeS: number;
+  rmsAfterS: number;
+}
+
+/** Fits `hw`'s efficiencies and step overhead to measured steps of `model` on `gpusPerWorker` GPUs. */
+export function calibrateHardware(model: ModelProfile, hw: HardwareProfile, gpusPerWorker: number, steps: readonly MeasuredStep[]): Calibration {
+  const cost = new CostModel(model, hw, gpusPerWorker);
+  const samples = steps.map((s) => ({ work: cost.work(s), measuredS: s.seconds }));
+  const rms = () => Math.sqrt(samples.reduce((a, s) => a + (cost.timeOf(s.work) - s.measuredS) ** 2, 0) / samples.length);
+  const rmsBeforeS = rms();
+  const rmsAfterS = cost.calibrate(samples, 60);
+  return {
+    hw: {
+      ...hw, name: `${hw.name} (calibrated)`, flopEfficiency: cost.flopEfficiency, bandwidthEfficiency: cost.bandwidthEfficiency,
+      stepOverheadS: cost.stepOverheadS,
+    },
+    steps: samples.length, rmsBeforeS, rmsAfterS,
+  };
+}

@@ -1,0 +1,51 @@
+import assert from "node:assert/strict";
+import { mkdtemp, readFile, rm } from "node:fs/promises";
+import os from "node:os";
+import { join } from "node:path";
+import { projectRoot, test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import type { StepRecord } from "../../src/engine/step-record.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { startServer } from "../../src/serve/server.ts";
+import { parseStepLog } from "../../src/sim/calibration.ts";
+
+const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
+
+test("Engine onStep reports each step's prefill and decode shape with its measured time", async () => {
+  const records: StepRecord[] = [];
+  const e = createEngine(createReferenceBackend(), model, { numBlocks: 64, onStep: (r) => records.push(r) });
+  const prompt = Array.from({ length: 40 }, (_, i) => 1 + ((i * 7) % 500));
+  const r = await e.submit({ prompt, maxTokens: 5, temperature: 0, ignoreEos: true }).result;
+  await e.stop();
+  assert.equal(r.completionTokens, 5);
+  // One prefill step of the 40-token prompt (it fits the default budget), then 4 decode steps.
+  assert.equal(records.length, 5, JSON.stringify(records));
+  assert.deepEqual({ ...records[0], seconds: 0 }, { prefillTokens: 40, prefillAttnPairs: (40 * 41) / 2, decodeSeqs: 0, decodeAttnTokens: 0, seconds: 0 });
+  records.slice(1).forEach((s, k) => {
+    assert.equal(s.prefillTokens, 0);
+    assert.equal(s.decodeSeqs, 1);
+    assert.equal(s.decodeAttnTokens, 41 + k, "a decode reads its whole context, growing by one per step");
+  });
+  assert.ok(records.every((s) => s.seconds > 0));
+});
+
+test("startServer() with stepLogPath writes a step log the simulator's calibration accepts", async () => {
+  const dir = await mkdtemp(join(os.tmpdir(), "steplog-"));
+  const path = join(dir, "steps.jsonl");
+  const s = await startServer({ modelPath: "stories260K", model, host: "127.0.0.1", port: 0, backend: "reference", stepLogPath: path });
+  try {
+    const res = await fetch(`${s.url}/v1/completions`, {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: s.modelName, prompt: "Once upon a time", max_tokens: 6, temperature: 0 }),
+    });
+    assert.equal(res.status, 200);
+    await res.json();
+  } finally {
+    await s.shutdown();
+  }
+  const steps = parseStepLog(new TextDecoder().decode(await readFile(path)));
+  assert.ok(steps.length >= 3, `${steps.length} steps logged`);
+  assert.ok(steps[0].prefillTokens > 0 && steps.slice(1).every((x) => x.decodeSeqs === 1));
+  await rm(dir, { recursive: true });
+});

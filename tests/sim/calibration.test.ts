@@ -1,0 +1,57 @@
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { SeededRng } from "../../kv/rng.ts";
+import { calibrateHardware, parseStepLog, StepLogError } from "../../src/sim/calibration.ts";
+import { parseSimArgs } from "../../src/sim/cli-options.ts";
+import { CostModel } from "../../src/sim/cost-model.ts";
+import { GB300, gpusPerWorker, KIMI_K2_6 } from "../../src/sim/profiles.ts";
+import { runOnce } from "../../src/sim/run.ts";
+
+/** A step log as an engine on "true" hardware (30% FLOP/s, 50% bandwidth, 6 ms overhead) would write it, with 2% noise. */
+function stepLog(n: number, seed: number): string {
+  const gpw = gpusPerWorker(KIMI_K2_6, GB300);
+  const truth = new CostModel(KIMI_K2_6, { ...GB300, flopEfficiency: 0.3, bandwidthEfficiency: 0.5, stepOverheadS: 0.006 }, gpw);
+  const rng = new SeededRng(seed);
+  const lines: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const prefillTokens = rng.next() < 0.5 ? 0 : rng.int(1, 16384);
+    const decodeSeqs = rng.int(0, 256);
+    const shape = {
+      prefillTokens, prefillAttnPairs: truth.prefillPairs(rng.int(0, 60_000), prefillTokens),
+      decodeSeqs, decodeAttnTokens: decodeSeqs * rng.int(1000, 60_000),
+    };
+    lines.push(JSON.stringify({ ...shape, seconds: truth.stepTime(shape) * (0.98 + 0.04 * rng.next()) }));
+  }
+  return lines.join("\n") + "\n";
+}
+
+test("calibrateHardware() fits efficiencies and overhead from a measured step log", () => {
+  const steps = parseStepLog(stepLog(200, 3));
+  assert.equal(steps.length, 200);
+  const cal = calibrateHardware(KIMI_K2_6, GB300, gpusPerWorker(KIMI_K2_6, GB300), steps);
+  assert.ok(Math.abs(cal.hw.flopEfficiency - 0.3) < 0.03, `flop eff ${cal.hw.flopEfficiency}`);
+  assert.ok(Math.abs(cal.hw.bandwidthEfficiency - 0.5) < 0.05, `bw eff ${cal.hw.bandwidthEfficiency}`);
+  assert.ok(Math.abs(cal.hw.stepOverheadS - 0.006) < 0.002, `overhead ${cal.hw.stepOverheadS}`);
+  assert.ok(cal.rmsAfterS < cal.rmsBeforeS / 3, `rms ${cal.rmsBeforeS} → ${cal.rmsAfterS}`);
+  assert.match(cal.hw.name, /calibrated/);
+});
+
+test("parseStepLog() names the line and field of a bad record", () => {
+  const good = stepLog(3, 1);
+  assert.throws(() => parseStepLog(good + '{"prefillTokens":1}\n'), (e: unknown) => e instanceof StepLogError && /line 4 .*"prefillAttnPairs"/.test(e.message));
+  assert.throws(() => parseStepLog("not json\n" + good), (e: unknown) => e instanceof StepLogError && /line 1 is not JSON: "not json"/.test(e.message));
+  assert.throws(() => parseStepLog(good.replace(/"seconds":[0-9.e-]+/, '"seconds":-1')), /line 1 needs a non-negative number "seconds", got -1/);
+  assert.throws(() => parseStepLog(stepLog(2, 1)), /at least 3 measured steps to calibrate, got 2/);
+});
+
+test("runOnce() with a step log simulates on the calibrated cost model and says so", () => {
+  const o = parseSimArgs(["--scenario", "coding-256", "--gpus", "32", "--duration", "30", "--baselines", "dynamo-agg"]);
+  let t = 0;
+  const clock = () => t++;
+  const plain = runOnce(o, 1, null, clock);
+  const cal = runOnce(o, 1, null, clock, stepLog(100, 5));
+  assert.match(cal.hardware, /calibrated/);
+  assert.match(cal.assumptions[0], /calibrated from 100 measured steps/);
+  // A slower fitted machine (30% vs 45% FLOP/s, 50% vs 70% bandwidth) makes every request slower.
+  assert.ok(cal.systems.evolving.e2e.mean > plain.systems.evolving.e2e.mean, `${cal.systems.evolving.e2e.mean} vs ${plain.systems.evolving.e2e.mean}`);
+});
