@@ -30,6 +30,9 @@ export class GlobalBlockIndex {
   private dev = new Int32Array(0);
   private any = new Int32Array(0);
   private seen = new Int32Array(0);
+  private readonly ws: number[] = [];
+  private outDev = new Int32Array(0);
+  private outAny = new Int32Array(0);
 
   /** Number of distinct hashes known. */
   get size(): number {
@@ -60,30 +63,60 @@ export class GlobalBlockIndex {
    */
   overlaps(hashes: readonly BlockHash[]): Map<string, WorkerOverlap> {
     const out = new Map<string, WorkerOverlap>();
+    const ws = this.scan(hashes);
+    for (const w of ws) out.set(this.ids[w], { device: this.dev[w], deviceOrHost: this.any[w] });
+    return out;
+  }
+
+  /** Dense index of a worker in {@link overlapsBySlot} results (assigned on first use, stable). */
+  workerSlot(workerId: string): number {
+    return this.intern(workerId);
+  }
+
+  /**
+   * {@link overlaps} without a Map: per worker slot ({@link workerSlot}) the device and
+   * device-or-host overlap, 0 for workers holding none (covers slots assigned before the call). The
+   * arrays are reused: valid until the next call.
+   */
+  overlapsBySlot(hashes: readonly BlockHash[]): { device: Int32Array; deviceOrHost: Int32Array } {
+    const n = this.ids.length;
+    if (this.outDev.length < n) { this.outDev = new Int32Array(n); this.outAny = new Int32Array(n); }
+    const { outDev, outAny } = this;
+    outDev.fill(0);
+    outAny.fill(0);
+    for (const w of this.scan(hashes)) { outDev[w] = this.dev[w]; outAny[w] = this.any[w]; }
+    return { device: outDev, deviceOrHost: outAny };
+  }
+
+  /** Runs the overlap walk into the scratch arrays; returns the workers holding the first block. */
+  private scan(hashes: readonly BlockHash[]): number[] {
+    const ws = this.ws;
+    ws.length = 0;
     const first = hashes.length === 0 ? undefined : this.holders.get(hashes[0]);
-    if (first === undefined) return out;
+    if (first === undefined) return ws;
     // Per worker (by interned index): still on a device run, last block on device, last on device-or-host.
     const n = this.ids.length;
     if (this.seen.length < n) this.scratch(n);
     const { onDev, dev, any, seen } = this;
     seen.fill(0, 0, n); // the other arrays are written for every worker in `ws` before being read
-    const ws: number[] = [];
-    const firsts = typeof first === "number" ? [first] : first;
-    for (const v of firsts) { const w = v >> 3; ws.push(w); onDev[w] = v & 1; dev[w] = v & 1; any[w] = 1; seen[w] = 1; }
+    if (typeof first === "number") {
+      const w = first >> 3; ws.push(w); onDev[w] = first & 1; dev[w] = first & 1; any[w] = 1; seen[w] = 1;
+    } else {
+      for (const v of first) { const w = v >> 3; ws.push(w); onDev[w] = v & 1; dev[w] = v & 1; any[w] = 1; seen[w] = 1; }
+    }
     let alive = ws.length;
     for (let b = 1; b < hashes.length && alive > 0; b++) {
       const list = this.holders.get(hashes[b]);
       if (list === undefined) break;
       // A worker extends its run only if it matched block b-1 (seen[w] === b) and holds block b.
-      alive = 0;
       if (typeof list === "number") {
         alive = extend(list, b, onDev, dev, any, seen);
         continue;
       }
+      alive = 0;
       for (let i = 0; i < list.length; i++) alive += extend(list[i], b, onDev, dev, any, seen);
     }
-    for (const w of ws) out.set(this.ids[w], { device: dev[w], deviceOrHost: any[w] });
-    return out;
+    return ws;
   }
 
   private scratch(n: number): void {

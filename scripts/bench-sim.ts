@@ -23,6 +23,12 @@ const fingerprint = args.includes("--fingerprint");
 const makers: Record<string, (c: S.SystemContext) => S.SystemSpec> = {
   evolving: S.evolving, "dynamo-disagg-sla": S.baselineDisaggSla, "dynamo-disagg-load": S.baselineDisaggLoad, "dynamo-agg": S.baselineAgg,
 };
+/** Process CPU seconds (user + system), NaN where the runtime has no process.cpuUsage. */
+function cpuSeconds(): number {
+  const p = (globalThis as { process?: { cpuUsage?: () => { user: number; system: number } } }).process;
+  const u = p?.cpuUsage?.();
+  return u === undefined ? NaN : (u.user + u.system) / 1e6;
+}
 const t0 = performance.now();
 const w = buildScenario("coding-256", { gpus: 256, load, seed: 1, durationS, maxContext: KIMI_K2_6.maxContext });
 const gpw = gpusPerWorker(KIMI_K2_6, GB300);
@@ -32,11 +38,13 @@ const ctx: S.SystemContext = { workers, profile, initialSplit: initialSplit(w, p
 console.log(`coding-256 load ${load}, ${durationS} s simulated, ${w.sessions.length} sessions; workload built in ${((performance.now() - t0) / 1000).toFixed(2)} s`);
 for (const name of systems) {
   const start = performance.now();
+  const cpu0 = cpuSeconds();
   const run = new ClusterSim(w, makers[name](ctx), {
     model: KIMI_K2_6, hw: GB300, gpus: 256, gpusPerWorker: gpw, drainS: 300, maxQueueS: 120, sampleS: 10, slo: { ttftS: 1, itlS: 0.05 },
   }).run();
   const wall = (performance.now() - start) / 1000;
-  console.log(`${name.padEnd(20)} requests ${run.outcomes.length}  events ${run.events}  wall ${wall.toFixed(1)} s  ${Math.round(run.events / wall)} events/s  ${Math.round(run.outcomes.length / wall)} requests/s`);
+  const cpu = cpuSeconds() - cpu0;
+  console.log(`${name.padEnd(20)} requests ${run.outcomes.length}  events ${run.events}  wall ${wall.toFixed(1)} s  ${Math.round(run.events / wall)} events/s  ${Math.round(run.outcomes.length / wall)} requests/s  cpu ${cpu.toFixed(1)} s`);
   if (fingerprint) {
     const h = createHash("sha256").update(JSON.stringify([run.outcomes, run.samples, run.events, run.gpuSeconds, run.simulatedS]));
     console.log(`${name.padEnd(20)} fingerprint ${h.digest("hex")}`);

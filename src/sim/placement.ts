@@ -14,17 +14,17 @@ export interface Placement {
   prefixTransferBlocks: number;
 }
 
-type Overlaps = ReturnType<ClusterSim["index"]["overlaps"]>;
+type Overlaps = ReturnType<ClusterSim["index"]["overlapsBySlot"]> | null;
 
 function candidates(sim: ClusterSim, ov: Overlaps, pick: (w: SimWorker) => boolean): { c: RouteCandidate; w: SimWorker }[] {
   const out: { c: RouteCandidate; w: SimWorker }[] = [];
   for (const w of sim.workers) {
     if (w.state !== "serving" || !pick(w)) continue;
-    const o = ov.get(w.id);
+    const slot = sim.indexSlots[w.index];
     out.push({
       w,
       c: {
-        id: w.id, role: w.role, overlapDevice: o?.device ?? 0, overlapHost: o?.deviceOrHost ?? 0,
+        id: w.id, role: w.role, overlapDevice: ov === null ? 0 : ov.device[slot], overlapHost: ov === null ? 0 : ov.deviceOrHost[slot],
         queuedPrefillTokens: w.queuedTokens, activeBlocks: w.pool.numUsedBlocks(), decodeBatch: w.batch,
         decodeQueue: w.decodeWait.length + w.kvWait.length + w.admitWait.length,
         prefillRate: w.prefillRate, decodeStepS: w.decodeStepEwma, rack: w.rack,
@@ -38,7 +38,8 @@ function candidates(sim: ClusterSim, ov: Overlaps, pick: (w: SimWorker) => boole
 export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
   const blocks = Math.ceil(req.prompt / sim.bt);
   const mode = sim.spec.mode;
-  const ov: Overlaps = req.hashes.length > 0 ? sim.index.overlaps(req.hashes) : new Map();
+  // Reused arrays: read them before the next overlaps call (candidates() copies them out).
+  const ov: Overlaps = req.hashes.length > 0 ? sim.index.overlapsBySlot(req.hashes) : null;
   if (mode === "agg") {
     const all = candidates(sim, ov, () => true);
     const best = routeKvAware(all.map((x) => x.c), blocks, sim.bt);

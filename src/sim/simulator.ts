@@ -77,6 +77,8 @@ export class ClusterSim {
   /** Per session (plan index): tokens of its stream so far, and the chained hashes of its blocks. */
   readonly streamLen = new Map<number, number>();
   readonly sessHashes = new Map<number, number[]>();
+  /** Per worker (by index): its slot in the global index's per-worker overlap arrays. */
+  readonly indexSlots: number[] = [];
   /** Per session id: the worker that decoded its last turn. */
   readonly lastWorker = new Map<string, string>();
   /** Scratch one-token block handed to commitBlock (copied there). */
@@ -118,6 +120,7 @@ export class ClusterSim {
       });
       const role = i < spec.initialPrefill ? "prefill" : spec.initialRole;
       const on = i < spec.initialPrefill + spec.initialDecode;
+      this.indexSlots.push(this.index.workerSlot(id));
       this.workers.push(new SimWorker(id, i, Math.floor(i / workersPerRack), role, on ? "serving" : "off", pool, host, this.cost));
     }
   }
