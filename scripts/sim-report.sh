@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Regenerates docs/results/: every scenario at 256 GPUs (Kimi-K2.6-like on GB300 unless noted) at the
-# loads in docs/sim.md, plus the trace replays. Long (about 30 min on 2 cores): JOBS runs in parallel.
+# loads in docs/sim.md, plus the trace replays, each with the no-planner ablation of ours. Long (about
+# 45 min on 2 cores): JOBS runs in parallel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${DUR:-1200}
 R=docs/results
+A="--duration $DUR --ablation"
 jobs=(
-  "--scenario coding-256 --duration $DUR --sweep 1,2 --report $R/coding-256"
-  "--scenario coding-256 --duration $DUR --sweep 1,2 --model glm-5.2 --report $R/coding-256-glm"
-  "--scenario math-256 --duration $DUR --sweep 1,2 --report $R/math-256"
-  "--scenario computer-use-256 --duration $DUR --sweep 1,2 --report $R/computer-use-256"
-  "--scenario computer-use-256 --duration $DUR --sweep 0.25,0.5 --report $R/computer-use-256-low"
-  "--scenario mixed-shift-256 --duration $DUR --sweep 1,2 --report $R/mixed-shift-256"
-  "--scenario steady-profiled --duration $DUR --sweep 1,2 --report $R/steady-profiled"
-  "--trace ../shared/traces/azure2023_code.csv --format azure --load 1 --report $R/azure-code"
-  "--trace ../shared/traces/mooncake_synthetic_trace.jsonl --format mooncake --load 1 --report $R/mooncake"
+  "--scenario mixed-shift-256 $A --sweep 1,2 --report $R/mixed-shift-256"
+  "--scenario computer-use-256 $A --sweep 1,2 --report $R/computer-use-256"
+  "--scenario coding-256 $A --sweep 1,2,3 --report $R/coding-256"
+  "--scenario coding-256 $A --sweep 1,2,3 --model glm-5.2 --report $R/coding-256-glm"
+  "--scenario math-256 $A --sweep 1,2,3 --report $R/math-256"
+  "--scenario computer-use-256 $A --sweep 0.25,0.5 --report $R/computer-use-256-low"
+  "--scenario steady-profiled $A --sweep 1,2 --report $R/steady-profiled"
+  "--trace ../shared/traces/azure2023_code.csv --format azure --load 1 --ablation --report $R/azure-code"
+  "--trace ../shared/traces/mooncake_synthetic_trace.jsonl --format mooncake --load 1 --ablation --report $R/mooncake"
 )
 for j in "${jobs[@]}"; do echo "$j"; done | xargs -P "${JOBS:-2}" -I{} bash -c 'a="{}"; out="${a##*--report }"; npx tsx src/cli/sim.ts $a > "$out.txt" && echo "done $out"'
