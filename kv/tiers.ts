@@ -32,6 +32,7 @@ function sameTokens(a: number[], b: ArrayLike<number>): boolean {
 /** An LRU content-addressed block cache for one lower tier of one worker. */
 export class TierCache {
   private readonly entries = LruList.forBlockHashes<TierEntry>();
+  private lower: TierCache | undefined;
 
   /** Creates an empty tier; events (moved / removed) go to `events` tagged with `workerId`. */
   constructor(readonly spec: TierSpec, private readonly workerId: string, private readonly events?: KvEventSink) {}
@@ -41,13 +42,30 @@ export class TierCache {
     return this.entries.size;
   }
 
-  /** Stores a block offloaded from the device (drops the least recently used entries when full). */
-  offload(hash: BlockHash, entry: TierEntry, now: number): void {
+  /**
+   * Entries this tier drops when full go to `lower` (e.g. host memory spilling into a shared remote
+   * store) instead of being lost.
+   */
+  spillTo(lower: TierCache | undefined): void {
+    this.lower = lower;
+  }
+
+  /**
+   * Stores a block offloaded from the tier above (`from`, the device by default); the least recently
+   * used entries past capacity move down to the lower tier, if any, or are dropped.
+   */
+  offload(hash: BlockHash, entry: TierEntry, now: number, from: Tier = "device"): void {
     if (this.spec.capacityBlocks <= 0) return;
     this.entries.set(hash, entry);
     const dropped: BlockHash[] = [];
-    while (this.entries.size > this.spec.capacityBlocks) dropped.push(this.entries.shift()!);
-    this.events?.({ kind: "moved", workerId: this.workerId, from: "device", to: this.spec.tier, time: now, hashes: [hash] });
+    while (this.entries.size > this.spec.capacityBlocks) {
+      const old = this.entries.oldest()!;
+      const e = this.entries.get(old)!;
+      this.entries.shift();
+      dropped.push(old);
+      this.lower?.offload(old, e, now, this.spec.tier);
+    }
+    this.events?.({ kind: "moved", workerId: this.workerId, from, to: this.spec.tier, time: now, hashes: [hash] });
     if (dropped.length > 0) this.events?.({ kind: "removed", workerId: this.workerId, tier: this.spec.tier, time: now, hashes: dropped });
   }
 

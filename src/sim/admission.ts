@@ -4,6 +4,7 @@
  * then its prefill is queued on the worker.
  */
 import { hashBlock } from "../../kv/hash.ts";
+import type { TierCache } from "../../kv/tiers.ts";
 import type { BlockMeta } from "../../kv/types.ts";
 import { reject } from "./completion.ts";
 import { type Placement, placeRequest } from "./placement.ts";
@@ -92,8 +93,20 @@ export function tryEnqueuePrefill(sim: ClusterSim, req: ReqState, w: SimWorker, 
   if (w.host !== undefined && k < req.chunks.length) {
     h = w.host.matchContinuation(k === 0 ? null : req.hashes[k - 1], req.hashes.slice(k), (i) => [req.chunks[k + i]]);
   }
-  const fetched = Math.min(req.chunks.length - k, h + extraCached);
-  const fetchS = h > 0 && w.host ? w.host.transferSeconds(h, sim.blockBytes) : 0;
+  // Below the host tier, the shared remote store may continue the prefix; the two alternate, since a
+  // session's older blocks spill to the store first while newer ones are still on host.
+  let r = 0;
+  for (let at = k + h; sim.remote !== undefined && at < req.chunks.length;) {
+    const inStore = matchAt(sim.remote, req, at);
+    at += inStore;
+    r += inStore;
+    const onHost = w.host !== undefined && at < req.chunks.length ? matchAt(w.host, req, at) : 0;
+    at += onHost;
+    h += onHost;
+    if (inStore + onHost === 0) break;
+  }
+  const fetched = Math.min(req.chunks.length - k, h + r + extraCached);
+  const fetchS = (h > 0 && w.host ? w.host.transferSeconds(h, sim.blockBytes) : 0) + (r > 0 ? sim.remote!.transferSeconds(r, sim.blockBytes) : 0);
   const total = Math.ceil((req.prompt + (local ? req.output : 0)) / sim.bt);
   const fresh = w.pool.tryAllocate(Math.max(0, total - k));
   if (fresh === null) {
@@ -126,4 +139,9 @@ export function tryEnqueuePrefill(sim: ClusterSim, req: ReqState, w: SimWorker, 
   w.queuedTokens += left;
   poke(sim, w);
   return true;
+}
+
+/** Blocks of `req` that tier `t` holds contiguously from block `at`. */
+function matchAt(t: TierCache, req: ReqState, at: number): number {
+  return t.matchContinuation(at === 0 ? null : req.hashes[at - 1], req.hashes.slice(at), (i) => [req.chunks[at + i]]);
 }

@@ -31,6 +31,8 @@ export interface SimOptions {
   ablation: boolean;
   /** Step log (JSONL of measured engine steps) to calibrate the cost model from. */
   calibrate: string | null;
+  /** Terabytes of a shared remote KV store below the host tiers (0: none). */
+  remoteStoreTb: number;
 }
 
 /** Usage text. */
@@ -39,6 +41,7 @@ export const USAGE = `usage: sim --scenario NAME [--gpus N] [--model PROFILE] [-
 scenarios: ${SCENARIOS.join(", ")} · models: ${Object.keys(MODELS).join(", ")} · hardware: ${Object.keys(HARDWARE).join(", ")}
 baselines (--baselines a,b): dynamo-disagg-sla, dynamo-disagg-load, dynamo-agg · --startup S: baseline worker start-up (default 60)
 --calibrate FILE: fit the cost model's efficiencies and step overhead to a step log (JSONL; deno task serve --step-log)
+--remote-store-tb X: a shared remote KV store of X TB below every host tier, for every system (default none)
 --ablation: also run ours without the role planner (evolving-static; reported under "ablations", never as a baseline)`;
 
 function num(flag: string, v: string | undefined, min: number, integer = false): number {
@@ -53,7 +56,7 @@ function num(flag: string, v: string | undefined, min: number, integer = false):
 export function parseSimArgs(argv: readonly string[]): SimOptions {
   const o: SimOptions = {
     scenario: null, trace: null, format: "mooncake", gpus: 256, model: "kimi-k2.6", hw: "gb300", load: 1, seed: 1,
-    durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity, ablation: false, calibrate: null,
+    durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity, ablation: false, calibrate: null, remoteStoreTb: 0,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -78,6 +81,7 @@ export function parseSimArgs(argv: readonly string[]): SimOptions {
       case "--json": o.json = true; break;
       case "--ablation": o.ablation = true; break;
       case "--calibrate": o.calibrate = next() ?? ""; break;
+      case "--remote-store-tb": o.remoteStoreTb = num(a, next(), 0); break;
       case "--report": o.report = next() ?? ""; break;
       case "--baselines": o.baselines = (next() ?? "").split(",").filter((x) => x !== ""); break;
       case "--sweep": {

@@ -21,6 +21,8 @@ export interface CompareOptions {
   maxQueueS?: number;
   /** Which baseline variants to run (default all three). */
   baselines?: ("dynamo-disagg-sla" | "dynamo-disagg-load" | "dynamo-agg")[];
+  /** Bytes of a shared remote KV store below the host tiers, for every system (default none). */
+  remoteStoreBytes?: number;
   /** Also run ablations of ours (`evolving-static`: no role planner), reported apart from the baselines. */
   ablation?: boolean;
 }
@@ -100,7 +102,7 @@ export function compare(w: Workload, o: CompareOptions, clock: () => number): Co
   };
   const cfg = {
     model: o.model, hw: o.hw, gpus: o.gpus, gpusPerWorker: gpw, drainS: o.drainS ?? 300, maxQueueS: o.maxQueueS ?? 120,
-    sampleS: Math.max(1, Math.min(10, w.durationS / 120)), slo: SLO,
+    sampleS: Math.max(1, Math.min(10, w.durationS / 120)), slo: SLO, remoteStoreBytes: o.remoteStoreBytes ?? 0,
   };
   const results: Record<string, SystemResult> = {};
   const ours: Record<string, (c: SystemContext) => SystemSpec> = { evolving, "evolving-static": evolvingStatic };
@@ -131,7 +133,9 @@ export function compare(w: Workload, o: CompareOptions, clock: () => number): Co
     ...(o.ablation ? { ablations: { "evolving-static": results["evolving-static"].summary } } : {}),
     ratios: { p95_ttft: base.ttft.p95 / evo.ttft.p95, mean_e2e: base.e2e.mean / evo.e2e.mean, goodput: evo.goodput / base.goodput },
     params: Object.fromEntries(Object.entries(results).map(([k, r]) => [k, r.params])),
-    assumptions: w.assumptions,
+    assumptions: (o.remoteStoreBytes ?? 0) > 0
+      ? [`Shared remote KV store of ${((o.remoteStoreBytes ?? 0) / 1e12).toFixed(1)} TB below every host tier (all systems), fetched at the cross-rack link rate`, ...w.assumptions]
+      : w.assumptions,
     perf: Object.fromEntries(Object.entries(results).map(([k, r]) => [k, { events: r.events, wall_s: r.wallS, events_per_s: r.events / Math.max(1e-9, r.wallS) }])),
     series: Object.fromEntries(Object.entries(results).map(([k, r]) => [k, r.samples])),
     ttft_samples: Object.fromEntries(Object.entries(results).map(([k, r]) => [k, r.ttfts])),

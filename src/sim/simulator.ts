@@ -26,6 +26,8 @@ import type { Workload } from "./workload-types.ts";
 
 /** Simulator settings. */
 export interface SimConfig {
+  /** Bytes of a cluster-wide remote KV store (0 or absent: none) that workers' host tiers spill into. */
+  remoteStoreBytes?: number;
   model: ModelProfile;
   hw: HardwareProfile;
   gpus: number;
@@ -63,6 +65,8 @@ export class ClusterSim {
   readonly index = new GlobalBlockIndex();
   readonly sessions = new SessionTracker();
   readonly cost: CostModel;
+  /** Shared remote KV store below every host tier (RDMA-class link), when configured. */
+  readonly remote: TierCache | undefined;
   readonly blockBytes: number;
   /** Tokens per KV block in this workload. */
   readonly bt: number;
@@ -108,11 +112,17 @@ export class ClusterSim {
     const hostBlocks = Math.floor((cfg.gpusPerWorker * cfg.hw.hostBytes) / this.blockBytes);
     const workersPerRack = Math.max(1, Math.floor(cfg.hw.gpusPerRack / cfg.gpusPerWorker));
     const sink = (e: KvEvent) => this.index.apply(e);
+    const remoteBlocks = Math.floor((cfg.remoteStoreBytes ?? 0) / this.blockBytes);
+    // Routers price only device and host overlaps, so the store publishes no events of its own.
+    this.remote = remoteBlocks > 0
+      ? new TierCache({ tier: "remote", capacityBlocks: remoteBlocks, bandwidthBytesPerS: cfg.hw.interRackBandwidth * cfg.gpusPerWorker, latencyS: cfg.hw.interRackLatencyS }, "remote-store")
+      : undefined;
     for (let i = 0; i < n; i++) {
       const id = `w${i}`;
       const host = spec.hostTier
         ? new TierCache({ tier: "host", capacityBlocks: hostBlocks, bandwidthBytesPerS: cfg.hw.hostBandwidth * cfg.gpusPerWorker, latencyS: 1e-5 }, id, sink)
         : undefined;
+      host?.spillTo(this.remote);
       const pool = new BlockPool({
         numBlocks: deviceBlocks, blockSize: 1, clock: () => this.now, policy: spec.makePolicy(this.sessions),
         events: sink, workerId: id,

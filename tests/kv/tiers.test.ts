@@ -48,3 +48,24 @@ test("decideTransfer() picks the cheaper of transfer and recompute", () => {
   assert.equal(prefetchStartTime(10, 2, 0, 0.5), 7.5);
   assert.equal(prefetchStartTime(1, 2, 0), 0);
 });
+
+test("TierCache.spillTo() moves a full host tier's oldest blocks into the remote store instead of dropping them", () => {
+  const events: KvEvent[] = [];
+  const sink = (e: KvEvent) => events.push(e);
+  const remote = new TierCache({ tier: "remote", capacityBlocks: 8, bandwidthBytesPerS: 1e8, latencyS: 1e-4 }, "store", sink);
+  const host = new TierCache({ tier: "host", capacityBlocks: 2, bandwidthBytesPerS: 1e9, latencyS: 1e-5 }, "w0", sink);
+  host.spillTo(remote);
+  const hashes = chainHashes([5, 6, 7], 1);
+  hashes.forEach((h, i) => host.offload(h, { parentHash: i === 0 ? null : hashes[i - 1], tokens: [[5, 6, 7][i]], meta: {} }, i));
+  assert.equal(host.size, 2);
+  assert.equal(remote.size, 1, "the oldest host block went down, not away");
+  assert.equal(remote.matchContinuation(null, hashes, (i) => [[5, 6, 7][i]]), 1);
+  assert.equal(host.matchContinuation(hashes[0], hashes.slice(1), (i) => [[6, 7][i]]), 2, "host continues after the remote block");
+  assert.ok(events.some((e) => e.kind === "moved" && e.from === "host" && e.to === "remote" && e.hashes[0] === hashes[0]));
+  assert.ok(events.some((e) => e.kind === "removed" && e.tier === "host" && e.hashes[0] === hashes[0]));
+  assert.ok(remote.transferSeconds(1, 1e6) > host.transferSeconds(1, 1e6), "the remote link is slower");
+  // Without a lower tier the same overflow drops the block.
+  const lone = new TierCache({ tier: "host", capacityBlocks: 2, bandwidthBytesPerS: 1e9, latencyS: 1e-5 }, "w1");
+  hashes.forEach((h, i) => lone.offload(h, { parentHash: i === 0 ? null : hashes[i - 1], tokens: [[5, 6, 7][i]], meta: {} }, i));
+  assert.equal(lone.matchContinuation(null, hashes, (i) => [[5, 6, 7][i]]), 0);
+});
