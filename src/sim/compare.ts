@@ -8,7 +8,7 @@ import { type SystemSummary, summarize } from "./metrics.ts";
 import { profileSweep } from "./profiler.ts";
 import { gpusPerWorker, type HardwareProfile, type ModelProfile } from "./profiles.ts";
 import { ClusterSim, type SimSample } from "./simulator.ts";
-import { baselineAgg, baselineDisaggLoad, baselineDisaggSla, evolving, evolvingStatic, type SystemContext, type SystemSpec } from "./systems.ts";
+import { baselineAgg, baselineAggTuned, baselineDisaggLoad, baselineDisaggSla, evolving, evolvingStatic, type SystemContext, type SystemSpec } from "./systems.ts";
 import type { Workload } from "./workload-types.ts";
 
 /** Options of one comparison. */
@@ -20,7 +20,7 @@ export interface CompareOptions {
   drainS?: number;
   maxQueueS?: number;
   /** Which baseline variants to run (default all three). */
-  baselines?: ("dynamo-disagg-sla" | "dynamo-disagg-load" | "dynamo-agg")[];
+  baselines?: ("dynamo-disagg-sla" | "dynamo-disagg-load" | "dynamo-agg" | "dynamo-agg-tuned")[];
   /** Bytes of a shared remote KV store below the host tiers, for every system (default none). */
   remoteStoreBytes?: number;
   /** Also run ablations of ours (`evolving-static`: no role planner), reported apart from the baselines. */
@@ -99,6 +99,7 @@ export function compare(w: Workload, o: CompareOptions, clock: () => number): Co
   };
   const makers: Record<string, (c: SystemContext) => SystemSpec> = {
     "dynamo-disagg-sla": baselineDisaggSla, "dynamo-disagg-load": baselineDisaggLoad, "dynamo-agg": baselineAgg,
+    "dynamo-agg-tuned": baselineAggTuned,
   };
   const cfg = {
     model: o.model, hw: o.hw, gpus: o.gpus, gpusPerWorker: gpw, drainS: o.drainS ?? 300, maxQueueS: o.maxQueueS ?? 120,

@@ -42,12 +42,12 @@ export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
   const ov: Overlaps = req.hashes.length > 0 ? sim.index.overlapsBySlot(req.hashes) : null;
   if (mode === "agg") {
     const all = candidates(sim, ov, () => true);
-    const best = routeKvAware(all.map((x) => x.c), blocks, sim.bt);
+    const best = routeKvAware(all.map((x) => x.c), blocks, sim.bt, sim.spec.overlapWeight ?? 1);
     return best === undefined ? null : { prefill: null, decode: all.find((x) => x.c === best)!.w, prefixTransferBlocks: 0 };
   }
   if (mode === "disagg") {
     const dec = candidates(sim, ov, (w) => w.role === "decode");
-    const d = routeKvAware(dec.map((x) => x.c), blocks, sim.bt);
+    const d = routeKvAware(dec.map((x) => x.c), blocks, sim.bt, sim.spec.overlapWeight ?? 1);
     if (d === undefined) return null;
     const decode = dec.find((x) => x.c === d)!.w;
     const uncachedLocal = req.prompt - d.overlapDevice * sim.bt;
@@ -57,7 +57,7 @@ export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
     if (uncachedLocal <= sim.spec.maxLocalPrefill || pre.length === 0 || queued >= sim.spec.maxPrefillQueuePerWorker * pre.length) {
       return { prefill: null, decode, prefixTransferBlocks: 0 };
     }
-    const p = routeKvAware(pre.map((x) => x.c), blocks, sim.bt)!;
+    const p = routeKvAware(pre.map((x) => x.c), blocks, sim.bt, sim.spec.overlapWeight ?? 1)!;
     return { prefill: pre.find((x) => x.c === p)!.w, decode, prefixTransferBlocks: 0 };
   }
   const dec = candidates(sim, ov, (w) => w.role !== "prefill");

@@ -99,7 +99,7 @@ export function splitOverTime(c: Comparison): string {
   const series: Series[] = [];
   for (const name of Object.keys(c.series)) {
     const s: SimSample[] = c.series[name];
-    if (name === "dynamo-agg") continue;
+    if (name.startsWith("dynamo-agg")) continue;
     series.push({ name: `${name} prefill`, points: s.map((x) => [x.t, x.prefillWorkers]) });
     series.push({ name: `${name} decode`, points: s.map((x) => [x.t, x.decodeWorkers]), dashed: true });
   }

@@ -50,3 +50,10 @@ test("compare() with ablation runs ours without the planner apart from the basel
   // Without the planner no worker ever leaves the mixed role.
   assert.ok(r.series["evolving-static"].every((s) => s.mixedWorkers === s.prefillWorkers + s.decodeWorkers + s.mixedWorkers));
 });
+
+test("compare() runs the tuned aggregated baseline (overlap_weight 64), which keeps more sessions on their KV than the default", () => {
+  const r = compare(small(6), { model: KIMI_K2_6, hw: GB300, gpus: 32, drainS: 120, baselines: ["dynamo-agg", "dynamo-agg-tuned"] }, fakeClock);
+  const def = r.baseline_variants["dynamo-agg"], tuned = r.baseline_variants["dynamo-agg-tuned"];
+  assert.ok(tuned.kv_hit_rate > def.kv_hit_rate, `hit rate default ${def.kv_hit_rate}, tuned ${tuned.kv_hit_rate}`);
+  assert.match(String(r.params["dynamo-agg-tuned"].router), /overlap_weight=64/);
+});
