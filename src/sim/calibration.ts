@@ -57,9 +57,11 @@ export interface Calibration {
   rmsAfterS: number;
 }
 
-/** Fits `hw`'s efficiencies and step overhead to measured steps of `model` on `gpusPerWorker` GPUs. */
-export function calibrateHardware(model: ModelProfile, hw: HardwareProfile, gpusPerWorker: number, steps: readonly MeasuredStep[]): Calibration {
-  const cost = new CostModel(model, hw, gpusPerWorker);
+/** Fits `hw`'s efficiencies and step overhead to measured steps of `model` on `gpusPerWorker` GPUs (KV replication as in CostModel). */
+export function calibrateHardware(
+  model: ModelProfile, hw: HardwareProfile, gpusPerWorker: number, steps: readonly MeasuredStep[], kvReplication = 1,
+): Calibration {
+  const cost = new CostModel(model, hw, gpusPerWorker, kvReplication);
   const samples = steps.map((s) => ({ work: cost.work(s), measuredS: s.seconds }));
   const rms = () => Math.sqrt(samples.reduce((a, s) => a + (cost.timeOf(s.work) - s.measuredS) ** 2, 0) / samples.length);
   const rmsBeforeS = rms();

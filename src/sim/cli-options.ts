@@ -33,6 +33,8 @@ export interface SimOptions {
   calibrate: string | null;
   /** Terabytes of a shared remote KV store below the host tiers (0: none). */
   remoteStoreTb: number;
+  /** Tensor-parallel attention replicating the MLA latent KV on every GPU of a worker. */
+  kvReplicated: boolean;
 }
 
 /** Usage text. */
@@ -41,6 +43,7 @@ export const USAGE = `usage: sim --scenario NAME [--gpus N] [--model PROFILE] [-
 scenarios: ${SCENARIOS.join(", ")} · models: ${Object.keys(MODELS).join(", ")} · hardware: ${Object.keys(HARDWARE).join(", ")}
 baselines (--baselines a,b): dynamo-disagg-sla, dynamo-disagg-load, dynamo-agg, dynamo-agg-tuned · --startup S: baseline worker start-up (default 60)
 --calibrate FILE: fit the cost model's efficiencies and step overhead to a step log (JSONL; deno task serve --step-log)
+--kv-replicated: tensor-parallel attention, every GPU of a worker holds and reads the whole MLA KV (default: KV split across them)
 --remote-store-tb X: a shared remote KV store of X TB below every host tier, for every system (default none)
 --ablation: also run ours without the role planner (evolving-static; reported under "ablations", never as a baseline)`;
 
@@ -56,7 +59,7 @@ function num(flag: string, v: string | undefined, min: number, integer = false):
 export function parseSimArgs(argv: readonly string[]): SimOptions {
   const o: SimOptions = {
     scenario: null, trace: null, format: "mooncake", gpus: 256, model: "kimi-k2.6", hw: "gb300", load: 1, seed: 1,
-    durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity, ablation: false, calibrate: null, remoteStoreTb: 0,
+    durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity, ablation: false, calibrate: null, remoteStoreTb: 0, kvReplicated: false,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -81,6 +84,7 @@ export function parseSimArgs(argv: readonly string[]): SimOptions {
       case "--json": o.json = true; break;
       case "--ablation": o.ablation = true; break;
       case "--calibrate": o.calibrate = next() ?? ""; break;
+      case "--kv-replicated": o.kvReplicated = true; break;
       case "--remote-store-tb": o.remoteStoreTb = num(a, next(), 0); break;
       case "--report": o.report = next() ?? ""; break;
       case "--baselines": o.baselines = (next() ?? "").split(",").filter((x) => x !== ""); break;

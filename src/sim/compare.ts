@@ -21,6 +21,8 @@ export interface CompareOptions {
   maxQueueS?: number;
   /** Which baseline variants to run (default all three). */
   baselines?: ("dynamo-disagg-sla" | "dynamo-disagg-load" | "dynamo-agg" | "dynamo-agg-tuned")[];
+  /** Tensor-parallel attention: every GPU of a worker holds and reads the whole (MLA latent) KV. */
+  kvReplicated?: boolean;
   /** Bytes of a shared remote KV store below the host tiers, for every system (default none). */
   remoteStoreBytes?: number;
   /** Also run ablations of ours (`evolving-static`: no role planner), reported apart from the baselines. */
@@ -92,7 +94,8 @@ export function initialSplit(w: Workload, profile: OfflineProfile, workers: numb
 export function compare(w: Workload, o: CompareOptions, clock: () => number): Comparison {
   const gpw = gpusPerWorker(o.model, o.hw);
   const workers = Math.floor(o.gpus / gpw);
-  const cost = new CostModel(o.model, o.hw, gpw);
+  const kvReplication = o.kvReplicated ? gpw : 1;
+  const cost = new CostModel(o.model, o.hw, gpw, kvReplication);
   const profile = profileSweep(cost);
   const ctx: SystemContext = {
     workers, profile, initialSplit: initialSplit(w, profile, workers), ttftTargetS: 0.5, itlTargetS: 0.05, startupS: o.startupS ?? 60,
@@ -103,7 +106,7 @@ export function compare(w: Workload, o: CompareOptions, clock: () => number): Co
   };
   const cfg = {
     model: o.model, hw: o.hw, gpus: o.gpus, gpusPerWorker: gpw, drainS: o.drainS ?? 300, maxQueueS: o.maxQueueS ?? 120,
-    sampleS: Math.max(1, Math.min(10, w.durationS / 120)), slo: SLO, remoteStoreBytes: o.remoteStoreBytes ?? 0,
+    sampleS: Math.max(1, Math.min(10, w.durationS / 120)), slo: SLO, remoteStoreBytes: o.remoteStoreBytes ?? 0, kvReplication,
   };
   const results: Record<string, SystemResult> = {};
   const ours: Record<string, (c: SystemContext) => SystemSpec> = { evolving, "evolving-static": evolvingStatic };
@@ -134,9 +137,15 @@ export function compare(w: Workload, o: CompareOptions, clock: () => number): Co
     ...(o.ablation ? { ablations: { "evolving-static": results["evolving-static"].summary } } : {}),
     ratios: { p95_ttft: base.ttft.p95 / evo.ttft.p95, mean_e2e: base.e2e.mean / evo.e2e.mean, goodput: evo.goodput / base.goodput },
     params: Object.fromEntries(Object.entries(results).map(([k, r]) => [k, r.params])),
-    assumptions: (o.remoteStoreBytes ?? 0) > 0
-      ? [`Shared remote KV store of ${((o.remoteStoreBytes ?? 0) / 1e12).toFixed(1)} TB below every host tier (all systems), fetched at the cross-rack link rate`, ...w.assumptions]
-      : w.assumptions,
+    assumptions: [
+      ...((o.remoteStoreBytes ?? 0) > 0
+        ? [`Shared remote KV store of ${((o.remoteStoreBytes ?? 0) / 1e12).toFixed(1)} TB below every host tier (all systems), fetched at the cross-rack link rate`]
+        : []),
+      ...(o.kvReplicated
+        ? [`Tensor-parallel attention: each of a worker's ${gpw} GPUs holds and reads the whole MLA latent KV (KV capacity ÷ ${gpw}, KV traffic × ${gpw}), all systems`]
+        : []),
+      ...w.assumptions,
+    ],
     perf: Object.fromEntries(Object.entries(results).map(([k, r]) => [k, { events: r.events, wall_s: r.wallS, events_per_s: r.events / Math.max(1e-9, r.wallS) }])),
     series: Object.fromEntries(Object.entries(results).map(([k, r]) => [k, r.samples])),
     ttft_samples: Object.fromEntries(Object.entries(results).map(([k, r]) => [k, r.ttfts])),

@@ -32,8 +32,12 @@ export class CostModel {
   private readonly denseBytes: number;
   private readonly missProb: number;
 
-  /** Builds the model for `gpus` GPUs of `hw` serving `model`. */
-  constructor(readonly model: ModelProfile, readonly hw: HardwareProfile, readonly gpus: number) {
+  /**
+   * Builds the model for `gpus` GPUs of `hw` serving `model`. `kvReplication` is how many GPUs of the
+   * worker each hold and read the whole KV (1: KV split across them, e.g. data-parallel attention;
+   * `gpus`: tensor-parallel attention over MLA's single latent head, which every GPU needs entire).
+   */
+  constructor(readonly model: ModelProfile, readonly hw: HardwareProfile, readonly gpus: number, readonly kvReplication = 1) {
     this.flopEfficiency = hw.flopEfficiency;
     this.bandwidthEfficiency = hw.bandwidthEfficiency;
     this.stepOverheadS = hw.stepOverheadS;
@@ -60,7 +64,7 @@ export class CostModel {
     const flops = 2 * m.activeParams * tokens + m.attnFlopsPerTokenPair * (s.prefillAttnPairs + s.decodeAttnTokens);
     // Expected fraction of experts touched by `tokens` tokens, each picking k of E.
     const touched = 1 - Math.pow(this.missProb, tokens);
-    const bytes = this.denseBytes + this.expertBytes * touched + m.kvBytesPerToken * (s.decodeAttnTokens + s.prefillTokens);
+    const bytes = this.denseBytes + this.expertBytes * touched + m.kvBytesPerToken * this.kvReplication * (s.decodeAttnTokens + s.prefillTokens);
     return { flops, bytes };
   }
 

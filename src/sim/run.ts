@@ -27,7 +27,8 @@ export function runOnce(o: SimOptions, load: number, traceText: string | null, c
   let hw = HARDWARE[o.hw];
   let note: string | null = null;
   if (stepLogText !== null) {
-    const cal = calibrateHardware(model, hw, gpusPerWorker(model, hw), parseStepLog(stepLogText));
+    const gpw = gpusPerWorker(model, hw);
+    const cal = calibrateHardware(model, hw, gpw, parseStepLog(stepLogText), o.kvReplicated ? gpw : 1);
     hw = cal.hw;
     note = `Cost model calibrated from ${cal.steps} measured steps: ${(100 * hw.flopEfficiency).toFixed(1)}% of peak FLOP/s, ` +
       `${(100 * hw.bandwidthEfficiency).toFixed(1)}% of HBM bandwidth, ${(1000 * hw.stepOverheadS).toFixed(2)} ms per step ` +
@@ -35,7 +36,7 @@ export function runOnce(o: SimOptions, load: number, traceText: string | null, c
   }
   const opts: CompareOptions = {
     model, hw, gpus: o.gpus, startupS: o.startupS,
-    baselines: (o.baselines ?? undefined) as CompareOptions["baselines"], ablation: o.ablation, remoteStoreBytes: o.remoteStoreTb * 1e12,
+    baselines: (o.baselines ?? undefined) as CompareOptions["baselines"], ablation: o.ablation, remoteStoreBytes: o.remoteStoreTb * 1e12, kvReplicated: o.kvReplicated,
   };
   const c = compare(w, opts, clock);
   if (note !== null) c.assumptions = [note, ...c.assumptions];

@@ -26,6 +26,8 @@ import type { Workload } from "./workload-types.ts";
 
 /** Simulator settings. */
 export interface SimConfig {
+  /** GPUs of a worker that each hold and read the whole KV (default 1; see CostModel). */
+  kvReplication?: number;
   /** Bytes of a cluster-wide remote KV store (0 or absent: none) that workers' host tiers spill into. */
   remoteStoreBytes?: number;
   model: ModelProfile;
@@ -100,14 +102,15 @@ export class ClusterSim {
 
   /** Builds the cluster for `spec`. */
   constructor(readonly workload: Workload, readonly spec: SystemSpec, readonly cfg: SimConfig) {
-    this.cost = new CostModel(cfg.model, cfg.hw, cfg.gpusPerWorker);
+    this.cost = new CostModel(cfg.model, cfg.hw, cfg.gpusPerWorker, cfg.kvReplication ?? 1);
     this.bt = workload.blockTokens;
     this.blockBytes = cfg.model.kvBytesPerToken * this.bt;
     this.localThreshold = spec.maxLocalPrefill;
     this.horizon = workload.durationS + cfg.drainS;
     const n = Math.floor(cfg.gpus / cfg.gpusPerWorker);
     const weights = cfg.model.totalParams * cfg.model.weightBytesPerParam;
-    const kvBytes = cfg.gpusPerWorker * cfg.hw.hbmBytes * 0.9 - weights;
+    // With replicated KV every GPU stores every token, so the worker holds what one GPU's share holds.
+    const kvBytes = (cfg.gpusPerWorker * cfg.hw.hbmBytes * 0.9 - weights) / (cfg.kvReplication ?? 1);
     const deviceBlocks = Math.max(64, Math.floor(kvBytes / this.blockBytes));
     const hostBlocks = Math.floor((cfg.gpusPerWorker * cfg.hw.hostBytes) / this.blockBytes);
     const workersPerRack = Math.max(1, Math.floor(cfg.hw.gpusPerRack / cfg.gpusPerWorker));

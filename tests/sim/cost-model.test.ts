@@ -36,3 +36,12 @@ test("CostModel.calibrate() recovers efficiencies and overhead from measured ste
   assert.ok(Math.abs(fit.flopEfficiency - 0.3) < 0.03, `flop eff ${fit.flopEfficiency}`);
   assert.ok(Math.abs(fit.bandwidthEfficiency - 0.55) < 0.05, `bw eff ${fit.bandwidthEfficiency}`);
 });
+
+test("CostModel with replicated KV (tensor-parallel MLA attention) reads the KV once per GPU", () => {
+  const split = new CostModel(KIMI_K2_6, GB300, 8);
+  const repl = new CostModel(KIMI_K2_6, GB300, 8, 8);
+  const shape = { prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: 64, decodeAttnTokens: 64 * 100_000 };
+  const kv = KIMI_K2_6.kvBytesPerToken * shape.decodeAttnTokens;
+  assert.ok(Math.abs(repl.work(shape).bytes - split.work(shape).bytes - 7 * kv) < 1e-6 * kv);
+  assert.ok(repl.stepTime(shape) > 1.5 * split.stepTime(shape), "long-context decode becomes KV-bound");
+});

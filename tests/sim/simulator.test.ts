@@ -57,3 +57,11 @@ test("compare() runs the tuned aggregated baseline (overlap_weight 64), which ke
   assert.ok(tuned.kv_hit_rate > def.kv_hit_rate, `hit rate default ${def.kv_hit_rate}, tuned ${tuned.kv_hit_rate}`);
   assert.match(String(r.params["dynamo-agg-tuned"].router), /overlap_weight=64/);
 });
+
+test("compare() with replicated KV gives each worker a GPU's share of KV memory and says so", () => {
+  const opts = { model: KIMI_K2_6, hw: GB300, gpus: 32, drainS: 60, baselines: ["dynamo-agg" as const] };
+  const split = compare(small(9), opts, fakeClock);
+  const repl = compare(small(9), { ...opts, kvReplicated: true }, fakeClock);
+  assert.match(repl.assumptions[0], /Tensor-parallel attention: each of a worker's 8 GPUs holds and reads the whole MLA latent KV/);
+  assert.ok(repl.systems.evolving.itl.mean > split.systems.evolving.itl.mean, "every decode step reads 8× the KV bytes");
+});
