@@ -17,5 +17,10 @@ jobs=(
   "--scenario steady-profiled $A --sweep 1,2 --report $R/steady-profiled"
   "--trace ../shared/traces/azure2023_code.csv --format azure --load 1 --ablation --report $R/azure-code"
   "--trace ../shared/traces/mooncake_synthetic_trace.jsonl --format mooncake --load 1 --ablation --report $R/mooncake"
+  # Sensitivity: tensor-parallel attention replicates the MLA KV on every GPU (KV pressure appears).
+  "--scenario coding-256 $A --kv-replicated --sweep 1,2 --report $R/kv-replicated-coding-256"
+  "--scenario computer-use-256 $A --kv-replicated --sweep 0.5,1 --report $R/kv-replicated-computer-use-256"
+  "--scenario mixed-shift-256 $A --kv-replicated --sweep 1,2 --report $R/kv-replicated-mixed-shift-256"
 )
+[ -n "${ONLY:-}" ] && mapfile -t jobs < <(printf '%s\n' "${jobs[@]}" | grep -- "$ONLY")
 for j in "${jobs[@]}"; do echo "$j"; done | xargs -P "${JOBS:-2}" -I{} bash -c 'a="{}"; out="${a##*--report }"; npx tsx src/cli/sim.ts $a > "$out.txt" && echo "done $out"'

@@ -7,7 +7,7 @@ import { join } from "node:path";
 import { cliArgs } from "../src/runtime/env.ts";
 
 interface Sys { ttft: { p95: number }; e2e: { mean: number }; goodput: number; completed_fraction: number; variant?: string }
-interface Result { load: number; workload: string; model: string; systems: { baseline: Sys; evolving: Sys }; baseline_variants: Record<string, Sys> }
+interface Result { load: number; workload: string; model: string; assumptions: string[]; systems: { baseline: Sys; evolving: Sys }; baseline_variants: Record<string, Sys> }
 
 const dir = cliArgs()[0] ?? "docs/results";
 const rows: Result[] = [];
@@ -17,7 +17,8 @@ for (const run of readdirSync(dir).sort()) {
   const loads = existsSync(join(p, "result.json")) ? [p] : readdirSync(p).filter((d) => d.startsWith("load-")).map((d) => join(p, d));
   for (const l of loads) if (existsSync(join(l, "result.json"))) rows.push(JSON.parse(readFileSync(join(l, "result.json"), "utf8")) as Result);
 }
-rows.sort((a, b) => a.workload.localeCompare(b.workload) || a.model.localeCompare(b.model) || a.load - b.load);
+const tp = (r: Result) => (r.assumptions.some((a) => a.startsWith("Tensor-parallel")) ? 1 : 0);
+rows.sort((a, b) => tp(a) - tp(b) || a.workload.localeCompare(b.workload) || a.model.localeCompare(b.model) || a.load - b.load);
 const x = (v: number) => `${v.toFixed(2)}×`;
 const s3 = (v: number) => v.toFixed(3);
 const pct = (v: number) => `${(100 * v).toFixed(1)}%`;
@@ -26,5 +27,6 @@ console.log("|---|---|---|---|---|---|---|---|---|---|---|");
 for (const r of rows) {
   const b = r.systems.baseline, o = r.systems.evolving, sla = r.baseline_variants["dynamo-disagg-sla"];
   const vs = (y: Sys) => `${x(y.ttft.p95 / o.ttft.p95)} / ${x(y.e2e.mean / o.e2e.mean)} / ${x(o.goodput / y.goodput)}`;
-  console.log(`| ${r.workload} | ${r.model} | ${r.load} | ${b.variant} | ${pct(b.completed_fraction)} | ${s3(b.ttft.p95)} / ${s3(o.ttft.p95)} | ${b.e2e.mean.toFixed(2)} / ${o.e2e.mean.toFixed(2)} | ${b.goodput.toFixed(1)} / ${o.goodput.toFixed(1)} | **${vs(b)}** | ${sla ? vs(sla) : "–"} | ${sla ? pct(sla.completed_fraction) : "–"} |`);
+  const tag = r.assumptions.some((a) => a.startsWith("Tensor-parallel attention")) ? " (KV replicated)" : "";
+  console.log(`| ${r.workload}${tag} | ${r.model} | ${r.load} | ${b.variant} | ${pct(b.completed_fraction)} | ${s3(b.ttft.p95)} / ${s3(o.ttft.p95)} | ${b.e2e.mean.toFixed(2)} / ${o.e2e.mean.toFixed(2)} | ${b.goodput.toFixed(1)} / ${o.goodput.toFixed(1)} | **${vs(b)}** | ${sla ? vs(sla) : "–"} | ${sla ? pct(sla.completed_fraction) : "–"} |`);
 }
