@@ -55,6 +55,8 @@ export class SessionTracker {
   private readonly sessions = new Map<string, SessionRecord>();
   private readonly tools = new Map<string, ToolRecord>();
   private readonly o: Required<SessionTrackerOptions>;
+  /** log(priorToolGapS), computed once: gapOf() runs for every waiting session on every re-ranking. */
+  private readonly logPriorToolGap: number;
 
   /** Creates a tracker with the given priors. */
   constructor(opts: SessionTrackerOptions = {}) {
@@ -66,6 +68,7 @@ export class SessionTracker {
       pContinueAfterAnswer: opts.pContinueAfterAnswer ?? 0.2,
       alpha: opts.alpha ?? 0.3,
     };
+    this.logPriorToolGap = Math.log(this.o.priorToolGapS);
   }
 
   /** A turn of `sessionId` started (its request arrived); learns the gap if it was waiting. */
@@ -130,7 +133,7 @@ export class SessionTracker {
     if (s === undefined || s.status === "idle") return this.o.priorIdleGapS;
     if (s.status === "running") return 0;
     // Blend session history, tool history and the prior by how much each has seen.
-    let sum = Math.log(this.o.priorToolGapS);
+    let sum = this.logPriorToolGap;
     let w = 1;
     const t = s.tool === null ? undefined : this.tools.get(s.tool);
     if (t !== undefined) { sum += t.logGap * Math.min(t.observations, 8); w += Math.min(t.observations, 8); }

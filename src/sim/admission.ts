@@ -114,7 +114,7 @@ export function tryEnqueuePrefill(sim: ClusterSim, req: ReqState, w: SimWorker, 
     if (total - k > w.pool.numBlocks) reject(sim, req, "kv-capacity");
     return total - k > w.pool.numBlocks;
   }
-  const blocks = [...m.blockIds, ...fresh];
+  const blocks = m.blockIds.concat(fresh);
   if (fetched > 0) {
     // One meta object per type, shared by the blocks (pools and tiers never mutate metas).
     const sys: BlockMeta = { sessionId: req.plan.id, type: "system" };

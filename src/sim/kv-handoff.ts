@@ -37,7 +37,7 @@ export function trySendKv(sim: ClusterSim, w: SimWorker, job: PrefillJob, d: Sim
   }
   const sendBlocks = Math.max(0, Math.ceil(req.prompt / sim.bt) - m.blockIds.length);
   sim.q.push(sim.now + sim.linkSeconds(w, d, sendBlocks), {
-    t: "kv", w: d, req, blocks: [...m.blockIds, ...fresh], cached: m.blockIds.length, from: w, fromBlocks: job.blocks,
+    t: "kv", w: d, req, blocks: m.blockIds.concat(fresh), cached: m.blockIds.length, from: w, fromBlocks: job.blocks,
   });
   return true;
 }

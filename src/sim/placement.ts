@@ -16,22 +16,43 @@ export interface Placement {
 
 type Overlaps = ReturnType<ClusterSim["index"]["overlapsBySlot"]> | null;
 
-function candidates(sim: ClusterSim, ov: Overlaps, pick: (w: SimWorker) => boolean): { c: RouteCandidate; w: SimWorker }[] {
-  const out: { c: RouteCandidate; w: SimWorker }[] = [];
+/** Serving workers that pass `pick`, in worker order, with their router views refreshed. */
+interface Candidates {
+  views: RouteCandidate[];
+  workers: SimWorker[];
+}
+
+function candidates(sim: ClusterSim, ov: Overlaps, pick: (w: SimWorker) => boolean): Candidates {
+  const views: RouteCandidate[] = [];
+  const workers: SimWorker[] = [];
   for (const w of sim.workers) {
     if (w.state !== "serving" || !pick(w)) continue;
     const slot = sim.indexSlots[w.index];
-    out.push({
-      w,
-      c: {
-        id: w.id, role: w.role, overlapDevice: ov === null ? 0 : ov.device[slot], overlapHost: ov === null ? 0 : ov.deviceOrHost[slot],
-        queuedPrefillTokens: w.queuedTokens, activeBlocks: w.pool.numUsedBlocks(), decodeBatch: w.batch,
-        decodeQueue: w.decodeWait.length + w.kvWait.length + w.admitWait.length,
-        prefillRate: w.prefillRate, decodeStepS: w.decodeStepEwma, rack: w.rack,
-      },
-    });
+    // Each worker's view object is reused across requests: routers read candidates, never keep them.
+    const c = w.routeView;
+    c.role = w.role;
+    c.overlapDevice = ov === null ? 0 : ov.device[slot];
+    c.overlapHost = ov === null ? 0 : ov.deviceOrHost[slot];
+    c.queuedPrefillTokens = w.queuedTokens;
+    c.activeBlocks = w.pool.numUsedBlocks();
+    c.decodeBatch = w.batch;
+    c.decodeQueue = w.decodeWait.length + w.kvWait.length + w.admitWait.length;
+    c.prefillRate = w.prefillRate;
+    c.decodeStepS = w.decodeStepEwma;
+    views.push(c);
+    workers.push(w);
   }
-  return out;
+  return { views, workers };
+}
+
+/** The worker behind router view `c` of `cs`. */
+function workerOf(cs: Candidates, c: RouteCandidate): SimWorker {
+  return cs.workers[cs.views.indexOf(c)];
+}
+
+/** The worker with id `id` among `cs`. */
+function workerById(cs: Candidates, id: string): SimWorker {
+  return cs.workers.find((w) => w.id === id)!;
 }
 
 /** Chooses prefill and decode workers for `req` under the system's mode; null when none serve. */
@@ -42,42 +63,38 @@ export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
   const ov: Overlaps = req.hashes.length > 0 ? sim.index.overlapsBySlot(req.hashes) : null;
   if (mode === "agg") {
     const all = candidates(sim, ov, () => true);
-    const best = routeKvAware(all.map((x) => x.c), blocks, sim.bt, sim.spec.overlapWeight ?? 1);
-    return best === undefined ? null : { prefill: null, decode: all.find((x) => x.c === best)!.w, prefixTransferBlocks: 0 };
+    const best = routeKvAware(all.views, blocks, sim.bt, sim.spec.overlapWeight ?? 1);
+    return best === undefined ? null : { prefill: null, decode: workerOf(all, best), prefixTransferBlocks: 0 };
   }
   if (mode === "disagg") {
     const dec = candidates(sim, ov, (w) => w.role === "decode");
-    const d = routeKvAware(dec.map((x) => x.c), blocks, sim.bt, sim.spec.overlapWeight ?? 1);
+    const d = routeKvAware(dec.views, blocks, sim.bt, sim.spec.overlapWeight ?? 1);
     if (d === undefined) return null;
-    const decode = dec.find((x) => x.c === d)!.w;
+    const decode = workerOf(dec, d);
     const uncachedLocal = req.prompt - d.overlapDevice * sim.bt;
     const pre = candidates(sim, ov, (w) => w.role === "prefill");
-    const queued = pre.reduce((a, x) => a + x.w.queue.length, 0);
+    let queued = 0;
+    for (const w of pre.workers) queued += w.queue.length;
+    const n = pre.workers.length;
     // Conditional disaggregation: short uncached prompts, or a full prefill queue, stay local.
-    if (uncachedLocal <= sim.spec.maxLocalPrefill || pre.length === 0 || queued >= sim.spec.maxPrefillQueuePerWorker * pre.length) {
+    if (uncachedLocal <= sim.spec.maxLocalPrefill || n === 0 || queued >= sim.spec.maxPrefillQueuePerWorker * n) {
       return { prefill: null, decode, prefixTransferBlocks: 0 };
     }
-    const p = routeKvAware(pre.map((x) => x.c), blocks, sim.bt, sim.spec.overlapWeight ?? 1)!;
-    return { prefill: pre.find((x) => x.c === p)!.w, decode, prefixTransferBlocks: 0 };
+    const p = routeKvAware(pre.views, blocks, sim.bt, sim.spec.overlapWeight ?? 1)!;
+    return { prefill: workerOf(pre, p), decode, prefixTransferBlocks: 0 };
   }
   const dec = candidates(sim, ov, (w) => w.role !== "prefill");
   const pre = candidates(sim, ov, (w) => w.role === "prefill");
-  const hw = sim.cfg.hw;
-  const g = sim.cfg.gpusPerWorker;
   const route = routeSession(
     { promptTokens: req.prompt, blockTokens: sim.bt, bytesPerBlock: sim.blockBytes, lastWorker: sim.lastWorker.get(req.plan.id) },
-    dec.map((x) => x.c), pre.map((x) => x.c),
-    {
-      bandwidth: (a, b) => (a === b ? hw.intraRackBandwidth : hw.interRackBandwidth) * g,
-      latency: (a, b) => (a === b ? hw.intraRackLatencyS : hw.interRackLatencyS), hostBandwidth: hw.hostBandwidth * g,
-    },
+    dec.views, pre.views, sim.links,
     { localPrefillThreshold: sim.localThreshold, itlTargetS: 0.05, affinityBonusS: 0.01 },
   );
   if (route === undefined) {
-    if (pre.length === 0) return null;
-    return { prefill: null, decode: pre[0].w, prefixTransferBlocks: 0 };
+    if (pre.workers.length === 0) return null;
+    return { prefill: null, decode: pre.workers[0], prefixTransferBlocks: 0 };
   }
-  const decode = dec.find((x) => x.c.id === route.decodeWorker)!.w;
-  const prefill = route.prefillWorker === null ? null : pre.find((x) => x.c.id === route.prefillWorker)!.w;
+  const decode = workerById(dec, route.decodeWorker);
+  const prefill = route.prefillWorker === null ? null : workerById(pre, route.prefillWorker);
   return { prefill, decode, prefixTransferBlocks: route.prefixTransferBlocks };
 }

@@ -9,6 +9,7 @@ import { GlobalBlockIndex } from "../../kv/global-index.ts";
 import { SessionTracker } from "../../kv/session-tracker.ts";
 import { TierCache } from "../../kv/tiers.ts";
 import type { KvEvent } from "../../kv/types.ts";
+import type { LinkModel } from "../../planner/routers.ts";
 import type { CompletedRequest, MetricsSnapshot } from "../../planner/types.ts";
 import { applyAction } from "./actions.ts";
 import { arrive } from "./admission.ts";
@@ -83,6 +84,8 @@ export class ClusterSim {
   /** Per session (plan index): tokens of its stream so far, and the chained hashes of its blocks. */
   readonly streamLen = new Map<number, number>();
   readonly sessHashes = new Map<number, number[]>();
+  /** Links as the session router sees them (built once; the router only reads them). */
+  readonly links: LinkModel;
   /** Per worker (by index): its slot in the global index's per-worker overlap arrays. */
   readonly indexSlots: number[] = [];
   /** Per session id: the worker that decoded its last turn. */
@@ -107,6 +110,12 @@ export class ClusterSim {
     this.blockBytes = cfg.model.kvBytesPerToken * this.bt;
     this.localThreshold = spec.maxLocalPrefill;
     this.horizon = workload.durationS + cfg.drainS;
+    const hw = cfg.hw;
+    const g = cfg.gpusPerWorker;
+    this.links = {
+      bandwidth: (a, b) => (a === b ? hw.intraRackBandwidth : hw.interRackBandwidth) * g,
+      latency: (a, b) => (a === b ? hw.intraRackLatencyS : hw.interRackLatencyS), hostBandwidth: hw.hostBandwidth * g,
+    };
     const n = Math.floor(cfg.gpus / cfg.gpusPerWorker);
     const weights = cfg.model.totalParams * cfg.model.weightBytesPerParam;
     // With replicated KV every GPU stores every token, so the worker holds what one GPU's share holds.

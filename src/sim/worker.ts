@@ -5,6 +5,7 @@
  */
 import type { BlockPool } from "../../kv/block-pool.ts";
 import type { TierCache } from "../../kv/tiers.ts";
+import type { RouteCandidate } from "../../planner/routers.ts";
 import type { Role, WorkerState, WorkerSnapshot } from "../../planner/types.ts";
 import type { CostModel } from "./cost-model.ts";
 import type { ReqState } from "./request.ts";
@@ -78,6 +79,9 @@ export class SimWorker {
   wPureBusy = 0;
   wPureBatch = 0;
 
+  /** This worker as routers see it; placement.ts refreshes the fields before each routing call. */
+  readonly routeView: RouteCandidate;
+
   /** Creates a worker. */
   constructor(
     readonly id: string, readonly index: number, readonly rack: number, role: Role, state: WorkerState,
@@ -86,6 +90,10 @@ export class SimWorker {
     this.role = role;
     this.state = state;
     this.prefillRate = 1 / cost.stepTime({ prefillTokens: 8192, prefillAttnPairs: cost.prefillPairs(4096, 8192), decodeSeqs: 0, decodeAttnTokens: 0 }) * 8192;
+    this.routeView = {
+      id, role, overlapDevice: 0, overlapHost: 0, queuedPrefillTokens: 0, activeBlocks: 0, decodeBatch: 0,
+      decodeQueue: 0, prefillRate: this.prefillRate, decodeStepS: 0, rack,
+    };
   }
 
   /** Decoding sequences. */
