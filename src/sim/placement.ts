@@ -88,7 +88,7 @@ export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
   const route = routeSession(
     { promptTokens: req.prompt, blockTokens: sim.bt, bytesPerBlock: sim.blockBytes, lastWorker: sim.lastWorker.get(req.plan.id) },
     dec.views, pre.views, sim.links,
-    { localPrefillThreshold: sim.localThreshold, itlTargetS: 0.05, affinityBonusS: 0.01 },
+    { localPrefillThreshold: sim.localThreshold, itlTargetS: 0.05, affinityBonusS: 0.01, interferenceWeight: sim.spec.stallWeight },
   );
   if (route === undefined) {
     if (pre.workers.length === 0) return null;

@@ -33,6 +33,8 @@ export interface SystemSpec {
   maxLocalPrefill: number;
   /** ... or when this many requests per prefill worker are already queued for remote prefill. */
   maxPrefillQueuePerWorker: number;
+  /** Ours: weight of the stall a local prefill causes to a worker's decode batch (router default when absent). */
+  stallWeight?: number;
   /** Dynamo KV-router overlap_weight (baselines; default 1, Dynamo's default). */
   overlapWeight?: number;
   /** Stated parameters, for reports. */
