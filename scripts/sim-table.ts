@@ -1,6 +1,7 @@
 /**
  * Prints the ratio table of docs/sim.md from the committed reports (docs/results/<run>/load-<x>/result.json),
- * so the table is generated from the figures rather than copied by hand. Usage: npx tsx scripts/sim-table.ts [DIR]
+ * so the table is generated from the figures rather than copied by hand.
+ * Usage: npx tsx scripts/sim-table.ts [DIR] [--without VARIANT]   (--without: best baseline among the others)
  */
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
@@ -9,7 +10,10 @@ import { cliArgs } from "../src/runtime/env.ts";
 interface Sys { ttft: { p95: number }; e2e: { mean: number }; goodput: number; completed_fraction: number; variant?: string }
 interface Result { load: number; workload: string; model: string; assumptions: string[]; systems: { baseline: Sys; evolving: Sys }; baseline_variants: Record<string, Sys> }
 
-const dir = cliArgs()[0] ?? "docs/results";
+const args = cliArgs();
+const wi = args.indexOf("--without");
+const without = wi >= 0 ? args[wi + 1] : null;
+const dir = args.filter((a, i) => !a.startsWith("--") && (wi < 0 || i !== wi + 1))[0] ?? "docs/results";
 const rows: Result[] = [];
 for (const run of readdirSync(dir).sort()) {
   const p = join(dir, run);
@@ -25,7 +29,14 @@ const pct = (v: number) => `${(100 * v).toFixed(1)}%`;
 console.log("| scenario | model | load | best baseline | done (best) | P95 TTFT s, best / ours | mean E2E s, best / ours | goodput/s, best / ours | **vs best: P95 TTFT / mean E2E / goodput** | vs disagg-SLA: P95 TTFT / mean E2E / goodput | done (SLA) |");
 console.log("|---|---|---|---|---|---|---|---|---|---|---|");
 for (const r of rows) {
-  const b = r.systems.baseline, o = r.systems.evolving, sla = r.baseline_variants["dynamo-disagg-sla"];
+  let b = r.systems.baseline;
+  const o = r.systems.evolving, sla = r.baseline_variants["dynamo-disagg-sla"];
+  if (without !== null && b.variant === without) {
+    // Same rule as compare(): highest goodput, ties to the lower mean end-to-end latency.
+    const rest = Object.entries(r.baseline_variants).filter(([k]) => k !== without);
+    const [k, v] = rest.reduce((x, y) => (y[1].goodput > x[1].goodput || (y[1].goodput === x[1].goodput && y[1].e2e.mean < x[1].e2e.mean) ? y : x));
+    b = { ...v, variant: k };
+  }
   const vs = (y: Sys) => `${x(y.ttft.p95 / o.ttft.p95)} / ${x(y.e2e.mean / o.e2e.mean)} / ${x(o.goodput / y.goodput)}`;
   const tag = r.assumptions.some((a) => a.startsWith("Tensor-parallel attention")) ? " (KV replicated)" : "";
   console.log(`| ${r.workload}${tag} | ${r.model} | ${r.load} | ${b.variant} | ${pct(b.completed_fraction)} | ${s3(b.ttft.p95)} / ${s3(o.ttft.p95)} | ${b.e2e.mean.toFixed(2)} / ${o.e2e.mean.toFixed(2)} | ${b.goodput.toFixed(1)} / ${o.goodput.toFixed(1)} | **${vs(b)}** | ${sla ? vs(sla) : "–"} | ${sla ? pct(sla.completed_fraction) : "–"} |`);
