@@ -20,6 +20,8 @@ export interface RouteCandidate {
   decodeBatch: number;
   /** Sequences waiting there for a decode slot or for KV memory (optional; 0 when unknown). */
   decodeQueue?: number;
+  /** Requests queued there for KV memory (optional): a new one would wait behind them. */
+  memoryQueue?: number;
   /** Online estimate of its prefill speed (tokens/s) and current decode step (s). */
   prefillRate: number;
   decodeStepS: number;
@@ -93,6 +95,8 @@ export interface SessionRouterOptions {
    * 0, 0.2, 0.5 and 1 in the simulator, 0.2 gave the best goodput on coding and mixed-shift.
    */
   interferenceWeight?: number;
+  /** Seconds charged per request already waiting for KV memory on a worker (default 1). */
+  memoryWaitS?: number;
 }
 
 /** Our router: the candidate with the lowest predicted TTFT plus a decode-load penalty. */
@@ -133,7 +137,8 @@ export function routeSession(
     }
     // Slow steps, and sequences already queued for a decode slot, both count as decode overload.
     const overload = Math.max(0, w.decodeStepS / o.itlTargetS - 0.8) + (w.decodeQueue ?? 0) / 32;
-    let cost = route.predictedTtftS + stallS + loadW * overload + (o.batchWeightS ?? 0.001) * (w.decodeBatch + (w.decodeQueue ?? 0));
+    // Admission is FIFO: a turn sent where others wait for KV memory waits behind them.
+    let cost = route.predictedTtftS + stallS + (w.memoryQueue ?? 0) * (o.memoryWaitS ?? 1) + loadW * overload + (o.batchWeightS ?? 0.001) * (w.decodeBatch + (w.decodeQueue ?? 0));
     if (w.id === req.lastWorker) cost -= o.affinityBonusS ?? 0;
     if (cost < bestCost) { bestCost = cost; best = route; }
   }

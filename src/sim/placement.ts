@@ -35,6 +35,7 @@ function candidates(sim: ClusterSim, ov: Overlaps, pick: (w: SimWorker) => boole
     c.overlapHost = ov === null ? 0 : ov.deviceOrHost[slot];
     c.queuedPrefillTokens = w.queuedTokens;
     c.activeBlocks = w.pool.numUsedBlocks();
+    c.memoryQueue = w.admitWait.length + w.kvWait.length;
     c.decodeBatch = w.batch;
     c.decodeQueue = w.decodeWait.length + w.kvWait.length + w.admitWait.length;
     c.prefillRate = w.prefillRate;

@@ -92,7 +92,7 @@ export class SimWorker {
     this.prefillRate = 1 / cost.stepTime({ prefillTokens: 8192, prefillAttnPairs: cost.prefillPairs(4096, 8192), decodeSeqs: 0, decodeAttnTokens: 0 }) * 8192;
     this.routeView = {
       id, role, overlapDevice: 0, overlapHost: 0, queuedPrefillTokens: 0, activeBlocks: 0, decodeBatch: 0,
-      decodeQueue: 0, prefillRate: this.prefillRate, decodeStepS: 0, rack,
+      decodeQueue: 0, memoryQueue: 0, prefillRate: this.prefillRate, decodeStepS: 0, rack,
     };
   }
 
