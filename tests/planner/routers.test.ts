@@ -71,12 +71,13 @@ test("routeSession() keeps a long prefill off a worker whose decode batch it wou
   assert.equal(r.decodeWorker, "light");
 });
 
-test("routeSession() steers a turn away from a worker where others already wait for KV memory", () => {
+test("routeSession() with memoryWaitS steers a turn away from a worker where others already wait for KV memory", () => {
   const req = { promptTokens: 20_000, blockTokens: 2048, bytesPerBlock: 70e6, lastWorker: "holder" };
-  const o = { localPrefillThreshold: 1_000_000, itlTargetS: 0.05 };
+  const o = { localPrefillThreshold: 1_000_000, itlTargetS: 0.05, memoryWaitS: 1 };
   const holder = cand("holder", { overlapDevice: 8, overlapHost: 8 });
   const other = cand("other");
   assert.equal(routeSession(req, [other, holder], [], links, o)?.decodeWorker, "holder", "its KV is there");
   const full = cand("holder", { overlapDevice: 8, overlapHost: 8, memoryQueue: 3 });
   assert.equal(routeSession(req, [other, full], [], links, o)?.decodeWorker, "other", "three turns already wait for memory there");
+  assert.equal(routeSession(req, [other, full], [], links, { ...o, memoryWaitS: undefined })?.decodeWorker, "holder", "off by default");
 });
