@@ -10,6 +10,21 @@ echo "== type check (tsc)"
 npx tsc -p .
 mapfile -t files < <(find tests -name '*.test.ts' | sort)
 echo "== Deno ($(npx deno --version | head -1))"
-npx deno test -A --no-check "${files[@]}"
+# Deno has twice aborted with a glibc heap-corruption message *after* printing a passing summary,
+# while the process tears down (cause not found yet; see docs/modules.md "Known issues"). A test
+# failure still fails here; only an abort (exit 134) after "0 failed" is reported and tolerated.
+log=$(mktemp)
+set +e
+./node_modules/.bin/deno test -A --no-check "${files[@]}" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+if [ "$rc" -ne 0 ]; then
+  if [ "$rc" -eq 134 ] && grep -Eq '\| [0-9]+ passed \| 0 failed' "$log" && ! grep -Eq 'FAILED|[1-9][0-9]* failed' "$log"; then
+    echo "WARNING: Deno aborted (exit 134) at teardown after every test passed; known issue, not a test failure"
+  else
+    rm -f "$log"; exit "$rc"
+  fi
+fi
+rm -f "$log"
 echo "== Node ($(node --version))"
 node --import tsx --test --test-concurrency=2 "${files[@]}"
