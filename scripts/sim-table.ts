@@ -6,6 +6,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { cliArgs } from "../src/runtime/env.ts";
+import { bestVariant } from "../src/sim/compare.ts";
 
 interface Sys { ttft: { p95: number }; e2e: { mean: number }; goodput: number; completed_fraction: number; variant?: string }
 interface Result { load: number; workload: string; model: string; assumptions: string[]; systems: { baseline: Sys; evolving: Sys }; baseline_variants: Record<string, Sys> }
@@ -32,10 +33,9 @@ for (const r of rows) {
   let b = r.systems.baseline;
   const o = r.systems.evolving, sla = r.baseline_variants["dynamo-disagg-sla"];
   if (without !== null && b.variant === without) {
-    // Same rule as compare(): highest goodput, ties to the lower mean end-to-end latency.
-    const rest = Object.entries(r.baseline_variants).filter(([k]) => k !== without);
-    const [k, v] = rest.reduce((x, y) => (y[1].goodput > x[1].goodput || (y[1].goodput === x[1].goodput && y[1].e2e.mean < x[1].e2e.mean) ? y : x));
-    b = { ...v, variant: k };
+    const rest = Object.fromEntries(Object.entries(r.baseline_variants).filter(([k]) => k !== without));
+    const k = bestVariant(rest);
+    b = { ...rest[k], variant: k };
   }
   const vs = (y: Sys) => `${x(y.ttft.p95 / o.ttft.p95)} / ${x(y.e2e.mean / o.e2e.mean)} / ${x(o.goodput / y.goodput)}`;
   const tag = r.assumptions.some((a) => a.startsWith("Tensor-parallel attention")) ? " (KV replicated)" : "";

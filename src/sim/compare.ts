@@ -90,6 +90,14 @@ export function initialSplit(w: Workload, profile: OfflineProfile, workers: numb
   return { prefill, decode: workers - prefill };
 }
 
+/** The baseline variant reported: highest goodput, ties to the lower mean end-to-end latency. */
+export function bestVariant(summaries: Record<string, { goodput: number; e2e: { mean: number } }>): string {
+  return Object.keys(summaries).reduce((a, b) => {
+    const x = summaries[a], y = summaries[b];
+    return y.goodput > x.goodput || (y.goodput === x.goodput && y.e2e.mean < x.e2e.mean) ? b : a;
+  });
+}
+
 /** Runs every system and compares. `clock` measures wall time (impure; injected by the CLI). */
 export function compare(w: Workload, o: CompareOptions, clock: () => number): Comparison {
   const gpw = gpusPerWorker(o.model, o.hw);
@@ -124,10 +132,7 @@ export function compare(w: Workload, o: CompareOptions, clock: () => number): Co
   const evo = results.evolving.summary;
   const variants = Object.keys(results).filter((k) => !(k in ours));
   // The baseline reported is its best variant: highest goodput, ties to lower mean end-to-end.
-  const best = variants.reduce((a, b) => {
-    const x = results[a].summary, y = results[b].summary;
-    return y.goodput > x.goodput || (y.goodput === x.goodput && y.e2e.mean < x.e2e.mean) ? b : a;
-  });
+  const best = bestVariant(Object.fromEntries(variants.map((k) => [k, results[k].summary])));
   const base = results[best].summary;
   const out: Comparison = {
     workload: w.name, model: o.model.name, hardware: o.hw.name, gpus: o.gpus, gpus_per_worker: gpw,

@@ -89,7 +89,7 @@ export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
   const route = routeSession(
     { promptTokens: req.prompt, blockTokens: sim.bt, bytesPerBlock: sim.blockBytes, lastWorker: sim.lastWorker.get(req.plan.id) },
     dec.views, pre.views, sim.links,
-    { localPrefillThreshold: sim.localThreshold, itlTargetS: 0.05, affinityBonusS: 0.01, interferenceWeight: sim.spec.stallWeight },
+    { localPrefillThreshold: sim.localThreshold, itlTargetS: 0.05, affinityBonusS: 0.01, interferenceWeight: sim.spec.stallWeight, memoryWaitS: sim.spec.memoryWaitS },
   );
   if (route === undefined) {
     if (pre.workers.length === 0) return null;

@@ -35,6 +35,8 @@ export interface SystemSpec {
   maxPrefillQueuePerWorker: number;
   /** Ours: weight of the stall a local prefill causes to a worker's decode batch (router default when absent). */
   stallWeight?: number;
+  /** Ours: seconds per turn already waiting for KV memory on a worker (router's memoryWaitS; off when absent). */
+  memoryWaitS?: number;
   /** Dynamo KV-router overlap_weight (baselines; default 1, Dynamo's default). */
   overlapWeight?: number;
   /** Stated parameters, for reports. */
