@@ -5,3 +5,4 @@ export * from "./sla-profile-planner.ts";
 export * from "./load-planner.ts";
 export * from "./online-planner.ts";
 export * from "./routers.ts";
+export * from "./prefill-order.ts";

@@ -62,14 +62,31 @@ export function calibrateHardware(
   model: ModelProfile, hw: HardwareProfile, gpusPerWorker: number, steps: readonly MeasuredStep[], kvReplication = 1,
 ): Calibration {
   const cost = new CostModel(model, hw, gpusPerWorker, kvReplication);
-  const samples = steps.map((s) => ({ work: cost.work(s), measuredS: s.seconds }));
-  const rms = () => Math.sqrt(samples.reduce((a, s) => a + (cost.timeOf(s.work) - s.measuredS) ** 2, 0) / samples.length);
+  const samples = steps.map((s) => ({ work: cost.work(s), measuredS: s.seconds, mixed: s.prefillTokens > 0 && s.decodeSeqs > 0 }));
+  const rms = () => Math.sqrt(steps.reduce((a, st) => a + (cost.stepTime(st) - st.seconds) ** 2, 0) / steps.length);
   const rmsBeforeS = rms();
-  const rmsAfterS = cost.calibrate(samples, 60);
+  // With enough steps of each kind, alternate: fit the roofline to the steps with the current
+  // mixed-step overhead taken off the mixed ones, then set that overhead to how much more mixed steps
+  // exceed the fitted roofline than single-kind steps do. Otherwise assume no mixed-step overhead.
+  const mixedN = samples.filter((s) => s.mixed).length;
+  const split = mixedN >= 3 && samples.length - mixedN >= 3;
+  let mixedS = 0;
+  for (let round = 0; round < (split ? 8 : 1); round++) {
+    cost.calibrate(samples.map((s) => ({ work: s.work, measuredS: s.mixed ? s.measuredS - mixedS : s.measuredS })), 60);
+    if (!split) break;
+    let rm = 0, rs = 0;
+    for (const s of samples) {
+      const r = s.measuredS - cost.timeOf(s.work);
+      if (s.mixed) rm += r; else rs += r;
+    }
+    mixedS = Math.max(0, rm / mixedN - rs / (samples.length - mixedN));
+  }
+  cost.mixedStepOverheadS = mixedS;
+  const rmsAfterS = rms();
   return {
     hw: {
       ...hw, name: `${hw.name} (calibrated)`, flopEfficiency: cost.flopEfficiency, bandwidthEfficiency: cost.bandwidthEfficiency,
-      stepOverheadS: cost.stepOverheadS,
+      stepOverheadS: cost.stepOverheadS, mixedStepOverheadS: cost.mixedStepOverheadS,
     },
     steps: samples.length, rmsBeforeS, rmsAfterS,
   };

@@ -35,6 +35,8 @@ export interface SimOptions {
   remoteStoreTb: number;
   /** Tensor-parallel attention replicating the MLA latent KV on every GPU of a worker. */
   kvReplicated: boolean;
+  /** Extra ms per mixed prefill+decode step (null: the hardware profile's, or the calibrated, value). */
+  mixedStepOverheadMs: number | null;
 }
 
 /** Usage text. */
@@ -45,6 +47,7 @@ baselines (--baselines a,b): dynamo-disagg-sla, dynamo-disagg-load, dynamo-agg, 
 --calibrate FILE: fit the cost model's efficiencies and step overhead to a step log (JSONL; deno task serve --step-log)
 --kv-replicated: tensor-parallel attention, every GPU of a worker holds and reads the whole MLA KV (default: KV split across them)
 --remote-store-tb X: a shared remote KV store of X TB below every host tier, for every system (default none)
+--mixed-step-overhead-ms X: extra cost of a step carrying both prefill and decode (default 0; a step log fits it)
 --ablation: also run ours without the role planner (evolving-static; reported under "ablations", never as a baseline)`;
 
 function num(flag: string, v: string | undefined, min: number, integer = false): number {
@@ -59,7 +62,7 @@ function num(flag: string, v: string | undefined, min: number, integer = false):
 export function parseSimArgs(argv: readonly string[]): SimOptions {
   const o: SimOptions = {
     scenario: null, trace: null, format: "mooncake", gpus: 256, model: "kimi-k2.6", hw: "gb300", load: 1, seed: 1,
-    durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity, ablation: false, calibrate: null, remoteStoreTb: 0, kvReplicated: false,
+    durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity, ablation: false, calibrate: null, remoteStoreTb: 0, kvReplicated: false, mixedStepOverheadMs: null,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -84,6 +87,7 @@ export function parseSimArgs(argv: readonly string[]): SimOptions {
       case "--json": o.json = true; break;
       case "--ablation": o.ablation = true; break;
       case "--calibrate": o.calibrate = next() ?? ""; break;
+      case "--mixed-step-overhead-ms": o.mixedStepOverheadMs = num(a, next(), 0); break;
       case "--kv-replicated": o.kvReplicated = true; break;
       case "--remote-store-tb": o.remoteStoreTb = num(a, next(), 0); break;
       case "--report": o.report = next() ?? ""; break;

@@ -28,6 +28,8 @@ export class CostModel {
   flopEfficiency: number;
   bandwidthEfficiency: number;
   stepOverheadS: number;
+  /** Extra seconds for steps that carry both prefill and decode (see HardwareProfile). */
+  mixedStepOverheadS: number;
   private readonly expertBytes: number;
   private readonly denseBytes: number;
   private readonly missProb: number;
@@ -41,6 +43,7 @@ export class CostModel {
     this.flopEfficiency = hw.flopEfficiency;
     this.bandwidthEfficiency = hw.bandwidthEfficiency;
     this.stepOverheadS = hw.stepOverheadS;
+    this.mixedStepOverheadS = hw.mixedStepOverheadS ?? 0;
     this.denseBytes = model.denseParams * model.weightBytesPerParam;
     this.expertBytes = (model.totalParams - model.denseParams) * model.weightBytesPerParam;
     this.missProb = 1 - model.expertsPerToken / model.experts;
@@ -71,7 +74,7 @@ export class CostModel {
   /** Seconds for one step. */
   stepTime(s: StepShape): number {
     const w = this.work(s);
-    return this.timeOf(w);
+    return this.timeOf(w) + (s.prefillTokens > 0 && s.decodeSeqs > 0 ? this.mixedStepOverheadS : 0);
   }
 
   /** Seconds for given work under the current efficiencies. */

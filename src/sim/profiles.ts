@@ -25,6 +25,13 @@ export interface HardwareProfile {
   flopEfficiency: number;
   bandwidthEfficiency: number;
   stepOverheadS: number;
+  /**
+   * Extra seconds for a step that carries both prefill and decode (default 0). Real engines replay
+   * decode-only steps from CUDA graphs but run mixed batches eagerly, and a prefill chunk does not
+   * overlap a decode batch's memory traffic perfectly; the roofline alone sees neither. Fitted by
+   * calibration from a step log that has both kinds of step.
+   */
+  mixedStepOverheadS?: number;
 }
 
 /** One model. */

@@ -32,7 +32,13 @@ export function runOnce(o: SimOptions, load: number, traceText: string | null, c
     hw = cal.hw;
     note = `Cost model calibrated from ${cal.steps} measured steps: ${(100 * hw.flopEfficiency).toFixed(1)}% of peak FLOP/s, ` +
       `${(100 * hw.bandwidthEfficiency).toFixed(1)}% of HBM bandwidth, ${(1000 * hw.stepOverheadS).toFixed(2)} ms per step ` +
+      `, ${(1000 * (hw.mixedStepOverheadS ?? 0)).toFixed(2)} ms more per mixed prefill+decode step ` +
       `(RMS error ${(1000 * cal.rmsBeforeS).toFixed(2)} ms assumed → ${(1000 * cal.rmsAfterS).toFixed(2)} ms fitted)`;
+  }
+  if (o.mixedStepOverheadMs !== null) {
+    hw = { ...hw, mixedStepOverheadS: o.mixedStepOverheadMs / 1000 };
+    const m = `Mixed prefill+decode steps cost ${o.mixedStepOverheadMs} ms more than the roofline (--mixed-step-overhead-ms)`;
+    note = note === null ? m : `${note}; ${m}`;
   }
   const opts: CompareOptions = {
     model, hw, gpus: o.gpus, startupS: o.startupS,

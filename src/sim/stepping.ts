@@ -3,6 +3,7 @@
  * the decode batch; decode-only stretches run as one macro-step of identical steps, cut short when
  * new work arrives. Step times come from the cost model.
  */
+import { prefillOrder } from "../../planner/prefill-order.ts";
 import { retryWaiting } from "./admission.ts";
 import { finish, reject } from "./completion.ts";
 import { joinDecode, prefillDone } from "./kv-handoff.ts";
@@ -32,16 +33,21 @@ export function kick(sim: ClusterSim, w: SimWorker): void {
   const toks: number[] = [];
   let pairs = 0;
   let wake = Infinity;
-  for (let i = 0; i < w.queue.length && used < budget; i++) {
+  // Time out stale jobs first; waiting requests retry for the freed memory once this step is set,
+  // so their admission cannot start a second step from inside this one.
+  let freed = false;
+  for (let i = 0; i < w.queue.length; i++) {
     const j = w.queue[i];
-    if (sim.now - j.enqueuedAt > sim.cfg.maxQueueS) {
-      w.queue.splice(i--, 1);
-      w.queuedTokens -= j.left;
-      w.pool.release(j.blocks, { sessionId: j.req.plan.id });
-      reject(sim, j.req, "queue-timeout");
-      retryWaiting(sim, w);
-      continue;
-    }
+    if (sim.now - j.enqueuedAt <= sim.cfg.maxQueueS) continue;
+    w.queue.splice(i--, 1);
+    w.queuedTokens -= j.left;
+    w.pool.release(j.blocks, { sessionId: j.req.plan.id });
+    reject(sim, j.req, "queue-timeout");
+    freed = true;
+  }
+  const order = sim.spec.prefillOrder === undefined || w.queue.length < 2 ? null : prefillOrder(w.queue, sim.now, sim.spec.prefillOrder);
+  for (let o = 0; o < w.queue.length && used < budget; o++) {
+    const j = w.queue[order === null ? o : order[o]];
     if (j.readyAt > sim.now) { wake = Math.min(wake, j.readyAt); continue; }
     const n = Math.min(j.left, budget - used);
     jobs.push(j);
@@ -52,6 +58,7 @@ export function kick(sim: ClusterSim, w: SimWorker): void {
   const prefillTokens = used - (w.role === "prefill" ? 0 : decodeSeqs);
   if (prefillTokens === 0 && decodeSeqs === 0) {
     if (wake < Infinity) sim.q.push(wake, { t: "wake", w });
+    if (freed) retryWaiting(sim, w);
     return;
   }
   let k = 1;
@@ -67,6 +74,7 @@ export function kick(sim: ClusterSim, w: SimWorker): void {
   w.macro = { start: sim.now, stepS, k, prefill: jobs, prefillTokens: toks, decode: decodeSeqs > 0 };
   w.version++;
   sim.q.push(sim.now + k * stepS, { t: "step", w, v: w.version });
+  if (freed) retryWaiting(sim, w);
 }
 
 /** A step ended on `w`: advances prefill jobs and decodes, finishes sequences and kicks the next step. */

@@ -9,6 +9,7 @@ import { LoadPlanner } from "../../planner/load-planner.ts";
 import { OnlinePlanner } from "../../planner/online-planner.ts";
 import type { OfflineProfile } from "../../planner/profile.ts";
 import { SlaProfilePlanner } from "../../planner/sla-profile-planner.ts";
+import type { PrefillOrderOptions } from "../../planner/prefill-order.ts";
 import type { Planner } from "../../planner/types.ts";
 
 /** How requests are placed. */
@@ -37,6 +38,8 @@ export interface SystemSpec {
   stallWeight?: number;
   /** Ours: seconds per turn already waiting for KV memory on a worker (router's memoryWaitS; off when absent). */
   memoryWaitS?: number;
+  /** How a worker orders its queued prefills (FCFS when absent, as vLLM and SGLang do by default). */
+  prefillOrder?: PrefillOrderOptions;
   /** Dynamo KV-router overlap_weight (baselines; default 1, Dynamo's default). */
   overlapWeight?: number;
   /** Stated parameters, for reports. */

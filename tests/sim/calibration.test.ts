@@ -7,10 +7,13 @@ import { CostModel } from "../../src/sim/cost-model.ts";
 import { GB300, gpusPerWorker, KIMI_K2_6 } from "../../src/sim/profiles.ts";
 import { runOnce } from "../../src/sim/run.ts";
 
-/** A step log as an engine on "true" hardware (30% FLOP/s, 50% bandwidth, 6 ms overhead) would write it, with 2% noise. */
-function stepLog(n: number, seed: number): string {
+/**
+ * A step log as an engine on "true" hardware (30% FLOP/s, 50% bandwidth, 6 ms overhead, `mixedS`
+ * extra per mixed step) would write it, with 2% noise.
+ */
+function stepLog(n: number, seed: number, mixedS = 0): string {
   const gpw = gpusPerWorker(KIMI_K2_6, GB300);
-  const truth = new CostModel(KIMI_K2_6, { ...GB300, flopEfficiency: 0.3, bandwidthEfficiency: 0.5, stepOverheadS: 0.006 }, gpw);
+  const truth = new CostModel(KIMI_K2_6, { ...GB300, flopEfficiency: 0.3, bandwidthEfficiency: 0.5, stepOverheadS: 0.006, mixedStepOverheadS: mixedS }, gpw);
   const rng = new SeededRng(seed);
   const lines: string[] = [];
   for (let i = 0; i < n; i++) {
@@ -33,7 +36,21 @@ test("calibrateHardware() fits efficiencies and overhead from a measured step lo
   assert.ok(Math.abs(cal.hw.bandwidthEfficiency - 0.5) < 0.05, `bw eff ${cal.hw.bandwidthEfficiency}`);
   assert.ok(Math.abs(cal.hw.stepOverheadS - 0.006) < 0.002, `overhead ${cal.hw.stepOverheadS}`);
   assert.ok(cal.rmsAfterS < cal.rmsBeforeS / 3, `rms ${cal.rmsBeforeS} → ${cal.rmsAfterS}`);
+  assert.ok((cal.hw.mixedStepOverheadS ?? 0) < 0.002, `mixed overhead ${cal.hw.mixedStepOverheadS}`);
   assert.match(cal.hw.name, /calibrated/);
+});
+
+test("calibrateHardware() separates the extra cost of mixed prefill+decode steps", () => {
+  const steps = parseStepLog(stepLog(300, 5, 0.015));
+  const gpw = gpusPerWorker(KIMI_K2_6, GB300);
+  const cal = calibrateHardware(KIMI_K2_6, GB300, gpw, steps);
+  assert.ok(Math.abs((cal.hw.mixedStepOverheadS ?? 0) - 0.015) < 0.004, `mixed overhead ${cal.hw.mixedStepOverheadS}`);
+  assert.ok(Math.abs(cal.hw.stepOverheadS - 0.006) < 0.002, `overhead ${cal.hw.stepOverheadS}`);
+  // The fitted model prices a mixed step above the same work run as a single-kind step.
+  const fitted = new CostModel(KIMI_K2_6, cal.hw, gpw);
+  const shape = { prefillTokens: 2048, prefillAttnPairs: fitted.prefillPairs(0, 2048), decodeSeqs: 64, decodeAttnTokens: 64 * 8000 };
+  const mixedS = fitted.stepTime(shape);
+  assert.ok(Math.abs(mixedS - fitted.timeOf(fitted.work(shape)) - (cal.hw.mixedStepOverheadS ?? 0)) < 1e-12);
 });
 
 test("parseStepLog() names the line and field of a bad record", () => {
@@ -54,4 +71,16 @@ test("runOnce() with a step log simulates on the calibrated cost model and says 
   assert.match(cal.assumptions[0], /calibrated from 100 measured steps/);
   // A slower fitted machine (30% vs 45% FLOP/s, 50% vs 70% bandwidth) makes every request slower.
   assert.ok(cal.systems.evolving.e2e.mean > plain.systems.evolving.e2e.mean, `${cal.systems.evolving.e2e.mean} vs ${plain.systems.evolving.e2e.mean}`);
+});
+
+test("runOnce() with --mixed-step-overhead-ms slows mixed steps and states the assumption", () => {
+  const args = ["--scenario", "coding-256", "--gpus", "32", "--duration", "30", "--baselines", "dynamo-agg"];
+  let t = 0;
+  const clock = () => t++;
+  const plain = runOnce(parseSimArgs(args), 1, null, clock);
+  const slow = runOnce(parseSimArgs([...args, "--mixed-step-overhead-ms", "40"]), 1, null, clock);
+  assert.ok(slow.assumptions.some((a) => /Mixed prefill\+decode steps cost 40 ms more/.test(a)), slow.assumptions.join("\n"));
+  // Every worker is mixed in aggregated serving, so its decodes see the extra cost in their ITL.
+  assert.ok(slow.systems.baseline.itl.mean > plain.systems.baseline.itl.mean, `${slow.systems.baseline.itl.mean} vs ${plain.systems.baseline.itl.mean}`);
+  assert.throws(() => parseSimArgs([...args, "--mixed-step-overhead-ms", "-1"]), /--mixed-step-overhead-ms needs a number ≥ 0, got "-1"/);
 });

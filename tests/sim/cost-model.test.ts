@@ -45,3 +45,14 @@ test("CostModel with replicated KV (tensor-parallel MLA attention) reads the KV 
   assert.ok(Math.abs(repl.work(shape).bytes - split.work(shape).bytes - 7 * kv) < 1e-6 * kv);
   assert.ok(repl.stepTime(shape) > 1.5 * split.stepTime(shape), "long-context decode becomes KV-bound");
 });
+
+test("CostModel.stepTime() adds mixedStepOverheadS only to steps carrying both prefill and decode", () => {
+  const plain = new CostModel(KIMI_K2_6, GB300, 8);
+  const slow = new CostModel(KIMI_K2_6, { ...GB300, mixedStepOverheadS: 0.02 }, 8);
+  const mixed = { prefillTokens: 4096, prefillAttnPairs: plain.prefillPairs(0, 4096), decodeSeqs: 32, decodeAttnTokens: 32 * 4096 };
+  const prefillOnly = { ...mixed, decodeSeqs: 0, decodeAttnTokens: 0 };
+  const decodeOnly = { ...mixed, prefillTokens: 0, prefillAttnPairs: 0 };
+  assert.ok(Math.abs(slow.stepTime(mixed) - plain.stepTime(mixed) - 0.02) < 1e-12);
+  assert.equal(slow.stepTime(prefillOnly), plain.stepTime(prefillOnly));
+  assert.equal(slow.stepTime(decodeOnly), plain.stepTime(decodeOnly));
+});
