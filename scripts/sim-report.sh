@@ -21,6 +21,9 @@ jobs=(
   "--scenario coding-256 $A --kv-replicated --sweep 1,2 --report $R/kv-replicated-coding-256"
   "--scenario computer-use-256 $A --kv-replicated --sweep 0.5,1 --report $R/kv-replicated-computer-use-256"
   "--scenario mixed-shift-256 $A --kv-replicated --sweep 1,2 --report $R/kv-replicated-mixed-shift-256"
+  # Sensitivity: mixed prefill+decode steps cost more than the roofline (no CUDA graphs, interference).
+  "--scenario coding-256 $A --mixed-step-overhead-ms 30 --sweep 1,3 --report $R/mixed-overhead-30ms-coding-256"
+  "--scenario coding-256 $A --mixed-step-overhead-ms 100 --sweep 1,3 --report $R/mixed-overhead-100ms-coding-256"
 )
 [ -n "${ONLY:-}" ] && mapfile -t jobs < <(printf '%s\n' "${jobs[@]}" | grep -- "$ONLY")
 for j in "${jobs[@]}"; do echo "$j"; done | xargs -P "${JOBS:-2}" -I{} bash -c 'a="{}"; out="${a##*--report }"; npx tsx src/cli/sim.ts $a > "$out.txt" && echo "done $out"'
