@@ -34,35 +34,35 @@ class Context : public Napi::ObjectWrap<Context> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "Context",
                        {
-                           InstanceMethod("info", &Context::Info),
-                           InstanceMethod("alloc", &Context::Alloc),
-                           InstanceMethod("zeros", &Context::Zeros),
-                           InstanceMethod("free", &Context::Free),
-                           InstanceMethod("upload", &Context::Upload),
-                           InstanceMethod("uploadQ8", &Context::UploadQ8),
-                           InstanceMethod("download", &Context::Download),
-                           InstanceMethod("sync", &Context::Sync),
-                           InstanceMethod("destroy", &Context::Destroy),
-                           InstanceMethod("mark", &Context::Mark),
-                           InstanceMethod("sinceMarkMs", &Context::SinceMarkMs),
-                           InstanceMethod("toF32", &Context::ToF32),
-                           InstanceMethod("fillRandom", &Context::FillRandom),
-                           InstanceMethod("copyBytes", &Context::CopyBytes),
-                           InstanceMethod("embedding", &Context::Embedding),
-                           InstanceMethod("gatherRows", &Context::GatherRows),
-                           InstanceMethod("add", &Context::Add),
-                           InstanceMethod("siluMul", &Context::SiluMul),
-                           InstanceMethod("rmsnorm", &Context::Rmsnorm),
-                           InstanceMethod("addRmsnorm", &Context::AddRmsnorm),
-                           InstanceMethod("softmax", &Context::Softmax),
-                           InstanceMethod("argmax", &Context::Argmax),
-                           InstanceMethod("rope", &Context::Rope),
-                           InstanceMethod("kvWrite", &Context::KvWrite),
-                           InstanceMethod("ropeKvWrite", &Context::RopeKvWrite),
-                           InstanceMethod("matmul", &Context::Matmul),
-                           InstanceMethod("matmulPath", &Context::MatmulPath),
-                           InstanceMethod("attention", &Context::Attention),
-                           InstanceMethod("sample", &Context::Sample),
+                           InstanceMethod<&Context::Info>("info"),
+                           InstanceMethod<&Context::Alloc>("alloc"),
+                           InstanceMethod<&Context::Zeros>("zeros"),
+                           InstanceMethod<&Context::Free>("free"),
+                           InstanceMethod<&Context::Upload>("upload"),
+                           InstanceMethod<&Context::UploadQ8>("uploadQ8"),
+                           InstanceMethod<&Context::Download>("download"),
+                           InstanceMethod<&Context::Sync>("sync"),
+                           InstanceMethod<&Context::Destroy>("destroy"),
+                           InstanceMethod<&Context::Mark>("mark"),
+                           InstanceMethod<&Context::SinceMarkMs>("sinceMarkMs"),
+                           InstanceMethod<&Context::ToF32>("toF32"),
+                           InstanceMethod<&Context::FillRandom>("fillRandom"),
+                           InstanceMethod<&Context::CopyBytes>("copyBytes"),
+                           InstanceMethod<&Context::Embedding>("embedding"),
+                           InstanceMethod<&Context::GatherRows>("gatherRows"),
+                           InstanceMethod<&Context::Add>("add"),
+                           InstanceMethod<&Context::SiluMul>("siluMul"),
+                           InstanceMethod<&Context::Rmsnorm>("rmsnorm"),
+                           InstanceMethod<&Context::AddRmsnorm>("addRmsnorm"),
+                           InstanceMethod<&Context::Softmax>("softmax"),
+                           InstanceMethod<&Context::Argmax>("argmax"),
+                           InstanceMethod<&Context::Rope>("rope"),
+                           InstanceMethod<&Context::KvWrite>("kvWrite"),
+                           InstanceMethod<&Context::RopeKvWrite>("ropeKvWrite"),
+                           InstanceMethod<&Context::Matmul>("matmul"),
+                           InstanceMethod<&Context::MatmulPath>("matmulPath"),
+                           InstanceMethod<&Context::Attention>("attention"),
+                           InstanceMethod<&Context::Sample>("sample"),
                        });
   }
 
@@ -233,10 +233,17 @@ Napi::Value CreateContext(const Napi::CallbackInfo& info) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  // Finalizers are kept to the one instance-data wrapper: the template forms of InstanceMethod and
+  // Function::New attach no per-method callback data (the plain forms register one finalizer per
+  // method). The napi reference inside it is not deleted at teardown (SuppressDestruct): the runtime
+  // frees every reference when the environment goes, and deleting one from a finalizer then is the
+  // double free Node fixed in nodejs/node#31638; Deno's teardown aborted rarely with a heap-corruption
+  // message while this addon was loaded (docs/modules.md, Known issues).
   auto* ctor = new Napi::FunctionReference(Napi::Persistent(Context::Define(env)));
-  env.SetInstanceData<Napi::FunctionReference>(ctor);  // per-environment, freed with it
-  exports.Set("deviceCount", Napi::Function::New(env, DeviceCount));
-  exports.Set("createContext", Napi::Function::New(env, CreateContext));
+  ctor->SuppressDestruct();
+  env.SetInstanceData<Napi::FunctionReference>(ctor);  // per-environment; the wrapper is freed with it
+  exports.Set("deviceCount", Napi::Function::New<DeviceCount>(env, "deviceCount"));
+  exports.Set("createContext", Napi::Function::New<CreateContext>(env, "createContext"));
   return exports;
 }
 

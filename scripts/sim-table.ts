@@ -22,8 +22,10 @@ for (const run of readdirSync(dir).sort()) {
   const loads = existsSync(join(p, "result.json")) ? [p] : readdirSync(p).filter((d) => d.startsWith("load-")).map((d) => join(p, d));
   for (const l of loads) if (existsSync(join(l, "result.json"))) rows.push(JSON.parse(readFileSync(join(l, "result.json"), "utf8")) as Result);
 }
-const tp = (r: Result) => (r.assumptions.some((a) => a.startsWith("Tensor-parallel")) ? 1 : 0);
-rows.sort((a, b) => tp(a) - tp(b) || a.workload.localeCompare(b.workload) || a.model.localeCompare(b.model) || a.load - b.load);
+const mixedMs = (r: Result) => Number(/^Mixed prefill\+decode steps cost ([\d.]+) ms/.exec(r.assumptions.find((a) => a.startsWith("Mixed prefill")) ?? "")?.[1] ?? 0);
+// Sensitivity runs after the main ones: replicated KV, then each mixed-step overhead.
+const group = (r: Result) => (r.assumptions.some((a) => a.startsWith("Tensor-parallel")) ? 1 : 0) + 2 * mixedMs(r);
+rows.sort((a, b) => group(a) - group(b) || a.workload.localeCompare(b.workload) || a.model.localeCompare(b.model) || a.load - b.load);
 const x = (v: number) => `${v.toFixed(2)}×`;
 const s3 = (v: number) => v.toFixed(3);
 const pct = (v: number) => `${(100 * v).toFixed(1)}%`;
@@ -38,6 +40,7 @@ for (const r of rows) {
     b = { ...rest[k], variant: k };
   }
   const vs = (y: Sys) => `${x(y.ttft.p95 / o.ttft.p95)} / ${x(y.e2e.mean / o.e2e.mean)} / ${x(o.goodput / y.goodput)}`;
-  const tag = r.assumptions.some((a) => a.startsWith("Tensor-parallel attention")) ? " (KV replicated)" : "";
+  const tag = (r.assumptions.some((a) => a.startsWith("Tensor-parallel attention")) ? " (KV replicated)" : "") +
+    (mixedMs(r) > 0 ? ` (mixed steps +${mixedMs(r)} ms)` : "");
   console.log(`| ${r.workload}${tag} | ${r.model} | ${r.load} | ${b.variant} | ${pct(b.completed_fraction)} | ${s3(b.ttft.p95)} / ${s3(o.ttft.p95)} | ${b.e2e.mean.toFixed(2)} / ${o.e2e.mean.toFixed(2)} | ${b.goodput.toFixed(1)} / ${o.goodput.toFixed(1)} | **${vs(b)}** | ${sla ? vs(sla) : "–"} | ${sla ? pct(sla.completed_fraction) : "–"} |`);
 }

@@ -1,0 +1,66 @@
+/**
+ * Runs named variants of ours and of the tuned aggregated baseline on one scenario (Kimi-K2.6-like,
+ * 256 GB300 GPUs, seed 1) and prints one line per variant: how the design choices in docs/sim.md
+ * were measured before they were adopted or dropped.
+ *
+ *   npx tsx scripts/sim-variants.ts SCENARIO LOAD DURATION_S VARIANT[,VARIANT...]
+ *
+ * A variant is a base, `ours` or `tuned`, followed by any of these suffixes:
+ *   -fcfs            prefill queue in arrival order (both bases default to short-first)
+ *   -sfN / -sfNk     short-first with aging N (or N thousand) tokens per second waited
+ *   -swX             ours' router stall weight X
+ *   -mwX             ours' router memoryWaitS X (s per turn waiting for KV memory there)
+ *   -static          ours without the role planner
+ *   -splitP          ours without the planner, P prefill workers and the rest decode workers
+ * Environment: MIXED_MS=X adds X ms to every mixed prefill+decode step; KV_REPLICATED=1 replicates
+ * the MLA KV on every GPU of a worker (as --kv-replicated).
+ */
+import { initialSplit } from "../src/sim/compare.ts";
+import { CostModel } from "../src/sim/cost-model.ts";
+import { summarize } from "../src/sim/metrics.ts";
+import { profileSweep } from "../src/sim/profiler.ts";
+import { GB300, gpusPerWorker, KIMI_K2_6 } from "../src/sim/profiles.ts";
+import { buildScenario } from "../src/sim/scenarios.ts";
+import { ClusterSim } from "../src/sim/simulator.ts";
+import { baselineAggTuned, evolving, type SystemSpec } from "../src/sim/systems.ts";
+
+const [scenario = "coding-256", loadArg = "1", durArg = "600", list = "tuned,ours"] = process.argv.slice(2);
+const load = Number(loadArg), durationS = Number(durArg);
+const hw = { ...GB300, mixedStepOverheadS: Number(process.env.MIXED_MS ?? 0) / 1000 };
+const gpw = gpusPerWorker(KIMI_K2_6, hw);
+const kvReplication = process.env.KV_REPLICATED === "1" ? gpw : 1;
+const workload = buildScenario(scenario, { gpus: 256, load, seed: 1, durationS, maxContext: KIMI_K2_6.maxContext });
+const profile = profileSweep(new CostModel(KIMI_K2_6, GB300, gpw));
+const ctx = { workers: 32, profile, initialSplit: initialSplit(workload, profile, 32), ttftTargetS: 0.5, itlTargetS: 0.05, startupS: 60 };
+const slo = { ttftS: 1, itlS: 0.05 };
+
+/** The system a variant name describes. */
+function specOf(name: string): SystemSpec {
+  const [base, ...mods] = name.split("-");
+  if (base !== "ours" && base !== "tuned") throw new Error(`Variant "${name}" must start with ours or tuned`);
+  let s: SystemSpec = base === "ours" ? evolving(ctx) : baselineAggTuned(ctx);
+  for (const m of mods) {
+    let x: RegExpExecArray | null;
+    if (m === "fcfs") s = { ...s, prefillOrder: undefined };
+    else if ((x = /^sf(\d+)(k?)$/.exec(m))) s = { ...s, prefillOrder: { order: "short-first", agingTokensPerS: Number(x[1]) * (x[2] ? 1000 : 1) } };
+    else if ((x = /^sw([\d.]+)$/.exec(m))) s = { ...s, stallWeight: Number(x[1]) };
+    else if ((x = /^mw([\d.]+)$/.exec(m))) s = { ...s, memoryWaitS: Number(x[1]) };
+    else if (m === "static") s = { ...s, planner: null };
+    else if ((x = /^split(\d+)$/.exec(m))) s = { ...s, planner: null, initialPrefill: Number(x[1]), initialRole: Number(x[1]) === 0 ? "mixed" : "decode" };
+    else throw new Error(`Unknown variant suffix "${m}" in "${name}"`);
+  }
+  return s;
+}
+
+console.log(`${scenario} load ${load}, ${durationS} s, mixed-step overhead ${hw.mixedStepOverheadS * 1000} ms, KV replication ${kvReplication}`);
+for (const name of list.split(",")) {
+  const run = new ClusterSim(workload, specOf(name), {
+    model: KIMI_K2_6, hw, gpus: 256, gpusPerWorker: gpw, drainS: 300, maxQueueS: 120, sampleS: 10, slo, kvReplication,
+  }).run();
+  const s = summarize(run.outcomes, durationS, slo, run.gpuSeconds);
+  console.log(
+    `${name.padEnd(16)} ttft p50 ${s.ttft.p50.toFixed(3)} p95 ${s.ttft.p95.toFixed(3)} p99 ${s.ttft.p99.toFixed(3)}` +
+      ` · e2e ${s.e2e.mean.toFixed(2)} · itl ${(1000 * s.itl.mean).toFixed(1)} ms · goodput ${s.goodput.toFixed(2)}/s` +
+      ` · done ${(100 * s.completed_fraction).toFixed(1)}% · hit ${s.kv_hit_rate.toFixed(3)}`,
+  );
+}
