@@ -1,7 +1,7 @@
 /**
- * The order in which a worker's chunked-prefill budget is handed to queued prompts. Pure, so a
- * real worker's scheduler can share it with the simulator (today only the simulator calls it; the
- * engine's scheduler still admits FCFS).
+ * The order in which a worker's chunked-prefill budget is handed to queued prompts. Pure: the
+ * simulator's workers and the engine's scheduler (admission of waiting sequences) call the same
+ * function.
  *
  * Agentic traffic mixes two kinds of prompt: a session's first turn (tens of thousands of uncached
  * tokens) and its continuations after a tool call (a long cached prefix plus a short tool result).

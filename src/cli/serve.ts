@@ -11,7 +11,7 @@ import { BackendUnavailableError } from "../backend/types.ts";
 import type { PreemptionMode, WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError } from "../model/config.ts";
 import { cliArgs, exitProcess, runtimeName } from "../runtime/env.ts";
-import { startServer } from "../serve/server.ts";
+import { SERVE_PREFILL_ORDER, startServer } from "../serve/server.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 
 const DEFAULT_MODEL = fileURLToPath(new URL("../../models/stories260K.gguf", import.meta.url));
@@ -31,6 +31,7 @@ const FLAGS = {
   "max-waiting": { kind: "int", min: 1, help: "queue length before 429 (default 1024)" },
   role: { kind: "string", help: "mixed|prefill|decode (default mixed)" },
   preemption: { kind: "string", help: "recompute|swap: what a request preempted for KV loses (default recompute)" },
+  "prefill-order": { kind: "string", help: "fcfs|short-first: which waiting prompt is admitted first (default short-first: least uncached work, aged 2000 tokens/s)" },
   "swap-space-blocks": { kind: "int", min: 0, help: "host swap space in KV blocks for --preemption swap (default: the KV pool's size)" },
   "max-body-bytes": { kind: "int", min: 1024, help: "largest request body (default 2 MiB)" },
   "step-log": { kind: "string", help: "write each engine step's shape and time as JSONL (input of: deno task sim --calibrate FILE)" },
@@ -49,6 +50,8 @@ async function main(): Promise<void> {
   if (role !== "mixed" && role !== "prefill" && role !== "decode") throw new ArgsError(`Unknown role "${role}"; choose mixed, prefill or decode`);
   const preemption = f.preemption ?? "recompute";
   if (preemption !== "recompute" && preemption !== "swap") throw new ArgsError(`Unknown preemption mode "${preemption}"; choose recompute or swap`);
+  const order = f["prefill-order"] ?? "short-first";
+  if (order !== "fcfs" && order !== "short-first") throw new ArgsError(`Unknown prefill order "${order}"; choose fcfs or short-first`);
   if (f["swap-space-blocks"] !== undefined && preemption !== "swap") throw new ArgsError(`Flag --swap-space-blocks ${f["swap-space-blocks"]} needs --preemption swap`);
   const s = await startServer({
     modelPath: f.model ?? DEFAULT_MODEL,
@@ -66,6 +69,7 @@ async function main(): Promise<void> {
     role: role as WorkerRole,
     preemption: preemption as PreemptionMode,
     swapSpaceBlocks: f["swap-space-blocks"],
+    prefillOrder: order === "fcfs" ? { order: "fcfs", agingTokensPerS: 0 } : SERVE_PREFILL_ORDER,
     maxBodyBytes: f["max-body-bytes"],
     stepLogPath: f["step-log"],
   });

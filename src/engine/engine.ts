@@ -80,7 +80,7 @@ export class Engine {
       events: (e) => this.kvEvents.publish(e), workerId: opts.workerId,
     });
     if (opts.scheduler?.preemption === "swap" && !r.swap) throw new RangeError(`Preemption mode "swap" needs a runner that can copy KV to host memory`);
-    this.scheduler = new Scheduler(poolBlockManager(this.pool), opts.scheduler);
+    this.scheduler = new Scheduler(poolBlockManager(this.pool), opts.scheduler, () => this.now() / 1000);
     const poolTokens = (r.numBlocks - this.scheduler.config.watermarkBlocks) * r.blockSize;
     this.maxModelLen = Math.min(opts.maxModelLen ?? opts.config.contextLength, opts.config.contextLength, poolTokens);
     this.maxWaiting = opts.maxWaiting ?? 1024;

@@ -16,6 +16,7 @@ export function poolBlockManager(pool: BlockPool): KvBlockManager {
     numAvailable: () => pool.numFreeBlocks(),
     numUsed: () => pool.numUsedBlocks(),
     acquirePrefix: (tokens) => pool.matchPrefix(tokens).blockIds,
+    cachedPrefixTokens: (tokens) => pool.cachedPrefixTokens(tokens),
     allocate: (n) => pool.tryAllocate(n),
     commit(tokens, blockIds, from, to, hints) {
       for (let b = from; b < to; b++) {

@@ -20,6 +20,8 @@ export interface KvBlockManager {
    * hashes); takes one reference on each returned block.
    */
   acquirePrefix(tokens: readonly number[], hints: SequenceHints): number[];
+  /** Tokens of the longest cached run of full blocks that prefixes `tokens`, taking nothing. */
+  cachedPrefixTokens(tokens: readonly number[]): number;
   /** `n` fresh blocks, each with one reference, or null (and nothing taken) when fewer are available. */
   allocate(n: number): number[] | null;
   /**

@@ -2,6 +2,7 @@
  * Values the scheduler hands out: its configuration, one step's plan, and its counters.
  * A plan is plain data the worker loop turns into one ragged forward.
  */
+import type { PrefillOrderOptions } from "../../planner/prefill-order.ts";
 
 /** What a worker does. A role only limits what the scheduler admits. */
 export type WorkerRole = "mixed" | "prefill" | "decode";
@@ -29,6 +30,12 @@ export interface SchedulerConfig {
    * Undefined means as many as the device pool holds.
    */
   swapSpaceBlocks?: number;
+  /**
+   * Order in which waiting sequences are admitted (planner/prefill-order.ts, shared with the
+   * simulator): FCFS when undefined; "short-first" admits the least uncached prompt first (prefix
+   * cache hits and swapped KV not counted), aged by the time waited.
+   */
+  prefillOrder?: PrefillOrderOptions;
 }
 
 /** Defaults close to vLLM's for a small model. */

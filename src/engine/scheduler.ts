@@ -2,9 +2,11 @@
  * Continuous batching with chunked prefill under a per-step token budget (vLLM v1's shape):
  * running sequences first (decode tokens and unfinished prefill chunks), preempting the newest
  * running sequence when KV runs out (by recompute, or by swap to host memory while the swap space
- * has room), then FCFS admission of waiting sequences while budget and free blocks last.
+ * has room), then admission of waiting sequences while budget and free blocks last: FCFS, or least
+ * uncached work first (config.prefillOrder).
  * Prefix-cache hits at admission skip their tokens. Pure CPU logic.
  */
+import { prefillOrder } from "../../planner/prefill-order.ts";
 import type { KvBlockManager } from "./scheduler-kv.ts";
 import {
   DEFAULT_SCHEDULER_CONFIG,
@@ -32,8 +34,11 @@ export class Scheduler {
   private preemptions = 0;
   private recomputed = 0;
   private readonly swap: SwapSpace;
+  /** When each live sequence was first queued (s on `clock`; kept across preemption), for aging. */
+  private readonly queuedAt = new Map<Sequence, number>();
 
-  constructor(private readonly kv: KvBlockManager, config: Partial<SchedulerConfig> = {}) {
+  /** `clock` (seconds) only ages waiting sequences under config.prefillOrder; FCFS never reads it. */
+  constructor(private readonly kv: KvBlockManager, config: Partial<SchedulerConfig> = {}, private readonly clock: () => number = () => 0) {
     this.config = { ...DEFAULT_SCHEDULER_CONFIG, ...config };
     const mode = this.config.preemption;
     if (mode !== "recompute" && mode !== "swap") throw new RangeError(`Unknown preemption mode "${mode}"; choose recompute or swap`);
@@ -50,6 +55,7 @@ export class Scheduler {
     const seq = new Sequence(id, prompt, this.arrivals++, hints);
     this.seqs.set(id, seq);
     this.waiting.push(seq);
+    if (this.config.prefillOrder !== undefined) this.queuedAt.set(seq, this.clock());
     return seq;
   }
 
@@ -114,14 +120,28 @@ export class Scheduler {
     return plan;
   }
 
+  /** Indices of `waiting` in admission order (queue order unless config.prefillOrder says otherwise). */
+  private admissionOrder(): number[] {
+    const o = this.config.prefillOrder;
+    if (o === undefined || o.order === "fcfs" || this.waiting.length < 2) return this.waiting.map((_, i) => i);
+    const now = this.clock();
+    return prefillOrder(this.waiting.map((seq) => ({
+      left: seq.tokens.length - (seq.numSwapped > 0 ? seq.numSwapped : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1))),
+      enqueuedAt: this.queuedAt.get(seq) ?? now,
+    })), now, o);
+  }
+
   /**
-   * FCFS admission: stops at the first sequence that does not fit (no overtaking), except in the
-   * decode role. A swapped-out sequence gets fresh blocks for its saved KV (pushed onto `swapIn`).
+   * Admission in {@link admissionOrder}: stops at the first sequence that does not fit (no
+   * overtaking), except in the decode role. A swapped-out sequence gets fresh blocks for its saved KV
+   * (pushed onto `swapIn`).
    */
   private admit(budget: () => number, add: (seq: Sequence, n: number) => void, swapIn: SwapOp[]): void {
     const bs = this.kv.blockSize;
-    for (let i = 0; i < this.waiting.length && budget() > 0 && this.running.length < this.config.maxRunning;) {
-      const seq = this.waiting[i];
+    const order = this.admissionOrder();
+    const admitted = new Set<Sequence>();
+    for (let o = 0; o < order.length && budget() > 0 && this.running.length < this.config.maxRunning; o++) {
+      const seq = this.waiting[order[o]];
       // Never serve the last token from cache: its logits are needed, so at least one token is computed.
       // Swapped KV is restored whole into fresh blocks: no prefix probe, nothing shared.
       const swapped = seq.numSwapped;
@@ -130,7 +150,6 @@ export class Scheduler {
       const uncachedPrompt = Math.max(0, seq.promptLength - cached);
       if (this.config.role === "decode" && uncachedPrompt > this.config.localPrefillLimit) {
         this.kv.release(hit);
-        i++;
         continue;
       }
       const room = this.kv.numAvailable() - this.config.watermarkBlocks;
@@ -140,7 +159,7 @@ export class Scheduler {
         this.kv.release(hit);
         break;
       }
-      this.waiting.splice(i, 1);
+      admitted.add(seq);
       seq.blockTable = [...hit, ...got];
       seq.numComputed = cached;
       seq.numCommittedBlocks = hit.length;
@@ -154,6 +173,7 @@ export class Scheduler {
       this.running.push(seq);
       add(seq, n);
     }
+    if (admitted.size > 0) this.waiting = this.waiting.filter((s) => !admitted.has(s));
   }
 
   /** Frees a running sequence's blocks; in swap mode its computed KV goes to host memory when it fits. */
@@ -220,6 +240,7 @@ export class Scheduler {
     seq.status = "finished";
     seq.finishReason = reason;
     this.seqs.delete(id);
+    this.queuedAt.delete(seq);
   }
 
   /** Cancels a request; if it is part of the step in flight its blocks are freed at `commit`. */

@@ -14,6 +14,13 @@ import { loadModel } from "../model/load.ts";
 import { createApp } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
 import { StepLogWriter } from "./step-log.ts";
+import type { PrefillOrderOptions } from "../../planner/prefill-order.ts";
+
+/**
+ * The server's default admission order: least uncached work first, aged 2000 tokens per second
+ * waited — a turn back from a tool call is not queued behind a cold prompt (docs/sim.md measures it).
+ */
+export const SERVE_PREFILL_ORDER: PrefillOrderOptions = { order: "short-first", agingTokensPerS: 2000 };
 
 /** Everything `serve` can be told. */
 export interface ServerOptions {
@@ -37,6 +44,8 @@ export interface ServerOptions {
   preemption?: PreemptionMode;
   /** Host swap space in KV blocks (swap mode; default: as many as the device pool). */
   swapSpaceBlocks?: number;
+  /** Admission order of waiting prompts (default: short-first, aged 2000 tokens/s, as in the simulator). */
+  prefillOrder?: PrefillOrderOptions;
   maxBodyBytes?: number;
   /** Write every engine step's shape and time to this JSONL file (`deno task sim --calibrate`). */
   stepLogPath?: string;
@@ -78,6 +87,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...(o.role ? { role: o.role } : {}),
       ...(o.preemption ? { preemption: o.preemption } : {}),
       ...(o.swapSpaceBlocks !== undefined ? { swapSpaceBlocks: o.swapSpaceBlocks } : {}),
+      prefillOrder: o.prefillOrder ?? SERVE_PREFILL_ORDER,
     },
   });
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);

@@ -167,3 +167,38 @@ test("Scheduler keeps its invariants under random workloads (fast-check)", () =>
     { numRuns: 300, seed: 42 },
   );
 });
+
+test("Scheduler admits the least uncached prompt first under prefillOrder short-first", () => {
+  // A cached session prefix (as after a tool call) and two newcomers: a cold prompt queued first,
+  // shorter than the continuation queued last (20 vs 27 tokens) but with more uncached work (20 vs 3),
+  // and room for only one prompt per step.
+  const session = range(24, 100);
+  const setup = make(64, 4, { maxBatchTokens: 8, maxRunning: 1 });
+  setup.sched.submit(1, session);
+  drain(setup.sched, new Map([[1, 1]]));
+  const cold = range(20, 500), continuation = [...session, 7, 8, 9];
+  const order = (cfg: Partial<SchedulerConfig>): number[] => {
+    // Same pool (the session's prefix is cached there), a fresh scheduler per order.
+    const sched = new Scheduler(poolBlockManager(setup.pool), { watermarkBlocks: 0, maxBatchTokens: 8, maxRunning: 1, ...cfg });
+    sched.submit(2, cold);
+    sched.submit(3, continuation);
+    const first = sched.schedule().entries.map((e) => e.seqId);
+    for (const id of [2, 3]) sched.finish(id, "abort");
+    return first;
+  };
+  assert.deepEqual(order({}), [2], "FCFS admits the cold prompt queued first");
+  assert.deepEqual(order({ prefillOrder: { order: "short-first", agingTokensPerS: 0 } }), [3], "the continuation has 3 uncached tokens");
+});
+
+test("Scheduler ages waiting sequences under prefillOrder short-first", () => {
+  let now = 0;
+  const { sched } = make(64, 4, { maxBatchTokens: 8, maxRunning: 1, prefillOrder: { order: "short-first", agingTokensPerS: 10 } });
+  const aged = new Scheduler(poolBlockManager(new BlockPool({ numBlocks: 64, blockSize: 4, clock: () => 0 })), {
+    watermarkBlocks: 0, maxBatchTokens: 8, maxRunning: 1, prefillOrder: { order: "short-first", agingTokensPerS: 10 },
+  }, () => now);
+  for (const s of [sched, aged]) s.submit(1, range(40)); // 40 uncached tokens, queued at t = 0
+  now = 5; // 5 s later at 10 tokens/s: 50 tokens of credit, more than the 36-token difference
+  for (const s of [sched, aged]) s.submit(2, range(4, 900));
+  assert.deepEqual(sched.schedule().entries.map((e) => e.seqId), [2], "without a clock, no credit: the short one goes first");
+  assert.deepEqual(aged.schedule().entries.map((e) => e.seqId), [1], "the long one has waited long enough");
+});
