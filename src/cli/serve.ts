@@ -83,5 +83,6 @@ async function main(): Promise<void> {
 main().catch((e: unknown) => {
   const known = e instanceof ArgsError || e instanceof ModelLoadError || e instanceof BackendUnavailableError || e instanceof RangeError;
   console.error(known ? `serve: ${(e as Error).message}` : `serve: unexpected error: ${e instanceof Error ? e.stack : String(e)}`);
-  exitProcess(1);
+  // As generate: a mistake the user can fix exits 2, anything else 1.
+  exitProcess(known ? 2 : 1);
 });

@@ -1,0 +1,24 @@
+/** The serve CLI's flag checks as a user meets them: spawned under Node (tsx), one-line errors, exit 2. */
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { projectRoot, test } from "../harness.ts";
+
+function serve(args: string[]) {
+  const r = spawnSync("node", ["--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, `${projectRoot}/src/cli/serve.ts`, ...args], {
+    cwd: projectRoot, encoding: "utf8", env: { ...process.env, NO_COLOR: "1", NODE_OPTIONS: "" }, timeout: 120_000,
+  });
+  return { status: r.status, stderr: r.stderr ?? "" };
+}
+
+test("serve CLI rejects a bad --prefill-order, --role or --preemption with a one-line error and exit 2", () => {
+  for (const [args, message] of [
+    [["--prefill-order", "random"], /Unknown prefill order "random"; choose fcfs or short-first/],
+    [["--role", "leader"], /Unknown role "leader"; choose mixed, prefill or decode/],
+    [["--preemption", "drop"], /Unknown preemption mode "drop"; choose recompute or swap/],
+  ] as const) {
+    const r = serve([...args, "--port", "0", "--backend", "reference"]);
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, message);
+    assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+  }
+});
