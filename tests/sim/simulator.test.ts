@@ -1,8 +1,13 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { compare } from "../../src/sim/compare.ts";
-import { GB300, KIMI_K2_6 } from "../../src/sim/profiles.ts";
+import { CostModel } from "../../src/sim/cost-model.ts";
+import { profileSweep } from "../../src/sim/profiler.ts";
+import { GB300, gpusPerWorker, KIMI_K2_6 } from "../../src/sim/profiles.ts";
 import { buildScenario } from "../../src/sim/scenarios.ts";
+import { ClusterSim } from "../../src/sim/simulator.ts";
+import { evolvingStatic } from "../../src/sim/systems.ts";
+import { parseMooncake } from "../../src/sim/traces.ts";
 
 const small = (seed: number, name = "coding-256") =>
   buildScenario(name, { gpus: 32, load: 2, seed, durationS: 60, maxContext: KIMI_K2_6.maxContext });
@@ -64,4 +69,31 @@ test("compare() with replicated KV gives each worker a GPU's share of KV memory 
   const repl = compare(small(9), { ...opts, kvReplicated: true }, fakeClock);
   assert.match(repl.assumptions[0], /Tensor-parallel attention: each of a worker's 8 GPUs holds and reads the whole MLA latent KV/);
   assert.ok(repl.systems.evolving.itl.mean > split.systems.evolving.itl.mean, "every decode step reads 8× the KV bytes");
+});
+
+test("a simulated worker spends its chunk budget short-first when the system orders prefills so", () => {
+  // One worker; a cold 200k-token prompt arrives first, a 1k-token one 1 ms later.
+  const ids = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+  const trace = [
+    { timestamp: 0, input_length: 200 * 1024, output_length: 2, hash_ids: ids(0, 400) },
+    { timestamp: 1, input_length: 1024, output_length: 2, hash_ids: ids(1000, 2) },
+  ].map((r) => JSON.stringify(r)).join("\n");
+  const gpw = gpusPerWorker(KIMI_K2_6, GB300);
+  const ctx = {
+    workers: 1, profile: profileSweep(new CostModel(KIMI_K2_6, GB300, gpw)), initialSplit: { prefill: 0, decode: 1 },
+    ttftTargetS: 0.5, itlTargetS: 0.05, startupS: 0,
+  };
+  const shortTtft = (fcfs: boolean) => {
+    const base = evolvingStatic(ctx);
+    const spec = fcfs ? { ...base, prefillOrder: undefined } : base;
+    const run = new ClusterSim(parseMooncake(trace), spec, {
+      model: KIMI_K2_6, hw: GB300, gpus: gpw, gpusPerWorker: gpw, drainS: 60, maxQueueS: 120, sampleS: 1, slo: { ttftS: 1, itlS: 0.05 },
+    }).run();
+    const short = run.outcomes.find((o) => o.prompt === 1024)!;
+    assert.equal(short.rejected, null);
+    return short.ttft;
+  };
+  const fcfs = shortTtft(true), shortFirst = shortTtft(false);
+  // FCFS: the short prompt waits for most of the long one's chunks; short-first: it goes next.
+  assert.ok(fcfs > 5 * shortFirst, `short prompt TTFT ${fcfs} s FCFS vs ${shortFirst} s short-first`);
 });
