@@ -4,21 +4,19 @@
  * uncached prefill alone would take on an idle worker, and how many of them were mostly uncached.
  *   npx tsx scripts/sim-tail.ts [SCENARIO] [LOAD]
  */
-import { initialSplit } from "../src/sim/compare.ts";
+import { simulationSetup } from "../src/sim/compare.ts";
 import { CostModel } from "../src/sim/cost-model.ts";
-import { profileSweep } from "../src/sim/profiler.ts";
-import { GB300, gpusPerWorker, KIMI_K2_6 } from "../src/sim/profiles.ts";
+import { GB300, KIMI_K2_6 } from "../src/sim/profiles.ts";
 import { buildScenario } from "../src/sim/scenarios.ts";
 import { ClusterSim } from "../src/sim/simulator.ts";
-import * as S from "../src/sim/systems.ts";
-const scen = process.argv[2] ?? "computer-use-256", load = Number(process.argv[3] ?? 2), dur = 600;
-const w = buildScenario(scen, { gpus: 256, load, seed: 1, durationS: dur, maxContext: KIMI_K2_6.maxContext });
-const gpw = gpusPerWorker(KIMI_K2_6, GB300);
-const cost = new CostModel(KIMI_K2_6, GB300, gpw);
-const profile = profileSweep(cost);
-const ctx = { workers: 32, profile, initialSplit: initialSplit(w, profile, 32), ttftTargetS: 0.5, itlTargetS: 0.05, startupS: 60 };
-for (const [name, spec] of [["tuned", S.baselineAggTuned(ctx)], ["ours", S.evolving(ctx)]] as const) {
-  const run = new ClusterSim(w, spec, { model: KIMI_K2_6, hw: GB300, gpus: 256, gpusPerWorker: gpw, drainS: 300, maxQueueS: 120, sampleS: 10, slo: { ttftS: 1, itlS: 0.05 } }).run();
+import { baselineAggTuned, evolving } from "../src/sim/systems.ts";
+
+const scen = process.argv[2] ?? "computer-use-256", load = Number(process.argv[3] ?? 2);
+const w = buildScenario(scen, { gpus: 256, load, seed: 1, durationS: 600, maxContext: KIMI_K2_6.maxContext });
+const { ctx, cfg } = simulationSetup(w, { model: KIMI_K2_6, hw: GB300, gpus: 256 });
+const cost = new CostModel(KIMI_K2_6, GB300, cfg.gpusPerWorker);
+for (const [name, spec] of [["tuned", baselineAggTuned(ctx)], ["ours", evolving(ctx)]] as const) {
+  const run = new ClusterSim(w, spec, cfg).run();
   const ok = run.outcomes.filter((o) => o.rejected === null).sort((a, b) => a.ttft - b.ttft);
   const n = ok.length, p95 = ok[Math.floor(n * 0.95)].ttft;
   const svc = (o: typeof ok[0]) => { const u = Math.max(1, o.prompt - o.cached); return cost.stepTime({ prefillTokens: u, prefillAttnPairs: cost.prefillPairs(o.cached, u), decodeSeqs: 0, decodeAttnTokens: 0 }); };

@@ -15,11 +15,9 @@
  * Environment: MIXED_MS=X adds X ms to every mixed prefill+decode step; KV_REPLICATED=1 replicates
  * the MLA KV on every GPU of a worker (as --kv-replicated).
  */
-import { initialSplit } from "../src/sim/compare.ts";
-import { CostModel } from "../src/sim/cost-model.ts";
+import { simulationSetup } from "../src/sim/compare.ts";
 import { summarize } from "../src/sim/metrics.ts";
-import { profileSweep } from "../src/sim/profiler.ts";
-import { GB300, gpusPerWorker, KIMI_K2_6 } from "../src/sim/profiles.ts";
+import { GB300, KIMI_K2_6 } from "../src/sim/profiles.ts";
 import { buildScenario } from "../src/sim/scenarios.ts";
 import { ClusterSim } from "../src/sim/simulator.ts";
 import { baselineAggTuned, evolving, type SystemSpec } from "../src/sim/systems.ts";
@@ -27,12 +25,8 @@ import { baselineAggTuned, evolving, type SystemSpec } from "../src/sim/systems.
 const [scenario = "coding-256", loadArg = "1", durArg = "600", list = "tuned,ours"] = process.argv.slice(2);
 const load = Number(loadArg), durationS = Number(durArg);
 const hw = { ...GB300, mixedStepOverheadS: Number(process.env.MIXED_MS ?? 0) / 1000 };
-const gpw = gpusPerWorker(KIMI_K2_6, hw);
-const kvReplication = process.env.KV_REPLICATED === "1" ? gpw : 1;
 const workload = buildScenario(scenario, { gpus: 256, load, seed: 1, durationS, maxContext: KIMI_K2_6.maxContext });
-const profile = profileSweep(new CostModel(KIMI_K2_6, GB300, gpw));
-const ctx = { workers: 32, profile, initialSplit: initialSplit(workload, profile, 32), ttftTargetS: 0.5, itlTargetS: 0.05, startupS: 60 };
-const slo = { ttftS: 1, itlS: 0.05 };
+const { ctx, cfg } = simulationSetup(workload, { model: KIMI_K2_6, hw, gpus: 256, kvReplicated: process.env.KV_REPLICATED === "1" });
 
 /** The system a variant name describes. */
 function specOf(name: string): SystemSpec {
@@ -52,12 +46,10 @@ function specOf(name: string): SystemSpec {
   return s;
 }
 
-console.log(`${scenario} load ${load}, ${durationS} s, mixed-step overhead ${hw.mixedStepOverheadS * 1000} ms, KV replication ${kvReplication}`);
+console.log(`${scenario} load ${load}, ${durationS} s, mixed-step overhead ${hw.mixedStepOverheadS * 1000} ms, KV replication ${cfg.kvReplication}`);
 for (const name of list.split(",")) {
-  const run = new ClusterSim(workload, specOf(name), {
-    model: KIMI_K2_6, hw, gpus: 256, gpusPerWorker: gpw, drainS: 300, maxQueueS: 120, sampleS: 10, slo, kvReplication,
-  }).run();
-  const s = summarize(run.outcomes, durationS, slo, run.gpuSeconds);
+  const run = new ClusterSim(workload, specOf(name), cfg).run();
+  const s = summarize(run.outcomes, durationS, cfg.slo, run.gpuSeconds);
   console.log(
     `${name.padEnd(16)} ttft p50 ${s.ttft.p50.toFixed(3)} p95 ${s.ttft.p95.toFixed(3)} p99 ${s.ttft.p99.toFixed(3)}` +
       ` · e2e ${s.e2e.mean.toFixed(2)} · itl ${(1000 * s.itl.mean).toFixed(1)} ms · goodput ${s.goodput.toFixed(2)}/s` +

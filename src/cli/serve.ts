@@ -11,7 +11,8 @@ import { BackendUnavailableError } from "../backend/types.ts";
 import type { PreemptionMode, WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError } from "../model/config.ts";
 import { cliArgs, exitProcess, runtimeName } from "../runtime/env.ts";
-import { SERVE_PREFILL_ORDER, startServer } from "../serve/server.ts";
+import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
+import { startServer } from "../serve/server.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 
 const DEFAULT_MODEL = fileURLToPath(new URL("../../models/stories260K.gguf", import.meta.url));
@@ -69,7 +70,7 @@ async function main(): Promise<void> {
     role: role as WorkerRole,
     preemption: preemption as PreemptionMode,
     swapSpaceBlocks: f["swap-space-blocks"],
-    prefillOrder: order === "fcfs" ? { order: "fcfs", agingTokensPerS: 0 } : SERVE_PREFILL_ORDER,
+    prefillOrder: order === "fcfs" ? FCFS : AGED_SHORT_FIRST,
     maxBodyBytes: f["max-body-bytes"],
     stepLogPath: f["step-log"],
   });

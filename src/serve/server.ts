@@ -14,13 +14,7 @@ import { loadModel } from "../model/load.ts";
 import { createApp } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
 import { StepLogWriter } from "./step-log.ts";
-import type { PrefillOrderOptions } from "../../planner/prefill-order.ts";
-
-/**
- * The server's default admission order: least uncached work first, aged 2000 tokens per second
- * waited — a turn back from a tool call is not queued behind a cold prompt (docs/sim.md measures it).
- */
-export const SERVE_PREFILL_ORDER: PrefillOrderOptions = { order: "short-first", agingTokensPerS: 2000 };
+import { AGED_SHORT_FIRST, type PrefillOrderOptions } from "../../planner/prefill-order.ts";
 
 /** Everything `serve` can be told. */
 export interface ServerOptions {
@@ -87,7 +81,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...(o.role ? { role: o.role } : {}),
       ...(o.preemption ? { preemption: o.preemption } : {}),
       ...(o.swapSpaceBlocks !== undefined ? { swapSpaceBlocks: o.swapSpaceBlocks } : {}),
-      prefillOrder: o.prefillOrder ?? SERVE_PREFILL_ORDER,
+      prefillOrder: o.prefillOrder ?? AGED_SHORT_FIRST,
     },
   });
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);

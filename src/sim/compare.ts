@@ -7,7 +7,7 @@ import { CostModel } from "./cost-model.ts";
 import { type SystemSummary, summarize } from "./metrics.ts";
 import { profileSweep } from "./profiler.ts";
 import { gpusPerWorker, type HardwareProfile, type ModelProfile } from "./profiles.ts";
-import { ClusterSim, type SimSample } from "./simulator.ts";
+import { ClusterSim, type SimConfig, type SimSample } from "./simulator.ts";
 import { baselineAgg, baselineAggTuned, baselineDisaggLoad, baselineDisaggSla, evolving, evolvingStatic, type SystemContext, type SystemSpec } from "./systems.ts";
 import type { Workload } from "./workload-types.ts";
 
@@ -98,23 +98,32 @@ export function bestVariant(summaries: Record<string, { goodput: number; e2e: { 
   });
 }
 
-/** Runs every system and compares. `clock` measures wall time (impure; injected by the CLI). */
-export function compare(w: Workload, o: CompareOptions, clock: () => number): Comparison {
+/**
+ * What every system of a comparison shares: the context its spec is built from (worker count, the
+ * baseline's offline profile and starting split, SLO targets) and the simulator's configuration.
+ */
+export function simulationSetup(w: Workload, o: CompareOptions): { ctx: SystemContext; cfg: SimConfig } {
   const gpw = gpusPerWorker(o.model, o.hw);
   const workers = Math.floor(o.gpus / gpw);
   const kvReplication = o.kvReplicated ? gpw : 1;
-  const cost = new CostModel(o.model, o.hw, gpw, kvReplication);
-  const profile = profileSweep(cost);
+  const profile = profileSweep(new CostModel(o.model, o.hw, gpw, kvReplication));
   const ctx: SystemContext = {
     workers, profile, initialSplit: initialSplit(w, profile, workers), ttftTargetS: 0.5, itlTargetS: 0.05, startupS: o.startupS ?? 60,
   };
+  const cfg: SimConfig = {
+    model: o.model, hw: o.hw, gpus: o.gpus, gpusPerWorker: gpw, drainS: o.drainS ?? 300, maxQueueS: o.maxQueueS ?? 120,
+    sampleS: Math.max(1, Math.min(10, w.durationS / 120)), slo: SLO, remoteStoreBytes: o.remoteStoreBytes ?? 0, kvReplication,
+  };
+  return { ctx, cfg };
+}
+
+/** Runs every system and compares. `clock` measures wall time (impure; injected by the CLI). */
+export function compare(w: Workload, o: CompareOptions, clock: () => number): Comparison {
+  const { ctx, cfg } = simulationSetup(w, o);
+  const gpw = cfg.gpusPerWorker;
   const makers: Record<string, (c: SystemContext) => SystemSpec> = {
     "dynamo-disagg-sla": baselineDisaggSla, "dynamo-disagg-load": baselineDisaggLoad, "dynamo-agg": baselineAgg,
     "dynamo-agg-tuned": baselineAggTuned,
-  };
-  const cfg = {
-    model: o.model, hw: o.hw, gpus: o.gpus, gpusPerWorker: gpw, drainS: o.drainS ?? 300, maxQueueS: o.maxQueueS ?? 120,
-    sampleS: Math.max(1, Math.min(10, w.durationS / 120)), slo: SLO, remoteStoreBytes: o.remoteStoreBytes ?? 0, kvReplication,
   };
   const results: Record<string, SystemResult> = {};
   const ours: Record<string, (c: SystemContext) => SystemSpec> = { evolving, "evolving-static": evolvingStatic };

@@ -9,7 +9,7 @@ import { LoadPlanner } from "../../planner/load-planner.ts";
 import { OnlinePlanner } from "../../planner/online-planner.ts";
 import type { OfflineProfile } from "../../planner/profile.ts";
 import { SlaProfilePlanner } from "../../planner/sla-profile-planner.ts";
-import type { PrefillOrderOptions } from "../../planner/prefill-order.ts";
+import { AGED_SHORT_FIRST, type PrefillOrderOptions } from "../../planner/prefill-order.ts";
 import type { Planner } from "../../planner/types.ts";
 
 /** How requests are placed. */
@@ -56,13 +56,6 @@ export interface SystemContext {
   startupS: number;
 }
 
-/**
- * Our engine's prefill queue order: least uncached work first, aged 2000 tokens per second waited
- * (a turn back from a tool call is not stuck behind a session's cold first prompt). Of aging 0, 500,
- * 2000 and 8000 on 600 s runs, 500–2000 cut P95 TTFT most (10–20%); 2000 kept P99 lowest.
- */
-export const SHORT_FIRST: PrefillOrderOptions = { order: "short-first", agingTokensPerS: 2000 };
-
 /** Dynamo disaggregated serving with the SLA planner in throughput mode (180 s). */
 export function baselineDisaggSla(c: SystemContext): SystemSpec {
   const planner = new SlaProfilePlanner({
@@ -108,13 +101,13 @@ export function baselineAgg(c: SystemContext): SystemSpec {
  * cache hits outweigh load (Dynamo's --kv-overlap-score-weight). Chosen by an offline sweep of
  * {1, 2, 4, 8, 16, 64, 256} on 600 s runs of coding (loads 1 and 3), computer-use (0.25 and 1) and
  * mixed-shift (2): goodput rose up to 64 everywhere and fell at 256. Its best settings, as DESIGN.md asks.
- * It also gets our prefill queue order ({@link SHORT_FIRST}): it cut this baseline's P95 TTFT by
+ * It also gets our prefill queue order (`AGED_SHORT_FIRST`, planner/prefill-order.ts): it cut this baseline's P95 TTFT by
  * 5–9% at ±1% goodput, as much as ours, so leaving it FCFS would credit ours with an engine setting.
  */
 export function baselineAggTuned(c: SystemContext): SystemSpec {
   const s = baselineAgg(c);
   return {
-    ...s, name: "dynamo-agg-tuned", overlapWeight: 64, prefillOrder: SHORT_FIRST,
+    ...s, name: "dynamo-agg-tuned", overlapWeight: 64, prefillOrder: AGED_SHORT_FIRST,
     params: {
       ...s.params, router: "kv-aware overlap_weight=64 (tuned offline) temperature=0, decode KV reused",
       prefill_order: "short-first, aged 2000 tokens/s (ours, given to it too; SGLang's lpm policy is the nearest deployable setting)",
@@ -130,7 +123,7 @@ export function evolving(c: SystemContext): SystemSpec {
     // No offline profile to pick a split from: start in the most general role (every worker prefills
     // and decodes, like aggregated serving) and let measurements specialise workers.
     decodeCaches: true, initialPrefill: 0, initialDecode: c.workers, initialRole: "mixed", startupS: 0,
-    maxLocalPrefill: planner.localPrefillThreshold(), maxPrefillQueuePerWorker: Infinity, prefillOrder: SHORT_FIRST,
+    maxLocalPrefill: planner.localPrefillThreshold(), maxPrefillQueuePerWorker: Infinity, prefillOrder: AGED_SHORT_FIRST,
     params: {
       planner: "online (1 s tick, roles prefill/decode/mixed, hysteresis 10%, confirm 2 ticks, cooldown 15 s, ≤6.25% of workers flipped per tick)",
       router: "session affinity vs load, transfer vs recompute", retention: "agent-aware benefit/byte + host tier",
