@@ -3,7 +3,11 @@
  * benefit(block) = recompute seconds saved × P(its session returns before the block would be evicted).
  * Reasoning blocks of a finished turn are worth nothing (agents drop them from the next turn) and go
  * first. Within a session, the deepest block goes first, since a prefix is only useful contiguously.
+ * Blocks of no session (requests without a session key) form one group evicted least recently
+ * used first, as plain prefix caching would, and priced as an idle session's: nobody is known to
+ * be coming back for them.
  */
+import { LruList } from "./lru-list.ts";
 import { RankHeap } from "./rank-heap.ts";
 import type { EvictableBlock, RetentionPolicy } from "./retention.ts";
 import { type SessionHandle, SessionTracker } from "./session-tracker.ts";
@@ -56,6 +60,8 @@ export class AgentAwarePolicy implements RetentionPolicy {
   // Session keys ranked by score at the last re-ranking, lowest first, consumed from the front.
   private readonly order = new RankHeap();
   private rankedAt = -Infinity;
+  // Session-less blocks in release order (value: release time); their group's ids list stays empty.
+  private readonly anon = LruList.forBlockHashes<number>();
 
   /** Creates the policy over the given session knowledge. */
   constructor(private readonly sessions: SessionTracker, opts: AgentAwareOptions = {}) {
@@ -84,18 +90,26 @@ export class AgentAwarePolicy implements RetentionPolicy {
     }
     const key = sid ?? ANON;
     let g = this.groups.get(key);
+    const fresh = g === undefined;
     if (g === undefined) {
       g = { key, ids: [], live: 0, sorted: true, maxDepth: 0, newest: now, rec: undefined };
       this.groups.set(key, g);
     }
-    if (block.depth > g.maxDepth) g.maxDepth = block.depth;
+    if (key === ANON) this.anon.set(id, now);
+    else {
+      if (block.depth > g.maxDepth) g.maxDepth = block.depth;
+      g.ids.push(id);
+      g.sorted = false;
+    }
     if (now > g.newest) g.newest = now;
-    g.ids.push(id);
     g.live++;
-    g.sorted = false;
     this.depthOf[id] = block.depth;
     this.owner[id] = g;
     this.owned++;
+    // A group that appears between re-rankings joins the current ranking now; otherwise a session that
+    // just went idle would not be a candidate before every already-ranked session had been drained.
+    // (A chain is released tail first, so its first block already carries the group's depth.)
+    if (fresh && this.order.size > 0) this.order.push(key, this.groupScore(g, now, this.horizonS()));
   }
 
   /** A block is no longer evictable. */
@@ -109,6 +123,7 @@ export class AgentAwarePolicy implements RetentionPolicy {
     const g = this.owner[id];
     if (g === undefined) return;
     this.owner[id] = undefined; // lazy: the id stays in g.ids and is skipped on pop
+    if (g.key === ANON) this.anon.delete(id);
     this.owned--;
     if (--g.live === 0) this.groups.delete(g.key);
   }
@@ -123,6 +138,11 @@ export class AgentAwarePolicy implements RetentionPolicy {
     const key = this.victimGroup(now);
     if (key === undefined) return undefined;
     const g = this.groups.get(key)!;
+    if (key === ANON) {
+      const id = this.anon.oldest()!;
+      this.remove(id);
+      return id;
+    }
     const owner = this.owner;
     const depth = this.depthOf;
     if (!g.sorted) {
@@ -151,14 +171,15 @@ export class AgentAwarePolicy implements RetentionPolicy {
   }
 
   private groupScore(g: Group, now: number, horizon: number): number {
-    const key = g.key;
-    let p: number;
-    if (key === ANON) p = Math.exp(-(now - g.newest) / horizon);
-    else {
-      let rec = g.rec;
-      if (rec === undefined || SessionTracker.isStale(rec)) rec = g.rec = this.sessions.handle(key);
-      p = this.sessions.returnProbabilityOf(rec, now, horizon);
+    if (g.key === ANON) {
+      // The victim would be the least recently released block: score it by its depth and release time.
+      const oldest = this.anon.oldest()!;
+      const p = this.sessions.anonymousReturnProbability(this.anon.get(oldest)!, now, horizon);
+      return (this.recompute(this.depthOf[oldest]) * p) / this.blockBytes;
     }
+    let rec = g.rec;
+    if (rec === undefined || SessionTracker.isStale(rec)) rec = g.rec = this.sessions.handle(g.key);
+    const p = this.sessions.returnProbabilityOf(rec, now, horizon);
     return (this.recompute(g.maxDepth) * p) / this.blockBytes;
   }
 

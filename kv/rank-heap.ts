@@ -32,6 +32,20 @@ export class RankHeap {
     for (let i = (keys.length >> 1) - 1; i >= 0; i--) this.down(i);
   }
 
+  /** Ranks one more key (a NaN score ranks it last). */
+  push(key: string, score: number): void {
+    this.keys.push(key);
+    this.scores.push(Number.isNaN(score) ? Infinity : score);
+    let i = this.keys.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (!this.less(i, p)) return;
+      const k = this.keys[i]; this.keys[i] = this.keys[p]; this.keys[p] = k;
+      const sc = this.scores[i]; this.scores[i] = this.scores[p]; this.scores[p] = sc;
+      i = p;
+    }
+  }
+
   /** The lowest-ranked key, or undefined when empty. */
   peek(): string | undefined {
     return this.keys[0];

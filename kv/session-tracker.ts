@@ -98,6 +98,24 @@ export class SessionTracker {
     this.sessions.set(sessionId, { gone: false, status, since: now, tool, logGap: null, observations: 0 });
   }
 
+  /** Sessions tracked now. */
+  get size(): number {
+    return this.sessions.size;
+  }
+
+  /**
+   * Forgets every session that is not running and has not changed state for `maxAgeS` seconds
+   * (a server never hears that a session closed; without this its records would pile up).
+   * Returns how many were dropped. Their blocks then rank as an unknown session's: first to go.
+   */
+  prune(now: number, maxAgeS: number): number {
+    let n = 0;
+    for (const [id, s] of this.sessions) {
+      if (s.status !== "running" && now - s.since > maxAgeS) { s.gone = true; this.sessions.delete(id); n++; }
+    }
+    return n;
+  }
+
   /** Drops a session (it closed). */
   forget(sessionId: string): void {
     const s = this.sessions.get(sessionId);
@@ -163,9 +181,21 @@ export class SessionTracker {
     if (s === undefined) return 0;
     if (s.status === "running") return 1;
     const pCont = s.status === "waiting-tool" ? this.o.pContinueAfterTool : this.o.pContinueAfterAnswer;
-    const mu = Math.log(this.gapOf(s));
+    return this.returnWithin(pCont, this.gapOf(s), now - s.since, horizonS);
+  }
+
+  /**
+   * {@link returnProbability} for KV of no known session, released at `since`: priced as a session
+   * that gave its final answer then (idle priors), the most a block nobody claims can be counted on.
+   */
+  anonymousReturnProbability(since: number, now: number, horizonS: number): number {
+    return this.returnWithin(this.o.pContinueAfterAnswer, this.o.priorIdleGapS, now - since, horizonS);
+  }
+
+  private returnWithin(pCont: number, medianGapS: number, waitedS: number, horizonS: number): number {
+    const mu = Math.log(medianGapS);
     const sig = this.o.sigma;
-    const waited = Math.max(1e-6, now - s.since);
+    const waited = Math.max(1e-6, waitedS);
     const fNow = normalCdf((Math.log(waited) - mu) / sig);
     const fEnd = normalCdf((Math.log(waited + horizonS) - mu) / sig);
     const tail = 1 - fNow;

@@ -8,6 +8,7 @@
 import { fileURLToPath } from "node:url";
 import { BACKEND_NAMES, isBackendChoice } from "../backend/select.ts";
 import { BackendUnavailableError } from "../backend/types.ts";
+import { isKvRetention, KV_RETENTIONS } from "../engine/engine-sessions.ts";
 import type { PreemptionMode, WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError } from "../model/config.ts";
 import { cliArgs, exitProcess, runtimeName } from "../runtime/env.ts";
@@ -33,6 +34,7 @@ const FLAGS = {
   role: { kind: "string", help: "mixed|prefill|decode (default mixed)" },
   preemption: { kind: "string", help: "recompute|swap: what a request preempted for KV loses (default recompute)" },
   "prefill-order": { kind: "string", help: "fcfs|short-first: which waiting prompt is admitted first (default short-first: least uncached work, aged 2000 tokens/s)" },
+  "kv-retention": { kind: "string", help: "agent|lru: which cached KV goes first when memory runs short (default agent: keeps sessions waiting on a tool call; sessions come from prompt_cache_key or user)" },
   "swap-space-blocks": { kind: "int", min: 0, help: "host swap space in KV blocks for --preemption swap (default: the KV pool's size)" },
   "max-body-bytes": { kind: "int", min: 1024, help: "largest request body (default 2 MiB)" },
   "step-log": { kind: "string", help: "write each engine step's shape and time as JSONL (input of: deno task sim --calibrate FILE)" },
@@ -53,6 +55,8 @@ async function main(): Promise<void> {
   if (preemption !== "recompute" && preemption !== "swap") throw new ArgsError(`Unknown preemption mode "${preemption}"; choose recompute or swap`);
   const order = f["prefill-order"] ?? "short-first";
   if (order !== "fcfs" && order !== "short-first") throw new ArgsError(`Unknown prefill order "${order}"; choose fcfs or short-first`);
+  const kvRetention = f["kv-retention"] ?? "agent";
+  if (!isKvRetention(kvRetention)) throw new ArgsError(`Unknown KV retention "${kvRetention}"; choose ${KV_RETENTIONS.join(" or ")}`);
   if (f["swap-space-blocks"] !== undefined && preemption !== "swap") throw new ArgsError(`Flag --swap-space-blocks ${f["swap-space-blocks"]} needs --preemption swap`);
   const s = await startServer({
     modelPath: f.model ?? DEFAULT_MODEL,
@@ -71,12 +75,13 @@ async function main(): Promise<void> {
     preemption: preemption as PreemptionMode,
     swapSpaceBlocks: f["swap-space-blocks"],
     prefillOrder: order === "fcfs" ? FCFS : AGED_SHORT_FIRST,
+    kvRetention,
     maxBodyBytes: f["max-body-bytes"],
     stepLogPath: f["step-log"],
   });
   const st = s.engine.stats();
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${st.kvTotalBlocks} blocks, max model len ${s.engine.maxModelLen}; ` +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${st.kvTotalBlocks} blocks (${kvRetention} retention), max model len ${s.engine.maxModelLen}; ` +
       `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,
   );
 }

@@ -3,10 +3,11 @@
  * (seeded), streams text to each request's async iterator, applies EOS / stop strings / max tokens
  * / context limits, frees KV on finish or cancel, and publishes KV events and metrics.
  */
-import { BlockPool, type KvEvent } from "../../kv/index.ts";
+import { BlockPool, type KvEvent, type SessionTracker } from "../../kv/index.ts";
 import type { SamplingRow } from "../backend/types.ts";
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import { EngineMetrics } from "./engine-metrics.ts";
+import { EngineSessions, isKvRetention, KV_RETENTIONS, type KvRetention } from "./engine-sessions.ts";
 import type { StepRunner } from "./engine-runner.ts";
 import { OutputText } from "./engine-text.ts";
 import { ContextLengthError, EngineOverloadedError, type GenerateRequest, type GenerateResult, type RequestHandle, RequestParamError, type StreamDelta } from "./engine-types.ts";
@@ -33,7 +34,16 @@ export interface EngineOptions {
   workerId?: string;
   /** Called after every forward step with its shape and measured time (the simulator's step-log format). */
   onStep?: (record: StepRecord) => void;
+  /**
+   * Which cached KV blocks go first when memory runs short: "agent" (default; expected benefit per
+   * byte, keeping sessions that wait on a tool call — kv/agent-retention.ts, the simulator's policy)
+   * or "lru" (vLLM's automatic prefix caching).
+   */
+  kvRetention?: KvRetention;
+  /** Seconds a session that is not running is remembered ("agent" retention; default 3600). */
+  sessionTtlS?: number;
 }
+
 
 interface Active {
   seq: Sequence;
@@ -71,13 +81,17 @@ export class Engine {
   private wake: (() => void) | undefined;
   private loopDone: Promise<void> | undefined;
   private stopped = false;
+  private readonly turns: EngineSessions | undefined;
 
   constructor(private readonly opts: EngineOptions) {
     this.now = opts.now ?? (() => performance.now());
     const r = opts.runner;
+    const retention = opts.kvRetention ?? "agent";
+    if (!isKvRetention(retention)) throw new RangeError(`KV retention must be one of ${KV_RETENTIONS.join(", ")}, got "${retention}"`);
+    this.turns = retention === "agent" ? new EngineSessions(opts.sessionTtlS ?? 3600) : undefined;
     this.pool = new BlockPool({
       numBlocks: r.numBlocks, blockSize: r.blockSize, clock: () => this.now() / 1000,
-      events: (e) => this.kvEvents.publish(e), workerId: opts.workerId,
+      events: (e) => this.kvEvents.publish(e), workerId: opts.workerId, policy: this.turns?.policy,
     });
     if (opts.scheduler?.preemption === "swap" && !r.swap) throw new RangeError(`Preemption mode "swap" needs a runner that can copy KV to host memory`);
     this.scheduler = new Scheduler(poolBlockManager(this.pool), opts.scheduler, () => this.now() / 1000);
@@ -106,6 +120,7 @@ export class Engine {
       throw new EngineOverloadedError(`${this.maxWaiting} requests are already waiting`);
     }
     const id = this.nextId++;
+    if (req.sessionId !== undefined) this.turns?.started(req.sessionId, this.now() / 1000);
     const seq = this.scheduler.submit(id, req.prompt, { sessionId: req.sessionId });
     let resolve!: (r: GenerateResult) => void;
     const result = new Promise<GenerateResult>((r) => (resolve = r));
@@ -121,6 +136,20 @@ export class Engine {
     this.start();
     this.wake?.();
     return { id, stream: a.queue, result, cancel: () => this.cancel(id) };
+  }
+
+  /**
+   * Marks a session's turn as ended in a call to `tool`: its KV is now worth keeping until the
+   * predicted return (learned from this session's and this tool's past gaps). The server calls it
+   * after parsing tool calls out of a finished answer. No effect under "lru" retention.
+   */
+  markToolWait(sessionId: string, tool: string): void {
+    this.turns?.waitsOnTool(sessionId, tool, this.now() / 1000);
+  }
+
+  /** What the agent-aware retention knows about sessions (undefined under "lru"). */
+  get sessions(): SessionTracker | undefined {
+    return this.turns?.tracker;
   }
 
   /** Cancels a request; its KV blocks are freed now or at the end of the step in flight. */
@@ -234,6 +263,9 @@ export class Engine {
       const rest = a.text.flush();
       if (rest) a.queue.push({ text: rest, tokenIds: [] });
     }
+    // The turn is over; unless the server says it waits on a tool, the session goes idle. Set before
+    // the blocks are released so the policy ranks them with the session's new status.
+    if (a.req.sessionId !== undefined) this.turns?.ended(a.req.sessionId, this.now() / 1000);
     this.scheduler.finish(a.seq.id, reason);
     this.opts.runner.discardSwap?.(a.seq.id);
     this.active.delete(a.seq.id);

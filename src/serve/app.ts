@@ -11,7 +11,7 @@ import type { LoadedModel } from "../model/config.ts";
 import { chatRenderer } from "./chat-template.ts";
 import { ApiError, schemaError } from "./errors.ts";
 import { renderMetrics } from "./metrics.ts";
-import { completeJson, completeStream, type ServeContext, submitChat, submitCompletion } from "./openai.ts";
+import { completeJson, completeStream, type ServeContext, type Submitted, submitChat, submitCompletion } from "./openai.ts";
 import { ChatRequestSchema, CompletionRequestSchema } from "./schemas.ts";
 
 /** Server settings. */
@@ -76,7 +76,8 @@ export function createApp(o: AppOptions): Hono {
     return r.data;
   }
 
-  const respond = async (c: Context, kind: "chat" | "completion", body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null } | null }, handle: ReturnType<typeof submitChat>) => {
+  const respond = async (c: Context, body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null } | null }, submitted: Submitted) => {
+    const handle = submitted.handle;
     if (!body.stream) {
       // A client that hangs up before the answer is ready cancels the request; the listener goes
       // away afterwards (Deno aborts request.signal after successful responses too).
@@ -84,22 +85,22 @@ export function createApp(o: AppOptions): Hono {
       const onAbort = () => handle.cancel();
       signal?.addEventListener("abort", onAbort);
       try {
-        return c.json(await completeJson(ctx, kind, handle));
+        return c.json(await completeJson(ctx, submitted));
       } finally {
         signal?.removeEventListener("abort", onAbort);
       }
     }
     // Streams are cancelled through the body stream's cancel(), which both runtimes call on disconnect.
-    const stream = completeStream(ctx, kind, handle, body.stream_options?.include_usage === true);
+    const stream = completeStream(ctx, submitted, body.stream_options?.include_usage === true);
     return new Response(stream, { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" } });
   };
   app.post("/v1/chat/completions", async (c) => {
     const body = await parse(c, ChatRequestSchema);
-    return respond(c, "chat", body, submitChat(ctx, body));
+    return respond(c, body, submitChat(ctx, body));
   });
   app.post("/v1/completions", async (c) => {
     const body = await parse(c, CompletionRequestSchema);
-    return respond(c, "completion", body, submitCompletion(ctx, body));
+    return respond(c, body, submitCompletion(ctx, body));
   });
   app.get("/v1/models", (c) =>
     c.json({ object: "list", data: [{ id: o.modelName, object: "model", created: 0, owned_by: "evolving-infra", max_model_len: o.engine.maxModelLen }] })

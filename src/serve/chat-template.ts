@@ -5,7 +5,7 @@
  * turn N+1's prompt an extension of turn N's prompt plus its answer, so prefix caching still works.
  */
 import { Template } from "@huggingface/jinja";
-import type { ChatMessageIn } from "./schemas.ts";
+import type { ChatMessageIn, ToolDef } from "./schemas.ts";
 import { ApiError } from "./errors.ts";
 
 /** The text of a message content (string, text parts, or nothing). */
@@ -19,8 +19,11 @@ export function messageText(content: ChatMessageIn["content"]): string {
 export interface ChatRenderer {
   /** True when the model ships its own template. */
   readonly fromModel: boolean;
-  /** The prompt text; `startsWithBos` says whether the template already put BOS in it. */
-  render(messages: readonly ChatMessageIn[]): { text: string; startsWithBos: boolean };
+  /**
+   * The prompt text; `startsWithBos` says whether the template already put BOS in it. `tools` go to
+   * the template as its `tools` variable (Qwen/Hermes-style templates list them in the system turn).
+   */
+  render(messages: readonly ChatMessageIn[], tools?: readonly ToolDef[]): { text: string; startsWithBos: boolean };
 }
 
 /** Builds the renderer; a template that does not parse fails here, at start-up, not per request. */
@@ -28,17 +31,23 @@ export function chatRenderer(template: string | undefined, special: { bos?: stri
   if (!template) {
     return {
       fromModel: false,
-      render: (messages) => ({ text: messages.map((m) => messageText(m.content)).join("\n"), startsWithBos: false }),
+      render(messages, tools) {
+        if (tools && tools.length > 0) {
+          throw new ApiError(400, "This model has no chat template, so it cannot be told about tools; send the request without `tools`", "tools", "unsupported_parameter");
+        }
+        return { text: messages.map((m) => messageText(m.content)).join("\n"), startsWithBos: false };
+      },
     };
   }
   const compiled = new Template(template);
   return {
     fromModel: true,
-    render(messages) {
+    render(messages, tools) {
       let text: string;
       try {
         text = compiled.render({
-          messages: messages.map((m) => ({ ...m, content: messageText(m.content) })),
+          messages: messages.map((m) => ({ ...m, content: messageText(m.content), ...toolCallsForTemplate(m) })),
+          ...(tools && tools.length > 0 ? { tools } : {}),
           add_generation_prompt: true,
           bos_token: special.bos ?? "",
           eos_token: special.eos ?? "",
@@ -49,5 +58,25 @@ export function chatRenderer(template: string | undefined, special: { bos?: stri
       }
       return { text, startsWithBos: !!special.bos && text.startsWith(special.bos) };
     },
+  };
+}
+
+/**
+ * An assistant message's `tool_calls` with JSON-text arguments turned into objects, as templates
+ * expect (`tool_call.arguments | tojson`); vLLM does the same. Arguments that are not JSON stay text.
+ */
+function toolCallsForTemplate(m: ChatMessageIn): { tool_calls?: unknown[] } {
+  const calls = (m as { tool_calls?: unknown }).tool_calls;
+  if (!Array.isArray(calls)) return {};
+  return {
+    tool_calls: calls.map((c) => {
+      const f = (c as { function?: { arguments?: unknown } } | null)?.function;
+      if (typeof f?.arguments !== "string") return c;
+      try {
+        return { ...c, function: { ...f, arguments: JSON.parse(f.arguments) } };
+      } catch {
+        return c;
+      }
+    }),
   };
 }

@@ -8,6 +8,7 @@ import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import type { ChatRenderer } from "./chat-template.ts";
 import { ApiError } from "./errors.ts";
 import type { ChatRequest, CompletionRequest } from "./schemas.ts";
+import { type ParsedToolCall, parseToolCalls, ToolCallStream } from "./tool-calls.ts";
 
 /** What the handlers need from the server. */
 export interface ServeContext {
@@ -19,6 +20,15 @@ export interface ServeContext {
 }
 
 type Kind = "chat" | "completion";
+
+/** A submitted request and what answering it needs to know. */
+export interface Submitted {
+  kind: Kind;
+  handle: RequestHandle;
+  /** Parse tool calls out of the output (chat with tools, tool_choice not "none"). */
+  parseTools: boolean;
+  sessionId?: string;
+}
 
 /** Checks the fields we parse but do not support, and builds the engine request. */
 function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], maxTokens: number | null | undefined): GenerateRequest {
@@ -50,15 +60,22 @@ function submit(ctx: ServeContext, req: GenerateRequest, promptParam: string): R
 }
 
 /** Tokenizes a chat request and submits it. */
-export function submitChat(ctx: ServeContext, body: ChatRequest): RequestHandle {
-  const { text, startsWithBos } = ctx.chat.render(body.messages);
+export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
+  const choice = body.tool_choice ?? "auto";
+  if (choice !== "none" && choice !== "auto") {
+    const shown = typeof choice === "string" ? `"${choice}"` : `the function "${choice.function.name}"`;
+    throw new ApiError(400, `tool_choice ${shown} is not supported: tool calls are parsed from what the model writes, not forced; use "auto" or "none"`, "tool_choice", "unsupported_parameter");
+  }
+  const tools = choice === "none" ? undefined : body.tools ?? undefined;
+  const { text, startsWithBos } = ctx.chat.render(body.messages, tools);
   const prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos && !startsWithBos });
   if (prompt.length === 0) throw new ApiError(400, "The messages render to an empty prompt", "messages", "invalid_value");
-  return submit(ctx, engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens), "messages");
+  const req = engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens);
+  return { kind: "chat", handle: submit(ctx, req, "messages"), parseTools: (tools?.length ?? 0) > 0, sessionId: req.sessionId };
 }
 
 /** Tokenizes (or checks the token ids of) a completion request and submits it. */
-export function submitCompletion(ctx: ServeContext, body: CompletionRequest): RequestHandle {
+export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Submitted {
   if (body.echo) throw new ApiError(400, "echo is not supported, got true", "echo", "unsupported_parameter");
   const p = body.prompt;
   let prompt: number[];
@@ -71,7 +88,8 @@ export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Re
     const bad = prompt.find((id) => id >= ctx.config.vocabSize);
     if (bad !== undefined) throw new ApiError(400, `Token id ${bad} is outside the vocabulary (0..${ctx.config.vocabSize - 1})`, "prompt", "invalid_value");
   }
-  return submit(ctx, engineRequest(body, prompt, body.max_tokens), "prompt");
+  const req = engineRequest(body, prompt, body.max_tokens);
+  return { kind: "completion", handle: submit(ctx, req, "prompt"), parseTools: false, sessionId: req.sessionId };
 }
 
 function usage(r: { promptTokens: number; completionTokens: number; cachedTokens: number }) {
@@ -83,20 +101,35 @@ function usage(r: { promptTokens: number; completionTokens: number; cachedTokens
   };
 }
 
-function finishReason(reason: string): string {
-  return reason === "length" ? "length" : reason === "abort" ? "abort" : "stop";
+function finishReason(reason: string, calledTools = false): string {
+  return reason === "length" ? "length" : reason === "abort" ? "abort" : calledTools ? "tool_calls" : "stop";
+}
+
+/** OpenAI's wire form of a parsed call. */
+function toolCallJson(c: ParsedToolCall) {
+  return { id: `call_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`, type: "function", function: { name: c.name, arguments: c.arguments } };
+}
+
+/** A turn that ended in tool calls leaves its session waiting on the first tool: its KV is kept for the return. */
+function noteToolWait(ctx: ServeContext, s: Submitted, calls: readonly ParsedToolCall[]): void {
+  if (s.sessionId !== undefined && calls.length > 0) ctx.engine.markToolWait(s.sessionId, calls[0].name);
 }
 
 /** The non-streaming response body. */
-export async function completeJson(ctx: ServeContext, kind: Kind, handle: RequestHandle): Promise<Record<string, unknown>> {
+export async function completeJson(ctx: ServeContext, s: Submitted): Promise<Record<string, unknown>> {
+  const { kind, handle } = s;
   const r = await handle.result;
   if (r.error) throw new ApiError(500, `Generation failed: ${r.error}`, null, "engine_error");
   const created = Math.floor(Date.now() / 1000);
   const base = { id: `${kind === "chat" ? "chatcmpl" : "cmpl"}-${crypto.randomUUID()}`, created, model: ctx.modelName };
-  const fr = finishReason(r.finishReason);
   if (kind === "chat") {
-    return { ...base, object: "chat.completion", choices: [{ index: 0, message: { role: "assistant", content: r.text }, logprobs: null, finish_reason: fr }], usage: usage(r) };
+    const { content, calls } = s.parseTools ? parseToolCalls(r.text) : { content: r.text, calls: [] };
+    noteToolWait(ctx, s, calls);
+    const message = calls.length > 0 ? { role: "assistant", content, tool_calls: calls.map(toolCallJson) } : { role: "assistant", content };
+    const fr = finishReason(r.finishReason, calls.length > 0);
+    return { ...base, object: "chat.completion", choices: [{ index: 0, message, logprobs: null, finish_reason: fr }], usage: usage(r) };
   }
+  const fr = finishReason(r.finishReason);
   return { ...base, object: "text_completion", choices: [{ index: 0, text: r.text, logprobs: null, finish_reason: fr }], usage: usage(r) };
 }
 
@@ -104,7 +137,8 @@ export async function completeJson(ctx: ServeContext, kind: Kind, handle: Reques
  * The streaming response body: one SSE event per text delta, a final chunk with finish_reason,
  * a usage chunk when asked, then `data: [DONE]`. Cancelling the stream cancels the request.
  */
-export function completeStream(ctx: ServeContext, kind: Kind, handle: RequestHandle, includeUsage: boolean): ReadableStream<Uint8Array> {
+export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: boolean): ReadableStream<Uint8Array> {
+  const { kind, handle } = s;
   const enc = new TextEncoder();
   const id = `${kind === "chat" ? "chatcmpl" : "cmpl"}-${crypto.randomUUID()}`;
   const created = Math.floor(Date.now() / 1000);
@@ -115,14 +149,28 @@ export function completeStream(ctx: ServeContext, kind: Kind, handle: RequestHan
     return enc.encode(`data: ${JSON.stringify(body)}\n\n`);
   };
   const piece = (text: string) => (kind === "chat" ? { delta: { content: text } } : { text });
+  const tools = s.parseTools ? new ToolCallStream() : null;
+  const calls: ParsedToolCall[] = [];
+  const emit = (controller: ReadableStreamDefaultController<Uint8Array>, parts: ReturnType<ToolCallStream["push"]>) => {
+    for (const p of parts) {
+      if (p.kind === "text") controller.enqueue(chunk(piece(p.text)));
+      else controller.enqueue(chunk({ delta: { tool_calls: [{ index: calls.push(p.call) - 1, ...toolCallJson(p.call) }] } }));
+    }
+  };
   return new ReadableStream<Uint8Array>({
     async start(controller) {
       try {
         if (kind === "chat") controller.enqueue(chunk({ delta: { role: "assistant", content: "" } }));
-        for await (const d of handle.stream) if (d.text) controller.enqueue(chunk(piece(d.text)));
+        for await (const d of handle.stream) {
+          if (!d.text) continue;
+          if (tools) emit(controller, tools.push(d.text));
+          else controller.enqueue(chunk(piece(d.text)));
+        }
         const r = await handle.result;
         if (r.finishReason === "abort") return;
-        const fr = r.error ? "error" : finishReason(r.finishReason);
+        if (tools) emit(controller, tools.end());
+        noteToolWait(ctx, s, calls);
+        const fr = r.error ? "error" : finishReason(r.finishReason, calls.length > 0);
         controller.enqueue(chunk(kind === "chat" ? { delta: {}, finish_reason: fr } : { text: "", finish_reason: fr }));
         if (includeUsage) controller.enqueue(chunk(null, { usage: usage(r) }));
         controller.enqueue(enc.encode("data: [DONE]\n\n"));

@@ -36,10 +36,27 @@ const common = {
   frequency_penalty: maybe(z.number().min(-2).max(2)),
 };
 
+/** A function the model may call (OpenAI's `tools[]` entry). */
+export const ToolSchema = z.looseObject({
+  type: z.literal("function"),
+  function: z.looseObject({
+    // OpenAI's rule for function names; the name is what the model writes back, so it must be plain.
+    name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, "must be 1-64 letters, digits, underscores or dashes"),
+    description: z.string().optional(),
+    parameters: z.record(z.string(), z.unknown()).optional(),
+  }),
+});
+
 /** POST /v1/chat/completions */
 export const ChatRequestSchema = z.looseObject({
   ...common,
   messages: z.array(ChatMessageSchema).min(1),
+  tools: maybe(z.array(ToolSchema).max(128)),
+  tool_choice: maybe(z.union([
+    z.enum(["none", "auto", "required"]),
+    z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string() }) }),
+  ])),
+  parallel_tool_calls: maybe(z.boolean()),
   max_completion_tokens: maybe(positiveInt),
   logprobs: maybe(z.boolean()),
 });
@@ -56,5 +73,7 @@ export const CompletionRequestSchema = z.looseObject({
 export type ChatRequest = z.infer<typeof ChatRequestSchema>;
 /** A parsed completion request. */
 export type CompletionRequest = z.infer<typeof CompletionRequestSchema>;
+/** A parsed tool definition. */
+export type ToolDef = z.infer<typeof ToolSchema>;
 /** A parsed chat message. */
 export type ChatMessageIn = z.infer<typeof ChatMessageSchema>;

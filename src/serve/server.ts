@@ -5,6 +5,7 @@
 import os from "node:os";
 import { type BackendChoice, selectBackend } from "../backend/select.ts";
 import type { Engine } from "../engine/engine.ts";
+import type { KvRetention } from "../engine/engine-sessions.ts";
 import { createEngine } from "../engine/engine-factory.ts";
 import { kvBytesPerBlock } from "../engine/kv-cache.ts";
 import type { PreemptionMode, WorkerRole } from "../engine/scheduler-types.ts";
@@ -40,6 +41,8 @@ export interface ServerOptions {
   swapSpaceBlocks?: number;
   /** Admission order of waiting prompts (default: short-first, aged 2000 tokens/s, as in the simulator). */
   prefillOrder?: PrefillOrderOptions;
+  /** Which cached KV goes first under memory pressure (default "agent"). */
+  kvRetention?: KvRetention;
   maxBodyBytes?: number;
   /** Write every engine step's shape and time to this JSONL file (`deno task sim --calibrate`). */
   stepLogPath?: string;
@@ -75,6 +78,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     kvMemoryBytes,
     maxModelLen: o.maxModelLen,
     maxWaiting: o.maxWaiting,
+    kvRetention: o.kvRetention,
     scheduler: {
       ...(o.maxBatchTokens ? { maxBatchTokens: o.maxBatchTokens } : {}),
       ...(o.maxNumSeqs ? { maxRunning: o.maxNumSeqs } : {}),

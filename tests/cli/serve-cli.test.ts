@@ -10,11 +10,12 @@ function serve(args: string[]) {
   return { status: r.status, stderr: r.stderr ?? "" };
 }
 
-test("serve CLI rejects a bad --prefill-order, --role or --preemption with a one-line error and exit 2", () => {
+test("serve CLI rejects a bad --prefill-order, --role, --preemption or --kv-retention with a one-line error and exit 2", () => {
   for (const [args, message] of [
     [["--prefill-order", "random"], /Unknown prefill order "random"; choose fcfs or short-first/],
     [["--role", "leader"], /Unknown role "leader"; choose mixed, prefill or decode/],
     [["--preemption", "drop"], /Unknown preemption mode "drop"; choose recompute or swap/],
+    [["--kv-retention", "fifo"], /Unknown KV retention "fifo"; choose agent or lru/],
   ] as const) {
     const r = serve([...args, "--port", "0", "--backend", "reference"]);
     assert.equal(r.status, 2, r.stderr);

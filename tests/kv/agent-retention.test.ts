@@ -74,3 +74,64 @@ test("SessionTracker learns tool gaps and predicts returns", () => {
   assert.ok(s.returnProbability("b", 2, 10) < 0.1);
   assert.equal(s.returnProbability("missing", 0, 10), 0);
 });
+
+test("AgentAwarePolicy evicts session-less blocks least recently released first", () => {
+  const sessions = new SessionTracker();
+  const t = { v: 0 };
+  const pool = new BlockPool({ numBlocks: 4, blockSize: 1, clock: () => t.v, policy: new AgentAwarePolicy(sessions) });
+  const chain = (base: number) => {
+    const ids = pool.allocate(2);
+    pool.commitBlock(ids[0], null, [base]);
+    pool.commitBlock(ids[1], ids[0], [base + 1]);
+    return ids;
+  };
+  const old = chain(10);
+  const young = chain(20);
+  pool.release(old);
+  t.v = 5;
+  pool.release(young);
+  t.v = 6;
+  pool.allocate(1);
+  assert.deepEqual([pool.cachedPrefixTokens([10, 11]), pool.cachedPrefixTokens([20, 21])], [1, 2], "the older chain's tail went first");
+  pool.allocate(1);
+  assert.deepEqual([pool.cachedPrefixTokens([10, 11]), pool.cachedPrefixTokens([20, 21])], [0, 2]);
+});
+
+test("AgentAwarePolicy considers a session released after the last ranking at once", () => {
+  const sessions = new SessionTracker({ priorToolGapS: 2 });
+  const t = { v: 0 };
+  // Long re-ranking interval: without joining the ranking, the newcomer would wait behind the waiter.
+  const pool = new BlockPool({ numBlocks: 6, blockSize: 1, clock: () => t.v, policy: new AgentAwarePolicy(sessions, { rerankS: 1000 }) });
+  const turn = (sid: string, base: number, n: number) => {
+    sessions.turnStarted(sid, t.v);
+    const ids = pool.allocate(n);
+    ids.forEach((id, i) => pool.commitBlock(id, i === 0 ? null : ids[i - 1], [base + i], { sessionId: sid }));
+    return ids;
+  };
+  const waiter = turn("waiter", 10, 2);
+  const first = turn("first-idle", 20, 2);
+  sessions.turnEnded("waiter", 0, "grep");
+  sessions.turnEnded("first-idle", 0, null);
+  pool.release(waiter);
+  pool.release(first);
+  const late = turn("late-idle", 30, 2);
+  pool.allocate(2); // ranks [first-idle, waiter] and evicts first-idle
+  t.v = 1;
+  sessions.turnEnded("late-idle", 1, null);
+  pool.release(late);
+  pool.allocate(2);
+  assert.equal(pool.cachedPrefixTokens([10, 11]), 2, "the tool waiter kept its blocks");
+  assert.equal(pool.cachedPrefixTokens([30, 31]), 0, "the session released after the ranking went instead");
+});
+
+test("SessionTracker.prune() forgets sessions quiet for longer than the limit, never running ones", () => {
+  const s = new SessionTracker();
+  s.turnStarted("running", 0);
+  s.turnStarted("old", 0);
+  s.turnEnded("old", 1, null);
+  s.turnStarted("recent", 0);
+  s.turnEnded("recent", 50, "grep");
+  assert.equal(s.prune(100, 60), 1);
+  assert.deepEqual([s.status("running"), s.status("old"), s.status("recent")], ["running", undefined, "waiting-tool"]);
+  assert.equal(s.size, 2);
+});

@@ -37,3 +37,14 @@ test("RankHeap ranks every key once when some scores are NaN", () => {
   heap.reset(["a", "b", "c", "d"], [2, NaN, 1, 0]);
   assert.deepEqual([...drain(heap)].sort(), ["a", "b", "c", "d"]);
 });
+
+test("RankHeap.push() ranks a late key among the rest", () => {
+  const h = new RankHeap();
+  h.reset(["a", "b", "c"], [3, 1, 5]);
+  h.push("d", 2);
+  h.push("e", 0);
+  h.push("f", NaN);
+  const out: string[] = [];
+  for (let k = h.peek(); k !== undefined; h.pop(), k = h.peek()) out.push(k);
+  assert.deepEqual(out, ["e", "b", "d", "a", "c", "f"]);
+});

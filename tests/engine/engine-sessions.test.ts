@@ -1,0 +1,21 @@
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { EngineSessions, isKvRetention } from "../../src/engine/engine-sessions.ts";
+
+test("EngineSessions turns: submit runs, finish idles, a tool call waits; quiet sessions are pruned", () => {
+  const s = new EngineSessions(100);
+  s.started("a", 0);
+  s.started("b", 0);
+  assert.equal(s.tracker.status("a"), "running");
+  s.ended("a", 1);
+  s.waitsOnTool("a", "pytest", 1);
+  s.ended("b", 1);
+  assert.deepEqual([s.tracker.status("a"), s.tracker.status("b")], ["waiting-tool", "idle"]);
+  assert.ok(s.tracker.returnProbability("a", 2, 30) > 5 * s.tracker.returnProbability("b", 2, 30));
+  s.started("a", 5); // a returns after 4 s: the gap is learned
+  s.ended("a", 6);
+  s.started("c", 200); // > ttl after b went quiet: b is forgotten, a (quiet since 6) too
+  assert.deepEqual([s.tracker.status("a"), s.tracker.status("b"), s.tracker.status("c")], [undefined, undefined, "running"]);
+  assert.throws(() => new EngineSessions(0), /Session time-to-live must be a positive number of seconds, got 0/);
+  assert.ok(isKvRetention("agent") && isKvRetention("lru") && !isKvRetention("fifo"));
+});

@@ -1,0 +1,124 @@
+/**
+ * Tool calling: the Hermes-format parser (whole and streamed), and the server end to end with the
+ * real `openai` client against a scripted model whose greedy answer is a tool call.
+ */
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import { startServer } from "../../src/serve/server.ts";
+import { parseToolCalls, ToolCallStream } from "../../src/serve/tool-calls.ts";
+import { projectRoot, test } from "../harness.ts";
+import { CALL, model, modelPath, TOOLS } from "./scripted-server.ts";
+
+test("parseToolCalls() splits text and Hermes-format calls; malformed blocks stay text", () => {
+  assert.deepEqual(parseToolCalls(`<tool_call>${CALL}</tool_call>`), { content: null, calls: [{ name: "get_weather", arguments: '{"city":"Paris"}' }] });
+  const two = parseToolCalls('Let me check. <tool_call>{"name": "a", "arguments": "{\\"x\\": 1}"}</tool_call><tool_call>{"name": "b"}</tool_call>');
+  assert.equal(two.content, "Let me check. ");
+  assert.deepEqual(two.calls, [{ name: "a", arguments: '{"x": 1}' }, { name: "b", arguments: "{}" }]);
+  assert.deepEqual(parseToolCalls("<tool_call>{not json}</tool_call>"), { content: "<tool_call>{not json}</tool_call>", calls: [] });
+  assert.deepEqual(parseToolCalls('<tool_call>{"arguments": {}}</tool_call>').calls, [], "a call needs a name");
+  assert.deepEqual(parseToolCalls("x < y <tool"), { content: "x < y <tool", calls: [] });
+  assert.deepEqual(parseToolCalls('<tool_call>{"name": "c"}'), { content: null, calls: [{ name: "c", arguments: "{}" }] }, "unterminated but complete");
+  assert.deepEqual(parseToolCalls('<tool_call>{"name": "c", "argu'), { content: '<tool_call>{"name": "c", "argu', calls: [] }, "truncated");
+});
+
+test("ToolCallStream gives the same text and calls whatever the delta boundaries, holding back only a possible tag", () => {
+  const text = `Hi <b> there <tool_call>${CALL}</tool_call> and <tool_call>{"name": "z"}</tool_call> bye <tool_`;
+  const whole = parseToolCalls(text);
+  for (const size of [1, 2, 3, 5, 7, 11, 64]) {
+    const s = new ToolCallStream();
+    const parts = [];
+    for (let i = 0; i < text.length; i += size) parts.push(...s.push(text.slice(i, i + size)));
+    parts.push(...s.end());
+    const content = parts.flatMap((p) => (p.kind === "text" ? [p.text] : [])).join("");
+    assert.equal(content, whole.content, `delta size ${size}`);
+    assert.deepEqual(parts.flatMap((p) => (p.kind === "call" ? [p.call] : [])), whole.calls, `delta size ${size}`);
+  }
+  const s = new ToolCallStream();
+  assert.deepEqual(s.push("Hello <tool"), [{ kind: "text", text: "Hello " }], "only the possible tag start is held");
+  assert.deepEqual(s.push("s are fun"), [{ kind: "text", text: "<tools are fun" }]);
+});
+
+async function withServer(fn: (client: OpenAI, s: Awaited<ReturnType<typeof startServer>>) => Promise<void>, kvRetention: "agent" | "lru" = "agent", kvBlocks = 128) {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks, kvRetention });
+  try {
+    await fn(new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 }), s);
+  } finally {
+    await s.shutdown();
+  }
+}
+
+test("chat completions: a model's Hermes tool call comes back as tool_calls, streamed and not", async () => {
+  await withServer(async (client) => {
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "What is the weather in Paris!" }];
+    const r = await client.chat.completions.create({ model: "scripted", messages, tools: TOOLS, temperature: 0, max_tokens: 8 });
+    const m = r.choices[0].message;
+    assert.equal(r.choices[0].finish_reason, "tool_calls");
+    assert.equal(m.content, null);
+    assert.equal(m.tool_calls?.length, 1);
+    const call = m.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
+    assert.equal(call.type, "function");
+    assert.equal(call.function.name, "get_weather");
+    assert.deepEqual(JSON.parse(call.function.arguments), { city: "Paris" });
+    assert.match(call.id, /^call_[0-9a-f]{24}$/);
+
+    const stream = await client.chat.completions.create({ model: "scripted", messages, tools: TOOLS, temperature: 0, max_tokens: 8, stream: true });
+    let content = "";
+    let finish: string | null = null;
+    const calls: { name?: string; arguments: string }[] = [];
+    for await (const c of stream) {
+      const d = c.choices[0]?.delta;
+      content += d?.content ?? "";
+      for (const tc of d?.tool_calls ?? []) {
+        calls[tc.index] ??= { arguments: "" };
+        if (tc.function?.name) calls[tc.index].name = tc.function.name;
+        calls[tc.index].arguments += tc.function?.arguments ?? "";
+      }
+      finish = c.choices[0]?.finish_reason ?? finish;
+    }
+    assert.equal(content, "", "no tag text leaks into the streamed content");
+    assert.equal(finish, "tool_calls");
+    assert.deepEqual(calls.map((c) => [c.name, JSON.parse(c.arguments)]), [["get_weather", { city: "Paris" }]]);
+
+    // The tool's result goes back in; the template sees the call's arguments as an object.
+    const next = await client.chat.completions.create({
+      model: "scripted", temperature: 0, max_tokens: 8, tools: TOOLS,
+      messages: [...messages, m as OpenAI.ChatCompletionMessageParam, { role: "tool", tool_call_id: call.id, content: "18 degrees, clear." }],
+    });
+    assert.equal(next.choices[0].message.content, "Sunny.");
+    assert.equal(next.choices[0].finish_reason, "stop");
+    assert.equal(next.choices[0].message.tool_calls, undefined);
+
+    // tool_choice "none": the same output stays text.
+    const none = await client.chat.completions.create({ model: "scripted", messages, tools: TOOLS, tool_choice: "none", temperature: 0, max_tokens: 8 });
+    assert.equal(none.choices[0].message.content, `<tool_call>${CALL}</tool_call>`);
+    assert.equal(none.choices[0].finish_reason, "stop");
+  });
+});
+
+test("chat completions: unsupported tool_choice, bad tool names and tools for a template-less model get a 400 that names them", async () => {
+  await withServer(async (client) => {
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "Weather!" }];
+    await assert.rejects(
+      client.chat.completions.create({ model: "scripted", messages, tools: TOOLS, tool_choice: "required" }),
+      (e: unknown) => e instanceof OpenAI.BadRequestError && /tool_choice "required" is not supported/.test(e.message) && e.param === "tool_choice",
+    );
+    const bad = [{ type: "function" as const, function: { name: "get weather!" } }];
+    await assert.rejects(
+      client.chat.completions.create({ model: "scripted", messages, tools: bad }),
+      (e: unknown) => e instanceof OpenAI.BadRequestError && /tools/.test(e.message),
+    );
+    const ok = await client.chat.completions.create({ model: "scripted", messages, tools: TOOLS, max_tokens: 8, temperature: 0 });
+    assert.equal(ok.choices[0].finish_reason, "tool_calls", "the server still answers after the bad requests");
+  });
+  const stories = `${projectRoot}/models/stories260K.gguf`;
+  const s = await startServer({ modelPath: stories, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64 });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    await assert.rejects(
+      client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: "hi" }], tools: TOOLS }),
+      (e: unknown) => e instanceof OpenAI.BadRequestError && /no chat template/.test(e.message) && e.param === "tools",
+    );
+  } finally {
+    await s.shutdown();
+  }
+});
