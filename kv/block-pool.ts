@@ -40,6 +40,14 @@ export interface EvictedBlock {
   depth: number;
 }
 
+/** What a prefix probe saw: the cached run of full blocks that prefixes some tokens, nothing taken. */
+export interface PrefixProbe {
+  /** Tokens covered by the matched blocks (matched blocks × blockSize). */
+  numTokens: number;
+  /** Meta of each matched block in chain order (undefined where none was given); the last is the deepest. */
+  metas: (BlockMeta | undefined)[];
+}
+
 /** Result of a prefix match: the acquired cached blocks and what they cover. */
 export interface PrefixMatch {
   blockIds: number[];
@@ -268,6 +276,15 @@ export class BlockPool {
   /** Number of leading tokens of `tokens` that are cached here, without acquiring anything. */
   cachedPrefixTokens(tokens: ArrayLike<number>, maxBlocks = Infinity): number {
     return this.walk(tokens, maxBlocks, undefined).numTokens;
+  }
+
+  /**
+   * {@link cachedPrefixTokens} plus the meta of every matched block (who committed it, what it holds),
+   * without acquiring anything: reference counts and the retention policy are left as they are.
+   */
+  probePrefix(tokens: ArrayLike<number>, maxBlocks = Infinity): PrefixProbe {
+    const found = this.walk(tokens, maxBlocks, undefined);
+    return { numTokens: found.numTokens, metas: found.blockIds.map((id) => this.metas[id]) };
   }
 
   private walk(tokens: ArrayLike<number>, maxBlocks: number, known: readonly BlockHash[] | undefined): PrefixMatch {

@@ -1,9 +1,10 @@
 /**
  * Agent-aware KV retention for one engine: the session tracker its block pool's policy reads, fed
- * with request turns (started on submit, ended on finish, marked as a tool wait by the server).
+ * with request turns (started on submit, ended on finish, marked as a tool wait by the server),
+ * and the session of a request that names none, inferred from its prompt's cached prefix.
  * The policy and tracker are the simulator's, from kv/, unchanged.
  */
-import { AgentAwarePolicy, type RetentionPolicy, SessionTracker } from "../../kv/index.ts";
+import { AgentAwarePolicy, type BlockMeta, type RetentionPolicy, SessionTracker } from "../../kv/index.ts";
 
 /** KV retention policies an engine can run. */
 export type KvRetention = "agent" | "lru";
@@ -14,6 +15,27 @@ export const KV_RETENTIONS: readonly KvRetention[] = ["agent", "lru"];
 /** True when `s` names a retention policy. */
 export function isKvRetention(s: string): s is KvRetention {
   return (KV_RETENTIONS as readonly string[]).includes(s);
+}
+
+/** The session key the engine makes up for request `requestId` when it starts a conversation of its own. */
+export function syntheticSessionId(requestId: number): string {
+  return `~${requestId}`;
+}
+
+/**
+ * The session of request `requestId`, which names none, from `metas`: the metas of the cached
+ * blocks that prefix its prompt, in chain order (kv/ BlockPool.probePrefix). When that prefix holds
+ * generated tokens of an earlier request (a block typed "output"), the prompt continues that
+ * request's conversation: it gets the session of the deepest such block (the latest turn's;
+ * an explicit key if that turn had one). A prompt that shares only prompt text with earlier ones
+ * (a system prompt, a retried question) starts a conversation: {@link syntheticSessionId}.
+ */
+export function inferSessionId(metas: readonly (BlockMeta | undefined)[], requestId: number): string {
+  for (let b = metas.length - 1; b >= 0; b--) {
+    const m = metas[b];
+    if (m?.type === "output" && m.sessionId !== undefined) return m.sessionId;
+  }
+  return syntheticSessionId(requestId);
 }
 
 /** Session turns of one engine, for {@link AgentAwarePolicy}. Times are seconds. */

@@ -45,6 +45,11 @@ export interface GenerateResult {
 /** A submitted request: its stream of deltas, its final result, and a way to cancel it. */
 export interface RequestHandle {
   id: number;
+  /**
+   * The session this request's turn counts in: its own `sessionId`, or under "agent" KV retention
+   * the one the engine inferred (see engine-sessions.ts `inferSessionId`). Report tool calls for it.
+   */
+  sessionId?: string;
   /** Deltas in order; iterating stops at the end. Breaking out of the loop cancels the request. */
   stream: AsyncIterable<StreamDelta>;
   /** Resolves when the request ends (also after cancel, with finishReason "abort"). */

@@ -7,7 +7,7 @@ import { BlockPool, type KvEvent, type SessionTracker } from "../../kv/index.ts"
 import type { SamplingRow } from "../backend/types.ts";
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import { EngineMetrics } from "./engine-metrics.ts";
-import { EngineSessions, isKvRetention, KV_RETENTIONS, type KvRetention } from "./engine-sessions.ts";
+import { EngineSessions, inferSessionId, isKvRetention, KV_RETENTIONS, type KvRetention } from "./engine-sessions.ts";
 import type { StepRunner } from "./engine-runner.ts";
 import { OutputText } from "./engine-text.ts";
 import { ContextLengthError, EngineOverloadedError, type GenerateRequest, type GenerateResult, type RequestHandle, RequestParamError, type StreamDelta } from "./engine-types.ts";
@@ -48,6 +48,8 @@ export interface EngineOptions {
 interface Active {
   seq: Sequence;
   req: GenerateRequest;
+  /** The request's session: its own key, or the inferred one ("agent" retention). */
+  sessionId: string | undefined;
   maxTokens: number;
   queue: AsyncQueue<StreamDelta>;
   text: OutputText;
@@ -120,13 +122,15 @@ export class Engine {
       throw new EngineOverloadedError(`${this.maxWaiting} requests are already waiting`);
     }
     const id = this.nextId++;
-    if (req.sessionId !== undefined) this.turns?.started(req.sessionId, this.now() / 1000);
-    const seq = this.scheduler.submit(id, req.prompt, { sessionId: req.sessionId });
+    // Agent retention needs every turn in some session: a request naming none is placed by its prefix.
+    const sessionId = req.sessionId ?? (this.turns && inferSessionId(this.pool.probePrefix(req.prompt).metas, id));
+    if (sessionId !== undefined) this.turns?.started(sessionId, this.now() / 1000);
+    const seq = this.scheduler.submit(id, req.prompt, { sessionId });
     let resolve!: (r: GenerateResult) => void;
     const result = new Promise<GenerateResult>((r) => (resolve = r));
     const t0 = this.now();
     const a: Active = {
-      seq, req, maxTokens, resolve, t0, tLast: t0, done: false,
+      seq, req, sessionId, maxTokens, resolve, t0, tLast: t0, done: false,
       queue: new AsyncQueue<StreamDelta>(() => this.cancel(id)),
       text: new OutputText(this.opts.tokenizer, req.stop ?? []),
       rng: seededUniforms(req.seed ?? Math.floor(Math.random() * 2 ** 31), 0),
@@ -135,7 +139,7 @@ export class Engine {
     this.metrics.promptTokens += n;
     this.start();
     this.wake?.();
-    return { id, stream: a.queue, result, cancel: () => this.cancel(id) };
+    return { id, sessionId, stream: a.queue, result, cancel: () => this.cancel(id) };
   }
 
   /**
@@ -265,7 +269,7 @@ export class Engine {
     }
     // The turn is over; unless the server says it waits on a tool, the session goes idle. Set before
     // the blocks are released so the policy ranks them with the session's new status.
-    if (a.req.sessionId !== undefined) this.turns?.ended(a.req.sessionId, this.now() / 1000);
+    if (a.sessionId !== undefined) this.turns?.ended(a.sessionId, this.now() / 1000);
     this.scheduler.finish(a.seq.id, reason);
     this.opts.runner.discardSwap?.(a.seq.id);
     this.active.delete(a.seq.id);

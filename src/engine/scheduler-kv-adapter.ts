@@ -1,15 +1,24 @@
 /**
  * Adapts the pure `kv/` BlockPool to the scheduler's KvBlockManager seam (the pool speaks in
  * single-block commits with explicit parents; the scheduler commits runs of a block table).
+ * Block metas carry the sequence's session and mark blocks holding generated tokens as "output"
+ * (what session inference looks for, engine-sessions.ts `inferSessionId`).
  */
-import type { BlockPool } from "../../kv/index.ts";
+import type { BlockMeta, BlockPool } from "../../kv/index.ts";
 import type { KvBlockManager } from "./scheduler-kv.ts";
 import type { SequenceHints } from "./sequence.ts";
+
+const OUTPUT: BlockMeta = Object.freeze({ type: "output" });
+
+/** The meta of a committed block: its session, and "output" when it holds a generated token. */
+function blockMeta(h: SequenceHints, output: boolean): BlockMeta | undefined {
+  if (h.sessionId === undefined) return output ? OUTPUT : undefined;
+  return output ? { sessionId: h.sessionId, type: "output" } : { sessionId: h.sessionId };
+}
 
 /** A KvBlockManager backed by a kv/ BlockPool (prefix caching and retention included). */
 export function poolBlockManager(pool: BlockPool): KvBlockManager {
   const bs = pool.blockSize;
-  const meta = (h: SequenceHints) => (h.sessionId === undefined ? undefined : { sessionId: h.sessionId });
   return {
     blockSize: bs,
     totalBlocks: pool.numBlocks,
@@ -18,11 +27,15 @@ export function poolBlockManager(pool: BlockPool): KvBlockManager {
     acquirePrefix: (tokens) => pool.matchPrefix(tokens).blockIds,
     cachedPrefixTokens: (tokens) => pool.cachedPrefixTokens(tokens),
     allocate: (n) => pool.tryAllocate(n),
-    commit(tokens, blockIds, from, to, hints) {
+    commit(tokens, blockIds, from, to, hints, promptLength) {
       for (let b = from; b < to; b++) {
-        pool.commitBlock(blockIds[b], b > 0 ? blockIds[b - 1] : null, tokens.slice(b * bs, (b + 1) * bs), meta(hints));
+        // Block b holds positions b·bs … (b+1)·bs − 1: an output block when the last is generated.
+        const meta = blockMeta(hints, (b + 1) * bs > promptLength);
+        pool.commitBlock(blockIds[b], b > 0 ? blockIds[b - 1] : null, tokens.slice(b * bs, (b + 1) * bs), meta);
       }
     },
-    release: (ids) => pool.release(ids),
+    // The last sequence to let go of a shared block owns it from then on (as in the simulator), so a
+    // prefix many sessions use is priced by its latest user, not by whoever computed it first.
+    release: (ids, hints) => pool.release(ids, hints?.sessionId === undefined ? undefined : { sessionId: hints.sessionId }),
   };
 }

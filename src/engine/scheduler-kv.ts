@@ -27,8 +27,12 @@ export interface KvBlockManager {
   /**
    * Registers blocks `from..to-1` of a sequence (full, KV computed) in the prefix cache.
    * `tokens` holds at least `to * blockSize` tokens of the sequence; `blockIds` is its block table.
+   * Tokens at positions ≥ `promptLength` were generated: a block holding any of them is an output block.
    */
-  commit(tokens: readonly number[], blockIds: readonly number[], from: number, to: number, hints: SequenceHints): void;
-  /** Drops one reference from each block; unreferenced cached blocks become evictable. */
-  release(blockIds: readonly number[]): void;
+  commit(tokens: readonly number[], blockIds: readonly number[], from: number, to: number, hints: SequenceHints, promptLength: number): void;
+  /**
+   * Drops one reference from each block; unreferenced cached blocks become evictable. With `hints`,
+   * a block this call leaves unreferenced is counted in that sequence's session from now on.
+   */
+  release(blockIds: readonly number[], hints?: SequenceHints): void;
 }

@@ -180,7 +180,7 @@ export class Scheduler {
   private preempt(seq: Sequence, swapOut: SwapOp[]): void {
     const op = this.swap.swapOut(seq); // recompute mode has no swap space, so this is null there
     if (op) swapOut.push(op);
-    this.kv.release(seq.blockTable);
+    this.kv.release(seq.blockTable, seq.hints);
     seq.blockTable = [];
     seq.numComputed = 0;
     seq.numCommittedBlocks = 0;
@@ -214,7 +214,7 @@ export class Scheduler {
       seq.maxComputed = Math.max(seq.maxComputed, seq.numComputed);
       const full = Math.floor(seq.numComputed / bs);
       if (full > seq.numCommittedBlocks) {
-        this.kv.commit(seq.tokens, seq.blockTable, seq.numCommittedBlocks, full, seq.hints);
+        this.kv.commit(seq.tokens, seq.blockTable, seq.numCommittedBlocks, full, seq.hints, seq.promptLength);
         seq.numCommittedBlocks = full;
       }
       if (e.sample) {
@@ -234,7 +234,7 @@ export class Scheduler {
     if (!seq || seq.status === "finished") return;
     if (seq.status === "running") this.running.splice(this.running.indexOf(seq), 1);
     else this.waiting.splice(this.waiting.indexOf(seq), 1);
-    this.kv.release(seq.blockTable);
+    this.kv.release(seq.blockTable, seq.hints);
     this.swap.drop(seq);
     seq.blockTable = [];
     seq.status = "finished";

@@ -27,6 +27,7 @@ export interface Submitted {
   handle: RequestHandle;
   /** Parse tool calls out of the output (chat with tools, tool_choice not "none"). */
   parseTools: boolean;
+  /** The session tool calls are reported for: the request's key, or the one the engine inferred. */
   sessionId?: string;
 }
 
@@ -44,7 +45,8 @@ function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], 
     seed: body.seed ?? undefined,
     stop: stop.filter((s) => s.length > 0),
     ignoreEos: body.ignore_eos ?? false,
-    sessionId: body.prompt_cache_key ?? body.user ?? undefined,
+    // An empty key names no session (and would collide with the retention policy's no-session group).
+    sessionId: body.prompt_cache_key || body.user || undefined,
   };
 }
 
@@ -70,8 +72,8 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const { text, startsWithBos } = ctx.chat.render(body.messages, tools);
   const prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos && !startsWithBos });
   if (prompt.length === 0) throw new ApiError(400, "The messages render to an empty prompt", "messages", "invalid_value");
-  const req = engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens);
-  return { kind: "chat", handle: submit(ctx, req, "messages"), parseTools: (tools?.length ?? 0) > 0, sessionId: req.sessionId };
+  const handle = submit(ctx, engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens), "messages");
+  return { kind: "chat", handle, parseTools: (tools?.length ?? 0) > 0, sessionId: handle.sessionId };
 }
 
 /** Tokenizes (or checks the token ids of) a completion request and submits it. */
@@ -88,8 +90,8 @@ export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Su
     const bad = prompt.find((id) => id >= ctx.config.vocabSize);
     if (bad !== undefined) throw new ApiError(400, `Token id ${bad} is outside the vocabulary (0..${ctx.config.vocabSize - 1})`, "prompt", "invalid_value");
   }
-  const req = engineRequest(body, prompt, body.max_tokens);
-  return { kind: "completion", handle: submit(ctx, req, "prompt"), parseTools: false, sessionId: req.sessionId };
+  const handle = submit(ctx, engineRequest(body, prompt, body.max_tokens), "prompt");
+  return { kind: "completion", handle, parseTools: false, sessionId: handle.sessionId };
 }
 
 function usage(r: { promptTokens: number; completionTokens: number; cachedTokens: number }) {

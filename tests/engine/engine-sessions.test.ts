@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
-import { EngineSessions, isKvRetention } from "../../src/engine/engine-sessions.ts";
+import { EngineSessions, inferSessionId, isKvRetention, syntheticSessionId } from "../../src/engine/engine-sessions.ts";
 
 test("EngineSessions turns: submit runs, finish idles, a tool call waits; quiet sessions are pruned", () => {
   const s = new EngineSessions(100);
@@ -18,4 +18,13 @@ test("EngineSessions turns: submit runs, finish idles, a tool call waits; quiet 
   assert.deepEqual([s.tracker.status("a"), s.tracker.status("b"), s.tracker.status("c")], [undefined, undefined, "running"]);
   assert.throws(() => new EngineSessions(0), /Session time-to-live must be a positive number of seconds, got 0/);
   assert.ok(isKvRetention("agent") && isKvRetention("lru") && !isKvRetention("fifo"));
+});
+
+test("inferSessionId() takes the session of the deepest cached output block, else makes one up", () => {
+  assert.equal(syntheticSessionId(7), "~7");
+  assert.equal(inferSessionId([], 7), "~7", "nothing cached: a new conversation");
+  assert.equal(inferSessionId([{ sessionId: "a" }, { sessionId: "a" }], 7), "~7", "only prompt blocks (a shared system prompt): a new conversation");
+  assert.equal(inferSessionId([{ sessionId: "a" }, { sessionId: "a", type: "output" }], 7), "a");
+  assert.equal(inferSessionId([{ sessionId: "a", type: "output" }, { sessionId: "b", type: "output" }, { sessionId: "c" }], 7), "b", "the latest answer's session");
+  assert.equal(inferSessionId([undefined, { type: "output" }], 7), "~7", "an output block of no session names none");
 });

@@ -136,3 +136,23 @@ test("BlockPool keeps its invariants under random operations", () => {
   for (const seq of live) p.release(seq);
   assert.equal(p.numFreeBlocks(), 32);
 });
+
+test("BlockPool.probePrefix() returns the matched blocks' metas without acquiring or reviving them", () => {
+  const p = new BlockPool({ numBlocks: 4, blockSize: 2, clock: () => 0 });
+  const ids = p.allocate(3);
+  p.commitBlock(ids[0], null, [1, 2], { sessionId: "s" });
+  p.commitBlock(ids[1], ids[0], [3, 4]);
+  p.commitBlock(ids[2], ids[1], [5, 6], { sessionId: "s", type: "output" });
+  p.release(ids.slice(1)); // blocks 1 and 2 cached but evictable, block 0 still in use
+  const free = p.numFreeBlocks();
+  const probe = p.probePrefix([1, 2, 3, 4, 5, 6, 7]);
+  assert.deepEqual(probe, { numTokens: 6, metas: [{ sessionId: "s" }, undefined, { sessionId: "s", type: "output" }] });
+  assert.deepEqual(ids.map((id) => p.refCount(id)), [1, 0, 0], "reference counts unchanged");
+  assert.equal(p.numFreeBlocks(), free, "evictable blocks stay evictable");
+  assert.equal(p.probePrefix([1, 2, 3, 4, 5, 6], 2).numTokens, 4, "maxBlocks caps the walk");
+  assert.deepEqual(p.probePrefix([1, 2, 9, 9]), { numTokens: 2, metas: [{ sessionId: "s" }] });
+  assert.equal(p.probePrefix([1, 2, 3, 4, 5, 6]).numTokens, p.cachedPrefixTokens([1, 2, 3, 4, 5, 6]));
+  // Still evictable: allocating every free block evicts the probed ones.
+  assert.equal(p.allocate(free).length, 3);
+  assert.equal(p.probePrefix([1, 2, 3, 4, 5, 6]).numTokens, 2);
+});

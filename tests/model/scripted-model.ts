@@ -25,6 +25,12 @@ export interface ScriptedModelSpec {
   /** Extra tokens (raw text), appended to the byte-level vocab (one already in it is reused). */
   pieces: string[];
   /**
+   * Make the pieces user-defined tokens, as Qwen's `<tool_call>` is: the tokenizer then turns their
+   * text inside a prompt into their ids, so a conversation sent back token for token holds the
+   * model's own output tokens. Default false: encoding never produces a piece.
+   */
+  literalPieces?: boolean;
+  /**
    * Greedy successor map: after the token whose text is `from` comes the token `to` ("<eos>" =
    * end of generation). `from`/`to` may be any single token of the vocab: a piece, a byte
    * character like "!" or "\n" (its byte token), or a merged word of `bpeVocab` like " the".
@@ -49,7 +55,7 @@ const HEAD_DIM = 64;
 const LOGIT_WEIGHT = 4;
 
 /** The vocab of `spec`: bpeVocab(300), the pieces, then unused fillers up to a multiple of 64. */
-export function scriptedVocab(spec: Pick<ScriptedModelSpec, "pieces">): ScriptedVocab {
+export function scriptedVocab(spec: Pick<ScriptedModelSpec, "pieces" | "literalPieces">): ScriptedVocab {
   const base = bpeVocab(BASE_VOCAB);
   const tokens = base.tokens.slice();
   const types = base.types.slice();
@@ -65,8 +71,9 @@ export function scriptedVocab(spec: Pick<ScriptedModelSpec, "pieces">): Scripted
     const m = mapped(p);
     if (ids.has(m)) continue;
     ids.set(m, tokens.length);
-    tokens.push(m);
-    types.push(1);
+    // A user-defined token is stored and decoded as raw text (tokenizer-special.ts).
+    tokens.push(spec.literalPieces ? p : m);
+    types.push(spec.literalPieces ? 4 : 1);
   }
   for (let k = 0; tokens.length % HEAD_DIM !== 0; k++) {
     tokens.push(`<|scripted_unused_${k}|>`);
