@@ -6,3 +6,4 @@ export * from "./load-planner.ts";
 export * from "./online-planner.ts";
 export * from "./routers.ts";
 export * from "./prefill-order.ts";
+export * from "./step-model.ts";

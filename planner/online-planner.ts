@@ -7,6 +7,7 @@
  * tick, and a flipped worker cools down before it can flip again.
  */
 import { allMixes, chooseFlips, countRoles, flipsBetween, moveDirection, type RoleMix } from "./role-mix.ts";
+import { OnlineStepModel, type StepCoefficients } from "./step-model.ts";
 import type { MetricsSnapshot, Planner, PlannerAction, WorkerSnapshot } from "./types.ts";
 
 /** Knobs of {@link OnlinePlanner}. */
@@ -34,6 +35,16 @@ export interface OnlinePlannerOptions {
   mixedChunkTokens?: number;
   /** Consider mixed workers at all (false: prefill/decode splits only). */
   allowMixed?: boolean;
+  /**
+   * Price every step from a roofline step model fitted online to the workers' measured steps
+   * (planner/step-model.ts) instead of per-role rates: context-aware decode, and the measured extra
+   * cost of mixed steps that a prefill or decode worker would not pay. Default true; until the model
+   * has a fit (it needs decode-only and prefill-carrying steps with their shapes), and with false,
+   * steps are priced from per-role rates and a decode step of a + B·batch.
+   */
+  stepModel?: boolean;
+  /** Prefill tokens a prefill worker's step carries at most. */
+  prefillChunkTokens?: number;
 }
 
 /** Online, measurement-driven role planner. */
@@ -54,13 +65,17 @@ export class OnlinePlanner implements Planner {
   private pending: { dir: string; ticks: number } | null = null;
   private readonly lastFlip = new Map<string, number>();
   private threshold: number;
+  private readonly steps = new OnlineStepModel();
+  private ctxPrefill = 0; // mean attended context per prompt token computed (EWMA)
+  private ctxDecode = 0; // mean context read per decoding sequence (EWMA)
 
   /** Creates the planner with the given knobs. */
   constructor(opts: OnlinePlannerOptions = {}) {
     this.o = {
       intervalS: 1, ttftTargetS: 0.5, itlTargetS: 0.05, margin: 0.1, confirmTicks: 2, cooldownS: 15,
       maxFlipFraction: 0.0625, flipCost: 0.03, minLocalPrefill: 256, maxLocalPrefill: 2048,
-      initialLocalPrefill: 512, maxDecodeBatch: 512, mixedChunkTokens: 8192, allowMixed: true, ...opts,
+      initialLocalPrefill: 512, maxDecodeBatch: 512, mixedChunkTokens: 8192, allowMixed: true, stepModel: true,
+      prefillChunkTokens: 16384, ...opts,
     };
     this.intervalS = this.o.intervalS;
     this.threshold = this.o.initialLocalPrefill;
@@ -72,6 +87,11 @@ export class OnlinePlanner implements Planner {
       prefillRate: this.prefillRate, mixedRate: this.mixedRate, chunkStepS: this.chunkStepS, demand: this.demand,
       decodeDemand: this.decodeDemand, stepA: this.stepA, stepB: this.stepB,
     };
+  }
+
+  /** The online step model's current fit (null before it has one). */
+  stepModelCoefficients(): StepCoefficients | null {
+    return this.steps.coefficients();
   }
 
   /** Current local-prefill threshold (uncached tokens a decode worker prefills itself). */
@@ -101,9 +121,19 @@ export class OnlinePlanner implements Planner {
    */
   predictMix(mix: RoleMix, backlog: number, decodeSeqs: number, meanUncached: number): [number, number] {
     const p = mix.prefill, dc = mix.decode + mix.mixed;
-    const rateP = Math.max(1, this.prefillRate || this.mixedRate);
-    const rateM = Math.max(1, this.mixedRate || this.prefillRate);
-    const a = this.stepA, B = this.stepB, max = this.o.maxDecodeBatch;
+    const sm = this.o.stepModel && this.steps.coefficients() !== null ? this.steps : null;
+    const max = this.o.maxDecodeBatch;
+    const held0 = decodeSeqs / Math.max(1, dc);
+    // Step model: a prefill worker's full-chunk step, a pool worker's chunk step and decode step at its batch.
+    const prefillStep = (n: number) => sm!.predict({ prefillTokens: n, prefillAttnPairs: n * this.ctxPrefill, decodeSeqs: 0, decodeAttnTokens: 0 });
+    const chunkStep = (b: number) => {
+      const n = Math.max(1, this.o.mixedChunkTokens - b);
+      return sm!.predict({ prefillTokens: n, prefillAttnPairs: n * this.ctxPrefill, decodeSeqs: b, decodeAttnTokens: b * this.ctxDecode });
+    };
+    const decodeStep = (b: number) => sm!.predict({ prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: b, decodeAttnTokens: b * this.ctxDecode });
+    const rateP = sm ? this.o.prefillChunkTokens / prefillStep(this.o.prefillChunkTokens) : Math.max(1, this.prefillRate || this.mixedRate);
+    const rateM = sm ? Math.max(1, this.o.mixedChunkTokens - held0) / chunkStep(held0) : Math.max(1, this.mixedRate || this.prefillRate);
+    const a = this.stepA, B = this.stepB;
     const tChunk = this.chunkStepS > 0 ? this.chunkStepS : a + this.o.mixedChunkTokens / rateM;
     const share = p === 0 ? 1 : dc === 0 ? 0 : (mix.mixed + this.localShare * mix.decode) / dc;
     const capP = p * rateP, capM = dc * rateM;
@@ -120,15 +150,22 @@ export class OnlinePlanner implements Planner {
     // Fixed point of ITL = 1 / (ρ/tChunk + (1−ρ)/(a + B·λ·ITL)), batch at least what is held now.
     let itl = a;
     for (let i = 0; i < 30; i++) {
-      const pure = a + B * Math.min(max, Math.max(held, lambda * itl));
-      const next = 1 / (rho / tChunk + (1 - rho) / pure);
+      const b = Math.min(max, Math.max(held, lambda * itl));
+      const pure = sm ? decodeStep(b) : a + B * b;
+      const next = 1 / (rho / (sm ? chunkStep(b) : tChunk) + (1 - rho) / pure);
       if (Math.abs(next - itl) < 1e-7) { itl = next; break; }
       itl = next;
     }
     const b = lambda * itl;
     if (b > max || held > max) {
-      const capTok = max / (a + B * max);
+      const capTok = max / (sm ? decodeStep(max) : a + B * max);
       itl *= Math.max(lambda / capTok, held / max, 1);
+    }
+    if (sm) {
+      // A decode pool near its batch limit stops taking finished prefills: their KV waits, memory
+      // fills, and new prompts wait too. Count that in TTFT as a saturated prefill queue is counted.
+      const over = Math.max(lambda * decodeStep(max) / max, held / max);
+      if (over > 0.9) return [ttft + 10 * (over - 0.9), itl];
     }
     return [ttft, itl];
   }
@@ -200,7 +237,24 @@ export class OnlinePlanner implements Planner {
     return [{ kind: "local-prefill-threshold", tokens: t }];
   }
 
+  /** Feeds measured steps to the step model and tracks the contexts that price its predictions. */
+  private learnSteps(live: WorkerSnapshot[]): void {
+    let pt = 0, pp = 0, ds = 0, da = 0;
+    for (const w of live) {
+      if (w.steps === undefined) continue;
+      this.steps.add(w.steps);
+      for (const x of w.steps) {
+        const k = x.count ?? 1;
+        pt += x.prefillTokens * k; pp += x.prefillAttnPairs * k; ds += x.decodeSeqs * k; da += x.decodeAttnTokens * k;
+      }
+    }
+    if (pt > 0) this.ctxPrefill = this.ctxPrefill === 0 ? pp / pt : 0.9 * this.ctxPrefill + 0.1 * (pp / pt);
+    if (ds > 0) this.ctxDecode = this.ctxDecode === 0 ? da / ds : 0.9 * this.ctxDecode + 0.1 * (da / ds);
+    this.steps.fit();
+  }
+
   private learn(s: MetricsSnapshot, live: WorkerSnapshot[]): void {
+    if (this.o.stepModel) this.learnSteps(live);
     let tok = 0, busy = 0, tokM = 0, busyM = 0, stepsM = 0, local = 0;
     for (const w of live) {
       if (w.role === "prefill") { tok += w.prefillTokens; busy += w.prefillBusyS; continue; }

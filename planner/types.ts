@@ -9,6 +9,22 @@ export type Role = "prefill" | "decode" | "mixed";
 /** Lifecycle of a worker (the baseline scales by starting and stopping workers). */
 export type WorkerState = "serving" | "starting" | "draining" | "off";
 
+/**
+ * One measured engine step (or `count` identical ones), in the step-log format of the real engine
+ * (src/engine/step-record.ts): what it computed and how long it took.
+ */
+export interface StepSample {
+  prefillTokens: number;
+  /** Σ over prompt tokens of the context each attends to. */
+  prefillAttnPairs: number;
+  decodeSeqs: number;
+  /** Σ over decoding sequences of the context each reads. */
+  decodeAttnTokens: number;
+  seconds: number;
+  /** Identical consecutive steps this sample stands for (default 1). */
+  count?: number;
+}
+
 /** Per-worker metrics over the last window. */
 export interface WorkerSnapshot {
   id: string;
@@ -36,6 +52,8 @@ export interface WorkerSnapshot {
   meanDecodeBatch: number;
   /** Fraction of device KV blocks in use. */
   kvUsage: number;
+  /** Some of the window's steps, with their shapes (optional; a bounded sample). */
+  steps?: StepSample[];
 }
 
 /** One finished request, as the frontend sees it. */

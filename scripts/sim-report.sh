@@ -24,6 +24,8 @@ jobs=(
   # Sensitivity: mixed prefill+decode steps cost more than the roofline (no CUDA graphs, interference).
   "--scenario coding-256 $A --mixed-step-overhead-ms 30 --sweep 1,3 --report $R/mixed-overhead-30ms-coding-256"
   "--scenario coding-256 $A --mixed-step-overhead-ms 100 --sweep 1,3 --report $R/mixed-overhead-100ms-coding-256"
+  "--scenario computer-use-256 $A --mixed-step-overhead-ms 100 --sweep 1,2 --report $R/mixed-overhead-100ms-computer-use-256"
+  "--scenario mixed-shift-256 $A --mixed-step-overhead-ms 100 --sweep 1,2 --report $R/mixed-overhead-100ms-mixed-shift-256"
 )
 [ -n "${ONLY:-}" ] && mapfile -t jobs < <(printf '%s\n' "${jobs[@]}" | grep -- "$ONLY")
 for j in "${jobs[@]}"; do echo "$j"; done | xargs -P "${JOBS:-2}" -I{} bash -c 'a="{}"; out="${a##*--report }"; npx tsx src/cli/sim.ts $a > "$out.txt" && echo "done $out"'

@@ -11,6 +11,7 @@
  *   -swX             ours' router stall weight X
  *   -mwX             ours' router memoryWaitS X (s per turn waiting for KV memory there)
  *   -static          ours without the role planner
+ *   -nosm            ours' planner prices steps from per-role rates, not the online step model (before session 4)
  *   -splitP          ours without the planner, P prefill workers and the rest decode workers
  * Environment: MIXED_MS=X adds X ms to every mixed prefill+decode step; KV_REPLICATED=1 replicates
  * the MLA KV on every GPU of a worker (as --kv-replicated).
@@ -21,6 +22,7 @@ import { GB300, KIMI_K2_6 } from "../src/sim/profiles.ts";
 import { buildScenario } from "../src/sim/scenarios.ts";
 import { ClusterSim } from "../src/sim/simulator.ts";
 import { baselineAggTuned, evolving, type SystemSpec } from "../src/sim/systems.ts";
+import { OnlinePlanner } from "../planner/online-planner.ts";
 
 const [scenario = "coding-256", loadArg = "1", durArg = "600", list = "tuned,ours"] = process.argv.slice(2);
 const load = Number(loadArg), durationS = Number(durArg);
@@ -40,6 +42,7 @@ function specOf(name: string): SystemSpec {
     else if ((x = /^sw([\d.]+)$/.exec(m))) s = { ...s, stallWeight: Number(x[1]) };
     else if ((x = /^mw([\d.]+)$/.exec(m))) s = { ...s, memoryWaitS: Number(x[1]) };
     else if (m === "static") s = { ...s, planner: null };
+    else if (m === "nosm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, stepModel: false }) };
     else if ((x = /^split(\d+)$/.exec(m))) s = { ...s, planner: null, initialPrefill: Number(x[1]), initialRole: Number(x[1]) === 0 ? "mixed" : "decode" };
     else throw new Error(`Unknown variant suffix "${m}" in "${name}"`);
   }

@@ -67,11 +67,10 @@ export function kick(sim: ClusterSim, w: SimWorker): void {
     if (wake < Infinity) k = Math.max(1, Math.min(k, Math.floor((wake - sim.now) / 0.02)));
   }
   const dens = sim.cfg.model.attnDensity >= 1 ? 1 : sim.cfg.model.attnDensity;
-  const stepS = sim.cost.stepTime({
-    prefillTokens, prefillAttnPairs: pairs, decodeSeqs, decodeAttnTokens: w.decodeAttended() + decodeSeqs * dens * (k - 1) / 2,
-  });
+  const attn = w.decodeAttended() + decodeSeqs * dens * (k - 1) / 2;
+  const stepS = sim.cost.stepTime({ prefillTokens, prefillAttnPairs: pairs, decodeSeqs, decodeAttnTokens: attn });
   w.busy = true;
-  w.macro = { start: sim.now, stepS, k, prefill: jobs, prefillTokens: toks, decode: decodeSeqs > 0 };
+  w.macro = { start: sim.now, stepS, k, prefill: jobs, prefillTokens: toks, decode: decodeSeqs > 0, pairs, attn };
   w.version++;
   sim.q.push(sim.now + k * stepS, { t: "step", w, v: w.version });
   if (freed) retryWaiting(sim, w);
@@ -100,6 +99,8 @@ export function stepDone(sim: ClusterSim, w: SimWorker): void {
     w.wPrefillSteps += m.k;
     w.prefillRate = 0.8 * w.prefillRate + 0.2 * (ptoks / m.stepS);
   }
+  // D can differ from the batch the step was planned with only if sequences left mid-step (they do not).
+  w.recordStep({ prefillTokens: ptoks, prefillAttnPairs: m.pairs, decodeSeqs: D, decodeAttnTokens: m.attn, seconds: m.stepS, count: m.k });
   if (D > 0) {
     w.wDecodeTokens += D * m.k;
     w.wDecodeBusy += m.k * m.stepS;

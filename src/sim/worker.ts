@@ -6,9 +6,12 @@
 import type { BlockPool } from "../../kv/block-pool.ts";
 import type { TierCache } from "../../kv/tiers.ts";
 import type { RouteCandidate } from "../../planner/routers.ts";
-import type { Role, WorkerState, WorkerSnapshot } from "../../planner/types.ts";
+import type { Role, StepSample, WorkerState, WorkerSnapshot } from "../../planner/types.ts";
 import type { CostModel } from "./cost-model.ts";
 import type { ReqState } from "./request.ts";
+
+/** Steps per worker per planner window kept as samples. */
+const STEP_SAMPLES = 48;
 
 /** Prefill work queued on a worker. */
 export interface PrefillJob {
@@ -62,7 +65,7 @@ export class SimWorker {
   attendedSum = 0; // Σ (attended context at join − joinStep·density) over decoding seqs
   busy = false;
   version = 0;
-  macro: { start: number; stepS: number; k: number; prefill: PrefillJob[]; prefillTokens: number[]; decode: boolean } | null = null;
+  macro: { start: number; stepS: number; k: number; prefill: PrefillJob[]; prefillTokens: number[]; decode: boolean; pairs: number; attn: number } | null = null;
   queuedTokens = 0;
   activeBlocks = 0;
   prefillRate: number;
@@ -78,6 +81,9 @@ export class SimWorker {
   wPureSteps = 0;
   wPureBusy = 0;
   wPureBatch = 0;
+  /** A bounded, deterministic sample of the window's steps (the first STEP_SAMPLES, then round-robin). */
+  wSteps: StepSample[] = [];
+  wStepCount = 0;
 
   /** This worker as routers see it; placement.ts refreshes the fields before each routing call. */
   readonly routeView: RouteCandidate;
@@ -94,6 +100,13 @@ export class SimWorker {
       id, role, overlapDevice: 0, overlapHost: 0, queuedPrefillTokens: 0, activeBlocks: 0, decodeBatch: 0,
       decodeQueue: 0, memoryQueue: 0, prefillRate: this.prefillRate, decodeStepS: 0, rack,
     };
+  }
+
+  /** Records a finished (macro-)step for the planner's window sample. */
+  recordStep(sample: StepSample): void {
+    const n = this.wStepCount++;
+    if (n < STEP_SAMPLES) this.wSteps.push(sample);
+    else this.wSteps[n % STEP_SAMPLES] = sample;
   }
 
   /** Decoding sequences. */
@@ -152,7 +165,10 @@ export class SimWorker {
       decodeStepS: this.wPureSteps > 0 ? this.wPureBusy / this.wPureSteps : this.wDecodeSteps > 0 ? this.wDecodeBusy / this.wDecodeSteps : 0,
       meanDecodeBatch: this.wPureSteps > 0 ? this.wPureBatch / this.wPureSteps : this.wDecodeSteps > 0 ? this.wBatchSum / this.wDecodeSteps : 0,
       kvUsage: this.pool.numUsedBlocks() / Math.max(1, this.pool.numBlocks),
+      steps: this.wSteps,
     };
+    this.wSteps = [];
+    this.wStepCount = 0;
     this.wPrefillTokens = this.wPrefillBusy = this.wPrefillSteps = this.wDecodeTokens = this.wDecodeBusy = this.wDecodeSteps = this.wBatchSum = 0;
     this.wPureSteps = this.wPureBusy = this.wPureBatch = 0;
     return snap;

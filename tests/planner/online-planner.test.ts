@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { OnlinePlanner, type Role } from "../../planner/index.ts";
-import { snap } from "./snapshots.ts";
+import { mixedWorkerSteps, snap } from "./snapshots.ts";
 
 const N = 16;
 
@@ -83,4 +83,22 @@ test("OnlinePlanner.predictMix() puts prefill interference into mixed workers' I
   const [, itlSplit] = planner.predictMix({ prefill: 4, decode: N - 4, mixed: 0 }, 0, 800, 1000);
   assert.ok(itlHeavy > 1.2 * itlLight, `mixed ITL at 150k prefill tok/s ${itlLight}, at 600k ${itlHeavy}`);
   assert.ok(itlSplit < itlHeavy, `split ITL ${itlSplit} should beat all-mixed ${itlHeavy} under heavy prefill`);
+});
+
+test("OnlinePlanner.tick() splits off prefill workers when measured mixed steps cost extra, and stays all mixed when they do not", () => {
+  const counts: Record<string, number> = {};
+  for (const mixedS of [0, 0.1]) {
+    const planner = new OnlinePlanner();
+    const roles: Role[] = Array.from({ length: N }, () => "mixed");
+    for (let t = 1; t <= 40; t++) {
+      const s = snap(t, roles, { ...steady, uncachedPerS: 300_000 });
+      // Each worker reports a sample of its window's steps, as the engine's step log would.
+      s.workers.forEach((w, i) => (w.steps = mixedWorkerSteps(mixedS, 48, t * 100 + i)));
+      apply(roles, planner.tick(s));
+    }
+    counts[mixedS] = roles.filter((r) => r === "prefill").length;
+    assert.ok(Math.abs(planner.stepModelCoefficients()!.m - mixedS) < 0.015, `fitted mixed-step cost ${planner.stepModelCoefficients()!.m}, true ${mixedS}`);
+  }
+  assert.equal(counts[0], 0, "no split without a mixed-step cost");
+  assert.ok(counts[0.1] >= 2, `prefill workers with 100 ms mixed steps: ${counts[0.1]}`);
 });

@@ -1,5 +1,6 @@
 /** Synthetic cluster snapshots for planner tests. */
-import type { MetricsSnapshot, Role, WorkerSnapshot } from "../../planner/index.ts";
+import type { MetricsSnapshot, Role, StepSample, WorkerSnapshot } from "../../planner/index.ts";
+import { SeededRng } from "../../kv/rng.ts";
 
 /**
  * A cluster snapshot: `roles` per worker, prefill backlog and decode load per the arguments. Prompts
@@ -37,3 +38,26 @@ export function snap(
   };
 }
 
+
+/** A made-up GPU's step time: 1.5 ms overhead, 20 ms of weights, per-token and attention costs, `mixedS` extra per mixed step. */
+export function stepTime(s: Omit<StepSample, "seconds">, mixedS: number): number {
+  const tokens = s.prefillTokens + s.decodeSeqs;
+  const compute = 2e-6 * tokens + 5e-10 * (s.prefillAttnPairs + s.decodeAttnTokens);
+  const memory = 0.02 + 2e-9 * (s.decodeAttnTokens + s.prefillTokens);
+  return 0.0015 + Math.max(compute, memory) + (s.prefillTokens > 0 && s.decodeSeqs > 0 ? mixedS : 0);
+}
+
+/** Steps of an all-mixed worker: decode-only ones and mixed ones with small and full chunks (±1% noise). */
+export function mixedWorkerSteps(mixedS: number, n: number, seed: number): StepSample[] {
+  const rng = new SeededRng(seed);
+  const out: StepSample[] = [];
+  for (let i = 0; i < n; i++) {
+    const b = 1 + Math.floor(rng.next() * 120);
+    const ctx = 5000 + rng.next() * 80000;
+    const r = rng.next();
+    const p = r < 0.4 ? 0 : r < 0.7 ? Math.floor(50 + rng.next() * 1500) : 8192 - b;
+    const s = { prefillTokens: p, prefillAttnPairs: p * (2000 + rng.next() * 60000), decodeSeqs: b, decodeAttnTokens: b * ctx };
+    out.push({ ...s, seconds: stepTime(s, mixedS) * (1 + 0.02 * (rng.next() - 0.5)) });
+  }
+  return out;
+}

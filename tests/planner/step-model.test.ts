@@ -1,0 +1,45 @@
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { OnlineStepModel } from "../../planner/step-model.ts";
+import { mixedWorkerSteps, stepTime } from "./snapshots.ts";
+
+const truth = stepTime;
+const mixedPool = (mixedS: number, n = 3000, seed = 7) => mixedWorkerSteps(mixedS, n, seed);
+
+test("OnlineStepModel recovers a mixed-step overhead from an all-mixed pool and prices a prefill-only step without it", () => {
+  for (const mixedS of [0, 0.03, 0.1]) {
+    const m = new OnlineStepModel();
+    m.add(mixedPool(mixedS));
+    const c = m.fit();
+    assert.ok(c !== null);
+    assert.ok(Math.abs(c.m - mixedS) < 0.01, `mixed overhead ${mixedS}: fitted ${c.m}`);
+    // Never seen: a prefill worker's 16k-token step, and a decode worker with twice the usual batch.
+    const prefill = { prefillTokens: 16384, prefillAttnPairs: 16384 * 30000, decodeSeqs: 0, decodeAttnTokens: 0 };
+    const decode = { prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: 200, decodeAttnTokens: 200 * 40000 };
+    for (const shape of [prefill, decode]) {
+      const want = truth(shape, mixedS);
+      assert.ok(Math.abs(m.predict(shape) - want) / want < 0.1, `mixed ${mixedS}: predicted ${m.predict(shape)} for ${JSON.stringify(shape)}, true ${want}`);
+    }
+  }
+});
+
+test("OnlineStepModel sees decode context: a decode step reading 4x the KV costs more", () => {
+  const m = new OnlineStepModel();
+  m.add(mixedPool(0));
+  m.fit();
+  const at = (ctx: number) => m.predict({ prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: 64, decodeAttnTokens: 64 * ctx });
+  assert.ok(at(80000) - at(20000) > 0.5 * (truth({ prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: 64, decodeAttnTokens: 64 * 80000 }, 0) -
+    truth({ prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: 64, decodeAttnTokens: 64 * 20000 }, 0)));
+});
+
+test("OnlineStepModel waits for both kinds of step before fitting, and keeps only recent samples", () => {
+  const m = new OnlineStepModel();
+  m.add(mixedPool(0).filter((s) => s.prefillTokens === 0));
+  assert.equal(m.fit(), null, "decode-only steps cannot price prefill");
+  assert.ok(Number.isNaN(m.predict({ prefillTokens: 1, prefillAttnPairs: 1, decodeSeqs: 0, decodeAttnTokens: 0 })));
+  m.add(mixedPool(0.1, 5000, 9));
+  assert.ok(m.size <= 4096);
+  assert.ok(Math.abs(m.fit()!.m - 0.1) < 0.01, "the old, decode-only samples have rolled out");
+  m.add([{ prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: 0, decodeAttnTokens: 0, seconds: 1 }, { prefillTokens: 5, prefillAttnPairs: 5, decodeSeqs: 0, decodeAttnTokens: 0, seconds: 0 }]);
+  assert.ok(m.size <= 4096, "empty and zero-time samples are ignored");
+});
