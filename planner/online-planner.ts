@@ -68,6 +68,8 @@ export class OnlinePlanner implements Planner {
   private readonly steps = new OnlineStepModel();
   private ctxPrefill = 0; // mean attended context per prompt token computed (EWMA)
   private ctxDecode = 0; // mean context read per decoding sequence (EWMA)
+  private meanOutput = 0; // mean output tokens per arriving request (EWMA)
+  private memSeqs = 0; // decoding sequences a worker's KV memory holds, from measured usage (EWMA; 0 = unknown)
 
   /** Creates the planner with the given knobs. */
   constructor(opts: OnlinePlannerOptions = {}) {
@@ -122,7 +124,8 @@ export class OnlinePlanner implements Planner {
   predictMix(mix: RoleMix, backlog: number, decodeSeqs: number, meanUncached: number): [number, number] {
     const p = mix.prefill, dc = mix.decode + mix.mixed;
     const sm = this.o.stepModel && this.steps.coefficients() !== null ? this.steps : null;
-    const max = this.o.maxDecodeBatch;
+    // A decode worker holds at most its batch limit, and no more sequences than its KV memory fits.
+    const max = sm && this.memSeqs > 0 ? Math.max(1, Math.min(this.o.maxDecodeBatch, 0.95 * this.memSeqs)) : this.o.maxDecodeBatch;
     const held0 = decodeSeqs / Math.max(1, dc);
     // Step model: a prefill worker's full-chunk step, a pool worker's chunk step and decode step at its batch.
     const prefillStep = (n: number) => sm!.predict({ prefillTokens: n, prefillAttnPairs: n * this.ctxPrefill, decodeSeqs: 0, decodeAttnTokens: 0 });
@@ -188,11 +191,20 @@ export class OnlinePlanner implements Planner {
     const backlog = live.reduce((a, w) => a + w.waitingPrefillTokens, 0);
     const seqs = live.reduce((a, w) => a + w.decodeBatch + w.waitingDecodes, 0);
     const meanUncached = s.arrivals > 0 ? s.arrivedUncachedTokens / s.arrivals : 1000;
+    const sm = this.o.stepModel && this.steps.coefficients() !== null;
     const pressure = (mix: RoleMix) => {
       const [t, i] = this.predictMix(mix, backlog, seqs, meanUncached);
       const rt = t / this.o.ttftTargetS, ri = i / this.o.itlTargetS;
-      // SLO risk (the worse ratio) plus latency itself, so light load still prefers the faster mix.
-      return Math.max(rt, ri) + 0.5 * (rt + ri);
+      if (!sm) {
+        // SLO risk (the worse ratio) plus latency itself, so light load still prefers the faster mix.
+        return Math.max(rt, ri) + 0.5 * (rt + ri);
+      }
+      // With the step model: also the mean end-to-end latency (half the P95 TTFT as the mean wait,
+      // plus the mean output at the predicted ITL) against what the two SLOs allow, so a split that
+      // buys TTFT with ITL on long outputs is seen for what it costs.
+      const osl = Math.max(1, this.meanOutput);
+      const re = (0.5 * t + osl * i) / (this.o.ttftTargetS + osl * this.o.itlTargetS);
+      return Math.max(rt, ri, re) + 0.5 * (rt + ri + re);
     };
     let best = cur;
     let bestCost = pressure(cur);
@@ -239,6 +251,10 @@ export class OnlinePlanner implements Planner {
 
   /** Feeds measured steps to the step model and tracks the contexts that price its predictions. */
   private learnSteps(live: WorkerSnapshot[]): void {
+    // Sequences per worker at full KV memory, from decode workers (their memory holds decodes only).
+    let held = 0, used = 0;
+    for (const w of live) if (w.role === "decode" || w.role === "mixed") { held += w.decodeBatch; used += w.kvUsage; }
+    if (used > 0.5 && held > 0) this.memSeqs = this.memSeqs === 0 ? held / used : 0.9 * this.memSeqs + 0.1 * (held / used);
     let pt = 0, pp = 0, ds = 0, da = 0;
     for (const w of live) {
       if (w.steps === undefined) continue;
@@ -286,6 +302,10 @@ export class OnlinePlanner implements Planner {
     this.demand = d > this.demand ? 0.6 * d + 0.4 * this.demand : 0.8 * this.demand + 0.2 * d;
     const o = s.arrivedOutputTokens / Math.max(1e-9, s.windowS);
     this.decodeDemand = o > this.decodeDemand ? 0.6 * o + 0.4 * this.decodeDemand : 0.8 * this.decodeDemand + 0.2 * o;
+    if (s.arrivals > 0) {
+      const m = s.arrivedOutputTokens / s.arrivals;
+      this.meanOutput = this.meanOutput === 0 ? m : 0.9 * this.meanOutput + 0.1 * m;
+    }
     // Online least-squares fit of step time on batch (forgetting factor 0.95 per tick).
     const f = this.fit;
     f.n *= 0.95; f.x *= 0.95; f.y *= 0.95; f.xx *= 0.95; f.xy *= 0.95;
