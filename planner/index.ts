@@ -7,3 +7,4 @@ export * from "./online-planner.ts";
 export * from "./routers.ts";
 export * from "./prefill-order.ts";
 export * from "./step-model.ts";
+export * from "./step-pricing.ts";

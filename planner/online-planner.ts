@@ -7,7 +7,8 @@
  * tick, and a flipped worker cools down before it can flip again.
  */
 import { allMixes, chooseFlips, countRoles, flipsBetween, moveDirection, type RoleMix } from "./role-mix.ts";
-import { OnlineStepModel, type StepCoefficients } from "./step-model.ts";
+import type { StepCoefficients } from "./step-model.ts";
+import { StepPricing } from "./step-pricing.ts";
 import type { MetricsSnapshot, Planner, PlannerAction, WorkerSnapshot } from "./types.ts";
 
 /** Knobs of {@link OnlinePlanner}. */
@@ -65,11 +66,8 @@ export class OnlinePlanner implements Planner {
   private pending: { dir: string; ticks: number } | null = null;
   private readonly lastFlip = new Map<string, number>();
   private threshold: number;
-  private readonly steps = new OnlineStepModel();
-  private ctxPrefill = 0; // mean attended context per prompt token computed (EWMA)
-  private ctxDecode = 0; // mean context read per decoding sequence (EWMA)
+  private readonly steps = new StepPricing();
   private meanOutput = 0; // mean output tokens per arriving request (EWMA)
-  private memSeqs = 0; // decoding sequences a worker's KV memory holds, from measured usage (EWMA; 0 = unknown)
 
   /** Creates the planner with the given knobs. */
   constructor(opts: OnlinePlannerOptions = {}) {
@@ -123,18 +121,14 @@ export class OnlinePlanner implements Planner {
    */
   predictMix(mix: RoleMix, backlog: number, decodeSeqs: number, meanUncached: number): [number, number] {
     const p = mix.prefill, dc = mix.decode + mix.mixed;
-    const sm = this.o.stepModel && this.steps.coefficients() !== null ? this.steps : null;
+    const sm = this.o.stepModel && this.steps.ready ? this.steps : null;
     // A decode worker holds at most its batch limit, and no more sequences than its KV memory fits.
-    const max = sm && this.memSeqs > 0 ? Math.max(1, Math.min(this.o.maxDecodeBatch, 0.95 * this.memSeqs)) : this.o.maxDecodeBatch;
+    const max = sm ? sm.batchLimit(this.o.maxDecodeBatch) : this.o.maxDecodeBatch;
     const held0 = decodeSeqs / Math.max(1, dc);
     // Step model: a prefill worker's full-chunk step, a pool worker's chunk step and decode step at its batch.
-    const prefillStep = (n: number) => sm!.predict({ prefillTokens: n, prefillAttnPairs: n * this.ctxPrefill, decodeSeqs: 0, decodeAttnTokens: 0 });
-    const chunkStep = (b: number) => {
-      const n = Math.max(1, this.o.mixedChunkTokens - b);
-      return sm!.predict({ prefillTokens: n, prefillAttnPairs: n * this.ctxPrefill, decodeSeqs: b, decodeAttnTokens: b * this.ctxDecode });
-    };
-    const decodeStep = (b: number) => sm!.predict({ prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: b, decodeAttnTokens: b * this.ctxDecode });
-    const rateP = sm ? this.o.prefillChunkTokens / prefillStep(this.o.prefillChunkTokens) : Math.max(1, this.prefillRate || this.mixedRate);
+    const chunkStep = (b: number) => sm!.chunkStep(b, this.o.mixedChunkTokens);
+    const decodeStep = (b: number) => sm!.decodeStep(b);
+    const rateP = sm ? this.o.prefillChunkTokens / sm.prefillStep(this.o.prefillChunkTokens) : Math.max(1, this.prefillRate || this.mixedRate);
     const rateM = sm ? Math.max(1, this.o.mixedChunkTokens - held0) / chunkStep(held0) : Math.max(1, this.mixedRate || this.prefillRate);
     const a = this.stepA, B = this.stepB;
     const tChunk = this.chunkStepS > 0 ? this.chunkStepS : a + this.o.mixedChunkTokens / rateM;
@@ -191,7 +185,7 @@ export class OnlinePlanner implements Planner {
     const backlog = live.reduce((a, w) => a + w.waitingPrefillTokens, 0);
     const seqs = live.reduce((a, w) => a + w.decodeBatch + w.waitingDecodes, 0);
     const meanUncached = s.arrivals > 0 ? s.arrivedUncachedTokens / s.arrivals : 1000;
-    const sm = this.o.stepModel && this.steps.coefficients() !== null;
+    const sm = this.o.stepModel && this.steps.ready;
     const pressure = (mix: RoleMix) => {
       const [t, i] = this.predictMix(mix, backlog, seqs, meanUncached);
       const rt = t / this.o.ttftTargetS, ri = i / this.o.itlTargetS;
@@ -249,28 +243,8 @@ export class OnlinePlanner implements Planner {
     return [{ kind: "local-prefill-threshold", tokens: t }];
   }
 
-  /** Feeds measured steps to the step model and tracks the contexts that price its predictions. */
-  private learnSteps(live: WorkerSnapshot[]): void {
-    // Sequences per worker at full KV memory, from decode workers (their memory holds decodes only).
-    let held = 0, used = 0;
-    for (const w of live) if (w.role === "decode" || w.role === "mixed") { held += w.decodeBatch; used += w.kvUsage; }
-    if (used > 0.5 && held > 0) this.memSeqs = this.memSeqs === 0 ? held / used : 0.9 * this.memSeqs + 0.1 * (held / used);
-    let pt = 0, pp = 0, ds = 0, da = 0;
-    for (const w of live) {
-      if (w.steps === undefined) continue;
-      this.steps.add(w.steps);
-      for (const x of w.steps) {
-        const k = x.count ?? 1;
-        pt += x.prefillTokens * k; pp += x.prefillAttnPairs * k; ds += x.decodeSeqs * k; da += x.decodeAttnTokens * k;
-      }
-    }
-    if (pt > 0) this.ctxPrefill = this.ctxPrefill === 0 ? pp / pt : 0.9 * this.ctxPrefill + 0.1 * (pp / pt);
-    if (ds > 0) this.ctxDecode = this.ctxDecode === 0 ? da / ds : 0.9 * this.ctxDecode + 0.1 * (da / ds);
-    this.steps.fit();
-  }
-
   private learn(s: MetricsSnapshot, live: WorkerSnapshot[]): void {
-    if (this.o.stepModel) this.learnSteps(live);
+    if (this.o.stepModel) this.steps.learn(live);
     let tok = 0, busy = 0, tokM = 0, busyM = 0, stepsM = 0, local = 0;
     for (const w of live) {
       if (w.role === "prefill") { tok += w.prefillTokens; busy += w.prefillBusyS; continue; }

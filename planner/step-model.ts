@@ -36,13 +36,13 @@ export interface StepCoefficients {
 /** A step shape to predict. */
 export type StepShape = Omit<StepSample, "seconds" | "count">;
 
-const CAPACITY = 4096;
+const CAPACITY = 2048;
 /** Chunk size from which a step is first assumed compute-bound (refined by the fit). */
 const INITIAL_COMPUTE_TOKENS = 2048;
 /** Candidate saturation scales τ of the weight-traffic term (MoE: about experts ÷ experts per token). */
 const TAUS = [8, 16, 32, 64, 128, 256];
 /** Fits between searches of the τ grid (in between, only the last best τ is refitted). */
-const TAU_SEARCH_EVERY = 30;
+const TAU_SEARCH_EVERY = 10;
 
 /** Online roofline step model over a ring of recent samples. */
 export class OnlineStepModel {
@@ -76,7 +76,7 @@ export class OnlineStepModel {
    * prefill chunk; without both the model keeps its last fit. `m` is identified only when pure and
    * mixed steps of the same side are both present; otherwise it stays 0 (no penalty assumed).
    */
-  fit(rounds = 8): StepCoefficients | null {
+  fit(rounds = 6): StepCoefficients | null {
     const S = this.ring;
     let dec = 0;
     for (const x of S) if (x.prefillTokens === 0) dec++;
@@ -95,9 +95,9 @@ export class OnlineStepModel {
   predict(shape: StepShape): number {
     const c = this.fitted;
     if (c === null) return NaN;
-    const [tc, tb] = sides(c, shape);
     // A fit can put small steps slightly below zero (a negative shared overhead): a step takes time.
-    return Math.max(1e-4, Math.max(tc, tb) + (shape.prefillTokens > 0 && shape.decodeSeqs > 0 ? c.m : 0));
+    const t = Math.max(computeSide(c, shape), bandwidthSide(c, shape));
+    return Math.max(1e-4, t + (shape.prefillTokens > 0 && shape.decodeSeqs > 0 ? c.m : 0));
   }
 }
 
@@ -108,17 +108,18 @@ export class OnlineStepModel {
  */
 function fitWithTau(S: readonly StepSample[], tau: number, rounds: number): { coef: StepCoefficients; sse: number } | null {
   const side = new Uint8Array(S.length); // 1 = compute side
-  S.forEach((s, i) => (side[i] = s.prefillTokens >= INITIAL_COMPUTE_TOKENS ? 1 : 0));
+  for (let i = 0; i < S.length; i++) side[i] = S[i].prefillTokens >= INITIAL_COMPUTE_TOKENS ? 1 : 0;
+  const scale = columnScales(S);
   let coef: StepCoefficients | null = null;
   for (let r = 0; r < rounds; r++) {
-    const next = solve(S, side, tau);
+    const next = solve(S, side, tau, scale);
     if (next === null) break;
     coef = next;
     let changed = 0;
     for (let i = 0; i < S.length; i++) {
-      if (S[i].prefillTokens === 0) continue;
-      const [tc, tb] = sides(coef, S[i]);
-      const s = tc >= tb ? 1 : 0;
+      const x = S[i];
+      if (x.prefillTokens === 0) continue;
+      const s = computeSide(coef, x) >= bandwidthSide(coef, x) ? 1 : 0;
       if (s !== side[i]) { side[i] = s; changed++; }
     }
     if (changed === 0) break;
@@ -126,9 +127,8 @@ function fitWithTau(S: readonly StepSample[], tau: number, rounds: number): { co
   if (coef === null) return null;
   let sse = 0;
   for (const x of S) {
-    const [tc, tb] = sides(coef, x);
     const m = x.prefillTokens > 0 && x.decodeSeqs > 0 ? coef.m : 0;
-    sse += (Math.max(tc, tb) + m - x.seconds) ** 2;
+    sse += (Math.max(computeSide(coef, x), bandwidthSide(coef, x)) + m - x.seconds) ** 2;
   }
   return { coef, sse };
 }
@@ -136,56 +136,80 @@ function fitWithTau(S: readonly StepSample[], tau: number, rounds: number): { co
 /** The saturating batch feature of the weight-traffic term. */
 const saturation = (tokens: number, tau: number) => 1 - Math.exp(-tokens / tau);
 
-/** The two roofline sides (without the mixed-step term). */
-function sides(c: StepCoefficients, s: StepShape): [number, number] {
-  const tokens = s.prefillTokens + s.decodeSeqs;
-  const attn = s.prefillAttnPairs + s.decodeAttnTokens;
-  return [c.o + c.c * tokens + c.a * attn, c.o + c.w + c.e * saturation(tokens, c.tau) + c.k * (s.decodeAttnTokens + s.prefillTokens)];
+/** The compute side of the roofline (overhead included, mixed-step term not). */
+function computeSide(c: StepCoefficients, s: StepShape): number {
+  return c.o + c.c * (s.prefillTokens + s.decodeSeqs) + c.a * (s.prefillAttnPairs + s.decodeAttnTokens);
+}
+
+/** The bandwidth side of the roofline (overhead included, mixed-step term not). */
+function bandwidthSide(c: StepCoefficients, s: StepShape): number {
+  return c.o + c.w + c.e * saturation(s.prefillTokens + s.decodeSeqs, c.tau) + c.k * (s.decodeAttnTokens + s.prefillTokens);
+}
+
+const N = 7; // unknowns [o, c, a, w, e, k, m]
+
+/** Largest value of each column over the samples, so the normal equations are solved at unit scale. */
+function columnScales(S: readonly StepSample[]): Float64Array {
+  const scale = new Float64Array(N).fill(1);
+  let tok = 1e-12, attn = 1e-12, kv = 1e-12;
+  for (const s of S) {
+    tok = Math.max(tok, s.prefillTokens + s.decodeSeqs);
+    attn = Math.max(attn, s.prefillAttnPairs + s.decodeAttnTokens);
+    kv = Math.max(kv, s.decodeAttnTokens + s.prefillTokens);
+  }
+  scale[1] = tok;
+  scale[2] = attn;
+  scale[5] = kv;
+  return scale;
 }
 
 /**
- * Least squares for both sides at once, `o` and `m` shared: unknowns [o, c, a, w, e, k, m]. Columns are
- * scaled to unit size before solving (tokens and pairs differ by orders of magnitude).
+ * Least squares for both sides at once, `o` and `m` shared: unknowns [o, c, a, w, e, k, m], columns
+ * at unit scale (tokens and pairs differ by orders of magnitude). Allocation-free over the samples:
+ * this runs every few planner ticks on thousands of steps.
  */
-function solve(S: readonly StepSample[], side: Uint8Array, tau: number): StepCoefficients | null {
-  const n = 7;
-  const scale = new Float64Array(n).fill(1e-12);
-  const rows: Float64Array[] = [];
+function solve(S: readonly StepSample[], side: Uint8Array, tau: number, scale: Float64Array): StepCoefficients | null {
+  const A = Array.from({ length: N }, () => new Float64Array(N));
+  const b = new Float64Array(N);
+  const x = new Float64Array(N);
   for (let i = 0; i < S.length; i++) {
     const s = S[i];
-    const mixed = s.prefillTokens > 0 && s.decodeSeqs > 0 ? 1 : 0;
-    const x = side[i] === 1
-      ? [1, s.prefillTokens + s.decodeSeqs, s.prefillAttnPairs + s.decodeAttnTokens, 0, 0, 0, mixed]
-      : [1, 0, 0, 1, saturation(s.prefillTokens + s.decodeSeqs, tau), s.decodeAttnTokens + s.prefillTokens, mixed];
-    const row = Float64Array.from(x);
-    for (let j = 0; j < n; j++) scale[j] = Math.max(scale[j], Math.abs(row[j]));
-    rows.push(row);
-  }
-  const A = Array.from({ length: n }, () => new Float64Array(n));
-  const b = new Float64Array(n);
-  for (let i = 0; i < S.length; i++) {
-    const row = rows[i];
-    for (let j = 0; j < n; j++) row[j] /= scale[j];
-    for (let j = 0; j < n; j++) {
-      b[j] += row[j] * S[i].seconds;
-      for (let l = 0; l < n; l++) A[j][l] += row[j] * row[l];
+    const tokens = s.prefillTokens + s.decodeSeqs;
+    x.fill(0);
+    x[0] = 1;
+    if (side[i] === 1) {
+      x[1] = tokens / scale[1];
+      x[2] = (s.prefillAttnPairs + s.decodeAttnTokens) / scale[2];
+    } else {
+      x[3] = 1;
+      x[4] = saturation(tokens, tau);
+      x[5] = (s.decodeAttnTokens + s.prefillTokens) / scale[5];
+    }
+    x[6] = s.prefillTokens > 0 && s.decodeSeqs > 0 ? 1 : 0;
+    for (let j = 0; j < N; j++) {
+      const xj = x[j];
+      if (xj === 0) continue;
+      b[j] += xj * s.seconds;
+      const row = A[j];
+      for (let l = j; l < N; l++) row[l] += xj * x[l];
     }
   }
+  for (let j = 0; j < N; j++) for (let l = 0; l < j; l++) A[j][l] = A[l][j];
   // A small ridge keeps unidentified columns (e.g. no mixed steps at all) at 0 instead of singular.
-  for (let j = 0; j < n; j++) A[j][j] += 1e-9 * S.length + (j === 6 ? 1e-6 * S.length : 0);
-  let x = gauss(A, b);
-  if (x === null) return null;
-  if (x[3] < 0) {
+  for (let j = 0; j < N; j++) A[j][j] += 1e-9 * S.length + (j === 6 ? 1e-6 * S.length : 0);
+  let sol = gauss(A, b);
+  if (sol === null) return null;
+  if (sol[3] < 0) {
     // Weight traffic cannot be negative: fit again with w = 0 (its row and column pinned).
     A[3].fill(0);
-    for (let j = 0; j < n; j++) A[j][3] = 0;
+    for (let j = 0; j < N; j++) A[j][3] = 0;
     A[3][3] = 1;
     b[3] = 0;
-    x = gauss(A, b);
-    if (x === null) return null;
+    sol = gauss(A, b);
+    if (sol === null) return null;
   }
-  for (let j = 0; j < n; j++) x[j] /= scale[j];
-  return { tau, o: x[0], c: Math.max(0, x[1]), a: Math.max(0, x[2]), w: x[3], e: Math.max(0, x[4]), k: Math.max(0, x[5]), m: Math.max(0, x[6]) };
+  for (let j = 0; j < N; j++) sol[j] /= scale[j];
+  return { tau, o: sol[0], c: Math.max(0, sol[1]), a: Math.max(0, sol[2]), w: sol[3], e: Math.max(0, sol[4]), k: Math.max(0, sol[5]), m: Math.max(0, sol[6]) };
 }
 
 /** Solves A·x = b by Gaussian elimination with partial pivoting; null when singular. */
