@@ -103,6 +103,13 @@ export class SessionTracker {
     return this.sessions.size;
   }
 
+  /** Tracked sessions by status (for metrics). */
+  statusCounts(): Record<SessionStatus, number> {
+    const c: Record<SessionStatus, number> = { running: 0, "waiting-tool": 0, idle: 0 };
+    for (const s of this.sessions.values()) c[s.status]++;
+    return c;
+  }
+
   /**
    * Forgets every session that is not running and has not changed state for `maxAgeS` seconds
    * (a server never hears that a session closed; without this its records would pile up).

@@ -44,6 +44,11 @@ export function renderMetrics(engine: Engine, modelName: string): string {
   simple("vllm:generation_tokens_total", "counter", "Tokens generated.", m.generationTokens);
   simple("vllm:request_rejected_total", "counter", "Requests refused because the queue was full (429).", m.rejected);
   metric("vllm:request_success_total", "counter", "Finished requests by finish reason.", [...m.finished].map(([r, n]) => `vllm:request_success_total{${label},finished_reason="${esc(r)}"} ${n}`));
+  const sessions = engine.sessions?.statusCounts();
+  if (sessions) {
+    metric("evolving:kv_sessions", "gauge", "Sessions the agent-aware KV retention tracks, by status (waiting-tool: the last answer called a tool).",
+      Object.entries(sessions).map(([st, n]) => `evolving:kv_sessions{${label},status="${st}"} ${n}`));
+  }
   hist("vllm:time_to_first_token_seconds", "Time to first token.", m.ttft);
   hist("vllm:inter_token_latency_seconds", "Time between consecutive output tokens.", m.itl);
   hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.", m.e2e);

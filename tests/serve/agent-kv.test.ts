@@ -28,6 +28,10 @@ async function scenario(kvRetention: "agent" | "lru"): Promise<{ a: number; b: n
     const aMsgs: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: `${filler("alpha", 120)} weather in Paris!` }];
     const a1 = await ask("session-a", aMsgs);
     assert.equal(a1.choices[0].finish_reason, "tool_calls");
+    if (kvRetention === "agent") {
+      const metrics = await (await fetch(`${s.url}/metrics`)).text();
+      assert.match(metrics, /evolving:kv_sessions\{model_name="scripted",status="waiting-tool"\} 1/);
+    }
     const aBlocks = s.engine.pool.numCachedBlocks();
     // B, later: a longer turn that ends with a final answer (the session goes idle).
     const bMsgs: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: `${filler("bravo", 320)} thanks.` }];
