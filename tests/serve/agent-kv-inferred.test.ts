@@ -11,7 +11,7 @@ import OpenAI from "openai";
 import { chatRenderer } from "../../src/serve/chat-template.ts";
 import { startServer } from "../../src/serve/server.ts";
 import { test } from "../harness.ts";
-import { TOOLS, VERBATIM_TEMPLATE, verbatimModel } from "./scripted-server.ts";
+import { pressureKv, TOOLS, VERBATIM_TEMPLATE, verbatimModel } from "./scripted-server.ts";
 
 const POOL = 64;
 const BS = 16;
@@ -63,11 +63,7 @@ async function scenario(kvRetention: "agent" | "lru") {
     const bBlocks = s.engine.pool.numCachedBlocks() - aBlocks;
     assert.ok(bBlocks > aBlocks + 4 && aBlocks >= 4, `A caches ${aBlocks} blocks, B ${bBlocks}`);
     // C: a prompt that needs every free block plus A's worth of cached ones and two more.
-    const free = POOL - aBlocks - bBlocks;
-    const cTokens = (free + aBlocks + 2) * BS - 8;
-    const filled = Array.from({ length: cTokens }, (_, i) => 100 + (i % 50));
-    const c = await client.completions.create({ model: s.modelName, prompt: filled, max_tokens: 1, temperature: 0 });
-    assert.equal(c.usage!.prompt_tokens, cTokens);
+    await pressureKv(client, s.modelName, POOL - aBlocks - bBlocks, aBlocks + 2, BS);
     // B's user comes back, then A with its tool's result (B first: A's recompute under LRU would evict B).
     const b2 = await ask([...bMsgs, { role: "assistant", content: "Sunny." }, { role: "user", content: "and tomorrow." }]);
     const call = a1.choices[0].message.tool_calls![0];

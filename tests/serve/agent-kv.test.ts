@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { startServer } from "../../src/serve/server.ts";
 import { test } from "../harness.ts";
-import { model, modelPath, TOOLS } from "./scripted-server.ts";
+import { model, modelPath, pressureKv, TOOLS } from "./scripted-server.ts";
 
 const POOL = 64;
 const BS = 16;
@@ -40,11 +40,7 @@ async function scenario(kvRetention: "agent" | "lru"): Promise<{ a: number; b: n
     const bBlocks = s.engine.pool.numCachedBlocks() - aBlocks;
     assert.ok(bBlocks > aBlocks + 4 && aBlocks >= 4, `A caches ${aBlocks} blocks, B ${bBlocks}`);
     // C: a session-less prompt that needs every free block plus A's worth of cached ones and two more.
-    const free = POOL - aBlocks - bBlocks;
-    const cTokens = (free + aBlocks + 2) * BS - 8;
-    const filled = Array.from({ length: cTokens }, (_, i) => 100 + (i % 50));
-    const c = await client.completions.create({ model: "scripted", prompt: filled, max_tokens: 1, temperature: 0 });
-    assert.equal(c.usage!.prompt_tokens, cTokens);
+    await pressureKv(client, "scripted", POOL - aBlocks - bBlocks, aBlocks + 2, BS);
     // B's user comes back, then A with its tool's result (B first: A's recompute under LRU would evict B).
     const b2 = await ask("session-b", [...bMsgs, { role: "assistant", content: "Sunny." }, { role: "user", content: "and tomorrow." }]);
     const call = a1.choices[0].message.tool_calls![0];

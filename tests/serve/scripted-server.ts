@@ -3,6 +3,7 @@
  * message ends in "!" is a Hermes-format call to get_weather; to one ending in "." it is "Sunny.".
  * `verbatimModel()` is the same model with a template that sends answers back token for token.
  */
+import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
@@ -60,3 +61,14 @@ export const TOOLS: OpenAI.ChatCompletionTool[] = [{
   function: { name: "get_weather", description: "Current weather", parameters: { type: "object", properties: { city: { type: "string" } } } },
 }];
 
+
+/**
+ * Sends a session-less prompt (token ids) that needs all `freeBlocks` free KV blocks plus `evict`
+ * cached ones, so exactly that many cached blocks must be evicted; checks it was served whole.
+ */
+export async function pressureKv(client: OpenAI, modelName: string, freeBlocks: number, evict: number, blockSize = 16): Promise<void> {
+  const n = (freeBlocks + evict) * blockSize - 8;
+  const prompt = Array.from({ length: n }, (_, i) => 100 + (i % 50));
+  const c = await client.completions.create({ model: modelName, prompt, max_tokens: 1, temperature: 0 });
+  assert.equal(c.usage!.prompt_tokens, n);
+}
