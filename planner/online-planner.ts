@@ -124,12 +124,12 @@ export class OnlinePlanner implements Planner {
     const sm = this.o.stepModel && this.steps.ready ? this.steps : null;
     // A decode worker holds at most its batch limit, and no more sequences than its KV memory fits.
     const max = sm ? sm.batchLimit(this.o.maxDecodeBatch) : this.o.maxDecodeBatch;
-    const held0 = decodeSeqs / Math.max(1, dc);
+    const held = decodeSeqs / Math.max(1, dc); // sequences each decoding worker holds now
     // Step model: a prefill worker's full-chunk step, a pool worker's chunk step and decode step at its batch.
     const chunkStep = (b: number) => sm!.chunkStep(b, this.o.mixedChunkTokens);
     const decodeStep = (b: number) => sm!.decodeStep(b);
     const rateP = sm ? this.o.prefillChunkTokens / sm.prefillStep(this.o.prefillChunkTokens) : Math.max(1, this.prefillRate || this.mixedRate);
-    const rateM = sm ? Math.max(1, this.o.mixedChunkTokens - held0) / chunkStep(held0) : Math.max(1, this.mixedRate || this.prefillRate);
+    const rateM = sm ? Math.max(1, this.o.mixedChunkTokens - held) / chunkStep(held) : Math.max(1, this.mixedRate || this.prefillRate);
     const a = this.stepA, B = this.stepB;
     const tChunk = this.chunkStepS > 0 ? this.chunkStepS : a + this.o.mixedChunkTokens / rateM;
     const share = p === 0 ? 1 : dc === 0 ? 0 : (mix.mixed + this.localShare * mix.decode) / dc;
@@ -142,7 +142,6 @@ export class OnlinePlanner implements Planner {
     );
     if (dc <= 0) return [ttft, 1e3];
     const lambda = Math.max(this.decodeDemand, 0) / dc; // output tokens/s per pool worker
-    const held = decodeSeqs / dc;
     const rho = Math.min(0.99, (this.demand * share) / Math.max(1e-9, capM));
     // Fixed point of ITL = 1 / (ρ/tChunk + (1−ρ)/(a + B·λ·ITL)), batch at least what is held now.
     let itl = a;

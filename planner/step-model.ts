@@ -18,7 +18,7 @@
  * decode-only ones). Fitted by alternating assignment: each sample to the side that binds, then one
  * least-squares fit of both sides, a few rounds.
  */
-import type { StepSample } from "./types.ts";
+import type { StepSample, StepShape } from "./types.ts";
 
 /** Fitted coefficients (seconds, and seconds per unit). */
 export interface StepCoefficients {
@@ -32,9 +32,6 @@ export interface StepCoefficients {
   k: number;
   m: number;
 }
-
-/** A step shape to predict. */
-export type StepShape = Omit<StepSample, "seconds" | "count">;
 
 const CAPACITY = 2048;
 /** Chunk size from which a step is first assumed compute-bound (refined by the fit). */

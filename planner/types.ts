@@ -10,16 +10,23 @@ export type Role = "prefill" | "decode" | "mixed";
 export type WorkerState = "serving" | "starting" | "draining" | "off";
 
 /**
- * One measured engine step (or `count` identical ones), in the step-log format of the real engine
- * (src/engine/step-record.ts): what it computed and how long it took.
+ * What one engine step computes: the one shape shared by the real engine's step log
+ * (src/engine/step-record.ts), the simulator's cost model and the planner's step model.
+ * Field names are the step-log format; keep them stable.
  */
-export interface StepSample {
+export interface StepShape {
+  /** New prompt tokens computed (chunked prefill). */
   prefillTokens: number;
   /** Σ over prompt tokens of the context each attends to. */
   prefillAttnPairs: number;
+  /** Sequences producing one token each. */
   decodeSeqs: number;
   /** Σ over decoding sequences of the context each reads. */
   decodeAttnTokens: number;
+}
+
+/** One measured engine step (or `count` identical ones): its shape and how long it took. */
+export interface StepSample extends StepShape {
   seconds: number;
   /** Identical consecutive steps this sample stands for (default 1). */
   count?: number;

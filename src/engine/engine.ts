@@ -44,7 +44,6 @@ export interface EngineOptions {
   sessionTtlS?: number;
 }
 
-
 interface Active {
   seq: Sequence;
   req: GenerateRequest;

@@ -3,21 +3,16 @@
  * calibrates its cost model from (`deno task sim --calibrate FILE`): prompt tokens computed and their
  * attention pairs, decoding sequences and the context they read, and the measured seconds.
  */
+import type { StepShape } from "../../planner/types.ts";
 import type { StepEntry } from "./scheduler-types.ts";
 
-/** One measured step. Field names are the step-log format; keep them stable. */
-export interface StepRecord {
-  prefillTokens: number;
-  /** Σ over prompt tokens of the context each attends to. */
-  prefillAttnPairs: number;
-  decodeSeqs: number;
-  /** Σ over decoding sequences of the context each reads. */
-  decodeAttnTokens: number;
+/** One measured step: its shape (planner/types.ts `StepShape`, the step-log field names) and seconds. */
+export interface StepRecord extends StepShape {
   seconds: number;
 }
 
 /** The shape of a step's entries (a one-token entry is a decode; longer ones are prefill chunks). */
-export function stepShapeOf(entries: readonly StepEntry[]): Omit<StepRecord, "seconds"> {
+export function stepShapeOf(entries: readonly StepEntry[]): StepShape {
   let prefillTokens = 0, prefillAttnPairs = 0, decodeSeqs = 0, decodeAttnTokens = 0;
   for (const e of entries) {
     const n = e.tokens.length;

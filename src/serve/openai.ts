@@ -27,8 +27,6 @@ export interface Submitted {
   handle: RequestHandle;
   /** Parse tool calls out of the output (chat with tools, tool_choice not "none"). */
   parseTools: boolean;
-  /** The session tool calls are reported for: the request's key, or the one the engine inferred. */
-  sessionId?: string;
 }
 
 /** Checks the fields we parse but do not support, and builds the engine request. */
@@ -73,7 +71,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos && !startsWithBos });
   if (prompt.length === 0) throw new ApiError(400, "The messages render to an empty prompt", "messages", "invalid_value");
   const handle = submit(ctx, engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens), "messages");
-  return { kind: "chat", handle, parseTools: (tools?.length ?? 0) > 0, sessionId: handle.sessionId };
+  return { kind: "chat", handle, parseTools: (tools?.length ?? 0) > 0 };
 }
 
 /** Tokenizes (or checks the token ids of) a completion request and submits it. */
@@ -91,7 +89,7 @@ export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Su
     if (bad !== undefined) throw new ApiError(400, `Token id ${bad} is outside the vocabulary (0..${ctx.config.vocabSize - 1})`, "prompt", "invalid_value");
   }
   const handle = submit(ctx, engineRequest(body, prompt, body.max_tokens), "prompt");
-  return { kind: "completion", handle, parseTools: false, sessionId: handle.sessionId };
+  return { kind: "completion", handle, parseTools: false };
 }
 
 function usage(r: { promptTokens: number; completionTokens: number; cachedTokens: number }) {
@@ -114,7 +112,9 @@ function toolCallJson(c: ParsedToolCall) {
 
 /** A turn that ended in tool calls leaves its session waiting on the first tool: its KV is kept for the return. */
 function noteToolWait(ctx: ServeContext, s: Submitted, calls: readonly ParsedToolCall[]): void {
-  if (s.sessionId !== undefined && calls.length > 0) ctx.engine.markToolWait(s.sessionId, calls[0].name);
+  // The handle carries the request's session: its own key, or the one the engine inferred.
+  const sid = s.handle.sessionId;
+  if (sid !== undefined && calls.length > 0) ctx.engine.markToolWait(sid, calls[0].name);
 }
 
 /** The non-streaming response body. */

@@ -3,19 +3,11 @@
  * for one worker (a group of GPUs acting as one engine). MoE weight traffic grows with the number of
  * distinct experts a batch touches. Calibratable: fit efficiencies and overhead to measured steps.
  */
+import type { StepShape } from "../../planner/types.ts";
 import type { HardwareProfile, ModelProfile } from "./profiles.ts";
 
-/** What one engine step computes. */
-export interface StepShape {
-  /** New prompt tokens computed this step (chunked prefill). */
-  prefillTokens: number;
-  /** Σ attended context over those prompt tokens (token pairs). */
-  prefillAttnPairs: number;
-  /** Sequences producing one token each. */
-  decodeSeqs: number;
-  /** Σ attended context over decoding sequences (tokens read from KV). */
-  decodeAttnTokens: number;
-}
+/** What one engine step computes (the shape shared with the engine's step log and the planner). */
+export type { StepShape };
 
 /** FLOPs and bytes of a step, before turning them into time. */
 export interface StepWork {

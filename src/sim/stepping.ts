@@ -99,7 +99,6 @@ export function stepDone(sim: ClusterSim, w: SimWorker): void {
     w.wPrefillSteps += m.k;
     w.prefillRate = 0.8 * w.prefillRate + 0.2 * (ptoks / m.stepS);
   }
-  // D can differ from the batch the step was planned with only if sequences left mid-step (they do not).
   w.recordStep({ prefillTokens: ptoks, prefillAttnPairs: m.pairs, decodeSeqs: D, decodeAttnTokens: m.attn, seconds: m.stepS, count: m.k });
   if (D > 0) {
     w.wDecodeTokens += D * m.k;
