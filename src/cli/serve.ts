@@ -13,6 +13,7 @@ import type { PreemptionMode, WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError } from "../model/config.ts";
 import { cliArgs, exitProcess, runtimeName } from "../runtime/env.ts";
 import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
+import { isReasoningParser, REASONING_PARSERS } from "../serve/reasoning.ts";
 import { startServer } from "../serve/server.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 
@@ -35,6 +36,7 @@ const FLAGS = {
   preemption: { kind: "string", help: "recompute|swap: what a request preempted for KV loses (default recompute)" },
   "prefill-order": { kind: "string", help: "fcfs|short-first: which waiting prompt is admitted first (default short-first: least uncached work, aged 2000 tokens/s)" },
   "kv-retention": { kind: "string", help: "agent|lru: which cached KV goes first when memory runs short (default agent: keeps sessions waiting on a tool call; sessions come from prompt_cache_key or user)" },
+  "reasoning-parser": { kind: "string", help: "think|none: return chat answers' <think>…</think> text as reasoning_content (default none: output as generated)" },
   "swap-space-blocks": { kind: "int", min: 0, help: "host swap space in KV blocks for --preemption swap (default: the KV pool's size)" },
   "max-body-bytes": { kind: "int", min: 1024, help: "largest request body (default 2 MiB)" },
   "step-log": { kind: "string", help: "write each engine step's shape and time as JSONL (input of: deno task sim --calibrate FILE)" },
@@ -57,6 +59,8 @@ async function main(): Promise<void> {
   if (order !== "fcfs" && order !== "short-first") throw new ArgsError(`Unknown prefill order "${order}"; choose fcfs or short-first`);
   const kvRetention = f["kv-retention"] ?? "agent";
   if (!isKvRetention(kvRetention)) throw new ArgsError(`Unknown KV retention "${kvRetention}"; choose ${KV_RETENTIONS.join(" or ")}`);
+  const reasoningParser = f["reasoning-parser"] ?? "none";
+  if (!isReasoningParser(reasoningParser)) throw new ArgsError(`Unknown reasoning parser "${reasoningParser}"; choose ${REASONING_PARSERS.join(" or ")}`);
   if (f["swap-space-blocks"] !== undefined && preemption !== "swap") throw new ArgsError(`Flag --swap-space-blocks ${f["swap-space-blocks"]} needs --preemption swap`);
   const s = await startServer({
     modelPath: f.model ?? DEFAULT_MODEL,
@@ -76,12 +80,16 @@ async function main(): Promise<void> {
     swapSpaceBlocks: f["swap-space-blocks"],
     prefillOrder: order === "fcfs" ? FCFS : AGED_SHORT_FIRST,
     kvRetention,
+    reasoningParser,
     maxBodyBytes: f["max-body-bytes"],
     stepLogPath: f["step-log"],
   });
   const st = s.engine.stats();
+  const reasoning = reasoningParser === "none" ? "" : s.reasoningTokens
+    ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
+    : `; reasoning parser ${reasoningParser} (<think>/</think> are not single tokens: KV of reasoning not typed)`;
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${st.kvTotalBlocks} blocks (${kvRetention} retention), max model len ${s.engine.maxModelLen}; ` +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${st.kvTotalBlocks} blocks (${kvRetention} retention)${reasoning}, max model len ${s.engine.maxModelLen}; ` +
       `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,
   );
 }

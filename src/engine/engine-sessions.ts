@@ -25,15 +25,18 @@ export function syntheticSessionId(requestId: number): string {
 /**
  * The session of request `requestId`, which names none, from `metas`: the metas of the cached
  * blocks that prefix its prompt, in chain order (kv/ BlockPool.probePrefix). When that prefix holds
- * generated tokens of an earlier request (a block typed "output"), the prompt continues that
- * request's conversation: it gets the session of the deepest such block (the latest turn's;
- * an explicit key if that turn had one). A prompt that shares only prompt text with earlier ones
- * (a system prompt, a retried question) starts a conversation: {@link syntheticSessionId}.
+ * generated tokens of an earlier request (a block typed "output" or "reasoning"), the prompt
+ * continues that request's conversation: it gets the session of the deepest such block (the latest
+ * turn's; an explicit key if that turn had one). A prompt that shares only prompt text with earlier
+ * ones (a system prompt, a retried question) starts a conversation: {@link syntheticSessionId}.
+ * Reasoning blocks count because they too hold an earlier answer's tokens: a prompt that sends the
+ * reasoning back (templates that keep it within a tool-call loop) continues that answer, and the
+ * answer's first block is a reasoning block whenever the answer opens with `<think>`.
  */
 export function inferSessionId(metas: readonly (BlockMeta | undefined)[], requestId: number): string {
   for (let b = metas.length - 1; b >= 0; b--) {
     const m = metas[b];
-    if (m?.type === "output" && m.sessionId !== undefined) return m.sessionId;
+    if ((m?.type === "output" || m?.type === "reasoning") && m.sessionId !== undefined) return m.sessionId;
   }
   return syntheticSessionId(requestId);
 }

@@ -21,6 +21,11 @@ export interface GenerateRequest {
   ignoreEos?: boolean;
   /** Session key (prompt_cache_key / user) passed to KV retention. */
   sessionId?: string;
+  /**
+   * The prompt leaves a `<think>` block open (src/serve/reasoning.ts `promptOpensReasoning`): the
+   * output starts as reasoning. Used only when the engine knows the reasoning tokens.
+   */
+  startsInReasoning?: boolean;
 }
 
 /** A piece of output as it streams. */
@@ -38,6 +43,8 @@ export interface GenerateResult {
   completionTokens: number;
   /** Prompt tokens served from the prefix cache. */
   cachedTokens: number;
+  /** Generated tokens that were reasoning, tags included; undefined when the engine does not track reasoning. */
+  reasoningTokens?: number;
   /** Set when the engine failed while running the request. */
   error?: string;
 }

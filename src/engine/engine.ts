@@ -124,7 +124,7 @@ export class Engine {
     // Agent retention needs every turn in some session: a request naming none is placed by its prefix.
     const sessionId = req.sessionId ?? (this.turns && inferSessionId(this.pool.probePrefix(req.prompt).metas, id));
     if (sessionId !== undefined) this.turns?.started(sessionId, this.now() / 1000);
-    const seq = this.scheduler.submit(id, req.prompt, { sessionId });
+    const seq = this.scheduler.submit(id, req.prompt, { sessionId, startsInReasoning: req.startsInReasoning });
     let resolve!: (r: GenerateResult) => void;
     const result = new Promise<GenerateResult>((r) => (resolve = r));
     const t0 = this.now();
@@ -284,6 +284,7 @@ export class Engine {
       promptTokens: a.seq.promptLength,
       completionTokens: ids.length,
       cachedTokens: a.seq.numCachedPrompt,
+      reasoningTokens: a.seq.reasoning?.count(a.seq.tokens.length),
       error,
     });
   }

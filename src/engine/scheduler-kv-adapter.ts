@@ -1,19 +1,23 @@
 /**
  * Adapts the pure `kv/` BlockPool to the scheduler's KvBlockManager seam (the pool speaks in
  * single-block commits with explicit parents; the scheduler commits runs of a block table).
- * Block metas carry the sequence's session and mark blocks holding generated tokens as "output"
- * (what session inference looks for, engine-sessions.ts `inferSessionId`).
+ * Block metas carry the sequence's session and mark blocks holding generated tokens as "output", or
+ * as "reasoning" when one of those tokens is reasoning (what session inference looks for,
+ * engine-sessions.ts `inferSessionId`; what agent-aware retention evicts first, kv/agent-retention.ts).
  */
 import type { BlockMeta, BlockPool } from "../../kv/index.ts";
 import type { KvBlockManager } from "./scheduler-kv.ts";
 import type { SequenceHints } from "./sequence.ts";
 
-const OUTPUT: BlockMeta = Object.freeze({ type: "output" });
+/** The type of a block holding generated tokens. */
+type GeneratedType = "output" | "reasoning";
 
-/** The meta of a committed block: its session, and "output" when it holds a generated token. */
-function blockMeta(h: SequenceHints, output: boolean): BlockMeta | undefined {
-  if (h.sessionId === undefined) return output ? OUTPUT : undefined;
-  return output ? { sessionId: h.sessionId, type: "output" } : { sessionId: h.sessionId };
+const SESSIONLESS: Readonly<Record<GeneratedType, BlockMeta>> = { output: Object.freeze({ type: "output" }), reasoning: Object.freeze({ type: "reasoning" }) };
+
+/** The meta of a committed block: its session, and its type when it holds a generated token. */
+function blockMeta(h: SequenceHints, type: GeneratedType | undefined): BlockMeta | undefined {
+  if (h.sessionId === undefined) return type && SESSIONLESS[type];
+  return type ? { sessionId: h.sessionId, type } : { sessionId: h.sessionId };
 }
 
 /** A KvBlockManager backed by a kv/ BlockPool (prefix caching and retention included). */
@@ -27,10 +31,13 @@ export function poolBlockManager(pool: BlockPool): KvBlockManager {
     acquirePrefix: (tokens) => pool.matchPrefix(tokens).blockIds,
     cachedPrefixTokens: (tokens) => pool.cachedPrefixTokens(tokens),
     allocate: (n) => pool.tryAllocate(n),
-    commit(tokens, blockIds, from, to, hints, promptLength) {
+    commit(tokens, blockIds, from, to, hints, promptLength, reasoning) {
       for (let b = from; b < to; b++) {
-        // Block b holds positions b·bs … (b+1)·bs − 1: an output block when the last is generated.
-        const meta = blockMeta(hints, (b + 1) * bs > promptLength);
+        // Block b holds positions b·bs … (b+1)·bs − 1: an output block when the last is generated, a
+        // reasoning block when any generated one is reasoning (its hash then covers reasoning text,
+        // which the next turn's prompt leaves out).
+        const output = (b + 1) * bs > promptLength;
+        const meta = blockMeta(hints, !output ? undefined : reasoning?.overlaps(b * bs, (b + 1) * bs) ? "reasoning" : "output");
         pool.commitBlock(blockIds[b], b > 0 ? blockIds[b - 1] : null, tokens.slice(b * bs, (b + 1) * bs), meta);
       }
     },

@@ -3,6 +3,7 @@
  * (block pool, prefix index, retention); `kvBlockManager()` in scheduler-kv-adapter.ts wraps it.
  * Keeping this seam small lets the scheduler be tested against the real pool without a model.
  */
+import type { ReasoningPositions } from "./reasoning-spans.ts";
 import type { SequenceHints } from "./sequence.ts";
 
 /** Block accounting and prefix caching as seen by the scheduler. */
@@ -27,9 +28,13 @@ export interface KvBlockManager {
   /**
    * Registers blocks `from..to-1` of a sequence (full, KV computed) in the prefix cache.
    * `tokens` holds at least `to * blockSize` tokens of the sequence; `blockIds` is its block table.
-   * Tokens at positions ≥ `promptLength` were generated: a block holding any of them is an output block.
+   * Tokens at positions ≥ `promptLength` were generated: a block holding any of them is an output block,
+   * and a reasoning block when `reasoning` says one of its positions is reasoning.
    */
-  commit(tokens: readonly number[], blockIds: readonly number[], from: number, to: number, hints: SequenceHints, promptLength: number): void;
+  commit(
+    tokens: readonly number[], blockIds: readonly number[], from: number, to: number, hints: SequenceHints, promptLength: number,
+    reasoning?: ReasoningPositions,
+  ): void;
   /**
    * Drops one reference from each block; unreferenced cached blocks become evictable. With `hints`,
    * a block this call leaves unreferenced is counted in that sequence's session from now on.

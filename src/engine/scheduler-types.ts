@@ -3,6 +3,7 @@
  * A plan is plain data the worker loop turns into one ragged forward.
  */
 import type { PrefillOrderOptions } from "../../planner/prefill-order.ts";
+import type { ReasoningTokens } from "./reasoning-spans.ts";
 
 /** What a worker does. A role only limits what the scheduler admits. */
 export type WorkerRole = "mixed" | "prefill" | "decode";
@@ -36,6 +37,12 @@ export interface SchedulerConfig {
    * cache hits and swapped KV not counted), aged by the time waited.
    */
   prefillOrder?: PrefillOrderOptions;
+  /**
+   * The model's `<think>`/`</think>` token ids: sequences then track which generated tokens are
+   * reasoning, and committed blocks holding any are typed "reasoning" (evicted first by agent-aware
+   * retention once their turn ends). Undefined: generated blocks are typed "output" only.
+   */
+  reasoningTokens?: ReasoningTokens;
 }
 
 /** Defaults close to vLLM's for a small model. */

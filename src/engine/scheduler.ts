@@ -52,7 +52,7 @@ export class Scheduler {
     if (need > this.kv.totalBlocks - this.config.watermarkBlocks) {
       throw new SchedulerCapacityError(`Prompt of ${prompt.length} tokens needs ${need} KV blocks; the pool has ${this.kv.totalBlocks}`);
     }
-    const seq = new Sequence(id, prompt, this.arrivals++, hints);
+    const seq = new Sequence(id, prompt, this.arrivals++, hints, this.config.reasoningTokens);
     this.seqs.set(id, seq);
     this.waiting.push(seq);
     if (this.config.prefillOrder !== undefined) this.queuedAt.set(seq, this.clock());
@@ -214,13 +214,13 @@ export class Scheduler {
       seq.maxComputed = Math.max(seq.maxComputed, seq.numComputed);
       const full = Math.floor(seq.numComputed / bs);
       if (full > seq.numCommittedBlocks) {
-        this.kv.commit(seq.tokens, seq.blockTable, seq.numCommittedBlocks, full, seq.hints, seq.promptLength);
+        this.kv.commit(seq.tokens, seq.blockTable, seq.numCommittedBlocks, full, seq.hints, seq.promptLength, seq.reasoning);
         seq.numCommittedBlocks = full;
       }
       if (e.sample) {
         const tok = sampled.get(seq.id);
         if (tok === undefined) throw new Error(`Step ${plan.step} has no sampled token for sequence ${seq.id}`);
-        seq.tokens.push(tok);
+        seq.append(tok);
         out.push(seq);
         if (this.config.role === "prefill" && seq.numOutput === 1) this.finish(seq.id, "prefill_done");
       }

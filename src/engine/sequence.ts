@@ -2,6 +2,7 @@
  * A sequence: one request's tokens and its place in the KV cache, as the scheduler sees it.
  * Plain data plus a few derived numbers; the scheduler owns every transition.
  */
+import { type ReasoningTokens, ReasoningSpans } from "./reasoning-spans.ts";
 
 /** Lifecycle of a sequence inside one worker. */
 export type SequenceStatus = "waiting" | "running" | "finished";
@@ -13,6 +14,11 @@ export type FinishReason = "stop" | "length" | "abort" | "prefill_done";
 export interface SequenceHints {
   /** prompt_cache_key or user: the session whose next turn will reuse this prefix. */
   sessionId?: string;
+  /**
+   * The prompt leaves a `<think>` block open (a DeepSeek-R1-style template ends with it), so the
+   * output starts as reasoning. Read only when the scheduler knows the reasoning tokens.
+   */
+  startsInReasoning?: boolean;
 }
 
 /** Scheduler-side state of one request. */
@@ -38,6 +44,8 @@ export class Sequence {
   /** Set when an abort arrives while the sequence is part of a step in flight. */
   abortRequested = false;
   finishReason?: FinishReason;
+  /** Which generated positions are reasoning; undefined when the model's reasoning tokens are not known. */
+  readonly reasoning: ReasoningSpans | undefined;
 
   constructor(
     readonly id: number,
@@ -45,10 +53,18 @@ export class Sequence {
     /** Arrival order: lower is older and keeps its KV longer under pressure. */
     readonly arrival: number,
     readonly hints: SequenceHints = {},
+    reasoningTokens?: ReasoningTokens,
   ) {
     if (prompt.length === 0) throw new RangeError(`Sequence ${id} has an empty prompt`);
     this.tokens = [...prompt];
     this.promptLength = prompt.length;
+    this.reasoning = reasoningTokens && new ReasoningSpans(reasoningTokens, hints.startsInReasoning ? prompt.length : undefined);
+  }
+
+  /** Appends a generated token (and notes whether it is reasoning). */
+  append(token: number): void {
+    this.reasoning?.push(token, this.tokens.length);
+    this.tokens.push(token);
   }
 
   /** Generated tokens so far. */

@@ -11,6 +11,7 @@ import type { LoadedModel } from "../model/config.ts";
 import { chatRenderer } from "./chat-template.ts";
 import { ApiError, schemaError } from "./errors.ts";
 import { renderMetrics } from "./metrics.ts";
+import type { ReasoningParserName } from "./reasoning.ts";
 import { completeJson, completeStream, type ServeContext, type Submitted, submitChat, submitCompletion } from "./openai.ts";
 import { ChatRequestSchema, CompletionRequestSchema } from "./schemas.ts";
 
@@ -26,6 +27,8 @@ export interface AppOptions {
   maxBodyBytes?: number;
   /** Seconds clients are told to wait after a 429. */
   retryAfterS?: number;
+  /** "think": chat answers' `<think>` text is returned as `reasoning_content` (default "none"). */
+  reasoningParser?: ReasoningParserName;
 }
 
 /** Builds the app. */
@@ -38,6 +41,7 @@ export function createApp(o: AppOptions): Hono {
     config: o.model.config,
     modelName: o.modelName,
     chat: chatRenderer(o.model.chatTemplate, { bos: special(o.model.config.bosTokenId), eos: special(o.model.config.eosTokenIds[0]) }),
+    reasoningParser: o.reasoningParser ?? "none",
   };
   const app = new Hono();
   const fail = (c: Context, e: ApiError) => {

@@ -5,10 +5,12 @@
 import type { Engine } from "../engine/engine.ts";
 import { ContextLengthError, EngineOverloadedError, type GenerateRequest, type RequestHandle, RequestParamError } from "../engine/engine-types.ts";
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
+import { type ChatOutputOptions, ChatOutputStream, type ChatPart, parseChatOutput } from "./chat-output.ts";
 import type { ChatRenderer } from "./chat-template.ts";
 import { ApiError } from "./errors.ts";
+import { promptOpensReasoning, type ReasoningParserName } from "./reasoning.ts";
 import type { ChatRequest, CompletionRequest } from "./schemas.ts";
-import { type ParsedToolCall, parseToolCalls, ToolCallStream } from "./tool-calls.ts";
+import type { ParsedToolCall } from "./tool-calls.ts";
 
 /** What the handlers need from the server. */
 export interface ServeContext {
@@ -17,6 +19,8 @@ export interface ServeContext {
   config: ModelConfig;
   modelName: string;
   chat: ChatRenderer;
+  /** "think": `<think>` text of chat answers goes to `reasoning_content` (`--reasoning-parser`). */
+  reasoningParser: ReasoningParserName;
 }
 
 type Kind = "chat" | "completion";
@@ -25,12 +29,12 @@ type Kind = "chat" | "completion";
 export interface Submitted {
   kind: Kind;
   handle: RequestHandle;
-  /** Parse tool calls out of the output (chat with tools, tool_choice not "none"). */
-  parseTools: boolean;
+  /** How to split a chat answer (reasoning, tool calls); null for completions, whose text is returned as generated. */
+  output: ChatOutputOptions | null;
 }
 
 /** Checks the fields we parse but do not support, and builds the engine request. */
-function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], maxTokens: number | null | undefined): GenerateRequest {
+function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], maxTokens: number | null | undefined, startsInReasoning = false): GenerateRequest {
   if (body.n !== undefined && body.n !== null && body.n !== 1) throw new ApiError(400, `Only n = 1 is supported, got n = ${body.n}`, "n", "invalid_value");
   if (body.logprobs) throw new ApiError(400, `logprobs are not supported, got ${JSON.stringify(body.logprobs)}`, "logprobs", "unsupported_parameter");
   const stop = body.stop === null || body.stop === undefined ? [] : typeof body.stop === "string" ? [body.stop] : body.stop;
@@ -45,6 +49,7 @@ function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], 
     ignoreEos: body.ignore_eos ?? false,
     // An empty key names no session (and would collide with the retention policy's no-session group).
     sessionId: body.prompt_cache_key || body.user || undefined,
+    ...(startsInReasoning ? { startsInReasoning } : {}),
   };
 }
 
@@ -70,8 +75,11 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const { text, startsWithBos } = ctx.chat.render(body.messages, tools);
   const prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos && !startsWithBos });
   if (prompt.length === 0) throw new ApiError(400, "The messages render to an empty prompt", "messages", "invalid_value");
-  const handle = submit(ctx, engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens), "messages");
-  return { kind: "chat", handle, parseTools: (tools?.length ?? 0) > 0 };
+  const reasoning = ctx.reasoningParser === "think";
+  const startsInReasoning = reasoning && promptOpensReasoning(text);
+  const handle = submit(ctx, engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning), "messages");
+  const toolCalls = (tools?.length ?? 0) > 0;
+  return { kind: "chat", handle, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls: body.parallel_tool_calls ?? true } };
 }
 
 /** Tokenizes (or checks the token ids of) a completion request and submits it. */
@@ -89,15 +97,17 @@ export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Su
     if (bad !== undefined) throw new ApiError(400, `Token id ${bad} is outside the vocabulary (0..${ctx.config.vocabSize - 1})`, "prompt", "invalid_value");
   }
   const handle = submit(ctx, engineRequest(body, prompt, body.max_tokens), "prompt");
-  return { kind: "completion", handle, parseTools: false };
+  return { kind: "completion", handle, output: null };
 }
 
-function usage(r: { promptTokens: number; completionTokens: number; cachedTokens: number }) {
+function usage(r: { promptTokens: number; completionTokens: number; cachedTokens: number; reasoningTokens?: number }) {
   return {
     prompt_tokens: r.promptTokens,
     completion_tokens: r.completionTokens,
     total_tokens: r.promptTokens + r.completionTokens,
     prompt_tokens_details: { cached_tokens: r.cachedTokens },
+    // Counted by the engine when it knows the reasoning tokens (`--reasoning-parser think`).
+    ...(r.reasoningTokens !== undefined ? { completion_tokens_details: { reasoning_tokens: r.reasoningTokens } } : {}),
   };
 }
 
@@ -124,10 +134,14 @@ export async function completeJson(ctx: ServeContext, s: Submitted): Promise<Rec
   if (r.error) throw new ApiError(500, `Generation failed: ${r.error}`, null, "engine_error");
   const created = Math.floor(Date.now() / 1000);
   const base = { id: `${kind === "chat" ? "chatcmpl" : "cmpl"}-${crypto.randomUUID()}`, created, model: ctx.modelName };
-  if (kind === "chat") {
-    const { content, calls } = s.parseTools ? parseToolCalls(r.text) : { content: r.text, calls: [] };
+  if (kind === "chat" && s.output) {
+    const { reasoning, content, calls } = parseChatOutput(r.text, s.output);
     noteToolWait(ctx, s, calls);
-    const message = calls.length > 0 ? { role: "assistant", content, tool_calls: calls.map(toolCallJson) } : { role: "assistant", content };
+    const message = {
+      role: "assistant", content,
+      ...(s.output.reasoning ? { reasoning_content: reasoning } : {}),
+      ...(calls.length > 0 ? { tool_calls: calls.map(toolCallJson) } : {}),
+    };
     const fr = finishReason(r.finishReason, calls.length > 0);
     return { ...base, object: "chat.completion", choices: [{ index: 0, message, logprobs: null, finish_reason: fr }], usage: usage(r) };
   }
@@ -151,11 +165,12 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
     return enc.encode(`data: ${JSON.stringify(body)}\n\n`);
   };
   const piece = (text: string) => (kind === "chat" ? { delta: { content: text } } : { text });
-  const tools = s.parseTools ? new ToolCallStream() : null;
+  const answer = s.output ? new ChatOutputStream(s.output) : null;
   const calls: ParsedToolCall[] = [];
-  const emit = (controller: ReadableStreamDefaultController<Uint8Array>, parts: ReturnType<ToolCallStream["push"]>) => {
+  const emit = (controller: ReadableStreamDefaultController<Uint8Array>, parts: ChatPart[]) => {
     for (const p of parts) {
-      if (p.kind === "text") controller.enqueue(chunk(piece(p.text)));
+      if (p.kind === "content") controller.enqueue(chunk(piece(p.text)));
+      else if (p.kind === "reasoning") controller.enqueue(chunk({ delta: { reasoning_content: p.text } }));
       else controller.enqueue(chunk({ delta: { tool_calls: [{ index: calls.push(p.call) - 1, ...toolCallJson(p.call) }] } }));
     }
   };
@@ -165,12 +180,12 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
         if (kind === "chat") controller.enqueue(chunk({ delta: { role: "assistant", content: "" } }));
         for await (const d of handle.stream) {
           if (!d.text) continue;
-          if (tools) emit(controller, tools.push(d.text));
+          if (answer) emit(controller, answer.push(d.text));
           else controller.enqueue(chunk(piece(d.text)));
         }
         const r = await handle.result;
         if (r.finishReason === "abort") return;
-        if (tools) emit(controller, tools.end());
+        if (answer) emit(controller, answer.end());
         noteToolWait(ctx, s, calls);
         const fr = r.error ? "error" : finishReason(r.finishReason, calls.length > 0);
         controller.enqueue(chunk(kind === "chat" ? { delta: {}, finish_reason: fr } : { text: "", finish_reason: fr }));

@@ -9,11 +9,13 @@ import type { KvRetention } from "../engine/engine-sessions.ts";
 import { createEngine } from "../engine/engine-factory.ts";
 import { kvBytesPerBlock } from "../engine/kv-cache.ts";
 import type { PreemptionMode, WorkerRole } from "../engine/scheduler-types.ts";
+import type { ReasoningTokens } from "../engine/reasoning-spans.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { loadModel } from "../model/load.ts";
 import { createApp } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
+import { type ReasoningParserName, reasoningTokenIds } from "./reasoning.ts";
 import { StepLogWriter } from "./step-log.ts";
 import { AGED_SHORT_FIRST, type PrefillOrderOptions } from "../../planner/prefill-order.ts";
 
@@ -43,6 +45,11 @@ export interface ServerOptions {
   prefillOrder?: PrefillOrderOptions;
   /** Which cached KV goes first under memory pressure (default "agent"). */
   kvRetention?: KvRetention;
+  /**
+   * "think": chat answers' `<think>…</think>` text is returned as `reasoning_content`, and the engine
+   * types KV blocks of reasoning "reasoning" when both tags are single tokens (default "none").
+   */
+  reasoningParser?: ReasoningParserName;
   maxBodyBytes?: number;
   /** Write every engine step's shape and time to this JSONL file (`deno task sim --calibrate`). */
   stepLogPath?: string;
@@ -54,6 +61,8 @@ export interface RunningServer extends Listening {
   engine: Engine;
   modelName: string;
   backendReason: string;
+  /** The `<think>`/`</think>` ids the engine tracks reasoning with; undefined when it does not. */
+  reasoningTokens: ReasoningTokens | undefined;
   /** Stops listening, cancels requests, stops the engine. */
   shutdown(): Promise<void>;
 }
@@ -72,6 +81,8 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     throw new RangeError(`--kv-memory-fraction ${o.kvMemoryFraction} leaves room for fewer than 2 KV blocks`);
   }
   const stepLog = o.stepLogPath === undefined ? null : await StepLogWriter.open(o.stepLogPath);
+  // Tags that are not single tokens are still parsed from the text; only KV typing needs the ids.
+  const reasoningTokens = o.reasoningParser === "think" ? reasoningTokenIds(model.tokenizer) : undefined;
   const engine = createEngine(backend, model, {
     ...(stepLog ? { onStep: (r: StepRecord) => stepLog.record(r) } : {}),
     numBlocks: o.kvBlocks,
@@ -86,10 +97,11 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...(o.preemption ? { preemption: o.preemption } : {}),
       ...(o.swapSpaceBlocks !== undefined ? { swapSpaceBlocks: o.swapSpaceBlocks } : {}),
       prefillOrder: o.prefillOrder ?? AGED_SHORT_FIRST,
+      ...(reasoningTokens ? { reasoningTokens } : {}),
     },
   });
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
-  const app = createApp({ engine, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes });
+  const app = createApp({ engine, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, reasoningParser: o.reasoningParser });
   const l = await listen(app.fetch, o.host, o.port);
   return {
     ...l,
@@ -97,6 +109,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     engine,
     modelName,
     backendReason: reason,
+    reasoningTokens,
     async shutdown() {
       await engine.stop();
       await l.close();

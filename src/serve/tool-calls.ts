@@ -90,8 +90,8 @@ export class ToolCallStream {
   }
 }
 
-/** Length of the longest suffix of `s` that is a proper prefix of `tag`. */
-function partialTagSuffix(s: string, tag: string): number {
+/** Length of the longest suffix of `s` that is a proper prefix of `tag` (the tail a stream holds back). */
+export function partialTagSuffix(s: string, tag: string): number {
   for (let k = Math.min(s.length, tag.length - 1); k > 0; k--) if (tag.startsWith(s.slice(s.length - k))) return k;
   return 0;
 }

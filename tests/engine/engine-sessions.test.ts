@@ -28,3 +28,8 @@ test("inferSessionId() takes the session of the deepest cached output block, els
   assert.equal(inferSessionId([{ sessionId: "a", type: "output" }, { sessionId: "b", type: "output" }, { sessionId: "c" }], 7), "b", "the latest answer's session");
   assert.equal(inferSessionId([undefined, { type: "output" }], 7), "~7", "an output block of no session names none");
 });
+
+test("inferSessionId() counts a cached reasoning block as an earlier answer's (its tokens were generated)", () => {
+  assert.equal(inferSessionId([{ sessionId: "a" }, { sessionId: "a", type: "reasoning" }], 7), "a", "reasoning sent back: the same conversation");
+  assert.equal(inferSessionId([{ sessionId: "a", type: "output" }, { sessionId: "b", type: "reasoning" }], 7), "b", "the deepest generated block wins");
+});

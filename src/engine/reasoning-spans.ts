@@ -1,0 +1,74 @@
+/**
+ * Which generated positions of a sequence are reasoning: every token from a `<think>` token through
+ * its `</think>` token (both tags included), tracked as the sequence grows. The KV adapter types a
+ * committed block holding any of them "reasoning" (scheduler-kv-adapter.ts), and kv/agent-retention.ts
+ * evicts such blocks first once their turn has ended: agents' chat templates drop earlier turns'
+ * reasoning from the next prompt, and a block's hash covers all its tokens, so no later prompt
+ * matches it.
+ *
+ * Only tags that are one token each are tracked (Qwen3, QwQ and DeepSeek-R1 have `<think>` and
+ * `</think>` as single added tokens): a tag spelled over several tokens would need a token-sequence
+ * matcher across steps, and a vocabulary without them as tokens belongs to a model not trained to
+ * reason in them. Such a model's blocks stay typed "output"; the server still parses its reasoning
+ * from the text (src/serve/reasoning.ts).
+ *
+ * The rules match the text parser's: a start tag opens reasoning only outside it, an end tag closes
+ * it only inside it, and an output can hold several reasoning spans (interleaved thinking).
+ */
+
+/** Token ids that open and close reasoning: the vocabulary's `<think>` and `</think>`. */
+export interface ReasoningTokens {
+  readonly start: number;
+  readonly end: number;
+}
+
+/** What the KV layer asks of a sequence's reasoning (read only). */
+export interface ReasoningPositions {
+  /** True when any position in `[from, to)` holds a reasoning token. */
+  overlaps(from: number, to: number): boolean;
+}
+
+/** The reasoning spans of one sequence's generated tokens. */
+export class ReasoningSpans implements ReasoningPositions {
+  /** Span bounds in pairs, [from, to) each, in position order; the last `to` is Infinity while open. */
+  private readonly bounds: number[] = [];
+
+  /**
+   * `openAt`: the prompt's length when the prompt itself left a `<think>` block open (DeepSeek-R1's
+   * template ends with it), so the first generated token is already reasoning.
+   */
+  constructor(private readonly tags: ReasoningTokens, openAt?: number) {
+    if (tags.start === tags.end) throw new RangeError(`Reasoning start and end must be different tokens, got ${tags.start} for both`);
+    if (openAt !== undefined) this.bounds.push(openAt, Infinity);
+  }
+
+  /** True while the sequence is inside reasoning (the next token generated is reasoning). */
+  get inside(): boolean {
+    return this.bounds.length > 0 && this.bounds[this.bounds.length - 1] === Infinity;
+  }
+
+  /** Token `token` was generated at position `pos` (positions only grow). */
+  push(token: number, pos: number): void {
+    if (!this.inside) {
+      if (token === this.tags.start) this.bounds.push(pos, Infinity);
+    } else if (token === this.tags.end) {
+      this.bounds[this.bounds.length - 1] = pos + 1;
+    }
+  }
+
+  overlaps(from: number, to: number): boolean {
+    // Latest span first: blocks are committed near the end of the sequence.
+    for (let i = this.bounds.length - 2; i >= 0; i -= 2) {
+      if (this.bounds[i + 1] <= from) return false;
+      if (this.bounds[i] < to) return true;
+    }
+    return false;
+  }
+
+  /** Reasoning tokens among positions below `end` (the sequence's length), tags included. */
+  count(end: number): number {
+    let n = 0;
+    for (let i = 0; i < this.bounds.length; i += 2) n += Math.max(0, Math.min(this.bounds[i + 1], end) - this.bounds[i]);
+    return n;
+  }
+}

@@ -1,0 +1,93 @@
+/**
+ * A chat answer's text as the client gets it: reasoning (`--reasoning-parser think`), content, and
+ * tool calls (with `tools`; only the first with `parallel_tool_calls: false`), whole or streamed.
+ * Tool calls are parsed from the content only, after reasoning is split off: a `<tool_call>` the
+ * model drafts while reasoning is part of its thoughts, not a call. With every option off, the
+ * text passes through untouched (what the server did before reasoning parsing existed).
+ */
+import { type ReasoningPart, ReasoningStream } from "./reasoning.ts";
+import { type ParsedToolCall, ToolCallStream, type ToolStreamPart } from "./tool-calls.ts";
+
+/** How to read one chat answer. */
+export interface ChatOutputOptions {
+  /** Split `<think>` reasoning out of the answer (`--reasoning-parser think`). */
+  reasoning: boolean;
+  /** The prompt left `<think>` open, so the answer starts as reasoning (reasoning.ts `promptOpensReasoning`). */
+  startsInReasoning: boolean;
+  /** Parse Hermes-format tool calls out of the content (tools given, tool_choice not "none"). */
+  toolCalls: boolean;
+  /** False keeps only the first call written (`parallel_tool_calls: false`); later ones are dropped. */
+  parallelToolCalls: boolean;
+}
+
+/** A piece of a streamed chat answer. */
+export type ChatPart = ReasoningPart | { kind: "call"; call: ParsedToolCall };
+
+/** Incremental splitter of a streamed chat answer; holds back only tails that could still become a tag. */
+export class ChatOutputStream {
+  private readonly reasoning: ReasoningStream | null;
+  private readonly tools: ToolCallStream | null;
+  private calls = 0;
+
+  constructor(private readonly o: ChatOutputOptions) {
+    this.reasoning = o.reasoning ? new ReasoningStream(o.startsInReasoning) : null;
+    this.tools = o.toolCalls ? new ToolCallStream() : null;
+  }
+
+  /** True once the answer has been inside reasoning (an empty `<think></think>` included). */
+  get sawReasoning(): boolean {
+    return this.reasoning?.opened ?? false;
+  }
+
+  /** Feeds the next delta; returns what can be released. */
+  push(delta: string): ChatPart[] {
+    return this.route(this.reasoning ? this.reasoning.push(delta) : [{ kind: "content", text: delta }], false);
+  }
+
+  /** The answer ended: releases what was held back. */
+  end(): ChatPart[] {
+    return this.route(this.reasoning ? this.reasoning.end() : [], true);
+  }
+
+  private route(parts: ReasoningPart[], final: boolean): ChatPart[] {
+    const out: ChatPart[] = [];
+    for (const p of parts) {
+      if (p.kind === "reasoning" || !this.tools) out.push(p);
+      else this.keep(this.tools.push(p.text), out);
+    }
+    if (final && this.tools) this.keep(this.tools.end(), out);
+    return out;
+  }
+
+  /** Moves tool-stream parts to `out`, dropping calls past the first when parallel calls are off. */
+  private keep(parts: ToolStreamPart[], out: ChatPart[]): void {
+    for (const p of parts) {
+      if (p.kind === "text") out.push({ kind: "content", text: p.text });
+      else if (this.o.parallelToolCalls || this.calls === 0) {
+        this.calls++;
+        out.push(p);
+      }
+    }
+  }
+}
+
+/** A finished chat answer, split. */
+export interface ParsedChatOutput {
+  /** The reasoning text; null when the answer opened none (or reasoning parsing is off). */
+  reasoning: string | null;
+  /** The answer's text; null when only calls remain, or when reasoning was all there was. */
+  content: string | null;
+  calls: ParsedToolCall[];
+}
+
+/** Splits a finished answer exactly as {@link ChatOutputStream} would, in any delta sizes. */
+export function parseChatOutput(text: string, o: ChatOutputOptions): ParsedChatOutput {
+  const s = new ChatOutputStream(o);
+  const parts = [...s.push(text), ...s.end()];
+  const pick = (kind: "reasoning" | "content") => parts.flatMap((p) => (p.kind === kind ? [p.text] : [])).join("");
+  const calls = parts.flatMap((p) => (p.kind === "call" ? [p.call] : []));
+  const reasoning = s.sawReasoning ? pick("reasoning") : null;
+  const content = pick("content");
+  const none = (calls.length > 0 && content.trim() === "") || (reasoning !== null && content === "");
+  return { reasoning, content: none ? null : content, calls };
+}

@@ -1,0 +1,136 @@
+/**
+ * Reasoning in model output, as DeepSeek-R1, QwQ and Qwen3 write it: `<think>…</think>` before the
+ * answer (vLLM's `deepseek_r1` and `qwen3` reasoning parsers read the same tags). With
+ * `--reasoning-parser think` the server returns that text as `reasoning_content` and takes the
+ * answer's `content` (and its tool calls) from the rest only.
+ *
+ * Rules (the engine's token-level tracking, src/engine/reasoning-spans.ts, follows the same):
+ * - `<think>` opens reasoning anywhere outside it; `</think>` closes it. An output may hold several
+ *   reasoning spans (interleaved thinking); their texts are joined.
+ * - A prompt that ends with an open `<think>` (DeepSeek-R1's template) starts the output inside
+ *   reasoning, so only `</think>` appears in it ({@link promptOpensReasoning}).
+ * - Without its `</think>` (cut by max_tokens), everything after `<think>` is reasoning: a stream
+ *   cannot take back what it already sent as reasoning, and the whole answer must agree with it.
+ * - A stray `</think>` outside reasoning, or a `<think>` inside it, stays text, as written.
+ * - Whitespace right after `</think>` is dropped: templates put a blank line between the blocks.
+ */
+import type { ReasoningTokens } from "../engine/reasoning-spans.ts";
+import type { Tokenizer } from "../model/config.ts";
+import { partialTagSuffix } from "./tool-calls.ts";
+
+/** The reasoning parsers `--reasoning-parser` accepts: "none" leaves output as it is. */
+export type ReasoningParserName = "think" | "none";
+
+/** The reasoning parser names, for CLIs and checks. */
+export const REASONING_PARSERS: readonly ReasoningParserName[] = ["think", "none"];
+
+/** True when `s` names a reasoning parser. */
+export function isReasoningParser(s: string): s is ReasoningParserName {
+  return (REASONING_PARSERS as readonly string[]).includes(s);
+}
+
+/** The tag that opens reasoning. */
+export const THINK_OPEN = "<think>";
+/** The tag that closes reasoning. */
+export const THINK_CLOSE = "</think>";
+
+/**
+ * True when a rendered prompt leaves a `<think>` block open for the model: it ends with `<think>`
+ * and at most whitespace, as DeepSeek-R1's and Qwen3-Thinking's templates end. Only the end counts, so
+ * a `<think>` a user wrote in a message (or Qwen3's closed `<think>\n\n</think>` of non-thinking
+ * mode) does not turn the answer into reasoning.
+ */
+export function promptOpensReasoning(prompt: string): boolean {
+  return prompt.trimEnd().endsWith(THINK_OPEN);
+}
+
+/**
+ * The ids of `<think>` and `</think>` when each is a single token of the vocabulary (what the engine
+ * needs to type reasoning KV blocks), else undefined: the tags are then parsed from text only.
+ */
+export function reasoningTokenIds(tokenizer: Pick<Tokenizer, "encode" | "decode">): ReasoningTokens | undefined {
+  const single = (tag: string): number | undefined => {
+    const ids = tokenizer.encode(tag, { addBos: false });
+    return ids.length === 1 && tokenizer.decode(ids) === tag ? ids[0] : undefined;
+  };
+  const start = single(THINK_OPEN);
+  const end = single(THINK_CLOSE);
+  return start === undefined || end === undefined ? undefined : { start, end };
+}
+
+/** A piece of streamed output: reasoning or answer text. */
+export type ReasoningPart = { kind: "reasoning"; text: string } | { kind: "content"; text: string };
+
+/**
+ * Incremental splitter of streamed output into reasoning and content. Text is released as soon as it
+ * cannot be the start of the tag that would switch sides; only such a tail is held back.
+ */
+export class ReasoningStream {
+  private buf = "";
+  private inside: boolean;
+  /** Just after `</think>`: whitespace is dropped until the answer starts. */
+  private afterClose = false;
+  private everInside: boolean;
+
+  /** `startsInReasoning`: the prompt left `<think>` open ({@link promptOpensReasoning}). */
+  constructor(startsInReasoning = false) {
+    this.inside = startsInReasoning;
+    this.everInside = startsInReasoning;
+  }
+
+  /** True once the output has been inside reasoning (even an empty `<think></think>`). */
+  get opened(): boolean {
+    return this.everInside;
+  }
+
+  /** Feeds the next delta; returns what can be released. */
+  push(delta: string): ReasoningPart[] {
+    this.buf += delta;
+    const out: ReasoningPart[] = [];
+    for (;;) {
+      if (this.afterClose) {
+        const kept = this.buf.trimStart();
+        if (kept.length === 0) {
+          this.buf = "";
+          return out;
+        }
+        this.buf = kept;
+        this.afterClose = false;
+      }
+      const tag = this.inside ? THINK_CLOSE : THINK_OPEN;
+      const kind = this.inside ? "reasoning" : "content";
+      const at = this.buf.indexOf(tag);
+      if (at < 0) {
+        // Hold back a tail that could still grow into the tag.
+        const keep = partialTagSuffix(this.buf, tag);
+        const text = this.buf.slice(0, this.buf.length - keep);
+        if (text) out.push({ kind, text });
+        this.buf = this.buf.slice(this.buf.length - keep);
+        return out;
+      }
+      if (at > 0) out.push({ kind, text: this.buf.slice(0, at) });
+      this.buf = this.buf.slice(at + tag.length);
+      this.afterClose = this.inside;
+      this.inside = !this.inside;
+      this.everInside ||= this.inside;
+    }
+  }
+
+  /** The output ended: a held-back partial tag is text of the side it was on. */
+  end(): ReasoningPart[] {
+    const rest = this.buf;
+    this.buf = "";
+    return rest ? [{ kind: this.inside ? "reasoning" : "content", text: rest }] : [];
+  }
+}
+
+/**
+ * Splits finished output into reasoning and content, exactly as {@link ReasoningStream} would in any
+ * delta sizes. `reasoning` is null when the output opened none ("" for an empty `<think></think>`).
+ */
+export function splitReasoning(text: string, startsInReasoning = false): { reasoning: string | null; content: string } {
+  const s = new ReasoningStream(startsInReasoning);
+  const parts = [...s.push(text), ...s.end()];
+  const pick = (kind: ReasoningPart["kind"]) => parts.filter((p) => p.kind === kind).map((p) => p.text).join("");
+  return { reasoning: s.opened ? pick("reasoning") : null, content: pick("content") };
+}
