@@ -13,7 +13,7 @@
  *   -static          ours without the role planner
  *   -nosm            ours' planner prices steps from per-role rates, not the online step model (before session 4)
  *   -splitP          ours without the planner, P prefill workers and the rest decode workers
- * Environment: MIXED_MS=X adds X ms to every mixed prefill+decode step; KV_REPLICATED=1 replicates
+ * Environment: SEED=N picks the workload seed (default 1); MIXED_MS=X adds X ms to every mixed prefill+decode step; KV_REPLICATED=1 replicates
  * the MLA KV on every GPU of a worker (as --kv-replicated).
  */
 import { simulationSetup } from "../src/sim/compare.ts";
@@ -27,7 +27,7 @@ import { OnlinePlanner } from "../planner/online-planner.ts";
 const [scenario = "coding-256", loadArg = "1", durArg = "600", list = "tuned,ours"] = process.argv.slice(2);
 const load = Number(loadArg), durationS = Number(durArg);
 const hw = { ...GB300, mixedStepOverheadS: Number(process.env.MIXED_MS ?? 0) / 1000 };
-const workload = buildScenario(scenario, { gpus: 256, load, seed: 1, durationS, maxContext: KIMI_K2_6.maxContext });
+const workload = buildScenario(scenario, { gpus: 256, load, seed: Number(process.env.SEED ?? 1), durationS, maxContext: KIMI_K2_6.maxContext });
 const { ctx, cfg } = simulationSetup(workload, { model: KIMI_K2_6, hw, gpus: 256, kvReplicated: process.env.KV_REPLICATED === "1" });
 
 /** The system a variant name describes. */
