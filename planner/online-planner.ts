@@ -8,7 +8,7 @@
  */
 import { allMixes, chooseFlips, countRoles, flipsBetween, moveDirection, type RoleMix } from "./role-mix.ts";
 import type { StepCoefficients } from "./step-model.ts";
-import { StepPricing } from "./step-pricing.ts";
+import { StepMixingChoice, StepPricing } from "./step-pricing.ts";
 import type { MetricsSnapshot, Planner, PlannerAction, WorkerSnapshot } from "./types.ts";
 
 /** Knobs of {@link OnlinePlanner}. */
@@ -46,6 +46,16 @@ export interface OnlinePlannerOptions {
   stepModel?: boolean;
   /** Prefill tokens a prefill worker's step carries at most. */
   prefillChunkTokens?: number;
+  /**
+   * Let workers run prefill chunks and decodes as separate steps when the step model prices mixed
+   * steps dearer (action "step-mixing"; default true; needs `stepModel`).
+   */
+  adaptStepMixing?: boolean;
+}
+
+/** Prefill workers with no decode worker to send them prompts (mixed workers prefill their own). */
+function idlePrefill(mix: RoleMix): boolean {
+  return mix.prefill > 0 && mix.decode === 0 && mix.mixed > 0;
 }
 
 /** Online, measurement-driven role planner. */
@@ -68,6 +78,7 @@ export class OnlinePlanner implements Planner {
   private threshold: number;
   private readonly steps = new StepPricing();
   private meanOutput = 0; // mean output tokens per arriving request (EWMA)
+  private readonly mixing = new StepMixingChoice();
 
   /** Creates the planner with the given knobs. */
   constructor(opts: OnlinePlannerOptions = {}) {
@@ -75,7 +86,7 @@ export class OnlinePlanner implements Planner {
       intervalS: 1, ttftTargetS: 0.5, itlTargetS: 0.05, margin: 0.1, confirmTicks: 2, cooldownS: 15,
       maxFlipFraction: 0.0625, flipCost: 0.03, minLocalPrefill: 256, maxLocalPrefill: 2048,
       initialLocalPrefill: 512, maxDecodeBatch: 512, mixedChunkTokens: 8192, allowMixed: true, stepModel: true,
-      prefillChunkTokens: 16384, ...opts,
+      prefillChunkTokens: 16384, adaptStepMixing: true, ...opts,
     };
     this.intervalS = this.o.intervalS;
     this.threshold = this.o.initialLocalPrefill;
@@ -126,7 +137,8 @@ export class OnlinePlanner implements Planner {
     const max = sm ? sm.batchLimit(this.o.maxDecodeBatch) : this.o.maxDecodeBatch;
     const held = decodeSeqs / Math.max(1, dc); // sequences each decoding worker holds now
     // Step model: a prefill worker's full-chunk step, a pool worker's chunk step and decode step at its batch.
-    const chunkStep = (b: number) => sm!.chunkStep(b, this.o.mixedChunkTokens);
+    // Splits are priced with the step mixing the fit prefers, even before workers switch to it.
+    const chunkStep = (b: number) => this.mixing.wanted ? sm!.splitChunkStep(b, this.o.mixedChunkTokens) : sm!.chunkStep(b, this.o.mixedChunkTokens);
     const decodeStep = (b: number) => sm!.decodeStep(b);
     const rateP = sm ? this.o.prefillChunkTokens / sm.prefillStep(this.o.prefillChunkTokens) : Math.max(1, this.prefillRate || this.mixedRate);
     const rateM = sm ? Math.max(1, this.o.mixedChunkTokens - held) / chunkStep(held) : Math.max(1, this.mixedRate || this.prefillRate);
@@ -135,7 +147,8 @@ export class OnlinePlanner implements Planner {
     const share = p === 0 ? 1 : dc === 0 ? 0 : (mix.mixed + this.localShare * mix.decode) / dc;
     const capP = p * rateP, capM = dc * rateM;
     // The backlog drains on the workers that take prompts: decode workers only take their local share.
-    const drain = backlog / Math.max(1e-9, capP + share * capM);
+    // Prefill workers drain only what decode workers send them: mixed workers prefill their own prompts.
+    const drain = backlog / Math.max(1e-9, (share < 1 ? capP : 0) + share * capM);
     const ttft = drain + Math.max(
       p > 0 ? this.queueTtft(this.demand * (1 - share), capP, meanUncached / rateP) : 0,
       share > 0 ? this.queueTtft(this.demand * share, capM, meanUncached / rateM) : 0,
@@ -185,6 +198,11 @@ export class OnlinePlanner implements Planner {
     const seqs = live.reduce((a, w) => a + w.decodeBatch + w.waitingDecodes, 0);
     const meanUncached = s.arrivals > 0 ? s.arrivedUncachedTokens / s.arrivals : 1000;
     const sm = this.o.stepModel && this.steps.ready;
+    // Mixed or separate steps first: it is the cheaper change (no drain, no transfer), and it changes
+    // what every split costs (with 100 ms mixed steps, the planner moved 11 workers into prefill in the
+    // first seconds of a simulated coding run, then stayed at 5 prefill workers the mixed ones hardly fed).
+    const switched = sm && this.o.adaptStepMixing ? this.mixing.update(this.steps, seqs / Math.max(1, cur.mixed + cur.decode), this.o.mixedChunkTokens) : null;
+    const stepActions: PlannerAction[] = switched === null ? [] : [{ kind: "step-mixing", split: switched }];
     const pressure = (mix: RoleMix) => {
       const [t, i] = this.predictMix(mix, backlog, seqs, meanUncached);
       const rt = t / this.o.ttftTargetS, ri = i / this.o.itlTargetS;
@@ -207,6 +225,8 @@ export class OnlinePlanner implements Planner {
       if (!this.o.allowMixed && mix.mixed > 0) continue;
       // Without prefill workers decode workers prefill everything locally: that is all-mixed, named so.
       if (this.o.allowMixed && mix.prefill === 0 && mix.decode > 0) continue;
+      // Without decode workers, prefill workers get no prompts (mixed workers prefill their own): idle.
+      if (idlePrefill(mix)) continue;
       const f = flipsBetween(cur, mix);
       if (f.intoPrefill + f.outOfPrefill + f.other === 0) continue;
       // Draining decodes to prefill costs most; leaving prefill or switching decode↔mixed costs little.
@@ -214,8 +234,15 @@ export class OnlinePlanner implements Planner {
       const c = pressure(mix) + flipScale * this.o.flipCost * (f.intoPrefill + 0.25 * f.outOfPrefill + 0.1 * f.other);
       if (c < bestCost - 1e-12) { best = mix; bestCost = c; }
     }
-    const actions: PlannerAction[] = this.adaptThreshold(cur, backlog, seqs, meanUncached);
-    const worthIt = best !== cur && bestCost < current * (1 - this.o.margin);
+    const actions: PlannerAction[] = [...stepActions, ...this.adaptThreshold(cur, backlog, seqs, meanUncached)];
+    // No role flips while workers report steps but the step model has not had two fits (the rates and
+    // the fit of the first seconds misprice mixed steps: with 100 ms mixed steps the planner flipped two
+    // workers to prefill 3 s into a simulated coding run, where none were needed), nor while workers
+    // are about to change step mixing (a flip would be priced for steps they do not run yet).
+    const measured = this.o.stepModel && live.some((w) => w.steps !== undefined && w.steps.length > 0);
+    if (measured && (!sm || (this.o.adaptStepMixing && this.mixing.pending))) { this.pending = null; return actions; }
+    // Idle prefill workers are put back to work without the margin: nothing is gained by keeping them.
+    const worthIt = best !== cur && (idlePrefill(cur) || bestCost < current * (1 - this.o.margin));
     if (!worthIt) { this.pending = null; return actions; }
     const urgent = current > 2;
     const dir = moveDirection(cur, best);

@@ -25,6 +25,12 @@ export interface DecodePoint {
 export interface OfflineProfile {
   prefill: PrefillPoint[];
   decode: DecodePoint[];
+  /**
+   * One profiled chunk step next to a decode batch: as one mixed step, and as a prefill-only plus a
+   * decode-only step (optional). An operator picks mixed or separate steps from it
+   * ({@link profileSplitsSteps}).
+   */
+  mixedChunk?: { mixedS: number; prefillS: number; decodeS: number };
   /** The ISL / OSL the profile was taken at (documentation; the planner interpolates). */
   profiledIsl: number;
   profiledOsl: number;
@@ -82,4 +88,14 @@ export function expectedItl(p: OfflineProfile, context: number, itlTargetS: numb
   let itl = pts[0].itlS;
   for (const d of pts) if (d.itlS <= itlTargetS) itl = d.itlS;
   return itl;
+}
+
+/**
+ * True when the profile shows a chunk step mixed with decodes costing more than the same chunk and
+ * decodes as two separate steps: an operator then runs an engine that does not mix them (SGLang's
+ * default; vLLM and TensorRT-LLM mix).
+ */
+export function profileSplitsSteps(p: OfflineProfile): boolean {
+  const m = p.mixedChunk;
+  return m !== undefined && m.mixedS > m.prefillS + m.decodeS;
 }

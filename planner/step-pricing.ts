@@ -17,6 +17,8 @@ export class StepPricing {
   private ctxDecode = 0; // mean context read per decoding sequence (EWMA)
   private memSeqs = 0; // decoding sequences a worker's KV memory holds, from measured usage (EWMA; 0 = unknown)
   private ticksSinceFit = 0;
+  /** Fits made so far (a new fit is what step-mixing decisions wait for). */
+  fits = 0;
 
   /** The model's current fit (null before it has one). */
   coefficients(): StepCoefficients | null {
@@ -48,6 +50,7 @@ export class StepPricing {
     if (!this.ready || ++this.ticksSinceFit >= FIT_EVERY_TICKS) {
       this.model.fit();
       this.ticksSinceFit = 0;
+      this.fits++;
     }
   }
 
@@ -67,8 +70,63 @@ export class StepPricing {
     return this.model.predict({ prefillTokens: n, prefillAttnPairs: n * this.ctxPrefill, decodeSeqs: b, decodeAttnTokens: b * this.ctxDecode });
   }
 
+  /**
+   * Seconds between two decode steps of a worker that separates a chunk of `budget` tokens from its
+   * `b` decodes: a prefill-only step, then a decode-only one.
+   */
+  splitChunkStep(b: number, budget: number): number {
+    return this.prefillStep(Math.max(1, budget - b)) + this.decodeStep(b);
+  }
+
+  /**
+   * Whether a worker with `b` sequences decoding should run its prefill chunks (`budget` tokens) as
+   * steps of their own instead of mixing them with the decodes: true when the fitted model prices the
+   * mixed step above the two separate ones, by 20% to switch away from `current` (hysteresis; the
+   * fit moves a little every refit). Mixing reads the weights once for both, so it wins unless mixed
+   * steps carry a cost of their own (the model's `m`: no CUDA graph, attention over ragged batches).
+   */
+  preferSplit(b: number, budget: number, current: boolean): boolean {
+    if (!this.ready || b < 1) return current;
+    const mixed = this.chunkStep(b, budget), split = this.splitChunkStep(b, budget);
+    return current ? mixed > split / 1.2 : mixed > 1.2 * split;
+  }
+
   /** Seconds of a decode-only step of `b` sequences. */
   decodeStep(b: number): number {
     return this.model.predict({ prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: b, decodeAttnTokens: b * this.ctxDecode });
+  }
+}
+
+/**
+ * Mixed or separate prefill and decode steps for a pool, from {@link StepPricing.preferSplit}: what the
+ * current fit prefers (`wanted`, which splits are priced with) and what workers run (`split`), which
+ * follows `wanted` once two fits in a row agree — an early fit from a few seconds of steps misprices
+ * both (in a simulated math run the first fit separated steps and the next one undid it).
+ */
+export class StepMixingChoice {
+  /** Workers run separate steps. */
+  split = false;
+  /** The current fit prefers separate steps. */
+  wanted = false;
+  private votes = 0;
+  private lastFit = -1;
+  private fitsSeen = 0;
+
+  /** True until two fits have been seen, and while the fit wants the other mode and a second fit has not confirmed it. */
+  get pending(): boolean {
+    return this.fitsSeen < 2 || this.wanted !== this.split;
+  }
+
+  /** Re-decides for a pool decoding `batch` sequences per worker with `budget`-token chunks; returns the new mode when workers must switch, else null. */
+  update(p: StepPricing, batch: number, budget: number): boolean | null {
+    this.wanted = p.preferSplit(batch, budget, this.split);
+    if (p.fits === this.lastFit) return null;
+    this.lastFit = p.fits;
+    this.fitsSeen++;
+    this.votes = this.wanted === this.split ? 0 : this.votes + 1;
+    if (this.votes < 2) return null;
+    this.votes = 0;
+    this.split = this.wanted;
+    return this.split;
   }
 }

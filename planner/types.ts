@@ -89,7 +89,9 @@ export interface MetricsSnapshot {
 export type PlannerAction =
   | { kind: "flip"; workerId: string; to: Role }
   | { kind: "replicas"; prefill: number; decode: number }
-  | { kind: "local-prefill-threshold"; tokens: number };
+  | { kind: "local-prefill-threshold"; tokens: number }
+  /** Whether workers run a step's prefill chunk and its decodes as two steps instead of one mixed step. */
+  | { kind: "step-mixing"; split: boolean };
 
 /** A planner: called every `intervalS` seconds of (injected) time with a fresh snapshot. */
 export interface Planner {

@@ -12,6 +12,10 @@ export function applyAction(sim: ClusterSim, a: PlannerAction): void {
     sim.localThreshold = a.tokens;
     return;
   }
+  if (a.kind === "step-mixing") {
+    sim.splitSteps = a.split;
+    return;
+  }
   if (a.kind === "flip") {
     const w = sim.workers.find((x) => x.id === a.workerId);
     if (w === undefined || w.state !== "serving") return;

@@ -74,6 +74,8 @@ export class ClusterSim {
   /** Tokens per KV block in this workload. */
   readonly bt: number;
   localThreshold: number;
+  /** Workers run prefill chunks and decodes as separate steps (planner action "step-mixing"). */
+  splitSteps: boolean;
   // State below is shared with the parts of the simulator in admission.ts, kv-handoff.ts,
   // stepping.ts and completion.ts (functions over this object); nothing outside src/sim touches it.
   /** Pending events. */
@@ -109,6 +111,7 @@ export class ClusterSim {
     this.bt = workload.blockTokens;
     this.blockBytes = cfg.model.kvBytesPerToken * this.bt;
     this.localThreshold = spec.maxLocalPrefill;
+    this.splitSteps = spec.stepMixing === "split";
     this.horizon = workload.durationS + cfg.drainS;
     const hw = cfg.hw;
     const g = cfg.gpusPerWorker;

@@ -8,6 +8,9 @@ import { retryWaiting } from "./admission.ts";
 import { finish, reject } from "./completion.ts";
 import { joinDecode, prefillDone } from "./kv-handoff.ts";
 import { MAX_DECODE_BATCH, MAX_MACRO_STEPS } from "./sim-events.ts";
+
+/** With separate prefill and decode steps, every this many chunks one still mixes (a probe). */
+const SPLIT_PROBE_EVERY = 16;
 import type { ClusterSim } from "./simulator.ts";
 import type { PrefillJob, SimWorker } from "./worker.ts";
 
@@ -28,11 +31,19 @@ export function kick(sim: ClusterSim, w: SimWorker): void {
   if (w.busy || (w.state !== "serving" && w.state !== "draining")) return;
   const budget = w.role === "prefill" ? 16384 : 8192;
   const decodeSeqs = w.batch;
-  let used = w.role === "prefill" ? 0 : decodeSeqs;
+  // Separate steps (sim.splitSteps): a chunk runs as a prefill-only step, then the decodes get a step
+  // of their own before the next chunk. Every SPLIT_PROBE_EVERY-th chunk still mixes, so the
+  // planner's step model keeps measuring what a mixed step costs.
+  const splitting = sim.splitSteps && decodeSeqs > 0 && w.role !== "prefill";
+  const decodeTurn = splitting && w.lastStepPrefillOnly;
+  const mixing = !splitting || (!decodeTurn && ++w.splitProbe % SPLIT_PROBE_EVERY === 0);
+  const carried = w.role === "prefill" || !mixing ? 0 : decodeSeqs;
+  let used = carried;
   const jobs: PrefillJob[] = [];
   const toks: number[] = [];
   let pairs = 0;
   let wake = Infinity;
+  let readyJob = false;
   // Time out stale jobs first; waiting requests retry for the freed memory once this step is set,
   // so their admission cannot start a second step from inside this one.
   let freed = false;
@@ -45,32 +56,36 @@ export function kick(sim: ClusterSim, w: SimWorker): void {
     reject(sim, j.req, "queue-timeout");
     freed = true;
   }
-  const order = sim.spec.prefillOrder === undefined || w.queue.length < 2 ? null : prefillOrder(w.queue, sim.now, sim.spec.prefillOrder);
+  const order = decodeTurn || sim.spec.prefillOrder === undefined || w.queue.length < 2 ? null : prefillOrder(w.queue, sim.now, sim.spec.prefillOrder);
   for (let o = 0; o < w.queue.length && used < budget; o++) {
     const j = w.queue[order === null ? o : order[o]];
     if (j.readyAt > sim.now) { wake = Math.min(wake, j.readyAt); continue; }
+    readyJob = true;
+    if (decodeTurn) break;
     const n = Math.min(j.left, budget - used);
     jobs.push(j);
     toks.push(n);
     pairs += sim.cost.prefillPairs(j.pos, n);
     used += n;
   }
-  const prefillTokens = used - (w.role === "prefill" ? 0 : decodeSeqs);
-  if (prefillTokens === 0 && decodeSeqs === 0) {
+  const prefillTokens = used - carried;
+  const stepDecodes = prefillTokens > 0 && !mixing ? 0 : decodeSeqs;
+  if (prefillTokens === 0 && stepDecodes === 0) {
     if (wake < Infinity) sim.q.push(wake, { t: "wake", w });
     if (freed) retryWaiting(sim, w);
     return;
   }
+  w.lastStepPrefillOnly = splitting && stepDecodes === 0;
   let k = 1;
-  if (prefillTokens === 0) {
+  if (prefillTokens === 0 && !(decodeTurn && readyJob)) {
     k = Math.max(1, Math.min(MAX_MACRO_STEPS, w.stepsToNextFinish()));
     if (wake < Infinity) k = Math.max(1, Math.min(k, Math.floor((wake - sim.now) / 0.02)));
   }
   const dens = sim.cfg.model.attnDensity >= 1 ? 1 : sim.cfg.model.attnDensity;
-  const attn = w.decodeAttended() + decodeSeqs * dens * (k - 1) / 2;
-  const stepS = sim.cost.stepTime({ prefillTokens, prefillAttnPairs: pairs, decodeSeqs, decodeAttnTokens: attn });
+  const attn = stepDecodes === 0 ? 0 : w.decodeAttended() + decodeSeqs * dens * (k - 1) / 2;
+  const stepS = sim.cost.stepTime({ prefillTokens, prefillAttnPairs: pairs, decodeSeqs: stepDecodes, decodeAttnTokens: attn });
   w.busy = true;
-  w.macro = { start: sim.now, stepS, k, prefill: jobs, prefillTokens: toks, decode: decodeSeqs > 0, pairs, attn };
+  w.macro = { start: sim.now, stepS, k, prefill: jobs, prefillTokens: toks, decode: stepDecodes > 0, pairs, attn };
   w.version++;
   sim.q.push(sim.now + k * stepS, { t: "step", w, v: w.version });
   if (freed) retryWaiting(sim, w);
@@ -81,8 +96,9 @@ export function stepDone(sim: ClusterSim, w: SimWorker): void {
   const m = w.macro!;
   w.macro = null;
   // Stay busy while applying the step, so work that becomes ready here joins after it, not mid-way.
-  const D = w.batch;
-  w.steps += m.k;
+  // A prefill-only step of a worker that separates steps leaves its decodes where they were.
+  const D = m.decode ? w.batch : 0;
+  if (m.decode || w.batch === 0) w.steps += m.k;
   w.clock += m.k * m.stepS;
   let ptoks = 0;
   for (let i = 0; i < m.prefill.length; i++) {

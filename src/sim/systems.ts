@@ -7,7 +7,7 @@ import { LruPolicy, type RetentionPolicy } from "../../kv/retention.ts";
 import type { SessionTracker } from "../../kv/session-tracker.ts";
 import { LoadPlanner } from "../../planner/load-planner.ts";
 import { OnlinePlanner } from "../../planner/online-planner.ts";
-import type { OfflineProfile } from "../../planner/profile.ts";
+import { type OfflineProfile, profileSplitsSteps } from "../../planner/profile.ts";
 import { SlaProfilePlanner } from "../../planner/sla-profile-planner.ts";
 import { AGED_SHORT_FIRST, type PrefillOrderOptions } from "../../planner/prefill-order.ts";
 import type { Planner } from "../../planner/types.ts";
@@ -40,6 +40,12 @@ export interface SystemSpec {
   memoryWaitS?: number;
   /** How a worker orders its queued prefills (FCFS when absent, as vLLM and SGLang do by default). */
   prefillOrder?: PrefillOrderOptions;
+  /**
+   * Whether workers start mixing prefill chunks with decodes in one step (default "mixed", vLLM's
+   * chunked prefill) or run them as separate steps ("split", SGLang's default). Ours' planner may
+   * change it at run time.
+   */
+  stepMixing?: "mixed" | "split";
   /** Dynamo KV-router overlap_weight (baselines; default 1, Dynamo's default). */
   overlapWeight?: number;
   /** Stated parameters, for reports. */
@@ -106,11 +112,17 @@ export function baselineAgg(c: SystemContext): SystemSpec {
  */
 export function baselineAggTuned(c: SystemContext): SystemSpec {
   const s = baselineAgg(c);
+  // The operator reads the offline profile: mixed steps dearer than separate ones → an engine that
+  // does not mix them (SGLang's default), else chunked prefill mixed with decodes (vLLM's).
+  const split = profileSplitsSteps(c.profile);
   return {
-    ...s, name: "dynamo-agg-tuned", overlapWeight: 64, prefillOrder: AGED_SHORT_FIRST,
+    ...s, name: "dynamo-agg-tuned", overlapWeight: 64, prefillOrder: AGED_SHORT_FIRST, stepMixing: split ? "split" : "mixed",
     params: {
       ...s.params, router: "kv-aware overlap_weight=64 (tuned offline) temperature=0, decode KV reused",
       prefill_order: "short-first, aged 2000 tokens/s (ours, given to it too; SGLang's lpm policy is the nearest deployable setting)",
+      step_mixing: split
+        ? "separate prefill and decode steps (the offline profile prices mixed steps above separate ones)"
+        : "chunked prefill mixed with decodes (the offline profile prices mixed steps at most as separate ones)",
     },
   };
 }
@@ -128,6 +140,7 @@ export function evolving(c: SystemContext): SystemSpec {
       planner: "online (1 s tick, roles prefill/decode/mixed, hysteresis 10%, confirm 2 ticks, cooldown 15 s, ≤6.25% of workers flipped per tick)",
       router: "session affinity vs load, transfer vs recompute", retention: "agent-aware benefit/byte + host tier",
       decode_kv_reuse: true, workers: c.workers, initial_roles: "all mixed", prefill_order: "short-first, aged 2000 tokens/s",
+      step_mixing: "starts mixed; the planner separates prefill and decode steps when its fitted step model prices mixed steps 20% above separate ones",
     },
   };
 }
@@ -138,5 +151,5 @@ export function evolving(c: SystemContext): SystemSpec {
  */
 export function evolvingStatic(c: SystemContext): SystemSpec {
   const s = evolving(c);
-  return { ...s, name: "evolving-static", planner: null, params: { ...s.params, planner: "none (ablation: roles stay all mixed)" } };
+  return { ...s, name: "evolving-static", planner: null, params: { ...s.params, planner: "none (ablation: roles stay all mixed)", step_mixing: "always mixed (no planner)" } };
 }

@@ -70,6 +70,10 @@ export class SimWorker {
   activeBlocks = 0;
   prefillRate: number;
   decodeStepEwma = 0;
+  /** The last step was a prefill-only step of a worker separating prefill from decode steps. */
+  lastStepPrefillOnly = false;
+  /** Chunks started while separating steps (every SPLIT_PROBE_EVERY-th mixes; stepping.ts). */
+  splitProbe = 0;
   // Window counters for the planner snapshot.
   wPrefillTokens = 0;
   wPrefillBusy = 0;

@@ -85,10 +85,10 @@ test("OnlinePlanner.predictMix() puts prefill interference into mixed workers' I
   assert.ok(itlSplit < itlHeavy, `split ITL ${itlSplit} should beat all-mixed ${itlHeavy} under heavy prefill`);
 });
 
-test("OnlinePlanner.tick() splits off prefill workers when measured mixed steps cost extra, and stays all mixed when they do not", () => {
+test("OnlinePlanner.tick() with fixed step mixing splits off prefill workers when measured mixed steps cost extra, and stays all mixed when they do not", () => {
   const counts: Record<string, number> = {};
   for (const mixedS of [0, 0.1]) {
-    const planner = new OnlinePlanner();
+    const planner = new OnlinePlanner({ adaptStepMixing: false });
     const roles: Role[] = Array.from({ length: N }, () => "mixed");
     for (let t = 1; t <= 40; t++) {
       const s = snap(t, roles, { ...steady, uncachedPerS: 300_000 });
@@ -101,4 +101,27 @@ test("OnlinePlanner.tick() splits off prefill workers when measured mixed steps 
   }
   assert.equal(counts[0], 0, "no split without a mixed-step cost");
   assert.ok(counts[0.1] >= 2, `prefill workers with 100 ms mixed steps: ${counts[0.1]}`);
+});
+
+test("OnlinePlanner.tick() separates prefill and decode steps once two fits price mixed steps dearer, and never when they are not", () => {
+  for (const mixedS of [0, 0.1]) {
+    const planner = new OnlinePlanner();
+    const roles: Role[] = Array.from({ length: N }, () => "mixed");
+    const decisions: { t: number; split: boolean }[] = [];
+    for (let t = 1; t <= 30; t++) {
+      const s = snap(t, roles, { ...steady, uncachedPerS: 300_000 });
+      s.workers.forEach((w, i) => (w.steps = mixedWorkerSteps(mixedS, 48, t * 100 + i)));
+      const acts = planner.tick(s);
+      for (const a of acts) if (a.kind === "step-mixing") decisions.push({ t, split: a.split });
+      apply(roles, acts);
+    }
+    // Separating steps removes the mixed-step cost, so no worker needs to leave the mixed role for it.
+    assert.equal(roles.filter((r) => r !== "mixed").length, 0, roles.join(","));
+    if (mixedS === 0) assert.deepEqual(decisions, [], "mixing is free: keep mixed steps");
+    else {
+      assert.equal(decisions.length, 1, JSON.stringify(decisions));
+      assert.equal(decisions[0].split, true);
+      assert.ok(decisions[0].t >= 2, "one fit is not enough");
+    }
+  }
 });

@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { OnlineStepModel } from "../../planner/step-model.ts";
-import { mixedWorkerSteps, stepTime } from "./snapshots.ts";
+import { StepPricing } from "../../planner/step-pricing.ts";
+import { mixedWorkerSteps, snap, stepTime } from "./snapshots.ts";
 
 const truth = stepTime;
 const mixedPool = (mixedS: number, n = 3000, seed = 7) => mixedWorkerSteps(mixedS, n, seed);
@@ -42,4 +43,20 @@ test("OnlineStepModel waits for both kinds of step before fitting, and keeps onl
   assert.ok(Math.abs(m.fit()!.m - 0.1) < 0.01, "the old, decode-only samples have rolled out");
   m.add([{ prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: 0, decodeAttnTokens: 0, seconds: 1 }, { prefillTokens: 5, prefillAttnPairs: 5, decodeSeqs: 0, decodeAttnTokens: 0, seconds: 0 }]);
   assert.ok(m.size <= 4096, "empty and zero-time samples are ignored");
+});
+
+test("StepPricing.preferSplit() separates steps when the fit prices a mixed step above its two halves, with hysteresis", () => {
+  const priced = (mixedS: number) => {
+    const p = new StepPricing();
+    const workers = snap(1, ["mixed", "mixed", "mixed"], { uncachedPerS: 100_000, outputPerS: 10_000, backlog: 0, seqs: 200 }).workers;
+    p.learn(workers.map((w, i) => ({ ...w, steps: mixedWorkerSteps(mixedS, 400, 40 + i) })));
+    return p;
+  };
+  const dear = priced(0.1), free = priced(0);
+  assert.equal(dear.preferSplit(64, 8192, false), true, "100 ms per mixed step against a ~25 ms decode step");
+  assert.equal(free.preferSplit(64, 8192, false), false);
+  // Small chunks: a separate decode step doubles the steps, so even a worker already separating them goes back.
+  assert.equal(free.preferSplit(64, 1024, true), false);
+  assert.ok(dear.splitChunkStep(64, 8192) < dear.chunkStep(64, 8192));
+  assert.equal(new StepPricing().preferSplit(64, 8192, true), true, "no fit yet: keep the current choice");
 });

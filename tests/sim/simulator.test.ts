@@ -97,3 +97,40 @@ test("a simulated worker spends its chunk budget short-first when the system ord
   // FCFS: the short prompt waits for most of the long one's chunks; short-first: it goes next.
   assert.ok(fcfs > 5 * shortFirst, `short prompt TTFT ${fcfs} s FCFS vs ${shortFirst} s short-first`);
 });
+
+test("a simulated worker that separates prefill and decode steps skips the mixed-step cost and keeps decoding between chunks", () => {
+  // One worker with mixed steps 100 ms dearer: a sequence decodes 3000 tokens while a cold 100k-token prompt prefills.
+  const ids = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+  const trace = [
+    { timestamp: 0, input_length: 1024, output_length: 3000, hash_ids: ids(0, 2) },
+    { timestamp: 100, input_length: 100 * 1024, output_length: 2, hash_ids: ids(1000, 200) },
+  ].map((r) => JSON.stringify(r)).join("\n");
+  const hw = { ...GB300, mixedStepOverheadS: 0.1 };
+  const gpw = gpusPerWorker(KIMI_K2_6, hw);
+  const ctx = {
+    workers: 1, profile: profileSweep(new CostModel(KIMI_K2_6, hw, gpw)), initialSplit: { prefill: 0, decode: 1 },
+    ttftTargetS: 0.5, itlTargetS: 0.05, startupS: 0,
+  };
+  const run = (stepMixing: "mixed" | "split") => {
+    const r = new ClusterSim(parseMooncake(trace), { ...evolvingStatic(ctx), stepMixing }, {
+      model: KIMI_K2_6, hw, gpus: gpw, gpusPerWorker: gpw, drainS: 120, maxQueueS: 120, sampleS: 1, slo: { ttftS: 1, itlS: 0.05 },
+    }).run();
+    const decoding = r.outcomes.find((o) => o.output === 3000)!, cold = r.outcomes.find((o) => o.prompt === 100 * 1024)!;
+    assert.equal(decoding.rejected, null);
+    assert.equal(cold.rejected, null);
+    return { decodeE2e: decoding.e2e, coldTtft: cold.ttft };
+  };
+  const mixed = run("mixed"), split = run("split");
+  // 13 chunks of 8k: mixed, each pays 100 ms; split, each is followed by one decode step (~10 ms).
+  assert.ok(split.coldTtft < mixed.coldTtft - 0.5, `cold prompt TTFT mixed ${mixed.coldTtft} s, split ${split.coldTtft} s`);
+  assert.ok(split.decodeE2e < mixed.decodeE2e - 0.5, `decoding sequence E2E mixed ${mixed.decodeE2e} s, split ${split.decodeE2e} s`);
+  // The decodes are not starved: 3000 tokens at no more than about one chunk step each while the prompt prefills.
+  assert.ok(split.decodeE2e < 3000 * 0.05, `decoding sequence E2E ${split.decodeE2e} s`);
+});
+
+test("compare() lets the tuned baseline's offline profile choose separate steps only when mixed steps are dearer", () => {
+  for (const [mixedS, want] of [[0, /mixed with decodes/], [0.1, /separate prefill and decode steps/]] as const) {
+    const r = compare(small(3), { model: KIMI_K2_6, hw: { ...GB300, mixedStepOverheadS: mixedS }, gpus: 32, drainS: 60, baselines: ["dynamo-agg-tuned"] }, fakeClock);
+    assert.match(String(r.params["dynamo-agg-tuned"].step_mixing), want);
+  }
+});
