@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { BACKEND_NAMES, isBackendChoice } from "../backend/select.ts";
 import { BackendUnavailableError } from "../backend/types.ts";
 import { isKvRetention, KV_RETENTIONS } from "../engine/engine-sessions.ts";
-import type { PreemptionMode, WorkerRole } from "../engine/scheduler-types.ts";
+import { type PreemptionMode, STEP_MIXINGS, type StepMixing, type WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError } from "../model/config.ts";
 import { cliArgs, exitProcess, runtimeName } from "../runtime/env.ts";
 import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
@@ -37,6 +37,7 @@ const FLAGS = {
   "prefill-order": { kind: "string", help: "fcfs|short-first: which waiting prompt is admitted first (default short-first: least uncached work, aged 2000 tokens/s)" },
   "kv-retention": { kind: "string", help: "agent|lru: which cached KV goes first when memory runs short (default agent: keeps sessions waiting on a tool call; sessions come from prompt_cache_key or user)" },
   "reasoning-parser": { kind: "string", help: "think|none: return chat answers' <think>…</think> text as reasoning_content (default none: output as generated)" },
+  "step-mixing": { kind: "string", help: "auto|mixed|split: prefill chunks and decodes in one step, in separate alternating steps, or as the engine's online step model prices cheaper (default mixed)" },
   "swap-space-blocks": { kind: "int", min: 0, help: "host swap space in KV blocks for --preemption swap (default: the KV pool's size)" },
   "max-body-bytes": { kind: "int", min: 1024, help: "largest request body (default 2 MiB)" },
   "step-log": { kind: "string", help: "write each engine step's shape and time as JSONL (input of: deno task sim --calibrate FILE)" },
@@ -61,6 +62,8 @@ async function main(): Promise<void> {
   if (!isKvRetention(kvRetention)) throw new ArgsError(`Unknown KV retention "${kvRetention}"; choose ${KV_RETENTIONS.join(" or ")}`);
   const reasoningParser = f["reasoning-parser"] ?? "none";
   if (!isReasoningParser(reasoningParser)) throw new ArgsError(`Unknown reasoning parser "${reasoningParser}"; choose ${REASONING_PARSERS.join(" or ")}`);
+  const stepMixing = f["step-mixing"] ?? "mixed";
+  if (stepMixing !== "auto" && !STEP_MIXINGS.includes(stepMixing as StepMixing)) throw new ArgsError(`Unknown step mixing "${stepMixing}"; choose auto, ${STEP_MIXINGS.join(" or ")}`);
   if (f["swap-space-blocks"] !== undefined && preemption !== "swap") throw new ArgsError(`Flag --swap-space-blocks ${f["swap-space-blocks"]} needs --preemption swap`);
   const s = await startServer({
     modelPath: f.model ?? DEFAULT_MODEL,
@@ -79,6 +82,7 @@ async function main(): Promise<void> {
     preemption: preemption as PreemptionMode,
     swapSpaceBlocks: f["swap-space-blocks"],
     prefillOrder: order === "fcfs" ? FCFS : AGED_SHORT_FIRST,
+    stepMixing: stepMixing as StepMixing | "auto",
     kvRetention,
     reasoningParser,
     maxBodyBytes: f["max-body-bytes"],
@@ -89,7 +93,7 @@ async function main(): Promise<void> {
     ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
     : `; reasoning parser ${reasoningParser} (<think>/</think> are not single tokens: KV of reasoning not typed)`;
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${st.kvTotalBlocks} blocks (${kvRetention} retention)${reasoning}, max model len ${s.engine.maxModelLen}; ` +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${st.kvTotalBlocks} blocks (${kvRetention} retention)${reasoning}, step mixing ${stepMixing}, max model len ${s.engine.maxModelLen}; ` +
       `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,
   );
 }

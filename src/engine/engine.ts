@@ -17,6 +17,7 @@ import { Scheduler } from "./scheduler.ts";
 import { poolBlockManager } from "./scheduler-kv-adapter.ts";
 import type { SchedulerConfig, SchedulerStats, StepPlan } from "./scheduler-types.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
+import { AutoStepMixing, type AutoStepMixingOptions } from "./step-mixing-auto.ts";
 import { type StepRecord, stepShapeOf } from "./step-record.ts";
 
 /** How to build an engine. */
@@ -34,6 +35,8 @@ export interface EngineOptions {
   workerId?: string;
   /** Called after every forward step with its shape and measured time (the simulator's step-log format). */
   onStep?: (record: StepRecord) => void;
+  /** Re-decide `scheduler.stepMixing` online from the measured steps (step-mixing-auto.ts; default off). */
+  autoStepMixing?: boolean | AutoStepMixingOptions;
   /**
    * Which cached KV blocks go first when memory runs short: "agent" (default; expected benefit per
    * byte, keeping sessions that wait on a tool call — kv/agent-retention.ts, the simulator's policy)
@@ -83,6 +86,7 @@ export class Engine {
   private loopDone: Promise<void> | undefined;
   private stopped = false;
   private readonly turns: EngineSessions | undefined;
+  private readonly mixing: AutoStepMixing | undefined;
 
   constructor(private readonly opts: EngineOptions) {
     this.now = opts.now ?? (() => performance.now());
@@ -96,6 +100,8 @@ export class Engine {
     });
     if (opts.scheduler?.preemption === "swap" && !r.swap) throw new RangeError(`Preemption mode "swap" needs a runner that can copy KV to host memory`);
     this.scheduler = new Scheduler(poolBlockManager(this.pool), opts.scheduler, () => this.now() / 1000);
+    const auto = opts.autoStepMixing;
+    if (auto) this.mixing = new AutoStepMixing(this.scheduler.stepMixing, this.scheduler.config.maxBatchTokens, auto === true ? {} : auto);
     const poolTokens = (r.numBlocks - this.scheduler.config.watermarkBlocks) * r.blockSize;
     this.maxModelLen = Math.min(opts.maxModelLen ?? opts.config.contextLength, opts.config.contextLength, poolTokens);
     this.maxWaiting = opts.maxWaiting ?? 1024;
@@ -213,7 +219,11 @@ export class Engine {
         await this.swapKv(plan);
         const t0 = this.now();
         sampled = await this.opts.runner.run(plan.entries, rows);
-        this.opts.onStep?.({ ...stepShapeOf(plan.entries), seconds: (this.now() - t0) / 1000 });
+        if (this.opts.onStep || this.mixing) {
+          const record = { ...stepShapeOf(plan.entries), seconds: (this.now() - t0) / 1000 };
+          this.opts.onStep?.(record);
+          if (this.mixing) this.scheduler.stepMixing = this.mixing.observe(record);
+        }
       } catch (e) {
         error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
         this.metrics.stepErrors++;

@@ -14,6 +14,16 @@ export type WorkerRole = "mixed" | "prefill" | "decode";
  */
 export type PreemptionMode = "recompute" | "swap";
 
+/**
+ * How a step that could carry both prefill chunks and decodes runs: as one mixed step (vLLM's
+ * chunked prefill) or as separate steps (SGLang without --enable-mixed-chunk): a prefill-only step,
+ * then a decode-only one, alternating, with every 16th chunk still mixed as a probe.
+ */
+export type StepMixing = "mixed" | "split";
+
+/** The step-mixing modes, for flag checks. */
+export const STEP_MIXINGS: readonly StepMixing[] = ["mixed", "split"];
+
 /** Scheduler limits. */
 export interface SchedulerConfig {
   /** Token budget of one step (prefill chunks plus decode tokens). */
@@ -43,6 +53,8 @@ export interface SchedulerConfig {
    * retention once their turn ends). Undefined: generated blocks are typed "output" only.
    */
   reasoningTokens?: ReasoningTokens;
+  /** Mixed prefill-and-decode steps ("mixed", the default) or separate ones ("split"); see {@link StepMixing}. */
+  stepMixing?: StepMixing;
 }
 
 /** Defaults close to vLLM's for a small model. */

@@ -4,7 +4,9 @@
  * running sequence when KV runs out (by recompute, or by swap to host memory while the swap space
  * has room), then admission of waiting sequences while budget and free blocks last: FCFS, or least
  * uncached work first (config.prefillOrder).
- * Prefix-cache hits at admission skip their tokens. Pure CPU logic.
+ * Prefix-cache hits at admission skip their tokens. With config.stepMixing "split", prefill chunks
+ * and decodes take turns in separate steps instead of sharing one (every 16th chunk still mixes).
+ * Pure CPU logic.
  */
 import { prefillOrder } from "../../planner/prefill-order.ts";
 import type { KvBlockManager } from "./scheduler-kv.ts";
@@ -14,9 +16,11 @@ import {
   type SchedulerConfig,
   type SchedulerStats,
   type StepEntry,
+  type StepMixing,
   type StepPlan,
   type SwapOp,
 } from "./scheduler-types.ts";
+import { StepMixer, type StepWork } from "./scheduler-mixing.ts";
 import { SwapSpace } from "./scheduler-swap.ts";
 import { type FinishReason, Sequence, type SequenceHints } from "./sequence.ts";
 
@@ -36,6 +40,7 @@ export class Scheduler {
   private readonly swap: SwapSpace;
   /** When each live sequence was first queued (s on `clock`; kept across preemption), for aging. */
   private readonly queuedAt = new Map<Sequence, number>();
+  private readonly mixer: StepMixer;
 
   /** `clock` (seconds) only ages waiting sequences under config.prefillOrder; FCFS never reads it. */
   constructor(private readonly kv: KvBlockManager, config: Partial<SchedulerConfig> = {}, private readonly clock: () => number = () => 0) {
@@ -43,6 +48,16 @@ export class Scheduler {
     const mode = this.config.preemption;
     if (mode !== "recompute" && mode !== "swap") throw new RangeError(`Unknown preemption mode "${mode}"; choose recompute or swap`);
     this.swap = new SwapSpace(mode === "swap" ? this.config.swapSpaceBlocks ?? kv.totalBlocks : 0, kv.blockSize);
+    this.mixer = new StepMixer(this.config.stepMixing ?? "mixed");
+  }
+
+  /** The current step mixing: config.stepMixing until set (an engine deciding online sets it between steps). */
+  get stepMixing(): StepMixing {
+    return this.mixer.mode;
+  }
+
+  set stepMixing(mixing: StepMixing) {
+    this.mixer.mode = mixing;
   }
 
   /** Queues a request. Throws SchedulerCapacityError when its prompt cannot fit the pool at all. */
@@ -72,6 +87,17 @@ export class Scheduler {
   /** Plans the next step. Only one step may be in flight: call `commit` before planning again. */
   schedule(): StepPlan {
     if (this.inFlight) throw new Error(`Step ${this.inFlight.step} is still in flight`);
+    const plan = this.mixer.next(() => this.running.some((s) => !s.inPrefill), (work) => this.plan(work));
+    plan.step = this.stepNo++;
+    if (plan.entries.length > 0) this.inFlight = plan;
+    return plan;
+  }
+
+  /**
+   * Running sequences first (those `work` takes), preempting the newest when KV runs out, then
+   * admission (unless decodes only). A plan with nothing in it has changed nothing but admission probes.
+   */
+  private plan(work: StepWork): StepPlan {
     const bs = this.kv.blockSize;
     let budget = this.config.maxBatchTokens;
     const entries: StepEntry[] = [];
@@ -91,6 +117,7 @@ export class Scheduler {
 
     for (let i = 0; i < this.running.length && budget > 0; i++) {
       const seq = this.running[i];
+      if (work !== "all" && seq.inPrefill !== (work === "prefill")) continue;
       const n = Math.min(seq.numPending, budget);
       const extra = Math.ceil((seq.numComputed + n) / bs) - seq.blockTable.length;
       let got = extra > 0 ? this.kv.allocate(extra) : [];
@@ -112,12 +139,10 @@ export class Scheduler {
       add(seq, n);
     }
 
-    if (preempted.length === 0) this.admit(() => budget, (seq, n) => add(seq, n), swapIn);
+    if (preempted.length === 0 && work !== "decode") this.admit(() => budget, (seq, n) => add(seq, n), swapIn);
 
     const numTokens = entries.reduce((a, e) => a + e.tokens.length, 0);
-    const plan: StepPlan = { step: this.stepNo++, entries, numTokens, numPrefillTokens: prefill, numDecodeTokens: numTokens - prefill, preempted, truncated, swapOut, swapIn };
-    if (entries.length > 0) this.inFlight = plan;
-    return plan;
+    return { step: -1, entries, numTokens, numPrefillTokens: prefill, numDecodeTokens: numTokens - prefill, preempted, truncated, swapOut, swapIn };
   }
 
   /** Indices of `waiting` in admission order (queue order unless config.prefillOrder says otherwise). */

@@ -49,6 +49,9 @@ export function renderMetrics(engine: Engine, modelName: string): string {
     metric("evolving:kv_sessions", "gauge", "Sessions the agent-aware KV retention tracks, by status (waiting-tool: the last answer called a tool).",
       Object.entries(sessions).map(([st, n]) => `evolving:kv_sessions{${label},status="${st}"} ${n}`));
   }
+  const mixing = engine.scheduler.stepMixing;
+  metric("evolving:step_mixing", "gauge", "How steps run prefill chunks and decodes: together (mixed) or as separate steps (split); 1 = current mode.",
+    ["mixed", "split"].map((mode) => `evolving:step_mixing{${label},mode="${mode}"} ${mode === mixing ? 1 : 0}`));
   hist("vllm:time_to_first_token_seconds", "Time to first token.", m.ttft);
   hist("vllm:inter_token_latency_seconds", "Time between consecutive output tokens.", m.itl);
   hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.", m.e2e);

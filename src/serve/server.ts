@@ -8,7 +8,7 @@ import type { Engine } from "../engine/engine.ts";
 import type { KvRetention } from "../engine/engine-sessions.ts";
 import { createEngine } from "../engine/engine-factory.ts";
 import { kvBytesPerBlock } from "../engine/kv-cache.ts";
-import type { PreemptionMode, WorkerRole } from "../engine/scheduler-types.ts";
+import type { PreemptionMode, StepMixing, WorkerRole } from "../engine/scheduler-types.ts";
 import type { ReasoningTokens } from "../engine/reasoning-spans.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import type { LoadedModel } from "../model/config.ts";
@@ -41,6 +41,11 @@ export interface ServerOptions {
   preemption?: PreemptionMode;
   /** Host swap space in KV blocks (swap mode; default: as many as the device pool). */
   swapSpaceBlocks?: number;
+  /**
+   * Prefill chunks and decodes in one mixed step ("mixed", the default), in separate alternating
+   * steps ("split"), or whichever the engine's online step model prices cheaper ("auto", from mixed).
+   */
+  stepMixing?: StepMixing | "auto";
   /** Admission order of waiting prompts (default: short-first, aged 2000 tokens/s, as in the simulator). */
   prefillOrder?: PrefillOrderOptions;
   /** Which cached KV goes first under memory pressure (default "agent"). */
@@ -90,12 +95,14 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     maxModelLen: o.maxModelLen,
     maxWaiting: o.maxWaiting,
     kvRetention: o.kvRetention,
+    ...(o.stepMixing === "auto" ? { autoStepMixing: true } : {}),
     scheduler: {
       ...(o.maxBatchTokens ? { maxBatchTokens: o.maxBatchTokens } : {}),
       ...(o.maxNumSeqs ? { maxRunning: o.maxNumSeqs } : {}),
       ...(o.role ? { role: o.role } : {}),
       ...(o.preemption ? { preemption: o.preemption } : {}),
       ...(o.swapSpaceBlocks !== undefined ? { swapSpaceBlocks: o.swapSpaceBlocks } : {}),
+      ...(o.stepMixing && o.stepMixing !== "auto" ? { stepMixing: o.stepMixing } : {}),
       prefillOrder: o.prefillOrder ?? AGED_SHORT_FIRST,
       ...(reasoningTokens ? { reasoningTokens } : {}),
     },
