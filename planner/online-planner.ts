@@ -146,8 +146,8 @@ export class OnlinePlanner implements Planner {
     const tChunk = this.chunkStepS > 0 ? this.chunkStepS : a + this.o.mixedChunkTokens / rateM;
     const share = p === 0 ? 1 : dc === 0 ? 0 : (mix.mixed + this.localShare * mix.decode) / dc;
     const capP = p * rateP, capM = dc * rateM;
-    // The backlog drains on the workers that take prompts: decode workers only take their local share.
-    // Prefill workers drain only what decode workers send them: mixed workers prefill their own prompts.
+    // The backlog drains on the workers that take prompts: decode workers only take their local share,
+    // and prefill workers only what decode workers send them (mixed workers prefill their own prompts).
     const drain = backlog / Math.max(1e-9, (share < 1 ? capP : 0) + share * capM);
     const ttft = drain + Math.max(
       p > 0 ? this.queueTtft(this.demand * (1 - share), capP, meanUncached / rateP) : 0,
@@ -235,8 +235,8 @@ export class OnlinePlanner implements Planner {
       if (c < bestCost - 1e-12) { best = mix; bestCost = c; }
     }
     const actions: PlannerAction[] = [...stepActions, ...this.adaptThreshold(cur, backlog, seqs, meanUncached)];
-    // No role flips while workers report steps but the step model has not had two fits (the rates and
-    // the fit of the first seconds misprice mixed steps: with 100 ms mixed steps the planner flipped two
+    // No role flips while workers report steps but the step model has no fit yet, or (adapting step
+    // mixing) fewer than two fits (the rates and the fit of the first seconds misprice mixed steps: with 100 ms mixed steps the planner flipped two
     // workers to prefill 3 s into a simulated coding run, where none were needed), nor while workers
     // are about to change step mixing (a flip would be priced for steps they do not run yet).
     const measured = this.o.stepModel && live.some((w) => w.steps !== undefined && w.steps.length > 0);

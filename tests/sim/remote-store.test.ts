@@ -17,7 +17,8 @@ test("compare() with a remote store serves spilled prefixes from it and says so 
   const without = compare(w, opts, clock);
   const withStore = compare(w, { ...opts, remoteStoreBytes: 500e12 }, clock);
   const a = without.systems.evolving, b = withStore.systems.evolving;
-  assert.equal(a.offered, b.offered);
+  // Same sessions; in the closed loop a faster turn can bring its session's next turn inside the window.
+  assert.ok(Math.abs(a.offered - b.offered) <= 0.02 * a.offered, `offered without ${a.offered}, with the store ${b.offered}`);
   assert.ok(b.kv_hit_rate > a.kv_hit_rate + 0.03, `hit rate without ${a.kv_hit_rate}, with the store ${b.kv_hit_rate}`);
   assert.ok(withStore.baseline_variants["dynamo-agg"].kv_hit_rate >= without.baseline_variants["dynamo-agg"].kv_hit_rate, "the baseline gets the store too");
   assert.match(withStore.assumptions[0], /remote KV store of 500\.0 TB/);
