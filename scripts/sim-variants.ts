@@ -11,6 +11,8 @@
  *   -swX             ours' router stall weight X
  *   -mwX             ours' router memoryWaitS X (s per turn waiting for KV memory there)
  *   -static          ours without the role planner
+ *   -noflip          ours' planner never flips roles (it still adapts step mixing and the local-prefill threshold)
+ *   -nomix           ours' planner never separates prefill and decode steps (before session 5)
  *   -nosm            ours' planner prices steps from per-role rates, not the online step model (before session 4)
  *   -splitP          ours without the planner, P prefill workers and the rest decode workers
  * Environment: SEED=N picks the workload seed (default 1); MIXED_MS=X adds X ms to every mixed prefill+decode step; KV_REPLICATED=1 replicates
@@ -42,6 +44,8 @@ function specOf(name: string): SystemSpec {
     else if ((x = /^sw([\d.]+)$/.exec(m))) s = { ...s, stallWeight: Number(x[1]) };
     else if ((x = /^mw([\d.]+)$/.exec(m))) s = { ...s, memoryWaitS: Number(x[1]) };
     else if (m === "static") s = { ...s, planner: null };
+    else if (m === "noflip") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, cooldownS: Infinity }) };
+    else if (m === "nomix") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, adaptStepMixing: false }) };
     else if (m === "nosm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, stepModel: false }) };
     else if ((x = /^split(\d+)$/.exec(m))) s = { ...s, planner: null, initialPrefill: Number(x[1]), initialRole: Number(x[1]) === 0 ? "mixed" : "decode" };
     else throw new Error(`Unknown variant suffix "${m}" in "${name}"`);
