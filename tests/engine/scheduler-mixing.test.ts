@@ -2,25 +2,11 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { test } from "../harness.ts";
-import { BlockPool } from "../../kv/index.ts";
-import { Scheduler } from "../../src/engine/scheduler.ts";
 import { SPLIT_PROBE_EVERY } from "../../src/engine/scheduler-mixing.ts";
-import { poolBlockManager } from "../../src/engine/scheduler-kv-adapter.ts";
+import { BlockPool } from "../../kv/index.ts";
+import { fakeSample, make, range } from "./scheduler-fixtures.ts";
 import type { SchedulerConfig, StepPlan } from "../../src/engine/scheduler-types.ts";
 import type { Sequence } from "../../src/engine/sequence.ts";
-
-function make(numBlocks: number, blockSize: number, cfg: Partial<SchedulerConfig> = {}) {
-  const pool = new BlockPool({ numBlocks, blockSize, clock: () => 0 });
-  return { pool, sched: new Scheduler(poolBlockManager(pool), { watermarkBlocks: 0, ...cfg }) };
-}
-
-const range = (n: number, from = 0) => Array.from({ length: n }, (_, i) => from + i);
-
-function fakeSample(plan: StepPlan): Map<number, number> {
-  const m = new Map<number, number>();
-  for (const e of plan.entries) if (e.sample) m.set(e.seqId, (e.seqId * 31 + e.startPos + e.tokens.length) % 97);
-  return m;
-}
 
 interface Req { at: number; prompt: number[]; out: number }
 

@@ -1,24 +1,11 @@
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { test } from "../harness.ts";
-import { BlockPool } from "../../kv/index.ts";
 import { Scheduler } from "../../src/engine/scheduler.ts";
+import { BlockPool } from "../../kv/index.ts";
 import { poolBlockManager } from "../../src/engine/scheduler-kv-adapter.ts";
+import { fakeSample, make, range } from "./scheduler-fixtures.ts";
 import type { SchedulerConfig, StepPlan } from "../../src/engine/scheduler-types.ts";
-
-function make(numBlocks: number, blockSize: number, cfg: Partial<SchedulerConfig> = {}) {
-  const pool = new BlockPool({ numBlocks, blockSize, clock: () => 0 });
-  return { pool, sched: new Scheduler(poolBlockManager(pool), { watermarkBlocks: 0, ...cfg }) };
-}
-
-const range = (n: number, from = 0) => Array.from({ length: n }, (_, i) => from + i);
-
-/** Fake forward: the sampled token is a function of the sequence and position, like a deterministic model. */
-function fakeSample(plan: StepPlan): Map<number, number> {
-  const m = new Map<number, number>();
-  for (const e of plan.entries) if (e.sample) m.set(e.seqId, (e.seqId * 31 + e.startPos + e.tokens.length) % 97);
-  return m;
-}
 
 /** Runs steps until idle, finishing each sequence after `maxTokens[id]` outputs; returns the plans. */
 function drain(sched: Scheduler, maxTokens: Map<number, number>, limit = 1000): StepPlan[] {
