@@ -8,6 +8,7 @@
  */
 import { allMixes, chooseFlips, countRoles, flipsBetween, moveDirection, type RoleMix } from "./role-mix.ts";
 import type { StepCoefficients } from "./step-model.ts";
+import { RateEstimates } from "./rate-estimates.ts";
 import { StepMixingChoice, StepPricing } from "./step-pricing.ts";
 import type { MetricsSnapshot, Planner, PlannerAction, WorkerSnapshot } from "./types.ts";
 
@@ -63,21 +64,11 @@ export class OnlinePlanner implements Planner {
   readonly name = "online";
   readonly intervalS: number;
   private readonly o: Required<OnlinePlannerOptions>;
-  private prefillRate = 0; // tokens/s of a prefill worker while prefilling
-  private mixedRate = 0; // tokens/s of a pool worker over its steps that carry a prefill chunk
-  private chunkStepS = 0; // mean length of a pool worker's chunk-carrying step
-  private stepA = 0.01; // decode step ≈ stepA + stepB·batch, refit every tick
-  private stepB = 0.0001;
-  // Exponentially weighted sums for the least-squares fit of step time on batch.
-  private fit = { n: 0, x: 0, y: 0, xx: 0, xy: 0 };
-  private demand = 0; // uncached prefill tokens/s arriving
-  private decodeDemand = 0; // output tokens/s arriving
-  private localShare = 0; // fraction of prefill tokens decode workers compute themselves while prefill workers exist
   private pending: { dir: string; ticks: number } | null = null;
   private readonly lastFlip = new Map<string, number>();
   private threshold: number;
   private readonly steps = new StepPricing();
-  private meanOutput = 0; // mean output tokens per arriving request (EWMA)
+  private readonly rates: RateEstimates;
   private readonly mixing = new StepMixingChoice();
 
   /** Creates the planner with the given knobs. */
@@ -89,14 +80,15 @@ export class OnlinePlanner implements Planner {
       prefillChunkTokens: 16384, adaptStepMixing: true, ...opts,
     };
     this.intervalS = this.o.intervalS;
+    this.rates = new RateEstimates(this.o.mixedChunkTokens);
     this.threshold = this.o.initialLocalPrefill;
   }
 
   /** Online estimates, for logs and tests. */
   estimates(): { prefillRate: number; mixedRate: number; chunkStepS: number; demand: number; decodeDemand: number; stepA: number; stepB: number } {
     return {
-      prefillRate: this.prefillRate, mixedRate: this.mixedRate, chunkStepS: this.chunkStepS, demand: this.demand,
-      decodeDemand: this.decodeDemand, stepA: this.stepA, stepB: this.stepB,
+      prefillRate: this.rates.prefillRate, mixedRate: this.rates.mixedRate, chunkStepS: this.rates.chunkStepS, demand: this.rates.demand,
+      decodeDemand: this.rates.decodeDemand, stepA: this.rates.stepA, stepB: this.rates.stepB,
     };
   }
 
@@ -140,22 +132,22 @@ export class OnlinePlanner implements Planner {
     // Splits are priced with the step mixing the fit prefers, even before workers switch to it.
     const chunkStep = (b: number) => this.mixing.wanted ? sm!.splitChunkStep(b, this.o.mixedChunkTokens) : sm!.chunkStep(b, this.o.mixedChunkTokens);
     const decodeStep = (b: number) => sm!.decodeStep(b);
-    const rateP = sm ? this.o.prefillChunkTokens / sm.prefillStep(this.o.prefillChunkTokens) : Math.max(1, this.prefillRate || this.mixedRate);
-    const rateM = sm ? Math.max(1, this.o.mixedChunkTokens - held) / chunkStep(held) : Math.max(1, this.mixedRate || this.prefillRate);
-    const a = this.stepA, B = this.stepB;
-    const tChunk = this.chunkStepS > 0 ? this.chunkStepS : a + this.o.mixedChunkTokens / rateM;
-    const share = p === 0 ? 1 : dc === 0 ? 0 : (mix.mixed + this.localShare * mix.decode) / dc;
+    const rateP = sm ? this.o.prefillChunkTokens / sm.prefillStep(this.o.prefillChunkTokens) : Math.max(1, this.rates.prefillRate || this.rates.mixedRate);
+    const rateM = sm ? Math.max(1, this.o.mixedChunkTokens - held) / chunkStep(held) : Math.max(1, this.rates.mixedRate || this.rates.prefillRate);
+    const a = this.rates.stepA, B = this.rates.stepB;
+    const tChunk = this.rates.chunkStepS > 0 ? this.rates.chunkStepS : a + this.o.mixedChunkTokens / rateM;
+    const share = p === 0 ? 1 : dc === 0 ? 0 : (mix.mixed + this.rates.localShare * mix.decode) / dc;
     const capP = p * rateP, capM = dc * rateM;
     // The backlog drains on the workers that take prompts: decode workers only take their local share,
     // and prefill workers only what decode workers send them (mixed workers prefill their own prompts).
     const drain = backlog / Math.max(1e-9, (share < 1 ? capP : 0) + share * capM);
     const ttft = drain + Math.max(
-      p > 0 ? this.queueTtft(this.demand * (1 - share), capP, meanUncached / rateP) : 0,
-      share > 0 ? this.queueTtft(this.demand * share, capM, meanUncached / rateM) : 0,
+      p > 0 ? this.queueTtft(this.rates.demand * (1 - share), capP, meanUncached / rateP) : 0,
+      share > 0 ? this.queueTtft(this.rates.demand * share, capM, meanUncached / rateM) : 0,
     );
     if (dc <= 0) return [ttft, 1e3];
-    const lambda = Math.max(this.decodeDemand, 0) / dc; // output tokens/s per pool worker
-    const rho = Math.min(0.99, (this.demand * share) / Math.max(1e-9, capM));
+    const lambda = Math.max(this.rates.decodeDemand, 0) / dc; // output tokens/s per pool worker
+    const rho = Math.min(0.99, (this.rates.demand * share) / Math.max(1e-9, capM));
     // Fixed point of ITL = 1 / (ρ/tChunk + (1−ρ)/(a + B·λ·ITL)), batch at least what is held now.
     let itl = a;
     for (let i = 0; i < 30; i++) {
@@ -213,7 +205,7 @@ export class OnlinePlanner implements Planner {
       // With the step model: also the mean end-to-end latency (half the P95 TTFT as the mean wait,
       // plus the mean output at the predicted ITL) against what the two SLOs allow, so a split that
       // buys TTFT with ITL on long outputs is seen for what it costs.
-      const osl = Math.max(1, this.meanOutput);
+      const osl = Math.max(1, this.rates.meanOutput);
       const re = (0.5 * t + osl * i) / (this.o.ttftTargetS + osl * this.o.itlTargetS);
       return Math.max(rt, ri, re) + 0.5 * (rt + ri + re);
     };
@@ -271,56 +263,6 @@ export class OnlinePlanner implements Planner {
 
   private learn(s: MetricsSnapshot, live: WorkerSnapshot[]): void {
     if (this.o.stepModel) this.steps.learn(live);
-    let tok = 0, busy = 0, tokM = 0, busyM = 0, stepsM = 0, local = 0;
-    for (const w of live) {
-      if (w.role === "prefill") { tok += w.prefillTokens; busy += w.prefillBusyS; continue; }
-      tokM += w.prefillTokens; busyM += w.prefillBusyS; stepsM += w.prefillSteps ?? 0;
-      if (w.role === "decode") local += w.prefillTokens;
-    }
-    if (busy > 1e-6) {
-      const r = tok / busy;
-      this.prefillRate = this.prefillRate === 0 ? r : 0.8 * this.prefillRate + 0.2 * r;
-      this.localShare = 0.8 * this.localShare + 0.2 * (local / Math.max(1e-9, local + tok));
-    }
-    // Chunk steps carrying only a short prompt measure step overhead, not capacity: learn the pool's
-    // prefill rate from windows whose chunk steps were at least half full (or whose step count is unknown).
-    if (busyM > 1e-6) {
-      const full = stepsM === 0 || tokM / stepsM >= this.o.mixedChunkTokens / 2;
-      if (full) {
-        const r = tokM / busyM;
-        this.mixedRate = this.mixedRate === 0 ? r : 0.8 * this.mixedRate + 0.2 * r;
-      } else if (this.mixedRate === 0) {
-        this.mixedRate = tokM / busyM; // a lower bound until a full window arrives
-      }
-      if (stepsM > 0) {
-        const t = busyM / stepsM;
-        this.chunkStepS = this.chunkStepS === 0 ? t : 0.8 * this.chunkStepS + 0.2 * t;
-      }
-    }
-    const d = s.arrivedUncachedTokens / Math.max(1e-9, s.windowS);
-    // React fast to bursts, decay slower: bursts matter most for P95 TTFT.
-    this.demand = d > this.demand ? 0.6 * d + 0.4 * this.demand : 0.8 * this.demand + 0.2 * d;
-    const o = s.arrivedOutputTokens / Math.max(1e-9, s.windowS);
-    this.decodeDemand = o > this.decodeDemand ? 0.6 * o + 0.4 * this.decodeDemand : 0.8 * this.decodeDemand + 0.2 * o;
-    if (s.arrivals > 0) {
-      const m = s.arrivedOutputTokens / s.arrivals;
-      this.meanOutput = this.meanOutput === 0 ? m : 0.9 * this.meanOutput + 0.1 * m;
-    }
-    // Online least-squares fit of step time on batch (forgetting factor 0.95 per tick).
-    const f = this.fit;
-    f.n *= 0.95; f.x *= 0.95; f.y *= 0.95; f.xx *= 0.95; f.xy *= 0.95;
-    for (const w of live) {
-      if (w.decodeBusyS <= 0 || w.meanDecodeBatch <= 0) continue;
-      const x = w.meanDecodeBatch, y = w.decodeStepS;
-      f.n += 1; f.x += x; f.y += y; f.xx += x * x; f.xy += x * y;
-    }
-    const det = f.n * f.xx - f.x * f.x;
-    if (f.n > 2 && det > 1e-9 * f.n * f.n) {
-      const b = (f.n * f.xy - f.x * f.y) / det;
-      this.stepB = Math.max(0, b);
-      this.stepA = Math.max(1e-4, (f.y - this.stepB * f.x) / f.n);
-    } else if (f.n > 0) {
-      this.stepA = Math.max(1e-4, f.y / f.n - this.stepB * (f.x / f.n));
-    }
+    this.rates.learn(s, live);
   }
 }
