@@ -164,6 +164,16 @@ export class AgentAwarePolicy implements RetentionPolicy {
     return this.evict(now);
   }
 
+  /**
+   * Makes the next eviction rank every session afresh, for a caller that changes a session's status
+   * after its blocks became evictable (the engine hears of a tool call only once the server has parsed
+   * the answer, after the blocks were released as an idle session's): until the next periodic
+   * re-ranking (`rerankS`), the session would otherwise keep the score it was released with.
+   */
+  rerank(): void {
+    this.rankedAt = -Infinity;
+  }
+
   /** Expected benefit per byte of keeping session `key`'s deepest block, as of `now`. */
   score(key: string, now: number): number {
     const g = this.groups.get(key);

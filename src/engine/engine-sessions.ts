@@ -4,7 +4,7 @@
  * and the session of a request that names none, inferred from its prompt's cached prefix.
  * The policy and tracker are the simulator's, from kv/, unchanged.
  */
-import { AgentAwarePolicy, type BlockMeta, type RetentionPolicy, SessionTracker } from "../../kv/index.ts";
+import { AgentAwarePolicy, type BlockMeta, SessionTracker } from "../../kv/index.ts";
 
 /** KV retention policies an engine can run. */
 export type KvRetention = "agent" | "lru";
@@ -44,7 +44,7 @@ export function inferSessionId(metas: readonly (BlockMeta | undefined)[], reques
 /** Session turns of one engine, for {@link AgentAwarePolicy}. Times are seconds. */
 export class EngineSessions {
   readonly tracker = new SessionTracker();
-  readonly policy: RetentionPolicy = new AgentAwarePolicy(this.tracker);
+  readonly policy = new AgentAwarePolicy(this.tracker);
   private lastPrune = -Infinity;
 
   /** Sessions that are not running are forgotten after `ttlS` seconds of quiet. */
@@ -70,5 +70,8 @@ export class EngineSessions {
   /** Its answer called `tool`: its KV is worth keeping until the predicted return. */
   waitsOnTool(sessionId: string, tool: string, now: number): void {
     this.tracker.turnEnded(sessionId, now, tool);
+    // Its blocks were released while it was idle (the server parses the call afterwards): the policy
+    // ranked them as a session that just went idle, the cheapest there is. Rank again before evicting.
+    this.policy.rerank();
   }
 }
