@@ -1,0 +1,165 @@
+/**
+ * Agent-aware vs LRU KV retention in the real server. Starts `serve` (reference backend, a KV pool
+ * too small for every session) with a scripted agent model (scripts/bench-agent-kv/agent-model.ts)
+ * and plays a seeded workload through the `openai` client: agent sessions in tool loops, each answer
+ * calling a fast tool (back in under a second) or a slow one (tens of seconds), and one-shot chats.
+ * Each repeat runs `--kv-retention agent` and `lru` on fresh servers, same workload; medians over
+ * repeats. Figures and workload: docs/results/bench-agent-kv.md.
+ *
+ *   npx tsx scripts/bench-agent-kv.ts --repeats 3 --json tmp/akv-result.json
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { distribution } from "./bench-serve/report.ts";
+import { agentModel } from "./bench-agent-kv/agent-model.ts";
+import { runOnce, type RunResult, type TurnRecord } from "./bench-agent-kv/run.ts";
+import { buildWorkload, WORKLOAD_DEFAULTS, type WorkloadOptions } from "./bench-agent-kv/workload.ts";
+import type { KvRetention } from "../src/engine/engine-sessions.ts";
+import { cliArgs, exitProcess } from "../src/runtime/env.ts";
+import { writeFile } from "../src/runtime/fs.ts";
+
+/** Command-line options. */
+export interface AgentKvOptions {
+  workload: WorkloadOptions;
+  kvBlocks: number;
+  repeats: number;
+  jsonPath?: string;
+}
+
+/** A flag the benchmark cannot use. */
+export class AgentKvArgsError extends Error {
+  override name = "AgentKvArgsError";
+}
+
+const USAGE = `bench-agent-kv: agent-aware vs LRU KV retention in the real server (scripted model, reference backend)
+  --sessions N (agent sessions, ${WORKLOAD_DEFAULTS.sessions})  --turns N (tool calls each, ${WORKLOAD_DEFAULTS.turns})
+  --chats N (one-shot chats, ${WORKLOAD_DEFAULTS.chats})  --seed N (${WORKLOAD_DEFAULTS.seed})  --kv-blocks N (256)
+  --repeats N (3)  --json PATH`;
+
+const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1 } as const;
+
+/** Parses argv; throws AgentKvArgsError quoting the bad flag or value. */
+export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
+  const o: AgentKvOptions = { workload: { ...WORKLOAD_DEFAULTS }, kvBlocks: 256, repeats: 3 };
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i];
+    const name = flag.replace(/^--/, "");
+    if (!flag.startsWith("--")) throw new AgentKvArgsError(`Unexpected argument "${flag}"\n${USAGE}`);
+    const value = argv[++i];
+    if (value === undefined) throw new AgentKvArgsError(`Flag "${flag}" needs a value`);
+    if (name === "json") { o.jsonPath = value; continue; }
+    if (!(name in INT_FLAGS)) throw new AgentKvArgsError(`Unknown flag "${flag}"\n${USAGE}`);
+    const min = INT_FLAGS[name as keyof typeof INT_FLAGS];
+    const n = Number(value);
+    if (!/^\d+$/.test(value) || n < min) throw new AgentKvArgsError(`Flag "${flag}" needs an integer ≥ ${min}, got "${value}"`);
+    if (name === "kv-blocks") o.kvBlocks = n;
+    else if (name === "repeats") o.repeats = n;
+    else o.workload[name as "sessions" | "turns" | "chats" | "seed"] = n;
+  }
+  return o;
+}
+
+/** One run's figures. */
+export interface RunSummary {
+  requests: number;
+  promptTokens: number;
+  cachedTokens: number;
+  hitRate: number;
+  fastReturns: number;
+  fastHitRate: number;
+  slowHitRate: number;
+  /** Prompt tokens the session's previous turn had already computed, computed again. */
+  recomputedTokens: number;
+  fastRecomputedTokens: number;
+  ttftMeanMs: number;
+  ttftP50Ms: number;
+  ttftP95Ms: number;
+  fastTtftMeanMs: number;
+  e2eMeanMs: number;
+  preemptions: number;
+  wallS: number;
+  serverCpuS: number;
+}
+
+const sum = (t: readonly TurnRecord[], f: (r: TurnRecord) => number) => t.reduce((a, r) => a + f(r), 0);
+const hit = (t: readonly TurnRecord[]) => sum(t, (r) => r.cachedTokens) / sum(t, (r) => r.promptTokens);
+const lost = (r: TurnRecord) => Math.max(0, r.reusableTokens - r.cachedTokens);
+
+/** Summarises one run. */
+export function summarizeRun(r: RunResult): RunSummary {
+  const t = r.turns;
+  const fast = t.filter((x) => x.label === "fast-return");
+  const ttft = distribution(t.map((x) => x.ttftMs));
+  return {
+    requests: t.length, promptTokens: sum(t, (x) => x.promptTokens), cachedTokens: sum(t, (x) => x.cachedTokens), hitRate: hit(t),
+    fastReturns: fast.length, fastHitRate: hit(fast), slowHitRate: hit(t.filter((x) => x.label === "slow-return")),
+    recomputedTokens: sum(t, lost), fastRecomputedTokens: sum(fast, lost),
+    ttftMeanMs: ttft.mean, ttftP50Ms: ttft.p50, ttftP95Ms: ttft.p95, fastTtftMeanMs: distribution(fast.map((x) => x.ttftMs)).mean,
+    e2eMeanMs: distribution(t.map((x) => x.e2eMs)).mean, preemptions: r.preemptions, wallS: r.wallS, serverCpuS: r.serverCpuS,
+  };
+}
+
+/** Field-wise median of run summaries. */
+export function medianSummary(runs: readonly RunSummary[]): RunSummary {
+  const out = {} as Record<keyof RunSummary, number>;
+  for (const k of Object.keys(runs[0]) as (keyof RunSummary)[]) out[k] = distribution(runs.map((r) => r[k])).p50;
+  return out;
+}
+
+const ROWS: [keyof RunSummary, string, (v: number) => string][] = [
+  ["requests", "requests", String], ["promptTokens", "prompt tokens", String], ["cachedTokens", "cached tokens", String],
+  ["hitRate", "prefix hit rate", pct], ["fastReturns", "fast-tool returns", String], ["fastHitRate", "hit rate, fast-tool returns", pct],
+  ["slowHitRate", "hit rate, slow-tool returns", pct], ["recomputedTokens", "recomputed prompt tokens", String],
+  ["fastRecomputedTokens", "recomputed, fast-tool returns", String], ["ttftMeanMs", "TTFT mean (ms)", ms], ["ttftP50Ms", "TTFT P50 (ms)", ms],
+  ["ttftP95Ms", "TTFT P95 (ms)", ms], ["fastTtftMeanMs", "TTFT mean, fast-tool returns (ms)", ms], ["e2eMeanMs", "E2E mean (ms)", ms],
+  ["preemptions", "preemptions", String], ["serverCpuS", "server CPU time (s)", (v) => v.toFixed(1)],
+  ["wallS", "run wall time (s)", (v) => v.toFixed(1)],
+];
+function pct(v: number): string { return `${(100 * v).toFixed(1)}%`; }
+function ms(v: number): string { return v.toFixed(0); }
+
+/** The Markdown table: medians per policy and their ratio. */
+export function reportTable(agent: RunSummary, lru: RunSummary, repeats: number): string {
+  const lines = [`| median of ${repeats} | agent | lru | agent / lru |`, "|---|---|---|---|"];
+  for (const [k, label, f] of ROWS) {
+    const ratio = lru[k] === 0 ? "—" : (agent[k] / lru[k]).toFixed(2);
+    lines.push(`| ${label} | ${f(agent[k])} | ${f(lru[k])} | ${ratio} |`);
+  }
+  return lines.join("\n");
+}
+
+async function main(): Promise<void> {
+  const argv = cliArgs();
+  if (argv.includes("--help")) return void console.log(USAGE);
+  const o = parseAgentKvArgs(argv);
+  const plans = buildWorkload(o.workload);
+  const dir = mkdtempSync(`${tmpdir()}/bench-agent-kv-`);
+  try {
+    const modelPath = `${dir}/agent-scripted.gguf`;
+    await agentModel(modelPath);
+    const runs: Record<KvRetention, RunSummary[]> = { agent: [], lru: [] };
+    const turns: Record<KvRetention, TurnRecord[][]> = { agent: [], lru: [] };
+    for (let r = 0; r < o.repeats; r++) {
+      // Alternate which policy runs first, so a slow spell of the shared machine hits both alike.
+      for (const policy of (r % 2 === 0 ? ["agent", "lru"] : ["lru", "agent"]) as KvRetention[]) {
+        const result = await runOnce(modelPath, o.kvBlocks, policy, plans);
+        const s = summarizeRun(result);
+        runs[policy].push(s);
+        turns[policy].push(result.turns);
+        console.error(`repeat ${r + 1} ${policy}: hit ${pct(s.hitRate)}, fast-return hit ${pct(s.fastHitRate)}, recomputed ${s.recomputedTokens}, ` +
+          `TTFT mean ${ms(s.ttftMeanMs)} ms, server CPU ${s.serverCpuS.toFixed(1)} s, ${s.wallS.toFixed(1)} s`);
+      }
+    }
+    const agent = medianSummary(runs.agent);
+    const lru = medianSummary(runs.lru);
+    console.log(reportTable(agent, lru, o.repeats));
+    if (o.jsonPath) await writeFile(o.jsonPath, JSON.stringify({ options: o, medians: { agent, lru }, runs, turns }) + "\n");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((e: unknown) => {
+  console.error(e instanceof AgentKvArgsError ? e.message : e instanceof Error ? (e.stack ?? e.message) : String(e));
+  exitProcess(e instanceof AgentKvArgsError ? 2 : 1);
+});

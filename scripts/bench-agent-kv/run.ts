@@ -1,0 +1,124 @@
+/**
+ * One bench-agent-kv run: the serve CLI as a subprocess (reference backend, a small KV pool, one
+ * retention policy), and every session of the workload played against it concurrently through the
+ * `openai` client, streamed, each turn resending the whole conversation with the tool's result.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import OpenAI from "openai";
+import type { KvRetention } from "../../src/engine/engine-sessions.ts";
+import { AGENT_TOOLS, ENDING, FAST_TOOL, SLOW_TOOL } from "./agent-model.ts";
+import { type SessionPlan, SYSTEM_PROMPT, type TurnLabel } from "./workload.ts";
+
+const ROOT = fileURLToPath(new URL("../..", import.meta.url));
+const BLOCK = 16;
+/** The served model name. */
+const MODEL_NAME = "agent-scripted";
+
+/** What one request measured. */
+export interface TurnRecord {
+  session: string;
+  label: TurnLabel;
+  promptTokens: number;
+  cachedTokens: number;
+  /** Prompt tokens the previous turn of the session had already computed (whole blocks); 0 on a first turn. */
+  reusableTokens: number;
+  ttftMs: number;
+  e2eMs: number;
+}
+
+/** A run's requests, the server's preemption count and CPU time. */
+export interface RunResult {
+  turns: TurnRecord[];
+  preemptions: number;
+  wallS: number;
+  /** CPU seconds the server process used (Linux /proc; NaN elsewhere): work done, less noisy than latency. */
+  serverCpuS: number;
+}
+
+/** User + system CPU seconds of process `pid` from /proc/PID/stat (100 ticks per second). */
+function cpuSeconds(pid: number | undefined): number {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].split(" ");
+    return (Number(f[11]) + Number(f[12])) / 100;
+  } catch {
+    return NaN;
+  }
+}
+
+/** Starts `serve` on a free port; resolves with its URL once it listens. */
+function startServe(modelPath: string, kvBlocks: number, kvRetention: KvRetention): Promise<{ url: string; child: ChildProcess }> {
+  const args = ["--import", "tsx", "src/cli/serve.ts", "--model", modelPath, "--backend", "reference", "--port", "0",
+    "--served-model-name", MODEL_NAME, "--kv-blocks", String(kvBlocks), "--kv-retention", kvRetention];
+  const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "ignore", "pipe"] });
+  let log = "";
+  return new Promise((resolve, reject) => {
+    child.stderr!.on("data", (d: Buffer) => {
+      log += d.toString();
+      const m = /listening on (\S+)/.exec(log);
+      if (m) resolve({ url: m[1], child });
+    });
+    child.on("exit", (code) => reject(new Error(`serve exited with code ${code} before listening:\n${log}`)));
+  });
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const expectedTool = (text: string) => ({ [ENDING.fast]: FAST_TOOL, [ENDING.slow]: SLOW_TOOL })[text.slice(-1)];
+
+/** Plays one session turn by turn; throws when the model does not answer as scripted. */
+async function playSession(client: OpenAI, model: string, plan: SessionPlan, out: TurnRecord[]): Promise<void> {
+  const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "system", content: SYSTEM_PROMPT }];
+  let callId = "";
+  let prev = 0;
+  for (const step of plan.steps) {
+    await sleep(step.delayMs);
+    messages.push(step.role === "tool" ? { role: "tool", tool_call_id: callId, content: step.text } : { role: "user", content: step.text });
+    const t0 = performance.now();
+    let ttft = NaN;
+    let content = "";
+    const calls: OpenAI.ChatCompletionMessageFunctionToolCall[] = [];
+    let usage: OpenAI.CompletionUsage | undefined;
+    const stream = await client.chat.completions.create({
+      model, messages, tools: AGENT_TOOLS, temperature: 0, max_tokens: 16, prompt_cache_key: plan.id,
+      stream: true, stream_options: { include_usage: true },
+    });
+    for await (const chunk of stream) {
+      const d = chunk.choices[0]?.delta;
+      if (d?.content || d?.tool_calls?.length) ttft = Number.isNaN(ttft) ? performance.now() - t0 : ttft;
+      content += d?.content ?? "";
+      for (const c of d?.tool_calls ?? []) calls.push({ id: c.id!, type: "function", function: { name: c.function!.name!, arguments: c.function!.arguments! } });
+      usage = chunk.usage ?? usage;
+    }
+    const e2e = performance.now() - t0;
+    const want = expectedTool(step.text);
+    if (calls[0]?.function.name !== want || usage === undefined) {
+      throw new Error(`${plan.id}: expected ${want ? `a call to ${want}` : "a final answer"}, got ${JSON.stringify({ content, calls, usage })}`);
+    }
+    const cached = usage.prompt_tokens_details?.cached_tokens ?? 0;
+    out.push({ session: plan.id, label: step.label, promptTokens: usage.prompt_tokens, cachedTokens: cached, reusableTokens: prev, ttftMs: ttft, e2eMs: e2e });
+    // The next prompt resends this prompt and the answer (EOS excepted); only whole blocks can be cached.
+    prev = Math.floor((usage.prompt_tokens + usage.completion_tokens - 1) / BLOCK) * BLOCK;
+    messages.push(calls.length > 0 ? { role: "assistant", content: content || null, tool_calls: calls } : { role: "assistant", content });
+    callId = calls[0]?.id ?? "";
+  }
+}
+
+/** Runs the whole workload once against a fresh server with `kvRetention`. */
+export async function runOnce(modelPath: string, kvBlocks: number, kvRetention: KvRetention, plans: SessionPlan[]): Promise<RunResult> {
+  const { url, child } = await startServe(modelPath, kvBlocks, kvRetention);
+  try {
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0, timeout: 600_000 });
+    const turns: TurnRecord[] = [];
+    const t0 = performance.now();
+    await Promise.all(plans.map((p) => playSession(client, MODEL_NAME, p, turns)));
+    const wallS = (performance.now() - t0) / 1000;
+    const metrics = await (await fetch(`${url}/metrics`)).text();
+    const preemptions = Number(/^vllm:num_preemptions_total\S* (\S+)$/m.exec(metrics)?.[1] ?? NaN);
+    return { turns, preemptions, wallS, serverCpuS: cpuSeconds(child.pid) };
+  } finally {
+    child.removeAllListeners("exit");
+    child.kill("SIGTERM");
+    await new Promise((r) => (child.exitCode !== null ? r(null) : child.once("exit", r)));
+  }
+}
