@@ -48,7 +48,7 @@ export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
     const value = argv[++i];
     if (value === undefined) throw new AgentKvArgsError(`Flag "${flag}" needs a value`);
     if (name === "json") { o.jsonPath = value; continue; }
-    if (!(name in INT_FLAGS)) throw new AgentKvArgsError(`Unknown flag "${flag}"\n${USAGE}`);
+    if (!Object.hasOwn(INT_FLAGS, name)) throw new AgentKvArgsError(`Unknown flag "${flag}"\n${USAGE}`);
     const min = INT_FLAGS[name as keyof typeof INT_FLAGS];
     const n = Number(value);
     if (!/^\d+$/.test(value) || n < min) throw new AgentKvArgsError(`Flag "${flag}" needs an integer ≥ ${min}, got "${value}"`);
