@@ -5,7 +5,13 @@
  * worker's KV memory holds. All measured; nothing comes from an offline profile.
  */
 import { OnlineStepModel, type StepCoefficients } from "./step-model.ts";
-import type { WorkerSnapshot } from "./types.ts";
+import type { StepSample, WorkerSnapshot } from "./types.ts";
+
+/**
+ * Workers that run separate prefill and decode steps still mix every this many chunks: a probe that
+ * keeps the step model measuring what a mixed step costs (the simulator's and the engine's workers).
+ */
+export const SPLIT_PROBE_EVERY = 16;
 
 /** Planner ticks between refits of the step model (the hardware does not change between ticks; a fit costs about 10 ms). */
 const FIT_EVERY_TICKS = 10;
@@ -36,11 +42,16 @@ export class StepPricing {
     let held = 0, used = 0;
     for (const w of live) if (w.role === "decode" || w.role === "mixed") { held += w.decodeBatch; used += w.kvUsage; }
     if (used > 0.5 && held > 0) this.memSeqs = this.memSeqs === 0 ? held / used : 0.9 * this.memSeqs + 0.1 * (held / used);
+    this.learnSteps(live.map((w) => w.steps));
+  }
+
+  /** Learns from one tick's sampled steps, one list per worker (undefined: that worker reports none). */
+  learnSteps(perWorker: readonly (readonly StepSample[] | undefined)[]): void {
     let pt = 0, pp = 0, ds = 0, da = 0;
-    for (const w of live) {
-      if (w.steps === undefined) continue;
-      this.model.add(w.steps);
-      for (const x of w.steps) {
+    for (const steps of perWorker) {
+      if (steps === undefined) continue;
+      this.model.add(steps);
+      for (const x of steps) {
         const k = x.count ?? 1;
         pt += x.prefillTokens * k; pp += x.prefillAttnPairs * k; ds += x.decodeSeqs * k; da += x.decodeAttnTokens * k;
       }
@@ -100,31 +111,41 @@ export class StepPricing {
 /**
  * Mixed or separate prefill and decode steps for a pool, from {@link StepPricing.preferSplit}: what the
  * current fit prefers (`wanted`, which splits are priced with) and what workers run (`split`), which
- * follows `wanted` once two fits in a row agree — an early fit from a few seconds of steps misprices
+ * follows `wanted` once two fits in a row (by default) agree — an early fit from a few seconds of steps misprices
  * both (in a simulated math run the first fit separated steps and the next one undid it).
  */
 export class StepMixingChoice {
   /** Workers run separate steps. */
-  split = false;
+  split: boolean;
   /** The current fit prefers separate steps. */
-  wanted = false;
+  wanted: boolean;
   private votes = 0;
   private lastFit = -1;
   private fitsSeen = 0;
+
+  /** `split`: workers start with separate steps; `votesNeeded`: fits in a row that must want a switch. */
+  constructor(split = false, private readonly votesNeeded = 2) {
+    if (!(Number.isInteger(votesNeeded) && votesNeeded >= 1)) throw new RangeError(`Votes needed must be a positive integer, got ${votesNeeded}`);
+    this.split = split;
+    this.wanted = split;
+  }
 
   /** True until two fits have been seen, and while the fit wants the other mode and a second fit has not confirmed it. */
   get pending(): boolean {
     return this.fitsSeen < 2 || this.wanted !== this.split;
   }
 
-  /** Re-decides for a pool decoding `batch` sequences per worker with `budget`-token chunks; returns the new mode when workers must switch, else null. */
+  /**
+   * Re-decides for a pool decoding `batch` sequences per worker with `budget`-token chunks; returns the
+   * new mode when workers must switch, else null. Votes are counted once per new fit of `p`.
+   */
   update(p: StepPricing, batch: number, budget: number): boolean | null {
     this.wanted = p.preferSplit(batch, budget, this.split);
     if (p.fits === this.lastFit) return null;
     this.lastFit = p.fits;
     this.fitsSeen++;
     this.votes = this.wanted === this.split ? 0 : this.votes + 1;
-    if (this.votes < 2) return null;
+    if (this.votes < this.votesNeeded) return null;
     this.votes = 0;
     this.split = this.wanted;
     return this.split;

@@ -7,10 +7,10 @@
  * also followed by a decode-only step), so an online step model keeps measuring what a mixed step
  * costs. Pure state; the scheduler plans.
  */
+import { SPLIT_PROBE_EVERY } from "../../planner/step-pricing.ts";
 import { STEP_MIXINGS, type StepMixing, type StepPlan } from "./scheduler-types.ts";
 
-/** Split mixing: every this many prefill chunks, one still runs mixed with the decodes (a probe). */
-export const SPLIT_PROBE_EVERY = 16;
+export { SPLIT_PROBE_EVERY };
 
 /** The work one step may take: everything (mixed), prefill chunks and admissions only, or decodes only. */
 export type StepWork = "all" | "prefill" | "decode";

@@ -1,16 +1,15 @@
 /**
  * Worker stepping in the simulator: each step mixes chunked prefill (within a token budget) with
- * the decode batch; decode-only stretches run as one macro-step of identical steps, cut short when
+ * the decode batch, or (sim.splitSteps) a chunk and the decodes take turns in steps of their own;
+ * decode-only stretches run as one macro-step of identical steps, cut short when
  * new work arrives. Step times come from the cost model.
  */
 import { prefillOrder } from "../../planner/prefill-order.ts";
+import { SPLIT_PROBE_EVERY } from "../../planner/step-pricing.ts";
 import { retryWaiting } from "./admission.ts";
 import { finish, reject } from "./completion.ts";
 import { joinDecode, prefillDone } from "./kv-handoff.ts";
 import { MAX_DECODE_BATCH, MAX_MACRO_STEPS } from "./sim-events.ts";
-
-/** With separate prefill and decode steps, every this many chunks one still mixes (a probe). */
-const SPLIT_PROBE_EVERY = 16;
 import type { ClusterSim } from "./simulator.ts";
 import type { PrefillJob, SimWorker } from "./worker.ts";
 

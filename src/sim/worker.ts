@@ -72,7 +72,7 @@ export class SimWorker {
   decodeStepEwma = 0;
   /** The last step was a prefill-only step of a worker separating prefill from decode steps. */
   lastStepPrefillOnly = false;
-  /** Chunks started while separating steps (every SPLIT_PROBE_EVERY-th mixes; stepping.ts). */
+  /** Steps started outside the decodes' turn while separating steps (every SPLIT_PROBE_EVERY-th mixes; stepping.ts). */
   splitProbe = 0;
   // Window counters for the planner snapshot.
   wPrefillTokens = 0;
