@@ -8,3 +8,4 @@ export * from "./routers.ts";
 export * from "./prefill-order.ts";
 export * from "./step-model.ts";
 export * from "./step-pricing.ts";
+export * from "./session-admission.ts";

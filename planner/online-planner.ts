@@ -10,6 +10,7 @@ import { allMixes, chooseFlips, countRoles, flipsBetween, moveDirection, type Ro
 import type { StepCoefficients } from "./step-model.ts";
 import { RateEstimates } from "./rate-estimates.ts";
 import { StepMixingChoice, StepPricing } from "./step-pricing.ts";
+import { SessionAdmission } from "./session-admission.ts";
 import type { MetricsSnapshot, Planner, PlannerAction, WorkerSnapshot } from "./types.ts";
 
 /** Knobs of {@link OnlinePlanner}. */
@@ -52,6 +53,11 @@ export interface OnlinePlannerOptions {
    * steps dearer (action "step-mixing"; default true; needs `stepModel`).
    */
   adaptStepMixing?: boolean;
+  /**
+   * Hold new sessions at the front door while turns wait for KV memory on many workers (action
+   * "admission"; planner/session-admission.ts). Default false.
+   */
+  sessionAdmission?: boolean;
 }
 
 /** Prefill workers with no decode worker to send them prompts (mixed workers prefill their own). */
@@ -70,6 +76,7 @@ export class OnlinePlanner implements Planner {
   private readonly steps = new StepPricing();
   private readonly rates: RateEstimates;
   private readonly mixing = new StepMixingChoice();
+  private readonly admission = new SessionAdmission();
 
   /** Creates the planner with the given knobs. */
   constructor(opts: OnlinePlannerOptions = {}) {
@@ -77,7 +84,7 @@ export class OnlinePlanner implements Planner {
       intervalS: 1, ttftTargetS: 0.5, itlTargetS: 0.05, margin: 0.1, confirmTicks: 2, cooldownS: 15,
       maxFlipFraction: 0.0625, flipCost: 0.03, minLocalPrefill: 256, maxLocalPrefill: 2048,
       initialLocalPrefill: 512, maxDecodeBatch: 512, mixedChunkTokens: 8192, allowMixed: true, stepModel: true,
-      prefillChunkTokens: 16384, adaptStepMixing: true, ...opts,
+      prefillChunkTokens: 16384, adaptStepMixing: true, sessionAdmission: false, ...opts,
     };
     this.intervalS = this.o.intervalS;
     this.rates = new RateEstimates(this.o.mixedChunkTokens);
@@ -183,8 +190,10 @@ export class OnlinePlanner implements Planner {
   tick(s: MetricsSnapshot): PlannerAction[] {
     const live = s.workers.filter((w) => w.state === "serving");
     this.learn(s, live);
+    const hold = this.o.sessionAdmission ? this.admission.update(live) : null;
+    const admit: PlannerAction[] = hold === null ? [] : [{ kind: "admission", holdNewSessions: hold }];
     const n = live.length;
-    if (n < 2) return [];
+    if (n < 2) return admit;
     const cur = countRoles(live);
     const backlog = live.reduce((a, w) => a + w.waitingPrefillTokens, 0);
     const seqs = live.reduce((a, w) => a + w.decodeBatch + w.waitingDecodes, 0);
@@ -194,7 +203,7 @@ export class OnlinePlanner implements Planner {
     // what every split costs (with 100 ms mixed steps, the planner moved 11 workers into prefill in the
     // first seconds of a simulated coding run, then stayed at 5 prefill workers the mixed ones hardly fed).
     const switched = sm && this.o.adaptStepMixing ? this.mixing.update(this.steps, seqs / Math.max(1, cur.mixed + cur.decode), this.o.mixedChunkTokens) : null;
-    const stepActions: PlannerAction[] = switched === null ? [] : [{ kind: "step-mixing", split: switched }];
+    const stepActions: PlannerAction[] = switched === null ? [...admit] : [...admit, { kind: "step-mixing", split: switched }];
     const pressure = (mix: RoleMix) => {
       const [t, i] = this.predictMix(mix, backlog, seqs, meanUncached);
       const rt = t / this.o.ttftTargetS, ri = i / this.o.itlTargetS;

@@ -22,6 +22,8 @@ export interface RouteCandidate {
   decodeQueue?: number;
   /** Requests queued there for KV memory (optional): a new one would wait behind them. */
   memoryQueue?: number;
+  /** Device blocks free or evictable there now (optional; unknown = room enough). */
+  freeBlocks?: number;
   /** Online estimate of its prefill speed (tokens/s) and current decode step (s). */
   prefillRate: number;
   decodeStepS: number;
@@ -67,8 +69,13 @@ export interface SessionRoute {
   decodeWorker: string;
   /** null: prefill locally on the decode worker. */
   prefillWorker: string | null;
-  /** Prefix blocks moved from the decode worker to the prefill worker (0 = recompute them). */
+  /**
+   * Prefix blocks moved to the worker that prefills (0 = recompute them): from the decode worker to
+   * a prefill worker, or, with `prefixSource`, from a peer to the decode worker itself.
+   */
   prefixTransferBlocks: number;
+  /** The peer that sends the cached prefix to the decode worker (peer transfer; absent otherwise). */
+  prefixSource?: string;
   predictedTtftS: number;
 }
 
@@ -101,6 +108,20 @@ export interface SessionRouterOptions {
    * 6–17% goodput there, so it is not on by default.
    */
   memoryWaitS?: number;
+  /**
+   * Peer transfer: a worker that lacks the session's cached prefix may pull it from the worker that
+   * holds the most of it (bytes over the link against recomputing), so a turn whose KV holder is busy
+   * or out of memory can go to another worker without recomputing its context. Off by default.
+   */
+  peerTransfer?: boolean;
+  /**
+   * Seconds charged where the turn would wait for KV memory: the worker lacks free or evictable blocks
+   * for its uncached prompt, or turns already wait there for memory (default 0: off). Only sensible
+   * with `peerTransfer`, which makes leaving the holder cheap.
+   */
+  memoryFullS?: number;
+  /** Seconds charged for pulling a prefix from a peer (a move must win by at least this; default 0). */
+  peerMoveS?: number;
 }
 
 /** Our router: the candidate with the lowest predicted TTFT plus a decode-load penalty. */
@@ -122,20 +143,37 @@ export function routeSession(
   let fleetRate = 1;
   for (const c of decoders) fleetRate = Math.max(fleetRate, c.prefillRate);
   for (const c of prefillers) fleetRate = Math.max(fleetRate, c.prefillRate);
+  const holder = o.peerTransfer ? prefixHolder(decoders, req.lastWorker) : undefined;
+  const promptBlocks = Math.ceil(req.promptTokens / bt);
   for (const w of decoders) {
     const onDev = w.overlapDevice * bt;
     const onHost = Math.max(0, w.overlapHost - w.overlapDevice);
     const hostS = onHost === 0 ? 0 : (onHost * req.bytesPerBlock) / links.hostBandwidth;
-    const uncached = Math.max(0, req.promptTokens - onDev - onHost * bt);
+    let uncached = Math.max(0, req.promptTokens - onDev - onHost * bt);
     const rate = fleetRate;
+    // Pulling the prefix from its holder replaces recomputing the blocks this worker lacks.
+    let pullS = 0, pulled = 0;
+    if (holder !== undefined && holder !== w && holder.overlapDevice > w.overlapHost) {
+      const missing = holder.overlapDevice - w.overlapHost;
+      const d = decideTransfer({
+        blocks: missing, bytesPerBlock: req.bytesPerBlock, linkBandwidthBytesPerS: links.bandwidth(holder.rack, w.rack),
+        linkLatencyS: links.latency(holder.rack, w.rack), recomputeS: Math.min(uncached, missing * bt) / rate,
+      });
+      if (d.choice === "transfer") {
+        pullS = d.transferS;
+        pulled = missing;
+        uncached = Math.max(0, req.promptTokens - holder.overlapDevice * bt);
+      }
+    }
     let route: SessionRoute = {
-      decodeWorker: w.id, prefillWorker: null, prefixTransferBlocks: 0,
-      predictedTtftS: hostS + (w.queuedPrefillTokens + uncached) / rate,
+      decodeWorker: w.id, prefillWorker: null, prefixTransferBlocks: pulled,
+      predictedTtftS: Math.max(hostS, pullS) + (w.queuedPrefillTokens + uncached) / rate,
     };
+    if (pulled > 0) route.prefixSource = holder!.id;
     // A local prefill stalls every sequence decoding there for about as long as it runs.
     const localStallS = (uncached / rate) * w.decodeBatch * (o.interferenceWeight ?? 0.2);
     let stallS = localStallS;
-    if (uncached > o.localPrefillThreshold && w.role !== "mixed") {
+    if (pulled === 0 && uncached > o.localPrefillThreshold && w.role !== "mixed") {
       const remote = bestRemote(req, w, w.overlapHost, uncached, shortlist, links, fleetRate);
       if (remote !== undefined && remote.predictedTtftS < route.predictedTtftS + localStallS) { route = remote; stallS = 0; }
     }
@@ -143,8 +181,20 @@ export function routeSession(
     const overload = Math.max(0, w.decodeStepS / o.itlTargetS - 0.8) + (w.decodeQueue ?? 0) / 32;
     // Admission is FIFO: a turn sent where others wait for KV memory waits behind them (off by default).
     let cost = route.predictedTtftS + stallS + (w.memoryQueue ?? 0) * (o.memoryWaitS ?? 0) + loadW * overload + (o.batchWeightS ?? 0.001) * (w.decodeBatch + (w.decodeQueue ?? 0));
+    if (pulled > 0) cost += o.peerMoveS ?? 0;
+    if (o.memoryFullS && ((w.memoryQueue ?? 0) > 0 || promptBlocks - w.overlapDevice > (w.freeBlocks ?? Infinity))) cost += o.memoryFullS;
     if (w.id === req.lastWorker) cost -= o.affinityBonusS ?? 0;
     if (cost < bestCost) { bestCost = cost; best = route; }
+  }
+  return best;
+}
+
+/** The decoder holding the most of the prefix on device (the session's last worker on ties); undefined when none holds any. */
+function prefixHolder(decoders: readonly RouteCandidate[], lastWorker: string | undefined): RouteCandidate | undefined {
+  let best: RouteCandidate | undefined;
+  for (const c of decoders) {
+    if (c.overlapDevice === 0) continue;
+    if (best === undefined || c.overlapDevice > best.overlapDevice || (c.overlapDevice === best.overlapDevice && c.id === lastWorker)) best = c;
   }
   return best;
 }

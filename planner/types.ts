@@ -59,6 +59,8 @@ export interface WorkerSnapshot {
   meanDecodeBatch: number;
   /** Fraction of device KV blocks in use. */
   kvUsage: number;
+  /** Turns waiting for KV memory before their prefill can start (optional; 0 when unknown). */
+  waitingForMemory?: number;
   /** Some of the window's steps, with their shapes (optional; a bounded sample). */
   steps?: StepSample[];
 }
@@ -91,7 +93,9 @@ export type PlannerAction =
   | { kind: "replicas"; prefill: number; decode: number }
   | { kind: "local-prefill-threshold"; tokens: number }
   /** Whether workers run a step's prefill chunk and its decodes as two steps instead of one mixed step. */
-  | { kind: "step-mixing"; split: boolean };
+  | { kind: "step-mixing"; split: boolean }
+  /** Whether new sessions are admitted or held at the front door (held: one enters as one leaves). */
+  | { kind: "admission"; holdNewSessions: boolean };
 
 /** A planner: called every `intervalS` seconds of (injected) time with a fresh snapshot. */
 export interface Planner {

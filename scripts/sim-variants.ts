@@ -10,6 +10,10 @@
  *   -sfN / -sfNk     short-first with aging N (or N thousand) tokens per second waited
  *   -swX             ours' router stall weight X
  *   -mwX             ours' router memoryWaitS X (s per turn waiting for KV memory there)
+ *   -ptX             ours' router pulls a session's prefix from its holder (peer transfer), memoryFullS X
+ *   -pmX             ours' router charges X s for pulling a prefix from a peer
+ *   -adm / -noadm    ours' planner holds new sessions while turns wait for KV memory on many workers (or never)
+ *   -nopt            ours without peer transfer
  *   -static          ours without the role planner
  *   -noflip          ours' planner never flips roles (it still adapts step mixing and the local-prefill threshold)
  *   -nomix           ours' planner never separates prefill and decode steps (before session 5)
@@ -43,6 +47,11 @@ function specOf(name: string): SystemSpec {
     else if ((x = /^sf(\d+)(k?)$/.exec(m))) s = { ...s, prefillOrder: { order: "short-first", agingTokensPerS: Number(x[1]) * (x[2] ? 1000 : 1) } };
     else if ((x = /^sw([\d.]+)$/.exec(m))) s = { ...s, stallWeight: Number(x[1]) };
     else if ((x = /^mw([\d.]+)$/.exec(m))) s = { ...s, memoryWaitS: Number(x[1]) };
+    else if ((x = /^pt([\d.]+)$/.exec(m))) s = { ...s, peerTransfer: true, memoryFullS: Number(x[1]) };
+    else if ((x = /^pm([\d.]+)$/.exec(m))) s = { ...s, peerMoveS: Number(x[1]) };
+    else if (m === "adm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: true }) };
+    else if (m === "noadm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: false }) };
+    else if (m === "nopt") s = { ...s, peerTransfer: false, memoryFullS: 0 };
     else if (m === "static") s = { ...s, planner: null };
     else if (m === "noflip") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, cooldownS: Infinity }) };
     else if (m === "nomix") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, adaptStepMixing: false }) };
@@ -55,11 +64,12 @@ function specOf(name: string): SystemSpec {
 
 console.log(`${scenario} load ${load}, ${durationS} s, mixed-step overhead ${hw.mixedStepOverheadS * 1000} ms, KV replication ${cfg.kvReplication}`);
 for (const name of list.split(",")) {
-  const run = new ClusterSim(workload, specOf(name), cfg).run();
+  const sim = new ClusterSim(workload, specOf(name), cfg);
+  const run = sim.run();
   const s = summarize(run.outcomes, durationS, cfg.slo, run.gpuSeconds);
   console.log(
     `${name.padEnd(16)} ttft p50 ${s.ttft.p50.toFixed(3)} p95 ${s.ttft.p95.toFixed(3)} p99 ${s.ttft.p99.toFixed(3)}` +
       ` · e2e ${s.e2e.mean.toFixed(2)} · itl ${(1000 * s.itl.mean).toFixed(1)} ms · goodput ${s.goodput.toFixed(2)}/s` +
-      ` · done ${(100 * s.completed_fraction).toFixed(1)}% · hit ${s.kv_hit_rate.toFixed(3)}`,
+      ` · done ${(100 * s.completed_fraction).toFixed(1)}% · hit ${s.kv_hit_rate.toFixed(3)} · peer transfers ${sim.peerTransfers} · sessions held ${sim.sessionsHeld}`,
   );
 }

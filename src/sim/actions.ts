@@ -4,6 +4,7 @@
  * removed ones), and the local-prefill threshold.
  */
 import type { PlannerAction } from "../../planner/types.ts";
+import { releaseHeldSessions } from "./admission.ts";
 import type { ClusterSim } from "./simulator.ts";
 
 /** Applies one planner action. */
@@ -14,6 +15,11 @@ export function applyAction(sim: ClusterSim, a: PlannerAction): void {
   }
   if (a.kind === "step-mixing") {
     sim.splitSteps = a.split;
+    return;
+  }
+  if (a.kind === "admission") {
+    sim.holdNewSessions = a.holdNewSessions;
+    if (!a.holdNewSessions) releaseHeldSessions(sim, Infinity);
     return;
   }
   if (a.kind === "flip") {

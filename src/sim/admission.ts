@@ -15,8 +15,31 @@ import { poke } from "./stepping.ts";
 import type { PrefillJob, SimWorker } from "./worker.ts";
 import type { SessionPlan } from "./workload-types.ts";
 
-/** A session turn arrives: builds its request (chunks, chained hashes), routes it and starts it, or rejects it. */
-export function arrive(sim: ClusterSim, plan: SessionPlan, turn: number): void {
+/**
+ * A session turn arrives: builds its request (chunks, chained hashes), routes it and starts it, or
+ * rejects it. A new session's first turn waits at the front door while new sessions are held (or
+ * others are still held before it); `heldSince` is when such a turn first arrived.
+ */
+export function arrive(sim: ClusterSim, plan: SessionPlan, turn: number, heldSince?: number): void {
+  if (turn === 0 && heldSince === undefined && (sim.holdNewSessions || sim.heldSessions.length > 0)) {
+    sim.heldSessions.push({ plan, at: sim.now });
+    sim.sessionsHeld++;
+    return;
+  }
+  const req = buildRequest(sim, plan, turn, heldSince ?? sim.now);
+  const tp = plan.turns[turn];
+  sim.sessions.turnStarted(plan.id, sim.now);
+  if (req.prompt + tp.outputTokens > sim.cfg.model.maxContext) return reject(sim, req, "prompt-too-long");
+  const placement = placeRequest(sim, req);
+  if (placement === null) return reject(sim, req, "no-serving-worker");
+  sim.win.arrivals++;
+  sim.win.prompt += req.prompt;
+  sim.win.output += tp.outputTokens;
+  startPlacement(sim, req, placement);
+}
+
+/** The request for turn `turn` of `plan` (its chunks and chained block hashes), arrived at `arrival`. */
+export function buildRequest(sim: ClusterSim, plan: SessionPlan, turn: number, arrival: number): ReqState {
   const tp = plan.turns[turn];
   let prompt: number;
   let chunks: number[];
@@ -34,18 +57,24 @@ export function arrive(sim: ClusterSim, plan: SessionPlan, turn: number): void {
   for (let c = hs.length; c < chunks.length; c++) hs.push(hashBlock(c === 0 ? null : hs[c - 1], [chunks[c]]));
   if (tp.fixedChunks === undefined) sim.sessHashes.set(plan.idx, hs);
   const req: ReqState = {
-    id: sim.nextReq++, plan, turn, arrival: sim.now, prompt, output: tp.outputTokens, reasoning: tp.reasoningTokens,
+    id: sim.nextReq++, plan, turn, arrival, prompt, output: tp.outputTokens, reasoning: tp.reasoningTokens,
     chunks, hashes: hs.slice(0, chunks.length), cachedTokens: 0, firstToken: -1, finish: -1, itlSum: 0, rejected: null,
     prefillWorker: null, decodeWorker: null,
   };
-  sim.sessions.turnStarted(plan.id, sim.now);
-  if (prompt + tp.outputTokens > sim.cfg.model.maxContext) return reject(sim, req, "prompt-too-long");
-  const placement = placeRequest(sim, req);
-  if (placement === null) return reject(sim, req, "no-serving-worker");
-  sim.win.arrivals++;
-  sim.win.prompt += prompt;
-  sim.win.output += tp.outputTokens;
-  startPlacement(sim, req, placement);
+  return req;
+}
+
+/**
+ * Lets up to `n` held sessions in, oldest first (each one's first turn arrives now, its TTFT counted
+ * from when it first arrived); those held past the queue limit are rejected.
+ */
+export function releaseHeldSessions(sim: ClusterSim, n: number): void {
+  for (let admitted = 0; admitted < n && sim.heldSessions.length > 0;) {
+    const h = sim.heldSessions.shift()!;
+    if (sim.now - h.at > sim.cfg.maxQueueS) { reject(sim, buildRequest(sim, h.plan, 0, h.at), "admission-timeout"); continue; }
+    arrive(sim, h.plan, 0, h.at);
+    admitted++;
+  }
 }
 
 /** Starts a routed request: prefill on the decode worker (local) or on a prefill worker. */
@@ -54,7 +83,11 @@ export function startPlacement(sim: ClusterSim, req: ReqState, p: Placement): vo
   req.decodeWorker = w.id;
   sim.lastWorker.set(req.plan.id, w.id);
   if (p.prefill === null) {
-    enqueuePrefill(sim, req, w, true, 0);
+    // A peer's copy of the prefix arrives over the link instead of being recomputed here.
+    const src = p.prefixSource;
+    const delay = src !== undefined && p.prefixTransferBlocks > 0 ? sim.linkSeconds(src, w, p.prefixTransferBlocks) : 0;
+    if (delay > 0) sim.peerTransfers++;
+    enqueuePrefill(sim, req, w, true, delay, delay > 0 ? p.prefixTransferBlocks : 0);
   } else {
     req.prefillWorker = p.prefill.id;
     const delay = p.prefixTransferBlocks > 0 ? sim.linkSeconds(w, p.prefill, p.prefixTransferBlocks) : 0;
@@ -106,7 +139,7 @@ export function tryEnqueuePrefill(sim: ClusterSim, req: ReqState, w: SimWorker, 
     if (inStore + onHost === 0) break;
   }
   const fetched = Math.min(req.chunks.length - k, h + r + extraCached);
-  const fetchS = (h > 0 && w.host ? w.host.transferSeconds(h, sim.blockBytes) : 0) + (r > 0 ? sim.remote!.transferSeconds(r, sim.blockBytes) : 0);
+  const fetchS = (h > 0 && w.host ? w.host.transferSeconds(h, sim.movedBytesPerBlock) : 0) + (r > 0 ? sim.remote!.transferSeconds(r, sim.movedBytesPerBlock) : 0);
   const total = Math.ceil((req.prompt + (local ? req.output : 0)) / sim.bt);
   const fresh = w.pool.tryAllocate(Math.max(0, total - k));
   if (fresh === null) {

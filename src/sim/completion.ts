@@ -3,7 +3,7 @@
  * session's next turn scheduled), rejected with a reason, or unfinished at the horizon; and the
  * outcome records the metrics are computed from.
  */
-import { retryWaiting } from "./admission.ts";
+import { buildRequest, releaseHeldSessions, retryWaiting } from "./admission.ts";
 import { commitRange } from "./kv-handoff.ts";
 import type { ReqState } from "./request.ts";
 import type { ClusterSim } from "./simulator.ts";
@@ -37,6 +37,8 @@ export function finish(sim: ClusterSim, w: SimWorker, req: ReqState, blocks: num
     sim.sessHashes.delete(plan.idx);
     sim.streamLen.delete(plan.idx);
     sim.lastWorker.delete(plan.id);
+    // While new sessions are held, one enters as one leaves.
+    if (sim.holdNewSessions) releaseHeldSessions(sim, 1);
   }
 }
 
@@ -78,4 +80,6 @@ export function rejectLeftovers(sim: ClusterSim): void {
     if (e.data.t === "kv") seen.add(e.data.req);
   }
   for (const r of seen) if (r.finish < 0 && r.rejected === null) { r.rejected = "unfinished-at-horizon"; record(sim, r); }
+  // Sessions still held at the front door: their first turn never started.
+  for (const h of sim.heldSessions.splice(0)) reject(sim, buildRequest(sim, h.plan, 0, h.at), "unfinished-at-horizon");
 }

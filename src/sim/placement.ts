@@ -12,6 +12,8 @@ export interface Placement {
   prefill: SimWorker | null;
   decode: SimWorker;
   prefixTransferBlocks: number;
+  /** With a local prefill: the peer that sends the decode worker `prefixTransferBlocks` of the prefix. */
+  prefixSource?: SimWorker;
 }
 
 type Overlaps = ReturnType<ClusterSim["index"]["overlapsBySlot"]> | null;
@@ -36,6 +38,7 @@ function candidates(sim: ClusterSim, ov: Overlaps, pick: (w: SimWorker) => boole
     c.queuedPrefillTokens = w.queuedTokens;
     c.activeBlocks = w.pool.numUsedBlocks();
     c.memoryQueue = w.admitWait.length + w.kvWait.length;
+    c.freeBlocks = w.pool.numBlocks - c.activeBlocks;
     c.decodeBatch = w.batch;
     c.decodeQueue = w.decodeWait.length + w.kvWait.length + w.admitWait.length;
     c.prefillRate = w.prefillRate;
@@ -87,9 +90,10 @@ export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
   const dec = candidates(sim, ov, (w) => w.role !== "prefill");
   const pre = candidates(sim, ov, (w) => w.role === "prefill");
   const route = routeSession(
-    { promptTokens: req.prompt, blockTokens: sim.bt, bytesPerBlock: sim.blockBytes, lastWorker: sim.lastWorker.get(req.plan.id) },
+    { promptTokens: req.prompt, blockTokens: sim.bt, bytesPerBlock: sim.movedBytesPerBlock, lastWorker: sim.lastWorker.get(req.plan.id) },
     dec.views, pre.views, sim.links,
-    { localPrefillThreshold: sim.localThreshold, itlTargetS: 0.05, affinityBonusS: 0.01, interferenceWeight: sim.spec.stallWeight, memoryWaitS: sim.spec.memoryWaitS },
+    { localPrefillThreshold: sim.localThreshold, itlTargetS: 0.05, affinityBonusS: 0.01, interferenceWeight: sim.spec.stallWeight, memoryWaitS: sim.spec.memoryWaitS,
+      peerTransfer: sim.spec.peerTransfer, memoryFullS: sim.spec.memoryFullS, peerMoveS: sim.spec.peerMoveS },
   );
   if (route === undefined) {
     if (pre.workers.length === 0) return null;
@@ -97,5 +101,7 @@ export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
   }
   const decode = workerById(dec, route.decodeWorker);
   const prefill = route.prefillWorker === null ? null : workerById(pre, route.prefillWorker);
-  return { prefill, decode, prefixTransferBlocks: route.prefixTransferBlocks };
+  const placement: Placement = { prefill, decode, prefixTransferBlocks: route.prefixTransferBlocks };
+  if (route.prefixSource !== undefined) placement.prefixSource = workerById(dec, route.prefixSource);
+  return placement;
 }

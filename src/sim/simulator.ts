@@ -23,7 +23,7 @@ import type { SimEv } from "./sim-events.ts";
 import { kick, poke, stepDone } from "./stepping.ts";
 import type { SystemSpec } from "./systems.ts";
 import { SimWorker } from "./worker.ts";
-import type { Workload } from "./workload-types.ts";
+import type { SessionPlan, Workload } from "./workload-types.ts";
 
 /** Simulator settings. */
 export interface SimConfig {
@@ -71,6 +71,19 @@ export class ClusterSim {
   /** Shared remote KV store below every host tier (RDMA-class link), when configured. */
   readonly remote: TierCache | undefined;
   readonly blockBytes: number;
+  /**
+   * Bytes a worker moves per block over a link or from host: the block once, or once per GPU when
+   * tensor-parallel attention replicates the KV on each of the worker's GPUs.
+   */
+  readonly movedBytesPerBlock: number;
+  /** Turns whose prefix a peer sent to their decode worker (peer transfer). */
+  peerTransfers = 0;
+  /** New sessions are held at the front door (planner action "admission"). */
+  holdNewSessions = false;
+  /** Sessions held there, oldest first, with the time their first turn arrived. */
+  readonly heldSessions: { plan: SessionPlan; at: number }[] = [];
+  /** Sessions that were held, for reports. */
+  sessionsHeld = 0;
   /** Tokens per KV block in this workload. */
   readonly bt: number;
   localThreshold: number;
@@ -110,6 +123,7 @@ export class ClusterSim {
     this.cost = new CostModel(cfg.model, cfg.hw, cfg.gpusPerWorker, cfg.kvReplication ?? 1);
     this.bt = workload.blockTokens;
     this.blockBytes = cfg.model.kvBytesPerToken * this.bt;
+    this.movedBytesPerBlock = this.blockBytes * (cfg.kvReplication ?? 1);
     this.localThreshold = spec.maxLocalPrefill;
     this.splitSteps = spec.stepMixing === "split";
     this.horizon = workload.durationS + cfg.drainS;
@@ -221,7 +235,7 @@ export class ClusterSim {
     if (blocks <= 0 || a === b) return 0;
     const same = a.rack === b.rack;
     const bw = (same ? this.cfg.hw.intraRackBandwidth : this.cfg.hw.interRackBandwidth) * this.cfg.gpusPerWorker;
-    return (same ? this.cfg.hw.intraRackLatencyS : this.cfg.hw.interRackLatencyS) + (blocks * this.blockBytes) / bw;
+    return (same ? this.cfg.hw.intraRackLatencyS : this.cfg.hw.interRackLatencyS) + (blocks * this.movedBytesPerBlock) / bw;
   }
 
   /** Current simulated time. */

@@ -38,6 +38,10 @@ export interface SystemSpec {
   stallWeight?: number;
   /** Ours: seconds per turn already waiting for KV memory on a worker (router's memoryWaitS; off when absent). */
   memoryWaitS?: number;
+  /** Ours: router options for pulling a session's prefix from a peer worker (see SessionRouterOptions). */
+  peerTransfer?: boolean;
+  memoryFullS?: number;
+  peerMoveS?: number;
   /** How a worker orders its queued prefills (FCFS when absent, as vLLM and SGLang do by default). */
   prefillOrder?: PrefillOrderOptions;
   /**

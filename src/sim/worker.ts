@@ -169,6 +169,7 @@ export class SimWorker {
       decodeStepS: this.wPureSteps > 0 ? this.wPureBusy / this.wPureSteps : this.wDecodeSteps > 0 ? this.wDecodeBusy / this.wDecodeSteps : 0,
       meanDecodeBatch: this.wPureSteps > 0 ? this.wPureBatch / this.wPureSteps : this.wDecodeSteps > 0 ? this.wBatchSum / this.wDecodeSteps : 0,
       kvUsage: this.pool.numUsedBlocks() / Math.max(1, this.pool.numBlocks),
+      waitingForMemory: this.admitWait.length,
       steps: this.wSteps,
     };
     this.wSteps = [];

@@ -81,3 +81,51 @@ test("routeSession() with memoryWaitS steers a turn away from a worker where oth
   assert.equal(routeSession(req, [other, full], [], links, o)?.decodeWorker, "other", "three turns already wait for memory there");
   assert.equal(routeSession(req, [other, full], [], links, { ...o, memoryWaitS: undefined })?.decodeWorker, "holder", "off by default");
 });
+
+test("routeSession() with peerTransfer pulls the prefix from a busy holder instead of recomputing it", () => {
+  const req = { promptTokens: 60_000, blockTokens: 2048, bytesPerBlock: 70e6, lastWorker: "holder" };
+  const o = { localPrefillThreshold: 1_000_000, itlTargetS: 0.05, peerTransfer: true };
+  // The holder has 28 of the prompt's 29 full blocks but 1 M tokens queued (10 s); "idle" has nothing queued.
+  const holder = cand("holder", { role: "mixed", overlapDevice: 28, overlapHost: 28, queuedPrefillTokens: 1_000_000 });
+  const idle = cand("idle", { role: "mixed" });
+  const r = routeSession(req, [holder, idle], [], links, o)!;
+  assert.equal(r.decodeWorker, "idle");
+  assert.equal(r.prefixSource, "holder");
+  assert.equal(r.prefixTransferBlocks, 28);
+  // 28 × 70 MB over 1 TB/s ≈ 2 ms, then the 2.7k uncached tokens: far below recomputing 57k tokens (0.57 s).
+  assert.ok(r.predictedTtftS < 0.1, `predicted TTFT ${r.predictedTtftS}`);
+  // Without it the idle worker must recompute everything, and a less busy holder keeps the turn.
+  const calmer = { ...holder, queuedPrefillTokens: 20_000 };
+  assert.equal(routeSession(req, [calmer, idle], [], links, { ...o, peerTransfer: false })?.prefixSource, undefined);
+  assert.equal(routeSession(req, [calmer, idle], [], links, { ...o, peerTransfer: false })?.decodeWorker, "holder");
+  // Over a link too slow to beat recomputing, nothing is pulled.
+  const slow: LinkModel = { ...links, bandwidth: () => 1e8 };
+  assert.equal(routeSession(req, [holder, idle], [], slow, o)!.prefixTransferBlocks, 0);
+});
+
+test("routeSession() with peerMoveS keeps the turn on its holder unless moving wins by that much", () => {
+  const req = { promptTokens: 60_000, blockTokens: 2048, bytesPerBlock: 70e6, lastWorker: "holder" };
+  const o = { localPrefillThreshold: 1_000_000, itlTargetS: 0.05, peerTransfer: true };
+  // 20k tokens queued on the holder: 0.2 s more than the idle worker, which can pull the prefix in ~2 ms.
+  const holder = cand("holder", { role: "mixed", overlapDevice: 28, overlapHost: 28, queuedPrefillTokens: 20_000 });
+  const idle = cand("idle", { role: "mixed" });
+  assert.equal(routeSession(req, [holder, idle], [], links, o)?.decodeWorker, "idle");
+  assert.equal(routeSession(req, [holder, idle], [], links, { ...o, peerMoveS: 0.5 })?.decodeWorker, "holder");
+  assert.equal(routeSession(req, [holder, idle], [], links, { ...o, peerMoveS: 0.1 })?.decodeWorker, "idle");
+});
+
+test("routeSession() with memoryFullS moves a turn off a holder that has no room for it", () => {
+  const req = { promptTokens: 60_000, blockTokens: 2048, bytesPerBlock: 70e6, lastWorker: "holder" };
+  const o = { localPrefillThreshold: 1_000_000, itlTargetS: 0.05, peerTransfer: true, peerMoveS: 0.5, memoryFullS: 1 };
+  const holder = cand("holder", { role: "mixed", overlapDevice: 20, overlapHost: 20, freeBlocks: 100 });
+  const idle = cand("idle", { role: "mixed", freeBlocks: 100 });
+  assert.equal(routeSession(req, [holder, idle], [], links, o)?.decodeWorker, "holder", "room for its 10 uncached blocks");
+  const full = { ...holder, freeBlocks: 5 };
+  const r = routeSession(req, [full, idle], [], links, o)!;
+  assert.equal(r.decodeWorker, "idle", "the holder lacks 10 free blocks: it would wait for memory");
+  assert.equal(r.prefixSource, "holder");
+  const queued = { ...holder, memoryQueue: 1 };
+  assert.equal(routeSession(req, [queued, idle], [], links, o)?.decodeWorker, "idle", "a turn already waits for memory there");
+  // The idle worker lacks room for the whole 30-block prompt too: both would wait, the holder keeps it.
+  assert.equal(routeSession(req, [full, { ...idle, freeBlocks: 20 }], [], links, o)?.decodeWorker, "holder");
+});

@@ -8,6 +8,7 @@ import { buildScenario } from "../../src/sim/scenarios.ts";
 import { ClusterSim } from "../../src/sim/simulator.ts";
 import { evolvingStatic } from "../../src/sim/systems.ts";
 import { parseMooncake } from "../../src/sim/traces.ts";
+import type { Planner } from "../../planner/index.ts";
 
 const small = (seed: number, name = "coding-256") =>
   buildScenario(name, { gpus: 32, load: 2, seed, durationS: 60, maxContext: KIMI_K2_6.maxContext });
@@ -126,6 +127,65 @@ test("a simulated worker that separates prefill and decode steps skips the mixed
   assert.ok(split.decodeE2e < mixed.decodeE2e - 0.5, `decoding sequence E2E mixed ${mixed.decodeE2e} s, split ${split.decodeE2e} s`);
   // The decodes are not starved: 3000 tokens at no more than about one chunk step each while the prompt prefills.
   assert.ok(split.decodeE2e < 3000 * 0.05, `decoding sequence E2E ${split.decodeE2e} s`);
+});
+
+test("a simulated turn whose KV holder is busy pulls its prefix from it over the link instead of recomputing it elsewhere", () => {
+  // Two workers. A leaves a 100k-token prefix on one; B extends it by 140k cold tokens (it goes where
+  // the prefix is and keeps that worker busy for seconds); C extends it by 1k tokens just after.
+  const ids = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+  const trace = [
+    { timestamp: 0, input_length: 100 * 1024, output_length: 2, hash_ids: ids(0, 200) },
+    { timestamp: 30_000, input_length: 240 * 1024, output_length: 2, hash_ids: ids(0, 480) },
+    { timestamp: 30_010, input_length: 101 * 1024, output_length: 2, hash_ids: [...ids(0, 200), ...ids(5000, 2)] },
+  ].map((r) => JSON.stringify(r)).join("\n");
+  const gpw = gpusPerWorker(KIMI_K2_6, GB300);
+  const ctx = {
+    workers: 2, profile: profileSweep(new CostModel(KIMI_K2_6, GB300, gpw)), initialSplit: { prefill: 0, decode: 2 },
+    ttftTargetS: 0.5, itlTargetS: 0.05, startupS: 0,
+  };
+  const run = (peerTransfer: boolean) => {
+    const sim = new ClusterSim(parseMooncake(trace), { ...evolvingStatic(ctx), peerTransfer, peerMoveS: 0.1 }, {
+      model: KIMI_K2_6, hw: GB300, gpus: 2 * gpw, gpusPerWorker: gpw, drainS: 60, maxQueueS: 120, sampleS: 1, slo: { ttftS: 1, itlS: 0.05 },
+    });
+    const out = sim.run().outcomes;
+    for (const o of out) assert.equal(o.rejected, null);
+    const c = out.find((o) => o.prompt === 101 * 1024)!;
+    return { ttft: c.ttft, cached: c.cached, transfers: sim.peerTransfers };
+  };
+  const pulled = run(true), without = run(false);
+  assert.equal(pulled.transfers, 1, "only C moves");
+  assert.equal(without.transfers, 0);
+  assert.ok(pulled.cached >= 100 * 1024, `C reuses the pulled prefix (${pulled.cached} cached tokens)`);
+  // Without the pull C waits behind B's 140k tokens or recomputes 100k on the idle worker.
+  assert.ok(pulled.ttft < without.ttft / 3, `C's TTFT ${pulled.ttft} s pulling the prefix, ${without.ttft} s without`);
+});
+
+test("a simulated session held at the front door starts when admission opens, its wait counted in its first turn's TTFT", () => {
+  // A scripted planner holds new sessions from its tick at 1 s and admits them again at its tick at 6 s.
+  const ids = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+  const trace = [0, 2_000, 3_000, 8_000]
+    .map((t, i) => JSON.stringify({ timestamp: t, input_length: 4096, output_length: 4, hash_ids: ids(100 * i, 8) })).join("\n");
+  const gpw = gpusPerWorker(KIMI_K2_6, GB300);
+  const ctx = {
+    workers: 1, profile: profileSweep(new CostModel(KIMI_K2_6, GB300, gpw)), initialSplit: { prefill: 0, decode: 1 },
+    ttftTargetS: 0.5, itlTargetS: 0.05, startupS: 0,
+  };
+  const planner: Planner = {
+    name: "scripted", intervalS: 1,
+    tick: (s) => (s.now === 1 ? [{ kind: "admission", holdNewSessions: true }] : s.now === 6 ? [{ kind: "admission", holdNewSessions: false }] : []),
+  };
+  const sim = new ClusterSim(parseMooncake(trace), { ...evolvingStatic(ctx), planner }, {
+    model: KIMI_K2_6, hw: GB300, gpus: gpw, gpusPerWorker: gpw, drainS: 60, maxQueueS: 120, sampleS: 1, slo: { ttftS: 1, itlS: 0.05 },
+  });
+  const out = sim.run().outcomes;
+  assert.equal(out.length, 4);
+  for (const o of out) assert.equal(o.rejected, null);
+  assert.equal(sim.sessionsHeld, 2, "the sessions arriving at 2 s and 3 s");
+  const byArrival = [...out].sort((a, b) => a.arrival - b.arrival);
+  assert.deepEqual(byArrival.map((o) => o.arrival), [0, 2, 3, 8], "arrival stays when the session first knocked");
+  assert.ok(byArrival[0].ttft < 0.5 && byArrival[3].ttft < 0.5, "not held before the hold or after it");
+  assert.ok(byArrival[1].ttft >= 4 && byArrival[1].ttft < 4.5, `held from 2 s to 6 s: TTFT ${byArrival[1].ttft}`);
+  assert.ok(byArrival[2].ttft >= 3 && byArrival[2].ttft < 3.5, `held from 3 s to 6 s: TTFT ${byArrival[2].ttft}`);
 });
 
 test("compare() lets the tuned baseline's offline profile choose separate steps only when mixed steps are dearer", () => {
