@@ -58,6 +58,8 @@ export interface OnlinePlannerOptions {
    * "admission"; planner/session-admission.ts). Default false.
    */
   sessionAdmission?: boolean;
+  /** Longest a new session is held at the front door (s). */
+  maxHoldS?: number;
 }
 
 /** Prefill workers with no decode worker to send them prompts (mixed workers prefill their own). */
@@ -76,7 +78,7 @@ export class OnlinePlanner implements Planner {
   private readonly steps = new StepPricing();
   private readonly rates: RateEstimates;
   private readonly mixing = new StepMixingChoice();
-  private readonly admission = new SessionAdmission();
+  private readonly admission: SessionAdmission;
 
   /** Creates the planner with the given knobs. */
   constructor(opts: OnlinePlannerOptions = {}) {
@@ -84,10 +86,11 @@ export class OnlinePlanner implements Planner {
       intervalS: 1, ttftTargetS: 0.5, itlTargetS: 0.05, margin: 0.1, confirmTicks: 2, cooldownS: 15,
       maxFlipFraction: 0.0625, flipCost: 0.03, minLocalPrefill: 256, maxLocalPrefill: 2048,
       initialLocalPrefill: 512, maxDecodeBatch: 512, mixedChunkTokens: 8192, allowMixed: true, stepModel: true,
-      prefillChunkTokens: 16384, adaptStepMixing: true, sessionAdmission: false, ...opts,
+      prefillChunkTokens: 16384, adaptStepMixing: true, sessionAdmission: false, maxHoldS: 60, ...opts,
     };
     this.intervalS = this.o.intervalS;
     this.rates = new RateEstimates(this.o.mixedChunkTokens);
+    this.admission = new SessionAdmission({ maxHoldS: this.o.maxHoldS });
     this.threshold = this.o.initialLocalPrefill;
   }
 
@@ -191,7 +194,7 @@ export class OnlinePlanner implements Planner {
     const live = s.workers.filter((w) => w.state === "serving");
     this.learn(s, live);
     const hold = this.o.sessionAdmission ? this.admission.update(live) : null;
-    const admit: PlannerAction[] = hold === null ? [] : [{ kind: "admission", holdNewSessions: hold }];
+    const admit: PlannerAction[] = hold === null ? [] : [{ kind: "admission", holdNewSessions: hold, maxHoldS: this.admission.maxHoldS }];
     const n = live.length;
     if (n < 2) return admit;
     const cur = countRoles(live);

@@ -15,6 +15,8 @@ export interface SessionAdmissionOptions {
   admitFraction?: number;
   /** Consecutive ticks a change must be wanted before it happens. */
   confirmTicks?: number;
+  /** Longest a new session waits at the front door; then it enters whatever the pressure. */
+  maxHoldS?: number;
 }
 
 /** Decides, tick by tick, whether new sessions are admitted or held (hysteresis between two fractions). */
@@ -25,10 +27,15 @@ export class SessionAdmission {
 
   /** Creates the controller; new sessions are admitted until memory pressure is seen. */
   constructor(opts: SessionAdmissionOptions = {}) {
-    this.o = { holdFraction: 0.25, admitFraction: 0.05, confirmTicks: 2, ...opts };
+    this.o = { holdFraction: 0.25, admitFraction: 0.05, confirmTicks: 2, maxHoldS: 60, ...opts };
     if (!(this.o.admitFraction < this.o.holdFraction)) {
       throw new RangeError(`Session admission needs admitFraction below holdFraction; got ${this.o.admitFraction} and ${this.o.holdFraction}`);
     }
+  }
+
+  /** Longest a new session waits at the front door. */
+  get maxHoldS(): number {
+    return this.o.maxHoldS;
   }
 
   /** Whether new sessions are held now. */

@@ -94,8 +94,11 @@ export type PlannerAction =
   | { kind: "local-prefill-threshold"; tokens: number }
   /** Whether workers run a step's prefill chunk and its decodes as two steps instead of one mixed step. */
   | { kind: "step-mixing"; split: boolean }
-  /** Whether new sessions are admitted or held at the front door (held: one enters as one leaves). */
-  | { kind: "admission"; holdNewSessions: boolean };
+  /**
+   * Whether new sessions are admitted or held at the front door (held: one enters as one leaves, and
+   * none waits there longer than `maxHoldS`).
+   */
+  | { kind: "admission"; holdNewSessions: boolean; maxHoldS: number };
 
 /** A planner: called every `intervalS` seconds of (injected) time with a fresh snapshot. */
 export interface Planner {

@@ -13,6 +13,7 @@
  *   -ptX             ours' router pulls a session's prefix from its holder (peer transfer), memoryFullS X
  *   -pmX             ours' router charges X s for pulling a prefix from a peer
  *   -adm / -noadm    ours' planner holds new sessions while turns wait for KV memory on many workers (or never)
+ *   -admhX           as -adm, a new session held at most X s (default 60)
  *   -nopt            ours without peer transfer
  *   -static          ours without the role planner
  *   -noflip          ours' planner never flips roles (it still adapts step mixing and the local-prefill threshold)
@@ -50,6 +51,7 @@ function specOf(name: string): SystemSpec {
     else if ((x = /^pt([\d.]+)$/.exec(m))) s = { ...s, peerTransfer: true, memoryFullS: Number(x[1]) };
     else if ((x = /^pm([\d.]+)$/.exec(m))) s = { ...s, peerMoveS: Number(x[1]) };
     else if (m === "adm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: true }) };
+    else if ((x = /^admh([\d.]+)$/.exec(m))) s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: true, maxHoldS: Number(x[1]) }) };
     else if (m === "noadm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: false }) };
     else if (m === "nopt") s = { ...s, peerTransfer: false, memoryFullS: 0 };
     else if (m === "static") s = { ...s, planner: null };

@@ -19,6 +19,7 @@ export function applyAction(sim: ClusterSim, a: PlannerAction): void {
   }
   if (a.kind === "admission") {
     sim.holdNewSessions = a.holdNewSessions;
+    sim.maxHoldS = a.maxHoldS;
     if (!a.holdNewSessions) releaseHeldSessions(sim, Infinity);
     return;
   }

@@ -12,7 +12,7 @@ import type { KvEvent } from "../../kv/types.ts";
 import type { LinkModel } from "../../planner/routers.ts";
 import type { CompletedRequest, MetricsSnapshot } from "../../planner/types.ts";
 import { applyAction } from "./actions.ts";
-import { arrive } from "./admission.ts";
+import { arrive, releaseHeldSessions } from "./admission.ts";
 import { rejectLeftovers } from "./completion.ts";
 import { CostModel } from "./cost-model.ts";
 import { EventQueue } from "./event-queue.ts";
@@ -82,6 +82,8 @@ export class ClusterSim {
   holdNewSessions = false;
   /** Sessions held there, oldest first, with the time their first turn arrived. */
   readonly heldSessions: { plan: SessionPlan; at: number }[] = [];
+  /** Longest a session is held there before it enters anyway. */
+  maxHoldS = Infinity;
   /** Sessions that were held, for reports. */
   sessionsHeld = 0;
   /** Tokens per KV block in this workload. */
@@ -213,6 +215,10 @@ export class ClusterSim {
     };
     this.win = { arrivals: 0, prompt: 0, uncached: 0, output: 0, done: [] };
     for (const a of p.tick(snap)) applyAction(this, a);
+    // Held sessions enter once they have waited the longest the front door holds them.
+    let due = 0;
+    while (due < this.heldSessions.length && this.now - this.heldSessions[due].at >= this.maxHoldS) due++;
+    if (due > 0) releaseHeldSessions(this, due);
     this.q.push(this.now + p.intervalS, { t: "tick" });
   }
 

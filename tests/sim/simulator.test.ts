@@ -160,7 +160,7 @@ test("a simulated turn whose KV holder is busy pulls its prefix from it over the
   assert.ok(pulled.ttft < without.ttft / 3, `C's TTFT ${pulled.ttft} s pulling the prefix, ${without.ttft} s without`);
 });
 
-test("a simulated session held at the front door starts when admission opens, its wait counted in its first turn's TTFT", () => {
+test("a simulated session held at the front door starts when admission opens or its longest hold is up, its wait counted in its first turn's TTFT", () => {
   // A scripted planner holds new sessions from its tick at 1 s and admits them again at its tick at 6 s.
   const ids = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
   const trace = [0, 2_000, 3_000, 8_000]
@@ -170,22 +170,31 @@ test("a simulated session held at the front door starts when admission opens, it
     workers: 1, profile: profileSweep(new CostModel(KIMI_K2_6, GB300, gpw)), initialSplit: { prefill: 0, decode: 1 },
     ttftTargetS: 0.5, itlTargetS: 0.05, startupS: 0,
   };
-  const planner: Planner = {
-    name: "scripted", intervalS: 1,
-    tick: (s) => (s.now === 1 ? [{ kind: "admission", holdNewSessions: true }] : s.now === 6 ? [{ kind: "admission", holdNewSessions: false }] : []),
+  const run = (maxHoldS: number) => {
+    const planner: Planner = {
+      name: "scripted", intervalS: 1,
+      tick: (s) => (s.now === 1 ? [{ kind: "admission", holdNewSessions: true, maxHoldS }] : s.now === 6 ? [{ kind: "admission", holdNewSessions: false, maxHoldS }] : []),
+    };
+    const sim = new ClusterSim(parseMooncake(trace), { ...evolvingStatic(ctx), planner }, {
+      model: KIMI_K2_6, hw: GB300, gpus: gpw, gpusPerWorker: gpw, drainS: 60, maxQueueS: 120, sampleS: 1, slo: { ttftS: 1, itlS: 0.05 },
+    });
+    const out = sim.run().outcomes;
+    assert.equal(out.length, 4);
+    for (const o of out) assert.equal(o.rejected, null);
+    assert.equal(sim.sessionsHeld, 2, "the sessions arriving at 2 s and 3 s");
+    const byArrival = [...out].sort((a, b) => a.arrival - b.arrival);
+    assert.deepEqual(byArrival.map((o) => o.arrival), [0, 2, 3, 8], "arrival stays when the session first knocked");
+    assert.ok(byArrival[0].ttft < 0.5 && byArrival[3].ttft < 0.5, "not held before the hold or after it");
+    return [byArrival[1].ttft, byArrival[2].ttft];
   };
-  const sim = new ClusterSim(parseMooncake(trace), { ...evolvingStatic(ctx), planner }, {
-    model: KIMI_K2_6, hw: GB300, gpus: gpw, gpusPerWorker: gpw, drainS: 60, maxQueueS: 120, sampleS: 1, slo: { ttftS: 1, itlS: 0.05 },
-  });
-  const out = sim.run().outcomes;
-  assert.equal(out.length, 4);
-  for (const o of out) assert.equal(o.rejected, null);
-  assert.equal(sim.sessionsHeld, 2, "the sessions arriving at 2 s and 3 s");
-  const byArrival = [...out].sort((a, b) => a.arrival - b.arrival);
-  assert.deepEqual(byArrival.map((o) => o.arrival), [0, 2, 3, 8], "arrival stays when the session first knocked");
-  assert.ok(byArrival[0].ttft < 0.5 && byArrival[3].ttft < 0.5, "not held before the hold or after it");
-  assert.ok(byArrival[1].ttft >= 4 && byArrival[1].ttft < 4.5, `held from 2 s to 6 s: TTFT ${byArrival[1].ttft}`);
-  assert.ok(byArrival[2].ttft >= 3 && byArrival[2].ttft < 3.5, `held from 3 s to 6 s: TTFT ${byArrival[2].ttft}`);
+  const [a, b] = run(60);
+  assert.ok(a >= 4 && a < 4.5, `held from 2 s to 6 s: TTFT ${a}`);
+  assert.ok(b >= 3 && b < 3.5, `held from 3 s to 6 s: TTFT ${b}`);
+  // Held at most 2 s: the first enters at the tick at 4 s although the hold lasts until 6 s; the
+  // second enters as that one leaves (one enters as one leaves), before its own 2 s are up.
+  const [c, d] = run(2);
+  assert.ok(c >= 2 && c < 2.5, `held from 2 s to 4 s: TTFT ${c}`);
+  assert.ok(d >= 1 && d < 1.5, `held from 3 s until the session let in at 4 s ends: TTFT ${d}`);
 });
 
 test("compare() lets the tuned baseline's offline profile choose separate steps only when mixed steps are dearer", () => {
