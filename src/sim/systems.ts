@@ -38,10 +38,11 @@ export interface SystemSpec {
   stallWeight?: number;
   /** Ours: seconds per turn already waiting for KV memory on a worker (router's memoryWaitS; off when absent). */
   memoryWaitS?: number;
-  /** Ours: router options for pulling a session's prefix from a peer worker (see SessionRouterOptions). */
+  /** Ours: pull a session's prefix from the worker holding it (router option peerTransfer). */
   peerTransfer?: boolean;
-  memoryFullS?: number;
+  /** Ours: seconds a move must gain, and seconds charged where the turn would wait for KV memory (router options). */
   peerMoveS?: number;
+  memoryFullS?: number;
   /** How a worker orders its queued prefills (FCFS when absent, as vLLM and SGLang do by default). */
   prefillOrder?: PrefillOrderOptions;
   /**
@@ -140,9 +141,13 @@ export function evolving(c: SystemContext): SystemSpec {
     // and decodes, like aggregated serving) and let measurements specialise workers.
     decodeCaches: true, initialPrefill: 0, initialDecode: c.workers, initialRole: "mixed", startupS: 0,
     maxLocalPrefill: planner.localPrefillThreshold(), maxPrefillQueuePerWorker: Infinity, prefillOrder: AGED_SHORT_FIRST,
+    // A worker lacking the session's prefix may pull it from the holder; a move must gain 0.5 s, and
+    // a worker without KV memory for the turn counts 1 s more (sixth session: 0.2/0.5/1 s and 0/1/3 s
+    // measured on three seeds, docs/results/variants/peer-transfer.txt).
+    peerTransfer: true, peerMoveS: 0.5, memoryFullS: 1,
     params: {
       planner: "online (1 s tick, roles prefill/decode/mixed, hysteresis 10%, confirm 2 ticks, cooldown 15 s, ≤6.25% of workers flipped per tick)",
-      router: "session affinity vs load, transfer vs recompute", retention: "agent-aware benefit/byte + host tier",
+      router: "session affinity vs load, transfer vs recompute (to a prefill worker, or from the prefix's holder to another worker: a move must gain 0.5 s; 1 s charged where the turn would wait for KV memory)", retention: "agent-aware benefit/byte + host tier",
       decode_kv_reuse: true, workers: c.workers, initial_roles: "all mixed", prefill_order: "short-first, aged 2000 tokens/s",
       step_mixing: "starts mixed; the planner separates prefill and decode steps when its fitted step model prices mixed steps 20% above separate ones",
     },
