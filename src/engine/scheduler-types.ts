@@ -85,6 +85,8 @@ export interface StepEntry {
   blockTable: number[];
   /** True when the chunk reaches the sequence's end, so the step samples its next token. */
   sample: boolean;
+  /** True when the entry computes prompt tokens (a prefill chunk, even a one-token one), false for a decode. */
+  prefill: boolean;
 }
 
 /** One step's work. */

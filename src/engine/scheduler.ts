@@ -109,7 +109,7 @@ export class Scheduler {
     let prefill = 0;
     const add = (seq: Sequence, n: number) => {
       const start = seq.numComputed;
-      entries.push({ seqId: seq.id, tokens: seq.tokens.slice(start, start + n), startPos: start, blockTable: [...seq.blockTable], sample: start + n === seq.tokens.length });
+      entries.push({ seqId: seq.id, tokens: seq.tokens.slice(start, start + n), startPos: start, blockTable: [...seq.blockTable], sample: start + n === seq.tokens.length, prefill: seq.inPrefill });
       if (seq.inPrefill) prefill += n;
       budget -= n;
       scheduled.add(seq);

@@ -11,12 +11,16 @@ export interface StepRecord extends StepShape {
   seconds: number;
 }
 
-/** The shape of a step's entries (a one-token entry is a decode; longer ones are prefill chunks). */
-export function stepShapeOf(entries: readonly StepEntry[]): StepShape {
+/**
+ * The shape of a step's entries. The scheduler marks which entries are prefill chunks: a prompt's last
+ * chunk can be one token long and is still prefill (counted as a decode, it made a prefill-only step
+ * look mixed in the log and to `--step-mixing auto`).
+ */
+export function stepShapeOf(entries: readonly Pick<StepEntry, "tokens" | "startPos" | "prefill">[]): StepShape {
   let prefillTokens = 0, prefillAttnPairs = 0, decodeSeqs = 0, decodeAttnTokens = 0;
   for (const e of entries) {
     const n = e.tokens.length;
-    if (n === 1) {
+    if (!e.prefill) {
       decodeSeqs++;
       decodeAttnTokens += e.startPos + 1;
     } else {

@@ -6,6 +6,7 @@ import { BlockPool } from "../../kv/index.ts";
 import { poolBlockManager } from "../../src/engine/scheduler-kv-adapter.ts";
 import { fakeSample, make, range } from "./scheduler-fixtures.ts";
 import type { SchedulerConfig, StepPlan } from "../../src/engine/scheduler-types.ts";
+import { stepShapeOf } from "../../src/engine/step-record.ts";
 
 /** Runs steps until idle, finishing each sequence after `maxTokens[id]` outputs; returns the plans. */
 function drain(sched: Scheduler, maxTokens: Map<number, number>, limit = 1000): StepPlan[] {
@@ -29,6 +30,17 @@ test("Scheduler.schedule() chunks a long prompt under the token budget", () => {
     [[0, 8, false]], [[8, 8, false]], [[16, 4, true]], [[20, 1, true]], [[21, 1, true]],
   ]);
   assert.deepEqual(plans.map((p) => p.numPrefillTokens), [8, 8, 4, 0, 0]);
+});
+
+test("Scheduler.schedule() marks a prompt's one-token last chunk as prefill, and stepShapeOf() counts it so", () => {
+  const { sched } = make(16, 4, { maxBatchTokens: 8 });
+  sched.submit(1, range(17));
+  const plans = drain(sched, new Map([[1, 2]]));
+  // 8 + 8 + 1 prompt tokens, then one decode: the third step is a one-token prefill chunk.
+  assert.deepEqual(plans.map((p) => p.entries.map((e) => [e.tokens.length, e.prefill])), [[[8, true]], [[8, true]], [[1, true]], [[1, false]]]);
+  assert.deepEqual(plans.map((p) => stepShapeOf(p.entries)).map((s) => [s.prefillTokens, s.decodeSeqs]), [[8, 0], [8, 0], [1, 0], [0, 1]]);
+  // Its attention pairs are the 17th token's: 16 cached positions plus itself.
+  assert.equal(stepShapeOf(plans[2].entries).prefillAttnPairs, 17);
 });
 
 test("Scheduler.schedule() batches decodes with a newly admitted prefill chunk", () => {
