@@ -62,6 +62,8 @@ export class AgentAwarePolicy implements RetentionPolicy {
   private rankedAt = -Infinity;
   // Session-less blocks in release order (value: release time); their group's ids list stays empty.
   private readonly anon = LruList.forBlockHashes<number>();
+  // Sessions that continued on another worker with their prefix: their blocks here go first.
+  private readonly moved = new Set<string>();
 
   /** Creates the policy over the given session knowledge. */
   constructor(private readonly sessions: SessionTracker, opts: AgentAwareOptions = {}) {
@@ -89,6 +91,8 @@ export class AgentAwarePolicy implements RetentionPolicy {
       return;
     }
     const key = sid ?? ANON;
+    // The session ran here again: its blocks are its live copy, not a stale one.
+    if (sid !== undefined) this.moved.delete(sid);
     let g = this.groups.get(key);
     const fresh = g === undefined;
     if (g === undefined) {
@@ -125,7 +129,7 @@ export class AgentAwarePolicy implements RetentionPolicy {
     this.owner[id] = undefined; // lazy: the id stays in g.ids and is skipped on pop
     if (g.key === ANON) this.anon.delete(id);
     this.owned--;
-    if (--g.live === 0) this.groups.delete(g.key);
+    if (--g.live === 0) { this.groups.delete(g.key); this.moved.delete(g.key); }
   }
 
   /** Evicts the block with the lowest expected benefit per byte. */
@@ -174,6 +178,17 @@ export class AgentAwarePolicy implements RetentionPolicy {
     this.rankedAt = -Infinity;
   }
 
+  /**
+   * Session `sessionId` continues on another worker that received its prefix: its blocks here are a
+   * stale copy and rank below every other session's (reasoning blocks still go first).
+   */
+  sessionMoved(sessionId: string, now: number): void {
+    const g = this.groups.get(sessionId);
+    if (g === undefined) return;
+    this.moved.add(sessionId);
+    if (this.order.size > 0) this.order.push(sessionId, this.groupScore(g, now, this.horizonS()));
+  }
+
   /** Expected benefit per byte of keeping session `key`'s deepest block, as of `now`. */
   score(key: string, now: number): number {
     const g = this.groups.get(key);
@@ -187,6 +202,7 @@ export class AgentAwarePolicy implements RetentionPolicy {
       const p = this.sessions.anonymousReturnProbability(this.anon.get(oldest)!, now, horizon);
       return (this.recompute(this.depthOf[oldest]) * p) / this.blockBytes;
     }
+    if (this.moved.has(g.key)) return -1;
     let rec = g.rec;
     if (rec === undefined || SessionTracker.isStale(rec)) rec = g.rec = this.sessions.handle(g.key);
     const p = this.sessions.returnProbabilityOf(rec, now, horizon);

@@ -24,6 +24,11 @@ export interface RetentionPolicy {
   evict(now: number): number | undefined;
   /** Number of evictable blocks tracked. */
   readonly size: number;
+  /**
+   * The session now continues on another worker, which received its prefix (optional): its blocks
+   * here are a stale copy, worth little. Policies without a notion of sessions ignore it.
+   */
+  sessionMoved?(sessionId: string, now: number): void;
 }
 
 /**

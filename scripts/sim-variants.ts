@@ -14,6 +14,7 @@
  *   -pmX             ours' router charges X s for pulling a prefix from a peer
  *   -adm / -noadm    ours' planner holds new sessions while turns wait for KV memory on many workers (or never)
  *   -admhX           as -adm, a new session held at most X s (default 60)
+ *   -demote / -nodemote  the holder's copy of a session that moved away goes first (or ranks as the session's)
  *   -nopt            ours without peer transfer
  *   -static          ours without the role planner
  *   -noflip          ours' planner never flips roles (it still adapts step mixing and the local-prefill threshold)
@@ -53,6 +54,8 @@ function specOf(name: string): SystemSpec {
     else if (m === "adm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: true }) };
     else if ((x = /^admh([\d.]+)$/.exec(m))) s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: true, maxHoldS: Number(x[1]) }) };
     else if (m === "noadm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: false }) };
+    else if (m === "demote") s = { ...s, demoteMovedSessions: true };
+    else if (m === "nodemote") s = { ...s, demoteMovedSessions: false };
     else if (m === "nopt") s = { ...s, peerTransfer: false, memoryFullS: 0 };
     else if (m === "static") s = { ...s, planner: null };
     else if (m === "noflip") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, cooldownS: Infinity }) };

@@ -86,7 +86,11 @@ export function startPlacement(sim: ClusterSim, req: ReqState, p: Placement): vo
     // A peer's copy of the prefix arrives over the link instead of being recomputed here.
     const src = p.prefixSource;
     const delay = src !== undefined && p.prefixTransferBlocks > 0 ? sim.linkSeconds(src, w, p.prefixTransferBlocks) : 0;
-    if (delay > 0) sim.peerTransfers++;
+    if (delay > 0) {
+      sim.peerTransfers++;
+      // The holder's copy is now stale: the session continues here.
+      if (sim.spec.demoteMovedSessions) src!.retention?.sessionMoved?.(req.plan.id, sim.now);
+    }
     enqueuePrefill(sim, req, w, true, delay, delay > 0 ? p.prefixTransferBlocks : 0);
   } else {
     req.prefillWorker = p.prefill.id;

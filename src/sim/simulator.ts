@@ -154,15 +154,16 @@ export class ClusterSim {
         ? new TierCache({ tier: "host", capacityBlocks: hostBlocks, bandwidthBytesPerS: cfg.hw.hostBandwidth * cfg.gpusPerWorker, latencyS: 1e-5 }, id, sink)
         : undefined;
       host?.spillTo(this.remote);
+      const policy = spec.makePolicy(this.sessions);
       const pool = new BlockPool({
-        numBlocks: deviceBlocks, blockSize: 1, clock: () => this.now, policy: spec.makePolicy(this.sessions),
+        numBlocks: deviceBlocks, blockSize: 1, clock: () => this.now, policy,
         events: sink, workerId: id,
         onEvict: host ? (b) => host.offload(b.hash, { parentHash: b.parentHash, tokens: b.tokens, meta: b.meta }, this.now) : undefined,
       });
       const role = i < spec.initialPrefill ? "prefill" : spec.initialRole;
       const on = i < spec.initialPrefill + spec.initialDecode;
       this.indexSlots.push(this.index.workerSlot(id));
-      this.workers.push(new SimWorker(id, i, Math.floor(i / workersPerRack), role, on ? "serving" : "off", pool, host, this.cost));
+      this.workers.push(new SimWorker(id, i, Math.floor(i / workersPerRack), role, on ? "serving" : "off", pool, host, this.cost, policy));
     }
   }
 

@@ -43,6 +43,8 @@ export interface SystemSpec {
   /** Ours: seconds a move must gain, and seconds charged where the turn would wait for KV memory (router options). */
   peerMoveS?: number;
   memoryFullS?: number;
+  /** Ours: tell the holder's retention policy that a session moved away with its prefix (its copy goes first). */
+  demoteMovedSessions?: boolean;
   /** How a worker orders its queued prefills (FCFS when absent, as vLLM and SGLang do by default). */
   prefillOrder?: PrefillOrderOptions;
   /**

@@ -4,6 +4,7 @@
  * batch size: a sequence's tokens = steps since it joined; finishes come off a min-heap.
  */
 import type { BlockPool } from "../../kv/block-pool.ts";
+import type { RetentionPolicy } from "../../kv/retention.ts";
 import type { TierCache } from "../../kv/tiers.ts";
 import type { RouteCandidate } from "../../planner/routers.ts";
 import type { Role, StepSample, WorkerState, WorkerSnapshot } from "../../planner/types.ts";
@@ -96,6 +97,8 @@ export class SimWorker {
   constructor(
     readonly id: string, readonly index: number, readonly rack: number, role: Role, state: WorkerState,
     readonly pool: BlockPool, readonly host: TierCache | undefined, readonly cost: CostModel,
+    /** The pool's retention policy (told when a session moves away with its prefix). */
+    readonly retention?: RetentionPolicy,
   ) {
     this.role = role;
     this.state = state;

@@ -36,6 +36,46 @@ test("AgentAwarePolicy keeps a session waiting on a short tool call over an idle
   assert.deepEqual(lru, { waiter: 0, idle: 2 });
 });
 
+test("AgentAwarePolicy.sessionMoved() ranks a session that continued elsewhere below an idle one, until it runs here again", () => {
+  const run = (moved: boolean, back: boolean) => {
+    const sessions = new SessionTracker({ priorToolGapS: 2, priorIdleGapS: 120 });
+    const policy = new AgentAwarePolicy(sessions);
+    const now = { t: 0 };
+    const pool = new BlockPool({ numBlocks: 6, blockSize: 1, clock: () => now.t, policy });
+    const fill = (sid: string, base: number) => {
+      sessions.turnStarted(sid, now.t);
+      const ids = pool.allocate(2);
+      pool.commitBlock(ids[0], null, [base], { sessionId: sid, type: "system" });
+      pool.commitBlock(ids[1], ids[0], [base + 1], { sessionId: sid, type: "tool-output" });
+      return ids;
+    };
+    const waiting = fill("tool-waiter", 10);
+    sessions.turnEnded("tool-waiter", 1, "run_tests");
+    now.t = 1;
+    pool.release(waiting);
+    const idle = fill("idle", 20);
+    sessions.turnEnded("idle", 2, null);
+    now.t = 2;
+    pool.release(idle);
+    if (moved) policy.sessionMoved("tool-waiter", now.t);
+    if (back) {
+      // The session's next turn ran here after all: its blocks are live again, then released.
+      now.t = 3;
+      const hit = pool.matchPrefix([10, 11]);
+      sessions.turnStarted("tool-waiter", now.t);
+      sessions.turnEnded("tool-waiter", 4, "run_tests");
+      now.t = 4;
+      pool.release(hit.blockIds);
+    }
+    now.t = 5;
+    pool.allocate(4);
+    return { waiter: pool.cachedPrefixTokens([10, 11]), idle: pool.cachedPrefixTokens([20, 21]) };
+  };
+  assert.deepEqual(run(false, false), { waiter: 2, idle: 0 }, "a tool waiter outranks an idle session");
+  assert.deepEqual(run(true, false), { waiter: 0, idle: 2 }, "moved away: its copy here goes first");
+  assert.deepEqual(run(true, true), { waiter: 2, idle: 0 }, "it ran here again: no longer stale");
+});
+
 test("AgentAwarePolicy evicts reasoning blocks of a finished turn before anything else", () => {
   const sessions = new SessionTracker();
   const t = { v: 0 };
