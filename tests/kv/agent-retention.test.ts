@@ -2,16 +2,21 @@ import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { AgentAwarePolicy, BlockPool, LruPolicy, type RetentionPolicy, SessionTracker } from "../../kv/index.ts";
 
-/** Two sessions each cache 2 blocks; then one new 2-block allocation forces two evictions. */
-function scenario(policy: RetentionPolicy, sessions: SessionTracker, now: { t: number }) {
-  const pool = new BlockPool({ numBlocks: 4, blockSize: 1, clock: () => now.t, policy });
-  const fill = (sid: string, base: number) => {
+/** Starts a turn of session `sid` and fills two chained blocks with tokens `base`, `base + 1`; returns their ids. */
+function filler(pool: BlockPool, sessions: SessionTracker, now: { t: number }): (sid: string, base: number) => number[] {
+  return (sid, base) => {
     sessions.turnStarted(sid, now.t);
     const ids = pool.allocate(2);
     pool.commitBlock(ids[0], null, [base], { sessionId: sid, type: "system" });
     pool.commitBlock(ids[1], ids[0], [base + 1], { sessionId: sid, type: "tool-output" });
     return ids;
   };
+}
+
+/** Two sessions each cache 2 blocks; then one new 2-block allocation forces two evictions. */
+function scenario(policy: RetentionPolicy, sessions: SessionTracker, now: { t: number }) {
+  const pool = new BlockPool({ numBlocks: 4, blockSize: 1, clock: () => now.t, policy });
+  const fill = filler(pool, sessions, now);
   // The tool-waiting session finishes its turn first, so LRU sees it as the older one.
   const waiting = fill("tool-waiter", 10);
   now.t = 1;
@@ -42,13 +47,7 @@ test("AgentAwarePolicy.sessionMoved() ranks a session that continued elsewhere b
     const policy = new AgentAwarePolicy(sessions);
     const now = { t: 0 };
     const pool = new BlockPool({ numBlocks: 6, blockSize: 1, clock: () => now.t, policy });
-    const fill = (sid: string, base: number) => {
-      sessions.turnStarted(sid, now.t);
-      const ids = pool.allocate(2);
-      pool.commitBlock(ids[0], null, [base], { sessionId: sid, type: "system" });
-      pool.commitBlock(ids[1], ids[0], [base + 1], { sessionId: sid, type: "tool-output" });
-      return ids;
-    };
+    const fill = filler(pool, sessions, now);
     const waiting = fill("tool-waiter", 10);
     sessions.turnEnded("tool-waiter", 1, "run_tests");
     now.t = 1;

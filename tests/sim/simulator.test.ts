@@ -3,15 +3,24 @@ import { test } from "../harness.ts";
 import { compare } from "../../src/sim/compare.ts";
 import { CostModel } from "../../src/sim/cost-model.ts";
 import { profileSweep } from "../../src/sim/profiler.ts";
-import { GB300, gpusPerWorker, KIMI_K2_6 } from "../../src/sim/profiles.ts";
+import { GB300, gpusPerWorker, type HardwareProfile, KIMI_K2_6 } from "../../src/sim/profiles.ts";
 import { buildScenario } from "../../src/sim/scenarios.ts";
 import { ClusterSim } from "../../src/sim/simulator.ts";
-import { evolvingStatic } from "../../src/sim/systems.ts";
+import { evolvingStatic, type SystemContext } from "../../src/sim/systems.ts";
 import { parseMooncake } from "../../src/sim/traces.ts";
 import type { Planner } from "../../planner/index.ts";
 
 const small = (seed: number, name = "coding-256") =>
   buildScenario(name, { gpus: 32, load: 2, seed, durationS: 60, maxContext: KIMI_K2_6.maxContext });
+
+/** The shared settings of a system on `workers` Kimi-K2.6-like workers of `hw`, all decoding (mixed for ours). */
+function workersContext(workers: number, hw: HardwareProfile): SystemContext {
+  const gpw = gpusPerWorker(KIMI_K2_6, hw);
+  return {
+    workers, profile: profileSweep(new CostModel(KIMI_K2_6, hw, gpw)), initialSplit: { prefill: 0, decode: workers },
+    ttftTargetS: 0.5, itlTargetS: 0.05, startupS: 0,
+  };
+}
 
 let tick = 0;
 const fakeClock = () => tick++;
@@ -80,10 +89,7 @@ test("a simulated worker spends its chunk budget short-first when the system ord
     { timestamp: 1, input_length: 1024, output_length: 2, hash_ids: ids(1000, 2) },
   ].map((r) => JSON.stringify(r)).join("\n");
   const gpw = gpusPerWorker(KIMI_K2_6, GB300);
-  const ctx = {
-    workers: 1, profile: profileSweep(new CostModel(KIMI_K2_6, GB300, gpw)), initialSplit: { prefill: 0, decode: 1 },
-    ttftTargetS: 0.5, itlTargetS: 0.05, startupS: 0,
-  };
+  const ctx = workersContext(1, GB300);
   const shortTtft = (fcfs: boolean) => {
     const base = evolvingStatic(ctx);
     const spec = fcfs ? { ...base, prefillOrder: undefined } : base;
@@ -108,10 +114,7 @@ test("a simulated worker that separates prefill and decode steps skips the mixed
   ].map((r) => JSON.stringify(r)).join("\n");
   const hw = { ...GB300, mixedStepOverheadS: 0.1 };
   const gpw = gpusPerWorker(KIMI_K2_6, hw);
-  const ctx = {
-    workers: 1, profile: profileSweep(new CostModel(KIMI_K2_6, hw, gpw)), initialSplit: { prefill: 0, decode: 1 },
-    ttftTargetS: 0.5, itlTargetS: 0.05, startupS: 0,
-  };
+  const ctx = workersContext(1, hw);
   const run = (stepMixing: "mixed" | "split") => {
     const r = new ClusterSim(parseMooncake(trace), { ...evolvingStatic(ctx), stepMixing }, {
       model: KIMI_K2_6, hw, gpus: gpw, gpusPerWorker: gpw, drainS: 120, maxQueueS: 120, sampleS: 1, slo: { ttftS: 1, itlS: 0.05 },
@@ -139,10 +142,7 @@ test("a simulated turn whose KV holder is busy pulls its prefix from it over the
     { timestamp: 30_010, input_length: 101 * 1024, output_length: 2, hash_ids: [...ids(0, 200), ...ids(5000, 2)] },
   ].map((r) => JSON.stringify(r)).join("\n");
   const gpw = gpusPerWorker(KIMI_K2_6, GB300);
-  const ctx = {
-    workers: 2, profile: profileSweep(new CostModel(KIMI_K2_6, GB300, gpw)), initialSplit: { prefill: 0, decode: 2 },
-    ttftTargetS: 0.5, itlTargetS: 0.05, startupS: 0,
-  };
+  const ctx = workersContext(2, GB300);
   const run = (peerTransfer: boolean) => {
     const sim = new ClusterSim(parseMooncake(trace), { ...evolvingStatic(ctx), peerTransfer, peerMoveS: 0.1 }, {
       model: KIMI_K2_6, hw: GB300, gpus: 2 * gpw, gpusPerWorker: gpw, drainS: 60, maxQueueS: 120, sampleS: 1, slo: { ttftS: 1, itlS: 0.05 },
@@ -166,10 +166,7 @@ test("a simulated session held at the front door starts when admission opens or 
   const trace = [0, 2_000, 3_000, 8_000]
     .map((t, i) => JSON.stringify({ timestamp: t, input_length: 4096, output_length: 4, hash_ids: ids(100 * i, 8) })).join("\n");
   const gpw = gpusPerWorker(KIMI_K2_6, GB300);
-  const ctx = {
-    workers: 1, profile: profileSweep(new CostModel(KIMI_K2_6, GB300, gpw)), initialSplit: { prefill: 0, decode: 1 },
-    ttftTargetS: 0.5, itlTargetS: 0.05, startupS: 0,
-  };
+  const ctx = workersContext(1, GB300);
   const run = (maxHoldS: number) => {
     const planner: Planner = {
       name: "scripted", intervalS: 1,
