@@ -10,7 +10,7 @@ import { allMixes, chooseFlips, countRoles, flipsBetween, moveDirection, type Ro
 import type { StepCoefficients } from "./step-model.ts";
 import { RateEstimates } from "./rate-estimates.ts";
 import { StepMixingChoice, StepPricing } from "./step-pricing.ts";
-import { SessionAdmission } from "./session-admission.ts";
+import { SessionAdmission, type SessionAdmissionOptions } from "./session-admission.ts";
 import type { MetricsSnapshot, Planner, PlannerAction, WorkerSnapshot } from "./types.ts";
 
 /** Knobs of {@link OnlinePlanner}. */
@@ -55,11 +55,9 @@ export interface OnlinePlannerOptions {
   adaptStepMixing?: boolean;
   /**
    * Hold new sessions at the front door while turns wait for KV memory on many workers (action
-   * "admission"; planner/session-admission.ts). Default false.
+   * "admission"; planner/session-admission.ts, with its options when given). Default false.
    */
-  sessionAdmission?: boolean;
-  /** Longest a new session is held at the front door (s). */
-  maxHoldS?: number;
+  sessionAdmission?: boolean | SessionAdmissionOptions;
 }
 
 /** Prefill workers with no decode worker to send them prompts (mixed workers prefill their own). */
@@ -78,7 +76,7 @@ export class OnlinePlanner implements Planner {
   private readonly steps = new StepPricing();
   private readonly rates: RateEstimates;
   private readonly mixing = new StepMixingChoice();
-  private readonly admission: SessionAdmission;
+  private readonly admission: SessionAdmission | null;
 
   /** Creates the planner with the given knobs. */
   constructor(opts: OnlinePlannerOptions = {}) {
@@ -86,11 +84,12 @@ export class OnlinePlanner implements Planner {
       intervalS: 1, ttftTargetS: 0.5, itlTargetS: 0.05, margin: 0.1, confirmTicks: 2, cooldownS: 15,
       maxFlipFraction: 0.0625, flipCost: 0.03, minLocalPrefill: 256, maxLocalPrefill: 2048,
       initialLocalPrefill: 512, maxDecodeBatch: 512, mixedChunkTokens: 8192, allowMixed: true, stepModel: true,
-      prefillChunkTokens: 16384, adaptStepMixing: true, sessionAdmission: false, maxHoldS: 60, ...opts,
+      prefillChunkTokens: 16384, adaptStepMixing: true, sessionAdmission: false, ...opts,
     };
     this.intervalS = this.o.intervalS;
     this.rates = new RateEstimates(this.o.mixedChunkTokens);
-    this.admission = new SessionAdmission({ maxHoldS: this.o.maxHoldS });
+    const adm = this.o.sessionAdmission;
+    this.admission = adm === false ? null : new SessionAdmission(adm === true ? {} : adm);
     this.threshold = this.o.initialLocalPrefill;
   }
 
@@ -193,8 +192,8 @@ export class OnlinePlanner implements Planner {
   tick(s: MetricsSnapshot): PlannerAction[] {
     const live = s.workers.filter((w) => w.state === "serving");
     this.learn(s, live);
-    const hold = this.o.sessionAdmission ? this.admission.update(live) : null;
-    const admit: PlannerAction[] = hold === null ? [] : [{ kind: "admission", holdNewSessions: hold, maxHoldS: this.admission.maxHoldS }];
+    const hold = this.admission?.update(live) ?? null;
+    const admit: PlannerAction[] = hold === null ? [] : [{ kind: "admission", holdNewSessions: hold, maxHoldS: this.admission!.maxHoldS }];
     const n = live.length;
     if (n < 2) return admit;
     const cur = countRoles(live);
@@ -206,7 +205,7 @@ export class OnlinePlanner implements Planner {
     // what every split costs (with 100 ms mixed steps, the planner moved 11 workers into prefill in the
     // first seconds of a simulated coding run, then stayed at 5 prefill workers the mixed ones hardly fed).
     const switched = sm && this.o.adaptStepMixing ? this.mixing.update(this.steps, seqs / Math.max(1, cur.mixed + cur.decode), this.o.mixedChunkTokens) : null;
-    const stepActions: PlannerAction[] = switched === null ? [...admit] : [...admit, { kind: "step-mixing", split: switched }];
+    const stepActions: PlannerAction[] = switched === null ? [] : [{ kind: "step-mixing", split: switched }];
     const pressure = (mix: RoleMix) => {
       const [t, i] = this.predictMix(mix, backlog, seqs, meanUncached);
       const rt = t / this.o.ttftTargetS, ri = i / this.o.itlTargetS;
@@ -238,7 +237,7 @@ export class OnlinePlanner implements Planner {
       const c = pressure(mix) + flipScale * this.o.flipCost * (f.intoPrefill + 0.25 * f.outOfPrefill + 0.1 * f.other);
       if (c < bestCost - 1e-12) { best = mix; bestCost = c; }
     }
-    const actions: PlannerAction[] = [...stepActions, ...this.adaptThreshold(cur, backlog, seqs, meanUncached)];
+    const actions: PlannerAction[] = [...admit, ...stepActions, ...this.adaptThreshold(cur, backlog, seqs, meanUncached)];
     // No role flips while workers report steps but the step model has no fit yet, or (adapting step
     // mixing) fewer than two fits (the rates and the fit of the first seconds misprice mixed steps: with 100 ms mixed steps the planner flipped two
     // workers to prefill 3 s into a simulated coding run, where none were needed), nor while workers

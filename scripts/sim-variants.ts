@@ -52,7 +52,7 @@ function specOf(name: string): SystemSpec {
     else if ((x = /^pt([\d.]+)$/.exec(m))) s = { ...s, peerTransfer: true, memoryFullS: Number(x[1]) };
     else if ((x = /^pm([\d.]+)$/.exec(m))) s = { ...s, peerMoveS: Number(x[1]) };
     else if (m === "adm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: true }) };
-    else if ((x = /^admh([\d.]+)$/.exec(m))) s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: true, maxHoldS: Number(x[1]) }) };
+    else if ((x = /^admh([\d.]+)$/.exec(m))) s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: { maxHoldS: Number(x[1]) } }) };
     else if (m === "noadm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: false }) };
     else if (m === "demote") s = { ...s, demoteMovedSessions: true };
     else if (m === "nodemote") s = { ...s, demoteMovedSessions: false };

@@ -47,7 +47,7 @@ test("OnlinePlanner with sessionAdmission sends admission actions, and never wit
     return out;
   };
   assert.deepEqual(kinds(new OnlinePlanner({ sessionAdmission: true })), ["2:hold", "4:admit"]);
-  const first = new OnlinePlanner({ sessionAdmission: true, maxHoldS: 30 });
+  const first = new OnlinePlanner({ sessionAdmission: { maxHoldS: 30 } });
   kinds(first);
   const s = snap(5, Array(20).fill("mixed"), { uncachedPerS: 100_000, outputPerS: 5_000, backlog: 0, seqs: 400 });
   s.workers = s.workers.map((w) => ({ ...w, waitingForMemory: 1 }));
