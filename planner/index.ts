@@ -9,3 +9,4 @@ export * from "./prefill-order.ts";
 export * from "./step-model.ts";
 export * from "./step-pricing.ts";
 export * from "./session-admission.ts";
+export * from "./step-window.ts";

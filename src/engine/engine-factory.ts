@@ -29,14 +29,28 @@ export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions): number
 
 /** An engine running `model` on `backend` (not started until the first request). */
 export function createEngine(backend: Backend, model: LoadedModel, o: CreateEngineOptions = {}): Engine {
-  const bs = o.blockSize ?? DEFAULT_BLOCK_SIZE;
-  const numBlocks = kvBlockCount(model, o);
-  if (!Number.isInteger(numBlocks) || numBlocks < 2) throw new RangeError(`The KV cache needs at least 2 blocks, got ${numBlocks}`);
-  const device = uploadModel(backend, model);
-  const kv = allocatePagedKv(backend, model.config, numBlocks, bs);
-  const runner = modelStepRunner(backend, device, kv, () => {
-    freePagedKv(backend, kv);
-    freeDeviceModel(backend, device);
+  return createEngines(backend, model, [o])[0];
+}
+
+/**
+ * Engines sharing one upload of `model`'s weights on `backend`, each with its own KV cache and
+ * options (the workers of an in-process cluster). The weights are freed when the last one stops.
+ */
+export function createEngines(backend: Backend, model: LoadedModel, opts: readonly CreateEngineOptions[]): Engine[] {
+  const sizes = opts.map((o) => {
+    const numBlocks = kvBlockCount(model, o);
+    if (!Number.isInteger(numBlocks) || numBlocks < 2) throw new RangeError(`The KV cache needs at least 2 blocks, got ${numBlocks}`);
+    return numBlocks;
   });
-  return new Engine({ ...o, runner, config: model.config, tokenizer: model.tokenizer });
+  if (opts.length === 0) throw new RangeError("At least one engine is needed");
+  const device = uploadModel(backend, model);
+  let open = opts.length;
+  return opts.map((o, i) => {
+    const kv = allocatePagedKv(backend, model.config, sizes[i], o.blockSize ?? DEFAULT_BLOCK_SIZE);
+    const runner = modelStepRunner(backend, device, kv, () => {
+      freePagedKv(backend, kv);
+      if (--open === 0) freeDeviceModel(backend, device);
+    });
+    return new Engine({ ...o, runner, config: model.config, tokenizer: model.tokenizer });
+  });
 }

@@ -2,11 +2,13 @@
  * Runs one scheduler step on a model: one ragged forward over the step's entries, then sampling
  * on the backend with each row's parameters and CPU-drawn uniform. The worker loop only sees the
  * `StepRunner` seam, so it can be driven by any backend (or a test double in unit tests).
- * The model runner also moves preempted KV to and from host memory for swap preemption.
+ * The model runner also moves preempted KV to and from host memory for swap preemption, and whole
+ * cached blocks out of and into the cache when a prefix moves between workers.
  */
 import type { Backend, SamplingRow } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import { forward, type PagedKv } from "../model/forward.ts";
+import { type HostKv, readSlots, slotsOf, writeSlots } from "./kv-copy.ts";
 import { HostKvSwap } from "./kv-swap.ts";
 import type { StepEntry, SwapOp } from "./scheduler-types.ts";
 
@@ -22,6 +24,10 @@ export interface StepRunner {
   swap?(out: readonly SwapOp[], into: readonly SwapOp[]): Promise<void>;
   /** Forgets a sequence's host KV (it ended while swapped out). */
   discardSwap?(seqId: number): void;
+  /** Reads whole KV blocks to the host (moving a cached prefix to another worker). */
+  readBlocks?(blockIds: readonly number[]): Promise<HostKv>;
+  /** Writes `data`, from block `fromBlock` of it on, into whole KV blocks (a prefix from another worker). */
+  writeBlocks?(blockIds: readonly number[], data: HostKv, fromBlock: number): void;
   /** Releases device memory. */
   close(): void;
 }
@@ -50,6 +56,8 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       for (const op of into) await host.restore(op);
     },
     discardSwap: (seqId) => host.discard(seqId),
+    readBlocks: (ids) => readSlots(backend, kv, slotsOf(ids, ids.length * kv.blockSize, kv.blockSize)),
+    writeBlocks: (ids, data, from) => writeSlots(backend, kv, slotsOf(ids, ids.length * kv.blockSize, kv.blockSize), data, from * kv.blockSize),
     close: release,
   };
 }

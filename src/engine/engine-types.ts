@@ -2,6 +2,8 @@
  * What callers give the engine and what they get back: request parameters, streamed deltas, the
  * final result, and the typed errors the server maps to HTTP statuses.
  */
+import type { EngineMetrics } from "./engine-metrics.ts";
+import type { SchedulerStats, StepMixing, WorkerRole } from "./scheduler-types.ts";
 import type { FinishReason } from "./sequence.ts";
 
 /** One generation request, already tokenized. */
@@ -26,6 +28,11 @@ export interface GenerateRequest {
    * output starts as reasoning. Used only when the engine knows the reasoning tokens.
    */
   startsInReasoning?: boolean;
+  /**
+   * Stop after the first token with finish reason "prefill_done", leaving the prompt's KV cached: a
+   * prefill that another worker will continue (src/cluster). Its token and text are not streamed.
+   */
+  prefillOnly?: boolean;
 }
 
 /** A piece of output as it streams. */
@@ -45,6 +52,9 @@ export interface GenerateResult {
   cachedTokens: number;
   /** Generated tokens that were reasoning, tags included; undefined when the engine does not track reasoning. */
   reasoningTokens?: number;
+  /** Seconds from submission to the first token and to the last (undefined when none was produced). */
+  firstTokenS?: number;
+  lastTokenS?: number;
   /** Set when the engine failed while running the request. */
   error?: string;
 }
@@ -77,4 +87,57 @@ export class EngineOverloadedError extends Error {
 /** A parameter outside what the engine accepts (HTTP 400). */
 export class RequestParamError extends RangeError {
   override name = "RequestParamError";
+}
+
+/**
+ * The output budget of `req` (its max tokens, or the rest of the context) after checking it against
+ * a context limit. Throws {@link RequestParamError} or {@link ContextLengthError}.
+ */
+export function outputBudget(req: GenerateRequest, maxModelLen: number): number {
+  const n = req.prompt.length;
+  if (n === 0) throw new RequestParamError("The prompt is empty");
+  if (n >= maxModelLen) throw new ContextLengthError(`The prompt has ${n} tokens; this model's maximum context length is ${maxModelLen} tokens`);
+  const maxTokens = req.maxTokens ?? maxModelLen - n;
+  if (!Number.isInteger(maxTokens) || maxTokens < 1) throw new RequestParamError(`max_tokens must be a positive integer, got ${maxTokens}`);
+  if (n + maxTokens > maxModelLen) {
+    throw new ContextLengthError(
+      `This model's maximum context length is ${maxModelLen} tokens; you requested ${n + maxTokens} (${n} in the prompt, ${maxTokens} for the output)`,
+    );
+  }
+  return maxTokens;
+}
+
+/** One worker as the server's metrics show it. */
+export interface WorkerStatus {
+  id: string;
+  role: WorkerRole;
+  waiting: number;
+  running: number;
+  /** Fraction of its KV blocks in use. */
+  kvUsage: number;
+}
+
+/**
+ * What the HTTP layer needs from whatever serves requests: one engine (engine.ts) or a cluster of
+ * engines behind a router and a role planner (src/cluster).
+ */
+export interface ServingEngine {
+  /** Context limit (prompt + output). */
+  readonly maxModelLen: number;
+  /** Latency histograms and counters, as the client sees them. */
+  readonly metrics: EngineMetrics;
+  /** How steps run prefill chunks and decodes now (the first worker's, for a cluster). */
+  readonly stepMixing: StepMixing;
+  /** Queues a request. Throws the typed errors above. */
+  submit(req: GenerateRequest): RequestHandle;
+  /** The session's turn ended in a call to `tool` (agent-aware KV retention). */
+  markToolWait(sessionId: string, tool: string): void;
+  /** Scheduler gauges and counters, summed over workers. */
+  stats(): SchedulerStats;
+  /** Sessions the agent-aware retention tracks, by status (undefined under LRU retention). */
+  sessionStatusCounts(): Record<string, number> | undefined;
+  /** Each worker's role and load. */
+  workerStatuses(): WorkerStatus[];
+  /** Stops accepting work, cancels what is running, releases the device. */
+  stop(): Promise<void>;
 }

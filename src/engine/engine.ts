@@ -10,12 +10,16 @@ import { EngineMetrics } from "./engine-metrics.ts";
 import { EngineSessions, inferSessionId, isKvRetention, KV_RETENTIONS, type KvRetention } from "./engine-sessions.ts";
 import type { StepRunner } from "./engine-runner.ts";
 import { OutputText } from "./engine-text.ts";
-import { ContextLengthError, EngineOverloadedError, type GenerateRequest, type GenerateResult, type RequestHandle, RequestParamError, type StreamDelta } from "./engine-types.ts";
+import { exportPrefix, importPrefix, type PrefixKv } from "./prefix-transfer.ts";
+import {
+  EngineOverloadedError, type GenerateRequest, type GenerateResult, outputBudget, type RequestHandle, type ServingEngine, type StreamDelta,
+  type WorkerStatus,
+} from "./engine-types.ts";
 import { AsyncQueue, EventChannel } from "./events.ts";
 import { seededUniforms, type UniformSource } from "./sampler-rng.ts";
 import { Scheduler } from "./scheduler.ts";
 import { poolBlockManager } from "./scheduler-kv-adapter.ts";
-import type { SchedulerConfig, SchedulerStats, StepPlan } from "./scheduler-types.ts";
+import type { SchedulerConfig, SchedulerStats, StepMixing, StepPlan } from "./scheduler-types.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 import { AutoStepMixing, type AutoStepMixingOptions } from "./step-mixing-auto.ts";
 import { type StepRecord, stepShapeOf } from "./step-record.ts";
@@ -59,6 +63,8 @@ interface Active {
   resolve: (r: GenerateResult) => void;
   t0: number;
   tLast: number;
+  /** When the first token came (ms; undefined before it). */
+  tFirst?: number;
   done: boolean;
 }
 
@@ -72,7 +78,7 @@ const yieldToEventLoop = (): Promise<void> => {
 };
 
 /** One worker: a scheduler, a KV block pool and a model runner driven by one loop. */
-export class Engine {
+export class Engine implements ServingEngine {
   readonly kvEvents: EventChannel<KvEvent> = new EventChannel<KvEvent>();
   readonly metrics: EngineMetrics = new EngineMetrics();
   readonly maxModelLen: number;
@@ -107,21 +113,19 @@ export class Engine {
     this.maxWaiting = opts.maxWaiting ?? 1024;
   }
 
+  /**
+   * Checks a request against this engine's limits without queueing it; returns its output budget.
+   * Throws the typed errors of engine-types.ts.
+   */
+  checkRequest(req: GenerateRequest): number {
+    return outputBudget(req, this.maxModelLen);
+  }
+
   /** Queues a request and starts the loop if needed. Throws the typed errors of engine-types.ts. */
   submit(req: GenerateRequest): RequestHandle {
     if (this.stopped) throw new EngineOverloadedError("The engine is shutting down");
     const n = req.prompt.length;
-    if (n === 0) throw new RequestParamError("The prompt is empty");
-    if (n >= this.maxModelLen) {
-      throw new ContextLengthError(`The prompt has ${n} tokens; this model's maximum context length is ${this.maxModelLen} tokens`);
-    }
-    const maxTokens = req.maxTokens ?? this.maxModelLen - n;
-    if (!Number.isInteger(maxTokens) || maxTokens < 1) throw new RequestParamError(`max_tokens must be a positive integer, got ${maxTokens}`);
-    if (n + maxTokens > this.maxModelLen) {
-      throw new ContextLengthError(
-        `This model's maximum context length is ${this.maxModelLen} tokens; you requested ${n + maxTokens} (${n} in the prompt, ${maxTokens} for the output)`,
-      );
-    }
+    const maxTokens = this.checkRequest(req);
     if (this.scheduler.stats().waiting >= this.maxWaiting) {
       this.metrics.rejected++;
       throw new EngineOverloadedError(`${this.maxWaiting} requests are already waiting`);
@@ -130,7 +134,7 @@ export class Engine {
     // Agent retention needs every turn in some session: a request naming none is placed by its prefix.
     const sessionId = req.sessionId ?? (this.turns && inferSessionId(this.pool.probePrefix(req.prompt).metas, id));
     if (sessionId !== undefined) this.turns?.started(sessionId, this.now() / 1000);
-    const seq = this.scheduler.submit(id, req.prompt, { sessionId, startsInReasoning: req.startsInReasoning });
+    const seq = this.scheduler.submit(id, req.prompt, { sessionId, startsInReasoning: req.startsInReasoning, prefillOnly: req.prefillOnly });
     let resolve!: (r: GenerateResult) => void;
     const result = new Promise<GenerateResult>((r) => (resolve = r));
     const t0 = this.now();
@@ -161,6 +165,16 @@ export class Engine {
     return this.turns?.tracker;
   }
 
+  /** KV of the longest cached prefix of `tokens` here, to move to another worker (null when none is cached). */
+  exportPrefix(tokens: readonly number[]): Promise<PrefixKv | null> {
+    return exportPrefix(this.pool, this.opts.runner, tokens);
+  }
+
+  /** Caches a prefix moved from another worker, ranked as `sessionId`'s; returns the blocks written. */
+  importPrefix(prefix: PrefixKv, sessionId?: string): number {
+    return importPrefix(this.pool, this.opts.runner, prefix, sessionId === undefined ? undefined : { sessionId });
+  }
+
   /** Cancels a request; its KV blocks are freed now or at the end of the step in flight. */
   cancel(id: number): void {
     const a = this.active.get(id);
@@ -187,6 +201,22 @@ export class Engine {
   /** Scheduler gauges and counters (queue, running, KV blocks, prefix hits). */
   stats(): SchedulerStats {
     return this.scheduler.stats();
+  }
+
+  /** How steps run prefill chunks and decodes now. */
+  get stepMixing(): StepMixing {
+    return this.scheduler.stepMixing;
+  }
+
+  /** Sessions by status under "agent" retention. */
+  sessionStatusCounts(): Record<string, number> | undefined {
+    return this.turns?.tracker.statusCounts();
+  }
+
+  /** This one worker. */
+  workerStatuses(): WorkerStatus[] {
+    const s = this.stats();
+    return [{ id: this.opts.workerId ?? "worker-0", role: this.scheduler.config.role, waiting: s.waiting, running: s.running, kvUsage: s.kvUsedBlocks / Math.max(1, s.kvTotalBlocks) }];
   }
 
   /** Requests not yet finished. */
@@ -252,8 +282,10 @@ export class Engine {
     if (!a || a.done) return;
     const tok = seq.tokens[seq.tokens.length - 1];
     const t = this.now();
-    if (seq.numOutput === 1) this.metrics.ttft.observe((t - a.t0) / 1000);
-    else this.metrics.itl.observe((t - a.tLast) / 1000);
+    if (seq.numOutput === 1) {
+      a.tFirst = t;
+      this.metrics.ttft.observe((t - a.t0) / 1000);
+    } else this.metrics.itl.observe((t - a.tLast) / 1000);
     a.tLast = t;
     this.metrics.generationTokens++;
     if (seq.status === "finished") return; // prefill role: the first token ends the sequence here
@@ -295,6 +327,7 @@ export class Engine {
       completionTokens: ids.length,
       cachedTokens: a.seq.numCachedPrompt,
       reasoningTokens: a.seq.reasoning?.count(a.seq.tokens.length),
+      ...(a.tFirst === undefined ? {} : { firstTokenS: (a.tFirst - a.t0) / 1000, lastTokenS: (a.tLast - a.t0) / 1000 }),
       error,
     });
   }

@@ -70,7 +70,7 @@ export class Scheduler {
     const seq = new Sequence(id, prompt, this.arrivals++, hints, this.config.reasoningTokens);
     this.seqs.set(id, seq);
     this.waiting.push(seq);
-    if (this.config.prefillOrder !== undefined) this.queuedAt.set(seq, this.clock());
+    this.queuedAt.set(seq, this.clock());
     return seq;
   }
 
@@ -247,7 +247,7 @@ export class Scheduler {
         if (tok === undefined) throw new Error(`Step ${plan.step} has no sampled token for sequence ${seq.id}`);
         seq.append(tok);
         out.push(seq);
-        if (this.config.role === "prefill" && seq.numOutput === 1) this.finish(seq.id, "prefill_done");
+        if ((this.config.role === "prefill" || seq.hints.prefillOnly) && seq.numOutput === 1) this.finish(seq.id, "prefill_done");
       }
     }
     return out;
@@ -275,6 +275,31 @@ export class Scheduler {
     const busy = this.inFlight?.entries.some((e) => e.seqId === id) ?? false;
     if (busy) seq.abortRequested = true;
     else this.finish(id, "abort");
+  }
+
+  /**
+   * What waits and runs now, for a planner's snapshot: uncached tokens still to prefill (waiting
+   * sequences probed against the prefix cache, plus running prompts' rest), the age (s) of
+   * the oldest waiting sequence, how many sequences decode and prefill, and how many preempted
+   * ones wait to resume decoding.
+   */
+  queueState(): { waitingPrefillTokens: number; oldestWaitS: number; decoding: number; prefilling: number; waitingDecodes: number } {
+    let tokens = 0;
+    let oldest = Infinity;
+    let waitingDecodes = 0;
+    for (const seq of this.waiting) {
+      if (seq.numOutput > 0) waitingDecodes++;
+      tokens += seq.tokens.length - (seq.numSwapped > 0 ? seq.numSwapped : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1)));
+      oldest = Math.min(oldest, this.queuedAt.get(seq) ?? Infinity);
+    }
+    let prefilling = 0;
+    for (const seq of this.running) {
+      if (!seq.inPrefill) continue;
+      prefilling++;
+      tokens += Math.max(0, seq.promptLength - seq.numComputed);
+    }
+    const oldestWaitS = oldest === Infinity ? 0 : Math.max(0, this.clock() - oldest);
+    return { waitingPrefillTokens: tokens, oldestWaitS, decoding: this.running.length - prefilling, prefilling, waitingDecodes };
   }
 
   /** Gauges and counters for metrics. */

@@ -19,6 +19,8 @@ export interface SequenceHints {
    * output starts as reasoning. Read only when the scheduler knows the reasoning tokens.
    */
   startsInReasoning?: boolean;
+  /** End the sequence at its first token (a prefill handed to another worker), whatever the role. */
+  prefillOnly?: boolean;
 }
 
 /** Scheduler-side state of one request. */

@@ -6,7 +6,7 @@
 import { Hono, type Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { ZodType } from "zod";
-import type { Engine } from "../engine/engine.ts";
+import type { ServingEngine } from "../engine/engine-types.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { chatRenderer } from "./chat-template.ts";
 import { ApiError, schemaError } from "./errors.ts";
@@ -17,7 +17,7 @@ import { ChatRequestSchema, CompletionRequestSchema } from "./schemas.ts";
 
 /** Server settings. */
 export interface AppOptions {
-  engine: Engine;
+  engine: ServingEngine;
   model: LoadedModel;
   /** Name served at /v1/models and expected in requests. */
   modelName: string;

@@ -2,7 +2,7 @@
  * Prometheus text exposition of the engine's metrics, with vLLM's metric names (so dashboards
  * built for vLLM read ours) plus a few of our own in the same style.
  */
-import type { Engine } from "../engine/engine.ts";
+import type { ServingEngine } from "../engine/engine-types.ts";
 import type { Histogram } from "../engine/engine-metrics.ts";
 
 function esc(v: string): string {
@@ -10,7 +10,7 @@ function esc(v: string): string {
 }
 
 /** Renders all metrics for GET /metrics. */
-export function renderMetrics(engine: Engine, modelName: string): string {
+export function renderMetrics(engine: ServingEngine, modelName: string): string {
   const s = engine.stats();
   const m = engine.metrics;
   const label = `model_name="${esc(modelName)}"`;
@@ -44,12 +44,12 @@ export function renderMetrics(engine: Engine, modelName: string): string {
   simple("vllm:generation_tokens_total", "counter", "Tokens generated.", m.generationTokens);
   simple("vllm:request_rejected_total", "counter", "Requests refused because the queue was full (429).", m.rejected);
   metric("vllm:request_success_total", "counter", "Finished requests by finish reason.", [...m.finished].map(([r, n]) => `vllm:request_success_total{${label},finished_reason="${esc(r)}"} ${n}`));
-  const sessions = engine.sessions?.statusCounts();
+  const sessions = engine.sessionStatusCounts();
   if (sessions) {
     metric("evolving:kv_sessions", "gauge", "Sessions the agent-aware KV retention tracks, by status (waiting-tool: the last answer called a tool).",
       Object.entries(sessions).map(([st, n]) => `evolving:kv_sessions{${label},status="${st}"} ${n}`));
   }
-  const mixing = engine.scheduler.stepMixing;
+  const mixing = engine.stepMixing;
   metric("evolving:step_mixing", "gauge", "How steps run prefill chunks and decodes: together (mixed) or as separate steps (split); 1 = current mode.",
     ["mixed", "split"].map((mode) => `evolving:step_mixing{${label},mode="${mode}"} ${mode === mixing ? 1 : 0}`));
   hist("vllm:time_to_first_token_seconds", "Time to first token.", m.ttft);

@@ -2,7 +2,7 @@
  * The two generation endpoints: request bodies → engine requests, engine results → OpenAI
  * responses, as one JSON object or as SSE chunks ending in `data: [DONE]`.
  */
-import type { Engine } from "../engine/engine.ts";
+import type { ServingEngine } from "../engine/engine-types.ts";
 import { ContextLengthError, EngineOverloadedError, type GenerateRequest, type RequestHandle, RequestParamError } from "../engine/engine-types.ts";
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import { type ChatOutputOptions, ChatOutputStream, type ChatPart, parseChatOutput } from "./chat-output.ts";
@@ -14,7 +14,7 @@ import type { ParsedToolCall } from "./tool-calls.ts";
 
 /** What the handlers need from the server. */
 export interface ServeContext {
-  engine: Engine;
+  engine: ServingEngine;
   tokenizer: Tokenizer;
   config: ModelConfig;
   modelName: string;

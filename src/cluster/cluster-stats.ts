@@ -1,0 +1,13 @@
+/** Scheduler stats of several workers added up (gauges and counters alike). */
+import type { SchedulerStats } from "../engine/scheduler-types.ts";
+
+/** Field-by-field sum of `all` (zeros when empty). */
+export function sumStats(all: readonly SchedulerStats[]): SchedulerStats {
+  const out: SchedulerStats = {
+    waiting: 0, running: 0, kvUsedBlocks: 0, kvTotalBlocks: 0, prefixQueriedTokens: 0, prefixHitTokens: 0, preemptions: 0,
+    swapOuts: 0, swappedOutBlocks: 0, swappedInBlocks: 0, swapUsedBlocks: 0, swapTotalBlocks: 0, recomputedTokens: 0, steps: 0,
+  };
+  const keys = Object.keys(out) as (keyof SchedulerStats)[];
+  for (const s of all) for (const k of keys) out[k] += s[k];
+  return out;
+}

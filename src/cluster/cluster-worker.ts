@@ -1,0 +1,63 @@
+/**
+ * One worker of an in-process cluster: an engine, the role the planner gives it, and the window of
+ * its measured steps. It reports itself in the planner's and the routers' terms (planner/types.ts,
+ * planner/routers.ts), the same records the simulator's workers fill.
+ */
+import type { WorkerOverlap } from "../../kv/index.ts";
+import type { RouteCandidate } from "../../planner/routers.ts";
+import { StepWindow } from "../../planner/step-window.ts";
+import type { Role, WorkerSnapshot } from "../../planner/types.ts";
+import type { Engine } from "../engine/engine.ts";
+import type { WorkerStatus } from "../engine/engine-types.ts";
+import type { StepRecord } from "../engine/step-record.ts";
+
+/** A cluster worker. Its engine always runs as "mixed": roles are kept by routing, not by the engine. */
+export class ClusterWorker {
+  /** What the router sends here: whole requests (decode, mixed) or prefills to hand on (prefill). */
+  role: Role;
+  private readonly window: StepWindow;
+
+  constructor(readonly id: string, readonly engine: Engine, role: Role, initialPrefillRate: number) {
+    this.role = role;
+    this.window = new StepWindow(initialPrefillRate);
+  }
+
+  /** Feeds one engine step (wire the engine's `onStep` here). */
+  observeStep(r: StepRecord): void {
+    this.window.observe(r);
+  }
+
+  /** Device blocks free or evictable now. */
+  get freeBlocks(): number {
+    return this.engine.pool.numFreeBlocks();
+  }
+
+  /** This worker as a router sees it, given its overlap with the request's blocks. */
+  candidate(overlap: WorkerOverlap | undefined): RouteCandidate {
+    const q = this.engine.scheduler.queueState();
+    const s = this.engine.stats();
+    return {
+      id: this.id, role: this.role, overlapDevice: overlap?.device ?? 0, overlapHost: overlap?.deviceOrHost ?? 0,
+      queuedPrefillTokens: q.waitingPrefillTokens, activeBlocks: s.kvUsedBlocks, decodeBatch: q.decoding,
+      decodeQueue: q.waitingDecodes, freeBlocks: this.freeBlocks,
+      prefillRate: this.window.prefillRate, decodeStepS: this.window.decodeStepS, rack: 0,
+    };
+  }
+
+  /** The planner's view of the last window; starts the next one. */
+  snapshot(): WorkerSnapshot {
+    const q = this.engine.scheduler.queueState();
+    const s = this.engine.stats();
+    return {
+      id: this.id, role: this.role, state: "serving", waitingPrefillTokens: q.waitingPrefillTokens, queueDelayS: q.oldestWaitS,
+      decodeBatch: q.decoding, waitingDecodes: q.waitingDecodes, kvUsage: s.kvUsedBlocks / Math.max(1, s.kvTotalBlocks),
+      ...this.window.take(),
+    };
+  }
+
+  /** Role and load, for /metrics. */
+  status(): WorkerStatus {
+    const s = this.engine.stats();
+    return { id: this.id, role: this.role, waiting: s.waiting, running: s.running, kvUsage: s.kvUsedBlocks / Math.max(1, s.kvTotalBlocks) };
+  }
+}

@@ -1,0 +1,54 @@
+/**
+ * Builds an in-process cluster on one backend: `workers` engines sharing one upload of the
+ * weights, each with its own KV cache, their steps feeding the cluster's planner windows, and by
+ * default our online planner sized to the engines' batch limits.
+ */
+import { OnlinePlanner, type OnlinePlannerOptions } from "../../planner/online-planner.ts";
+import type { Planner, Role } from "../../planner/types.ts";
+import type { Backend } from "../backend/types.ts";
+import { type CreateEngineOptions, createEngines } from "../engine/engine-factory.ts";
+import { kvBytesPerBlock } from "../engine/kv-cache.ts";
+import { DEFAULT_SCHEDULER_CONFIG } from "../engine/scheduler-types.ts";
+import type { StepRecord } from "../engine/step-record.ts";
+import type { LoadedModel } from "../model/config.ts";
+import { Cluster, type ClusterOptions } from "./cluster.ts";
+
+/** Options of {@link createCluster}. */
+export interface CreateClusterOptions extends Omit<ClusterOptions, "bytesPerBlock" | "planner" | "roles"> {
+  /** Workers (engines); at least 1. */
+  workers: number;
+  /** Initial roles, one per worker (default all "mixed"). */
+  roles?: readonly Role[];
+  /** "online" (default): our planner; "none": roles stay as given; or a planner of your own. */
+  planner?: "online" | "none" | Planner;
+  /** Tunables of the online planner beyond those taken from the engines. */
+  plannerOptions?: OnlinePlannerOptions;
+  /** Options of every engine (the cluster sets `workerId` and `onStep`). */
+  engine?: Omit<CreateEngineOptions, "workerId" | "onStep">;
+  /** Also called with every engine step, with the worker's id (a step log). */
+  onStep?: (workerId: string, r: StepRecord) => void;
+}
+
+/** A cluster of `o.workers` engines running `model` on `backend`. */
+export function createCluster(backend: Backend, model: LoadedModel, o: CreateClusterOptions): Cluster {
+  if (!Number.isInteger(o.workers) || o.workers < 1) throw new RangeError(`The worker count must be a positive integer, got ${o.workers}`);
+  const e = o.engine ?? {};
+  let cluster: Cluster | undefined;
+  const ids = Array.from({ length: o.workers }, (_, i) => `worker-${i}`);
+  const engines = createEngines(backend, model, ids.map((workerId) => ({
+    ...e, workerId,
+    onStep: (r: StepRecord) => {
+      cluster?.observeStep(workerId, r);
+      o.onStep?.(workerId, r);
+    },
+  })));
+  const sched = { ...DEFAULT_SCHEDULER_CONFIG, ...e.scheduler };
+  const planner = o.planner === "none" ? null : typeof o.planner === "object" ? o.planner : new OnlinePlanner({
+    // The planner prices steps with the engines' own limits.
+    mixedChunkTokens: sched.maxBatchTokens, prefillChunkTokens: sched.maxBatchTokens, maxDecodeBatch: sched.maxRunning,
+    minLocalPrefill: Math.min(256, sched.maxBatchTokens), initialLocalPrefill: Math.min(512, sched.maxBatchTokens),
+    ...o.plannerOptions,
+  });
+  cluster = new Cluster(engines, { ...o, planner, bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize) });
+  return cluster;
+}

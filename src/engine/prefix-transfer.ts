@@ -1,0 +1,76 @@
+/**
+ * Moving a cached prefix between workers: the KV of the full blocks one worker holds for some tokens
+ * is read to the host, then written into another worker's pool and registered in its prefix cache,
+ * so the next request there with those tokens starts from a prefix hit instead of recomputing them.
+ * A prefill worker hands its prompt to a decode worker this way, and a busy holder of a session's KV
+ * hands it to a peer (planner/routers.ts decides when).
+ */
+import type { BlockMeta, BlockPool } from "../../kv/index.ts";
+import type { StepRunner } from "./engine-runner.ts";
+import type { HostKv } from "./kv-copy.ts";
+
+/** A cached prefix's KV on the host, on its way to another worker. */
+export interface PrefixKv {
+  /** The tokens the KV covers: whole blocks only. */
+  tokens: number[];
+  blockSize: number;
+  kv: HostKv;
+}
+
+/** Thrown when a prefix cannot move: a runner without block copies, or mismatched block sizes. */
+export class PrefixTransferError extends Error {
+  override name = "PrefixTransferError";
+}
+
+/** Bytes a moved prefix occupies on the host (K and V, every layer). */
+export function prefixBytes(p: PrefixKv): number {
+  let n = 0;
+  for (const a of [...p.kv.k, ...p.kv.v]) n += a.byteLength;
+  return n;
+}
+
+/**
+ * Reads the KV of the longest cached run of full blocks that prefixes `tokens` (at most `maxBlocks`);
+ * null when none is cached. The blocks are only held while the copy is enqueued.
+ */
+export async function exportPrefix(pool: BlockPool, runner: StepRunner, tokens: readonly number[], maxBlocks = Infinity): Promise<PrefixKv | null> {
+  if (!runner.readBlocks) throw new PrefixTransferError("This worker cannot read KV blocks out of its cache");
+  const m = pool.matchPrefix(tokens, maxBlocks);
+  if (m.blockIds.length === 0) return null;
+  let read: Promise<HostKv>;
+  try {
+    read = runner.readBlocks(m.blockIds);
+  } finally {
+    pool.release(m.blockIds);
+  }
+  return { tokens: tokens.slice(0, m.numTokens), blockSize: pool.blockSize, kv: await read };
+}
+
+/**
+ * Writes `prefix` into `pool` as cached, evictable blocks (ranked as `meta`'s session), keeping the
+ * leading blocks it already holds. Stops early where the pool has no free or evictable block left
+ * or a block cannot be indexed. Returns how many blocks it wrote.
+ */
+export function importPrefix(pool: BlockPool, runner: StepRunner, prefix: PrefixKv, meta?: BlockMeta): number {
+  const bs = pool.blockSize;
+  if (prefix.blockSize !== bs) throw new PrefixTransferError(`The prefix has blocks of ${prefix.blockSize} tokens; this worker's hold ${bs}`);
+  if (prefix.tokens.length % bs !== 0) throw new PrefixTransferError(`The prefix covers ${prefix.tokens.length} tokens, not whole blocks of ${bs}`);
+  if (!runner.writeBlocks) throw new PrefixTransferError("This worker cannot write KV blocks into its cache");
+  const have = pool.matchPrefix(prefix.tokens);
+  const held = have.blockIds.length;
+  const count = Math.min(prefix.tokens.length / bs - held, pool.numFreeBlocks());
+  const fresh = count > 0 ? pool.tryAllocate(count) ?? [] : [];
+  let written = 0;
+  if (fresh.length > 0) {
+    runner.writeBlocks(fresh, prefix.kv, held);
+    let parent = held > 0 ? have.blockIds[held - 1] : null;
+    for (const id of fresh) {
+      const b = held + written;
+      if (pool.commitBlock(id, parent, prefix.tokens.slice(b * bs, (b + 1) * bs), meta) === null) break;
+      parent = id;
+      written++;
+    }
+  }
+  pool.release([...have.blockIds, ...fresh], meta?.sessionId === undefined ? undefined : { sessionId: meta.sessionId });
+  return written;
+}

@@ -1,0 +1,164 @@
+import assert from "node:assert/strict";
+import { projectRoot, sharedRoot, test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createCluster, type CreateClusterOptions } from "../../src/cluster/create-cluster.ts";
+import type { Cluster } from "../../src/cluster/cluster.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import type { GenerateRequest, RequestHandle, ServingEngine } from "../../src/engine/engine-types.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { readTextFile } from "../../src/runtime/fs.ts";
+import type { MetricsSnapshot, Planner, PlannerAction } from "../../planner/types.ts";
+
+const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
+const golden = JSON.parse(await readTextFile(`${sharedRoot}/reference/stories260K-greedy.json`)) as { prompt_ids_with_bos: number[]; greedy20: number[] };
+const STORY = model.tokenizer.encode("Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends every day.", { addBos: true });
+
+function cluster(o: Partial<CreateClusterOptions> & { workers: number }): Cluster {
+  return createCluster(createReferenceBackend(), model, { planner: "none", engine: { numBlocks: 64 }, ...o });
+}
+
+async function run(s: ServingEngine, req: GenerateRequest) {
+  const h: RequestHandle = s.submit(req);
+  const streamed: number[] = [];
+  for await (const d of h.stream) streamed.push(...d.tokenIds);
+  return { streamed, result: await h.result, handle: h };
+}
+
+const greedy = (prompt: number[], maxTokens = 20): GenerateRequest => ({ prompt, maxTokens, temperature: 0, ignoreEos: true });
+
+test("Engine.importPrefix() makes another engine's cached prefix a hit that generates what recomputing does", async () => {
+  const a = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+  const b = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+  const c = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+  const first = await run(a, greedy(STORY));
+  const prefix = await a.exportPrefix(STORY);
+  assert.ok(prefix !== null);
+  const blocks = Math.floor(STORY.length / 16);
+  assert.equal(prefix.tokens.length, blocks * 16);
+  assert.equal(b.importPrefix(prefix), blocks);
+  assert.equal(b.importPrefix(prefix), 0, "blocks already held are not written again");
+  const moved = await run(b, greedy(STORY));
+  assert.equal(moved.result.cachedTokens, Math.floor((STORY.length - 1) / 16) * 16);
+  assert.deepEqual(moved.streamed, first.streamed);
+  // The moved bytes are what the hit reads: a prefix with its KV zeroed generates something else.
+  for (const layer of [...prefix.kv.k, ...prefix.kv.v]) layer.fill(0);
+  c.importPrefix(prefix);
+  const poisoned = await run(c, greedy(STORY));
+  assert.equal(poisoned.result.cachedTokens, moved.result.cachedTokens);
+  assert.notDeepEqual(poisoned.streamed, first.streamed);
+  await Promise.all([a.stop(), b.stop(), c.stop()]);
+});
+
+test("Cluster hands a prefill from a prefill worker to a decode worker and streams what one engine would", async () => {
+  const single = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+  const expected = await run(single, greedy(STORY));
+  await single.stop();
+  const cl = cluster({ workers: 2, roles: ["prefill", "decode"], router: "kv-aware", routerOptions: { localPrefillThreshold: 0 } });
+  const { streamed, result } = await run(cl, greedy(STORY));
+  assert.deepEqual(streamed, expected.streamed);
+  assert.deepEqual(result.tokenIds, expected.result.tokenIds);
+  assert.equal(cl.counters.prefillHandoffs, 1);
+  const [pre, dec] = cl.workers;
+  assert.equal(pre.engine.metrics.finished.get("prefill_done"), 1, "the prefill worker stopped at the first token");
+  assert.equal(result.cachedTokens, Math.floor((STORY.length - 1) / 16) * 16, "the decode worker started from the moved KV");
+  assert.ok(result.cachedTokens > 0);
+  assert.equal(dec.engine.stats().prefixHitTokens, result.cachedTokens);
+  assert.equal(cl.metrics.ttft.count, 1);
+  assert.equal(cl.metrics.finished.get("length"), 1);
+  // A prompt shorter than a block moves nothing and still decodes the golden tokens.
+  const short = await run(cl, greedy(golden.prompt_ids_with_bos));
+  assert.deepEqual(short.streamed, golden.greedy20);
+  assert.equal(cl.counters.prefillHandoffs, 2);
+  await cl.stop();
+});
+
+test("Cluster sends a session's next turn to the worker that holds its KV", async () => {
+  const cl = cluster({ workers: 3 });
+  const t1 = await run(cl, { ...greedy(STORY, 8), sessionId: "s1" });
+  const holder = cl.workers.findIndex((w) => w.engine.stats().prefixQueriedTokens > 0);
+  const turn2 = [...STORY, ...t1.result.tokenIds, ...model.tokenizer.encode(" Then it rained.", { addBos: false })];
+  const t2 = await run(cl, { ...greedy(turn2, 8), sessionId: "s1" });
+  assert.ok(t2.result.cachedTokens >= Math.floor(STORY.length / 16) * 16, `turn 2 reused turn 1's KV (cached ${t2.result.cachedTokens})`);
+  assert.equal(cl.workers.filter((w) => w.engine.stats().prefixQueriedTokens > 0).length, 1, "both turns ran on one worker");
+  assert.ok(cl.workers[holder].engine.stats().prefixHitTokens > 0);
+  await cl.stop();
+});
+
+test("Cluster pulls a session's prefix to a peer when the holder is busy (peer transfer)", async () => {
+  const cl = cluster({ workers: 2, routerOptions: { peerMoveS: 0 } });
+  await run(cl, { ...greedy(STORY, 4), sessionId: "s1" });
+  const holder = cl.workers.find((w) => w.engine.stats().prefixQueriedTokens > 0)!;
+  const other = cl.workers.find((w) => w !== holder)!;
+  // Make the holder look busy: a long queue of uncached prompts on it.
+  const busy = Array.from({ length: 6 }, (_, i) => holder.engine.submit(greedy(model.tokenizer.encode(`Filler ${i} `.repeat(40), { addBos: true }), 2)));
+  const t2 = await run(cl, { ...greedy(STORY, 4), sessionId: "s1" });
+  assert.equal(cl.counters.prefixMoves, 1, "the prefix moved instead of being recomputed");
+  assert.ok(other.engine.stats().prefixHitTokens > 0, "the peer served the turn from the moved blocks");
+  assert.equal(t2.result.cachedTokens, Math.floor((STORY.length - 1) / 16) * 16);
+  await Promise.all(busy.map((h) => h.result));
+  await cl.stop();
+});
+
+/** A planner that records what it is shown and replays scripted decisions. */
+class ScriptedPlanner implements Planner {
+  readonly name = "scripted";
+  readonly intervalS = 1;
+  readonly seen: MetricsSnapshot[] = [];
+  constructor(private readonly script: PlannerAction[][]) {}
+  tick(s: MetricsSnapshot): PlannerAction[] {
+    this.seen.push(s);
+    return this.script.shift() ?? [];
+  }
+}
+
+test("Cluster.tick() shows the planner measured steps and applies its flips, threshold and step mixing", async () => {
+  const planner = new ScriptedPlanner([[
+    { kind: "flip", workerId: "worker-1", to: "prefill" },
+    { kind: "local-prefill-threshold", tokens: 0 },
+    { kind: "step-mixing", split: true },
+  ]]);
+  let now = 0;
+  const cl = cluster({ workers: 2, planner, now: () => now });
+  const r = await run(cl, greedy(STORY, 6));
+  now = 1000;
+  cl.tick();
+  const snap = planner.seen[0];
+  assert.equal(snap.arrivals, 1);
+  assert.equal(snap.arrivedPromptTokens, STORY.length);
+  assert.equal(snap.completions.length, 1);
+  assert.equal(snap.completions[0].osl, 6);
+  assert.equal(snap.workers.reduce((a, w) => a + w.prefillTokens, 0), STORY.length, "every prompt token computed shows in some window");
+  assert.equal(snap.workers.reduce((a, w) => a + w.decodeTokens, 0), r.result.completionTokens - 1);
+  assert.deepEqual(cl.workerStatuses().map((w) => w.role), ["mixed", "prefill"]);
+  assert.equal(cl.counters.flips, 1);
+  assert.equal(cl.localPrefillThreshold, 0);
+  assert.equal(cl.stepMixing, "split");
+  // worker-1 now only prefills: a new prompt is prefilled there when the router sends it, and decoded on worker-0.
+  const next = await run(cl, greedy(golden.prompt_ids_with_bos));
+  assert.deepEqual(next.streamed, golden.greedy20);
+  assert.equal(cl.workers[1].engine.stats().running + cl.workers[1].engine.stats().waiting, 0);
+  assert.equal(cl.workers[1].engine.metrics.finished.get("length") ?? 0, 0, "no whole request ran on the prefill worker");
+  now = 2000;
+  cl.tick();
+  assert.equal(planner.seen[1].workers[1].role, "prefill");
+  await cl.stop();
+});
+
+test("Cluster cancels a request while its prefill runs elsewhere, and keeps serving", async () => {
+  const cl = cluster({ workers: 2, roles: ["prefill", "decode"], router: "kv-aware", routerOptions: { localPrefillThreshold: 0 } });
+  const h = cl.submit(greedy(STORY));
+  h.cancel();
+  const r = await h.result;
+  assert.equal(r.finishReason, "abort");
+  assert.equal(r.error, undefined);
+  const after = await run(cl, greedy(golden.prompt_ids_with_bos));
+  assert.deepEqual(after.streamed, golden.greedy20);
+  for (const w of cl.workers) assert.equal(w.engine.pool.numUsedBlocks(), 0, `${w.id} holds no blocks once idle`);
+  await cl.stop();
+});
+
+test("createCluster() refuses roles that leave no worker to decode, and bad worker counts", () => {
+  assert.throws(() => cluster({ workers: 2, roles: ["prefill", "prefill"] }), /At least one worker must decode/);
+  assert.throws(() => cluster({ workers: 2, roles: ["mixed"] }), /1 roles were given for 2 workers/);
+  assert.throws(() => cluster({ workers: 0 }), /positive integer, got 0/);
+});
