@@ -15,6 +15,8 @@ import { cliArgs, exitProcess, runtimeName } from "../runtime/env.ts";
 import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
 import { isReasoningParser, REASONING_PARSERS } from "../serve/reasoning.ts";
 import { startServer } from "../serve/server.ts";
+import { CLUSTER_ROUTERS, isClusterRouter } from "../cluster/cluster-router.ts";
+import type { Role } from "../../planner/types.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 
 const DEFAULT_MODEL = fileURLToPath(new URL("../../models/stories260K.gguf", import.meta.url));
@@ -41,6 +43,10 @@ const FLAGS = {
   "swap-space-blocks": { kind: "int", min: 0, help: "host swap space in KV blocks for --preemption swap (default: the KV pool's size)" },
   "max-body-bytes": { kind: "int", min: 1024, help: "largest request body (default 2 MiB)" },
   "step-log": { kind: "string", help: "write each engine step's shape and time as JSONL (input of: deno task sim --calibrate FILE)" },
+  workers: { kind: "int", min: 1, help: "engines in this process behind our router and online role planner (default 1)" },
+  roles: { kind: "string", help: "initial role of each worker, comma-separated: mixed|prefill|decode (default all mixed; with --workers)" },
+  planner: { kind: "string", help: "online|none: flip worker roles every second from measured load, or keep --roles (default online; with --workers)" },
+  router: { kind: "string", help: "session|kv-aware: our session/transfer-aware router or Dynamo's KV-aware cost (default session; with --workers)" },
   help: { kind: "boolean", help: "show this help" },
 } satisfies FlagSpecs;
 
@@ -65,6 +71,19 @@ async function main(): Promise<void> {
   const stepMixing = f["step-mixing"] ?? "mixed";
   if (stepMixing !== "auto" && !STEP_MIXINGS.includes(stepMixing as StepMixing)) throw new ArgsError(`Unknown step mixing "${stepMixing}"; choose auto, ${STEP_MIXINGS.join(" or ")}`);
   if (f["swap-space-blocks"] !== undefined && preemption !== "swap") throw new ArgsError(`Flag --swap-space-blocks ${f["swap-space-blocks"]} needs --preemption swap`);
+  const workers = f.workers ?? 1;
+  const roles = f.roles?.split(",").map((r) => r.trim());
+  const badRole = roles?.find((r) => r !== "mixed" && r !== "prefill" && r !== "decode");
+  if (badRole !== undefined) throw new ArgsError(`Unknown role "${badRole}" in --roles; choose mixed, prefill or decode`);
+  if (roles !== undefined && roles.length !== workers) throw new ArgsError(`--roles names ${roles.length} roles for ${workers} workers (--workers ${workers})`);
+  const planner = f.planner ?? "online";
+  if (planner !== "online" && planner !== "none") throw new ArgsError(`Unknown planner "${planner}"; choose online or none`);
+  const router = f.router ?? "session";
+  if (!isClusterRouter(router)) throw new ArgsError(`Unknown router "${router}"; choose ${CLUSTER_ROUTERS.join(" or ")}`);
+  for (const flag of ["roles", "planner", "router"] as const) {
+    if (f[flag] !== undefined && workers === 1) throw new ArgsError(`Flag --${flag} ${f[flag]} needs --workers 2 or more`);
+  }
+  if (f.role !== undefined && workers > 1) throw new ArgsError(`Flag --role ${f.role} sets one engine's role; with --workers ${workers} use --roles`);
   const s = await startServer({
     modelPath: f.model ?? DEFAULT_MODEL,
     servedModelName: f["served-model-name"],
@@ -78,7 +97,7 @@ async function main(): Promise<void> {
     maxBatchTokens: f["max-batch-tokens"],
     maxNumSeqs: f["max-num-seqs"],
     maxWaiting: f["max-waiting"],
-    role: role as WorkerRole,
+    ...(workers > 1 ? { workers, roles: roles as Role[] | undefined, planner, router } : { role: role as WorkerRole }),
     preemption: preemption as PreemptionMode,
     swapSpaceBlocks: f["swap-space-blocks"],
     prefillOrder: order === "fcfs" ? FCFS : AGED_SHORT_FIRST,
@@ -88,12 +107,13 @@ async function main(): Promise<void> {
     maxBodyBytes: f["max-body-bytes"],
     stepLogPath: f["step-log"],
   });
-  const st = s.engine.stats();
+  const st = s.serving.stats();
   const reasoning = reasoningParser === "none" ? "" : s.reasoningTokens
     ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
     : `; reasoning parser ${reasoningParser} (<think>/</think> are not single tokens: KV of reasoning not typed)`;
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${st.kvTotalBlocks} blocks (${kvRetention} retention)${reasoning}, step mixing ${stepMixing}, max model len ${s.engine.maxModelLen}; ` +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${st.kvTotalBlocks} blocks (${kvRetention} retention)${reasoning}, step mixing ${stepMixing}, max model len ${s.serving.maxModelLen}` +
+      (s.cluster ? `; ${workers} workers (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}` : "") + "; " +
       `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,
   );
 }

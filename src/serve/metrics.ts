@@ -52,6 +52,13 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   const mixing = engine.stepMixing;
   metric("evolving:step_mixing", "gauge", "How steps run prefill chunks and decodes: together (mixed) or as separate steps (split); 1 = current mode.",
     ["mixed", "split"].map((mode) => `evolving:step_mixing{${label},mode="${mode}"} ${mode === mixing ? 1 : 0}`));
+  const workers = engine.workerStatuses();
+  const wl = (w: { id: string }) => `${label},worker="${esc(w.id)}"`;
+  metric("evolving:worker_role", "gauge", "Each worker's role (1 = current): what the router sends it; the online planner flips it.",
+    workers.flatMap((w) => ["mixed", "prefill", "decode"].map((r) => `evolving:worker_role{${wl(w)},role="${r}"} ${r === w.role ? 1 : 0}`)));
+  metric("evolving:worker_requests_waiting", "gauge", "Requests waiting on each worker.", workers.map((w) => `evolving:worker_requests_waiting{${wl(w)}} ${w.waiting}`));
+  metric("evolving:worker_requests_running", "gauge", "Requests running on each worker.", workers.map((w) => `evolving:worker_requests_running{${wl(w)}} ${w.running}`));
+  metric("evolving:worker_kv_cache_usage_perc", "gauge", "Fraction of each worker's KV blocks in use.", workers.map((w) => `evolving:worker_kv_cache_usage_perc{${wl(w)}} ${w.kvUsage}`));
   hist("vllm:time_to_first_token_seconds", "Time to first token.", m.ttft);
   hist("vllm:inter_token_latency_seconds", "Time between consecutive output tokens.", m.itl);
   hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.", m.e2e);

@@ -5,6 +5,11 @@
 import os from "node:os";
 import { type BackendChoice, selectBackend } from "../backend/select.ts";
 import type { Engine } from "../engine/engine.ts";
+import type { ServingEngine } from "../engine/engine-types.ts";
+import type { Cluster } from "../cluster/cluster.ts";
+import type { ClusterRouterName } from "../cluster/cluster-router.ts";
+import { createCluster } from "../cluster/create-cluster.ts";
+import type { Role } from "../../planner/types.ts";
 import type { KvRetention } from "../engine/engine-sessions.ts";
 import { createEngine } from "../engine/engine-factory.ts";
 import { kvBytesPerBlock } from "../engine/kv-cache.ts";
@@ -58,12 +63,28 @@ export interface ServerOptions {
   maxBodyBytes?: number;
   /** Write every engine step's shape and time to this JSONL file (`deno task sim --calibrate`). */
   stepLogPath?: string;
+  /**
+   * Engines in one process behind our router and role planner (src/cluster); 1 (default) serves one
+   * engine. `kvBlocks` is per worker; `kvMemoryFraction` is shared among them.
+   */
+  workers?: number;
+  /** Initial role of each worker (default all "mixed"); only with `workers`. */
+  roles?: Role[];
+  /** "online" (default): the planner flips roles every second from what it measures; "none": roles stay. */
+  planner?: "online" | "none";
+  /** "session" (default, ours) or "kv-aware" (Dynamo's cost). */
+  router?: ClusterRouterName;
 }
 
 /** A running server. */
 export interface RunningServer extends Listening {
   url: string;
+  /** The engine (under `workers`, worker-0's). */
   engine: Engine;
+  /** What serves requests: the engine, or the cluster. */
+  serving: ServingEngine;
+  /** The cluster under `workers` (undefined for one engine). */
+  cluster: Cluster | undefined;
   modelName: string;
   backendReason: string;
   /** The `<think>`/`</think>` ids the engine tracks reasoning with; undefined when it does not. */
@@ -88,14 +109,15 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const stepLog = o.stepLogPath === undefined ? null : await StepLogWriter.open(o.stepLogPath);
   // Tags that are not single tokens are still parsed from the text; only KV typing needs the ids.
   const reasoningTokens = o.reasoningParser === "think" ? reasoningTokenIds(model.tokenizer) : undefined;
-  const engine = createEngine(backend, model, {
-    ...(stepLog ? { onStep: (r: StepRecord) => stepLog.record(r) } : {}),
+  const workers = o.workers ?? 1;
+  if (o.roles !== undefined && o.roles.length !== workers) throw new RangeError(`--roles names ${o.roles.length} roles for ${workers} workers`);
+  if (workers > 1 && o.role !== undefined) throw new RangeError(`--role ${o.role} sets one engine's role; with --workers ${workers} use --roles`);
+  const engineOptions = {
     numBlocks: o.kvBlocks,
-    kvMemoryBytes,
+    kvMemoryBytes: kvMemoryBytes === undefined ? undefined : kvMemoryBytes / workers,
     maxModelLen: o.maxModelLen,
     maxWaiting: o.maxWaiting,
     kvRetention: o.kvRetention,
-    ...(o.stepMixing === "auto" ? { autoStepMixing: true } : {}),
     scheduler: {
       ...(o.maxBatchTokens ? { maxBatchTokens: o.maxBatchTokens } : {}),
       ...(o.maxNumSeqs ? { maxRunning: o.maxNumSeqs } : {}),
@@ -106,19 +128,52 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       prefillOrder: o.prefillOrder ?? AGED_SHORT_FIRST,
       ...(reasoningTokens ? { reasoningTokens } : {}),
     },
-  });
+  };
+  let cluster: Cluster | undefined;
+  let engine: Engine;
+  let ticker: ReturnType<typeof setInterval> | undefined;
+  if (workers > 1) {
+    // The planner decides step mixing for the whole cluster; an engine's own "auto" would fight it.
+    if (o.stepMixing === "auto") throw new RangeError("--step-mixing auto is for one engine; with --workers the planner sets step mixing");
+    cluster = createCluster(backend, model, {
+      workers, roles: o.roles, planner: o.planner ?? "online", router: o.router, engine: engineOptions,
+      ...(stepLog ? { onStep: (_id: string, r: StepRecord) => stepLog.record(r) } : {}),
+    });
+    engine = cluster.workers[0].engine;
+    const c = cluster;
+    if (o.planner !== "none") {
+      ticker = setInterval(() => {
+        try {
+          c.tick();
+        } catch (e) {
+          // A planner fault must not take the server down: roles stay as they are until the next tick.
+          console.error(`Planner tick failed: ${e instanceof Error ? e.message : String(e)}`);
+        }
+      }, 1000);
+    }
+  } else {
+    engine = createEngine(backend, model, {
+      ...engineOptions,
+      ...(stepLog ? { onStep: (r: StepRecord) => stepLog.record(r) } : {}),
+      ...(o.stepMixing === "auto" ? { autoStepMixing: true } : {}),
+    });
+  }
+  const serving: ServingEngine = cluster ?? engine;
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
-  const app = createApp({ engine, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, reasoningParser: o.reasoningParser });
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, reasoningParser: o.reasoningParser });
   const l = await listen(app.fetch, o.host, o.port);
   return {
     ...l,
     url: `http://${o.host.includes(":") ? `[${o.host}]` : o.host}:${l.port}`,
     engine,
+    serving,
+    cluster,
     modelName,
     backendReason: reason,
     reasoningTokens,
     async shutdown() {
-      await engine.stop();
+      if (ticker !== undefined) clearInterval(ticker);
+      await serving.stop();
       await l.close();
       backend.destroy();
       await stepLog?.close();

@@ -25,3 +25,21 @@ test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retent
     assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
   }
 });
+
+test("serve CLI rejects bad cluster flags (--workers, --roles, --planner, --router) with a one-line error and exit 2", () => {
+  for (const [args, message] of [
+    [["--workers", "2", "--roles", "prefill,leader"], /Unknown role "leader" in --roles; choose mixed, prefill or decode/],
+    [["--workers", "3", "--roles", "prefill,decode"], /--roles names 2 roles for 3 workers/],
+    [["--workers", "2", "--roles", "prefill,prefill"], /At least one worker must decode; the roles are prefill,prefill/],
+    [["--workers", "2", "--planner", "sla"], /Unknown planner "sla"; choose online or none/],
+    [["--workers", "2", "--router", "random"], /Unknown router "random"; choose session or kv-aware/],
+    [["--router", "kv-aware"], /Flag --router kv-aware needs --workers 2 or more/],
+    [["--workers", "2", "--role", "decode"], /Flag --role decode sets one engine's role; with --workers 2 use --roles/],
+    [["--workers", "0"], /--workers/],
+  ] as const) {
+    const r = serve([...args, "--port", "0", "--backend", "reference"]);
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, message);
+    assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+  }
+});

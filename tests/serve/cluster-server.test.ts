@@ -1,0 +1,46 @@
+/** A server with several workers (`--workers`) as a client sees it: the real openai client over HTTP. */
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import { projectRoot, test } from "../harness.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { startServer } from "../../src/serve/server.ts";
+
+const modelPath = `${projectRoot}/models/stories260K.gguf`;
+const model = await loadModel(modelPath);
+const STORY = "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends.";
+
+test("startServer({ workers }) serves a session's turns across workers with the openai client and shows each worker in /metrics", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, workers: 3, roles: ["prefill", "decode", "mixed"] });
+  try {
+    assert.ok(s.cluster);
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: STORY }];
+    const first = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 10, temperature: 0, prompt_cache_key: "agent-1" });
+    assert.equal(first.usage!.completion_tokens, 10);
+    messages.push(first.choices[0].message, { role: "user", content: "And then?" });
+    const stream = await client.chat.completions.create({
+      model: "stories260K", messages, max_tokens: 10, temperature: 0, prompt_cache_key: "agent-1", stream: true, stream_options: { include_usage: true },
+    });
+    let text = "";
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const c of stream) {
+      text += c.choices[0]?.delta.content ?? "";
+      usage = c.usage ?? usage;
+    }
+    assert.ok(usage!.prompt_tokens_details!.cached_tokens! > 0, "the second turn reused the first turn's KV");
+    const again = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 10, temperature: 0, prompt_cache_key: "agent-1" });
+    assert.equal(again.choices[0].message.content, text, "streamed and non-streamed greedy answers agree across workers");
+    assert.equal(s.cluster.workers[0].engine.metrics.finished.get("length") ?? 0, 0, "no whole request ran on the prefill worker");
+
+    const metrics = await (await fetch(`${s.url}/metrics`)).text();
+    assert.match(metrics, /evolving:worker_role\{model_name="stories260K",worker="worker-0",role="prefill"\} 1/);
+    assert.match(metrics, /evolving:worker_role\{model_name="stories260K",worker="worker-1",role="decode"\} 1/);
+    assert.match(metrics, /vllm:request_success_total\{model_name="stories260K",finished_reason="length"\} 3/);
+    assert.match(metrics, /vllm:time_to_first_token_seconds_count\{model_name="stories260K"\} 3/);
+
+    const bad = await fetch(`${s.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "stories260K", prompt: "x".repeat(5000), max_tokens: 5 }) });
+    assert.equal(bad.status, 400, "a prompt over the context is the client's mistake");
+  } finally {
+    await s.shutdown();
+  }
+});
