@@ -7,9 +7,9 @@ import type { WorkerOverlap } from "../../kv/index.ts";
 import type { RouteCandidate } from "../../planner/routers.ts";
 import { StepWindow } from "../../planner/step-window.ts";
 import type { Role, WorkerSnapshot } from "../../planner/types.ts";
-import type { Engine } from "../engine/engine.ts";
 import type { WorkerStatus } from "../engine/engine-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
+import type { WorkerEngine } from "./worker-engine.ts";
 
 /** A cluster worker. Its engine always runs as "mixed": roles are kept by routing, not by the engine. */
 export class ClusterWorker {
@@ -17,7 +17,7 @@ export class ClusterWorker {
   role: Role;
   private readonly window: StepWindow;
 
-  constructor(readonly id: string, readonly engine: Engine, role: Role, initialPrefillRate: number) {
+  constructor(readonly engine: WorkerEngine, role: Role, initialPrefillRate: number) {
     this.role = role;
     this.window = new StepWindow(initialPrefillRate);
   }
@@ -27,26 +27,26 @@ export class ClusterWorker {
     this.window.observe(r);
   }
 
-  /** Device blocks free or evictable now. */
-  get freeBlocks(): number {
-    return this.engine.pool.numFreeBlocks();
+  /** The worker's name (its engine's). */
+  get id(): string {
+    return this.engine.id;
   }
 
   /** This worker as a router sees it, given its overlap with the request's blocks. */
   candidate(overlap: WorkerOverlap | undefined): RouteCandidate {
-    const q = this.engine.scheduler.queueState();
+    const q = this.engine.queueState();
     const s = this.engine.stats();
     return {
       id: this.id, role: this.role, overlapDevice: overlap?.device ?? 0, overlapHost: overlap?.deviceOrHost ?? 0,
       queuedPrefillTokens: q.waitingPrefillTokens, activeBlocks: s.kvUsedBlocks, decodeBatch: q.decoding,
-      decodeQueue: q.waitingDecodes, freeBlocks: this.freeBlocks,
+      decodeQueue: q.waitingDecodes, freeBlocks: this.engine.freeBlocks(),
       prefillRate: this.window.prefillRate, decodeStepS: this.window.decodeStepS, rack: 0,
     };
   }
 
   /** The planner's view of the last window; starts the next one. */
   snapshot(): WorkerSnapshot {
-    const q = this.engine.scheduler.queueState();
+    const q = this.engine.queueState();
     const s = this.engine.stats();
     return {
       id: this.id, role: this.role, state: "serving", waitingPrefillTokens: q.waitingPrefillTokens, queueDelayS: q.oldestWaitS,

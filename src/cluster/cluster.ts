@@ -9,7 +9,6 @@
 import { chainHashes, GlobalBlockIndex } from "../../kv/index.ts";
 import type { LinkModel, RouteCandidate, SessionRoute, SessionRouterOptions } from "../../planner/routers.ts";
 import type { CompletedRequest, MetricsSnapshot, Planner, PlannerAction, Role } from "../../planner/types.ts";
-import type { Engine } from "../engine/engine.ts";
 import { EngineMetrics } from "../engine/engine-metrics.ts";
 import {
   EngineOverloadedError, type GenerateRequest, type GenerateResult, outputBudget, type RequestHandle, type ServingEngine, type WorkerStatus,
@@ -19,6 +18,7 @@ import { ClusterWorker } from "./cluster-worker.ts";
 import { type ClusterRouterName, IN_PROCESS_LINK, routeRequest } from "./cluster-router.ts";
 import { relayHandle } from "./relay-handle.ts";
 import { sumStats } from "./cluster-stats.ts";
+import type { WorkerEngine } from "./worker-engine.ts";
 
 /** How to run a cluster. */
 export interface ClusterOptions {
@@ -74,23 +74,23 @@ export class Cluster implements ServingEngine {
   private completions: CompletedRequest[] = [];
 
   /**
-   * Takes engines already built (createEngines) with their `onStep` wired to {@link observeStep};
-   * their workerIds name the workers.
+   * Takes the workers' engines already started (local or in threads), their steps wired to
+   * {@link observeStep}.
    */
-  constructor(engines: readonly Engine[], private readonly o: ClusterOptions) {
+  constructor(engines: readonly WorkerEngine[], private readonly o: ClusterOptions) {
     if (engines.length === 0) throw new RangeError("A cluster needs at least one engine");
     const roles = o.roles ?? engines.map((): Role => "mixed");
     if (roles.length !== engines.length) throw new RangeError(`${roles.length} roles were given for ${engines.length} workers`);
     if (!roles.some((r) => r !== "prefill")) throw new RangeError(`At least one worker must decode; the roles are ${roles.join(",")}`);
     this.now = o.now ?? (() => performance.now());
-    this.workers = engines.map((e, i) => new ClusterWorker(e.pool.workerId, e, roles[i], o.initialPrefillRate ?? 2000));
+    this.workers = engines.map((e, i) => new ClusterWorker(e, roles[i], o.initialPrefillRate ?? 2000));
     for (const w of this.workers) {
       if (this.byId.has(w.id)) throw new RangeError(`Two workers are named "${w.id}"`);
       this.byId.set(w.id, w);
       w.engine.kvEvents.subscribe((e) => this.index.apply(e));
     }
     this.maxModelLen = Math.min(...engines.map((e) => e.maxModelLen));
-    this.blockSize = engines[0].pool.blockSize;
+    this.blockSize = engines[0].blockSize;
     this.maxWaiting = o.maxWaiting ?? 1024 * engines.length;
     this.routerOptions = { localPrefillThreshold: 512, itlTargetS: 0.05, peerTransfer: true, peerMoveS: 0.5, memoryFullS: 1, ...o.routerOptions };
     this.windowStart = this.now() / 1000;
@@ -202,7 +202,7 @@ export class Cluster implements ServingEngine {
         this.counters.flips++;
       }
     } else if (a.kind === "local-prefill-threshold") this.routerOptions.localPrefillThreshold = a.tokens;
-    else if (a.kind === "step-mixing") for (const w of this.workers) w.engine.scheduler.stepMixing = a.split ? "split" : "mixed";
+    else if (a.kind === "step-mixing") for (const w of this.workers) w.engine.stepMixing = a.split ? "split" : "mixed";
     // "replicas" (the worker set is fixed here) and "admission" (no front-door hold) are not applied.
   }
 
@@ -246,7 +246,7 @@ export class Cluster implements ServingEngine {
     const prefix = await from.engine.exportPrefix(tokens);
     if (prefix === null) return;
     if (count) this.counters.prefixMoves++;
-    this.counters.movedBlocks += to.engine.importPrefix(prefix, sessionId);
+    this.counters.movedBlocks += await to.engine.importPrefix(prefix, sessionId);
   }
 
   /** Records a finished request in the client-facing metrics and the planner's window. */

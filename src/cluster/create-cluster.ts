@@ -12,6 +12,7 @@ import { DEFAULT_SCHEDULER_CONFIG } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { Cluster, type ClusterOptions } from "./cluster.ts";
+import { localWorkerEngine } from "./worker-engine.ts";
 
 /** Options of {@link createCluster}. */
 export interface CreateClusterOptions extends Omit<ClusterOptions, "bytesPerBlock" | "planner" | "roles"> {
@@ -49,6 +50,6 @@ export function createCluster(backend: Backend, model: LoadedModel, o: CreateClu
     minLocalPrefill: Math.min(256, sched.maxBatchTokens), initialLocalPrefill: Math.min(512, sched.maxBatchTokens),
     ...o.plannerOptions,
   });
-  cluster = new Cluster(engines, { ...o, planner, bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize) });
+  cluster = new Cluster(engines.map(localWorkerEngine), { ...o, planner, bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize) });
   return cluster;
 }

@@ -107,6 +107,18 @@ export interface StepPlan {
 }
 
 /** Counters and gauges for metrics. */
+/** What waits and runs on a worker now (`Scheduler.queueState()`), for planner snapshots and routers. */
+export interface QueueState {
+  /** Uncached tokens still to prefill: waiting sequences probed against the prefix cache, plus running prompts' rest. */
+  waitingPrefillTokens: number;
+  /** Age (s) of the oldest waiting sequence (0 when none waits). */
+  oldestWaitS: number;
+  decoding: number;
+  prefilling: number;
+  /** Preempted sequences waiting to resume decoding. */
+  waitingDecodes: number;
+}
+
 export interface SchedulerStats {
   waiting: number;
   running: number;

@@ -13,6 +13,7 @@ import type { KvBlockManager } from "./scheduler-kv.ts";
 import {
   DEFAULT_SCHEDULER_CONFIG,
   SchedulerCapacityError,
+  type QueueState,
   type SchedulerConfig,
   type SchedulerStats,
   type StepEntry,
@@ -277,13 +278,8 @@ export class Scheduler {
     else this.finish(id, "abort");
   }
 
-  /**
-   * What waits and runs now, for a planner's snapshot: uncached tokens still to prefill (waiting
-   * sequences probed against the prefix cache, plus running prompts' rest), the age (s) of
-   * the oldest waiting sequence, how many sequences decode and prefill, and how many preempted
-   * ones wait to resume decoding.
-   */
-  queueState(): { waitingPrefillTokens: number; oldestWaitS: number; decoding: number; prefilling: number; waitingDecodes: number } {
+  /** What waits and runs now, for a planner's snapshot and a router. */
+  queueState(): QueueState {
     let tokens = 0;
     let oldest = Infinity;
     let waitingDecodes = 0;

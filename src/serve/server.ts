@@ -79,8 +79,8 @@ export interface ServerOptions {
 /** A running server. */
 export interface RunningServer extends Listening {
   url: string;
-  /** The engine (under `workers`, worker-0's). */
-  engine: Engine;
+  /** The engine (one-engine servers only: with `workers` it throws; use `serving` or `cluster`). */
+  readonly engine: Engine;
   /** What serves requests: the engine, or the cluster. */
   serving: ServingEngine;
   /** The cluster under `workers` (undefined for one engine). */
@@ -130,7 +130,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     },
   };
   let cluster: Cluster | undefined;
-  let engine: Engine;
+  let engine: Engine | undefined;
   let ticker: ReturnType<typeof setInterval> | undefined;
   if (workers > 1) {
     // The planner decides step mixing for the whole cluster; an engine's own "auto" would fight it.
@@ -139,7 +139,6 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       workers, roles: o.roles, planner: o.planner ?? "online", router: o.router, engine: engineOptions,
       ...(stepLog ? { onStep: (_id: string, r: StepRecord) => stepLog.record(r) } : {}),
     });
-    engine = cluster.workers[0].engine;
     const c = cluster;
     if (o.planner !== "none") {
       ticker = setInterval(() => {
@@ -158,14 +157,17 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...(o.stepMixing === "auto" ? { autoStepMixing: true } : {}),
     });
   }
-  const serving: ServingEngine = cluster ?? engine;
+  const serving: ServingEngine = cluster ?? engine!;
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
   const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, reasoningParser: o.reasoningParser });
   const l = await listen(app.fetch, o.host, o.port);
   return {
     ...l,
     url: `http://${o.host.includes(":") ? `[${o.host}]` : o.host}:${l.port}`,
-    engine,
+    get engine(): Engine {
+      if (engine === undefined) throw new RangeError("This server runs several workers: use `serving` or `cluster`, not `engine`");
+      return engine;
+    },
     serving,
     cluster,
     modelName,

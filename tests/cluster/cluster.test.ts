@@ -153,7 +153,7 @@ test("Cluster cancels a request while its prefill runs elsewhere, and keeps serv
   assert.equal(r.error, undefined);
   const after = await run(cl, greedy(golden.prompt_ids_with_bos));
   assert.deepEqual(after.streamed, golden.greedy20);
-  for (const w of cl.workers) assert.equal(w.engine.pool.numUsedBlocks(), 0, `${w.id} holds no blocks once idle`);
+  for (const w of cl.workers) assert.equal(w.engine.stats().kvUsedBlocks, 0, `${w.id} holds no blocks once idle`);
   await cl.stop();
 });
 

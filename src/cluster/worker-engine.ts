@@ -1,0 +1,65 @@
+/**
+ * What a cluster needs from one worker's engine, wherever it runs: in this thread (an {@link Engine},
+ * through {@link localWorkerEngine}) or in a worker thread (thread-engine.ts). Gauges are read
+ * synchronously by the router; a remote worker answers them from the state it last reported.
+ */
+import type { KvEvent } from "../../kv/index.ts";
+import type { Engine } from "../engine/engine.ts";
+import type { EngineMetrics } from "../engine/engine-metrics.ts";
+import type { GenerateRequest, RequestHandle } from "../engine/engine-types.ts";
+import type { EventChannel } from "../engine/events.ts";
+import type { PrefixKv } from "../engine/prefix-transfer.ts";
+import type { QueueState, SchedulerStats, StepMixing } from "../engine/scheduler-types.ts";
+
+/** One worker's engine as the cluster drives it. */
+export interface WorkerEngine {
+  readonly id: string;
+  /** Tokens per KV block. */
+  readonly blockSize: number;
+  readonly maxModelLen: number;
+  /** Blocks stored and removed, as they happen (feeds the cluster's global block index). */
+  readonly kvEvents: EventChannel<KvEvent>;
+  /** Finished requests by reason and token counters (histograms only for a local engine). */
+  readonly metrics: EngineMetrics;
+  /** Prefill chunks and decodes in one step or in separate steps (the planner's step-mixing action). */
+  stepMixing: StepMixing;
+  /** Queues a request (already checked against the context limit by the cluster). */
+  submit(req: GenerateRequest): RequestHandle;
+  markToolWait(sessionId: string, tool: string): void;
+  /** KV of the longest cached prefix of `tokens` (null when none is cached). */
+  exportPrefix(tokens: readonly number[]): Promise<PrefixKv | null>;
+  /** Caches a prefix from another worker; resolves to the blocks written. */
+  importPrefix(prefix: PrefixKv, sessionId?: string): Promise<number>;
+  stats(): SchedulerStats;
+  queueState(): QueueState;
+  /** Device blocks free or evictable now. */
+  freeBlocks(): number;
+  sessionStatusCounts(): Record<string, number> | undefined;
+  stop(): Promise<void>;
+}
+
+/** An engine in this thread as a cluster worker. */
+export function localWorkerEngine(engine: Engine): WorkerEngine {
+  return {
+    id: engine.pool.workerId,
+    blockSize: engine.pool.blockSize,
+    maxModelLen: engine.maxModelLen,
+    kvEvents: engine.kvEvents,
+    metrics: engine.metrics,
+    get stepMixing() {
+      return engine.scheduler.stepMixing;
+    },
+    set stepMixing(m: StepMixing) {
+      engine.scheduler.stepMixing = m;
+    },
+    submit: (req) => engine.submit(req),
+    markToolWait: (sid, tool) => engine.markToolWait(sid, tool),
+    exportPrefix: (tokens) => engine.exportPrefix(tokens),
+    importPrefix: (prefix, sid) => Promise.resolve(engine.importPrefix(prefix, sid)),
+    stats: () => engine.stats(),
+    queueState: () => engine.scheduler.queueState(),
+    freeBlocks: () => engine.pool.numFreeBlocks(),
+    sessionStatusCounts: () => engine.sessionStatusCounts(),
+    stop: () => engine.stop(),
+  };
+}
