@@ -1,10 +1,11 @@
 /**
- * Builds an in-process cluster on one backend: `workers` engines sharing one upload of the
- * weights, each with its own KV cache, their steps feeding the cluster's planner windows, and by
- * default our online planner sized to the engines' batch limits.
+ * Builds a cluster: `workers` engines in this thread on one backend (sharing one upload of the
+ * weights, each with its own KV cache), or each in its own worker thread; their steps feed the
+ * cluster's planner windows, and by default our online planner is sized to the engines' limits.
  */
 import { OnlinePlanner, type OnlinePlannerOptions } from "../../planner/online-planner.ts";
 import type { Planner, Role } from "../../planner/types.ts";
+import type { BackendChoice } from "../backend/select.ts";
 import type { Backend } from "../backend/types.ts";
 import { type CreateEngineOptions, createEngines } from "../engine/engine-factory.ts";
 import { kvBytesPerBlock } from "../engine/kv-cache.ts";
@@ -12,6 +13,7 @@ import { DEFAULT_SCHEDULER_CONFIG } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { Cluster, type ClusterOptions } from "./cluster.ts";
+import { ThreadEngine } from "./thread-engine.ts";
 import { localWorkerEngine } from "./worker-engine.ts";
 
 /** Options of {@link createCluster}. */
@@ -43,13 +45,45 @@ export function createCluster(backend: Backend, model: LoadedModel, o: CreateClu
       o.onStep?.(workerId, r);
     },
   })));
-  const sched = { ...DEFAULT_SCHEDULER_CONFIG, ...e.scheduler };
-  const planner = o.planner === "none" ? null : typeof o.planner === "object" ? o.planner : new OnlinePlanner({
+  cluster = new Cluster(engines.map(localWorkerEngine), { ...o, planner: clusterPlanner(o), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize) });
+  return cluster;
+}
+
+/**
+ * A cluster of `o.workers` engines, each in its own worker thread, which loads `modelPath` and picks
+ * `backend` itself (`model` is the same model, loaded here for its shapes). Resolves once every
+ * worker serves; if one cannot start, the others are stopped and the error names it.
+ */
+export async function startThreadCluster(model: LoadedModel, modelPath: string, backend: BackendChoice, o: CreateClusterOptions): Promise<Cluster> {
+  if (!Number.isInteger(o.workers) || o.workers < 1) throw new RangeError(`The worker count must be a positive integer, got ${o.workers}`);
+  const e = o.engine ?? {};
+  let cluster: Cluster | undefined;
+  const onStep = (id: string, r: StepRecord) => {
+    cluster?.observeStep(id, r);
+    o.onStep?.(id, r);
+  };
+  // A clock cannot cross into a thread; each engine there keeps its own.
+  const { now: _now, ...portable } = e;
+  const started = await Promise.allSettled(Array.from({ length: o.workers }, (_, i) => ThreadEngine.start(`worker-${i}`, modelPath, backend, portable, onStep)));
+  const engines = started.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
+  const failed = started.find((r): r is PromiseRejectedResult => r.status === "rejected");
+  if (failed) {
+    await Promise.all(engines.map((t) => t.stop()));
+    throw failed.reason;
+  }
+  cluster = new Cluster(engines, { ...o, planner: clusterPlanner(o), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize) });
+  return cluster;
+}
+
+/** The planner of `o`, the online one sized to the engines' batch limits by default. */
+function clusterPlanner(o: CreateClusterOptions): Planner | null {
+  if (o.planner === "none") return null;
+  if (typeof o.planner === "object") return o.planner;
+  const sched = { ...DEFAULT_SCHEDULER_CONFIG, ...o.engine?.scheduler };
+  return new OnlinePlanner({
     // The planner prices steps with the engines' own limits.
     mixedChunkTokens: sched.maxBatchTokens, prefillChunkTokens: sched.maxBatchTokens, maxDecodeBatch: sched.maxRunning,
     minLocalPrefill: Math.min(256, sched.maxBatchTokens), initialLocalPrefill: Math.min(512, sched.maxBatchTokens),
     ...o.plannerOptions,
   });
-  cluster = new Cluster(engines.map(localWorkerEngine), { ...o, planner, bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize) });
-  return cluster;
 }

@@ -1,0 +1,215 @@
+/**
+ * The cluster's side of an engine running in a worker thread (thread-host.ts): forwards requests,
+ * cancels, tool waits and prefix moves as messages, turns the thread's deltas and results back into
+ * request handles, and answers the router's gauges from the state the thread last reported (bumped
+ * at once for requests sent since, so a burst is not all routed to one worker).
+ */
+import type { KvEvent } from "../../kv/index.ts";
+import type { BackendChoice } from "../backend/select.ts";
+import { EngineMetrics } from "../engine/engine-metrics.ts";
+import type { GenerateRequest, GenerateResult, RequestHandle, StreamDelta } from "../engine/engine-types.ts";
+import { AsyncQueue, EventChannel } from "../engine/events.ts";
+import type { PrefixKv } from "../engine/prefix-transfer.ts";
+import type { QueueState, SchedulerStats, StepMixing } from "../engine/scheduler-types.ts";
+import type { StepRecord } from "../engine/step-record.ts";
+import { spawnThread, type ThreadPort } from "../runtime/threads.ts";
+import { type FromThread, prefixBuffers, type ThreadEngineOptions, type ThreadState, type ToThread } from "./thread-protocol.ts";
+import type { WorkerEngine } from "./worker-engine.ts";
+
+/** Thrown when a worker thread cannot start or fails. */
+export class WorkerThreadError extends Error {
+  override name = "WorkerThreadError";
+}
+
+interface Pending {
+  queue: AsyncQueue<StreamDelta>;
+  resolve: (r: GenerateResult) => void;
+  promptTokens: number;
+  sessionId?: string;
+}
+
+/** An engine in a worker thread. */
+export class ThreadEngine implements WorkerEngine {
+  readonly kvEvents: EventChannel<KvEvent> = new EventChannel<KvEvent>();
+  readonly metrics: EngineMetrics = new EngineMetrics();
+  maxModelLen = 0;
+  blockSize = 0;
+  /** How the thread's backend was chosen. */
+  backendReason = "";
+  private state: ThreadState | undefined;
+  private readonly requests = new Map<number, Pending>();
+  private readonly calls = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
+  private nextRid = 0;
+  private nextCid = 0;
+  private failure: Error | undefined;
+
+  private constructor(readonly id: string, private readonly port: ThreadPort, private readonly onStep: (id: string, r: StepRecord) => void) {}
+
+  /** Starts a thread that loads `modelPath` on `backend` and runs one engine; resolves once it serves. */
+  static async start(
+    id: string, modelPath: string, backend: BackendChoice, engine: ThreadEngineOptions, onStep: (id: string, r: StepRecord) => void,
+  ): Promise<ThreadEngine> {
+    const port = await spawnThread(new URL("./thread-host.ts", import.meta.url));
+    const t = new ThreadEngine(id, port, onStep);
+    const ready = new Promise<void>((resolve, reject) => {
+      port.onError((e) => {
+        t.fail(new WorkerThreadError(`Worker thread ${id} failed: ${e.message}`));
+        reject(t.failure);
+      });
+      port.onMessage((m) => {
+        const msg = m as FromThread;
+        if (msg.op === "ready") {
+          t.maxModelLen = msg.maxModelLen;
+          t.blockSize = msg.blockSize;
+          t.backendReason = msg.backend;
+          t.absorb(msg.state);
+          resolve();
+        } else if (msg.op === "failed") reject(new WorkerThreadError(`Worker thread ${id} could not start: ${msg.message}`));
+        else t.receive(msg);
+      });
+    });
+    t.send({ op: "init", modelPath, backend, workerId: id, engine });
+    try {
+      await ready;
+    } catch (e) {
+      await port.close();
+      throw e;
+    }
+    return t;
+  }
+
+  get stepMixing(): StepMixing {
+    return this.state!.stepMixing;
+  }
+
+  set stepMixing(mode: StepMixing) {
+    this.state!.stepMixing = mode;
+    this.send({ op: "mixing", mode });
+  }
+
+  submit(req: GenerateRequest): RequestHandle {
+    if (this.failure) throw this.failure;
+    const rid = this.nextRid++;
+    let resolve!: (r: GenerateResult) => void;
+    const result = new Promise<GenerateResult>((r) => (resolve = r));
+    const cancel = () => this.send({ op: "cancel", rid });
+    const p: Pending = { queue: new AsyncQueue<StreamDelta>(cancel), resolve, promptTokens: req.prompt.length, sessionId: req.sessionId };
+    this.requests.set(rid, p);
+    // Until the thread reports, count the request where the router will look for it.
+    const s = this.state!;
+    s.stats.waiting++;
+    s.queue.waitingPrefillTokens += req.prompt.length;
+    this.send({ op: "submit", rid, req });
+    return {
+      id: rid, stream: p.queue, result, cancel,
+      get sessionId() {
+        return p.sessionId;
+      },
+    };
+  }
+
+  markToolWait(sessionId: string, tool: string): void {
+    this.send({ op: "tool", sessionId, tool });
+  }
+
+  async exportPrefix(tokens: readonly number[]): Promise<PrefixKv | null> {
+    return (await this.call({ op: "export", cid: 0, tokens: [...tokens] })) as PrefixKv | null;
+  }
+
+  async importPrefix(prefix: PrefixKv, sessionId?: string): Promise<number> {
+    return (await this.call({ op: "import", cid: 0, prefix, ...(sessionId === undefined ? {} : { sessionId }) }, prefixBuffers(prefix))) as number;
+  }
+
+  stats(): SchedulerStats {
+    return { ...this.state!.stats };
+  }
+
+  queueState(): QueueState {
+    return { ...this.state!.queue };
+  }
+
+  freeBlocks(): number {
+    return this.state!.freeBlocks;
+  }
+
+  sessionStatusCounts(): Record<string, number> | undefined {
+    return this.state!.sessions;
+  }
+
+  /** Stops the engine, then the thread. */
+  async stop(): Promise<void> {
+    if (!this.failure) await this.call({ op: "stop", cid: 0 }).catch(() => {});
+    this.fail(new WorkerThreadError(`Worker thread ${this.id} has stopped`));
+    await this.port.close();
+  }
+
+  private send(m: ToThread, transfer?: ArrayBuffer[]): void {
+    if (!this.failure) this.port.post(m, transfer);
+  }
+
+  private call(m: Extract<ToThread, { cid: number }>, transfer?: ArrayBuffer[]): Promise<unknown> {
+    if (this.failure) return Promise.reject(this.failure);
+    const cid = this.nextCid++;
+    return new Promise((resolve, reject) => {
+      this.calls.set(cid, { resolve, reject });
+      this.send({ ...m, cid }, transfer);
+    });
+  }
+
+  private receive(m: FromThread): void {
+    switch (m.op) {
+      case "state":
+        return this.absorb(m.state);
+      case "accepted": {
+        const p = this.requests.get(m.rid);
+        if (p && m.sessionId !== undefined) p.sessionId = m.sessionId;
+        return;
+      }
+      case "delta":
+        return this.requests.get(m.rid)?.queue.push(m.delta);
+      case "result":
+      case "rejected": {
+        const p = this.requests.get(m.rid);
+        if (!p) return;
+        this.requests.delete(m.rid);
+        p.queue.close();
+        p.resolve(m.op === "result" ? m.result : {
+          text: "", tokenIds: [], finishReason: "abort", promptTokens: p.promptTokens, completionTokens: 0, cachedTokens: 0,
+          error: `${m.name}: ${m.message}`,
+        });
+        return;
+      }
+      case "reply": {
+        const c = this.calls.get(m.cid);
+        this.calls.delete(m.cid);
+        if (m.error !== undefined) c?.reject(new WorkerThreadError(m.error));
+        else c?.resolve(m.value);
+      }
+    }
+  }
+
+  private absorb(s: ThreadState): void {
+    this.state = s;
+    for (const e of s.events) this.kvEvents.publish(e);
+    for (const r of s.steps) this.onStep(this.id, r);
+    this.metrics.finished.clear();
+    for (const [k, v] of s.finished) this.metrics.finished.set(k, v);
+    this.metrics.promptTokens = s.promptTokens;
+    this.metrics.generationTokens = s.generationTokens;
+  }
+
+  /** Ends every open request and call with `e` (the thread died or stopped). */
+  private fail(e: Error): void {
+    if (this.failure) return;
+    this.failure = e;
+    for (const [rid, p] of this.requests) {
+      this.requests.delete(rid);
+      p.queue.close();
+      p.resolve({ text: "", tokenIds: [], finishReason: "abort", promptTokens: p.promptTokens, completionTokens: 0, cachedTokens: 0, error: e.message });
+    }
+    for (const [cid, c] of this.calls) {
+      this.calls.delete(cid);
+      c.reject(e);
+    }
+  }
+}
