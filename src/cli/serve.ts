@@ -47,6 +47,7 @@ const FLAGS = {
   roles: { kind: "string", help: "initial role of each worker, comma-separated: mixed|prefill|decode (default all mixed; with --workers)" },
   planner: { kind: "string", help: "online|none: flip worker roles every second from measured load, or keep --roles (default online; with --workers)" },
   router: { kind: "string", help: "session|kv-aware: our session/transfer-aware router or Dynamo's KV-aware cost (default session; with --workers)" },
+  transport: { kind: "string", help: "in-process|threads: workers share this thread and one backend, or each runs in its own worker thread (default in-process; with --workers)" },
   help: { kind: "boolean", help: "show this help" },
 } satisfies FlagSpecs;
 
@@ -80,7 +81,9 @@ async function main(): Promise<void> {
   if (planner !== "online" && planner !== "none") throw new ArgsError(`Unknown planner "${planner}"; choose online or none`);
   const router = f.router ?? "session";
   if (!isClusterRouter(router)) throw new ArgsError(`Unknown router "${router}"; choose ${CLUSTER_ROUTERS.join(" or ")}`);
-  for (const flag of ["roles", "planner", "router"] as const) {
+  const transport = f.transport ?? "in-process";
+  if (transport !== "in-process" && transport !== "threads") throw new ArgsError(`Unknown transport "${transport}"; choose in-process or threads`);
+  for (const flag of ["roles", "planner", "router", "transport"] as const) {
     if (f[flag] !== undefined && workers === 1) throw new ArgsError(`Flag --${flag} ${f[flag]} needs --workers 2 or more`);
   }
   if (f.role !== undefined && workers > 1) throw new ArgsError(`Flag --role ${f.role} sets one engine's role; with --workers ${workers} use --roles`);
@@ -97,7 +100,7 @@ async function main(): Promise<void> {
     maxBatchTokens: f["max-batch-tokens"],
     maxNumSeqs: f["max-num-seqs"],
     maxWaiting: f["max-waiting"],
-    ...(workers > 1 ? { workers, roles: roles as Role[] | undefined, planner, router } : { role: role as WorkerRole }),
+    ...(workers > 1 ? { workers, roles: roles as Role[] | undefined, planner, router, transport } : { role: role as WorkerRole }),
     preemption: preemption as PreemptionMode,
     swapSpaceBlocks: f["swap-space-blocks"],
     prefillOrder: order === "fcfs" ? FCFS : AGED_SHORT_FIRST,
@@ -113,7 +116,7 @@ async function main(): Promise<void> {
     : `; reasoning parser ${reasoningParser} (<think>/</think> are not single tokens: KV of reasoning not typed)`;
   console.error(
     `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${st.kvTotalBlocks} blocks (${kvRetention} retention)${reasoning}, step mixing ${stepMixing}, max model len ${s.serving.maxModelLen}` +
-      (s.cluster ? `; ${workers} workers (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}` : "") + "; " +
+      (s.cluster ? `; ${workers} workers (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") + "; " +
       `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,
   );
 }

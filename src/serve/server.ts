@@ -8,7 +8,9 @@ import type { Engine } from "../engine/engine.ts";
 import type { ServingEngine } from "../engine/engine-types.ts";
 import type { Cluster } from "../cluster/cluster.ts";
 import type { ClusterRouterName } from "../cluster/cluster-router.ts";
-import { createCluster } from "../cluster/create-cluster.ts";
+import type { Backend } from "../backend/types.ts";
+import type { CreateEngineOptions } from "../engine/engine-factory.ts";
+import { type ClusterTransport, type ServingCluster, startServingCluster } from "./serve-cluster.ts";
 import type { Role } from "../../planner/types.ts";
 import type { KvRetention } from "../engine/engine-sessions.ts";
 import { createEngine } from "../engine/engine-factory.ts";
@@ -74,6 +76,8 @@ export interface ServerOptions {
   planner?: "online" | "none";
   /** "session" (default, ours) or "kv-aware" (Dynamo's cost). */
   router?: ClusterRouterName;
+  /** Where the workers run: "in-process" (default; one thread, one backend) or "threads" (one worker thread each). */
+  transport?: ClusterTransport;
 }
 
 /** A running server. */
@@ -100,19 +104,19 @@ export function modelNameOf(path: string): string {
 
 /** Starts a server and resolves once it listens. */
 export async function startServer(o: ServerOptions): Promise<RunningServer> {
-  const model = o.model ?? (await loadModel(o.modelPath));
-  const { backend, reason } = await selectBackend(o.backend);
-  const kvMemoryBytes = o.kvMemoryFraction === undefined ? undefined : o.kvMemoryFraction * os.totalmem();
-  if (o.kvBlocks === undefined && kvMemoryBytes !== undefined && kvMemoryBytes < 2 * kvBytesPerBlock(model.config)) {
-    throw new RangeError(`--kv-memory-fraction ${o.kvMemoryFraction} leaves room for fewer than 2 KV blocks`);
-  }
-  const stepLog = o.stepLogPath === undefined ? null : await StepLogWriter.open(o.stepLogPath);
-  // Tags that are not single tokens are still parsed from the text; only KV typing needs the ids.
-  const reasoningTokens = o.reasoningParser === "think" ? reasoningTokenIds(model.tokenizer) : undefined;
   const workers = o.workers ?? 1;
   if (o.roles !== undefined && o.roles.length !== workers) throw new RangeError(`--roles names ${o.roles.length} roles for ${workers} workers`);
   if (workers > 1 && o.role !== undefined) throw new RangeError(`--role ${o.role} sets one engine's role; with --workers ${workers} use --roles`);
-  const engineOptions = {
+  // The planner decides step mixing for the whole cluster; an engine's own "auto" would fight it.
+  if (workers > 1 && o.stepMixing === "auto") throw new RangeError("--step-mixing auto is for one engine; with --workers the planner sets step mixing");
+  const model = o.model ?? (await loadModel(o.modelPath));
+  const kvMemoryBytes = o.kvMemoryFraction === undefined ? undefined : o.kvMemoryFraction * os.totalmem();
+  if (o.kvBlocks === undefined && kvMemoryBytes !== undefined && kvMemoryBytes / workers < 2 * kvBytesPerBlock(model.config)) {
+    throw new RangeError(`--kv-memory-fraction ${o.kvMemoryFraction} leaves room for fewer than 2 KV blocks per worker`);
+  }
+  // Tags that are not single tokens are still parsed from the text; only KV typing needs the ids.
+  const reasoningTokens = o.reasoningParser === "think" ? reasoningTokenIds(model.tokenizer) : undefined;
+  const engineOptions: CreateEngineOptions = {
     numBlocks: o.kvBlocks,
     kvMemoryBytes: kvMemoryBytes === undefined ? undefined : kvMemoryBytes / workers,
     maxModelLen: o.maxModelLen,
@@ -129,35 +133,26 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...(reasoningTokens ? { reasoningTokens } : {}),
     },
   };
-  let cluster: Cluster | undefined;
+  const stepLog = o.stepLogPath === undefined ? null : await StepLogWriter.open(o.stepLogPath);
+  let cluster: ServingCluster | undefined;
   let engine: Engine | undefined;
-  let ticker: ReturnType<typeof setInterval> | undefined;
+  let backend: Backend | undefined;
+  let reason: string;
   if (workers > 1) {
-    // The planner decides step mixing for the whole cluster; an engine's own "auto" would fight it.
-    if (o.stepMixing === "auto") throw new RangeError("--step-mixing auto is for one engine; with --workers the planner sets step mixing");
-    cluster = createCluster(backend, model, {
-      workers, roles: o.roles, planner: o.planner ?? "online", router: o.router, engine: engineOptions,
-      ...(stepLog ? { onStep: (_id: string, r: StepRecord) => stepLog.record(r) } : {}),
+    cluster = await startServingCluster(model, {
+      modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: o.planner ?? "online", router: o.router,
+      transport: o.transport ?? "in-process", engine: engineOptions, ...(stepLog ? { onStep: (_id: string, r: StepRecord) => stepLog.record(r) } : {}),
     });
-    const c = cluster;
-    if (o.planner !== "none") {
-      ticker = setInterval(() => {
-        try {
-          c.tick();
-        } catch (e) {
-          // A planner fault must not take the server down: roles stay as they are until the next tick.
-          console.error(`Planner tick failed: ${e instanceof Error ? e.message : String(e)}`);
-        }
-      }, 1000);
-    }
+    reason = cluster.backendReason;
   } else {
+    ({ backend, reason } = await selectBackend(o.backend));
     engine = createEngine(backend, model, {
       ...engineOptions,
       ...(stepLog ? { onStep: (r: StepRecord) => stepLog.record(r) } : {}),
       ...(o.stepMixing === "auto" ? { autoStepMixing: true } : {}),
     });
   }
-  const serving: ServingEngine = cluster ?? engine!;
+  const serving: ServingEngine = cluster?.cluster ?? engine!;
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
   const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, reasoningParser: o.reasoningParser });
   const l = await listen(app.fetch, o.host, o.port);
@@ -169,15 +164,16 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       return engine;
     },
     serving,
-    cluster,
+    cluster: cluster?.cluster,
     modelName,
     backendReason: reason,
     reasoningTokens,
     async shutdown() {
-      if (ticker !== undefined) clearInterval(ticker);
+      cluster?.stopTicking();
       await serving.stop();
       await l.close();
-      backend.destroy();
+      backend?.destroy();
+      cluster?.destroyBackend();
       await stepLog?.close();
     },
   };

@@ -26,7 +26,7 @@ test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retent
   }
 });
 
-test("serve CLI rejects bad cluster flags (--workers, --roles, --planner, --router) with a one-line error and exit 2", () => {
+test("serve CLI rejects bad cluster flags (--workers, --roles, --planner, --router, --transport) with a one-line error and exit 2", () => {
   for (const [args, message] of [
     [["--workers", "2", "--roles", "prefill,leader"], /Unknown role "leader" in --roles; choose mixed, prefill or decode/],
     [["--workers", "3", "--roles", "prefill,decode"], /--roles names 2 roles for 3 workers/],
@@ -36,6 +36,7 @@ test("serve CLI rejects bad cluster flags (--workers, --roles, --planner, --rout
     [["--router", "kv-aware"], /Flag --router kv-aware needs --workers 2 or more/],
     [["--workers", "2", "--role", "decode"], /Flag --role decode sets one engine's role; with --workers 2 use --roles/],
     [["--workers", "0"], /--workers/],
+    [["--workers", "2", "--transport", "tcp"], /Unknown transport "tcp"; choose in-process or threads/],
   ] as const) {
     const r = serve([...args, "--port", "0", "--backend", "reference"]);
     assert.equal(r.status, 2, r.stderr);

@@ -9,8 +9,8 @@ const modelPath = `${projectRoot}/models/stories260K.gguf`;
 const model = await loadModel(modelPath);
 const STORY = "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends.";
 
-test("startServer({ workers }) serves a session's turns across workers with the openai client and shows each worker in /metrics", async () => {
-  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, workers: 3, roles: ["prefill", "decode", "mixed"] });
+for (const transport of ["in-process", "threads"] as const) test(`startServer({ workers, transport: "${transport}" }) serves a session's turns across workers with the openai client and shows each worker in /metrics`, async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, workers: 3, roles: ["prefill", "decode", "mixed"], transport });
   try {
     assert.ok(s.cluster);
     const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
@@ -36,6 +36,7 @@ test("startServer({ workers }) serves a session's turns across workers with the 
     assert.match(metrics, /evolving:worker_role\{model_name="stories260K",worker="worker-0",role="prefill"\} 1/);
     assert.match(metrics, /evolving:worker_role\{model_name="stories260K",worker="worker-1",role="decode"\} 1/);
     assert.match(metrics, /vllm:request_success_total\{model_name="stories260K",finished_reason="length"\} 3/);
+    assert.match(metrics, /vllm:prompt_tokens_total\{model_name="stories260K"\} \d+/);
     assert.match(metrics, /vllm:time_to_first_token_seconds_count\{model_name="stories260K"\} 3/);
 
     const bad = await fetch(`${s.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "stories260K", prompt: "x".repeat(5000), max_tokens: 5 }) });
