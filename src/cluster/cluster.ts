@@ -129,19 +129,25 @@ export class Cluster implements ServingEngine {
     this.metrics.promptTokens += req.prompt.length;
     if (req.sessionId !== undefined) this.remember(req.sessionId, dec.id);
     const t0 = this.now();
-    if (route.prefillWorker === null && route.prefixSource === undefined) {
-      const h = dec.engine.submit(req);
-      return { ...h, result: h.result.then((r) => this.finished(r, t0, t0)) };
-    }
     const id = this.nextId++;
-    const hop = { cancel: () => {} };
     let tStart = t0;
-    const start = this.hop(req, route, dec, hop).then((h) => {
-      tStart = this.now();
-      return h;
+    let h: RequestHandle;
+    if (route.prefillWorker === null && route.prefixSource === undefined) h = dec.engine.submit(req);
+    else {
+      const hop = { cancel: () => {} };
+      const start = this.hop(req, route, dec, hop).then((inner) => {
+        tStart = this.now();
+        return inner;
+      });
+      h = relayHandle(id, req.prompt.length, req.sessionId, start, () => hop.cancel());
+    }
+    const result = h.result.then((r) => {
+      // A session the worker inferred (no key in the request) is remembered for its tool waits.
+      if (req.sessionId === undefined && h.sessionId !== undefined) this.remember(h.sessionId, dec.id);
+      return this.finished(r, t0, tStart);
     });
-    const relayed = relayHandle(id, req.prompt.length, req.sessionId, start, () => hop.cancel());
-    return { ...relayed, result: relayed.result.then((r) => this.finished(r, t0, tStart)), get sessionId() { return relayed.sessionId; } };
+    // The session may be known only later (inferred by a worker, or once a hand-off is done).
+    return { id, stream: h.stream, result, cancel: () => h.cancel(), get sessionId() { return h.sessionId; } };
   }
 
   /** Forwards a tool wait to the worker that served the session last (every worker when unknown). */
