@@ -4,11 +4,11 @@
  * / context limits, frees KV on finish or cancel, and publishes KV events and metrics.
  */
 import { BlockPool, type KvEvent, type SessionTracker } from "../../kv/index.ts";
-import type { SamplingRow } from "../backend/types.ts";
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import { EngineMetrics } from "./engine-metrics.ts";
 import { EngineSessions, inferSessionId, isKvRetention, KV_RETENTIONS, type KvRetention } from "./engine-sessions.ts";
 import type { StepRunner } from "./engine-runner.ts";
+import { type Active, resultOf, samplingRow } from "./engine-request.ts";
 import { OutputText } from "./engine-text.ts";
 import { exportPrefix, importPrefix, type PrefixKv } from "./prefix-transfer.ts";
 import {
@@ -16,7 +16,7 @@ import {
   type WorkerStatus,
 } from "./engine-types.ts";
 import { AsyncQueue, EventChannel } from "./events.ts";
-import { seededUniforms, type UniformSource } from "./sampler-rng.ts";
+import { seededUniforms } from "./sampler-rng.ts";
 import { Scheduler } from "./scheduler.ts";
 import { poolBlockManager } from "./scheduler-kv-adapter.ts";
 import type { SchedulerConfig, SchedulerStats, StepMixing, StepPlan } from "./scheduler-types.ts";
@@ -50,25 +50,6 @@ export interface EngineOptions {
   /** Seconds a session that is not running is remembered ("agent" retention; default 3600). */
   sessionTtlS?: number;
 }
-
-interface Active {
-  seq: Sequence;
-  req: GenerateRequest;
-  /** The request's session: its own key, or the inferred one ("agent" retention). */
-  sessionId: string | undefined;
-  maxTokens: number;
-  queue: AsyncQueue<StreamDelta>;
-  text: OutputText;
-  rng: UniformSource;
-  resolve: (r: GenerateResult) => void;
-  t0: number;
-  tLast: number;
-  /** When the first token came (ms; undefined before it). */
-  tFirst?: number;
-  done: boolean;
-}
-
-const GREEDY_ROW: SamplingRow = { temperature: 0, topK: 0, topP: 1, uniform: 0 };
 
 /** Lets I/O callbacks run between steps (a CPU backend's forward never yields on its own). */
 const yieldToEventLoop = (): Promise<void> => {
@@ -238,11 +219,7 @@ export class Engine implements ServingEngine {
         this.wake = undefined;
         continue;
       }
-      const rows = plan.entries.map((e) => {
-        const a = this.active.get(e.seqId)!;
-        if (!e.sample) return GREEDY_ROW;
-        return { temperature: a.req.temperature ?? 1, topK: a.req.topK ?? 0, topP: a.req.topP ?? 1, uniform: a.rng.next() };
-      });
+      const rows = plan.entries.map((e) => samplingRow(this.active.get(e.seqId)!, e.sample));
       let sampled: Int32Array | undefined;
       let error: string | undefined;
       try {
@@ -317,18 +294,6 @@ export class Engine implements ServingEngine {
     a.queue.close();
     this.metrics.countFinish(error ? "error" : reason);
     this.metrics.e2e.observe((this.now() - a.t0) / 1000);
-    const ids = a.seq.outputTokens;
-    const eos = reason === "stop" && !a.text.stopped && ids.length > 0;
-    a.resolve({
-      text: a.text.text,
-      tokenIds: eos ? ids.slice(0, -1) : ids,
-      finishReason: reason,
-      promptTokens: a.seq.promptLength,
-      completionTokens: ids.length,
-      cachedTokens: a.seq.numCachedPrompt,
-      reasoningTokens: a.seq.reasoning?.count(a.seq.tokens.length),
-      ...(a.tFirst === undefined ? {} : { firstTokenS: (a.tFirst - a.t0) / 1000, lastTokenS: (a.tLast - a.t0) / 1000 }),
-      error,
-    });
+    a.resolve(resultOf(a, reason, error));
   }
 }
