@@ -1,7 +1,8 @@
 /**
  * A worker's measured steps over one planner window, reduced to the step fields of its
- * {@link WorkerSnapshot}, plus the running speed estimates a router prices it with. A real cluster
- * (src/cluster) feeds it the engine's step records; the rules are the simulator's (src/sim/stepping.ts).
+ * {@link WorkerSnapshot}, plus the running speed estimates a router prices it with. The simulator's
+ * workers feed it their (macro-)steps and the server's cluster (src/cluster) the engines' step
+ * records, so a planner reads both the same way.
  */
 import type { StepSample, WorkerSnapshot } from "./types.ts";
 

@@ -108,21 +108,7 @@ export function stepDone(sim: ClusterSim, w: SimWorker): void {
     j.pos += n;
     w.queuedTokens -= n;
   }
-  if (ptoks > 0) {
-    w.wPrefillTokens += ptoks;
-    w.wPrefillBusy += m.stepS;
-    w.wPrefillSteps += m.k;
-    w.prefillRate = 0.8 * w.prefillRate + 0.2 * (ptoks / m.stepS);
-  }
-  w.recordStep({ prefillTokens: ptoks, prefillAttnPairs: m.pairs, decodeSeqs: D, decodeAttnTokens: m.attn, seconds: m.stepS, count: m.k });
-  if (D > 0) {
-    w.wDecodeTokens += D * m.k;
-    w.wDecodeBusy += m.k * m.stepS;
-    w.wDecodeSteps += m.k;
-    w.wBatchSum += D * m.k;
-    if (ptoks === 0) { w.wPureSteps += m.k; w.wPureBusy += m.k * m.stepS; w.wPureBatch += D * m.k; }
-    w.decodeStepEwma = 0.8 * w.decodeStepEwma + 0.2 * m.stepS;
-  }
+  w.window.observe({ prefillTokens: ptoks, prefillAttnPairs: m.pairs, decodeSeqs: D, decodeAttnTokens: m.attn, seconds: m.stepS, count: m.k });
   for (const s of w.popFinished()) finish(sim, w, s.req, s.blocks);
   const doneJobs = m.prefill.filter((j) => j.left <= 0);
   if (doneJobs.length > 0) {

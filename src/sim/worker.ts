@@ -7,12 +7,10 @@ import type { BlockPool } from "../../kv/block-pool.ts";
 import type { RetentionPolicy } from "../../kv/retention.ts";
 import type { TierCache } from "../../kv/tiers.ts";
 import type { RouteCandidate } from "../../planner/routers.ts";
-import type { Role, StepSample, WorkerState, WorkerSnapshot } from "../../planner/types.ts";
+import { StepWindow } from "../../planner/step-window.ts";
+import type { Role, WorkerState, WorkerSnapshot } from "../../planner/types.ts";
 import type { CostModel } from "./cost-model.ts";
 import type { ReqState } from "./request.ts";
-
-/** Steps per worker per planner window kept as samples. */
-const STEP_SAMPLES = 48;
 
 /** Prefill work queued on a worker. */
 export interface PrefillJob {
@@ -69,26 +67,12 @@ export class SimWorker {
   macro: { start: number; stepS: number; k: number; prefill: PrefillJob[]; prefillTokens: number[]; decode: boolean; pairs: number; attn: number } | null = null;
   queuedTokens = 0;
   activeBlocks = 0;
-  prefillRate: number;
-  decodeStepEwma = 0;
   /** The last step was a prefill-only step of a worker separating prefill from decode steps. */
   lastStepPrefillOnly = false;
   /** Steps started outside the decodes' turn while separating steps (every SPLIT_PROBE_EVERY-th mixes; stepping.ts). */
   splitProbe = 0;
-  // Window counters for the planner snapshot.
-  wPrefillTokens = 0;
-  wPrefillBusy = 0;
-  wPrefillSteps = 0;
-  wDecodeTokens = 0;
-  wDecodeBusy = 0;
-  wDecodeSteps = 0;
-  wBatchSum = 0;
-  wPureSteps = 0;
-  wPureBusy = 0;
-  wPureBatch = 0;
-  /** A bounded, deterministic sample of the window's steps (the first STEP_SAMPLES, then round-robin). */
-  wSteps: StepSample[] = [];
-  wStepCount = 0;
+  /** The planner snapshot's step fields over the current window, and the speed estimates routers use. */
+  readonly window: StepWindow;
 
   /** This worker as routers see it; placement.ts refreshes the fields before each routing call. */
   readonly routeView: RouteCandidate;
@@ -102,18 +86,21 @@ export class SimWorker {
   ) {
     this.role = role;
     this.state = state;
-    this.prefillRate = 1 / cost.stepTime({ prefillTokens: 8192, prefillAttnPairs: cost.prefillPairs(4096, 8192), decodeSeqs: 0, decodeAttnTokens: 0 }) * 8192;
+    this.window = new StepWindow(1 / cost.stepTime({ prefillTokens: 8192, prefillAttnPairs: cost.prefillPairs(4096, 8192), decodeSeqs: 0, decodeAttnTokens: 0 }) * 8192);
     this.routeView = {
       id, role, overlapDevice: 0, overlapHost: 0, queuedPrefillTokens: 0, activeBlocks: 0, decodeBatch: 0,
       decodeQueue: 0, memoryQueue: 0, prefillRate: this.prefillRate, decodeStepS: 0, rack,
     };
   }
 
-  /** Records a finished (macro-)step for the planner's window sample. */
-  recordStep(sample: StepSample): void {
-    const n = this.wStepCount++;
-    if (n < STEP_SAMPLES) this.wSteps.push(sample);
-    else this.wSteps[n % STEP_SAMPLES] = sample;
+  /** Prefill tokens per second of prefill-carrying step (EWMA; the cost model's full chunk until measured). */
+  get prefillRate(): number {
+    return this.window.prefillRate;
+  }
+
+  /** Seconds per decode-carrying step (EWMA). */
+  get decodeStepEwma(): number {
+    return this.window.decodeStepS;
   }
 
   /** Decoding sequences. */
@@ -166,19 +153,10 @@ export class SimWorker {
       id: this.id, role: this.role, state: this.state, waitingPrefillTokens: this.queuedTokens,
       queueDelayS: head === undefined ? 0 : now - head.enqueuedAt, decodeBatch: this.decoding.size,
       waitingDecodes: this.decodeWait.length + this.kvWait.length + this.pendingJoin.length,
-      prefillTokens: this.wPrefillTokens, prefillBusyS: this.wPrefillBusy, prefillSteps: this.wPrefillSteps, decodeTokens: this.wDecodeTokens,
-      decodeBusyS: this.wDecodeBusy,
-      // Step time vs batch from decode-only steps when there were any (mixed steps carry prefill cost).
-      decodeStepS: this.wPureSteps > 0 ? this.wPureBusy / this.wPureSteps : this.wDecodeSteps > 0 ? this.wDecodeBusy / this.wDecodeSteps : 0,
-      meanDecodeBatch: this.wPureSteps > 0 ? this.wPureBatch / this.wPureSteps : this.wDecodeSteps > 0 ? this.wBatchSum / this.wDecodeSteps : 0,
       kvUsage: this.pool.numUsedBlocks() / Math.max(1, this.pool.numBlocks),
       waitingForMemory: this.admitWait.length,
-      steps: this.wSteps,
+      ...this.window.take(),
     };
-    this.wSteps = [];
-    this.wStepCount = 0;
-    this.wPrefillTokens = this.wPrefillBusy = this.wPrefillSteps = this.wDecodeTokens = this.wDecodeBusy = this.wDecodeSteps = this.wBatchSum = 0;
-    this.wPureSteps = this.wPureBusy = this.wPureBatch = 0;
     return snap;
   }
 
