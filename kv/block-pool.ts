@@ -33,6 +33,8 @@ export interface BlockPoolOptions {
 
 /** A cached block leaving the pool, with what a lower tier needs to keep it. */
 export interface EvictedBlock {
+  /** The device block it leaves: its KV is still intact during the callback (copy it out then). */
+  blockId: number;
   hash: BlockHash;
   parentHash: BlockHash | null;
   tokens: number[];
@@ -315,7 +317,7 @@ export class BlockPool {
     if (this.onEvict !== undefined) {
       const p = this.parents[id];
       this.onEvict({
-        hash, parentHash: Number.isNaN(p) ? null : p, tokens: this.index.get(hash)?.tokens ?? [],
+        blockId: id, hash, parentHash: Number.isNaN(p) ? null : p, tokens: this.index.get(hash)?.tokens ?? [],
         meta: this.metas[id] ?? {}, depth: this.depths[id],
       });
     }

@@ -30,6 +30,7 @@ const FLAGS = {
   "api-key": { kind: "string", help: "require 'Authorization: Bearer KEY' on /v1/*" },
   "max-model-len": { kind: "int", min: 2, help: "context limit, prompt + output (default: the model's)" },
   "kv-blocks": { kind: "int", min: 2, help: "KV cache blocks of 16 tokens" },
+  "kv-offload-blocks": { kind: "int", min: 1, help: "host-memory KV tier in 16-token blocks (per worker): evicted cached KV moves there and back on a prefix hit (default: off)" },
   "kv-memory-fraction": { kind: "number", min: 0.0001, max: 0.95, help: "size the KV cache as this fraction of host memory" },
   "max-batch-tokens": { kind: "int", min: 1, help: "token budget per step (default 512)" },
   "max-num-seqs": { kind: "int", min: 1, help: "sequences per step at most (default 64)" },
@@ -97,6 +98,7 @@ async function main(): Promise<void> {
     maxModelLen: f["max-model-len"],
     kvBlocks: f["kv-blocks"],
     kvMemoryFraction: f["kv-memory-fraction"],
+    kvOffloadBlocks: f["kv-offload-blocks"],
     maxBatchTokens: f["max-batch-tokens"],
     maxNumSeqs: f["max-num-seqs"],
     maxWaiting: f["max-waiting"],
@@ -115,7 +117,7 @@ async function main(): Promise<void> {
     ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
     : `; reasoning parser ${reasoningParser} (<think>/</think> are not single tokens: KV of reasoning not typed)`;
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${st.kvTotalBlocks} blocks (${kvRetention} retention)${reasoning}, step mixing ${stepMixing}, max model len ${s.serving.maxModelLen}` +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${st.kvTotalBlocks} blocks (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixing}, max model len ${s.serving.maxModelLen}` +
       (s.cluster ? `; ${workers} workers (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") + "; " +
       `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,
   );

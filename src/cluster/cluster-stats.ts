@@ -1,13 +1,14 @@
-/** Scheduler stats of several workers added up (gauges and counters alike). */
-import type { SchedulerStats } from "../engine/scheduler-types.ts";
+/** Engine stats of several workers added up (gauges and counters alike). */
+import type { EngineStats } from "../engine/engine-types.ts";
 
 /** Field-by-field sum of `all` (zeros when empty). */
-export function sumStats(all: readonly SchedulerStats[]): SchedulerStats {
-  const out: SchedulerStats = {
+export function sumStats(all: readonly EngineStats[]): EngineStats {
+  const out: EngineStats = {
     waiting: 0, running: 0, kvUsedBlocks: 0, kvTotalBlocks: 0, prefixQueriedTokens: 0, prefixHitTokens: 0, preemptions: 0,
     swapOuts: 0, swappedOutBlocks: 0, swappedInBlocks: 0, swapUsedBlocks: 0, swapTotalBlocks: 0, recomputedTokens: 0, steps: 0,
+    kvHostBlocks: 0, kvHostCapacityBlocks: 0, kvOffloadedBlocks: 0, kvRestoredBlocks: 0,
   };
-  const keys = Object.keys(out) as (keyof SchedulerStats)[];
+  const keys = Object.keys(out) as (keyof EngineStats)[];
   for (const s of all) for (const k of keys) out[k] += s[k];
   return out;
 }

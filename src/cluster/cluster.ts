@@ -11,9 +11,9 @@ import type { LinkModel, RouteCandidate, SessionRoute, SessionRouterOptions } fr
 import type { CompletedRequest, MetricsSnapshot, Planner, PlannerAction, Role } from "../../planner/types.ts";
 import { EngineMetrics } from "../engine/engine-metrics.ts";
 import {
-  EngineOverloadedError, type GenerateRequest, type GenerateResult, outputBudget, type RequestHandle, type ServingEngine, type WorkerStatus,
+  type EngineStats, EngineOverloadedError, type GenerateRequest, type GenerateResult, outputBudget, type RequestHandle, type ServingEngine, type WorkerStatus,
 } from "../engine/engine-types.ts";
-import type { SchedulerStats, StepMixing } from "../engine/scheduler-types.ts";
+import type { StepMixing } from "../engine/scheduler-types.ts";
 import { ClusterWorker } from "./cluster-worker.ts";
 import { type ClusterRouterName, IN_PROCESS_LINK, routeRequest } from "./cluster-router.ts";
 import { relayHandle } from "./relay-handle.ts";
@@ -157,7 +157,7 @@ export class Cluster implements ServingEngine {
   }
 
   /** Gauges and counters summed over workers. */
-  stats(): SchedulerStats {
+  stats(): EngineStats {
     return sumStats(this.workers.map((w) => w.engine.stats()));
   }
 

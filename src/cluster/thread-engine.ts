@@ -7,10 +7,10 @@
 import type { KvEvent } from "../../kv/index.ts";
 import type { BackendChoice } from "../backend/select.ts";
 import { EngineMetrics } from "../engine/engine-metrics.ts";
-import type { GenerateRequest, GenerateResult, RequestHandle, StreamDelta } from "../engine/engine-types.ts";
+import type { EngineStats, GenerateRequest, GenerateResult, RequestHandle, StreamDelta } from "../engine/engine-types.ts";
 import { AsyncQueue, EventChannel } from "../engine/events.ts";
 import type { PrefixKv } from "../engine/prefix-transfer.ts";
-import type { QueueState, SchedulerStats, StepMixing } from "../engine/scheduler-types.ts";
+import type { QueueState, StepMixing } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import { spawnThread, type ThreadPort } from "../runtime/threads.ts";
 import { type FromThread, prefixBuffers, type ThreadEngineOptions, type ThreadState, type ToThread } from "./thread-protocol.ts";
@@ -120,7 +120,7 @@ export class ThreadEngine implements WorkerEngine {
     return (await this.call({ op: "import", cid: 0, prefix, ...(sessionId === undefined ? {} : { sessionId }) }, prefixBuffers(prefix))) as number;
   }
 
-  stats(): SchedulerStats {
+  stats(): EngineStats {
     return { ...this.state!.stats };
   }
 

@@ -5,9 +5,9 @@
 import type { KvEvent } from "../../kv/index.ts";
 import type { BackendChoice } from "../backend/select.ts";
 import type { CreateEngineOptions } from "../engine/engine-factory.ts";
-import type { GenerateRequest, GenerateResult, StreamDelta } from "../engine/engine-types.ts";
+import type { EngineStats, GenerateRequest, GenerateResult, StreamDelta } from "../engine/engine-types.ts";
 import type { PrefixKv } from "../engine/prefix-transfer.ts";
-import type { QueueState, SchedulerStats, StepMixing } from "../engine/scheduler-types.ts";
+import type { QueueState, StepMixing } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 
 /** Engine options that cross a thread boundary (no callbacks). */
@@ -26,7 +26,7 @@ export type ToThread =
 
 /** What a thread reports of its engine after each change. */
 export interface ThreadState {
-  stats: SchedulerStats;
+  stats: EngineStats;
   queue: QueueState;
   freeBlocks: number;
   sessions: Record<string, number> | undefined;

@@ -6,10 +6,10 @@
 import type { KvEvent } from "../../kv/index.ts";
 import type { Engine } from "../engine/engine.ts";
 import type { EngineMetrics } from "../engine/engine-metrics.ts";
-import type { GenerateRequest, RequestHandle } from "../engine/engine-types.ts";
+import type { EngineStats, GenerateRequest, RequestHandle } from "../engine/engine-types.ts";
 import type { EventChannel } from "../engine/events.ts";
 import type { PrefixKv } from "../engine/prefix-transfer.ts";
-import type { QueueState, SchedulerStats, StepMixing } from "../engine/scheduler-types.ts";
+import type { QueueState, StepMixing } from "../engine/scheduler-types.ts";
 
 /** One worker's engine as the cluster drives it. */
 export interface WorkerEngine {
@@ -30,7 +30,7 @@ export interface WorkerEngine {
   exportPrefix(tokens: readonly number[]): Promise<PrefixKv | null>;
   /** Caches a prefix from another worker; resolves to the blocks written. */
   importPrefix(prefix: PrefixKv, sessionId?: string): Promise<number>;
-  stats(): SchedulerStats;
+  stats(): EngineStats;
   queueState(): QueueState;
   /** Device blocks free or evictable now. */
   freeBlocks(): number;

@@ -107,6 +107,14 @@ export function outputBudget(req: GenerateRequest, maxModelLen: number): number 
   return maxTokens;
 }
 
+/** An engine's gauges and counters: its scheduler's, and its host KV tier's (zeros without one). */
+export interface EngineStats extends SchedulerStats {
+  kvHostBlocks: number;
+  kvHostCapacityBlocks: number;
+  kvOffloadedBlocks: number;
+  kvRestoredBlocks: number;
+}
+
 /** One worker as the server's metrics show it. */
 export interface WorkerStatus {
   id: string;
@@ -132,8 +140,8 @@ export interface ServingEngine {
   submit(req: GenerateRequest): RequestHandle;
   /** The session's turn ended in a call to `tool` (agent-aware KV retention). */
   markToolWait(sessionId: string, tool: string): void;
-  /** Scheduler gauges and counters, summed over workers. */
-  stats(): SchedulerStats;
+  /** Scheduler and host-tier gauges and counters, summed over workers. */
+  stats(): EngineStats;
   /** Sessions the agent-aware retention tracks, by status (undefined under LRU retention). */
   sessionStatusCounts(): Record<string, number> | undefined;
   /** Each worker's role and load. */

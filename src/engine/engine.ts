@@ -3,23 +3,24 @@
  * (seeded), streams text to each request's async iterator, applies EOS / stop strings / max tokens
  * / context limits, frees KV on finish or cancel, and publishes KV events and metrics.
  */
-import { BlockPool, type KvEvent, type SessionTracker } from "../../kv/index.ts";
+import { BlockPool, type EvictedBlock, type KvEvent, type SessionTracker } from "../../kv/index.ts";
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import { EngineMetrics } from "./engine-metrics.ts";
 import { EngineSessions, inferSessionId, isKvRetention, KV_RETENTIONS, type KvRetention } from "./engine-sessions.ts";
 import type { StepRunner } from "./engine-runner.ts";
 import { type Active, resultOf, samplingRow } from "./engine-request.ts";
 import { OutputText } from "./engine-text.ts";
+import { HostKvOffload } from "./kv-offload.ts";
 import { exportPrefix, importPrefix, type PrefixKv } from "./prefix-transfer.ts";
 import {
-  EngineOverloadedError, type GenerateRequest, type GenerateResult, outputBudget, type RequestHandle, type ServingEngine, type StreamDelta,
+  type EngineStats, EngineOverloadedError, type GenerateRequest, type GenerateResult, outputBudget, type RequestHandle, type ServingEngine, type StreamDelta,
   type WorkerStatus,
 } from "./engine-types.ts";
 import { AsyncQueue, EventChannel } from "./events.ts";
 import { seededUniforms } from "./sampler-rng.ts";
 import { Scheduler } from "./scheduler.ts";
 import { poolBlockManager } from "./scheduler-kv-adapter.ts";
-import type { SchedulerConfig, SchedulerStats, StepMixing, StepPlan } from "./scheduler-types.ts";
+import type { SchedulerConfig, StepMixing, StepPlan } from "./scheduler-types.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 import { AutoStepMixing, type AutoStepMixingOptions } from "./step-mixing-auto.ts";
 import { type StepRecord, stepShapeOf } from "./step-record.ts";
@@ -49,6 +50,8 @@ export interface EngineOptions {
   kvRetention?: KvRetention;
   /** Seconds a session that is not running is remembered ("agent" retention; default 3600). */
   sessionTtlS?: number;
+  /** Blocks of host memory that evicted cached KV moves to, and comes back from (default 0: dropped). */
+  kvOffloadBlocks?: number;
 }
 
 /** Lets I/O callbacks run between steps (a CPU backend's forward never yields on its own). */
@@ -74,6 +77,7 @@ export class Engine implements ServingEngine {
   private stopped = false;
   private readonly turns: EngineSessions | undefined;
   private readonly mixing: AutoStepMixing | undefined;
+  private readonly offload: HostKvOffload | undefined;
 
   constructor(private readonly opts: EngineOptions) {
     this.now = opts.now ?? (() => performance.now());
@@ -81,9 +85,13 @@ export class Engine implements ServingEngine {
     const retention = opts.kvRetention ?? "agent";
     if (!isKvRetention(retention)) throw new RangeError(`KV retention must be one of ${KV_RETENTIONS.join(", ")}, got "${retention}"`);
     this.turns = retention === "agent" ? new EngineSessions(opts.sessionTtlS ?? 3600) : undefined;
+    const clock = () => this.now() / 1000;
+    const events = (e: KvEvent) => this.kvEvents.publish(e);
+    const offload = opts.kvOffloadBlocks ? new HostKvOffload(r, r.blockSize, opts.kvOffloadBlocks, opts.workerId ?? "worker-0", clock, events) : undefined;
+    this.offload = offload;
     this.pool = new BlockPool({
-      numBlocks: r.numBlocks, blockSize: r.blockSize, clock: () => this.now() / 1000,
-      events: (e) => this.kvEvents.publish(e), workerId: opts.workerId, policy: this.turns?.policy,
+      numBlocks: r.numBlocks, blockSize: r.blockSize, clock, events, workerId: opts.workerId, policy: this.turns?.policy,
+      ...(offload ? { onEvict: (b: EvictedBlock) => offload.evicted(b) } : {}),
     });
     if (opts.scheduler?.preemption === "swap" && !r.swap) throw new RangeError(`Preemption mode "swap" needs a runner that can copy KV to host memory`);
     this.scheduler = new Scheduler(poolBlockManager(this.pool), opts.scheduler, () => this.now() / 1000);
@@ -179,9 +187,13 @@ export class Engine implements ServingEngine {
     this.opts.runner.close();
   }
 
-  /** Scheduler gauges and counters (queue, running, KV blocks, prefix hits). */
-  stats(): SchedulerStats {
-    return this.scheduler.stats();
+  /** Scheduler gauges and counters (queue, running, KV blocks, prefix hits) and the host tier's. */
+  stats(): EngineStats {
+    const o = this.offload?.stats();
+    return {
+      ...this.scheduler.stats(), kvHostBlocks: o?.hostBlocks ?? 0, kvHostCapacityBlocks: o?.hostCapacityBlocks ?? 0,
+      kvOffloadedBlocks: o?.offloadedBlocks ?? 0, kvRestoredBlocks: o?.restoredBlocks ?? 0,
+    };
   }
 
   /** How steps run prefill chunks and decodes now. */
@@ -207,6 +219,7 @@ export class Engine implements ServingEngine {
 
   private async loop(): Promise<void> {
     while (!this.stopped || this.active.size > 0) {
+      this.offload?.restoreWaiting(this.pool, this.scheduler.waitingSequences);
       const plan = this.scheduler.schedule();
       for (const id of plan.truncated) this.finishById(id, "length");
       const moved = plan.preempted.length + plan.truncated.length > 0;

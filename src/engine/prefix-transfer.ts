@@ -9,12 +9,15 @@ import type { BlockMeta, BlockPool } from "../../kv/index.ts";
 import type { StepRunner } from "./engine-runner.ts";
 import type { HostKv } from "./kv-copy.ts";
 
-/** A cached prefix's KV on the host, on its way to another worker. */
+/** A cached prefix's KV on the host, on its way to another worker (or back from host memory). */
 export interface PrefixKv {
-  /** The tokens the KV covers: whole blocks only. */
+  /** The tokens of the prefix: whole blocks only. */
   tokens: number[];
   blockSize: number;
+  /** KV of blocks `firstBlock` onwards (the receiver must already hold the blocks before). */
   kv: HostKv;
+  /** First block `kv` covers (default 0: all of them). */
+  firstBlock?: number;
 }
 
 /** Thrown when a prefix cannot move: a runner without block copies, or mismatched block sizes. */
@@ -58,11 +61,13 @@ export function importPrefix(pool: BlockPool, runner: StepRunner, prefix: Prefix
   if (!runner.writeBlocks) throw new PrefixTransferError("This worker cannot write KV blocks into its cache");
   const have = pool.matchPrefix(prefix.tokens);
   const held = have.blockIds.length;
-  const count = Math.min(prefix.tokens.length / bs - held, pool.numFreeBlocks());
+  const first = prefix.firstBlock ?? 0;
+  // Blocks before `first` must be here already: the moved KV continues them.
+  const count = held < first ? 0 : Math.min(prefix.tokens.length / bs - held, pool.numFreeBlocks());
   const fresh = count > 0 ? pool.tryAllocate(count) ?? [] : [];
   let written = 0;
   if (fresh.length > 0) {
-    runner.writeBlocks(fresh, prefix.kv, held);
+    runner.writeBlocks(fresh, prefix.kv, held - first);
     let parent = held > 0 ? have.blockIds[held - 1] : null;
     for (const id of fresh) {
       const b = held + written;

@@ -80,6 +80,11 @@ export class Scheduler {
     return this.seqs.get(id);
   }
 
+  /** Sequences waiting for admission, in queue order. */
+  get waitingSequences(): readonly Sequence[] {
+    return this.waiting;
+  }
+
   /** True when nothing waits or runs. */
   get idle(): boolean {
     return this.waiting.length === 0 && this.running.length === 0;

@@ -40,6 +40,10 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   simple("vllm:kv_swapped_out_blocks_total", "counter", "KV blocks copied to host swap space.", s.swappedOutBlocks);
   simple("vllm:kv_swapped_in_blocks_total", "counter", "KV blocks copied back from host swap space.", s.swappedInBlocks);
   simple("vllm:cpu_cache_usage_perc", "gauge", "Fraction of host swap space in use (1 = full).", s.swapTotalBlocks ? s.swapUsedBlocks / s.swapTotalBlocks : 0);
+  simple("evolving:kv_host_blocks", "gauge", "KV blocks held in the host-memory tier (--kv-offload-blocks).", s.kvHostBlocks);
+  simple("evolving:kv_host_capacity_blocks", "gauge", "Capacity of the host-memory KV tier in blocks (0 = off).", s.kvHostCapacityBlocks);
+  simple("evolving:kv_offloaded_blocks_total", "counter", "Evicted cached KV blocks copied to host memory.", s.kvOffloadedBlocks);
+  simple("evolving:kv_restored_blocks_total", "counter", "KV blocks written back from host memory for a prefix hit.", s.kvRestoredBlocks);
   simple("vllm:prompt_tokens_total", "counter", "Prompt tokens received.", m.promptTokens);
   simple("vllm:generation_tokens_total", "counter", "Tokens generated.", m.generationTokens);
   simple("vllm:request_rejected_total", "counter", "Requests refused because the queue was full (429).", m.rejected);

@@ -38,6 +38,8 @@ export interface ServerOptions {
   apiKey?: string;
   maxModelLen?: number;
   kvBlocks?: number;
+  /** Host-memory KV tier in blocks (per worker): evicted cached KV moves there and comes back on a hit (default 0: off). */
+  kvOffloadBlocks?: number;
   /** Fraction of host memory for the KV cache (used when kvBlocks is not given). */
   kvMemoryFraction?: number;
   maxBatchTokens?: number;
@@ -122,6 +124,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     maxModelLen: o.maxModelLen,
     maxWaiting: o.maxWaiting,
     kvRetention: o.kvRetention,
+    ...(o.kvOffloadBlocks ? { kvOffloadBlocks: o.kvOffloadBlocks } : {}),
     scheduler: {
       ...(o.maxBatchTokens ? { maxBatchTokens: o.maxBatchTokens } : {}),
       ...(o.maxNumSeqs ? { maxRunning: o.maxNumSeqs } : {}),

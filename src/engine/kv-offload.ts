@@ -1,0 +1,120 @@
+/**
+ * Host-memory tier under a worker's device KV cache (vLLM's CPU offload, Dynamo's KVBM): a cached
+ * block the retention policy evicts is copied to host memory instead of being lost, and a prompt
+ * that continues its device prefix with blocks held here gets them written back before it is
+ * admitted, so it recomputes only what neither tier holds. The agent-aware policy decides what leaves
+ * the device; the host tier keeps the most recently used blocks (kv/tiers.ts `TierCache`).
+ */
+import { type BlockMeta, type BlockPool, chainHashes, type EvictedBlock, type KvEventSink, TierCache } from "../../kv/index.ts";
+import type { StepRunner } from "./engine-runner.ts";
+import type { HostKv } from "./kv-copy.ts";
+import { importPrefix } from "./prefix-transfer.ts";
+import type { Sequence } from "./sequence.ts";
+
+/** One offloaded block's KV: on its way to the host, then there. */
+interface HostBlock {
+  kv: HostKv | undefined;
+  failed: boolean;
+}
+
+/** Counters of a host tier. */
+export interface KvOffloadStats {
+  /** Blocks held in host memory now. */
+  hostBlocks: number;
+  hostCapacityBlocks: number;
+  /** Blocks copied to host memory, and written back to the device, since start. */
+  offloadedBlocks: number;
+  restoredBlocks: number;
+}
+
+/** A worker's host KV tier. */
+export class HostKvOffload {
+  private readonly tier: TierCache;
+  private readonly blocks = new Map<number, HostBlock>();
+  private offloaded = 0;
+  private restored = 0;
+  /** Sequences already given their host blocks, with their preemption count then. */
+  private readonly tried = new WeakMap<Sequence, number>();
+
+  constructor(
+    private readonly runner: StepRunner, private readonly blockSize: number, readonly capacityBlocks: number,
+    workerId: string, private readonly clock: () => number, events?: KvEventSink,
+  ) {
+    if (!runner.readBlocks || !runner.writeBlocks) throw new RangeError("KV offload needs a runner that can copy KV blocks to and from host memory");
+    if (!Number.isInteger(capacityBlocks) || capacityBlocks < 1) throw new RangeError(`The host KV tier needs at least 1 block, got ${capacityBlocks}`);
+    this.tier = new TierCache({ tier: "host", capacityBlocks, bandwidthBytesPerS: 0, latencyS: 0 }, workerId, (e) => {
+      // Entries the tier drops past its capacity free their bytes.
+      if (e.kind === "removed") for (const h of e.hashes) this.blocks.delete(h);
+      events?.(e);
+    });
+  }
+
+  /** The pool's `onEvict`: copies the leaving block out while its KV is still intact. */
+  evicted(b: EvictedBlock): void {
+    const entry: HostBlock = { kv: undefined, failed: false };
+    this.blocks.set(b.hash, entry);
+    this.runner.readBlocks!([b.blockId]).then((kv) => (entry.kv = kv), () => (entry.failed = true));
+    this.tier.offload(b.hash, { parentHash: b.parentHash, tokens: b.tokens, meta: b.meta }, this.clock());
+    this.offloaded++;
+  }
+
+  /**
+   * Writes back the blocks of `tokens`' prefix that continue its device prefix from this tier (those
+   * whose copy has reached the host), as cached blocks ranked under `meta`. Returns how many it
+   * wrote and whether a needed copy was still on its way (worth another try later).
+   */
+  restore(pool: BlockPool, tokens: readonly number[], meta?: BlockMeta): { restored: number; pending: boolean } {
+    const bs = this.blockSize;
+    const hashes = chainHashes(tokens, bs);
+    const onDevice = pool.cachedPrefixTokens(tokens) / bs;
+    if (onDevice >= hashes.length) return { restored: 0, pending: false };
+    const found = this.tier.matchContinuation(onDevice > 0 ? hashes[onDevice - 1] : null, hashes.slice(onDevice), (i) => tokens.slice((onDevice + i) * bs, (onDevice + i + 1) * bs));
+    let ready = 0;
+    let pending = false;
+    for (; ready < found; ready++) {
+      const b = this.blocks.get(hashes[onDevice + ready]);
+      if (b?.kv === undefined) {
+        pending = b !== undefined && !b.failed;
+        break;
+      }
+    }
+    if (ready === 0) return { restored: 0, pending };
+    const parts = hashes.slice(onDevice, onDevice + ready).map((h) => this.blocks.get(h)!.kv!);
+    const kv: HostKv = {
+      numTokens: ready * bs,
+      k: parts[0].k.map((_, l) => concat(parts.map((p) => p.k[l]))),
+      v: parts[0].v.map((_, l) => concat(parts.map((p) => p.v[l]))),
+    };
+    const restored = importPrefix(pool, this.runner, { tokens: tokens.slice(0, (onDevice + ready) * bs), blockSize: bs, kv, firstBlock: onDevice }, meta);
+    this.restored += restored;
+    return { restored, pending };
+  }
+
+  /**
+   * Restores host blocks for waiting sequences before a step is planned: each sequence once per
+   * admission attempt (again after a preemption), and again while a copy it needs is on its way.
+   */
+  restoreWaiting(pool: BlockPool, waiting: readonly Sequence[]): void {
+    for (const seq of waiting) {
+      if (this.tried.get(seq) === seq.preemptions) continue;
+      // The last token is always computed (its logits are needed), as in the scheduler's prefix match.
+      const sid = seq.hints.sessionId;
+      const { pending } = this.restore(pool, seq.tokens.slice(0, -1), sid === undefined ? undefined : { sessionId: sid });
+      if (!pending) this.tried.set(seq, seq.preemptions);
+    }
+  }
+
+  stats(): KvOffloadStats {
+    return { hostBlocks: this.tier.size, hostCapacityBlocks: this.capacityBlocks, offloadedBlocks: this.offloaded, restoredBlocks: this.restored };
+  }
+}
+
+function concat(arrays: readonly Float32Array[]): Float32Array {
+  const out = new Float32Array(arrays.reduce((a, x) => a + x.length, 0));
+  let o = 0;
+  for (const a of arrays) {
+    out.set(a, o);
+    o += a.length;
+  }
+  return out;
+}

@@ -1,0 +1,54 @@
+import assert from "node:assert/strict";
+import { projectRoot, test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import type { Engine } from "../../src/engine/engine.ts";
+import type { GenerateRequest } from "../../src/engine/engine-types.ts";
+import { loadModel } from "../../src/model/load.ts";
+import type { KvEvent } from "../../kv/index.ts";
+
+const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
+const STORY = model.tokenizer.encode("Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends every day.", { addBos: true });
+const greedy = (prompt: number[], maxTokens = 8): GenerateRequest => ({ prompt, maxTokens, temperature: 0, ignoreEos: true });
+const filler = (i: number) => model.tokenizer.encode(`The dog number ${i} ran to the big red ball and the cat sat on the mat all day long. `.repeat(3), { addBos: true });
+
+async function run(e: Engine, req: GenerateRequest) {
+  const h = e.submit(req);
+  for await (const _ of h.stream) { /* drain */ }
+  return await h.result;
+}
+
+/** Runs STORY, pushes it out of a 12-block device cache with other prompts, then runs it again. */
+async function evictAndReturn(kvOffloadBlocks: number) {
+  const e = createEngine(createReferenceBackend(), model, { numBlocks: 12, kvOffloadBlocks });
+  const events: KvEvent[] = [];
+  e.kvEvents.subscribe((ev) => events.push(ev));
+  const first = await run(e, greedy(STORY));
+  for (let i = 0; i < 4; i++) await run(e, greedy(filler(i), 4));
+  const again = await run(e, greedy(STORY));
+  const stats = e.stats();
+  await e.stop();
+  return { first, again, stats, events };
+}
+
+test("Engine with kvOffloadBlocks moves evicted KV to host memory and back: a returning prompt hits and generates the same", async () => {
+  const without = await evictAndReturn(0);
+  assert.equal(without.again.cachedTokens, 0, "without a host tier the evicted prompt is recomputed");
+  const withHost = await evictAndReturn(64);
+  const full = Math.floor((STORY.length - 1) / 16) * 16;
+  assert.ok(full > 0);
+  assert.equal(withHost.again.cachedTokens, full, "the prompt's blocks came back from host memory");
+  assert.deepEqual(withHost.again.tokenIds, withHost.first.tokenIds);
+  assert.deepEqual(withHost.again.tokenIds, without.again.tokenIds);
+  assert.ok(withHost.stats.kvOffloadedBlocks >= full / 16);
+  assert.equal(withHost.stats.kvRestoredBlocks, full / 16);
+  assert.ok(withHost.stats.kvHostBlocks > 0 && withHost.stats.kvHostBlocks <= 64);
+  assert.ok(withHost.events.some((ev) => ev.kind === "moved" && ev.to === "host"), "the router hears of the move to host");
+});
+
+test("Engine's host KV tier keeps at most its capacity", async () => {
+  const r = await evictAndReturn(2);
+  assert.ok(r.stats.kvOffloadedBlocks > 2);
+  assert.ok(r.stats.kvHostBlocks <= 2);
+  assert.equal(r.stats.kvHostCapacityBlocks, 2);
+});

@@ -1,0 +1,29 @@
+/** `serve --kv-offload-blocks`: KV evicted from the device comes back from host memory, seen through the openai client. */
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import { projectRoot, test } from "../harness.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { startServer } from "../../src/serve/server.ts";
+
+const modelPath = `${projectRoot}/models/stories260K.gguf`;
+const model = await loadModel(modelPath);
+const STORY = "Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends every day.";
+
+for (const workers of [1, 2]) test(`startServer({ kvOffloadBlocks${workers > 1 ? ", workers: 2" : ""} }) answers a returning prompt from host memory after its device blocks were evicted`, async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 12, kvOffloadBlocks: 64, ...(workers > 1 ? { workers, planner: "none" as const } : {}) });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const ask = (prompt: string, max_tokens = 8) => client.completions.create({ model: "stories260K", prompt, max_tokens, temperature: 0 });
+    const first = await ask(STORY);
+    for (let i = 0; i < 4 * workers; i++) await ask(`The dog number ${i} ran to the big red ball and the cat sat on the mat all day long. `.repeat(3), 4);
+    const again = await ask(STORY);
+    assert.equal(again.choices[0].text, first.choices[0].text);
+    assert.ok(again.usage!.prompt_tokens_details!.cached_tokens! >= 16, `cached ${again.usage!.prompt_tokens_details!.cached_tokens} tokens`);
+    const metrics = await (await fetch(`${s.url}/metrics`)).text();
+    const restored = Number(/evolving:kv_restored_blocks_total\{[^}]*\} (\d+)/.exec(metrics)?.[1]);
+    assert.ok(restored >= 1, `restored ${restored} blocks`);
+    assert.match(metrics, new RegExp(`evolving:kv_host_capacity_blocks\\{[^}]*\\} ${64 * workers}\\b`));
+  } finally {
+    await s.shutdown();
+  }
+});
