@@ -213,8 +213,10 @@ export class Cluster implements ServingEngine {
   }
 
   private route(req: GenerateRequest): { route: SessionRoute; cands: RouteCandidate[] } {
+    const live = this.workers.filter((w) => w.engine.alive);
+    if (live.length === 0) throw new EngineOverloadedError("No worker is running");
     const overlaps = this.index.overlaps(chainHashes(req.prompt, this.blockSize));
-    const cands = this.workers.map((w) => w.candidate(overlaps.get(w.id)));
+    const cands = live.map((w) => w.candidate(overlaps.get(w.id)));
     const sreq = {
       promptTokens: req.prompt.length, blockTokens: this.blockSize, bytesPerBlock: this.o.bytesPerBlock,
       ...(req.sessionId !== undefined && this.lastWorker.has(req.sessionId) ? { lastWorker: this.lastWorker.get(req.sessionId) } : {}),

@@ -78,6 +78,10 @@ export class ThreadEngine implements WorkerEngine {
     return t;
   }
 
+  get alive(): boolean {
+    return this.failure === undefined;
+  }
+
   get stepMixing(): StepMixing {
     return this.state!.stepMixing;
   }

@@ -17,6 +17,8 @@ export interface WorkerEngine {
   /** Tokens per KV block. */
   readonly blockSize: number;
   readonly maxModelLen: number;
+  /** False once the worker can serve no more (its thread died or it stopped): the router skips it. */
+  readonly alive: boolean;
   /** Blocks stored and removed, as they happen (feeds the cluster's global block index). */
   readonly kvEvents: EventChannel<KvEvent>;
   /** Finished requests by reason and token counters (histograms only for a local engine). */
@@ -44,6 +46,7 @@ export function localWorkerEngine(engine: Engine): WorkerEngine {
     id: engine.pool.workerId,
     blockSize: engine.pool.blockSize,
     maxModelLen: engine.maxModelLen,
+    alive: true,
     kvEvents: engine.kvEvents,
     metrics: engine.metrics,
     get stepMixing() {

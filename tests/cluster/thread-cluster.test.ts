@@ -44,6 +44,22 @@ test("startThreadCluster() runs each worker's engine in a thread and moves a pre
   }
 });
 
+test("Cluster routes around a worker thread that has stopped", async () => {
+  const cl = await startThreadCluster(model, modelPath, "reference", { workers: 2, planner: "none", engine: { numBlocks: 64 } });
+  try {
+    await cl.workers[1].engine.stop();
+    assert.equal(cl.workers[1].engine.alive, false);
+    const results = await Promise.all(Array.from({ length: 4 }, (_, i) => run(cl, greedy(STORY.slice(0, 12 + i), 4))));
+    for (const r of results) assert.equal(r.result.completionTokens, 4, r.result.error);
+    // The thread's counters arrive with its next report, just after the results.
+    const done = () => cl.workers[0].engine.metrics.finished.get("length") ?? 0;
+    for (let i = 0; i < 100 && done() < 4; i++) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(done(), 4, "every request went to the live worker");
+  } finally {
+    await cl.stop();
+  }
+});
+
 test("startThreadCluster() names a worker that cannot start", async () => {
   await assert.rejects(
     startThreadCluster(model, `${projectRoot}/models/missing.gguf`, "reference", { workers: 2, planner: "none" }),
