@@ -113,6 +113,8 @@ export interface EngineStats extends SchedulerStats {
   kvHostCapacityBlocks: number;
   kvOffloadedBlocks: number;
   kvRestoredBlocks: number;
+  /** Of those, written back ahead of a tool-waiting session's predicted return. */
+  kvPrefetchedBlocks: number;
 }
 
 /** One worker as the server's metrics show it. */

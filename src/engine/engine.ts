@@ -4,10 +4,9 @@
  * / context limits, frees KV on finish or cancel, and publishes KV events and metrics.
  */
 import { BlockPool, type EvictedBlock, type KvEvent, type SessionTracker } from "../../kv/index.ts";
-import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import { EngineMetrics } from "./engine-metrics.ts";
-import { EngineSessions, inferSessionId, isKvRetention, KV_RETENTIONS, type KvRetention } from "./engine-sessions.ts";
-import type { StepRunner } from "./engine-runner.ts";
+import { EngineSessions, inferSessionId, isKvRetention, KV_RETENTIONS } from "./engine-sessions.ts";
+import type { EngineOptions } from "./engine-options.ts";
 import { type Active, resultOf, samplingRow } from "./engine-request.ts";
 import { OutputText } from "./engine-text.ts";
 import { HostKvOffload } from "./kv-offload.ts";
@@ -20,39 +19,13 @@ import { AsyncQueue, EventChannel } from "./events.ts";
 import { seededUniforms } from "./sampler-rng.ts";
 import { Scheduler } from "./scheduler.ts";
 import { poolBlockManager } from "./scheduler-kv-adapter.ts";
-import type { SchedulerConfig, StepMixing, StepPlan } from "./scheduler-types.ts";
+import type { StepMixing, StepPlan } from "./scheduler-types.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
-import { AutoStepMixing, type AutoStepMixingOptions } from "./step-mixing-auto.ts";
-import { type StepRecord, stepShapeOf } from "./step-record.ts";
+import { AutoStepMixing } from "./step-mixing-auto.ts";
+import { stepShapeOf } from "./step-record.ts";
 
-/** How to build an engine. */
-export interface EngineOptions {
-  runner: StepRunner;
-  config: ModelConfig;
-  tokenizer: Tokenizer;
-  scheduler?: Partial<SchedulerConfig>;
-  /** Context limit (prompt + output); defaults to the model's, capped by the KV pool. */
-  maxModelLen?: number;
-  /** Waiting requests at most before `submit` refuses with EngineOverloadedError. */
-  maxWaiting?: number;
-  /** Milliseconds on a monotonic clock. */
-  now?: () => number;
-  workerId?: string;
-  /** Called after every forward step with its shape and measured time (the simulator's step-log format). */
-  onStep?: (record: StepRecord) => void;
-  /** Re-decide `scheduler.stepMixing` online from the measured steps (step-mixing-auto.ts; default off). */
-  autoStepMixing?: boolean | AutoStepMixingOptions;
-  /**
-   * Which cached KV blocks go first when memory runs short: "agent" (default; expected benefit per
-   * byte, keeping sessions that wait on a tool call — kv/agent-retention.ts, the simulator's policy)
-   * or "lru" (vLLM's automatic prefix caching).
-   */
-  kvRetention?: KvRetention;
-  /** Seconds a session that is not running is remembered ("agent" retention; default 3600). */
-  sessionTtlS?: number;
-  /** Blocks of host memory that evicted cached KV moves to, and comes back from (default 0: dropped). */
-  kvOffloadBlocks?: number;
-}
+export type { EngineOptions } from "./engine-options.ts";
+
 
 /** Lets I/O callbacks run between steps (a CPU backend's forward never yields on its own). */
 const yieldToEventLoop = (): Promise<void> => {
@@ -147,6 +120,8 @@ export class Engine implements ServingEngine {
    */
   markToolWait(sessionId: string, tool: string): void {
     this.turns?.waitsOnTool(sessionId, tool, this.now() / 1000);
+    // An idle loop re-times its sleep: the session's blocks may be due for a prefetch.
+    if (this.offload) this.wake?.();
   }
 
   /** What the agent-aware retention knows about sessions (undefined under "lru"). */
@@ -192,7 +167,7 @@ export class Engine implements ServingEngine {
     const o = this.offload?.stats();
     return {
       ...this.scheduler.stats(), kvHostBlocks: o?.hostBlocks ?? 0, kvHostCapacityBlocks: o?.hostCapacityBlocks ?? 0,
-      kvOffloadedBlocks: o?.offloadedBlocks ?? 0, kvRestoredBlocks: o?.restoredBlocks ?? 0,
+      kvOffloadedBlocks: o?.offloadedBlocks ?? 0, kvRestoredBlocks: o?.restoredBlocks ?? 0, kvPrefetchedBlocks: o?.prefetchedBlocks ?? 0,
     };
   }
 
@@ -219,7 +194,7 @@ export class Engine implements ServingEngine {
 
   private async loop(): Promise<void> {
     while (!this.stopped || this.active.size > 0) {
-      this.offload?.restoreWaiting(this.pool, this.scheduler.waitingSequences);
+      this.offload?.beforeStep(this.pool, this.scheduler.waitingSequences, this.turns?.tracker, this.now() / 1000);
       const plan = this.scheduler.schedule();
       for (const id of plan.truncated) this.finishById(id, "length");
       const moved = plan.preempted.length + plan.truncated.length > 0;
@@ -228,7 +203,7 @@ export class Engine implements ServingEngine {
         if (plan.swapOut.length > 0) await this.swapKv(plan).catch(() => this.metrics.stepErrors++);
         if (moved) continue;
         if (this.stopped) break;
-        await new Promise<void>((r) => (this.wake = r));
+        await this.sleep();
         this.wake = undefined;
         continue;
       }
@@ -259,6 +234,18 @@ export class Engine implements ServingEngine {
       }
       await yieldToEventLoop();
     }
+  }
+
+  /** Waits for a request, or until a host-tier prefetch is due. */
+  private sleep(): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const ms = this.turns && this.offload?.nextPrefetchMs(this.turns.tracker, this.now() / 1000);
+      const timer = ms === undefined ? undefined : setTimeout(() => this.wake?.(), ms);
+      this.wake = () => {
+        if (timer !== undefined) clearTimeout(timer);
+        resolve();
+      };
+    });
   }
 
   /** Runs the plan's KV copies to and from host memory before its forward. */
@@ -300,7 +287,10 @@ export class Engine implements ServingEngine {
     }
     // The turn is over; unless the server says it waits on a tool, the session goes idle. Set before
     // the blocks are released so the policy ranks them with the session's new status.
-    if (a.sessionId !== undefined) this.turns?.ended(a.sessionId, this.now() / 1000);
+    if (a.sessionId !== undefined) {
+      this.turns?.ended(a.sessionId, this.now() / 1000);
+      this.offload?.turnEnded(a.sessionId, a.seq.tokens);
+    }
     this.scheduler.finish(a.seq.id, reason);
     this.opts.runner.discardSwap?.(a.seq.id);
     this.active.delete(a.seq.id);

@@ -3,13 +3,21 @@
  * block the retention policy evicts is copied to host memory instead of being lost, and a prompt
  * that continues its device prefix with blocks held here gets them written back before it is
  * admitted, so it recomputes only what neither tier holds. The agent-aware policy decides what leaves
- * the device; the host tier keeps the most recently used blocks (kv/tiers.ts `TierCache`).
+ * the device; the host tier keeps the most recently used blocks (kv/tiers.ts `TierCache`). A session
+ * waiting on a tool gets its blocks back shortly before its predicted return (prefetch).
  */
-import { type BlockMeta, type BlockPool, chainHashes, type EvictedBlock, type KvEventSink, TierCache } from "../../kv/index.ts";
+import {
+  type BlockMeta, type BlockPool, chainHashes, type EvictedBlock, type KvEventSink, prefetchStartTime, type SessionTracker, TierCache,
+} from "../../kv/index.ts";
 import type { StepRunner } from "./engine-runner.ts";
 import type { HostKv } from "./kv-copy.ts";
 import { importPrefix } from "./prefix-transfer.ts";
 import type { Sequence } from "./sequence.ts";
+
+/** Seconds before a tool-waiting session's predicted return that its blocks are prefetched. */
+const PREFETCH_LEAD_S = 1;
+/** Sessions whose last turn is remembered for prefetch at most (oldest forgotten first). */
+const MAX_REMEMBERED_TURNS = 4096;
 
 /** One offloaded block's KV: on its way to the host, then there. */
 interface HostBlock {
@@ -25,6 +33,8 @@ export interface KvOffloadStats {
   /** Blocks copied to host memory, and written back to the device, since start. */
   offloadedBlocks: number;
   restoredBlocks: number;
+  /** Of the restored blocks, those written back ahead of a tool-waiting session's predicted return. */
+  prefetchedBlocks: number;
 }
 
 /** A worker's host KV tier. */
@@ -33,6 +43,9 @@ export class HostKvOffload {
   private readonly blocks = new Map<number, HostBlock>();
   private offloaded = 0;
   private restored = 0;
+  private prefetched = 0;
+  /** Each session's last turn (prompt and output), most recently ended last: what a prefetch restores. */
+  private readonly lastTurn = new Map<string, number[]>();
   /** Sequences already given their host blocks, with their preemption count then. */
   private readonly tried = new WeakMap<Sequence, number>();
 
@@ -63,7 +76,7 @@ export class HostKvOffload {
    * whose copy has reached the host), as cached blocks ranked under `meta`. Returns how many it
    * wrote and whether a needed copy was still on its way (worth another try later).
    */
-  restore(pool: BlockPool, tokens: readonly number[], meta?: BlockMeta): { restored: number; pending: boolean } {
+  restore(pool: BlockPool, tokens: readonly number[], meta?: BlockMeta, maxBlocks = Infinity): { restored: number; pending: boolean } {
     const bs = this.blockSize;
     const hashes = chainHashes(tokens, bs);
     const onDevice = pool.cachedPrefixTokens(tokens) / bs;
@@ -85,9 +98,15 @@ export class HostKvOffload {
       k: parts[0].k.map((_, l) => concat(parts.map((p) => p.k[l]))),
       v: parts[0].v.map((_, l) => concat(parts.map((p) => p.v[l]))),
     };
-    const restored = importPrefix(pool, this.runner, { tokens: tokens.slice(0, (onDevice + ready) * bs), blockSize: bs, kv, firstBlock: onDevice }, meta);
+    const restored = importPrefix(pool, this.runner, { tokens: tokens.slice(0, (onDevice + ready) * bs), blockSize: bs, kv, firstBlock: onDevice }, meta, maxBlocks);
     this.restored += restored;
     return { restored, pending };
+  }
+
+  /** Before a step is planned: prefetches for tool-waiting sessions (agent retention only), then restores for waiting sequences. */
+  beforeStep(pool: BlockPool, waiting: readonly Sequence[], tracker: SessionTracker | undefined, now: number): void {
+    if (tracker) this.prefetch(pool, tracker, now);
+    this.restoreWaiting(pool, waiting);
   }
 
   /**
@@ -104,8 +123,45 @@ export class HostKvOffload {
     }
   }
 
+  /** A session's turn ended with these tokens (prompt and output): what its next turn will resend. */
+  turnEnded(sessionId: string, tokens: readonly number[]): void {
+    this.lastTurn.delete(sessionId);
+    this.lastTurn.set(sessionId, [...tokens]);
+    if (this.lastTurn.size > MAX_REMEMBERED_TURNS) this.lastTurn.delete(this.lastTurn.keys().next().value!);
+  }
+
+  /**
+   * Prefetch: a session waiting on a tool whose predicted return is less than `PREFETCH_LEAD_S` away
+   * gets its last turn's blocks written back from host memory now, so its next turn does not wait
+   * for them (kv/tiers.ts `prefetchStartTime`). It may take at most the pool's free and evictable
+   * blocks past a quarter of the pool (what it evicts moves to host memory in turn). Sessions that
+   * came back, went idle or were forgotten are dropped.
+   */
+  prefetch(pool: BlockPool, tracker: SessionTracker, now: number): void {
+    for (const [sid, tokens] of this.lastTurn) {
+      const status = tracker.status(sid);
+      if (status !== "waiting-tool") {
+        this.lastTurn.delete(sid);
+        continue;
+      }
+      if (now < prefetchStartTime(tracker.predictedReturnTime(sid, now), 0, now, PREFETCH_LEAD_S)) continue;
+      const room = pool.numFreeBlocks() - Math.ceil(pool.numBlocks / 4);
+      if (room > 0) this.prefetched += this.restore(pool, tokens, { sessionId: sid }, room).restored;
+      this.lastTurn.delete(sid);
+    }
+  }
+
+  /** Milliseconds until the next prefetch is due (undefined when none is waiting). */
+  nextPrefetchMs(tracker: SessionTracker, now: number): number | undefined {
+    let next = Infinity;
+    for (const sid of this.lastTurn.keys()) {
+      if (tracker.status(sid) === "waiting-tool") next = Math.min(next, tracker.predictedReturnTime(sid, now) - PREFETCH_LEAD_S);
+    }
+    return next === Infinity ? undefined : Math.max(0, (next - now) * 1000);
+  }
+
   stats(): KvOffloadStats {
-    return { hostBlocks: this.tier.size, hostCapacityBlocks: this.capacityBlocks, offloadedBlocks: this.offloaded, restoredBlocks: this.restored };
+    return { hostBlocks: this.tier.size, hostCapacityBlocks: this.capacityBlocks, offloadedBlocks: this.offloaded, restoredBlocks: this.restored, prefetchedBlocks: this.prefetched };
   }
 }
 

@@ -51,10 +51,10 @@ export async function exportPrefix(pool: BlockPool, runner: StepRunner, tokens: 
 
 /**
  * Writes `prefix` into `pool` as cached, evictable blocks (ranked as `meta`'s session), keeping the
- * leading blocks it already holds. Stops early where the pool has no free or evictable block left
- * or a block cannot be indexed. Returns how many blocks it wrote.
+ * leading blocks it already holds. Stops early after `maxBlocks`, where the pool has no free or
+ * evictable block left, or where a block cannot be indexed. Returns how many blocks it wrote.
  */
-export function importPrefix(pool: BlockPool, runner: StepRunner, prefix: PrefixKv, meta?: BlockMeta): number {
+export function importPrefix(pool: BlockPool, runner: StepRunner, prefix: PrefixKv, meta?: BlockMeta, maxBlocks = Infinity): number {
   const bs = pool.blockSize;
   if (prefix.blockSize !== bs) throw new PrefixTransferError(`The prefix has blocks of ${prefix.blockSize} tokens; this worker's hold ${bs}`);
   if (prefix.tokens.length % bs !== 0) throw new PrefixTransferError(`The prefix covers ${prefix.tokens.length} tokens, not whole blocks of ${bs}`);
@@ -63,7 +63,7 @@ export function importPrefix(pool: BlockPool, runner: StepRunner, prefix: Prefix
   const held = have.blockIds.length;
   const first = prefix.firstBlock ?? 0;
   // Blocks before `first` must be here already: the moved KV continues them.
-  const count = held < first ? 0 : Math.min(prefix.tokens.length / bs - held, pool.numFreeBlocks());
+  const count = held < first ? 0 : Math.min(prefix.tokens.length / bs - held, pool.numFreeBlocks(), maxBlocks);
   const fresh = count > 0 ? pool.tryAllocate(count) ?? [] : [];
   let written = 0;
   if (fresh.length > 0) {

@@ -44,6 +44,7 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   simple("evolving:kv_host_capacity_blocks", "gauge", "Capacity of the host-memory KV tier in blocks (0 = off).", s.kvHostCapacityBlocks);
   simple("evolving:kv_offloaded_blocks_total", "counter", "Evicted cached KV blocks copied to host memory.", s.kvOffloadedBlocks);
   simple("evolving:kv_restored_blocks_total", "counter", "KV blocks written back from host memory for a prefix hit.", s.kvRestoredBlocks);
+  simple("evolving:kv_prefetched_blocks_total", "counter", "Of the restored blocks, those written back before a tool-waiting session's predicted return.", s.kvPrefetchedBlocks);
   simple("vllm:prompt_tokens_total", "counter", "Prompt tokens received.", m.promptTokens);
   simple("vllm:generation_tokens_total", "counter", "Tokens generated.", m.generationTokens);
   simple("vllm:request_rejected_total", "counter", "Requests refused because the queue was full (429).", m.rejected);

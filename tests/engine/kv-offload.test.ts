@@ -52,3 +52,32 @@ test("Engine's host KV tier keeps at most its capacity", async () => {
   assert.ok(r.stats.kvHostBlocks <= 2);
   assert.equal(r.stats.kvHostCapacityBlocks, 2);
 });
+
+test("Engine prefetches a tool-waiting session's offloaded blocks shortly before its predicted return", async () => {
+  let nowMs = 0;
+  const e = createEngine(createReferenceBackend(), model, { numBlocks: 12, kvOffloadBlocks: 64, now: () => nowMs });
+  await run(e, { ...greedy(STORY), sessionId: "agent" });
+  e.markToolWait("agent", "run_tests"); // no history: predicted back 3 s later (the tool prior)
+  // A long session-less prompt needs all but one block: the waiting session's blocks move to host memory.
+  const long = model.tokenizer.encode("The dog ran to the big red ball and the cat sat on the mat all day long. ".repeat(9), { addBos: true }).slice(0, 160);
+  await run(e, greedy(long, 4));
+  const story = STORY.slice(0, -1);
+  const full = Math.floor(story.length / 16) * 16;
+  const left = e.pool.cachedPrefixTokens(story);
+  assert.ok(left < full, `some of the session's blocks left the device (${left} of ${full} tokens stay)`);
+  const moved = (full - left) / 16;
+  assert.ok(e.stats().kvOffloadedBlocks >= moved);
+  const poke = () => run(e, greedy([1, 2, 3], 1)); // any request makes the loop plan a step
+  nowMs = 1500;
+  await poke();
+  assert.equal(e.pool.cachedPrefixTokens(story), left, "not yet: the return is 1.5 s away");
+  nowMs = 2500;
+  await poke();
+  assert.equal(e.pool.cachedPrefixTokens(story), full, "prefetched within a second of the predicted return");
+  assert.equal(e.stats().kvPrefetchedBlocks, moved);
+  // The next turn then starts from those blocks.
+  const next = await run(e, { ...greedy([...STORY, ...model.tokenizer.encode(" The tests passed.", { addBos: false })]), sessionId: "agent" });
+  assert.ok(next.cachedTokens >= full);
+  assert.equal(e.stats().kvRestoredBlocks, e.stats().kvPrefetchedBlocks, "nothing was left to restore on arrival");
+  await e.stop();
+});

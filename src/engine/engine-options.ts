@@ -1,0 +1,37 @@
+/** What an {@link Engine} is built from and how it behaves (engine.ts). */
+import type { ModelConfig, Tokenizer } from "../model/config.ts";
+import type { Engine } from "./engine.ts";
+import type { StepRunner } from "./engine-runner.ts";
+import type { KvRetention } from "./engine-sessions.ts";
+import type { SchedulerConfig } from "./scheduler-types.ts";
+import type { AutoStepMixingOptions } from "./step-mixing-auto.ts";
+import type { StepRecord } from "./step-record.ts";
+
+/** How to build an engine. */
+export interface EngineOptions {
+  runner: StepRunner;
+  config: ModelConfig;
+  tokenizer: Tokenizer;
+  scheduler?: Partial<SchedulerConfig>;
+  /** Context limit (prompt + output); defaults to the model's, capped by the KV pool. */
+  maxModelLen?: number;
+  /** Waiting requests at most before `submit` refuses with EngineOverloadedError. */
+  maxWaiting?: number;
+  /** Milliseconds on a monotonic clock. */
+  now?: () => number;
+  workerId?: string;
+  /** Called after every forward step with its shape and measured time (the simulator's step-log format). */
+  onStep?: (record: StepRecord) => void;
+  /** Re-decide `scheduler.stepMixing` online from the measured steps (step-mixing-auto.ts; default off). */
+  autoStepMixing?: boolean | AutoStepMixingOptions;
+  /**
+   * Which cached KV blocks go first when memory runs short: "agent" (default; expected benefit per
+   * byte, keeping sessions that wait on a tool call — kv/agent-retention.ts, the simulator's policy)
+   * or "lru" (vLLM's automatic prefix caching).
+   */
+  kvRetention?: KvRetention;
+  /** Seconds a session that is not running is remembered ("agent" retention; default 3600). */
+  sessionTtlS?: number;
+  /** Blocks of host memory that evicted cached KV moves to, and comes back from (default 0: dropped). */
+  kvOffloadBlocks?: number;
+}
