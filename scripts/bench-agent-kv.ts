@@ -22,6 +22,8 @@ import { writeFile } from "../src/runtime/fs.ts";
 export interface AgentKvOptions {
   workload: WorkloadOptions;
   kvBlocks: number;
+  /** Host-memory KV tier: compare agent retention with it ("agent+host") against agent retention without. */
+  offloadBlocks?: number;
   repeats: number;
   jsonPath?: string;
 }
@@ -34,9 +36,10 @@ export class AgentKvArgsError extends Error {
 const USAGE = `bench-agent-kv: agent-aware vs LRU KV retention in the real server (scripted model, reference backend)
   --sessions N (agent sessions, ${WORKLOAD_DEFAULTS.sessions})  --turns N (tool calls each, ${WORKLOAD_DEFAULTS.turns})
   --chats N (one-shot chats, ${WORKLOAD_DEFAULTS.chats})  --seed N (${WORKLOAD_DEFAULTS.seed})  --kv-blocks N (256)
-  --repeats N (3)  --json PATH`;
+  --repeats N (3)  --json PATH
+  --offload-blocks N: compare agent retention with a host-memory KV tier of N blocks against agent retention alone`;
 
-const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1 } as const;
+const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1, "offload-blocks": 1 } as const;
 
 /** Parses argv; throws AgentKvArgsError quoting the bad flag or value. */
 export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
@@ -54,6 +57,7 @@ export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
     if (!/^\d+$/.test(value) || n < min) throw new AgentKvArgsError(`Flag "${flag}" needs an integer ≥ ${min}, got "${value}"`);
     if (name === "kv-blocks") o.kvBlocks = n;
     else if (name === "repeats") o.repeats = n;
+    else if (name === "offload-blocks") o.offloadBlocks = n;
     else o.workload[name as "sessions" | "turns" | "chats" | "seed"] = n;
   }
   return o;
@@ -118,9 +122,9 @@ const ROWS: [keyof RunSummary, string, (v: number) => string][] = [
 function pct(v: number): string { return `${(100 * v).toFixed(1)}%`; }
 function ms(v: number): string { return v.toFixed(0); }
 
-/** The Markdown table: medians per policy and their ratio. */
-export function reportTable(agent: RunSummary, lru: RunSummary, repeats: number): string {
-  const lines = [`| median of ${repeats} | agent | lru | agent / lru |`, "|---|---|---|---|"];
+/** The Markdown table: medians per configuration and their ratio. */
+export function reportTable(agent: RunSummary, lru: RunSummary, repeats: number, names: readonly [string, string] = ["agent", "lru"]): string {
+  const lines = [`| median of ${repeats} | ${names[0]} | ${names[1]} | ${names[0]} / ${names[1]} |`, "|---|---|---|---|"];
   for (const [k, label, f] of ROWS) {
     const ratio = lru[k] === 0 ? "—" : (agent[k] / lru[k]).toFixed(2);
     lines.push(`| ${label} | ${f(agent[k])} | ${f(lru[k])} | ${ratio} |`);
@@ -137,23 +141,31 @@ async function main(): Promise<void> {
   try {
     const modelPath = `${dir}/agent-scripted.gguf`;
     await agentModel(modelPath);
-    const runs: Record<KvRetention, RunSummary[]> = { agent: [], lru: [] };
-    const turns: Record<KvRetention, TurnRecord[][]> = { agent: [], lru: [] };
+    // Two configurations on the same workload: the retention policies, or agent retention with and without a host tier.
+    const configs: { name: string; retention: KvRetention; args: string[] }[] = o.offloadBlocks === undefined
+      ? [{ name: "agent", retention: "agent", args: [] }, { name: "lru", retention: "lru", args: [] }]
+      : [{ name: "agent+host", retention: "agent", args: ["--kv-offload-blocks", String(o.offloadBlocks)] }, { name: "agent", retention: "agent", args: [] }];
+    const runs: RunSummary[][] = [[], []];
+    const turns: TurnRecord[][][] = [[], []];
     for (let r = 0; r < o.repeats; r++) {
-      // Alternate which policy runs first, so a slow spell of the shared machine hits both alike.
-      for (const policy of (r % 2 === 0 ? ["agent", "lru"] : ["lru", "agent"]) as KvRetention[]) {
-        const result = await runOnce(modelPath, o.kvBlocks, policy, plans);
+      // Alternate which configuration runs first, so a slow spell of the shared machine hits both alike.
+      for (const c of r % 2 === 0 ? [0, 1] : [1, 0]) {
+        const { name, retention, args } = configs[c];
+        const result = await runOnce(modelPath, o.kvBlocks, retention, plans, args);
         const s = summarizeRun(result);
-        runs[policy].push(s);
-        turns[policy].push(result.turns);
-        console.error(`repeat ${r + 1} ${policy}: hit ${pct(s.hitRate)}, fast-return hit ${pct(s.fastHitRate)}, recomputed ${s.recomputedTokens}, ` +
+        runs[c].push(s);
+        turns[c].push(result.turns);
+        console.error(`repeat ${r + 1} ${name}: hit ${pct(s.hitRate)}, fast-return hit ${pct(s.fastHitRate)}, recomputed ${s.recomputedTokens}, ` +
           `TTFT mean ${ms(s.ttftMeanMs)} ms, server CPU ${s.serverCpuS.toFixed(1)} s, ${s.wallS.toFixed(1)} s`);
       }
     }
-    const agent = medianSummary(runs.agent);
-    const lru = medianSummary(runs.lru);
-    console.log(reportTable(agent, lru, o.repeats));
-    if (o.jsonPath) await writeFile(o.jsonPath, JSON.stringify({ options: o, medians: { agent, lru }, runs, turns }) + "\n");
+    const a = medianSummary(runs[0]);
+    const b = medianSummary(runs[1]);
+    console.log(reportTable(a, b, o.repeats, [configs[0].name, configs[1].name]));
+    if (o.jsonPath) {
+      const byName = (x: unknown[]) => Object.fromEntries(configs.map((c, i) => [c.name, x[i]]));
+      await writeFile(o.jsonPath, JSON.stringify({ options: o, medians: byName([a, b]), runs: byName(runs), turns: byName(turns) }) + "\n");
+    }
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

@@ -48,9 +48,9 @@ function cpuSeconds(pid: number | undefined): number {
 }
 
 /** Starts `serve` on a free port; resolves with its URL once it listens. */
-function startServe(modelPath: string, kvBlocks: number, kvRetention: KvRetention): Promise<{ url: string; child: ChildProcess }> {
+function startServe(modelPath: string, kvBlocks: number, kvRetention: KvRetention, serveArgs: readonly string[]): Promise<{ url: string; child: ChildProcess }> {
   const args = ["--import", "tsx", "src/cli/serve.ts", "--model", modelPath, "--backend", "reference", "--port", "0",
-    "--served-model-name", MODEL_NAME, "--kv-blocks", String(kvBlocks), "--kv-retention", kvRetention];
+    "--served-model-name", MODEL_NAME, "--kv-blocks", String(kvBlocks), "--kv-retention", kvRetention, ...serveArgs];
   const child = spawn(process.execPath, args, { cwd: ROOT, stdio: ["ignore", "ignore", "pipe"] });
   let log = "";
   return new Promise((resolve, reject) => {
@@ -105,8 +105,8 @@ async function playSession(client: OpenAI, model: string, plan: SessionPlan, out
 }
 
 /** Runs the whole workload once against a fresh server with `kvRetention`. */
-export async function runOnce(modelPath: string, kvBlocks: number, kvRetention: KvRetention, plans: SessionPlan[]): Promise<RunResult> {
-  const { url, child } = await startServe(modelPath, kvBlocks, kvRetention);
+export async function runOnce(modelPath: string, kvBlocks: number, kvRetention: KvRetention, plans: SessionPlan[], serveArgs: readonly string[] = []): Promise<RunResult> {
+  const { url, child } = await startServe(modelPath, kvBlocks, kvRetention, serveArgs);
   try {
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0, timeout: 600_000 });
     const turns: TurnRecord[] = [];
