@@ -16,6 +16,7 @@ import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
 import { isReasoningParser, REASONING_PARSERS } from "../serve/reasoning.ts";
 import { startServer } from "../serve/server.ts";
 import { CLUSTER_ROUTERS, isClusterRouter } from "../cluster/cluster-router.ts";
+import { WorkerThreadError } from "../cluster/thread-engine.ts";
 import type { Role } from "../../planner/types.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 
@@ -48,7 +49,8 @@ const FLAGS = {
   roles: { kind: "string", help: "initial role of each worker, comma-separated: mixed|prefill|decode (default all mixed; with --workers)" },
   planner: { kind: "string", help: "online|none: flip worker roles every second from measured load, or keep --roles (default online; with --workers)" },
   router: { kind: "string", help: "session|kv-aware: our session/transfer-aware router or Dynamo's KV-aware cost (default session; with --workers)" },
-  transport: { kind: "string", help: "in-process|threads: workers share this thread and one backend, or each runs in its own worker thread (default in-process; with --workers)" },
+  transport: { kind: "string", help: "in-process|threads|tcp: workers share this thread and one backend, each run in a worker thread, or are worker processes at --worker-addrs (default in-process; with --workers or --worker-addrs)" },
+  "worker-addrs": { kind: "string", help: "host:port of each worker process (`deno task worker --listen host:port`), comma-separated; with --transport tcp" },
   help: { kind: "boolean", help: "show this help" },
 } satisfies FlagSpecs;
 
@@ -73,7 +75,8 @@ async function main(): Promise<void> {
   const stepMixing = f["step-mixing"] ?? "mixed";
   if (stepMixing !== "auto" && !STEP_MIXINGS.includes(stepMixing as StepMixing)) throw new ArgsError(`Unknown step mixing "${stepMixing}"; choose auto, ${STEP_MIXINGS.join(" or ")}`);
   if (f["swap-space-blocks"] !== undefined && preemption !== "swap") throw new ArgsError(`Flag --swap-space-blocks ${f["swap-space-blocks"]} needs --preemption swap`);
-  const workers = f.workers ?? 1;
+  const workerAddrs = f["worker-addrs"]?.split(",").map((a) => a.trim()).filter((a) => a.length > 0);
+  const workers = workerAddrs?.length ?? f.workers ?? 1;
   const roles = f.roles?.split(",").map((r) => r.trim());
   const badRole = roles?.find((r) => r !== "mixed" && r !== "prefill" && r !== "decode");
   if (badRole !== undefined) throw new ArgsError(`Unknown role "${badRole}" in --roles; choose mixed, prefill or decode`);
@@ -83,11 +86,16 @@ async function main(): Promise<void> {
   const router = f.router ?? "session";
   if (!isClusterRouter(router)) throw new ArgsError(`Unknown router "${router}"; choose ${CLUSTER_ROUTERS.join(" or ")}`);
   const transport = f.transport ?? "in-process";
-  if (transport !== "in-process" && transport !== "threads") throw new ArgsError(`Unknown transport "${transport}"; choose in-process or threads`);
-  for (const flag of ["roles", "planner", "router", "transport"] as const) {
-    if (f[flag] !== undefined && workers === 1) throw new ArgsError(`Flag --${flag} ${f[flag]} needs --workers 2 or more`);
+  if (transport !== "in-process" && transport !== "threads" && transport !== "tcp") throw new ArgsError(`Unknown transport "${transport}"; choose in-process, threads or tcp`);
+  if ((transport === "tcp") !== (workerAddrs !== undefined)) throw new ArgsError("--transport tcp and --worker-addrs go together");
+  if (workerAddrs !== undefined && f.workers !== undefined && f.workers !== workerAddrs.length) {
+    throw new ArgsError(`--workers ${f.workers} does not match the ${workerAddrs.length} addresses of --worker-addrs`);
   }
-  if (f.role !== undefined && workers > 1) throw new ArgsError(`Flag --role ${f.role} sets one engine's role; with --workers ${workers} use --roles`);
+  const cluster = workers > 1 || transport === "tcp";
+  for (const flag of ["roles", "planner", "router", "transport"] as const) {
+    if (f[flag] !== undefined && !cluster) throw new ArgsError(`Flag --${flag} ${f[flag]} needs --workers 2 or more`);
+  }
+  if (f.role !== undefined && cluster) throw new ArgsError(`Flag --role ${f.role} sets one engine's role; with --workers ${workers} use --roles`);
   const s = await startServer({
     modelPath: f.model ?? DEFAULT_MODEL,
     servedModelName: f["served-model-name"],
@@ -102,7 +110,7 @@ async function main(): Promise<void> {
     maxBatchTokens: f["max-batch-tokens"],
     maxNumSeqs: f["max-num-seqs"],
     maxWaiting: f["max-waiting"],
-    ...(workers > 1 ? { workers, roles: roles as Role[] | undefined, planner, router, transport } : { role: role as WorkerRole }),
+    ...(cluster ? { workers, roles: roles as Role[] | undefined, planner, router, transport, ...(workerAddrs ? { workerAddrs } : {}) } : { role: role as WorkerRole }),
     preemption: preemption as PreemptionMode,
     swapSpaceBlocks: f["swap-space-blocks"],
     prefillOrder: order === "fcfs" ? FCFS : AGED_SHORT_FIRST,
@@ -124,7 +132,8 @@ async function main(): Promise<void> {
 }
 
 main().catch((e: unknown) => {
-  const known = e instanceof ArgsError || e instanceof ModelLoadError || e instanceof BackendUnavailableError || e instanceof RangeError;
+  const known = e instanceof ArgsError || e instanceof ModelLoadError || e instanceof BackendUnavailableError || e instanceof RangeError ||
+    e instanceof WorkerThreadError;
   console.error(known ? `serve: ${(e as Error).message}` : `serve: unexpected error: ${e instanceof Error ? e.stack : String(e)}`);
   // As generate: a mistake the user can fix exits 2, anything else 1.
   exitProcess(known ? 2 : 1);

@@ -13,7 +13,9 @@ import { DEFAULT_SCHEDULER_CONFIG } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { Cluster, type ClusterOptions } from "./cluster.ts";
-import { ThreadEngine } from "./thread-engine.ts";
+import { connectPort } from "./tcp-port.ts";
+import { ThreadEngine, WorkerThreadError } from "./thread-engine.ts";
+import type { ThreadEngineOptions } from "./thread-protocol.ts";
 import { localWorkerEngine } from "./worker-engine.ts";
 
 /** Options of {@link createCluster}. */
@@ -56,15 +58,48 @@ export function createCluster(backend: Backend, model: LoadedModel, o: CreateClu
  */
 export async function startThreadCluster(model: LoadedModel, modelPath: string, backend: BackendChoice, o: CreateClusterOptions): Promise<Cluster> {
   if (!Number.isInteger(o.workers) || o.workers < 1) throw new RangeError(`The worker count must be a positive integer, got ${o.workers}`);
+  return startRemoteCluster(model, o, (id, engine, onStep) => ThreadEngine.start(id, modelPath, backend, engine, onStep));
+}
+
+/**
+ * A cluster of worker processes already listening at `addresses` ("host:port", `deno task worker`),
+ * each asked to load `modelPath` (a path on its own machine) on `backend`; `o.workers` is ignored.
+ */
+export async function startTcpCluster(
+  model: LoadedModel, modelPath: string, backend: BackendChoice, addresses: readonly string[], o: Omit<CreateClusterOptions, "workers">,
+): Promise<Cluster> {
+  if (addresses.length === 0) throw new RangeError("A TCP cluster needs at least one worker address");
+  const parsed = addresses.map(parseAddress);
+  return startRemoteCluster(model, { ...o, workers: parsed.length }, async (id, engine, onStep) => {
+    const i = Number(id.slice("worker-".length));
+    const port = await connectPort(parsed[i].host, parsed[i].port).catch((e: Error) => {
+      throw new WorkerThreadError(`Worker ${id} at ${addresses[i]} cannot be reached: ${e.message}`);
+    });
+    return ThreadEngine.over(port, id, modelPath, backend, engine, onStep);
+  });
+}
+
+/** "host:port" (IPv6 hosts in brackets) → its parts; throws RangeError quoting a bad one. */
+export function parseAddress(a: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(a);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || !(port > 0 && port < 65536)) throw new RangeError(`A worker address must be host:port, got "${a}"`);
+  return { host: m[1] ?? m[2], port };
+}
+
+type StartWorker = (id: string, engine: ThreadEngineOptions, onStep: (id: string, r: StepRecord) => void) => Promise<ThreadEngine>;
+
+/** Starts `o.workers` remote engines; if one cannot start, stops the others and throws its error. */
+async function startRemoteCluster(model: LoadedModel, o: CreateClusterOptions, start: StartWorker): Promise<Cluster> {
   const e = o.engine ?? {};
   let cluster: Cluster | undefined;
   const onStep = (id: string, r: StepRecord) => {
     cluster?.observeStep(id, r);
     o.onStep?.(id, r);
   };
-  // A clock cannot cross into a thread; each engine there keeps its own.
+  // A clock cannot cross into a thread or process; each engine there keeps its own.
   const { now: _now, ...portable } = e;
-  const started = await Promise.allSettled(Array.from({ length: o.workers }, (_, i) => ThreadEngine.start(`worker-${i}`, modelPath, backend, portable, onStep)));
+  const started = await Promise.allSettled(Array.from({ length: o.workers }, (_, i) => start(`worker-${i}`, portable, onStep)));
   const engines = started.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
   const failed = started.find((r): r is PromiseRejectedResult => r.status === "rejected");
   if (failed) {

@@ -1,5 +1,6 @@
 /**
- * The cluster's side of an engine running in a worker thread (thread-host.ts): forwards requests,
+ * The cluster's side of an engine running in a worker thread (thread-host.ts) or a worker process
+ * over TCP (src/cli/worker.ts), both serving worker-host.ts: forwards requests,
  * cancels, tool waits and prefix moves as messages, turns the thread's deltas and results back into
  * request handles, and answers the router's gauges from the state the thread last reported (bumped
  * at once for requests sent since, so a burst is not all routed to one worker).
@@ -16,7 +17,7 @@ import { spawnThread, type ThreadPort } from "../runtime/threads.ts";
 import { type FromThread, prefixBuffers, type ThreadEngineOptions, type ThreadState, type ToThread } from "./thread-protocol.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
 
-/** Thrown when a worker thread cannot start or fails. */
+/** Thrown when a worker (thread or process) cannot start or fails. */
 export class WorkerThreadError extends Error {
   override name = "WorkerThreadError";
 }
@@ -49,11 +50,20 @@ export class ThreadEngine implements WorkerEngine {
   static async start(
     id: string, modelPath: string, backend: BackendChoice, engine: ThreadEngineOptions, onStep: (id: string, r: StepRecord) => void,
   ): Promise<ThreadEngine> {
-    const port = await spawnThread(new URL("./thread-host.ts", import.meta.url));
+    return ThreadEngine.over(await spawnThread(new URL("./thread-host.ts", import.meta.url)), id, modelPath, backend, engine, onStep);
+  }
+
+  /**
+   * Drives the worker at the other end of `port` (a thread, or a worker process over TCP): asks it to
+   * load `modelPath` (a path on its machine) on `backend`; resolves once it serves.
+   */
+  static async over(
+    port: ThreadPort, id: string, modelPath: string, backend: BackendChoice, engine: ThreadEngineOptions, onStep: (id: string, r: StepRecord) => void,
+  ): Promise<ThreadEngine> {
     const t = new ThreadEngine(id, port, onStep);
     const ready = new Promise<void>((resolve, reject) => {
       port.onError((e) => {
-        t.fail(new WorkerThreadError(`Worker thread ${id} failed: ${e.message}`));
+        t.fail(new WorkerThreadError(`Worker ${id} failed: ${e.message}`));
         reject(t.failure);
       });
       port.onMessage((m) => {
@@ -64,7 +74,7 @@ export class ThreadEngine implements WorkerEngine {
           t.backendReason = msg.backend;
           t.absorb(msg.state);
           resolve();
-        } else if (msg.op === "failed") reject(new WorkerThreadError(`Worker thread ${id} could not start: ${msg.message}`));
+        } else if (msg.op === "failed") reject(new WorkerThreadError(`Worker ${id} could not start: ${msg.message}`));
         else t.receive(msg);
       });
     });
@@ -143,7 +153,7 @@ export class ThreadEngine implements WorkerEngine {
   /** Stops the engine, then the thread. */
   async stop(): Promise<void> {
     if (!this.failure) await this.call({ op: "stop", cid: 0 }).catch(() => {});
-    this.fail(new WorkerThreadError(`Worker thread ${this.id} has stopped`));
+    this.fail(new WorkerThreadError(`Worker ${this.id} has stopped`));
     await this.port.close();
   }
 

@@ -5,12 +5,12 @@
 import { type BackendChoice, selectBackend } from "../backend/select.ts";
 import type { Backend } from "../backend/types.ts";
 import type { Cluster } from "../cluster/cluster.ts";
-import { createCluster, type CreateClusterOptions, startThreadCluster } from "../cluster/create-cluster.ts";
+import { createCluster, type CreateClusterOptions, startTcpCluster, startThreadCluster } from "../cluster/create-cluster.ts";
 import { ThreadEngine } from "../cluster/thread-engine.ts";
 import type { LoadedModel } from "../model/config.ts";
 
-/** Where a server's workers run. */
-export type ClusterTransport = "in-process" | "threads";
+/** Where a server's workers run: this thread, worker threads, or worker processes reached over TCP. */
+export type ClusterTransport = "in-process" | "threads" | "tcp";
 
 /** A running cluster and what the server must do to stop it. */
 export interface ServingCluster {
@@ -24,15 +24,23 @@ export interface ServingCluster {
 
 /** Starts the cluster and, unless the planner is "none", its planner's ticks. */
 export async function startServingCluster(
-  model: LoadedModel, o: Omit<CreateClusterOptions, "planner"> & { modelPath: string; backend: BackendChoice; transport: ClusterTransport; planner: "online" | "none" },
+  model: LoadedModel,
+  o: Omit<CreateClusterOptions, "planner"> & {
+    modelPath: string; backend: BackendChoice; transport: ClusterTransport; planner: "online" | "none";
+    /** "host:port" of each worker process (`deno task worker`), for the "tcp" transport. */
+    workerAddrs?: string[];
+  },
 ): Promise<ServingCluster> {
   let cluster: Cluster;
   let backend: Backend | undefined;
   let backendReason: string;
-  if (o.transport === "threads") {
-    cluster = await startThreadCluster(model, o.modelPath, o.backend, o);
+  if (o.transport === "threads" || o.transport === "tcp") {
+    cluster = o.transport === "threads"
+      ? await startThreadCluster(model, o.modelPath, o.backend, o)
+      : await startTcpCluster(model, o.modelPath, o.backend, o.workerAddrs ?? [], o);
     const first = cluster.workers[0].engine;
-    backendReason = first instanceof ThreadEngine ? `${first.backendReason} (in each of ${o.workers} worker threads)` : "";
+    const where = o.transport === "threads" ? `${o.workers} worker threads` : `${cluster.workers.length} worker processes`;
+    backendReason = first instanceof ThreadEngine ? `${first.backendReason} (in each of ${where})` : "";
   } else {
     const picked = await selectBackend(o.backend);
     backend = picked.backend;

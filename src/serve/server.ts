@@ -78,8 +78,13 @@ export interface ServerOptions {
   planner?: "online" | "none";
   /** "session" (default, ours) or "kv-aware" (Dynamo's cost). */
   router?: ClusterRouterName;
-  /** Where the workers run: "in-process" (default; one thread, one backend) or "threads" (one worker thread each). */
+  /**
+   * Where the workers run: "in-process" (default; one thread, one backend), "threads" (one worker
+   * thread each) or "tcp" (worker processes at `workerAddrs`, each loading `modelPath` itself).
+   */
   transport?: ClusterTransport;
+  /** "host:port" of each worker process (`deno task worker`) for the "tcp" transport; sets `workers`. */
+  workerAddrs?: string[];
 }
 
 /** A running server. */
@@ -106,7 +111,12 @@ export function modelNameOf(path: string): string {
 
 /** Starts a server and resolves once it listens. */
 export async function startServer(o: ServerOptions): Promise<RunningServer> {
-  const workers = o.workers ?? 1;
+  if (o.transport === "tcp" && !(o.workerAddrs?.length)) throw new RangeError("--transport tcp needs --worker-addrs host:port,...");
+  if (o.workerAddrs !== undefined && o.transport !== "tcp") throw new RangeError("--worker-addrs needs --transport tcp");
+  if (o.workerAddrs !== undefined && o.workers !== undefined && o.workers !== o.workerAddrs.length) {
+    throw new RangeError(`--workers ${o.workers} does not match the ${o.workerAddrs.length} addresses of --worker-addrs`);
+  }
+  const workers = o.workerAddrs?.length ?? o.workers ?? 1;
   if (o.roles !== undefined && o.roles.length !== workers) throw new RangeError(`--roles names ${o.roles.length} roles for ${workers} workers`);
   if (workers > 1 && o.role !== undefined) throw new RangeError(`--role ${o.role} sets one engine's role; with --workers ${workers} use --roles`);
   // The planner decides step mixing for the whole cluster; an engine's own "auto" would fight it.
@@ -141,10 +151,10 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   let engine: Engine | undefined;
   let backend: Backend | undefined;
   let reason: string;
-  if (workers > 1) {
+  if (workers > 1 || o.transport === "tcp") {
     cluster = await startServingCluster(model, {
       modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: o.planner ?? "online", router: o.router,
-      transport: o.transport ?? "in-process", engine: engineOptions, ...(stepLog ? { onStep: (_id: string, r: StepRecord) => stepLog.record(r) } : {}),
+      transport: o.transport ?? "in-process", workerAddrs: o.workerAddrs, engine: engineOptions, ...(stepLog ? { onStep: (_id: string, r: StepRecord) => stepLog.record(r) } : {}),
     });
     reason = cluster.backendReason;
   } else {

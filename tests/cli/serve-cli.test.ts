@@ -36,7 +36,10 @@ test("serve CLI rejects bad cluster flags (--workers, --roles, --planner, --rout
     [["--router", "kv-aware"], /Flag --router kv-aware needs --workers 2 or more/],
     [["--workers", "2", "--role", "decode"], /Flag --role decode sets one engine's role; with --workers 2 use --roles/],
     [["--workers", "0"], /--workers/],
-    [["--workers", "2", "--transport", "tcp"], /Unknown transport "tcp"; choose in-process or threads/],
+    [["--workers", "2", "--transport", "nats"], /Unknown transport "nats"; choose in-process, threads or tcp/],
+    [["--transport", "tcp"], /--transport tcp and --worker-addrs go together/],
+    [["--transport", "tcp", "--worker-addrs", "127.0.0.1:9"], /Worker worker-0 at 127.0.0.1:9 cannot be reached/],
+    [["--transport", "tcp", "--worker-addrs", "nowhere"], /A worker address must be host:port, got "nowhere"/],
   ] as const) {
     const r = serve([...args, "--port", "0", "--backend", "reference"]);
     assert.equal(r.status, 2, r.stderr);

@@ -1,0 +1,107 @@
+/**
+ * The cluster protocol over TCP (node:net, on Deno and Node): a worker process listens
+ * (`src/cli/worker.ts`), the cluster connects. Each message is one frame: a 4-byte length, a 4-byte
+ * header length, the message as JSON with every Float32Array replaced by a reference, then those
+ * arrays' bytes (KV moves as raw floats, not as JSON numbers).
+ */
+import net from "node:net";
+import type { ThreadPort } from "../runtime/threads.ts";
+
+/** Thrown when a frame cannot be read (a peer speaking something else). */
+export class FrameError extends Error {
+  override name = "FrameError";
+}
+
+interface BufferRef {
+  $f32: number;
+}
+
+function encode(message: unknown): Uint8Array {
+  const arrays: Float32Array[] = [];
+  const json = JSON.stringify(message, (_k, v) => {
+    if (v instanceof Float32Array) return { $f32: arrays.push(v) - 1 } satisfies BufferRef;
+    return v;
+  });
+  const header = new TextEncoder().encode(json);
+  const size = 8 + header.length + arrays.reduce((a, x) => a + 4 + x.byteLength, 0);
+  const out = new Uint8Array(size);
+  const view = new DataView(out.buffer);
+  view.setUint32(0, size - 4);
+  view.setUint32(4, header.length);
+  out.set(header, 8);
+  let o = 8 + header.length;
+  for (const a of arrays) {
+    view.setUint32(o, a.byteLength);
+    out.set(new Uint8Array(a.buffer, a.byteOffset, a.byteLength), o + 4);
+    o += 4 + a.byteLength;
+  }
+  return out;
+}
+
+function decode(frame: Uint8Array): unknown {
+  const view = new DataView(frame.buffer, frame.byteOffset, frame.byteLength);
+  const headerLength = view.getUint32(0);
+  if (4 + headerLength > frame.length) throw new FrameError(`A frame of ${frame.length} bytes announces a ${headerLength}-byte header`);
+  const json = new TextDecoder().decode(frame.subarray(4, 4 + headerLength));
+  const arrays: Float32Array[] = [];
+  let o = 4 + headerLength;
+  while (o < frame.length) {
+    const n = view.getUint32(o);
+    // Copy: the frame's bytes need not be 4-byte aligned.
+    arrays.push(new Float32Array(frame.slice(o + 4, o + 4 + n).buffer));
+    o += 4 + n;
+  }
+  return JSON.parse(json, (_k, v) => (v !== null && typeof v === "object" && typeof (v as BufferRef).$f32 === "number" ? arrays[(v as BufferRef).$f32] : v));
+}
+
+/** A port over a connected socket. */
+export function socketPort(socket: net.Socket): ThreadPort {
+  let onMessage: (m: unknown) => void = () => {};
+  let onError: (e: Error) => void = () => {};
+  let pending = new Uint8Array(0);
+  socket.setNoDelay(true);
+  socket.on("data", (chunk: Uint8Array) => {
+    const joined = new Uint8Array(pending.length + chunk.length);
+    joined.set(pending);
+    joined.set(chunk, pending.length);
+    let o = 0;
+    while (joined.length - o >= 4) {
+      const n = new DataView(joined.buffer, joined.byteOffset + o, 4).getUint32(0);
+      if (joined.length - o - 4 < n) break;
+      let message: unknown;
+      try {
+        message = decode(joined.subarray(o + 4, o + 4 + n));
+      } catch (e) {
+        onError(e instanceof Error ? e : new Error(String(e)));
+        socket.destroy();
+        return;
+      }
+      o += 4 + n;
+      onMessage(message);
+    }
+    pending = joined.slice(o);
+  });
+  socket.on("error", (e) => onError(e));
+  socket.on("close", () => onError(new Error("The connection closed")));
+  return {
+    post: (m) => void socket.write(encode(m)),
+    onMessage: (fn) => (onMessage = fn),
+    onError: (fn) => (onError = fn),
+    close: () => new Promise<void>((resolve) => {
+      if (socket.destroyed) return resolve();
+      socket.end(() => resolve());
+      socket.destroy();
+    }),
+  };
+}
+
+/** Connects to a worker listening at `host:port`. */
+export function connectPort(host: string, port: number): Promise<ThreadPort> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect({ host, port }, () => {
+      socket.off("error", reject);
+      resolve(socketPort(socket));
+    });
+    socket.once("error", reject);
+  });
+}

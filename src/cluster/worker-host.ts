@@ -1,0 +1,128 @@
+/**
+ * The worker side of the cluster protocol (thread-protocol.ts), over any port: a worker thread
+ * (thread-host.ts) or a TCP connection (src/cli/worker.ts). Loads the model and backend named in the
+ * "init" message, runs one engine, and reports its state after every change (coalesced to one
+ * message per turn of the event loop). thread-engine.ts is the cluster's side.
+ */
+import { selectBackend } from "../backend/select.ts";
+import { createEngine } from "../engine/engine-factory.ts";
+import type { Engine } from "../engine/engine.ts";
+import type { RequestHandle } from "../engine/engine-types.ts";
+import { loadModel } from "../model/load.ts";
+import type { ThreadPort } from "../runtime/threads.ts";
+import type { KvEvent } from "../../kv/index.ts";
+import type { StepRecord } from "../engine/step-record.ts";
+import { type FromThread, prefixBuffers, type ThreadState, type ToThread } from "./thread-protocol.ts";
+
+/** Serves one engine over `port` until the cluster stops it. */
+export function serveWorker(port: ThreadPort): void {
+  const send = (m: FromThread, transfer?: ArrayBuffer[]) => port.post(m, transfer);
+  let engine: Engine | undefined;
+  const handles = new Map<number, RequestHandle>();
+  let events: KvEvent[] = [];
+  let steps: StepRecord[] = [];
+  let reportQueued = false;
+
+  function state(e: Engine): ThreadState {
+    const out: ThreadState = {
+      stats: e.stats(), queue: e.scheduler.queueState(), freeBlocks: e.pool.numFreeBlocks(), sessions: e.sessionStatusCounts(),
+      stepMixing: e.stepMixing, finished: [...e.metrics.finished], promptTokens: e.metrics.promptTokens,
+      generationTokens: e.metrics.generationTokens, events, steps,
+    };
+    events = [];
+    steps = [];
+    return out;
+  }
+
+  /** Reports once per turn of the event loop, however many changes it had. */
+  function report(): void {
+    if (reportQueued || engine === undefined) return;
+    reportQueued = true;
+    setTimeout(() => {
+      reportQueued = false;
+      if (engine) send({ op: "state", state: state(engine) });
+    }, 0);
+  }
+
+  async function init(m: Extract<ToThread, { op: "init" }>): Promise<void> {
+    try {
+      const model = await loadModel(m.modelPath);
+      const { backend, reason } = await selectBackend(m.backend);
+      const e = createEngine(backend, model, {
+        ...m.engine, workerId: m.workerId,
+        onStep: (r) => {
+          steps.push(r);
+          report();
+        },
+      });
+      e.kvEvents.subscribe((ev) => {
+        events.push(ev);
+        report();
+      });
+      engine = e;
+      send({ op: "ready", maxModelLen: e.maxModelLen, blockSize: e.pool.blockSize, backend: reason, state: state(e) });
+    } catch (err) {
+      send({ op: "failed", message: err instanceof Error ? err.message : String(err) });
+    }
+  }
+
+  async function pump(rid: number, h: RequestHandle): Promise<void> {
+    for await (const delta of h.stream) send({ op: "delta", rid, delta });
+    const result = await h.result;
+    handles.delete(rid);
+    send({ op: "result", rid, result });
+    report();
+  }
+
+  async function handle(m: ToThread): Promise<void> {
+    if (m.op === "init") return init(m);
+    const e = engine;
+    if (e === undefined) return;
+    switch (m.op) {
+      case "submit": {
+        let h: RequestHandle;
+        try {
+          h = e.submit(m.req);
+        } catch (err) {
+          const x = err instanceof Error ? err : new Error(String(err));
+          send({ op: "rejected", rid: m.rid, name: x.name, message: x.message });
+          return;
+        }
+        handles.set(m.rid, h);
+        send({ op: "accepted", rid: m.rid, ...(h.sessionId === undefined ? {} : { sessionId: h.sessionId }) });
+        report();
+        return pump(m.rid, h);
+      }
+      case "cancel":
+        handles.get(m.rid)?.cancel();
+        return;
+      case "tool":
+        e.markToolWait(m.sessionId, m.tool);
+        return;
+      case "mixing":
+        e.scheduler.stepMixing = m.mode;
+        return;
+      case "export":
+      case "import":
+      case "stop":
+        try {
+          if (m.op === "export") {
+            const p = await e.exportPrefix(m.tokens);
+            send({ op: "reply", cid: m.cid, value: p }, prefixBuffers(p));
+          } else if (m.op === "import") {
+            send({ op: "reply", cid: m.cid, value: e.importPrefix(m.prefix, m.sessionId) });
+            report();
+          } else {
+            await e.stop();
+            send({ op: "reply", cid: m.cid });
+          }
+        } catch (err) {
+          send({ op: "reply", cid: m.cid, error: err instanceof Error ? `${err.name}: ${err.message}` : String(err) });
+        }
+    }
+  }
+
+  port.onMessage((m) => void handle(m as ToThread));
+  // A cluster that goes away without stopping the engine (a dropped connection) still frees it.
+  port.onError(() => void engine?.stop());
+}

@@ -1,0 +1,93 @@
+/** Workers as separate processes over TCP (`worker --listen`), driven by a cluster in this process. */
+import assert from "node:assert/strict";
+import { type ChildProcess, spawn } from "node:child_process";
+import { projectRoot, test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { parseAddress, startTcpCluster } from "../../src/cluster/create-cluster.ts";
+import { WorkerThreadError } from "../../src/cluster/thread-engine.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import type { GenerateRequest, ServingEngine } from "../../src/engine/engine-types.ts";
+import { loadModel } from "../../src/model/load.ts";
+
+const modelPath = `${projectRoot}/models/stories260K.gguf`;
+const model = await loadModel(modelPath);
+const STORY = model.tokenizer.encode("Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends every day.", { addBos: true });
+const greedy = (prompt: number[], maxTokens = 16): GenerateRequest => ({ prompt, maxTokens, temperature: 0, ignoreEos: true });
+
+async function run(s: ServingEngine, req: GenerateRequest) {
+  const h = s.submit(req);
+  const streamed: number[] = [];
+  for await (const d of h.stream) streamed.push(...d.tokenIds);
+  return { streamed, result: await h.result };
+}
+
+/** Starts `worker --listen 127.0.0.1:0` under Node; resolves with its address once it listens. */
+function startWorker(): Promise<{ addr: string; child: ChildProcess }> {
+  const child = spawn("node", ["--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, `${projectRoot}/src/cli/worker.ts`, "--listen", "127.0.0.1:0"], {
+    cwd: projectRoot, stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, NODE_OPTIONS: "" },
+  });
+  let log = "";
+  return new Promise((resolve, reject) => {
+    child.stderr!.on("data", (d: Uint8Array) => {
+      log += new TextDecoder().decode(d);
+      const m = /listening on (\S+)/.exec(log);
+      if (m) resolve({ addr: m[1], child });
+    });
+    child.on("exit", (code) => reject(new Error(`worker exited with ${code}: ${log}`)));
+  });
+}
+
+test("startTcpCluster() drives worker processes over TCP and moves a prefill's KV between them", async () => {
+  const single = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+  const expected = await run(single, greedy(STORY));
+  await single.stop();
+  const workers = await Promise.all([startWorker(), startWorker()]);
+  try {
+    const cl = await startTcpCluster(model, modelPath, "reference", workers.map((w) => w.addr), {
+      roles: ["prefill", "decode"], planner: "none", router: "kv-aware", routerOptions: { localPrefillThreshold: 0 }, engine: { numBlocks: 64 },
+    });
+    try {
+      const { streamed, result } = await run(cl, greedy(STORY));
+      assert.deepEqual(streamed, expected.streamed, "two processes stream what one engine generates");
+      assert.equal(cl.counters.prefillHandoffs, 1);
+      assert.equal(result.cachedTokens, Math.floor((STORY.length - 1) / 16) * 16, "the decode process started from KV sent over TCP");
+      const more = await Promise.all(Array.from({ length: 4 }, (_, i) => run(cl, greedy(STORY.slice(0, 20 + i), 6))));
+      for (const m of more) assert.equal(m.result.completionTokens, 6, m.result.error);
+    } finally {
+      await cl.stop();
+    }
+  } finally {
+    for (const w of workers) w.child.kill();
+  }
+});
+
+test("startTcpCluster() names a worker it cannot reach, and parseAddress() a bad address", async () => {
+  await assert.rejects(
+    startTcpCluster(model, modelPath, "reference", ["127.0.0.1:9"], { planner: "none" }),
+    (e: unknown) => e instanceof WorkerThreadError && /worker-0 at 127\.0\.0\.1:9 cannot be reached/.test(e.message),
+  );
+  assert.deepEqual(parseAddress("[::1]:9001"), { host: "::1", port: 9001 });
+  assert.throws(() => parseAddress("localhost"), /host:port, got "localhost"/);
+  assert.throws(() => parseAddress("h:70000"), /host:port, got "h:70000"/);
+});
+
+test("startServer({ transport: \"tcp\" }) serves the openai client from worker processes", async () => {
+  const { startServer } = await import("../../src/serve/server.ts");
+  const OpenAI = (await import("openai")).default;
+  const workers = await Promise.all([startWorker(), startWorker()]);
+  try {
+    const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, transport: "tcp", workerAddrs: workers.map((w) => w.addr) });
+    try {
+      assert.match(s.backendReason, /in each of 2 worker processes/);
+      const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+      const c = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 20, temperature: 0 });
+      assert.equal(c.choices[0].text, ", there was a little girl named Lily. She loved to play outsid");
+      const metrics = await (await fetch(`${s.url}/metrics`)).text();
+      assert.match(metrics, /evolving:worker_role\{model_name="stories260K",worker="worker-1",role="mixed"\} 1/);
+    } finally {
+      await s.shutdown();
+    }
+  } finally {
+    for (const w of workers) w.child.kill();
+  }
+});
