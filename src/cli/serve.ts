@@ -126,7 +126,7 @@ async function main(): Promise<void> {
     : `; reasoning parser ${reasoningParser} (<think>/</think> are not single tokens: KV of reasoning not typed)`;
   console.error(
     `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${st.kvTotalBlocks} blocks (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixing}, max model len ${s.serving.maxModelLen}` +
-      (s.cluster ? `; ${workers} workers (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") + "; " +
+      (s.cluster ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") + "; " +
       `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,
   );
 }

@@ -39,7 +39,8 @@ export async function startServingCluster(
       ? await startThreadCluster(model, o.modelPath, o.backend, o)
       : await startTcpCluster(model, o.modelPath, o.backend, o.workerAddrs ?? [], o);
     const first = cluster.workers[0].engine;
-    const where = o.transport === "threads" ? `${o.workers} worker threads` : `${cluster.workers.length} worker processes`;
+    const n = cluster.workers.length;
+    const where = `${n} worker ${o.transport === "threads" ? "thread" : "process"}${n === 1 ? "" : o.transport === "threads" ? "s" : "es"}`;
     backendReason = first instanceof ThreadEngine ? `${first.backendReason} (in each of ${where})` : "";
   } else {
     const picked = await selectBackend(o.backend);
