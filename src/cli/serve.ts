@@ -16,7 +16,7 @@ import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
 import { isReasoningParser, REASONING_PARSERS } from "../serve/reasoning.ts";
 import { startServer } from "../serve/server.ts";
 import { CLUSTER_ROUTERS, isClusterRouter } from "../cluster/cluster-router.ts";
-import { WorkerThreadError } from "../cluster/thread-engine.ts";
+import { RemoteWorkerError } from "../cluster/remote-engine.ts";
 import type { Role } from "../../planner/types.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 
@@ -133,7 +133,7 @@ async function main(): Promise<void> {
 
 main().catch((e: unknown) => {
   const known = e instanceof ArgsError || e instanceof ModelLoadError || e instanceof BackendUnavailableError || e instanceof RangeError ||
-    e instanceof WorkerThreadError;
+    e instanceof RemoteWorkerError;
   console.error(known ? `serve: ${(e as Error).message}` : `serve: unexpected error: ${e instanceof Error ? e.stack : String(e)}`);
   // As generate: a mistake the user can fix exits 2, anything else 1.
   exitProcess(known ? 2 : 1);

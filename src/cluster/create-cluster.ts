@@ -14,8 +14,8 @@ import type { StepRecord } from "../engine/step-record.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { Cluster, type ClusterOptions } from "./cluster.ts";
 import { connectPort } from "./tcp-port.ts";
-import { ThreadEngine, WorkerThreadError } from "./thread-engine.ts";
-import type { ThreadEngineOptions } from "./thread-protocol.ts";
+import { RemoteEngine, RemoteWorkerError } from "./remote-engine.ts";
+import type { PortableEngineOptions } from "./worker-protocol.ts";
 import { localWorkerEngine } from "./worker-engine.ts";
 
 /** Options of {@link createCluster}. */
@@ -58,7 +58,7 @@ export function createCluster(backend: Backend, model: LoadedModel, o: CreateClu
  */
 export async function startThreadCluster(model: LoadedModel, modelPath: string, backend: BackendChoice, o: CreateClusterOptions): Promise<Cluster> {
   if (!Number.isInteger(o.workers) || o.workers < 1) throw new RangeError(`The worker count must be a positive integer, got ${o.workers}`);
-  return startRemoteCluster(model, o, (id, engine, onStep) => ThreadEngine.start(id, modelPath, backend, engine, onStep));
+  return startRemoteCluster(model, o, (id, engine, onStep) => RemoteEngine.start(id, modelPath, backend, engine, onStep));
 }
 
 /**
@@ -73,9 +73,9 @@ export async function startTcpCluster(
   return startRemoteCluster(model, { ...o, workers: parsed.length }, async (id, engine, onStep) => {
     const i = Number(id.slice("worker-".length));
     const port = await connectPort(parsed[i].host, parsed[i].port).catch((e: Error) => {
-      throw new WorkerThreadError(`Worker ${id} at ${addresses[i]} cannot be reached: ${e.message}`);
+      throw new RemoteWorkerError(`Worker ${id} at ${addresses[i]} cannot be reached: ${e.message}`);
     });
-    return ThreadEngine.over(port, id, modelPath, backend, engine, onStep);
+    return RemoteEngine.over(port, id, modelPath, backend, engine, onStep);
   });
 }
 
@@ -87,7 +87,7 @@ export function parseAddress(a: string): { host: string; port: number } {
   return { host: m[1] ?? m[2], port };
 }
 
-type StartWorker = (id: string, engine: ThreadEngineOptions, onStep: (id: string, r: StepRecord) => void) => Promise<ThreadEngine>;
+type StartWorker = (id: string, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void) => Promise<RemoteEngine>;
 
 /** Starts `o.workers` remote engines; if one cannot start, stops the others and throws its error. */
 async function startRemoteCluster(model: LoadedModel, o: CreateClusterOptions, start: StartWorker): Promise<Cluster> {

@@ -1,6 +1,6 @@
 /**
  * What a cluster needs from one worker's engine, wherever it runs: in this thread (an {@link Engine},
- * through {@link localWorkerEngine}) or in a worker thread (thread-engine.ts). Gauges are read
+ * through {@link localWorkerEngine}) or in a worker thread (remote-engine.ts). Gauges are read
  * synchronously by the router; a remote worker answers them from the state it last reported.
  */
 import type { KvEvent } from "../../kv/index.ts";

@@ -1,8 +1,8 @@
 /**
- * The worker side of the cluster protocol (thread-protocol.ts), over any port: a worker thread
+ * The worker side of the cluster protocol (worker-protocol.ts), over any port: a worker thread
  * (thread-host.ts) or a TCP connection (src/cli/worker.ts). Loads the model and backend named in the
  * "init" message, runs one engine, and reports its state after every change (coalesced to one
- * message per turn of the event loop). thread-engine.ts is the cluster's side.
+ * message per turn of the event loop). remote-engine.ts is the cluster's side.
  */
 import { selectBackend } from "../backend/select.ts";
 import { createEngine } from "../engine/engine-factory.ts";
@@ -12,19 +12,19 @@ import { loadModel } from "../model/load.ts";
 import type { ThreadPort } from "../runtime/threads.ts";
 import type { KvEvent } from "../../kv/index.ts";
 import type { StepRecord } from "../engine/step-record.ts";
-import { type FromThread, prefixBuffers, type ThreadState, type ToThread } from "./thread-protocol.ts";
+import { type FromWorker, prefixBuffers, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
 
 /** Serves one engine over `port` until the cluster stops it. */
 export function serveWorker(port: ThreadPort): void {
-  const send = (m: FromThread, transfer?: ArrayBuffer[]) => port.post(m, transfer);
+  const send = (m: FromWorker, transfer?: ArrayBuffer[]) => port.post(m, transfer);
   let engine: Engine | undefined;
   const handles = new Map<number, RequestHandle>();
   let events: KvEvent[] = [];
   let steps: StepRecord[] = [];
   let reportQueued = false;
 
-  function state(e: Engine): ThreadState {
-    const out: ThreadState = {
+  function state(e: Engine): WorkerReport {
+    const out: WorkerReport = {
       stats: e.stats(), queue: e.scheduler.queueState(), freeBlocks: e.pool.numFreeBlocks(), sessions: e.sessionStatusCounts(),
       stepMixing: e.stepMixing, finished: [...e.metrics.finished], promptTokens: e.metrics.promptTokens,
       generationTokens: e.metrics.generationTokens, events, steps,
@@ -44,7 +44,7 @@ export function serveWorker(port: ThreadPort): void {
     }, 0);
   }
 
-  async function init(m: Extract<ToThread, { op: "init" }>): Promise<void> {
+  async function init(m: Extract<ToWorker, { op: "init" }>): Promise<void> {
     try {
       const model = await loadModel(m.modelPath);
       const { backend, reason } = await selectBackend(m.backend);
@@ -74,7 +74,7 @@ export function serveWorker(port: ThreadPort): void {
     report();
   }
 
-  async function handle(m: ToThread): Promise<void> {
+  async function handle(m: ToWorker): Promise<void> {
     if (m.op === "init") return init(m);
     const e = engine;
     if (e === undefined) return;
@@ -122,7 +122,7 @@ export function serveWorker(port: ThreadPort): void {
     }
   }
 
-  port.onMessage((m) => void handle(m as ToThread));
+  port.onMessage((m) => void handle(m as ToWorker));
   // A cluster that goes away without stopping the engine (a dropped connection) still frees it.
   port.onError(() => void engine?.stop());
 }

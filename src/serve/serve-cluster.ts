@@ -6,7 +6,7 @@ import { type BackendChoice, selectBackend } from "../backend/select.ts";
 import type { Backend } from "../backend/types.ts";
 import type { Cluster } from "../cluster/cluster.ts";
 import { createCluster, type CreateClusterOptions, startTcpCluster, startThreadCluster } from "../cluster/create-cluster.ts";
-import { ThreadEngine } from "../cluster/thread-engine.ts";
+import { RemoteEngine } from "../cluster/remote-engine.ts";
 import type { LoadedModel } from "../model/config.ts";
 
 /** Where a server's workers run: this thread, worker threads, or worker processes reached over TCP. */
@@ -41,7 +41,7 @@ export async function startServingCluster(
     const first = cluster.workers[0].engine;
     const n = cluster.workers.length;
     const where = `${n} worker ${o.transport === "threads" ? "thread" : "process"}${n === 1 ? "" : o.transport === "threads" ? "s" : "es"}`;
-    backendReason = first instanceof ThreadEngine ? `${first.backendReason} (in each of ${where})` : "";
+    backendReason = first instanceof RemoteEngine ? `${first.backendReason} (in each of ${where})` : "";
   } else {
     const picked = await selectBackend(o.backend);
     backend = picked.backend;

@@ -4,7 +4,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { projectRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { parseAddress, startTcpCluster } from "../../src/cluster/create-cluster.ts";
-import { WorkerThreadError } from "../../src/cluster/thread-engine.ts";
+import { RemoteWorkerError } from "../../src/cluster/remote-engine.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import type { GenerateRequest, ServingEngine } from "../../src/engine/engine-types.ts";
 import { loadModel } from "../../src/model/load.ts";
@@ -64,7 +64,7 @@ test("startTcpCluster() drives worker processes over TCP and moves a prefill's K
 test("startTcpCluster() names a worker it cannot reach, and parseAddress() a bad address", async () => {
   await assert.rejects(
     startTcpCluster(model, modelPath, "reference", ["127.0.0.1:9"], { planner: "none" }),
-    (e: unknown) => e instanceof WorkerThreadError && /worker-0 at 127\.0\.0\.1:9 cannot be reached/.test(e.message),
+    (e: unknown) => e instanceof RemoteWorkerError && /worker-0 at 127\.0\.0\.1:9 cannot be reached/.test(e.message),
   );
   assert.deepEqual(parseAddress("[::1]:9001"), { host: "::1", port: 9001 });
   assert.throws(() => parseAddress("localhost"), /host:port, got "localhost"/);

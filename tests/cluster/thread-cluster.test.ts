@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { projectRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { startThreadCluster } from "../../src/cluster/create-cluster.ts";
-import { WorkerThreadError } from "../../src/cluster/thread-engine.ts";
+import { RemoteWorkerError } from "../../src/cluster/remote-engine.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import type { GenerateRequest, ServingEngine } from "../../src/engine/engine-types.ts";
 import { loadModel } from "../../src/model/load.ts";
@@ -63,6 +63,6 @@ test("Cluster routes around a worker thread that has stopped", async () => {
 test("startThreadCluster() names a worker that cannot start", async () => {
   await assert.rejects(
     startThreadCluster(model, `${projectRoot}/models/missing.gguf`, "reference", { workers: 2, planner: "none" }),
-    (e: unknown) => e instanceof WorkerThreadError && /worker-\d could not start: .*missing\.gguf/.test(e.message),
+    (e: unknown) => e instanceof RemoteWorkerError && /worker-\d could not start: .*missing\.gguf/.test(e.message),
   );
 });

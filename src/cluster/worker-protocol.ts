@@ -1,6 +1,6 @@
 /**
- * Messages between a cluster and an engine in a worker thread (thread-host.ts runs the engine,
- * thread-engine.ts is its stand-in on the cluster's side). Plain structured-cloneable data.
+ * Messages between a cluster and an engine in a worker thread or process (worker-host.ts runs the engine,
+ * remote-engine.ts is its stand-in on the cluster's side). Plain structured-cloneable data.
  */
 import type { KvEvent } from "../../kv/index.ts";
 import type { BackendChoice } from "../backend/select.ts";
@@ -10,12 +10,12 @@ import type { PrefixKv } from "../engine/prefix-transfer.ts";
 import type { QueueState, StepMixing } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 
-/** Engine options that cross a thread boundary (no callbacks). */
-export type ThreadEngineOptions = Omit<CreateEngineOptions, "onStep" | "now" | "workerId">;
+/** Engine options that cross to a worker (no callbacks). */
+export type PortableEngineOptions = Omit<CreateEngineOptions, "onStep" | "now" | "workerId">;
 
-/** From the cluster to a thread. */
-export type ToThread =
-  | { op: "init"; modelPath: string; backend: BackendChoice; workerId: string; engine: ThreadEngineOptions }
+/** From the cluster to a worker. */
+export type ToWorker =
+  | { op: "init"; modelPath: string; backend: BackendChoice; workerId: string; engine: PortableEngineOptions }
   | { op: "submit"; rid: number; req: GenerateRequest }
   | { op: "cancel"; rid: number }
   | { op: "tool"; sessionId: string; tool: string }
@@ -24,8 +24,8 @@ export type ToThread =
   | { op: "mixing"; mode: StepMixing }
   | { op: "stop"; cid: number };
 
-/** What a thread reports of its engine after each change. */
-export interface ThreadState {
+/** What a worker reports of its engine after each change. */
+export interface WorkerReport {
   stats: EngineStats;
   queue: QueueState;
   freeBlocks: number;
@@ -39,16 +39,16 @@ export interface ThreadState {
   steps: StepRecord[];
 }
 
-/** From a thread to the cluster. */
-export type FromThread =
-  | { op: "ready"; maxModelLen: number; blockSize: number; backend: string; state: ThreadState }
+/** From a worker to the cluster. */
+export type FromWorker =
+  | { op: "ready"; maxModelLen: number; blockSize: number; backend: string; state: WorkerReport }
   | { op: "failed"; message: string }
   | { op: "accepted"; rid: number; sessionId?: string }
   | { op: "rejected"; rid: number; name: string; message: string }
   | { op: "delta"; rid: number; delta: StreamDelta }
   | { op: "result"; rid: number; result: GenerateResult }
   | { op: "reply"; cid: number; value?: unknown; error?: string }
-  | { op: "state"; state: ThreadState };
+  | { op: "state"; state: WorkerReport };
 
 /** ArrayBuffers of a moved prefix, to transfer instead of copy. */
 export function prefixBuffers(p: PrefixKv | null | undefined): ArrayBuffer[] {

@@ -1,8 +1,8 @@
 /**
  * The cluster's side of an engine running in a worker thread (thread-host.ts) or a worker process
  * over TCP (src/cli/worker.ts), both serving worker-host.ts: forwards requests,
- * cancels, tool waits and prefix moves as messages, turns the thread's deltas and results back into
- * request handles, and answers the router's gauges from the state the thread last reported (bumped
+ * cancels, tool waits and prefix moves as messages, turns the worker's deltas and results back into
+ * request handles, and answers the router's gauges from the state the worker last reported (bumped
  * at once for requests sent since, so a burst is not all routed to one worker).
  */
 import type { KvEvent } from "../../kv/index.ts";
@@ -14,12 +14,12 @@ import type { PrefixKv } from "../engine/prefix-transfer.ts";
 import type { QueueState, StepMixing } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import { spawnThread, type ThreadPort } from "../runtime/threads.ts";
-import { type FromThread, prefixBuffers, type ThreadEngineOptions, type ThreadState, type ToThread } from "./thread-protocol.ts";
+import { type FromWorker, prefixBuffers, type PortableEngineOptions, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
 
 /** Thrown when a worker (thread or process) cannot start or fails. */
-export class WorkerThreadError extends Error {
-  override name = "WorkerThreadError";
+export class RemoteWorkerError extends Error {
+  override name = "RemoteWorkerError";
 }
 
 interface Pending {
@@ -29,15 +29,15 @@ interface Pending {
   sessionId?: string;
 }
 
-/** An engine in a worker thread. */
-export class ThreadEngine implements WorkerEngine {
+/** An engine in a worker thread or a worker process. */
+export class RemoteEngine implements WorkerEngine {
   readonly kvEvents: EventChannel<KvEvent> = new EventChannel<KvEvent>();
   readonly metrics: EngineMetrics = new EngineMetrics();
   maxModelLen = 0;
   blockSize = 0;
-  /** How the thread's backend was chosen. */
+  /** How the worker's backend was chosen. */
   backendReason = "";
-  private state: ThreadState | undefined;
+  private state: WorkerReport | undefined;
   private readonly requests = new Map<number, Pending>();
   private readonly calls = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
   private nextRid = 0;
@@ -48,9 +48,9 @@ export class ThreadEngine implements WorkerEngine {
 
   /** Starts a thread that loads `modelPath` on `backend` and runs one engine; resolves once it serves. */
   static async start(
-    id: string, modelPath: string, backend: BackendChoice, engine: ThreadEngineOptions, onStep: (id: string, r: StepRecord) => void,
-  ): Promise<ThreadEngine> {
-    return ThreadEngine.over(await spawnThread(new URL("./thread-host.ts", import.meta.url)), id, modelPath, backend, engine, onStep);
+    id: string, modelPath: string, backend: BackendChoice, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void,
+  ): Promise<RemoteEngine> {
+    return RemoteEngine.over(await spawnThread(new URL("./thread-host.ts", import.meta.url)), id, modelPath, backend, engine, onStep);
   }
 
   /**
@@ -58,23 +58,23 @@ export class ThreadEngine implements WorkerEngine {
    * load `modelPath` (a path on its machine) on `backend`; resolves once it serves.
    */
   static async over(
-    port: ThreadPort, id: string, modelPath: string, backend: BackendChoice, engine: ThreadEngineOptions, onStep: (id: string, r: StepRecord) => void,
-  ): Promise<ThreadEngine> {
-    const t = new ThreadEngine(id, port, onStep);
+    port: ThreadPort, id: string, modelPath: string, backend: BackendChoice, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void,
+  ): Promise<RemoteEngine> {
+    const t = new RemoteEngine(id, port, onStep);
     const ready = new Promise<void>((resolve, reject) => {
       port.onError((e) => {
-        t.fail(new WorkerThreadError(`Worker ${id} failed: ${e.message}`));
+        t.fail(new RemoteWorkerError(`Worker ${id} failed: ${e.message}`));
         reject(t.failure);
       });
       port.onMessage((m) => {
-        const msg = m as FromThread;
+        const msg = m as FromWorker;
         if (msg.op === "ready") {
           t.maxModelLen = msg.maxModelLen;
           t.blockSize = msg.blockSize;
           t.backendReason = msg.backend;
           t.absorb(msg.state);
           resolve();
-        } else if (msg.op === "failed") reject(new WorkerThreadError(`Worker ${id} could not start: ${msg.message}`));
+        } else if (msg.op === "failed") reject(new RemoteWorkerError(`Worker ${id} could not start: ${msg.message}`));
         else t.receive(msg);
       });
     });
@@ -153,15 +153,15 @@ export class ThreadEngine implements WorkerEngine {
   /** Stops the engine, then the thread. */
   async stop(): Promise<void> {
     if (!this.failure) await this.call({ op: "stop", cid: 0 }).catch(() => {});
-    this.fail(new WorkerThreadError(`Worker ${this.id} has stopped`));
+    this.fail(new RemoteWorkerError(`Worker ${this.id} has stopped`));
     await this.port.close();
   }
 
-  private send(m: ToThread, transfer?: ArrayBuffer[]): void {
+  private send(m: ToWorker, transfer?: ArrayBuffer[]): void {
     if (!this.failure) this.port.post(m, transfer);
   }
 
-  private call(m: Extract<ToThread, { cid: number }>, transfer?: ArrayBuffer[]): Promise<unknown> {
+  private call(m: Extract<ToWorker, { cid: number }>, transfer?: ArrayBuffer[]): Promise<unknown> {
     if (this.failure) return Promise.reject(this.failure);
     const cid = this.nextCid++;
     return new Promise((resolve, reject) => {
@@ -170,7 +170,7 @@ export class ThreadEngine implements WorkerEngine {
     });
   }
 
-  private receive(m: FromThread): void {
+  private receive(m: FromWorker): void {
     switch (m.op) {
       case "state":
         return this.absorb(m.state);
@@ -196,13 +196,13 @@ export class ThreadEngine implements WorkerEngine {
       case "reply": {
         const c = this.calls.get(m.cid);
         this.calls.delete(m.cid);
-        if (m.error !== undefined) c?.reject(new WorkerThreadError(m.error));
+        if (m.error !== undefined) c?.reject(new RemoteWorkerError(m.error));
         else c?.resolve(m.value);
       }
     }
   }
 
-  private absorb(s: ThreadState): void {
+  private absorb(s: WorkerReport): void {
     this.state = s;
     for (const e of s.events) this.kvEvents.publish(e);
     for (const r of s.steps) this.onStep(this.id, r);
