@@ -124,5 +124,5 @@ export function serveWorker(port: ThreadPort): void {
 
   port.onMessage((m) => void handle(m as ToWorker));
   // A cluster that goes away without stopping the engine (a dropped connection) still frees it.
-  port.onError(() => void engine?.stop());
+  port.onError(() => void engine?.stop().catch(() => {}));
 }

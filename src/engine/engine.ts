@@ -48,6 +48,7 @@ export class Engine implements ServingEngine {
   private wake: (() => void) | undefined;
   private loopDone: Promise<void> | undefined;
   private stopped = false;
+  private stopping: Promise<void> | undefined;
   private readonly turns: EngineSessions | undefined;
   private readonly mixing: AutoStepMixing | undefined;
   private readonly offload: HostKvOffload | undefined;
@@ -154,12 +155,16 @@ export class Engine implements ServingEngine {
   }
 
   /** Stops the loop and cancels everything still active. */
-  async stop(): Promise<void> {
-    this.stopped = true;
-    for (const id of [...this.active.keys()]) this.cancel(id);
-    this.wake?.();
-    await this.loopDone;
-    this.opts.runner.close();
+  stop(): Promise<void> {
+    // Idempotent: the device memory is released once, however many callers ask.
+    this.stopping ??= (async () => {
+      this.stopped = true;
+      for (const id of [...this.active.keys()]) this.cancel(id);
+      this.wake?.();
+      await this.loopDone;
+      this.opts.runner.close();
+    })();
+    return this.stopping;
   }
 
   /** Scheduler gauges and counters (queue, running, KV blocks, prefix hits) and the host tier's. */

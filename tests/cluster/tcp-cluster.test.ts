@@ -56,6 +56,15 @@ test("startTcpCluster() drives worker processes over TCP and moves a prefill's K
     } finally {
       await cl.stop();
     }
+    // The worker processes outlive the cluster: a new one connects and is served.
+    const again = await startTcpCluster(model, modelPath, "reference", workers.map((w) => w.addr), { planner: "none", engine: { numBlocks: 64 } });
+    try {
+      const r = await run(again, greedy(STORY));
+      assert.deepEqual(r.streamed, expected.streamed);
+    } finally {
+      await again.stop();
+    }
+    for (const w of workers) assert.equal(w.child.exitCode, null, "the worker is still running");
   } finally {
     for (const w of workers) w.child.kill();
   }

@@ -91,3 +91,10 @@ test("Engine applies stop strings, seeds and context limits", async () => {
   await Promise.all(hs.map((h) => h.result));
   await e.stop();
 });
+
+test("Engine.stop() may be called more than once", async () => {
+  const e = engine({ numBlocks: 16 });
+  await collect(e, { prompt: golden.prompt_ids_with_bos, maxTokens: 2, temperature: 0 });
+  await Promise.all([e.stop(), e.stop()]);
+  await e.stop();
+});
