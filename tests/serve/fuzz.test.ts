@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import fc from "fast-check";
 import { projectRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createCluster } from "../../src/cluster/create-cluster.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { createApp } from "../../src/serve/app.ts";
@@ -102,4 +103,26 @@ test("API fuzzing over a real socket: malformed bodies get 4xx and the server st
     await engine.stop();
     await srv.close();
   }
+});
+
+test("API fuzzing (fast-check) against a cluster with a prefill worker: never a 5xx, every block back", async () => {
+  const cluster = createCluster(createReferenceBackend(), model, {
+    workers: 2, roles: ["prefill", "decode"], planner: "none", router: "kv-aware", routerOptions: { localPrefillThreshold: 0 },
+    engine: { numBlocks: 64, maxModelLen: 48 },
+  });
+  const app = createApp({ engine: cluster, model, modelName: "stories260K", maxBodyBytes: 64 * 1024 });
+  const statuses = new Map<number, number>();
+  await fc.assert(
+    fc.asyncProperty(path, body, async (p, b) => {
+      const res = await app.request(p, { method: "POST", headers: { "content-type": "application/json" }, body: b });
+      const text = await res.text();
+      statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+      assert.ok(res.status < 500, `${p} answered ${res.status} to ${b.slice(0, 200)}: ${text.slice(0, 200)}`);
+    }),
+    { numRuns: 600, seed: 13 },
+  );
+  assert.ok((statuses.get(200) ?? 0) > 0, `some near-valid bodies are served: ${JSON.stringify([...statuses])}`);
+  assert.ok(cluster.counters.prefillHandoffs > 0, "served bodies went through the prefill worker");
+  assert.equal(cluster.stats().kvUsedBlocks, 0);
+  await cluster.stop();
 });
