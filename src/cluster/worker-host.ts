@@ -5,6 +5,7 @@
  * message per turn of the event loop). remote-engine.ts is the cluster's side.
  */
 import { selectBackend } from "../backend/select.ts";
+import type { Backend } from "../backend/types.ts";
 import { createEngine } from "../engine/engine-factory.ts";
 import type { Engine } from "../engine/engine.ts";
 import type { RequestHandle } from "../engine/engine-types.ts";
@@ -18,6 +19,7 @@ import { type FromWorker, prefixBuffers, type WorkerReport, type ToWorker } from
 export function serveWorker(port: ThreadPort): void {
   const send = (m: FromWorker, transfer?: ArrayBuffer[]) => port.post(m, transfer);
   let engine: Engine | undefined;
+  let backend: Backend | undefined;
   const handles = new Map<number, RequestHandle>();
   let events: KvEvent[] = [];
   let steps: StepRecord[] = [];
@@ -47,8 +49,10 @@ export function serveWorker(port: ThreadPort): void {
   async function init(m: Extract<ToWorker, { op: "init" }>): Promise<void> {
     try {
       const model = await loadModel(m.modelPath);
-      const { backend, reason } = await selectBackend(m.backend);
-      const e = createEngine(backend, model, {
+      const picked = await selectBackend(m.backend);
+      backend = picked.backend;
+      const reason = picked.reason;
+      const e = createEngine(picked.backend, model, {
         ...m.engine, workerId: m.workerId,
         onStep: (r) => {
           steps.push(r);
@@ -113,7 +117,7 @@ export function serveWorker(port: ThreadPort): void {
             send({ op: "reply", cid: m.cid, value: e.importPrefix(m.prefix, m.sessionId) });
             report();
           } else {
-            await e.stop();
+            await shutdown();
             send({ op: "reply", cid: m.cid });
           }
         } catch (err) {
@@ -123,6 +127,13 @@ export function serveWorker(port: ThreadPort): void {
   }
 
   port.onMessage((m) => void handle(m as ToWorker));
+  /** Stops the engine and releases the backend (once, however often asked). */
+  async function shutdown(): Promise<void> {
+    await engine?.stop();
+    backend?.destroy();
+    backend = undefined;
+  }
+
   // A cluster that goes away without stopping the engine (a dropped connection) still frees it.
-  port.onError(() => void engine?.stop().catch(() => {}));
+  port.onError(() => void shutdown().catch(() => {}));
 }
