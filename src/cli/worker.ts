@@ -24,7 +24,7 @@ async function main(): Promise<void> {
   const listen = f.listen ?? "127.0.0.1:9001";
   let addr: { host: string; port: number };
   try {
-    addr = /:0$/.test(listen) ? { host: listen.slice(0, -2).replace(/^\[|\]$/g, ""), port: 0 } : parseAddress(listen);
+    addr = parseAddress(listen, 0);
   } catch (e) {
     throw new ArgsError((e as Error).message);
   }

@@ -69,7 +69,7 @@ export async function startTcpCluster(
   model: LoadedModel, modelPath: string, backend: BackendChoice, addresses: readonly string[], o: Omit<CreateClusterOptions, "workers">,
 ): Promise<Cluster> {
   if (addresses.length === 0) throw new RangeError("A TCP cluster needs at least one worker address");
-  const parsed = addresses.map(parseAddress);
+  const parsed = addresses.map((a) => parseAddress(a));
   return startRemoteCluster(model, { ...o, workers: parsed.length }, async (id, engine, onStep) => {
     const i = Number(id.slice("worker-".length));
     const port = await connectPort(parsed[i].host, parsed[i].port).catch((e: Error) => {
@@ -79,11 +79,14 @@ export async function startTcpCluster(
   });
 }
 
-/** "host:port" (IPv6 hosts in brackets) → its parts; throws RangeError quoting a bad one. */
-export function parseAddress(a: string): { host: string; port: number } {
+/**
+ * "host:port" (IPv6 hosts in brackets) → its parts; throws RangeError quoting a bad one. Port 0 (any
+ * free port) only where `minPort` is 0: an address to listen on, not one to connect to.
+ */
+export function parseAddress(a: string, minPort = 1): { host: string; port: number } {
   const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d+)$/.exec(a);
   const port = m ? Number(m[3]) : NaN;
-  if (!m || !(port > 0 && port < 65536)) throw new RangeError(`A worker address must be host:port, got "${a}"`);
+  if (!m || !(port >= minPort && port < 65536)) throw new RangeError(`A worker address must be host:port, got "${a}"`);
   return { host: m[1] ?? m[2], port };
 }
 

@@ -1,6 +1,5 @@
-/** What an {@link Engine} is built from and how it behaves (engine.ts). */
+/** What an engine (engine.ts) is built from and how it behaves. */
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
-import type { Engine } from "./engine.ts";
 import type { StepRunner } from "./engine-runner.ts";
 import type { KvRetention } from "./engine-sessions.ts";
 import type { SchedulerConfig } from "./scheduler-types.ts";

@@ -76,19 +76,11 @@ export class Engine implements ServingEngine {
     this.maxWaiting = opts.maxWaiting ?? 1024;
   }
 
-  /**
-   * Checks a request against this engine's limits without queueing it; returns its output budget.
-   * Throws the typed errors of engine-types.ts.
-   */
-  checkRequest(req: GenerateRequest): number {
-    return outputBudget(req, this.maxModelLen);
-  }
-
   /** Queues a request and starts the loop if needed. Throws the typed errors of engine-types.ts. */
   submit(req: GenerateRequest): RequestHandle {
     if (this.stopped) throw new EngineOverloadedError("The engine is shutting down");
     const n = req.prompt.length;
-    const maxTokens = this.checkRequest(req);
+    const maxTokens = outputBudget(req, this.maxModelLen);
     if (this.scheduler.stats().waiting >= this.maxWaiting) {
       this.metrics.rejected++;
       throw new EngineOverloadedError(`${this.maxWaiting} requests are already waiting`);

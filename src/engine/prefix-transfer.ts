@@ -25,13 +25,6 @@ export class PrefixTransferError extends Error {
   override name = "PrefixTransferError";
 }
 
-/** Bytes a moved prefix occupies on the host (K and V, every layer). */
-export function prefixBytes(p: PrefixKv): number {
-  let n = 0;
-  for (const a of [...p.kv.k, ...p.kv.v]) n += a.byteLength;
-  return n;
-}
-
 /**
  * Reads the KV of the longest cached run of full blocks that prefixes `tokens` (at most `maxBlocks`);
  * null when none is cached. The blocks are only held while the copy is enqueued.

@@ -1,30 +1,18 @@
 import assert from "node:assert/strict";
-import { projectRoot, sharedRoot, test } from "../harness.ts";
+import { sharedRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createCluster, type CreateClusterOptions } from "../../src/cluster/create-cluster.ts";
 import type { Cluster } from "../../src/cluster/cluster.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
-import type { GenerateRequest, RequestHandle, ServingEngine } from "../../src/engine/engine-types.ts";
-import { loadModel } from "../../src/model/load.ts";
 import { readTextFile } from "../../src/runtime/fs.ts";
 import type { MetricsSnapshot, Planner, PlannerAction } from "../../planner/types.ts";
+import { greedy, model, oneEngine, run, STORY } from "./fixtures.ts";
 
-const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
 const golden = JSON.parse(await readTextFile(`${sharedRoot}/reference/stories260K-greedy.json`)) as { prompt_ids_with_bos: number[]; greedy20: number[] };
-const STORY = model.tokenizer.encode("Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends every day.", { addBos: true });
 
 function cluster(o: Partial<CreateClusterOptions> & { workers: number }): Cluster {
   return createCluster(createReferenceBackend(), model, { planner: "none", engine: { numBlocks: 64 }, ...o });
 }
-
-async function run(s: ServingEngine, req: GenerateRequest) {
-  const h: RequestHandle = s.submit(req);
-  const streamed: number[] = [];
-  for await (const d of h.stream) streamed.push(...d.tokenIds);
-  return { streamed, result: await h.result, handle: h };
-}
-
-const greedy = (prompt: number[], maxTokens = 20): GenerateRequest => ({ prompt, maxTokens, temperature: 0, ignoreEos: true });
 
 test("Engine.importPrefix() makes another engine's cached prefix a hit that generates what recomputing does", async () => {
   const a = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
@@ -50,13 +38,11 @@ test("Engine.importPrefix() makes another engine's cached prefix a hit that gene
 });
 
 test("Cluster hands a prefill from a prefill worker to a decode worker and streams what one engine would", async () => {
-  const single = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
-  const expected = await run(single, greedy(STORY));
-  await single.stop();
+  const expected = await oneEngine(greedy(STORY));
   const cl = cluster({ workers: 2, roles: ["prefill", "decode"], router: "kv-aware", routerOptions: { localPrefillThreshold: 0 } });
   const { streamed, result } = await run(cl, greedy(STORY));
-  assert.deepEqual(streamed, expected.streamed);
-  assert.deepEqual(result.tokenIds, expected.result.tokenIds);
+  assert.deepEqual(streamed, expected);
+  assert.deepEqual(result.tokenIds, expected);
   assert.equal(cl.counters.prefillHandoffs, 1);
   const [pre, dec] = cl.workers;
   assert.equal(pre.engine.metrics.finished.get("prefill_done"), 1, "the prefill worker stopped at the first token");
@@ -66,7 +52,7 @@ test("Cluster hands a prefill from a prefill worker to a decode worker and strea
   assert.equal(cl.metrics.ttft.count, 1);
   assert.equal(cl.metrics.finished.get("length"), 1);
   // A prompt shorter than a block moves nothing and still decodes the golden tokens.
-  const short = await run(cl, greedy(golden.prompt_ids_with_bos));
+  const short = await run(cl, greedy(golden.prompt_ids_with_bos, 20));
   assert.deepEqual(short.streamed, golden.greedy20);
   assert.equal(cl.counters.prefillHandoffs, 2);
   await cl.stop();
@@ -134,7 +120,7 @@ test("Cluster.tick() shows the planner measured steps and applies its flips, thr
   assert.equal(cl.localPrefillThreshold, 0);
   assert.equal(cl.stepMixing, "split");
   // worker-1 now only prefills: a new prompt is prefilled there when the router sends it, and decoded on worker-0.
-  const next = await run(cl, greedy(golden.prompt_ids_with_bos));
+  const next = await run(cl, greedy(golden.prompt_ids_with_bos, 20));
   assert.deepEqual(next.streamed, golden.greedy20);
   assert.equal(cl.workers[1].engine.stats().running + cl.workers[1].engine.stats().waiting, 0);
   assert.equal(cl.workers[1].engine.metrics.finished.get("length") ?? 0, 0, "no whole request ran on the prefill worker");
@@ -151,7 +137,7 @@ test("Cluster cancels a request while its prefill runs elsewhere, and keeps serv
   const r = await h.result;
   assert.equal(r.finishReason, "abort");
   assert.equal(r.error, undefined);
-  const after = await run(cl, greedy(golden.prompt_ids_with_bos));
+  const after = await run(cl, greedy(golden.prompt_ids_with_bos, 20));
   assert.deepEqual(after.streamed, golden.greedy20);
   for (const w of cl.workers) assert.equal(w.engine.stats().kvUsedBlocks, 0, `${w.id} holds no blocks once idle`);
   await cl.stop();

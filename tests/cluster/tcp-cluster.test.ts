@@ -2,24 +2,9 @@
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
 import { projectRoot, test } from "../harness.ts";
-import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { parseAddress, startTcpCluster } from "../../src/cluster/create-cluster.ts";
 import { RemoteWorkerError } from "../../src/cluster/remote-engine.ts";
-import { createEngine } from "../../src/engine/engine-factory.ts";
-import type { GenerateRequest, ServingEngine } from "../../src/engine/engine-types.ts";
-import { loadModel } from "../../src/model/load.ts";
-
-const modelPath = `${projectRoot}/models/stories260K.gguf`;
-const model = await loadModel(modelPath);
-const STORY = model.tokenizer.encode("Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends every day.", { addBos: true });
-const greedy = (prompt: number[], maxTokens = 16): GenerateRequest => ({ prompt, maxTokens, temperature: 0, ignoreEos: true });
-
-async function run(s: ServingEngine, req: GenerateRequest) {
-  const h = s.submit(req);
-  const streamed: number[] = [];
-  for await (const d of h.stream) streamed.push(...d.tokenIds);
-  return { streamed, result: await h.result };
-}
+import { greedy, model, modelPath, oneEngine, run, STORY } from "./fixtures.ts";
 
 /** Starts `worker --listen 127.0.0.1:0` under Node; resolves with its address once it listens. */
 function startWorker(): Promise<{ addr: string; child: ChildProcess }> {
@@ -38,9 +23,7 @@ function startWorker(): Promise<{ addr: string; child: ChildProcess }> {
 }
 
 test("startTcpCluster() drives worker processes over TCP and moves a prefill's KV between them", async () => {
-  const single = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
-  const expected = await run(single, greedy(STORY));
-  await single.stop();
+  const expected = await oneEngine(greedy(STORY));
   const workers = await Promise.all([startWorker(), startWorker()]);
   try {
     const cl = await startTcpCluster(model, modelPath, "reference", workers.map((w) => w.addr), {
@@ -48,7 +31,7 @@ test("startTcpCluster() drives worker processes over TCP and moves a prefill's K
     });
     try {
       const { streamed, result } = await run(cl, greedy(STORY));
-      assert.deepEqual(streamed, expected.streamed, "two processes stream what one engine generates");
+      assert.deepEqual(streamed, expected, "two processes stream what one engine generates");
       assert.equal(cl.counters.prefillHandoffs, 1);
       assert.equal(result.cachedTokens, Math.floor((STORY.length - 1) / 16) * 16, "the decode process started from KV sent over TCP");
       const more = await Promise.all(Array.from({ length: 4 }, (_, i) => run(cl, greedy(STORY.slice(0, 20 + i), 6))));
@@ -60,7 +43,7 @@ test("startTcpCluster() drives worker processes over TCP and moves a prefill's K
     const again = await startTcpCluster(model, modelPath, "reference", workers.map((w) => w.addr), { planner: "none", engine: { numBlocks: 64 } });
     try {
       const r = await run(again, greedy(STORY));
-      assert.deepEqual(r.streamed, expected.streamed);
+      assert.deepEqual(r.streamed, expected);
     } finally {
       await again.stop();
     }
@@ -78,6 +61,8 @@ test("startTcpCluster() names a worker it cannot reach, and parseAddress() a bad
   assert.deepEqual(parseAddress("[::1]:9001"), { host: "::1", port: 9001 });
   assert.throws(() => parseAddress("localhost"), /host:port, got "localhost"/);
   assert.throws(() => parseAddress("h:70000"), /host:port, got "h:70000"/);
+  assert.throws(() => parseAddress("127.0.0.1:0"), /host:port, got "127.0.0.1:0"/, "port 0 is no address to connect to");
+  assert.deepEqual(parseAddress("127.0.0.1:0", 0), { host: "127.0.0.1", port: 0 }, "a worker may listen on any free port");
 });
 
 test("startServer({ transport: \"tcp\" }) serves the openai client from worker processes", async () => {

@@ -1,34 +1,17 @@
 import assert from "node:assert/strict";
 import { projectRoot, test } from "../harness.ts";
-import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { startThreadCluster } from "../../src/cluster/create-cluster.ts";
 import { RemoteWorkerError } from "../../src/cluster/remote-engine.ts";
-import { createEngine } from "../../src/engine/engine-factory.ts";
-import type { GenerateRequest, ServingEngine } from "../../src/engine/engine-types.ts";
-import { loadModel } from "../../src/model/load.ts";
-
-const modelPath = `${projectRoot}/models/stories260K.gguf`;
-const model = await loadModel(modelPath);
-const STORY = model.tokenizer.encode("Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends every day.", { addBos: true });
-const greedy = (prompt: number[], maxTokens = 16): GenerateRequest => ({ prompt, maxTokens, temperature: 0, ignoreEos: true });
-
-async function run(s: ServingEngine, req: GenerateRequest) {
-  const h = s.submit(req);
-  const streamed: number[] = [];
-  for await (const d of h.stream) streamed.push(...d.tokenIds);
-  return { streamed, result: await h.result };
-}
+import { greedy, model, modelPath, oneEngine, run, STORY } from "./fixtures.ts";
 
 test("startThreadCluster() runs each worker's engine in a thread and moves a prefill's KV between threads", async () => {
-  const single = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
-  const expected = await run(single, greedy(STORY));
-  await single.stop();
+  const expected = await oneEngine(greedy(STORY));
   const cl = await startThreadCluster(model, modelPath, "reference", {
     workers: 2, roles: ["prefill", "decode"], planner: "none", router: "kv-aware", routerOptions: { localPrefillThreshold: 0 }, engine: { numBlocks: 64 },
   });
   try {
     const { streamed, result } = await run(cl, greedy(STORY));
-    assert.deepEqual(streamed, expected.streamed, "the thread pair streams what one engine generates");
+    assert.deepEqual(streamed, expected, "the thread pair streams what one engine generates");
     assert.equal(cl.counters.prefillHandoffs, 1);
     assert.equal(result.cachedTokens, Math.floor((STORY.length - 1) / 16) * 16, "the decode thread started from the moved KV");
     // Parallel requests all complete, and the threads' reports reach the cluster's gauges.

@@ -1,0 +1,32 @@
+/** What the cluster tests share: the bundled model, a prompt longer than a block, and a greedy run that collects the stream. */
+import { projectRoot } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import type { GenerateRequest, RequestHandle, ServingEngine } from "../../src/engine/engine-types.ts";
+import { loadModel } from "../../src/model/load.ts";
+
+export const modelPath = `${projectRoot}/models/stories260K.gguf`;
+export const model = await loadModel(modelPath);
+/** 38 tokens: two full KV blocks to move, and a partial one. */
+export const STORY = model.tokenizer.encode("Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends every day.", { addBos: true });
+
+/** A greedy request that ignores EOS (a fixed number of tokens). */
+export const greedy = (prompt: number[], maxTokens = 16): GenerateRequest => ({ prompt, maxTokens, temperature: 0, ignoreEos: true });
+
+/** Submits `req`, reads its whole stream, and returns the streamed ids with the result. */
+export async function run(s: ServingEngine, req: GenerateRequest): Promise<{ streamed: number[]; result: Awaited<RequestHandle["result"]>; handle: RequestHandle }> {
+  const handle = s.submit(req);
+  const streamed: number[] = [];
+  for await (const d of handle.stream) streamed.push(...d.tokenIds);
+  return { streamed, result: await handle.result, handle };
+}
+
+/** What one engine on the reference backend streams for `req`: the oracle a cluster must match. */
+export async function oneEngine(req: GenerateRequest): Promise<number[]> {
+  const e = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+  try {
+    return (await run(e, req)).streamed;
+  } finally {
+    await e.stop();
+  }
+}
