@@ -47,6 +47,16 @@ export class GlobalBlockIndex {
     else for (const h of e.hashes) this.set(h, w, TIER_BIT[e.to], true);
   }
 
+  /**
+   * Forgets every block `workerId` holds (it left the cluster; a worker that comes back under the
+   * same name starts empty). O(known hashes).
+   */
+  removeWorker(workerId: string): void {
+    const w = this.idx.get(workerId);
+    if (w === undefined) return;
+    for (const h of this.holders.keyList()) this.set(h, w, 7, false);
+  }
+
   /** Tiers (bitmask: device 1, host 2, remote 4) on which `workerId` holds `hash`. */
   tiersOf(hash: BlockHash, workerId: string): number {
     const w = this.idx.get(workerId);

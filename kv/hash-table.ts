@@ -124,6 +124,13 @@ export class BlockHashTable<V> {
     return true;
   }
 
+  /** Every key, in no particular order (a copy: the table may change while it is walked). */
+  keyList(): BlockHash[] {
+    const out: BlockHash[] = [];
+    for (const k of this.keys) if (k !== EMPTY) out.push(k);
+    return out;
+  }
+
   private grow(): void {
     const oldKeys = this.keys;
     const oldVals = this.vals;

@@ -17,6 +17,7 @@ import { isReasoningParser, REASONING_PARSERS } from "../serve/reasoning.ts";
 import { startServer } from "../serve/server.ts";
 import { CLUSTER_ROUTERS, isClusterRouter } from "../cluster/cluster-router.ts";
 import { RemoteWorkerError } from "../cluster/remote-engine.ts";
+import { ControlPlaneError } from "../cluster/nats-membership.ts";
 import type { Role } from "../../planner/types.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 
@@ -51,6 +52,9 @@ const FLAGS = {
   router: { kind: "string", help: "session|kv-aware: our session/transfer-aware router or Dynamo's KV-aware cost (default session; with --workers)" },
   transport: { kind: "string", help: "in-process|threads|tcp: workers share this thread and one backend, each run in a worker thread, or are worker processes at --worker-addrs (default in-process; with --workers or --worker-addrs)" },
   "worker-addrs": { kind: "string", help: "host:port of each worker process (`deno task worker --listen host:port`), comma-separated; with --transport tcp" },
+  nats: { kind: "string", help: "NATS server (host:port or nats://host:port) where worker processes announce themselves (`deno task worker --nats URL`): they join and leave while the server runs (implies --transport tcp)" },
+  "cluster-name": { kind: "string", help: "the cluster's name on the NATS server, so several share one (default \"default\"; with --nats)" },
+  "drain-timeout": { kind: "number", min: 0, help: "seconds a leaving worker's requests may run before it is stopped (default 60; with --nats)" },
   help: { kind: "boolean", help: "show this help" },
 } satisfies FlagSpecs;
 
@@ -85,9 +89,18 @@ async function main(): Promise<void> {
   if (planner !== "online" && planner !== "none") throw new ArgsError(`Unknown planner "${planner}"; choose online or none`);
   const router = f.router ?? "session";
   if (!isClusterRouter(router)) throw new ArgsError(`Unknown router "${router}"; choose ${CLUSTER_ROUTERS.join(" or ")}`);
-  const transport = f.transport ?? "in-process";
+  const nats = f.nats;
+  if (nats !== undefined && f["worker-addrs"] !== undefined) throw new ArgsError("--nats and --worker-addrs do not go together: with --nats, workers announce their own addresses");
+  if (nats !== undefined && f.transport !== undefined && f.transport !== "tcp") throw new ArgsError(`--nats needs worker processes (--transport tcp), not --transport ${f.transport}`);
+  for (const flag of ["cluster-name", "drain-timeout"] as const) {
+    if (f[flag] !== undefined && nats === undefined) throw new ArgsError(`Flag --${flag} ${f[flag]} needs --nats`);
+  }
+  if (nats !== undefined && (f.roles !== undefined || f.workers !== undefined)) {
+    throw new ArgsError(`Flag --${f.roles !== undefined ? "roles" : "workers"} needs a fixed worker set; with --nats, workers join by themselves as mixed and the planner sets their roles`);
+  }
+  const transport = f.transport ?? (nats !== undefined ? "tcp" : "in-process");
   if (transport !== "in-process" && transport !== "threads" && transport !== "tcp") throw new ArgsError(`Unknown transport "${transport}"; choose in-process, threads or tcp`);
-  if ((transport === "tcp") !== (workerAddrs !== undefined)) throw new ArgsError("--transport tcp and --worker-addrs go together");
+  if ((transport === "tcp") !== (workerAddrs !== undefined || nats !== undefined)) throw new ArgsError("--transport tcp needs --worker-addrs or --nats, and they need it");
   if (workerAddrs !== undefined && f.workers !== undefined && f.workers !== workerAddrs.length) {
     throw new ArgsError(`--workers ${f.workers} does not match the ${workerAddrs.length} addresses of --worker-addrs`);
   }
@@ -111,6 +124,7 @@ async function main(): Promise<void> {
     maxNumSeqs: f["max-num-seqs"],
     maxWaiting: f["max-waiting"],
     ...(cluster ? { workers, roles: roles as Role[] | undefined, planner, router, transport, ...(workerAddrs ? { workerAddrs } : {}) } : { role: role as WorkerRole }),
+    ...(nats !== undefined ? { nats, clusterName: f["cluster-name"], ...(f["drain-timeout"] !== undefined ? { drainMs: f["drain-timeout"] * 1000 } : {}) } : {}),
     preemption: preemption as PreemptionMode,
     swapSpaceBlocks: f["swap-space-blocks"],
     prefillOrder: order === "fcfs" ? FCFS : AGED_SHORT_FIRST,
@@ -125,15 +139,16 @@ async function main(): Promise<void> {
     ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
     : `; reasoning parser ${reasoningParser} (<think>/</think> are not single tokens: KV of reasoning not typed)`;
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${st.kvTotalBlocks} blocks (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixing}, max model len ${s.serving.maxModelLen}` +
-      (s.cluster ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") + "; " +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixing}, max model len ${s.serving.maxModelLen}` +
+      (s.cluster && nats !== undefined ? `; workers join through NATS at ${nats}, ${router} router, planner ${planner}` : "") +
+      (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") + "; " +
       `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,
   );
 }
 
 main().catch((e: unknown) => {
   const known = e instanceof ArgsError || e instanceof ModelLoadError || e instanceof BackendUnavailableError || e instanceof RangeError ||
-    e instanceof RemoteWorkerError;
+    e instanceof RemoteWorkerError || e instanceof ControlPlaneError;
   console.error(known ? `serve: ${(e as Error).message}` : `serve: unexpected error: ${e instanceof Error ? e.stack : String(e)}`);
   // As generate: a mistake the user can fix exits 2, anything else 1.
   exitProcess(known ? 2 : 1);

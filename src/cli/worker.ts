@@ -3,10 +3,17 @@
  * server started with `--transport tcp --worker-addrs host:port,...` connects, tells it which model
  * (a path on this machine) and backend to load, and drives it over the cluster protocol
  * (src/cluster/worker-host.ts). Each connection gets its own engine; it ends with the connection.
+ * With `--nats URL` it also announces itself there, so a server started with `--nats URL` finds it
+ * (src/cluster/nats-membership.ts); on SIGINT or SIGTERM it announces that it is leaving, lets the
+ * server drain and stop it, and exits.
  *
  *   deno task worker --listen 127.0.0.1:9001
+ *   deno task worker --listen 0.0.0.0:9001 --nats nats://10.0.0.5:4222 --advertise 10.0.0.7:9001
  */
 import net from "node:net";
+import os from "node:os";
+import process from "node:process";
+import { announceWorker, connectControlPlane, ControlPlaneError, controlSubjects } from "../cluster/nats-membership.ts";
 import { socketPort } from "../cluster/tcp-port.ts";
 import { serveWorker } from "../cluster/worker-host.ts";
 import { parseAddress } from "../cluster/create-cluster.ts";
@@ -15,6 +22,11 @@ import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 
 const FLAGS = {
   listen: { kind: "string", help: "host:port to accept the cluster's connection on (port 0 picks a free one; default 127.0.0.1:9001)" },
+  nats: { kind: "string", help: "NATS server (host:port or nats://host:port) to announce this worker on, for a server started with --nats" },
+  "cluster-name": { kind: "string", help: "the cluster to join on that NATS server (default \"default\"; with --nats)" },
+  id: { kind: "string", help: "this worker's name in the cluster (default HOSTNAME-PORT; with --nats)" },
+  advertise: { kind: "string", help: "host:port servers connect to (default: the listening address, or this machine's name when listening on all interfaces; with --nats)" },
+  "drain-timeout": { kind: "number", min: 0, help: "seconds to wait, after announcing that it leaves, for the server to stop this worker's engines before exiting (default 90; with --nats)" },
   help: { kind: "boolean", help: "show this help" },
 } satisfies FlagSpecs;
 
@@ -28,17 +40,56 @@ async function main(): Promise<void> {
   } catch (e) {
     throw new ArgsError((e as Error).message);
   }
-  const server = net.createServer((socket) => serveWorker(socketPort(socket)));
+  for (const flag of ["cluster-name", "id", "advertise", "drain-timeout"] as const) {
+    if (f[flag] !== undefined && f.nats === undefined) throw new ArgsError(`Flag --${flag} ${f[flag]} needs --nats`);
+  }
+  const clusterName = f["cluster-name"] ?? "default";
+  if (f.nats !== undefined) {
+    try {
+      controlSubjects(clusterName);
+      if (f.advertise !== undefined) parseAddress(f.advertise);
+    } catch (e) {
+      throw new ArgsError((e as Error).message);
+    }
+  }
+  let open = 0;
+  const server = net.createServer((socket) => {
+    open++;
+    socket.on("close", () => open--);
+    serveWorker(socketPort(socket));
+  });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(addr.port, addr.host, () => resolve());
   });
   const bound = server.address() as net.AddressInfo;
-  console.error(`worker: listening on ${addr.host.includes(":") ? `[${addr.host}]` : addr.host}:${bound.port}`);
+  const bracket = (h: string) => (h.includes(":") ? `[${h}]` : h);
+  console.error(`worker: listening on ${bracket(addr.host)}:${bound.port}`);
+  if (f.nats === undefined) return;
+  const anyHost = addr.host === "0.0.0.0" || addr.host === "::";
+  const advertise = f.advertise ?? `${bracket(anyHost ? os.hostname() : addr.host)}:${bound.port}`;
+  const id = f.id ?? `${os.hostname()}-${bound.port}`;
+  const nc = await connectControlPlane(f.nats, `evolving-worker ${id}`);
+  const announcer = announceWorker(nc, clusterName, { id, addr: advertise });
+  console.error(`worker: announced as "${id}" at ${advertise} on cluster "${clusterName}" (NATS ${f.nats})`);
+  let leaving = false;
+  const leave = async () => {
+    if (leaving) return exitProcess(1); // a second signal: stop now
+    leaving = true;
+    console.error(`worker: leaving; waiting for the server to drain ${open} connection${open === 1 ? "" : "s"}`);
+    await announcer.leave().catch(() => {});
+    const deadline = Date.now() + (f["drain-timeout"] ?? 90) * 1000;
+    while (open > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    await announcer.close();
+    server.close();
+    exitProcess(open > 0 ? 1 : 0);
+  };
+  process.on("SIGINT", () => void leave());
+  process.on("SIGTERM", () => void leave());
 }
 
 main().catch((e: unknown) => {
-  const known = e instanceof ArgsError || (e instanceof Error && "code" in e);
+  const known = e instanceof ArgsError || e instanceof ControlPlaneError || (e instanceof Error && "code" in e);
   console.error(known ? `worker: ${(e as Error).message}` : `worker: unexpected error: ${e instanceof Error ? e.stack : String(e)}`);
   exitProcess(known ? 2 : 1);
 });

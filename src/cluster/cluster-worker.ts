@@ -15,6 +15,10 @@ import type { WorkerEngine } from "./worker-engine.ts";
 export class ClusterWorker {
   /** What the router sends here: whole requests (decode, mixed) or prefills to hand on (prefill). */
   role: Role;
+  /** Leaving the cluster: the router sends it nothing new (see Cluster.removeWorker). */
+  draining = false;
+  /** Requests routed through this worker (decoding, prefilling or sending a prefix) not yet finished. */
+  inFlight = 0;
   private readonly window: StepWindow;
 
   constructor(readonly engine: WorkerEngine, role: Role, initialPrefillRate: number) {
@@ -49,7 +53,7 @@ export class ClusterWorker {
     const q = this.engine.queueState();
     const s = this.engine.stats();
     return {
-      id: this.id, role: this.role, state: "serving", waitingPrefillTokens: q.waitingPrefillTokens, queueDelayS: q.oldestWaitS,
+      id: this.id, role: this.role, state: this.draining ? "draining" : "serving", waitingPrefillTokens: q.waitingPrefillTokens, queueDelayS: q.oldestWaitS,
       decodeBatch: q.decoding, waitingDecodes: q.waitingDecodes, kvUsage: s.kvUsedBlocks / Math.max(1, s.kvTotalBlocks),
       ...this.window.take(),
     };

@@ -11,7 +11,7 @@ import type { LinkModel, RouteCandidate, SessionRoute, SessionRouterOptions } fr
 import type { CompletedRequest, MetricsSnapshot, Planner, PlannerAction, Role } from "../../planner/types.ts";
 import { EngineMetrics } from "../engine/engine-metrics.ts";
 import {
-  type EngineStats, EngineOverloadedError, type GenerateRequest, type GenerateResult, outputBudget, type RequestHandle, type ServingEngine, type WorkerStatus,
+  type EngineStats, EngineOverloadedError, type GenerateRequest, NoWorkerError, type GenerateResult, outputBudget, type RequestHandle, type ServingEngine, type WorkerStatus,
 } from "../engine/engine-types.ts";
 import type { StepMixing } from "../engine/scheduler-types.ts";
 import { ClusterWorker } from "./cluster-worker.ts";
@@ -38,6 +38,12 @@ export interface ClusterOptions {
   initialPrefillRate?: number;
   /** Milliseconds on a monotonic clock. */
   now?: () => number;
+  /**
+   * Context limit and KV block size of the model, required when the cluster starts with no worker
+   * (workers join later, see {@link Cluster.addWorker}); otherwise taken from the engines. The limit
+   * holds only while no worker is in the cluster.
+   */
+  shape?: { maxModelLen: number; blockSize: number };
 }
 
 /** What the cluster has done so far. */
@@ -50,6 +56,9 @@ export interface ClusterCounters {
   movedBlocks: number;
   /** Role flips applied. */
   flips: number;
+  /** Workers that joined after the start, and workers removed (drained, failed or gone). */
+  joined: number;
+  removed: number;
 }
 
 /** Sessions remembered for affinity at most (oldest forgotten first). */
@@ -58,16 +67,16 @@ const MAX_SESSIONS = 65536;
 /** Several engines serving as one. */
 export class Cluster implements ServingEngine {
   readonly metrics: EngineMetrics = new EngineMetrics();
-  readonly maxModelLen: number;
-  readonly workers: readonly ClusterWorker[];
-  readonly counters: ClusterCounters = { prefillHandoffs: 0, prefixMoves: 0, movedBlocks: 0, flips: 0 };
+  readonly counters: ClusterCounters = { prefillHandoffs: 0, prefixMoves: 0, movedBlocks: 0, flips: 0, joined: 0, removed: 0 };
+  private list: ClusterWorker[] = [];
   private readonly byId = new Map<string, ClusterWorker>();
+  private readonly unsubscribe = new Map<string, () => void>();
   private readonly index = new GlobalBlockIndex();
   private readonly lastWorker = new Map<string, string>();
   private readonly routerOptions: SessionRouterOptions;
   private readonly now: () => number;
-  private readonly maxWaiting: number;
   private readonly blockSize: number;
+  private mixing: StepMixing = "mixed";
   private nextId = 0;
   private windowStart: number;
   private arrivals = { count: 0, promptTokens: 0, uncachedTokens: 0, outputTokens: 0 };
@@ -78,20 +87,14 @@ export class Cluster implements ServingEngine {
    * {@link observeStep}.
    */
   constructor(engines: readonly WorkerEngine[], private readonly o: ClusterOptions) {
-    if (engines.length === 0) throw new RangeError("A cluster needs at least one engine");
+    if (engines.length === 0 && o.shape === undefined) throw new RangeError("A cluster with no engine at the start needs the model's shape");
     const roles = o.roles ?? engines.map((): Role => "mixed");
     if (roles.length !== engines.length) throw new RangeError(`${roles.length} roles were given for ${engines.length} workers`);
-    if (!roles.some((r) => r !== "prefill")) throw new RangeError(`At least one worker must decode; the roles are ${roles.join(",")}`);
+    if (engines.length > 0 && !roles.some((r) => r !== "prefill")) throw new RangeError(`At least one worker must decode; the roles are ${roles.join(",")}`);
     this.now = o.now ?? (() => performance.now());
-    this.workers = engines.map((e, i) => new ClusterWorker(e, roles[i], o.initialPrefillRate ?? 2000));
-    for (const w of this.workers) {
-      if (this.byId.has(w.id)) throw new RangeError(`Two workers are named "${w.id}"`);
-      this.byId.set(w.id, w);
-      w.engine.kvEvents.subscribe((e) => this.index.apply(e));
-    }
-    this.maxModelLen = Math.min(...engines.map((e) => e.maxModelLen));
-    this.blockSize = engines[0].blockSize;
-    this.maxWaiting = o.maxWaiting ?? 1024 * engines.length;
+    this.blockSize = o.shape?.blockSize ?? engines[0].blockSize;
+    if (engines.length > 0) this.mixing = engines[0].stepMixing;
+    engines.forEach((e, i) => this.attach(e, roles[i]));
     this.routerOptions = { localPrefillThreshold: 512, itlTargetS: 0.05, peerTransfer: true, peerMoveS: 0.5, memoryFullS: 1, ...o.routerOptions };
     this.windowStart = this.now() / 1000;
   }
@@ -106,21 +109,69 @@ export class Cluster implements ServingEngine {
     return this.routerOptions.localPrefillThreshold;
   }
 
-  /** The first worker's step mixing (the planner sets all workers alike). */
+  /** The longest context every worker serves (the model's shape while there is none). */
+  get maxModelLen(): number {
+    return this.list.length === 0 ? this.o.shape!.maxModelLen : Math.min(...this.list.map((w) => w.engine.maxModelLen));
+  }
+
+  /** The workers now in the cluster, draining ones included, in the order they joined. */
+  get workers(): readonly ClusterWorker[] {
+    return this.list;
+  }
+
+  /** The workers' step mixing (the planner sets all workers alike; a joining worker takes it). */
   get stepMixing(): StepMixing {
-    return this.workers[0].engine.stepMixing;
+    return this.mixing;
+  }
+
+  /**
+   * Adds a started engine while the cluster serves (a worker that joined). Its KV block size must be
+   * the cluster's (throws RangeError naming both, leaving the engine to the caller); a shorter context
+   * than the others' lowers the cluster's {@link maxModelLen} while it stays.
+   */
+  addWorker(engine: WorkerEngine, role: Role = "mixed"): ClusterWorker {
+    if (this.byId.has(engine.id)) throw new RangeError(`A worker named "${engine.id}" is already in the cluster`);
+    if (engine.blockSize !== this.blockSize) throw new RangeError(`Worker "${engine.id}" has KV blocks of ${engine.blockSize} tokens; the cluster's have ${this.blockSize}`);
+    const w = this.attach(engine, role);
+    this.counters.joined++;
+    return w;
+  }
+
+  /**
+   * Takes a worker out: no new request goes to it; with `drainMs` > 0 the requests it has (or moves a
+   * prefix for) finish first, for at most that long; then its engine stops and its blocks leave the
+   * global index. Resolves once it is gone; false when no such worker is in the cluster.
+   */
+  async removeWorker(id: string, drainMs = 0): Promise<boolean> {
+    const w = this.byId.get(id);
+    if (w === undefined || w.draining) return false;
+    w.draining = true;
+    const deadline = this.now() + drainMs;
+    while (w.inFlight > 0 && w.engine.alive && this.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    this.list = this.list.filter((x) => x !== w);
+    this.byId.delete(id);
+    this.unsubscribe.get(id)?.();
+    this.unsubscribe.delete(id);
+    this.index.removeWorker(id);
+    this.counters.removed++;
+    await w.engine.stop().catch(() => {});
+    return true;
   }
 
   /** Routes and queues a request. Throws the typed errors of engine-types.ts. */
   submit(req: GenerateRequest): RequestHandle {
     const maxTokens = outputBudget(req, this.maxModelLen);
-    const waiting = this.workers.reduce((a, w) => a + w.engine.stats().waiting, 0);
-    if (waiting >= this.maxWaiting) {
+    const waiting = this.list.reduce((a, w) => a + w.engine.stats().waiting, 0);
+    const maxWaiting = this.o.maxWaiting ?? 1024 * Math.max(1, this.list.length);
+    if (waiting >= maxWaiting) {
       this.metrics.rejected++;
-      throw new EngineOverloadedError(`${this.maxWaiting} requests are already waiting`);
+      throw new EngineOverloadedError(`${maxWaiting} requests are already waiting`);
     }
     const { route, cands } = this.route(req);
     const dec = this.byId.get(route.decodeWorker)!;
+    // Every worker the request touches stays in the cluster until it is done (see removeWorker).
+    const touched = [dec, ...[route.prefillWorker, route.prefixSource].flatMap((id) => (id == null ? [] : [this.byId.get(id)!]))];
+    for (const w of touched) w.inFlight++;
     const best = cands.reduce((a, c) => Math.max(a, c.overlapDevice), 0);
     this.arrivals.count++;
     this.arrivals.promptTokens += req.prompt.length;
@@ -132,8 +183,17 @@ export class Cluster implements ServingEngine {
     const id = this.nextId++;
     let tStart = t0;
     let h: RequestHandle;
-    if (route.prefillWorker === null && route.prefixSource === undefined) h = dec.engine.submit(req);
-    else {
+    const release = () => {
+      for (const w of touched) w.inFlight--;
+    };
+    if (route.prefillWorker === null && route.prefixSource === undefined) {
+      try {
+        h = dec.engine.submit(req);
+      } catch (e) {
+        release();
+        throw e;
+      }
+    } else {
       const hop = { cancel: () => {} };
       const start = this.hop(req, route, dec, hop).then((inner) => {
         tStart = this.now();
@@ -141,7 +201,7 @@ export class Cluster implements ServingEngine {
       });
       h = relayHandle(id, req.prompt.length, req.sessionId, start, () => hop.cancel());
     }
-    const result = h.result.then((r) => {
+    const result = h.result.finally(release).then((r) => {
       // A session the worker inferred (no key in the request) is remembered for its tool waits.
       if (req.sessionId === undefined && h.sessionId !== undefined) this.remember(h.sessionId, dec.id);
       return this.finished(r, t0, tStart);
@@ -153,18 +213,18 @@ export class Cluster implements ServingEngine {
   /** Forwards a tool wait to the worker that served the session last (every worker when unknown). */
   markToolWait(sessionId: string, tool: string): void {
     const w = this.byId.get(this.lastWorker.get(sessionId) ?? "");
-    for (const t of w ? [w] : this.workers) t.engine.markToolWait(sessionId, tool);
+    for (const t of w ? [w] : this.list) t.engine.markToolWait(sessionId, tool);
   }
 
   /** Gauges and counters summed over workers. */
   stats(): EngineStats {
-    return sumStats(this.workers.map((w) => w.engine.stats()));
+    return sumStats(this.list.map((w) => w.engine.stats()));
   }
 
   /** Sessions by status, summed over workers (undefined under LRU retention). */
   sessionStatusCounts(): Record<string, number> | undefined {
     let out: Record<string, number> | undefined;
-    for (const w of this.workers) {
+    for (const w of this.list) {
       const c = w.engine.sessionStatusCounts();
       if (!c) continue;
       out ??= {};
@@ -175,14 +235,14 @@ export class Cluster implements ServingEngine {
 
   /** Each worker's role and load. */
   workerStatuses(): WorkerStatus[] {
-    return this.workers.map((w) => w.status());
+    return this.list.map((w) => w.status());
   }
 
   /** One planner interval: snapshot, decisions, applied. Returns the decisions. */
   tick(): PlannerAction[] {
     const now = this.now() / 1000;
     const snap: MetricsSnapshot = {
-      now, windowS: Math.max(1e-3, now - this.windowStart), workers: this.workers.map((w) => w.snapshot()),
+      now, windowS: Math.max(1e-3, now - this.windowStart), workers: this.list.map((w) => w.snapshot()),
       arrivals: this.arrivals.count, arrivedPromptTokens: this.arrivals.promptTokens, arrivedUncachedTokens: this.arrivals.uncachedTokens,
       arrivedOutputTokens: this.arrivals.outputTokens, completions: this.completions,
     };
@@ -196,7 +256,17 @@ export class Cluster implements ServingEngine {
 
   /** Stops every engine. */
   async stop(): Promise<void> {
-    await Promise.all(this.workers.map((w) => w.engine.stop()));
+    await Promise.all(this.list.map((w) => w.engine.stop()));
+  }
+
+  private attach(engine: WorkerEngine, role: Role): ClusterWorker {
+    const w = new ClusterWorker(engine, role, this.o.initialPrefillRate ?? 2000);
+    if (this.byId.has(w.id)) throw new RangeError(`Two workers are named "${w.id}"`);
+    if (engine.stepMixing !== this.mixing) engine.stepMixing = this.mixing;
+    this.byId.set(w.id, w);
+    this.list.push(w);
+    this.unsubscribe.set(w.id, engine.kvEvents.subscribe((e) => this.index.apply(e)));
+    return w;
   }
 
   private apply(a: PlannerAction): void {
@@ -208,13 +278,19 @@ export class Cluster implements ServingEngine {
         this.counters.flips++;
       }
     } else if (a.kind === "local-prefill-threshold") this.routerOptions.localPrefillThreshold = a.tokens;
-    else if (a.kind === "step-mixing") for (const w of this.workers) w.engine.stepMixing = a.split ? "split" : "mixed";
-    // "replicas" (the worker set is fixed here) and "admission" (no front-door hold) are not applied.
+    else if (a.kind === "step-mixing") {
+      this.mixing = a.split ? "split" : "mixed";
+      for (const w of this.list) w.engine.stepMixing = this.mixing;
+    }
+    // "replicas" (workers join and leave by themselves, see addWorker) and "admission" (no front-door
+    // hold) are not applied.
   }
 
   private route(req: GenerateRequest): { route: SessionRoute; cands: RouteCandidate[] } {
-    const live = this.workers.filter((w) => w.engine.alive);
-    if (live.length === 0) throw new EngineOverloadedError("No worker is running");
+    const live = this.list.filter((w) => w.engine.alive && !w.draining);
+    if (live.length === 0) throw new NoWorkerError("No worker is running");
+    // Prefill-role workers alone cannot finish a request: the router needs one that decodes.
+    if (!live.some((w) => w.role !== "prefill")) throw new NoWorkerError("No running worker decodes");
     const overlaps = this.index.overlaps(chainHashes(req.prompt, this.blockSize));
     const cands = live.map((w) => w.candidate(overlaps.get(w.id)));
     const sreq = {

@@ -69,14 +69,25 @@ export async function startTcpCluster(
   model: LoadedModel, modelPath: string, backend: BackendChoice, addresses: readonly string[], o: Omit<CreateClusterOptions, "workers">,
 ): Promise<Cluster> {
   if (addresses.length === 0) throw new RangeError("A TCP cluster needs at least one worker address");
-  const parsed = addresses.map((a) => parseAddress(a));
-  return startRemoteCluster(model, { ...o, workers: parsed.length }, async (id, engine, onStep) => {
-    const i = Number(id.slice("worker-".length));
-    const port = await connectPort(parsed[i].host, parsed[i].port).catch((e: Error) => {
-      throw new RemoteWorkerError(`Worker ${id} at ${addresses[i]} cannot be reached: ${e.message}`);
-    });
-    return RemoteEngine.over(port, id, modelPath, backend, engine, onStep);
+  for (const a of addresses) parseAddress(a);
+  return startRemoteCluster(model, { ...o, workers: addresses.length }, (id, engine, onStep) => {
+    return connectTcpWorker(id, addresses[Number(id.slice("worker-".length))], modelPath, backend, engine, onStep);
   });
+}
+
+/**
+ * Connects to the worker process listening at `addr` ("host:port") and has it run engine `id` on
+ * `modelPath` (a path on its machine); resolves once it serves. Throws RemoteWorkerError naming an
+ * unreachable worker, RangeError for a bad address.
+ */
+export async function connectTcpWorker(
+  id: string, addr: string, modelPath: string, backend: BackendChoice, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void,
+): Promise<RemoteEngine> {
+  const { host, port } = parseAddress(addr);
+  const p = await connectPort(host, port).catch((e: Error) => {
+    throw new RemoteWorkerError(`Worker ${id} at ${addr} cannot be reached: ${e.message}`);
+  });
+  return RemoteEngine.over(p, id, modelPath, backend, engine, onStep);
 }
 
 /**
@@ -92,16 +103,29 @@ export function parseAddress(a: string, minPort = 1): { host: string; port: numb
 
 type StartWorker = (id: string, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void) => Promise<RemoteEngine>;
 
+/**
+ * What a remote worker needs from the cluster's options: its engine options (a clock cannot cross
+ * into a thread or process; each engine there keeps its own), and a step callback feeding the
+ * cluster once `cluster()` has one.
+ */
+export function remoteWorkerWiring(o: CreateClusterOptions | Omit<CreateClusterOptions, "workers">, cluster: () => Cluster | undefined): {
+  portable: PortableEngineOptions; onStep: (id: string, r: StepRecord) => void;
+} {
+  const { now: _now, ...portable } = o.engine ?? {};
+  return {
+    portable,
+    onStep: (id, r) => {
+      cluster()?.observeStep(id, r);
+      o.onStep?.(id, r);
+    },
+  };
+}
+
 /** Starts `o.workers` remote engines; if one cannot start, stops the others and throws its error. */
 async function startRemoteCluster(model: LoadedModel, o: CreateClusterOptions, start: StartWorker): Promise<Cluster> {
   const e = o.engine ?? {};
   let cluster: Cluster | undefined;
-  const onStep = (id: string, r: StepRecord) => {
-    cluster?.observeStep(id, r);
-    o.onStep?.(id, r);
-  };
-  // A clock cannot cross into a thread or process; each engine there keeps its own.
-  const { now: _now, ...portable } = e;
+  const { portable, onStep } = remoteWorkerWiring(o, () => cluster);
   const started = await Promise.allSettled(Array.from({ length: o.workers }, (_, i) => start(`worker-${i}`, portable, onStep)));
   const engines = started.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
   const failed = started.find((r): r is PromiseRejectedResult => r.status === "rejected");
@@ -114,7 +138,7 @@ async function startRemoteCluster(model: LoadedModel, o: CreateClusterOptions, s
 }
 
 /** The planner of `o`, the online one sized to the engines' batch limits by default. */
-function clusterPlanner(o: CreateClusterOptions): Planner | null {
+export function clusterPlanner(o: CreateClusterOptions): Planner | null {
   if (o.planner === "none") return null;
   if (typeof o.planner === "object") return o.planner;
   const sched = { ...DEFAULT_SCHEDULER_CONFIG, ...o.engine?.scheduler };

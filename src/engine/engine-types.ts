@@ -84,6 +84,11 @@ export class EngineOverloadedError extends Error {
   override name = "EngineOverloadedError";
 }
 
+/** Thrown by a cluster with no worker that can serve right now (none joined yet, or all gone). */
+export class NoWorkerError extends EngineOverloadedError {
+  override name = "NoWorkerError";
+}
+
 /** A parameter outside what the engine accepts (HTTP 400). */
 export class RequestParamError extends RangeError {
   override name = "RequestParamError";

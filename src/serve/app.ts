@@ -45,7 +45,7 @@ export function createApp(o: AppOptions): Hono {
   };
   const app = new Hono();
   const fail = (c: Context, e: ApiError) => {
-    if (e.status === 429) c.header("Retry-After", String(o.retryAfterS ?? 1));
+    if (e.status === 429 || e.status === 503) c.header("Retry-After", String(o.retryAfterS ?? 1));
     return c.json(e.body(), e.status);
   };
   app.onError((err, c) => {

@@ -1,11 +1,13 @@
 /**
- * The server's cluster (`serve --workers N`): engines in this thread or in worker threads behind the
- * cluster's router, with the role planner ticking every second.
+ * The server's cluster (`serve --workers N`): engines in this thread, in worker threads, or in worker
+ * processes (at fixed addresses, or joining and leaving through NATS) behind the cluster's router,
+ * with the role planner ticking every second.
  */
 import { type BackendChoice, selectBackend } from "../backend/select.ts";
 import type { Backend } from "../backend/types.ts";
 import type { Cluster } from "../cluster/cluster.ts";
 import { createCluster, type CreateClusterOptions, startTcpCluster, startThreadCluster } from "../cluster/create-cluster.ts";
+import { startNatsCluster } from "../cluster/nats-cluster.ts";
 import { RemoteEngine } from "../cluster/remote-engine.ts";
 import type { LoadedModel } from "../model/config.ts";
 
@@ -17,7 +19,8 @@ export interface ServingCluster {
   cluster: Cluster;
   /** How the backend was chosen (the first worker's, for threads). */
   backendReason: string;
-  stopTicking(): void;
+  /** Stops the planner's ticks and, under NATS, the watch for joining and leaving workers. */
+  stopControl(): Promise<void>;
   /** Releases the in-process backend (threads release their own). */
   destroyBackend(): void;
 }
@@ -29,12 +32,20 @@ export async function startServingCluster(
     modelPath: string; backend: BackendChoice; transport: ClusterTransport; planner: "online" | "none";
     /** "host:port" of each worker process (`deno task worker`), for the "tcp" transport. */
     workerAddrs?: string[];
+    /** NATS server whose announced workers join the cluster (the "tcp" transport, no `workerAddrs`). */
+    nats?: { url: string; clusterName?: string; drainMs?: number };
   },
 ): Promise<ServingCluster> {
   let cluster: Cluster;
   let backend: Backend | undefined;
   let backendReason: string;
-  if (o.transport === "threads" || o.transport === "tcp") {
+  let stopWatching = async () => {};
+  if (o.nats !== undefined) {
+    const n = await startNatsCluster(model, o.modelPath, o.backend, { ...o, natsUrl: o.nats.url, clusterName: o.nats.clusterName, drainMs: o.nats.drainMs });
+    cluster = n.cluster;
+    stopWatching = n.stopWatching;
+    backendReason = `backend ${o.backend} in each worker process that joins through NATS at ${o.nats.url} (cluster "${o.nats.clusterName ?? "default"}")`;
+  } else if (o.transport === "threads" || o.transport === "tcp") {
     cluster = o.transport === "threads"
       ? await startThreadCluster(model, o.modelPath, o.backend, o)
       : await startTcpCluster(model, o.modelPath, o.backend, o.workerAddrs ?? [], o);
@@ -59,7 +70,10 @@ export async function startServingCluster(
   }, 1000);
   return {
     cluster, backendReason,
-    stopTicking: () => clearInterval(ticker),
+    stopControl: async () => {
+      clearInterval(ticker);
+      await stopWatching();
+    },
     destroyBackend: () => backend?.destroy(),
   };
 }

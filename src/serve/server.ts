@@ -85,6 +85,16 @@ export interface ServerOptions {
   transport?: ClusterTransport;
   /** "host:port" of each worker process (`deno task worker`) for the "tcp" transport; sets `workers`. */
   workerAddrs?: string[];
+  /**
+   * NATS server ("host:port" or "nats://host:port") on which worker processes announce themselves
+   * (`deno task worker --nats URL`): they join and leave while the server runs (the "tcp" transport,
+   * instead of `workerAddrs`).
+   */
+  nats?: string;
+  /** The cluster's name on the NATS server (default "default"). */
+  clusterName?: string;
+  /** How long a leaving worker's requests may run before it is stopped (default 60000 ms). */
+  drainMs?: number;
 }
 
 /** A running server. */
@@ -111,26 +121,34 @@ export function modelNameOf(path: string): string {
 
 /** Starts a server and resolves once it listens. */
 export async function startServer(o: ServerOptions): Promise<RunningServer> {
-  if (o.transport === "tcp" && !(o.workerAddrs?.length)) throw new RangeError("--transport tcp needs --worker-addrs host:port,...");
+  if (o.nats !== undefined && o.transport !== undefined && o.transport !== "tcp") throw new RangeError(`--nats needs --transport tcp (worker processes), not ${o.transport}`);
+  if (o.nats !== undefined && o.workerAddrs !== undefined) throw new RangeError("--nats and --worker-addrs do not go together: with --nats, workers announce their own addresses");
+  if (o.nats !== undefined && o.roles !== undefined) throw new RangeError("--roles needs a fixed worker set; with --nats, workers join as mixed and the planner sets their roles");
+  if (o.nats === undefined && o.clusterName !== undefined) throw new RangeError(`--cluster-name ${o.clusterName} needs --nats`);
+  const transport = o.nats !== undefined ? "tcp" : o.transport;
+  if (transport === "tcp" && !(o.workerAddrs?.length) && o.nats === undefined) throw new RangeError("--transport tcp needs --worker-addrs host:port,... or --nats URL");
   if (o.workerAddrs !== undefined && o.transport !== "tcp") throw new RangeError("--worker-addrs needs --transport tcp");
   if (o.workerAddrs !== undefined && o.workers !== undefined && o.workers !== o.workerAddrs.length) {
     throw new RangeError(`--workers ${o.workers} does not match the ${o.workerAddrs.length} addresses of --worker-addrs`);
   }
-  const workers = o.workerAddrs?.length ?? o.workers ?? 1;
+  const workers = o.nats !== undefined ? 0 : o.workerAddrs?.length ?? o.workers ?? 1;
   if (o.roles !== undefined && o.roles.length !== workers) throw new RangeError(`--roles names ${o.roles.length} roles for ${workers} workers`);
   if (workers > 1 && o.role !== undefined) throw new RangeError(`--role ${o.role} sets one engine's role; with --workers ${workers} use --roles`);
   // The planner decides step mixing for the whole cluster; an engine's own "auto" would fight it.
-  if (workers > 1 && o.stepMixing === "auto") throw new RangeError("--step-mixing auto is for one engine; with --workers the planner sets step mixing");
+  if ((workers > 1 || transport === "tcp") && o.stepMixing === "auto") throw new RangeError("--step-mixing auto is for one engine; with --workers the planner sets step mixing");
   const model = o.model ?? (await loadModel(o.modelPath));
   const kvMemoryBytes = o.kvMemoryFraction === undefined ? undefined : o.kvMemoryFraction * os.totalmem();
-  if (o.kvBlocks === undefined && kvMemoryBytes !== undefined && kvMemoryBytes / workers < 2 * kvBytesPerBlock(model.config)) {
+  // The fraction is of this machine's memory, shared by the workers; under NATS (worker count not
+  // known in advance) each worker gets the whole fraction.
+  const kvShare = Math.max(1, workers);
+  if (o.kvBlocks === undefined && kvMemoryBytes !== undefined && kvMemoryBytes / kvShare < 2 * kvBytesPerBlock(model.config)) {
     throw new RangeError(`--kv-memory-fraction ${o.kvMemoryFraction} leaves room for fewer than 2 KV blocks per worker`);
   }
   // Tags that are not single tokens are still parsed from the text; only KV typing needs the ids.
   const reasoningTokens = o.reasoningParser === "think" ? reasoningTokenIds(model.tokenizer) : undefined;
   const engineOptions: CreateEngineOptions = {
     numBlocks: o.kvBlocks,
-    kvMemoryBytes: kvMemoryBytes === undefined ? undefined : kvMemoryBytes / workers,
+    kvMemoryBytes: kvMemoryBytes === undefined ? undefined : kvMemoryBytes / kvShare,
     maxModelLen: o.maxModelLen,
     maxWaiting: o.maxWaiting,
     kvRetention: o.kvRetention,
@@ -151,10 +169,11 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   let engine: Engine | undefined;
   let backend: Backend | undefined;
   let reason: string;
-  if (workers > 1 || o.transport === "tcp") {
+  if (workers > 1 || transport === "tcp") {
     cluster = await startServingCluster(model, {
       modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: o.planner ?? "online", router: o.router,
-      transport: o.transport ?? "in-process", workerAddrs: o.workerAddrs, engine: engineOptions, ...(stepLog ? { onStep: (_id: string, r: StepRecord) => stepLog.record(r) } : {}),
+      transport: transport ?? "in-process", workerAddrs: o.workerAddrs, engine: engineOptions,
+      ...(o.nats !== undefined ? { nats: { url: o.nats, clusterName: o.clusterName, drainMs: o.drainMs } } : {}), ...(stepLog ? { onStep: (_id: string, r: StepRecord) => stepLog.record(r) } : {}),
     });
     reason = cluster.backendReason;
   } else {
@@ -182,7 +201,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     backendReason: reason,
     reasoningTokens,
     async shutdown() {
-      cluster?.stopTicking();
+      await cluster?.stopControl();
       await serving.stop();
       await l.close();
       backend?.destroy();

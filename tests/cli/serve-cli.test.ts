@@ -37,9 +37,25 @@ test("serve CLI rejects bad cluster flags (--workers, --roles, --planner, --rout
     [["--workers", "2", "--role", "decode"], /Flag --role decode sets one engine's role; with --workers 2 use --roles/],
     [["--workers", "0"], /--workers/],
     [["--workers", "2", "--transport", "nats"], /Unknown transport "nats"; choose in-process, threads or tcp/],
-    [["--transport", "tcp"], /--transport tcp and --worker-addrs go together/],
+    [["--transport", "tcp"], /--transport tcp needs --worker-addrs or --nats, and they need it/],
     [["--transport", "tcp", "--worker-addrs", "127.0.0.1:9"], /Worker worker-0 at 127.0.0.1:9 cannot be reached/],
     [["--transport", "tcp", "--worker-addrs", "nowhere"], /A worker address must be host:port, got "nowhere"/],
+  ] as const) {
+    const r = serve([...args, "--port", "0", "--backend", "reference"]);
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, message);
+    assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+  }
+});
+
+test("serve CLI rejects bad --nats combinations and an unreachable NATS server with a one-line error and exit 2", () => {
+  for (const [args, message] of [
+    [["--nats", "127.0.0.1:4222", "--worker-addrs", "127.0.0.1:9001"], /--nats and --worker-addrs do not go together/],
+    [["--nats", "127.0.0.1:4222", "--transport", "threads"], /--nats needs worker processes \(--transport tcp\), not --transport threads/],
+    [["--nats", "127.0.0.1:4222", "--workers", "2"], /Flag --workers needs a fixed worker set; with --nats, workers join by themselves/],
+    [["--cluster-name", "prod"], /Flag --cluster-name prod needs --nats/],
+    [["--nats", "127.0.0.1:4222", "--cluster-name", "a.b"], /A cluster name must be 1-64 letters, digits, "_" or "-", got "a\.b"/],
+    [["--nats", "127.0.0.1:9"], /Cannot reach the NATS server at "127\.0\.0\.1:9"/],
   ] as const) {
     const r = serve([...args, "--port", "0", "--backend", "reference"]);
     assert.equal(r.status, 2, r.stderr);

@@ -64,3 +64,20 @@ test("GlobalBlockIndex.overlaps() does not depend on earlier calls", () => {
   assert.deepEqual(index.overlaps(b), first);
   assert.deepEqual(first.get("w1"), { device: 1, deviceOrHost: 3 });
 });
+
+test("GlobalBlockIndex.removeWorker() forgets one worker's blocks on every tier and keeps the others'", () => {
+  const index = new GlobalBlockIndex();
+  const a = chainHashes([1, 2, 3, 4], 1);
+  index.apply({ kind: "stored", workerId: "w0", tier: "device", time: 0, hashes: a, parentHash: null, blockSize: 1 });
+  index.apply({ kind: "stored", workerId: "w1", tier: "device", time: 0, hashes: a.slice(0, 2), parentHash: null, blockSize: 1 });
+  index.apply({ kind: "stored", workerId: "w1", tier: "host", time: 0, hashes: a.slice(2), parentHash: a[1], blockSize: 1 });
+  index.apply({ kind: "stored", workerId: "w1", tier: "device", time: 0, hashes: chainHashes([7, 7], 1), parentHash: null, blockSize: 1 });
+  index.removeWorker("w1");
+  assert.equal(index.overlaps(a).get("w1"), undefined);
+  assert.deepEqual(index.overlaps(a).get("w0"), { device: 4, deviceOrHost: 4 });
+  assert.equal(index.size, 4, "blocks only the removed worker held are gone");
+  index.removeWorker("nobody");
+  // A worker that comes back under the same name starts from what it reports anew.
+  index.apply({ kind: "stored", workerId: "w1", tier: "device", time: 1, hashes: a.slice(0, 1), parentHash: null, blockSize: 1 });
+  assert.deepEqual(index.overlaps(a).get("w1"), { device: 1, deviceOrHost: 1 });
+});

@@ -1,0 +1,124 @@
+/**
+ * The NATS control plane end to end: a real `nats-server`, worker processes (`worker --nats`) that
+ * announce themselves before and after the server starts, and a server (`startServer({ nats })`)
+ * that joins them, serves the openai client from them, and drains one that leaves on SIGTERM.
+ */
+import assert from "node:assert/strict";
+import { type ChildProcess, spawn } from "node:child_process";
+import { connect } from "@nats-io/transport-node";
+import { projectRoot, test } from "../harness.ts";
+import { ControlPlaneError } from "../../src/cluster/nats-membership.ts";
+import { runtimeName } from "../../src/runtime/env.ts";
+import { model, modelPath } from "./fixtures.ts";
+import { startNatsServer } from "./nats-server.ts";
+
+/** Starts `worker --nats URL --id ID` under Node; resolves once it has announced itself. */
+function startWorker(natsUrl: string, id: string): Promise<{ child: ChildProcess; exited: Promise<number | null> }> {
+  const child = spawn("node", [
+    "--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, `${projectRoot}/src/cli/worker.ts`,
+    "--listen", "127.0.0.1:0", "--nats", natsUrl, "--id", id, "--cluster-name", "nats-test",
+  ], { cwd: projectRoot, stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, NODE_OPTIONS: "" } });
+  let log = "";
+  const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
+  return new Promise((resolve, reject) => {
+    child.stderr!.on("data", (d: Uint8Array) => {
+      log += new TextDecoder().decode(d);
+      if (/announced as/.test(log)) resolve({ child, exited });
+    });
+    void exited.then((code) => reject(new Error(`worker ${id} exited with ${code}: ${log}`)));
+  });
+}
+
+async function until(what: string, cond: () => boolean, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`Timed out waiting until ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+test("startServer({ nats }) joins workers that announce themselves, serves the openai client, and drains one that leaves", async () => {
+  const { startServer } = await import("../../src/serve/server.ts");
+  const OpenAI = (await import("openai")).default;
+  const nats = await startNatsServer();
+  const children: ChildProcess[] = [];
+  try {
+    // One worker is up before the server, one comes after it.
+    const a = await startWorker(nats.url, "w-a");
+    children.push(a.child);
+    const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, nats: nats.url, clusterName: "nats-test", drainMs: 30_000 });
+    try {
+      const cl = s.cluster!;
+      await until("w-a joined", () => cl.workers.length === 1);
+      const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+      const c = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 20, temperature: 0 });
+      assert.equal(c.choices[0].text, ", there was a little girl named Lily. She loved to play outsid");
+      const b = await startWorker(nats.url, "w-b");
+      children.push(b.child);
+      await until("w-b joined", () => cl.workers.length === 2);
+      assert.deepEqual(cl.workers.map((w) => w.id).sort(), ["w-a", "w-b"]);
+      assert.equal(cl.counters.joined, 2);
+      // A message on the workers' subject that is not an announcement changes nothing.
+      const nc = await connect({ servers: nats.url });
+      nc.publish("evolving.nats-test.workers", "{\"id\":\"evil\"}");
+      await nc.flush();
+      await nc.close();
+
+      // A long request is under way on one worker when that worker is told to stop: it finishes there.
+      const stream = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 300, temperature: 0, stream: true });
+      const it = stream[Symbol.asyncIterator]();
+      await it.next();
+      const busy = cl.workers.find((w) => w.inFlight > 0)!;
+      const leaver = busy.id === "w-a" ? a : b;
+      leaver.child.kill("SIGTERM");
+      await until("the leaver is draining", () => busy.draining, 10_000);
+      let text = "";
+      let finish: string | null = null;
+      for (let r = await it.next(); !r.done; r = await it.next()) {
+        text += r.value.choices[0]?.text ?? "";
+        finish = r.value.choices[0]?.finish_reason ?? finish;
+      }
+      assert.ok(text.length > 0);
+      assert.equal(finish, "length", "the drained request ran to its max_tokens");
+      // (Deno's node:child_process reports the signal it sent, not the exit code the handler chose.)
+      const code = await leaver.exited;
+      if (runtimeName() === "node") assert.equal(code, 0, "the worker exited cleanly once drained");
+      await until("the leaver is gone", () => cl.workers.length === 1);
+      assert.notEqual(cl.workers[0].id, busy.id);
+      assert.equal(cl.counters.removed, 1);
+      const after = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 20, temperature: 0 });
+      assert.equal(after.choices[0].text, c.choices[0].text, "the worker left serves on");
+      const metrics = await (await fetch(`${s.url}/metrics`)).text();
+      assert.doesNotMatch(metrics, new RegExp(`worker="${busy.id}"`), "the leaver is gone from /metrics");
+    } finally {
+      await s.shutdown();
+    }
+  } finally {
+    for (const ch of children) ch.kill("SIGKILL");
+    nats.stop();
+  }
+});
+
+test("startServer({ nats }) answers 503 until a worker joins, and names a NATS server it cannot reach", async () => {
+  const { startServer } = await import("../../src/serve/server.ts");
+  const nats = await startNatsServer();
+  try {
+    const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, nats: nats.url, clusterName: "empty" });
+    try {
+      const r = await fetch(`${s.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "stories260K", prompt: "Hi", max_tokens: 2 }) });
+      assert.equal(r.status, 503);
+      assert.equal(r.headers.get("retry-after"), "1");
+      const body = await r.json() as { error: { code: string; message: string } };
+      assert.equal(body.error.code, "no_worker");
+      assert.match(body.error.message, /No worker is running/);
+    } finally {
+      await s.shutdown();
+    }
+  } finally {
+    nats.stop();
+  }
+  await assert.rejects(
+    startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", nats: "127.0.0.1:9" }),
+    (e: unknown) => e instanceof ControlPlaneError && /Cannot reach the NATS server at "127\.0\.0\.1:9"/.test(e.message),
+  );
+});
