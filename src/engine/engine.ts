@@ -18,7 +18,7 @@ import {
 import { AsyncQueue, EventChannel } from "./events.ts";
 import { seededUniforms } from "./sampler-rng.ts";
 import { Scheduler } from "./scheduler.ts";
-import { poolBlockManager } from "./scheduler-kv-adapter.ts";
+import { countKvEvents, poolBlockManager } from "./scheduler-kv-adapter.ts";
 import type { StepMixing, StepPlan } from "./scheduler-types.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
@@ -60,7 +60,8 @@ export class Engine implements ServingEngine {
     if (!isKvRetention(retention)) throw new RangeError(`KV retention must be one of ${KV_RETENTIONS.join(", ")}, got "${retention}"`);
     this.turns = retention === "agent" ? new EngineSessions(opts.sessionTtlS ?? 3600) : undefined;
     const clock = () => this.now() / 1000;
-    const events = (e: KvEvent) => this.kvEvents.publish(e);
+    // Counting the pool's events versions its prefix index, so queueState() need not re-probe the queue.
+    const { sink: events, count: kvEventCount } = countKvEvents((e: KvEvent) => this.kvEvents.publish(e));
     const offload = opts.kvOffloadBlocks ? new HostKvOffload(r, r.blockSize, opts.kvOffloadBlocks, opts.workerId ?? "worker-0", clock, events) : undefined;
     this.offload = offload;
     this.pool = new BlockPool({
@@ -68,7 +69,7 @@ export class Engine implements ServingEngine {
       ...(offload ? { onEvict: (b: EvictedBlock) => offload.evicted(b) } : {}),
     });
     if (opts.scheduler?.preemption === "swap" && !r.swap) throw new RangeError(`Preemption mode "swap" needs a runner that can copy KV to host memory`);
-    this.scheduler = new Scheduler(poolBlockManager(this.pool), opts.scheduler, () => this.now() / 1000);
+    this.scheduler = new Scheduler(poolBlockManager(this.pool, kvEventCount), opts.scheduler, () => this.now() / 1000);
     const auto = opts.autoStepMixing;
     if (auto) this.mixing = new AutoStepMixing(this.scheduler.stepMixing, this.scheduler.config.maxBatchTokens, auto === true ? {} : auto);
     const poolTokens = (r.numBlocks - this.scheduler.config.watermarkBlocks) * r.blockSize;

@@ -5,7 +5,7 @@
  * as "reasoning" when one of those tokens is reasoning (what session inference looks for,
  * engine-sessions.ts `inferSessionId`; what agent-aware retention evicts first, kv/agent-retention.ts).
  */
-import type { BlockMeta, BlockPool } from "../../kv/index.ts";
+import type { BlockMeta, BlockPool, KvEvent, KvEventSink } from "../../kv/index.ts";
 import type { KvBlockManager } from "./scheduler-kv.ts";
 import type { SequenceHints } from "./sequence.ts";
 
@@ -20,10 +20,14 @@ function blockMeta(h: SequenceHints, type: GeneratedType | undefined): BlockMeta
   return type ? { sessionId: h.sessionId, type } : { sessionId: h.sessionId };
 }
 
-/** A KvBlockManager backed by a kv/ BlockPool (prefix caching and retention included). */
-export function poolBlockManager(pool: BlockPool): KvBlockManager {
+/**
+ * A KvBlockManager backed by a kv/ BlockPool (prefix caching and retention included). `cacheVersion`,
+ * when given, must change with every change to the pool's prefix index (see {@link countKvEvents}).
+ */
+export function poolBlockManager(pool: BlockPool, cacheVersion?: () => number): KvBlockManager {
   const bs = pool.blockSize;
   return {
+    ...(cacheVersion ? { cacheVersion } : {}),
     blockSize: bs,
     totalBlocks: pool.numBlocks,
     numAvailable: () => pool.numFreeBlocks(),
@@ -44,5 +48,22 @@ export function poolBlockManager(pool: BlockPool): KvBlockManager {
     // The last sequence to let go of a shared block owns it from then on (as in the simulator), so a
     // prefix many sessions use is priced by its latest user, not by whoever computed it first.
     release: (ids, hints) => pool.release(ids, hints?.sessionId === undefined ? undefined : { sessionId: hints.sessionId }),
+  };
+}
+
+/**
+ * A pool's KV event sink that counts the events before passing them on: a version of its prefix
+ * index for `poolBlockManager`. Every change to the index publishes one (a commit "stored", an
+ * eviction "removed"; the router's view of the worker depends on that too), and events that change
+ * nothing here (the host tier's) only make the count move more often than needed.
+ */
+export function countKvEvents(next?: KvEventSink): { sink: KvEventSink; count: () => number } {
+  let n = 0;
+  return {
+    sink: (e: KvEvent) => {
+      n++;
+      next?.(e);
+    },
+    count: () => n,
   };
 }

@@ -23,6 +23,12 @@ export interface KvBlockManager {
   acquirePrefix(tokens: readonly number[], hints: SequenceHints): number[];
   /** Tokens of the longest cached run of full blocks that prefixes `tokens`, taking nothing. */
   cachedPrefixTokens(tokens: readonly number[]): number;
+  /**
+   * A number that changes whenever the prefix cache gains or loses a block, whoever changes it
+   * (commits, evictions, prefixes written in from host memory or another worker). Lets the scheduler
+   * reuse `cachedPrefixTokens` answers until it changes; absent, it probes anew every time.
+   */
+  cacheVersion?(): number;
   /** `n` fresh blocks, each with one reference, or null (and nothing taken) when fewer are available. */
   allocate(n: number): number[] | null;
   /**

@@ -106,7 +106,6 @@ export interface StepPlan {
   truncated: number[];
 }
 
-/** Counters and gauges for metrics. */
 /** What waits and runs on a worker now (`Scheduler.queueState()`), for planner snapshots and routers. */
 export interface QueueState {
   /** Uncached tokens still to prefill: waiting sequences probed against the prefix cache, plus running prompts' rest. */
@@ -119,6 +118,7 @@ export interface QueueState {
   waitingDecodes: number;
 }
 
+/** Counters and gauges for metrics. */
 export interface SchedulerStats {
   waiting: number;
   running: number;

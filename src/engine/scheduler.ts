@@ -3,25 +3,18 @@
  * running sequences first (decode tokens and unfinished prefill chunks), preempting the newest
  * running sequence when KV runs out (by recompute, or by swap to host memory while the swap space
  * has room), then admission of waiting sequences while budget and free blocks last: FCFS, or least
- * uncached work first (config.prefillOrder).
+ * uncached work first (config.prefillOrder; the waiting queue and admission are scheduler-queue.ts).
  * Prefix-cache hits at admission skip their tokens. With config.stepMixing "split", prefill chunks
  * and decodes take turns in separate steps instead of sharing one (every 16th chunk still mixes).
  * Pure CPU logic.
  */
-import { prefillOrder } from "../../planner/prefill-order.ts";
 import type { KvBlockManager } from "./scheduler-kv.ts";
 import {
-  DEFAULT_SCHEDULER_CONFIG,
-  SchedulerCapacityError,
-  type QueueState,
-  type SchedulerConfig,
-  type SchedulerStats,
-  type StepEntry,
-  type StepMixing,
-  type StepPlan,
-  type SwapOp,
+  DEFAULT_SCHEDULER_CONFIG, type QueueState, SchedulerCapacityError, type SchedulerConfig, type SchedulerStats, type StepEntry, type StepMixing,
+  type StepPlan, type SwapOp,
 } from "./scheduler-types.ts";
 import { StepMixer, type StepWork } from "./scheduler-mixing.ts";
+import { WaitingQueue } from "./scheduler-queue.ts";
 import { SwapSpace } from "./scheduler-swap.ts";
 import { type FinishReason, Sequence, type SequenceHints } from "./sequence.ts";
 
@@ -29,27 +22,24 @@ import { type FinishReason, Sequence, type SequenceHints } from "./sequence.ts";
 export class Scheduler {
   readonly config: SchedulerConfig;
   private readonly seqs = new Map<number, Sequence>();
-  private waiting: Sequence[] = [];
+  private readonly waiting: WaitingQueue;
   private running: Sequence[] = [];
   private inFlight: StepPlan | undefined;
   private arrivals = 0;
   private stepNo = 0;
-  private prefixQueried = 0;
-  private prefixHit = 0;
   private preemptions = 0;
   private recomputed = 0;
   private readonly swap: SwapSpace;
-  /** When each live sequence was first queued (s on `clock`; kept across preemption), for aging. */
-  private readonly queuedAt = new Map<Sequence, number>();
   private readonly mixer: StepMixer;
 
   /** `clock` (seconds) only ages waiting sequences under config.prefillOrder; FCFS never reads it. */
-  constructor(private readonly kv: KvBlockManager, config: Partial<SchedulerConfig> = {}, private readonly clock: () => number = () => 0) {
+  constructor(private readonly kv: KvBlockManager, config: Partial<SchedulerConfig> = {}, clock: () => number = () => 0) {
     this.config = { ...DEFAULT_SCHEDULER_CONFIG, ...config };
     const mode = this.config.preemption;
     if (mode !== "recompute" && mode !== "swap") throw new RangeError(`Unknown preemption mode "${mode}"; choose recompute or swap`);
     this.swap = new SwapSpace(mode === "swap" ? this.config.swapSpaceBlocks ?? kv.totalBlocks : 0, kv.blockSize);
     this.mixer = new StepMixer(this.config.stepMixing ?? "mixed");
+    this.waiting = new WaitingQueue(kv, this.config, this.swap, clock);
   }
 
   /** The current step mixing: config.stepMixing until set (an engine deciding online sets it between steps). */
@@ -71,7 +61,6 @@ export class Scheduler {
     const seq = new Sequence(id, prompt, this.arrivals++, hints, this.config.reasoningTokens);
     this.seqs.set(id, seq);
     this.waiting.push(seq);
-    this.queuedAt.set(seq, this.clock());
     return seq;
   }
 
@@ -82,7 +71,7 @@ export class Scheduler {
 
   /** Sequences waiting for admission, in queue order. */
   get waitingSequences(): readonly Sequence[] {
-    return this.waiting;
+    return this.waiting.sequences;
   }
 
   /** True when nothing waits or runs. */
@@ -111,14 +100,12 @@ export class Scheduler {
     const truncated: number[] = [];
     const swapOut: SwapOp[] = [];
     const swapIn: SwapOp[] = [];
-    const scheduled = new Set<Sequence>();
     let prefill = 0;
     const add = (seq: Sequence, n: number) => {
       const start = seq.numComputed;
       entries.push({ seqId: seq.id, tokens: seq.tokens.slice(start, start + n), startPos: start, blockTable: [...seq.blockTable], sample: start + n === seq.tokens.length, prefill: seq.inPrefill });
       if (seq.inPrefill) prefill += n;
       budget -= n;
-      scheduled.add(seq);
     };
 
     for (let i = 0; i < this.running.length && budget > 0; i++) {
@@ -145,66 +132,10 @@ export class Scheduler {
       add(seq, n);
     }
 
-    if (preempted.length === 0 && work !== "decode") this.admit(() => budget, (seq, n) => add(seq, n), swapIn);
+    if (preempted.length === 0 && work !== "decode") this.waiting.admit(this.running, () => budget, (seq, n) => add(seq, n), swapIn);
 
     const numTokens = entries.reduce((a, e) => a + e.tokens.length, 0);
     return { step: -1, entries, numTokens, numPrefillTokens: prefill, numDecodeTokens: numTokens - prefill, preempted, truncated, swapOut, swapIn };
-  }
-
-  /** Indices of `waiting` in admission order (queue order unless config.prefillOrder says otherwise). */
-  private admissionOrder(): number[] {
-    const o = this.config.prefillOrder;
-    if (o === undefined || o.order === "fcfs" || this.waiting.length < 2) return this.waiting.map((_, i) => i);
-    const now = this.clock();
-    return prefillOrder(this.waiting.map((seq) => ({
-      left: seq.tokens.length - (seq.numSwapped > 0 ? seq.numSwapped : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1))),
-      enqueuedAt: this.queuedAt.get(seq) ?? now,
-    })), now, o);
-  }
-
-  /**
-   * Admission in {@link admissionOrder}: stops at the first sequence that does not fit (no
-   * overtaking), except in the decode role. A swapped-out sequence gets fresh blocks for its saved KV
-   * (pushed onto `swapIn`).
-   */
-  private admit(budget: () => number, add: (seq: Sequence, n: number) => void, swapIn: SwapOp[]): void {
-    const bs = this.kv.blockSize;
-    const order = this.admissionOrder();
-    const admitted = new Set<Sequence>();
-    for (let o = 0; o < order.length && budget() > 0 && this.running.length < this.config.maxRunning; o++) {
-      const seq = this.waiting[order[o]];
-      // Never serve the last token from cache: its logits are needed, so at least one token is computed.
-      // Swapped KV is restored whole into fresh blocks: no prefix probe, nothing shared.
-      const swapped = seq.numSwapped;
-      const hit = swapped > 0 ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
-      const cached = swapped > 0 ? swapped : hit.length * bs;
-      const uncachedPrompt = Math.max(0, seq.promptLength - cached);
-      if (this.config.role === "decode" && uncachedPrompt > this.config.localPrefillLimit) {
-        this.kv.release(hit);
-        continue;
-      }
-      const room = this.kv.numAvailable() - this.config.watermarkBlocks;
-      const n = Math.min(seq.tokens.length - cached, budget(), (hit.length + room) * bs - cached);
-      const got = n > 0 ? this.kv.allocate(Math.ceil((cached + n) / bs) - hit.length) : null;
-      if (got === null) {
-        this.kv.release(hit);
-        break;
-      }
-      admitted.add(seq);
-      seq.blockTable = [...hit, ...got];
-      seq.numComputed = cached;
-      seq.numCommittedBlocks = hit.length;
-      seq.status = "running";
-      if (swapped > 0) swapIn.push(this.swap.swapIn(seq, got));
-      if (seq.preemptions === 0) {
-        seq.numCachedPrompt = Math.min(cached, seq.promptLength);
-        this.prefixQueried += seq.promptLength;
-        this.prefixHit += seq.numCachedPrompt;
-      }
-      this.running.push(seq);
-      add(seq, n);
-    }
-    if (admitted.size > 0) this.waiting = this.waiting.filter((s) => !admitted.has(s));
   }
 
   /** Frees a running sequence's blocks; in swap mode its computed KV goes to host memory when it fits. */
@@ -219,7 +150,7 @@ export class Scheduler {
     this.preemptions++;
     seq.status = "waiting";
     this.running.splice(this.running.indexOf(seq), 1);
-    this.waiting.unshift(seq);
+    this.waiting.requeue(seq);
   }
 
   /**
@@ -263,15 +194,16 @@ export class Scheduler {
   finish(id: number, reason: FinishReason): void {
     const seq = this.seqs.get(id);
     if (!seq || seq.status === "finished") return;
-    if (seq.status === "running") this.running.splice(this.running.indexOf(seq), 1);
-    else this.waiting.splice(this.waiting.indexOf(seq), 1);
+    if (seq.status === "running") {
+      this.running.splice(this.running.indexOf(seq), 1);
+      this.waiting.forget(seq);
+    } else this.waiting.remove(seq);
     this.kv.release(seq.blockTable, seq.hints);
     this.swap.drop(seq);
     seq.blockTable = [];
     seq.status = "finished";
     seq.finishReason = reason;
     this.seqs.delete(id);
-    this.queuedAt.delete(seq);
   }
 
   /** Cancels a request; if it is part of the step in flight its blocks are freed at `commit`. */
@@ -283,24 +215,21 @@ export class Scheduler {
     else this.finish(id, "abort");
   }
 
-  /** What waits and runs now, for a planner's snapshot and a router. */
+  /**
+   * What waits and runs now, for a planner's snapshot and a router (called per routed request):
+   * the waiting part is kept by the queue between prefix-cache changes, the running part is at
+   * most `maxRunning` sequences.
+   */
   queueState(): QueueState {
-    let tokens = 0;
-    let oldest = Infinity;
-    let waitingDecodes = 0;
-    for (const seq of this.waiting) {
-      if (seq.numOutput > 0) waitingDecodes++;
-      tokens += seq.tokens.length - (seq.numSwapped > 0 ? seq.numSwapped : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1)));
-      oldest = Math.min(oldest, this.queuedAt.get(seq) ?? Infinity);
-    }
+    const w = this.waiting.gauges();
+    let tokens = w.uncachedTokens;
     let prefilling = 0;
     for (const seq of this.running) {
       if (!seq.inPrefill) continue;
       prefilling++;
       tokens += Math.max(0, seq.promptLength - seq.numComputed);
     }
-    const oldestWaitS = oldest === Infinity ? 0 : Math.max(0, this.clock() - oldest);
-    return { waitingPrefillTokens: tokens, oldestWaitS, decoding: this.running.length - prefilling, prefilling, waitingDecodes };
+    return { waitingPrefillTokens: tokens, oldestWaitS: w.oldestWaitS, decoding: this.running.length - prefilling, prefilling, waitingDecodes: w.waitingDecodes };
   }
 
   /** Gauges and counters for metrics. */
@@ -310,8 +239,8 @@ export class Scheduler {
       running: this.running.length,
       kvUsedBlocks: this.kv.numUsed(),
       kvTotalBlocks: this.kv.totalBlocks,
-      prefixQueriedTokens: this.prefixQueried,
-      prefixHitTokens: this.prefixHit,
+      prefixQueriedTokens: this.waiting.prefixQueried,
+      prefixHitTokens: this.waiting.prefixHit,
       preemptions: this.preemptions,
       ...this.swap.stats(),
       recomputedTokens: this.recomputed,

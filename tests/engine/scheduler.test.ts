@@ -3,7 +3,7 @@ import fc from "fast-check";
 import { test } from "../harness.ts";
 import { Scheduler } from "../../src/engine/scheduler.ts";
 import { BlockPool } from "../../kv/index.ts";
-import { poolBlockManager } from "../../src/engine/scheduler-kv-adapter.ts";
+import { countKvEvents, poolBlockManager } from "../../src/engine/scheduler-kv-adapter.ts";
 import { fakeSample, make, range } from "./scheduler-fixtures.ts";
 import type { SchedulerConfig, StepPlan } from "../../src/engine/scheduler-types.ts";
 import { stepShapeOf } from "../../src/engine/step-record.ts";
@@ -200,4 +200,112 @@ test("Scheduler ages waiting sequences under prefillOrder short-first", () => {
   for (const s of [sched, aged]) s.submit(2, range(4, 900));
   assert.deepEqual(sched.schedule().entries.map((e) => e.seqId), [2], "without a clock, no credit: the short one goes first");
   assert.deepEqual(aged.schedule().entries.map((e) => e.seqId), [1], "the long one has waited long enough");
+});
+
+/** A scheduler whose KV layer versions its prefix cache by counting the pool's KV events, with its probes counted. */
+function versioned(numBlocks: number, cfg: Partial<SchedulerConfig>, clock: () => number) {
+  const count = countKvEvents();
+  const pool = new BlockPool({ numBlocks, blockSize: 4, clock: () => 0, events: count.sink });
+  const kv = poolBlockManager(pool, count.count);
+  const probe = kv.cachedPrefixTokens;
+  let probes = 0;
+  kv.cachedPrefixTokens = (tokens) => {
+    probes++;
+    return probe(tokens);
+  };
+  return { pool, sched: new Scheduler(kv, { watermarkBlocks: 0, ...cfg }, clock), probes: () => probes };
+}
+
+/**
+ * queueState()'s waiting gauges worked out afresh, as it did before it kept them: every waiting
+ * prompt probed now (plus the rest of running prompts), the oldest first-queue time among the waiting.
+ */
+function freshQueueGauges(sched: Scheduler, pool: BlockPool, queuedAt: ReadonlyMap<number, number>, now: number) {
+  let tokens = 0;
+  for (const seq of sched.waitingSequences) tokens += seq.tokens.length - (seq.numSwapped > 0 ? seq.numSwapped : pool.cachedPrefixTokens(seq.tokens.slice(0, -1)));
+  for (const id of queuedAt.keys()) {
+    const seq = sched.get(id);
+    if (seq?.status === "running" && seq.inPrefill) tokens += Math.max(0, seq.promptLength - seq.numComputed);
+  }
+  const oldest = Math.min(...sched.waitingSequences.map((seq) => queuedAt.get(seq.id)!));
+  return {
+    waitingPrefillTokens: tokens,
+    oldestWaitS: oldest === Infinity ? 0 : now - oldest,
+    waitingDecodes: sched.waitingSequences.filter((seq) => seq.numOutput > 0).length,
+  };
+}
+
+/** Writes `tokens` (whole blocks) into `pool`'s prefix cache from outside any scheduler, as a host-tier restore or another worker's prefix does. */
+function importPrefix(pool: BlockPool, tokens: readonly number[]): void {
+  const have = pool.matchPrefix(tokens);
+  const fresh = pool.tryAllocate(tokens.length / 4 - have.blockIds.length) ?? [];
+  let parent = have.blockIds.at(-1) ?? null;
+  for (const [i, id] of fresh.entries()) {
+    const b = have.blockIds.length + i;
+    if (pool.commitBlock(id, parent, tokens.slice(b * 4, b * 4 + 4)) === null) break;
+    parent = id;
+  }
+  pool.release([...have.blockIds, ...fresh]);
+}
+
+test("Scheduler.queueState() stays exact through admissions, cancels, preemptions and outside cache changes, probing only after the cache changes (fast-check)", () => {
+  const op = fc.oneof(
+    { arbitrary: fc.record({ kind: fc.constant("submit" as const), base: fc.integer({ min: 0, max: 2 }), len: fc.integer({ min: 1, max: 26 }), out: fc.integer({ min: 1, max: 16 }) }), weight: 2 },
+    { arbitrary: fc.record({ kind: fc.constant("step" as const) }), weight: 5 },
+    { arbitrary: fc.record({ kind: fc.constant("cancel" as const), pick: fc.nat() }), weight: 1 },
+    { arbitrary: fc.record({ kind: fc.constant("import" as const), base: fc.integer({ min: 0, max: 2 }) }), weight: 1 },
+  );
+  fc.assert(
+    fc.property(fc.array(op, { minLength: 10, maxLength: 80, size: "max" }), fc.constantFrom(8, 14), fc.boolean(), fc.boolean(), (ops, blocks, shortFirst, swap) => {
+      const cfg: Partial<SchedulerConfig> = {
+        maxBatchTokens: 8, maxRunning: 3, preemption: swap ? "swap" : "recompute", swapSpaceBlocks: 6,
+        prefillOrder: shortFirst ? { order: "short-first", agingTokensPerS: 2 } : undefined,
+      };
+      let now = 0;
+      const clock = () => now;
+      const { sched, pool, probes } = versioned(blocks, cfg, clock);
+      // The same requests on a scheduler that probes every time (no cache version): the same plans.
+      const twinPool = new BlockPool({ numBlocks: blocks, blockSize: 4, clock: () => 0 });
+      const twin = new Scheduler(poolBlockManager(twinPool), { watermarkBlocks: 0, ...cfg }, clock);
+      const live: number[] = [];
+      const queuedAt = new Map<number, number>();
+      const outputs = new Map<number, number>();
+      let nextId = 0;
+      const check = (when: string) => {
+        const q = sched.queueState();
+        const { waitingPrefillTokens, oldestWaitS, waitingDecodes } = q;
+        assert.deepEqual({ waitingPrefillTokens, oldestWaitS, waitingDecodes }, freshQueueGauges(sched, pool, queuedAt, now), when);
+        assert.deepEqual(q, twin.queueState(), when);
+        const before = probes();
+        sched.queueState();
+        assert.equal(probes(), before, `${when}: a second queueState() with nothing changed probes nothing`);
+      };
+      for (const o of ops) {
+        now += 0.25; // queue ages (oldestWaitS) and aging credit move on
+        if (o.kind === "submit") {
+          // Prompts of one base share up to 12 leading tokens, so prefix hits come and go.
+          const prompt = [...range(Math.min(o.len, 12), 100 * o.base), ...range(Math.max(0, o.len - 12), 1000 + 50 * nextId)];
+          for (const s of [sched, twin]) s.submit(nextId, prompt);
+          outputs.set(nextId, o.out);
+          queuedAt.set(nextId, now);
+          live.push(nextId++);
+        } else if (o.kind === "cancel" && live.length > 0) {
+          const [id] = live.splice(o.pick % live.length, 1);
+          for (const s of [sched, twin]) s.abort(id);
+        } else if (o.kind === "import") {
+          for (const p of [pool, twinPool]) importPrefix(p, range(8, 100 * o.base));
+        } else if (o.kind === "step") {
+          const plan = sched.schedule();
+          const twinPlan = twin.schedule();
+          assert.deepEqual(plan, twinPlan, "the kept probes order admission as fresh ones do");
+          check("after planning");
+          if (plan.entries.length === 0) continue;
+          for (const seq of sched.commit(plan, fakeSample(plan))) if (seq.numOutput >= outputs.get(seq.id)!) sched.finish(seq.id, "length");
+          for (const seq of twin.commit(twinPlan, fakeSample(twinPlan))) if (seq.numOutput >= outputs.get(seq.id)!) twin.finish(seq.id, "length");
+        }
+        check(`after ${o.kind}`);
+      }
+    }),
+    { numRuns: 200, seed: 7 },
+  );
 });

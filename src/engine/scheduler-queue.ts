@@ -1,0 +1,196 @@
+/**
+ * The waiting side of a Scheduler: sequences queued for admission (new ones last, preempted ones
+ * first), when each was first queued (for aging), admission in FCFS or least-uncached-work order
+ * (config.prefillOrder), and the queue gauges a cluster's router reads for every request it routes.
+ *
+ * Those gauges need each waiting prompt's uncached tokens, which takes a prefix-cache probe (hashing
+ * the prompt). The probes are kept per sequence and summed incrementally as sequences join and
+ * leave the queue, for as long as the KV layer's `cacheVersion` stays the same; any change to the
+ * prefix cache (a commit, an eviction, a prefix written in from host memory or another worker) drops
+ * them, and the next reader probes again. No approximation is taken: the numbers are what probing
+ * every waiting prompt on every call gave. A step that commits or evicts a block moves the version,
+ * so the first reader after such a step still probes the queue once (as short-first admission does
+ * anyway); the calls after it, until the next change, cost nothing. A KV layer without
+ * `cacheVersion` is probed on every call.
+ */
+import { prefillOrder } from "../../planner/prefill-order.ts";
+import type { KvBlockManager } from "./scheduler-kv.ts";
+import type { SchedulerConfig, SwapOp } from "./scheduler-types.ts";
+import type { SwapSpace } from "./scheduler-swap.ts";
+import type { Sequence } from "./sequence.ts";
+
+/** The waiting sequences' part of a `QueueState`. */
+export interface WaitingGauges {
+  /** Tokens of waiting sequences that neither the prefix cache nor swap space holds. */
+  uncachedTokens: number;
+  /** Age (s) of the oldest waiting sequence (0 when none waits). */
+  oldestWaitS: number;
+  /** Preempted sequences waiting to resume decoding. */
+  waitingDecodes: number;
+}
+
+/** A scheduler's waiting queue and admission. */
+export class WaitingQueue {
+  private seqs: Sequence[] = [];
+  /** When each live sequence was first queued (s on `clock`; kept across preemption), for aging. */
+  private readonly queuedAt = new Map<Sequence, number>();
+  /** Uncached tokens of sequences probed while the prefix cache was at `probedVersion`. */
+  private readonly probed = new Map<Sequence, number>();
+  private probedVersion: number | undefined;
+  /** Sum of `probed` over every waiting sequence, or undefined until all are probed again. */
+  private uncachedSum: number | undefined;
+  private decodes = 0;
+  /** Earliest first-queued time of a waiting sequence (Infinity: none), or undefined until recomputed. */
+  private oldestAt: number | undefined = Infinity;
+  /** Prompt tokens looked up in the prefix cache at first admission, and how many hit. */
+  prefixQueried = 0;
+  prefixHit = 0;
+
+  constructor(
+    private readonly kv: KvBlockManager, private readonly config: SchedulerConfig, private readonly swap: SwapSpace,
+    private readonly clock: () => number,
+  ) {}
+
+  /** Waiting sequences, in queue order. */
+  get sequences(): readonly Sequence[] {
+    return this.seqs;
+  }
+
+  /** How many sequences wait. */
+  get length(): number {
+    return this.seqs.length;
+  }
+
+  /** Queues a new sequence last. */
+  push(seq: Sequence): void {
+    this.queuedAt.set(seq, this.clock());
+    this.seqs.push(seq);
+    this.joined(seq);
+  }
+
+  /** Queues a preempted sequence first; it keeps its first queue time, so aging counts from there. */
+  requeue(seq: Sequence): void {
+    this.seqs.unshift(seq);
+    this.joined(seq);
+  }
+
+  /** Takes a waiting sequence that ended out of the queue and forgets it. */
+  remove(seq: Sequence): void {
+    this.seqs.splice(this.seqs.indexOf(seq), 1);
+    this.left(seq);
+    this.queuedAt.delete(seq);
+  }
+
+  /** Forgets a running sequence that ended. */
+  forget(seq: Sequence): void {
+    this.queuedAt.delete(seq);
+  }
+
+  /** The waiting sequences' gauges (exact; probes only what the prefix cache changed since last asked). */
+  gauges(): WaitingGauges {
+    this.sync();
+    if (this.uncachedSum === undefined) this.uncachedSum = this.seqs.reduce((a, s) => a + this.uncached(s), 0);
+    if (this.oldestAt === undefined) this.oldestAt = this.seqs.reduce((a, s) => Math.min(a, this.queuedAt.get(s) ?? Infinity), Infinity);
+    const oldestWaitS = this.oldestAt === Infinity ? 0 : Math.max(0, this.clock() - this.oldestAt);
+    return { uncachedTokens: this.uncachedSum, oldestWaitS, waitingDecodes: this.decodes };
+  }
+
+  /**
+   * Admission in {@link admissionOrder} into `running`: stops at the first sequence that does not
+   * fit (no overtaking), except in the decode role. A swapped-out sequence gets fresh blocks for its
+   * saved KV (pushed onto `swapIn`).
+   */
+  admit(running: Sequence[], budget: () => number, add: (seq: Sequence, n: number) => void, swapIn: SwapOp[]): void {
+    const bs = this.kv.blockSize;
+    const order = this.admissionOrder();
+    const admitted = new Set<Sequence>();
+    for (let o = 0; o < order.length && budget() > 0 && running.length < this.config.maxRunning; o++) {
+      const seq = this.seqs[order[o]];
+      // Never serve the last token from cache: its logits are needed, so at least one token is computed.
+      // Swapped KV is restored whole into fresh blocks: no prefix probe, nothing shared.
+      const swapped = seq.numSwapped;
+      const hit = swapped > 0 ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
+      const cached = swapped > 0 ? swapped : hit.length * bs;
+      const uncachedPrompt = Math.max(0, seq.promptLength - cached);
+      if (this.config.role === "decode" && uncachedPrompt > this.config.localPrefillLimit) {
+        this.kv.release(hit);
+        continue;
+      }
+      const room = this.kv.numAvailable() - this.config.watermarkBlocks;
+      const n = Math.min(seq.tokens.length - cached, budget(), (hit.length + room) * bs - cached);
+      const got = n > 0 ? this.kv.allocate(Math.ceil((cached + n) / bs) - hit.length) : null;
+      if (got === null) {
+        this.kv.release(hit);
+        break;
+      }
+      admitted.add(seq);
+      seq.blockTable = [...hit, ...got];
+      seq.numComputed = cached;
+      seq.numCommittedBlocks = hit.length;
+      seq.status = "running";
+      if (swapped > 0) swapIn.push(this.swap.swapIn(seq, got));
+      if (seq.preemptions === 0) {
+        seq.numCachedPrompt = Math.min(cached, seq.promptLength);
+        this.prefixQueried += seq.promptLength;
+        this.prefixHit += seq.numCachedPrompt;
+      }
+      running.push(seq);
+      add(seq, n);
+    }
+    if (admitted.size === 0) return;
+    this.seqs = this.seqs.filter((s) => !admitted.has(s));
+    for (const s of admitted) this.left(s);
+  }
+
+  /** Indices of the queue in admission order (queue order unless config.prefillOrder says otherwise). */
+  private admissionOrder(): number[] {
+    const o = this.config.prefillOrder;
+    if (o === undefined || o.order === "fcfs" || this.seqs.length < 2) return this.seqs.map((_, i) => i);
+    const now = this.clock();
+    this.sync();
+    return prefillOrder(this.seqs.map((seq) => ({ left: this.uncached(seq), enqueuedAt: this.queuedAt.get(seq) ?? now })), now, o);
+  }
+
+  /**
+   * Tokens of a waiting sequence that neither swap space nor the prefix cache holds (its last token
+   * is never served from cache), probed once per prefix-cache version. Call `sync` first.
+   */
+  private uncached(seq: Sequence): number {
+    let n = this.probed.get(seq);
+    if (n === undefined) {
+      n = seq.tokens.length - (seq.numSwapped > 0 ? seq.numSwapped : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1)));
+      this.probed.set(seq, n);
+    }
+    return n;
+  }
+
+  /**
+   * Drops every probe when the prefix cache changed since they were made (always, without a
+   * `cacheVersion`). A waiting sequence's own tokens and swapped KV do not change while it waits,
+   * so the cache is the only thing a probe depends on.
+   */
+  private sync(): void {
+    const v = this.kv.cacheVersion?.();
+    if (v !== undefined && v === this.probedVersion) return;
+    this.probed.clear();
+    this.probedVersion = v;
+    this.uncachedSum = undefined;
+  }
+
+  /** Counts a sequence that joined the queue in the kept gauges (probing it now keeps the sum whole). */
+  private joined(seq: Sequence): void {
+    if (seq.numOutput > 0) this.decodes++;
+    if (this.oldestAt !== undefined) this.oldestAt = Math.min(this.oldestAt, this.queuedAt.get(seq) ?? Infinity);
+    this.sync();
+    if (this.uncachedSum !== undefined) this.uncachedSum += this.uncached(seq);
+  }
+
+  /** Takes a sequence that left the queue out of the kept gauges. */
+  private left(seq: Sequence): void {
+    if (seq.numOutput > 0) this.decodes--;
+    if (this.oldestAt !== undefined && (this.queuedAt.get(seq) ?? Infinity) <= this.oldestAt) this.oldestAt = undefined;
+    this.sync();
+    if (this.uncachedSum !== undefined) this.uncachedSum -= this.probed.get(seq)!;
+    this.probed.delete(seq);
+  }
+}

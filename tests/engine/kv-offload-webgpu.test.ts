@@ -1,0 +1,111 @@
+/**
+ * The host-memory KV tier (`kvOffloadBlocks`, src/engine/kv-offload.ts) on the WebGPU backend:
+ * evicted blocks are gathered and downloaded while the step that reuses them is being recorded,
+ * and written back with `upload` + `kvWrite` before the returning prompt is admitted. A prompt
+ * restored from host memory must generate what recompute generates on the same backend, and a
+ * corrupted host copy must make it generate something else (so the comparison can fail).
+ * WebGPU must really run in CI (lavapipe provides an adapter): there, an unavailable adapter fails
+ * instead of skipping, as in tests/model/forward-golden.test.ts.
+ */
+import assert from "node:assert/strict";
+import { projectRoot, test } from "../harness.ts";
+import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
+import type { Backend } from "../../src/backend/types.ts";
+import { Engine } from "../../src/engine/engine.ts";
+import { modelStepRunner, type StepRunner } from "../../src/engine/engine-runner.ts";
+import type { GenerateRequest } from "../../src/engine/engine-types.ts";
+import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
+import type { HostKv } from "../../src/engine/kv-copy.ts";
+import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { envVar } from "../../src/runtime/env.ts";
+
+const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
+const inCi = envVar("CI") !== undefined && envVar("CI") !== "" && envVar("CI") !== "false";
+const BLOCK = 16;
+// The same prompts as tests/engine/kv-offload.test.ts: STORY fills two full blocks, the fillers push it out of 12.
+const STORY = model.tokenizer.encode("Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends every day.", { addBos: true });
+const greedy = (prompt: number[], maxTokens = 8): GenerateRequest => ({ prompt, maxTokens, temperature: 0, ignoreEos: true });
+const filler = (i: number) => model.tokenizer.encode(`The dog number ${i} ran to the big red ball and the cat sat on the mat all day long. `.repeat(3), { addBos: true });
+
+let gpu: Backend | undefined;
+let why = "";
+try {
+  // Poisoned op outputs (NaN) make a restore that reads a buffer before it is written show up.
+  gpu = await createWebGpuBackend({ poison: true });
+} catch (e) {
+  why = e instanceof Error ? e.message : String(e);
+}
+const skip = !gpu && !inCi;
+if (skip) console.error(`skipping the WebGPU host KV tier tests: ${why}`);
+
+/**
+ * An engine on `backend` built as createEngine builds it, except that `corrupt`, when given, is
+ * applied to every block copy that reaches the host (the negative control).
+ */
+function engineOn(backend: Backend, kvOffloadBlocks: number, corrupt?: (kv: HostKv) => void): Engine {
+  const device = uploadModel(backend, model);
+  const kv = allocatePagedKv(backend, model.config, 12, BLOCK);
+  const base = modelStepRunner(backend, device, kv, () => {
+    freePagedKv(backend, kv);
+    freeDeviceModel(backend, device);
+  });
+  const runner: StepRunner = corrupt === undefined ? base : {
+    ...base,
+    readBlocks: async (ids) => {
+      const host = await base.readBlocks!(ids);
+      corrupt(host);
+      return host;
+    },
+  };
+  return new Engine({ runner, config: model.config, tokenizer: model.tokenizer, kvOffloadBlocks });
+}
+
+async function run(e: Engine, req: GenerateRequest) {
+  const h = e.submit(req);
+  for await (const _ of h.stream) { /* drain */ }
+  return await h.result;
+}
+
+/** Runs STORY, pushes it out of the 12-block device cache with other prompts, then runs it again. */
+async function evictAndReturn(e: Engine) {
+  try {
+    const first = await run(e, greedy(STORY));
+    for (let i = 0; i < 4; i++) await run(e, greedy(filler(i), 4));
+    const again = await run(e, greedy(STORY));
+    return { first, again, stats: e.stats() };
+  } finally {
+    await e.stop();
+  }
+}
+
+const full = Math.floor((STORY.length - 1) / BLOCK) * BLOCK;
+
+test("HostKvOffload on webgpu: a prompt restored from host KV generates what recompute generates", async () => {
+  assert.ok(gpu, `webgpu is unavailable: ${why}`);
+  const recompute = await evictAndReturn(engineOn(gpu, 0));
+  assert.equal(recompute.again.cachedTokens, 0, "without a host tier the evicted prompt is recomputed");
+  const restored = await evictAndReturn(engineOn(gpu, 64));
+  assert.ok(full > 0);
+  assert.equal(restored.again.cachedTokens, full, "the prompt's full blocks came back from host memory");
+  assert.equal(restored.stats.kvRestoredBlocks, full / BLOCK);
+  assert.ok(restored.stats.kvOffloadedBlocks >= full / BLOCK);
+  assert.deepEqual(restored.again.tokenIds, recompute.again.tokenIds);
+  assert.deepEqual(restored.again.tokenIds, restored.first.tokenIds);
+}, { ignore: skip });
+
+test("HostKvOffload on webgpu: a corrupted host copy changes the restored prompt's output (negative control)", async () => {
+  assert.ok(gpu, `webgpu is unavailable: ${why}`);
+  const recompute = await evictAndReturn(engineOn(gpu, 0));
+  // Negated K flips every attention score on the restored positions; a scaled V swamps what they carry.
+  const poisoned = await evictAndReturn(engineOn(gpu, 64, (kv) => {
+    for (const k of kv.k) for (let i = 0; i < k.length; i++) k[i] = -k[i];
+    for (const v of kv.v) for (let i = 0; i < v.length; i++) v[i] *= 8;
+  }));
+  assert.equal(poisoned.again.cachedTokens, full, "the corrupted blocks were restored, not recomputed");
+  assert.notDeepEqual(poisoned.again.tokenIds, recompute.again.tokenIds);
+}, { ignore: skip });
+
+test("destroy() releases the WebGPU backend the host KV tier tests opened", () => {
+  gpu?.destroy();
+});
