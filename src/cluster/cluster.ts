@@ -6,19 +6,22 @@
  * session's cached prefix may move from a busy holder to a peer. `tick()` (every planner interval,
  * driven by the caller's timer) hands the planner a snapshot and applies its decisions.
  */
-import { chainHashes, GlobalBlockIndex } from "../../kv/index.ts";
+import { chainHashes } from "../../kv/index.ts";
 import type { LinkModel, RouteCandidate, SessionRoute, SessionRouterOptions } from "../../planner/routers.ts";
-import type { CompletedRequest, MetricsSnapshot, Planner, PlannerAction, Role } from "../../planner/types.ts";
-import { EngineMetrics } from "../engine/engine-metrics.ts";
+import type { Planner, PlannerAction, Role } from "../../planner/types.ts";
+import type { EngineMetrics } from "../engine/engine-metrics.ts";
 import {
-  type EngineStats, EngineOverloadedError, type GenerateRequest, NoWorkerError, type GenerateResult, outputBudget, type RequestHandle, type ServingEngine, type WorkerStatus,
+  type EngineStats, EngineOverloadedError, type GenerateRequest, NoWorkerError, outputBudget, type RequestHandle, type ServingEngine, type WorkerStatus,
 } from "../engine/engine-types.ts";
 import type { StepMixing } from "../engine/scheduler-types.ts";
-import { ClusterWorker } from "./cluster-worker.ts";
+import type { ClusterWorker } from "./cluster-worker.ts";
 import { type ClusterRouterName, IN_PROCESS_LINK, routeRequest } from "./cluster-router.ts";
 import { relayHandle } from "./relay-handle.ts";
 import { sumStats } from "./cluster-stats.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
+import { RequestWindow } from "./request-window.ts";
+import { WorkerSet } from "./worker-set.ts";
+import { handOff } from "./handoff.ts";
 
 /** How to run a cluster. */
 export interface ClusterOptions {
@@ -66,21 +69,15 @@ const MAX_SESSIONS = 65536;
 
 /** Several engines serving as one. */
 export class Cluster implements ServingEngine {
-  readonly metrics: EngineMetrics = new EngineMetrics();
   readonly counters: ClusterCounters = { prefillHandoffs: 0, prefixMoves: 0, movedBlocks: 0, flips: 0, joined: 0, removed: 0 };
-  private list: ClusterWorker[] = [];
-  private readonly byId = new Map<string, ClusterWorker>();
-  private readonly unsubscribe = new Map<string, () => void>();
-  private readonly index = new GlobalBlockIndex();
+  private readonly set: WorkerSet;
+  private readonly window: RequestWindow;
   private readonly lastWorker = new Map<string, string>();
   private readonly routerOptions: SessionRouterOptions;
   private readonly now: () => number;
   private readonly blockSize: number;
   private mixing: StepMixing = "mixed";
   private nextId = 0;
-  private windowStart: number;
-  private arrivals = { count: 0, promptTokens: 0, uncachedTokens: 0, outputTokens: 0 };
-  private completions: CompletedRequest[] = [];
 
   /**
    * Takes the workers' engines already started (local or in threads), their steps wired to
@@ -92,16 +89,22 @@ export class Cluster implements ServingEngine {
     if (roles.length !== engines.length) throw new RangeError(`${roles.length} roles were given for ${engines.length} workers`);
     if (engines.length > 0 && !roles.some((r) => r !== "prefill")) throw new RangeError(`At least one worker must decode; the roles are ${roles.join(",")}`);
     this.now = o.now ?? (() => performance.now());
+    this.set = new WorkerSet(o.initialPrefillRate ?? 2000, this.now);
+    this.window = new RequestWindow(this.now);
     this.blockSize = o.shape?.blockSize ?? engines[0].blockSize;
     if (engines.length > 0) this.mixing = engines[0].stepMixing;
     engines.forEach((e, i) => this.attach(e, roles[i]));
     this.routerOptions = { localPrefillThreshold: 512, itlTargetS: 0.05, peerTransfer: true, peerMoveS: 0.5, memoryFullS: 1, ...o.routerOptions };
-    this.windowStart = this.now() / 1000;
+  }
+
+  /** Finished requests, token counters and the TTFT/ITL/E2E histograms, cluster-wide. */
+  get metrics(): EngineMetrics {
+    return this.window.metrics;
   }
 
   /** Feeds an engine step of worker `id` to its window (the engines' `onStep`). */
   observeStep(id: string, r: Parameters<ClusterWorker["observeStep"]>[0]): void {
-    this.byId.get(id)?.observeStep(r);
+    this.set.get(id)?.observeStep(r);
   }
 
   /** The current local-prefill threshold (uncached tokens a decode worker prefills itself). */
@@ -111,12 +114,13 @@ export class Cluster implements ServingEngine {
 
   /** The longest context every worker serves (the model's shape while there is none). */
   get maxModelLen(): number {
-    return this.list.length === 0 ? this.o.shape!.maxModelLen : Math.min(...this.list.map((w) => w.engine.maxModelLen));
+    const all = this.set.all;
+    return all.length === 0 ? this.o.shape!.maxModelLen : Math.min(...all.map((w) => w.engine.maxModelLen));
   }
 
   /** The workers now in the cluster, draining ones included, in the order they joined. */
   get workers(): readonly ClusterWorker[] {
-    return this.list;
+    return this.set.all;
   }
 
   /** The workers' step mixing (the planner sets all workers alike; a joining worker takes it). */
@@ -130,7 +134,6 @@ export class Cluster implements ServingEngine {
    * than the others' lowers the cluster's {@link maxModelLen} while it stays.
    */
   addWorker(engine: WorkerEngine, role: Role = "mixed"): ClusterWorker {
-    if (this.byId.has(engine.id)) throw new RangeError(`A worker named "${engine.id}" is already in the cluster`);
     if (engine.blockSize !== this.blockSize) throw new RangeError(`Worker "${engine.id}" has KV blocks of ${engine.blockSize} tokens; the cluster's have ${this.blockSize}`);
     const w = this.attach(engine, role);
     this.counters.joined++;
@@ -143,41 +146,27 @@ export class Cluster implements ServingEngine {
    * global index. Resolves once it is gone; false when no such worker is in the cluster.
    */
   async removeWorker(id: string, drainMs = 0): Promise<boolean> {
-    const w = this.byId.get(id);
-    if (w === undefined || w.draining) return false;
-    w.draining = true;
-    const deadline = this.now() + drainMs;
-    while (w.inFlight > 0 && w.engine.alive && this.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    this.list = this.list.filter((x) => x !== w);
-    this.byId.delete(id);
-    this.unsubscribe.get(id)?.();
-    this.unsubscribe.delete(id);
-    this.index.removeWorker(id);
-    this.counters.removed++;
-    await w.engine.stop().catch(() => {});
-    return true;
+    const gone = await this.set.remove(id, drainMs);
+    if (gone) this.counters.removed++;
+    return gone;
   }
 
   /** Routes and queues a request. Throws the typed errors of engine-types.ts. */
   submit(req: GenerateRequest): RequestHandle {
     const maxTokens = outputBudget(req, this.maxModelLen);
-    const waiting = this.list.reduce((a, w) => a + w.engine.stats().waiting, 0);
-    const maxWaiting = this.o.maxWaiting ?? 1024 * Math.max(1, this.list.length);
+    const waiting = this.set.all.reduce((a, w) => a + w.engine.stats().waiting, 0);
+    const maxWaiting = this.o.maxWaiting ?? 1024 * Math.max(1, this.set.all.length);
     if (waiting >= maxWaiting) {
       this.metrics.rejected++;
       throw new EngineOverloadedError(`${maxWaiting} requests are already waiting`);
     }
     const { route, cands } = this.route(req);
-    const dec = this.byId.get(route.decodeWorker)!;
+    const dec = this.set.get(route.decodeWorker)!;
     // Every worker the request touches stays in the cluster until it is done (see removeWorker).
-    const touched = [dec, ...[route.prefillWorker, route.prefixSource].flatMap((id) => (id == null ? [] : [this.byId.get(id)!]))];
+    const touched = [dec, ...[route.prefillWorker, route.prefixSource].flatMap((id) => (id == null ? [] : [this.set.get(id)!]))];
     for (const w of touched) w.inFlight++;
     const best = cands.reduce((a, c) => Math.max(a, c.overlapDevice), 0);
-    this.arrivals.count++;
-    this.arrivals.promptTokens += req.prompt.length;
-    this.arrivals.uncachedTokens += Math.max(0, req.prompt.length - best * this.blockSize);
-    this.arrivals.outputTokens += maxTokens;
-    this.metrics.promptTokens += req.prompt.length;
+    this.window.arrived(req.prompt.length, Math.max(0, req.prompt.length - best * this.blockSize), maxTokens);
     if (req.sessionId !== undefined) this.remember(req.sessionId, dec.id);
     const t0 = this.now();
     const id = this.nextId++;
@@ -195,7 +184,7 @@ export class Cluster implements ServingEngine {
       }
     } else {
       const hop = { cancel: () => {} };
-      const start = this.hop(req, route, dec, hop).then((inner) => {
+      const start = handOff(req, route, dec, this.set, this.counters, hop).then((inner) => {
         tStart = this.now();
         return inner;
       });
@@ -204,7 +193,7 @@ export class Cluster implements ServingEngine {
     const result = h.result.finally(release).then((r) => {
       // A session the worker inferred (no key in the request) is remembered for its tool waits.
       if (req.sessionId === undefined && h.sessionId !== undefined) this.remember(h.sessionId, dec.id);
-      return this.finished(r, t0, tStart);
+      return this.window.finished(r, t0, tStart);
     });
     // The session may be known only later (inferred by a worker, or once a hand-off is done).
     return { id, stream: h.stream, result, cancel: () => h.cancel(), get sessionId() { return h.sessionId; } };
@@ -212,19 +201,19 @@ export class Cluster implements ServingEngine {
 
   /** Forwards a tool wait to the worker that served the session last (every worker when unknown). */
   markToolWait(sessionId: string, tool: string): void {
-    const w = this.byId.get(this.lastWorker.get(sessionId) ?? "");
-    for (const t of w ? [w] : this.list) t.engine.markToolWait(sessionId, tool);
+    const w = this.set.get(this.lastWorker.get(sessionId) ?? "");
+    for (const t of w ? [w] : this.set.all) t.engine.markToolWait(sessionId, tool);
   }
 
   /** Gauges and counters summed over workers. */
   stats(): EngineStats {
-    return sumStats(this.list.map((w) => w.engine.stats()));
+    return sumStats(this.set.all.map((w) => w.engine.stats()));
   }
 
   /** Sessions by status, summed over workers (undefined under LRU retention). */
   sessionStatusCounts(): Record<string, number> | undefined {
     let out: Record<string, number> | undefined;
-    for (const w of this.list) {
+    for (const w of this.set.all) {
       const c = w.engine.sessionStatusCounts();
       if (!c) continue;
       out ??= {};
@@ -235,20 +224,12 @@ export class Cluster implements ServingEngine {
 
   /** Each worker's role and load. */
   workerStatuses(): WorkerStatus[] {
-    return this.list.map((w) => w.status());
+    return this.set.all.map((w) => w.status());
   }
 
   /** One planner interval: snapshot, decisions, applied. Returns the decisions. */
   tick(): PlannerAction[] {
-    const now = this.now() / 1000;
-    const snap: MetricsSnapshot = {
-      now, windowS: Math.max(1e-3, now - this.windowStart), workers: this.list.map((w) => w.snapshot()),
-      arrivals: this.arrivals.count, arrivedPromptTokens: this.arrivals.promptTokens, arrivedUncachedTokens: this.arrivals.uncachedTokens,
-      arrivedOutputTokens: this.arrivals.outputTokens, completions: this.completions,
-    };
-    this.windowStart = now;
-    this.arrivals = { count: 0, promptTokens: 0, uncachedTokens: 0, outputTokens: 0 };
-    this.completions = [];
+    const snap = { ...this.window.take(), workers: this.set.all.map((w) => w.snapshot()) };
     const actions = this.o.planner?.tick(snap) ?? [];
     for (const a of actions) this.apply(a);
     return actions;
@@ -256,22 +237,19 @@ export class Cluster implements ServingEngine {
 
   /** Stops every engine. */
   async stop(): Promise<void> {
-    await Promise.all(this.list.map((w) => w.engine.stop()));
+    await Promise.all(this.set.all.map((w) => w.engine.stop()));
   }
 
+  /** Adds a worker, which takes the cluster's step mixing. */
   private attach(engine: WorkerEngine, role: Role): ClusterWorker {
-    const w = new ClusterWorker(engine, role, this.o.initialPrefillRate ?? 2000);
-    if (this.byId.has(w.id)) throw new RangeError(`Two workers are named "${w.id}"`);
+    const w = this.set.add(engine, role);
     if (engine.stepMixing !== this.mixing) engine.stepMixing = this.mixing;
-    this.byId.set(w.id, w);
-    this.list.push(w);
-    this.unsubscribe.set(w.id, engine.kvEvents.subscribe((e) => this.index.apply(e)));
     return w;
   }
 
   private apply(a: PlannerAction): void {
     if (a.kind === "flip") {
-      const w = this.byId.get(a.workerId);
+      const w = this.set.get(a.workerId);
       // A flip only changes what the router sends; work already on the worker drains there.
       if (w && w.role !== a.to) {
         w.role = a.to;
@@ -280,74 +258,24 @@ export class Cluster implements ServingEngine {
     } else if (a.kind === "local-prefill-threshold") this.routerOptions.localPrefillThreshold = a.tokens;
     else if (a.kind === "step-mixing") {
       this.mixing = a.split ? "split" : "mixed";
-      for (const w of this.list) w.engine.stepMixing = this.mixing;
+      for (const w of this.set.all) w.engine.stepMixing = this.mixing;
     }
     // "replicas" (workers join and leave by themselves, see addWorker) and "admission" (no front-door
     // hold) are not applied.
   }
 
   private route(req: GenerateRequest): { route: SessionRoute; cands: RouteCandidate[] } {
-    const live = this.list.filter((w) => w.engine.alive && !w.draining);
+    const live = this.set.all.filter((w) => w.engine.alive && !w.draining);
     if (live.length === 0) throw new NoWorkerError("No worker is running");
     // Prefill-role workers alone cannot finish a request: the router needs one that decodes.
     if (!live.some((w) => w.role !== "prefill")) throw new NoWorkerError("No running worker decodes");
-    const overlaps = this.index.overlaps(chainHashes(req.prompt, this.blockSize));
+    const overlaps = this.set.index.overlaps(chainHashes(req.prompt, this.blockSize));
     const cands = live.map((w) => w.candidate(overlaps.get(w.id)));
     const sreq = {
       promptTokens: req.prompt.length, blockTokens: this.blockSize, bytesPerBlock: this.o.bytesPerBlock,
       ...(req.sessionId !== undefined && this.lastWorker.has(req.sessionId) ? { lastWorker: this.lastWorker.get(req.sessionId) } : {}),
     };
     return { route: routeRequest(this.o.router ?? "session", sreq, cands, this.o.links ?? IN_PROCESS_LINK, this.routerOptions), cands };
-  }
-
-  /** Moves what the route says, then queues the request on the decoding worker. */
-  private async hop(req: GenerateRequest, route: SessionRoute, dec: ClusterWorker, hop: { cancel: () => void }): Promise<RequestHandle> {
-    let cancelled = false;
-    hop.cancel = () => (cancelled = true);
-    const sid = req.sessionId;
-    if (route.prefixSource !== undefined) {
-      await this.move(this.byId.get(route.prefixSource)!, dec, req.prompt, sid);
-    } else if (route.prefillWorker !== null) {
-      const pre = this.byId.get(route.prefillWorker)!;
-      if (route.prefixTransferBlocks > 0) await this.move(dec, pre, req.prompt, sid);
-      const h = pre.engine.submit({ ...req, maxTokens: 1, stop: undefined, prefillOnly: true });
-      hop.cancel = () => {
-        cancelled = true;
-        h.cancel();
-      };
-      const r = await h.result;
-      if (r.error) throw new Error(`The prefill on ${pre.id} failed: ${r.error}`);
-      if (cancelled) throw new Error("Cancelled");
-      this.counters.prefillHandoffs++;
-      await this.move(pre, dec, req.prompt, sid, false);
-    }
-    if (cancelled) throw new Error("Cancelled");
-    return dec.engine.submit(req);
-  }
-
-  /** Copies the cached prefix of `tokens` from one worker to another. */
-  private async move(from: ClusterWorker, to: ClusterWorker, tokens: readonly number[], sessionId: string | undefined, count = true): Promise<void> {
-    const prefix = await from.engine.exportPrefix(tokens);
-    if (prefix === null) return;
-    if (count) this.counters.prefixMoves++;
-    this.counters.movedBlocks += await to.engine.importPrefix(prefix, sessionId);
-  }
-
-  /** Records a finished request in the client-facing metrics and the planner's window. */
-  private finished(r: GenerateResult, t0: number, tStart: number): GenerateResult {
-    const m = this.metrics;
-    m.countFinish(r.error ? "error" : r.finishReason);
-    m.generationTokens += r.completionTokens;
-    m.e2e.observe((this.now() - t0) / 1000);
-    if (r.firstTokenS !== undefined) {
-      const ttft = (tStart - t0) / 1000 + r.firstTokenS;
-      const n = r.completionTokens;
-      const itl = n > 1 ? ((r.lastTokenS ?? r.firstTokenS) - r.firstTokenS) / (n - 1) : 0;
-      m.ttft.observe(ttft);
-      for (let i = 1; i < n; i++) m.itl.observe(itl);
-      this.completions.push({ isl: r.promptTokens, osl: n, ttftS: ttft, itlS: itl });
-    }
-    return r;
   }
 
   private remember(sessionId: string, workerId: string): void {

@@ -1,0 +1,51 @@
+/**
+ * A request whose route moves KV before it can start: a session's cached prefix pulled from the
+ * worker holding it (peer transfer), or a prompt prefilled on a prefill-role worker whose KV then
+ * moves to the worker that decodes (with that worker's cached prefix sent to the prefill worker
+ * first when the route says so). Ends by queueing the request on the decoding worker.
+ */
+import type { SessionRoute } from "../../planner/routers.ts";
+import type { GenerateRequest, RequestHandle } from "../engine/engine-types.ts";
+import type { ClusterCounters } from "./cluster.ts";
+import type { ClusterWorker } from "./cluster-worker.ts";
+import type { WorkerSet } from "./worker-set.ts";
+
+/**
+ * Moves what `route` says, then submits `req` to `dec`. `hop.cancel` is replaced with what cancels
+ * the step under way; a cancelled hand-off rejects with "Cancelled".
+ */
+export async function handOff(
+  req: GenerateRequest, route: SessionRoute, dec: ClusterWorker, set: WorkerSet, counters: ClusterCounters, hop: { cancel: () => void },
+): Promise<RequestHandle> {
+  let cancelled = false;
+  hop.cancel = () => (cancelled = true);
+  const sid = req.sessionId;
+  if (route.prefixSource !== undefined) {
+    await movePrefix(set.get(route.prefixSource)!, dec, req.prompt, sid, counters);
+  } else if (route.prefillWorker !== null) {
+    const pre = set.get(route.prefillWorker)!;
+    if (route.prefixTransferBlocks > 0) await movePrefix(dec, pre, req.prompt, sid, counters);
+    const h = pre.engine.submit({ ...req, maxTokens: 1, stop: undefined, prefillOnly: true });
+    hop.cancel = () => {
+      cancelled = true;
+      h.cancel();
+    };
+    const r = await h.result;
+    if (r.error) throw new Error(`The prefill on ${pre.id} failed: ${r.error}`);
+    if (cancelled) throw new Error("Cancelled");
+    counters.prefillHandoffs++;
+    await movePrefix(pre, dec, req.prompt, sid, counters, false);
+  }
+  if (cancelled) throw new Error("Cancelled");
+  return dec.engine.submit(req);
+}
+
+/** Copies the cached prefix of `tokens` from one worker to another (`count`: as a prefix move). */
+async function movePrefix(
+  from: ClusterWorker, to: ClusterWorker, tokens: readonly number[], sessionId: string | undefined, counters: ClusterCounters, count = true,
+): Promise<void> {
+  const prefix = await from.engine.exportPrefix(tokens);
+  if (prefix === null) return;
+  if (count) counters.prefixMoves++;
+  counters.movedBlocks += await to.engine.importPrefix(prefix, sessionId);
+}

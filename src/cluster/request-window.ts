@@ -1,0 +1,62 @@
+/**
+ * What a cluster measures of the requests it serves: the client-facing histograms and counters
+ * (/metrics) and, per planner interval, the arrivals and completions the planner's snapshot carries.
+ */
+import type { CompletedRequest, MetricsSnapshot } from "../../planner/types.ts";
+import { EngineMetrics } from "../engine/engine-metrics.ts";
+import type { GenerateResult } from "../engine/engine-types.ts";
+
+/** Arrivals and completions since the last planner tick, plus the running metrics. */
+export class RequestWindow {
+  readonly metrics: EngineMetrics = new EngineMetrics();
+  private windowStartS: number;
+  private arrivals = { count: 0, promptTokens: 0, uncachedTokens: 0, outputTokens: 0 };
+  private completions: CompletedRequest[] = [];
+
+  constructor(private readonly now: () => number) {
+    this.windowStartS = now() / 1000;
+  }
+
+  /** A request was routed: its prompt, the part no worker had cached, and its output budget. */
+  arrived(promptTokens: number, uncachedTokens: number, outputTokens: number): void {
+    this.arrivals.count++;
+    this.arrivals.promptTokens += promptTokens;
+    this.arrivals.uncachedTokens += uncachedTokens;
+    this.arrivals.outputTokens += outputTokens;
+    this.metrics.promptTokens += promptTokens;
+  }
+
+  /**
+   * A request finished: submitted at `t0`, started on its decoding worker at `tStart` (after any
+   * hand-off), both on the cluster's clock in ms. Returns `r`.
+   */
+  finished(r: GenerateResult, t0: number, tStart: number): GenerateResult {
+    const m = this.metrics;
+    m.countFinish(r.error ? "error" : r.finishReason);
+    m.generationTokens += r.completionTokens;
+    m.e2e.observe((this.now() - t0) / 1000);
+    if (r.firstTokenS !== undefined) {
+      const ttft = (tStart - t0) / 1000 + r.firstTokenS;
+      const n = r.completionTokens;
+      const itl = n > 1 ? ((r.lastTokenS ?? r.firstTokenS) - r.firstTokenS) / (n - 1) : 0;
+      m.ttft.observe(ttft);
+      for (let i = 1; i < n; i++) m.itl.observe(itl);
+      this.completions.push({ isl: r.promptTokens, osl: n, ttftS: ttft, itlS: itl });
+    }
+    return r;
+  }
+
+  /** The window's part of a planner snapshot (workers filled by the caller); starts the next window. */
+  take(): Omit<MetricsSnapshot, "workers"> {
+    const now = this.now() / 1000;
+    const a = this.arrivals;
+    const out = {
+      now, windowS: Math.max(1e-3, now - this.windowStartS), arrivals: a.count, arrivedPromptTokens: a.promptTokens,
+      arrivedUncachedTokens: a.uncachedTokens, arrivedOutputTokens: a.outputTokens, completions: this.completions,
+    };
+    this.windowStartS = now;
+    this.arrivals = { count: 0, promptTokens: 0, uncachedTokens: 0, outputTokens: 0 };
+    this.completions = [];
+    return out;
+  }
+}
