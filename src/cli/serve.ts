@@ -11,13 +11,14 @@ import { BackendUnavailableError } from "../backend/types.ts";
 import { isKvRetention, KV_RETENTIONS } from "../engine/engine-sessions.ts";
 import { type PreemptionMode, STEP_MIXINGS, type StepMixing, type WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError } from "../model/config.ts";
-import { cliArgs, exitProcess, runtimeName } from "../runtime/env.ts";
+import { cliArgs, envVar, exitProcess, runtimeName } from "../runtime/env.ts";
 import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
 import { isReasoningParser, REASONING_PARSERS } from "../serve/reasoning.ts";
 import { startServer } from "../serve/server.ts";
 import { CLUSTER_ROUTERS, isClusterRouter } from "../cluster/cluster-router.ts";
 import { RemoteWorkerError } from "../cluster/remote-engine.ts";
-import { ControlPlaneError } from "../cluster/nats-membership.ts";
+import { ControlPlaneError, splitCredentials } from "../cluster/nats-membership.ts";
+import { WorkerAuthError } from "../cluster/worker-auth.ts";
 import type { Role } from "../../planner/types.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 
@@ -55,8 +56,14 @@ const FLAGS = {
   nats: { kind: "string", help: "NATS server (host:port or nats://host:port) where worker processes announce themselves (`deno task worker --nats URL`): they join and leave while the server runs (implies --transport tcp)" },
   "cluster-name": { kind: "string", help: "the cluster's name on the NATS server, so several share one (default \"default\"; with --nats)" },
   "drain-timeout": { kind: "number", min: 0, help: "seconds a leaving worker's requests may run before it is stopped (default 60; with --nats)" },
+  "worker-token": { kind: "string", help: "shared secret of the worker processes (started with the same token): each side proves it knows it before any work (default: $EVOLVING_WORKER_TOKEN, else none; with --transport tcp or --nats)" },
   help: { kind: "boolean", help: "show this help" },
 } satisfies FlagSpecs;
+
+/** `v` unless it is empty. */
+function nonEmpty(v: string | undefined): string | undefined {
+  return v === undefined || v === "" ? undefined : v;
+}
 
 async function main(): Promise<void> {
   const f = parseArgs(cliArgs(), FLAGS);
@@ -105,6 +112,8 @@ async function main(): Promise<void> {
     throw new ArgsError(`--workers ${f.workers} does not match the ${workerAddrs.length} addresses of --worker-addrs`);
   }
   const cluster = workers > 1 || transport === "tcp";
+  const workerToken = f["worker-token"] ?? (transport === "tcp" ? nonEmpty(envVar("EVOLVING_WORKER_TOKEN")) : undefined);
+  if (f["worker-token"] !== undefined && transport !== "tcp") throw new ArgsError("Flag --worker-token is for worker processes (--transport tcp or --nats)");
   for (const flag of ["roles", "planner", "router", "transport"] as const) {
     if (f[flag] !== undefined && !cluster) throw new ArgsError(`Flag --${flag} ${f[flag]} needs --workers 2 or more`);
   }
@@ -124,6 +133,7 @@ async function main(): Promise<void> {
     maxNumSeqs: f["max-num-seqs"],
     maxWaiting: f["max-waiting"],
     ...(cluster ? { workers, roles: roles as Role[] | undefined, planner, router, transport, ...(workerAddrs ? { workerAddrs } : {}) } : { role: role as WorkerRole }),
+    ...(workerToken !== undefined ? { workerToken } : {}),
     ...(nats !== undefined ? { nats, clusterName: f["cluster-name"], ...(f["drain-timeout"] !== undefined ? { drainMs: f["drain-timeout"] * 1000 } : {}) } : {}),
     preemption: preemption as PreemptionMode,
     swapSpaceBlocks: f["swap-space-blocks"],
@@ -140,7 +150,7 @@ async function main(): Promise<void> {
     : `; reasoning parser ${reasoningParser} (<think>/</think> are not single tokens: KV of reasoning not typed)`;
   console.error(
     `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixing}, max model len ${s.serving.maxModelLen}` +
-      (s.cluster && nats !== undefined ? `; workers join through NATS at ${nats}, ${router} router, planner ${planner}` : "") +
+      (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${planner}` : "") +
       (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") + "; " +
       `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,
   );
@@ -148,7 +158,7 @@ async function main(): Promise<void> {
 
 main().catch((e: unknown) => {
   const known = e instanceof ArgsError || e instanceof ModelLoadError || e instanceof BackendUnavailableError || e instanceof RangeError ||
-    e instanceof RemoteWorkerError || e instanceof ControlPlaneError;
+    e instanceof RemoteWorkerError || e instanceof ControlPlaneError || e instanceof WorkerAuthError;
   console.error(known ? `serve: ${(e as Error).message}` : `serve: unexpected error: ${e instanceof Error ? e.stack : String(e)}`);
   // As generate: a mistake the user can fix exits 2, anything else 1.
   exitProcess(known ? 2 : 1);

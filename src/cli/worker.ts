@@ -13,11 +13,12 @@
 import net from "node:net";
 import os from "node:os";
 import process from "node:process";
-import { announceWorker, connectControlPlane, ControlPlaneError, controlSubjects } from "../cluster/nats-membership.ts";
+import { announceWorker, connectControlPlane, ControlPlaneError, controlSubjects, splitCredentials } from "../cluster/nats-membership.ts";
 import { socketPort } from "../cluster/tcp-port.ts";
 import { serveWorker } from "../cluster/worker-host.ts";
 import { parseAddress } from "../cluster/create-cluster.ts";
-import { cliArgs, exitProcess } from "../runtime/env.ts";
+import { cliArgs, envVar, exitProcess } from "../runtime/env.ts";
+import { greetServer } from "../cluster/worker-auth.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 
 const FLAGS = {
@@ -27,6 +28,7 @@ const FLAGS = {
   id: { kind: "string", help: "this worker's name in the cluster (default HOSTNAME-PORT; with --nats)" },
   advertise: { kind: "string", help: "host:port servers connect to (default: the listening address, or this machine's name when listening on all interfaces; with --nats)" },
   "drain-timeout": { kind: "number", min: 0, help: "seconds to wait, after announcing that it leaves, for the server to stop this worker's engines before exiting (default 90; with --nats)" },
+  "worker-token": { kind: "string", help: "shared secret: serve only a server started with the same token (each side proves it knows it; default: $EVOLVING_WORKER_TOKEN, else any server)" },
   help: { kind: "boolean", help: "show this help" },
 } satisfies FlagSpecs;
 
@@ -52,11 +54,17 @@ async function main(): Promise<void> {
       throw new ArgsError((e as Error).message);
     }
   }
+  const envToken = envVar("EVOLVING_WORKER_TOKEN");
+  const token = f["worker-token"] ?? (envToken === "" ? undefined : envToken);
   let open = 0;
   const server = net.createServer((socket) => {
     open++;
     socket.on("close", () => open--);
-    serveWorker(socketPort(socket));
+    const port = socketPort(socket);
+    greetServer(port, token).then(() => serveWorker(port), (e: Error) => {
+      console.error(`worker: refused a connection from ${socket.remoteAddress}: ${e.message}`);
+      void port.close();
+    });
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
@@ -64,14 +72,14 @@ async function main(): Promise<void> {
   });
   const bound = server.address() as net.AddressInfo;
   const bracket = (h: string) => (h.includes(":") ? `[${h}]` : h);
-  console.error(`worker: listening on ${bracket(addr.host)}:${bound.port}`);
+  console.error(`worker: listening on ${bracket(addr.host)}:${bound.port}${token === undefined ? "" : " (worker token required)"}`);
   if (f.nats === undefined) return;
   const anyHost = addr.host === "0.0.0.0" || addr.host === "::";
   const advertise = f.advertise ?? `${bracket(anyHost ? os.hostname() : addr.host)}:${bound.port}`;
   const id = f.id ?? `${os.hostname()}-${bound.port}`;
   const nc = await connectControlPlane(f.nats, `evolving-worker ${id}`);
   const announcer = announceWorker(nc, clusterName, { id, addr: advertise });
-  console.error(`worker: announced as "${id}" at ${advertise} on cluster "${clusterName}" (NATS ${f.nats})`);
+  console.error(`worker: announced as "${id}" at ${advertise} on cluster "${clusterName}" (NATS ${splitCredentials(f.nats).server})`);
   let leaving = false;
   const leave = async () => {
     if (leaving) return exitProcess(1); // a second signal: stop now

@@ -14,6 +14,7 @@ import type { StepRecord } from "../engine/step-record.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { Cluster, type ClusterOptions } from "./cluster.ts";
 import { connectPort } from "./tcp-port.ts";
+import { greetWorker } from "./worker-auth.ts";
 import { RemoteEngine, RemoteWorkerError } from "./remote-engine.ts";
 import type { PortableEngineOptions } from "./worker-protocol.ts";
 import { localWorkerEngine } from "./worker-engine.ts";
@@ -32,6 +33,8 @@ export interface CreateClusterOptions extends Omit<ClusterOptions, "bytesPerBloc
   engine?: Omit<CreateEngineOptions, "workerId" | "onStep">;
   /** Also called with every engine step, with the worker's id (a step log). */
   onStep?: (workerId: string, r: StepRecord) => void;
+  /** Shared secret of TCP workers started with the same token (worker-auth.ts); none: no check. */
+  workerToken?: string;
 }
 
 /** A cluster of `o.workers` engines running `model` on `backend`. */
@@ -71,22 +74,30 @@ export async function startTcpCluster(
   if (addresses.length === 0) throw new RangeError("A TCP cluster needs at least one worker address");
   for (const a of addresses) parseAddress(a);
   return startRemoteCluster(model, { ...o, workers: addresses.length }, (id, engine, onStep) => {
-    return connectTcpWorker(id, addresses[Number(id.slice("worker-".length))], modelPath, backend, engine, onStep);
+    return connectTcpWorker(id, addresses[Number(id.slice("worker-".length))], modelPath, backend, engine, onStep, o.workerToken);
   });
 }
 
 /**
- * Connects to the worker process listening at `addr` ("host:port") and has it run engine `id` on
- * `modelPath` (a path on its machine); resolves once it serves. Throws RemoteWorkerError naming an
- * unreachable worker, RangeError for a bad address.
+ * Connects to the worker process listening at `addr` ("host:port"), greets it (with `token`, each
+ * proves it knows it: worker-auth.ts) and has it run engine `id` on `modelPath` (a path on its
+ * machine); resolves once it serves. Throws RemoteWorkerError naming an unreachable worker,
+ * WorkerAuthError when the greeting fails, RangeError for a bad address.
  */
 export async function connectTcpWorker(
   id: string, addr: string, modelPath: string, backend: BackendChoice, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void,
+  token?: string,
 ): Promise<RemoteEngine> {
   const { host, port } = parseAddress(addr);
   const p = await connectPort(host, port).catch((e: Error) => {
     throw new RemoteWorkerError(`Worker ${id} at ${addr} cannot be reached: ${e.message}`);
   });
+  try {
+    await greetWorker(p, id, addr, token);
+  } catch (e) {
+    await p.close();
+    throw e;
+  }
   return RemoteEngine.over(p, id, modelPath, backend, engine, onStep);
 }
 

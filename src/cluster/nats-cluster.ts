@@ -36,7 +36,7 @@ export async function startNatsCluster(
   const { portable, onStep } = remoteWorkerWiring(o, () => c);
   const watch = watchWorkers(nc, c, {
     clusterName, drainMs: o.drainMs, log: o.log,
-    connect: (id, addr) => connectTcpWorker(id, addr, modelPath, backend, portable, onStep),
+    connect: (id, addr) => connectTcpWorker(id, addr, modelPath, backend, portable, onStep, o.workerToken),
   });
   return {
     cluster: c,

@@ -26,13 +26,28 @@ export function controlSubjects(name: string): { workers: string; discover: stri
   return { workers: `evolving.${name}.workers`, discover: `evolving.${name}.discover` };
 }
 
-/** Connects to the NATS server at `url` ("host:port" or "nats://host:port"); reconnects forever after. */
+/**
+ * Connects to the NATS server at `url` ("host:port", "nats://host:port", with credentials as NATS
+ * writes them: "nats://TOKEN@host:port" or "nats://USER:PASSWORD@host:port"); reconnects forever
+ * after. Errors quote the URL without its credentials.
+ */
 export async function connectControlPlane(url: string, clientName: string): Promise<NatsConnection> {
+  const { server, auth } = splitCredentials(url);
   try {
-    return await connect({ servers: url, name: clientName, maxReconnectAttempts: -1, reconnectTimeWait: 500, timeout: 5000 });
+    return await connect({ servers: server, name: clientName, maxReconnectAttempts: -1, reconnectTimeWait: 500, timeout: 5000, ...auth });
   } catch (e) {
-    throw new ControlPlaneError(`Cannot reach the NATS server at "${url}": ${e instanceof Error ? e.message : String(e)}`);
+    throw new ControlPlaneError(`Cannot reach the NATS server at "${server}": ${e instanceof Error ? e.message : String(e)}`);
   }
+}
+
+/** "nats://user:pass@host:4222" → the server without credentials, and the credentials as connect() options. */
+export function splitCredentials(url: string): { server: string; auth: { token?: string; user?: string; pass?: string } } {
+  const m = /^(\w+:\/\/)?([^@/]*)@(.+)$/.exec(url);
+  if (!m) return { server: url, auth: {} };
+  const [user, ...rest] = m[2].split(":");
+  const server = `${m[1] ?? ""}${m[3]}`;
+  if (rest.length === 0) return { server, auth: { token: decodeURIComponent(user) } };
+  return { server, auth: { user: decodeURIComponent(user), pass: decodeURIComponent(rest.join(":")) } };
 }
 
 /** Parses an announcement; null for anything that is not one (logged by the caller, never thrown). */

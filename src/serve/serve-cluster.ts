@@ -8,6 +8,7 @@ import type { Backend } from "../backend/types.ts";
 import type { Cluster } from "../cluster/cluster.ts";
 import { createCluster, type CreateClusterOptions, startTcpCluster, startThreadCluster } from "../cluster/create-cluster.ts";
 import { startNatsCluster } from "../cluster/nats-cluster.ts";
+import { splitCredentials } from "../cluster/nats-membership.ts";
 import { RemoteEngine } from "../cluster/remote-engine.ts";
 import type { LoadedModel } from "../model/config.ts";
 
@@ -44,7 +45,7 @@ export async function startServingCluster(
     const n = await startNatsCluster(model, o.modelPath, o.backend, { ...o, natsUrl: o.nats.url, clusterName: o.nats.clusterName, drainMs: o.nats.drainMs });
     cluster = n.cluster;
     stopWatching = n.stopWatching;
-    backendReason = `backend ${o.backend} in each worker process that joins through NATS at ${o.nats.url} (cluster "${o.nats.clusterName ?? "default"}")`;
+    backendReason = `backend ${o.backend} in each worker process that joins through NATS at ${splitCredentials(o.nats.url).server} (cluster "${o.nats.clusterName ?? "default"}")`;
   } else if (o.transport === "threads" || o.transport === "tcp") {
     cluster = o.transport === "threads"
       ? await startThreadCluster(model, o.modelPath, o.backend, o)

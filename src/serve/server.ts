@@ -95,6 +95,8 @@ export interface ServerOptions {
   clusterName?: string;
   /** How long a leaving worker's requests may run before it is stopped (default 60000 ms). */
   drainMs?: number;
+  /** Shared secret of the TCP workers (`worker --worker-token`): each side proves it knows it. */
+  workerToken?: string;
 }
 
 /** A running server. */
@@ -124,6 +126,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   if (o.nats !== undefined && o.transport !== undefined && o.transport !== "tcp") throw new RangeError(`--nats needs --transport tcp (worker processes), not ${o.transport}`);
   if (o.nats !== undefined && o.workerAddrs !== undefined) throw new RangeError("--nats and --worker-addrs do not go together: with --nats, workers announce their own addresses");
   if (o.nats !== undefined && o.roles !== undefined) throw new RangeError("--roles needs a fixed worker set; with --nats, workers join as mixed and the planner sets their roles");
+  if (o.workerToken !== undefined && o.nats === undefined && o.transport !== "tcp") throw new RangeError("A worker token is for worker processes (--transport tcp or --nats)");
   if (o.nats === undefined && o.clusterName !== undefined) throw new RangeError(`--cluster-name ${o.clusterName} needs --nats`);
   const transport = o.nats !== undefined ? "tcp" : o.transport;
   if (transport === "tcp" && !(o.workerAddrs?.length) && o.nats === undefined) throw new RangeError("--transport tcp needs --worker-addrs host:port,... or --nats URL");
@@ -173,7 +176,8 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     cluster = await startServingCluster(model, {
       modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: o.planner ?? "online", router: o.router,
       transport: transport ?? "in-process", workerAddrs: o.workerAddrs, engine: engineOptions,
-      ...(o.nats !== undefined ? { nats: { url: o.nats, clusterName: o.clusterName, drainMs: o.drainMs } } : {}), ...(stepLog ? { onStep: (_id: string, r: StepRecord) => stepLog.record(r) } : {}),
+      ...(o.nats !== undefined ? { nats: { url: o.nats, clusterName: o.clusterName, drainMs: o.drainMs } } : {}),
+      ...(o.workerToken !== undefined ? { workerToken: o.workerToken } : {}), ...(stepLog ? { onStep: (_id: string, r: StepRecord) => stepLog.record(r) } : {}),
     });
     reason = cluster.backendReason;
   } else {

@@ -56,6 +56,7 @@ test("serve CLI rejects bad --nats combinations and an unreachable NATS server w
     [["--cluster-name", "prod"], /Flag --cluster-name prod needs --nats/],
     [["--nats", "127.0.0.1:4222", "--cluster-name", "a.b"], /A cluster name must be 1-64 letters, digits, "_" or "-", got "a\.b"/],
     [["--nats", "127.0.0.1:9"], /Cannot reach the NATS server at "127\.0\.0\.1:9"/],
+    [["--worker-token", "x"], /Flag --worker-token is for worker processes \(--transport tcp or --nats\)/],
   ] as const) {
     const r = serve([...args, "--port", "0", "--backend", "reference"]);
     assert.equal(r.status, 2, r.stderr);

@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
 import { connect } from "@nats-io/transport-node";
 import { projectRoot, test } from "../harness.ts";
-import { ControlPlaneError } from "../../src/cluster/nats-membership.ts";
+import { connectControlPlane, ControlPlaneError } from "../../src/cluster/nats-membership.ts";
 import { runtimeName } from "../../src/runtime/env.ts";
 import { model, modelPath } from "./fixtures.ts";
 import { startNatsServer } from "./nats-server.ts";
@@ -121,4 +121,19 @@ test("startServer({ nats }) answers 503 until a worker joins, and names a NATS s
     startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", nats: "127.0.0.1:9" }),
     (e: unknown) => e instanceof ControlPlaneError && /Cannot reach the NATS server at "127\.0\.0\.1:9"/.test(e.message),
   );
+});
+
+test("connectControlPlane() passes a token from the URL to a NATS server that requires one, and never quotes it", async () => {
+  const nats = await startNatsServer(["--auth", "n4ts-secret"]);
+  try {
+    const hostPort = nats.url.replace("nats://", "");
+    const nc = await connectControlPlane(`nats://n4ts-secret@${hostPort}`, "test");
+    const got = new Promise<string>((r) => nc.subscribe("t", { callback: (_e, m) => r(m.string()) }));
+    nc.publish("t", "hello");
+    assert.equal(await got, "hello");
+    await nc.close();
+    await assert.rejects(connectControlPlane(`nats://wrong@${hostPort}`, "test"), (e: unknown) => e instanceof ControlPlaneError && !/wrong/.test(e.message) && /Cannot reach the NATS server/.test(e.message));
+  } finally {
+    nats.stop();
+  }
 });

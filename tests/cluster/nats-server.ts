@@ -2,10 +2,10 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
 
-/** Starts `nats-server` on a free loopback port; resolves with its URL once it accepts clients. */
-export function startNatsServer(): Promise<{ url: string; stop(): void }> {
+/** Starts `nats-server` on a free loopback port (with `args`); resolves with its URL once it accepts clients. */
+export function startNatsServer(args: string[] = []): Promise<{ url: string; stop(): void }> {
   const bin = ["/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"].find((p) => existsSync(p)) ?? "nats-server";
-  const child: ChildProcess = spawn(bin, ["-a", "127.0.0.1", "-p", "-1"], { stdio: ["ignore", "ignore", "pipe"] });
+  const child: ChildProcess = spawn(bin, ["-a", "127.0.0.1", "-p", "-1", ...args], { stdio: ["ignore", "ignore", "pipe"] });
   let log = "";
   return new Promise((resolve, reject) => {
     child.on("error", (e) => reject(new Error(`Cannot start nats-server (bash scripts/setup.sh installs it): ${e.message}`)));

@@ -4,19 +4,20 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { projectRoot, test } from "../harness.ts";
 import { parseAddress, startTcpCluster } from "../../src/cluster/create-cluster.ts";
 import { RemoteWorkerError } from "../../src/cluster/remote-engine.ts";
+import { WorkerAuthError } from "../../src/cluster/worker-auth.ts";
 import { greedy, model, modelPath, oneEngine, run, STORY } from "./fixtures.ts";
 
-/** Starts `worker --listen 127.0.0.1:0` under Node; resolves with its address once it listens. */
-function startWorker(): Promise<{ addr: string; child: ChildProcess }> {
+/** Starts `worker --listen 127.0.0.1:0` under Node (with `token` in its environment); resolves with its address once it listens. */
+function startWorker(token?: string): Promise<{ addr: string; child: ChildProcess; log: () => string }> {
   const child = spawn("node", ["--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, `${projectRoot}/src/cli/worker.ts`, "--listen", "127.0.0.1:0"], {
-    cwd: projectRoot, stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, NODE_OPTIONS: "" },
+    cwd: projectRoot, stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, NODE_OPTIONS: "", EVOLVING_WORKER_TOKEN: token ?? "" },
   });
   let log = "";
   return new Promise((resolve, reject) => {
     child.stderr!.on("data", (d: Uint8Array) => {
       log += new TextDecoder().decode(d);
       const m = /listening on (\S+)/.exec(log);
-      if (m) resolve({ addr: m[1], child });
+      if (m) resolve({ addr: m[1], child, log: () => log });
     });
     child.on("exit", (code) => reject(new Error(`worker exited with ${code}: ${log}`)));
   });
@@ -83,5 +84,31 @@ test("startServer({ transport: \"tcp\" }) serves the openai client from worker p
     }
   } finally {
     for (const w of workers) w.child.kill();
+  }
+});
+
+test("startTcpCluster() with a worker token serves from a worker started with it, and is refused by one with another", async () => {
+  const [good, other] = await Promise.all([startWorker("s3cret"), startWorker("another")]);
+  try {
+    assert.match(good.log(), /worker token required/);
+    const cl = await startTcpCluster(model, modelPath, "reference", [good.addr], { planner: "none", engine: { numBlocks: 64 }, workerToken: "s3cret" });
+    try {
+      assert.deepEqual((await run(cl, greedy(STORY))).streamed, await oneEngine(greedy(STORY)));
+    } finally {
+      await cl.stop();
+    }
+    await assert.rejects(
+      startTcpCluster(model, modelPath, "reference", [other.addr], { planner: "none", engine: { numBlocks: 64 }, workerToken: "s3cret" }),
+      (e: unknown) => e instanceof WorkerAuthError && /refused the server: The server's worker token does not match/.test(e.message),
+    );
+    await assert.rejects(
+      startTcpCluster(model, modelPath, "reference", [other.addr], { planner: "none", engine: { numBlocks: 64 } }),
+      (e: unknown) => e instanceof WorkerAuthError && /requires the worker token/.test(e.message),
+    );
+    assert.equal(other.child.exitCode, null, "a refused server does not take the worker down");
+    assert.match(other.log(), /refused a connection/);
+  } finally {
+    good.child.kill();
+    other.child.kill();
   }
 });

@@ -51,3 +51,11 @@ test("parseAnnouncement() takes worker announcements only, and controlSubjects()
   assert.throws(() => controlSubjects("a.b"), (e: unknown) => e instanceof ControlPlaneError && /got "a\.b"/.test(e.message));
   assert.throws(() => controlSubjects("*"), ControlPlaneError);
 });
+
+test("splitCredentials() takes a token or a user and password out of a NATS URL", async () => {
+  const { splitCredentials } = await import("../../src/cluster/nats-membership.ts");
+  assert.deepEqual(splitCredentials("nats://10.0.0.5:4222"), { server: "nats://10.0.0.5:4222", auth: {} });
+  assert.deepEqual(splitCredentials("nats://s3cret@10.0.0.5:4222"), { server: "nats://10.0.0.5:4222", auth: { token: "s3cret" } });
+  assert.deepEqual(splitCredentials("nats://ann:p%40ss:w@h:1"), { server: "nats://h:1", auth: { user: "ann", pass: "p@ss:w" } });
+  assert.deepEqual(splitCredentials("tok@h:1"), { server: "h:1", auth: { token: "tok" } });
+});
