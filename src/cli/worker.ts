@@ -60,8 +60,12 @@ async function main(): Promise<void> {
   const server = net.createServer((socket) => {
     open++;
     socket.on("close", () => open--);
-    const port = socketPort(socket);
-    greetServer(port, token).then(() => serveWorker(port), (e: Error) => {
+    // Until the server has greeted, frames are small: a stranger cannot make this worker buffer much.
+    const port = socketPort(socket, 64 * 1024);
+    greetServer(port, token).then(() => {
+      port.setMaxFrameBytes(0xffffffff);
+      serveWorker(port);
+    }, (e: Error) => {
       console.error(`worker: refused a connection from ${socket.remoteAddress}: ${e.message}`);
       void port.close();
     });

@@ -54,8 +54,15 @@ function decode(frame: Uint8Array): unknown {
   return JSON.parse(json, (_k, v) => (v !== null && typeof v === "object" && typeof (v as BufferRef).$f32 === "number" ? arrays[(v as BufferRef).$f32] : v));
 }
 
-/** A port over a connected socket. */
-export function socketPort(socket: net.Socket): ThreadPort {
+/** A socket's port, whose largest accepted frame can change (small until the peer has greeted). */
+export interface SocketPort extends ThreadPort {
+  /** Frames announcing more bytes fail the port (FrameError) and close the socket. */
+  setMaxFrameBytes(n: number): void;
+}
+
+/** A port over a connected socket; frames over `maxFrameBytes` (default 4 GiB − 1: any) fail it. */
+export function socketPort(socket: net.Socket, maxFrameBytes = 0xffffffff): SocketPort {
+  let maxFrame = maxFrameBytes;
   let onMessage: (m: unknown) => void = () => {};
   let onError: (e: Error) => void = () => {};
   let pending = new Uint8Array(0);
@@ -67,6 +74,12 @@ export function socketPort(socket: net.Socket): ThreadPort {
     let o = 0;
     while (joined.length - o >= 4) {
       const n = new DataView(joined.buffer, joined.byteOffset + o, 4).getUint32(0);
+      if (n > maxFrame) {
+        // Refused before its bytes are buffered: an unauthenticated peer cannot make us hold gigabytes.
+        onError(new FrameError(`A frame of ${n} bytes is over the ${maxFrame}-byte limit`));
+        socket.destroy();
+        return;
+      }
       if (joined.length - o - 4 < n) break;
       let message: unknown;
       try {
@@ -84,6 +97,7 @@ export function socketPort(socket: net.Socket): ThreadPort {
   socket.on("error", (e) => onError(e));
   socket.on("close", () => onError(new Error("The connection closed")));
   return {
+    setMaxFrameBytes: (n) => void (maxFrame = n),
     post: (m) => void socket.write(encode(m)),
     onMessage: (fn) => (onMessage = fn),
     onError: (fn) => (onError = fn),

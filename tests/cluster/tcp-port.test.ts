@@ -1,0 +1,29 @@
+import assert from "node:assert/strict";
+import net from "node:net";
+import { test } from "../harness.ts";
+import { connectPort, FrameError, socketPort } from "../../src/cluster/tcp-port.ts";
+
+/** A loopback server whose one connection gets a socketPort with `maxFrameBytes`. */
+async function pair(maxFrameBytes: number) {
+  let resolveServerSide!: (p: ReturnType<typeof socketPort>) => void;
+  const serverSide = new Promise<ReturnType<typeof socketPort>>((r) => (resolveServerSide = r));
+  const server = net.createServer((s) => resolveServerSide(socketPort(s, maxFrameBytes)));
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+  const client = await connectPort("127.0.0.1", (server.address() as net.AddressInfo).port);
+  return { client, server: await serverSide, close: () => new Promise<void>((r) => server.close(() => r())) };
+}
+
+test("socketPort() carries JSON with Float32Arrays both ways, and fails a frame over its limit before buffering it", async () => {
+  const p = await pair(64 * 1024);
+  const got = new Promise<unknown>((r) => p.server.onMessage(r));
+  p.client.post({ op: "x", data: new Float32Array([1.5, -2, 3]) });
+  const m = got as Promise<{ op: string; data: Float32Array }>;
+  assert.deepEqual(Array.from((await m).data), [1.5, -2, 3]);
+  const failed = new Promise<Error>((r) => p.server.onError(r));
+  p.client.post({ op: "big", data: new Float32Array(64 * 1024) });
+  const e = await failed;
+  assert.ok(e instanceof FrameError, String(e));
+  assert.match(e.message, /A frame of \d+ bytes is over the 65536-byte limit/);
+  await p.client.close();
+  await p.close();
+});
