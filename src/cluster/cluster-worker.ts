@@ -62,6 +62,10 @@ export class ClusterWorker {
   /** Role and load, for /metrics. */
   status(): WorkerStatus {
     const s = this.engine.stats();
-    return { id: this.id, role: this.role, waiting: s.waiting, running: s.running, kvUsage: s.kvUsedBlocks / Math.max(1, s.kvTotalBlocks) };
+    const sessions = this.engine.sessionStatusCounts();
+    return {
+      id: this.id, role: this.role, waiting: s.waiting, running: s.running, kvUsage: s.kvUsedBlocks / Math.max(1, s.kvTotalBlocks),
+      draining: this.draining, ...(sessions ? { sessions } : {}),
+    };
   }
 }

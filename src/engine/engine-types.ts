@@ -130,6 +130,10 @@ export interface WorkerStatus {
   running: number;
   /** Fraction of its KV blocks in use. */
   kvUsage: number;
+  /** Sessions its agent-aware retention tracks, by status (absent under LRU). */
+  sessions?: Record<string, number>;
+  /** Leaving its cluster: no new requests, those in flight finish. */
+  draining?: boolean;
 }
 
 /**

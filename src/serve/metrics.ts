@@ -51,7 +51,7 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   metric("vllm:request_success_total", "counter", "Finished requests by finish reason.", [...m.finished].map(([r, n]) => `vllm:request_success_total{${label},finished_reason="${esc(r)}"} ${n}`));
   const sessions = engine.sessionStatusCounts();
   if (sessions) {
-    metric("evolving:kv_sessions", "gauge", "Sessions the agent-aware KV retention tracks, by status (waiting-tool: the last answer called a tool).",
+    metric("evolving:kv_sessions", "gauge", "Sessions the agent-aware KV retention tracks, by status (waiting-tool: the last answer called a tool); summed over workers, so a session whose KV is on two workers counts on each (see evolving:worker_kv_sessions).",
       Object.entries(sessions).map(([st, n]) => `evolving:kv_sessions{${label},status="${st}"} ${n}`));
   }
   const mixing = engine.stepMixing;
@@ -64,6 +64,11 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   metric("evolving:worker_requests_waiting", "gauge", "Requests waiting on each worker.", workers.map((w) => `evolving:worker_requests_waiting{${wl(w)}} ${w.waiting}`));
   metric("evolving:worker_requests_running", "gauge", "Requests running on each worker.", workers.map((w) => `evolving:worker_requests_running{${wl(w)}} ${w.running}`));
   metric("evolving:worker_kv_cache_usage_perc", "gauge", "Fraction of each worker's KV blocks in use.", workers.map((w) => `evolving:worker_kv_cache_usage_perc{${wl(w)}} ${w.kvUsage}`));
+  metric("evolving:worker_draining", "gauge", "1 while a worker leaves the cluster (no new requests; those in flight finish).", workers.map((w) => `evolving:worker_draining{${wl(w)}} ${w.draining ? 1 : 0}`));
+  if (workers.some((w) => w.sessions)) {
+    metric("evolving:worker_kv_sessions", "gauge", "Sessions each worker's agent-aware KV retention tracks, by status.",
+      workers.flatMap((w) => Object.entries(w.sessions ?? {}).map(([st, n]) => `evolving:worker_kv_sessions{${wl(w)},status="${esc(st)}"} ${n}`)));
+  }
   hist("vllm:time_to_first_token_seconds", "Time to first token.", m.ttft);
   hist("vllm:inter_token_latency_seconds", "Time between consecutive output tokens.", m.itl);
   hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.", m.e2e);

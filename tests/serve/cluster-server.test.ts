@@ -35,6 +35,8 @@ for (const transport of ["in-process", "threads"] as const) test(`startServer({ 
     const metrics = await (await fetch(`${s.url}/metrics`)).text();
     assert.match(metrics, /evolving:worker_role\{model_name="stories260K",worker="worker-0",role="prefill"\} 1/);
     assert.match(metrics, /evolving:worker_role\{model_name="stories260K",worker="worker-1",role="decode"\} 1/);
+    assert.match(metrics, /evolving:worker_kv_sessions\{model_name="stories260K",worker="worker-1",status="[a-z-]+"\} 1/, "the decoding worker tracks the session");
+    assert.match(metrics, /evolving:worker_draining\{model_name="stories260K",worker="worker-0"\} 0/);
     assert.match(metrics, /vllm:request_success_total\{model_name="stories260K",finished_reason="length"\} 3/);
     assert.match(metrics, /vllm:prompt_tokens_total\{model_name="stories260K"\} \d+/);
     assert.match(metrics, /vllm:time_to_first_token_seconds_count\{model_name="stories260K"\} 3/);
