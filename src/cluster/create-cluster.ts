@@ -12,6 +12,7 @@ import { kvBytesPerBlock } from "../engine/kv-cache.ts";
 import { DEFAULT_SCHEDULER_CONFIG } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import type { LoadedModel } from "../model/config.ts";
+import { modelFingerprint } from "../model/fingerprint.ts";
 import { Cluster, type ClusterOptions } from "./cluster.ts";
 import { connectPort } from "./tcp-port.ts";
 import { greetWorker } from "./worker-auth.ts";
@@ -140,12 +141,21 @@ async function startRemoteCluster(model: LoadedModel, o: CreateClusterOptions, s
   const started = await Promise.allSettled(Array.from({ length: o.workers }, (_, i) => start(`worker-${i}`, portable, onStep)));
   const engines = started.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
   const failed = started.find((r): r is PromiseRejectedResult => r.status === "rejected");
-  if (failed) {
+  const expected = modelFingerprint(model);
+  const other = engines.find((t) => t.modelFingerprint !== expected);
+  if (failed || other) {
     await Promise.all(engines.map((t) => t.stop()));
-    throw failed.reason;
+    throw failed ? failed.reason : otherModelError(other!, expected);
   }
   cluster = new Cluster(engines, { ...o, planner: clusterPlanner(o), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize) });
   return cluster;
+}
+
+/** The error for a worker whose model is not the server's (same path, other file; or another path). */
+export function otherModelError(engine: RemoteEngine, expected: string): RemoteWorkerError {
+  return new RemoteWorkerError(
+    `Worker ${engine.id} loaded another model than this server's (fingerprint ${engine.modelFingerprint.slice(0, 12)} against ${expected.slice(0, 12)}): --model must name the same model file on every machine`,
+  );
 }
 
 /** The planner of `o`, the online one sized to the engines' batch limits by default. */

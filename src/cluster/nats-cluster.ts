@@ -8,7 +8,8 @@ import type { BackendChoice } from "../backend/select.ts";
 import { DEFAULT_BLOCK_SIZE, kvBytesPerBlock } from "../engine/kv-cache.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { Cluster } from "./cluster.ts";
-import { clusterPlanner, connectTcpWorker, type CreateClusterOptions, remoteWorkerWiring } from "./create-cluster.ts";
+import { modelFingerprint } from "../model/fingerprint.ts";
+import { clusterPlanner, connectTcpWorker, type CreateClusterOptions, otherModelError, remoteWorkerWiring } from "./create-cluster.ts";
 import { connectControlPlane, controlSubjects, watchWorkers } from "./nats-membership.ts";
 
 /** Where the control plane is and how a leaving worker is treated. */
@@ -34,9 +35,15 @@ export async function startNatsCluster(
   const shape = { maxModelLen: Math.min(e.maxModelLen ?? model.config.contextLength, model.config.contextLength), blockSize: e.blockSize ?? DEFAULT_BLOCK_SIZE };
   const c = new Cluster([], { ...o, shape, planner: clusterPlanner({ ...o, workers: 0 }), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize) });
   const { portable, onStep } = remoteWorkerWiring(o, () => c);
+  const fingerprint = modelFingerprint(model);
   const watch = watchWorkers(nc, c, {
     clusterName, drainMs: o.drainMs, log: o.log,
-    connect: (id, addr) => connectTcpWorker(id, addr, modelPath, backend, portable, onStep, o.workerToken),
+    connect: async (id, addr) => {
+      const engine = await connectTcpWorker(id, addr, modelPath, backend, portable, onStep, o.workerToken);
+      if (engine.modelFingerprint === fingerprint) return engine;
+      await engine.stop();
+      throw otherModelError(engine, fingerprint);
+    },
   });
   return {
     cluster: c,

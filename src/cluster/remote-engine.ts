@@ -37,6 +37,8 @@ export class RemoteEngine implements WorkerEngine {
   blockSize = 0;
   /** How the worker's backend was chosen. */
   backendReason = "";
+  /** The worker's model identity (src/model/fingerprint.ts), to compare with the server's. */
+  modelFingerprint = "";
   private state: WorkerReport | undefined;
   private readonly requests = new Map<number, Pending>();
   private readonly calls = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
@@ -72,6 +74,7 @@ export class RemoteEngine implements WorkerEngine {
           t.maxModelLen = msg.maxModelLen;
           t.blockSize = msg.blockSize;
           t.backendReason = msg.backend;
+          t.modelFingerprint = msg.fingerprint;
           t.absorb(msg.state);
           resolve();
         } else if (msg.op === "failed") reject(new RemoteWorkerError(`Worker ${id} could not start: ${msg.message}`));

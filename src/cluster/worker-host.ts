@@ -9,6 +9,7 @@ import type { Backend } from "../backend/types.ts";
 import { createEngine } from "../engine/engine-factory.ts";
 import type { Engine } from "../engine/engine.ts";
 import type { RequestHandle } from "../engine/engine-types.ts";
+import { modelFingerprint } from "../model/fingerprint.ts";
 import { loadModel } from "../model/load.ts";
 import type { ThreadPort } from "../runtime/threads.ts";
 import type { KvEvent } from "../../kv/index.ts";
@@ -64,7 +65,7 @@ export function serveWorker(port: ThreadPort): void {
         report();
       });
       engine = e;
-      send({ op: "ready", maxModelLen: e.maxModelLen, blockSize: e.pool.blockSize, backend: reason, state: state(e) });
+      send({ op: "ready", maxModelLen: e.maxModelLen, blockSize: e.pool.blockSize, backend: reason, fingerprint: modelFingerprint(model), state: state(e) });
     } catch (err) {
       send({ op: "failed", message: err instanceof Error ? err.message : String(err) });
     }

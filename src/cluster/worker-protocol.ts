@@ -41,7 +41,7 @@ export interface WorkerReport {
 
 /** From a worker to the cluster. */
 export type FromWorker =
-  | { op: "ready"; maxModelLen: number; blockSize: number; backend: string; state: WorkerReport }
+  | { op: "ready"; maxModelLen: number; blockSize: number; backend: string; fingerprint: string; state: WorkerReport }
   | { op: "failed"; message: string }
   | { op: "accepted"; rid: number; sessionId?: string }
   | { op: "rejected"; rid: number; name: string; message: string }

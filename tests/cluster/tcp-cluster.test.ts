@@ -87,7 +87,7 @@ test("startServer({ transport: \"tcp\" }) serves the openai client from worker p
   }
 });
 
-test("startTcpCluster() with a worker token serves from a worker started with it, and is refused by one with another", async () => {
+test("startTcpCluster() with a worker token serves from a worker started with it, is refused by one with another, and refuses a worker with another model", async () => {
   const [good, other] = await Promise.all([startWorker("s3cret"), startWorker("another")]);
   try {
     assert.match(good.log(), /worker token required/);
@@ -104,6 +104,14 @@ test("startTcpCluster() with a worker token serves from a worker started with it
     await assert.rejects(
       startTcpCluster(model, modelPath, "reference", [other.addr], { planner: "none", engine: { numBlocks: 64 } }),
       (e: unknown) => e instanceof WorkerAuthError && /requires the worker token/.test(e.message),
+    );
+    // A server whose model is not the one the worker loaded (here: one embedding byte differs) refuses it.
+    const data = model.weights.tokenEmbedding.data.slice();
+    data[0] ^= 0xff;
+    const altered = { ...model, weights: { ...model.weights, tokenEmbedding: { ...model.weights.tokenEmbedding, data } } };
+    await assert.rejects(
+      startTcpCluster(altered, modelPath, "reference", [good.addr], { planner: "none", engine: { numBlocks: 64 }, workerToken: "s3cret" }),
+      (e: unknown) => e instanceof RemoteWorkerError && /Worker worker-0 loaded another model than this server's \(fingerprint [0-9a-f]{12} against [0-9a-f]{12}\)/.test(e.message),
     );
     assert.equal(other.child.exitCode, null, "a refused server does not take the worker down");
     assert.match(other.log(), /refused a connection/);
