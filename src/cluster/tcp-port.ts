@@ -63,7 +63,10 @@ export interface SocketPort extends ThreadPort {
 /** A port over a connected socket; frames over `maxFrameBytes` (default 4 GiB − 1: any) fail it. */
 export function socketPort(socket: net.Socket, maxFrameBytes = 0xffffffff): SocketPort {
   let maxFrame = maxFrameBytes;
-  let onMessage: (m: unknown) => void = () => {};
+  // Messages that arrive before a handler is set (a peer that speaks first, as a worker's greeting
+  // does, can beat the caller's onMessage) wait for it instead of being lost.
+  let onMessage: ((m: unknown) => void) | undefined;
+  const early: unknown[] = [];
   let onError: (e: Error) => void = () => {};
   let pending = new Uint8Array(0);
   socket.setNoDelay(true);
@@ -90,7 +93,8 @@ export function socketPort(socket: net.Socket, maxFrameBytes = 0xffffffff): Sock
         return;
       }
       o += 4 + n;
-      onMessage(message);
+      if (onMessage) onMessage(message);
+      else early.push(message);
     }
     pending = joined.slice(o);
   });
@@ -99,7 +103,10 @@ export function socketPort(socket: net.Socket, maxFrameBytes = 0xffffffff): Sock
   return {
     setMaxFrameBytes: (n) => void (maxFrame = n),
     post: (m) => void socket.write(encode(m)),
-    onMessage: (fn) => (onMessage = fn),
+    onMessage: (fn) => {
+      onMessage = fn;
+      while (early.length > 0 && onMessage === fn) fn(early.shift());
+    },
     onError: (fn) => (onError = fn),
     close: () => new Promise<void>((resolve) => {
       if (socket.destroyed) return resolve();

@@ -27,3 +27,17 @@ test("socketPort() carries JSON with Float32Arrays both ways, and fails a frame 
   await p.client.close();
   await p.close();
 });
+
+test("socketPort() keeps messages that arrive before its handler is set (a worker greets first)", async () => {
+  const server = net.createServer((s) => socketPort(s).post({ op: "hello", n: 1 }));
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
+  const client = await connectPort("127.0.0.1", (server.address() as net.AddressInfo).port);
+  await new Promise((r) => setTimeout(r, 100)); // the greeting has arrived by now, with no handler set
+  const got = await Promise.race([
+    new Promise<unknown>((r) => client.onMessage(r)),
+    new Promise((_, reject) => setTimeout(() => reject(new Error("the early message was lost")), 2000)),
+  ]);
+  assert.deepEqual(got, { op: "hello", n: 1 });
+  await client.close();
+  await new Promise<void>((r) => server.close(() => r()));
+});
