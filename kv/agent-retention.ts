@@ -195,6 +195,30 @@ export class AgentAwarePolicy implements RetentionPolicy {
     return g === undefined ? 0 : this.groupScore(g, now, this.horizonS());
   }
 
+  /**
+   * What a block of session `sessionId` at chain depth `depth` would score if cached now: the same
+   * benefit per byte its session's group would rank by (−1 for a session that moved away).
+   */
+  blockValue(sessionId: string, depth: number, now: number): number {
+    if (this.moved.has(sessionId)) return -1;
+    return (this.recompute(depth) * this.sessions.returnProbability(sessionId, now, this.horizonS())) / this.blockBytes;
+  }
+
+  /**
+   * Evictable blocks that would go before a block worth `value`, up to `max`: reasoning blocks of
+   * finished turns, then every block of a group ranked below it (a group goes whole, deepest first;
+   * the session-less group is ranked by its oldest block, as eviction ranks it).
+   */
+  evictableBelow(value: number, now: number, max: number): number {
+    let n = this.droppedCount;
+    if (n >= max) return max;
+    const horizon = this.horizonS();
+    for (const g of this.groups.values()) {
+      if (g.live > 0 && this.groupScore(g, now, horizon) < value && (n += g.live) >= max) return max;
+    }
+    return n;
+  }
+
   private groupScore(g: Group, now: number, horizon: number): number {
     if (g.key === ANON) {
       // The victim would be the least recently released block: score it by its depth and release time.

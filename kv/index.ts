@@ -11,5 +11,6 @@ export * from "./session-tracker.ts";
 export * from "./agent-retention.ts";
 export * from "./rank-heap.ts";
 export * from "./tiers.ts";
+export * from "./prefetch.ts";
 export * from "./global-index.ts";
 export * from "./transfer.ts";

@@ -29,6 +29,18 @@ export interface RetentionPolicy {
    * here are a stale copy, worth little. Policies without a notion of sessions ignore it.
    */
   sessionMoved?(sessionId: string, now: number): void;
+  /**
+   * What a block of `sessionId` at chain depth `depth` would be worth here if it were cached now, on
+   * the policy's own scale (optional; a prefetch asks before it brings blocks back from host memory).
+   */
+  blockValue?(sessionId: string, depth: number, now: number): number;
+  /**
+   * Evictable blocks ranked strictly below `value` (they would all go before a block worth `value`),
+   * counted up to `max` (optional; with {@link blockValue}, what a prefetch may displace).
+   */
+  evictableBelow?(value: number, now: number, max: number): number;
+  /** Ranks afresh at the next eviction, so it follows the scores {@link evictableBelow} just used (optional). */
+  rerank?(): void;
 }
 
 /**

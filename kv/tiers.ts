@@ -72,14 +72,15 @@ export class TierCache {
   /**
    * Continues a prefix match below the device: starting after `parentHash`, counts how many of the
    * given blocks (hash + tokens) this tier holds contiguously, verifying tokens and parent links.
+   * Matched entries become the most recently used unless `touch` is false (a probe that uses nothing).
    */
-  matchContinuation(parentHash: BlockHash | null, hashes: readonly BlockHash[], blockTokens: (i: number) => ArrayLike<number>): number {
+  matchContinuation(parentHash: BlockHash | null, hashes: readonly BlockHash[], blockTokens: (i: number) => ArrayLike<number>, touch = true): number {
     let parent = parentHash;
     let n = 0;
     for (let i = 0; i < hashes.length; i++) {
       const e = this.entries.get(hashes[i]);
       if (e === undefined || e.parentHash !== parent || !sameTokens(e.tokens, blockTokens(i))) break;
-      this.entries.set(hashes[i], e); // touch: most recently used
+      if (touch) this.entries.set(hashes[i], e); // most recently used
       parent = hashes[i];
       n++;
     }

@@ -16,17 +16,18 @@
  *   -admhX           as -adm, a new session held at most X s (default 60)
  *   -demote / -nodemote  the holder's copy of a session that moved away goes first (or ranks as the session's)
  *   -nopt            ours without peer transfer
+ *   -pf / -pfX / -nopf  ours prefetches a tool-waiting session's host-tier KV 1 s (or X s) before its predicted return (or fetches on arrival)
  *   -static          ours without the role planner
  *   -noflip          ours' planner never flips roles (it still adapts step mixing and the local-prefill threshold)
  *   -nomix           ours' planner never separates prefill and decode steps (before session 5)
  *   -nosm            ours' planner prices steps from per-role rates, not the online step model (before session 4)
  *   -splitP          ours without the planner, P prefill workers and the rest decode workers
- * Environment: SEED=N picks the workload seed (default 1); MIXED_MS=X adds X ms to every mixed prefill+decode step; KV_REPLICATED=1 replicates
+ * Environment: SEED=N picks the workload seed (default 1); HW=h200 runs on the H200 profile (PCIe host link) instead of GB300; MIXED_MS=X adds X ms to every mixed prefill+decode step; KV_REPLICATED=1 replicates
  * the MLA KV on every GPU of a worker (as --kv-replicated).
  */
 import { simulationSetup } from "../src/sim/compare.ts";
 import { summarize } from "../src/sim/metrics.ts";
-import { GB300, KIMI_K2_6 } from "../src/sim/profiles.ts";
+import { HARDWARE, KIMI_K2_6 } from "../src/sim/profiles.ts";
 import { buildScenario } from "../src/sim/scenarios.ts";
 import { ClusterSim } from "../src/sim/simulator.ts";
 import { baselineAggTuned, evolving, type SystemSpec } from "../src/sim/systems.ts";
@@ -34,7 +35,9 @@ import { OnlinePlanner } from "../planner/online-planner.ts";
 
 const [scenario = "coding-256", loadArg = "1", durArg = "600", list = "tuned,ours"] = process.argv.slice(2);
 const load = Number(loadArg), durationS = Number(durArg);
-const hw = { ...GB300, mixedStepOverheadS: Number(process.env.MIXED_MS ?? 0) / 1000 };
+const baseHw = HARDWARE[process.env.HW ?? "gb300"];
+if (baseHw === undefined) throw new Error(`HW must be one of ${Object.keys(HARDWARE).join(", ")}`);
+const hw = { ...baseHw, mixedStepOverheadS: Number(process.env.MIXED_MS ?? 0) / 1000 };
 const workload = buildScenario(scenario, { gpus: 256, load, seed: Number(process.env.SEED ?? 1), durationS, maxContext: KIMI_K2_6.maxContext });
 const { ctx, cfg } = simulationSetup(workload, { model: KIMI_K2_6, hw, gpus: 256, kvReplicated: process.env.KV_REPLICATED === "1" });
 
@@ -57,6 +60,8 @@ function specOf(name: string): SystemSpec {
     else if (m === "demote") s = { ...s, demoteMovedSessions: true };
     else if (m === "nodemote") s = { ...s, demoteMovedSessions: false };
     else if (m === "nopt") s = { ...s, peerTransfer: false, memoryFullS: 0 };
+    else if ((x = /^pf([\d.]*)$/.exec(m))) s = { ...s, prefetchLeadS: x[1] === "" ? 1 : Number(x[1]) };
+    else if (m === "nopf") s = { ...s, prefetchLeadS: undefined };
     else if (m === "static") s = { ...s, planner: null };
     else if (m === "noflip") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, cooldownS: Infinity }) };
     else if (m === "nomix") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, adaptStepMixing: false }) };
@@ -67,7 +72,7 @@ function specOf(name: string): SystemSpec {
   return s;
 }
 
-console.log(`${scenario} load ${load}, ${durationS} s, mixed-step overhead ${hw.mixedStepOverheadS * 1000} ms, KV replication ${cfg.kvReplication}`);
+console.log(`${scenario} load ${load}, ${durationS} s, ${hw.name}, mixed-step overhead ${hw.mixedStepOverheadS * 1000} ms, KV replication ${cfg.kvReplication}`);
 for (const name of list.split(",")) {
   const sim = new ClusterSim(workload, specOf(name), cfg);
   const run = sim.run();
@@ -75,6 +80,11 @@ for (const name of list.split(",")) {
   console.log(
     `${name.padEnd(16)} ttft p50 ${s.ttft.p50.toFixed(3)} p95 ${s.ttft.p95.toFixed(3)} p99 ${s.ttft.p99.toFixed(3)}` +
       ` · e2e ${s.e2e.mean.toFixed(2)} · itl ${(1000 * s.itl.mean).toFixed(1)} ms · goodput ${s.goodput.toFixed(2)}/s` +
-      ` · done ${(100 * s.completed_fraction).toFixed(1)}% · hit ${s.kv_hit_rate.toFixed(3)} · peer transfers ${sim.peerTransfers} · sessions held ${sim.sessionsHeld}`,
+      ` · done ${(100 * s.completed_fraction).toFixed(1)}% · hit ${s.kv_hit_rate.toFixed(3)} · peer transfers ${sim.peerTransfers} · sessions held ${sim.sessionsHeld} · prefetched blocks ${sim.prefetchedBlocks}` +
+      ` · host waits ${sim.hostWaits} (${sim.hostWaitS.toFixed(1)} s)`,
   );
+  const p = sim.prefetchStats;
+  if (p.looks > 0) {
+    console.log(`${"".padEnd(16)} prefetch looks ${p.looks}: session back first ${p.returnedFirst}, nothing on host ${p.nothingOnHost}, put off ${p.putOff}, no room ${p.noRoom}, partial ${p.partial}, whole ${p.whole}`);
+  }
 }

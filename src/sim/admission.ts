@@ -11,6 +11,7 @@ import { type Placement, placeRequest } from "./placement.ts";
 import type { ReqState } from "./request.ts";
 import type { ClusterSim } from "./simulator.ts";
 import { trySendKv } from "./kv-handoff.ts";
+import { prefetchLandsAt } from "./prefetch.ts";
 import { poke } from "./stepping.ts";
 import type { PrefillJob, SimWorker } from "./worker.ts";
 import type { SessionPlan } from "./workload-types.ts";
@@ -143,7 +144,8 @@ export function tryEnqueuePrefill(sim: ClusterSim, req: ReqState, w: SimWorker, 
     if (inStore + onHost === 0) break;
   }
   const fetched = Math.min(req.chunks.length - k, h + r + extraCached);
-  const fetchS = (h > 0 && w.host ? w.host.transferSeconds(h, sim.movedBytesPerBlock) : 0) + (r > 0 ? sim.remote!.transferSeconds(r, sim.movedBytesPerBlock) : 0);
+  const hostFetchS = h > 0 && w.host ? w.host.transferSeconds(h, sim.movedBytesPerBlock) : 0;
+  const fetchS = hostFetchS + (r > 0 ? sim.remote!.transferSeconds(r, sim.movedBytesPerBlock) : 0);
   const total = Math.ceil((req.prompt + (local ? req.output : 0)) / sim.bt);
   const fresh = w.pool.tryAllocate(Math.max(0, total - k));
   if (fresh === null) {
@@ -168,9 +170,17 @@ export function tryEnqueuePrefill(sim: ClusterSim, req: ReqState, w: SimWorker, 
   sim.win.uncached += left;
   sim.sampleWin.prompt += req.prompt;
   sim.sampleWin.cached += req.cachedTokens;
+  // Blocks a prefetch is still copying from host memory: the prefill waits for the rest of that copy.
+  let landsAt = 0;
+  if (sim.prefetchLanding.size > 0) {
+    landsAt = prefetchLandsAt(sim, w, req.plan.id, k);
+    sim.prefetchLanding.delete(req.plan.id);
+  }
+  const hostS = Math.max(hostFetchS, landsAt - sim.now);
+  if (hostS > 0) { sim.hostWaits++; sim.hostWaitS += hostS; }
   const job: PrefillJob = {
     req, left, pos: req.prompt - left, blocks, cachedBlocks: k + fetched, local,
-    readyAt: sim.now + Math.max(delayS, fetchS), enqueuedAt: sim.now,
+    readyAt: Math.max(sim.now + Math.max(delayS, fetchS), landsAt), enqueuedAt: sim.now,
   };
   w.queue.push(job);
   w.queuedTokens += left;

@@ -5,6 +5,7 @@
  */
 import { buildRequest, releaseHeldSessions, retryWaiting } from "./admission.ts";
 import { commitRange } from "./kv-handoff.ts";
+import { schedulePrefetch } from "./prefetch.ts";
 import type { ReqState } from "./request.ts";
 import type { ClusterSim } from "./simulator.ts";
 import type { SimWorker } from "./worker.ts";
@@ -32,6 +33,8 @@ export function finish(sim: ClusterSim, w: SimWorker, req: ReqState, blocks: num
   const next = req.turn + 1;
   if (next < plan.turns.length && sim.now + tp.gapS < sim.workload.durationS) {
     sim.q.push(sim.now + tp.gapS, { t: "arrive", plan, turn: next });
+    // The server knows only that a tool was called; when the session returns is the tracker's guess.
+    if (tp.tool !== null && sim.spec.prefetchLeadS !== undefined) schedulePrefetch(sim, w, plan, sim.spec.prefetchLeadS);
   } else {
     sim.sessions.forget(plan.id);
     sim.sessHashes.delete(plan.idx);

@@ -2,6 +2,7 @@
  * The simulator's event kinds and the step limits shared by its parts (admission, KV hand-off,
  * stepping, completion), kept apart so those files need not import each other for types.
  */
+import type { PrefetchEvent } from "./prefetch.ts";
 import type { ReqState } from "./request.ts";
 import type { SimWorker } from "./worker.ts";
 import type { SessionPlan } from "./workload-types.ts";
@@ -14,7 +15,8 @@ export type SimEv =
   | { t: "kv"; w: SimWorker; req: ReqState; blocks: number[]; cached: number; from: SimWorker; fromBlocks: number[] }
   | { t: "tick" }
   | { t: "ready"; w: SimWorker }
-  | { t: "sample" };
+  | { t: "sample" }
+  | PrefetchEvent;
 
 /** A KV transfer landing on its decode worker. */
 export type KvArrival = Extract<SimEv, { t: "kv" }>;

@@ -19,6 +19,7 @@ import { EventQueue } from "./event-queue.ts";
 import { kvArrived } from "./kv-handoff.ts";
 import type { HardwareProfile, ModelProfile } from "./profiles.ts";
 import type { RequestOutcome } from "./request.ts";
+import { newPrefetchStats, type PrefetchLanding, prefetchDue } from "./prefetch.ts";
 import type { SimEv } from "./sim-events.ts";
 import { kick, poke, stepDone } from "./stepping.ts";
 import type { SystemSpec } from "./systems.ts";
@@ -78,6 +79,18 @@ export class ClusterSim {
   readonly movedBytesPerBlock: number;
   /** Turns whose prefix a peer sent to their decode worker (peer transfer). */
   peerTransfers = 0;
+  /** Blocks prefetched from host memory ahead of a session's predicted return (ours, spec.prefetchLeadS). */
+  prefetchedBlocks = 0;
+  /**
+   * Admitted prefills that waited for KV from host memory (a fetch on arrival, or the rest of a
+   * prefetch still copying), and the seconds of those waits: what prefetch takes off first tokens.
+   */
+  hostWaits = 0;
+  hostWaitS = 0;
+  /** What the prefetch looks came to. */
+  readonly prefetchStats = newPrefetchStats();
+  /** Per session id: where and when its prefetched blocks land (prefetch.ts). */
+  readonly prefetchLanding = new Map<string, PrefetchLanding>();
   /** New sessions are held at the front door (planner action "admission"). */
   holdNewSessions = false;
   /** Sessions held there, oldest first, with the time their first turn arrived. */
@@ -204,6 +217,7 @@ export class ClusterSim {
         if (e.w.state === "starting" && this.now >= e.w.readyAt) { e.w.state = "serving"; kick(this, e.w); }
         return;
       case "sample": return this.sample();
+      case "prefetch": return prefetchDue(this, e, this.spec.prefetchLeadS ?? 0);
     }
   }
 

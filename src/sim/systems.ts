@@ -45,6 +45,11 @@ export interface SystemSpec {
   memoryFullS?: number;
   /** Ours: tell the holder's retention policy that a session moved away with its prefix (its copy goes first). */
   demoteMovedSessions?: boolean;
+  /**
+   * Ours: prefetch a tool-waiting session's host-tier KV back to the device this many seconds (plus the
+   * copy's own time) before its predicted return (src/sim/prefetch.ts); absent: fetch on arrival.
+   */
+  prefetchLeadS?: number;
   /** How a worker orders its queued prefills (FCFS when absent, as vLLM and SGLang do by default). */
   prefillOrder?: PrefillOrderOptions;
   /**
