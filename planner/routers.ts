@@ -76,6 +76,8 @@ export interface SessionRoute {
   prefixTransferBlocks: number;
   /** The peer that sends the cached prefix to the decode worker (peer transfer; absent otherwise). */
   prefixSource?: string;
+  /** Of the blocks `prefixSource` sends, those it reads from its host memory first (`peerHostBlocks`). */
+  prefixSourceHostBlocks?: number;
   predictedTtftS: number;
 }
 
@@ -122,6 +124,12 @@ export interface SessionRouterOptions {
   memoryFullS?: number;
   /** Seconds charged for pulling a prefix from a peer (a move must win by at least this; default 0). */
   peerMoveS?: number;
+  /**
+   * With `peerTransfer`: the holder's host-memory blocks count too (it reads them from host memory
+   * and sends them with its device blocks), so a session whose KV its holder offloaded can still
+   * move instead of being recomputed. Default off.
+   */
+  peerHostBlocks?: boolean;
 }
 
 /** Our router: the candidate with the lowest predicted TTFT plus a decode-load penalty. */
@@ -143,7 +151,9 @@ export function routeSession(
   let fleetRate = 1;
   for (const c of decoders) fleetRate = Math.max(fleetRate, c.prefillRate);
   for (const c of prefillers) fleetRate = Math.max(fleetRate, c.prefillRate);
-  const holder = o.peerTransfer ? prefixHolder(decoders, req.lastWorker) : undefined;
+  const fromHost = o.peerHostBlocks === true;
+  const holder = o.peerTransfer ? prefixHolder(decoders, req.lastWorker, fromHost) : undefined;
+  const held = holder === undefined ? 0 : fromHost ? holder.overlapHost : holder.overlapDevice;
   const promptBlocks = Math.ceil(req.promptTokens / bt);
   for (const w of decoders) {
     const onDev = w.overlapDevice * bt;
@@ -152,24 +162,31 @@ export function routeSession(
     let uncached = Math.max(0, req.promptTokens - onDev - onHost * bt);
     const rate = fleetRate;
     // Pulling the prefix from its holder replaces recomputing the blocks this worker lacks.
-    let pullS = 0, pulled = 0;
-    if (holder !== undefined && holder !== w && holder.overlapDevice > w.overlapHost) {
-      const missing = holder.overlapDevice - w.overlapHost;
+    let pullS = 0, pulled = 0, pulledFromHost = 0;
+    if (holder !== undefined && holder !== w && held > w.overlapHost) {
+      const missing = held - w.overlapHost;
+      // The holder reads the blocks it keeps in host memory before they go on the link.
+      const fromHostBlocks = Math.max(0, held - Math.max(holder.overlapDevice, w.overlapHost));
+      const readS = (fromHostBlocks * req.bytesPerBlock) / links.hostBandwidth;
       const d = decideTransfer({
         blocks: missing, bytesPerBlock: req.bytesPerBlock, linkBandwidthBytesPerS: links.bandwidth(holder.rack, w.rack),
-        linkLatencyS: links.latency(holder.rack, w.rack), recomputeS: Math.min(uncached, missing * bt) / rate,
+        linkLatencyS: links.latency(holder.rack, w.rack) + readS, recomputeS: Math.min(uncached, missing * bt) / rate,
       });
       if (d.choice === "transfer") {
         pullS = d.transferS;
         pulled = missing;
-        uncached = Math.max(0, req.promptTokens - holder.overlapDevice * bt);
+        pulledFromHost = fromHostBlocks;
+        uncached = Math.max(0, req.promptTokens - held * bt);
       }
     }
     let route: SessionRoute = {
       decodeWorker: w.id, prefillWorker: null, prefixTransferBlocks: pulled,
       predictedTtftS: Math.max(hostS, pullS) + (w.queuedPrefillTokens + uncached) / rate,
     };
-    if (pulled > 0) route.prefixSource = holder!.id;
+    if (pulled > 0) {
+      route.prefixSource = holder!.id;
+      if (pulledFromHost > 0) route.prefixSourceHostBlocks = pulledFromHost;
+    }
     // A local prefill stalls every sequence decoding there for about as long as it runs.
     const localStallS = (uncached / rate) * w.decodeBatch * (o.interferenceWeight ?? 0.2);
     let stallS = localStallS;
@@ -189,12 +206,17 @@ export function routeSession(
   return best;
 }
 
-/** The decoder holding the most of the prefix on device (the session's last worker on ties); undefined when none holds any. */
-function prefixHolder(decoders: readonly RouteCandidate[], lastWorker: string | undefined): RouteCandidate | undefined {
+/**
+ * The decoder holding the most of the prefix on device (or on device and host, with `withHost`; the
+ * session's last worker on ties); undefined when none holds any.
+ */
+function prefixHolder(decoders: readonly RouteCandidate[], lastWorker: string | undefined, withHost: boolean): RouteCandidate | undefined {
   let best: RouteCandidate | undefined;
+  let bestHeld = 0;
   for (const c of decoders) {
-    if (c.overlapDevice === 0) continue;
-    if (best === undefined || c.overlapDevice > best.overlapDevice || (c.overlapDevice === best.overlapDevice && c.id === lastWorker)) best = c;
+    const held = withHost ? c.overlapHost : c.overlapDevice;
+    if (held === 0) continue;
+    if (best === undefined || held > bestHeld || (held === bestHeld && c.id === lastWorker)) { best = c; bestHeld = held; }
   }
   return best;
 }

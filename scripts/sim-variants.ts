@@ -16,6 +16,7 @@
  *   -admhX           as -adm, a new session held at most X s (default 60)
  *   -demote / -nodemote  the holder's copy of a session that moved away goes first (or ranks as the session's)
  *   -nopt            ours without peer transfer
+ *   -ph / -noph      ours' peer pulls also take the holder's host-memory blocks (or not)
  *   -pf / -pfX / -nopf  ours prefetches a tool-waiting session's host-tier KV 1 s (or X s) before its predicted return (or fetches on arrival)
  *   -static          ours without the role planner
  *   -noflip          ours' planner never flips roles (it still adapts step mixing and the local-prefill threshold)
@@ -59,6 +60,8 @@ function specOf(name: string): SystemSpec {
     else if (m === "noadm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: false }) };
     else if (m === "demote") s = { ...s, demoteMovedSessions: true };
     else if (m === "nodemote") s = { ...s, demoteMovedSessions: false };
+    else if (m === "ph") s = { ...s, peerHostBlocks: true };
+    else if (m === "noph") s = { ...s, peerHostBlocks: false };
     else if (m === "nopt") s = { ...s, peerTransfer: false, memoryFullS: 0 };
     else if ((x = /^pf([\d.]*)$/.exec(m))) s = { ...s, prefetchLeadS: x[1] === "" ? 1 : Number(x[1]) };
     else if (m === "nopf") s = { ...s, prefetchLeadS: undefined };
@@ -80,7 +83,7 @@ for (const name of list.split(",")) {
   console.log(
     `${name.padEnd(16)} ttft p50 ${s.ttft.p50.toFixed(3)} p95 ${s.ttft.p95.toFixed(3)} p99 ${s.ttft.p99.toFixed(3)}` +
       ` · e2e ${s.e2e.mean.toFixed(2)} · itl ${(1000 * s.itl.mean).toFixed(1)} ms · goodput ${s.goodput.toFixed(2)}/s` +
-      ` · done ${(100 * s.completed_fraction).toFixed(1)}% · hit ${s.kv_hit_rate.toFixed(3)} · peer transfers ${sim.peerTransfers} · sessions held ${sim.sessionsHeld} · prefetched blocks ${sim.prefetchedBlocks}` +
+      ` · done ${(100 * s.completed_fraction).toFixed(1)}% · hit ${s.kv_hit_rate.toFixed(3)} · peer transfers ${sim.peerTransfers} (${sim.peerHostBlocks} blocks from host) · sessions held ${sim.sessionsHeld} · prefetched blocks ${sim.prefetchedBlocks}` +
       ` · host waits ${sim.hostWaits} (${sim.hostWaitS.toFixed(1)} s)`,
   );
   const p = sim.prefetchStats;

@@ -94,7 +94,7 @@ export class Cluster implements ServingEngine {
     this.blockSize = o.shape?.blockSize ?? engines[0].blockSize;
     if (engines.length > 0) this.mixing = engines[0].stepMixing;
     engines.forEach((e, i) => this.attach(e, roles[i]));
-    this.routerOptions = { localPrefillThreshold: 512, itlTargetS: 0.05, peerTransfer: true, peerMoveS: 0.5, memoryFullS: 1, ...o.routerOptions };
+    this.routerOptions = { localPrefillThreshold: 512, itlTargetS: 0.05, peerTransfer: true, peerMoveS: 0.5, memoryFullS: 1, peerHostBlocks: true, ...o.routerOptions };
   }
 
   /** Finished requests, token counters and the TTFT/ITL/E2E histograms, cluster-wide. */

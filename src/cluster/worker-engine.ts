@@ -28,7 +28,7 @@ export interface WorkerEngine {
   /** Queues a request (already checked against the context limit by the cluster). */
   submit(req: GenerateRequest): RequestHandle;
   markToolWait(sessionId: string, tool: string): void;
-  /** KV of the longest cached prefix of `tokens` (null when none is cached). */
+  /** KV of the longest cached prefix of `tokens`, device then host tier (null when none is cached). */
   exportPrefix(tokens: readonly number[]): Promise<PrefixKv | null>;
   /** Caches a prefix from another worker; resolves to the blocks written. */
   importPrefix(prefix: PrefixKv, sessionId?: string): Promise<number>;

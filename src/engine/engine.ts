@@ -123,9 +123,12 @@ export class Engine implements ServingEngine {
     return this.turns?.tracker;
   }
 
-  /** KV of the longest cached prefix of `tokens` here, to move to another worker (null when none is cached). */
+  /**
+   * KV of the longest cached prefix of `tokens` here, to move to another worker: device blocks, then
+   * what the host tier holds after them (null when neither holds any).
+   */
   exportPrefix(tokens: readonly number[]): Promise<PrefixKv | null> {
-    return exportPrefix(this.pool, this.opts.runner, tokens);
+    return exportPrefix(this.pool, this.opts.runner, tokens, Infinity, this.offload);
   }
 
   /** Caches a prefix moved from another worker, ranked as `sessionId`'s; returns the blocks written. */

@@ -66,3 +66,22 @@ export function writeSlots(backend: Backend, kv: PagedKv, slots: Int32Array, dat
   }
   backend.free(idx);
 }
+
+/** Consecutive blocks' KV as one run (per layer, tokens in order). */
+export function concatKv(parts: readonly HostKv[]): HostKv {
+  return {
+    numTokens: parts.reduce((a, p) => a + p.numTokens, 0),
+    k: parts[0].k.map((_, l) => concatF32(parts.map((p) => p.k[l]))),
+    v: parts[0].v.map((_, l) => concatF32(parts.map((p) => p.v[l]))),
+  };
+}
+
+function concatF32(arrays: readonly Float32Array[]): Float32Array {
+  const out = new Float32Array(arrays.reduce((a, x) => a + x.length, 0));
+  let o = 0;
+  for (const a of arrays) {
+    out.set(a, o);
+    o += a.length;
+  }
+  return out;
+}

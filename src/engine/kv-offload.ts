@@ -10,7 +10,7 @@ import {
   type BlockMeta, type BlockPool, chainHashes, type EvictedBlock, type KvEventSink, prefetchStartTime, type SessionTracker, TierCache,
 } from "../../kv/index.ts";
 import type { StepRunner } from "./engine-runner.ts";
-import type { HostKv } from "./kv-copy.ts";
+import { concatKv, type HostKv } from "./kv-copy.ts";
 import { importPrefix } from "./prefix-transfer.ts";
 import type { Sequence } from "./sequence.ts";
 
@@ -78,29 +78,36 @@ export class HostKvOffload {
    */
   restore(pool: BlockPool, tokens: readonly number[], meta?: BlockMeta, maxBlocks = Infinity): { restored: number; pending: boolean } {
     const bs = this.blockSize;
-    const hashes = chainHashes(tokens, bs);
     const onDevice = pool.cachedPrefixTokens(tokens) / bs;
-    if (onDevice >= hashes.length) return { restored: 0, pending: false };
-    const found = this.tier.matchContinuation(onDevice > 0 ? hashes[onDevice - 1] : null, hashes.slice(onDevice), (i) => tokens.slice((onDevice + i) * bs, (onDevice + i + 1) * bs));
+    const { kv, pending } = this.continuation(tokens, onDevice);
+    if (kv === null) return { restored: 0, pending };
+    const restored = importPrefix(pool, this.runner, { tokens: tokens.slice(0, onDevice * bs + kv.numTokens), blockSize: bs, kv, firstBlock: onDevice }, meta, maxBlocks);
+    this.restored += restored;
+    return { restored, pending };
+  }
+
+  /**
+   * The KV this tier holds for `tokens`' full blocks from block `fromBlock` on, contiguously and
+   * chained to the block before (tokens and parent links verified), stopping at a copy still on its
+   * way to the host (`pending`). Reading it uses the blocks: they become the most recently used.
+   * A peer pulling a session's prefix gets it after the device blocks (Engine.exportPrefix).
+   */
+  continuation(tokens: readonly number[], fromBlock: number): { kv: HostKv | null; pending: boolean } {
+    const bs = this.blockSize;
+    const hashes = chainHashes(tokens, bs);
+    if (fromBlock >= hashes.length) return { kv: null, pending: false };
+    const found = this.tier.matchContinuation(fromBlock > 0 ? hashes[fromBlock - 1] : null, hashes.slice(fromBlock), (i) => tokens.slice((fromBlock + i) * bs, (fromBlock + i + 1) * bs));
     let ready = 0;
     let pending = false;
     for (; ready < found; ready++) {
-      const b = this.blocks.get(hashes[onDevice + ready]);
+      const b = this.blocks.get(hashes[fromBlock + ready]);
       if (b?.kv === undefined) {
         pending = b !== undefined && !b.failed;
         break;
       }
     }
-    if (ready === 0) return { restored: 0, pending };
-    const parts = hashes.slice(onDevice, onDevice + ready).map((h) => this.blocks.get(h)!.kv!);
-    const kv: HostKv = {
-      numTokens: ready * bs,
-      k: parts[0].k.map((_, l) => concat(parts.map((p) => p.k[l]))),
-      v: parts[0].v.map((_, l) => concat(parts.map((p) => p.v[l]))),
-    };
-    const restored = importPrefix(pool, this.runner, { tokens: tokens.slice(0, (onDevice + ready) * bs), blockSize: bs, kv, firstBlock: onDevice }, meta, maxBlocks);
-    this.restored += restored;
-    return { restored, pending };
+    if (ready === 0) return { kv: null, pending };
+    return { kv: concatKv(hashes.slice(fromBlock, fromBlock + ready).map((h) => this.blocks.get(h)!.kv!)), pending };
   }
 
   /** Before a step is planned: prefetches for tool-waiting sessions (agent retention only), then restores for waiting sequences. */
@@ -163,14 +170,4 @@ export class HostKvOffload {
   stats(): KvOffloadStats {
     return { hostBlocks: this.tier.size, hostCapacityBlocks: this.capacityBlocks, offloadedBlocks: this.offloaded, restoredBlocks: this.restored, prefetchedBlocks: this.prefetched };
   }
-}
-
-function concat(arrays: readonly Float32Array[]): Float32Array {
-  const out = new Float32Array(arrays.reduce((a, x) => a + x.length, 0));
-  let o = 0;
-  for (const a of arrays) {
-    out.set(a, o);
-    o += a.length;
-  }
-  return out;
 }

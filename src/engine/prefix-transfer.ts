@@ -7,7 +7,7 @@
  */
 import type { BlockMeta, BlockPool } from "../../kv/index.ts";
 import type { StepRunner } from "./engine-runner.ts";
-import type { HostKv } from "./kv-copy.ts";
+import { concatKv, type HostKv } from "./kv-copy.ts";
 
 /** A cached prefix's KV on the host, on its way to another worker (or back from host memory). */
 export interface PrefixKv {
@@ -25,21 +25,41 @@ export class PrefixTransferError extends Error {
   override name = "PrefixTransferError";
 }
 
+/** A host-memory tier that can continue a device prefix (kv-offload.ts `HostKvOffload`). */
+export interface HostContinuation {
+  continuation(tokens: readonly number[], fromBlock: number): { kv: HostKv | null };
+}
+
 /**
- * Reads the KV of the longest cached run of full blocks that prefixes `tokens` (at most `maxBlocks`);
- * null when none is cached. The blocks are only held while the copy is enqueued.
+ * Reads the KV of the longest cached run of full blocks that prefixes `tokens` (at most `maxBlocks`):
+ * the device blocks, then what `host` holds after them (a holder sends what it offloaded too); null
+ * when neither holds any. The device blocks are only held while their copy is enqueued.
  */
-export async function exportPrefix(pool: BlockPool, runner: StepRunner, tokens: readonly number[], maxBlocks = Infinity): Promise<PrefixKv | null> {
+export async function exportPrefix(
+  pool: BlockPool, runner: StepRunner, tokens: readonly number[], maxBlocks = Infinity, host?: HostContinuation,
+): Promise<PrefixKv | null> {
   if (!runner.readBlocks) throw new PrefixTransferError("This worker cannot read KV blocks out of its cache");
+  const bs = pool.blockSize;
   const m = pool.matchPrefix(tokens, maxBlocks);
-  if (m.blockIds.length === 0) return null;
-  let read: Promise<HostKv>;
+  let read: Promise<HostKv> | undefined;
   try {
-    read = runner.readBlocks(m.blockIds);
+    if (m.blockIds.length > 0) read = runner.readBlocks(m.blockIds);
   } finally {
     pool.release(m.blockIds);
   }
-  return { tokens: tokens.slice(0, m.numTokens), blockSize: pool.blockSize, kv: await read };
+  const onDevice = m.blockIds.length;
+  let more = onDevice < maxBlocks && host !== undefined ? host.continuation(tokens, onDevice).kv : null;
+  if (more !== null && more.numTokens > (maxBlocks - onDevice) * bs) more = headOf(more, (maxBlocks - onDevice) * bs);
+  const parts = [...(read === undefined ? [] : [await read]), ...(more === null ? [] : [more])];
+  if (parts.length === 0) return null;
+  const kv = parts.length === 1 ? parts[0] : concatKv(parts);
+  return { tokens: tokens.slice(0, kv.numTokens), blockSize: bs, kv };
+}
+
+/** The first `numTokens` tokens of `kv`. */
+function headOf(kv: HostKv, numTokens: number): HostKv {
+  const cut = (a: Float32Array) => a.subarray(0, (a.length / kv.numTokens) * numTokens);
+  return { numTokens, k: kv.k.map(cut), v: kv.v.map(cut) };
 }
 
 /**

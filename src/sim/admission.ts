@@ -86,9 +86,12 @@ export function startPlacement(sim: ClusterSim, req: ReqState, p: Placement): vo
   if (p.prefill === null) {
     // A peer's copy of the prefix arrives over the link instead of being recomputed here.
     const src = p.prefixSource;
-    const delay = src !== undefined && p.prefixTransferBlocks > 0 ? sim.linkSeconds(src, w, p.prefixTransferBlocks) : 0;
+    // Blocks the holder keeps in host memory are read from there before they go on the link.
+    const readS = src?.host !== undefined && (p.prefixSourceHostBlocks ?? 0) > 0 ? src.host.transferSeconds(p.prefixSourceHostBlocks!, sim.movedBytesPerBlock) : 0;
+    const delay = src !== undefined && p.prefixTransferBlocks > 0 ? readS + sim.linkSeconds(src, w, p.prefixTransferBlocks) : 0;
     if (delay > 0) {
       sim.peerTransfers++;
+      if (readS > 0) sim.peerHostBlocks += p.prefixSourceHostBlocks!;
       // The holder's copy is now stale: the session continues here.
       if (sim.spec.demoteMovedSessions) src!.retention?.sessionMoved?.(req.plan.id, sim.now);
     }

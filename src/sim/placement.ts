@@ -14,6 +14,8 @@ export interface Placement {
   prefixTransferBlocks: number;
   /** With a local prefill: the peer that sends the decode worker `prefixTransferBlocks` of the prefix. */
   prefixSource?: SimWorker;
+  /** Of those blocks, the ones the source reads from its host memory first. */
+  prefixSourceHostBlocks?: number;
 }
 
 type Overlaps = ReturnType<ClusterSim["index"]["overlapsBySlot"]> | null;
@@ -93,7 +95,7 @@ export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
     { promptTokens: req.prompt, blockTokens: sim.bt, bytesPerBlock: sim.movedBytesPerBlock, lastWorker: sim.lastWorker.get(req.plan.id) },
     dec.views, pre.views, sim.links,
     { localPrefillThreshold: sim.localThreshold, itlTargetS: 0.05, affinityBonusS: 0.01, interferenceWeight: sim.spec.stallWeight, memoryWaitS: sim.spec.memoryWaitS,
-      peerTransfer: sim.spec.peerTransfer, memoryFullS: sim.spec.memoryFullS, peerMoveS: sim.spec.peerMoveS },
+      peerTransfer: sim.spec.peerTransfer, memoryFullS: sim.spec.memoryFullS, peerMoveS: sim.spec.peerMoveS, peerHostBlocks: sim.spec.peerHostBlocks },
   );
   if (route === undefined) {
     if (pre.workers.length === 0) return null;
@@ -102,6 +104,9 @@ export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
   const decode = workerById(dec, route.decodeWorker);
   const prefill = route.prefillWorker === null ? null : workerById(pre, route.prefillWorker);
   const placement: Placement = { prefill, decode, prefixTransferBlocks: route.prefixTransferBlocks };
-  if (route.prefixSource !== undefined) placement.prefixSource = workerById(dec, route.prefixSource);
+  if (route.prefixSource !== undefined) {
+    placement.prefixSource = workerById(dec, route.prefixSource);
+    if (route.prefixSourceHostBlocks !== undefined) placement.prefixSourceHostBlocks = route.prefixSourceHostBlocks;
+  }
   return placement;
 }

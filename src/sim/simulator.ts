@@ -79,6 +79,8 @@ export class ClusterSim {
   readonly movedBytesPerBlock: number;
   /** Turns whose prefix a peer sent to their decode worker (peer transfer). */
   peerTransfers = 0;
+  /** Blocks those transfers read from the holder's host memory (router option peerHostBlocks). */
+  peerHostBlocks = 0;
   /** Blocks prefetched from host memory ahead of a session's predicted return (ours, spec.prefetchLeadS). */
   prefetchedBlocks = 0;
   /**

@@ -85,6 +85,33 @@ test("Cluster pulls a session's prefix to a peer when the holder is busy (peer t
   await cl.stop();
 });
 
+/** Runs session s1's turn, pushes its blocks into the holder's host memory, makes the holder busy, then runs the turn again. */
+async function offloadedTurn(peerHostBlocks: boolean) {
+  const cl = cluster({ workers: 2, engine: { numBlocks: 12, kvOffloadBlocks: 64 }, routerOptions: { peerMoveS: 0, peerHostBlocks } });
+  await run(cl, { ...greedy(STORY, 4), sessionId: "s1" });
+  const holder = cl.workers.find((w) => w.engine.stats().prefixQueriedTokens > 0)!;
+  for (let i = 0; i < 4; i++) await holder.engine.submit(greedy(model.tokenizer.encode(`The dog number ${i} ran to the big red ball. `.repeat(3), { addBos: true }), 2)).result;
+  const offloaded = holder.engine.stats().kvOffloadedBlocks;
+  const busy = Array.from({ length: 6 }, (_, i) => holder.engine.submit(greedy(model.tokenizer.encode(`Filler ${i} `.repeat(18), { addBos: true }), 2)));
+  const t2 = await run(cl, { ...greedy(STORY, 4), sessionId: "s1" });
+  await Promise.all(busy.map((h) => h.result));
+  const moves = cl.counters.prefixMoves;
+  await cl.stop();
+  return { t2, offloaded, moves };
+}
+
+test("Cluster with peerHostBlocks pulls a session's prefix from its holder's host memory to a peer", async () => {
+  const full = Math.floor((STORY.length - 1) / 16) * 16;
+  const pulled = await offloadedTurn(true);
+  assert.ok(pulled.offloaded >= full / 16, `the holder offloaded the session's blocks (${pulled.offloaded})`);
+  assert.equal(pulled.moves, 1, "the prefix moved from the holder's host memory");
+  assert.equal(pulled.t2.result.cachedTokens, full);
+  assert.deepEqual(pulled.t2.streamed, await oneEngine(greedy(STORY, 4)));
+  const recomputed = await offloadedTurn(false);
+  assert.equal(recomputed.t2.result.cachedTokens, 0, "counting device blocks only, the peer recomputes the prompt");
+  assert.deepEqual(recomputed.t2.streamed, pulled.t2.streamed);
+});
+
 /** A planner that records what it is shown and replays scripted decisions. */
 class ScriptedPlanner implements Planner {
   readonly name = "scripted";

@@ -81,3 +81,42 @@ test("Engine prefetches a tool-waiting session's offloaded blocks shortly before
   assert.equal(e.stats().kvRestoredBlocks, e.stats().kvPrefetchedBlocks, "nothing was left to restore on arrival");
   await e.stop();
 });
+
+test("Engine.exportPrefix() sends the blocks its host tier holds after the device prefix; imported elsewhere they generate what recomputing does", async () => {
+  const story = STORY.slice(0, -1);
+  const full = Math.floor(story.length / 16) * 16;
+  /** Runs STORY on a 12-block engine, then pushes it out of the device cache with other prompts. */
+  const holder = async (kvOffloadBlocks: number) => {
+    const e = createEngine(createReferenceBackend(), model, { numBlocks: 12, kvOffloadBlocks });
+    await run(e, greedy(STORY));
+    for (let i = 0; i < 4; i++) await run(e, greedy(filler(i), 4));
+    return e;
+  };
+  const withHost = await holder(64);
+  const onDevice = withHost.pool.cachedPrefixTokens(story);
+  assert.ok(onDevice < full, "some of the prompt's blocks left the device");
+  const prefix = await withHost.exportPrefix(story);
+  assert.ok(prefix !== null);
+  assert.equal(prefix.tokens.length, full, "device and host blocks together cover the prompt's full blocks");
+  assert.deepEqual(prefix.tokens, story.slice(0, full));
+  const dropped = await holder(0);
+  const devOnly = await dropped.exportPrefix(story);
+  assert.ok((devOnly?.tokens.length ?? 0) < full, "without a host tier only the device blocks would move");
+
+  const peer = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+  assert.equal(peer.importPrefix(prefix), full / 16);
+  const moved = await run(peer, greedy(STORY));
+  assert.equal(moved.cachedTokens, full);
+  const fresh = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+  const recomputed = await run(fresh, greedy(STORY));
+  assert.equal(recomputed.cachedTokens, 0);
+  assert.deepEqual(moved.tokenIds, recomputed.tokenIds);
+  // The host part's bytes are what the hit reads: zeroed, the same hit generates something else.
+  const poisoned = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+  for (const layer of [...prefix.kv.k, ...prefix.kv.v]) layer.fill(0, (layer.length / full) * onDevice);
+  poisoned.importPrefix(prefix);
+  const bad = await run(poisoned, greedy(STORY));
+  assert.equal(bad.cachedTokens, full);
+  assert.notDeepEqual(bad.tokenIds, recomputed.tokenIds);
+  await Promise.all([withHost, dropped, peer, fresh, poisoned].map((e) => e.stop()));
+});

@@ -129,3 +129,26 @@ test("routeSession() with memoryFullS moves a turn off a holder that has no room
   // The idle worker lacks room for the whole 30-block prompt too: both would wait, the holder keeps it.
   assert.equal(routeSession(req, [full, { ...idle, freeBlocks: 20 }], [], links, o)?.decodeWorker, "holder");
 });
+
+test("routeSession() with peerHostBlocks pulls blocks the holder keeps in host memory, charging their read", () => {
+  const req = { promptTokens: 60_000, blockTokens: 2048, bytesPerBlock: 70e6, lastWorker: "holder" };
+  const o = { localPrefillThreshold: 1_000_000, itlTargetS: 0.05, peerTransfer: true, peerHostBlocks: true };
+  // The holder keeps 8 of the prompt's blocks on device and 20 more in host memory, with 10 s of prefill queued.
+  const holder = cand("holder", { role: "mixed", overlapDevice: 8, overlapHost: 28, queuedPrefillTokens: 1_000_000 });
+  const idle = cand("idle", { role: "mixed" });
+  const r = routeSession(req, [holder, idle], [], links, o)!;
+  assert.equal(r.decodeWorker, "idle");
+  assert.equal(r.prefixSource, "holder");
+  assert.equal(r.prefixTransferBlocks, 28);
+  assert.equal(r.prefixSourceHostBlocks, 20);
+  // 20 × 70 MB read at 400 GB/s (3.5 ms), 28 blocks over the link (1.96 ms + 10 µs), then the 2,656 uncached tokens.
+  assert.ok(Math.abs(r.predictedTtftS - (0.0035 + 0.00196 + 1e-5 + 2_656 / 100_000)) < 1e-9, `predicted TTFT ${r.predictedTtftS}`);
+  // Without it only the 8 device blocks move and the other 43.6k tokens are recomputed.
+  const devOnly = routeSession(req, [holder, idle], [], links, { ...o, peerHostBlocks: false })!;
+  assert.equal(devOnly.prefixTransferBlocks, 8);
+  assert.equal(devOnly.prefixSourceHostBlocks, undefined);
+  assert.ok(devOnly.predictedTtftS > 0.43, `predicted TTFT ${devOnly.predictedTtftS}`);
+  // A host link too slow to beat recomputing: nothing from host memory moves.
+  const slowHost: LinkModel = { ...links, hostBandwidth: 1e8 };
+  assert.equal(routeSession(req, [holder, idle], [], slowHost, o)!.prefixTransferBlocks, 0);
+});

@@ -160,6 +160,38 @@ test("a simulated turn whose KV holder is busy pulls its prefix from it over the
   assert.ok(pulled.ttft < without.ttft / 3, `C's TTFT ${pulled.ttft} s pulling the prefix, ${without.ttft} s without`);
 });
 
+test("a simulated turn whose busy holder offloaded part of its prefix pulls the host-held blocks too (peerHostBlocks)", () => {
+  // Two workers of 555 blocks (512 tokens each). A leaves a 100k-token prefix (200 blocks) on one; D,
+  // sharing A's first block, goes there too and pushes some of A's blocks into host memory; E extends
+  // D (busy for seconds there, pushing out more of A); C extends A's prefix just after.
+  const ids = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+  const trace = [
+    { timestamp: 0, input_length: 100 * 1024, output_length: 2, hash_ids: ids(0, 200) },
+    { timestamp: 10_000, input_length: 200 * 1024, output_length: 2, hash_ids: [0, ...ids(10_000, 399)] },
+    { timestamp: 30_000, input_length: 240 * 1024, output_length: 2, hash_ids: [0, ...ids(10_000, 399), ...ids(20_000, 80)] },
+    { timestamp: 30_010, input_length: 101 * 1024, output_length: 2, hash_ids: [...ids(0, 200), ...ids(5000, 2)] },
+  ].map((r) => JSON.stringify(r)).join("\n");
+  // Workers of 8 GPUs with 150 GB each (not GB300's 288) and KV replicated 4 ways: 555 blocks.
+  const hw = { ...GB300, hbmBytes: 150e9 };
+  const gpw = gpusPerWorker(KIMI_K2_6, GB300);
+  const run = (peerHostBlocks: boolean) => {
+    const sim = new ClusterSim(parseMooncake(trace), { ...evolvingStatic(workersContext(2, GB300)), peerTransfer: true, peerMoveS: 0.1, memoryFullS: 0, peerHostBlocks }, {
+      model: KIMI_K2_6, hw, gpus: 2 * gpw, gpusPerWorker: gpw, drainS: 60, maxQueueS: 120, sampleS: 1, slo: { ttftS: 1, itlS: 0.05 }, kvReplication: 4,
+    });
+    const out = sim.run().outcomes;
+    for (const o of out) assert.equal(o.rejected, null);
+    const c = out.find((o) => o.prompt === 101 * 1024)!;
+    return { ttft: c.ttft, cached: c.cached, transfers: sim.peerTransfers, fromHost: sim.peerHostBlocks };
+  };
+  const pulled = run(true), deviceOnly = run(false);
+  assert.equal(pulled.transfers, 1, "C moves");
+  assert.ok(pulled.fromHost > 0 && pulled.fromHost < 200, `with the blocks its holder keeps in host memory (${pulled.fromHost} of 200)`);
+  assert.equal(pulled.cached, 100 * 1024, "C reuses the whole pulled prefix");
+  assert.equal(deviceOnly.fromHost, 0);
+  // Counting device blocks only, moving means recomputing what is on host: C waits behind E's prefill instead.
+  assert.ok(pulled.ttft < deviceOnly.ttft / 3, `C's TTFT ${pulled.ttft} s pulling host blocks too, ${deviceOnly.ttft} s without`);
+});
+
 test("a simulated session held at the front door starts when admission opens or its longest hold is up, its wait counted in its first turn's TTFT", () => {
   // A scripted planner holds new sessions from its tick at 1 s and admits them again at its tick at 6 s.
   const ids = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
