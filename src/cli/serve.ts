@@ -15,7 +15,7 @@ import { cliArgs, envVar, exitProcess, runtimeName } from "../runtime/env.ts";
 import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
 import { isReasoningParser, REASONING_PARSERS } from "../serve/reasoning.ts";
 import { startServer } from "../serve/server.ts";
-import { CLUSTER_ROUTERS, isClusterRouter } from "../cluster/cluster-router.ts";
+import { CLUSTER_ROUTERS, isClusterRouter, isPeerTransferMode, PEER_TRANSFER_MODES } from "../cluster/cluster-router.ts";
 import { RemoteWorkerError } from "../cluster/remote-engine.ts";
 import { ControlPlaneError, splitCredentials } from "../cluster/nats-membership.ts";
 import { WorkerAuthError } from "../cluster/worker-auth.ts";
@@ -51,6 +51,7 @@ const FLAGS = {
   roles: { kind: "string", help: "initial role of each worker, comma-separated: mixed|prefill|decode (default all mixed; with --workers)" },
   planner: { kind: "string", help: "online|none: flip worker roles every second from measured load, or keep --roles (default online; with --workers)" },
   router: { kind: "string", help: "session|kv-aware: our session/transfer-aware router or Dynamo's KV-aware cost (default session; with --workers)" },
+  "peer-transfer": { kind: "string", help: "host|device|off: our router may pull a session's KV from the worker holding it, including what it offloaded to host memory (default host), its device blocks only, or never" },
   transport: { kind: "string", help: "in-process|threads|tcp: workers share this thread and one backend, each run in a worker thread, or are worker processes at --worker-addrs (default in-process; with --workers or --worker-addrs)" },
   "worker-addrs": { kind: "string", help: "host:port of each worker process (`deno task worker --listen host:port`), comma-separated; with --transport tcp" },
   nats: { kind: "string", help: "NATS server (host:port or nats://host:port) where worker processes announce themselves (`deno task worker --nats URL`): they join and leave while the server runs (implies --transport tcp)" },
@@ -96,6 +97,9 @@ async function main(): Promise<void> {
   if (planner !== "online" && planner !== "none") throw new ArgsError(`Unknown planner "${planner}"; choose online or none`);
   const router = f.router ?? "session";
   if (!isClusterRouter(router)) throw new ArgsError(`Unknown router "${router}"; choose ${CLUSTER_ROUTERS.join(" or ")}`);
+  const peerTransfer = f["peer-transfer"];
+  if (peerTransfer !== undefined && !isPeerTransferMode(peerTransfer)) throw new ArgsError(`Unknown peer transfer "${peerTransfer}"; choose ${PEER_TRANSFER_MODES.join(", ")}`);
+  if (peerTransfer !== undefined && router !== "session") throw new ArgsError(`Flag --peer-transfer ${peerTransfer} is for our router (--router session), not --router ${router}`);
   const nats = f.nats;
   if (nats !== undefined && f["worker-addrs"] !== undefined) throw new ArgsError("--nats and --worker-addrs do not go together: with --nats, workers announce their own addresses");
   if (nats !== undefined && f.transport !== undefined && f.transport !== "tcp") throw new ArgsError(`--nats needs worker processes (--transport tcp), not --transport ${f.transport}`);
@@ -114,7 +118,7 @@ async function main(): Promise<void> {
   const cluster = workers > 1 || transport === "tcp";
   const workerToken = f["worker-token"] ?? (transport === "tcp" ? nonEmpty(envVar("EVOLVING_WORKER_TOKEN")) : undefined);
   if (f["worker-token"] !== undefined && transport !== "tcp") throw new ArgsError("Flag --worker-token is for worker processes (--transport tcp or --nats)");
-  for (const flag of ["roles", "planner", "router", "transport"] as const) {
+  for (const flag of ["roles", "planner", "router", "transport", "peer-transfer"] as const) {
     if (f[flag] !== undefined && !cluster) throw new ArgsError(`Flag --${flag} ${f[flag]} needs --workers 2 or more`);
   }
   if (f.role !== undefined && cluster) throw new ArgsError(`Flag --role ${f.role} sets one engine's role; with --workers ${workers} use --roles`);
@@ -132,7 +136,7 @@ async function main(): Promise<void> {
     maxBatchTokens: f["max-batch-tokens"],
     maxNumSeqs: f["max-num-seqs"],
     maxWaiting: f["max-waiting"],
-    ...(cluster ? { workers, roles: roles as Role[] | undefined, planner, router, transport, ...(workerAddrs ? { workerAddrs } : {}) } : { role: role as WorkerRole }),
+    ...(cluster ? { workers, roles: roles as Role[] | undefined, planner, router, transport, ...(peerTransfer !== undefined ? { peerTransfer } : {}), ...(workerAddrs ? { workerAddrs } : {}) } : { role: role as WorkerRole }),
     ...(workerToken !== undefined ? { workerToken } : {}),
     ...(nats !== undefined ? { nats, clusterName: f["cluster-name"], ...(f["drain-timeout"] !== undefined ? { drainMs: f["drain-timeout"] * 1000 } : {}) } : {}),
     preemption: preemption as PreemptionMode,

@@ -16,6 +16,26 @@ export function isClusterRouter(s: string): s is ClusterRouterName {
 }
 
 /**
+ * Whether our router may pull a session's cached prefix from the worker holding it (peer transfer):
+ * "off"; "device" (the holder's device blocks only); "host" (default: also what it offloaded to
+ * host memory, `--kv-offload-blocks`).
+ */
+export const PEER_TRANSFER_MODES = ["off", "device", "host"] as const;
+/** One of {@link PEER_TRANSFER_MODES}. */
+export type PeerTransferMode = typeof PEER_TRANSFER_MODES[number];
+
+/** Type guard for a peer-transfer mode from the command line. */
+export function isPeerTransferMode(s: string): s is PeerTransferMode {
+  return (PEER_TRANSFER_MODES as readonly string[]).includes(s);
+}
+
+/** The router options a peer-transfer mode sets (off also drops the memory charge, which only makes sense with moves). */
+export function peerTransferOptions(mode: PeerTransferMode): Partial<SessionRouterOptions> {
+  if (mode === "off") return { peerTransfer: false, memoryFullS: 0 };
+  return { peerTransfer: true, peerHostBlocks: mode === "host" };
+}
+
+/**
  * In-process links: a prefix moves by a device read to host memory and a write into the other
  * worker's cache. Assumed 8 GB/s and 0.2 ms per move (a PCIe-class host round trip), not measured.
  */

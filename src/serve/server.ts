@@ -7,7 +7,7 @@ import { type BackendChoice, selectBackend } from "../backend/select.ts";
 import type { Engine } from "../engine/engine.ts";
 import type { ServingEngine } from "../engine/engine-types.ts";
 import type { Cluster } from "../cluster/cluster.ts";
-import type { ClusterRouterName } from "../cluster/cluster-router.ts";
+import { type ClusterRouterName, type PeerTransferMode, peerTransferOptions } from "../cluster/cluster-router.ts";
 import type { Backend } from "../backend/types.ts";
 import type { CreateEngineOptions } from "../engine/engine-factory.ts";
 import { type ClusterTransport, type ServingCluster, startServingCluster } from "./serve-cluster.ts";
@@ -78,6 +78,8 @@ export interface ServerOptions {
   planner?: "online" | "none";
   /** "session" (default, ours) or "kv-aware" (Dynamo's cost). */
   router?: ClusterRouterName;
+  /** With the session router: pull a session's prefix from its holder ("host", default), device blocks only, or never. */
+  peerTransfer?: PeerTransferMode;
   /**
    * Where the workers run: "in-process" (default; one thread, one backend), "threads" (one worker
    * thread each) or "tcp" (worker processes at `workerAddrs`, each loading `modelPath` itself).
@@ -175,6 +177,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   if (workers > 1 || transport === "tcp") {
     cluster = await startServingCluster(model, {
       modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: o.planner ?? "online", router: o.router,
+      ...(o.peerTransfer !== undefined ? { routerOptions: peerTransferOptions(o.peerTransfer) } : {}),
       transport: transport ?? "in-process", workerAddrs: o.workerAddrs, engine: engineOptions,
       ...(o.nats !== undefined ? { nats: { url: o.nats, clusterName: o.clusterName, drainMs: o.drainMs } } : {}),
       ...(o.workerToken !== undefined ? { workerToken: o.workerToken } : {}), ...(stepLog ? { onStep: (_id: string, r: StepRecord) => stepLog.record(r) } : {}),

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { sharedRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createCluster, type CreateClusterOptions } from "../../src/cluster/create-cluster.ts";
+import { type PeerTransferMode, peerTransferOptions } from "../../src/cluster/cluster-router.ts";
 import type { Cluster } from "../../src/cluster/cluster.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { readTextFile } from "../../src/runtime/fs.ts";
@@ -86,8 +87,8 @@ test("Cluster pulls a session's prefix to a peer when the holder is busy (peer t
 });
 
 /** Runs session s1's turn, pushes its blocks into the holder's host memory, makes the holder busy, then runs the turn again. */
-async function offloadedTurn(peerHostBlocks: boolean) {
-  const cl = cluster({ workers: 2, engine: { numBlocks: 12, kvOffloadBlocks: 64 }, routerOptions: { peerMoveS: 0, peerHostBlocks } });
+async function offloadedTurn(mode: PeerTransferMode) {
+  const cl = cluster({ workers: 2, engine: { numBlocks: 12, kvOffloadBlocks: 64 }, routerOptions: { peerMoveS: 0, ...peerTransferOptions(mode) } });
   await run(cl, { ...greedy(STORY, 4), sessionId: "s1" });
   const holder = cl.workers.find((w) => w.engine.stats().prefixQueriedTokens > 0)!;
   for (let i = 0; i < 4; i++) await holder.engine.submit(greedy(model.tokenizer.encode(`The dog number ${i} ran to the big red ball. `.repeat(3), { addBos: true }), 2)).result;
@@ -100,16 +101,18 @@ async function offloadedTurn(peerHostBlocks: boolean) {
   return { t2, offloaded, moves };
 }
 
-test("Cluster with peerHostBlocks pulls a session's prefix from its holder's host memory to a peer", async () => {
+test("Cluster with peer transfer \"host\" pulls a session's prefix from its holder's host memory to a peer", async () => {
   const full = Math.floor((STORY.length - 1) / 16) * 16;
-  const pulled = await offloadedTurn(true);
+  const pulled = await offloadedTurn("host");
   assert.ok(pulled.offloaded >= full / 16, `the holder offloaded the session's blocks (${pulled.offloaded})`);
   assert.equal(pulled.moves, 1, "the prefix moved from the holder's host memory");
   assert.equal(pulled.t2.result.cachedTokens, full);
   assert.deepEqual(pulled.t2.streamed, await oneEngine(greedy(STORY, 4)));
-  const recomputed = await offloadedTurn(false);
+  const recomputed = await offloadedTurn("device");
   assert.equal(recomputed.t2.result.cachedTokens, 0, "counting device blocks only, the peer recomputes the prompt");
   assert.deepEqual(recomputed.t2.streamed, pulled.t2.streamed);
+  const off = await offloadedTurn("off");
+  assert.equal(off.moves, 0, "with peer transfer off nothing moves");
 });
 
 /** A planner that records what it is shown and replays scripted decisions. */
