@@ -24,6 +24,11 @@ export interface AgentKvOptions {
   kvBlocks: number;
   /** Host-memory KV tier: compare agent retention with it ("agent+host") against agent retention without. */
   offloadBlocks?: number;
+  /**
+   * With `offloadBlocks`: instead, serve with this many worker threads and compare peer pulls that take
+   * the holder's host-memory blocks too (`--peer-transfer host`) against device blocks only.
+   */
+  peerHostWorkers?: number;
   repeats: number;
   jsonPath?: string;
 }
@@ -37,9 +42,11 @@ const USAGE = `bench-agent-kv: agent-aware vs LRU KV retention in the real serve
   --sessions N (agent sessions, ${WORKLOAD_DEFAULTS.sessions})  --turns N (tool calls each, ${WORKLOAD_DEFAULTS.turns})
   --chats N (one-shot chats, ${WORKLOAD_DEFAULTS.chats})  --seed N (${WORKLOAD_DEFAULTS.seed})  --kv-blocks N (256)
   --repeats N (3)  --json PATH
-  --offload-blocks N: compare agent retention with a host-memory KV tier of N blocks against agent retention alone`;
+  --offload-blocks N: compare agent retention with a host-memory KV tier of N blocks against agent retention alone
+  --peer-host-workers N (with --offload-blocks): N worker threads, each with that host tier; compare
+    --peer-transfer host (pulls take the holder's host blocks too) against --peer-transfer device`;
 
-const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1, "offload-blocks": 1 } as const;
+const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1, "offload-blocks": 1, "peer-host-workers": 2 } as const;
 
 /** Parses argv; throws AgentKvArgsError quoting the bad flag or value. */
 export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
@@ -58,8 +65,10 @@ export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
     if (name === "kv-blocks") o.kvBlocks = n;
     else if (name === "repeats") o.repeats = n;
     else if (name === "offload-blocks") o.offloadBlocks = n;
+    else if (name === "peer-host-workers") o.peerHostWorkers = n;
     else o.workload[name as "sessions" | "turns" | "chats" | "seed"] = n;
   }
+  if (o.peerHostWorkers !== undefined && o.offloadBlocks === undefined) throw new AgentKvArgsError("Flag --peer-host-workers needs --offload-blocks");
   return o;
 }
 
@@ -142,9 +151,14 @@ async function main(): Promise<void> {
     const modelPath = `${dir}/agent-scripted.gguf`;
     await agentModel(modelPath);
     // Two configurations on the same workload: the retention policies, or agent retention with and without a host tier.
+    // Or, with worker threads, peer pulls that take the holder's host blocks too against device blocks only.
+    const offload = ["--kv-offload-blocks", String(o.offloadBlocks)];
+    const threads = ["--workers", String(o.peerHostWorkers), "--transport", "threads", ...offload];
     const configs: { name: string; retention: KvRetention; args: string[] }[] = o.offloadBlocks === undefined
       ? [{ name: "agent", retention: "agent", args: [] }, { name: "lru", retention: "lru", args: [] }]
-      : [{ name: "agent+host", retention: "agent", args: ["--kv-offload-blocks", String(o.offloadBlocks)] }, { name: "agent", retention: "agent", args: [] }];
+      : o.peerHostWorkers !== undefined
+      ? [{ name: "host-pulls", retention: "agent", args: [...threads, "--peer-transfer", "host"] }, { name: "device-pulls", retention: "agent", args: [...threads, "--peer-transfer", "device"] }]
+      : [{ name: "agent+host", retention: "agent", args: offload }, { name: "agent", retention: "agent", args: [] }];
     const runs: RunSummary[][] = [[], []];
     const turns: TurnRecord[][][] = [[], []];
     for (let r = 0; r < o.repeats; r++) {
