@@ -78,12 +78,19 @@ export class OnlineStepModel {
     let dec = 0;
     for (const x of S) if (x.prefillTokens === 0) dec++;
     if (dec < 8 || S.length - dec < 8) return this.fitted;
-    const taus = this.fitted === null || this.fits++ % TAU_SEARCH_EVERY === 0 ? TAUS : [this.fitted.tau];
-    let best: { coef: StepCoefficients; sse: number } | null = null;
-    for (const tau of taus) {
-      const r = fitWithTau(S, tau, rounds);
-      if (r !== null && (best === null || r.sse < best.sse)) best = r;
-    }
+    let longest = 0;
+    for (const x of S) longest = Math.max(longest, x.seconds);
+    const search = (taus: readonly number[]) => {
+      let best: { coef: StepCoefficients; sse: number } | null = null;
+      for (const tau of taus) {
+        const r = fitWithTau(S, tau, rounds);
+        if (r !== null && plausible(r.coef, longest) && (best === null || r.sse < best.sse)) best = r;
+      }
+      return best;
+    };
+    const full = this.fitted === null || this.fits++ % TAU_SEARCH_EVERY === 0;
+    // A refit at the last τ that comes out implausible gets the whole grid before it is given up on.
+    const best = (full ? null : search([this.fitted!.tau])) ?? search(TAUS);
     if (best !== null) this.fitted = best.coef;
     return this.fitted;
   }
@@ -128,6 +135,20 @@ function fitWithTau(S: readonly StepSample[], tau: number, rounds: number): { co
     sse += (Math.max(computeSide(coef, x), bandwidthSide(coef, x)) + m - x.seconds) ** 2;
   }
   return { coef, sse };
+}
+
+/**
+ * Whether a fit's constant terms are physical: the shared overhead, the weight traffic, its saturating
+ * part and the mixed-step extra each within the longest step measured. When every sampled step is far
+ * past the saturation scale (large decode batches), the overhead, weight and saturation columns are
+ * nearly collinear and least squares can cancel a large negative overhead against a large saturation
+ * term (seen: o = −30.9 s, e = +30.9 s on steps of 0.02–0.3 s, in a simulated mixed-shift run at load
+ * 3). Such a fit still matches the steps it saw, but it prices shapes it never saw — a prefill-only
+ * step at about nothing — and it made the planner separate prefill and decode steps for good (28%
+ * of goodput lost there).
+ */
+function plausible(c: StepCoefficients, longestS: number): boolean {
+  return Math.abs(c.o) <= longestS && c.w <= longestS && c.e <= longestS && c.m <= longestS;
 }
 
 /** The saturating batch feature of the weight-traffic term. */

@@ -8,11 +8,11 @@ DUR=${DUR:-1200}
 R=docs/results
 A="--duration $DUR --ablation"
 jobs=(
-  "--scenario mixed-shift-256 $A --sweep 1,2 --report $R/mixed-shift-256"
-  "--scenario computer-use-256 $A --sweep 1,2 --report $R/computer-use-256"
+  "--scenario mixed-shift-256 $A --sweep 1,2,3 --report $R/mixed-shift-256"
+  "--scenario computer-use-256 $A --sweep 1,2,3 --report $R/computer-use-256"
   "--scenario coding-256 $A --sweep 1,2,3 --report $R/coding-256"
-  "--scenario coding-256 $A --sweep 1,2,3 --model glm-5.2 --report $R/coding-256-glm"
-  "--scenario math-256 $A --sweep 1,2,3 --report $R/math-256"
+  "--scenario coding-256 $A --sweep 1,2,3,5 --model glm-5.2 --report $R/coding-256-glm"
+  "--scenario math-256 $A --sweep 1,2,3,5 --report $R/math-256"
   "--scenario computer-use-256 $A --sweep 0.25,0.5 --report $R/computer-use-256-low"
   "--scenario steady-profiled $A --sweep 1,2 --report $R/steady-profiled"
   "--trace ../shared/traces/azure2023_code.csv --format azure --load 1 --ablation --report $R/azure-code"

@@ -1,8 +1,11 @@
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { test } from "../harness.ts";
 import { OnlineStepModel } from "../../planner/step-model.ts";
 import { StepPricing } from "../../planner/step-pricing.ts";
 import { mixedWorkerSteps, snap, stepTime } from "./snapshots.ts";
+import { SeededRng } from "../../kv/rng.ts";
+import type { StepSample } from "../../planner/types.ts";
 
 const truth = stepTime;
 const mixedPool = (mixedS: number, n = 3000, seed = 7) => mixedWorkerSteps(mixedS, n, seed);
@@ -60,3 +63,43 @@ test("StepPricing.preferSplit() separates steps when the fit prices a mixed step
   assert.ok(dear.splitChunkStep(64, 8192) < dear.chunkStep(64, 8192));
   assert.equal(new StepPricing().preferSplit(64, 8192, true), true, "no fit yet: keep the current choice");
 });
+
+test("OnlineStepModel refuses an implausible refit of large-batch steps and prices prefill from a sound one", () => {
+  // 256 steps an all-mixed worker measured in a simulated mixed-shift run at load 3 (decode batches of
+  // 147–249, chunks up to 8k tokens; no mixed-step overhead in that cost model). At τ = 32 their
+  // saturation column is 0.99–1.0, all but collinear with the overhead and weight columns: least
+  // squares there cancels an overhead of about −31 s against a saturation term of +31 s, and priced a
+  // prefill-only step at nothing, which made the planner separate prefill and decode steps for good.
+  const rows: number[][] = JSON.parse(readFileSync(new URL("./fixtures/steps-large-batches.json", import.meta.url), "utf8"));
+  const measured: StepSample[] = rows.map(([p, pp, b, da, s]) => ({ prefillTokens: p, prefillAttnPairs: pp, decodeSeqs: b, decodeAttnTokens: da, seconds: s }));
+  const m = new OnlineStepModel();
+  // An earlier fit at small batches leaves τ = 32 as the scale to refit at (the model searches all
+  // scales only every tenth fit).
+  m.add(smallBatchSteps32());
+  assert.equal(m.fit()?.tau, 32, "the small-batch steps pick tau 32");
+  assert.equal(m.fit()?.tau, 32, "and again (the first refit still searches every scale)");
+  for (let i = 0; i < 8; i++) m.add(measured); // fills the ring: only the measured steps remain
+  const c = m.fit();
+  assert.ok(c !== null);
+  const longest = Math.max(...measured.map((x) => x.seconds));
+  assert.ok(Math.abs(c.o) <= longest && c.e <= longest, `coefficients must be physical, got ${JSON.stringify(c)}`);
+  // Large chunks priced within 25% of what they measured (median), and a chunk's own step is not free.
+  const big = measured.filter((x) => x.prefillTokens > 4000);
+  const errors = big.map((x) => Math.abs(m.predict(x) - x.seconds) / x.seconds).sort((a, b) => a - b);
+  assert.ok(errors[Math.floor(errors.length / 2)] < 0.25, `median relative error ${errors[Math.floor(errors.length / 2)]}`);
+  const prefillOnly = m.predict({ prefillTokens: 8000, prefillAttnPairs: 8000 * 60000, decodeSeqs: 0, decodeAttnTokens: 0 });
+  assert.ok(prefillOnly > 0.05, `an 8k-token prefill-only step priced at ${prefillOnly} s`);
+});
+
+/** Mixed-worker steps from a cost model with an MoE weight term saturating at 32 tokens, batches of 1–40. */
+function smallBatchSteps32(): StepSample[] {
+  const rng = new SeededRng(5);
+  const out: StepSample[] = [];
+  for (let i = 0; i < 2048; i++) {
+    const b = 1 + Math.floor(rng.next() * 40);
+    const p = rng.next() < 0.5 ? 0 : Math.floor(1 + rng.next() * 300);
+    const s = { prefillTokens: p, prefillAttnPairs: p * 4000, decodeSeqs: b, decodeAttnTokens: b * 20000 };
+    out.push({ ...s, seconds: stepTime(s, 0) + 0.02 * (1 - Math.exp(-(p + b) / 32)) });
+  }
+  return out;
+}
