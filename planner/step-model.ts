@@ -71,7 +71,8 @@ export class OnlineStepModel {
   /**
    * Refits on the samples held. Needs decode-only steps (the bandwidth side) and steps carrying a
    * prefill chunk; without both the model keeps its last fit. `m` is identified only when pure and
-   * mixed steps of the same side are both present; otherwise it stays 0 (no penalty assumed).
+   * mixed steps of the same side are both present; otherwise it stays 0 (no penalty assumed). A fit
+   * with unphysical constant terms ({@link plausible}) is refused, and the last fit kept.
    */
   fit(rounds = 6): StepCoefficients | null {
     const S = this.ring;
@@ -89,8 +90,9 @@ export class OnlineStepModel {
       return best;
     };
     const full = this.fitted === null || this.fits++ % TAU_SEARCH_EVERY === 0;
-    // A refit at the last τ that comes out implausible gets the whole grid before it is given up on.
-    const best = (full ? null : search([this.fitted!.tau])) ?? search(TAUS);
+    // A refit at the last τ that comes out implausible gets the rest of the grid before it is given up on.
+    const last = this.fitted?.tau;
+    const best = full ? search(TAUS) : search([last!]) ?? search(TAUS.filter((t) => t !== last));
     if (best !== null) this.fitted = best.coef;
     return this.fitted;
   }
