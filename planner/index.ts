@@ -9,4 +9,5 @@ export * from "./prefill-order.ts";
 export * from "./step-model.ts";
 export * from "./step-pricing.ts";
 export * from "./session-admission.ts";
+export * from "./itl-admission.ts";
 export * from "./step-window.ts";

@@ -10,6 +10,7 @@ import { allMixes, chooseFlips, countRoles, flipsBetween, moveDirection, type Ro
 import type { StepCoefficients } from "./step-model.ts";
 import { RateEstimates } from "./rate-estimates.ts";
 import { StepMixingChoice, StepPricing } from "./step-pricing.ts";
+import { ItlAdmission, type ItlAdmissionOptions } from "./itl-admission.ts";
 import { SessionAdmission, type SessionAdmissionOptions } from "./session-admission.ts";
 import type { MetricsSnapshot, Planner, PlannerAction, WorkerSnapshot } from "./types.ts";
 
@@ -58,6 +59,12 @@ export interface OnlinePlannerOptions {
    * "admission"; planner/session-admission.ts, with its options when given). Default false.
    */
   sessionAdmission?: boolean | SessionAdmissionOptions;
+  /**
+   * Let in only as many new sessions each tick as the decode pool takes within the ITL target; the
+   * others wait at the door until the next tick and are turned away if there is still no room (action
+   * "admission"; planner/itl-admission.ts, with its options when given; needs `stepModel`). Default false.
+   */
+  itlAdmission?: boolean | ItlAdmissionOptions;
 }
 
 /** Prefill workers with no decode worker to send them prompts (mixed workers prefill their own). */
@@ -77,6 +84,7 @@ export class OnlinePlanner implements Planner {
   private readonly rates: RateEstimates;
   private readonly mixing = new StepMixingChoice();
   private readonly admission: SessionAdmission | null;
+  private readonly itlAdmission: ItlAdmission | null;
 
   /** Creates the planner with the given knobs. */
   constructor(opts: OnlinePlannerOptions = {}) {
@@ -84,12 +92,14 @@ export class OnlinePlanner implements Planner {
       intervalS: 1, ttftTargetS: 0.5, itlTargetS: 0.05, margin: 0.1, confirmTicks: 2, cooldownS: 15,
       maxFlipFraction: 0.0625, flipCost: 0.03, minLocalPrefill: 256, maxLocalPrefill: 2048,
       initialLocalPrefill: 512, maxDecodeBatch: 512, mixedChunkTokens: 8192, allowMixed: true, stepModel: true,
-      prefillChunkTokens: 16384, adaptStepMixing: true, sessionAdmission: false, ...opts,
+      prefillChunkTokens: 16384, adaptStepMixing: true, sessionAdmission: false, itlAdmission: false, ...opts,
     };
     this.intervalS = this.o.intervalS;
     this.rates = new RateEstimates(this.o.mixedChunkTokens);
     const adm = this.o.sessionAdmission;
     this.admission = adm === false ? null : new SessionAdmission(adm === true ? {} : adm);
+    const ia = this.o.itlAdmission;
+    this.itlAdmission = ia === false ? null : new ItlAdmission(ia === true ? {} : ia);
     this.threshold = this.o.initialLocalPrefill;
   }
 
@@ -180,6 +190,31 @@ export class OnlinePlanner implements Planner {
     return [ttft, itl];
   }
 
+  /**
+   * The admission action of this tick, if any: new sessions held while turns wait for KV memory, and
+   * (with a fitted step model) how many may enter before the next tick within the ITL target.
+   */
+  private admissionActions(s: MetricsSnapshot, live: readonly WorkerSnapshot[], cur: RoleMix, backlog: number, seqs: number, meanUncached: number, sm: boolean): PlannerAction[] {
+    const mem = this.admission, itl = this.itlAdmission;
+    const hold = mem?.update(live) ?? null;
+    itl?.observe(s.completions);
+    // An early fit from a few seconds of steps misprices batches it has not seen: wait for a few.
+    if (itl === null || !sm || this.steps.fits < 3 || live.length === 0) {
+      return hold === null ? [] : [{ kind: "admission", holdNewSessions: hold, maxHoldS: mem!.maxHoldS }];
+    }
+    // Measured ITL: the sequences held over the window each got one token per ITL (Little's law).
+    let tokens = 0;
+    for (const w of live) tokens += w.decodeTokens;
+    const measured = tokens > 0 && seqs > 0 ? (seqs * s.windowS) / tokens : null;
+    const newSessions = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached)[1], measured, this.o.itlTargetS, live.length);
+    const memHolding = mem?.holdingNewSessions ?? false;
+    return [{
+      kind: "admission", holdNewSessions: memHolding, newSessions,
+      // A session held for KV memory keeps that hold's terms; otherwise no room by the next tick turns it away.
+      maxHoldS: memHolding ? mem!.maxHoldS : itl.maxWaitS, rejectAfterHold: !memHolding,
+    }];
+  }
+
   /** P95 TTFT of a pool with capacity `cap` tokens/s serving `load` tokens/s. */
   private queueTtft(load: number, cap: number, service: number): number {
     const HORIZON = 10;
@@ -192,15 +227,14 @@ export class OnlinePlanner implements Planner {
   tick(s: MetricsSnapshot): PlannerAction[] {
     const live = s.workers.filter((w) => w.state === "serving");
     this.learn(s, live);
-    const hold = this.admission?.update(live) ?? null;
-    const admit: PlannerAction[] = hold === null ? [] : [{ kind: "admission", holdNewSessions: hold, maxHoldS: this.admission!.maxHoldS }];
     const n = live.length;
-    if (n < 2) return admit;
     const cur = countRoles(live);
     const backlog = live.reduce((a, w) => a + w.waitingPrefillTokens, 0);
     const seqs = live.reduce((a, w) => a + w.decodeBatch + w.waitingDecodes, 0);
     const meanUncached = s.arrivals > 0 ? s.arrivedUncachedTokens / s.arrivals : 1000;
     const sm = this.o.stepModel && this.steps.ready;
+    const admit = this.admissionActions(s, live, cur, backlog, seqs, meanUncached, sm);
+    if (n < 2) return admit;
     // Mixed or separate steps first: it is the cheaper change (no drain, no transfer), and it changes
     // what every split costs (with 100 ms mixed steps, the planner moved 11 workers into prefill in the
     // first seconds of a simulated coding run, then stayed at 5 prefill workers the mixed ones hardly fed).

@@ -96,9 +96,11 @@ export type PlannerAction =
   | { kind: "step-mixing"; split: boolean }
   /**
    * Whether new sessions are admitted or held at the front door (held: one enters as one leaves, and
-   * none waits there longer than `maxHoldS`).
+   * none waits there longer than `maxHoldS`; then it enters, or with `rejectAfterHold` it is turned
+   * away). `newSessions`, when given, is how many new sessions may enter before the next tick
+   * (held ones first); without it there is no such limit.
    */
-  | { kind: "admission"; holdNewSessions: boolean; maxHoldS: number };
+  | { kind: "admission"; holdNewSessions: boolean; maxHoldS: number; newSessions?: number; rejectAfterHold?: boolean };
 
 /** A planner: called every `intervalS` seconds of (injected) time with a fresh snapshot. */
 export interface Planner {

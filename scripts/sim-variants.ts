@@ -14,6 +14,11 @@
  *   -pmX             ours' router charges X s for pulling a prefix from a peer
  *   -adm / -noadm    ours' planner holds new sessions while turns wait for KV memory on many workers (or never)
  *   -admhX           as -adm, a new session held at most X s (default 60)
+ *   -itlm / -itlX / -noitl  ours' planner lets in only the new sessions the decode pool takes within the ITL
+ *                    target, aiming at the measured mean/P95 ratio of requests' ITL (or X × the target), or lets all in
+ *   -itlmpP          as -itlm with percentile P (default 0.95)
+ *   -busyX / -busyXpN  Dynamo's request rejection: turn requests away while every worker holds more than X of its KV
+ *                    blocks for requests (or has more than N prompt tokens waiting for prefill)
  *   -demote / -nodemote  the holder's copy of a session that moved away goes first (or ranks as the session's)
  *   -nopt            ours without peer transfer
  *   -ph / -noph      ours' peer pulls also take the holder's host-memory blocks (or not)
@@ -57,6 +62,9 @@ function specOf(name: string): SystemSpec {
     else if ((x = /^pm([\d.]+)$/.exec(m))) s = { ...s, peerMoveS: Number(x[1]) };
     else if (m === "adm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: true }) };
     else if ((x = /^admh([\d.]+)$/.exec(m))) s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: { maxHoldS: Number(x[1]) } }) };
+    else if ((x = /^itl(m|[\d.]+)(?:p([\d.]+))?$/.exec(m))) s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, itlAdmission: { aim: x[1] === "m" ? "measured" : Number(x[1]), percentile: x[2] === undefined ? 0.95 : Number(x[2]) } }) };
+    else if (m === "noitl") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, itlAdmission: false }) };
+    else if ((x = /^busy([\d.]+)(?:p(\d+))?$/.exec(m))) s = { ...s, busyThresholds: { activeBlocks: Number(x[1]), prefillTokens: x[2] === undefined ? undefined : Number(x[2]) } };
     else if (m === "noadm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: false }) };
     else if (m === "demote") s = { ...s, demoteMovedSessions: true };
     else if (m === "nodemote") s = { ...s, demoteMovedSessions: false };

@@ -20,7 +20,9 @@ export function applyAction(sim: ClusterSim, a: PlannerAction): void {
   if (a.kind === "admission") {
     sim.holdNewSessions = a.holdNewSessions;
     sim.maxHoldS = a.maxHoldS;
-    if (!a.holdNewSessions) releaseHeldSessions(sim, Infinity);
+    sim.rejectAfterHold = a.rejectAfterHold ?? false;
+    sim.newSessionBudget = a.newSessions ?? Infinity;
+    if (!a.holdNewSessions) sim.newSessionBudget -= releaseHeldSessions(sim, sim.newSessionBudget);
     return;
   }
   if (a.kind === "flip") {

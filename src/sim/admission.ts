@@ -22,21 +22,38 @@ import type { SessionPlan } from "./workload-types.ts";
  * others are still held before it); `heldSince` is when such a turn first arrived.
  */
 export function arrive(sim: ClusterSim, plan: SessionPlan, turn: number, heldSince?: number): void {
-  if (turn === 0 && heldSince === undefined && (sim.holdNewSessions || sim.heldSessions.length > 0)) {
-    sim.heldSessions.push({ plan, at: sim.now });
-    sim.sessionsHeld++;
-    return;
+  if (turn === 0 && heldSince === undefined) {
+    if (sim.holdNewSessions || sim.heldSessions.length > 0 || sim.newSessionBudget < 1) {
+      sim.heldSessions.push({ plan, at: sim.now });
+      sim.sessionsHeld++;
+      return;
+    }
+    sim.newSessionBudget--;
   }
   const req = buildRequest(sim, plan, turn, heldSince ?? sim.now);
   const tp = plan.turns[turn];
   sim.sessions.turnStarted(plan.id, sim.now);
   if (req.prompt + tp.outputTokens > sim.cfg.model.maxContext) return reject(sim, req, "prompt-too-long");
+  if (sim.spec.busyThresholds !== undefined && allWorkersBusy(sim, sim.spec.busyThresholds)) return reject(sim, req, "all-workers-busy");
   const placement = placeRequest(sim, req);
   if (placement === null) return reject(sim, req, "no-serving-worker");
   sim.win.arrivals++;
   sim.win.prompt += req.prompt;
   sim.win.output += tp.outputTokens;
   startPlacement(sim, req, placement);
+}
+
+/** Whether every serving worker is over a busy threshold (Dynamo's request rejection). */
+function allWorkersBusy(sim: ClusterSim, t: { activeBlocks?: number; prefillTokens?: number }): boolean {
+  let serving = 0;
+  for (const w of sim.workers) {
+    if (w.state !== "serving") continue;
+    serving++;
+    const blocksBusy = t.activeBlocks !== undefined && w.pool.numUsedBlocks() > t.activeBlocks * w.pool.numBlocks;
+    const prefillBusy = t.prefillTokens !== undefined && w.queuedTokens > t.prefillTokens;
+    if (!blocksBusy && !prefillBusy) return false;
+  }
+  return serving > 0;
 }
 
 /** The request for turn `turn` of `plan` (its chunks and chained block hashes), arrived at `arrival`. */
@@ -67,15 +84,22 @@ export function buildRequest(sim: ClusterSim, plan: SessionPlan, turn: number, a
 
 /**
  * Lets up to `n` held sessions in, oldest first (each one's first turn arrives now, its TTFT counted
- * from when it first arrived); those held past the queue limit are rejected.
+ * from when it first arrived); those held past the queue limit are rejected. Returns how many entered.
  */
-export function releaseHeldSessions(sim: ClusterSim, n: number): void {
-  for (let admitted = 0; admitted < n && sim.heldSessions.length > 0;) {
+export function releaseHeldSessions(sim: ClusterSim, n: number): number {
+  let admitted = 0;
+  while (admitted < n && sim.heldSessions.length > 0) {
     const h = sim.heldSessions.shift()!;
     if (sim.now - h.at > sim.cfg.maxQueueS) { reject(sim, buildRequest(sim, h.plan, 0, h.at), "admission-timeout"); continue; }
     arrive(sim, h.plan, 0, h.at);
     admitted++;
   }
+  return admitted;
+}
+
+/** Turns away the `n` oldest held sessions (the front door is full: "overloaded"). */
+export function rejectHeldSessions(sim: ClusterSim, n: number): void {
+  for (const h of sim.heldSessions.splice(0, n)) reject(sim, buildRequest(sim, h.plan, 0, h.at), "overloaded");
 }
 
 /** Starts a routed request: prefill on the decode worker (local) or on a prefill worker. */

@@ -12,7 +12,7 @@ import type { KvEvent } from "../../kv/types.ts";
 import type { LinkModel } from "../../planner/routers.ts";
 import type { CompletedRequest, MetricsSnapshot } from "../../planner/types.ts";
 import { applyAction } from "./actions.ts";
-import { arrive, releaseHeldSessions } from "./admission.ts";
+import { arrive, rejectHeldSessions, releaseHeldSessions } from "./admission.ts";
 import { rejectLeftovers } from "./completion.ts";
 import { CostModel } from "./cost-model.ts";
 import { EventQueue } from "./event-queue.ts";
@@ -99,6 +99,10 @@ export class ClusterSim {
   readonly heldSessions: { plan: SessionPlan; at: number }[] = [];
   /** Longest a session is held there before it enters anyway. */
   maxHoldS = Infinity;
+  /** New sessions that may still enter before the next tick (planner action "admission"). */
+  newSessionBudget = Infinity;
+  /** A session held `maxHoldS` is turned away instead of entering. */
+  rejectAfterHold = false;
   /** Sessions that were held, for reports. */
   sessionsHeld = 0;
   /** Tokens per KV block in this workload. */
@@ -235,7 +239,8 @@ export class ClusterSim {
     // Held sessions enter once they have waited the longest the front door holds them.
     let due = 0;
     while (due < this.heldSessions.length && this.now - this.heldSessions[due].at >= this.maxHoldS) due++;
-    if (due > 0) releaseHeldSessions(this, due);
+    if (due > 0 && this.rejectAfterHold) rejectHeldSessions(this, due);
+    else if (due > 0) releaseHeldSessions(this, due);
     this.q.push(this.now + p.intervalS, { t: "tick" });
   }
 

@@ -62,6 +62,13 @@ export interface SystemSpec {
   stepMixing?: "mixed" | "split";
   /** Dynamo KV-router overlap_weight (baselines; default 1, Dynamo's default). */
   overlapWeight?: number;
+  /**
+   * Dynamo's request rejection (load shedding; off by default there and here): a worker is busy when
+   * more than `activeBlocks` of its KV blocks are held by requests or more than `prefillTokens`
+   * prompt tokens wait for its prefill; while every serving worker is busy, requests are turned away
+   * ("all-workers-busy", HTTP 503 there).
+   */
+  busyThresholds?: { activeBlocks?: number; prefillTokens?: number };
   /** Stated parameters, for reports. */
   params: Record<string, string | number | boolean>;
 }

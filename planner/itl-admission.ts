@@ -1,0 +1,112 @@
+/**
+ * Admission of new agent sessions by ITL (ours). A decode pool past its ITL target slows every
+ * sequence in it: when more sessions arrive than it can decode within the target, letting them all in
+ * makes most requests miss the SLO (math agents at 5× load: 2 in 3 of the tuned baseline's requests),
+ * while turning a few new sessions away at the door keeps the agents already mid-task within it.
+ * Each tick the planner asks how many more decoding sequences the pool takes before its predicted ITL
+ * reaches an aim below the target; that many new sessions may enter before the next tick (each adds
+ * about one decoding sequence), the rest wait at the door until then and are turned away if there is
+ * still no room. Sessions already in are never refused a turn.
+ *
+ * Two corrections come from measurement, not from a profile: the step model's ITL is scaled by the
+ * measured one (it leaves out stalls, uneven batches and sequences waiting for a batch slot), and the
+ * aim is the ratio of recent requests' mean ITL to their 95th percentile (how far below the target the
+ * mean must stay for nearly all requests to be within it).
+ */
+import type { CompletedRequest } from "./types.ts";
+
+/** Knobs of {@link ItlAdmission}. */
+export interface ItlAdmissionOptions {
+  /** Fraction of the ITL target the pool's mean ITL may reach, or "measured" (see the module). Default "measured". */
+  aim?: number | "measured";
+  /** Percentile of recent requests' ITL that the measured aim keeps at the target. Default 0.95. */
+  percentile?: number;
+  /** Bounds of the measured aim. Defaults 0.5 and 1. */
+  minAim?: number;
+  maxAim?: number;
+  /** Finished requests the measured aim reads (the last ones). Default 1024. */
+  keep?: number;
+  /** Longest a new session waits at the door before it is turned away (0: until the next tick). Default 0. */
+  maxWaitS?: number;
+}
+
+/** Sequences one search tries at most, per serving worker (far past any batch limit). */
+const SEARCH_CAP_PER_WORKER = 4096;
+
+/** Decides, tick by tick, how many new sessions the decode pool can take within its ITL target. */
+export class ItlAdmission {
+  private readonly o: Required<ItlAdmissionOptions>;
+  private readonly itls: Float64Array;
+  private seen = 0;
+  private scale = 1;
+
+  /** Creates the controller; validates the knobs. */
+  constructor(opts: ItlAdmissionOptions = {}) {
+    this.o = { aim: "measured", percentile: 0.95, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, ...opts };
+    const { aim, percentile, minAim, maxAim, keep, maxWaitS } = this.o;
+    if (aim !== "measured" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive or "measured"; got ${aim}`);
+    if (!(percentile > 0 && percentile <= 1)) throw new RangeError(`ITL admission percentile must be in (0, 1]; got ${percentile}`);
+    if (!(minAim > 0 && minAim <= maxAim)) throw new RangeError(`ITL admission needs 0 < minAim <= maxAim; got ${minAim} and ${maxAim}`);
+    if (!(Number.isInteger(keep) && keep >= 16)) throw new RangeError(`ITL admission keep must be an integer of at least 16; got ${keep}`);
+    if (!(maxWaitS >= 0)) throw new RangeError(`ITL admission maxWaitS must be at least 0; got ${maxWaitS}`);
+    this.itls = new Float64Array(keep);
+  }
+
+  /** Longest a new session waits at the door. */
+  get maxWaitS(): number {
+    return this.o.maxWaitS;
+  }
+
+  /** Measured ÷ modelled ITL (EWMA over ticks; 1 until measured). */
+  get itlScale(): number {
+    return this.scale;
+  }
+
+  /** Reads the ITLs of requests that finished (single-token outputs have none). */
+  observe(done: readonly CompletedRequest[]): void {
+    for (const c of done) {
+      if (c.osl < 2 || !Number.isFinite(c.itlS)) continue;
+      this.itls[this.seen++ % this.o.keep] = c.itlS;
+    }
+  }
+
+  /** The fraction of the ITL target the pool's mean ITL may reach now. */
+  aim(): number {
+    if (this.o.aim !== "measured") return this.o.aim;
+    const n = Math.min(this.seen, this.o.keep);
+    // Until a quarter of the window has finished, the spread is unknown: aim at the target itself.
+    if (n < this.o.keep / 4) return this.o.maxAim;
+    const v = this.itls.slice(0, n).sort();
+    let sum = 0;
+    for (const x of v) sum += x;
+    const tail = v[Math.min(n - 1, Math.ceil(this.o.percentile * n) - 1)];
+    return tail > 0 ? Math.min(this.o.maxAim, Math.max(this.o.minAim, sum / n / tail)) : this.o.maxAim;
+  }
+
+  /**
+   * New sessions that may enter before the next tick. `itlWith(extra)` is the model's ITL with `extra`
+   * more decoding sequences; `measuredItlS` the ITL the pool's sequences saw over the last window
+   * (null when none decoded). The answer is the most extra sequences whose scaled ITL stays below
+   * `aim() × itlTargetS` (doubling, then bisection), 0 when the pool is there already.
+   */
+  budget(itlWith: (extra: number) => number, measuredItlS: number | null, itlTargetS: number, workers: number): number {
+    const now = itlWith(0);
+    if (measuredItlS !== null && measuredItlS > 0 && now > 0) this.scale = 0.8 * this.scale + 0.2 * (measuredItlS / now);
+    const limit = this.aim() * itlTargetS;
+    const under = (extra: number) => this.scale * itlWith(extra) < limit;
+    if (!under(0)) return 0;
+    let lo = 0, hi = 1;
+    const cap = SEARCH_CAP_PER_WORKER * Math.max(1, workers);
+    while (hi < cap && under(hi)) { lo = hi; hi *= 2; }
+    if (hi >= cap) {
+      if (under(cap)) return Infinity;
+      hi = cap;
+    }
+    while (hi - lo > 1) {
+      const mid = (lo + hi) >> 1;
+      if (under(mid)) lo = mid;
+      else hi = mid;
+    }
+    return lo;
+  }
+}

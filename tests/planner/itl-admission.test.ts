@@ -1,0 +1,70 @@
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { ItlAdmission, OnlinePlanner, type CompletedRequest, type PlannerAction } from "../../planner/index.ts";
+import { mixedWorkerSteps, snap } from "./snapshots.ts";
+
+/** A model ITL of 10.5 ms plus 11 µs per extra decoding sequence. */
+const linear = (extra: number) => 0.0105 + 1.1e-5 * extra;
+const done = (itlS: number, n: number): CompletedRequest[] => Array.from({ length: n }, () => ({ isl: 1000, osl: 500, ttftS: 0.1, itlS }));
+
+test("ItlAdmission.budget() is the most extra sequences whose model ITL stays below aim × target", () => {
+  const a = new ItlAdmission({ aim: 0.8 });
+  // 0.8 × 50 ms = 40 ms: 10.5 ms + 11 µs × x < 40 ms for x < 2681.8.
+  assert.equal(a.budget(linear, null, 0.05, 8), 2681);
+  assert.equal(a.budget((x) => linear(x + 5000), null, 0.05, 8), 0, "already past the aim: nobody enters");
+  assert.equal(a.budget(() => 0.01, null, 0.05, 8), Infinity, "a pool the model never fills takes everyone");
+});
+
+test("ItlAdmission.budget() scales the model to the measured ITL", () => {
+  const a = new ItlAdmission({ aim: 0.8 });
+  // The pool measures twice what the model says (21 ms against 10.5 ms): the scale converges to 2,
+  // 2 × (10.5 ms + 11 µs × x) < 40 ms for x < 863.6.
+  let b = 0;
+  for (let t = 0; t < 60; t++) b = a.budget(linear, 0.021, 0.05, 8);
+  assert.ok(Math.abs(a.itlScale - 2) < 1e-4, `scale ${a.itlScale}`);
+  assert.equal(b, 863);
+});
+
+test("ItlAdmission.aim() is the recent requests' mean ITL over their 95th percentile, within its bounds", () => {
+  const a = new ItlAdmission({ keep: 100 });
+  assert.equal(a.aim(), 1, "nothing measured: aim at the target");
+  a.observe([...done(0.02, 90), ...done(0.04, 10)]);
+  // Mean 22 ms, 95th percentile 40 ms.
+  assert.ok(Math.abs(a.aim() - 0.022 / 0.04) < 1e-12, `aim ${a.aim()}`);
+  a.observe(done(0.03, 100));
+  assert.ok(Math.abs(a.aim() - 1) < 1e-12, "the oldest are forgotten: all requests alike, aim at the target");
+  a.observe([...done(0.001, 90), ...done(1, 10)]);
+  assert.equal(a.aim(), 0.5, "a wild spread is bounded below");
+  a.observe([{ isl: 10, osl: 1, ttftS: 0.1, itlS: 0 }]);
+  assert.equal(a.aim(), 0.5, "single-token outputs have no ITL and are not read");
+});
+
+test("ItlAdmission rejects impossible knobs, quoting them", () => {
+  assert.throws(() => new ItlAdmission({ aim: 0 }), /aim must be positive or "measured"; got 0/);
+  assert.throws(() => new ItlAdmission({ percentile: 1.5 }), /percentile must be in \(0, 1\]; got 1.5/);
+  assert.throws(() => new ItlAdmission({ minAim: 0.9, maxAim: 0.8 }), /0 < minAim <= maxAim; got 0.9 and 0.8/);
+  assert.throws(() => new ItlAdmission({ keep: 3 }), /keep must be an integer of at least 16; got 3/);
+  assert.throws(() => new ItlAdmission({ maxWaitS: -1 }), /maxWaitS must be at least 0; got -1/);
+});
+
+test("OnlinePlanner with itlAdmission budgets new sessions once its step model has fits: fewer as the pool fills, none past the aim", () => {
+  const planner = new OnlinePlanner({ itlAdmission: { aim: 0.8 } });
+  const admission = (t: number, seqs: number): Extract<PlannerAction, { kind: "admission" }> | undefined => {
+    const s = snap(t, Array(8).fill("mixed"), { uncachedPerS: 20_000, outputPerS: 2_000, backlog: 0, seqs });
+    s.workers = s.workers.map((w, i) => ({ ...w, steps: mixedWorkerSteps(0, 200, 8 * t + i) }));
+    return planner.tick(s).find((a) => a.kind === "admission") as Extract<PlannerAction, { kind: "admission" }> | undefined;
+  };
+  const early = admission(1, 80);
+  assert.equal(early, undefined, "no fit yet: no budget");
+  let t = 2;
+  for (; planner.stepModelCoefficients() === null || t < 40; t++) admission(t, 80);
+  const light = admission(t++, 80)!;
+  const fuller = admission(t++, 240)!;
+  const full = admission(t++, 4000)!;
+  assert.ok(light.newSessions! > fuller.newSessions!, `room shrinks as the pool fills: ${light.newSessions} then ${fuller.newSessions}`);
+  assert.ok(fuller.newSessions! > 0);
+  assert.equal(full.newSessions, 0, "past the aim nobody enters");
+  assert.equal(full.rejectAfterHold, true, "those who find no room by the next tick are turned away");
+  assert.equal(full.holdNewSessions, false);
+  assert.equal(new OnlinePlanner().tick(snap(1, Array(8).fill("mixed"), { uncachedPerS: 20_000, outputPerS: 2_000, backlog: 0, seqs: 4000 })).some((a) => a.kind === "admission"), false, "off by default");
+});
