@@ -10,8 +10,8 @@
  *
  * Two corrections come from measurement, not from a profile: the step model's ITL is scaled by the
  * measured one (it leaves out stalls, uneven batches and sequences waiting for a batch slot), and the
- * aim is the ratio of recent requests' mean ITL to their 95th percentile (how far below the target the
- * mean must stay for nearly all requests to be within it).
+ * aim is the ratio of recent requests' mean ITL to their 90th percentile (how far below the target the
+ * mean must stay for nine requests in ten to be within it).
  */
 import type { CompletedRequest } from "./types.ts";
 
@@ -19,7 +19,7 @@ import type { CompletedRequest } from "./types.ts";
 export interface ItlAdmissionOptions {
   /** Fraction of the ITL target the pool's mean ITL may reach, or "measured" (see the module). Default "measured". */
   aim?: number | "measured";
-  /** Percentile of recent requests' ITL that the measured aim keeps at the target. Default 0.95. */
+  /** Percentile of recent requests' ITL that the measured aim keeps at the target. Default 0.9. */
   percentile?: number;
   /** Bounds of the measured aim. Defaults 0.5 and 1. */
   minAim?: number;
@@ -42,7 +42,7 @@ export class ItlAdmission {
 
   /** Creates the controller; validates the knobs. */
   constructor(opts: ItlAdmissionOptions = {}) {
-    this.o = { aim: "measured", percentile: 0.95, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, ...opts };
+    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, ...opts };
     const { aim, percentile, minAim, maxAim, keep, maxWaitS } = this.o;
     if (aim !== "measured" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive or "measured"; got ${aim}`);
     if (!(percentile > 0 && percentile <= 1)) throw new RangeError(`ITL admission percentile must be in (0, 1]; got ${percentile}`);

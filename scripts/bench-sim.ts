@@ -21,7 +21,7 @@ const durationS = Number(opt("--duration", "3600"));
 const systems = opt("--systems", "evolving,dynamo-disagg-sla").split(",");
 const fingerprint = args.includes("--fingerprint");
 const makers: Record<string, (c: S.SystemContext) => S.SystemSpec> = {
-  evolving: S.evolving, "dynamo-disagg-sla": S.baselineDisaggSla, "dynamo-disagg-load": S.baselineDisaggLoad, "dynamo-agg": S.baselineAgg, "dynamo-agg-tuned": S.baselineAggTuned,
+  evolving: S.evolving, "dynamo-disagg-sla": S.baselineDisaggSla, "dynamo-disagg-load": S.baselineDisaggLoad, "dynamo-agg": S.baselineAgg, "dynamo-agg-tuned": S.baselineAggTuned, "dynamo-agg-shed": S.baselineAggShed,
 };
 /** Process CPU seconds (user + system), NaN where the runtime has no process.cpuUsage. */
 function cpuSeconds(): number {

@@ -15,8 +15,8 @@
  *   -adm / -noadm    ours' planner holds new sessions while turns wait for KV memory on many workers (or never)
  *   -admhX           as -adm, a new session held at most X s (default 60)
  *   -itlm / -itlX / -noitl  ours' planner lets in only the new sessions the decode pool takes within the ITL
- *                    target, aiming at the measured mean/P95 ratio of requests' ITL (or X × the target), or lets all in
- *   -itlmpP          as -itlm with percentile P (default 0.95)
+ *                    target, aiming at the measured mean/P90 ratio of requests' ITL (or X × the target; both on by default), or lets all in
+ *   -itlmpP          as -itlm with percentile P (default 0.9)
  *   -busyX / -busyXpN  Dynamo's request rejection: turn requests away while every worker holds more than X of its KV
  *                    blocks for requests (or has more than N prompt tokens waiting for prefill)
  *   -demote / -nodemote  the holder's copy of a session that moved away goes first (or ranks as the session's)
@@ -36,8 +36,8 @@ import { summarize } from "../src/sim/metrics.ts";
 import { HARDWARE, KIMI_K2_6 } from "../src/sim/profiles.ts";
 import { buildScenario } from "../src/sim/scenarios.ts";
 import { ClusterSim } from "../src/sim/simulator.ts";
-import { baselineAggTuned, evolving, type SystemSpec } from "../src/sim/systems.ts";
-import { OnlinePlanner } from "../planner/online-planner.ts";
+import { baselineAggTuned, evolving, oursPlannerOptions, type SystemSpec } from "../src/sim/systems.ts";
+import { OnlinePlanner, type OnlinePlannerOptions } from "../planner/online-planner.ts";
 
 const [scenario = "coding-256", loadArg = "1", durArg = "600", list = "tuned,ours"] = process.argv.slice(2);
 const load = Number(loadArg), durationS = Number(durArg);
@@ -46,6 +46,11 @@ if (baseHw === undefined) throw new Error(`HW must be one of ${Object.keys(HARDW
 const hw = { ...baseHw, mixedStepOverheadS: Number(process.env.MIXED_MS ?? 0) / 1000 };
 const workload = buildScenario(scenario, { gpus: 256, load, seed: Number(process.env.SEED ?? 1), durationS, maxContext: KIMI_K2_6.maxContext });
 const { ctx, cfg } = simulationSetup(workload, { model: KIMI_K2_6, hw, gpus: 256, kvReplicated: process.env.KV_REPLICATED === "1" });
+
+/** Ours' planner with `o` over its defaults in the simulator (systems.ts, oursPlannerOptions). */
+function oursPlanner(o: OnlinePlannerOptions): OnlinePlanner {
+  return new OnlinePlanner({ ...oursPlannerOptions(ctx), ...o });
+}
 
 /** The system a variant name describes. */
 function specOf(name: string): SystemSpec {
@@ -60,12 +65,12 @@ function specOf(name: string): SystemSpec {
     else if ((x = /^mw([\d.]+)$/.exec(m))) s = { ...s, memoryWaitS: Number(x[1]) };
     else if ((x = /^pt([\d.]+)$/.exec(m))) s = { ...s, peerTransfer: true, memoryFullS: Number(x[1]) };
     else if ((x = /^pm([\d.]+)$/.exec(m))) s = { ...s, peerMoveS: Number(x[1]) };
-    else if (m === "adm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: true }) };
-    else if ((x = /^admh([\d.]+)$/.exec(m))) s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: { maxHoldS: Number(x[1]) } }) };
-    else if ((x = /^itl(m|[\d.]+)(?:p([\d.]+))?$/.exec(m))) s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, itlAdmission: { aim: x[1] === "m" ? "measured" : Number(x[1]), percentile: x[2] === undefined ? 0.95 : Number(x[2]) } }) };
-    else if (m === "noitl") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, itlAdmission: false }) };
+    else if (m === "adm") s = { ...s, planner: oursPlanner({ sessionAdmission: true }) };
+    else if ((x = /^admh([\d.]+)$/.exec(m))) s = { ...s, planner: oursPlanner({ sessionAdmission: { maxHoldS: Number(x[1]) } }) };
+    else if ((x = /^itl(m|[\d.]+)(?:p([\d.]+))?$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { aim: x[1] === "m" ? "measured" : Number(x[1]), percentile: x[2] === undefined ? 0.9 : Number(x[2]) } }) };
+    else if (m === "noitl") s = { ...s, planner: oursPlanner({ itlAdmission: false }) };
     else if ((x = /^busy([\d.]+)(?:p(\d+))?$/.exec(m))) s = { ...s, busyThresholds: { activeBlocks: Number(x[1]), prefillTokens: x[2] === undefined ? undefined : Number(x[2]) } };
-    else if (m === "noadm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, sessionAdmission: false }) };
+    else if (m === "noadm") s = { ...s, planner: oursPlanner({ sessionAdmission: false }) };
     else if (m === "demote") s = { ...s, demoteMovedSessions: true };
     else if (m === "nodemote") s = { ...s, demoteMovedSessions: false };
     else if (m === "ph") s = { ...s, peerHostBlocks: true };
@@ -74,9 +79,9 @@ function specOf(name: string): SystemSpec {
     else if ((x = /^pf([\d.]*)$/.exec(m))) s = { ...s, prefetchLeadS: x[1] === "" ? 1 : Number(x[1]) };
     else if (m === "nopf") s = { ...s, prefetchLeadS: undefined };
     else if (m === "static") s = { ...s, planner: null };
-    else if (m === "noflip") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, cooldownS: Infinity }) };
-    else if (m === "nomix") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, adaptStepMixing: false }) };
-    else if (m === "nosm") s = { ...s, planner: new OnlinePlanner({ ttftTargetS: ctx.ttftTargetS, itlTargetS: ctx.itlTargetS, stepModel: false }) };
+    else if (m === "noflip") s = { ...s, planner: oursPlanner({ cooldownS: Infinity }) };
+    else if (m === "nomix") s = { ...s, planner: oursPlanner({ adaptStepMixing: false }) };
+    else if (m === "nosm") s = { ...s, planner: oursPlanner({ stepModel: false }) };
     else if ((x = /^split(\d+)$/.exec(m))) s = { ...s, planner: null, initialPrefill: Number(x[1]), initialRole: Number(x[1]) === 0 ? "mixed" : "decode" };
     else throw new Error(`Unknown variant suffix "${m}" in "${name}"`);
   }

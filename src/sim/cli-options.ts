@@ -43,7 +43,7 @@ export interface SimOptions {
 export const USAGE = `usage: sim --scenario NAME [--gpus N] [--model PROFILE] [--hw HW] [--load X] [--seed N] [--duration S] [--json] [--sweep [X,Y,...]] [--report DIR]
        sim --trace PATH --format mooncake|azure [--load X (time scale)] [--max-requests N] ...
 scenarios: ${SCENARIOS.join(", ")} · models: ${Object.keys(MODELS).join(", ")} · hardware: ${Object.keys(HARDWARE).join(", ")}
-baselines (--baselines a,b): dynamo-disagg-sla, dynamo-disagg-load, dynamo-agg, dynamo-agg-tuned · --startup S: baseline worker start-up (default 60)
+baselines (--baselines a,b): dynamo-disagg-sla, dynamo-disagg-load, dynamo-agg, dynamo-agg-tuned, dynamo-agg-shed · --startup S: baseline worker start-up (default 60)
 --calibrate FILE: fit the cost model's efficiencies and step overhead to a step log (JSONL; deno task serve --step-log)
 --kv-replicated: tensor-parallel attention, every GPU of a worker holds and reads the whole MLA KV (default: KV split across them)
 --remote-store-tb X: a shared remote KV store of X TB below every host tier, for every system (default none)
@@ -111,7 +111,7 @@ export function parseSimArgs(argv: readonly string[]): SimOptions {
   if (o.calibrate === "") throw new SimUsageError('Option --calibrate needs a step log file, got ""');
   if (o.report === "") throw new SimUsageError('Option --report needs a folder, got ""');
   for (const b of o.baselines ?? []) {
-    if (!["dynamo-disagg-sla", "dynamo-disagg-load", "dynamo-agg", "dynamo-agg-tuned"].includes(b)) throw new SimUsageError(`Unknown baseline "${b}"`);
+    if (!["dynamo-disagg-sla", "dynamo-disagg-load", "dynamo-agg", "dynamo-agg-tuned", "dynamo-agg-shed"].includes(b)) throw new SimUsageError(`Unknown baseline "${b}"`);
   }
   return o;
 }

@@ -8,7 +8,7 @@ import { type SystemSummary, summarize } from "./metrics.ts";
 import { profileSweep } from "./profiler.ts";
 import { gpusPerWorker, type HardwareProfile, type ModelProfile } from "./profiles.ts";
 import { ClusterSim, type SimConfig, type SimSample } from "./simulator.ts";
-import { baselineAgg, baselineAggTuned, baselineDisaggLoad, baselineDisaggSla, evolving, evolvingStatic, type SystemContext, type SystemSpec } from "./systems.ts";
+import { baselineAgg, baselineAggShed, baselineAggTuned, baselineDisaggLoad, baselineDisaggSla, evolving, evolvingStatic, type SystemContext, type SystemSpec } from "./systems.ts";
 import type { Workload } from "./workload-types.ts";
 
 /** Options of one comparison. */
@@ -19,8 +19,8 @@ export interface CompareOptions {
   startupS?: number;
   drainS?: number;
   maxQueueS?: number;
-  /** Which baseline variants to run (default all three). */
-  baselines?: ("dynamo-disagg-sla" | "dynamo-disagg-load" | "dynamo-agg" | "dynamo-agg-tuned")[];
+  /** Which baseline variants to run (default all). */
+  baselines?: ("dynamo-disagg-sla" | "dynamo-disagg-load" | "dynamo-agg" | "dynamo-agg-tuned" | "dynamo-agg-shed")[];
   /** Tensor-parallel attention: every GPU of a worker holds and reads the whole (MLA latent) KV. */
   kvReplicated?: boolean;
   /** Bytes of a shared remote KV store below the host tiers, for every system (default none). */
@@ -123,7 +123,7 @@ export function compare(w: Workload, o: CompareOptions, clock: () => number): Co
   const gpw = cfg.gpusPerWorker;
   const makers: Record<string, (c: SystemContext) => SystemSpec> = {
     "dynamo-disagg-sla": baselineDisaggSla, "dynamo-disagg-load": baselineDisaggLoad, "dynamo-agg": baselineAgg,
-    "dynamo-agg-tuned": baselineAggTuned,
+    "dynamo-agg-tuned": baselineAggTuned, "dynamo-agg-shed": baselineAggShed,
   };
   const results: Record<string, SystemResult> = {};
   const ours: Record<string, (c: SystemContext) => SystemSpec> = { evolving, "evolving-static": evolvingStatic };

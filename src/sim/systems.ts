@@ -6,7 +6,7 @@ import { AgentAwarePolicy } from "../../kv/agent-retention.ts";
 import { LruPolicy, type RetentionPolicy } from "../../kv/retention.ts";
 import type { SessionTracker } from "../../kv/session-tracker.ts";
 import { LoadPlanner } from "../../planner/load-planner.ts";
-import { OnlinePlanner } from "../../planner/online-planner.ts";
+import { OnlinePlanner, type OnlinePlannerOptions } from "../../planner/online-planner.ts";
 import { type OfflineProfile, profileSplitsSteps } from "../../planner/profile.ts";
 import { SlaProfilePlanner } from "../../planner/sla-profile-planner.ts";
 import { AGED_SHORT_FIRST, type PrefillOrderOptions } from "../../planner/prefill-order.ts";
@@ -148,9 +148,34 @@ export function baselineAggTuned(c: SystemContext): SystemSpec {
   };
 }
 
+/**
+ * The tuned baseline with Dynamo's request rejection (load shedding) on, at the thresholds its
+ * documentation shows (`--active-decode-blocks-threshold 0.85 --active-prefill-tokens-threshold
+ * 10000`; off by default in Dynamo): while every worker is over one, requests get HTTP 503.
+ */
+export function baselineAggShed(c: SystemContext): SystemSpec {
+  const s = baselineAggTuned(c);
+  return {
+    ...s, name: "dynamo-agg-shed", busyThresholds: { activeBlocks: 0.85, prefillTokens: 10_000 },
+    params: {
+      ...s.params,
+      request_rejection: "on: a worker is busy with > 85% of its KV blocks held by requests or > 10,000 prompt tokens waiting for its prefill; while all are busy, requests are turned away (Dynamo's documented example thresholds)",
+    },
+  };
+}
+
+/**
+ * Ours' planner settings in the simulator: the SLO targets, and new sessions let in within the ITL
+ * target (planner/itl-admission.ts; off in the OnlinePlanner itself, whose server default has no
+ * target a laptop's engine would meet).
+ */
+export function oursPlannerOptions(c: SystemContext): OnlinePlannerOptions {
+  return { ttftTargetS: c.ttftTargetS, itlTargetS: c.itlTargetS, itlAdmission: true };
+}
+
 /** Ours: online planner flipping roles, agent-aware KV, session router with transfer-vs-recompute. */
 export function evolving(c: SystemContext): SystemSpec {
-  const planner = new OnlinePlanner({ ttftTargetS: c.ttftTargetS, itlTargetS: c.itlTargetS });
+  const planner = new OnlinePlanner(oursPlannerOptions(c));
   return {
     name: "evolving", mode: "evolving", planner, makePolicy: (s) => new AgentAwarePolicy(s), hostTier: true,
     // No offline profile to pick a split from: start in the most general role (every worker prefills
@@ -169,6 +194,7 @@ export function evolving(c: SystemContext): SystemSpec {
       router: "session affinity vs load, transfer vs recompute (to a prefill worker, or from the prefix's holder, device and host memory, to another worker: a move must gain 0.5 s; 1 s charged where the turn would wait for KV memory)", retention: "agent-aware benefit/byte + host tier",
       decode_kv_reuse: true, workers: c.workers, initial_roles: "all mixed", prefill_order: "short-first, aged 2000 tokens/s",
       step_mixing: "starts mixed; the planner separates prefill and decode steps when its fitted step model prices mixed steps 20% above separate ones",
+      admission: "new sessions let in each tick only while the decode pool's ITL (step model scaled to the measured one) stays below mean/P90 of recent requests' ITL × the ITL target; the others wait to the next tick, then are turned away (reason overloaded); turns of sessions already in are never refused",
     },
   };
 }
