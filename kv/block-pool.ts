@@ -4,7 +4,7 @@
  * still indexed, reusable by a prefix hit until the retention policy evicts it).
  */
 import { type BlockHasher, hashBlock } from "./hash.ts";
-import { PrefixIndex } from "./prefix-index.ts";
+import { NO_SLOT, PrefixIndex } from "./prefix-index.ts";
 import { type EvictableBlock, LruPolicy, type RetentionPolicy } from "./retention.ts";
 import {
   type BlockHash,
@@ -83,6 +83,7 @@ export class BlockPool {
   /** Blocks [nextFresh, numBlocks) have never been handed out: implicitly free, no list needed. */
   private nextFresh = 0;
   private readonly scratch = [0];
+  private slots = new Int32Array(64); // walk()'s prefix-index slots of known hashes
   // Handed to the policy on every release; policies copy what they keep (see RetentionPolicy.add).
   private readonly evictable: EvictableBlock = { id: 0, hash: 0, meta: {}, depth: 0 };
 
@@ -237,10 +238,10 @@ export class BlockPool {
       depth = this.depths[parentId] + 1;
     }
     const hash = this.hasher(parentHash, tokens);
-    const entry = this.index.insert(hash, id, tokens, parentSerial);
-    if (entry === undefined) return null;
+    const serial = this.index.insert(hash, id, tokens, parentSerial);
+    if (serial < 0) return null;
     this.hashes[id] = hash;
-    this.serials[id] = entry.serial;
+    this.serials[id] = serial;
     this.depths[id] = depth;
     this.parents[id] = parentHash ?? NaN;
     this.events?.({
@@ -297,17 +298,25 @@ export class BlockPool {
     if (known !== undefined && known.length < full) full = known.length;
     let parentHash: BlockHash | null = null;
     let parentSerial = NO_SERIAL;
+    // With the hashes known, every block's slot is probed before the chain is verified: the probes
+    // do not depend on each other, so the CPU overlaps their cache misses (a table per pool, far
+    // larger than the cache) instead of waiting for one after another.
+    if (known !== undefined) {
+      if (this.slots.length < full) this.slots = new Int32Array(Math.max(full, 2 * this.slots.length));
+      // (The walk ends at the first block not indexed: no need to probe past it.)
+      for (let b = 0; b < full; b++) if ((this.slots[b] = this.index.locate(known[b])) === NO_SLOT) break;
+    }
     for (let b = 0; b < full; b++) {
       let block: ArrayLike<number>;
       if (bs === 1) { this.scratch[0] = tokens[b]; block = this.scratch; }
       else block = Array.prototype.slice.call(tokens, b * bs, (b + 1) * bs) as number[];
       const hash: BlockHash = known !== undefined ? known[b] : this.hasher(parentHash, block);
-      const entry = this.index.lookup(hash, block, parentSerial);
-      if (entry === undefined) break;
-      blockIds.push(entry.blockId);
+      const slot = known !== undefined ? this.index.verify(this.slots[b], block, parentSerial) : this.index.find(hash, block, parentSerial);
+      if (slot === NO_SLOT) break;
+      blockIds.push(this.index.blockAt(slot));
       hashes.push(hash);
       parentHash = hash;
-      parentSerial = entry.serial;
+      parentSerial = this.index.serialAt(slot);
     }
     return { blockIds, hashes, numTokens: blockIds.length * bs };
   }
@@ -317,7 +326,7 @@ export class BlockPool {
     if (this.onEvict !== undefined) {
       const p = this.parents[id];
       this.onEvict({
-        blockId: id, hash, parentHash: Number.isNaN(p) ? null : p, tokens: this.index.get(hash)?.tokens ?? [],
+        blockId: id, hash, parentHash: Number.isNaN(p) ? null : p, tokens: this.index.tokensOf(hash) ?? [],
         meta: this.metas[id] ?? {}, depth: this.depths[id],
       });
     }
