@@ -31,6 +31,7 @@ export class GlobalBlockIndex {
   private any = new Int32Array(0);
   private seen = new Int32Array(0);
   private readonly ws: number[] = [];
+  private readonly found: Holders[] = [];
   private outDev = new Int32Array(0);
   private outAny = new Int32Array(0);
 
@@ -102,8 +103,18 @@ export class GlobalBlockIndex {
   private scan(hashes: readonly BlockHash[]): number[] {
     const ws = this.ws;
     ws.length = 0;
-    const first = hashes.length === 0 ? undefined : this.holders.get(hashes[0]);
-    if (first === undefined) return ws;
+    // Every block's holders are looked up before the runs are extended: the lookups do not depend on
+    // each other, so the CPU overlaps their cache misses (the table is far larger than the cache)
+    // instead of waiting for one after another. The walk ends at the first block nobody holds.
+    const found = this.found;
+    found.length = 0;
+    for (let b = 0; b < hashes.length; b++) {
+      const list = this.holders.get(hashes[b]);
+      if (list === undefined) break;
+      found.push(list);
+    }
+    if (found.length === 0) return ws;
+    const first = found[0];
     // Per worker (by interned index): still on a device run, last block on device, last on device-or-host.
     const n = this.ids.length;
     if (this.seen.length < n) this.scratch(n);
@@ -115,9 +126,8 @@ export class GlobalBlockIndex {
       for (const v of first) { const w = v >> 3; ws.push(w); onDev[w] = v & 1; dev[w] = v & 1; any[w] = 1; seen[w] = 1; }
     }
     let alive = ws.length;
-    for (let b = 1; b < hashes.length && alive > 0; b++) {
-      const list = this.holders.get(hashes[b]);
-      if (list === undefined) break;
+    for (let b = 1; b < found.length && alive > 0; b++) {
+      const list = found[b];
       // A worker extends its run only if it matched block b-1 (seen[w] === b) and holds block b.
       if (typeof list === "number") {
         alive = extend(list, b, onDev, dev, any, seen);
