@@ -47,6 +47,13 @@ export class OnlineStepModel {
   private next = 0;
   private fitted: StepCoefficients | null = null;
   private fits = 0;
+  // predict()'s last two saturation features (token count → value at τ `memoTau`), the least recently
+  // used replaced first: the planner prices thousands of shapes a tick, most with one of a few token
+  // counts (a mixed step always carries the chunk budget), and exp is the costliest part of a prediction.
+  private readonly memoTokens = [NaN, NaN];
+  private readonly memoSat = [0, 0];
+  private memoTau = NaN;
+  private memoNext = 0;
 
   /** Adds measured samples (the oldest fall out past the ring's capacity). */
   add(samples: readonly StepSample[]): void {
@@ -102,8 +109,24 @@ export class OnlineStepModel {
     const c = this.fitted;
     if (c === null) return NaN;
     // A fit can put small steps slightly below zero (a negative shared overhead): a step takes time.
-    const t = Math.max(computeSide(c, shape), bandwidthSide(c, shape));
+    const t = Math.max(computeSide(c, shape), bandwidthAt(c, shape, this.saturationAt(shape.prefillTokens + shape.decodeSeqs, c.tau)));
     return Math.max(1e-4, t + (shape.prefillTokens > 0 && shape.decodeSeqs > 0 ? c.m : 0));
+  }
+
+  /** {@link saturation}, remembered for the last two token counts. */
+  private saturationAt(tokens: number, tau: number): number {
+    if (tau !== this.memoTau) {
+      this.memoTokens[0] = this.memoTokens[1] = NaN;
+      this.memoTau = tau;
+    }
+    if (tokens === this.memoTokens[0]) { this.memoNext = 1; return this.memoSat[0]; }
+    if (tokens === this.memoTokens[1]) { this.memoNext = 0; return this.memoSat[1]; }
+    const v = saturation(tokens, tau);
+    const i = this.memoNext;
+    this.memoTokens[i] = tokens;
+    this.memoSat[i] = v;
+    this.memoNext = 1 - i;
+    return v;
   }
 }
 
@@ -168,12 +191,10 @@ function computeSide(c: StepCoefficients, s: StepShape): number {
   return c.o + c.c * (s.prefillTokens + s.decodeSeqs) + c.a * (s.prefillAttnPairs + s.decodeAttnTokens);
 }
 
-/** The bandwidth side of the roofline (overhead included, mixed-step term not). */
-function bandwidthSide(c: StepCoefficients, s: StepShape): number {
-  return bandwidthAt(c, s, saturation(s.prefillTokens + s.decodeSeqs, c.tau));
-}
-
-/** {@link bandwidthSide} with the shape's saturation feature at `c.tau` already computed. */
+/**
+ * The bandwidth side of the roofline (overhead included, mixed-step term not), given the shape's
+ * saturation feature at `c.tau` (callers compute or remember it: it is what costs).
+ */
 function bandwidthAt(c: StepCoefficients, s: StepShape, sat: number): number {
   return c.o + c.w + c.e * sat + c.k * (s.decodeAttnTokens + s.prefillTokens);
 }
