@@ -69,13 +69,13 @@ export class RecordTable<V> {
       if (k === EMPTY) break;
       // Record j may move to the hole only if its home is not cyclically in (hole, j].
       if (((j - slotOf(k, this.shift)) & mask) >= ((j - hole) & mask)) {
-        recs.copyWithin(hole * stride, j * stride, (j + 1) * stride);
+        for (let f = 0; f < stride; f++) recs[hole * stride + f] = recs[j * stride + f];
         side[hole] = side[j];
         hole = j;
       }
     }
-    recs.fill(0, hole * stride, (hole + 1) * stride);
     recs[hole * stride] = EMPTY;
+    for (let f = 1; f < stride; f++) recs[hole * stride + f] = 0;
     side[hole] = undefined;
     this.count--;
   }
@@ -99,7 +99,8 @@ export class RecordTable<V> {
       if (k === EMPTY) continue;
       let i = slotOf(k, this.shift);
       while (this.recs[i * stride] !== EMPTY) i = (i + 1) & this.mask;
-      this.recs.set(oldRecs.subarray(j * stride, (j + 1) * stride), i * stride);
+      // A field loop, not set(subarray()): a view object per record made growing slow.
+      for (let f = 0; f < stride; f++) this.recs[i * stride + f] = oldRecs[j * stride + f];
       this.side[i] = oldSide[j];
     }
   }
