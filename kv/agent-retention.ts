@@ -64,6 +64,9 @@ export class AgentAwarePolicy implements RetentionPolicy {
   private readonly anon = LruList.forBlockHashes<number>();
   // Sessions that continued on another worker with their prefix: their blocks here go first.
   private readonly moved = new Set<string>();
+  // The group add() last found: a pool releases a sequence's blocks one by one, all of one session,
+  // so this saves a Map lookup per block. Cleared whenever a group leaves `groups` (dropGroup).
+  private lastGroup: Group | undefined = undefined;
 
   /** Creates the policy over the given session knowledge. */
   constructor(private readonly sessions: SessionTracker, opts: AgentAwareOptions = {}) {
@@ -92,13 +95,14 @@ export class AgentAwarePolicy implements RetentionPolicy {
     }
     const key = sid ?? ANON;
     // The session ran here again: its blocks are its live copy, not a stale one.
-    if (sid !== undefined) this.moved.delete(sid);
-    let g = this.groups.get(key);
+    if (sid !== undefined && this.moved.size > 0) this.moved.delete(sid);
+    let g = this.lastGroup !== undefined && this.lastGroup.key === key ? this.lastGroup : this.groups.get(key);
     const fresh = g === undefined;
     if (g === undefined) {
       g = { key, ids: [], live: 0, sorted: true, maxDepth: 0, newest: now, rec: undefined };
       this.groups.set(key, g);
     }
+    this.lastGroup = g;
     if (key === ANON) this.anon.set(id, now);
     else {
       if (block.depth > g.maxDepth) g.maxDepth = block.depth;
@@ -129,7 +133,7 @@ export class AgentAwarePolicy implements RetentionPolicy {
     this.owner[id] = undefined; // lazy: the id stays in g.ids and is skipped on pop
     if (g.key === ANON) this.anon.delete(id);
     this.owned--;
-    if (--g.live === 0) { this.groups.delete(g.key); this.moved.delete(g.key); }
+    if (--g.live === 0) { this.dropGroup(g.key); this.moved.delete(g.key); }
   }
 
   /** Evicts the block with the lowest expected benefit per byte. */
@@ -164,7 +168,7 @@ export class AgentAwarePolicy implements RetentionPolicy {
         return id;
       }
     }
-    this.groups.delete(key);
+    this.dropGroup(key);
     return this.evict(now);
   }
 
@@ -254,6 +258,11 @@ export class AgentAwarePolicy implements RetentionPolicy {
       }
     }
     return undefined;
+  }
+
+  private dropGroup(key: string): void {
+    this.groups.delete(key);
+    if (this.lastGroup?.key === key) this.lastGroup = undefined;
   }
 
   /** Grows the per-block arrays to cover block `id`. */

@@ -4,7 +4,7 @@
  * still indexed, reusable by a prefix hit until the retention policy evicts it).
  */
 import { type BlockHasher, hashBlock } from "./hash.ts";
-import { PrefixIndex } from "./prefix-index.ts";
+import { NO_SLOT, PrefixIndex } from "./prefix-index.ts";
 import { type EvictableBlock, LruPolicy, type RetentionPolicy } from "./retention.ts";
 import {
   type BlockHash,
@@ -59,6 +59,8 @@ export interface PrefixMatch {
 }
 
 const NO_SERIAL = -1;
+// Fields of a block's record (BlockPool.rec).
+const REF = 0, HASH = 1, SERIAL = 2, DEPTH = 3, PARENT = 4, STRIDE = 5;
 const NO_META: BlockMeta = Object.freeze({});
 
 /** Reference-counted block pool with a prefix cache. */
@@ -72,17 +74,19 @@ export class BlockPool {
   private readonly hasher: BlockHasher;
   private readonly events?: KvEventSink;
   private readonly onEvict?: (block: EvictedBlock) => void;
-  private readonly parents: Float64Array; // NaN = first block
   private readonly index = new PrefixIndex();
-  private readonly refs: Int32Array;
-  private readonly hashes: Float64Array; // NaN = not cached
-  private readonly serials: Float64Array;
-  private readonly depths: Int32Array;
+  /**
+   * Per block, one record of STRIDE numbers: reference count, chained hash (NaN = not cached), commit
+   * serial, chain depth and parent hash (NaN = first block). Side by side rather than an array per
+   * field: releasing a sequence touches each of its blocks once, in no cache-friendly order.
+   */
+  private readonly rec: Float64Array;
   private readonly metas: (BlockMeta | undefined)[];
   private readonly freeList: number[] = [];
   /** Blocks [nextFresh, numBlocks) have never been handed out: implicitly free, no list needed. */
   private nextFresh = 0;
   private readonly scratch = [0];
+  private slots = new Int32Array(64); // walk()'s prefix-index slots of known hashes
   // Handed to the policy on every release; policies copy what they keep (see RetentionPolicy.add).
   private readonly evictable: EvictableBlock = { id: 0, hash: 0, meta: {}, depth: 0 };
 
@@ -101,13 +105,14 @@ export class BlockPool {
     this.hasher = opts.hasher ?? hashBlock;
     this.events = opts.events;
     this.onEvict = opts.onEvict;
-    this.parents = new Float64Array(opts.numBlocks).fill(NaN);
     this.workerId = opts.workerId ?? "worker-0";
     this.tier = opts.tier ?? "device";
-    this.refs = new Int32Array(opts.numBlocks);
-    this.hashes = new Float64Array(opts.numBlocks).fill(NaN);
-    this.serials = new Float64Array(opts.numBlocks).fill(NO_SERIAL);
-    this.depths = new Int32Array(opts.numBlocks);
+    this.rec = new Float64Array(opts.numBlocks * STRIDE);
+    for (let id = 0; id < opts.numBlocks; id++) {
+      this.rec[id * STRIDE + HASH] = NaN;
+      this.rec[id * STRIDE + SERIAL] = NO_SERIAL;
+      this.rec[id * STRIDE + PARENT] = NaN;
+    }
     this.metas = [];
   }
 
@@ -134,13 +139,13 @@ export class BlockPool {
   /** Reference count of a block. */
   refCount(id: number): number {
     this.check(id);
-    return this.refs[id];
+    return this.rec[id * STRIDE + REF];
   }
 
   /** Chained hash of a cached block, or null when the block is not in the prefix cache. */
   hashOf(id: number): BlockHash | null {
     this.check(id);
-    const h = this.hashes[id];
+    const h = this.rec[id * STRIDE + HASH];
     return Number.isNaN(h) ? null : h;
   }
 
@@ -158,7 +163,7 @@ export class BlockPool {
         if (id === undefined) throw new KvStateError("Retention policy lost track of evictable blocks");
         evicted.push(this.uncache(id));
       }
-      this.refs[id] = 1;
+      this.rec[id * STRIDE + REF] = 1;
       this.metas[id] = undefined;
       out.push(id);
     }
@@ -179,8 +184,8 @@ export class BlockPool {
   share(ids: readonly number[]): void {
     for (const id of ids) {
       this.check(id);
-      if (this.refs[id] === 0) throw new KvStateError(`Cannot share block ${id}: it is not in use`);
-      this.refs[id]++;
+      if (this.rec[id * STRIDE + REF] === 0) throw new KvStateError(`Cannot share block ${id}: it is not in use`);
+      this.rec[id * STRIDE + REF]++;
     }
   }
 
@@ -193,21 +198,21 @@ export class BlockPool {
     for (let k = ids.length - 1; k >= 0; k--) {
       const id = ids[k];
       this.check(id);
-      if (this.refs[id] <= 0) throw new KvStateError(`Cannot release block ${id}: reference count is already 0`);
-      if (--this.refs[id] > 0) continue;
+      if (this.rec[id * STRIDE + REF] <= 0) throw new KvStateError(`Cannot release block ${id}: reference count is already 0`);
+      if (--this.rec[id * STRIDE + REF] > 0) continue;
       if (meta !== undefined) {
         const old = this.metas[id];
         if (old === undefined || old.sessionId !== meta.sessionId || (meta.type !== undefined && old.type !== meta.type)) {
           this.metas[id] = { ...old, ...meta };
         }
       }
-      if (Number.isNaN(this.hashes[id])) this.freeList.push(id);
+      if (Number.isNaN(this.rec[id * STRIDE + HASH])) this.freeList.push(id);
       else {
         const e = this.evictable;
         e.id = id;
-        e.hash = this.hashes[id];
+        e.hash = this.rec[id * STRIDE + HASH];
         e.meta = this.metas[id] ?? NO_META;
-        e.depth = this.depths[id];
+        e.depth = this.rec[id * STRIDE + DEPTH];
         this.policy.add(e, now);
       }
     }
@@ -220,29 +225,29 @@ export class BlockPool {
    */
   commitBlock(id: number, parentId: number | null, tokens: ArrayLike<number>, meta?: BlockMeta): BlockHash | null {
     this.check(id);
-    if (this.refs[id] <= 0) throw new KvStateError(`Cannot commit block ${id}: it is not in use`);
+    if (this.rec[id * STRIDE + REF] <= 0) throw new KvStateError(`Cannot commit block ${id}: it is not in use`);
     if (tokens.length !== this.blockSize) {
       throw new KvStateError(`Cannot commit block ${id}: it holds ${tokens.length} tokens, expected ${this.blockSize}`);
     }
     if (meta !== undefined) this.metas[id] = meta;
-    if (!Number.isNaN(this.hashes[id])) return this.hashes[id];
+    if (!Number.isNaN(this.rec[id * STRIDE + HASH])) return this.rec[id * STRIDE + HASH];
     let parentHash: BlockHash | null = null;
     let parentSerial = NO_SERIAL;
     let depth = 0;
     if (parentId !== null) {
       this.check(parentId);
-      if (Number.isNaN(this.hashes[parentId])) return null;
-      parentHash = this.hashes[parentId];
-      parentSerial = this.serials[parentId];
-      depth = this.depths[parentId] + 1;
+      if (Number.isNaN(this.rec[parentId * STRIDE + HASH])) return null;
+      parentHash = this.rec[parentId * STRIDE + HASH];
+      parentSerial = this.rec[parentId * STRIDE + SERIAL];
+      depth = this.rec[parentId * STRIDE + DEPTH] + 1;
     }
     const hash = this.hasher(parentHash, tokens);
-    const entry = this.index.insert(hash, id, tokens, parentSerial);
-    if (entry === undefined) return null;
-    this.hashes[id] = hash;
-    this.serials[id] = entry.serial;
-    this.depths[id] = depth;
-    this.parents[id] = parentHash ?? NaN;
+    const serial = this.index.insert(hash, id, tokens, parentSerial);
+    if (serial < 0) return null;
+    this.rec[id * STRIDE + HASH] = hash;
+    this.rec[id * STRIDE + SERIAL] = serial;
+    this.rec[id * STRIDE + DEPTH] = depth;
+    this.rec[id * STRIDE + PARENT] = parentHash ?? NaN;
     this.events?.({
       kind: "stored", workerId: this.workerId, tier: this.tier, time: this.clock(),
       hashes: [hash], parentHash, blockSize: this.blockSize,
@@ -269,8 +274,8 @@ export class BlockPool {
 
   private acquire(found: PrefixMatch): PrefixMatch {
     for (const id of found.blockIds) {
-      if (this.refs[id] === 0) this.policy.remove(id);
-      this.refs[id]++;
+      if (this.rec[id * STRIDE + REF] === 0) this.policy.remove(id);
+      this.rec[id * STRIDE + REF]++;
     }
     return found;
   }
@@ -297,33 +302,41 @@ export class BlockPool {
     if (known !== undefined && known.length < full) full = known.length;
     let parentHash: BlockHash | null = null;
     let parentSerial = NO_SERIAL;
+    // With the hashes known, every block's slot is probed before the chain is verified: the probes
+    // do not depend on each other, so the CPU overlaps their cache misses (a table per pool, far
+    // larger than the cache) instead of waiting for one after another.
+    if (known !== undefined) {
+      if (this.slots.length < full) this.slots = new Int32Array(Math.max(full, 2 * this.slots.length));
+      // (The walk ends at the first block not indexed: no need to probe past it.)
+      for (let b = 0; b < full; b++) if ((this.slots[b] = this.index.locate(known[b])) === NO_SLOT) break;
+    }
     for (let b = 0; b < full; b++) {
       let block: ArrayLike<number>;
       if (bs === 1) { this.scratch[0] = tokens[b]; block = this.scratch; }
       else block = Array.prototype.slice.call(tokens, b * bs, (b + 1) * bs) as number[];
       const hash: BlockHash = known !== undefined ? known[b] : this.hasher(parentHash, block);
-      const entry = this.index.lookup(hash, block, parentSerial);
-      if (entry === undefined) break;
-      blockIds.push(entry.blockId);
+      const slot = known !== undefined ? this.index.verify(this.slots[b], block, parentSerial) : this.index.find(hash, block, parentSerial);
+      if (slot === NO_SLOT) break;
+      blockIds.push(this.index.blockAt(slot));
       hashes.push(hash);
       parentHash = hash;
-      parentSerial = entry.serial;
+      parentSerial = this.index.serialAt(slot);
     }
     return { blockIds, hashes, numTokens: blockIds.length * bs };
   }
 
   private uncache(id: number): BlockHash {
-    const hash = this.hashes[id];
+    const hash = this.rec[id * STRIDE + HASH];
     if (this.onEvict !== undefined) {
-      const p = this.parents[id];
+      const p = this.rec[id * STRIDE + PARENT];
       this.onEvict({
-        blockId: id, hash, parentHash: Number.isNaN(p) ? null : p, tokens: this.index.get(hash)?.tokens ?? [],
-        meta: this.metas[id] ?? {}, depth: this.depths[id],
+        blockId: id, hash, parentHash: Number.isNaN(p) ? null : p, tokens: this.index.tokensOf(hash) ?? [],
+        meta: this.metas[id] ?? {}, depth: this.rec[id * STRIDE + DEPTH],
       });
     }
     this.index.remove(hash, id);
-    this.hashes[id] = NaN;
-    this.serials[id] = NO_SERIAL;
+    this.rec[id * STRIDE + HASH] = NaN;
+    this.rec[id * STRIDE + SERIAL] = NO_SERIAL;
     return hash;
   }
 

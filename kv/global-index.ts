@@ -1,11 +1,10 @@
 /**
  * Cluster-wide view of which worker holds which block on which tier, built only from KV events
  * (the way Dynamo's router builds its radix tree). Used by routers for overlap scores.
- * Worker ids are interned to small integers; each hash keeps its (worker, tier bits) holders, packed
- * as one number when a single worker holds it (most blocks: no array to allocate or chase), else a
- * short list in insertion order.
+ * Worker ids are interned to small integers; each hash keeps its holders `(worker index << 3) | tier
+ * bits` in insertion order, one or two of them (most blocks) beside the hash itself (kv/holder-table.ts).
  */
-import { BlockHashTable } from "./hash-table.ts";
+import { HolderTable, NO_SLOT } from "./holder-table.ts";
 import type { BlockHash, KvEvent, Tier } from "./types.ts";
 
 const TIER_BIT: Record<Tier, number> = { device: 1, host: 2, remote: 4 };
@@ -17,12 +16,9 @@ export interface WorkerOverlap {
   deviceOrHost: number;
 }
 
-/** One holder `(worker index << 3) | tier bits`, or several in insertion order. */
-type Holders = number | number[];
-
 /** hash → holders, fed by {@link KvEvent}s. */
 export class GlobalBlockIndex {
-  private readonly holders = new BlockHashTable<Holders>();
+  private readonly holders = new HolderTable();
   private readonly ids: string[] = [];
   private readonly idx = new Map<string, number>();
   // Scratch for overlaps(), reused across calls (sized to the interned worker count).
@@ -31,6 +27,7 @@ export class GlobalBlockIndex {
   private any = new Int32Array(0);
   private seen = new Int32Array(0);
   private readonly ws: number[] = [];
+  private found = new Int32Array(64); // scan()'s holder-table slots, block by block
   private outDev = new Int32Array(0);
   private outAny = new Int32Array(0);
 
@@ -60,10 +57,12 @@ export class GlobalBlockIndex {
   /** Tiers (bitmask: device 1, host 2, remote 4) on which `workerId` holds `hash`. */
   tiersOf(hash: BlockHash, workerId: string): number {
     const w = this.idx.get(workerId);
-    const list = this.holders.get(hash);
-    if (w === undefined || list === undefined) return 0;
-    if (typeof list === "number") return list >> 3 === w ? list & 7 : 0;
-    for (const v of list) if (v >> 3 === w) return v & 7;
+    const slot = this.holders.find(hash);
+    if (w === undefined || slot === NO_SLOT) return 0;
+    for (let i = 0; i < this.holders.length(slot); i++) {
+      const v = this.holders.get(slot, i);
+      if (v >> 3 === w) return v & 7;
+    }
     return 0;
   }
 
@@ -102,29 +101,30 @@ export class GlobalBlockIndex {
   private scan(hashes: readonly BlockHash[]): number[] {
     const ws = this.ws;
     ws.length = 0;
-    const first = hashes.length === 0 ? undefined : this.holders.get(hashes[0]);
-    if (first === undefined) return ws;
+    // Every block's holders are looked up before the runs are extended: the lookups do not depend on
+    // each other, so the CPU overlaps their cache misses (the table is far larger than the cache)
+    // instead of waiting for one after another. The walk ends at the first block nobody holds.
+    const t = this.holders;
+    if (this.found.length < hashes.length) this.found = new Int32Array(Math.max(hashes.length, 2 * this.found.length));
+    const found = this.found;
+    let blocks = 0;
+    while (blocks < hashes.length && (found[blocks] = t.find(hashes[blocks])) !== NO_SLOT) blocks++;
+    if (blocks === 0) return ws;
     // Per worker (by interned index): still on a device run, last block on device, last on device-or-host.
     const n = this.ids.length;
     if (this.seen.length < n) this.scratch(n);
     const { onDev, dev, any, seen } = this;
     seen.fill(0, 0, n); // the other arrays are written for every worker in `ws` before being read
-    if (typeof first === "number") {
-      const w = first >> 3; ws.push(w); onDev[w] = first & 1; dev[w] = first & 1; any[w] = 1; seen[w] = 1;
-    } else {
-      for (const v of first) { const w = v >> 3; ws.push(w); onDev[w] = v & 1; dev[w] = v & 1; any[w] = 1; seen[w] = 1; }
+    for (let i = 0; i < t.length(found[0]); i++) {
+      const v = t.get(found[0], i);
+      const w = v >> 3; ws.push(w); onDev[w] = v & 1; dev[w] = v & 1; any[w] = 1; seen[w] = 1;
     }
     let alive = ws.length;
-    for (let b = 1; b < hashes.length && alive > 0; b++) {
-      const list = this.holders.get(hashes[b]);
-      if (list === undefined) break;
+    for (let b = 1; b < blocks && alive > 0; b++) {
+      const slot = found[b];
       // A worker extends its run only if it matched block b-1 (seen[w] === b) and holds block b.
-      if (typeof list === "number") {
-        alive = extend(list, b, onDev, dev, any, seen);
-        continue;
-      }
       alive = 0;
-      for (let i = 0; i < list.length; i++) alive += extend(list[i], b, onDev, dev, any, seen);
+      for (let i = 0; i < t.length(slot); i++) alive += extend(t.get(slot, i), b, onDev, dev, any, seen);
     }
     return ws;
   }
@@ -147,35 +147,19 @@ export class GlobalBlockIndex {
   }
 
   private set(h: BlockHash, w: number, bit: number, on: boolean): void {
-    const cur = this.holders.get(h);
-    if (cur === undefined) {
-      if (on) this.holders.set(h, (w << 3) | bit);
+    const t = this.holders;
+    const slot = t.find(h);
+    const n = slot === NO_SLOT ? 0 : t.length(slot);
+    for (let i = 0; i < n; i++) {
+      const v = t.get(slot, i);
+      if (v >> 3 !== w) continue;
+      const bits = on ? (v & 7) | bit : (v & 7) & ~bit;
+      // A worker without tiers left stops holding the block (the last holder takes its place).
+      if (bits !== 0) t.setAt(slot, i, (w << 3) | bits);
+      else t.removeAt(slot, i);
       return;
     }
-    if (typeof cur === "number") {
-      if (cur >> 3 !== w) {
-        if (on) this.holders.set(h, [cur, (w << 3) | bit]);
-        return;
-      }
-      const bits = on ? (cur & 7) | bit : (cur & 7) & ~bit;
-      if (bits === 0) this.holders.delete(h);
-      else if (bits !== (cur & 7)) this.holders.set(h, (w << 3) | bits);
-      return;
-    }
-    const list = cur;
-    for (let i = 0; i < list.length; i++) {
-      if (list[i] >> 3 !== w) continue;
-      const bits = on ? (list[i] & 7) | bit : (list[i] & 7) & ~bit;
-      if (bits !== 0) list[i] = (w << 3) | bits;
-      else {
-        // Swap-remove keeps the order the list had before; one holder left goes back to a number.
-        list[i] = list[list.length - 1];
-        list.pop();
-        if (list.length === 1) this.holders.set(h, list[0]);
-      }
-      return;
-    }
-    if (on) list.push((w << 3) | bit);
+    if (on) t.push(h, (w << 3) | bit);
   }
 }
 

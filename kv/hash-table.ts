@@ -11,8 +11,8 @@ const EMPTY = -1; // block hashes are non-negative
 const TWO_POW_32 = 4294967296;
 const MIN_BITS = 4;
 
-/** Spreads a hash over the table: low and high halves mixed, Fibonacci-multiplied, top bits kept. */
-function slotOf(key: number, shift: number): number {
+/** Spreads a hash over a table of 2^(32 − shift) slots: low and high halves mixed, Fibonacci-multiplied, top bits kept. */
+export function slotOf(key: number, shift: number): number {
   const hi = (key / TWO_POW_32) | 0;
   return Math.imul((key >>> 0) ^ Math.imul(hi, 0x85ebca6b), 0x9e3779b1) >>> shift;
 }

@@ -47,6 +47,13 @@ export class OnlineStepModel {
   private next = 0;
   private fitted: StepCoefficients | null = null;
   private fits = 0;
+  // predict()'s last two saturation features (token count → value at τ `memoTau`), the least recently
+  // used replaced first: the planner prices thousands of shapes a tick, most with one of a few token
+  // counts (a mixed step always carries the chunk budget), and exp is the costliest part of a prediction.
+  private readonly memoTokens = [NaN, NaN];
+  private readonly memoSat = [0, 0];
+  private memoTau = NaN;
+  private memoNext = 0;
 
   /** Adds measured samples (the oldest fall out past the ring's capacity). */
   add(samples: readonly StepSample[]): void {
@@ -102,8 +109,24 @@ export class OnlineStepModel {
     const c = this.fitted;
     if (c === null) return NaN;
     // A fit can put small steps slightly below zero (a negative shared overhead): a step takes time.
-    const t = Math.max(computeSide(c, shape), bandwidthSide(c, shape));
+    const t = Math.max(computeSide(c, shape), bandwidthAt(c, shape, this.saturationAt(shape.prefillTokens + shape.decodeSeqs, c.tau)));
     return Math.max(1e-4, t + (shape.prefillTokens > 0 && shape.decodeSeqs > 0 ? c.m : 0));
+  }
+
+  /** {@link saturation}, remembered for the last two token counts. */
+  private saturationAt(tokens: number, tau: number): number {
+    if (tau !== this.memoTau) {
+      this.memoTokens[0] = this.memoTokens[1] = NaN;
+      this.memoTau = tau;
+    }
+    if (tokens === this.memoTokens[0]) { this.memoNext = 1; return this.memoSat[0]; }
+    if (tokens === this.memoTokens[1]) { this.memoNext = 0; return this.memoSat[1]; }
+    const v = saturation(tokens, tau);
+    const i = this.memoNext;
+    this.memoTokens[i] = tokens;
+    this.memoSat[i] = v;
+    this.memoNext = 1 - i;
+    return v;
   }
 }
 
@@ -116,25 +139,30 @@ function fitWithTau(S: readonly StepSample[], tau: number, rounds: number): { co
   const side = new Uint8Array(S.length); // 1 = compute side
   for (let i = 0; i < S.length; i++) side[i] = S[i].prefillTokens >= INITIAL_COMPUTE_TOKENS ? 1 : 0;
   const scale = columnScales(S);
+  // Each sample's saturation feature, computed once: every round's solve and side test needs it (exp is
+  // the costliest part of a fit).
+  const sat = new Float64Array(S.length);
+  for (let i = 0; i < S.length; i++) sat[i] = saturation(S[i].prefillTokens + S[i].decodeSeqs, tau);
   let coef: StepCoefficients | null = null;
   for (let r = 0; r < rounds; r++) {
-    const next = solve(S, side, tau, scale);
+    const next = solve(S, side, tau, scale, sat);
     if (next === null) break;
     coef = next;
     let changed = 0;
     for (let i = 0; i < S.length; i++) {
       const x = S[i];
       if (x.prefillTokens === 0) continue;
-      const s = computeSide(coef, x) >= bandwidthSide(coef, x) ? 1 : 0;
+      const s = computeSide(coef, x) >= bandwidthAt(coef, x, sat[i]) ? 1 : 0;
       if (s !== side[i]) { side[i] = s; changed++; }
     }
     if (changed === 0) break;
   }
   if (coef === null) return null;
   let sse = 0;
-  for (const x of S) {
+  for (let i = 0; i < S.length; i++) {
+    const x = S[i];
     const m = x.prefillTokens > 0 && x.decodeSeqs > 0 ? coef.m : 0;
-    sse += (Math.max(computeSide(coef, x), bandwidthSide(coef, x)) + m - x.seconds) ** 2;
+    sse += (Math.max(computeSide(coef, x), bandwidthAt(coef, x, sat[i])) + m - x.seconds) ** 2;
   }
   return { coef, sse };
 }
@@ -154,16 +182,21 @@ function plausible(c: StepCoefficients, longestS: number): boolean {
 }
 
 /** The saturating batch feature of the weight-traffic term. */
-const saturation = (tokens: number, tau: number) => 1 - Math.exp(-tokens / tau);
+function saturation(tokens: number, tau: number): number {
+  return 1 - Math.exp(-tokens / tau);
+}
 
 /** The compute side of the roofline (overhead included, mixed-step term not). */
 function computeSide(c: StepCoefficients, s: StepShape): number {
   return c.o + c.c * (s.prefillTokens + s.decodeSeqs) + c.a * (s.prefillAttnPairs + s.decodeAttnTokens);
 }
 
-/** The bandwidth side of the roofline (overhead included, mixed-step term not). */
-function bandwidthSide(c: StepCoefficients, s: StepShape): number {
-  return c.o + c.w + c.e * saturation(s.prefillTokens + s.decodeSeqs, c.tau) + c.k * (s.decodeAttnTokens + s.prefillTokens);
+/**
+ * The bandwidth side of the roofline (overhead included, mixed-step term not), given the shape's
+ * saturation feature at `c.tau` (callers compute or remember it: it is what costs).
+ */
+function bandwidthAt(c: StepCoefficients, s: StepShape, sat: number): number {
+  return c.o + c.w + c.e * sat + c.k * (s.decodeAttnTokens + s.prefillTokens);
 }
 
 const N = 7; // unknowns [o, c, a, w, e, k, m]
@@ -186,9 +219,9 @@ function columnScales(S: readonly StepSample[]): Float64Array {
 /**
  * Least squares for both sides at once, `o` and `m` shared: unknowns [o, c, a, w, e, k, m], columns
  * at unit scale (tokens and pairs differ by orders of magnitude). Allocation-free over the samples:
- * this runs every few planner ticks on thousands of steps.
+ * this runs every few planner ticks on thousands of steps. `sat[i]`: sample i's saturation feature at `tau`.
  */
-function solve(S: readonly StepSample[], side: Uint8Array, tau: number, scale: Float64Array): StepCoefficients | null {
+function solve(S: readonly StepSample[], side: Uint8Array, tau: number, scale: Float64Array, sat: Float64Array): StepCoefficients | null {
   const A = Array.from({ length: N }, () => new Float64Array(N));
   const b = new Float64Array(N);
   const x = new Float64Array(N);
@@ -202,7 +235,7 @@ function solve(S: readonly StepSample[], side: Uint8Array, tau: number, scale: F
       x[2] = (s.prefillAttnPairs + s.decodeAttnTokens) / scale[2];
     } else {
       x[3] = 1;
-      x[4] = saturation(tokens, tau);
+      x[4] = sat[i];
       x[5] = (s.decodeAttnTokens + s.prefillTokens) / scale[5];
     }
     x[6] = s.prefillTokens > 0 && s.decodeSeqs > 0 ? 1 : 0;
