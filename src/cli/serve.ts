@@ -50,6 +50,7 @@ const FLAGS = {
   workers: { kind: "int", min: 1, help: "engines in this process behind our router and online role planner (default 1)" },
   roles: { kind: "string", help: "initial role of each worker, comma-separated: mixed|prefill|decode (default all mixed; with --workers)" },
   planner: { kind: "string", help: "online|none: flip worker roles every second from measured load, or keep --roles (default online; with --workers)" },
+  "itl-admission-ms": { kind: "number", min: 1, help: "let a new session (new prompt_cache_key or user) in only while the planner predicts the decode pool's ITL within this many ms; others get 503 with Retry-After (default off; with --workers, planner online)" },
   router: { kind: "string", help: "session|kv-aware: our session/transfer-aware router or Dynamo's KV-aware cost (default session; with --workers)" },
   "peer-transfer": { kind: "string", help: "host|device|off: our router may pull a session's KV from the worker holding it, including what it offloaded to host memory (default host), its device blocks only, or never" },
   transport: { kind: "string", help: "in-process|threads|tcp: workers share this thread and one backend, each run in a worker thread, or are worker processes at --worker-addrs (default in-process; with --workers or --worker-addrs)" },
@@ -95,6 +96,7 @@ async function main(): Promise<void> {
   if (roles !== undefined && roles.length !== workers) throw new ArgsError(`--roles names ${roles.length} roles for ${workers} workers (--workers ${workers})`);
   const planner = f.planner ?? "online";
   if (planner !== "online" && planner !== "none") throw new ArgsError(`Unknown planner "${planner}"; choose online or none`);
+  if (planner === "none" && f["itl-admission-ms"] !== undefined) throw new ArgsError(`Flag --itl-admission-ms ${f["itl-admission-ms"]} needs the online planner, not --planner none`);
   const router = f.router ?? "session";
   if (!isClusterRouter(router)) throw new ArgsError(`Unknown router "${router}"; choose ${CLUSTER_ROUTERS.join(" or ")}`);
   const peerTransfer = f["peer-transfer"];
@@ -118,7 +120,7 @@ async function main(): Promise<void> {
   const cluster = workers > 1 || transport === "tcp";
   const workerToken = f["worker-token"] ?? (transport === "tcp" ? nonEmpty(envVar("EVOLVING_WORKER_TOKEN")) : undefined);
   if (f["worker-token"] !== undefined && transport !== "tcp") throw new ArgsError("Flag --worker-token is for worker processes (--transport tcp or --nats)");
-  for (const flag of ["roles", "planner", "router", "transport", "peer-transfer"] as const) {
+  for (const flag of ["roles", "planner", "router", "transport", "peer-transfer", "itl-admission-ms"] as const) {
     if (f[flag] !== undefined && !cluster) throw new ArgsError(`Flag --${flag} ${f[flag]} needs --workers 2 or more`);
   }
   if (f.role !== undefined && cluster) throw new ArgsError(`Flag --role ${f.role} sets one engine's role; with --workers ${workers} use --roles`);
@@ -137,6 +139,7 @@ async function main(): Promise<void> {
     maxNumSeqs: f["max-num-seqs"],
     maxWaiting: f["max-waiting"],
     ...(cluster ? { workers, roles: roles as Role[] | undefined, planner, router, transport, ...(peerTransfer !== undefined ? { peerTransfer } : {}), ...(workerAddrs ? { workerAddrs } : {}) } : { role: role as WorkerRole }),
+    ...(f["itl-admission-ms"] !== undefined ? { itlAdmissionTargetS: f["itl-admission-ms"] / 1000 } : {}),
     ...(workerToken !== undefined ? { workerToken } : {}),
     ...(nats !== undefined ? { nats, clusterName: f["cluster-name"], ...(f["drain-timeout"] !== undefined ? { drainMs: f["drain-timeout"] * 1000 } : {}) } : {}),
     preemption: preemption as PreemptionMode,

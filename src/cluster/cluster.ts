@@ -11,7 +11,7 @@ import type { LinkModel, RouteCandidate, SessionRoute, SessionRouterOptions } fr
 import type { Planner, PlannerAction, Role } from "../../planner/types.ts";
 import type { EngineMetrics } from "../engine/engine-metrics.ts";
 import {
-  type EngineStats, EngineOverloadedError, type GenerateRequest, NoWorkerError, outputBudget, type RequestHandle, type ServingEngine, type WorkerStatus,
+  type EngineStats, EngineOverloadedError, type GenerateRequest, NoWorkerError, outputBudget, type RequestHandle, type ServingEngine, SessionRefusedError, type WorkerStatus,
 } from "../engine/engine-types.ts";
 import type { StepMixing } from "../engine/scheduler-types.ts";
 import type { ClusterWorker } from "./cluster-worker.ts";
@@ -78,6 +78,8 @@ export class Cluster implements ServingEngine {
   private readonly blockSize: number;
   private mixing: StepMixing = "mixed";
   private nextId = 0;
+  /** New sessions that may still enter before the planner's next tick (its "admission" action). */
+  private newSessionBudget = Infinity;
 
   /**
    * Takes the workers' engines already started (local or in threads), their steps wired to
@@ -161,6 +163,16 @@ export class Cluster implements ServingEngine {
       throw new EngineOverloadedError(`${maxWaiting} requests are already waiting`);
     }
     const { route, cands } = this.route(req);
+    // The planner's front door: a session not seen before needs room within the budget of this tick;
+    // turns of sessions already served always enter. Requests naming no session are let through (a
+    // returning agent cannot be told from a new one).
+    if (req.sessionId !== undefined && !this.lastWorker.has(req.sessionId)) {
+      if (this.newSessionBudget < 1) {
+        this.metrics.rejected++;
+        throw new SessionRefusedError(`No room for new session "${req.sessionId}": the decode pool is at its ITL target`);
+      }
+      this.newSessionBudget--;
+    }
     const dec = this.set.get(route.decodeWorker)!;
     // Every worker the request touches stays in the cluster until it is done (see removeWorker).
     const touched = [dec, ...[route.prefillWorker, route.prefixSource].flatMap((id) => (id == null ? [] : [this.set.get(id)!]))];
@@ -260,8 +272,12 @@ export class Cluster implements ServingEngine {
       this.mixing = a.split ? "split" : "mixed";
       for (const w of this.set.all) w.engine.stepMixing = this.mixing;
     }
-    // "replicas" (workers join and leave by themselves, see addWorker) and "admission" (no front-door
-    // hold) are not applied.
+    else if (a.kind === "admission") {
+      // No waiting room here: a session the front door cannot take now is refused with Retry-After
+      // (HTTP 503) and retries, where the simulator holds it to the next tick.
+      this.newSessionBudget = a.holdNewSessions ? 0 : (a.newSessions ?? Infinity);
+    }
+    // "replicas" is not applied: workers join and leave by themselves (see addWorker).
   }
 
   private route(req: GenerateRequest): { route: SessionRoute; cands: RouteCandidate[] } {

@@ -84,6 +84,14 @@ export class EngineOverloadedError extends Error {
   override name = "EngineOverloadedError";
 }
 
+/**
+ * Thrown by a cluster whose planner has no room for another new session now (its ITL admission; HTTP
+ * 503 with Retry-After). Turns of sessions it already serves are never refused this way.
+ */
+export class SessionRefusedError extends EngineOverloadedError {
+  override name = "SessionRefusedError";
+}
+
 /** Thrown by a cluster with no worker that can serve right now (none joined yet, or all gone). */
 export class NoWorkerError extends EngineOverloadedError {
   override name = "NoWorkerError";

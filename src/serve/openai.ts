@@ -3,7 +3,7 @@
  * responses, as one JSON object or as SSE chunks ending in `data: [DONE]`.
  */
 import type { ServingEngine } from "../engine/engine-types.ts";
-import { ContextLengthError, EngineOverloadedError, type GenerateRequest, NoWorkerError, type RequestHandle, RequestParamError } from "../engine/engine-types.ts";
+import { ContextLengthError, EngineOverloadedError, type GenerateRequest, NoWorkerError, type RequestHandle, RequestParamError, SessionRefusedError } from "../engine/engine-types.ts";
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import { type ChatOutputOptions, ChatOutputStream, type ChatPart, parseChatOutput } from "./chat-output.ts";
 import type { ChatRenderer } from "./chat-template.ts";
@@ -59,6 +59,7 @@ function submit(ctx: ServeContext, req: GenerateRequest, promptParam: string): R
   } catch (e) {
     if (e instanceof ContextLengthError) throw new ApiError(400, e.message, promptParam, "context_length_exceeded");
     if (e instanceof NoWorkerError) throw new ApiError(503, `No worker can serve this request yet: ${e.message}. Retry later.`, null, "no_worker");
+    if (e instanceof SessionRefusedError) throw new ApiError(503, `${e.message}. Retry later.`, null, "overloaded");
     if (e instanceof EngineOverloadedError) throw new ApiError(429, `The server is busy: ${e.message}. Retry later.`, null, "queue_full");
     if (e instanceof RequestParamError) throw new ApiError(400, e.message, null, "invalid_value");
     throw e;

@@ -11,6 +11,7 @@ import { startNatsCluster } from "../cluster/nats-cluster.ts";
 import { splitCredentials } from "../cluster/nats-membership.ts";
 import { RemoteEngine } from "../cluster/remote-engine.ts";
 import type { LoadedModel } from "../model/config.ts";
+import type { Planner } from "../../planner/types.ts";
 
 /** Where a server's workers run: this thread, worker threads, or worker processes reached over TCP. */
 export type ClusterTransport = "in-process" | "threads" | "tcp";
@@ -30,7 +31,7 @@ export interface ServingCluster {
 export async function startServingCluster(
   model: LoadedModel,
   o: Omit<CreateClusterOptions, "planner"> & {
-    modelPath: string; backend: BackendChoice; transport: ClusterTransport; planner: "online" | "none";
+    modelPath: string; backend: BackendChoice; transport: ClusterTransport; planner: "online" | "none" | Planner;
     /** "host:port" of each worker process (`deno task worker`), for the "tcp" transport. */
     workerAddrs?: string[];
     /** NATS server whose announced workers join the cluster (the "tcp" transport, no `workerAddrs`). */

@@ -11,7 +11,7 @@ import { type ClusterRouterName, type PeerTransferMode, peerTransferOptions } fr
 import type { Backend } from "../backend/types.ts";
 import type { CreateEngineOptions } from "../engine/engine-factory.ts";
 import { type ClusterTransport, type ServingCluster, startServingCluster } from "./serve-cluster.ts";
-import type { Role } from "../../planner/types.ts";
+import type { Planner, Role } from "../../planner/types.ts";
 import type { KvRetention } from "../engine/engine-sessions.ts";
 import { createEngine } from "../engine/engine-factory.ts";
 import { kvBytesPerBlock } from "../engine/kv-cache.ts";
@@ -74,12 +74,20 @@ export interface ServerOptions {
   workers?: number;
   /** Initial role of each worker (default all "mixed"); only with `workers`. */
   roles?: Role[];
-  /** "online" (default): the planner flips roles every second from what it measures; "none": roles stay. */
-  planner?: "online" | "none";
+  /**
+   * "online" (default): the planner flips roles every second from what it measures; "none": roles
+   * stay; or a planner of your own, ticked every second.
+   */
+  planner?: "online" | "none" | Planner;
   /** "session" (default, ours) or "kv-aware" (Dynamo's cost). */
   router?: ClusterRouterName;
   /** With the session router: pull a session's prefix from its holder ("host", default), device blocks only, or never. */
   peerTransfer?: PeerTransferMode;
+  /**
+   * The planner lets a new session in only while the decode pool stays within this ITL (seconds): its
+   * ITL admission (planner/itl-admission.ts); others get 503 with Retry-After. Off when absent.
+   */
+  itlAdmissionTargetS?: number;
   /**
    * Where the workers run: "in-process" (default; one thread, one backend), "threads" (one worker
    * thread each) or "tcp" (worker processes at `workerAddrs`, each loading `modelPath` itself).
@@ -178,6 +186,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     cluster = await startServingCluster(model, {
       modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: o.planner ?? "online", router: o.router,
       ...(o.peerTransfer !== undefined ? { routerOptions: peerTransferOptions(o.peerTransfer) } : {}),
+      ...(o.itlAdmissionTargetS !== undefined ? { plannerOptions: { itlTargetS: o.itlAdmissionTargetS, itlAdmission: true } } : {}),
       transport: transport ?? "in-process", workerAddrs: o.workerAddrs, engine: engineOptions,
       ...(o.nats !== undefined ? { nats: { url: o.nats, clusterName: o.clusterName, drainMs: o.drainMs } } : {}),
       ...(o.workerToken !== undefined ? { workerToken: o.workerToken } : {}), ...(stepLog ? { onStep: (_id: string, r: StepRecord) => stepLog.record(r) } : {}),

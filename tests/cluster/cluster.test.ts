@@ -5,6 +5,7 @@ import { createCluster, type CreateClusterOptions } from "../../src/cluster/crea
 import { type PeerTransferMode, peerTransferOptions } from "../../src/cluster/cluster-router.ts";
 import type { Cluster } from "../../src/cluster/cluster.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
+import { SessionRefusedError } from "../../src/engine/engine-types.ts";
 import { readTextFile } from "../../src/runtime/fs.ts";
 import type { MetricsSnapshot, Planner, PlannerAction } from "../../planner/types.ts";
 import { greedy, model, oneEngine, run, STORY } from "./fixtures.ts";
@@ -177,4 +178,24 @@ test("createCluster() refuses roles that leave no worker to decode, and bad work
   assert.throws(() => cluster({ workers: 2, roles: ["prefill", "prefill"] }), /At least one worker must decode/);
   assert.throws(() => cluster({ workers: 2, roles: ["mixed"] }), /1 roles were given for 2 workers/);
   assert.throws(() => cluster({ workers: 0 }), /positive integer, got 0/);
+});
+
+test("Cluster.submit() refuses a new session once the planner's new-session budget is spent, never a known session's turn", async () => {
+  const budget = (newSessions: number): PlannerAction => ({ kind: "admission", holdNewSessions: false, maxHoldS: 0, newSessions, rejectAfterHold: true });
+  const planner = new ScriptedPlanner([[budget(1)], [], [budget(Infinity)]]);
+  const cl = cluster({ workers: 2, planner });
+  const turn = (sessionId: string) => run(cl, { ...greedy(STORY, 2), sessionId });
+  await turn("before-any-tick");
+  cl.tick();
+  await turn("agent-a");
+  await assert.rejects(turn("agent-b"), (e: Error) => e instanceof SessionRefusedError && /No room for new session "agent-b"/.test(e.message));
+  await turn("agent-a");
+  await turn("before-any-tick");
+  await run(cl, greedy(STORY, 2)); // no session named: let through
+  cl.tick();
+  await assert.rejects(turn("agent-b"), SessionRefusedError, "a tick without an admission action keeps the budget");
+  cl.tick();
+  await turn("agent-b");
+  assert.equal(cl.metrics.rejected, 2);
+  await cl.stop();
 });

@@ -47,3 +47,28 @@ for (const transport of ["in-process", "threads"] as const) test(`startServer({ 
     await s.shutdown();
   }
 });
+
+test("startServer() answers a new session its planner has no room for with 503 overloaded and Retry-After, and keeps serving the sessions it has", async () => {
+  // A planner whose every tick (each second) leaves no room for new sessions.
+  const planner = { name: "full", intervalS: 1, tick: () => [{ kind: "admission" as const, holdNewSessions: false, maxHoldS: 0, newSessions: 0, rejectAfterHold: true }] };
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, workers: 2, planner });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const ask = (key: string) => client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 3, prompt_cache_key: key });
+    assert.equal((await ask("agent-1")).usage!.completion_tokens, 3, "before the first tick every session gets in");
+    await new Promise((r) => setTimeout(r, 1300));
+    const refused = await fetch(`${s.url}/v1/chat/completions`, {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 3, prompt_cache_key: "agent-2" }),
+    });
+    assert.equal(refused.status, 503);
+    assert.equal(refused.headers.get("retry-after"), "1");
+    const body = await refused.json() as { error: { code: string; message: string } };
+    assert.equal(body.error.code, "overloaded");
+    assert.match(body.error.message, /No room for new session "agent-2".*Retry later/);
+    await assert.rejects(ask("agent-3"), (e: unknown) => e instanceof OpenAI.APIError && e.status === 503);
+    assert.equal((await ask("agent-1")).usage!.completion_tokens, 3, "the session already served still gets its turns");
+  } finally {
+    await s.shutdown();
+  }
+});
