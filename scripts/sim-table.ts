@@ -1,7 +1,7 @@
 /**
  * Prints the ratio table of docs/sim.md from the committed reports (docs/results/<run>/load-<x>/result.json),
  * so the table is generated from the figures rather than copied by hand.
- * Usage: npx tsx scripts/sim-table.ts [DIR] [--without VARIANT]   (--without: best baseline among the others)
+ * Usage: npx tsx scripts/sim-table.ts [DIR] [--without VARIANT[,VARIANT...]]   (--without: best baseline among the others)
  */
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
@@ -13,7 +13,7 @@ interface Result { load: number; workload: string; model: string; assumptions: s
 
 const args = cliArgs();
 const wi = args.indexOf("--without");
-const without = wi >= 0 ? args[wi + 1] : null;
+const without = new Set(wi >= 0 ? (args[wi + 1] ?? "").split(",") : []);
 const dir = args.filter((a, i) => !a.startsWith("--") && (wi < 0 || i !== wi + 1))[0] ?? "docs/results";
 const rows: Result[] = [];
 for (const run of readdirSync(dir).sort()) {
@@ -29,18 +29,18 @@ rows.sort((a, b) => group(a) - group(b) || a.workload.localeCompare(b.workload) 
 const x = (v: number) => `${v.toFixed(2)}×`;
 const s3 = (v: number) => v.toFixed(3);
 const pct = (v: number) => `${(100 * v).toFixed(1)}%`;
-console.log("| scenario | model | load | best baseline | done (best) | P95 TTFT s, best / ours | mean E2E s, best / ours | goodput/s, best / ours | **vs best: P95 TTFT / mean E2E / goodput** | vs disagg-SLA: P95 TTFT / mean E2E / goodput | done (SLA) |");
+console.log("| scenario | model | load | best baseline | done (best / ours) | P95 TTFT s, best / ours | mean E2E s, best / ours | goodput/s, best / ours | **vs best: P95 TTFT / mean E2E / goodput** | vs disagg-SLA: P95 TTFT / mean E2E / goodput | done (SLA) |");
 console.log("|---|---|---|---|---|---|---|---|---|---|---|");
 for (const r of rows) {
   let b = r.systems.baseline;
   const o = r.systems.evolving, sla = r.baseline_variants["dynamo-disagg-sla"];
-  if (without !== null && b.variant === without) {
-    const rest = Object.fromEntries(Object.entries(r.baseline_variants).filter(([k]) => k !== without));
+  if (without.has(b.variant ?? "")) {
+    const rest = Object.fromEntries(Object.entries(r.baseline_variants).filter(([k]) => !without.has(k)));
     const k = bestVariant(rest);
     b = { ...rest[k], variant: k };
   }
   const vs = (y: Sys) => `${x(y.ttft.p95 / o.ttft.p95)} / ${x(y.e2e.mean / o.e2e.mean)} / ${x(o.goodput / y.goodput)}`;
   const tag = (r.assumptions.some((a) => a.startsWith("Tensor-parallel attention")) ? " (KV replicated)" : "") +
     (mixedMs(r) > 0 ? ` (mixed steps +${mixedMs(r)} ms)` : "");
-  console.log(`| ${r.workload}${tag} | ${r.model} | ${r.load} | ${b.variant} | ${pct(b.completed_fraction)} | ${s3(b.ttft.p95)} / ${s3(o.ttft.p95)} | ${b.e2e.mean.toFixed(2)} / ${o.e2e.mean.toFixed(2)} | ${b.goodput.toFixed(1)} / ${o.goodput.toFixed(1)} | **${vs(b)}** | ${sla ? vs(sla) : "–"} | ${sla ? pct(sla.completed_fraction) : "–"} |`);
+  console.log(`| ${r.workload}${tag} | ${r.model} | ${r.load} | ${b.variant} | ${pct(b.completed_fraction)} / ${pct(o.completed_fraction)} | ${s3(b.ttft.p95)} / ${s3(o.ttft.p95)} | ${b.e2e.mean.toFixed(2)} / ${o.e2e.mean.toFixed(2)} | ${b.goodput.toFixed(1)} / ${o.goodput.toFixed(1)} | **${vs(b)}** | ${sla ? vs(sla) : "–"} | ${sla ? pct(sla.completed_fraction) : "–"} |`);
 }
