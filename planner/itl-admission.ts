@@ -28,7 +28,19 @@ export interface ItlAdmissionOptions {
   keep?: number;
   /** Longest a new session waits at the door before it is turned away (0: until the next tick). Default 0. */
   maxWaitS?: number;
+  /**
+   * Price the pool's ITL at the decode demand of recent arrivals as well as at the sequences it holds
+   * (true, default), or at the sequences held plus the extra ones only (false; an experiment: a burst
+   * of arrivals then does not close the door before its sequences decode).
+   */
+  demand?: boolean;
 }
+
+/**
+ * Decode tokens per serving worker in a window for its measurement to count fully (EWMA weight 0.2);
+ * lighter windows count in proportion.
+ */
+const MIN_TOKENS_PER_WORKER = 256;
 
 /** Sequences one search tries at most, per serving worker (far past any batch limit). */
 const SEARCH_CAP_PER_WORKER = 4096;
@@ -38,11 +50,13 @@ export class ItlAdmission {
   private readonly o: Required<ItlAdmissionOptions>;
   private readonly itls: Float64Array;
   private seen = 0;
-  private scale = 1;
+  /** EWMAs of the measured and the modelled ITL, each weighted by the window's decode tokens. */
+  private measuredSum = 0;
+  private modelledSum = 0;
 
   /** Creates the controller; validates the knobs. */
   constructor(opts: ItlAdmissionOptions = {}) {
-    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, ...opts };
+    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, ...opts };
     const { aim, percentile, minAim, maxAim, keep, maxWaitS } = this.o;
     if (aim !== "measured" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive or "measured"; got ${aim}`);
     if (!(percentile > 0 && percentile <= 1)) throw new RangeError(`ITL admission percentile must be in (0, 1]; got ${percentile}`);
@@ -57,9 +71,14 @@ export class ItlAdmission {
     return this.o.maxWaitS;
   }
 
-  /** Measured ÷ modelled ITL (EWMA over ticks; 1 until measured). */
+  /** Whether the planner prices the pool at recent arrivals' decode demand (option `demand`). */
+  get pricesDemand(): boolean {
+    return this.o.demand;
+  }
+
+  /** Measured ÷ modelled ITL (a ratio of token-weighted EWMAs over ticks; 1 until measured). */
   get itlScale(): number {
-    return this.scale;
+    return this.modelledSum > 0 ? this.measuredSum / this.modelledSum : 1;
   }
 
   /** Reads the ITLs of requests that finished (single-token outputs have none). */
@@ -85,15 +104,25 @@ export class ItlAdmission {
 
   /**
    * New sessions that may enter before the next tick. `itlWith(extra)` is the model's ITL with `extra`
-   * more decoding sequences; `measuredItlS` the ITL the pool's sequences saw over the last window
-   * (null when none decoded). The answer is the most extra sequences whose scaled ITL stays below
-   * `aim() × itlTargetS` (doubling, then bisection), 0 when the pool is there already.
+   * more decoding sequences; `measured` the ITL the pool's sequences saw over the last window and the
+   * decode tokens it is measured on (null when none decoded). The answer is the most extra sequences
+   * whose scaled ITL stays below `aim() × itlTargetS` (doubling, then bisection), 0 when the pool is
+   * there already.
    */
-  budget(itlWith: (extra: number) => number, measuredItlS: number | null, itlTargetS: number, workers: number): number {
+  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number): number {
     const now = itlWith(0);
-    if (measuredItlS !== null && measuredItlS > 0 && now > 0) this.scale = 0.8 * this.scale + 0.2 * (measuredItlS / now);
+    // A window's measurement counts as much as its tokens, and the scale is the ratio of the two
+    // sums: on a light load one window catches three sequences at the tick that decoded 11 tokens
+    // (75× the model on the Azure trace) and the next none after 60; an EWMA of per-window ratios
+    // that skipped the empty ones shut the door for good.
+    if (measured !== null && measured.itlS >= 0 && measured.tokens > 0 && now > 0 && Number.isFinite(measured.itlS)) {
+      const w = 0.2 * Math.min(1, measured.tokens / (MIN_TOKENS_PER_WORKER * Math.max(1, workers)));
+      this.measuredSum = (1 - w) * this.measuredSum + w * measured.itlS;
+      this.modelledSum = (1 - w) * this.modelledSum + w * now;
+    }
+    const scale = this.itlScale;
     const limit = this.aim() * itlTargetS;
-    const under = (extra: number) => this.scale * itlWith(extra) < limit;
+    const under = (extra: number) => scale * itlWith(extra) < limit;
     if (!under(0)) return 0;
     let lo = 0, hi = 1;
     const cap = SEARCH_CAP_PER_WORKER * Math.max(1, workers);

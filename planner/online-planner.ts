@@ -141,7 +141,7 @@ export class OnlinePlanner implements Planner {
    * Prefill: queue drain plus an M/M/1-like P95 wait per pool; past saturation the queue grows for
    * the next HORIZON seconds. Past the batch limit ITL stretches by demand ÷ capacity.
    */
-  predictMix(mix: RoleMix, backlog: number, decodeSeqs: number, meanUncached: number): [number, number] {
+  predictMix(mix: RoleMix, backlog: number, decodeSeqs: number, meanUncached: number, decodeDemand = this.rates.decodeDemand): [number, number] {
     const p = mix.prefill, dc = mix.decode + mix.mixed;
     const sm = this.o.stepModel && this.steps.ready ? this.steps : null;
     // A decode worker holds at most its batch limit, and no more sequences than its KV memory fits.
@@ -163,7 +163,7 @@ export class OnlinePlanner implements Planner {
       share > 0 ? this.queueTtft(this.rates.demand * share, capM, meanUncached / rateM) : 0,
     );
     if (dc <= 0) return [ttft, 1e3];
-    const lambda = Math.max(this.rates.decodeDemand, 0) / dc; // output tokens/s per pool worker
+    const lambda = Math.max(decodeDemand, 0) / dc; // output tokens/s per pool worker
     const rho = Math.min(0.99, (this.rates.demand * share) / Math.max(1e-9, capM));
     // Fixed point of ITL = 1 / (ρ/tChunk + (1−ρ)/(a + B·λ·ITL)), batch at least what is held now.
     let itl = a;
@@ -200,11 +200,14 @@ export class OnlinePlanner implements Planner {
     if (itl === null || !sm || this.steps.fits < 3 || live.length === 0) {
       return hold === null ? [] : [{ kind: "admission", holdNewSessions: hold, maxHoldS: mem!.maxHoldS }];
     }
-    // Measured ITL: the sequences held over the window each got one token per ITL (Little's law).
+    // Measured ITL: the sequences held over the window each got one token per ITL (Little's law). The
+    // sequences are counted at the tick, so a window's figure is noisy; weighted by its tokens (and
+    // counting windows that end with none held), the windows average to sequences ÷ tokens.
     let tokens = 0;
     for (const w of live) tokens += w.decodeTokens;
-    const measured = tokens > 0 && seqs > 0 ? (seqs * s.windowS) / tokens : null;
-    const newSessions = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached)[1], measured, this.o.itlTargetS, live.length);
+    const measured = tokens > 0 ? { itlS: (seqs * s.windowS) / tokens, tokens } : null;
+    const demand = itl.pricesDemand ? this.rates.decodeDemand : 0;
+    const newSessions = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached, demand)[1], measured, this.o.itlTargetS, live.length);
     const memHolding = mem?.holdingNewSessions ?? false;
     return [{
       kind: "admission", holdNewSessions: memHolding, newSessions,

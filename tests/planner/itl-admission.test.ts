@@ -20,9 +20,24 @@ test("ItlAdmission.budget() scales the model to the measured ITL", () => {
   // The pool measures twice what the model says (21 ms against 10.5 ms): the scale converges to 2,
   // 2 × (10.5 ms + 11 µs × x) < 40 ms for x < 863.6.
   let b = 0;
-  for (let t = 0; t < 60; t++) b = a.budget(linear, 0.021, 0.05, 8);
-  assert.ok(Math.abs(a.itlScale - 2) < 1e-4, `scale ${a.itlScale}`);
+  for (let t = 0; t < 60; t++) b = a.budget(linear, { itlS: 0.021, tokens: 100_000 }, 0.05, 8);
+  assert.ok(Math.abs(a.itlScale - 2) < 1e-9, `scale ${a.itlScale}`);
   assert.equal(b, 863);
+});
+
+test("ItlAdmission.budget() gives a light window's measurement weight in proportion to its tokens", () => {
+  const a = new ItlAdmission({ aim: 0.8 });
+  for (let t = 0; t < 20; t++) a.budget(linear, { itlS: 0.0105, tokens: 100_000 }, 0.05, 8);
+  assert.ok(Math.abs(a.itlScale - 1) < 1e-9);
+  // Light load: one window catches three sequences at the tick after 11 tokens (273 ms a token, 26×
+  // the model), the next none after 275 tokens; together 3 sequence-seconds over 286 tokens is the
+  // model's 10.5 ms. Averaging the windows' ratios would say 13×; weighted by tokens it is 1×.
+  for (let t = 0; t < 40; t++) {
+    a.budget(linear, { itlS: 3 / 11, tokens: 11 }, 0.05, 8);
+    a.budget(linear, { itlS: 0, tokens: 275 }, 0.05, 8);
+  }
+  assert.ok(Math.abs(a.itlScale - 1) < 0.1, `scale ${a.itlScale}`);
+  assert.ok(a.budget(linear, null, 0.05, 8) > 2000, "the door stays open");
 });
 
 test("ItlAdmission.aim() is the recent requests' mean ITL over their 90th percentile, within its bounds", () => {
