@@ -123,7 +123,7 @@ export class ItlAdmission {
     const scale = this.itlScale;
     const limit = this.aim() * itlTargetS;
     const under = (extra: number) => scale * itlWith(extra) < limit;
-    if (!under(0)) return 0;
+    if (!(scale * now < limit)) return 0;
     let lo = 0, hi = 1;
     const cap = SEARCH_CAP_PER_WORKER * Math.max(1, workers);
     while (hi < cap && under(hi)) { lo = hi; hi *= 2; }

@@ -162,17 +162,16 @@ export class Cluster implements ServingEngine {
       this.metrics.rejected++;
       throw new EngineOverloadedError(`${maxWaiting} requests are already waiting`);
     }
-    const { route, cands } = this.route(req);
-    // The planner's front door: a session not seen before needs room within the budget of this tick;
-    // turns of sessions already served always enter. Requests naming no session are let through (a
-    // returning agent cannot be told from a new one).
-    if (req.sessionId !== undefined && !this.lastWorker.has(req.sessionId)) {
-      if (this.newSessionBudget < 1) {
-        this.metrics.rejected++;
-        throw new SessionRefusedError(`No room for new session "${req.sessionId}": the decode pool is at its ITL target`);
-      }
-      this.newSessionBudget--;
+    // The planner's front door: a session not seen before needs room within the budget of this tick
+    // (refused before any routing work); turns of sessions already served always enter. Requests
+    // naming no session are let through (a returning agent cannot be told from a new one).
+    const newSession = req.sessionId !== undefined && !this.lastWorker.has(req.sessionId);
+    if (newSession && this.newSessionBudget < 1) {
+      this.metrics.rejected++;
+      throw new SessionRefusedError(`No room for new session "${req.sessionId}": the decode pool is at its ITL target`);
     }
+    const { route, cands } = this.route(req);
+    if (newSession) this.newSessionBudget--;
     const dec = this.set.get(route.decodeWorker)!;
     // Every worker the request touches stays in the cluster until it is done (see removeWorker).
     const touched = [dec, ...[route.prefillWorker, route.prefixSource].flatMap((id) => (id == null ? [] : [this.set.get(id)!]))];
