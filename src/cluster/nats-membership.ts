@@ -10,7 +10,8 @@
  *   evolving.NAME.discover  a server's "announce yourselves now" (sent when it starts)
  * Missing heartbeats alone do not remove a worker: a NATS outage must not empty a serving cluster.
  */
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { connectNats } from "./nats-transport.ts";
 import type { Cluster } from "./cluster.ts";
 import { type WorkerAnnouncement, WorkerDirectory } from "./worker-directory.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
@@ -34,7 +35,7 @@ export function controlSubjects(name: string): { workers: string; discover: stri
 export async function connectControlPlane(url: string, clientName: string): Promise<NatsConnection> {
   const { server, auth } = splitCredentials(url);
   try {
-    return await connect({ servers: server, name: clientName, maxReconnectAttempts: -1, reconnectTimeWait: 500, timeout: 5000, ...auth });
+    return await connectNats({ servers: server, name: clientName, maxReconnectAttempts: -1, reconnectTimeWait: 500, timeout: 5000, ...auth });
   } catch (e) {
     throw new ControlPlaneError(`Cannot reach the NATS server at "${server}": ${e instanceof Error ? e.message : String(e)}`);
   }

@@ -5,7 +5,6 @@
  */
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
-import { connect } from "@nats-io/transport-node";
 import { projectRoot, test } from "../harness.ts";
 import { connectControlPlane, ControlPlaneError } from "../../src/cluster/nats-membership.ts";
 import { runtimeName } from "../../src/runtime/env.ts";
@@ -59,7 +58,7 @@ test("startServer({ nats }) joins workers that announce themselves, serves the o
       assert.deepEqual(cl.workers.map((w) => w.id).sort(), ["w-a", "w-b"]);
       assert.equal(cl.counters.joined, 2);
       // A message on the workers' subject that is not an announcement changes nothing.
-      const nc = await connect({ servers: nats.url });
+      const nc = await connectControlPlane(nats.url, "test");
       nc.publish("evolving.nats-test.workers", "{\"id\":\"evil\"}");
       await nc.flush();
       await nc.close();
