@@ -17,12 +17,8 @@ import type { CompletedRequest } from "./types.ts";
 
 /** Knobs of {@link ItlAdmission}. */
 export interface ItlAdmissionOptions {
-  /**
-   * Fraction of the ITL target the pool's mean ITL may reach, "measured" (see the module), or
-   * "goodput": as many extra sequences as maximise the sequences expected within the target (see
-   * {@link ItlAdmission.budget}). Default "measured".
-   */
-  aim?: number | "measured" | "goodput";
+  /** Fraction of the ITL target the pool's mean ITL may reach, or "measured" (see the module). Default "measured". */
+  aim?: number | "measured";
   /** Percentile of recent requests' ITL that the measured aim keeps at the target. Default 0.9. */
   percentile?: number;
   /** Bounds of the measured aim. Defaults 0.5 and 1. */
@@ -38,11 +34,6 @@ export interface ItlAdmissionOptions {
    * of arrivals then does not close the door before its sequences decode).
    */
   demand?: boolean;
-  /**
-   * Keep the door open while at least this fraction of recent requests met the ITL target (0, default:
-   * the budget always applies). An experiment: a door that shuts only once the pool is missing.
-   */
-  gate?: number;
 }
 
 /**
@@ -65,9 +56,9 @@ export class ItlAdmission {
 
   /** Creates the controller; validates the knobs. */
   constructor(opts: ItlAdmissionOptions = {}) {
-    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, gate: 0, ...opts };
+    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, ...opts };
     const { aim, percentile, minAim, maxAim, keep, maxWaitS } = this.o;
-    if (aim !== "measured" && aim !== "goodput" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive or "measured"; got ${aim}`);
+    if (aim !== "measured" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive or "measured"; got ${aim}`);
     if (!(percentile > 0 && percentile <= 1)) throw new RangeError(`ITL admission percentile must be in (0, 1]; got ${percentile}`);
     if (!(minAim > 0 && minAim <= maxAim)) throw new RangeError(`ITL admission needs 0 < minAim <= maxAim; got ${minAim} and ${maxAim}`);
     if (!(Number.isInteger(keep) && keep >= 16)) throw new RangeError(`ITL admission keep must be an integer of at least 16; got ${keep}`);
@@ -100,7 +91,6 @@ export class ItlAdmission {
 
   /** The fraction of the ITL target the pool's mean ITL may reach now. */
   aim(): number {
-    if (this.o.aim === "goodput") return this.o.maxAim;
     if (this.o.aim !== "measured") return this.o.aim;
     const n = Math.min(this.seen, this.o.keep);
     // Until a quarter of the window has finished, the spread is unknown: aim at the target itself.
@@ -119,7 +109,7 @@ export class ItlAdmission {
    * whose scaled ITL stays below `aim() × itlTargetS` (doubling, then bisection), 0 when the pool is
    * there already.
    */
-  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number, seqs = 0): number {
+  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number): number {
     const now = itlWith(0);
     // A window's measurement counts as much as its tokens, and the scale is the ratio of the two
     // sums: on a light load one window catches three sequences at the tick that decoded 11 tokens
@@ -131,11 +121,6 @@ export class ItlAdmission {
       this.modelledSum = (1 - w) * this.modelledSum + w * now;
     }
     const scale = this.itlScale;
-    if (this.o.gate > 0 && this.withinTarget(itlTargetS) >= this.o.gate) return Infinity;
-    if (this.o.aim === "goodput") {
-      const ratios = this.relativeItls();
-      if (ratios !== null) return this.goodputBudget((extra) => scale * itlWith(extra), ratios, itlTargetS, workers, seqs);
-    }
     const limit = this.aim() * itlTargetS;
     const under = (extra: number) => scale * itlWith(extra) < limit;
     if (!(scale * now < limit)) return 0;
@@ -152,66 +137,5 @@ export class ItlAdmission {
       else hi = mid;
     }
     return lo;
-  }
-
-  /** Fraction of recent requests whose ITL was below `targetS` (0 until a quarter of the window has finished). */
-  private withinTarget(targetS: number): number {
-    const n = Math.min(this.seen, this.o.keep);
-    if (n < this.o.keep / 4) return 0;
-    let k = 0;
-    for (let i = 0; i < n; i++) if (this.itls[i] < targetS) k++;
-    return k / n;
-  }
-
-  /** Recent requests' ITL ÷ their mean, sorted; null until a quarter of the window has finished. */
-  private relativeItls(): Float64Array | null {
-    const n = Math.min(this.seen, this.o.keep);
-    if (n < this.o.keep / 4) return null;
-    const v = this.itls.slice(0, n).sort();
-    let sum = 0;
-    for (const x of v) sum += x;
-    if (!(sum > 0)) return null;
-    for (let i = 0; i < n; i++) v[i] /= sum / n;
-    return v;
-  }
-
-  /**
-   * The extra sequences that maximise (seqs + extra) × F(target ÷ ITL(extra)), F being the fraction of
-   * recent requests whose ITL relative to the mean was below its argument: the sequences expected
-   * within the target, each request keeping its place in the spread as the mean moves.
-   */
-  private goodputBudget(itlAt: (extra: number) => number, ratios: Float64Array, target: number, workers: number, seqs: number): number {
-    const within = (x: number) => {
-      let lo = 0, hi = ratios.length;
-      while (lo < hi) {
-        const mid = (lo + hi) >> 1;
-        if (ratios[mid] < x) lo = mid + 1;
-        else hi = mid;
-      }
-      return lo / ratios.length;
-    };
-    const value = (extra: number) => {
-      const itl = itlAt(extra);
-      return itl > 0 ? (seqs + extra) * within(target / itl) : seqs + extra;
-    };
-    const cap = SEARCH_CAP_PER_WORKER * Math.max(1, workers);
-    // Past the point where no request would be within the target, more sequences add nothing.
-    let hi = 1;
-    while (hi < cap && within(target / Math.max(itlAt(hi), 1e-12)) > 0) hi *= 2;
-    hi = Math.min(hi, cap);
-    // A coarse grid, then finer ones around the best point (the value is flat, then falls off a cliff
-    // where the spread's bulk crosses the target: bisection alone could stop on either side).
-    let lo = 0, best = 0, bestValue = value(0);
-    for (;;) {
-      const step = Math.max(1, Math.floor((hi - lo) / 32));
-      for (let extra = lo; extra <= hi; extra += step) {
-        const v = value(extra);
-        if (v > bestValue) { best = extra; bestValue = v; }
-      }
-      if (step === 1) break;
-      lo = Math.max(0, best - step);
-      hi = Math.min(cap, best + step);
-    }
-    return best;
   }
 }

@@ -17,8 +17,6 @@
  *   -itlm / -itlX / -noitl  ours' planner lets in only the new sessions the decode pool takes within the ITL
  *                    target, aiming at the measured mean/P90 ratio of requests' ITL (or X × the target; both on by default), or lets all in
  *   -itlmpP          as -itlm with percentile P (default 0.9)
- *   -itlgX           as -itlm, the door open while at least X of recent requests met the ITL target
- *   -itlgp           as -itlm, as many extra sequences as maximise those expected within the ITL target
  *   -itlnd           as -itlm, the pool priced at the sequences it holds only, not at recent arrivals' decode demand
  *   -itlmwX          as -itlm, a new session without room waits up to X s at the door (default 0: to the next tick)
  *   -busyX / -busyXpN  Dynamo's request rejection: turn requests away while every worker holds more than X of its KV
@@ -73,8 +71,6 @@ function specOf(name: string): SystemSpec {
     else if ((x = /^admh([\d.]+)$/.exec(m))) s = { ...s, planner: oursPlanner({ sessionAdmission: { maxHoldS: Number(x[1]) } }) };
     else if ((x = /^itl(m|[\d.]+)(?:p([\d.]+))?$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { aim: x[1] === "m" ? "measured" : Number(x[1]), percentile: x[2] === undefined ? 0.9 : Number(x[2]) } }) };
     else if ((x = /^itlmw([\d.]+)$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { maxWaitS: Number(x[1]) } }) };
-    else if ((x = /^itlg([\d.]+)$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { gate: Number(x[1]) } }) };
-    else if (m === "itlgp") s = { ...s, planner: oursPlanner({ itlAdmission: { aim: "goodput" } }) };
     else if (m === "itlnd") s = { ...s, planner: oursPlanner({ itlAdmission: { demand: false } }) };
     else if (m === "noitl") s = { ...s, planner: oursPlanner({ itlAdmission: false }) };
     else if ((x = /^busy([\d.]+)(?:p(\d+))?$/.exec(m))) s = { ...s, busyThresholds: { activeBlocks: Number(x[1]), prefillTokens: x[2] === undefined ? undefined : Number(x[2]) } };
