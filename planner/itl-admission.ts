@@ -34,12 +34,6 @@ export interface ItlAdmissionOptions {
    * of arrivals then does not close the door before its sequences decode).
    */
   demand?: boolean;
-  /**
-   * Price the pool at an EWMA of the sequences it held, with this time constant in seconds (0,
-   * default: at the sequences held now). An experiment: a session lives for minutes, so a peak that
-   * passes within its life should not turn it away.
-   */
-  smoothS?: number;
 }
 
 /**
@@ -59,11 +53,10 @@ export class ItlAdmission {
   /** EWMAs of the measured and the modelled ITL, each weighted by the window's decode tokens. */
   private measuredSum = 0;
   private modelledSum = 0;
-  private smoothSeqs = -1;
 
   /** Creates the controller; validates the knobs. */
   constructor(opts: ItlAdmissionOptions = {}) {
-    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, smoothS: 0, ...opts };
+    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, ...opts };
     const { aim, percentile, minAim, maxAim, keep, maxWaitS } = this.o;
     if (aim !== "measured" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive or "measured"; got ${aim}`);
     if (!(percentile > 0 && percentile <= 1)) throw new RangeError(`ITL admission percentile must be in (0, 1]; got ${percentile}`);
@@ -86,14 +79,6 @@ export class ItlAdmission {
   /** Measured ÷ modelled ITL (a ratio of token-weighted EWMAs over ticks; 1 until measured). */
   get itlScale(): number {
     return this.modelledSum > 0 ? this.measuredSum / this.modelledSum : 1;
-  }
-
-  /** The sequences the budget prices the pool at, given `seqs` held now after a window of `windowS` (option smoothS). */
-  pricedSeqs(seqs: number, windowS: number): number {
-    if (this.o.smoothS <= 0) return seqs;
-    const w = Math.min(1, windowS / this.o.smoothS);
-    this.smoothSeqs = this.smoothSeqs < 0 ? seqs : (1 - w) * this.smoothSeqs + w * seqs;
-    return this.smoothSeqs;
   }
 
   /** Reads the ITLs of requests that finished (single-token outputs have none). */
@@ -124,7 +109,7 @@ export class ItlAdmission {
    * whose scaled ITL stays below `aim() × itlTargetS` (doubling, then bisection), 0 when the pool is
    * there already.
    */
-  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number, offset = 0): number {
+  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number): number {
     const now = itlWith(0);
     // A window's measurement counts as much as its tokens, and the scale is the ratio of the two
     // sums: on a light load one window catches three sequences at the tick that decoded 11 tokens
@@ -137,8 +122,8 @@ export class ItlAdmission {
     }
     const scale = this.itlScale;
     const limit = this.aim() * itlTargetS;
-    const under = (extra: number) => scale * itlWith(Math.max(0, offset + extra)) < limit;
-    if (!under(0)) return 0;
+    const under = (extra: number) => scale * itlWith(extra) < limit;
+    if (!(scale * now < limit)) return 0;
     let lo = 0, hi = 1;
     const cap = SEARCH_CAP_PER_WORKER * Math.max(1, workers);
     while (hi < cap && under(hi)) { lo = hi; hi *= 2; }

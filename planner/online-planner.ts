@@ -207,8 +207,7 @@ export class OnlinePlanner implements Planner {
     for (const w of live) tokens += w.decodeTokens;
     const measured = tokens > 0 ? { itlS: (seqs * s.windowS) / tokens, tokens } : null;
     const demand = itl.pricesDemand ? this.rates.decodeDemand : 0;
-    const priced = itl.pricedSeqs(seqs, s.windowS);
-    const newSessions = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached, demand)[1], measured, this.o.itlTargetS, live.length, priced - seqs);
+    const newSessions = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached, demand)[1], measured, this.o.itlTargetS, live.length);
     const memHolding = mem?.holdingNewSessions ?? false;
     return [{
       kind: "admission", holdNewSessions: memHolding, newSessions,
