@@ -87,7 +87,6 @@ export function buildRequest(sim: ClusterSim, plan: SessionPlan, turn: number, a
  * from when it first arrived); those held past the queue limit are rejected. Returns how many entered.
  */
 export function releaseHeldSessions(sim: ClusterSim, n: number): number {
-  if (sim.spec.doorShortFirst && n < sim.heldSessions.length) shortFirst(sim, n);
   let admitted = 0;
   while (admitted < n && sim.heldSessions.length > 0) {
     const h = sim.heldSessions.shift()!;
@@ -96,20 +95,6 @@ export function releaseHeldSessions(sim: ClusterSim, n: number): number {
     admitted++;
   }
   return admitted;
-}
-
-/** Moves the `n` held sessions of the apps with the shortest mean outputs to the front (the rest keep their order). */
-function shortFirst(sim: ClusterSim, n: number): void {
-  const mean = (h: { plan: SessionPlan }) => {
-    const a = sim.appOutput.get(h.plan.sharedChunks[0] ?? -1);
-    return a === undefined ? 0 : a.tokens / a.n;
-  };
-  const held = sim.heldSessions;
-  const chosen = new Set(held.map((h, i) => ({ i, m: mean(h) })).sort((x, y) => x.m - y.m || x.i - y.i).slice(0, n).map((x) => x.i));
-  const front = held.filter((_, i) => chosen.has(i));
-  const rest = held.filter((_, i) => !chosen.has(i));
-  held.length = 0;
-  held.push(...front, ...rest);
 }
 
 /** Turns away the `n` oldest held sessions (the front door is full: "overloaded"). */

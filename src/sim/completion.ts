@@ -64,12 +64,6 @@ export function record(sim: ClusterSim, req: ReqState): void {
     cached: req.cachedTokens, arrival: req.arrival, rejected: req.rejected,
   });
   if (ok) sim.win.done.push({ isl: req.prompt, osl: req.output, ttftS: ttft, itlS: itl });
-  if (ok && sim.spec.doorShortFirst) {
-    const app = req.plan.sharedChunks[0] ?? -1;
-    const a = sim.appOutput.get(app);
-    if (a === undefined) sim.appOutput.set(app, { tokens: req.output, n: 1 });
-    else { a.tokens += req.output; a.n++; }
-  }
 }
 
 /** At the horizon: every request still in a queue, batch or transfer is rejected as unfinished. */

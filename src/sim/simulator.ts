@@ -105,8 +105,6 @@ export class ClusterSim {
   rejectAfterHold = false;
   /** Sessions that were held, for reports. */
   sessionsHeld = 0;
-  /** Output tokens and requests completed per agent app (first system-prompt chunk), for doorShortFirst. */
-  readonly appOutput = new Map<number, { tokens: number; n: number }>();
   /** Tokens per KV block in this workload. */
   readonly bt: number;
   localThreshold: number;

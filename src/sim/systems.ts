@@ -69,11 +69,6 @@ export interface SystemSpec {
    * ("all-workers-busy", HTTP 503 there).
    */
   busyThresholds?: { activeBlocks?: number; prefillTokens?: number };
-  /**
-   * When the front door has room for fewer held sessions than wait there, let in first those whose
-   * agent app (system prompt) has had the shortest outputs per request so far (experiment).
-   */
-  doorShortFirst?: boolean;
   /** Stated parameters, for reports. */
   params: Record<string, string | number | boolean>;
 }
