@@ -14,16 +14,11 @@
  * mean must stay for nine requests in ten to be within it).
  */
 import type { CompletedRequest } from "./types.ts";
-import { type CurveFit, GoodputCurve, withinAt } from "./goodput-curve.ts";
 
 /** Knobs of {@link ItlAdmission}. */
 export interface ItlAdmissionOptions {
-  /**
-   * Fraction of the ITL target the pool's mean ITL may reach, "measured" (see the module), or
-   * "fitted": keep the pool at the load that maximises good requests per second on a curve fitted
-   * from finished requests (goodput-curve.ts; the measured aim until it has 256). Default "measured".
-   */
-  aim?: number | "measured" | "fitted";
+  /** Fraction of the ITL target the pool's mean ITL may reach, or "measured" (see the module). Default "measured". */
+  aim?: number | "measured";
   /** Percentile of recent requests' ITL that the measured aim keeps at the target. Default 0.9. */
   percentile?: number;
   /** Bounds of the measured aim. Defaults 0.5 and 1. */
@@ -58,13 +53,12 @@ export class ItlAdmission {
   /** EWMAs of the measured and the modelled ITL, each weighted by the window's decode tokens. */
   private measuredSum = 0;
   private modelledSum = 0;
-  private readonly curve = new GoodputCurve();
 
   /** Creates the controller; validates the knobs. */
   constructor(opts: ItlAdmissionOptions = {}) {
     this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, ...opts };
     const { aim, percentile, minAim, maxAim, keep, maxWaitS } = this.o;
-    if (aim !== "measured" && aim !== "fitted" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive or "measured"; got ${aim}`);
+    if (aim !== "measured" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive or "measured"; got ${aim}`);
     if (!(percentile > 0 && percentile <= 1)) throw new RangeError(`ITL admission percentile must be in (0, 1]; got ${percentile}`);
     if (!(minAim > 0 && minAim <= maxAim)) throw new RangeError(`ITL admission needs 0 < minAim <= maxAim; got ${minAim} and ${maxAim}`);
     if (!(Number.isInteger(keep) && keep >= 16)) throw new RangeError(`ITL admission keep must be an integer of at least 16; got ${keep}`);
@@ -97,19 +91,7 @@ export class ItlAdmission {
 
   /** The fraction of the ITL target the pool's mean ITL may reach now. */
   aim(): number {
-    if (this.o.aim === "fitted") return this.measuredAim();
     if (this.o.aim !== "measured") return this.o.aim;
-    return this.measuredAim();
-  }
-
-  /** Tells the fitted aim the pool's load now (sequences held at tick `now`) and what finished by then. */
-  observeLoad(now: number, seqs: number, prefillTokens: number, windowS: number, done: readonly CompletedRequest[], itlTargetS: number): void {
-    if (this.o.aim !== "fitted") return;
-    this.curve.tick(now, seqs, prefillTokens, windowS);
-    this.curve.observe(done, itlTargetS, windowS);
-  }
-
-  private measuredAim(): number {
     const n = Math.min(this.seen, this.o.keep);
     // Until a quarter of the window has finished, the spread is unknown: aim at the target itself.
     if (n < this.o.keep / 4) return this.o.maxAim;
@@ -127,7 +109,7 @@ export class ItlAdmission {
    * whose scaled ITL stays below `aim() × itlTargetS` (doubling, then bisection), 0 when the pool is
    * there already.
    */
-  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number, seqs = 0): number {
+  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number): number {
     const now = itlWith(0);
     // A window's measurement counts as much as its tokens, and the scale is the ratio of the two
     // sums: on a light load one window catches three sequences at the tick that decoded 11 tokens
@@ -139,15 +121,6 @@ export class ItlAdmission {
       this.modelledSum = (1 - w) * this.modelledSum + w * now;
     }
     const scale = this.itlScale;
-    const fit = this.o.aim === "fitted" ? this.curve.fit() : null;
-    if (fit !== null) {
-      // Never far past the loads the curve was fitted on: a flat fit says nothing about loads not yet seen.
-      const explore = Math.max(0, Math.floor(1.1 * this.curve.maxSeqsSeen() - seqs));
-      const rate = this.curve.prefillRate;
-      const b = Math.min(explore, fittedBudget(fit, (extra) => scale * itlWith(extra), seqs, rate, SEARCH_CAP_PER_WORKER * Math.max(1, workers)));
-      if (globalThis.process?.env?.FIT_DEBUG) console.error(`fit seqs ${seqs} pre ${rate.toFixed(0)} a ${fit.a.toFixed(2)} b ${fit.b.toFixed(2)} c ${fit.c.toFixed(2)} P(now) ${withinAt(fit, seqs, rate).toFixed(3)} budget ${b} itl0 ${(scale * itlWith(0) * 1000).toFixed(1)} pts ${this.curve.points}`);
-      return b;
-    }
     const limit = this.aim() * itlTargetS;
     const under = (extra: number) => scale * itlWith(extra) < limit;
     if (!(scale * now < limit)) return 0;
@@ -165,32 +138,4 @@ export class ItlAdmission {
     }
     return lo;
   }
-}
-
-/** The extra sequences that maximise load × P(within | load) ÷ ITL(load) (coarse grid, then finer ones). */
-function fittedBudget(fit: CurveFit, itlAt: (extra: number) => number, seqs: number, prefillRate: number, cap: number): number {
-  // New sessions bring prefill in proportion: the prompt tokens per sequence held stay as they are.
-  const within = (load: number) => withinAt(fit, load, (prefillRate * load) / Math.max(1, seqs));
-  const value = (extra: number) => {
-    const itl = itlAt(extra);
-    const load = seqs + extra;
-    return itl > 0 ? (load * within(load)) / itl : 0;
-  };
-  // Past the load where almost no request would be within the target, more sequences add nothing.
-  let hi = 1;
-  while (hi < cap && within(seqs + hi) > 1e-3) hi *= 2;
-  hi = Math.min(hi, cap);
-  if (hi >= cap && within(seqs + cap) > 1e-3 && value(cap) >= value(0)) return Infinity;
-  let lo = 0, best = 0, bestValue = value(0);
-  for (;;) {
-    const step = Math.max(1, Math.floor((hi - lo) / 32));
-    for (let extra = lo; extra <= hi; extra += step) {
-      const v = value(extra);
-      if (v > bestValue) { best = extra; bestValue = v; }
-    }
-    if (step === 1) break;
-    lo = Math.max(0, best - step);
-    hi = Math.min(cap, best + step);
-  }
-  return best;
 }

@@ -71,7 +71,6 @@ function specOf(name: string): SystemSpec {
     else if ((x = /^admh([\d.]+)$/.exec(m))) s = { ...s, planner: oursPlanner({ sessionAdmission: { maxHoldS: Number(x[1]) } }) };
     else if ((x = /^itl(m|[\d.]+)(?:p([\d.]+))?$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { aim: x[1] === "m" ? "measured" : Number(x[1]), percentile: x[2] === undefined ? 0.9 : Number(x[2]) } }) };
     else if ((x = /^itlmw([\d.]+)$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { maxWaitS: Number(x[1]) } }) };
-    else if (m === "itlfit") s = { ...s, planner: oursPlanner({ itlAdmission: { aim: "fitted" } }) };
     else if (m === "itlnd") s = { ...s, planner: oursPlanner({ itlAdmission: { demand: false } }) };
     else if (m === "noitl") s = { ...s, planner: oursPlanner({ itlAdmission: false }) };
     else if ((x = /^busy([\d.]+)(?:p(\d+))?$/.exec(m))) s = { ...s, busyThresholds: { activeBlocks: Number(x[1]), prefillTokens: x[2] === undefined ? undefined : Number(x[2]) } };
