@@ -12,13 +12,27 @@
  * measured one (it leaves out stalls, uneven batches and sequences waiting for a batch slot), and the
  * aim is the ratio of recent requests' mean ITL to their 90th percentile (how far below the target the
  * mean must stay for nine requests in ten to be within it).
+ *
+ * With the default aim, "fitted", that measured aim is only the fallback. Once a few hundred requests
+ * have finished, the door keeps the pool at the load that maximises good requests per second on a
+ * curve P(request within the ITL target | decode load) fitted from them (goodput-curve.ts): how fast
+ * the fraction within the target falls with load is measured (steeply where every agent decodes long
+ * outputs, gently where short turns decode beside long ones), so the door shuts only where letting
+ * more in loses more good requests than it adds. Where the curve says most requests miss even at
+ * today's load it describes no regime in which more load helps, and the measured aim decides.
  */
 import type { CompletedRequest } from "./types.ts";
+import { type CurveFit, GoodputCurve, withinAt } from "./goodput-curve.ts";
 
 /** Knobs of {@link ItlAdmission}. */
 export interface ItlAdmissionOptions {
-  /** Fraction of the ITL target the pool's mean ITL may reach, or "measured" (see the module). Default "measured". */
-  aim?: number | "measured";
+  /**
+   * "fitted" (default): keep the pool at the load that maximises good requests per second on a curve
+   * fitted from finished requests (see the module; the measured aim until it has 256 of them, and
+   * where it predicts fewer than `fitFloor` within the target now); "measured": the fraction of the
+   * target from recent requests' spread; or a fixed fraction of the ITL target for the pool's mean ITL.
+   */
+  aim?: number | "measured" | "fitted";
   /** Percentile of recent requests' ITL that the measured aim keeps at the target. Default 0.9. */
   percentile?: number;
   /** Bounds of the measured aim. Defaults 0.5 and 1. */
@@ -34,6 +48,8 @@ export interface ItlAdmissionOptions {
    * of arrivals then does not close the door before its sequences decode).
    */
   demand?: boolean;
+  /** With aim "fitted": where the curve predicts fewer requests within the target now, the measured aim decides. Default 0.5. */
+  fitFloor?: number;
 }
 
 /**
@@ -53,12 +69,14 @@ export class ItlAdmission {
   /** EWMAs of the measured and the modelled ITL, each weighted by the window's decode tokens. */
   private measuredSum = 0;
   private modelledSum = 0;
+  private readonly curve = new GoodputCurve();
 
   /** Creates the controller; validates the knobs. */
   constructor(opts: ItlAdmissionOptions = {}) {
-    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, ...opts };
+    this.o = { aim: "fitted", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, fitFloor: 0.5, ...opts };
     const { aim, percentile, minAim, maxAim, keep, maxWaitS } = this.o;
-    if (aim !== "measured" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive or "measured"; got ${aim}`);
+    if (aim !== "measured" && aim !== "fitted" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive, "measured" or "fitted"; got ${aim}`);
+    if (!(this.o.fitFloor >= 0 && this.o.fitFloor <= 1)) throw new RangeError(`ITL admission fitFloor must be in [0, 1]; got ${this.o.fitFloor}`);
     if (!(percentile > 0 && percentile <= 1)) throw new RangeError(`ITL admission percentile must be in (0, 1]; got ${percentile}`);
     if (!(minAim > 0 && minAim <= maxAim)) throw new RangeError(`ITL admission needs 0 < minAim <= maxAim; got ${minAim} and ${maxAim}`);
     if (!(Number.isInteger(keep) && keep >= 16)) throw new RangeError(`ITL admission keep must be an integer of at least 16; got ${keep}`);
@@ -89,9 +107,19 @@ export class ItlAdmission {
     }
   }
 
-  /** The fraction of the ITL target the pool's mean ITL may reach now. */
+  /** The fraction of the ITL target the pool's mean ITL may reach now (the measured one for "fitted" too: its fallback). */
   aim(): number {
-    if (this.o.aim !== "measured") return this.o.aim;
+    return typeof this.o.aim === "number" ? this.o.aim : this.measuredAim();
+  }
+
+  /** For the fitted aim: the pool held `seqs` decoding sequences at tick `now`, and `done` finished by then. */
+  observeLoad(now: number, seqs: number, done: readonly CompletedRequest[], itlTargetS: number): void {
+    if (this.o.aim !== "fitted") return;
+    this.curve.tick(now, seqs);
+    this.curve.observe(done, itlTargetS);
+  }
+
+  private measuredAim(): number {
     const n = Math.min(this.seen, this.o.keep);
     // Until a quarter of the window has finished, the spread is unknown: aim at the target itself.
     if (n < this.o.keep / 4) return this.o.maxAim;
@@ -105,11 +133,12 @@ export class ItlAdmission {
   /**
    * New sessions that may enter before the next tick. `itlWith(extra)` is the model's ITL with `extra`
    * more decoding sequences; `measured` the ITL the pool's sequences saw over the last window and the
-   * decode tokens it is measured on (null when none decoded). The answer is the most extra sequences
-   * whose scaled ITL stays below `aim() × itlTargetS` (doubling, then bisection), 0 when the pool is
-   * there already.
+   * decode tokens it is measured on (null when none decoded); `seqs` the sequences held now. With a
+   * fitted curve, the extra sequences that maximise good requests per second on it (at most 10% past
+   * the highest load it was fitted on); otherwise the most extra sequences whose scaled ITL stays
+   * below `aim() × itlTargetS` (doubling, then bisection). 0 when the pool is there already.
    */
-  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number): number {
+  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number, seqs = 0): number {
     const now = itlWith(0);
     // A window's measurement counts as much as its tokens, and the scale is the ratio of the two
     // sums: on a light load one window catches three sequences at the tick that decoded 11 tokens
@@ -121,6 +150,14 @@ export class ItlAdmission {
       this.modelledSum = (1 - w) * this.modelledSum + w * now;
     }
     const scale = this.itlScale;
+    const fit = this.o.aim === "fitted" ? this.curve.fit() : null;
+    // A curve that says most requests miss at today's load describes no regime where more load helps
+    // (computer-use at 3x: ITL there is set by the prefill beside the decodes, which it cannot see).
+    if (fit !== null && withinAt(fit, seqs) >= this.o.fitFloor) {
+      // Never far past the loads the curve was fitted on: a flat fit says nothing about loads not yet seen.
+      const explore = Math.max(0, Math.floor(1.1 * this.curve.maxLoadSeen() - seqs));
+      return Math.min(explore, fittedBudget(fit, (extra) => scale * itlWith(extra), seqs, SEARCH_CAP_PER_WORKER * Math.max(1, workers)));
+    }
     const limit = this.aim() * itlTargetS;
     const under = (extra: number) => scale * itlWith(extra) < limit;
     if (!(scale * now < limit)) return 0;
@@ -138,4 +175,30 @@ export class ItlAdmission {
     }
     return lo;
   }
+}
+
+/** The extra sequences that maximise load × P(within | load) ÷ ITL(load) (coarse grid, then finer ones). */
+function fittedBudget(fit: CurveFit, itlAt: (extra: number) => number, seqs: number, cap: number): number {
+  const value = (extra: number) => {
+    const itl = itlAt(extra);
+    const load = seqs + extra;
+    return itl > 0 ? (load * withinAt(fit, load)) / itl : 0;
+  };
+  // Past the load where almost no request would be within the target, more sequences add nothing.
+  let hi = 1;
+  while (hi < cap && withinAt(fit, seqs + hi) > 1e-3) hi *= 2;
+  hi = Math.min(hi, cap);
+  if (hi >= cap && withinAt(fit, seqs + cap) > 1e-3 && value(cap) >= value(0)) return Infinity;
+  let lo = 0, best = 0, bestValue = value(0);
+  for (;;) {
+    const step = Math.max(1, Math.floor((hi - lo) / 32));
+    for (let extra = lo; extra <= hi; extra += step) {
+      const v = value(extra);
+      if (v > bestValue) { best = extra; bestValue = v; }
+    }
+    if (step === 1) break;
+    lo = Math.max(0, best - step);
+    hi = Math.min(cap, best + step);
+  }
+  return best;
 }

@@ -196,6 +196,7 @@ export class OnlinePlanner implements Planner {
     const mem = this.admission, itl = this.itlAdmission;
     const hold = mem?.update(live) ?? null;
     itl?.observe(s.completions);
+    itl?.observeLoad(s.now, seqs, s.completions, this.o.itlTargetS);
     // An early fit from a few seconds of steps misprices batches it has not seen: wait for a few.
     if (itl === null || !sm || this.steps.fits < 3 || live.length === 0) {
       return hold === null ? [] : [{ kind: "admission", holdNewSessions: hold, maxHoldS: mem!.maxHoldS }];
@@ -207,7 +208,7 @@ export class OnlinePlanner implements Planner {
     for (const w of live) tokens += w.decodeTokens;
     const measured = tokens > 0 ? { itlS: (seqs * s.windowS) / tokens, tokens } : null;
     const demand = itl.pricesDemand ? this.rates.decodeDemand : 0;
-    const newSessions = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached, demand)[1], measured, this.o.itlTargetS, live.length);
+    const newSessions = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached, demand)[1], measured, this.o.itlTargetS, live.length, seqs);
     const memHolding = mem?.holdingNewSessions ?? false;
     return [{
       kind: "admission", holdNewSessions: memHolding, newSessions,

@@ -16,6 +16,8 @@
  *   -admhX           as -adm, a new session held at most X s (default 60)
  *   -itlm / -itlX / -noitl  ours' planner lets in only the new sessions the decode pool takes within the ITL
  *                    target, aiming at the measured mean/P90 ratio of requests' ITL (or X × the target; both on by default), or lets all in
+ *   -itlfit          ours' default: the pool kept at the load maximising good requests/s on a fitted curve
+ *                    (-itlm is the measured aim alone, ours before the twelfth session)
  *   -itlmpP          as -itlm with percentile P (default 0.9)
  *   -itlnd           as -itlm, the pool priced at the sequences it holds only, not at recent arrivals' decode demand
  *   -itlmwX          as -itlm, a new session without room waits up to X s at the door (default 0: to the next tick)
@@ -71,6 +73,7 @@ function specOf(name: string): SystemSpec {
     else if ((x = /^admh([\d.]+)$/.exec(m))) s = { ...s, planner: oursPlanner({ sessionAdmission: { maxHoldS: Number(x[1]) } }) };
     else if ((x = /^itl(m|[\d.]+)(?:p([\d.]+))?$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { aim: x[1] === "m" ? "measured" : Number(x[1]), percentile: x[2] === undefined ? 0.9 : Number(x[2]) } }) };
     else if ((x = /^itlmw([\d.]+)$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { maxWaitS: Number(x[1]) } }) };
+    else if (m === "itlfit") s = { ...s, planner: oursPlanner({ itlAdmission: { aim: "fitted" } }) };
     else if (m === "itlnd") s = { ...s, planner: oursPlanner({ itlAdmission: { demand: false } }) };
     else if (m === "noitl") s = { ...s, planner: oursPlanner({ itlAdmission: false }) };
     else if ((x = /^busy([\d.]+)(?:p(\d+))?$/.exec(m))) s = { ...s, busyThresholds: { activeBlocks: Number(x[1]), prefillTokens: x[2] === undefined ? undefined : Number(x[2]) } };
