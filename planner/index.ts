@@ -10,4 +10,5 @@ export * from "./step-model.ts";
 export * from "./step-pricing.ts";
 export * from "./session-admission.ts";
 export * from "./itl-admission.ts";
+export * from "./goodput-curve.ts";
 export * from "./step-window.ts";

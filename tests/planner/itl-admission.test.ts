@@ -55,7 +55,8 @@ test("ItlAdmission.aim() is the recent requests' mean ITL over their 90th percen
 });
 
 test("ItlAdmission rejects impossible knobs, quoting them", () => {
-  assert.throws(() => new ItlAdmission({ aim: 0 }), /aim must be positive or "measured"; got 0/);
+  assert.throws(() => new ItlAdmission({ aim: 0 }), /aim must be positive, "measured" or "fitted"; got 0/);
+  assert.throws(() => new ItlAdmission({ fitFloor: 2 }), /fitFloor must be in \[0, 1\]; got 2/);
   assert.throws(() => new ItlAdmission({ percentile: 1.5 }), /percentile must be in \(0, 1\]; got 1.5/);
   assert.throws(() => new ItlAdmission({ minAim: 0.9, maxAim: 0.8 }), /0 < minAim <= maxAim; got 0.9 and 0.8/);
   assert.throws(() => new ItlAdmission({ keep: 3 }), /keep must be an integer of at least 16; got 3/);
