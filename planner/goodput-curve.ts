@@ -1,6 +1,6 @@
 /**
  * The fraction of requests within the ITL target as a function of the decode pool's load, fitted
- * online from finished requests (ITL admission's default aim, "fitted"). Each finished
+ * online from finished requests (ITL admission's experimental aim, "fitted"). Each finished
  * request is placed at the mean number of sequences the pool held while it decoded (from a running
  * integral of the load, so a request that straddled a change of load sits between the two) and
  * counted in a bin of load (16 per doubling) whose counts decay with a time constant of minutes; a

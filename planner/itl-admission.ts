@@ -13,13 +13,13 @@
  * aim is the ratio of recent requests' mean ITL to their 90th percentile (how far below the target the
  * mean must stay for nine requests in ten to be within it).
  *
- * With the default aim, "fitted", that measured aim is only the fallback. Once a few hundred requests
- * have finished, the door keeps the pool at the load that maximises good requests per second on a
- * curve P(request within the ITL target | decode load) fitted from them (goodput-curve.ts): how fast
- * the fraction within the target falls with load is measured (steeply where every agent decodes long
- * outputs, gently where short turns decode beside long ones), so the door shuts only where letting
- * more in loses more good requests than it adds. Where the curve says most requests miss even at
- * today's load it describes no regime in which more load helps, and the measured aim decides.
+ * An experimental aim, "fitted" (off by default; measured in docs/results/variants/itl-admission.txt
+ * I), makes that measured aim the fallback: once a few hundred requests have finished, the door keeps
+ * the pool at the load that maximises good requests per second on a curve P(request within the ITL
+ * target | decode load) fitted from them (goodput-curve.ts), so it shuts only where letting more in
+ * loses more good requests than it adds; where the curve says most requests miss even at today's load
+ * the measured aim decides. It gains at the highest loads and loses at light ones (it turned sessions
+ * away at math load 1), so it is not the default.
  */
 import type { CompletedRequest } from "./types.ts";
 import { type CurveFit, GoodputCurve, withinAt } from "./goodput-curve.ts";
@@ -27,10 +27,11 @@ import { type CurveFit, GoodputCurve, withinAt } from "./goodput-curve.ts";
 /** Knobs of {@link ItlAdmission}. */
 export interface ItlAdmissionOptions {
   /**
-   * "fitted" (default): keep the pool at the load that maximises good requests per second on a curve
-   * fitted from finished requests (see the module; the measured aim until it has 256 of them, and
-   * where it predicts fewer than `fitFloor` within the target now); "measured": the fraction of the
-   * target from recent requests' spread; or a fixed fraction of the ITL target for the pool's mean ITL.
+   * "measured" (default): the fraction of the target from recent requests' spread (see the module);
+   * a fixed fraction of the ITL target for the pool's mean ITL; or "fitted" (experiment): keep the
+   * pool at the load that maximises good requests per second on a curve fitted from finished requests
+   * (the measured aim until it has 256 of them, and where it predicts fewer than `fitFloor` within the
+   * target now).
    */
   aim?: number | "measured" | "fitted";
   /** Percentile of recent requests' ITL that the measured aim keeps at the target. Default 0.9. */
@@ -73,7 +74,7 @@ export class ItlAdmission {
 
   /** Creates the controller; validates the knobs. */
   constructor(opts: ItlAdmissionOptions = {}) {
-    this.o = { aim: "fitted", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, fitFloor: 0.5, ...opts };
+    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, fitFloor: 0.5, ...opts };
     const { aim, percentile, minAim, maxAim, keep, maxWaitS } = this.o;
     if (aim !== "measured" && aim !== "fitted" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive, "measured" or "fitted"; got ${aim}`);
     if (!(this.o.fitFloor >= 0 && this.o.fitFloor <= 1)) throw new RangeError(`ITL admission fitFloor must be in [0, 1]; got ${this.o.fitFloor}`);

@@ -16,8 +16,8 @@
  *   -admhX           as -adm, a new session held at most X s (default 60)
  *   -itlm / -itlX / -noitl  ours' planner lets in only the new sessions the decode pool takes within the ITL
  *                    target, aiming at the measured mean/P90 ratio of requests' ITL (or X × the target; both on by default), or lets all in
- *   -itlfit          ours' default: the pool kept at the load maximising good requests/s on a fitted curve
- *                    (-itlm is the measured aim alone, ours before the twelfth session)
+ *   -itlfit          as -itlm, the pool kept at the load maximising good requests/s on a fitted curve
+ *                    (experiment, docs/results/variants/itl-admission.txt H and I)
  *   -itlmpP          as -itlm with percentile P (default 0.9)
  *   -itlnd           as -itlm, the pool priced at the sequences it holds only, not at recent arrivals' decode demand
  *   -itlmwX          as -itlm, a new session without room waits up to X s at the door (default 0: to the next tick)

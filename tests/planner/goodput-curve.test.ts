@@ -50,7 +50,7 @@ test("GoodputCurve.fit() finds the fraction within the target falling with load"
 });
 
 test("ItlAdmission with the fitted aim fills the pool toward the load where good requests/s peak, and falls back to the measured aim past it", () => {
-  const fitted = new ItlAdmission();
+  const fitted = new ItlAdmission({ aim: "fitted" });
   feed((now, seqs, d) => { fitted.observe(d); fitted.observeLoad(now, seqs, d, TARGET); });
   // A step model that sees almost no cost in load (the measured aim alone would let tens of
   // thousands in): the curve decides. Good requests/s, load × P(within), peak where the spread's
