@@ -18,8 +18,8 @@
  * the pool at the load that maximises good requests per second on a curve P(request within the ITL
  * target | decode load) fitted from them (goodput-curve.ts), so it shuts only where letting more in
  * loses more good requests than it adds; where the curve says most requests miss even at today's load
- * the measured aim decides. It gains at the highest loads and loses at light ones (it turned sessions
- * away at math load 1), so it is not the default.
+ * the measured aim decides, as it does until the curve has measured a decline. It gains at the
+ * highest loads and loses a fifth of computer-use load 2's goodput, so it is not the default.
  */
 import type { CompletedRequest } from "./types.ts";
 import { type CurveFit, GoodputCurve, withinAt } from "./goodput-curve.ts";
@@ -154,10 +154,9 @@ export class ItlAdmission {
     const fit = this.o.aim === "fitted" ? this.curve.fit() : null;
     // A curve that says most requests miss at today's load describes no regime where more load helps
     // (computer-use at 3x: ITL there is set by the prefill beside the decodes, which it cannot see).
-    if (fit !== null && withinAt(fit, seqs) >= this.o.fitFloor) {
-      // Never far past the loads the curve was fitted on: a flat fit says nothing about loads not yet seen.
-      const explore = Math.max(0, Math.floor(1.1 * this.curve.maxLoadSeen() - seqs));
-      return Math.min(explore, fittedBudget(fit, (extra) => scale * itlWith(extra), seqs, SEARCH_CAP_PER_WORKER * Math.max(1, workers)));
+    // Trusted only where it has measured a decline: a flat or rising fit has seen no load that hurts.
+    if (fit !== null && fit.b < 0 && withinAt(fit, seqs) >= this.o.fitFloor) {
+      return fittedBudget(fit, (extra) => scale * itlWith(extra), seqs, SEARCH_CAP_PER_WORKER * Math.max(1, workers));
     }
     const limit = this.aim() * itlTargetS;
     const under = (extra: number) => scale * itlWith(extra) < limit;
