@@ -14,7 +14,7 @@
  * mean must stay for nine requests in ten to be within it).
  *
  * An experimental aim, "fitted" (off by default; measured in docs/results/variants/itl-admission.txt
- * I), makes that measured aim the fallback: once a few hundred requests have finished, the door keeps
+ * I and J), makes that measured aim the fallback: once a few hundred requests have finished, the door keeps
  * the pool at the load that maximises good requests per second on a curve P(request within the ITL
  * target | decode load) fitted from them (goodput-curve.ts), so it shuts only where letting more in
  * loses more good requests than it adds; where the curve says most requests miss even at today's load
@@ -135,8 +135,8 @@ export class ItlAdmission {
    * New sessions that may enter before the next tick. `itlWith(extra)` is the model's ITL with `extra`
    * more decoding sequences; `measured` the ITL the pool's sequences saw over the last window and the
    * decode tokens it is measured on (null when none decoded); `seqs` the sequences held now. With a
-   * fitted curve, the extra sequences that maximise good requests per second on it (at most 10% past
-   * the highest load it was fitted on); otherwise the most extra sequences whose scaled ITL stays
+   * fitted curve that has measured a decline, the extra sequences that maximise good requests per
+   * second on it; otherwise the most extra sequences whose scaled ITL stays
    * below `aim() × itlTargetS` (doubling, then bisection). 0 when the pool is there already.
    */
   budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number, seqs = 0): number {
