@@ -42,7 +42,7 @@ export class GoodputCurve {
     return this.weight;
   }
 
-  /** The highest load bin's upper edge with at least `min` (decayed) requests in it. */
+  /** The highest load bin's upper edge with at least `min` (decayed) requests in it (where requests were placed; for inspection). */
   maxLoadSeen(min = 8): number {
     for (let b = BINS - 1; b >= 0; b--) if (this.count[b] >= min) return 2 ** ((b + 1) / BINS_PER_OCTAVE) - 1;
     return 0;
@@ -51,19 +51,16 @@ export class GoodputCurve {
   /** Records that the pool held `seqs` decoding sequences at `now` (once per tick). */
   tick(now: number, seqs: number): void {
     const i = this.ticks % HISTORY;
-    if (this.ticks === 0) {
-      this.times[i] = now;
-      this.integral[i] = 0;
-    } else {
-      const p = (this.ticks - 1) % HISTORY;
-      this.times[i] = now;
-      this.integral[i] = this.integral[p] + this.lastLoad * Math.max(0, now - this.times[p]);
-    }
+    this.integral[i] = 0;
     if (this.ticks > 0) {
-      const k = Math.exp(-Math.max(0, now - this.times[(this.ticks - 1) % HISTORY]) / this.decayS);
+      const p = (this.ticks - 1) % HISTORY;
+      const dt = Math.max(0, now - this.times[p]);
+      this.integral[i] = this.integral[p] + this.lastLoad * dt;
+      const k = Math.exp(-dt / this.decayS);
       for (let b = 0; b < BINS; b++) { this.count[b] *= k; this.within[b] *= k; }
       this.weight *= k;
     }
+    this.times[i] = now;
     this.lastLoad = seqs;
     this.ticks++;
   }
@@ -89,10 +86,10 @@ export class GoodputCurve {
   observe(done: readonly CompletedRequest[], targetS: number): void {
     if (this.ticks === 0) return;
     const last = (this.ticks - 1) % HISTORY;
+    const end = this.times[last];
     for (const c of done) {
       if (c.osl < 2 || !Number.isFinite(c.itlS)) continue;
       const span = c.itlS * (c.osl - 1);
-      const end = this.times[last];
       const load = span >= 1 ? (this.integral[last] - this.integralAt(end - span)) / span : this.lastLoad;
       const b = Math.min(BINS - 1, Math.max(0, Math.floor(Math.log2(load + 1) * BINS_PER_OCTAVE)));
       this.count[b]++;

@@ -70,7 +70,8 @@ export class ItlAdmission {
   /** EWMAs of the measured and the modelled ITL, each weighted by the window's decode tokens. */
   private measuredSum = 0;
   private modelledSum = 0;
-  private readonly curve = new GoodputCurve();
+  /** The fitted aim's curve (null for the other aims). */
+  private readonly curve: GoodputCurve | null;
 
   /** Creates the controller; validates the knobs. */
   constructor(opts: ItlAdmissionOptions = {}) {
@@ -83,6 +84,7 @@ export class ItlAdmission {
     if (!(Number.isInteger(keep) && keep >= 16)) throw new RangeError(`ITL admission keep must be an integer of at least 16; got ${keep}`);
     if (!(maxWaitS >= 0)) throw new RangeError(`ITL admission maxWaitS must be at least 0; got ${maxWaitS}`);
     this.itls = new Float64Array(keep);
+    this.curve = aim === "fitted" ? new GoodputCurve() : null;
   }
 
   /** Longest a new session waits at the door. */
@@ -115,7 +117,7 @@ export class ItlAdmission {
 
   /** For the fitted aim: the pool held `seqs` decoding sequences at tick `now`, and `done` finished by then. */
   observeLoad(now: number, seqs: number, done: readonly CompletedRequest[], itlTargetS: number): void {
-    if (this.o.aim !== "fitted") return;
+    if (this.curve === null) return;
     this.curve.tick(now, seqs);
     this.curve.observe(done, itlTargetS);
   }
@@ -151,7 +153,7 @@ export class ItlAdmission {
       this.modelledSum = (1 - w) * this.modelledSum + w * now;
     }
     const scale = this.itlScale;
-    const fit = this.o.aim === "fitted" ? this.curve.fit() : null;
+    const fit = this.curve?.fit() ?? null;
     // A curve that says most requests miss at today's load describes no regime where more load helps
     // (computer-use at 3x: ITL there is set by the prefill beside the decodes, which it cannot see).
     // Trusted only where it has measured a decline: a flat or rising fit has seen no load that hurts.

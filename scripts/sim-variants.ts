@@ -17,7 +17,7 @@
  *   -itlm / -itlX / -noitl  ours' planner lets in only the new sessions the decode pool takes within the ITL
  *                    target, aiming at the measured mean/P90 ratio of requests' ITL (or X × the target; both on by default), or lets all in
  *   -itlfit          as -itlm, the pool kept at the load maximising good requests/s on a fitted curve
- *                    (experiment, docs/results/variants/itl-admission.txt H and I)
+ *                    (experiment, docs/results/variants/itl-admission.txt H, I and J)
  *   -itlmpP          as -itlm with percentile P (default 0.9)
  *   -itlnd           as -itlm, the pool priced at the sequences it holds only, not at recent arrivals' decode demand
  *   -itlmwX          as -itlm, a new session without room waits up to X s at the door (default 0: to the next tick)

@@ -66,3 +66,21 @@ test("ItlAdmission with the fitted aim fills the pool toward the load where good
   assert.equal(fitted.budget(lowItl, null, TARGET, 32, 5000), measured.budget(lowItl, null, TARGET, 32, 5000));
   assert.ok(measured.budget(lowItl, null, TARGET, 32, 5000) > 0);
 });
+
+test("ItlAdmission with the fitted aim leaves the door to the measured aim until the curve has measured a decline", () => {
+  // Every request within the target at every load seen: a flat curve, which says nothing about loads that hurt.
+  const flat = (observe: (now: number, seqs: number, d: CompletedRequest[]) => void) => {
+    for (let t = 0; t < 600; t++) {
+      const seqs = 500 + ((t * 37) % 2001);
+      observe(t, seqs, Array.from({ length: 40 }, (_, k) => done(TARGET * (0.3 + 0.01 * (k % 20)), 2)));
+    }
+  };
+  const fitted = new ItlAdmission({ aim: "fitted" });
+  flat((now, seqs, d) => { fitted.observe(d); fitted.observeLoad(now, seqs, d, TARGET); });
+  const measured = new ItlAdmission({ aim: "measured" });
+  flat((_now, _seqs, d) => measured.observe(d));
+  const itl = (extra: number) => 0.01 + 0.000002 * (2000 + extra);
+  const want = measured.budget(itl, null, TARGET, 32, 2000);
+  assert.ok(Number.isFinite(want) && want > 0, `the measured aim's budget ${want}`);
+  assert.equal(fitted.budget(itl, null, TARGET, 32, 2000), want);
+});
