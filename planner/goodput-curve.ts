@@ -33,28 +33,9 @@ export class GoodputCurve {
   private readonly count = new Float64Array(BINS);
   private readonly within = new Float64Array(BINS);
   private weight = 0;
-  /** The last fit made, and recent requests' outcomes against what it predicted for them (decaying sums). */
-  private lastFit: CurveFit | null = null;
-  private calWithin = 0;
-  private calPredicted = 0;
-  private calWeight = 0;
-  private worstGap = 0;
 
-  /** Counts decay by e every `decayS` seconds; the calibration sums every `calibrationS` seconds. */
-  constructor(private readonly decayS = 600, private readonly calibrationS = 120) {}
-
-  /**
-   * How far the fraction of recent requests within the target is from what the last fit predicted for
-   * them at their loads (absolute difference of the two fractions; Infinity until 64 requests are scored).
-   */
-  calibrationGap(): number {
-    return this.calWeight >= 64 ? Math.abs(this.calWithin - this.calPredicted) / this.calWeight : Infinity;
-  }
-
-  /** The largest calibration gap of the last minutes (held, decaying by e every `decayS` seconds). */
-  worstCalibrationGap(): number {
-    return this.calWeight >= 64 || this.worstGap > 0 ? this.worstGap : Infinity;
-  }
+  /** Counts decay by e every `decayS` seconds. */
+  constructor(private readonly decayS = 600) {}
 
   /** Finished requests the fit holds (decayed). */
   get points(): number {
@@ -78,11 +59,6 @@ export class GoodputCurve {
       const k = Math.exp(-dt / this.decayS);
       for (let b = 0; b < BINS; b++) { this.count[b] *= k; this.within[b] *= k; }
       this.weight *= k;
-      const kc = Math.exp(-dt / this.calibrationS);
-      this.calWithin *= kc; this.calPredicted *= kc; this.calWeight *= kc;
-      this.worstGap *= k;
-      const gap = this.calibrationGap();
-      if (Number.isFinite(gap)) this.worstGap = Math.max(this.worstGap, gap);
     }
     this.times[i] = now;
     this.lastLoad = seqs;
@@ -117,14 +93,8 @@ export class GoodputCurve {
       const load = span >= 1 ? (this.integral[last] - this.integralAt(end - span)) / span : this.lastLoad;
       const b = Math.min(BINS - 1, Math.max(0, Math.floor(Math.log2(load + 1) * BINS_PER_OCTAVE)));
       this.count[b]++;
-      const ok = c.itlS < targetS;
-      if (ok) this.within[b]++;
+      if (c.itlS < targetS) this.within[b]++;
       this.weight++;
-      if (this.lastFit !== null) {
-        this.calWeight++;
-        this.calPredicted += withinAt(this.lastFit, load);
-        if (ok) this.calWithin++;
-      }
     }
   }
 
@@ -156,8 +126,7 @@ export class GoodputCurve {
       a += da; slope += db;
       if (Math.abs(da) + Math.abs(db) < 1e-6) break;
     }
-    this.lastFit = { a, b: slope, unit };
-    return this.lastFit;
+    return { a, b: slope, unit };
   }
 }
 

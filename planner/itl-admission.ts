@@ -51,8 +51,6 @@ export interface ItlAdmissionOptions {
   demand?: boolean;
   /** With aim "fitted": where the curve predicts fewer requests within the target now, the measured aim decides. Default 0.5. */
   fitFloor?: number;
-  /** With aim "fitted": the curve is trusted only while its worst recent calibration gap is at most this. Default 0.1. */
-  fitGap?: number;
 }
 
 /**
@@ -77,7 +75,7 @@ export class ItlAdmission {
 
   /** Creates the controller; validates the knobs. */
   constructor(opts: ItlAdmissionOptions = {}) {
-    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, fitFloor: 0.5, fitGap: 0.1, ...opts };
+    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, fitFloor: 0.5, ...opts };
     const { aim, percentile, minAim, maxAim, keep, maxWaitS } = this.o;
     if (aim !== "measured" && aim !== "fitted" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive, "measured" or "fitted"; got ${aim}`);
     if (!(this.o.fitFloor >= 0 && this.o.fitFloor <= 1)) throw new RangeError(`ITL admission fitFloor must be in [0, 1]; got ${this.o.fitFloor}`);
@@ -159,7 +157,7 @@ export class ItlAdmission {
     // A curve that says most requests miss at today's load describes no regime where more load helps
     // (computer-use at 3x: ITL there is set by the prefill beside the decodes, which it cannot see).
     // Trusted only where it has measured a decline: a flat or rising fit has seen no load that hurts.
-    if (fit !== null && fit.b < 0 && withinAt(fit, seqs) >= this.o.fitFloor && this.curve!.worstCalibrationGap() <= this.o.fitGap) {
+    if (fit !== null && fit.b < 0 && withinAt(fit, seqs) >= this.o.fitFloor) {
       return fittedBudget(fit, (extra) => scale * itlWith(extra), seqs, SEARCH_CAP_PER_WORKER * Math.max(1, workers));
     }
     const limit = this.aim() * itlTargetS;
