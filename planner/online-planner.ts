@@ -141,7 +141,7 @@ export class OnlinePlanner implements Planner {
    * Prefill: queue drain plus an M/M/1-like P95 wait per pool; past saturation the queue grows for
    * the next HORIZON seconds. Past the batch limit ITL stretches by demand ÷ capacity.
    */
-  predictMix(mix: RoleMix, backlog: number, decodeSeqs: number, meanUncached: number, decodeDemand = this.rates.decodeDemand): [number, number] {
+  predictMix(mix: RoleMix, backlog: number, decodeSeqs: number, meanUncached: number, decodeDemand = this.rates.decodeDemand, prefillDemand = this.rates.demand): [number, number] {
     const p = mix.prefill, dc = mix.decode + mix.mixed;
     const sm = this.o.stepModel && this.steps.ready ? this.steps : null;
     // A decode worker holds at most its batch limit, and no more sequences than its KV memory fits.
@@ -159,12 +159,12 @@ export class OnlinePlanner implements Planner {
     // and prefill workers only what decode workers send them (mixed workers prefill their own prompts).
     const drain = backlog / Math.max(1e-9, (share < 1 ? capP : 0) + share * capM);
     const ttft = drain + Math.max(
-      p > 0 ? this.queueTtft(this.rates.demand * (1 - share), capP, meanUncached / rateP) : 0,
-      share > 0 ? this.queueTtft(this.rates.demand * share, capM, meanUncached / rateM) : 0,
+      p > 0 ? this.queueTtft(prefillDemand * (1 - share), capP, meanUncached / rateP) : 0,
+      share > 0 ? this.queueTtft(prefillDemand * share, capM, meanUncached / rateM) : 0,
     );
     if (dc <= 0) return [ttft, 1e3];
     const lambda = Math.max(decodeDemand, 0) / dc; // output tokens/s per pool worker
-    const rho = Math.min(0.99, (this.rates.demand * share) / Math.max(1e-9, capM));
+    const rho = Math.min(0.99, (prefillDemand * share) / Math.max(1e-9, capM));
     // Fixed point of ITL = 1 / (ρ/tChunk + (1−ρ)/(a + B·λ·ITL)), batch at least what is held now.
     let itl = a;
     for (let i = 0; i < 30; i++) {
@@ -208,7 +208,10 @@ export class OnlinePlanner implements Planner {
     for (const w of live) tokens += w.decodeTokens;
     const measured = tokens > 0 ? { itlS: (seqs * s.windowS) / tokens, tokens } : null;
     const demand = itl.pricesDemand ? this.rates.decodeDemand : 0;
-    const newSessions = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached, demand)[1], measured, this.o.itlTargetS, live.length, seqs);
+    // With sessionPrefill, each extra sequence brings the prefill tokens/s that a held one brings now
+    // (read only once the pool holds a few per worker; an empty pool's arrivals are first turns).
+    const perSeq = itl.pricesSessionPrefill && seqs >= 4 * live.length ? this.rates.demand / seqs : 0;
+    const newSessions = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached, demand, this.rates.demand + perSeq * extra)[1], measured, this.o.itlTargetS, live.length, seqs);
     const memHolding = mem?.holdingNewSessions ?? false;
     return [{
       kind: "admission", holdNewSessions: memHolding, newSessions,
