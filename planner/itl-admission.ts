@@ -63,6 +63,8 @@ export interface ItlAdmissionOptions {
    * averaged over about a minute, sits at it; raised back, at most to 1×, where it sits below.
    */
   track?: boolean;
+  /** Price the pool at the highest decode context of the last minutes (true) instead of today's (false, default). */
+  peakContext?: boolean;
   /** With aim "fitted": where the curve predicts fewer requests within the target now, the measured aim decides. Default 0.5. */
   fitFloor?: number;
   /**
@@ -102,7 +104,7 @@ export class ItlAdmission {
 
   /** Creates the controller; validates the knobs. */
   constructor(opts: ItlAdmissionOptions = {}) {
-    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, fitFloor: 0.5, goodFloor: 0, goodCeiling: 0.9, sessionPrefill: false, track: false, ...opts };
+    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, fitFloor: 0.5, goodFloor: 0, goodCeiling: 0.9, sessionPrefill: false, track: false, peakContext: false, ...opts };
     const { aim, percentile, minAim, maxAim, keep, maxWaitS } = this.o;
     if (aim !== "measured" && aim !== "fitted" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive, "measured" or "fitted"; got ${aim}`);
     if (!(this.o.goodFloor >= 0 && this.o.goodFloor <= this.o.goodCeiling && this.o.goodCeiling <= 1)) {
@@ -125,6 +127,11 @@ export class ItlAdmission {
   /** Whether the planner prices the pool at recent arrivals' decode demand (option `demand`). */
   get pricesDemand(): boolean {
     return this.o.demand;
+  }
+
+  /** Whether the pool is priced at the peak decode context (option `peakContext`). */
+  get pricesPeakContext(): boolean {
+    return this.o.peakContext;
   }
 
   /** Whether extra sequences are priced with the prefill work per held sequence (option `sessionPrefill`). */
@@ -192,8 +199,8 @@ export class ItlAdmission {
    * second on it; otherwise the most extra sequences whose scaled ITL stays
    * below `aim() × itlTargetS` (doubling, then bisection). 0 when the pool is there already.
    */
-  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number, seqs = 0): number {
-    const now = itlWith(0);
+  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number, seqs = 0, modelNow?: number): number {
+    const now = modelNow ?? itlWith(0);
     // A window's measurement counts as much as its tokens, and the scale is the ratio of the two
     // sums: on a light load one window catches three sequences at the tick that decoded 11 tokens
     // (75× the model on the Azure trace) and the next none after 60; an EWMA of per-window ratios
@@ -223,7 +230,7 @@ export class ItlAdmission {
     }
     const limit = this.aim() * itlTargetS;
     const under = (extra: number) => scale * itlWith(extra) < limit;
-    if (!(scale * now < limit)) return 0;
+    if (!(scale * itlWith(0) < limit)) return 0;
     let lo = 0, hi = 1;
     const cap = SEARCH_CAP_PER_WORKER * Math.max(1, workers);
     while (hi < cap && under(hi)) { lo = hi; hi *= 2; }

@@ -22,6 +22,7 @@
  *   -itlgfF[cC]      as -itlm, the aim lowered while fewer than F of recent requests are within the ITL target, raised while more than C (default 0.9)
  *   -itlmaxX         as -itlm, the measured aim at most X (and at least min(0.5, X))
  *   -itltr           as -itlm, the aim lowered while the pool's measured ITL (about a minute) sits past it (-itltrsp: with -itlsp)
+ *   -itlpc           as -itlm, the pool priced at the highest decode context of the last minutes (peakContext)
  *   -itlsp           as -itlm, each extra sequence priced with the prefill tokens/s a held one brings now
  *   -itlnd           as -itlm, the pool priced at the sequences it holds only, not at recent arrivals' decode demand
  *   -itlmwX          as -itlm, a new session without room waits up to X s at the door (default 0: to the next tick)
@@ -82,6 +83,7 @@ function specOf(name: string): SystemSpec {
     else if ((x = /^itlmax([\d.]+)$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { maxAim: Number(x[1]), minAim: Math.min(0.5, Number(x[1])) } }) };
     else if (m === "itltr") s = { ...s, planner: oursPlanner({ itlAdmission: { track: true } }) };
     else if (m === "itltrsp") s = { ...s, planner: oursPlanner({ itlAdmission: { track: true, sessionPrefill: true } }) };
+    else if (m === "itlpc") s = { ...s, planner: oursPlanner({ itlAdmission: { peakContext: true } }) };
     else if (m === "itlsp") s = { ...s, planner: oursPlanner({ itlAdmission: { sessionPrefill: true } }) };
     else if (m === "itlnd") s = { ...s, planner: oursPlanner({ itlAdmission: { demand: false } }) };
     else if (m === "noitl") s = { ...s, planner: oursPlanner({ itlAdmission: false }) };
