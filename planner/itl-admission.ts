@@ -49,32 +49,8 @@ export interface ItlAdmissionOptions {
    * of arrivals then does not close the door before its sequences decode).
    */
   demand?: boolean;
-  /**
-   * Price each extra sequence with the prefill work per second that the sequences held now bring on
-   * average (true), or the extra sequences' decoding only (false, default): an agent session comes
-   * back turn after turn with tool output to prefill (computer-use: 5,000 tokens a turn against 350
-   * decoded).
-   */
-  sessionPrefill?: boolean;
-  /**
-   * Hold the pool's measured mean ITL at the aim (true), not only the model's prediction (false,
-   * default): where the sessions let in keep the pool past its aim after the door has shut (their
-   * later turns cost more than the model priced them at), the aim is lowered until the measured ITL,
-   * averaged over about a minute, sits at it; raised back, at most to 1×, where it sits below.
-   */
-  track?: boolean;
-  /** Price the pool at the highest decode context of the last minutes (true) instead of today's (false, default). */
-  peakContext?: boolean;
   /** With aim "fitted": where the curve predicts fewer requests within the target now, the measured aim decides. Default 0.5. */
   fitFloor?: number;
-  /**
-   * Fraction of recent requests within the ITL target below which the aim is lowered, tick by tick
-   * (×0.99), and above `goodCeiling` raised back (×1.002, to 1× the aim): a pool whose sessions keep it past its aim
-   * although the door is shut needs the door to shut earlier. 0 (default): off.
-   */
-  goodFloor?: number;
-  /** See `goodFloor`. Default 0.9. */
-  goodCeiling?: number;
 }
 
 /**
@@ -94,22 +70,14 @@ export class ItlAdmission {
   /** EWMAs of the measured and the modelled ITL, each weighted by the window's decode tokens. */
   private measuredSum = 0;
   private modelledSum = 0;
-  /** Factor on the aim from the good-fraction control and from tracking (1 without them). */
-  private aimScale = 1;
-  /** Token-weighted EWMA (about a minute) of the pool's measured ITL, for tracking: sums of weight × ITL and of weight. */
-  private slowItl = 0;
-  private slowWeight = 0;
   /** The fitted aim's curve (null for the other aims). */
   private readonly curve: GoodputCurve | null;
 
   /** Creates the controller; validates the knobs. */
   constructor(opts: ItlAdmissionOptions = {}) {
-    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, fitFloor: 0.5, goodFloor: 0, goodCeiling: 0.9, sessionPrefill: false, track: false, peakContext: false, ...opts };
+    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, fitFloor: 0.5, ...opts };
     const { aim, percentile, minAim, maxAim, keep, maxWaitS } = this.o;
     if (aim !== "measured" && aim !== "fitted" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive, "measured" or "fitted"; got ${aim}`);
-    if (!(this.o.goodFloor >= 0 && this.o.goodFloor <= this.o.goodCeiling && this.o.goodCeiling <= 1)) {
-      throw new RangeError(`ITL admission needs 0 <= goodFloor <= goodCeiling <= 1; got ${this.o.goodFloor} and ${this.o.goodCeiling}`);
-    }
     if (!(this.o.fitFloor >= 0 && this.o.fitFloor <= 1)) throw new RangeError(`ITL admission fitFloor must be in [0, 1]; got ${this.o.fitFloor}`);
     if (!(percentile > 0 && percentile <= 1)) throw new RangeError(`ITL admission percentile must be in (0, 1]; got ${percentile}`);
     if (!(minAim > 0 && minAim <= maxAim)) throw new RangeError(`ITL admission needs 0 < minAim <= maxAim; got ${minAim} and ${maxAim}`);
@@ -129,16 +97,6 @@ export class ItlAdmission {
     return this.o.demand;
   }
 
-  /** Whether the pool is priced at the peak decode context (option `peakContext`). */
-  get pricesPeakContext(): boolean {
-    return this.o.peakContext;
-  }
-
-  /** Whether extra sequences are priced with the prefill work per held sequence (option `sessionPrefill`). */
-  get pricesSessionPrefill(): boolean {
-    return this.o.sessionPrefill;
-  }
-
   /** Measured ÷ modelled ITL (a ratio of token-weighted EWMAs over ticks; 1 until measured). */
   get itlScale(): number {
     return this.modelledSum > 0 ? this.measuredSum / this.modelledSum : 1;
@@ -154,23 +112,7 @@ export class ItlAdmission {
 
   /** The fraction of the ITL target the pool's mean ITL may reach now (the measured one for "fitted" too: its fallback). */
   aim(): number {
-    return this.aimScale * (typeof this.o.aim === "number" ? this.o.aim : this.measuredAim());
-  }
-
-  /** The good-fraction control's factor on the aim (1 when off). */
-  get aimFactor(): number {
-    return this.aimScale;
-  }
-
-  /** One tick of the good-fraction control (see `goodFloor`). */
-  private controlAim(itlTargetS: number): void {
-    const n = Math.min(this.seen, this.o.keep);
-    if (this.o.goodFloor <= 0 || n < this.o.keep / 4) return;
-    let within = 0;
-    for (let i = 0; i < n; i++) if (this.itls[i] < itlTargetS) within++;
-    const good = within / n;
-    if (good < this.o.goodFloor) this.aimScale = Math.max(0.1, this.aimScale * 0.99);
-    else if (good > this.o.goodCeiling) this.aimScale = Math.min(1, this.aimScale * 1.002);
+    return typeof this.o.aim === "number" ? this.o.aim : this.measuredAim();
   }
 
   /** For the fitted aim: the pool held `seqs` decoding sequences at tick `now`, and `done` finished by then. */
@@ -199,8 +141,8 @@ export class ItlAdmission {
    * second on it; otherwise the most extra sequences whose scaled ITL stays
    * below `aim() × itlTargetS` (doubling, then bisection). 0 when the pool is there already.
    */
-  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number, seqs = 0, modelNow?: number): number {
-    const now = modelNow ?? itlWith(0);
+  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number, seqs = 0): number {
+    const now = itlWith(0);
     // A window's measurement counts as much as its tokens, and the scale is the ratio of the two
     // sums: on a light load one window catches three sequences at the tick that decoded 11 tokens
     // (75× the model on the Azure trace) and the next none after 60; an EWMA of per-window ratios
@@ -211,16 +153,6 @@ export class ItlAdmission {
       this.modelledSum = (1 - w) * this.modelledSum + w * now;
     }
     const scale = this.itlScale;
-    this.controlAim(itlTargetS);
-    if (this.o.track && measured !== null && measured.tokens > 0 && measured.itlS >= 0 && Number.isFinite(measured.itlS)) {
-      const w = 0.02 * Math.min(1, measured.tokens / (MIN_TOKENS_PER_WORKER * Math.max(1, workers)));
-      this.slowItl = (1 - w) * this.slowItl + w * measured.itlS;
-      this.slowWeight = (1 - w) * this.slowWeight + w;
-      // The measured ITL is held at the aim itself; the door works at the scaled one.
-      const base = this.aim() / this.aimScale;
-      const err = this.slowItl / this.slowWeight / (base * itlTargetS);
-      this.aimScale = Math.min(1, Math.max(0.25, this.aimScale * Math.exp(-0.02 * (err - 1))));
-    }
     const fit = this.curve?.fit() ?? null;
     // A curve that says most requests miss at today's load describes no regime where more load helps
     // (computer-use at 3x: ITL there is set by the prefill beside the decodes, which it cannot see).
@@ -230,7 +162,7 @@ export class ItlAdmission {
     }
     const limit = this.aim() * itlTargetS;
     const under = (extra: number) => scale * itlWith(extra) < limit;
-    if (!(scale * itlWith(0) < limit)) return 0;
+    if (!(scale * now < limit)) return 0;
     let lo = 0, hi = 1;
     const cap = SEARCH_CAP_PER_WORKER * Math.max(1, workers);
     while (hi < cap && under(hi)) { lo = hi; hi *= 2; }

@@ -13,9 +13,6 @@ import type { StepSample, WorkerSnapshot } from "./types.ts";
  */
 export const SPLIT_PROBE_EVERY = 16;
 
-/** Ticks over which the held peak of the decode context decays by e (10 min at a 1 s tick). */
-const PEAK_TICKS = 600;
-
 /** Planner ticks between refits of the step model (the hardware does not change between ticks; a fit costs about 10 ms). */
 const FIT_EVERY_TICKS = 10;
 
@@ -24,7 +21,6 @@ export class StepPricing {
   private readonly model = new OnlineStepModel();
   private ctxPrefill = 0; // mean attended context per prompt token computed (EWMA)
   private ctxDecode = 0; // mean context read per decoding sequence (EWMA)
-  private ctxDecodePeak = 0; // the highest recent ctxDecode (held, decaying by e over PEAK_TICKS ticks)
   private memSeqs = 0; // decoding sequences a worker's KV memory holds, from measured usage (EWMA; 0 = unknown)
   private ticksSinceFit = 0;
   /** Fits made so far (a new fit is what step-mixing decisions wait for). */
@@ -62,20 +58,11 @@ export class StepPricing {
     }
     if (pt > 0) this.ctxPrefill = this.ctxPrefill === 0 ? pp / pt : 0.9 * this.ctxPrefill + 0.1 * (pp / pt);
     if (ds > 0) this.ctxDecode = this.ctxDecode === 0 ? da / ds : 0.9 * this.ctxDecode + 0.1 * (da / ds);
-    this.ctxDecodePeak = Math.max(this.ctxDecode, this.ctxDecodePeak * Math.exp(-1 / PEAK_TICKS));
     if (!this.ready || ++this.ticksSinceFit >= FIT_EVERY_TICKS) {
       this.model.fit();
       this.ticksSinceFit = 0;
       this.fits++;
     }
-  }
-
-  /** Mean context a decoding sequence reads now, and the highest it was over the last minutes (held peak). */
-  get decodeContext(): number {
-    return this.ctxDecode;
-  }
-  get decodeContextPeak(): number {
-    return this.ctxDecodePeak;
   }
 
   /** The decode batch a worker can hold: `limit`, or fewer when its KV memory fits fewer sequences. */
@@ -89,17 +76,17 @@ export class StepPricing {
   }
 
   /** Seconds of a mixed step: a chunk filling `budget` tokens beside `b` decoding sequences. */
-  chunkStep(b: number, budget: number, ctx = this.ctxDecode): number {
+  chunkStep(b: number, budget: number): number {
     const n = Math.max(1, budget - b);
-    return this.model.predict({ prefillTokens: n, prefillAttnPairs: n * this.ctxPrefill, decodeSeqs: b, decodeAttnTokens: b * ctx });
+    return this.model.predict({ prefillTokens: n, prefillAttnPairs: n * this.ctxPrefill, decodeSeqs: b, decodeAttnTokens: b * this.ctxDecode });
   }
 
   /**
    * Seconds between two decode steps of a worker that separates a chunk of `budget` tokens from its
    * `b` decodes: a prefill-only step, then a decode-only one.
    */
-  splitChunkStep(b: number, budget: number, ctx = this.ctxDecode): number {
-    return this.prefillStep(Math.max(1, budget - b)) + this.decodeStep(b, ctx);
+  splitChunkStep(b: number, budget: number): number {
+    return this.prefillStep(Math.max(1, budget - b)) + this.decodeStep(b);
   }
 
   /**
@@ -115,9 +102,9 @@ export class StepPricing {
     return current ? mixed > split / 1.2 : mixed > 1.2 * split;
   }
 
-  /** Seconds of a decode-only step of `b` sequences, each reading `ctx` tokens of context (default: the mean now). */
-  decodeStep(b: number, ctx = this.ctxDecode): number {
-    return this.model.predict({ prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: b, decodeAttnTokens: b * ctx });
+  /** Seconds of a decode-only step of `b` sequences. */
+  decodeStep(b: number): number {
+    return this.model.predict({ prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: b, decodeAttnTokens: b * this.ctxDecode });
   }
 }
 

@@ -19,11 +19,7 @@
  *   -itlfit          as -itlm, the pool kept at the load maximising good requests/s on a fitted curve
  *                    (experiment, docs/results/variants/itl-admission.txt H, I and J)
  *   -itlmpP          as -itlm with percentile P (default 0.9)
- *   -itlgfF[cC]      as -itlm, the aim lowered while fewer than F of recent requests are within the ITL target, raised while more than C (default 0.9)
  *   -itlmaxX         as -itlm, the measured aim at most X (and at least min(0.5, X))
- *   -itltr           as -itlm, the aim lowered while the pool's measured ITL (about a minute) sits past it (-itltrsp: with -itlsp)
- *   -itlpc           as -itlm, the pool priced at the highest decode context of the last minutes (peakContext)
- *   -itlsp           as -itlm, each extra sequence priced with the prefill tokens/s a held one brings now
  *   -itlnd           as -itlm, the pool priced at the sequences it holds only, not at recent arrivals' decode demand
  *   -itlmwX          as -itlm, a new session without room waits up to X s at the door (default 0: to the next tick)
  *   -busyX / -busyXpN  Dynamo's request rejection: turn requests away while every worker holds more than X of its KV
@@ -79,12 +75,7 @@ function specOf(name: string): SystemSpec {
     else if ((x = /^itl(m|[\d.]+)(?:p([\d.]+))?$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { aim: x[1] === "m" ? "measured" : Number(x[1]), percentile: x[2] === undefined ? 0.9 : Number(x[2]) } }) };
     else if ((x = /^itlmw([\d.]+)$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { maxWaitS: Number(x[1]) } }) };
     else if (m === "itlfit") s = { ...s, planner: oursPlanner({ itlAdmission: { aim: "fitted" } }) };
-    else if ((x = /^itlgf([\d.]+)(?:c([\d.]+))?$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { goodFloor: Number(x[1]), goodCeiling: x[2] === undefined ? 0.9 : Number(x[2]) } }) };
     else if ((x = /^itlmax([\d.]+)$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { maxAim: Number(x[1]), minAim: Math.min(0.5, Number(x[1])) } }) };
-    else if (m === "itltr") s = { ...s, planner: oursPlanner({ itlAdmission: { track: true } }) };
-    else if (m === "itltrsp") s = { ...s, planner: oursPlanner({ itlAdmission: { track: true, sessionPrefill: true } }) };
-    else if (m === "itlpc") s = { ...s, planner: oursPlanner({ itlAdmission: { peakContext: true } }) };
-    else if (m === "itlsp") s = { ...s, planner: oursPlanner({ itlAdmission: { sessionPrefill: true } }) };
     else if (m === "itlnd") s = { ...s, planner: oursPlanner({ itlAdmission: { demand: false } }) };
     else if (m === "noitl") s = { ...s, planner: oursPlanner({ itlAdmission: false }) };
     else if ((x = /^busy([\d.]+)(?:p(\d+))?$/.exec(m))) s = { ...s, busyThresholds: { activeBlocks: Number(x[1]), prefillTokens: x[2] === undefined ? undefined : Number(x[2]) } };
