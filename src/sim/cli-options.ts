@@ -37,6 +37,8 @@ export interface SimOptions {
   kvReplicated: boolean;
   /** Extra ms per mixed prefill+decode step (null: the hardware profile's, or the calibrated, value). */
   mixedStepOverheadMs: number | null;
+  /** Ours' ITL admission held at this fixed fraction of the ITL target (null: the measured aim). */
+  itlAim: number | null;
 }
 
 /** Usage text. */
@@ -48,7 +50,8 @@ baselines (--baselines a,b): dynamo-disagg-sla, dynamo-disagg-load, dynamo-agg, 
 --kv-replicated: tensor-parallel attention, every GPU of a worker holds and reads the whole MLA KV (default: KV split across them)
 --remote-store-tb X: a shared remote KV store of X TB below every host tier, for every system (default none)
 --mixed-step-overhead-ms X: extra cost of a step carrying both prefill and decode (default 0; a step log fits it)
---ablation: also run ours without the role planner (evolving-static; reported under "ablations", never as a baseline)`;
+--ablation: also run ours without the role planner (evolving-static; reported under "ablations", never as a baseline)
+--itl-aim X: ours lets new sessions in while the decode pool's ITL stays below X × the ITL target (0 < X ≤ 1; default: measured, mean/P90 of recent requests' ITL)`;
 
 function num(flag: string, v: string | undefined, min: number, integer = false): number {
   const x = Number(v);
@@ -62,7 +65,7 @@ function num(flag: string, v: string | undefined, min: number, integer = false):
 export function parseSimArgs(argv: readonly string[]): SimOptions {
   const o: SimOptions = {
     scenario: null, trace: null, format: "mooncake", gpus: 256, model: "kimi-k2.6", hw: "gb300", load: 1, seed: 1,
-    durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity, ablation: false, calibrate: null, remoteStoreTb: 0, kvReplicated: false, mixedStepOverheadMs: null,
+    durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity, ablation: false, calibrate: null, remoteStoreTb: 0, kvReplicated: false, mixedStepOverheadMs: null, itlAim: null,
   };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -89,6 +92,13 @@ export function parseSimArgs(argv: readonly string[]): SimOptions {
       case "--calibrate": o.calibrate = next() ?? ""; break;
       case "--mixed-step-overhead-ms": o.mixedStepOverheadMs = num(a, next(), 0); break;
       case "--kv-replicated": o.kvReplicated = true; break;
+      case "--itl-aim": {
+        const v = next();
+        const x = Number(v);
+        if (v === undefined || !(x > 0 && x <= 1)) throw new SimUsageError(`Option --itl-aim needs a fraction of the ITL target in (0, 1], got "${v ?? ""}"`);
+        o.itlAim = x;
+        break;
+      }
       case "--remote-store-tb": o.remoteStoreTb = num(a, next(), 0); break;
       case "--report": o.report = next() ?? ""; break;
       case "--baselines": o.baselines = (next() ?? "").split(",").filter((x) => x !== ""); break;

@@ -27,6 +27,8 @@ export interface CompareOptions {
   remoteStoreBytes?: number;
   /** Also run ablations of ours (`evolving-static`: no role planner), reported apart from the baselines. */
   ablation?: boolean;
+  /** Ours' ITL admission at this fixed fraction of the ITL target (default: the measured aim). */
+  itlAim?: number;
 }
 
 /** One system's run, summarised. */
@@ -109,6 +111,7 @@ export function simulationSetup(w: Workload, o: CompareOptions): { ctx: SystemCo
   const profile = profileSweep(new CostModel(o.model, o.hw, gpw, kvReplication));
   const ctx: SystemContext = {
     workers, profile, initialSplit: initialSplit(w, profile, workers), ttftTargetS: 0.5, itlTargetS: 0.05, startupS: o.startupS ?? 60,
+    ...(o.itlAim !== undefined ? { itlAim: o.itlAim } : {}),
   };
   const cfg: SimConfig = {
     model: o.model, hw: o.hw, gpus: o.gpus, gpusPerWorker: gpw, drainS: o.drainS ?? 300, maxQueueS: o.maxQueueS ?? 120,

@@ -43,6 +43,7 @@ export function runOnce(o: SimOptions, load: number, traceText: string | null, c
   const opts: CompareOptions = {
     model, hw, gpus: o.gpus, startupS: o.startupS,
     baselines: (o.baselines ?? undefined) as CompareOptions["baselines"], ablation: o.ablation, remoteStoreBytes: o.remoteStoreTb * 1e12, kvReplicated: o.kvReplicated,
+    ...(o.itlAim !== null ? { itlAim: o.itlAim } : {}),
   };
   const c = compare(w, opts, clock);
   if (note !== null) c.assumptions = [note, ...c.assumptions];

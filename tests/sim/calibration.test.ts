@@ -84,3 +84,23 @@ test("runOnce() with --mixed-step-overhead-ms slows mixed steps and states the a
   assert.ok(slow.systems.baseline.itl.mean > plain.systems.baseline.itl.mean, `${slow.systems.baseline.itl.mean} vs ${plain.systems.baseline.itl.mean}`);
   assert.throws(() => parseSimArgs([...args, "--mixed-step-overhead-ms", "-1"]), /--mixed-step-overhead-ms needs a number ≥ 0, got "-1"/);
 });
+
+test("runOnce() with --itl-aim holds ours' decode pool at that fraction of the ITL target and states it", () => {
+  // 32 GPUs of computer-use agents at 3x: ours' door binds, so a lower aim turns more new sessions
+  // away and keeps the ITL of the requests it serves lower (measured: 37.1 ms, 120 turned away;
+  // at 0.3, 23.3 ms and 360).
+  const args = ["--scenario", "computer-use-256", "--gpus", "32", "--load", "3", "--duration", "200", "--baselines", "dynamo-agg"];
+  let t = 0;
+  const clock = () => t++;
+  const measured = runOnce(parseSimArgs(args), 3, null, clock);
+  const low = runOnce(parseSimArgs([...args, "--itl-aim", "0.3"]), 3, null, clock);
+  const e = measured.systems.evolving, l = low.systems.evolving;
+  assert.ok(l.itl.mean < 0.8 * e.itl.mean, `ITL ${l.itl.mean} at aim 0.3 vs ${e.itl.mean} measured`);
+  assert.ok(l.rejected > e.rejected, `turned away ${l.rejected} at aim 0.3 vs ${e.rejected} measured`);
+  assert.match(String(low.params.evolving.admission), /0\.3 \(--itl-aim\) × the ITL target/);
+  assert.match(String(measured.params.evolving.admission), /mean\/P90 of recent requests' ITL × the ITL target/);
+  // The baseline does not read the option.
+  assert.deepEqual(low.systems.baseline, measured.systems.baseline);
+  assert.throws(() => parseSimArgs([...args, "--itl-aim", "0"]), /--itl-aim needs a fraction of the ITL target in \(0, 1\], got "0"/);
+  assert.throws(() => parseSimArgs([...args, "--itl-aim", "1.5"]), /got "1.5"/);
+});
