@@ -49,6 +49,12 @@ export interface ItlAdmissionOptions {
    * of arrivals then does not close the door before its sequences decode).
    */
   demand?: boolean;
+  /**
+   * Price the pool as its sessions will be (true, default) rather than as they are (false): at the
+   * highest prefill and decode contexts of the last minutes, each extra sequence bringing the prefill
+   * tokens/s a held one brings now (see OnlinePlanner's admission).
+   */
+  agedPricing?: boolean;
   /** With aim "fitted": where the curve predicts fewer requests within the target now, the measured aim decides. Default 0.5. */
   fitFloor?: number;
 }
@@ -75,7 +81,7 @@ export class ItlAdmission {
 
   /** Creates the controller; validates the knobs. */
   constructor(opts: ItlAdmissionOptions = {}) {
-    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, fitFloor: 0.5, ...opts };
+    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, fitFloor: 0.5, agedPricing: true, ...opts };
     const { aim, percentile, minAim, maxAim, keep, maxWaitS } = this.o;
     if (aim !== "measured" && aim !== "fitted" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive, "measured" or "fitted"; got ${aim}`);
     if (!(this.o.fitFloor >= 0 && this.o.fitFloor <= 1)) throw new RangeError(`ITL admission fitFloor must be in [0, 1]; got ${this.o.fitFloor}`);
@@ -95,6 +101,11 @@ export class ItlAdmission {
   /** Whether the planner prices the pool at recent arrivals' decode demand (option `demand`). */
   get pricesDemand(): boolean {
     return this.o.demand;
+  }
+
+  /** Whether the pool is priced as its sessions will be (option `agedPricing`). */
+  get pricesAged(): boolean {
+    return this.o.agedPricing;
   }
 
   /** Measured ÷ modelled ITL (a ratio of token-weighted EWMAs over ticks; 1 until measured). */
@@ -141,8 +152,8 @@ export class ItlAdmission {
    * second on it; otherwise the most extra sequences whose scaled ITL stays
    * below `aim() × itlTargetS` (doubling, then bisection). 0 when the pool is there already.
    */
-  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number, seqs = 0): number {
-    const now = itlWith(0);
+  budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number, seqs = 0, modelNow?: number): number {
+    const now = modelNow ?? itlWith(0);
     // A window's measurement counts as much as its tokens, and the scale is the ratio of the two
     // sums: on a light load one window catches three sequences at the tick that decoded 11 tokens
     // (75× the model on the Azure trace) and the next none after 60; an EWMA of per-window ratios
@@ -162,7 +173,7 @@ export class ItlAdmission {
     }
     const limit = this.aim() * itlTargetS;
     const under = (extra: number) => scale * itlWith(extra) < limit;
-    if (!(scale * now < limit)) return 0;
+    if (!(scale * itlWith(0) < limit)) return 0;
     let lo = 0, hi = 1;
     const cap = SEARCH_CAP_PER_WORKER * Math.max(1, workers);
     while (hi < cap && under(hi)) { lo = hi; hi *= 2; }

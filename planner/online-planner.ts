@@ -9,7 +9,7 @@
 import { allMixes, chooseFlips, countRoles, flipsBetween, moveDirection, type RoleMix } from "./role-mix.ts";
 import type { StepCoefficients } from "./step-model.ts";
 import { RateEstimates } from "./rate-estimates.ts";
-import { StepMixingChoice, StepPricing } from "./step-pricing.ts";
+import { StepMixingChoice, StepPricing, type StepContexts } from "./step-pricing.ts";
 import { ItlAdmission, type ItlAdmissionOptions } from "./itl-admission.ts";
 import { SessionAdmission, type SessionAdmissionOptions } from "./session-admission.ts";
 import type { MetricsSnapshot, Planner, PlannerAction, WorkerSnapshot } from "./types.ts";
@@ -141,7 +141,7 @@ export class OnlinePlanner implements Planner {
    * Prefill: queue drain plus an M/M/1-like P95 wait per pool; past saturation the queue grows for
    * the next HORIZON seconds. Past the batch limit ITL stretches by demand ÷ capacity.
    */
-  predictMix(mix: RoleMix, backlog: number, decodeSeqs: number, meanUncached: number, decodeDemand = this.rates.decodeDemand): [number, number] {
+  predictMix(mix: RoleMix, backlog: number, decodeSeqs: number, meanUncached: number, decodeDemand = this.rates.decodeDemand, prefillDemand = this.rates.demand, ctx?: StepContexts): [number, number] {
     const p = mix.prefill, dc = mix.decode + mix.mixed;
     const sm = this.o.stepModel && this.steps.ready ? this.steps : null;
     // A decode worker holds at most its batch limit, and no more sequences than its KV memory fits.
@@ -149,8 +149,8 @@ export class OnlinePlanner implements Planner {
     const held = decodeSeqs / Math.max(1, dc); // sequences each decoding worker holds now
     // Step model: a prefill worker's full-chunk step, a pool worker's chunk step (this.chunkStep) and
     // decode step at its batch.
-    const rateP = sm ? this.o.prefillChunkTokens / sm.prefillStep(this.o.prefillChunkTokens) : Math.max(1, this.rates.prefillRate || this.rates.mixedRate);
-    const rateM = sm ? Math.max(1, this.o.mixedChunkTokens - held) / this.chunkStep(sm, held) : Math.max(1, this.rates.mixedRate || this.rates.prefillRate);
+    const rateP = sm ? this.o.prefillChunkTokens / sm.prefillStep(this.o.prefillChunkTokens, ctx) : Math.max(1, this.rates.prefillRate || this.rates.mixedRate);
+    const rateM = sm ? Math.max(1, this.o.mixedChunkTokens - held) / this.chunkStep(sm, held, ctx) : Math.max(1, this.rates.mixedRate || this.rates.prefillRate);
     const a = this.rates.stepA, B = this.rates.stepB;
     const tChunk = this.rates.chunkStepS > 0 ? this.rates.chunkStepS : a + this.o.mixedChunkTokens / rateM;
     const share = p === 0 ? 1 : dc === 0 ? 0 : (mix.mixed + this.rates.localShare * mix.decode) / dc;
@@ -159,30 +159,30 @@ export class OnlinePlanner implements Planner {
     // and prefill workers only what decode workers send them (mixed workers prefill their own prompts).
     const drain = backlog / Math.max(1e-9, (share < 1 ? capP : 0) + share * capM);
     const ttft = drain + Math.max(
-      p > 0 ? this.queueTtft(this.rates.demand * (1 - share), capP, meanUncached / rateP) : 0,
-      share > 0 ? this.queueTtft(this.rates.demand * share, capM, meanUncached / rateM) : 0,
+      p > 0 ? this.queueTtft(prefillDemand * (1 - share), capP, meanUncached / rateP) : 0,
+      share > 0 ? this.queueTtft(prefillDemand * share, capM, meanUncached / rateM) : 0,
     );
     if (dc <= 0) return [ttft, 1e3];
     const lambda = Math.max(decodeDemand, 0) / dc; // output tokens/s per pool worker
-    const rho = Math.min(0.99, (this.rates.demand * share) / Math.max(1e-9, capM));
+    const rho = Math.min(0.99, (prefillDemand * share) / Math.max(1e-9, capM));
     // Fixed point of ITL = 1 / (ρ/tChunk + (1−ρ)/(a + B·λ·ITL)), batch at least what is held now.
     let itl = a;
     for (let i = 0; i < 30; i++) {
       const b = Math.min(max, Math.max(held, lambda * itl));
-      const pure = sm ? sm.decodeStep(b) : a + B * b;
-      const next = 1 / (rho / (sm ? this.chunkStep(sm, b) : tChunk) + (1 - rho) / pure);
+      const pure = sm ? sm.decodeStep(b, ctx) : a + B * b;
+      const next = 1 / (rho / (sm ? this.chunkStep(sm, b, ctx) : tChunk) + (1 - rho) / pure);
       if (Math.abs(next - itl) < 1e-7) { itl = next; break; }
       itl = next;
     }
     const b = lambda * itl;
     if (b > max || held > max) {
-      const capTok = max / (sm ? sm.decodeStep(max) : a + B * max);
+      const capTok = max / (sm ? sm.decodeStep(max, ctx) : a + B * max);
       itl *= Math.max(lambda / capTok, held / max, 1);
     }
     if (sm) {
       // A decode pool near its batch limit stops taking finished prefills: their KV waits, memory
       // fills, and new prompts wait too. Count that in TTFT as a saturated prefill queue is counted.
-      const over = Math.max(lambda * sm.decodeStep(max) / max, held / max);
+      const over = Math.max(lambda * sm.decodeStep(max, ctx) / max, held / max);
       if (over > 0.9) return [ttft + 10 * (over - 0.9), itl];
     }
     return [ttft, itl];
@@ -208,7 +208,16 @@ export class OnlinePlanner implements Planner {
     for (const w of live) tokens += w.decodeTokens;
     const measured = tokens > 0 ? { itlS: (seqs * s.windowS) / tokens, tokens } : null;
     const demand = itl.pricesDemand ? this.rates.decodeDemand : 0;
-    const newSessions = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached, demand)[1], measured, this.o.itlTargetS, live.length, seqs);
+    // With agedPricing, the pool is priced as its sessions will be: at the highest prefill and decode
+    // contexts of the last minutes (an agent session's every turn attends to all it has said before,
+    // so its prefill and decode grow dearer as it ages) and with each extra sequence bringing the
+    // prefill tokens/s a held one brings now (read once the pool holds a few per worker). The model
+    // is still scaled to the measured ITL at today's contexts (modelNow).
+    const aged = itl.pricesAged && this.steps.ready;
+    const ctx = aged ? this.steps.contexts(true) : undefined;
+    const perSeq = aged && seqs >= 4 * live.length ? this.rates.demand / seqs : 0;
+    const modelNow = aged ? this.predictMix(cur, backlog, seqs, meanUncached, demand)[1] : undefined;
+    const newSessions = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached, demand, this.rates.demand + perSeq * extra, ctx)[1], measured, this.o.itlTargetS, live.length, seqs, modelNow);
     const memHolding = mem?.holdingNewSessions ?? false;
     return [{
       kind: "admission", holdNewSessions: memHolding, newSessions,
@@ -223,8 +232,8 @@ export class OnlinePlanner implements Planner {
    * {@link predictMix}: that runs for every mix on every tick, and a closure per call (named at
    * creation under tsx) cost about 8% of a simulated run.
    */
-  private chunkStep(sm: StepPricing, b: number): number {
-    return this.mixing.wanted ? sm.splitChunkStep(b, this.o.mixedChunkTokens) : sm.chunkStep(b, this.o.mixedChunkTokens);
+  private chunkStep(sm: StepPricing, b: number, ctx?: StepContexts): number {
+    return this.mixing.wanted ? sm.splitChunkStep(b, this.o.mixedChunkTokens, ctx) : sm.chunkStep(b, this.o.mixedChunkTokens, ctx);
   }
 
   /** P95 TTFT of a pool with capacity `cap` tokens/s serving `load` tokens/s. */

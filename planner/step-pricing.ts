@@ -13,6 +13,15 @@ import type { StepSample, WorkerSnapshot } from "./types.ts";
  */
 export const SPLIT_PROBE_EVERY = 16;
 
+/** Ticks over which the held peaks of the contexts decay by e (10 min at a 1 s tick). */
+const PEAK_TICKS = 600;
+
+/** Contexts to price steps at: attended context per prompt token, and context read per decoding sequence. */
+export interface StepContexts {
+  prefill: number;
+  decode: number;
+}
+
 /** Planner ticks between refits of the step model (the hardware does not change between ticks; a fit costs about 10 ms). */
 const FIT_EVERY_TICKS = 10;
 
@@ -21,6 +30,8 @@ export class StepPricing {
   private readonly model = new OnlineStepModel();
   private ctxPrefill = 0; // mean attended context per prompt token computed (EWMA)
   private ctxDecode = 0; // mean context read per decoding sequence (EWMA)
+  private peakPrefill = 0; // the highest recent ctxPrefill and ctxDecode (held, decaying by e over PEAK_TICKS ticks)
+  private peakDecode = 0;
   private memSeqs = 0; // decoding sequences a worker's KV memory holds, from measured usage (EWMA; 0 = unknown)
   private ticksSinceFit = 0;
   /** Fits made so far (a new fit is what step-mixing decisions wait for). */
@@ -58,11 +69,19 @@ export class StepPricing {
     }
     if (pt > 0) this.ctxPrefill = this.ctxPrefill === 0 ? pp / pt : 0.9 * this.ctxPrefill + 0.1 * (pp / pt);
     if (ds > 0) this.ctxDecode = this.ctxDecode === 0 ? da / ds : 0.9 * this.ctxDecode + 0.1 * (da / ds);
+    const k = Math.exp(-1 / PEAK_TICKS);
+    this.peakPrefill = Math.max(this.ctxPrefill, this.peakPrefill * k);
+    this.peakDecode = Math.max(this.ctxDecode, this.peakDecode * k);
     if (!this.ready || ++this.ticksSinceFit >= FIT_EVERY_TICKS) {
       this.model.fit();
       this.ticksSinceFit = 0;
       this.fits++;
     }
+  }
+
+  /** The contexts of now, or the highest of the last minutes (held peaks). */
+  contexts(peak = false): StepContexts {
+    return peak ? { prefill: this.peakPrefill, decode: this.peakDecode } : { prefill: this.ctxPrefill, decode: this.ctxDecode };
   }
 
   /** The decode batch a worker can hold: `limit`, or fewer when its KV memory fits fewer sequences. */
@@ -71,22 +90,22 @@ export class StepPricing {
   }
 
   /** Seconds of a prefill-only step of `n` prompt tokens. */
-  prefillStep(n: number): number {
-    return this.model.predict({ prefillTokens: n, prefillAttnPairs: n * this.ctxPrefill, decodeSeqs: 0, decodeAttnTokens: 0 });
+  prefillStep(n: number, c = this.contexts()): number {
+    return this.model.predict({ prefillTokens: n, prefillAttnPairs: n * c.prefill, decodeSeqs: 0, decodeAttnTokens: 0 });
   }
 
   /** Seconds of a mixed step: a chunk filling `budget` tokens beside `b` decoding sequences. */
-  chunkStep(b: number, budget: number): number {
+  chunkStep(b: number, budget: number, c = this.contexts()): number {
     const n = Math.max(1, budget - b);
-    return this.model.predict({ prefillTokens: n, prefillAttnPairs: n * this.ctxPrefill, decodeSeqs: b, decodeAttnTokens: b * this.ctxDecode });
+    return this.model.predict({ prefillTokens: n, prefillAttnPairs: n * c.prefill, decodeSeqs: b, decodeAttnTokens: b * c.decode });
   }
 
   /**
    * Seconds between two decode steps of a worker that separates a chunk of `budget` tokens from its
    * `b` decodes: a prefill-only step, then a decode-only one.
    */
-  splitChunkStep(b: number, budget: number): number {
-    return this.prefillStep(Math.max(1, budget - b)) + this.decodeStep(b);
+  splitChunkStep(b: number, budget: number, c = this.contexts()): number {
+    return this.prefillStep(Math.max(1, budget - b), c) + this.decodeStep(b, c);
   }
 
   /**
@@ -103,8 +122,8 @@ export class StepPricing {
   }
 
   /** Seconds of a decode-only step of `b` sequences. */
-  decodeStep(b: number): number {
-    return this.model.predict({ prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: b, decodeAttnTokens: b * this.ctxDecode });
+  decodeStep(b: number, c = this.contexts()): number {
+    return this.model.predict({ prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: b, decodeAttnTokens: b * c.decode });
   }
 }
 

@@ -196,7 +196,7 @@ export function evolving(c: SystemContext): SystemSpec {
       router: "session affinity vs load, transfer vs recompute (to a prefill worker, or from the prefix's holder, device and host memory, to another worker: a move must gain 0.5 s; 1 s charged where the turn would wait for KV memory)", retention: "agent-aware benefit/byte + host tier",
       decode_kv_reuse: true, workers: c.workers, initial_roles: "all mixed", prefill_order: "short-first, aged 2000 tokens/s",
       step_mixing: "starts mixed; the planner separates prefill and decode steps when its fitted step model prices mixed steps 20% above separate ones",
-      admission: `new sessions let in each tick only while the decode pool's ITL (step model scaled to the measured one) stays below ${c.itlAim === undefined ? "mean/P90 of recent requests' ITL" : `${c.itlAim} (--itl-aim)`} × the ITL target; the others wait to the next tick, then are turned away (reason overloaded); turns of sessions already in are never refused`,
+      admission: `new sessions let in each tick only while the decode pool's ITL (step model scaled to the measured one) stays below ${c.itlAim === undefined ? "mean/P90 of recent requests' ITL" : `${c.itlAim} (--itl-aim)`} × the ITL target, the pool priced as its sessions will be (steps at the highest prefill and decode contexts of the last 10 min, each extra session bringing the prefill tokens/s a held one brings); the others wait to the next tick, then are turned away (reason overloaded); turns of sessions already in are never refused`,
     },
   };
 }
