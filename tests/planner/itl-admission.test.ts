@@ -1,7 +1,8 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
-import { ItlAdmission, OnlinePlanner, type CompletedRequest, type PlannerAction } from "../../planner/index.ts";
-import { mixedWorkerSteps, snap } from "./snapshots.ts";
+import { ItlAdmission, OnlinePlanner, type CompletedRequest, type PlannerAction, type StepSample } from "../../planner/index.ts";
+import { SeededRng } from "../../kv/rng.ts";
+import { mixedWorkerSteps, snap, stepTime } from "./snapshots.ts";
 
 /** A model ITL of 10.5 ms plus 11 µs per extra decoding sequence. */
 const linear = (extra: number) => 0.0105 + 1.1e-5 * extra;
@@ -83,4 +84,42 @@ test("OnlinePlanner with itlAdmission budgets new sessions once its step model h
   assert.equal(full.rejectAfterHold, true, "those who find no room by the next tick are turned away");
   assert.equal(full.holdNewSessions, false);
   assert.equal(new OnlinePlanner().tick(snap(1, Array(8).fill("mixed"), { uncachedPerS: 20_000, outputPerS: 2_000, backlog: 0, seqs: 4000 })).some((a) => a.kind === "admission"), false, "off by default");
+});
+
+/** Steps of an all-mixed worker whose contexts are `scale` × those of {@link mixedWorkerSteps}. */
+function stepsAtContext(scale: number, n: number, seed: number): StepSample[] {
+  const rng = new SeededRng(seed);
+  return Array.from({ length: n }, () => {
+    const b = 1 + Math.floor(rng.next() * 120);
+    const r = rng.next();
+    const p = r < 0.4 ? 0 : r < 0.7 ? Math.floor(50 + rng.next() * 1500) : 8192 - b;
+    const s = { prefillTokens: p, prefillAttnPairs: p * scale * (2000 + rng.next() * 60000), decodeSeqs: b, decodeAttnTokens: b * scale * (5000 + rng.next() * 80000) };
+    return { ...s, seconds: stepTime(s, 0) };
+  });
+}
+
+test("OnlinePlanner's ITL admission prices the pool as its sessions will be: at the highest recent contexts, extra sessions bringing prefill", () => {
+  // Each planner sees `history` (context scale per tick), then is asked for a budget at 300 held sequences.
+  const budget = (agedPricing: boolean, history: number[]) => {
+    const planner = new OnlinePlanner({ itlAdmission: { aim: 0.8, agedPricing } });
+    let last: Extract<PlannerAction, { kind: "admission" }> | undefined;
+    history.forEach((scale, t) => {
+      const s = snap(t + 1, Array(8).fill("mixed"), { uncachedPerS: 20_000, outputPerS: 2_000, backlog: 0, seqs: t + 1 === history.length ? 300 : 80 });
+      s.workers = s.workers.map((w, i) => ({ ...w, steps: stepsAtContext(scale, 200, 8 * t + i) }));
+      last = planner.tick(s).find((a) => a.kind === "admission") as typeof last;
+    });
+    return last!.newSessions!;
+  };
+  // Young sessions now (contexts a fifth of the earlier ones), after ten minutes of old ones.
+  const agedHistory = [...Array(60).fill(1), ...Array(60).fill(0.2)];
+  const youngOnly = Array(120).fill(0.2);
+  const plainAfterOld = budget(false, agedHistory), agedAfterOld = budget(true, agedHistory);
+  const plainYoung = budget(false, youngOnly), agedYoung = budget(true, youngOnly);
+  assert.ok(plainAfterOld > 0 && plainYoung > 0, `the door is open: ${plainAfterOld}, ${plainYoung}`);
+  // Without aged pricing only today's contexts count: the history makes no difference.
+  assert.ok(Math.abs(plainAfterOld - plainYoung) <= 0.05 * plainYoung, `today's pricing: ${plainAfterOld} vs ${plainYoung}`);
+  // With it, the contexts sessions reached a minute ago price today's: fewer get in.
+  assert.ok(agedAfterOld < 0.8 * agedYoung, `aged pricing after old sessions ${agedAfterOld} vs ${agedYoung} without them`);
+  // And each extra session brings the prefill a held one brings: fewer than decoding alone.
+  assert.ok(agedYoung < plainYoung, `extra sessions' prefill: ${agedYoung} vs ${plainYoung}`);
 });
