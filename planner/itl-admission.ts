@@ -13,6 +13,14 @@
  * aim is the ratio of recent requests' mean ITL to their 90th percentile (how far below the target the
  * mean must stay for nine requests in ten to be within it).
  *
+ * The pool is priced as its sessions will be (option `agedPricing`, on; OnlinePlanner does the
+ * pricing): every turn of an agent attends to all its session has said, so a session's prefill chunks
+ * and decodes grow dearer as it ages, and on computer-use, where the chunk steps beside the decodes set
+ * the ITL, a door pricing today's young sessions let in a wave that later kept the pool past its target
+ * for ten minutes. Steps are priced at the highest prefill and decode contexts of the last 10 minutes
+ * and each extra session brings the prefill tokens/s a held one brings (computer-use load 3: +27%
+ * goodput; docs/results/variants/itl-admission.txt M).
+ *
  * An experimental aim, "fitted" (off by default; measured in docs/results/variants/itl-admission.txt
  * I and J), makes that measured aim the fallback: once a few hundred requests have finished, the door keeps
  * the pool at the load that maximises good requests per second on a curve P(request within the ITL
