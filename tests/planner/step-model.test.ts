@@ -103,3 +103,20 @@ function smallBatchSteps32(): StepSample[] {
   }
   return out;
 }
+
+test("StepPricing.contexts(true) holds the highest recent contexts and lets them decay over minutes", () => {
+  // One step a tick: 100 prompt tokens attending to `ctx` each, 10 sequences reading `2 × ctx` each.
+  const tick = (p: StepPricing, ctx: number) =>
+    p.learnSteps([[{ prefillTokens: 100, prefillAttnPairs: 100 * ctx, decodeSeqs: 10, decodeAttnTokens: 10 * 2 * ctx, seconds: 0.05 }]]);
+  const p = new StepPricing();
+  for (let t = 0; t < 100; t++) tick(p, 50_000);
+  for (let t = 0; t < 100; t++) tick(p, 5_000);
+  const now = p.contexts(), peak = p.contexts(true);
+  assert.ok(Math.abs(now.prefill - 5_000) < 5 && Math.abs(now.decode - 10_000) < 10, `today's means follow the young sessions: ${JSON.stringify(now)}`);
+  // 100 ticks after the old sessions left, the peak has decayed by e^(−100/600) ≈ 0.85 only.
+  assert.ok(Math.abs(peak.prefill / 50_000 - Math.exp(-100 / 600)) < 0.01, `prefill peak ${peak.prefill}`);
+  assert.ok(Math.abs(peak.decode / 100_000 - Math.exp(-100 / 600)) < 0.01, `decode peak ${peak.decode}`);
+  // Long after, the peak is back at today's contexts (never below them).
+  for (let t = 0; t < 3000; t++) tick(p, 5_000);
+  assert.deepEqual(p.contexts(true), p.contexts());
+});
