@@ -161,7 +161,8 @@ export class ItlAdmission {
    * below `aim() × itlTargetS` (doubling, then bisection). 0 when the pool is there already.
    */
   budget(itlWith: (extra: number) => number, measured: { itlS: number; tokens: number } | null, itlTargetS: number, workers: number, seqs = 0, modelNow?: number): number {
-    const now = modelNow ?? itlWith(0);
+    const atZero = itlWith(0);
+    const now = modelNow ?? atZero;
     // A window's measurement counts as much as its tokens, and the scale is the ratio of the two
     // sums: on a light load one window catches three sequences at the tick that decoded 11 tokens
     // (75× the model on the Azure trace) and the next none after 60; an EWMA of per-window ratios
@@ -181,7 +182,7 @@ export class ItlAdmission {
     }
     const limit = this.aim() * itlTargetS;
     const under = (extra: number) => scale * itlWith(extra) < limit;
-    if (!(scale * itlWith(0) < limit)) return 0;
+    if (!(scale * atZero < limit)) return 0;
     let lo = 0, hi = 1;
     const cap = SEARCH_CAP_PER_WORKER * Math.max(1, workers);
     while (hi < cap && under(hi)) { lo = hi; hi *= 2; }

@@ -140,6 +140,8 @@ export class OnlinePlanner implements Planner {
    * in decode-only steps of a + B·batch; its mean ITL is the mean step, with batch = λ·ITL (Little).
    * Prefill: queue drain plus an M/M/1-like P95 wait per pool; past saturation the queue grows for
    * the next HORIZON seconds. Past the batch limit ITL stretches by demand ÷ capacity.
+   * `prefillDemand` (uncached prompt tokens/s) and `ctx` (the contexts steps are priced at) default to
+   * the measured ones; ITL admission passes what the pool's sessions will bring.
    */
   predictMix(mix: RoleMix, backlog: number, decodeSeqs: number, meanUncached: number, decodeDemand = this.rates.decodeDemand, prefillDemand = this.rates.demand, ctx?: StepContexts): [number, number] {
     const p = mix.prefill, dc = mix.decode + mix.mixed;
@@ -213,7 +215,7 @@ export class OnlinePlanner implements Planner {
     // so its prefill and decode grow dearer as it ages) and with each extra sequence bringing the
     // prefill tokens/s a held one brings now (read once the pool holds a few per worker). The model
     // is still scaled to the measured ITL at today's contexts (modelNow).
-    const aged = itl.pricesAged && this.steps.ready;
+    const aged = itl.pricesAged; // the step model is ready here (guard above)
     const ctx = aged ? this.steps.contexts(true) : undefined;
     const perSeq = aged && seqs >= 4 * live.length ? this.rates.demand / seqs : 0;
     const modelNow = aged ? this.predictMix(cur, backlog, seqs, meanUncached, demand)[1] : undefined;
