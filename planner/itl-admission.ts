@@ -19,7 +19,12 @@
  * the ITL, a door pricing today's young sessions let in a wave that later kept the pool past its target
  * for ten minutes. Steps are priced at the highest prefill and decode contexts of the last 10 minutes
  * and each extra session brings the prefill tokens/s a held one brings (computer-use load 3: +27%
- * goodput; docs/results/variants/itl-admission.txt M).
+ * goodput; docs/results/variants/itl-admission.txt M). While contexts rise they are priced where their
+ * trend of the last 10 s takes them a minute ahead (option `lookaheadS`): a run's first wave is let in
+ * before any session has aged, so no peak has been seen yet, and on computer-use a session lives for
+ * minutes. The lookahead counts only once the measured ITL has reached half the aim (`lookaheadFrom`):
+ * on a lightly loaded pool a forecast alone shut the door where measurement said it was far from full
+ * (computer-use 3: +45% goodput, 2: +19%; docs/results/variants/itl-admission.txt N).
  *
  * An experimental aim, "fitted" (off by default; measured in docs/results/variants/itl-admission.txt
  * I and J), makes that measured aim the fallback: once a few hundred requests have finished, the door keeps
@@ -63,6 +68,17 @@ export interface ItlAdmissionOptions {
    * tokens/s a held one brings now (see OnlinePlanner's admission).
    */
   agedPricing?: boolean;
+  /**
+   * With agedPricing, seconds ahead rising contexts are carried along their trend (0: the held peaks
+   * only). Default 60.
+   */
+  lookaheadS?: number;
+  /**
+   * The lookahead counts once the pool's measured ITL has reached this fraction of the aim (a pool far
+   * below it is left to today's peaks: a forecast alone does not shut a door that measurement says is
+   * far from full). Default 0.5.
+   */
+  lookaheadFrom?: number;
   /** With aim "fitted": where the curve predicts fewer requests within the target now, the measured aim decides. Default 0.5. */
   fitFloor?: number;
 }
@@ -89,7 +105,7 @@ export class ItlAdmission {
 
   /** Creates the controller; validates the knobs. */
   constructor(opts: ItlAdmissionOptions = {}) {
-    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, fitFloor: 0.5, agedPricing: true, ...opts };
+    this.o = { aim: "measured", percentile: 0.9, minAim: 0.5, maxAim: 1, keep: 1024, maxWaitS: 0, demand: true, fitFloor: 0.5, agedPricing: true, lookaheadS: 60, lookaheadFrom: 0.5, ...opts };
     const { aim, percentile, minAim, maxAim, keep, maxWaitS } = this.o;
     if (aim !== "measured" && aim !== "fitted" && !(aim > 0)) throw new RangeError(`ITL admission aim must be positive, "measured" or "fitted"; got ${aim}`);
     if (!(this.o.fitFloor >= 0 && this.o.fitFloor <= 1)) throw new RangeError(`ITL admission fitFloor must be in [0, 1]; got ${this.o.fitFloor}`);
@@ -97,6 +113,8 @@ export class ItlAdmission {
     if (!(minAim > 0 && minAim <= maxAim)) throw new RangeError(`ITL admission needs 0 < minAim <= maxAim; got ${minAim} and ${maxAim}`);
     if (!(Number.isInteger(keep) && keep >= 16)) throw new RangeError(`ITL admission keep must be an integer of at least 16; got ${keep}`);
     if (!(maxWaitS >= 0)) throw new RangeError(`ITL admission maxWaitS must be at least 0; got ${maxWaitS}`);
+    if (!(this.o.lookaheadS >= 0 && Number.isFinite(this.o.lookaheadS))) throw new RangeError(`ITL admission lookaheadS must be a finite number of at least 0; got ${this.o.lookaheadS}`);
+    if (!(this.o.lookaheadFrom >= 0)) throw new RangeError(`ITL admission lookaheadFrom must be at least 0; got ${this.o.lookaheadFrom}`);
     this.itls = new Float64Array(keep);
     this.curve = aim === "fitted" ? new GoodputCurve() : null;
   }
@@ -114,6 +132,21 @@ export class ItlAdmission {
   /** Whether the pool is priced as its sessions will be (option `agedPricing`). */
   get pricesAged(): boolean {
     return this.o.agedPricing;
+  }
+
+  /** Seconds ahead rising contexts are priced along their trend (option `lookaheadS`). */
+  get lookaheadS(): number {
+    return this.o.lookaheadS;
+  }
+
+  /** The pool's measured ITL (a token-weighted EWMA over ticks; 0 until measured). */
+  get measuredItlS(): number {
+    return this.measuredSum;
+  }
+
+  /** With the lookahead: the fraction of the aim the measured ITL must reach for it to count (option `lookaheadFrom`). */
+  get lookaheadFrom(): number {
+    return this.o.lookaheadFrom;
   }
 
   /** Measured ÷ modelled ITL (a ratio of token-weighted EWMAs over ticks; 1 until measured). */

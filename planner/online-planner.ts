@@ -211,12 +211,14 @@ export class OnlinePlanner implements Planner {
     const measured = tokens > 0 ? { itlS: (seqs * s.windowS) / tokens, tokens } : null;
     const demand = itl.pricesDemand ? this.rates.decodeDemand : 0;
     // With agedPricing, the pool is priced as its sessions will be: at the highest prefill and decode
-    // contexts of the last minutes (an agent session's every turn attends to all it has said before,
-    // so its prefill and decode grow dearer as it ages) and with each extra sequence bringing the
+    // contexts of the last minutes, or higher while they rise (an agent session's every turn attends
+    // to all it has said before, so its prefill and decode grow dearer as it ages: rising contexts are
+    // carried lookaheadS along their trend), and with each extra sequence bringing the
     // prefill tokens/s a held one brings now (read once the pool holds a few per worker). The model
     // is still scaled to the measured ITL at today's contexts (modelNow).
     const aged = itl.pricesAged; // the step model is ready here (guard above)
-    const ctx = aged ? this.steps.contexts(true) : undefined;
+    const ahead = itl.measuredItlS >= itl.lookaheadFrom * itl.aim() * this.o.itlTargetS ? itl.lookaheadS / this.intervalS : 0;
+    const ctx = aged ? this.steps.contexts(true, ahead) : undefined;
     const perSeq = aged && seqs >= 4 * live.length ? this.rates.demand / seqs : 0;
     const modelNow = aged ? this.predictMix(cur, backlog, seqs, meanUncached, demand)[1] : undefined;
     const newSessions = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached, demand, this.rates.demand + perSeq * extra, ctx)[1], measured, this.o.itlTargetS, live.length, seqs, modelNow);

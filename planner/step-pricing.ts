@@ -16,6 +16,12 @@ export const SPLIT_PROBE_EVERY = 16;
 /** Ticks over which the held peaks of the contexts decay by e (10 min at a 1 s tick). */
 const PEAK_TICKS = 600;
 
+/**
+ * Ticks over which the contexts' trend is read for a lookahead (10 s at a 1 s tick; 30 s lost 3–8% of
+ * the goodput 10 s gained on simulated computer-use, docs/results/variants/itl-admission.txt N).
+ */
+const TREND_TICKS = 10;
+
 /** Contexts to price steps at: attended context per prompt token, and context read per decoding sequence. */
 export interface StepContexts {
   prefill: number;
@@ -33,6 +39,8 @@ export class StepPricing {
   private peakPrefill = 0; // the highest recent ctxPrefill and ctxDecode (held, decaying by e over PEAK_TICKS ticks)
   private peakDecode = 0;
   private memSeqs = 0; // decoding sequences a worker's KV memory holds, from measured usage (EWMA; 0 = unknown)
+  private readonly recent = new Float64Array(2 * (TREND_TICKS + 1)); // the last ticks' [ctxPrefill, ctxDecode], a ring
+  private ticksLearned = 0;
   private ticksSinceFit = 0;
   /** Fits made so far (a new fit is what step-mixing decisions wait for). */
   fits = 0;
@@ -72,6 +80,9 @@ export class StepPricing {
     const k = Math.exp(-1 / PEAK_TICKS);
     this.peakPrefill = Math.max(this.ctxPrefill, this.peakPrefill * k);
     this.peakDecode = Math.max(this.ctxDecode, this.peakDecode * k);
+    const slot = this.ticksLearned++ % (TREND_TICKS + 1);
+    this.recent[2 * slot] = this.ctxPrefill;
+    this.recent[2 * slot + 1] = this.ctxDecode;
     if (!this.ready || ++this.ticksSinceFit >= FIT_EVERY_TICKS) {
       this.model.fit();
       this.ticksSinceFit = 0;
@@ -79,9 +90,20 @@ export class StepPricing {
     }
   }
 
-  /** The contexts of now, or the highest of the last minutes (held peaks). */
-  contexts(peak = false): StepContexts {
-    return peak ? { prefill: this.peakPrefill, decode: this.peakDecode } : { prefill: this.ctxPrefill, decode: this.ctxDecode };
+  /**
+   * The contexts of now, or (`peak`) the highest of the last minutes (held peaks), or higher still
+   * where they are rising: today's carried `aheadTicks` ticks along their trend of the last
+   * {@link TREND_TICKS} ticks. Agent sessions' contexts grow with every turn, so a pool of young
+   * sessions gets dearer for minutes (the lookahead); a falling trend projects nothing (the peaks hold).
+   */
+  contexts(peak = false, aheadTicks = 0): StepContexts {
+    if (!peak) return { prefill: this.ctxPrefill, decode: this.ctxDecode };
+    const held = { prefill: this.peakPrefill, decode: this.peakDecode };
+    const span = Math.min(this.ticksLearned, TREND_TICKS + 1) - 1;
+    if (!(aheadTicks > 0) || span < 1) return held;
+    const newest = (this.ticksLearned - 1) % (TREND_TICKS + 1), oldest = (this.ticksLearned - 1 - span) % (TREND_TICKS + 1);
+    const ahead = (i: 0 | 1, today: number) => today + aheadTicks * Math.max(0, (this.recent[2 * newest + i] - this.recent[2 * oldest + i]) / span);
+    return { prefill: Math.max(held.prefill, ahead(0, this.ctxPrefill)), decode: Math.max(held.decode, ahead(1, this.ctxDecode)) };
   }
 
   /** The decode batch a worker can hold: `limit`, or fewer when its KV memory fits fewer sequences. */

@@ -22,6 +22,7 @@
  *   -itlmaxX         as -itlm, the measured aim at most X (and at least min(0.5, X))
  *   -itlnoag         as -itlm, the pool priced as its sessions are now (before the thirteenth session), not as they will be: today's
  *                    prefill and decode contexts, extra sequences decoding only
+ *   -itllaX          as -itlm, rising contexts priced X s ahead along their trend (default 60; 0: held peaks only, before the fourteenth session)
  *   -itlnd           as -itlm, the pool priced at the sequences it holds only, not at recent arrivals' decode demand
  *   -itlmwX          as -itlm, a new session without room waits up to X s at the door (default 0: to the next tick)
  *   -busyX / -busyXpN  Dynamo's request rejection: turn requests away while every worker holds more than X of its KV
@@ -79,6 +80,7 @@ function specOf(name: string): SystemSpec {
     else if (m === "itlfit") s = { ...s, planner: oursPlanner({ itlAdmission: { aim: "fitted" } }) };
     else if ((x = /^itlmax([\d.]+)$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { maxAim: Number(x[1]), minAim: Math.min(0.5, Number(x[1])) } }) };
     else if (m === "itlnoag") s = { ...s, planner: oursPlanner({ itlAdmission: { agedPricing: false } }) };
+    else if ((x = /^itlla([\d.]+)(?:f([\d.]+))?$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { lookaheadS: Number(x[1]), lookaheadFrom: x[2] === undefined ? 0.5 : Number(x[2]) } }) };
     else if (m === "itlnd") s = { ...s, planner: oursPlanner({ itlAdmission: { demand: false } }) };
     else if (m === "noitl") s = { ...s, planner: oursPlanner({ itlAdmission: false }) };
     else if ((x = /^busy([\d.]+)(?:p(\d+))?$/.exec(m))) s = { ...s, busyThresholds: { activeBlocks: Number(x[1]), prefillTokens: x[2] === undefined ? undefined : Number(x[2]) } };

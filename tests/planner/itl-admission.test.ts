@@ -62,6 +62,9 @@ test("ItlAdmission rejects impossible knobs, quoting them", () => {
   assert.throws(() => new ItlAdmission({ minAim: 0.9, maxAim: 0.8 }), /0 < minAim <= maxAim; got 0.9 and 0.8/);
   assert.throws(() => new ItlAdmission({ keep: 3 }), /keep must be an integer of at least 16; got 3/);
   assert.throws(() => new ItlAdmission({ maxWaitS: -1 }), /maxWaitS must be at least 0; got -1/);
+  assert.throws(() => new ItlAdmission({ lookaheadS: -5 }), /lookaheadS must be a finite number of at least 0; got -5/);
+  assert.throws(() => new ItlAdmission({ lookaheadS: Infinity }), /lookaheadS must be a finite number of at least 0; got Infinity/);
+  assert.throws(() => new ItlAdmission({ lookaheadFrom: -1 }), /lookaheadFrom must be at least 0; got -1/);
 });
 
 test("OnlinePlanner with itlAdmission budgets new sessions once its step model has fits: fewer as the pool fills, none past the aim", () => {
@@ -122,4 +125,29 @@ test("OnlinePlanner's ITL admission prices the pool as its sessions will be: at 
   assert.ok(agedAfterOld < 0.8 * agedYoung, `aged pricing after old sessions ${agedAfterOld} vs ${agedYoung} without them`);
   // And each extra session brings the prefill a held one brings: fewer than decoding alone.
   assert.ok(agedYoung < plainYoung, `extra sessions' prefill: ${agedYoung} vs ${plainYoung}`);
+});
+
+test("OnlinePlanner's ITL admission prices rising contexts where their trend takes them (lookaheadS), and flat ones as they are", () => {
+  // Each planner sees `history` (context scale per tick), then is asked for a budget at 300 held sequences.
+  const budget = (lookaheadS: number, history: number[], lookaheadFrom = 0) => {
+    const planner = new OnlinePlanner({ itlAdmission: { aim: 0.8, lookaheadS, lookaheadFrom } });
+    let last: Extract<PlannerAction, { kind: "admission" }> | undefined;
+    history.forEach((scale, t) => {
+      const s = snap(t + 1, Array(8).fill("mixed"), { uncachedPerS: 20_000, outputPerS: 2_000, backlog: 0, seqs: t + 1 === history.length ? 300 : 80 });
+      s.workers = s.workers.map((w, i) => ({ ...w, steps: stepsAtContext(scale, 200, 8 * t + i) }));
+      last = planner.tick(s).find((a) => a.kind === "admission") as typeof last;
+    });
+    return last!.newSessions!;
+  };
+  // A first wave: contexts grow sixfold over two minutes (a minute ahead they are 40% above today's,
+  // four minutes ahead 2.7 times).
+  const young = Array.from({ length: 120 }, (_, t) => 0.05 + (0.25 * t) / 119);
+  const flat = Array(120).fill(0.2);
+  const atPeak = budget(0, young), minute = budget(60, young), four = budget(240, young);
+  assert.ok(atPeak > 0, `the door is open: ${atPeak}`);
+  assert.ok(minute < atPeak && four < 0.9 * minute, `budgets at today's peak ${atPeak}, a minute ahead ${minute}, four ${four}`);
+  // Flat contexts have no trend: the lookahead changes nothing.
+  assert.equal(budget(60, flat), budget(0, flat));
+  // Nor does it while the measured ITL is below lookaheadFrom × the aim (here never reached).
+  assert.equal(budget(240, young, 10), atPeak);
 });

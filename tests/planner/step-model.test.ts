@@ -120,3 +120,29 @@ test("StepPricing.contexts(true) holds the highest recent contexts and lets them
   for (let t = 0; t < 3000; t++) tick(p, 5_000);
   assert.deepEqual(p.contexts(true), p.contexts());
 });
+
+test("StepPricing.contexts(true, aheadTicks) carries rising contexts along their trend and leaves falling or flat ones at the peaks", () => {
+  const tick = (p: StepPricing, ctx: number) =>
+    p.learnSteps([[{ prefillTokens: 100, prefillAttnPairs: 100 * ctx, decodeSeqs: 10, decodeAttnTokens: 10 * 2 * ctx, seconds: 0.05 }]]);
+  // Sessions aging: contexts rise 200 tokens a tick (the EWMAs trail by a few ticks but rise as fast).
+  const rising = new StepPricing();
+  for (let t = 0; t < 60; t++) tick(rising, 10_000 + 200 * t);
+  const now = rising.contexts(), held = rising.contexts(true), ahead = rising.contexts(true, 60);
+  assert.deepEqual(held, now, "rising: the peaks are today's");
+  assert.ok(Math.abs(ahead.prefill - (now.prefill + 60 * 200)) < 100, `prefill a minute ahead ${ahead.prefill} from ${now.prefill}`);
+  assert.ok(Math.abs(ahead.decode - (now.decode + 60 * 400)) < 200, `decode a minute ahead ${ahead.decode} from ${now.decode}`);
+  assert.deepEqual(rising.contexts(true, 0), held, "no lookahead: the peaks");
+  // Old sessions gone: contexts fall; the held peaks price them, the trend adds nothing.
+  const falling = new StepPricing();
+  for (let t = 0; t < 60; t++) tick(falling, 50_000 - 500 * t);
+  assert.deepEqual(falling.contexts(true, 60), falling.contexts(true));
+  assert.ok(falling.contexts(true).prefill > falling.contexts().prefill);
+  // Flat: nothing to carry.
+  const flat = new StepPricing();
+  for (let t = 0; t < 60; t++) tick(flat, 20_000);
+  assert.deepEqual(flat.contexts(true, 60), flat.contexts());
+  // One tick learned: no trend yet.
+  const fresh = new StepPricing();
+  tick(fresh, 20_000);
+  assert.deepEqual(fresh.contexts(true, 60), fresh.contexts());
+});
