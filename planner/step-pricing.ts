@@ -17,7 +17,7 @@ export const SPLIT_PROBE_EVERY = 16;
 const PEAK_TICKS = 600;
 
 /**
- * Ticks over which the contexts' trend is read for a lookahead (10 s at a 1 s tick; 30 s lost 3–8% of
+ * Ticks over which the contexts' trend is read for a lookahead (10 s at a 1 s tick; 30 s lost 7–8% of
  * the goodput 10 s gained on simulated computer-use, docs/results/variants/itl-admission.txt N).
  */
 const TREND_TICKS = 10;
