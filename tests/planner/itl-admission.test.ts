@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
-import { ItlAdmission, OnlinePlanner, type CompletedRequest, type PlannerAction, type StepSample } from "../../planner/index.ts";
+import { ItlAdmission, OnlinePlanner, type CompletedRequest, type ItlAdmissionOptions, type PlannerAction, type StepSample } from "../../planner/index.ts";
 import { SeededRng } from "../../kv/rng.ts";
 import { mixedWorkerSteps, snap, stepTime } from "./snapshots.ts";
 
@@ -101,18 +101,24 @@ function stepsAtContext(scale: number, n: number, seed: number): StepSample[] {
   });
 }
 
+/**
+ * The new-session budget of a planner with ITL admission `opts` (aim 0.8 unless given) that has seen
+ * `history` (the context scale of each tick's steps on 8 mixed workers holding 80 sequences), asked at
+ * 300 held sequences.
+ */
+function budgetAfter(opts: ItlAdmissionOptions, history: number[]): number {
+  const planner = new OnlinePlanner({ itlAdmission: { aim: 0.8, ...opts } });
+  let last: Extract<PlannerAction, { kind: "admission" }> | undefined;
+  history.forEach((scale, t) => {
+    const s = snap(t + 1, Array(8).fill("mixed"), { uncachedPerS: 20_000, outputPerS: 2_000, backlog: 0, seqs: t + 1 === history.length ? 300 : 80 });
+    s.workers = s.workers.map((w, i) => ({ ...w, steps: stepsAtContext(scale, 200, 8 * t + i) }));
+    last = planner.tick(s).find((a) => a.kind === "admission") as typeof last;
+  });
+  return last!.newSessions!;
+}
+
 test("OnlinePlanner's ITL admission prices the pool as its sessions will be: at the highest recent contexts, extra sessions bringing prefill", () => {
-  // Each planner sees `history` (context scale per tick), then is asked for a budget at 300 held sequences.
-  const budget = (agedPricing: boolean, history: number[]) => {
-    const planner = new OnlinePlanner({ itlAdmission: { aim: 0.8, agedPricing } });
-    let last: Extract<PlannerAction, { kind: "admission" }> | undefined;
-    history.forEach((scale, t) => {
-      const s = snap(t + 1, Array(8).fill("mixed"), { uncachedPerS: 20_000, outputPerS: 2_000, backlog: 0, seqs: t + 1 === history.length ? 300 : 80 });
-      s.workers = s.workers.map((w, i) => ({ ...w, steps: stepsAtContext(scale, 200, 8 * t + i) }));
-      last = planner.tick(s).find((a) => a.kind === "admission") as typeof last;
-    });
-    return last!.newSessions!;
-  };
+  const budget = (agedPricing: boolean, history: number[]) => budgetAfter({ agedPricing }, history);
   // Young sessions now (contexts a fifth of the earlier ones), after ten minutes of old ones.
   const agedHistory = [...Array(60).fill(1), ...Array(60).fill(0.2)];
   const youngOnly = Array(120).fill(0.2);
@@ -128,17 +134,7 @@ test("OnlinePlanner's ITL admission prices the pool as its sessions will be: at 
 });
 
 test("OnlinePlanner's ITL admission prices rising contexts where their trend takes them (lookaheadS), and flat ones as they are", () => {
-  // Each planner sees `history` (context scale per tick), then is asked for a budget at 300 held sequences.
-  const budget = (lookaheadS: number, history: number[], lookaheadFrom = 0) => {
-    const planner = new OnlinePlanner({ itlAdmission: { aim: 0.8, lookaheadS, lookaheadFrom } });
-    let last: Extract<PlannerAction, { kind: "admission" }> | undefined;
-    history.forEach((scale, t) => {
-      const s = snap(t + 1, Array(8).fill("mixed"), { uncachedPerS: 20_000, outputPerS: 2_000, backlog: 0, seqs: t + 1 === history.length ? 300 : 80 });
-      s.workers = s.workers.map((w, i) => ({ ...w, steps: stepsAtContext(scale, 200, 8 * t + i) }));
-      last = planner.tick(s).find((a) => a.kind === "admission") as typeof last;
-    });
-    return last!.newSessions!;
-  };
+  const budget = (lookaheadS: number, history: number[], lookaheadFrom = 0) => budgetAfter({ lookaheadS, lookaheadFrom }, history);
   // A first wave: contexts grow sixfold over two minutes (a minute ahead they are 40% above today's,
   // four minutes ahead 2.7 times).
   const young = Array.from({ length: 120 }, (_, t) => 0.05 + (0.25 * t) / 119);
