@@ -217,8 +217,8 @@ export class OnlinePlanner implements Planner {
     // prefill tokens/s a held one brings now (read once the pool holds a few per worker). The model
     // is still scaled to the measured ITL at today's contexts (modelNow).
     const aged = itl.pricesAged; // the step model is ready here (guard above)
-    const ahead = itl.measuredItlS >= itl.lookaheadFrom * itl.aim() * this.o.itlTargetS ? itl.lookaheadS / this.intervalS : 0;
-    const ctx = aged ? this.steps.contexts(true, ahead) : undefined;
+    const ahead = aged && itl.lookaheadS > 0 && itl.measuredItlS >= itl.lookaheadFrom * itl.aim() * this.o.itlTargetS;
+    const ctx = aged ? this.steps.contexts(true, ahead ? itl.lookaheadS / this.intervalS : 0) : undefined;
     const perSeq = aged && seqs >= 4 * live.length ? this.rates.demand / seqs : 0;
     const modelNow = aged ? this.predictMix(cur, backlog, seqs, meanUncached, demand)[1] : undefined;
     const newSessions = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached, demand, this.rates.demand + perSeq * extra, ctx)[1], measured, this.o.itlTargetS, live.length, seqs, modelNow);
