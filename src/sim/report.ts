@@ -43,12 +43,29 @@ export function markdownTable(c: Comparison): string {
   return [`| ${HEAD.join(" | ")} |`, `|${HEAD.map(() => "---").join("|")}|`, ...rows.map((r) => `| ${r.join(" | ")} |`)].join("\n");
 }
 
-const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"];
+/** Ten distinguishable colours (Tableau 10): a report plots up to seven systems, two lines each at most. */
+const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 
-interface Series {
+/** Line styles of a chart: one system's several lines share a colour and differ in dash. */
+const DASHES = { solid: "", dashed: ' stroke-dasharray="6,3"', dotted: ' stroke-dasharray="2,2"' } as const;
+
+/** One line of a chart. */
+export interface Series {
   name: string;
   points: [number, number][];
-  dashed?: boolean;
+  /** Index into the palette (default: the series' own index). */
+  color?: number;
+  dash?: keyof typeof DASHES;
+}
+
+/** A tick label: whole numbers from 10 up, two significant digits below. */
+function tickLabel(v: number): string {
+  return Math.abs(v) >= 10 ? Math.round(v).toString() : Number(v.toPrecision(2)).toString();
+}
+
+/** The colour of series `i` (its own palette index unless it names one). */
+export function seriesColor(s: Series, i: number): string {
+  return COLORS[(s.color ?? i) % COLORS.length];
 }
 
 /** A minimal line chart. */
@@ -64,14 +81,15 @@ export function lineChart(title: string, xLabel: string, yLabel: string, series:
   const paths = series.map((s, i) => {
     const pts = s.points.filter((p) => Number.isFinite(p[0]) && Number.isFinite(p[1]));
     const d = pts.map((p, j) => `${j === 0 ? "M" : "L"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
-    return `<path d="${d}" fill="none" stroke="${COLORS[i % COLORS.length]}" stroke-width="1.8"${s.dashed ? ' stroke-dasharray="5,3"' : ""}/>` +
-      `<text x="${W - R - 150}" y="${T + 14 * (i + 1)}" fill="${COLORS[i % COLORS.length]}" font-size="11">${s.name}</text>`;
+    const color = seriesColor(s, i);
+    return `<path d="${d}" fill="none" stroke="${color}" stroke-width="1.8"${DASHES[s.dash ?? "solid"]}/>` +
+      `<text x="${W - R - 170}" y="${T + 14 * (i + 1)}" fill="${color}" font-size="11">${s.name}</text>`;
   });
   const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => {
     const y = f * y1;
     const xv = logX ? Math.pow(10, x0 + f * (x1 - x0)) : x0 + f * (x1 - x0);
-    return `<text x="${L - 6}" y="${sy(y) + 4}" font-size="10" text-anchor="end">${y.toPrecision(2)}</text>` +
-      `<text x="${L + f * (W - L - R)}" y="${H - B + 14}" font-size="10" text-anchor="middle">${xv.toPrecision(2)}</text>`;
+    return `<text x="${L - 6}" y="${sy(y) + 4}" font-size="10" text-anchor="end">${tickLabel(y)}</text>` +
+      `<text x="${L + f * (W - L - R)}" y="${H - B + 14}" font-size="10" text-anchor="middle">${tickLabel(xv)}</text>`;
   });
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif">` +
     `<rect width="${W}" height="${H}" fill="white"/><text x="${W / 2}" y="18" text-anchor="middle" font-size="13">${title}</text>` +
@@ -82,7 +100,7 @@ export function lineChart(title: string, xLabel: string, yLabel: string, series:
 }
 
 /** TTFT CDF per system (log-scaled time axis). */
-export function ttftCdf(c: Comparison): string {
+export function ttftCdf(c: Pick<Comparison, "workload" | "ttft_samples">): string {
   const series = Object.entries(c.ttft_samples).map(([name, v]) => {
     const s = v.slice().sort((a, b) => a - b);
     const step = Math.max(1, Math.floor(s.length / 400));
@@ -94,20 +112,27 @@ export function ttftCdf(c: Comparison): string {
   return lineChart(`TTFT CDF — ${c.workload}`, "TTFT (s, log scale)", "fraction of requests", series, 1, true);
 }
 
-/** Prefill and decode worker counts over time for ours and the SLA-planned baseline. */
-export function splitOverTime(c: Comparison): string {
+/**
+ * Workers in each role over time (prefill solid, decode dashed, mixed dotted; one colour per system)
+ * for every system with roles: the SLA- and load-planned baselines and ours. The aggregated baselines
+ * have none (every worker is mixed, always). A role no worker of a system held is left out, so a
+ * system that kept every worker mixed shows one line.
+ */
+export function splitOverTime(c: Pick<Comparison, "workload" | "series">): string {
   const series: Series[] = [];
-  for (const name of Object.keys(c.series)) {
+  const roles = [["prefill", "prefillWorkers", "solid"], ["decode", "decodeWorkers", "dashed"], ["mixed", "mixedWorkers", "dotted"]] as const;
+  Object.keys(c.series).filter((name) => !name.startsWith("dynamo-agg")).forEach((name, color) => {
     const s: SimSample[] = c.series[name];
-    if (name.startsWith("dynamo-agg")) continue;
-    series.push({ name: `${name} prefill`, points: s.map((x) => [x.t, x.prefillWorkers]) });
-    series.push({ name: `${name} decode`, points: s.map((x) => [x.t, x.decodeWorkers]), dashed: true });
-  }
-  return lineChart(`Prefill / decode workers over time — ${c.workload}`, "time (s)", "workers", series);
+    for (const [role, key, dash] of roles) {
+      if (s.every((x) => x[key] === 0)) continue;
+      series.push({ name: `${name} ${role}`, points: s.map((x) => [x.t, x[key]]), color, dash });
+    }
+  });
+  return lineChart(`Workers by role over time — ${c.workload}`, "time (s)", "workers", series);
 }
 
 /** KV prefix hit rate over time per system. */
-export function hitRateOverTime(c: Comparison): string {
+export function hitRateOverTime(c: Pick<Comparison, "workload" | "series">): string {
   const series = Object.entries(c.series).map(([name, s]) => ({ name, points: s.map((x) => [x.t, x.kvHitRate] as [number, number]) }));
   return lineChart(`KV hit rate over time — ${c.workload}`, "time (s)", "hit rate (cached / prompt tokens)", series, 1);
 }
