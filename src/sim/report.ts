@@ -50,7 +50,7 @@ const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"
 const DASHES = { solid: "", dashed: ' stroke-dasharray="6,3"', dotted: ' stroke-dasharray="2,2"' } as const;
 
 /** One line of a chart. */
-export interface Series {
+interface Series {
   name: string;
   points: [number, number][];
   /** Index into the palette (default: the series' own index). */
@@ -64,7 +64,7 @@ function tickLabel(v: number): string {
 }
 
 /** The colour of series `i` (its own palette index unless it names one). */
-export function seriesColor(s: Series, i: number): string {
+function seriesColor(s: Series, i: number): string {
   return COLORS[(s.color ?? i) % COLORS.length];
 }
 
