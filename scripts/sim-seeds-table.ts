@@ -8,10 +8,7 @@
  * Usage: npx tsx scripts/sim-seeds-table.ts
  */
 import { existsSync, readFileSync } from "node:fs";
-import { bestVariant } from "../src/sim/compare.ts";
-
-interface Sys { ttft: { p95: number }; e2e: { mean: number }; goodput: number; completed_fraction: number }
-interface Result { systems: { evolving: Sys }; baseline_variants: Record<string, Sys> }
+import { bestBaselineAmong, type SimResult as Result, type SystemFigures as Sys } from "./sim-results.ts";
 
 const RUNS: [scenario: string, model: string, load: number][] = [
   ["coding-256", "glm-5.2", 5], ["coding-256", "kimi-k2.6", 1], ["coding-256", "kimi-k2.6", 3],
@@ -34,9 +31,8 @@ function resultFor(scenario: string, model: string, loadX: number, seed: number)
 
 /** Ratios against the best variant among those `keep` accepts, and the done fractions. */
 function ratios(r: Result, keep: (variant: string, s: Sys) => boolean): string {
-  const rest = Object.fromEntries(Object.entries(r.baseline_variants).filter(([k, v]) => keep(k, v)));
-  if (Object.keys(rest).length === 0) return "none sustains";
-  const b = rest[bestVariant(rest)], o = r.systems.evolving;
+  const b = bestBaselineAmong(r, keep), o = r.systems.evolving;
+  if (b === null) return "none sustains";
   const f = (v: number) => v.toFixed(2);
   return `${f(b.ttft.p95 / o.ttft.p95)}/${f(b.e2e.mean / o.e2e.mean)}/${f(o.goodput / b.goodput)} (${(100 * b.completed_fraction).toFixed(0)}%/${(100 * o.completed_fraction).toFixed(0)}%)`;
 }

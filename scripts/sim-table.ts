@@ -9,10 +9,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { cliArgs } from "../src/runtime/env.ts";
-import { bestVariant } from "../src/sim/compare.ts";
-
-interface Sys { ttft: { p95: number }; e2e: { mean: number }; goodput: number; completed_fraction: number; variant?: string }
-interface Result { load: number; workload: string; model: string; assumptions: string[]; systems: { baseline: Sys; evolving: Sys }; baseline_variants: Record<string, Sys> }
+import { bestBaselineAmong, type SimResult as Result, type SystemFigures as Sys } from "./sim-results.ts";
 
 const args = cliArgs();
 const wi = args.indexOf("--without");
@@ -40,17 +37,12 @@ const pct = (v: number) => `${(100 * v).toFixed(1)}%`;
 console.log("| scenario | model | load | best baseline | done (best / ours) | P95 TTFT s, best / ours | mean E2E s, best / ours | goodput/s, best / ours | **vs best: P95 TTFT / mean E2E / goodput** | vs disagg-SLA: P95 TTFT / mean E2E / goodput | done (SLA) |");
 console.log("|---|---|---|---|---|---|---|---|---|---|---|");
 for (const r of rows) {
-  let b = r.systems.baseline;
-  const o = r.systems.evolving, sla = r.baseline_variants["dynamo-disagg-sla"];
-  if (without.has(b.variant ?? "") || b.completed_fraction < sustaining) {
-    const rest = Object.fromEntries(Object.entries(r.baseline_variants).filter(([k, v]) => !without.has(k) && v.completed_fraction >= sustaining));
-    if (Object.keys(rest).length === 0) {
-      console.log(`| ${r.workload}${tagOf(r)} | ${r.model} | ${r.load} | none sustains | | | | | | | |`);
-      continue;
-    }
-    const k = bestVariant(rest);
-    b = { ...rest[k], variant: k };
+  const b = bestBaselineAmong(r, (k, v) => !without.has(k) && v.completed_fraction >= sustaining);
+  if (b === null) {
+    console.log(`| ${r.workload}${tagOf(r)} | ${r.model} | ${r.load} | none sustains | | | | | | | |`);
+    continue;
   }
+  const o = r.systems.evolving, sla = r.baseline_variants["dynamo-disagg-sla"];
   const vs = (y: Sys) => `${x(y.ttft.p95 / o.ttft.p95)} / ${x(y.e2e.mean / o.e2e.mean)} / ${x(o.goodput / y.goodput)}`;
   console.log(`| ${r.workload}${tagOf(r)} | ${r.model} | ${r.load} | ${b.variant} | ${pct(b.completed_fraction)} / ${pct(o.completed_fraction)} | ${s3(b.ttft.p95)} / ${s3(o.ttft.p95)} | ${b.e2e.mean.toFixed(2)} / ${o.e2e.mean.toFixed(2)} | ${b.goodput.toFixed(1)} / ${o.goodput.toFixed(1)} | **${vs(b)}** | ${sla ? vs(sla) : "–"} | ${sla ? pct(sla.completed_fraction) : "–"} |`);
 }

@@ -1,4 +1,4 @@
-import { test } from "node:test";
+import { test } from "../harness.ts";
 import assert from "node:assert/strict";
 import { splitOverTime, ttftCdf } from "../../src/sim/report.ts";
 import type { SimSample } from "../../src/sim/simulator.ts";
