@@ -68,14 +68,56 @@ function seriesColor(s: Series, i: number): string {
   return COLORS[(s.color ?? i) % COLORS.length];
 }
 
-/** A minimal line chart. */
+/**
+ * A round step for an axis spanning `range` with about `target` intervals: 1, 2 or 5 times a power
+ * of ten, so ticks read 0, 2, 4, 6, 8 rather than quarters of the range (8.4 workers).
+ */
+export function niceStep(range: number, target = 4): number {
+  if (!(range > 0) || !Number.isFinite(range)) return 1;
+  const raw = range / target;
+  const mag = Math.pow(10, Math.floor(Math.log10(raw)));
+  const norm = raw / mag;
+  return (norm < 1.5 ? 1 : norm < 3 ? 2 : norm < 7 ? 5 : 10) * mag;
+}
+
+/** Multiples of `step` within [lo, hi] (a hair of slack for rounding). */
+function multiples(lo: number, hi: number, step: number): number[] {
+  const out: number[] = [];
+  const eps = step * 1e-9;
+  for (let k = Math.ceil((lo - eps) / step); k * step <= hi + eps; k++) out.push(Number((k * step).toPrecision(12)));
+  return out;
+}
+
+/**
+ * Ticks of a log axis spanning 10^lo to 10^hi: the powers of ten, with 2× and 5× between them when
+ * the axis spans fewer than three decades.
+ */
+function logTicks(lo: number, hi: number): number[] {
+  const mults = hi - lo < 3 ? [1, 2, 5] : [1];
+  const out: number[] = [];
+  for (let e = Math.floor(lo); e <= Math.ceil(hi); e++) {
+    for (const m of mults) {
+      const v = Number((m * Math.pow(10, e)).toPrecision(12));
+      const l = Math.log10(v);
+      if (l >= lo - 1e-9 && l <= hi + 1e-9) out.push(v);
+    }
+  }
+  return out;
+}
+
+/**
+ * A minimal line chart. Without `yMax` the y axis runs from 0 to the first round tick at or above
+ * the data; ticks on both axes sit at round numbers.
+ */
 export function lineChart(title: string, xLabel: string, yLabel: string, series: Series[], yMax?: number, logX = false): string {
   const W = 640, H = 360, L = 60, R = 20, T = 30, B = 45;
   const xs = series.flatMap((s) => s.points.map((p) => p[0])).filter(Number.isFinite);
   const ys = series.flatMap((s) => s.points.map((p) => p[1])).filter(Number.isFinite);
   const tx = (x: number) => (logX ? Math.log10(Math.max(x, 1e-3)) : x);
-  const x0 = Math.min(...xs.map(tx)), x1 = Math.max(...xs.map(tx));
-  const y1 = yMax ?? Math.max(1e-9, ...ys) * 1.05;
+  const x0 = xs.length ? Math.min(...xs.map(tx)) : 0, x1 = xs.length ? Math.max(...xs.map(tx)) : 1;
+  const yTop = yMax ?? Math.max(1e-9, ...ys) * 1.05;
+  const yStep = niceStep(yTop);
+  const y1 = yMax ?? Math.ceil(yTop / yStep - 1e-9) * yStep;
   const sx = (x: number) => L + ((tx(x) - x0) / Math.max(1e-9, x1 - x0)) * (W - L - R);
   const sy = (y: number) => H - B - (Math.min(y, y1) / y1) * (H - T - B);
   const paths = series.map((s, i) => {
@@ -85,12 +127,17 @@ export function lineChart(title: string, xLabel: string, yLabel: string, series:
     return `<path d="${d}" fill="none" stroke="${color}" stroke-width="1.8"${DASHES[s.dash ?? "solid"]}/>` +
       `<text x="${W - R - 170}" y="${T + 14 * (i + 1)}" fill="${color}" font-size="11">${s.name}</text>`;
   });
-  const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => {
-    const y = f * y1;
-    const xv = logX ? Math.pow(10, x0 + f * (x1 - x0)) : x0 + f * (x1 - x0);
-    return `<text x="${L - 6}" y="${sy(y) + 4}" font-size="10" text-anchor="end">${tickLabel(y)}</text>` +
-      `<text x="${L + f * (W - L - R)}" y="${H - B + 14}" font-size="10" text-anchor="middle">${tickLabel(xv)}</text>`;
-  });
+  const xTicks = logX ? logTicks(x0, x1) : multiples(x0, x1, niceStep(x1 - x0, 5));
+  const ticks = [
+    ...multiples(0, y1, yStep).map((y) =>
+      `<line x1="${L - 3}" y1="${sy(y).toFixed(1)}" x2="${L}" y2="${sy(y).toFixed(1)}" stroke="#333"/>` +
+      `<text x="${L - 6}" y="${(sy(y) + 4).toFixed(1)}" font-size="10" text-anchor="end">${tickLabel(y)}</text>`
+    ),
+    ...xTicks.map((x) =>
+      `<line x1="${sx(x).toFixed(1)}" y1="${H - B}" x2="${sx(x).toFixed(1)}" y2="${H - B + 3}" stroke="#333"/>` +
+      `<text x="${sx(x).toFixed(1)}" y="${H - B + 14}" font-size="10" text-anchor="middle">${tickLabel(x)}</text>`
+    ),
+  ];
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif">` +
     `<rect width="${W}" height="${H}" fill="white"/><text x="${W / 2}" y="18" text-anchor="middle" font-size="13">${title}</text>` +
     `<line x1="${L}" y1="${H - B}" x2="${W - R}" y2="${H - B}" stroke="#333"/><line x1="${L}" y1="${T}" x2="${L}" y2="${H - B}" stroke="#333"/>` +

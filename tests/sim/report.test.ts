@@ -1,6 +1,6 @@
 import { test } from "../harness.ts";
 import assert from "node:assert/strict";
-import { splitOverTime, ttftCdf } from "../../src/sim/report.ts";
+import { lineChart, niceStep, splitOverTime, ttftCdf } from "../../src/sim/report.ts";
 import type { SimSample } from "../../src/sim/simulator.ts";
 
 const samples = (roles: (t: number) => [number, number, number]): SimSample[] =>
@@ -36,4 +36,35 @@ test("ttftCdf() gives each of seven systems its own colour", () => {
   const colours = [...legend(svg).values()];
   assert.equal(colours.length, 7);
   assert.equal(new Set(colours).size, 7);
+});
+
+/** The tick labels of a chart's y axis (right-aligned) and x axis (centred), in drawing order. */
+function tickLabels(svg: string): { y: number[]; x: number[] } {
+  const y = [...svg.matchAll(/font-size="10" text-anchor="end">([^<]+)</g)].map((m) => Number(m[1]));
+  const x = [...svg.matchAll(/font-size="10" text-anchor="middle">([^<]+)</g)].map((m) => Number(m[1]));
+  return { y, x };
+}
+
+test("niceStep() returns 1, 2 or 5 times a power of ten", () => {
+  assert.equal(niceStep(8.4), 2);
+  assert.equal(niceStep(1), 0.2);
+  assert.equal(niceStep(1200, 5), 200);
+  assert.equal(niceStep(35), 10);
+  assert.equal(niceStep(0), 1);
+});
+
+test("lineChart() puts axis ticks at round numbers, the y axis ending at one", () => {
+  // 8.4 workers at most over 1,170 s: quarters of the range would read 2.2, 4.4, 6.6, 8.8 and 292.
+  const svg = lineChart("t", "time (s)", "workers", [{ name: "a", points: [[0, 3], [585, 8.4], [1170, 5]] }]);
+  const { y, x } = tickLabels(svg);
+  assert.deepEqual(y, [0, 2, 4, 6, 8, 10]);
+  assert.deepEqual(x, [0, 200, 400, 600, 800, 1000]);
+});
+
+test("lineChart() on a log axis ticks at powers of ten, with 2 and 5 between on a narrow one", () => {
+  const wide = tickLabels(lineChart("t", "s", "f", [{ name: "a", points: [[0.02, 0], [150, 1]] }], 1, true));
+  assert.deepEqual(wide.x, [0.1, 1, 10, 100]);
+  assert.deepEqual(wide.y, [0, 0.2, 0.4, 0.6, 0.8, 1]);
+  const narrow = tickLabels(lineChart("t", "s", "f", [{ name: "a", points: [[0.3, 0], [4, 1]] }], 1, true));
+  assert.deepEqual(narrow.x, [0.5, 1, 2]);
 });
