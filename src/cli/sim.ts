@@ -3,13 +3,15 @@
  * workload and seed in the cluster simulator and prints a table, JSON (--json), a load sweep
  * (--sweep) or writes a report folder with tables and SVG plots (--report DIR).
  */
-import { mkdir, writeFile } from "node:fs/promises";
+import { access, constants, mkdir, writeFile } from "node:fs/promises";
 import { cliArgs, exitProcess } from "../runtime/env.ts";
 import { readTextFile } from "../runtime/fs.ts";
 import { StepLogError } from "../sim/calibration.ts";
-import { parseSimArgs, SimUsageError } from "../sim/cli-options.ts";
+import { parseSimArgs, SimHelp, SimUsageError } from "../sim/cli-options.ts";
 import { hitRateOverTime, splitOverTime, ttftCdf } from "../sim/report.ts";
 import { jsonView, markdownView, runOnce, textView } from "../sim/run.ts";
+import { TraceFormatError } from "../sim/traces.ts";
+import type { Comparison } from "../sim/compare.ts";
 
 async function main(): Promise<void> {
   const argv = cliArgs();
@@ -22,13 +24,24 @@ async function main(): Promise<void> {
   if (o.calibrate !== null) {
     try { stepLog = await readTextFile(o.calibrate); } catch { throw new SimUsageError(`Cannot read step log "${o.calibrate}"`); }
   }
+  if (o.report !== null) {
+    // Before the run, not after it: a bad folder should not cost a whole simulation.
+    try { await mkdir(o.report, { recursive: true }); await access(o.report, constants.W_OK); } catch (e) {
+      throw new SimUsageError(`Cannot write report folder "${o.report}" (${(e as { code?: string }).code ?? String(e)})`);
+    }
+  }
   const clock = () => performance.now() / 1000;
   const loads = o.sweep ?? [o.load];
   const views: Record<string, unknown>[] = [];
   const sections: string[] = [];
   const command = `deno task sim ${argv.join(" ")}`;
   for (const load of loads) {
-    const c = runOnce(o, load, traceText, clock, stepLog);
+    let c: Comparison;
+    try { c = runOnce(o, load, traceText, clock, stepLog); } catch (e) {
+      if (e instanceof TraceFormatError) throw new SimUsageError(`Cannot replay trace "${o.trace}": ${e.message}`);
+      throw e;
+    }
+    warnIfNothingCompleted(c, load);
     views.push(jsonView(c, load));
     if (!o.json) console.log(textView(c, load) + "\n");
     sections.push(markdownView(c, load, command));
@@ -48,7 +61,19 @@ async function main(): Promise<void> {
   if (o.json) console.log(JSON.stringify(loads.length === 1 ? views[0] : views, null, 2));
 }
 
+/** A system that completed no request has no latency figures: say so on stderr rather than only print n/a. */
+function warnIfNothingCompleted(c: Comparison, load: number): void {
+  const none = [...Object.entries(c.baseline_variants), ["evolving", c.systems.evolving] as const].filter(([, s]) => s.completed === 0);
+  if (none.length > 0) {
+    console.error(`Warning: at load ${load}, ${none.map(([name, s]) => `${name} (offered ${s.offered})`).join(", ")} completed no requests; their latencies and the ratios are n/a (null in --json)`);
+  }
+}
+
 main().catch((e: unknown) => {
+  if (e instanceof SimHelp) {
+    console.log(e.message);
+    exitProcess(0);
+  }
   if (e instanceof SimUsageError || e instanceof StepLogError) {
     console.error(e.message);
     exitProcess(2);

@@ -8,10 +8,12 @@ import type { SimSample } from "./simulator.ts";
 
 const f3 = (x: number) => (Number.isFinite(x) ? x.toFixed(3) : "n/a");
 const f2 = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : "n/a");
+/** Seconds as milliseconds with one decimal. */
+const ms1 = (x: number) => (Number.isFinite(x) ? (x * 1000).toFixed(1) : "n/a");
 
 function row(name: string, s: SystemSummary): string[] {
   return [
-    name, f3(s.ttft.mean), f3(s.ttft.p50), f3(s.ttft.p95), f3(s.ttft.p99), (s.itl.mean * 1000).toFixed(1), (s.itl.p95 * 1000).toFixed(1),
+    name, f3(s.ttft.mean), f3(s.ttft.p50), f3(s.ttft.p95), f3(s.ttft.p99), ms1(s.itl.mean), ms1(s.itl.p95),
     f2(s.e2e.mean), f2(s.e2e.p95), f2(s.goodput), f2(s.throughput), f3(s.kv_hit_rate), `${s.completed}/${s.offered}`,
     (100 * s.completed_fraction).toFixed(1) + "%", Math.round(s.gpu_seconds / 3600).toString(),
   ];

@@ -61,12 +61,15 @@ export function textView(c: Comparison, load: number): string {
   return `load ${load}\n${textTable(c)}`;
 }
 
+/** A ratio for text: two decimals and ×, or n/a where a system completed nothing. */
+const ratio = (x: number) => (Number.isFinite(x) ? `${x.toFixed(2)}×` : "n/a");
+
 /** Markdown section for one comparison (used by the report). */
 export function markdownView(c: Comparison, load: number, command: string): string {
   const params = Object.entries(c.params).map(([k, v]) => `- **${k}**: ${Object.entries(v).map(([a, b]) => `${a}=${b}`).join(", ")}`);
   return [
     `## ${c.workload} at load ${load}`, "", "```", command, "```", "", markdownTable(c), "",
-    `Ratios (baseline = ${c.systems.baseline.variant}): p95 TTFT ${c.ratios.p95_ttft.toFixed(2)}×, mean E2E ${c.ratios.mean_e2e.toFixed(2)}×, goodput ${c.ratios.goodput.toFixed(2)}×.`,
+    `Ratios (baseline = ${c.systems.baseline.variant}): p95 TTFT ${ratio(c.ratios.p95_ttft)}, mean E2E ${ratio(c.ratios.mean_e2e)}, goodput ${ratio(c.ratios.goodput)}.`,
     "", "Parameters:", ...params, "", "Assumptions:", ...c.assumptions.map((a) => `- ${a}`), "",
     "Wall time: " + Object.entries(c.perf).map(([k, p]) => `${k} ${p.wall_s.toFixed(1)} s (${Math.round(p.events_per_s)} events/s)`).join(", "),
   ].join("\n");

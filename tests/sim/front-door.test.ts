@@ -14,9 +14,9 @@ test("a simulated front door with a new-session budget lets that many in per tic
     workers: 1, profile: profileSweep(new CostModel(KIMI_K2_6, GB300, gpw)), initialSplit: { prefill: 0, decode: 1 },
     ttftTargetS: 0.5, itlTargetS: 0.05, startupS: 0,
   };
-  // Sessions knock at 0.5 s (before any budget), then at 1.2, 1.4 and 1.6 s; the planner's ticks at
+  // Sessions knock at 0 s (before any budget), then at 1.2, 1.4 and 1.6 s; the planner's ticks at
   // 1 s and 2 s each let one new session in.
-  const trace = [500, 1_200, 1_400, 1_600]
+  const trace = [0, 1_200, 1_400, 1_600]
     .map((t, i) => JSON.stringify({ timestamp: t, input_length: 2048, output_length: 4, hash_ids: [10 * i, 10 * i + 1, 10 * i + 2, 10 * i + 3] })).join("\n");
   const planner: Planner = {
     name: "scripted", intervalS: 1,
@@ -26,7 +26,7 @@ test("a simulated front door with a new-session budget lets that many in per tic
     model: KIMI_K2_6, hw: GB300, gpus: gpw, gpusPerWorker: gpw, drainS: 60, maxQueueS: 120, sampleS: 1, slo: { ttftS: 1, itlS: 0.05 },
   });
   const out = [...sim.run().outcomes].sort((a, b) => a.arrival - b.arrival);
-  assert.deepEqual(out.map((o) => o.arrival), [0.5, 1.2, 1.4, 1.6], "every session is accounted for, at the time it first knocked");
+  assert.deepEqual(out.map((o) => o.arrival), [0, 1.2, 1.4, 1.6], "every session is accounted for, at the time it first knocked");
   assert.deepEqual(out.map((o) => o.rejected), [null, null, null, "overloaded"]);
   assert.ok(out[0].ttft < 0.3 && out[1].ttft < 0.3, `no wait with room: ${out[0].ttft}, ${out[1].ttft}`);
   assert.ok(out[2].ttft >= 0.6 && out[2].ttft < 0.9, `held from 1.4 s to the tick at 2 s: TTFT ${out[2].ttft}`);
