@@ -42,6 +42,20 @@ export interface SamplingRow {
 }
 
 /**
+ * The smallest temperature that samples; below it every backend takes the argmax. 1/T must stay
+ * finite in the device samplers' f32 arithmetic, and logits / T must not overflow it either
+ * (kernels-cuda/sample.cu scales the logits before subtracting their maximum): 2^-100 keeps
+ * |logit| · 1/T finite for logits up to 2^27. At such a temperature softmax(logits / T) puts all
+ * its mass on the largest logit anyway (unless two logits differ by less than ~10^-28).
+ */
+export const MIN_SAMPLING_TEMPERATURE = 2 ** -100;
+
+/** The temperature a backend samples with: `temperature`, or 0 (argmax) when it is below {@link MIN_SAMPLING_TEMPERATURE}. */
+export function effectiveTemperature(temperature: number): number {
+  return temperature < MIN_SAMPLING_TEMPERATURE ? 0 : temperature;
+}
+
+/**
  * Metadata for paged attention over a ragged batch. Query row `t` belongs to sequence
  * `tokenSeq[t]` at absolute position `tokenPos[t]`; it attends to that sequence's cached keys at
  * positions 0..tokenPos[t] inclusive (causal). Keys of position p live in block
@@ -129,7 +143,7 @@ export interface Backend {
   /** Row-wise argmax over the last dim → i32 [rows] (lowest index wins ties). */
   argmax(x: Tensor): Tensor;
   /** Row-wise sampling from logits f32 [rows, vocab] → i32 [rows]; one SamplingRow per row.
-   * temperature 0 means argmax. Otherwise: softmax(logits / T), keep the top-k, then the smallest
+   * temperature 0 (or below {@link MIN_SAMPLING_TEMPERATURE}) means argmax. Otherwise: softmax(logits / T), keep the top-k, then the smallest
    * prefix (by descending probability, ties by lower index) whose mass ≥ top-p, renormalise, and
    * pick the first token whose cumulative probability exceeds uniform · total. */
   sample(logits: Tensor, rows: readonly SamplingRow[]): Tensor;

@@ -81,6 +81,13 @@ export interface Tokenizer {
   decode(ids: readonly number[]): string;
   /** Text of one token as it would appear in streamed output (may be a partial UTF-8 piece). */
   tokenText?(id: number): string;
+  /**
+   * The most UTF-16 code units of input text one token can stand for (its longest vocabulary
+   * piece, special tokens included; a byte-fallback token stands for at most one), so
+   * `Math.ceil(text.length / maxCharsPerToken())` tokens at least come out of `encode(text)`.
+   * Undefined when no such bound holds (a tokenizer that can drop or fuse input).
+   */
+  maxCharsPerToken?(): number | undefined;
 }
 
 /** A loaded model: configuration, host weights, tokenizer and its chat template if any. */

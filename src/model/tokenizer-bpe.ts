@@ -127,6 +127,16 @@ export class BpeTokenizer implements Tokenizer {
     return utf8(this.pieceBytes(id));
   }
 
+  private maxChars: number | undefined;
+  /**
+   * A byte-level token's string has one character per byte of text it stands for (and a UTF-16
+   * code unit takes at least one byte); a special token stands for its own string.
+   */
+  maxCharsPerToken(): number {
+    this.maxChars ??= this.vocab.tokens.reduce((m, t) => Math.max(m, t.length), 1);
+    return this.maxChars;
+  }
+
   private pieceBytes(id: number): number[] {
     const t = this.vocab.tokens[id];
     if (t === undefined) return [];

@@ -27,6 +27,20 @@ export class HfTokenizer implements Tokenizer {
     this.bosId = typeof bos === "string" ? this.impl.token_to_id(bos) : bos;
     this.specialIds = new Set<number>();
     for (const [id, tok] of this.impl.get_added_tokens_decoder()) if (tok.special) this.specialIds.add(id);
+    this.boundFactor = hfBoundFactor(tokenizerJson);
+  }
+
+  /** See {@link hfBoundFactor}; undefined: no bound. */
+  private readonly boundFactor: number | undefined;
+  private maxChars: number | undefined | null = null;
+  /** The longest vocabulary string (added tokens included), times what the normalizer may contract. */
+  maxCharsPerToken(): number | undefined {
+    if (this.maxChars === null) {
+      let longest = 1;
+      for (const t of this.impl.get_vocab(true).keys()) longest = Math.max(longest, t.length);
+      this.maxChars = this.boundFactor === undefined ? undefined : longest * this.boundFactor;
+    }
+    return this.maxChars;
   }
 
   encode(text: string, options: { addBos?: boolean } = {}): number[] {
@@ -49,4 +63,44 @@ export class HfTokenizer implements Tokenizer {
   tokenId(token: string): number | undefined {
     return this.impl.token_to_id(token);
   }
+}
+
+type Json = Record<string, unknown>;
+const isJson = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
+const parts = (v: Json, key: string): unknown[] => (Array.isArray(v[key]) ? v[key] as unknown[] : []);
+
+/**
+ * How far `tokenizer.json`'s pipeline may shrink text before the model splits it into vocabulary
+ * strings: 1 without a normalizer, 2 under Unicode normalization (composition turns at most 4 code
+ * units into one character of 3 UTF-8 bytes); undefined when a step may drop or fuse text
+ * (whitespace-splitting pre-tokenizers, Strip, Replace, a fused unknown token, WordPiece).
+ */
+function hfBoundFactor(json: object): number | undefined {
+  const j = json as Json;
+  const normalizer = (n: unknown): number | undefined => {
+    if (n === null || n === undefined) return 1;
+    if (!isJson(n)) return undefined;
+    if (n.type === "Sequence") {
+      let f = 1;
+      for (const m of parts(n, "normalizers")) {
+        const g = normalizer(m);
+        if (g === undefined) return undefined;
+        f = Math.max(f, g);
+      }
+      return f;
+    }
+    if (["NFC", "NFKC", "NFD", "NFKD"].includes(String(n.type))) return 2;
+    return ["Prepend", "Lowercase"].includes(String(n.type)) ? 1 : undefined;
+  };
+  const preTokenizerKeeps = (p: unknown): boolean => {
+    if (p === null || p === undefined) return true;
+    if (!isJson(p)) return false;
+    if (p.type === "Sequence") return parts(p, "pretokenizers").every(preTokenizerKeeps);
+    if (p.type === "Split") return p.behavior !== "Removed";
+    return ["ByteLevel", "Metaspace", "Digits", "Punctuation"].includes(String(p.type));
+  };
+  const model = isJson(j.model) ? j.model : {};
+  const fusesUnknown = model.fuse_unk === true && model.byte_fallback !== true;
+  if (model.type !== "BPE" || fusesUnknown || !preTokenizerKeeps(j.pre_tokenizer)) return undefined;
+  return normalizer(j.normalizer);
 }

@@ -166,6 +166,20 @@ export class SpmTokenizer implements Tokenizer {
     return utf8(this.pieceBytes(id));
   }
 
+  private maxChars: number | undefined | null = null;
+  /**
+   * Every token stands for a piece of the (space-prefixed) text no longer than its vocabulary
+   * string, or for one byte (byte fallback, unknown). Without a byte token or an unknown token for
+   * every byte, bytes can be dropped, and there is no bound.
+   */
+  maxCharsPerToken(): number | undefined {
+    if (this.maxChars === null) {
+      const dropsBytes = this.byteIds.size < 256 && this.vocab.unkId === undefined;
+      this.maxChars = dropsBytes ? undefined : this.vocab.tokens.reduce((m, t) => Math.max(m, t.length), 1);
+    }
+    return this.maxChars;
+  }
+
   private pieceBytes(id: number): number[] {
     const t = this.vocab.tokens[id];
     if (t === undefined) return [];

@@ -1,6 +1,6 @@
 /**
  * The Hono app: OpenAI-compatible routes, Bearer auth, body limit, health and Prometheus
- * metrics. Runtime-neutral: `listen.ts` serves it under Deno.serve or @hono/node-server, tests
+ * metrics; a known path with another method gets 405 with an `Allow` header. Runtime-neutral: `listen.ts` serves it under Deno.serve or @hono/node-server, tests
  * call `app.request()` in-process.
  */
 import { Hono, type Context } from "hono";
@@ -106,10 +106,27 @@ export function createApp(o: AppOptions): Hono {
     const body = await parse(c, CompletionRequestSchema);
     return respond(c, body, submitCompletion(ctx, body));
   });
-  app.get("/v1/models", (c) =>
-    c.json({ object: "list", data: [{ id: o.modelName, object: "model", created: 0, owned_by: "evolving-infra", max_model_len: o.engine.maxModelLen }] })
-  );
+  const modelCard = () => ({ id: o.modelName, object: "model", created: 0, owned_by: "evolving-infra", max_model_len: o.engine.maxModelLen });
+  app.get("/v1/models", (c) => c.json({ object: "list", data: [modelCard()] }));
+  // Served names may hold slashes ("Qwen/Qwen3-0.6B"), as OpenAI's fine-tuned model ids hold colons.
+  app.get("/v1/models/:id{.+}", (c) => {
+    const id = c.req.param("id");
+    if (id !== o.modelName) throw new ApiError(404, `The model '${id}' does not exist; this server serves '${o.modelName}'`, "model", "model_not_found");
+    return c.json(modelCard());
+  });
   app.get("/health", (c) => c.json({ status: "ok" }));
   app.get("/metrics", (c) => c.text(renderMetrics(o.engine, o.modelName), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }));
+  // A known path with the wrong method is a 405 that says which method it takes, not a 404.
+  const allow = (path: string, method: "GET" | "POST") =>
+    app.all(path, (c) => {
+      c.header("Allow", method === "GET" ? "GET, HEAD" : method);
+      return fail(c, new ApiError(405, `${c.req.method} is not allowed on ${c.req.path}; use ${method}`, null, "method_not_allowed"));
+    });
+  allow("/v1/chat/completions", "POST");
+  allow("/v1/completions", "POST");
+  allow("/v1/models", "GET");
+  allow("/v1/models/:id{.+}", "GET");
+  allow("/health", "GET");
+  allow("/metrics", "GET");
   return app;
 }

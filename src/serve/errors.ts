@@ -13,7 +13,7 @@ export interface OpenAiErrorBody {
 export class ApiError extends Error {
   override name = "ApiError";
   constructor(
-    readonly status: 400 | 401 | 404 | 413 | 429 | 500 | 503,
+    readonly status: 400 | 401 | 404 | 405 | 413 | 429 | 500 | 503,
     message: string,
     readonly param: string | null = null,
     readonly code: string | null = null,
@@ -28,12 +28,16 @@ export class ApiError extends Error {
   }
 }
 
-function describe(value: unknown): string {
+/** A value as a message quotes it: JSON, cut to 60 characters. */
+export function describe(value: unknown): string {
   const s = JSON.stringify(value);
   return s === undefined ? String(value) : s.length > 60 ? `${s.slice(0, 57)}...` : s;
 }
 
-/** Turns the first schema issue into a 400 that names the field and quotes the bad value. */
+/**
+ * Turns the first schema issue into a 400 that names the field and quotes the bad value. A field
+ * that is absent gets code `missing_required_parameter`; any other bad value `invalid_value`.
+ */
 export function schemaError(err: ZodError, body: unknown): ApiError {
   const issue = err.issues[0];
   const path = issue.path.map(String);
@@ -42,5 +46,5 @@ export function schemaError(err: ZodError, body: unknown): ApiError {
   for (const p of path) value = value !== null && typeof value === "object" ? (value as Record<string, unknown>)[p] : undefined;
   const got = value === undefined ? "it is missing" : `got ${describe(value)}`;
   const message = param ? `Invalid value for '${param}': ${issue.message.replace(/^Invalid input: /, "")} (${got})` : `Invalid request body: ${issue.message}`;
-  return new ApiError(400, message, param, issue.code === "invalid_type" && value === undefined ? "missing_required_parameter" : "invalid_value");
+  return new ApiError(400, message, param, param !== null && value === undefined ? "missing_required_parameter" : "invalid_value");
 }

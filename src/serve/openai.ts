@@ -7,7 +7,7 @@ import { ContextLengthError, EngineOverloadedError, type GenerateRequest, NoWork
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import { type ChatOutputOptions, ChatOutputStream, type ChatPart, parseChatOutput } from "./chat-output.ts";
 import type { ChatRenderer } from "./chat-template.ts";
-import { ApiError } from "./errors.ts";
+import { ApiError, describe } from "./errors.ts";
 import { promptOpensReasoning, type ReasoningParserName } from "./reasoning.ts";
 import type { ChatRequest, CompletionRequest } from "./schemas.ts";
 import type { ParsedToolCall } from "./tool-calls.ts";
@@ -33,10 +33,42 @@ export interface Submitted {
   output: ChatOutputOptions | null;
 }
 
-/** Checks the fields we parse but do not support, and builds the engine request. */
-function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], maxTokens: number | null | undefined, startsInReasoning = false): GenerateRequest {
+/** A 400 for a known OpenAI parameter this server parses but cannot honour. */
+function unsupported(message: string, param: string): ApiError {
+  return new ApiError(400, message, param, "unsupported_parameter");
+}
+
+/**
+ * Refuses the OpenAI sampling parameters we cannot honour when set to anything but their no-op
+ * value: the backends sample on the device (kernels-wgsl/sample.wgsl, kernels-cuda/sample.cu),
+ * which applies no penalties or biases, and there is no constrained decoding for response_format.
+ */
+function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind): void {
   if (body.n !== undefined && body.n !== null && body.n !== 1) throw new ApiError(400, `Only n = 1 is supported, got n = ${body.n}`, "n", "invalid_value");
-  if (body.logprobs) throw new ApiError(400, `logprobs are not supported, got ${JSON.stringify(body.logprobs)}`, "logprobs", "unsupported_parameter");
+  if (body.logprobs) throw unsupported(`Logprobs are not supported, got logprobs = ${JSON.stringify(body.logprobs)}`, "logprobs");
+  for (const param of ["presence_penalty", "frequency_penalty"] as const) {
+    const v = body[param];
+    if (v !== undefined && v !== null && v !== 0) throw unsupported(`Only ${param} = 0 is supported (the sampler applies no penalties), got ${param} = ${v}`, param);
+  }
+  if (body.logit_bias && Object.keys(body.logit_bias).length > 0) {
+    throw unsupported(`Logit biases are not supported (the sampler applies none), got logit_bias = ${describe(body.logit_bias)}`, "logit_bias");
+  }
+  // Completions have no response_format (an unknown field there is ignored).
+  const format = kind === "chat" ? (body as ChatRequest).response_format : undefined;
+  if (format && format.type !== "text") {
+    throw unsupported(
+      `Only response_format {"type": "text"} is supported: this server has no constrained decoding, got ${describe(format)}`,
+      "response_format",
+    );
+  }
+  if ("best_of" in body && body.best_of !== undefined && body.best_of !== null && body.best_of !== 1) {
+    throw unsupported(`Only best_of = 1 is supported, got best_of = ${body.best_of}`, "best_of");
+  }
+  if ("suffix" in body && body.suffix) throw unsupported(`A suffix is not supported (no fill-in-the-middle), got suffix = ${describe(body.suffix)}`, "suffix");
+}
+
+/** Builds the engine request (after {@link checkUnsupported}). */
+function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], maxTokens: number | null | undefined, startsInReasoning = false): GenerateRequest {
   const stop = body.stop === null || body.stop === undefined ? [] : typeof body.stop === "string" ? [body.stop] : body.stop;
   return {
     prompt,
@@ -66,15 +98,38 @@ function submit(ctx: ServeContext, req: GenerateRequest, promptParam: string): R
   }
 }
 
+/**
+ * Refuses at once a prompt text too long for the context, before tokenizing it (megabytes of text
+ * take seconds, blocking the server): it has at least `text.length / maxCharsPerToken` tokens.
+ */
+function checkTextLength(ctx: ServeContext, text: string, param: string): void {
+  const perToken = ctx.tokenizer.maxCharsPerToken?.();
+  if (perToken === undefined) return;
+  const atLeast = Math.ceil(text.length / perToken);
+  const limit = ctx.engine.maxModelLen;
+  if (atLeast >= limit) {
+    throw new ApiError(400, `The prompt has at least ${atLeast} tokens (${text.length} characters); this model's maximum context length is ${limit} tokens`, param, "context_length_exceeded");
+  }
+}
+
 /** Tokenizes a chat request and submits it. */
 export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const choice = body.tool_choice ?? "auto";
-  if (choice !== "none" && choice !== "auto") {
-    const shown = typeof choice === "string" ? `"${choice}"` : `the function "${choice.function.name}"`;
-    throw new ApiError(400, `tool_choice ${shown} is not supported: tool calls are parsed from what the model writes, not forced; use "auto" or "none"`, "tool_choice", "unsupported_parameter");
+  if (typeof choice !== "string") {
+    const name = choice.function.name;
+    if (!(body.tools ?? []).some((t) => t.function.name === name)) {
+      throw new ApiError(400, `The function ${JSON.stringify(name)} named by tool_choice is not among the request's tools`, "tool_choice", "invalid_value");
+    }
   }
+  if (choice !== "none" && choice !== "auto") {
+    const shown = typeof choice === "string" ? `"${choice}"` : `naming the function ${JSON.stringify(choice.function.name)}`;
+    throw unsupported(`Forcing tool calls with tool_choice ${shown} is not supported: tool calls are parsed from what the model writes; use "auto" or "none"`, "tool_choice");
+  }
+  checkUnsupported(body, "chat");
   const tools = choice === "none" ? undefined : body.tools ?? undefined;
   const { text, startsWithBos } = ctx.chat.render(body.messages, tools);
+  // The rendered text holds every message (templates add text, never remove it).
+  checkTextLength(ctx, text, "messages");
   const prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos && !startsWithBos });
   if (prompt.length === 0) throw new ApiError(400, "The messages render to an empty prompt", "messages", "invalid_value");
   const reasoning = ctx.reasoningParser === "think";
@@ -86,11 +141,13 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
 
 /** Tokenizes (or checks the token ids of) a completion request and submits it. */
 export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Submitted {
-  if (body.echo) throw new ApiError(400, "echo is not supported, got true", "echo", "unsupported_parameter");
+  if (body.echo) throw unsupported("Echoing the prompt is not supported, got echo = true", "echo");
+  checkUnsupported(body, "completion");
   const p = body.prompt;
   let prompt: number[];
   if (typeof p === "string" || typeof p[0] === "string") {
     const text = typeof p === "string" ? p : (p[0] as string);
+    checkTextLength(ctx, text, "prompt");
     prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos });
     if (prompt.length === 0) throw new ApiError(400, "The prompt is empty", "prompt", "invalid_value");
   } else {
@@ -153,7 +210,9 @@ export async function completeJson(ctx: ServeContext, s: Submitted): Promise<Rec
 
 /**
  * The streaming response body: one SSE event per text delta, a final chunk with finish_reason,
- * a usage chunk when asked, then `data: [DONE]`. Cancelling the stream cancels the request.
+ * a usage chunk when asked, then `data: [DONE]`. A request the engine failed ends instead with an
+ * event in OpenAI's error shape (`data: {"error": {...}}`), then `data: [DONE]`. Cancelling the
+ * stream (the client hanging up) cancels the request and sends nothing more.
  */
 export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: boolean): ReadableStream<Uint8Array> {
   const { kind, handle } = s;
@@ -176,6 +235,7 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
       else controller.enqueue(chunk({ delta: { tool_calls: [{ index: calls.push(p.call) - 1, ...toolCallJson(p.call) }] } }));
     }
   };
+  let clientGone = false;
   return new ReadableStream<Uint8Array>({
     async start(controller) {
       try {
@@ -186,12 +246,20 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
           else controller.enqueue(chunk(piece(d.text)));
         }
         const r = await handle.result;
-        if (r.finishReason === "abort") return;
-        if (answer) emit(controller, answer.end());
-        noteToolWait(ctx, s, calls);
-        const fr = r.error ? "error" : finishReason(r.finishReason, calls.length > 0);
-        controller.enqueue(chunk(kind === "chat" ? { delta: {}, finish_reason: fr } : { text: "", finish_reason: fr }));
-        if (includeUsage) controller.enqueue(chunk(null, { usage: usage(r) }));
+        // The client hung up (cancel() below): nobody is left to tell.
+        if (clientGone) return;
+        if (r.error) {
+          // The engine (or the worker serving the request) failed: say so in OpenAI's error shape, then end the stream.
+          const err = new ApiError(500, `Generation failed: ${r.error}`, null, "engine_error");
+          controller.enqueue(enc.encode(`data: ${JSON.stringify(err.body())}\n\n`));
+        } else {
+          if (answer) emit(controller, answer.end());
+          noteToolWait(ctx, s, calls);
+          // "abort" here is the server's own cancel (shutdown); the client is still listening.
+          const fr = finishReason(r.finishReason, calls.length > 0);
+          controller.enqueue(chunk(kind === "chat" ? { delta: {}, finish_reason: fr } : { text: "", finish_reason: fr }));
+          if (includeUsage) controller.enqueue(chunk(null, { usage: usage(r) }));
+        }
         controller.enqueue(enc.encode("data: [DONE]\n\n"));
         controller.close();
       } catch {
@@ -200,6 +268,7 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
       }
     },
     cancel() {
+      clientGone = true;
       handle.cancel();
     },
   });

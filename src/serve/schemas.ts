@@ -7,14 +7,68 @@ import { z } from "zod";
 const maybe = <T extends z.ZodType>(t: T) => t.nullable().optional();
 const positiveInt = z.number().int().min(1);
 
+/** What is wrong with a value: a message and, when it is inside the value, where. */
+interface Flaw {
+  message: string;
+  path?: (string | number)[];
+}
+
+/**
+ * `schema`, checked first by `flaw`, which says in words what is wrong and where: a union's own
+ * error ("Invalid input") names neither. `flaw` must accept only what `schema` accepts.
+ */
+function explained<T extends z.ZodType>(schema: T, flaw: (v: unknown) => Flaw | null) {
+  return z.unknown().superRefine((v, ctx) => {
+    const f = flaw(v);
+    if (f) ctx.addIssue({ code: "custom", message: f.message, path: f.path ?? [], input: v });
+  }).pipe(schema);
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+const isTokenId = (v: unknown) => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+
+/** The longest session key (`prompt_cache_key`, `user`) accepted: the engine keeps keys for an hour. */
+export const MAX_SESSION_KEY_CHARS = 512;
+const sessionKey = z.string().max(MAX_SESSION_KEY_CHARS, {
+  error: (iss) => `must be at most ${MAX_SESSION_KEY_CHARS} characters, got ${typeof iss.input === "string" ? iss.input.length : "?"} characters`,
+});
+
 /** A text part of a multi-part message content. */
 const TextPart = z.object({ type: z.literal("text"), text: z.string() });
 
-/** One chat message. */
+/** A message's content: text, or text parts (no images, audio or files: the models read text). */
+const Content = explained(z.union([z.string(), z.array(TextPart)]), (v) => {
+  if (typeof v === "string" || v === null || v === undefined) return null;
+  if (!Array.isArray(v)) return { message: "content must be a string or an array of text parts" };
+  for (const [i, part] of v.entries()) {
+    if (!isObject(part)) return { message: 'content parts must be objects like {"type": "text", "text": "..."}', path: [i] };
+    if (part.type !== "text") return { message: `only text parts are supported, got a part of type ${JSON.stringify(part.type)}`, path: [i] };
+    if (typeof part.text !== "string") return { message: "a text part's text must be a string", path: [i, "text"] };
+  }
+  return null;
+});
+
+/** One chat message. Only an assistant message that calls tools may leave its content out. */
 export const ChatMessageSchema = z.looseObject({
   role: z.enum(["system", "developer", "user", "assistant", "tool"]),
-  content: maybe(z.union([z.string(), z.array(TextPart)])),
+  content: maybe(Content),
   name: z.string().optional(),
+}).superRefine((m, ctx) => {
+  if (m.content !== null && m.content !== undefined) return;
+  const calls = (m as Record<string, unknown>).tool_calls;
+  if (m.role === "assistant" && Array.isArray(calls) && calls.length > 0) return;
+  const who = m.role === "assistant" ? "an assistant message without tool_calls" : `a ${m.role} message`;
+  ctx.addIssue({ code: "custom", message: `${who} needs content`, path: ["content"], input: m.content });
+});
+
+/** OpenAI allows at most this many stop sequences. */
+const MAX_STOP = 4;
+const Stop = explained(z.union([z.string(), z.array(z.string()).max(MAX_STOP)]), (v) => {
+  if (typeof v === "string" || v === null || v === undefined) return null;
+  if (!Array.isArray(v)) return { message: `stop must be a string or an array of at most ${MAX_STOP} strings` };
+  if (v.length > MAX_STOP) return { message: `at most ${MAX_STOP} stop sequences are allowed, got ${v.length}` };
+  const i = v.findIndex((s) => typeof s !== "string");
+  return i < 0 ? null : { message: "stop sequences must be strings", path: [i] };
 });
 
 /** Fields shared by chat and completions. */
@@ -27,13 +81,18 @@ const common = {
   top_p: maybe(z.number().gt(0).max(1)),
   top_k: maybe(z.number().int().min(-1)),
   seed: maybe(z.number().int().min(-(2 ** 53)).max(2 ** 53)),
-  stop: maybe(z.union([z.string(), z.array(z.string()).max(4)])),
+  stop: maybe(Stop),
   n: maybe(z.number().int()),
-  user: maybe(z.string()),
-  prompt_cache_key: maybe(z.string()),
+  user: maybe(sessionKey),
+  prompt_cache_key: maybe(sessionKey),
   ignore_eos: maybe(z.boolean()),
+  // Parsed so that a bad value gets a 400 naming it; openai.ts refuses any but the no-op value.
   presence_penalty: maybe(z.number().min(-2).max(2)),
   frequency_penalty: maybe(z.number().min(-2).max(2)),
+  logit_bias: maybe(explained(z.record(z.string(), z.number().min(-100).max(100)), (v) => {
+    const key = isObject(v) ? Object.keys(v).find((k) => !/^\d+$/.test(k)) : undefined;
+    return key === undefined ? null : { message: `keys must be token ids, got the key ${JSON.stringify(key)}`, path: [key] };
+  })),
 };
 
 /** A function the model may call (OpenAI's `tools[]` entry). */
@@ -52,21 +111,53 @@ export const ChatRequestSchema = z.looseObject({
   ...common,
   messages: z.array(ChatMessageSchema).min(1),
   tools: maybe(z.array(ToolSchema).max(128)),
-  tool_choice: maybe(z.union([
-    z.enum(["none", "auto", "required"]),
-    z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string() }) }),
-  ])),
+  tool_choice: maybe(explained(
+    z.union([
+      z.enum(["none", "auto", "required"]),
+      z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string() }) }),
+    ]),
+    (v) => {
+      if (v === "none" || v === "auto" || v === "required" || v === null || v === undefined) return null;
+      if (isObject(v) && v.type === "function" && isObject(v.function) && typeof v.function.name === "string") return null;
+      return { message: 'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": "..."}}' };
+    },
+  )),
   parallel_tool_calls: maybe(z.boolean()),
   max_completion_tokens: maybe(positiveInt),
   logprobs: maybe(z.boolean()),
+  response_format: maybe(z.looseObject({ type: z.string() })),
 });
+
+/** One completion prompt: text, token ids, or either wrapped in a one-element array. */
+const Prompt = explained(
+  z.union([z.string(), z.array(z.string()).length(1), z.array(z.number().int().min(0)).min(1), z.array(z.array(z.number().int().min(0)).min(1)).length(1)]),
+  (v): Flaw | null => {
+    const what = "prompt must be a string, an array of token ids, or a one-element array of either";
+    if (v === undefined) return { message: "a prompt is required" };
+    if (typeof v === "string") return null;
+    if (!Array.isArray(v)) return { message: what };
+    if (v.length === 0) return { message: "the prompt array is empty" };
+    const ids = (a: unknown[], at: (string | number)[]): Flaw | null => {
+      if (a.length === 0) return { message: "the prompt's token id array is empty", path: at };
+      const i = a.findIndex((id) => !isTokenId(id));
+      return i < 0 ? null : { message: "token ids must be non-negative integers", path: [...at, i] };
+    };
+    if (typeof v[0] === "string" || Array.isArray(v[0])) {
+      if (v.length > 1) return { message: `only one prompt per request is supported, got ${v.length}` };
+      return typeof v[0] === "string" ? null : ids(v[0], [0]);
+    }
+    return ids(v, []);
+  },
+);
 
 /** POST /v1/completions: one prompt as text or token ids. */
 export const CompletionRequestSchema = z.looseObject({
   ...common,
-  prompt: z.union([z.string(), z.array(z.string()).length(1), z.array(z.number().int().min(0)).min(1), z.array(z.array(z.number().int().min(0)).min(1)).length(1)]),
+  prompt: Prompt,
   logprobs: maybe(z.number().int()),
   echo: maybe(z.boolean()),
+  best_of: maybe(z.number().int()),
+  suffix: maybe(z.string()),
 });
 
 /** A parsed chat request. */

@@ -2,7 +2,8 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
-import type { SamplingRow } from "../../src/backend/types.ts";
+import { effectiveTemperature, MIN_SAMPLING_TEMPERATURE, type SamplingRow } from "../../src/backend/types.ts";
+import { packSamplingRows } from "../../src/backend/cuda/sampling-params.ts";
 
 const be = createReferenceBackend();
 // softmax(ln p) = p: probabilities 0.1, 0.2, 0.3, 0.4 → descending order 3, 2, 1, 0,
@@ -75,4 +76,20 @@ test("sample() rejects a row count mismatch and bad parameters", () => {
   assert.throws(() => be.sample(t, [{ temperature: 1, topK: 0, topP: 0, uniform: 0 }]), /invalid topP 0/);
   assert.throws(() => be.sample(t, [{ temperature: 1, topK: 0, topP: 1, uniform: 1 }]), /invalid uniform 1/);
   assert.throws(() => be.sample(t, [{ temperature: -1, topK: 0, topP: 1, uniform: 0 }]), /invalid temperature -1/);
+});
+
+test("sample() with a temperature below MIN_SAMPLING_TEMPERATURE (1e-320, 1e-309) is argmax, not NaN", async () => {
+  // Descending order 0, 1, 2: a NaN softmax would walk to the last token.
+  for (const temperature of [1e-320, 1e-309, 5e-324, MIN_SAMPLING_TEMPERATURE / 2]) {
+    for (const uniform of [0, 0.5, 0.999]) assert.equal(await pick({ temperature, uniform }, [5, 2, 1]), 0, `T = ${temperature}`);
+  }
+  // From the threshold on, the row samples as before.
+  assert.equal(await pick({ temperature: MIN_SAMPLING_TEMPERATURE, uniform: 0.999 }, [5, 2, 1]), 0);
+});
+
+test("packSamplingRows() and effectiveTemperature() send a temperature below MIN_SAMPLING_TEMPERATURE as 0 to the device", () => {
+  assert.equal(effectiveTemperature(1e-320), 0);
+  assert.equal(effectiveTemperature(0.7), 0.7);
+  const packed = packSamplingRows([{ temperature: 1e-40, topK: 0, topP: 1, uniform: 0.5 }, { temperature: 0.5, topK: 3, topP: 0.9, uniform: 0.25 }]);
+  assert.deepEqual(Array.from(packed), [0, 0, 1, 0.5, 0.5, 3, Math.fround(0.9), 0.25]);
 });

@@ -1,5 +1,5 @@
 /** Sampling parameters for the CUDA sample kernel: validated like the reference, packed 4 per row. */
-import { BackendShapeError, type SamplingRow } from "../types.ts";
+import { BackendShapeError, effectiveTemperature, type SamplingRow } from "../types.ts";
 
 /** Rejects parameters the reference would reject, quoting the value. */
 function checkSamplingRow(row: SamplingRow, r: number): void {
@@ -15,7 +15,7 @@ export function packSamplingRows(rows: readonly SamplingRow[]): Float32Array {
   const params = new Float32Array(4 * rows.length);
   rows.forEach((row, r) => {
     checkSamplingRow(row, r);
-    params.set([row.temperature, row.topK, row.topP, row.uniform], 4 * r);
+    params.set([effectiveTemperature(row.temperature), row.topK, row.topP, row.uniform], 4 * r);
   });
   return params;
 }

@@ -2,7 +2,7 @@
  * Reference sampling: temperature, top-k, top-p and an inverse-CDF pick with a CPU-drawn uniform.
  * This exact order is the contract every backend reproduces.
  */
-import { BackendShapeError, type SamplingRow } from "../types.ts";
+import { BackendShapeError, effectiveTemperature, type SamplingRow } from "../types.ts";
 import { argmaxRow, softmaxRow } from "./elementwise.ts";
 import { expectRank, i32Tensor, type RefTensor } from "./storage.ts";
 
@@ -17,14 +17,16 @@ function checkRow(row: SamplingRow, r: number): void {
 
 /**
  * Samples one token from one row of logits:
- * 1. p = softmax(logits / T);
+ * 1. p = softmax(logits / T) (T below MIN_SAMPLING_TEMPERATURE: the argmax);
  * 2. order tokens by descending p, ties by lower index; keep the first topK (0 = all);
  * 3. within those, keep the shortest prefix whose mass ≥ topP × (mass kept by step 2);
  * 4. walk the kept prefix and return the first token whose cumulative p exceeds uniform × its total.
  */
 export function sampleRow(logits: Float32Array, base: number, vocab: number, row: SamplingRow): number {
-  if (row.temperature === 0) return argmaxRow(logits, base, vocab);
-  const probs = softmaxRow(logits, base, vocab, 1 / row.temperature);
+  // A temperature too small to divide by safely is greedy (1 / 1e-320 overflows to Infinity).
+  const temperature = effectiveTemperature(row.temperature);
+  if (temperature === 0) return argmaxRow(logits, base, vocab);
+  const probs = softmaxRow(logits, base, vocab, 1 / temperature);
   const order = Array.from({ length: vocab }, (_, i) => i);
   order.sort((a, b) => probs[b] - probs[a] || a - b);
   const k = row.topK > 0 ? Math.min(row.topK, vocab) : vocab;

@@ -3,7 +3,7 @@
  */
 import { type GpuContext } from "./context.ts";
 import { asGpu, expectRank } from "./tensor.ts";
-import { BackendShapeError, type SamplingRow, type Tensor } from "../types.ts";
+import { BackendShapeError, effectiveTemperature, type SamplingRow, type Tensor } from "../types.ts";
 
 function checkRow(row: SamplingRow, r: number): void {
   const bad = (field: string, value: number) => new BackendShapeError(`Sampling row ${r} has an invalid ${field} ${value}`);
@@ -22,7 +22,7 @@ export function sample(ctx: GpuContext, logitsT: Tensor, rows: readonly Sampling
   if (vocab === 0) throw new BackendShapeError("sample needs a non-empty vocabulary");
   rows.forEach(checkRow);
   const params = new Float32Array(n * 4);
-  rows.forEach((r, i) => params.set([r.temperature, Math.min(r.topK, 2 ** 24), r.topP, r.uniform], i * 4));
+  rows.forEach((r, i) => params.set([effectiveTemperature(r.temperature), Math.min(r.topK, 2 ** 24), r.topP, r.uniform], i * 4));
   const paramBuf = ctx.pool.acquire(params.byteLength);
   ctx.write(paramBuf, new Uint8Array(params.buffer));
   const scratch = ctx.scratch(n * vocab * 4);
