@@ -123,6 +123,21 @@ export class SessionTracker {
     return n;
   }
 
+  /**
+   * Forgets the sessions that are not running, least recently changed first, until at most
+   * `maxSessions` are tracked (running ones are never dropped, so more may remain). A bound on
+   * memory for a server that many keys reach within the time-to-live of {@link prune}. Returns how
+   * many were dropped; their blocks then rank as an unknown session's.
+   */
+  pruneToSize(maxSessions: number): number {
+    const excess = this.sessions.size - maxSessions;
+    if (excess <= 0) return 0;
+    const quiet = [...this.sessions].filter(([, s]) => s.status !== "running").sort((a, b) => a[1].since - b[1].since);
+    const drop = quiet.slice(0, excess);
+    for (const [id, s] of drop) { s.gone = true; this.sessions.delete(id); }
+    return drop.length;
+  }
+
   /** Drops a session (it closed). */
   forget(sessionId: string): void {
     const s = this.sessions.get(sessionId);

@@ -47,9 +47,14 @@ export class EngineSessions {
   readonly policy = new AgentAwarePolicy(this.tracker);
   private lastPrune = -Infinity;
 
-  /** Sessions that are not running are forgotten after `ttlS` seconds of quiet. */
-  constructor(private readonly ttlS: number) {
+  /**
+   * Sessions that are not running are forgotten after `ttlS` seconds of quiet, and the quietest of
+   * them early once more than `maxSessions` are tracked: every request without a key starts a
+   * session of its own (see {@link syntheticSessionId}), so a busy server meets many within a ttl.
+   */
+  constructor(private readonly ttlS: number, private readonly maxSessions = 100_000) {
     if (!(ttlS > 0)) throw new RangeError(`Session time-to-live must be a positive number of seconds, got ${ttlS}`);
+    if (!(Number.isInteger(maxSessions) && maxSessions >= 1)) throw new RangeError(`Session cap must be a positive integer, got ${maxSessions}`);
   }
 
   /** A request of `sessionId` was submitted. */
@@ -59,6 +64,8 @@ export class EngineSessions {
       this.tracker.prune(now, this.ttlS);
       this.lastPrune = now;
     }
+    // Past the cap, down to 90% of it at once, so the sort is paid once per tenth of the cap.
+    if (this.tracker.size >= this.maxSessions) this.tracker.pruneToSize(Math.floor(0.9 * this.maxSessions));
     this.tracker.turnStarted(sessionId, now);
   }
 
