@@ -71,8 +71,9 @@ const parts = (v: Json, key: string): unknown[] => (Array.isArray(v[key]) ? v[ke
 
 /**
  * How far `tokenizer.json`'s pipeline may shrink text before the model splits it into vocabulary
- * strings: 1 without a normalizer, 2 under Unicode normalization (composition turns at most 4 code
- * units into one character of 3 UTF-8 bytes); undefined when a step may drop or fuse text
+ * strings: 1 without a normalizer, 4 under Unicode normalization (canonical composition can turn a
+ * base and three combining marks, four code units, into one character, e.g. U+1F87 from α and three
+ * marks; a vocabulary of characters rather than bytes counts that one character once); undefined when a step may drop or fuse text
  * (whitespace-splitting pre-tokenizers, Strip, Replace, a fused unknown token, WordPiece).
  */
 function hfBoundFactor(json: object): number | undefined {
@@ -89,7 +90,7 @@ function hfBoundFactor(json: object): number | undefined {
       }
       return f;
     }
-    if (["NFC", "NFKC", "NFD", "NFKD"].includes(String(n.type))) return 2;
+    if (["NFC", "NFKC", "NFD", "NFKD"].includes(String(n.type))) return 4;
     return ["Prepend", "Lowercase"].includes(String(n.type)) ? 1 : undefined;
   };
   const preTokenizerKeeps = (p: unknown): boolean => {
