@@ -40,17 +40,6 @@ test("inferSessionId() takes the session of the deepest cached output block, els
   assert.equal(inferSessionId([undefined, { type: "output" }], 7), "~7", "an output block of no session names none");
 });
 
-test("EngineSessions keeps at most maxSessions, forgetting the quietest idle ones first and never a running one", () => {
-  const s = new EngineSessions(3600, 10);
-  s.started("busy", 0); // runs throughout
-  for (let i = 0; i < 30; i++) { s.started(`k${i}`, 1 + i); s.ended(`k${i}`, 1 + i); }
-  assert.ok(s.tracker.size <= 10, `tracked ${s.tracker.size}`);
-  assert.equal(s.tracker.status("busy"), "running");
-  assert.equal(s.tracker.status("k29"), "idle", "the latest is kept");
-  assert.equal(s.tracker.status("k0"), undefined, "the quietest is forgotten");
-  assert.throws(() => new EngineSessions(60, 0), /Session cap must be a positive integer, got 0/);
-});
-
 test("inferSessionId() counts a cached reasoning block as an earlier answer's (its tokens were generated)", () => {
   assert.equal(inferSessionId([{ sessionId: "a" }, { sessionId: "a", type: "reasoning" }], 7), "a", "reasoning sent back: the same conversation");
   assert.equal(inferSessionId([{ sessionId: "a", type: "output" }, { sessionId: "b", type: "reasoning" }], 7), "b", "the deepest generated block wins");
