@@ -8,6 +8,8 @@ import type { SimSample } from "./simulator.ts";
 
 const f3 = (x: number) => (Number.isFinite(x) ? x.toFixed(3) : "n/a");
 const f2 = (x: number) => (Number.isFinite(x) ? x.toFixed(2) : "n/a");
+/** A ratio for text: two decimals and ×, or n/a where a system completed nothing. */
+export const ratioText = (x: number) => (Number.isFinite(x) ? `${x.toFixed(2)}×` : "n/a");
 /** Seconds as milliseconds with one decimal. */
 const ms1 = (x: number) => (Number.isFinite(x) ? (x * 1000).toFixed(1) : "n/a");
 
@@ -35,7 +37,7 @@ export function textTable(c: Comparison): string {
   const w = HEAD.map((_, i) => Math.max(...rows.map((r) => r[i].length)));
   const line = (r: string[]) => r.map((x, i) => (i === 0 ? x.padEnd(w[i]) : x.padStart(w[i]))).join("  ");
   const head = `${c.workload} · ${c.model} on ${c.gpus}× ${c.hardware} (${c.gpus_per_worker} GPUs/worker) · SLO TTFT ≤ ${c.slo.ttft_s} s, ITL ≤ ${c.slo.itl_s * 1000} ms`;
-  const ratios = `ratios (baseline ${c.systems.baseline.variant} ÷ ours): p95 TTFT ${f2(c.ratios.p95_ttft)}×, mean E2E ${f2(c.ratios.mean_e2e)}×; goodput ours ÷ baseline ${f2(c.ratios.goodput)}×`;
+  const ratios = `ratios (baseline ${c.systems.baseline.variant} ÷ ours): p95 TTFT ${ratioText(c.ratios.p95_ttft)}, mean E2E ${ratioText(c.ratios.mean_e2e)}; goodput ours ÷ baseline ${ratioText(c.ratios.goodput)}`;
   return [head, line(HEAD), ...rows.slice(1).map(line), ratios, "(* = baseline variant reported: highest goodput)"].join("\n");
 }
 

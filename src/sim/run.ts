@@ -6,7 +6,7 @@ import { type Comparison, compare, type CompareOptions } from "./compare.ts";
 import type { SimOptions } from "./cli-options.ts";
 import { calibrateHardware, parseStepLog } from "./calibration.ts";
 import { gpusPerWorker, HARDWARE, MODELS } from "./profiles.ts";
-import { markdownTable, textTable } from "./report.ts";
+import { markdownTable, ratioText, textTable } from "./report.ts";
 import { buildScenario } from "./scenarios.ts";
 import { parseAzure, parseMooncake } from "./traces.ts";
 import type { Workload } from "./workload-types.ts";
@@ -61,15 +61,12 @@ export function textView(c: Comparison, load: number): string {
   return `load ${load}\n${textTable(c)}`;
 }
 
-/** A ratio for text: two decimals and ×, or n/a where a system completed nothing. */
-const ratio = (x: number) => (Number.isFinite(x) ? `${x.toFixed(2)}×` : "n/a");
-
 /** Markdown section for one comparison (used by the report). */
 export function markdownView(c: Comparison, load: number, command: string): string {
   const params = Object.entries(c.params).map(([k, v]) => `- **${k}**: ${Object.entries(v).map(([a, b]) => `${a}=${b}`).join(", ")}`);
   return [
     `## ${c.workload} at load ${load}`, "", "```", command, "```", "", markdownTable(c), "",
-    `Ratios (baseline = ${c.systems.baseline.variant}): p95 TTFT ${ratio(c.ratios.p95_ttft)}, mean E2E ${ratio(c.ratios.mean_e2e)}, goodput ${ratio(c.ratios.goodput)}.`,
+    `Ratios (baseline = ${c.systems.baseline.variant}): p95 TTFT ${ratioText(c.ratios.p95_ttft)}, mean E2E ${ratioText(c.ratios.mean_e2e)}, goodput ${ratioText(c.ratios.goodput)}.`,
     "", "Parameters:", ...params, "", "Assumptions:", ...c.assumptions.map((a) => `- ${a}`), "",
     "Wall time: " + Object.entries(c.perf).map(([k, p]) => `${k} ${p.wall_s.toFixed(1)} s (${Math.round(p.events_per_s)} events/s)`).join(", "),
   ].join("\n");

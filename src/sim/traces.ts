@@ -26,12 +26,10 @@ function single(idx: number, id: string, start: number, prompt: number, output: 
 /** One request read from a trace line, before arrival times are made relative. */
 interface TraceRow {
   line: number;
-  id: string;
   /** Arrival time as the trace gives it, in milliseconds. */
   t: number;
   prompt: number;
   output: number;
-  chunks: number[];
 }
 
 /** Whether `v` is a whole number ≥ `min` that a double holds exactly. */
@@ -39,20 +37,26 @@ const count = (v: unknown, min: number): v is number => typeof v === "number" &&
 
 /**
  * Requests in arrival order (a trace's rows need not be sorted; ties keep file order), at most
- * `maxRequests`, with times measured from the earliest and divided by `timeScale`. The workload
- * lasts from the first arrival to one second past the last.
+ * `maxRequests`, with times measured from the earliest and divided by `timeScale`; `blocks` names
+ * each one's session and KV blocks, called in that order. The workload lasts from the first arrival
+ * to one second past the last.
  */
-function replay(rows: TraceRow[], timeScale: number, maxRequests: number, kind: string): { sessions: SessionPlan[]; durationS: number } {
+function replay<R extends TraceRow>(
+  rows: R[], timeScale: number, maxRequests: number, kind: string, blocks: (r: R, idx: number) => { id: string; chunks: number[] },
+): { sessions: SessionPlan[]; durationS: number } {
   if (rows.length === 0) throw new TraceFormatError(`The ${kind} trace has no requests`);
   const sorted = rows.slice().sort((a, b) => a.t - b.t || a.line - b.line).slice(0, maxRequests);
   const t0 = sorted[0].t;
-  const sessions = sorted.map((r, idx) => single(idx, r.id, (r.t - t0) / 1000 / timeScale, r.prompt, r.output, r.chunks));
+  const sessions = sorted.map((r, idx) => {
+    const { id, chunks } = blocks(r, idx);
+    return single(idx, id, (r.t - t0) / 1000 / timeScale, r.prompt, r.output, chunks);
+  });
   return { sessions, durationS: sessions[sessions.length - 1].start + 1 };
 }
 
 /** Parses Mooncake JSONL; `timeScale` divides inter-arrival times (2 = twice the rate). */
 export function parseMooncake(text: string, timeScale = 1, maxRequests = Infinity): Workload {
-  const rows: TraceRow[] = [];
+  const rows: (TraceRow & { id: string; chunks: number[] })[] = [];
   const lines = text.split("\n");
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i].trim();
@@ -76,7 +80,7 @@ export function parseMooncake(text: string, timeScale = 1, maxRequests = Infinit
     const full = Math.min(ids.length, Math.floor(o.input_length / TRACE_BLOCK_TOKENS));
     rows.push({ line: i, id: `mc-${hashes[0] ?? i}`, t: o.timestamp, prompt: o.input_length, output: o.output_length, chunks: ids.slice(0, full) });
   }
-  const { sessions, durationS } = replay(rows, timeScale, maxRequests, "Mooncake");
+  const { sessions, durationS } = replay(rows, timeScale, maxRequests, "Mooncake", (r) => r);
   return {
     name: "mooncake-trace", durationS, sessions, blockTokens: TRACE_BLOCK_TOKENS,
     assumptions: ["Mooncake trace: hash_ids are 512-token blocks; requests sharing leading ids share KV; session = first hash id"],
@@ -103,17 +107,15 @@ export function parseAzure(text: string, timeScale = 1, maxRequests = Infinity):
     const gen = f[gi].trim() === "" ? NaN : Number(f[gi]);
     if (!Number.isFinite(t) || !Number.isFinite(ctx) || !Number.isFinite(gen)) throw new TraceFormatError(`Azure line ${i + 1} is malformed: "${line}"`);
     if (!count(ctx, 1) || !count(gen, 0)) throw new TraceFormatError(`Azure line ${i + 1} has ContextTokens ${f[ci]} and GeneratedTokens ${f[gi]}; expected whole numbers ≥ 1 and ≥ 0`);
-    rows.push({ line: i, id: "", t, prompt: ctx, output: gen, chunks: [] });
+    rows.push({ line: i, t, prompt: ctx, output: gen });
   }
   // Blocks are numbered in arrival order, each request's own (no prefix information).
-  const ordered = rows.slice().sort((a, b) => a.t - b.t || a.line - b.line);
   let base = 1 << 20;
-  ordered.forEach((r, n) => {
+  const { sessions, durationS } = replay(rows, timeScale, maxRequests, "Azure", (r, idx) => {
     const full = Math.floor(r.prompt / TRACE_BLOCK_TOKENS);
-    r.id = `az-${n}`;
-    r.chunks = Array.from({ length: full }, (_, c) => base + c);
+    const chunks = Array.from({ length: full }, (_, c) => base + c);
     base += full + 1;
+    return { id: `az-${idx}`, chunks };
   });
-  const { sessions, durationS } = replay(ordered, timeScale, maxRequests, "Azure");
   return { name: "azure-code-trace", durationS, sessions, blockTokens: TRACE_BLOCK_TOKENS, assumptions: ["Azure trace: no prefix information; every request's blocks are unique"] };
 }

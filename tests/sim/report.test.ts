@@ -2,6 +2,8 @@ import { test } from "../harness.ts";
 import assert from "node:assert/strict";
 import { lineChart, niceStep, splitOverTime, ttftCdf } from "../../src/sim/report.ts";
 import type { SimSample } from "../../src/sim/simulator.ts";
+import { parseSimArgs } from "../../src/sim/cli-options.ts";
+import { markdownView, runOnce, textView } from "../../src/sim/run.ts";
 
 const samples = (roles: (t: number) => [number, number, number]): SimSample[] =>
   [0, 10, 20, 30].map((t) => {
@@ -67,4 +69,15 @@ test("lineChart() on a log axis ticks at powers of ten, with 2 and 5 between on 
   assert.deepEqual(wide.y, [0, 0.2, 0.4, 0.6, 0.8, 1]);
   const narrow = tickLabels(lineChart("t", "s", "f", [{ name: "a", points: [[0.3, 0], [4, 1]] }], 1, true));
   assert.deepEqual(narrow.x, [0.5, 1, 2]);
+});
+
+test("textView() and markdownView() print n/a, not NaN, for a run in which nothing completes", () => {
+  // One second of coding: no session starts, so every latency and ratio is undefined.
+  let t = 0;
+  const c = runOnce(parseSimArgs(["--scenario", "coding-256", "--gpus", "16", "--duration", "1", "--baselines", "dynamo-agg"]), 1, null, () => t++);
+  assert.equal(c.systems.evolving.completed, 0);
+  for (const text of [textView(c, 1), markdownView(c, 1, "sim")]) {
+    assert.ok(!text.includes("NaN"), text);
+    assert.match(text, /p95 TTFT n\/a/);
+  }
 });
