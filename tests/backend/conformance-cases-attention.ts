@@ -109,6 +109,8 @@ const SAMPLING: Omit<SamplingRow, "uniform">[] = [
   { temperature: 0.8, topK: 40, topP: 0.5 },
   { temperature: 2, topK: 1, topP: 1 },
   { temperature: 1, topK: 3, topP: 0.05 },
+  // Below MIN_SAMPLING_TEMPERATURE: greedy on every backend (1/T and logits/T would overflow f32 on the device).
+  { temperature: 1e-38, topK: 0, topP: 1 },
 ];
 
 function sampleCase(vocab: number, repeats: number, ties: boolean): Case {
