@@ -111,12 +111,15 @@ function logTicks(lo: number, hi: number): number[] {
 
 /**
  * A minimal line chart. Without `yMax` the y axis runs from 0 to the first round tick at or above
- * the data; ticks on both axes sit at round numbers.
+ * the data; ticks on both axes sit at round numbers. The legend sits in a margin right of the plot
+ * (a swatch in each series' colour and dash, then its name), so it never hides a line.
  */
 export function lineChart(title: string, xLabel: string, yLabel: string, series: Series[], yMax?: number, logX = false): string {
-  const W = 640, H = 360, L = 60, R = 20, T = 30, B = 45;
-  const xs = series.flatMap((s) => s.points.map((p) => p[0])).filter(Number.isFinite);
-  const ys = series.flatMap((s) => s.points.map((p) => p[1])).filter(Number.isFinite);
+  const W = 860, H = 360, L = 60, R = 240, T = 30, B = 45;
+  // Only drawn points set the ranges (a hit rate is undefined, NaN, once no prompts arrive).
+  const drawn = series.flatMap((s) => s.points.filter((p) => Number.isFinite(p[0]) && Number.isFinite(p[1])));
+  const xs = drawn.map((p) => p[0]);
+  const ys = drawn.map((p) => p[1]);
   const tx = (x: number) => (logX ? Math.log10(Math.max(x, 1e-3)) : x);
   const x0 = xs.length ? Math.min(...xs.map(tx)) : 0, x1 = xs.length ? Math.max(...xs.map(tx)) : 1;
   const yTop = yMax ?? Math.max(1e-9, ...ys) * 1.05;
@@ -128,8 +131,10 @@ export function lineChart(title: string, xLabel: string, yLabel: string, series:
     const pts = s.points.filter((p) => Number.isFinite(p[0]) && Number.isFinite(p[1]));
     const d = pts.map((p, j) => `${j === 0 ? "M" : "L"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
     const color = seriesColor(s, i);
+    const ly = T + 16 * i + 8;
     return `<path d="${d}" fill="none" stroke="${color}" stroke-width="1.8"${DASHES[s.dash ?? "solid"]}/>` +
-      `<text x="${W - R - 170}" y="${T + 14 * (i + 1)}" fill="${color}" font-size="11">${s.name}</text>`;
+      `<line x1="${W - R + 14}" y1="${ly}" x2="${W - R + 40}" y2="${ly}" stroke="${color}" stroke-width="1.8"${DASHES[s.dash ?? "solid"]}/>` +
+      `<text x="${W - R + 46}" y="${ly + 4}" fill="${color}" font-size="11">${s.name}</text>`;
   });
   const xTicks = logX ? logTicks(x0, x1) : multiples(x0, x1, niceStep(x1 - x0, 5));
   const ticks = [

@@ -81,3 +81,18 @@ test("textView() and markdownView() print n/a, not NaN, for a run in which nothi
     assert.match(text, /p95 TTFT n\/a/);
   }
 });
+
+test("lineChart() puts the legend right of every line, with a swatch in each series' dash", () => {
+  const svg = lineChart("t", "time (s)", "workers", [
+    { name: "ours prefill", points: [[0, 1], [100, 9]] },
+    { name: "ours decode", points: [[0, 9], [100, 1]], dash: "dashed" },
+  ]);
+  const pathXs = [...svg.matchAll(/<path d="([^"]+)"/g)].flatMap((m) => [...m[1].matchAll(/[ML]([\d.]+),/g)].map((p) => Number(p[1])));
+  const legendXs = [...svg.matchAll(/<text x="([\d.]+)" y="[\d.]+" fill="#/g)].map((m) => Number(m[1]));
+  assert.equal(legendXs.length, 2);
+  assert.ok(Math.min(...legendXs) > Math.max(...pathXs), `legend at x ${legendXs} overlaps lines reaching x ${Math.max(...pathXs)}`);
+  const swatches = [...svg.matchAll(/<line x1="([\d.]+)" y1="[\d.]+" x2="[\d.]+" y2="[\d.]+" stroke="#[0-9a-f]{6}" stroke-width="1.8"( stroke-dasharray="6,3")?\/>/g)];
+  assert.equal(swatches.length, 2);
+  assert.equal(swatches[1][2], ' stroke-dasharray="6,3"');
+  assert.ok(Number(swatches[0][1]) > Math.max(...pathXs));
+});
