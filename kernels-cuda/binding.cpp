@@ -50,6 +50,7 @@ class Context : public Napi::ObjectWrap<Context> {
                            InstanceMethod<&Context::CopyBytes>("copyBytes"),
                            InstanceMethod<&Context::Embedding>("embedding"),
                            InstanceMethod<&Context::GatherRows>("gatherRows"),
+                           InstanceMethod<&Context::ScatterAdd>("scatterAdd"),
                            InstanceMethod<&Context::Add>("add"),
                            InstanceMethod<&Context::SiluMul>("siluMul"),
                            InstanceMethod<&Context::Rmsnorm>("rmsnorm"),

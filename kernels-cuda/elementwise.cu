@@ -147,6 +147,21 @@ cudaError_t gather_rows(const float* x, const int32_t* idx, int m, int d, int ro
   return cudaGetLastError();
 }
 
+// Logit biases and penalties: one thread per (distinct) offset, so no two threads touch one element.
+__global__ void scatter_add_kernel(float* x, const int32_t* index, const float* values, int m, size_t size) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= m) return;
+  const int32_t o = index[i];
+  if (o < 0 || size_t(o) >= size) return;
+  x[o] += values[i];
+}
+
+cudaError_t scatter_add(float* x, const int32_t* index, const float* values, int m, size_t size, cudaStream_t s) {
+  if (m == 0) return cudaSuccess;
+  scatter_add_kernel<<<(m + 255) / 256, 256, 0, s>>>(x, index, values, m, size);
+  return cudaGetLastError();
+}
+
 cudaError_t add(const float* a, const float* b, size_t count, float* out, cudaStream_t s) {
   if (count == 0) return cudaSuccess;
   add_kernel<<<grid_for(count, 256), 256, 0, s>>>(a, b, count, out);

@@ -24,6 +24,8 @@ cudaError_t copy_bytes(const void* src, void* dst, size_t bytes, cudaStream_t s)
 cudaError_t embedding(const void* table, int dtype, const int32_t* ids, int n, int dim, int vocab, float* out,
                       cudaStream_t s);
 cudaError_t gather_rows(const float* x, const int32_t* idx, int m, int d, int rows, float* out, cudaStream_t s);
+/** x[index[i]] += values[i] for i < m (distinct offsets, checked on the host); offsets outside [0, size) skipped. */
+cudaError_t scatter_add(float* x, const int32_t* index, const float* values, int m, size_t size, cudaStream_t s);
 cudaError_t add(const float* a, const float* b, size_t count, float* out, cudaStream_t s);
 cudaError_t silu_mul(const float* gate, const float* up, size_t count, float* out, cudaStream_t s);
 cudaError_t rmsnorm(const float* x, const float* w, int rows, int cols, float eps, float* out, cudaStream_t s);

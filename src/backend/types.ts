@@ -149,6 +149,11 @@ export interface Backend {
   sample(logits: Tensor, rows: readonly SamplingRow[]): Tensor;
   /** out[i, :] = x[idx[i], :]. x f32 [n, d], idx i32 [m] → [m, d]. */
   gatherRows(x: Tensor, idx: Tensor): Tensor;
+  /**
+   * x.flat[index[i]] += values[i] for each i (logit biases and penalties before sampling). x f32 of
+   * any shape, index i32 [m] of distinct flat offsets inside x, values f32 [m]. Mutates x.
+   */
+  scatterAdd(x: Tensor, index: Tensor, values: Tensor): void;
 }
 
 /** Thrown when tensor shapes or dtypes do not fit an op; the message quotes them. */

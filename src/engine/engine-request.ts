@@ -5,6 +5,7 @@
 import type { SamplingRow } from "../backend/types.ts";
 import type { GenerateRequest, GenerateResult, StreamDelta } from "./engine-types.ts";
 import type { OutputText } from "./engine-text.ts";
+import type { LogitAdditions, LogitAdjuster } from "./logit-adjust.ts";
 import type { AsyncQueue } from "./events.ts";
 import type { UniformSource } from "./sampler-rng.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
@@ -19,6 +20,8 @@ export interface Active {
   queue: AsyncQueue<StreamDelta>;
   text: OutputText;
   rng: UniformSource;
+  /** Logit biases and penalties (undefined: none asked for). */
+  adjust: LogitAdjuster | undefined;
   resolve: (r: GenerateResult) => void;
   /** Submission, last token and first token times (ms; tFirst undefined before the first token). */
   t0: number;
@@ -33,6 +36,13 @@ const GREEDY_ROW: SamplingRow = { temperature: 0, topK: 0, topP: 1, uniform: 0 }
 export function samplingRow(a: Active, sample: boolean): SamplingRow {
   if (!sample) return GREEDY_ROW;
   return { temperature: a.req.temperature ?? 1, topK: a.req.topK ?? 0, topP: a.req.topP ?? 1, uniform: a.rng.next() };
+}
+
+/** What a step adds to the request's logits before sampling (undefined: nothing, or no token sampled). */
+export function logitAdditions(a: Active, sample: boolean): LogitAdditions | undefined {
+  if (!sample || !a.adjust) return undefined;
+  const add = a.adjust.next(a.seq.tokens, a.seq.promptLength);
+  return add.size > 0 ? add : undefined;
 }
 
 /** The result a finished request resolves to (an EOS that ended it is not part of the tokens). */

@@ -5,18 +5,20 @@
  * The model runner also moves preempted KV to and from host memory for swap preemption, and whole
  * cached blocks out of and into the cache when a prefix moves between workers.
  */
-import type { Backend, SamplingRow } from "../backend/types.ts";
+import type { Backend, SamplingRow, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import { forward, type PagedKv } from "../model/forward.ts";
 import { type HostKv, readSlots, slotsOf, writeSlots } from "./kv-copy.ts";
 import { HostKvSwap } from "./kv-swap.ts";
+import type { LogitAdditions } from "./logit-adjust.ts";
 import type { StepEntry, SwapOp } from "./scheduler-types.ts";
 
 /** Executes steps: returns one sampled token per entry (entries that do not sample get any value). */
 export interface StepRunner {
   readonly numBlocks: number;
   readonly blockSize: number;
-  run(entries: readonly StepEntry[], rows: readonly SamplingRow[]): Promise<Int32Array>;
+  /** `additions[i]` (logit biases and penalties) is added to entry i's logits before sampling. */
+  run(entries: readonly StepEntry[], rows: readonly SamplingRow[], additions?: readonly (LogitAdditions | undefined)[]): Promise<Int32Array>;
   /**
    * Copies KV out to host memory, then back in (swap preemption). Must complete its swap-outs'
    * reads before the next `run` writes the same blocks. Absent: only recompute preemption works.
@@ -38,9 +40,10 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
   return {
     numBlocks: kv.numBlocks,
     blockSize: kv.blockSize,
-    async run(entries, rows) {
+    async run(entries, rows, additions) {
       const logits = forward(backend, model, kv, { entries });
       try {
+        if (additions) addToLogits(backend, logits, additions);
         const ids = backend.sample(logits, rows);
         try {
           return (await backend.download(ids)) as Int32Array;
@@ -60,4 +63,28 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     writeBlocks: (ids, data, from) => writeSlots(backend, kv, slotsOf(ids, ids.length * kv.blockSize, kv.blockSize), data, from * kv.blockSize),
     close: release,
   };
+}
+
+/** Adds each row's additions to its logits [rows, vocab] in one scatter (nothing when no row has any). */
+export function addToLogits(backend: Backend, logits: Tensor, additions: readonly (LogitAdditions | undefined)[]): void {
+  const vocab = logits.shape[1];
+  const count = additions.reduce((n, a) => n + (a?.size ?? 0), 0);
+  if (count === 0) return;
+  const index = new Int32Array(count);
+  const values = new Float32Array(count);
+  let k = 0;
+  additions.forEach((a, row) => {
+    for (const [token, v] of a ?? []) {
+      index[k] = row * vocab + token;
+      values[k++] = v;
+    }
+  });
+  const indexT = backend.upload(index, [count]);
+  const valuesT = backend.upload(values, [count]);
+  try {
+    backend.scatterAdd(logits, indexT, valuesT);
+  } finally {
+    backend.free(indexT);
+    backend.free(valuesT);
+  }
 }

@@ -21,6 +21,12 @@ export interface GenerateRequest {
   stop?: string[];
   /** Keep going past EOS (vLLM's ignore_eos), for benchmarks. */
   ignoreEos?: boolean;
+  /** Subtracted from a token's logit once it is in this request's output (OpenAI presence_penalty). */
+  presencePenalty?: number;
+  /** Subtracted from a token's logit per appearance in this request's output (OpenAI frequency_penalty). */
+  frequencyPenalty?: number;
+  /** Added to these tokens' logits at every step, as [token id, bias] pairs (OpenAI logit_bias). */
+  logitBias?: [number, number][];
   /** Session key (prompt_cache_key / user) passed to KV retention. */
   sessionId?: string;
   /**

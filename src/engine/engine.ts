@@ -7,9 +7,10 @@ import { BlockPool, type EvictedBlock, type KvEvent, type SessionTracker } from 
 import { EngineMetrics } from "./engine-metrics.ts";
 import { EngineSessions, inferSessionId, isKvRetention, KV_RETENTIONS } from "./engine-sessions.ts";
 import type { EngineOptions } from "./engine-options.ts";
-import { type Active, resultOf, samplingRow } from "./engine-request.ts";
+import { type Active, logitAdditions, resultOf, samplingRow } from "./engine-request.ts";
 import { OutputText } from "./engine-text.ts";
 import { HostKvOffload } from "./kv-offload.ts";
+import { checkLogitAdjustments, LogitAdjuster } from "./logit-adjust.ts";
 import { exportPrefix, importPrefix, type PrefixKv } from "./prefix-transfer.ts";
 import {
   type EngineStats, EngineOverloadedError, type GenerateRequest, type GenerateResult, outputBudget, type RequestHandle, type ServingEngine, type StreamDelta,
@@ -82,6 +83,7 @@ export class Engine implements ServingEngine {
     if (this.stopped) throw new EngineOverloadedError("The engine is shutting down");
     const n = req.prompt.length;
     const maxTokens = outputBudget(req, this.maxModelLen);
+    checkLogitAdjustments(req, this.opts.config.vocabSize);
     if (this.scheduler.stats().waiting >= this.maxWaiting) {
       this.metrics.rejected++;
       throw new EngineOverloadedError(`${this.maxWaiting} requests are already waiting`);
@@ -99,6 +101,7 @@ export class Engine implements ServingEngine {
       queue: new AsyncQueue<StreamDelta>(() => this.cancel(id)),
       text: new OutputText(this.opts.tokenizer, req.stop ?? []),
       rng: seededUniforms(req.seed ?? Math.floor(Math.random() * 2 ** 31), 0),
+      adjust: LogitAdjuster.of(req),
     };
     this.active.set(id, a);
     this.metrics.promptTokens += n;
@@ -209,12 +212,13 @@ export class Engine implements ServingEngine {
         continue;
       }
       const rows = plan.entries.map((e) => samplingRow(this.active.get(e.seqId)!, e.sample));
+      const additions = plan.entries.map((e) => logitAdditions(this.active.get(e.seqId)!, e.sample));
       let sampled: Int32Array | undefined;
       let error: string | undefined;
       try {
         await this.swapKv(plan);
         const t0 = this.now();
-        sampled = await this.opts.runner.run(plan.entries, rows);
+        sampled = await this.opts.runner.run(plan.entries, rows, additions);
         if (this.opts.onStep || this.mixing) {
           const record = { ...stepShapeOf(plan.entries), seconds: (this.now() - t0) / 1000 };
           this.opts.onStep?.(record);

@@ -39,19 +39,16 @@ function unsupported(message: string, param: string): ApiError {
 }
 
 /**
- * Refuses the OpenAI sampling parameters we cannot honour when set to anything but their no-op
- * value: the backends sample on the device (kernels-wgsl/sample.wgsl, kernels-cuda/sample.cu),
- * which applies no penalties or biases, and there is no constrained decoding for response_format.
+ * Refuses the OpenAI parameters we cannot honour when set to anything but their no-op value (there
+ * is no constrained decoding for response_format), and logit biases for tokens the model lacks.
  */
-function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind): void {
+function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, vocabSize: number): void {
   if (body.n !== undefined && body.n !== null && body.n !== 1) throw new ApiError(400, `Only n = 1 is supported, got n = ${body.n}`, "n", "invalid_value");
   if (body.logprobs) throw unsupported(`Logprobs are not supported, got logprobs = ${JSON.stringify(body.logprobs)}`, "logprobs");
-  for (const param of ["presence_penalty", "frequency_penalty"] as const) {
-    const v = body[param];
-    if (v !== undefined && v !== null && v !== 0) throw unsupported(`Only ${param} = 0 is supported (the sampler applies no penalties), got ${param} = ${v}`, param);
-  }
-  if (body.logit_bias && Object.keys(body.logit_bias).length > 0) {
-    throw unsupported(`Logit biases are not supported (the sampler applies none), got logit_bias = ${describe(body.logit_bias)}`, "logit_bias");
+  for (const key of Object.keys(body.logit_bias ?? {})) {
+    if (Number(key) >= vocabSize) {
+      throw new ApiError(400, `Token ${key} in logit_bias is outside this model's vocabulary of ${vocabSize} tokens`, "logit_bias", "invalid_value");
+    }
   }
   // Completions have no response_format (an unknown field there is ignored).
   const format = kind === "chat" ? (body as ChatRequest).response_format : undefined;
@@ -79,6 +76,9 @@ function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], 
     seed: body.seed ?? undefined,
     stop: stop.filter((s) => s.length > 0),
     ignoreEos: body.ignore_eos ?? false,
+    presencePenalty: body.presence_penalty ?? undefined,
+    frequencyPenalty: body.frequency_penalty ?? undefined,
+    logitBias: body.logit_bias ? Object.entries(body.logit_bias).map(([token, bias]): [number, number] => [Number(token), bias]) : undefined,
     // An empty key names no session (and would collide with the retention policy's no-session group).
     sessionId: body.prompt_cache_key || body.user || undefined,
     ...(startsInReasoning ? { startsInReasoning } : {}),
@@ -125,7 +125,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
     const shown = typeof choice === "string" ? `"${choice}"` : `naming the function ${JSON.stringify(choice.function.name)}`;
     throw unsupported(`Forcing tool calls with tool_choice ${shown} is not supported: tool calls are parsed from what the model writes; use "auto" or "none"`, "tool_choice");
   }
-  checkUnsupported(body, "chat");
+  checkUnsupported(body, "chat", ctx.config.vocabSize);
   const tools = choice === "none" ? undefined : body.tools ?? undefined;
   const { text, startsWithBos } = ctx.chat.render(body.messages, tools);
   // The rendered text holds every message (templates add text, never remove it).
@@ -142,7 +142,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
 /** Tokenizes (or checks the token ids of) a completion request and submits it. */
 export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Submitted {
   if (body.echo) throw unsupported("Echoing the prompt is not supported, got echo = true", "echo");
-  checkUnsupported(body, "completion");
+  checkUnsupported(body, "completion", ctx.config.vocabSize);
   const p = body.prompt;
   let prompt: number[];
   if (typeof p === "string" || typeof p[0] === "string") {

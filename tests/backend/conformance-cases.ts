@@ -1,9 +1,9 @@
 /**
- * Conformance cases for the dense ops: embedding, gatherRows, matmul, rmsnorm, rope, siluMul, add,
- * softmax, argmax. Each case draws fresh inputs from the seeded generator it is given.
+ * Conformance cases for the dense ops: embedding, gatherRows, scatterAdd, matmul, rmsnorm, rope,
+ * siluMul, add, softmax, argmax. Each case draws fresh inputs from the seeded generator it is given.
  *
  * Tolerances (|x - ref| <= atol + rtol·|ref|; the reference accumulates in f64):
- * - embedding, gatherRows, add, argmax: exact. Decoding f16/bf16/q8_0 to f32 is exact (a q8_0 value
+ * - embedding, gatherRows, scatterAdd, add, argmax: exact. Decoding f16/bf16/q8_0 to f32 is exact (a q8_0 value
  *   is an f16 scale times an int8: 19 significant bits), copies are copies, f32 addition is exactly
  *   rounded either way, argmax compares the same f32 values.
  * - matmul: atol 1e-4, rtol 1e-4. Inputs in [-1, 1], k ≤ 128: f32 accumulation error is about
@@ -57,6 +57,22 @@ function gatherCases(): Case[] {
       const x = b.upload(rng.f32(rows * cols), [rows, cols]);
       const idx = b.upload(rng.i32(m, rows), [m]);
       return finish(b, [b.gatherRows(x, idx)], [x, idx]);
+    },
+  }));
+}
+
+/** Distinct offsets into logits-shaped x, as the engine makes them for biases and penalties; m = 0 is a no-op. */
+function scatterAddCases(): Case[] {
+  return [[3, 517, 40], [1, 37, 37], [2, 11, 0], [1, 2000, 300]].map(([rows, vocab, m]): Case => ({
+    op: "scatterAdd",
+    name: `x=[${rows}, ${vocab}] m=${m}`,
+    tolerance: EXACT,
+    run: (b, rng) => {
+      const x = b.upload(rng.f32(rows * vocab), [rows, vocab]);
+      const index = b.upload(Int32Array.from(rng.perm(rows * vocab).slice(0, m)), [m]);
+      const values = b.upload(rng.f32(m).map((v) => v * 100), [m]);
+      b.scatterAdd(x, index, values);
+      return finish(b, [x], [index, values]);
     },
   }));
 }
@@ -187,5 +203,5 @@ function ropeCases(): Case[] {
 
 /** Every dense-op case. */
 export function denseCases(): Case[] {
-  return [...embeddingCases(), ...gatherCases(), ...matmulCases(), ...rowCases(), ...ropeCases()];
+  return [...embeddingCases(), ...gatherCases(), ...scatterAddCases(), ...matmulCases(), ...rowCases(), ...ropeCases()];
 }

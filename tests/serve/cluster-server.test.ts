@@ -43,6 +43,11 @@ for (const transport of ["in-process", "threads"] as const) test(`startServer({ 
 
     const bad = await fetch(`${s.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "stories260K", prompt: "x".repeat(5000), max_tokens: 5 }) });
     assert.equal(bad.status, 400, "a prompt over the context is the client's mistake");
+
+    // Sampling adjustments travel with the request to the workers (prefill on one, decode on another).
+    const forcedToken = model.tokenizer.encode(" Lily", { addBos: false }).at(-1)!;
+    const forced = await client.completions.create({ model: "stories260K", prompt: STORY, max_tokens: 5, temperature: 0, logit_bias: { [forcedToken]: 100 } });
+    assert.equal(forced.choices[0].text, model.tokenizer.decode(Array(5).fill(forcedToken)));
   } finally {
     await s.shutdown();
   }

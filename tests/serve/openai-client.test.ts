@@ -3,6 +3,7 @@ import OpenAI from "openai";
 import { projectRoot, test } from "../harness.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
+import type { GenerateRequest } from "../../src/engine/engine-types.ts";
 
 const modelPath = `${projectRoot}/models/stories260K.gguf`;
 const model = await loadModel(modelPath);
@@ -123,5 +124,38 @@ test("server: a full queue answers 429 with Retry-After and the rest complete", 
     assert.equal(((await refused.json()) as { error: { type: string } }).error.type, "rate_limit_error");
     await Promise.all(res.filter((r) => r !== refused).map((r) => r.text()));
     assert.equal(s.engine.pool.numUsedBlocks(), 0);
+  });
+});
+
+test("openai client: logit_bias and frequency_penalty change what is generated; a bias outside the vocabulary is a 400", async () => {
+  await withServer({}, async (url, s) => {
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+    const prompt = model.tokenizer.encode("Once upon a time", { addBos: true });
+    // What the engine generates when asked directly, in the engine's own terms.
+    const direct = async (extra: Partial<GenerateRequest>) => {
+      const h = s.engine.submit({ prompt, maxTokens: 8, temperature: 0, ...extra });
+      for await (const _ of h.stream) { /* drain */ }
+      return (await h.result).tokenIds;
+    };
+    const complete = async (extra: Partial<OpenAI.CompletionCreateParamsNonStreaming>) =>
+      (await client.completions.create({ model: "stories260K", prompt, max_tokens: 8, temperature: 0, ...extra })).choices[0].text;
+    const plain = await direct({});
+    const first = plain[0];
+    const forced = await complete({ logit_bias: { [first]: 100 } });
+    assert.equal(forced, model.tokenizer.decode(Array(8).fill(first)), "logit_bias +100 repeats the token");
+    const banned = await complete({ logit_bias: { [first]: -100 } });
+    const bannedIds = await direct({ logitBias: [[first, -100]] });
+    assert.ok(!bannedIds.includes(first));
+    assert.equal(banned, model.tokenizer.decode(bannedIds));
+    assert.notEqual(banned, model.tokenizer.decode(plain));
+    // Two tokens forced alike: one repeats, unless each appearance costs it (tests/engine/logit-adjust.test.ts).
+    const second = plain[1];
+    const pair = { [first]: 100, [second]: 100 };
+    const unpenalized = await complete({ logit_bias: pair });
+    const penalized = await complete({ logit_bias: pair, frequency_penalty: 2, presence_penalty: 0.5 });
+    assert.notEqual(penalized, unpenalized, "frequency_penalty changes the output");
+    const penalizedIds = await direct({ logitBias: [[first, 100], [second, 100]], frequencyPenalty: 2, presencePenalty: 0.5 });
+    assert.equal(penalized, model.tokenizer.decode(penalizedIds));
+    await assert.rejects(complete({ logit_bias: { "100000": 1 } }), (e: unknown) => e instanceof OpenAI.BadRequestError && /Token 100000 in logit_bias/.test(e.message));
   });
 });

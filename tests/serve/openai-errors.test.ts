@@ -139,10 +139,10 @@ test("sampleRow() through the server: temperature 1e-320 generates what temperat
   assert.equal(text(tiny), text(greedy));
 });
 
-test("checkUnsupported() refuses penalties, logit_bias, response_format, best_of and suffix unless they are no-ops", async () => {
-  assert400(await chat({ presence_penalty: 0.5 }), "presence_penalty", "unsupported_parameter", /Only presence_penalty = 0 is supported .*got presence_penalty = 0.5/);
-  assert400(await completion({ frequency_penalty: -1 }), "frequency_penalty", "unsupported_parameter", /got frequency_penalty = -1/);
-  assert400(await chat({ logit_bias: { "50256": -100 } }), "logit_bias", "unsupported_parameter", /Logit biases are not supported.*"50256":-100/);
+test("checkUnsupported() refuses response_format, best_of and suffix unless they are no-ops, and biases of tokens the model lacks", async () => {
+  assert400(await chat({ logit_bias: { "50256": -100 } }), "logit_bias", "invalid_value", /Token 50256 in logit_bias is outside this model's vocabulary of 512 tokens/);
+  assert400(await completion({ logit_bias: { "512": 1 } }), "logit_bias", "invalid_value", /Token 512 in logit_bias/);
+  assert400(await chat({ presence_penalty: 2.5 }), "presence_penalty", "invalid_value", /<=2 \(got 2.5\)/);
   assert400(await chat({ logit_bias: { "x": 1 } }), "logit_bias.x", "invalid_value", /keys must be token ids, got the key "x"/);
   assert400(await chat({ logit_bias: { "5": 101 } }), "logit_bias[5]", "invalid_value", /<=100 \(got 101\)/);
   assert400(await chat({ response_format: { type: "json_object" } }), "response_format", "unsupported_parameter", /no constrained decoding, got \{"type":"json_object"\}/);

@@ -8,6 +8,7 @@ import {
   type Backend,
   type BackendInfo,
   BackendShapeError,
+  numel,
   type RopeLayout,
   type SamplingRow,
   type Tensor,
@@ -238,6 +239,20 @@ export class CudaBackend extends CudaExtras implements Backend {
     if (i.host) this.checkIndices(i.host, rows, "Row index");
     const m = i.shape[0];
     return this.f32(this.ctx.gatherRows(xs.ptr, i.ptr, m, d, rows), [m, d]);
+  }
+
+  scatterAdd(x: Tensor, index: Tensor, values: Tensor): void {
+    const xs = expect(x, undefined, "scatterAdd target", ["f32"]);
+    const i = expect(index, 1, "scatterAdd index", ["i32"]);
+    const v = expect(values, 1, "scatterAdd values", ["f32"]);
+    const m = i.shape[0];
+    if (v.shape[0] !== m) throw new BackendShapeError(`scatterAdd values ${fmt(v.shape)} do not match index ${fmt(i.shape)}`);
+    const size = numel(xs.shape);
+    if (i.host) {
+      this.checkIndices(i.host, size, "scatterAdd offset");
+      if (new Set(i.host).size !== m) throw new BackendShapeError("scatterAdd offsets must be distinct");
+    }
+    this.ctx.scatterAdd(xs.ptr, i.ptr, v.ptr, m, size);
   }
 
   private same(a: Tensor, b: Tensor, op: string): [CudaTensor, CudaTensor] {

@@ -1,6 +1,6 @@
 /**
  * Reference row-wise and elementwise ops: embedding gather, row gather, rmsnorm, silu·mul, add,
- * softmax, argmax. Reductions accumulate in f64.
+ * softmax, argmax, scatter-add. Reductions accumulate in f64.
  */
 import { BackendShapeError } from "../types.ts";
 import {
@@ -128,4 +128,22 @@ export function argmax(x: RefTensor): RefTensor {
   const out = new Int32Array(rows);
   for (let r = 0; r < rows; r++) out[r] = argmaxRow(src, r * cols, cols);
   return i32Tensor(out, [rows]);
+}
+
+/** x.flat[index[i]] += values[i]; the offsets must be distinct and inside x. Mutates x. */
+export function scatterAdd(x: RefTensor, index: RefTensor, values: RefTensor): void {
+  expectF32(x, "scatterAdd target");
+  expectRank(index, 1, "scatterAdd index", ["i32"]);
+  expectRank(values, 1, "scatterAdd values", ["f32"]);
+  const m = index.shape[0];
+  if (values.shape[0] !== m) throw new BackendShapeError(`scatterAdd values ${fmt(values.shape)} do not match index ${fmt(index.shape)}`);
+  const dst = x.f32, idx = index.i32, val = values.f32;
+  const seen = new Set<number>();
+  for (let i = 0; i < m; i++) {
+    const o = idx[i];
+    if (o < 0 || o >= dst.length) throw new RangeError(`scatterAdd offset ${o} at ${i} is outside 0..${dst.length - 1}`);
+    if (seen.has(o)) throw new BackendShapeError(`scatterAdd offset ${o} appears twice (offsets must be distinct)`);
+    seen.add(o);
+    dst[o] += val[i];
+  }
 }

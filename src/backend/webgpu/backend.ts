@@ -9,7 +9,7 @@ import { kvWrite, pagedAttention } from "./ops-attention.ts";
 import { embedding, matmul } from "./ops-linear.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
 import { add, argmax, gatherRows, rmsnorm, rope, siluMul, softmax } from "./ops-rowwise.ts";
-import { sample } from "./ops-sample.ts";
+import { sample, scatterAdd } from "./ops-sample.ts";
 import type { RecorderStats } from "./recorder.ts";
 import { asGpu, WEBGPU_NAME } from "./tensor.ts";
 import type {
@@ -120,6 +120,9 @@ export class WebGpuBackend implements Backend {
   }
   sample(logits: Tensor, rows: readonly SamplingRow[]): Tensor {
     return sample(this.#ctx, logits, rows);
+  }
+  scatterAdd(x: Tensor, index: Tensor, values: Tensor): void {
+    scatterAdd(this.#ctx, x, index, values);
   }
   gatherRows(x: Tensor, idx: Tensor): Tensor {
     return gatherRows(this.#ctx, x, idx);

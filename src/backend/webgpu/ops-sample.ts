@@ -1,9 +1,10 @@
 /**
- * Sampling on the device (see kernels-wgsl/sample.wgsl for the sort-free search).
+ * Sampling on the device (see kernels-wgsl/sample.wgsl for the sort-free search), and the sparse
+ * add that applies logit biases and penalties before it.
  */
 import { type GpuContext } from "./context.ts";
-import { asGpu, expectRank } from "./tensor.ts";
-import { BackendShapeError, effectiveTemperature, type SamplingRow, type Tensor } from "../types.ts";
+import { asGpu, expectDtype, expectRank, fmt } from "./tensor.ts";
+import { BackendShapeError, effectiveTemperature, numel, type SamplingRow, type Tensor } from "../types.ts";
 
 function checkRow(row: SamplingRow, r: number): void {
   const bad = (field: string, value: number) => new BackendShapeError(`Sampling row ${r} has an invalid ${field} ${value}`);
@@ -38,4 +39,24 @@ export function sample(ctx: GpuContext, logitsT: Tensor, rows: readonly Sampling
   ctx.pool.release(scratch);
   ctx.pool.release(paramBuf);
   return out;
+}
+
+/** x.flat[index[i]] += values[i]; offsets distinct (the caller's duty: the kernel does not lock). Mutates x. */
+export function scatterAdd(ctx: GpuContext, xT: Tensor, indexT: Tensor, valuesT: Tensor): void {
+  const x = asGpu(xT, "scatterAdd target");
+  const index = asGpu(indexT, "scatterAdd index");
+  const values = asGpu(valuesT, "scatterAdd values");
+  expectDtype(x, "scatterAdd target", ["f32"]);
+  expectRank(index, 1, "scatterAdd index", ["i32"]);
+  expectRank(values, 1, "scatterAdd values", ["f32"]);
+  const m = index.shape[0];
+  if (values.shape[0] !== m) throw new BackendShapeError(`scatterAdd values ${fmt(values.shape)} do not match index ${fmt(index.shape)}`);
+  if (m === 0) return;
+  ctx.recorder.dispatch(
+    "scatter_add",
+    {},
+    [m, numel(x.shape), 0, 0],
+    [[1, x.buffer], [2, index.buffer], [3, values.buffer]],
+    Math.ceil(m / 256),
+  );
 }

@@ -1,0 +1,68 @@
+/**
+ * OpenAI's `logit_bias`, `presence_penalty` and `frequency_penalty` as sparse additions to a row of
+ * logits before sampling (`Backend.scatterAdd`): a token's logit gains its bias, loses the presence
+ * penalty once the token has appeared in this request's output and the frequency penalty per
+ * appearance (OpenAI's formula; vLLM counts output tokens too, not the prompt's).
+ */
+import { type GenerateRequest, RequestParamError } from "./engine-types.ts";
+
+/** Token id → what to add to its logit at one step. */
+export type LogitAdditions = ReadonlyMap<number, number>;
+
+/** Refuses adjustments the model cannot apply: token ids outside its vocabulary, non-finite numbers. */
+export function checkLogitAdjustments(req: GenerateRequest, vocabSize: number): void {
+  for (const [name, v] of [["presence_penalty", req.presencePenalty], ["frequency_penalty", req.frequencyPenalty]] as const) {
+    if (v !== undefined && !Number.isFinite(v)) throw new RequestParamError(`The ${name} must be a finite number, got ${v}`);
+  }
+  for (const [token, bias] of req.logitBias ?? []) {
+    if (!Number.isInteger(token) || token < 0 || token >= vocabSize) {
+      throw new RequestParamError(`Token ${token} in logit_bias is outside this model's vocabulary of ${vocabSize} tokens`);
+    }
+    if (!Number.isFinite(bias)) throw new RequestParamError(`The logit_bias of token ${token} must be a finite number, got ${bias}`);
+  }
+}
+
+/** One request's adjustments; counts its output incrementally, so a step costs its new tokens only. */
+export class LogitAdjuster {
+  readonly #bias: ReadonlyMap<number, number>;
+  readonly #presence: number;
+  readonly #frequency: number;
+  readonly #counts = new Map<number, number>();
+  #counted = 0;
+
+  private constructor(bias: ReadonlyMap<number, number>, presence: number, frequency: number) {
+    this.#bias = bias;
+    this.#presence = presence;
+    this.#frequency = frequency;
+  }
+
+  /** The request's adjuster, or undefined when it asks for none (every bias and penalty zero). */
+  static of(req: GenerateRequest): LogitAdjuster | undefined {
+    const bias = new Map<number, number>();
+    // A token named twice keeps its last bias, as a JSON object with a repeated key would.
+    for (const [token, b] of req.logitBias ?? []) bias.set(token, b);
+    for (const [token, b] of bias) if (b === 0) bias.delete(token);
+    const presence = req.presencePenalty ?? 0, frequency = req.frequencyPenalty ?? 0;
+    return bias.size === 0 && presence === 0 && frequency === 0 ? undefined : new LogitAdjuster(bias, presence, frequency);
+  }
+
+  /**
+   * The additions for the next token, the output so far being `tokens` from `outputStart` on (a
+   * sequence's tokens after its prompt; it only grows, and tokens already counted are not read
+   * again). Entries that add nothing are left out.
+   */
+  next(tokens: readonly number[], outputStart: number): LogitAdditions {
+    for (; outputStart + this.#counted < tokens.length; this.#counted++) {
+      const t = tokens[outputStart + this.#counted];
+      this.#counts.set(t, (this.#counts.get(t) ?? 0) + 1);
+    }
+    if (this.#presence === 0 && this.#frequency === 0) return this.#bias;
+    const out = new Map(this.#bias);
+    for (const [token, n] of this.#counts) {
+      const v = (out.get(token) ?? 0) - this.#presence - this.#frequency * n;
+      if (v === 0) out.delete(token);
+      else out.set(token, v);
+    }
+    return out;
+  }
+}
