@@ -5,7 +5,9 @@
 import type { SamplingRow } from "../backend/types.ts";
 import type { GenerateRequest, GenerateResult, StreamDelta } from "./engine-types.ts";
 import type { OutputText } from "./engine-text.ts";
+import type { StepExtras } from "./engine-runner.ts";
 import type { LogitAdditions, LogitAdjuster } from "./logit-adjust.ts";
+import type { TokenLogprob } from "./logprobs.ts";
 import type { AsyncQueue } from "./events.ts";
 import type { UniformSource } from "./sampler-rng.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
@@ -22,6 +24,10 @@ export interface Active {
   rng: UniformSource;
   /** Logit biases and penalties (undefined: none asked for). */
   adjust: LogitAdjuster | undefined;
+  /** Each sampled token's log probability, EOS included (undefined: not asked for). */
+  logprobs: TokenLogprob[] | undefined;
+  /** The last step's, until its token is committed. */
+  pendingLogprob?: TokenLogprob;
   resolve: (r: GenerateResult) => void;
   /** Submission, last token and first token times (ms; tFirst undefined before the first token). */
   t0: number;
@@ -39,10 +45,24 @@ export function samplingRow(a: Active, sample: boolean): SamplingRow {
 }
 
 /** What a step adds to the request's logits before sampling (undefined: nothing, or no token sampled). */
-export function logitAdditions(a: Active, sample: boolean): LogitAdditions | undefined {
+function logitAdditions(a: Active, sample: boolean): LogitAdditions | undefined {
   if (!sample || !a.adjust) return undefined;
   const add = a.adjust.next(a.seq.tokens, a.seq.promptLength);
   return add.size > 0 ? add : undefined;
+}
+
+/** A step's logit additions and log-probability requests, one per entry (undefined when none asks). */
+export function stepExtras(active: readonly Active[], entries: readonly { sample: boolean }[]): StepExtras | undefined {
+  let extras: StepExtras | undefined;
+  active.forEach((a, i) => {
+    const add = logitAdditions(a, entries[i].sample);
+    const lp = entries[i].sample ? a.req.logprobs : undefined;
+    if (add === undefined && lp === undefined) return;
+    extras ??= { additions: new Array(entries.length), logprobs: new Array(entries.length) };
+    (extras.additions as (LogitAdditions | undefined)[])[i] = add;
+    (extras.logprobs as (number | undefined)[])[i] = lp;
+  });
+  return extras;
 }
 
 /** The result a finished request resolves to (an EOS that ended it is not part of the tokens). */
@@ -52,6 +72,7 @@ export function resultOf(a: Active, reason: FinishReason, error: string | undefi
   return {
     text: a.text.text,
     tokenIds: eos ? ids.slice(0, -1) : ids,
+    ...(a.logprobs ? { logprobs: a.logprobs.slice(0, eos ? ids.length - 1 : ids.length) } : {}),
     finishReason: reason,
     promptTokens: a.seq.promptLength,
     completionTokens: ids.length,

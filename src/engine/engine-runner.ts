@@ -11,14 +11,29 @@ import { forward, type PagedKv } from "../model/forward.ts";
 import { type HostKv, readSlots, slotsOf, writeSlots } from "./kv-copy.ts";
 import { HostKvSwap } from "./kv-swap.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
+import { type TokenLogprob, tokenLogprob } from "./logprobs.ts";
 import type { StepEntry, SwapOp } from "./scheduler-types.ts";
 
-/** Executes steps: returns one sampled token per entry (entries that do not sample get any value). */
+/** What a step asks beyond its sampling rows, per entry (undefined: nothing for that entry). */
+export interface StepExtras {
+  /** Added to the entry's logits before sampling (logit biases and penalties). */
+  additions?: readonly (LogitAdditions | undefined)[];
+  /** Log probability of the sampled token and this many top alternatives (0 to MAX_TOP_LOGPROBS). */
+  logprobs?: readonly (number | undefined)[];
+}
+
+/** A step's output: one sampled token per entry (entries that do not sample get any value). */
+export interface StepOutput {
+  ids: Int32Array;
+  /** For the entries that asked (StepExtras.logprobs), from the raw logits. */
+  logprobs?: (TokenLogprob | undefined)[];
+}
+
+/** Executes steps. */
 export interface StepRunner {
   readonly numBlocks: number;
   readonly blockSize: number;
-  /** `additions[i]` (logit biases and penalties) is added to entry i's logits before sampling. */
-  run(entries: readonly StepEntry[], rows: readonly SamplingRow[], additions?: readonly (LogitAdditions | undefined)[]): Promise<Int32Array>;
+  run(entries: readonly StepEntry[], rows: readonly SamplingRow[], extras?: StepExtras): Promise<StepOutput>;
   /**
    * Copies KV out to host memory, then back in (swap preemption). Must complete its swap-outs'
    * reads before the next `run` writes the same blocks. Absent: only recompute preemption works.
@@ -40,18 +55,30 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
   return {
     numBlocks: kv.numBlocks,
     blockSize: kv.blockSize,
-    async run(entries, rows, additions) {
+    async run(entries, rows, extras) {
       const logits = forward(backend, model, kv, { entries });
+      let raw: Tensor | undefined;
       try {
-        if (additions) addToLogits(backend, logits, additions);
-        const ids = backend.sample(logits, rows);
+        // The raw rows are copied out before the additions change them.
+        const asking = (extras?.logprobs ?? []).flatMap((n, row) => (n === undefined ? [] : [row]));
+        if (asking.length > 0) raw = gatherLogitRows(backend, logits, asking);
+        if (extras?.additions) addToLogits(backend, logits, extras.additions);
+        const idsT = backend.sample(logits, rows);
+        let ids: Int32Array;
         try {
-          return (await backend.download(ids)) as Int32Array;
+          ids = (await backend.download(idsT)) as Int32Array;
         } finally {
-          backend.free(ids);
+          backend.free(idsT);
         }
+        if (!raw) return { ids };
+        const data = (await backend.download(raw)) as Float32Array;
+        const vocab = logits.shape[1];
+        const logprobs: (TokenLogprob | undefined)[] = new Array(entries.length);
+        asking.forEach((row, k) => (logprobs[row] = tokenLogprob(data.subarray(k * vocab, (k + 1) * vocab), ids[row], extras!.logprobs![row]!)));
+        return { ids, logprobs };
       } finally {
         backend.free(logits);
+        if (raw) backend.free(raw);
       }
     },
     async swap(out, into) {
@@ -63,6 +90,16 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     writeBlocks: (ids, data, from) => writeSlots(backend, kv, slotsOf(ids, ids.length * kv.blockSize, kv.blockSize), data, from * kv.blockSize),
     close: release,
   };
+}
+
+/** Copies rows `rows` of logits [n, vocab] into a new [rows.length, vocab] tensor. */
+function gatherLogitRows(backend: Backend, logits: Tensor, rows: readonly number[]): Tensor {
+  const idx = backend.upload(Int32Array.from(rows), [rows.length]);
+  try {
+    return backend.gatherRows(logits, idx);
+  } finally {
+    backend.free(idx);
+  }
 }
 
 /** Adds each row's additions to its logits [rows, vocab] in one scatter (nothing when no row has any). */

@@ -4,6 +4,7 @@
  */
 import type { EngineMetrics } from "./engine-metrics.ts";
 import type { SchedulerStats, StepMixing, WorkerRole } from "./scheduler-types.ts";
+import type { TokenLogprob } from "./logprobs.ts";
 import type { FinishReason } from "./sequence.ts";
 
 /** One generation request, already tokenized. */
@@ -27,6 +28,11 @@ export interface GenerateRequest {
   frequencyPenalty?: number;
   /** Added to these tokens' logits at every step, as [token id, bias] pairs (OpenAI logit_bias). */
   logitBias?: [number, number][];
+  /**
+   * Report each generated token's log probability and this many most likely alternatives (0 to
+   * MAX_TOP_LOGPROBS; undefined: no log probabilities). From the raw logits (src/engine/logprobs.ts).
+   */
+  logprobs?: number;
   /** Session key (prompt_cache_key / user) passed to KV retention. */
   sessionId?: string;
   /**
@@ -45,12 +51,16 @@ export interface GenerateRequest {
 export interface StreamDelta {
   text: string;
   tokenIds: number[];
+  /** One per token id, when the request asked for log probabilities. */
+  logprobs?: TokenLogprob[];
 }
 
 /** The outcome of a request once it has ended. */
 export interface GenerateResult {
   text: string;
   tokenIds: number[];
+  /** One per token id, when the request asked for log probabilities. */
+  logprobs?: TokenLogprob[];
   finishReason: FinishReason;
   promptTokens: number;
   completionTokens: number;

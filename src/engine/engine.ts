@@ -7,10 +7,11 @@ import { BlockPool, type EvictedBlock, type KvEvent, type SessionTracker } from 
 import { EngineMetrics } from "./engine-metrics.ts";
 import { EngineSessions, inferSessionId, isKvRetention, KV_RETENTIONS } from "./engine-sessions.ts";
 import type { EngineOptions } from "./engine-options.ts";
-import { type Active, logitAdditions, resultOf, samplingRow } from "./engine-request.ts";
+import { type Active, resultOf, samplingRow, stepExtras } from "./engine-request.ts";
+import type { StepOutput } from "./engine-runner.ts";
 import { OutputText } from "./engine-text.ts";
 import { HostKvOffload } from "./kv-offload.ts";
-import { checkLogitAdjustments, LogitAdjuster } from "./logit-adjust.ts";
+import { checkSamplingRequest, LogitAdjuster } from "./logit-adjust.ts";
 import { exportPrefix, importPrefix, type PrefixKv } from "./prefix-transfer.ts";
 import {
   type EngineStats, EngineOverloadedError, type GenerateRequest, type GenerateResult, outputBudget, type RequestHandle, type ServingEngine, type StreamDelta,
@@ -83,7 +84,7 @@ export class Engine implements ServingEngine {
     if (this.stopped) throw new EngineOverloadedError("The engine is shutting down");
     const n = req.prompt.length;
     const maxTokens = outputBudget(req, this.maxModelLen);
-    checkLogitAdjustments(req, this.opts.config.vocabSize);
+    checkSamplingRequest(req, this.opts.config.vocabSize);
     if (this.scheduler.stats().waiting >= this.maxWaiting) {
       this.metrics.rejected++;
       throw new EngineOverloadedError(`${this.maxWaiting} requests are already waiting`);
@@ -102,6 +103,7 @@ export class Engine implements ServingEngine {
       text: new OutputText(this.opts.tokenizer, req.stop ?? []),
       rng: seededUniforms(req.seed ?? Math.floor(Math.random() * 2 ** 31), 0),
       adjust: LogitAdjuster.of(req),
+      logprobs: req.logprobs === undefined ? undefined : [],
     };
     this.active.set(id, a);
     this.metrics.promptTokens += n;
@@ -212,13 +214,13 @@ export class Engine implements ServingEngine {
         continue;
       }
       const rows = plan.entries.map((e) => samplingRow(this.active.get(e.seqId)!, e.sample));
-      const additions = plan.entries.map((e) => logitAdditions(this.active.get(e.seqId)!, e.sample));
-      let sampled: Int32Array | undefined;
+      const extras = stepExtras(plan.entries.map((e) => this.active.get(e.seqId)!), plan.entries);
+      let sampled: StepOutput | undefined;
       let error: string | undefined;
       try {
         await this.swapKv(plan);
         const t0 = this.now();
-        sampled = await this.opts.runner.run(plan.entries, rows, additions);
+        sampled = await this.opts.runner.run(plan.entries, rows, extras);
         if (this.opts.onStep || this.mixing) {
           const record = { ...stepShapeOf(plan.entries), seconds: (this.now() - t0) / 1000 };
           this.opts.onStep?.(record);
@@ -230,7 +232,12 @@ export class Engine implements ServingEngine {
         for (const entry of plan.entries) this.scheduler.abort(entry.seqId);
       }
       const tokens = new Map<number, number>();
-      plan.entries.forEach((e, i) => sampled && e.sample && tokens.set(e.seqId, sampled[i]));
+      plan.entries.forEach((e, i) => {
+        if (!sampled || !e.sample) return;
+        tokens.set(e.seqId, sampled.ids[i]);
+        const lp = sampled.logprobs?.[i];
+        if (lp) this.active.get(e.seqId)!.pendingLogprob = lp;
+      });
       const advanced = this.scheduler.commit(plan, tokens);
       for (const seq of advanced) this.onToken(seq);
       for (const e of plan.entries) {
@@ -263,6 +270,10 @@ export class Engine implements ServingEngine {
     const a = this.active.get(seq.id);
     if (!a || a.done) return;
     const tok = seq.tokens[seq.tokens.length - 1];
+    // The log probability the step computed for this token (kept with the request's others).
+    const lp = a.pendingLogprob?.id === tok ? a.pendingLogprob : undefined;
+    a.pendingLogprob = undefined;
+    if (lp) a.logprobs?.push(lp);
     const t = this.now();
     if (seq.numOutput === 1) {
       a.tFirst = t;
@@ -273,7 +284,7 @@ export class Engine implements ServingEngine {
     if (seq.status === "finished") return; // prefill role: the first token ends the sequence here
     if (!a.req.ignoreEos && this.opts.config.eosTokenIds.includes(tok)) return this.finish(a, "stop");
     const text = a.text.push(tok);
-    a.queue.push({ text, tokenIds: [tok] });
+    a.queue.push({ text, tokenIds: [tok], ...(lp ? { logprobs: [lp] } : {}) });
     if (a.text.stopped) return this.finish(a, "stop");
     if (seq.numOutput >= a.maxTokens || seq.tokens.length >= this.maxModelLen) this.finish(a, "length");
   }

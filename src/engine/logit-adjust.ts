@@ -5,12 +5,20 @@
  * appearance (OpenAI's formula; vLLM counts output tokens too, not the prompt's).
  */
 import { type GenerateRequest, RequestParamError } from "./engine-types.ts";
+import { MAX_TOP_LOGPROBS } from "./logprobs.ts";
 
 /** Token id → what to add to its logit at one step. */
 export type LogitAdditions = ReadonlyMap<number, number>;
 
-/** Refuses adjustments the model cannot apply: token ids outside its vocabulary, non-finite numbers. */
-export function checkLogitAdjustments(req: GenerateRequest, vocabSize: number): void {
+/**
+ * Refuses adjustments the model cannot apply (token ids outside its vocabulary, non-finite numbers)
+ * and log-probability requests out of range.
+ */
+export function checkSamplingRequest(req: GenerateRequest, vocabSize: number): void {
+  const lp = req.logprobs;
+  if (lp !== undefined && !(Number.isInteger(lp) && lp >= 0 && lp <= MAX_TOP_LOGPROBS)) {
+    throw new RequestParamError(`The number of top log probabilities must be an integer from 0 to ${MAX_TOP_LOGPROBS}, got ${lp}`);
+  }
   for (const [name, v] of [["presence_penalty", req.presencePenalty], ["frequency_penalty", req.frequencyPenalty]] as const) {
     if (v !== undefined && !Number.isFinite(v)) throw new RequestParamError(`The ${name} must be a finite number, got ${v}`);
   }

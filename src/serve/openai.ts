@@ -11,6 +11,8 @@ import { ApiError, describe } from "./errors.ts";
 import { promptOpensReasoning, type ReasoningParserName } from "./reasoning.ts";
 import type { ChatRequest, CompletionRequest } from "./schemas.ts";
 import type { ParsedToolCall } from "./tool-calls.ts";
+import type { TokenLogprob } from "../engine/logprobs.ts";
+import { chatLogprobs, completionLogprobs } from "./logprobs-json.ts";
 
 /** What the handlers need from the server. */
 export interface ServeContext {
@@ -44,7 +46,9 @@ function unsupported(message: string, param: string): ApiError {
  */
 function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, vocabSize: number): void {
   if (body.n !== undefined && body.n !== null && body.n !== 1) throw new ApiError(400, `Only n = 1 is supported, got n = ${body.n}`, "n", "invalid_value");
-  if (body.logprobs) throw unsupported(`Logprobs are not supported, got logprobs = ${JSON.stringify(body.logprobs)}`, "logprobs");
+  if (kind === "chat" && (body as ChatRequest).top_logprobs && !body.logprobs) {
+    throw new ApiError(400, `Asking for top_logprobs needs logprobs = true, got top_logprobs = ${(body as ChatRequest).top_logprobs}`, "top_logprobs", "invalid_value");
+  }
   for (const key of Object.keys(body.logit_bias ?? {})) {
     if (Number(key) >= vocabSize) {
       throw new ApiError(400, `Token ${key} in logit_bias is outside this model's vocabulary of ${vocabSize} tokens`, "logit_bias", "invalid_value");
@@ -64,6 +68,12 @@ function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, voc
   if ("suffix" in body && body.suffix) throw unsupported(`A suffix is not supported (no fill-in-the-middle), got suffix = ${describe(body.suffix)}`, "suffix");
 }
 
+/** How many top alternatives per token the request asks for (undefined: no log probabilities). */
+function logprobsCount(body: ChatRequest | CompletionRequest): number | undefined {
+  if (typeof body.logprobs === "number") return body.logprobs; // completions: the count itself
+  return body.logprobs === true ? ((body as ChatRequest).top_logprobs ?? 0) : undefined;
+}
+
 /** Builds the engine request (after {@link checkUnsupported}). */
 function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], maxTokens: number | null | undefined, startsInReasoning = false): GenerateRequest {
   const stop = body.stop === null || body.stop === undefined ? [] : typeof body.stop === "string" ? [body.stop] : body.stop;
@@ -76,6 +86,7 @@ function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], 
     seed: body.seed ?? undefined,
     stop: stop.filter((s) => s.length > 0),
     ignoreEos: body.ignore_eos ?? false,
+    logprobs: logprobsCount(body),
     presencePenalty: body.presence_penalty ?? undefined,
     frequencyPenalty: body.frequency_penalty ?? undefined,
     logitBias: body.logit_bias ? Object.entries(body.logit_bias).map(([token, bias]): [number, number] => [Number(token), bias]) : undefined,
@@ -202,10 +213,12 @@ export async function completeJson(ctx: ServeContext, s: Submitted): Promise<Rec
       ...(calls.length > 0 ? { tool_calls: calls.map(toolCallJson) } : {}),
     };
     const fr = finishReason(r.finishReason, calls.length > 0);
-    return { ...base, object: "chat.completion", choices: [{ index: 0, message, logprobs: null, finish_reason: fr }], usage: usage(r) };
+    const logprobs = r.logprobs ? chatLogprobs(ctx.tokenizer, r.logprobs) : null;
+    return { ...base, object: "chat.completion", choices: [{ index: 0, message, logprobs, finish_reason: fr }], usage: usage(r) };
   }
   const fr = finishReason(r.finishReason);
-  return { ...base, object: "text_completion", choices: [{ index: 0, text: r.text, logprobs: null, finish_reason: fr }], usage: usage(r) };
+  const logprobs = r.logprobs ? completionLogprobs(ctx.tokenizer, r.logprobs) : null;
+  return { ...base, object: "text_completion", choices: [{ index: 0, text: r.text, logprobs, finish_reason: fr }], usage: usage(r) };
 }
 
 /**
@@ -225,14 +238,24 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
     const body = { id, object, created, model: ctx.modelName, choices, ...(includeUsage ? { usage: null } : {}), ...extra };
     return enc.encode(`data: ${JSON.stringify(body)}\n\n`);
   };
-  const piece = (text: string) => (kind === "chat" ? { delta: { content: text } } : { text });
+  // Log probabilities of tokens not yet sent go with the next chunk (the chat parser may hold text back).
+  let pending: TokenLogprob[] = [];
+  let offset = 0;
+  const withLogprobs = (choice: Record<string, unknown>): Record<string, unknown> => {
+    if (pending.length === 0) return choice;
+    const logprobs = kind === "chat" ? chatLogprobs(ctx.tokenizer, pending) : completionLogprobs(ctx.tokenizer, pending, offset);
+    if (kind !== "chat") offset += (logprobs as { tokens: string[] }).tokens.reduce((n, t) => n + t.length, 0);
+    pending = [];
+    return { ...choice, logprobs };
+  };
+  const piece = (text: string) => withLogprobs(kind === "chat" ? { delta: { content: text } } : { text });
   const answer = s.output ? new ChatOutputStream(s.output) : null;
   const calls: ParsedToolCall[] = [];
   const emit = (controller: ReadableStreamDefaultController<Uint8Array>, parts: ChatPart[]) => {
     for (const p of parts) {
       if (p.kind === "content") controller.enqueue(chunk(piece(p.text)));
-      else if (p.kind === "reasoning") controller.enqueue(chunk({ delta: { reasoning_content: p.text } }));
-      else controller.enqueue(chunk({ delta: { tool_calls: [{ index: calls.push(p.call) - 1, ...toolCallJson(p.call) }] } }));
+      else if (p.kind === "reasoning") controller.enqueue(chunk(withLogprobs({ delta: { reasoning_content: p.text } })));
+      else controller.enqueue(chunk(withLogprobs({ delta: { tool_calls: [{ index: calls.push(p.call) - 1, ...toolCallJson(p.call) }] } })));
     }
   };
   let clientGone = false;
@@ -241,6 +264,7 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
       try {
         if (kind === "chat") controller.enqueue(chunk({ delta: { role: "assistant", content: "" } }));
         for await (const d of handle.stream) {
+          if (d.logprobs) pending.push(...d.logprobs);
           if (!d.text) continue;
           if (answer) emit(controller, answer.push(d.text));
           else controller.enqueue(chunk(piece(d.text)));
@@ -257,7 +281,7 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
           noteToolWait(ctx, s, calls);
           // "abort" here is the server's own cancel (shutdown); the client is still listening.
           const fr = finishReason(r.finishReason, calls.length > 0);
-          controller.enqueue(chunk(kind === "chat" ? { delta: {}, finish_reason: fr } : { text: "", finish_reason: fr }));
+          controller.enqueue(chunk(withLogprobs(kind === "chat" ? { delta: {}, finish_reason: fr } : { text: "", finish_reason: fr })));
           if (includeUsage) controller.enqueue(chunk(null, { usage: usage(r) }));
         }
         controller.enqueue(enc.encode("data: [DONE]\n\n"));

@@ -125,6 +125,7 @@ export const ChatRequestSchema = z.looseObject({
   parallel_tool_calls: maybe(z.boolean()),
   max_completion_tokens: maybe(positiveInt),
   logprobs: maybe(z.boolean()),
+  top_logprobs: maybe(z.number().int().min(0).max(20)),
   response_format: maybe(z.looseObject({ type: z.string() })),
 });
 
@@ -154,7 +155,8 @@ const Prompt = explained(
 export const CompletionRequestSchema = z.looseObject({
   ...common,
   prompt: Prompt,
-  logprobs: maybe(z.number().int()),
+  // OpenAI allows 5; vLLM 20, as here.
+  logprobs: maybe(z.number().int().min(0).max(20)),
   echo: maybe(z.boolean()),
   best_of: maybe(z.number().int()),
   suffix: maybe(z.string()),

@@ -9,7 +9,7 @@ import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { addToLogits } from "../../src/engine/engine-runner.ts";
 import { type GenerateRequest, RequestParamError } from "../../src/engine/engine-types.ts";
-import { checkLogitAdjustments, LogitAdjuster } from "../../src/engine/logit-adjust.ts";
+import { checkSamplingRequest, LogitAdjuster } from "../../src/engine/logit-adjust.ts";
 import { loadModel } from "../../src/model/load.ts";
 
 const req = (extra: Partial<GenerateRequest>): GenerateRequest => ({ prompt: [1, 2, 3], ...extra });
@@ -39,12 +39,12 @@ test("LogitAdjuster.next() leaves out a token whose bias its penalty cancels, an
   assert.deepEqual([...adj.next([0, 4], 1)], []);
 });
 
-test("checkLogitAdjustments() refuses token ids outside the vocabulary and non-finite values", () => {
-  checkLogitAdjustments(req({ logitBias: [[0, 1], [511, -100]], presencePenalty: 2 }), 512);
-  assert.throws(() => checkLogitAdjustments(req({ logitBias: [[512, 1]] }), 512), (e: unknown) => e instanceof RequestParamError && /Token 512 in logit_bias is outside this model's vocabulary of 512 tokens/.test(e.message));
-  assert.throws(() => checkLogitAdjustments(req({ logitBias: [[-1, 1]] }), 512), RequestParamError);
-  assert.throws(() => checkLogitAdjustments(req({ logitBias: [[3, NaN]] }), 512), /The logit_bias of token 3 must be a finite number, got NaN/);
-  assert.throws(() => checkLogitAdjustments(req({ frequencyPenalty: Infinity }), 512), /The frequency_penalty must be a finite number, got Infinity/);
+test("checkSamplingRequest() refuses token ids outside the vocabulary and non-finite values", () => {
+  checkSamplingRequest(req({ logitBias: [[0, 1], [511, -100]], presencePenalty: 2 }), 512);
+  assert.throws(() => checkSamplingRequest(req({ logitBias: [[512, 1]] }), 512), (e: unknown) => e instanceof RequestParamError && /Token 512 in logit_bias is outside this model's vocabulary of 512 tokens/.test(e.message));
+  assert.throws(() => checkSamplingRequest(req({ logitBias: [[-1, 1]] }), 512), RequestParamError);
+  assert.throws(() => checkSamplingRequest(req({ logitBias: [[3, NaN]] }), 512), /The logit_bias of token 3 must be a finite number, got NaN/);
+  assert.throws(() => checkSamplingRequest(req({ frequencyPenalty: Infinity }), 512), /The frequency_penalty must be a finite number, got Infinity/);
 });
 
 test("addToLogits() adds each row's additions to that row only", async () => {

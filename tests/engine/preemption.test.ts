@@ -93,6 +93,6 @@ test("HostKvSwap.restore() writes the saved KV at new slots of every layer", asy
 });
 
 test("Engine refuses swap preemption with a runner that cannot copy KV to host memory", () => {
-  const runner = { numBlocks: 4, blockSize: 4, run: () => Promise.resolve(new Int32Array(0)), close: () => {} };
+  const runner = { numBlocks: 4, blockSize: 4, run: () => Promise.resolve({ ids: new Int32Array(0) }), close: () => {} };
   assert.throws(() => new Engine({ runner, config: model.config, tokenizer: model.tokenizer, scheduler: { preemption: "swap" } }), /Preemption mode "swap" needs a runner/);
 });

@@ -54,7 +54,7 @@ async function autoRun(mixedExtraS: number, steps: number): Promise<{ modes: Ste
     run(entries) {
       const s = stepShapeOf(entries);
       ms += 1000 * (0.004 + 1e-5 * (s.prefillTokens + s.decodeSeqs) + (s.prefillTokens > 0 && s.decodeSeqs > 0 ? mixedExtraS : 0));
-      return Promise.resolve(new Int32Array(entries.length).fill(7));
+      return Promise.resolve({ ids: new Int32Array(entries.length).fill(7) });
     },
     close() {},
   };

@@ -159,3 +159,54 @@ test("openai client: logit_bias and frequency_penalty change what is generated; 
     await assert.rejects(complete({ logit_bias: { "100000": 1 } }), (e: unknown) => e instanceof OpenAI.BadRequestError && /Token 100000 in logit_bias/.test(e.message));
   });
 });
+
+test("openai client: logprobs and top_logprobs in chat and completions, streamed as generated", async () => {
+  await withServer({}, async (url) => {
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: STORY }];
+    const chat = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 2 });
+    const content = chat.choices[0].logprobs!.content!;
+    assert.equal(content.length, chat.usage!.completion_tokens);
+    assert.equal(content.map((c) => c.token).join(""), chat.choices[0].message.content);
+    for (const c of content) {
+      assert.ok(c.logprob <= 0);
+      assert.equal(c.top_logprobs.length, 2);
+      assert.deepEqual(c.top_logprobs[0], { token: c.token, logprob: c.logprob, bytes: c.bytes }, "greedy takes the likeliest token");
+      assert.deepEqual(c.bytes, [...new TextEncoder().encode(c.token)]);
+    }
+    const stream = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 2, stream: true });
+    const streamed: OpenAI.ChatCompletionTokenLogprob[] = [];
+    for await (const c of stream) streamed.push(...(c.choices[0]?.logprobs?.content ?? []));
+    assert.deepEqual(streamed, content);
+    const without = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 8, temperature: 0 });
+    assert.equal(without.choices[0].logprobs, null);
+    assert.equal(without.choices[0].message.content, chat.choices[0].message.content);
+
+    const comp = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 8, temperature: 0, logprobs: 3 });
+    const lp = comp.choices[0].logprobs!;
+    assert.equal(lp.tokens!.join(""), comp.choices[0].text);
+    assert.equal(lp.token_logprobs!.length, 8);
+    lp.top_logprobs!.forEach((top, i) => {
+      assert.ok(Object.keys(top).length >= 1 && Object.keys(top).length <= 3);
+      assert.equal(Math.max(...Object.values(top)), lp.token_logprobs![i]);
+    });
+    assert.deepEqual(lp.text_offset, lp.tokens!.map((_, i) => lp.tokens!.slice(0, i).join("").length));
+    const cs = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 8, temperature: 0, logprobs: 3, stream: true });
+    const tokens: string[] = [], offsets: number[] = [];
+    for await (const c of cs) {
+      tokens.push(...(c.choices[0]?.logprobs?.tokens ?? []));
+      offsets.push(...(c.choices[0]?.logprobs?.text_offset ?? []));
+    }
+    assert.deepEqual(tokens, lp.tokens);
+    assert.deepEqual(offsets, lp.text_offset);
+
+    await assert.rejects(
+      client.chat.completions.create({ model: "stories260K", messages, max_tokens: 2, top_logprobs: 2 }),
+      (e: unknown) => e instanceof OpenAI.BadRequestError && (e.error as { param?: string }).param === "top_logprobs",
+    );
+    await assert.rejects(
+      client.completions.create({ model: "stories260K", prompt: "x", max_tokens: 2, logprobs: 21 }),
+      (e: unknown) => e instanceof OpenAI.BadRequestError,
+    );
+  });
+});

@@ -180,8 +180,7 @@ test("schemaError() explains union fields: content, stop, tool_choice and prompt
 });
 
 test("submitChat() and submitCompletion() word their refusals in sentence case", async () => {
-  assert400(await chat({ logprobs: true }), "logprobs", "unsupported_parameter", /^Logprobs are not supported, got logprobs = true$/);
-  assert400(await completion({ logprobs: 2 }), "logprobs", "unsupported_parameter", /^Logprobs are not supported, got logprobs = 2$/);
+  assert400(await chat({ top_logprobs: 2 }), "top_logprobs", "invalid_value", /^Asking for top_logprobs needs logprobs = true, got top_logprobs = 2$/);
   assert400(await completion({ echo: true }), "echo", "unsupported_parameter", /^Echoing the prompt is not supported, got echo = true$/);
   const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object" } } }];
   assert400(

@@ -1,0 +1,56 @@
+/**
+ * Log probabilities in OpenAI's two wire forms: chat's `{content: [{token, logprob, bytes,
+ * top_logprobs}]}` and completions' `{tokens, token_logprobs, top_logprobs, text_offset}`.
+ */
+import type { TokenLogprob } from "../engine/logprobs.ts";
+import type { Tokenizer } from "../model/config.ts";
+
+/** A token's text as the client sees it, and its UTF-8 bytes (a piece of a character may be a replacement char). */
+function tokenText(tokenizer: Tokenizer, id: number): string {
+  return tokenizer.tokenText?.(id) ?? tokenizer.decode([id]);
+}
+
+const enc = new TextEncoder();
+
+/** One chat `logprobs.content` entry. */
+function chatEntry(tokenizer: Tokenizer, id: number, logprob: number) {
+  const token = tokenText(tokenizer, id);
+  return { token, logprob, bytes: [...enc.encode(token)] };
+}
+
+/** Chat's `logprobs` object for these tokens. */
+export function chatLogprobs(tokenizer: Tokenizer, lps: readonly TokenLogprob[]) {
+  return {
+    content: lps.map((lp) => ({ ...chatEntry(tokenizer, lp.id, lp.logprob), top_logprobs: lp.top.map(([id, l]) => chatEntry(tokenizer, id, l)) })),
+    refusal: null,
+  };
+}
+
+/**
+ * Completions' `logprobs` object for these tokens; `offset` is the position of the first token's
+ * text in the generated text (0, then what earlier chunks of a stream covered). Alternatives whose
+ * texts coincide keep the likelier one, as a JSON object cannot hold a key twice.
+ */
+export function completionLogprobs(tokenizer: Tokenizer, lps: readonly TokenLogprob[], offset = 0) {
+  const tokens = lps.map((lp) => tokenText(tokenizer, lp.id));
+  const textOffset: number[] = [];
+  let at = offset;
+  for (const t of tokens) {
+    textOffset.push(at);
+    at += t.length;
+  }
+  return {
+    tokens,
+    token_logprobs: lps.map((lp) => lp.logprob),
+    top_logprobs: lps.map((lp) => {
+      // No prototype: a token may read "__proto__" or "constructor".
+      const top: Record<string, number> = Object.create(null);
+      for (const [id, l] of lp.top) {
+        const t = tokenText(tokenizer, id);
+        if (!Object.hasOwn(top, t)) top[t] = l;
+      }
+      return top;
+    }),
+    text_offset: textOffset,
+  };
+}
