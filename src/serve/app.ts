@@ -12,7 +12,8 @@ import { chatRenderer } from "./chat-template.ts";
 import { ApiError, schemaError } from "./errors.ts";
 import { renderMetrics } from "./metrics.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
-import { completeJson, completeStream, type ServeContext, type Submitted, submitChat, submitCompletion } from "./openai.ts";
+import { type ServeContext, type Submitted, submitChat, submitCompletion } from "./openai.ts";
+import { completeJson, completeStream } from "./respond.ts";
 import { ChatRequestSchema, CompletionRequestSchema } from "./schemas.ts";
 
 /** Server settings. */
@@ -81,12 +82,11 @@ export function createApp(o: AppOptions): Hono {
   }
 
   const respond = async (c: Context, body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null } | null }, submitted: Submitted) => {
-    const handle = submitted.handle;
     if (!body.stream) {
       // A client that hangs up before the answer is ready cancels the request; the listener goes
       // away afterwards (Deno aborts request.signal after successful responses too).
       const signal = c.req.raw.signal;
-      const onAbort = () => handle.cancel();
+      const onAbort = () => submitted.handles.forEach((h) => h.cancel());
       signal?.addEventListener("abort", onAbort);
       try {
         return c.json(await completeJson(ctx, submitted));

@@ -58,7 +58,7 @@ test("openai client: chat and completions, streaming and not, usage with cached_
     const noKey = new OpenAI({ baseURL: `${url}/v1`, apiKey: "wrong", maxRetries: 0 });
     await assert.rejects(noKey.models.list(), (e: unknown) => e instanceof OpenAI.AuthenticationError);
     await assert.rejects(
-      client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: "hi" }], n: 2 }),
+      client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: "hi" }], n: 17 }),
       (e: unknown) => e instanceof OpenAI.BadRequestError && (e.error as { param?: string }).param === "n",
     );
     await assert.rejects(
@@ -108,7 +108,7 @@ test("server: a client that disconnects mid-stream cancels its request and frees
 });
 
 test("server: a full queue answers 429 with Retry-After and the rest complete", async () => {
-  await withServer({ maxWaiting: 1, maxNumSeqs: 1 }, async (url, s) => {
+  await withServer({ maxWaiting: 2, maxNumSeqs: 1 }, async (url, s) => {
     const send = () =>
       fetch(`${url}/v1/completions`, {
         method: "POST",
@@ -208,5 +208,52 @@ test("openai client: logprobs and top_logprobs in chat and completions, streamed
       client.completions.create({ model: "stories260K", prompt: "x", max_tokens: 2, logprobs: 21 }),
       (e: unknown) => e instanceof OpenAI.BadRequestError,
     );
+  });
+});
+
+test("openai client: n choices, each its own sample (seed + i), streamed interleaved by index, usage summed", async () => {
+  await withServer({}, async (url, s) => {
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+    const prompt = "Once upon a time";
+    const one = async (seed: number) => (await client.completions.create({ model: "stories260K", prompt, max_tokens: 10, temperature: 1, seed })).choices[0].text;
+    const three = await client.completions.create({ model: "stories260K", prompt, max_tokens: 10, temperature: 1, seed: 7, n: 3 });
+    assert.deepEqual(three.choices.map((c) => c.index), [0, 1, 2]);
+    assert.deepEqual(three.choices.map((c) => c.text), [await one(7), await one(8), await one(9)], "choice i samples as a request with seed + i");
+    assert.ok(new Set(three.choices.map((c) => c.text)).size > 1, "the choices differ");
+    assert.equal(three.usage!.completion_tokens, 30);
+    assert.equal(three.usage!.prompt_tokens, (await client.completions.create({ model: "stories260K", prompt, max_tokens: 1 })).usage!.prompt_tokens, "the prompt counts once");
+
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: STORY }];
+    const chat = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 8, temperature: 1, seed: 3, n: 2 });
+    const stream = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 8, temperature: 1, seed: 3, n: 2, stream: true, stream_options: { include_usage: true } });
+    const texts = ["", ""], finishes: (string | null)[] = [null, null];
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const c of stream) {
+      for (const ch of c.choices) {
+        texts[ch.index] += ch.delta.content ?? "";
+        finishes[ch.index] = ch.finish_reason ?? finishes[ch.index];
+      }
+      usage = c.usage ?? usage;
+    }
+    assert.deepEqual(texts, chat.choices.map((c) => c.message.content));
+    assert.deepEqual(finishes, ["length", "length"]);
+    assert.equal(usage!.completion_tokens, 16);
+    assert.equal(s.engine.pool.numUsedBlocks(), 0);
+  });
+});
+
+test("server: n choices the queue cannot all take answer 429 and leave none of them queued", async () => {
+  await withServer({ maxWaiting: 2, maxNumSeqs: 1 }, async (url, s) => {
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+    await assert.rejects(
+      // Two wait (and one may already run): the fourth at the latest is refused.
+      client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 200, n: 4, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming),
+      (e: unknown) => e instanceof OpenAI.RateLimitError,
+    );
+    // Generating them (200 tokens each, one at a time) would take far longer than this wait.
+    for (let i = 0; i < 10 && (s.engine.activeRequests > 0 || s.engine.stats().waiting > 0); i++) await new Promise((r) => setTimeout(r, 20));
+    assert.equal(s.engine.activeRequests, 0, "the choices already taken were cancelled");
+    const ok = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 2, n: 2 });
+    assert.equal(ok.choices.length, 2);
   });
 });
