@@ -6,6 +6,7 @@ import type { SamplingRow } from "../backend/types.ts";
 import type { GenerateRequest, GenerateResult, StreamDelta } from "./engine-types.ts";
 import type { OutputText } from "./engine-text.ts";
 import type { StepExtras } from "./engine-runner.ts";
+import type { JsonConstraint } from "./json-constraint.ts";
 import type { LogitAdditions, LogitAdjuster } from "./logit-adjust.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { AsyncQueue } from "./events.ts";
@@ -24,6 +25,8 @@ export interface Active {
   rng: UniformSource;
   /** Logit biases and penalties (undefined: none asked for). */
   adjust: LogitAdjuster | undefined;
+  /** The JSON output constraint (undefined: free text). */
+  json: JsonConstraint | undefined;
   /** Each sampled token's log probability, EOS included (undefined: not asked for). */
   logprobs: TokenLogprob[] | undefined;
   /** The last step's, until its token is committed. */
@@ -46,9 +49,12 @@ export function samplingRow(a: Active, sample: boolean): SamplingRow {
 
 /** What a step adds to the request's logits before sampling (undefined: nothing, or no token sampled). */
 function logitAdditions(a: Active, sample: boolean): LogitAdditions | undefined {
-  if (!sample || !a.adjust) return undefined;
-  const add = a.adjust.next(a.seq.tokens, a.seq.promptLength);
-  return add.size > 0 ? add : undefined;
+  if (!sample || (!a.adjust && !a.json)) return undefined;
+  const add = a.adjust?.next(a.seq.tokens, a.seq.promptLength);
+  const barred = a.json?.next(a.seq.tokens, a.seq.promptLength);
+  // A barred token stays barred whatever its bias.
+  const all = !barred ? add! : !add ? barred : new Map([...add, ...barred]);
+  return all.size > 0 ? all : undefined;
 }
 
 /** A step's logit additions and log-probability requests, one per entry (undefined when none asks). */

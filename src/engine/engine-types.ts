@@ -33,6 +33,8 @@ export interface GenerateRequest {
    * MAX_TOP_LOGPROBS; undefined: no log probabilities). From the raw logits (src/engine/logprobs.ts).
    */
   logprobs?: number;
+  /** "json_object": the output must be one JSON object (src/engine/json-constraint.ts). */
+  responseFormat?: "json_object";
   /** Session key (prompt_cache_key / user) passed to KV retention. */
   sessionId?: string;
   /**

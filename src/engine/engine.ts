@@ -11,6 +11,7 @@ import { type Active, resultOf, samplingRow, stepExtras } from "./engine-request
 import type { StepOutput } from "./engine-runner.ts";
 import { OutputText } from "./engine-text.ts";
 import { HostKvOffload } from "./kv-offload.ts";
+import { JsonConstraint } from "./json-constraint.ts";
 import { checkSamplingRequest, LogitAdjuster } from "./logit-adjust.ts";
 import { exportPrefix, importPrefix, type PrefixKv } from "./prefix-transfer.ts";
 import {
@@ -46,6 +47,7 @@ export class Engine implements ServingEngine {
   private readonly active = new Map<number, Active>();
   private readonly now: () => number;
   private readonly maxWaiting: number;
+  private texts: string[] | undefined;
   private nextId = 0;
   private wake: (() => void) | undefined;
   private loopDone: Promise<void> | undefined;
@@ -103,6 +105,7 @@ export class Engine implements ServingEngine {
       text: new OutputText(this.opts.tokenizer, req.stop ?? []),
       rng: seededUniforms(req.seed ?? Math.floor(Math.random() * 2 ** 31), 0),
       adjust: LogitAdjuster.of(req),
+      json: req.responseFormat === "json_object" ? new JsonConstraint(this.tokenTexts(), this.opts.config.eosTokenIds) : undefined,
       logprobs: req.logprobs === undefined ? undefined : [],
     };
     this.active.set(id, a);
@@ -148,6 +151,13 @@ export class Engine implements ServingEngine {
     this.scheduler.abort(id);
     if (a.seq.status === "finished") this.finish(a, "abort");
     this.wake?.();
+  }
+
+  /** Each token's text as it streams, for output constraints (built on first use). */
+  private tokenTexts(): readonly string[] {
+    const t = this.opts.tokenizer;
+    this.texts ??= Array.from({ length: this.opts.config.vocabSize }, (_, id) => t.tokenText?.(id) ?? t.decode([id]));
+    return this.texts;
   }
 
   /** Starts the worker loop (idempotent). */

@@ -60,9 +60,9 @@ function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, voc
   }
   // Completions have no response_format (an unknown field there is ignored).
   const format = kind === "chat" ? (body as ChatRequest).response_format : undefined;
-  if (format && format.type !== "text") {
+  if (format && format.type !== "text" && format.type !== "json_object") {
     throw unsupported(
-      `Only response_format {"type": "text"} is supported: this server has no constrained decoding, got ${describe(format)}`,
+      `Only response_format {"type": "text"} or {"type": "json_object"} is supported (no JSON schemas), got ${describe(format)}`,
       "response_format",
     );
   }
@@ -91,6 +91,7 @@ function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], 
     stop: stop.filter((s) => s.length > 0),
     ignoreEos: body.ignore_eos ?? false,
     logprobs: logprobsCount(body),
+    ...("messages" in body && (body as ChatRequest).response_format?.type === "json_object" ? { responseFormat: "json_object" as const } : {}),
     presencePenalty: body.presence_penalty ?? undefined,
     frequencyPenalty: body.frequency_penalty ?? undefined,
     logitBias: body.logit_bias ? Object.entries(body.logit_bias).map(([token, bias]): [number, number] => [Number(token), bias]) : undefined,

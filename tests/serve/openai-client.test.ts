@@ -4,6 +4,7 @@ import { projectRoot, test } from "../harness.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
 import type { GenerateRequest } from "../../src/engine/engine-types.ts";
+import { JSON_START, jsonFeed } from "../../src/engine/json-constraint.ts";
 
 const modelPath = `${projectRoot}/models/stories260K.gguf`;
 const model = await loadModel(modelPath);
@@ -255,5 +256,23 @@ test("server: n choices the queue cannot all take answer 429 and leave none of t
     assert.equal(s.engine.activeRequests, 0, "the choices already taken were cancelled");
     const ok = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 2, n: 2 });
     assert.equal(ok.choices.length, 2);
+  });
+});
+
+test("openai client: response_format json_object constrains the answer to one JSON object", async () => {
+  await withServer({}, async (url) => {
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: STORY }];
+    const free = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 30, temperature: 0 });
+    assert.equal(jsonFeed(JSON_START, free.choices[0].message.content!), null, "unconstrained, the story model writes prose");
+    const json = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 30, temperature: 0, response_format: { type: "json_object" } });
+    assert.notEqual(jsonFeed(JSON_START, json.choices[0].message.content!), null, json.choices[0].message.content!);
+    // Pushed to close at once: "{}", then EOS, the only token left.
+    const close = model.tokenizer.encode("}", { addBos: false }).filter((id) => model.tokenizer.decode([id]).includes("}"));
+    const closed = await client.chat.completions.create({
+      model: "stories260K", messages, max_tokens: 30, temperature: 0, response_format: { type: "json_object" }, logit_bias: Object.fromEntries(close.map((id) => [id, 50])),
+    });
+    assert.equal(closed.choices[0].finish_reason, "stop");
+    assert.deepEqual(JSON.parse(closed.choices[0].message.content!), {});
   });
 });

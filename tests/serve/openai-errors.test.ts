@@ -145,12 +145,12 @@ test("checkUnsupported() refuses response_format, best_of and suffix unless they
   assert400(await chat({ presence_penalty: 2.5 }), "presence_penalty", "invalid_value", /<=2 \(got 2.5\)/);
   assert400(await chat({ logit_bias: { "x": 1 } }), "logit_bias.x", "invalid_value", /keys must be token ids, got the key "x"/);
   assert400(await chat({ logit_bias: { "5": 101 } }), "logit_bias[5]", "invalid_value", /<=100 \(got 101\)/);
-  assert400(await chat({ response_format: { type: "json_object" } }), "response_format", "unsupported_parameter", /no constrained decoding, got \{"type":"json_object"\}/);
-  assert400(await chat({ response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } }), "response_format", "unsupported_parameter", /json_schema/);
+  assert400(await chat({ response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } }), "response_format", "unsupported_parameter", /no JSON schemas\), got \{"type":"json_schema"/);
   assert400(await completion({ best_of: 3 }), "best_of", "unsupported_parameter", /Only best_of = 1 is supported, got best_of = 3/);
   assert400(await completion({ suffix: "The end." }), "suffix", "unsupported_parameter", /suffix = "The end\."/);
   for (const r of [
     await chat({ presence_penalty: 0, frequency_penalty: 0, logit_bias: {}, response_format: { type: "text" } }),
+    await chat({ response_format: { type: "json_object" } }),
     await completion({ presence_penalty: 0, frequency_penalty: null, logit_bias: null, best_of: 1, suffix: "" }),
   ]) assert.equal(r.status, 200, JSON.stringify(r.json));
 });
