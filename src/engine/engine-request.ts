@@ -59,16 +59,9 @@ function logitAdditions(a: Active, sample: boolean): LogitAdditions | undefined 
 
 /** A step's logit additions and log-probability requests, one per entry (undefined when none asks). */
 export function stepExtras(active: readonly Active[], entries: readonly { sample: boolean }[]): StepExtras | undefined {
-  let extras: StepExtras | undefined;
-  active.forEach((a, i) => {
-    const add = logitAdditions(a, entries[i].sample);
-    const lp = entries[i].sample ? a.req.logprobs : undefined;
-    if (add === undefined && lp === undefined) return;
-    extras ??= { additions: new Array(entries.length), logprobs: new Array(entries.length) };
-    (extras.additions as (LogitAdditions | undefined)[])[i] = add;
-    (extras.logprobs as (number | undefined)[])[i] = lp;
-  });
-  return extras;
+  const additions = active.map((a, i) => logitAdditions(a, entries[i].sample));
+  const logprobs = active.map((a, i) => (entries[i].sample ? a.req.logprobs : undefined));
+  return additions.some((x) => x !== undefined) || logprobs.some((x) => x !== undefined) ? { additions, logprobs } : undefined;
 }
 
 /** The result a finished request resolves to (an EOS that ended it is not part of the tokens). */

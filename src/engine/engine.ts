@@ -10,6 +10,7 @@ import type { EngineOptions } from "./engine-options.ts";
 import { type Active, resultOf, samplingRow, stepExtras } from "./engine-request.ts";
 import type { StepOutput } from "./engine-runner.ts";
 import { OutputText } from "./engine-text.ts";
+import { tokenTextOf } from "../model/config.ts";
 import { HostKvOffload } from "./kv-offload.ts";
 import { JsonConstraint } from "./json-constraint.ts";
 import { checkSamplingRequest, LogitAdjuster } from "./logit-adjust.ts";
@@ -155,8 +156,7 @@ export class Engine implements ServingEngine {
 
   /** Each token's text as it streams, for output constraints (built on first use). */
   private tokenTexts(): readonly string[] {
-    const t = this.opts.tokenizer;
-    this.texts ??= Array.from({ length: this.opts.config.vocabSize }, (_, id) => t.tokenText?.(id) ?? t.decode([id]));
+    this.texts ??= Array.from({ length: this.opts.config.vocabSize }, (_, id) => tokenTextOf(this.opts.tokenizer, id));
     return this.texts;
   }
 

@@ -90,6 +90,11 @@ export interface Tokenizer {
   maxCharsPerToken?(): number | undefined;
 }
 
+/** A token's text as it streams: the tokenizer's piece for it, or its decoding where it has none. */
+export function tokenTextOf(tokenizer: Tokenizer, id: number): string {
+  return tokenizer.tokenText?.(id) ?? tokenizer.decode([id]);
+}
+
 /** A loaded model: configuration, host weights, tokenizer and its chat template if any. */
 export interface LoadedModel {
   config: ModelConfig;

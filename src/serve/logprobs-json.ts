@@ -3,18 +3,13 @@
  * top_logprobs}]}` and completions' `{tokens, token_logprobs, top_logprobs, text_offset}`.
  */
 import type { TokenLogprob } from "../engine/logprobs.ts";
-import type { Tokenizer } from "../model/config.ts";
-
-/** A token's text as the client sees it, and its UTF-8 bytes (a piece of a character may be a replacement char). */
-function tokenText(tokenizer: Tokenizer, id: number): string {
-  return tokenizer.tokenText?.(id) ?? tokenizer.decode([id]);
-}
+import { type Tokenizer, tokenTextOf } from "../model/config.ts";
 
 const enc = new TextEncoder();
 
 /** One chat `logprobs.content` entry. */
 function chatEntry(tokenizer: Tokenizer, id: number, logprob: number) {
-  const token = tokenText(tokenizer, id);
+  const token = tokenTextOf(tokenizer, id);
   return { token, logprob, bytes: [...enc.encode(token)] };
 }
 
@@ -32,7 +27,7 @@ export function chatLogprobs(tokenizer: Tokenizer, lps: readonly TokenLogprob[])
  * texts coincide keep the likelier one, as a JSON object cannot hold a key twice.
  */
 export function completionLogprobs(tokenizer: Tokenizer, lps: readonly TokenLogprob[], offset = 0) {
-  const tokens = lps.map((lp) => tokenText(tokenizer, lp.id));
+  const tokens = lps.map((lp) => tokenTextOf(tokenizer, lp.id));
   const textOffset: number[] = [];
   let at = offset;
   for (const t of tokens) {
@@ -46,7 +41,7 @@ export function completionLogprobs(tokenizer: Tokenizer, lps: readonly TokenLogp
       // No prototype: a token may read "__proto__" or "constructor".
       const top: Record<string, number> = Object.create(null);
       for (const [id, l] of lp.top) {
-        const t = tokenText(tokenizer, id);
+        const t = tokenTextOf(tokenizer, id);
         if (!Object.hasOwn(top, t)) top[t] = l;
       }
       return top;

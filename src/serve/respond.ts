@@ -87,7 +87,10 @@ class ChoiceStream {
   private pending: TokenLogprob[] = [];
   private offset = 0;
 
-  constructor(private readonly ctx: ServeContext, private readonly kind: Kind, s: Submitted, readonly index: number) {
+  private readonly kind: Kind;
+
+  constructor(private readonly ctx: ServeContext, s: Submitted, readonly index: number) {
+    this.kind = s.kind;
     this.answer = s.output ? new ChatOutputStream(s.output) : null;
   }
 
@@ -147,7 +150,7 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
     async start(controller) {
       const send = (choices: Json[]) => choices.forEach((c) => controller.enqueue(chunk(c)));
       try {
-        const choices = handles.map((_, i) => new ChoiceStream(ctx, kind, s, i));
+        const choices = handles.map((_, i) => new ChoiceStream(ctx, s, i));
         if (kind === "chat") choices.forEach((c) => send([{ index: c.index, logprobs: null, finish_reason: null, delta: { role: "assistant", content: "" } }]));
         // Each choice streams as it is generated; its end waits for all of them to be known good.
         const results = await Promise.all(handles.map(async (h, i) => {
