@@ -5,9 +5,10 @@
  *
  *   npx tsx scripts/sim-variants.ts SCENARIO LOAD DURATION_S VARIANT[,VARIANT...]
  *
- * A variant is a base, `ours` or `tuned`, followed by any of these suffixes:
+ * A variant is a base, `ours`, `tuned` or `agg` (Dynamo aggregated as shipped), followed by any of these suffixes:
  *   -fcfs            prefill queue in arrival order (both bases default to short-first)
  *   -sfN / -sfNk     short-first with aging N (or N thousand) tokens per second waited
+ *   -owX             the baseline router's overlap_weight X (Dynamo's default 1; the tuned variant's 64)
  *   -swX             ours' router stall weight X
  *   -mwX             ours' router memoryWaitS X (s per turn waiting for KV memory there)
  *   -ptX             ours' router pulls a session's prefix from its holder (peer transfer), memoryFullS X
@@ -44,7 +45,7 @@ import { summarize } from "../src/sim/metrics.ts";
 import { HARDWARE, KIMI_K2_6 } from "../src/sim/profiles.ts";
 import { buildScenario } from "../src/sim/scenarios.ts";
 import { ClusterSim } from "../src/sim/simulator.ts";
-import { baselineAggTuned, evolving, oursPlannerOptions, type SystemSpec } from "../src/sim/systems.ts";
+import { baselineAgg, baselineAggTuned, evolving, oursPlannerOptions, type SystemSpec } from "../src/sim/systems.ts";
 import { OnlinePlanner, type OnlinePlannerOptions } from "../planner/online-planner.ts";
 
 const [scenario = "coding-256", loadArg = "1", durArg = "600", list = "tuned,ours"] = process.argv.slice(2);
@@ -63,12 +64,13 @@ function oursPlanner(o: OnlinePlannerOptions): OnlinePlanner {
 /** The system a variant name describes. */
 function specOf(name: string): SystemSpec {
   const [base, ...mods] = name.split("-");
-  if (base !== "ours" && base !== "tuned") throw new Error(`Variant "${name}" must start with ours or tuned`);
-  let s: SystemSpec = base === "ours" ? evolving(ctx) : baselineAggTuned(ctx);
+  if (base !== "ours" && base !== "tuned" && base !== "agg") throw new Error(`Variant "${name}" must start with ours, tuned or agg`);
+  let s: SystemSpec = base === "ours" ? evolving(ctx) : base === "tuned" ? baselineAggTuned(ctx) : baselineAgg(ctx);
   for (const m of mods) {
     let x: RegExpExecArray | null;
     if (m === "fcfs") s = { ...s, prefillOrder: undefined };
     else if ((x = /^sf(\d+)(k?)$/.exec(m))) s = { ...s, prefillOrder: { order: "short-first", agingTokensPerS: Number(x[1]) * (x[2] ? 1000 : 1) } };
+    else if ((x = /^ow([\d.]+)$/.exec(m))) s = { ...s, overlapWeight: Number(x[1]) };
     else if ((x = /^sw([\d.]+)$/.exec(m))) s = { ...s, stallWeight: Number(x[1]) };
     else if ((x = /^mw([\d.]+)$/.exec(m))) s = { ...s, memoryWaitS: Number(x[1]) };
     else if ((x = /^pt([\d.]+)$/.exec(m))) s = { ...s, peerTransfer: true, memoryFullS: Number(x[1]) };
