@@ -6,10 +6,10 @@ import type { SamplingRow } from "../backend/types.ts";
 import type { GenerateRequest, GenerateResult, StreamDelta } from "./engine-types.ts";
 import type { OutputText } from "./engine-text.ts";
 import type { StepExtras } from "./engine-runner.ts";
-import type { JsonConstraint } from "./json-constraint.ts";
 import type { LogitAdditions, LogitAdjuster } from "./logit-adjust.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { AsyncQueue } from "./events.ts";
+import type { OutputConstraint } from "./output-constraint.ts";
 import type { UniformSource } from "./sampler-rng.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 
@@ -25,8 +25,8 @@ export interface Active {
   rng: UniformSource;
   /** Logit biases and penalties (undefined: none asked for). */
   adjust: LogitAdjuster | undefined;
-  /** The JSON output constraint (undefined: free text). */
-  json: JsonConstraint | undefined;
+  /** The output grammar's constraint (undefined: free text). */
+  constraint: OutputConstraint | undefined;
   /** Each sampled token's log probability, EOS included (undefined: not asked for). */
   logprobs: TokenLogprob[] | undefined;
   /** The last step's, until its token is committed. */
@@ -49,9 +49,9 @@ export function samplingRow(a: Active, sample: boolean): SamplingRow {
 
 /** What a step adds to the request's logits before sampling (undefined: nothing, or no token sampled). */
 function logitAdditions(a: Active, sample: boolean): LogitAdditions | undefined {
-  if (!sample || (!a.adjust && !a.json)) return undefined;
+  if (!sample || (!a.adjust && !a.constraint)) return undefined;
   const add = a.adjust?.next(a.seq.tokens, a.seq.promptLength);
-  const barred = a.json?.next(a.seq.tokens, a.seq.promptLength);
+  const barred = a.constraint?.next(a.seq.tokens, a.seq.promptLength);
   // A barred token stays barred whatever its bias.
   const all = !barred ? add! : !add ? barred : new Map([...add, ...barred]);
   return all.size > 0 ? all : undefined;

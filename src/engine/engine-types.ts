@@ -6,6 +6,7 @@ import type { EngineMetrics } from "./engine-metrics.ts";
 import type { SchedulerStats, StepMixing, WorkerRole } from "./scheduler-types.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { FinishReason } from "./sequence.ts";
+import type { OutputGrammar } from "./grammar.ts";
 
 /** One generation request, already tokenized. */
 export interface GenerateRequest {
@@ -33,8 +34,8 @@ export interface GenerateRequest {
    * MAX_TOP_LOGPROBS; undefined: no log probabilities). From the raw logits (src/engine/logprobs.ts).
    */
   logprobs?: number;
-  /** "json_object": the output must be one JSON object (src/engine/json-constraint.ts). */
-  responseFormat?: "json_object";
+  /** What the output must be: JSON following a schema, or tool calls (src/engine/grammar.ts). Undefined: free text. */
+  grammar?: OutputGrammar;
   /** Session key (prompt_cache_key / user) passed to KV retention. */
   sessionId?: string;
   /**

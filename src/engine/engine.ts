@@ -12,11 +12,12 @@ import type { StepOutput } from "./engine-runner.ts";
 import { OutputText } from "./engine-text.ts";
 import { tokenTextOf } from "../model/config.ts";
 import { HostKvOffload } from "./kv-offload.ts";
-import { JsonConstraint } from "./json-constraint.ts";
+import { OutputConstraint, TokenTrie } from "./output-constraint.ts";
+import { SchemaError } from "./json-schema.ts";
 import { checkSamplingRequest, LogitAdjuster } from "./logit-adjust.ts";
 import { exportPrefix, importPrefix, type PrefixKv } from "./prefix-transfer.ts";
 import {
-  type EngineStats, EngineOverloadedError, type GenerateRequest, type GenerateResult, outputBudget, type RequestHandle, type ServingEngine, type StreamDelta,
+  type EngineStats, EngineOverloadedError, type GenerateRequest, RequestParamError, type GenerateResult, outputBudget, type RequestHandle, type ServingEngine, type StreamDelta,
   type WorkerStatus,
 } from "./engine-types.ts";
 import { AsyncQueue, EventChannel } from "./events.ts";
@@ -48,7 +49,7 @@ export class Engine implements ServingEngine {
   private readonly active = new Map<number, Active>();
   private readonly now: () => number;
   private readonly maxWaiting: number;
-  private texts: string[] | undefined;
+  private trie: TokenTrie | undefined;
   private nextId = 0;
   private wake: (() => void) | undefined;
   private loopDone: Promise<void> | undefined;
@@ -88,6 +89,7 @@ export class Engine implements ServingEngine {
     const n = req.prompt.length;
     const maxTokens = outputBudget(req, this.maxModelLen);
     checkSamplingRequest(req, this.opts.config.vocabSize);
+    const constraint = this.outputConstraint(req);
     if (this.scheduler.stats().waiting >= this.maxWaiting) {
       this.metrics.rejected++;
       throw new EngineOverloadedError(`${this.maxWaiting} requests are already waiting`);
@@ -106,7 +108,7 @@ export class Engine implements ServingEngine {
       text: new OutputText(this.opts.tokenizer, req.stop ?? []),
       rng: seededUniforms(req.seed ?? Math.floor(Math.random() * 2 ** 31), 0),
       adjust: LogitAdjuster.of(req),
-      json: req.responseFormat === "json_object" ? new JsonConstraint(this.tokenTexts(), this.opts.config.eosTokenIds) : undefined,
+      constraint,
       logprobs: req.logprobs === undefined ? undefined : [],
     };
     this.active.set(id, a);
@@ -154,10 +156,17 @@ export class Engine implements ServingEngine {
     this.wake?.();
   }
 
-  /** Each token's text as it streams, for output constraints (built on first use). */
-  private tokenTexts(): readonly string[] {
-    this.texts ??= Array.from({ length: this.opts.config.vocabSize }, (_, id) => tokenTextOf(this.opts.tokenizer, id));
-    return this.texts;
+  /** The request's output constraint, if it has a grammar; a schema outside the subset is a RequestParamError. */
+  private outputConstraint(req: GenerateRequest): OutputConstraint | undefined {
+    if (req.grammar === undefined) return undefined;
+    // The vocabulary's texts as they stream, in a trie built on first use.
+    this.trie ??= new TokenTrie(Array.from({ length: this.opts.config.vocabSize }, (_, id) => tokenTextOf(this.opts.tokenizer, id)));
+    try {
+      return new OutputConstraint(req.grammar, this.trie, this.opts.config.eosTokenIds, req.startsInReasoning === true);
+    } catch (e) {
+      if (e instanceof SchemaError) throw new RequestParamError(e.message);
+      throw e;
+    }
   }
 
   /** Starts the worker loop (idempotent). */

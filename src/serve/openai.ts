@@ -4,10 +4,12 @@
  */
 import type { ServingEngine } from "../engine/engine-types.ts";
 import { ContextLengthError, EngineOverloadedError, type GenerateRequest, NoWorkerError, type RequestHandle, RequestParamError, SessionRefusedError } from "../engine/engine-types.ts";
+import type { OutputGrammar } from "../engine/grammar.ts";
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import type { ChatOutputOptions } from "./chat-output.ts";
 import type { ChatRenderer } from "./chat-template.ts";
 import { ApiError, describe } from "./errors.ts";
+import { chatGrammar } from "./output-grammar.ts";
 import { promptOpensReasoning, type ReasoningParserName } from "./reasoning.ts";
 import type { ChatRequest, CompletionRequest } from "./schemas.ts";
 
@@ -43,8 +45,8 @@ function unsupported(message: string, param: string): ApiError {
 }
 
 /**
- * Refuses the OpenAI parameters we cannot honour when set to anything but their no-op value (there
- * is no constrained decoding for response_format), and logit biases for tokens the model lacks.
+ * Refuses the OpenAI parameters we cannot honour when set to anything but their no-op value, and
+ * logit biases for tokens the model lacks. (response_format and tool_choice: output-grammar.ts.)
  */
 function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, vocabSize: number): void {
   if (body.n !== undefined && body.n !== null && !(body.n >= 1 && body.n <= MAX_CHOICES)) {
@@ -57,14 +59,6 @@ function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, voc
     if (Number(key) >= vocabSize) {
       throw new ApiError(400, `Token ${key} in logit_bias is outside this model's vocabulary of ${vocabSize} tokens`, "logit_bias", "invalid_value");
     }
-  }
-  // Completions have no response_format (an unknown field there is ignored).
-  const format = kind === "chat" ? (body as ChatRequest).response_format : undefined;
-  if (format && format.type !== "text" && format.type !== "json_object") {
-    throw unsupported(
-      `Only response_format {"type": "text"} or {"type": "json_object"} is supported (no JSON schemas), got ${describe(format)}`,
-      "response_format",
-    );
   }
   if ("best_of" in body && body.best_of !== undefined && body.best_of !== null && body.best_of !== 1) {
     throw unsupported(`Only best_of = 1 is supported, got best_of = ${body.best_of}`, "best_of");
@@ -79,7 +73,7 @@ function logprobsCount(body: ChatRequest | CompletionRequest): number | undefine
 }
 
 /** Builds the engine request (after {@link checkUnsupported}). */
-function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], maxTokens: number | null | undefined, startsInReasoning = false): GenerateRequest {
+function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], maxTokens: number | null | undefined, startsInReasoning = false, grammar?: OutputGrammar): GenerateRequest {
   const stop = body.stop === null || body.stop === undefined ? [] : typeof body.stop === "string" ? [body.stop] : body.stop;
   return {
     prompt,
@@ -91,7 +85,7 @@ function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], 
     stop: stop.filter((s) => s.length > 0),
     ignoreEos: body.ignore_eos ?? false,
     logprobs: logprobsCount(body),
-    ...("messages" in body && (body as ChatRequest).response_format?.type === "json_object" ? { responseFormat: "json_object" as const } : {}),
+    ...(grammar ? { grammar } : {}),
     presencePenalty: body.presence_penalty ?? undefined,
     frequencyPenalty: body.frequency_penalty ?? undefined,
     logitBias: body.logit_bias ? Object.entries(body.logit_bias).map(([token, bias]): [number, number] => [Number(token), bias]) : undefined,
@@ -138,16 +132,7 @@ function checkTextLength(ctx: ServeContext, text: string, param: string): void {
 /** Tokenizes a chat request and submits it. */
 export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const choice = body.tool_choice ?? "auto";
-  if (typeof choice !== "string") {
-    const name = choice.function.name;
-    if (!(body.tools ?? []).some((t) => t.function.name === name)) {
-      throw new ApiError(400, `The function ${JSON.stringify(name)} named by tool_choice is not among the request's tools`, "tool_choice", "invalid_value");
-    }
-  }
-  if (choice !== "none" && choice !== "auto") {
-    const shown = typeof choice === "string" ? `"${choice}"` : `naming the function ${JSON.stringify(choice.function.name)}`;
-    throw unsupported(`Forcing tool calls with tool_choice ${shown} is not supported: tool calls are parsed from what the model writes; use "auto" or "none"`, "tool_choice");
-  }
+  const { grammar, forcedTools } = chatGrammar(body);
   checkUnsupported(body, "chat", ctx.config.vocabSize);
   const tools = choice === "none" ? undefined : body.tools ?? undefined;
   const { text, startsWithBos } = ctx.chat.render(body.messages, tools);
@@ -157,9 +142,12 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   if (prompt.length === 0) throw new ApiError(400, "The messages render to an empty prompt", "messages", "invalid_value");
   const reasoning = ctx.reasoningParser === "think";
   const startsInReasoning = reasoning && promptOpensReasoning(text);
-  const handles = submit(ctx, engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning), body.n ?? 1, "messages");
+  const request = engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar);
+  const handles = submit(ctx, request, body.n ?? 1, "messages");
   const toolCalls = (tools?.length ?? 0) > 0;
-  return { kind: "chat", handles, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls: body.parallel_tool_calls ?? true } };
+  // A named function is called once (the grammar writes one call).
+  const parallelToolCalls = (body.parallel_tool_calls ?? true) && !(forcedTools && typeof choice !== "string");
+  return { kind: "chat", handles, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls } };
 }
 
 /** Tokenizes (or checks the token ids of) a completion request and submits it. */

@@ -48,6 +48,13 @@ for (const transport of ["in-process", "threads"] as const) test(`startServer({ 
     const forcedToken = model.tokenizer.encode(" Lily", { addBos: false }).at(-1)!;
     const forced = await client.completions.create({ model: "stories260K", prompt: STORY, max_tokens: 5, temperature: 0, logit_bias: { [forcedToken]: 100 } });
     assert.equal(forced.choices[0].text, model.tokenizer.decode(Array(5).fill(forcedToken)));
+    // So does an output grammar: the answer is a whole value of the schema.
+    const schema = { type: "object", properties: { mood: { enum: ["happy", "sad"] } }, required: ["mood"], additionalProperties: false };
+    const typed = await client.chat.completions.create({
+      model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 60, temperature: 0,
+      response_format: { type: "json_schema", json_schema: { name: "mood", schema } },
+    });
+    assert.ok(["happy", "sad"].includes((JSON.parse(typed.choices[0].message.content!) as { mood: string }).mood), typed.choices[0].message.content!);
   } finally {
     await s.shutdown();
   }

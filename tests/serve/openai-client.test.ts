@@ -4,7 +4,10 @@ import { projectRoot, test } from "../harness.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
 import type { GenerateRequest } from "../../src/engine/engine-types.ts";
-import { JSON_START, jsonFeed } from "../../src/engine/json-constraint.ts";
+import { grammarFeed, grammarStart } from "../../src/engine/grammar.ts";
+
+/** Whether `text` can start one JSON object. */
+const startsJsonObject = (text: string) => grammarFeed(grammarStart({ kind: "json", schema: { type: "object" } }), text).length > 0;
 
 const modelPath = `${projectRoot}/models/stories260K.gguf`;
 const model = await loadModel(modelPath);
@@ -264,9 +267,9 @@ test("openai client: response_format json_object constrains the answer to one JS
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: STORY }];
     const free = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 30, temperature: 0 });
-    assert.equal(jsonFeed(JSON_START, free.choices[0].message.content!), null, "unconstrained, the story model writes prose");
+    assert.ok(!startsJsonObject(free.choices[0].message.content!), "unconstrained, the story model writes prose");
     const json = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 30, temperature: 0, response_format: { type: "json_object" } });
-    assert.notEqual(jsonFeed(JSON_START, json.choices[0].message.content!), null, json.choices[0].message.content!);
+    assert.ok(startsJsonObject(json.choices[0].message.content!), json.choices[0].message.content!);
     // Pushed to close at once: "{}", then EOS, the only token left.
     const close = model.tokenizer.encode("}", { addBos: false }).filter((id) => model.tokenizer.decode([id]).includes("}"));
     const closed = await client.chat.completions.create({
@@ -274,5 +277,19 @@ test("openai client: response_format json_object constrains the answer to one JS
     });
     assert.equal(closed.choices[0].finish_reason, "stop");
     assert.deepEqual(JSON.parse(closed.choices[0].message.content!), {});
+  });
+});
+
+test("openai client: response_format json_schema makes the answer a whole value of the schema", async () => {
+  await withServer({}, async (url) => {
+    const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+    const schema = { type: "object", properties: { mood: { enum: ["happy", "sad"] }, ok: { type: "boolean" } }, required: ["mood", "ok"], additionalProperties: false };
+    const r = await client.chat.completions.create({
+      model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 100, temperature: 0.8, seed: 4,
+      response_format: { type: "json_schema", json_schema: { name: "mood", schema, strict: true } },
+    });
+    assert.equal(r.choices[0].finish_reason, "stop", r.choices[0].message.content!);
+    const v = JSON.parse(r.choices[0].message.content!) as { mood: string; ok: boolean };
+    assert.ok(["happy", "sad"].includes(v.mood) && typeof v.ok === "boolean" && Object.keys(v).length === 2, r.choices[0].message.content!);
   });
 });

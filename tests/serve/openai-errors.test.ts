@@ -139,18 +139,21 @@ test("sampleRow() through the server: temperature 1e-320 generates what temperat
   assert.equal(text(tiny), text(greedy));
 });
 
-test("checkUnsupported() refuses response_format, best_of and suffix unless they are no-ops, and biases of tokens the model lacks", async () => {
+test("checkUnsupported() and chatGrammar() refuse what cannot be honoured: schemas outside the subset, best_of, suffix, biases of tokens the model lacks", async () => {
   assert400(await chat({ logit_bias: { "50256": -100 } }), "logit_bias", "invalid_value", /Token 50256 in logit_bias is outside this model's vocabulary of 512 tokens/);
   assert400(await completion({ logit_bias: { "512": 1 } }), "logit_bias", "invalid_value", /Token 512 in logit_bias/);
   assert400(await chat({ presence_penalty: 2.5 }), "presence_penalty", "invalid_value", /<=2 \(got 2.5\)/);
   assert400(await chat({ logit_bias: { "x": 1 } }), "logit_bias.x", "invalid_value", /keys must be token ids, got the key "x"/);
   assert400(await chat({ logit_bias: { "5": 101 } }), "logit_bias[5]", "invalid_value", /<=100 \(got 101\)/);
-  assert400(await chat({ response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } }), "response_format", "unsupported_parameter", /no JSON schemas\), got \{"type":"json_schema"/);
+  assert400(await chat({ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", format: "email" } } } }), "response_format", "invalid_value", /^The response_format schema cannot be followed: the schema keyword "format" at # is not supported/);
+  assert400(await chat({ response_format: { type: "json_schema" } }), "response_format", "invalid_value", /needs a "json_schema" object/);
+  assert400(await chat({ response_format: { type: "xml" } }), "response_format", "invalid_value", /type must be "text", "json_object" or "json_schema", got "xml"/);
   assert400(await completion({ best_of: 3 }), "best_of", "unsupported_parameter", /Only best_of = 1 is supported, got best_of = 3/);
   assert400(await completion({ suffix: "The end." }), "suffix", "unsupported_parameter", /suffix = "The end\."/);
   for (const r of [
     await chat({ presence_penalty: 0, frequency_penalty: 0, logit_bias: {}, response_format: { type: "text" } }),
     await chat({ response_format: { type: "json_object" } }),
+    await chat({ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "object", properties: { a: { type: "integer" } } } } } }),
     await completion({ presence_penalty: 0, frequency_penalty: null, logit_bias: null, best_of: 1, suffix: "" }),
   ]) assert.equal(r.status, 200, JSON.stringify(r.json));
 });
@@ -187,10 +190,7 @@ test("submitChat() and submitCompletion() word their refusals in sentence case",
     await chat({ tools, tool_choice: { type: "function", function: { name: "missing" } } }),
     "tool_choice", "invalid_value", /^The function "missing" named by tool_choice is not among the request's tools$/,
   );
-  assert400(
-    await chat({ tools, tool_choice: { type: "function", function: { name: "get_weather" } } }),
-    "tool_choice", "unsupported_parameter", /^Forcing tool calls with tool_choice naming the function "get_weather" is not supported/,
-  );
+  assert400(await chat({ tool_choice: "required" }), "tool_choice", "invalid_value", /^Forcing a tool call with tool_choice "required" needs at least one function in tools$/);
 });
 
 test("createApp() answers 405 with an Allow header for a wrong method on a known route", async () => {

@@ -95,12 +95,47 @@ test("chat completions: a model's Hermes tool call comes back as tool_calls, str
   });
 });
 
-test("chat completions: unsupported tool_choice, bad tool names and tools for a template-less model get a 400 that names them", async () => {
+const SET_UNIT: OpenAI.ChatCompletionTool = {
+  type: "function",
+  function: { name: "set_unit", parameters: { type: "object", properties: { unit: { enum: ["c", "f"] } }, required: ["unit"], additionalProperties: false } },
+};
+
+test("chat completions: tool_choice naming a function or \"required\" forces a call whose arguments follow its parameters", async () => {
+  await withServer(async (client) => {
+    // "…." makes the model answer "Sunny." unless a call is forced.
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "Weather." }];
+    const tools = [...TOOLS, SET_UNIT];
+    const free = await client.chat.completions.create({ model: "scripted", messages, tools, temperature: 0, max_tokens: 50 });
+    assert.equal(free.choices[0].message.content, "Sunny.");
+    const named = await client.chat.completions.create({ model: "scripted", messages, tools, tool_choice: { type: "function", function: { name: "set_unit" } }, temperature: 0, max_tokens: 100 });
+    assert.equal(named.choices[0].finish_reason, "tool_calls");
+    assert.equal(named.choices[0].message.content, null);
+    const call = named.choices[0].message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
+    assert.equal(call.function.name, "set_unit");
+    assert.ok(["c", "f"].includes((JSON.parse(call.function.arguments) as { unit: string }).unit), call.function.arguments);
+    // Streamed, the call arrives in a delta.
+    const stream = await client.chat.completions.create({ model: "scripted", messages, tools, tool_choice: { type: "function", function: { name: "set_unit" } }, temperature: 0, max_tokens: 100, stream: true });
+    const names: string[] = [];
+    for await (const c of stream) for (const t of c.choices[0]?.delta.tool_calls ?? []) if (t.function?.name) names.push(t.function.name);
+    assert.deepEqual(names, ["set_unit"]);
+    // "required" with "…!": the model's own call to get_weather fits, and comes back whole.
+    const req = await client.chat.completions.create({ model: "scripted", messages: [{ role: "user", content: "Weather!" }], tools, tool_choice: "required", temperature: 0, max_tokens: 100 });
+    const got = req.choices[0].message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
+    assert.deepEqual([got.function.name, JSON.parse(got.function.arguments)], ["get_weather", { city: "Paris" }]);
+  });
+});
+
+test("chat completions: forced tool_choice without tools, parameters the decoder cannot follow and bad tool names get a 400 that names them", async () => {
   await withServer(async (client) => {
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "Weather!" }];
     await assert.rejects(
-      client.chat.completions.create({ model: "scripted", messages, tools: TOOLS, tool_choice: "required" }),
-      (e: unknown) => e instanceof OpenAI.BadRequestError && /tool_choice "required" is not supported/.test(e.message) && e.param === "tool_choice",
+      client.chat.completions.create({ model: "scripted", messages, tool_choice: "required" }),
+      (e: unknown) => e instanceof OpenAI.BadRequestError && /with tool_choice "required" needs at least one function in tools/.test(e.message) && e.param === "tool_choice",
+    );
+    const patterned = [{ type: "function" as const, function: { name: "f", parameters: { type: "object", properties: { s: { type: "string", pattern: "x+" } } } } }];
+    await assert.rejects(
+      client.chat.completions.create({ model: "scripted", messages, tools: patterned, tool_choice: "required" }),
+      (e: unknown) => e instanceof OpenAI.BadRequestError && /parameters of function "f" cannot be followed: the schema keyword "pattern" at #\/properties\/s/.test(e.message) && e.param === "tools",
     );
     const bad = [{ type: "function" as const, function: { name: "get weather!" } }];
     await assert.rejects(

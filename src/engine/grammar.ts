@@ -1,0 +1,275 @@
+/**
+ * Output grammars for constrained decoding: one JSON value following a schema (`response_format`
+ * json_object and json_schema), or tool calls in the Hermes format whose arguments follow each
+ * function's parameters (`tool_choice` "required" or naming a function). A character-level
+ * automaton decides which characters may come next; src/engine/output-constraint.ts turns that into
+ * token masks.
+ *
+ * The automaton is nondeterministic (`anyOf`, enums and type lists branch), so a state is a list of
+ * configurations. Each configuration is an immutable stack of frames that share their tails, so
+ * testing a character never disturbs the request's state and costs one small object.
+ */
+import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, resolve, type SchemaNode } from "./json-schema.ts";
+
+/** What a request's output must be; plain data, so it travels to cluster workers. */
+export type OutputGrammar =
+  /** One JSON value following `schema` (`{"type": "object"}` for json_object). */
+  | { kind: "json"; schema: JsonSchema }
+  /**
+   * One or more (`parallel`) `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>` blocks, each
+   * naming one of `tools` with arguments following its parameters (any object when absent).
+   */
+  | { kind: "tool_calls"; tools: readonly { name: string; parameters?: JsonSchema }[]; parallel: boolean };
+
+type ObjectNode = Extract<SchemaNode, { t: "object" }>;
+type ArrayNode = Extract<SchemaNode, { t: "array" }>;
+
+/** A piece of a fixed sequence: literal text, or a value following a schema. */
+type Piece = { readonly lit: string } | { readonly node: SchemaNode };
+
+type Frame =
+  | { readonly k: "value"; readonly node: SchemaNode; readonly ws: boolean; readonly up: Frame | null; readonly d: number }
+  | { readonly k: "lit"; readonly text: string; readonly i: number; readonly up: Frame | null; readonly d: number }
+  /** esc: 0 plain, -1 after a backslash, 1–4 hex digits still due in \uXXXX. */
+  | { readonly k: "str"; readonly min: number; readonly max: number; readonly n: number; readonly esc: number; readonly up: Frame | null; readonly d: number }
+  | { readonly k: "num"; readonly integer: boolean; readonly ns: NumState; readonly up: Frame | null; readonly d: number }
+  | { readonly k: "key"; readonly text: string; readonly up: ObjFrame; readonly d: number }
+  | ObjFrame
+  | { readonly k: "arr"; readonly node: ArrayNode; readonly count: number; readonly phase: "first" | "value" | "after"; readonly up: Frame | null; readonly d: number }
+  /** Free reasoning text until `</think>`; m: characters of it matched so far. */
+  | { readonly k: "think"; readonly m: number; readonly up: Frame | null; readonly d: number }
+  /** Once its child ends, the automaton goes on in `state`. */
+  | { readonly k: "then"; readonly state: GrammarState; readonly up: null; readonly d: number }
+  /** i = -1: the separator before a repeated sequence starts again. */
+  | { readonly k: "seq"; readonly pieces: readonly Piece[]; readonly i: number; readonly repeat: boolean; readonly up: Frame | null; readonly d: number };
+
+type ObjFrame = {
+  readonly k: "obj"; readonly node: ObjectNode; readonly seen: readonly string[];
+  readonly phase: "first" | "next" | "key" | "colon" | "value" | "after"; readonly key: string; readonly up: Frame | null; readonly d: number;
+};
+
+/** One configuration of the automaton: its frames (innermost on top) and the current whitespace run. */
+export interface Config {
+  readonly top: Frame | null;
+  readonly ws: number;
+}
+
+/** An automaton state: the configurations still possible. Empty means the text so far cannot be extended. */
+export type GrammarState = readonly Config[];
+
+/** Number grammar states; those that may end a number are in NUM_END. */
+const enum NumState { Sign, Zero, Int, Dot, Frac, E, ESign, Exp }
+const NUM_END = new Set([NumState.Zero, NumState.Int, NumState.Frac, NumState.Exp]);
+
+/** Deepest nesting allowed (a model looping on "[" would otherwise nest until max_tokens). */
+const MAX_DEPTH = 32;
+/** Longest whitespace run allowed between tokens of JSON (a model can loop on spaces). */
+const MAX_WHITESPACE = 2;
+
+const isWs = (c: string) => c === " " || c === "\n" || c === "\t" || c === "\r";
+const isDigit = (c: string) => c >= "0" && c <= "9";
+const isHex = (c: string) => isDigit(c) || (c >= "a" && c <= "f") || (c >= "A" && c <= "F");
+
+const THINK_END = "</think>";
+
+/**
+ * The automaton's start state for `g`; throws SchemaError for a schema outside the supported subset.
+ * With `afterReasoning` the output starts inside a `<think>` block: any text up to `</think>`, then
+ * a blank line, then the grammar (vLLM likewise constrains only what follows the reasoning).
+ */
+export function grammarStart(g: OutputGrammar, afterReasoning = false): GrammarState {
+  const state = startOf(g);
+  if (!afterReasoning) return state;
+  const gap: Frame = { k: "lit", text: "\n\n", i: 0, up: { k: "then", state, up: null, d: 0 }, d: 0 };
+  return [{ top: { k: "think", m: 0, up: { k: "then", state: [{ top: gap, ws: 0 }], up: null, d: 0 }, d: 0 }, ws: 0 }];
+}
+
+function startOf(g: OutputGrammar): GrammarState {
+  if (g.kind === "json") return [{ top: { k: "value", node: compileSchema(g.schema), ws: false, up: null, d: 0 }, ws: 0 }];
+  const options = g.tools.map((t): SchemaNode => ({
+    t: "object",
+    props: new Map([["name", { t: "literal", texts: [JSON.stringify(t.name)] }], ["arguments", t.parameters === undefined ? ANY_OBJECT : compileSchema(t.parameters)]]),
+    required: new Set(["name", "arguments"]),
+    extra: null,
+  }));
+  const call: SchemaNode = options.length === 1 ? options[0] : { t: "anyOf", options };
+  const seq: Frame = { k: "seq", pieces: [{ lit: "<tool_call>\n" }, { node: call }, { lit: "\n</tool_call>" }], i: 0, repeat: g.parallel, up: null, d: 0 };
+  return [enterPiece(seq)];
+}
+
+/** The state after character `c`. */
+export function grammarStep(state: GrammarState, c: string): GrammarState {
+  return state.length === 1 ? step(state[0], c) : state.flatMap((cfg) => step(cfg, c));
+}
+
+/** The state after `text` (empty when some character of it cannot come where it does). */
+export function grammarFeed(state: GrammarState, text: string): GrammarState {
+  let s = state;
+  for (const c of text) {
+    s = grammarStep(s, c);
+    if (s.length === 0) break;
+  }
+  return s;
+}
+
+/** Whether the output may end here (EOS allowed). */
+export function grammarComplete(state: GrammarState): boolean {
+  return state.some(accepting);
+}
+
+function accepting(cfg: Config): boolean {
+  const f = cfg.top;
+  if (f === null) return true;
+  return f.k === "num" && NUM_END.has(f.ns) && complete(f.up).some(accepting);
+}
+
+function enterPiece(seq: Extract<Frame, { k: "seq" }>): Config {
+  const p = seq.pieces[seq.i];
+  const top: Frame = "lit" in p ? { k: "lit", text: p.lit, i: 0, up: seq, d: seq.d } : { k: "value", node: p.node, ws: false, up: seq, d: seq.d };
+  return { top, ws: 0 };
+}
+
+/** The configurations once the child of `up` has ended. */
+function complete(up: Frame | null): Config[] {
+  if (up === null) return [{ top: null, ws: 0 }];
+  switch (up.k) {
+    case "obj": return [{ top: { ...up, phase: "after" }, ws: 0 }];
+    case "arr": return [{ top: { ...up, count: up.count + 1, phase: "after" }, ws: 0 }];
+    case "seq": {
+      if (up.i + 1 < up.pieces.length) return [enterPiece({ ...up, i: up.i + 1 })];
+      if (!up.repeat) return complete(up.up);
+      // Another call may follow, after a newline.
+      return [...complete(up.up), { top: { k: "lit", text: "\n", i: 0, up: { ...up, i: -1 }, d: up.d }, ws: 0 }];
+    }
+    case "then": return [...up.state];
+  }
+  return [];
+}
+
+function step(cfg: Config, c: string): Config[] {
+  const f = cfg.top;
+  if (f === null) return [];
+  const ws = () => (cfg.ws < MAX_WHITESPACE ? [{ top: f, ws: cfg.ws + 1 }] : []);
+  switch (f.k) {
+    case "lit":
+      if (c !== f.text[f.i]) return [];
+      return f.i + 1 === f.text.length ? complete(f.up) : [{ top: { ...f, i: f.i + 1 }, ws: 0 }];
+    case "str": return stepString(f, c);
+    case "num": {
+      const next = numberStep(f.ns, c, f.integer);
+      if (next !== null) return [{ top: { ...f, ns: next }, ws: 0 }];
+      // The number ends here; `c` belongs to what follows it.
+      return NUM_END.has(f.ns) ? complete(f.up).flatMap((x) => step(x, c)) : [];
+    }
+    case "key": return stepKey(f, c);
+    case "think": {
+      // "</think>" repeats no prefix of itself, so a mismatch restarts the match at this character.
+      const m = c === THINK_END[f.m] ? f.m + 1 : c === THINK_END[0] ? 1 : 0;
+      return m === THINK_END.length ? complete(f.up) : [{ top: { ...f, m }, ws: 0 }];
+    }
+    case "value":
+      if (isWs(c)) return f.ws ? ws() : [];
+      return start(f.node, f.up, f.d, c);
+    case "obj":
+      if (isWs(c)) return ws();
+      return stepObject(f, c);
+    case "arr": {
+      if (isWs(c)) return ws();
+      const n = f.node;
+      if (c === "]") return (f.phase === "first" || f.phase === "after") && f.count >= n.min ? complete(f.up) : [];
+      if (f.phase === "after") {
+        return c === "," && f.count < n.max ? [{ top: { k: "value", node: n.items, ws: true, up: { ...f, phase: "value" }, d: f.d }, ws: 0 }] : [];
+      }
+      return n.max > 0 ? start(n.items, { ...f, phase: "value" }, f.d, c) : [];
+    }
+    case "seq": case "then": return [];
+  }
+}
+
+/** The configurations that start a value of `node` at character `c`, below `up`. */
+function start(node: SchemaNode, up: Frame | null, d: number, c: string): Config[] {
+  const n = resolve(node);
+  switch (n.t) {
+    case "anyOf": return n.options.flatMap((o) => start(o, up, d, c));
+    case "literal": return n.texts.flatMap((t) => (t[0] !== c ? [] : t.length === 1 ? complete(up) : [{ top: { k: "lit", text: t, i: 1, up, d }, ws: 0 }]));
+    case "object":
+      return c === "{" && d < MAX_DEPTH ? [{ top: { k: "obj", node: n, seen: [], phase: "first", key: "", up, d: d + 1 }, ws: 0 }] : [];
+    case "array":
+      return c === "[" && d < MAX_DEPTH ? [{ top: { k: "arr", node: n, count: 0, phase: "first", up, d: d + 1 }, ws: 0 }] : [];
+    case "string": return c === '"' ? [{ top: { k: "str", min: n.min, max: n.max, n: 0, esc: 0, up, d }, ws: 0 }] : [];
+    case "number": {
+      const ns = numberStep(null, c, n.integer);
+      return ns === null ? [] : [{ top: { k: "num", integer: n.integer, ns, up, d }, ws: 0 }];
+    }
+    case "any": {
+      if (c === "{") return start(ANY_OBJECT, up, d, c);
+      if (c === "[") return start({ t: "array", items: ANY, min: 0, max: Infinity }, up, d, c);
+      if (c === '"') return start({ t: "string", min: 0, max: Infinity }, up, d, c);
+      if (c === "t" || c === "f" || c === "n") return start({ t: "literal", texts: ["true", "false", "null"] }, up, d, c);
+      return start({ t: "number", integer: false }, up, d, c);
+    }
+  }
+}
+
+function stepString(f: Extract<Frame, { k: "str" }>, c: string): Config[] {
+  if (f.esc === -1) {
+    if (c === "u") return [{ top: { ...f, esc: 4 }, ws: 0 }];
+    return '"\\/bfnrt'.includes(c) ? [{ top: { ...f, esc: 0, n: f.n + 1 }, ws: 0 }] : [];
+  }
+  if (f.esc > 0) {
+    if (!isHex(c)) return [];
+    return [{ top: f.esc === 1 ? { ...f, esc: 0, n: f.n + 1 } : { ...f, esc: f.esc - 1 }, ws: 0 }];
+  }
+  if (c === '"') return f.n >= f.min ? complete(f.up) : [];
+  if (c < " " || f.n >= f.max) return [];
+  return [{ top: c === "\\" ? { ...f, esc: -1 } : { ...f, n: f.n + 1 }, ws: 0 }];
+}
+
+function stepKey(f: Extract<Frame, { k: "key" }>, c: string): Config[] {
+  const obj = f.up;
+  if (c === '"') {
+    if (obj.seen.includes(f.text) || (!obj.node.props.has(f.text) && obj.node.extra === null)) return [];
+    return [{ top: { ...obj, phase: "colon", key: f.text }, ws: 0 }];
+  }
+  // Keys are written without escapes (json-schema.ts refuses property names that would need them).
+  if (c === "\\" || c < " ") return [];
+  const text = f.text + c;
+  if (obj.node.extra !== null || [...obj.node.props.keys()].some((k) => k.startsWith(text) && !obj.seen.includes(k))) return [{ top: { ...f, text }, ws: 0 }];
+  return [];
+}
+
+function stepObject(f: ObjFrame, c: string): Config[] {
+  const n = f.node;
+  const keysLeft = n.extra !== null || f.seen.length < n.props.size;
+  const requiredMet = () => [...n.required].every((k) => f.seen.includes(k));
+  switch (f.phase) {
+    case "first": case "next":
+      if (c === '"' && keysLeft) return [{ top: { k: "key", text: "", up: { ...f, phase: "key" }, d: f.d }, ws: 0 }];
+      return c === "}" && f.phase === "first" && requiredMet() ? complete(f.up) : [];
+    case "colon": {
+      if (c !== ":") return [];
+      const node = n.props.get(f.key) ?? n.extra ?? ANY;
+      return [{ top: { k: "value", node, ws: true, up: { ...f, phase: "value", seen: [...f.seen, f.key] }, d: f.d }, ws: 0 }];
+    }
+    case "after":
+      if (c === ",") return keysLeft ? [{ top: { ...f, phase: "next" }, ws: 0 }] : [];
+      return c === "}" && requiredMet() ? complete(f.up) : [];
+  }
+  return [];
+}
+
+/** The next number state at `c` (from the start when `n` is null), or null when `c` does not continue it. */
+function numberStep(n: NumState | null, c: string, integer: boolean): NumState | null {
+  const e = !integer && (c === "e" || c === "E");
+  switch (n) {
+    case null: return c === "-" ? NumState.Sign : c === "0" ? NumState.Zero : isDigit(c) ? NumState.Int : null;
+    case NumState.Sign: return c === "0" ? NumState.Zero : isDigit(c) ? NumState.Int : null;
+    case NumState.Zero: return c === "." && !integer ? NumState.Dot : e ? NumState.E : null;
+    case NumState.Int: return isDigit(c) ? NumState.Int : c === "." && !integer ? NumState.Dot : e ? NumState.E : null;
+    case NumState.Dot: return isDigit(c) ? NumState.Frac : null;
+    case NumState.Frac: return isDigit(c) ? NumState.Frac : e ? NumState.E : null;
+    case NumState.E: return c === "+" || c === "-" ? NumState.ESign : isDigit(c) ? NumState.Exp : null;
+    case NumState.ESign: return isDigit(c) ? NumState.Exp : null;
+    case NumState.Exp: return isDigit(c) ? NumState.Exp : null;
+  }
+}

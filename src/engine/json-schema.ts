@@ -1,0 +1,193 @@
+/**
+ * The subset of JSON Schema that constrained decoding follows (`response_format: json_schema`, and
+ * the arguments of forced tool calls), compiled into plain nodes for the grammar automaton
+ * (src/engine/grammar.ts). A keyword outside the subset is refused with a {@link SchemaError} naming
+ * it and where it is, never ignored: output that silently breaks a schema is worse than a 400.
+ *
+ * Followed: `type` (one or a list), `properties`, `required`, `additionalProperties` (absent means
+ * none when `properties` is given, any object otherwise; keys come in any order, each once), `items`,
+ * `minItems`, `maxItems`, `minLength`, `maxLength`, `enum`, `const`, `anyOf`, `oneOf` (as anyOf),
+ * `allOf` with one entry, `nullable`, `$ref` to `#/$defs/…` or `#/definitions/…` (recursion included).
+ * Annotations (`title`, `description`, `default`, `examples`, …) are ignored.
+ */
+
+/** Named definitions of one schema, filled as it compiles; each reference carries its own table. */
+type DefTable = Map<string, SchemaNode>;
+
+/** A JSON Schema as the request gives it. */
+export type JsonSchema = boolean | { readonly [keyword: string]: unknown };
+
+/** A compiled schema node. A `ref` is looked up in its schema's definitions when it is reached. */
+export type SchemaNode =
+  | { readonly t: "any" }
+  | { readonly t: "object"; readonly props: ReadonlyMap<string, SchemaNode>; readonly required: ReadonlySet<string>; readonly extra: SchemaNode | null }
+  | { readonly t: "array"; readonly items: SchemaNode; readonly min: number; readonly max: number }
+  | { readonly t: "string"; readonly min: number; readonly max: number }
+  | { readonly t: "number"; readonly integer: boolean }
+  /** One of these JSON texts exactly (enum, const, booleans, null). */
+  | { readonly t: "literal"; readonly texts: readonly string[] }
+  | { readonly t: "anyOf"; readonly options: readonly SchemaNode[] }
+  | { readonly t: "ref"; readonly name: string; readonly table: ReadonlyMap<string, SchemaNode> };
+
+/** A schema the decoder cannot follow; the message names the keyword and its place (`#/…`). */
+export class SchemaError extends Error {
+  override name = "SchemaError";
+}
+
+const ANNOTATIONS = new Set([
+  "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly",
+  "$defs", "definitions", "strict",
+]);
+const TYPED = new Set(["type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength", "nullable"]);
+const TYPES = ["object", "array", "string", "number", "integer", "boolean", "null"] as const;
+type TypeName = (typeof TYPES)[number];
+
+/** The node for any JSON value. */
+export const ANY: SchemaNode = { t: "any" };
+/** The node for any JSON object (`response_format: json_object`). */
+export const ANY_OBJECT: SchemaNode = { t: "object", props: new Map(), required: new Set(), extra: ANY };
+
+/** Compiles `schema`; throws {@link SchemaError} for anything outside the subset. */
+export function compileSchema(schema: unknown): SchemaNode {
+  const defs: DefTable = new Map();
+  if (isObject(schema)) {
+    for (const key of ["$defs", "definitions"]) {
+      const table = schema[key];
+      if (table === undefined) continue;
+      if (!isObject(table)) throw new SchemaError(`The schema's "${key}" must be an object, got ${show(table)}`);
+      for (const [name, sub] of Object.entries(table)) defs.set(`#/${key}/${name}`, compileNode(sub, `#/${key}/${name}`, defs));
+    }
+  }
+  const root = compileNode(schema, "#", defs);
+  // Every reference must lead to a value now, not when the model reaches it.
+  for (const name of defs.keys()) resolve({ t: "ref", name, table: defs });
+  resolve(root);
+  return root;
+}
+
+/** Follows references to a node that is not one; throws on a missing or circular reference. */
+export function resolve(node: SchemaNode): Exclude<SchemaNode, { t: "ref" }> {
+  const seen = new Set<string>();
+  let n = node;
+  while (n.t === "ref") {
+    if (seen.has(n.name)) throw new SchemaError(`The schema reference ${show(n.name)} refers to itself without a value in between`);
+    seen.add(n.name);
+    const next = n.table.get(n.name);
+    if (next === undefined) throw new SchemaError(`The schema reference ${show(n.name)} names no definition under #/$defs or #/definitions`);
+    n = next;
+  }
+  return n;
+}
+
+function compileNode(s: unknown, at: string, defs: DefTable): SchemaNode {
+  if (s === true) return ANY;
+  if (s === false) throw new SchemaError(`The schema at ${at} is false: no value can match it`);
+  if (!isObject(s)) throw new SchemaError(`The schema at ${at} must be an object or a boolean, got ${show(s)}`);
+  for (const k of Object.keys(s)) {
+    if (!ANNOTATIONS.has(k) && !TYPED.has(k) && !["enum", "const", "anyOf", "oneOf", "allOf", "$ref"].includes(k)) {
+      throw new SchemaError(`The schema keyword ${show(k)} at ${at} is not supported by constrained decoding`);
+    }
+  }
+  if (s.nullable === true) return { t: "anyOf", options: [compileNode({ ...s, nullable: false }, at, defs), { t: "literal", texts: ["null"] }] };
+  const combinators = ["enum", "const", "anyOf", "oneOf", "allOf", "$ref"].filter((k) => s[k] !== undefined);
+  if (combinators.length > 0) {
+    const clash = [...combinators.slice(1), ...Object.keys(s).filter((k) => TYPED.has(k) && k !== "type" && k !== "nullable")];
+    // enum/const beside a type only repeats it; anything else beside a combinator would need intersection.
+    if (clash.length > 0 || (s.type !== undefined && combinators[0] !== "enum" && combinators[0] !== "const")) {
+      throw new SchemaError(`The schema at ${at} combines ${show(combinators[0])} with ${show(clash[0] ?? "type")}, which constrained decoding does not support`);
+    }
+    return compileCombinator(s, combinators[0], at, defs);
+  }
+  const types = typesOf(s, at);
+  if (types.length === 0) return ANY;
+  const nodes = types.map((t) => compileTyped(s, t, at, defs));
+  return nodes.length === 1 ? nodes[0] : { t: "anyOf", options: nodes };
+}
+
+function compileCombinator(s: { readonly [k: string]: unknown }, k: string, at: string, defs: DefTable): SchemaNode {
+  const v = s[k];
+  if (k === "const") return { t: "literal", texts: [JSON.stringify(v)] };
+  if (k === "enum") {
+    if (!Array.isArray(v) || v.length === 0) throw new SchemaError(`The schema's "enum" at ${at} must be a non-empty array, got ${show(v)}`);
+    return { t: "literal", texts: v.map((x) => JSON.stringify(x)) };
+  }
+  if (k === "$ref") {
+    if (typeof v !== "string" || !/^#\/(\$defs|definitions)\/[^/]+$/.test(v)) {
+      throw new SchemaError(`The schema reference ${show(v)} at ${at} is not supported: only "#/$defs/NAME" and "#/definitions/NAME"`);
+    }
+    return { t: "ref", name: v, table: defs };
+  }
+  if (!Array.isArray(v) || v.length === 0) throw new SchemaError(`The schema's ${show(k)} at ${at} must be a non-empty array, got ${show(v)}`);
+  if (k === "allOf") {
+    if (v.length !== 1) throw new SchemaError(`The schema's "allOf" at ${at} has ${v.length} entries; constrained decoding supports one`);
+    return compileNode(v[0], `${at}/allOf/0`, defs);
+  }
+  const options = v.map((x, i) => compileNode(x, `${at}/${k}/${i}`, defs));
+  return options.length === 1 ? options[0] : { t: "anyOf", options };
+}
+
+function typesOf(s: { readonly [k: string]: unknown }, at: string): TypeName[] {
+  const t = s.type;
+  if (t === undefined) {
+    if (s.properties !== undefined || s.required !== undefined || s.additionalProperties !== undefined) return ["object"];
+    if (s.items !== undefined || s.minItems !== undefined || s.maxItems !== undefined) return ["array"];
+    if (s.minLength !== undefined || s.maxLength !== undefined) return ["string"];
+    return [];
+  }
+  const list = Array.isArray(t) ? t : [t];
+  for (const x of list) {
+    if (!TYPES.includes(x as TypeName)) throw new SchemaError(`The schema type ${show(x)} at ${at} is not one of ${TYPES.join(", ")}`);
+  }
+  if (list.length === 0) throw new SchemaError(`The schema's "type" at ${at} is an empty list`);
+  return list as TypeName[];
+}
+
+function compileTyped(s: { readonly [k: string]: unknown }, type: TypeName, at: string, defs: DefTable): SchemaNode {
+  switch (type) {
+    case "boolean": return { t: "literal", texts: ["true", "false"] };
+    case "null": return { t: "literal", texts: ["null"] };
+    case "number": case "integer": return { t: "number", integer: type === "integer" };
+    case "string": return { t: "string", min: count(s, "minLength", 0, at), max: count(s, "maxLength", Infinity, at) };
+    case "array": {
+      const min = count(s, "minItems", 0, at), max = count(s, "maxItems", Infinity, at);
+      if (min > max) throw new SchemaError(`The schema at ${at} has minItems ${min} above maxItems ${max}`);
+      return { t: "array", items: s.items === undefined ? ANY : compileNode(s.items, `${at}/items`, defs), min, max };
+    }
+    case "object": return compileObject(s, at, defs);
+  }
+}
+
+function compileObject(s: { readonly [k: string]: unknown }, at: string, defs: DefTable): SchemaNode {
+  const p = s.properties ?? {};
+  if (!isObject(p)) throw new SchemaError(`The schema's "properties" at ${at} must be an object, got ${show(p)}`);
+  const props = new Map<string, SchemaNode>();
+  for (const [name, sub] of Object.entries(p)) {
+    // Keys are matched character by character as written; escapes in them would need decoding.
+    if (/["\\\u0000-\u001f]/.test(name)) throw new SchemaError(`The property name ${show(name)} at ${at} holds a quote, backslash or control character, which constrained decoding does not support`);
+    props.set(name, compileNode(sub, `${at}/properties/${name}`, defs));
+  }
+  const a = s.additionalProperties;
+  const extra = a === undefined ? (s.properties === undefined ? ANY : null) : a === false ? null : compileNode(a, `${at}/additionalProperties`, defs);
+  const r = s.required ?? [];
+  if (!Array.isArray(r) || r.some((x) => typeof x !== "string")) throw new SchemaError(`The schema's "required" at ${at} must be a list of property names, got ${show(r)}`);
+  for (const name of r as string[]) {
+    if (!props.has(name) && extra === null) throw new SchemaError(`The schema at ${at} requires ${show(name)}, which its properties do not allow`);
+  }
+  return { t: "object", props, required: new Set(r as string[]), extra };
+}
+
+function count(s: { readonly [k: string]: unknown }, k: string, dflt: number, at: string): number {
+  const v = s[k];
+  if (v === undefined) return dflt;
+  if (typeof v !== "number" || !Number.isInteger(v) || v < 0) throw new SchemaError(`The schema's ${show(k)} at ${at} must be a non-negative integer, got ${show(v)}`);
+  return v;
+}
+
+function isObject(v: unknown): v is { readonly [k: string]: unknown } {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function show(v: unknown): string {
+  const s = JSON.stringify(v) ?? String(v);
+  return s.length > 80 ? `${s.slice(0, 77)}...` : s;
+}

@@ -1,0 +1,185 @@
+/** Output grammars: the JSON / JSON Schema / tool-call automaton, its token masks, and the engine's output under them. */
+import assert from "node:assert/strict";
+import { projectRoot, test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import type { GenerateRequest } from "../../src/engine/engine-types.ts";
+import { grammarComplete, grammarFeed, grammarStart, type GrammarState, type OutputGrammar } from "../../src/engine/grammar.ts";
+import { compileSchema, type JsonSchema } from "../../src/engine/json-schema.ts";
+import { OutputConstraint, TokenTrie } from "../../src/engine/output-constraint.ts";
+import { tokenTextOf } from "../../src/model/config.ts";
+import { loadModel } from "../../src/model/load.ts";
+
+const OBJECT: OutputGrammar = { kind: "json", schema: { type: "object" } };
+const JSON_START = grammarStart(OBJECT);
+/** Whether `text` can start output under `g` (and, with `whole`, end it). */
+const fits = (g: OutputGrammar | GrammarState, text: string, whole = false) => {
+  const s = grammarFeed(Array.isArray(g) ? g : grammarStart(g as OutputGrammar), text);
+  return whole ? grammarComplete(s) : s.length > 0;
+};
+const json = (schema: JsonSchema): OutputGrammar => ({ kind: "json", schema });
+
+test("grammarFeed() accepts whole JSON objects and every prefix of them", () => {
+  for (const doc of ['{}', '{"a":1}', '{ "a" : [1, -2.5e+3, true, null, {"b": "x\\"y\\u00e9"}], "c": {} }', '{"k":[[]],"n":0.0,"m":-0}']) {
+    for (let i = 0; i <= doc.length; i++) assert.ok(fits(JSON_START, doc.slice(0, i)), `prefix ${JSON.stringify(doc.slice(0, i))}`);
+    assert.ok(fits(JSON_START, doc, true), doc);
+    assert.deepEqual(typeof JSON.parse(doc), "object");
+  }
+});
+
+test("grammarFeed() refuses what is not the start of one JSON object", () => {
+  const bad = ["[1]", '"a"', " {}", "{a:1}", '{"a" 1}', '{"a":01}', '{"a":1,}', '{"a":[1}', '{"a":tru}', '{"a":"\\x"}', '{"a":"\u0001"}', "{}x", "{}{}", '{"a":1.}', '{"a":-}', "{    }"];
+  for (const text of bad) assert.ok(!fits(JSON_START, text), `accepted ${JSON.stringify(text)}`);
+  assert.equal(fits(JSON_START, '{"a":[1,2]', true), false, "an open object is not complete");
+});
+
+test("grammarStart() follows a schema: declared keys in any order, each once, required ones before the close", () => {
+  const g = json({
+    type: "object",
+    properties: { city: { type: "string", maxLength: 5 }, days: { type: "integer" }, unit: { enum: ["c", "f"] }, tags: { type: "array", items: { type: "boolean" }, minItems: 1, maxItems: 2 } },
+    required: ["city", "unit"],
+  });
+  for (const ok of ['{"city": "Paris", "unit": "c"}', '{"unit":"f","days":-3,"city":""}', '{"city":"a","unit":"c","tags":[true,false]}']) {
+    assert.ok(fits(g, ok, true), ok);
+  }
+  const bad = {
+    "an undeclared key": '{"town"', "a key twice": '{"city":"a","city"', "a missing required key": '{"city":"a"}',
+    "a string too long": '{"city":"London', "a fraction for an integer": '{"days":1.', "a value outside the enum": '{"unit":"k',
+    "too few items": '{"tags":[]', "too many items": '{"tags":[true,true,', "a wrong type": '{"city":1',
+  };
+  for (const [what, text] of Object.entries(bad)) assert.ok(!fits(g, text), `accepted ${what}: ${text}`);
+  assert.ok(fits(g, '{"city":"Lond'), "four characters fit maxLength 5");
+  const single = json({ type: "object", properties: { a: { type: "null" } } });
+  assert.ok(fits(single, '{"a":null}', true) && !fits(single, '{"a":null,'), "a comma with no key left to write");
+});
+
+test("grammarStart() follows anyOf, type lists, nullable, const and recursive $ref", () => {
+  const g = json({
+    $defs: { node: { type: "object", properties: { v: { type: ["number", "null"] }, kids: { type: "array", items: { $ref: "#/$defs/node" } } }, required: ["v"] } },
+    anyOf: [{ $ref: "#/$defs/node" }, { const: "leaf" }, { type: "string", nullable: true, maxLength: 0 }],
+  });
+  for (const ok of ['{"v":1,"kids":[{"v":null},{"v":2.5,"kids":[]}]}', '"leaf"', '""', "null", '{"v":null}']) assert.ok(fits(g, ok, true), ok);
+  for (const bad of ['{"kids":[]}', '{"v":"x"}', '"lea"', '"x"', '{"v":1,"kids":[{"v":true']) assert.ok(!fits(g, bad, true), `accepted ${bad}`);
+  assert.ok(fits(json({ type: "integer" }), "42", true), "a number at the top ends with the output");
+  assert.ok(!fits(json({ type: "integer" }), "4.2"));
+});
+
+test("compileSchema() refuses what the decoder cannot follow, naming the keyword and its place", () => {
+  const cases: [unknown, RegExp][] = [
+    [{ type: "string", pattern: "^a" }, /keyword "pattern" at # is not supported/],
+    [{ properties: { when: { type: "string", format: "date-time" } } }, /keyword "format" at #\/properties\/when is not supported/],
+    [{ $ref: "#/$defs/missing" }, /names no definition/],
+    [{ $ref: "http://example.com/s.json" }, /only "#\/\$defs\/NAME"/],
+    [{ type: "array", minItems: 3, maxItems: 2 }, /minItems 3 above maxItems 2/],
+    [{ type: "object", properties: { a: {} }, required: ["b"], additionalProperties: false }, /requires "b", which its properties do not allow/],
+    [{ type: "strin" }, /type "strin" at # is not one of/],
+    [{ anyOf: [{ type: "string" }], properties: {} }, /combines "anyOf" with "properties"/],
+    [false, /no value can match it/],
+    [{ $defs: { a: { $ref: "#/$defs/a" } }, $ref: "#/$defs/a" }, /refers to itself/],
+  ];
+  for (const [schema, message] of cases) assert.throws(() => compileSchema(schema), message, JSON.stringify(schema));
+});
+
+test("grammarStart() writes Hermes tool calls to the named functions, one or several", () => {
+  const tools = [{ name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } }, { name: "ping" }];
+  const one: OutputGrammar = { kind: "tool_calls", tools, parallel: false };
+  const call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>';
+  assert.ok(fits(one, call, true));
+  assert.ok(fits(one, '<tool_call>\n{"arguments": {}, "name": "ping"}\n</tool_call>', true), "keys in either order; no parameters: any object");
+  assert.ok(!fits(one, '<tool_call>\n{"name": "get_time"'), "an unknown function");
+  assert.ok(!fits(one, '<tool_call>\n{"name": "ping", "arguments": {}, "x"'), "an extra key");
+  assert.ok(!fits(one, '<tool_call>\n{"name": "get_weather", "arguments": {}}'), "its required argument missing");
+  assert.ok(!fits(one, "Sure"), "no text before the call");
+  assert.ok(!fits(one, call + "\n<"), "one call only");
+  const many: OutputGrammar = { ...one, parallel: true };
+  assert.ok(fits(many, call, true) && fits(many, call + "\n" + call, true));
+  assert.ok(!fits(many, call + "\n", true), "a separator starts another call");
+});
+
+test("grammarStart() with afterReasoning leaves the thoughts free and constrains what follows </think>", () => {
+  const g = grammarStart(OBJECT, true);
+  assert.ok(fits(g, "I think {not json} </thin </think>\n\n{}", true));
+  assert.ok(!fits(g, "hmm</think>\n\nfoo"));
+  assert.ok(!fits(g, "hmm</think>{}"), "a blank line after the thoughts");
+  assert.ok(!fits(g, "no end yet", true));
+});
+
+test("OutputConstraint.next() bars exactly the tokens whose text cannot come next, and EOS until the object closes", () => {
+  const texts = ["", "{", "}", '"', "a", ":", "1", " ", "\uFFFD", '{"', '"}', "x"];
+  const c = new OutputConstraint(OBJECT, new TokenTrie(texts), [0]);
+  const barredIds = (m: Map<number, number>) => [...m.keys()].sort((a, b) => a - b);
+  assert.deepEqual(barredIds(c.next([], 0)), [0, 2, 3, 4, 5, 6, 7, 8, 10, 11], "only '{' and '{\"' may start");
+  assert.deepEqual(barredIds(c.next([1], 0)), [0, 1, 4, 5, 6, 8, 9, 11], "after '{': a key, '}', whitespace");
+  assert.deepEqual(barredIds(c.next([1, 2], 0)), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], "after '{}' only EOS");
+});
+
+const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
+const prompt = model.tokenizer.encode("Once upon a time", { addBos: true });
+
+async function generate(extra: Partial<GenerateRequest>) {
+  const e = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+  try {
+    const h = e.submit({ prompt, maxTokens: 60, temperature: 1, seed: 5, ...extra });
+    let text = "";
+    for await (const d of h.stream) text += d.text;
+    return { text, result: await h.result };
+  } finally {
+    await e.stop();
+  }
+}
+
+test("TokenTrie.allowed() finds exactly the tokens a feed of every token text accepts, on the story model's vocabulary", () => {
+  const texts = Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id));
+  const trie = new TokenTrie(texts);
+  const g = json({ type: "object", properties: { name: { type: "string" }, n: { type: "number" }, ok: { type: "boolean" } } });
+  const states = ["", "{", '{"na', '{"name": "Once upon', '{"n": -1', '{"n": 2.5e', '{"ok": t', '{"ok": true, '].map((t) => grammarFeed(grammarStart(g), t));
+  for (const [i, state] of states.entries()) {
+    assert.ok(state.length > 0);
+    const brute = texts.flatMap((t, id) => (t !== "" && !t.includes("\uFFFD") && grammarFeed(state, t).length > 0 ? [id] : []));
+    assert.deepEqual(trie.allowed(state).sort((a, b) => a - b), brute, `state ${i}`);
+    assert.ok(brute.length > 0 && brute.length < texts.length);
+  }
+});
+
+test("Engine under a json_object grammar writes a prefix of one JSON object, and ends at EOS once it closes", async () => {
+  const free = await generate({});
+  assert.ok(!fits(JSON_START, free.text), "the story model does not write JSON by itself");
+  for (const seed of [1, 2, 3]) {
+    const { text, result } = await generate({ grammar: OBJECT, seed });
+    assert.equal(result.text, text);
+    assert.ok(fits(JSON_START, text), `not the start of a JSON object: ${JSON.stringify(text)}`);
+  }
+  // Pushed towards "}" right after "{", the object closes at once and only EOS may follow.
+  const close = model.tokenizer.encode("}", { addBos: false }).filter((id) => model.tokenizer.decode([id]).includes("}"));
+  const closed = await generate({ grammar: OBJECT, logitBias: close.map((id) => [id, 50]) });
+  assert.equal(closed.result.finishReason, "stop");
+  assert.deepEqual(JSON.parse(closed.text), {});
+});
+
+test("Engine under a json_schema grammar writes whole values of the schema when the schema leaves little choice", async () => {
+  const schema = { type: "object", properties: { mood: { enum: ["happy", "sad"] }, ok: { type: "boolean" } }, required: ["mood", "ok"], additionalProperties: false };
+  for (const seed of [1, 2, 3]) {
+    const { text, result } = await generate({ grammar: json(schema), seed, maxTokens: 80 });
+    assert.equal(result.finishReason, "stop", `ended by ${result.finishReason}: ${JSON.stringify(text)}`);
+    const v = JSON.parse(text) as { mood: string; ok: boolean };
+    assert.deepEqual(Object.keys(v).sort(), ["mood", "ok"]);
+    assert.ok(["happy", "sad"].includes(v.mood) && typeof v.ok === "boolean", text);
+  }
+});
+
+test("Engine under a tool_calls grammar writes one Hermes call to the named function with arguments of its schema", async () => {
+  const tools = [{ name: "set_mood", parameters: { type: "object", properties: { mood: { enum: ["happy", "sad"] } }, required: ["mood"], additionalProperties: false } }];
+  const { text, result } = await generate({ grammar: { kind: "tool_calls", tools, parallel: false }, maxTokens: 200 });
+  assert.equal(result.finishReason, "stop", text);
+  const m = /^<tool_call>\n(.*)\n<\/tool_call>$/s.exec(text);
+  assert.ok(m, text);
+  const call = JSON.parse(m[1]) as { name: string; arguments: { mood: string } };
+  assert.equal(call.name, "set_mood");
+  assert.ok(["happy", "sad"].includes(call.arguments.mood));
+});
+
+test("Engine refuses a grammar whose schema it cannot follow, with the keyword in the message", () => {
+  const e = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+  assert.throws(() => e.submit({ prompt, grammar: json({ type: "string", pattern: "a+" }) }), { name: "RequestParamError", message: /"pattern"/ });
+  return e.stop();
+});
