@@ -134,7 +134,8 @@ function complete(up: Frame | null): Config[] {
   if (up === null) return [{ top: null, ws: 0 }];
   switch (up.k) {
     case "obj": return [{ top: { ...up, phase: "after" }, ws: 0 }];
-    case "arr": return [{ top: { ...up, count: up.count + 1, phase: "after" }, ws: 0 }];
+    // Counted only as far as the bounds need (see count()).
+    case "arr": return [{ top: { ...up, count: up.node.max === Infinity ? Math.min(up.count + 1, up.node.min) : up.count + 1, phase: "after" }, ws: 0 }];
     case "seq": {
       if (up.i + 1 < up.pieces.length) return [enterPiece({ ...up, i: up.i + 1 })];
       if (!up.repeat) return complete(up.up);
@@ -214,15 +215,24 @@ function start(node: SchemaNode, up: Frame | null, d: number, c: string): Config
 function stepString(f: Extract<Frame, { k: "str" }>, c: string): Config[] {
   if (f.esc === -1) {
     if (c === "u") return [{ top: { ...f, esc: 4 }, ws: 0 }];
-    return '"\\/bfnrt'.includes(c) ? [{ top: { ...f, esc: 0, n: f.n + 1 }, ws: 0 }] : [];
+    return '"\\/bfnrt'.includes(c) ? [{ top: { ...f, esc: 0, n: count(f) }, ws: 0 }] : [];
   }
   if (f.esc > 0) {
     if (!isHex(c)) return [];
-    return [{ top: f.esc === 1 ? { ...f, esc: 0, n: f.n + 1 } : { ...f, esc: f.esc - 1 }, ws: 0 }];
+    return [{ top: f.esc === 1 ? { ...f, esc: 0, n: count(f) } : { ...f, esc: f.esc - 1 }, ws: 0 }];
   }
   if (c === '"') return f.n >= f.min ? complete(f.up) : [];
   if (c < " " || f.n >= f.max) return [];
-  return [{ top: c === "\\" ? { ...f, esc: -1 } : { ...f, n: f.n + 1 }, ws: 0 }];
+  return [{ top: c === "\\" ? { ...f, esc: -1 } : { ...f, n: count(f) }, ws: 0 }];
+}
+
+/**
+ * The string's length after one more character, counted only as far as its bounds need: without a
+ * maximum, past the minimum every length is alike, so the state (and the mask cache keyed by it)
+ * stays the same along free text.
+ */
+function count(f: Extract<Frame, { k: "str" }>): number {
+  return f.max === Infinity ? Math.min(f.n + 1, f.min) : f.n + 1;
 }
 
 function stepKey(f: Extract<Frame, { k: "key" }>, c: string): Config[] {
@@ -272,4 +282,57 @@ function numberStep(n: NumState | null, c: string, integer: boolean): NumState |
     case NumState.ESign: return isDigit(c) ? NumState.Exp : null;
     case NumState.Exp: return isDigit(c) ? NumState.Exp : null;
   }
+}
+
+/** Numbers schema nodes and piece lists by identity, for {@link grammarStateKey}. */
+export class ObjectIds {
+  #ids = new WeakMap<object, number>();
+  #next = 0;
+
+  /** The number of `o`, given on first sight. */
+  of(o: object): number {
+    let n = this.#ids.get(o);
+    if (n === undefined) this.#ids.set(o, (n = this.#next++));
+    return n;
+  }
+}
+
+/**
+ * A string that is equal for two states when they accept the same continuations (used to cache
+ * token masks). `ids` must be the same for every state compared.
+ */
+export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
+  const id = (o: object) => ids.of(o);
+  const frame = (f: Frame | null): string => {
+    if (f === null) return "";
+    const below = f.k === "then" ? `[${grammarStateKey(f.state, ids)}]` : frame(f.up);
+    switch (f.k) {
+      case "value": return `v${id(f.node)},${f.ws ? 1 : 0},${f.d}/${below}`;
+      case "lit": return `l${JSON.stringify(f.text)},${f.i}/${below}`;
+      case "str": return `s${f.min},${f.max},${f.n},${f.esc}/${below}`;
+      case "num": return `n${f.integer ? 1 : 0},${f.ns}/${below}`;
+      case "key": return `k${JSON.stringify(f.text)}/${below}`;
+      case "obj": return `o${id(f.node)},${JSON.stringify(f.seen)},${f.phase},${JSON.stringify(f.key)},${f.d}/${below}`;
+      case "arr": return `a${id(f.node)},${f.count},${f.phase},${f.d}/${below}`;
+      case "think": return `t${f.m}/${below}`;
+      case "then": return `T${below}`;
+      case "seq": return `q${id(f.pieces)},${f.i},${f.repeat ? 1 : 0}/${below}`;
+    }
+  };
+  return state.map((c) => `${c.ws}:${frame(c.top)}`).join("|");
+}
+
+/**
+ * Whether every "plain" text (no quote, backslash or control character) is accepted from `state`:
+ * some configuration sits inside a string with no maximum length, where such text leaves it as it
+ * is. The token trie then takes whole subtrees of plain texts without stepping through them.
+ */
+export function grammarAcceptsPlainText(state: GrammarState): boolean {
+  return state.some((c) => c.top !== null && c.top.k === "str" && c.top.esc === 0 && c.top.max === Infinity);
+}
+
+/** Whether `text` is plain in the sense of {@link grammarAcceptsPlainText}. */
+export function isPlainText(text: string): boolean {
+  for (const c of text) if (c === '"' || c === "\\" || c < " ") return false;
+  return true;
 }

@@ -107,7 +107,7 @@ test("grammarStart() with afterReasoning leaves the thoughts free and constrains
 test("OutputConstraint.next() bars exactly the tokens whose text cannot come next, and EOS until the object closes", () => {
   const texts = ["", "{", "}", '"', "a", ":", "1", " ", "\uFFFD", '{"', '"}', "x"];
   const c = new OutputConstraint(OBJECT, new TokenTrie(texts), [0]);
-  const barredIds = (m: Map<number, number>) => [...m.keys()].sort((a, b) => a - b);
+  const barredIds = (m: ReadonlyMap<number, number>) => [...m.keys()].sort((a, b) => a - b);
   assert.deepEqual(barredIds(c.next([], 0)), [0, 2, 3, 4, 5, 6, 7, 8, 10, 11], "only '{' and '{\"' may start");
   assert.deepEqual(barredIds(c.next([1], 0)), [0, 1, 4, 5, 6, 8, 9, 11], "after '{': a key, '}', whitespace");
   assert.deepEqual(barredIds(c.next([1, 2], 0)), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], "after '{}' only EOS");
@@ -138,6 +138,23 @@ test("TokenTrie.allowed() finds exactly the tokens a feed of every token text ac
     const brute = texts.flatMap((t, id) => (t !== "" && !t.includes("\uFFFD") && grammarFeed(state, t).length > 0 ? [id] : []));
     assert.deepEqual(trie.allowed(state).sort((a, b) => a - b), brute, `state ${i}`);
     assert.ok(brute.length > 0 && brute.length < texts.length);
+  }
+});
+
+test("OutputConstraint.next() masks match a fresh brute-force pass at every step, its per-state cache included", () => {
+  const texts = Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id));
+  const g = json({ type: "object", properties: { a: { type: "string", maxLength: 3 }, b: { type: "array", items: { type: "integer" }, minItems: 2 }, c: { type: "string" } } });
+  const doc = '{"a": "aaa", "b": [1, 1, 1], "c": "aaaa aaaa"}';
+  // One token per character (the vocabulary has every ASCII byte), so states repeat along the strings.
+  const ids = [...doc].map((ch) => texts.indexOf(ch));
+  const c = new OutputConstraint(g, new TokenTrie(texts), model.config.eosTokenIds);
+  for (let k = 0; k <= ids.length; k++) {
+    const state = grammarFeed(grammarStart(g), doc.slice(0, k));
+    const ok = new Set(texts.flatMap((t, id) => (t !== "" && !t.includes("\uFFFD") && grammarFeed(state, t).length > 0 ? [id] : [])));
+    if (grammarComplete(state)) for (const e of model.config.eosTokenIds) ok.add(e);
+    const barred = c.next(ids.slice(0, k), 0);
+    const allowed = texts.flatMap((_, id) => (barred.has(id) ? [] : [id]));
+    assert.deepEqual(allowed, [...ok].sort((x, y) => x - y), `after ${JSON.stringify(doc.slice(0, k))}`);
   }
 });
 

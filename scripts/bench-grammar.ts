@@ -1,0 +1,105 @@
+/**
+ * What grammar-constrained decoding costs on the host per step and request: `OutputConstraint.next()`
+ * (trie walk + the vocabulary-sized mask) against a brute-force pass that feeds every token's text,
+ * along a JSON answer of a schema, on the story model's vocabulary and on a synthetic 150k-token one
+ * (words with and without a leading space, digit runs, JSON punctuation runs, the 256 bytes; seeded).
+ * Medians and means of the per-step times over 3 passes, each a new request (so its own empty mask
+ * cache); run it twice, the machines are noisy.
+ *
+ *   npx tsx scripts/bench-grammar.ts
+ */
+import { grammarFeed, grammarStart, type GrammarState, type OutputGrammar } from "../src/engine/grammar.ts";
+import { OutputConstraint, TokenTrie } from "../src/engine/output-constraint.ts";
+import { tokenTextOf } from "../src/model/config.ts";
+import { loadModel } from "../src/model/load.ts";
+
+const GRAMMAR: OutputGrammar = {
+  kind: "json",
+  schema: {
+    type: "object",
+    properties: { city: { type: "string" }, days: { type: "integer" }, unit: { enum: ["celsius", "fahrenheit"] }, tags: { type: "array", items: { type: "string" } } },
+    required: ["city", "unit"],
+    additionalProperties: false,
+  },
+};
+const ANSWER = '{"city": "San Francisco", "days": 12, "unit": "celsius", "tags": ["fog", "bay area", "summer"]}';
+
+function synthetic(n: number): string[] {
+  let s = 12345;
+  const rand = () => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 2 ** 32);
+  const letters = "etaoinshrdlcumwfgypbvkjxqz";
+  const punct = ['{"', '":', '",', '"}', "},", "],", '["', ' "', ": ", ", ", "\n  ", "\n", "  ", "{", "}", "[", "]", '"', ":", ","];
+  const out = new Set<string>();
+  for (let b = 0; b < 256; b++) out.add(b < 128 ? String.fromCharCode(b) : "\uFFFD");
+  for (const p of punct) out.add(p);
+  while (out.size < n) {
+    const r = rand();
+    if (r < 0.05) out.add(String(Math.floor(rand() * 1000)));
+    else {
+      const len = 1 + Math.floor(rand() * 8);
+      let w = rand() < 0.5 ? " " : "";
+      for (let i = 0; i < len; i++) w += letters[Math.floor(rand() ** 2 * letters.length)];
+      out.add(rand() < 0.1 ? w[0].toUpperCase() + w.slice(1) : w);
+    }
+  }
+  return [...out];
+}
+
+/** Greedy longest-match tokenization of `text` over `texts`. */
+function tokenize(text: string, texts: readonly string[]): number[] {
+  const byText = new Map(texts.map((t, id) => [t, id]));
+  const ids: number[] = [];
+  for (let i = 0; i < text.length;) {
+    let len = Math.min(16, text.length - i);
+    while (len > 1 && !byText.has(text.slice(i, i + len))) len--;
+    ids.push(byText.get(text.slice(i, i + len))!);
+    i += len;
+  }
+  return ids;
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+}
+
+function mean(xs: number[]): number {
+  return xs.reduce((a, b) => a + b, 0) / xs.length;
+}
+
+function bench(name: string, texts: string[]): void {
+  const t0 = performance.now();
+  const trie = new TokenTrie(texts);
+  const buildMs = performance.now() - t0;
+  const ids = tokenize(ANSWER, texts);
+  const eos = [0];
+  const trieMs: number[] = [];
+  const bruteMs: number[] = [];
+  let allowed = 0;
+  for (let rep = 0; rep < 3; rep++) {
+    const c = new OutputConstraint(GRAMMAR, trie, eos);
+    let state: GrammarState = grammarStart(GRAMMAR);
+    for (let k = 0; k <= ids.length; k++) {
+      const a = performance.now();
+      const barred = c.next(ids.slice(0, k), 0);
+      trieMs.push(performance.now() - a);
+      if (rep === 0) allowed += texts.length - barred.size;
+      const b = performance.now();
+      let n = 0;
+      for (const t of texts) if (t !== "" && !t.includes("\uFFFD") && grammarFeed(state, t).length > 0) n++;
+      bruteMs.push(performance.now() - b);
+      if (n < 0) throw new Error("unreachable");
+      if (k < ids.length) state = grammarFeed(state, texts[ids[k]]);
+    }
+  }
+  console.log(
+    `${name.padEnd(22)} vocab ${String(texts.length).padStart(6)}  answer ${ids.length} tokens  trie built in ${buildMs.toFixed(0)} ms` +
+      `\n    next(): median ${median(trieMs).toFixed(3)} ms/step, mean ${mean(trieMs).toFixed(3)}` +
+      `  brute force: median ${median(bruteMs).toFixed(3)}, mean ${mean(bruteMs).toFixed(3)}` +
+      `  (medians ${(median(bruteMs) / median(trieMs)).toFixed(1)}x)  tokens allowed per step: ${(allowed / (ids.length + 1)).toFixed(0)}`,
+  );
+}
+
+const model = await loadModel(new URL("../models/stories260K.gguf", import.meta.url).pathname);
+bench("stories260K", Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id)));
+bench("synthetic 150k", synthetic(150_000));
