@@ -244,7 +244,8 @@ function stepKey(f: Extract<Frame, { k: "key" }>, c: string): Config[] {
   // Keys are written without escapes (json-schema.ts refuses property names that would need them).
   if (c === "\\" || c < " ") return [];
   const text = f.text + c;
-  if (obj.node.extra !== null || [...obj.node.props.keys()].some((k) => k.startsWith(text) && !obj.seen.includes(k))) return [{ top: { ...f, text }, ws: 0 }];
+  if (obj.node.extra !== null) return [{ top: { ...f, text }, ws: 0 }];
+  for (const k of obj.node.props.keys()) if (k.startsWith(text) && !obj.seen.includes(k)) return [{ top: { ...f, text }, ws: 0 }];
   return [];
 }
 

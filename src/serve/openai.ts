@@ -132,7 +132,7 @@ function checkTextLength(ctx: ServeContext, text: string, param: string): void {
 /** Tokenizes a chat request and submits it. */
 export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const choice = body.tool_choice ?? "auto";
-  const { grammar, forcedTools } = chatGrammar(body);
+  const { grammar, parallelToolCalls } = chatGrammar(body);
   checkUnsupported(body, "chat", ctx.config.vocabSize);
   const tools = choice === "none" ? undefined : body.tools ?? undefined;
   const { text, startsWithBos } = ctx.chat.render(body.messages, tools);
@@ -145,8 +145,6 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const request = engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar);
   const handles = submit(ctx, request, body.n ?? 1, "messages");
   const toolCalls = (tools?.length ?? 0) > 0;
-  // A named function is called once (the grammar writes one call).
-  const parallelToolCalls = (body.parallel_tool_calls ?? true) && !(forcedTools && typeof choice !== "string");
   return { kind: "chat", handles, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls } };
 }
 

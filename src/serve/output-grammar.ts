@@ -9,10 +9,10 @@ import { compileSchema, SchemaError } from "../engine/json-schema.ts";
 import { ApiError, describe } from "./errors.ts";
 import type { ChatRequest } from "./schemas.ts";
 
-/** What a chat request's answer must be (undefined: free text), and whether tool calls are forced. */
+/** What a chat request's answer must be (undefined: free text), and whether it may hold several tool calls. */
 export interface ChatGrammar {
   grammar: OutputGrammar | undefined;
-  forcedTools: boolean;
+  parallelToolCalls: boolean;
 }
 
 /** Reads `tool_choice` and `response_format`; a forced tool call wins over a response format (its answer has no content). */
@@ -29,11 +29,12 @@ export function chatGrammar(body: ChatRequest): ChatGrammar {
     for (const t of forced) checkSchema(t.parameters ?? true, "tools", `The parameters of function ${JSON.stringify(t.name)}`);
     // A named function is called once, as OpenAI does; "required" may call several unless told not to.
     const parallel = typeof choice === "string" && (body.parallel_tool_calls ?? true);
-    return { grammar: { kind: "tool_calls", tools: forced, parallel }, forcedTools: true };
+    return { grammar: { kind: "tool_calls", tools: forced, parallel }, parallelToolCalls: parallel };
   }
+  const parallelToolCalls = body.parallel_tool_calls ?? true;
   const format = body.response_format;
-  if (!format || format.type === "text") return { grammar: undefined, forcedTools: false };
-  if (format.type === "json_object") return { grammar: { kind: "json", schema: { type: "object" } }, forcedTools: false };
+  if (!format || format.type === "text") return { grammar: undefined, parallelToolCalls };
+  if (format.type === "json_object") return { grammar: { kind: "json", schema: { type: "object" } }, parallelToolCalls };
   if (format.type === "json_schema") {
     const spec = (format as { json_schema?: unknown }).json_schema;
     if (typeof spec !== "object" || spec === null || Array.isArray(spec)) {
@@ -41,7 +42,7 @@ export function chatGrammar(body: ChatRequest): ChatGrammar {
     }
     const schema = (spec as { schema?: unknown }).schema ?? true;
     checkSchema(schema, "response_format", "The response_format schema");
-    return { grammar: { kind: "json", schema: schema as boolean | Record<string, unknown> }, forcedTools: false };
+    return { grammar: { kind: "json", schema: schema as boolean | Record<string, unknown> }, parallelToolCalls };
   }
   throw new ApiError(400, `The response_format type must be "text", "json_object" or "json_schema", got ${describe(format.type)}`, "response_format", "invalid_value");
 }
