@@ -35,6 +35,9 @@ export interface RequestResult {
   completionTokens: number;
   cachedTokens: number;
   text: string;
+  /** The session and turn (0-based) the driver sent it for. */
+  session?: string;
+  turn?: number;
 }
 
 interface StreamChunk {

@@ -77,7 +77,7 @@ export async function runSessions(
           now,
         )
       );
-      results.push(r);
+      results.push({ ...r, session: s.id, turn: s.turns.indexOf(turn) });
       bar.tick(r.ok);
       if (!r.ok) {
         // A failed turn ends the session: later turns would replay a conversation that never happened.

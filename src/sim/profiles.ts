@@ -109,6 +109,32 @@ export const GLM_5_2: ModelProfile = {
   attnFlopsPerTokenPair: 2 * 78 * 64 * (576 + 512), attnDensity: 0.25, maxContext: 202752,
 };
 
+/**
+ * stories260K (the bundled tiny Llama, `models/stories260K.gguf`): 5 layers, width 64, 8 query and 4
+ * KV heads of 8, FFN 172, vocabulary 512, untied output; f32 weights and KV as the reference backend
+ * keeps them (KV 2 × 5 × 4 × 8 × 4 B = 1280 B per token). Matmul parameters per token ≈ 259k (layers
+ * 226.6k + output 32.8k); the input embedding is a lookup. Used to check the simulator against the real
+ * server (`scripts/sim-validate.ts`), not by the CLI's scenarios, whose contexts it cannot hold.
+ */
+export const STORIES_260K: ModelProfile = {
+  name: "stories260K", totalParams: 259_328, activeParams: 259_328, layers: 5, weightBytesPerParam: 4,
+  denseParams: 259_328, experts: 1, expertsPerToken: 1, kvBytesPerToken: 1280,
+  attnFlopsPerTokenPair: 2 * 5 * 8 * (8 + 8), attnDensity: 1, maxContext: 2048,
+};
+
+/**
+ * A worker of the real server on this machine's CPU cores (reference backend, one worker thread).
+ * Peaks are nominal (100 GFLOP/s, 100 GB/s) so a calibration from a step log sets the achieved
+ * fractions below 1; the link is a structured clone between threads (≈1 GB/s assumed); no host tier;
+ * memory sized so the KV pool is `--kv-blocks 8192` of 16 tokens. Meant to be calibrated, not used as is.
+ */
+export const CPU_REFERENCE: HardwareProfile = {
+  name: "cpu-reference", hbmBytes: Math.ceil((8192 * 16 * 1280 + 259_328 * 4) / 0.9), hbmBandwidth: 100 * GB, peakFlops: 100e9,
+  intraRackBandwidth: 1 * GB, interRackBandwidth: 1 * GB, intraRackLatencyS: 2e-4, interRackLatencyS: 2e-4,
+  gpusPerRack: 64, hostBandwidth: 1 * GB, hostBytes: 0,
+  flopEfficiency: 0.02, bandwidthEfficiency: 0.05, stepOverheadS: 0.002,
+};
+
 /** Profiles by name, for the CLI. */
 export const HARDWARE: Record<string, HardwareProfile> = { gb300: GB300, h200: H200 };
 export const MODELS: Record<string, ModelProfile> = { "kimi-k2.6": KIMI_K2_6, "glm-5.2": GLM_5_2 };

@@ -1,0 +1,221 @@
+/**
+ * The simulator against the real server. Plays synthetic agent sessions against `serve --workers 2
+ * --transport threads` (reference backend, the bundled stories260K) with a step log; fits the
+ * simulator's cost model to that log; replays the same sessions in the simulator (start times, prompt
+ * and output token counts, tool gaps as the real run saw them) with the same control plane (online
+ * planner, session router, agent-aware KV) and the engines' limits; prints both side by side.
+ *
+ *   npx tsx scripts/sim-validate.ts [--sessions 24] [--turns 4] [--session-interval-ms 1000]
+ *       [--tool-gap-ms 500] [--seed 1] [--port 8151] [--out tmp/sim-validate]
+ *
+ * The load generator, the server's main thread and its two worker threads share this machine's
+ * cores, so a run is one noisy sample: repeat it and quote medians.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { type BenchOptions, parseBenchArgs } from "./bench-serve/args.ts";
+import type { RequestResult } from "./bench-serve/client.ts";
+import { runSessions } from "./bench-serve/driver.ts";
+import { type Session, syntheticSessions } from "./bench-serve/workload.ts";
+import { OnlinePlanner } from "../planner/online-planner.ts";
+import { loadModel } from "../src/model/load.ts";
+import { chatRenderer } from "../src/serve/chat-template.ts";
+import { calibrateHardware, type MeasuredStep, parseStepLog } from "../src/sim/calibration.ts";
+import { CostModel } from "../src/sim/cost-model.ts";
+import { simulationSetup } from "../src/sim/compare.ts";
+import { percentile } from "../src/sim/metrics.ts";
+import { CPU_REFERENCE, STORIES_260K } from "../src/sim/profiles.ts";
+import type { RequestOutcome } from "../src/sim/request.ts";
+import { ClusterSim } from "../src/sim/simulator.ts";
+import { evolving } from "../src/sim/systems.ts";
+import type { SessionPlan, Workload } from "../src/sim/workload-types.ts";
+
+const ENGINE = { maxBatchTokens: 8192, maxNumSeqs: 512, kvBlocks: 8192, blockTokens: 16 };
+
+function flag(argv: string[], name: string, dflt: string): string {
+  const i = argv.indexOf(`--${name}`);
+  return i >= 0 && i + 1 < argv.length ? argv[i + 1] : dflt;
+}
+
+async function startServer(port: number, stepLog: string): Promise<ChildProcess> {
+  const args = ["--import", "tsx", "src/cli/serve.ts", "--port", String(port), "--backend", "reference", "--workers", "2",
+    "--transport", "threads", "--max-batch-tokens", String(ENGINE.maxBatchTokens), "--max-num-seqs", String(ENGINE.maxNumSeqs),
+    "--kv-blocks", String(ENGINE.kvBlocks), "--step-log", stepLog];
+  const child = spawn("node", args, { stdio: ["ignore", "ignore", "pipe"] });
+  let err = "";
+  child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
+  for (let i = 0; i < 150; i++) {
+    if (child.exitCode !== null) throw new Error(`Server exited: ${err}`);
+    try {
+      if ((await fetch(`http://127.0.0.1:${port}/v1/models`)).ok) return child;
+    } catch { /* not up yet */ }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  child.kill();
+  throw new Error(`Server did not start in 30 s: ${err}`);
+}
+
+/** Tokens the first prompts of all sessions share (system prompt and the template before the user's text). */
+async function sharedPrefixTokens(sessions: readonly Session[]): Promise<number> {
+  const m = await loadModel("models/stories260K.gguf");
+  const tok = m.tokenizer;
+  const special = (id: number | undefined) => (id === undefined || !tok.tokenText ? undefined : tok.tokenText(id));
+  const chat = chatRenderer(m.chatTemplate, { bos: special(m.config.bosTokenId), eos: special(m.config.eosTokenIds[0]) });
+  const first = sessions.slice(0, 2).map((s) => {
+    const r = chat.render([{ role: "system", content: s.system ?? "" }, { role: "user", content: s.turns[0].text }]);
+    return tok.encode(r.text, { addBos: m.config.addBos && !r.startsWithBos });
+  });
+  let n = 0;
+  while (n < first[0].length && n < first[1].length && first[0][n] === first[1][n]) n++;
+  return n;
+}
+
+/** The real run's sessions as simulator plans: observed starts, token counts and client-side gaps. */
+function workloadOf(results: readonly RequestResult[], shared: number): Workload {
+  const bySession = new Map<string, RequestResult[]>();
+  for (const r of results) {
+    if (!r.ok) throw new Error(`A request failed in the real run (${r.error}); the replay needs every turn`);
+    const list = bySession.get(r.session!) ?? [];
+    list.push(r);
+    bySession.set(r.session!, list);
+  }
+  const t0 = Math.min(...results.map((r) => r.sendMs));
+  const sharedFull = Math.floor(shared / ENGINE.blockTokens);
+  const sessions: SessionPlan[] = [...bySession.values()].map((rs, idx): SessionPlan => {
+    rs.sort((a, b) => a.turn! - b.turn!);
+    return {
+      idx, id: rs[0].session!, kind: "coding", start: (rs[0].sendMs - t0) / 1000,
+      sharedChunks: Array.from({ length: sharedFull }, (_, c) => c), sharedTokens: shared, chunkBase: (idx + 1) * 100_000,
+      // The bundled model has no chat template: messages are joined by newlines, so the next turn's
+      // prompt puts a newline where the model went on straight from the user's text, and no block of
+      // generated tokens is ever reused (seen in the real run's cached_tokens). The simulator's way to
+      // say that a turn's output is not reused is to count it as reasoning the next turn drops; the
+      // output then comes back as new prompt tokens.
+      turns: rs.map((r, k) => ({
+        newTokens: Math.max(0, k === 0 ? r.promptTokens - shared : r.promptTokens - rs[k - 1].promptTokens),
+        outputTokens: r.completionTokens, reasoningTokens: r.completionTokens,
+        tool: k + 1 < rs.length ? "tool" : null,
+        gapS: k + 1 < rs.length ? Math.max(0, (rs[k + 1].sendMs - r.sendMs - r.e2eMs) / 1000) : 0,
+      })),
+    };
+  }).sort((a, b) => a.start - b.start).map((s, idx) => ({ ...s, idx }));
+  const end = Math.max(...results.map((r) => r.sendMs + r.e2eMs));
+  return { name: "sim-validate", durationS: Math.ceil((end - t0) / 1000) + 5, sessions, blockTokens: ENGINE.blockTokens, assumptions: [] };
+}
+
+/** Mean of a Prometheus histogram (every label set summed). */
+function meanOf(metrics: string, name: string): number {
+  let sum = 0, count = 0;
+  for (const line of metrics.split("\n")) {
+    const m = /^(\S+?)(?:\{[^}]*\})? (\S+)$/.exec(line);
+    if (m?.[1] === `${name}_sum`) sum += Number(m[2]);
+    if (m?.[1] === `${name}_count`) count += Number(m[2]);
+  }
+  return sum / count;
+}
+
+/** Measured over predicted time, summed over prefill-carrying steps and over decode-only steps. */
+function fitByKind(steps: readonly MeasuredStep[], cost: CostModel): string {
+  const ratio = (xs: readonly MeasuredStep[]) => xs.reduce((a, s) => a + s.seconds, 0) / xs.reduce((a, s) => a + cost.stepTime(s), 0);
+  const pre = steps.filter((s) => s.prefillTokens > 0), dec = steps.filter((s) => s.prefillTokens === 0);
+  return `measured ÷ fitted: ${ratio(pre).toFixed(2)} over ${pre.length} prefill-carrying steps, ${ratio(dec).toFixed(2)} over ${dec.length} decode-only steps`;
+}
+
+interface Row { ttft: number[]; e2e: number[]; itl: number[]; prompt: number; cached: number; n: number }
+
+function realRow(results: readonly RequestResult[]): Row {
+  return {
+    ttft: results.map((r) => r.ttftMs / 1000), e2e: results.map((r) => r.e2eMs / 1000),
+    itl: results.filter((r) => r.completionTokens > 1).map((r) => (r.e2eMs - r.ttftMs) / 1000 / (r.completionTokens - 1)),
+    prompt: results.reduce((a, r) => a + r.promptTokens, 0), cached: results.reduce((a, r) => a + r.cachedTokens, 0), n: results.length,
+  };
+}
+
+function simRow(outcomes: readonly RequestOutcome[]): Row {
+  const ok = outcomes.filter((o) => o.rejected === null);
+  return {
+    ttft: ok.map((o) => o.ttft), e2e: ok.map((o) => o.e2e), itl: ok.filter((o) => o.output > 1).map((o) => o.itl),
+    prompt: ok.reduce((a, o) => a + o.prompt, 0), cached: ok.reduce((a, o) => a + o.cached, 0), n: ok.length,
+  };
+}
+
+/** Per-row figures: requests, TTFT mean/P50/P95, E2E mean/P95, ITL mean (ms), prefix hit (%). */
+function figures(r: Row): number[] {
+  const stat = (v: number[], p: number | "mean") => {
+    const s = v.slice().sort((a, b) => a - b);
+    return 1000 * (p === "mean" ? s.reduce((a, b) => a + b, 0) / s.length : percentile(s, p));
+  };
+  return [r.n, stat(r.ttft, "mean"), stat(r.ttft, 50), stat(r.ttft, 95), stat(r.e2e, "mean"), stat(r.e2e, 95), stat(r.itl, "mean"), (100 * r.cached) / Math.max(1, r.prompt)];
+}
+
+const fmt = (f: number[]) => f.map((x, i) => (i === 0 ? String(x) : i === 7 ? `${x.toFixed(1)}%` : x.toFixed(1)));
+
+/** One real run and its replay in the simulator. */
+async function oneRun(bench: BenchOptions, sessions: readonly Session[], out: string, port: number): Promise<{ real: number[]; sim: number[]; engineTtftMs: number; note: string }> {
+  const stepLog = `${out}/steps.jsonl`;
+  const server = await startServer(port, stepLog);
+  let results: RequestResult[];
+  let engineTtft = NaN;
+  try {
+    results = (await runSessions(sessions, bench, "stories260K")).results;
+    engineTtft = meanOf(await (await fetch(`http://127.0.0.1:${port}/metrics`)).text(), "vllm:time_to_first_token_seconds");
+    await new Promise((r) => setTimeout(r, 1000)); // the step log is appended in the background
+  } finally {
+    server.kill();
+  }
+  writeFileSync(`${out}/requests.json`, JSON.stringify(results.map(({ text: _t, itlMs: _i, ...r }) => r)) + "\n");
+
+  const w = workloadOf(results, await sharedPrefixTokens(sessions));
+  const steps = parseStepLog(readFileSync(stepLog, "utf8"));
+  const cal = calibrateHardware(STORIES_260K, CPU_REFERENCE, 1, steps);
+  const { ctx, cfg } = simulationSetup(w, { model: STORIES_260K, hw: cal.hw, gpus: 2 });
+  // Ours as the real server runs it: the planner sized to the engines' limits (clusterPlanner()), no ITL admission.
+  const planner = new OnlinePlanner({
+    mixedChunkTokens: ENGINE.maxBatchTokens, prefillChunkTokens: ENGINE.maxBatchTokens, maxDecodeBatch: ENGINE.maxNumSeqs,
+    minLocalPrefill: 256, initialLocalPrefill: 512,
+  });
+  const run = new ClusterSim(w, { ...evolving(ctx), planner, maxLocalPrefill: planner.localPrefillThreshold() }, cfg).run();
+  const rejected = run.outcomes.filter((o) => o.rejected !== null).length;
+  const note = `fit from ${cal.steps} steps: ${(100 * cal.hw.flopEfficiency).toFixed(2)}% of the nominal 100 GFLOP/s, ` +
+    `${(1000 * cal.hw.stepOverheadS).toFixed(2)} ms per step, ${(1000 * (cal.hw.mixedStepOverheadS ?? 0)).toFixed(2)} ms more per mixed step, ` +
+    `RMS error ${(1000 * cal.rmsAfterS).toFixed(2)} ms (median step ${(1000 * percentile(steps.map((s) => s.seconds).sort((a, b) => a - b), 50)).toFixed(2)} ms); ` +
+    `${fitByKind(steps, new CostModel(STORIES_260K, cal.hw, 1))}; simulator rejected ${rejected}`;
+  return { real: figures(realRow(results)), sim: figures(simRow(run.outcomes)), engineTtftMs: 1000 * engineTtft, note };
+}
+
+async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
+  const out = flag(argv, "out", "tmp/sim-validate");
+  const port = Number(flag(argv, "port", "8151"));
+  const runs = Number(flag(argv, "runs", "1"));
+  mkdirSync(out, { recursive: true });
+  const bench = parseBenchArgs([
+    "--url", `http://127.0.0.1:${port}`, "--trace", "synthetic", "--sessions", flag(argv, "sessions", "24"), "--turns", flag(argv, "turns", "4"),
+    "--session-interval-ms", flag(argv, "session-interval-ms", "1000"), "--tool-gap-ms", flag(argv, "tool-gap-ms", "500"), "--seed", flag(argv, "seed", "1"),
+    "--length-scale", "0.05", "--output-scale", "0.25", "--ignore-eos", "--max-requests", "100000", "--quiet",
+  ]);
+  const sessions = syntheticSessions(bench);
+  console.log(`${sessions.length} sessions × ${bench.turns} turns, a session every ${bench.sessionIntervalMs} ms on average, tool gaps ${bench.toolGapMs} ms on average\n`);
+  console.log("| run | | requests | TTFT mean ms | TTFT P50 ms | TTFT P95 ms | E2E mean ms | E2E P95 ms | ITL mean ms | prefix hit | engine-side TTFT mean ms |");
+  console.log("|---|---|---|---|---|---|---|---|---|---|---|");
+  const ratios: number[][] = [];
+  const notes: string[] = [];
+  for (let k = 1; k <= runs; k++) {
+    const r = await oneRun(bench, sessions, out, port);
+    console.log(`| ${k} | real server | ${fmt(r.real).join(" | ")} | ${r.engineTtftMs.toFixed(1)} |`);
+    console.log(`| ${k} | simulator | ${fmt(r.sim).join(" | ")} | ${r.sim[1].toFixed(1)} |`);
+    ratios.push([...r.sim.map((x, i) => x / r.real[i]), r.sim[1] / r.engineTtftMs]);
+    notes.push(`- run ${k}: ${r.note}`);
+  }
+  const med = (i: number) => {
+    const v = ratios.map((r) => r[i]).sort((a, b) => a - b);
+    return v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+  };
+  console.log(`| median | simulator ÷ real | ${[0, 1, 2, 3, 4, 5, 6, 7, 8].map((i) => `${med(i).toFixed(2)}×`).join(" | ")} |`);
+  console.log(`\n${notes.join("\n")}`);
+}
+
+main().catch((e: unknown) => {
+  console.error(e instanceof Error ? e.message : String(e));
+  process.exit(1);
+});
