@@ -27,7 +27,7 @@ import { countKvEvents, poolBlockManager } from "./scheduler-kv-adapter.ts";
 import type { StepMixing, StepPlan } from "./scheduler-types.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
-import { stepShapeOf } from "./step-record.ts";
+import { type StepRecord, stepShapeOf } from "./step-record.ts";
 
 export type { EngineOptions } from "./engine-options.ts";
 
@@ -218,7 +218,11 @@ export class Engine implements ServingEngine {
   }
 
   private async loop(): Promise<void> {
+    // End of the last step's work, before its yield (undefined after an idle wait): back to back, each
+    // step's cycle runs from there, so the cycles of a busy stretch tile its time.
+    let tMark: number | undefined;
     while (!this.stopped || this.active.size > 0) {
+      const tIter = tMark ?? this.now();
       this.offload?.beforeStep(this.pool, this.scheduler.waitingSequences, this.turns?.tracker, this.now() / 1000);
       const plan = this.scheduler.schedule();
       for (const id of plan.truncated) this.finishById(id, "length");
@@ -230,19 +234,20 @@ export class Engine implements ServingEngine {
         if (this.stopped) break;
         await this.sleep();
         this.wake = undefined;
+        tMark = undefined;
         continue;
       }
       const rows = plan.entries.map((e) => samplingRow(this.active.get(e.seqId)!, e.sample));
       const extras = stepExtras(plan.entries.map((e) => this.active.get(e.seqId)!), plan.entries);
       let sampled: StepOutput | undefined;
       let error: string | undefined;
+      let record: StepRecord | undefined;
       try {
         await this.swapKv(plan);
         const t0 = this.now();
         sampled = await this.opts.runner.run(plan.entries, rows, extras);
         if (this.opts.onStep || this.mixing) {
-          const record = { ...stepShapeOf(plan.entries), seconds: (this.now() - t0) / 1000 };
-          this.opts.onStep?.(record);
+          record = { ...stepShapeOf(plan.entries), seconds: (this.now() - t0) / 1000, startS: t0 / 1000 };
           if (this.mixing) this.scheduler.stepMixing = this.mixing.observe(record);
         }
       } catch (e) {
@@ -263,6 +268,11 @@ export class Engine implements ServingEngine {
         const a = this.active.get(e.seqId);
         if (a && !a.done && a.seq.status === "finished") this.finish(a, a.seq.finishReason ?? "abort", error);
       }
+      // Reported once the step's tokens are out, with the loop's own time (the last yield, planning,
+      // committing, streaming) in cycleSeconds; before the yield, so a request's last step is counted
+      // by the time its caller resumes.
+      tMark = this.now();
+      if (record) this.opts.onStep?.({ ...record, cycleSeconds: (tMark - tIter) / 1000 });
       await yieldToEventLoop();
     }
   }

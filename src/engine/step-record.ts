@@ -9,6 +9,14 @@ import type { StepEntry } from "./scheduler-types.ts";
 /** One measured step: its shape (planner/types.ts `StepShape`, the step-log field names) and seconds. */
 export interface StepRecord extends StepShape {
   seconds: number;
+  /** When the step's forward began, on the engine's clock (s). */
+  startS?: number;
+  /**
+   * The step's share of the worker's time (s): from the end of the previous step's work (or from waking
+   * up idle) through planning, the forward, committing and streaming the tokens. Back to back, these
+   * tile the worker's busy time; a simulated step stands for this, so calibration prefers it to `seconds`.
+   */
+  cycleSeconds?: number;
 }
 
 /**

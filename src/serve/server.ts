@@ -189,7 +189,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...(o.itlAdmissionTargetS !== undefined ? { plannerOptions: { itlTargetS: o.itlAdmissionTargetS, itlAdmission: true } } : {}),
       transport: transport ?? "in-process", workerAddrs: o.workerAddrs, engine: engineOptions,
       ...(o.nats !== undefined ? { nats: { url: o.nats, clusterName: o.clusterName, drainMs: o.drainMs } } : {}),
-      ...(o.workerToken !== undefined ? { workerToken: o.workerToken } : {}), ...(stepLog ? { onStep: (_id: string, r: StepRecord) => stepLog.record(r) } : {}),
+      ...(o.workerToken !== undefined ? { workerToken: o.workerToken } : {}), ...(stepLog ? { onStep: (id: string, r: StepRecord) => stepLog.record({ ...r, worker: id }) } : {}),
     });
     reason = cluster.backendReason;
   } else {

@@ -24,8 +24,8 @@ export class StepLogWriter {
     return new StepLogWriter(path);
   }
 
-  /** Queues one record; writes happen in the background. */
-  record(r: StepRecord): void {
+  /** Queues one record (with the worker's id when the server runs several); writes happen in the background. */
+  record(r: StepRecord & { worker?: string }): void {
     if (this.failed !== null) return;
     this.buffer.push(JSON.stringify(r));
     if (this.buffer.length === 1) this.flushing = this.flushing.then(() => this.flush());

@@ -2,7 +2,9 @@
  * Calibrating the step-time cost model from a real engine's step log: one JSON object per line with
  * the step's shape and its measured duration,
  *   {"prefillTokens":8192,"prefillAttnPairs":1.2e8,"decodeSeqs":64,"decodeAttnTokens":3.1e6,"seconds":0.041}
- * (`deno task serve --step-log FILE` writes this format). The fit replaces the hardware profile's
+ * (`deno task serve --step-log FILE` writes this format, with `cycleSeconds`, the whole loop iteration
+ * around the forward, which is what a simulated step stands for: where a line has it, it is the step's
+ * measured time). The fit replaces the hardware profile's
  * assumed efficiencies and step overhead for the run; the log must come from the same model and
  * hardware (and GPUs per worker) as the simulated ones.
  */
@@ -39,9 +41,13 @@ export function parseStepLog(text: string): MeasuredStep[] {
       }
     }
     if ((rec.seconds as number) <= 0) throw new StepLogError(`Step log line ${i + 1} has "seconds" ${rec.seconds}; a step takes time`);
+    const cycle = rec.cycleSeconds;
+    if (cycle !== undefined && (typeof cycle !== "number" || !Number.isFinite(cycle) || cycle < (rec.seconds as number))) {
+      throw new StepLogError(`Step log line ${i + 1} has "cycleSeconds" ${JSON.stringify(cycle)}; it must be a number no smaller than "seconds"`);
+    }
     out.push({
       prefillTokens: rec.prefillTokens as number, prefillAttnPairs: rec.prefillAttnPairs as number,
-      decodeSeqs: rec.decodeSeqs as number, decodeAttnTokens: rec.decodeAttnTokens as number, seconds: rec.seconds as number,
+      decodeSeqs: rec.decodeSeqs as number, decodeAttnTokens: rec.decodeAttnTokens as number, seconds: cycle ?? (rec.seconds as number),
     });
   }
   if (out.length < 3) throw new StepLogError(`A step log needs at least 3 measured steps to calibrate, got ${out.length}`);

@@ -21,13 +21,18 @@ test("Engine onStep reports each step's prefill and decode shape with its measur
   assert.equal(r.completionTokens, 5);
   // One prefill step of the 40-token prompt (it fits the default budget), then 4 decode steps.
   assert.equal(records.length, 5, JSON.stringify(records));
-  assert.deepEqual({ ...records[0], seconds: 0 }, { prefillTokens: 40, prefillAttnPairs: (40 * 41) / 2, decodeSeqs: 0, decodeAttnTokens: 0, seconds: 0 });
+  assert.deepEqual({ ...records[0], seconds: 0, startS: 0, cycleSeconds: 0 }, { prefillTokens: 40, prefillAttnPairs: (40 * 41) / 2, decodeSeqs: 0, decodeAttnTokens: 0, seconds: 0, startS: 0, cycleSeconds: 0 });
   records.slice(1).forEach((s, k) => {
     assert.equal(s.prefillTokens, 0);
     assert.equal(s.decodeSeqs, 1);
     assert.equal(s.decodeAttnTokens, 41 + k, "a decode reads its whole context, growing by one per step");
   });
   assert.ok(records.every((s) => s.seconds > 0));
+  records.slice(1).forEach((s, k) => {
+    const prev = records[k];
+    assert.ok(s.startS! >= prev.startS! + prev.seconds, `step ${k + 1} starts at ${s.startS} s, before step ${k} ends`);
+    assert.ok(prev.cycleSeconds! >= prev.seconds, "a loop iteration holds its forward");
+  });
 });
 
 test("startServer() with stepLogPath writes a step log the simulator's calibration accepts", async () => {

@@ -59,6 +59,13 @@ test("parseStepLog() names the line and field of a bad record", () => {
   assert.throws(() => parseStepLog("not json\n" + good), (e: unknown) => e instanceof StepLogError && /line 1 is not JSON: "not json"/.test(e.message));
   assert.throws(() => parseStepLog(good.replace(/"seconds":[0-9.e-]+/, '"seconds":-1')), /line 1 needs a non-negative number "seconds", got -1/);
   assert.throws(() => parseStepLog(stepLog(2, 1)), /at least 3 measured steps to calibrate, got 2/);
+  assert.throws(() => parseStepLog(good.replace(/"seconds":([0-9.e-]+)/, '"seconds":$1,"cycleSeconds":0')), /line 1 has "cycleSeconds" 0; it must be a number no smaller than "seconds"/);
+});
+
+test("parseStepLog() takes a step's whole loop iteration (cycleSeconds) as its time when the log has it", () => {
+  const line = (s: number, c?: number) => JSON.stringify({ prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: 4, decodeAttnTokens: 400, seconds: s, ...(c !== undefined ? { cycleSeconds: c } : {}) });
+  const steps = parseStepLog([line(0.002, 0.003), line(0.002), line(0.001, 0.0025)].join("\n"));
+  assert.deepEqual(steps.map((x) => x.seconds), [0.003, 0.002, 0.0025]);
 });
 
 test("runOnce() with a step log simulates on the calibrated cost model and says so", () => {
