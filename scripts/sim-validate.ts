@@ -20,7 +20,7 @@ import { runSessions } from "./bench-serve/driver.ts";
 import { type Session, syntheticSessions } from "./bench-serve/workload.ts";
 import { OnlinePlanner } from "../planner/online-planner.ts";
 import { loadModel } from "../src/model/load.ts";
-import { chatRenderer } from "../src/serve/chat-template.ts";
+import { modelChatRenderer } from "../src/serve/chat-template.ts";
 import { calibrateHardware, type MeasuredStep, parseStepLog } from "../src/sim/calibration.ts";
 import { CostModel } from "../src/sim/cost-model.ts";
 import { simulationSetup } from "../src/sim/compare.ts";
@@ -59,12 +59,10 @@ async function startServer(port: number, stepLog: string): Promise<ChildProcess>
 /** Tokens the first prompts of all sessions share (system prompt and the template before the user's text). */
 async function sharedPrefixTokens(sessions: readonly Session[]): Promise<number> {
   const m = await loadModel("models/stories260K.gguf");
-  const tok = m.tokenizer;
-  const special = (id: number | undefined) => (id === undefined || !tok.tokenText ? undefined : tok.tokenText(id));
-  const chat = chatRenderer(m.chatTemplate, { bos: special(m.config.bosTokenId), eos: special(m.config.eosTokenIds[0]) });
+  const chat = modelChatRenderer(m);
   const first = sessions.slice(0, 2).map((s) => {
     const r = chat.render([{ role: "system", content: s.system ?? "" }, { role: "user", content: s.turns[0].text }]);
-    return tok.encode(r.text, { addBos: m.config.addBos && !r.startsWithBos });
+    return m.tokenizer.encode(r.text, { addBos: m.config.addBos && !r.startsWithBos });
   });
   let n = 0;
   while (n < first[0].length && n < first[1].length && first[0][n] === first[1][n]) n++;
@@ -152,7 +150,7 @@ function figures(r: Row): number[] {
 const fmt = (f: number[]) => f.map((x, i) => (i === 0 ? String(x) : i === 7 ? `${x.toFixed(1)}%` : x.toFixed(1)));
 
 /** One real run and its replay in the simulator. */
-async function oneRun(bench: BenchOptions, sessions: readonly Session[], out: string, port: number, calibrateFrom: string | null): Promise<{ real: number[]; sim: number[]; engine: number[]; note: string }> {
+async function oneRun(bench: BenchOptions, sessions: readonly Session[], shared: number, out: string, port: number, calibrateFrom: string | null): Promise<{ real: number[]; sim: number[]; engine: number[]; note: string }> {
   const stepLog = `${out}/steps.jsonl`;
   const server = await startServer(port, stepLog);
   let results: RequestResult[];
@@ -167,7 +165,7 @@ async function oneRun(bench: BenchOptions, sessions: readonly Session[], out: st
   }
   writeFileSync(`${out}/requests.json`, JSON.stringify(results.map(({ text: _t, itlMs: _i, ...r }) => r)) + "\n");
 
-  const w = workloadOf(results, await sharedPrefixTokens(sessions));
+  const w = workloadOf(results, shared);
   const steps = parseStepLog(readFileSync(calibrateFrom ?? stepLog, "utf8"));
   const cal = calibrateHardware(STORIES_260K, CPU_REFERENCE, 1, steps);
   const { ctx, cfg } = simulationSetup(w, { model: STORIES_260K, hw: cal.hw, gpus: 2 });
@@ -199,6 +197,7 @@ async function main(): Promise<void> {
     "--length-scale", "0.05", "--output-scale", "0.25", "--ignore-eos", "--max-requests", "100000", "--quiet",
   ]);
   const sessions = syntheticSessions(bench);
+  const shared = await sharedPrefixTokens(sessions);
   console.log(`${sessions.length} sessions × ${bench.turns} turns, a session every ${bench.sessionIntervalMs} ms on average, tool gaps ${bench.toolGapMs} ms on average; ` +
     `cost model fitted to ${calibrateFrom === null ? "each run's own step log" : calibrateFrom}\n`);
   console.log("| run | | requests | TTFT mean ms | TTFT P50 ms | TTFT P95 ms | E2E mean ms | E2E P95 ms | ITL mean ms | prefix hit | server-side TTFT / E2E / ITL mean ms |");
@@ -206,7 +205,7 @@ async function main(): Promise<void> {
   const ratios: number[][] = [];
   const notes: string[] = [];
   for (let k = 1; k <= runs; k++) {
-    const r = await oneRun(bench, sessions, out, port, calibrateFrom);
+    const r = await oneRun(bench, sessions, shared, out, port, calibrateFrom);
     // The simulator has no HTTP, tokenizer or streaming: its latencies compare with the server's own histograms too.
     const simSide = [r.sim[1], r.sim[4], r.sim[6]];
     console.log(`| ${k} | real server | ${fmt(r.real).join(" | ")} | ${r.engine.map((x) => x.toFixed(1)).join(" / ")} |`);

@@ -8,7 +8,7 @@ import { bodyLimit } from "hono/body-limit";
 import type { ZodType } from "zod";
 import type { ServingEngine } from "../engine/engine-types.ts";
 import type { LoadedModel } from "../model/config.ts";
-import { chatRenderer } from "./chat-template.ts";
+import { modelChatRenderer } from "./chat-template.ts";
 import { ApiError, schemaError } from "./errors.ts";
 import { renderMetrics } from "./metrics.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
@@ -34,14 +34,12 @@ export interface AppOptions {
 
 /** Builds the app. */
 export function createApp(o: AppOptions): Hono {
-  const tok = o.model.tokenizer;
-  const special = (id: number | undefined) => (id === undefined || !tok.tokenText ? undefined : tok.tokenText(id));
   const ctx: ServeContext = {
     engine: o.engine,
-    tokenizer: tok,
+    tokenizer: o.model.tokenizer,
     config: o.model.config,
     modelName: o.modelName,
-    chat: chatRenderer(o.model.chatTemplate, { bos: special(o.model.config.bosTokenId), eos: special(o.model.config.eosTokenIds[0]) }),
+    chat: modelChatRenderer(o.model),
     reasoningParser: o.reasoningParser ?? "none",
   };
   const app = new Hono();

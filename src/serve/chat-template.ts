@@ -1,10 +1,13 @@
 /**
  * Renders chat messages into a prompt: the model's own Jinja chat template (GGUF
  * tokenizer.chat_template or tokenizer_config.json) through @huggingface/jinja, or, for a model
- * without one, a plain fallback that joins the message texts with newlines. The fallback keeps
- * turn N+1's prompt an extension of turn N's prompt plus its answer, so prefix caching still works.
+ * without one, a plain fallback that joins the message texts with newlines. With the fallback, turn
+ * N+1's prompt extends turn N's prompt, but not its answer: the newline before the answer is not in
+ * the prompt the answer was generated after, so the answer's KV is not reused (measured in
+ * scripts/sim-validate.ts).
  */
 import { Template } from "@huggingface/jinja";
+import type { LoadedModel } from "../model/config.ts";
 import type { ChatMessageIn, ToolDef } from "./schemas.ts";
 import { ApiError } from "./errors.ts";
 
@@ -24,6 +27,13 @@ export interface ChatRenderer {
    * the template as its `tools` variable (Qwen/Hermes-style templates list them in the system turn).
    */
   render(messages: readonly ChatMessageIn[], tools?: readonly ToolDef[]): { text: string; startsWithBos: boolean };
+}
+
+/** The renderer the server uses for `model`: its template, with its BOS and EOS texts. */
+export function modelChatRenderer(model: LoadedModel): ChatRenderer {
+  const tok = model.tokenizer;
+  const special = (id: number | undefined) => (id === undefined || !tok.tokenText ? undefined : tok.tokenText(id));
+  return chatRenderer(model.chatTemplate, { bos: special(model.config.bosTokenId), eos: special(model.config.eosTokenIds[0]) });
 }
 
 /** Builds the renderer; a template that does not parse fails here, at start-up, not per request. */

@@ -2,9 +2,9 @@
  * Calibrating the step-time cost model from a real engine's step log: one JSON object per line with
  * the step's shape and its measured duration,
  *   {"prefillTokens":8192,"prefillAttnPairs":1.2e8,"decodeSeqs":64,"decodeAttnTokens":3.1e6,"seconds":0.041}
- * (`deno task serve --step-log FILE` writes this format, with `cycleSeconds`, the whole loop iteration
- * around the forward, which is what a simulated step stands for: where a line has it, it is the step's
- * measured time). The fit replaces the hardware profile's
+ * (`deno task serve --step-log FILE` writes this format, with `cycleSeconds`, the step's whole share
+ * of the worker's time, the engine loop's own work included, which is what a simulated step stands for:
+ * where a line has it, it is the step's measured time). The fit replaces the hardware profile's
  * assumed efficiencies and step overhead for the run; the log must come from the same model and
  * hardware (and GPUs per worker) as the simulated ones.
  */

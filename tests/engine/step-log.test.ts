@@ -54,3 +54,28 @@ test("startServer() with stepLogPath writes a step log the simulator's calibrati
   assert.ok(steps[0].prefillTokens > 0 && steps.slice(1).every((x) => x.decodeSeqs === 1));
   await rm(dir, { recursive: true });
 });
+
+test("startServer() with workers and stepLogPath names each step's worker and logs its cycle", async () => {
+  const dir = await mkdtemp(join(os.tmpdir(), "steplog-"));
+  const path = join(dir, "steps.jsonl");
+  const s = await startServer({ modelPath: "stories260K", model, host: "127.0.0.1", port: 0, backend: "reference", workers: 2, stepLogPath: path });
+  try {
+    for (const prompt of ["Once upon a time", "The cat sat on the mat"]) {
+      const res = await fetch(`${s.url}/v1/completions`, {
+        method: "POST", headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: s.modelName, prompt, max_tokens: 4, temperature: 0 }),
+      });
+      assert.equal(res.status, 200);
+      await res.json();
+    }
+  } finally {
+    await s.shutdown();
+  }
+  const lines = new TextDecoder().decode(await readFile(path)).trim().split("\n").map((l) => JSON.parse(l) as StepRecord & { worker?: string });
+  assert.ok(lines.length >= 4, `${lines.length} steps logged`);
+  for (const l of lines) {
+    assert.match(l.worker ?? "", /^worker-[01]$/);
+    assert.ok(l.cycleSeconds! >= l.seconds && typeof l.startS === "number", JSON.stringify(l));
+  }
+  await rm(dir, { recursive: true });
+});
