@@ -27,6 +27,10 @@ interface Pending {
   resolve: (r: GenerateResult) => void;
   promptTokens: number;
   sessionId?: string;
+  /** When it was sent, and when its first and latest tokens came back (ms, this side's clock). */
+  t0: number;
+  tFirst?: number;
+  tLast?: number;
 }
 
 /** An engine in a worker thread or a worker process. */
@@ -110,7 +114,9 @@ export class RemoteEngine implements WorkerEngine {
     let resolve!: (r: GenerateResult) => void;
     const result = new Promise<GenerateResult>((r) => (resolve = r));
     const cancel = () => this.send({ op: "cancel", rid });
-    const p: Pending = { queue: new AsyncQueue<StreamDelta>(cancel), resolve, promptTokens: req.prompt.length, sessionId: req.sessionId };
+    const p: Pending = {
+      queue: new AsyncQueue<StreamDelta>(cancel), resolve, promptTokens: req.prompt.length, sessionId: req.sessionId, t0: performance.now(),
+    };
     this.requests.set(rid, p);
     // Until the thread reports, count the request where the router will look for it.
     const s = this.state!;
@@ -182,15 +188,22 @@ export class RemoteEngine implements WorkerEngine {
         if (p && m.sessionId !== undefined) p.sessionId = m.sessionId;
         return;
       }
-      case "delta":
-        return this.requests.get(m.rid)?.queue.push(m.delta);
+      case "delta": {
+        const p = this.requests.get(m.rid);
+        if (!p) return;
+        if (m.delta.tokenIds.length > 0) {
+          p.tLast = performance.now();
+          p.tFirst ??= p.tLast;
+        }
+        return p.queue.push(m.delta);
+      }
       case "result":
       case "rejected": {
         const p = this.requests.get(m.rid);
         if (!p) return;
         this.requests.delete(m.rid);
         p.queue.close();
-        p.resolve(m.op === "result" ? m.result : {
+        p.resolve(m.op === "result" ? frontTimes(m.result, p) : {
           text: "", tokenIds: [], finishReason: "abort", promptTokens: p.promptTokens, completionTokens: 0, cachedTokens: 0,
           error: `${m.name}: ${m.message}`,
         });
@@ -229,4 +242,14 @@ export class RemoteEngine implements WorkerEngine {
       c.reject(e);
     }
   }
+}
+
+/**
+ * `r` with its first and last token times as this side saw them: the worker's own clock leaves out
+ * the hops between it and the cluster (a submit waits in the worker's queue while it steps; a token
+ * waits in ours while the front tokenizes or streams), which the client pays.
+ */
+function frontTimes(r: GenerateResult, p: Pending): GenerateResult {
+  if (r.firstTokenS === undefined || p.tFirst === undefined) return r;
+  return { ...r, firstTokenS: (p.tFirst - p.t0) / 1000, lastTokenS: ((p.tLast ?? p.tFirst) - p.t0) / 1000 };
 }

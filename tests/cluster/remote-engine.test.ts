@@ -1,0 +1,70 @@
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { RemoteEngine } from "../../src/cluster/remote-engine.ts";
+import type { FromWorker, ToWorker, WorkerReport } from "../../src/cluster/worker-protocol.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import type { ThreadPort } from "../../src/runtime/threads.ts";
+import { model } from "./fixtures.ts";
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A worker port the test answers by hand: what the cluster sent, and a way to reply. */
+function scriptedPort(): { port: ThreadPort; sent: ToWorker[]; reply: (m: FromWorker) => void } {
+  const idle = createEngine(createReferenceBackend(), model, { numBlocks: 16 });
+  const state: WorkerReport = {
+    stats: idle.stats(), queue: { waitingPrefillTokens: 0, oldestWaitS: 0, decoding: 0, prefilling: 0, waitingDecodes: 0 }, freeBlocks: 16, sessions: undefined, stepMixing: "mixed",
+    finished: [], promptTokens: 0, generationTokens: 0, events: [], steps: [],
+  };
+  const sent: ToWorker[] = [];
+  let toCluster: (m: unknown) => void = () => {};
+  const port: ThreadPort = {
+    post(m) {
+      sent.push(m as ToWorker);
+      const msg = m as ToWorker;
+      if (msg.op === "init") {
+        queueMicrotask(() => toCluster({ op: "ready", maxModelLen: 512, blockSize: 16, backend: "reference", fingerprint: "f", state }));
+      }
+      if (msg.op === "stop") queueMicrotask(() => toCluster({ op: "reply", cid: msg.cid }));
+    },
+    onMessage: (fn) => (toCluster = fn),
+    onError: () => {},
+    close: () => Promise.resolve(),
+  };
+  return { port, sent, reply: (m) => toCluster(m) };
+}
+
+test("RemoteEngine.submit() times the first and last tokens where the cluster receives them, not on the worker's clock", async () => {
+  const { port, sent, reply } = scriptedPort();
+  const remote = await RemoteEngine.over(port, "w0", "model.gguf", "reference", {}, () => {});
+  const h = remote.submit({ prompt: [1, 2, 3], maxTokens: 2, temperature: 0 });
+  const submit = sent.find((m) => m.op === "submit");
+  assert.ok(submit !== undefined && submit.op === "submit");
+  // The worker is mid-step: the request waits in its queue before its own clock starts.
+  await sleep(60);
+  reply({ op: "delta", rid: submit.rid, delta: { text: "a", tokenIds: [5] } });
+  await sleep(30);
+  reply({ op: "delta", rid: submit.rid, delta: { text: "b", tokenIds: [6] } });
+  reply({
+    op: "result", rid: submit.rid,
+    result: { text: "ab", tokenIds: [5, 6], finishReason: "length", promptTokens: 3, completionTokens: 2, cachedTokens: 0, firstTokenS: 0.001, lastTokenS: 0.002 },
+  });
+  const r = await h.result;
+  assert.ok(r.firstTokenS !== undefined && r.firstTokenS >= 0.055, `first token at ${r.firstTokenS} s counts the wait in the worker's queue`);
+  assert.ok(r.lastTokenS !== undefined && r.lastTokenS - r.firstTokenS >= 0.025, `last token at ${r.lastTokenS} s`);
+  assert.deepEqual(r.tokenIds, [5, 6]);
+  await remote.stop();
+});
+
+test("RemoteEngine.submit() keeps the worker's result as it is when no token came back", async () => {
+  const { port, sent, reply } = scriptedPort();
+  const remote = await RemoteEngine.over(port, "w0", "model.gguf", "reference", {}, () => {});
+  const h = remote.submit({ prompt: [1, 2, 3], maxTokens: 2 });
+  const submit = sent.find((m) => m.op === "submit");
+  assert.ok(submit !== undefined && submit.op === "submit");
+  reply({ op: "result", rid: submit.rid, result: { text: "", tokenIds: [], finishReason: "abort", promptTokens: 3, completionTokens: 0, cachedTokens: 0 } });
+  const r = await h.result;
+  assert.equal(r.firstTokenS, undefined);
+  assert.equal(r.finishReason, "abort");
+  await remote.stop();
+});
