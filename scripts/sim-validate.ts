@@ -175,6 +175,7 @@ async function oneRun(bench: BenchOptions, sessions: readonly Session[], shared:
     minLocalPrefill: 256, initialLocalPrefill: 512,
   });
   const run = new ClusterSim(w, { ...evolving(ctx), planner, maxLocalPrefill: planner.localPrefillThreshold() }, cfg).run();
+  writeFileSync(`${out}/sim-requests.json`, JSON.stringify(run.outcomes) + "\n");
   const rejected = run.outcomes.filter((o) => o.rejected !== null).length;
   const note = `fit from ${cal.steps} steps: ${(100 * cal.hw.flopEfficiency).toFixed(2)}% of the nominal 100 GFLOP/s, ` +
     `${(1000 * cal.hw.stepOverheadS).toFixed(2)} ms per step, ${(1000 * (cal.hw.mixedStepOverheadS ?? 0)).toFixed(2)} ms more per mixed step, ` +

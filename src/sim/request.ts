@@ -27,6 +27,9 @@ export interface ReqState {
 
 /** What a finished or rejected request reports. */
 export interface RequestOutcome {
+  /** The session's id (its plan's) and the turn's index in it. */
+  session: string;
+  turn: number;
   ttft: number;
   itl: number;
   e2e: number;
