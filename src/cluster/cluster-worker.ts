@@ -8,7 +8,7 @@ import type { RouteCandidate } from "../../planner/routers.ts";
 import { StepWindow } from "../../planner/step-window.ts";
 import type { Role, WorkerSnapshot } from "../../planner/types.ts";
 import type { WorkerStatus } from "../engine/engine-types.ts";
-import type { StepRecord } from "../engine/step-record.ts";
+import { type StepRecord, stepSeconds } from "../engine/step-record.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
 
 /** A cluster worker. Its engine always runs as "mixed": roles are kept by routing, not by the engine. */
@@ -28,7 +28,8 @@ export class ClusterWorker {
 
   /** Feeds one engine step (wire the engine's `onStep` here). */
   observeStep(r: StepRecord): void {
-    this.window.observe(r);
+    // The planner prices steps as the simulator runs them: the worker's whole cycle, loop included.
+    this.window.observe({ ...r, seconds: stepSeconds(r) });
   }
 
   /** The worker's name (its engine's). */

@@ -1,8 +1,8 @@
 /**
  * `--step-mixing auto`: the engine decides online whether to mix prefill chunks with decodes or run
  * them as separate steps, as the simulator's online planner does for its workers. Its own step
- * records (shape + measured seconds) feed planner/ `StepPricing` (the online roofline step model),
- * one tick of `stepsPerTick` steps at a time; after each new fit the model votes with `preferSplit`
+ * records (shape + measured cycle: the forward and the loop around it) feed planner/ `StepPricing`
+ * (the online roofline step model), one tick of `stepsPerTick` steps at a time; after each new fit the model votes with `preferSplit`
  * (split when it prices a mixed step 20% above a prefill-only step plus a decode-only step, back when
  * 20% below), and the mode changes once `votes` fits in a row want the change (planner/
  * `StepMixingChoice`, as the simulator's planner decides).
@@ -11,7 +11,7 @@
 import { StepMixingChoice, StepPricing } from "../../planner/step-pricing.ts";
 import type { StepSample } from "../../planner/types.ts";
 import type { StepMixing } from "./scheduler-types.ts";
-import type { StepRecord } from "./step-record.ts";
+import { type StepRecord, stepSeconds } from "./step-record.ts";
 
 /** Knobs of {@link AutoStepMixing}. */
 export interface AutoStepMixingOptions {
@@ -52,7 +52,7 @@ export class AutoStepMixing {
 
   /** Learns from one finished step; returns the mode to run the next steps in. */
   observe(r: StepRecord): StepMixing {
-    this.window.push({ prefillTokens: r.prefillTokens, prefillAttnPairs: r.prefillAttnPairs, decodeSeqs: r.decodeSeqs, decodeAttnTokens: r.decodeAttnTokens, seconds: r.seconds });
+    this.window.push({ prefillTokens: r.prefillTokens, prefillAttnPairs: r.prefillAttnPairs, decodeSeqs: r.decodeSeqs, decodeAttnTokens: r.decodeAttnTokens, seconds: stepSeconds(r) });
     if (this.window.length < this.stepsPerTick) return this.mode;
     const steps = this.window;
     this.window = [];

@@ -20,6 +20,14 @@ export interface StepRecord extends StepShape {
 }
 
 /**
+ * The seconds a step model should charge for `r`: its cycle when measured (what the worker spent on
+ * it, loop included: splitting a mixed step in two pays the loop twice), else its forward.
+ */
+export function stepSeconds(r: StepRecord): number {
+  return r.cycleSeconds ?? r.seconds;
+}
+
+/**
  * The shape of a step's entries. The scheduler marks which entries are prefill chunks: a prompt's last
  * chunk can be one token long and is still prefill (counted as a decode, it made a prefill-only step
  * look mixed in the log and to `--step-mixing auto`).

@@ -120,3 +120,13 @@ test("startServer() passes stepMixing to the engine's scheduler", async () => {
     }
   }
 });
+
+test("AutoStepMixing prices a step by its cycle: a mixed step whose loop costs much more switches to split", async () => {
+  // The same steps as above, whose forwards cost nothing extra when mixed; here the engine's loop
+  // around a mixed step (committing, streaming) takes 10 ms more, which only cycleSeconds shows.
+  const { records } = await autoRun(0, 1500);
+  const auto = new AutoStepMixing("mixed", 64);
+  for (const r of records) auto.observe({ ...r, cycleSeconds: r.seconds + (mixedStep(r) ? 0.01 : 0) });
+  assert.equal(auto.mode, "split");
+  assert.equal(auto.switches, 1);
+});
