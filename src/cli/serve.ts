@@ -11,10 +11,10 @@ import { BackendUnavailableError } from "../backend/types.ts";
 import { isKvRetention, KV_RETENTIONS } from "../engine/engine-sessions.ts";
 import { type PreemptionMode, STEP_MIXINGS, type StepMixing, type WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError } from "../model/config.ts";
-import { cliArgs, envVar, exitProcess, runtimeName } from "../runtime/env.ts";
+import { cliArgs, envVar, exitProcess, onShutdownSignal, runtimeName } from "../runtime/env.ts";
 import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
 import { isReasoningParser, REASONING_PARSERS } from "../serve/reasoning.ts";
-import { startServer } from "../serve/server.ts";
+import { type RunningServer, startServer } from "../serve/server.ts";
 import { CLUSTER_ROUTERS, isClusterRouter, isPeerTransferMode, PEER_TRANSFER_MODES } from "../cluster/cluster-router.ts";
 import { RemoteWorkerError } from "../cluster/remote-engine.ts";
 import { ControlPlaneError, splitCredentials } from "../cluster/nats-membership.ts";
@@ -59,6 +59,7 @@ const FLAGS = {
   "cluster-name": { kind: "string", help: "the cluster's name on the NATS server, so several share one (default \"default\"; with --nats)" },
   "drain-timeout": { kind: "number", min: 0, help: "seconds a leaving worker's requests may run before it is stopped (default 60; with --nats)" },
   "worker-token": { kind: "string", help: "shared secret of the worker processes (started with the same token): each side proves it knows it before any work (default: $EVOLVING_WORKER_TOKEN, else none; with --transport tcp or --nats)" },
+  "shutdown-timeout": { kind: "number", min: 0, help: "seconds the requests in flight may run after SIGINT or SIGTERM (new ones get 503 meanwhile) before the rest are cancelled and the server stops (default 30); a second signal stops at once" },
   help: { kind: "boolean", help: "show this help" },
 } satisfies FlagSpecs;
 
@@ -161,6 +162,36 @@ async function main(): Promise<void> {
       (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") + "; " +
       `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,
   );
+  stopOnSignal(s, f["shutdown-timeout"] ?? 30);
+}
+
+/**
+ * On SIGINT or SIGTERM: refuse new work, let what is in flight finish for up to `graceS` seconds
+ * (a second signal cuts that short), cancel the rest, stop the engines and close the step log, exit 0.
+ */
+function stopOnSignal(s: RunningServer, graceS: number): void {
+  let stopping = false;
+  let stopNow = () => {};
+  const secondSignal = new Promise<void>((r) => (stopNow = r));
+  onShutdownSignal((signal) => {
+    if (stopping) {
+      console.error(`serve: ${signal} again: cancelling the requests left`);
+      return stopNow();
+    }
+    stopping = true;
+    console.error(`serve: ${signal}: finishing ${s.inFlight} request${s.inFlight === 1 ? "" : "s"} in flight (up to ${graceS} s; send ${signal} again to stop now)`);
+    void (async () => {
+      try {
+        const left = await s.drain(graceS * 1000, secondSignal);
+        await s.shutdown();
+        console.error(`serve: stopped${left > 0 ? ` (${left} request${left === 1 ? "" : "s"} cancelled)` : ""}`);
+        exitProcess(0);
+      } catch (e) {
+        console.error(`serve: could not stop cleanly: ${e instanceof Error ? e.message : String(e)}`);
+        exitProcess(1);
+      }
+    })();
+  });
 }
 
 main().catch((e: unknown) => {

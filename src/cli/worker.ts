@@ -17,7 +17,7 @@ import { announceWorker, connectControlPlane, ControlPlaneError, controlSubjects
 import { socketPort } from "../cluster/tcp-port.ts";
 import { serveWorker } from "../cluster/worker-host.ts";
 import { parseAddress } from "../cluster/create-cluster.ts";
-import { cliArgs, envVar, exitProcess } from "../runtime/env.ts";
+import { cliArgs, envVar, exitProcess, onShutdownSignal } from "../runtime/env.ts";
 import { greetServer } from "../cluster/worker-auth.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 
@@ -96,8 +96,7 @@ async function main(): Promise<void> {
     server.close();
     exitProcess(open > 0 ? 1 : 0);
   };
-  process.on("SIGINT", () => void leave());
-  process.on("SIGTERM", () => void leave());
+  onShutdownSignal(() => void leave());
 }
 
 main().catch((e: unknown) => {

@@ -10,6 +10,7 @@ interface DenoLike {
   args: string[];
   env: { get(name: string): string | undefined };
   exit(code?: number): never;
+  addSignalListener(signal: ShutdownSignal, handler: () => void): void;
   readFile(path: string): Promise<Uint8Array>;
   stat(path: string): Promise<{ isFile: boolean; isDirectory: boolean; size: number }>;
 }
@@ -42,4 +43,16 @@ export function exitProcess(code: number): never {
   const deno = denoGlobal();
   if (deno) deno.exit(code);
   process.exit(code);
+}
+
+/** The signals a server stops on: Ctrl-C, and what `kill` and container runtimes send. */
+export type ShutdownSignal = "SIGINT" | "SIGTERM";
+
+/** Calls `handler` with the signal's name each time SIGINT or SIGTERM arrives (instead of exiting). */
+export function onShutdownSignal(handler: (signal: ShutdownSignal) => void): void {
+  const deno = denoGlobal();
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    if (deno) deno.addSignalListener(signal, () => handler(signal));
+    else process.on(signal, () => handler(signal));
+  }
 }

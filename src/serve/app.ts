@@ -14,6 +14,7 @@ import { renderMetrics } from "./metrics.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
 import { type ServeContext, type Submitted, submitChat, submitCompletion } from "./openai.ts";
 import { completeJson, completeStream } from "./respond.ts";
+import { ServerLifecycle } from "./lifecycle.ts";
 import { ChatRequestSchema, CompletionRequestSchema } from "./schemas.ts";
 
 /** Server settings. */
@@ -30,6 +31,8 @@ export interface AppOptions {
   retryAfterS?: number;
   /** "think": chat answers' `<think>` text is returned as `reasoning_content` (default "none"). */
   reasoningParser?: ReasoningParserName;
+  /** Counts generation responses in flight and says when the server drains (new ones get a 503). */
+  lifecycle?: ServerLifecycle;
 }
 
 /** Builds the app. */
@@ -42,6 +45,7 @@ export function createApp(o: AppOptions): Hono {
     chat: modelChatRenderer(o.model),
     reasoningParser: o.reasoningParser ?? "none",
   };
+  const life = o.lifecycle ?? new ServerLifecycle();
   const app = new Hono();
   const fail = (c: Context, e: ApiError) => {
     if (e.status === 429 || e.status === 503) c.header("Retry-After", String(o.retryAfterS ?? 1));
@@ -79,7 +83,7 @@ export function createApp(o: AppOptions): Hono {
     return r.data;
   }
 
-  const respond = async (c: Context, body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null } | null }, submitted: Submitted) => {
+  const respond = async (c: Context, body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null } | null }, submitted: Submitted, end: () => void) => {
     if (!body.stream) {
       // A client that hangs up before the answer is ready cancels the request; the listener goes
       // away afterwards (Deno aborts request.signal after successful responses too).
@@ -90,20 +94,32 @@ export function createApp(o: AppOptions): Hono {
         return c.json(await completeJson(ctx, submitted));
       } finally {
         signal?.removeEventListener("abort", onAbort);
+        end();
       }
     }
     // Streams are cancelled through the body stream's cancel(), which both runtimes call on disconnect.
-    const stream = completeStream(ctx, submitted, body.stream_options?.include_usage === true);
+    const stream = life.track(completeStream(ctx, submitted, body.stream_options?.include_usage === true), end);
     return new Response(stream, { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" } });
   };
-  app.post("/v1/chat/completions", async (c) => {
+  /** Runs a generation route, counted in flight from before its body is read until its answer is written. */
+  const generation = async (c: Context, handle: (end: () => void) => Promise<Response>) => {
+    if (life.draining) throw new ApiError(503, "The server is shutting down; send the request to another replica, or retry once it is back", null, "shutting_down");
+    const end = life.begin();
+    try {
+      return await handle(end);
+    } catch (e) {
+      end();
+      throw e;
+    }
+  };
+  app.post("/v1/chat/completions", (c) => generation(c, async (end) => {
     const body = await parse(c, ChatRequestSchema);
-    return respond(c, body, submitChat(ctx, body));
-  });
-  app.post("/v1/completions", async (c) => {
+    return respond(c, body, submitChat(ctx, body), end);
+  }));
+  app.post("/v1/completions", (c) => generation(c, async (end) => {
     const body = await parse(c, CompletionRequestSchema);
-    return respond(c, body, submitCompletion(ctx, body));
-  });
+    return respond(c, body, submitCompletion(ctx, body), end);
+  }));
   const modelCard = () => ({ id: o.modelName, object: "model", created: 0, owned_by: "evolving-infra", max_model_len: o.engine.maxModelLen });
   app.get("/v1/models", (c) => c.json({ object: "list", data: [modelCard()] }));
   // Served names may hold slashes ("Qwen/Qwen3-0.6B"), as OpenAI's fine-tuned model ids hold colons.
@@ -112,7 +128,8 @@ export function createApp(o: AppOptions): Hono {
     if (id !== o.modelName) throw new ApiError(404, `The model '${id}' does not exist; this server serves '${o.modelName}'`, "model", "model_not_found");
     return c.json(modelCard());
   });
-  app.get("/health", (c) => c.json({ status: "ok" }));
+  // A draining server says so, so that a load balancer stops sending it work.
+  app.get("/health", (c) => (life.draining ? c.json({ status: "draining" }, 503) : c.json({ status: "ok" })));
   app.get("/metrics", (c) => c.text(renderMetrics(o.engine, o.modelName), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }));
   // A known path with the wrong method is a 405 that says which method it takes, not a 404.
   const allow = (path: string, method: "GET" | "POST") =>

@@ -8,7 +8,7 @@ import { runtimeName } from "../runtime/env.ts";
 export interface Listening {
   host: string;
   port: number;
-  /** Stops accepting and closes open connections. */
+  /** Stops accepting and closes open connections (idle ones at once, busy ones after 200 ms). */
   close(): Promise<void>;
 }
 
@@ -52,9 +52,14 @@ export async function listen(fetch: FetchHandler, host: string, port: number): P
         port: info.port,
         close: () =>
           new Promise<void>((done) => {
-            const s = server as unknown as { close(cb: () => void): void; closeAllConnections?: () => void };
-            s.close(() => done());
-            s.closeAllConnections?.();
+            const s = server as unknown as { close(cb: () => void): void; closeIdleConnections?: () => void; closeAllConnections?: () => void };
+            // Idle keep-alive connections go now; one still writing its last bytes gets a moment.
+            const cut = setTimeout(() => s.closeAllConnections?.(), 200);
+            s.close(() => {
+              clearTimeout(cut);
+              done();
+            });
+            s.closeIdleConnections?.();
           }),
       });
     });

@@ -22,6 +22,7 @@ import type { LoadedModel } from "../model/config.ts";
 import { loadModel } from "../model/load.ts";
 import { createApp } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
+import { ServerLifecycle } from "./lifecycle.ts";
 import { type ReasoningParserName, reasoningTokenIds } from "./reasoning.ts";
 import { StepLogWriter } from "./step-log.ts";
 import { AGED_SHORT_FIRST, type PrefillOrderOptions } from "../../planner/prefill-order.ts";
@@ -122,6 +123,14 @@ export interface RunningServer extends Listening {
   backendReason: string;
   /** The `<think>`/`</think>` ids the engine tracks reasoning with; undefined when it does not. */
   reasoningTokens: ReasoningTokens | undefined;
+  /**
+   * Turns new generation requests away (503; /health answers 503 "draining") and resolves once those
+   * in flight have been answered, or after `graceMs`, or when `stopWaiting` resolves, with how many
+   * were still in flight. Call {@link shutdown} after it.
+   */
+  drain(graceMs: number, stopWaiting?: Promise<unknown>): Promise<number>;
+  /** Generation responses not yet fully written. */
+  readonly inFlight: number;
   /** Stops listening, cancels requests, stops the engine. */
   shutdown(): Promise<void>;
 }
@@ -202,7 +211,8 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   }
   const serving: ServingEngine = cluster?.cluster ?? engine!;
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
-  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, reasoningParser: o.reasoningParser });
+  const lifecycle = new ServerLifecycle();
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, reasoningParser: o.reasoningParser, lifecycle });
   const l = await listen(app.fetch, o.host, o.port);
   return {
     ...l,
@@ -216,6 +226,10 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     modelName,
     backendReason: reason,
     reasoningTokens,
+    drain: (graceMs, stopWaiting) => lifecycle.drain(graceMs, stopWaiting),
+    get inFlight() {
+      return lifecycle.inFlight;
+    },
     async shutdown() {
       await cluster?.stopControl();
       await serving.stop();
