@@ -102,7 +102,7 @@ export function createApp(o: AppOptions): Hono {
     return new Response(stream, { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" } });
   };
   /** Runs a generation route, counted in flight from before its body is read until its answer is written. */
-  const generation = async (c: Context, handle: (end: () => void) => Promise<Response>) => {
+  const generation = async (handle: (end: () => void) => Promise<Response>) => {
     if (life.draining) throw new ApiError(503, "The server is shutting down; send the request to another replica, or retry once it is back", null, "shutting_down");
     const end = life.begin();
     try {
@@ -112,11 +112,11 @@ export function createApp(o: AppOptions): Hono {
       throw e;
     }
   };
-  app.post("/v1/chat/completions", (c) => generation(c, async (end) => {
+  app.post("/v1/chat/completions", (c) => generation(async (end) => {
     const body = await parse(c, ChatRequestSchema);
     return respond(c, body, submitChat(ctx, body), end);
   }));
-  app.post("/v1/completions", (c) => generation(c, async (end) => {
+  app.post("/v1/completions", (c) => generation(async (end) => {
     const body = await parse(c, CompletionRequestSchema);
     return respond(c, body, submitCompletion(ctx, body), end);
   }));
