@@ -2,10 +2,10 @@
  * `--step-mixing auto`: the engine decides online whether to mix prefill chunks with decodes or run
  * them as separate steps, as the simulator's online planner does for its workers. Its own step
  * records (shape + measured cycle: the forward and the loop around it) feed planner/ `StepPricing`
- * (the online roofline step model), one tick of `stepsPerTick` steps at a time; after each new fit the model votes with `preferSplit`
- * (split when it prices a mixed step 20% above a prefill-only step plus a decode-only step, back when
- * 20% below), and the mode changes once `votes` fits in a row want the change (planner/
- * `StepMixingChoice`, as the simulator's planner decides).
+ * (the online roofline step model), one tick of `stepsPerTick` steps at a time; after each new fit
+ * the model votes with `preferSplit` (split when it prices a mixed step 20% above a prefill-only
+ * step plus a decode-only step, back when 20% below), and the mode changes once `votes` fits in a
+ * row want the change (planner/ `StepMixingChoice`, as the simulator's planner decides).
  * Pure: time comes only from the records (measured on the engine's injected clock).
  */
 import { StepMixingChoice, StepPricing } from "../../planner/step-pricing.ts";
