@@ -51,6 +51,7 @@ const FLAGS = {
   roles: { kind: "string", help: "initial role of each worker, comma-separated: mixed|prefill|decode (default all mixed; with --workers)" },
   planner: { kind: "string", help: "online|none: flip worker roles every second from measured load, or keep --roles (default online; with --workers)" },
   "itl-admission-ms": { kind: "number", min: 1, help: "let a new session (new prompt_cache_key or user) in only while the planner predicts the decode pool's ITL within this many ms; others get 503 with Retry-After (default off; with --workers, planner online)" },
+  "local-prefill-tokens": { kind: "int", min: 0, help: "uncached prompt tokens a decode worker prefills itself; a longer prompt goes to a prefill worker and its KV moves (always with --router kv-aware; with ours when that beats prefilling locally) (default: the online planner adapts it from 512; 512 with --planner none; with --workers)" },
   router: { kind: "string", help: "session|kv-aware: our session/transfer-aware router or Dynamo's KV-aware cost (default session; with --workers)" },
   "peer-transfer": { kind: "string", help: "host|device|off: our router may pull a session's KV from the worker holding it, including what it offloaded to host memory (default host), its device blocks only, or never" },
   transport: { kind: "string", help: "in-process|threads|tcp: workers share this thread and one backend, each run in a worker thread, or are worker processes at --worker-addrs (default in-process; with --workers or --worker-addrs)" },
@@ -121,7 +122,7 @@ async function main(): Promise<void> {
   const cluster = workers > 1 || transport === "tcp";
   const workerToken = f["worker-token"] ?? (transport === "tcp" ? nonEmpty(envVar("EVOLVING_WORKER_TOKEN")) : undefined);
   if (f["worker-token"] !== undefined && transport !== "tcp") throw new ArgsError("Flag --worker-token is for worker processes (--transport tcp or --nats)");
-  for (const flag of ["roles", "planner", "router", "transport", "peer-transfer", "itl-admission-ms"] as const) {
+  for (const flag of ["roles", "planner", "router", "transport", "peer-transfer", "itl-admission-ms", "local-prefill-tokens"] as const) {
     if (f[flag] !== undefined && !cluster) throw new ArgsError(`Flag --${flag} ${f[flag]} needs --workers 2 or more`);
   }
   if (f.role !== undefined && cluster) throw new ArgsError(`Flag --role ${f.role} sets one engine's role; with --workers ${workers} use --roles`);
@@ -141,6 +142,7 @@ async function main(): Promise<void> {
     maxWaiting: f["max-waiting"],
     ...(cluster ? { workers, roles: roles as Role[] | undefined, planner, router, transport, ...(peerTransfer !== undefined ? { peerTransfer } : {}), ...(workerAddrs ? { workerAddrs } : {}) } : { role: role as WorkerRole }),
     ...(f["itl-admission-ms"] !== undefined ? { itlAdmissionTargetS: f["itl-admission-ms"] / 1000 } : {}),
+    ...(f["local-prefill-tokens"] !== undefined ? { localPrefillTokens: f["local-prefill-tokens"] } : {}),
     ...(workerToken !== undefined ? { workerToken } : {}),
     ...(nats !== undefined ? { nats, clusterName: f["cluster-name"], ...(f["drain-timeout"] !== undefined ? { drainMs: f["drain-timeout"] * 1000 } : {}) } : {}),
     preemption: preemption as PreemptionMode,

@@ -163,10 +163,14 @@ export function clusterPlanner(o: CreateClusterOptions): Planner | null {
   if (o.planner === "none") return null;
   if (typeof o.planner === "object") return o.planner;
   const sched = { ...DEFAULT_SCHEDULER_CONFIG, ...o.engine?.scheduler };
+  // A local-prefill threshold given to the router is fixed: the planner keeps it.
+  const fixed = o.routerOptions?.localPrefillThreshold;
   return new OnlinePlanner({
     // The planner prices steps with the engines' own limits.
     mixedChunkTokens: sched.maxBatchTokens, prefillChunkTokens: sched.maxBatchTokens, maxDecodeBatch: sched.maxRunning,
-    minLocalPrefill: Math.min(256, sched.maxBatchTokens), initialLocalPrefill: Math.min(512, sched.maxBatchTokens),
+    ...(fixed === undefined
+      ? { minLocalPrefill: Math.min(256, sched.maxBatchTokens), initialLocalPrefill: Math.min(512, sched.maxBatchTokens) }
+      : { minLocalPrefill: fixed, maxLocalPrefill: fixed, initialLocalPrefill: fixed }),
     ...o.plannerOptions,
   });
 }

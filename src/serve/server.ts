@@ -90,6 +90,14 @@ export interface ServerOptions {
    */
   itlAdmissionTargetS?: number;
   /**
+   * Uncached prompt tokens a decode-role worker prefills itself; a longer prompt may be prefilled on
+   * a prefill-role worker and its KV moved to the decoding one (Dynamo's max_local_prefill_length:
+   * its KV-aware router always does; ours does when that beats prefilling locally).
+   * Fixed when given. Absent: the online planner adapts it (from 512, within 256–2048, and at most the
+   * batch token budget); with no planner it stays 512.
+   */
+  localPrefillTokens?: number;
+  /**
    * Where the workers run: "in-process" (default; one thread, one backend), "threads" (one worker
    * thread each) or "tcp" (worker processes at `workerAddrs`, each loading `modelPath` itself).
    */
@@ -194,7 +202,10 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   if (workers > 1 || transport === "tcp") {
     cluster = await startServingCluster(model, {
       modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: o.planner ?? "online", router: o.router,
-      ...(o.peerTransfer !== undefined ? { routerOptions: peerTransferOptions(o.peerTransfer) } : {}),
+      routerOptions: {
+        ...(o.peerTransfer !== undefined ? peerTransferOptions(o.peerTransfer) : {}),
+        ...(o.localPrefillTokens !== undefined ? { localPrefillThreshold: o.localPrefillTokens } : {}),
+      },
       ...(o.itlAdmissionTargetS !== undefined ? { plannerOptions: { itlTargetS: o.itlAdmissionTargetS, itlAdmission: true } } : {}),
       transport: transport ?? "in-process", workerAddrs: o.workerAddrs, engine: engineOptions,
       ...(o.nats !== undefined ? { nats: { url: o.nats, clusterName: o.clusterName, drainMs: o.drainMs } } : {}),

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { sharedRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
-import { createCluster, type CreateClusterOptions } from "../../src/cluster/create-cluster.ts";
+import { clusterPlanner, createCluster, type CreateClusterOptions } from "../../src/cluster/create-cluster.ts";
 import { type PeerTransferMode, peerTransferOptions } from "../../src/cluster/cluster-router.ts";
 import type { Cluster } from "../../src/cluster/cluster.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
@@ -9,6 +9,8 @@ import { SessionRefusedError } from "../../src/engine/engine-types.ts";
 import { readTextFile } from "../../src/runtime/fs.ts";
 import type { MetricsSnapshot, Planner, PlannerAction } from "../../planner/types.ts";
 import { greedy, model, oneEngine, run, STORY } from "./fixtures.ts";
+import { snap } from "../planner/snapshots.ts";
+import { OnlinePlanner } from "../../planner/online-planner.ts";
 
 const golden = JSON.parse(await readTextFile(`${sharedRoot}/reference/stories260K-greedy.json`)) as { prompt_ids_with_bos: number[]; greedy20: number[] };
 
@@ -198,4 +200,23 @@ test("Cluster.submit() refuses a new session once the planner's new-session budg
   await turn("agent-b");
   assert.equal(cl.metrics.rejected, 2);
   await cl.stop();
+});
+
+test("clusterPlanner() keeps a local-prefill threshold given to the router, where it would move its own", () => {
+  // Decode steps of 100 ms, twice the ITL target: the planner lowers an adaptive threshold.
+  const ticks = (p: OnlinePlanner) => {
+    const moved: number[] = [];
+    for (let t = 1; t <= 10; t++) {
+      for (const a of p.tick(snap(t, ["prefill", "decode"], { uncachedPerS: 20_000, outputPerS: 2000, backlog: 5000, seqs: 64, stepA: 0.1 }))) {
+        if (a.kind === "local-prefill-threshold") moved.push(a.tokens);
+      }
+    }
+    return moved;
+  };
+  const adaptive = clusterPlanner({ workers: 2 }) as OnlinePlanner;
+  assert.ok(ticks(adaptive).length > 0 && adaptive.localPrefillThreshold() < 512, `the planner's own threshold moves (${adaptive.localPrefillThreshold()})`);
+  const fixed = clusterPlanner({ workers: 2, routerOptions: { localPrefillThreshold: 40 } }) as OnlinePlanner;
+  assert.equal(fixed.localPrefillThreshold(), 40);
+  assert.deepEqual(ticks(fixed), []);
+  assert.equal(fixed.localPrefillThreshold(), 40);
 });

@@ -84,3 +84,24 @@ test("startServer() answers a new session its planner has no room for with 503 o
     await s.shutdown();
   }
 });
+
+test("startServer({ localPrefillTokens }) fixes the local-prefill threshold: prompts longer than it go through the prefill worker, and the planner keeps it", async () => {
+  // Dynamo's KV-aware router hands off on the threshold alone (ours also weighs prefilling locally).
+  for (const [tokens, handedOff] of [[8, true], [4096, false]] as const) {
+    const s = await startServer({
+      modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, workers: 2, roles: ["prefill", "decode"], router: "kv-aware", localPrefillTokens: tokens,
+    });
+    try {
+      const c = s.cluster!;
+      const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+      const r = await client.completions.create({ model: "stories260K", prompt: STORY, max_tokens: 5, temperature: 0 });
+      assert.ok(r.usage!.prompt_tokens > 8 && r.usage!.prompt_tokens < 4096);
+      assert.equal(c.counters.prefillHandoffs, handedOff ? 1 : 0, `a ${r.usage!.prompt_tokens}-token prompt with threshold ${tokens}`);
+      // The online planner would move an unset threshold (from 512, within 256-2048) as it ticks.
+      for (let i = 0; i < 5; i++) c.tick();
+      assert.equal(c.localPrefillThreshold, tokens);
+    } finally {
+      await s.shutdown();
+    }
+  }
+});
