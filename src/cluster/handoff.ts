@@ -20,6 +20,7 @@ export async function handOff(
   let cancelled = false;
   hop.cancel = () => (cancelled = true);
   const sid = req.sessionId;
+  let prefillHit: number | undefined;
   if (route.prefixSource !== undefined) {
     await movePrefix(set.get(route.prefixSource)!, dec, req.prompt, sid, counters);
   } else if (route.prefillWorker !== null) {
@@ -34,10 +35,23 @@ export async function handOff(
     if (r.error) throw new Error(`The prefill on ${pre.id} failed: ${r.error}`);
     if (cancelled) throw new Error("Cancelled");
     counters.prefillHandoffs++;
+    prefillHit = r.cachedTokens;
     await movePrefix(pre, dec, req.prompt, sid, counters, false);
   }
   if (cancelled) throw new Error("Cancelled");
-  return dec.engine.submit(req);
+  const h = dec.engine.submit(req);
+  return prefillHit === undefined ? h : reportingCached(h, prefillHit);
+}
+
+/**
+ * `h` with its result's cached tokens replaced: the decoding worker finds a handed-off prompt in its
+ * cache, but the client is told what was cached before the request came (the prefill worker's hit),
+ * as prefix reuse, not as the work the prefill worker just did. (vLLM's disaggregated decode counts
+ * the transferred tokens as cached.)
+ */
+function reportingCached(h: RequestHandle, cachedTokens: number): RequestHandle {
+  const result = h.result.then((r) => ({ ...r, cachedTokens: Math.min(r.cachedTokens, cachedTokens) }));
+  return { id: h.id, stream: h.stream, result, cancel: () => h.cancel(), get sessionId() { return h.sessionId; } };
 }
 
 /** Copies the cached prefix of `tokens` from one worker to another (`count`: as a prefix move). */

@@ -4,6 +4,7 @@
  */
 import type { ServingEngine } from "../engine/engine-types.ts";
 import type { Histogram } from "../engine/engine-metrics.ts";
+import { Cluster } from "../cluster/cluster.ts";
 
 function esc(v: string): string {
   return v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
@@ -68,6 +69,13 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   if (workers.some((w) => w.sessions)) {
     metric("evolving:worker_kv_sessions", "gauge", "Sessions each worker's agent-aware KV retention tracks, by status.",
       workers.flatMap((w) => Object.entries(w.sessions ?? {}).map(([st, n]) => `evolving:worker_kv_sessions{${wl(w)},status="${esc(st)}"} ${n}`)));
+  }
+  if (engine instanceof Cluster) {
+    const c = engine.counters;
+    simple("evolving:prefill_handoffs_total", "counter", "Prompts prefilled on a prefill worker and handed to another worker to decode.", c.prefillHandoffs);
+    simple("evolving:prefix_moves_total", "counter", "Cached prefixes moved between workers (pulled from the session's holder, or sent to a prefill worker first).", c.prefixMoves);
+    simple("evolving:moved_kv_blocks_total", "counter", "KV blocks written into a worker from another (hand-offs and prefix moves).", c.movedBlocks);
+    simple("evolving:role_flips_total", "counter", "Worker role flips the online planner applied.", c.flips);
   }
   hist("vllm:time_to_first_token_seconds", "Time to first token.", m.ttft);
   hist("vllm:inter_token_latency_seconds", "Time between consecutive output tokens.", m.itl);

@@ -97,6 +97,9 @@ test("startServer({ localPrefillTokens }) fixes the local-prefill threshold: pro
       const r = await client.completions.create({ model: "stories260K", prompt: STORY, max_tokens: 5, temperature: 0 });
       assert.ok(r.usage!.prompt_tokens > 8 && r.usage!.prompt_tokens < 4096);
       assert.equal(c.counters.prefillHandoffs, handedOff ? 1 : 0, `a ${r.usage!.prompt_tokens}-token prompt with threshold ${tokens}`);
+      const metrics = await (await fetch(`${s.url}/metrics`)).text();
+      assert.match(metrics, new RegExp(`evolving:prefill_handoffs_total\\{model_name="stories260K"\\} ${handedOff ? 1 : 0}\n`));
+      assert.match(metrics, handedOff ? /evolving:moved_kv_blocks_total\{model_name="stories260K"\} [1-9]/ : /evolving:moved_kv_blocks_total\{model_name="stories260K"\} 0\n/);
       // The online planner would move an unset threshold (from 512, within 256-2048) as it ticks.
       for (let i = 0; i < 5; i++) c.tick();
       assert.equal(c.localPrefillThreshold, tokens);
