@@ -8,6 +8,8 @@
  *   npx tsx scripts/sim-validate.ts [--sessions 24] [--turns 4] [--session-interval-ms 1000]
  *       [--tool-gap-ms 500] [--seed 1] [--runs 1] [--port 8151] [--out tmp/sim-validate]
  *       [--calibrate-from STEPLOG]   (fit to another run's log: an out-of-sample check)
+ *       [--roles prefill,decode] [--planner online|none] [--local-prefill-tokens N]
+ *                                    (prefill/decode split: the simulator starts the same roles)
  *
  * The load generator, the server's main thread and its two worker threads share this machine's
  * cores, so a run is one noisy sample: repeat it and quote medians.
@@ -38,10 +40,26 @@ function flag(argv: string[], name: string, dflt: string): string {
   return i >= 0 && i + 1 < argv.length ? argv[i + 1] : dflt;
 }
 
-async function startServer(port: number, stepLog: string): Promise<ChildProcess> {
+/** How the cluster is set up, on the server and in the simulator alike. */
+interface ClusterSetup {
+  /** Initial roles (prefill workers first), or null for all mixed. */
+  roles: string[] | null;
+  planner: "online" | "none";
+  /** A fixed local-prefill threshold, or null for the planner's adaptive one. */
+  localPrefillTokens: number | null;
+}
+
+function setupArgs(c: ClusterSetup): string[] {
+  return [
+    ...(c.roles ? ["--roles", c.roles.join(",")] : []), "--planner", c.planner,
+    ...(c.localPrefillTokens === null ? [] : ["--local-prefill-tokens", String(c.localPrefillTokens)]),
+  ];
+}
+
+async function startServer(port: number, stepLog: string, setup: ClusterSetup): Promise<ChildProcess> {
   const args = ["--import", "tsx", "src/cli/serve.ts", "--port", String(port), "--backend", "reference", "--workers", "2",
     "--transport", "threads", "--max-batch-tokens", String(ENGINE.maxBatchTokens), "--max-num-seqs", String(ENGINE.maxNumSeqs),
-    "--kv-blocks", String(ENGINE.kvBlocks), "--step-log", stepLog];
+    "--kv-blocks", String(ENGINE.kvBlocks), "--step-log", stepLog, ...setupArgs(setup)];
   const child = spawn("node", args, { stdio: ["ignore", "ignore", "pipe"] });
   let err = "";
   child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
@@ -113,6 +131,16 @@ function meanOf(metrics: string, name: string): number {
   return sum / count;
 }
 
+/** A Prometheus counter's value (every label set summed), as text. */
+function counterOf(metrics: string, name: string): string {
+  let sum = 0;
+  for (const line of metrics.split("\n")) {
+    const m = /^(\S+?)(?:\{[^}]*\})? (\S+)$/.exec(line);
+    if (m?.[1] === name) sum += Number(m[2]);
+  }
+  return String(sum);
+}
+
 /** Measured over predicted time, summed over prefill-carrying steps and over decode-only steps. */
 function fitByKind(steps: readonly MeasuredStep[], cost: CostModel): string {
   const ratio = (xs: readonly MeasuredStep[]) => xs.reduce((a, s) => a + s.seconds, 0) / xs.reduce((a, s) => a + cost.stepTime(s), 0);
@@ -150,15 +178,19 @@ function figures(r: Row): number[] {
 const fmt = (f: number[]) => f.map((x, i) => (i === 0 ? String(x) : i === 7 ? `${x.toFixed(1)}%` : x.toFixed(1)));
 
 /** One real run and its replay in the simulator. */
-async function oneRun(bench: BenchOptions, sessions: readonly Session[], shared: number, out: string, port: number, calibrateFrom: string | null): Promise<{ real: number[]; sim: number[]; engine: number[]; note: string }> {
+async function oneRun(
+  bench: BenchOptions, sessions: readonly Session[], shared: number, out: string, port: number, calibrateFrom: string | null, setup: ClusterSetup,
+): Promise<{ real: number[]; sim: number[]; engine: number[]; note: string }> {
   const stepLog = `${out}/steps.jsonl`;
-  const server = await startServer(port, stepLog);
+  const server = await startServer(port, stepLog, setup);
+  let handoffs = "";
   let results: RequestResult[];
   let engine: number[] = [];
   try {
     results = (await runSessions(sessions, bench, "stories260K")).results;
     const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
     engine = ["time_to_first_token", "e2e_request_latency", "inter_token_latency"].map((m) => 1000 * meanOf(metrics, `vllm:${m}_seconds`));
+    handoffs = counterOf(metrics, "evolving:prefill_handoffs_total");
     await new Promise((r) => setTimeout(r, 1000)); // the step log is appended in the background
   } finally {
     server.kill();
@@ -170,17 +202,23 @@ async function oneRun(bench: BenchOptions, sessions: readonly Session[], shared:
   const cal = calibrateHardware(STORIES_260K, CPU_REFERENCE, 1, steps);
   const { ctx, cfg } = simulationSetup(w, { model: STORIES_260K, hw: cal.hw, gpus: 2 });
   // Ours as the real server runs it: the planner sized to the engines' limits (clusterPlanner()), no ITL admission.
-  const planner = new OnlinePlanner({
+  const fixed = setup.localPrefillTokens;
+  const planner = setup.planner === "none" ? null : new OnlinePlanner({
     mixedChunkTokens: ENGINE.maxBatchTokens, prefillChunkTokens: ENGINE.maxBatchTokens, maxDecodeBatch: ENGINE.maxNumSeqs,
-    minLocalPrefill: 256, initialLocalPrefill: 512,
+    ...(fixed === null ? { minLocalPrefill: 256, initialLocalPrefill: 512 } : { minLocalPrefill: fixed, maxLocalPrefill: fixed, initialLocalPrefill: fixed }),
   });
-  const run = new ClusterSim(w, { ...evolving(ctx), planner, maxLocalPrefill: planner.localPrefillThreshold() }, cfg).run();
+  const prefill = setup.roles?.filter((r) => r === "prefill").length ?? 0;
+  const run = new ClusterSim(w, {
+    ...evolving(ctx), planner, maxLocalPrefill: planner?.localPrefillThreshold() ?? fixed ?? 512,
+    initialPrefill: prefill, initialDecode: 2 - prefill, initialRole: setup.roles?.includes("decode") ? "decode" : "mixed",
+  }, cfg).run();
   writeFileSync(`${out}/sim-requests.json`, JSON.stringify(run.outcomes) + "\n");
   const rejected = run.outcomes.filter((o) => o.rejected !== null).length;
   const note = `fit from ${cal.steps} steps: ${(100 * cal.hw.flopEfficiency).toFixed(2)}% of the nominal 100 GFLOP/s, ` +
     `${(1000 * cal.hw.stepOverheadS).toFixed(2)} ms per step, ${(1000 * (cal.hw.mixedStepOverheadS ?? 0)).toFixed(2)} ms more per mixed step, ` +
     `RMS error ${(1000 * cal.rmsAfterS).toFixed(2)} ms (median step ${(1000 * percentile(steps.map((s) => s.seconds).sort((a, b) => a - b), 50)).toFixed(2)} ms); ` +
-    `${fitByKind(steps, new CostModel(STORIES_260K, cal.hw, 1))}; simulator rejected ${rejected}`;
+    `${fitByKind(steps, new CostModel(STORIES_260K, cal.hw, 1))}; simulator rejected ${rejected}` +
+    (prefill > 0 ? `; prefill hand-offs: real ${handoffs}, simulator ${run.outcomes.filter((o) => o.remotePrefill).length}` : "");
   return { real: figures(realRow(results)), sim: figures(simRow(run.outcomes)), engine, note };
 }
 
@@ -191,6 +229,13 @@ async function main(): Promise<void> {
   const runs = Number(flag(argv, "runs", "1"));
   // Out of sample: fit the cost model to another run's step log instead of this run's own.
   const calibrateFrom = argv.includes("--calibrate-from") ? flag(argv, "calibrate-from", "") : null;
+  const roles = argv.includes("--roles") ? flag(argv, "roles", "").split(",") : null;
+  if (roles !== null && (roles.length !== 2 || roles.some((r, i) => r !== (i === 0 && r === "prefill" ? "prefill" : roles[1])))) {
+    throw new Error(`--roles must name 2 roles, prefill workers first and the rest alike (the simulator's initial layout), got "${roles.join(",")}"`);
+  }
+  const planner = flag(argv, "planner", "online");
+  if (planner !== "online" && planner !== "none") throw new Error(`Unknown planner "${planner}"; choose online or none`);
+  const setup: ClusterSetup = { roles, planner, localPrefillTokens: argv.includes("--local-prefill-tokens") ? Number(flag(argv, "local-prefill-tokens", "")) : null };
   mkdirSync(out, { recursive: true });
   const bench = parseBenchArgs([
     "--url", `http://127.0.0.1:${port}`, "--trace", "synthetic", "--sessions", flag(argv, "sessions", "24"), "--turns", flag(argv, "turns", "4"),
@@ -200,13 +245,13 @@ async function main(): Promise<void> {
   const sessions = syntheticSessions(bench);
   const shared = await sharedPrefixTokens(sessions);
   console.log(`${sessions.length} sessions × ${bench.turns} turns, a session every ${bench.sessionIntervalMs} ms on average, tool gaps ${bench.toolGapMs} ms on average; ` +
-    `cost model fitted to ${calibrateFrom === null ? "each run's own step log" : calibrateFrom}\n`);
+    `cost model fitted to ${calibrateFrom === null ? "each run's own step log" : calibrateFrom}; server flags ${setupArgs(setup).join(" ")}\n`);
   console.log("| run | | requests | TTFT mean ms | TTFT P50 ms | TTFT P95 ms | E2E mean ms | E2E P95 ms | ITL mean ms | prefix hit | server-side TTFT / E2E / ITL mean ms |");
   console.log("|---|---|---|---|---|---|---|---|---|---|---|");
   const ratios: number[][] = [];
   const notes: string[] = [];
   for (let k = 1; k <= runs; k++) {
-    const r = await oneRun(bench, sessions, shared, out, port, calibrateFrom);
+    const r = await oneRun(bench, sessions, shared, out, port, calibrateFrom, setup);
     // The simulator has no HTTP, tokenizer or streaming: its latencies compare with the server's own histograms too.
     const simSide = [r.sim[1], r.sim[4], r.sim[6]];
     console.log(`| ${k} | real server | ${fmt(r.real).join(" | ")} | ${r.engine.map((x) => x.toFixed(1)).join(" / ")} |`);

@@ -61,7 +61,7 @@ export function record(sim: ClusterSim, req: ReqState): void {
   const itl = ok ? (req.output > 1 ? req.itlSum / (req.output - 1) : 0) : NaN;
   sim.outcomes.push({
     session: req.plan.id, turn: req.turn, ttft, itl, e2e: ok ? req.finish - req.arrival : NaN, prompt: req.prompt, output: req.output,
-    cached: req.cachedTokens, arrival: req.arrival, rejected: req.rejected,
+    cached: req.cachedTokens, arrival: req.arrival, rejected: req.rejected, remotePrefill: req.prefillWorker !== null,
   });
   if (ok) sim.win.done.push({ isl: req.prompt, osl: req.output, ttftS: ttft, itlS: itl });
 }

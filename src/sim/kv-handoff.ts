@@ -52,23 +52,41 @@ export function kvArrived(sim: ClusterSim, e: KvArrival): void {
     const full = Math.min(e.req.chunks.length, Math.floor(e.req.prompt / sim.bt));
     commitRange(sim, e.w, e.blocks, e.req, e.cached, full, (c) => e.req.chunks[c], "tool-output");
   }
-  beginDecode(sim, e.w, e.req, e.blocks);
+  // The decode worker samples the first token in its first step with the request, as vLLM's
+  // disaggregated decode does (and this project's cluster: tests/cluster/cluster.test.ts), after the
+  // step it is running ends; the prefill worker's token is not streamed.
+  beginDecode(sim, e.w, e.req, e.blocks, false);
 }
 
-/** First token out: the request joins the decode batch (or finishes when it wanted one token). */
-export function beginDecode(sim: ClusterSim, w: SimWorker, req: ReqState, blocks: number[]): void {
-  req.firstToken = sim.now;
-  sim.sampleWin.ttfts.push(sim.now - req.arrival);
-  if (req.output <= 1) return finish(sim, w, req, blocks);
+/**
+ * The request joins the decode batch (or finishes when it wanted one token). `firstTokenOut`: the
+ * prefill that just ended here sampled the first token; else the first decode step samples it.
+ */
+export function beginDecode(sim: ClusterSim, w: SimWorker, req: ReqState, blocks: number[], firstTokenOut = true): void {
+  if (firstTokenOut) {
+    firstToken(sim, req, sim.now);
+    if (req.output <= 1) return finish(sim, w, req, blocks);
+  }
   if (w.busy) w.pendingJoin.push({ req, blocks });
   else joinDecode(sim, w, req, blocks);
   poke(sim, w);
 }
 
+/** Records a request's first token at `t`. */
+export function firstToken(sim: ClusterSim, req: ReqState, t: number): void {
+  req.firstToken = t;
+  sim.sampleWin.ttfts.push(t - req.arrival);
+}
+
 /** Adds a sequence to the decode batch, or parks it until a slot frees (max batch reached). */
 export function joinDecode(sim: ClusterSim, w: SimWorker, req: ReqState, blocks: number[]): void {
   if (w.batch >= MAX_DECODE_BATCH) w.decodeWait.push({ req, blocks });
-  else w.addDecode(req, blocks, req.output - 1, req.prompt);
+  else w.addDecode(req, blocks, decodeSteps(req), req.prompt);
+}
+
+/** Decode steps a sequence joining the batch still needs: one per token after the first, plus the first's own when still due. */
+export function decodeSteps(req: ReqState): number {
+  return req.firstToken < 0 ? req.output : req.output - 1;
 }
 
 /** Registers blocks [from, to) of a request in `w`'s prefix cache, stopping at the first that cannot be indexed. */

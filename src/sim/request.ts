@@ -38,4 +38,6 @@ export interface RequestOutcome {
   cached: number;
   arrival: number;
   rejected: string | null;
+  /** Prefilled on a prefill worker and handed to another worker to decode. */
+  remotePrefill: boolean;
 }

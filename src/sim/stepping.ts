@@ -8,7 +8,7 @@ import { prefillOrder } from "../../planner/prefill-order.ts";
 import { SPLIT_PROBE_EVERY } from "../../planner/step-pricing.ts";
 import { retryWaiting } from "./admission.ts";
 import { finish, reject } from "./completion.ts";
-import { joinDecode, prefillDone } from "./kv-handoff.ts";
+import { decodeSteps, firstToken, joinDecode, prefillDone } from "./kv-handoff.ts";
 import { MAX_DECODE_BATCH, MAX_MACRO_STEPS } from "./sim-events.ts";
 import type { ClusterSim } from "./simulator.ts";
 import type { PrefillJob, SimWorker } from "./worker.ts";
@@ -97,6 +97,8 @@ export function stepDone(sim: ClusterSim, w: SimWorker): void {
   // Stay busy while applying the step, so work that becomes ready here joins after it, not mid-way.
   // A prefill-only step of a worker that separates steps leaves its decodes where they were.
   const D = m.decode ? w.batch : 0;
+  // Handed-off sequences got their first token from the first step of the macro-step.
+  if (m.decode) for (const r of w.awaitingFirst.splice(0)) firstToken(sim, r, m.start + m.stepS);
   if (m.decode || w.batch === 0) w.steps += m.k;
   w.clock += m.k * m.stepS;
   let ptoks = 0;
@@ -122,7 +124,7 @@ export function stepDone(sim: ClusterSim, w: SimWorker): void {
   for (const p of w.pendingJoin.splice(0)) joinDecode(sim, w, p.req, p.blocks);
   while (w.decodeWait.length > 0 && w.batch < MAX_DECODE_BATCH) {
     const p = w.decodeWait.shift()!;
-    w.addDecode(p.req, p.blocks, p.req.output - 1, p.req.prompt);
+    w.addDecode(p.req, p.blocks, decodeSteps(p.req), p.req.prompt);
   }
   if (w.state === "draining" && w.queue.length === 0 && w.batch === 0 && w.inflightKv === 0 && w.pendingJoin.length === 0 && w.decodeWait.length === 0) w.state = "off";
   kick(sim, w);

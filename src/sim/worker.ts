@@ -58,6 +58,8 @@ export class SimWorker {
   readonly kvWait: { from: SimWorker; job: PrefillJob }[] = [];
   /** Ready sequences waiting for a decode slot (batch at its maximum). */
   readonly decodeWait: { req: ReqState; blocks: number[] }[] = [];
+  /** Handed-off sequences in the batch whose first token the next decode step samples. */
+  readonly awaitingFirst: ReqState[] = [];
   private finishHeap: DecodeSeq[] = [];
   steps = 0;
   clock = 0;
@@ -110,6 +112,7 @@ export class SimWorker {
 
   /** Adds a decoding sequence that has `remaining` tokens to produce. */
   addDecode(req: ReqState, blocks: number[], remaining: number, ctx: number): DecodeSeq {
+    if (req.firstToken < 0) this.awaitingFirst.push(req);
     const d = this.cost.model.attnDensity >= 1 ? 1 : this.cost.model.attnDensity;
     const seq: DecodeSeq = {
       req, blocks, joinStep: this.steps, joinClock: this.clock, finishStep: this.steps + remaining,

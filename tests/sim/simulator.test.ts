@@ -6,7 +6,7 @@ import { profileSweep } from "../../src/sim/profiler.ts";
 import { GB300, gpusPerWorker, type HardwareProfile, KIMI_K2_6 } from "../../src/sim/profiles.ts";
 import { buildScenario } from "../../src/sim/scenarios.ts";
 import { ClusterSim } from "../../src/sim/simulator.ts";
-import { evolvingStatic, type SystemContext } from "../../src/sim/systems.ts";
+import { baselineDisaggSla, evolvingStatic, type SystemContext } from "../../src/sim/systems.ts";
 import { parseMooncake } from "../../src/sim/traces.ts";
 import type { Planner } from "../../planner/index.ts";
 
@@ -231,4 +231,30 @@ test("compare() lets the tuned baseline's offline profile choose separate steps 
     const r = compare(small(3), { model: KIMI_K2_6, hw: { ...GB300, mixedStepOverheadS: mixedS }, gpus: 32, drainS: 60, baselines: ["dynamo-agg-tuned"] }, fakeClock);
     assert.match(String(r.params["dynamo-agg-tuned"].step_mixing), want);
   }
+});
+
+test("a simulated hand-off's first token comes from the decode worker's first step with it, after the step it is running", () => {
+  // A prefill and a decode worker, every step 0.5 s dearer. B's 20k-token prompt is prefilled on the
+  // prefill worker; A, when present, keeps the decode worker stepping when B's KV lands there.
+  const ids = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+  const a = { timestamp: 0, input_length: 512, output_length: 400, hash_ids: ids(0, 1) };
+  const b = { timestamp: 1000, input_length: 20 * 1024, output_length: 2, hash_ids: ids(1000, 40) };
+  const hw = { ...GB300, stepOverheadS: 0.5 };
+  const gpw = gpusPerWorker(KIMI_K2_6, hw);
+  const ctx = { ...workersContext(2, hw), initialSplit: { prefill: 1, decode: 1 } };
+  const runB = (trace: object[]) => {
+    const out = new ClusterSim(parseMooncake(trace.map((r) => JSON.stringify(r)).join("\n")), { ...baselineDisaggSla(ctx), planner: null }, {
+      model: KIMI_K2_6, hw, gpus: 2 * gpw, gpusPerWorker: gpw, drainS: 600, maxQueueS: 600, sampleS: 1, slo: { ttftS: 1, itlS: 0.05 },
+    }).run().outcomes;
+    for (const o of out) assert.equal(o.rejected, null);
+    const ob = out.find((o) => o.prompt === 20 * 1024)!;
+    assert.ok(ob.remotePrefill, "B was prefilled on the prefill worker");
+    return ob;
+  };
+  const idle = runB([b]), busy = runB([a, b]);
+  // Its second token is one decode step after its first (the first step with it sampled the first).
+  for (const o of [idle, busy]) assert.ok(o.itl >= 0.5 && o.itl < 0.6, `B's second token ${o.itl} s after its first`);
+  // The prefill worker is idle either way; on a busy decode worker B waits for the step in progress.
+  assert.ok(busy.ttft > idle.ttft + 0.01, `B's TTFT ${busy.ttft} s with the decode worker busy, ${idle.ttft} s idle`);
+  assert.ok(busy.ttft < idle.ttft + 0.6, `B waits at most one step more (${busy.ttft} s, ${idle.ttft} s)`);
 });
