@@ -33,6 +33,7 @@ import { ClusterSim } from "../src/sim/simulator.ts";
 import { evolving } from "../src/sim/systems.ts";
 import type { SessionPlan, Workload } from "../src/sim/workload-types.ts";
 
+const WORKERS = 2;
 const ENGINE = { maxBatchTokens: 8192, maxNumSeqs: 512, kvBlocks: 8192, blockTokens: 16 };
 
 function flag(argv: string[], name: string, dflt: string): string {
@@ -42,8 +43,8 @@ function flag(argv: string[], name: string, dflt: string): string {
 
 /** How the cluster is set up, on the server and in the simulator alike. */
 interface ClusterSetup {
-  /** Initial roles (prefill workers first), or null for all mixed. */
-  roles: string[] | null;
+  /** Initial roles: `prefill` workers first, then the rest in one role (the simulator's initial layout). */
+  roles: { prefill: number; rest: "decode" | "mixed" };
   planner: "online" | "none";
   /** A fixed local-prefill threshold, or null for the planner's adaptive one. */
   localPrefillTokens: number | null;
@@ -51,13 +52,13 @@ interface ClusterSetup {
 
 function setupArgs(c: ClusterSetup): string[] {
   return [
-    ...(c.roles ? ["--roles", c.roles.join(",")] : []), "--planner", c.planner,
+    "--roles", Array.from({ length: WORKERS }, (_, i) => (i < c.roles.prefill ? "prefill" : c.roles.rest)).join(","), "--planner", c.planner,
     ...(c.localPrefillTokens === null ? [] : ["--local-prefill-tokens", String(c.localPrefillTokens)]),
   ];
 }
 
 async function startServer(port: number, stepLog: string, setup: ClusterSetup): Promise<ChildProcess> {
-  const args = ["--import", "tsx", "src/cli/serve.ts", "--port", String(port), "--backend", "reference", "--workers", "2",
+  const args = ["--import", "tsx", "src/cli/serve.ts", "--port", String(port), "--backend", "reference", "--workers", String(WORKERS),
     "--transport", "threads", "--max-batch-tokens", String(ENGINE.maxBatchTokens), "--max-num-seqs", String(ENGINE.maxNumSeqs),
     "--kv-blocks", String(ENGINE.kvBlocks), "--step-log", stepLog, ...setupArgs(setup)];
   const child = spawn("node", args, { stdio: ["ignore", "ignore", "pipe"] });
@@ -120,25 +121,19 @@ function workloadOf(results: readonly RequestResult[], shared: number): Workload
   return { name: "sim-validate", durationS: Math.ceil((end - t0) / 1000) + 5, sessions, blockTokens: ENGINE.blockTokens, assumptions: [] };
 }
 
-/** Mean of a Prometheus histogram (every label set summed). */
-function meanOf(metrics: string, name: string): number {
-  let sum = 0, count = 0;
-  for (const line of metrics.split("\n")) {
-    const m = /^(\S+?)(?:\{[^}]*\})? (\S+)$/.exec(line);
-    if (m?.[1] === `${name}_sum`) sum += Number(m[2]);
-    if (m?.[1] === `${name}_count`) count += Number(m[2]);
-  }
-  return sum / count;
-}
-
-/** A Prometheus counter's value (every label set summed), as text. */
-function counterOf(metrics: string, name: string): string {
+/** Sum of a Prometheus series over every label set. */
+function sumOf(metrics: string, name: string): number {
   let sum = 0;
   for (const line of metrics.split("\n")) {
     const m = /^(\S+?)(?:\{[^}]*\})? (\S+)$/.exec(line);
     if (m?.[1] === name) sum += Number(m[2]);
   }
-  return String(sum);
+  return sum;
+}
+
+/** Mean of a Prometheus histogram (every label set summed). */
+function meanOf(metrics: string, name: string): number {
+  return sumOf(metrics, `${name}_sum`) / sumOf(metrics, `${name}_count`);
 }
 
 /** Measured over predicted time, summed over prefill-carrying steps and over decode-only steps. */
@@ -183,14 +178,14 @@ async function oneRun(
 ): Promise<{ real: number[]; sim: number[]; engine: number[]; note: string }> {
   const stepLog = `${out}/steps.jsonl`;
   const server = await startServer(port, stepLog, setup);
-  let handoffs = "";
+  let handoffs = 0;
   let results: RequestResult[];
   let engine: number[] = [];
   try {
     results = (await runSessions(sessions, bench, "stories260K")).results;
     const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
     engine = ["time_to_first_token", "e2e_request_latency", "inter_token_latency"].map((m) => 1000 * meanOf(metrics, `vllm:${m}_seconds`));
-    handoffs = counterOf(metrics, "evolving:prefill_handoffs_total");
+    handoffs = sumOf(metrics, "evolving:prefill_handoffs_total");
     await new Promise((r) => setTimeout(r, 1000)); // the step log is appended in the background
   } finally {
     server.kill();
@@ -200,17 +195,17 @@ async function oneRun(
   const w = workloadOf(results, shared);
   const steps = parseStepLog(readFileSync(calibrateFrom ?? stepLog, "utf8"));
   const cal = calibrateHardware(STORIES_260K, CPU_REFERENCE, 1, steps);
-  const { ctx, cfg } = simulationSetup(w, { model: STORIES_260K, hw: cal.hw, gpus: 2 });
+  const { ctx, cfg } = simulationSetup(w, { model: STORIES_260K, hw: cal.hw, gpus: WORKERS });
   // Ours as the real server runs it: the planner sized to the engines' limits (clusterPlanner()), no ITL admission.
   const fixed = setup.localPrefillTokens;
   const planner = setup.planner === "none" ? null : new OnlinePlanner({
     mixedChunkTokens: ENGINE.maxBatchTokens, prefillChunkTokens: ENGINE.maxBatchTokens, maxDecodeBatch: ENGINE.maxNumSeqs,
     ...(fixed === null ? { minLocalPrefill: 256, initialLocalPrefill: 512 } : { minLocalPrefill: fixed, maxLocalPrefill: fixed, initialLocalPrefill: fixed }),
   });
-  const prefill = setup.roles?.filter((r) => r === "prefill").length ?? 0;
+  const prefill = setup.roles.prefill;
   const run = new ClusterSim(w, {
     ...evolving(ctx), planner, maxLocalPrefill: planner?.localPrefillThreshold() ?? fixed ?? 512,
-    initialPrefill: prefill, initialDecode: 2 - prefill, initialRole: setup.roles?.includes("decode") ? "decode" : "mixed",
+    initialPrefill: prefill, initialDecode: WORKERS - prefill, initialRole: setup.roles.rest,
   }, cfg).run();
   writeFileSync(`${out}/sim-requests.json`, JSON.stringify(run.outcomes) + "\n");
   const rejected = run.outcomes.filter((o) => o.rejected !== null).length;
@@ -222,6 +217,17 @@ async function oneRun(
   return { real: figures(realRow(results)), sim: figures(simRow(run.outcomes)), engine, note };
 }
 
+/** `--roles` as the simulator lays workers out: prefill workers first, then the rest in one decoding role. */
+function parseRoles(text: string): ClusterSetup["roles"] {
+  const roles = text.split(",");
+  const prefill = roles[0] === "prefill" ? 1 : 0;
+  const rest = roles[prefill];
+  if (roles.length !== WORKERS || (rest !== "decode" && rest !== "mixed") || roles.slice(prefill).some((r) => r !== rest)) {
+    throw new Error(`--roles must name ${WORKERS} roles, at most one prefill worker first and the rest all decode or all mixed (the simulator's initial layout), got "${text}"`);
+  }
+  return { prefill, rest };
+}
+
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   const out = flag(argv, "out", "tmp/sim-validate");
@@ -229,13 +235,11 @@ async function main(): Promise<void> {
   const runs = Number(flag(argv, "runs", "1"));
   // Out of sample: fit the cost model to another run's step log instead of this run's own.
   const calibrateFrom = argv.includes("--calibrate-from") ? flag(argv, "calibrate-from", "") : null;
-  const roles = argv.includes("--roles") ? flag(argv, "roles", "").split(",") : null;
-  if (roles !== null && (roles.length !== 2 || roles.some((r, i) => r !== (i === 0 && r === "prefill" ? "prefill" : roles[1])))) {
-    throw new Error(`--roles must name 2 roles, prefill workers first and the rest alike (the simulator's initial layout), got "${roles.join(",")}"`);
-  }
   const planner = flag(argv, "planner", "online");
   if (planner !== "online" && planner !== "none") throw new Error(`Unknown planner "${planner}"; choose online or none`);
-  const setup: ClusterSetup = { roles, planner, localPrefillTokens: argv.includes("--local-prefill-tokens") ? Number(flag(argv, "local-prefill-tokens", "")) : null };
+  const lpt = argv.includes("--local-prefill-tokens") ? Number(flag(argv, "local-prefill-tokens", "")) : null;
+  if (lpt !== null && !(Number.isInteger(lpt) && lpt >= 0)) throw new Error(`--local-prefill-tokens must be a whole number of tokens, got "${flag(argv, "local-prefill-tokens", "")}"`);
+  const setup: ClusterSetup = { roles: parseRoles(flag(argv, "roles", "mixed,mixed")), planner, localPrefillTokens: lpt };
   mkdirSync(out, { recursive: true });
   const bench = parseBenchArgs([
     "--url", `http://127.0.0.1:${port}`, "--trace", "synthetic", "--sessions", flag(argv, "sessions", "24"), "--turns", flag(argv, "turns", "4"),
