@@ -44,6 +44,7 @@ const FLAGS = {
   "kv-retention": { kind: "string", help: "agent|lru: which cached KV goes first when memory runs short (default agent: keeps sessions waiting on a tool call; sessions come from prompt_cache_key or user)" },
   "reasoning-parser": { kind: "string", help: "think|none: return chat answers' <think>…</think> text as reasoning_content (default none: output as generated)" },
   "step-mixing": { kind: "string", help: "auto|mixed|split: prefill chunks and decodes in one step, in separate alternating steps, or as the engine's online step model prices cheaper (default mixed)" },
+  "mixed-step-overhead-ms": { kind: "number", min: 0, help: "add this many ms to every step that mixes prefill chunks and decodes, as on GPUs where the two interfere (the simulator's flag of the same name; for trying the planner's answer to dear mixed steps on this backend) (default 0)" },
   "swap-space-blocks": { kind: "int", min: 0, help: "host swap space in KV blocks for --preemption swap (default: the KV pool's size)" },
   "max-body-bytes": { kind: "int", min: 1024, help: "largest request body (default 2 MiB)" },
   "step-log": { kind: "string", help: "write each engine step's shape and time as JSONL (input of: deno task sim --calibrate FILE)" },
@@ -153,13 +154,14 @@ async function main(): Promise<void> {
     reasoningParser,
     maxBodyBytes: f["max-body-bytes"],
     stepLogPath: f["step-log"],
+    ...(f["mixed-step-overhead-ms"] ? { mixedStepOverheadMs: f["mixed-step-overhead-ms"] } : {}),
   });
   const st = s.serving.stats();
   const reasoning = reasoningParser === "none" ? "" : s.reasoningTokens
     ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
     : `; reasoning parser ${reasoningParser} (<think>/</think> are not single tokens: KV of reasoning not typed)`;
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixing}, max model len ${s.serving.maxModelLen}` +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixing}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}, max model len ${s.serving.maxModelLen}` +
       (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${planner}` : "") +
       (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") + "; " +
       `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,

@@ -7,6 +7,7 @@ import type { LoadedModel } from "../model/config.ts";
 import { freeDeviceModel, uploadModel } from "../model/device-weights.ts";
 import { Engine, type EngineOptions } from "./engine.ts";
 import { modelStepRunner } from "./engine-runner.ts";
+import { withMixedStepOverhead } from "./mixed-step-overhead.ts";
 import { allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock } from "./kv-cache.ts";
 
 /** Options of `createEngine` beyond the model and backend. */
@@ -16,6 +17,8 @@ export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "con
   /** Memory budget for the KV cache, in bytes. */
   kvMemoryBytes?: number;
   blockSize?: number;
+  /** Milliseconds added to every step that mixes prefill and decode (mixed-step-overhead.ts; default 0). */
+  mixedStepOverheadMs?: number;
 }
 
 /** Blocks for a memory budget, or by default enough for 64 sequences at full context. */
@@ -51,6 +54,7 @@ export function createEngines(backend: Backend, model: LoadedModel, opts: readon
       freePagedKv(backend, kv);
       if (--open === 0) freeDeviceModel(backend, device);
     });
-    return new Engine({ ...o, runner, config: model.config, tokenizer: model.tokenizer });
+    const { mixedStepOverheadMs, ...engine } = o;
+    return new Engine({ ...engine, runner: withMixedStepOverhead(runner, mixedStepOverheadMs ?? 0), config: model.config, tokenizer: model.tokenizer });
   });
 }

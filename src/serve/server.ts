@@ -66,6 +66,8 @@ export interface ServerOptions {
    */
   reasoningParser?: ReasoningParserName;
   maxBodyBytes?: number;
+  /** Milliseconds added to every step mixing prefill and decode (src/engine/mixed-step-overhead.ts; default 0). */
+  mixedStepOverheadMs?: number;
   /** Write every engine step's shape and time to this JSONL file (`deno task sim --calibrate`). */
   stepLogPath?: string;
   /**
@@ -183,6 +185,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     maxWaiting: o.maxWaiting,
     kvRetention: o.kvRetention,
     ...(o.kvOffloadBlocks ? { kvOffloadBlocks: o.kvOffloadBlocks } : {}),
+    ...(o.mixedStepOverheadMs ? { mixedStepOverheadMs: o.mixedStepOverheadMs } : {}),
     scheduler: {
       ...(o.maxBatchTokens ? { maxBatchTokens: o.maxBatchTokens } : {}),
       ...(o.maxNumSeqs ? { maxRunning: o.maxNumSeqs } : {}),
