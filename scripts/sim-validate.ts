@@ -10,6 +10,7 @@
  *       [--calibrate-from STEPLOG]   (fit to another run's log: an out-of-sample check)
  *       [--roles prefill,decode] [--planner online|none] [--local-prefill-tokens N]
  *                                    (prefill/decode split: the simulator starts the same roles)
+ *       [--mixed-step-overhead-ms N] (the server's mixed steps N ms dearer; the simulator fits it from the log)
  *
  * The load generator, the server's main thread and its two worker threads share this machine's
  * cores, so a run is one noisy sample: repeat it and quote medians.
@@ -48,12 +49,15 @@ interface ClusterSetup {
   planner: "online" | "none";
   /** A fixed local-prefill threshold, or null for the planner's adaptive one. */
   localPrefillTokens: number | null;
+  /** Milliseconds the server adds to each mixed step (0: none). */
+  mixedStepOverheadMs: number;
 }
 
 function setupArgs(c: ClusterSetup): string[] {
   return [
     "--roles", Array.from({ length: WORKERS }, (_, i) => (i < c.roles.prefill ? "prefill" : c.roles.rest)).join(","), "--planner", c.planner,
     ...(c.localPrefillTokens === null ? [] : ["--local-prefill-tokens", String(c.localPrefillTokens)]),
+    ...(c.mixedStepOverheadMs > 0 ? ["--mixed-step-overhead-ms", String(c.mixedStepOverheadMs)] : []),
   ];
 }
 
@@ -178,14 +182,17 @@ async function oneRun(
 ): Promise<{ real: number[]; sim: number[]; engine: number[]; note: string }> {
   const stepLog = `${out}/steps.jsonl`;
   const server = await startServer(port, stepLog, setup);
-  let handoffs = 0;
+  let counts = { handoffs: 0, moves: 0, flips: 0, mixing: 0 };
   let results: RequestResult[];
   let engine: number[] = [];
   try {
     results = (await runSessions(sessions, bench, "stories260K")).results;
     const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
     engine = ["time_to_first_token", "e2e_request_latency", "inter_token_latency"].map((m) => 1000 * meanOf(metrics, `vllm:${m}_seconds`));
-    handoffs = sumOf(metrics, "evolving:prefill_handoffs_total");
+    counts = {
+      handoffs: sumOf(metrics, "evolving:prefill_handoffs_total"), moves: sumOf(metrics, "evolving:prefix_moves_total"),
+      flips: sumOf(metrics, "evolving:role_flips_total"), mixing: sumOf(metrics, "evolving:step_mixing_changes_total"),
+    };
     await new Promise((r) => setTimeout(r, 1000)); // the step log is appended in the background
   } finally {
     server.kill();
@@ -203,17 +210,20 @@ async function oneRun(
     ...(fixed === null ? { minLocalPrefill: 256, initialLocalPrefill: 512 } : { minLocalPrefill: fixed, maxLocalPrefill: fixed, initialLocalPrefill: fixed }),
   });
   const prefill = setup.roles.prefill;
-  const run = new ClusterSim(w, {
+  const sim = new ClusterSim(w, {
     ...evolving(ctx), planner, maxLocalPrefill: planner?.localPrefillThreshold() ?? fixed ?? 512,
     initialPrefill: prefill, initialDecode: WORKERS - prefill, initialRole: setup.roles.rest,
-  }, cfg).run();
+  }, cfg);
+  const run = sim.run();
   writeFileSync(`${out}/sim-requests.json`, JSON.stringify(run.outcomes) + "\n");
   const rejected = run.outcomes.filter((o) => o.rejected !== null).length;
   const note = `fit from ${cal.steps} steps: ${(100 * cal.hw.flopEfficiency).toFixed(2)}% of the nominal 100 GFLOP/s, ` +
     `${(1000 * cal.hw.stepOverheadS).toFixed(2)} ms per step, ${(1000 * (cal.hw.mixedStepOverheadS ?? 0)).toFixed(2)} ms more per mixed step, ` +
     `RMS error ${(1000 * cal.rmsAfterS).toFixed(2)} ms (median step ${(1000 * percentile(steps.map((s) => s.seconds).sort((a, b) => a - b), 50)).toFixed(2)} ms); ` +
-    `${fitByKind(steps, new CostModel(STORIES_260K, cal.hw, 1))}; simulator rejected ${rejected}` +
-    (prefill > 0 ? `; prefill hand-offs: real ${handoffs}, simulator ${run.outcomes.filter((o) => o.remotePrefill).length}` : "");
+    `${fitByKind(steps, new CostModel(STORIES_260K, cal.hw, 1))}; simulator rejected ${rejected}; real / simulator: ` +
+    `prefill hand-offs ${counts.handoffs} / ${run.outcomes.filter((o) => o.remotePrefill).length}, ` +
+    `prefixes pulled from a peer ${counts.moves} / ${sim.peerTransfers}, role flips ${counts.flips} / ${sim.roleFlips}, ` +
+    `step-mixing switches ${counts.mixing} / ${sim.mixingChanges}`;
   return { real: figures(realRow(results)), sim: figures(simRow(run.outcomes)), engine, note };
 }
 
@@ -239,7 +249,9 @@ async function main(): Promise<void> {
   if (planner !== "online" && planner !== "none") throw new Error(`Unknown planner "${planner}"; choose online or none`);
   const lpt = argv.includes("--local-prefill-tokens") ? Number(flag(argv, "local-prefill-tokens", "")) : null;
   if (lpt !== null && !(Number.isInteger(lpt) && lpt >= 0)) throw new Error(`--local-prefill-tokens must be a whole number of tokens, got "${flag(argv, "local-prefill-tokens", "")}"`);
-  const setup: ClusterSetup = { roles: parseRoles(flag(argv, "roles", "mixed,mixed")), planner, localPrefillTokens: lpt };
+  const overhead = Number(flag(argv, "mixed-step-overhead-ms", "0"));
+  if (!(overhead >= 0)) throw new Error(`--mixed-step-overhead-ms must be a non-negative number of milliseconds, got "${flag(argv, "mixed-step-overhead-ms", "")}"`);
+  const setup: ClusterSetup = { roles: parseRoles(flag(argv, "roles", "mixed,mixed")), planner, localPrefillTokens: lpt, mixedStepOverheadMs: overhead };
   mkdirSync(out, { recursive: true });
   const bench = parseBenchArgs([
     "--url", `http://127.0.0.1:${port}`, "--trace", "synthetic", "--sessions", flag(argv, "sessions", "24"), "--turns", flag(argv, "turns", "4"),

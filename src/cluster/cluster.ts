@@ -59,6 +59,8 @@ export interface ClusterCounters {
   movedBlocks: number;
   /** Role flips applied. */
   flips: number;
+  /** Times the planner switched step mixing (mixed ↔ split). */
+  mixingChanges: number;
   /** Workers that joined after the start, and workers removed (drained, failed or gone). */
   joined: number;
   removed: number;
@@ -69,7 +71,7 @@ const MAX_SESSIONS = 65536;
 
 /** Several engines serving as one. */
 export class Cluster implements ServingEngine {
-  readonly counters: ClusterCounters = { prefillHandoffs: 0, prefixMoves: 0, movedBlocks: 0, flips: 0, joined: 0, removed: 0 };
+  readonly counters: ClusterCounters = { prefillHandoffs: 0, prefixMoves: 0, movedBlocks: 0, flips: 0, mixingChanges: 0, joined: 0, removed: 0 };
   private readonly set: WorkerSet;
   private readonly window: RequestWindow;
   private readonly lastWorker = new Map<string, string>();
@@ -268,7 +270,9 @@ export class Cluster implements ServingEngine {
       }
     } else if (a.kind === "local-prefill-threshold") this.routerOptions.localPrefillThreshold = a.tokens;
     else if (a.kind === "step-mixing") {
-      this.mixing = a.split ? "split" : "mixed";
+      const mixing = a.split ? "split" : "mixed";
+      if (mixing !== this.mixing) this.counters.mixingChanges++;
+      this.mixing = mixing;
       for (const w of this.set.all) w.engine.stepMixing = this.mixing;
     }
     else if (a.kind === "admission") {

@@ -76,6 +76,7 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
     simple("evolving:prefix_moves_total", "counter", "Cached prefixes moved between workers (pulled from the session's holder, or sent to a prefill worker first).", c.prefixMoves);
     simple("evolving:moved_kv_blocks_total", "counter", "KV blocks written into a worker from another (hand-offs and prefix moves).", c.movedBlocks);
     simple("evolving:role_flips_total", "counter", "Worker role flips the online planner applied.", c.flips);
+    simple("evolving:step_mixing_changes_total", "counter", "Times the online planner switched between mixed and split steps (see evolving:step_mixing).", c.mixingChanges);
   }
   hist("vllm:time_to_first_token_seconds", "Time to first token.", m.ttft);
   hist("vllm:inter_token_latency_seconds", "Time between consecutive output tokens.", m.itl);

@@ -14,6 +14,7 @@ export function applyAction(sim: ClusterSim, a: PlannerAction): void {
     return;
   }
   if (a.kind === "step-mixing") {
+    if (sim.splitSteps !== a.split) sim.mixingChanges++;
     sim.splitSteps = a.split;
     return;
   }
@@ -28,6 +29,7 @@ export function applyAction(sim: ClusterSim, a: PlannerAction): void {
   if (a.kind === "flip") {
     const w = sim.workers.find((x) => x.id === a.workerId);
     if (w === undefined || w.state !== "serving") return;
+    if (w.role !== a.to) sim.roleFlips++;
     w.role = a.to;
     sim.wake(w);
     return;

@@ -77,6 +77,9 @@ export class ClusterSim {
    * tensor-parallel attention replicates the KV on each of the worker's GPUs.
    */
   readonly movedBytesPerBlock: number;
+  /** Role flips applied, and switches between mixed and split steps (planner actions that changed something). */
+  roleFlips = 0;
+  mixingChanges = 0;
   /** Turns whose prefix a peer sent to their decode worker (peer transfer). */
   peerTransfers = 0;
   /** Blocks those transfers read from the holder's host memory (router option peerHostBlocks). */

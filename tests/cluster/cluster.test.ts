@@ -139,7 +139,7 @@ test("Cluster.tick() shows the planner measured steps and applies its flips, thr
     { kind: "flip", workerId: "worker-1", to: "prefill" },
     { kind: "local-prefill-threshold", tokens: 0 },
     { kind: "step-mixing", split: true },
-  ]]);
+  ], [{ kind: "step-mixing", split: true }, { kind: "flip", workerId: "worker-1", to: "prefill" }]]);
   let now = 0;
   const cl = cluster({ workers: 2, planner, now: () => now });
   const r = await run(cl, greedy(STORY, 6));
@@ -156,6 +156,7 @@ test("Cluster.tick() shows the planner measured steps and applies its flips, thr
   assert.equal(cl.counters.flips, 1);
   assert.equal(cl.localPrefillThreshold, 0);
   assert.equal(cl.stepMixing, "split");
+  assert.equal(cl.counters.mixingChanges, 1);
   // worker-1 now only prefills: a new prompt is prefilled there when the router sends it, and decoded on worker-0.
   const next = await run(cl, greedy(golden.prompt_ids_with_bos, 20));
   assert.deepEqual(next.streamed, golden.greedy20);
@@ -164,6 +165,7 @@ test("Cluster.tick() shows the planner measured steps and applies its flips, thr
   now = 2000;
   cl.tick();
   assert.equal(planner.seen[1].workers[1].role, "prefill");
+  assert.deepEqual([cl.counters.flips, cl.counters.mixingChanges], [1, 1], "decisions that change nothing are not counted");
   await cl.stop();
 });
 

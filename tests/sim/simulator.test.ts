@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
+import { applyAction } from "../../src/sim/actions.ts";
 import { compare } from "../../src/sim/compare.ts";
 import { CostModel } from "../../src/sim/cost-model.ts";
 import { profileSweep } from "../../src/sim/profiler.ts";
@@ -257,4 +258,19 @@ test("a simulated hand-off's first token comes from the decode worker's first st
   // The prefill worker is idle either way; on a busy decode worker B waits for the step in progress.
   assert.ok(busy.ttft > idle.ttft + 0.01, `B's TTFT ${busy.ttft} s with the decode worker busy, ${idle.ttft} s idle`);
   assert.ok(busy.ttft < idle.ttft + 0.6, `B waits at most one step more (${busy.ttft} s, ${idle.ttft} s)`);
+});
+
+test("applyAction() counts role flips and step-mixing switches that change something", () => {
+  const trace = JSON.stringify({ timestamp: 0, input_length: 1024, output_length: 2, hash_ids: [0, 1] });
+  const gpw = gpusPerWorker(KIMI_K2_6, GB300);
+  const sim = new ClusterSim(parseMooncake(trace), evolvingStatic(workersContext(2, GB300)), {
+    model: KIMI_K2_6, hw: GB300, gpus: 2 * gpw, gpusPerWorker: gpw, drainS: 10, maxQueueS: 10, sampleS: 1, slo: { ttftS: 1, itlS: 0.05 },
+  });
+  const id = sim.workers[1].id;
+  applyAction(sim, { kind: "flip", workerId: id, to: "prefill" });
+  applyAction(sim, { kind: "flip", workerId: id, to: "prefill" });
+  applyAction(sim, { kind: "step-mixing", split: false });
+  applyAction(sim, { kind: "step-mixing", split: true });
+  assert.equal(sim.workers[1].role, "prefill");
+  assert.deepEqual([sim.roleFlips, sim.mixingChanges], [1, 1]);
 });
