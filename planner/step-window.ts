@@ -6,8 +6,15 @@
  */
 import type { StepSample, WorkerSnapshot } from "./types.ts";
 
-/** Steps kept per window as samples: the first ones, then round-robin. */
+/** Steps kept per window as samples: all of them up to this many, else the latest of each kind, shared fairly. */
 const STEP_SAMPLES = 48;
+
+/** Kinds of step a window keeps apart: prefill only, decode only, mixed. */
+const KINDS = 3;
+
+function kindOf(s: StepSample): number {
+  return s.prefillTokens > 0 ? (s.decodeSeqs > 0 ? 2 : 0) : 1;
+}
 
 /** The step fields of a snapshot. */
 export type StepWindowFields = Pick<
@@ -31,7 +38,13 @@ export class StepWindow {
   private pureSteps = 0;
   private pureBusy = 0;
   private pureBatch = 0;
-  private samples: StepSample[] = [];
+  // Per kind: its latest STEP_SAMPLES steps (a ring) with their order in the window, and how many came.
+  // On a GPU a worker runs a hundred decode steps a second and a prefill now and then: the latest 48
+  // steps of a window would seldom hold one, and the step model would not learn what prefill and
+  // mixed steps cost (the simulator's merged decode steps hid this).
+  private readonly kept: StepSample[][] = Array.from({ length: KINDS }, () => []);
+  private readonly order: number[][] = Array.from({ length: KINDS }, () => []);
+  private readonly seen = new Array<number>(KINDS).fill(0);
   private count = 0;
 
   constructor(initialPrefillRate: number) {
@@ -42,9 +55,10 @@ export class StepWindow {
   observe(sample: StepSample): void {
     const k = sample.count ?? 1;
     const s = sample.seconds;
-    const n = this.count++;
-    if (n < STEP_SAMPLES) this.samples.push(sample);
-    else this.samples[n % STEP_SAMPLES] = sample;
+    const kind = kindOf(sample);
+    const slot = this.seen[kind]++ % STEP_SAMPLES;
+    this.kept[kind][slot] = sample;
+    this.order[kind][slot] = this.count++;
     if (sample.prefillTokens > 0) {
       this.prefillTokens += sample.prefillTokens;
       this.prefillBusy += s;
@@ -74,12 +88,38 @@ export class StepWindow {
       // Step time vs batch from decode-only steps when there were any (mixed steps carry prefill cost).
       decodeStepS: this.pureSteps > 0 ? this.pureBusy / this.pureSteps : this.decodeSteps > 0 ? this.decodeBusy / this.decodeSteps : 0,
       meanDecodeBatch: this.pureSteps > 0 ? this.pureBatch / this.pureSteps : this.decodeSteps > 0 ? this.batchSum / this.decodeSteps : 0,
-      steps: this.samples,
+      steps: this.takeSamples(),
     };
-    this.samples = [];
     this.count = 0;
     this.prefillTokens = this.prefillBusy = this.prefillSteps = this.decodeTokens = this.decodeBusy = this.decodeSteps = this.batchSum = 0;
     this.pureSteps = this.pureBusy = this.pureBatch = 0;
     return out;
+  }
+
+  /** The window's kept steps in the order they came: every one when there were few, else a fair share of each kind's latest. */
+  private takeSamples(): StepSample[] {
+    const have = this.seen.map((n) => Math.min(n, STEP_SAMPLES));
+    // Water-filling: kinds with fewer steps than an equal share keep them all; the rest share what is left.
+    const quota = have.slice();
+    if (have.reduce((a, b) => a + b, 0) > STEP_SAMPLES) {
+      let left = STEP_SAMPLES;
+      const byCount = [0, 1, 2].sort((x, y) => have[x] - have[y]);
+      byCount.forEach((k, i) => {
+        quota[k] = Math.min(have[k], Math.floor(left / (KINDS - i)));
+        left -= quota[k];
+      });
+    }
+    const picked: { s: StepSample; at: number }[] = [];
+    for (let k = 0; k < KINDS; k++) {
+      // The latest `quota[k]` of the kind's ring: slots before the next write, going back.
+      for (let j = 1; j <= quota[k]; j++) {
+        const slot = (((this.seen[k] - j) % STEP_SAMPLES) + STEP_SAMPLES) % STEP_SAMPLES;
+        picked.push({ s: this.kept[k][slot], at: this.order[k][slot] });
+      }
+      this.kept[k].length = 0;
+      this.order[k].length = 0;
+      this.seen[k] = 0;
+    }
+    return picked.sort((a, b) => a.at - b.at).map((p) => p.s);
   }
 }
