@@ -11,6 +11,7 @@
  *       [--roles prefill,decode] [--planner online|none] [--local-prefill-tokens N]
  *                                    (prefill/decode split: the simulator starts the same roles)
  *       [--mixed-step-overhead-ms N] (the server's mixed steps N ms dearer; the simulator fits it from the log)
+ *       [--max-batch-tokens 8192]    (a step's token budget, on the server and in the simulator)
  *
  * The load generator, the server's main thread and its two worker threads share this machine's
  * cores, so a run is one noisy sample: repeat it and quote medians.
@@ -35,7 +36,7 @@ import { evolving } from "../src/sim/systems.ts";
 import type { SessionPlan, Workload } from "../src/sim/workload-types.ts";
 
 const WORKERS = 2;
-const ENGINE = { maxBatchTokens: 8192, maxNumSeqs: 512, kvBlocks: 8192, blockTokens: 16 };
+const ENGINE = { maxNumSeqs: 512, kvBlocks: 8192, blockTokens: 16 };
 
 function flag(argv: string[], name: string, dflt: string): string {
   const i = argv.indexOf(`--${name}`);
@@ -51,6 +52,8 @@ interface ClusterSetup {
   localPrefillTokens: number | null;
   /** Milliseconds the server adds to each mixed step (0: none). */
   mixedStepOverheadMs: number;
+  /** A step's token budget (every worker; the planner prices chunks of this size). */
+  maxBatchTokens: number;
 }
 
 function setupArgs(c: ClusterSetup): string[] {
@@ -63,7 +66,7 @@ function setupArgs(c: ClusterSetup): string[] {
 
 async function startServer(port: number, stepLog: string, setup: ClusterSetup): Promise<ChildProcess> {
   const args = ["--import", "tsx", "src/cli/serve.ts", "--port", String(port), "--backend", "reference", "--workers", String(WORKERS),
-    "--transport", "threads", "--max-batch-tokens", String(ENGINE.maxBatchTokens), "--max-num-seqs", String(ENGINE.maxNumSeqs),
+    "--transport", "threads", "--max-batch-tokens", String(setup.maxBatchTokens), "--max-num-seqs", String(ENGINE.maxNumSeqs),
     "--kv-blocks", String(ENGINE.kvBlocks), "--step-log", stepLog, ...setupArgs(setup)];
   const child = spawn("node", args, { stdio: ["ignore", "ignore", "pipe"] });
   let err = "";
@@ -206,13 +209,14 @@ async function oneRun(
   // Ours as the real server runs it: the planner sized to the engines' limits (clusterPlanner()), no ITL admission.
   const fixed = setup.localPrefillTokens;
   const planner = setup.planner === "none" ? null : new OnlinePlanner({
-    mixedChunkTokens: ENGINE.maxBatchTokens, prefillChunkTokens: ENGINE.maxBatchTokens, maxDecodeBatch: ENGINE.maxNumSeqs,
-    ...(fixed === null ? { minLocalPrefill: 256, initialLocalPrefill: 512 } : { minLocalPrefill: fixed, maxLocalPrefill: fixed, initialLocalPrefill: fixed }),
+    mixedChunkTokens: setup.maxBatchTokens, prefillChunkTokens: setup.maxBatchTokens, maxDecodeBatch: ENGINE.maxNumSeqs,
+    ...(fixed === null ? { minLocalPrefill: Math.min(256, setup.maxBatchTokens), initialLocalPrefill: Math.min(512, setup.maxBatchTokens) } : { minLocalPrefill: fixed, maxLocalPrefill: fixed, initialLocalPrefill: fixed }),
   });
   const prefill = setup.roles.prefill;
   const sim = new ClusterSim(w, {
     ...evolving(ctx), planner, maxLocalPrefill: planner?.localPrefillThreshold() ?? fixed ?? 512,
     initialPrefill: prefill, initialDecode: WORKERS - prefill, initialRole: setup.roles.rest,
+    stepTokens: { mixed: setup.maxBatchTokens, prefill: setup.maxBatchTokens },
   }, cfg);
   const run = sim.run();
   writeFileSync(`${out}/sim-requests.json`, JSON.stringify(run.outcomes) + "\n");
@@ -251,7 +255,11 @@ async function main(): Promise<void> {
   if (lpt !== null && !(Number.isInteger(lpt) && lpt >= 0)) throw new Error(`--local-prefill-tokens must be a whole number of tokens, got "${flag(argv, "local-prefill-tokens", "")}"`);
   const overhead = Number(flag(argv, "mixed-step-overhead-ms", "0"));
   if (!(overhead >= 0)) throw new Error(`--mixed-step-overhead-ms must be a non-negative number of milliseconds, got "${flag(argv, "mixed-step-overhead-ms", "")}"`);
-  const setup: ClusterSetup = { roles: parseRoles(flag(argv, "roles", "mixed,mixed")), planner, localPrefillTokens: lpt, mixedStepOverheadMs: overhead };
+  const maxBatchTokens = Number(flag(argv, "max-batch-tokens", "8192"));
+  if (!(Number.isInteger(maxBatchTokens) && maxBatchTokens >= 1)) throw new Error(`--max-batch-tokens must be a positive whole number of tokens, got "${flag(argv, "max-batch-tokens", "")}"`);
+  const setup: ClusterSetup = {
+    roles: parseRoles(flag(argv, "roles", "mixed,mixed")), planner, localPrefillTokens: lpt, mixedStepOverheadMs: overhead, maxBatchTokens,
+  };
   mkdirSync(out, { recursive: true });
   const bench = parseBenchArgs([
     "--url", `http://127.0.0.1:${port}`, "--trace", "synthetic", "--sessions", flag(argv, "sessions", "24"), "--turns", flag(argv, "turns", "4"),

@@ -28,7 +28,7 @@ export function poke(sim: ClusterSim, w: SimWorker): void {
 /** Starts `w`'s next (macro-)step: chunked prefill within the token budget plus the decode batch. */
 export function kick(sim: ClusterSim, w: SimWorker): void {
   if (w.busy || (w.state !== "serving" && w.state !== "draining")) return;
-  const budget = w.role === "prefill" ? 16384 : 8192;
+  const budget = w.role === "prefill" ? sim.spec.stepTokens?.prefill ?? 16384 : sim.spec.stepTokens?.mixed ?? 8192;
   const decodeSeqs = w.batch;
   // Separate steps (sim.splitSteps): a chunk runs as a prefill-only step, then the decodes get a step
   // of their own before the next chunk. Every SPLIT_PROBE_EVERY-th chunk still mixes, so the

@@ -60,6 +60,11 @@ export interface SystemSpec {
    * change it at run time.
    */
   stepMixing?: "mixed" | "split";
+  /**
+   * Tokens of a step's budget (prompt chunks plus decoding sequences): on mixed and decode workers
+   * (default 8192) and on prefill workers (default 16384). A real engine's `--max-batch-tokens`.
+   */
+  stepTokens?: { mixed: number; prefill: number };
   /** Dynamo KV-router overlap_weight (baselines; default 1, Dynamo's default). */
   overlapWeight?: number;
   /**

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { StepWindow } from "../../planner/step-window.ts";
+import type { StepSample } from "../../planner/types.ts";
 
 const step = (prefillTokens: number, decodeSeqs: number, seconds: number, count = 1) => ({ prefillTokens, prefillAttnPairs: 0, decodeSeqs, decodeAttnTokens: 0, seconds, count });
 
@@ -34,7 +35,7 @@ test("StepWindow keeps its speed estimates across windows and bounds its step sa
 
 test("StepWindow.take() keeps a busy window's rare prefill and mixed steps, in order, beside its latest decode steps", () => {
   const w = new StepWindow(1000);
-  const seq: ReturnType<typeof step>[] = [];
+  const seq: StepSample[] = [];
   for (let i = 0; i < 300; i++) {
     // A decode step every time, a mixed one every 100th, a prefill-only one at 120: as on a GPU.
     const s = i === 120 ? step(512, 0, 0.1) : i % 100 === 50 ? step(512, 8, 0.12) : step(0, 8, 0.01 + i * 1e-6);

@@ -274,3 +274,19 @@ test("applyAction() counts role flips and step-mixing switches that change somet
   assert.equal(sim.workers[1].role, "prefill");
   assert.deepEqual([sim.roleFlips, sim.mixingChanges], [1, 1]);
 });
+
+test("a simulated worker's step budget (stepTokens) sets its prefill chunk size", () => {
+  // One mixed worker, one 16k-token prompt: four chunks of 4096 (plus the decode's slot) against two of 8192.
+  const trace = JSON.stringify({ timestamp: 0, input_length: 16 * 1024, output_length: 2, hash_ids: Array.from({ length: 32 }, (_, i) => i) });
+  const gpw = gpusPerWorker(KIMI_K2_6, GB300);
+  const ttft = (stepTokens?: { mixed: number; prefill: number }) => {
+    const out = new ClusterSim(parseMooncake(trace), { ...evolvingStatic(workersContext(1, GB300)), ...(stepTokens ? { stepTokens } : {}) }, {
+      model: KIMI_K2_6, hw: GB300, gpus: gpw, gpusPerWorker: gpw, drainS: 60, maxQueueS: 60, sampleS: 1, slo: { ttftS: 1, itlS: 0.05 },
+    }).run().outcomes;
+    assert.equal(out[0].rejected, null);
+    return out[0].ttft;
+  };
+  const small = ttft({ mixed: 4096, prefill: 4096 }), dflt = ttft();
+  // Each step pays the fixed step overhead: more, smaller chunks take longer in all.
+  assert.ok(small > dflt + GB300.stepOverheadS, `TTFT ${small} s in 4096-token chunks, ${dflt} s in 8192`);
+});
