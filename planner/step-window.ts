@@ -103,7 +103,7 @@ export class StepWindow {
     const quota = have.slice();
     if (have.reduce((a, b) => a + b, 0) > STEP_SAMPLES) {
       let left = STEP_SAMPLES;
-      const byCount = [0, 1, 2].sort((x, y) => have[x] - have[y]);
+      const byCount = Array.from({ length: KINDS }, (_, k) => k).sort((x, y) => have[x] - have[y]);
       byCount.forEach((k, i) => {
         quota[k] = Math.min(have[k], Math.floor(left / (KINDS - i)));
         left -= quota[k];

@@ -79,3 +79,31 @@ test("startServer() with workers and stepLogPath names each step's worker and lo
   }
   await rm(dir, { recursive: true });
 });
+
+test("startServer() with mixedStepOverheadMs slows mixed steps on worker threads (the option reaches each worker's engine)", async () => {
+  const dir = await mkdtemp(join(os.tmpdir(), "steplog-"));
+  const path = join(dir, "steps.jsonl");
+  // Every prompt is prefilled where it decodes (worker-1): the second prompt's prefill shares a step with the first's decode.
+  const s = await startServer({
+    modelPath: `${projectRoot}/models/stories260K.gguf`, model, host: "127.0.0.1", port: 0, backend: "reference", workers: 2, transport: "threads",
+    roles: ["prefill", "decode"], planner: "none", router: "kv-aware", localPrefillTokens: 4096, mixedStepOverheadMs: 80, stepLogPath: path,
+  });
+  try {
+    const body = (prompt: string, stream: boolean) => JSON.stringify({ model: s.modelName, prompt, max_tokens: 40, temperature: 0, ignore_eos: true, stream });
+    const first = await fetch(`${s.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: body("Once upon a time", true) });
+    assert.equal(first.status, 200);
+    const reader = first.body!.getReader();
+    await reader.read(); // the first is decoding
+    const second = await fetch(`${s.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: body("The cat sat on the mat", false) });
+    assert.equal(second.status, 200);
+    await second.json();
+    while (!(await reader.read()).done) { /* drain the stream */ }
+  } finally {
+    await s.shutdown();
+  }
+  const lines = new TextDecoder().decode(await readFile(path)).trim().split("\n").map((l) => JSON.parse(l) as StepRecord & { worker?: string });
+  const mixed = lines.filter((l) => l.prefillTokens > 0 && l.decodeSeqs > 0);
+  assert.ok(mixed.length >= 1, `no mixed step in ${lines.length} steps`);
+  for (const l of mixed) assert.ok(l.seconds >= 0.079, `a mixed step on ${l.worker} took ${l.seconds} s, under the 80 ms overhead`);
+  await rm(dir, { recursive: true });
+});
