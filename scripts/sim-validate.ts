@@ -31,7 +31,9 @@ import { simulationSetup } from "../src/sim/compare.ts";
 import { percentile } from "../src/sim/metrics.ts";
 import { CPU_REFERENCE, STORIES_260K } from "../src/sim/profiles.ts";
 import type { RequestOutcome } from "../src/sim/request.ts";
-import { ClusterSim } from "../src/sim/simulator.ts";
+import { ClusterSim, type SimChange } from "../src/sim/simulator.ts";
+import type { PlannerLogRecord } from "../src/serve/step-log.ts";
+import type { Role } from "../planner/types.ts";
 import { evolving } from "../src/sim/systems.ts";
 import type { SessionPlan, Workload } from "../src/sim/workload-types.ts";
 
@@ -64,10 +66,10 @@ function setupArgs(c: ClusterSetup): string[] {
   ];
 }
 
-async function startServer(port: number, stepLog: string, setup: ClusterSetup): Promise<ChildProcess> {
+async function startServer(port: number, stepLog: string, plannerLog: string, setup: ClusterSetup): Promise<ChildProcess> {
   const args = ["--import", "tsx", "src/cli/serve.ts", "--port", String(port), "--backend", "reference", "--workers", String(WORKERS),
     "--transport", "threads", "--max-batch-tokens", String(setup.maxBatchTokens), "--max-num-seqs", String(ENGINE.maxNumSeqs),
-    "--kv-blocks", String(ENGINE.kvBlocks), "--step-log", stepLog, ...setupArgs(setup)];
+    "--kv-blocks", String(ENGINE.kvBlocks), "--step-log", stepLog, "--planner-log", plannerLog, ...setupArgs(setup)];
   const child = spawn("node", args, { stdio: ["ignore", "ignore", "pipe"] });
   let err = "";
   child.stderr!.on("data", (d: Buffer) => (err += d.toString()));
@@ -183,8 +185,8 @@ const fmt = (f: number[]) => f.map((x, i) => (i === 0 ? String(x) : i === 7 ? `$
 async function oneRun(
   bench: BenchOptions, sessions: readonly Session[], shared: number, out: string, port: number, calibrateFrom: string | null, setup: ClusterSetup,
 ): Promise<{ real: number[]; sim: number[]; engine: number[]; note: string }> {
-  const stepLog = `${out}/steps.jsonl`;
-  const server = await startServer(port, stepLog, setup);
+  const stepLog = `${out}/steps.jsonl`, plannerLog = `${out}/planner.jsonl`;
+  const server = await startServer(port, stepLog, plannerLog, setup);
   let counts = { handoffs: 0, moves: 0, flips: 0, mixing: 0 };
   let results: RequestResult[];
   let engine: number[] = [];
@@ -227,8 +229,31 @@ async function oneRun(
     `${fitByKind(steps, new CostModel(STORIES_260K, cal.hw, 1))}; simulator rejected ${rejected}; real / simulator: ` +
     `prefill hand-offs ${counts.handoffs} / ${run.outcomes.filter((o) => o.remotePrefill).length}, ` +
     `prefixes pulled from a peer ${counts.moves} / ${sim.peerTransfers}, role flips ${counts.flips} / ${sim.roleFlips}, ` +
-    `step-mixing switches ${counts.mixing} / ${sim.mixingChanges}`;
+    `step-mixing switches ${counts.mixing} / ${sim.mixingChanges}` +
+    (counts.flips + counts.mixing + sim.changes.length > 0
+      ? ` (real: ${describeChanges(realChanges(readFileSync(plannerLog, "utf8"), results))}; simulator: ${describeChanges(sim.changes)})`
+      : "");
   return { real: figures(realRow(results)), sim: figures(simRow(run.outcomes)), engine, note };
+}
+
+/**
+ * The real run's role flips and step-mixing switches from its planner log, timed from the first
+ * request sent (the load generator's `sendMs` are `performance.now()` of this process).
+ */
+function realChanges(log: string, results: readonly RequestResult[]): SimChange[] {
+  const t0 = (performance.timeOrigin + Math.min(...results.map((r) => r.sendMs))) / 1000;
+  return log.split("\n").filter((l) => l.trim() !== "").map((l) => JSON.parse(l) as PlannerLogRecord)
+    .filter((r) => r.changed && (r.kind === "flip" || r.kind === "step-mixing"))
+    .map(({ unixS, changed: _c, from, ...action }) => ({ t: unixS - t0, action, ...(from !== undefined ? { from: from as Role } : {}) }));
+}
+
+/** "worker 0 prefill→mixed at 3.1 s, separate steps at 20.8 s" (worker ids "worker-0" and "w0" alike). */
+function describeChanges(changes: readonly SimChange[]): string {
+  if (changes.length === 0) return "none";
+  return changes.map(({ t, action: a, from }) => {
+    const what = a.kind === "flip" ? `worker ${a.workerId.replace(/^\D+/, "")} ${from ?? "?"}→${a.to}` : a.kind === "step-mixing" ? (a.split ? "separate steps" : "mixed steps") : a.kind;
+    return `${what} at ${t.toFixed(1)} s`;
+  }).join(", ");
 }
 
 /** `--roles` as the simulator lays workers out: prefill workers first, then the rest in one decoding role. */

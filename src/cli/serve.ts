@@ -48,6 +48,7 @@ const FLAGS = {
   "swap-space-blocks": { kind: "int", min: 0, help: "host swap space in KV blocks for --preemption swap (default: the KV pool's size)" },
   "max-body-bytes": { kind: "int", min: 1024, help: "largest request body (default 2 MiB)" },
   "step-log": { kind: "string", help: "write each engine step's shape and time as JSONL (input of: deno task sim --calibrate FILE)" },
+  "planner-log": { kind: "string", help: "write each decision of the online planner (role flips, step mixing, local-prefill threshold, admission) as JSONL with its Unix time and whether it changed anything (with --workers)" },
   workers: { kind: "int", min: 1, help: "engines in this process behind our router and online role planner (default 1)" },
   roles: { kind: "string", help: "initial role of each worker, comma-separated: mixed|prefill|decode (default all mixed; with --workers)" },
   planner: { kind: "string", help: "online|none: flip worker roles every second from measured load, or keep --roles (default online; with --workers)" },
@@ -154,6 +155,7 @@ async function main(): Promise<void> {
     reasoningParser,
     maxBodyBytes: f["max-body-bytes"],
     stepLogPath: f["step-log"],
+    plannerLogPath: f["planner-log"],
     ...(f["mixed-step-overhead-ms"] ? { mixedStepOverheadMs: f["mixed-step-overhead-ms"] } : {}),
   });
   const st = s.serving.stats();

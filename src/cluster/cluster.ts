@@ -47,6 +47,17 @@ export interface ClusterOptions {
    * holds only while no worker is in the cluster.
    */
   shape?: { maxModelLen: number; blockSize: number };
+  /** Called with each planner decision as it is applied (a planner log). */
+  onDecision?: (d: ClusterDecision) => void;
+}
+
+/** A planner decision the cluster applied, and whether it changed anything. */
+export interface ClusterDecision {
+  action: PlannerAction;
+  /** False where the cluster already was as the action asks (a flip to the worker's role, say). */
+  changed: boolean;
+  /** A flipped worker's role before the flip. */
+  from?: Role;
 }
 
 /** What the cluster has done so far. */
@@ -261,26 +272,32 @@ export class Cluster implements ServingEngine {
   }
 
   private apply(a: PlannerAction): void {
+    let changed = true;
+    let from: Role | undefined;
     if (a.kind === "flip") {
       const w = this.set.get(a.workerId);
+      from = w?.role;
       // A flip only changes what the router sends; work already on the worker drains there.
-      if (w && w.role !== a.to) {
-        w.role = a.to;
+      changed = w !== undefined && w.role !== a.to;
+      if (changed) {
+        w!.role = a.to;
         this.counters.flips++;
       }
-    } else if (a.kind === "local-prefill-threshold") this.routerOptions.localPrefillThreshold = a.tokens;
-    else if (a.kind === "step-mixing") {
+    } else if (a.kind === "local-prefill-threshold") {
+      changed = this.routerOptions.localPrefillThreshold !== a.tokens;
+      this.routerOptions.localPrefillThreshold = a.tokens;
+    } else if (a.kind === "step-mixing") {
       const mixing = a.split ? "split" : "mixed";
-      if (mixing !== this.mixing) this.counters.mixingChanges++;
+      changed = mixing !== this.mixing;
+      if (changed) this.counters.mixingChanges++;
       this.mixing = mixing;
       for (const w of this.set.all) w.engine.stepMixing = this.mixing;
-    }
-    else if (a.kind === "admission") {
+    } else if (a.kind === "admission") {
       // No waiting room here: a session the front door cannot take now is refused with Retry-After
       // (HTTP 503) and retries, where the simulator holds it to the next tick.
       this.newSessionBudget = a.holdNewSessions ? 0 : (a.newSessions ?? Infinity);
-    }
-    // "replicas" is not applied: workers join and leave by themselves (see addWorker).
+    } else changed = false; // "replicas" is not applied: workers join and leave by themselves (see addWorker).
+    this.o.onDecision?.({ action: a, changed, ...(from !== undefined ? { from } : {}) });
   }
 
   private route(req: GenerateRequest): { route: SessionRoute; cands: RouteCandidate[] } {

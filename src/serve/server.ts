@@ -6,7 +6,7 @@ import os from "node:os";
 import { type BackendChoice, selectBackend } from "../backend/select.ts";
 import type { Engine } from "../engine/engine.ts";
 import type { ServingEngine } from "../engine/engine-types.ts";
-import type { Cluster } from "../cluster/cluster.ts";
+import type { Cluster, ClusterDecision } from "../cluster/cluster.ts";
 import { type ClusterRouterName, type PeerTransferMode, peerTransferOptions } from "../cluster/cluster-router.ts";
 import type { Backend } from "../backend/types.ts";
 import type { CreateEngineOptions } from "../engine/engine-factory.ts";
@@ -24,7 +24,7 @@ import { createApp } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
 import { type ReasoningParserName, reasoningTokenIds } from "./reasoning.ts";
-import { StepLogWriter } from "./step-log.ts";
+import { type PlannerLogRecord, plannerLogRecord, StepLogWriter } from "./step-log.ts";
 import { AGED_SHORT_FIRST, type PrefillOrderOptions } from "../../planner/prefill-order.ts";
 
 /** Everything `serve` can be told. */
@@ -70,6 +70,11 @@ export interface ServerOptions {
   mixedStepOverheadMs?: number;
   /** Write every engine step's shape and time to this JSONL file (`deno task sim --calibrate`). */
   stepLogPath?: string;
+  /**
+   * Write each planner decision the cluster applies to this JSONL file: `{"unixS", "kind", ...the
+   * action, "changed", "from"}` (`from`: a flipped worker's role before). Only with `workers`.
+   */
+  plannerLogPath?: string;
   /**
    * Engines in one process behind our router and role planner (src/cluster); 1 (default) serves one
    * engine. `kvBlocks` is per worker; `kvMemoryFraction` is shared among them.
@@ -166,6 +171,9 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const workers = o.nats !== undefined ? 0 : o.workerAddrs?.length ?? o.workers ?? 1;
   if (o.roles !== undefined && o.roles.length !== workers) throw new RangeError(`--roles names ${o.roles.length} roles for ${workers} workers`);
   if (workers > 1 && o.role !== undefined) throw new RangeError(`--role ${o.role} sets one engine's role; with --workers ${workers} use --roles`);
+  if (o.plannerLogPath !== undefined && !(workers > 1 || transport === "tcp")) {
+    throw new RangeError(`--planner-log "${o.plannerLogPath}" needs --workers: one engine has no planner`);
+  }
   // The planner decides step mixing for the whole cluster; an engine's own "auto" would fight it.
   if ((workers > 1 || transport === "tcp") && o.stepMixing === "auto") throw new RangeError("--step-mixing auto is for one engine; with --workers the planner sets step mixing");
   const model = o.model ?? (await loadModel(o.modelPath));
@@ -198,6 +206,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     },
   };
   const stepLog = o.stepLogPath === undefined ? null : await StepLogWriter.open(o.stepLogPath);
+  const plannerLog = o.plannerLogPath === undefined ? null : await StepLogWriter.open<PlannerLogRecord>(o.plannerLogPath, "planner log");
   let cluster: ServingCluster | undefined;
   let engine: Engine | undefined;
   let backend: Backend | undefined;
@@ -213,6 +222,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       transport: transport ?? "in-process", workerAddrs: o.workerAddrs, engine: engineOptions,
       ...(o.nats !== undefined ? { nats: { url: o.nats, clusterName: o.clusterName, drainMs: o.drainMs } } : {}),
       ...(o.workerToken !== undefined ? { workerToken: o.workerToken } : {}), ...(stepLog ? { onStep: (id: string, r: StepRecord) => stepLog.record({ ...r, worker: id }) } : {}),
+      ...(plannerLog ? { onDecision: (d: ClusterDecision) => plannerLog.record(plannerLogRecord(d, (performance.timeOrigin + performance.now()) / 1000)) } : {}),
     });
     reason = cluster.backendReason;
   } else {
@@ -251,6 +261,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       backend?.destroy();
       cluster?.destroyBackend();
       await stepLog?.close();
+      await plannerLog?.close();
     },
   };
 }

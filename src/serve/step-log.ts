@@ -1,31 +1,34 @@
 /**
  * `--step-log FILE`: writes every engine step's shape and measured time as one JSON line, the format
  * `deno task sim --calibrate FILE` fits the simulator's cost model to. Lines are buffered and
- * appended in the background so a step never waits on the disk.
+ * appended in the background so a step never waits on the disk. `--planner-log FILE` writes the
+ * planner's decisions with the same writer.
  */
 import { appendFile, writeFile } from "node:fs/promises";
+import type { PlannerAction } from "../../planner/types.ts";
+import type { ClusterDecision } from "../cluster/cluster.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 
-/** Buffered JSONL writer of step records. */
-export class StepLogWriter {
+/** Buffered JSONL writer of step records (by default) or of any JSON-serialisable record. */
+export class StepLogWriter<T = StepRecord & { worker?: string }> {
   private buffer: string[] = [];
   private flushing: Promise<void> = Promise.resolve();
   private failed: Error | null = null;
 
-  private constructor(readonly path: string) {}
+  private constructor(readonly path: string, private readonly what: string) {}
 
   /** Creates (or truncates) `path` and returns a writer for it. */
-  static async open(path: string): Promise<StepLogWriter> {
+  static async open<T = StepRecord & { worker?: string }>(path: string, what = "step log"): Promise<StepLogWriter<T>> {
     try {
       await writeFile(path, "");
     } catch (e) {
-      throw new RangeError(`Cannot write step log "${path}": ${e instanceof Error ? e.message : String(e)}`);
+      throw new RangeError(`Cannot write ${what} "${path}": ${e instanceof Error ? e.message : String(e)}`);
     }
-    return new StepLogWriter(path);
+    return new StepLogWriter<T>(path, what);
   }
 
-  /** Queues one record (with the worker's id when the server runs several); writes happen in the background. */
-  record(r: StepRecord & { worker?: string }): void {
+  /** Queues one record (a step with the worker's id when the server runs several); writes happen in the background. */
+  record(r: T): void {
     if (this.failed !== null) return;
     this.buffer.push(JSON.stringify(r));
     if (this.buffer.length === 1) this.flushing = this.flushing.then(() => this.flush());
@@ -46,7 +49,15 @@ export class StepLogWriter {
       await appendFile(this.path, lines);
     } catch (e) {
       // A full disk must not take the server down: stop logging and report it at shutdown.
-      this.failed = new Error(`Step log "${this.path}" stopped: ${e instanceof Error ? e.message : String(e)}`);
+      this.failed = new Error(`${this.what[0].toUpperCase()}${this.what.slice(1)} "${this.path}" stopped: ${e instanceof Error ? e.message : String(e)}`);
     }
   }
+}
+
+/** One line of `--planner-log`: when, the planner's action as it gave it, and what it changed. */
+export type PlannerLogRecord = { unixS: number; changed: boolean; from?: string } & PlannerAction;
+
+/** The planner-log line of decision `d` applied at Unix time `unixS`. */
+export function plannerLogRecord(d: ClusterDecision, unixS: number): PlannerLogRecord {
+  return { unixS, ...d.action, changed: d.changed, ...(d.from !== undefined ? { from: d.from } : {}) };
 }

@@ -14,7 +14,10 @@ export function applyAction(sim: ClusterSim, a: PlannerAction): void {
     return;
   }
   if (a.kind === "step-mixing") {
-    if (sim.splitSteps !== a.split) sim.mixingChanges++;
+    if (sim.splitSteps !== a.split) {
+      sim.mixingChanges++;
+      sim.changes.push({ t: sim.now, action: a });
+    }
     sim.splitSteps = a.split;
     return;
   }
@@ -29,7 +32,10 @@ export function applyAction(sim: ClusterSim, a: PlannerAction): void {
   if (a.kind === "flip") {
     const w = sim.workers.find((x) => x.id === a.workerId);
     if (w === undefined || w.state !== "serving") return;
-    if (w.role !== a.to) sim.roleFlips++;
+    if (w.role !== a.to) {
+      sim.roleFlips++;
+      sim.changes.push({ t: sim.now, action: a, from: w.role });
+    }
     w.role = a.to;
     sim.wake(w);
     return;

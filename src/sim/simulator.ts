@@ -10,7 +10,7 @@ import { SessionTracker } from "../../kv/session-tracker.ts";
 import { TierCache } from "../../kv/tiers.ts";
 import type { KvEvent } from "../../kv/types.ts";
 import type { LinkModel } from "../../planner/routers.ts";
-import type { CompletedRequest, MetricsSnapshot } from "../../planner/types.ts";
+import type { CompletedRequest, MetricsSnapshot, PlannerAction, Role } from "../../planner/types.ts";
 import { applyAction } from "./actions.ts";
 import { arrive, rejectHeldSessions, releaseHeldSessions } from "./admission.ts";
 import { rejectLeftovers } from "./completion.ts";
@@ -63,6 +63,13 @@ export interface SimRun {
   simulatedS: number;
 }
 
+/** A role flip or step-mixing switch the simulated cluster applied, at simulated time `t` seconds. */
+export interface SimChange {
+  t: number;
+  action: PlannerAction;
+  from?: Role;
+}
+
 /** Runs one system on one workload. */
 export class ClusterSim {
   readonly workers: SimWorker[] = [];
@@ -80,6 +87,8 @@ export class ClusterSim {
   /** Role flips applied, and switches between mixed and split steps (planner actions that changed something). */
   roleFlips = 0;
   mixingChanges = 0;
+  /** Those flips and switches in order, with the simulated time of each (a flip's worker role before it in `from`). */
+  readonly changes: SimChange[] = [];
   /** Turns whose prefix a peer sent to their decode worker (peer transfer). */
   peerTransfers = 0;
   /** Blocks those transfers read from the holder's host memory (router option peerHostBlocks). */

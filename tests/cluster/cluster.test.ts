@@ -3,7 +3,7 @@ import { sharedRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { clusterPlanner, createCluster, type CreateClusterOptions } from "../../src/cluster/create-cluster.ts";
 import { type PeerTransferMode, peerTransferOptions } from "../../src/cluster/cluster-router.ts";
-import type { Cluster } from "../../src/cluster/cluster.ts";
+import type { Cluster, ClusterDecision } from "../../src/cluster/cluster.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { SessionRefusedError } from "../../src/engine/engine-types.ts";
 import { readTextFile } from "../../src/runtime/fs.ts";
@@ -134,14 +134,15 @@ class ScriptedPlanner implements Planner {
   }
 }
 
-test("Cluster.tick() shows the planner measured steps and applies its flips, threshold and step mixing", async () => {
+test("Cluster.tick() shows the planner measured steps, applies its flips, threshold and step mixing, and reports each to onDecision", async () => {
   const planner = new ScriptedPlanner([[
     { kind: "flip", workerId: "worker-1", to: "prefill" },
     { kind: "local-prefill-threshold", tokens: 0 },
     { kind: "step-mixing", split: true },
   ], [{ kind: "step-mixing", split: true }, { kind: "flip", workerId: "worker-1", to: "prefill" }]]);
   let now = 0;
-  const cl = cluster({ workers: 2, planner, now: () => now });
+  const decisions: ClusterDecision[] = [];
+  const cl = cluster({ workers: 2, planner, now: () => now, onDecision: (d) => decisions.push(d) });
   const r = await run(cl, greedy(STORY, 6));
   now = 1000;
   cl.tick();
@@ -166,6 +167,13 @@ test("Cluster.tick() shows the planner measured steps and applies its flips, thr
   cl.tick();
   assert.equal(planner.seen[1].workers[1].role, "prefill");
   assert.deepEqual([cl.counters.flips, cl.counters.mixingChanges], [1, 1], "decisions that change nothing are not counted");
+  assert.deepEqual(decisions, [
+    { action: { kind: "flip", workerId: "worker-1", to: "prefill" }, changed: true, from: "mixed" },
+    { action: { kind: "local-prefill-threshold", tokens: 0 }, changed: true },
+    { action: { kind: "step-mixing", split: true }, changed: true },
+    { action: { kind: "step-mixing", split: true }, changed: false },
+    { action: { kind: "flip", workerId: "worker-1", to: "prefill" }, changed: false, from: "prefill" },
+  ]);
   await cl.stop();
 });
 

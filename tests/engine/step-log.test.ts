@@ -8,6 +8,8 @@ import { createEngine } from "../../src/engine/engine-factory.ts";
 import type { StepRecord } from "../../src/engine/step-record.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
+import type { PlannerLogRecord } from "../../src/serve/step-log.ts";
+import type { Planner, PlannerAction } from "../../planner/types.ts";
 import { parseStepLog } from "../../src/sim/calibration.ts";
 
 const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
@@ -106,4 +108,37 @@ test("startServer() with mixedStepOverheadMs slows mixed steps on worker threads
   assert.ok(mixed.length >= 1, `no mixed step in ${lines.length} steps`);
   for (const l of mixed) assert.ok(l.seconds >= 0.079, `a mixed step on ${l.worker} took ${l.seconds} s, under the 80 ms overhead`);
   await rm(dir, { recursive: true });
+});
+
+test("startServer() with plannerLogPath writes each planner decision with its time and what it changed", async () => {
+  const dir = await mkdtemp(join(os.tmpdir(), "plannerlog-"));
+  const path = join(dir, "planner.jsonl");
+  const script: PlannerAction[][] = [[{ kind: "flip", workerId: "worker-0", to: "mixed" }, { kind: "flip", workerId: "worker-1", to: "decode" }]];
+  const planner: Planner = { name: "scripted", intervalS: 1, tick: () => script.shift() ?? [] };
+  const before = Date.now() / 1000;
+  const s = await startServer({
+    modelPath: "stories260K", model, host: "127.0.0.1", port: 0, backend: "reference", workers: 2, roles: ["prefill", "decode"], planner, plannerLogPath: path,
+  });
+  try {
+    for (let i = 0; i < 50 && script.length > 0; i++) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(script.length, 0, "the planner ticked within 5 s");
+    assert.deepEqual(s.cluster!.workerStatuses().map((w) => w.role), ["mixed", "decode"]);
+  } finally {
+    await s.shutdown();
+  }
+  const after = Date.now() / 1000;
+  const lines = new TextDecoder().decode(await readFile(path)).trim().split("\n").map((l) => JSON.parse(l) as PlannerLogRecord);
+  assert.deepEqual(lines.map(({ unixS: _t, ...rest }) => rest), [
+    { kind: "flip", workerId: "worker-0", to: "mixed", changed: true, from: "prefill" },
+    { kind: "flip", workerId: "worker-1", to: "decode", changed: false, from: "decode" },
+  ]);
+  for (const l of lines) assert.ok(l.unixS >= before && l.unixS <= after, `decision time ${l.unixS} outside the run (${before}–${after})`);
+  await rm(dir, { recursive: true });
+});
+
+test("startServer() refuses plannerLogPath for one engine, naming the path", async () => {
+  await assert.rejects(
+    startServer({ modelPath: "stories260K", model, host: "127.0.0.1", port: 0, backend: "reference", plannerLogPath: "/tmp/x.jsonl" }),
+    /--planner-log "\/tmp\/x.jsonl" needs --workers/,
+  );
 });

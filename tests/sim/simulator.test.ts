@@ -260,7 +260,7 @@ test("a simulated hand-off's first token comes from the decode worker's first st
   assert.ok(busy.ttft < idle.ttft + 0.6, `B waits at most one step more (${busy.ttft} s, ${idle.ttft} s)`);
 });
 
-test("applyAction() counts role flips and step-mixing switches that change something", () => {
+test("applyAction() counts and lists role flips and step-mixing switches that change something", () => {
   const trace = JSON.stringify({ timestamp: 0, input_length: 1024, output_length: 2, hash_ids: [0, 1] });
   const gpw = gpusPerWorker(KIMI_K2_6, GB300);
   const sim = new ClusterSim(parseMooncake(trace), evolvingStatic(workersContext(2, GB300)), {
@@ -273,6 +273,10 @@ test("applyAction() counts role flips and step-mixing switches that change somet
   applyAction(sim, { kind: "step-mixing", split: true });
   assert.equal(sim.workers[1].role, "prefill");
   assert.deepEqual([sim.roleFlips, sim.mixingChanges], [1, 1]);
+  assert.deepEqual(sim.changes, [
+    { t: 0, action: { kind: "flip", workerId: id, to: "prefill" }, from: "mixed" },
+    { t: 0, action: { kind: "step-mixing", split: true } },
+  ]);
 });
 
 test("a simulated worker's step budget (stepTokens) sets its prefill chunk size", () => {
