@@ -79,6 +79,7 @@ export class OnlinePlanner implements Planner {
   private readonly o: Required<OnlinePlannerOptions>;
   private pending: { dir: string; ticks: number } | null = null;
   private readonly lastFlip = new Map<string, number>();
+  private stepsSeen = false;
   private threshold: number;
   private readonly steps = new StepPricing();
   private readonly rates: RateEstimates;
@@ -301,7 +302,10 @@ export class OnlinePlanner implements Planner {
     // mixing) fewer than two fits (the rates and the fit of the first seconds misprice mixed steps: with 100 ms mixed steps the planner flipped two
     // workers to prefill 3 s into a simulated coding run, where none were needed), nor while workers
     // are about to change step mixing (a flip would be priced for steps they do not run yet).
-    const measured = this.o.stepModel && live.some((w) => w.steps !== undefined && w.steps.length > 0);
+    // Once any worker has reported steps: a quiet tick whose windows carry none must not lift the guard
+    // (the simulator, idle for a second, flipped a role at 6 s where the real server waited for two fits).
+    if (this.o.stepModel && live.some((w) => w.steps !== undefined && w.steps.length > 0)) this.stepsSeen = true;
+    const measured = this.stepsSeen;
     if (measured && (!sm || (this.o.adaptStepMixing && this.mixing.pending))) { this.pending = null; return actions; }
     // Idle prefill workers are put back to work without the margin: nothing is gained by keeping them.
     const worthIt = best !== cur && (idlePrefill(cur) || bestCost < current * (1 - this.o.margin));

@@ -125,3 +125,17 @@ test("OnlinePlanner.tick() separates prefill and decode steps once two fits pric
     }
   }
 });
+
+test("OnlinePlanner.tick() flips no role before its step model is trusted, also on ticks whose windows carry no steps", () => {
+  const planner = new OnlinePlanner();
+  const roles: Role[] = Array.from({ length: N }, (_, i) => (i < 4 ? "prefill" : "decode"));
+  const burst = { uncachedPerS: 600_000, outputPerS: 20_000, backlog: 1_500_000, seqs: 800 };
+  // One tick of measured steps (a first fit), then quiet ticks whose windows carry no step, under a prefill burst.
+  const first = snap(1, roles, burst);
+  first.workers.forEach((w, i) => (w.steps = mixedWorkerSteps(0, 48, 100 + i)));
+  const flipsAt: number[] = [];
+  for (let t = 1; t <= 30; t++) if (apply(roles, planner.tick(t === 1 ? first : snap(t, roles, burst))) > 0) flipsAt.push(t);
+  // Step mixing waits for a second fit (10 ticks after the first), and so do flips; then workers move into prefill.
+  assert.ok(flipsAt.length > 0, "workers move into prefill once the model is trusted");
+  assert.ok(flipsAt[0] >= 10, `first flip at tick ${flipsAt[0]}, before the second fit`);
+});
