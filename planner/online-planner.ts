@@ -264,7 +264,11 @@ export class OnlinePlanner implements Planner {
     // Mixed or separate steps first: it is the cheaper change (no drain, no transfer), and it changes
     // what every split costs (with 100 ms mixed steps, the planner moved 11 workers into prefill in the
     // first seconds of a simulated coding run, then stayed at 5 prefill workers the mixed ones hardly fed).
-    const switched = sm && this.o.adaptStepMixing ? this.mixing.update(this.steps, seqs / Math.max(1, cur.mixed + cur.decode), this.o.mixedChunkTokens) : null;
+    // Priced at the chunks workers run, not the budget: a 100 ms mixed-step cost is 1% of a full 8192-token
+    // chunk's step and a third of a 300-token one's (sim-validation.md, "Mixed steps made dear").
+    const batch = seqs / Math.max(1, cur.mixed + cur.decode);
+    const chunk = this.steps.chunkTokens > 0 ? Math.min(this.o.mixedChunkTokens, this.steps.chunkTokens + batch) : this.o.mixedChunkTokens;
+    const switched = sm && this.o.adaptStepMixing ? this.mixing.update(this.steps, batch, chunk) : null;
     const stepActions: PlannerAction[] = switched === null ? [] : [{ kind: "step-mixing", split: switched }];
     const pressure = (mix: RoleMix) => {
       const [t, i] = this.predictMix(mix, backlog, seqs, meanUncached);

@@ -39,6 +39,7 @@ export class StepPricing {
   private peakPrefill = 0; // the highest recent ctxPrefill and ctxDecode (held, decaying by e over PEAK_TICKS ticks)
   private peakDecode = 0;
   private memSeqs = 0; // decoding sequences a worker's KV memory holds, from measured usage (EWMA; 0 = unknown)
+  private chunk = 0; // prompt tokens per prefill-carrying step (EWMA; 0 = none seen)
   private readonly recent = new Float64Array(2 * (TREND_TICKS + 1)); // the last ticks' [ctxPrefill, ctxDecode], a ring
   private ticksLearned = 0;
   private ticksSinceFit = 0;
@@ -66,15 +67,17 @@ export class StepPricing {
 
   /** Learns from one tick's sampled steps, one list per worker (undefined: that worker reports none). */
   learnSteps(perWorker: readonly (readonly StepSample[] | undefined)[]): void {
-    let pt = 0, pp = 0, ds = 0, da = 0;
+    let pt = 0, pp = 0, ds = 0, da = 0, chunks = 0;
     for (const steps of perWorker) {
       if (steps === undefined) continue;
       this.model.add(steps);
       for (const x of steps) {
         const k = x.count ?? 1;
         pt += x.prefillTokens * k; pp += x.prefillAttnPairs * k; ds += x.decodeSeqs * k; da += x.decodeAttnTokens * k;
+        if (x.prefillTokens > 0) chunks += k;
       }
     }
+    if (chunks > 0) this.chunk = this.chunk === 0 ? pt / chunks : 0.9 * this.chunk + 0.1 * (pt / chunks);
     if (pt > 0) this.ctxPrefill = this.ctxPrefill === 0 ? pp / pt : 0.9 * this.ctxPrefill + 0.1 * (pp / pt);
     if (ds > 0) this.ctxDecode = this.ctxDecode === 0 ? da / ds : 0.9 * this.ctxDecode + 0.1 * (da / ds);
     const k = Math.exp(-1 / PEAK_TICKS);
@@ -104,6 +107,15 @@ export class StepPricing {
     const newest = (this.ticksLearned - 1) % (TREND_TICKS + 1), oldest = (this.ticksLearned - 1 - span) % (TREND_TICKS + 1);
     const ahead = (i: 0 | 1, today: number) => today + aheadTicks * Math.max(0, (this.recent[2 * newest + i] - this.recent[2 * oldest + i]) / span);
     return { prefill: Math.max(held.prefill, ahead(0, this.ctxPrefill)), decode: Math.max(held.decode, ahead(1, this.ctxDecode)) };
+  }
+
+  /**
+   * Prompt tokens a prefill-carrying step has run lately (a moving average over ticks; 0 before any).
+   * Under a backlog chunks fill the step budget; with short prompts (a tool's result, a user's reply)
+   * they are the prompts' size, and a mixed step's own cost weighs more against them.
+   */
+  get chunkTokens(): number {
+    return this.chunk;
   }
 
   /** The decode batch a worker can hold: `limit`, or fewer when its KV memory fits fewer sequences. */

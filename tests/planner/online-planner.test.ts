@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { OnlinePlanner, type Role } from "../../planner/index.ts";
 import { mixedWorkerSteps, snap } from "./snapshots.ts";
+import { SeededRng } from "../../kv/rng.ts";
+import type { StepSample } from "../../planner/types.ts";
 
 const N = 16;
 
@@ -138,4 +140,31 @@ test("OnlinePlanner.tick() flips no role before its step model is trusted, also 
   // Step mixing waits for a second fit (10 ticks after the first), and so do flips; then workers move into prefill.
   assert.ok(flipsAt.length > 0, "workers move into prefill once the model is trusted");
   assert.ok(flipsAt[0] >= 10, `first flip at tick ${flipsAt[0]}, before the second fit`);
+});
+
+test("OnlinePlanner.tick() prices step mixing at the chunks workers run: small chunks make a mixed-step cost dear that a full budget would hide", () => {
+  // A CPU-like worker (time grows with every token: a full 8192-token chunk takes 0.8 s) whose prompts
+  // are short (100–400 tokens a chunk, as tool results and replies are): 35 ms more per mixed step is
+  // a few percent of a full chunk's step and more than half of a 250-token one's.
+  const shortChunks = (mixedS: number, seed: number): StepSample[] => {
+    const rng = new SeededRng(seed);
+    return Array.from({ length: 48 }, () => {
+      const b = 1 + Math.floor(rng.next() * 120), ctx = 5000 + rng.next() * 80000;
+      const p = rng.next() < 0.4 ? 0 : Math.floor(100 + rng.next() * 300);
+      const s = { prefillTokens: p, prefillAttnPairs: p * (2000 + rng.next() * 60000), decodeSeqs: b, decodeAttnTokens: b * ctx };
+      const seconds = 0.001 + 1e-4 * p + 1e-9 * s.prefillAttnPairs + 2e-4 * b + 1e-9 * s.decodeAttnTokens + (p > 0 ? mixedS : 0);
+      return { ...s, seconds };
+    });
+  };
+  for (const mixedS of [0, 0.035]) {
+    const planner = new OnlinePlanner();
+    const roles: Role[] = Array.from({ length: N }, () => "mixed");
+    const splits: boolean[] = [];
+    for (let t = 1; t <= 30; t++) {
+      const s = snap(t, roles, { ...steady, uncachedPerS: 100_000 });
+      s.workers.forEach((w, i) => (w.steps = shortChunks(mixedS, t * 100 + i)));
+      for (const a of planner.tick(s)) if (a.kind === "step-mixing") splits.push(a.split);
+    }
+    assert.deepEqual(splits, mixedS === 0 ? [] : [true], `mixed-step cost ${mixedS} s`);
+  }
 });

@@ -146,3 +146,18 @@ test("StepPricing.contexts(true, aheadTicks) carries rising contexts along their
   tick(fresh, 20_000);
   assert.deepEqual(fresh.contexts(true, 60), fresh.contexts());
 });
+
+test("StepPricing.chunkTokens averages the prompt tokens of prefill-carrying steps, tick over tick", () => {
+  const p = new StepPricing();
+  assert.equal(p.chunkTokens, 0, "none seen yet");
+  const step = (prefillTokens: number, decodeSeqs: number, count?: number): StepSample => ({
+    prefillTokens, prefillAttnPairs: prefillTokens * 100, decodeSeqs, decodeAttnTokens: decodeSeqs * 1000, seconds: 0.01, ...(count ? { count } : {}),
+  });
+  // Decode-only steps do not count; merged steps count as many times as they ran.
+  p.learnSteps([[step(300, 4), step(0, 8, 50)], [step(100, 0, 3)], undefined]);
+  assert.equal(p.chunkTokens, 600 / 4);
+  p.learnSteps([[step(0, 8)]]);
+  assert.equal(p.chunkTokens, 150, "a tick without prefill keeps the average");
+  p.learnSteps([[step(1150, 2)]]);
+  assert.ok(Math.abs(p.chunkTokens - (0.9 * 150 + 0.1 * 1150)) < 1e-9, String(p.chunkTokens));
+});
