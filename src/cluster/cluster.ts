@@ -295,7 +295,9 @@ export class Cluster implements ServingEngine {
     } else if (a.kind === "admission") {
       // No waiting room here: a session the front door cannot take now is refused with Retry-After
       // (HTTP 503) and retries, where the simulator holds it to the next tick.
-      this.newSessionBudget = a.holdNewSessions ? 0 : (a.newSessions ?? Infinity);
+      const budget = a.holdNewSessions ? 0 : (a.newSessions ?? Infinity);
+      changed = budget !== this.newSessionBudget;
+      this.newSessionBudget = budget;
     } else changed = false; // "replicas" is not applied: workers join and leave by themselves (see addWorker).
     this.o.onDecision?.({ action: a, changed, ...(from !== undefined ? { from } : {}) });
   }

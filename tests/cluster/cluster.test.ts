@@ -234,3 +234,13 @@ test("clusterPlanner() keeps a local-prefill threshold given to the router, wher
   assert.deepEqual(ticks(fixed), []);
   assert.equal(fixed.localPrefillThreshold(), 40);
 });
+
+test("Cluster reports an admission decision as changed only when it changes the new-session budget", async () => {
+  const hold = { kind: "admission", holdNewSessions: true, maxHoldS: 5 } as const;
+  const planner = new ScriptedPlanner([[hold], [hold], [{ kind: "admission", holdNewSessions: false, maxHoldS: 5, newSessions: 3 }]]);
+  const decisions: ClusterDecision[] = [];
+  const cl = cluster({ workers: 2, planner, onDecision: (d) => decisions.push(d) });
+  for (let i = 0; i < 3; i++) cl.tick();
+  assert.deepEqual(decisions.map((d) => d.changed), [true, false, true]);
+  await cl.stop();
+});
