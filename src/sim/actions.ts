@@ -14,10 +14,7 @@ export function applyAction(sim: ClusterSim, a: PlannerAction): void {
     return;
   }
   if (a.kind === "step-mixing") {
-    if (sim.splitSteps !== a.split) {
-      sim.mixingChanges++;
-      sim.changes.push({ t: sim.now, action: a });
-    }
+    if (sim.splitSteps !== a.split) sim.changes.push({ t: sim.now, action: a });
     sim.splitSteps = a.split;
     return;
   }
@@ -32,10 +29,7 @@ export function applyAction(sim: ClusterSim, a: PlannerAction): void {
   if (a.kind === "flip") {
     const w = sim.workers.find((x) => x.id === a.workerId);
     if (w === undefined || w.state !== "serving") return;
-    if (w.role !== a.to) {
-      sim.roleFlips++;
-      sim.changes.push({ t: sim.now, action: a, from: w.role });
-    }
+    if (w.role !== a.to) sim.changes.push({ t: sim.now, action: a, from: w.role });
     w.role = a.to;
     sim.wake(w);
     return;

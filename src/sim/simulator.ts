@@ -84,11 +84,19 @@ export class ClusterSim {
    * tensor-parallel attention replicates the KV on each of the worker's GPUs.
    */
   readonly movedBytesPerBlock: number;
-  /** Role flips applied, and switches between mixed and split steps (planner actions that changed something). */
-  roleFlips = 0;
-  mixingChanges = 0;
-  /** Those flips and switches in order, with the simulated time of each (a flip's worker role before it in `from`). */
+  /**
+   * Role flips and switches between mixed and split steps applied (planner actions that changed
+   * something), in order, with the simulated time of each (a flip's worker role before it in `from`).
+   */
   readonly changes: SimChange[] = [];
+  /** Role flips applied. */
+  get roleFlips(): number {
+    return this.changes.filter((c) => c.action.kind === "flip").length;
+  }
+  /** Switches between mixed and split steps applied. */
+  get mixingChanges(): number {
+    return this.changes.filter((c) => c.action.kind === "step-mixing").length;
+  }
   /** Turns whose prefix a peer sent to their decode worker (peer transfer). */
   peerTransfers = 0;
   /** Blocks those transfers read from the holder's host memory (router option peerHostBlocks). */
