@@ -51,9 +51,15 @@ export interface OnlinePlannerOptions {
   prefillChunkTokens?: number;
   /**
    * Let workers run prefill chunks and decodes as separate steps when the step model prices mixed
-   * steps dearer (action "step-mixing"; default true; needs `stepModel`).
+   * steps dearer (action "step-mixing"; default true; needs `stepModel`). With false, splits are
+   * priced with the step mixing workers run ({@link initialSplitSteps}), which then never changes.
    */
   adaptStepMixing?: boolean;
+  /**
+   * Workers start with prefill chunks and decodes in separate steps (default false: mixed steps).
+   * The planner must know: it prices every split with the mixing workers run, and switches from it.
+   */
+  initialSplitSteps?: boolean;
   /**
    * Hold new sessions at the front door while turns wait for KV memory on many workers (action
    * "admission"; planner/session-admission.ts, with its options when given). Default false.
@@ -83,7 +89,7 @@ export class OnlinePlanner implements Planner {
   private threshold: number;
   private readonly steps = new StepPricing();
   private readonly rates: RateEstimates;
-  private readonly mixing = new StepMixingChoice();
+  private readonly mixing: StepMixingChoice;
   private readonly admission: SessionAdmission | null;
   private readonly itlAdmission: ItlAdmission | null;
 
@@ -93,10 +99,11 @@ export class OnlinePlanner implements Planner {
       intervalS: 1, ttftTargetS: 0.5, itlTargetS: 0.05, margin: 0.1, confirmTicks: 2, cooldownS: 15,
       maxFlipFraction: 0.0625, flipCost: 0.03, minLocalPrefill: 256, maxLocalPrefill: 2048,
       initialLocalPrefill: 512, maxDecodeBatch: 512, mixedChunkTokens: 8192, allowMixed: true, stepModel: true,
-      prefillChunkTokens: 16384, adaptStepMixing: true, sessionAdmission: false, itlAdmission: false, ...opts,
+      prefillChunkTokens: 16384, adaptStepMixing: true, initialSplitSteps: false, sessionAdmission: false, itlAdmission: false, ...opts,
     };
     this.intervalS = this.o.intervalS;
     this.rates = new RateEstimates(this.o.mixedChunkTokens);
+    this.mixing = new StepMixingChoice(this.o.initialSplitSteps);
     const adm = this.o.sessionAdmission;
     this.admission = adm === false ? null : new SessionAdmission(adm === true ? {} : adm);
     const ia = this.o.itlAdmission;

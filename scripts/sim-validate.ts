@@ -12,6 +12,7 @@
  *                                    (prefill/decode split: the simulator starts the same roles)
  *       [--mixed-step-overhead-ms N] (the server's mixed steps N ms dearer; the simulator fits it from the log)
  *       [--max-batch-tokens 8192]    (a step's token budget, on the server and in the simulator)
+ *       [--step-mixing auto|mixed|split] (auto, the default with the planner: it switches it; mixed or split: kept, both sides)
  *
  * The load generator, the server's main thread and its two worker threads share this machine's
  * cores, so a run is one noisy sample: repeat it and quote medians.
@@ -56,6 +57,8 @@ interface ClusterSetup {
   mixedStepOverheadMs: number;
   /** A step's token budget (every worker; the planner prices chunks of this size). */
   maxBatchTokens: number;
+  /** "auto": the planner switches step mixing (from mixed); "mixed" or "split": kept as given. */
+  stepMixing: "auto" | "mixed" | "split";
 }
 
 function setupArgs(c: ClusterSetup): string[] {
@@ -63,6 +66,7 @@ function setupArgs(c: ClusterSetup): string[] {
     "--roles", Array.from({ length: WORKERS }, (_, i) => (i < c.roles.prefill ? "prefill" : c.roles.rest)).join(","), "--planner", c.planner,
     ...(c.localPrefillTokens === null ? [] : ["--local-prefill-tokens", String(c.localPrefillTokens)]),
     ...(c.mixedStepOverheadMs > 0 ? ["--mixed-step-overhead-ms", String(c.mixedStepOverheadMs)] : []),
+    ...(c.stepMixing !== "auto" ? ["--step-mixing", c.stepMixing] : []),
   ];
 }
 
@@ -212,13 +216,14 @@ async function oneRun(
   const fixed = setup.localPrefillTokens;
   const planner = setup.planner === "none" ? null : new OnlinePlanner({
     mixedChunkTokens: setup.maxBatchTokens, prefillChunkTokens: setup.maxBatchTokens, maxDecodeBatch: ENGINE.maxNumSeqs,
+    initialSplitSteps: setup.stepMixing === "split", adaptStepMixing: setup.stepMixing === "auto",
     ...(fixed === null ? { minLocalPrefill: Math.min(256, setup.maxBatchTokens), initialLocalPrefill: Math.min(512, setup.maxBatchTokens) } : { minLocalPrefill: fixed, maxLocalPrefill: fixed, initialLocalPrefill: fixed }),
   });
   const prefill = setup.roles.prefill;
   const sim = new ClusterSim(w, {
     ...evolving(ctx), planner, maxLocalPrefill: planner?.localPrefillThreshold() ?? fixed ?? 512,
     initialPrefill: prefill, initialDecode: WORKERS - prefill, initialRole: setup.roles.rest,
-    stepTokens: { mixed: setup.maxBatchTokens, prefill: setup.maxBatchTokens },
+    stepTokens: { mixed: setup.maxBatchTokens, prefill: setup.maxBatchTokens }, stepMixing: setup.stepMixing === "split" ? "split" : "mixed",
   }, cfg);
   const run = sim.run();
   writeFileSync(`${out}/sim-requests.json`, JSON.stringify(run.outcomes) + "\n");
@@ -282,8 +287,11 @@ async function main(): Promise<void> {
   if (!(overhead >= 0)) throw new Error(`--mixed-step-overhead-ms must be a non-negative number of milliseconds, got "${flag(argv, "mixed-step-overhead-ms", "")}"`);
   const maxBatchTokens = Number(flag(argv, "max-batch-tokens", "8192"));
   if (!(Number.isInteger(maxBatchTokens) && maxBatchTokens >= 1)) throw new Error(`--max-batch-tokens must be a positive whole number of tokens, got "${flag(argv, "max-batch-tokens", "")}"`);
+  const stepMixing = flag(argv, "step-mixing", planner === "none" ? "mixed" : "auto");
+  if (stepMixing !== "auto" && stepMixing !== "mixed" && stepMixing !== "split") throw new Error(`Unknown step mixing "${stepMixing}"; choose auto, mixed or split`);
+  if (stepMixing === "auto" && planner === "none") throw new Error("--step-mixing auto needs the planner: with --planner none choose mixed or split");
   const setup: ClusterSetup = {
-    roles: parseRoles(flag(argv, "roles", "mixed,mixed")), planner, localPrefillTokens: lpt, mixedStepOverheadMs: overhead, maxBatchTokens,
+    roles: parseRoles(flag(argv, "roles", "mixed,mixed")), planner, localPrefillTokens: lpt, mixedStepOverheadMs: overhead, maxBatchTokens, stepMixing,
   };
   mkdirSync(out, { recursive: true });
   const bench = parseBenchArgs([

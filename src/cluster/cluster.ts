@@ -7,15 +7,16 @@
  * driven by the caller's timer) hands the planner a snapshot and applies its decisions.
  */
 import { chainHashes } from "../../kv/index.ts";
-import type { LinkModel, RouteCandidate, SessionRoute, SessionRouterOptions } from "../../planner/routers.ts";
-import type { Planner, PlannerAction, Role } from "../../planner/types.ts";
+import type { RouteCandidate, SessionRoute, SessionRouterOptions } from "../../planner/routers.ts";
+import type { PlannerAction, Role } from "../../planner/types.ts";
 import type { EngineMetrics } from "../engine/engine-metrics.ts";
 import {
   type EngineStats, EngineOverloadedError, type GenerateRequest, NoWorkerError, outputBudget, type RequestHandle, type ServingEngine, SessionRefusedError, type WorkerStatus,
 } from "../engine/engine-types.ts";
 import type { StepMixing } from "../engine/scheduler-types.ts";
 import type { ClusterWorker } from "./cluster-worker.ts";
-import { type ClusterRouterName, IN_PROCESS_LINK, routeRequest } from "./cluster-router.ts";
+import type { ClusterCounters, ClusterDecision, ClusterOptions } from "./cluster-types.ts";
+import { IN_PROCESS_LINK, routeRequest } from "./cluster-router.ts";
 import { relayHandle } from "./relay-handle.ts";
 import { sumStats } from "./cluster-stats.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
@@ -23,59 +24,7 @@ import { RequestWindow } from "./request-window.ts";
 import { WorkerSet } from "./worker-set.ts";
 import { handOff } from "./handoff.ts";
 
-/** How to run a cluster. */
-export interface ClusterOptions {
-  /** Initial role of each engine, in order (default: all "mixed"). */
-  roles?: readonly Role[];
-  /** Decides role flips, the local-prefill threshold and step mixing every `intervalS` (null: roles stay). */
-  planner?: Planner | null;
-  router?: ClusterRouterName;
-  /** Router tunables; `localPrefillThreshold` then follows the planner. */
-  routerOptions?: Partial<SessionRouterOptions>;
-  /** KV bytes per block (what a moved block costs on the link). */
-  bytesPerBlock: number;
-  links?: LinkModel;
-  /** Requests waiting across the cluster at most before `submit` refuses (default 1024 per worker). */
-  maxWaiting?: number;
-  /** Prefill tokens/s assumed for a worker until it has measured its own (default 2000). */
-  initialPrefillRate?: number;
-  /** Milliseconds on a monotonic clock. */
-  now?: () => number;
-  /**
-   * Context limit and KV block size of the model, required when the cluster starts with no worker
-   * (workers join later, see {@link Cluster.addWorker}); otherwise taken from the engines. The limit
-   * holds only while no worker is in the cluster.
-   */
-  shape?: { maxModelLen: number; blockSize: number };
-  /** Called with each planner decision as it is applied (a planner log). */
-  onDecision?: (d: ClusterDecision) => void;
-}
-
-/** A planner decision the cluster applied, and whether it changed anything. */
-export interface ClusterDecision {
-  action: PlannerAction;
-  /** False where the cluster already was as the action asks (a flip to the worker's role, say). */
-  changed: boolean;
-  /** A flipped worker's role before the flip. */
-  from?: Role;
-}
-
-/** What the cluster has done so far. */
-export interface ClusterCounters {
-  /** Prefills run on a prefill worker and handed to another worker. */
-  prefillHandoffs: number;
-  /** Cached prefixes pulled from a peer (peer transfer) or sent to a prefill worker first. */
-  prefixMoves: number;
-  /** KV blocks written into a worker from another. */
-  movedBlocks: number;
-  /** Role flips applied. */
-  flips: number;
-  /** Times the planner switched step mixing (mixed ↔ split). */
-  mixingChanges: number;
-  /** Workers that joined after the start, and workers removed (drained, failed or gone). */
-  joined: number;
-  removed: number;
-}
+export type { ClusterCounters, ClusterDecision, ClusterOptions } from "./cluster-types.ts";
 
 /** Sessions remembered for affinity at most (oldest forgotten first). */
 const MAX_SESSIONS = 65536;
@@ -89,7 +38,7 @@ export class Cluster implements ServingEngine {
   private readonly routerOptions: SessionRouterOptions;
   private readonly now: () => number;
   private readonly blockSize: number;
-  private mixing: StepMixing = "mixed";
+  private mixing: StepMixing;
   private nextId = 0;
   /** New sessions that may still enter before the planner's next tick (its "admission" action). */
   private newSessionBudget = Infinity;
@@ -107,7 +56,7 @@ export class Cluster implements ServingEngine {
     this.set = new WorkerSet(o.initialPrefillRate ?? 2000, this.now);
     this.window = new RequestWindow(this.now);
     this.blockSize = o.shape?.blockSize ?? engines[0].blockSize;
-    if (engines.length > 0) this.mixing = engines[0].stepMixing;
+    this.mixing = o.stepMixing ?? engines[0]?.stepMixing ?? "mixed";
     engines.forEach((e, i) => this.attach(e, roles[i]));
     this.routerOptions = { localPrefillThreshold: 512, itlTargetS: 0.05, peerTransfer: true, peerMoveS: 0.5, memoryFullS: 1, peerHostBlocks: true, ...o.routerOptions };
   }
@@ -287,7 +236,7 @@ export class Cluster implements ServingEngine {
       changed = this.routerOptions.localPrefillThreshold !== a.tokens;
       this.routerOptions.localPrefillThreshold = a.tokens;
     } else if (a.kind === "step-mixing") {
-      const mixing = a.split ? "split" : "mixed";
+      const mixing = this.o.fixedStepMixing ? this.mixing : a.split ? "split" : "mixed";
       changed = mixing !== this.mixing;
       if (changed) this.counters.mixingChanges++;
       this.mixing = mixing;

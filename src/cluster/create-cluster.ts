@@ -168,6 +168,8 @@ export function clusterPlanner(o: CreateClusterOptions): Planner | null {
   return new OnlinePlanner({
     // The planner prices steps with the engines' own limits.
     mixedChunkTokens: sched.maxBatchTokens, prefillChunkTokens: sched.maxBatchTokens, maxDecodeBatch: sched.maxRunning,
+    // It prices splits with the step mixing workers run, and leaves it alone where the operator fixed it.
+    initialSplitSteps: (o.stepMixing ?? sched.stepMixing) === "split", ...(o.fixedStepMixing ? { adaptStepMixing: false } : {}),
     ...(fixed === undefined
       ? { minLocalPrefill: Math.min(256, sched.maxBatchTokens), initialLocalPrefill: Math.min(512, sched.maxBatchTokens) }
       : { minLocalPrefill: fixed, maxLocalPrefill: fixed, initialLocalPrefill: fixed }),

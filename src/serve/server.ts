@@ -52,8 +52,10 @@ export interface ServerOptions {
   /** Host swap space in KV blocks (swap mode; default: as many as the device pool). */
   swapSpaceBlocks?: number;
   /**
-   * Prefill chunks and decodes in one mixed step ("mixed", the default), in separate alternating
-   * steps ("split"), or whichever the engine's online step model prices cheaper ("auto", from mixed).
+   * Prefill chunks and decodes in one mixed step ("mixed"), in separate alternating steps ("split"),
+   * or whichever is priced cheaper online ("auto", from mixed). One engine: default "mixed", and
+   * "auto" is the engine's own step model. Several workers: default "auto", the cluster's planner
+   * (needs one); "mixed" or "split" given then stay as given.
    */
   stepMixing?: StepMixing | "auto";
   /** Admission order of waiting prompts (default: short-first, aged 2000 tokens/s, as in the simulator). */
@@ -174,8 +176,11 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   if (o.plannerLogPath !== undefined && !(workers > 1 || transport === "tcp")) {
     throw new RangeError(`--planner-log "${o.plannerLogPath}" needs --workers: one engine has no planner`);
   }
-  // The planner decides step mixing for the whole cluster; an engine's own "auto" would fight it.
-  if ((workers > 1 || transport === "tcp") && o.stepMixing === "auto") throw new RangeError("--step-mixing auto is for one engine; with --workers the planner sets step mixing");
+  // With several workers "auto" (their default) is the planner's to decide, for the whole cluster; an
+  // engine's own "auto" would fight it. "mixed" or "split" given for them is kept: the planner leaves it.
+  if ((workers > 1 || transport === "tcp") && o.stepMixing === "auto" && o.planner === "none") {
+    throw new RangeError("--step-mixing auto with --workers is the planner's to decide, and --planner none runs none: choose mixed or split");
+  }
   const model = o.model ?? (await loadModel(o.modelPath));
   const kvMemoryBytes = o.kvMemoryFraction === undefined ? undefined : o.kvMemoryFraction * os.totalmem();
   // The fraction is of this machine's memory, shared by the workers; under NATS (worker count not
@@ -214,6 +219,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   if (workers > 1 || transport === "tcp") {
     cluster = await startServingCluster(model, {
       modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: o.planner ?? "online", router: o.router,
+      stepMixing: o.stepMixing === "split" ? "split" : "mixed", fixedStepMixing: o.stepMixing === "mixed" || o.stepMixing === "split",
       routerOptions: {
         ...(o.peerTransfer !== undefined ? peerTransferOptions(o.peerTransfer) : {}),
         ...(o.localPrefillTokens !== undefined ? { localPrefillThreshold: o.localPrefillTokens } : {}),

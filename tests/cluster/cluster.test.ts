@@ -9,7 +9,7 @@ import { SessionRefusedError } from "../../src/engine/engine-types.ts";
 import { readTextFile } from "../../src/runtime/fs.ts";
 import type { MetricsSnapshot, Planner, PlannerAction } from "../../planner/types.ts";
 import { greedy, model, oneEngine, run, STORY } from "./fixtures.ts";
-import { snap } from "../planner/snapshots.ts";
+import { mixedWorkerSteps, snap } from "../planner/snapshots.ts";
 import { OnlinePlanner } from "../../planner/online-planner.ts";
 
 const golden = JSON.parse(await readTextFile(`${sharedRoot}/reference/stories260K-greedy.json`)) as { prompt_ids_with_bos: number[]; greedy20: number[] };
@@ -243,4 +243,42 @@ test("Cluster reports an admission decision as changed only when it changes the 
   for (let i = 0; i < 3; i++) cl.tick();
   assert.deepEqual(decisions.map((d) => d.changed), [true, false, true]);
   await cl.stop();
+});
+
+test("Cluster with fixedStepMixing keeps the step mixing it was given, whatever the planner says", async () => {
+  const planner = new ScriptedPlanner([[{ kind: "step-mixing", split: false }], [{ kind: "step-mixing", split: false }]]);
+  const decisions: ClusterDecision[] = [];
+  // The engines are made with mixed steps; the cluster's own setting wins from the start.
+  const cl = cluster({ workers: 2, planner, stepMixing: "split", fixedStepMixing: true, onDecision: (d) => decisions.push(d) });
+  assert.equal(cl.stepMixing, "split");
+  assert.deepEqual(cl.workers.map((w) => w.engine.stepMixing), ["split", "split"]);
+  cl.tick();
+  assert.equal(cl.stepMixing, "split");
+  assert.deepEqual(cl.workers.map((w) => w.engine.stepMixing), ["split", "split"]);
+  assert.equal(cl.counters.mixingChanges, 0);
+  assert.deepEqual(decisions.map((d) => d.changed), [false]);
+  await cl.stop();
+  // Not fixed: the same decision switches every worker.
+  const free = cluster({ workers: 2, planner: new ScriptedPlanner([[{ kind: "step-mixing", split: false }]]), stepMixing: "split" });
+  free.tick();
+  assert.deepEqual([free.stepMixing, ...free.workers.map((w) => w.engine.stepMixing)], ["mixed", "mixed", "mixed"]);
+  await free.stop();
+});
+
+test("clusterPlanner() starts the planner at the cluster's step mixing and leaves fixed step mixing alone", () => {
+  // Mixed steps cost nothing extra: a planner that knows workers run separate steps switches them back.
+  const switches = (p: OnlinePlanner) => {
+    const roles = Array.from({ length: 16 }, (): "mixed" => "mixed");
+    const out: boolean[] = [];
+    for (let t = 1; t <= 30; t++) {
+      const s = snap(t, roles, { uncachedPerS: 300_000, outputPerS: 20_000, backlog: 20_000, seqs: 800 });
+      s.workers.forEach((w, i) => (w.steps = mixedWorkerSteps(0, 48, t * 100 + i)));
+      for (const a of p.tick(s)) if (a.kind === "step-mixing") out.push(a.split);
+    }
+    return out;
+  };
+  assert.deepEqual(switches(clusterPlanner({ workers: 16, stepMixing: "split" }) as OnlinePlanner), [false]);
+  assert.deepEqual(switches(clusterPlanner({ workers: 16, engine: { scheduler: { stepMixing: "split" } } }) as OnlinePlanner), [false], "from the engines' setting");
+  assert.deepEqual(switches(clusterPlanner({ workers: 16 }) as OnlinePlanner), [], "already mixed");
+  assert.deepEqual(switches(clusterPlanner({ workers: 16, stepMixing: "split", fixedStepMixing: true }) as OnlinePlanner), [], "fixed");
 });

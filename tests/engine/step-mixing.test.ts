@@ -11,6 +11,7 @@ import { type StepRecord, stepShapeOf } from "../../src/engine/step-record.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { readTextFile } from "../../src/runtime/fs.ts";
 import { startServer } from "../../src/serve/server.ts";
+import type { Planner } from "../../planner/types.ts";
 
 const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
 const golden = JSON.parse(await readTextFile(`${sharedRoot}/reference/stories260K-greedy.json`)) as { prompt_ids_with_bos: number[]; greedy20: number[] };
@@ -119,6 +120,33 @@ test("startServer() passes stepMixing to the engine's scheduler", async () => {
       await s.shutdown();
     }
   }
+});
+
+test("startServer() with workers keeps a stepMixing given, leaves auto (the default) to the planner, and refuses auto without one", async () => {
+  const cases = [
+    { stepMixing: "split", mode: "split", fixed: true }, { stepMixing: "mixed", mode: "mixed", fixed: true },
+    { stepMixing: "auto", mode: "mixed", fixed: false }, { stepMixing: undefined, mode: "mixed", fixed: false },
+  ] as const;
+  for (const c of cases) {
+    // A planner that asks for the other mode on each tick (ticked here, not by the server's timer).
+    const planner: Planner = { name: "other-mode", intervalS: 3600, tick: () => [{ kind: "step-mixing", split: c.mode === "mixed" }] };
+    const s = await startServer({
+      modelPath: "stories260K", model, host: "127.0.0.1", port: 0, backend: "reference", workers: 2, planner, ...(c.stepMixing ? { stepMixing: c.stepMixing } : {}),
+    });
+    try {
+      const cl = s.cluster!;
+      assert.deepEqual([cl.stepMixing, ...cl.workers.map((w) => w.engine.stepMixing)], [c.mode, c.mode, c.mode], `--step-mixing ${c.stepMixing}`);
+      // The planner's decision is applied only where the mode was not given.
+      cl.tick();
+      assert.equal(cl.stepMixing, c.fixed ? c.mode : c.mode === "mixed" ? "split" : "mixed", `--step-mixing ${c.stepMixing} after a planner switch`);
+    } finally {
+      await s.shutdown();
+    }
+  }
+  await assert.rejects(
+    startServer({ modelPath: "stories260K", model, host: "127.0.0.1", port: 0, backend: "reference", workers: 2, stepMixing: "auto", planner: "none" }),
+    /--step-mixing auto with --workers is the planner's to decide, and --planner none runs none/,
+  );
 });
 
 test("AutoStepMixing prices a step by its cycle: a mixed step whose loop costs much more switches to split", async () => {

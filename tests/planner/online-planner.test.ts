@@ -128,6 +128,33 @@ test("OnlinePlanner.tick() separates prefill and decode steps once two fits pric
   }
 });
 
+test("OnlinePlanner.tick() starts from the step mixing workers run (initialSplitSteps): switches back to mixed steps when they are free, and prices fixed separate steps as such", () => {
+  const run = (o: { initialSplitSteps: boolean; adaptStepMixing?: boolean }, mixedS: number) => {
+    const planner = new OnlinePlanner(o);
+    const roles: Role[] = Array.from({ length: N }, () => "mixed");
+    const splits: boolean[] = [];
+    for (let t = 1; t <= 40; t++) {
+      const s = snap(t, roles, { ...steady, uncachedPerS: 300_000 });
+      s.workers.forEach((w, i) => (w.steps = mixedWorkerSteps(mixedS, 48, t * 100 + i)));
+      const acts = planner.tick(s);
+      for (const a of acts) if (a.kind === "step-mixing") splits.push(a.split);
+      apply(roles, acts);
+    }
+    return { splits, prefill: roles.filter((r) => r === "prefill").length };
+  };
+  // Workers that start with separate steps go back to mixed ones when mixing costs nothing extra...
+  assert.deepEqual(run({ initialSplitSteps: true }, 0).splits, [false]);
+  // ...and stay separate (no action) when mixed steps are dear.
+  assert.deepEqual(run({ initialSplitSteps: true }, 0.1).splits, []);
+  // Step mixing fixed: separate steps do not pay the 100 ms a mixed step costs, so no worker needs to
+  // leave for prefill, where fixed mixed steps make the planner split off prefill workers.
+  const fixedSplit = run({ initialSplitSteps: true, adaptStepMixing: false }, 0.1);
+  const fixedMixed = run({ initialSplitSteps: false, adaptStepMixing: false }, 0.1);
+  assert.deepEqual(fixedSplit.splits, []);
+  assert.equal(fixedSplit.prefill, 0, "fixed separate steps priced as mixed ones");
+  assert.ok(fixedMixed.prefill >= 2, `prefill workers with fixed mixed steps: ${fixedMixed.prefill}`);
+});
+
 test("OnlinePlanner.tick() flips no role before its step model is trusted, also on ticks whose windows carry no steps", () => {
   const planner = new OnlinePlanner();
   const roles: Role[] = Array.from({ length: N }, (_, i) => (i < 4 ? "prefill" : "decode"));
