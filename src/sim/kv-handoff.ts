@@ -52,10 +52,27 @@ export function kvArrived(sim: ClusterSim, e: KvArrival): void {
     const full = Math.min(e.req.chunks.length, Math.floor(e.req.prompt / sim.bt));
     commitRange(sim, e.w, e.blocks, e.req, e.cached, full, (c) => e.req.chunks[c], "tool-output");
   }
+  if (sim.spec.handoffTailRecompute) return recomputeTail(sim, e.w, e.req, e.blocks);
   // The decode worker samples the first token in its first step with the request, as vLLM's
   // disaggregated decode does (and this project's cluster: tests/cluster/cluster.test.ts), after the
   // step it is running ends; the prefill worker's token is not streamed.
   beginDecode(sim, e.w, e.req, e.blocks, false);
+}
+
+/**
+ * This project's engine after a hand-off: the prompt's last block (at least one token is always
+ * computed, so 1 to a block of tokens) is prefilled on the decode worker like a local prompt, in a step
+ * that mixes with its decodes or not as its step mixing says; the first token comes at its end.
+ */
+function recomputeTail(sim: ClusterSim, w: SimWorker, req: ReqState, blocks: number[]): void {
+  const tail = req.prompt - Math.floor((req.prompt - 1) / sim.bt) * sim.bt;
+  const job: PrefillJob = {
+    req, left: tail, pos: req.prompt - tail, blocks, cachedBlocks: Math.min(req.chunks.length, Math.floor(req.prompt / sim.bt)),
+    local: true, readyAt: sim.now, enqueuedAt: sim.now,
+  };
+  w.queue.push(job);
+  w.queuedTokens += tail;
+  poke(sim, w);
 }
 
 /**
