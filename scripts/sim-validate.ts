@@ -234,7 +234,7 @@ async function oneRun(
     `RMS error ${(1000 * cal.rmsAfterS).toFixed(2)} ms (median step ${(1000 * percentile(steps.map((s) => s.seconds).sort((a, b) => a - b), 50)).toFixed(2)} ms); ` +
     `${fitByKind(steps, new CostModel(STORIES_260K, cal.hw, 1))}; simulator rejected ${rejected}; real / simulator: ` +
     `prefill hand-offs ${counts.handoffs} / ${run.outcomes.filter((o) => o.remotePrefill).length}, ` +
-    `prefixes pulled from a peer ${counts.moves} / ${sim.peerTransfers}, role flips ${counts.flips} / ${sim.roleFlips}, ` +
+    `prefixes moved (pulled from a peer, or sent to the prefill worker first) ${counts.moves} / ${sim.peerTransfers + sim.prefixesToPrefill}, role flips ${counts.flips} / ${sim.roleFlips}, ` +
     `step-mixing switches ${counts.mixing} / ${sim.mixingChanges}` +
     (counts.flips + counts.mixing + sim.changes.length > 0
       ? ` (real: ${describeChanges(realChanges(readFileSync(plannerLog, "utf8"), results))}; simulator: ${describeChanges(sim.changes)})`

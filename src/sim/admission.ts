@@ -123,6 +123,7 @@ export function startPlacement(sim: ClusterSim, req: ReqState, p: Placement): vo
   } else {
     req.prefillWorker = p.prefill.id;
     const delay = p.prefixTransferBlocks > 0 ? sim.linkSeconds(w, p.prefill, p.prefixTransferBlocks) : 0;
+    if (p.prefixTransferBlocks > 0) sim.prefixesToPrefill++;
     enqueuePrefill(sim, req, p.prefill, false, delay, p.prefixTransferBlocks);
   }
 }

@@ -99,6 +99,8 @@ export class ClusterSim {
   }
   /** Turns whose prefix a peer sent to their decode worker (peer transfer). */
   peerTransfers = 0;
+  /** Remote prefills whose decode worker first sent its cached prefix to the prefill worker. */
+  prefixesToPrefill = 0;
   /** Blocks those transfers read from the holder's host memory (router option peerHostBlocks). */
   peerHostBlocks = 0;
   /** Blocks prefetched from host memory ahead of a session's predicted return (ours, spec.prefetchLeadS). */
