@@ -12,10 +12,15 @@ import type { ClusterSim } from "./simulator.ts";
 import { poke } from "./stepping.ts";
 import type { PrefillJob, SimWorker } from "./worker.ts";
 
+/** Full blocks of `req`'s prompt: those a finished prefill commits to the prefix cache. */
+function promptBlocks(sim: ClusterSim, req: ReqState): number {
+  return Math.min(req.chunks.length, Math.floor(req.prompt / sim.bt));
+}
+
 /** A prefill finished on `w`: caches its blocks, then decodes locally or hands the KV to the decode worker. */
 export function prefillDone(sim: ClusterSim, w: SimWorker, job: PrefillJob): void {
   const req = job.req;
-  const full = Math.min(req.chunks.length, Math.floor(req.prompt / sim.bt));
+  const full = promptBlocks(sim, req);
   const caches = sim.spec.decodeCaches || w.role !== "decode" || !job.local;
   if (caches) commitRange(sim, w, job.blocks, req, job.cachedBlocks, full, (c) => req.chunks[c], "tool-output");
   if (job.local) return beginDecode(sim, w, req, job.blocks);
@@ -49,7 +54,7 @@ export function kvArrived(sim: ClusterSim, e: KvArrival): void {
   e.from.pool.release(e.fromBlocks, { sessionId: e.req.plan.id });
   retryWaiting(sim, e.from);
   if (sim.spec.decodeCaches) {
-    const full = Math.min(e.req.chunks.length, Math.floor(e.req.prompt / sim.bt));
+    const full = promptBlocks(sim, e.req);
     commitRange(sim, e.w, e.blocks, e.req, e.cached, full, (c) => e.req.chunks[c], "tool-output");
   }
   if (sim.spec.handoffTailRecompute) return recomputeTail(sim, e.w, e.req, e.blocks);
@@ -67,7 +72,7 @@ export function kvArrived(sim: ClusterSim, e: KvArrival): void {
 function recomputeTail(sim: ClusterSim, w: SimWorker, req: ReqState, blocks: number[]): void {
   const tail = req.prompt - Math.floor((req.prompt - 1) / sim.bt) * sim.bt;
   const job: PrefillJob = {
-    req, left: tail, pos: req.prompt - tail, blocks, cachedBlocks: Math.min(req.chunks.length, Math.floor(req.prompt / sim.bt)),
+    req, left: tail, pos: req.prompt - tail, blocks, cachedBlocks: promptBlocks(sim, req),
     local: true, readyAt: sim.now, enqueuedAt: sim.now,
   };
   w.queue.push(job);

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { applyAction } from "../../src/sim/actions.ts";
+import { buildRequest, startPlacement } from "../../src/sim/admission.ts";
 import { compare } from "../../src/sim/compare.ts";
 import { CostModel } from "../../src/sim/cost-model.ts";
 import { profileSweep } from "../../src/sim/profiler.ts";
@@ -157,6 +158,22 @@ test("ClusterSim with handoffTailRecompute prefills a handed-off prompt's last b
   // The tail's step mixes with the decoding sequence: it pays the 100 ms, and so does that sequence.
   assert.ok(tail.handedTtft > moved.handedTtft + 0.09 && tail.handedTtft < moved.handedTtft + 0.3, `TTFT whole KV moved ${moved.handedTtft} s, tail recomputed ${tail.handedTtft} s`);
   assert.ok(tail.decodeE2e > moved.decodeE2e + 0.09, `decoding sequence E2E ${moved.decodeE2e} s against ${tail.decodeE2e} s`);
+});
+
+test("startPlacement() counts a prefix sent to the prefill worker before a remote prefill apart from a peer pull", () => {
+  const trace = JSON.stringify({ timestamp: 0, input_length: 4096, output_length: 2, hash_ids: [0, 1, 2, 3, 4, 5, 6, 7] });
+  const gpw = gpusPerWorker(KIMI_K2_6, GB300);
+  const sim = new ClusterSim(parseMooncake(trace), { ...evolvingStatic(workersContext(2, GB300)), initialPrefill: 1, initialDecode: 1, initialRole: "decode" }, {
+    model: KIMI_K2_6, hw: GB300, gpus: 2 * gpw, gpusPerWorker: gpw, drainS: 10, maxQueueS: 10, sampleS: 1, slo: { ttftS: 1, itlS: 0.05 },
+  });
+  const [pre, dec] = sim.workers;
+  const plan = sim.workload.sessions[0];
+  startPlacement(sim, buildRequest(sim, plan, 0, 0), { prefill: pre, decode: dec, prefixTransferBlocks: 0 });
+  assert.deepEqual([sim.prefixesToPrefill, sim.peerTransfers], [0, 0], "nothing sent");
+  startPlacement(sim, buildRequest(sim, plan, 0, 0), { prefill: pre, decode: dec, prefixTransferBlocks: 3 });
+  assert.deepEqual([sim.prefixesToPrefill, sim.peerTransfers], [1, 0], "the decode worker's prefix sent to the prefill worker");
+  startPlacement(sim, buildRequest(sim, plan, 0, 0), { prefill: null, decode: dec, prefixTransferBlocks: 3, prefixSource: pre });
+  assert.deepEqual([sim.prefixesToPrefill, sim.peerTransfers], [1, 1], "a peer pull");
 });
 
 test("a simulated turn whose KV holder is busy pulls its prefix from it over the link instead of recomputing it elsewhere", () => {
