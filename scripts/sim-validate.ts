@@ -221,8 +221,7 @@ async function oneRun(
   });
   const prefill = setup.roles.prefill;
   const sim = new ClusterSim(w, {
-    // The real engine recomputes a handed-off prompt's last block on the decode worker (whole blocks move).
-    ...evolving(ctx), planner, maxLocalPrefill: planner?.localPrefillThreshold() ?? fixed ?? 512, handoffTailRecompute: true,
+    ...evolving(ctx), planner, maxLocalPrefill: planner?.localPrefillThreshold() ?? fixed ?? 512,
     initialPrefill: prefill, initialDecode: WORKERS - prefill, initialRole: setup.roles.rest,
     stepTokens: { mixed: setup.maxBatchTokens, prefill: setup.maxBatchTokens }, stepMixing: setup.stepMixing === "split" ? "split" : "mixed",
   }, cfg);

@@ -12,7 +12,9 @@ import type { WorkerSet } from "./worker-set.ts";
 
 /**
  * Moves what `route` says, then submits `req` to `dec`. `hop.cancel` is replaced with what cancels
- * the step under way; a cancelled hand-off rejects with "Cancelled".
+ * the step under way; a hand-off cancelled before its prefill ends rejects with "Cancelled". Once the
+ * prefill has ended it goes on (relay-handle.ts then cancels the submitted request), so the last
+ * block both ends hold for it is let go at once (handoff-tails.ts), not when its hold runs out.
  */
 export async function handOff(
   req: GenerateRequest, route: SessionRoute, dec: ClusterWorker, set: WorkerSet, counters: ClusterCounters, hop: { cancel: () => void },
@@ -23,9 +25,11 @@ export async function handOff(
   let prefillHit: number | undefined;
   if (route.prefixSource !== undefined) {
     await movePrefix(set.get(route.prefixSource)!, dec, req.prompt, sid, counters);
+    if (cancelled) throw new Error("Cancelled");
   } else if (route.prefillWorker !== null) {
     const pre = set.get(route.prefillWorker)!;
     if (route.prefixTransferBlocks > 0) await movePrefix(dec, pre, req.prompt, sid, counters);
+    if (cancelled) throw new Error("Cancelled");
     const h = pre.engine.submit({ ...req, maxTokens: 1, stop: undefined, prefillOnly: true });
     hop.cancel = () => {
       cancelled = true;
@@ -33,12 +37,11 @@ export async function handOff(
     };
     const r = await h.result;
     if (r.error) throw new Error(`The prefill on ${pre.id} failed: ${r.error}`);
-    if (cancelled) throw new Error("Cancelled");
+    if (r.finishReason === "abort") throw new Error("Cancelled");
     counters.prefillHandoffs++;
     prefillHit = r.cachedTokens;
-    await movePrefix(pre, dec, req.prompt, sid, counters, false);
+    await movePrefix(pre, dec, req.prompt, sid, counters, false, true);
   }
-  if (cancelled) throw new Error("Cancelled");
   const h = dec.engine.submit(req);
   return prefillHit === undefined ? h : reportingCached(h, prefillHit);
 }
@@ -54,11 +57,15 @@ function reportingCached(h: RequestHandle, cachedTokens: number): RequestHandle 
   return { id: h.id, stream: h.stream, result, cancel: () => h.cancel(), get sessionId() { return h.sessionId; } };
 }
 
-/** Copies the cached prefix of `tokens` from one worker to another (`count`: as a prefix move). */
+/**
+ * Copies the cached prefix of `tokens` from one worker to another (`count`: as a prefix move;
+ * `handoff`: a prompt `from` just prefilled, whose last block goes too, prefix-transfer.ts).
+ */
 async function movePrefix(
   from: ClusterWorker, to: ClusterWorker, tokens: readonly number[], sessionId: string | undefined, counters: ClusterCounters, count = true,
+  handoff = false,
 ): Promise<void> {
-  const prefix = await from.engine.exportPrefix(tokens);
+  const prefix = await from.engine.exportPrefix(tokens, handoff);
   if (prefix === null) return;
   if (count) counters.prefixMoves++;
   counters.movedBlocks += await to.engine.importPrefix(prefix, sessionId);

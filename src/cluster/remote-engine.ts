@@ -135,8 +135,8 @@ export class RemoteEngine implements WorkerEngine {
     this.send({ op: "tool", sessionId, tool });
   }
 
-  async exportPrefix(tokens: readonly number[]): Promise<PrefixKv | null> {
-    return (await this.call({ op: "export", cid: 0, tokens: [...tokens] })) as PrefixKv | null;
+  async exportPrefix(tokens: readonly number[], handoff = false): Promise<PrefixKv | null> {
+    return (await this.call({ op: "export", cid: 0, tokens: [...tokens], ...(handoff ? { handoff } : {}) })) as PrefixKv | null;
   }
 
   async importPrefix(prefix: PrefixKv, sessionId?: string): Promise<number> {

@@ -28,8 +28,11 @@ export interface WorkerEngine {
   /** Queues a request (already checked against the context limit by the cluster). */
   submit(req: GenerateRequest): RequestHandle;
   markToolWait(sessionId: string, tool: string): void;
-  /** KV of the longest cached prefix of `tokens`, device then host tier (null when none is cached). */
-  exportPrefix(tokens: readonly number[]): Promise<PrefixKv | null>;
+  /**
+   * KV of the longest cached prefix of `tokens`, device then host tier (null when none is cached);
+   * `handoff`: a prompt this worker just prefilled, with the block it ended in (Engine.exportPrefix).
+   */
+  exportPrefix(tokens: readonly number[], handoff?: boolean): Promise<PrefixKv | null>;
   /** Caches a prefix from another worker; resolves to the blocks written. */
   importPrefix(prefix: PrefixKv, sessionId?: string): Promise<number>;
   stats(): EngineStats;
@@ -57,7 +60,7 @@ export function localWorkerEngine(engine: Engine): WorkerEngine {
     },
     submit: (req) => engine.submit(req),
     markToolWait: (sid, tool) => engine.markToolWait(sid, tool),
-    exportPrefix: (tokens) => engine.exportPrefix(tokens),
+    exportPrefix: (tokens, handoff) => engine.exportPrefix(tokens, handoff),
     importPrefix: (prefix, sid) => Promise.resolve(engine.importPrefix(prefix, sid)),
     stats: () => engine.stats(),
     queueState: () => engine.scheduler.queueState(),

@@ -112,8 +112,10 @@ export function serveWorker(port: ThreadPort): void {
       case "stop":
         try {
           if (m.op === "export") {
-            const p = await e.exportPrefix(m.tokens);
+            const p = await e.exportPrefix(m.tokens, m.handoff === true);
             send({ op: "reply", cid: m.cid, value: p }, prefixBuffers(p));
+            // A hand-off's export lets go of the last block held for it: the gauges changed.
+            if (m.handoff === true) report();
           } else if (m.op === "import") {
             send({ op: "reply", cid: m.cid, value: e.importPrefix(m.prefix, m.sessionId) });
             report();

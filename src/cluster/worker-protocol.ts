@@ -19,7 +19,7 @@ export type ToWorker =
   | { op: "submit"; rid: number; req: GenerateRequest }
   | { op: "cancel"; rid: number }
   | { op: "tool"; sessionId: string; tool: string }
-  | { op: "export"; cid: number; tokens: number[] }
+  | { op: "export"; cid: number; tokens: number[]; handoff?: boolean }
   | { op: "import"; cid: number; prefix: PrefixKv; sessionId?: string }
   | { op: "mixing"; mode: StepMixing }
   | { op: "stop"; cid: number };

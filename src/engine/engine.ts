@@ -15,7 +15,8 @@ import { HostKvOffload } from "./kv-offload.ts";
 import { OutputConstraint, TokenTrie } from "./output-constraint.ts";
 import { SchemaError } from "./json-schema.ts";
 import { checkSamplingRequest, LogitAdjuster } from "./logit-adjust.ts";
-import { exportPrefix, importPrefix, type PrefixKv } from "./prefix-transfer.ts";
+import { exportHandoff, exportPrefix, importPrefix, type PrefixKv } from "./prefix-transfer.ts";
+import { HandoffTails } from "./handoff-tails.ts";
 import {
   type EngineStats, EngineOverloadedError, type GenerateRequest, RequestParamError, type GenerateResult, outputBudget, type RequestHandle, type ServingEngine, type StreamDelta,
   type WorkerStatus,
@@ -58,6 +59,7 @@ export class Engine implements ServingEngine {
   private readonly turns: EngineSessions | undefined;
   private readonly mixing: AutoStepMixing | undefined;
   private readonly offload: HostKvOffload | undefined;
+  private readonly tails: HandoffTails;
 
   constructor(private readonly opts: EngineOptions) {
     this.now = opts.now ?? (() => performance.now());
@@ -75,7 +77,10 @@ export class Engine implements ServingEngine {
       ...(offload ? { onEvict: (b: EvictedBlock) => offload.evicted(b) } : {}),
     });
     if (opts.scheduler?.preemption === "swap" && !r.swap) throw new RangeError(`Preemption mode "swap" needs a runner that can copy KV to host memory`);
-    this.scheduler = new Scheduler(poolBlockManager(this.pool, kvEventCount), opts.scheduler, () => this.now() / 1000);
+    // A hand-off's last block waits here between the prefill's end and the decode's admission: a
+    // minute at most, and at most an eighth of the pool, so untaken ones never crowd the cache out.
+    this.tails = new HandoffTails((ids) => this.pool.release(ids), clock, { maxBlocks: Math.floor(r.numBlocks / 8), ttlS: 60 });
+    this.scheduler = new Scheduler(poolBlockManager(this.pool, kvEventCount, this.tails), opts.scheduler, () => this.now() / 1000);
     const auto = opts.autoStepMixing;
     if (auto) this.mixing = new AutoStepMixing(this.scheduler.stepMixing, this.scheduler.config.maxBatchTokens, auto === true ? {} : auto);
     const poolTokens = (r.numBlocks - this.scheduler.config.watermarkBlocks) * r.blockSize;
@@ -136,15 +141,20 @@ export class Engine implements ServingEngine {
 
   /**
    * KV of the longest cached prefix of `tokens` here, to move to another worker: device blocks, then
-   * what the host tier holds after them (null when neither holds any).
+   * what the host tier holds after them (null when neither holds any). `handoff`: `tokens` is a prompt
+   * this worker just prefilled, sent with the block it ended in (prefix-transfer.ts `exportHandoff`).
    */
-  exportPrefix(tokens: readonly number[]): Promise<PrefixKv | null> {
+  exportPrefix(tokens: readonly number[], handoff = false): Promise<PrefixKv | null> {
+    if (handoff) return exportHandoff(this.pool, this.opts.runner, tokens, this.tails, this.offload);
     return exportPrefix(this.pool, this.opts.runner, tokens, Infinity, this.offload);
   }
 
-  /** Caches a prefix moved from another worker, ranked as `sessionId`'s; returns the blocks written. */
+  /**
+   * Caches a prefix moved from another worker, ranked as `sessionId`'s; a hand-off's last block is held
+   * for the request with that prompt. Returns the blocks written.
+   */
   importPrefix(prefix: PrefixKv, sessionId?: string): number {
-    return importPrefix(this.pool, this.opts.runner, prefix, sessionId === undefined ? undefined : { sessionId });
+    return importPrefix(this.pool, this.opts.runner, prefix, sessionId === undefined ? undefined : { sessionId }, Infinity, this.tails);
   }
 
   /** Cancels a request; its KV blocks are freed now or at the end of the step in flight. */

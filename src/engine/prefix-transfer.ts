@@ -7,17 +7,24 @@
  */
 import type { BlockMeta, BlockPool } from "../../kv/index.ts";
 import type { StepRunner } from "./engine-runner.ts";
+import type { HandoffTails } from "./handoff-tails.ts";
 import { concatKv, type HostKv } from "./kv-copy.ts";
 
 /** A cached prefix's KV on the host, on its way to another worker (or back from host memory). */
 export interface PrefixKv {
-  /** The tokens of the prefix: whole blocks only. */
+  /** The tokens of the prefix: whole blocks only, unless `tail`. */
   tokens: number[];
   blockSize: number;
-  /** KV of blocks `firstBlock` onwards (the receiver must already hold the blocks before). */
+  /** KV of blocks `firstBlock` onwards (the receiver must already hold the blocks before); whole blocks. */
   kv: HostKv;
   /** First block `kv` covers (default 0: all of them). */
   firstBlock?: number;
+  /**
+   * `tokens` is a whole prompt handed off after its prefill, and `kv`'s last block is the block it
+   * ended in (full or not; slots past the prompt's end are unused): the receiver holds that block for
+   * the request with exactly this prompt (handoff-tails.ts) instead of caching it.
+   */
+  tail?: boolean;
 }
 
 /** Thrown when a prefix cannot move: a runner without block copies, or mismatched block sizes. */
@@ -56,6 +63,35 @@ export async function exportPrefix(
   return { tokens: tokens.slice(0, kv.numTokens), blockSize: bs, kv };
 }
 
+/**
+ * The KV of a prompt this worker just prefilled, for the worker that decodes it: the cached full
+ * blocks before the block the prompt ended in, then that block, held for it since the prefill ended
+ * (`tail`). Without that block, or with the run before it no longer all cached, what exportPrefix
+ * gives (the receiver then computes the rest again).
+ */
+export async function exportHandoff(
+  pool: BlockPool, runner: StepRunner, prompt: readonly number[], tails: HandoffTails, host?: HostContinuation,
+): Promise<PrefixKv | null> {
+  if (!runner.readBlocks) throw new PrefixTransferError("This worker cannot read KV blocks out of its cache");
+  const bs = pool.blockSize;
+  const before = Math.ceil(prompt.length / bs) - 1;
+  const tail = tails.take(prompt);
+  if (tail === null) return exportPrefix(pool, runner, prompt, Infinity, host);
+  let read: Promise<HostKv> | undefined;
+  try {
+    const m = pool.matchPrefix(prompt, before);
+    try {
+      if (m.blockIds.length === before) read = runner.readBlocks([...m.blockIds, tail]);
+    } finally {
+      pool.release(m.blockIds);
+    }
+  } finally {
+    pool.release([tail]);
+  }
+  if (read === undefined) return exportPrefix(pool, runner, prompt, Infinity, host);
+  return { tokens: [...prompt], blockSize: bs, kv: await read, tail: true };
+}
+
 /** The first `numTokens` tokens of `kv`. */
 function headOf(kv: HostKv, numTokens: number): HostKv {
   const cut = (a: Float32Array) => a.subarray(0, (a.length / kv.numTokens) * numTokens);
@@ -65,11 +101,16 @@ function headOf(kv: HostKv, numTokens: number): HostKv {
 /**
  * Writes `prefix` into `pool` as cached, evictable blocks (ranked as `meta`'s session), keeping the
  * leading blocks it already holds. Stops early after `maxBlocks`, where the pool has no free or
- * evictable block left, or where a block cannot be indexed. Returns how many blocks it wrote.
+ * evictable block left, or where a block cannot be indexed. A hand-off's last block (`prefix.tail`)
+ * goes to `tails` when every block before it is cached here (else it is dropped: the decode computes
+ * it again). Returns how many blocks it wrote.
  */
-export function importPrefix(pool: BlockPool, runner: StepRunner, prefix: PrefixKv, meta?: BlockMeta, maxBlocks = Infinity): number {
+export function importPrefix(
+  pool: BlockPool, runner: StepRunner, prefix: PrefixKv, meta?: BlockMeta, maxBlocks = Infinity, tails?: HandoffTails,
+): number {
   const bs = pool.blockSize;
   if (prefix.blockSize !== bs) throw new PrefixTransferError(`The prefix has blocks of ${prefix.blockSize} tokens; this worker's hold ${bs}`);
+  if (prefix.tail) return importHandoff(pool, runner, prefix, meta, maxBlocks, tails);
   if (prefix.tokens.length % bs !== 0) throw new PrefixTransferError(`The prefix covers ${prefix.tokens.length} tokens, not whole blocks of ${bs}`);
   if (!runner.writeBlocks) throw new PrefixTransferError("This worker cannot write KV blocks into its cache");
   const have = pool.matchPrefix(prefix.tokens);
@@ -91,4 +132,22 @@ export function importPrefix(pool: BlockPool, runner: StepRunner, prefix: Prefix
   }
   pool.release([...have.blockIds, ...fresh], meta?.sessionId === undefined ? undefined : { sessionId: meta.sessionId });
   return written;
+}
+
+/** `importPrefix` of a hand-off: the full blocks before the prompt's last block, then that block. */
+function importHandoff(pool: BlockPool, runner: StepRunner, prefix: PrefixKv, meta: BlockMeta | undefined, maxBlocks: number, tails?: HandoffTails): number {
+  const bs = pool.blockSize;
+  const before = Math.ceil(prefix.tokens.length / bs) - 1;
+  const first = prefix.firstBlock ?? 0;
+  if (!runner.writeBlocks) throw new PrefixTransferError("This worker cannot write KV blocks into its cache");
+  if (prefix.tokens.length === 0 || prefix.kv.numTokens !== (before + 1 - first) * bs) {
+    throw new PrefixTransferError(`A hand-off of ${prefix.tokens.length} tokens from block ${first} needs KV of ${(before + 1 - first) * bs} tokens, got ${prefix.kv.numTokens}`);
+  }
+  const head = before > first ? importPrefix(pool, runner, { ...prefix, tokens: prefix.tokens.slice(0, before * bs), tail: false }, meta, maxBlocks) : 0;
+  if (tails === undefined || head >= maxBlocks || pool.cachedPrefixTokens(prefix.tokens.slice(0, before * bs)) < before * bs) return head;
+  const got = pool.tryAllocate(1);
+  if (got === null) return head;
+  runner.writeBlocks!(got, prefix.kv, before - first);
+  tails.keep(prefix.tokens, got[0]);
+  return head + 1;
 }

@@ -6,6 +6,7 @@
  * engine-sessions.ts `inferSessionId`; what agent-aware retention evicts first, kv/agent-retention.ts).
  */
 import type { BlockMeta, BlockPool, KvEvent, KvEventSink } from "../../kv/index.ts";
+import type { HandoffTails } from "./handoff-tails.ts";
 import type { KvBlockManager } from "./scheduler-kv.ts";
 import type { SequenceHints } from "./sequence.ts";
 
@@ -23,11 +24,21 @@ function blockMeta(h: SequenceHints, type: GeneratedType | undefined): BlockMeta
 /**
  * A KvBlockManager backed by a kv/ BlockPool (prefix caching and retention included). `cacheVersion`,
  * when given, must change with every change to the pool's prefix index (see {@link countKvEvents}).
+ * With `tails`, prefills keep the block their prompt ended in and handed-off prompts find theirs there.
  */
-export function poolBlockManager(pool: BlockPool, cacheVersion?: () => number): KvBlockManager {
+export function poolBlockManager(pool: BlockPool, cacheVersion?: () => number, tails?: HandoffTails): KvBlockManager {
   const bs = pool.blockSize;
+  // A held hand-off block changes what a waiting prompt leaves to compute, as a cache change does.
+  const version = cacheVersion && tails ? () => cacheVersion() + tails.version : cacheVersion;
   return {
-    ...(cacheVersion ? { cacheVersion } : {}),
+    ...(version ? { cacheVersion: version } : {}),
+    ...(tails
+      ? {
+        keepHandoffTail: (prompt: readonly number[], id: number) => tails.keep(prompt, id),
+        takeHandoffTail: (prompt: readonly number[]) => tails.take(prompt),
+        hasHandoffTail: (prompt: readonly number[]) => tails.has(prompt),
+      }
+      : {}),
     blockSize: bs,
     totalBlocks: pool.numBlocks,
     numAvailable: () => pool.numFreeBlocks(),

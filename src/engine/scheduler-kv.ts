@@ -46,4 +46,13 @@ export interface KvBlockManager {
    * a block this call leaves unreferenced is counted in that sequence's session from now on.
    */
   release(blockIds: readonly number[], hints?: SequenceHints): void;
+  /**
+   * Holds `blockId` (its reference passing to the holder) as the block `prompt` ended in, for a hand-off
+   * of that prompt's KV to another worker (handoff-tails.ts). Absent: the block is released.
+   */
+  keepHandoffTail?(prompt: readonly number[], blockId: number): void;
+  /** Takes the block held for exactly `prompt`'s end (its reference passing to the caller), or null. */
+  takeHandoffTail?(prompt: readonly number[]): number | null;
+  /** True when a block is held for exactly `prompt`'s end. */
+  hasHandoffTail?(prompt: readonly number[]): boolean;
 }

@@ -15,6 +15,7 @@
  */
 import { prefillOrder } from "../../planner/prefill-order.ts";
 import type { KvBlockManager } from "./scheduler-kv.ts";
+import type { StepWork } from "./scheduler-mixing.ts";
 import type { SchedulerConfig, SwapOp } from "./scheduler-types.ts";
 import type { SwapSpace } from "./scheduler-swap.ts";
 import type { Sequence } from "./sequence.ts";
@@ -98,35 +99,43 @@ export class WaitingQueue {
   /**
    * Admission in {@link admissionOrder} into `running`: stops at the first sequence that does not
    * fit (no overtaking), except in the decode role. A swapped-out sequence gets fresh blocks for its
-   * saved KV (pushed onto `swapIn`).
+   * saved KV (pushed onto `swapIn`). A handed-off prompt whose last block this worker holds
+   * (handoff-tails.ts) starts with all but its last token computed, as a decode: `work` "decode"
+   * admits only those, "prefill" all others, "all" every sequence.
    */
-  admit(running: Sequence[], budget: () => number, add: (seq: Sequence, n: number) => void, swapIn: SwapOp[]): void {
+  admit(running: Sequence[], budget: () => number, add: (seq: Sequence, n: number) => void, swapIn: SwapOp[], work: StepWork = "all"): void {
     const bs = this.kv.blockSize;
     const order = this.admissionOrder();
     const admitted = new Set<Sequence>();
     for (let o = 0; o < order.length && budget() > 0 && running.length < this.config.maxRunning; o++) {
       const seq = this.seqs[order[o]];
+      if (work !== "all" && this.handedOff(seq) !== (work === "decode")) continue;
       // Never serve the last token from cache: its logits are needed, so at least one token is computed.
       // Swapped KV is restored whole into fresh blocks: no prefix probe, nothing shared.
       const swapped = seq.numSwapped;
       const hit = swapped > 0 ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
-      const cached = swapped > 0 ? swapped : hit.length * bs;
-      const uncachedPrompt = Math.max(0, seq.promptLength - cached);
+      const tail = swapped > 0 || hit.length !== lastBlockOf(seq, bs) || !this.handedOff(seq) ? null : this.kv.takeHandoffTail!(seq.tokens);
+      const held = tail === null ? hit : [...hit, tail];
+      const cached = swapped > 0 ? swapped : tail !== null ? seq.tokens.length - 1 : hit.length * bs;
+      // A handed-off prompt's last token is computed again as a decode is, whatever the role allows.
+      const uncachedPrompt = tail !== null ? 0 : Math.max(0, seq.promptLength - cached);
       if (this.config.role === "decode" && uncachedPrompt > this.config.localPrefillLimit) {
-        this.kv.release(hit);
+        this.kv.release(held);
         continue;
       }
       const room = this.kv.numAvailable() - this.config.watermarkBlocks;
-      const n = Math.min(seq.tokens.length - cached, budget(), (hit.length + room) * bs - cached);
-      const got = n > 0 ? this.kv.allocate(Math.ceil((cached + n) / bs) - hit.length) : null;
+      const n = Math.min(seq.tokens.length - cached, budget(), (held.length + room) * bs - cached);
+      const got = n > 0 ? this.kv.allocate(Math.ceil((cached + n) / bs) - held.length) : null;
       if (got === null) {
         this.kv.release(hit);
+        if (tail !== null) this.kv.keepHandoffTail!(seq.tokens, tail);
         break;
       }
       admitted.add(seq);
-      seq.blockTable = [...hit, ...got];
+      seq.blockTable = [...held, ...got];
       seq.numComputed = cached;
       seq.numCommittedBlocks = hit.length;
+      seq.promptHandedOff = tail !== null;
       seq.status = "running";
       if (swapped > 0) swapIn.push(this.swap.swapIn(seq, got));
       if (seq.preemptions === 0) {
@@ -140,6 +149,11 @@ export class WaitingQueue {
     if (admitted.size === 0) return;
     this.seqs = this.seqs.filter((s) => !admitted.has(s));
     for (const s of admitted) this.left(s);
+  }
+
+  /** True when `seq` is a fresh prompt whose last block this worker holds from a hand-off. */
+  private handedOff(seq: Sequence): boolean {
+    return seq.numOutput === 0 && seq.preemptions === 0 && seq.numSwapped === 0 && (this.kv.hasHandoffTail?.(seq.tokens) ?? false);
   }
 
   /** Indices of the queue in admission order (queue order unless config.prefillOrder says otherwise). */
@@ -158,7 +172,9 @@ export class WaitingQueue {
   private uncached(seq: Sequence): number {
     let n = this.probed.get(seq);
     if (n === undefined) {
-      n = seq.tokens.length - (seq.numSwapped > 0 ? seq.numSwapped : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1)));
+      const cached = seq.numSwapped > 0 ? seq.numSwapped : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1));
+      // A held hand-off block counts only behind a cached run reaching it, as admission takes it.
+      n = cached === lastBlockOf(seq, this.kv.blockSize) * this.kv.blockSize && this.handedOff(seq) ? 1 : seq.tokens.length - cached;
       this.probed.set(seq, n);
     }
     return n;
@@ -193,4 +209,9 @@ export class WaitingQueue {
     if (this.uncachedSum !== undefined) this.uncachedSum -= this.probed.get(seq)!;
     this.probed.delete(seq);
   }
+}
+
+/** Index of the block a sequence's last token falls in (the blocks before it are full). */
+function lastBlockOf(seq: Sequence, blockSize: number): number {
+  return Math.ceil(seq.tokens.length / blockSize) - 1;
 }

@@ -132,7 +132,7 @@ export class Scheduler {
       add(seq, n);
     }
 
-    if (preempted.length === 0 && work !== "decode") this.waiting.admit(this.running, () => budget, (seq, n) => add(seq, n), swapIn);
+    if (preempted.length === 0) this.waiting.admit(this.running, () => budget, (seq, n) => add(seq, n), swapIn, work);
 
     const numTokens = entries.reduce((a, e) => a + e.tokens.length, 0);
     return { step: -1, entries, numTokens, numPrefillTokens: prefill, numDecodeTokens: numTokens - prefill, preempted, truncated, swapOut, swapIn };
@@ -146,6 +146,7 @@ export class Scheduler {
     seq.blockTable = [];
     seq.numComputed = 0;
     seq.numCommittedBlocks = 0;
+    seq.promptHandedOff = false;
     seq.preemptions++;
     this.preemptions++;
     seq.status = "waiting";
@@ -197,8 +198,18 @@ export class Scheduler {
     if (seq.status === "running") {
       this.running.splice(this.running.indexOf(seq), 1);
       this.waiting.forget(seq);
-    } else this.waiting.remove(seq);
-    this.kv.release(seq.blockTable, seq.hints);
+    } else {
+      this.waiting.remove(seq);
+      // A handed-off prompt that ends before it ran lets go of the last block held for it.
+      const tail = seq.numOutput === 0 && seq.preemptions === 0 ? this.kv.takeHandoffTail?.(seq.tokens) ?? null : null;
+      if (tail !== null) this.kv.release([tail]);
+    }
+    // A finished prefill keeps the block its prompt ended in for the hand-off (handoff-tails.ts).
+    const tailAt = Math.ceil(seq.promptLength / this.kv.blockSize) - 1;
+    if (reason === "prefill_done" && this.kv.keepHandoffTail && seq.numComputed >= seq.promptLength && tailAt < seq.blockTable.length) {
+      this.kv.keepHandoffTail(seq.tokens.slice(0, seq.promptLength), seq.blockTable[tailAt]);
+      this.kv.release(seq.blockTable.filter((_, i) => i !== tailAt), seq.hints);
+    } else this.kv.release(seq.blockTable, seq.hints);
     this.swap.drop(seq);
     seq.blockTable = [];
     seq.status = "finished";

@@ -43,6 +43,11 @@ export class Sequence {
   numSwapped = 0;
   /** Times this sequence lost its KV to preemption. */
   preemptions = 0;
+  /**
+   * Admitted with its prompt's KV handed over from a prefill worker, last block included: the last
+   * prompt token is computed again as a decode is (for its logits), not as a prefill chunk.
+   */
+  promptHandedOff = false;
   /** Set when an abort arrives while the sequence is part of a step in flight. */
   abortRequested = false;
   finishReason?: FinishReason;
@@ -86,6 +91,6 @@ export class Sequence {
 
   /** True while the sequence still works through its prompt (or a recompute after preemption). */
   get inPrefill(): boolean {
-    return this.numPending > 1 || this.numOutput === 0;
+    return this.numPending > 1 || (this.numOutput === 0 && !this.promptHandedOff);
   }
 }

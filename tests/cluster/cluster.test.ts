@@ -6,6 +6,7 @@ import { type PeerTransferMode, peerTransferOptions } from "../../src/cluster/cl
 import type { Cluster, ClusterDecision } from "../../src/cluster/cluster.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { SessionRefusedError } from "../../src/engine/engine-types.ts";
+import type { StepRecord } from "../../src/engine/step-record.ts";
 import { readTextFile } from "../../src/runtime/fs.ts";
 import type { MetricsSnapshot, Planner, PlannerAction } from "../../planner/types.ts";
 import { greedy, model, oneEngine, run, STORY } from "./fixtures.ts";
@@ -43,26 +44,34 @@ test("Engine.importPrefix() makes another engine's cached prefix a hit that gene
 
 test("Cluster hands a prefill from a prefill worker to a decode worker and streams what one engine would", async () => {
   const expected = await oneEngine(greedy(STORY));
-  const cl = cluster({ workers: 2, roles: ["prefill", "decode"], router: "kv-aware", routerOptions: { localPrefillThreshold: 0 } });
+  const decodeSteps: StepRecord[] = [];
+  const cl = cluster({
+    workers: 2, roles: ["prefill", "decode"], router: "kv-aware", routerOptions: { localPrefillThreshold: 0 },
+    onStep: (id, r) => id === "worker-1" && decodeSteps.push(r),
+  });
   const { streamed, result } = await run(cl, greedy(STORY));
   assert.deepEqual(streamed, expected);
   assert.deepEqual(result.tokenIds, expected);
   assert.equal(cl.counters.prefillHandoffs, 1);
   const [pre, dec] = cl.workers;
+  assert.equal(dec.id, "worker-1");
   assert.equal(pre.engine.metrics.finished.get("prefill_done"), 1, "the prefill worker stopped at the first token");
-  const moved = Math.floor((STORY.length - 1) / 16) * 16;
-  assert.ok(moved > 0);
-  assert.equal(dec.engine.stats().prefixHitTokens, moved, "the decode worker started from the moved KV");
+  assert.ok(STORY.length % 16 !== 0, "the prompt ends in a partial block");
+  assert.equal(dec.engine.stats().prefixHitTokens, STORY.length - 1, "the decode worker started from the moved KV, the partial last block included");
+  assert.equal(decodeSteps.length, expected.length);
+  assert.deepEqual(decodeSteps.map((s) => s.prefillTokens), expected.map(() => 0), "the last prompt token was computed as a decode, in no prefill step");
   assert.equal(result.cachedTokens, 0, "the client is told what was cached before it asked: nothing");
   const again = await run(cl, greedy(STORY));
   assert.deepEqual(again.streamed, expected);
+  const moved = Math.floor((STORY.length - 1) / 16) * 16;
   assert.equal(again.result.cachedTokens, moved, "asked again, the prompt was cached on the prefill worker");
   assert.equal(cl.metrics.ttft.count, 2);
   assert.equal(cl.metrics.finished.get("length"), 2);
-  // A prompt shorter than a block moves nothing and still decodes the golden tokens.
+  // A prompt shorter than a block moves only its last block and still decodes the golden tokens.
   const short = await run(cl, greedy(golden.prompt_ids_with_bos, 20));
   assert.deepEqual(short.streamed, golden.greedy20);
   assert.equal(cl.counters.prefillHandoffs, 3);
+  assert.ok(decodeSteps.every((s) => s.prefillTokens === 0), "no hand-off left the decode worker a prefill");
   await cl.stop();
 });
 

@@ -34,7 +34,8 @@ test("startTcpCluster() drives worker processes over TCP and moves a prefill's K
       const { streamed, result } = await run(cl, greedy(STORY));
       assert.deepEqual(streamed, expected, "two processes stream what one engine generates");
       assert.equal(cl.counters.prefillHandoffs, 1);
-      assert.equal(cl.counters.movedBlocks, Math.floor((STORY.length - 1) / 16), "the prompt's full blocks moved to the decode process");
+      assert.equal(cl.counters.movedBlocks, Math.ceil(STORY.length / 16), "the prompt's blocks moved to the decode process, its partial last block too");
+    assert.equal(cl.workers[1].engine.stats().prefixHitTokens, STORY.length - 1, "the decode process computed only the last prompt token again");
       assert.equal(result.cachedTokens, 0, "reported as cached: what was cached before the request (nothing)");
       const more = await Promise.all(Array.from({ length: 4 }, (_, i) => run(cl, greedy(STORY.slice(0, 20 + i), 6))));
       for (const m of more) assert.equal(m.result.completionTokens, 6, m.result.error);

@@ -13,7 +13,8 @@ test("startThreadCluster() runs each worker's engine in a thread and moves a pre
     const { streamed, result } = await run(cl, greedy(STORY));
     assert.deepEqual(streamed, expected, "the thread pair streams what one engine generates");
     assert.equal(cl.counters.prefillHandoffs, 1);
-    assert.equal(cl.counters.movedBlocks, Math.floor((STORY.length - 1) / 16), "the prompt's full blocks moved to the decode thread");
+    assert.equal(cl.counters.movedBlocks, Math.ceil(STORY.length / 16), "the prompt's blocks moved to the decode thread, its partial last block too");
+    assert.equal(cl.workers[1].engine.stats().prefixHitTokens, STORY.length - 1, "the decode thread computed only the last prompt token again");
     assert.equal(result.cachedTokens, 0, "reported as cached: what was cached before the request (nothing)");
     // Parallel requests all complete, and the threads' reports reach the cluster's gauges.
     const many = await Promise.all(Array.from({ length: 6 }, (_, i) => run(cl, greedy([...STORY.slice(0, 10 + i), ...STORY.slice(20)], 8))));

@@ -1,0 +1,137 @@
+/**
+ * A prompt's last block in a prefill/decode hand-off. The prefix cache holds full blocks only, so
+ * without this the decoding worker would compute a handed-off prompt's last block again (1 to a
+ * block of tokens, in a step that then mixes prefill with its decodes). Instead the prefill worker
+ * keeps the block its prompt ended in when the prefill finishes, sends it with the full blocks, and
+ * the decoding worker holds it for the request with exactly that prompt, which then starts with
+ * every prompt token but the last computed: the last is computed again in the first decode step, its
+ * logits giving the first token (vLLM's disaggregated decode does the same). Both ends keep the
+ * blocks here, each with one reference, until they are taken, grow stale or crowd the pool.
+ */
+import { hashBlock } from "../../kv/index.ts";
+
+/** Options of a {@link HandoffTails} store. */
+export interface HandoffTailOptions {
+  /** Most blocks held at once; the oldest goes first beyond it. */
+  maxBlocks: number;
+  /** Seconds a block is held before it is let go untaken. */
+  ttlS: number;
+}
+
+interface Held {
+  tokens: readonly number[];
+  blockId: number;
+  at: number;
+}
+
+/** Blocks holding the ends of prompts, each kept for the request whose prompt is exactly its tokens. */
+export class HandoffTails {
+  private readonly held = new Map<number, Held[]>();
+  private count = 0;
+  private changes = 0;
+
+  /** `release` drops the store's reference on blocks it lets go; `clock` is in seconds. */
+  constructor(private readonly release: (blockIds: number[]) => void, private readonly clock: () => number, private readonly o: HandoffTailOptions) {
+    if (!(o.maxBlocks >= 0) || !(o.ttlS > 0)) throw new RangeError(`Hand-off tails need maxBlocks ≥ 0 and ttlS > 0, got ${o.maxBlocks} and ${o.ttlS}`);
+  }
+
+  /** Changes whenever a block is kept, taken or let go (so a probe of {@link has} can be reused until then). */
+  get version(): number {
+    return this.changes;
+  }
+
+  /** Blocks held now. */
+  get size(): number {
+    return this.count;
+  }
+
+  /**
+   * Holds `blockId` (whose reference passes to the store) as the last block of `prompt`. A block
+   * already held for the same prompt is let go; with no room at all the block is let go at once.
+   */
+  keep(prompt: readonly number[], blockId: number): void {
+    this.prune();
+    const old = this.take(prompt);
+    if (old !== null) this.release([old]);
+    if (this.o.maxBlocks === 0) return this.release([blockId]);
+    while (this.count >= this.o.maxBlocks) this.dropOldest();
+    const key = keyOf(prompt);
+    const list = this.held.get(key) ?? [];
+    list.push({ tokens: [...prompt], blockId, at: this.clock() });
+    this.held.set(key, list);
+    this.count++;
+    this.changes++;
+  }
+
+  /** Takes the block held for exactly `prompt` (its reference passes to the caller), or null. */
+  take(prompt: readonly number[]): number | null {
+    this.prune();
+    const key = keyOf(prompt);
+    const list = this.held.get(key);
+    const i = list?.findIndex((h) => sameTokens(h.tokens, prompt)) ?? -1;
+    if (i < 0) return null;
+    const [h] = list!.splice(i, 1);
+    if (list!.length === 0) this.held.delete(key);
+    this.count--;
+    this.changes++;
+    return h.blockId;
+  }
+
+  /** True when a block is held for exactly `prompt` (tokens compared, not only hashes). */
+  has(prompt: readonly number[]): boolean {
+    if (this.count === 0) return false;
+    return this.held.get(keyOf(prompt))?.some((h) => sameTokens(h.tokens, prompt) && this.clock() - h.at <= this.o.ttlS) ?? false;
+  }
+
+  /** Lets go of every block held (a stopping engine). */
+  clear(): void {
+    const ids = [...this.held.values()].flat().map((h) => h.blockId);
+    this.held.clear();
+    this.count = 0;
+    if (ids.length > 0) {
+      this.changes++;
+      this.release(ids);
+    }
+  }
+
+  /** Lets go of blocks held longer than the TTL. */
+  private prune(): void {
+    const now = this.clock();
+    for (const [key, list] of this.held) {
+      const stale = list.filter((h) => now - h.at > this.o.ttlS);
+      if (stale.length === 0) continue;
+      const kept = list.filter((h) => now - h.at <= this.o.ttlS);
+      if (kept.length === 0) this.held.delete(key);
+      else this.held.set(key, kept);
+      this.count -= stale.length;
+      this.changes++;
+      this.release(stale.map((h) => h.blockId));
+    }
+  }
+
+  private dropOldest(): void {
+    let oldest: { key: number; i: number; at: number } | undefined;
+    for (const [key, list] of this.held) {
+      list.forEach((h, i) => {
+        if (oldest === undefined || h.at < oldest.at) oldest = { key, i, at: h.at };
+      });
+    }
+    if (oldest === undefined) return;
+    const list = this.held.get(oldest.key)!;
+    const [h] = list.splice(oldest.i, 1);
+    if (list.length === 0) this.held.delete(oldest.key);
+    this.count--;
+    this.changes++;
+    this.release([h.blockId]);
+  }
+}
+
+function keyOf(tokens: readonly number[]): number {
+  return hashBlock(null, tokens);
+}
+
+function sameTokens(a: readonly number[], b: readonly number[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+}

@@ -1,0 +1,161 @@
+/** A hand-off's last block: kept by the prefill, sent with the prompt, taken by the decode's admission. */
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { BlockPool } from "../../kv/index.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import { HandoffTails } from "../../src/engine/handoff-tails.ts";
+import { poolBlockManager } from "../../src/engine/scheduler-kv-adapter.ts";
+import type { SchedulerConfig } from "../../src/engine/scheduler-types.ts";
+import { Scheduler } from "../../src/engine/scheduler.ts";
+import { stepShapeOf } from "../../src/engine/step-record.ts";
+import { greedy, model, oneEngine, run, STORY } from "../cluster/fixtures.ts";
+
+const range = (n: number, from = 0) => Array.from({ length: n }, (_, i) => from + i);
+
+function store(maxBlocks = 8, ttlS = 10) {
+  const released: number[] = [];
+  const clock = { t: 0 };
+  const tails = new HandoffTails((ids) => released.push(...ids), () => clock.t, { maxBlocks, ttlS });
+  return { tails, released, clock };
+}
+
+test("HandoffTails.take() gives the block kept for exactly that prompt, once", () => {
+  const { tails, released } = store();
+  tails.keep([1, 2, 3], 7);
+  assert.equal(tails.has([1, 2, 3]), true);
+  assert.equal(tails.has([1, 2]), false);
+  assert.equal(tails.take([1, 2, 4]), null);
+  const v = tails.version;
+  assert.equal(tails.take([1, 2, 3]), 7);
+  assert.notEqual(tails.version, v);
+  assert.equal(tails.take([1, 2, 3]), null);
+  assert.deepEqual(released, [], "a taken block's reference passes to the taker");
+});
+
+test("HandoffTails lets go of blocks past their TTL and the oldest beyond maxBlocks", () => {
+  const { tails, released, clock } = store(2, 10);
+  tails.keep([1], 10);
+  clock.t = 5;
+  tails.keep([2], 20);
+  clock.t = 8;
+  tails.keep([3], 30);
+  assert.deepEqual(released, [10], "the oldest made room");
+  assert.equal(tails.size, 2);
+  clock.t = 16;
+  assert.equal(tails.has([2]), false, "held 11 s > 10 s");
+  assert.equal(tails.take([3]), 30);
+  assert.deepEqual(released, [10, 20]);
+  tails.keep([4], 40);
+  tails.keep([4], 41);
+  assert.deepEqual(released, [10, 20, 40], "a second block for the same prompt replaces the first");
+  tails.clear();
+  assert.deepEqual(released, [10, 20, 40, 41]);
+  assert.throws(() => new HandoffTails(() => {}, () => 0, { maxBlocks: 1, ttlS: 0 }), /ttlS > 0/);
+});
+
+/** A pool whose cache holds `prompt`'s blocks before its last, and a tail store holding a block for its end. */
+function handedOff(prompt: number[], config: Partial<SchedulerConfig> = {}) {
+  const pool = new BlockPool({ numBlocks: 16, blockSize: 4, clock: () => 0 });
+  const tails = new HandoffTails((ids) => pool.release(ids), () => 0, { maxBlocks: 4, ttlS: 60 });
+  const before = Math.ceil(prompt.length / 4) - 1;
+  const ids = pool.tryAllocate(before + 1)!;
+  for (let b = 0; b < before; b++) pool.commitBlock(ids[b], b > 0 ? ids[b - 1] : null, prompt.slice(b * 4, b * 4 + 4));
+  pool.release(ids.slice(0, before));
+  tails.keep(prompt, ids[before]);
+  const sched = new Scheduler(poolBlockManager(pool, undefined, tails), { maxBatchTokens: 64, ...config });
+  return { pool, tails, sched, tailBlock: ids[before] };
+}
+
+for (const length of [10, 12]) {
+  test(`Scheduler admits a handed-off prompt of ${length} tokens with all but its last token computed, as a decode`, () => {
+    const prompt = range(length, 100);
+    const { pool, tails, sched, tailBlock } = handedOff(prompt);
+    const seq = sched.submit(1, prompt);
+    assert.equal(sched.queueState().waitingPrefillTokens, 1, "only the last token is left to compute");
+    const plan = sched.schedule();
+    assert.deepEqual(plan.entries.map((e) => [e.startPos, e.tokens, e.prefill, e.sample]), [[length - 1, [prompt[length - 1]], false, true]]);
+    assert.equal(plan.entries[0].blockTable.at(-1), tailBlock);
+    assert.equal(plan.numPrefillTokens, 0);
+    assert.equal(stepShapeOf(plan.entries).decodeSeqs, 1);
+    assert.equal(seq.numCachedPrompt, length - 1);
+    assert.equal(tails.size, 0);
+    sched.commit(plan, new Map([[1, 5]]));
+    sched.finish(1, "length");
+    assert.equal(pool.numUsedBlocks(), 0, "the last block went back with the sequence");
+    assert.equal(pool.cachedPrefixTokens(prompt), Math.floor(length / 4) * 4, "and was cached once full");
+  });
+}
+
+test("Scheduler without the last block held prefills a handed-off prompt's end", () => {
+  const prompt = range(10, 100);
+  const { tails, sched, pool } = handedOff(prompt);
+  pool.release([tails.take(prompt)!]);
+  sched.submit(1, prompt);
+  const plan = sched.schedule();
+  assert.deepEqual(plan.entries.map((e) => [e.startPos, e.tokens.length, e.prefill]), [[8, 2, true]]);
+});
+
+test("Scheduler with split steps admits a handed-off prompt in a decode step, never a prefill step", () => {
+  const prompt = range(10, 100);
+  const { sched } = handedOff(prompt, { stepMixing: "split" });
+  sched.submit(2, range(6, 500));
+  let plan = sched.schedule();
+  sched.commit(plan, new Map([[2, 1]]));
+  sched.submit(1, prompt);
+  sched.submit(3, range(9, 700));
+  plan = sched.schedule();
+  assert.deepEqual(plan.entries.map((e) => [e.seqId, e.prefill]), [[3, true]], "a prefill step takes the new prompt only");
+  sched.commit(plan, new Map([[3, 1]]));
+  plan = sched.schedule();
+  assert.deepEqual(plan.entries.map((e) => [e.seqId, e.prefill]), [[2, false], [3, false], [1, false]], "the decode step takes the handed-off one");
+});
+
+test("Scheduler.finish() of a waiting handed-off prompt lets its last block go", () => {
+  const prompt = range(10, 100);
+  const { sched, tails, pool } = handedOff(prompt);
+  sched.submit(1, prompt);
+  sched.finish(1, "abort");
+  assert.equal(tails.size, 0);
+  assert.equal(pool.numUsedBlocks(), 0);
+});
+
+test("Scheduler.finish() of a prefill-only sequence keeps the block its prompt ended in", () => {
+  const pool = new BlockPool({ numBlocks: 16, blockSize: 4, clock: () => 0 });
+  const tails = new HandoffTails((ids) => pool.release(ids), () => 0, { maxBlocks: 4, ttlS: 60 });
+  const sched = new Scheduler(poolBlockManager(pool, undefined, tails), { maxBatchTokens: 64 });
+  const prompt = range(10, 100);
+  sched.submit(1, prompt, { prefillOnly: true });
+  const plan = sched.schedule();
+  const table = [...plan.entries[0].blockTable];
+  sched.commit(plan, new Map([[1, 5]]));
+  assert.equal(sched.idle, true, "the prefill ended at its first token");
+  assert.equal(pool.numUsedBlocks(), 1);
+  assert.equal(tails.take(prompt), table[2]);
+});
+
+test("Engine.exportPrefix() of a hand-off sends the prompt's partial last block, and the decoding engine generates from it", async () => {
+  const expected = await oneEngine(greedy(STORY));
+  const engines = Array.from({ length: 3 }, () => createEngine(createReferenceBackend(), model, { numBlocks: 64 }));
+  const [pre, dec, poisoned] = engines;
+  const r = await run(pre, { ...greedy(STORY), maxTokens: 1, prefillOnly: true });
+  assert.equal(r.result.finishReason, "prefill_done");
+  const prefix = await pre.exportPrefix(STORY, true);
+  assert.ok(prefix !== null && prefix.tail === true);
+  assert.equal(prefix.tokens.length, STORY.length);
+  assert.equal(prefix.kv.numTokens, Math.ceil(STORY.length / 16) * 16);
+  assert.equal(pre.stats().kvUsedBlocks, 0, "the prefill worker let its last block go once sent");
+  assert.equal(dec.importPrefix(prefix), Math.ceil(STORY.length / 16));
+  const moved = await run(dec, greedy(STORY));
+  assert.deepEqual(moved.streamed, expected);
+  assert.equal(dec.stats().prefixHitTokens, STORY.length - 1);
+  // The last block's bytes are what the decode reads: zeroed, it generates something else.
+  const width = prefix.kv.k[0].length / prefix.kv.numTokens;
+  const from = (Math.ceil(STORY.length / 16) - 1) * 16 * width;
+  for (const layer of [...prefix.kv.k, ...prefix.kv.v]) layer.fill(0, from);
+  poisoned.importPrefix(prefix);
+  const bad = await run(poisoned, greedy(STORY));
+  assert.equal(poisoned.stats().prefixHitTokens, STORY.length - 1);
+  assert.notDeepEqual(bad.streamed, expected);
+  await Promise.all(engines.map((e) => e.stop()));
+});
