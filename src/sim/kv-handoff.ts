@@ -57,27 +57,11 @@ export function kvArrived(sim: ClusterSim, e: KvArrival): void {
     const full = promptBlocks(sim, e.req);
     commitRange(sim, e.w, e.blocks, e.req, e.cached, full, (c) => e.req.chunks[c], "tool-output");
   }
-  if (sim.spec.handoffTailRecompute) return recomputeTail(sim, e.w, e.req, e.blocks);
   // The decode worker samples the first token in its first step with the request, as vLLM's
-  // disaggregated decode does (and this project's cluster: tests/cluster/cluster.test.ts), after the
-  // step it is running ends; the prefill worker's token is not streamed.
+  // disaggregated decode does (and this project's cluster, which moves the prompt's last block too and
+  // computes its last token again as a decode: tests/cluster/cluster.test.ts), after the step it is
+  // running ends; the prefill worker's token is not streamed.
   beginDecode(sim, e.w, e.req, e.blocks, false);
-}
-
-/**
- * This project's engine after a hand-off: the prompt's last block (at least one token is always
- * computed, so 1 to a block of tokens) is prefilled on the decode worker like a local prompt, in a step
- * that mixes with its decodes or not as its step mixing says; the first token comes at its end.
- */
-function recomputeTail(sim: ClusterSim, w: SimWorker, req: ReqState, blocks: number[]): void {
-  const tail = req.prompt - Math.floor((req.prompt - 1) / sim.bt) * sim.bt;
-  const job: PrefillJob = {
-    req, left: tail, pos: req.prompt - tail, blocks, cachedBlocks: promptBlocks(sim, req),
-    local: true, readyAt: sim.now, enqueuedAt: sim.now,
-  };
-  w.queue.push(job);
-  w.queuedTokens += tail;
-  poke(sim, w);
 }
 
 /**

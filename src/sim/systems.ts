@@ -65,13 +65,6 @@ export interface SystemSpec {
    * (default 8192) and on prefill workers (default 16384). A real engine's `--max-batch-tokens`.
    */
   stepTokens?: { mixed: number; prefill: number };
-  /**
-   * A decode worker that receives a prefill's KV recomputes the prompt's last block (1 to a block of
-   * tokens, as a prefill chunk in its next step) before the first token: this project's engine, whose
-   * hand-off moves whole cached blocks only. Off (default): every prompt token's KV moves and decoding
-   * starts at once, as vLLM's disaggregated prefill and Dynamo do. For validating against the real server.
-   */
-  handoffTailRecompute?: boolean;
   /** Dynamo KV-router overlap_weight (baselines; default 1, Dynamo's default). */
   overlapWeight?: number;
   /**
