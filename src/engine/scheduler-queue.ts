@@ -104,6 +104,8 @@ export class WaitingQueue {
    * admits only those, "prefill" all others, "all" every sequence.
    */
   admit(running: Sequence[], budget: () => number, add: (seq: Sequence, n: number) => void, swapIn: SwapOp[], work: StepWork = "all"): void {
+    // A decode step admits only handed-off prompts; without one waiting, skip the ordering too.
+    if (work === "decode" && !this.seqs.some((s) => this.handedOff(s))) return;
     const bs = this.kv.blockSize;
     const order = this.admissionOrder();
     const admitted = new Set<Sequence>();
