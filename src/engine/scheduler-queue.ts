@@ -153,9 +153,14 @@ export class WaitingQueue {
     for (const s of admitted) this.left(s);
   }
 
-  /** True when `seq` is a fresh prompt whose last block this worker holds from a hand-off. */
+  /**
+   * True when `seq` is a fresh prompt whose last block this worker holds from a hand-off, behind a
+   * cached run of every block before it (so admission can take it: a run cut short by an eviction
+   * leaves the prompt to be prefilled as any other).
+   */
   private handedOff(seq: Sequence): boolean {
-    return seq.numOutput === 0 && seq.preemptions === 0 && seq.numSwapped === 0 && (this.kv.hasHandoffTail?.(seq.tokens) ?? false);
+    if (seq.numOutput !== 0 || seq.preemptions !== 0 || seq.numSwapped !== 0 || !(this.kv.hasHandoffTail?.(seq.tokens) ?? false)) return false;
+    return this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1)) === lastBlockOf(seq, this.kv.blockSize) * this.kv.blockSize;
   }
 
   /** Indices of the queue in admission order (queue order unless config.prefillOrder says otherwise). */
@@ -174,9 +179,7 @@ export class WaitingQueue {
   private uncached(seq: Sequence): number {
     let n = this.probed.get(seq);
     if (n === undefined) {
-      const cached = seq.numSwapped > 0 ? seq.numSwapped : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1));
-      // A held hand-off block counts only behind a cached run reaching it, as admission takes it.
-      n = cached === lastBlockOf(seq, this.kv.blockSize) * this.kv.blockSize && this.handedOff(seq) ? 1 : seq.tokens.length - cached;
+      n = this.handedOff(seq) ? 1 : seq.tokens.length - (seq.numSwapped > 0 ? seq.numSwapped : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1)));
       this.probed.set(seq, n);
     }
     return n;

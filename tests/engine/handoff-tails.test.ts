@@ -159,3 +159,18 @@ test("Engine.exportPrefix() of a hand-off sends the prompt's partial last block,
   assert.notDeepEqual(bad.streamed, expected);
   await Promise.all(engines.map((e) => e.stop()));
 });
+
+test("Scheduler with split steps prefills a handed-off prompt whose cached blocks were evicted, in a prefill step", () => {
+  const prompt = range(10, 100);
+  const { sched, pool } = handedOff(prompt, { stepMixing: "split" });
+  sched.submit(2, range(6, 500));
+  sched.commit(sched.schedule(), new Map([[2, 1]]));
+  // Evict the cached blocks before the held one: take every free block, then give them back uncached.
+  const all = pool.tryAllocate(pool.numFreeBlocks())!;
+  pool.release(all);
+  assert.equal(pool.cachedPrefixTokens(prompt), 0);
+  sched.submit(1, prompt);
+  assert.equal(sched.queueState().waitingPrefillTokens, 10, "nothing of it is cached any more");
+  const plan = sched.schedule();
+  assert.deepEqual(plan.entries.map((e) => [e.seqId, e.tokens.length, e.prefill]), [[1, 10, true]], "a prefill step takes it whole");
+});
