@@ -51,7 +51,7 @@ export class HandoffTails {
    */
   keep(prompt: readonly number[], blockId: number): void {
     this.prune();
-    const old = this.take(prompt);
+    const old = this.remove(prompt);
     if (old !== null) this.release([old]);
     if (this.o.maxBlocks === 0) return this.release([blockId]);
     while (this.count >= this.o.maxBlocks) this.dropOldest();
@@ -66,6 +66,11 @@ export class HandoffTails {
   /** Takes the block held for exactly `prompt` (its reference passes to the caller), or null. */
   take(prompt: readonly number[]): number | null {
     this.prune();
+    return this.remove(prompt);
+  }
+
+  /** Takes the block held for exactly `prompt` out of the store (its reference passes on), or null. */
+  private remove(prompt: readonly number[]): number | null {
     const key = keyOf(prompt);
     const list = this.held.get(key);
     const i = list?.findIndex((h) => sameTokens(h.tokens, prompt)) ?? -1;

@@ -105,18 +105,21 @@ export class WaitingQueue {
    */
   admit(running: Sequence[], budget: () => number, add: (seq: Sequence, n: number) => void, swapIn: SwapOp[], work: StepWork = "all"): void {
     // A decode step admits only handed-off prompts; without one waiting, skip the ordering too.
-    if (work === "decode" && !this.seqs.some((s) => this.handedOff(s))) return;
+    // Which waiting prompts count as decodes, probed once per step that tells them apart.
+    const handed = work === "all" ? null : new Set(this.seqs.filter((s) => this.handedOff(s)));
+    if (work === "decode" && handed!.size === 0) return;
     const bs = this.kv.blockSize;
     const order = this.admissionOrder();
     const admitted = new Set<Sequence>();
     for (let o = 0; o < order.length && budget() > 0 && running.length < this.config.maxRunning; o++) {
       const seq = this.seqs[order[o]];
-      if (work !== "all" && this.handedOff(seq) !== (work === "decode")) continue;
+      if (handed !== null && handed.has(seq) !== (work === "decode")) continue;
       // Never serve the last token from cache: its logits are needed, so at least one token is computed.
       // Swapped KV is restored whole into fresh blocks: no prefix probe, nothing shared.
       const swapped = seq.numSwapped;
       const hit = swapped > 0 ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
-      const tail = swapped > 0 || hit.length !== lastBlockOf(seq, bs) || !this.handedOff(seq) ? null : this.kv.takeHandoffTail!(seq.tokens);
+      // The hit reaching the last block is the cached run a held last block needs (handedOff's probe).
+      const tail = swapped > 0 || hit.length !== lastBlockOf(seq, bs) || !isFresh(seq) ? null : this.kv.takeHandoffTail?.(seq.tokens) ?? null;
       const held = tail === null ? hit : [...hit, tail];
       const cached = swapped > 0 ? swapped : tail !== null ? seq.tokens.length - 1 : hit.length * bs;
       // A handed-off prompt's last token is computed again as a decode is, whatever the role allows.
@@ -158,9 +161,10 @@ export class WaitingQueue {
    * cached run of every block before it (so admission can take it: a run cut short by an eviction
    * leaves the prompt to be prefilled as any other).
    */
-  private handedOff(seq: Sequence): boolean {
-    if (seq.numOutput !== 0 || seq.preemptions !== 0 || seq.numSwapped !== 0 || !(this.kv.hasHandoffTail?.(seq.tokens) ?? false)) return false;
-    return this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1)) === lastBlockOf(seq, this.kv.blockSize) * this.kv.blockSize;
+  private handedOff(seq: Sequence, cached?: number): boolean {
+    // The cheap checks first: with no block held (every step of a worker that takes no hand-offs), no probe.
+    if (!isFresh(seq) || !(this.kv.hasHandoffTail?.(seq.tokens) ?? false)) return false;
+    return (cached ?? this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1))) === lastBlockOf(seq, this.kv.blockSize) * this.kv.blockSize;
   }
 
   /** Indices of the queue in admission order (queue order unless config.prefillOrder says otherwise). */
@@ -179,7 +183,8 @@ export class WaitingQueue {
   private uncached(seq: Sequence): number {
     let n = this.probed.get(seq);
     if (n === undefined) {
-      n = this.handedOff(seq) ? 1 : seq.tokens.length - (seq.numSwapped > 0 ? seq.numSwapped : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1)));
+      const cached = seq.numSwapped > 0 ? seq.numSwapped : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1));
+      n = this.handedOff(seq, cached) ? 1 : seq.tokens.length - cached;
       this.probed.set(seq, n);
     }
     return n;
@@ -219,4 +224,9 @@ export class WaitingQueue {
 /** Index of the block a sequence's last token falls in (the blocks before it are full). */
 function lastBlockOf(seq: Sequence, blockSize: number): number {
   return Math.ceil(seq.tokens.length / blockSize) - 1;
+}
+
+/** Nothing generated, never preempted, nothing swapped: a prompt as it came (or was handed off). */
+function isFresh(seq: Sequence): boolean {
+  return seq.numOutput === 0 && seq.preemptions === 0 && seq.numSwapped === 0;
 }
