@@ -8,6 +8,7 @@
  *   npx tsx scripts/sim-validate.ts [--sessions 24] [--turns 4] [--session-interval-ms 1000]
  *       [--tool-gap-ms 500] [--seed 1] [--runs 1] [--port 8151] [--out tmp/sim-validate]
  *       [--calibrate-from STEPLOG]   (fit to another run's log: an out-of-sample check)
+ *       [--replay DIR]               (no server: replay a saved run's requests.json under this setup, fitted to its steps.jsonl)
  *       [--roles prefill,decode] [--planner online|none] [--local-prefill-tokens N]
  *                                    (prefill/decode split: the simulator starts the same roles)
  *       [--mixed-step-overhead-ms N] (the server's mixed steps N ms dearer; the simulator fits it from the log)
@@ -207,9 +208,27 @@ async function oneRun(
     server.kill();
   }
   writeFileSync(`${out}/requests.json`, JSON.stringify(results.map(({ text: _t, itlMs: _i, ...r }) => r)) + "\n");
+  const replay = replayRun(results, shared, readFileSync(calibrateFrom ?? stepLog, "utf8"), setup, out);
+  const note = `${replay.note}; real / simulator: ` +
+    `prefill hand-offs ${counts.handoffs} / ${replay.sim.handoffs}, ` +
+    `prefixes moved (pulled from a peer, or sent to the prefill worker first) ${counts.moves} / ${replay.sim.moves}, role flips ${counts.flips} / ${replay.sim.flips}, ` +
+    `step-mixing switches ${counts.mixing} / ${replay.sim.mixing}` +
+    (counts.flips + counts.mixing + replay.changes.length > 0
+      ? ` (real: ${describeChanges(realChanges(readFileSync(plannerLog, "utf8"), results))}; simulator: ${describeChanges(replay.changes)})`
+      : "");
+  return { real: figures(realRow(results)), sim: replay.figures, engine, note };
+}
 
+/**
+ * A real run's sessions replayed in the simulator under `setup`, the cost model fitted to `stepLog`.
+ * With `--replay DIR` this runs alone on a saved run (its requests.json and steps.jsonl): the same
+ * arrivals under another cluster setup or planner, in seconds instead of minutes.
+ */
+function replayRun(results: readonly RequestResult[], shared: number, stepLog: string, setup: ClusterSetup, out: string): {
+  figures: number[]; note: string; changes: readonly SimChange[]; sim: { handoffs: number; moves: number; flips: number; mixing: number };
+} {
   const w = workloadOf(results, shared);
-  const steps = parseStepLog(readFileSync(calibrateFrom ?? stepLog, "utf8"));
+  const steps = parseStepLog(stepLog);
   const cal = calibrateHardware(STORIES_260K, CPU_REFERENCE, 1, steps);
   const { ctx, cfg } = simulationSetup(w, { model: STORIES_260K, hw: cal.hw, gpus: WORKERS });
   // Ours as the real server runs it: the planner sized to the engines' limits (clusterPlanner()), no ITL admission.
@@ -231,14 +250,11 @@ async function oneRun(
   const note = `fit from ${cal.steps} steps: ${(100 * cal.hw.flopEfficiency).toFixed(2)}% of the nominal 100 GFLOP/s, ` +
     `${(1000 * cal.hw.stepOverheadS).toFixed(2)} ms per step, ${(1000 * (cal.hw.mixedStepOverheadS ?? 0)).toFixed(2)} ms more per mixed step, ` +
     `RMS error ${(1000 * cal.rmsAfterS).toFixed(2)} ms (median step ${(1000 * percentile(steps.map((s) => s.seconds).sort((a, b) => a - b), 50)).toFixed(2)} ms); ` +
-    `${fitByKind(steps, new CostModel(STORIES_260K, cal.hw, 1))}; simulator rejected ${rejected}; real / simulator: ` +
-    `prefill hand-offs ${counts.handoffs} / ${run.outcomes.filter((o) => o.remotePrefill).length}, ` +
-    `prefixes moved (pulled from a peer, or sent to the prefill worker first) ${counts.moves} / ${sim.peerTransfers + sim.prefixesToPrefill}, role flips ${counts.flips} / ${sim.roleFlips}, ` +
-    `step-mixing switches ${counts.mixing} / ${sim.mixingChanges}` +
-    (counts.flips + counts.mixing + sim.changes.length > 0
-      ? ` (real: ${describeChanges(realChanges(readFileSync(plannerLog, "utf8"), results))}; simulator: ${describeChanges(sim.changes)})`
-      : "");
-  return { real: figures(realRow(results)), sim: figures(simRow(run.outcomes)), engine, note };
+    `${fitByKind(steps, new CostModel(STORIES_260K, cal.hw, 1))}; simulator rejected ${rejected}`;
+  return {
+    figures: figures(simRow(run.outcomes)), note, changes: sim.changes,
+    sim: { handoffs: run.outcomes.filter((o) => o.remotePrefill).length, moves: sim.peerTransfers + sim.prefixesToPrefill, flips: sim.roleFlips, mixing: sim.mixingChanges },
+  };
 }
 
 /**
@@ -279,6 +295,8 @@ async function main(): Promise<void> {
   const runs = Number(flag(argv, "runs", "1"));
   // Out of sample: fit the cost model to another run's step log instead of this run's own.
   const calibrateFrom = argv.includes("--calibrate-from") ? flag(argv, "calibrate-from", "") : null;
+  // Replay a saved run (its out folder) in the simulator only, under the setup given here.
+  const replayFrom = argv.includes("--replay") ? flag(argv, "replay", "") : null;
   const planner = flag(argv, "planner", "online");
   if (planner !== "online" && planner !== "none") throw new Error(`Unknown planner "${planner}"; choose online or none`);
   const lpt = argv.includes("--local-prefill-tokens") ? Number(flag(argv, "local-prefill-tokens", "")) : null;
@@ -308,6 +326,17 @@ async function main(): Promise<void> {
   const ratios: number[][] = [];
   const notes: string[] = [];
   for (let k = 1; k <= runs; k++) {
+    if (replayFrom !== null) {
+      // The saved run's arrivals under this setup: no real server, so only the simulator's row.
+      const results = JSON.parse(readFileSync(`${replayFrom}/requests.json`, "utf8")) as RequestResult[];
+      const r = replayRun(results, shared, readFileSync(calibrateFrom ?? `${replayFrom}/steps.jsonl`, "utf8"), setup, out);
+      const real = figures(realRow(results));
+      console.log(`| ${k} | real server (saved, its own setup) | ${fmt(real).join(" | ")} | |`);
+      console.log(`| ${k} | simulator | ${fmt(r.figures).join(" | ")} | |`);
+      notes.push(`- replay of ${replayFrom}: ${r.note}; simulator: hand-offs ${r.sim.handoffs}, prefixes moved ${r.sim.moves}, ` +
+        `role flips ${r.sim.flips}, step-mixing switches ${r.sim.mixing} (${describeChanges(r.changes)})`);
+      break;
+    }
     const r = await oneRun(bench, sessions, shared, out, port, calibrateFrom, setup);
     // The simulator has no HTTP, tokenizer or streaming: its latencies compare with the server's own histograms too.
     const simSide = [r.sim[1], r.sim[4], r.sim[6]];
@@ -321,7 +350,7 @@ async function main(): Promise<void> {
     return v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
   };
   const x = (i: number) => `${med(i).toFixed(2)}×`;
-  console.log(`| median | simulator ÷ real | ${[0, 1, 2, 3, 4, 5, 6, 7].map(x).join(" | ")} | ${[8, 9, 10].map(x).join(" / ")} |`);
+  if (replayFrom === null) console.log(`| median | simulator ÷ real | ${[0, 1, 2, 3, 4, 5, 6, 7].map(x).join(" | ")} | ${[8, 9, 10].map(x).join(" / ")} |`);
   console.log(`\n${notes.join("\n")}`);
 }
 
