@@ -297,6 +297,7 @@ async function main(): Promise<void> {
   const calibrateFrom = argv.includes("--calibrate-from") ? flag(argv, "calibrate-from", "") : null;
   // Replay a saved run (its out folder) in the simulator only, under the setup given here.
   const replayFrom = argv.includes("--replay") ? flag(argv, "replay", "") : null;
+  if (replayFrom === "") throw new Error("--replay needs the folder of a saved run (its requests.json and steps.jsonl)");
   const planner = flag(argv, "planner", "online");
   if (planner !== "online" && planner !== "none") throw new Error(`Unknown planner "${planner}"; choose online or none`);
   const lpt = argv.includes("--local-prefill-tokens") ? Number(flag(argv, "local-prefill-tokens", "")) : null;
@@ -320,23 +321,22 @@ async function main(): Promise<void> {
   const sessions = syntheticSessions(bench);
   const shared = await sharedPrefixTokens(sessions);
   console.log(`${sessions.length} sessions × ${bench.turns} turns, a session every ${bench.sessionIntervalMs} ms on average, tool gaps ${bench.toolGapMs} ms on average; ` +
-    `cost model fitted to ${calibrateFrom === null ? "each run's own step log" : calibrateFrom}; server flags ${setupArgs(setup).join(" ")}\n`);
+    `cost model fitted to ${calibrateFrom ?? (replayFrom === null ? "each run's own step log" : `${replayFrom}/steps.jsonl`)}; ${replayFrom === null ? "server" : "simulated"} flags ${setupArgs(setup).join(" ")}\n`);
   console.log("| run | | requests | TTFT mean ms | TTFT P50 ms | TTFT P95 ms | E2E mean ms | E2E P95 ms | ITL mean ms | prefix hit | server-side TTFT / E2E / ITL mean ms |");
   console.log("|---|---|---|---|---|---|---|---|---|---|---|");
   const ratios: number[][] = [];
   const notes: string[] = [];
+  if (replayFrom !== null) {
+    // The saved run's arrivals under this setup: no real server, so one simulator row beside the saved real one.
+    const results = JSON.parse(readFileSync(`${replayFrom}/requests.json`, "utf8")) as RequestResult[];
+    const r = replayRun(results, shared, readFileSync(calibrateFrom ?? `${replayFrom}/steps.jsonl`, "utf8"), setup, out);
+    console.log(`| 1 | real server (saved, its own setup) | ${fmt(figures(realRow(results))).join(" | ")} | |`);
+    console.log(`| 1 | simulator | ${fmt(r.figures).join(" | ")} | |`);
+    console.log(`\n- replay of ${replayFrom}: ${r.note}; simulator: hand-offs ${r.sim.handoffs}, prefixes moved ${r.sim.moves}, ` +
+      `role flips ${r.sim.flips}, step-mixing switches ${r.sim.mixing} (${describeChanges(r.changes)})`);
+    return;
+  }
   for (let k = 1; k <= runs; k++) {
-    if (replayFrom !== null) {
-      // The saved run's arrivals under this setup: no real server, so only the simulator's row.
-      const results = JSON.parse(readFileSync(`${replayFrom}/requests.json`, "utf8")) as RequestResult[];
-      const r = replayRun(results, shared, readFileSync(calibrateFrom ?? `${replayFrom}/steps.jsonl`, "utf8"), setup, out);
-      const real = figures(realRow(results));
-      console.log(`| ${k} | real server (saved, its own setup) | ${fmt(real).join(" | ")} | |`);
-      console.log(`| ${k} | simulator | ${fmt(r.figures).join(" | ")} | |`);
-      notes.push(`- replay of ${replayFrom}: ${r.note}; simulator: hand-offs ${r.sim.handoffs}, prefixes moved ${r.sim.moves}, ` +
-        `role flips ${r.sim.flips}, step-mixing switches ${r.sim.mixing} (${describeChanges(r.changes)})`);
-      break;
-    }
     const r = await oneRun(bench, sessions, shared, out, port, calibrateFrom, setup);
     // The simulator has no HTTP, tokenizer or streaming: its latencies compare with the server's own histograms too.
     const simSide = [r.sim[1], r.sim[4], r.sim[6]];
@@ -350,7 +350,7 @@ async function main(): Promise<void> {
     return v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
   };
   const x = (i: number) => `${med(i).toFixed(2)}×`;
-  if (replayFrom === null) console.log(`| median | simulator ÷ real | ${[0, 1, 2, 3, 4, 5, 6, 7].map(x).join(" | ")} | ${[8, 9, 10].map(x).join(" / ")} |`);
+  console.log(`| median | simulator ÷ real | ${[0, 1, 2, 3, 4, 5, 6, 7].map(x).join(" | ")} | ${[8, 9, 10].map(x).join(" / ")} |`);
   console.log(`\n${notes.join("\n")}`);
 }
 
