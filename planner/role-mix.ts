@@ -47,6 +47,13 @@ export function moveDirection(from: RoleMix, to: RoleMix): string {
 /**
  * Flips at most `budget` eligible workers from roles in surplus to roles in deficit. Cheapest
  * first: into prefill, the worker with the fewest decodes; out of prefill, the least queued prefill.
+ * Where several roles lack workers, each flip goes to the one with the smallest share of its target
+ * filled (into prefill first on a tie, unless no worker decodes yet), so a move that takes several
+ * ticks passes through mixes shaped like its target. Filling prefill first passed through mixes the planner
+ * itself never picks: from all-mixed towards 17 prefill, 9 decode and 6 mixed workers two flips a
+ * tick made 2, 4, then 6 prefill workers with no decode worker to send them prompts, idle while the
+ * pool that served them shrank (simulated coding-256, GLM-5.2-like, load 5: the backlog grew from
+ * 0.4 to 11 million tokens in 15 s and the planner went back).
  */
 export function chooseFlips(
   live: readonly WorkerSnapshot[], target: RoleMix, budget: number, eligible: (w: WorkerSnapshot) => boolean,
@@ -54,23 +61,32 @@ export function chooseFlips(
   const cur = countRoles(live);
   const out: PlannerAction[] = [];
   const used = new Set<string>();
-  // Prefill first: it is the move that relieves TTFT, the urgent direction after a burst.
-  for (const to of ROLES) {
-    for (const from of ROLES) {
-      if (from === to) continue;
-      const k = Math.min(target[to] - cur[to], cur[from] - target[from], budget - out.length);
-      if (k <= 0) continue;
-      const pool = live
-        .filter((w) => w.role === from && !used.has(w.id) && eligible(w))
-        .sort((x, y) => cheaper(to, x, y) || (x.id < y.id ? -1 : 1))
-        .slice(0, k);
-      for (const w of pool) {
-        used.add(w.id);
-        cur[from]--;
-        cur[to]++;
-        out.push({ kind: "flip", workerId: w.id, to });
-      }
+  const blocked = new Set<Role>(); // roles in deficit with no eligible worker left to take
+  const filled = (r: Role) => cur[r] / target[r]; // a role in deficit has a target above 0
+  while (out.length < budget) {
+    let to: Role | null = null;
+    for (const r of ROLES) {
+      if (cur[r] >= target[r] || blocked.has(r)) continue;
+      if (to === null || filled(r) < filled(to) || (filled(r) === filled(to) && r === "decode" && cur.decode === 0)) to = r;
     }
+    if (to === null) break;
+    let pick: WorkerSnapshot | null = null;
+    for (const from of ROLES) {
+      if (from === to || cur[from] <= target[from]) continue;
+      // Never strand prefill workers: the last decode worker stays while any worker prefills.
+      if (from === "decode" && cur.decode === 1 && cur.prefill + (to === "prefill" ? 1 : 0) > 0) continue;
+      if (to === "prefill" && cur.decode === 0) continue;
+      for (const w of live) {
+        if (w.role !== from || used.has(w.id) || !eligible(w)) continue;
+        if (pick === null || cheaper(to, w, pick) < 0 || (cheaper(to, w, pick) === 0 && w.id < pick.id)) pick = w;
+      }
+      if (pick !== null) break;
+    }
+    if (pick === null) { blocked.add(to); continue; }
+    used.add(pick.id);
+    cur[pick.role]--;
+    cur[to]++;
+    out.push({ kind: "flip", workerId: pick.id, to });
   }
   return out;
 }

@@ -1,5 +1,5 @@
 /**
- * Runs named variants of ours and of the tuned aggregated baseline on one scenario (Kimi-K2.6-like,
+ * Runs named variants of ours and of the tuned aggregated baseline on one scenario (Kimi-K2.6-like unless MODEL says,
  * 256 GB300 GPUs, seed 1) and prints one line per variant: how the design choices in docs/sim.md
  * were measured before they were adopted or dropped.
  *
@@ -37,12 +37,12 @@
  *   -nomix           ours' planner never separates prefill and decode steps (before session 5)
  *   -nosm            ours' planner prices steps from per-role rates, not the online step model (before session 4)
  *   -splitP          ours without the planner, P prefill workers and the rest decode workers
- * Environment: SEED=N picks the workload seed (default 1); HW=h200 runs on the H200 profile (PCIe host link) instead of GB300; MIXED_MS=X adds X ms to every mixed prefill+decode step; KV_REPLICATED=1 replicates
+ * Environment: ROLES=1 also prints role flips, the role split over time and P95 TTFT / mean ITL by arrival time; SEED=N picks the workload seed (default 1); MODEL=glm-5.2 runs the GLM-5.2-like profile instead of Kimi-K2.6; HW=h200 runs on the H200 profile (PCIe host link) instead of GB300; MIXED_MS=X adds X ms to every mixed prefill+decode step; KV_REPLICATED=1 replicates
  * the MLA KV on every GPU of a worker (as --kv-replicated).
  */
 import { simulationSetup } from "../src/sim/compare.ts";
 import { summarize } from "../src/sim/metrics.ts";
-import { HARDWARE, KIMI_K2_6 } from "../src/sim/profiles.ts";
+import { HARDWARE, MODELS } from "../src/sim/profiles.ts";
 import { buildScenario } from "../src/sim/scenarios.ts";
 import { ClusterSim } from "../src/sim/simulator.ts";
 import { baselineAgg, baselineAggTuned, evolving, oursPlannerOptions, type SystemSpec } from "../src/sim/systems.ts";
@@ -52,9 +52,11 @@ const [scenario = "coding-256", loadArg = "1", durArg = "600", list = "tuned,our
 const load = Number(loadArg), durationS = Number(durArg);
 const baseHw = HARDWARE[process.env.HW ?? "gb300"];
 if (baseHw === undefined) throw new Error(`HW must be one of ${Object.keys(HARDWARE).join(", ")}`);
+const model = MODELS[process.env.MODEL ?? "kimi-k2.6"];
+if (model === undefined) throw new Error(`MODEL must be one of ${Object.keys(MODELS).join(", ")}`);
 const hw = { ...baseHw, mixedStepOverheadS: Number(process.env.MIXED_MS ?? 0) / 1000 };
-const workload = buildScenario(scenario, { gpus: 256, load, seed: Number(process.env.SEED ?? 1), durationS, maxContext: KIMI_K2_6.maxContext });
-const { ctx, cfg } = simulationSetup(workload, { model: KIMI_K2_6, hw, gpus: 256, kvReplicated: process.env.KV_REPLICATED === "1" });
+const workload = buildScenario(scenario, { gpus: 256, load, seed: Number(process.env.SEED ?? 1), durationS, maxContext: model.maxContext });
+const { ctx, cfg } = simulationSetup(workload, { model, hw, gpus: 256, kvReplicated: process.env.KV_REPLICATED === "1" });
 
 /** Ours' planner with `o` over its defaults in the simulator (systems.ts, oursPlannerOptions). */
 function oursPlanner(o: OnlinePlannerOptions): OnlinePlanner {
@@ -118,5 +120,19 @@ for (const name of list.split(",")) {
   const p = sim.prefetchStats;
   if (p.looks > 0) {
     console.log(`${"".padEnd(16)} prefetch looks ${p.looks}: session back first ${p.returnedFirst}, nothing on host ${p.nothingOnHost}, put off ${p.putOff}, no room ${p.noRoom}, partial ${p.partial}, whole ${p.whole}`);
+  }
+  if (process.env.ROLES === "1") {
+    // Role flips and step-mixing switches, and the prefill/decode/mixed workers every tenth of the run.
+    const every = Math.max(1, Math.floor(run.samples.length / 10));
+    const split = run.samples.filter((_, i) => i % every === 0).map((x) => `${x.t.toFixed(0)}s ${x.prefillWorkers}/${x.decodeWorkers}/${x.mixedWorkers}`);
+    console.log(`${"".padEnd(16)} flips ${sim.roleFlips}, step-mixing switches ${sim.mixingChanges}; prefill/decode/mixed: ${split.join(", ")}`);
+    // P95 TTFT and mean ITL of the requests that arrived in each tenth of the run.
+    const span = durationS / 10, by: string[] = [];
+    for (let k = 0; k < 10; k++) {
+      const w = run.outcomes.filter((o) => o.rejected === null && o.arrival >= k * span && o.arrival < (k + 1) * span);
+      const t = w.map((o) => o.ttft).sort((x, y) => x - y);
+      by.push(`${(k * span).toFixed(0)}s ${(t[Math.floor(0.95 * (t.length - 1))] ?? NaN).toFixed(3)}/${(1000 * w.reduce((a, o) => a + o.itl, 0) / Math.max(1, w.length)).toFixed(0)}ms`);
+    }
+    console.log(`${"".padEnd(16)} P95 TTFT / mean ITL by arrival: ${by.join(", ")}`);
   }
 }
