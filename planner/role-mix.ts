@@ -49,11 +49,12 @@ export function moveDirection(from: RoleMix, to: RoleMix): string {
  * first: into prefill, the worker with the fewest decodes; out of prefill, the least queued prefill.
  * Where several roles lack workers, each flip goes to the one with the smallest share of its target
  * filled (into prefill first on a tie, unless no worker decodes yet), so a move that takes several
- * ticks passes through mixes shaped like its target. Filling prefill first passed through mixes the planner
- * itself never picks: from all-mixed towards 17 prefill, 9 decode and 6 mixed workers two flips a
- * tick made 2, 4, then 6 prefill workers with no decode worker to send them prompts, idle while the
- * pool that served them shrank (simulated coding-256, GLM-5.2-like, load 5: the backlog grew from
- * 0.4 to 11 million tokens in 15 s and the planner went back).
+ * ticks passes through mixes shaped like its target; and no flip leaves a prefill worker with no
+ * decode worker to send it prompts (mixed workers prefill their own). Filling prefill first passed
+ * through mixes the planner itself never picks: from all-mixed towards 17 prefill, 9 decode and 6
+ * mixed workers two flips a tick made 2, 4, then 6 prefill workers with no decode worker, idle while
+ * the pool that served them shrank (simulated coding-256, GLM-5.2-like, load 5: the backlog grew
+ * from 0.4 to 11 million tokens in 15 s and the planner went back).
  */
 export function chooseFlips(
   live: readonly WorkerSnapshot[], target: RoleMix, budget: number, eligible: (w: WorkerSnapshot) => boolean,

@@ -163,7 +163,7 @@ async function main(): Promise<void> {
     ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
     : `; reasoning parser ${reasoningParser} (<think>/</think> are not single tokens: KV of reasoning not typed)`;
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${!s.cluster ? stepMixing ?? "mixed" : stepMixing === undefined || stepMixing === "auto" ? (planner === "none" ? "mixed" : "auto (the planner's, from mixed)") : stepMixing}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}, max model len ${s.serving.maxModelLen}` +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}, max model len ${s.serving.maxModelLen}` +
       (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${planner}` : "") +
       (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") + "; " +
       `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,
@@ -175,6 +175,17 @@ async function main(): Promise<void> {
  * On SIGINT or SIGTERM: refuse new work, let what is in flight finish for up to `graceS` seconds
  * (a second signal cuts that short), cancel the rest, stop the engines and close the step log, exit 0.
  */
+/**
+ * The step mixing workers run, as the server resolves `--step-mixing` (server.ts): one engine takes
+ * the flag (default mixed); with several workers, auto or no flag is the planner's (from mixed), or
+ * mixed where no planner runs, and mixed or split stay as given.
+ */
+function stepMixingLabel(flag: string | undefined, cluster: boolean, planner: string): string {
+  if (!cluster) return flag ?? "mixed";
+  if (flag !== undefined && flag !== "auto") return flag;
+  return planner === "none" ? "mixed" : "auto (the planner's, from mixed)";
+}
+
 function stopOnSignal(s: RunningServer, graceS: number): void {
   let stopping = false;
   let stopNow = () => {};

@@ -131,6 +131,11 @@ export class HandoffTails {
   }
 }
 
+/** Index of the block a prompt of `promptLength` tokens ends in (every block before it is full). */
+export function tailBlockIndex(promptLength: number, blockSize: number): number {
+  return Math.ceil(promptLength / blockSize) - 1;
+}
+
 function keyOf(tokens: readonly number[]): number {
   return hashBlock(null, tokens);
 }

@@ -7,7 +7,7 @@
  */
 import type { BlockMeta, BlockPool } from "../../kv/index.ts";
 import type { StepRunner } from "./engine-runner.ts";
-import type { HandoffTails } from "./handoff-tails.ts";
+import { type HandoffTails, tailBlockIndex } from "./handoff-tails.ts";
 import { concatKv, type HostKv } from "./kv-copy.ts";
 
 /** A cached prefix's KV on the host, on its way to another worker (or back from host memory). */
@@ -74,7 +74,7 @@ export async function exportHandoff(
 ): Promise<PrefixKv | null> {
   if (!runner.readBlocks) throw new PrefixTransferError("This worker cannot read KV blocks out of its cache");
   const bs = pool.blockSize;
-  const before = Math.ceil(prompt.length / bs) - 1;
+  const before = tailBlockIndex(prompt.length, bs);
   const tail = tails.take(prompt);
   if (tail === null) return exportPrefix(pool, runner, prompt, Infinity, host);
   let read: Promise<HostKv> | undefined;
@@ -137,7 +137,7 @@ export function importPrefix(
 /** `importPrefix` of a hand-off: the full blocks before the prompt's last block, then that block. */
 function importHandoff(pool: BlockPool, runner: StepRunner, prefix: PrefixKv, meta: BlockMeta | undefined, maxBlocks: number, tails?: HandoffTails): number {
   const bs = pool.blockSize;
-  const before = Math.ceil(prefix.tokens.length / bs) - 1;
+  const before = tailBlockIndex(prefix.tokens.length, bs);
   const first = prefix.firstBlock ?? 0;
   if (!runner.writeBlocks) throw new PrefixTransferError("This worker cannot write KV blocks into its cache");
   if (prefix.tokens.length === 0 || prefix.kv.numTokens !== (before + 1 - first) * bs) {

@@ -14,6 +14,7 @@
  * `cacheVersion` is probed on every call.
  */
 import { prefillOrder } from "../../planner/prefill-order.ts";
+import { tailBlockIndex } from "./handoff-tails.ts";
 import type { KvBlockManager } from "./scheduler-kv.ts";
 import type { StepWork } from "./scheduler-mixing.ts";
 import type { SchedulerConfig, SwapOp } from "./scheduler-types.ts";
@@ -119,7 +120,7 @@ export class WaitingQueue {
       const swapped = seq.numSwapped;
       const hit = swapped > 0 ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
       // The hit reaching the last block is the cached run a held last block needs (handedOff's probe).
-      const tail = swapped > 0 || hit.length !== lastBlockOf(seq, bs) || !isFresh(seq) ? null : this.kv.takeHandoffTail?.(seq.tokens) ?? null;
+      const tail = swapped > 0 || hit.length !== tailBlockIndex(seq.tokens.length, bs) || !isFresh(seq) ? null : this.kv.takeHandoffTail?.(seq.tokens) ?? null;
       const held = tail === null ? hit : [...hit, tail];
       const cached = swapped > 0 ? swapped : tail !== null ? seq.tokens.length - 1 : hit.length * bs;
       // A handed-off prompt's last token is computed again as a decode is, whatever the role allows.
@@ -164,7 +165,7 @@ export class WaitingQueue {
   private handedOff(seq: Sequence, cached?: number): boolean {
     // The cheap checks first: with no block held (every step of a worker that takes no hand-offs), no probe.
     if (!isFresh(seq) || !(this.kv.hasHandoffTail?.(seq.tokens) ?? false)) return false;
-    return (cached ?? this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1))) === lastBlockOf(seq, this.kv.blockSize) * this.kv.blockSize;
+    return (cached ?? this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1))) === tailBlockIndex(seq.tokens.length, this.kv.blockSize) * this.kv.blockSize;
   }
 
   /** Indices of the queue in admission order (queue order unless config.prefillOrder says otherwise). */
@@ -219,11 +220,6 @@ export class WaitingQueue {
     if (this.uncachedSum !== undefined) this.uncachedSum -= this.probed.get(seq)!;
     this.probed.delete(seq);
   }
-}
-
-/** Index of the block a sequence's last token falls in (the blocks before it are full). */
-function lastBlockOf(seq: Sequence, blockSize: number): number {
-  return Math.ceil(seq.tokens.length / blockSize) - 1;
 }
 
 /** Nothing generated, never preempted, nothing swapped: a prompt as it came (or was handed off). */

@@ -8,6 +8,7 @@
  * and decodes take turns in separate steps instead of sharing one (every 16th chunk still mixes).
  * Pure CPU logic.
  */
+import { tailBlockIndex } from "./handoff-tails.ts";
 import type { KvBlockManager } from "./scheduler-kv.ts";
 import {
   DEFAULT_SCHEDULER_CONFIG, type QueueState, SchedulerCapacityError, type SchedulerConfig, type SchedulerStats, type StepEntry, type StepMixing,
@@ -205,7 +206,7 @@ export class Scheduler {
       if (tail !== null) this.kv.release([tail]);
     }
     // A finished prefill keeps the block its prompt ended in for the hand-off (handoff-tails.ts).
-    const tailAt = Math.ceil(seq.promptLength / this.kv.blockSize) - 1;
+    const tailAt = tailBlockIndex(seq.promptLength, this.kv.blockSize);
     if (reason === "prefill_done" && this.kv.keepHandoffTail && seq.numComputed >= seq.promptLength && tailAt < seq.blockTable.length) {
       this.kv.keepHandoffTail(seq.tokens.slice(0, seq.promptLength), seq.blockTable[tailAt]);
       this.kv.release(seq.blockTable.filter((_, i) => i !== tailAt), seq.hints);
