@@ -12,9 +12,10 @@ import type { WorkerSet } from "./worker-set.ts";
 
 /**
  * Moves what `route` says, then submits `req` to `dec`. `hop.cancel` is replaced with what cancels
- * the step under way; a hand-off cancelled before its prefill ends rejects with "Cancelled". Once the
- * prefill has ended it goes on (relay-handle.ts then cancels the submitted request), so the last
- * block both ends hold for it is let go at once (handoff-tails.ts), not when its hold runs out.
+ * the step under way; a cancelled hand-off rejects with "Cancelled" at the next step boundary. After
+ * the prefill has ended, the last block a worker holds for it is let go at once (handoff-tails.ts),
+ * not when its hold runs out: on the prefill worker before anything is sent, on the decoding worker
+ * when the cancel came during the move.
  */
 export async function handOff(
   req: GenerateRequest, route: SessionRoute, dec: ClusterWorker, set: WorkerSet, counters: ClusterCounters, hop: { cancel: () => void },
@@ -38,12 +39,21 @@ export async function handOff(
     const r = await h.result;
     if (r.error) throw new Error(`The prefill on ${pre.id} failed: ${r.error}`);
     if (r.finishReason === "abort") throw new Error("Cancelled");
+    // Cancelled as the prefill ended: nothing is sent, and the block held for the hand-off goes now.
+    if (cancelled) throw dropped(pre, req.prompt);
     counters.prefillHandoffs++;
     prefillHit = r.cachedTokens;
     await movePrefix(pre, dec, req.prompt, sid, counters, false, true);
+    if (cancelled) throw dropped(dec, req.prompt);
   }
   const h = dec.engine.submit(req);
   return prefillHit === undefined ? h : reportingCached(h, prefillHit);
+}
+
+/** Lets go of the block `w` holds for a hand-off of `prompt` that will not happen; the error to throw. */
+function dropped(w: ClusterWorker, prompt: readonly number[]): Error {
+  w.engine.dropHandoff(prompt);
+  return new Error("Cancelled");
 }
 
 /**

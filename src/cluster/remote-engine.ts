@@ -139,6 +139,10 @@ export class RemoteEngine implements WorkerEngine {
     return (await this.call({ op: "export", cid: 0, tokens: [...tokens], ...(handoff ? { handoff } : {}) })) as PrefixKv | null;
   }
 
+  dropHandoff(prompt: readonly number[]): void {
+    this.send({ op: "drop", tokens: [...prompt] });
+  }
+
   async importPrefix(prefix: PrefixKv, sessionId?: string): Promise<number> {
     return (await this.call({ op: "import", cid: 0, prefix, ...(sessionId === undefined ? {} : { sessionId }) }, prefixBuffers(prefix))) as number;
   }

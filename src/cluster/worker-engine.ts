@@ -33,6 +33,8 @@ export interface WorkerEngine {
    * `handoff`: a prompt this worker just prefilled, with the block it ended in (Engine.exportPrefix).
    */
   exportPrefix(tokens: readonly number[], handoff?: boolean): Promise<PrefixKv | null>;
+  /** Lets go of the block held for a hand-off of `prompt` that will not happen (Engine.dropHandoff). */
+  dropHandoff(prompt: readonly number[]): void;
   /** Caches a prefix from another worker; resolves to the blocks written. */
   importPrefix(prefix: PrefixKv, sessionId?: string): Promise<number>;
   stats(): EngineStats;
@@ -61,6 +63,7 @@ export function localWorkerEngine(engine: Engine): WorkerEngine {
     submit: (req) => engine.submit(req),
     markToolWait: (sid, tool) => engine.markToolWait(sid, tool),
     exportPrefix: (tokens, handoff) => engine.exportPrefix(tokens, handoff),
+    dropHandoff: (prompt) => void engine.dropHandoff(prompt),
     importPrefix: (prefix, sid) => Promise.resolve(engine.importPrefix(prefix, sid)),
     stats: () => engine.stats(),
     queueState: () => engine.scheduler.queueState(),

@@ -104,6 +104,10 @@ export function serveWorker(port: ThreadPort): void {
       case "tool":
         e.markToolWait(m.sessionId, m.tool);
         return;
+      case "drop":
+        // A block let go changes the gauges.
+        if (e.dropHandoff(m.tokens)) report();
+        return;
       case "mixing":
         e.scheduler.stepMixing = m.mode;
         return;

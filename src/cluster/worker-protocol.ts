@@ -21,6 +21,7 @@ export type ToWorker =
   | { op: "tool"; sessionId: string; tool: string }
   | { op: "export"; cid: number; tokens: number[]; handoff?: boolean }
   | { op: "import"; cid: number; prefix: PrefixKv; sessionId?: string }
+  | { op: "drop"; tokens: number[] }
   | { op: "mixing"; mode: StepMixing }
   | { op: "stop"; cid: number };
 

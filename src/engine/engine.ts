@@ -150,6 +150,18 @@ export class Engine implements ServingEngine {
   }
 
   /**
+   * Lets go of the last block held for a hand-off of `prompt` that will not happen (its request was
+   * cancelled after the prefill): the block is freed now instead of when its hold runs out, and nothing
+   * is read or sent. True when a block was held.
+   */
+  dropHandoff(prompt: readonly number[]): boolean {
+    const tail = this.tails.take(prompt);
+    if (tail === null) return false;
+    this.pool.release([tail]);
+    return true;
+  }
+
+  /**
    * Caches a prefix moved from another worker, ranked as `sessionId`'s; a hand-off's last block is held
    * for the request with that prompt. Returns the blocks written.
    */

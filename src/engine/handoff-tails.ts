@@ -46,13 +46,13 @@ export class HandoffTails {
   }
 
   /**
-   * Holds `blockId` (whose reference passes to the store) as the last block of `prompt`. A block
-   * already held for the same prompt is let go; with no room at all the block is let go at once.
+   * Holds `blockId` (whose reference passes to the store) as the last block of `prompt`; with no room
+   * at all the block is let go at once. Each hand-off keeps one block and takes one, so identical
+   * prompts handed off together (a request's `n` choices, agents sending the same turn) each find a
+   * block: a second block for the same prompt is held beside the first, not instead of it.
    */
   keep(prompt: readonly number[], blockId: number): void {
     this.prune();
-    const old = this.remove(prompt);
-    if (old !== null) this.release([old]);
     if (this.o.maxBlocks === 0) return this.release([blockId]);
     while (this.count >= this.o.maxBlocks) this.dropOldest();
     const key = keyOf(prompt);

@@ -5,7 +5,7 @@ import { clusterPlanner, createCluster, type CreateClusterOptions } from "../../
 import { type PeerTransferMode, peerTransferOptions } from "../../src/cluster/cluster-router.ts";
 import type { Cluster, ClusterDecision } from "../../src/cluster/cluster.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
-import { SessionRefusedError } from "../../src/engine/engine-types.ts";
+import { type RequestHandle, SessionRefusedError } from "../../src/engine/engine-types.ts";
 import type { StepRecord } from "../../src/engine/step-record.ts";
 import { readTextFile } from "../../src/runtime/fs.ts";
 import type { MetricsSnapshot, Planner, PlannerAction } from "../../planner/types.ts";
@@ -72,6 +72,44 @@ test("Cluster hands a prefill from a prefill worker to a decode worker and strea
   assert.deepEqual(short.streamed, golden.greedy20);
   assert.equal(cl.counters.prefillHandoffs, 3);
   assert.ok(decodeSteps.every((s) => s.prefillTokens === 0), "no hand-off left the decode worker a prefill");
+  await cl.stop();
+});
+
+test("Cluster hands off identical prompts sent at once, each with its own last block", async () => {
+  const expected = await oneEngine(greedy(STORY));
+  const decodeSteps: StepRecord[] = [];
+  const cl = cluster({
+    workers: 2, roles: ["prefill", "decode"], router: "kv-aware", routerOptions: { localPrefillThreshold: 0 },
+    onStep: (id, r) => id === "worker-1" && decodeSteps.push(r),
+  });
+  const runs = await Promise.all([0, 1, 2].map(() => run(cl, greedy(STORY))));
+  for (const r of runs) assert.deepEqual(r.streamed, expected);
+  assert.equal(cl.counters.prefillHandoffs, 3);
+  assert.ok(decodeSteps.length > 0);
+  assert.deepEqual(decodeSteps.filter((s) => s.prefillTokens > 0), [], "every copy started from its moved last block, none prefilled on the decode worker");
+  await cl.stop();
+});
+
+test("Cluster lets go of a hand-off cancelled as its prefill ends, moving nothing", async () => {
+  const expected = await oneEngine(greedy(STORY));
+  let handle: RequestHandle | undefined;
+  const cl = cluster({
+    workers: 2, roles: ["prefill", "decode"], router: "kv-aware", routerOptions: { localPrefillThreshold: 0 },
+    onStep: (id, r) => id === "worker-0" && r.prefillTokens > 0 && handle?.cancel(),
+  });
+  handle = cl.submit(greedy(STORY));
+  const result = await handle.result;
+  assert.equal(result.finishReason, "abort");
+  assert.equal(result.error, undefined, "a cancel is not an error");
+  const [pre, dec] = cl.workers;
+  assert.equal(pre.engine.metrics.finished.get("prefill_done"), 1, "the prefill had ended when the cancel came");
+  assert.equal(cl.counters.movedBlocks, 0, "no KV moved for a request no one waits for");
+  assert.equal(pre.engine.stats().kvUsedBlocks, 0, "the block held for the hand-off was let go at once");
+  assert.equal(dec.engine.stats().kvUsedBlocks, 0);
+  // The cluster goes on serving, the prefill worker's cached prompt included.
+  handle = undefined;
+  const again = await run(cl, greedy(STORY));
+  assert.deepEqual(again.streamed, expected);
   await cl.stop();
 });
 

@@ -29,6 +29,30 @@ test("startThreadCluster() runs each worker's engine in a thread and moves a pre
   }
 });
 
+test("RemoteEngine.dropHandoff() lets go of the block a worker thread holds for a hand-off", async () => {
+  const cl = await startThreadCluster(model, modelPath, "reference", { workers: 1, planner: "none", engine: { numBlocks: 64 } });
+  try {
+    const w = cl.workers[0].engine;
+    const r = await w.submit({ ...greedy(STORY), maxTokens: 1, prefillOnly: true }).result;
+    assert.equal(r.finishReason, "prefill_done");
+    // The thread's gauges reach this side in its reports.
+    const settle = async (used: number) => {
+      for (let i = 0; i < 100 && w.stats().kvUsedBlocks !== used; i++) await new Promise((res) => setTimeout(res, 10));
+    };
+    await settle(1);
+    assert.equal(w.stats().kvUsedBlocks, 1, "the prefill holds the block its prompt ended in");
+    w.dropHandoff(STORY.slice(0, 20));
+    await new Promise((res) => setTimeout(res, 100));
+    assert.equal(w.stats().kvUsedBlocks, 1, "a block is let go only for its own prompt");
+    w.dropHandoff(STORY);
+    await settle(0);
+    assert.equal(w.stats().kvUsedBlocks, 0);
+    assert.equal(await w.exportPrefix(STORY, true).then((p) => p?.tail ?? false), false, "nothing is held for a hand-off any more");
+  } finally {
+    await cl.stop();
+  }
+});
+
 test("Cluster routes around a worker thread that has stopped", async () => {
   const cl = await startThreadCluster(model, modelPath, "reference", { workers: 2, planner: "none", engine: { numBlocks: 64 } });
   try {

@@ -47,11 +47,22 @@ test("HandoffTails lets go of blocks past their TTL and the oldest beyond maxBlo
   assert.equal(tails.take([3]), 30);
   assert.deepEqual(released, [10, 20]);
   tails.keep([4], 40);
-  tails.keep([4], 41);
-  assert.deepEqual(released, [10, 20, 40], "a second block for the same prompt replaces the first");
   tails.clear();
-  assert.deepEqual(released, [10, 20, 40, 41]);
+  assert.deepEqual(released, [10, 20, 40]);
   assert.throws(() => new HandoffTails(() => {}, () => 0, { maxBlocks: 1, ttlS: 0 }), /ttlS > 0/);
+});
+
+test("HandoffTails.keep() of identical prompts holds a block for each, taken one per hand-off", () => {
+  const { tails, released } = store();
+  tails.keep([4, 5], 40);
+  tails.keep([4, 5], 41);
+  tails.keep([4, 6], 42);
+  assert.equal(tails.size, 3);
+  const taken = [tails.take([4, 5]), tails.take([4, 5])];
+  assert.deepEqual(taken.sort(), [40, 41], "each of two identical hand-offs finds its own block");
+  assert.equal(tails.take([4, 5]), null);
+  assert.equal(tails.has([4, 6]), true);
+  assert.deepEqual(released, []);
 });
 
 /** A pool whose cache holds `prompt`'s blocks before its last, and a tail store holding a block for its end. */
