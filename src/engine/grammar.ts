@@ -10,6 +10,7 @@
  * testing a character never disturbs the request's state and costs one small object.
  */
 import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, resolve, type SchemaNode } from "./json-schema.ts";
+import { canReach, inRange, type NumberRange } from "./number-bounds.ts";
 
 /** What a request's output must be; plain data, so it travels to cluster workers. */
 export type OutputGrammar =
@@ -32,7 +33,8 @@ type Frame =
   | { readonly k: "lit"; readonly text: string; readonly i: number; readonly up: Frame | null; readonly d: number }
   /** esc: 0 plain, -1 after a backslash, 1–4 hex digits still due in \uXXXX. */
   | { readonly k: "str"; readonly min: number; readonly max: number; readonly n: number; readonly esc: number; readonly up: Frame | null; readonly d: number }
-  | { readonly k: "num"; readonly integer: boolean; readonly ns: NumState; readonly up: Frame | null; readonly d: number }
+  /** range: bounds the number must end inside (null: none); text: what it has written so far, kept only under bounds. */
+  | { readonly k: "num"; readonly integer: boolean; readonly range: NumberRange | null; readonly text: string; readonly ns: NumState; readonly up: Frame | null; readonly d: number }
   | { readonly k: "key"; readonly text: string; readonly up: ObjFrame; readonly d: number }
   | ObjFrame
   | { readonly k: "arr"; readonly node: ArrayNode; readonly count: number; readonly phase: "first" | "value" | "after"; readonly up: Frame | null; readonly d: number }
@@ -120,7 +122,7 @@ export function grammarComplete(state: GrammarState): boolean {
 function accepting(cfg: Config): boolean {
   const f = cfg.top;
   if (f === null) return true;
-  return f.k === "num" && NUM_END.has(f.ns) && complete(f.up).some(accepting);
+  return f.k === "num" && numberMayEnd(f) && complete(f.up).some(accepting);
 }
 
 function enterPiece(seq: Extract<Frame, { k: "seq" }>): Config {
@@ -157,10 +159,12 @@ function step(cfg: Config, c: string): Config[] {
       return f.i + 1 === f.text.length ? complete(f.up) : [{ top: { ...f, i: f.i + 1 }, ws: 0 }];
     case "str": return stepString(f, c);
     case "num": {
-      const next = numberStep(f.ns, c, f.integer);
-      if (next !== null) return [{ top: { ...f, ns: next }, ws: 0 }];
+      const next = numberStep(f.ns, c, f.integer, f.range === null);
+      if (next !== null && (f.range === null || canReach(f.text + c, f.integer, f.range))) {
+        return [{ top: { ...f, ns: next, text: f.range === null ? "" : f.text + c }, ws: 0 }];
+      }
       // The number ends here; `c` belongs to what follows it.
-      return NUM_END.has(f.ns) ? complete(f.up).flatMap((x) => step(x, c)) : [];
+      return numberMayEnd(f) ? complete(f.up).flatMap((x) => step(x, c)) : [];
     }
     case "key": return stepKey(f, c);
     case "think": {
@@ -199,15 +203,16 @@ function start(node: SchemaNode, up: Frame | null, d: number, c: string): Config
       return c === "[" && d < MAX_DEPTH ? [{ top: { k: "arr", node: n, count: 0, phase: "first", up, d: d + 1 }, ws: 0 }] : [];
     case "string": return c === '"' ? [{ top: { k: "str", min: n.min, max: n.max, n: 0, esc: 0, up, d }, ws: 0 }] : [];
     case "number": {
-      const ns = numberStep(null, c, n.integer);
-      return ns === null ? [] : [{ top: { k: "num", integer: n.integer, ns, up, d }, ws: 0 }];
+      const ns = numberStep(null, c, n.integer, n.range === null);
+      if (ns === null || (n.range !== null && !canReach(c, n.integer, n.range))) return [];
+      return [{ top: { k: "num", integer: n.integer, range: n.range, text: n.range === null ? "" : c, ns, up, d }, ws: 0 }];
     }
     case "any": {
       if (c === "{") return start(ANY_OBJECT, up, d, c);
       if (c === "[") return start({ t: "array", items: ANY, min: 0, max: Infinity }, up, d, c);
       if (c === '"') return start({ t: "string", min: 0, max: Infinity }, up, d, c);
       if (c === "t" || c === "f" || c === "n") return start({ t: "literal", texts: ["true", "false", "null"] }, up, d, c);
-      return start({ t: "number", integer: false }, up, d, c);
+      return start({ t: "number", integer: false, range: null }, up, d, c);
     }
   }
 }
@@ -269,9 +274,17 @@ function stepObject(f: ObjFrame, c: string): Config[] {
   return [];
 }
 
-/** The next number state at `c` (from the start when `n` is null), or null when `c` does not continue it. */
-function numberStep(n: NumState | null, c: string, integer: boolean): NumState | null {
-  const e = !integer && (c === "e" || c === "E");
+/** Whether the number in `f` may end here: a whole number, inside its bounds. */
+function numberMayEnd(f: Extract<Frame, { k: "num" }>): boolean {
+  return NUM_END.has(f.ns) && (f.range === null || inRange(f.text, f.range));
+}
+
+/**
+ * The next number state at `c` (from the start when `n` is null), or null when `c` does not continue
+ * it; `exp`: whether an exponent may follow (never in an integer).
+ */
+function numberStep(n: NumState | null, c: string, integer: boolean, exp: boolean): NumState | null {
+  const e = exp && !integer && (c === "e" || c === "E");
   switch (n) {
     case null: return c === "-" ? NumState.Sign : c === "0" ? NumState.Zero : isDigit(c) ? NumState.Int : null;
     case NumState.Sign: return c === "0" ? NumState.Zero : isDigit(c) ? NumState.Int : null;
@@ -311,7 +324,11 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
       case "value": return `v${id(f.node)},${f.ws ? 1 : 0},${f.d}/${below}`;
       case "lit": return `l${JSON.stringify(f.text)},${f.i}/${below}`;
       case "str": return `s${f.min},${f.max},${f.n},${f.esc}/${below}`;
-      case "num": return `n${f.integer ? 1 : 0},${f.ns}/${below}`;
+      case "num": {
+        const r = f.range;
+        const bounds = r === null ? "" : `${r.loOpen ? "(" : "["}${r.lo},${r.hi}${r.hiOpen ? ")" : "]"}${f.text}`;
+        return `n${f.integer ? 1 : 0},${f.ns}${bounds}/${below}`;
+      }
       case "key": return `k${JSON.stringify(f.text)}/${below}`;
       case "obj": return `o${id(f.node)},${JSON.stringify(f.seen)},${f.phase},${JSON.stringify(f.key)},${f.d}/${below}`;
       case "arr": return `a${id(f.node)},${f.count},${f.phase},${f.d}/${below}`;

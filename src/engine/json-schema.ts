@@ -6,10 +6,14 @@
  *
  * Followed: `type` (one or a list), `properties`, `required`, `additionalProperties` (absent means
  * none when `properties` is given, any object otherwise; keys come in any order, each once), `items`,
- * `minItems`, `maxItems`, `minLength`, `maxLength`, `enum`, `const`, `anyOf`, `oneOf` (as anyOf),
+ * `minItems`, `maxItems`, `minLength`, `maxLength`, `minimum`, `maximum`, `exclusiveMinimum`,
+ * `exclusiveMaximum` (a number, or draft 4's boolean beside `minimum`/`maximum`; a bounded number is
+ * written without an exponent), `enum`, `const`, `anyOf`, `oneOf` (as anyOf),
  * `allOf` with one entry, `nullable`, `$ref` to `#/$defs/…` or `#/definitions/…` (recursion included).
  * Annotations (`title`, `description`, `default`, `examples`, …) are ignored.
  */
+
+import { type NumberRange, rangeHolds } from "./number-bounds.ts";
 
 /** Named definitions of one schema, filled as it compiles; each reference carries its own table. */
 type DefTable = Map<string, SchemaNode>;
@@ -23,7 +27,8 @@ export type SchemaNode =
   | { readonly t: "object"; readonly props: ReadonlyMap<string, SchemaNode>; readonly required: ReadonlySet<string>; readonly extra: SchemaNode | null }
   | { readonly t: "array"; readonly items: SchemaNode; readonly min: number; readonly max: number }
   | { readonly t: "string"; readonly min: number; readonly max: number }
-  | { readonly t: "number"; readonly integer: boolean }
+  /** `range`: null when unbounded. */
+  | { readonly t: "number"; readonly integer: boolean; readonly range: NumberRange | null }
   /** One of these JSON texts exactly (enum, const, booleans, null). */
   | { readonly t: "literal"; readonly texts: readonly string[] }
   | { readonly t: "anyOf"; readonly options: readonly SchemaNode[] }
@@ -38,7 +43,8 @@ const ANNOTATIONS = new Set([
   "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly",
   "$defs", "definitions", "strict",
 ]);
-const TYPED = new Set(["type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength", "nullable"]);
+const BOUNDS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
+const TYPED = new Set(["type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength", "nullable", ...BOUNDS]);
 const TYPES = ["object", "array", "string", "number", "integer", "boolean", "null"] as const;
 type TypeName = (typeof TYPES)[number];
 
@@ -132,6 +138,7 @@ function typesOf(s: { readonly [k: string]: unknown }, at: string): TypeName[] {
     if (s.properties !== undefined || s.required !== undefined || s.additionalProperties !== undefined) return ["object"];
     if (s.items !== undefined || s.minItems !== undefined || s.maxItems !== undefined) return ["array"];
     if (s.minLength !== undefined || s.maxLength !== undefined) return ["string"];
+    if (BOUNDS.some((k) => s[k] !== undefined)) return ["number"];
     return [];
   }
   const list = Array.isArray(t) ? t : [t];
@@ -146,7 +153,7 @@ function compileTyped(s: { readonly [k: string]: unknown }, type: TypeName, at: 
   switch (type) {
     case "boolean": return { t: "literal", texts: ["true", "false"] };
     case "null": return { t: "literal", texts: ["null"] };
-    case "number": case "integer": return { t: "number", integer: type === "integer" };
+    case "number": case "integer": return { t: "number", integer: type === "integer", range: numberRange(s, type === "integer", at) };
     case "string": return { t: "string", min: count(s, "minLength", 0, at), max: count(s, "maxLength", Infinity, at) };
     case "array": {
       const min = count(s, "minItems", 0, at), max = count(s, "maxItems", Infinity, at);
@@ -174,6 +181,36 @@ function compileObject(s: { readonly [k: string]: unknown }, at: string, defs: D
     if (!props.has(name) && extra === null) throw new SchemaError(`The schema at ${at} requires ${show(name)}, which its properties do not allow`);
   }
   return { t: "object", props, required: new Set(r as string[]), extra };
+}
+
+/** The bounds `s` puts on a number (null when none); throws when no value (no integer) meets them. */
+function numberRange(s: { readonly [k: string]: unknown }, integer: boolean, at: string): NumberRange | null {
+  if (!BOUNDS.some((k) => s[k] !== undefined)) return null;
+  const num = (k: string): number | undefined => {
+    const v = s[k];
+    if (v === undefined || typeof v === "boolean") return undefined;
+    if (typeof v !== "number" || !Number.isFinite(v)) throw new SchemaError(`The schema's ${show(k)} at ${at} must be a finite number, got ${show(v)}`);
+    return v;
+  };
+  // Draft 4 wrote exclusive bounds as booleans beside minimum/maximum; later drafts as numbers. Of two
+  // bounds on one side the tighter holds (an exclusive one at the same value).
+  const side = (inclusive: string, exclusive: string, lower: boolean): { v: number; open: boolean } | null => {
+    const a = num(inclusive), b = num(exclusive), flag = s[exclusive];
+    if (typeof flag === "boolean" && a === undefined) throw new SchemaError(`The schema's ${show(exclusive)} at ${at} is a boolean without ${show(inclusive)}`);
+    const bounds = [...(a === undefined ? [] : [{ v: a, open: flag === true }]), ...(b === undefined ? [] : [{ v: b, open: true }])];
+    const tighter = (x: { v: number; open: boolean }, y: { v: number; open: boolean }) => (x.v === y.v ? (x.open ? x : y) : (x.v > y.v) === lower ? x : y);
+    return bounds.length === 0 ? null : bounds.reduce(tighter);
+  };
+  const l = side("minimum", "exclusiveMinimum", true), h = side("maximum", "exclusiveMaximum", false);
+  const range: NumberRange = { lo: l?.v ?? -Infinity, loOpen: l?.open ?? false, hi: h?.v ?? Infinity, hiOpen: h?.open ?? false };
+  if (!rangeHolds(range, integer)) {
+    throw new SchemaError(`The schema at ${at} bounds the ${integer ? "integer" : "number"} to ${showRange(range)}, which holds no ${integer ? "integer" : "value"}`);
+  }
+  return range;
+}
+
+function showRange(r: NumberRange): string {
+  return `${r.loOpen ? "(" : "["}${r.lo}, ${r.hi}${r.hiOpen ? ")" : "]"}`;
 }
 
 function count(s: { readonly [k: string]: unknown }, k: string, dflt: number, at: string): number {
