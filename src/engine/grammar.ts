@@ -11,6 +11,7 @@
  */
 import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, resolve, type SchemaNode } from "./json-schema.ts";
 import { canReach, inRange, type NumberRange } from "./number-bounds.ts";
+import type { CompiledRegex, RegexState } from "./regex-nfa.ts";
 
 /** What a request's output must be; plain data, so it travels to cluster workers. */
 export type OutputGrammar =
@@ -31,8 +32,14 @@ type Piece = { readonly lit: string } | { readonly node: SchemaNode };
 type Frame =
   | { readonly k: "value"; readonly node: SchemaNode; readonly ws: boolean; readonly up: Frame | null; readonly d: number }
   | { readonly k: "lit"; readonly text: string; readonly i: number; readonly up: Frame | null; readonly d: number }
-  /** esc: 0 plain, -1 after a backslash, 1–4 hex digits still due in \uXXXX. */
-  | { readonly k: "str"; readonly min: number; readonly max: number; readonly n: number; readonly esc: number; readonly up: Frame | null; readonly d: number }
+  /**
+   * esc: 0 plain, -1 after a backslash, 1–4 hex digits still due in \uXXXX (hex: their value so far).
+   * re: expressions the string's characters must match (its `pattern` and `format`), rs: where each is.
+   */
+  | {
+    readonly k: "str"; readonly min: number; readonly max: number; readonly n: number; readonly esc: number; readonly hex: number;
+    readonly re: readonly CompiledRegex[]; readonly rs: readonly RegexState[]; readonly up: Frame | null; readonly d: number;
+  }
   /** range: bounds the number must end inside (null: none); text: what it has written so far, kept only under bounds. */
   | { readonly k: "num"; readonly integer: boolean; readonly range: NumberRange | null; readonly text: string; readonly ns: NumState; readonly up: Frame | null; readonly d: number }
   | { readonly k: "key"; readonly text: string; readonly up: ObjFrame; readonly d: number }
@@ -201,7 +208,12 @@ function start(node: SchemaNode, up: Frame | null, d: number, c: string): Config
       return c === "{" && d < MAX_DEPTH ? [{ top: { k: "obj", node: n, seen: [], phase: "first", key: "", up, d: d + 1 }, ws: 0 }] : [];
     case "array":
       return c === "[" && d < MAX_DEPTH ? [{ top: { k: "arr", node: n, count: 0, phase: "first", up, d: d + 1 }, ws: 0 }] : [];
-    case "string": return c === '"' ? [{ top: { k: "str", min: n.min, max: n.max, n: 0, esc: 0, up, d }, ws: 0 }] : [];
+    case "string": {
+      if (c !== '"') return [];
+      const top: Frame = { k: "str", min: n.min, max: n.max, n: 0, esc: 0, hex: 0, re: n.patterns, rs: n.patterns.map((r) => r.start), up, d };
+      // A pattern that cannot end within maxLength leaves nothing to write.
+      return top.rs.every((s, i) => top.re[i].minToAccept(s) <= top.max) ? [{ top, ws: 0 }] : [];
+    }
     case "number": {
       const ns = numberStep(null, c, n.integer, n.range === null);
       if (ns === null || (n.range !== null && !canReach(c, n.integer, n.range))) return [];
@@ -210,7 +222,7 @@ function start(node: SchemaNode, up: Frame | null, d: number, c: string): Config
     case "any": {
       if (c === "{") return start(ANY_OBJECT, up, d, c);
       if (c === "[") return start({ t: "array", items: ANY, min: 0, max: Infinity }, up, d, c);
-      if (c === '"') return start({ t: "string", min: 0, max: Infinity }, up, d, c);
+      if (c === '"') return start({ t: "string", min: 0, max: Infinity, patterns: [] }, up, d, c);
       if (c === "t" || c === "f" || c === "n") return start({ t: "literal", texts: ["true", "false", "null"] }, up, d, c);
       return start({ t: "number", integer: false, range: null }, up, d, c);
     }
@@ -219,16 +231,36 @@ function start(node: SchemaNode, up: Frame | null, d: number, c: string): Config
 
 function stepString(f: Extract<Frame, { k: "str" }>, c: string): Config[] {
   if (f.esc === -1) {
-    if (c === "u") return [{ top: { ...f, esc: 4 }, ws: 0 }];
-    return '"\\/bfnrt'.includes(c) ? [{ top: { ...f, esc: 0, n: count(f) }, ws: 0 }] : [];
+    if (c === "u") return [{ top: { ...f, esc: 4, hex: 0 }, ws: 0 }];
+    const i = '"\\/bfnrt'.indexOf(c);
+    return i < 0 ? [] : char(f, '"\\/\b\f\n\r\t'[i]);
   }
   if (f.esc > 0) {
     if (!isHex(c)) return [];
-    return [{ top: f.esc === 1 ? { ...f, esc: 0, n: count(f) } : { ...f, esc: f.esc - 1 }, ws: 0 }];
+    const hex = f.hex * 16 + parseInt(c, 16);
+    if (f.esc > 1) return [{ top: { ...f, esc: f.esc - 1, hex }, ws: 0 }];
+    // A pattern is matched by code point: half a surrogate pair cannot be stepped through it.
+    if (f.re.length > 0 && hex >= 0xd800 && hex <= 0xdfff) return [];
+    return char(f, String.fromCharCode(hex));
   }
-  if (c === '"') return f.n >= f.min ? complete(f.up) : [];
+  if (c === '"') return f.n >= f.min && f.re.every((r, i) => r.accepts(f.rs[i])) ? complete(f.up) : [];
   if (c < " " || f.n >= f.max) return [];
-  return [{ top: c === "\\" ? { ...f, esc: -1 } : { ...f, n: count(f) }, ws: 0 }];
+  if (c === "\\") return [{ top: { ...f, esc: -1 }, ws: 0 }];
+  return char(f, c);
+}
+
+/** `f` after one more character of the string's value (`v`, escapes decoded), or nothing when it cannot come. */
+function char(f: Extract<Frame, { k: "str" }>, v: string): Config[] {
+  const n = count(f);
+  if (f.re.length === 0) return [{ top: { ...f, esc: 0, n }, ws: 0 }];
+  const rs: RegexState[] = [];
+  for (let i = 0; i < f.re.length; i++) {
+    const next = f.re[i].step(f.rs[i], v);
+    // Each expression must still be able to end within maxLength.
+    if (next === null || f.n + 1 + f.re[i].minToAccept(next) > f.max) return [];
+    rs.push(next);
+  }
+  return [{ top: { ...f, esc: 0, n, rs }, ws: 0 }];
 }
 
 /**
@@ -323,7 +355,10 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
     switch (f.k) {
       case "value": return `v${id(f.node)},${f.ws ? 1 : 0},${f.d}/${below}`;
       case "lit": return `l${JSON.stringify(f.text)},${f.i}/${below}`;
-      case "str": return `s${f.min},${f.max},${f.n},${f.esc}/${below}`;
+      case "str": {
+        const re = f.re.length === 0 ? "" : `,${f.hex},${f.re.map((r, i) => `${id(r)}:${f.rs[i].key}`).join(";")}`;
+        return `s${f.min},${f.max},${f.n},${f.esc}${re}/${below}`;
+      }
       case "num": {
         const r = f.range;
         const bounds = r === null ? "" : `${r.loOpen ? "(" : "["}${r.lo},${r.hi}${r.hiOpen ? ")" : "]"}${f.text}`;
@@ -346,7 +381,7 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
  * is. The token trie then takes whole subtrees of plain texts without stepping through them.
  */
 export function grammarAcceptsPlainText(state: GrammarState): boolean {
-  return state.some((c) => c.top !== null && c.top.k === "str" && c.top.esc === 0 && c.top.max === Infinity);
+  return state.some((c) => c.top !== null && c.top.k === "str" && c.top.esc === 0 && c.top.max === Infinity && c.top.re.length === 0);
 }
 
 /** Whether `text` is plain in the sense of {@link grammarAcceptsPlainText}. */

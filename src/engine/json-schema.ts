@@ -14,6 +14,7 @@
  */
 
 import { type NumberRange, rangeHolds } from "./number-bounds.ts";
+import { type CompiledRegex, compilePattern, FORMATS, formatPattern, RegexError } from "./regex-nfa.ts";
 
 /** Named definitions of one schema, filled as it compiles; each reference carries its own table. */
 type DefTable = Map<string, SchemaNode>;
@@ -26,7 +27,8 @@ export type SchemaNode =
   | { readonly t: "any" }
   | { readonly t: "object"; readonly props: ReadonlyMap<string, SchemaNode>; readonly required: ReadonlySet<string>; readonly extra: SchemaNode | null }
   | { readonly t: "array"; readonly items: SchemaNode; readonly min: number; readonly max: number }
-  | { readonly t: "string"; readonly min: number; readonly max: number }
+  /** `patterns`: expressions the value must match (its `pattern` and `format`). */
+  | { readonly t: "string"; readonly min: number; readonly max: number; readonly patterns: readonly CompiledRegex[] }
   /** `range`: null when unbounded. */
   | { readonly t: "number"; readonly integer: boolean; readonly range: NumberRange | null }
   /** One of these JSON texts exactly (enum, const, booleans, null). */
@@ -44,7 +46,11 @@ const ANNOTATIONS = new Set([
   "$defs", "definitions", "strict",
 ]);
 const BOUNDS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
-const TYPED = new Set(["type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength", "nullable", ...BOUNDS]);
+const TYPED = new Set(["type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength", "nullable", "pattern", "format", ...BOUNDS]);
+/** Formats that say how a number is stored, not which values it takes (OpenAPI's). */
+const NUMBER_FORMATS = new Set(["int32", "int64", "float", "double"]);
+/** String formats that constrain nothing (OpenAPI's `password` is a hint to user interfaces). */
+const FREE_FORMATS = new Set(["password"]);
 const TYPES = ["object", "array", "string", "number", "integer", "boolean", "null"] as const;
 type TypeName = (typeof TYPES)[number];
 
@@ -137,7 +143,8 @@ function typesOf(s: { readonly [k: string]: unknown }, at: string): TypeName[] {
   if (t === undefined) {
     if (s.properties !== undefined || s.required !== undefined || s.additionalProperties !== undefined) return ["object"];
     if (s.items !== undefined || s.minItems !== undefined || s.maxItems !== undefined) return ["array"];
-    if (s.minLength !== undefined || s.maxLength !== undefined) return ["string"];
+    if (s.minLength !== undefined || s.maxLength !== undefined || s.pattern !== undefined) return ["string"];
+    if (typeof s.format === "string" && !NUMBER_FORMATS.has(s.format)) return ["string"];
     if (BOUNDS.some((k) => s[k] !== undefined)) return ["number"];
     return [];
   }
@@ -154,7 +161,13 @@ function compileTyped(s: { readonly [k: string]: unknown }, type: TypeName, at: 
     case "boolean": return { t: "literal", texts: ["true", "false"] };
     case "null": return { t: "literal", texts: ["null"] };
     case "number": case "integer": return { t: "number", integer: type === "integer", range: numberRange(s, type === "integer", at) };
-    case "string": return { t: "string", min: count(s, "minLength", 0, at), max: count(s, "maxLength", Infinity, at) };
+    case "string": {
+      const min = count(s, "minLength", 0, at), max = count(s, "maxLength", Infinity, at);
+      if (min > max) throw new SchemaError(`The schema at ${at} has minLength ${min} above maxLength ${max}`);
+      const patterns = stringPatterns(s, at);
+      if (patterns.some((r) => r.minToAccept(r.start) > max)) throw new SchemaError(`The schema at ${at} has maxLength ${max}, and no string of at most ${max} characters matches its pattern or format`);
+      return { t: "string", min, max, patterns };
+    }
     case "array": {
       const min = count(s, "minItems", 0, at), max = count(s, "maxItems", Infinity, at);
       if (min > max) throw new SchemaError(`The schema at ${at} has minItems ${min} above maxItems ${max}`);
@@ -181,6 +194,33 @@ function compileObject(s: { readonly [k: string]: unknown }, at: string, defs: D
     if (!props.has(name) && extra === null) throw new SchemaError(`The schema at ${at} requires ${show(name)}, which its properties do not allow`);
   }
   return { t: "object", props, required: new Set(r as string[]), extra };
+}
+
+/** The expressions a string of `s` must match: its `pattern` and its `format`. */
+function stringPatterns(s: { readonly [k: string]: unknown }, at: string): CompiledRegex[] {
+  const out: CompiledRegex[] = [];
+  const compile = (source: string, what: string) => {
+    try {
+      out.push(compilePattern(source));
+    } catch (e) {
+      if (e instanceof RegexError) throw new SchemaError(`The schema's ${what} at ${at} cannot be followed: ${e.message}`);
+      throw e;
+    }
+  };
+  if (s.pattern !== undefined) {
+    if (typeof s.pattern !== "string") throw new SchemaError(`The schema's "pattern" at ${at} must be a string, got ${show(s.pattern)}`);
+    compile(s.pattern, `"pattern"`);
+  }
+  const f = s.format;
+  if (f !== undefined) {
+    if (typeof f !== "string") throw new SchemaError(`The schema's "format" at ${at} must be a string, got ${show(f)}`);
+    const source = formatPattern(f);
+    if (source !== undefined) compile(source, `"format" ${show(f)}`);
+    else if (!FREE_FORMATS.has(f) && !NUMBER_FORMATS.has(f)) {
+      throw new SchemaError(`The schema's "format" ${show(f)} at ${at} is not supported by constrained decoding (supported: ${[...FORMATS, ...FREE_FORMATS].join(", ")})`);
+    }
+  }
+  return out;
 }
 
 /** The bounds `s` puts on a number (null when none); throws when no value (no integer) meets them. */

@@ -66,8 +66,10 @@ test("grammarStart() follows anyOf, type lists, nullable, const and recursive $r
 
 test("compileSchema() refuses what the decoder cannot follow, naming the keyword and its place", () => {
   const cases: [unknown, RegExp][] = [
-    [{ type: "string", pattern: "^a" }, /keyword "pattern" at # is not supported/],
-    [{ properties: { when: { type: "string", format: "date-time" } } }, /keyword "format" at #\/properties\/when is not supported/],
+    [{ type: "array", uniqueItems: true }, /keyword "uniqueItems" at # is not supported/],
+    [{ type: "string", pattern: "(?=a)b" }, /"pattern" at # cannot be followed: .*lookahead/],
+    [{ properties: { when: { type: "string", format: "ipv6" } } }, /"format" "ipv6" at #\/properties\/when is not supported .*supported: date/],
+    [{ type: "string", minLength: 3, maxLength: 2 }, /minLength 3 above maxLength 2/],
     [{ $ref: "#/$defs/missing" }, /names no definition/],
     [{ $ref: "http://example.com/s.json" }, /only "#\/\$defs\/NAME"/],
     [{ type: "array", minItems: 3, maxItems: 2 }, /minItems 3 above maxItems 2/],
@@ -102,6 +104,29 @@ test("grammarStart() with afterReasoning leaves the thoughts free and constrains
   assert.ok(!fits(g, "hmm</think>\n\nfoo"));
   assert.ok(!fits(g, "hmm</think>{}"), "a blank line after the thoughts");
   assert.ok(!fits(g, "no end yet", true));
+});
+
+test("grammarStart() follows pattern and format on the decoded string, escapes included, within maxLength", () => {
+  const code = json({ type: "string", pattern: "^[a-c]+\\d$" });
+  assert.ok(fits(code, '"ab3"', true));
+  assert.ok(fits(code, '"\\u0061b3"', true), "an escape is matched as the character it stands for");
+  for (const bad of ['"ab"', '"abx', '"3', '"a\\n', '"ab34']) assert.ok(!fits(code, bad), `accepted ${bad}`);
+  const cat = json({ type: "string", pattern: "cat" });
+  assert.ok(fits(cat, '"a cat!"', true), "unanchored: anywhere in the string");
+  assert.ok(!fits(cat, '"dog"', true) && fits(cat, '"dog'), "a string may still come to hold it, but not end without it");
+  const date = json({ type: "string", format: "date" });
+  assert.ok(fits(date, '"2024-02-29"', true));
+  for (const bad of ['"2024-13', '"24-01-01"', '"2024-01-01T']) assert.ok(!fits(date, bad), `accepted ${bad}`);
+  const both = json({ type: "string", format: "uuid", pattern: "^0" });
+  assert.ok(fits(both, '"0a1b2c3d-0000-4000-8000-00000000000f"', true));
+  assert.ok(!fits(both, '"1'), "pattern and format both hold");
+  const short = json({ type: "string", pattern: "^a{3,}$", maxLength: 4 });
+  assert.ok(fits(short, '"aaaa"', true));
+  assert.ok(!fits(short, '"aaaaa'));
+  const room = json({ type: "string", pattern: "^a+b{3}$", maxLength: 5 });
+  assert.ok(fits(room, '"aa'));
+  assert.ok(!fits(room, '"aaa'), "no room left for the three b's within maxLength");
+  assert.throws(() => compileSchema({ type: "string", pattern: "^a{5}$", maxLength: 4 }), /no string of at most 4 characters matches/);
 });
 
 test("OutputConstraint.next() bars exactly the tokens whose text cannot come next, and EOS until the object closes", () => {
@@ -141,10 +166,19 @@ test("TokenTrie.allowed() finds exactly the tokens a feed of every token text ac
   }
 });
 
-test("OutputConstraint.next() masks match a fresh brute-force pass at every step, its per-state cache included", () => {
+const MASK_CASES: [JsonSchema, string][] = [
+  [{ type: "object", properties: { a: { type: "string", maxLength: 3 }, b: { type: "array", items: { type: "integer" }, minItems: 2 }, c: { type: "string" } } }, '{"a": "aaa", "b": [1, 1, 1], "c": "aaaa aaaa"}'],
+  // Patterns and bounds: states that differ only in a regex position or a number's digits must not share masks.
+  [{
+    type: "object",
+    properties: { p: { type: "string", pattern: "^(ab)+c?$", maxLength: 7 }, q: { type: "string", pattern: "a.a" }, d: { type: "string", format: "date" }, n: { type: "array", items: { type: "integer", minimum: -5, maximum: 120 } } },
+  }, '{"p": "ababab", "q": "xa\\"aa", "d": "2024-11-30", "n": [11, -5, 111, 0]}'],
+];
+
+for (const [schema, doc] of MASK_CASES) test(`OutputConstraint.next() masks match a fresh brute-force pass at every step, its per-state cache included (${doc.slice(0, 12)}…)`, () => {
   const texts = Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id));
-  const g = json({ type: "object", properties: { a: { type: "string", maxLength: 3 }, b: { type: "array", items: { type: "integer" }, minItems: 2 }, c: { type: "string" } } });
-  const doc = '{"a": "aaa", "b": [1, 1, 1], "c": "aaaa aaaa"}';
+  const g = json(schema);
+  assert.ok(grammarComplete(grammarFeed(grammarStart(g), doc)), "the document follows the schema");
   // One token per character (the vocabulary has every ASCII byte), so states repeat along the strings.
   const ids = [...doc].map((ch) => texts.indexOf(ch));
   const c = new OutputConstraint(g, new TokenTrie(texts), model.config.eosTokenIds);
@@ -184,6 +218,27 @@ test("Engine under a json_schema grammar writes whole values of the schema when 
   }
 });
 
+test("Engine under a json_schema grammar sampling freely writes values inside their format, pattern and bounds", async () => {
+  const schema = {
+    type: "object",
+    properties: { day: { type: "string", format: "date" }, code: { type: "string", pattern: "^[A-Z]{2}-\\d{3}$" }, n: { type: "integer", minimum: 1, maximum: 12 }, x: { type: "number", exclusiveMinimum: -1, exclusiveMaximum: 0 } },
+    required: ["day", "code", "n", "x"],
+    additionalProperties: false,
+  };
+  let finished = 0;
+  for (const seed of [1, 2, 3, 4]) {
+    const { text, result } = await generate({ grammar: json(schema), seed, maxTokens: 120 });
+    if (result.finishReason !== "stop") continue; // the fraction of x may run to max_tokens
+    finished++;
+    const v = JSON.parse(text) as { day: string; code: string; n: number; x: number };
+    assert.match(v.day, /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$/, text);
+    assert.match(v.code, /^[A-Z]{2}-\d{3}$/, text);
+    assert.ok(Number.isInteger(v.n) && v.n >= 1 && v.n <= 12, text);
+    assert.ok(v.x > -1 && v.x < 0, text);
+  }
+  assert.ok(finished >= 2, `only ${finished} of 4 runs ended`);
+});
+
 test("Engine under a tool_calls grammar writes one Hermes call to the named function with arguments of its schema", async () => {
   const tools = [{ name: "set_mood", parameters: { type: "object", properties: { mood: { enum: ["happy", "sad"] } }, required: ["mood"], additionalProperties: false } }];
   const { text, result } = await generate({ grammar: { kind: "tool_calls", tools, parallel: false }, maxTokens: 200 });
@@ -197,6 +252,6 @@ test("Engine under a tool_calls grammar writes one Hermes call to the named func
 
 test("Engine refuses a grammar whose schema it cannot follow, with the keyword in the message", () => {
   const e = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
-  assert.throws(() => e.submit({ prompt, grammar: json({ type: "string", pattern: "a+" }) }), { name: "RequestParamError", message: /"pattern"/ });
+  assert.throws(() => e.submit({ prompt, grammar: json({ type: "string", pattern: "a\\1" }) }), { name: "RequestParamError", message: /"pattern"/ });
   return e.stop();
 });

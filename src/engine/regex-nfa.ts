@@ -1,0 +1,328 @@
+/**
+ * Regular expressions for constrained decoding: JSON Schema's `pattern` keyword, and the `format`s the
+ * decoder follows, as automata stepped one character (code point) at a time beside the grammar
+ * automaton (src/engine/grammar.ts).
+ *
+ * An expression (parsed by src/engine/regex-parse.ts) becomes a Thompson NFA over sets of code points.
+ * A state is the set of NFA states the text so far can be in, closed under empty moves and cut to the
+ * states that read a character or accept and from which a match is still reachable; so a state is
+ * empty exactly when no match can continue, and its key (the state numbers, sorted) names its
+ * language. Transitions are computed on demand and cached per compiled expression.
+ */
+import { ANY_CHAR, type CharSet, contains, parseRegex, quote, RegexError, type RegexNode } from "./regex-parse.ts";
+
+export { RegexError } from "./regex-parse.ts";
+
+/** Most NFA states one expression may compile to (each copy a `{n,m}` makes counts). */
+const MAX_STATES = 4000;
+/** Transitions a compiled expression caches before it starts its cache over. */
+const MAX_CACHED = 50_000;
+
+/** A position in a compiled expression: an immutable value. Equal positions have equal `key`s. */
+export interface RegexState {
+  readonly key: string;
+}
+
+/** A compiled expression, stepped one character at a time. */
+export interface CompiledRegex {
+  readonly start: RegexState;
+  /**
+   * The state after one more character (one Unicode code point, as a string), or null when no match
+   * can continue. A longer string steps through its code points; "" leaves the state as it is.
+   */
+  step(state: RegexState, ch: string): RegexState | null;
+  /** True when the text read so far is a match. */
+  accepts(state: RegexState): boolean;
+  /** Fewest more characters that reach a match from `state` (0 when it accepts; Infinity when none can). */
+  minToAccept(state: RegexState): number;
+}
+
+/**
+ * Compiles a JSON Schema `pattern` (ECMA-262 syntax, subset below) with JSON Schema's meaning: the
+ * string matches when the expression matches ANYWHERE in it (unanchored), unless it starts with `^`
+ * / ends with `$`.
+ *
+ * Followed: literals; escapes `\d \D \w \W \s \S \n \r \t \f \v \0 \cX \xHH \uHHHH \u{H...}` and
+ * escaped punctuation; `.`; classes `[...]` / `[^...]` with ranges and escapes; groups `( )`,
+ * `(?: )`, `(?<name> )`; `|`; quantifiers `* + ? {n} {n,} {n,m}` and their lazy forms; `^` as the
+ * first and `$` as the last character. Refused with {@link RegexError}: anchors anywhere else or
+ * beside a top-level `|`, backreferences, lookarounds, `\b \B`, inline flags, `\p{...}`, unknown
+ * letter escapes, invalid syntax, and automata over 4000 NFA states.
+ */
+export function compilePattern(source: string): CompiledRegex {
+  return new Compiled(source);
+}
+
+/** One state of a compiled expression. */
+class DState implements RegexState {
+  constructor(
+    readonly key: string,
+    /** Its NFA states, ascending. */
+    readonly nfa: readonly number[],
+    readonly accepting: boolean,
+    readonly min: number,
+    readonly owner: Compiled,
+  ) {
+    Object.freeze(this);
+  }
+}
+
+/** A Thompson NFA under construction: state q reads a character of `sets[q]` into `next[q]` and moves freely to `eps[q]`. */
+class Nfa {
+  readonly sets: (CharSet | null)[] = [];
+  readonly next: number[] = [];
+  readonly eps: number[][] = [];
+
+  constructor(readonly source: string) {}
+
+  add(): number {
+    if (this.sets.length >= MAX_STATES) {
+      throw new RegexError(`The pattern ${quote(this.source)} is too large for constrained decoding: its automaton needs over ${MAX_STATES} states (each copy "{n,m}" makes counts)`);
+    }
+    this.sets.push(null);
+    this.next.push(-1);
+    this.eps.push([]);
+    return this.sets.length - 1;
+  }
+
+  /** Adds the states for `node`; returns its entry and exit. */
+  build(node: RegexNode): [number, number] {
+    switch (node.t) {
+      case "set": {
+        const a = this.add(), b = this.add();
+        this.sets[a] = node.set;
+        this.next[a] = b;
+        return [a, b];
+      }
+      case "seq": {
+        const first = this.add();
+        let last = first;
+        for (const item of node.items) last = this.#then(last, item);
+        return [first, last];
+      }
+      case "alt": {
+        const a = this.add(), b = this.add();
+        for (const o of node.options) this.eps[this.#then(a, o)].push(b);
+        return [a, b];
+      }
+      case "rep": {
+        const a = this.add();
+        let last = a;
+        for (let k = 0; k < node.min; k++) last = this.#then(last, node.node);
+        if (node.max === Infinity) {
+          const loop = this.add();
+          this.eps[last].push(loop);
+          this.eps[this.#then(loop, node.node)].push(loop);
+          return [a, loop];
+        }
+        const b = this.add();
+        for (let k = node.min; k < node.max; k++) {
+          this.eps[last].push(b);
+          last = this.#then(last, node.node);
+        }
+        this.eps[last].push(b);
+        return [a, b];
+      }
+    }
+  }
+
+  /** Builds `node` after state `from`; returns its exit. */
+  #then(from: number, node: RegexNode): number {
+    const [entry, exit] = this.build(node);
+    this.eps[from].push(entry);
+    return exit;
+  }
+}
+
+class Compiled implements CompiledRegex {
+  readonly start: DState;
+  readonly #nfa: Nfa;
+  readonly #accept: number;
+  /** Unanchored at the end: once the accepting state is reached, every continuation matches. */
+  readonly #acceptsAll: boolean;
+  /** Fewest characters from each NFA state to acceptance. */
+  readonly #dist: number[];
+  /** The NFA states a DState keeps: those that read a character or accept, with a match reachable. */
+  readonly #keep: Uint8Array;
+  readonly #mark: Uint32Array;
+  #stamp = 0;
+  readonly #cache = new Map<string, { readonly state: DState; readonly next: Map<string, DState | null> }>();
+  #cached = 0;
+
+  constructor(readonly source: string) {
+    const parsed = parseRegex(source);
+    const nfa = (this.#nfa = new Nfa(source));
+    const start = nfa.add();
+    if (!parsed.anchorStart) [nfa.sets[start], nfa.next[start]] = [ANY_CHAR, start];
+    const accept = (this.#accept = nfa.add());
+    const [entry, exit] = nfa.build(parsed.body);
+    nfa.eps[start].push(entry);
+    nfa.eps[exit].push(accept);
+    this.#acceptsAll = !parsed.anchorEnd;
+    if (this.#acceptsAll) [nfa.sets[accept], nfa.next[accept]] = [ANY_CHAR, accept];
+    this.#dist = distances(nfa, accept);
+    const n = nfa.sets.length;
+    this.#keep = new Uint8Array(n);
+    for (let q = 0; q < n; q++) {
+      const s = nfa.sets[q];
+      this.#keep[q] = this.#dist[q] < Infinity && (q === accept || (s !== null && s.length > 0)) ? 1 : 0;
+    }
+    this.#mark = new Uint32Array(n);
+    this.start = this.#close([start]);
+  }
+
+  step(state: RegexState, ch: string): RegexState | null {
+    const from = this.#resolve(state);
+    let entry = this.#cache.get(from.key);
+    if (entry === undefined) this.#cache.set(from.key, (entry = { state: from, next: new Map() }));
+    let to = entry.next.get(ch);
+    if (to === undefined) {
+      to = this.#advance(from, ch);
+      if (++this.#cached > MAX_CACHED) {
+        this.#cache.clear();
+        this.#cached = 0;
+      }
+      entry.next.set(ch, to);
+    }
+    return to;
+  }
+
+  accepts(state: RegexState): boolean {
+    return this.#resolve(state).accepting;
+  }
+
+  minToAccept(state: RegexState): number {
+    return this.#resolve(state).min;
+  }
+
+  #advance(from: DState, ch: string): DState | null {
+    let cur = from;
+    for (const c of ch) {
+      const cp = c.codePointAt(0)!;
+      const seeds: number[] = [];
+      for (const q of cur.nfa) {
+        const s = this.#nfa.sets[q];
+        if (s !== null && contains(s, cp)) seeds.push(this.#nfa.next[q]);
+      }
+      cur = this.#close(seeds);
+      if (cur.nfa.length === 0) return null;
+    }
+    return cur;
+  }
+
+  /** The state of `seeds` and all they reach by empty moves. */
+  #close(seeds: readonly number[]): DState {
+    if (this.#stamp === 0xffffffff) {
+      this.#mark.fill(0);
+      this.#stamp = 0;
+    }
+    const stamp = ++this.#stamp;
+    const stack: number[] = [];
+    for (const q of seeds) {
+      if (this.#mark[q] !== stamp) {
+        this.#mark[q] = stamp;
+        stack.push(q);
+      }
+    }
+    let out: number[] = [];
+    while (stack.length > 0) {
+      const q = stack.pop()!;
+      if (this.#keep[q] === 1) out.push(q);
+      for (const e of this.#nfa.eps[q]) {
+        if (this.#mark[e] !== stamp) {
+          this.#mark[e] = stamp;
+          stack.push(e);
+        }
+      }
+    }
+    // Past a match of an expression unanchored at the end, any text matches: one state for all of it.
+    if (this.#acceptsAll && this.#mark[this.#accept] === stamp) out = [this.#accept];
+    out.sort((a, b) => a - b);
+    return this.#state(out);
+  }
+
+  #state(nfa: readonly number[]): DState {
+    const key = nfa.join(",");
+    const hit = this.#cache.get(key);
+    if (hit !== undefined) return hit.state;
+    let min = Infinity;
+    for (const q of nfa) min = Math.min(min, this.#dist[q]);
+    return new DState(key, nfa, min === 0, min, this);
+  }
+
+  /** `state` as this expression's own (a state from elsewhere is known by its key). */
+  #resolve(state: RegexState): DState {
+    if (state instanceof DState && state.owner === this) return state;
+    const nfa = state.key === "" ? [] : state.key.split(",").map(Number);
+    if (nfa.some((q) => !Number.isInteger(q) || this.#keep[q] !== 1)) {
+      throw new RangeError(`The key ${JSON.stringify(state.key)} is no state of the pattern ${quote(this.source)}`);
+    }
+    return this.#state(nfa.sort((a, b) => a - b));
+  }
+}
+
+/** Fewest characters from each NFA state to `accept` (a breadth-first search backwards; empty moves cost 0). */
+function distances(nfa: Nfa, accept: number): number[] {
+  const n = nfa.sets.length;
+  const backEps: number[][] = Array.from({ length: n }, () => []);
+  const backRead: number[][] = Array.from({ length: n }, () => []);
+  for (let q = 0; q < n; q++) {
+    for (const e of nfa.eps[q]) backEps[e].push(q);
+    const s = nfa.sets[q];
+    if (s !== null && s.length > 0) backRead[nfa.next[q]].push(q);
+  }
+  const dist = new Array<number>(n).fill(Infinity);
+  dist[accept] = 0;
+  let layer = [accept];
+  for (let d = 0; layer.length > 0; d++) {
+    for (let k = 0; k < layer.length; k++) {
+      for (const q of backEps[layer[k]]) {
+        if (dist[q] === Infinity) {
+          dist[q] = d;
+          layer.push(q);
+        }
+      }
+    }
+    const next: number[] = [];
+    for (const v of layer) {
+      for (const q of backRead[v]) {
+        if (dist[q] === Infinity) {
+          dist[q] = d + 1;
+          next.push(q);
+        }
+      }
+    }
+    layer = next;
+  }
+  return dist;
+}
+
+const DATE = "[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])";
+const TIME = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
+const LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+const HOST = `${LABEL}(?:\\.${LABEL})*`;
+const OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
+const HEX = "[0-9A-Fa-f]";
+const FORMAT_PATTERNS: ReadonlyMap<string, string> = new Map([
+  ["date", `^${DATE}$`],
+  ["time", `^${TIME}$`],
+  ["date-time", `^${DATE}[Tt]${TIME}$`],
+  ["email", `^[A-Za-z0-9!#$%&'*+/=?^_\`{|}~.-]+@${HOST}$`],
+  ["uuid", `^${HEX}{8}-${HEX}{4}-${HEX}{4}-${HEX}{4}-${HEX}{12}$`],
+  ["ipv4", `^${OCTET}(?:\\.${OCTET}){3}$`],
+  ["hostname", `^${HOST}$`],
+  // A scheme, then no whitespace, control character, or one of "<>\^`{|}.
+  ["uri", '^[A-Za-z][A-Za-z0-9+.-]*:[^\\s\\x00-\\x1F\\x7F"<>\\\\^`{|}]*$'],
+]);
+
+/**
+ * The pattern source for a JSON Schema `format` this decoder follows, or undefined for any other
+ * name. Each is anchored and checks what a regular expression checks cheaply: `date` takes
+ * 2024-02-30 (days per month are not checked), `hostname` does not cap the total length at 253.
+ */
+export function formatPattern(format: string): string | undefined {
+  return FORMAT_PATTERNS.get(format);
+}
+
+/** The names formatPattern knows, for error messages. */
+export const FORMATS: readonly string[] = Object.freeze([...FORMAT_PATTERNS.keys()]);

@@ -1,0 +1,235 @@
+/** Regular expressions for constrained decoding: JSON Schema `pattern` and `format`, checked against JavaScript's RegExp. */
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { compilePattern, type CompiledRegex, FORMATS, formatPattern, RegexError, type RegexState } from "../../src/engine/regex-nfa.ts";
+
+/** Whether `re` accepts the whole of `text`, stepping one code point at a time. */
+function matches(re: CompiledRegex, text: string): boolean {
+  let s: RegexState | null = re.start;
+  for (const c of text) {
+    s = re.step(s, c);
+    if (s === null) return false;
+    // A state that is not null can still reach a match, and 0 characters more means it is one.
+    assert.ok(Number.isFinite(re.minToAccept(s)), `no match reachable but a state after ${JSON.stringify(c)}`);
+    assert.equal(re.minToAccept(s) === 0, re.accepts(s));
+  }
+  return re.accepts(s);
+}
+
+/** A small seeded generator (mulberry32), so that failures repeat. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const ALPHABET = ["a", "b", "c", "x", "1", "-", " ", "\n", ".", "_", "😀"];
+const FIXED = [
+  "", "a", "b", "c", "ab", "aab", "abc", "aaa", "aaaa", "abab", "abcx", "xa", "\n", "a\nb", "12.5", " ", "-", "ab-c", "😀", "x😀y", "\u2028", "\t\r",
+];
+
+/** Strings over ALPHABET, 12 per pattern. */
+function randomStrings(seed: number): string[] {
+  const rnd = prng(seed);
+  return Array.from({ length: 12 }, () => Array.from({ length: Math.floor(rnd() * 7) }, () => ALPHABET[Math.floor(rnd() * ALPHABET.length)]).join(""));
+}
+
+/** Patterns valid under the `u` flag, with strings that reach their edges. */
+const ORACLE_U: [string, string[]][] = [
+  ["^[a-c]+$", ["abcabc", "abd"]],
+  ["[^abc]", ["abc", "abcd"]],
+  ["^a{2,3}$", ["aaaaa"]],
+  ["^a{2}$", []],
+  ["^a{2,}$", ["aaaaaaa"]],
+  ["^a{0}b$", ["ab"]],
+  ["^(?:ab|a)*c$", ["ababac", "abbc", "c"]],
+  ["x|y|zz", ["z", "zz", "yy"]],
+  ["^(a|bc)+?$", ["bcabc", "bca", "b"]],
+  ["^\\d+\\.\\d*$", ["1.", "12.34", ".5", "1.5.1"]],
+  ["\\w\\W", ["a-", "__", "a😀"]],
+  ["^\\s*$", ["  \n\t", "\u00a0\ufeff", " x"]],
+  ["^\\S+$", ["a😀", "a b"]],
+  ["^.$", ["\r", "\u2029", "\u0085"]],
+  ["a.b", ["a\nb", "a😀b", "ab"]],
+  ["^[\\d\\-x]+$", ["1-x", "1-y"]],
+  ["^[-a]+$", ["-a-"]],
+  ["^[a-]$", []],
+  ["^[\\]a]$", ["]", "[]"]],
+  ["^[^\\d\\s]{1,2}$", ["1", "aa", "a a", "😀😀"]],
+  ["^\\x61\\u0062\\u{63}$", []],
+  ["^[\\x61-\\x63]{1,2}$", ["cc", "ad"]],
+  ["^(?<g>ab)c$", []],
+  ["^\\^\\$\\|\\(\\)\\[\\]\\{\\}\\*\\+\\?\\\\\\/\\.$", ["^$|()[]{}*+?\\/.", "^$"]],
+  ["^a*?b$", ["aaab", "b", "aba"]],
+  ["^(a?){3}$", ["aa", "aaaa"]],
+  ["^[^]$", ["\n"]],
+  ["^[]$", []],
+  ["^$", []],
+  ["^", []],
+  ["$", []],
+  ["a$", ["ba", "ab"]],
+  ["^a", ["ab", "ba"]],
+  ["^\\t\\n\\r\\f\\v\\0$", ["\t\n\r\f\v\0"]],
+  ["^(?:a|b(?:c|x)*)+$", ["bcxcab", "bcxd"]],
+  ["^\\uD83D\\uDE00.$", ["😀a", "😀😀", "\ud83d"]],
+  ["^[😀-😂]$", ["😁", "😃"]],
+];
+
+/** Patterns valid only without the `u` flag (Annex B literals), checked on strings without astral characters. */
+const ORACLE_PLAIN: [string, string[]][] = [
+  ["^a\\-b$", ["a-b"]],
+  ["^[\\w-.]+$", ["a-.b", "a,b"]],
+  ["^a{,2}$", ["a{,2}"]],
+  ["^a]$", ["a]"]],
+  ["x{", ["x{"]],
+  ["^}$", ["}"]],
+];
+
+test("compilePattern() agrees with RegExp on classes, quantifiers, alternation, escapes, dot and anchors", () => {
+  const cases = [...ORACLE_U.map(([p, s]) => [p, s, "u"] as const), ...ORACLE_PLAIN.map(([p, s]) => [p, s, ""] as const)];
+  cases.forEach(([pattern, extra, flags], i) => {
+    const re = compilePattern(pattern);
+    const oracle = new RegExp(pattern, flags);
+    const texts = [...FIXED, ...extra, ...randomStrings(1000 + i)].filter((t) => flags === "u" || !/[\ud800-\udfff]/.test(t));
+    for (const text of texts) {
+      assert.equal(matches(re, text), oracle.test(text), `pattern ${JSON.stringify(pattern)} on ${JSON.stringify(text)}`);
+    }
+  });
+});
+
+test("compilePattern() matches anywhere unless anchored", () => {
+  const cases: [string, string, boolean][] = [
+    ["b", "abc", true], ["^b", "abc", false], ["^a", "abc", true], ["b$", "abc", false], ["c$", "abc", true],
+    ["^abc$", "abc", true], ["^abc$", "abcd", false], ["", "anything", true], ["[0-9]{3}", "ab1234", true],
+  ];
+  for (const [p, text, want] of cases) assert.equal(matches(compilePattern(p), text), want, `${p} on ${text}`);
+});
+
+test("CompiledRegex.step() returns null once an anchored prefix cannot match, and equal positions have equal keys", () => {
+  const re = compilePattern("^ab+c$");
+  const a = re.step(re.start, "a");
+  assert.ok(a !== null);
+  assert.equal(re.step(a, "c"), null);
+  assert.equal(re.step(re.start, "b"), null);
+  const ab = re.step(a, "b")!, abb = re.step(ab, "b")!;
+  assert.equal(ab.key, abb.key);
+  assert.equal(re.step(re.step(abb, "c")!, "c"), null, "nothing may follow the end anchor");
+  // Unanchored at the end: past a match every text matches, in one state.
+  const any = compilePattern("a");
+  const keys = ["a", "ab", "abba", "xa\n"].map((t) => [...t].reduce<RegexState>((s, c) => any.step(s, c)!, any.start).key);
+  assert.equal(new Set(keys).size, 1, keys.join(" | "));
+  const star = compilePattern("^(ab)*$");
+  assert.equal(star.step(star.step(star.start, "a")!, "b")!.key, star.start.key);
+  // A key alone names the state.
+  assert.equal(re.accepts({ key: re.step(abb, "c")!.key }), true);
+  assert.equal(re.step({ key: ab.key }, "c")?.key, re.step(ab, "c")?.key);
+  assert.throws(() => re.accepts({ key: "999" }), RangeError);
+});
+
+test("CompiledRegex.minToAccept() counts the fewest characters still needed", () => {
+  const feed = (re: CompiledRegex, text: string) => [...text].reduce<RegexState | null>((s, c) => (s === null ? null : re.step(s, c)), re.start);
+  const cases: [string, string, number][] = [
+    ["^a{3}$", "", 3], ["^a{3}$", "a", 2], ["^a{3}$", "aaa", 0], ["^a+$", "", 1], ["^a+$", "aa", 0], ["^(ab|c)d$", "", 2],
+    ["^x{2,5}y?$", "", 2], ["^x{2,5}y?$", "xxx", 0], ["b", "", 1], ["b", "xyz", 1], ["b", "xbz", 0], ["^(?:abc|d)*e$", "a", 3],
+  ];
+  for (const [p, text, want] of cases) {
+    const re = compilePattern(p);
+    assert.equal(re.minToAccept(feed(re, text)!), want, `${p} after ${JSON.stringify(text)}`);
+  }
+  const dead = compilePattern("^[^\\s\\S]$");
+  assert.equal(dead.minToAccept(dead.start), Infinity);
+  assert.equal(dead.accepts(dead.start), false);
+  assert.equal(dead.step(dead.start, "a"), null);
+});
+
+test("compilePattern() refuses lookarounds, backreferences, boundaries, flags, property escapes and misplaced anchors", () => {
+  const refused: [string, RegExp][] = [
+    ["a(?=b)", /lookahead "\(\?="/], ["a(?!b)", /lookahead "\(\?!"/], ["(?<=a)b", /lookbehind "\(\?<="/], ["(?<!a)b", /lookbehind "\(\?<!"/],
+    ["(a)\\1", /backreference "\\1"/], ["(?<n>a)\\k<n>", /backreference "\\k/], ["\\bword", /word boundary "\\b"/], ["a\\B", /word boundary "\\B"/],
+    ["(?i)a", /inline flags/], ["(?i:a)", /inline flags/], ["\\p{L}", /Unicode property escape/], ["[\\P{L}]", /Unicode property escape/],
+    ["^a|b$", /alternation/], ["^a|b", /alternation/], ["a|b$", /alternation/], ["a^b", /anchor "\^"/], ["(^a)", /anchor "\^"/],
+    ["a$b", /anchor "\$"/], ["(a$)", /anchor "\$"/], ["\\q", /unknown escape "\\q"/], ["\\01", /octal escape/],
+  ];
+  for (const [p, what] of refused) {
+    assert.throws(() => compilePattern(p), (e: unknown) => {
+      assert.ok(e instanceof RegexError, `${p}: ${String(e)}`);
+      assert.equal(e.name, "RegexError");
+      assert.match(e.message, what, p);
+      assert.ok(e.message.includes(JSON.stringify(p)), `${p}: the message quotes the source: ${e.message}`);
+      assert.match(e.message, /^The pattern .* not support/);
+      return true;
+    });
+  }
+});
+
+test("compilePattern() refuses invalid syntax, naming what is wrong and quoting the source", () => {
+  const invalid: [string, RegExp][] = [
+    ["a(b", /group "\(" at offset 1 is not closed/], ["a)b", /unmatched "\)"/], ["a{3,1}", /"\{3,1\}" has its numbers out of order/],
+    ["*a", /nothing to repeat/], ["a**", /nothing to repeat/], ["a|+", /nothing to repeat/], ["^*", /nothing to repeat/], ["{2}", /nothing to repeat/],
+    ["a\\", /lone backslash/], ["[ab", /class "\[" at offset 0 is not closed/], ["[z-a]", /range "z-a" is out of order/],
+    ["\\x4", /"\\x"/], ["\\u12", /"\\u"/], ["\\u{110000}", /"\\u\{"/], ["(?%a)", /starts no known group/], ["(?<1a>x)", /name/], ["\\c1", /"\\c"/],
+  ];
+  for (const [p, what] of invalid) {
+    assert.throws(() => compilePattern(p), (e: unknown) => {
+      assert.ok(e instanceof RegexError, `${p}: ${String(e)}`);
+      assert.match(e.message, what, p);
+      assert.ok(e.message.startsWith(`The pattern ${JSON.stringify(p)} is invalid: `), e.message);
+      return true;
+    });
+    assert.throws(() => new RegExp(p, "u"), SyntaxError, `RegExp agrees ${p} is invalid`);
+  }
+});
+
+test("compilePattern() refuses an automaton over the size cap", () => {
+  for (const p of ["a{5000}", "(a{100}){100}", "x{999999999}", "(?:){0,9999}", "[a-z]{2,}".repeat(1000)]) {
+    assert.throws(() => compilePattern(p), (e: unknown) => e instanceof RegexError && /too large .* over 4000 states/.test(e.message), p);
+  }
+  const big = compilePattern("^[a-z]{1,1000}$");
+  assert.equal(matches(big, "q".repeat(1000)), true);
+  assert.equal(matches(big, "q".repeat(1001)), false);
+  assert.ok(matches(compilePattern(`^${"(".repeat(100)}a${")".repeat(100)}$`), "a"));
+  assert.throws(() => compilePattern("(".repeat(200) + ")".repeat(200)), /nest deeper than 100/);
+  // Valid for RegExp, but never read as "{2,}".
+  assert.throws(() => compilePattern("a{2,99999999999999999999}"), /"\{2,99999999999999999999\}" has a count too large/);
+});
+
+const FORMAT_EXAMPLES: Record<string, { ok: string[]; bad: string[] }> = {
+  // 2024-02-30 passes: the pattern does not check days per month.
+  date: { ok: ["2024-02-29", "2024-02-30", "1999-12-31", "0000-01-01"], bad: ["2024-13-01", "2024-00-10", "2024-1-01", "24-01-01", "2024-01-32", "2024-01-00", "2024-01-01T", "x2024-01-01"] },
+  time: { ok: ["23:59:60Z", "00:00:00z", "12:30:45.123+05:30", "12:30:45-00:00"], bad: ["24:00:00Z", "12:60:00Z", "12:30:61Z", "12:30:45", "12:30:45.Z", "12:30:45+5:30", "12:30Z"] },
+  "date-time": { ok: ["2024-02-29T12:30:45Z", "2024-02-29t12:30:45.5+01:00", "1985-04-12T23:20:50.52Z", "1990-12-31T15:59:60-08:00"], bad: ["2024-02-29 12:30:45Z", "2024-02-29T12:30:45", "2024-02-29T25:00:00Z", "2024-02-29"] },
+  email: { ok: ["a@b.co", "first.last+tag@example.com", "x!#$%&'*+/=?^_`{|}~-@a-b.c", "root@localhost"], bad: ["a@", "@b.com", "a b@c.com", "a@-b.com", "a@b-.com", "a@b..com", "a@@b.com", "a@b.com."] },
+  uuid: { ok: ["123e4567-e89b-12d3-a456-426614174000", "AAAAAAAA-BBBB-CCCC-DDDD-EEEEEEEEEEEE"], bad: ["123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400", "g23e4567-e89b-12d3-a456-426614174000"] },
+  ipv4: { ok: ["0.0.0.0", "255.255.255.255", "192.168.1.10", "10.0.0.9"], bad: ["256.1.1.1", "01.1.1.1", "1.1.1", "1.1.1.1.1", "1.1.1.-1", " 1.1.1.1", "1.1.1.300"] },
+  hostname: { ok: ["example.com", "a", "xn--bcher-kva.example", "a-b.c1", "a".repeat(63)], bad: ["-a.com", "a-.com", "a..b", "a_b.com", `${"a".repeat(64)}.com`, "", "a.b."] },
+  uri: { ok: ["https://example.com/a?b=c", "urn:isbn:0451450523", "mailto:a@b.c", "a+b.c-d:"], bad: ["not a uri", "//example.com", "https://exa mple.com", "1http://x", "http://x/<y>", 'http://x"y', "http://x\ty"] },
+};
+
+test("formatPattern() gives an anchored pattern for each of FORMATS that takes valid values and refuses others", () => {
+  assert.deepEqual([...FORMATS].sort(), ["date", "date-time", "email", "hostname", "ipv4", "time", "uri", "uuid"]);
+  for (const name of FORMATS) {
+    const source = formatPattern(name);
+    assert.ok(source !== undefined && source.startsWith("^") && source.endsWith("$"), name);
+    const re = compilePattern(source);
+    const oracle = new RegExp(source, "u");
+    const { ok, bad } = FORMAT_EXAMPLES[name];
+    for (const text of ok) assert.ok(matches(re, text) && oracle.test(text), `${name} refused ${JSON.stringify(text)}`);
+    for (const text of bad) assert.ok(!matches(re, text) && !oracle.test(text), `${name} took ${JSON.stringify(text)}`);
+  }
+  for (const other of ["ipv6", "regex", "toString", "", "DATE"]) assert.equal(formatPattern(other), undefined, other);
+});
+
+test("CompiledRegex.step() reads code points, caches transitions and stays quick", () => {
+  const re = compilePattern(formatPattern("email")!);
+  assert.equal(re.step(re.start, "😀"), null);
+  assert.equal(re.step(re.start, ""), re.start);
+  assert.equal(re.step(re.start, "ab")?.key, re.step(re.step(re.start, "a")!, "b")?.key, "a longer string steps through its code points");
+  const t0 = performance.now();
+  for (let i = 0; i < 2000; i++) assert.ok(matches(re, `user${i % 50}@host${i % 7}.example.com`));
+  assert.ok(performance.now() - t0 < 1000, `2000 emails took ${Math.round(performance.now() - t0)} ms`);
+});
