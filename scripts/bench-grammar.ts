@@ -1,7 +1,7 @@
 /**
  * What grammar-constrained decoding costs on the host per step and request: `OutputConstraint.next()`
  * (trie walk + the vocabulary-sized mask) against a brute-force pass that feeds every token's text,
- * along a JSON answer of a schema, on the story model's vocabulary and on a synthetic 150k-token one
+ * along a JSON answer of a schema (and of the same schema with patterns, a format and numeric bounds), on the story model's vocabulary and on a synthetic 150k-token one
  * (words with and without a leading space, digit runs, JSON punctuation runs, the 256 bytes; seeded).
  * Medians and means of the per-step times over 3 passes, each a new request (so its own empty mask
  * cache); run it twice, the machines are noisy.
@@ -23,6 +23,20 @@ const GRAMMAR: OutputGrammar = {
   },
 };
 const ANSWER = '{"city": "San Francisco", "days": 12, "unit": "celsius", "tags": ["fog", "bay area", "summer"]}';
+/** The same answer under patterns, a format and numeric bounds (no free string: the trie's plain-text shortcut never applies). */
+const PATTERNED: OutputGrammar = {
+  kind: "json",
+  schema: {
+    type: "object",
+    properties: {
+      city: { type: "string", pattern: "^[A-Z][a-z]+( [A-Z][a-z]+)*$" }, days: { type: "integer", minimum: 1, maximum: 30 }, day: { type: "string", format: "date" },
+      tags: { type: "array", items: { type: "string", pattern: "[a-z]", maxLength: 20 } },
+    },
+    required: ["city", "day"],
+    additionalProperties: false,
+  },
+};
+const PATTERNED_ANSWER = '{"city": "San Francisco", "days": 12, "day": "2026-11-30", "tags": ["fog", "bay area", "summer"]}';
 
 function synthetic(n: number): string[] {
   let s = 12345;
@@ -67,18 +81,18 @@ function mean(xs: number[]): number {
   return xs.reduce((a, b) => a + b, 0) / xs.length;
 }
 
-function bench(name: string, texts: string[]): void {
+function bench(name: string, texts: string[], grammar: OutputGrammar, answer: string): void {
   const t0 = performance.now();
   const trie = new TokenTrie(texts);
   const buildMs = performance.now() - t0;
-  const ids = tokenize(ANSWER, texts);
+  const ids = tokenize(answer, texts);
   const eos = [0];
   const trieMs: number[] = [];
   const bruteMs: number[] = [];
   let allowed = 0;
   for (let rep = 0; rep < 3; rep++) {
-    const c = new OutputConstraint(GRAMMAR, trie, eos);
-    let state: GrammarState = grammarStart(GRAMMAR);
+    const c = new OutputConstraint(grammar, trie, eos);
+    let state: GrammarState = grammarStart(grammar);
     for (let k = 0; k <= ids.length; k++) {
       const a = performance.now();
       const barred = c.next(ids.slice(0, k), 0);
@@ -101,5 +115,8 @@ function bench(name: string, texts: string[]): void {
 }
 
 const model = await loadModel(new URL("../models/stories260K.gguf", import.meta.url).pathname);
-bench("stories260K", Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id)));
-bench("synthetic 150k", synthetic(150_000));
+const story = Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id)), big = synthetic(150_000);
+for (const [label, grammar, answer] of [["", GRAMMAR, ANSWER], [" patterned", PATTERNED, PATTERNED_ANSWER]] as const) {
+  bench(`stories260K${label}`, story, grammar, answer);
+  bench(`synthetic 150k${label}`, big, grammar, answer);
+}

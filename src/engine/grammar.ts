@@ -376,12 +376,19 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
 }
 
 /**
- * Whether every "plain" text (no quote, backslash or control character) is accepted from `state`:
- * some configuration sits inside a string with no maximum length, where such text leaves it as it
- * is. The token trie then takes whole subtrees of plain texts without stepping through them.
+ * The longest "plain" text (no quote, backslash or control character) that is accepted from `state`
+ * whatever it holds (Infinity: any; 0: none): some configuration sits inside a string whose
+ * `maxLength` leaves that much room and whose patterns, if any, have matched for good. The token
+ * trie then takes whole subtrees of plain texts that fit without stepping through them.
  */
-export function grammarAcceptsPlainText(state: GrammarState): boolean {
-  return state.some((c) => c.top !== null && c.top.k === "str" && c.top.esc === 0 && c.top.max === Infinity && c.top.re.length === 0);
+export function grammarPlainTextRoom(state: GrammarState): number {
+  let room = 0;
+  for (const c of state) {
+    const f = c.top;
+    if (f === null || f.k !== "str" || f.esc !== 0 || !f.re.every((r, i) => r.universal(f.rs[i]))) continue;
+    room = Math.max(room, f.max - f.n);
+  }
+  return room;
 }
 
 /** Whether `text` is plain in the sense of {@link grammarAcceptsPlainText}. */

@@ -9,7 +9,7 @@
  * ones are the output), a cost to know at 150k-token vocabularies.
  */
 import {
-  grammarAcceptsPlainText, grammarComplete, grammarFeed, grammarStart, grammarStateKey, grammarStep, type GrammarState, isPlainText, ObjectIds,
+  grammarComplete, grammarFeed, grammarStart, grammarStateKey, grammarPlainTextRoom, grammarStep, type GrammarState, isPlainText, ObjectIds,
   type OutputGrammar,
 } from "./grammar.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
@@ -23,11 +23,13 @@ interface TrieNode {
   hi: number;
   /** The character into it and every one below it are plain (grammar.ts isPlainText). */
   plain: boolean;
+  /** Characters of the longest text from here down (0 at a leaf). */
+  height: number;
 }
 
 /** The token texts of a vocabulary as a character trie (empty texts and partial UTF-8 pieces left out). */
 export class TokenTrie {
-  readonly root: TrieNode = { children: new Map(), ids: [], lo: 0, hi: 0, plain: true };
+  readonly root: TrieNode = { children: new Map(), ids: [], lo: 0, hi: 0, plain: true, height: 0 };
   /** Token ids in depth-first order, so that a subtree's tokens are one range. */
   readonly order: Int32Array;
 
@@ -39,7 +41,7 @@ export class TokenTrie {
       let node = this.root;
       for (const c of t) {
         let next = node.children.get(c);
-        if (next === undefined) node.children.set(c, (next = { children: new Map(), ids: [], lo: 0, hi: 0, plain: true }));
+        if (next === undefined) node.children.set(c, (next = { children: new Map(), ids: [], lo: 0, hi: 0, plain: true, height: 0 }));
         node = next;
       }
       node.ids.push(id);
@@ -49,7 +51,10 @@ export class TokenTrie {
       node.lo = order.length;
       order.push(...node.ids);
       let plain = isPlainText(edge);
-      for (const [c, child] of node.children) plain = number(child, c) && plain;
+      for (const [c, child] of node.children) {
+        plain = number(child, c) && plain;
+        node.height = Math.max(node.height, 1 + child.height);
+      }
       node.hi = order.length;
       node.plain = plain;
       return plain;
@@ -62,10 +67,10 @@ export class TokenTrie {
   allowed(state: GrammarState): number[] {
     const out: number[] = [];
     const walk = (node: TrieNode, s: GrammarState) => {
-      const plainOk = grammarAcceptsPlainText(s);
+      const room = grammarPlainTextRoom(s);
       for (const [c, child] of node.children) {
-        // Inside a free string a subtree of plain texts is all allowed: no need to step through it.
-        if (plainOk && child.plain) {
+        // Inside a free string a subtree of plain texts that fit is all allowed: no need to step through it.
+        if (child.plain && 1 + child.height <= room) {
           for (let i = child.lo; i < child.hi; i++) out.push(this.order[i]);
           continue;
         }

@@ -35,6 +35,8 @@ export interface CompiledRegex {
   accepts(state: RegexState): boolean;
   /** Fewest more characters that reach a match from `state` (0 when it accepts; Infinity when none can). */
   minToAccept(state: RegexState): number;
+  /** True when every continuation of the text read so far is a match (a match found, the end unanchored). */
+  universal(state: RegexState): boolean;
 }
 
 /**
@@ -193,6 +195,11 @@ class Compiled implements CompiledRegex {
 
   minToAccept(state: RegexState): number {
     return this.#resolve(state).min;
+  }
+
+  universal(state: RegexState): boolean {
+    // The accepting NFA state reads every character back into itself when the end is unanchored.
+    return this.#acceptsAll && this.#resolve(state).accepting;
   }
 
   #advance(from: DState, ch: string): DState | null {

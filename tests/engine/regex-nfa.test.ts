@@ -147,6 +147,19 @@ test("CompiledRegex.minToAccept() counts the fewest characters still needed", ()
   assert.equal(dead.step(dead.start, "a"), null);
 });
 
+test("CompiledRegex.universal() holds once every continuation matches, and only then", () => {
+  const feed = (re: CompiledRegex, text: string) => [...text].reduce<RegexState | null>((s, c) => (s === null ? null : re.step(s, c)), re.start)!;
+  const open = compilePattern("ab");
+  assert.equal(open.universal(open.start), false);
+  assert.equal(open.universal(feed(open, "xa")), false, "no match yet");
+  assert.equal(open.universal(feed(open, "xab")), true);
+  assert.equal(open.universal(feed(open, "xab\n\"z")), true, "anything may follow a match when the end is unanchored");
+  const closed = compilePattern("^ab$");
+  assert.equal(closed.accepts(feed(closed, "ab")) && !closed.universal(feed(closed, "ab")), true, "a match that must end here is not universal");
+  const tail = compilePattern("a$");
+  assert.equal(tail.universal(feed(tail, "ba")), false);
+});
+
 test("compilePattern() refuses lookarounds, backreferences, boundaries, flags, property escapes and misplaced anchors", () => {
   const refused: [string, RegExp][] = [
     ["a(?=b)", /lookahead "\(\?="/], ["a(?!b)", /lookahead "\(\?!"/], ["(?<=a)b", /lookbehind "\(\?<="/], ["(?<!a)b", /lookbehind "\(\?<!"/],
