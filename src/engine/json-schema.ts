@@ -8,7 +8,8 @@
  * none when `properties` is given, any object otherwise; keys come in any order, each once), `items`,
  * `minItems`, `maxItems`, `minLength`, `maxLength`, `minimum`, `maximum`, `exclusiveMinimum`,
  * `exclusiveMaximum` (a number, or draft 4's boolean beside `minimum`/`maximum`; a bounded number is
- * written without an exponent), `enum`, `const`, `anyOf`, `oneOf` (as anyOf),
+ * written without an exponent), `pattern` and `format` on strings (regex-nfa.ts: the formats it
+ * lists; `password` free; OpenAPI's number formats are annotations), `enum`, `const`, `anyOf`, `oneOf` (as anyOf),
  * `allOf` with one entry, `nullable`, `$ref` to `#/$defs/…` or `#/definitions/…` (recursion included).
  * Annotations (`title`, `description`, `default`, `examples`, …) are ignored.
  */
