@@ -208,12 +208,8 @@ function start(node: SchemaNode, up: Frame | null, d: number, c: string): Config
       return c === "{" && d < MAX_DEPTH ? [{ top: { k: "obj", node: n, seen: [], phase: "first", key: "", up, d: d + 1 }, ws: 0 }] : [];
     case "array":
       return c === "[" && d < MAX_DEPTH ? [{ top: { k: "arr", node: n, count: 0, phase: "first", up, d: d + 1 }, ws: 0 }] : [];
-    case "string": {
-      if (c !== '"') return [];
-      const top: Frame = { k: "str", min: n.min, max: n.max, n: 0, esc: 0, hex: 0, re: n.patterns, rs: n.patterns.map((r) => r.start), up, d };
-      // A pattern that cannot end within maxLength leaves nothing to write.
-      return top.rs.every((s, i) => top.re[i].minToAccept(s) <= top.max) ? [{ top, ws: 0 }] : [];
-    }
+    // compileSchema has checked that each pattern can end within maxLength.
+    case "string": return c === '"' ? [{ top: { k: "str", min: n.min, max: n.max, n: 0, esc: 0, hex: 0, re: n.patterns, rs: n.patterns.map((r) => r.start), up, d }, ws: 0 }] : [];
     case "number": {
       const ns = numberStep(null, c, n.integer, n.range === null);
       if (ns === null || (n.range !== null && !canReach(c, n.integer, n.range))) return [];

@@ -26,11 +26,7 @@ interface MagnitudeRange {
 
 /** Whether the number `text` (complete JSON, no exponent) is inside `r`. */
 export function inRange(text: string, r: NumberRange): boolean {
-  return within(Number(text), r);
-}
-
-/** Whether `v` is inside `r`. */
-export function within(v: number, r: NumberRange): boolean {
+  const v = Number(text);
   return (r.loOpen ? v > r.lo : v >= r.lo) && (r.hiOpen ? v < r.hi : v <= r.hi);
 }
 

@@ -257,15 +257,12 @@ class Compiled implements CompiledRegex {
     return new DState(key, nfa, min === 0, min, this);
   }
 
-  /** `state` as this expression's own (a state from elsewhere is known by its key). */
+  /** `state`, which must be one this expression made. */
   #resolve(state: RegexState): DState {
     if (state instanceof DState && state.owner === this) return state;
-    const nfa = state.key === "" ? [] : state.key.split(",").map(Number);
-    if (nfa.some((q) => !Number.isInteger(q) || this.#keep[q] !== 1)) {
-      throw new RangeError(`The key ${JSON.stringify(state.key)} is no state of the pattern ${quote(this.source)}`);
-    }
-    return this.#state(nfa.sort((a, b) => a - b));
+    throw new RangeError(`The state ${JSON.stringify(state.key)} is not a state of the pattern ${quote(this.source)}`);
   }
+
 }
 
 /** Fewest characters from each NFA state to `accept` (a breadth-first search backwards; empty moves cost 0). */

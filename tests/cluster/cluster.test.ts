@@ -19,6 +19,11 @@ function cluster(o: Partial<CreateClusterOptions> & { workers: number }): Cluste
   return createCluster(createReferenceBackend(), model, { planner: "none", engine: { numBlocks: 64 }, ...o });
 }
 
+/** worker-0 prefills, worker-1 decodes, and every prompt is handed off. */
+function prefillDecodeCluster(onStep?: CreateClusterOptions["onStep"]): Cluster {
+  return cluster({ workers: 2, roles: ["prefill", "decode"], router: "kv-aware", routerOptions: { localPrefillThreshold: 0 }, onStep });
+}
+
 test("Engine.importPrefix() makes another engine's cached prefix a hit that generates what recomputing does", async () => {
   const a = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
   const b = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
@@ -45,10 +50,7 @@ test("Engine.importPrefix() makes another engine's cached prefix a hit that gene
 test("Cluster hands a prefill from a prefill worker to a decode worker and streams what one engine would", async () => {
   const expected = await oneEngine(greedy(STORY));
   const decodeSteps: StepRecord[] = [];
-  const cl = cluster({
-    workers: 2, roles: ["prefill", "decode"], router: "kv-aware", routerOptions: { localPrefillThreshold: 0 },
-    onStep: (id, r) => id === "worker-1" && decodeSteps.push(r),
-  });
+  const cl = prefillDecodeCluster((id, r) => id === "worker-1" && decodeSteps.push(r));
   const { streamed, result } = await run(cl, greedy(STORY));
   assert.deepEqual(streamed, expected);
   assert.deepEqual(result.tokenIds, expected);
@@ -78,10 +80,7 @@ test("Cluster hands a prefill from a prefill worker to a decode worker and strea
 test("Cluster hands off identical prompts sent at once, each with its own last block", async () => {
   const expected = await oneEngine(greedy(STORY));
   const decodeSteps: StepRecord[] = [];
-  const cl = cluster({
-    workers: 2, roles: ["prefill", "decode"], router: "kv-aware", routerOptions: { localPrefillThreshold: 0 },
-    onStep: (id, r) => id === "worker-1" && decodeSteps.push(r),
-  });
+  const cl = prefillDecodeCluster((id, r) => id === "worker-1" && decodeSteps.push(r));
   const runs = await Promise.all([0, 1, 2].map(() => run(cl, greedy(STORY))));
   for (const r of runs) assert.deepEqual(r.streamed, expected);
   assert.equal(cl.counters.prefillHandoffs, 3);
@@ -93,10 +92,7 @@ test("Cluster hands off identical prompts sent at once, each with its own last b
 test("Cluster lets go of a hand-off cancelled as its prefill ends, moving nothing", async () => {
   const expected = await oneEngine(greedy(STORY));
   let handle: RequestHandle | undefined;
-  const cl = cluster({
-    workers: 2, roles: ["prefill", "decode"], router: "kv-aware", routerOptions: { localPrefillThreshold: 0 },
-    onStep: (id, r) => id === "worker-0" && r.prefillTokens > 0 && handle?.cancel(),
-  });
+  const cl = prefillDecodeCluster((id, r) => id === "worker-0" && r.prefillTokens > 0 && handle?.cancel());
   handle = cl.submit(greedy(STORY));
   const result = await handle.result;
   assert.equal(result.finishReason, "abort");
@@ -225,7 +221,7 @@ test("Cluster.tick() shows the planner measured steps, applies its flips, thresh
 });
 
 test("Cluster cancels a request while its prefill runs elsewhere, and keeps serving", async () => {
-  const cl = cluster({ workers: 2, roles: ["prefill", "decode"], router: "kv-aware", routerOptions: { localPrefillThreshold: 0 } });
+  const cl = prefillDecodeCluster();
   const h = cl.submit(greedy(STORY));
   h.cancel();
   const r = await h.result;
