@@ -80,6 +80,7 @@ const isDigit = (c: string) => c >= "0" && c <= "9";
 const isHex = (c: string) => isDigit(c) || (c >= "a" && c <= "f") || (c >= "A" && c <= "F");
 
 const THINK_END = "</think>";
+const ANY_ARRAY: SchemaNode = { t: "array", prefix: [], items: ANY, min: 0, max: Infinity };
 
 /**
  * The automaton's start state for `g`; throws SchemaError for a schema outside the supported subset.
@@ -144,7 +145,7 @@ function complete(up: Frame | null): Config[] {
   switch (up.k) {
     case "obj": return [{ top: { ...up, phase: "after" }, ws: 0 }];
     // Counted only as far as the bounds need (see count()).
-    case "arr": return [{ top: { ...up, count: up.node.max === Infinity ? Math.min(up.count + 1, up.node.min) : up.count + 1, phase: "after" }, ws: 0 }];
+    case "arr": return [{ top: { ...up, count: countItem(up), phase: "after" }, ws: 0 }];
     case "seq": {
       if (up.i + 1 < up.pieces.length) return [enterPiece({ ...up, i: up.i + 1 })];
       if (!up.repeat) return complete(up.up);
@@ -190,9 +191,9 @@ function step(cfg: Config, c: string): Config[] {
       const n = f.node;
       if (c === "]") return (f.phase === "first" || f.phase === "after") && f.count >= n.min ? complete(f.up) : [];
       if (f.phase === "after") {
-        return c === "," && f.count < n.max ? [{ top: { k: "value", node: n.items, ws: true, up: { ...f, phase: "value" }, d: f.d }, ws: 0 }] : [];
+        return c === "," && f.count < n.max ? [{ top: { k: "value", node: itemAt(n, f.count), ws: true, up: { ...f, phase: "value" }, d: f.d }, ws: 0 }] : [];
       }
-      return n.max > 0 ? start(n.items, { ...f, phase: "value" }, f.d, c) : [];
+      return n.max > 0 ? start(itemAt(n, 0), { ...f, phase: "value" }, f.d, c) : [];
     }
     case "seq": case "then": return [];
   }
@@ -217,12 +218,27 @@ function start(node: SchemaNode, up: Frame | null, d: number, c: string): Config
     }
     case "any": {
       if (c === "{") return start(ANY_OBJECT, up, d, c);
-      if (c === "[") return start({ t: "array", items: ANY, min: 0, max: Infinity }, up, d, c);
+      if (c === "[") return start(ANY_ARRAY, up, d, c);
       if (c === '"') return start({ t: "string", min: 0, max: Infinity, patterns: [] }, up, d, c);
       if (c === "t" || c === "f" || c === "n") return start({ t: "literal", texts: ["true", "false", "null"] }, up, d, c);
       return start({ t: "number", integer: false, range: null }, up, d, c);
     }
   }
+}
+
+/** The schema of item `i` of an array (`max` keeps `i` inside the tuple when no other items may follow). */
+function itemAt(n: ArrayNode, i: number): SchemaNode {
+  return i < n.prefix.length ? n.prefix[i] : n.items!;
+}
+
+/**
+ * The array's item count after one more, counted only as far as its schema needs: without a maximum,
+ * past its minimum and its tuple every count is alike, so the state (and the mask cache keyed by it)
+ * stays the same along a long list.
+ */
+function countItem(f: Extract<Frame, { k: "arr" }>): number {
+  const n = f.node;
+  return n.max === Infinity ? Math.min(f.count + 1, Math.max(n.min, n.prefix.length)) : f.count + 1;
 }
 
 function stepString(f: Extract<Frame, { k: "str" }>, c: string): Config[] {
@@ -357,7 +373,8 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
       }
       case "num": {
         const r = f.range;
-        const bounds = r === null ? "" : `${r.loOpen ? "(" : "["}${r.lo},${r.hi}${r.hiOpen ? ")" : "]"}${f.text}`;
+        const step = r?.step === undefined ? "" : `*${r.step.p}e-${r.step.d}`;
+        const bounds = r === null ? "" : `${r.loOpen ? "(" : "["}${r.lo},${r.hi}${r.hiOpen ? ")" : "]"}${step}${f.text}`;
         return `n${f.integer ? 1 : 0},${f.ns}${bounds}/${below}`;
       }
       case "key": return `k${JSON.stringify(f.text)}/${below}`;

@@ -6,15 +6,17 @@
  *
  * Followed: `type` (one or a list), `properties`, `required`, `additionalProperties` (absent means
  * none when `properties` is given, any object otherwise; keys come in any order, each once), `items`,
- * `minItems`, `maxItems`, `minLength`, `maxLength`, `minimum`, `maximum`, `exclusiveMinimum`,
- * `exclusiveMaximum` (a number, or draft 4's boolean beside `minimum`/`maximum`; a bounded number is
- * written without an exponent), `pattern` and `format` on strings (regex-nfa.ts: the formats it
- * lists; `password` free; OpenAPI's number formats are annotations), `enum`, `const`, `anyOf`, `oneOf` (as anyOf),
- * `allOf` with one entry, `nullable`, `$ref` to `#/$defs/…` or `#/definitions/…` (recursion included).
+ * tuples (`prefixItems`, or draft 4's `items` list with `additionalItems`), `minItems`, `maxItems`,
+ * `minLength`, `maxLength`, `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (a number,
+ * or draft 4's boolean beside `minimum`/`maximum`), `multipleOf` (a bounded or stepped number is
+ * written without an exponent, a stepped one with no more fraction digits than its step), `pattern`
+ * and `format` on strings (regex-nfa.ts: the formats it lists; `password` free; OpenAPI's number
+ * formats are annotations), `enum`, `const`, `anyOf`, `oneOf` (as anyOf), `allOf` with one entry,
+ * `nullable`, `$ref` to `#/$defs/…` or `#/definitions/…` (recursion included).
  * Annotations (`title`, `description`, `default`, `examples`, …) are ignored.
  */
 
-import { type NumberRange, rangeHolds } from "./number-bounds.ts";
+import { decimalStep, type NumberRange, rangeHolds } from "./number-bounds.ts";
 import { type CompiledRegex, compilePattern, FORMATS, formatPattern, RegexError } from "./regex-nfa.ts";
 
 /** Named definitions of one schema, filled as it compiles; each reference carries its own table. */
@@ -27,7 +29,11 @@ export type JsonSchema = boolean | { readonly [keyword: string]: unknown };
 export type SchemaNode =
   | { readonly t: "any" }
   | { readonly t: "object"; readonly props: ReadonlyMap<string, SchemaNode>; readonly required: ReadonlySet<string>; readonly extra: SchemaNode | null }
-  | { readonly t: "array"; readonly items: SchemaNode; readonly min: number; readonly max: number }
+  /**
+   * `prefix`: the schemas of the first items, in order (a tuple: `prefixItems`, or draft 4–2019's
+   * `items` list); `items`: the schema of every item after them, null when none may follow.
+   */
+  | { readonly t: "array"; readonly prefix: readonly SchemaNode[]; readonly items: SchemaNode | null; readonly min: number; readonly max: number }
   /** `patterns`: expressions the value must match (its `pattern` and `format`). */
   | { readonly t: "string"; readonly min: number; readonly max: number; readonly patterns: readonly CompiledRegex[] }
   /** `range`: null when unbounded. */
@@ -47,7 +53,7 @@ const ANNOTATIONS = new Set([
   "$defs", "definitions", "strict",
 ]);
 const BOUNDS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
-const TYPED = new Set(["type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength", "nullable", "pattern", "format", ...BOUNDS]);
+const TYPED = new Set(["type", "multipleOf", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "nullable", "pattern", "format", ...BOUNDS]);
 /** Formats that say how a number is stored, not which values it takes (OpenAPI's). */
 const NUMBER_FORMATS = new Set(["int32", "int64", "float", "double"]);
 /** String formats that constrain nothing (OpenAPI's `password` is a hint to user interfaces). */
@@ -143,10 +149,10 @@ function typesOf(s: { readonly [k: string]: unknown }, at: string): TypeName[] {
   const t = s.type;
   if (t === undefined) {
     if (s.properties !== undefined || s.required !== undefined || s.additionalProperties !== undefined) return ["object"];
-    if (s.items !== undefined || s.minItems !== undefined || s.maxItems !== undefined) return ["array"];
+    if (["items", "prefixItems", "additionalItems", "minItems", "maxItems"].some((k) => s[k] !== undefined)) return ["array"];
     if (s.minLength !== undefined || s.maxLength !== undefined || s.pattern !== undefined) return ["string"];
     if (typeof s.format === "string" && !NUMBER_FORMATS.has(s.format)) return ["string"];
-    if (BOUNDS.some((k) => s[k] !== undefined)) return ["number"];
+    if (BOUNDS.some((k) => s[k] !== undefined) || s.multipleOf !== undefined) return ["number"];
     return [];
   }
   const list = Array.isArray(t) ? t : [t];
@@ -169,13 +175,36 @@ function compileTyped(s: { readonly [k: string]: unknown }, type: TypeName, at: 
       if (patterns.some((r) => r.minToAccept(r.start) > max)) throw new SchemaError(`The schema at ${at} has maxLength ${max}, and no string of at most ${max} characters matches its pattern or format`);
       return { t: "string", min, max, patterns };
     }
-    case "array": {
-      const min = count(s, "minItems", 0, at), max = count(s, "maxItems", Infinity, at);
-      if (min > max) throw new SchemaError(`The schema at ${at} has minItems ${min} above maxItems ${max}`);
-      return { t: "array", items: s.items === undefined ? ANY : compileNode(s.items, `${at}/items`, defs), min, max };
-    }
+    case "array": return compileArray(s, at, defs);
     case "object": return compileObject(s, at, defs);
   }
+}
+
+function compileArray(s: { readonly [k: string]: unknown }, at: string, defs: DefTable): SchemaNode {
+  const min = count(s, "minItems", 0, at);
+  let max = count(s, "maxItems", Infinity, at);
+  // A tuple is 2020-12's `prefixItems` with `items` for the rest, or earlier drafts' `items` list
+  // with `additionalItems` for the rest; an absent rest schema allows any items, `false` none.
+  const tupleKey = s.prefixItems !== undefined ? "prefixItems" : Array.isArray(s.items) ? "items" : null;
+  const restKey = tupleKey === "items" ? "additionalItems" : "items";
+  if (tupleKey === "prefixItems" && Array.isArray(s.items)) {
+    throw new SchemaError(`The schema at ${at} gives both "prefixItems" and an "items" list; "items" after "prefixItems" must be one schema`);
+  }
+  if (tupleKey === null && s.additionalItems !== undefined) {
+    throw new SchemaError(`The schema's "additionalItems" at ${at} needs an "items" list before it`);
+  }
+  const list = tupleKey === null ? [] : s[tupleKey];
+  if (!Array.isArray(list)) throw new SchemaError(`The schema's "prefixItems" at ${at} must be a list of schemas, got ${show(list)}`);
+  const prefix = list.map((x, i) => compileNode(x, `${at}/${tupleKey}/${i}`, defs));
+  const rest = s[restKey];
+  const items = rest === undefined ? ANY : rest === false ? null : compileNode(rest, `${at}/${restKey}`, defs);
+  if (items === null) max = Math.min(max, prefix.length);
+  if (min > max) {
+    throw new SchemaError(items === null && prefix.length < count(s, "maxItems", Infinity, at)
+      ? `The schema at ${at} has minItems ${min} above the ${prefix.length} items its tuple allows`
+      : `The schema at ${at} has minItems ${min} above maxItems ${max}`);
+  }
+  return { t: "array", prefix, items, min, max };
 }
 
 function compileObject(s: { readonly [k: string]: unknown }, at: string, defs: DefTable): SchemaNode {
@@ -226,7 +255,7 @@ function stringPatterns(s: { readonly [k: string]: unknown }, at: string): Compi
 
 /** The bounds `s` puts on a number (null when none); throws when no value (no integer) meets them. */
 function numberRange(s: { readonly [k: string]: unknown }, integer: boolean, at: string): NumberRange | null {
-  if (!BOUNDS.some((k) => s[k] !== undefined)) return null;
+  if (!BOUNDS.some((k) => s[k] !== undefined) && s.multipleOf === undefined) return null;
   const num = (k: string): number | undefined => {
     const v = s[k];
     if (v === undefined || typeof v === "boolean") return undefined;
@@ -243,9 +272,17 @@ function numberRange(s: { readonly [k: string]: unknown }, integer: boolean, at:
     return bounds.length === 0 ? null : bounds.reduce(tighter);
   };
   const l = side("minimum", "exclusiveMinimum", true), h = side("maximum", "exclusiveMaximum", false);
-  const range: NumberRange = { lo: l?.v ?? -Infinity, loOpen: l?.open ?? false, hi: h?.v ?? Infinity, hiOpen: h?.open ?? false };
+  const m = s.multipleOf;
+  if (m !== undefined && (typeof m !== "number" || !Number.isFinite(m) || m <= 0)) {
+    throw new SchemaError(`The schema's "multipleOf" at ${at} must be a number above 0, got ${show(m)}`);
+  }
+  const range: NumberRange = {
+    lo: l?.v ?? -Infinity, loOpen: l?.open ?? false, hi: h?.v ?? Infinity, hiOpen: h?.open ?? false,
+    ...(m === undefined ? {} : { step: decimalStep(m, integer) }),
+  };
   if (!rangeHolds(range, integer)) {
-    throw new SchemaError(`The schema at ${at} bounds the ${integer ? "integer" : "number"} to ${showRange(range)}, which holds no ${integer ? "integer" : "value"}`);
+    const multiples = m === undefined ? "" : ` and asks for multiples of ${m}`;
+    throw new SchemaError(`The schema at ${at} bounds the ${integer ? "integer" : "number"} to ${showRange(range)}${multiples}, which holds no ${integer ? "integer" : "value"}`);
   }
   return range;
 }

@@ -8,12 +8,25 @@
  * own bounds were parsed.
  */
 
-/** Bounds on a number; an absent side is ±Infinity. `loOpen`/`hiOpen`: the bound itself is excluded. */
+/**
+ * Bounds on a number; an absent side is ±Infinity. `loOpen`/`hiOpen`: the bound itself is excluded.
+ * `step`: the value must be a multiple of it (`multipleOf`).
+ */
 export interface NumberRange {
   readonly lo: number;
   readonly loOpen: boolean;
   readonly hi: number;
   readonly hiOpen: boolean;
+  readonly step?: DecimalStep;
+}
+
+/**
+ * A `multipleOf` as an exact decimal, p·10^-d (p ≥ 1). A number following it is written with at most
+ * d fraction digits, so that its value times 10^d is an integer, checked for divisibility by p.
+ */
+export interface DecimalStep {
+  readonly p: bigint;
+  readonly d: number;
 }
 
 /** The range's bounds on magnitudes |v| of one sign; null when no value of that sign is in it. */
@@ -24,10 +37,37 @@ interface MagnitudeRange {
   hiIn: boolean;
 }
 
-/** Whether the number `text` (complete JSON, no exponent) is inside `r`. */
+/** Whether the number `text` (complete JSON, no exponent) is inside `r` (and a multiple of its step). */
 export function inRange(text: string, r: NumberRange): boolean {
   const v = Number(text);
-  return (r.loOpen ? v > r.lo : v >= r.lo) && (r.hiOpen ? v < r.hi : v <= r.hi);
+  if (!((r.loOpen ? v > r.lo : v >= r.lo) && (r.hiOpen ? v < r.hi : v <= r.hi))) return false;
+  if (r.step === undefined) return true;
+  const [whole, frac = ""] = text.replace("-", "").split(".");
+  if (frac.length > r.step.d && /[^0]/.test(frac.slice(r.step.d))) return false;
+  return BigInt(whole + frac.slice(0, r.step.d).padEnd(r.step.d, "0")) % r.step.p === 0n;
+}
+
+/**
+ * The step of `multipleOf` (a positive finite number, as JSON gave it); for integers, the integer
+ * step their multiples of it share (every integer is a multiple of 0.5: step 1).
+ */
+export function decimalStep(multipleOf: number, integer: boolean): DecimalStep {
+  const { m, e } = decimal(multipleOf);
+  const step = e >= 0 ? { p: m * 10n ** BigInt(e), d: 0 } : { p: m, d: -e };
+  if (!integer || step.d === 0) return step;
+  return { p: step.p / gcd(step.p, 10n ** BigInt(step.d)), d: 0 };
+}
+
+/** `x` (finite) as m·10^e exactly, from its shortest decimal form. */
+function decimal(x: number): { m: bigint; e: number } {
+  const [mantissa, exp = "0"] = Math.abs(x).toString().split("e");
+  const [whole, frac = ""] = mantissa.split(".");
+  return { m: BigInt(whole + frac), e: Number(exp) - frac.length };
+}
+
+function gcd(a: bigint, b: bigint): bigint {
+  while (b !== 0n) [a, b] = [b, a % b];
+  return a;
 }
 
 /** Whether `r` holds any value (any integer, with `integer`). */
@@ -40,9 +80,14 @@ export function rangeHolds(r: NumberRange, integer: boolean): boolean {
  * `.`, digits) lies in `r`; with `integer`, an integer.
  */
 export function canReach(text: string, integer: boolean, r: NumberRange): boolean {
-  if (text === "") return canReach("-", integer, r) || canReachMagnitude("", integer, magnitudes(r, false));
+  if (text === "") return canReach("-", integer, r) || canReachSide("", integer, r, false);
   const negative = text[0] === "-";
-  return canReachMagnitude(negative ? text.slice(1) : text, integer, magnitudes(r, negative));
+  return canReachSide(negative ? text.slice(1) : text, integer, r, negative);
+}
+
+function canReachSide(digits: string, integer: boolean, r: NumberRange, negative: boolean): boolean {
+  const m = magnitudes(r, negative);
+  return r.step === undefined ? canReachMagnitude(digits, integer, m) : canReachStepped(digits, m, r.step);
 }
 
 /** The part of `r` on one side of zero, as bounds on |v| (zero belongs to both sides: "-0" is 0). */
@@ -87,4 +132,51 @@ function canReachMagnitude(digits: string, integer: boolean, m: MagnitudeRange |
 function overlaps(from: number, to: number, m: MagnitudeRange): boolean {
   if (from > m.hi || (from === m.hi && !m.hiIn)) return false;
   return to > m.lo;
+}
+
+/**
+ * {@link canReachMagnitude} for a stepped number: whether `digits` can still become a multiple of
+ * p·10^-d inside `m`, written with at most d fraction digits. Magnitudes are scaled by 10^d to
+ * integers, so every comparison is exact.
+ */
+function canReachStepped(digits: string, m: MagnitudeRange | null, step: DecimalStep): boolean {
+  if (m === null) return false;
+  const { p, d } = step;
+  const lo = m.loIn ? scaled(m.lo, d, true) : scaled(m.lo, d, false) + 1n;
+  const hi = m.hi === Infinity ? null : m.hiIn ? scaled(m.hi, d, false) : scaled(m.hi, d, true) - 1n;
+  // Whether [a, b] (b null: unbounded) holds a multiple of p inside [lo, hi].
+  const holds = (a: bigint, b: bigint | null): boolean => {
+    const from = a > lo ? a : lo;
+    const to = b === null ? hi : hi === null || b < hi ? b : hi;
+    const first = ((from + p - 1n) / p) * p;
+    return to === null || first <= to;
+  };
+  const unit = (k: number) => 10n ** BigInt(k);
+  if (digits === "") return holds(0n, null);
+  const dot = digits.indexOf(".");
+  if (dot >= 0) {
+    const frac = digits.length - dot - 1;
+    if (frac > d || d === 0) return false;
+    // "D.F": D.F followed by up to d − |F| more digits.
+    const base = BigInt(digits.slice(0, dot) + digits.slice(dot + 1)) * unit(d - frac);
+    return holds(base, base + unit(d - frac) - 1n);
+  }
+  if (digits === "0") return holds(0n, unit(d) - 1n);
+  // "D" then k more digits, then up to d fraction digits: [D·10^(k+d), (D+1)·10^(k+d)). The loop
+  // ends: the intervals grow tenfold, so once one starts above lo and is longer than p it holds one.
+  const lead = BigInt(digits);
+  for (let k = 0; ; k++) {
+    const from = lead * unit(k + d);
+    if (hi !== null && from > hi) return false;
+    if (holds(from, from + unit(k + d) - 1n)) return true;
+  }
+}
+
+/** `x` (≥ 0, finite) times 10^d, rounded up or down to an integer exactly. */
+function scaled(x: number, d: number, up: boolean): bigint {
+  const { m, e } = decimal(x);
+  if (e + d >= 0) return m * 10n ** BigInt(e + d);
+  const div = 10n ** BigInt(-(e + d));
+  const q = m / div;
+  return up && q * div !== m ? q + 1n : q;
 }

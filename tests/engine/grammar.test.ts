@@ -173,6 +173,11 @@ const MASK_CASES: [JsonSchema, string][] = [
     type: "object",
     properties: { p: { type: "string", pattern: "^(ab)+c?$", maxLength: 7 }, q: { type: "string", pattern: "a.a" }, d: { type: "string", format: "date" }, n: { type: "array", items: { type: "integer", minimum: -5, maximum: 120 } } },
   }, '{"p": "ababab", "q": "xa\\"aa", "d": "2024-11-30", "n": [11, -5, 111, 0]}'],
+  // A tuple's positions and steps (multipleOf) must not share masks either.
+  [{
+    type: "object",
+    properties: { t: { type: "array", prefixItems: [{ type: "integer", multipleOf: 5 }, { type: "string" }], items: { type: "number", multipleOf: 0.5, maximum: 10 } } },
+  }, '{"t": [15, "ab", 2.5, 10, -3]}'],
 ];
 
 for (const [schema, doc] of MASK_CASES) test(`OutputConstraint.next() masks match a fresh brute-force pass at every step, its per-state cache included (${doc.slice(0, 12)}…)`, () => {

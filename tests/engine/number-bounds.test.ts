@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { grammarComplete, grammarFeed, grammarStart, grammarStep, type GrammarState, type OutputGrammar } from "../../src/engine/grammar.ts";
 import { compileSchema, type JsonSchema } from "../../src/engine/json-schema.ts";
-import { canReach, inRange, type NumberRange } from "../../src/engine/number-bounds.ts";
+import { canReach, decimalStep, inRange, type NumberRange } from "../../src/engine/number-bounds.ts";
 
 const json = (schema: JsonSchema): OutputGrammar => ({ kind: "json", schema });
 const NUMBER_CHARS = [..."-0123456789.eE+"];
@@ -76,32 +76,94 @@ for (const schema of NUMBER_RANGES) {
   });
 }
 
-test("canReach() agrees with a search over the completions of each prefix", () => {
+/** Whether the decimal `text` is a multiple of `step` (a decimal too), exactly. */
+function isMultiple(text: string, step: number): boolean {
+  const scale = (t: string, d: number) => {
+    const [w, f = ""] = t.replace("-", "").split(".");
+    return BigInt(w + f.padEnd(d, "0"));
+  };
+  const d = Math.max((text.split(".")[1] ?? "").length, (String(step).split(".")[1] ?? "").length);
+  return scale(text, d) % scale(String(step), d) === 0n;
+}
+
+const STEPPED: [{ readonly type: string; readonly [k: string]: unknown }, number][] = [
+  [{ type: "integer", multipleOf: 3, minimum: -10, maximum: 20 }, 3],
+  [{ type: "integer", multipleOf: 0.5 }, 0.5],
+  [{ type: "integer", multipleOf: 2.5, exclusiveMinimum: 0 }, 2.5],
+  [{ type: "number", multipleOf: 0.25, minimum: -1, maximum: 1.3 }, 0.25],
+  [{ type: "number", multipleOf: 0.1, exclusiveMinimum: 0.29 }, 0.1],
+  [{ type: "number", multipleOf: 7 }, 7],
+  [{ type: "number", multipleOf: 0.03, minimum: 0.1, maximum: 0.2 }, 0.03],
+];
+
+for (const [schema, step] of STEPPED) {
+  test(`grammarStart() writes only multiples of ${step} for ${JSON.stringify(schema)}, every one of them it can, and never a dead end`, () => {
+    const range = (compileSchema(schema) as { range: NumberRange }).range;
+    const written = new Set<number>();
+    walk(grammarStart(json(schema)), 5, (text, s) => {
+      assert.ok(completable(s, 5), `${JSON.stringify(text)} was allowed but cannot be completed`);
+      if (!grammarComplete(s)) return;
+      assert.ok(isMultiple(text, step) && inRange(text, range), `${text} is not a multiple of ${step} inside the bounds`);
+      written.add(Number(text));
+    });
+    // Every multiple inside the bounds with a short decimal form is among the values written.
+    for (let k = -400; k <= 400; k++) {
+      const v = Number((k * step).toFixed(6));
+      const text = String(v);
+      if (text.length <= 5 && !text.includes("e") && inRange(text, range) && (schema.type === "number" || Number.isInteger(v))) {
+        assert.ok(written.has(v), `${text} is a multiple of ${step} inside the bounds but was never written`);
+      }
+    }
+    assert.ok(written.size >= 3, `only ${written.size} values written`);
+  });
+}
+
+test("decimalStep() reads multipleOf exactly, as an integer step for integers", () => {
+  assert.deepEqual(decimalStep(0.01, false), { p: 1n, d: 2 });
+  assert.deepEqual(decimalStep(2.5, false), { p: 25n, d: 1 });
+  assert.deepEqual(decimalStep(1e21, false), { p: 10n ** 21n, d: 0 });
+  assert.deepEqual(decimalStep(1e-7, false), { p: 1n, d: 7 });
+  assert.deepEqual(decimalStep(2.5, true), { p: 5n, d: 0 });
+  assert.deepEqual(decimalStep(0.3, true), { p: 3n, d: 0 });
+  assert.deepEqual(decimalStep(0.5, true), { p: 1n, d: 0 });
+  // 0.1 + 0.2 is not 0.3 in binary; read as decimals, 0.3 is a multiple of 0.1.
+  assert.ok(canReach("0.3", false, { lo: 0.3, loOpen: false, hi: 0.3, hiOpen: false, step: decimalStep(0.1, false) }));
+  assert.ok(!canReach("0.31", false, { lo: 0, loOpen: false, hi: 1, hiOpen: false, step: decimalStep(0.1, false) }), "more fraction digits than the step has");
+  assert.ok(!canReach("1.", false, { lo: 0, loOpen: false, hi: 9, hiOpen: false, step: decimalStep(2, false) }), "an integer step has no fraction");
+  assert.ok(canReach("12", false, { lo: 1e6, loOpen: false, hi: Infinity, hiOpen: false, step: decimalStep(7, false) }), "12 then more digits passes a million");
+  assert.ok(!canReach("12", false, { lo: 127, loOpen: false, hi: 132, hiOpen: false, step: decimalStep(7, false) }), "no multiple of 7 in 127–132");
+});
+
+test("canReach() agrees with a search over the completions of each prefix, with and without a step", () => {
   const ranges: NumberRange[] = [
     { lo: -3.25, loOpen: false, hi: 14, hiOpen: true },
     { lo: 0, loOpen: true, hi: 0.05, hiOpen: false },
     { lo: -Infinity, loOpen: false, hi: -10, hiOpen: false },
     { lo: 99, loOpen: false, hi: 101, hiOpen: false },
-  ];
+    ];
   // Prefixes of up to 4 characters; completions add up to 3 more (enough for these bounds).
   const prefixes = new Set<string>([""]);
   for (let len = 0; len < 4; len++) {
     for (const p of [...prefixes]) for (const c of [..."-0159."]) if (/^-?(0|[1-9][0-9]*)?(\.[0-9]*)?$/.test(p + c) && !/^-?\./.test(p + c)) prefixes.add(p + c);
   }
   const isNumber = (t: string) => /^-?(0|[1-9][0-9]*)(\.[0-9]+)?$/.test(t);
-  for (const r of ranges) {
+  for (const [base, multipleOf] of ranges.flatMap((r) => [[r, 0], [r, 0.25], [r, 3]] as const)) {
     for (const integer of [false, true]) {
+      const r: NumberRange = multipleOf === 0 ? base : { ...base, step: decimalStep(multipleOf, integer) };
+      const show = `${JSON.stringify(base)} multipleOf ${multipleOf} (integer ${integer})`;
       for (const p of prefixes) {
         if (integer && p.includes(".")) continue;
         let found = false;
         const search = (t: string, more: number) => {
           if (found) return;
-          if (isNumber(t) && (!integer || !t.includes(".")) && inRange(t, r)) found = true;
+          // A stepped number is written with no more fraction digits than its step has.
+          const fraction = t.split(".")[1]?.length ?? 0;
+          if (isNumber(t) && (!integer || !t.includes(".")) && (r.step === undefined || fraction <= r.step.d) && inRange(t, r)) found = true;
           if (more > 0) for (const c of [..."0123456789."]) search(t + c, more - 1);
         };
         search(p, 3);
-        if (found) assert.ok(canReach(p, integer, r), `${JSON.stringify(p)} can reach ${JSON.stringify(r)} (integer ${integer})`);
-        else if (p.replace("-", "").length >= 2) assert.ok(!canReach(p, integer, r), `${JSON.stringify(p)} cannot reach ${JSON.stringify(r)} (integer ${integer})`);
+        if (found) assert.ok(canReach(p, integer, r), `${JSON.stringify(p)} can reach ${show}`);
+        else if (p.replace("-", "").length >= 2) assert.ok(!canReach(p, integer, r), `${JSON.stringify(p)} cannot reach ${show}`);
       }
     }
   }
@@ -128,7 +190,9 @@ test("compileSchema() refuses bounds that hold no value, or that are not numbers
     [{ type: "number", exclusiveMinimum: 3, maximum: 3 }, /bounds the number to \(3, 3\], which holds no value/],
     [{ type: "number", minimum: "3" }, /"minimum" at # must be a finite number, got "3"/],
     [{ properties: { a: { type: "number", exclusiveMaximum: true } } }, /"exclusiveMaximum" at #\/properties\/a is a boolean without "maximum"/],
-    [{ type: "number", multipleOf: 2 }, /keyword "multipleOf" at # is not supported/],
+    [{ type: "number", multipleOf: 0 }, /"multipleOf" at # must be a number above 0, got 0/],
+    [{ type: "integer", multipleOf: 10, minimum: 1, maximum: 9 }, /bounds the integer to \[1, 9\] and asks for multiples of 10, which holds no integer/],
+    [{ type: "number", multipleOf: 0.3, exclusiveMinimum: 0.3, exclusiveMaximum: 0.6 }, /multiples of 0.3, which holds no value/],
   ];
   for (const [schema, message] of cases) assert.throws(() => compileSchema(schema), { name: "SchemaError", message }, JSON.stringify(schema));
   // The tighter of two bounds on a side holds.
