@@ -1,12 +1,13 @@
 /**
  * What grammar-constrained decoding costs on the host per step and request: `OutputConstraint.next()`
  * (trie walk + the vocabulary-sized mask) against a brute-force pass that feeds every token's text,
- * along a JSON answer of a schema (and of the same schema with patterns, a format and numeric bounds), on the story model's vocabulary and on a synthetic 150k-token one
+ * along a JSON answer of a schema (and of the same schema with patterns, a format and numeric bounds; and
+ * one with unique items, a step and a tuple), on the story model's vocabulary and on a synthetic 150k-token one
  * (words with and without a leading space, digit runs, JSON punctuation runs, the 256 bytes; seeded).
  * Medians and means of the per-step times over 3 passes, each a new request (so its own empty mask
  * cache); run it twice, the machines are noisy.
  *
- *   npx tsx scripts/bench-grammar.ts
+ *   npx tsx scripts/bench-grammar.ts [LABEL]     (LABEL: run only the schemas whose label holds it, e.g. unique)
  */
 import { grammarFeed, grammarStart, type GrammarState, type OutputGrammar } from "../src/engine/grammar.ts";
 import { OutputConstraint, TokenTrie } from "../src/engine/output-constraint.ts";
@@ -37,6 +38,21 @@ const PATTERNED: OutputGrammar = {
   },
 };
 const PATTERNED_ANSWER = '{"city": "San Francisco", "days": 12, "day": "2026-11-30", "tags": ["fog", "bay area", "summer"]}';
+
+/** Unique items (strings, one a prefix of another), a step and a tuple: every such item is checked by the duplicate guard. */
+const UNIQUE: OutputGrammar = {
+  kind: "json",
+  schema: {
+    type: "object",
+    properties: {
+      city: { type: "string" }, days: { type: "integer", multipleOf: 3 }, pair: { type: "array", prefixItems: [{ type: "number" }, { type: "number" }], items: false },
+      tags: { type: "array", uniqueItems: true, items: { type: "string" } },
+    },
+    required: ["city"],
+    additionalProperties: false,
+  },
+};
+const UNIQUE_ANSWER = '{"city": "San Francisco", "days": 12, "pair": [37.77, -122.42], "tags": ["fog", "bay area", "summer", "bay"]}';
 
 function synthetic(n: number): string[] {
   let s = 12345;
@@ -116,7 +132,10 @@ function bench(name: string, texts: string[], grammar: OutputGrammar, answer: st
 
 const model = await loadModel(new URL("../models/stories260K.gguf", import.meta.url).pathname);
 const story = Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id)), big = synthetic(150_000);
-for (const [label, grammar, answer] of [["", GRAMMAR, ANSWER], [" patterned", PATTERNED, PATTERNED_ANSWER]] as const) {
+// `npx tsx scripts/bench-grammar.ts unique` runs the schemas whose label holds "unique" only.
+const only = process.argv[2] ?? "";
+for (const [label, grammar, answer] of [["", GRAMMAR, ANSWER], [" patterned", PATTERNED, PATTERNED_ANSWER], [" unique", UNIQUE, UNIQUE_ANSWER]] as const) {
+  if (!label.includes(only)) continue;
   bench(`stories260K${label}`, story, grammar, answer);
   bench(`synthetic 150k${label}`, big, grammar, answer);
 }

@@ -12,6 +12,7 @@
 import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, resolve, type SchemaNode } from "./json-schema.ts";
 import { canReach, inRange, type NumberRange } from "./number-bounds.ts";
 import type { CompiledRegex, RegexState } from "./regex-nfa.ts";
+import { literalKey, numberKey, stringKey } from "./value-key.ts";
 
 /** What a request's output must be; plain data, so it travels to cluster workers. */
 export type OutputGrammar =
@@ -25,6 +26,7 @@ export type OutputGrammar =
 
 type ObjectNode = Extract<SchemaNode, { t: "object" }>;
 type ArrayNode = Extract<SchemaNode, { t: "array" }>;
+type ArrFrame = Extract<Frame, { k: "arr" }>;
 
 /** A piece of a fixed sequence: literal text, or a value following a schema. */
 type Piece = { readonly lit: string } | { readonly node: SchemaNode };
@@ -35,16 +37,24 @@ type Frame =
   /**
    * esc: 0 plain, -1 after a backslash, 1–4 hex digits still due in \uXXXX (hex: their value so far).
    * re: expressions the string's characters must match (its `pattern` and `format`), rs: where each is.
+   * v: the value so far (escapes decoded), kept only for an item of a `uniqueItems` array (else null).
    */
   | {
     readonly k: "str"; readonly min: number; readonly max: number; readonly n: number; readonly esc: number; readonly hex: number;
-    readonly re: readonly CompiledRegex[]; readonly rs: readonly RegexState[]; readonly up: Frame | null; readonly d: number;
+    readonly re: readonly CompiledRegex[]; readonly rs: readonly RegexState[]; readonly v: string | null; readonly up: Frame | null; readonly d: number;
   }
-  /** range: bounds the number must end inside (null: none); text: what it has written so far, kept only under bounds. */
+  /**
+   * range: bounds the number must end inside (null: none); text: what it has written so far, kept only
+   * under bounds or as an item of a `uniqueItems` array.
+   */
   | { readonly k: "num"; readonly integer: boolean; readonly range: NumberRange | null; readonly text: string; readonly ns: NumState; readonly up: Frame | null; readonly d: number }
   | { readonly k: "key"; readonly text: string; readonly up: ObjFrame; readonly d: number }
   | ObjFrame
-  | { readonly k: "arr"; readonly node: ArrayNode; readonly count: number; readonly phase: "first" | "value" | "after"; readonly up: Frame | null; readonly d: number }
+  /** seen: the keys (valueKey) of the items so far when the array's items are unique, else null. */
+  | {
+    readonly k: "arr"; readonly node: ArrayNode; readonly count: number; readonly phase: "first" | "value" | "after"; readonly seen: readonly string[] | null;
+    readonly up: Frame | null; readonly d: number;
+  }
   /** Free reasoning text until `</think>`; m: characters of it matched so far. */
   | { readonly k: "think"; readonly m: number; readonly up: Frame | null; readonly d: number }
   /** Once its child ends, the automaton goes on in `state`. */
@@ -80,7 +90,9 @@ const isDigit = (c: string) => c >= "0" && c <= "9";
 const isHex = (c: string) => isDigit(c) || (c >= "a" && c <= "f") || (c >= "A" && c <= "F");
 
 const THINK_END = "</think>";
-const ANY_ARRAY: SchemaNode = { t: "array", prefix: [], items: ANY, min: 0, max: Infinity };
+const ANY_STRING: SchemaNode = { t: "string", min: 0, max: Infinity, patterns: [] };
+const ANY_NUMBER: SchemaNode = { t: "number", integer: false, range: null };
+const ANY_ARRAY: SchemaNode = { t: "array", prefix: [], items: ANY, min: 0, max: Infinity, unique: false };
 
 /**
  * The automaton's start state for `g`; throws SchemaError for a schema outside the supported subset.
@@ -109,7 +121,7 @@ function startOf(g: OutputGrammar): GrammarState {
 
 /** The state after character `c`. */
 export function grammarStep(state: GrammarState, c: string): GrammarState {
-  return state.length === 1 ? step(state[0], c) : state.flatMap((cfg) => step(cfg, c));
+  return state.length === 1 ? guardedStep(state[0], c) : state.flatMap((cfg) => guardedStep(cfg, c));
 }
 
 /** The state after `text` (empty when some character of it cannot come where it does). */
@@ -139,13 +151,19 @@ function enterPiece(seq: Extract<Frame, { k: "seq" }>): Config {
   return { top, ws: 0 };
 }
 
-/** The configurations once the child of `up` has ended. */
-function complete(up: Frame | null): Config[] {
+/**
+ * The configurations once the child of `up` has ended; `key`: the child's value as valueKey()
+ * gives it, when `up` is a `uniqueItems` array (the child is then a string, number or enum value).
+ */
+function complete(up: Frame | null, key?: string): Config[] {
   if (up === null) return [{ top: null, ws: 0 }];
   switch (up.k) {
     case "obj": return [{ top: { ...up, phase: "after" }, ws: 0 }];
-    // Counted only as far as the bounds need (see count()).
-    case "arr": return [{ top: { ...up, count: countItem(up), phase: "after" }, ws: 0 }];
+    case "arr": {
+      if (up.seen === null) return [{ top: { ...up, count: countItem(up), phase: "after" }, ws: 0 }];
+      if (key === undefined || up.seen.includes(key)) return [];
+      return [{ top: { ...up, count: countItem(up), phase: "after", seen: [...up.seen, key] }, ws: 0 }];
+    }
     case "seq": {
       if (up.i + 1 < up.pieces.length) return [enterPiece({ ...up, i: up.i + 1 })];
       if (!up.repeat) return complete(up.up);
@@ -164,15 +182,15 @@ function step(cfg: Config, c: string): Config[] {
   switch (f.k) {
     case "lit":
       if (c !== f.text[f.i]) return [];
-      return f.i + 1 === f.text.length ? complete(f.up) : [{ top: { ...f, i: f.i + 1 }, ws: 0 }];
+      return f.i + 1 === f.text.length ? complete(f.up, uniqueSeen(f.up) === null ? undefined : literalKey(f.text)) : [{ top: { ...f, i: f.i + 1 }, ws: 0 }];
     case "str": return stepString(f, c);
     case "num": {
       const next = numberStep(f.ns, c, f.integer, f.range === null);
       if (next !== null && (f.range === null || canReach(f.text + c, f.integer, f.range))) {
-        return [{ top: { ...f, ns: next, text: f.range === null ? "" : f.text + c }, ws: 0 }];
+        return [{ top: { ...f, ns: next, text: keepsText(f.range, f.up) ? f.text + c : "" }, ws: 0 }];
       }
       // The number ends here; `c` belongs to what follows it.
-      return numberMayEnd(f) ? complete(f.up).flatMap((x) => step(x, c)) : [];
+      return numberMayEnd(f) ? complete(f.up, uniqueSeen(f.up) === null ? undefined : numberKey(f.text)).flatMap((x) => step(x, c)) : [];
     }
     case "key": return stepKey(f, c);
     case "think": {
@@ -204,24 +222,35 @@ function start(node: SchemaNode, up: Frame | null, d: number, c: string): Config
   const n = resolve(node);
   switch (n.t) {
     case "anyOf": return n.options.flatMap((o) => start(o, up, d, c));
-    case "literal": return n.texts.flatMap((t) => (t[0] !== c ? [] : t.length === 1 ? complete(up) : [{ top: { k: "lit", text: t, i: 1, up, d }, ws: 0 }]));
+    case "literal": {
+      // In a uniqueItems array an enum value already written cannot start again.
+      const seen = uniqueSeen(up);
+      return n.texts.flatMap((t) => {
+        if (t[0] !== c || (seen !== null && seen.includes(literalKey(t)))) return [];
+        return t.length === 1 ? complete(up, seen === null ? undefined : literalKey(t)) : [{ top: { k: "lit", text: t, i: 1, up, d }, ws: 0 }];
+      });
+    }
     case "object":
       return c === "{" && d < MAX_DEPTH ? [{ top: { k: "obj", node: n, seen: [], phase: "first", key: "", up, d: d + 1 }, ws: 0 }] : [];
     case "array":
-      return c === "[" && d < MAX_DEPTH ? [{ top: { k: "arr", node: n, count: 0, phase: "first", up, d: d + 1 }, ws: 0 }] : [];
+      return c === "[" && d < MAX_DEPTH ? [{ top: { k: "arr", node: n, count: 0, phase: "first", seen: n.unique ? [] : null, up, d: d + 1 }, ws: 0 }] : [];
     // compileSchema has checked that each pattern can end within maxLength.
-    case "string": return c === '"' ? [{ top: { k: "str", min: n.min, max: n.max, n: 0, esc: 0, hex: 0, re: n.patterns, rs: n.patterns.map((r) => r.start), up, d }, ws: 0 }] : [];
+    case "string": {
+      if (c !== '"') return [];
+      const v = uniqueSeen(up) === null ? null : "";
+      return [{ top: { k: "str", min: n.min, max: n.max, n: 0, esc: 0, hex: 0, re: n.patterns, rs: n.patterns.map((r) => r.start), v, up, d }, ws: 0 }];
+    }
     case "number": {
       const ns = numberStep(null, c, n.integer, n.range === null);
       if (ns === null || (n.range !== null && !canReach(c, n.integer, n.range))) return [];
-      return [{ top: { k: "num", integer: n.integer, range: n.range, text: n.range === null ? "" : c, ns, up, d }, ws: 0 }];
+      return [{ top: { k: "num", integer: n.integer, range: n.range, text: keepsText(n.range, up) ? c : "", ns, up, d }, ws: 0 }];
     }
     case "any": {
       if (c === "{") return start(ANY_OBJECT, up, d, c);
       if (c === "[") return start(ANY_ARRAY, up, d, c);
-      if (c === '"') return start({ t: "string", min: 0, max: Infinity, patterns: [] }, up, d, c);
+      if (c === '"') return start(ANY_STRING, up, d, c);
       if (c === "t" || c === "f" || c === "n") return start({ t: "literal", texts: ["true", "false", "null"] }, up, d, c);
-      return start({ t: "number", integer: false, range: null }, up, d, c);
+      return start(ANY_NUMBER, up, d, c);
     }
   }
 }
@@ -241,6 +270,79 @@ function countItem(f: Extract<Frame, { k: "arr" }>): number {
   return n.max === Infinity ? Math.min(f.count + 1, Math.max(n.min, n.prefix.length)) : f.count + 1;
 }
 
+/** The keys of the items so far when `up` is a `uniqueItems` array (its child an item), else null. */
+function uniqueSeen(up: Frame | null): readonly string[] | null {
+  return up !== null && up.k === "arr" ? up.seen : null;
+}
+
+/** Whether a number below `up` keeps the text it writes: under bounds, or as a unique item. */
+function keepsText(range: NumberRange | null, up: Frame | null): boolean {
+  return range !== null || uniqueSeen(up) !== null;
+}
+
+/**
+ * Probe characters for the search of {@link distinctAhead}: the closing quote first (the shortest way
+ * out of a string), then digits, letters and the rest of printable ASCII.
+ */
+const PROBE = [...'"0123456789', ..."abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", ...' !#$%&\'()*+,-./:;<=>?@[\\]^_`{|}~'];
+const SHORT_ESCAPES = [...'"\\/bfnrt'];
+/** Steps the search of {@link distinctAhead} may take before it assumes a way out exists. */
+const DISTINCT_SEARCH_STEPS = 2000;
+
+/**
+ * {@link step}, then, inside a `uniqueItems` array that has items already, only the configurations
+ * that can still end the item at a value not written before: a string equal so far to an earlier
+ * item, any number, and a new item's start are checked by a short search ({@link distinctAhead}), so
+ * a duplicate is barred before it becomes a dead end (`[true, false, ` refused; `"ab"` refused, `"ab`
+ * kept while it can grow).
+ */
+function guardedStep(cfg: Config, c: string): Config[] {
+  const out = step(cfg, c);
+  let risky = false;
+  for (const x of out) if (atRisk(x) !== null) risky = true;
+  return risky ? out.filter((x) => atRisk(x) === null || distinctAhead(x)) : out;
+}
+
+/** The unique array whose item `cfg` is writing when it could end in a duplicate, else null. */
+function atRisk(cfg: Config): ArrFrame | null {
+  const f = cfg.top;
+  if (f === null || f.up === null || f.up.k !== "arr" || f.up.seen === null || f.up.seen.length === 0) return null;
+  const seen = f.up.seen;
+  if (f.k === "value" || f.k === "num") return f.up;
+  if (f.k === "str" && f.v !== null) {
+    const key = stringKey(f.v);
+    return seen.some((s) => s.startsWith(key)) ? f.up : null;
+  }
+  return null;
+}
+
+/** Whether the item `cfg` is writing can still end at a value its array has not seen. */
+function distinctAhead(cfg: Config): boolean {
+  const arr = atRisk(cfg)!;
+  let steps = DISTINCT_SEARCH_STEPS;
+  const ended = (x: Config): boolean => {
+    const f = x.top;
+    if (f === null) return false;
+    if (f.k === "arr") return f.node === arr.node && f.d === arr.d && f.phase === "after";
+    return f.k === "num" && f.up === arr && numberMayEnd(f) && !arr.seen!.includes(numberKey(f.text));
+  };
+  const visit = (x: Config): boolean => {
+    if (ended(x)) return true;
+    // An enum value's next character may be outside the probe set: try it first. After a backslash,
+    // the short escapes only: \uXXXX writes what a plain character or a short escape writes, and
+    // would take the search through 65536 values.
+    const t = x.top;
+    const chars = t?.k === "lit" ? [t.text[t.i], ...PROBE] : t?.k === "str" && t.esc === -1 ? SHORT_ESCAPES : PROBE;
+    for (const ch of chars) {
+      // A long search means many ways on; assume one of them ends well.
+      if (--steps < 0) return true;
+      for (const next of step(x, ch)) if (visit(next)) return true;
+    }
+    return false;
+  };
+  return visit(cfg);
+}
+
 function stepString(f: Extract<Frame, { k: "str" }>, c: string): Config[] {
   if (f.esc === -1) {
     if (c === "u") return [{ top: { ...f, esc: 4, hex: 0 }, ws: 0 }];
@@ -255,7 +357,7 @@ function stepString(f: Extract<Frame, { k: "str" }>, c: string): Config[] {
     if (f.re.length > 0 && hex >= 0xd800 && hex <= 0xdfff) return [];
     return char(f, String.fromCharCode(hex));
   }
-  if (c === '"') return f.n >= f.min && f.re.every((r, i) => r.accepts(f.rs[i])) ? complete(f.up) : [];
+  if (c === '"') return f.n >= f.min && f.re.every((r, i) => r.accepts(f.rs[i])) ? complete(f.up, f.v === null ? undefined : stringKey(f.v)) : [];
   if (c < " " || f.n >= f.max) return [];
   if (c === "\\") return [{ top: { ...f, esc: -1 }, ws: 0 }];
   return char(f, c);
@@ -264,7 +366,8 @@ function stepString(f: Extract<Frame, { k: "str" }>, c: string): Config[] {
 /** `f` after one more character of the string's value (`v`, escapes decoded), or nothing when it cannot come. */
 function char(f: Extract<Frame, { k: "str" }>, v: string): Config[] {
   const n = count(f);
-  if (f.re.length === 0) return [{ top: { ...f, esc: 0, n }, ws: 0 }];
+  const value = f.v === null ? null : f.v + v;
+  if (f.re.length === 0) return [{ top: { ...f, esc: 0, n, v: value }, ws: 0 }];
   const rs: RegexState[] = [];
   for (let i = 0; i < f.re.length; i++) {
     const next = f.re[i].step(f.rs[i], v);
@@ -272,7 +375,7 @@ function char(f: Extract<Frame, { k: "str" }>, v: string): Config[] {
     if (next === null || f.n + 1 + f.re[i].minToAccept(next) > f.max) return [];
     rs.push(next);
   }
-  return [{ top: { ...f, esc: 0, n, rs }, ws: 0 }];
+  return [{ top: { ...f, esc: 0, n, rs, v: value }, ws: 0 }];
 }
 
 /**
@@ -369,17 +472,18 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
       case "lit": return `l${JSON.stringify(f.text)},${f.i}/${below}`;
       case "str": {
         const re = f.re.length === 0 ? "" : `,${f.hex},${f.re.map((r, i) => `${id(r)}:${f.rs[i].key}`).join(";")}`;
-        return `s${f.min},${f.max},${f.n},${f.esc}${re}/${below}`;
+        const v = f.v === null ? "" : `,${JSON.stringify(f.v)}`;
+        return `s${f.min},${f.max},${f.n},${f.esc}${re}${v}/${below}`;
       }
       case "num": {
         const r = f.range;
         const step = r?.step === undefined ? "" : `*${r.step.p}e-${r.step.d}`;
-        const bounds = r === null ? "" : `${r.loOpen ? "(" : "["}${r.lo},${r.hi}${r.hiOpen ? ")" : "]"}${step}${f.text}`;
-        return `n${f.integer ? 1 : 0},${f.ns}${bounds}/${below}`;
+        const bounds = r === null ? "" : `${r.loOpen ? "(" : "["}${r.lo},${r.hi}${r.hiOpen ? ")" : "]"}${step}`;
+        return `n${f.integer ? 1 : 0},${f.ns}${bounds},${f.text}/${below}`;
       }
       case "key": return `k${JSON.stringify(f.text)}/${below}`;
       case "obj": return `o${id(f.node)},${JSON.stringify(f.seen)},${f.phase},${JSON.stringify(f.key)},${f.d}/${below}`;
-      case "arr": return `a${id(f.node)},${f.count},${f.phase},${f.d}/${below}`;
+      case "arr": return `a${id(f.node)},${f.count},${f.phase},${f.d}${f.seen === null ? "" : JSON.stringify(f.seen)}/${below}`;
       case "think": return `t${f.m}/${below}`;
       case "then": return `T${below}`;
       case "seq": return `q${id(f.pieces)},${f.i},${f.repeat ? 1 : 0}/${below}`;
@@ -399,7 +503,10 @@ export function grammarPlainTextRoom(state: GrammarState): number {
   for (const c of state) {
     const f = c.top;
     if (f === null || f.k !== "str" || f.esc !== 0 || !f.re.every((r, i) => r.universal(f.rs[i]))) continue;
-    room = Math.max(room, f.max - f.n);
+    // An item of a uniqueItems array keeps a character of room: a value equal to an earlier item must
+    // still be able to grow (guardedStep checks each character it steps; this path steps none).
+    const seen = uniqueSeen(f.up);
+    room = Math.max(room, f.max - f.n - (seen !== null && seen.length > 0 ? 1 : 0));
   }
   return room;
 }

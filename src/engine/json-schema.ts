@@ -7,6 +7,7 @@
  * Followed: `type` (one or a list), `properties`, `required`, `additionalProperties` (absent means
  * none when `properties` is given, any object otherwise; keys come in any order, each once), `items`,
  * tuples (`prefixItems`, or draft 4's `items` list with `additionalItems`), `minItems`, `maxItems`,
+ * `uniqueItems` (items that are strings, numbers, booleans, null or enum values),
  * `minLength`, `maxLength`, `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (a number,
  * or draft 4's boolean beside `minimum`/`maximum`), `multipleOf` (a bounded or stepped number is
  * written without an exponent, a stepped one with no more fraction digits than its step), `pattern`
@@ -33,7 +34,11 @@ export type SchemaNode =
    * `prefix`: the schemas of the first items, in order (a tuple: `prefixItems`, or draft 4–2019's
    * `items` list); `items`: the schema of every item after them, null when none may follow.
    */
-  | { readonly t: "array"; readonly prefix: readonly SchemaNode[]; readonly items: SchemaNode | null; readonly min: number; readonly max: number }
+  | {
+    readonly t: "array"; readonly prefix: readonly SchemaNode[]; readonly items: SchemaNode | null; readonly min: number; readonly max: number;
+    /** `uniqueItems`: no two items equal (items are scalars or enum values, see compileArray). */
+    readonly unique: boolean;
+  }
   /** `patterns`: expressions the value must match (its `pattern` and `format`). */
   | { readonly t: "string"; readonly min: number; readonly max: number; readonly patterns: readonly CompiledRegex[] }
   /** `range`: null when unbounded. */
@@ -53,7 +58,7 @@ const ANNOTATIONS = new Set([
   "$defs", "definitions", "strict",
 ]);
 const BOUNDS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
-const TYPED = new Set(["type", "multipleOf", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "minLength", "maxLength", "nullable", "pattern", "format", ...BOUNDS]);
+const TYPED = new Set(["type", "multipleOf", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "nullable", "pattern", "format", ...BOUNDS]);
 /** Formats that say how a number is stored, not which values it takes (OpenAPI's). */
 const NUMBER_FORMATS = new Set(["int32", "int64", "float", "double"]);
 /** String formats that constrain nothing (OpenAPI's `password` is a hint to user interfaces). */
@@ -81,6 +86,7 @@ export function compileSchema(schema: unknown): SchemaNode {
   // Every reference must lead to a value now, not when the model reaches it.
   for (const name of defs.keys()) resolve({ t: "ref", name, table: defs });
   resolve(root);
+  checkUnique(root, "#", new Set());
   return root;
 }
 
@@ -149,7 +155,7 @@ function typesOf(s: { readonly [k: string]: unknown }, at: string): TypeName[] {
   const t = s.type;
   if (t === undefined) {
     if (s.properties !== undefined || s.required !== undefined || s.additionalProperties !== undefined) return ["object"];
-    if (["items", "prefixItems", "additionalItems", "minItems", "maxItems"].some((k) => s[k] !== undefined)) return ["array"];
+    if (["items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"].some((k) => s[k] !== undefined)) return ["array"];
     if (s.minLength !== undefined || s.maxLength !== undefined || s.pattern !== undefined) return ["string"];
     if (typeof s.format === "string" && !NUMBER_FORMATS.has(s.format)) return ["string"];
     if (BOUNDS.some((k) => s[k] !== undefined) || s.multipleOf !== undefined) return ["number"];
@@ -204,7 +210,67 @@ function compileArray(s: { readonly [k: string]: unknown }, at: string, defs: De
       ? `The schema at ${at} has minItems ${min} above the ${prefix.length} items its tuple allows`
       : `The schema at ${at} has minItems ${min} above maxItems ${max}`);
   }
-  return { t: "array", prefix, items, min, max };
+  const u = s.uniqueItems ?? false;
+  if (typeof u !== "boolean") throw new SchemaError(`The schema's "uniqueItems" at ${at} must be a boolean, got ${show(u)}`);
+  return { t: "array", prefix, items, min, max, unique: u };
+}
+
+/**
+ * Checks every `uniqueItems` array reachable from `node` (once all definitions are compiled, as its
+ * items may be references): items must be scalars or enum values, and an enum must have at least
+ * minItems values; more would be a dead end.
+ */
+function checkUnique(node: SchemaNode, at: string, visited: Set<SchemaNode>): void {
+  if (visited.has(node)) return;
+  visited.add(node);
+  const n = node.t === "ref" ? node.table.get(node.name)! : node;
+  const where = node.t === "ref" ? node.name : at;
+  switch (n.t) {
+    case "ref": return checkUnique(n, where, visited);
+    case "anyOf": return n.options.forEach((o, i) => checkUnique(o, `${where}/anyOf/${i}`, visited));
+    case "object":
+      for (const [k, v] of n.props) checkUnique(v, `${where}/properties/${k}`, visited);
+      if (n.extra !== null) checkUnique(n.extra, `${where}/additionalProperties`, visited);
+      return;
+    case "array": {
+      const items = [...n.prefix.map((x, i) => [x, `${where}/prefixItems/${i}`] as const), ...(n.items === null ? [] : [[n.items, `${where}/items`] as const])];
+      for (const [x, path] of items) {
+        checkUnique(x, path, visited);
+        if (n.unique && !scalarOnly(x, new Set())) {
+          throw new SchemaError(`The schema's "uniqueItems" at ${where} is followed only for items that are strings, numbers, booleans, null or enum values; the items at ${path} may be objects or arrays`);
+        }
+      }
+      const values = n.unique && n.items !== null && n.prefix.length === 0 ? literalValues(n.items, new Set()) : null;
+      if (values !== null && values.size < n.min) {
+        throw new SchemaError(`The schema at ${where} has minItems ${n.min}, but its unique items can take only ${values.size} values`);
+      }
+    }
+  }
+}
+
+/** Whether every value of `n` is a string, number, boolean, null or enum value (never a free object or array). */
+function scalarOnly(n: SchemaNode, seen: Set<SchemaNode>): boolean {
+  if (seen.has(n)) return true;
+  seen.add(n);
+  const r = resolve(n);
+  if (r.t === "anyOf") return r.options.every((o) => scalarOnly(o, seen));
+  return r.t === "literal" || r.t === "string" || r.t === "number";
+}
+
+/** The JSON texts `n` can take when it is only enum values (null when it takes others). */
+function literalValues(n: SchemaNode, seen: Set<SchemaNode>): Set<string> | null {
+  if (seen.has(n)) return new Set();
+  seen.add(n);
+  const r = resolve(n);
+  if (r.t === "literal") return new Set(r.texts.map((t) => JSON.stringify(JSON.parse(t))));
+  if (r.t !== "anyOf") return null;
+  const out = new Set<string>();
+  for (const o of r.options) {
+    const v = literalValues(o, seen);
+    if (v === null) return null;
+    for (const x of v) out.add(x);
+  }
+  return out;
 }
 
 function compileObject(s: { readonly [k: string]: unknown }, at: string, defs: DefTable): SchemaNode {

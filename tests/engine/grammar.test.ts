@@ -66,7 +66,7 @@ test("grammarStart() follows anyOf, type lists, nullable, const and recursive $r
 
 test("compileSchema() refuses what the decoder cannot follow, naming the keyword and its place", () => {
   const cases: [unknown, RegExp][] = [
-    [{ type: "array", uniqueItems: true }, /keyword "uniqueItems" at # is not supported/],
+    [{ type: "object", minProperties: 1 }, /keyword "minProperties" at # is not supported/],
     [{ type: "string", pattern: "(?=a)b" }, /"pattern" at # cannot be followed: .*lookahead/],
     [{ properties: { when: { type: "string", format: "ipv6" } } }, /"format" "ipv6" at #\/properties\/when is not supported .*supported: date/],
     [{ type: "string", minLength: 3, maxLength: 2 }, /minLength 3 above maxLength 2/],
@@ -178,6 +178,16 @@ const MASK_CASES: [JsonSchema, string][] = [
     type: "object",
     properties: { t: { type: "array", prefixItems: [{ type: "integer", multipleOf: 5 }, { type: "string" }], items: { type: "number", multipleOf: 0.5, maximum: 10 } } },
   }, '{"t": [15, "ab", 2.5, 10, -3]}'],
+  // Unique items: states that differ only in the items seen so far must not share masks, and plain
+  // subtrees taken whole must leave a duplicate room to grow.
+  [{
+    type: "object",
+    properties: {
+      tags: { type: "array", uniqueItems: true, items: { type: "string", maxLength: 3 } },
+      ids: { type: "array", uniqueItems: true, items: { type: "integer" } },
+      e: { type: "array", uniqueItems: true, items: { enum: ["x", "y", "z"] } },
+    },
+  }, '{"tags": ["ab", "abc", "a", "b"], "ids": [1, 10, 0], "e": ["y", "x"]}'],
 ];
 
 for (const [schema, doc] of MASK_CASES) test(`OutputConstraint.next() masks match a fresh brute-force pass at every step, its per-state cache included (${doc.slice(0, 12)}…)`, () => {
@@ -223,23 +233,31 @@ test("Engine under a json_schema grammar writes whole values of the schema when 
   }
 });
 
-test("Engine under a json_schema grammar sampling freely writes values inside their format, pattern and bounds", async () => {
+test("Engine under a json_schema grammar sampling freely writes values inside their format, pattern, bounds, steps, tuples and unique items", async () => {
   const schema = {
     type: "object",
-    properties: { day: { type: "string", format: "date" }, code: { type: "string", pattern: "^[A-Z]{2}-\\d{3}$" }, n: { type: "integer", minimum: 1, maximum: 12 }, x: { type: "number", exclusiveMinimum: -1, exclusiveMaximum: 0 } },
-    required: ["day", "code", "n", "x"],
+    properties: {
+      day: { type: "string", format: "date" }, code: { type: "string", pattern: "^[A-Z]{2}-\\d{3}$" }, n: { type: "integer", minimum: 1, maximum: 12 },
+      x: { type: "number", exclusiveMinimum: -1, exclusiveMaximum: 0 }, m: { type: "integer", multipleOf: 7, minimum: 10, maximum: 99 },
+      t: { type: "array", prefixItems: [{ type: "boolean" }, { type: "string", maxLength: 4 }], items: false, minItems: 2 },
+      u: { type: "array", uniqueItems: true, items: { type: "integer", minimum: 1, maximum: 3 }, minItems: 3 },
+    },
+    required: ["day", "code", "n", "x", "m", "t", "u"],
     additionalProperties: false,
   };
   let finished = 0;
   for (const seed of [1, 2, 3, 4]) {
-    const { text, result } = await generate({ grammar: json(schema), seed, maxTokens: 120 });
+    const { text, result } = await generate({ grammar: json(schema), seed, maxTokens: 300 });
     if (result.finishReason !== "stop") continue; // the fraction of x may run to max_tokens
     finished++;
-    const v = JSON.parse(text) as { day: string; code: string; n: number; x: number };
+    const v = JSON.parse(text) as { day: string; code: string; n: number; x: number; m: number; t: [boolean, string]; u: number[] };
     assert.match(v.day, /^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$/, text);
     assert.match(v.code, /^[A-Z]{2}-\d{3}$/, text);
     assert.ok(Number.isInteger(v.n) && v.n >= 1 && v.n <= 12, text);
     assert.ok(v.x > -1 && v.x < 0, text);
+    assert.ok(v.m % 7 === 0 && v.m >= 10 && v.m <= 99, text);
+    assert.ok(v.t.length === 2 && typeof v.t[0] === "boolean" && typeof v.t[1] === "string" && v.t[1].length <= 4, text);
+    assert.deepEqual([...v.u].sort(), [1, 2, 3], text);
   }
   assert.ok(finished >= 2, `only ${finished} of 4 runs ended`);
 });
