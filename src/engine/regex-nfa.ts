@@ -301,7 +301,10 @@ function distances(nfa: Nfa, accept: number): number[] {
   return dist;
 }
 
-const DATE = "[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])";
+// Days per month, and 29 February only in leap years (divisible by 4 and not by 100, or by 400).
+const MONTH_DAY = "(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8])";
+const LEAP_YEAR = "[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00";
+const DATE = `(?:[0-9]{4}-(?:${MONTH_DAY})|(?:${LEAP_YEAR})-02-29)`;
 const TIME = "(?:[01][0-9]|2[0-3]):[0-5][0-9]:(?:[0-5][0-9]|60)(?:\\.[0-9]+)?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
 const LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
 const HOST = `${LABEL}(?:\\.${LABEL})*`;
@@ -321,8 +324,8 @@ const FORMAT_PATTERNS: ReadonlyMap<string, string> = new Map([
 
 /**
  * The pattern source for a JSON Schema `format` this decoder follows, or undefined for any other
- * name. Each is anchored and checks what a regular expression checks cheaply: `date` takes
- * 2024-02-30 (days per month are not checked), `hostname` does not cap the total length at 253.
+ * name. Each is anchored and checks what a regular expression checks cheaply: `date` knows the days
+ * of each month and leap years; `hostname` does not cap the total length at 253.
  */
 export function formatPattern(format: string): string | undefined {
   return FORMAT_PATTERNS.get(format);

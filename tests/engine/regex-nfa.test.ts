@@ -200,8 +200,7 @@ test("compilePattern() refuses an automaton over the size cap", () => {
 });
 
 const FORMAT_EXAMPLES: Record<string, { ok: string[]; bad: string[] }> = {
-  // 2024-02-30 passes: the pattern does not check days per month.
-  date: { ok: ["2024-02-29", "2024-02-30", "1999-12-31", "0000-01-01"], bad: ["2024-13-01", "2024-00-10", "2024-1-01", "24-01-01", "2024-01-32", "2024-01-00", "2024-01-01T", "x2024-01-01"] },
+  date: { ok: ["2024-02-29", "2000-02-29", "1999-12-31", "0000-01-01", "0000-02-29"], bad: ["2024-02-30", "2023-02-29", "1900-02-29", "2024-04-31", "2024-13-01", "2024-00-10", "2024-1-01", "24-01-01", "2024-01-32", "2024-01-00", "2024-01-01T", "x2024-01-01"] },
   time: { ok: ["23:59:60Z", "00:00:00z", "12:30:45.123+05:30", "12:30:45-00:00"], bad: ["24:00:00Z", "12:60:00Z", "12:30:61Z", "12:30:45", "12:30:45.Z", "12:30:45+5:30", "12:30Z"] },
   "date-time": { ok: ["2024-02-29T12:30:45Z", "2024-02-29t12:30:45.5+01:00", "1985-04-12T23:20:50.52Z", "1990-12-31T15:59:60-08:00"], bad: ["2024-02-29 12:30:45Z", "2024-02-29T12:30:45", "2024-02-29T25:00:00Z", "2024-02-29"] },
   email: { ok: ["a@b.co", "first.last+tag@example.com", "x!#$%&'*+/=?^_`{|}~-@a-b.c", "root@localhost"], bad: ["a@", "@b.com", "a b@c.com", "a@-b.com", "a@b-.com", "a@b..com", "a@@b.com", "a@b.com."] },
@@ -223,6 +222,20 @@ test("formatPattern() gives an anchored pattern for each of FORMATS that takes v
     for (const text of bad) assert.ok(!matches(re, text) && !oracle.test(text), `${name} took ${JSON.stringify(text)}`);
   }
   for (const other of ["ipv6", "regex", "toString", "", "DATE"]) assert.equal(formatPattern(other), undefined, other);
+});
+
+test("formatPattern(\"date\") takes exactly the calendar's dates: days per month, 29 February in leap years only", () => {
+  const re = compilePattern(formatPattern("date")!);
+  for (const year of [0, 4, 100, 400, 1900, 1999, 2000, 2023, 2024, 2100, 9996]) {
+    for (let month = 0; month <= 13; month++) {
+      for (let day = 0; day <= 32; day++) {
+        const text = `${String(year).padStart(4, "0")}-${String(month).padStart(2, "0")}-${String(day).padStart(2, "0")}`;
+        const leap = (year % 4 === 0 && year % 100 !== 0) || year % 400 === 0;
+        const days = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][month - 1] ?? 0;
+        assert.equal(matches(re, text), day >= 1 && day <= days, text);
+      }
+    }
+  }
 });
 
 test("CompiledRegex.step() reads code points, caches transitions and stays quick", () => {
