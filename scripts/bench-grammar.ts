@@ -124,7 +124,7 @@ function bench(name: string, texts: string[], grammar: OutputGrammar, answer: st
   }
   console.log(
     `${name.padEnd(22)} vocab ${String(texts.length).padStart(6)}  answer ${ids.length} tokens  trie built in ${buildMs.toFixed(0)} ms` +
-      `\n    next(): median ${median(trieMs).toFixed(3)} ms/step, mean ${mean(trieMs).toFixed(3)}` +
+      `\n    next(): median ${median(trieMs).toFixed(3)} ms/step, mean ${mean(trieMs).toFixed(3)}, max ${Math.max(...trieMs).toFixed(1)}` +
       `  brute force: median ${median(bruteMs).toFixed(3)}, mean ${mean(bruteMs).toFixed(3)}` +
       `  (medians ${(median(bruteMs) / median(trieMs)).toFixed(1)}x)  tokens allowed per step: ${(allowed / (ids.length + 1)).toFixed(0)}`,
   );

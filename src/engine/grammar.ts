@@ -13,6 +13,7 @@ import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, resolve, type SchemaNo
 import { canReach, inRange, type NumberRange } from "./number-bounds.ts";
 import type { CompiledRegex, RegexState } from "./regex-nfa.ts";
 import { literalKey, numberKey, stringKey } from "./value-key.ts";
+import { ALL_KINDS, ASCII_KINDS } from "./char-kinds.ts";
 
 /** What a request's output must be; plain data, so it travels to cluster workers. */
 export type OutputGrammar =
@@ -492,26 +493,43 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
   return state.map((c) => `${c.ws}:${frame(c.top)}`).join("|");
 }
 
-/**
- * The longest "plain" text (no quote, backslash or control character) that is accepted from `state`
- * whatever it holds (Infinity: any; 0: none): some configuration sits inside a string whose
- * `maxLength` leaves that much room and whose patterns, if any, have matched for good. The token
- * trie then takes whole subtrees of plain texts that fit without stepping through them.
- */
-export function grammarPlainTextRoom(state: GrammarState): number {
-  let room = 0;
-  for (const c of state) {
-    const f = c.top;
-    if (f === null || f.k !== "str" || f.esc !== 0 || !f.re.every((r, i) => r.universal(f.rs[i]))) continue;
-    // An item of a uniqueItems array keeps a character of room: a value equal to an earlier item must
-    // still be able to grow (guardedStep checks each character it steps; this path steps none).
-    const seen = uniqueSeen(f.up);
-    room = Math.max(room, f.max - f.n - (seen !== null && seen.length > 0 ? 1 : 0));
-  }
-  return room;
+/** Room for plain text: any text of at most `room` characters, each of a kind in `kinds` (char-kinds.ts). */
+export interface PlainTextRoom {
+  readonly room: number;
+  readonly kinds: number;
 }
 
-/** Whether `text` is plain in the sense of {@link grammarAcceptsPlainText}. */
+/**
+ * Plain texts (no quote, backslash or control character) that are accepted from `state` whatever
+ * they hold, one entry per configuration inside a string: as long as its `maxLength` leaves room for
+ * (minus what its patterns still need), and of the kinds of character that lead each pattern back to
+ * where it is (every kind once a pattern has matched for good). The token trie then takes whole
+ * subtrees of plain texts that fit, without stepping through them.
+ */
+export function grammarPlainTextRooms(state: GrammarState): PlainTextRoom[] {
+  const out: PlainTextRoom[] = [];
+  for (const c of state) {
+    const f = c.top;
+    if (f === null || f.k !== "str" || f.esc !== 0) continue;
+    const seen = uniqueSeen(f.up);
+    const duplicates = seen !== null && seen.length > 0;
+    let kinds = ALL_KINDS, need = 0;
+    for (let i = 0; i < f.re.length; i++) {
+      if (f.re[i].universal(f.rs[i])) continue;
+      kinds &= f.re[i].selfLoops(f.rs[i], ASCII_KINDS);
+      need = Math.max(need, f.re[i].minToAccept(f.rs[i]));
+    }
+    // An item of a uniqueItems array keeps a character of room, so that a value equal to an earlier
+    // item can still grow (guardedStep checks each character it steps; this path steps none); under
+    // a pattern that has not matched for good, growing is not sure: no shortcut there.
+    if (duplicates && kinds !== ALL_KINDS) continue;
+    const room = f.max - f.n - need - (duplicates ? 1 : 0);
+    if (kinds !== 0 && room > 0) out.push({ room, kinds });
+  }
+  return out;
+}
+
+/** Whether `text` is plain in the sense of {@link grammarPlainTextRooms}. */
 export function isPlainText(text: string): boolean {
   for (const c of text) if (c === '"' || c === "\\" || c < " ") return false;
   return true;

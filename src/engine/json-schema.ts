@@ -175,8 +175,13 @@ function compileTyped(s: { readonly [k: string]: unknown }, type: TypeName, at: 
     case "null": return { t: "literal", texts: ["null"] };
     case "number": case "integer": return { t: "number", integer: type === "integer", range: numberRange(s, type === "integer", at) };
     case "string": {
-      const min = count(s, "minLength", 0, at), max = count(s, "maxLength", Infinity, at);
-      if (min > max) throw new SchemaError(`The schema at ${at} has minLength ${min} above maxLength ${max}`);
+      const min = count(s, "minLength", 0, at);
+      // A host name is at most 253 characters in all (RFC 1123), more than a pattern counts cheaply.
+      const max = Math.min(count(s, "maxLength", Infinity, at), s.format === "hostname" ? 253 : Infinity);
+      if (min > max) {
+        const longest = max === 253 && s.format === "hostname" && count(s, "maxLength", Infinity, at) > 253 ? "253, the longest hostname" : `maxLength ${max}`;
+        throw new SchemaError(`The schema at ${at} has minLength ${min} above ${longest}`);
+      }
       const patterns = stringPatterns(s, at);
       if (patterns.some((r) => r.minToAccept(r.start) > max)) throw new SchemaError(`The schema at ${at} has maxLength ${max}, and no string of at most ${max} characters matches its pattern or format`);
       return { t: "string", min, max, patterns };

@@ -9,10 +9,11 @@
  * ones are the output), a cost to know at 150k-token vocabularies.
  */
 import {
-  grammarComplete, grammarFeed, grammarStart, grammarStateKey, grammarPlainTextRoom, grammarStep, type GrammarState, isPlainText, ObjectIds,
+  grammarComplete, grammarFeed, grammarStart, grammarStateKey, grammarPlainTextRooms, grammarStep, type GrammarState, isPlainText, ObjectIds,
   type OutputGrammar,
 } from "./grammar.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
+import { kindOf } from "./char-kinds.ts";
 
 interface TrieNode {
   readonly children: Map<string, TrieNode>;
@@ -25,11 +26,13 @@ interface TrieNode {
   plain: boolean;
   /** Characters of the longest text from here down (0 at a leaf). */
   height: number;
+  /** The kinds (char-kinds.ts) of the character into it and of every one below it. */
+  kinds: number;
 }
 
 /** The token texts of a vocabulary as a character trie (empty texts and partial UTF-8 pieces left out). */
 export class TokenTrie {
-  readonly root: TrieNode = { children: new Map(), ids: [], lo: 0, hi: 0, plain: true, height: 0 };
+  readonly root: TrieNode = { children: new Map(), ids: [], lo: 0, hi: 0, plain: true, height: 0, kinds: 0 };
   /** Token ids in depth-first order, so that a subtree's tokens are one range. */
   readonly order: Int32Array;
 
@@ -41,7 +44,7 @@ export class TokenTrie {
       let node = this.root;
       for (const c of t) {
         let next = node.children.get(c);
-        if (next === undefined) node.children.set(c, (next = { children: new Map(), ids: [], lo: 0, hi: 0, plain: true, height: 0 }));
+        if (next === undefined) node.children.set(c, (next = { children: new Map(), ids: [], lo: 0, hi: 0, plain: true, height: 0, kinds: 0 }));
         node = next;
       }
       node.ids.push(id);
@@ -51,9 +54,11 @@ export class TokenTrie {
       node.lo = order.length;
       order.push(...node.ids);
       let plain = isPlainText(edge);
+      node.kinds = edge === "" ? 0 : kindOf(edge);
       for (const [c, child] of node.children) {
         plain = number(child, c) && plain;
         node.height = Math.max(node.height, 1 + child.height);
+        node.kinds |= child.kinds;
       }
       node.hi = order.length;
       node.plain = plain;
@@ -67,10 +72,11 @@ export class TokenTrie {
   allowed(state: GrammarState): number[] {
     const out: number[] = [];
     const walk = (node: TrieNode, s: GrammarState) => {
-      const room = grammarPlainTextRoom(s);
+      const rooms = grammarPlainTextRooms(s);
       for (const [c, child] of node.children) {
-        // Inside a free string a subtree of plain texts that fit is all allowed: no need to step through it.
-        if (child.plain && 1 + child.height <= room) {
+        // Inside a string a subtree of plain texts that fit, of kinds that leave its patterns where they
+        // are, is all allowed: no need to step through it.
+        if (child.plain && rooms.some((r) => 1 + child.height <= r.room && (child.kinds & ~r.kinds) === 0)) {
           for (let i = child.lo; i < child.hi; i++) out.push(this.order[i]);
           continue;
         }

@@ -37,6 +37,11 @@ export interface CompiledRegex {
   minToAccept(state: RegexState): number;
   /** True when every continuation of the text read so far is a match (a match found, the end unanchored). */
   universal(state: RegexState): boolean;
+  /**
+   * Bit i set when every character of `classes[i]` leads from `state` back to it (a run of them
+   * leaves the expression where it is). Cached per state for the last `classes` asked.
+   */
+  selfLoops(state: RegexState, classes: readonly string[]): number;
 }
 
 /**
@@ -148,7 +153,7 @@ class Compiled implements CompiledRegex {
   readonly #keep: Uint8Array;
   readonly #mark: Uint32Array;
   #stamp = 0;
-  readonly #cache = new Map<string, { readonly state: DState; readonly next: Map<string, DState | null> }>();
+  readonly #cache = new Map<string, { readonly state: DState; readonly next: Map<string, DState | null>; loops?: { classes: readonly string[]; mask: number } }>();
   #cached = 0;
 
   constructor(readonly source: string) {
@@ -175,8 +180,7 @@ class Compiled implements CompiledRegex {
 
   step(state: RegexState, ch: string): RegexState | null {
     const from = this.#resolve(state);
-    let entry = this.#cache.get(from.key);
-    if (entry === undefined) this.#cache.set(from.key, (entry = { state: from, next: new Map() }));
+    const entry = this.#entry(from);
     let to = entry.next.get(ch);
     if (to === undefined) {
       to = this.#advance(from, ch);
@@ -187,6 +191,26 @@ class Compiled implements CompiledRegex {
       entry.next.set(ch, to);
     }
     return to;
+  }
+
+  selfLoops(state: RegexState, classes: readonly string[]): number {
+    const from = this.#resolve(state);
+    const entry = this.#entry(from);
+    if (entry.loops?.classes === classes) return entry.loops.mask;
+    let mask = 0;
+    classes.forEach((chars, i) => {
+      for (const c of chars) if (this.step(from, c)?.key !== from.key) return;
+      mask |= 1 << i;
+    });
+    // step() may have started its cache over: keep the answer on the entry that holds it now.
+    this.#entry(from).loops = { classes, mask };
+    return mask;
+  }
+
+  #entry(from: DState) {
+    let entry = this.#cache.get(from.key);
+    if (entry === undefined) this.#cache.set(from.key, (entry = { state: from, next: new Map() }));
+    return entry;
   }
 
   accepts(state: RegexState): boolean {
@@ -325,7 +349,8 @@ const FORMAT_PATTERNS: ReadonlyMap<string, string> = new Map([
 /**
  * The pattern source for a JSON Schema `format` this decoder follows, or undefined for any other
  * name. Each is anchored and checks what a regular expression checks cheaply: `date` knows the days
- * of each month and leap years; `hostname` does not cap the total length at 253.
+ * of each month and leap years; `hostname` leaves the total length (at most 253) to json-schema.ts,
+ * which caps the string's `maxLength`.
  */
 export function formatPattern(format: string): string | undefined {
   return FORMAT_PATTERNS.get(format);

@@ -129,6 +129,15 @@ test("grammarStart() follows pattern and format on the decoded string, escapes i
   assert.throws(() => compileSchema({ type: "string", pattern: "^a{5}$", maxLength: 4 }), /no string of at most 4 characters matches/);
 });
 
+test("grammarStart() caps a hostname at 253 characters in all, as RFC 1123 does", () => {
+  const label = "a".repeat(63);
+  const host = [label, label, label, "b".repeat(61)].join("."); // 253 characters
+  const g = json({ type: "string", format: "hostname" });
+  assert.ok(fits(g, `"${host}"`, true));
+  assert.ok(!fits(g, `"${host}c`) && !fits(g, `"${host}.`), "a 254th character");
+  assert.throws(() => compileSchema({ type: "string", format: "hostname", minLength: 254 }), /minLength 254 above 253, the longest hostname/);
+});
+
 test("OutputConstraint.next() bars exactly the tokens whose text cannot come next, and EOS until the object closes", () => {
   const texts = ["", "{", "}", '"', "a", ":", "1", " ", "\uFFFD", '{"', '"}', "x"];
   const c = new OutputConstraint(OBJECT, new TokenTrie(texts), [0]);
@@ -173,6 +182,11 @@ const MASK_CASES: [JsonSchema, string][] = [
     type: "object",
     properties: { p: { type: "string", pattern: "^(ab)+c?$", maxLength: 7 }, q: { type: "string", pattern: "a.a" }, d: { type: "string", format: "date" }, n: { type: "array", items: { type: "integer", minimum: -5, maximum: 120 } } },
   }, '{"p": "ababab", "q": "xa\\"aa", "d": "2024-11-30", "n": [11, -5, 111, 0]}'],
+  // Runs of letters, digits and spaces that leave a pattern where it is are taken whole from the trie.
+  [{
+    type: "object",
+    properties: { c: { type: "string", pattern: "^[A-Z][a-z]+( [A-Z][a-z]+)*$", maxLength: 12 }, w: { type: "string", pattern: "^[a-z0-9 ]*$" }, z: { type: "string", pattern: "^[a-z]+[0-9]$", maxLength: 6 }, u: { type: "array", uniqueItems: true, items: { type: "string", pattern: "^[a-z]+$" } } },
+  }, '{"c": "San Franc", "w": "ab 12 cd", "z": "abcde1", "u": ["ab", "a", "abc"]}'],
   // A tuple's positions and steps (multipleOf) must not share masks either.
   [{
     type: "object",
