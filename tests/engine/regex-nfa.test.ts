@@ -238,6 +238,21 @@ test("formatPattern(\"date\") takes exactly the calendar's dates: days per month
   }
 });
 
+test("CompiledRegex.selfLoops() sets a class's bit only when every character of it leads back to the same state", () => {
+  const classes = ["abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "0123456789", " "];
+  const word = compilePattern("^[A-Z][a-z]+( [A-Z][a-z]+)*$");
+  assert.equal(word.selfLoops(word.start, classes), 0, "the first letter moves on");
+  const inRun = word.step(word.start, "Sa")!;
+  assert.equal(word.selfLoops(inRun, classes), 0b0001, "a run of lowercase letters stays; a space or capital moves on");
+  const unanchored = compilePattern("a.a");
+  // Before a match starts every character but "a" leaves the search where it is.
+  assert.equal(unanchored.selfLoops(unanchored.start, classes), 0b1110);
+  assert.equal(unanchored.selfLoops(unanchored.start, ["bcd", "xya"]), 0b01, "classes are the caller's");
+  const digits = compilePattern("^[0-9]{2,}$");
+  assert.equal(digits.selfLoops(digits.step(digits.start, "1")!, classes), 0, "a count still to reach is not a loop");
+  assert.equal(digits.selfLoops(digits.step(digits.start, "12")!, classes), 0b0100);
+});
+
 test("CompiledRegex.step() reads code points, caches transitions and stays quick", () => {
   const re = compilePattern(formatPattern("email")!);
   assert.equal(re.step(re.start, "😀"), null);
