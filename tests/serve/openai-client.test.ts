@@ -283,13 +283,25 @@ test("openai client: response_format json_object constrains the answer to one JS
 test("openai client: response_format json_schema makes the answer a whole value of the schema", async () => {
   await withServer({}, async (url) => {
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
-    const schema = { type: "object", properties: { mood: { enum: ["happy", "sad"] }, ok: { type: "boolean" } }, required: ["mood", "ok"], additionalProperties: false };
+    const schema = {
+      type: "object",
+      properties: {
+        mood: { enum: ["happy", "sad"] }, ok: { type: "boolean" },
+        tags: { type: "array", uniqueItems: true, items: { enum: ["a", "b", "c"] }, minItems: 2 },
+        pair: { type: "array", prefixItems: [{ type: "integer", multipleOf: 5, minimum: 0, maximum: 50 }, { type: "boolean" }], items: false, minItems: 2 },
+      },
+      required: ["mood", "ok", "tags", "pair"],
+      additionalProperties: false,
+    };
     const r = await client.chat.completions.create({
-      model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 100, temperature: 0.8, seed: 4,
+      model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 200, temperature: 0.8, seed: 4,
       response_format: { type: "json_schema", json_schema: { name: "mood", schema, strict: true } },
     });
-    assert.equal(r.choices[0].finish_reason, "stop", r.choices[0].message.content!);
-    const v = JSON.parse(r.choices[0].message.content!) as { mood: string; ok: boolean };
-    assert.ok(["happy", "sad"].includes(v.mood) && typeof v.ok === "boolean" && Object.keys(v).length === 2, r.choices[0].message.content!);
+    const text = r.choices[0].message.content!;
+    assert.equal(r.choices[0].finish_reason, "stop", text);
+    const v = JSON.parse(text) as { mood: string; ok: boolean; tags: string[]; pair: [number, boolean] };
+    assert.ok(["happy", "sad"].includes(v.mood) && typeof v.ok === "boolean" && Object.keys(v).length === 4, text);
+    assert.ok(v.tags.length >= 2 && new Set(v.tags).size === v.tags.length && v.tags.every((t) => ["a", "b", "c"].includes(t)), text);
+    assert.ok(v.pair.length === 2 && v.pair[0] % 5 === 0 && v.pair[0] >= 0 && v.pair[0] <= 50 && typeof v.pair[1] === "boolean", text);
   });
 });
