@@ -11,9 +11,12 @@
  */
 import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, resolve, type SchemaNode } from "./json-schema.ts";
 import { canReach, inRange, type NumberRange } from "./number-bounds.ts";
-import type { CompiledRegex, RegexState } from "./regex-nfa.ts";
+import type { RegexState } from "./regex-nfa.ts";
 import { literalKey, numberKey, stringKey } from "./value-key.ts";
-import { ALL_KINDS, ASCII_KINDS } from "./char-kinds.ts";
+import { type ArrayNode, type ArrFrame, type Config, type Frame, type GrammarState, NUM_END, NumState, type ObjFrame, uniqueSeen } from "./grammar-frames.ts";
+
+export type { Config, GrammarState } from "./grammar-frames.ts";
+export { grammarPlainTextRooms, grammarStateKey, isPlainText, ObjectIds, type PlainTextRoom } from "./grammar-key.ts";
 
 /** What a request's output must be; plain data, so it travels to cluster workers. */
 export type OutputGrammar =
@@ -24,62 +27,6 @@ export type OutputGrammar =
    * naming one of `tools` with arguments following its parameters (any object when absent).
    */
   | { kind: "tool_calls"; tools: readonly { name: string; parameters?: JsonSchema }[]; parallel: boolean };
-
-type ObjectNode = Extract<SchemaNode, { t: "object" }>;
-type ArrayNode = Extract<SchemaNode, { t: "array" }>;
-type ArrFrame = Extract<Frame, { k: "arr" }>;
-
-/** A piece of a fixed sequence: literal text, or a value following a schema. */
-type Piece = { readonly lit: string } | { readonly node: SchemaNode };
-
-type Frame =
-  | { readonly k: "value"; readonly node: SchemaNode; readonly ws: boolean; readonly up: Frame | null; readonly d: number }
-  | { readonly k: "lit"; readonly text: string; readonly i: number; readonly up: Frame | null; readonly d: number }
-  /**
-   * esc: 0 plain, -1 after a backslash, 1–4 hex digits still due in \uXXXX (hex: their value so far).
-   * re: expressions the string's characters must match (its `pattern` and `format`), rs: where each is.
-   * v: the value so far (escapes decoded), kept only for an item of a `uniqueItems` array (else null).
-   */
-  | {
-    readonly k: "str"; readonly min: number; readonly max: number; readonly n: number; readonly esc: number; readonly hex: number;
-    readonly re: readonly CompiledRegex[]; readonly rs: readonly RegexState[]; readonly v: string | null; readonly up: Frame | null; readonly d: number;
-  }
-  /**
-   * range: bounds the number must end inside (null: none); text: what it has written so far, kept only
-   * under bounds or as an item of a `uniqueItems` array.
-   */
-  | { readonly k: "num"; readonly integer: boolean; readonly range: NumberRange | null; readonly text: string; readonly ns: NumState; readonly up: Frame | null; readonly d: number }
-  | { readonly k: "key"; readonly text: string; readonly up: ObjFrame; readonly d: number }
-  | ObjFrame
-  /** seen: the keys (valueKey) of the items so far when the array's items are unique, else null. */
-  | {
-    readonly k: "arr"; readonly node: ArrayNode; readonly count: number; readonly phase: "first" | "value" | "after"; readonly seen: readonly string[] | null;
-    readonly up: Frame | null; readonly d: number;
-  }
-  /** Free reasoning text until `</think>`; m: characters of it matched so far. */
-  | { readonly k: "think"; readonly m: number; readonly up: Frame | null; readonly d: number }
-  /** Once its child ends, the automaton goes on in `state`. */
-  | { readonly k: "then"; readonly state: GrammarState; readonly up: null; readonly d: number }
-  /** i = -1: the separator before a repeated sequence starts again. */
-  | { readonly k: "seq"; readonly pieces: readonly Piece[]; readonly i: number; readonly repeat: boolean; readonly up: Frame | null; readonly d: number };
-
-type ObjFrame = {
-  readonly k: "obj"; readonly node: ObjectNode; readonly seen: readonly string[];
-  readonly phase: "first" | "next" | "key" | "colon" | "value" | "after"; readonly key: string; readonly up: Frame | null; readonly d: number;
-};
-
-/** One configuration of the automaton: its frames (innermost on top) and the current whitespace run. */
-export interface Config {
-  readonly top: Frame | null;
-  readonly ws: number;
-}
-
-/** An automaton state: the configurations still possible. Empty means the text so far cannot be extended. */
-export type GrammarState = readonly Config[];
-
-/** Number grammar states; those that may end a number are in NUM_END. */
-const enum NumState { Sign, Zero, Int, Dot, Frac, E, ESign, Exp }
-const NUM_END = new Set([NumState.Zero, NumState.Int, NumState.Frac, NumState.Exp]);
 
 /** Deepest nesting allowed (a model looping on "[" would otherwise nest until max_tokens). */
 const MAX_DEPTH = 32;
@@ -271,11 +218,6 @@ function countItem(f: Extract<Frame, { k: "arr" }>): number {
   return n.max === Infinity ? Math.min(f.count + 1, Math.max(n.min, n.prefix.length)) : f.count + 1;
 }
 
-/** The keys of the items so far when `up` is a `uniqueItems` array (its child an item), else null. */
-function uniqueSeen(up: Frame | null): readonly string[] | null {
-  return up !== null && up.k === "arr" ? up.seen : null;
-}
-
 /** Whether a number below `up` keeps the text it writes: under bounds, or as a unique item. */
 function keepsText(range: NumberRange | null, up: Frame | null): boolean {
   return range !== null || uniqueSeen(up) !== null;
@@ -444,93 +386,4 @@ function numberStep(n: NumState | null, c: string, integer: boolean, exp: boolea
     case NumState.ESign: return isDigit(c) ? NumState.Exp : null;
     case NumState.Exp: return isDigit(c) ? NumState.Exp : null;
   }
-}
-
-/** Numbers schema nodes and piece lists by identity, for {@link grammarStateKey}. */
-export class ObjectIds {
-  #ids = new WeakMap<object, number>();
-  #next = 0;
-
-  /** The number of `o`, given on first sight. */
-  of(o: object): number {
-    let n = this.#ids.get(o);
-    if (n === undefined) this.#ids.set(o, (n = this.#next++));
-    return n;
-  }
-}
-
-/**
- * A string that is equal for two states when they accept the same continuations (used to cache
- * token masks). `ids` must be the same for every state compared.
- */
-export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
-  const id = (o: object) => ids.of(o);
-  const frame = (f: Frame | null): string => {
-    if (f === null) return "";
-    const below = f.k === "then" ? `[${grammarStateKey(f.state, ids)}]` : frame(f.up);
-    switch (f.k) {
-      case "value": return `v${id(f.node)},${f.ws ? 1 : 0},${f.d}/${below}`;
-      case "lit": return `l${JSON.stringify(f.text)},${f.i}/${below}`;
-      case "str": {
-        const re = f.re.length === 0 ? "" : `,${f.hex},${f.re.map((r, i) => `${id(r)}:${f.rs[i].key}`).join(";")}`;
-        const v = f.v === null ? "" : `,${JSON.stringify(f.v)}`;
-        return `s${f.min},${f.max},${f.n},${f.esc}${re}${v}/${below}`;
-      }
-      case "num": {
-        const r = f.range;
-        const step = r?.step === undefined ? "" : `*${r.step.p}e-${r.step.d}`;
-        const bounds = r === null ? "" : `${r.loOpen ? "(" : "["}${r.lo},${r.hi}${r.hiOpen ? ")" : "]"}${step}`;
-        return `n${f.integer ? 1 : 0},${f.ns}${bounds},${f.text}/${below}`;
-      }
-      case "key": return `k${JSON.stringify(f.text)}/${below}`;
-      case "obj": return `o${id(f.node)},${JSON.stringify(f.seen)},${f.phase},${JSON.stringify(f.key)},${f.d}/${below}`;
-      case "arr": return `a${id(f.node)},${f.count},${f.phase},${f.d}${f.seen === null ? "" : JSON.stringify(f.seen)}/${below}`;
-      case "think": return `t${f.m}/${below}`;
-      case "then": return `T${below}`;
-      case "seq": return `q${id(f.pieces)},${f.i},${f.repeat ? 1 : 0}/${below}`;
-    }
-  };
-  return state.map((c) => `${c.ws}:${frame(c.top)}`).join("|");
-}
-
-/** Room for plain text: any text of at most `room` characters, each of a kind in `kinds` (char-kinds.ts). */
-export interface PlainTextRoom {
-  readonly room: number;
-  readonly kinds: number;
-}
-
-/**
- * Plain texts (no quote, backslash or control character) that are accepted from `state` whatever
- * they hold, one entry per configuration inside a string: as long as its `maxLength` leaves room for
- * (minus what its patterns still need), and of the kinds of character that lead each pattern back to
- * where it is (every kind once a pattern has matched for good). The token trie then takes whole
- * subtrees of plain texts that fit, without stepping through them.
- */
-export function grammarPlainTextRooms(state: GrammarState): PlainTextRoom[] {
-  const out: PlainTextRoom[] = [];
-  for (const c of state) {
-    const f = c.top;
-    if (f === null || f.k !== "str" || f.esc !== 0) continue;
-    const seen = uniqueSeen(f.up);
-    const duplicates = seen !== null && seen.length > 0;
-    let kinds = ALL_KINDS, need = 0;
-    for (let i = 0; i < f.re.length; i++) {
-      if (f.re[i].universal(f.rs[i])) continue;
-      kinds &= f.re[i].selfLoops(f.rs[i], ASCII_KINDS);
-      need = Math.max(need, f.re[i].minToAccept(f.rs[i]));
-    }
-    // An item of a uniqueItems array keeps a character of room, so that a value equal to an earlier
-    // item can still grow (guardedStep checks each character it steps; this path steps none); under
-    // a pattern that has not matched for good, growing is not sure: no shortcut there.
-    if (duplicates && kinds !== ALL_KINDS) continue;
-    const room = f.max - f.n - need - (duplicates ? 1 : 0);
-    if (kinds !== 0 && room > 0) out.push({ room, kinds });
-  }
-  return out;
-}
-
-/** Whether `text` is plain in the sense of {@link grammarPlainTextRooms}. */
-export function isPlainText(text: string): boolean {
-  for (const c of text) if (c === '"' || c === "\\" || c < " ") return false;
-  return true;
 }

@@ -1,0 +1,68 @@
+/**
+ * The frames of the output-grammar automaton (src/engine/grammar.ts): one per open construct, innermost
+ * on top, each pointing `up` to the one it sits in. Immutable, so configurations share their tails.
+ */
+import type { NumberRange } from "./number-bounds.ts";
+import type { CompiledRegex, RegexState } from "./regex-nfa.ts";
+import type { SchemaNode } from "./json-schema.ts";
+
+export type ObjectNode = Extract<SchemaNode, { t: "object" }>;
+export type ArrayNode = Extract<SchemaNode, { t: "array" }>;
+export type ArrFrame = Extract<Frame, { k: "arr" }>;
+
+/** A piece of a fixed sequence: literal text, or a value following a schema. */
+export type Piece = { readonly lit: string } | { readonly node: SchemaNode };
+
+export type Frame =
+  | { readonly k: "value"; readonly node: SchemaNode; readonly ws: boolean; readonly up: Frame | null; readonly d: number }
+  | { readonly k: "lit"; readonly text: string; readonly i: number; readonly up: Frame | null; readonly d: number }
+  /**
+   * esc: 0 plain, -1 after a backslash, 1–4 hex digits still due in \uXXXX (hex: their value so far).
+   * re: expressions the string's characters must match (its `pattern` and `format`), rs: where each is.
+   * v: the value so far (escapes decoded), kept only for an item of a `uniqueItems` array (else null).
+   */
+  | {
+    readonly k: "str"; readonly min: number; readonly max: number; readonly n: number; readonly esc: number; readonly hex: number;
+    readonly re: readonly CompiledRegex[]; readonly rs: readonly RegexState[]; readonly v: string | null; readonly up: Frame | null; readonly d: number;
+  }
+  /**
+   * range: bounds the number must end inside (null: none); text: what it has written so far, kept only
+   * under bounds or as an item of a `uniqueItems` array.
+   */
+  | { readonly k: "num"; readonly integer: boolean; readonly range: NumberRange | null; readonly text: string; readonly ns: NumState; readonly up: Frame | null; readonly d: number }
+  | { readonly k: "key"; readonly text: string; readonly up: ObjFrame; readonly d: number }
+  | ObjFrame
+  /** seen: the keys (valueKey) of the items so far when the array's items are unique, else null. */
+  | {
+    readonly k: "arr"; readonly node: ArrayNode; readonly count: number; readonly phase: "first" | "value" | "after"; readonly seen: readonly string[] | null;
+    readonly up: Frame | null; readonly d: number;
+  }
+  /** Free reasoning text until `</think>`; m: characters of it matched so far. */
+  | { readonly k: "think"; readonly m: number; readonly up: Frame | null; readonly d: number }
+  /** Once its child ends, the automaton goes on in `state`. */
+  | { readonly k: "then"; readonly state: GrammarState; readonly up: null; readonly d: number }
+  /** i = -1: the separator before a repeated sequence starts again. */
+  | { readonly k: "seq"; readonly pieces: readonly Piece[]; readonly i: number; readonly repeat: boolean; readonly up: Frame | null; readonly d: number };
+
+export type ObjFrame = {
+  readonly k: "obj"; readonly node: ObjectNode; readonly seen: readonly string[];
+  readonly phase: "first" | "next" | "key" | "colon" | "value" | "after"; readonly key: string; readonly up: Frame | null; readonly d: number;
+};
+
+/** One configuration of the automaton: its frames (innermost on top) and the current whitespace run. */
+export interface Config {
+  readonly top: Frame | null;
+  readonly ws: number;
+}
+
+/** An automaton state: the configurations still possible. Empty means the text so far cannot be extended. */
+export type GrammarState = readonly Config[];
+
+/** Number grammar states; those that may end a number are in NUM_END. */
+export const enum NumState { Sign, Zero, Int, Dot, Frac, E, ESign, Exp }
+export const NUM_END = new Set([NumState.Zero, NumState.Int, NumState.Frac, NumState.Exp]);
+
+/** The keys of the items so far when `up` is a `uniqueItems` array (its child an item), else null. */
+export function uniqueSeen(up: Frame | null): readonly string[] | null {
+  return up !== null && up.k === "arr" ? up.seen : null;
+}

@@ -1,0 +1,96 @@
+/**
+ * What the token trie asks of an output-grammar state (src/engine/grammar.ts): a key equal for
+ * states that accept the same continuations (the mask cache's), and the plain text a state accepts
+ * whatever it holds (subtrees allowed whole).
+ */
+import { ALL_KINDS, ASCII_KINDS } from "./char-kinds.ts";
+import { type Frame, type GrammarState, uniqueSeen } from "./grammar-frames.ts";
+
+/** Numbers schema nodes and piece lists by identity, for {@link grammarStateKey}. */
+export class ObjectIds {
+  #ids = new WeakMap<object, number>();
+  #next = 0;
+
+  /** The number of `o`, given on first sight. */
+  of(o: object): number {
+    let n = this.#ids.get(o);
+    if (n === undefined) this.#ids.set(o, (n = this.#next++));
+    return n;
+  }
+}
+
+/**
+ * A string that is equal for two states when they accept the same continuations (used to cache
+ * token masks). `ids` must be the same for every state compared.
+ */
+export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
+  const id = (o: object) => ids.of(o);
+  const frame = (f: Frame | null): string => {
+    if (f === null) return "";
+    const below = f.k === "then" ? `[${grammarStateKey(f.state, ids)}]` : frame(f.up);
+    switch (f.k) {
+      case "value": return `v${id(f.node)},${f.ws ? 1 : 0},${f.d}/${below}`;
+      case "lit": return `l${JSON.stringify(f.text)},${f.i}/${below}`;
+      case "str": {
+        const re = f.re.length === 0 ? "" : `,${f.hex},${f.re.map((r, i) => `${id(r)}:${f.rs[i].key}`).join(";")}`;
+        const v = f.v === null ? "" : `,${JSON.stringify(f.v)}`;
+        return `s${f.min},${f.max},${f.n},${f.esc}${re}${v}/${below}`;
+      }
+      case "num": {
+        const r = f.range;
+        const step = r?.step === undefined ? "" : `*${r.step.p}e-${r.step.d}`;
+        const bounds = r === null ? "" : `${r.loOpen ? "(" : "["}${r.lo},${r.hi}${r.hiOpen ? ")" : "]"}${step}`;
+        return `n${f.integer ? 1 : 0},${f.ns}${bounds},${f.text}/${below}`;
+      }
+      case "key": return `k${JSON.stringify(f.text)}/${below}`;
+      case "obj": return `o${id(f.node)},${JSON.stringify(f.seen)},${f.phase},${JSON.stringify(f.key)},${f.d}/${below}`;
+      case "arr": return `a${id(f.node)},${f.count},${f.phase},${f.d}${f.seen === null ? "" : JSON.stringify(f.seen)}/${below}`;
+      case "think": return `t${f.m}/${below}`;
+      case "then": return `T${below}`;
+      case "seq": return `q${id(f.pieces)},${f.i},${f.repeat ? 1 : 0}/${below}`;
+    }
+  };
+  return state.map((c) => `${c.ws}:${frame(c.top)}`).join("|");
+}
+
+/** Room for plain text: any text of at most `room` characters, each of a kind in `kinds` (char-kinds.ts). */
+export interface PlainTextRoom {
+  readonly room: number;
+  readonly kinds: number;
+}
+
+/**
+ * Plain texts (no quote, backslash or control character) that are accepted from `state` whatever
+ * they hold, one entry per configuration inside a string: as long as its `maxLength` leaves room for
+ * (minus what its patterns still need), and of the kinds of character that lead each pattern back to
+ * where it is (every kind once a pattern has matched for good). The token trie then takes whole
+ * subtrees of plain texts that fit, without stepping through them.
+ */
+export function grammarPlainTextRooms(state: GrammarState): PlainTextRoom[] {
+  const out: PlainTextRoom[] = [];
+  for (const c of state) {
+    const f = c.top;
+    if (f === null || f.k !== "str" || f.esc !== 0) continue;
+    const seen = uniqueSeen(f.up);
+    const duplicates = seen !== null && seen.length > 0;
+    let kinds = ALL_KINDS, need = 0;
+    for (let i = 0; i < f.re.length; i++) {
+      if (f.re[i].universal(f.rs[i])) continue;
+      kinds &= f.re[i].selfLoops(f.rs[i], ASCII_KINDS);
+      need = Math.max(need, f.re[i].minToAccept(f.rs[i]));
+    }
+    // An item of a uniqueItems array keeps a character of room, so that a value equal to an earlier
+    // item can still grow (guardedStep checks each character it steps; this path steps none); under
+    // a pattern that has not matched for good, growing is not sure: no shortcut there.
+    if (duplicates && kinds !== ALL_KINDS) continue;
+    const room = f.max - f.n - need - (duplicates ? 1 : 0);
+    if (kinds !== 0 && room > 0) out.push({ room, kinds });
+  }
+  return out;
+}
+
+/** Whether `text` is plain in the sense of {@link grammarPlainTextRooms}. */
+export function isPlainText(text: string): boolean {
+  for (const c of text) if (c === '"' || c === "\\" || c < " ") return false;
+  return true;
+}
