@@ -32,7 +32,7 @@ export type Frame =
   | { readonly k: "num"; readonly integer: boolean; readonly range: NumberRange | null; readonly text: string; readonly ns: NumState; readonly up: Frame | null; readonly d: number }
   | { readonly k: "key"; readonly text: string; readonly up: ObjFrame; readonly d: number }
   | ObjFrame
-  /** seen: the keys (valueKey) of the items so far when the array's items are unique, else null. */
+  /** seen: the keys (value-key.ts) of the items so far when the array's items are unique, else null. */
   | {
     readonly k: "arr"; readonly node: ArrayNode; readonly count: number; readonly phase: "first" | "value" | "after"; readonly seen: readonly string[] | null;
     readonly up: Frame | null; readonly d: number;

@@ -100,8 +100,8 @@ function enterPiece(seq: Extract<Frame, { k: "seq" }>): Config {
 }
 
 /**
- * The configurations once the child of `up` has ended; `key`: the child's value as valueKey()
- * gives it, when `up` is a `uniqueItems` array (the child is then a string, number or enum value).
+ * The configurations once the child of `up` has ended; `key`: the child's value's key (value-key.ts),
+ * when `up` is a `uniqueItems` array (the child is then a string, number or enum value).
  */
 function complete(up: Frame | null, key?: string): Config[] {
   if (up === null) return [{ top: null, ws: 0 }];
@@ -213,7 +213,7 @@ function itemAt(n: ArrayNode, i: number): SchemaNode {
  * past its minimum and its tuple every count is alike, so the state (and the mask cache keyed by it)
  * stays the same along a long list.
  */
-function countItem(f: Extract<Frame, { k: "arr" }>): number {
+function countItem(f: ArrFrame): number {
   const n = f.node;
   return n.max === Infinity ? Math.min(f.count + 1, Math.max(n.min, n.prefix.length)) : f.count + 1;
 }

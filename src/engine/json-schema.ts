@@ -17,7 +17,8 @@
  * Annotations (`title`, `description`, `default`, `examples`, …) are ignored.
  */
 
-import { decimalStep, type NumberRange, rangeHolds } from "./number-bounds.ts";
+import { decimalStep, integersIn, type NumberRange, rangeHolds } from "./number-bounds.ts";
+import { literalKey } from "./value-key.ts";
 import { type CompiledRegex, compilePattern, FORMATS, formatPattern, RegexError } from "./regex-nfa.ts";
 
 /** Named definitions of one schema, filled as it compiles; each reference carries its own table. */
@@ -245,10 +246,8 @@ function checkUnique(node: SchemaNode, at: string, visited: Set<SchemaNode>): vo
           throw new SchemaError(`The schema's "uniqueItems" at ${where} is followed only for items that are strings, numbers, booleans, null or enum values; the items at ${path} may be objects or arrays`);
         }
       }
-      const values = n.unique && n.items !== null && n.prefix.length === 0 ? literalValues(n.items, new Set()) : null;
-      if (values !== null && values.size < n.min) {
-        throw new SchemaError(`The schema at ${where} has minItems ${n.min}, but its unique items can take only ${values.size} values`);
-      }
+      const values = n.unique && n.items !== null && n.prefix.length === 0 ? distinctValues(n.items) : Infinity;
+      if (values < n.min) throw new SchemaError(`The schema at ${where} has minItems ${n.min}, but its unique items can take only ${values} values`);
     }
   }
 }
@@ -262,20 +261,23 @@ function scalarOnly(n: SchemaNode, seen: Set<SchemaNode>): boolean {
   return r.t === "literal" || r.t === "string" || r.t === "number";
 }
 
-/** The JSON texts `n` can take when it is only enum values (null when it takes others). */
-function literalValues(n: SchemaNode, seen: Set<SchemaNode>): Set<string> | null {
-  if (seen.has(n)) return new Set();
-  seen.add(n);
-  const r = resolve(n);
-  if (r.t === "literal") return new Set(r.texts.map((t) => JSON.stringify(JSON.parse(t))));
-  if (r.t !== "anyOf") return null;
-  const out = new Set<string>();
-  for (const o of r.options) {
-    const v = literalValues(o, seen);
-    if (v === null) return null;
-    for (const x of v) out.add(x);
-  }
-  return out;
+/**
+ * How many distinct values `n` takes, at most (Infinity when it cannot tell): enum values, and
+ * integers between bounds (multiples of their step).
+ */
+function distinctValues(n: SchemaNode): number {
+  const keys = new Set<string>();
+  let others = 0;
+  const visit = (x: SchemaNode, seen: Set<SchemaNode>) => {
+    if (seen.has(x)) return;
+    seen.add(x);
+    const r = resolve(x);
+    if (r.t === "anyOf") r.options.forEach((o) => visit(o, seen));
+    else if (r.t === "literal") r.texts.forEach((t) => keys.add(literalKey(t)));
+    else others += r.t === "number" && r.integer && r.range !== null ? integersIn(r.range) : Infinity;
+  };
+  visit(n, new Set());
+  return keys.size + others;
 }
 
 function compileObject(s: { readonly [k: string]: unknown }, at: string, defs: DefTable): SchemaNode {

@@ -58,6 +58,15 @@ export function decimalStep(multipleOf: number, integer: boolean): DecimalStep {
   return { p: step.p / gcd(step.p, 10n ** BigInt(step.d)), d: 0 };
 }
 
+/** How many integers `r` holds (multiples of its step, which for integers is whole), Infinity when unbounded. */
+export function integersIn(r: NumberRange): number {
+  if (!Number.isFinite(r.lo) || !Number.isFinite(r.hi)) return Infinity;
+  const lo = r.loOpen && Number.isInteger(r.lo) ? r.lo + 1 : Math.ceil(r.lo);
+  const hi = r.hiOpen && Number.isInteger(r.hi) ? r.hi - 1 : Math.floor(r.hi);
+  const p = r.step === undefined || r.step.d > 0 ? 1 : Number(r.step.p);
+  return Math.max(0, Math.floor(hi / p) - Math.ceil(lo / p) + 1);
+}
+
 /** `x` (finite) as m·10^e exactly, from its shortest decimal form. */
 function decimal(x: number): { m: bigint; e: number } {
   const [mantissa, exp = "0"] = Math.abs(x).toString().split("e");

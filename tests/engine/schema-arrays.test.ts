@@ -135,9 +135,13 @@ test("compileSchema() refuses uniqueItems it cannot follow, naming the keyword a
     [{ type: "array", uniqueItems: true, items: { type: "object" } }, /the items at #\/items may be objects/],
     [{ properties: { p: { type: "array", uniqueItems: true, items: { $ref: "#/$defs/v" } } }, $defs: { v: { anyOf: [{ type: "string" }, { type: "array" }] } } }, /"uniqueItems" at #\/properties\/p/],
     [{ type: "array", uniqueItems: true, items: { enum: ["a", "b"] }, minItems: 3 }, /minItems 3, but its unique items can take only 2 values/],
+    [{ type: "array", uniqueItems: true, items: { anyOf: [{ type: "integer", minimum: -1, maximum: 1 }, { type: "boolean" }] }, minItems: 6 }, /minItems 6, but its unique items can take only 5 values/],
+    [{ type: "array", uniqueItems: true, items: { type: "integer", multipleOf: 5, exclusiveMinimum: 0, maximum: 20 }, minItems: 5 }, /can take only 4 values/],
     [{ type: "array", uniqueItems: "yes" }, /"uniqueItems" at # must be a boolean, got "yes"/],
   ];
   for (const [schema, message] of cases) assert.throws(() => compileSchema(schema), { name: "SchemaError", message }, JSON.stringify(schema));
+  compileSchema({ type: "array", uniqueItems: true, items: { type: "integer", minimum: -1, maximum: 1 }, minItems: 3 });
+  compileSchema({ type: "array", uniqueItems: true, items: { anyOf: [{ type: "integer", minimum: 0, maximum: 1 }, { type: "string", maxLength: 1 }] }, minItems: 9 });
   // Items reached through a reference defined after the array are checked once every definition is compiled.
   compileSchema({ $defs: { list: { type: "array", uniqueItems: true, items: { $ref: "#/$defs/tag" } }, tag: { enum: ["a", "b"] } }, $ref: "#/$defs/list" });
 });
