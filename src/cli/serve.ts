@@ -172,10 +172,6 @@ async function main(): Promise<void> {
 }
 
 /**
- * On SIGINT or SIGTERM: refuse new work, let what is in flight finish for up to `graceS` seconds
- * (a second signal cuts that short), cancel the rest, stop the engines and close the step log, exit 0.
- */
-/**
  * The step mixing workers run, as the server resolves `--step-mixing` (server.ts): one engine takes
  * the flag (default mixed); with several workers, auto or no flag is the planner's (from mixed), or
  * mixed where no planner runs, and mixed or split stay as given.
@@ -186,6 +182,10 @@ function stepMixingLabel(flag: string | undefined, cluster: boolean, planner: st
   return planner === "none" ? "mixed" : "auto (the planner's, from mixed)";
 }
 
+/**
+ * On SIGINT or SIGTERM: refuse new work, let what is in flight finish for up to `graceS` seconds
+ * (a second signal cuts that short), cancel the rest, stop the engines and close the step log, exit 0.
+ */
 function stopOnSignal(s: RunningServer, graceS: number): void {
   let stopping = false;
   let stopNow = () => {};

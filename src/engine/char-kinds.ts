@@ -18,12 +18,18 @@ export const WIDE_KIND = 1 << ASCII_KINDS.length;
 /** Every kind. */
 export const ALL_KINDS = (WIDE_KIND << 1) - 1;
 
-/** The kind bit of `c` (one code point; a quote or backslash counts as other, a control character as wide). */
+/** The kind bit of each ASCII code (0: not printable), from ASCII_KINDS; a quote or backslash counts as other. */
+const ASCII_KIND_BITS: Readonly<Uint8Array> = (() => {
+  const bits = new Uint8Array(128);
+  ASCII_KINDS.forEach((chars, k) => {
+    for (const c of chars) bits[c.charCodeAt(0)] = 1 << k;
+  });
+  bits[0x22] = bits[0x5c] = 1 << (ASCII_KINDS.length - 1);
+  return bits;
+})();
+
+/** The kind bit of `c` (one code point; a control or non-ASCII character is wide). */
 export function kindOf(c: string): number {
   const x = c.codePointAt(0)!;
-  if (x >= 97 && x <= 122) return 1;
-  if (x >= 65 && x <= 90) return 2;
-  if (x >= 48 && x <= 57) return 4;
-  if (x === 32) return 8;
-  return x > 32 && x < 127 ? 16 : WIDE_KIND;
+  return (x < 128 ? ASCII_KIND_BITS[x] : 0) || WIDE_KIND;
 }

@@ -13,6 +13,7 @@ import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, resolve, type SchemaNo
 import { canReach, inRange, type NumberRange } from "./number-bounds.ts";
 import type { RegexState } from "./regex-nfa.ts";
 import { literalKey, numberKey, stringKey } from "./value-key.ts";
+import { ASCII_KINDS } from "./char-kinds.ts";
 import { type ArrayNode, type ArrFrame, type Config, type Frame, type GrammarState, NUM_END, NumState, type ObjFrame, uniqueSeen } from "./grammar-frames.ts";
 
 export type { Config, GrammarState } from "./grammar-frames.ts";
@@ -227,8 +228,10 @@ function keepsText(range: NumberRange | null, up: Frame | null): boolean {
  * Probe characters for the search of {@link distinctAhead}: the closing quote first (the shortest way
  * out of a string), then digits, letters and the rest of printable ASCII.
  */
-const PROBE = [...'"0123456789', ..."abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", ...' !#$%&\'()*+,-./:;<=>?@[\\]^_`{|}~'];
-const SHORT_ESCAPES = [...'"\\/bfnrt'];
+const PROBE = ['"', ...ASCII_KINDS[2], ...ASCII_KINDS[0], ...ASCII_KINDS[1], ...ASCII_KINDS[3], ...ASCII_KINDS[4], "\\"];
+/** What may follow a backslash in a JSON string other than `u`, and (same order) what each stands for. */
+const SHORT_ESCAPES = '"\\/bfnrt';
+const ESCAPED = '"\\/\b\f\n\r\t';
 /** Steps the search of {@link distinctAhead} may take before it assumes a way out exists. */
 const DISTINCT_SEARCH_STEPS = 2000;
 
@@ -241,9 +244,11 @@ const DISTINCT_SEARCH_STEPS = 2000;
  */
 function guardedStep(cfg: Config, c: string): Config[] {
   const out = step(cfg, c);
-  let risky = false;
-  for (const x of out) if (atRisk(x) !== null) risky = true;
-  return risky ? out.filter((x) => atRisk(x) === null || distinctAhead(x)) : out;
+  if (out.every((x) => atRisk(x) === null)) return out;
+  return out.filter((x) => {
+    const arr = atRisk(x);
+    return arr === null || distinctAhead(x, arr);
+  });
 }
 
 /** The unique array whose item `cfg` is writing when it could end in a duplicate, else null. */
@@ -259,9 +264,8 @@ function atRisk(cfg: Config): ArrFrame | null {
   return null;
 }
 
-/** Whether the item `cfg` is writing can still end at a value its array has not seen. */
-function distinctAhead(cfg: Config): boolean {
-  const arr = atRisk(cfg)!;
+/** Whether the item `cfg` is writing can still end at a value its array (`arr`) has not seen. */
+function distinctAhead(cfg: Config, arr: ArrFrame): boolean {
   let steps = DISTINCT_SEARCH_STEPS;
   const ended = (x: Config): boolean => {
     const f = x.top;
@@ -289,8 +293,8 @@ function distinctAhead(cfg: Config): boolean {
 function stepString(f: Extract<Frame, { k: "str" }>, c: string): Config[] {
   if (f.esc === -1) {
     if (c === "u") return [{ top: { ...f, esc: 4, hex: 0 }, ws: 0 }];
-    const i = '"\\/bfnrt'.indexOf(c);
-    return i < 0 ? [] : char(f, '"\\/\b\f\n\r\t'[i]);
+    const i = SHORT_ESCAPES.indexOf(c);
+    return i < 0 ? [] : char(f, ESCAPED[i]);
   }
   if (f.esc > 0) {
     if (!isHex(c)) return [];

@@ -178,11 +178,9 @@ function compileTyped(s: { readonly [k: string]: unknown }, type: TypeName, at: 
     case "string": {
       const min = count(s, "minLength", 0, at);
       // A host name is at most 253 characters in all (RFC 1123), more than a pattern counts cheaply.
-      const max = Math.min(count(s, "maxLength", Infinity, at), s.format === "hostname" ? 253 : Infinity);
-      if (min > max) {
-        const longest = max === 253 && s.format === "hostname" && count(s, "maxLength", Infinity, at) > 253 ? "253, the longest hostname" : `maxLength ${max}`;
-        throw new SchemaError(`The schema at ${at} has minLength ${min} above ${longest}`);
-      }
+      const maxLength = count(s, "maxLength", Infinity, at);
+      const max = Math.min(maxLength, s.format === "hostname" ? 253 : Infinity);
+      if (min > max) throw new SchemaError(`The schema at ${at} has minLength ${min} above ${max < maxLength ? "253, the longest hostname" : `maxLength ${max}`}`);
       const patterns = stringPatterns(s, at);
       if (patterns.some((r) => r.minToAccept(r.start) > max)) throw new SchemaError(`The schema at ${at} has maxLength ${max}, and no string of at most ${max} characters matches its pattern or format`);
       return { t: "string", min, max, patterns };
@@ -193,8 +191,7 @@ function compileTyped(s: { readonly [k: string]: unknown }, type: TypeName, at: 
 }
 
 function compileArray(s: { readonly [k: string]: unknown }, at: string, defs: DefTable): SchemaNode {
-  const min = count(s, "minItems", 0, at);
-  let max = count(s, "maxItems", Infinity, at);
+  const min = count(s, "minItems", 0, at), maxItems = count(s, "maxItems", Infinity, at);
   // A tuple is 2020-12's `prefixItems` with `items` for the rest, or earlier drafts' `items` list
   // with `additionalItems` for the rest; an absent rest schema allows any items, `false` none.
   const tupleKey = s.prefixItems !== undefined ? "prefixItems" : Array.isArray(s.items) ? "items" : null;
@@ -210,9 +207,9 @@ function compileArray(s: { readonly [k: string]: unknown }, at: string, defs: De
   const prefix = list.map((x, i) => compileNode(x, `${at}/${tupleKey}/${i}`, defs));
   const rest = s[restKey];
   const items = rest === undefined ? ANY : rest === false ? null : compileNode(rest, `${at}/${restKey}`, defs);
-  if (items === null) max = Math.min(max, prefix.length);
+  const max = items === null ? Math.min(maxItems, prefix.length) : maxItems;
   if (min > max) {
-    throw new SchemaError(items === null && prefix.length < count(s, "maxItems", Infinity, at)
+    throw new SchemaError(max < maxItems
       ? `The schema at ${at} has minItems ${min} above the ${prefix.length} items its tuple allows`
       : `The schema at ${at} has minItems ${min} above maxItems ${max}`);
   }
