@@ -5,7 +5,8 @@
 import type { SamplingRow } from "../backend/types.ts";
 import type { GenerateRequest, GenerateResult, StreamDelta } from "./engine-types.ts";
 import type { OutputText } from "./engine-text.ts";
-import type { StepExtras } from "./engine-runner.ts";
+import type { PromptLogprobAsk, StepExtras } from "./engine-runner.ts";
+import type { StepEntry } from "./scheduler-types.ts";
 import type { LogitAdditions, LogitAdjuster } from "./logit-adjust.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { AsyncQueue } from "./events.ts";
@@ -31,6 +32,11 @@ export interface Active {
   logprobs: TokenLogprob[] | undefined;
   /** The last step's, until its token is committed. */
   pendingLogprob?: TokenLogprob;
+  /**
+   * Log probability of each prompt token given those before it (null for the first, and for
+   * positions not computed yet); undefined: not asked for.
+   */
+  promptLogprobs: (TokenLogprob | null)[] | undefined;
   resolve: (r: GenerateResult) => void;
   /** Submission, last token and first token times (ms; tFirst undefined before the first token). */
   t0: number;
@@ -57,11 +63,32 @@ function logitAdditions(a: Active, sample: boolean): LogitAdditions | undefined 
   return all.size > 0 ? all : undefined;
 }
 
+/**
+ * The prompt tokens an entry's rows predict, for a request asking for its prompt's log
+ * probabilities: row j feeds position startPos + j and predicts the token after it, while that is
+ * still a prompt token (undefined: not asked, or the entry feeds no prompt row that predicts one).
+ */
+function promptAsk(a: Active, e: Pick<StepEntry, "startPos" | "tokens">): PromptLogprobAsk | undefined {
+  const top = a.req.promptLogprobs;
+  const end = Math.min(e.startPos + e.tokens.length + 1, a.seq.promptLength);
+  if (top === undefined || e.startPos + 1 >= end) return undefined;
+  return { top, targets: a.seq.tokens.slice(e.startPos + 1, end) };
+}
+
 /** A step's logit additions and log-probability requests, one per entry (undefined when none asks). */
-export function stepExtras(active: readonly Active[], entries: readonly { sample: boolean }[]): StepExtras | undefined {
+export function stepExtras(active: readonly Active[], entries: readonly Pick<StepEntry, "sample" | "startPos" | "tokens">[]): StepExtras | undefined {
   const additions = active.map((a, i) => logitAdditions(a, entries[i].sample));
   const logprobs = active.map((a, i) => (entries[i].sample ? a.req.logprobs : undefined));
-  return additions.some((x) => x !== undefined) || logprobs.some((x) => x !== undefined) ? { additions, logprobs } : undefined;
+  const promptLogprobs = active.map((a, i) => promptAsk(a, entries[i]));
+  const any = (xs: readonly unknown[]) => xs.some((x) => x !== undefined);
+  if (!any(additions) && !any(logprobs) && !any(promptLogprobs)) return undefined;
+  return { additions, logprobs, ...(any(promptLogprobs) ? { promptLogprobs } : {}) };
+}
+
+/** Files a step's prompt log probabilities for an entry that started at `startPos` (see promptAsk). */
+export function keepPromptLogprobs(a: Active, startPos: number, lps: readonly TokenLogprob[] | undefined): void {
+  if (!a.promptLogprobs || !lps) return;
+  lps.forEach((lp, j) => (a.promptLogprobs![startPos + 1 + j] = lp));
 }
 
 /** The result a finished request resolves to (an EOS that ended it is not part of the tokens). */
@@ -72,6 +99,7 @@ export function resultOf(a: Active, reason: FinishReason, error: string | undefi
     text: a.text.text,
     tokenIds: eos ? ids.slice(0, -1) : ids,
     ...(a.logprobs ? { logprobs: a.logprobs.slice(0, eos ? ids.length - 1 : ids.length) } : {}),
+    ...(a.promptLogprobs ? { promptLogprobs: a.promptLogprobs } : {}),
     finishReason: reason,
     promptTokens: a.seq.promptLength,
     completionTokens: ids.length,

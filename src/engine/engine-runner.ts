@@ -20,6 +20,18 @@ export interface StepExtras {
   additions?: readonly (LogitAdditions | undefined)[];
   /** Log probability of the sampled token and this many top alternatives (0 to MAX_TOP_LOGPROBS). */
   logprobs?: readonly (number | undefined)[];
+  /** Log probabilities of the prompt tokens the entry's rows predict (prompt_logprobs, echo). */
+  promptLogprobs?: readonly (PromptLogprobAsk | undefined)[];
+}
+
+/**
+ * An entry's prompt log probabilities: its row j predicts `targets[j]`, the prompt token after the
+ * one it feeds (so a chunk that ends the prompt asks for one fewer than it feeds).
+ */
+export interface PromptLogprobAsk {
+  /** Top alternatives per token (0 to MAX_TOP_LOGPROBS). */
+  top: number;
+  targets: readonly number[];
 }
 
 /** A step's output: one sampled token per entry (entries that do not sample get any value). */
@@ -27,6 +39,8 @@ export interface StepOutput {
   ids: Int32Array;
   /** For the entries that asked (StepExtras.logprobs), from the raw logits. */
   logprobs?: (TokenLogprob | undefined)[];
+  /** For the entries that asked (StepExtras.promptLogprobs): one per target, in order. */
+  promptLogprobs?: (TokenLogprob[] | undefined)[];
 }
 
 /** Executes steps. */
@@ -56,9 +70,21 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     numBlocks: kv.numBlocks,
     blockSize: kv.blockSize,
     async run(entries, rows, extras) {
-      const logits = forward(backend, model, kv, { entries });
+      const extraRows = promptRows(entries, extras?.promptLogprobs);
+      let logits = forward(backend, model, kv, { entries, extraRows });
       let raw: Tensor | undefined;
+      let promptLogprobs: (TokenLogprob[] | undefined)[] | undefined;
       try {
+        if (extraRows.length > 0) {
+          // The prompt rows follow the entries' last rows: read them out, then sample from the rest.
+          const all = logits;
+          try {
+            promptLogprobs = await readPromptLogprobs(backend, all, entries.length, extras!.promptLogprobs!);
+            logits = gatherLogitRows(backend, all, entries.map((_, i) => i));
+          } finally {
+            backend.free(all);
+          }
+        }
         // The raw rows are copied out before the additions change them.
         const asking = (extras?.logprobs ?? []).flatMap((n, row) => (n === undefined ? [] : [row]));
         if (asking.length > 0) raw = gatherLogitRows(backend, logits, asking);
@@ -70,12 +96,12 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
         } finally {
           backend.free(idsT);
         }
-        if (!raw) return { ids };
+        if (!raw) return { ids, ...(promptLogprobs ? { promptLogprobs } : {}) };
         const data = (await backend.download(raw)) as Float32Array;
         const vocab = logits.shape[1];
         const logprobs: (TokenLogprob | undefined)[] = new Array(entries.length);
         asking.forEach((row, k) => (logprobs[row] = tokenLogprob(data.subarray(k * vocab, (k + 1) * vocab), ids[row], extras!.logprobs![row]!)));
-        return { ids, logprobs };
+        return { ids, logprobs, ...(promptLogprobs ? { promptLogprobs } : {}) };
       } finally {
         backend.free(logits);
         if (raw) backend.free(raw);
@@ -90,6 +116,43 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     writeBlocks: (ids, data, from) => writeSlots(backend, kv, slotsOf(ids, ids.length * kv.blockSize, kv.blockSize), data, from * kv.blockSize),
     close: release,
   };
+}
+
+/** The flat rows whose logits the prompt log probabilities need, in entry order (see PromptLogprobAsk). */
+function promptRows(entries: readonly StepEntry[], asks: readonly (PromptLogprobAsk | undefined)[] | undefined): number[] {
+  const rows: number[] = [];
+  if (!asks) return rows;
+  let offset = 0;
+  entries.forEach((e, i) => {
+    const n = asks[i]?.targets.length ?? 0;
+    if (n > e.tokens.length) throw new RangeError(`Entry ${i} asks for ${n} prompt log probabilities but feeds ${e.tokens.length} tokens`);
+    for (let j = 0; j < n; j++) rows.push(offset + j);
+    offset += e.tokens.length;
+  });
+  return rows;
+}
+
+/** Log probabilities of each asking entry's targets, from rows `first`.. of logits (promptRows' order). */
+async function readPromptLogprobs(
+  backend: Backend, logits: Tensor, first: number, asks: readonly (PromptLogprobAsk | undefined)[],
+): Promise<(TokenLogprob[] | undefined)[]> {
+  const count = logits.shape[0] - first;
+  const part = gatherLogitRows(backend, logits, Array.from({ length: count }, (_, k) => first + k));
+  let data: Float32Array;
+  try {
+    data = (await backend.download(part)) as Float32Array;
+  } finally {
+    backend.free(part);
+  }
+  const vocab = logits.shape[1];
+  let row = 0;
+  return asks.map((a) =>
+    a?.targets.map((id) => {
+      const lp = tokenLogprob(data.subarray(row * vocab, (row + 1) * vocab), id, a.top);
+      row++;
+      return lp;
+    })
+  );
 }
 
 /** Copies rows `rows` of logits [n, vocab] into a new [rows.length, vocab] tensor. */

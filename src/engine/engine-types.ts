@@ -34,6 +34,12 @@ export interface GenerateRequest {
    * MAX_TOP_LOGPROBS; undefined: no log probabilities). From the raw logits (src/engine/logprobs.ts).
    */
   logprobs?: number;
+  /**
+   * Report each prompt token's log probability given the tokens before it, with this many most
+   * likely alternatives (0 to MAX_TOP_LOGPROBS; undefined: none). The prompt is then computed whole,
+   * taking nothing from the prefix cache (vLLM does the same for prompt_logprobs).
+   */
+  promptLogprobs?: number;
   /** What the output must be: JSON following a schema, or tool calls (src/engine/grammar.ts). Undefined: free text. */
   grammar?: OutputGrammar;
   /** Session key (prompt_cache_key / user) passed to KV retention. */
@@ -56,6 +62,8 @@ export interface StreamDelta {
   tokenIds: number[];
   /** One per token id, when the request asked for log probabilities. */
   logprobs?: TokenLogprob[];
+  /** On the first delta of a request that asked for them: its prompt's (see GenerateResult). */
+  promptLogprobs?: (TokenLogprob | null)[];
 }
 
 /** The outcome of a request once it has ended. */
@@ -64,6 +72,11 @@ export interface GenerateResult {
   tokenIds: number[];
   /** One per token id, when the request asked for log probabilities. */
   logprobs?: TokenLogprob[];
+  /**
+   * One per prompt token when the request asked (`promptLogprobs`): null for the first, which
+   * nothing predicts (and for any the engine did not reach, as when it was cancelled).
+   */
+  promptLogprobs?: (TokenLogprob | null)[];
   finishReason: FinishReason;
   promptTokens: number;
   completionTokens: number;

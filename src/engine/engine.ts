@@ -7,7 +7,7 @@ import { BlockPool, type EvictedBlock, type KvEvent, type SessionTracker } from 
 import { EngineMetrics } from "./engine-metrics.ts";
 import { EngineSessions, inferSessionId, isKvRetention, KV_RETENTIONS } from "./engine-sessions.ts";
 import type { EngineOptions } from "./engine-options.ts";
-import { type Active, resultOf, samplingRow, stepExtras } from "./engine-request.ts";
+import { type Active, keepPromptLogprobs, resultOf, samplingRow, stepExtras } from "./engine-request.ts";
 import type { StepOutput } from "./engine-runner.ts";
 import { OutputText } from "./engine-text.ts";
 import { tokenTextOf } from "../model/config.ts";
@@ -103,7 +103,8 @@ export class Engine implements ServingEngine {
     // Agent retention needs every turn in some session: a request naming none is placed by its prefix.
     const sessionId = req.sessionId ?? (this.turns && inferSessionId(this.pool.probePrefix(req.prompt).metas, id));
     if (sessionId !== undefined) this.turns?.started(sessionId, this.now() / 1000);
-    const seq = this.scheduler.submit(id, req.prompt, { sessionId, startsInReasoning: req.startsInReasoning, prefillOnly: req.prefillOnly });
+    const wholePrompt = req.promptLogprobs !== undefined;
+    const seq = this.scheduler.submit(id, req.prompt, { sessionId, startsInReasoning: req.startsInReasoning, prefillOnly: req.prefillOnly, ...(wholePrompt ? { wholePrompt } : {}) });
     let resolve!: (r: GenerateResult) => void;
     const result = new Promise<GenerateResult>((r) => (resolve = r));
     const t0 = this.now();
@@ -115,6 +116,7 @@ export class Engine implements ServingEngine {
       adjust: LogitAdjuster.of(req),
       constraint,
       logprobs: req.logprobs === undefined ? undefined : [],
+      promptLogprobs: wholePrompt ? new Array<null>(n).fill(null) : undefined,
     };
     this.active.set(id, a);
     this.metrics.promptTokens += n;
@@ -279,6 +281,7 @@ export class Engine implements ServingEngine {
       }
       const tokens = new Map<number, number>();
       plan.entries.forEach((e, i) => {
+        if (sampled?.promptLogprobs) keepPromptLogprobs(this.active.get(e.seqId)!, e.startPos, sampled.promptLogprobs[i]);
         if (!sampled || !e.sample) return;
         tokens.set(e.seqId, sampled.ids[i]);
         const lp = sampled.logprobs?.[i];
@@ -335,7 +338,8 @@ export class Engine implements ServingEngine {
     if (seq.status === "finished") return; // prefill role: the first token ends the sequence here
     if (!a.req.ignoreEos && this.opts.config.eosTokenIds.includes(tok)) return this.finish(a, "stop");
     const text = a.text.push(tok);
-    a.queue.push({ text, tokenIds: [tok], ...(lp ? { logprobs: [lp] } : {}) });
+    const first = seq.numOutput === 1 && a.promptLogprobs ? { promptLogprobs: a.promptLogprobs } : {};
+    a.queue.push({ text, tokenIds: [tok], ...(lp ? { logprobs: [lp] } : {}), ...first });
     if (a.text.stopped) return this.finish(a, "stop");
     if (seq.numOutput >= a.maxTokens || seq.tokens.length >= this.maxModelLen) this.finish(a, "length");
   }

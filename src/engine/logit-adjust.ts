@@ -15,9 +15,10 @@ export type LogitAdditions = ReadonlyMap<number, number>;
  * and log-probability requests out of range.
  */
 export function checkSamplingRequest(req: GenerateRequest, vocabSize: number): void {
-  const lp = req.logprobs;
-  if (lp !== undefined && !(Number.isInteger(lp) && lp >= 0 && lp <= MAX_TOP_LOGPROBS)) {
-    throw new RequestParamError(`The number of top log probabilities must be an integer from 0 to ${MAX_TOP_LOGPROBS}, got ${lp}`);
+  for (const [what, lp] of [["", req.logprobs], ["prompt ", req.promptLogprobs]] as const) {
+    if (lp !== undefined && !(Number.isInteger(lp) && lp >= 0 && lp <= MAX_TOP_LOGPROBS)) {
+      throw new RequestParamError(`The number of top ${what}log probabilities must be an integer from 0 to ${MAX_TOP_LOGPROBS}, got ${lp}`);
+    }
   }
   for (const [name, v] of [["presence_penalty", req.presencePenalty], ["frequency_penalty", req.frequencyPenalty]] as const) {
     if (v !== undefined && !Number.isFinite(v)) throw new RequestParamError(`The ${name} must be a finite number, got ${v}`);

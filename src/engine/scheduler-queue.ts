@@ -118,9 +118,10 @@ export class WaitingQueue {
       // Never serve the last token from cache: its logits are needed, so at least one token is computed.
       // Swapped KV is restored whole into fresh blocks: no prefix probe, nothing shared.
       const swapped = seq.numSwapped;
-      const hit = swapped > 0 ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
+      // A sequence asking for its prompt's log probabilities computes every prompt row: no hit taken.
+      const hit = swapped > 0 || seq.hints.wholePrompt ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
       // The hit reaching the last block is the cached run a held last block needs (handedOff's probe).
-      const tail = swapped > 0 || hit.length !== tailBlockIndex(seq.tokens.length, bs) || !isFresh(seq) ? null : this.kv.takeHandoffTail?.(seq.tokens) ?? null;
+      const tail = swapped > 0 || seq.hints.wholePrompt || hit.length !== tailBlockIndex(seq.tokens.length, bs) || !isFresh(seq) ? null : this.kv.takeHandoffTail?.(seq.tokens) ?? null;
       const held = tail === null ? hit : [...hit, tail];
       const cached = swapped > 0 ? swapped : tail !== null ? seq.tokens.length - 1 : hit.length * bs;
       // A handed-off prompt's last token is computed again as a decode is, whatever the role allows.
@@ -164,7 +165,7 @@ export class WaitingQueue {
    */
   private handedOff(seq: Sequence, cached?: number): boolean {
     // The cheap checks first: with no block held (every step of a worker that takes no hand-offs), no probe.
-    if (!isFresh(seq) || !(this.kv.hasHandoffTail?.(seq.tokens) ?? false)) return false;
+    if (!isFresh(seq) || seq.hints.wholePrompt || !(this.kv.hasHandoffTail?.(seq.tokens) ?? false)) return false;
     return (cached ?? this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1))) === tailBlockIndex(seq.tokens.length, this.kv.blockSize) * this.kv.blockSize;
   }
 
@@ -184,7 +185,7 @@ export class WaitingQueue {
   private uncached(seq: Sequence): number {
     let n = this.probed.get(seq);
     if (n === undefined) {
-      const cached = seq.numSwapped > 0 ? seq.numSwapped : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1));
+      const cached = seq.numSwapped > 0 ? seq.numSwapped : seq.hints.wholePrompt ? 0 : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1));
       n = this.handedOff(seq, cached) ? 1 : seq.tokens.length - cached;
       this.probed.set(seq, n);
     }

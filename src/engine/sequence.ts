@@ -21,6 +21,11 @@ export interface SequenceHints {
   startsInReasoning?: boolean;
   /** End the sequence at its first token (a prefill handed to another worker), whatever the role. */
   prefillOnly?: boolean;
+  /**
+   * Compute the whole prompt, taking nothing from the prefix cache (its KV is still cached for
+   * others): the logits of every prompt position are needed (prompt log probabilities).
+   */
+  wholePrompt?: boolean;
 }
 
 /** Scheduler-side state of one request. */

@@ -22,6 +22,12 @@ export interface ForwardStep {
   entries: readonly ForwardEntry[];
   /** When true, logits cover every new token ([totalTokens, vocab]); tests use it. */
   allPositions?: boolean;
+  /**
+   * Rows of the flat batch (indices into the step's new tokens, in entry order) whose logits follow
+   * the entries' last rows: the result is [entries + extraRows.length, vocab]. Prompt log
+   * probabilities need them; ignored with `allPositions`.
+   */
+  extraRows?: readonly number[];
 }
 
 /** Frees tensors registered during a layer; reshape views are not registered twice. */
@@ -76,6 +82,23 @@ function mlpBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>,
   return backend.add(x, down);
 }
 
+/** Rows `lastRows` of x, then `extra` (each checked against the step's rows). */
+function gatherLast(backend: Backend, x: Tensor, lastRows: Tensor, flat: FlatBatch, extra: readonly number[] | undefined): Tensor {
+  if (!extra || extra.length === 0) return backend.gatherRows(x, lastRows);
+  const n = flat.ids.length;
+  const bad = extra.find((r) => !Number.isInteger(r) || r < 0 || r >= n);
+  if (bad !== undefined) throw new ForwardInputError(`Extra logit row ${bad} is outside the step's ${n} rows`);
+  const rows = new Int32Array(flat.lastRows.length + extra.length);
+  rows.set(flat.lastRows);
+  rows.set(extra, flat.lastRows.length);
+  const idx = backend.upload(rows, [rows.length]);
+  try {
+    return backend.gatherRows(x, idx);
+  } finally {
+    backend.free(idx);
+  }
+}
+
 /** Builds the flat batch for a step (validating it against the model and cache). */
 export function planStep(model: DeviceModel, kv: PagedKv, step: ForwardStep): FlatBatch {
   return flattenBatch(step.entries, kv.blockSize, kv.numBlocks, model.config.vocabSize);
@@ -83,7 +106,7 @@ export function planStep(model: DeviceModel, kv: PagedKv, step: ForwardStep): Fl
 
 /**
  * Runs one forward step: writes the new tokens' K/V into `kv` and returns f32 logits,
- * [entries, vocab] for each entry's last token (or [totalTokens, vocab] with `allPositions`).
+ * [entries, vocab] for each entry's last token, then the `extraRows` (or [totalTokens, vocab] with `allPositions`).
  * The caller owns (and frees) the returned tensor.
  */
 export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step: ForwardStep): Tensor {
@@ -109,7 +132,7 @@ export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step:
       s.release();
     }
     if (!step.allPositions) {
-      const last = backend.gatherRows(x, tensors.lastRows);
+      const last = gatherLast(backend, x, tensors.lastRows, flat, step.extraRows);
       backend.free(x);
       x = last;
     }

@@ -107,3 +107,16 @@ test("forward() rejects short block tables, unknown tokens and foreign cache siz
   assert.throws(() => run([1], 0, [2]), /block 2/);
   assert.throws(() => forward(be, model, kv, { entries: [] }), /at least one entry/);
 });
+
+test("forward() extraRows returns the last rows, then the asked rows of a ragged batch", async () => {
+  const host = randomModel({ ...BASE, seed: 8 });
+  const model = uploadModel(be, host);
+  const entries = [{ tokens: [3, 4, 5], startPos: 0, blockTable: [0] }, { tokens: [9, 8, 7, 6, 5], startPos: 0, blockTable: [1, 2] }];
+  const every = await logitsRows(forward(be, model, allocatePagedKv(be, host.config, 3, 4), { entries, allPositions: true }));
+  const extraRows = [0, 7, 3, 3];
+  const got = await logitsRows(forward(be, model, allocatePagedKv(be, host.config, 3, 4), { entries, extraRows }));
+  assert.equal(got.length, 2 + extraRows.length);
+  [2, 7, ...extraRows].forEach((row, i) => assertClose(got[i], every[row], 1e-6, `output row ${i} (flat row ${row})`));
+  const kv = allocatePagedKv(be, host.config, 3, 4);
+  assert.throws(() => forward(be, model, kv, { entries, extraRows: [8] }), /Extra logit row 8 is outside the step's 8 rows/);
+});
