@@ -256,7 +256,8 @@ export class Cluster implements ServingEngine {
     if (live.length === 0) throw new NoWorkerError("No worker is running");
     // Prefill-role workers alone cannot finish a request: the router needs one that decodes.
     if (!live.some((w) => w.role !== "prefill")) throw new NoWorkerError("No running worker decodes");
-    const overlaps = this.set.index.overlaps(chainHashes(req.prompt, this.blockSize));
+    // A prompt scored whole (prompt log probabilities) takes nothing from any cache: route it as uncached.
+    const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(chainHashes(req.prompt, this.blockSize));
     const cands = live.map((w) => w.candidate(overlaps.get(w.id)));
     const sreq = {
       promptTokens: req.prompt.length, blockTokens: this.blockSize, bytesPerBlock: this.o.bytesPerBlock,

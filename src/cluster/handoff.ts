@@ -5,7 +5,7 @@
  * first when the route says so). Ends by queueing the request on the decoding worker.
  */
 import type { SessionRoute } from "../../planner/routers.ts";
-import type { GenerateRequest, RequestHandle } from "../engine/engine-types.ts";
+import type { GenerateRequest, GenerateResult, RequestHandle, StreamDelta } from "../engine/engine-types.ts";
 import type { ClusterCounters } from "./cluster.ts";
 import type { ClusterWorker } from "./cluster-worker.ts";
 import type { WorkerSet } from "./worker-set.ts";
@@ -24,6 +24,7 @@ export async function handOff(
   hop.cancel = () => (cancelled = true);
   const sid = req.sessionId;
   let prefillHit: number | undefined;
+  let promptLogprobs: GenerateResult["promptLogprobs"];
   if (route.prefixSource !== undefined) {
     await movePrefix(set.get(route.prefixSource)!, dec, req.prompt, sid, counters);
     if (cancelled) throw new Error("Cancelled");
@@ -43,11 +44,14 @@ export async function handOff(
     if (cancelled) throw dropped(pre, req.prompt);
     counters.prefillHandoffs++;
     prefillHit = r.cachedTokens;
+    promptLogprobs = r.promptLogprobs;
     await movePrefix(pre, dec, req.prompt, sid, counters, false, true);
     if (cancelled) throw dropped(dec, req.prompt);
   }
-  const h = dec.engine.submit(req);
-  return prefillHit === undefined ? h : reportingCached(h, prefillHit);
+  if (prefillHit === undefined) return dec.engine.submit(req);
+  // The prefill scored the prompt: the decode takes its KV from the hand-off instead of computing it again.
+  const { promptLogprobs: _, ...rest } = req;
+  return reportingPrefill(dec.engine.submit(rest), prefillHit, promptLogprobs);
 }
 
 /** Lets go of the block `w` holds for a hand-off of `prompt` that will not happen; the error to throw. */
@@ -60,11 +64,22 @@ function dropped(w: ClusterWorker, prompt: readonly number[]): Error {
  * `h` with its result's cached tokens replaced: the decoding worker finds a handed-off prompt in its
  * cache, but the client is told what was cached before the request came (the prefill worker's hit),
  * as prefix reuse, not as the work the prefill worker just did. (vLLM's disaggregated decode counts
- * the transferred tokens as cached.)
+ * the transferred tokens as cached.) The prefill's prompt log probabilities, when asked for, go on the
+ * result and the first delta, as one worker would send them.
  */
-function reportingCached(h: RequestHandle, cachedTokens: number): RequestHandle {
-  const result = h.result.then((r) => ({ ...r, cachedTokens: Math.min(r.cachedTokens, cachedTokens) }));
-  return { id: h.id, stream: h.stream, result, cancel: () => h.cancel(), get sessionId() { return h.sessionId; } };
+function reportingPrefill(h: RequestHandle, cachedTokens: number, promptLogprobs: GenerateResult["promptLogprobs"]): RequestHandle {
+  const result = h.result.then((r) => ({ ...r, cachedTokens: Math.min(r.cachedTokens, cachedTokens), ...(promptLogprobs ? { promptLogprobs } : {}) }));
+  const stream = promptLogprobs ? withFirst(h.stream, promptLogprobs) : h.stream;
+  return { id: h.id, stream, result, cancel: () => h.cancel(), get sessionId() { return h.sessionId; } };
+}
+
+/** `deltas` with `promptLogprobs` on the first. */
+async function* withFirst(deltas: AsyncIterable<StreamDelta>, promptLogprobs: NonNullable<StreamDelta["promptLogprobs"]>): AsyncIterable<StreamDelta> {
+  let first = true;
+  for await (const d of deltas) {
+    yield first ? { ...d, promptLogprobs } : d;
+    first = false;
+  }
 }
 
 /**

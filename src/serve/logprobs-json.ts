@@ -21,12 +21,20 @@ export function chatLogprobs(tokenizer: Tokenizer, lps: readonly TokenLogprob[])
   };
 }
 
+/** Completions' `logprobs` object; an echoed prompt's first token has null log probabilities. */
+export interface CompletionLogprobs {
+  tokens: string[];
+  token_logprobs: (number | null)[];
+  top_logprobs: (Record<string, number> | null)[];
+  text_offset: number[];
+}
+
 /**
  * Completions' `logprobs` object for these tokens; `offset` is the position of the first token's
  * text in the generated text (0, then what earlier chunks of a stream covered). Alternatives whose
  * texts coincide keep the likelier one, as a JSON object cannot hold a key twice.
  */
-export function completionLogprobs(tokenizer: Tokenizer, lps: readonly TokenLogprob[], offset = 0) {
+export function completionLogprobs(tokenizer: Tokenizer, lps: readonly TokenLogprob[], offset = 0): CompletionLogprobs {
   const tokens = lps.map((lp) => tokenTextOf(tokenizer, lp.id));
   const textOffset: number[] = [];
   let at = offset;

@@ -30,13 +30,40 @@ export type Kind = "chat" | "completion";
 /** The most choices one request may ask for (`n`): each is a whole generation. */
 export const MAX_CHOICES = 16;
 
+/** One prompt of a completion request, as `echo` returns it. */
+export interface EchoedPrompt {
+  ids: number[];
+  /** The prompt text as sent (decoded when it came as token ids). */
+  text: string;
+}
+
+/** What a completion request asks beyond its text: its prompts' echo and `best_of`. */
+export interface CompletionShape {
+  /** One per prompt, in order. */
+  prompts: EchoedPrompt[];
+  /** Return each prompt before its completion (`echo`). */
+  echo: boolean;
+  /** `max_tokens` 0 with `echo`: the prompt is scored, nothing generated is returned. */
+  scoreOnly: boolean;
+  /** The client asked for log probabilities (`best_of` asks the engine for them regardless). */
+  logprobs: boolean;
+}
+
 /** A submitted request and what answering it needs to know. */
 export interface Submitted {
   kind: Kind;
-  /** One per choice (`n`), in choice order. */
+  /**
+   * One per generation: `perPrompt` for each prompt in turn (`n`, or `best_of` when larger), so
+   * handles[p * perPrompt + j] is prompt p's j-th.
+   */
   handles: RequestHandle[];
+  perPrompt: number;
+  /** Choices returned per prompt (`n`): the likeliest `n` of `perPrompt` when `best_of` is larger. */
+  n: number;
   /** How to split a chat answer (reasoning, tool calls); null for completions, whose text is returned as generated. */
   output: ChatOutputOptions | null;
+  /** Completions only. */
+  completion?: CompletionShape;
 }
 
 /** A 400 for a known OpenAI parameter this server parses but cannot honour. */
@@ -59,9 +86,6 @@ function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, voc
     if (Number(key) >= vocabSize) {
       throw new ApiError(400, `Token ${key} in logit_bias is outside this model's vocabulary of ${vocabSize} tokens`, "logit_bias", "invalid_value");
     }
-  }
-  if ("best_of" in body && body.best_of !== undefined && body.best_of !== null && body.best_of !== 1) {
-    throw unsupported(`Only best_of = 1 is supported, got best_of = ${body.best_of}`, "best_of");
   }
   if ("suffix" in body && body.suffix) throw unsupported(`A suffix is not supported (no fill-in-the-middle), got suffix = ${describe(body.suffix)}`, "suffix");
 }
@@ -96,13 +120,19 @@ function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], 
 }
 
 /**
- * Submits one engine request per choice. Choice i samples with seed + i when the body gives a seed
- * (so choices differ, reproducibly). If one is refused, those already queued are cancelled.
+ * Submits `n` engine requests for each of `reqs`. The i-th of each samples with seed + i when the
+ * body gives a seed (so choices differ, reproducibly). If one is refused, those already queued are
+ * cancelled.
  */
-function submit(ctx: ServeContext, req: GenerateRequest, n: number, promptParam: string): RequestHandle[] {
+function submit(ctx: ServeContext, reqs: readonly GenerateRequest[], n: number, param: string): RequestHandle[] {
   const handles: RequestHandle[] = [];
+  // The prompt a refusal is about: named by its index when the request has several.
+  let promptParam = param;
   try {
-    for (let i = 0; i < n; i++) handles.push(ctx.engine.submit(req.seed === undefined ? req : { ...req, seed: (req.seed + i) >>> 0 }));
+    for (const [i, req] of reqs.entries()) {
+      if (reqs.length > 1) promptParam = `${param}[${i}]`;
+      for (let i = 0; i < n; i++) handles.push(ctx.engine.submit(req.seed === undefined ? req : { ...req, seed: (req.seed + i) >>> 0 }));
+    }
     return handles;
   } catch (e) {
     for (const h of handles) h.cancel();
@@ -143,27 +173,70 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const reasoning = ctx.reasoningParser === "think";
   const startsInReasoning = reasoning && promptOpensReasoning(text);
   const request = engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar);
-  const handles = submit(ctx, request, body.n ?? 1, "messages");
+  const n = body.n ?? 1;
+  const handles = submit(ctx, [request], n, "messages");
   const toolCalls = (tools?.length ?? 0) > 0;
-  return { kind: "chat", handles, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls } };
+  return { kind: "chat", handles, perPrompt: n, n, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls } };
 }
 
-/** Tokenizes (or checks the token ids of) a completion request and submits it. */
-export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Submitted {
-  if (body.echo) throw unsupported("Echoing the prompt is not supported, got echo = true", "echo");
-  checkUnsupported(body, "completion", ctx.config.vocabSize);
-  const p = body.prompt;
-  let prompt: number[];
-  if (typeof p === "string" || typeof p[0] === "string") {
-    const text = typeof p === "string" ? p : (p[0] as string);
-    checkTextLength(ctx, text, "prompt");
-    prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos });
-    if (prompt.length === 0) throw new ApiError(400, "The prompt is empty", "prompt", "invalid_value");
-  } else {
-    prompt = (Array.isArray(p[0]) ? p[0] : p) as number[];
-    const bad = prompt.find((id) => id >= ctx.config.vocabSize);
-    if (bad !== undefined) throw new ApiError(400, `Token id ${bad} is outside the vocabulary (0..${ctx.config.vocabSize - 1})`, "prompt", "invalid_value");
+/** The prompts of a completion body, tokenized (text) or checked (token ids). */
+function completionPrompts(ctx: ServeContext, p: CompletionRequest["prompt"]): EchoedPrompt[] {
+  const list: (string | number[])[] = typeof p === "string" ? [p] : typeof p[0] === "number" ? [p as number[]] : (p as (string | number[])[]);
+  return list.map((one, i) => {
+    const param = list.length > 1 ? `prompt[${i}]` : "prompt";
+    if (typeof one === "string") {
+      checkTextLength(ctx, one, param);
+      const ids = ctx.tokenizer.encode(one, { addBos: ctx.config.addBos });
+      if (ids.length === 0) throw new ApiError(400, "The prompt is empty", param, "invalid_value");
+      return { ids, text: one };
+    }
+    const bad = one.find((id) => id >= ctx.config.vocabSize);
+    if (bad !== undefined) throw new ApiError(400, `Token id ${bad} is outside the vocabulary (0..${ctx.config.vocabSize - 1})`, param, "invalid_value");
+    return { ids: one, text: ctx.tokenizer.decode(one) };
+  });
+}
+
+/**
+ * Checks `echo`, `max_tokens` 0 and `best_of` against each other; returns the generations per
+ * prompt (`best_of` when given, else `n`).
+ */
+function checkCompletionShape(body: CompletionRequest, prompts: number): number {
+  const n = body.n ?? 1;
+  if (body.max_tokens === 0 && !body.echo) {
+    throw new ApiError(400, "A max_tokens of 0 generates nothing; it is only allowed with echo = true (to score the prompt)", "max_tokens", "invalid_value");
   }
-  const handles = submit(ctx, engineRequest(body, prompt, body.max_tokens), body.n ?? 1, "prompt");
-  return { kind: "completion", handles, output: null };
+  const bestOf = body.best_of ?? n;
+  if (bestOf < n) throw new ApiError(400, `The best_of must be at least n, got best_of = ${bestOf} and n = ${n}`, "best_of", "invalid_value");
+  if (bestOf > MAX_CHOICES) throw new ApiError(400, `The best_of must be from 1 to ${MAX_CHOICES}, got best_of = ${bestOf}`, "best_of", "invalid_value");
+  if (bestOf > n && body.stream) {
+    throw new ApiError(400, `A best_of of ${bestOf} cannot be streamed: the best ${n} are known only at the end; use stream = false or best_of = n`, "best_of", "invalid_value");
+  }
+  if (prompts * bestOf > MAX_COMPLETION_GENERATIONS) {
+    throw new ApiError(400, `A request may ask for at most ${MAX_COMPLETION_GENERATIONS} generations, got ${prompts} prompts × ${bestOf} each`, "prompt", "invalid_value");
+  }
+  return bestOf;
+}
+
+/** The most generations (prompts × best_of or n) one completion request may ask for. */
+export const MAX_COMPLETION_GENERATIONS = 256;
+
+/** Tokenizes (or checks the token ids of) a completion request's prompts and submits them. */
+export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Submitted {
+  checkUnsupported(body, "completion", ctx.config.vocabSize);
+  const prompts = completionPrompts(ctx, body.prompt);
+  const perPrompt = checkCompletionShape(body, prompts.length);
+  const n = body.n ?? 1;
+  const echo = body.echo === true;
+  const scoreOnly = echo && body.max_tokens === 0;
+  const logprobs = typeof body.logprobs === "number";
+  const reqs = prompts.map((p) => {
+    // Scoring only still samples one token (the engine always does); it is not returned.
+    const req = engineRequest(body, p.ids, scoreOnly ? 1 : body.max_tokens);
+    // best_of ranks by log probability per token, so it asks for them whatever the client asked.
+    if (perPrompt > n) req.logprobs ??= 0;
+    if (echo && logprobs) req.promptLogprobs = body.logprobs!;
+    return req;
+  });
+  const handles = submit(ctx, reqs, perPrompt, "prompt");
+  return { kind: "completion", handles, perPrompt, n, output: null, completion: { prompts, echo, scoreOnly, logprobs } };
 }

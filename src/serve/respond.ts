@@ -6,22 +6,27 @@ import type { GenerateResult, StreamDelta } from "../engine/engine-types.ts";
 import type { TokenLogprob } from "../engine/logprobs.ts";
 import { ChatOutputStream, type ChatPart, parseChatOutput } from "./chat-output.ts";
 import { ApiError } from "./errors.ts";
+import { bestOf, completionChoice, echoLogprobs } from "./completion-output.ts";
 import { chatLogprobs, completionLogprobs } from "./logprobs-json.ts";
-import type { Kind, ServeContext, Submitted } from "./openai.ts";
+import type { CompletionShape, EchoedPrompt, Kind, ServeContext, Submitted } from "./openai.ts";
 import type { ParsedToolCall } from "./tool-calls.ts";
 
 type Json = Record<string, unknown>;
 
-/** Usage over every choice: the prompt counted once (as OpenAI does), the completions summed. */
-function usage(results: readonly GenerateResult[]) {
-  const first = results[0];
-  const completion = results.reduce((n, r) => n + r.completionTokens, 0);
+/**
+ * Usage over every generation: each prompt counted once (as OpenAI does), the completions summed
+ * (every `best_of` generation included; none when the prompt is only scored).
+ */
+function usage(s: Submitted, results: readonly GenerateResult[]) {
+  const firsts = results.filter((_, i) => i % s.perPrompt === 0);
+  const prompt = firsts.reduce((n, r) => n + r.promptTokens, 0);
+  const completion = s.completion?.scoreOnly ? 0 : results.reduce((n, r) => n + r.completionTokens, 0);
   const reasoning = results.some((r) => r.reasoningTokens !== undefined) ? results.reduce((n, r) => n + (r.reasoningTokens ?? 0), 0) : undefined;
   return {
-    prompt_tokens: first.promptTokens,
+    prompt_tokens: prompt,
     completion_tokens: completion,
-    total_tokens: first.promptTokens + completion,
-    prompt_tokens_details: { cached_tokens: first.cachedTokens },
+    total_tokens: prompt + completion,
+    prompt_tokens_details: { cached_tokens: firsts.reduce((n, r) => n + r.cachedTokens, 0) },
     // Counted by the engine when it knows the reasoning tokens (`--reasoning-parser think`).
     ...(reasoning !== undefined ? { completion_tokens_details: { reasoning_tokens: reasoning } } : {}),
   };
@@ -52,8 +57,8 @@ function failure(results: readonly GenerateResult[]): ApiError | undefined {
   return failed && new ApiError(500, `Generation failed: ${failed.error}`, null, "engine_error");
 }
 
-/** One choice of the non-streaming body. */
-function choiceJson(ctx: ServeContext, s: Submitted, r: GenerateResult, index: number): Json {
+/** One choice of the non-streaming body; `prompt`: which of a completion's prompts it answers. */
+function choiceJson(ctx: ServeContext, s: Submitted, r: GenerateResult, index: number, prompt: number): Json {
   if (s.kind === "chat" && s.output) {
     const { reasoning, content, calls } = parseChatOutput(r.text, s.output);
     if (index === 0) noteToolWait(ctx, s, calls);
@@ -65,8 +70,8 @@ function choiceJson(ctx: ServeContext, s: Submitted, r: GenerateResult, index: n
     const logprobs = r.logprobs ? chatLogprobs(ctx.tokenizer, r.logprobs) : null;
     return { index, message, logprobs, finish_reason: finishReason(r.finishReason, calls.length > 0) };
   }
-  const logprobs = r.logprobs ? completionLogprobs(ctx.tokenizer, r.logprobs) : null;
-  return { index, text: r.text, logprobs, finish_reason: finishReason(r.finishReason) };
+  const { text, logprobs } = completionChoice(ctx.tokenizer, s.completion, prompt, r);
+  return { index, text, logprobs, finish_reason: s.completion?.scoreOnly ? "length" : finishReason(r.finishReason) };
 }
 
 /** The non-streaming response body. */
@@ -75,8 +80,14 @@ export async function completeJson(ctx: ServeContext, s: Submitted): Promise<Jso
   const err = failure(results);
   if (err) throw err;
   const base = { id: `${s.kind === "chat" ? "chatcmpl" : "cmpl"}-${crypto.randomUUID()}`, created: Math.floor(Date.now() / 1000), model: ctx.modelName };
-  const choices = results.map((r, i) => choiceJson(ctx, s, r, i));
-  return { ...base, object: s.kind === "chat" ? "chat.completion" : "text_completion", choices, usage: usage(results) };
+  // Each prompt's generations in turn; `best_of` keeps the likeliest n of each.
+  const choices: Json[] = [];
+  for (let p = 0; p * s.perPrompt < results.length; p++) {
+    const group = results.slice(p * s.perPrompt, (p + 1) * s.perPrompt);
+    const keep = s.perPrompt > s.n ? bestOf(group, s.n) : group.map((_, i) => i);
+    keep.forEach((g, j) => choices.push(choiceJson(ctx, s, group[g], p * s.n + j, p)));
+  }
+  return { ...base, object: s.kind === "chat" ? "chat.completion" : "text_completion", choices, usage: usage(s, results) };
 }
 
 /** One choice of a stream: its chat parser, tool calls, and log probabilities not yet sent. */
@@ -88,25 +99,49 @@ class ChoiceStream {
   private offset = 0;
 
   private readonly kind: Kind;
+  private readonly shape: CompletionShape | undefined;
+  /** The prompt still to be echoed (undefined: none, or sent). */
+  private echo: EchoedPrompt | undefined;
 
-  constructor(private readonly ctx: ServeContext, s: Submitted, readonly index: number) {
+  /** `prompt`: which of a completion's prompts the choice answers. */
+  constructor(private readonly ctx: ServeContext, s: Submitted, readonly index: number, prompt: number) {
     this.kind = s.kind;
     this.answer = s.output ? new ChatOutputStream(s.output) : null;
+    this.shape = s.completion;
+    this.echo = s.completion?.echo ? s.completion.prompts[prompt] : undefined;
+  }
+
+  /** The choices of the chunks sent before any generation: the echoed prompt, unless it waits for its log probabilities. */
+  start(): Json[] {
+    return this.echo && !this.shape!.logprobs ? this.echoed(undefined) : [];
   }
 
   /** The choices (one each) of the chunks a delta makes. */
   delta(d: StreamDelta): Json[] {
+    const head = this.echo ? this.echoed(d.promptLogprobs) : [];
+    if (this.shape?.scoreOnly) return head;
     if (d.logprobs) this.pending.push(...d.logprobs);
-    if (!d.text) return [];
-    if (this.answer) return this.parts(this.answer.push(d.text));
-    return [this.withLogprobs({ text: d.text })];
+    if (!d.text) return head;
+    if (this.answer) return [...head, ...this.parts(this.answer.push(d.text))];
+    return [...head, this.withLogprobs({ text: d.text })];
   }
 
   /** The choices of the chunks that end this choice, given its result. */
   end(r: GenerateResult): Json[] {
+    const head = this.echo ? this.echoed(r.promptLogprobs) : [];
     const rest = this.answer ? this.parts(this.answer.end()) : [];
+    if (this.shape?.scoreOnly) return [...head, { index: this.index, logprobs: null, finish_reason: "length", text: "" }];
     const fr = finishReason(r.finishReason, this.calls.length > 0);
-    return [...rest, this.withLogprobs(this.kind === "chat" ? { delta: {}, finish_reason: fr } : { text: "", finish_reason: fr })];
+    return [...head, ...rest, this.withLogprobs(this.kind === "chat" ? { delta: {}, finish_reason: fr } : { text: "", finish_reason: fr })];
+  }
+
+  /** The echoed prompt's chunk (with its log probabilities when asked); later text offsets follow it. */
+  private echoed(lps: readonly (TokenLogprob | null)[] | undefined): Json[] {
+    const p = this.echo!;
+    this.echo = undefined;
+    this.offset = p.text.length;
+    const logprobs = this.shape!.logprobs ? echoLogprobs(this.ctx.tokenizer, p, lps ?? []) : null;
+    return [{ index: this.index, logprobs, finish_reason: null, text: p.text }];
   }
 
   private parts(parts: ChatPart[]): Json[] {
@@ -150,7 +185,9 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
     async start(controller) {
       const send = (choices: Json[]) => choices.forEach((c) => controller.enqueue(chunk(c)));
       try {
-        const choices = handles.map((_, i) => new ChoiceStream(ctx, s, i));
+        // Streams carry every generation (best_of above n is refused with stream): prompt i / n's.
+        const choices = handles.map((_, i) => new ChoiceStream(ctx, s, i, Math.floor(i / s.perPrompt)));
+        choices.forEach((c) => send(c.start()));
         if (kind === "chat") choices.forEach((c) => send([{ index: c.index, logprobs: null, finish_reason: null, delta: { role: "assistant", content: "" } }]));
         // Each choice streams as it is generated; its end waits for all of them to be known good.
         const results = await Promise.all(handles.map(async (h, i) => {
@@ -167,7 +204,7 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
         } else {
           results.forEach((r, i) => send(choices[i].end(r)));
           noteToolWait(ctx, s, choices[0].calls);
-          if (includeUsage) controller.enqueue(chunk(null, { usage: usage(results) }));
+          if (includeUsage) controller.enqueue(chunk(null, { usage: usage(s, results) }));
         }
         controller.enqueue(enc.encode("data: [DONE]\n\n"));
         controller.close();

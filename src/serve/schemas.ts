@@ -129,11 +129,14 @@ export const ChatRequestSchema = z.looseObject({
   response_format: maybe(z.looseObject({ type: z.string() })),
 });
 
-/** One completion prompt: text, token ids, or either wrapped in a one-element array. */
+/** The most prompts one completion request may batch (OpenAI accepts arrays of prompts; vLLM too). */
+export const MAX_PROMPTS = 128;
+
+/** Completion prompts: text, token ids, or an array of either (one choice set per prompt). */
 const Prompt = explained(
-  z.union([z.string(), z.array(z.string()).length(1), z.array(z.number().int().min(0)).min(1), z.array(z.array(z.number().int().min(0)).min(1)).length(1)]),
+  z.union([z.string(), z.array(z.string()).min(1).max(MAX_PROMPTS), z.array(z.number().int().min(0)).min(1), z.array(z.array(z.number().int().min(0)).min(1)).min(1).max(MAX_PROMPTS)]),
   (v): Flaw | null => {
-    const what = "prompt must be a string, an array of token ids, or a one-element array of either";
+    const what = "prompt must be a string, an array of token ids, or an array of strings or of token id arrays";
     if (v === undefined) return { message: "a prompt is required" };
     if (typeof v === "string") return null;
     if (!Array.isArray(v)) return { message: what };
@@ -144,8 +147,14 @@ const Prompt = explained(
       return i < 0 ? null : { message: "token ids must be non-negative integers", path: [...at, i] };
     };
     if (typeof v[0] === "string" || Array.isArray(v[0])) {
-      if (v.length > 1) return { message: `only one prompt per request is supported, got ${v.length}` };
-      return typeof v[0] === "string" ? null : ids(v[0], [0]);
+      if (v.length > MAX_PROMPTS) return { message: `at most ${MAX_PROMPTS} prompts per request are supported, got ${v.length}` };
+      for (let i = 0; i < v.length; i++) {
+        const p = v[i];
+        if (typeof v[0] === "string" ? typeof p !== "string" : !Array.isArray(p)) return { message: `${what}; the prompts must all be of one kind`, path: [i] };
+        const f = typeof p === "string" ? null : ids(p as unknown[], [i]);
+        if (f) return f;
+      }
+      return null;
     }
     return ids(v, []);
   },
@@ -155,10 +164,12 @@ const Prompt = explained(
 export const CompletionRequestSchema = z.looseObject({
   ...common,
   prompt: Prompt,
+  // 0 only with echo: the prompt is scored, nothing generated (checked in openai.ts).
+  max_tokens: maybe(z.number().int().min(0)),
   // OpenAI allows 5; vLLM 20, as here.
   logprobs: maybe(z.number().int().min(0).max(20)),
   echo: maybe(z.boolean()),
-  best_of: maybe(z.number().int()),
+  best_of: maybe(z.number().int().min(1)),
   suffix: maybe(z.string()),
 });
 

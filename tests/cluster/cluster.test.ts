@@ -47,6 +47,37 @@ test("Engine.importPrefix() makes another engine's cached prefix a hit that gene
   await Promise.all([a.stop(), b.stop(), c.stop()]);
 });
 
+test("Cluster hands off a prompt scored for its log probabilities and returns them as one engine does", async () => {
+  const req = { ...greedy(STORY, 4), promptLogprobs: 2 };
+  const e = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+  const alone = (await run(e, req)).result;
+  await e.stop();
+  const cl = prefillDecodeCluster();
+  // Twice: the second time the prompt's blocks are cached on both workers, and still nothing is taken from them.
+  for (const round of [1, 2]) {
+    const h = cl.submit(req);
+    let first: import("../../src/engine/engine-types.ts").StreamDelta | undefined;
+    for await (const d of h.stream) first ??= d;
+    const r = await h.result;
+    assert.equal(cl.counters.prefillHandoffs, round, "the prompt went through the prefill worker");
+    assert.equal(r.promptLogprobs!.length, STORY.length);
+    assert.equal(r.promptLogprobs![0], null);
+    r.promptLogprobs!.slice(1).forEach((lp, i) => {
+      const want = alone.promptLogprobs![i + 1]!;
+      assert.equal(lp!.id, STORY[i + 1]);
+      assert.ok(Math.abs(lp!.logprob - want.logprob) < 1e-6, `round ${round}, position ${i + 1}`);
+      assert.deepEqual(lp!.top.map(([id]) => id), want.top.map(([id]) => id));
+    });
+    assert.deepEqual(first!.promptLogprobs, r.promptLogprobs, "the first delta carries them");
+    assert.deepEqual(r.tokenIds, alone.tokenIds);
+    assert.equal(r.cachedTokens, 0);
+    // The decode worker takes the handed-off KV, computing only the last prompt token again.
+    const dec = cl.workers[1].engine.stats();
+    assert.equal(dec.prefixHitTokens, round * (STORY.length - 1));
+  }
+  await cl.stop();
+});
+
 test("Cluster hands a prefill from a prefill worker to a decode worker and streams what one engine would", async () => {
   const expected = await oneEngine(greedy(STORY));
   const decodeSteps: StepRecord[] = [];

@@ -4,8 +4,12 @@
  * transformer, across chunked prefills, batching with other requests and a warm prefix cache.
  */
 import assert from "node:assert/strict";
-import { test } from "../harness.ts";
+import { projectRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import type { Backend } from "../../src/backend/types.ts";
+import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { envVar } from "../../src/runtime/env.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { type GenerateRequest, type GenerateResult, RequestParamError, type StreamDelta } from "../../src/engine/engine-types.ts";
 import type { TokenLogprob } from "../../src/engine/logprobs.ts";
@@ -119,3 +123,41 @@ test("Engine refuses a prompt log-probability count outside 0..20", () => {
   }
   void e.stop();
 });
+
+// The same on WebGPU (stories260K, chunked prefill), against the reference backend. WebGPU must
+// really run in CI (lavapipe provides an adapter): there an unavailable adapter fails, as in
+// tests/model/forward-golden.test.ts.
+const inCi = envVar("CI") !== undefined && envVar("CI") !== "" && envVar("CI") !== "false";
+let gpu: Backend | undefined;
+let why = "";
+try {
+  // Poisoned op outputs (NaN) make a read of rows no kernel wrote show up.
+  gpu = await createWebGpuBackend({ poison: true });
+} catch (e) {
+  why = e instanceof Error ? e.message : String(e);
+}
+if (!gpu && !inCi) console.error(`skipping the WebGPU prompt log probability test: ${why}`);
+
+test("Engine promptLogprobs on WebGPU match the reference backend's", async () => {
+  if (!gpu) throw new Error(`No WebGPU adapter in CI: ${why}`);
+  const stories = await loadModel(`${projectRoot}/models/stories260K.gguf`);
+  const prompt = stories.tokenizer.encode("Once upon a time there was a little girl named Lily. She loved to play outside in the park.", { addBos: true });
+  const scored = async (backend: Backend) => {
+    const e = createEngine(backend, stories, { numBlocks: 16, scheduler: { maxBatchTokens: 16 } });
+    try {
+      return await e.submit({ prompt, maxTokens: 2, temperature: 0, promptLogprobs: 2 }).result;
+    } finally {
+      await e.stop();
+    }
+  };
+  const [want, got] = [await scored(createReferenceBackend()), await scored(gpu)];
+  assert.equal(got.promptLogprobs!.length, prompt.length);
+  assert.equal(got.promptLogprobs![0], null);
+  for (let i = 1; i < prompt.length; i++) {
+    const [g, w] = [got.promptLogprobs![i]!, want.promptLogprobs![i]!];
+    assert.equal(g.id, prompt[i]);
+    assert.ok(Math.abs(g.logprob - w.logprob) < 2e-3, `position ${i}: ${g.logprob} vs ${w.logprob}`);
+    assert.equal(g.top[0][0], w.top[0][0], `position ${i}'s likeliest token`);
+  }
+  assert.deepEqual(got.tokenIds, want.tokenIds);
+}, { ignore: !gpu && !inCi });

@@ -139,7 +139,7 @@ test("sampleRow() through the server: temperature 1e-320 generates what temperat
   assert.equal(text(tiny), text(greedy));
 });
 
-test("checkUnsupported() and chatGrammar() refuse what cannot be honoured: schemas outside the subset, best_of, suffix, biases of tokens the model lacks", async () => {
+test("checkUnsupported() and chatGrammar() refuse what cannot be honoured: schemas outside the subset, best_of below n, suffix, biases of tokens the model lacks", async () => {
   assert400(await chat({ logit_bias: { "50256": -100 } }), "logit_bias", "invalid_value", /Token 50256 in logit_bias is outside this model's vocabulary of 512 tokens/);
   assert400(await completion({ logit_bias: { "512": 1 } }), "logit_bias", "invalid_value", /Token 512 in logit_bias/);
   assert400(await chat({ presence_penalty: 2.5 }), "presence_penalty", "invalid_value", /<=2 \(got 2.5\)/);
@@ -148,7 +148,8 @@ test("checkUnsupported() and chatGrammar() refuse what cannot be honoured: schem
   assert400(await chat({ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", format: "ipv6" } } } }), "response_format", "invalid_value", /^The response_format schema cannot be followed: the schema's "format" "ipv6" at # is not supported by constrained decoding \(supported: date, /);
   assert400(await chat({ response_format: { type: "json_schema" } }), "response_format", "invalid_value", /needs a "json_schema" object/);
   assert400(await chat({ response_format: { type: "xml" } }), "response_format", "invalid_value", /type must be "text", "json_object" or "json_schema", got "xml"/);
-  assert400(await completion({ best_of: 3 }), "best_of", "unsupported_parameter", /Only best_of = 1 is supported, got best_of = 3/);
+  assert400(await completion({ best_of: 2, n: 3 }), "best_of", "invalid_value", /The best_of must be at least n, got best_of = 2 and n = 3/);
+  assert400(await completion({ best_of: 0 }), "best_of", "invalid_value", /got 0/);
   assert400(await completion({ suffix: "The end." }), "suffix", "unsupported_parameter", /suffix = "The end\."/);
   for (const r of [
     await chat({ presence_penalty: 0, frequency_penalty: 0, logit_bias: {}, response_format: { type: "text" } }),
@@ -174,9 +175,9 @@ test("schemaError() explains union fields: content, stop, tool_choice and prompt
   assert400(await chat({ stop: ["a", "b", "c", "d", "e"] }), "stop", "invalid_value", /at most 4 stop sequences are allowed, got 5/);
   assert400(await chat({ stop: ["a", 7] }), "stop[1]", "invalid_value", /stop sequences must be strings/);
   assert400(await chat({ tool_choice: "bogus" }), "tool_choice", "invalid_value", /must be "none", "auto", "required" or \{"type": "function"/);
-  assert400(await completion({ prompt: ["a", "b"] }), "prompt", "invalid_value", /only one prompt per request is supported, got 2/);
+  assert400(await completion({ prompt: ["a", 2] }), "prompt[1]", "invalid_value", /the prompts must all be of one kind/);
   assert400(await completion({ prompt: [1.5] }), "prompt[0]", "invalid_value", /token ids must be non-negative integers \(got 1.5\)/);
-  assert400(await completion({ prompt: [[1, 2], [3]] }), "prompt", "invalid_value", /only one prompt per request/);
+  assert400(await completion({ prompt: [[1, 2], [3, 1.5]] }), "prompt[1][1]", "invalid_value", /token ids must be non-negative integers/);
   assert400(await completion({ prompt: [[1, -2]] }), "prompt[0][1]", "invalid_value", /non-negative integers \(got -2\)/);
   assert400(await post("/v1/completions", { model: "stories260K" }), "prompt", "missing_required_parameter", /a prompt is required \(it is missing\)/);
   for (const prompt of ["Once", ["Once"], [1, 2, 3], [[1, 2, 3]]]) assert.equal((await completion({ prompt })).status, 200, JSON.stringify(prompt));
@@ -184,7 +185,7 @@ test("schemaError() explains union fields: content, stop, tool_choice and prompt
 
 test("submitChat() and submitCompletion() word their refusals in sentence case", async () => {
   assert400(await chat({ top_logprobs: 2 }), "top_logprobs", "invalid_value", /^Asking for top_logprobs needs logprobs = true, got top_logprobs = 2$/);
-  assert400(await completion({ echo: true }), "echo", "unsupported_parameter", /^Echoing the prompt is not supported, got echo = true$/);
+  assert400(await completion({ max_tokens: 0 }), "max_tokens", "invalid_value", /^A max_tokens of 0 generates nothing; it is only allowed with echo = true \(to score the prompt\)$/);
   const tools = [{ type: "function", function: { name: "get_weather", parameters: { type: "object" } } }];
   assert400(
     await chat({ tools, tool_choice: { type: "function", function: { name: "missing" } } }),

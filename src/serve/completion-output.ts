@@ -1,0 +1,63 @@
+/**
+ * What a completion choice holds beyond its generated text: the prompt it echoes (`echo`, with the
+ * prompt tokens' log probabilities when `logprobs` is set), and which generations `best_of` keeps.
+ */
+import type { GenerateResult } from "../engine/engine-types.ts";
+import type { TokenLogprob } from "../engine/logprobs.ts";
+import type { Tokenizer } from "../model/config.ts";
+import { type CompletionLogprobs, completionLogprobs } from "./logprobs-json.ts";
+import type { CompletionShape, EchoedPrompt } from "./openai.ts";
+
+/**
+ * The indices of the `n` generations of `group` to return, likeliest first: by mean log probability
+ * per generated token (OpenAI's `best_of` ranking); a generation with no token ranks last. Ties keep
+ * generation order.
+ */
+export function bestOf(group: readonly GenerateResult[], n: number): number[] {
+  const score = (r: GenerateResult) => {
+    const lps = r.logprobs ?? [];
+    return lps.length === 0 ? -Infinity : lps.reduce((a, lp) => a + lp.logprob, 0) / lps.length;
+  };
+  const scores = group.map(score);
+  return group.map((_, i) => i).sort((a, b) => scores[b] - scores[a] || a - b).slice(0, n);
+}
+
+/**
+ * The echoed prompt's part of a completion's `logprobs`: each prompt token with its log probability
+ * given those before it (null for the first, which nothing predicts).
+ */
+export function echoLogprobs(tokenizer: Tokenizer, prompt: EchoedPrompt, lps: readonly (TokenLogprob | null)[]): CompletionLogprobs {
+  const known = prompt.ids.map((id, i): TokenLogprob => lps[i] ?? { id, logprob: NaN, top: [] });
+  const out = completionLogprobs(tokenizer, known);
+  prompt.ids.forEach((_, i) => {
+    if (lps[i]) return;
+    out.token_logprobs[i] = null;
+    out.top_logprobs[i] = null;
+  });
+  return out;
+}
+
+/** `a` followed by `b`, whose text offsets are shifted by `shift`. */
+export function joinLogprobs(a: CompletionLogprobs, b: CompletionLogprobs, shift: number): CompletionLogprobs {
+  return {
+    tokens: [...a.tokens, ...b.tokens],
+    token_logprobs: [...a.token_logprobs, ...b.token_logprobs],
+    top_logprobs: [...a.top_logprobs, ...b.top_logprobs],
+    text_offset: [...a.text_offset, ...b.text_offset.map((o) => o + shift)],
+  };
+}
+
+/** A completion choice's text and `logprobs` (null when not asked for), echo included. */
+export function completionChoice(tokenizer: Tokenizer, shape: CompletionShape | undefined, prompt: number, r: GenerateResult) {
+  const generated = shape?.scoreOnly ? "" : r.text;
+  const wantLogprobs = shape ? shape.logprobs : r.logprobs !== undefined;
+  let logprobs: CompletionLogprobs | null = null;
+  if (wantLogprobs && !shape?.scoreOnly) logprobs = completionLogprobs(tokenizer, r.logprobs ?? []);
+  if (!shape?.echo) return { text: generated, logprobs };
+  const p = shape.prompts[prompt];
+  if (wantLogprobs) {
+    const echoed = echoLogprobs(tokenizer, p, r.promptLogprobs ?? []);
+    logprobs = logprobs ? joinLogprobs(echoed, logprobs, p.text.length) : echoed;
+  }
+  return { text: p.text + generated, logprobs };
+}
