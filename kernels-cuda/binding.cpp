@@ -51,6 +51,7 @@ class Context : public Napi::ObjectWrap<Context> {
                            InstanceMethod<&Context::Embedding>("embedding"),
                            InstanceMethod<&Context::GatherRows>("gatherRows"),
                            InstanceMethod<&Context::ScatterAdd>("scatterAdd"),
+                           InstanceMethod<&Context::MaskLogits>("maskLogits"),
                            InstanceMethod<&Context::Add>("add"),
                            InstanceMethod<&Context::SiluMul>("siluMul"),
                            InstanceMethod<&Context::Rmsnorm>("rmsnorm"),

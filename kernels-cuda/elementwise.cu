@@ -162,6 +162,31 @@ cudaError_t scatter_add(float* x, const int32_t* index, const float* values, int
   return cudaGetLastError();
 }
 
+// Token masks (output grammars): one thread per mask word (32 logits), rows distinct (checked on the host).
+__global__ void mask_logits_kernel(float* logits, const int32_t* rows, const uint32_t* bits, int m, int n, int vocab,
+                                   int words) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (long long)m * words) return;
+  const int k = int(i / words), w = int(i % words);
+  const int32_t row = rows[k];
+  if (row < 0 || row >= n) return;
+  const uint32_t word = bits[i];
+  if (word == 0xffffffffu) return;
+  float* out = logits + (size_t)row * vocab;
+  const int first = w * 32, last = min(first + 32, vocab);
+  for (int v = first; v < last; v++)
+    if (((word >> (v - first)) & 1u) == 0u) out[v] = -1e30f;
+}
+
+cudaError_t mask_logits(float* logits, const int32_t* rows, const uint32_t* bits, int m, int n, int vocab,
+                        cudaStream_t s) {
+  const int words = (vocab + 31) / 32;
+  const long long threads = (long long)m * words;
+  if (threads == 0) return cudaSuccess;
+  mask_logits_kernel<<<unsigned((threads + 255) / 256), 256, 0, s>>>(logits, rows, bits, m, n, vocab, words);
+  return cudaGetLastError();
+}
+
 cudaError_t add(const float* a, const float* b, size_t count, float* out, cudaStream_t s) {
   if (count == 0) return cudaSuccess;
   add_kernel<<<grid_for(count, 256), 256, 0, s>>>(a, b, count, out);

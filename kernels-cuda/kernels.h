@@ -26,6 +26,9 @@ cudaError_t embedding(const void* table, int dtype, const int32_t* ids, int n, i
 cudaError_t gather_rows(const float* x, const int32_t* idx, int m, int d, int rows, float* out, cudaStream_t s);
 /** x[index[i]] += values[i] for i < m (distinct offsets, checked on the host); offsets outside [0, size) skipped. */
 cudaError_t scatter_add(float* x, const int32_t* index, const float* values, int m, size_t size, cudaStream_t s);
+/** logits[rows[k] * vocab + v] = -1e30 wherever bit v of mask row k (ceil(vocab / 32) words) is 0; rows distinct. */
+cudaError_t mask_logits(float* logits, const int32_t* rows, const uint32_t* bits, int m, int n, int vocab,
+                        cudaStream_t s);
 cudaError_t add(const float* a, const float* b, size_t count, float* out, cudaStream_t s);
 cudaError_t silu_mul(const float* gate, const float* up, size_t count, float* out, cudaStream_t s);
 cudaError_t rmsnorm(const float* x, const float* w, int rows, int cols, float eps, float* out, cudaStream_t s);

@@ -154,7 +154,17 @@ export interface Backend {
    * any shape, index i32 [m] of distinct flat offsets inside x, values f32 [m]. Mutates x.
    */
   scatterAdd(x: Tensor, index: Tensor, values: Tensor): void;
+  /**
+   * Bars tokens (output grammars): logits[rows[k], v] = {@link MASKED_LOGIT} wherever bit v of mask
+   * row k is 0 (word v >> 5, bit v & 31). logits f32 [n, vocab]; rows i32 [m] of distinct rows of
+   * logits; bits i32 [m, ceil(vocab / 32)]. Mutates logits. A vocabulary-sized mask costs vocab / 8
+   * bytes to upload where a scatter of the barred tokens costs 8 per token.
+   */
+  maskLogits(logits: Tensor, rows: Tensor, bits: Tensor): void;
 }
+
+/** The logit a barred token gets ({@link Backend.maskLogits}): finite, and never sampled while any token is not barred. */
+export const MASKED_LOGIT = -1e30;
 
 /** Thrown when tensor shapes or dtypes do not fit an op; the message quotes them. */
 export class BackendShapeError extends Error {

@@ -10,7 +10,7 @@ import type { StepEntry } from "./scheduler-types.ts";
 import type { LogitAdditions, LogitAdjuster } from "./logit-adjust.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { AsyncQueue } from "./events.ts";
-import type { OutputConstraint } from "./output-constraint.ts";
+import type { OutputConstraint, TokenMask } from "./output-constraint.ts";
 import type { UniformSource } from "./sampler-rng.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 
@@ -55,12 +55,14 @@ export function samplingRow(a: Active, sample: boolean): SamplingRow {
 
 /** What a step adds to the request's logits before sampling (undefined: nothing, or no token sampled). */
 function logitAdditions(a: Active, sample: boolean): LogitAdditions | undefined {
-  if (!sample || (!a.adjust && !a.constraint)) return undefined;
-  const add = a.adjust?.next(a.seq.tokens, a.seq.promptLength);
-  const barred = a.constraint?.next(a.seq.tokens, a.seq.promptLength);
-  // A barred token stays barred whatever its bias.
-  const all = !barred ? add! : !add ? barred : new Map([...add, ...barred]);
-  return all.size > 0 ? all : undefined;
+  if (!sample || !a.adjust) return undefined;
+  const add = a.adjust.next(a.seq.tokens, a.seq.promptLength);
+  return add.size > 0 ? add : undefined;
+}
+
+/** The tokens the request's grammar allows next (undefined: free text, or no token sampled). */
+function tokenMask(a: Active, sample: boolean): TokenMask | undefined {
+  return sample ? a.constraint?.next(a.seq.tokens, a.seq.promptLength) : undefined;
 }
 
 /**
@@ -79,10 +81,11 @@ function promptAsk(a: Active, e: Pick<StepEntry, "startPos" | "tokens">): Prompt
 export function stepExtras(active: readonly Active[], entries: readonly Pick<StepEntry, "sample" | "startPos" | "tokens">[]): StepExtras | undefined {
   const additions = active.map((a, i) => logitAdditions(a, entries[i].sample));
   const logprobs = active.map((a, i) => (entries[i].sample ? a.req.logprobs : undefined));
+  const masks = active.map((a, i) => tokenMask(a, entries[i].sample));
   const promptLogprobs = active.map((a, i) => promptAsk(a, entries[i]));
   const any = (xs: readonly unknown[]) => xs.some((x) => x !== undefined);
-  if (!any(additions) && !any(logprobs) && !any(promptLogprobs)) return undefined;
-  return { additions, logprobs, ...(any(promptLogprobs) ? { promptLogprobs } : {}) };
+  if (!any(additions) && !any(masks) && !any(logprobs) && !any(promptLogprobs)) return undefined;
+  return { additions, logprobs, ...(any(masks) ? { masks } : {}), ...(any(promptLogprobs) ? { promptLogprobs } : {}) };
 }
 
 /** Files a step's prompt log probabilities for an entry that started at `startPos` (see promptAsk). */

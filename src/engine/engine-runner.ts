@@ -11,6 +11,7 @@ import { forward, type PagedKv } from "../model/forward.ts";
 import { type HostKv, readSlots, slotsOf, writeSlots } from "./kv-copy.ts";
 import { HostKvSwap } from "./kv-swap.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
+import type { TokenMask } from "./output-constraint.ts";
 import { type TokenLogprob, tokenLogprob } from "./logprobs.ts";
 import type { StepEntry, SwapOp } from "./scheduler-types.ts";
 
@@ -18,6 +19,8 @@ import type { StepEntry, SwapOp } from "./scheduler-types.ts";
 export interface StepExtras {
   /** Added to the entry's logits before sampling (logit biases and penalties). */
   additions?: readonly (LogitAdditions | undefined)[];
+  /** The tokens the entry's output grammar allows; the others are barred after the additions, whatever their bias. */
+  masks?: readonly (TokenMask | undefined)[];
   /** Log probability of the sampled token and this many top alternatives (0 to MAX_TOP_LOGPROBS). */
   logprobs?: readonly (number | undefined)[];
   /** Log probabilities of the prompt tokens the entry's rows predict (prompt_logprobs, echo). */
@@ -89,6 +92,7 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
         const asking = (extras?.logprobs ?? []).flatMap((n, row) => (n === undefined ? [] : [row]));
         if (asking.length > 0) raw = gatherLogitRows(backend, logits, asking);
         if (extras?.additions) addToLogits(backend, logits, extras.additions);
+        if (extras?.masks) maskLogitRows(backend, logits, extras.masks);
         const idsT = backend.sample(logits, rows);
         let ids: Int32Array;
         try {
@@ -162,6 +166,24 @@ function gatherLogitRows(backend: Backend, logits: Tensor, rows: readonly number
     return backend.gatherRows(logits, idx);
   } finally {
     backend.free(idx);
+  }
+}
+
+/** Bars what each row's mask does not allow, in one `maskLogits` (nothing when no row has a mask). */
+export function maskLogitRows(backend: Backend, logits: Tensor, masks: readonly (TokenMask | undefined)[]): void {
+  const rows = masks.flatMap((m, row) => (m === undefined ? [] : [row]));
+  if (rows.length === 0) return;
+  const words = Math.ceil(logits.shape[1] / 32);
+  const bits = new Int32Array(rows.length * words);
+  // Logit columns past the mask's vocabulary (an output matrix padded beyond the tokenizer's ids) stay barred.
+  rows.forEach((row, k) => bits.set(masks[row]!.bits.subarray(0, words), k * words));
+  const rowsT = backend.upload(Int32Array.from(rows), [rows.length]);
+  const bitsT = backend.upload(bits, [rows.length, words]);
+  try {
+    backend.maskLogits(logits, rowsT, bitsT);
+  } finally {
+    backend.free(rowsT);
+    backend.free(bitsT);
   }
 }
 

@@ -1,18 +1,16 @@
 /**
  * Token masks from an output grammar (src/engine/grammar.ts): before each step, every token whose
- * text cannot come next gets a logit of -1e30 through the same sparse add as logit biases, and EOS
- * is allowed only where the grammar may end.
+ * text cannot come next gets a logit of -1e30 (`Backend.maskLogits`, a bit per token), and EOS is
+ * allowed only where the grammar may end.
  *
  * The vocabulary's token texts sit in a character trie built once per engine, so finding the
  * allowed tokens walks only the prefixes the grammar accepts: in most states a handful of first
- * characters, not the whole vocabulary. Building the mask still touches every token id (the barred
- * ones are the output), a cost to know at 150k-token vocabularies.
+ * characters, not the whole vocabulary. The mask is a bit per token, set for the allowed ones.
  */
 import {
   grammarComplete, grammarFeed, grammarStart, grammarStateKey, grammarPlainTextRooms, grammarStep, type GrammarState, isPlainText, ObjectIds,
   type OutputGrammar,
 } from "./grammar.ts";
-import type { LogitAdditions } from "./logit-adjust.ts";
 import { kindOf } from "./char-kinds.ts";
 
 interface TrieNode {
@@ -92,38 +90,39 @@ export class TokenTrie {
 }
 
 /**
- * The additions that bar every token but the allowed ones (-1e30 each), read from a flag per token
- * instead of a Map of tens of thousands of entries.
+ * The tokens allowed at one step, a bit per token (bit v of word v >> 5): what
+ * `Backend.maskLogits` reads, vocab / 8 bytes to upload where a scatter of every barred token
+ * costs 8 bytes per token (and, at 150k tokens, ~18 ms of host time per step; see
+ * docs/results/bench-grammar.md).
  */
-class BarredTokens implements LogitAdditions {
-  readonly size: number;
+export class TokenMask {
+  readonly bits: Int32Array;
 
-  constructor(private readonly ok: Uint8Array) {
+  constructor(readonly vocabSize: number) {
+    this.bits = new Int32Array(Math.ceil(vocabSize / 32));
+  }
+
+  /** Allows (or bars, with `ok` false) token `id`. */
+  set(id: number, ok = true): void {
+    if (ok) this.bits[id >> 5] |= 1 << (id & 31);
+    else this.bits[id >> 5] &= ~(1 << (id & 31));
+  }
+
+  /** Whether token `id` may come next. */
+  allows(id: number): boolean {
+    return id >= 0 && id < this.vocabSize && ((this.bits[id >> 5] >>> (id & 31)) & 1) === 1;
+  }
+
+  /** How many tokens may come next. */
+  get allowedCount(): number {
     let n = 0;
-    for (let id = 0; id < ok.length; id++) n += 1 - ok[id];
-    this.size = n;
-  }
-
-  get(id: number): number | undefined {
-    return this.has(id) ? -1e30 : undefined;
-  }
-  has(id: number): boolean {
-    return id >= 0 && id < this.ok.length && this.ok[id] === 0;
-  }
-  *keys(): MapIterator<number> {
-    for (let id = 0; id < this.ok.length; id++) if (this.ok[id] === 0) yield id;
-  }
-  *values(): MapIterator<number> {
-    for (let i = 0; i < this.size; i++) yield -1e30;
-  }
-  *entries(): MapIterator<[number, number]> {
-    for (const id of this.keys()) yield [id, -1e30];
-  }
-  [Symbol.iterator](): MapIterator<[number, number]> {
-    return this.entries();
-  }
-  forEach(fn: (value: number, key: number, map: ReadonlyMap<number, number>) => void): void {
-    for (const id of this.keys()) fn(-1e30, id, this);
+    for (let w of this.bits) {
+      // Popcount of a 32-bit word.
+      w = w - ((w >>> 1) & 0x55555555);
+      w = (w & 0x33333333) + ((w >>> 2) & 0x33333333);
+      n += (((w + (w >>> 4)) & 0x0f0f0f0f) * 0x01010101) >>> 24;
+    }
+    return n;
   }
 }
 
@@ -147,20 +146,20 @@ export class OutputConstraint {
   }
 
   /**
-   * Masks for the next token, the output so far being `tokens` from `outputStart` on: the tokens
-   * barred next, as additions of -1e30 (EOS barred until the grammar may end).
+   * The mask of the next token, the output so far being `tokens` from `outputStart` on: the tokens
+   * that may come next (EOS only once the grammar may end).
    */
-  next(tokens: readonly number[], outputStart: number): LogitAdditions {
+  next(tokens: readonly number[], outputStart: number): TokenMask {
     for (; outputStart + this.#fed < tokens.length; this.#fed++) {
       const fed = grammarFeed(this.#state, this.trie.texts[tokens[outputStart + this.#fed]] ?? "");
       // A token the mask allowed always feeds; a stale state (none should arise) keeps the last good one.
       if (fed.length > 0) this.#state = fed;
     }
-    const ok = new Uint8Array(this.trie.texts.length);
-    for (const id of this.#allowed()) ok[id] = 1;
+    const mask = new TokenMask(this.trie.texts.length);
+    for (const id of this.#allowed()) mask.set(id);
     const done = grammarComplete(this.#state);
-    for (const id of this.eos) ok[id] = done ? 1 : 0;
-    return new BarredTokens(ok);
+    for (const id of this.eos) mask.set(id, done);
+    return mask;
   }
 
   #allowed(): Int32Array {

@@ -1,9 +1,9 @@
 /**
- * Conformance cases for the dense ops: embedding, gatherRows, scatterAdd, matmul, rmsnorm, rope,
+ * Conformance cases for the dense ops: embedding, gatherRows, scatterAdd, maskLogits, matmul, rmsnorm, rope,
  * siluMul, add, softmax, argmax. Each case draws fresh inputs from the seeded generator it is given.
  *
  * Tolerances (|x - ref| <= atol + rtol·|ref|; the reference accumulates in f64):
- * - embedding, gatherRows, scatterAdd, add, argmax: exact. Decoding f16/bf16/q8_0 to f32 is exact (a q8_0 value
+ * - embedding, gatherRows, scatterAdd, maskLogits, add, argmax: exact. Decoding f16/bf16/q8_0 to f32 is exact (a q8_0 value
  *   is an f16 scale times an int8: 19 significant bits), copies are copies, f32 addition is exactly
  *   rounded either way, argmax compares the same f32 values.
  * - matmul: atol 1e-4, rtol 1e-4. Inputs in [-1, 1], k ≤ 128: f32 accumulation error is about
@@ -73,6 +73,24 @@ function scatterAddCases(): Case[] {
       const values = b.upload(rng.f32(m).map((v) => v * 100), [m]);
       b.scatterAdd(x, index, values);
       return finish(b, [x], [index, values]);
+    },
+  }));
+}
+
+/** Token masks on logits-shaped x: random bits on some rows (a word all ones, all zeros, and a vocabulary not a multiple of 32). */
+function maskLogitsCases(): Case[] {
+  return [[3, 517, 2], [1, 37, 1], [4, 64, 0], [5, 2000, 5]].map(([rows, vocab, m]): Case => ({
+    op: "maskLogits",
+    name: `x=[${rows}, ${vocab}] m=${m}`,
+    tolerance: EXACT,
+    run: (b, rng) => {
+      const x = b.upload(rng.f32(rows * vocab), [rows, vocab]);
+      const words = Math.ceil(vocab / 32);
+      const bits = rng.i32(m * words, 2 ** 31).map((w, i) => (i % 7 === 3 ? -1 : i % 7 === 5 ? 0 : w * (i % 2 ? -1 : 1)));
+      const rowIds = b.upload(Int32Array.from(rng.perm(rows).slice(0, m)), [m]);
+      const mask = b.upload(bits, [m, words]);
+      b.maskLogits(x, rowIds, mask);
+      return finish(b, [x], [rowIds, mask]);
     },
   }));
 }
@@ -203,5 +221,5 @@ function ropeCases(): Case[] {
 
 /** Every dense-op case. */
 export function denseCases(): Case[] {
-  return [...embeddingCases(), ...gatherCases(), ...scatterAddCases(), ...matmulCases(), ...rowCases(), ...ropeCases()];
+  return [...embeddingCases(), ...gatherCases(), ...scatterAddCases(), ...maskLogitsCases(), ...matmulCases(), ...rowCases(), ...ropeCases()];
 }

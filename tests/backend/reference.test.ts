@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
-import { BackendShapeError, type Tensor } from "../../src/backend/types.ts";
+import { BackendShapeError, MASKED_LOGIT, type Tensor } from "../../src/backend/types.ts";
 import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 
 const be = createReferenceBackend();
@@ -134,4 +134,21 @@ test("rope() divides each pair's frequency by its freqFactors entry", async () =
 test("ops reject tensors from another backend", () => {
   const foreign: Tensor = { shape: [1], dtype: "f32", backend: "webgpu" };
   assert.throws(() => be.add(foreign, foreign), /belongs to backend "webgpu"/);
+});
+
+test("maskLogits() sets exactly the tokens whose bit is 0 to MASKED_LOGIT, on the rows named", async () => {
+  // Vocabulary 35: two words per row, the second covering tokens 32..34 only.
+  const x = f32(Array.from({ length: 3 * 35 }, (_, i) => i), [3, 35]);
+  const allowed = [[0, 5, 31, 33], [1, 32, 34]];
+  const bits = new Int32Array(4);
+  allowed.forEach((ids, k) => ids.forEach((v) => (bits[k * 2 + (v >> 5)] |= 1 << (v & 31))));
+  be.maskLogits(x, i32([2, 0]), be.upload(bits, [2, 2]));
+  const out = await read(x);
+  for (let row = 0; row < 3; row++) {
+    const ok = row === 2 ? allowed[0] : row === 0 ? allowed[1] : null;
+    for (let v = 0; v < 35; v++) assert.equal(out[row * 35 + v], ok === null || ok.includes(v) ? row * 35 + v : Math.fround(MASKED_LOGIT), `row ${row} token ${v}`);
+  }
+  assert.throws(() => be.maskLogits(x, i32([0]), be.upload(new Int32Array(1), [1, 1])), /maskLogits bits \[1, 1\] do not match 1 rows of 2 words for a vocabulary of 35/);
+  assert.throws(() => be.maskLogits(x, i32([1, 1]), be.upload(new Int32Array(4), [2, 2])), /row 1 appears twice/);
+  assert.throws(() => be.maskLogits(x, i32([3]), be.upload(new Int32Array(2), [1, 2])), /row 3 at 0 is outside 0..2/);
 });

@@ -6,7 +6,7 @@ import { createEngine } from "../../src/engine/engine-factory.ts";
 import type { GenerateRequest } from "../../src/engine/engine-types.ts";
 import { grammarComplete, grammarFeed, grammarStart, type GrammarState, type OutputGrammar } from "../../src/engine/grammar.ts";
 import { compileSchema, type JsonSchema } from "../../src/engine/json-schema.ts";
-import { OutputConstraint, TokenTrie } from "../../src/engine/output-constraint.ts";
+import { OutputConstraint, type TokenMask, TokenTrie } from "../../src/engine/output-constraint.ts";
 import { tokenTextOf } from "../../src/model/config.ts";
 import { loadModel } from "../../src/model/load.ts";
 
@@ -141,7 +141,11 @@ test("grammarStart() caps a hostname at 253 characters in all, as RFC 1123 does"
 test("OutputConstraint.next() bars exactly the tokens whose text cannot come next, and EOS until the object closes", () => {
   const texts = ["", "{", "}", '"', "a", ":", "1", " ", "\uFFFD", '{"', '"}', "x"];
   const c = new OutputConstraint(OBJECT, new TokenTrie(texts), [0]);
-  const barredIds = (m: ReadonlyMap<number, number>) => [...m.keys()].sort((a, b) => a - b);
+  const barredIds = (m: TokenMask) => {
+    const ids = texts.flatMap((_, id) => (m.allows(id) ? [] : [id]));
+    assert.equal(m.allowedCount, texts.length - ids.length);
+    return ids;
+  };
   assert.deepEqual(barredIds(c.next([], 0)), [0, 2, 3, 4, 5, 6, 7, 8, 10, 11], "only '{' and '{\"' may start");
   assert.deepEqual(barredIds(c.next([1], 0)), [0, 1, 4, 5, 6, 8, 9, 11], "after '{': a key, '}', whitespace");
   assert.deepEqual(barredIds(c.next([1, 2], 0)), [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], "after '{}' only EOS");
@@ -215,8 +219,9 @@ for (const [schema, doc] of MASK_CASES) test(`OutputConstraint.next() masks matc
     const state = grammarFeed(grammarStart(g), doc.slice(0, k));
     const ok = new Set(texts.flatMap((t, id) => (t !== "" && !t.includes("\uFFFD") && grammarFeed(state, t).length > 0 ? [id] : [])));
     if (grammarComplete(state)) for (const e of model.config.eosTokenIds) ok.add(e);
-    const barred = c.next(ids.slice(0, k), 0);
-    const allowed = texts.flatMap((_, id) => (barred.has(id) ? [] : [id]));
+    const mask = c.next(ids.slice(0, k), 0);
+    const allowed = texts.flatMap((_, id) => (mask.allows(id) ? [id] : []));
+    assert.equal(mask.allowedCount, allowed.length);
     assert.deepEqual(allowed, [...ok].sort((x, y) => x - y), `after ${JSON.stringify(doc.slice(0, k))}`);
   }
 });
@@ -234,6 +239,11 @@ test("Engine under a json_object grammar writes a prefix of one JSON object, and
   const closed = await generate({ grammar: OBJECT, logitBias: close.map((id) => [id, 50]) });
   assert.equal(closed.result.finishReason, "stop");
   assert.deepEqual(JSON.parse(closed.text), {});
+  // A bias cannot lift a barred token: " the" pushed by +100 still waits for a string to hold it.
+  const the = model.tokenizer.encode(" the", { addBos: false });
+  const biased = await generate({ grammar: OBJECT, logitBias: the.map((id) => [id, 100]), maxTokens: 12 });
+  assert.ok(fits(JSON_START, biased.text), `not the start of a JSON object: ${JSON.stringify(biased.text)}`);
+  assert.ok(biased.result.tokenIds.some((id) => the.includes(id)), "the biased token is taken where the grammar allows it");
 });
 
 test("Engine under a json_schema grammar writes whole values of the schema when the schema leaves little choice", async () => {

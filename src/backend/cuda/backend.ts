@@ -255,6 +255,23 @@ export class CudaBackend extends CudaExtras implements Backend {
     this.ctx.scatterAdd(xs.ptr, i.ptr, v.ptr, m, size);
   }
 
+  maskLogits(logits: Tensor, rows: Tensor, bits: Tensor): void {
+    const l = expect(logits, 2, "maskLogits logits", ["f32"]);
+    const r = expect(rows, 1, "maskLogits rows", ["i32"]);
+    const b = expect(bits, 2, "maskLogits bits", ["i32"]);
+    const [n, vocab] = l.shape;
+    const m = r.shape[0];
+    const words = Math.ceil(vocab / 32);
+    if (b.shape[0] !== m || b.shape[1] !== words) {
+      throw new BackendShapeError(`maskLogits bits ${fmt(b.shape)} do not match ${m} rows of ${words} words for a vocabulary of ${vocab}`);
+    }
+    if (r.host) {
+      this.checkIndices(r.host, n, "maskLogits row");
+      if (new Set(r.host).size !== m) throw new BackendShapeError("maskLogits rows must be distinct");
+    }
+    this.ctx.maskLogits(l.ptr, r.ptr, b.ptr, m, n, vocab);
+  }
+
   private same(a: Tensor, b: Tensor, op: string): [CudaTensor, CudaTensor] {
     const x = expect(a, undefined, `${op} input`, ["f32"]);
     const y = expect(b, undefined, `${op} input`, ["f32"]);

@@ -44,6 +44,7 @@ export interface NativeContext {
   embedding(table: DevicePtr, dtype: number, ids: DevicePtr, n: number, dim: number, vocab: number): DevicePtr;
   gatherRows(x: DevicePtr, idx: DevicePtr, m: number, d: number, rows: number): DevicePtr;
   scatterAdd(x: DevicePtr, index: DevicePtr, values: DevicePtr, m: number, size: number): void;
+  maskLogits(logits: DevicePtr, rows: DevicePtr, bits: DevicePtr, m: number, n: number, vocab: number): void;
   add(a: DevicePtr, b: DevicePtr, count: number): DevicePtr;
   siluMul(gate: DevicePtr, up: DevicePtr, count: number): DevicePtr;
   rmsnorm(x: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): DevicePtr;

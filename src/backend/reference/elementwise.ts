@@ -2,7 +2,7 @@
  * Reference row-wise and elementwise ops: embedding gather, row gather, rmsnorm, silu·mul, add,
  * softmax, argmax, scatter-add. Reductions accumulate in f64.
  */
-import { BackendShapeError } from "../types.ts";
+import { BackendShapeError, MASKED_LOGIT } from "../types.ts";
 import {
   expectF32,
   expectRank,
@@ -145,5 +145,27 @@ export function scatterAdd(x: RefTensor, index: RefTensor, values: RefTensor): v
     if (seen.has(o)) throw new BackendShapeError(`scatterAdd offset ${o} appears twice (offsets must be distinct)`);
     seen.add(o);
     dst[o] += val[i];
+  }
+}
+
+/** logits[rows[k], v] = MASKED_LOGIT where bit v of bits[k] is 0 (Backend.maskLogits). Mutates logits. */
+export function maskLogits(logits: RefTensor, rows: RefTensor, bits: RefTensor): void {
+  expectRank(logits, 2, "maskLogits logits", ["f32"]);
+  expectRank(rows, 1, "maskLogits rows", ["i32"]);
+  expectRank(bits, 2, "maskLogits bits", ["i32"]);
+  const [n, vocab] = logits.shape;
+  const m = rows.shape[0];
+  const words = Math.ceil(vocab / 32);
+  if (bits.shape[0] !== m || bits.shape[1] !== words) {
+    throw new BackendShapeError(`maskLogits bits ${fmt(bits.shape)} do not match ${m} rows of ${words} words for a vocabulary of ${vocab}`);
+  }
+  const dst = logits.f32, r = rows.i32, b = bits.i32;
+  const seen = new Set<number>();
+  for (let k = 0; k < m; k++) {
+    const row = r[k];
+    if (row < 0 || row >= n) throw new RangeError(`maskLogits row ${row} at ${k} is outside 0..${n - 1}`);
+    if (seen.has(row)) throw new BackendShapeError(`maskLogits row ${row} appears twice (rows must be distinct)`);
+    seen.add(row);
+    for (let v = 0; v < vocab; v++) if (((b[k * words + (v >> 5)] >>> (v & 31)) & 1) === 0) dst[row * vocab + v] = MASKED_LOGIT;
   }
 }

@@ -13,7 +13,7 @@ import {
   type WeightDType,
 } from "../types.ts";
 import { pagedAttention, kvWrite } from "./attention.ts";
-import { add, argmax, embedding, gatherRows, rmsnorm, scatterAdd, siluMul, softmax } from "./elementwise.ts";
+import { add, argmax, embedding, gatherRows, maskLogits, rmsnorm, scatterAdd, siluMul, softmax } from "./elementwise.ts";
 import { matmul, rope } from "./linear.ts";
 import { sample } from "./sampling.ts";
 import { asRef, checkShape, f32Tensor, fmt, i32Tensor, REFERENCE_NAME, RefTensor } from "./storage.ts";
@@ -91,5 +91,7 @@ export function createReferenceBackend(): Backend {
     gatherRows: (x: Tensor, idx: Tensor) => gatherRows(r(x, "gatherRows input"), r(idx, "gatherRows indices")),
     scatterAdd: (x: Tensor, index: Tensor, values: Tensor) =>
       scatterAdd(r(x, "scatterAdd target"), r(index, "scatterAdd index"), r(values, "scatterAdd values")),
+    maskLogits: (logits: Tensor, rows: Tensor, bits: Tensor) =>
+      maskLogits(r(logits, "maskLogits logits"), r(rows, "maskLogits rows"), r(bits, "maskLogits bits")),
   };
 }

@@ -9,7 +9,7 @@ import { kvWrite, pagedAttention } from "./ops-attention.ts";
 import { embedding, matmul } from "./ops-linear.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
 import { add, argmax, gatherRows, rmsnorm, rope, siluMul, softmax } from "./ops-rowwise.ts";
-import { sample, scatterAdd } from "./ops-sample.ts";
+import { maskLogits, sample, scatterAdd } from "./ops-sample.ts";
 import type { RecorderStats } from "./recorder.ts";
 import { asGpu, WEBGPU_NAME } from "./tensor.ts";
 import type {
@@ -123,6 +123,9 @@ export class WebGpuBackend implements Backend {
   }
   scatterAdd(x: Tensor, index: Tensor, values: Tensor): void {
     scatterAdd(this.#ctx, x, index, values);
+  }
+  maskLogits(logits: Tensor, rows: Tensor, bits: Tensor): void {
+    maskLogits(this.#ctx, logits, rows, bits);
   }
   gatherRows(x: Tensor, idx: Tensor): Tensor {
     return gatherRows(this.#ctx, x, idx);

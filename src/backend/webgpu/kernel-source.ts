@@ -15,7 +15,7 @@ export type KernelParams = Readonly<Record<string, boolean | number | string>>;
 /** Kernels whose sources are read; `weights` is a prelude, prepended where a kernel reads weights. */
 export const KERNEL_FILES = [
   "weights", "embedding", "gather_rows", "fill", "elementwise", "rmsnorm", "softmax", "matmul_gemv",
-  "matmul_tiled", "rope", "kv_write", "paged_attention", "argmax", "sample", "scatter_add", "bench_copy", "bench_fma",
+  "matmul_tiled", "rope", "kv_write", "paged_attention", "argmax", "sample", "scatter_add", "mask_logits", "bench_copy", "bench_fma",
 ] as const;
 
 /** Name of one kernel source file (without `.wgsl`). */

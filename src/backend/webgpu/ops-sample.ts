@@ -60,3 +60,27 @@ export function scatterAdd(ctx: GpuContext, xT: Tensor, indexT: Tensor, valuesT:
     Math.ceil(m / 256),
   );
 }
+
+/** logits[rows[k], v] = -1e30 wherever bit v of bits[k] is 0 (Backend.maskLogits); rows distinct. Mutates logits. */
+export function maskLogits(ctx: GpuContext, logitsT: Tensor, rowsT: Tensor, bitsT: Tensor): void {
+  const logits = asGpu(logitsT, "maskLogits logits");
+  const rows = asGpu(rowsT, "maskLogits rows");
+  const bits = asGpu(bitsT, "maskLogits bits");
+  expectRank(logits, 2, "maskLogits logits", ["f32"]);
+  expectRank(rows, 1, "maskLogits rows", ["i32"]);
+  expectRank(bits, 2, "maskLogits bits", ["i32"]);
+  const [n, vocab] = logits.shape;
+  const m = rows.shape[0];
+  const words = Math.ceil(vocab / 32);
+  if (bits.shape[0] !== m || bits.shape[1] !== words) {
+    throw new BackendShapeError(`maskLogits bits ${fmt(bits.shape)} do not match ${m} rows of ${words} words for a vocabulary of ${vocab}`);
+  }
+  if (m === 0) return;
+  ctx.recorder.dispatch(
+    "mask_logits",
+    {},
+    [m, n, vocab, words],
+    [[1, logits.buffer], [2, rows.buffer], [3, bits.buffer]],
+    Math.ceil((m * words) / 256),
+  );
+}
