@@ -38,3 +38,17 @@ export function expectSameShape(a: Tensor, b: Tensor, what: string): void {
     throw new BackendShapeError(`${what}: shapes ${fmt(a.shape)} and ${fmt(b.shape)} differ`);
   }
 }
+
+/** The shapes of a `maskLogits` call: logits f32 [n, vocab], rows i32 [m], bits i32 [m, ceil(vocab / 32)]. */
+export function expectMaskShapes(logits: Tensor, rows: Tensor, bits: Tensor): { n: number; vocab: number; m: number; words: number } {
+  expectRank(logits, 2, "maskLogits logits", ["f32"]);
+  expectRank(rows, 1, "maskLogits rows", ["i32"]);
+  expectRank(bits, 2, "maskLogits bits", ["i32"]);
+  const [n, vocab] = logits.shape;
+  const m = rows.shape[0];
+  const words = Math.ceil(vocab / 32);
+  if (bits.shape[0] !== m || bits.shape[1] !== words) {
+    throw new BackendShapeError(`maskLogits bits ${fmt(bits.shape)} do not match ${m} rows of ${words} words for a vocabulary of ${vocab}`);
+  }
+  return { n, vocab, m, words };
+}

@@ -185,7 +185,7 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
     async start(controller) {
       const send = (choices: Json[]) => choices.forEach((c) => controller.enqueue(chunk(c)));
       try {
-        // Streams carry every generation (best_of above n is refused with stream): prompt i / n's.
+        // A stream carries every generation (best_of above n is refused with stream): handle i answers prompt ⌊i / perPrompt⌋.
         const choices = handles.map((_, i) => new ChoiceStream(ctx, s, i, Math.floor(i / s.perPrompt)));
         choices.forEach((c) => send(c.start()));
         if (kind === "chat") choices.forEach((c) => send([{ index: c.index, logprobs: null, finish_reason: null, delta: { role: "assistant", content: "" } }]));

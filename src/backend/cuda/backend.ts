@@ -19,6 +19,7 @@ import type { DevicePtr, NativeContext } from "./native-types.ts";
 import { PlanCache } from "./plan-cache.ts";
 import { packSamplingRows } from "./sampling-params.ts";
 import { checkShape, CudaTensor, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
+import { expectMaskShapes } from "../shape-checks.ts";
 
 const WEIGHTS = ["f32", "f16", "bf16", "q8_0"] as const;
 
@@ -259,12 +260,7 @@ export class CudaBackend extends CudaExtras implements Backend {
     const l = expect(logits, 2, "maskLogits logits", ["f32"]);
     const r = expect(rows, 1, "maskLogits rows", ["i32"]);
     const b = expect(bits, 2, "maskLogits bits", ["i32"]);
-    const [n, vocab] = l.shape;
-    const m = r.shape[0];
-    const words = Math.ceil(vocab / 32);
-    if (b.shape[0] !== m || b.shape[1] !== words) {
-      throw new BackendShapeError(`maskLogits bits ${fmt(b.shape)} do not match ${m} rows of ${words} words for a vocabulary of ${vocab}`);
-    }
+    const { n, vocab, m } = expectMaskShapes(l, r, b);
     if (r.host) {
       this.checkIndices(r.host, n, "maskLogits row");
       if (new Set(r.host).size !== m) throw new BackendShapeError("maskLogits rows must be distinct");

@@ -1,8 +1,9 @@
 /**
  * Reference row-wise and elementwise ops: embedding gather, row gather, rmsnorm, silu·mul, add,
- * softmax, argmax, scatter-add. Reductions accumulate in f64.
+ * softmax, argmax, scatter-add, token masks. Reductions accumulate in f64.
  */
 import { BackendShapeError, MASKED_LOGIT } from "../types.ts";
+import { expectMaskShapes } from "../shape-checks.ts";
 import {
   expectF32,
   expectRank,
@@ -150,15 +151,7 @@ export function scatterAdd(x: RefTensor, index: RefTensor, values: RefTensor): v
 
 /** logits[rows[k], v] = MASKED_LOGIT where bit v of bits[k] is 0 (Backend.maskLogits). Mutates logits. */
 export function maskLogits(logits: RefTensor, rows: RefTensor, bits: RefTensor): void {
-  expectRank(logits, 2, "maskLogits logits", ["f32"]);
-  expectRank(rows, 1, "maskLogits rows", ["i32"]);
-  expectRank(bits, 2, "maskLogits bits", ["i32"]);
-  const [n, vocab] = logits.shape;
-  const m = rows.shape[0];
-  const words = Math.ceil(vocab / 32);
-  if (bits.shape[0] !== m || bits.shape[1] !== words) {
-    throw new BackendShapeError(`maskLogits bits ${fmt(bits.shape)} do not match ${m} rows of ${words} words for a vocabulary of ${vocab}`);
-  }
+  const { n, vocab, m, words } = expectMaskShapes(logits, rows, bits);
   const dst = logits.f32, r = rows.i32, b = bits.i32;
   const seen = new Set<number>();
   for (let k = 0; k < m; k++) {

@@ -4,6 +4,7 @@
  */
 import { type GpuContext } from "./context.ts";
 import { asGpu, expectDtype, expectRank, fmt } from "./tensor.ts";
+import { expectMaskShapes } from "../shape-checks.ts";
 import { BackendShapeError, effectiveTemperature, numel, type SamplingRow, type Tensor } from "../types.ts";
 
 function checkRow(row: SamplingRow, r: number): void {
@@ -66,15 +67,7 @@ export function maskLogits(ctx: GpuContext, logitsT: Tensor, rowsT: Tensor, bits
   const logits = asGpu(logitsT, "maskLogits logits");
   const rows = asGpu(rowsT, "maskLogits rows");
   const bits = asGpu(bitsT, "maskLogits bits");
-  expectRank(logits, 2, "maskLogits logits", ["f32"]);
-  expectRank(rows, 1, "maskLogits rows", ["i32"]);
-  expectRank(bits, 2, "maskLogits bits", ["i32"]);
-  const [n, vocab] = logits.shape;
-  const m = rows.shape[0];
-  const words = Math.ceil(vocab / 32);
-  if (bits.shape[0] !== m || bits.shape[1] !== words) {
-    throw new BackendShapeError(`maskLogits bits ${fmt(bits.shape)} do not match ${m} rows of ${words} words for a vocabulary of ${vocab}`);
-  }
+  const { n, vocab, m, words } = expectMaskShapes(logits, rows, bits);
   if (m === 0) return;
   ctx.recorder.dispatch(
     "mask_logits",
