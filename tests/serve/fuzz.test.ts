@@ -23,7 +23,10 @@ const nearValid = fc.record(
   {
     model: fc.oneof(fc.constant("stories260K"), anyValue),
     messages: fc.oneof(fc.array(message, { maxLength: 3 }), anyValue),
-    prompt: fc.oneof(fc.string({ maxLength: 40 }), fc.array(fc.integer({ min: -5, max: 600 }), { maxLength: 8 }), anyValue),
+    prompt: fc.oneof(
+      fc.string({ maxLength: 40 }), fc.array(fc.integer({ min: -5, max: 600 }), { maxLength: 8 }), fc.array(fc.string({ maxLength: 20 }), { maxLength: 3 }),
+      fc.array(fc.array(fc.integer({ min: -1, max: 600 }), { maxLength: 5 }), { maxLength: 3 }), anyValue,
+    ),
     max_tokens: fc.oneof(fc.integer({ min: -2, max: 60 }), anyValue),
     max_completion_tokens: fc.oneof(fc.integer({ min: -2, max: 60 }), anyValue),
     temperature: fc.oneof(fc.double({ min: -1, max: 3, noNaN: true }), anyValue),
@@ -35,8 +38,9 @@ const nearValid = fc.record(
     stream_options: fc.oneof(fc.record({ include_usage: fc.oneof(fc.boolean(), anyValue) }), anyValue),
     prompt_cache_key: fc.oneof(fc.string(), anyValue),
     user: fc.oneof(fc.string(), anyValue),
-    logprobs: anyValue,
-    echo: anyValue,
+    logprobs: fc.oneof(fc.integer({ min: -1, max: 21 }), anyValue),
+    echo: fc.oneof(fc.boolean(), anyValue),
+    best_of: fc.oneof(fc.integer({ min: -1, max: 4 }), anyValue),
   },
   { requiredKeys: [] },
 );
