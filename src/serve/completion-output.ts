@@ -48,14 +48,13 @@ export function joinLogprobs(a: CompletionLogprobs, b: CompletionLogprobs, shift
 }
 
 /** A completion choice's text and `logprobs` (null when not asked for), echo included. */
-export function completionChoice(tokenizer: Tokenizer, shape: CompletionShape | undefined, prompt: number, r: GenerateResult) {
-  const generated = shape?.scoreOnly ? "" : r.text;
-  const wantLogprobs = shape ? shape.logprobs : r.logprobs !== undefined;
+export function completionChoice(tokenizer: Tokenizer, shape: CompletionShape, prompt: number, r: GenerateResult) {
+  const generated = shape.scoreOnly ? "" : r.text;
   let logprobs: CompletionLogprobs | null = null;
-  if (wantLogprobs && !shape?.scoreOnly) logprobs = completionLogprobs(tokenizer, r.logprobs ?? []);
-  if (!shape?.echo) return { text: generated, logprobs };
+  if (shape.logprobs && !shape.scoreOnly) logprobs = completionLogprobs(tokenizer, r.logprobs ?? []);
+  if (!shape.echo) return { text: generated, logprobs };
   const p = shape.prompts[prompt];
-  if (wantLogprobs) {
+  if (shape.logprobs) {
     const echoed = echoLogprobs(tokenizer, p, r.promptLogprobs ?? []);
     logprobs = logprobs ? joinLogprobs(echoed, logprobs, p.text.length) : echoed;
   }

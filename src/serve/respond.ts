@@ -70,8 +70,10 @@ function choiceJson(ctx: ServeContext, s: Submitted, r: GenerateResult, index: n
     const logprobs = r.logprobs ? chatLogprobs(ctx.tokenizer, r.logprobs) : null;
     return { index, message, logprobs, finish_reason: finishReason(r.finishReason, calls.length > 0) };
   }
-  const { text, logprobs } = completionChoice(ctx.tokenizer, s.completion, prompt, r);
-  return { index, text, logprobs, finish_reason: s.completion?.scoreOnly ? "length" : finishReason(r.finishReason) };
+  // A completion's Submitted always has its shape (submitCompletion).
+  const shape = s.completion!;
+  const { text, logprobs } = completionChoice(ctx.tokenizer, shape, prompt, r);
+  return { index, text, logprobs, finish_reason: shape.scoreOnly ? "length" : finishReason(r.finishReason) };
 }
 
 /** The non-streaming response body. */

@@ -9,7 +9,6 @@
  */
 import assert from "node:assert/strict";
 import { projectRoot, test } from "../harness.ts";
-import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
 import type { Backend } from "../../src/backend/types.ts";
 import { Engine } from "../../src/engine/engine.ts";
 import { modelStepRunner, type StepRunner } from "../../src/engine/engine-runner.ts";
@@ -18,26 +17,17 @@ import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
 import type { HostKv } from "../../src/engine/kv-copy.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
 import { loadModel } from "../../src/model/load.ts";
-import { envVar } from "../../src/runtime/env.ts";
+import { poisonedWebGpu } from "../webgpu-fixture.ts";
 
 const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
-const inCi = envVar("CI") !== undefined && envVar("CI") !== "" && envVar("CI") !== "false";
 const BLOCK = 16;
 // The same prompts as tests/engine/kv-offload.test.ts: STORY fills two full blocks, the fillers push it out of 12.
 const STORY = model.tokenizer.encode("Once upon a time there was a little girl named Lily. She loved to play outside in the park with her friends every day.", { addBos: true });
 const greedy = (prompt: number[], maxTokens = 8): GenerateRequest => ({ prompt, maxTokens, temperature: 0, ignoreEos: true });
 const filler = (i: number) => model.tokenizer.encode(`The dog number ${i} ran to the big red ball and the cat sat on the mat all day long. `.repeat(3), { addBos: true });
 
-let gpu: Backend | undefined;
-let why = "";
-try {
-  // Poisoned op outputs (NaN) make a restore that reads a buffer before it is written show up.
-  gpu = await createWebGpuBackend({ poison: true });
-} catch (e) {
-  why = e instanceof Error ? e.message : String(e);
-}
-const skip = !gpu && !inCi;
-if (skip) console.error(`skipping the WebGPU host KV tier tests: ${why}`);
+// Poisoned op outputs (NaN) make a restore that reads a buffer before it is written show up.
+const { gpu, why, skip } = await poisonedWebGpu("the WebGPU host KV tier tests");
 
 /**
  * An engine on `backend` built as createEngine builds it, except that `corrupt`, when given, is

@@ -7,9 +7,8 @@ import assert from "node:assert/strict";
 import { projectRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import type { Backend } from "../../src/backend/types.ts";
-import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
 import { loadModel } from "../../src/model/load.ts";
-import { envVar } from "../../src/runtime/env.ts";
+import { poisonedWebGpu } from "../webgpu-fixture.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { type GenerateRequest, type GenerateResult, RequestParamError, type StreamDelta } from "../../src/engine/engine-types.ts";
 import type { TokenLogprob } from "../../src/engine/logprobs.ts";
@@ -127,16 +126,7 @@ test("Engine refuses a prompt log-probability count outside 0..20", () => {
 // The same on WebGPU (stories260K, chunked prefill), against the reference backend. WebGPU must
 // really run in CI (lavapipe provides an adapter): there an unavailable adapter fails, as in
 // tests/model/forward-golden.test.ts.
-const inCi = envVar("CI") !== undefined && envVar("CI") !== "" && envVar("CI") !== "false";
-let gpu: Backend | undefined;
-let why = "";
-try {
-  // Poisoned op outputs (NaN) make a read of rows no kernel wrote show up.
-  gpu = await createWebGpuBackend({ poison: true });
-} catch (e) {
-  why = e instanceof Error ? e.message : String(e);
-}
-if (!gpu && !inCi) console.error(`skipping the WebGPU prompt log probability test: ${why}`);
+const { gpu, why, skip } = await poisonedWebGpu("the WebGPU prompt log probability test");
 
 test("Engine promptLogprobs on WebGPU match the reference backend's", async () => {
   if (!gpu) throw new Error(`No WebGPU adapter in CI: ${why}`);
@@ -160,4 +150,4 @@ test("Engine promptLogprobs on WebGPU match the reference backend's", async () =
     assert.equal(g.top[0][0], w.top[0][0], `position ${i}'s likeliest token`);
   }
   assert.deepEqual(got.tokenIds, want.tokenIds);
-}, { ignore: !gpu && !inCi });
+}, { ignore: skip });

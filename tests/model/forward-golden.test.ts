@@ -11,7 +11,7 @@ import type { Backend } from "../../src/backend/types.ts";
 import { generate } from "../../src/engine/generate.ts";
 import { type DeviceModel, uploadModel } from "../../src/model/device-weights.ts";
 import { loadModel } from "../../src/model/load.ts";
-import { envVar } from "../../src/runtime/env.ts";
+import { inCi } from "../webgpu-fixture.ts";
 
 const golden = JSON.parse(readFileSync(`${sharedRoot}/reference/stories260K-greedy.json`, "utf8")) as {
   prompt: string;
@@ -20,7 +20,6 @@ const golden = JSON.parse(readFileSync(`${sharedRoot}/reference/stories260K-gree
   text: string;
 };
 const host = await loadModel(`${projectRoot}/models/stories260K.gguf`);
-const inCi = envVar("CI") !== undefined && envVar("CI") !== "" && envVar("CI") !== "false";
 
 const PROMPTS = [
   "Once upon a time",

@@ -20,6 +20,7 @@ import { forward } from "../../src/model/forward.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { envVar } from "../../src/runtime/env.ts";
+import { inCi } from "../webgpu-fixture.ts";
 import { projectRoot, test } from "../harness.ts";
 import { ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "../model/model-files.ts";
 import { type LlamaCppResult, logSoftmax, maxLogProbError } from "./oracle-compare.ts";
@@ -89,7 +90,6 @@ const oracle: { results?: LlamaCppResult[]; error?: string } = await new Promise
   });
 });
 
-const inCi = envVar("CI") !== undefined && envVar("CI") !== "" && envVar("CI") !== "false";
 const backends: { name: string; backend?: Backend; why: string; required: boolean }[] = [];
 const wanted = (envVar("ORACLE_BACKENDS") ?? "reference,webgpu").split(",").map((s) => s.trim());
 for (const name of (["reference", "webgpu"] as const).filter((n) => wanted.includes(n))) {
