@@ -40,6 +40,17 @@ const yieldToEventLoop = (): Promise<void> => {
   return new Promise<void>((r) => (immediate ? immediate(r) : setTimeout(r, 0)));
 };
 
+/** Bytes of f32 logits that one step's prompt log probabilities may take (on the device and downloaded). */
+const PROMPT_LOGPROB_BYTES = 128 * 2 ** 20;
+
+/**
+ * Scored prompt tokens per step: 128 MiB of logit rows (220 at a 151,936-token vocabulary, where a
+ * 2048-token chunk would be 1.2 GB), never fewer than 16.
+ */
+export function promptLogprobRowLimit(vocabSize: number): number {
+  return Math.max(16, Math.floor(PROMPT_LOGPROB_BYTES / (4 * vocabSize)));
+}
+
 /** One worker: a scheduler, a KV block pool and a model runner driven by one loop. */
 export class Engine implements ServingEngine {
   readonly kvEvents: EventChannel<KvEvent> = new EventChannel<KvEvent>();
@@ -80,7 +91,8 @@ export class Engine implements ServingEngine {
     // A hand-off's last block waits here between the prefill's end and the decode's admission: a
     // minute at most, and at most an eighth of the pool, so untaken ones never crowd the cache out.
     this.tails = new HandoffTails((ids) => this.pool.release(ids), clock, { maxBlocks: Math.floor(r.numBlocks / 8), ttlS: 60 });
-    this.scheduler = new Scheduler(poolBlockManager(this.pool, kvEventCount, this.tails), opts.scheduler, () => this.now() / 1000);
+    const maxPromptLogprobRows = promptLogprobRowLimit(opts.config.vocabSize);
+    this.scheduler = new Scheduler(poolBlockManager(this.pool, kvEventCount, this.tails), { maxPromptLogprobRows, ...opts.scheduler }, () => this.now() / 1000);
     const auto = opts.autoStepMixing;
     if (auto) this.mixing = new AutoStepMixing(this.scheduler.stepMixing, this.scheduler.config.maxBatchTokens, auto === true ? {} : auto);
     const poolTokens = (r.numBlocks - this.scheduler.config.watermarkBlocks) * r.blockSize;

@@ -99,12 +99,13 @@ export class WaitingQueue {
 
   /**
    * Admission in {@link admissionOrder} into `running`: stops at the first sequence that does not
-   * fit (no overtaking), except in the decode role. A swapped-out sequence gets fresh blocks for its
+   * fit (no overtaking), except in the decode role and past a scored prompt (`room` 0: the step's prompt
+   * log-probability rows are spent). A swapped-out sequence gets fresh blocks for its
    * saved KV (pushed onto `swapIn`). A handed-off prompt whose last block this worker holds
    * (handoff-tails.ts) starts with all but its last token computed, as a decode: `work` "decode"
    * admits only those, "prefill" all others, "all" every sequence.
    */
-  admit(running: Sequence[], budget: () => number, add: (seq: Sequence, n: number) => void, swapIn: SwapOp[], work: StepWork = "all"): void {
+  admit(running: Sequence[], budget: () => number, room: (seq: Sequence) => number, add: (seq: Sequence, n: number) => void, swapIn: SwapOp[], work: StepWork = "all"): void {
     // A decode step admits only handed-off prompts; without one waiting, skip the ordering too.
     // Which waiting prompts count as decodes, probed once per step that tells them apart.
     const handed = work === "all" ? null : new Set(this.seqs.filter((s) => this.handedOff(s)));
@@ -115,6 +116,8 @@ export class WaitingQueue {
     for (let o = 0; o < order.length && budget() > 0 && running.length < this.config.maxRunning; o++) {
       const seq = this.seqs[order[o]];
       if (handed !== null && handed.has(seq) !== (work === "decode")) continue;
+      // A scored prompt waits for a step with prompt rows left; the others may still come in.
+      if (room(seq) === 0) continue;
       // Never serve the last token from cache: its logits are needed, so at least one token is computed.
       // Swapped KV is restored whole into fresh blocks: no prefix probe, nothing shared.
       const swapped = seq.numSwapped;
@@ -130,8 +133,8 @@ export class WaitingQueue {
         this.kv.release(held);
         continue;
       }
-      const room = this.kv.numAvailable() - this.config.watermarkBlocks;
-      const n = Math.min(seq.tokens.length - cached, budget(), (held.length + room) * bs - cached);
+      const free = this.kv.numAvailable() - this.config.watermarkBlocks;
+      const n = Math.min(seq.tokens.length - cached, room(seq), (held.length + free) * bs - cached);
       const got = n > 0 ? this.kv.allocate(Math.ceil((cached + n) / bs) - held.length) : null;
       if (got === null) {
         this.kv.release(hit);

@@ -55,6 +55,13 @@ export interface SchedulerConfig {
   reasoningTokens?: ReasoningTokens;
   /** Mixed prefill-and-decode steps ("mixed", the default) or separate ones ("split"); see {@link StepMixing}. */
   stepMixing?: StepMixing;
+  /**
+   * Prompt tokens of sequences asking for their prompt's log probabilities (`hints.wholePrompt`) fed in
+   * one step at most: each is a vocabulary-sized logit row on the device and in its download, so a long
+   * prompt is scored in several chunks instead of one that holds the whole budget's rows. Undefined: no
+   * limit but `maxBatchTokens`.
+   */
+  maxPromptLogprobRows?: number;
 }
 
 /** Defaults close to vLLM's for a small model. */

@@ -96,6 +96,9 @@ export class Scheduler {
   private plan(work: StepWork): StepPlan {
     const bs = this.kv.blockSize;
     let budget = this.config.maxBatchTokens;
+    let promptRows = this.config.maxPromptLogprobRows ?? Infinity;
+    // What a sequence may feed this step: a scored prompt also counts against the prompt-row limit.
+    const room = (seq: Sequence) => (seq.hints.wholePrompt && seq.inPrefill ? Math.min(budget, promptRows) : budget);
     const entries: StepEntry[] = [];
     const preempted: number[] = [];
     const truncated: number[] = [];
@@ -106,13 +109,15 @@ export class Scheduler {
       const start = seq.numComputed;
       entries.push({ seqId: seq.id, tokens: seq.tokens.slice(start, start + n), startPos: start, blockTable: [...seq.blockTable], sample: start + n === seq.tokens.length, prefill: seq.inPrefill });
       if (seq.inPrefill) prefill += n;
+      if (seq.hints.wholePrompt && seq.inPrefill) promptRows -= n;
       budget -= n;
     };
 
     for (let i = 0; i < this.running.length && budget > 0; i++) {
       const seq = this.running[i];
       if (work !== "all" && seq.inPrefill !== (work === "prefill")) continue;
-      const n = Math.min(seq.numPending, budget);
+      const n = Math.min(seq.numPending, room(seq));
+      if (n === 0) continue;
       const extra = Math.ceil((seq.numComputed + n) / bs) - seq.blockTable.length;
       let got = extra > 0 ? this.kv.allocate(extra) : [];
       while (got === null) {
@@ -133,7 +138,7 @@ export class Scheduler {
       add(seq, n);
     }
 
-    if (preempted.length === 0) this.waiting.admit(this.running, () => budget, (seq, n) => add(seq, n), swapIn, work);
+    if (preempted.length === 0) this.waiting.admit(this.running, () => budget, room, (seq, n) => add(seq, n), swapIn, work);
 
     const numTokens = entries.reduce((a, e) => a + e.tokens.length, 0);
     return { step: -1, entries, numTokens, numPrefillTokens: prefill, numDecodeTokens: numTokens - prefill, preempted, truncated, swapOut, swapIn };

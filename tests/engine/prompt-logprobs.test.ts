@@ -12,6 +12,8 @@ import { poisonedWebGpu } from "../webgpu-fixture.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { type GenerateRequest, type GenerateResult, RequestParamError, type StreamDelta } from "../../src/engine/engine-types.ts";
 import type { TokenLogprob } from "../../src/engine/logprobs.ts";
+import type { SchedulerConfig } from "../../src/engine/scheduler-types.ts";
+import { promptLogprobRowLimit } from "../../src/engine/engine.ts";
 import type { LoadedModel } from "../../src/model/config.ts";
 import { naiveLogits, randomModel, type RandomModelSpec } from "../model/forward-fixtures.ts";
 
@@ -52,7 +54,7 @@ function assertMatchesNaive(got: readonly (TokenLogprob | null)[], tokens: reado
   }
 }
 
-async function run(reqs: GenerateRequest[], warm: number[][] = [], o = { maxBatchTokens: 4 }): Promise<{ results: GenerateResult[]; firsts: StreamDelta[] }> {
+async function run(reqs: GenerateRequest[], warm: number[][] = [], o: Partial<SchedulerConfig> = { maxBatchTokens: 4 }): Promise<{ results: GenerateResult[]; firsts: StreamDelta[] }> {
   const e = createEngine(createReferenceBackend(), model, { numBlocks: 64, blockSize: 4, scheduler: o });
   try {
     for (const p of warm) await e.submit({ prompt: p, maxTokens: 1, temperature: 0 }).result;
@@ -75,6 +77,25 @@ test("Engine promptLogprobs match a dense transformer across chunked prefills", 
   const plain = await run([{ prompt: PROMPT, maxTokens: 3, temperature: 0 }]);
   assert.equal(plain.results[0].promptLogprobs, undefined, "none unless asked");
   assert.deepEqual(results[0].tokenIds, plain.results[0].tokenIds, "asking changes nothing generated");
+});
+
+test("Engine promptLogprobs hold when the step's prompt rows are limited (maxPromptLogprobRows)", async () => {
+  const other = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3];
+  const limited = await run([
+    { prompt: PROMPT, maxTokens: 3, temperature: 0, promptLogprobs: 2 },
+    { prompt: other, maxTokens: 3, temperature: 0, promptLogprobs: 1 },
+    { prompt: [...other].reverse(), maxTokens: 4, temperature: 0 },
+  ], [], { maxBatchTokens: 32, maxPromptLogprobRows: 3 });
+  assertMatchesNaive(limited.results[0].promptLogprobs!, PROMPT, 2);
+  assertMatchesNaive(limited.results[1].promptLogprobs!, other, 1);
+  const alone = await run([{ prompt: [...other].reverse(), maxTokens: 4, temperature: 0 }]);
+  assert.deepEqual(limited.results[2].tokenIds, alone.results[0].tokenIds);
+});
+
+test("promptLogprobRowLimit() keeps a step's scored rows near 128 MiB of f32 logits", () => {
+  assert.equal(promptLogprobRowLimit(151_936), 220);
+  assert.equal(promptLogprobRowLimit(32_000), 1048);
+  assert.equal(promptLogprobRowLimit(10_000_000), 16, "never fewer than 16");
 });
 
 test("Engine promptLogprobs compute the whole prompt when its prefix is cached", async () => {

@@ -32,6 +32,23 @@ test("Scheduler.schedule() chunks a long prompt under the token budget", () => {
   assert.deepEqual(plans.map((p) => p.numPrefillTokens), [8, 8, 4, 0, 0]);
 });
 
+test("Scheduler.schedule() feeds a scored prompt at most maxPromptLogprobRows tokens per step, the others as usual", () => {
+  const { sched } = make(32, 4, { maxBatchTokens: 16, maxPromptLogprobRows: 5 });
+  sched.submit(1, range(12), { wholePrompt: true });
+  sched.submit(2, range(6, 50), { wholePrompt: true });
+  sched.submit(3, range(9, 80));
+  const plans = drain(sched, new Map([[1, 2], [2, 1], [3, 1]]));
+  // Step 1: sequence 1 takes the five prompt rows, so 2 waits and 3 overtakes it with the budget left.
+  assert.deepEqual(plans[0].entries.map((e) => [e.seqId, e.tokens.length]), [[1, 5], [3, 9]]);
+  for (const p of plans) {
+    const scored = p.entries.filter((e) => e.seqId !== 3 && e.prefill).reduce((n, e) => n + e.tokens.length, 0);
+    assert.ok(scored <= 5, `step ${p.step} feeds ${scored} scored prompt tokens`);
+  }
+  const fed = (id: number) => plans.flatMap((p) => p.entries.filter((e) => e.seqId === id && e.prefill).map((e) => e.tokens.length));
+  assert.deepEqual(fed(1), [5, 5, 2]);
+  assert.deepEqual(fed(2), [3, 3], "sequence 2 gets what sequence 1 leaves of each step's rows");
+});
+
 test("Scheduler.schedule() marks a prompt's one-token last chunk as prefill, and stepShapeOf() counts it so", () => {
   const { sched } = make(16, 4, { maxBatchTokens: 8 });
   sched.submit(1, range(17));
