@@ -42,6 +42,7 @@ const FLAGS = {
   preemption: { kind: "string", help: "recompute|swap: what a request preempted for KV loses (default recompute)" },
   "prefill-order": { kind: "string", help: "fcfs|short-first: which waiting prompt is admitted first (default short-first: least uncached work, aged 2000 tokens/s)" },
   "kv-retention": { kind: "string", help: "agent|lru: which cached KV goes first when memory runs short (default agent: keeps sessions waiting on a tool call; sessions come from prompt_cache_key or user)" },
+  "jump-forward": { kind: "string", help: "on|off: append text a request's output grammar forces (response_format json_schema, forced tool_choice) without sampling it, computed in one step (default on; off for requests asking for logprobs)" },
   "reasoning-parser": { kind: "string", help: "think|none: return chat answers' <think>…</think> text as reasoning_content (default none: output as generated)" },
   "step-mixing": { kind: "string", help: "auto|mixed|split: prefill chunks and decodes in one step, in separate alternating steps, or as priced cheaper online (one engine: default mixed, auto is the engine's own step model; with --workers: default auto, the planner's choice, and mixed or split stay as given)" },
   "mixed-step-overhead-ms": { kind: "number", min: 0, help: "add this many ms to every step that mixes prefill chunks and decodes, as on GPUs where the two interfere (the simulator's flag of the same name; for trying the planner's answer to dear mixed steps on this backend) (default 0)" },
@@ -87,6 +88,8 @@ async function main(): Promise<void> {
   if (order !== "fcfs" && order !== "short-first") throw new ArgsError(`Unknown prefill order "${order}"; choose fcfs or short-first`);
   const kvRetention = f["kv-retention"] ?? "agent";
   if (!isKvRetention(kvRetention)) throw new ArgsError(`Unknown KV retention "${kvRetention}"; choose ${KV_RETENTIONS.join(" or ")}`);
+  const jumpForward = f["jump-forward"] ?? "on";
+  if (jumpForward !== "on" && jumpForward !== "off") throw new ArgsError(`Unknown jump-forward setting "${jumpForward}"; choose on or off`);
   const reasoningParser = f["reasoning-parser"] ?? "none";
   if (!isReasoningParser(reasoningParser)) throw new ArgsError(`Unknown reasoning parser "${reasoningParser}"; choose ${REASONING_PARSERS.join(" or ")}`);
   const stepMixing = f["step-mixing"];
@@ -153,6 +156,7 @@ async function main(): Promise<void> {
     ...(stepMixing !== undefined ? { stepMixing: stepMixing as StepMixing | "auto" } : {}),
     kvRetention,
     reasoningParser,
+    ...(jumpForward === "off" ? { jumpForward: false } : {}),
     maxBodyBytes: f["max-body-bytes"],
     stepLogPath: f["step-log"],
     plannerLogPath: f["planner-log"],

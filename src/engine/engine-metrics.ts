@@ -36,6 +36,8 @@ export class EngineMetrics {
   readonly queueTime = new Histogram(TTFT_BUCKETS);
   promptTokens = 0;
   generationTokens = 0;
+  /** Generated tokens appended by jump-forward decoding (counted in generationTokens too). */
+  jumpForwardTokens = 0;
   /** Finished requests by finish reason. */
   readonly finished = new Map<string, number>();
   /** Requests refused (queue full). */

@@ -31,6 +31,12 @@ export interface EngineOptions {
   kvRetention?: KvRetention;
   /** Seconds a session that is not running is remembered ("agent" retention; default 3600). */
   sessionTtlS?: number;
+  /**
+   * Jump-forward decoding (default true): text a request's output grammar forces next (a literal, the
+   * one key left, `<tool_call>\n`) is appended without sampling it, all but its last token, and
+   * computed in one step (OutputConstraint.forced). Off for requests asking for log probabilities.
+   */
+  jumpForward?: boolean;
   /** Blocks of host memory that evicted cached KV moves to, and comes back from (default 0: dropped). */
   kvOffloadBlocks?: number;
 }

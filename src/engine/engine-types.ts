@@ -160,6 +160,8 @@ export interface EngineStats extends SchedulerStats {
   kvRestoredBlocks: number;
   /** Of those, written back ahead of a tool-waiting session's predicted return. */
   kvPrefetchedBlocks: number;
+  /** Generated tokens appended by jump-forward decoding, unsampled (EngineOptions.jumpForward). */
+  jumpForwardTokens: number;
 }
 
 /** One worker as the server's metrics show it. */

@@ -229,6 +229,7 @@ export class Engine implements ServingEngine {
     return {
       ...this.scheduler.stats(), kvHostBlocks: o?.hostBlocks ?? 0, kvHostCapacityBlocks: o?.hostCapacityBlocks ?? 0,
       kvOffloadedBlocks: o?.offloadedBlocks ?? 0, kvRestoredBlocks: o?.restoredBlocks ?? 0, kvPrefetchedBlocks: o?.prefetchedBlocks ?? 0,
+      jumpForwardTokens: this.metrics.jumpForwardTokens,
     };
   }
 
@@ -352,6 +353,32 @@ export class Engine implements ServingEngine {
     const text = a.text.push(tok);
     const first = seq.numOutput === 1 && a.promptLogprobs ? { promptLogprobs: a.promptLogprobs } : {};
     a.queue.push({ text, tokenIds: [tok], ...(lp ? { logprobs: [lp] } : {}), ...first });
+    if (a.text.stopped) return this.finish(a, "stop");
+    if (seq.numOutput >= a.maxTokens || seq.tokens.length >= this.maxModelLen) return this.finish(a, "length");
+    this.jumpForward(a);
+  }
+
+  /**
+   * Appends the tokens the request's grammar forces next, unsampled (EngineOptions.jumpForward), and
+   * streams them as one delta; the next step computes them as one chunk. Not for a request asking
+   * for log probabilities: these tokens have none from the model.
+   */
+  private jumpForward(a: Active): void {
+    if (!a.constraint || a.logprobs || this.opts.jumpForward === false) return;
+    const seq = a.seq;
+    const forced = a.constraint.forced(seq.tokens, seq.promptLength, Math.min(a.maxTokens - seq.numOutput, this.maxModelLen - seq.tokens.length));
+    if (forced.length === 0) return;
+    let text = "";
+    const ids: number[] = [];
+    for (const tok of forced) {
+      text += a.text.push(tok);
+      ids.push(tok);
+      if (a.text.stopped) break;
+    }
+    this.scheduler.extend(seq.id, ids);
+    this.metrics.generationTokens += ids.length;
+    this.metrics.jumpForwardTokens += ids.length;
+    a.queue.push({ text, tokenIds: ids });
     if (a.text.stopped) return this.finish(a, "stop");
     if (seq.numOutput >= a.maxTokens || seq.tokens.length >= this.maxModelLen) this.finish(a, "length");
   }

@@ -30,9 +30,9 @@ export type OutputGrammar =
   | { kind: "tool_calls"; tools: readonly { name: string; parameters?: JsonSchema }[]; parallel: boolean };
 
 /** Deepest nesting allowed (a model looping on "[" would otherwise nest until max_tokens). */
-const MAX_DEPTH = 32;
+export const MAX_DEPTH = 32;
 /** Longest whitespace run allowed between tokens of JSON (a model can loop on spaces). */
-const MAX_WHITESPACE = 2;
+export const MAX_WHITESPACE = 2;
 
 const isWs = (c: string) => c === " " || c === "\n" || c === "\t" || c === "\r";
 const isDigit = (c: string) => c >= "0" && c <= "9";

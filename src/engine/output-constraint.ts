@@ -12,6 +12,7 @@ import {
   type OutputGrammar,
 } from "./grammar.ts";
 import { kindOf } from "./char-kinds.ts";
+import { grammarForcedText } from "./grammar-forced.ts";
 
 interface TrieNode {
   readonly children: Map<string, TrieNode>;
@@ -87,6 +88,34 @@ export class TokenTrie {
     walk(this.root, state);
     return out;
   }
+
+  /**
+   * Token ids that spell `text` from its start, each the longest token text that begins what is
+   * left; stops early where no token does, and before a token where `spans(node)` says a token
+   * reaching past the text's end (through trie node `node`, the text's end) could be written instead.
+   */
+  cover(text: string, spans: (node: TrieNode) => boolean = () => false): number[] {
+    const chars = [...text];
+    const out: number[] = [];
+    for (let i = 0; i < chars.length;) {
+      let node: TrieNode | undefined = this.root;
+      let best = -1, bestLength = 0;
+      for (let j = i; j < chars.length && node !== undefined; j++) {
+        node = node.children.get(chars[j]);
+        if (node !== undefined && node.ids.length > 0) [best, bestLength] = [node.ids[0], j - i + 1];
+      }
+      if (best < 0 || (node !== undefined && spans(node))) break;
+      out.push(best);
+      i += bestLength;
+    }
+    return out;
+  }
+
+  /** Whether some token below `node` continues with a character `state` takes. */
+  continuesInto(node: TrieNode, state: GrammarState): boolean {
+    for (const c of node.children.keys()) if (grammarStep(state, c).length > 0) return true;
+    return false;
+  }
 }
 
 /**
@@ -128,6 +157,8 @@ export class TokenMask {
 
 /** Allowed-token lists kept per request, by grammar state (a free string repeats one state). */
 const MASK_CACHE_ENTRIES = 16;
+/** Forced characters looked at per jump (a long enum value or key is still one jump). */
+const MAX_JUMP_CHARS = 256;
 
 /** One request's output constraint: its grammar state and the masks it implies. */
 export class OutputConstraint {
@@ -150,16 +181,36 @@ export class OutputConstraint {
    * that may come next (EOS only once the grammar may end).
    */
   next(tokens: readonly number[], outputStart: number): TokenMask {
-    for (; outputStart + this.#fed < tokens.length; this.#fed++) {
-      const fed = grammarFeed(this.#state, this.trie.texts[tokens[outputStart + this.#fed]] ?? "");
-      // A token the mask allowed always feeds; a stale state (none should arise) keeps the last good one.
-      if (fed.length > 0) this.#state = fed;
-    }
+    this.#feed(tokens, outputStart);
     const mask = new TokenMask(this.trie.texts.length);
     for (const id of this.#allowed()) mask.set(id);
     const done = grammarComplete(this.#state);
     for (const id of this.eos) mask.set(id, done);
     return mask;
+  }
+
+  /**
+   * Jump-forward decoding: tokens to append without sampling them, at most `maxTokens`, because the
+   * grammar forces their text after the output so far (grammar-forced.ts). The forced text is spelled
+   * with the longest tokens that fit, up to the first place where a token reaching past the forced
+   * text could be written instead (`":` where the forced text ends in a key's `"`): from there the model
+   * picks, so the jump never takes a tokenization from it. Empty when nothing is forced.
+   */
+  forced(tokens: readonly number[], outputStart: number, maxTokens: number): number[] {
+    this.#feed(tokens, outputStart);
+    if (maxTokens <= 0) return [];
+    const { text, state } = grammarForcedText(this.#state, MAX_JUMP_CHARS);
+    if (text === "") return [];
+    return this.trie.cover(text, (node) => this.trie.continuesInto(node, state)).slice(0, maxTokens);
+  }
+
+  /** Feeds the output tokens not fed yet to the grammar. */
+  #feed(tokens: readonly number[], outputStart: number): void {
+    for (; outputStart + this.#fed < tokens.length; this.#fed++) {
+      const fed = grammarFeed(this.#state, this.trie.texts[tokens[outputStart + this.#fed]] ?? "");
+      // A token the mask allowed always feeds; a stale state (none should arise) keeps the last good one.
+      if (fed.length > 0) this.#state = fed;
+    }
   }
 
   #allowed(): Int32Array {

@@ -223,6 +223,18 @@ export class Scheduler {
     this.seqs.delete(id);
   }
 
+  /**
+   * Appends tokens to a running sequence between steps without sampling them (jump-forward decoding:
+   * text its output grammar forces). The next steps compute their KV as a chunk, as a recompute
+   * would, and sample after the last.
+   */
+  extend(id: number, tokens: readonly number[]): void {
+    const seq = this.seqs.get(id);
+    if (!seq || seq.status !== "running") throw new Error(`Sequence ${id} is not running`);
+    if (this.inFlight?.entries.some((e) => e.seqId === id)) throw new Error(`Sequence ${id} is part of step ${this.inFlight.step}, still in flight`);
+    for (const t of tokens) seq.append(t);
+  }
+
   /** Cancels a request; if it is part of the step in flight its blocks are freed at `commit`. */
   abort(id: number): void {
     const seq = this.seqs.get(id);

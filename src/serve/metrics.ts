@@ -48,6 +48,7 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   simple("evolving:kv_prefetched_blocks_total", "counter", "Of the restored blocks, those written back before a tool-waiting session's predicted return.", s.kvPrefetchedBlocks);
   simple("vllm:prompt_tokens_total", "counter", "Prompt tokens received.", m.promptTokens);
   simple("vllm:generation_tokens_total", "counter", "Tokens generated.", m.generationTokens);
+  simple("evolving:jump_forward_tokens_total", "counter", "Of the generated tokens, those an output grammar forced, appended without sampling (jump-forward decoding).", s.jumpForwardTokens);
   simple("vllm:request_rejected_total", "counter", "Requests refused because the queue was full (429).", m.rejected);
   metric("vllm:request_success_total", "counter", "Finished requests by finish reason.", [...m.finished].map(([r, n]) => `vllm:request_success_total{${label},finished_reason="${esc(r)}"} ${n}`));
   const sessions = engine.sessionStatusCounts();

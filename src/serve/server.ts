@@ -67,6 +67,8 @@ export interface ServerOptions {
    * types KV blocks of reasoning "reasoning" when both tags are single tokens (default "none").
    */
   reasoningParser?: ReasoningParserName;
+  /** Jump-forward decoding under output grammars (EngineOptions.jumpForward; default true). */
+  jumpForward?: boolean;
   maxBodyBytes?: number;
   /** Milliseconds added to every step mixing prefill and decode (src/engine/mixed-step-overhead.ts; default 0). */
   mixedStepOverheadMs?: number;
@@ -198,6 +200,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     maxWaiting: o.maxWaiting,
     kvRetention: o.kvRetention,
     ...(o.kvOffloadBlocks ? { kvOffloadBlocks: o.kvOffloadBlocks } : {}),
+    ...(o.jumpForward === false ? { jumpForward: false } : {}),
     ...(o.mixedStepOverheadMs ? { mixedStepOverheadMs: o.mixedStepOverheadMs } : {}),
     scheduler: {
       ...(o.maxBatchTokens ? { maxBatchTokens: o.maxBatchTokens } : {}),

@@ -55,6 +55,9 @@ for (const transport of ["in-process", "threads"] as const) test(`startServer({ 
       response_format: { type: "json_schema", json_schema: { name: "mood", schema } },
     });
     assert.ok(["happy", "sad"].includes((JSON.parse(typed.choices[0].message.content!) as { mood: string }).mood), typed.choices[0].message.content!);
+    // Its forced text (the key's tail, the enum value's) was jumped on the worker, and counted.
+    const after = await (await fetch(`${s.url}/metrics`)).text();
+    assert.match(after, /evolving:jump_forward_tokens_total\{model_name="stories260K"\} [1-9]\d*/);
   } finally {
     await s.shutdown();
   }

@@ -13,7 +13,7 @@ const modelPath = `${projectRoot}/models/stories260K.gguf`;
 const model = await loadModel(modelPath);
 const STORY = "Once upon a time there was a little girl named Lily. She loved to play outside in the park.";
 
-async function withServer(opts: { apiKey?: string; maxWaiting?: number; maxNumSeqs?: number }, fn: (url: string, s: Awaited<ReturnType<typeof startServer>>) => Promise<void>) {
+async function withServer(opts: { apiKey?: string; maxWaiting?: number; maxNumSeqs?: number; jumpForward?: boolean }, fn: (url: string, s: Awaited<ReturnType<typeof startServer>>) => Promise<void>) {
   const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 256, ...opts });
   try {
     await fn(s.url, s);
@@ -304,4 +304,32 @@ test("openai client: response_format json_schema makes the answer a whole value 
     assert.ok(v.tags.length >= 2 && new Set(v.tags).size === v.tags.length && v.tags.every((t) => ["a", "b", "c"].includes(t)), text);
     assert.ok(v.pair.length === 2 && v.pair[0] % 5 === 0 && v.pair[0] >= 0 && v.pair[0] <= 50 && typeof v.pair[1] === "boolean", text);
   });
+});
+
+test("openai client: json_schema answers are whole with jump-forward on and off, and /metrics counts the jumped tokens", async () => {
+  const schema = {
+    type: "object", additionalProperties: false, required: ["character", "mood"],
+    properties: { character: { enum: ["Lily", "Ben", "Tom"] }, mood: { enum: ["happy", "sad"] } },
+  };
+  const jumped: number[] = [];
+  for (const jumpForward of [true, false]) {
+    await withServer({ jumpForward }, async (url) => {
+      const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+      const r = await client.chat.completions.create({
+        model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 80, temperature: 0,
+        response_format: { type: "json_schema", json_schema: { name: "who", schema, strict: true } },
+      });
+      const text = r.choices[0].message.content!;
+      assert.equal(r.choices[0].finish_reason, "stop", text);
+      const v = JSON.parse(text) as { character: string; mood: string };
+      assert.ok(["Lily", "Ben", "Tom"].includes(v.character) && ["happy", "sad"].includes(v.mood), text);
+      const metrics = await (await fetch(`${url}/metrics`)).text();
+      const m = /evolving:jump_forward_tokens_total\{model_name="stories260K"\} (\d+)/.exec(metrics);
+      assert.ok(m, "the counter is exported");
+      jumped.push(Number(m[1]));
+      assert.ok(Number(m[1]) < r.usage!.completion_tokens, "some tokens were sampled");
+    });
+  }
+  assert.ok(jumped[0] >= 4, `keys and enum tails jumped: ${jumped[0]}`);
+  assert.equal(jumped[1], 0, "none with --jump-forward off");
 });

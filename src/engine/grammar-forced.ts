@@ -1,0 +1,90 @@
+/**
+ * Forced text of an output grammar (grammar.ts): the characters that must come next whatever the
+ * model does — the rest of a literal (`<tool_call>\n`, an enum value, a tool's name), of the one key
+ * a prefix leaves, a `{` where a value must be an object. Jump-forward decoding
+ * (output-constraint.ts `OutputConstraint.forced`) appends such text without sampling it.
+ *
+ * The answer is sound, not complete: a character is reported only when every configuration allows
+ * that one character and no other (and the output may not end there), so where whitespace is
+ * optional, or a number or a free string goes on, nothing is forced.
+ */
+import { grammarComplete, grammarStep, type GrammarState, MAX_DEPTH, MAX_WHITESPACE } from "./grammar.ts";
+import type { Config, Frame } from "./grammar-frames.ts";
+import { resolve, type SchemaNode } from "./json-schema.ts";
+
+/** The one character that may come next in `state`, or null when there are several, none, or an end. */
+export function grammarForcedChar(state: GrammarState): string | null {
+  if (state.length === 0 || grammarComplete(state)) return null;
+  let only: string | null = null;
+  for (const cfg of state) {
+    const c = forcedIn(cfg);
+    if (c === null || (only !== null && c !== only)) return null;
+    only = c;
+  }
+  return only;
+}
+
+/**
+ * The text forced from `state` on (at most `maxChars` characters) and the state after it.
+ */
+export function grammarForcedText(state: GrammarState, maxChars: number): { text: string; state: GrammarState } {
+  let text = "";
+  let s = state;
+  while (text.length < maxChars) {
+    const c = grammarForcedChar(s);
+    if (c === null) break;
+    const next = grammarStep(s, c);
+    if (next.length === 0) break;
+    text += c;
+    s = next;
+  }
+  return { text, state: s };
+}
+
+/** The one character configuration `cfg` allows next, or null. Mirrors grammar.ts `step` frame by frame. */
+function forcedIn(cfg: Config): string | null {
+  const f = cfg.top;
+  if (f === null) return null;
+  // Whitespace may come wherever an object, an array or a value after `:`/`,` allows it, until the run is full.
+  const wsAllowed = cfg.ws < MAX_WHITESPACE;
+  switch (f.k) {
+    case "lit": return f.text[f.i];
+    case "key": return forcedInKey(f);
+    case "value": return f.ws && wsAllowed ? null : forcedStart(f.node, f.d);
+    case "obj": return !wsAllowed && f.phase === "colon" ? ":" : null;
+    default: return null;
+  }
+}
+
+/** Inside a key of an object without additional properties: the next character of the only keys left. */
+function forcedInKey(f: Extract<Frame, { k: "key" }>): string | null {
+  const obj = f.up;
+  if (obj.node.extra !== null) return null;
+  let only: string | null = null;
+  for (const k of obj.node.props.keys()) {
+    if (!k.startsWith(f.text) || obj.seen.includes(k)) continue;
+    const c = k.length === f.text.length ? '"' : k[f.text.length];
+    if (only !== null && c !== only) return null;
+    only = c;
+  }
+  return only;
+}
+
+/** The one character a value of `node` can start with (depth `d`), or null. */
+function forcedStart(node: SchemaNode, d: number): string | null {
+  const n = resolve(node);
+  switch (n.t) {
+    case "literal": {
+      const c = n.texts[0][0];
+      return n.texts.every((t) => t[0] === c) ? c : null;
+    }
+    case "object": return d < MAX_DEPTH ? "{" : null;
+    case "array": return d < MAX_DEPTH ? "[" : null;
+    case "string": return '"';
+    case "anyOf": {
+      const cs = n.options.map((o) => forcedStart(o, d));
+      return cs.every((c) => c !== null && c === cs[0]) ? cs[0] : null;
+    }
+    default: return null;
+  }
+}
