@@ -13,6 +13,7 @@ import { grammarFeed, grammarStart, type GrammarState, type OutputGrammar } from
 import { OutputConstraint, TokenTrie } from "../src/engine/output-constraint.ts";
 import { tokenTextOf } from "../src/model/config.ts";
 import { loadModel } from "../src/model/load.ts";
+import { mean, median, synthetic, tokenize } from "./bench-vocab.ts";
 
 const GRAMMAR: OutputGrammar = {
   kind: "json",
@@ -53,49 +54,6 @@ const UNIQUE: OutputGrammar = {
   },
 };
 const UNIQUE_ANSWER = '{"city": "San Francisco", "days": 12, "pair": [37.77, -122.42], "tags": ["fog", "bay area", "summer", "bay"]}';
-
-function synthetic(n: number): string[] {
-  let s = 12345;
-  const rand = () => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 2 ** 32);
-  const letters = "etaoinshrdlcumwfgypbvkjxqz";
-  const punct = ['{"', '":', '",', '"}', "},", "],", '["', ' "', ": ", ", ", "\n  ", "\n", "  ", "{", "}", "[", "]", '"', ":", ","];
-  const out = new Set<string>();
-  for (let b = 0; b < 256; b++) out.add(b < 128 ? String.fromCharCode(b) : "\uFFFD");
-  for (const p of punct) out.add(p);
-  while (out.size < n) {
-    const r = rand();
-    if (r < 0.05) out.add(String(Math.floor(rand() * 1000)));
-    else {
-      const len = 1 + Math.floor(rand() * 8);
-      let w = rand() < 0.5 ? " " : "";
-      for (let i = 0; i < len; i++) w += letters[Math.floor(rand() ** 2 * letters.length)];
-      out.add(rand() < 0.1 ? w[0].toUpperCase() + w.slice(1) : w);
-    }
-  }
-  return [...out];
-}
-
-/** Greedy longest-match tokenization of `text` over `texts`. */
-function tokenize(text: string, texts: readonly string[]): number[] {
-  const byText = new Map(texts.map((t, id) => [t, id]));
-  const ids: number[] = [];
-  for (let i = 0; i < text.length;) {
-    let len = Math.min(16, text.length - i);
-    while (len > 1 && !byText.has(text.slice(i, i + len))) len--;
-    ids.push(byText.get(text.slice(i, i + len))!);
-    i += len;
-  }
-  return ids;
-}
-
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor(s.length / 2)];
-}
-
-function mean(xs: number[]): number {
-  return xs.reduce((a, b) => a + b, 0) / xs.length;
-}
 
 function bench(name: string, texts: string[], grammar: OutputGrammar, answer: string): void {
   const t0 = performance.now();

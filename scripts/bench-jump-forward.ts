@@ -1,0 +1,124 @@
+/**
+ * Jump-forward decoding (EngineOptions.jumpForward): what it saves and what it costs.
+ *
+ * 1. Host side, on the story model's 512-token vocabulary and a synthetic 150k one: a tool call and a
+ *    JSON answer written token by token as a model would (greedy longest-match tokens of the answer),
+ *    with `OutputConstraint.forced()` after each sampled token appending what the grammar forces.
+ *    Reports the steps needed with and without jumps and the time forced() takes per step.
+ * 2. The engine, stories260K on the reference backend and on WebGPU (Dawn; lavapipe without a GPU):
+ *    a forced tool call (enum arguments) from one request and from 8 at once (temperature 0.8,
+ *    seeds 1–8), jump-forward on and off; medians of 3 runs of the wall time, steps and tokens.
+ *
+ *   npx tsx scripts/bench-jump-forward.ts
+ */
+import { createReferenceBackend } from "../src/backend/reference/index.ts";
+import type { Backend } from "../src/backend/types.ts";
+import { createWebGpuBackend } from "../src/backend/webgpu/index.ts";
+import { createEngine } from "../src/engine/engine-factory.ts";
+import type { OutputGrammar } from "../src/engine/grammar.ts";
+import { OutputConstraint, TokenTrie } from "../src/engine/output-constraint.ts";
+import { tokenTextOf } from "../src/model/config.ts";
+import { loadModel } from "../src/model/load.ts";
+import { mean, median, synthetic, tokenize } from "./bench-vocab.ts";
+
+const TOOL: OutputGrammar = {
+  kind: "tool_calls", parallel: false,
+  tools: [{
+    name: "get_weather",
+    parameters: {
+      type: "object", additionalProperties: false, required: ["city", "unit"],
+      properties: { city: { enum: ["Paris", "London", "Tokyo", "San Francisco"] }, unit: { enum: ["celsius", "fahrenheit"] } },
+    },
+  }, { name: "get_time", parameters: { type: "object", properties: { zone: { type: "string" } }, required: ["zone"], additionalProperties: false } }],
+};
+const TOOL_ANSWER = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "San Francisco", "unit": "fahrenheit"}}\n</tool_call>';
+const RECORD: OutputGrammar = {
+  kind: "json",
+  schema: {
+    type: "object", additionalProperties: false, required: ["status", "customer", "items"],
+    properties: {
+      status: { enum: ["pending", "paid", "shipped"] }, customer: { type: "string" },
+      items: { type: "array", items: { type: "object", additionalProperties: false, required: ["sku", "quantity"], properties: { sku: { type: "string" }, quantity: { type: "integer" } } } },
+    },
+  },
+};
+const RECORD_ANSWER = '{"status": "shipped", "customer": "Ada", "items": [{"sku": "A-1", "quantity": 2}, {"sku": "B-7", "quantity": 1}]}';
+
+/** Writes `answer` as a model would, jumping where the grammar forces text; steps = sampled tokens. */
+function hostRun(texts: string[], trie: TokenTrie, grammar: OutputGrammar, answer: string, jump: boolean): { steps: number; tokens: number; forcedMs: number[] } {
+  const c = new OutputConstraint(grammar, trie, [0]);
+  const out: number[] = [];
+  let written = "";
+  let steps = 0;
+  const forcedMs: number[] = [];
+  while (written.length < answer.length) {
+    // The model's next token: the longest one of the answer's rest (what the grammar allows, since the answer fits).
+    const next = tokenize(answer.slice(written.length), texts)[0];
+    out.push(next);
+    written += texts[next];
+    steps++;
+    if (!jump) continue;
+    const t0 = performance.now();
+    const forced = c.forced(out, 0, 1000);
+    forcedMs.push(performance.now() - t0);
+    for (const id of forced) {
+      out.push(id);
+      written += texts[id];
+    }
+    if (!answer.startsWith(written)) throw new Error(`The jump left the answer: ${JSON.stringify(written)}`);
+  }
+  return { steps, tokens: out.length, forcedMs };
+}
+
+const model = await loadModel(new URL("../models/stories260K.gguf", import.meta.url).pathname);
+const story = Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id));
+console.log("## Host: steps to write an answer, and forced() per sampled token");
+for (const [vocabName, texts] of [["stories260K (512)", story], ["synthetic 150k", synthetic(150_000)]] as const) {
+  const trie = new TokenTrie(texts);
+  for (const [name, grammar, answer] of [["tool call", TOOL, TOOL_ANSWER], ["json record", RECORD, RECORD_ANSWER]] as const) {
+    const off = hostRun(texts, trie, grammar, answer, false);
+    const runs = [0, 1, 2].map(() => hostRun(texts, trie, grammar, answer, true));
+    const ms = runs.flatMap((r) => r.forcedMs);
+    console.log(
+      `${vocabName.padEnd(18)} ${name.padEnd(11)}  steps ${String(off.steps).padStart(3)} → ${String(runs[0].steps).padStart(3)} (${(off.steps / runs[0].steps).toFixed(2)}x)` +
+        `  tokens ${off.tokens} → ${runs[0].tokens}  forced(): median ${median(ms).toFixed(3)} ms, mean ${mean(ms).toFixed(3)}, max ${Math.max(...ms).toFixed(2)}`,
+    );
+  }
+}
+
+const prompt = model.tokenizer.encode("Once upon a time, Lily wanted to know the weather in a big city.", { addBos: true });
+
+async function engineRun(backend: Backend, jumpForward: boolean, requests: number): Promise<{ ms: number; steps: number; tokens: number; jumped: number }> {
+  let steps = 0;
+  const e = createEngine(backend, model, { numBlocks: 128, jumpForward, onStep: () => steps++ });
+  try {
+    const t0 = performance.now();
+    const results = await Promise.all(Array.from({ length: requests }, (_, i) =>
+      e.submit({ prompt, maxTokens: 200, grammar: TOOL, ...(requests === 1 ? { temperature: 0 } : { temperature: 0.8, seed: i + 1 }) }).result));
+    const ms = performance.now() - t0;
+    return { ms, steps, tokens: results.reduce((n, r) => n + r.completionTokens, 0), jumped: e.metrics.jumpForwardTokens };
+  } finally {
+    await e.stop();
+  }
+}
+
+console.log("\n## Engine: stories260K, a forced tool call (enum arguments), medians of 3 runs");
+const gpu = await createWebGpuBackend().catch((e: unknown) => {
+  console.log(`(WebGPU unavailable: ${e instanceof Error ? e.message : String(e)})`);
+  return undefined;
+});
+for (const [label, make] of [["reference", () => createReferenceBackend()], ...(gpu ? [["webgpu", () => gpu]] as const : [])] as const) {
+  for (const requests of [1, 8]) {
+    const row: string[] = [];
+    const wall: Record<string, number> = {};
+    for (const jump of [false, true]) {
+      const runs = [];
+      for (let rep = 0; rep < 3; rep++) runs.push(await engineRun(make(), jump, requests));
+      const ms = median(runs.map((r) => r.ms));
+      wall[String(jump)] = ms;
+      const r = runs[0];
+      row.push(`${jump ? "on " : "off"}: ${ms.toFixed(0).padStart(6)} ms  ${String(r.steps).padStart(4)} steps  ${r.tokens} tokens (${r.jumped} jumped)`);
+    }
+    console.log(`${label.padEnd(9)} ${String(requests).padStart(2)} req  ${row.join("  |  ")}  wall off/on ${(wall.false / wall.true).toFixed(2)}x`);
+  }
+}

@@ -1,0 +1,47 @@
+/** Shared by the grammar benchmarks: a synthetic 150k-token vocabulary, its tokenizer, medians. */
+
+/** A synthetic `n`-token vocabulary: the 256 bytes, JSON punctuation, numbers and words (seeded). */
+export function synthetic(n: number): string[] {
+  let s = 12345;
+  const rand = () => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 2 ** 32);
+  const letters = "etaoinshrdlcumwfgypbvkjxqz";
+  const punct = ['{"', '":', '",', '"}', "},", "],", '["', ' "', ": ", ", ", "\n  ", "\n", "  ", "{", "}", "[", "]", '"', ":", ","];
+  const out = new Set<string>();
+  for (let b = 0; b < 256; b++) out.add(b < 128 ? String.fromCharCode(b) : "\uFFFD");
+  for (const p of punct) out.add(p);
+  while (out.size < n) {
+    const r = rand();
+    if (r < 0.05) out.add(String(Math.floor(rand() * 1000)));
+    else {
+      const len = 1 + Math.floor(rand() * 8);
+      let w = rand() < 0.5 ? " " : "";
+      for (let i = 0; i < len; i++) w += letters[Math.floor(rand() ** 2 * letters.length)];
+      out.add(rand() < 0.1 ? w[0].toUpperCase() + w.slice(1) : w);
+    }
+  }
+  return [...out];
+}
+
+/** Greedy longest-match tokenization of `text` over `texts`. */
+export function tokenize(text: string, texts: readonly string[]): number[] {
+  const byText = new Map(texts.map((t, id) => [t, id]));
+  const ids: number[] = [];
+  for (let i = 0; i < text.length;) {
+    let len = Math.min(16, text.length - i);
+    while (len > 1 && !byText.has(text.slice(i, i + len))) len--;
+    ids.push(byText.get(text.slice(i, i + len))!);
+    i += len;
+  }
+  return ids;
+}
+
+/** Median of `xs`. */
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+}
+
+/** Mean of `xs`. */
+export function mean(xs: number[]): number {
+  return xs.reduce((a, b) => a + b, 0) / xs.length;
+}
