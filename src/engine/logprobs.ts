@@ -11,6 +11,8 @@ export const MAX_TOP_LOGPROBS = 20;
 export interface TokenLogprob {
   id: number;
   logprob: number;
+  /** 1 + how many tokens are likelier than this one (vLLM's rank; ties share the better rank). */
+  rank: number;
   /** The `n` most likely tokens at this step as [id, logprob], most likely first (ties: lower id). */
   top: [number, number][];
 }
@@ -34,5 +36,7 @@ export function tokenLogprob(logits: Float32Array, id: number, top: number): Tok
     }
     best[j] = i;
   }
-  return { id, logprob: logits[id] - logZ, top: best.map((t) => [t, logits[t] - logZ]) };
+  let rank = 1;
+  for (let i = 0; i < logits.length; i++) if (logits[i] > logits[id]) rank++;
+  return { id, logprob: logits[id] - logZ, rank, top: best.map((t) => [t, logits[t] - logZ]) };
 }

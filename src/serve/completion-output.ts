@@ -26,8 +26,12 @@ export function bestOf(group: readonly GenerateResult[], n: number): number[] {
  * The echoed prompt's part of a completion's `logprobs`: each prompt token with its log probability
  * given those before it (null for the first, which nothing predicts).
  */
-export function echoLogprobs(tokenizer: Tokenizer, prompt: EchoedPrompt, lps: readonly (TokenLogprob | null)[]): CompletionLogprobs {
-  const known = prompt.ids.map((id, i): TokenLogprob => lps[i] ?? { id, logprob: NaN, top: [] });
+export function echoLogprobs(tokenizer: Tokenizer, prompt: EchoedPrompt, lps: readonly (TokenLogprob | null)[], top: number): CompletionLogprobs {
+  // The engine may hold more alternatives than `logprobs` asks (prompt_logprobs asked more).
+  const known = prompt.ids.map((id, i): TokenLogprob => {
+    const lp = lps[i];
+    return lp ? { ...lp, top: lp.top.slice(0, top) } : { id, logprob: NaN, rank: 0, top: [] };
+  });
   const out = completionLogprobs(tokenizer, known);
   prompt.ids.forEach((_, i) => {
     if (lps[i]) return;
@@ -51,11 +55,11 @@ export function joinLogprobs(a: CompletionLogprobs, b: CompletionLogprobs, shift
 export function completionChoice(tokenizer: Tokenizer, shape: CompletionShape, prompt: number, r: GenerateResult) {
   const generated = shape.scoreOnly ? "" : r.text;
   let logprobs: CompletionLogprobs | null = null;
-  if (shape.logprobs && !shape.scoreOnly) logprobs = completionLogprobs(tokenizer, r.logprobs ?? []);
+  if (shape.logprobs !== null && !shape.scoreOnly) logprobs = completionLogprobs(tokenizer, r.logprobs ?? []);
   if (!shape.echo) return { text: generated, logprobs };
   const p = shape.prompts[prompt];
-  if (shape.logprobs) {
-    const echoed = echoLogprobs(tokenizer, p, r.promptLogprobs ?? []);
+  if (shape.logprobs !== null) {
+    const echoed = echoLogprobs(tokenizer, p, r.promptLogprobs ?? [], shape.logprobs);
     logprobs = logprobs ? joinLogprobs(echoed, logprobs, p.text.length) : echoed;
   }
   return { text: p.text + generated, logprobs };

@@ -57,3 +57,28 @@ export function completionLogprobs(tokenizer: Tokenizer, lps: readonly TokenLogp
     text_offset: textOffset,
   };
 }
+
+/** One token of vLLM's `prompt_logprobs`. */
+export interface PromptTokenLogprob {
+  logprob: number;
+  /** 1 + how many tokens were likelier. */
+  rank: number;
+  decoded_token: string;
+}
+
+/**
+ * vLLM's `prompt_logprobs`: per prompt token null for the first (nothing predicts it), else an object
+ * keyed by token id holding the prompt token and the `top` likeliest tokens at its position.
+ */
+export function promptLogprobsJson(tokenizer: Tokenizer, lps: readonly (TokenLogprob | null)[], top: number): (Record<string, PromptTokenLogprob> | null)[] {
+  return lps.map((lp) => {
+    if (!lp) return null;
+    const out: Record<string, PromptTokenLogprob> = { [lp.id]: { logprob: lp.logprob, rank: lp.rank, decoded_token: tokenTextOf(tokenizer, lp.id) } };
+    const alternatives = lp.top.slice(0, top);
+    for (const [id, logprob] of alternatives) {
+      // Alternatives are ranked among themselves: every likelier token is one of them.
+      out[id] ??= { logprob, rank: 1 + alternatives.filter(([, l]) => l > logprob).length, decoded_token: tokenTextOf(tokenizer, id) };
+    }
+    return out;
+  });
+}

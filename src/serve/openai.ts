@@ -45,8 +45,8 @@ export interface CompletionShape {
   echo: boolean;
   /** `max_tokens` 0 with `echo`: the prompt is scored, nothing generated is returned. */
   scoreOnly: boolean;
-  /** The client asked for log probabilities (`best_of` asks the engine for them regardless). */
-  logprobs: boolean;
+  /** Alternatives per token the client asked for (`logprobs`; null: none). `best_of` asks the engine for log probabilities regardless. */
+  logprobs: number | null;
 }
 
 /** A submitted request and what answering it needs to know. */
@@ -64,6 +64,8 @@ export interface Submitted {
   output: ChatOutputOptions | null;
   /** Completions only. */
   completion?: CompletionShape;
+  /** vLLM's `prompt_logprobs`: alternatives per prompt token (undefined: not asked). */
+  promptLogprobs?: number;
 }
 
 /** A 400 for a known OpenAI parameter this server parses but cannot honour. */
@@ -86,6 +88,9 @@ function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, voc
     if (Number(key) >= vocabSize) {
       throw new ApiError(400, `Token ${key} in logit_bias is outside this model's vocabulary of ${vocabSize} tokens`, "logit_bias", "invalid_value");
     }
+  }
+  if (body.prompt_logprobs !== undefined && body.prompt_logprobs !== null && body.stream) {
+    throw new ApiError(400, `Prompt log probabilities cannot be streamed, got prompt_logprobs = ${body.prompt_logprobs} with stream = true`, "prompt_logprobs", "invalid_value");
   }
   if ("suffix" in body && body.suffix) throw unsupported(`A suffix is not supported (no fill-in-the-middle), got suffix = ${describe(body.suffix)}`, "suffix");
 }
@@ -116,7 +121,13 @@ function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], 
     // An empty key names no session (and would collide with the retention policy's no-session group).
     sessionId: body.prompt_cache_key || body.user || undefined,
     ...(startsInReasoning ? { startsInReasoning } : {}),
+    ...(body.prompt_logprobs !== undefined && body.prompt_logprobs !== null ? { promptLogprobs: body.prompt_logprobs } : {}),
   };
+}
+
+/** `s` with vLLM's `prompt_logprobs` count when the body asked for it. */
+function withPromptLogprobs(s: Submitted, body: ChatRequest | CompletionRequest): Submitted {
+  return body.prompt_logprobs === undefined || body.prompt_logprobs === null ? s : { ...s, promptLogprobs: body.prompt_logprobs };
 }
 
 /**
@@ -176,7 +187,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const n = body.n ?? 1;
   const handles = submit(ctx, [request], n, "messages");
   const toolCalls = (tools?.length ?? 0) > 0;
-  return { kind: "chat", handles, perPrompt: n, n, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls } };
+  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls } }, body);
 }
 
 /** The prompts of a completion body, tokenized (text) or checked (token ids). */
@@ -228,15 +239,16 @@ export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Su
   const n = body.n ?? 1;
   const echo = body.echo === true;
   const scoreOnly = echo && body.max_tokens === 0;
-  const logprobs = typeof body.logprobs === "number";
+  const logprobs = typeof body.logprobs === "number" ? body.logprobs : null;
   const reqs = prompts.map((p) => {
     // Scoring only still samples one token (the engine always does); it is not returned.
     const req = engineRequest(body, p.ids, scoreOnly ? 1 : body.max_tokens);
     // best_of ranks by log probability per token, so it asks for them whatever the client asked.
     if (perPrompt > n) req.logprobs ??= 0;
-    if (echo && logprobs) req.promptLogprobs = body.logprobs!;
+    // Echo's prompt log probabilities and prompt_logprobs share one ask: the larger count, each cut to its own.
+    if (echo && logprobs !== null) req.promptLogprobs = Math.max(logprobs, req.promptLogprobs ?? 0);
     return req;
   });
   const handles = submit(ctx, reqs, perPrompt, "prompt");
-  return { kind: "completion", handles, perPrompt, n, output: null, completion: { prompts, echo, scoreOnly, logprobs } };
+  return withPromptLogprobs({ kind: "completion", handles, perPrompt, n, output: null, completion: { prompts, echo, scoreOnly, logprobs } }, body);
 }

@@ -7,7 +7,7 @@ import type { TokenLogprob } from "../engine/logprobs.ts";
 import { ChatOutputStream, type ChatPart, parseChatOutput } from "./chat-output.ts";
 import { ApiError } from "./errors.ts";
 import { bestOf, completionChoice, echoLogprobs } from "./completion-output.ts";
-import { chatLogprobs, completionLogprobs } from "./logprobs-json.ts";
+import { chatLogprobs, completionLogprobs, promptLogprobsJson } from "./logprobs-json.ts";
 import type { CompletionShape, EchoedPrompt, Kind, ServeContext, Submitted } from "./openai.ts";
 import type { ParsedToolCall } from "./tool-calls.ts";
 
@@ -73,7 +73,8 @@ function choiceJson(ctx: ServeContext, s: Submitted, r: GenerateResult, index: n
   // A completion's Submitted always has its shape (submitCompletion).
   const shape = s.completion!;
   const { text, logprobs } = completionChoice(ctx.tokenizer, shape, prompt, r);
-  return { index, text, logprobs, finish_reason: shape.scoreOnly ? "length" : finishReason(r.finishReason) };
+  const scored = s.promptLogprobs === undefined ? {} : { prompt_logprobs: promptLogprobsJson(ctx.tokenizer, r.promptLogprobs ?? [], s.promptLogprobs) };
+  return { index, text, logprobs, finish_reason: shape.scoreOnly ? "length" : finishReason(r.finishReason), ...scored };
 }
 
 /** The non-streaming response body. */
@@ -89,7 +90,9 @@ export async function completeJson(ctx: ServeContext, s: Submitted): Promise<Jso
     const keep = s.perPrompt > s.n ? bestOf(group, s.n) : group.map((_, i) => i);
     keep.forEach((g, j) => choices.push(choiceJson(ctx, s, group[g], p * s.n + j, p)));
   }
-  return { ...base, object: s.kind === "chat" ? "chat.completion" : "text_completion", choices, usage: usage(s, results) };
+  // vLLM puts a chat prompt's log probabilities beside the choices (one prompt for all of them).
+  const scored = s.kind === "chat" && s.promptLogprobs !== undefined ? { prompt_logprobs: promptLogprobsJson(ctx.tokenizer, results[0].promptLogprobs ?? [], s.promptLogprobs) } : {};
+  return { ...base, object: s.kind === "chat" ? "chat.completion" : "text_completion", choices, usage: usage(s, results), ...scored };
 }
 
 /** One choice of a stream: its chat parser, tool calls, and log probabilities not yet sent. */
@@ -115,7 +118,7 @@ class ChoiceStream {
 
   /** The choices of the chunks sent before any generation: the echoed prompt, unless it waits for its log probabilities. */
   start(): Json[] {
-    return this.echo && !this.shape!.logprobs ? this.echoed(undefined) : [];
+    return this.echo && this.shape!.logprobs === null ? this.echoed(undefined) : [];
   }
 
   /** The choices (one each) of the chunks a delta makes. */
@@ -142,7 +145,7 @@ class ChoiceStream {
     const p = this.echo!;
     this.echo = undefined;
     this.offset = p.text.length;
-    const logprobs = this.shape!.logprobs ? echoLogprobs(this.ctx.tokenizer, p, lps ?? []) : null;
+    const logprobs = this.shape!.logprobs !== null ? echoLogprobs(this.ctx.tokenizer, p, lps ?? [], this.shape!.logprobs) : null;
     return [{ index: this.index, logprobs, finish_reason: null, text: p.text }];
   }
 

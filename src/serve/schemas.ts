@@ -86,6 +86,8 @@ const common = {
   user: maybe(sessionKey),
   prompt_cache_key: maybe(sessionKey),
   ignore_eos: maybe(z.boolean()),
+  // vLLM's extension: each prompt token's log probability, rank and this many alternatives.
+  prompt_logprobs: maybe(z.number().int().min(0).max(20)),
   // Parsed so that a bad value gets a 400 naming it; openai.ts refuses any but the no-op value.
   presence_penalty: maybe(z.number().min(-2).max(2)),
   frequency_penalty: maybe(z.number().min(-2).max(2)),

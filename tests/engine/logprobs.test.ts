@@ -39,6 +39,11 @@ async function generate(extra: Partial<GenerateRequest>): Promise<{ ids: number[
   }
 }
 
+test("tokenLogprob() ranks a token by how many are likelier, ties sharing the better rank", () => {
+  const logits = Float32Array.from([0.5, 2, -1, 2, 0.5, 3]);
+  assert.deepEqual([5, 1, 3, 0, 4, 2].map((id) => tokenLogprob(logits, id, 0).rank), [1, 2, 2, 4, 4, 6]);
+});
+
 test("Engine returns and streams each token's log probability with its top alternatives", async () => {
   const plain = await generate({});
   assert.equal(plain.logprobs, undefined, "none unless asked");

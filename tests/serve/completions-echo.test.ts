@@ -11,6 +11,7 @@ import { createEngine } from "../../src/engine/engine-factory.ts";
 import { readTextFile } from "../../src/runtime/fs.ts";
 import type { GenerateResult } from "../../src/engine/engine-types.ts";
 import { loadModel } from "../../src/model/load.ts";
+import { tokenTextOf } from "../../src/model/config.ts";
 import { startServer } from "../../src/serve/server.ts";
 
 const modelPath = `${projectRoot}/models/stories260K.gguf`;
@@ -196,6 +197,61 @@ test("/v1/completions refuses max_tokens 0 without echo, best_of below n or stre
       assert.equal(r.status, 400, `${JSON.stringify(body).slice(0, 80)}: ${JSON.stringify(r.error)}`);
       assert.equal(r.error.param, param, JSON.stringify(body).slice(0, 80));
       assert.match(r.error.message, message);
+    }
+  });
+});
+
+type PromptLogprobs = (Record<string, { logprob: number; rank: number; decoded_token: string }> | null)[];
+
+/** Checks one prompt's vLLM `prompt_logprobs` against its token ids: keys, ranks, at most `top` alternatives. */
+function checkPromptLogprobs(got: PromptLogprobs, ids: readonly number[], top: number): void {
+  assert.equal(got.length, ids.length);
+  assert.equal(got[0], null, "nothing predicts the first token");
+  for (let i = 1; i < ids.length; i++) {
+    const entry = got[i]!;
+    const own = entry[ids[i]];
+    assert.ok(own, `position ${i} holds its own token ${ids[i]}`);
+    assert.equal(own.decoded_token, tokenTextOf(model.tokenizer, ids[i]));
+    const others = Object.entries(entry).filter(([id]) => Number(id) !== ids[i]);
+    assert.ok(Object.keys(entry).length <= top + 1, `position ${i}: ${Object.keys(entry).length} entries for top ${top}`);
+    // Its rank counts the likelier tokens, which the alternatives list when it is among them.
+    const likelier = Object.values(entry).filter((e) => e.logprob > own.logprob).length;
+    if (own.rank <= top) assert.equal(own.rank, 1 + likelier, `position ${i}'s rank`);
+    else assert.equal(Object.keys(entry).length, top + 1, "outside the top: all alternatives listed");
+    for (const [id, e] of others) assert.ok(e.rank >= 1 && e.rank <= top && e.logprob <= 0 && e.decoded_token === tokenTextOf(model.tokenizer, Number(id)));
+  }
+}
+
+test("prompt_logprobs (vLLM's) give each prompt token's log probability, rank and alternatives on completions and chat", async () => {
+  await withClient(async (client) => {
+    const ids = model.tokenizer.encode(STORY, { addBos: true });
+    // Echo with logprobs 1 and prompt_logprobs 3 share one engine ask, each cut to its own count.
+    const c = await client.completions.create({ model: "stories260K", prompt: ids, max_tokens: 2, temperature: 0, echo: true, logprobs: 1, prompt_logprobs: 3 } as OpenAI.CompletionCreateParamsNonStreaming);
+    const choice = c.choices[0] as OpenAI.CompletionChoice & { prompt_logprobs: PromptLogprobs };
+    checkPromptLogprobs(choice.prompt_logprobs, ids, 3);
+    const echoed = logprobsOf(choice);
+    for (let i = 1; i < ids.length; i++) {
+      assert.ok(Math.abs(choice.prompt_logprobs[i]![ids[i]].logprob - echoed.token_logprobs[i]!) < 1e-6, `position ${i} as echo scored it`);
+      assert.equal(Object.keys(echoed.top_logprobs[i]!).length, 1, "echo's alternatives stay at logprobs 1");
+      const best = Math.max(...Object.values(choice.prompt_logprobs[i]!).map((e) => e.logprob));
+      assert.equal(choice.prompt_logprobs[i]![ids[i]].rank === 1, echoed.token_logprobs[i] === best, `position ${i}: rank 1 iff likeliest`);
+    }
+    assert.ok(ids.slice(1).some((_, i) => choice.prompt_logprobs[i + 1]![ids[i + 1]].rank > 1), "a story is not all greedy");
+    const plain = await client.completions.create({ model: "stories260K", prompt: ids, max_tokens: 2, temperature: 0 });
+    assert.equal(plain.choices[0].text, choice.text.slice(STORY.length), "asking changes nothing generated");
+    assert.equal((plain.choices[0] as { prompt_logprobs?: unknown }).prompt_logprobs, undefined, "none unless asked");
+
+    const chat = await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 2, n: 2, prompt_logprobs: 0 } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const scored = (chat as OpenAI.ChatCompletion & { prompt_logprobs: PromptLogprobs }).prompt_logprobs;
+    assert.equal(scored.length, chat.usage!.prompt_tokens, "one per prompt token, beside the choices");
+    assert.ok(scored.slice(1).every((e) => Object.keys(e!).length === 1), "0 alternatives: the prompt token alone");
+
+    for (const [body, what] of [[{ stream: true, prompt_logprobs: 1 }, /cannot be streamed, got prompt_logprobs = 1 with stream = true/], [{ prompt_logprobs: 21 }, /prompt_logprobs/]] as const) {
+      const r = await fetch(`${client.baseURL}/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "stories260K", prompt: STORY, max_tokens: 2, ...body }) });
+      assert.equal(r.status, 400);
+      const err = (await r.json()) as { error: { message: string; param: string } };
+      assert.match(err.error.message, what);
+      assert.equal(err.error.param, "prompt_logprobs");
     }
   });
 });
