@@ -91,10 +91,11 @@ export class TokenTrie {
 
   /**
    * Token ids that spell `text` from its start, each the longest token text that begins what is
-   * left; stops early where no token does, and before a token where `spans(node)` says a token
-   * reaching past the text's end (through trie node `node`, the text's end) could be written instead.
+   * left; stops early where no token does, and, given `after` (the grammar state at the text's end),
+   * before a place where a token that goes on past the end, into what `after` allows, could be
+   * written instead.
    */
-  cover(text: string, spans: (node: TrieNode) => boolean = () => false): number[] {
+  cover(text: string, after?: GrammarState): number[] {
     const chars = [...text];
     const out: number[] = [];
     for (let i = 0; i < chars.length;) {
@@ -104,18 +105,19 @@ export class TokenTrie {
         node = node.children.get(chars[j]);
         if (node !== undefined && node.ids.length > 0) [best, bestLength] = [node.ids[0], j - i + 1];
       }
-      if (best < 0 || (node !== undefined && spans(node))) break;
+      // `node` is defined only when the walk from here reached the text's end.
+      if (best < 0 || (after !== undefined && node !== undefined && continuesInto(node, after))) break;
       out.push(best);
       i += bestLength;
     }
     return out;
   }
+}
 
-  /** Whether some token below `node` continues with a character `state` takes. */
-  continuesInto(node: TrieNode, state: GrammarState): boolean {
-    for (const c of node.children.keys()) if (grammarStep(state, c).length > 0) return true;
-    return false;
-  }
+/** Whether some token below `node` continues with a character `state` takes. */
+function continuesInto(node: TrieNode, state: GrammarState): boolean {
+  for (const c of node.children.keys()) if (grammarStep(state, c).length > 0) return true;
+  return false;
 }
 
 /**
@@ -201,7 +203,7 @@ export class OutputConstraint {
     if (maxTokens <= 0) return [];
     const { text, state } = grammarForcedText(this.#state, MAX_JUMP_CHARS);
     if (text === "") return [];
-    return this.trie.cover(text, (node) => this.trie.continuesInto(node, state)).slice(0, maxTokens);
+    return this.trie.cover(text, state).slice(0, maxTokens);
   }
 
   /** Feeds the output tokens not fed yet to the grammar. */

@@ -41,6 +41,8 @@ const nearValid = fc.record(
     logprobs: fc.oneof(fc.integer({ min: -1, max: 21 }), anyValue),
     echo: fc.oneof(fc.boolean(), anyValue),
     best_of: fc.oneof(fc.integer({ min: -1, max: 4 }), anyValue),
+    prompt_logprobs: fc.oneof(fc.integer({ min: -1, max: 21 }), anyValue),
+    response_format: fc.oneof(fc.constant({ type: "json_object" }), fc.constant({ type: "json_schema", json_schema: { name: "x", schema: { enum: ["yes", "no"] } } }), anyValue),
   },
   { requiredKeys: [] },
 );
