@@ -353,9 +353,14 @@ export class Engine implements ServingEngine {
     const text = a.text.push(tok);
     const first = seq.numOutput === 1 && a.promptLogprobs ? { promptLogprobs: a.promptLogprobs } : {};
     a.queue.push({ text, tokenIds: [tok], ...(lp ? { logprobs: [lp] } : {}), ...first });
-    if (a.text.stopped) return this.finish(a, "stop");
-    if (seq.numOutput >= a.maxTokens || seq.tokens.length >= this.maxModelLen) return this.finish(a, "length");
-    this.jumpForward(a);
+    if (!this.endIfDone(a)) this.jumpForward(a);
+  }
+
+  /** Ends the request when a stop string matched or its token budget or the context is spent; whether it did. */
+  private endIfDone(a: Active): boolean {
+    if (a.text.stopped) this.finish(a, "stop");
+    else if (a.seq.numOutput >= a.maxTokens || a.seq.tokens.length >= this.maxModelLen) this.finish(a, "length");
+    return a.done;
   }
 
   /**
@@ -379,8 +384,7 @@ export class Engine implements ServingEngine {
     this.metrics.generationTokens += ids.length;
     this.metrics.jumpForwardTokens += ids.length;
     a.queue.push({ text, tokenIds: ids });
-    if (a.text.stopped) return this.finish(a, "stop");
-    if (seq.numOutput >= a.maxTokens || seq.tokens.length >= this.maxModelLen) this.finish(a, "length");
+    this.endIfDone(a);
   }
 
   private finishById(id: number, reason: FinishReason): void {

@@ -89,7 +89,7 @@ function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, voc
       throw new ApiError(400, `Token ${key} in logit_bias is outside this model's vocabulary of ${vocabSize} tokens`, "logit_bias", "invalid_value");
     }
   }
-  if (body.prompt_logprobs !== undefined && body.prompt_logprobs !== null && body.stream) {
+  if (promptLogprobsOf(body) !== undefined && body.stream) {
     throw new ApiError(400, `Prompt log probabilities cannot be streamed, got prompt_logprobs = ${body.prompt_logprobs} with stream = true`, "prompt_logprobs", "invalid_value");
   }
   if ("suffix" in body && body.suffix) throw unsupported(`A suffix is not supported (no fill-in-the-middle), got suffix = ${describe(body.suffix)}`, "suffix");
@@ -121,13 +121,19 @@ function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], 
     // An empty key names no session (and would collide with the retention policy's no-session group).
     sessionId: body.prompt_cache_key || body.user || undefined,
     ...(startsInReasoning ? { startsInReasoning } : {}),
-    ...(body.prompt_logprobs !== undefined && body.prompt_logprobs !== null ? { promptLogprobs: body.prompt_logprobs } : {}),
+    ...(promptLogprobsOf(body) !== undefined ? { promptLogprobs: promptLogprobsOf(body) } : {}),
   };
+}
+
+/** vLLM's `prompt_logprobs` count, when the body asks for one. */
+function promptLogprobsOf(body: ChatRequest | CompletionRequest): number | undefined {
+  return body.prompt_logprobs ?? undefined;
 }
 
 /** `s` with vLLM's `prompt_logprobs` count when the body asked for it. */
 function withPromptLogprobs(s: Submitted, body: ChatRequest | CompletionRequest): Submitted {
-  return body.prompt_logprobs === undefined || body.prompt_logprobs === null ? s : { ...s, promptLogprobs: body.prompt_logprobs };
+  const promptLogprobs = promptLogprobsOf(body);
+  return promptLogprobs === undefined ? s : { ...s, promptLogprobs };
 }
 
 /**

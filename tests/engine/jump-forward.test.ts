@@ -85,8 +85,8 @@ test("Engine jumpForward samples each free token from the KV of the jumped ones 
     await e.stop();
   }
   const trie = new TokenTrie(Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id)));
+  // One constraint serves both: it feeds the output in order, the mask before token k, the jump after it.
   const c = new OutputConstraint(WEATHER, trie, model.config.eosTokenIds);
-  const replay = new OutputConstraint(WEATHER, trie, model.config.eosTokenIds);
   const forced = new Set<number>();
   // Replay the engine's decisions: after each sampled token, the jump it would append.
   for (let k = 0; k < out.length;) {
@@ -95,7 +95,7 @@ test("Engine jumpForward samples each free token from the KV of the jumped ones 
     const lp = scored!.promptLogprobs![prompt.length + k]!;
     const better = lp.top.filter(([id, v]) => v > lp.logprob + 1e-4 && mask.allows(id));
     assert.deepEqual(better, [], `token ${k} (${JSON.stringify(trie.texts[out[k]])}) is the likeliest allowed`);
-    const jump = replay.forced(out.slice(0, k + 1), 0, 1000);
+    const jump = c.forced(out.slice(0, k + 1), 0, 1000);
     assert.deepEqual(out.slice(k + 1, k + 1 + jump.length), jump, `the jump after token ${k}`);
     jump.forEach((_, j) => forced.add(k + 1 + j));
     k += 1 + jump.length;
