@@ -48,7 +48,7 @@ function forcedIn(cfg: Config): string | null {
   // Whitespace may come wherever an object, an array or a value after `:`/`,` allows it, until the run is full.
   const wsAllowed = cfg.ws < MAX_WHITESPACE;
   switch (f.k) {
-    case "lit": return f.text[f.i];
+    case "lit": return codePointAt(f.text, f.i);
     case "key": return forcedInKey(f);
     case "value": return f.ws && wsAllowed ? null : forcedStart(f.node, f.d);
     case "obj": return !wsAllowed && f.phase === "colon" ? ":" : null;
@@ -63,7 +63,7 @@ function forcedInKey(f: Extract<Frame, { k: "key" }>): string | null {
   let only: string | null = null;
   for (const k of obj.node.props.keys()) {
     if (!k.startsWith(f.text) || obj.seen.includes(k)) continue;
-    const c = k.length === f.text.length ? '"' : k[f.text.length];
+    const c = k.length === f.text.length ? '"' : codePointAt(k, f.text.length);
     if (only !== null && c !== only) return null;
     only = c;
   }
@@ -75,8 +75,8 @@ function forcedStart(node: SchemaNode, d: number): string | null {
   const n = resolve(node);
   switch (n.t) {
     case "literal": {
-      const c = n.texts[0][0];
-      return n.texts.every((t) => t[0] === c) ? c : null;
+      const c = codePointAt(n.texts[0], 0);
+      return n.texts.every((t) => t.startsWith(c)) ? c : null;
     }
     case "object": return d < MAX_DEPTH ? "{" : null;
     case "array": return d < MAX_DEPTH ? "[" : null;
@@ -87,4 +87,9 @@ function forcedStart(node: SchemaNode, d: number): string | null {
     }
     default: return null;
   }
+}
+
+/** The code point of `text` at UTF-16 index `i`, as a string (two units outside the Basic Multilingual Plane): the grammar steps code points. */
+function codePointAt(text: string, i: number): string {
+  return String.fromCodePoint(text.codePointAt(i)!);
 }

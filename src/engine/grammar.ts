@@ -129,9 +129,12 @@ function step(cfg: Config, c: string): Config[] {
   if (f === null) return [];
   const ws = () => (cfg.ws < MAX_WHITESPACE ? [{ top: f, ws: cfg.ws + 1 }] : []);
   switch (f.k) {
-    case "lit":
-      if (c !== f.text[f.i]) return [];
-      return f.i + 1 === f.text.length ? complete(f.up, uniqueSeen(f.up) === null ? undefined : literalKey(f.text)) : [{ top: { ...f, i: f.i + 1 }, ws: 0 }];
+    case "lit": {
+      // `c` is one code point: two UTF-16 units of the text when outside the Basic Multilingual Plane.
+      if (!f.text.startsWith(c, f.i)) return [];
+      const i = f.i + c.length;
+      return i === f.text.length ? complete(f.up, uniqueSeen(f.up) === null ? undefined : literalKey(f.text)) : [{ top: { ...f, i }, ws: 0 }];
+    }
     case "str": return stepString(f, c);
     case "num": {
       const next = numberStep(f.ns, c, f.integer, f.range === null);
@@ -175,8 +178,8 @@ function start(node: SchemaNode, up: Frame | null, d: number, c: string): Config
       // In a uniqueItems array an enum value already written cannot start again.
       const seen = uniqueSeen(up);
       return n.texts.flatMap((t) => {
-        if (t[0] !== c || (seen !== null && seen.includes(literalKey(t)))) return [];
-        return t.length === 1 ? complete(up, seen === null ? undefined : literalKey(t)) : [{ top: { k: "lit", text: t, i: 1, up, d }, ws: 0 }];
+        if (!t.startsWith(c) || (seen !== null && seen.includes(literalKey(t)))) return [];
+        return t.length === c.length ? complete(up, seen === null ? undefined : literalKey(t)) : [{ top: { k: "lit", text: t, i: c.length, up, d }, ws: 0 }];
       });
     }
     case "object":
@@ -279,7 +282,7 @@ function distinctAhead(cfg: Config, arr: ArrFrame): boolean {
     // the short escapes only: \uXXXX writes what a plain character or a short escape writes, and
     // would take the search through 65536 values.
     const t = x.top;
-    const chars = t?.k === "lit" ? [t.text[t.i], ...PROBE] : t?.k === "str" && t.esc === -1 ? SHORT_ESCAPES : PROBE;
+    const chars = t?.k === "lit" ? [String.fromCodePoint(t.text.codePointAt(t.i)!), ...PROBE] : t?.k === "str" && t.esc === -1 ? SHORT_ESCAPES : PROBE;
     for (const ch of chars) {
       // A long search means many ways on; assume one of them ends well.
       if (--steps < 0) return true;

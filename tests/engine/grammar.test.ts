@@ -5,6 +5,7 @@ import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import type { GenerateRequest } from "../../src/engine/engine-types.ts";
 import { grammarComplete, grammarFeed, grammarStart, type GrammarState, type OutputGrammar } from "../../src/engine/grammar.ts";
+import { grammarForcedText } from "../../src/engine/grammar-forced.ts";
 import { compileSchema, type JsonSchema } from "../../src/engine/json-schema.ts";
 import { OutputConstraint, type TokenMask, TokenTrie } from "../../src/engine/output-constraint.ts";
 import { tokenTextOf } from "../../src/model/config.ts";
@@ -62,6 +63,18 @@ test("grammarStart() follows anyOf, type lists, nullable, const and recursive $r
   for (const bad of ['{"kids":[]}', '{"v":"x"}', '"lea"', '"x"', '{"v":1,"kids":[{"v":true']) assert.ok(!fits(g, bad, true), `accepted ${bad}`);
   assert.ok(fits(json({ type: "integer" }), "42", true), "a number at the top ends with the output");
   assert.ok(!fits(json({ type: "integer" }), "4.2"));
+});
+
+test("grammarStart() writes enum values and keys outside the Basic Multilingual Plane, one code point at a time", () => {
+  // The automaton steps code points; an emoji is two UTF-16 units of the literal it must match.
+  const g = json({ type: "object", properties: { "mood😀": { enum: ["😀", "a😀b", "🎉🎉"] } }, additionalProperties: false });
+  const doc = '{"mood😀": "a😀b"}';
+  const points = [...doc];
+  for (let i = 0; i <= points.length; i++) assert.ok(fits(g, points.slice(0, i).join("")), `prefix ${points.slice(0, i).join("")}`);
+  assert.ok(fits(g, doc, true));
+  for (const ok of ['{"mood😀": "😀"}', '{"mood😀":"🎉🎉"}']) assert.ok(fits(g, ok, true), ok);
+  for (const bad of ['{"mood😀": "🎉"}', '{"mood😀": "a😀"}', '{"mood😀": "😀😀"}']) assert.ok(!fits(g, bad, true), `accepted ${bad}`);
+  assert.equal(grammarForcedText(grammarFeed(grammarStart(g), '{"mood😀": "a'), 16).text, '😀b"', "forced text is whole code points");
 });
 
 test("compileSchema() refuses what the decoder cannot follow, naming the keyword and its place", () => {
