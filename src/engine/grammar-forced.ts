@@ -6,10 +6,13 @@
  *
  * The answer is sound, not complete: a character is reported only when every configuration allows
  * that one character and no other (and the output may not end there), so where whitespace is
- * optional, or a number or a free string goes on, nothing is forced.
+ * optional, or a number or a free string goes on, nothing is forced. In compact JSON (grammar.ts
+ * `JsonWhitespace`) the separators `, ` and `: ` are forced too, and a closing bracket or a `,` where
+ * the keys or item counts leave only that; in a `regex` grammar, each character the expression alone
+ * allows (regex-nfa.ts `only`).
  */
 import { grammarComplete, grammarStep, type GrammarState, MAX_DEPTH, MAX_WHITESPACE } from "./grammar.ts";
-import type { Config, Frame } from "./grammar-frames.ts";
+import type { ArrFrame, Config, Frame, ObjFrame } from "./grammar-frames.ts";
 import { resolve, type SchemaNode } from "./json-schema.ts";
 
 /** The one character that may come next in `state`, or null when there are several, none, or an end. */
@@ -45,15 +48,51 @@ export function grammarForcedText(state: GrammarState, maxChars: number): { text
 function forcedIn(cfg: Config): string | null {
   const f = cfg.top;
   if (f === null) return null;
-  // Whitespace may come wherever an object, an array or a value after `:`/`,` allows it, until the run is full.
+  // Whitespace may come wherever an object, an array or a value after `:`/`,` allows it, until the run
+  // is full; in compact JSON only the one space after a `:` or `,`, and that one must come.
   const wsAllowed = cfg.ws < MAX_WHITESPACE;
   switch (f.k) {
     case "lit": return codePointAt(f.text, f.i);
     case "key": return forcedInKey(f);
-    case "value": return f.ws && wsAllowed ? null : forcedStart(f.node, f.d);
-    case "obj": return !wsAllowed && f.phase === "colon" ? ":" : null;
+    case "value":
+      if (f.compact && f.ws) return cfg.ws === 0 ? " " : forcedStart(f.node, f.d);
+      return f.ws && wsAllowed ? null : forcedStart(f.node, f.d);
+    case "obj":
+      if (f.compact && f.phase === "next" && cfg.ws === 0) return " ";
+      return f.compact || !wsAllowed ? forcedInObject(f) : null;
+    case "arr": return f.compact || !wsAllowed ? forcedInArray(f) : null;
+    case "re": return f.re.only(f.rs);
     default: return null;
   }
+}
+
+/** The one character `f` takes (whitespace aside): a colon, a key's quote, or the one of `,` and `}` its keys leave. */
+function forcedInObject(f: ObjFrame): string | null {
+  const n = f.node;
+  const keysLeft = n.extra !== null || f.seen.length < n.props.size;
+  const requiredMet = [...n.required].every((k) => f.seen.includes(k));
+  switch (f.phase) {
+    case "colon": return ":";
+    case "next": return '"';
+    case "first": return one(keysLeft ? '"' : null, requiredMet ? "}" : null);
+    case "after": return one(keysLeft ? "," : null, requiredMet ? "}" : null);
+    default: return null;
+  }
+}
+
+/** The one character `f` takes (whitespace aside): `,` or `]` as its item count allows, or its first item's start. */
+function forcedInArray(f: ArrFrame): string | null {
+  const n = f.node;
+  const close = f.count >= n.min ? "]" : null;
+  if (f.phase === "after") return one(f.count < n.max ? "," : null, close);
+  if (f.phase !== "first") return null;
+  if (n.max === 0) return close;
+  return close === null ? forcedStart(n.prefix.length > 0 ? n.prefix[0] : n.items!, f.d) : null;
+}
+
+/** The one of `a` and `b` that is not null, or null when both or neither are. */
+function one(a: string | null, b: string | null): string | null {
+  return a === null ? b : b === null ? a : null;
 }
 
 /** Inside a key of an object without additional properties: the next character of the only keys left. */

@@ -13,8 +13,13 @@ export type ArrFrame = Extract<Frame, { k: "arr" }>;
 /** A piece of a fixed sequence: literal text, or a value following a schema. */
 export type Piece = { readonly lit: string } | { readonly node: SchemaNode };
 
+/**
+ * Frames that hold JSON carry `compact`: whitespace only as one space after each `:` and `,` (grammar.ts
+ * `JsonWhitespace`), else up to MAX_WHITESPACE characters wherever JSON allows it.
+ */
 export type Frame =
-  | { readonly k: "value"; readonly node: SchemaNode; readonly ws: boolean; readonly up: Frame | null; readonly d: number }
+  /** ws: whitespace may come before the value (after a `:` or an array's `,`). */
+  | { readonly k: "value"; readonly node: SchemaNode; readonly ws: boolean; readonly compact: boolean; readonly up: Frame | null; readonly d: number }
   | { readonly k: "lit"; readonly text: string; readonly i: number; readonly up: Frame | null; readonly d: number }
   /**
    * esc: 0 plain, -1 after a backslash, 1–4 hex digits still due in \uXXXX (hex: their value so far).
@@ -35,18 +40,20 @@ export type Frame =
   /** seen: the keys (value-key.ts) of the items so far when the array's items are unique, else null. */
   | {
     readonly k: "arr"; readonly node: ArrayNode; readonly count: number; readonly phase: "first" | "value" | "after"; readonly seen: readonly string[] | null;
-    readonly up: Frame | null; readonly d: number;
+    readonly compact: boolean; readonly up: Frame | null; readonly d: number;
   }
+  /** Text matching a regular expression whole (the `regex` grammar); rs: where the expression is. */
+  | { readonly k: "re"; readonly re: CompiledRegex; readonly rs: RegexState; readonly up: Frame | null; readonly d: number }
   /** Free reasoning text until `</think>`; m: characters of it matched so far. */
   | { readonly k: "think"; readonly m: number; readonly up: Frame | null; readonly d: number }
   /** Once its child ends, the automaton goes on in `state`. */
   | { readonly k: "then"; readonly state: GrammarState; readonly up: null; readonly d: number }
   /** i = -1: the separator before a repeated sequence starts again. */
-  | { readonly k: "seq"; readonly pieces: readonly Piece[]; readonly i: number; readonly repeat: boolean; readonly up: Frame | null; readonly d: number };
+  | { readonly k: "seq"; readonly pieces: readonly Piece[]; readonly i: number; readonly repeat: boolean; readonly compact: boolean; readonly up: Frame | null; readonly d: number };
 
 export type ObjFrame = {
   readonly k: "obj"; readonly node: ObjectNode; readonly seen: readonly string[];
-  readonly phase: "first" | "next" | "key" | "colon" | "value" | "after"; readonly key: string; readonly up: Frame | null; readonly d: number;
+  readonly phase: "first" | "next" | "key" | "colon" | "value" | "after"; readonly key: string; readonly compact: boolean; readonly up: Frame | null; readonly d: number;
 };
 
 /** One configuration of the automaton: its frames (innermost on top) and the current whitespace run. */
@@ -57,6 +64,9 @@ export interface Config {
 
 /** An automaton state: the configurations still possible. Empty means the text so far cannot be extended. */
 export type GrammarState = readonly Config[];
+
+/** What may follow a backslash in a JSON string other than `u`. */
+export const SHORT_ESCAPES = '"\\/bfnrt';
 
 /** Number grammar states; those that may end a number are in NUM_END. */
 export const enum NumState { Sign, Zero, Int, Dot, Frac, E, ESign, Exp }

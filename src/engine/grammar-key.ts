@@ -29,7 +29,7 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
     if (f === null) return "";
     const below = f.k === "then" ? `[${grammarStateKey(f.state, ids)}]` : frame(f.up);
     switch (f.k) {
-      case "value": return `v${id(f.node)},${f.ws ? 1 : 0},${f.d}/${below}`;
+      case "value": return `v${id(f.node)},${f.ws ? 1 : 0}${f.compact ? "c" : ""},${f.d}/${below}`;
       case "lit": return `l${JSON.stringify(f.text)},${f.i}/${below}`;
       case "str": {
         const re = f.re.length === 0 ? "" : `,${f.hex},${f.re.map((r, i) => `${id(r)}:${f.rs[i].key}`).join(";")}`;
@@ -43,11 +43,12 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
         return `n${f.integer ? 1 : 0},${f.ns}${bounds},${f.text}/${below}`;
       }
       case "key": return `k${JSON.stringify(f.text)}/${below}`;
-      case "obj": return `o${id(f.node)},${JSON.stringify(f.seen)},${f.phase},${JSON.stringify(f.key)},${f.d}/${below}`;
-      case "arr": return `a${id(f.node)},${f.count},${f.phase},${f.d}${f.seen === null ? "" : JSON.stringify(f.seen)}/${below}`;
+      case "obj": return `o${id(f.node)},${JSON.stringify(f.seen)},${f.phase},${JSON.stringify(f.key)},${f.d}${f.compact ? "c" : ""}/${below}`;
+      case "arr": return `a${id(f.node)},${f.count},${f.phase},${f.d}${f.compact ? "c" : ""}${f.seen === null ? "" : JSON.stringify(f.seen)}/${below}`;
+      case "re": return `r${id(f.re)},${f.rs.key}/${below}`;
       case "think": return `t${f.m}/${below}`;
       case "then": return `T${below}`;
-      case "seq": return `q${id(f.pieces)},${f.i},${f.repeat ? 1 : 0}/${below}`;
+      case "seq": return `q${id(f.pieces)},${f.i},${f.repeat ? 1 : 0}${f.compact ? "c" : ""}/${below}`;
     }
   };
   return state.map((c) => `${c.ws}:${frame(c.top)}`).join("|");
@@ -61,7 +62,7 @@ export interface PlainTextRoom {
 
 /**
  * Plain texts (no quote, backslash or control character) that are accepted from `state` whatever
- * they hold, one entry per configuration inside a string: as long as its `maxLength` leaves room for
+ * they hold, one entry per configuration inside a string (or a `regex` grammar's expression): as long as its `maxLength` leaves room for
  * (minus what its patterns still need), and of the kinds of character that lead each pattern back to
  * where it is (every kind once a pattern has matched for good). The token trie then takes whole
  * subtrees of plain texts that fit, without stepping through them.
@@ -70,6 +71,12 @@ export function grammarPlainTextRooms(state: GrammarState): PlainTextRoom[] {
   const out: PlainTextRoom[] = [];
   for (const c of state) {
     const f = c.top;
+    if (f !== null && f.k === "re") {
+      // A whole-output expression: unbounded, so only the kinds that lead it back to where it is count.
+      const kinds = f.re.universal(f.rs) ? ALL_KINDS : f.re.selfLoops(f.rs, ASCII_KINDS);
+      if (kinds !== 0) out.push({ room: Infinity, kinds });
+      continue;
+    }
     if (f === null || f.k !== "str" || f.esc !== 0) continue;
     const seen = uniqueSeen(f.up);
     const duplicates = seen !== null && seen.length > 0;

@@ -9,12 +9,13 @@
  * configurations. Each configuration is an immutable stack of frames that share their tails, so
  * testing a character never disturbs the request's state and costs one small object.
  */
-import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, resolve, type SchemaNode } from "./json-schema.ts";
-import { canReach, inRange, type NumberRange } from "./number-bounds.ts";
-import type { RegexState } from "./regex-nfa.ts";
+import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, resolve, SchemaError, type SchemaNode } from "./json-schema.ts";
+import { canReach, type NumberRange } from "./number-bounds.ts";
+import { type CompiledRegex, compilePattern, RegexError, type RegexState } from "./regex-nfa.ts";
 import { literalKey, numberKey, stringKey } from "./value-key.ts";
-import { ASCII_KINDS } from "./char-kinds.ts";
-import { type ArrayNode, type ArrFrame, type Config, type Frame, type GrammarState, NUM_END, NumState, type ObjFrame, uniqueSeen } from "./grammar-frames.ts";
+import { type ArrayNode, type ArrFrame, type Config, type Frame, type GrammarState, type ObjFrame, SHORT_ESCAPES, uniqueSeen } from "./grammar-frames.ts";
+import { numberMayEnd, numberStep } from "./grammar-number.ts";
+import { keepDistinct } from "./grammar-unique.ts";
 
 export type { Config, GrammarState } from "./grammar-frames.ts";
 export { grammarPlainTextRooms, grammarStateKey, isPlainText, ObjectIds, type PlainTextRoom } from "./grammar-key.ts";
@@ -22,12 +23,28 @@ export { grammarPlainTextRooms, grammarStateKey, isPlainText, ObjectIds, type Pl
 /** What a request's output must be; plain data, so it travels to cluster workers. */
 export type OutputGrammar =
   /** One JSON value following `schema` (`{"type": "object"}` for json_object). */
-  | { kind: "json"; schema: JsonSchema }
+  | { kind: "json"; schema: JsonSchema; whitespace?: JsonWhitespace }
   /**
    * One or more (`parallel`) `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>` blocks, each
    * naming one of `tools` with arguments following its parameters (any object when absent).
    */
-  | { kind: "tool_calls"; tools: readonly { name: string; parameters?: JsonSchema }[]; parallel: boolean };
+  | { kind: "tool_calls"; tools: readonly { name: string; parameters?: JsonSchema }[]; parallel: boolean; whitespace?: JsonWhitespace }
+  /** Exactly one of `choices` (vLLM's `choice`), each non-empty. */
+  | { kind: "choice"; choices: readonly string[] }
+  /**
+   * Text that `pattern` matches whole (vLLM's `regex`): ECMAScript syntax, the subset regex-nfa.ts
+   * follows; a leading `^` and a trailing `$` may be given or left out.
+   */
+  | { kind: "regex"; pattern: string };
+
+/**
+ * Where JSON output may hold whitespace. "any" (the default): wherever JSON allows it, up to
+ * MAX_WHITESPACE characters in a row. "compact": exactly one space after each `:` and `,` and none
+ * elsewhere, as Python's `json.dumps` writes (`{"a": 1, "b": [2, 3]}`; xgrammar's `any_whitespace`
+ * off, vLLM's `disable_any_whitespace`). Models trained on such text write it anyway; the grammar then
+ * forces the separators, which jump-forward decoding appends without sampling.
+ */
+export type JsonWhitespace = "any" | "compact";
 
 /** Deepest nesting allowed (a model looping on "[" would otherwise nest until max_tokens). */
 export const MAX_DEPTH = 32;
@@ -35,6 +52,8 @@ export const MAX_DEPTH = 32;
 export const MAX_WHITESPACE = 2;
 
 const isWs = (c: string) => c === " " || c === "\n" || c === "\t" || c === "\r";
+/** What a backslash escape's letter stands for (same order as SHORT_ESCAPES). */
+const ESCAPED = '"\\/\b\f\n\r\t';
 const isDigit = (c: string) => c >= "0" && c <= "9";
 const isHex = (c: string) => isDigit(c) || (c >= "a" && c <= "f") || (c >= "A" && c <= "F");
 
@@ -56,7 +75,12 @@ export function grammarStart(g: OutputGrammar, afterReasoning = false): GrammarS
 }
 
 function startOf(g: OutputGrammar): GrammarState {
-  if (g.kind === "json") return [{ top: { k: "value", node: compileSchema(g.schema), ws: false, up: null, d: 0 }, ws: 0 }];
+  if (g.kind === "json") return [{ top: { k: "value", node: compileSchema(g.schema), ws: false, compact: g.whitespace === "compact", up: null, d: 0 }, ws: 0 }];
+  if (g.kind === "choice") return [{ top: { k: "value", node: choiceNode(g.choices), ws: false, compact: true, up: null, d: 0 }, ws: 0 }];
+  if (g.kind === "regex") {
+    const re = wholeRegex(g.pattern);
+    return [{ top: { k: "re", re, rs: re.start, up: null, d: 0 }, ws: 0 }];
+  }
   const options = g.tools.map((t): SchemaNode => ({
     t: "object",
     props: new Map([["name", { t: "literal", texts: [JSON.stringify(t.name)] }], ["arguments", t.parameters === undefined ? ANY_OBJECT : compileSchema(t.parameters)]]),
@@ -64,13 +88,36 @@ function startOf(g: OutputGrammar): GrammarState {
     extra: null,
   }));
   const call: SchemaNode = options.length === 1 ? options[0] : { t: "anyOf", options };
-  const seq: Frame = { k: "seq", pieces: [{ lit: "<tool_call>\n" }, { node: call }, { lit: "\n</tool_call>" }], i: 0, repeat: g.parallel, up: null, d: 0 };
+  const seq = { k: "seq", pieces: [{ lit: "<tool_call>\n" }, { node: call }, { lit: "\n</tool_call>" }], i: 0, repeat: g.parallel, compact: g.whitespace === "compact", up: null, d: 0 } as const;
   return [enterPiece(seq)];
+}
+
+/** The literal node of a `choice` grammar; throws SchemaError for an empty list or an empty choice. */
+function choiceNode(choices: readonly string[]): SchemaNode {
+  if (choices.length === 0) throw new SchemaError("The choice list is empty: give at least one choice");
+  const empty = choices.indexOf("");
+  if (empty >= 0) throw new SchemaError(`Choice ${empty} is the empty string; every choice needs at least one character`);
+  return { t: "literal", texts: [...choices] };
+}
+
+/** `pattern` compiled to match the whole output; throws SchemaError where regex-nfa.ts refuses it. */
+function wholeRegex(pattern: string): CompiledRegex {
+  try {
+    return compilePattern(pattern, true);
+  } catch (e) {
+    if (e instanceof RegexError) throw new SchemaError(e.message);
+    throw e;
+  }
 }
 
 /** The state after character `c`. */
 export function grammarStep(state: GrammarState, c: string): GrammarState {
   return state.length === 1 ? guardedStep(state[0], c) : state.flatMap((cfg) => guardedStep(cfg, c));
+}
+
+/** {@link step}, then the `uniqueItems` guard (grammar-unique.ts). */
+function guardedStep(cfg: Config, c: string): Config[] {
+  return keepDistinct(step(cfg, c), step);
 }
 
 /** The state after `text` (empty when some character of it cannot come where it does). */
@@ -91,12 +138,13 @@ export function grammarComplete(state: GrammarState): boolean {
 function accepting(cfg: Config): boolean {
   const f = cfg.top;
   if (f === null) return true;
+  if (f.k === "re") return f.re.accepts(f.rs) && complete(f.up).some(accepting);
   return f.k === "num" && numberMayEnd(f) && complete(f.up).some(accepting);
 }
 
 function enterPiece(seq: Extract<Frame, { k: "seq" }>): Config {
   const p = seq.pieces[seq.i];
-  const top: Frame = "lit" in p ? { k: "lit", text: p.lit, i: 0, up: seq, d: seq.d } : { k: "value", node: p.node, ws: false, up: seq, d: seq.d };
+  const top: Frame = "lit" in p ? { k: "lit", text: p.lit, i: 0, up: seq, d: seq.d } : { k: "value", node: p.node, ws: false, compact: seq.compact, up: seq, d: seq.d };
   return { top, ws: 0 };
 }
 
@@ -128,6 +176,9 @@ function step(cfg: Config, c: string): Config[] {
   const f = cfg.top;
   if (f === null) return [];
   const ws = () => (cfg.ws < MAX_WHITESPACE ? [{ top: f, ws: cfg.ws + 1 }] : []);
+  // Compact JSON where one space must come (after a `:` or `,`): the space, a refusal, or null once it
+  // has come (`c` then starts what follows).
+  const space = (): Config[] | null => (c === " " && cfg.ws === 0 ? [{ top: f, ws: 1 }] : isWs(c) || cfg.ws === 0 ? [] : null);
   switch (f.k) {
     case "lit": {
       // `c` is one code point: two UTF-16 units of the text when outside the Basic Multilingual Plane.
@@ -150,30 +201,39 @@ function step(cfg: Config, c: string): Config[] {
       const m = c === THINK_END[f.m] ? f.m + 1 : c === THINK_END[0] ? 1 : 0;
       return m === THINK_END.length ? complete(f.up) : [{ top: { ...f, m }, ws: 0 }];
     }
+    case "re": {
+      const rs = f.re.step(f.rs, c);
+      return rs === null ? [] : [{ top: { ...f, rs }, ws: 0 }];
+    }
     case "value":
+      if (f.compact && f.ws) return space() ?? start(f.node, f.up, f.d, c, true);
       if (isWs(c)) return f.ws ? ws() : [];
-      return start(f.node, f.up, f.d, c);
+      return start(f.node, f.up, f.d, c, f.compact);
     case "obj":
+      if (f.compact) {
+        if (f.phase === "next") return space() ?? stepObject(f, c);
+        return isWs(c) ? [] : stepObject(f, c);
+      }
       if (isWs(c)) return ws();
       return stepObject(f, c);
     case "arr": {
-      if (isWs(c)) return ws();
+      if (isWs(c)) return f.compact ? [] : ws();
       const n = f.node;
       if (c === "]") return (f.phase === "first" || f.phase === "after") && f.count >= n.min ? complete(f.up) : [];
       if (f.phase === "after") {
-        return c === "," && f.count < n.max ? [{ top: { k: "value", node: itemAt(n, f.count), ws: true, up: { ...f, phase: "value" }, d: f.d }, ws: 0 }] : [];
+        return c === "," && f.count < n.max ? [{ top: { k: "value", node: itemAt(n, f.count), ws: true, compact: f.compact, up: { ...f, phase: "value" }, d: f.d }, ws: 0 }] : [];
       }
-      return n.max > 0 ? start(itemAt(n, 0), { ...f, phase: "value" }, f.d, c) : [];
+      return n.max > 0 ? start(itemAt(n, 0), { ...f, phase: "value" }, f.d, c, f.compact) : [];
     }
     case "seq": case "then": return [];
   }
 }
 
-/** The configurations that start a value of `node` at character `c`, below `up`. */
-function start(node: SchemaNode, up: Frame | null, d: number, c: string): Config[] {
+/** The configurations that start a value of `node` at character `c`, below `up` (`compact`: its whitespace rule). */
+function start(node: SchemaNode, up: Frame | null, d: number, c: string, compact: boolean): Config[] {
   const n = resolve(node);
   switch (n.t) {
-    case "anyOf": return n.options.flatMap((o) => start(o, up, d, c));
+    case "anyOf": return n.options.flatMap((o) => start(o, up, d, c, compact));
     case "literal": {
       // In a uniqueItems array an enum value already written cannot start again.
       const seen = uniqueSeen(up);
@@ -183,9 +243,9 @@ function start(node: SchemaNode, up: Frame | null, d: number, c: string): Config
       });
     }
     case "object":
-      return c === "{" && d < MAX_DEPTH ? [{ top: { k: "obj", node: n, seen: [], phase: "first", key: "", up, d: d + 1 }, ws: 0 }] : [];
+      return c === "{" && d < MAX_DEPTH ? [{ top: { k: "obj", node: n, seen: [], phase: "first", key: "", compact, up, d: d + 1 }, ws: 0 }] : [];
     case "array":
-      return c === "[" && d < MAX_DEPTH ? [{ top: { k: "arr", node: n, count: 0, phase: "first", seen: n.unique ? [] : null, up, d: d + 1 }, ws: 0 }] : [];
+      return c === "[" && d < MAX_DEPTH ? [{ top: { k: "arr", node: n, count: 0, phase: "first", seen: n.unique ? [] : null, compact, up, d: d + 1 }, ws: 0 }] : [];
     // compileSchema has checked that each pattern can end within maxLength.
     case "string": {
       if (c !== '"') return [];
@@ -198,11 +258,11 @@ function start(node: SchemaNode, up: Frame | null, d: number, c: string): Config
       return [{ top: { k: "num", integer: n.integer, range: n.range, text: keepsText(n.range, up) ? c : "", ns, up, d }, ws: 0 }];
     }
     case "any": {
-      if (c === "{") return start(ANY_OBJECT, up, d, c);
-      if (c === "[") return start(ANY_ARRAY, up, d, c);
-      if (c === '"') return start(ANY_STRING, up, d, c);
-      if (c === "t" || c === "f" || c === "n") return start({ t: "literal", texts: ["true", "false", "null"] }, up, d, c);
-      return start(ANY_NUMBER, up, d, c);
+      if (c === "{") return start(ANY_OBJECT, up, d, c, compact);
+      if (c === "[") return start(ANY_ARRAY, up, d, c, compact);
+      if (c === '"') return start(ANY_STRING, up, d, c, compact);
+      if (c === "t" || c === "f" || c === "n") return start({ t: "literal", texts: ["true", "false", "null"] }, up, d, c, compact);
+      return start(ANY_NUMBER, up, d, c, compact);
     }
   }
 }
@@ -225,72 +285,6 @@ function countItem(f: ArrFrame): number {
 /** Whether a number below `up` keeps the text it writes: under bounds, or as a unique item. */
 function keepsText(range: NumberRange | null, up: Frame | null): boolean {
   return range !== null || uniqueSeen(up) !== null;
-}
-
-/**
- * Probe characters for the search of {@link distinctAhead}: the closing quote first (the shortest way
- * out of a string), then digits, letters and the rest of printable ASCII.
- */
-const PROBE = ['"', ...ASCII_KINDS[2], ...ASCII_KINDS[0], ...ASCII_KINDS[1], ...ASCII_KINDS[3], ...ASCII_KINDS[4], "\\"];
-/** What may follow a backslash in a JSON string other than `u`, and (same order) what each stands for. */
-const SHORT_ESCAPES = '"\\/bfnrt';
-const ESCAPED = '"\\/\b\f\n\r\t';
-/** Steps the search of {@link distinctAhead} may take before it assumes a way out exists. */
-const DISTINCT_SEARCH_STEPS = 2000;
-
-/**
- * {@link step}, then, inside a `uniqueItems` array that has items already, only the configurations
- * that can still end the item at a value not written before: a string equal so far to an earlier
- * item, any number, and a new item's start are checked by a short search ({@link distinctAhead}), so
- * a duplicate is barred before it becomes a dead end (`[true, false, ` refused; `"ab"` refused, `"ab`
- * kept while it can grow).
- */
-function guardedStep(cfg: Config, c: string): Config[] {
-  const out = step(cfg, c);
-  if (out.every((x) => atRisk(x) === null)) return out;
-  return out.filter((x) => {
-    const arr = atRisk(x);
-    return arr === null || distinctAhead(x, arr);
-  });
-}
-
-/** The unique array whose item `cfg` is writing when it could end in a duplicate, else null. */
-function atRisk(cfg: Config): ArrFrame | null {
-  const f = cfg.top;
-  if (f === null || f.up === null || f.up.k !== "arr" || f.up.seen === null || f.up.seen.length === 0) return null;
-  const seen = f.up.seen;
-  if (f.k === "value" || f.k === "num") return f.up;
-  if (f.k === "str" && f.v !== null) {
-    const key = stringKey(f.v);
-    return seen.some((s) => s.startsWith(key)) ? f.up : null;
-  }
-  return null;
-}
-
-/** Whether the item `cfg` is writing can still end at a value its array (`arr`) has not seen. */
-function distinctAhead(cfg: Config, arr: ArrFrame): boolean {
-  let steps = DISTINCT_SEARCH_STEPS;
-  const ended = (x: Config): boolean => {
-    const f = x.top;
-    if (f === null) return false;
-    if (f.k === "arr") return f.node === arr.node && f.d === arr.d && f.phase === "after";
-    return f.k === "num" && f.up === arr && numberMayEnd(f) && !arr.seen!.includes(numberKey(f.text));
-  };
-  const visit = (x: Config): boolean => {
-    if (ended(x)) return true;
-    // An enum value's next character may be outside the probe set: try it first. After a backslash,
-    // the short escapes only: \uXXXX writes what a plain character or a short escape writes, and
-    // would take the search through 65536 values.
-    const t = x.top;
-    const chars = t?.k === "lit" ? [String.fromCodePoint(t.text.codePointAt(t.i)!), ...PROBE] : t?.k === "str" && t.esc === -1 ? SHORT_ESCAPES : PROBE;
-    for (const ch of chars) {
-      // A long search means many ways on; assume one of them ends well.
-      if (--steps < 0) return true;
-      for (const next of step(x, ch)) if (visit(next)) return true;
-    }
-    return false;
-  };
-  return visit(cfg);
 }
 
 function stepString(f: Extract<Frame, { k: "str" }>, c: string): Config[] {
@@ -362,35 +356,11 @@ function stepObject(f: ObjFrame, c: string): Config[] {
     case "colon": {
       if (c !== ":") return [];
       const node = n.props.get(f.key) ?? n.extra ?? ANY;
-      return [{ top: { k: "value", node, ws: true, up: { ...f, phase: "value", seen: [...f.seen, f.key] }, d: f.d }, ws: 0 }];
+      return [{ top: { k: "value", node, ws: true, compact: f.compact, up: { ...f, phase: "value", seen: [...f.seen, f.key] }, d: f.d }, ws: 0 }];
     }
     case "after":
       if (c === ",") return keysLeft ? [{ top: { ...f, phase: "next" }, ws: 0 }] : [];
       return c === "}" && requiredMet() ? complete(f.up) : [];
   }
   return [];
-}
-
-/** Whether the number in `f` may end here: a whole number, inside its bounds. */
-function numberMayEnd(f: Extract<Frame, { k: "num" }>): boolean {
-  return NUM_END.has(f.ns) && (f.range === null || inRange(f.text, f.range));
-}
-
-/**
- * The next number state at `c` (from the start when `n` is null), or null when `c` does not continue
- * it; `exp`: whether an exponent may follow (never in an integer).
- */
-function numberStep(n: NumState | null, c: string, integer: boolean, exp: boolean): NumState | null {
-  const e = exp && !integer && (c === "e" || c === "E");
-  switch (n) {
-    case null: return c === "-" ? NumState.Sign : c === "0" ? NumState.Zero : isDigit(c) ? NumState.Int : null;
-    case NumState.Sign: return c === "0" ? NumState.Zero : isDigit(c) ? NumState.Int : null;
-    case NumState.Zero: return c === "." && !integer ? NumState.Dot : e ? NumState.E : null;
-    case NumState.Int: return isDigit(c) ? NumState.Int : c === "." && !integer ? NumState.Dot : e ? NumState.E : null;
-    case NumState.Dot: return isDigit(c) ? NumState.Frac : null;
-    case NumState.Frac: return isDigit(c) ? NumState.Frac : e ? NumState.E : null;
-    case NumState.E: return c === "+" || c === "-" ? NumState.ESign : isDigit(c) ? NumState.Exp : null;
-    case NumState.ESign: return isDigit(c) ? NumState.Exp : null;
-    case NumState.Exp: return isDigit(c) ? NumState.Exp : null;
-  }
 }

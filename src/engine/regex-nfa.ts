@@ -37,6 +37,8 @@ export interface CompiledRegex {
   minToAccept(state: RegexState): number;
   /** True when every continuation of the text read so far is a match (a match found, the end unanchored). */
   universal(state: RegexState): boolean;
+  /** The one character (code point) every continuation starts with, or null: several, or the text may end here. */
+  only(state: RegexState): string | null;
   /**
    * Bit i set when every character of `classes[i]` leads from `state` back to it (a run of them
    * leaves the expression where it is). Cached per state for the last `classes` asked.
@@ -55,9 +57,11 @@ export interface CompiledRegex {
  * first and `$` as the last character. Refused with {@link RegexError}: anchors anywhere else or
  * beside a top-level `|`, backreferences, lookarounds, `\b \B`, inline flags, `\p{...}`, unknown
  * letter escapes, invalid syntax, and automata over 4000 NFA states.
+ *
+ * With `whole` the expression must match the whole text, anchored or not (a `regex` output grammar).
  */
-export function compilePattern(source: string): CompiledRegex {
-  return new Compiled(source);
+export function compilePattern(source: string, whole = false): CompiledRegex {
+  return new Compiled(source, whole);
 }
 
 /** One state of a compiled expression. */
@@ -156,8 +160,9 @@ class Compiled implements CompiledRegex {
   readonly #cache = new Map<string, { readonly state: DState; readonly next: Map<string, DState | null>; loops?: { classes: readonly string[]; mask: number } }>();
   #cached = 0;
 
-  constructor(readonly source: string) {
-    const parsed = parseRegex(source);
+  constructor(readonly source: string, whole: boolean) {
+    const p = parseRegex(source);
+    const parsed = whole ? { ...p, anchorStart: true, anchorEnd: true } : p;
     const nfa = (this.#nfa = new Nfa(source));
     const start = nfa.add();
     if (!parsed.anchorStart) [nfa.sets[start], nfa.next[start]] = [ANY_CHAR, start];
@@ -191,6 +196,19 @@ class Compiled implements CompiledRegex {
       entry.next.set(ch, to);
     }
     return to;
+  }
+
+  only(state: RegexState): string | null {
+    const from = this.#resolve(state);
+    if (from.accepting) return null;
+    let cp = -1;
+    for (const q of from.nfa) {
+      const set = this.#nfa.sets[q];
+      if (set === null) continue;
+      if (set.length !== 2 || set[0] !== set[1] || (cp >= 0 && set[0] !== cp)) return null;
+      cp = set[0];
+    }
+    return cp < 0 ? null : String.fromCodePoint(cp);
   }
 
   selfLoops(state: RegexState, classes: readonly string[]): number {

@@ -24,11 +24,20 @@ const RECORD: OutputGrammar = {
     properties: { status: { enum: ["pending", "paid"] }, items: { type: "array", items: { type: "object", properties: { sku: { type: "string" } }, additionalProperties: false } }, note: { type: ["string", "null"] } },
   },
 };
+const compact = (g: OutputGrammar): OutputGrammar => ({ ...g, whitespace: "compact" } as OutputGrammar);
+const WEATHER_COMPACT = compact(WEATHER);
+const ANSWER: OutputGrammar = { kind: "choice", choices: ["yes", "no", "not sure"] };
+const CODE: OutputGrammar = { kind: "regex", pattern: "(\\d{3})-(ab|cd)x+" };
 const CASES: [OutputGrammar, string][] = [
   [WEATHER, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'],
   [TWO_TOOLS, '<tool_call>\n{"name":"get_time","arguments":{"zone":"UTC"}}\n</tool_call>\n<tool_call>\n{ "arguments" : {"a": [1, 2.5e3]}, "name": "get_weather"}\n</tool_call>'],
   [RECORD, '{"status":"paid", "items": [{"sku": "a\\"b"}, {}],\n "note": null}'],
   [RECORD, '{\n"note": "x",\n"items":[],"status": "pending"}'],
+  [WEATHER_COMPACT, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'],
+  [compact(RECORD), '{"status": "paid", "items": [{"sku": "a\\"b"}, {}], "note": null}'],
+  [compact(TWO_TOOLS), '<tool_call>\n{"arguments": {"a": [1, 2.5e3, {}]}, "name": "get_weather"}\n</tool_call>'],
+  [ANSWER, "not sure"],
+  [CODE, "123-cdxx"],
 ];
 /** Every character the outputs above use, and some they do not. */
 const PROBES = [...new Set([...Array.from({ length: 95 }, (_, i) => String.fromCharCode(32 + i)), "\n", "\t", "\r", "é", "中", ...CASES.flatMap(([, t]) => [...t])])];
@@ -71,6 +80,26 @@ test("grammarForcedText() forces the tool-call frame, the one key left, enum and
   assert.equal(forcedAfter(RECORD, '{"status": "pe'), 'nding"');
   assert.equal(forcedAfter(RECORD, '{"items": [{"s'), 'ku"');
   assert.equal(forcedAfter(RECORD, '{"items":  '), "[", "two spaces fill the whitespace run");
+});
+
+test("grammarForcedText() in compact JSON forces the separators, closing brackets and the one key left", () => {
+  assert.equal(forcedAfter(WEATHER_COMPACT, ""), '<tool_call>\n{"', "a key must come: no whitespace may");
+  assert.equal(forcedAfter(WEATHER_COMPACT, '<tool_call>\n{"name'), '": "get_weather", "arguments": {"', "the frame up to the first argument's key");
+  assert.equal(forcedAfter(WEATHER_COMPACT, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"'), "", "another key or the end");
+  assert.equal(forcedAfter(WEATHER_COMPACT, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius'), '"}}\n</tool_call>', "no key left: both objects close");
+  assert.equal(forcedAfter(compact(RECORD), '{"items": []'), ', "', "a required key is left: status or note may come");
+  assert.equal(forcedAfter(compact(RECORD), '{"items": [], "note": null'), ', "status": "p', "the one key left, then its enum's shared start");
+  assert.equal(forcedAfter(WEATHER, '<tool_call>\n{"name'), '"', "whitespace is free where JSON allows it, by default");
+});
+
+test("grammarForcedText() forces a choice's shared characters and a regular expression's only next characters", () => {
+  assert.equal(forcedAfter(ANSWER, ""), "");
+  assert.equal(forcedAfter(ANSWER, "n"), "o", "no and not sure");
+  assert.equal(forcedAfter(ANSWER, "no"), "", "the output may end");
+  assert.equal(forcedAfter(ANSWER, "not"), " sure");
+  assert.equal(forcedAfter(CODE, "123"), "-");
+  assert.equal(forcedAfter(CODE, "123-a"), "bx", "then more x or the end");
+  assert.equal(forcedAfter(CODE, "12"), "", "a digit of any kind");
 });
 
 // A toy vocabulary: single characters, and longer pieces of the tool-call frame.

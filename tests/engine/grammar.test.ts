@@ -111,6 +111,54 @@ test("grammarStart() writes Hermes tool calls to the named functions, one or sev
   assert.ok(!fits(many, call + "\n", true), "a separator starts another call");
 });
 
+/** `v` as Python's json.dumps writes it by default: ", " and ": " between items, no other whitespace. */
+const dumps = (v: unknown): string =>
+  Array.isArray(v) ? `[${v.map(dumps).join(", ")}]`
+  : v !== null && typeof v === "object" ? `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${dumps(x)}`).join(", ")}}`
+  : JSON.stringify(v);
+
+test("grammarStart() with compact whitespace takes exactly json.dumps's separators, in values and tool calls", () => {
+  const values = [{}, [], { a: 1, b: [2, 3.5, [], {}], c: { d: null, e: "x, y: z" } }, [{ k: [true, false] }, "s"], { "": [[[]]] }];
+  for (const v of values) {
+    const doc = dumps(v);
+    for (let i = 0; i <= doc.length; i++) assert.ok(fits({ kind: "json", schema: true, whitespace: "compact" }, doc.slice(0, i)), `prefix ${doc.slice(0, i)}`);
+    assert.ok(fits({ kind: "json", schema: true, whitespace: "compact" }, doc, true), doc);
+    assert.ok(fits({ kind: "json", schema: true }, doc, true), `${doc} under the default`);
+  }
+  const obj: OutputGrammar = { kind: "json", schema: { type: "object" }, whitespace: "compact" };
+  for (const bad of ['{"a":1}', '{"a":  1}', '{ "a": 1}', '{"a": 1 }', '{"a": 1,"b": 2}', '{"a": [1,2]}', '{"a": [ 1]}', '{"a":\n1}', ' {}', '{"a": 1}\n']) {
+    assert.ok(!fits(obj, bad, true), `compact accepted ${JSON.stringify(bad)}`);
+  }
+  assert.ok(fits(OBJECT, '{"a":1}', true) && fits(OBJECT, '{ "a" :  1 }', true), "the default takes any JSON whitespace");
+  const call: OutputGrammar = { kind: "tool_calls", tools: [{ name: "f", parameters: { type: "object", properties: { x: { type: "array" } } } }], parallel: true, whitespace: "compact" };
+  assert.ok(fits(call, '<tool_call>\n{"name": "f", "arguments": {"x": [1, "2"]}}\n</tool_call>\n<tool_call>\n{"arguments": {}, "name": "f"}\n</tool_call>', true));
+  assert.ok(!fits(call, '<tool_call>\n{"name":"f"'), "a tool call's separators too");
+});
+
+test("grammarStart() for a choice takes exactly one of the choices, and refuses an empty list or choice", () => {
+  const g: OutputGrammar = { kind: "choice", choices: ["yes", "no", "not sure", "n/a 😀"] };
+  for (const ok of ["yes", "no", "not sure", "n/a 😀"]) {
+    assert.ok(fits(g, ok, true), ok);
+    for (const p of [...ok].keys()) assert.ok(fits(g, [...ok].slice(0, p).join("")), `prefix of ${ok}`);
+  }
+  for (const bad of ["ye", "yess", " yes", '"yes"', "not", "n/a"]) assert.ok(!fits(g, bad, true), `accepted ${bad}`);
+  assert.throws(() => grammarStart({ kind: "choice", choices: [] }), /The choice list is empty/);
+  assert.throws(() => grammarStart({ kind: "choice", choices: ["a", ""] }), /Choice 1 is the empty string/);
+});
+
+test("grammarStart() for a regex takes text the pattern matches whole, anchored or not", () => {
+  for (const pattern of ["\\d{3}-[a-z]+", "^\\d{3}-[a-z]+$", "(?:\\d{3})-[a-z]+$"]) {
+    const g: OutputGrammar = { kind: "regex", pattern };
+    assert.ok(fits(g, "123-ab", true), pattern);
+    assert.ok(fits(g, "123-") && !fits(g, "123-", true), "a prefix is not a match");
+    for (const bad of ["12a", "x123-ab", "123-ab!", "1234-a"]) assert.ok(!fits(g, bad), `${pattern} took ${bad}`);
+  }
+  assert.ok(fits({ kind: "regex", pattern: "yes|no" }, "no", true), "a top-level alternation");
+  assert.ok(!fits({ kind: "regex", pattern: "yes|no" }, "yesno"));
+  assert.throws(() => grammarStart({ kind: "regex", pattern: "(a" }), (e: Error) => e.name === "SchemaError" && /\(a/.test(e.message));
+  assert.throws(() => grammarStart({ kind: "regex", pattern: "(?=a)b" }), /lookaround|look/i);
+});
+
 test("grammarStart() with afterReasoning leaves the thoughts free and constrains what follows </think>", () => {
   const g = grammarStart(OBJECT, true);
   assert.ok(fits(g, "I think {not json} </thin </think>\n\n{}", true));
@@ -192,7 +240,7 @@ test("TokenTrie.allowed() finds exactly the tokens a feed of every token text ac
   }
 });
 
-const MASK_CASES: [JsonSchema, string][] = [
+const MASK_CASES: [JsonSchema | OutputGrammar, string][] = [
   [{ type: "object", properties: { a: { type: "string", maxLength: 3 }, b: { type: "array", items: { type: "integer" }, minItems: 2 }, c: { type: "string" } } }, '{"a": "aaa", "b": [1, 1, 1], "c": "aaaa aaaa"}'],
   // Patterns and bounds: states that differ only in a regex position or a number's digits must not share masks.
   [{
@@ -219,12 +267,18 @@ const MASK_CASES: [JsonSchema, string][] = [
       e: { type: "array", uniqueItems: true, items: { enum: ["x", "y", "z"] } },
     },
   }, '{"tags": ["ab", "abc", "a", "b"], "ids": [1, 10, 0], "e": ["y", "x"]}'],
+  // Compact whitespace: states before and after the one space must not share masks.
+  [{ kind: "json", schema: { type: "object", properties: { a: { type: "array", items: { type: "integer" } }, b: { type: "string" } } }, whitespace: "compact" }, '{"a": [1, 22, 3], "b": "x y"}'],
+  // A whole-output regex: runs that leave it where it is are taken whole from the trie; others stepped.
+  [{ kind: "regex", pattern: "[A-Z][a-z]+( [A-Z][a-z]+)*, [0-9]{5}" }, "San Francisco, 94103"],
+  [{ kind: "choice", choices: ["Paris", "Par", "Lyon", "paris 2"] }, "paris 2"],
 ];
+const asGrammar = (g: JsonSchema | OutputGrammar): OutputGrammar => (typeof g === "object" && "kind" in g ? g as OutputGrammar : json(g as JsonSchema));
 
 for (const [schema, doc] of MASK_CASES) test(`OutputConstraint.next() masks match a fresh brute-force pass at every step, its per-state cache included (${doc.slice(0, 12)}…)`, () => {
   const texts = Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id));
-  const g = json(schema);
-  assert.ok(grammarComplete(grammarFeed(grammarStart(g), doc)), "the document follows the schema");
+  const g = asGrammar(schema);
+  assert.ok(grammarComplete(grammarFeed(grammarStart(g), doc)), "the document follows the grammar");
   // One token per character (the vocabulary has every ASCII byte), so states repeat along the strings.
   const ids = [...doc].map((ch) => texts.indexOf(ch));
   const c = new OutputConstraint(g, new TokenTrie(texts), model.config.eosTokenIds);
