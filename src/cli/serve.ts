@@ -42,6 +42,7 @@ const FLAGS = {
   preemption: { kind: "string", help: "recompute|swap: what a request preempted for KV loses (default recompute)" },
   "prefill-order": { kind: "string", help: "fcfs|short-first: which waiting prompt is admitted first (default short-first: least uncached work, aged 2000 tokens/s)" },
   "kv-retention": { kind: "string", help: "agent|lru: which cached KV goes first when memory runs short (default agent: keeps sessions waiting on a tool call; sessions come from prompt_cache_key or user)" },
+  "json-whitespace": { kind: "string", help: "any|compact: how JSON output (response_format, forced tool calls, structured_outputs json) may be spaced unless a request sets structured_outputs.disable_any_whitespace; compact is json.dumps's \", \" and \": \" only, which makes the separators forced text (default any)" },
   "jump-forward": { kind: "string", help: "on|off: append text a request's output grammar forces (response_format json_schema, forced tool_choice) without sampling it, computed in one step (default on; off for requests asking for logprobs)" },
   "reasoning-parser": { kind: "string", help: "think|none: return chat answers' <think>…</think> text as reasoning_content (default none: output as generated)" },
   "step-mixing": { kind: "string", help: "auto|mixed|split: prefill chunks and decodes in one step, in separate alternating steps, or as priced cheaper online (one engine: default mixed, auto is the engine's own step model; with --workers: default auto, the planner's choice, and mixed or split stay as given)" },
@@ -90,6 +91,8 @@ async function main(): Promise<void> {
   if (!isKvRetention(kvRetention)) throw new ArgsError(`Unknown KV retention "${kvRetention}"; choose ${KV_RETENTIONS.join(" or ")}`);
   const jumpForward = f["jump-forward"] ?? "on";
   if (jumpForward !== "on" && jumpForward !== "off") throw new ArgsError(`Unknown jump-forward setting "${jumpForward}"; choose on or off`);
+  const jsonWhitespace = f["json-whitespace"] ?? "any";
+  if (jsonWhitespace !== "any" && jsonWhitespace !== "compact") throw new ArgsError(`Unknown JSON whitespace "${jsonWhitespace}"; choose any or compact`);
   const reasoningParser = f["reasoning-parser"] ?? "none";
   if (!isReasoningParser(reasoningParser)) throw new ArgsError(`Unknown reasoning parser "${reasoningParser}"; choose ${REASONING_PARSERS.join(" or ")}`);
   const stepMixing = f["step-mixing"];
@@ -157,6 +160,7 @@ async function main(): Promise<void> {
     kvRetention,
     reasoningParser,
     ...(jumpForward === "off" ? { jumpForward: false } : {}),
+    ...(jsonWhitespace === "compact" ? { jsonWhitespace: "compact" as const } : {}),
     maxBodyBytes: f["max-body-bytes"],
     stepLogPath: f["step-log"],
     plannerLogPath: f["planner-log"],

@@ -7,6 +7,7 @@ import { Hono, type Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { ZodType } from "zod";
 import type { ServingEngine } from "../engine/engine-types.ts";
+import type { JsonWhitespace } from "../engine/grammar.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { modelChatRenderer } from "./chat-template.ts";
 import { ApiError, schemaError } from "./errors.ts";
@@ -31,6 +32,8 @@ export interface AppOptions {
   retryAfterS?: number;
   /** "think": chat answers' `<think>` text is returned as `reasoning_content` (default "none"). */
   reasoningParser?: ReasoningParserName;
+  /** How JSON output grammars may be spaced unless a request says (default "any"; grammar.ts JsonWhitespace). */
+  jsonWhitespace?: JsonWhitespace;
   /** Counts generation responses in flight and says when the server drains (new ones get a 503). */
   lifecycle?: ServerLifecycle;
 }
@@ -44,6 +47,7 @@ export function createApp(o: AppOptions): Hono {
     modelName: o.modelName,
     chat: modelChatRenderer(o.model),
     reasoningParser: o.reasoningParser ?? "none",
+    jsonWhitespace: o.jsonWhitespace ?? "any",
   };
   const life = o.lifecycle ?? new ServerLifecycle();
   const app = new Hono();

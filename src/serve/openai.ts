@@ -4,12 +4,12 @@
  */
 import type { ServingEngine } from "../engine/engine-types.ts";
 import { ContextLengthError, EngineOverloadedError, type GenerateRequest, NoWorkerError, type RequestHandle, RequestParamError, SessionRefusedError } from "../engine/engine-types.ts";
-import type { OutputGrammar } from "../engine/grammar.ts";
+import type { JsonWhitespace, OutputGrammar } from "../engine/grammar.ts";
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import type { ChatOutputOptions } from "./chat-output.ts";
 import type { ChatRenderer } from "./chat-template.ts";
 import { ApiError, describe } from "./errors.ts";
-import { chatGrammar } from "./output-grammar.ts";
+import { chatGrammar, completionGrammar } from "./output-grammar.ts";
 import { promptOpensReasoning, type ReasoningParserName } from "./reasoning.ts";
 import type { ChatRequest, CompletionRequest } from "./schemas.ts";
 
@@ -22,6 +22,8 @@ export interface ServeContext {
   chat: ChatRenderer;
   /** "think": `<think>` text of chat answers goes to `reasoning_content` (`--reasoning-parser`). */
   reasoningParser: ReasoningParserName;
+  /** How JSON output grammars may be spaced unless a request says (`--json-whitespace`). */
+  jsonWhitespace: JsonWhitespace;
 }
 
 /** Which endpoint a request came through. */
@@ -179,7 +181,7 @@ function checkTextLength(ctx: ServeContext, text: string, param: string): void {
 /** Tokenizes a chat request and submits it. */
 export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const choice = body.tool_choice ?? "auto";
-  const { grammar, parallelToolCalls } = chatGrammar(body);
+  const { grammar, parallelToolCalls } = chatGrammar(body, ctx.jsonWhitespace);
   checkUnsupported(body, "chat", ctx.config.vocabSize);
   const tools = choice === "none" ? undefined : body.tools ?? undefined;
   const { text, startsWithBos } = ctx.chat.render(body.messages, tools);
@@ -239,6 +241,7 @@ export const MAX_COMPLETION_GENERATIONS = 256;
 
 /** Tokenizes (or checks the token ids of) a completion request's prompts and submits them. */
 export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Submitted {
+  const grammar = completionGrammar(body, ctx.jsonWhitespace);
   checkUnsupported(body, "completion", ctx.config.vocabSize);
   const prompts = completionPrompts(ctx, body.prompt);
   const perPrompt = checkCompletionShape(body, prompts.length);
@@ -248,7 +251,7 @@ export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Su
   const logprobs = typeof body.logprobs === "number" ? body.logprobs : null;
   const reqs = prompts.map((p) => {
     // Scoring only still samples one token (the engine always does); it is not returned.
-    const req = engineRequest(body, p.ids, scoreOnly ? 1 : body.max_tokens);
+    const req = engineRequest(body, p.ids, scoreOnly ? 1 : body.max_tokens, false, grammar);
     // best_of ranks by log probability per token, so it asks for them whatever the client asked.
     if (perPrompt > n) req.logprobs ??= 0;
     // Echo's prompt log probabilities and prompt_logprobs share one ask: the larger count, each cut to its own.

@@ -1,13 +1,17 @@
 /**
- * The output grammar a chat request asks for, from `response_format` (json_object, json_schema) and
- * `tool_choice` ("required", or naming a function: the answer is then tool calls whose arguments
- * follow the function's parameters). Schemas are checked here, so a schema outside the subset the
- * decoder follows (src/engine/json-schema.ts) is a 400 that names the keyword, before any work.
+ * The output grammar a request asks for: `response_format` (json_object, json_schema; chat and
+ * completions), chat's `tool_choice` ("required", or naming a function: the answer is then tool calls
+ * whose arguments follow the function's parameters), and vLLM's `structured_outputs` (`json`, `regex`,
+ * `choice`, `json_object`, `disable_any_whitespace`) with its older top-level names (`guided_json`,
+ * `guided_regex`, `guided_choice`). Schemas and expressions are checked here, so what the decoder
+ * cannot follow (src/engine/json-schema.ts, src/engine/regex-nfa.ts) is a 400 that names it, before
+ * any work.
  */
-import type { OutputGrammar } from "../engine/grammar.ts";
-import { compileSchema, SchemaError } from "../engine/json-schema.ts";
+import type { JsonWhitespace, OutputGrammar } from "../engine/grammar.ts";
+import { compileSchema, type JsonSchema, SchemaError } from "../engine/json-schema.ts";
+import { compilePattern, RegexError } from "../engine/regex-nfa.ts";
 import { ApiError, describe } from "./errors.ts";
-import type { ChatRequest } from "./schemas.ts";
+import type { ChatRequest, CompletionRequest } from "./schemas.ts";
 
 /** What a chat request's answer must be (undefined: free text), and whether it may hold several tool calls. */
 export interface ChatGrammar {
@@ -15,26 +19,53 @@ export interface ChatGrammar {
   parallelToolCalls: boolean;
 }
 
-/** Reads `tool_choice` and `response_format`; a forced tool call wins over a response format (its answer has no content). */
-export function chatGrammar(body: ChatRequest): ChatGrammar {
+type Body = ChatRequest | CompletionRequest;
+
+/**
+ * Reads `tool_choice`, `response_format` and `structured_outputs`. A forced tool call wins over a
+ * response format (its answer has no content); beside `structured_outputs` either is a 400.
+ * `whitespace`: how JSON may be spaced unless the request says (`serve --json-whitespace`).
+ */
+export function chatGrammar(body: ChatRequest, whitespace: JsonWhitespace = "any"): ChatGrammar {
   const tools = body.tools ?? [];
   const choice = body.tool_choice ?? "auto";
+  const structured = structuredOutputs(body, whitespace);
   if (choice === "required" || typeof choice !== "string") {
     if (tools.length === 0) throw new ApiError(400, `Forcing a tool call with tool_choice ${describe(choice)} needs at least one function in tools`, "tool_choice", "invalid_value");
     const named = typeof choice === "string" ? tools : tools.filter((t) => t.function.name === choice.function.name);
     if (named.length === 0) {
       throw new ApiError(400, `The function ${JSON.stringify((choice as { function: { name: string } }).function.name)} named by tool_choice is not among the request's tools`, "tool_choice", "invalid_value");
     }
+    if (structured.grammar !== undefined) {
+      throw new ApiError(400, `A forced tool call (tool_choice ${describe(choice)}) cannot also follow ${structured.param}: give one of them`, structured.param, "invalid_value");
+    }
     const forced = named.map((t) => ({ name: t.function.name, ...(t.function.parameters === undefined ? {} : { parameters: t.function.parameters }) }));
     for (const t of forced) checkSchema(t.parameters ?? true, "tools", `The parameters of function ${JSON.stringify(t.name)}`);
     // A named function is called once, as OpenAI does; "required" may call several unless told not to.
     const parallel = typeof choice === "string" && (body.parallel_tool_calls ?? true);
-    return { grammar: { kind: "tool_calls", tools: forced, parallel }, parallelToolCalls: parallel };
+    return { grammar: { kind: "tool_calls", tools: forced, parallel, ...spacing(structured.whitespace) }, parallelToolCalls: parallel };
   }
-  const parallelToolCalls = body.parallel_tool_calls ?? true;
+  return { grammar: formatOrStructured(body, structured), parallelToolCalls: body.parallel_tool_calls ?? true };
+}
+
+/** Reads a completion request's `response_format` and `structured_outputs` (undefined: free text). */
+export function completionGrammar(body: CompletionRequest, whitespace: JsonWhitespace = "any"): OutputGrammar | undefined {
+  return formatOrStructured(body, structuredOutputs(body, whitespace));
+}
+
+/** The grammar of `response_format` or of `structured_outputs`; a 400 when both constrain. */
+function formatOrStructured(body: Body, structured: Structured): OutputGrammar | undefined {
+  const format = responseFormat(body, structured.whitespace);
+  if (format !== undefined && structured.grammar !== undefined) {
+    throw new ApiError(400, `A request may follow response_format or ${structured.param}, not both: give one of them`, structured.param, "invalid_value");
+  }
+  return format ?? structured.grammar;
+}
+
+function responseFormat(body: Body, whitespace: JsonWhitespace): OutputGrammar | undefined {
   const format = body.response_format;
-  if (!format || format.type === "text") return { grammar: undefined, parallelToolCalls };
-  if (format.type === "json_object") return { grammar: { kind: "json", schema: { type: "object" } }, parallelToolCalls };
+  if (!format || format.type === "text") return undefined;
+  if (format.type === "json_object") return { kind: "json", schema: { type: "object" }, ...spacing(whitespace) };
   if (format.type === "json_schema") {
     const spec = (format as { json_schema?: unknown }).json_schema;
     if (typeof spec !== "object" || spec === null || Array.isArray(spec)) {
@@ -42,9 +73,86 @@ export function chatGrammar(body: ChatRequest): ChatGrammar {
     }
     const schema = (spec as { schema?: unknown }).schema ?? true;
     checkSchema(schema, "response_format", "The response_format schema");
-    return { grammar: { kind: "json", schema: schema as boolean | Record<string, unknown> }, parallelToolCalls };
+    return { kind: "json", schema: schema as JsonSchema, ...spacing(whitespace) };
   }
   throw new ApiError(400, `The response_format type must be "text", "json_object" or "json_schema", got ${describe(format.type)}`, "response_format", "invalid_value");
+}
+
+/** What `structured_outputs` (or its `guided_*` names) asks: a grammar, where it was given, and JSON's spacing. */
+interface Structured {
+  grammar: OutputGrammar | undefined;
+  /** The parameter that gave the grammar, for errors. */
+  param: string;
+  whitespace: JsonWhitespace;
+}
+
+/** The constraints `structured_outputs` may carry, with their older top-level names. */
+const KINDS = [["json", "guided_json"], ["regex", "guided_regex"], ["choice", "guided_choice"], ["json_object", null], ["grammar", "guided_grammar"], ["structural_tag", null]] as const;
+
+function structuredOutputs(body: Body, fallback: JsonWhitespace): Structured {
+  const so = body.structured_outputs ?? undefined;
+  const flat = body as Record<string, unknown>;
+  const legacy = KINDS.flatMap(([, old]) => (old !== null && flat[old] !== undefined && flat[old] !== null ? [old] : []));
+  if (so !== undefined && legacy.length > 0) {
+    throw new ApiError(400, `Give structured_outputs or the older ${legacy[0]}, not both`, legacy[0], "invalid_value");
+  }
+  const given = so === undefined
+    ? legacy.map((old) => ({ param: old, kind: KINDS.find(([, o]) => o === old)![0], value: flat[old] }))
+    : KINDS.flatMap(([kind]) => (so[kind] !== undefined && so[kind] !== null && so[kind] !== false ? [{ param: `structured_outputs.${kind}`, kind, value: so[kind] }] : []));
+  const pattern = so?.whitespace_pattern ?? body.guided_whitespace_pattern;
+  if (pattern !== undefined && pattern !== null) {
+    const param = so?.whitespace_pattern !== undefined ? "structured_outputs.whitespace_pattern" : "guided_whitespace_pattern";
+    throw new ApiError(400, `A whitespace pattern is not supported, got ${describe(pattern)}; set structured_outputs.disable_any_whitespace to true for json.dumps spacing`, param, "unsupported_parameter");
+  }
+  const disable = so?.disable_any_whitespace;
+  const whitespace: JsonWhitespace = disable === true ? "compact" : disable === false ? "any" : fallback;
+  if (given.length > 1) {
+    throw new ApiError(400, `Give one kind of structured output, got ${given.map((g) => g.param).join(" and ")}`, given[1].param, "invalid_value");
+  }
+  if (given.length === 0) return { grammar: undefined, param: "structured_outputs", whitespace };
+  const { param, kind, value } = given[0];
+  return { grammar: structuredGrammar(kind, value, param, whitespace), param, whitespace };
+}
+
+function structuredGrammar(kind: (typeof KINDS)[number][0], value: unknown, param: string, whitespace: JsonWhitespace): OutputGrammar {
+  switch (kind) {
+    case "json": {
+      let schema = value;
+      if (typeof value === "string") {
+        try {
+          schema = JSON.parse(value);
+        } catch {
+          throw new ApiError(400, `The ${param} string must hold a JSON schema, got ${describe(value)}`, param, "invalid_value");
+        }
+      }
+      checkSchema(schema, param, `The ${param} schema`);
+      return { kind: "json", schema: schema as JsonSchema, ...spacing(whitespace) };
+    }
+    case "json_object": return { kind: "json", schema: { type: "object" }, ...spacing(whitespace) };
+    case "regex": {
+      const pattern = value as string;
+      try {
+        compilePattern(pattern, true);
+      } catch (e) {
+        if (e instanceof RegexError) throw new ApiError(400, `The ${param} cannot be followed: ${lowerFirst(e.message)}`, param, "invalid_value");
+        throw e;
+      }
+      return { kind: "regex", pattern };
+    }
+    case "choice": {
+      const choices = value as string[];
+      const empty = choices.indexOf("");
+      if (empty >= 0) throw new ApiError(400, `Every choice needs at least one character; ${param}[${empty}] is the empty string`, param, "invalid_value");
+      return { kind: "choice", choices };
+    }
+    case "grammar": case "structural_tag":
+      throw new ApiError(400, `A ${kind === "grammar" ? "context-free grammar" : "structural tag"} (${param}) is not supported; use json, regex or choice`, param, "unsupported_parameter");
+  }
+}
+
+/** The grammar field for `whitespace` (absent for the default, so plain grammars stay as they were). */
+function spacing(whitespace: JsonWhitespace): { whitespace?: JsonWhitespace } {
+  return whitespace === "compact" ? { whitespace } : {};
 }
 
 function checkSchema(schema: unknown, param: string, what: string): void {

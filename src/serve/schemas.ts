@@ -71,6 +71,24 @@ const Stop = explained(z.union([z.string(), z.array(z.string()).max(MAX_STOP)]),
   return i < 0 ? null : { message: "stop sequences must be strings", path: [i] };
 });
 
+/** A list of choices (vLLM's `choice`): at least one string. */
+const Choices = z.array(z.string(), { error: "must be an array of strings" }).min(1, { error: "must list at least one choice" });
+
+/**
+ * vLLM's `structured_outputs`: one constraint (`json`, `regex`, `choice`, `json_object`; `grammar` and
+ * `structural_tag` are parsed to be refused by name) and how JSON may be spaced (output-grammar.ts).
+ */
+const StructuredOutputs = z.looseObject({
+  json: z.unknown().optional(),
+  regex: maybe(z.string()),
+  choice: maybe(Choices),
+  json_object: maybe(z.boolean()),
+  grammar: maybe(z.string()),
+  structural_tag: z.unknown().optional(),
+  whitespace_pattern: maybe(z.string()),
+  disable_any_whitespace: maybe(z.boolean()),
+});
+
 /** Fields shared by chat and completions. */
 const common = {
   model: z.string().min(1),
@@ -86,6 +104,14 @@ const common = {
   user: maybe(sessionKey),
   prompt_cache_key: maybe(sessionKey),
   ignore_eos: maybe(z.boolean()),
+  response_format: maybe(z.looseObject({ type: z.string() })),
+  structured_outputs: maybe(StructuredOutputs),
+  // vLLM's older names for structured_outputs' json, regex, choice and grammar (removed in its 0.12).
+  guided_json: z.unknown().optional(),
+  guided_regex: maybe(z.string()),
+  guided_choice: maybe(Choices),
+  guided_grammar: maybe(z.string()),
+  guided_whitespace_pattern: maybe(z.string()),
   // vLLM's extension: each prompt token's log probability, rank and this many alternatives.
   prompt_logprobs: maybe(z.number().int().min(0).max(20)),
   // Parsed so that a bad value gets a 400 naming it; openai.ts refuses any but the no-op value.
@@ -128,7 +154,6 @@ export const ChatRequestSchema = z.looseObject({
   max_completion_tokens: maybe(positiveInt),
   logprobs: maybe(z.boolean()),
   top_logprobs: maybe(z.number().int().min(0).max(20)),
-  response_format: maybe(z.looseObject({ type: z.string() })),
 });
 
 /** The most prompts one completion request may batch (OpenAI accepts arrays of prompts; vLLM too). */

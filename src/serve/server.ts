@@ -6,6 +6,7 @@ import os from "node:os";
 import { type BackendChoice, selectBackend } from "../backend/select.ts";
 import type { Engine } from "../engine/engine.ts";
 import type { ServingEngine } from "../engine/engine-types.ts";
+import type { JsonWhitespace } from "../engine/grammar.ts";
 import type { Cluster, ClusterDecision } from "../cluster/cluster.ts";
 import { type ClusterRouterName, type PeerTransferMode, peerTransferOptions } from "../cluster/cluster-router.ts";
 import type { Backend } from "../backend/types.ts";
@@ -69,6 +70,12 @@ export interface ServerOptions {
   reasoningParser?: ReasoningParserName;
   /** Jump-forward decoding under output grammars (EngineOptions.jumpForward; default true). */
   jumpForward?: boolean;
+  /**
+   * How JSON output grammars (response_format, forced tool calls, structured_outputs json) may be
+   * spaced unless a request says (`structured_outputs.disable_any_whitespace`): "any" (default) or
+   * "compact", json.dumps's `", "` and `": "` only (grammar.ts JsonWhitespace).
+   */
+  jsonWhitespace?: JsonWhitespace;
   maxBodyBytes?: number;
   /** Milliseconds added to every step mixing prefill and decode (src/engine/mixed-step-overhead.ts; default 0). */
   mixedStepOverheadMs?: number;
@@ -245,7 +252,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const serving: ServingEngine = cluster?.cluster ?? engine!;
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
   const lifecycle = new ServerLifecycle();
-  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, reasoningParser: o.reasoningParser, lifecycle });
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, lifecycle });
   const l = await listen(app.fetch, o.host, o.port);
   return {
     ...l,

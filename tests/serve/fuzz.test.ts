@@ -43,6 +43,15 @@ const nearValid = fc.record(
     best_of: fc.oneof(fc.integer({ min: -1, max: 4 }), anyValue),
     prompt_logprobs: fc.oneof(fc.integer({ min: -1, max: 21 }), anyValue),
     response_format: fc.oneof(fc.constant({ type: "json_object" }), fc.constant({ type: "json_schema", json_schema: { name: "x", schema: { enum: ["yes", "no"] } } }), anyValue),
+    structured_outputs: fc.oneof(
+      fc.record({
+        choice: fc.oneof(fc.array(fc.string({ maxLength: 4 }), { maxLength: 3 }), anyValue), regex: fc.oneof(fc.constantFrom("[a-c]{1,3}", "(a", "a|b", "x*"), fc.string({ maxLength: 6 }), anyValue),
+        json: fc.oneof(fc.constant({ type: "integer" }), fc.constant('{"enum": [1]}'), anyValue), json_object: fc.oneof(fc.boolean(), anyValue), disable_any_whitespace: fc.oneof(fc.boolean(), anyValue),
+      }, { requiredKeys: [] }),
+      anyValue,
+    ),
+    guided_choice: fc.oneof(fc.array(fc.string({ maxLength: 4 }), { maxLength: 3 }), anyValue),
+    guided_regex: fc.oneof(fc.string({ maxLength: 6 }), anyValue),
   },
   { requiredKeys: [] },
 );

@@ -1,0 +1,137 @@
+/**
+ * vLLM's structured outputs through the real openai client: `structured_outputs` (json, regex, choice,
+ * json_object, disable_any_whitespace), its older `guided_*` names, `response_format` on completions,
+ * compact JSON spacing (`serve --json-whitespace compact`), and the 400s for what cannot be followed.
+ */
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import { projectRoot, test } from "../harness.ts";
+import type { JsonWhitespace } from "../../src/engine/grammar.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { startServer } from "../../src/serve/server.ts";
+
+const modelPath = `${projectRoot}/models/stories260K.gguf`;
+const model = await loadModel(modelPath);
+const STORY = "Once upon a time there was a little girl named Lily. She loved to play outside in the park.";
+const WHO = {
+  type: "object", additionalProperties: false, required: ["name", "age", "friends"],
+  properties: { name: { enum: ["Lily", "Ben"] }, age: { type: "integer", minimum: 1, maximum: 9 }, friends: { type: "array", items: { enum: ["Tom", "Sue"] }, maxItems: 2 } },
+};
+
+async function withServer(opts: { jsonWhitespace?: JsonWhitespace }, fn: (url: string, client: OpenAI) => Promise<void>) {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 256, ...opts });
+  try {
+    await fn(s.url, new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 }));
+  } finally {
+    await s.shutdown();
+  }
+}
+
+/** `v` as Python's json.dumps writes it by default: ", " and ": " between items, no other whitespace. */
+const dumps = (v: unknown): string =>
+  Array.isArray(v) ? `[${v.map(dumps).join(", ")}]`
+  : v !== null && typeof v === "object" ? `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${dumps(x)}`).join(", ")}}`
+  : JSON.stringify(v);
+
+/** The jump-forward counter on /metrics. */
+async function jumpedTokens(url: string): Promise<number> {
+  const m = /evolving:jump_forward_tokens_total\{model_name="stories260K"\} (\d+)/.exec(await (await fetch(`${url}/metrics`)).text());
+  assert.ok(m, "the counter is exported");
+  return Number(m[1]);
+}
+
+// The openai client types do not know vLLM's fields; they travel in the body as given.
+type Extra = Record<string, unknown>;
+
+test("structured_outputs choice, regex and json constrain completions and chat answers (openai client)", async () => {
+  await withServer({}, async (_url, client) => {
+    const choices = ["Lily", "Ben", "a big dragon"];
+    const seen = new Set<string>();
+    for (const seed of [1, 2, 3, 4, 5, 6]) {
+      const r = await client.completions.create({ model: "stories260K", prompt: STORY, max_tokens: 20, temperature: 1, seed, structured_outputs: { choice: choices } } as OpenAI.CompletionCreateParamsNonStreaming & Extra);
+      assert.ok(choices.includes(r.choices[0].text), r.choices[0].text);
+      assert.equal(r.choices[0].finish_reason, "stop");
+      seen.add(r.choices[0].text);
+    }
+    assert.ok(seen.size >= 2, `sampling picks among the choices: ${[...seen]}`);
+
+    const re = "[A-Z][a-z]{1,8} (is|was) [0-9]{1,2}";
+    for (const seed of [1, 2, 3]) {
+      const r = await client.completions.create({ model: "stories260K", prompt: STORY, max_tokens: 40, temperature: 0.8, seed, structured_outputs: { regex: re } } as OpenAI.CompletionCreateParamsNonStreaming & Extra);
+      assert.match(r.choices[0].text, new RegExp(`^(?:${re})$`));
+      assert.equal(r.choices[0].finish_reason, "stop", r.choices[0].text);
+    }
+
+    // The older top-level name, on chat, streamed: the deltas add up to one choice.
+    const stream = await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 20, temperature: 0, stream: true, guided_choice: choices } as OpenAI.ChatCompletionCreateParamsStreaming & Extra);
+    let text = "";
+    for await (const c of stream) text += c.choices[0]?.delta.content ?? "";
+    assert.ok(choices.includes(text), text);
+
+    // A schema given as a string, and response_format on completions (as vLLM takes it).
+    for (const extra of [{ structured_outputs: { json: JSON.stringify(WHO) } }, { response_format: { type: "json_schema", json_schema: { name: "who", schema: WHO } } }, { guided_json: WHO }]) {
+      const r = await client.completions.create({ model: "stories260K", prompt: STORY, max_tokens: 200, temperature: 0.8, seed: 3, ...extra } as OpenAI.CompletionCreateParamsNonStreaming & Extra);
+      assert.equal(r.choices[0].finish_reason, "stop", `${JSON.stringify(extra).slice(0, 30)}: ${r.choices[0].text}`);
+      const v = JSON.parse(r.choices[0].text) as { name: string; age: number; friends: string[] };
+      assert.ok(["Lily", "Ben"].includes(v.name) && Number.isInteger(v.age) && v.age >= 1 && v.age <= 9 && v.friends.length <= 2, r.choices[0].text);
+    }
+
+    const obj = await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 40, temperature: 0, structured_outputs: { json_object: true } } as OpenAI.ChatCompletionCreateParamsNonStreaming & Extra);
+    assert.ok(obj.choices[0].message.content!.startsWith("{"), obj.choices[0].message.content!);
+  });
+});
+
+test("structured_outputs disable_any_whitespace and serve --json-whitespace compact space JSON as json.dumps does, and more of it is jumped", async () => {
+  const jumped: Record<string, number> = {};
+  for (const jsonWhitespace of ["any", "compact"] as const) {
+    await withServer({ jsonWhitespace }, async (url, client) => {
+      const r = await client.chat.completions.create({
+        model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 80, temperature: 0,
+        response_format: { type: "json_schema", json_schema: { name: "who", schema: WHO } },
+      });
+      const text = r.choices[0].message.content!;
+      assert.equal(r.choices[0].finish_reason, "stop", text);
+      if (jsonWhitespace === "compact") assert.equal(text, dumps(JSON.parse(text)), "the server's default spacing");
+      jumped[jsonWhitespace] = await jumpedTokens(url);
+      // The request's own setting wins over the server's.
+      const own = await client.completions.create({ model: "stories260K", prompt: STORY, max_tokens: 80, temperature: 0.8, seed: 5, structured_outputs: { json: WHO, disable_any_whitespace: true } } as OpenAI.CompletionCreateParamsNonStreaming & Extra);
+      assert.equal(own.choices[0].text, dumps(JSON.parse(own.choices[0].text)), own.choices[0].text);
+    });
+  }
+  assert.ok(jumped.compact > jumped.any, `compact spacing makes the separators forced: ${jumped.compact} jumped tokens vs ${jumped.any}`);
+});
+
+test("structured_outputs refuses with a 400 naming the parameter what it cannot follow or what clashes", async () => {
+  await withServer({}, async (url) => {
+    const post = async (path: string, body: Extra) => {
+      const res = await fetch(`${url}/v1/${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "stories260K", max_tokens: 4, ...body }) });
+      const json = await res.json() as { error: { message: string; param: string | null } };
+      return { status: res.status, ...json.error };
+    };
+    const chat = (extra: Extra) => post("chat/completions", { messages: [{ role: "user", content: "Hi" }], ...extra });
+    const comp = (extra: Extra) => post("completions", { prompt: "Hi", ...extra });
+    const cases: [Promise<{ status: number; message: string; param: string | null }>, string, RegExp][] = [
+      [comp({ structured_outputs: { choice: ["a"], regex: "a+" } }), "structured_outputs.choice", /one kind of structured output/],
+      [comp({ structured_outputs: { regex: "(a" } }), "structured_outputs.regex", /cannot be followed.*\(a/],
+      [comp({ structured_outputs: { regex: "(?=a)a" } }), "structured_outputs.regex", /cannot be followed/],
+      [comp({ structured_outputs: { choice: ["a", ""] } }), "structured_outputs.choice", /structured_outputs\.choice\[1\] is the empty string/],
+      [comp({ structured_outputs: { choice: [] } }), "structured_outputs.choice", /at least one choice/],
+      [comp({ structured_outputs: { json: "{not json" } }), "structured_outputs.json", /must hold a JSON schema/],
+      [comp({ structured_outputs: { json: { type: "object", patternProperties: {} } } }), "structured_outputs.json", /patternProperties/],
+      [comp({ structured_outputs: { grammar: "root ::= \"a\"" } }), "structured_outputs.grammar", /context-free grammar.*not supported/],
+      [comp({ structured_outputs: { whitespace_pattern: " ?" } }), "structured_outputs.whitespace_pattern", /not supported/],
+      [comp({ structured_outputs: { choice: ["a"] }, guided_regex: "a" }), "guided_regex", /not both/],
+      [comp({ structured_outputs: { choice: ["a"] }, response_format: { type: "json_object" } }), "structured_outputs.choice", /response_format or structured_outputs.choice, not both/],
+      [chat({ tools: [{ type: "function", function: { name: "f" } }], tool_choice: "required", structured_outputs: { regex: "a" } }), "structured_outputs.regex", /forced tool call/],
+      [chat({ guided_choice: "yes" }), "guided_choice", /array of strings/],
+    ];
+    for (const [p, param, message] of cases) {
+      const e = await p;
+      assert.equal(e.status, 400, e.message);
+      assert.match(e.message, message);
+      assert.equal(e.param, param, e.message);
+    }
+    // The server still answers.
+    assert.equal((await comp({ structured_outputs: { choice: ["yes", "no"] } })).status, 200);
+  });
+});
