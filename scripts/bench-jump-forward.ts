@@ -2,12 +2,14 @@
  * Jump-forward decoding (EngineOptions.jumpForward): what it saves and what it costs.
  *
  * 1. Host side, on the story model's 512-token vocabulary and a synthetic 150k one: a tool call and a
- *    JSON answer written token by token as a model would (greedy longest-match tokens of the answer),
- *    with `OutputConstraint.forced()` after each sampled token appending what the grammar forces.
+ *    JSON answer (each with JSON's whitespace free and compact), and a timestamp under a regex,
+ *    written token by token as a model would (greedy longest-match tokens of the answer), with
+ *    `OutputConstraint.forced()` after each sampled token appending what the grammar forces.
  *    Reports the steps needed with and without jumps and the time forced() takes per step.
  * 2. The engine, stories260K on the reference backend and on WebGPU (Dawn; lavapipe without a GPU):
- *    a forced tool call (enum arguments) from one request and from 8 at once (temperature 0.8,
- *    seeds 1–8), jump-forward on and off; medians of 3 runs of the wall time, steps and tokens.
+ *    a forced tool call (enum arguments; whitespace free and compact) from one request and from 8 at
+ *    once (temperature 0.8, seeds 1–8), jump-forward on and off; medians of 3 runs of the wall time,
+ *    steps and tokens.
  *
  *   npx tsx scripts/bench-jump-forward.ts
  */
@@ -42,6 +44,9 @@ const RECORD: OutputGrammar = {
     },
   },
 };
+const STAMP: OutputGrammar = { kind: "regex", pattern: "[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z" };
+const STAMP_ANSWER = "2026-12-02T11:45:09Z";
+const compact = (g: OutputGrammar): OutputGrammar => ({ ...g, whitespace: "compact" } as OutputGrammar);
 const RECORD_ANSWER = '{"status": "shipped", "customer": "Ada", "items": [{"sku": "A-1", "quantity": 2}, {"sku": "B-7", "quantity": 1}]}';
 
 /** Writes `answer` as a model would, jumping where the grammar forces text; steps = sampled tokens. */
@@ -75,7 +80,11 @@ const story = Array.from({ length: model.config.vocabSize }, (_, id) => tokenTex
 console.log("## Host: steps to write an answer, and forced() per sampled token");
 for (const [vocabName, texts] of [["stories260K (512)", story], ["synthetic 150k", synthetic(150_000)]] as const) {
   const trie = new TokenTrie(texts);
-  for (const [name, grammar, answer] of [["tool call", TOOL, TOOL_ANSWER], ["json record", RECORD, RECORD_ANSWER]] as const) {
+  const cases = [
+    ["tool call", TOOL, TOOL_ANSWER], ["  compact", compact(TOOL), TOOL_ANSWER],
+    ["json record", RECORD, RECORD_ANSWER], ["  compact", compact(RECORD), RECORD_ANSWER], ["regex stamp", STAMP, STAMP_ANSWER],
+  ] as const;
+  for (const [name, grammar, answer] of cases) {
     const off = hostRun(texts, trie, grammar, answer, false);
     const runs = [0, 1, 2].map(() => hostRun(texts, trie, grammar, answer, true));
     const ms = runs.flatMap((r) => r.forcedMs);
@@ -88,13 +97,13 @@ for (const [vocabName, texts] of [["stories260K (512)", story], ["synthetic 150k
 
 const prompt = model.tokenizer.encode("Once upon a time, Lily wanted to know the weather in a big city.", { addBos: true });
 
-async function engineRun(backend: Backend, jumpForward: boolean, requests: number): Promise<{ ms: number; steps: number; tokens: number; jumped: number }> {
+async function engineRun(backend: Backend, grammar: OutputGrammar, jumpForward: boolean, requests: number): Promise<{ ms: number; steps: number; tokens: number; jumped: number }> {
   let steps = 0;
   const e = createEngine(backend, model, { numBlocks: 128, jumpForward, onStep: () => steps++ });
   try {
     const t0 = performance.now();
     const results = await Promise.all(Array.from({ length: requests }, (_, i) =>
-      e.submit({ prompt, maxTokens: 200, grammar: TOOL, ...(requests === 1 ? { temperature: 0 } : { temperature: 0.8, seed: i + 1 }) }).result));
+      e.submit({ prompt, maxTokens: 200, grammar, ...(requests === 1 ? { temperature: 0 } : { temperature: 0.8, seed: i + 1 }) }).result));
     const ms = performance.now() - t0;
     return { ms, steps, tokens: results.reduce((n, r) => n + r.completionTokens, 0), jumped: e.metrics.jumpForwardTokens };
   } finally {
@@ -108,17 +117,17 @@ const gpu = await createWebGpuBackend().catch((e: unknown) => {
   return undefined;
 });
 for (const [label, make] of [["reference", () => createReferenceBackend()], ...(gpu ? [["webgpu", () => gpu]] as const : [])] as const) {
-  for (const requests of [1, 8]) {
+  for (const [spacing, grammar] of [["any", TOOL], ["compact", compact(TOOL)]] as const) for (const requests of [1, 8]) {
     const row: string[] = [];
     const wall: Record<string, number> = {};
     for (const jump of [false, true]) {
       const runs = [];
-      for (let rep = 0; rep < 3; rep++) runs.push(await engineRun(make(), jump, requests));
+      for (let rep = 0; rep < 3; rep++) runs.push(await engineRun(make(), grammar, jump, requests));
       const ms = median(runs.map((r) => r.ms));
       wall[String(jump)] = ms;
       const r = runs[0];
       row.push(`${jump ? "on " : "off"}: ${ms.toFixed(0).padStart(6)} ms  ${String(r.steps).padStart(4)} steps  ${r.tokens} tokens (${r.jumped} jumped)`);
     }
-    console.log(`${label.padEnd(9)} ${String(requests).padStart(2)} req  ${row.join("  |  ")}  wall off/on ${(wall.false / wall.true).toFixed(2)}x`);
+    console.log(`${label.padEnd(9)} ${spacing.padEnd(7)} ${String(requests).padStart(2)} req  ${row.join("  |  ")}  wall off/on ${(wall.false / wall.true).toFixed(2)}x`);
   }
 }
