@@ -57,13 +57,19 @@ export class SchemaError extends Error {
 const ANNOTATIONS = new Set([
   "title", "description", "default", "examples", "$schema", "$id", "$comment", "deprecated", "readOnly", "writeOnly",
   "$defs", "definitions", "strict",
+  // OpenAPI's (pydantic writes it beside a oneOf): which property tells the branches apart. The
+  // branches themselves say it (each its own const), so it constrains nothing more.
+  "discriminator",
 ]);
 const BOUNDS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 const TYPED = new Set(["type", "multipleOf", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "nullable", "pattern", "format", ...BOUNDS]);
 /** Formats that say how a number is stored, not which values it takes (OpenAPI's). */
 const NUMBER_FORMATS = new Set(["int32", "int64", "float", "double"]);
-/** String formats that constrain nothing (OpenAPI's `password` is a hint to user interfaces). */
-const FREE_FORMATS = new Set(["password"]);
+/**
+ * String formats that constrain nothing: OpenAPI's `password` is a hint to user interfaces; pydantic
+ * writes `binary` for bytes and `path` for paths, which take any string.
+ */
+const FREE_FORMATS = new Set(["password", "binary", "path"]);
 const TYPES = ["object", "array", "string", "number", "integer", "boolean", "null"] as const;
 type TypeName = (typeof TYPES)[number];
 
@@ -148,7 +154,20 @@ function compileCombinator(s: { readonly [k: string]: unknown }, k: string, at: 
     if (v.length !== 1) throw new SchemaError(`The schema's "allOf" at ${at} has ${v.length} entries; constrained decoding supports one`);
     return compileNode(v[0], `${at}/allOf/0`, defs);
   }
-  const options = v.map((x, i) => compileNode(x, `${at}/${k}/${i}`, defs));
+  // A branch the decoder cannot follow is left out while another remains: what is written then still
+  // matches the schema, only never that branch (pydantic's Decimal is a number or a string under a
+  // lookahead pattern; it is written as a number).
+  const options: SchemaNode[] = [];
+  let refusal: SchemaError | undefined;
+  v.forEach((x, i) => {
+    try {
+      options.push(compileNode(x, `${at}/${k}/${i}`, defs));
+    } catch (e) {
+      if (!(e instanceof SchemaError)) throw e;
+      refusal ??= e;
+    }
+  });
+  if (options.length === 0) throw refusal!;
   return options.length === 1 ? options[0] : { t: "anyOf", options };
 }
 

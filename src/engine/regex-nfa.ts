@@ -352,12 +352,28 @@ const LABEL = "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
 const HOST = `${LABEL}(?:\\.${LABEL})*`;
 const OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
 const HEX = "[0-9A-Fa-f]";
+/** A UUID of RFC 4122's variant and version `v` (pydantic's `uuid1`…`uuid5` formats). */
+const uuidOf = (v: number) => `^${HEX}{8}-${HEX}{4}-${v}${HEX}{3}-[89ABab]${HEX}{3}-${HEX}{12}$`;
+// RFC 3339 appendix A durations: P, then a date part (years, months, days in order, each optional
+// after the first given) with an optional time part, a time part alone, or weeks alone.
+const DUR_TIME = "T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)";
+const DUR_DATE = "(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)";
+// RFC 4291 section 2.2's hexadecimal forms: eight groups, or fewer around one "::" (the forms with a
+// dotted IPv4 tail are left out: what is written is still an address).
+const H4 = `${HEX}{1,4}`;
+const IPV6 = [
+  `(?:${H4}:){7}${H4}`, `(?:${H4}:){1,7}:`, `(?:${H4}:){1,6}:${H4}`, `(?:${H4}:){1,5}(?::${H4}){1,2}`, `(?:${H4}:){1,4}(?::${H4}){1,3}`,
+  `(?:${H4}:){1,3}(?::${H4}){1,4}`, `(?:${H4}:){1,2}(?::${H4}){1,5}`, `${H4}:(?::${H4}){1,6}`, `:(?:(?::${H4}){1,7}|:)`,
+].join("|");
 const FORMAT_PATTERNS: ReadonlyMap<string, string> = new Map([
   ["date", `^${DATE}$`],
   ["time", `^${TIME}$`],
   ["date-time", `^${DATE}[Tt]${TIME}$`],
   ["email", `^[A-Za-z0-9!#$%&'*+/=?^_\`{|}~.-]+@${HOST}$`],
   ["uuid", `^${HEX}{8}-${HEX}{4}-${HEX}{4}-${HEX}{4}-${HEX}{12}$`],
+  ...[1, 3, 4, 5].map((v): [string, string] => [`uuid${v}`, uuidOf(v)]),
+  ["duration", `^P(?:${DUR_DATE}(?:${DUR_TIME})?|${DUR_TIME}|[0-9]+W)$`],
+  ["ipv6", `^(?:${IPV6})$`],
   ["ipv4", `^${OCTET}(?:\\.${OCTET}){3}$`],
   ["hostname", `^${HOST}$`],
   // A scheme, then no whitespace, control character, or one of "<>\^`{|}.

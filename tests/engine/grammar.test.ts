@@ -81,7 +81,8 @@ test("compileSchema() refuses what the decoder cannot follow, naming the keyword
   const cases: [unknown, RegExp][] = [
     [{ type: "object", minProperties: 1 }, /keyword "minProperties" at # is not supported/],
     [{ type: "string", pattern: "(?=a)b" }, /"pattern" at # cannot be followed: .*lookahead/],
-    [{ properties: { when: { type: "string", format: "ipv6" } } }, /"format" "ipv6" at #\/properties\/when is not supported .*supported: date/],
+    [{ properties: { when: { type: "string", format: "iri" } } }, /"format" "iri" at #\/properties\/when is not supported .*supported: date/],
+    [{ anyOf: [{ type: "string", pattern: "(?=a)" }, { type: "object", minProperties: 1 }] }, /"pattern" at #\/anyOf\/0 cannot be followed/],
     [{ type: "string", minLength: 3, maxLength: 2 }, /minLength 3 above maxLength 2/],
     [{ $ref: "#/$defs/missing" }, /names no definition/],
     [{ $ref: "http://example.com/s.json" }, /only "#\/\$defs\/NAME"/],
@@ -93,6 +94,31 @@ test("compileSchema() refuses what the decoder cannot follow, naming the keyword
     [{ $defs: { a: { $ref: "#/$defs/a" } }, $ref: "#/$defs/a" }, /refers to itself/],
   ];
   for (const [schema, message] of cases) assert.throws(() => compileSchema(schema), message, JSON.stringify(schema));
+});
+
+test("compileSchema() follows pydantic's schemas: discriminated unions, Decimal, bytes, paths, UUID versions, durations", () => {
+  // What pydantic 2 writes for a field `pet: Cat | Dog = Field(discriminator="pet_type")`.
+  const pet = json({
+    $defs: {
+      Cat: { properties: { pet_type: { const: "cat", title: "Pet Type", type: "string" }, meows: { type: "integer" } }, required: ["pet_type", "meows"], title: "Cat", type: "object" },
+      Dog: { properties: { pet_type: { const: "dog", title: "Pet Type", type: "string" }, barks: { type: "number" } }, required: ["pet_type", "barks"], title: "Dog", type: "object" },
+    },
+    properties: { pet: { discriminator: { mapping: { cat: "#/$defs/Cat", dog: "#/$defs/Dog" }, propertyName: "pet_type" }, oneOf: [{ $ref: "#/$defs/Cat" }, { $ref: "#/$defs/Dog" }] } },
+    required: ["pet"], type: "object",
+  });
+  for (const ok of ['{"pet": {"pet_type": "cat", "meows": 3}}', '{"pet": {"barks": 1.5, "pet_type": "dog"}}']) assert.ok(fits(pet, ok, true), ok);
+  for (const bad of ['{"pet": {"pet_type": "cat", "barks": 3}}', '{"pet": {"pet_type": "cow", "meows": 1}}']) assert.ok(!fits(pet, bad, true), `accepted ${bad}`);
+  // Decimal: a number, or a string under a lookahead pattern the decoder cannot follow: written as a number.
+  const decimal = json({ anyOf: [{ type: "number" }, { type: "string", pattern: "^(?!^[-+.]*$)[+-]?0*\\d*\\.?\\d*$" }] });
+  assert.ok(fits(decimal, "-12.5", true) && !fits(decimal, '"12.5"'), "the string branch is left out");
+  const fields = json({
+    type: "object", additionalProperties: false,
+    properties: { b: { type: "string", format: "binary" }, p: { type: "string", format: "path" }, u: { type: "string", format: "uuid4" }, t: { type: "string", format: "duration" }, i: { type: "string", format: "ipv6" } },
+  });
+  assert.ok(fits(fields, '{"b": "\\u0000 any", "p": "/tmp/x y", "u": "123e4567-e89b-42d3-a456-426614174000", "t": "P1Y2M3DT4H5M6S", "i": "fe80::1"}', true));
+  for (const bad of ['{"u": "123e4567-e89b-12d3-a456-426614174000"}', '{"u": "123e4567-e89b-42d3-c456-426614174000"}', '{"t": "P"}', '{"t": "PT"}', '{"t": "P1H"}', '{"i": "fe80:::1"}', '{"i": "1:2:3:4:5:6:7:8:9"}']) {
+    assert.ok(!fits(fields, bad, true), `accepted ${bad}`);
+  }
 });
 
 test("grammarStart() writes Hermes tool calls to the named functions, one or several", () => {

@@ -207,11 +207,17 @@ const FORMAT_EXAMPLES: Record<string, { ok: string[]; bad: string[] }> = {
   uuid: { ok: ["123e4567-e89b-12d3-a456-426614174000", "AAAAAAAA-BBBB-CCCC-DDDD-EEEEEEEEEEEE"], bad: ["123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400", "g23e4567-e89b-12d3-a456-426614174000"] },
   ipv4: { ok: ["0.0.0.0", "255.255.255.255", "192.168.1.10", "10.0.0.9"], bad: ["256.1.1.1", "01.1.1.1", "1.1.1", "1.1.1.1.1", "1.1.1.-1", " 1.1.1.1", "1.1.1.300"] },
   hostname: { ok: ["example.com", "a", "xn--bcher-kva.example", "a-b.c1", "a".repeat(63)], bad: ["-a.com", "a-.com", "a..b", "a_b.com", `${"a".repeat(64)}.com`, "", "a.b."] },
+  uuid1: { ok: ["123e4567-e89b-11d3-a456-426614174000"], bad: ["123e4567-e89b-41d3-a456-426614174000", "123e4567-e89b-11d3-c456-426614174000"] },
+  uuid3: { ok: ["123e4567-e89b-31d3-8456-426614174000"], bad: ["123e4567-e89b-11d3-a456-426614174000"] },
+  uuid4: { ok: ["123e4567-e89b-42d3-a456-426614174000", "F47AC10B-58CC-4372-A567-0E02B2C3D479"], bad: ["123e4567-e89b-12d3-a456-426614174000", "123e4567-e89b-42d3-7456-426614174000", "123e4567e89b42d3a456426614174000"] },
+  uuid5: { ok: ["123e4567-e89b-52d3-b456-426614174000"], bad: ["123e4567-e89b-42d3-b456-426614174000"] },
+  duration: { ok: ["P1Y", "P1Y2M", "P1Y2M3D", "P2M10D", "P3D", "PT4H", "PT4H5M6S", "PT5M", "PT6S", "P1DT12H", "P4W", "P0D"], bad: ["P", "PT", "P1Y3D", "P1H", "PT1D", "P1W2D", "1Y", "P-1D", "PT1.5S", "P1YT", "p1y"] },
+  ipv6: { ok: ["::", "::1", "fe80::1", "2001:db8::8a2e:370:7334", "2001:0db8:85a3:0000:0000:8a2e:0370:7334", "1::", "1:2:3:4:5:6:7::", "::2:3:4:5:6:7:8", "1:2:3:4:5:6::8"], bad: [":", ":::", "1:2:3:4:5:6:7:8:9", "12345::", "1::2::3", "fe80:::1", "g::1", "1:2:3:4:5:6:7", "::1:2:3:4:5:6:7:8"] },
   uri: { ok: ["https://example.com/a?b=c", "urn:isbn:0451450523", "mailto:a@b.c", "a+b.c-d:"], bad: ["not a uri", "//example.com", "https://exa mple.com", "1http://x", "http://x/<y>", 'http://x"y', "http://x\ty"] },
 };
 
 test("formatPattern() gives an anchored pattern for each of FORMATS that takes valid values and refuses others", () => {
-  assert.deepEqual([...FORMATS].sort(), ["date", "date-time", "email", "hostname", "ipv4", "time", "uri", "uuid"]);
+  assert.deepEqual([...FORMATS].sort(), ["date", "date-time", "duration", "email", "hostname", "ipv4", "ipv6", "time", "uri", "uuid", "uuid1", "uuid3", "uuid4", "uuid5"]);
   for (const name of FORMATS) {
     const source = formatPattern(name);
     assert.ok(source !== undefined && source.startsWith("^") && source.endsWith("$"), name);
@@ -221,7 +227,7 @@ test("formatPattern() gives an anchored pattern for each of FORMATS that takes v
     for (const text of ok) assert.ok(matches(re, text) && oracle.test(text), `${name} refused ${JSON.stringify(text)}`);
     for (const text of bad) assert.ok(!matches(re, text) && !oracle.test(text), `${name} took ${JSON.stringify(text)}`);
   }
-  for (const other of ["ipv6", "regex", "toString", "", "DATE"]) assert.equal(formatPattern(other), undefined, other);
+  for (const other of ["iri", "regex", "toString", "", "DATE"]) assert.equal(formatPattern(other), undefined, other);
 });
 
 test("formatPattern(\"date\") takes exactly the calendar's dates: days per month, 29 February in leap years only", () => {
