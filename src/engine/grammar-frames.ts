@@ -48,8 +48,11 @@ export type Frame =
   | { readonly k: "think"; readonly m: number; readonly up: Frame | null; readonly d: number }
   /** Once its child ends, the automaton goes on in `state`. */
   | { readonly k: "then"; readonly state: GrammarState; readonly up: null; readonly d: number }
-  /** i = -1: the separator before a repeated sequence starts again. */
-  | { readonly k: "seq"; readonly pieces: readonly Piece[]; readonly i: number; readonly repeat: boolean; readonly compact: boolean; readonly up: Frame | null; readonly d: number };
+  /** i = -1: the separator (`sep`) before a repeated sequence starts again. */
+  | {
+    readonly k: "seq"; readonly pieces: readonly Piece[]; readonly i: number; readonly repeat: boolean; readonly sep: string; readonly compact: boolean;
+    readonly up: Frame | null; readonly d: number;
+  };
 
 export type ObjFrame = {
   readonly k: "obj"; readonly node: ObjectNode; readonly seen: readonly string[];

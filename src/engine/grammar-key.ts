@@ -48,7 +48,7 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
       case "re": return `r${id(f.re)},${f.rs.key}/${below}`;
       case "think": return `t${f.m}/${below}`;
       case "then": return `T${below}`;
-      case "seq": return `q${id(f.pieces)},${f.i},${f.repeat ? 1 : 0}${f.compact ? "c" : ""}/${below}`;
+      case "seq": return `q${id(f.pieces)},${f.i},${f.repeat ? JSON.stringify(f.sep) : 0}${f.compact ? "c" : ""}/${below}`;
     }
   };
   return state.map((c) => `${c.ws}:${frame(c.top)}`).join("|");

@@ -25,10 +25,10 @@ export type OutputGrammar =
   /** One JSON value following `schema` (`{"type": "object"}` for json_object). */
   | { kind: "json"; schema: JsonSchema; whitespace?: JsonWhitespace }
   /**
-   * One or more (`parallel`) `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>` blocks, each
-   * naming one of `tools` with arguments following its parameters (any object when absent).
+   * One or more (`parallel`) calls, each naming one of `tools` with arguments following its parameters
+   * (any object when absent), in `format` (default "hermes").
    */
-  | { kind: "tool_calls"; tools: readonly { name: string; parameters?: JsonSchema }[]; parallel: boolean; whitespace?: JsonWhitespace }
+  | { kind: "tool_calls"; tools: readonly { name: string; parameters?: JsonSchema }[]; parallel: boolean; whitespace?: JsonWhitespace; format?: ToolCallFormat }
   /** Exactly one of `choices` (vLLM's `choice`), each non-empty. */
   | { kind: "choice"; choices: readonly string[] }
   /**
@@ -36,6 +36,13 @@ export type OutputGrammar =
    * follows; a leading `^` and a trailing `$` may be given or left out.
    */
   | { kind: "regex"; pattern: string };
+
+/**
+ * How a model writes tool calls. "hermes" (Qwen 2.5/3, Hermes): `<tool_call>\n{"name": ..., "arguments":
+ * ...}\n</tool_call>` blocks, one per line. "llama3_json" (Llama 3.1–3.3): `{"name": ..., "parameters":
+ * ...}` objects separated by `; ` (vLLM's parser names).
+ */
+export type ToolCallFormat = "hermes" | "llama3_json";
 
 /**
  * Where JSON output may hold whitespace. "any" (the default): wherever JSON allows it, up to
@@ -81,14 +88,17 @@ function startOf(g: OutputGrammar): GrammarState {
     const re = wholeRegex(g.pattern);
     return [{ top: { k: "re", re, rs: re.start, up: null, d: 0 }, ws: 0 }];
   }
+  const llama = g.format === "llama3_json";
+  const args = llama ? "parameters" : "arguments";
   const options = g.tools.map((t): SchemaNode => ({
     t: "object",
-    props: new Map([["name", { t: "literal", texts: [JSON.stringify(t.name)] }], ["arguments", t.parameters === undefined ? ANY_OBJECT : compileSchema(t.parameters)]]),
-    required: new Set(["name", "arguments"]),
+    props: new Map([["name", { t: "literal", texts: [JSON.stringify(t.name)] }], [args, t.parameters === undefined ? ANY_OBJECT : compileSchema(t.parameters)]]),
+    required: new Set(["name", args]),
     extra: null,
   }));
   const call: SchemaNode = options.length === 1 ? options[0] : { t: "anyOf", options };
-  const seq = { k: "seq", pieces: [{ lit: "<tool_call>\n" }, { node: call }, { lit: "\n</tool_call>" }], i: 0, repeat: g.parallel, compact: g.whitespace === "compact", up: null, d: 0 } as const;
+  const pieces = llama ? [{ node: call }] : [{ lit: "<tool_call>\n" }, { node: call }, { lit: "\n</tool_call>" }];
+  const seq = { k: "seq", pieces, i: 0, repeat: g.parallel, sep: llama ? "; " : "\n", compact: g.whitespace === "compact", up: null, d: 0 } as const;
   return [enterPiece(seq)];
 }
 
@@ -164,8 +174,8 @@ function complete(up: Frame | null, key?: string): Config[] {
     case "seq": {
       if (up.i + 1 < up.pieces.length) return [enterPiece({ ...up, i: up.i + 1 })];
       if (!up.repeat) return complete(up.up);
-      // Another call may follow, after a newline.
-      return [...complete(up.up), { top: { k: "lit", text: "\n", i: 0, up: { ...up, i: -1 }, d: up.d }, ws: 0 }];
+      // Another call may follow, after its separator.
+      return [...complete(up.up), { top: { k: "lit", text: up.sep, i: 0, up: { ...up, i: -1 }, d: up.d }, ws: 0 }];
     }
     case "then": return [...up.state];
   }

@@ -7,7 +7,7 @@ import { Hono, type Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { ZodType } from "zod";
 import type { ServingEngine } from "../engine/engine-types.ts";
-import type { JsonWhitespace } from "../engine/grammar.ts";
+import type { JsonWhitespace, ToolCallFormat } from "../engine/grammar.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { modelChatRenderer } from "./chat-template.ts";
 import { ApiError, schemaError } from "./errors.ts";
@@ -34,6 +34,8 @@ export interface AppOptions {
   reasoningParser?: ReasoningParserName;
   /** How JSON output grammars may be spaced unless a request says (default "any"; grammar.ts JsonWhitespace). */
   jsonWhitespace?: JsonWhitespace;
+  /** How the model writes tool calls (default "hermes"; grammar.ts ToolCallFormat). */
+  toolCallParser?: ToolCallFormat;
   /** Counts generation responses in flight and says when the server drains (new ones get a 503). */
   lifecycle?: ServerLifecycle;
 }
@@ -48,6 +50,7 @@ export function createApp(o: AppOptions): Hono {
     chat: modelChatRenderer(o.model),
     reasoningParser: o.reasoningParser ?? "none",
     jsonWhitespace: o.jsonWhitespace ?? "any",
+    toolCallParser: o.toolCallParser ?? "hermes",
   };
   const life = o.lifecycle ?? new ServerLifecycle();
   const app = new Hono();

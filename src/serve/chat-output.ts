@@ -1,12 +1,15 @@
 /**
  * A chat answer's text as the client gets it: reasoning (`--reasoning-parser think`), content, and
  * tool calls (with `tools`; only the first with `parallel_tool_calls: false`), whole or streamed.
- * Tool calls are parsed from the content only, after reasoning is split off: a `<tool_call>` the
- * model drafts while reasoning is part of its thoughts, not a call. With every option off, the
+ * Tool calls (Hermes or Llama 3 JSON, tool-calls.ts and tool-calls-llama3.ts) are parsed from the
+ * content only, after reasoning is split off: a `<tool_call>` the model drafts while reasoning is
+ * part of its thoughts, not a call. With every option off, the
  * text passes through untouched (what the server did before reasoning parsing existed).
  */
 import { type ReasoningPart, ReasoningStream } from "./reasoning.ts";
+import type { ToolCallFormat } from "../engine/grammar.ts";
 import { type ParsedToolCall, ToolCallStream, type ToolStreamPart } from "./tool-calls.ts";
+import { Llama3JsonStream } from "./tool-calls-llama3.ts";
 
 /** How to read one chat answer. */
 export interface ChatOutputOptions {
@@ -14,8 +17,10 @@ export interface ChatOutputOptions {
   reasoning: boolean;
   /** The prompt left `<think>` open, so the answer starts as reasoning (reasoning.ts `promptOpensReasoning`). */
   startsInReasoning: boolean;
-  /** Parse Hermes-format tool calls out of the content (tools given, tool_choice not "none"). */
+  /** Parse tool calls out of the content (tools given, tool_choice not "none"). */
   toolCalls: boolean;
+  /** How the model writes them (`--tool-call-parser`; default "hermes"). */
+  toolCallFormat?: ToolCallFormat;
   /** False keeps only the first call written (`parallel_tool_calls: false`); later ones are dropped. */
   parallelToolCalls: boolean;
 }
@@ -26,12 +31,12 @@ export type ChatPart = ReasoningPart | { kind: "call"; call: ParsedToolCall };
 /** Incremental splitter of a streamed chat answer; holds back only tails that could still become a tag. */
 export class ChatOutputStream {
   private readonly reasoning: ReasoningStream | null;
-  private readonly tools: ToolCallStream | null;
+  private readonly tools: ToolCallStream | Llama3JsonStream | null;
   private calls = 0;
 
   constructor(private readonly o: ChatOutputOptions) {
     this.reasoning = o.reasoning ? new ReasoningStream(o.startsInReasoning) : null;
-    this.tools = o.toolCalls ? new ToolCallStream() : null;
+    this.tools = !o.toolCalls ? null : o.toolCallFormat === "llama3_json" ? new Llama3JsonStream() : new ToolCallStream();
   }
 
   /** True once the answer has been inside reasoning (an empty `<think></think>` included). */

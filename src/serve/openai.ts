@@ -4,7 +4,7 @@
  */
 import type { ServingEngine } from "../engine/engine-types.ts";
 import { ContextLengthError, EngineOverloadedError, type GenerateRequest, NoWorkerError, type RequestHandle, RequestParamError, SessionRefusedError } from "../engine/engine-types.ts";
-import type { JsonWhitespace, OutputGrammar } from "../engine/grammar.ts";
+import type { JsonWhitespace, OutputGrammar, ToolCallFormat } from "../engine/grammar.ts";
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import type { ChatOutputOptions } from "./chat-output.ts";
 import type { ChatRenderer } from "./chat-template.ts";
@@ -24,6 +24,8 @@ export interface ServeContext {
   reasoningParser: ReasoningParserName;
   /** How JSON output grammars may be spaced unless a request says (`--json-whitespace`). */
   jsonWhitespace: JsonWhitespace;
+  /** How the model writes tool calls (`--tool-call-parser`): what is parsed, and what a forced call writes. */
+  toolCallParser: ToolCallFormat;
 }
 
 /** Which endpoint a request came through. */
@@ -181,7 +183,7 @@ function checkTextLength(ctx: ServeContext, text: string, param: string): void {
 /** Tokenizes a chat request and submits it. */
 export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const choice = body.tool_choice ?? "auto";
-  const { grammar, parallelToolCalls } = chatGrammar(body, ctx.jsonWhitespace);
+  const { grammar, parallelToolCalls } = chatGrammar(body, ctx.jsonWhitespace, ctx.toolCallParser);
   checkUnsupported(body, "chat", ctx.config.vocabSize);
   const tools = choice === "none" ? undefined : body.tools ?? undefined;
   const { text, startsWithBos } = ctx.chat.render(body.messages, tools);
@@ -195,7 +197,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const n = body.n ?? 1;
   const handles = submit(ctx, [request], n, "messages");
   const toolCalls = (tools?.length ?? 0) > 0;
-  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls } }, body);
+  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser } }, body);
 }
 
 /** The prompts of a completion body, tokenized (text) or checked (token ids). */

@@ -7,7 +7,7 @@
  * cannot follow (src/engine/json-schema.ts, src/engine/regex-nfa.ts) is a 400 that names it, before
  * any work.
  */
-import type { JsonWhitespace, OutputGrammar } from "../engine/grammar.ts";
+import type { JsonWhitespace, OutputGrammar, ToolCallFormat } from "../engine/grammar.ts";
 import { compileSchema, type JsonSchema, SchemaError } from "../engine/json-schema.ts";
 import { compilePattern, RegexError } from "../engine/regex-nfa.ts";
 import { ApiError, describe } from "./errors.ts";
@@ -24,9 +24,10 @@ type Body = ChatRequest | CompletionRequest;
 /**
  * Reads `tool_choice`, `response_format` and `structured_outputs`. A forced tool call wins over a
  * response format (its answer has no content); beside `structured_outputs` either is a 400.
- * `whitespace`: how JSON may be spaced unless the request says (`serve --json-whitespace`).
+ * `whitespace`: how JSON may be spaced unless the request says (`serve --json-whitespace`); `format`:
+ * how the model writes tool calls (`serve --tool-call-parser`).
  */
-export function chatGrammar(body: ChatRequest, whitespace: JsonWhitespace = "any"): ChatGrammar {
+export function chatGrammar(body: ChatRequest, whitespace: JsonWhitespace = "any", format: ToolCallFormat = "hermes"): ChatGrammar {
   const tools = body.tools ?? [];
   const choice = body.tool_choice ?? "auto";
   const structured = structuredOutputs(body, whitespace);
@@ -43,7 +44,8 @@ export function chatGrammar(body: ChatRequest, whitespace: JsonWhitespace = "any
     for (const t of forced) checkSchema(t.parameters ?? true, "tools", `The parameters of function ${JSON.stringify(t.name)}`);
     // A named function is called once, as OpenAI does; "required" may call several unless told not to.
     const parallel = typeof choice === "string" && (body.parallel_tool_calls ?? true);
-    return { grammar: { kind: "tool_calls", tools: forced, parallel, ...spacing(structured.whitespace) }, parallelToolCalls: parallel };
+    const calls: OutputGrammar = { kind: "tool_calls", tools: forced, parallel, ...spacing(structured.whitespace), ...(format === "hermes" ? {} : { format }) };
+    return { grammar: calls, parallelToolCalls: parallel };
   }
   return { grammar: formatOrStructured(body, structured), parallelToolCalls: body.parallel_tool_calls ?? true };
 }

@@ -6,7 +6,7 @@ import os from "node:os";
 import { type BackendChoice, selectBackend } from "../backend/select.ts";
 import type { Engine } from "../engine/engine.ts";
 import type { ServingEngine } from "../engine/engine-types.ts";
-import type { JsonWhitespace } from "../engine/grammar.ts";
+import type { JsonWhitespace, ToolCallFormat } from "../engine/grammar.ts";
 import type { Cluster, ClusterDecision } from "../cluster/cluster.ts";
 import { type ClusterRouterName, type PeerTransferMode, peerTransferOptions } from "../cluster/cluster-router.ts";
 import type { Backend } from "../backend/types.ts";
@@ -76,6 +76,11 @@ export interface ServerOptions {
    * "compact", json.dumps's `", "` and `": "` only (grammar.ts JsonWhitespace).
    */
   jsonWhitespace?: JsonWhitespace;
+  /**
+   * How the model writes tool calls, read out of chat answers and written by forced tool calls:
+   * "hermes" (default; Qwen 2.5/3, Hermes) or "llama3_json" (Llama 3.1–3.3). vLLM's parser names.
+   */
+  toolCallParser?: ToolCallFormat;
   maxBodyBytes?: number;
   /** Milliseconds added to every step mixing prefill and decode (src/engine/mixed-step-overhead.ts; default 0). */
   mixedStepOverheadMs?: number;
@@ -252,7 +257,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const serving: ServingEngine = cluster?.cluster ?? engine!;
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
   const lifecycle = new ServerLifecycle();
-  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, lifecycle });
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, lifecycle });
   const l = await listen(app.fetch, o.host, o.port);
   return {
     ...l,

@@ -10,7 +10,7 @@ function serve(args: string[]) {
   return { status: r.status, stderr: r.stderr ?? "" };
 }
 
-test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retention, --reasoning-parser or --step-mixing with a one-line error and exit 2", () => {
+test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retention, --reasoning-parser, --tool-call-parser, --json-whitespace, --jump-forward or --step-mixing with a one-line error and exit 2", () => {
   for (const [args, message] of [
     [["--prefill-order", "random"], /Unknown prefill order "random"; choose fcfs or short-first/],
     [["--role", "leader"], /Unknown role "leader"; choose mixed, prefill or decode/],
@@ -18,6 +18,9 @@ test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retent
     [["--kv-retention", "fifo"], /Unknown KV retention "fifo"; choose agent or lru/],
     [["--reasoning-parser", "deepseek_r1"], /Unknown reasoning parser "deepseek_r1"; choose think or none/],
     [["--step-mixing", "chunked"], /Unknown step mixing "chunked"; choose auto, mixed or split/],
+    [["--tool-call-parser", "mistral"], /Unknown tool call parser "mistral"; choose hermes or llama3_json/],
+    [["--json-whitespace", "none"], /Unknown JSON whitespace "none"; choose any or compact/],
+    [["--jump-forward", "yes"], /Unknown jump-forward setting "yes"; choose on or off/],
   ] as const) {
     const r = serve([...args, "--port", "0", "--backend", "reference"]);
     assert.equal(r.status, 2, r.stderr);

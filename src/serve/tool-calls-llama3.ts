@@ -1,0 +1,98 @@
+/**
+ * Tool calls in Llama 3.1–3.3's JSON format (vLLM's `llama3_json` parser): an answer that is calls
+ * starts with `{` (after optional whitespace, or after `<|python_tag|>`) and holds one or more
+ * `{"name": ..., "parameters": {...}}` objects separated by `;`. An answer that starts otherwise is
+ * text, and stays text whatever follows; an object that is not a call (not JSON, no name) ends the
+ * calls, and it and the rest are returned as the model wrote them, never dropped.
+ */
+import { parseToolCallBody, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
+
+/** What Llama 3.1's template has the model write before code or a call in its built-in format. */
+const PYTHON_TAG = "<|python_tag|>";
+
+/**
+ * Incremental splitter for Llama 3 JSON calls. A call is released whole as soon as its object
+ * closes; text is released as soon as the answer is known not to start with a call.
+ */
+export class Llama3JsonStream {
+  private buf = "";
+  /** "start": nothing but whitespace (or part of the tag) so far; "calls": reading calls; "text": passing through. */
+  private mode: "start" | "calls" | "text" = "start";
+
+  /** Feeds the next delta; returns what can be released. */
+  push(delta: string): ToolStreamPart[] {
+    this.buf += delta;
+    const out: ToolStreamPart[] = [];
+    if (this.mode === "start") {
+      const lead = this.buf.length - this.buf.trimStart().length;
+      const rest = this.buf.slice(lead);
+      if (rest === "" || (rest.length < PYTHON_TAG.length && partialTagSuffix(rest, PYTHON_TAG) === rest.length)) return out;
+      if (rest.startsWith(PYTHON_TAG) || rest.startsWith("{")) {
+        this.mode = "calls";
+        // Leading whitespace and the tag are the format's, not content.
+        this.buf = rest.startsWith(PYTHON_TAG) ? rest.slice(PYTHON_TAG.length) : rest;
+      } else {
+        this.mode = "text";
+      }
+    }
+    if (this.mode === "calls") this.readCalls(out, false);
+    if (this.mode === "text" && this.buf !== "") {
+      out.push({ kind: "text", text: this.buf });
+      this.buf = "";
+    }
+    return out;
+  }
+
+  /** The output ended: an object left open is text. */
+  end(): ToolStreamPart[] {
+    const out: ToolStreamPart[] = [];
+    if (this.mode === "calls") this.readCalls(out, true);
+    if (this.buf !== "") out.push({ kind: "text", text: this.buf });
+    this.buf = "";
+    return out;
+  }
+
+  /** Releases each whole call at the front of the buffer; switches to text at anything else. */
+  private readCalls(out: ToolStreamPart[], final: boolean): void {
+    for (;;) {
+      const lead = this.buf.match(/^[\s;]*/)![0].length;
+      if (lead === this.buf.length) {
+        if (final) this.buf = "";
+        return;
+      }
+      if (this.buf[lead] !== "{") {
+        this.mode = "text";
+        return;
+      }
+      const end = objectEnd(this.buf, lead);
+      if (end < 0) return;
+      const call = parseToolCallBody(this.buf.slice(lead, end));
+      if (call === null) {
+        this.mode = "text";
+        return;
+      }
+      out.push({ kind: "call", call });
+      this.buf = this.buf.slice(end);
+    }
+  }
+}
+
+/** The index just past the JSON object that opens at `start`, or -1 while it is still open. */
+function objectEnd(s: string, start: number): number {
+  let depth = 0, inString = false, escaped = false;
+  for (let i = start; i < s.length; i++) {
+    const c = s[i];
+    if (inString) {
+      if (escaped) escaped = false;
+      else if (c === "\\") escaped = true;
+      else if (c === '"') inString = false;
+    } else if (c === '"') {
+      inString = true;
+    } else if (c === "{" || c === "[") {
+      depth++;
+    } else if (c === "}" || c === "]") {
+      if (--depth === 0) return i + 1;
+    }
+  }
+  return -1;
+}
