@@ -36,6 +36,7 @@ const CASES: [OutputGrammar, string][] = [
   [WEATHER_COMPACT, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'],
   [compact(RECORD), '{"status": "paid", "items": [{"sku": "a\\"b"}, {}], "note": null}'],
   [compact(TWO_TOOLS), '<tool_call>\n{"arguments": {"a": [1, 2.5e3, {}]}, "name": "get_weather"}\n</tool_call>'],
+  [{ ...TWO_TOOLS, format: "llama3_json" } as OutputGrammar, '{"name": "get_time", "parameters": {"zone": "UTC"}}; {"parameters": {}, "name": "get_weather"}'],
   [ANSWER, "not sure"],
   [CODE, "123-cdxx"],
 ];
@@ -84,6 +85,7 @@ test("grammarForcedText() forces the tool-call frame, the one key left, enum and
 
 test("grammarForcedText() in compact JSON forces the separators, closing brackets and the one key left", () => {
   assert.equal(forcedAfter(WEATHER_COMPACT, ""), '<tool_call>\n{"', "a key must come: no whitespace may");
+  assert.equal(forcedAfter(compact({ ...WEATHER, format: "llama3_json" } as OutputGrammar), '{"name'), '": "get_weather", "parameters": {"', "Llama 3's format");
   assert.equal(forcedAfter(WEATHER_COMPACT, '<tool_call>\n{"name'), '": "get_weather", "arguments": {"', "the frame up to the first argument's key");
   assert.equal(forcedAfter(WEATHER_COMPACT, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"'), "", "another key or the end");
   assert.equal(forcedAfter(WEATHER_COMPACT, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius'), '"}}\n</tool_call>', "no key left: both objects close");
