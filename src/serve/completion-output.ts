@@ -51,15 +51,18 @@ export function joinLogprobs(a: CompletionLogprobs, b: CompletionLogprobs, shift
   };
 }
 
-/** A completion choice's text and `logprobs` (null when not asked for), echo included. */
-export function completionChoice(tokenizer: Tokenizer, shape: CompletionShape, prompt: number, r: GenerateResult) {
+/**
+ * A completion choice's text and `logprobs` (null when not asked for), echo included; `scores`: the
+ * prompt's log probabilities (`r`'s own unless a sibling generation computed them).
+ */
+export function completionChoice(tokenizer: Tokenizer, shape: CompletionShape, prompt: number, r: GenerateResult, scores = r.promptLogprobs) {
   const generated = shape.scoreOnly ? "" : r.text;
   let logprobs: CompletionLogprobs | null = null;
   if (shape.logprobs !== null && !shape.scoreOnly) logprobs = completionLogprobs(tokenizer, r.logprobs ?? []);
   if (!shape.echo) return { text: generated, logprobs };
   const p = shape.prompts[prompt];
   if (shape.logprobs !== null) {
-    const echoed = echoLogprobs(tokenizer, p, r.promptLogprobs ?? [], shape.logprobs);
+    const echoed = echoLogprobs(tokenizer, p, scores ?? [], shape.logprobs);
     logprobs = logprobs ? joinLogprobs(echoed, logprobs, p.text.length) : echoed;
   }
   return { text: p.text + generated, logprobs };

@@ -142,17 +142,23 @@ function withPromptLogprobs(s: Submitted, body: ChatRequest | CompletionRequest)
 
 /**
  * Submits `n` engine requests for each of `reqs`. The i-th of each samples with seed + i when the
- * body gives a seed (so choices differ, reproducibly). If one is refused, those already queued are
- * cancelled.
+ * body gives a seed (so choices differ, reproducibly). With `scoreOnce` only the first of each asks
+ * for its prompt's log probabilities (the same for all; a scored prompt is computed whole, past the
+ * prefix cache), and the response shares them (respond.ts). If one is refused, those already queued
+ * are cancelled.
  */
-function submit(ctx: ServeContext, reqs: readonly GenerateRequest[], n: number, param: string): RequestHandle[] {
+function submit(ctx: ServeContext, reqs: readonly GenerateRequest[], n: number, param: string, scoreOnce: boolean): RequestHandle[] {
   const handles: RequestHandle[] = [];
   // The prompt a refusal is about: named by its index when the request has several.
   let promptParam = param;
   try {
     for (const [i, req] of reqs.entries()) {
       if (reqs.length > 1) promptParam = `${param}[${i}]`;
-      for (let i = 0; i < n; i++) handles.push(ctx.engine.submit(req.seed === undefined ? req : { ...req, seed: (req.seed + i) >>> 0 }));
+      for (let i = 0; i < n; i++) {
+        const one: GenerateRequest = req.seed === undefined ? { ...req } : { ...req, seed: (req.seed + i) >>> 0 };
+        if (i > 0 && scoreOnce) delete one.promptLogprobs;
+        handles.push(ctx.engine.submit(one));
+      }
     }
     return handles;
   } catch (e) {
@@ -195,7 +201,8 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const startsInReasoning = reasoning && promptOpensReasoning(text);
   const request = engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar);
   const n = body.n ?? 1;
-  const handles = submit(ctx, [request], n, "messages");
+  // Chat's prompt log probabilities are returned once, beside the choices.
+  const handles = submit(ctx, [request], n, "messages", true);
   const toolCalls = (tools?.length ?? 0) > 0;
   return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser } }, body);
 }
@@ -260,6 +267,7 @@ export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Su
     if (echo && logprobs !== null) req.promptLogprobs = Math.max(logprobs, req.promptLogprobs ?? 0);
     return req;
   });
-  const handles = submit(ctx, reqs, perPrompt, "prompt");
+  // Streamed, each choice echoes its prompt with its own request's log probabilities.
+  const handles = submit(ctx, reqs, perPrompt, "prompt", !body.stream);
   return withPromptLogprobs({ kind: "completion", handles, perPrompt, n, output: null, completion: { prompts, echo, scoreOnly, logprobs } }, body);
 }

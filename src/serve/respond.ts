@@ -57,8 +57,11 @@ function failure(results: readonly GenerateResult[]): ApiError | undefined {
   return failed && new ApiError(500, `Generation failed: ${failed.error}`, null, "engine_error");
 }
 
-/** One choice of the non-streaming body; `prompt`: which of a completion's prompts it answers. */
-function choiceJson(ctx: ServeContext, s: Submitted, r: GenerateResult, index: number, prompt: number): Json {
+/**
+ * One choice of the non-streaming body; `prompt`: which of a completion's prompts it answers;
+ * `scores`: that prompt's log probabilities (asked by its first generation only, openai.ts `submit`).
+ */
+function choiceJson(ctx: ServeContext, s: Submitted, r: GenerateResult, index: number, prompt: number, scores: GenerateResult["promptLogprobs"]): Json {
   if (s.kind === "chat" && s.output) {
     const { reasoning, content, calls } = parseChatOutput(r.text, s.output);
     if (index === 0) noteToolWait(ctx, s, calls);
@@ -72,8 +75,8 @@ function choiceJson(ctx: ServeContext, s: Submitted, r: GenerateResult, index: n
   }
   // A completion's Submitted always has its shape (submitCompletion).
   const shape = s.completion!;
-  const { text, logprobs } = completionChoice(ctx.tokenizer, shape, prompt, r);
-  const scored = s.promptLogprobs === undefined ? {} : { prompt_logprobs: promptLogprobsJson(ctx.tokenizer, r.promptLogprobs ?? [], s.promptLogprobs) };
+  const { text, logprobs } = completionChoice(ctx.tokenizer, shape, prompt, r, scores);
+  const scored = s.promptLogprobs === undefined ? {} : { prompt_logprobs: promptLogprobsJson(ctx.tokenizer, scores ?? [], s.promptLogprobs) };
   return { index, text, logprobs, finish_reason: shape.scoreOnly ? "length" : finishReason(r.finishReason), ...scored };
 }
 
@@ -88,7 +91,7 @@ export async function completeJson(ctx: ServeContext, s: Submitted): Promise<Jso
   for (let p = 0; p * s.perPrompt < results.length; p++) {
     const group = results.slice(p * s.perPrompt, (p + 1) * s.perPrompt);
     const keep = s.perPrompt > s.n ? bestOf(group, s.n) : group.map((_, i) => i);
-    keep.forEach((g, j) => choices.push(choiceJson(ctx, s, group[g], p * s.n + j, p)));
+    keep.forEach((g, j) => choices.push(choiceJson(ctx, s, group[g], p * s.n + j, p, group[0].promptLogprobs)));
   }
   // vLLM puts a chat prompt's log probabilities beside the choices (one prompt for all of them).
   const scored = s.kind === "chat" && s.promptLogprobs !== undefined ? { prompt_logprobs: promptLogprobsJson(ctx.tokenizer, results[0].promptLogprobs ?? [], s.promptLogprobs) } : {};

@@ -255,3 +255,41 @@ test("prompt_logprobs (vLLM's) give each prompt token's log probability, rank an
     }
   });
 });
+
+test("/v1/completions and chat with n > 1 score each prompt once and give every choice the same prompt log probabilities", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 256 });
+  try {
+    // The app calls the engine through this object: record what each request asks.
+    const asked: (number | undefined)[] = [];
+    const submit = s.engine.submit.bind(s.engine);
+    s.engine.submit = (req) => {
+      asked.push(req.promptLogprobs);
+      return submit(req);
+    };
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const body = { model: "stories260K", prompt: [STORY, OTHER], max_tokens: 3, temperature: 0.9, seed: 7, n: 3, echo: true, logprobs: 2, prompt_logprobs: 1 };
+    const r = await client.completions.create(body as OpenAI.CompletionCreateParamsNonStreaming);
+    assert.deepEqual(asked, [2, undefined, undefined, 2, undefined, undefined], "the first generation of each prompt scores it");
+    assert.equal(r.choices.length, 6);
+    for (const c of r.choices) {
+      const first = r.choices[Math.floor(c.index / 3) * 3];
+      const echoed = (x: typeof c) => logprobsOf(x).token_logprobs.slice(0, logprobsOf(first).tokens.length - 3);
+      assert.ok(echoed(c).length > 5 && echoed(c).slice(1).every((v) => typeof v === "number"), "the echoed prompt is scored");
+      assert.deepEqual(echoed(c), echoed(first), `choice ${c.index} echoes its prompt's scores`);
+      const own = (c as unknown as { prompt_logprobs: unknown[] }).prompt_logprobs;
+      assert.deepEqual(own, (first as unknown as { prompt_logprobs: unknown[] }).prompt_logprobs);
+      assert.equal(own.length, logprobsOf(first).tokens.length - 3, "one entry per prompt token");
+    }
+    asked.length = 0;
+    const chat = await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 3, n: 2, prompt_logprobs: 0 } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    assert.deepEqual(asked, [0, undefined]);
+    assert.ok(((chat as unknown as { prompt_logprobs: unknown[] }).prompt_logprobs).length > 5);
+    // Streamed, each choice echoes with its own request's scores.
+    asked.length = 0;
+    const stream = await client.completions.create({ model: "stories260K", prompt: STORY, max_tokens: 2, n: 2, echo: true, logprobs: 1, stream: true });
+    for await (const _ of stream) { /* drain */ }
+    assert.deepEqual(asked, [1, 1]);
+  } finally {
+    await s.shutdown();
+  }
+});
