@@ -21,8 +21,33 @@ import { decimalStep, integersIn, type NumberRange, rangeHolds } from "./number-
 import { literalKey } from "./value-key.ts";
 import { type CompiledRegex, compilePattern, FORMATS, formatPattern, RegexError } from "./regex-nfa.ts";
 
-/** Named definitions of one schema, filled as it compiles; each reference carries its own table. */
-type DefTable = Map<string, SchemaNode>;
+/**
+ * Named definitions of one schema, each compiled on first use, so that one compiled early
+ * (`propertyNames` resolves its reference at once) may name one defined after it. Each reference
+ * carries its own table.
+ */
+class DefTable extends Map<string, SchemaNode> {
+  readonly #raw = new Map<string, unknown>();
+
+  /** Adds definition `name` (`#/$defs/NAME`), compiled when first asked for. */
+  define(name: string, schema: unknown): void {
+    this.#raw.set(name, schema);
+  }
+
+  /** Every name defined, compiled or not. */
+  names(): string[] {
+    return [...new Set([...this.keys(), ...this.#raw.keys()])];
+  }
+
+  override get(name: string): SchemaNode | undefined {
+    const raw = this.#raw.get(name);
+    if (raw !== undefined) {
+      this.#raw.delete(name);
+      super.set(name, compileNode(raw, name, this));
+    }
+    return super.get(name);
+  }
+}
 
 /** A JSON Schema as the request gives it. */
 export type JsonSchema = boolean | { readonly [keyword: string]: unknown };
@@ -62,7 +87,7 @@ const ANNOTATIONS = new Set([
   "discriminator",
 ]);
 const BOUNDS = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
-const TYPED = new Set(["type", "multipleOf", "properties", "required", "additionalProperties", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "nullable", "pattern", "format", ...BOUNDS]);
+const TYPED = new Set(["type", "multipleOf", "properties", "required", "additionalProperties", "propertyNames", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "nullable", "pattern", "format", ...BOUNDS]);
 /** Formats that say how a number is stored, not which values it takes (OpenAPI's). */
 const NUMBER_FORMATS = new Set(["int32", "int64", "float", "double"]);
 /**
@@ -80,18 +105,18 @@ export const ANY_OBJECT: SchemaNode = { t: "object", props: new Map(), required:
 
 /** Compiles `schema`; throws {@link SchemaError} for anything outside the subset. */
 export function compileSchema(schema: unknown): SchemaNode {
-  const defs: DefTable = new Map();
+  const defs = new DefTable();
   if (isObject(schema)) {
     for (const key of ["$defs", "definitions"]) {
       const table = schema[key];
       if (table === undefined) continue;
       if (!isObject(table)) throw new SchemaError(`The schema's "${key}" must be an object, got ${show(table)}`);
-      for (const [name, sub] of Object.entries(table)) defs.set(`#/${key}/${name}`, compileNode(sub, `#/${key}/${name}`, defs));
+      for (const [name, sub] of Object.entries(table)) defs.define(`#/${key}/${name}`, sub);
     }
   }
   const root = compileNode(schema, "#", defs);
   // Every reference must lead to a value now, not when the model reaches it.
-  for (const name of defs.keys()) resolve({ t: "ref", name, table: defs });
+  for (const name of defs.names()) resolve({ t: "ref", name, table: defs });
   resolve(root);
   checkUnique(root, "#", new Set());
   return root;
@@ -174,7 +199,7 @@ function compileCombinator(s: { readonly [k: string]: unknown }, k: string, at: 
 function typesOf(s: { readonly [k: string]: unknown }, at: string): TypeName[] {
   const t = s.type;
   if (t === undefined) {
-    if (s.properties !== undefined || s.required !== undefined || s.additionalProperties !== undefined) return ["object"];
+    if (s.properties !== undefined || s.required !== undefined || s.additionalProperties !== undefined || s.propertyNames !== undefined) return ["object"];
     if (["items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems"].some((k) => s[k] !== undefined)) return ["array"];
     if (s.minLength !== undefined || s.maxLength !== undefined || s.pattern !== undefined) return ["string"];
     if (typeof s.format === "string" && !NUMBER_FORMATS.has(s.format)) return ["string"];
@@ -306,13 +331,41 @@ function compileObject(s: { readonly [k: string]: unknown }, at: string, defs: D
     props.set(name, compileNode(sub, `${at}/properties/${name}`, defs));
   }
   const a = s.additionalProperties;
-  const extra = a === undefined ? (s.properties === undefined ? ANY : null) : a === false ? null : compileNode(a, `${at}/additionalProperties`, defs);
+  let extra = a === undefined ? (s.properties === undefined ? ANY : null) : a === false ? null : compileNode(a, `${at}/additionalProperties`, defs);
+  const names = s.propertyNames === undefined ? null : propertyNames(s.propertyNames, `${at}/propertyNames`, defs);
+  if (names !== null) {
+    // Only the listed names may be keys: declared ones keep their schemas, the others take the
+    // additional properties' (pydantic's dict[Literal[...], X] and dict[SomeEnum, X]).
+    for (const name of [...props.keys()]) if (!names.includes(name)) props.delete(name);
+    for (const name of names) {
+      if (props.has(name) || extra === null) continue;
+      if (/["\\\u0000-\u001f]/.test(name)) throw new SchemaError(`The property name ${show(name)} at ${at}/propertyNames holds a quote, backslash or control character, which constrained decoding does not support`);
+      props.set(name, extra);
+    }
+    extra = null;
+  }
   const r = s.required ?? [];
   if (!Array.isArray(r) || r.some((x) => typeof x !== "string")) throw new SchemaError(`The schema's "required" at ${at} must be a list of property names, got ${show(r)}`);
   for (const name of r as string[]) {
     if (!props.has(name) && extra === null) throw new SchemaError(`The schema at ${at} requires ${show(name)}, which its properties do not allow`);
   }
   return { t: "object", props, required: new Set(r as string[]), extra };
+}
+
+/**
+ * The names a `propertyNames` schema allows when it lists them (`enum`, `const`, or a `$ref` to
+ * one); null when it allows every name (`true`, `{"type": "string"}`). Anything else (a pattern,
+ * lengths) is refused.
+ */
+function propertyNames(v: unknown, at: string, defs: DefTable): string[] | null {
+  const node = resolve(compileNode(v, at, defs));
+  if (node.t === "any" || (node.t === "string" && node.min === 0 && node.max === Infinity && node.patterns.length === 0)) return null;
+  const options = node.t === "anyOf" ? node.options.map(resolve) : [node];
+  const names = options.flatMap((o) => (o.t === "literal" ? o.texts.map((t) => JSON.parse(t) as unknown) : [undefined]));
+  if (names.some((n) => typeof n !== "string")) {
+    throw new SchemaError(`The schema's "propertyNames" at ${at} is followed only as an enum or const of names, not as ${show(v)}`);
+  }
+  return names as string[];
 }
 
 /** The expressions a string of `s` must match: its `pattern` and its `format`. */

@@ -96,7 +96,7 @@ test("compileSchema() refuses what the decoder cannot follow, naming the keyword
   for (const [schema, message] of cases) assert.throws(() => compileSchema(schema), message, JSON.stringify(schema));
 });
 
-test("compileSchema() follows pydantic's schemas: discriminated unions, Decimal, bytes, paths, UUID versions, durations", () => {
+test("compileSchema() follows pydantic's schemas: discriminated unions, Decimal, bytes, paths, UUID versions, durations, dicts with enum keys", () => {
   // What pydantic 2 writes for a field `pet: Cat | Dog = Field(discriminator="pet_type")`.
   const pet = json({
     $defs: {
@@ -116,6 +116,17 @@ test("compileSchema() follows pydantic's schemas: discriminated unions, Decimal,
     properties: { b: { type: "string", format: "binary" }, p: { type: "string", format: "path" }, u: { type: "string", format: "uuid4" }, t: { type: "string", format: "duration" }, i: { type: "string", format: "ipv6" } },
   });
   assert.ok(fits(fields, '{"b": "\\u0000 any", "p": "/tmp/x y", "u": "123e4567-e89b-42d3-a456-426614174000", "t": "P1Y2M3DT4H5M6S", "i": "fe80::1"}', true));
+  // dict[Literal["a", "b"], int], and dict[Key, str] whose enum is defined after the model using it.
+  const counts = json({ type: "object", additionalProperties: { type: "integer" }, propertyNames: { enum: ["a", "b"] } });
+  assert.ok(fits(counts, '{"b": 2, "a": 1}', true) && fits(counts, "{}", true));
+  for (const bad of ['{"c": 1}', '{"a": "x"}', '{"ab": 1}']) assert.ok(!fits(counts, bad, true), `accepted ${bad}`);
+  const keyed = json({
+    $defs: { AModel: { type: "object", properties: { d: { type: "object", additionalProperties: { type: "string" }, propertyNames: { $ref: "#/$defs/ZKey" } } }, required: ["d"] }, ZKey: { enum: ["x", "y"], type: "string" } },
+    $ref: "#/$defs/AModel",
+  });
+  assert.ok(fits(keyed, '{"d": {"y": "1"}}', true) && !fits(keyed, '{"d": {"z": "1"}}', true));
+  assert.throws(() => compileSchema({ type: "object", propertyNames: { pattern: "^[a-z]+$" } }), /"propertyNames" at #\/propertyNames is followed only as an enum or const of names/);
+  assert.throws(() => compileSchema({ type: "object", properties: { c: {} }, required: ["c"], propertyNames: { const: "a" } }), /requires "c", which its properties do not allow/);
   for (const bad of ['{"u": "123e4567-e89b-12d3-a456-426614174000"}', '{"u": "123e4567-e89b-42d3-c456-426614174000"}', '{"t": "P"}', '{"t": "PT"}', '{"t": "P1H"}', '{"i": "fe80:::1"}', '{"i": "1:2:3:4:5:6:7:8:9"}']) {
     assert.ok(!fits(fields, bad, true), `accepted ${bad}`);
   }
