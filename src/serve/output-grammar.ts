@@ -94,13 +94,16 @@ const KINDS = [["json", "guided_json"], ["regex", "guided_regex"], ["choice", "g
 function structuredOutputs(body: Body, fallback: JsonWhitespace): Structured {
   const so = body.structured_outputs ?? undefined;
   const flat = body as Record<string, unknown>;
-  const legacy = KINDS.flatMap(([, old]) => (old !== null && flat[old] !== undefined && flat[old] !== null ? [old] : []));
+  // json_object asks for a constraint only when true; any other kind whenever it is there (a `json` of
+  // false is a schema nothing matches: a 400).
+  const asks = (kind: string, v: unknown) => (kind === "json_object" ? v === true : v !== undefined && v !== null);
+  const legacy = KINDS.flatMap(([kind, old]) => (old !== null && asks(kind, flat[old]) ? [old] : []));
   if (so !== undefined && legacy.length > 0) {
     throw new ApiError(400, `Give structured_outputs or the older ${legacy[0]}, not both`, legacy[0], "invalid_value");
   }
   const given = so === undefined
     ? legacy.map((old) => ({ param: old, kind: KINDS.find(([, o]) => o === old)![0], value: flat[old] }))
-    : KINDS.flatMap(([kind]) => (so[kind] !== undefined && so[kind] !== null && so[kind] !== false ? [{ param: `structured_outputs.${kind}`, kind, value: so[kind] }] : []));
+    : KINDS.flatMap(([kind]) => (asks(kind, so[kind]) ? [{ param: `structured_outputs.${kind}`, kind, value: so[kind] }] : []));
   const pattern = so?.whitespace_pattern ?? body.guided_whitespace_pattern;
   if (pattern !== undefined && pattern !== null) {
     const param = so?.whitespace_pattern !== undefined ? "structured_outputs.whitespace_pattern" : "guided_whitespace_pattern";

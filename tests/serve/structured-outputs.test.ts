@@ -117,6 +117,7 @@ test("structured_outputs refuses with a 400 naming the parameter what it cannot 
       [comp({ structured_outputs: { choice: ["a", ""] } }), "structured_outputs.choice", /structured_outputs\.choice\[1\] is the empty string/],
       [comp({ structured_outputs: { choice: [] } }), "structured_outputs.choice", /at least one choice/],
       [comp({ structured_outputs: { json: "{not json" } }), "structured_outputs.json", /must hold a JSON schema/],
+      [comp({ structured_outputs: { json: false } }), "structured_outputs.json", /no value can match it/],
       [comp({ structured_outputs: { json: { type: "object", patternProperties: {} } } }), "structured_outputs.json", /patternProperties/],
       [comp({ structured_outputs: { grammar: "root ::= \"a\"" } }), "structured_outputs.grammar", /context-free grammar.*not supported/],
       [comp({ structured_outputs: { whitespace_pattern: " ?" } }), "structured_outputs.whitespace_pattern", /not supported/],
