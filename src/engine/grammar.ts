@@ -186,9 +186,6 @@ function step(cfg: Config, c: string): Config[] {
   const f = cfg.top;
   if (f === null) return [];
   const ws = () => (cfg.ws < MAX_WHITESPACE ? [{ top: f, ws: cfg.ws + 1 }] : []);
-  // Compact JSON where one space must come (after a `:` or `,`): the space, a refusal, or null once it
-  // has come (`c` then starts what follows).
-  const space = (): Config[] | null => (c === " " && cfg.ws === 0 ? [{ top: f, ws: 1 }] : isWs(c) || cfg.ws === 0 ? [] : null);
   switch (f.k) {
     case "lit": {
       // `c` is one code point: two UTF-16 units of the text when outside the Basic Multilingual Plane.
@@ -216,12 +213,12 @@ function step(cfg: Config, c: string): Config[] {
       return rs === null ? [] : [{ top: { ...f, rs }, ws: 0 }];
     }
     case "value":
-      if (f.compact && f.ws) return space() ?? start(f.node, f.up, f.d, c, true);
+      if (f.compact && f.ws) return oneSpace(cfg, c) ?? start(f.node, f.up, f.d, c, true);
       if (isWs(c)) return f.ws ? ws() : [];
       return start(f.node, f.up, f.d, c, f.compact);
     case "obj":
       if (f.compact) {
-        if (f.phase === "next") return space() ?? stepObject(f, c);
+        if (f.phase === "next") return oneSpace(cfg, c) ?? stepObject(f, c);
         return isWs(c) ? [] : stepObject(f, c);
       }
       if (isWs(c)) return ws();
@@ -237,6 +234,16 @@ function step(cfg: Config, c: string): Config[] {
     }
     case "seq": case "then": return [];
   }
+}
+
+/**
+ * Compact JSON where one space must come (after a `:` or `,`): the configuration after the space, a
+ * refusal, or null once it has come (`c` then starts what follows). A function, not a closure in
+ * `step`, which is the mask walk's hot path.
+ */
+function oneSpace(cfg: Config, c: string): Config[] | null {
+  if (c === " " && cfg.ws === 0) return [{ top: cfg.top, ws: 1 }];
+  return isWs(c) || cfg.ws === 0 ? [] : null;
 }
 
 /** The configurations that start a value of `node` at character `c`, below `up` (`compact`: its whitespace rule). */

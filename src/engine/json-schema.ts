@@ -326,8 +326,7 @@ function compileObject(s: { readonly [k: string]: unknown }, at: string, defs: D
   if (!isObject(p)) throw new SchemaError(`The schema's "properties" at ${at} must be an object, got ${show(p)}`);
   const props = new Map<string, SchemaNode>();
   for (const [name, sub] of Object.entries(p)) {
-    // Keys are matched character by character as written; escapes in them would need decoding.
-    if (/["\\\u0000-\u001f]/.test(name)) throw new SchemaError(`The property name ${show(name)} at ${at} holds a quote, backslash or control character, which constrained decoding does not support`);
+    checkPropertyName(name, at);
     props.set(name, compileNode(sub, `${at}/properties/${name}`, defs));
   }
   const a = s.additionalProperties;
@@ -339,7 +338,7 @@ function compileObject(s: { readonly [k: string]: unknown }, at: string, defs: D
     for (const name of [...props.keys()]) if (!names.includes(name)) props.delete(name);
     for (const name of names) {
       if (props.has(name) || extra === null) continue;
-      if (/["\\\u0000-\u001f]/.test(name)) throw new SchemaError(`The property name ${show(name)} at ${at}/propertyNames holds a quote, backslash or control character, which constrained decoding does not support`);
+      checkPropertyName(name, `${at}/propertyNames`);
       props.set(name, extra);
     }
     extra = null;
@@ -350,6 +349,11 @@ function compileObject(s: { readonly [k: string]: unknown }, at: string, defs: D
     if (!props.has(name) && extra === null) throw new SchemaError(`The schema at ${at} requires ${show(name)}, which its properties do not allow`);
   }
   return { t: "object", props, required: new Set(r as string[]), extra };
+}
+
+/** Keys are matched character by character as written; escapes in them would need decoding. */
+function checkPropertyName(name: string, at: string): void {
+  if (/["\\\u0000-\u001f]/.test(name)) throw new SchemaError(`The property name ${show(name)} at ${at} holds a quote, backslash or control character, which constrained decoding does not support`);
 }
 
 /**

@@ -3,8 +3,8 @@
  * tool calls (with `tools`; only the first with `parallel_tool_calls: false`), whole or streamed.
  * Tool calls (Hermes or Llama 3 JSON, tool-calls.ts and tool-calls-llama3.ts) are parsed from the
  * content only, after reasoning is split off: a `<tool_call>` the model drafts while reasoning is
- * part of its thoughts, not a call. With every option off, the
- * text passes through untouched (what the server did before reasoning parsing existed).
+ * part of its thoughts, not a call. With every option off, the text passes through untouched (what
+ * the server did before reasoning parsing existed).
  */
 import { type ReasoningPart, ReasoningStream } from "./reasoning.ts";
 import type { ToolCallFormat } from "../engine/grammar.ts";

@@ -10,6 +10,7 @@ import { compileSchema, type JsonSchema } from "../../src/engine/json-schema.ts"
 import { OutputConstraint, type TokenMask, TokenTrie } from "../../src/engine/output-constraint.ts";
 import { tokenTextOf } from "../../src/model/config.ts";
 import { loadModel } from "../../src/model/load.ts";
+import { dumps } from "./json-dumps.ts";
 
 const OBJECT: OutputGrammar = { kind: "json", schema: { type: "object" } };
 const JSON_START = grammarStart(OBJECT);
@@ -147,12 +148,6 @@ test("grammarStart() writes Hermes tool calls to the named functions, one or sev
   assert.ok(fits(many, call, true) && fits(many, call + "\n" + call, true));
   assert.ok(!fits(many, call + "\n", true), "a separator starts another call");
 });
-
-/** `v` as Python's json.dumps writes it by default: ", " and ": " between items, no other whitespace. */
-const dumps = (v: unknown): string =>
-  Array.isArray(v) ? `[${v.map(dumps).join(", ")}]`
-  : v !== null && typeof v === "object" ? `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${dumps(x)}`).join(", ")}}`
-  : JSON.stringify(v);
 
 test("grammarStart() with compact whitespace takes exactly json.dumps's separators, in values and tool calls", () => {
   const values = [{}, [], { a: 1, b: [2, 3.5, [], {}], c: { d: null, e: "x, y: z" } }, [{ k: [true, false] }, "s"], { "": [[[]]] }];

@@ -9,6 +9,7 @@ import { projectRoot, test } from "../harness.ts";
 import type { JsonWhitespace } from "../../src/engine/grammar.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
+import { dumps } from "../engine/json-dumps.ts";
 
 const modelPath = `${projectRoot}/models/stories260K.gguf`;
 const model = await loadModel(modelPath);
@@ -26,12 +27,6 @@ async function withServer(opts: { jsonWhitespace?: JsonWhitespace }, fn: (url: s
     await s.shutdown();
   }
 }
-
-/** `v` as Python's json.dumps writes it by default: ", " and ": " between items, no other whitespace. */
-const dumps = (v: unknown): string =>
-  Array.isArray(v) ? `[${v.map(dumps).join(", ")}]`
-  : v !== null && typeof v === "object" ? `{${Object.entries(v).map(([k, x]) => `${JSON.stringify(k)}: ${dumps(x)}`).join(", ")}}`
-  : JSON.stringify(v);
 
 /** The jump-forward counter on /metrics. */
 async function jumpedTokens(url: string): Promise<number> {
