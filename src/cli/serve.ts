@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import { BACKEND_NAMES, isBackendChoice } from "../backend/select.ts";
 import { BackendUnavailableError } from "../backend/types.ts";
 import { isKvRetention, KV_RETENTIONS } from "../engine/engine-sessions.ts";
+import { isToolCallFormat, TOOL_CALL_FORMATS } from "../engine/grammar.ts";
 import { type PreemptionMode, STEP_MIXINGS, type StepMixing, type WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError } from "../model/config.ts";
 import { cliArgs, envVar, exitProcess, onShutdownSignal, runtimeName } from "../runtime/env.ts";
@@ -42,7 +43,7 @@ const FLAGS = {
   preemption: { kind: "string", help: "recompute|swap: what a request preempted for KV loses (default recompute)" },
   "prefill-order": { kind: "string", help: "fcfs|short-first: which waiting prompt is admitted first (default short-first: least uncached work, aged 2000 tokens/s)" },
   "kv-retention": { kind: "string", help: "agent|lru: which cached KV goes first when memory runs short (default agent: keeps sessions waiting on a tool call; sessions come from prompt_cache_key or user)" },
-  "tool-call-parser": { kind: "string", help: "hermes|llama3_json: how the model writes tool calls, read out of chat answers and written by a forced tool_choice; hermes (Qwen 2.5/3) is <tool_call> blocks, llama3_json (Llama 3.1-3.3) {\"name\", \"parameters\"} objects separated by \"; \" (default hermes)" },
+  "tool-call-parser": { kind: "string", help: "hermes|llama3_json|kimi_k2|glm45: how the model writes tool calls, read out of chat answers and written by a forced tool_choice; hermes (Qwen 2.5/3) is <tool_call> blocks, llama3_json (Llama 3.1-3.3) {\"name\", \"parameters\"} objects separated by \"; \", kimi_k2 (Kimi K2) <|tool_call_begin|> blocks in a <|tool_calls_section_begin|> section, glm45 (GLM 4.5-4.7) <tool_call>NAME with <arg_key>/<arg_value> pairs (default hermes)" },
   "json-whitespace": { kind: "string", help: "any|compact: how JSON output (response_format, forced tool calls, structured_outputs json) may be spaced unless a request sets structured_outputs.disable_any_whitespace; compact is json.dumps's \", \" and \": \" only, which makes the separators forced text (default any)" },
   "jump-forward": { kind: "string", help: "on|off: append text a request's output grammar forces (response_format json_schema, forced tool_choice) without sampling it, computed in one step (default on; off for requests asking for logprobs)" },
   "reasoning-parser": { kind: "string", help: "think|none: return chat answers' <think>…</think> text as reasoning_content (default none: output as generated)" },
@@ -93,7 +94,7 @@ async function main(): Promise<void> {
   const jumpForward = f["jump-forward"] ?? "on";
   if (jumpForward !== "on" && jumpForward !== "off") throw new ArgsError(`Unknown jump-forward setting "${jumpForward}"; choose on or off`);
   const toolCallParser = f["tool-call-parser"] ?? "hermes";
-  if (toolCallParser !== "hermes" && toolCallParser !== "llama3_json") throw new ArgsError(`Unknown tool call parser "${toolCallParser}"; choose hermes or llama3_json`);
+  if (!isToolCallFormat(toolCallParser)) throw new ArgsError(`Unknown tool call parser "${toolCallParser}"; choose ${TOOL_CALL_FORMATS.join(", ")}`);
   const jsonWhitespace = f["json-whitespace"] ?? "any";
   if (jsonWhitespace !== "any" && jsonWhitespace !== "compact") throw new ArgsError(`Unknown JSON whitespace "${jsonWhitespace}"; choose any or compact`);
   const reasoningParser = f["reasoning-parser"] ?? "none";
@@ -164,7 +165,7 @@ async function main(): Promise<void> {
     reasoningParser,
     ...(jumpForward === "off" ? { jumpForward: false } : {}),
     ...(jsonWhitespace === "compact" ? { jsonWhitespace: "compact" as const } : {}),
-    ...(toolCallParser === "llama3_json" ? { toolCallParser: "llama3_json" as const } : {}),
+    ...(toolCallParser !== "hermes" ? { toolCallParser } : {}),
     maxBodyBytes: f["max-body-bytes"],
     stepLogPath: f["step-log"],
     plannerLogPath: f["planner-log"],

@@ -13,6 +13,8 @@ export const ASCII_KINDS: readonly string[] = Object.freeze([
   " ",
   "!#$%&'()*+,-./:;<=>?@[]^_`{|}~",
 ]);
+/** The bit of the "other" printable ASCII characters (punctuation, the quote and backslash among them). */
+export const OTHER_KIND = 1 << (ASCII_KINDS.length - 1);
 /** The bit of every character outside printable ASCII (never checked character by character). */
 export const WIDE_KIND = 1 << ASCII_KINDS.length;
 /** Every kind. */

@@ -9,9 +9,29 @@ import type { SchemaNode } from "./json-schema.ts";
 export type ObjectNode = Extract<SchemaNode, { t: "object" }>;
 export type ArrayNode = Extract<SchemaNode, { t: "array" }>;
 export type ArrFrame = Extract<Frame, { k: "arr" }>;
+export type StringNode = Extract<SchemaNode, { t: "string" }>;
+export type SeqFrame = Extract<Frame, { k: "seq" }>;
 
-/** A piece of a fixed sequence: literal text, or a value following a schema. */
-export type Piece = { readonly lit: string } | { readonly node: SchemaNode };
+/**
+ * A piece of a sequence: literal text, a value following a schema, raw text (a string argument in
+ * GLM's tool-call format: no quotes or escapes, ended by the literal piece that follows it, which it
+ * may not hold), or a nested group of alternative sequences.
+ */
+export type Piece =
+  | { readonly lit: string }
+  | { readonly node: SchemaNode }
+  | { readonly raw: StringNode; readonly end: string }
+  | { readonly group: SeqGroup };
+
+/**
+ * Alternative sequences, one of which comes (an empty one: nothing); with `repeat`, one or more
+ * times, separated by `sep`. A repeated group has no empty alternative.
+ */
+export interface SeqGroup {
+  readonly alts: readonly (readonly Piece[])[];
+  readonly repeat: boolean;
+  readonly sep: string;
+}
 
 /**
  * Frames that hold JSON carry `compact`: whitespace only as one space after each `:` and `,` (grammar.ts
@@ -48,9 +68,20 @@ export type Frame =
   | { readonly k: "think"; readonly m: number; readonly up: Frame | null; readonly d: number }
   /** Once its child ends, the automaton goes on in `state`. */
   | { readonly k: "then"; readonly state: GrammarState; readonly up: null; readonly d: number }
-  /** i = -1: the separator (`sep`) before a repeated sequence starts again. */
+  /**
+   * Raw text ending where `end` starts, never holding `end` (m: characters of it matched so far);
+   * n, min, max, re, rs as for a string.
+   */
   | {
-    readonly k: "seq"; readonly pieces: readonly Piece[]; readonly i: number; readonly repeat: boolean; readonly sep: string; readonly compact: boolean;
+    readonly k: "raw"; readonly end: string; readonly m: number; readonly min: number; readonly max: number; readonly n: number;
+    readonly re: readonly CompiledRegex[]; readonly rs: readonly RegexState[]; readonly up: Frame | null; readonly d: number;
+  }
+  /**
+   * `pieces` of one alternative of `group`, at piece `i`; i = -1: the separator before a repeated
+   * group starts again (with any alternative).
+   */
+  | {
+    readonly k: "seq"; readonly group: SeqGroup; readonly pieces: readonly Piece[]; readonly i: number; readonly compact: boolean;
     readonly up: Frame | null; readonly d: number;
   };
 

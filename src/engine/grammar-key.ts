@@ -3,7 +3,8 @@
  * states that accept the same continuations (the mask cache's), and the plain text a state accepts
  * whatever it holds (subtrees allowed whole).
  */
-import { ALL_KINDS, ASCII_KINDS } from "./char-kinds.ts";
+import { ALL_KINDS, ASCII_KINDS, OTHER_KIND } from "./char-kinds.ts";
+import type { CompiledRegex, RegexState } from "./regex-nfa.ts";
 import { type Frame, type GrammarState, uniqueSeen } from "./grammar-frames.ts";
 
 /** Numbers schema nodes and piece lists by identity, for {@link grammarStateKey}. */
@@ -48,7 +49,12 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
       case "re": return `r${id(f.re)},${f.rs.key}/${below}`;
       case "think": return `t${f.m}/${below}`;
       case "then": return `T${below}`;
-      case "seq": return `q${id(f.pieces)},${f.i},${f.repeat ? JSON.stringify(f.sep) : 0}${f.compact ? "c" : ""}/${below}`;
+      case "raw": {
+        const re = f.re.length === 0 ? "" : `,${f.re.map((r, i) => `${id(r)}:${f.rs[i].key}`).join(";")}`;
+        return `w${JSON.stringify(f.end)},${f.m},${f.min},${f.max},${f.n}${re}/${below}`;
+      }
+      // A group's pieces are its own objects, so the pieces' number names the group too.
+      case "seq": return `q${id(f.pieces)},${f.i}${f.compact ? "c" : ""}/${below}`;
     }
   };
   return state.map((c) => `${c.ws}:${frame(c.top)}`).join("|");
@@ -62,7 +68,8 @@ export interface PlainTextRoom {
 
 /**
  * Plain texts (no quote, backslash or control character) that are accepted from `state` whatever
- * they hold, one entry per configuration inside a string (or a `regex` grammar's expression): as long as its `maxLength` leaves room for
+ * they hold, one entry per configuration inside a string, raw text (no `<` then) or a `regex`
+ * grammar's expression: as long as its `maxLength` leaves room for
  * (minus what its patterns still need), and of the kinds of character that lead each pattern back to
  * where it is (every kind once a pattern has matched for good). The token trie then takes whole
  * subtrees of plain texts that fit, without stepping through them.
@@ -77,15 +84,18 @@ export function grammarPlainTextRooms(state: GrammarState): PlainTextRoom[] {
       if (kinds !== 0) out.push({ room: Infinity, kinds });
       continue;
     }
+    if (f !== null && f.k === "raw") {
+      // Raw text takes any character but its end tag; plain text of no "other" kind (char-kinds.ts)
+      // holds no `<`, so never starts the tag.
+      const p = patternRoom(f.re, f.rs, ALL_KINDS & ~OTHER_KIND);
+      const room = f.max - f.n - p.need;
+      if (p.kinds !== 0 && room > 0) out.push({ room, kinds: p.kinds });
+      continue;
+    }
     if (f === null || f.k !== "str" || f.esc !== 0) continue;
     const seen = uniqueSeen(f.up);
     const duplicates = seen !== null && seen.length > 0;
-    let kinds = ALL_KINDS, need = 0;
-    for (let i = 0; i < f.re.length; i++) {
-      if (f.re[i].universal(f.rs[i])) continue;
-      kinds &= f.re[i].selfLoops(f.rs[i], ASCII_KINDS);
-      need = Math.max(need, f.re[i].minToAccept(f.rs[i]));
-    }
+    const { kinds, need } = patternRoom(f.re, f.rs, ALL_KINDS);
     // An item of a uniqueItems array keeps a character of room, so that a value equal to an earlier
     // item can still grow (guardedStep checks each character it steps; this path steps none); under
     // a pattern that has not matched for good, growing is not sure: no shortcut there.
@@ -94,6 +104,20 @@ export function grammarPlainTextRooms(state: GrammarState): PlainTextRoom[] {
     if (kinds !== 0 && room > 0) out.push({ room, kinds });
   }
   return out;
+}
+
+/**
+ * Of `kinds`, those that lead every pattern back to where it is (all, once a pattern has matched for
+ * good), and the most characters a pattern still needs to match.
+ */
+function patternRoom(re: readonly CompiledRegex[], rs: readonly RegexState[], kinds: number): { kinds: number; need: number } {
+  let need = 0;
+  for (let i = 0; i < re.length; i++) {
+    if (re[i].universal(rs[i])) continue;
+    kinds &= re[i].selfLoops(rs[i], ASCII_KINDS);
+    need = Math.max(need, re[i].minToAccept(rs[i]));
+  }
+  return { kinds, need };
 }
 
 /** Whether `text` is plain in the sense of {@link grammarPlainTextRooms}. */

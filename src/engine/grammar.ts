@@ -13,9 +13,10 @@ import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, resolve, SchemaError, 
 import { canReach, type NumberRange } from "./number-bounds.ts";
 import { type CompiledRegex, compilePattern, RegexError, type RegexState } from "./regex-nfa.ts";
 import { literalKey, numberKey, stringKey } from "./value-key.ts";
-import { type ArrayNode, type ArrFrame, type Config, type Frame, type GrammarState, type ObjFrame, SHORT_ESCAPES, uniqueSeen } from "./grammar-frames.ts";
+import { type ArrayNode, type ArrFrame, type Config, type Frame, type GrammarState, type ObjFrame, type SeqFrame, SHORT_ESCAPES, uniqueSeen } from "./grammar-frames.ts";
 import { numberMayEnd, numberStep } from "./grammar-number.ts";
 import { keepDistinct } from "./grammar-unique.ts";
+import { toolCallGroup } from "./grammar-tool-calls.ts";
 
 export type { Config, GrammarState } from "./grammar-frames.ts";
 export { grammarPlainTextRooms, grammarStateKey, isPlainText, ObjectIds, type PlainTextRoom } from "./grammar-key.ts";
@@ -40,9 +41,20 @@ export type OutputGrammar =
 /**
  * How a model writes tool calls. "hermes" (Qwen 2.5/3, Hermes): `<tool_call>\n{"name": ..., "arguments":
  * ...}\n</tool_call>` blocks, one per line. "llama3_json" (Llama 3.1–3.3): `{"name": ..., "parameters":
- * ...}` objects separated by `; ` (vLLM's parser names).
+ * ...}` objects separated by `; `. "kimi_k2" (Kimi K2): `<|tool_calls_section_begin|>` then per call
+ * `<|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>{...}<|tool_call_end|>`, then
+ * `<|tool_calls_section_end|>`. "glm45" (GLM 4.5–4.7): `<tool_call>NAME\n` then per argument
+ * `<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n` (a string value raw, others JSON), then
+ * `</tool_call>`, calls separated by a newline. vLLM's parser names; grammar-tool-calls.ts builds each.
  */
-export type ToolCallFormat = "hermes" | "llama3_json";
+export type ToolCallFormat = (typeof TOOL_CALL_FORMATS)[number];
+/** Every {@link ToolCallFormat}, for checking a name from the command line. */
+export const TOOL_CALL_FORMATS = ["hermes", "llama3_json", "kimi_k2", "glm45"] as const;
+
+/** Whether `s` names a {@link ToolCallFormat}. */
+export function isToolCallFormat(s: string): s is ToolCallFormat {
+  return (TOOL_CALL_FORMATS as readonly string[]).includes(s);
+}
 
 /**
  * Where JSON output may hold whitespace. "any" (the default): wherever JSON allows it, up to
@@ -65,6 +77,7 @@ const isDigit = (c: string) => c >= "0" && c <= "9";
 const isHex = (c: string) => isDigit(c) || (c >= "a" && c <= "f") || (c >= "A" && c <= "F");
 
 const THINK_END = "</think>";
+type RawFrame = Extract<Frame, { k: "raw" }>;
 const ANY_STRING: SchemaNode = { t: "string", min: 0, max: Infinity, patterns: [] };
 const ANY_NUMBER: SchemaNode = { t: "number", integer: false, range: null };
 const ANY_ARRAY: SchemaNode = { t: "array", prefix: [], items: ANY, min: 0, max: Infinity, unique: false };
@@ -88,18 +101,8 @@ function startOf(g: OutputGrammar): GrammarState {
     const re = wholeRegex(g.pattern);
     return [{ top: { k: "re", re, rs: re.start, up: null, d: 0 }, ws: 0 }];
   }
-  const llama = g.format === "llama3_json";
-  const args = llama ? "parameters" : "arguments";
-  const options = g.tools.map((t): SchemaNode => ({
-    t: "object",
-    props: new Map([["name", { t: "literal", texts: [JSON.stringify(t.name)] }], [args, t.parameters === undefined ? ANY_OBJECT : compileSchema(t.parameters)]]),
-    required: new Set(["name", args]),
-    extra: null,
-  }));
-  const call: SchemaNode = options.length === 1 ? options[0] : { t: "anyOf", options };
-  const pieces = llama ? [{ node: call }] : [{ lit: "<tool_call>\n" }, { node: call }, { lit: "\n</tool_call>" }];
-  const seq = { k: "seq", pieces, i: 0, repeat: g.parallel, sep: llama ? "; " : "\n", compact: g.whitespace === "compact", up: null, d: 0 } as const;
-  return [enterPiece(seq)];
+  const group = toolCallGroup(g);
+  return startGroup({ k: "seq", group, pieces: group.alts[0], i: 0, compact: g.whitespace === "compact", up: null, d: 0 });
 }
 
 /** The literal node of a `choice` grammar; throws SchemaError for an empty list or an empty choice. */
@@ -152,10 +155,27 @@ function accepting(cfg: Config): boolean {
   return f.k === "num" && numberMayEnd(f) && complete(f.up).some(accepting);
 }
 
-function enterPiece(seq: Extract<Frame, { k: "seq" }>): Config {
+/** The configurations that start each alternative of `seq`'s group. */
+function startGroup(seq: SeqFrame): Config[] {
+  return seq.group.alts.flatMap((pieces) => enterPiece({ ...seq, pieces, i: 0 }));
+}
+
+/** The configurations that start piece `seq.i` (past the last piece: the sequence has ended). */
+function enterPiece(seq: SeqFrame): Config[] {
+  if (seq.i === seq.pieces.length) {
+    if (!seq.group.repeat) return complete(seq.up);
+    // Another round may follow, after its separator.
+    const again = seq.group.sep === "" ? startGroup(seq) : [{ top: { k: "lit", text: seq.group.sep, i: 0, up: { ...seq, i: -1 }, d: seq.d } as Frame, ws: 0 }];
+    return [...complete(seq.up), ...again];
+  }
   const p = seq.pieces[seq.i];
-  const top: Frame = "lit" in p ? { k: "lit", text: p.lit, i: 0, up: seq, d: seq.d } : { k: "value", node: p.node, ws: false, compact: seq.compact, up: seq, d: seq.d };
-  return { top, ws: 0 };
+  if ("lit" in p) return [{ top: { k: "lit", text: p.lit, i: 0, up: seq, d: seq.d }, ws: 0 }];
+  if ("node" in p) return [{ top: { k: "value", node: p.node, ws: false, compact: seq.compact, up: seq, d: seq.d }, ws: 0 }];
+  if ("raw" in p) {
+    const n = p.raw;
+    return [{ top: { k: "raw", end: p.end, m: 0, min: n.min, max: n.max, n: 0, re: n.patterns, rs: n.patterns.map((r) => r.start), up: seq, d: seq.d }, ws: 0 }];
+  }
+  return startGroup({ k: "seq", group: p.group, pieces: p.group.alts[0], i: 0, compact: seq.compact, up: seq, d: seq.d });
 }
 
 /**
@@ -171,12 +191,8 @@ function complete(up: Frame | null, key?: string): Config[] {
       if (key === undefined || up.seen.includes(key)) return [];
       return [{ top: { ...up, count: countItem(up), phase: "after", seen: [...up.seen, key] }, ws: 0 }];
     }
-    case "seq": {
-      if (up.i + 1 < up.pieces.length) return [enterPiece({ ...up, i: up.i + 1 })];
-      if (!up.repeat) return complete(up.up);
-      // Another call may follow, after its separator.
-      return [...complete(up.up), { top: { k: "lit", text: up.sep, i: 0, up: { ...up, i: -1 }, d: up.d }, ws: 0 }];
-    }
+    // After a separator the group starts again; else the sequence goes on to its next piece.
+    case "seq": return up.i === -1 ? startGroup(up) : enterPiece({ ...up, i: up.i + 1 });
     case "then": return [...up.state];
   }
   return [];
@@ -194,6 +210,7 @@ function step(cfg: Config, c: string): Config[] {
       return i === f.text.length ? complete(f.up, uniqueSeen(f.up) === null ? undefined : literalKey(f.text)) : [{ top: { ...f, i }, ws: 0 }];
     }
     case "str": return stepString(f, c);
+    case "raw": return stepRaw(f, c);
     case "num": {
       const next = numberStep(f.ns, c, f.integer, f.range === null);
       if (next !== null && (f.range === null || canReach(f.text + c, f.integer, f.range))) {
@@ -346,6 +363,27 @@ function char(f: Extract<Frame, { k: "str" }>, v: string): Config[] {
  */
 function count(f: Extract<Frame, { k: "str" }>): number {
   return f.max === Infinity ? Math.min(f.n + 1, f.min) : f.n + 1;
+}
+
+/**
+ * Raw text: where it may end, `c` may start what follows it (the end tag, a literal piece); as content
+ * `c` may not complete the end tag (which repeats no prefix of itself, so a mismatch restarts the
+ * match at `c`).
+ */
+function stepRaw(f: RawFrame, c: string): Config[] {
+  const out = f.n >= f.min && f.re.every((r, i) => r.accepts(f.rs[i])) ? complete(f.up).flatMap((x) => step(x, c)) : [];
+  const m = c === f.end[f.m] ? f.m + 1 : c === f.end[0] ? 1 : 0;
+  // Control characters but tab, newline and carriage return are no text a model means to write.
+  if (m === f.end.length || f.n >= f.max || (c < " " && c !== "\t" && c !== "\n" && c !== "\r")) return out;
+  const n = f.max === Infinity ? Math.min(f.n + 1, f.min) : f.n + 1;
+  if (f.re.length === 0) return [...out, { top: { ...f, m, n }, ws: 0 }];
+  const rs: RegexState[] = [];
+  for (let i = 0; i < f.re.length; i++) {
+    const next = f.re[i].step(f.rs[i], c);
+    if (next === null || f.n + 1 + f.re[i].minToAccept(next) > f.max) return out;
+    rs.push(next);
+  }
+  return [...out, { top: { ...f, m, n, rs }, ws: 0 }];
 }
 
 function stepKey(f: Extract<Frame, { k: "key" }>, c: string): Config[] {

@@ -1,15 +1,17 @@
 /**
  * A chat answer's text as the client gets it: reasoning (`--reasoning-parser think`), content, and
  * tool calls (with `tools`; only the first with `parallel_tool_calls: false`), whole or streamed.
- * Tool calls (Hermes or Llama 3 JSON, tool-calls.ts and tool-calls-llama3.ts) are parsed from the
+ * Tool calls (Hermes, Llama 3 JSON, Kimi K2 or GLM: tool-calls*.ts) are parsed from the
  * content only, after reasoning is split off: a `<tool_call>` the model drafts while reasoning is
  * part of its thoughts, not a call. With every option off, the text passes through untouched (what
  * the server did before reasoning parsing existed).
  */
 import { type ReasoningPart, ReasoningStream } from "./reasoning.ts";
 import type { ToolCallFormat } from "../engine/grammar.ts";
-import { type ParsedToolCall, ToolCallStream, type ToolStreamPart } from "./tool-calls.ts";
+import { HERMES, type ParsedToolCall, ToolCallStream, type ToolStreamPart } from "./tool-calls.ts";
 import { Llama3JsonStream } from "./tool-calls-llama3.ts";
+import { KIMI_SYNTAX } from "./tool-calls-kimi.ts";
+import { glmSyntax, type ToolSpec } from "./tool-calls-glm.ts";
 
 /** How to read one chat answer. */
 export interface ChatOutputOptions {
@@ -21,6 +23,8 @@ export interface ChatOutputOptions {
   toolCalls: boolean;
   /** How the model writes them (`--tool-call-parser`; default "hermes"). */
   toolCallFormat?: ToolCallFormat;
+  /** The request's tools: GLM's format writes a string argument raw, and their schemas say which are strings. */
+  tools?: readonly ToolSpec[];
   /** False keeps only the first call written (`parallel_tool_calls: false`); later ones are dropped. */
   parallelToolCalls: boolean;
 }
@@ -36,7 +40,7 @@ export class ChatOutputStream {
 
   constructor(private readonly o: ChatOutputOptions) {
     this.reasoning = o.reasoning ? new ReasoningStream(o.startsInReasoning) : null;
-    this.tools = !o.toolCalls ? null : o.toolCallFormat === "llama3_json" ? new Llama3JsonStream() : new ToolCallStream();
+    this.tools = o.toolCalls ? toolStream(o) : null;
   }
 
   /** True once the answer has been inside reasoning (an empty `<think></think>` included). */
@@ -73,6 +77,16 @@ export class ChatOutputStream {
         out.push(p);
       }
     }
+  }
+}
+
+/** The splitter of `o.toolCallFormat`. */
+function toolStream(o: ChatOutputOptions): ToolCallStream | Llama3JsonStream {
+  switch (o.toolCallFormat) {
+    case "llama3_json": return new Llama3JsonStream();
+    case "kimi_k2": return new ToolCallStream(KIMI_SYNTAX);
+    case "glm45": return new ToolCallStream(glmSyntax(o.tools ?? []));
+    default: return new ToolCallStream(HERMES);
   }
 }
 

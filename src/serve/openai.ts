@@ -11,7 +11,8 @@ import type { ChatRenderer } from "./chat-template.ts";
 import { ApiError, describe } from "./errors.ts";
 import { chatGrammar, completionGrammar } from "./output-grammar.ts";
 import { promptOpensReasoning, type ReasoningParserName } from "./reasoning.ts";
-import type { ChatRequest, CompletionRequest } from "./schemas.ts";
+import type { ChatRequest, CompletionRequest, ToolDef } from "./schemas.ts";
+import type { ToolSpec } from "./tool-calls-glm.ts";
 
 /** What the handlers need from the server. */
 export interface ServeContext {
@@ -186,6 +187,11 @@ function checkTextLength(ctx: ServeContext, text: string, param: string): void {
   }
 }
 
+/** The name and parameters of each function tool (what a tool-call parser reads argument types from). */
+function toolSpecs(tools: readonly ToolDef[] | undefined): ToolSpec[] {
+  return (tools ?? []).map((t) => ({ name: t.function.name, ...(t.function.parameters === undefined ? {} : { parameters: t.function.parameters }) }));
+}
+
 /** Tokenizes a chat request and submits it. */
 export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const choice = body.tool_choice ?? "auto";
@@ -204,7 +210,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   // Chat's prompt log probabilities are returned once, beside the choices.
   const handles = submit(ctx, [request], n, "messages", true);
   const toolCalls = (tools?.length ?? 0) > 0;
-  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser } }, body);
+  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools) } }, body);
 }
 
 /** The prompts of a completion body, tokenized (text) or checked (token ids). */

@@ -38,7 +38,7 @@ function finishReason(reason: string, calledTools = false): string {
 
 /** OpenAI's wire form of a parsed call. */
 function toolCallJson(c: ParsedToolCall) {
-  return { id: `call_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`, type: "function", function: { name: c.name, arguments: c.arguments } };
+  return { id: c.id ?? `call_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`, type: "function", function: { name: c.name, arguments: c.arguments } };
 }
 
 /**

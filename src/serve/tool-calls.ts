@@ -2,17 +2,33 @@
  * Tool calls in model output, in the Hermes format that Qwen 2.5/3 and Hermes models are trained on
  * (and vLLM's `hermes` parser reads): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`.
  * A block that is not valid JSON with a string `name` stays in the text: a malformed call is shown
- * to the client as the model wrote it, never dropped.
+ * to the client as the model wrote it, never dropped. `ToolCallStream` also reads the other tagged
+ * formats (tool-calls-kimi.ts, tool-calls-glm.ts) through their `CallSyntax`.
  */
 
 /** One parsed call, with `arguments` as the JSON text OpenAI's API carries. */
 export interface ParsedToolCall {
   name: string;
   arguments: string;
+  /**
+   * The call's id as the model wrote it (Kimi K2's `functions.NAME:INDEX`), returned to the client as
+   * the call's id so that the next turn's template writes the same text back; absent: the server makes one.
+   */
+  id?: string;
 }
 
-const OPEN = "<tool_call>";
-const CLOSE = "</tool_call>";
+/** How a format marks calls: a call's body lies between `open` and `close`. */
+export interface CallSyntax {
+  readonly open: string;
+  readonly close: string;
+  /** Tags that belong to the format, not the text, dropped where they stand outside a call (Kimi K2's section tags). */
+  readonly drop?: readonly string[];
+  /** The call in a body (between the tags, untrimmed), or null when the body is not a call. */
+  parse(body: string): ParsedToolCall | null;
+}
+
+/** The Hermes format: a JSON object between `<tool_call>` and `</tool_call>`. */
+export const HERMES: CallSyntax = { open: "<tool_call>", close: "</tool_call>", parse: (body) => parseToolCallBody(body.trim()) };
 
 /** The call in one block's body, or null when the body is not a call. */
 export function parseToolCallBody(body: string): ParsedToolCall | null {
@@ -30,8 +46,8 @@ export function parseToolCallBody(body: string): ParsedToolCall | null {
 }
 
 /** Splits finished output into text and calls; `content` is null when only calls remain. */
-export function parseToolCalls(text: string): { content: string | null; calls: ParsedToolCall[] } {
-  const s = new ToolCallStream();
+export function parseToolCalls(text: string, syntax: CallSyntax = HERMES): { content: string | null; calls: ParsedToolCall[] } {
+  const s = new ToolCallStream(syntax);
   const parts = [...s.push(text), ...s.end()];
   const content = parts.filter((p) => p.kind === "text").map((p) => (p as { text: string }).text).join("");
   const calls = parts.flatMap((p) => (p.kind === "call" ? [p.call] : []));
@@ -42,52 +58,70 @@ export function parseToolCalls(text: string): { content: string | null; calls: P
 export type ToolStreamPart = { kind: "text"; text: string } | { kind: "call"; call: ParsedToolCall };
 
 /**
- * Incremental splitter for streamed output. Text is released as soon as it cannot be the start of
- * `<tool_call>`; a call is released whole when its closing tag arrives (arguments are not streamed
- * token by token: clients get each call in one delta, which the OpenAI stream format allows).
+ * Incremental splitter for streamed output in a tagged format (Hermes by default). Text is released
+ * as soon as it cannot be the start of a tag; a call is released whole when its closing tag arrives
+ * (arguments are not streamed token by token: clients get each call in one delta, which the OpenAI
+ * stream format allows). A body that is not a call is released as text, tags and all.
  */
 export class ToolCallStream {
   private buf = "";
   private inCall = false;
+  private readonly tags: readonly string[];
+
+  constructor(private readonly syntax: CallSyntax = HERMES) {
+    this.tags = [syntax.open, ...(syntax.drop ?? [])];
+  }
 
   /** Feeds the next delta; returns what can be released. */
   push(delta: string): ToolStreamPart[] {
     this.buf += delta;
     const out: ToolStreamPart[] = [];
+    const { open, close } = this.syntax;
     for (;;) {
       if (!this.inCall) {
-        const at = this.buf.indexOf(OPEN);
+        const [at, tag] = firstTag(this.buf, this.tags);
         if (at < 0) {
-          // Hold back a tail that could still grow into the opening tag.
-          const keep = partialTagSuffix(this.buf, OPEN);
+          // Hold back a tail that could still grow into a tag.
+          const keep = Math.max(...this.tags.map((t) => partialTagSuffix(this.buf, t)));
           const text = this.buf.slice(0, this.buf.length - keep);
           if (text) out.push({ kind: "text", text });
           this.buf = this.buf.slice(this.buf.length - keep);
           return out;
         }
         if (at > 0) out.push({ kind: "text", text: this.buf.slice(0, at) });
-        this.buf = this.buf.slice(at + OPEN.length);
-        this.inCall = true;
+        this.buf = this.buf.slice(at + tag.length);
+        this.inCall = tag === open;
+        continue;
       }
-      const end = this.buf.indexOf(CLOSE);
+      const end = this.buf.indexOf(close);
       if (end < 0) return out;
       const body = this.buf.slice(0, end);
-      const call = parseToolCallBody(body.trim());
-      out.push(call ? { kind: "call", call } : { kind: "text", text: OPEN + body + CLOSE });
-      this.buf = this.buf.slice(end + CLOSE.length);
+      const call = this.syntax.parse(body);
+      out.push(call ? { kind: "call", call } : { kind: "text", text: open + body + close });
+      this.buf = this.buf.slice(end + close.length);
       this.inCall = false;
     }
   }
 
-  /** The output ended: an unterminated call is parsed if it is complete JSON, else returned as text. */
+  /** The output ended: an unterminated call is parsed if its body is complete, else returned as text. */
   end(): ToolStreamPart[] {
     const rest = this.buf;
     this.buf = "";
     if (!this.inCall) return rest ? [{ kind: "text", text: rest }] : [];
     this.inCall = false;
-    const call = parseToolCallBody(rest.trim());
-    return call ? [{ kind: "call", call }] : [{ kind: "text", text: OPEN + rest }];
+    const call = this.syntax.parse(rest);
+    return call ? [{ kind: "call", call }] : [{ kind: "text", text: this.syntax.open + rest }];
   }
+}
+
+/** Where the first of `tags` starts in `s` (the longest there, if several), or -1. */
+function firstTag(s: string, tags: readonly string[]): [number, string] {
+  let best: [number, string] = [-1, ""];
+  for (const t of tags) {
+    const at = s.indexOf(t);
+    if (at >= 0 && (best[0] < 0 || at < best[0] || (at === best[0] && t.length > best[1].length))) best = [at, t];
+  }
+  return best;
 }
 
 /** Length of the longest suffix of `s` that is a proper prefix of `tag` (the tail a stream holds back). */

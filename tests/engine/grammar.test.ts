@@ -304,6 +304,14 @@ const MASK_CASES: [JsonSchema | OutputGrammar, string][] = [
   // A whole-output regex: runs that leave it where it is are taken whole from the trie; others stepped.
   [{ kind: "regex", pattern: "[A-Z][a-z]+( [A-Z][a-z]+)*, [0-9]{5}" }, "San Francisco, 94103"],
   [{ kind: "choice", choices: ["Paris", "Par", "Lyon", "paris 2"] }, "paris 2"],
+  // GLM tool calls: raw text (plain runs taken whole, `<` stepped), optional pairs, free pairs.
+  [{
+    kind: "tool_calls", format: "glm45", parallel: true,
+    tools: [{ name: "f", parameters: { type: "object", properties: { s: { type: "string" }, t: { type: "string", maxLength: 4 }, n: { type: "integer" } }, required: ["s"] } }, { name: "g" }],
+  }, '<tool_call>f\n<arg_key>s</arg_key>\n<arg_value>a <b> c</arg</arg_value>\n<arg_key>t</arg_key>\n<arg_value>ab c</arg_value>\n</tool_call>\n<tool_call>g\n<arg_key>k k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>'],
+  // Kimi K2 tool calls: the call index, then JSON arguments.
+  [{ kind: "tool_calls", format: "kimi_k2", parallel: true, tools: [{ name: "f", parameters: { type: "object", properties: { a: { type: "integer" } } } }] },
+    '<|tool_calls_section_begin|><|tool_call_begin|>functions.f:10<|tool_call_argument_begin|>{"a": 1}<|tool_call_end|><|tool_calls_section_end|>'],
 ];
 const asGrammar = (g: JsonSchema | OutputGrammar): OutputGrammar => (typeof g === "object" && "kind" in g ? g as OutputGrammar : json(g as JsonSchema));
 

@@ -1,0 +1,37 @@
+/**
+ * Tool calls in Kimi K2's format (vLLM's `kimi_k2` parser): inside `<|tool_calls_section_begin|>` …
+ * `<|tool_calls_section_end|>`, one `<|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>{…}<|tool_call_end|>`
+ * block per call. The call's id is the model's own `functions.NAME:INDEX`: Kimi's chat template
+ * writes a call back by its id, so returning that id lets the next turn's prompt repeat the answer's
+ * text exactly — and reuse its KV cache — where a server-made `call_…` id would change it.
+ */
+import { KIMI } from "../engine/grammar-tool-calls.ts";
+import type { CallSyntax, ParsedToolCall } from "./tool-calls.ts";
+
+/** `functions.NAME:INDEX` or `NAME:INDEX` (the name may hold dots; the last dotted part is the function's). */
+const CALL_ID = /^(?:[^<>\s]*\.)?([^<>\s.:]+):(\d+)$/;
+
+/** The call in one block's body (`ID<|tool_call_argument_begin|>ARGS`), or null when it is not one. */
+export function parseKimiBody(body: string): ParsedToolCall | null {
+  const at = body.indexOf(KIMI.argsBegin);
+  if (at < 0) return null;
+  const id = body.slice(0, at).trim();
+  const m = CALL_ID.exec(id);
+  if (m === null) return null;
+  const args = body.slice(at + KIMI.argsBegin.length).trim();
+  try {
+    const v: unknown = JSON.parse(args);
+    if (typeof v !== "object" || v === null || Array.isArray(v)) return null;
+  } catch {
+    return null;
+  }
+  return { id, name: m[1], arguments: args };
+}
+
+/** Kimi K2's syntax for `ToolCallStream`: call blocks, the section tags (and their singular variants, which some checkpoints write) dropped. */
+export const KIMI_SYNTAX: CallSyntax = {
+  open: KIMI.callBegin,
+  close: KIMI.callEnd,
+  drop: [KIMI.sectionBegin, KIMI.sectionEnd, "<|tool_call_section_begin|>", "<|tool_call_section_end|>"],
+  parse: parseKimiBody,
+};
