@@ -11,12 +11,13 @@
  */
 import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, resolve, SchemaError, type SchemaNode } from "./json-schema.ts";
 import { canReach, type NumberRange } from "./number-bounds.ts";
-import { type CompiledRegex, compilePattern, RegexError, type RegexState } from "./regex-nfa.ts";
-import { literalKey, numberKey, stringKey } from "./value-key.ts";
-import { type ArrayNode, type ArrFrame, type Config, type Frame, type GrammarState, type ObjFrame, type SeqFrame, SHORT_ESCAPES, uniqueSeen } from "./grammar-frames.ts";
+import { type CompiledRegex, compilePattern, RegexError } from "./regex-nfa.ts";
+import { literalKey, numberKey } from "./value-key.ts";
+import { type ArrayNode, type ArrFrame, type Config, type Frame, type GrammarState, type ObjFrame, type SeqFrame, uniqueSeen } from "./grammar-frames.ts";
 import { numberMayEnd, numberStep } from "./grammar-number.ts";
 import { keepDistinct } from "./grammar-unique.ts";
 import { toolCallGroup } from "./grammar-tool-calls.ts";
+import { stepRaw, stepString } from "./grammar-strings.ts";
 
 export type { Config, GrammarState } from "./grammar-frames.ts";
 export { grammarPlainTextRooms, grammarStateKey, isPlainText, ObjectIds, type PlainTextRoom } from "./grammar-key.ts";
@@ -71,13 +72,8 @@ export const MAX_DEPTH = 32;
 export const MAX_WHITESPACE = 2;
 
 const isWs = (c: string) => c === " " || c === "\n" || c === "\t" || c === "\r";
-/** What a backslash escape's letter stands for (same order as SHORT_ESCAPES). */
-const ESCAPED = '"\\/\b\f\n\r\t';
-const isDigit = (c: string) => c >= "0" && c <= "9";
-const isHex = (c: string) => isDigit(c) || (c >= "a" && c <= "f") || (c >= "A" && c <= "F");
 
 const THINK_END = "</think>";
-type RawFrame = Extract<Frame, { k: "raw" }>;
 const ANY_STRING: SchemaNode = { t: "string", min: 0, max: Infinity, patterns: [] };
 const ANY_NUMBER: SchemaNode = { t: "number", integer: false, range: null };
 const ANY_ARRAY: SchemaNode = { t: "array", prefix: [], items: ANY, min: 0, max: Infinity, unique: false };
@@ -209,8 +205,9 @@ function step(cfg: Config, c: string): Config[] {
       const i = f.i + c.length;
       return i === f.text.length ? complete(f.up, uniqueSeen(f.up) === null ? undefined : literalKey(f.text)) : [{ top: { ...f, i }, ws: 0 }];
     }
-    case "str": return stepString(f, c);
-    case "raw": return stepRaw(f, c);
+    case "str": return stepString(f, c, complete);
+    // Where raw text may end, `c` may start what follows it.
+    case "raw": return stepRaw(f, c, () => complete(f.up).flatMap((x) => step(x, c)));
     case "num": {
       const next = numberStep(f.ns, c, f.integer, f.range === null);
       if (next !== null && (f.range === null || canReach(f.text + c, f.integer, f.range))) {
@@ -319,71 +316,6 @@ function countItem(f: ArrFrame): number {
 /** Whether a number below `up` keeps the text it writes: under bounds, or as a unique item. */
 function keepsText(range: NumberRange | null, up: Frame | null): boolean {
   return range !== null || uniqueSeen(up) !== null;
-}
-
-function stepString(f: Extract<Frame, { k: "str" }>, c: string): Config[] {
-  if (f.esc === -1) {
-    if (c === "u") return [{ top: { ...f, esc: 4, hex: 0 }, ws: 0 }];
-    const i = SHORT_ESCAPES.indexOf(c);
-    return i < 0 ? [] : char(f, ESCAPED[i]);
-  }
-  if (f.esc > 0) {
-    if (!isHex(c)) return [];
-    const hex = f.hex * 16 + parseInt(c, 16);
-    if (f.esc > 1) return [{ top: { ...f, esc: f.esc - 1, hex }, ws: 0 }];
-    // A pattern is matched by code point: half a surrogate pair cannot be stepped through it.
-    if (f.re.length > 0 && hex >= 0xd800 && hex <= 0xdfff) return [];
-    return char(f, String.fromCharCode(hex));
-  }
-  if (c === '"') return f.n >= f.min && f.re.every((r, i) => r.accepts(f.rs[i])) ? complete(f.up, f.v === null ? undefined : stringKey(f.v)) : [];
-  if (c < " " || f.n >= f.max) return [];
-  if (c === "\\") return [{ top: { ...f, esc: -1 }, ws: 0 }];
-  return char(f, c);
-}
-
-/** `f` after one more character of the string's value (`v`, escapes decoded), or nothing when it cannot come. */
-function char(f: Extract<Frame, { k: "str" }>, v: string): Config[] {
-  const n = count(f);
-  const value = f.v === null ? null : f.v + v;
-  if (f.re.length === 0) return [{ top: { ...f, esc: 0, n, v: value }, ws: 0 }];
-  const rs: RegexState[] = [];
-  for (let i = 0; i < f.re.length; i++) {
-    const next = f.re[i].step(f.rs[i], v);
-    // Each expression must still be able to end within maxLength.
-    if (next === null || f.n + 1 + f.re[i].minToAccept(next) > f.max) return [];
-    rs.push(next);
-  }
-  return [{ top: { ...f, esc: 0, n, rs, v: value }, ws: 0 }];
-}
-
-/**
- * The string's length after one more character, counted only as far as its bounds need: without a
- * maximum, past the minimum every length is alike, so the state (and the mask cache keyed by it)
- * stays the same along free text.
- */
-function count(f: Extract<Frame, { k: "str" }>): number {
-  return f.max === Infinity ? Math.min(f.n + 1, f.min) : f.n + 1;
-}
-
-/**
- * Raw text: where it may end, `c` may start what follows it (the end tag, a literal piece); as content
- * `c` may not complete the end tag (which repeats no prefix of itself, so a mismatch restarts the
- * match at `c`).
- */
-function stepRaw(f: RawFrame, c: string): Config[] {
-  const out = f.n >= f.min && f.re.every((r, i) => r.accepts(f.rs[i])) ? complete(f.up).flatMap((x) => step(x, c)) : [];
-  const m = c === f.end[f.m] ? f.m + 1 : c === f.end[0] ? 1 : 0;
-  // Control characters but tab, newline and carriage return are no text a model means to write.
-  if (m === f.end.length || f.n >= f.max || (c < " " && c !== "\t" && c !== "\n" && c !== "\r")) return out;
-  const n = f.max === Infinity ? Math.min(f.n + 1, f.min) : f.n + 1;
-  if (f.re.length === 0) return [...out, { top: { ...f, m, n }, ws: 0 }];
-  const rs: RegexState[] = [];
-  for (let i = 0; i < f.re.length; i++) {
-    const next = f.re[i].step(f.rs[i], c);
-    if (next === null || f.n + 1 + f.re[i].minToAccept(next) > f.max) return out;
-    rs.push(next);
-  }
-  return [...out, { top: { ...f, m, n, rs }, ws: 0 }];
 }
 
 function stepKey(f: Extract<Frame, { k: "key" }>, c: string): Config[] {

@@ -1,0 +1,82 @@
+/**
+ * Strings of the output-grammar automaton (grammar.ts): JSON strings (escapes, `maxLength`, patterns
+ * matched by code point) and raw text (GLM's string arguments: no quotes or escapes, ended by a tag).
+ */
+import { type Config, type Frame, SHORT_ESCAPES } from "./grammar-frames.ts";
+import type { RegexState } from "./regex-nfa.ts";
+import { stringKey } from "./value-key.ts";
+
+type StrFrame = Extract<Frame, { k: "str" }>;
+type RawFrame = Extract<Frame, { k: "raw" }>;
+/** The configurations once a value below `up` has ended (`key`: its key, as grammar.ts `complete` takes). */
+export type Done = (up: Frame | null, key?: string) => Config[];
+
+/** What a backslash escape's letter stands for (same order as SHORT_ESCAPES). */
+const ESCAPED = '"\\/\b\f\n\r\t';
+const isHex = (c: string) => (c >= "0" && c <= "9") || (c >= "a" && c <= "f") || (c >= "A" && c <= "F");
+
+/** A JSON string's next character `c`; `done` gives the configurations once the string has ended. */
+export function stepString(f: StrFrame, c: string, done: Done): Config[] {
+  if (f.esc === -1) {
+    if (c === "u") return [{ top: { ...f, esc: 4, hex: 0 }, ws: 0 }];
+    const i = SHORT_ESCAPES.indexOf(c);
+    return i < 0 ? [] : char(f, ESCAPED[i]);
+  }
+  if (f.esc > 0) {
+    if (!isHex(c)) return [];
+    const hex = f.hex * 16 + parseInt(c, 16);
+    if (f.esc > 1) return [{ top: { ...f, esc: f.esc - 1, hex }, ws: 0 }];
+    // A pattern is matched by code point: half a surrogate pair cannot be stepped through it.
+    if (f.re.length > 0 && hex >= 0xd800 && hex <= 0xdfff) return [];
+    return char(f, String.fromCharCode(hex));
+  }
+  if (c === '"') return f.n >= f.min && f.re.every((r, i) => r.accepts(f.rs[i])) ? done(f.up, f.v === null ? undefined : stringKey(f.v)) : [];
+  if (c < " " || f.n >= f.max) return [];
+  if (c === "\\") return [{ top: { ...f, esc: -1 }, ws: 0 }];
+  return char(f, c);
+}
+
+/** `f` after one more character of the string's value (`v`, escapes decoded), or nothing when it cannot come. */
+function char(f: StrFrame, v: string): Config[] {
+  const n = count(f);
+  const value = f.v === null ? null : f.v + v;
+  if (f.re.length === 0) return [{ top: { ...f, esc: 0, n, v: value }, ws: 0 }];
+  const rs: RegexState[] = [];
+  for (let i = 0; i < f.re.length; i++) {
+    const next = f.re[i].step(f.rs[i], v);
+    // Each expression must still be able to end within maxLength.
+    if (next === null || f.n + 1 + f.re[i].minToAccept(next) > f.max) return [];
+    rs.push(next);
+  }
+  return [{ top: { ...f, esc: 0, n, rs, v: value }, ws: 0 }];
+}
+
+/**
+ * The string's length after one more character, counted only as far as its bounds need: without a
+ * maximum, past the minimum every length is alike, so the state (and the mask cache keyed by it)
+ * stays the same along free text.
+ */
+function count(f: StrFrame): number {
+  return f.max === Infinity ? Math.min(f.n + 1, f.min) : f.n + 1;
+}
+
+/**
+ * Raw text's next character `c`: where the text may end, `ended()` (`c` starting what follows it: the
+ * end tag, a literal piece); as content, `c` may not complete the end tag (which repeats no prefix of
+ * itself, so a mismatch restarts the match at `c`).
+ */
+export function stepRaw(f: RawFrame, c: string, ended: () => Config[]): Config[] {
+  const out = f.n >= f.min && f.re.every((r, i) => r.accepts(f.rs[i])) ? ended() : [];
+  const m = c === f.end[f.m] ? f.m + 1 : c === f.end[0] ? 1 : 0;
+  // Control characters but tab, newline and carriage return are no text a model means to write.
+  if (m === f.end.length || f.n >= f.max || (c < " " && c !== "\t" && c !== "\n" && c !== "\r")) return out;
+  const n = f.max === Infinity ? Math.min(f.n + 1, f.min) : f.n + 1;
+  if (f.re.length === 0) return [...out, { top: { ...f, m, n }, ws: 0 }];
+  const rs: RegexState[] = [];
+  for (let i = 0; i < f.re.length; i++) {
+    const next = f.re[i].step(f.rs[i], c);
+    if (next === null || f.n + 1 + f.re[i].minToAccept(next) > f.max) return out;
+    rs.push(next);
+  }
+  return [...out, { top: { ...f, m, n, rs }, ws: 0 }];
+}
