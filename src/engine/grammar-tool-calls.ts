@@ -1,8 +1,8 @@
 /**
  * The sequences forced tool calls are written in (grammar.ts `ToolCallFormat`), as groups of pieces
  * the output-grammar automaton walks: each format's tags as literals, each call's arguments as a JSON
- * value following the tool's parameters — or, in GLM's format, as one `<arg_key>`/`<arg_value>` pair
- * per declared property, in declared order, a string-typed value written raw.
+ * value following the tool's parameters — or, in GLM's and Qwen3-Coder's formats, as one key-value
+ * pair per declared property, in declared order, a string-typed value written raw.
  */
 import type { Piece, SeqGroup, StringNode } from "./grammar-frames.ts";
 import { compilePattern } from "./regex-nfa.ts";
@@ -24,8 +24,54 @@ export const KIMI = {
   callEnd: "<|tool_call_end|>",
 } as const;
 
+/** DeepSeek V3.1's tags (vLLM's `deepseek_v31` parser reads the same). */
+export const DEEPSEEK = {
+  sectionBegin: "<｜tool▁calls▁begin｜>",
+  sectionEnd: "<｜tool▁calls▁end｜>",
+  callBegin: "<｜tool▁call▁begin｜>",
+  sep: "<｜tool▁sep｜>",
+  callEnd: "<｜tool▁call▁end｜>",
+} as const;
+
 /** GLM 4.5–4.7's tags (vLLM's `glm45` parser reads the same). */
 export const GLM = { open: "<tool_call>", close: "</tool_call>", keyOpen: "<arg_key>", keyClose: "</arg_key>", valueOpen: "<arg_value>", valueClose: "</arg_value>" } as const;
+
+/**
+ * Formats that write each argument as a key-value pair, a string value raw: where a call's name and
+ * each pair's key go, and the tag that ends a raw value (it never holds it).
+ */
+interface PairFormat {
+  readonly callOpen: (name: string) => string;
+  readonly callClose: string;
+  readonly pairOpen: (key: string) => string;
+  readonly valueEnd: string;
+  readonly pairClose: string;
+  /** A free pair (a tool without declared parameters): the key's opening text and its end tag, then the value's opening text. */
+  readonly freeKey: { readonly open: string; readonly end: string; readonly then: string };
+}
+
+/** GLM: `<tool_call>NAME\n` then `<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n` per argument, then `</tool_call>`. */
+const GLM_PAIRS: PairFormat = {
+  callOpen: (name) => `${GLM.open}${name}\n`,
+  callClose: GLM.close,
+  pairOpen: (key) => `${GLM.keyOpen}${key}${GLM.keyClose}\n${GLM.valueOpen}`,
+  valueEnd: GLM.valueClose,
+  pairClose: `${GLM.valueClose}\n`,
+  freeKey: { open: GLM.keyOpen, end: GLM.keyClose, then: `${GLM.keyClose}\n${GLM.valueOpen}` },
+};
+
+/**
+ * Qwen3-Coder (vLLM's `qwen3_coder`): `<tool_call>\n<function=NAME>\n` then `<parameter=KEY>\nVALUE\n</parameter>\n`
+ * per argument, then `</function>\n</tool_call>`.
+ */
+export const QWEN3_CODER: PairFormat = {
+  callOpen: (name) => `<tool_call>\n<function=${name}>\n`,
+  callClose: "</function>\n</tool_call>",
+  pairOpen: (key) => `<parameter=${key}>\n`,
+  valueEnd: "\n</parameter>",
+  pairClose: "\n</parameter>\n",
+  freeKey: { open: "<parameter=", end: ">", then: ">\n" },
+};
 
 /** A Kimi call's index (`functions.NAME:INDEX`; the model counts calls across the conversation): digits, no sign or leading zero. */
 const CALL_INDEX: StringNode = { t: "string", min: 1, max: 9, patterns: [compilePattern("0|[1-9][0-9]*", true)] };
@@ -37,16 +83,16 @@ const RAW_KEY: StringNode = { ...RAW_TEXT, min: 1 };
 export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
   const args = (t: ToolCallsSpec["tools"][number]) => (t.parameters === undefined ? ANY_OBJECT : compileSchema(t.parameters));
   switch (g.format) {
-    case "kimi_k2": {
-      const calls: SeqGroup = {
-        alts: g.tools.map((t) => [{ lit: `${KIMI.callBegin}functions.${t.name}:` }, { raw: CALL_INDEX, end: KIMI.argsBegin }, { lit: KIMI.argsBegin }, { node: args(t) }, { lit: KIMI.callEnd }]),
-        repeat: g.parallel,
-        sep: "",
-      };
-      return { alts: [[{ lit: KIMI.sectionBegin }, { group: calls }, { lit: KIMI.sectionEnd }]], repeat: false, sep: "" };
-    }
+    case "kimi_k2":
+      return sectioned(KIMI.sectionBegin, KIMI.sectionEnd, g.parallel, g.tools.map((t) => [
+        { lit: `${KIMI.callBegin}functions.${t.name}:` }, { raw: CALL_INDEX, end: KIMI.argsBegin }, { lit: KIMI.argsBegin }, { node: args(t) }, { lit: KIMI.callEnd },
+      ]));
+    case "deepseek_v31":
+      return sectioned(DEEPSEEK.sectionBegin, DEEPSEEK.sectionEnd, g.parallel, g.tools.map((t) => [{ lit: `${DEEPSEEK.callBegin}${t.name}${DEEPSEEK.sep}` }, { node: args(t) }, { lit: DEEPSEEK.callEnd }]));
     case "glm45":
-      return { alts: g.tools.map((t) => [{ lit: `${GLM.open}${t.name}\n` }, ...glmArguments(t.parameters), { lit: GLM.close }]), repeat: g.parallel, sep: "\n" };
+      return pairCalls(GLM_PAIRS, g);
+    case "qwen3_coder":
+      return pairCalls(QWEN3_CODER, g);
     default: {
       // Hermes and Llama 3: one JSON object naming the tool, its arguments under "arguments" or "parameters".
       const llama = g.format === "llama3_json";
@@ -64,41 +110,53 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
   }
 }
 
+/** `begin`, then one call (or more, with `parallel`) of one of `calls`, then `end`. */
+function sectioned(begin: string, end: string, parallel: boolean, calls: Piece[][]): SeqGroup {
+  return { alts: [[{ lit: begin }, { group: { alts: calls, repeat: parallel, sep: "" } }, { lit: end }]], repeat: false, sep: "" };
+}
+
+/** Calls in a key-value pair format, one alternative per tool, newline-separated. */
+function pairCalls(f: PairFormat, g: ToolCallsSpec): SeqGroup {
+  return { alts: g.tools.map((t) => [{ lit: f.callOpen(t.name) }, ...pairArguments(f, t.parameters), { lit: f.callClose }]), repeat: g.parallel, sep: "\n" };
+}
+
 /**
- * A GLM call's argument pairs: each declared property in declared order (an optional one may be left
+ * A call's argument pairs: each declared property in declared order (an optional one may be left
  * out), undeclared ones never; with no declared properties, any number of free pairs.
  */
-function glmArguments(parameters: JsonSchema | undefined): Piece[] {
+function pairArguments(f: PairFormat, parameters: JsonSchema | undefined): Piece[] {
   const node = parameters === undefined ? ANY_OBJECT : resolve(compileSchema(parameters));
-  if (node.t === "any") return glmArguments(undefined);
-  if (node.t !== "object") throw new SchemaError(`GLM tool-call arguments are key-value pairs, so the parameters must be an object schema, not ${JSON.stringify(node.t)}`);
+  if (node.t === "any") return pairArguments(f, undefined);
+  if (node.t !== "object") throw new SchemaError(`This tool-call format writes arguments as key-value pairs, so the parameters must be an object schema, not ${JSON.stringify(node.t)}`);
   if (node.props.size === 0) {
     if (node.extra === null) return [];
-    const pair: Piece[] = [{ lit: GLM.keyOpen }, { raw: RAW_KEY, end: GLM.keyClose }, { lit: `${GLM.keyClose}\n${GLM.valueOpen}` }, { raw: RAW_TEXT, end: GLM.valueClose }, { lit: `${GLM.valueClose}\n` }];
+    const k = f.freeKey;
+    const pair: Piece[] = [{ lit: k.open }, { raw: RAW_KEY, end: k.end }, { lit: k.then }, { raw: RAW_TEXT, end: f.valueEnd }, { lit: f.pairClose }];
     return [{ group: { alts: [[{ group: { alts: [pair], repeat: true, sep: "" } }], []], repeat: false, sep: "" } }];
   }
   const out: Piece[] = [];
   for (const [key, value] of node.props) {
-    const pair: Piece[] = [{ lit: `${GLM.keyOpen}${key}${GLM.keyClose}\n${GLM.valueOpen}` }, glmValue(value), { lit: `${GLM.valueClose}\n` }];
+    const pair: Piece[] = [{ lit: f.pairOpen(key) }, pairValue(value, f.valueEnd), { lit: f.pairClose }];
     if (node.required.has(key)) out.push(...pair);
     else out.push({ group: { alts: [pair, []], repeat: false, sep: "" } });
   }
   return out;
 }
 
-/** A GLM argument value: raw text when the property admits only strings, else JSON. */
-function glmValue(node: SchemaNode): Piece {
+/** A pair's value: raw text (ended by `end`) when the property admits only strings, else JSON. */
+function pairValue(node: SchemaNode, end: string): Piece {
   const n = resolve(node);
-  if (n.t === "string") return { raw: n, end: GLM.valueClose };
-  if (glmRawString(n)) return { node: { t: "literal", texts: (n as Extract<SchemaNode, { t: "literal" }>).texts.map((t) => JSON.parse(t) as string) } };
+  if (n.t === "string") return { raw: n, end };
+  if (rawStringArgument(n)) return { node: { t: "literal", texts: (n as Extract<SchemaNode, { t: "literal" }>).texts.map((t) => JSON.parse(t) as string) } };
   return { node };
 }
 
 /**
- * Whether a GLM argument of schema `node` is written raw (vLLM's `glm45` parser: a property of type
- * string), not as JSON: a string, or an enum or const of strings only.
+ * Whether an argument of schema `node` is written raw in a key-value pair format (vLLM's `glm45` and
+ * `qwen3_coder` parsers: a property of type string), not as JSON: a string, or an enum or const of
+ * strings only.
  */
-export function glmRawString(node: SchemaNode): boolean {
+export function rawStringArgument(node: SchemaNode): boolean {
   const n = resolve(node);
   return n.t === "string" || (n.t === "literal" && n.texts.every((t) => t.startsWith('"')));
 }

@@ -46,11 +46,15 @@ export type OutputGrammar =
  * `<|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>{...}<|tool_call_end|>`, then
  * `<|tool_calls_section_end|>`. "glm45" (GLM 4.5–4.7): `<tool_call>NAME\n` then per argument
  * `<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n` (a string value raw, others JSON), then
- * `</tool_call>`, calls separated by a newline. vLLM's parser names; grammar-tool-calls.ts builds each.
+ * `</tool_call>`, calls separated by a newline. "deepseek_v31" (DeepSeek V3.1): `<｜tool▁calls▁begin｜>` then
+ * per call `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>`, then `<｜tool▁calls▁end｜>`.
+ * "qwen3_coder" (Qwen3-Coder): `<tool_call>\n<function=NAME>\n` then per argument
+ * `<parameter=KEY>\nVALUE\n</parameter>\n` (a string value raw, others JSON), then `</function>\n</tool_call>`.
+ * vLLM's parser names; grammar-tool-calls.ts builds each.
  */
 export type ToolCallFormat = (typeof TOOL_CALL_FORMATS)[number];
 /** Every {@link ToolCallFormat}, for checking a name from the command line. */
-export const TOOL_CALL_FORMATS = ["hermes", "llama3_json", "kimi_k2", "glm45"] as const;
+export const TOOL_CALL_FORMATS = ["hermes", "llama3_json", "kimi_k2", "deepseek_v31", "glm45", "qwen3_coder"] as const;
 
 /** Whether `s` names a {@link ToolCallFormat}. */
 export function isToolCallFormat(s: string): s is ToolCallFormat {

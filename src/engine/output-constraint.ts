@@ -180,13 +180,24 @@ export class OutputConstraint {
 
   /**
    * The mask of the next token, the output so far being `tokens` from `outputStart` on: the tokens
-   * that may come next (EOS only once the grammar may end).
+   * that may come next (EOS only once the grammar may end, or where no other token may). Where the
+   * grammar forces text, only the first token jump-forward would write for it.
    */
   next(tokens: readonly number[], outputStart: number): TokenMask {
     this.#feed(tokens, outputStart);
     const mask = new TokenMask(this.trie.texts.length);
-    for (const id of this.#allowed()) mask.set(id);
-    const done = grammarComplete(this.#state);
+    // Where the grammar forces text, the next token is the one jump-forward would write: a shorter
+    // piece of it (`<` of a tag spelled `<｜tool▁call▁begin｜>`) could leave text no token goes on with.
+    const first = this.#firstForced();
+    if (first !== undefined) {
+      mask.set(first);
+      return mask;
+    }
+    const allowed = this.#allowed();
+    for (const id of allowed) mask.set(id);
+    // A dead end (text no token of this vocabulary spells, e.g. a character it has only as UTF-8
+    // byte pieces) ends the answer at EOS, not at whatever token an all-barred row would pick.
+    const done = grammarComplete(this.#state) || allowed.length === 0;
     for (const id of this.eos) mask.set(id, done);
     return mask;
   }
@@ -204,6 +215,12 @@ export class OutputConstraint {
     const { text, state } = grammarForcedText(this.#state, MAX_JUMP_CHARS);
     if (text === "") return [];
     return this.trie.cover(text, state).slice(0, maxTokens);
+  }
+
+  /** The first token spelling the text forced from the current state (see {@link forced}), if any. */
+  #firstForced(): number | undefined {
+    const { text, state } = grammarForcedText(this.#state, MAX_JUMP_CHARS);
+    return text === "" ? undefined : this.trie.cover(text, state)[0];
   }
 
   /** Feeds the output tokens not fed yet to the grammar. */

@@ -1,7 +1,7 @@
 /**
  * A chat answer's text as the client gets it: reasoning (`--reasoning-parser think`), content, and
  * tool calls (with `tools`; only the first with `parallel_tool_calls: false`), whole or streamed.
- * Tool calls (Hermes, Llama 3 JSON, Kimi K2 or GLM: tool-calls*.ts) are parsed from the
+ * Tool calls (Hermes, Llama 3 JSON, Kimi K2, DeepSeek V3.1, GLM or Qwen3-Coder: tool-calls*.ts) are parsed from the
  * content only, after reasoning is split off: a `<tool_call>` the model drafts while reasoning is
  * part of its thoughts, not a call. With every option off, the text passes through untouched (what
  * the server did before reasoning parsing existed).
@@ -10,8 +10,8 @@ import { type ReasoningPart, ReasoningStream } from "./reasoning.ts";
 import type { ToolCallFormat } from "../engine/grammar.ts";
 import { HERMES, type ParsedToolCall, ToolCallStream, type ToolStreamPart } from "./tool-calls.ts";
 import { Llama3JsonStream } from "./tool-calls-llama3.ts";
-import { KIMI_SYNTAX } from "./tool-calls-kimi.ts";
-import { glmSyntax, type ToolSpec } from "./tool-calls-glm.ts";
+import { DEEPSEEK_SYNTAX, KIMI_SYNTAX } from "./tool-calls-sections.ts";
+import { glmSyntax, qwen3CoderSyntax, type ToolSpec } from "./tool-calls-pairs.ts";
 
 /** How to read one chat answer. */
 export interface ChatOutputOptions {
@@ -23,7 +23,7 @@ export interface ChatOutputOptions {
   toolCalls: boolean;
   /** How the model writes them (`--tool-call-parser`; default "hermes"). */
   toolCallFormat?: ToolCallFormat;
-  /** The request's tools: GLM's format writes a string argument raw, and their schemas say which are strings. */
+  /** The request's tools: GLM's and Qwen3-Coder's formats write a string argument raw, and their schemas say which are strings. */
   tools?: readonly ToolSpec[];
   /** False keeps only the first call written (`parallel_tool_calls: false`); later ones are dropped. */
   parallelToolCalls: boolean;
@@ -85,7 +85,9 @@ function toolStream(o: ChatOutputOptions): ToolCallStream | Llama3JsonStream {
   switch (o.toolCallFormat) {
     case "llama3_json": return new Llama3JsonStream();
     case "kimi_k2": return new ToolCallStream(KIMI_SYNTAX);
+    case "deepseek_v31": return new ToolCallStream(DEEPSEEK_SYNTAX);
     case "glm45": return new ToolCallStream(glmSyntax(o.tools ?? []));
+    case "qwen3_coder": return new ToolCallStream(qwen3CoderSyntax(o.tools ?? []));
     default: return new ToolCallStream(HERMES);
   }
 }

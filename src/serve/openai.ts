@@ -12,7 +12,7 @@ import { ApiError, describe } from "./errors.ts";
 import { chatGrammar, completionGrammar } from "./output-grammar.ts";
 import { promptOpensReasoning, type ReasoningParserName } from "./reasoning.ts";
 import type { ChatRequest, CompletionRequest, ToolDef } from "./schemas.ts";
-import type { ToolSpec } from "./tool-calls-glm.ts";
+import type { ToolSpec } from "./tool-calls-pairs.ts";
 
 /** What the handlers need from the server. */
 export interface ServeContext {

@@ -3,7 +3,7 @@
  * (and vLLM's `hermes` parser reads): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`.
  * A block that is not valid JSON with a string `name` stays in the text: a malformed call is shown
  * to the client as the model wrote it, never dropped. `ToolCallStream` also reads the other tagged
- * formats (tool-calls-kimi.ts, tool-calls-glm.ts) through their `CallSyntax`.
+ * formats (tool-calls-sections.ts, tool-calls-pairs.ts) through their `CallSyntax`.
  */
 
 /** One parsed call, with `arguments` as the JSON text OpenAI's API carries. */
@@ -16,6 +16,9 @@ export interface ParsedToolCall {
    */
   id?: string;
 }
+
+/** What a function's name may hold (OpenAI's letters, digits, `_` and `-`, plus dots and other scripts' letters). */
+export const FUNCTION_NAME = /^[\p{L}\p{N}_.-]+$/u;
 
 /** How a format marks calls: a call's body lies between `open` and `close`. */
 export interface CallSyntax {

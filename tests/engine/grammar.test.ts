@@ -315,17 +315,26 @@ const MASK_CASES: [JsonSchema | OutputGrammar, string][] = [
 ];
 const asGrammar = (g: JsonSchema | OutputGrammar): OutputGrammar => (typeof g === "object" && "kind" in g ? g as OutputGrammar : json(g as JsonSchema));
 
-for (const [schema, doc] of MASK_CASES) test(`OutputConstraint.next() masks match a fresh brute-force pass at every step, its per-state cache included (${doc.slice(0, 12)}…)`, () => {
+for (const [schema, doc] of MASK_CASES) test(`OutputConstraint.next() masks match a fresh brute-force pass at every step (one token where text is forced), its per-state cache included (${doc.slice(0, 12)}…)`, () => {
   const texts = Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id));
   const g = asGrammar(schema);
   assert.ok(grammarComplete(grammarFeed(grammarStart(g), doc)), "the document follows the grammar");
   // One token per character (the vocabulary has every ASCII byte), so states repeat along the strings.
   const ids = [...doc].map((ch) => texts.indexOf(ch));
-  const c = new OutputConstraint(g, new TokenTrie(texts), model.config.eosTokenIds);
+  const trie = new TokenTrie(texts);
+  const c = new OutputConstraint(g, trie, model.config.eosTokenIds);
   for (let k = 0; k <= ids.length; k++) {
     const state = grammarFeed(grammarStart(g), doc.slice(0, k));
     const ok = new Set(texts.flatMap((t, id) => (t !== "" && !t.includes("\uFFFD") && grammarFeed(state, t).length > 0 ? [id] : [])));
     if (grammarComplete(state)) for (const e of model.config.eosTokenIds) ok.add(e);
+    // Where text is forced, only the first token jump-forward would write for it (one of those the grammar takes).
+    const forced = grammarForcedText(state, 256);
+    const first = forced.text === "" ? undefined : trie.cover(forced.text, forced.state)[0];
+    if (first !== undefined) {
+      assert.ok(ok.has(first) && forced.text.startsWith(texts[first]), `after ${JSON.stringify(doc.slice(0, k))}`);
+      ok.clear();
+      ok.add(first);
+    }
     const mask = c.next(ids.slice(0, k), 0);
     const allowed = texts.flatMap((_, id) => (mask.allows(id) ? [id] : []));
     assert.equal(mask.allowedCount, allowed.length);
@@ -408,4 +417,16 @@ test("Engine refuses a grammar whose schema it cannot follow, with the keyword i
   const e = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
   assert.throws(() => e.submit({ prompt, grammar: json({ type: "string", pattern: "a\\1" }) }), { name: "RequestParamError", message: /"pattern"/ });
   return e.stop();
+});
+
+test("OutputConstraint.next() allows only EOS at a dead end: text no token of the vocabulary spells", () => {
+  // Token 3 is EOS (no text); "｜" exists only as UTF-8 byte pieces, which the trie leaves out.
+  const texts = ["a", "b", "\uFFFD", ""];
+  const allowedOf = (choices: string[], out: number[]) => {
+    const mask = new OutputConstraint({ kind: "choice", choices }, new TokenTrie(texts), [3]).next(out, 0);
+    return texts.flatMap((_, id) => (mask.allows(id) ? [id] : []));
+  };
+  assert.deepEqual(allowedOf(["ab"], []), [0], "a spellable choice: its first token, not EOS");
+  assert.deepEqual(allowedOf(["a｜"], [0]), [3], "after `a`, `｜` cannot be spelled: EOS ends the answer");
+  assert.deepEqual(allowedOf(["a", "ab"], [0]), [1, 3], "EOS where the grammar may end, beside what goes on");
 });

@@ -1,8 +1,9 @@
 /**
- * Kimi K2 and GLM 4.5 tool calls (`serve --tool-call-parser kimi_k2|glm45`): the parsers on their own
- * (whole and streamed), the grammars that write forced calls in each format, and a server with the
- * real openai client — a Kimi model's call keeps the model's id, so the next turn's prompt repeats
- * the answer's text; a forced call comes out in each format and is read back.
+ * Kimi K2, DeepSeek V3.1, GLM 4.5 and Qwen3-Coder tool calls (`serve --tool-call-parser
+ * kimi_k2|deepseek_v31|glm45|qwen3_coder`): the parsers on their own (whole and streamed), the
+ * grammars that write forced calls in each format, and a server with the real openai client — a Kimi
+ * model's call keeps the model's id, so the next turn's prompt repeats the answer's text; a forced
+ * call comes out in each format and is read back.
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -212,5 +213,77 @@ test("chat completions with --tool-call-parser glm45: a model's call and a force
     assert.ok(["c", "f"].includes(args.unit) && Number.isInteger(args.days) && args.days <= 9, calls[0].function.arguments);
   } finally {
     await s.shutdown();
+  }
+});
+
+const DS_CALL = '<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris"}<｜tool▁call▁end｜>';
+const QWEN_CALL = "<tool_call>\n<function=get_weather>\n<parameter=city>\n Paris\n\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
+
+test("parseChatOutput() with deepseek_v31 and qwen3_coder reads their calls; malformed blocks stay text", () => {
+  const ds = parseChatOutput(`Sure.<｜tool▁calls▁begin｜>${DS_CALL}${DS_CALL.replace("Paris", "Lyon")}<｜tool▁calls▁end｜>`, opts("deepseek_v31"));
+  assert.deepEqual([ds.content, ds.calls], ["Sure.", [{ name: "get_weather", arguments: '{"city": "Paris"}' }, { name: "get_weather", arguments: '{"city": "Lyon"}' }]]);
+  const dsBad = "<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>not json<｜tool▁call▁end｜>";
+  assert.deepEqual(parseChatOutput(dsBad, opts("deepseek_v31")), { reasoning: null, content: dsBad, calls: [] });
+  // Qwen3-Coder: one newline each side of a value is the template's; a string keeps the rest.
+  const q = parseChatOutput(`Checking.\n${QWEN_CALL}`, opts("qwen3_coder"));
+  assert.deepEqual([q.content, q.calls.map((c) => [c.name, JSON.parse(c.arguments)])], ["Checking.\n", [["get_weather", { city: " Paris\n", days: 3 }]]]);
+  const free = parseChatOutput("<tool_call>\n<function=search>\n<parameter=q>\ncats\n</parameter>\n<parameter=n>\n[1, 2]\n</parameter>\n</function>\n</tool_call>", opts("qwen3_coder"));
+  assert.deepEqual(free.calls.map((c) => JSON.parse(c.arguments)), [{ q: "cats", n: [1, 2] }], "an undeclared tool: JSON where it parses, else text");
+  for (const bad of ["<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", "<tool_call>\n<function=f>\nstray\n</function>\n</tool_call>", "<tool_call>\n<function=a b>\n</function>\n</tool_call>"]) {
+    assert.deepEqual(parseChatOutput(bad, opts("qwen3_coder")), { reasoning: null, content: bad, calls: [] }, `a malformed block stays text: ${JSON.stringify(bad)}`);
+  }
+  for (const [format, text] of [["deepseek_v31", `a<｜tool▁calls▁begin｜>${DS_CALL}<｜tool▁calls▁end｜>b<｜tool▁ca`], ["qwen3_coder", `x <tool_c ${QWEN_CALL}\n${QWEN_CALL}`]] as const) {
+    const whole = parseChatOutput(text, opts(format));
+    for (const size of [1, 3, 7, 1000]) {
+      const s = streamed(text, opts(format), size);
+      assert.deepEqual([s.content === "" && whole.calls.length > 0 ? null : s.content, s.calls], [whole.content, whole.calls], `${format} in deltas of ${size}`);
+    }
+  }
+});
+
+test("grammarStart() writes forced tool calls in the deepseek_v31 and qwen3_coder formats, and the parsers read them back", () => {
+  const tools = [WEATHER, { name: "now" }];
+  const ds: OutputGrammar = { kind: "tool_calls", format: "deepseek_v31", parallel: true, tools };
+  const qw: OutputGrammar = { kind: "tool_calls", format: "qwen3_coder", parallel: true, tools };
+  const fits = (g: OutputGrammar, text: string) => grammarComplete(grammarFeed(grammarStart(g), text));
+  const dsText = `<｜tool▁calls▁begin｜>${DS_CALL}<｜tool▁call▁begin｜>now<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>`;
+  assert.ok(fits(ds, dsText));
+  assert.ok(!fits({ ...ds, parallel: false }, dsText), "one call when not parallel");
+  assert.ok(!fits(ds, `<｜tool▁calls▁begin｜>${DS_CALL.replace('"Paris"', "1")}<｜tool▁calls▁end｜>`), "arguments follow the schema");
+  const param = (k: string, v: string) => `<parameter=${k}>\n${v}\n</parameter>\n`;
+  const qCall = (...ps: string[]) => `<tool_call>\n<function=get_weather>\n${ps.join("")}</function>\n</tool_call>`;
+  const qText = `${qCall(param("city", "two\nlines <b>"), param("days", "3"), param("unit", "c"))}\n<tool_call>\n<function=now>\n${param("x", "1")}</function>\n</tool_call>`;
+  assert.ok(fits(qw, qText));
+  for (const bad of [qCall(), qCall(param("city", "a\n</parameter>b")), qCall(param("days", "3"), param("city", "P")), qCall(param("city", "P"), param("unit", '"c"'))]) {
+    assert.ok(!fits(qw, bad), `accepted ${JSON.stringify(bad)}`);
+  }
+  assert.equal(grammarForcedText(grammarStart({ ...qw, tools: [WEATHER] }), 200).text, "<tool_call>\n<function=get_weather>\n<parameter=city>\n");
+  assert.equal(grammarForcedText(grammarStart({ ...ds, tools: [WEATHER] }), 200).text, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{");
+  // What the grammar accepts, the parser reads as the call it spells.
+  assert.deepEqual(parseChatOutput(dsText, opts("deepseek_v31")).calls.map((c) => c.name), ["get_weather", "now"]);
+  assert.deepEqual(parseChatOutput(qText, opts("qwen3_coder")).calls.map((c) => JSON.parse(c.arguments)), [{ city: "two\nlines <b>", days: 3, unit: "c" }, { x: 1 }]);
+});
+
+test("chat completions with --tool-call-parser deepseek_v31 and qwen3_coder: a forced call is written in the format and read back", async () => {
+  // DeepSeek's tags are tokens of its vocabulary, as here: their fullwidth bars exist only as byte pieces otherwise.
+  const path = `${dir}/deepseek.gguf`;
+  const tags = ["<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"];
+  await writeScriptedModel(path, { pieces: ["Sunny.", ...tags], literalPieces: true, next: [[".", "Sunny."], ["Sunny.", "<eos>"]], chatTemplate: KIMI_TEMPLATE, contextLength: 2048 });
+  const model = await loadModel(path);
+  for (const toolCallParser of ["deepseek_v31", "qwen3_coder"] as const) {
+    const s = await startServer({ modelPath: path, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 128, toolCallParser });
+    try {
+      const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+      const forced: OpenAI.ChatCompletion = await client.chat.completions.create({
+        model: "deepseek", messages: [{ role: "user", content: "Weather." }], tools: [...TOOLS, SET_UNIT], tool_choice: { type: "function", function: { name: "set_unit" } }, temperature: 0, max_tokens: 200,
+      });
+      assert.equal(forced.choices[0].finish_reason, "tool_calls", `${toolCallParser}: ${JSON.stringify(forced.choices[0].message)}`);
+      const call = forced.choices[0].message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
+      assert.equal(call.function.name, "set_unit");
+      const args = JSON.parse(call.function.arguments) as { unit: string; days: number };
+      assert.ok(["c", "f"].includes(args.unit) && Number.isInteger(args.days) && args.days <= 9, `${toolCallParser}: ${call.function.arguments}`);
+    } finally {
+      await s.shutdown();
+    }
   }
 });

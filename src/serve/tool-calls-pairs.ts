@@ -1,0 +1,92 @@
+/**
+ * Tool calls in the formats that write each argument as a key-value pair, typed by the tool's schema:
+ * GLM 4.5–4.7's (vLLM's `glm45`): `<tool_call>NAME` then `<arg_key>KEY</arg_key>` and
+ * `<arg_value>VALUE</arg_value>` per argument, then `</tool_call>`; Qwen3-Coder's (vLLM's
+ * `qwen3_coder`): `<tool_call>` then `<function=NAME>`, `<parameter=KEY>` VALUE `</parameter>` per
+ * argument, `</function>`, `</tool_call>`. A value is raw text where the schema makes the argument a
+ * string (grammar-tool-calls.ts `rawStringArgument`), else JSON — read as text when it does not
+ * parse, as vLLM does. Unlike vLLM's GLM parser, a GLM raw string keeps its leading and trailing
+ * whitespace (a file's trailing newline is the file's); Qwen3-Coder's template puts a newline on
+ * each side of a value, and exactly those two are taken off.
+ */
+import { GLM, rawStringArgument } from "../engine/grammar-tool-calls.ts";
+import { compileSchema, type JsonSchema, resolve, type SchemaNode } from "../engine/json-schema.ts";
+import { type CallSyntax, FUNCTION_NAME, type ParsedToolCall } from "./tool-calls.ts";
+
+/** A tool as the parser sees it: its name and its parameters' schema. */
+export interface ToolSpec {
+  readonly name: string;
+  readonly parameters?: JsonSchema;
+}
+
+/** Each tool's declared properties, by tool name. */
+type ToolProps = ReadonlyMap<string, ReadonlyMap<string, SchemaNode>>;
+
+const GLM_PAIR = /^\s*<arg_key>([\s\S]*?)<\/arg_key>\s*<arg_value>([\s\S]*?)<\/arg_value>/;
+const QWEN_FUNCTION = /^\s*<function=([^>\n]+)>\n?([\s\S]*?)<\/function>\s*$/;
+const QWEN_PARAMETER = /^\s*<parameter=([^>\n]+)>\n?([\s\S]*?)\n?<\/parameter>/;
+
+/** The GLM syntax for `ToolCallStream`, reading argument types from `tools`. */
+export function glmSyntax(tools: readonly ToolSpec[]): CallSyntax {
+  const props = toolProps(tools);
+  return { open: GLM.open, close: GLM.close, parse: (body) => parseGlmBody(body, props) };
+}
+
+/** The Qwen3-Coder syntax for `ToolCallStream`, reading argument types from `tools`. */
+export function qwen3CoderSyntax(tools: readonly ToolSpec[]): CallSyntax {
+  const props = toolProps(tools);
+  return { open: "<tool_call>", close: "</tool_call>", parse: (body) => parseQwen3CoderBody(body, props) };
+}
+
+/** The call in one GLM block's body, or null when it is not one (no name, or text between the pairs). */
+export function parseGlmBody(body: string, props: ToolProps): ParsedToolCall | null {
+  const at = body.indexOf(GLM.keyOpen);
+  const name = (at < 0 ? body : body.slice(0, at)).trim();
+  return FUNCTION_NAME.test(name) ? readPairs(name, at < 0 ? "" : body.slice(at), GLM_PAIR, props) : null;
+}
+
+/** The call in one Qwen3-Coder block's body, or null when it is not one. */
+export function parseQwen3CoderBody(body: string, props: ToolProps): ParsedToolCall | null {
+  const m = QWEN_FUNCTION.exec(body);
+  if (m === null) return null;
+  const name = m[1].trim();
+  return FUNCTION_NAME.test(name) ? readPairs(name, m[2], QWEN_PARAMETER, props) : null;
+}
+
+/** The call `name` with the pairs `pair` reads from `rest` (nothing but whitespace between them), or null. */
+function readPairs(name: string, rest: string, pair: RegExp, props: ToolProps): ParsedToolCall | null {
+  const types = props.get(name);
+  const args: Record<string, unknown> = {};
+  while (rest.trim() !== "") {
+    const m = pair.exec(rest);
+    if (m === null) return null;
+    const key = m[1].trim();
+    const type = types?.get(key);
+    args[key] = type !== undefined && rawStringArgument(type) ? m[2] : jsonOrText(m[2]);
+    rest = rest.slice(m[0].length);
+  }
+  return { name, arguments: JSON.stringify(args) };
+}
+
+function jsonOrText(v: string): unknown {
+  try {
+    return JSON.parse(v);
+  } catch {
+    return v;
+  }
+}
+
+function toolProps(tools: readonly ToolSpec[]): ToolProps {
+  return new Map(tools.map((t) => [t.name, propertiesOf(t.parameters)]));
+}
+
+/** The declared properties of a tool's parameters (none where the schema cannot be compiled). */
+function propertiesOf(parameters: JsonSchema | undefined): ReadonlyMap<string, SchemaNode> {
+  if (parameters === undefined) return new Map();
+  try {
+    const n = resolve(compileSchema(parameters));
+    return n.t === "object" ? n.props : new Map();
+  } catch {
+    return new Map();
+  }
+}
