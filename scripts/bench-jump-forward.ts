@@ -2,7 +2,8 @@
  * Jump-forward decoding (EngineOptions.jumpForward): what it saves and what it costs.
  *
  * 1. Host side, on the story model's 512-token vocabulary and a synthetic 150k one: a tool call and a
- *    JSON answer (each with JSON's whitespace free and compact), and a timestamp under a regex,
+ *    JSON answer (each with JSON's whitespace free and compact; the call also in Kimi K2's and
+ *    DeepSeek V3.1's formats, compact, and in GLM's and Qwen3-Coder's), and a timestamp under a regex,
  *    written token by token as a model would (greedy longest-match tokens of the answer), with
  *    `OutputConstraint.forced()` after each sampled token appending what the grammar forces.
  *    Reports the steps needed with and without jumps and the time forced() takes per step.
@@ -34,6 +35,10 @@ const TOOL: OutputGrammar = {
   }, { name: "get_time", parameters: { type: "object", properties: { zone: { type: "string" } }, required: ["zone"], additionalProperties: false } }],
 };
 const TOOL_ANSWER = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "San Francisco", "unit": "fahrenheit"}}\n</tool_call>';
+const KIMI_ANSWER = '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "San Francisco", "unit": "fahrenheit"}<|tool_call_end|><|tool_calls_section_end|>';
+const GLM_ANSWER = "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>San Francisco</arg_value>\n<arg_key>unit</arg_key>\n<arg_value>fahrenheit</arg_value>\n</tool_call>";
+const DEEPSEEK_ANSWER = '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "San Francisco", "unit": "fahrenheit"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>';
+const QWEN_ANSWER = "<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Francisco\n</parameter>\n<parameter=unit>\nfahrenheit\n</parameter>\n</function>\n</tool_call>";
 const RECORD: OutputGrammar = {
   kind: "json",
   schema: {
@@ -50,7 +55,7 @@ const compact = (g: OutputGrammar): OutputGrammar => ({ ...g, whitespace: "compa
 const RECORD_ANSWER = '{"status": "shipped", "customer": "Ada", "items": [{"sku": "A-1", "quantity": 2}, {"sku": "B-7", "quantity": 1}]}';
 
 /** Writes `answer` as a model would, jumping where the grammar forces text; steps = sampled tokens. */
-function hostRun(texts: string[], trie: TokenTrie, grammar: OutputGrammar, answer: string, jump: boolean): { steps: number; tokens: number; forcedMs: number[] } {
+function hostRun(texts: readonly string[], trie: TokenTrie, grammar: OutputGrammar, answer: string, jump: boolean): { steps: number; tokens: number; forcedMs: number[] } {
   const c = new OutputConstraint(grammar, trie, [0]);
   const out: number[] = [];
   let written = "";
@@ -78,10 +83,18 @@ function hostRun(texts: string[], trie: TokenTrie, grammar: OutputGrammar, answe
 const model = await loadModel(new URL("../models/stories260K.gguf", import.meta.url).pathname);
 const story = Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id));
 console.log("## Host: steps to write an answer, and forced() per sampled token");
-for (const [vocabName, texts] of [["stories260K (512)", story], ["synthetic 150k", synthetic(150_000)]] as const) {
+// The formats' tags are single tokens of their models' vocabularies (DeepSeek's fullwidth bars exist
+// nowhere else): each vocabulary gets them too.
+const TAGS = [
+  "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+  "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
+];
+for (const [vocabName, texts] of [["stories260K+tags", [...story, ...TAGS]], ["synthetic 150k+tags", [...synthetic(150_000), ...TAGS]]] as [string, string[]][]) {
   const trie = new TokenTrie(texts);
   const cases = [
     ["tool call", TOOL, TOOL_ANSWER], ["  compact", compact(TOOL), TOOL_ANSWER],
+    ["  kimi_k2", compact({ ...TOOL, format: "kimi_k2" } as OutputGrammar), KIMI_ANSWER], ["  glm45", { ...TOOL, format: "glm45" } as OutputGrammar, GLM_ANSWER],
+    ["  deepseek", compact({ ...TOOL, format: "deepseek_v31" } as OutputGrammar), DEEPSEEK_ANSWER], ["  qwen3coder", { ...TOOL, format: "qwen3_coder" } as OutputGrammar, QWEN_ANSWER],
     ["json record", RECORD, RECORD_ANSWER], ["  compact", compact(RECORD), RECORD_ANSWER], ["regex stamp", STAMP, STAMP_ANSWER],
   ] as const;
   for (const [name, grammar, answer] of cases) {
@@ -89,7 +102,7 @@ for (const [vocabName, texts] of [["stories260K (512)", story], ["synthetic 150k
     const runs = [0, 1, 2].map(() => hostRun(texts, trie, grammar, answer, true));
     const ms = runs.flatMap((r) => r.forcedMs);
     console.log(
-      `${vocabName.padEnd(18)} ${name.padEnd(11)}  steps ${String(off.steps).padStart(3)} → ${String(runs[0].steps).padStart(3)} (${(off.steps / runs[0].steps).toFixed(2)}x)` +
+      `${vocabName.padEnd(20)} ${name.padEnd(12)}  steps ${String(off.steps).padStart(3)} → ${String(runs[0].steps).padStart(3)} (${(off.steps / runs[0].steps).toFixed(2)}x)` +
         `  tokens ${off.tokens} → ${runs[0].tokens}  forced(): median ${median(ms).toFixed(3)} ms, mean ${mean(ms).toFixed(3)}, max ${Math.max(...ms).toFixed(2)}`,
     );
   }
