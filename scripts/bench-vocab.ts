@@ -27,7 +27,8 @@ export function tokenize(text: string, texts: readonly string[]): number[] {
   const byText = new Map(texts.map((t, id) => [t, id]));
   const ids: number[] = [];
   for (let i = 0; i < text.length;) {
-    let len = Math.min(16, text.length - i);
+    // Long enough for the tool-call tags (Kimi K2's are 28 characters).
+    let len = Math.min(32, text.length - i);
     while (len > 1 && !byText.has(text.slice(i, i + len))) len--;
     ids.push(byText.get(text.slice(i, i + len))!);
     i += len;
