@@ -147,7 +147,7 @@ function pairArguments(f: PairFormat, parameters: JsonSchema | undefined): Piece
 function pairValue(node: SchemaNode, end: string): Piece {
   const n = resolve(node);
   if (n.t === "string") return { raw: n, end };
-  if (rawStringArgument(n)) return { node: { t: "literal", texts: (n as Extract<SchemaNode, { t: "literal" }>).texts.map((t) => JSON.parse(t) as string) } };
+  if (n.t === "literal" && rawStringArgument(n)) return { node: { t: "literal", texts: n.texts.map((t) => JSON.parse(t) as string) } };
   return { node };
 }
 

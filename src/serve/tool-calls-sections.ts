@@ -8,7 +8,7 @@
  * `<｜tool▁calls▁end｜>` around `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}<｜tool▁call▁end｜>` blocks.
  */
 import { DEEPSEEK, KIMI } from "../engine/grammar-tool-calls.ts";
-import { type CallSyntax, FUNCTION_NAME, type ParsedToolCall } from "./tool-calls.ts";
+import { type CallSyntax, FUNCTION_NAME, jsonObject, type ParsedToolCall } from "./tool-calls.ts";
 
 /** `functions.NAME:INDEX` or `NAME:INDEX` (the name may hold dots; the last dotted part is the function's). */
 const CALL_ID = /^(?:[^<>\s]*\.)?([^<>\s.:]+):(\d+)$/;
@@ -21,7 +21,7 @@ export function parseKimiBody(body: string): ParsedToolCall | null {
   const m = CALL_ID.exec(id);
   if (m === null) return null;
   const args = body.slice(at + KIMI.argsBegin.length).trim();
-  return isJsonObject(args) ? { id, name: m[1], arguments: args } : null;
+  return jsonObject(args) !== null ? { id, name: m[1], arguments: args } : null;
 }
 
 /** Kimi K2's syntax for `ToolCallStream`: call blocks, the section tags (and their singular variants, which some checkpoints write) dropped. */
@@ -38,17 +38,8 @@ export function parseDeepSeekBody(body: string): ParsedToolCall | null {
   if (at < 0) return null;
   const name = body.slice(0, at).trim();
   const args = body.slice(at + DEEPSEEK.sep.length).trim();
-  return FUNCTION_NAME.test(name) && isJsonObject(args) ? { name, arguments: args } : null;
+  return FUNCTION_NAME.test(name) && jsonObject(args) !== null ? { name, arguments: args } : null;
 }
 
 /** DeepSeek V3.1's syntax for `ToolCallStream`: call blocks, the section tags dropped. */
 export const DEEPSEEK_SYNTAX: CallSyntax = { open: DEEPSEEK.callBegin, close: DEEPSEEK.callEnd, drop: [DEEPSEEK.sectionBegin, DEEPSEEK.sectionEnd], parse: parseDeepSeekBody };
-
-function isJsonObject(text: string): boolean {
-  try {
-    const v: unknown = JSON.parse(text);
-    return typeof v === "object" && v !== null && !Array.isArray(v);
-  } catch {
-    return false;
-  }
-}

@@ -33,24 +33,28 @@ export interface CallSyntax {
 /** The Hermes format: a JSON object between `<tool_call>` and `</tool_call>`. */
 export const HERMES: CallSyntax = { open: "<tool_call>", close: "</tool_call>", parse: (body) => parseToolCallBody(body.trim()) };
 
-/** The call in one block's body, or null when the body is not a call. */
-export function parseToolCallBody(body: string): ParsedToolCall | null {
+/** The JSON object `text` holds, or null when it is not JSON or not an object. */
+export function jsonObject(text: string): Record<string, unknown> | null {
   let v: unknown;
   try {
-    v = JSON.parse(body);
+    v = JSON.parse(text);
   } catch {
     return null;
   }
-  if (typeof v !== "object" || v === null || Array.isArray(v)) return null;
-  const o = v as Record<string, unknown>;
-  if (typeof o.name !== "string" || o.name.length === 0) return null;
+  return typeof v === "object" && v !== null && !Array.isArray(v) ? v as Record<string, unknown> : null;
+}
+
+/** The call in one block's body, or null when the body is not a call. */
+export function parseToolCallBody(body: string): ParsedToolCall | null {
+  const o = jsonObject(body);
+  if (o === null || typeof o.name !== "string" || o.name.length === 0) return null;
   const args = o.arguments ?? o.parameters ?? {};
   return { name: o.name, arguments: typeof args === "string" ? args : JSON.stringify(args) };
 }
 
-/** Splits finished output into text and calls; `content` is null when only calls remain. */
-export function parseToolCalls(text: string, syntax: CallSyntax = HERMES): { content: string | null; calls: ParsedToolCall[] } {
-  const s = new ToolCallStream(syntax);
+/** Splits finished Hermes-format output into text and calls; `content` is null when only calls remain. */
+export function parseToolCalls(text: string): { content: string | null; calls: ParsedToolCall[] } {
+  const s = new ToolCallStream(HERMES);
   const parts = [...s.push(text), ...s.end()];
   const content = parts.filter((p) => p.kind === "text").map((p) => (p as { text: string }).text).join("");
   const calls = parts.flatMap((p) => (p.kind === "call" ? [p.call] : []));
