@@ -13,7 +13,7 @@ import { grammarFeed, grammarStart, type GrammarState, type OutputGrammar } from
 import { OutputConstraint, TokenTrie } from "../src/engine/output-constraint.ts";
 import { tokenTextOf } from "../src/model/config.ts";
 import { loadModel } from "../src/model/load.ts";
-import { mean, median, synthetic, tokenize } from "./bench-vocab.ts";
+import { mean, median, synthetic, syntheticPieces, tokenize, tokenizeBytes } from "./bench-vocab.ts";
 
 const GRAMMAR: OutputGrammar = {
   kind: "json",
@@ -53,13 +53,24 @@ const UNIQUE: OutputGrammar = {
     additionalProperties: false,
   },
 };
+/** Characters past ASCII in a free string and in an enum, over a byte-level vocabulary where some are whole tokens and some pieces. */
+const WIDE: OutputGrammar = {
+  kind: "json",
+  schema: {
+    type: "object",
+    properties: { city: { type: "string" }, unit: { enum: ["摄氏度", "华氏度"] }, note: { type: "string", pattern: "^[一-龥]+$" } },
+    required: ["city", "unit"],
+    additionalProperties: false,
+  },
+};
+const WIDE_ANSWER = '{"city": "東京 and 名古屋, 旧金山", "unit": "摄氏度", "note": "天气晴朗"}';
 const UNIQUE_ANSWER = '{"city": "San Francisco", "days": 12, "pair": [37.77, -122.42], "tags": ["fog", "bay area", "summer", "bay"]}';
 
-function bench(name: string, texts: string[], grammar: OutputGrammar, answer: string): void {
+function bench(name: string, texts: string[], grammar: OutputGrammar, answer: string, bytes?: readonly Uint8Array[]): void {
   const t0 = performance.now();
-  const trie = new TokenTrie(texts);
+  const trie = new TokenTrie(texts, bytes && ((id) => bytes[id]));
   const buildMs = performance.now() - t0;
-  const ids = tokenize(answer, texts);
+  const ids = bytes ? tokenizeBytes(answer, bytes) : tokenize(answer, texts);
   const eos = [0];
   const trieMs: number[] = [];
   const bruteMs: number[] = [];
@@ -77,7 +88,8 @@ function bench(name: string, texts: string[], grammar: OutputGrammar, answer: st
       for (const t of texts) if (t !== "" && !t.includes("\uFFFD") && grammarFeed(state, t).length > 0) n++;
       bruteMs.push(performance.now() - b);
       if (n < 0) throw new Error("unreachable");
-      if (k < ids.length) state = grammarFeed(state, texts[ids[k]]);
+      // (The brute force feeds whole texts only: along a pieced answer it stays where the last one left it.)
+      if (k < ids.length && !texts[ids[k]].includes("\uFFFD")) state = grammarFeed(state, texts[ids[k]]);
     }
   }
   console.log(
@@ -96,4 +108,11 @@ for (const [label, grammar, answer] of [["", GRAMMAR, ANSWER], [" patterned", PA
   if (!label.includes(only)) continue;
   bench(`stories260K${label}`, story, grammar, answer);
   bench(`synthetic 150k${label}`, big, grammar, answer);
+}
+if (" wide".includes(only)) {
+  // The same byte-level vocabulary with its pieces placed (bytes given) and left out (texts only).
+  const pieces = syntheticPieces(150_000);
+  bench("150k pieces wide", pieces.texts, WIDE, WIDE_ANSWER, pieces.bytes);
+  bench("150k pieces plain", pieces.texts, GRAMMAR, ANSWER, pieces.bytes);
+  bench("150k no pieces plain", pieces.texts, GRAMMAR, ANSWER);
 }

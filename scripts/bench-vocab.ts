@@ -46,3 +46,42 @@ export function median(xs: number[]): number {
 export function mean(xs: number[]): number {
   return xs.reduce((a, b) => a + b, 0) / xs.length;
 }
+
+/**
+ * `synthetic(n)` made byte-level like Llama 3's or Qwen's vocabulary: its 128 bytes past ASCII as
+ * byte tokens, and (seeded) 3000 whole CJK characters, 1500 tokens of a CJK character's first two
+ * bytes and 1500 of its last byte then a few letters. Texts as they stream (U+FFFD for a piece) and
+ * each token's bytes.
+ */
+export function syntheticPieces(n: number): { texts: string[]; bytes: Uint8Array[] } {
+  let s = 777;
+  const rand = () => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 2 ** 32);
+  const cjk = () => String.fromCodePoint(0x4e00 + Math.floor(rand() * 0x5000));
+  const encode = (t: string) => new TextEncoder().encode(t);
+  const base = synthetic(n - 6000).filter((t) => t !== "\uFFFD");
+  const bytes: Uint8Array[] = base.map(encode);
+  for (let b = 128; b < 256; b++) bytes.push(Uint8Array.of(b));
+  const whole = new Set<string>();
+  while (whole.size < 3000) whole.add(cjk());
+  for (const c of whole) bytes.push(encode(c));
+  for (let i = 0; i < 1500; i++) bytes.push(encode(cjk()).slice(0, 2));
+  for (let i = 0; i < 1500; i++) bytes.push(Uint8Array.from([...encode(cjk()).slice(2), ...encode("abc".slice(0, Math.floor(rand() * 3)))]));
+  const texts = bytes.map((b) => new TextDecoder().decode(b));
+  return { texts, bytes };
+}
+
+/** Greedy longest-match tokenization of `text`'s UTF-8 bytes over tokens' `bytes`. */
+export function tokenizeBytes(text: string, bytes: readonly Uint8Array[]): number[] {
+  const key = (b: Uint8Array) => String.fromCharCode(...b);
+  const byKey = new Map<string, number>();
+  bytes.forEach((b, id) => byKey.has(key(b)) || byKey.set(key(b), id));
+  const all = key(new TextEncoder().encode(text));
+  const ids: number[] = [];
+  for (let i = 0; i < all.length;) {
+    let len = Math.min(32, all.length - i);
+    while (len > 1 && !byKey.has(all.slice(i, i + len))) len--;
+    ids.push(byKey.get(all.slice(i, i + len))!);
+    i += len;
+  }
+  return ids;
+}

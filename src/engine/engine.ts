@@ -195,8 +195,9 @@ export class Engine implements ServingEngine {
   /** The request's output constraint, if it has a grammar; a schema outside the subset is a RequestParamError. */
   private outputConstraint(req: GenerateRequest): OutputConstraint | undefined {
     if (req.grammar === undefined) return undefined;
-    // The vocabulary's texts as they stream, in a trie built on first use.
-    this.trie ??= new TokenTrie(Array.from({ length: this.opts.config.vocabSize }, (_, id) => tokenTextOf(this.opts.tokenizer, id)));
+    // The vocabulary's texts as they stream, in a trie built on first use; pieces of characters by their bytes.
+    const tok = this.opts.tokenizer;
+    this.trie ??= new TokenTrie(Array.from({ length: this.opts.config.vocabSize }, (_, id) => tokenTextOf(tok, id)), (id) => tok.tokenBytes?.(id));
     try {
       return new OutputConstraint(req.grammar, this.trie, this.opts.config.eosTokenIds, req.startsInReasoning === true);
     } catch (e) {

@@ -18,14 +18,14 @@ const isHex = (c: string) => (c >= "0" && c <= "9") || (c >= "a" && c <= "f") ||
 /** A JSON string's next character `c`; `done` gives the configurations once the string has ended. */
 export function stepString(f: StrFrame, c: string, done: Done): Config[] {
   if (f.esc === -1) {
-    if (c === "u") return [{ top: { ...f, esc: 4, hex: 0 }, ws: 0 }];
+    if (c === "u") return escapeMayEnd(f, 0, 4) ? [{ top: { ...f, esc: 4, hex: 0 }, ws: 0 }] : [];
     const i = SHORT_ESCAPES.indexOf(c);
     return i < 0 ? [] : char(f, ESCAPED[i]);
   }
   if (f.esc > 0) {
     if (!isHex(c)) return [];
     const hex = f.hex * 16 + parseInt(c, 16);
-    if (f.esc > 1) return [{ top: { ...f, esc: f.esc - 1, hex }, ws: 0 }];
+    if (f.esc > 1) return escapeMayEnd(f, hex, f.esc - 1) ? [{ top: { ...f, esc: f.esc - 1, hex }, ws: 0 }] : [];
     // A pattern is matched by code point: half a surrogate pair cannot be stepped through it.
     if (f.re.length > 0 && hex >= 0xd800 && hex <= 0xdfff) return [];
     return char(f, String.fromCharCode(hex));
@@ -34,6 +34,22 @@ export function stepString(f: StrFrame, c: string, done: Done): Config[] {
   if (c < " " || f.n >= f.max) return [];
   if (c === "\\") return [{ top: { ...f, esc: -1 }, ws: 0 }];
   return char(f, c);
+}
+
+/**
+ * Whether a `\u` escape whose hex digits so far read `hex`, with `rest` digits to come, can still
+ * end in a character the string's patterns take (always, without patterns). Between two edges of the
+ * patterns' character sets (regex-nfa.ts `edges`) every character steps alike, so the range's first
+ * code point and each edge inside it answer for the whole range.
+ */
+function escapeMayEnd(f: StrFrame, hex: number, rest: number): boolean {
+  if (f.re.length === 0) return true;
+  const lo = hex * 16 ** rest, hi = lo + 16 ** rest - 1;
+  const tries = new Set([lo, 0xe000]);
+  for (const re of f.re) for (const e of re.edges()) if (e > lo && e <= hi) tries.add(e);
+  // Half a surrogate pair is refused under a pattern (stepString).
+  for (const cp of tries) if (cp >= lo && cp <= hi && (cp < 0xd800 || cp > 0xdfff) && char(f, String.fromCharCode(cp)).length > 0) return true;
+  return false;
 }
 
 /** `f` after one more character of the string's value (`v`, escapes decoded), or nothing when it cannot come. */

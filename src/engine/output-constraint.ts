@@ -3,122 +3,16 @@
  * text cannot come next gets a logit of -1e30 (`Backend.maskLogits`, a bit per token), and EOS is
  * allowed only where the grammar may end.
  *
- * The vocabulary's token texts sit in a character trie built once per engine, so finding the
- * allowed tokens walks only the prefixes the grammar accepts: in most states a handful of first
- * characters, not the whole vocabulary. The mask is a bit per token, set for the allowed ones.
+ * The vocabulary's token texts sit in a character trie built once per engine (token-trie.ts), so
+ * finding the allowed tokens walks only the prefixes the grammar accepts: in most states a handful of
+ * first characters, not the whole vocabulary. The mask is a bit per token, set for the allowed ones.
  */
-import {
-  grammarComplete, grammarFeed, grammarStart, grammarStateKey, grammarPlainTextRooms, grammarStep, type GrammarState, isPlainText, ObjectIds,
-  type OutputGrammar,
-} from "./grammar.ts";
-import { kindOf } from "./char-kinds.ts";
+import { grammarComplete, grammarStart, grammarStateKey, ObjectIds, type OutputGrammar } from "./grammar.ts";
 import { grammarForcedText } from "./grammar-forced.ts";
+import { wideCharEdges } from "./grammar-wide-chars.ts";
+import { type PieceState, TokenTrie } from "./token-trie.ts";
 
-interface TrieNode {
-  readonly children: Map<string, TrieNode>;
-  /** Tokens whose text ends here. */
-  readonly ids: number[];
-  /** Its subtree's tokens are `order[lo..hi)`. */
-  lo: number;
-  hi: number;
-  /** The character into it and every one below it are plain (grammar.ts isPlainText). */
-  plain: boolean;
-  /** Characters of the longest text from here down (0 at a leaf). */
-  height: number;
-  /** The kinds (char-kinds.ts) of the character into it and of every one below it. */
-  kinds: number;
-}
-
-/** The token texts of a vocabulary as a character trie (empty texts and partial UTF-8 pieces left out). */
-export class TokenTrie {
-  readonly root: TrieNode = { children: new Map(), ids: [], lo: 0, hi: 0, plain: true, height: 0, kinds: 0 };
-  /** Token ids in depth-first order, so that a subtree's tokens are one range. */
-  readonly order: Int32Array;
-
-  /** @param texts each token's text as it streams (tokenizer.tokenText), "" for special tokens */
-  constructor(readonly texts: readonly string[]) {
-    texts.forEach((t, id) => {
-      // A piece of a UTF-8 character decodes to U+FFFD: no grammar can place it.
-      if (t === "" || t.includes("\uFFFD")) return;
-      let node = this.root;
-      for (const c of t) {
-        let next = node.children.get(c);
-        if (next === undefined) node.children.set(c, (next = { children: new Map(), ids: [], lo: 0, hi: 0, plain: true, height: 0, kinds: 0 }));
-        node = next;
-      }
-      node.ids.push(id);
-    });
-    const order: number[] = [];
-    const number = (node: TrieNode, edge: string) => {
-      node.lo = order.length;
-      order.push(...node.ids);
-      let plain = isPlainText(edge);
-      node.kinds = edge === "" ? 0 : kindOf(edge);
-      for (const [c, child] of node.children) {
-        plain = number(child, c) && plain;
-        node.height = Math.max(node.height, 1 + child.height);
-        node.kinds |= child.kinds;
-      }
-      node.hi = order.length;
-      node.plain = plain;
-      return plain;
-    };
-    number(this.root, "");
-    this.order = Int32Array.from(order);
-  }
-
-  /** Ids of the tokens whose whole text the grammar accepts from `state`. */
-  allowed(state: GrammarState): number[] {
-    const out: number[] = [];
-    const walk = (node: TrieNode, s: GrammarState) => {
-      const rooms = grammarPlainTextRooms(s);
-      for (const [c, child] of node.children) {
-        // Inside a string a subtree of plain texts that fit, of kinds that leave its patterns where they
-        // are, is all allowed: no need to step through it.
-        if (child.plain && rooms.some((r) => 1 + child.height <= r.room && (child.kinds & ~r.kinds) === 0)) {
-          for (let i = child.lo; i < child.hi; i++) out.push(this.order[i]);
-          continue;
-        }
-        const next = grammarStep(s, c);
-        if (next.length === 0) continue;
-        out.push(...child.ids);
-        walk(child, next);
-      }
-    };
-    walk(this.root, state);
-    return out;
-  }
-
-  /**
-   * Token ids that spell `text` from its start, each the longest token text that begins what is
-   * left; stops early where no token does, and, given `after` (the grammar state at the text's end),
-   * before a place where a token that goes on past the end, into what `after` allows, could be
-   * written instead.
-   */
-  cover(text: string, after?: GrammarState): number[] {
-    const chars = [...text];
-    const out: number[] = [];
-    for (let i = 0; i < chars.length;) {
-      let node: TrieNode | undefined = this.root;
-      let best = -1, bestLength = 0;
-      for (let j = i; j < chars.length && node !== undefined; j++) {
-        node = node.children.get(chars[j]);
-        if (node !== undefined && node.ids.length > 0) [best, bestLength] = [node.ids[0], j - i + 1];
-      }
-      // `node` is defined only when the walk from here reached the text's end.
-      if (best < 0 || (after !== undefined && node !== undefined && continuesInto(node, after))) break;
-      out.push(best);
-      i += bestLength;
-    }
-    return out;
-  }
-}
-
-/** Whether some token below `node` continues with a character `state` takes. */
-function continuesInto(node: TrieNode, state: GrammarState): boolean {
-  for (const c of node.children.keys()) if (grammarStep(state, c).length > 0) return true;
-  return false;
-}
+export { TokenTrie } from "./token-trie.ts";
 
 /**
  * The tokens allowed at one step, a bit per token (bit v of word v >> 5): what
@@ -164,18 +58,23 @@ const MAX_JUMP_CHARS = 256;
 
 /** One request's output constraint: its grammar state and the masks it implies. */
 export class OutputConstraint {
-  #state: GrammarState;
+  #at: PieceState;
   #fed = 0;
   readonly #ids = new ObjectIds();
   /** Allowed tokens by state key, oldest first. */
   readonly #cache = new Map<string, Int32Array>();
+  /** The grammar's wide-character edges (grammar-wide-chars.ts), found on first use. */
+  #edges: readonly number[] | undefined;
+  readonly #edgesOf: () => readonly number[];
 
   /**
    * Throws SchemaError when the grammar's schema is outside the supported subset. With
    * `afterReasoning` the output starts as reasoning, free until `</think>` (grammar.ts).
    */
   constructor(grammar: OutputGrammar, private readonly trie: TokenTrie, private readonly eos: readonly number[], afterReasoning = false) {
-    this.#state = grammarStart(grammar, afterReasoning);
+    const state = grammarStart(grammar, afterReasoning);
+    this.#at = { state, pending: [] };
+    this.#edgesOf = () => (this.#edges ??= wideCharEdges(grammar, state));
   }
 
   /**
@@ -195,9 +94,9 @@ export class OutputConstraint {
     }
     const allowed = this.#allowed();
     for (const id of allowed) mask.set(id);
-    // A dead end (text no token of this vocabulary spells, e.g. a character it has only as UTF-8
-    // byte pieces) ends the answer at EOS, not at whatever token an all-barred row would pick.
-    const done = grammarComplete(this.#state) || allowed.length === 0;
+    // A dead end (text no token of this vocabulary spells) ends the answer at EOS, not at whatever
+    // token an all-barred row would pick; mid-character the answer cannot end otherwise.
+    const done = (this.#at.pending.length === 0 && grammarComplete(this.#at.state)) || allowed.length === 0;
     for (const id of this.eos) mask.set(id, done);
     return mask;
   }
@@ -207,36 +106,40 @@ export class OutputConstraint {
    * grammar forces their text after the output so far (grammar-forced.ts). The forced text is spelled
    * with the longest tokens that fit, up to the first place where a token reaching past the forced
    * text could be written instead (`":` where the forced text ends in a key's `"`): from there the model
-   * picks, so the jump never takes a tokenization from it. Empty when nothing is forced.
+   * picks, so the jump never takes a tokenization from it. Empty when nothing is forced, or in the
+   * middle of a character.
    */
   forced(tokens: readonly number[], outputStart: number, maxTokens: number): number[] {
     this.#feed(tokens, outputStart);
     if (maxTokens <= 0) return [];
-    const { text, state } = grammarForcedText(this.#state, MAX_JUMP_CHARS);
-    if (text === "") return [];
-    return this.trie.cover(text, state).slice(0, maxTokens);
+    return this.#forcedTokens().slice(0, maxTokens);
   }
 
   /** The first token spelling the text forced from the current state (see {@link forced}), if any. */
   #firstForced(): number | undefined {
-    const { text, state } = grammarForcedText(this.#state, MAX_JUMP_CHARS);
-    return text === "" ? undefined : this.trie.cover(text, state)[0];
+    return this.#forcedTokens()[0];
+  }
+
+  #forcedTokens(): number[] {
+    if (this.#at.pending.length > 0) return [];
+    const { text, state } = grammarForcedText(this.#at.state, MAX_JUMP_CHARS);
+    return text === "" ? [] : this.trie.cover(text, state);
   }
 
   /** Feeds the output tokens not fed yet to the grammar. */
   #feed(tokens: readonly number[], outputStart: number): void {
     for (; outputStart + this.#fed < tokens.length; this.#fed++) {
-      const fed = grammarFeed(this.#state, this.trie.texts[tokens[outputStart + this.#fed]] ?? "");
+      const fed = this.trie.feed(this.#at, tokens[outputStart + this.#fed]);
       // A token the mask allowed always feeds; a stale state (none should arise) keeps the last good one.
-      if (fed.length > 0) this.#state = fed;
+      if (fed !== null) this.#at = fed;
     }
   }
 
   #allowed(): Int32Array {
-    const key = grammarStateKey(this.#state, this.#ids);
+    const key = `${grammarStateKey(this.#at.state, this.#ids)}#${this.#at.pending.join()}`;
     let ids = this.#cache.get(key);
     if (ids === undefined) {
-      ids = Int32Array.from(this.trie.allowed(this.#state));
+      ids = Int32Array.from(this.trie.allowed(this.#at, this.#edgesOf));
       if (this.#cache.size >= MASK_CACHE_ENTRIES) this.#cache.delete(this.#cache.keys().next().value!);
       this.#cache.set(key, ids);
     }

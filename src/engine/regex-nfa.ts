@@ -33,6 +33,11 @@ export interface CompiledRegex {
   step(state: RegexState, ch: string): RegexState | null;
   /** True when the text read so far is a match. */
   accepts(state: RegexState): boolean;
+  /**
+   * The code points where one of the expression's character sets starts or stops (past a range's
+   * end), sorted: between two of them every character steps alike from every state.
+   */
+  edges(): readonly number[];
   /** Fewest more characters that reach a match from `state` (0 when it accepts; Infinity when none can). */
   minToAccept(state: RegexState): number;
   /** True when every continuation of the text read so far is a match (a match found, the end unanchored). */
@@ -181,6 +186,16 @@ class Compiled implements CompiledRegex {
     }
     this.#mark = new Uint32Array(n);
     this.start = this.#close([start]);
+  }
+
+  #edges: readonly number[] | undefined;
+  edges(): readonly number[] {
+    if (this.#edges === undefined) {
+      const at = new Set<number>();
+      for (const set of this.#nfa.sets) for (let k = 0; set !== null && k < set.length; k += 2) at.add(set[k]).add(set[k + 1] + 1);
+      this.#edges = [...at].sort((a, b) => a - b);
+    }
+    return this.#edges;
   }
 
   step(state: RegexState, ch: string): RegexState | null {

@@ -82,6 +82,12 @@ export interface Tokenizer {
   /** Text of one token as it would appear in streamed output (may be a partial UTF-8 piece). */
   tokenText?(id: number): string;
   /**
+   * The bytes one token stands for in the output (empty for special tokens), where they are known: a
+   * piece of a UTF-8 character has no text of its own, and output grammars place such pieces by
+   * their bytes (src/engine/token-trie.ts).
+   */
+  tokenBytes?(id: number): Uint8Array | undefined;
+  /**
    * The most UTF-16 code units of input text one token can stand for (its longest vocabulary
    * piece, special tokens included; a byte-fallback token stands for at most one), so
    * `Math.ceil(text.length / maxCharsPerToken())` tokens at least come out of `encode(text)`.

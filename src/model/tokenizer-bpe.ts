@@ -127,6 +127,10 @@ export class BpeTokenizer implements Tokenizer {
     return utf8(this.pieceBytes(id));
   }
 
+  tokenBytes(id: number): Uint8Array {
+    return Uint8Array.from(this.pieceBytes(id));
+  }
+
   private maxChars: number | undefined;
   /**
    * A byte-level token's string has one character per byte of text it stands for (and a UTF-16

@@ -5,6 +5,7 @@
 import { Tokenizer as HfTokenizerImpl } from "@huggingface/tokenizers";
 import type { Tokenizer } from "./config.ts";
 import { ModelLoadError } from "./config.ts";
+import { bytesToUnicode } from "./tokenizer-bpe.ts";
 
 /** Tokenizer backed by a parsed tokenizer.json (+ tokenizer_config.json). */
 export class HfTokenizer implements Tokenizer {
@@ -28,7 +29,11 @@ export class HfTokenizer implements Tokenizer {
     this.specialIds = new Set<number>();
     for (const [id, tok] of this.impl.get_added_tokens_decoder()) if (tok.special) this.specialIds.add(id);
     this.boundFactor = hfBoundFactor(tokenizerJson);
+    this.byteLevel = JSON.stringify((tokenizerJson as Json).decoder ?? null).includes('"ByteLevel"');
   }
+
+  /** The decoder maps token strings through GPT-2's byte alphabet (tokenizer-bpe.ts bytesToUnicode). */
+  private readonly byteLevel: boolean;
 
   /** See {@link hfBoundFactor}; undefined: no bound. */
   private readonly boundFactor: number | undefined;
@@ -58,6 +63,31 @@ export class HfTokenizer implements Tokenizer {
   tokenText(id: number): string {
     return this.specialIds.has(id) ? "" : this.impl.decode([id], { skip_special_tokens: true, clean_up_tokenization_spaces: false });
   }
+
+  /**
+   * A token's bytes: its text's where that is whole characters; else a byte-fallback token's
+   * (`<0xE6>`) or, under a byte-level decoder, its string read through the byte alphabet.
+   */
+  tokenBytes(id: number): Uint8Array | undefined {
+    const text = this.tokenText(id);
+    if (!text.includes("\uFFFD")) return new TextEncoder().encode(text);
+    const token = this.impl.id_to_token(id);
+    if (token === undefined) return undefined;
+    const m = /^<0x([0-9A-Fa-f]{2})>$/.exec(token);
+    if (m) return Uint8Array.of(parseInt(m[1], 16));
+    if (!this.byteLevel) return undefined;
+    this.charByte ??= new Map(bytesToUnicode().map((c, b) => [c, b]));
+    const bytes: number[] = [];
+    for (const c of token) {
+      const b = this.charByte.get(c);
+      if (b === undefined) return undefined;
+      bytes.push(b);
+    }
+    return Uint8Array.from(bytes);
+  }
+
+  /** The byte-level alphabet's characters to bytes, built on first use. */
+  private charByte: Map<string, number> | undefined;
 
   /** The id of a token string, if the vocab has it. */
   tokenId(token: string): number | undefined {

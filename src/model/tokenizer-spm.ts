@@ -166,6 +166,10 @@ export class SpmTokenizer implements Tokenizer {
     return utf8(this.pieceBytes(id));
   }
 
+  tokenBytes(id: number): Uint8Array {
+    return Uint8Array.from(this.pieceBytes(id));
+  }
+
   private maxChars: number | undefined | null = null;
   /**
    * Every token stands for a piece of the (space-prefixed) text no longer than its vocabulary

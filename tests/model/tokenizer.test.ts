@@ -95,3 +95,19 @@ test("HfTokenizer prepends BOS only when asked and skips special tokens when dec
   assert.deepEqual(ids.slice(1), hf.encode("hello world"));
   assert.equal(hf.decode(ids), "hello world");
 });
+
+test("tokenBytes() gives each token's bytes, pieces of characters included, alike in every tokenizer", () => {
+  const v = bpeVocab(400);
+  const bpe = new BpeTokenizer({ tokens: v.tokens, types: v.types, merges: v.merges, pre: "qwen2" });
+  const hf = new HfTokenizer(tokenizerJson(v), {}, undefined, "test");
+  const text = "naïve café 🙂 東京 ünïcödé";
+  for (const tok of [bpe, hf, stories.tokenizer]) {
+    const ids = tok.encode(text);
+    const bytes = ids.flatMap((id) => Array.from(tok.tokenBytes!(id)!));
+    // The story model adds a space prefix (SentencePiece): its bytes are those of " " + text.
+    const want = new TextEncoder().encode(tok === stories.tokenizer ? ` ${text}` : text);
+    assert.deepEqual(bytes, Array.from(want), tok.constructor.name);
+    assert.ok(ids.some((id) => tok.tokenText!(id).includes("\uFFFD")), `${tok.constructor.name} spells some character with pieces`);
+  }
+  assert.deepEqual(Array.from(hf.tokenBytes(v.eosId)!), [], "a special token stands for no bytes");
+});

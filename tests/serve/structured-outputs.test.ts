@@ -76,6 +76,28 @@ test("structured_outputs choice, regex and json constrain completions and chat a
   });
 });
 
+test("structured_outputs places characters the vocabulary has only as byte tokens: é, 東京, 😀 (openai client)", async () => {
+  // The story model's 512 tokens hold no character past ASCII: each is 2 to 4 byte-fallback tokens.
+  await withServer({}, async (_url, client) => {
+    const choices = ["Zürich", "東京", "ok 😀"];
+    for (const seed of [1, 2, 3]) {
+      const r = await client.completions.create({ model: "stories260K", prompt: STORY, max_tokens: 20, temperature: 1, seed, structured_outputs: { choice: choices } } as OpenAI.CompletionCreateParamsNonStreaming & Extra);
+      assert.ok(choices.includes(r.choices[0].text), r.choices[0].text);
+      assert.equal(r.choices[0].finish_reason, "stop");
+    }
+    const schema = { type: "object", additionalProperties: false, required: ["city", "note"], properties: { city: { enum: ["Zürich", "東京"] }, note: { type: "string", pattern: "^[一-龥]{2}$" } } };
+    const stream = await client.chat.completions.create({
+      model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 60, temperature: 1, seed: 4, stream: true,
+      response_format: { type: "json_schema", json_schema: { name: "place", schema } },
+    });
+    let text = "";
+    for await (const c of stream) text += c.choices[0]?.delta.content ?? "";
+    assert.ok(!text.includes("\uFFFD"), `no character streamed in halves: ${text}`);
+    const v = JSON.parse(text) as { city: string; note: string };
+    assert.ok(["Zürich", "東京"].includes(v.city) && /^[一-龥]{2}$/u.test(v.note), text);
+  });
+});
+
 test("structured_outputs disable_any_whitespace and serve --json-whitespace compact space JSON as json.dumps does, and more of it is jumped", async () => {
   const jumped: Record<string, number> = {};
   for (const jsonWhitespace of ["any", "compact"] as const) {
