@@ -12,48 +12,54 @@
  */
 import { grammarPlainTextRooms, grammarStep, type GrammarState } from "./grammar.ts";
 import { WIDE_KIND } from "./char-kinds.ts";
-import { formatPattern } from "./regex-nfa.ts";
-import { parseRegex, type RegexNode } from "./regex-parse.ts";
+import { type CompiledRegex, compilePattern, formatPattern } from "./regex-nfa.ts";
 
-/** The code points past ASCII where what `roots` (a grammar and its start state) accept may change, sorted. */
+/** Keys whose strings never constrain output (JSON Schema annotations). */
+const ANNOTATIONS = new Set(["description", "title", "$comment"]);
+
+/**
+ * The code points past ASCII where what `roots` (a grammar and its start state) accept may change,
+ * sorted: each wide character of a string in them (c and c + 1), and the edges of each expression —
+ * compiled (regex-nfa.ts `edges`) or given as a `pattern` or a `format`.
+ */
 export function wideCharEdges(...roots: readonly unknown[]): number[] {
   const edges = new Set<number>();
   const seen = new Set<object>();
-  const addSet = (set: readonly number[]) => {
-    for (let k = 0; k < set.length; k += 2) edges.add(set[k]).add(set[k + 1] + 1);
-  };
-  const addRegex = (source: string) => {
-    try {
-      const walk = (n: RegexNode): void => {
-        if (n.t === "set") addSet(n.set);
-        else if (n.t === "seq") n.items.forEach(walk);
-        else if (n.t === "alt") n.options.forEach(walk);
-        else walk(n.node);
-      };
-      walk(parseRegex(source).body);
-    } catch {
-      // Not an expression: its characters count as literals (below).
-    }
-  };
-  const addString = (s: string) => {
+  const addLiteral = (s: string) => {
     for (const c of s) {
       const cp = c.codePointAt(0)!;
       if (cp >= 0x80) edges.add(cp).add(cp + 1);
     }
-    addRegex(s);
-    const format = formatPattern(s);
-    if (format !== undefined) addRegex(format);
   };
-  const visit = (v: unknown): void => {
-    if (typeof v === "string") return addString(v);
+  const addRegex = (source: string | undefined) => {
+    if (source === undefined) return;
+    try {
+      compilePattern(source).edges().forEach((e) => edges.add(e));
+    } catch {
+      // Refused where the grammar is built: it never steps it.
+    }
+  };
+  const visit = (v: unknown, key: string): void => {
+    if (typeof v === "string") {
+      if (ANNOTATIONS.has(key)) return;
+      addLiteral(v);
+      if (key === "pattern") addRegex(v);
+      else if (key === "format") addRegex(formatPattern(v));
+      return;
+    }
     if (typeof v !== "object" || v === null || seen.has(v)) return;
     seen.add(v);
-    if (v instanceof Map) for (const [k, x] of v) visit(k), visit(x);
-    else if (v instanceof Set || Array.isArray(v)) for (const x of v) visit(x);
-    else for (const [k, x] of Object.entries(v)) visit(k), visit(x);
+    if (isCompiledRegex(v)) v.edges().forEach((e) => edges.add(e));
+    else if (v instanceof Map) for (const [k, x] of v) visit(k, ""), visit(x, typeof k === "string" ? k : "");
+    else if (v instanceof Set || Array.isArray(v)) for (const x of v) visit(x, key);
+    else for (const [k, x] of Object.entries(v)) addLiteral(k), visit(x, k);
   };
-  roots.forEach(visit);
+  roots.forEach((r) => visit(r, ""));
   return [...edges].filter((cp) => cp >= 0x80 && cp <= 0x10ffff).sort((a, b) => a - b);
+}
+
+function isCompiledRegex(v: object): v is CompiledRegex {
+  return typeof (v as Partial<CompiledRegex>).edges === "function" && typeof (v as Partial<CompiledRegex>).step === "function";
 }
 
 /**
