@@ -126,12 +126,17 @@ export class TokenTrie {
       return out;
     }
     const walk = (node: TrieNode, s: GrammarState) => {
-      if (node.leads.length > 0) {
+      // Where no character past ASCII may come (between JSON values, in a number), the thousands of
+      // texts and pieces that start with one are skipped without stepping each.
+      let noWide: boolean | undefined;
+      const takesNoWide = () => (noWide ??= !takesEveryWide(s) && !stepsSomeOf(s, 0x80, 0x10ffff, edges()));
+      if (node.leads.length > 0 && !takesNoWide()) {
         const fits = leadsFit(s);
         for (const l of node.leads) if (fits(l.lead)) out.push(l.id);
       }
       const rooms = grammarPlainTextRooms(s);
       for (const [c, child] of node.children) {
+        if (c >= "\u0080" && takesNoWide()) continue;
         // Inside a string a subtree of plain texts that fit, of kinds that leave its patterns where they
         // are, is all allowed: no need to step through it.
         if (child.plain && rooms.some((r) => 1 + child.height <= r.room && (child.kinds & ~r.kinds) === 0)) {
