@@ -13,7 +13,8 @@ export class OutputText {
   private full = "";
   stopped = false;
 
-  constructor(private readonly tokenizer: Tokenizer, private readonly stops: readonly string[]) {}
+  /** @param special write control tokens' strings (GenerateRequest.skipSpecialTokens false) */
+  constructor(private readonly tokenizer: Tokenizer, private readonly stops: readonly string[], private readonly special = false) {}
 
   /** All text handed out so far. */
   get text(): string {
@@ -24,7 +25,7 @@ export class OutputText {
   push(id: number): string {
     this.ids.push(id);
     // Decoding the whole output each time keeps multi-token characters right; outputs are short.
-    this.full = this.tokenizer.decode(this.ids);
+    this.full = this.tokenizer.decode(this.ids, { special: this.special });
     let limit = this.full.length;
     for (const s of this.stops) {
       const at = this.full.indexOf(s, Math.max(0, this.emitted - s.length + 1));

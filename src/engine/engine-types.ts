@@ -23,6 +23,12 @@ export interface GenerateRequest {
   stop?: string[];
   /** Keep going past EOS (vLLM's ignore_eos), for benchmarks. */
   ignoreEos?: boolean;
+  /**
+   * False: control tokens the model writes (`[TOOL_CALLS]`, `<|python_tag|>`) are part of the output
+   * text as their vocabulary strings, and a grammar may place them as such (vLLM's
+   * skip_special_tokens); default true: they stream as nothing. EOS ends the output either way.
+   */
+  skipSpecialTokens?: boolean;
   /** Subtracted from a token's logit once it is in this request's output (OpenAI presence_penalty). */
   presencePenalty?: number;
   /** Subtracted from a token's logit per appearance in this request's output (OpenAI frequency_penalty). */

@@ -61,7 +61,8 @@ export class Engine implements ServingEngine {
   private readonly active = new Map<number, Active>();
   private readonly now: () => number;
   private readonly maxWaiting: number;
-  private trie: TokenTrie | undefined;
+  /** Token tries for output grammars, without and with control tokens' strings (built on first use). */
+  private readonly tries: [TokenTrie | undefined, TokenTrie | undefined] = [undefined, undefined];
   private nextId = 0;
   private wake: (() => void) | undefined;
   private loopDone: Promise<void> | undefined;
@@ -123,7 +124,7 @@ export class Engine implements ServingEngine {
     const a: Active = {
       seq, req, sessionId, maxTokens, resolve, t0, tLast: t0, done: false,
       queue: new AsyncQueue<StreamDelta>(() => this.cancel(id)),
-      text: new OutputText(this.opts.tokenizer, req.stop ?? []),
+      text: new OutputText(this.opts.tokenizer, req.stop ?? [], req.skipSpecialTokens === false),
       rng: seededUniforms(req.seed ?? Math.floor(Math.random() * 2 ** 31), 0),
       adjust: LogitAdjuster.of(req),
       constraint,
@@ -195,15 +196,24 @@ export class Engine implements ServingEngine {
   /** The request's output constraint, if it has a grammar; a schema outside the subset is a RequestParamError. */
   private outputConstraint(req: GenerateRequest): OutputConstraint | undefined {
     if (req.grammar === undefined) return undefined;
-    // The vocabulary's texts as they stream, in a trie built on first use; pieces of characters by their bytes.
-    const tok = this.opts.tokenizer;
-    this.trie ??= new TokenTrie(Array.from({ length: this.opts.config.vocabSize }, (_, id) => tokenTextOf(tok, id)), (id) => tok.tokenBytes?.(id));
     try {
-      return new OutputConstraint(req.grammar, this.trie, this.opts.config.eosTokenIds, req.startsInReasoning === true);
+      return new OutputConstraint(req.grammar, this.tokenTrie(req.skipSpecialTokens === false), this.opts.config.eosTokenIds, req.startsInReasoning === true);
     } catch (e) {
       if (e instanceof SchemaError) throw new RequestParamError(e.message);
       throw e;
     }
+  }
+
+  /**
+   * The vocabulary's texts as they stream, in a trie built on first use; pieces of characters by
+   * their bytes. With `special`, control tokens by their strings (EOS aside: it ends the output).
+   */
+  private tokenTrie(special: boolean): TokenTrie {
+    const built = this.tries[special ? 1 : 0];
+    if (built !== undefined) return built;
+    const tok = this.opts.tokenizer, eos = this.opts.config.eosTokenIds;
+    const texts = Array.from({ length: this.opts.config.vocabSize }, (_, id) => (special && eos.includes(id) ? "" : tokenTextOf(tok, id, { special })));
+    return (this.tries[special ? 1 : 0] = new TokenTrie(texts, (id) => tok.tokenBytes?.(id)));
   }
 
   /** Starts the worker loop (idempotent). */

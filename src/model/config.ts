@@ -77,10 +77,13 @@ export interface Tokenizer {
   readonly vocabSize: number;
   /** Encodes text to ids; adds BOS only when `addBos` is true. */
   encode(text: string, options?: { addBos?: boolean }): number[];
-  /** Decodes ids to text (special tokens skipped). */
-  decode(ids: readonly number[]): string;
-  /** Text of one token as it would appear in streamed output (may be a partial UTF-8 piece). */
-  tokenText?(id: number): string;
+  /**
+   * Decodes ids to text: control tokens (`<|im_end|>`, Mistral's `[TOOL_CALLS]`) are skipped unless
+   * `special` is true (vLLM's `skip_special_tokens` false), which writes each as its vocabulary string.
+   */
+  decode(ids: readonly number[], options?: DecodeOptions): string;
+  /** Text of one token as it would appear in streamed output (may be a partial UTF-8 piece); see {@link decode} for `special`. */
+  tokenText?(id: number, options?: DecodeOptions): string;
   /**
    * The bytes one token stands for in the output (empty for special tokens), where they are known: a
    * piece of a UTF-8 character has no text of its own, and output grammars place such pieces by
@@ -96,9 +99,15 @@ export interface Tokenizer {
   maxCharsPerToken?(): number | undefined;
 }
 
+/** How {@link Tokenizer.decode} writes control tokens. */
+export interface DecodeOptions {
+  /** Write control tokens as their vocabulary strings (default false: skip them). */
+  special?: boolean;
+}
+
 /** A token's text as it streams: the tokenizer's piece for it, or its decoding where it has none. */
-export function tokenTextOf(tokenizer: Tokenizer, id: number): string {
-  return tokenizer.tokenText?.(id) ?? tokenizer.decode([id]);
+export function tokenTextOf(tokenizer: Tokenizer, id: number, options?: DecodeOptions): string {
+  return tokenizer.tokenText?.(id, options) ?? tokenizer.decode([id], options);
 }
 
 /** A loaded model: configuration, host weights, tokenizer and its chat template if any. */

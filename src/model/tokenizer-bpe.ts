@@ -3,7 +3,7 @@
  * pre-tokenizer regex chosen from tokenizer.ggml.pre, each piece's UTF-8 bytes are mapped to
  * printable characters (GPT-2's bytes_to_unicode), then merged by merge rank (lowest first).
  */
-import type { Tokenizer } from "./config.ts";
+import type { DecodeOptions, Tokenizer } from "./config.ts";
 import { SpecialSplitter, TokenType, utf8 } from "./tokenizer-special.ts";
 
 /** The vocab fields a byte-level BPE tokenizer needs. */
@@ -117,14 +117,14 @@ export class BpeTokenizer implements Tokenizer {
     }
   }
 
-  decode(ids: readonly number[]): string {
+  decode(ids: readonly number[], options?: DecodeOptions): string {
     const bytes: number[] = [];
-    for (const id of ids) for (const b of this.pieceBytes(id)) bytes.push(b);
+    for (const id of ids) for (const b of this.pieceBytes(id, options?.special === true)) bytes.push(b);
     return utf8(bytes);
   }
 
-  tokenText(id: number): string {
-    return utf8(this.pieceBytes(id));
+  tokenText(id: number, options?: DecodeOptions): string {
+    return utf8(this.pieceBytes(id, options?.special === true));
   }
 
   tokenBytes(id: number): Uint8Array {
@@ -141,12 +141,13 @@ export class BpeTokenizer implements Tokenizer {
     return this.maxChars;
   }
 
-  private pieceBytes(id: number): number[] {
+  /** A token's bytes; a control token's string only with `special`. */
+  private pieceBytes(id: number, special = false): number[] {
     const t = this.vocab.tokens[id];
     if (t === undefined) return [];
     const type = this.vocab.types[id] ?? TokenType.NORMAL;
-    if (type === TokenType.CONTROL || type === TokenType.UNUSED || type === TokenType.UNKNOWN) return [];
-    if (type === TokenType.USER_DEFINED) return Array.from(new TextEncoder().encode(t));
+    if ((type === TokenType.CONTROL && !special) || type === TokenType.UNUSED || type === TokenType.UNKNOWN) return [];
+    if (type === TokenType.USER_DEFINED || type === TokenType.CONTROL) return Array.from(new TextEncoder().encode(t));
     const out: number[] = [];
     for (const ch of t) {
       const b = this.charByte.get(ch);

@@ -3,7 +3,7 @@
  * the post-processor) so `encode(text, { addBos })` means the same thing for every tokenizer.
  */
 import { Tokenizer as HfTokenizerImpl } from "@huggingface/tokenizers";
-import type { Tokenizer } from "./config.ts";
+import type { DecodeOptions, Tokenizer } from "./config.ts";
 import { ModelLoadError } from "./config.ts";
 import { bytesToUnicode } from "./tokenizer-bpe.ts";
 
@@ -53,15 +53,17 @@ export class HfTokenizer implements Tokenizer {
     return options.addBos && this.bosId !== undefined ? [this.bosId, ...ids] : ids;
   }
 
-  decode(ids: readonly number[]): string {
-    return this.impl.decode(ids.filter((id) => !this.specialIds.has(id)), {
-      skip_special_tokens: true,
+  decode(ids: readonly number[], options?: DecodeOptions): string {
+    const special = options?.special === true;
+    return this.impl.decode(special ? [...ids] : ids.filter((id) => !this.specialIds.has(id)), {
+      skip_special_tokens: !special,
       clean_up_tokenization_spaces: false,
     });
   }
 
-  tokenText(id: number): string {
-    return this.specialIds.has(id) ? "" : this.impl.decode([id], { skip_special_tokens: true, clean_up_tokenization_spaces: false });
+  tokenText(id: number, options?: DecodeOptions): string {
+    if (this.specialIds.has(id)) return options?.special === true ? this.impl.id_to_token(id) ?? "" : "";
+    return this.impl.decode([id], { skip_special_tokens: true, clean_up_tokenization_spaces: false });
   }
 
   /**

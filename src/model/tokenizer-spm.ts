@@ -4,7 +4,7 @@
  * llama.cpp's `llm_tokenizer_spm`: start from UTF-8 characters and repeatedly merge the adjacent
  * pair whose concatenation is the highest-scoring vocab entry (ties: leftmost).
  */
-import type { Tokenizer } from "./config.ts";
+import type { DecodeOptions, Tokenizer } from "./config.ts";
 import { type Fragment, SpecialSplitter, TokenType, utf8 } from "./tokenizer-special.ts";
 
 /** The vocab fields an SPM tokenizer needs. */
@@ -151,10 +151,10 @@ export class SpmTokenizer implements Tokenizer {
     }
   }
 
-  decode(ids: readonly number[]): string {
+  decode(ids: readonly number[], options?: DecodeOptions): string {
     const bytes: number[] = [];
     ids.forEach((id, i) => {
-      const piece = this.pieceBytes(id);
+      const piece = this.pieceBytes(id, options?.special === true);
       // The space prefix added at encode time is dropped again right after BOS.
       const skipSpace = this.vocab.addSpacePrefix && i === 1 && ids[0] === this.vocab.bosId && piece[0] === 0x20;
       for (let k = skipSpace ? 1 : 0; k < piece.length; k++) bytes.push(piece[k]);
@@ -162,8 +162,8 @@ export class SpmTokenizer implements Tokenizer {
     return utf8(bytes);
   }
 
-  tokenText(id: number): string {
-    return utf8(this.pieceBytes(id));
+  tokenText(id: number, options?: DecodeOptions): string {
+    return utf8(this.pieceBytes(id, options?.special === true));
   }
 
   tokenBytes(id: number): Uint8Array {
@@ -184,7 +184,8 @@ export class SpmTokenizer implements Tokenizer {
     return this.maxChars;
   }
 
-  private pieceBytes(id: number): number[] {
+  /** A token's bytes; a control token's string only with `special`. */
+  private pieceBytes(id: number, special = false): number[] {
     const t = this.vocab.tokens[id];
     if (t === undefined) return [];
     switch (this.vocab.types[id] ?? TokenType.NORMAL) {
@@ -193,6 +194,7 @@ export class SpmTokenizer implements Tokenizer {
         return m ? [parseInt(m[1], 16)] : [];
       }
       case TokenType.CONTROL:
+        return special ? Array.from(new TextEncoder().encode(t)) : [];
       case TokenType.UNKNOWN:
       case TokenType.UNUSED:
         return [];

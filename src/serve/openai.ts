@@ -107,7 +107,9 @@ function logprobsCount(body: ChatRequest | CompletionRequest): number | undefine
 }
 
 /** Builds the engine request (after {@link checkUnsupported}). */
-function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], maxTokens: number | null | undefined, startsInReasoning = false, grammar?: OutputGrammar): GenerateRequest {
+function engineRequest(
+  body: ChatRequest | CompletionRequest, prompt: number[], maxTokens: number | null | undefined, startsInReasoning = false, grammar?: OutputGrammar, skipSpecialTokens = true,
+): GenerateRequest {
   const stop = body.stop === null || body.stop === undefined ? [] : typeof body.stop === "string" ? [body.stop] : body.stop;
   return {
     prompt,
@@ -118,6 +120,7 @@ function engineRequest(body: ChatRequest | CompletionRequest, prompt: number[], 
     seed: body.seed ?? undefined,
     stop: stop.filter((s) => s.length > 0),
     ignoreEos: body.ignore_eos ?? false,
+    ...((body.skip_special_tokens ?? skipSpecialTokens) ? {} : { skipSpecialTokens: false }),
     logprobs: logprobsCount(body),
     ...(grammar ? { grammar } : {}),
     presencePenalty: body.presence_penalty ?? undefined,
@@ -205,11 +208,14 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   if (prompt.length === 0) throw new ApiError(400, "The messages render to an empty prompt", "messages", "invalid_value");
   const reasoning = ctx.reasoningParser === "think";
   const startsInReasoning = reasoning && promptOpensReasoning(text);
-  const request = engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar);
+  // With tools the answer keeps control tokens' text unless the request says otherwise: a model whose
+  // call tags are control tokens (Mistral's [TOOL_CALLS], Llama 3's <|python_tag|>) shows its calls
+  // to the tool-call parser only so (vLLM's parsers set skip_special_tokens false likewise).
+  const toolCalls = (tools?.length ?? 0) > 0;
+  const request = engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, !toolCalls);
   const n = body.n ?? 1;
   // Chat's prompt log probabilities are returned once, beside the choices.
   const handles = submit(ctx, [request], n, "messages", true);
-  const toolCalls = (tools?.length ?? 0) > 0;
   return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools) } }, body);
 }
 

@@ -104,6 +104,8 @@ const common = {
   user: maybe(sessionKey),
   prompt_cache_key: maybe(sessionKey),
   ignore_eos: maybe(z.boolean()),
+  // vLLM's extension: false writes control tokens the model emits as their vocabulary strings.
+  skip_special_tokens: maybe(z.boolean()),
   response_format: maybe(z.looseObject({ type: z.string() })),
   structured_outputs: maybe(StructuredOutputs),
   // vLLM's older names for structured_outputs' json, regex, choice and grammar (removed in its 0.12).

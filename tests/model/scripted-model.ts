@@ -31,6 +31,12 @@ export interface ScriptedModelSpec {
    */
   literalPieces?: boolean;
   /**
+   * Pieces to make control tokens instead, as Mistral's `[TOOL_CALLS]` and Kimi K2's section tags are
+   * in their checkpoints: their text in a prompt turns into their ids, and they stream as nothing
+   * unless the request keeps special tokens (skip_special_tokens false).
+   */
+  controlPieces?: string[];
+  /**
    * Greedy successor map: after the token whose text is `from` comes the token `to` ("<eos>" =
    * end of generation). `from`/`to` may be any single token of the vocab: a piece, a byte
    * character like "!" or "\n" (its byte token), or a merged word of `bpeVocab` like " the".
@@ -55,7 +61,7 @@ const HEAD_DIM = 64;
 const LOGIT_WEIGHT = 4;
 
 /** The vocab of `spec`: bpeVocab(300), the pieces, then unused fillers up to a multiple of 64. */
-export function scriptedVocab(spec: Pick<ScriptedModelSpec, "pieces" | "literalPieces">): ScriptedVocab {
+export function scriptedVocab(spec: Pick<ScriptedModelSpec, "pieces" | "literalPieces" | "controlPieces">): ScriptedVocab {
   const base = bpeVocab(BASE_VOCAB);
   const tokens = base.tokens.slice();
   const types = base.types.slice();
@@ -71,9 +77,10 @@ export function scriptedVocab(spec: Pick<ScriptedModelSpec, "pieces" | "literalP
     const m = mapped(p);
     if (ids.has(m)) continue;
     ids.set(m, tokens.length);
-    // A user-defined token is stored and decoded as raw text (tokenizer-special.ts).
-    tokens.push(spec.literalPieces ? p : m);
-    types.push(spec.literalPieces ? 4 : 1);
+    // A user-defined or control token is stored and decoded as raw text (tokenizer-special.ts).
+    const control = spec.controlPieces?.includes(p) === true;
+    tokens.push(spec.literalPieces || control ? p : m);
+    types.push(control ? 3 : spec.literalPieces ? 4 : 1);
   }
   for (let k = 0; tokens.length % HEAD_DIM !== 0; k++) {
     tokens.push(`<|scripted_unused_${k}|>`);

@@ -287,3 +287,51 @@ test("chat completions with --tool-call-parser deepseek_v31 and qwen3_coder: a f
     }
   }
 });
+
+test("chat completions read calls whose tags are control tokens (skip_special_tokens false with tools), and write them when forced", async () => {
+  // Kimi K2's checkpoints make the section and call tags control tokens: they stream as nothing
+  // unless special tokens are kept, which a request with tools does by default.
+  const tags = ["<|tool_calls_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|tool_calls_section_end|>"];
+  const pieces = [tags[0], tags[1], "functions.get_weather:0", tags[2], '{"city": "Paris"}', tags[3], tags[4]];
+  const next: [string, string][] = [["!", pieces[0]], ...pieces.slice(0, 6).map((p, i): [string, string] => [p, pieces[i + 1]]), [pieces[6], "<eos>"]];
+  const path = `${dir}/kimi-control.gguf`;
+  await writeScriptedModel(path, { pieces, next, chatTemplate: KIMI_TEMPLATE, literalPieces: true, controlPieces: tags, contextLength: 2048 });
+  const model = await loadModel(path);
+  const s = await startServer({ modelPath: path, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 128, toolCallParser: "kimi_k2" });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "What is the weather in Paris!" }];
+    const r = await client.chat.completions.create({ model: "kimi-control", messages, tools: TOOLS, temperature: 0, max_tokens: 16 });
+    assert.equal(r.choices[0].finish_reason, "tool_calls", JSON.stringify(r.choices[0].message));
+    const call = r.choices[0].message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
+    assert.deepEqual([call.id, call.function.name, JSON.parse(call.function.arguments), r.choices[0].message.content], ["functions.get_weather:0", "get_weather", { city: "Paris" }, null]);
+
+    // Without tools the tags stream as nothing (the default), or as their strings when asked.
+    type Extra = Record<string, unknown>;
+    const plain = await client.chat.completions.create({ model: "kimi-control", messages, temperature: 0, max_tokens: 16 });
+    assert.equal(plain.choices[0].message.content, 'functions.get_weather:0{"city": "Paris"}');
+    const kept = await client.chat.completions.create({ model: "kimi-control", messages, temperature: 0, max_tokens: 16, skip_special_tokens: false } as OpenAI.ChatCompletionCreateParamsNonStreaming & Extra);
+    assert.equal(kept.choices[0].message.content, pieces.join(""));
+    // A request with tools may still skip them: then no call can be read.
+    const skipped = await client.chat.completions.create({ model: "kimi-control", messages, tools: TOOLS, temperature: 0, max_tokens: 16, skip_special_tokens: true } as OpenAI.ChatCompletionCreateParamsNonStreaming & Extra);
+    assert.equal(skipped.choices[0].finish_reason, "stop");
+
+    // Forced: the grammar's tags are written as the control tokens themselves (one token each).
+    const forced = await client.chat.completions.create({
+      model: "kimi-control", messages: [{ role: "user", content: "Weather." }], tools: [...TOOLS, SET_UNIT], tool_choice: { type: "function", function: { name: "set_unit" } }, temperature: 0, max_tokens: 200,
+    });
+    assert.equal(forced.choices[0].finish_reason, "tool_calls", JSON.stringify(forced.choices[0].message));
+    const got = forced.choices[0].message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
+    assert.match(got.id, /^functions\.set_unit:\d+$/);
+    const args = JSON.parse(got.function.arguments) as { unit: string; days: number };
+    assert.ok(["c", "f"].includes(args.unit) && Number.isInteger(args.days) && args.days <= 9, got.function.arguments);
+    // Skipping special tokens, the same call spells each tag character by character (and still parses).
+    const spelled = await client.chat.completions.create({
+      model: "kimi-control", messages: [{ role: "user", content: "Weather." }], tools: [...TOOLS, SET_UNIT], tool_choice: { type: "function", function: { name: "set_unit" } }, temperature: 0, max_tokens: 300, skip_special_tokens: true,
+    } as OpenAI.ChatCompletionCreateParamsNonStreaming & Extra);
+    assert.equal(spelled.choices[0].finish_reason, "tool_calls");
+    assert.ok(spelled.usage!.completion_tokens >= forced.usage!.completion_tokens + 50, `tags as single tokens: ${forced.usage!.completion_tokens} tokens against ${spelled.usage!.completion_tokens} spelled`);
+  } finally {
+    await s.shutdown();
+  }
+});
