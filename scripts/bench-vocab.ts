@@ -24,13 +24,19 @@ export function synthetic(n: number): string[] {
 
 /** Greedy longest-match tokenization of `text` over `texts`. */
 export function tokenize(text: string, texts: readonly string[]): number[] {
-  const byText = new Map(texts.map((t, id) => [t, id]));
+  return longestMatch(text, new Map(texts.map((t, id) => [t, id])));
+}
+
+/**
+ * Ids of the longest keys that spell `all` in turn (at most 32 units each: long enough for the
+ * tool-call tags, Kimi K2's being 28 characters); the first unit of what is left when none is longer.
+ */
+function longestMatch(all: string, byKey: ReadonlyMap<string, number>): number[] {
   const ids: number[] = [];
-  for (let i = 0; i < text.length;) {
-    // Long enough for the tool-call tags (Kimi K2's are 28 characters).
-    let len = Math.min(32, text.length - i);
-    while (len > 1 && !byText.has(text.slice(i, i + len))) len--;
-    ids.push(byText.get(text.slice(i, i + len))!);
+  for (let i = 0; i < all.length;) {
+    let len = Math.min(32, all.length - i);
+    while (len > 1 && !byKey.has(all.slice(i, i + len))) len--;
+    ids.push(byKey.get(all.slice(i, i + len))!);
     i += len;
   }
   return ids;
@@ -72,16 +78,9 @@ export function syntheticPieces(n: number): { texts: string[]; bytes: Uint8Array
 
 /** Greedy longest-match tokenization of `text`'s UTF-8 bytes over tokens' `bytes`. */
 export function tokenizeBytes(text: string, bytes: readonly Uint8Array[]): number[] {
+  // Bytes as the characters U+0000–U+00FF, so that byte strings compare as strings.
   const key = (b: Uint8Array) => String.fromCharCode(...b);
   const byKey = new Map<string, number>();
   bytes.forEach((b, id) => byKey.has(key(b)) || byKey.set(key(b), id));
-  const all = key(new TextEncoder().encode(text));
-  const ids: number[] = [];
-  for (let i = 0; i < all.length;) {
-    let len = Math.min(32, all.length - i);
-    while (len > 1 && !byKey.has(all.slice(i, i + len))) len--;
-    ids.push(byKey.get(all.slice(i, i + len))!);
-    i += len;
-  }
-  return ids;
+  return longestMatch(key(new TextEncoder().encode(text)), byKey);
 }
