@@ -91,12 +91,14 @@ test("startServer() with mixedStepOverheadMs slows mixed steps on worker threads
     roles: ["prefill", "decode"], planner: "none", router: "kv-aware", localPrefillTokens: 4096, mixedStepOverheadMs: 80, stepLogPath: path,
   });
   try {
-    const body = (prompt: string, stream: boolean) => JSON.stringify({ model: s.modelName, prompt, max_tokens: 40, temperature: 0, ignore_eos: true, stream });
-    const first = await fetch(`${s.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: body("Once upon a time", true) });
+    const body = (prompt: string, stream: boolean, maxTokens: number) => JSON.stringify({ model: s.modelName, prompt, max_tokens: maxTokens, temperature: 0, ignore_eos: true, stream });
+    // The first decodes long enough (300 tokens) that the second's prefill surely lands beside it: with
+    // 40 it could finish first on a loaded machine, and no step mixed.
+    const first = await fetch(`${s.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: body("Once upon a time", true, 300) });
     assert.equal(first.status, 200);
     const reader = first.body!.getReader();
     await reader.read(); // the first is decoding
-    const second = await fetch(`${s.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: body("The cat sat on the mat", false) });
+    const second = await fetch(`${s.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: body("The cat sat on the mat", false, 40) });
     assert.equal(second.status, 200);
     await second.json();
     while (!(await reader.read()).done) { /* drain the stream */ }
