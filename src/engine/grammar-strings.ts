@@ -4,6 +4,7 @@
  */
 import { type Config, type Frame, SHORT_ESCAPES } from "./grammar-frames.ts";
 import type { RegexState } from "./regex-nfa.ts";
+import { someBetweenEdges } from "./regex-parse.ts";
 import { stringKey } from "./value-key.ts";
 
 type StrFrame = Extract<Frame, { k: "str" }>;
@@ -38,18 +39,14 @@ export function stepString(f: StrFrame, c: string, done: Done): Config[] {
 
 /**
  * Whether a `\u` escape whose hex digits so far read `hex`, with `rest` digits to come, can still
- * end in a character the string's patterns take (always, without patterns). Between two edges of the
- * patterns' character sets (regex-nfa.ts `edges`) every character steps alike, so the range's first
- * code point and each edge inside it answer for the whole range.
+ * end in a character the string's patterns take (always, without patterns), tried at the patterns'
+ * edges (regex-parse.ts `someBetweenEdges`; half a surrogate pair is refused under a pattern).
  */
 function escapeMayEnd(f: StrFrame, hex: number, rest: number): boolean {
   if (f.re.length === 0) return true;
-  const lo = hex * 16 ** rest, hi = lo + 16 ** rest - 1;
-  const tries = new Set([lo, 0xe000]);
-  for (const re of f.re) for (const e of re.edges()) if (e > lo && e <= hi) tries.add(e);
-  // Half a surrogate pair is refused under a pattern (stepString).
-  for (const cp of tries) if (cp >= lo && cp <= hi && (cp < 0xd800 || cp > 0xdfff) && char(f, String.fromCharCode(cp)).length > 0) return true;
-  return false;
+  const lo = hex * 16 ** rest;
+  const edges = f.re.flatMap((re) => re.edges()).sort((a, b) => a - b);
+  return someBetweenEdges(lo, lo + 16 ** rest - 1, edges, (cp) => char(f, String.fromCharCode(cp)).length > 0);
 }
 
 /** `f` after one more character of the string's value (`v`, escapes decoded), or nothing when it cannot come. */

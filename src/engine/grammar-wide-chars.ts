@@ -13,6 +13,7 @@
 import { grammarPlainTextRooms, grammarStep, type GrammarState } from "./grammar.ts";
 import { WIDE_KIND } from "./char-kinds.ts";
 import { type CompiledRegex, compilePattern, formatPattern } from "./regex-nfa.ts";
+import { someBetweenEdges } from "./regex-parse.ts";
 
 /** Keys whose strings never constrain output (JSON Schema annotations). */
 const ANNOTATIONS = new Set(["description", "title", "$comment"]);
@@ -77,18 +78,5 @@ export function takesEveryWide(state: GrammarState): boolean {
 
 /** {@link takesSomeOf} by stepping the range's first code point and the edges inside it. */
 export function stepsSomeOf(state: GrammarState, lo: number, hi: number, edges: readonly number[]): boolean {
-  const takes = (cp: number) => grammarStep(state, String.fromCodePoint(cp)).length > 0;
-  if (takes(lo)) return true;
-  // The first edge past `lo` (binary search), then each edge up to `hi`.
-  let a = 0, b = edges.length;
-  while (a < b) {
-    const m = (a + b) >> 1;
-    if (edges[m] <= lo) a = m + 1;
-    else b = m;
-  }
-  for (let i = a; i < edges.length && edges[i] <= hi; i++) {
-    if (edges[i] >= 0xd800 && edges[i] <= 0xdfff) continue;
-    if (takes(edges[i])) return true;
-  }
-  return false;
+  return someBetweenEdges(lo, hi, edges, (cp) => grammarStep(state, String.fromCodePoint(cp)).length > 0);
 }

@@ -60,6 +60,27 @@ export function complement(set: CharSet): CharSet {
   return out;
 }
 
+/**
+ * Whether `takes` holds for some code point of `lo..hi` (surrogates aside), where `edges` (sorted)
+ * holds every code point at which what `takes` answers may change (regex-nfa.ts `edges`, a grammar's
+ * wide-character edges): between two edges it answers alike, so trying the range's first code point,
+ * the first past the surrogates and each edge inside the range decides for the whole range.
+ */
+export function someBetweenEdges(lo: number, hi: number, edges: readonly number[], takes: (cp: number) => boolean): boolean {
+  const scalar = (cp: number) => cp < 0xd800 || cp > 0xdfff;
+  if (scalar(lo) && takes(lo)) return true;
+  if (lo < 0xe000 && hi >= 0xe000 && takes(0xe000)) return true;
+  // The first edge past `lo` (binary search), then each edge up to `hi`.
+  let a = 0, b = edges.length;
+  while (a < b) {
+    const m = (a + b) >> 1;
+    if (edges[m] <= lo) a = m + 1;
+    else b = m;
+  }
+  for (let i = a; i < edges.length && edges[i] <= hi; i++) if (scalar(edges[i]) && takes(edges[i])) return true;
+  return false;
+}
+
 /** Whether code point `cp` is in `set` (binary search). */
 export function contains(set: CharSet, cp: number): boolean {
   let lo = 0, hi = set.length / 2 - 1;
