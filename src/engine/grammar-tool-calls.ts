@@ -1,8 +1,9 @@
 /**
  * The sequences forced tool calls are written in (grammar.ts `ToolCallFormat`), as groups of pieces
  * the output-grammar automaton walks: each format's tags as literals, each call's arguments as a JSON
- * value following the tool's parameters — or, in GLM's and Qwen3-Coder's formats, as one key-value
- * pair per declared property, in declared order, a string-typed value written raw.
+ * value following the tool's parameters (Mistral's older format: one JSON list of calls) — or, in
+ * GLM's and Qwen3-Coder's formats, as one key-value pair per declared property, in declared order, a
+ * string-typed value written raw.
  */
 import type { Piece, SeqGroup, StringNode } from "./grammar-frames.ts";
 import { compilePattern } from "./regex-nfa.ts";
@@ -32,6 +33,9 @@ export const DEEPSEEK = {
   sep: "<｜tool▁sep｜>",
   callEnd: "<｜tool▁call▁end｜>",
 } as const;
+
+/** Mistral's tags (control tokens of its tokenizers v3 and later; vLLM's `mistral` parser reads the same). */
+export const MISTRAL = { calls: "[TOOL_CALLS]", callId: "[CALL_ID]", args: "[ARGS]" } as const;
 
 /** GLM 4.5–4.7's tags (vLLM's `glm45` parser reads the same). */
 export const GLM = { open: "<tool_call>", close: "</tool_call>", keyOpen: "<arg_key>", keyClose: "</arg_key>", valueOpen: "<arg_value>", valueClose: "</arg_value>" } as const;
@@ -75,6 +79,8 @@ export const QWEN3_CODER: PairFormat = {
 
 /** A Kimi call's index (`functions.NAME:INDEX`; the model counts calls across the conversation): digits, no sign or leading zero. */
 const CALL_INDEX: StringNode = { t: "string", min: 1, max: 9, patterns: [compilePattern("0|[1-9][0-9]*", true)] };
+/** A Mistral call id: nine letters or digits, as mistral-common checks them. */
+const MISTRAL_CALL_ID: StringNode = { t: "string", min: 9, max: 9, patterns: [compilePattern("[A-Za-z0-9]{9}", true)] };
 /** Any raw text (a free key or value; its end tag never inside). */
 const RAW_TEXT: StringNode = { t: "string", min: 0, max: Infinity, patterns: [] };
 const RAW_KEY: StringNode = { ...RAW_TEXT, min: 1 };
@@ -89,6 +95,14 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
       ]));
     case "deepseek_v31":
       return sectioned(DEEPSEEK.sectionBegin, DEEPSEEK.sectionEnd, g.parallel, g.tools.map((t) => [{ lit: `${DEEPSEEK.callBegin}${t.name}${DEEPSEEK.sep}` }, { node: args(t) }, { lit: DEEPSEEK.callEnd }]));
+    case "mistral":
+      return { alts: g.tools.map((t) => [{ lit: `${MISTRAL.calls}${t.name}` }, optional([{ lit: MISTRAL.callId }, { raw: MISTRAL_CALL_ID, end: MISTRAL.args }]), { lit: MISTRAL.args }, { node: args(t) }]), repeat: g.parallel, sep: "" };
+    case "mistral_pre_v11": {
+      // One JSON list of calls; SentencePiece tokenizers (v3) write a space before it, Tekken (v7) none.
+      const options = g.tools.map((t): SchemaNode => callObject(t.name, "arguments", args(t)));
+      const list: SchemaNode = { t: "array", prefix: [], items: options.length === 1 ? options[0] : { t: "anyOf", options }, min: 1, max: g.parallel ? Infinity : 1, unique: false };
+      return { alts: [[{ lit: MISTRAL.calls }, optional([{ lit: " " }]), { node: list }]], repeat: false, sep: "" };
+    }
     case "glm45":
       return pairCalls(GLM_PAIRS, g);
     case "qwen3_coder":
@@ -97,17 +111,22 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
       // Hermes and Llama 3: one JSON object naming the tool, its arguments under "arguments" or "parameters".
       const llama = g.format === "llama3_json";
       const key = llama ? "parameters" : "arguments";
-      const options = g.tools.map((t): SchemaNode => ({
-        t: "object",
-        props: new Map([["name", { t: "literal", texts: [JSON.stringify(t.name)] }], [key, args(t)]]),
-        required: new Set(["name", key]),
-        extra: null,
-      }));
+      const options = g.tools.map((t): SchemaNode => callObject(t.name, key, args(t)));
       const call: SchemaNode = options.length === 1 ? options[0] : { t: "anyOf", options };
       const pieces: Piece[] = llama ? [{ node: call }] : [{ lit: "<tool_call>\n" }, { node: call }, { lit: "\n</tool_call>" }];
       return { alts: [pieces], repeat: g.parallel, sep: llama ? "; " : "\n" };
     }
   }
+}
+
+/** `{"name": NAME, KEY: ARGUMENTS}`, both required, nothing else. */
+function callObject(name: string, key: string, args: SchemaNode): SchemaNode {
+  return { t: "object", props: new Map([["name", { t: "literal", texts: [JSON.stringify(name)] }], [key, args]]), required: new Set(["name", key]), extra: null };
+}
+
+/** `pieces`, or nothing. */
+function optional(pieces: Piece[]): Piece {
+  return { group: { alts: [pieces, []], repeat: false, sep: "" } };
 }
 
 /** `begin`, then one call (or more, with `parallel`) of one of `calls`, then `end`. */
@@ -132,13 +151,13 @@ function pairArguments(f: PairFormat, parameters: JsonSchema | undefined): Piece
     if (node.extra === null) return [];
     const k = f.freeKey;
     const pair: Piece[] = [{ lit: k.open }, { raw: RAW_KEY, end: k.end }, { lit: k.then }, { raw: RAW_TEXT, end: f.valueEnd }, { lit: f.pairClose }];
-    return [{ group: { alts: [[{ group: { alts: [pair], repeat: true, sep: "" } }], []], repeat: false, sep: "" } }];
+    return [optional([{ group: { alts: [pair], repeat: true, sep: "" } }])];
   }
   const out: Piece[] = [];
   for (const [key, value] of node.props) {
     const pair: Piece[] = [{ lit: f.pairOpen(key) }, pairValue(value, f.valueEnd), { lit: f.pairClose }];
     if (node.required.has(key)) out.push(...pair);
-    else out.push({ group: { alts: [pair, []], repeat: false, sep: "" } });
+    else out.push(optional(pair));
   }
   return out;
 }

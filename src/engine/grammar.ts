@@ -30,7 +30,7 @@ export type OutputGrammar =
    * One or more (`parallel`) calls, each naming one of `tools` with arguments following its parameters
    * (any object when absent), in `format` (default "hermes").
    */
-  | { kind: "tool_calls"; tools: readonly { name: string; parameters?: JsonSchema }[]; parallel: boolean; whitespace?: JsonWhitespace; format?: ToolCallFormat }
+  | { kind: "tool_calls"; tools: readonly { name: string; parameters?: JsonSchema }[]; parallel: boolean; whitespace?: JsonWhitespace; format?: ToolCallSyntax }
   /** Exactly one of `choices` (vLLM's `choice`), each non-empty. */
   | { kind: "choice"; choices: readonly string[] }
   /**
@@ -50,11 +50,23 @@ export type OutputGrammar =
  * per call `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>`, then `<｜tool▁calls▁end｜>`.
  * "qwen3_coder" (Qwen3-Coder): `<tool_call>\n<function=NAME>\n` then per argument
  * `<parameter=KEY>\nVALUE\n</parameter>\n` (a string value raw, others JSON), then `</function>\n</tool_call>`.
+ * "mistral" (Mistral, Mixtral, Magistral, Devstral): `[TOOL_CALLS]` before each call; which way the
+ * call follows depends on the tokenizer's version ({@link ToolCallSyntax}).
  * vLLM's parser names; grammar-tool-calls.ts builds each.
  */
 export type ToolCallFormat = (typeof TOOL_CALL_FORMATS)[number];
 /** Every {@link ToolCallFormat}, for checking a name from the command line. */
-export const TOOL_CALL_FORMATS = ["hermes", "llama3_json", "kimi_k2", "deepseek_v31", "glm45", "qwen3_coder"] as const;
+export const TOOL_CALL_FORMATS = ["hermes", "llama3_json", "kimi_k2", "deepseek_v31", "glm45", "qwen3_coder", "mistral"] as const;
+
+/**
+ * The way a grammar writes forced calls: a {@link ToolCallFormat}, where "mistral" is the shape of
+ * tokenizers v11 and later (Mistral Small 3.1+, Magistral, Devstral: `[TOOL_CALLS]NAME[ARGS]{...}`
+ * per call, an optional `[CALL_ID]ID` before `[ARGS]`), and "mistral_pre_v11" the older one (Mistral
+ * 7B v0.3, Mixtral 8x22B, Mistral Large 2407–2411: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`).
+ * The server picks between them by whether the vocabulary has an `[ARGS]` token, as vLLM does
+ * (app.ts `toolCallSyntax`); the parser reads both.
+ */
+export type ToolCallSyntax = ToolCallFormat | "mistral_pre_v11";
 
 /** Whether `s` names a {@link ToolCallFormat}. */
 export function isToolCallFormat(s: string): s is ToolCallFormat {

@@ -16,6 +16,7 @@ import type { ReasoningParserName } from "./reasoning.ts";
 import { type ServeContext, type Submitted, submitChat, submitCompletion } from "./openai.ts";
 import { completeJson, completeStream } from "./respond.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
+import { toolCallSyntax } from "./tool-calls-mistral.ts";
 import { ChatRequestSchema, CompletionRequestSchema } from "./schemas.ts";
 
 /** Server settings. */
@@ -50,7 +51,7 @@ export function createApp(o: AppOptions): Hono {
     chat: modelChatRenderer(o.model),
     reasoningParser: o.reasoningParser ?? "none",
     jsonWhitespace: o.jsonWhitespace ?? "any",
-    toolCallParser: o.toolCallParser ?? "hermes",
+    toolCallParser: toolCallSyntax(o.toolCallParser ?? "hermes", o.model.tokenizer),
   };
   const life = o.lifecycle ?? new ServerLifecycle();
   const app = new Hono();

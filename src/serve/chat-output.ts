@@ -1,15 +1,16 @@
 /**
  * A chat answer's text as the client gets it: reasoning (`--reasoning-parser think`), content, and
  * tool calls (with `tools`; only the first with `parallel_tool_calls: false`), whole or streamed.
- * Tool calls (Hermes, Llama 3 JSON, Kimi K2, DeepSeek V3.1, GLM or Qwen3-Coder: tool-calls*.ts) are parsed from the
+ * Tool calls (Hermes, Llama 3 JSON, Kimi K2, DeepSeek V3.1, GLM, Qwen3-Coder or Mistral: tool-calls*.ts) are parsed from the
  * content only, after reasoning is split off: a `<tool_call>` the model drafts while reasoning is
  * part of its thoughts, not a call. With every option off, the text passes through untouched (what
  * the server did before reasoning parsing existed).
  */
 import { type ReasoningPart, ReasoningStream } from "./reasoning.ts";
-import type { ToolCallFormat } from "../engine/grammar.ts";
+import type { ToolCallSyntax } from "../engine/grammar.ts";
 import { HERMES, type ParsedToolCall, ToolCallStream, type ToolStreamPart } from "./tool-calls.ts";
 import { Llama3JsonStream } from "./tool-calls-llama3.ts";
+import { MistralToolStream } from "./tool-calls-mistral.ts";
 import { DEEPSEEK_SYNTAX, KIMI_SYNTAX } from "./tool-calls-sections.ts";
 import { glmSyntax, qwen3CoderSyntax, type ToolSpec } from "./tool-calls-pairs.ts";
 
@@ -22,7 +23,7 @@ export interface ChatOutputOptions {
   /** Parse tool calls out of the content (tools given, tool_choice not "none"). */
   toolCalls: boolean;
   /** How the model writes them (`--tool-call-parser`; default "hermes"). */
-  toolCallFormat?: ToolCallFormat;
+  toolCallFormat?: ToolCallSyntax;
   /** The request's tools: GLM's and Qwen3-Coder's formats write a string argument raw, and their schemas say which are strings. */
   tools?: readonly ToolSpec[];
   /** False keeps only the first call written (`parallel_tool_calls: false`); later ones are dropped. */
@@ -35,7 +36,7 @@ export type ChatPart = ReasoningPart | { kind: "call"; call: ParsedToolCall };
 /** Incremental splitter of a streamed chat answer; holds back only tails that could still become a tag. */
 export class ChatOutputStream {
   private readonly reasoning: ReasoningStream | null;
-  private readonly tools: ToolCallStream | Llama3JsonStream | null;
+  private readonly tools: ToolCallStream | Llama3JsonStream | MistralToolStream | null;
   private calls = 0;
 
   constructor(private readonly o: ChatOutputOptions) {
@@ -81,13 +82,15 @@ export class ChatOutputStream {
 }
 
 /** The splitter of `o.toolCallFormat`. */
-function toolStream(o: ChatOutputOptions): ToolCallStream | Llama3JsonStream {
+function toolStream(o: ChatOutputOptions): ToolCallStream | Llama3JsonStream | MistralToolStream {
   switch (o.toolCallFormat) {
     case "llama3_json": return new Llama3JsonStream();
     case "kimi_k2": return new ToolCallStream(KIMI_SYNTAX);
     case "deepseek_v31": return new ToolCallStream(DEEPSEEK_SYNTAX);
     case "glm45": return new ToolCallStream(glmSyntax(o.tools ?? []));
     case "qwen3_coder": return new ToolCallStream(qwen3CoderSyntax(o.tools ?? []));
+    case "mistral":
+    case "mistral_pre_v11": return new MistralToolStream();
     default: return new ToolCallStream(HERMES);
   }
 }

@@ -4,7 +4,7 @@
  */
 import type { ServingEngine } from "../engine/engine-types.ts";
 import { ContextLengthError, EngineOverloadedError, type GenerateRequest, NoWorkerError, type RequestHandle, RequestParamError, SessionRefusedError } from "../engine/engine-types.ts";
-import type { JsonWhitespace, OutputGrammar, ToolCallFormat } from "../engine/grammar.ts";
+import type { JsonWhitespace, OutputGrammar, ToolCallSyntax } from "../engine/grammar.ts";
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import type { ChatOutputOptions } from "./chat-output.ts";
 import type { ChatRenderer } from "./chat-template.ts";
@@ -13,6 +13,7 @@ import { chatGrammar, completionGrammar } from "./output-grammar.ts";
 import { promptOpensReasoning, type ReasoningParserName } from "./reasoning.ts";
 import type { ChatRequest, CompletionRequest, ToolDef } from "./schemas.ts";
 import type { ToolSpec } from "./tool-calls-pairs.ts";
+import { mistralMessageIds } from "./tool-calls-mistral.ts";
 
 /** What the handlers need from the server. */
 export interface ServeContext {
@@ -25,8 +26,11 @@ export interface ServeContext {
   reasoningParser: ReasoningParserName;
   /** How JSON output grammars may be spaced unless a request says (`--json-whitespace`). */
   jsonWhitespace: JsonWhitespace;
-  /** How the model writes tool calls (`--tool-call-parser`): what is parsed, and what a forced call writes. */
-  toolCallParser: ToolCallFormat;
+  /**
+   * How the model writes tool calls (`--tool-call-parser`, with "mistral" resolved by the tokenizer's
+   * version: app.ts `toolCallSyntax`): what is parsed, and what a forced call writes.
+   */
+  toolCallParser: ToolCallSyntax;
 }
 
 /** Which endpoint a request came through. */
@@ -201,7 +205,8 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const { grammar, parallelToolCalls } = chatGrammar(body, ctx.jsonWhitespace, ctx.toolCallParser);
   checkUnsupported(body, "chat", ctx.config.vocabSize);
   const tools = choice === "none" ? undefined : body.tools ?? undefined;
-  const { text, startsWithBos } = ctx.chat.render(body.messages, tools);
+  const mistral = ctx.toolCallParser === "mistral" || ctx.toolCallParser === "mistral_pre_v11";
+  const { text, startsWithBos } = ctx.chat.render(mistral ? mistralMessageIds(body.messages) : body.messages, tools);
   // The rendered text holds every message (templates add text, never remove it).
   checkTextLength(ctx, text, "messages");
   const prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos && !startsWithBos });

@@ -7,7 +7,7 @@
  * cannot follow (src/engine/json-schema.ts, src/engine/regex-nfa.ts) is a 400 that names it, before
  * any work.
  */
-import type { JsonWhitespace, OutputGrammar, ToolCallFormat } from "../engine/grammar.ts";
+import type { JsonWhitespace, OutputGrammar, ToolCallSyntax } from "../engine/grammar.ts";
 import { compileSchema, type JsonSchema, SchemaError } from "../engine/json-schema.ts";
 import { compilePattern, RegexError } from "../engine/regex-nfa.ts";
 import { ApiError, describe } from "./errors.ts";
@@ -27,7 +27,7 @@ type Body = ChatRequest | CompletionRequest;
  * `whitespace`: how JSON may be spaced unless the request says (`serve --json-whitespace`); `format`:
  * how the model writes tool calls (`serve --tool-call-parser`).
  */
-export function chatGrammar(body: ChatRequest, whitespace: JsonWhitespace = "any", format: ToolCallFormat = "hermes"): ChatGrammar {
+export function chatGrammar(body: ChatRequest, whitespace: JsonWhitespace = "any", format: ToolCallSyntax = "hermes"): ChatGrammar {
   const tools = body.tools ?? [];
   const choice = body.tool_choice ?? "auto";
   const structured = structuredOutputs(body, whitespace);

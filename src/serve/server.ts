@@ -79,7 +79,8 @@ export interface ServerOptions {
   /**
    * How the model writes tool calls, read out of chat answers and written by forced tool calls:
    * "hermes" (default; Qwen 2.5/3, Hermes), "llama3_json" (Llama 3.1–3.3), "kimi_k2" (Kimi K2),
-   * "deepseek_v31" (DeepSeek V3.1), "glm45" (GLM 4.5–4.7) or "qwen3_coder" (Qwen3-Coder). vLLM's parser names.
+   * "deepseek_v31" (DeepSeek V3.1), "glm45" (GLM 4.5–4.7), "qwen3_coder" (Qwen3-Coder) or "mistral"
+   * (Mistral, Magistral, Devstral; the shape by the tokenizer's version). vLLM's parser names.
    */
   toolCallParser?: ToolCallFormat;
   maxBodyBytes?: number;

@@ -5,7 +5,7 @@
  * text, and stays text whatever follows; an object that is not a call (not JSON, no name) ends the
  * calls, and it and the rest are returned as the model wrote them, never dropped.
  */
-import { parseToolCallBody, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
+import { jsonValueEnd, parseToolCallBody, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
 
 /** What Llama 3.1's template has the model write before code or a call in its built-in format. */
 const PYTHON_TAG = "<|python_tag|>";
@@ -64,7 +64,7 @@ export class Llama3JsonStream {
         this.mode = "text";
         return;
       }
-      const end = objectEnd(this.buf, lead);
+      const end = jsonValueEnd(this.buf, lead);
       if (end < 0) return;
       const call = parseToolCallBody(this.buf.slice(lead, end));
       if (call === null) {
@@ -75,24 +75,4 @@ export class Llama3JsonStream {
       this.buf = this.buf.slice(end);
     }
   }
-}
-
-/** The index just past the JSON object that opens at `start`, or -1 while it is still open. */
-function objectEnd(s: string, start: number): number {
-  let depth = 0, inString = false, escaped = false;
-  for (let i = start; i < s.length; i++) {
-    const c = s[i];
-    if (inString) {
-      if (escaped) escaped = false;
-      else if (c === "\\") escaped = true;
-      else if (c === '"') inString = false;
-    } else if (c === '"') {
-      inString = true;
-    } else if (c === "{" || c === "[") {
-      depth++;
-    } else if (c === "}" || c === "]") {
-      if (--depth === 0) return i + 1;
-    }
-  }
-  return -1;
 }

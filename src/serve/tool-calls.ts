@@ -136,3 +136,23 @@ export function partialTagSuffix(s: string, tag: string): number {
   for (let k = Math.min(s.length, tag.length - 1); k > 0; k--) if (tag.startsWith(s.slice(s.length - k))) return k;
   return 0;
 }
+
+/** The index just past the JSON object or array that opens at `start`, or -1 while it is still open. */
+export function jsonValueEnd(s: string, start: number): number {
+  let depth = 0, inString = false, escaped = false;
+  for (let i = start; i < s.length; i++) {
+    const c = s[i];
+    if (inString) {
+      if (escaped) escaped = false;
+      else if (c === "\\") escaped = true;
+      else if (c === '"') inString = false;
+    } else if (c === '"') {
+      inString = true;
+    } else if (c === "{" || c === "[") {
+      depth++;
+    } else if (c === "}" || c === "]") {
+      if (--depth === 0) return i + 1;
+    }
+  }
+  return -1;
+}

@@ -1,0 +1,167 @@
+/**
+ * Tool calls in Mistral's formats (vLLM's `mistral` parser), each call after the control token
+ * `[TOOL_CALLS]`. Tokenizers v11 and later (Mistral Small 3.1+, Magistral, Devstral) write
+ * `[TOOL_CALLS]NAME[ARGS]{...}` per call, some with the call's id: `[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}`;
+ * older ones (v3, v7: Mistral 7B v0.3, Mixtral 8x22B, Mistral Large 2407–2411) one JSON list,
+ * `[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]`. One stream reads both, so the server needs
+ * no version. Text before the first `[TOOL_CALLS]` is content; a call that does not parse (not JSON,
+ * no name) is returned as the model wrote it, tag and all, never dropped (unlike vLLM, which returns
+ * v11 calls with broken arguments as calls).
+ *
+ * Mistral's chat templates refuse any call id that is not nine characters (mistral-common checks
+ * nine letters or digits), so every call gets such an id: the model's own where it wrote one, else a
+ * fresh one; {@link mistralMessageIds} shortens longer ids that clients send back, as vLLM does.
+ */
+import type { ToolCallFormat, ToolCallSyntax } from "../engine/grammar.ts";
+import { MISTRAL } from "../engine/grammar-tool-calls.ts";
+import type { Tokenizer } from "../model/config.ts";
+import type { ChatMessageIn } from "./schemas.ts";
+import { FUNCTION_NAME, jsonObject, jsonValueEnd, type ParsedToolCall, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
+
+/** A call id Mistral's templates take: nine letters or digits. */
+export const MISTRAL_CALL_ID = /^[A-Za-z0-9]{9}$/;
+const ALPHANUMERIC = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+/** A fresh call id of nine random letters and digits. */
+export function mistralCallId(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(9));
+  // 62 letters and digits: the modulo's bias (256 = 4·62 + 8) does not matter for an id.
+  return Array.from(bytes, (b) => ALPHANUMERIC[b % ALPHANUMERIC.length]).join("");
+}
+
+/** A v11 call's head, before its arguments: the name, the id, `[ARGS]` (absent where a decoder dropped it). */
+const V11_HEAD = /^\s*([\p{L}\p{N}_.-]+)(?:\[CALL_ID\]([A-Za-z0-9]+))?(?:\[ARGS\])?\s*$/u;
+/** What may still grow into a v11 head. */
+const V11_HEAD_SO_FAR = /^\s*[\p{L}\p{N}_.-]*(?:\[CALL_ID\][A-Za-z0-9]*)?(?:\[ARGS\])?\s*$/u;
+
+/** What reading the text after one `[TOOL_CALLS]` came to. */
+type Read = { kind: "wait" } | { kind: "bad" } | { kind: "calls"; calls: ParsedToolCall[]; used: number };
+
+/**
+ * Incremental splitter for Mistral's calls. Text is released as soon as it cannot be the start of
+ * `[TOOL_CALLS]`; a call (or, in the older format, the list) is released whole when its JSON closes.
+ */
+export class MistralToolStream {
+  private buf = "";
+  /** "text": passing text through; "call": just after a `[TOOL_CALLS]`. */
+  private mode: "text" | "call" = "text";
+
+  /** Feeds the next delta; returns what can be released. */
+  push(delta: string): ToolStreamPart[] {
+    this.buf += delta;
+    return this.read(false);
+  }
+
+  /** The output ended: what is left is released, an unfinished call as text. */
+  end(): ToolStreamPart[] {
+    return this.read(true);
+  }
+
+  private read(final: boolean): ToolStreamPart[] {
+    const out: ToolStreamPart[] = [];
+    for (;;) {
+      if (this.mode === "text") {
+        const at = this.buf.indexOf(MISTRAL.calls);
+        if (at < 0) {
+          const keep = final ? 0 : partialTagSuffix(this.buf, MISTRAL.calls);
+          const text = this.buf.slice(0, this.buf.length - keep);
+          if (text) out.push({ kind: "text", text });
+          this.buf = this.buf.slice(this.buf.length - keep);
+          return out;
+        }
+        if (at > 0) out.push({ kind: "text", text: this.buf.slice(0, at) });
+        this.buf = this.buf.slice(at + MISTRAL.calls.length);
+        this.mode = "call";
+      }
+      const r = readCalls(this.buf, final);
+      if (r.kind === "wait") return out;
+      this.mode = "text";
+      if (r.kind === "bad") {
+        // The tag and what follows it up to the next tag are text as written.
+        const next = this.buf.indexOf(MISTRAL.calls);
+        const upTo = next < 0 ? this.buf.length : next;
+        out.push({ kind: "text", text: MISTRAL.calls + this.buf.slice(0, upTo) });
+        this.buf = this.buf.slice(upTo);
+        continue;
+      }
+      for (const call of r.calls) out.push({ kind: "call", call });
+      this.buf = this.buf.slice(r.used);
+    }
+  }
+}
+
+/** Reads what follows one `[TOOL_CALLS]`: a v11 call, or the older format's list. */
+function readCalls(s: string, final: boolean): Read {
+  const lead = s.length - s.trimStart().length;
+  if (lead === s.length) return final ? { kind: "bad" } : { kind: "wait" };
+  return s[lead] === "[" && !s.startsWith(MISTRAL.callId, lead) && !s.startsWith(MISTRAL.args, lead) ? readList(s, lead, final) : readV11(s, final);
+}
+
+/** `NAME[CALL_ID]ID[ARGS]{...}`, the id and `[ARGS]` optional. */
+function readV11(s: string, final: boolean): Read {
+  const open = s.indexOf("{");
+  const head = open < 0 ? s : s.slice(0, open);
+  if (open < 0) {
+    const partial = Math.max(partialTagSuffix(head, MISTRAL.callId), partialTagSuffix(head, MISTRAL.args));
+    return !final && V11_HEAD_SO_FAR.test(head.slice(0, head.length - partial)) ? { kind: "wait" } : { kind: "bad" };
+  }
+  const m = V11_HEAD.exec(head);
+  if (m === null) return { kind: "bad" };
+  const end = jsonValueEnd(s, open);
+  if (end < 0) return final ? { kind: "bad" } : { kind: "wait" };
+  const args = s.slice(open, end);
+  if (jsonObject(args) === null) return { kind: "bad" };
+  const id = m[2] !== undefined && MISTRAL_CALL_ID.test(m[2]) ? m[2] : mistralCallId();
+  return { kind: "calls", calls: [{ id, name: m[1], arguments: args }], used: end };
+}
+
+/** `[{"name": ..., "arguments": {...}, "id"?: ...}, ...]`: every item a call, or none is. */
+function readList(s: string, at: number, final: boolean): Read {
+  const end = jsonValueEnd(s, at);
+  if (end < 0) return final ? { kind: "bad" } : { kind: "wait" };
+  let list: unknown;
+  try {
+    list = JSON.parse(s.slice(at, end));
+  } catch {
+    return { kind: "bad" };
+  }
+  if (!Array.isArray(list) || list.length === 0) return { kind: "bad" };
+  const calls: ParsedToolCall[] = [];
+  for (const item of list) {
+    const o = typeof item === "object" && item !== null && !Array.isArray(item) ? item as Record<string, unknown> : null;
+    if (o === null || typeof o.name !== "string" || !FUNCTION_NAME.test(o.name)) return { kind: "bad" };
+    const args = o.arguments ?? {};
+    if (typeof args !== "object" || args === null || Array.isArray(args)) return { kind: "bad" };
+    const id = typeof o.id === "string" && MISTRAL_CALL_ID.test(o.id) ? o.id : mistralCallId();
+    calls.push({ id, name: o.name, arguments: JSON.stringify(args) });
+  }
+  return { kind: "calls", calls, used: end };
+}
+
+/**
+ * `messages` with every call id longer than nine characters cut to its last nine (an assistant
+ * message's `tool_calls[].id`, a tool message's `tool_call_id`), as vLLM does for Mistral models:
+ * their templates refuse other lengths, and clients may hold ids another server made (`call_…`).
+ */
+export function mistralMessageIds(messages: readonly ChatMessageIn[]): ChatMessageIn[] {
+  const cut = (id: unknown) => (typeof id === "string" && id.length > 9 ? id.slice(-9) : id);
+  return messages.map((m) => {
+    const r = m as ChatMessageIn & { tool_calls?: unknown; tool_call_id?: unknown };
+    if (r.role === "tool" && typeof r.tool_call_id === "string") return { ...r, tool_call_id: cut(r.tool_call_id) };
+    if (r.role !== "assistant" || !Array.isArray(r.tool_calls)) return m;
+    const calls = r.tool_calls.map((c: unknown) => (typeof c === "object" && c !== null && "id" in c ? { ...c, id: cut((c as { id: unknown }).id) } : c));
+    return { ...r, tool_calls: calls };
+  });
+}
+
+/**
+ * How a server writes forced calls in `format` for a model with `tokenizer`: "mistral" becomes
+ * "mistral_pre_v11" where the vocabulary has no `[ARGS]` token (tokenizers before v11), as vLLM
+ * decides; every other format is itself.
+ */
+export function toolCallSyntax(format: ToolCallFormat, tokenizer: Tokenizer): ToolCallSyntax {
+  if (format !== "mistral") return format;
+  const ids = tokenizer.encode(MISTRAL.args);
+  const hasArgs = ids.length === 1 && tokenizer.decode(ids, { special: true }) === MISTRAL.args;
+  return hasArgs ? "mistral" : "mistral_pre_v11";
+}
