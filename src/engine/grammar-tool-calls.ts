@@ -37,6 +37,9 @@ export const DEEPSEEK = {
 /** Mistral's tags (control tokens of its tokenizers v3 and later; vLLM's `mistral` parser reads the same). */
 export const MISTRAL = { calls: "[TOOL_CALLS]", callId: "[CALL_ID]", args: "[ARGS]" } as const;
 
+/** MiniMax M2's section tag and call tags (vLLM's `minimax_m2` parser reads the same). */
+export const MINIMAX = { sectionBegin: "<minimax:tool_call>", sectionEnd: "</minimax:tool_call>", invoke: "<invoke name=", invokeEnd: "</invoke>" } as const;
+
 /** GLM 4.5–4.7's tags (vLLM's `glm45` parser reads the same). */
 export const GLM = { open: "<tool_call>", close: "</tool_call>", keyOpen: "<arg_key>", keyClose: "</arg_key>", valueOpen: "<arg_value>", valueClose: "</arg_value>" } as const;
 
@@ -77,6 +80,20 @@ export const QWEN3_CODER: PairFormat = {
   freeKey: { open: "<parameter=", end: ">", then: ">\n" },
 };
 
+/**
+ * MiniMax M2 (vLLM's `minimax_m2`): inside `<minimax:tool_call>\n` … `\n</minimax:tool_call>`,
+ * `<invoke name="NAME">\n` then `<parameter name="KEY">VALUE</parameter>\n` per argument, then
+ * `</invoke>`, calls separated by a newline.
+ */
+export const MINIMAX_PAIRS: PairFormat = {
+  callOpen: (name) => `${MINIMAX.invoke}"${name}">\n`,
+  callClose: MINIMAX.invokeEnd,
+  pairOpen: (key) => `<parameter name="${key}">`,
+  valueEnd: "</parameter>",
+  pairClose: "</parameter>\n",
+  freeKey: { open: '<parameter name="', end: '"', then: '">' },
+};
+
 /** A Kimi call's index (`functions.NAME:INDEX`; the model counts calls across the conversation): digits, no sign or leading zero. */
 const CALL_INDEX: StringNode = { t: "string", min: 1, max: 9, patterns: [compilePattern("0|[1-9][0-9]*", true)] };
 /** A Mistral call id: nine letters or digits, as mistral-common checks them. */
@@ -95,6 +112,11 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
       ]));
     case "deepseek_v31":
       return sectioned(DEEPSEEK.sectionBegin, DEEPSEEK.sectionEnd, g.parallel, g.tools.map((t) => [{ lit: `${DEEPSEEK.callBegin}${t.name}${DEEPSEEK.sep}` }, { node: args(t) }, { lit: DEEPSEEK.callEnd }]));
+    case "deepseek_v3":
+      // DeepSeek V3 and R1-0528: the call's type, its name, then its arguments in a json code fence; calls a newline apart.
+      return sectioned(DEEPSEEK.sectionBegin, DEEPSEEK.sectionEnd, g.parallel, g.tools.map((t) => [{ lit: `${DEEPSEEK.callBegin}function${DEEPSEEK.sep}${t.name}\n\`\`\`json\n` }, { node: args(t) }, { lit: `\n\`\`\`${DEEPSEEK.callEnd}` }]), "\n");
+    case "minimax_m2":
+      return sectioned(`${MINIMAX.sectionBegin}\n`, `\n${MINIMAX.sectionEnd}`, false, [[{ group: pairCalls(MINIMAX_PAIRS, g) }]]);
     case "mistral":
       return { alts: g.tools.map((t) => [{ lit: `${MISTRAL.calls}${t.name}` }, optional([{ lit: MISTRAL.callId }, { raw: MISTRAL_CALL_ID, end: MISTRAL.args }]), { lit: MISTRAL.args }, { node: args(t) }]), repeat: g.parallel, sep: "" };
     case "mistral_pre_v11": {
@@ -129,9 +151,9 @@ function optional(pieces: Piece[]): Piece {
   return { group: { alts: [pieces, []], repeat: false, sep: "" } };
 }
 
-/** `begin`, then one call (or more, with `parallel`) of one of `calls`, then `end`. */
-function sectioned(begin: string, end: string, parallel: boolean, calls: Piece[][]): SeqGroup {
-  return { alts: [[{ lit: begin }, { group: { alts: calls, repeat: parallel, sep: "" } }, { lit: end }]], repeat: false, sep: "" };
+/** `begin`, then one call (or more, `sep` apart, with `parallel`) of one of `calls`, then `end`. */
+function sectioned(begin: string, end: string, parallel: boolean, calls: Piece[][], sep = ""): SeqGroup {
+  return { alts: [[{ lit: begin }, { group: { alts: calls, repeat: parallel, sep } }, { lit: end }]], repeat: false, sep: "" };
 }
 
 /** Calls in a key-value pair format, one alternative per tool, newline-separated. */

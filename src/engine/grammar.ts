@@ -50,13 +50,18 @@ export type OutputGrammar =
  * per call `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>`, then `<｜tool▁calls▁end｜>`.
  * "qwen3_coder" (Qwen3-Coder): `<tool_call>\n<function=NAME>\n` then per argument
  * `<parameter=KEY>\nVALUE\n</parameter>\n` (a string value raw, others JSON), then `</function>\n</tool_call>`.
+ * "deepseek_v3" (DeepSeek V3, R1-0528): as "deepseek_v31", but each call is
+ * `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>`, calls a newline apart.
+ * "minimax_m2" (MiniMax M2): `<minimax:tool_call>\n` then per call `<invoke name="NAME">\n` and per
+ * argument `<parameter name="KEY">VALUE</parameter>\n` (a string value raw, others JSON), then
+ * `</invoke>`, calls a newline apart, then `\n</minimax:tool_call>`.
  * "mistral" (Mistral, Mixtral, Magistral, Devstral): `[TOOL_CALLS]` before each call; which way the
  * call follows depends on the tokenizer's version ({@link ToolCallSyntax}).
  * vLLM's parser names; grammar-tool-calls.ts builds each.
  */
 export type ToolCallFormat = (typeof TOOL_CALL_FORMATS)[number];
 /** Every {@link ToolCallFormat}, for checking a name from the command line. */
-export const TOOL_CALL_FORMATS = ["hermes", "llama3_json", "kimi_k2", "deepseek_v31", "glm45", "qwen3_coder", "mistral"] as const;
+export const TOOL_CALL_FORMATS = ["hermes", "llama3_json", "kimi_k2", "deepseek_v31", "deepseek_v3", "glm45", "qwen3_coder", "minimax_m2", "mistral"] as const;
 
 /**
  * The way a grammar writes forced calls: a {@link ToolCallFormat}, where "mistral" is the shape of

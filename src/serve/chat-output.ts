@@ -1,7 +1,7 @@
 /**
  * A chat answer's text as the client gets it: reasoning (`--reasoning-parser think`), content, and
  * tool calls (with `tools`; only the first with `parallel_tool_calls: false`), whole or streamed.
- * Tool calls (Hermes, Llama 3 JSON, Kimi K2, DeepSeek V3.1, GLM, Qwen3-Coder or Mistral: tool-calls*.ts) are parsed from the
+ * Tool calls (Hermes, Llama 3 JSON, Kimi K2, DeepSeek V3/V3.1, GLM, Qwen3-Coder, MiniMax M2 or Mistral: tool-calls*.ts) are parsed from the
  * content only, after reasoning is split off: a `<tool_call>` the model drafts while reasoning is
  * part of its thoughts, not a call. With every option off, the text passes through untouched (what
  * the server did before reasoning parsing existed).
@@ -11,8 +11,8 @@ import type { ToolCallSyntax } from "../engine/grammar.ts";
 import { HERMES, type ParsedToolCall, ToolCallStream, type ToolStreamPart } from "./tool-calls.ts";
 import { Llama3JsonStream } from "./tool-calls-llama3.ts";
 import { MistralToolStream } from "./tool-calls-mistral.ts";
-import { DEEPSEEK_SYNTAX, KIMI_SYNTAX } from "./tool-calls-sections.ts";
-import { glmSyntax, qwen3CoderSyntax, type ToolSpec } from "./tool-calls-pairs.ts";
+import { DEEPSEEK_SYNTAX, DEEPSEEK_V3_SYNTAX, KIMI_SYNTAX } from "./tool-calls-sections.ts";
+import { glmSyntax, minimaxSyntax, qwen3CoderSyntax, type ToolSpec } from "./tool-calls-pairs.ts";
 
 /** How to read one chat answer. */
 export interface ChatOutputOptions {
@@ -24,7 +24,7 @@ export interface ChatOutputOptions {
   toolCalls: boolean;
   /** How the model writes them (`--tool-call-parser`; default "hermes"). */
   toolCallFormat?: ToolCallSyntax;
-  /** The request's tools: GLM's and Qwen3-Coder's formats write a string argument raw, and their schemas say which are strings. */
+  /** The request's tools: GLM's, Qwen3-Coder's and MiniMax's formats write a string argument raw, and their schemas say which are strings. */
   tools?: readonly ToolSpec[];
   /** False keeps only the first call written (`parallel_tool_calls: false`); later ones are dropped. */
   parallelToolCalls: boolean;
@@ -87,6 +87,8 @@ function toolStream(o: ChatOutputOptions): ToolCallStream | Llama3JsonStream | M
     case "llama3_json": return new Llama3JsonStream();
     case "kimi_k2": return new ToolCallStream(KIMI_SYNTAX);
     case "deepseek_v31": return new ToolCallStream(DEEPSEEK_SYNTAX);
+    case "deepseek_v3": return new ToolCallStream(DEEPSEEK_V3_SYNTAX);
+    case "minimax_m2": return new ToolCallStream(minimaxSyntax(o.tools ?? []));
     case "glm45": return new ToolCallStream(glmSyntax(o.tools ?? []));
     case "qwen3_coder": return new ToolCallStream(qwen3CoderSyntax(o.tools ?? []));
     case "mistral":

@@ -79,7 +79,8 @@ export interface ServerOptions {
   /**
    * How the model writes tool calls, read out of chat answers and written by forced tool calls:
    * "hermes" (default; Qwen 2.5/3, Hermes), "llama3_json" (Llama 3.1–3.3), "kimi_k2" (Kimi K2),
-   * "deepseek_v31" (DeepSeek V3.1), "glm45" (GLM 4.5–4.7), "qwen3_coder" (Qwen3-Coder) or "mistral"
+   * "deepseek_v31" (DeepSeek V3.1), "deepseek_v3" (DeepSeek V3, R1-0528), "glm45" (GLM 4.5–4.7),
+   * "qwen3_coder" (Qwen3-Coder), "minimax_m2" (MiniMax M2) or "mistral"
    * (Mistral, Magistral, Devstral; the shape by the tokenizer's version). vLLM's parser names.
    */
   toolCallParser?: ToolCallFormat;

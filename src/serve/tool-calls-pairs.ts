@@ -3,13 +3,16 @@
  * GLM 4.5–4.7's (vLLM's `glm45`): `<tool_call>NAME` then `<arg_key>KEY</arg_key>` and
  * `<arg_value>VALUE</arg_value>` per argument, then `</tool_call>`; Qwen3-Coder's (vLLM's
  * `qwen3_coder`): `<tool_call>` then `<function=NAME>`, `<parameter=KEY>` VALUE `</parameter>` per
- * argument, `</function>`, `</tool_call>`. A value is raw text where the schema makes the argument a
+ * argument, `</function>`, `</tool_call>`; MiniMax M2's (vLLM's `minimax_m2`): inside `<minimax:tool_call>` …
+ * `</minimax:tool_call>`, `<invoke name="NAME">` then `<parameter name="KEY">VALUE</parameter>` per
+ * argument, then `</invoke>`. A value is raw text where the schema makes the argument a
  * string (grammar-tool-calls.ts `rawStringArgument`), else JSON — read as text when it does not
  * parse, as vLLM does. Unlike vLLM's GLM parser, a GLM raw string keeps its leading and trailing
  * whitespace (a file's trailing newline is the file's); Qwen3-Coder's template puts a newline on
- * each side of a value, and exactly those two are taken off.
+ * each side of a value, and exactly those two are taken off. A MiniMax raw string is kept whole, as
+ * GLM's (vLLM strips its whitespace).
  */
-import { GLM, rawStringArgument } from "../engine/grammar-tool-calls.ts";
+import { GLM, MINIMAX, rawStringArgument } from "../engine/grammar-tool-calls.ts";
 import { compileSchema, type JsonSchema, resolve, type SchemaNode } from "../engine/json-schema.ts";
 import { type CallSyntax, FUNCTION_NAME, type ParsedToolCall } from "./tool-calls.ts";
 
@@ -25,6 +28,9 @@ type ToolProps = ReadonlyMap<string, ReadonlyMap<string, SchemaNode>>;
 const GLM_PAIR = /^\s*<arg_key>([\s\S]*?)<\/arg_key>\s*<arg_value>([\s\S]*?)<\/arg_value>/;
 const QWEN_FUNCTION = /^\s*<function=([^>\n]+)>\n?([\s\S]*?)<\/function>\s*$/;
 const QWEN_PARAMETER = /^\s*<parameter=([^>\n]+)>\n?([\s\S]*?)\n?<\/parameter>/;
+/** After `<invoke name=`: the quoted name; then a parameter, its name quoted either way. */
+const MINIMAX_NAME = /^\s*(?:"([^"\n]+)"|'([^'\n]+)')\s*>/;
+const MINIMAX_PARAMETER = /^\s*<parameter name=(?:"([^"\n]+)"|'([^'\n]+)')>([\s\S]*?)<\/parameter>/;
 
 /** The GLM syntax for `ToolCallStream`, reading argument types from `tools`. */
 export function glmSyntax(tools: readonly ToolSpec[]): CallSyntax {
@@ -38,11 +44,29 @@ export function qwen3CoderSyntax(tools: readonly ToolSpec[]): CallSyntax {
   return { open: "<tool_call>", close: "</tool_call>", parse: (body) => parseQwen3CoderBody(body, props) };
 }
 
+/** The MiniMax M2 syntax for `ToolCallStream` (each `<invoke>` a call, the section tags dropped), reading argument types from `tools`. */
+export function minimaxSyntax(tools: readonly ToolSpec[]): CallSyntax {
+  const props = toolProps(tools);
+  return { open: MINIMAX.invoke, close: MINIMAX.invokeEnd, drop: [MINIMAX.sectionBegin, MINIMAX.sectionEnd], parse: (body) => parseMinimaxBody(body, props) };
+}
+
+/** The call in one `<invoke name=` block's body (`"NAME">` then parameters), or null when it is not one. */
+export function parseMinimaxBody(body: string, props: ToolProps): ParsedToolCall | null {
+  const m = MINIMAX_NAME.exec(body);
+  if (m === null) return null;
+  const name = (m[1] ?? m[2]).trim();
+  if (!FUNCTION_NAME.test(name)) return null;
+  return readPairs(name, body.slice(m[0].length), (s) => {
+    const p = MINIMAX_PARAMETER.exec(s);
+    return p === null ? null : { length: p[0].length, key: p[1] ?? p[2], value: p[3] };
+  }, props);
+}
+
 /** The call in one GLM block's body, or null when it is not one (no name, or text between the pairs). */
 export function parseGlmBody(body: string, props: ToolProps): ParsedToolCall | null {
   const at = body.indexOf(GLM.keyOpen);
   const name = (at < 0 ? body : body.slice(0, at)).trim();
-  return FUNCTION_NAME.test(name) ? readPairs(name, at < 0 ? "" : body.slice(at), GLM_PAIR, props) : null;
+  return FUNCTION_NAME.test(name) ? readPairs(name, at < 0 ? "" : body.slice(at), regexPair(GLM_PAIR), props) : null;
 }
 
 /** The call in one Qwen3-Coder block's body, or null when it is not one. */
@@ -50,20 +74,31 @@ export function parseQwen3CoderBody(body: string, props: ToolProps): ParsedToolC
   const m = QWEN_FUNCTION.exec(body);
   if (m === null) return null;
   const name = m[1].trim();
-  return FUNCTION_NAME.test(name) ? readPairs(name, m[2], QWEN_PARAMETER, props) : null;
+  return FUNCTION_NAME.test(name) ? readPairs(name, m[2], regexPair(QWEN_PARAMETER), props) : null;
+}
+
+/** The pair at the start of a text (how many characters it takes), or null when none is there. */
+type PairReader = (rest: string) => { length: number; key: string; value: string } | null;
+
+/** A reader of the pair `re` matches at the start, its key in group 1 and its value in group 2. */
+function regexPair(re: RegExp): PairReader {
+  return (rest) => {
+    const m = re.exec(rest);
+    return m === null ? null : { length: m[0].length, key: m[1], value: m[2] };
+  };
 }
 
 /** The call `name` with the pairs `pair` reads from `rest` (nothing but whitespace between them), or null. */
-function readPairs(name: string, rest: string, pair: RegExp, props: ToolProps): ParsedToolCall | null {
+function readPairs(name: string, rest: string, pair: PairReader, props: ToolProps): ParsedToolCall | null {
   const types = props.get(name);
   const args: Record<string, unknown> = {};
   while (rest.trim() !== "") {
-    const m = pair.exec(rest);
+    const m = pair(rest);
     if (m === null) return null;
-    const key = m[1].trim();
+    const key = m.key.trim();
     const type = types?.get(key);
-    args[key] = type !== undefined && rawStringArgument(type) ? m[2] : jsonOrText(m[2]);
-    rest = rest.slice(m[0].length);
+    args[key] = type !== undefined && rawStringArgument(type) ? m.value : jsonOrText(m.value);
+    rest = rest.slice(m.length);
   }
   return { name, arguments: JSON.stringify(args) };
 }

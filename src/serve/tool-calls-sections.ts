@@ -5,7 +5,9 @@
  * writes a call back by its id, so returning that id lets the next turn's prompt repeat the answer's
  * text exactly — and reuse its KV cache — where a server-made `call_…` id would change it.
  * DeepSeek V3.1's format (vLLM's `deepseek_v31`) has the same shape: `<｜tool▁calls▁begin｜>` …
- * `<｜tool▁calls▁end｜>` around `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}<｜tool▁call▁end｜>` blocks.
+ * `<｜tool▁calls▁end｜>` around `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{…}<｜tool▁call▁end｜>` blocks;
+ * DeepSeek V3's and R1-0528's (vLLM's `deepseek_v3`) blocks say the call's type and fence the arguments:
+ * `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{…}\n```<｜tool▁call▁end｜>`.
  */
 import { DEEPSEEK, KIMI } from "../engine/grammar-tool-calls.ts";
 import { type CallSyntax, FUNCTION_NAME, jsonObject, type ParsedToolCall } from "./tool-calls.ts";
@@ -41,5 +43,20 @@ export function parseDeepSeekBody(body: string): ParsedToolCall | null {
   return FUNCTION_NAME.test(name) && jsonObject(args) !== null ? { name, arguments: args } : null;
 }
 
+/** A DeepSeek V3 block's body: `function<｜tool▁sep｜>NAME`, a json code fence around the arguments. */
+const DEEPSEEK_V3_BODY = /^\s*function<｜tool▁sep｜>([^\n]+)\n```(?:json)?\n([\s\S]*)\n```\s*$/;
+
+/** The call in one DeepSeek V3 block's body, or null when it is not one. */
+export function parseDeepSeekV3Body(body: string): ParsedToolCall | null {
+  const m = DEEPSEEK_V3_BODY.exec(body);
+  if (m === null) return null;
+  const name = m[1].trim();
+  const args = m[2].trim();
+  return FUNCTION_NAME.test(name) && jsonObject(args) !== null ? { name, arguments: args } : null;
+}
+
 /** DeepSeek V3.1's syntax for `ToolCallStream`: call blocks, the section tags dropped. */
 export const DEEPSEEK_SYNTAX: CallSyntax = { open: DEEPSEEK.callBegin, close: DEEPSEEK.callEnd, drop: [DEEPSEEK.sectionBegin, DEEPSEEK.sectionEnd], parse: parseDeepSeekBody };
+
+/** DeepSeek V3's syntax for `ToolCallStream`: V3.1's tags, fenced bodies. */
+export const DEEPSEEK_V3_SYNTAX: CallSyntax = { ...DEEPSEEK_SYNTAX, parse: parseDeepSeekV3Body };

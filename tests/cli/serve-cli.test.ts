@@ -18,7 +18,7 @@ test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retent
     [["--kv-retention", "fifo"], /Unknown KV retention "fifo"; choose agent or lru/],
     [["--reasoning-parser", "deepseek_r1"], /Unknown reasoning parser "deepseek_r1"; choose think or none/],
     [["--step-mixing", "chunked"], /Unknown step mixing "chunked"; choose auto, mixed or split/],
-    [["--tool-call-parser", "mistral"], /Unknown tool call parser "mistral"; choose hermes, llama3_json, kimi_k2, deepseek_v31, glm45, qwen3_coder/],
+    [["--tool-call-parser", "pythonic"], /Unknown tool call parser "pythonic"; choose hermes, llama3_json, kimi_k2, deepseek_v31, deepseek_v3, glm45, qwen3_coder, minimax_m2, mistral/],
     [["--json-whitespace", "none"], /Unknown JSON whitespace "none"; choose any or compact/],
     [["--jump-forward", "yes"], /Unknown jump-forward setting "yes"; choose on or off/],
   ] as const) {
