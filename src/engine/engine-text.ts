@@ -2,15 +2,26 @@
  * Incremental detokenization with stop strings: turns a growing list of output ids into text
  * deltas, holds back text that may still become a stop string (or an unfinished UTF-8 character),
  * and reports when a stop string has appeared (the output is cut before it).
+ *
+ * Each token's text is found by decoding a short window of the last few ids, twice — without the
+ * new ones and with them — and taking the difference (vLLM's and Hugging Face's incremental
+ * detokenization): the window starts at the same token both times, so a decoder's handling of a
+ * first token (SentencePiece drops its leading space) cancels out, and a character spread over
+ * several tokens waits until its last piece arrives. Decoding the whole output at every token, as
+ * this did before, cost time quadratic in the output's length (8,000 tokens: about a minute of CPU).
  */
 import type { Tokenizer } from "../model/config.ts";
 
 /** Per-request text state. */
 export class OutputText {
   private readonly ids: number[] = [];
-  /** Characters of the decoded text already handed out as deltas. */
-  private emitted = 0;
-  private full = "";
+  /** The decoding window: ids from `prefixOffset` to `readOffset` are decoded already. */
+  private prefixOffset = 0;
+  private readOffset = 0;
+  /** Text handed out, in the deltas it went out in (joined on demand: a growing string would be copied at every token). */
+  private readonly emitted: string[] = [];
+  /** Text decoded but held back: it may still begin a stop string. */
+  private pending = "";
   stopped = false;
 
   /** @param special write control tokens' strings (GenerateRequest.skipSpecialTokens false) */
@@ -18,47 +29,68 @@ export class OutputText {
 
   /** All text handed out so far. */
   get text(): string {
-    return this.full.slice(0, this.emitted);
+    return this.emitted.join("");
   }
 
   /** Adds a token; returns the new text that is safe to emit (possibly empty). */
   push(id: number): string {
     this.ids.push(id);
-    // Decoding the whole output each time keeps multi-token characters right; outputs are short.
-    this.full = this.tokenizer.decode(this.ids, { special: this.special });
-    let limit = this.full.length;
+    if (this.stopped || !this.decodeNew(false)) return "";
+    let limit = this.pending.length;
     for (const s of this.stops) {
-      const at = this.full.indexOf(s, Math.max(0, this.emitted - s.length + 1));
-      if (s.length > 0 && at >= 0 && at < limit) {
+      // Held-back text is never more than a stop's beginning, so a stop starts inside `pending`.
+      const at = s.length > 0 ? this.pending.indexOf(s) : -1;
+      if (at >= 0 && at < limit) {
         limit = at;
         this.stopped = true;
       }
     }
-    if (!this.stopped) {
-      // An unfinished multi-byte character decodes to U+FFFD: wait for the next token.
-      while (limit > this.emitted && this.full.charCodeAt(limit - 1) === 0xfffd) limit--;
-      limit -= this.pendingStopPrefix(limit);
-    }
-    if (limit <= this.emitted) return "";
-    const delta = this.full.slice(this.emitted, limit);
-    this.emitted = limit;
-    return delta;
+    if (!this.stopped) limit -= this.pendingStopPrefix(limit);
+    return this.release(limit);
   }
 
-  /** Releases text held back for a possible stop string (the request ended for another reason). */
+  /** Releases text held back for a possible stop string or a character's end (the request ended for another reason). */
   flush(): string {
     if (this.stopped) return "";
-    const delta = this.full.slice(this.emitted);
-    this.emitted = this.full.length;
+    this.decodeNew(true);
+    return this.release(this.pending.length);
+  }
+
+  /**
+   * Moves the text of the ids not decoded yet to `pending`; false (nothing moved) while they decode
+   * to nothing or end in an unfinished character (U+FFFD), unless `force`: the output ended.
+   */
+  private decodeNew(force: boolean): boolean {
+    if (this.readOffset === this.ids.length) return false;
+    const before = this.decode(this.ids.slice(this.prefixOffset, this.readOffset));
+    const after = this.decode(this.ids.slice(this.prefixOffset));
+    if (!force && (after.length <= before.length || after.endsWith("\ufffd"))) return false;
+    this.pending += after.slice(before.length);
+    this.prefixOffset = this.readOffset;
+    this.readOffset = this.ids.length;
+    return true;
+  }
+
+  private decode(ids: readonly number[]): string {
+    // Some decoders (tokenizers.js) refuse an empty list.
+    return ids.length === 0 ? "" : this.tokenizer.decode(ids, { special: this.special });
+  }
+
+  /** Hands out the first `n` characters of `pending`. */
+  private release(n: number): string {
+    if (n <= 0) return "";
+    const delta = this.pending.slice(0, n);
+    this.pending = this.pending.slice(n);
+    this.emitted.push(delta);
     return delta;
   }
 
-  /** Length of the longest tail of full[..limit] that begins some stop string. */
+  /** Length of the longest tail of pending[..limit] that begins some stop string. */
   private pendingStopPrefix(limit: number): number {
     let hold = 0;
     for (const s of this.stops) {
-      for (let k = Math.min(s.length - 1, limit - this.emitted); k > hold; k--) {
-        if (this.full.slice(limit - k, limit) === s.slice(0, k)) {
+      for (let k = Math.min(s.length - 1, limit); k > hold; k--) {
+        if (this.pending.slice(limit - k, limit) === s.slice(0, k)) {
           hold = k;
           break;
         }
