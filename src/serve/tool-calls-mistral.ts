@@ -16,7 +16,7 @@ import type { ToolCallFormat, ToolCallSyntax } from "../engine/grammar.ts";
 import { MISTRAL } from "../engine/grammar-tool-calls.ts";
 import type { Tokenizer } from "../model/config.ts";
 import type { ChatMessageIn } from "./schemas.ts";
-import { FUNCTION_NAME, jsonObject, jsonValueEnd, type ParsedToolCall, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
+import { FUNCTION_NAME, jsonObject, JsonValueScanner, type ParsedToolCall, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
 
 /** A call id Mistral's templates take: nine letters or digits. */
 export const MISTRAL_CALL_ID = /^[A-Za-z0-9]{9}$/;
@@ -34,8 +34,8 @@ const V11_HEAD = /^\s*([\p{L}\p{N}_.-]+)(?:\[CALL_ID\]([A-Za-z0-9]+))?(?:\[ARGS\
 /** What may still grow into a v11 head. */
 const V11_HEAD_SO_FAR = /^\s*[\p{L}\p{N}_.-]*(?:\[CALL_ID\][A-Za-z0-9]*)?(?:\[ARGS\])?\s*$/u;
 
-/** What reading the text after one `[TOOL_CALLS]` came to. */
-type Read = { kind: "wait" } | { kind: "bad" } | { kind: "calls"; calls: ParsedToolCall[]; used: number };
+/** What reading the text after one `[TOOL_CALLS]` came to ("open": a JSON value began and is still open, scanned to the text's end). */
+type Read = { kind: "wait" } | { kind: "open" } | { kind: "bad" } | { kind: "calls"; calls: ParsedToolCall[]; used: number };
 
 /**
  * Incremental splitter for Mistral's calls. Text is released as soon as it cannot be the start of
@@ -45,15 +45,28 @@ export class MistralToolStream {
   private buf = "";
   /** "text": passing text through; "call": just after a `[TOOL_CALLS]`. */
   private mode: "text" | "call" = "text";
+  /** Where the arguments (or the list) being read end, scanned one delta at a time. */
+  private readonly json = new JsonValueScanner();
+  /** Arguments still open, in the pieces they came in (joined once they close: see tool-calls.ts `ToolCallStream.held`). */
+  private held: string[] | null = null;
 
   /** Feeds the next delta; returns what can be released. */
   push(delta: string): ToolStreamPart[] {
-    this.buf += delta;
+    if (this.held !== null) {
+      this.held.push(delta);
+      if (this.json.feed(delta) < 0) return [];
+      this.buf = this.held.join("");
+      this.held = null;
+    } else {
+      this.buf += delta;
+    }
     return this.read(false);
   }
 
   /** The output ended: what is left is released, an unfinished call as text. */
   end(): ToolStreamPart[] {
+    if (this.held !== null) this.buf = this.held.join("");
+    this.held = null;
     return this.read(true);
   }
 
@@ -73,8 +86,12 @@ export class MistralToolStream {
         this.buf = this.buf.slice(at + MISTRAL.calls.length);
         this.mode = "call";
       }
-      const r = readCalls(this.buf, final);
+      const r = readCalls(this.buf, final, this.json);
       if (r.kind === "wait") return out;
+      if (r.kind === "open") {
+        [this.held, this.buf] = [[this.buf], ""];
+        return out;
+      }
       this.mode = "text";
       if (r.kind === "bad") {
         // The tag and what follows it up to the next tag are text as written.
@@ -91,14 +108,14 @@ export class MistralToolStream {
 }
 
 /** Reads what follows one `[TOOL_CALLS]`: a v11 call, or the older format's list. */
-function readCalls(s: string, final: boolean): Read {
+function readCalls(s: string, final: boolean, json: JsonValueScanner): Read {
   const lead = s.length - s.trimStart().length;
   if (lead === s.length) return final ? { kind: "bad" } : { kind: "wait" };
-  return s[lead] === "[" && !s.startsWith(MISTRAL.callId, lead) && !s.startsWith(MISTRAL.args, lead) ? readList(s, lead, final) : readV11(s, final);
+  return s[lead] === "[" && !s.startsWith(MISTRAL.callId, lead) && !s.startsWith(MISTRAL.args, lead) ? readList(s, lead, final, json) : readV11(s, final, json);
 }
 
 /** `NAME[CALL_ID]ID[ARGS]{...}`, the id and `[ARGS]` optional. */
-function readV11(s: string, final: boolean): Read {
+function readV11(s: string, final: boolean, json: JsonValueScanner): Read {
   const open = s.indexOf("{");
   const head = open < 0 ? s : s.slice(0, open);
   if (open < 0) {
@@ -107,18 +124,25 @@ function readV11(s: string, final: boolean): Read {
   }
   const m = V11_HEAD.exec(head);
   if (m === null) return { kind: "bad" };
-  const end = jsonValueEnd(s, open);
-  if (end < 0) return final ? { kind: "bad" } : { kind: "wait" };
+  const end = scanValue(s, open, json);
+  if (end < 0) return final ? { kind: "bad" } : { kind: "open" };
   const args = s.slice(open, end);
   if (jsonObject(args) === null) return { kind: "bad" };
   const id = m[2] !== undefined && MISTRAL_CALL_ID.test(m[2]) ? m[2] : mistralCallId();
   return { kind: "calls", calls: [{ id, name: m[1], arguments: args }], used: end };
 }
 
+/** The index just past the JSON value that opens at `at`, or -1 with `json` left at the text's end. */
+function scanValue(s: string, at: number, json: JsonValueScanner): number {
+  json.reset();
+  const k = json.feed(s.slice(at));
+  return k < 0 ? -1 : at + k;
+}
+
 /** `[{"name": ..., "arguments": {...}, "id"?: ...}, ...]`: every item a call, or none is. */
-function readList(s: string, at: number, final: boolean): Read {
-  const end = jsonValueEnd(s, at);
-  if (end < 0) return final ? { kind: "bad" } : { kind: "wait" };
+function readList(s: string, at: number, final: boolean, json: JsonValueScanner): Read {
+  const end = scanValue(s, at, json);
+  if (end < 0) return final ? { kind: "bad" } : { kind: "open" };
   let list: unknown;
   try {
     list = JSON.parse(s.slice(at, end));

@@ -73,6 +73,14 @@ export type ToolStreamPart = { kind: "text"; text: string } | { kind: "call"; ca
 export class ToolCallStream {
   private buf = "";
   private inCall = false;
+  /**
+   * A long call's body so far, in the pieces it came in, while its closing tag has not come: only
+   * each new delta (and the tag's possible start before it) is searched, and the pieces are joined
+   * once — growing one string and searching it at every delta copies it each time (V8 flattens it).
+   */
+  private held: string[] | null = null;
+  /** The end of the held body that could begin the closing tag. */
+  private heldTail = "";
   private readonly tags: readonly string[];
 
   constructor(private readonly syntax: CallSyntax = HERMES) {
@@ -81,9 +89,20 @@ export class ToolCallStream {
 
   /** Feeds the next delta; returns what can be released. */
   push(delta: string): ToolStreamPart[] {
-    this.buf += delta;
-    const out: ToolStreamPart[] = [];
     const { open, close } = this.syntax;
+    if (this.held !== null) {
+      this.held.push(delta);
+      const window = this.heldTail + delta;
+      if (!window.includes(close)) {
+        this.heldTail = tail(window, close.length - 1);
+        return [];
+      }
+      this.buf = this.held.join("");
+      this.held = null;
+    } else {
+      this.buf += delta;
+    }
+    const out: ToolStreamPart[] = [];
     for (;;) {
       if (!this.inCall) {
         const [at, tag] = firstTag(this.buf, this.tags);
@@ -101,7 +120,12 @@ export class ToolCallStream {
         continue;
       }
       const end = this.buf.indexOf(close);
-      if (end < 0) return out;
+      if (end < 0) {
+        this.held = [this.buf];
+        this.heldTail = tail(this.buf, close.length - 1);
+        this.buf = "";
+        return out;
+      }
       const body = this.buf.slice(0, end);
       const call = this.syntax.parse(body);
       out.push(call ? { kind: "call", call } : { kind: "text", text: open + body + close });
@@ -112,13 +136,19 @@ export class ToolCallStream {
 
   /** The output ended: an unterminated call is parsed if its body is complete, else returned as text. */
   end(): ToolStreamPart[] {
-    const rest = this.buf;
+    const rest = this.held !== null ? this.held.join("") : this.buf;
+    this.held = null;
     this.buf = "";
     if (!this.inCall) return rest ? [{ kind: "text", text: rest }] : [];
     this.inCall = false;
     const call = this.syntax.parse(rest);
     return call ? [{ kind: "call", call }] : [{ kind: "text", text: this.syntax.open + rest }];
   }
+}
+
+/** The last `n` characters of `s` (none for `n` 0). */
+function tail(s: string, n: number): string {
+  return n > 0 ? s.slice(-n) : "";
 }
 
 /** Where the first of `tags` starts in `s` (the longest there, if several), or -1. */
@@ -139,20 +169,44 @@ export function partialTagSuffix(s: string, tag: string): number {
 
 /** The index just past the JSON object or array that opens at `start`, or -1 while it is still open. */
 export function jsonValueEnd(s: string, start: number): number {
-  let depth = 0, inString = false, escaped = false;
-  for (let i = start; i < s.length; i++) {
-    const c = s[i];
-    if (inString) {
-      if (escaped) escaped = false;
-      else if (c === "\\") escaped = true;
-      else if (c === '"') inString = false;
-    } else if (c === '"') {
-      inString = true;
-    } else if (c === "{" || c === "[") {
-      depth++;
-    } else if (c === "}" || c === "]") {
-      if (--depth === 0) return i + 1;
+  const k = new JsonValueScanner().feed(start === 0 ? s : s.slice(start));
+  return k < 0 ? -1 : start + k;
+}
+
+/**
+ * Finds where a JSON object or array ends in text that arrives in pieces, scanning each character
+ * once: a streamed call's arguments (a whole file, for an agent writing one) would otherwise be
+ * rescanned from their start at every delta, quadratic in their length.
+ */
+export class JsonValueScanner {
+  private depth = 0;
+  private inString = false;
+  private escaped = false;
+
+  /** Scans the next piece of a value (the first piece starts with its `{` or `[`): the index in `text` just past the value's end, or -1 while it is still open. */
+  feed(text: string): number {
+    for (let i = 0; i < text.length; i++) {
+      const c = text[i];
+      if (this.inString) {
+        if (this.escaped) this.escaped = false;
+        else if (c === "\\") this.escaped = true;
+        else if (c === '"') this.inString = false;
+      } else if (c === '"') {
+        this.inString = true;
+      } else if (c === "{" || c === "[") {
+        this.depth++;
+      } else if ((c === "}" || c === "]") && --this.depth === 0) {
+        this.reset();
+        return i + 1;
+      }
     }
+    return -1;
   }
-  return -1;
+
+  /** Starts over, for the next value. */
+  reset(): void {
+    this.depth = 0;
+    this.inString = false;
+    this.escaped = false;
+  }
 }
