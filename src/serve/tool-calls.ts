@@ -167,12 +167,6 @@ export function partialTagSuffix(s: string, tag: string): number {
   return 0;
 }
 
-/** The index just past the JSON object or array that opens at `start`, or -1 while it is still open. */
-export function jsonValueEnd(s: string, start: number): number {
-  const k = new JsonValueScanner().feed(start === 0 ? s : s.slice(start));
-  return k < 0 ? -1 : start + k;
-}
-
 /**
  * Finds where a JSON object or array ends in text that arrives in pieces, scanning each character
  * once: a streamed call's arguments (a whole file, for an agent writing one) would otherwise be
