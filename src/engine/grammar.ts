@@ -69,7 +69,7 @@ export const TOOL_CALL_FORMATS = ["hermes", "llama3_json", "kimi_k2", "deepseek_
  * per call, an optional `[CALL_ID]ID` before `[ARGS]`), and "mistral_pre_v11" the older one (Mistral
  * 7B v0.3, Mixtral 8x22B, Mistral Large 2407–2411: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`).
  * The server picks between them by whether the vocabulary has an `[ARGS]` token, as vLLM does
- * (app.ts `toolCallSyntax`); the parser reads both.
+ * (tool-calls-mistral.ts `toolCallSyntax`); the parser reads both.
  */
 export type ToolCallSyntax = ToolCallFormat | "mistral_pre_v11";
 

@@ -28,7 +28,7 @@ export interface ServeContext {
   jsonWhitespace: JsonWhitespace;
   /**
    * How the model writes tool calls (`--tool-call-parser`, with "mistral" resolved by the tokenizer's
-   * version: app.ts `toolCallSyntax`): what is parsed, and what a forced call writes.
+   * version: tool-calls-mistral.ts `toolCallSyntax`): what is parsed, and what a forced call writes.
    */
   toolCallParser: ToolCallSyntax;
 }
