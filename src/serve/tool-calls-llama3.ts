@@ -5,7 +5,7 @@
  * text, and stays text whatever follows; an object that is not a call (not JSON, no name) ends the
  * calls, and it and the rest are returned as the model wrote them, never dropped.
  */
-import { JsonValueScanner, parseToolCallBody, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
+import { HeldJsonValue, parseToolCallBody, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
 
 /** What Llama 3.1's template has the model write before code or a call in its built-in format. */
 const PYTHON_TAG = "<|python_tag|>";
@@ -18,21 +18,14 @@ export class Llama3JsonStream {
   private buf = "";
   /** "start": nothing but whitespace (or part of the tag) so far; "calls": reading calls; "text": passing through. */
   private mode: "start" | "calls" | "text" = "start";
-  /** Where the object being read ends, scanned one delta at a time. */
-  private readonly json = new JsonValueScanner();
-  /** An object still open, in the pieces it came in (joined once it closes: see tool-calls.ts `ToolCallStream.held`). */
-  private held: string[] | null = null;
+  /** The object being read, held while it is open. */
+  private readonly json = new HeldJsonValue();
 
   /** Feeds the next delta; returns what can be released. */
   push(delta: string): ToolStreamPart[] {
-    if (this.held !== null) {
-      this.held.push(delta);
-      if (this.json.feed(delta) < 0) return [];
-      this.buf = this.held.join("");
-      this.held = null;
-    } else {
-      this.buf += delta;
-    }
+    const buf = this.json.append(this.buf, delta);
+    if (buf === null) return [];
+    this.buf = buf;
     const out: ToolStreamPart[] = [];
     if (this.mode === "start") {
       const lead = this.buf.length - this.buf.trimStart().length;
@@ -56,8 +49,7 @@ export class Llama3JsonStream {
 
   /** The output ended: an object left open is text. */
   end(): ToolStreamPart[] {
-    if (this.held !== null) this.buf = this.held.join("");
-    this.held = null;
+    this.buf = this.json.release(this.buf);
     const out: ToolStreamPart[] = [];
     if (this.mode === "calls") this.readCalls(out, true);
     if (this.buf !== "") out.push({ kind: "text", text: this.buf });
@@ -77,14 +69,15 @@ export class Llama3JsonStream {
         this.mode = "text";
         return;
       }
-      this.json.reset();
-      const k = this.json.feed(this.buf.slice(lead));
-      if (k < 0) {
+      const end = this.json.end(this.buf, lead);
+      if (end < 0) {
         // Open: hold it and scan only what comes next.
-        if (!final) [this.held, this.buf] = [[this.buf], ""];
+        if (!final) {
+          this.json.hold(this.buf);
+          this.buf = "";
+        }
         return;
       }
-      const end = lead + k;
       const call = parseToolCallBody(this.buf.slice(lead, end));
       if (call === null) {
         this.mode = "text";

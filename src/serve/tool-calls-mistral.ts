@@ -16,7 +16,7 @@ import type { ToolCallFormat, ToolCallSyntax } from "../engine/grammar.ts";
 import { MISTRAL } from "../engine/grammar-tool-calls.ts";
 import type { Tokenizer } from "../model/config.ts";
 import type { ChatMessageIn } from "./schemas.ts";
-import { FUNCTION_NAME, jsonObject, JsonValueScanner, type ParsedToolCall, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
+import { FUNCTION_NAME, HeldJsonValue, jsonObject, type ParsedToolCall, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
 
 /** A call id Mistral's templates take: nine letters or digits. */
 export const MISTRAL_CALL_ID = /^[A-Za-z0-9]{9}$/;
@@ -45,28 +45,20 @@ export class MistralToolStream {
   private buf = "";
   /** "text": passing text through; "call": just after a `[TOOL_CALLS]`. */
   private mode: "text" | "call" = "text";
-  /** Where the arguments (or the list) being read end, scanned one delta at a time. */
-  private readonly json = new JsonValueScanner();
-  /** Arguments still open, in the pieces they came in (joined once they close: see tool-calls.ts `ToolCallStream.held`). */
-  private held: string[] | null = null;
+  /** The arguments (or the list) being read, held while they are open. */
+  private readonly json = new HeldJsonValue();
 
   /** Feeds the next delta; returns what can be released. */
   push(delta: string): ToolStreamPart[] {
-    if (this.held !== null) {
-      this.held.push(delta);
-      if (this.json.feed(delta) < 0) return [];
-      this.buf = this.held.join("");
-      this.held = null;
-    } else {
-      this.buf += delta;
-    }
+    const buf = this.json.append(this.buf, delta);
+    if (buf === null) return [];
+    this.buf = buf;
     return this.read(false);
   }
 
   /** The output ended: what is left is released, an unfinished call as text. */
   end(): ToolStreamPart[] {
-    if (this.held !== null) this.buf = this.held.join("");
-    this.held = null;
+    this.buf = this.json.release(this.buf);
     return this.read(true);
   }
 
@@ -89,7 +81,8 @@ export class MistralToolStream {
       const r = readCalls(this.buf, final, this.json);
       if (r.kind === "wait") return out;
       if (r.kind === "open") {
-        [this.held, this.buf] = [[this.buf], ""];
+        this.json.hold(this.buf);
+        this.buf = "";
         return out;
       }
       this.mode = "text";
@@ -108,14 +101,14 @@ export class MistralToolStream {
 }
 
 /** Reads what follows one `[TOOL_CALLS]`: a v11 call, or the older format's list. */
-function readCalls(s: string, final: boolean, json: JsonValueScanner): Read {
+function readCalls(s: string, final: boolean, json: HeldJsonValue): Read {
   const lead = s.length - s.trimStart().length;
   if (lead === s.length) return final ? { kind: "bad" } : { kind: "wait" };
   return s[lead] === "[" && !s.startsWith(MISTRAL.callId, lead) && !s.startsWith(MISTRAL.args, lead) ? readList(s, lead, final, json) : readV11(s, final, json);
 }
 
 /** `NAME[CALL_ID]ID[ARGS]{...}`, the id and `[ARGS]` optional. */
-function readV11(s: string, final: boolean, json: JsonValueScanner): Read {
+function readV11(s: string, final: boolean, json: HeldJsonValue): Read {
   const open = s.indexOf("{");
   const head = open < 0 ? s : s.slice(0, open);
   if (open < 0) {
@@ -124,7 +117,7 @@ function readV11(s: string, final: boolean, json: JsonValueScanner): Read {
   }
   const m = V11_HEAD.exec(head);
   if (m === null) return { kind: "bad" };
-  const end = scanValue(s, open, json);
+  const end = json.end(s, open);
   if (end < 0) return final ? { kind: "bad" } : { kind: "open" };
   const args = s.slice(open, end);
   if (jsonObject(args) === null) return { kind: "bad" };
@@ -132,16 +125,9 @@ function readV11(s: string, final: boolean, json: JsonValueScanner): Read {
   return { kind: "calls", calls: [{ id, name: m[1], arguments: args }], used: end };
 }
 
-/** The index just past the JSON value that opens at `at`, or -1 with `json` left at the text's end. */
-function scanValue(s: string, at: number, json: JsonValueScanner): number {
-  json.reset();
-  const k = json.feed(s.slice(at));
-  return k < 0 ? -1 : at + k;
-}
-
 /** `[{"name": ..., "arguments": {...}, "id"?: ...}, ...]`: every item a call, or none is. */
-function readList(s: string, at: number, final: boolean, json: JsonValueScanner): Read {
-  const end = scanValue(s, at, json);
+function readList(s: string, at: number, final: boolean, json: HeldJsonValue): Read {
+  const end = json.end(s, at);
   if (end < 0) return final ? { kind: "bad" } : { kind: "open" };
   let list: unknown;
   try {

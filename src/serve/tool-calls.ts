@@ -168,11 +168,47 @@ export function partialTagSuffix(s: string, tag: string): number {
 }
 
 /**
- * Finds where a JSON object or array ends in text that arrives in pieces, scanning each character
- * once: a streamed call's arguments (a whole file, for an agent writing one) would otherwise be
- * rescanned from their start at every delta, quadratic in their length.
+ * A streamed call's JSON value (Llama 3's call object, Mistral's arguments or list) for its stream:
+ * where it ends and, while it is open, its text held in the pieces it came in, each character
+ * scanned once and the pieces joined once it closes. Rescanning the value from its start at every
+ * delta, or growing one string and reading it (V8 copies a grown string whole before a read), is
+ * quadratic in a long value — a whole file, for an agent writing one.
  */
-export class JsonValueScanner {
+export class HeldJsonValue {
+  private pieces: string[] | null = null;
+  private readonly scanner = new JsonValueScanner();
+
+  /** The index just past the JSON object or array that opens at `at` in `text`, or -1 while it is open (then {@link hold} the text). */
+  end(text: string, at: number): number {
+    this.scanner.reset();
+    const k = this.scanner.feed(text.slice(at));
+    return k < 0 ? -1 : at + k;
+  }
+
+  /** Holds `text`, whose value {@link end} found open; the stream's buffer is empty until the value closes. */
+  hold(text: string): void {
+    this.pieces = [text];
+  }
+
+  /** The stream's buffer `buf` with `delta` added: while a value is held, null until it closes, then the whole text. */
+  append(buf: string, delta: string): string | null {
+    if (this.pieces === null) return buf + delta;
+    this.pieces.push(delta);
+    if (this.scanner.feed(delta) < 0) return null;
+    return this.release(buf);
+  }
+
+  /** The stream's whole text: what is held (the output ended, or the value closed), or `buf` when nothing is. */
+  release(buf: string): string {
+    if (this.pieces === null) return buf;
+    const text = this.pieces.join("");
+    this.pieces = null;
+    return text;
+  }
+}
+
+/** Finds where a JSON object or array ends in text that arrives in pieces, scanning each character once. */
+class JsonValueScanner {
   private depth = 0;
   private inString = false;
   private escaped = false;
