@@ -4,6 +4,10 @@
 //   f16   array<f16> when the device has shader-f16, else two halves per u32 word
 //   bf16  two bf16 per u32 word (low half = even element)
 //   q8_0  repacked at upload into 9-word blocks: [scale as f32 bits, 8 words of 4 int8 each]
+//   q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k  llama.cpp's blocks, word-aligned (q4_0, q5_0 and
+//         q6_k repacked: see weight-layout.ts); values decoded as llama.cpp's dequantize_row_* does.
+// Every block format keeps a row's values in whole blocks, and w_at4's i is a multiple of 4, so the
+// four values share a block and their codes sit in the same bytes of one or two words.
 #if ${W_F16N}
 enable f16;
 #endif
@@ -54,4 +58,82 @@ fn w_at4(i: u32) -> vec4<f32> {
   let q = vec4<i32>(extractBits(word, 0u, 8u), extractBits(word, 8u, 8u), extractBits(word, 16u, 8u), extractBits(word, 24u, 8u));
   return vec4<f32>(q) * bitcast<f32>(wbuf[blk * 9u]);
 }
+#elif ${W_BLOCKQ}
+@group(0) @binding(1) var<storage, read> wbuf: array<u32>;
+// The `mask` bits at bit `shift` of each byte of `w`, low byte first.
+fn byte_bits(w: u32, shift: u32, mask: u32) -> vec4<u32> {
+  return (vec4<u32>(w) >> (vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(shift))) & vec4<u32>(mask);
+}
+#if ${W_KQ45}
+// Byte `i` of a k-quant block's 12 scale bytes (words 1..3 of block word `b`).
+fn k_scale_byte(b: u32, i: u32) -> u32 { return extractBits(wbuf[b + 1u + (i >> 2u)], (i & 3u) * 8u, 8u); }
+// 6-bit scale and min of sub-block j (llama.cpp's get_scale_min_k4).
+fn k_scale_min(b: u32, j: u32) -> vec2<f32> {
+  if (j < 4u) { return vec2<f32>(f32(k_scale_byte(b, j) & 63u), f32(k_scale_byte(b, j + 4u) & 63u)); }
+  let hi = k_scale_byte(b, j + 4u);
+  return vec2<f32>(f32((hi & 15u) | ((k_scale_byte(b, j - 4u) >> 6u) << 4u)), f32((hi >> 4u) | ((k_scale_byte(b, j) >> 6u) << 4u)));
+}
+#endif
+fn w_at4(i: u32) -> vec4<f32> {
+#if ${W_Q4_0}
+  // 5 words: 4 of nibbles (value e low nibble of byte e, e + 16 high nibble), then the f16 scale.
+  let b = (i >> 5u) * 5u;
+  let e = i & 31u;
+  let q = byte_bits(wbuf[b + ((e & 15u) >> 2u)], (e >> 4u) * 4u, 15u);
+  return (vec4<f32>(q) - 8.0) * unpack2x16float(wbuf[b + 4u]).x;
+#elif ${W_Q4_1}
+  // 5 words: f16 scale and min, then 4 of nibbles.
+  let b = (i >> 5u) * 5u;
+  let e = i & 31u;
+  let dm = unpack2x16float(wbuf[b]);
+  return vec4<f32>(byte_bits(wbuf[b + 1u + ((e & 15u) >> 2u)], (e >> 4u) * 4u, 15u)) * dm.x + dm.y;
+#elif ${W_Q5_0}
+  // 6 words: the 32 fifth bits, 4 of nibbles, then the f16 scale.
+  let b = (i >> 5u) * 6u;
+  let e = i & 31u;
+  let q = byte_bits(wbuf[b + 1u + ((e & 15u) >> 2u)], (e >> 4u) * 4u, 15u) | (((vec4<u32>(wbuf[b]) >> (vec4<u32>(0u, 1u, 2u, 3u) + vec4<u32>(e))) & vec4<u32>(1u)) << vec4<u32>(4u));
+  return (vec4<f32>(q) - 16.0) * unpack2x16float(wbuf[b + 5u]).x;
+#elif ${W_Q5_1}
+  // 6 words: f16 scale and min, the 32 fifth bits, 4 of nibbles.
+  let b = (i >> 5u) * 6u;
+  let e = i & 31u;
+  let dm = unpack2x16float(wbuf[b]);
+  let q = byte_bits(wbuf[b + 2u + ((e & 15u) >> 2u)], (e >> 4u) * 4u, 15u) | (((vec4<u32>(wbuf[b + 1u]) >> (vec4<u32>(0u, 1u, 2u, 3u) + vec4<u32>(e))) & vec4<u32>(1u)) << vec4<u32>(4u));
+  return vec4<f32>(q) * dm.x + dm.y;
+#elif ${W_Q4K}
+  // 36 words: f16 d and dmin, 12 scale bytes, 128 bytes of nibbles (64-value chunks: low nibbles
+  // first, then high).
+  let b = (i >> 8u) * 36u;
+  let e = i & 255u;
+  let j = e >> 5u;
+  let dm = unpack2x16float(wbuf[b]);
+  let sm = k_scale_min(b, j);
+  let q = byte_bits(wbuf[b + 4u + (e >> 6u) * 8u + ((e & 31u) >> 2u)], (j & 1u) * 4u, 15u);
+  return vec4<f32>(q) * (dm.x * sm.x) - dm.y * sm.y;
+#elif ${W_Q5K}
+  // 44 words: as q4_k with 32 bytes of fifth bits (bit j of byte l for value 32·j + l) before the nibbles.
+  let b = (i >> 8u) * 44u;
+  let e = i & 255u;
+  let j = e >> 5u;
+  let dm = unpack2x16float(wbuf[b]);
+  let sm = k_scale_min(b, j);
+  let lo = byte_bits(wbuf[b + 12u + (e >> 6u) * 8u + ((e & 31u) >> 2u)], (j & 1u) * 4u, 15u);
+  let q = lo | (byte_bits(wbuf[b + 4u + ((e & 31u) >> 2u)], j, 1u) << vec4<u32>(4u));
+  return vec4<f32>(q) * (dm.x * sm.x) - dm.y * sm.y;
+#elif ${W_Q6K}
+  // 53 words: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, the f16 d (padded).
+  let b = (i >> 8u) * 53u;
+  let e = i & 255u;
+  let n = e >> 7u;
+  let quarter = (e & 127u) >> 5u;
+  let l = e & 31u;
+  let lo = byte_bits(wbuf[b + ((64u * n + 32u * (quarter & 1u) + l) >> 2u)], 4u * (quarter >> 1u), 15u);
+  let hi = byte_bits(wbuf[b + 32u + ((32u * n + l) >> 2u)], 2u * quarter, 3u);
+  let q = vec4<i32>(lo | (hi << vec4<u32>(4u))) - vec4<i32>(32);
+  let si = 8u * n + (l >> 4u) + 2u * quarter;
+  let sc = extractBits(bitcast<i32>(wbuf[b + 48u + (si >> 2u)]), (si & 3u) * 8u, 8u);
+  return vec4<f32>(q) * (unpack2x16float(wbuf[b + 52u]).x * f32(sc));
+#endif
+}
+fn w_at(i: u32) -> f32 { return w_at4(i & ~3u)[i & 3u]; }
 #endif

@@ -1,15 +1,29 @@
 /**
- * Conversions between f32 and the packed weight formats (f16, bf16, GGUF q8_0), on the host.
- * Used by loaders, writers and the reference backend.
+ * Conversions between f32 and the packed weight formats (f16, bf16, GGUF q8_0 here; GGUF's other
+ * block formats in quant-blocks.ts), on the host. Used by loaders, writers and the reference backend.
  */
+import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from "./half-float.ts";
+import { decodeBlocks, encodeBlocks, isBlockQuant, QUANT_BLOCKS } from "./quant-blocks.ts";
 import type { WeightDType } from "./types.ts";
+
+export { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 };
 
 /** Elements per q8_0 block and bytes per block (f16 scale + 32 int8). */
 export const Q8_0_BLOCK = 32;
 export const Q8_0_BLOCK_BYTES = 34;
 
-/** Bytes needed to store `count` elements of `dtype` (count must be a multiple of 32 for q8_0). */
+/** Values per block of `dtype` (1 for the unblocked types). */
+export function blockValues(dtype: WeightDType | "i32"): number {
+  return dtype === "q8_0" ? Q8_0_BLOCK : isBlockQuant(dtype) ? QUANT_BLOCKS[dtype].values : 1;
+}
+
+/** Bytes needed to store `count` elements of `dtype` (count must be a whole number of blocks for the block formats). */
 export function byteSize(dtype: WeightDType | "i32", count: number): number {
+  if (isBlockQuant(dtype)) {
+    const { values, bytes } = QUANT_BLOCKS[dtype];
+    if (count % values !== 0) throw new RangeError(`A ${dtype} tensor needs a multiple of ${values} elements, got ${count}`);
+    return (count / values) * bytes;
+  }
   switch (dtype) {
     case "f32":
     case "i32":
@@ -25,60 +39,6 @@ export function byteSize(dtype: WeightDType | "i32", count: number): number {
   }
 }
 
-const f32Scratch = new Float32Array(1);
-const u32Scratch = new Uint32Array(f32Scratch.buffer);
-
-/** IEEE half (as a 16-bit integer) to f32. */
-export function f16ToF32(h: number): number {
-  const sign = h & 0x8000 ? -1 : 1;
-  const exp = (h >> 10) & 0x1f;
-  const frac = h & 0x3ff;
-  if (exp === 0) return sign * frac * 2 ** -24;
-  if (exp === 31) return frac ? NaN : sign * Infinity;
-  return sign * (1 + frac / 1024) * 2 ** (exp - 15);
-}
-
-/** f32 to IEEE half bits, round to nearest even. */
-export function f32ToF16(value: number): number {
-  f32Scratch[0] = value;
-  const x = u32Scratch[0];
-  const sign = (x >>> 16) & 0x8000;
-  const exp = (x >>> 23) & 0xff;
-  let mant = x & 0x7fffff;
-  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0);
-  let e = exp - 127 + 15;
-  if (e >= 31) return sign | 0x7c00;
-  if (e <= 0) {
-    if (e < -10) return sign;
-    mant |= 0x800000;
-    const shift = 14 - e;
-    let half = mant >>> shift;
-    const rem = mant & ((1 << shift) - 1);
-    const mid = 1 << (shift - 1);
-    if (rem > mid || (rem === mid && (half & 1))) half++;
-    return sign | half;
-  }
-  let half = (e << 10) | (mant >>> 13);
-  const rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem === 0x1000 && (half & 1))) half++;
-  return sign | half;
-}
-
-/** bf16 bits to f32. */
-export function bf16ToF32(b: number): number {
-  u32Scratch[0] = (b & 0xffff) << 16;
-  return f32Scratch[0];
-}
-
-/** f32 to bf16 bits, round to nearest even (NaN stays NaN). */
-export function f32ToBf16(value: number): number {
-  f32Scratch[0] = value;
-  const x = u32Scratch[0];
-  if ((x & 0x7f800000) === 0x7f800000 && (x & 0x7fffff)) return ((x >>> 16) | 0x40) & 0xffff;
-  const rounding = 0x7fff + ((x >>> 16) & 1);
-  return ((x + rounding) >>> 16) & 0xffff;
-}
-
 /** Decodes `raw` bytes of `dtype` into f32. */
 export function decodeToF32(raw: Uint8Array, dtype: WeightDType, count: number): Float32Array {
   const view = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
@@ -87,6 +47,10 @@ export function decodeToF32(raw: Uint8Array, dtype: WeightDType, count: number):
     throw new RangeError(`Need ${need} bytes for ${count} ${dtype} values, got ${raw.byteLength}`);
   }
   const out = new Float32Array(count);
+  if (isBlockQuant(dtype)) {
+    decodeBlocks(raw, dtype, count / QUANT_BLOCKS[dtype].values, out);
+    return out;
+  }
   switch (dtype) {
     case "f32":
       for (let i = 0; i < count; i++) out[i] = view.getFloat32(i * 4, true);
@@ -112,6 +76,10 @@ export function decodeToF32(raw: Uint8Array, dtype: WeightDType, count: number):
 export function encodeFromF32(values: Float32Array, dtype: WeightDType): Uint8Array {
   const out = new Uint8Array(byteSize(dtype, values.length));
   const view = new DataView(out.buffer);
+  if (isBlockQuant(dtype)) {
+    encodeBlocks(values, dtype, out);
+    return out;
+  }
   switch (dtype) {
     case "f32":
       for (let i = 0; i < values.length; i++) view.setFloat32(i * 4, values[i], true);

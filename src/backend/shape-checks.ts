@@ -2,7 +2,8 @@
  * Shape and dtype checks shared by every backend, so a bad call reads the same whichever backend
  * receives it. Each throws a BackendShapeError that quotes the shapes.
  */
-import { BackendShapeError, type DType, numel, type Tensor } from "./types.ts";
+import { blockValues } from "./dtype-codec.ts";
+import { BackendShapeError, type DType, numel, type Tensor, WEIGHT_DTYPES, type WeightDType } from "./types.ts";
 
 /** Formats a shape for error messages: [2, 3]. */
 export function fmt(shape: readonly number[]): string {
@@ -15,6 +16,20 @@ export function checkShape(shape: readonly number[], what: string): number {
     throw new BackendShapeError(`${what} has an invalid shape ${fmt(shape)}`);
   }
   return numel(shape);
+}
+
+/**
+ * Checks an uploaded weight's dtype and shape: a block format (q8_0, q4_k, …) needs rows of whole
+ * blocks, since kernels find a value's block from its column. Returns the element count.
+ */
+export function checkWeightShape(shape: readonly number[], dtype: WeightDType, what: string): number {
+  const count = checkShape(shape, what);
+  if (!WEIGHT_DTYPES.includes(dtype)) throw new BackendShapeError(`${what} got unknown weight dtype "${dtype}"`);
+  const block = blockValues(dtype);
+  if (block > 1 && (shape.length === 0 || shape[shape.length - 1] % block !== 0)) {
+    throw new BackendShapeError(`A ${dtype} weight needs rows that are a multiple of ${block}, got ${fmt(shape)}`);
+  }
+  return count;
 }
 
 /** Requires one of the given dtypes. */

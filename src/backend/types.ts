@@ -5,8 +5,10 @@
  * - Ops *enqueue* work and return result tensors synchronously; only `download` is async. The
  *   reference backend computes eagerly; webgpu/cuda record into a command stream and submit on
  *   `download`/`flush`. Callers never depend on when work actually runs.
- * - Activations are f32. Weights may be f32, f16, bf16 or q8_0 (GGUF block layout: per 32 values
- *   one f16 scale then 32 int8). Index tensors are i32.
+ * - Activations are f32. Weights may be f32, f16, bf16, q8_0 (GGUF block layout: per 32 values
+ *   one f16 scale then 32 int8) or GGUF's other block formats as files hold them (q4_0, q4_1, q5_0,
+ *   q5_1 per 32 values; the k-quants q4_k, q5_k, q6_k per 256: quant-blocks.ts). A block format's
+ *   rows hold whole blocks. Index tensors are i32.
  * - Matrices are row-major. A weight matrix of shape [rows=out, cols=in] is applied as y = x·Wᵀ
  *   (GGUF and Hugging Face both store linear weights this way).
  * - Every op allocates a fresh output tensor; callers `free` what they no longer need. Inputs are
@@ -14,11 +16,16 @@
  * - Shapes are checked; a mismatch throws a `BackendShapeError` that quotes the shapes.
  */
 
-/** Element types a tensor can hold. */
-export type DType = "f32" | "f16" | "bf16" | "q8_0" | "i32";
+import type { BlockQuantDType } from "./quant-blocks.ts";
 
 /** Weight element types a matmul/embedding accepts. */
-export type WeightDType = "f32" | "f16" | "bf16" | "q8_0";
+export type WeightDType = "f32" | "f16" | "bf16" | "q8_0" | BlockQuantDType;
+
+/** Element types a tensor can hold. */
+export type DType = WeightDType | "i32";
+
+/** Every weight dtype, for checks and listings. */
+export const WEIGHT_DTYPES: readonly WeightDType[] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"];
 
 /** An opaque device tensor. Its storage belongs to the backend that made it. */
 export interface Tensor {

@@ -213,12 +213,17 @@ export async function readGgufHeader(file: RandomAccessFile): Promise<GgufHeader
   }
 }
 
-/** Reads one tensor's bytes; types other than F32/F16/BF16/Q8_0 are refused with the tensor's name. */
+/** Names of the ggml types we load. */
+function supportedGgmlTypes(): string[] {
+  return [...GGML_TYPES.values()].filter((t) => t.dtype !== undefined).map((t) => t.name);
+}
+
+/** Reads one tensor's bytes; a type we cannot compute with (gguf-types.ts: no `dtype`) is refused with the tensor's name. */
 export async function readGgufTensor(file: RandomAccessFile, info: GgufTensorInfo): Promise<HostTensor> {
   const dtype = GGML_TYPES.get(info.ggmlType)?.dtype;
   if (!dtype) {
     throw new ModelLoadError(
-      `Tensor "${info.name}" in "${file.path}" has type ${info.typeName}; supported types are F32, F16, BF16 and Q8_0`,
+      `Tensor "${info.name}" in "${file.path}" has type ${info.typeName}; supported types are ${supportedGgmlTypes().join(", ")}`,
     );
   }
   const data = await file.read(info.offset, info.byteLength);

@@ -52,17 +52,17 @@ export interface GgmlTypeInfo {
 export const GGML_TYPES: ReadonlyMap<number, GgmlTypeInfo> = new Map<number, GgmlTypeInfo>([
   [0, { name: "F32", blockSize: 1, blockBytes: 4, dtype: "f32" }],
   [1, { name: "F16", blockSize: 1, blockBytes: 2, dtype: "f16" }],
-  [2, { name: "Q4_0", blockSize: 32, blockBytes: 18 }],
-  [3, { name: "Q4_1", blockSize: 32, blockBytes: 20 }],
-  [6, { name: "Q5_0", blockSize: 32, blockBytes: 22 }],
-  [7, { name: "Q5_1", blockSize: 32, blockBytes: 24 }],
+  [2, { name: "Q4_0", blockSize: 32, blockBytes: 18, dtype: "q4_0" }],
+  [3, { name: "Q4_1", blockSize: 32, blockBytes: 20, dtype: "q4_1" }],
+  [6, { name: "Q5_0", blockSize: 32, blockBytes: 22, dtype: "q5_0" }],
+  [7, { name: "Q5_1", blockSize: 32, blockBytes: 24, dtype: "q5_1" }],
   [8, { name: "Q8_0", blockSize: 32, blockBytes: 34, dtype: "q8_0" }],
   [9, { name: "Q8_1", blockSize: 32, blockBytes: 36 }],
   [10, { name: "Q2_K", blockSize: 256, blockBytes: 84 }],
   [11, { name: "Q3_K", blockSize: 256, blockBytes: 110 }],
-  [12, { name: "Q4_K", blockSize: 256, blockBytes: 144 }],
-  [13, { name: "Q5_K", blockSize: 256, blockBytes: 176 }],
-  [14, { name: "Q6_K", blockSize: 256, blockBytes: 210 }],
+  [12, { name: "Q4_K", blockSize: 256, blockBytes: 144, dtype: "q4_k" }],
+  [13, { name: "Q5_K", blockSize: 256, blockBytes: 176, dtype: "q5_k" }],
+  [14, { name: "Q6_K", blockSize: 256, blockBytes: 210, dtype: "q6_k" }],
   [15, { name: "Q8_K", blockSize: 256, blockBytes: 292 }],
   [16, { name: "IQ2_XXS", blockSize: 256, blockBytes: 66 }],
   [17, { name: "IQ2_XS", blockSize: 256, blockBytes: 74 }],
@@ -86,16 +86,8 @@ export const GGML_TYPES: ReadonlyMap<number, GgmlTypeInfo> = new Map<number, Ggm
 
 /** The ggml type id that stores one of our weight dtypes. */
 export function ggmlTypeOf(dtype: WeightDType): number {
-  switch (dtype) {
-    case "f32":
-      return 0;
-    case "f16":
-      return 1;
-    case "q8_0":
-      return 8;
-    case "bf16":
-      return 30;
-  }
+  for (const [id, info] of GGML_TYPES) if (info.dtype === dtype) return id;
+  throw new RangeError(`No ggml type stores dtype "${dtype}"`);
 }
 
 /** Rounds `offset` up to a multiple of `alignment`. */

@@ -2,7 +2,7 @@
  * GGUF v3 writer: metadata plus F32/F16/BF16/Q8_0 tensors, in memory. Tests use it to build
  * random-weight models that both our loader and llama.cpp read.
  */
-import { encodeFromF32 } from "../backend/dtype-codec.ts";
+import { blockValues, encodeFromF32 } from "../backend/dtype-codec.ts";
 import type { WeightDType } from "../backend/types.ts";
 import type { HostTensor } from "./config.ts";
 import { alignUp, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, type GgufEntry, GgufType, type GgufValue, ggmlTypeOf } from "./gguf-types.ts";
@@ -130,8 +130,9 @@ export function encodeGguf(input: GgufWriteInput): Uint8Array {
   let offset = 0;
   const offsets: number[] = [];
   for (const t of input.tensors) {
-    if (t.dtype === "q8_0" && (t.shape[t.shape.length - 1] ?? 0) % 32 !== 0) {
-      throw new RangeError(`Tensor "${t.name}" of shape [${t.shape}] cannot be q8_0: its rows must be multiples of 32`);
+    const block = blockValues(t.dtype);
+    if ((t.shape[t.shape.length - 1] ?? 0) % block !== 0) {
+      throw new RangeError(`Tensor "${t.name}" of shape [${t.shape}] cannot be ${t.dtype}: its rows must be multiples of ${block}`);
     }
     s.string(t.name);
     s.u32(t.shape.length);

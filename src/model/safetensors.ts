@@ -106,7 +106,7 @@ export async function readSafetensor(file: RandomAccessFile, info: SafetensorsIn
 
 /** Serialises tensors (F32/F16/BF16) into one safetensors buffer. */
 export function encodeSafetensors(tensors: readonly HostTensor[], metadata: Record<string, string> = {}): Uint8Array {
-  const names: Record<WeightDType, string | undefined> = { f32: "F32", f16: "F16", bf16: "BF16", q8_0: undefined };
+  const names: Partial<Record<WeightDType, string>> = { f32: "F32", f16: "F16", bf16: "BF16" };
   const header: Record<string, unknown> = {};
   if (Object.keys(metadata).length > 0) header.__metadata__ = metadata;
   let offset = 0;

@@ -4,8 +4,10 @@
  *
  * Tolerances (|x - ref| <= atol + rtol·|ref|; the reference accumulates in f64):
  * - embedding, gatherRows, scatterAdd, maskLogits, add, argmax: exact. Decoding f16/bf16/q8_0 to f32 is exact (a q8_0 value
- *   is an f16 scale times an int8: 19 significant bits), copies are copies, f32 addition is exactly
- *   rounded either way, argmax compares the same f32 values.
+ *   is an f16 scale times an int8: 19 significant bits); the other block formats round at most once
+ *   (scale products of an f16 and a 6- or 8-bit code are exact in f32, so fused or not, both sides
+ *   round code·scale − min once), copies are copies, f32 addition is exactly rounded either way,
+ *   argmax compares the same f32 values.
  * - matmul: atol 1e-4, rtol 1e-4. Inputs in [-1, 1], k ≤ 128: f32 accumulation error is about
  *   √k·2⁻²⁴·Σ|x·w| ≈ 1e-5, ten times below.
  * - rmsnorm: atol 1e-5, rtol 1e-5 (one f32 sum of squares and a reciprocal square root).
@@ -14,11 +16,11 @@
  * - siluMul: atol 1e-6, rtol 1e-5 (the device's exp).
  * - softmax: atol 1e-6, rtol 1e-5 (exp and an f32 sum over ≤ 517 terms).
  */
-import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
-import type { Backend, RopeLayout, Tensor, WeightDType } from "../../src/backend/types.ts";
+import { blockValues, encodeFromF32 } from "../../src/backend/dtype-codec.ts";
+import { type Backend, type RopeLayout, type Tensor, WEIGHT_DTYPES } from "../../src/backend/types.ts";
 import { type Case, EXACT, type Output, type Rng } from "./conformance-support.ts";
 
-const DTYPES: readonly WeightDType[] = ["f32", "f16", "bf16", "q8_0"];
+const DTYPES = WEIGHT_DTYPES;
 
 /** Downloads outputs, then frees every tensor the case made. */
 async function finish(b: Backend, outputs: Tensor[], temps: Tensor[]): Promise<Output[]> {
@@ -31,8 +33,8 @@ async function finish(b: Backend, outputs: Tensor[], temps: Tensor[]): Promise<O
 function embeddingCases(): Case[] {
   const cases: Case[] = [];
   for (const dtype of DTYPES) {
-    for (const [vocab, dim, n] of [[517, 64, 37], [7, 33, 1], [300, 32, 5]]) {
-      if (dtype === "q8_0" && dim % 32 !== 0) continue;
+    for (const [vocab, dim, n] of [[517, 64, 37], [7, 33, 1], [300, 32, 5], [40, 512, 9]]) {
+      if (dim % blockValues(dtype) !== 0) continue;
       cases.push({
         op: "embedding",
         name: `${dtype} vocab=${vocab} dim=${dim} n=${n}`,
@@ -97,10 +99,11 @@ function maskLogitsCases(): Case[] {
 
 function matmulCases(): Case[] {
   const cases: Case[] = [];
-  const shapes = [[1, 64, 37], [2, 128, 45], [37, 96, 45], [8, 128, 517], [3, 33, 5], [33, 31, 70]];
+  // k = 256 and 512 give the 256-value k-quant blocks a shape (one block, two per row).
+  const shapes = [[1, 64, 37], [2, 128, 45], [37, 96, 45], [8, 128, 517], [3, 33, 5], [33, 31, 70], [1, 256, 37], [37, 512, 45]];
   for (const dtype of DTYPES) {
     for (const [n, k, m] of shapes) {
-      if (dtype === "q8_0" && k % 32 !== 0) continue;
+      if (k % blockValues(dtype) !== 0) continue;
       for (const withBias of [false, true]) {
         cases.push({
           op: "matmul",

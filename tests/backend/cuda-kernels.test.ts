@@ -5,13 +5,14 @@
  */
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
-import type { SamplingRow, WeightDType } from "../../src/backend/types.ts";
+import type { SamplingRow } from "../../src/backend/types.ts";
+import type { CudaWeightDType } from "../../src/backend/cuda/tensor.ts";
 import { createCudaBackend } from "../../src/backend/cuda/index.ts";
 import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 import { assertClose, both, bothWeight, cuda, poison, rand, ref } from "./cuda-helpers.ts";
 
 const skip = { ignore: !cuda };
-const DTYPES: WeightDType[] = ["f32", "f16", "bf16", "q8_0"];
+const DTYPES: CudaWeightDType[] = ["f32", "f16", "bf16", "q8_0"];
 
 test("matmul() matches the reference on the gemv, tensor-core and simt paths for every weight dtype", async () => {
   // [n, K, N]: gemv (n ≤ 8, K % 8 == 0), gemv scalar (K % 8 != 0), tensor core (f16/bf16, K % 32 == 0), simt.
@@ -51,6 +52,19 @@ test("download() of f16, bf16 and q8_0 weights equals the reference's dequantiza
   for (const dtype of DTYPES) {
     const [wc, wr] = bothWeight(rand(64 * 96, 11), [64, 96], dtype);
     await assertClose(wc, wr, `download ${dtype}`, 0, 0);
+  }
+}, skip);
+
+test("uploadWeight() keeps GGUF's other block formats as their f16 dequantization: matmul and download match the reference", async () => {
+  for (const dtype of ["q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"] as const) {
+    const [n, k, out] = [3, 512, 40];
+    const [xc, xr] = both(rand(n * k, 21), [n, k]);
+    const [wc, wr] = bothWeight(rand(out * k, 22), [out, k], dtype);
+    assert.equal(wc.dtype, "f16", dtype);
+    poison(n * out);
+    // f16 rounds each dequantized weight by at most 2^-11 relative.
+    await assertClose(cuda!.matmul(xc, wc), ref.matmul(xr, wr), `matmul ${dtype}`, 1e-3, 1e-3);
+    await assertClose(wc, wr, `download ${dtype}`, 0, 1e-3);
   }
 }, skip);
 

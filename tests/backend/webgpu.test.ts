@@ -7,9 +7,9 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { envVar } from "../../src/runtime/env.ts";
-import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
+import { blockValues, encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
-import type { Backend, WeightDType } from "../../src/backend/types.ts";
+import { type Backend, WEIGHT_DTYPES, type WeightDType } from "../../src/backend/types.ts";
 import { createWebGpuBackend, type WebGpuBackend } from "../../src/backend/webgpu/index.ts";
 import { KernelTemplateError, loadKernelSources, specialiseKernel } from "../../src/backend/webgpu/kernel-source.ts";
 import { sizeClass } from "../../src/backend/webgpu/buffer-pool.ts";
@@ -30,7 +30,12 @@ async function linearOutputs(b: Backend, rng: Rng, dtype: WeightDType, n: number
 test("matmul() and embedding() on webgpu handle weights split into row chunks", async () => {
   const gpu = await createWebGpuBackend({ poison: true, maxBindingBytes: 4096 });
   try {
-    for (const [dtype, n, k, m] of [["f16", 1, 70, 100], ["q8_0", 6, 64, 90], ["f32", 37, 40, 61], ["bf16", 2, 33, 77]] as const) {
+    // The repacked block formats (q8_0, q4_0, q5_0, q6_k) pack each chunk from its first row.
+    const cases = [
+      ["f16", 1, 70, 100], ["q8_0", 6, 64, 90], ["f32", 37, 40, 61], ["bf16", 2, 33, 77],
+      ["q4_0", 3, 64, 90], ["q5_0", 9, 96, 70], ["q6_k", 5, 256, 40], ["q4_k", 2, 512, 30], ["q5_1", 1, 64, 80],
+    ] as const;
+    for (const [dtype, n, k, m] of cases) {
       const want = await linearOutputs(ref, new Rng(7), dtype, n, k, m);
       const got = await linearOutputs(gpu, new Rng(7), dtype, n, k, m);
       assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `${dtype} ${n}×${k}×${m}`);
@@ -58,9 +63,9 @@ test("matmul() on webgpu matches reference through both the GEMV and the registe
   for (const gemvMaxRows of [0, 4]) {
     const gpu = await createWebGpuBackend({ poison: true, gemvMaxRows });
     try {
-      for (const dtype of ["f32", "f16", "bf16", "q8_0"] as const) {
-        for (const [n, k, m] of [[1, 64, 37], [4, 96, 45], [3, 35, 9], [2, 32, 517]]) {
-          if (dtype === "q8_0" && k % 32 !== 0) continue;
+      for (const dtype of WEIGHT_DTYPES) {
+        for (const [n, k, m] of [[1, 64, 37], [4, 96, 45], [3, 35, 9], [2, 32, 517], [5, 256, 45]]) {
+          if (k % blockValues(dtype) !== 0) continue;
           const want = await linearOutputs(ref, new Rng(n * 1000 + k), dtype, n, k, m);
           const got = await linearOutputs(gpu, new Rng(n * 1000 + k), dtype, n, k, m);
           assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `gemvMaxRows ${gemvMaxRows} ${dtype} ${n}×${k}×${m}`);

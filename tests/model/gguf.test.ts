@@ -4,7 +4,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { decodeToF32 } from "../../src/backend/dtype-codec.ts";
-import type { WeightDType } from "../../src/backend/types.ts";
+import { WEIGHT_DTYPES, type WeightDType } from "../../src/backend/types.ts";
 import { ModelLoadError } from "../../src/model/config.ts";
 import { readGgufHeader, readGgufTensor } from "../../src/model/gguf-reader.ts";
 import { GgufType } from "../../src/model/gguf-types.ts";
@@ -74,22 +74,28 @@ test("encodeGguf() and readGgufHeader() round-trip every metadata value type", a
   for (const [key, entry] of meta) assert.deepEqual(header.metadata.get(key), entry, key);
 });
 
-for (const dtype of ["f32", "f16", "bf16", "q8_0"] as WeightDType[]) {
+// Largest |decoded - written| per dtype for values in [-3, 3]: half a code step (a 4-bit step is a block's range / 15),
+// a whole step for q4_0 / q5_0, whose scale is set by the largest value of one sign and clips the other side.
+const ROUND_TRIP_TOL: Record<WeightDType, number> = {
+  f32: 0, f16: 2e-3, bf16: 2e-2, q8_0: 3 / 127, q4_0: 0.38, q4_1: 0.21, q5_0: 0.19, q5_1: 0.11, q4_k: 0.21, q5_k: 0.11, q6_k: 0.06,
+};
+
+for (const dtype of WEIGHT_DTYPES) {
   test(`readGgufTensor() returns what encodeGguf() wrote for ${dtype}, shape outermost first`, async () => {
-    const values = Float32Array.from({ length: 3 * 64 }, (_, i) => Math.sin(i) * 3);
-    const t = hostTensorFromF32("w", [3, 64], values, dtype);
+    const values = Float32Array.from({ length: 3 * 256 }, (_, i) => Math.sin(i) * 3);
+    const t = hostTensorFromF32("w", [3, 256], values, dtype);
     const odd = hostTensorFromF32("v", [5], Float32Array.from([1, 2, 3, 4, 5]), "f32");
     const { file, header } = await roundTrip(encodeGguf({ metadata: [], tensors: [odd, t], alignment: 64 }), `t-${dtype}`);
     try {
       assert.equal(header.alignment, 64);
       const info = header.tensors.find((x) => x.name === "w")!;
-      assert.deepEqual(info.shape, [3, 64]);
+      assert.deepEqual(info.shape, [3, 256]);
       assert.equal(info.offset % 64, 0);
       const back = await readGgufTensor(file, info);
       assert.equal(back.dtype, dtype);
       assert.deepEqual(back.data, t.data);
       const decoded = decodeToF32(back.data, dtype, values.length);
-      const tol = { f32: 0, f16: 2e-3, bf16: 2e-2, q8_0: 3 / 127 }[dtype];
+      const tol = ROUND_TRIP_TOL[dtype];
       decoded.forEach((v, i) => assert.ok(Math.abs(v - values[i]) <= tol, `${dtype}[${i}] ${v} vs ${values[i]}`));
       assert.deepEqual(Array.from(decodeToF32((await readGgufTensor(file, header.tensors[0])).data, "f32", 5)), [1, 2, 3, 4, 5]);
     } finally {
@@ -133,9 +139,9 @@ test("loadModel() names the tensor and type it cannot load", async () => {
   const at = typeFieldOffset(bytes, "blk.0.attn_q.weight", 2);
   const view = new DataView(bytes.buffer);
   assert.equal(view.getUint32(at, true), 0);
-  view.setUint32(at, 2, true); // Q4_0: smaller than F32, so the data still lies inside the file
-  await writeFile(`${dir}/q4.gguf`, bytes);
-  await expectLoadError(`${dir}/q4.gguf`, /Tensor "blk\.0\.attn_q\.weight" in ".*" has type Q4_0; supported types are F32, F16, BF16 and Q8_0/);
+  view.setUint32(at, 20, true); // IQ4_NL: smaller than F32, so the data still lies inside the file
+  await writeFile(`${dir}/iq4.gguf`, bytes);
+  await expectLoadError(`${dir}/iq4.gguf`, /Tensor "blk\.0\.attn_q\.weight" in ".*" has type IQ4_NL; supported types are F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16/);
   view.setUint32(at, 99, true);
   await writeFile(`${dir}/t99.gguf`, bytes);
   await expectLoadError(`${dir}/t99.gguf`, /tensor "blk\.0\.attn_q\.weight" has unknown ggml type 99/);

@@ -28,6 +28,8 @@ export interface ModelFileSpec {
   tied: boolean;
   /** Storage of matrices and the embedding; norms and biases stay f32. */
   dtype: WeightDType;
+  /** Per-tensor storage in the GGUF by GGUF name (a quantization mix such as Q4_K_M); default `dtype`. */
+  ggufDtype?: (ggufName: string) => WeightDType;
   seed: number;
   /** GGUF vocab: default SentencePiece-style for llama, Qwen2 byte-level BPE otherwise. */
   tokenizer?: "spm" | "qwen2" | "llama-bpe";
@@ -201,7 +203,7 @@ export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocab
       const heads = name.includes(".q_proj.") ? spec.heads : spec.kvHeads;
       v = permuteForGguf(values, shape[0], shape[1] ?? 1, heads);
     }
-    const dtype = isVector(shape) ? "f32" : spec.dtype;
+    const dtype = isVector(shape) ? "f32" : spec.ggufDtype?.(ggufName(name)) ?? spec.dtype;
     tensors.push({ name: ggufName(name), shape, dtype, data: encodeFromF32(v, dtype) });
   }
   const freqs = ropeFreqsOf(spec);
@@ -221,10 +223,10 @@ export function hfRopeScaling(s: Llama3RopeScaling): Record<string, unknown> {
   };
 }
 
-/** Writes a Hugging Face directory holding the same weights (q8_0 is stored as f32 there). */
+/** Writes a Hugging Face directory holding the same weights (block formats are stored as f32 there). */
 export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights: HfWeights): Promise<void> {
   mkdirSync(dir, { recursive: true });
-  const dtype = spec.dtype === "q8_0" ? "f32" : spec.dtype;
+  const dtype = spec.dtype === "f16" || spec.dtype === "bf16" ? spec.dtype : "f32";
   const tensors: HostTensor[] = [...weights].map(([name, { shape, values }]) => {
     const dt = isVector(shape) ? "f32" : dtype;
     return { name, shape, dtype: dt, data: encodeFromF32(values, dt) };

@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { selectBackend } from "../../src/backend/select.ts";
-import type { Backend } from "../../src/backend/types.ts";
+import type { Backend, WeightDType } from "../../src/backend/types.ts";
 import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
 import type { LoadedModel } from "../../src/model/config.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
@@ -28,6 +28,20 @@ import { type LlamaCppResult, logSoftmax, maxLogProbError } from "./oracle-compa
 const STEPS = 32;
 const PROMPT = [1, 17, 120, 255, 3, 42, 299, 64];
 const BASE = { hidden: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32" } as const;
+/** Rows of 256 and 512 values, so every matrix holds whole k-quant blocks. */
+const K_BASE = { ...BASE, hidden: 256, heads: 4, kvHeads: 2, headDim: 64, ffn: 512 } as const;
+
+/** llama.cpp's Q4_K_M mix, as its quantizer picks it: Q6_K for the output and attn_v / ffn_down, Q4_K elsewhere. */
+function q4KM(name: string): WeightDType {
+  return /^output\.|attn_v|ffn_down/.test(name) ? "q6_k" : "q4_k";
+}
+
+/** A mix of the 32-value legacy formats (Q4_K_M's fallbacks on rows that are not whole 256 blocks). */
+function legacyMix(name: string): WeightDType {
+  if (/attn_v|ffn_down/.test(name)) return "q5_0";
+  if (/attn_output|token_embd/.test(name)) return "q5_1";
+  return /ffn_up|attn_k/.test(name) ? "q4_1" : "q4_0";
+}
 
 interface OracleCase {
   name: string;
@@ -48,6 +62,11 @@ const CASES: OracleCase[] = [
   { name: "llama GQA f16", spec: { ...BASE, architecture: "llama", dtype: "f16", seed: 105 }, tol: 2e-3, hf: false },
   { name: "qwen3 bf16, tied", spec: { ...BASE, architecture: "qwen3", dtype: "bf16", tied: true, seed: 106 }, tol: 1e-2, hf: false },
   { name: "qwen2 q8_0", spec: { ...BASE, architecture: "qwen2", dtype: "q8_0", seed: 107 }, tol: 1.5e-2, hf: false },
+  // Quantized files as users download them. llama.cpp rounds activations to 8 bits per block for
+  // these dot products (Q8_K / Q8_0 / Q8_1), so the tolerance is q8_0's order.
+  { name: "llama Q4_K_M mix (q4_k, q6_k), untied", spec: { ...K_BASE, architecture: "llama", dtype: "q4_k", ggufDtype: q4KM, seed: 110 }, tol: 2e-2, hf: false },
+  { name: "qwen3 q5_k, tied", spec: { ...K_BASE, architecture: "qwen3", dtype: "q5_k", tied: true, seed: 111 }, tol: 2e-2, hf: false },
+  { name: "qwen2 legacy mix (q4_0, q4_1, q5_0, q5_1)", spec: { ...BASE, architecture: "qwen2", dtype: "q4_0", ggufDtype: legacyMix, seed: 112 }, tol: 2e-2, hf: false },
   { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
   // Llama 3.1 frequency scaling: the GGUF carries rope_freqs.weight, the HF dir llama3 rope_scaling.
   // Base 100 and an original context of 128 give a 16-wide head divisors from ~1.5 to 8 on every

@@ -2,7 +2,8 @@
  * The CUDA backend: the Backend interface over the addon's context. Ops validate shapes here,
  * then enqueue one kernel (or two) on the context's stream and wrap the returned pointer.
  */
-import { byteSize } from "../dtype-codec.ts";
+import { byteSize, decodeToF32, encodeFromF32 } from "../dtype-codec.ts";
+import { isBlockQuant } from "../quant-blocks.ts";
 import {
   type AttentionBatch,
   type Backend,
@@ -18,8 +19,8 @@ import { CudaExtras } from "./extras.ts";
 import type { DevicePtr, NativeContext } from "./native-types.ts";
 import { PlanCache } from "./plan-cache.ts";
 import { packSamplingRows } from "./sampling-params.ts";
-import { checkShape, CudaTensor, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
-import { expectMaskShapes } from "../shape-checks.ts";
+import { checkShape, CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
+import { checkWeightShape, expectMaskShapes } from "../shape-checks.ts";
 
 const WEIGHTS = ["f32", "f16", "bf16", "q8_0"] as const;
 
@@ -57,15 +58,15 @@ export class CudaBackend extends CudaExtras implements Backend {
   }
 
   uploadWeight(raw: Uint8Array, shape: readonly number[], dtype: WeightDType): Tensor {
-    const count = checkShape(shape, "uploadWeight");
-    if (!WEIGHTS.includes(dtype)) throw new BackendShapeError(`uploadWeight got unknown dtype "${dtype}"`);
-    if (dtype === "q8_0" && (shape.length === 0 || shape[shape.length - 1] % 32 !== 0)) {
-      throw new BackendShapeError(`A q8_0 weight needs a last dimension divisible by 32, got ${fmt(shape)}`);
-    }
+    const count = checkWeightShape(shape, dtype, "uploadWeight");
     const need = byteSize(dtype, count);
     if (raw.byteLength < need) {
       throw new BackendShapeError(`uploadWeight needs ${need} bytes for ${dtype} ${fmt(shape)}, got ${raw.byteLength}`);
     }
+    // The kernels read f32/f16/bf16/q8_0 only: GGUF's other block formats are dequantized on the
+    // host and kept as f16 (exact for their 4–6-bit codes times f16-range scales, up to f16
+    // rounding of the product; 16 bits per weight instead of 4.5–6.6).
+    if (isBlockQuant(dtype)) return this.uploadWeight(encodeFromF32(decodeToF32(raw, dtype, count), "f16"), shape, "f16");
     if (dtype === "q8_0") return new CudaTensor(this.ctx.uploadQ8(raw.subarray(0, need), count), [...shape], dtype);
     const p = this.ctx.alloc(need);
     if (need > 0) this.ctx.upload(p, raw.subarray(0, need));
@@ -83,7 +84,7 @@ export class CudaBackend extends CudaExtras implements Backend {
     if (count === 0) return c.dtype === "i32" ? new Int32Array(0) : new Float32Array(0);
     if (c.dtype === "i32") return new Int32Array(this.ctx.download(c.ptr, count * 4));
     if (c.dtype === "f32") return new Float32Array(this.ctx.download(c.ptr, count * 4));
-    const tmp = this.ctx.toF32(c.ptr, DTYPE_CODE[c.dtype], count);
+    const tmp = this.ctx.toF32(c.ptr, DTYPE_CODE[c.dtype as CudaWeightDType], count);
     try {
       return new Float32Array(this.ctx.download(tmp, count * 4));
     } finally {
@@ -119,7 +120,7 @@ export class CudaBackend extends CudaExtras implements Backend {
     const [vocab, dim] = t.shape;
     if (i.host) this.checkIndices(i.host, vocab, "Token id");
     const n = i.shape[0];
-    return this.f32(this.ctx.embedding(t.ptr, DTYPE_CODE[t.dtype as WeightDType], i.ptr, n, dim, vocab), [n, dim]);
+    return this.f32(this.ctx.embedding(t.ptr, DTYPE_CODE[t.dtype as CudaWeightDType], i.ptr, n, dim, vocab), [n, dim]);
   }
 
   rmsnorm(x: Tensor, weight: Tensor, eps: number): Tensor {
@@ -144,7 +145,7 @@ export class CudaBackend extends CudaExtras implements Backend {
       if (bs.shape[0] !== out) throw new BackendShapeError(`matmul bias ${fmt(bs.shape)} does not fit weight ${fmt(ws.shape)}`);
       b = bs.ptr;
     }
-    const code = DTYPE_CODE[ws.dtype as WeightDType];
+    const code = DTYPE_CODE[ws.dtype as CudaWeightDType];
     return this.f32(this.ctx.matmul(xs.ptr, ws.ptr, code, b, n, k, out, this.exactMatmul), [n, out]);
   }
 

@@ -4,9 +4,9 @@
  * helpers (device-side random weights, a copy-bandwidth probe, event timing). Also the shared
  * validation helpers the backend's ops use.
  */
-import { BackendShapeError, type RopeLayout, type Tensor, type WeightDType } from "../types.ts";
+import { BackendShapeError, type RopeLayout, type Tensor } from "../types.ts";
 import type { DevicePtr, NativeContext } from "./native-types.ts";
-import { checkShape, CudaTensor, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
+import { checkShape, CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
 
 /** Result of the fused residual add + rmsnorm. */
 export interface AddRmsnormResult {
@@ -69,7 +69,7 @@ export class CudaExtras {
   }
 
   /** A weight of `shape` filled on the device with seeded values uniform in [-scale, scale]. */
-  randomWeight(shape: readonly number[], dtype: WeightDType, seed: number, scale: number): Tensor {
+  randomWeight(shape: readonly number[], dtype: CudaWeightDType, seed: number, scale: number): Tensor {
     const count = checkShape(shape, "randomWeight");
     if (dtype === "q8_0" && count % 32 !== 0) throw new BackendShapeError(`A q8_0 weight needs a multiple of 32 values, got ${fmt(shape)}`);
     return new CudaTensor(this.ctx.fillRandom(DTYPE_CODE[dtype], count, seed, scale), [...shape], dtype);
@@ -99,7 +99,7 @@ export class CudaExtras {
   }
 
   /** Which matmul kernel a shape takes: "gemv", "tensor-core" or "simt". */
-  matmulPath(dtype: WeightDType, n: number, k: number, out: number): "gemv" | "tensor-core" | "simt" {
+  matmulPath(dtype: CudaWeightDType, n: number, k: number, out: number): "gemv" | "tensor-core" | "simt" {
     return (["gemv", "tensor-core", "simt"] as const)[this.ctx.matmulPath(DTYPE_CODE[dtype], n, k, out)];
   }
 

@@ -11,8 +11,11 @@ export { checkShape, fmt };
 /** The backend name every CUDA tensor carries. */
 export const CUDA_NAME = "cuda";
 
+/** The weight dtypes the CUDA kernels read (the other block formats are f16 on the device: backend.ts uploadWeight). */
+export type CudaWeightDType = "f32" | "f16" | "bf16" | "q8_0";
+
 /** Weight dtype codes shared with kernels-cuda/common.cuh. */
-export const DTYPE_CODE: Readonly<Record<Exclude<DType, "i32">, number>> = { f32: 0, f16: 1, bf16: 2, q8_0: 3 };
+export const DTYPE_CODE: Readonly<Record<CudaWeightDType, number>> = { f32: 0, f16: 1, bf16: 2, q8_0: 3 };
 
 /** A tensor living in CUDA device memory. */
 export class CudaTensor implements Tensor {

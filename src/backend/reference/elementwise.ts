@@ -2,7 +2,7 @@
  * Reference row-wise and elementwise ops: embedding gather, row gather, rmsnorm, silu·mul, add,
  * softmax, argmax, scatter-add, token masks. Reductions accumulate in f64.
  */
-import { BackendShapeError, MASKED_LOGIT } from "../types.ts";
+import { BackendShapeError, MASKED_LOGIT, WEIGHT_DTYPES } from "../types.ts";
 import { expectMaskShapes } from "../shape-checks.ts";
 import {
   expectF32,
@@ -15,7 +15,6 @@ import {
   rowsOf,
 } from "./storage.ts";
 
-const WEIGHT_DTYPES = ["f32", "f16", "bf16", "q8_0"] as const;
 
 /** Copies rows `idx[i]` of a [rows, d] matrix into a new [m, d] f32 tensor. */
 function gather(src: Float32Array, rows: number, d: number, idx: Int32Array, what: string): RefTensor {

@@ -17,8 +17,7 @@ import { add, argmax, embedding, gatherRows, maskLogits, rmsnorm, scatterAdd, si
 import { matmul, rope } from "./linear.ts";
 import { sample } from "./sampling.ts";
 import { asRef, checkShape, f32Tensor, fmt, i32Tensor, REFERENCE_NAME, RefTensor } from "./storage.ts";
-
-const WEIGHT_DTYPES: readonly WeightDType[] = ["f32", "f16", "bf16", "q8_0"];
+import { checkWeightShape } from "../shape-checks.ts";
 
 /** Creates a reference backend instance (each instance is independent). */
 export function createReferenceBackend(): Backend {
@@ -37,11 +36,7 @@ export function createReferenceBackend(): Backend {
     },
 
     uploadWeight(raw, shape, dtype) {
-      const count = checkShape(shape, "uploadWeight");
-      if (!WEIGHT_DTYPES.includes(dtype)) throw new BackendShapeError(`Unknown weight dtype "${dtype}"`);
-      if (dtype === "q8_0" && shape[shape.length - 1] % 32 !== 0) {
-        throw new BackendShapeError(`A q8_0 weight needs rows that are a multiple of 32, got ${fmt(shape)}`);
-      }
+      const count = checkWeightShape(shape, dtype, "uploadWeight");
       return new RefTensor([...shape], dtype, { data: decodeToF32(raw, dtype, count), freed: false });
     },
 

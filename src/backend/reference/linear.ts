@@ -1,13 +1,13 @@
 /**
  * Reference matmul (y = x·Wᵀ + b against a dequantized weight) and rotary embedding.
  */
-import { BackendShapeError, type RopeLayout } from "../types.ts";
+import { BackendShapeError, type RopeLayout, WEIGHT_DTYPES } from "../types.ts";
 import { expectRank, f32Tensor, fmt, type RefTensor } from "./storage.ts";
 
 /** y [n, out] = x [n, in] · Wᵀ (+ bias), with f64 dot products. */
 export function matmul(x: RefTensor, w: RefTensor, bias?: RefTensor): RefTensor {
   expectRank(x, 2, "matmul input", ["f32"]);
-  expectRank(w, 2, "matmul weight", ["f32", "f16", "bf16", "q8_0"]);
+  expectRank(w, 2, "matmul weight", WEIGHT_DTYPES);
   const [n, k] = x.shape;
   const [m, kw] = w.shape;
   if (k !== kw) throw new BackendShapeError(`matmul input ${fmt(x.shape)} does not fit weight ${fmt(w.shape)}`);

@@ -5,9 +5,8 @@
 import { type GpuContext } from "./context.ts";
 import type { KernelParams } from "./kernel-source.ts";
 import { asGpu, expectRank, fmt, type GpuTensor } from "./tensor.ts";
-import { BackendShapeError, type Tensor } from "../types.ts";
-
-const WEIGHTS = ["f32", "f16", "bf16", "q8_0"] as const;
+import { isBlockQuant } from "../quant-blocks.ts";
+import { BackendShapeError, type Tensor, WEIGHT_DTYPES } from "../types.ts";
 
 /** Template flags selecting the weight accessor for a dtype. */
 export function weightParams(ctx: GpuContext, w: GpuTensor): KernelParams {
@@ -17,6 +16,15 @@ export function weightParams(ctx: GpuContext, w: GpuTensor): KernelParams {
     W_F16: w.dtype === "f16" && !ctx.gpu.f16,
     W_BF16: w.dtype === "bf16",
     W_Q8: w.dtype === "q8_0",
+    W_BLOCKQ: isBlockQuant(w.dtype),
+    W_Q4_0: w.dtype === "q4_0",
+    W_Q4_1: w.dtype === "q4_1",
+    W_Q5_0: w.dtype === "q5_0",
+    W_Q5_1: w.dtype === "q5_1",
+    W_Q4K: w.dtype === "q4_k",
+    W_Q5K: w.dtype === "q5_k",
+    W_Q6K: w.dtype === "q6_k",
+    W_KQ45: w.dtype === "q4_k" || w.dtype === "q5_k",
   };
 }
 
@@ -30,7 +38,7 @@ export function matmul(ctx: GpuContext, xT: Tensor, wT: Tensor, biasT?: Tensor):
   const x = asGpu(xT, "matmul input");
   const w = asGpu(wT, "matmul weight");
   expectRank(x, 2, "matmul input", ["f32"]);
-  expectRank(w, 2, "matmul weight", WEIGHTS);
+  expectRank(w, 2, "matmul weight", WEIGHT_DTYPES);
   const [n, k] = x.shape;
   const [m, kw] = w.shape;
   if (k !== kw) throw new BackendShapeError(`matmul input ${fmt(x.shape)} does not fit weight ${fmt(w.shape)}`);
@@ -88,7 +96,7 @@ export function embeddingChunks(ctx: GpuContext, table: GpuTensor, ids: GpuTenso
 export function embedding(ctx: GpuContext, tableT: Tensor, idsT: Tensor): Tensor {
   const table = asGpu(tableT, "embedding table");
   const ids = asGpu(idsT, "embedding ids");
-  expectRank(table, 2, "embedding table", WEIGHTS);
+  expectRank(table, 2, "embedding table", WEIGHT_DTYPES);
   expectRank(ids, 1, "embedding ids", ["i32"]);
   return embeddingChunks(ctx, table, ids, ids.shape[0], table.shape[1]);
 }

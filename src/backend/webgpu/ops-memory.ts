@@ -4,10 +4,9 @@
 import { type GpuContext } from "./context.ts";
 import { asGpu, checkShape, fmt, GpuTensor, type RowChunk } from "./tensor.ts";
 import { deviceBytes, packWeight } from "./weight-layout.ts";
+import { checkWeightShape } from "../shape-checks.ts";
 import { embeddingChunks } from "./ops-linear.ts";
 import { BackendShapeError, numel, type Tensor, type WeightDType } from "../types.ts";
-
-const WEIGHT_DTYPES: readonly WeightDType[] = ["f32", "f16", "bf16", "q8_0"];
 
 /** Uploads f32 or i32 host data. */
 export function upload(ctx: GpuContext, data: Float32Array | Int32Array, shape: readonly number[]): Tensor {
@@ -23,12 +22,8 @@ export function upload(ctx: GpuContext, data: Float32Array | Int32Array, shape: 
 
 /** Uploads a weight in its file layout; see weight-layout.ts for the device layouts. */
 export function uploadWeight(ctx: GpuContext, raw: Uint8Array, shape: readonly number[], dtype: WeightDType): Tensor {
-  const count = checkShape(shape, "uploadWeight");
-  if (!WEIGHT_DTYPES.includes(dtype)) throw new BackendShapeError(`Unknown weight dtype "${dtype}"`);
+  const count = checkWeightShape(shape, dtype, "uploadWeight");
   const cols = shape.length ? shape[shape.length - 1] : 1;
-  if (dtype === "q8_0" && cols % 32 !== 0) {
-    throw new BackendShapeError(`A q8_0 weight needs rows that are a multiple of 32, got ${fmt(shape)}`);
-  }
   const rows = cols ? count / cols : 0;
   const chunks: RowChunk[] = packWeight(raw, rows, cols, dtype, ctx.gpu.maxBinding).map((c) => {
     const pb = ctx.pool.acquire(Math.max(deviceBytes(dtype, c.rows * cols), 4));

@@ -1,0 +1,238 @@
+/**
+ * GGUF's block-quantized weight formats beyond q8_0, as llama.cpp lays them out (ggml-common.h), on
+ * the host: the legacy 32-value blocks (q4_0, q4_1, q5_0, q5_1) and the 256-value k-quants (q4_k,
+ * q5_k, q6_k) — what Q4_K_M, Q5_K_M and Q6_K files hold. Decoding follows llama.cpp's
+ * `dequantize_row_*` operation for operation (scale products rounded to f32 first), so the reference
+ * backend reads a file's weights as llama.cpp does. Encoding is a plain round-to-nearest quantizer
+ * (no error-minimising search, unlike llama.cpp's): it writes valid blocks for tests and writers.
+ */
+import { f16ToF32, f32ToF16 } from "./half-float.ts";
+
+/** The block-quantized dtypes of this module. */
+export type BlockQuantDType = "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q4_k" | "q5_k" | "q6_k";
+
+/** Elements and bytes per block of each format. */
+export const QUANT_BLOCKS: Readonly<Record<BlockQuantDType, { values: number; bytes: number }>> = {
+  q4_0: { values: 32, bytes: 18 },
+  q4_1: { values: 32, bytes: 20 },
+  q5_0: { values: 32, bytes: 22 },
+  q5_1: { values: 32, bytes: 24 },
+  q4_k: { values: 256, bytes: 144 },
+  q5_k: { values: 256, bytes: 176 },
+  q6_k: { values: 256, bytes: 210 },
+};
+
+/** True when `dtype` is one of this module's formats. */
+export function isBlockQuant(dtype: string): dtype is BlockQuantDType {
+  return Object.hasOwn(QUANT_BLOCKS, dtype);
+}
+
+const f32 = Math.fround;
+
+/** A k-quant block's 6-bit scale and min of sub-block `j` (llama.cpp `get_scale_min_k4`). */
+export function scaleMinK4(bytes: Uint8Array, at: number, j: number): [number, number] {
+  const q = (i: number) => bytes[at + i];
+  if (j < 4) return [q(j) & 63, q(j + 4) & 63];
+  return [(q(j + 4) & 0xf) | ((q(j - 4) >> 6) << 4), (q(j + 4) >> 4) | ((q(j) >> 6) << 4)];
+}
+
+/** Decodes `blocks` blocks of `dtype` from `raw` into `out`. */
+export function decodeBlocks(raw: Uint8Array, dtype: BlockQuantDType, blocks: number, out: Float32Array): void {
+  const view = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
+  const { bytes: bb, values: bv } = QUANT_BLOCKS[dtype];
+  const half = (at: number) => f16ToF32(view.getUint16(at, true));
+  for (let b = 0; b < blocks; b++) {
+    const s = b * bb;
+    const o = b * bv;
+    switch (dtype) {
+      case "q4_0":
+      case "q4_1":
+      case "q5_0":
+      case "q5_1": {
+        const d = half(s);
+        const withMin = dtype === "q4_1" || dtype === "q5_1";
+        const m = withMin ? half(s + 2) : 0;
+        const five = dtype === "q5_0" || dtype === "q5_1";
+        const qh = five ? view.getUint32(s + (withMin ? 4 : 2), true) : 0;
+        const qs = s + (withMin ? 4 : 2) + (five ? 4 : 0);
+        const offset = withMin ? 0 : five ? 16 : 8;
+        for (let j = 0; j < 16; j++) {
+          const hi0 = five ? ((qh >>> j) & 1) << 4 : 0;
+          const hi1 = five ? ((qh >>> (j + 16)) & 1) << 4 : 0;
+          const x0 = ((raw[qs + j] & 0xf) | hi0) - offset;
+          const x1 = ((raw[qs + j] >> 4) | hi1) - offset;
+          out[o + j] = withMin ? f32(x0 * d + m) : f32(x0 * d);
+          out[o + j + 16] = withMin ? f32(x1 * d + m) : f32(x1 * d);
+        }
+        break;
+      }
+      case "q4_k":
+      case "q5_k": {
+        const d = half(s);
+        const dmin = half(s + 2);
+        const five = dtype === "q5_k";
+        const qh = s + 16;
+        const qs = s + (five ? 48 : 16);
+        for (let c = 0; c < 4; c++) {
+          for (let h = 0; h < 2; h++) {
+            const [sc, mn] = scaleMinK4(raw, s + 4, 2 * c + h);
+            const d1 = f32(d * sc);
+            const m1 = f32(dmin * mn);
+            for (let l = 0; l < 32; l++) {
+              const lo = h === 0 ? raw[qs + 32 * c + l] & 0xf : raw[qs + 32 * c + l] >> 4;
+              const hi = five ? ((raw[qh + l] >> (2 * c + h)) & 1) << 4 : 0;
+              out[o + 64 * c + 32 * h + l] = f32(d1 * (lo | hi) - m1);
+            }
+          }
+        }
+        break;
+      }
+      case "q6_k": {
+        const d = half(s + 208);
+        for (let n = 0; n < 2; n++) {
+          const ql = s + 64 * n;
+          const qh = s + 128 + 32 * n;
+          const sc = s + 192 + 8 * n;
+          for (let l = 0; l < 32; l++) {
+            for (let quarter = 0; quarter < 4; quarter++) {
+              const low = raw[ql + l + 32 * (quarter & 1)] >> (4 * (quarter >> 1)) & 0xf;
+              const q = (low | (((raw[qh + l] >> (2 * quarter)) & 3) << 4)) - 32;
+              const scale = view.getInt8(sc + (l >> 4) + 2 * quarter);
+              out[o + 128 * n + 32 * quarter + l] = f32(f32(d * scale) * q);
+            }
+          }
+        }
+        break;
+      }
+    }
+  }
+}
+
+/** Encodes `values` (a whole number of blocks) into `dtype` blocks written to `out`. */
+export function encodeBlocks(values: Float32Array, dtype: BlockQuantDType, out: Uint8Array): void {
+  const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
+  const { bytes: bb, values: bv } = QUANT_BLOCKS[dtype];
+  for (let b = 0; b < values.length / bv; b++) {
+    const x = values.subarray(b * bv, (b + 1) * bv);
+    const s = b * bb;
+    switch (dtype) {
+      case "q4_0":
+      case "q5_0":
+      case "q4_1":
+      case "q5_1":
+        encodeLegacy(x, dtype, view, out, s);
+        break;
+      case "q4_k":
+      case "q5_k":
+        encodeK45(x, dtype === "q5_k", view, out, s);
+        break;
+      case "q6_k":
+        encodeK6(x, view, out, s);
+        break;
+    }
+  }
+}
+
+/** One 32-value legacy block (llama.cpp's reference quantizers: signed max / -2^(bits-1), or min/max). */
+function encodeLegacy(x: Float32Array, dtype: "q4_0" | "q4_1" | "q5_0" | "q5_1", view: DataView, out: Uint8Array, s: number): void {
+  const five = dtype === "q5_0" || dtype === "q5_1";
+  const withMin = dtype === "q4_1" || dtype === "q5_1";
+  const top = five ? 31 : 15;
+  let d: number;
+  let m = 0;
+  let offset: number;
+  if (withMin) {
+    const lo = Math.min(...x);
+    const hi = Math.max(...x);
+    d = (hi - lo) / top;
+    m = lo;
+    offset = 0;
+  } else {
+    let max = 0;
+    for (const v of x) if (Math.abs(v) > Math.abs(max)) max = v;
+    d = five ? max / -16 : max / -8;
+    offset = five ? 16 : 8;
+  }
+  const dh = f32ToF16(d);
+  const dq = f16ToF32(dh);
+  const id = dq ? 1 / dq : 0;
+  view.setUint16(s, dh, true);
+  if (withMin) view.setUint16(s + 2, f32ToF16(m), true);
+  const mq = withMin ? f16ToF32(f32ToF16(m)) : 0;
+  const q = (v: number) => Math.max(0, Math.min(top, Math.round((v - mq) * id) + offset));
+  let qh = 0;
+  const qs = s + (withMin ? 4 : 2) + (five ? 4 : 0);
+  for (let j = 0; j < 16; j++) {
+    const a = q(x[j]);
+    const c = q(x[j + 16]);
+    out[qs + j] = (a & 0xf) | ((c & 0xf) << 4);
+    qh |= ((a >> 4) << j) | ((c >> 4) << (j + 16));
+  }
+  if (five) view.setUint32(s + (withMin ? 4 : 2), qh >>> 0, true);
+}
+
+/** One q4_k / q5_k super-block: 8 sub-blocks of 32 with 6-bit scales and mins. */
+function encodeK45(x: Float32Array, five: boolean, view: DataView, out: Uint8Array, s: number): void {
+  const top = five ? 31 : 15;
+  const scales: number[] = [];
+  const mins: number[] = [];
+  for (let j = 0; j < 8; j++) {
+    const sub = x.subarray(32 * j, 32 * j + 32);
+    const lo = Math.min(0, ...sub);
+    scales.push((Math.max(...sub) - lo) / top);
+    mins.push(-lo);
+  }
+  const d = f16ToF32(f32ToF16(Math.max(...scales) / 63));
+  const dmin = f16ToF32(f32ToF16(Math.max(...mins) / 63));
+  view.setUint16(s, f32ToF16(d), true);
+  view.setUint16(s + 2, f32ToF16(dmin), true);
+  const ls = scales.map((v) => (d ? Math.min(63, Math.round(v / d)) : 0));
+  const lm = mins.map((v) => (dmin ? Math.min(63, Math.round(v / dmin)) : 0));
+  const sc = s + 4;
+  for (let j = 0; j < 8; j++) {
+    if (j < 4) {
+      out[sc + j] = ls[j];
+      out[sc + j + 4] = lm[j];
+    } else {
+      out[sc + j + 4] = (ls[j] & 0xf) | ((lm[j] & 0xf) << 4);
+      out[sc + j - 4] |= (ls[j] >> 4) << 6;
+      out[sc + j] |= (lm[j] >> 4) << 6;
+    }
+  }
+  const qh = s + 16;
+  const qs = s + (five ? 48 : 16);
+  for (let j = 0; j < 8; j++) {
+    const [scale, min] = scaleMinK4(out, sc, j);
+    const d1 = f32(d * scale);
+    const m1 = f32(dmin * min);
+    const c = j >> 1;
+    const h = j & 1;
+    for (let l = 0; l < 32; l++) {
+      const q = d1 ? Math.max(0, Math.min(top, Math.round((x[32 * j + l] + m1) / d1))) : 0;
+      out[qs + 32 * c + l] |= (q & 0xf) << (4 * h);
+      if (five) out[qh + l] |= (q >> 4) << j;
+    }
+  }
+}
+
+/** One q6_k super-block: 16 sub-blocks of 16 with int8 scales, 6-bit values stored as low 4 + high 2 bits. */
+function encodeK6(x: Float32Array, view: DataView, out: Uint8Array, s: number): void {
+  const scales: number[] = [];
+  for (let j = 0; j < 16; j++) {
+    let amax = 0;
+    for (const v of x.subarray(16 * j, 16 * j + 16)) amax = Math.max(amax, Math.abs(v));
+    scales.push(amax / 31);
+  }
+  const d = f16ToF32(f32ToF16(Math.max(...scales) / 127));
+  view.setUint16(s + 208, f32ToF16(d), true);
+  for (let j = 0; j < 16; j++) view.setInt8(s + 192 + j, d ? Math.min(127, Math.round(scales[j] / d)) : 0);
+  for (let e = 0; e < 256; e++) {
+    const n = e >> 7;
+    const quarter = (e & 127) >> 5;
+    const l = e & 31;
+    const scale = f32(d * view.getInt8(s + 192 + 8 * n + (l >> 4) + 2 * quarter));
+    const q = scale ? Math.max(-32, Math.min(31, Math.round(x[e] / scale))) + 32 : 32;
+    out[s + 64 * n + l + 32 * (quarter & 1)] |= (q & 0xf) << (4 * (quarter >> 1));
+    out[s + 128 + 32 * n + l] |= (q >> 4) << (2 * quarter);
+  }
+}
