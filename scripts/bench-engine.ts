@@ -1,11 +1,11 @@
 /**
  * Engine benchmark: prefill and decode tokens/s at several batch sizes, for stories260K and for a
- * random-weight model of Llama-3.2-1B's shape in f16 (built in memory: no download), on each
+ * random-weight model of Llama-3.2-1B's shape in f16 or a GGUF block format (built in memory: no download), on each
  * available backend, with achieved GB/s and GFLOP/s next to the device's measured ceilings, and the
  * number of dispatches one decode step records (WebGPU). Figures are medians over repeats.
  *
  *   npx deno run -A scripts/bench-engine.ts [--models stories,llama1b] [--backends reference,webgpu,cuda]
- *     [--batches 1,8,32] [--prompt-tokens N] [--decode-steps N] [--repeats N] [--json]
+ *     [--batches 1,8,32] [--prompt-tokens N] [--decode-steps N] [--repeats N] [--dtype f16|q8_0|q4_k_m|…] [--json]
  *
  * Method: each batch runs B sequences. Prefill is one forward step over B prompts of P tokens
  * (ragged batch), then argmax and a download of the ids, timed end to end. Decode is one step of B
@@ -16,8 +16,8 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "../src/cli/args.ts";
 import { cliArgs, exitProcess } from "../src/runtime/env.ts";
 import { selectBackend } from "../src/backend/select.ts";
-import type { Backend } from "../src/backend/types.ts";
-import { byteSize } from "../src/backend/dtype-codec.ts";
+import { type Backend, WEIGHT_DTYPES, type WeightDType } from "../src/backend/types.ts";
+import { blockValues, byteSize, f32ToF16 } from "../src/backend/dtype-codec.ts";
 import type { HostTensor, LayerWeights, LoadedModel, ModelConfig } from "../src/model/config.ts";
 import { loadModel } from "../src/model/load.ts";
 import { freeDeviceModel, uploadModel } from "../src/model/device-weights.ts";
@@ -33,14 +33,24 @@ const flags = parseArgs(cliArgs(), {
   "prompt-tokens": { kind: "int", min: 1, help: "prompt tokens per sequence (default 32 stories, 2 llama1b)" },
   "decode-steps": { kind: "int", min: 1, help: "decode steps timed (default 5 stories, 3 llama1b)" },
   repeats: { kind: "int", min: 1, help: "prefill repeats (default 3)" },
+  dtype: { kind: "string", help: "the 1B model's matrices: f16 (default), a block format (q8_0, q4_k, q6_k, …) or q4_k_m (llama.cpp's mix)" },
   json: { kind: "boolean", help: "print one JSON object per row" },
 });
+
+/** Bytes of each block that hold f16 scales (the rest are codes, any bits of which decode to finite values). */
+const SCALE_BYTES: Partial<Record<WeightDType, number[]>> = {
+  q8_0: [0], q4_0: [0], q5_0: [0], q4_1: [0, 2], q5_1: [0, 2], q4_k: [0, 2], q5_k: [0, 2], q6_k: [208],
+};
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const fmt = (x: number | undefined, d = 1) => (x === undefined ? "-" : x.toFixed(d));
 
-/** Llama-3.2-1B's shape (tied embeddings, GQA 32/8, head 64), with random f16 weights. */
-function llama1bModel(): LoadedModel {
+/**
+ * Llama-3.2-1B's shape (tied embeddings, GQA 32/8, head 64), with random f16 weights, or random
+ * codes with small scales in a block format; "q4_k_m" stores the embedding (the output too, tied),
+ * attn_v and ffn_down as q6_k and the rest as q4_k, as llama.cpp's Q4_K_M file of this model does.
+ */
+function llama1bModel(dtypeName: string): LoadedModel {
   const config: ModelConfig = {
     architecture: "llama", vocabSize: 128256, hiddenSize: 2048, numLayers: 16, numHeads: 32, numKvHeads: 8,
     headDim: 64, intermediateSize: 8192, rmsNormEps: 1e-5, ropeTheta: 500000, ropeLayout: "normal",
@@ -59,18 +69,41 @@ function llama1bModel(): LoadedModel {
     }
     return { name, shape, dtype: "f16", data: new Uint8Array(u16.buffer) };
   };
+  const mix = dtypeName === "q4_k_m";
+  if (!mix && !(WEIGHT_DTYPES as readonly string[]).includes(dtypeName)) throw new Error(`Unknown --dtype "${dtypeName}"`);
+  const blocks = (name: string, shape: number[], dtype: WeightDType): HostTensor => {
+    const n = shape[0] * shape[1];
+    const data = new Uint8Array(byteSize(dtype, n));
+    const words = new Uint32Array(data.buffer, 0, data.byteLength >>> 2);
+    for (let i = 0; i < words.length; i++) {
+      s ^= s << 13;
+      s ^= s >>> 17;
+      s ^= s << 5;
+      words[i] = s;
+    }
+    const { values, bytes } = { values: blockValues(dtype), bytes: byteSize(dtype, blockValues(dtype)) };
+    const view = new DataView(data.buffer);
+    const small = f32ToF16(2 ** -12);
+    for (let b = 0; b < n / values; b++) for (const at of SCALE_BYTES[dtype] ?? []) view.setUint16(b * bytes + at, small, true);
+    return { name, shape, dtype, data };
+  };
+  const weight = (name: string, shape: number[], role: "q6" | "q4"): HostTensor => {
+    if (dtypeName === "f16") return f16(name, shape);
+    return blocks(name, shape, mix ? (role === "q6" ? "q6_k" : "q4_k") : dtypeName as WeightDType);
+  };
   const ones = (name: string, n: number): HostTensor =>
     ({ name, shape: [n], dtype: "f32", data: new Uint8Array(new Float32Array(n).fill(1).buffer) });
   const { hiddenSize: h, numHeads: nh, numKvHeads: kv, headDim: hd, intermediateSize: ff } = config;
   const layers: LayerWeights<HostTensor>[] = Array.from({ length: config.numLayers }, (_, i) => ({
     attnNorm: ones(`blk.${i}.attn_norm`, h), ffnNorm: ones(`blk.${i}.ffn_norm`, h),
-    wq: f16("wq", [nh * hd, h]), wk: f16("wk", [kv * hd, h]), wv: f16("wv", [kv * hd, h]), wo: f16("wo", [h, nh * hd]),
-    wGate: f16("gate", [ff, h]), wUp: f16("up", [ff, h]), wDown: f16("down", [h, ff]),
+    wq: weight("wq", [nh * hd, h], "q4"), wk: weight("wk", [kv * hd, h], "q4"), wv: weight("wv", [kv * hd, h], "q6"),
+    wo: weight("wo", [h, nh * hd], "q4"), wGate: weight("gate", [ff, h], "q4"), wUp: weight("up", [ff, h], "q4"),
+    wDown: weight("down", [h, ff], "q6"),
   }));
   const tokenizer = { vocabSize: config.vocabSize, encode: () => [], decode: () => "" };
   return {
-    config, tokenizer, source: "random Llama-3.2-1B shape (f16)",
-    weights: { tokenEmbedding: f16("token_embd", [config.vocabSize, h]), layers, outputNorm: ones("output_norm", h) },
+    config, tokenizer, source: `random Llama-3.2-1B shape (${dtypeName})`,
+    weights: { tokenEmbedding: weight("token_embd", [config.vocabSize, h], "q6"), layers, outputNorm: ones("output_norm", h) },
   };
 }
 
@@ -198,9 +231,9 @@ async function main(): Promise<void> {
       const ceil = await ceilings(b);
       console.log(`# ${bn} on ${b.info.device}: ceilings ${fmt(ceil.gbps)} GB/s, ${fmt(ceil.gflops)} GFLOP/s (${ceil.how})`);
       const big = mn === "llama1b";
-      const m = big ? llama1bModel() : await loadModel(fileURLToPath(new URL("../models/stories260K.gguf", import.meta.url)));
+      const m = big ? llama1bModel(flags.dtype ?? "f16") : await loadModel(fileURLToPath(new URL("../models/stories260K.gguf", import.meta.url)));
       const opts = { p: flags["prompt-tokens"] ?? (big ? 2 : 32), d: flags["decode-steps"] ?? (big ? 3 : 5), r: flags.repeats ?? 3 };
-      const rows = await benchModel(mn, m, b, batches, opts);
+      const rows = await benchModel(big ? `llama1b ${flags.dtype ?? "f16"}` : mn, m, b, batches, opts);
       out.push(...rows);
       for (const r of rows) {
         if (flags.json) console.log(JSON.stringify({ ...r, ceilGBps: ceil.gbps, ceilGflops: ceil.gflops }));

@@ -142,8 +142,12 @@ function encodeLegacy(x: Float32Array, dtype: "q4_0" | "q4_1" | "q5_0" | "q5_1",
   let m = 0;
   let offset: number;
   if (withMin) {
-    const lo = Math.min(...x);
-    const hi = Math.max(...x);
+    let lo = Infinity;
+    let hi = -Infinity;
+    for (const v of x) {
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
     d = (hi - lo) / top;
     m = lo;
     offset = 0;
@@ -174,16 +178,25 @@ function encodeLegacy(x: Float32Array, dtype: "q4_0" | "q4_1" | "q5_0" | "q5_1",
 /** One q4_k / q5_k super-block: 8 sub-blocks of 32 with 6-bit scales and mins. */
 function encodeK45(x: Float32Array, five: boolean, view: DataView, out: Uint8Array, s: number): void {
   const top = five ? 31 : 15;
-  const scales: number[] = [];
-  const mins: number[] = [];
+  const scales = [0, 0, 0, 0, 0, 0, 0, 0];
+  const mins = [0, 0, 0, 0, 0, 0, 0, 0];
+  let maxScale = 0;
+  let maxMin = 0;
   for (let j = 0; j < 8; j++) {
-    const sub = x.subarray(32 * j, 32 * j + 32);
-    const lo = Math.min(0, ...sub);
-    scales.push((Math.max(...sub) - lo) / top);
-    mins.push(-lo);
+    let lo = 0;
+    let hi = -Infinity;
+    for (let l = 32 * j; l < 32 * j + 32; l++) {
+      const v = x[l];
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+    scales[j] = (hi - lo) / top;
+    mins[j] = -lo;
+    if (scales[j] > maxScale) maxScale = scales[j];
+    if (mins[j] > maxMin) maxMin = mins[j];
   }
-  const d = f16ToF32(f32ToF16(Math.max(...scales) / 63));
-  const dmin = f16ToF32(f32ToF16(Math.max(...mins) / 63));
+  const d = f16ToF32(f32ToF16(maxScale / 63));
+  const dmin = f16ToF32(f32ToF16(maxMin / 63));
   view.setUint16(s, f32ToF16(d), true);
   view.setUint16(s + 2, f32ToF16(dmin), true);
   const ls = scales.map((v) => (d ? Math.min(63, Math.round(v / d)) : 0));
@@ -205,11 +218,13 @@ function encodeK45(x: Float32Array, five: boolean, view: DataView, out: Uint8Arr
     const [scale, min] = scaleMinK4(out, sc, j);
     const d1 = f32(d * scale);
     const m1 = f32(dmin * min);
-    const c = j >> 1;
-    const h = j & 1;
+    const inv = d1 ? 1 / d1 : 0;
+    const at = qs + 32 * (j >> 1);
+    const shift = 4 * (j & 1);
     for (let l = 0; l < 32; l++) {
-      const q = d1 ? Math.max(0, Math.min(top, Math.round((x[32 * j + l] + m1) / d1))) : 0;
-      out[qs + 32 * c + l] |= (q & 0xf) << (4 * h);
+      let q = Math.round((x[32 * j + l] + m1) * inv);
+      q = q < 0 ? 0 : q > top ? top : q;
+      out[at + l] |= (q & 0xf) << shift;
       if (five) out[qh + l] |= (q >> 4) << j;
     }
   }

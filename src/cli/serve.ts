@@ -22,6 +22,7 @@ import { ControlPlaneError, splitCredentials } from "../cluster/nats-membership.
 import { WorkerAuthError } from "../cluster/worker-auth.ts";
 import type { Role } from "../../planner/types.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
+import { isQuantizeDType, QUANTIZE_DTYPES } from "../model/weights.ts";
 
 const DEFAULT_MODEL = fileURLToPath(new URL("../../models/stories260K.gguf", import.meta.url));
 
@@ -34,6 +35,7 @@ const FLAGS = {
   "api-key": { kind: "string", help: "require 'Authorization: Bearer KEY' on /v1/*" },
   "max-model-len": { kind: "int", min: 2, help: "context limit, prompt + output (default: the model's)" },
   "kv-blocks": { kind: "int", min: 2, help: "KV cache blocks of 16 tokens" },
+  quantize: { kind: "string", help: "block format the model's f32/f16/bf16 matrices are quantized into at load (round to nearest; rows that are not whole blocks stay as stored): q8_0 halves a bf16 model's memory at little cost, q6_k/q5_k/q4_k/q4_0… go further (default: as stored)" },
   "kv-offload-blocks": { kind: "int", min: 1, help: "host-memory KV tier in 16-token blocks (per worker): evicted cached KV moves there and back on a prefix hit (default: off)" },
   "kv-memory-fraction": { kind: "number", min: 0.0001, max: 0.95, help: "size the KV cache as this fraction of host memory" },
   "max-batch-tokens": { kind: "int", min: 1, help: "token budget per step (default 512)" },
@@ -93,6 +95,8 @@ async function main(): Promise<void> {
   if (!isKvRetention(kvRetention)) throw new ArgsError(`Unknown KV retention "${kvRetention}"; choose ${KV_RETENTIONS.join(" or ")}`);
   const jumpForward = f["jump-forward"] ?? "on";
   if (jumpForward !== "on" && jumpForward !== "off") throw new ArgsError(`Unknown jump-forward setting "${jumpForward}"; choose on or off`);
+  const quantize = f.quantize;
+  if (quantize !== undefined && !isQuantizeDType(quantize)) throw new ArgsError(`Unknown --quantize format "${quantize}"; choose ${QUANTIZE_DTYPES.join(", ")}`);
   const toolCallParser = f["tool-call-parser"] ?? "hermes";
   if (!isToolCallFormat(toolCallParser)) throw new ArgsError(`Unknown tool call parser "${toolCallParser}"; choose ${TOOL_CALL_FORMATS.join(", ")}`);
   const jsonWhitespace = f["json-whitespace"] ?? "any";
@@ -140,6 +144,7 @@ async function main(): Promise<void> {
   if (f.role !== undefined && cluster) throw new ArgsError(`Flag --role ${f.role} sets one engine's role; with --workers ${workers} use --roles`);
   const s = await startServer({
     modelPath: f.model ?? DEFAULT_MODEL,
+    ...(quantize ? { quantize } : {}),
     servedModelName: f["served-model-name"],
     host: f.host ?? "127.0.0.1",
     port: f.port ?? 8000,

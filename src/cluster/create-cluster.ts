@@ -11,6 +11,7 @@ import { type CreateEngineOptions, createEngines } from "../engine/engine-factor
 import { kvBytesPerBlock } from "../engine/kv-cache.ts";
 import { DEFAULT_SCHEDULER_CONFIG } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
+import type { QuantizeDType } from "../model/weights.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { modelFingerprint } from "../model/fingerprint.ts";
 import { Cluster, type ClusterOptions } from "./cluster.ts";
@@ -36,6 +37,8 @@ export interface CreateClusterOptions extends Omit<ClusterOptions, "bytesPerBloc
   onStep?: (workerId: string, r: StepRecord) => void;
   /** Shared secret of TCP workers started with the same token (worker-auth.ts); none: no check. */
   workerToken?: string;
+  /** Each worker quantizes the model's f32/f16/bf16 matrices into this block format as it loads them (`--quantize`). */
+  quantize?: QuantizeDType;
 }
 
 /** A cluster of `o.workers` engines running `model` on `backend`. */
@@ -62,7 +65,7 @@ export function createCluster(backend: Backend, model: LoadedModel, o: CreateClu
  */
 export async function startThreadCluster(model: LoadedModel, modelPath: string, backend: BackendChoice, o: CreateClusterOptions): Promise<Cluster> {
   if (!Number.isInteger(o.workers) || o.workers < 1) throw new RangeError(`The worker count must be a positive integer, got ${o.workers}`);
-  return startRemoteCluster(model, o, (id, engine, onStep) => RemoteEngine.start(id, modelPath, backend, engine, onStep));
+  return startRemoteCluster(model, o, (id, engine, onStep) => RemoteEngine.start(id, { path: modelPath, quantize: o.quantize }, backend, engine, onStep));
 }
 
 /**
@@ -75,7 +78,7 @@ export async function startTcpCluster(
   if (addresses.length === 0) throw new RangeError("A TCP cluster needs at least one worker address");
   for (const a of addresses) parseAddress(a);
   return startRemoteCluster(model, { ...o, workers: addresses.length }, (id, engine, onStep) => {
-    return connectTcpWorker(id, addresses[Number(id.slice("worker-".length))], modelPath, backend, engine, onStep, o.workerToken);
+    return connectTcpWorker(id, addresses[Number(id.slice("worker-".length))], modelPath, backend, engine, onStep, o.workerToken, o.quantize);
   });
 }
 
@@ -87,7 +90,7 @@ export async function startTcpCluster(
  */
 export async function connectTcpWorker(
   id: string, addr: string, modelPath: string, backend: BackendChoice, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void,
-  token?: string,
+  token?: string, quantize?: QuantizeDType,
 ): Promise<RemoteEngine> {
   const { host, port } = parseAddress(addr);
   const p = await connectPort(host, port).catch((e: Error) => {
@@ -99,7 +102,7 @@ export async function connectTcpWorker(
     await p.close();
     throw e;
   }
-  return RemoteEngine.over(p, id, modelPath, backend, engine, onStep);
+  return RemoteEngine.over(p, id, { path: modelPath, quantize }, backend, engine, onStep);
 }
 
 /**

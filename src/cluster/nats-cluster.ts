@@ -39,7 +39,7 @@ export async function startNatsCluster(
   const watch = watchWorkers(nc, c, {
     clusterName, drainMs: o.drainMs, log: o.log,
     connect: async (id, addr) => {
-      const engine = await connectTcpWorker(id, addr, modelPath, backend, portable, onStep, o.workerToken);
+      const engine = await connectTcpWorker(id, addr, modelPath, backend, portable, onStep, o.workerToken, o.quantize);
       if (engine.modelFingerprint === fingerprint) return engine;
       await engine.stop();
       throw otherModelError(engine, fingerprint);

@@ -14,7 +14,7 @@ import type { PrefixKv } from "../engine/prefix-transfer.ts";
 import type { QueueState, StepMixing } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import { spawnThread, type ThreadPort } from "../runtime/threads.ts";
-import { type FromWorker, prefixBuffers, type PortableEngineOptions, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
+import { type FromWorker, type ModelLoad, prefixBuffers, type PortableEngineOptions, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
 
 /** Thrown when a worker (thread or process) cannot start or fails. */
@@ -52,19 +52,19 @@ export class RemoteEngine implements WorkerEngine {
 
   private constructor(readonly id: string, private readonly port: ThreadPort, private readonly onStep: (id: string, r: StepRecord) => void) {}
 
-  /** Starts a thread that loads `modelPath` on `backend` and runs one engine; resolves once it serves. */
+  /** Starts a thread that loads the model at `load.path` on `backend` and runs one engine; resolves once it serves. */
   static async start(
-    id: string, modelPath: string, backend: BackendChoice, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void,
+    id: string, load: ModelLoad, backend: BackendChoice, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void,
   ): Promise<RemoteEngine> {
-    return RemoteEngine.over(await spawnThread(new URL("./thread-host.ts", import.meta.url)), id, modelPath, backend, engine, onStep);
+    return RemoteEngine.over(await spawnThread(new URL("./thread-host.ts", import.meta.url)), id, load, backend, engine, onStep);
   }
 
   /**
    * Drives the worker at the other end of `port` (a thread, or a worker process over TCP): asks it to
-   * load `modelPath` (a path on its machine) on `backend`; resolves once it serves.
+   * load the model at `load.path` (a path on its machine) on `backend`; resolves once it serves.
    */
   static async over(
-    port: ThreadPort, id: string, modelPath: string, backend: BackendChoice, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void,
+    port: ThreadPort, id: string, load: ModelLoad, backend: BackendChoice, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void,
   ): Promise<RemoteEngine> {
     const t = new RemoteEngine(id, port, onStep);
     const ready = new Promise<void>((resolve, reject) => {
@@ -85,7 +85,7 @@ export class RemoteEngine implements WorkerEngine {
         else t.receive(msg);
       });
     });
-    t.send({ op: "init", modelPath, backend, workerId: id, engine });
+    t.send({ op: "init", modelPath: load.path, ...(load.quantize ? { quantize: load.quantize } : {}), backend, workerId: id, engine });
     try {
       await ready;
     } catch (e) {

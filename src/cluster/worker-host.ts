@@ -49,7 +49,7 @@ export function serveWorker(port: ThreadPort): void {
 
   async function init(m: Extract<ToWorker, { op: "init" }>): Promise<void> {
     try {
-      const model = await loadModel(m.modelPath);
+      const model = await loadModel(m.modelPath, m.quantize ? { quantize: m.quantize } : {});
       const picked = await selectBackend(m.backend);
       backend = picked.backend;
       const reason = picked.reason;

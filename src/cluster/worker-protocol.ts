@@ -9,13 +9,20 @@ import type { EngineStats, GenerateRequest, GenerateResult, StreamDelta } from "
 import type { PrefixKv } from "../engine/prefix-transfer.ts";
 import type { QueueState, StepMixing } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
+import type { QuantizeDType } from "../model/weights.ts";
 
 /** Engine options that cross to a worker (no callbacks). */
 export type PortableEngineOptions = Omit<CreateEngineOptions, "onStep" | "now" | "workerId">;
 
+/** Where a worker loads its model from, and how (`--quantize`). */
+export interface ModelLoad {
+  path: string;
+  quantize?: QuantizeDType;
+}
+
 /** From the cluster to a worker. */
 export type ToWorker =
-  | { op: "init"; modelPath: string; backend: BackendChoice; workerId: string; engine: PortableEngineOptions }
+  | { op: "init"; modelPath: string; quantize?: QuantizeDType; backend: BackendChoice; workerId: string; engine: PortableEngineOptions }
   | { op: "submit"; rid: number; req: GenerateRequest }
   | { op: "cancel"; rid: number }
   | { op: "tool"; sessionId: string; tool: string }

@@ -3,7 +3,8 @@
  * names, checks every shape against the config, converts norms and biases to f32 and reports
  * progress. Both loaders share it so the forward sees one layout whatever the file.
  */
-import { decodeToF32 } from "../backend/dtype-codec.ts";
+import { blockValues, decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
+import { WEIGHT_DTYPES, type WeightDType } from "../backend/types.ts";
 import { type HostTensor, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights } from "./config.ts";
 
 /** Progress of a load: bytes of tensor data read so far out of the total. */
@@ -16,6 +17,31 @@ export interface LoadProgress {
 export interface LoadOptions {
   /** Called after each tensor is read. */
   onProgress?: (progress: LoadProgress) => void;
+  /**
+   * Quantize the matrices (embedding, projections, output) stored as f32, f16 or bf16 into this block
+   * format as they are read (`--quantize`); tensors already in a block format, norms and biases,
+   * and matrices whose rows are not whole blocks stay as stored.
+   */
+  quantize?: QuantizeDType;
+}
+
+/** The formats `--quantize` writes. */
+export type QuantizeDType = Exclude<WeightDType, "f32" | "f16" | "bf16">;
+
+/** The `--quantize` choices, for CLIs and checks. */
+export const QUANTIZE_DTYPES: readonly QuantizeDType[] = WEIGHT_DTYPES.filter((d): d is QuantizeDType => blockValues(d) > 1);
+
+/** True when `s` names a `--quantize` format. */
+export function isQuantizeDType(s: string): s is QuantizeDType {
+  return (QUANTIZE_DTYPES as readonly string[]).includes(s);
+}
+
+/** `t` in block format `dtype` when it is an f32/f16/bf16 matrix whose rows hold whole blocks; else `t`. */
+export function quantizeTensor(t: HostTensor, dtype: QuantizeDType): HostTensor {
+  const rows = t.shape[t.shape.length - 1] ?? 0;
+  if (t.shape.length !== 2 || (t.dtype !== "f32" && t.dtype !== "f16" && t.dtype !== "bf16") || rows % blockValues(dtype) !== 0) return t;
+  const values = decodeToF32(t.data, t.dtype, t.shape[0] * t.shape[1]);
+  return { name: t.name, shape: t.shape, dtype, data: encodeFromF32(values, dtype) };
 }
 
 /** Where tensors come from: names in the file's own convention. */
@@ -103,7 +129,7 @@ export async function assembleWeights(
     }
     bytesRead += source.byteLength(name);
     options.onProgress?.({ bytesRead, totalBytes });
-    return f32 ? toF32(t) : t;
+    return f32 ? toF32(t) : options.quantize ? quantizeTensor(t, options.quantize) : t;
   };
   const tokenEmbedding = await read(names.tokenEmbedding, [config.vocabSize, config.hiddenSize], false);
   const layers: LayerWeights<HostTensor>[] = [];

@@ -21,6 +21,7 @@ import type { ReasoningTokens } from "../engine/reasoning-spans.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { loadModel } from "../model/load.ts";
+import type { QuantizeDType } from "../model/weights.ts";
 import { createApp } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
@@ -142,6 +143,8 @@ export interface ServerOptions {
   drainMs?: number;
   /** Shared secret of the TCP workers (`worker --worker-token`): each side proves it knows it. */
   workerToken?: string;
+  /** Quantize the model's f32/f16/bf16 matrices into this block format at load (`--quantize`); workers do the same. */
+  quantize?: QuantizeDType;
 }
 
 /** A running server. */
@@ -198,7 +201,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   if ((workers > 1 || transport === "tcp") && o.stepMixing === "auto" && o.planner === "none") {
     throw new RangeError("--step-mixing auto with --workers is the planner's to decide, and --planner none runs none: choose mixed or split");
   }
-  const model = o.model ?? (await loadModel(o.modelPath));
+  const model = o.model ?? (await loadModel(o.modelPath, o.quantize ? { quantize: o.quantize } : {}));
   const kvMemoryBytes = o.kvMemoryFraction === undefined ? undefined : o.kvMemoryFraction * os.totalmem();
   // The fraction is of this machine's memory, shared by the workers; under NATS (worker count not
   // known in advance) each worker gets the whole fraction.
@@ -245,6 +248,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...(o.itlAdmissionTargetS !== undefined ? { plannerOptions: { itlTargetS: o.itlAdmissionTargetS, itlAdmission: true } } : {}),
       transport: transport ?? "in-process", workerAddrs: o.workerAddrs, engine: engineOptions,
       ...(o.nats !== undefined ? { nats: { url: o.nats, clusterName: o.clusterName, drainMs: o.drainMs } } : {}),
+      ...(o.quantize ? { quantize: o.quantize } : {}),
       ...(o.workerToken !== undefined ? { workerToken: o.workerToken } : {}), ...(stepLog ? { onStep: (id: string, r: StepRecord) => stepLog.record({ ...r, worker: id }) } : {}),
       ...(plannerLog ? { onDecision: (d: ClusterDecision) => plannerLog.record(plannerLogRecord(d, (performance.timeOrigin + performance.now()) / 1000)) } : {}),
     });

@@ -36,7 +36,7 @@ function scriptedPort(): { port: ThreadPort; sent: ToWorker[]; reply: (m: FromWo
 
 test("RemoteEngine.submit() times the first and last tokens where the cluster receives them, not on the worker's clock", async () => {
   const { port, sent, reply } = scriptedPort();
-  const remote = await RemoteEngine.over(port, "w0", "model.gguf", "reference", {}, () => {});
+  const remote = await RemoteEngine.over(port, "w0", { path: "model.gguf" }, "reference", {}, () => {});
   const h = remote.submit({ prompt: [1, 2, 3], maxTokens: 2, temperature: 0 });
   const submit = sent.find((m) => m.op === "submit");
   assert.ok(submit !== undefined && submit.op === "submit");
@@ -56,9 +56,17 @@ test("RemoteEngine.submit() times the first and last tokens where the cluster re
   await remote.stop();
 });
 
+test("RemoteEngine.over() asks the worker to load the model quantized as the cluster's own copy is", async () => {
+  const { port, sent } = scriptedPort();
+  const remote = await RemoteEngine.over(port, "w0", { path: "model.gguf", quantize: "q8_0" }, "reference", {}, () => {});
+  const init = sent.find((m) => m.op === "init");
+  assert.deepEqual(init && { path: init.modelPath, quantize: init.quantize }, { path: "model.gguf", quantize: "q8_0" });
+  await remote.stop();
+});
+
 test("RemoteEngine.submit() keeps the worker's result as it is when no token came back", async () => {
   const { port, sent, reply } = scriptedPort();
-  const remote = await RemoteEngine.over(port, "w0", "model.gguf", "reference", {}, () => {});
+  const remote = await RemoteEngine.over(port, "w0", { path: "model.gguf" }, "reference", {}, () => {});
   const h = remote.submit({ prompt: [1, 2, 3], maxTokens: 2 });
   const submit = sent.find((m) => m.op === "submit");
   assert.ok(submit !== undefined && submit.op === "submit");

@@ -1,7 +1,11 @@
 import assert from "node:assert/strict";
 import { projectRoot, test } from "../harness.ts";
 import { startThreadCluster } from "../../src/cluster/create-cluster.ts";
-import { RemoteWorkerError } from "../../src/cluster/remote-engine.ts";
+import { RemoteEngine, RemoteWorkerError } from "../../src/cluster/remote-engine.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import { modelFingerprint } from "../../src/model/fingerprint.ts";
+import { loadModel } from "../../src/model/load.ts";
 import { greedy, model, modelPath, oneEngine, run, STORY } from "./fixtures.ts";
 
 test("startThreadCluster() runs each worker's engine in a thread and moves a prefill's KV between threads", async () => {
@@ -24,6 +28,24 @@ test("startThreadCluster() runs each worker's engine in a thread and moves a pre
     assert.equal(cl.workers[0].engine.metrics.finished.get("prefill_done"), 7);
     const snap = cl.workers.map((w) => w.snapshot());
     assert.ok(snap[0].prefillTokens > 0 && snap[1].decodeTokens > 0, "step records crossed from the threads into the planner's windows");
+  } finally {
+    await cl.stop();
+  }
+});
+
+test("startThreadCluster() with quantize has each worker thread load the model as the server quantized it", async () => {
+  const quantized = await loadModel(modelPath, { quantize: "q8_0" });
+  const cl = await startThreadCluster(quantized, modelPath, "reference", { workers: 1, planner: "none", quantize: "q8_0", engine: { numBlocks: 64 } });
+  try {
+    const w = cl.workers[0].engine as RemoteEngine;
+    assert.equal(w.modelFingerprint, modelFingerprint(quantized));
+    assert.notEqual(w.modelFingerprint, modelFingerprint(model));
+    const e = createEngine(createReferenceBackend(), quantized, { numBlocks: 64 });
+    try {
+      assert.deepEqual((await run(cl, greedy(STORY))).streamed, (await run(e, greedy(STORY))).streamed);
+    } finally {
+      await e.stop();
+    }
   } finally {
     await cl.stop();
   }

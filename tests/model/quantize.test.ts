@@ -1,0 +1,94 @@
+/**
+ * `--quantize`: loadModel() re-encodes f32/f16/bf16 matrices into a block format as it reads them.
+ * Checked on the bundled stories260K (f32) and on a bf16 Hugging Face directory: which tensors
+ * change, that the logits stay close to the unquantized model's (and do change), and that a block
+ * format is never re-quantized.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
+import type { LoadedModel } from "../../src/model/config.ts";
+import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
+import { forward } from "../../src/model/forward.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { isQuantizeDType, QUANTIZE_DTYPES, quantizeTensor } from "../../src/model/weights.ts";
+import { hostTensorFromF32 } from "../../src/model/gguf-writer.ts";
+import { projectRoot, test } from "../harness.ts";
+import { logSoftmax } from "../oracle/oracle-compare.ts";
+import { randomHfWeights, writeHfDirectory } from "./model-files.ts";
+
+const STORIES = `${projectRoot}/models/stories260K.gguf`;
+const PROMPT = [1, 403, 407, 261, 378, 505, 267, 1];
+const be = createReferenceBackend();
+
+/** Next-token log-probabilities after PROMPT. */
+async function logProbs(m: LoadedModel): Promise<Float64Array> {
+  const dev = uploadModel(be, m);
+  const kv = allocatePagedKv(be, m.config, 1, 16);
+  try {
+    const out = forward(be, dev, kv, { entries: [{ tokens: PROMPT, startPos: 0, blockTable: [0] }] });
+    return logSoftmax((await be.download(out)) as Float32Array);
+  } finally {
+    freePagedKv(be, kv);
+    freeDeviceModel(be, dev);
+  }
+}
+
+/** Largest |a − b| over the vocab, and the spread (max − min) of b. */
+function logProbError(a: Float64Array, b: Float64Array): { error: number; spread: number } {
+  let error = 0;
+  for (let i = 0; i < a.length; i++) error = Math.max(error, Math.abs(a[i] - b[i]));
+  return { error, spread: Math.max(...b) - Math.min(...b) };
+}
+
+test("loadModel() with quantize q8_0 re-encodes whole-block matrices and keeps norms and odd rows", async () => {
+  const plain = await loadModel(STORIES);
+  const q = await loadModel(STORIES, { quantize: "q8_0" });
+  const l = q.weights.layers[0];
+  for (const t of [l.wq, l.wk, l.wv, l.wo, l.wGate, l.wUp, q.weights.tokenEmbedding]) assert.equal(t.dtype, "q8_0", t.name);
+  assert.equal(l.attnNorm.dtype, "f32");
+  // stories260K's FFN is 172 wide: ffn_down's rows are not whole 32-value blocks.
+  assert.deepEqual([l.wDown.dtype, l.wDown.shape], ["f32", [64, 172]]);
+  assert.ok(q.weights.tokenEmbedding.data.byteLength < plain.weights.tokenEmbedding.data.byteLength / 3);
+  const { error, spread } = logProbError(await logProbs(q), await logProbs(plain));
+  assert.ok(error > 0 && error < 0.02 * spread, `q8_0 log-prob error ${error} (spread ${spread})`);
+});
+
+test("loadModel() with quantize q4_0 stays close to the unquantized logits, further than q8_0", async () => {
+  const plain = await logProbs(await loadModel(STORIES));
+  const e8 = logProbError(await logProbs(await loadModel(STORIES, { quantize: "q8_0" })), plain);
+  const e4 = logProbError(await logProbs(await loadModel(STORIES, { quantize: "q4_0" })), plain);
+  assert.ok(e4.error > e8.error && e4.error < 0.25 * e4.spread, `q4_0 ${e4.error} vs q8_0 ${e8.error} (spread ${e4.spread})`);
+});
+
+test("loadModel() quantizes a bf16 Hugging Face directory's matrices into q4_k", async () => {
+  const dir = mkdtempSync(`${tmpdir()}/quantize-`);
+  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  const spec = { architecture: "qwen3", hidden: 256, layers: 1, heads: 4, kvHeads: 2, headDim: 64, ffn: 512, vocab: 300, tied: true, dtype: "bf16", seed: 5 } as const;
+  await writeHfDirectory(dir, spec, randomHfWeights(spec));
+  const m = await loadModel(dir, { quantize: "q4_k" });
+  const l = m.weights.layers[0];
+  for (const t of [l.wq, l.wk, l.wv, l.wo, l.wGate, l.wUp, l.wDown, m.weights.tokenEmbedding]) assert.equal(t.dtype, "q4_k", t.name);
+  assert.equal(l.qNorm?.dtype, "f32");
+});
+
+test("quantizeTensor() leaves block formats, vectors and odd rows as they are", () => {
+  const v = Float32Array.from({ length: 64 }, (_, i) => Math.sin(i));
+  const q8 = hostTensorFromF32("w", [2, 32], v, "q8_0");
+  assert.equal(quantizeTensor(q8, "q4_0"), q8);
+  const vec = hostTensorFromF32("n", [64], v, "f32");
+  assert.equal(quantizeTensor(vec, "q8_0"), vec);
+  const odd = hostTensorFromF32("o", [4, 16], v, "f16");
+  assert.equal(quantizeTensor(odd, "q8_0"), odd);
+  assert.equal(quantizeTensor(hostTensorFromF32("w", [2, 32], v, "f16"), "q8_0").dtype, "q8_0");
+});
+
+test("isQuantizeDType() accepts the block formats only", () => {
+  assert.deepEqual(QUANTIZE_DTYPES, ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"]);
+  assert.equal(isQuantizeDType("q4_k"), true);
+  assert.equal(isQuantizeDType("bf16"), false);
+  assert.equal(isQuantizeDType("q4_k_m"), false);
+});
