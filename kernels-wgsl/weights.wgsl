@@ -4,8 +4,9 @@
 //   f16   array<f16> when the device has shader-f16, else two halves per u32 word
 //   bf16  two bf16 per u32 word (low half = even element)
 //   q8_0  repacked at upload into 9-word blocks: [scale as f32 bits, 8 words of 4 int8 each]
-//   q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k  llama.cpp's blocks, word-aligned (q4_0, q5_0 and
-//         q6_k repacked: see weight-layout.ts); values decoded as llama.cpp's dequantize_row_* does.
+//   q4_0, q4_1, q5_0, q5_1, q4_k, q5_k  llama.cpp's blocks, word-aligned (q4_0 and q5_0 repacked:
+//         see weight-layout.ts); values decoded as llama.cpp's dequantize_row_* does.
+//   q6_k  unpacked at upload into 69-word blocks of 256 values: [d as f32 bits, 16 int8 scales, 256 int8 codes].
 // Every block format keeps a row's values in whole blocks, and w_at4's i is a multiple of 4, so the
 // four values share a block and their codes sit in the same bytes of one or two words.
 #if ${W_F16N}
@@ -121,18 +122,14 @@ fn w_at4(i: u32) -> vec4<f32> {
   let q = lo | (byte_bits(wbuf[b + 4u + ((e & 31u) >> 2u)], j, 1u) << vec4<u32>(4u));
   return vec4<f32>(q) * (dm.x * sm.x) - dm.y * sm.y;
 #elif ${W_Q6K}
-  // 53 words: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, the f16 d (padded).
-  let b = (i >> 8u) * 53u;
+  // Unpacked at upload into 69 words per 256 values: d as f32, 16 int8 scales, 256 int8 codes − 32.
+  let b = (i >> 8u) * 69u;
   let e = i & 255u;
-  let n = e >> 7u;
-  let quarter = (e & 127u) >> 5u;
-  let l = e & 31u;
-  let lo = byte_bits(wbuf[b + ((64u * n + 32u * (quarter & 1u) + l) >> 2u)], 4u * (quarter >> 1u), 15u);
-  let hi = byte_bits(wbuf[b + 32u + ((32u * n + l) >> 2u)], 2u * quarter, 3u);
-  let q = vec4<i32>(lo | (hi << vec4<u32>(4u))) - vec4<i32>(32);
-  let si = 8u * n + (l >> 4u) + 2u * quarter;
-  let sc = extractBits(bitcast<i32>(wbuf[b + 48u + (si >> 2u)]), (si & 3u) * 8u, 8u);
-  return vec4<f32>(q) * (unpack2x16float(wbuf[b + 52u]).x * f32(sc));
+  let g = e >> 4u;
+  let sc = extractBits(bitcast<i32>(wbuf[b + 1u + (g >> 2u)]), (g & 3u) * 8u, 8u);
+  let word = bitcast<i32>(wbuf[b + 5u + (e >> 2u)]);
+  let q = vec4<i32>(extractBits(word, 0u, 8u), extractBits(word, 8u, 8u), extractBits(word, 16u, 8u), extractBits(word, 24u, 8u));
+  return vec4<f32>(q) * (bitcast<f32>(wbuf[b]) * f32(sc));
 #endif
 }
 fn w_at(i: u32) -> f32 { return w_at4(i & ~3u)[i & 3u]; }

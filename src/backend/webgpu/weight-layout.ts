@@ -7,8 +7,12 @@
  *   repacked into 36 bytes = 9 u32 words: the scale widened to f32, then the 32 int8 unchanged.
  *   Kernels then read whole words and extract bytes with extractBits (sign-extending).
  * - q4_1, q5_1, q4_k, q5_k: llama.cpp's blocks are whole words (20, 24, 144, 176 bytes) and are
- *   kept as they are. q4_0 (18 bytes), q5_0 (22) and q6_k (210) are not: q4_0 and q5_0 move their
- *   f16 scale behind the codes and pad to 20 / 24 bytes, q6_k pads its trailing scale to 212.
+ *   kept as they are. q4_0 (18 bytes) and q5_0 (22) are not: they move their f16 scale behind the
+ *   codes and pad to 20 / 24 bytes.
+ * - q6_k is unpacked into bytes, per 256 values: d as f32, the 16 int8 scales (one per 16 values),
+ *   then the 256 codes − 32 as int8 (69 words instead of 52.5: 8.6 bits per value, below q8_0's 9).
+ *   Its 6-bit codes split over two bit planes cost more to decode than the bytes saved: on lavapipe
+ *   a 1B-shaped q6_k decode step took 4.7 s that way and 1.4 s unpacked (docs/bench-engine.md).
  * - A weight bigger than the largest storage binding is split into row chunks, each packed into
  *   its own buffer from element 0.
  */
@@ -17,7 +21,7 @@ import { QUANT_BLOCKS } from "../quant-blocks.ts";
 import { BackendShapeError, type WeightDType } from "../types.ts";
 
 /** Device bytes per block of the formats whose blocks are repacked (see above). */
-const REPACKED_BLOCK_BYTES: Partial<Record<WeightDType, number>> = { q8_0: 36, q4_0: 20, q5_0: 24, q6_k: 212 };
+const REPACKED_BLOCK_BYTES: Partial<Record<WeightDType, number>> = { q8_0: 36, q4_0: 20, q5_0: 24, q6_k: 276 };
 
 /** Bytes of `count` elements of `dtype` in the device layout. */
 export function deviceBytes(dtype: WeightDType, count: number): number {
@@ -25,11 +29,37 @@ export function deviceBytes(dtype: WeightDType, count: number): number {
   return block === undefined ? byteSize(dtype, count) : (count / blockValues(dtype)) * block;
 }
 
+/** Unpacks q6_k blocks into [d as f32, 16 int8 scales in value order, 256 int8 codes − 32] (see above). */
+function unpackQ6K(raw: Uint8Array, count: number): Uint8Array {
+  const blocks = count / 256;
+  const out = new Uint8Array(blocks * 276);
+  const src = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
+  const dst = new DataView(out.buffer);
+  for (let b = 0; b < blocks; b++) {
+    const s = b * 210;
+    const at = b * 276;
+    dst.setFloat32(at, f16ToF32(src.getUint16(s + 208, true)), true);
+    for (let g = 0; g < 16; g++) {
+      // Values 16g … 16g + 15 lie in one 128-value half n, one quarter of it, one scale.
+      const n = g >> 3;
+      const quarter = (g >> 1) & 3;
+      out[at + 4 + g] = raw[s + 192 + 8 * n + (g & 1) + 2 * quarter];
+      for (let j = 0; j < 16; j++) {
+        const l = 16 * (g & 1) + j;
+        const low = (raw[s + 64 * n + l + 32 * (quarter & 1)] >> (4 * (quarter >> 1))) & 0xf;
+        const high = (raw[s + 128 + 32 * n + l] >> (2 * quarter)) & 3;
+        dst.setInt8(at + 20 + 16 * g + j, (low | (high << 4)) - 32);
+      }
+    }
+  }
+  return out;
+}
+
 /**
- * Repacks blocks of q4_0, q5_0 or q6_k into word-aligned device blocks: the f16 scale that heads a
- * q4_0 / q5_0 block moves to its end; every block is zero-padded to `deviceBlock` bytes.
+ * Repacks blocks of q4_0 or q5_0 into word-aligned device blocks: the f16 scale that heads a block
+ * moves to its end, and the block is zero-padded to `deviceBlock` bytes.
  */
-function repackBlocks(raw: Uint8Array, count: number, dtype: "q4_0" | "q5_0" | "q6_k"): Uint8Array {
+function repackBlocks(raw: Uint8Array, count: number, dtype: "q4_0" | "q5_0"): Uint8Array {
   const { values, bytes } = QUANT_BLOCKS[dtype];
   const deviceBlock = REPACKED_BLOCK_BYTES[dtype] ?? bytes;
   const blocks = count / values;
@@ -37,12 +67,8 @@ function repackBlocks(raw: Uint8Array, count: number, dtype: "q4_0" | "q5_0" | "
   for (let b = 0; b < blocks; b++) {
     const s = b * bytes;
     const d = b * deviceBlock;
-    if (dtype === "q6_k") {
-      out.set(raw.subarray(s, s + bytes), d);
-    } else {
-      out.set(raw.subarray(s + 2, s + bytes), d);
-      out.set(raw.subarray(s, s + 2), d + bytes - 2);
-    }
+    out.set(raw.subarray(s + 2, s + bytes), d);
+    out.set(raw.subarray(s, s + 2), d + bytes - 2);
   }
   return out;
 }
@@ -92,8 +118,10 @@ export function packWeight(
     const slice = raw.subarray(r0 * fileRow, (r0 + n) * fileRow);
     const bytes = dtype === "q8_0"
       ? repackQ8(slice, n * cols)
-      : dtype === "q4_0" || dtype === "q5_0" || dtype === "q6_k"
+      : dtype === "q4_0" || dtype === "q5_0"
       ? repackBlocks(slice, n * cols, dtype)
+      : dtype === "q6_k"
+      ? unpackQ6K(slice, n * cols)
       : slice;
     chunks.push({ rowStart: r0, rows: n, bytes });
     if (rows === 0) break;
