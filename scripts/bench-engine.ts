@@ -81,7 +81,8 @@ function llama1bModel(dtypeName: string): LoadedModel {
       s ^= s << 5;
       words[i] = s;
     }
-    const { values, bytes } = { values: blockValues(dtype), bytes: byteSize(dtype, blockValues(dtype)) };
+    const values = blockValues(dtype);
+    const bytes = byteSize(dtype, values);
     const view = new DataView(data.buffer);
     const small = f32ToF16(2 ** -12);
     for (let b = 0; b < n / values; b++) for (const at of SCALE_BYTES[dtype] ?? []) view.setUint16(b * bytes + at, small, true);

@@ -3,11 +3,11 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
-import { decodeToF32 } from "../../src/backend/dtype-codec.ts";
+import { blockValues, byteSize, decodeToF32 } from "../../src/backend/dtype-codec.ts";
 import { WEIGHT_DTYPES, type WeightDType } from "../../src/backend/types.ts";
 import { ModelLoadError } from "../../src/model/config.ts";
 import { readGgufHeader, readGgufTensor } from "../../src/model/gguf-reader.ts";
-import { GgufType } from "../../src/model/gguf-types.ts";
+import { GGML_TYPES, ggmlTypeOf, GgufType } from "../../src/model/gguf-types.ts";
 import { encodeGguf, gguf, hostTensorFromF32 } from "../../src/model/gguf-writer.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { openRandomAccess, writeFile } from "../../src/runtime/fs.ts";
@@ -72,6 +72,15 @@ test("encodeGguf() and readGgufHeader() round-trip every metadata value type", a
   assert.equal(header.version, 3);
   assert.equal(header.alignment, 32);
   for (const [key, entry] of meta) assert.deepEqual(header.metadata.get(key), entry, key);
+});
+
+test("GGML_TYPES agrees with the codec on the block size and bytes of every type we load", () => {
+  for (const [id, t] of GGML_TYPES) {
+    if (t.dtype === undefined) continue;
+    assert.deepEqual([t.blockSize, t.blockBytes], [blockValues(t.dtype), byteSize(t.dtype, blockValues(t.dtype))], t.name);
+    assert.equal(ggmlTypeOf(t.dtype), id, t.name);
+  }
+  assert.deepEqual(new Set([...GGML_TYPES.values()].flatMap((t) => (t.dtype ? [t.dtype] : []))), new Set(WEIGHT_DTYPES));
 });
 
 // Largest |decoded - written| per dtype for values in [-3, 3]: half a code step (a 4-bit step is a block's range / 15),

@@ -10,7 +10,6 @@ import {
   type RopeLayout,
   type SamplingRow,
   type Tensor,
-  type WeightDType,
 } from "../types.ts";
 import { pagedAttention, kvWrite } from "./attention.ts";
 import { add, argmax, embedding, gatherRows, maskLogits, rmsnorm, scatterAdd, siluMul, softmax } from "./elementwise.ts";
