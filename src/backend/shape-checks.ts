@@ -67,3 +67,40 @@ export function expectMaskShapes(logits: Tensor, rows: Tensor, bits: Tensor): { 
   }
   return { n, vocab, m, words };
 }
+
+/** The shapes of a `moeRoute` call: logits f32 [n, experts], 1 ≤ k ≤ experts. */
+export function expectMoeRouteShapes(logits: Tensor, k: number): { n: number; experts: number } {
+  expectRank(logits, 2, "moeRoute logits", ["f32"]);
+  const [n, experts] = logits.shape;
+  if (!Number.isInteger(k) || k < 1 || k > experts) {
+    throw new BackendShapeError(`moeRoute k must be an integer from 1 to ${experts} (the experts in ${fmt(logits.shape)}), got ${k}`);
+  }
+  return { n, experts };
+}
+
+/** The shapes of a `matmulExperts` call: x f32 [n or n·k, in], w [experts, out, in], ids i32 [n, k]. */
+export function expectExpertMatmulShapes(
+  x: Tensor,
+  w: Tensor,
+  ids: Tensor,
+): { n: number; k: number; experts: number; out: number; inner: number; perExpertInput: boolean } {
+  expectRank(x, 2, "matmulExperts input", ["f32"]);
+  expectRank(w, 3, "matmulExperts weight", WEIGHT_DTYPES);
+  expectRank(ids, 2, "matmulExperts ids", ["i32"]);
+  const [n, k] = ids.shape;
+  const [experts, out, inner] = w.shape;
+  if (x.shape[1] !== inner) throw new BackendShapeError(`matmulExperts input ${fmt(x.shape)} does not fit weight ${fmt(w.shape)}`);
+  if (x.shape[0] !== n && x.shape[0] !== n * k) {
+    throw new BackendShapeError(`matmulExperts input ${fmt(x.shape)} needs ${n} or ${n * k} rows for ids ${fmt(ids.shape)}`);
+  }
+  return { n, k, experts, out, inner, perExpertInput: x.shape[0] === n * k && k !== 1 };
+}
+
+/** The shapes of a `moeCombine` call: y f32 [n·k, d], weights f32 [n, k]. */
+export function expectMoeCombineShapes(y: Tensor, weights: Tensor): { n: number; k: number; d: number } {
+  expectRank(y, 2, "moeCombine input", ["f32"]);
+  expectRank(weights, 2, "moeCombine weights", ["f32"]);
+  const [n, k] = weights.shape;
+  if (y.shape[0] !== n * k) throw new BackendShapeError(`moeCombine input ${fmt(y.shape)} needs ${n * k} rows for weights ${fmt(weights.shape)}`);
+  return { n, k, d: y.shape[1] };
+}

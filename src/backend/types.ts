@@ -10,7 +10,8 @@
  *   q5_1 per 32 values; the k-quants q4_k, q5_k, q6_k per 256: quant-blocks.ts). A block format's
  *   rows hold whole blocks. Index tensors are i32.
  * - Matrices are row-major. A weight matrix of shape [rows=out, cols=in] is applied as y = x·Wᵀ
- *   (GGUF and Hugging Face both store linear weights this way).
+ *   (GGUF and Hugging Face both store linear weights this way). A mixture-of-experts layer stacks
+ *   its experts' matrices into one weight [experts, out, in] (GGUF's `ffn_*_exps` layout).
  * - Every op allocates a fresh output tensor; callers `free` what they no longer need. Inputs are
  *   never modified except by ops whose name says so (`kvWrite`).
  * - Shapes are checked; a mismatch throws a `BackendShapeError` that quotes the shapes.
@@ -168,6 +169,32 @@ export interface Backend {
    * bytes to upload where a scatter of the barred tokens costs 8 per token.
    */
   maskLogits(logits: Tensor, rows: Tensor, bits: Tensor): void;
+
+  // --- mixture of experts -------------------------------------------------------------------
+  /**
+   * Expert routing: per row of router logits f32 [n, experts], the `k` most probable experts (the
+   * largest logits, descending; ties to the lower index) → `ids` i32 [n, k] and `weights` f32 [n, k], their softmax
+   * probabilities over all experts, rescaled to sum to 1 over the k when `normalize` (Mixtral,
+   * Qwen3-MoE: llama.cpp's `norm_w`). 1 ≤ k ≤ experts.
+   */
+  moeRoute(logits: Tensor, k: number, normalize: boolean): MoeRouting;
+  /**
+   * Expert matmul (llama.cpp's mul_mat_id): w [experts, out, in] of any weight dtype, ids i32 [n, k];
+   * y f32 [n·k, out] with row t·k+j = x[r] · W[ids[t, j]]ᵀ, where r = t when x has n rows (a token's
+   * input to each of its experts) and r = t·k+j when it has n·k rows (each expert's own input).
+   * An id outside 0..experts-1 is the caller's bug: the reference throws, device backends clamp.
+   */
+  matmulExperts(x: Tensor, w: Tensor, ids: Tensor): Tensor;
+  /** Weighted sum of each token's expert outputs: out [n, d] = Σ_j weights[t, j] · y[t·k+j, :]; y f32 [n·k, d], weights f32 [n, k]. */
+  moeCombine(y: Tensor, weights: Tensor): Tensor;
+}
+
+/** The result of {@link Backend.moeRoute}; the caller frees both tensors. */
+export interface MoeRouting {
+  /** i32 [n, k] */
+  ids: Tensor;
+  /** f32 [n, k] */
+  weights: Tensor;
 }
 
 /** The logit a barred token gets ({@link Backend.maskLogits}): finite, and never sampled while any token is not barred. */

@@ -45,6 +45,34 @@ test("matmul() and embedding() on webgpu handle weights split into row chunks", 
   }
 }, { ignore: skip });
 
+/** matmulExperts outputs for a stacked [experts, out, inner] weight, a token's input and each expert's own. */
+async function expertOutputs(b: Backend, rng: Rng, dtype: WeightDType, experts: number, out: number, inner: number) {
+  const n = 3;
+  const k = 2;
+  const w = b.uploadWeight(encodeFromF32(rng.f32(experts * out * inner), dtype), [experts, out, inner], dtype);
+  const ids = b.upload(Int32Array.from([0, experts - 1, 1, 2, experts - 1, 0]), [n, k]);
+  const x = b.upload(rng.f32(n * inner), [n, inner]);
+  const xe = b.upload(rng.f32(n * k * inner), [n * k, inner]);
+  const res = [await b.download(b.matmulExperts(x, w, ids)), await b.download(b.matmulExperts(xe, w, ids))];
+  for (const t of [w, ids, x, xe]) b.free(t);
+  return res;
+}
+
+test("matmulExperts() on webgpu reads experts whose rows straddle weight chunks", async () => {
+  // 4096-byte bindings hold fewer rows than one expert has, or a number that does not divide its
+  // rows, so chunk boundaries fall inside experts and inside a workgroup's four outputs.
+  const gpu = await createWebGpuBackend({ poison: true, maxBindingBytes: 4096 });
+  try {
+    for (const [dtype, experts, out, inner] of [["f32", 4, 37, 40], ["q8_0", 3, 45, 64], ["q4_k", 3, 30, 256], ["f16", 5, 70, 33]] as const) {
+      const want = await expertOutputs(ref, new Rng(11), dtype, experts, out, inner);
+      const got = await expertOutputs(gpu, new Rng(11), dtype, experts, out, inner);
+      assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `${dtype} ${experts}×${out}×${inner}`);
+    }
+  } finally {
+    gpu.destroy();
+  }
+}, { ignore: skip });
+
 test("matmul() on webgpu reads f16 weights from u32 words without shader-f16", async () => {
   const gpu = await createWebGpuBackend({ poison: true, useF16: false });
   try {

@@ -14,6 +14,7 @@ import {
 import { pagedAttention, kvWrite } from "./attention.ts";
 import { add, argmax, embedding, gatherRows, maskLogits, rmsnorm, scatterAdd, siluMul, softmax } from "./elementwise.ts";
 import { matmul, rope } from "./linear.ts";
+import { matmulExperts, moeCombine, moeRoute } from "./experts.ts";
 import { sample } from "./sampling.ts";
 import { asRef, checkShape, f32Tensor, fmt, i32Tensor, REFERENCE_NAME, RefTensor } from "./storage.ts";
 import { checkWeightShape } from "../shape-checks.ts";
@@ -87,5 +88,9 @@ export function createReferenceBackend(): Backend {
       scatterAdd(r(x, "scatterAdd target"), r(index, "scatterAdd index"), r(values, "scatterAdd values")),
     maskLogits: (logits: Tensor, rows: Tensor, bits: Tensor) =>
       maskLogits(r(logits, "maskLogits logits"), r(rows, "maskLogits rows"), r(bits, "maskLogits bits")),
+    moeRoute: (logits: Tensor, k: number, normalize: boolean) => moeRoute(r(logits, "moeRoute logits"), k, normalize),
+    matmulExperts: (x: Tensor, w: Tensor, ids: Tensor) =>
+      matmulExperts(r(x, "matmulExperts input"), r(w, "matmulExperts weight"), r(ids, "matmulExperts ids")),
+    moeCombine: (y: Tensor, weights: Tensor) => moeCombine(r(y, "moeCombine input"), r(weights, "moeCombine weights")),
   };
 }

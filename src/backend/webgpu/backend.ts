@@ -7,6 +7,7 @@ import { GpuContext, POISON_BITS } from "./context.ts";
 import type { GpuDevice } from "./device.ts";
 import { kvWrite, pagedAttention } from "./ops-attention.ts";
 import { embedding, matmul } from "./ops-linear.ts";
+import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
 import { add, argmax, gatherRows, rmsnorm, rope, siluMul, softmax } from "./ops-rowwise.ts";
 import { maskLogits, sample, scatterAdd } from "./ops-sample.ts";
@@ -16,6 +17,7 @@ import type {
   AttentionBatch,
   Backend,
   BackendInfo,
+  MoeRouting,
   RopeLayout,
   SamplingRow,
   Tensor,
@@ -129,5 +131,14 @@ export class WebGpuBackend implements Backend {
   }
   gatherRows(x: Tensor, idx: Tensor): Tensor {
     return gatherRows(this.#ctx, x, idx);
+  }
+  moeRoute(logits: Tensor, k: number, normalize: boolean): MoeRouting {
+    return moeRoute(this.#ctx, logits, k, normalize);
+  }
+  matmulExperts(x: Tensor, w: Tensor, ids: Tensor): Tensor {
+    return matmulExperts(this.#ctx, x, w, ids);
+  }
+  moeCombine(y: Tensor, weights: Tensor): Tensor {
+    return moeCombine(this.#ctx, y, weights);
   }
 }

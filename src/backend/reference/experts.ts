@@ -1,0 +1,72 @@
+/**
+ * Reference mixture-of-experts ops: routing (softmax, top-k, renormalisation), the expert matmul
+ * (llama.cpp's mul_mat_id) and the weighted combine. f64 accumulation, as the other reference ops.
+ */
+import { expectExpertMatmulShapes, expectMoeCombineShapes, expectMoeRouteShapes } from "../shape-checks.ts";
+import type { MoeRouting } from "../types.ts";
+import { f32Tensor, i32Tensor, type RefTensor } from "./storage.ts";
+
+/** Top-k experts of each row by logit, i.e. by probability (ties to the lower index); see Backend.moeRoute. */
+export function moeRoute(logits: RefTensor, k: number, normalize: boolean): MoeRouting {
+  const { n, experts } = expectMoeRouteShapes(logits, k);
+  const x = logits.f32;
+  const ids = new Int32Array(n * k);
+  const weights = new Float32Array(n * k);
+  const probs = new Float64Array(experts);
+  const taken = new Uint8Array(experts);
+  for (let t = 0; t < n; t++) {
+    const row = x.subarray(t * experts, (t + 1) * experts);
+    let max = -Infinity;
+    for (const v of row) max = Math.max(max, v);
+    let sum = 0;
+    for (let e = 0; e < experts; e++) sum += probs[e] = Math.exp(row[e] - max);
+    taken.fill(0);
+    let picked = 0;
+    for (let j = 0; j < k; j++) {
+      // Ordered by logit, which softmax keeps, so rounding in the probabilities cannot reorder.
+      let best = -1;
+      for (let e = 0; e < experts; e++) if (!taken[e] && (best < 0 || row[e] > row[best])) best = e;
+      taken[best] = 1;
+      ids[t * k + j] = best;
+      picked += probs[best];
+    }
+    // Probabilities over all experts; renormalising divides by the chosen ones' share instead.
+    const denominator = normalize ? picked : sum;
+    for (let j = 0; j < k; j++) weights[t * k + j] = probs[ids[t * k + j]] / denominator;
+  }
+  return { ids: i32Tensor(ids, [n, k]), weights: f32Tensor(weights, [n, k]) };
+}
+
+/** y [n·k, out]: each row through its expert's matrix; see Backend.matmulExperts. */
+export function matmulExperts(x: RefTensor, w: RefTensor, ids: RefTensor): RefTensor {
+  const { n, k, experts, out, inner, perExpertInput } = expectExpertMatmulShapes(x, w, ids);
+  const xs = x.f32;
+  const ws = w.f32;
+  const y = new Float32Array(n * k * out);
+  for (let r = 0; r < n * k; r++) {
+    const e = ids.i32[r];
+    if (e < 0 || e >= experts) throw new RangeError(`Expert id ${e} at position ${r} is outside 0..${experts - 1}`);
+    const xb = (perExpertInput ? r : Math.floor(r / k)) * inner;
+    for (let o = 0; o < out; o++) {
+      const wb = (e * out + o) * inner;
+      let acc = 0;
+      for (let c = 0; c < inner; c++) acc += xs[xb + c] * ws[wb + c];
+      y[r * out + o] = acc;
+    }
+  }
+  return f32Tensor(y, [n * k, out]);
+}
+
+/** out [n, d] = Σ_j weights[t, j] · y[t·k+j, :]; see Backend.moeCombine. */
+export function moeCombine(y: RefTensor, weights: RefTensor): RefTensor {
+  const { n, k, d } = expectMoeCombineShapes(y, weights);
+  const out = new Float32Array(n * d);
+  for (let t = 0; t < n; t++) {
+    for (let c = 0; c < d; c++) {
+      let acc = 0;
+      for (let j = 0; j < k; j++) acc += weights.f32[t * k + j] * y.f32[(t * k + j) * d + c];
+      out[t * d + c] = acc;
+    }
+  }
+  return f32Tensor(out, [n, d]);
+}

@@ -1,0 +1,85 @@
+/**
+ * Conformance cases for the mixture-of-experts ops: moeRoute, matmulExperts, moeCombine.
+ *
+ * Tolerances (|x - ref| <= atol + rtol·|ref|; the reference accumulates in f64):
+ * - moeRoute ids: exact (both sides compare the same f32 logits; the tie cases draw logits from a
+ *   few values so the lower-index rule decides). Weights: atol 1e-6, rtol 1e-5 (exp and an f32 sum
+ *   over ≤ 512 terms, as softmax).
+ * - matmulExperts: atol 1e-4, rtol 1e-4, as matmul (same inputs in [-1, 1], k ≤ 512).
+ * - moeCombine: atol 1e-6, rtol 1e-5 (an f32 sum of ≤ 8 products).
+ */
+import { blockValues, encodeFromF32 } from "../../src/backend/dtype-codec.ts";
+import { type Backend, type Tensor, WEIGHT_DTYPES } from "../../src/backend/types.ts";
+import { type Case, type Output } from "./conformance-support.ts";
+
+async function finish(b: Backend, outputs: Tensor[], temps: Tensor[]): Promise<Output[]> {
+  const res: Output[] = [];
+  for (const t of outputs) res.push(await b.download(t));
+  for (const t of [...outputs, ...temps]) b.free(t);
+  return res;
+}
+
+/** Router shapes as models have them (Mixtral 8/2, Qwen3-MoE 128/8, 512-expert routers) and odd ones. */
+function routeCases(): Case[] {
+  const shapes: [number, number, number, boolean, boolean][] = [
+    // n, experts, k, normalize, ties
+    [1, 8, 2, true, false], [37, 128, 8, true, false], [5, 60, 4, false, false], [3, 7, 7, true, false],
+    [2, 512, 8, true, false], [9, 16, 3, false, true], [4, 32, 8, true, true],
+  ];
+  return shapes.map(([n, experts, k, normalize, ties]): Case => ({
+    op: "moeRoute",
+    name: `n=${n} experts=${experts} k=${k}${normalize ? " normalized" : ""}${ties ? " ties" : ""}`,
+    tolerance: { atol: 1e-6, rtol: 1e-5 },
+    run: (b, rng) => {
+      const values = ties ? Float32Array.from({ length: n * experts }, () => rng.int(4) - 2) : rng.f32(n * experts, -4, 4);
+      const logits = b.upload(values, [n, experts]);
+      const { ids, weights } = b.moeRoute(logits, k, normalize);
+      return finish(b, [ids, weights], [logits]);
+    },
+  }));
+}
+
+function matmulExpertsCases(): Case[] {
+  const cases: Case[] = [];
+  // n tokens, k experts each, of `experts`, weight [experts, out, inner]; x per token or per expert.
+  const shapes: [number, number, number, number, number, boolean][] = [
+    [1, 2, 8, 37, 64, false], [5, 4, 6, 45, 128, true], [3, 2, 4, 33, 256, false], [2, 8, 16, 20, 512, true],
+    [4, 1, 3, 9, 33, false], [7, 3, 5, 70, 96, false],
+  ];
+  for (const dtype of WEIGHT_DTYPES) {
+    for (const [n, k, experts, out, inner, perExpert] of shapes) {
+      if (inner % blockValues(dtype) !== 0) continue;
+      cases.push({
+        op: "matmulExperts",
+        name: `${dtype} n=${n} k=${k} experts=${experts} out=${out} in=${inner}${perExpert ? " per-expert input" : ""}`,
+        tolerance: { atol: 1e-4, rtol: 1e-4 },
+        run: (b, rng) => {
+          const rows = perExpert ? n * k : n;
+          const x = b.upload(rng.f32(rows * inner), [rows, inner]);
+          const w = b.uploadWeight(encodeFromF32(rng.f32(experts * out * inner), dtype), [experts, out, inner], dtype);
+          const ids = b.upload(rng.i32(n * k, experts), [n, k]);
+          return finish(b, [b.matmulExperts(x, w, ids)], [x, w, ids]);
+        },
+      });
+    }
+  }
+  return cases;
+}
+
+function combineCases(): Case[] {
+  return [[1, 2, 64], [37, 8, 45], [3, 1, 517], [5, 4, 1]].map(([n, k, d]): Case => ({
+    op: "moeCombine",
+    name: `n=${n} k=${k} d=${d}`,
+    tolerance: { atol: 1e-6, rtol: 1e-5 },
+    run: (b, rng) => {
+      const y = b.upload(rng.f32(n * k * d), [n * k, d]);
+      const weights = b.upload(rng.f32(n * k, 0, 1), [n, k]);
+      return finish(b, [b.moeCombine(y, weights)], [y, weights]);
+    },
+  }));
+}
+
+/** Every mixture-of-experts conformance case. */
+export function moeCases(): Case[] {
+  return [...routeCases(), ...matmulExpertsCases(), ...combineCases()];
+}
