@@ -65,6 +65,9 @@ class Context : public Napi::ObjectWrap<Context> {
                            InstanceMethod<&Context::MatmulPath>("matmulPath"),
                            InstanceMethod<&Context::Attention>("attention"),
                            InstanceMethod<&Context::Sample>("sample"),
+                           InstanceMethod<&Context::MoeRoute>("moeRoute"),
+                           InstanceMethod<&Context::MatmulExperts>("matmulExperts"),
+                           InstanceMethod<&Context::MoeCombine>("moeCombine"),
                        });
   }
 

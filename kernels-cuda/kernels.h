@@ -56,6 +56,20 @@ cudaError_t matmul(const float* x, const void* w, int dtype, const float* bias, 
 /** Which matmul path `matmul` takes for a shape (0 gemv, 1 tensor core, 2 simt); for benchmarks. */
 int matmul_path(int dtype, int n, int K, int N);
 
+// --- mixture of experts (moe.cu) -----------------------------------------------------------
+/** The most experts moe_route takes: its shared memory holds a row's logits and its top k (≤ 32 KiB). */
+constexpr int MOE_MAX_EXPERTS = 4096;
+/** Per row of logits [n, experts]: the top k experts (descending, ties to the lower index) → ids [n, k],
+ * and their softmax probabilities → weights [n, k], over the k's sum instead when `normalize`. */
+cudaError_t moe_route(const float* logits, int n, int experts, int k, int normalize, int32_t* ids, float* weights,
+                      cudaStream_t s);
+/** y [n·k, N]: row r = x[x_per_row ? r : r / k] · W[ids[r]]ᵀ, W [experts, N, K] stacked (ids clamped to
+ * 0..experts-1); dtype as for matmul. */
+cudaError_t matmul_experts(const float* x, const void* w, int dtype, const int32_t* ids, int n, int k, int experts,
+                           int K, int N, int x_per_row, float* y, cudaStream_t s);
+/** out [n, d] = Σ_j weights[t, j] · y[t·k + j, :], j in order. */
+cudaError_t moe_combine(const float* y, const float* weights, int n, int k, int d, float* out, cudaStream_t s);
+
 // --- attention (attention.cu) --------------------------------------------------------------
 struct AttnArgs {
   const float* q;        // [n, heads, D]

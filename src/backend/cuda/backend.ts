@@ -15,7 +15,7 @@ import {
   type Tensor,
   type WeightDType,
 } from "../types.ts";
-import { CudaExtras } from "./extras.ts";
+import { CudaExperts } from "./experts.ts";
 import type { DevicePtr, NativeContext } from "./native-types.ts";
 import { PlanCache } from "./plan-cache.ts";
 import { packSamplingRows } from "./sampling-params.ts";
@@ -24,8 +24,11 @@ import { checkWeightShape, expectMaskShapes } from "../shape-checks.ts";
 
 const WEIGHTS = ["f32", "f16", "bf16", "q8_0"] as const;
 
-/** Backend implementation on one CUDA device. Also offers fused ops and benchmark helpers. */
-export class CudaBackend extends CudaExtras implements Backend {
+/**
+ * Backend implementation on one CUDA device; the mixture-of-experts ops come from CudaExperts.
+ * Also offers fused ops and benchmark helpers.
+ */
+export class CudaBackend extends CudaExperts implements Backend {
   readonly info: BackendInfo;
   private readonly plans: PlanCache;
   private readonly exactMatmul: number;
@@ -57,6 +60,8 @@ export class CudaBackend extends CudaExtras implements Backend {
     return new CudaTensor(p, [...shape], isF32 ? "f32" : "i32", isF32 ? undefined : new Int32Array(data));
   }
 
+  // Any rank: matmul takes [out, in], matmulExperts a stack [experts, out, in] whose experts lie
+  // back to back, so one allocation (one q8_0 scale array after all quants) serves every expert.
   uploadWeight(raw: Uint8Array, shape: readonly number[], dtype: WeightDType): Tensor {
     const count = checkWeightShape(shape, dtype, "uploadWeight");
     const need = byteSize(dtype, count);
