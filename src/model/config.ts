@@ -4,8 +4,20 @@
  */
 import type { RopeLayout, WeightDType } from "../backend/types.ts";
 
-/** Architectures the forward supports. */
-export type Architecture = "llama" | "qwen2" | "qwen3";
+/** Architectures the forward supports ("llama" includes Mixtral: a llama with {@link MoeConfig experts}). */
+export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen3moe";
+
+/**
+ * A mixture-of-experts feed-forward (Mixtral, Qwen3-MoE): a router picks `numExpertsUsed` of
+ * `numExperts` SwiGLU experts per token and sums their outputs weighted by its softmax
+ * probabilities. Every layer is an MoE layer when a config has one.
+ */
+export interface MoeConfig {
+  numExperts: number;
+  numExpertsUsed: number;
+  /** Rescale the chosen experts' probabilities to sum to 1 (Mixtral and Qwen3-MoE do; llama.cpp's `norm_w`). */
+  normalizeTopK: boolean;
+}
 
 /** Hyper-parameters of a decoder-only transformer of the Llama/Qwen families. */
 export interface ModelConfig {
@@ -16,7 +28,10 @@ export interface ModelConfig {
   numHeads: number;
   numKvHeads: number;
   headDim: number;
+  /** The feed-forward width; with `moe`, each expert's. */
   intermediateSize: number;
+  /** Present for mixture-of-experts models. */
+  moe?: MoeConfig;
   rmsNormEps: number;
   ropeTheta: number;
   ropeLayout: RopeLayout;
@@ -45,7 +60,11 @@ export interface HostTensor {
   data: Uint8Array;
 }
 
-/** Host-side weights of one layer, named for their role. */
+/**
+ * Host-side weights of one layer, named for their role. In a mixture-of-experts layer `wGate`,
+ * `wUp` and `wDown` stack every expert's matrix: [experts, out, in] (GGUF's `ffn_*_exps`), and
+ * `router` [experts, hidden] scores the experts.
+ */
 export interface LayerWeights<T> {
   attnNorm: T;
   wq: T;
@@ -61,6 +80,7 @@ export interface LayerWeights<T> {
   wGate: T;
   wUp: T;
   wDown: T;
+  router?: T;
 }
 
 /** All weights of a model, generic over host (HostTensor) or device (Tensor) storage. */

@@ -45,6 +45,7 @@ function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeight
     wGate: uploadMatrix(backend, l.wGate),
     wUp: uploadMatrix(backend, l.wUp),
     wDown: uploadMatrix(backend, l.wDown),
+    router: l.router === undefined ? undefined : uploadMatrix(backend, l.router),
   };
 }
 

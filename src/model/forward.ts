@@ -1,5 +1,6 @@
 /**
- * One forward pass for the Llama / Qwen2 / Qwen3 family over a ragged batch, against the
+ * One forward pass for the Llama / Qwen2 / Qwen3 family (dense, or with mixture-of-experts
+ * feed-forwards: Mixtral, Qwen3-MoE) over a ragged batch, against the
  * Backend interface, with a paged KV cache. Everything a step needs is passed in explicitly.
  */
 import type { Backend, Tensor } from "../backend/types.ts";
@@ -82,6 +83,24 @@ function mlpBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>,
   return backend.add(x, down);
 }
 
+/** The mixture-of-experts feed-forward: route each token, run its experts' SwiGLU, sum them by weight. */
+function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch): Tensor {
+  const c = model.config;
+  const moe = c.moe!;
+  if (!l.router) throw new ForwardInputError("The model config asks for experts but the weights lack a router");
+  const h = s.keep(backend.rmsnorm(x, l.ffnNorm, c.rmsNormEps));
+  const logits = s.keep(backend.matmul(h, l.router));
+  const { ids, weights } = backend.moeRoute(logits, moe.numExpertsUsed, moe.normalizeTopK);
+  s.keep(ids);
+  s.keep(weights);
+  const gate = s.keep(backend.matmulExperts(h, l.wGate, ids));
+  const up = s.keep(backend.matmulExperts(h, l.wUp, ids));
+  const act = s.keep(backend.siluMul(gate, up));
+  const down = s.keep(backend.matmulExperts(act, l.wDown, ids));
+  const mixed = s.keep(backend.moeCombine(down, weights));
+  return backend.add(x, mixed);
+}
+
 /** Rows `lastRows` of x, then `extra` (each checked against the step's rows). */
 function gatherLast(backend: Backend, x: Tensor, lastRows: Tensor, flat: FlatBatch, extra: readonly number[] | undefined): Tensor {
   if (!extra || extra.length === 0) return backend.gatherRows(x, lastRows);
@@ -127,7 +146,7 @@ export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step:
       const l = w.layers[i];
       const afterAttn = attentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], s);
       backend.free(x);
-      x = mlpBlock(backend, model, l, afterAttn, s);
+      x = c.moe ? moeBlock(backend, model, l, afterAttn, s) : mlpBlock(backend, model, l, afterAttn, s);
       backend.free(afterAttn);
       s.release();
     }

@@ -5,15 +5,16 @@
  */
 import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { openRandomAccess, type RandomAccessFile } from "../runtime/fs.ts";
-import { type Architecture, type LoadedModel, type ModelConfig, ModelLoadError, type Tokenizer } from "./config.ts";
+import { type Architecture, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, type Tokenizer } from "./config.ts";
 import { GgufMetadata } from "./gguf-metadata.ts";
 import { type GgufHeader, type GgufTensorInfo, readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
 import { checkFreqFactors } from "./rope-scaling.ts";
 import { BpeTokenizer } from "./tokenizer-bpe.ts";
 import { SpmTokenizer } from "./tokenizer-spm.ts";
 import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
+import { EXPERT, stackingExperts } from "./expert-stack.ts";
 
-const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3"];
+const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen3moe"];
 
 const LAYER_NAMES: Record<LayerRole, string> = {
   attnNorm: "attn_norm.weight",
@@ -30,6 +31,21 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   wGate: "ffn_gate.weight",
   wUp: "ffn_up.weight",
   wDown: "ffn_down.weight",
+  router: "ffn_gate_inp.weight",
+};
+
+/** An MoE layer's stacked experts (llama.cpp's `ffn_*_exps`). */
+const EXPERT_NAMES: Partial<Record<LayerRole, string>> = {
+  wGate: "ffn_gate_exps.weight",
+  wUp: "ffn_up_exps.weight",
+  wDown: "ffn_down_exps.weight",
+};
+
+/** The first Mixtral GGUFs' experts, one tensor each (`blk.N.ffn_gate.E.weight`). */
+const SPLIT_EXPERT_NAMES: Partial<Record<LayerRole, string>> = {
+  wGate: `ffn_gate.${EXPERT}.weight`,
+  wUp: `ffn_up.${EXPERT}.weight`,
+  wDown: `ffn_down.${EXPERT}.weight`,
 };
 
 /** llama.cpp's GGUF tensor names. */
@@ -39,6 +55,12 @@ export const GGUF_TENSOR_NAMES: TensorNames = {
   output: "output.weight",
   layer: (i, role) => `blk.${i}.${LAYER_NAMES[role]}`,
 };
+
+/** llama.cpp's names for a model with experts, stacked or (older Mixtral files) split. */
+function moeTensorNames(split: boolean): TensorNames {
+  const experts = split ? SPLIT_EXPERT_NAMES : EXPERT_NAMES;
+  return { ...GGUF_TENSOR_NAMES, layer: (i, role) => `blk.${i}.${experts[role] ?? LAYER_NAMES[role]}` };
+}
 
 /** llama.cpp's tensor of per-pair RoPE frequency divisors (Llama 3.1+ converters write it). */
 export const GGUF_ROPE_FREQS = "rope_freqs.weight";
@@ -79,6 +101,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ),
   ];
   const bos = optionalId("tokenizer.ggml.bos_token_id");
+  const moe = ggufMoe(meta, arch, path);
+  const ffnKey = moe ? `${arch}.expert_feed_forward_length` : `${arch}.feed_forward_length`;
   return {
     architecture,
     vocabSize: embd.shape[0],
@@ -87,7 +111,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     numHeads,
     numKvHeads,
     headDim,
-    intermediateSize: perLayerNumber(meta, `${arch}.feed_forward_length`, path),
+    intermediateSize: meta.entries.has(ffnKey) ? perLayerNumber(meta, ffnKey, path) : perLayerNumber(meta, `${arch}.feed_forward_length`, path),
+    ...(moe ? { moe } : {}),
     rmsNormEps: meta.number(`${arch}.attention.layer_norm_rms_epsilon`, 1e-6),
     ropeTheta: meta.number(`${arch}.rope.freq_base`, 10000),
     ropeLayout: architecture === "llama" ? "normal" : "neox",
@@ -99,6 +124,26 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     eosTokenIds,
     addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama"),
   };
+}
+
+/**
+ * The experts of a Mixtral (`llama` with `llama.expert_count`) or Qwen3-MoE file. llama.cpp
+ * renormalises the chosen experts' weights for both (`norm_w`), whatever the file says.
+ */
+function ggufMoe(meta: GgufMetadata, arch: string, path: string): MoeConfig | undefined {
+  const numExperts = meta.optionalNumber(`${arch}.expert_count`) ?? 0;
+  if (numExperts === 0) {
+    if (arch === "qwen3moe") throw new ModelLoadError(`Model "${path}" is qwen3moe but has no "${arch}.expert_count"`);
+    return undefined;
+  }
+  const numExpertsUsed = meta.number(`${arch}.expert_used_count`);
+  if (!Number.isInteger(numExpertsUsed) || numExpertsUsed < 1 || numExpertsUsed > numExperts) {
+    throw new ModelLoadError(`Model "${path}" uses ${numExpertsUsed} of its ${numExperts} experts per token; expected 1 to ${numExperts}`);
+  }
+  if ((meta.optionalNumber(`${arch}.expert_shared_count`) ?? 0) > 0) {
+    throw new ModelLoadError(`Model "${path}" has shared experts, which the "${arch}" architecture does not support`);
+  }
+  return { numExperts, numExpertsUsed, normalizeTopK: true };
 }
 
 /** Some GGUFs store per-layer values as arrays; we support only uniform ones. */
@@ -158,11 +203,16 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
     if (freqs) config.ropeFreqFactors = await readFreqFactors(file, freqs, config.headDim, path);
     const tokenizer = ggufTokenizer(header, config, path);
     const infos = new Map<string, GgufTensorInfo>(header.tensors.map((t) => [t.name, t]));
-    const weights = await assembleWeights(config, {
-      has: (n) => infos.has(n),
-      byteLength: (n) => infos.get(n)!.byteLength,
-      read: (n) => readGgufTensor(file, infos.get(n)!),
-    }, GGUF_TENSOR_NAMES, path, options);
+    const source = {
+      has: (n: string) => infos.has(n),
+      byteLength: (n: string) => infos.get(n)!.byteLength,
+      read: (n: string) => readGgufTensor(file, infos.get(n)!),
+    };
+    const moe = config.moe;
+    // Experts are stacked in current files; the first Mixtral conversions wrote one tensor per expert.
+    const split = moe !== undefined && !infos.has(moeTensorNames(false).layer(0, "wGate")) && infos.has(`blk.0.ffn_gate.0.weight`);
+    const names = moe ? moeTensorNames(split) : GGUF_TENSOR_NAMES;
+    const weights = await assembleWeights(config, moe ? stackingExperts(source, moe.numExperts, path) : source, names, path, options);
     const template = header.metadata.get("tokenizer.chat_template")?.value;
     return {
       config,

@@ -5,11 +5,12 @@
  */
 import { promises as fsp } from "node:fs";
 import { openRandomAccess, pathExists, type RandomAccessFile, readTextFile } from "../runtime/fs.ts";
-import { type Architecture, type LoadedModel, type ModelConfig, ModelLoadError } from "./config.ts";
+import { type Architecture, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig } from "./config.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
 import { readSafetensor, readSafetensorsHeader, type SafetensorsInfo } from "./safetensors.ts";
 import { HfTokenizer } from "./tokenizer-hf.ts";
 import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
+import { EXPERT, stackingExperts } from "./expert-stack.ts";
 
 const LAYER_NAMES: Record<LayerRole, string> = {
   attnNorm: "input_layernorm.weight",
@@ -26,6 +27,22 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   wGate: "mlp.gate_proj.weight",
   wUp: "mlp.up_proj.weight",
   wDown: "mlp.down_proj.weight",
+  router: "mlp.gate.weight",
+};
+
+/** Per-expert names of an MoE layer, stacked on load (expert-stack.ts): Qwen3-MoE's and Mixtral's. */
+const EXPERT_NAMES: Record<"qwen3moe" | "mixtral", Partial<Record<LayerRole, string>>> = {
+  qwen3moe: {
+    wGate: `mlp.experts.${EXPERT}.gate_proj.weight`,
+    wUp: `mlp.experts.${EXPERT}.up_proj.weight`,
+    wDown: `mlp.experts.${EXPERT}.down_proj.weight`,
+  },
+  mixtral: {
+    router: "block_sparse_moe.gate.weight",
+    wGate: `block_sparse_moe.experts.${EXPERT}.w1.weight`,
+    wUp: `block_sparse_moe.experts.${EXPERT}.w3.weight`,
+    wDown: `block_sparse_moe.experts.${EXPERT}.w2.weight`,
+  },
 };
 
 /** Hugging Face transformers' tensor names for Llama/Qwen2/Qwen3. */
@@ -36,10 +53,18 @@ export const HF_TENSOR_NAMES: TensorNames = {
   layer: (i, role) => `model.layers.${i}.${LAYER_NAMES[role]}`,
 };
 
+/** transformers' names for a model with experts. */
+function moeTensorNames(family: keyof typeof EXPERT_NAMES): TensorNames {
+  const experts = EXPERT_NAMES[family];
+  return { ...HF_TENSOR_NAMES, layer: (i, role) => `model.layers.${i}.${experts[role] ?? LAYER_NAMES[role]}` };
+}
+
 const HF_ARCHITECTURES: Record<string, Architecture> = {
   LlamaForCausalLM: "llama",
   Qwen2ForCausalLM: "qwen2",
   Qwen3ForCausalLM: "qwen3",
+  Qwen3MoeForCausalLM: "qwen3moe",
+  MixtralForCausalLM: "llama",
 };
 
 type Json = Record<string, unknown>;
@@ -78,7 +103,7 @@ function tokenString(v: unknown): string | undefined {
 /** Builds a ModelConfig from config.json (+ tokenizer_config.json for BOS handling). */
 export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: string): ModelConfig {
   const archName = Array.isArray(cfg.architectures) ? String(cfg.architectures[0]) : String(cfg.model_type ?? "");
-  const architecture = HF_ARCHITECTURES[archName] ?? (["llama", "qwen2", "qwen3"].includes(archName) ? archName as Architecture : undefined);
+  const architecture = HF_ARCHITECTURES[archName] ?? (["llama", "qwen2", "qwen3", "qwen3moe"].includes(archName) ? archName as Architecture : undefined);
   if (!architecture) {
     throw new ModelLoadError(`Unknown architecture "${archName}" in "${path}"; supported: ${Object.keys(HF_ARCHITECTURES).join(", ")}`);
   }
@@ -92,6 +117,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const headDim = num(cfg, "head_dim", path, Math.floor(hiddenSize / numHeads));
   const ropeTheta = num(cfg, "rope_theta", path, ropeParametersTheta(cfg) ?? 10000);
   const ropeFreqFactors = hfRopeFreqFactors(cfg, ropeTheta, headDim, path);
+  const moe = hfMoe(cfg, archName, architecture, path);
   return {
     architecture,
     vocabSize,
@@ -100,7 +126,8 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     numHeads,
     numKvHeads,
     headDim,
-    intermediateSize: num(cfg, "intermediate_size", path),
+    intermediateSize: num(cfg, architecture === "qwen3moe" ? "moe_intermediate_size" : "intermediate_size", path),
+    ...(moe ? { moe } : {}),
     rmsNormEps: num(cfg, "rms_norm_eps", path, 1e-6),
     ropeTheta,
     ropeLayout: "neox",
@@ -108,11 +135,30 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     contextLength: num(cfg, "max_position_embeddings", path, 2048),
     tiedEmbeddings: cfg.tie_word_embeddings === true,
     qkvBias: architecture === "qwen2" || cfg.attention_bias === true,
-    qkNorm: architecture === "qwen3",
+    qkNorm: architecture === "qwen3" || architecture === "qwen3moe",
     bosTokenId: bos,
     eosTokenIds,
     addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",
   };
+}
+
+/** The experts of a Mixtral or Qwen3-MoE config.json (every layer sparse: their released configs). */
+function hfMoe(cfg: Json, archName: string, architecture: Architecture, path: string): MoeConfig | undefined {
+  const mixtral = archName === "MixtralForCausalLM" || archName === "mixtral";
+  if (!mixtral && architecture !== "qwen3moe") return undefined;
+  const numExperts = num(cfg, mixtral ? "num_local_experts" : "num_experts", path);
+  const numExpertsUsed = num(cfg, "num_experts_per_tok", path);
+  if (!Number.isInteger(numExpertsUsed) || numExpertsUsed < 1 || numExpertsUsed > numExperts) {
+    throw new ModelLoadError(`"num_experts_per_tok" in "${path}" should be 1 to ${numExperts}, got ${numExpertsUsed}`);
+  }
+  const dense = cfg.mlp_only_layers;
+  const step = cfg.decoder_sparse_step;
+  if ((Array.isArray(dense) && dense.length > 0) || (typeof step === "number" && step !== 1)) {
+    throw new ModelLoadError(`Model "${path}" mixes dense and MoE layers (mlp_only_layers, decoder_sparse_step); only all-MoE layers are supported`);
+  }
+  // Mixtral always renormalises (softmax over the chosen logits); Qwen3-MoE per its config
+  // (transformers' default false, true in every released checkpoint).
+  return { numExperts, numExpertsUsed, normalizeTopK: mixtral || cfg.norm_topk_prob === true };
 }
 
 /** transformers 5 moves rope_theta into `rope_parameters`. */
@@ -170,11 +216,14 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
       const id = eosText === undefined ? undefined : tokenizer.tokenId(eosText);
       if (id !== undefined) config.eosTokenIds.push(id);
     }
-    const weights = await assembleWeights(config, {
-      has: (n) => index.has(n),
-      byteLength: (n) => index.get(n)![1].end - index.get(n)![1].begin,
-      read: (n) => readSafetensor(index.get(n)![0], index.get(n)![1]),
-    }, HF_TENSOR_NAMES, dir, options);
+    const source = {
+      has: (n: string) => index.has(n),
+      byteLength: (n: string) => index.get(n)![1].end - index.get(n)![1].begin,
+      read: (n: string) => readSafetensor(index.get(n)![0], index.get(n)![1]),
+    };
+    const moe = config.moe;
+    const names = !moe ? HF_TENSOR_NAMES : moeTensorNames(config.architecture === "qwen3moe" ? "qwen3moe" : "mixtral");
+    const weights = await assembleWeights(config, moe ? stackingExperts(source, moe.numExperts, dir) : source, names, dir, options);
     return { config, weights, tokenizer, chatTemplate: await chatTemplate(dir, tokCfg), source: dir };
   } finally {
     await Promise.all(files.map((f) => f.close()));

@@ -36,11 +36,12 @@ export function isQuantizeDType(s: string): s is QuantizeDType {
   return (QUANTIZE_DTYPES as readonly string[]).includes(s);
 }
 
-/** `t` in block format `dtype` when it is an f32/f16/bf16 matrix whose rows hold whole blocks; else `t`. */
+/** `t` in block format `dtype` when it is an f32/f16/bf16 matrix (or stack of experts' matrices) whose rows hold whole blocks; else `t`. */
 export function quantizeTensor(t: HostTensor, dtype: QuantizeDType): HostTensor {
   const rows = t.shape[t.shape.length - 1] ?? 0;
-  if (t.shape.length !== 2 || (t.dtype !== "f32" && t.dtype !== "f16" && t.dtype !== "bf16") || rows % blockValues(dtype) !== 0) return t;
-  const values = decodeToF32(t.data, t.dtype, t.shape[0] * t.shape[1]);
+  const matrix = t.shape.length === 2 || t.shape.length === 3; // a 3-D weight stacks experts' matrices
+  if (!matrix || (t.dtype !== "f32" && t.dtype !== "f16" && t.dtype !== "bf16") || rows % blockValues(dtype) !== 0) return t;
+  const values = decodeToF32(t.data, t.dtype, t.shape.reduce((a, b) => a * b, 1));
   return { name: t.name, shape: t.shape, dtype, data: encodeFromF32(values, dtype) };
 }
 
@@ -68,6 +69,8 @@ const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>(["attnNorm", "ff
 function expectedLayerShape(c: ModelConfig, role: LayerRole): number[] {
   const q = c.numHeads * c.headDim;
   const kv = c.numKvHeads * c.headDim;
+  // An MoE layer stacks its experts' feed-forward matrices.
+  const experts = c.moe ? [c.moe.numExperts] : [];
   switch (role) {
     case "attnNorm":
     case "ffnNorm":
@@ -89,9 +92,11 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole): number[] {
       return [c.headDim];
     case "wGate":
     case "wUp":
-      return [c.intermediateSize, c.hiddenSize];
+      return [...experts, c.intermediateSize, c.hiddenSize];
     case "wDown":
-      return [c.hiddenSize, c.intermediateSize];
+      return [...experts, c.hiddenSize, c.intermediateSize];
+    case "router":
+      return [c.moe?.numExperts ?? 0, c.hiddenSize];
   }
 }
 
@@ -114,6 +119,7 @@ export async function assembleWeights(
   const roles: LayerRole[] = ["attnNorm", "wq", "wk", "wv", "wo", "ffnNorm", "wGate", "wUp", "wDown"];
   if (config.qkvBias) roles.push("bq", "bk", "bv");
   if (config.qkNorm) roles.push("qNorm", "kNorm");
+  if (config.moe) roles.push("router");
   const wanted: string[] = [names.tokenEmbedding, names.outputNorm];
   if (!config.tiedEmbeddings) wanted.push(names.output);
   for (let i = 0; i < config.numLayers; i++) for (const r of roles) wanted.push(names.layer(i, r));
@@ -122,20 +128,22 @@ export async function assembleWeights(
   }
   const totalBytes = wanted.reduce((a, n) => a + source.byteLength(n), 0);
   let bytesRead = 0;
-  const read = async (name: string, shape: number[], f32: boolean): Promise<HostTensor> => {
+  // Norms and biases become f32; a router stays as stored (llama.cpp's quantizer leaves it too: it
+  // is small, and its rounding would change which experts run).
+  const read = async (name: string, shape: number[], f32: boolean, keep = false): Promise<HostTensor> => {
     const t = await source.read(name);
     if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
       throw new ModelLoadError(`Tensor "${name}" in "${sourcePath}" has shape [${t.shape}], expected [${shape}]`);
     }
     bytesRead += source.byteLength(name);
     options.onProgress?.({ bytesRead, totalBytes });
-    return f32 ? toF32(t) : options.quantize ? quantizeTensor(t, options.quantize) : t;
+    return f32 ? toF32(t) : options.quantize && !keep ? quantizeTensor(t, options.quantize) : t;
   };
   const tokenEmbedding = await read(names.tokenEmbedding, [config.vocabSize, config.hiddenSize], false);
   const layers: LayerWeights<HostTensor>[] = [];
   for (let i = 0; i < config.numLayers; i++) {
     const layer: Partial<LayerWeights<HostTensor>> = {};
-    for (const r of roles) layer[r] = await read(names.layer(i, r), expectedLayerShape(config, r), NORM_OR_BIAS.has(r));
+    for (const r of roles) layer[r] = await read(names.layer(i, r), expectedLayerShape(config, r), NORM_OR_BIAS.has(r), r === "router");
     layers.push(layer as LayerWeights<HostTensor>);
   }
   const outputNorm = await read(names.outputNorm, [config.hiddenSize], true);

@@ -35,6 +35,8 @@ export interface ModelFileSpec {
   tokenizer?: "spm" | "qwen2" | "llama-bpe";
   /** RoPE base; default 10000 for llama, 1e6 for Qwen. */
   ropeTheta?: number;
+  /** Mixture-of-experts feed-forwards: Mixtral's layout for llama, Qwen3-MoE's for qwen3moe (whose dense `ffn` then sizes each expert). */
+  experts?: { count: number; used: number };
   /** Llama 3.1-style "llama3" scaling: HF config `rope_scaling`, GGUF `rope_freqs.weight` (as convert_hf_to_gguf.py bakes it). */
   ropeScaling?: Llama3RopeScaling;
 }
@@ -86,11 +88,24 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
       put(p + "self_attn.k_proj.bias", [kvHeads * hd], 0.5);
       put(p + "self_attn.v_proj.bias", [kvHeads * hd], 0.5);
     }
-    if (spec.architecture === "qwen3") {
+    if (spec.architecture === "qwen3" || spec.architecture === "qwen3moe") {
       put(p + "self_attn.q_norm.weight", [hd], 0.2, 1);
       put(p + "self_attn.k_norm.weight", [hd], 0.2, 1);
     }
     put(p + "post_attention_layernorm.weight", [hidden], 0.2, 1);
+    if (spec.experts) {
+      const mixtral = spec.architecture === "llama";
+      const m = mixtral ? "block_sparse_moe." : "mlp.";
+      // A sharper router than the projections, so tokens disagree about their experts.
+      put(p + m + "gate.weight", [spec.experts.count, hidden], 4 / Math.sqrt(hidden));
+      for (let e = 0; e < spec.experts.count; e++) {
+        const x = `${p}${m}experts.${e}.`;
+        put(x + (mixtral ? "w1.weight" : "gate_proj.weight"), [ffn, hidden], 1 / Math.sqrt(hidden));
+        put(x + (mixtral ? "w3.weight" : "up_proj.weight"), [ffn, hidden], 1 / Math.sqrt(hidden));
+        put(x + (mixtral ? "w2.weight" : "down_proj.weight"), [hidden, ffn], 1 / Math.sqrt(ffn));
+      }
+      continue;
+    }
     put(p + "mlp.gate_proj.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
     put(p + "mlp.up_proj.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
     put(p + "mlp.down_proj.weight", [hidden, ffn], 1 / Math.sqrt(ffn));
@@ -135,6 +150,36 @@ const GGUF_LAYER: Record<string, string> = {
   "mlp.down_proj.weight": "ffn_down.weight",
 };
 
+/** HF per-expert names → the stacked GGUF tensor they join, and the router's name. */
+const EXPERT_PART = /^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight$/;
+const EXPERT_ROLE: Record<string, string> = { gate_proj: "gate", w1: "gate", up_proj: "up", w3: "up", down_proj: "down", w2: "down" };
+const ROUTER = /^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.gate\.weight$/;
+
+/** The weights as GGUF tensors: llama.cpp names, experts stacked into `ffn_*_exps` [experts, out, in] (or, as the first Mixtral conversions wrote them, one `ffn_*.E` tensor each). */
+function ggufTensors(weights: HfWeights, splitExperts: boolean): { name: string; shape: number[]; values: Float32Array; hf: string }[] {
+  const out: { name: string; shape: number[]; values: Float32Array; hf: string }[] = [];
+  const stacks = new Map<string, { shape: number[]; parts: Float32Array[]; hf: string }>();
+  for (const [hf, { shape, values }] of weights) {
+    const part = EXPERT_PART.exec(hf);
+    const router = ROUTER.exec(hf);
+    if (router) out.push({ name: `blk.${router[1]}.ffn_gate_inp.weight`, shape, values, hf });
+    else if (!part) out.push({ name: ggufName(hf), shape, values, hf });
+    else if (splitExperts) out.push({ name: `blk.${part[1]}.ffn_${EXPERT_ROLE[part[3]]}.${part[2]}.weight`, shape, values, hf });
+    else {
+      const name = `blk.${part[1]}.ffn_${EXPERT_ROLE[part[3]]}_exps.weight`;
+      const stack = stacks.get(name) ?? { shape, parts: [], hf };
+      stack.parts.push(values);
+      stacks.set(name, stack);
+    }
+  }
+  for (const [name, { shape, parts, hf }] of stacks) {
+    const values = new Float32Array(parts.reduce((a, p) => a + p.length, 0));
+    parts.forEach((p, i) => values.set(p, i * p.length));
+    out.push({ name, shape: [parts.length, ...shape], values, hf });
+  }
+  return out;
+}
+
 function ggufName(hf: string): string {
   if (hf === "model.embed_tokens.weight") return "token_embd.weight";
   if (hf === "model.norm.weight") return "output_norm.weight";
@@ -165,7 +210,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     [`${a}.context_length`, gguf.u32(256)],
     [`${a}.embedding_length`, gguf.u32(spec.hidden)],
     [`${a}.block_count`, gguf.u32(spec.layers)],
-    [`${a}.feed_forward_length`, gguf.u32(spec.ffn)],
+    [`${a}.feed_forward_length`, gguf.u32(a === "qwen3moe" ? spec.ffn * 3 : spec.ffn)],
     [`${a}.attention.head_count`, gguf.u32(spec.heads)],
     [`${a}.attention.head_count_kv`, gguf.u32(spec.kvHeads)],
     [`${a}.attention.key_length`, gguf.u32(spec.headDim)],
@@ -177,6 +222,11 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     ["tokenizer.ggml.tokens", gguf.arr(GgufType.STRING, vocab.tokens)],
     ["tokenizer.ggml.token_type", gguf.arr(GgufType.INT32, vocab.types)],
   ];
+  if (spec.experts) {
+    meta.push([`${a}.expert_count`, gguf.u32(spec.experts.count)], [`${a}.expert_used_count`, gguf.u32(spec.experts.used)]);
+    // Qwen3-MoE files carry a dense width too; a loader that read it would size the experts wrong.
+    if (a === "qwen3moe") meta.push([`${a}.expert_feed_forward_length`, gguf.u32(spec.ffn)]);
+  }
   if (vocab.kind === "spm") meta.push(["tokenizer.ggml.scores", gguf.arr(GgufType.FLOAT32, vocab.scores)]);
   else {
     meta.push(["tokenizer.ggml.merges", gguf.arr(GgufType.STRING, vocab.merges)]);
@@ -192,19 +242,22 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
 export interface GgufExtras {
   tensors?: HostTensor[];
   metadata?: [string, GgufEntry][];
+  /** Write each expert's matrices apart (`blk.N.ffn_gate.E.weight`), as the first Mixtral GGUFs did. */
+  splitExperts?: boolean;
 }
 
 /** Encodes the weights as a GGUF file (llama q/k permuted for llama.cpp's "normal" RoPE). */
 export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocabFor(spec), extras: GgufExtras = {}): Uint8Array {
   const tensors: HostTensor[] = [];
-  for (const [name, { shape, values }] of weights) {
+  for (const { name, shape, values, hf } of ggufTensors(weights, extras.splitExperts ?? false)) {
     let v = values;
-    if (spec.architecture === "llama" && /self_attn\.[qk]_proj\.(weight|bias)$/.test(name)) {
-      const heads = name.includes(".q_proj.") ? spec.heads : spec.kvHeads;
+    if (spec.architecture === "llama" && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf)) {
+      const heads = hf.includes(".q_proj.") ? spec.heads : spec.kvHeads;
       v = permuteForGguf(values, shape[0], shape[1] ?? 1, heads);
     }
-    const dtype = isVector(shape) ? "f32" : spec.ggufDtype?.(ggufName(name)) ?? spec.dtype;
-    tensors.push({ name: ggufName(name), shape, dtype, data: encodeFromF32(v, dtype) });
+    // Routers stay f32, as llama.cpp's quantizer leaves them.
+    const dtype = isVector(shape) || name.endsWith("ffn_gate_inp.weight") ? "f32" : spec.ggufDtype?.(name) ?? spec.dtype;
+    tensors.push({ name, shape, dtype, data: encodeFromF32(v, dtype) });
   }
   const freqs = ropeFreqsOf(spec);
   if (freqs) tensors.push({ name: GGUF_ROPE_FREQS, shape: [freqs.length], dtype: "f32", data: encodeFromF32(Float32Array.from(freqs), "f32") });
@@ -232,16 +285,26 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     return { name, shape, dtype: dt, data: encodeFromF32(values, dt) };
   });
   const vocab = bpeVocab(Math.min(spec.vocab, 300));
-  const archName = { llama: "LlamaForCausalLM", qwen2: "Qwen2ForCausalLM", qwen3: "Qwen3ForCausalLM" }[spec.architecture];
+  const mixtral = spec.architecture === "llama" && spec.experts !== undefined;
+  const archName = mixtral
+    ? "MixtralForCausalLM"
+    : { llama: "LlamaForCausalLM", qwen2: "Qwen2ForCausalLM", qwen3: "Qwen3ForCausalLM", qwen3moe: "Qwen3MoeForCausalLM" }[spec.architecture];
+  const experts = !spec.experts ? {} : mixtral
+    ? { num_local_experts: spec.experts.count, num_experts_per_tok: spec.experts.used }
+    : {
+      num_experts: spec.experts.count, num_experts_per_tok: spec.experts.used, moe_intermediate_size: spec.ffn,
+      norm_topk_prob: true, decoder_sparse_step: 1, mlp_only_layers: [],
+    };
   const config = {
     architectures: [archName],
-    model_type: spec.architecture,
+    model_type: mixtral ? "mixtral" : spec.architecture,
+    ...experts,
     hidden_size: spec.hidden,
     num_hidden_layers: spec.layers,
     num_attention_heads: spec.heads,
     num_key_value_heads: spec.kvHeads,
     head_dim: spec.headDim,
-    intermediate_size: spec.ffn,
+    intermediate_size: spec.architecture === "qwen3moe" ? spec.ffn * 3 : spec.ffn,
     rms_norm_eps: 1e-5,
     rope_theta: ropeThetaOf(spec),
     ...(spec.ropeScaling ? { rope_scaling: hfRopeScaling(spec.ropeScaling) } : {}),

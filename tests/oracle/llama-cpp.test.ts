@@ -1,5 +1,5 @@
 /**
- * Independent oracle: random-weight Llama / Qwen2 / Qwen3 GGUFs written by our own writer are run
+ * Independent oracle: random-weight Llama / Qwen2 / Qwen3 / Qwen3-MoE / Mixtral GGUFs written by our own writer are run
  * through llama.cpp (node-llama-cpp 3.21.1, CPU, offline, in a Node child process) and through our
  * loader + forward on every available backend. Per model: next-token log-probabilities after the
  * prompt and at each of 32 greedy steps, and the 32 greedy tokens. The same weights as a
@@ -67,6 +67,16 @@ const CASES: OracleCase[] = [
   { name: "llama Q4_K_M mix (q4_k, q6_k), untied", spec: { ...K_BASE, architecture: "llama", dtype: "q4_k", ggufDtype: q4KM, seed: 110 }, tol: 2e-2, hf: false },
   { name: "qwen3 q5_k, tied", spec: { ...K_BASE, architecture: "qwen3", dtype: "q5_k", tied: true, seed: 111 }, tol: 2e-2, hf: false },
   { name: "qwen2 legacy mix (q4_0, q4_1, q5_0, q5_1)", spec: { ...BASE, architecture: "qwen2", dtype: "q4_0", ggufDtype: legacyMix, seed: 112 }, tol: 2e-2, hf: false },
+  // Mixture of experts: Qwen3-MoE (8 experts, 2 per token) and Mixtral (a llama with 4 experts, 2 per
+  // token), the HF directories storing each expert apart; then a quantized Qwen3-MoE.
+  { name: "qwen3moe 8 experts / 2 used, f32", spec: { ...BASE, architecture: "qwen3moe", experts: { count: 8, used: 2 }, seed: 113 }, tol: 1e-4, hf: true },
+  { name: "mixtral (llama, 4 experts / 2 used), f32", spec: { ...BASE, architecture: "llama", experts: { count: 4, used: 2 }, seed: 114 }, tol: 1e-4, hf: true },
+  {
+    name: "qwen3moe Q4_K_M mix, 8 experts / 3 used, tied",
+    spec: { ...K_BASE, architecture: "qwen3moe", dtype: "q4_k", ggufDtype: q4KM, tied: true, experts: { count: 8, used: 3 }, seed: 115 },
+    tol: 2e-2,
+    hf: false,
+  },
   { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
   // Llama 3.1 frequency scaling: the GGUF carries rope_freqs.weight, the HF dir llama3 rope_scaling.
   // Base 100 and an original context of 128 give a 16-wide head divisors from ~1.5 to 8 on every

@@ -1,0 +1,116 @@
+/**
+ * Loading mixture-of-experts models (Qwen3-MoE, Mixtral) from GGUF and Hugging Face directories:
+ * configs, stacked experts, the older split-expert GGUF layout, `--quantize`, and clear refusals.
+ * The forward itself is checked against llama.cpp in tests/oracle/llama-cpp.test.ts.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
+import { type LoadedModel, ModelLoadError } from "../../src/model/config.ts";
+import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
+import { forward } from "../../src/model/forward.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { readTextFile, writeFile } from "../../src/runtime/fs.ts";
+import { test } from "../harness.ts";
+import { type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
+
+const dir = mkdtempSync(`${tmpdir()}/moe-load-`);
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+const be = createReferenceBackend();
+
+const BASE = { hidden: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32" } as const;
+const QWEN3_MOE: ModelFileSpec = { ...BASE, architecture: "qwen3moe", experts: { count: 8, used: 2 }, seed: 31 };
+const MIXTRAL: ModelFileSpec = { ...BASE, architecture: "llama", experts: { count: 4, used: 2 }, seed: 32 };
+
+async function write(name: string, spec: ModelFileSpec, extras?: GgufExtras): Promise<{ gguf: string; hf: string }> {
+  const w = randomHfWeights(spec);
+  await writeFile(`${dir}/${name}.gguf`, ggufBytes(spec, w, undefined, extras));
+  await writeHfDirectory(`${dir}/${name}`, spec, w);
+  return { gguf: `${dir}/${name}.gguf`, hf: `${dir}/${name}` };
+}
+
+async function logits(model: LoadedModel, tokens: number[]): Promise<Float32Array> {
+  const dm = uploadModel(be, model);
+  const kv = allocatePagedKv(be, model.config, 2, 16);
+  try {
+    const out = forward(be, dm, kv, { entries: [{ tokens, startPos: 0, blockTable: [1, 0] }], allPositions: true });
+    const data = (await be.download(out)) as Float32Array;
+    be.free(out);
+    return data;
+  } finally {
+    freePagedKv(be, kv);
+    freeDeviceModel(be, dm);
+  }
+}
+
+test("loadModel() reads a Qwen3-MoE GGUF: expert counts, the experts' width, stacked experts and an f32 router", async () => {
+  const { gguf } = await write("qwen3moe", QWEN3_MOE);
+  const m = await loadModel(gguf);
+  assert.deepEqual(m.config.moe, { numExperts: 8, numExpertsUsed: 2, normalizeTopK: true });
+  // The file's dense feed_forward_length is 3× the experts'; the experts' own key must win.
+  assert.equal(m.config.intermediateSize, 64);
+  assert.equal(m.config.architecture, "qwen3moe");
+  assert.equal(m.config.qkNorm, true);
+  assert.equal(m.config.ropeLayout, "neox");
+  const l = m.weights.layers[1];
+  assert.deepEqual(l.wGate.shape, [8, 64, 32]);
+  assert.deepEqual(l.wUp.shape, [8, 64, 32]);
+  assert.deepEqual(l.wDown.shape, [8, 32, 64]);
+  assert.deepEqual(l.router?.shape, [8, 32]);
+});
+
+for (const [name, spec] of [["Qwen3-MoE", QWEN3_MOE], ["Mixtral", MIXTRAL]] as const) {
+  test(`loadModel() stacks a ${name} Hugging Face directory's per-expert tensors into the GGUF's layout`, async () => {
+    const files = await write(`hf-${spec.seed}`, spec);
+    const [a, b] = [await loadModel(files.gguf), await loadModel(files.hf)];
+    assert.deepEqual(b.config.moe, a.config.moe);
+    assert.equal(b.config.intermediateSize, a.config.intermediateSize);
+    for (const role of ["wGate", "wUp", "wDown", "router"] as const) {
+      const [x, y] = [a.weights.layers[0][role]!, b.weights.layers[0][role]!];
+      assert.deepEqual(y.shape, x.shape, role);
+      // Mixtral's GGUF permutes only q/k, so expert bytes agree exactly.
+      assert.deepEqual(y.data, x.data, role);
+    }
+    const tokens = [1, 17, 120, 255, 3];
+    const [la, lb] = [await logits(a, tokens), await logits(b, tokens)];
+    const worst = la.reduce((w, v, i) => Math.max(w, Math.abs(v - lb[i])), 0);
+    assert.ok(worst < 1e-4, `logits differ by ${worst}`);
+  });
+}
+
+test("loadModel() reads Mixtral GGUFs whose experts are split into one tensor each", async () => {
+  const spec = { ...MIXTRAL, seed: 33 };
+  const stacked = await write("stacked", spec);
+  const split = await write("split", spec, { splitExperts: true });
+  const [a, b] = [await loadModel(stacked.gguf), await loadModel(split.gguf)];
+  assert.deepEqual(b.weights.layers[1].wDown.data, a.weights.layers[1].wDown.data);
+  assert.deepEqual(await logits(b, [5, 9, 2]), await logits(a, [5, 9, 2]));
+});
+
+test("loadModel() quantizes stacked experts with --quantize and leaves the router as stored", async () => {
+  const { gguf } = await write("quantize", { ...QWEN3_MOE, seed: 34 });
+  const m = await loadModel(gguf, { quantize: "q8_0" });
+  const l = m.weights.layers[0];
+  assert.equal(l.wGate.dtype, "q8_0");
+  assert.deepEqual(l.wGate.shape, [8, 64, 32]);
+  assert.equal(l.wDown.dtype, "q8_0");
+  assert.equal(l.router?.dtype, "f32");
+  const [q, f] = [await logits(m, [3, 4, 5]), await logits(await loadModel(gguf), [3, 4, 5])];
+  assert.notDeepEqual(q, f);
+  assert.ok(q.every((v, i) => Math.abs(v - f[i]) < 0.1), "q8_0 experts stay close to f32");
+});
+
+test("loadModel() refuses MoE files it cannot run, naming the problem", async () => {
+  const tooMany = await write("too-many", { ...MIXTRAL, experts: { count: 4, used: 5 }, seed: 35 });
+  await assert.rejects(loadModel(tooMany.gguf), (e: Error) => e instanceof ModelLoadError && /uses 5 of its 4 experts/.test(e.message));
+  await assert.rejects(loadModel(tooMany.hf), (e: Error) => e instanceof ModelLoadError && /num_experts_per_tok.*1 to 4, got 5/.test(e.message));
+  const noExperts = await write("no-experts", { ...BASE, architecture: "qwen3moe", seed: 36 });
+  await assert.rejects(loadModel(noExperts.gguf), (e: Error) => e instanceof ModelLoadError && /qwen3moe but has no "qwen3moe.expert_count"/.test(e.message));
+  const mixed = await write("mixed", { ...QWEN3_MOE, seed: 37 });
+  const cfg = JSON.parse(await readTextFile(`${mixed.hf}/config.json`));
+  await writeFile(`${mixed.hf}/config.json`, JSON.stringify({ ...cfg, mlp_only_layers: [1] }));
+  await assert.rejects(loadModel(mixed.hf), (e: Error) => e instanceof ModelLoadError && /mixes dense and MoE layers/.test(e.message));
+});
