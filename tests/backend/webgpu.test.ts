@@ -58,18 +58,45 @@ async function expertOutputs(b: Backend, rng: Rng, dtype: WeightDType, experts: 
   return res;
 }
 
-test("matmulExperts() on webgpu reads experts whose rows straddle weight chunks", async () => {
+test("matmulExperts() on webgpu reads experts whose rows straddle weight chunks, in both kernels", async () => {
   // 4096-byte bindings hold fewer rows than one expert has, or a number that does not divide its
   // rows, so chunk boundaries fall inside experts and inside a workgroup's four outputs.
-  const gpu = await createWebGpuBackend({ poison: true, maxBindingBytes: 4096 });
-  try {
-    for (const [dtype, experts, out, inner] of [["f32", 4, 37, 40], ["q8_0", 3, 45, 64], ["q4_k", 3, 30, 256], ["f16", 5, 70, 33]] as const) {
-      const want = await expertOutputs(ref, new Rng(11), dtype, experts, out, inner);
-      const got = await expertOutputs(gpu, new Rng(11), dtype, experts, out, inner);
-      assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `${dtype} ${experts}×${out}×${inner}`);
+  for (const gemvMaxRows of [0, 64]) {
+    const gpu = await createWebGpuBackend({ poison: true, maxBindingBytes: 4096, gemvMaxRows });
+    try {
+      for (const [dtype, experts, out, inner] of [["f32", 4, 37, 40], ["q8_0", 3, 45, 64], ["q4_k", 3, 30, 256], ["f16", 5, 70, 33]] as const) {
+        const want = await expertOutputs(ref, new Rng(11), dtype, experts, out, inner);
+        const got = await expertOutputs(gpu, new Rng(11), dtype, experts, out, inner);
+        assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `gemvMaxRows ${gemvMaxRows} ${dtype} ${experts}×${out}×${inner}`);
+      }
+    } finally {
+      gpu.destroy();
     }
-  } finally {
-    gpu.destroy();
+  }
+}, { ignore: skip });
+
+test("matmulExperts() on webgpu splits an expert's many rows into tiles (prefill routing)", async () => {
+  // 90 tokens × 3 experts each of 5, skewed so expert 0 gets every token (three 32-row tiles and a
+  // part tile) and expert 4 none; GEMV (gemvMaxRows 128) and tiled (0) kernels against the reference.
+  const [n, k, experts, out, inner] = [90, 3, 5, 45, 64];
+  const ids = Int32Array.from({ length: n * k }, (_, i) => (i % k === 0 ? 0 : 1 + ((i * 7) % 3)));
+  const run = async (b: Backend, rng: Rng) => {
+    const w = b.uploadWeight(encodeFromF32(rng.f32(experts * out * inner), "q8_0"), [experts, out, inner], "q8_0");
+    const x = b.upload(rng.f32(n * inner), [n, inner]);
+    const xe = b.upload(rng.f32(n * k * inner), [n * k, inner]);
+    const idsT = b.upload(ids, [n, k]);
+    const res = [await b.download(b.matmulExperts(x, w, idsT)), await b.download(b.matmulExperts(xe, w, idsT))];
+    for (const t of [w, x, xe, idsT]) b.free(t);
+    return res;
+  };
+  const want = await run(ref, new Rng(12));
+  for (const gemvMaxRows of [0, 128]) {
+    const gpu = await createWebGpuBackend({ poison: true, gemvMaxRows });
+    try {
+      assert.equal(compareOutputs(await run(gpu, new Rng(12)), want, { atol: 1e-4, rtol: 1e-4 }), undefined, `gemvMaxRows ${gemvMaxRows}`);
+    } finally {
+      gpu.destroy();
+    }
   }
 }, { ignore: skip });
 

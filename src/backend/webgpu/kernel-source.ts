@@ -16,14 +16,14 @@ export type KernelParams = Readonly<Record<string, boolean | number | string>>;
 export const KERNEL_FILES = [
   "weights", "embedding", "gather_rows", "fill", "elementwise", "rmsnorm", "softmax", "matmul_gemv",
   "matmul_tiled", "rope", "kv_write", "paged_attention", "argmax", "sample", "scatter_add", "mask_logits", "bench_copy", "bench_fma",
-  "moe_route", "matmul_experts", "moe_combine",
+  "moe_route", "matmul_experts", "matmul_experts_tiled", "moe_group", "moe_combine",
 ] as const;
 
 /** Name of one kernel source file (without `.wgsl`). */
 export type KernelName = (typeof KERNEL_FILES)[number];
 
 /** Kernels that read a weight through the `weights` prelude. */
-const USES_WEIGHTS: ReadonlySet<KernelName> = new Set(["embedding", "matmul_gemv", "matmul_tiled", "matmul_experts"]);
+const USES_WEIGHTS: ReadonlySet<KernelName> = new Set(["embedding", "matmul_gemv", "matmul_tiled", "matmul_experts", "matmul_experts_tiled"]);
 
 /** Thrown when a kernel template names a parameter the caller did not supply. */
 export class KernelTemplateError extends Error {

@@ -1,10 +1,13 @@
 /**
- * Mixture-of-experts ops: routing, the expert matmul (GEMV-shaped, the expert read on the device,
- * so a step never waits for the routing on the host) and the weighted combine.
+ * Mixture-of-experts ops: routing, the expert matmul and the weighted combine. The expert matmul
+ * reads the routing on the device, so a step never waits for it on the host: a GEMV per row for
+ * few tokens, and for many (prefill) the rows sorted by expert on the device and multiplied in
+ * register-blocked tiles, each expert's weights read once per tile rather than once per row.
  */
 import { type GpuContext } from "./context.ts";
 import { weightParams } from "./ops-linear.ts";
-import { asGpu } from "./tensor.ts";
+import type { KernelParams } from "./kernel-source.ts";
+import { asGpu, type GpuTensor } from "./tensor.ts";
 import { expectExpertMatmulShapes, expectMoeCombineShapes, expectMoeRouteShapes } from "../shape-checks.ts";
 import type { MoeRouting, Tensor } from "../types.ts";
 
@@ -38,6 +41,12 @@ export function matmulExperts(ctx: GpuContext, xT: Tensor, wT: Tensor, idsT: Ten
     return y;
   }
   const params = { ...weightParams(ctx, w), VEC4: inner % 4 === 0 };
+  // Few tokens: a GEMV per row. Many: rows grouped by expert, so each tile reads its expert's
+  // weights once (the grouping keeps its counts in workgroup memory: 1024 experts at most).
+  if (n > ctx.gemvMaxRows && experts <= MAX_GROUPED_EXPERTS) {
+    groupedExpertMatmul(ctx, x, w, ids, y, { rows, k, experts, out, inner, perExpertInput }, params);
+    return y;
+  }
   const perRow = Math.ceil(out / 4);
   for (const chunk of w.storage.chunks) {
     ctx.recorder.dispatch(
@@ -49,6 +58,41 @@ export function matmulExperts(ctx: GpuContext, xT: Tensor, wT: Tensor, idsT: Ten
     );
   }
   return y;
+}
+
+/** The most experts the grouped expert matmul takes (moe_group.wgsl's workgroup arrays). */
+const MAX_GROUPED_EXPERTS = 1024;
+/** Rows per tile of matmul_experts_tiled.wgsl (8 threads × 4 rows). */
+const TILE_ROWS = 32;
+
+interface ExpertShape {
+  rows: number;
+  k: number;
+  experts: number;
+  out: number;
+  inner: number;
+  perExpertInput: boolean;
+}
+
+/** Sorts the rows by expert on the device (moe_group), then runs one register-blocked tile per ≤ 32 rows of an expert. */
+function groupedExpertMatmul(ctx: GpuContext, x: GpuTensor, w: GpuTensor, ids: GpuTensor, y: GpuTensor, s: ExpertShape, params: KernelParams): void {
+  // Σ ceil(count_e / 32) ≤ rows / 32 + (experts that have rows): the dispatch's bound on tiles.
+  const maxTiles = Math.floor(s.rows / TILE_ROWS) + Math.min(s.experts, s.rows);
+  const perm = ctx.scratch(s.rows * 4);
+  const tiles = ctx.scratch((1 + 3 * maxTiles) * 4);
+  ctx.recorder.dispatch("moe_group", {}, [s.rows, s.experts, TILE_ROWS, 0], [[1, ids.buffer], [2, perm], [3, tiles]], 1);
+  const groupsM = Math.ceil(s.out / 32);
+  for (const chunk of w.storage.chunks) {
+    ctx.recorder.dispatch(
+      "matmul_experts_tiled",
+      params,
+      [s.inner, s.out, s.k, s.perExpertInput ? 1 : 0, chunk.rowStart, chunk.rows, groupsM, 0],
+      [[1, chunk.buffer], [2, x.buffer], [3, perm], [4, y.buffer], [5, tiles]],
+      maxTiles * groupsM,
+    );
+  }
+  ctx.pool.release(perm);
+  ctx.pool.release(tiles);
 }
 
 /** out [n, d] = Σ_j weights[t, j] · y[t·k+j, :] (Backend.moeCombine). */
