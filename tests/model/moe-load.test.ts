@@ -1,20 +1,23 @@
 /**
  * Loading mixture-of-experts models (Qwen3-MoE, Mixtral) from GGUF and Hugging Face directories:
- * configs, stacked experts, the older split-expert GGUF layout, `--quantize`, and clear refusals.
- * The forward itself is checked against llama.cpp in tests/oracle/llama-cpp.test.ts.
+ * configs, stacked experts, the older split-expert GGUF layout, `--quantize`, clear refusals, and
+ * rows of a ragged batch routed apart. The forward itself is checked against llama.cpp in
+ * tests/oracle/llama-cpp.test.ts.
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import type { Backend } from "../../src/backend/types.ts";
 import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
 import { type LoadedModel, ModelLoadError } from "../../src/model/config.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
-import { forward } from "../../src/model/forward.ts";
+import { type ForwardEntry, forward } from "../../src/model/forward.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { readTextFile, writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
+import { poisonedWebGpu } from "../webgpu-fixture.ts";
 import { type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/moe-load-`);
@@ -114,3 +117,39 @@ test("loadModel() refuses MoE files it cannot run, naming the problem", async ()
   await writeFile(`${mixed.hf}/config.json`, JSON.stringify({ ...cfg, mlp_only_layers: [1] }));
   await assert.rejects(loadModel(mixed.hf), (e: Error) => e instanceof ModelLoadError && /mixes dense and MoE layers/.test(e.message));
 });
+
+/** Last-row logits of each entry of one batched step: a prefill beside decodes of other sequences. */
+async function batchedLastLogits(backend: Backend, host: LoadedModel, entries: ForwardEntry[]): Promise<Float32Array> {
+  const dm = uploadModel(backend, host);
+  const kv = allocatePagedKv(backend, host.config, 8, 16);
+  try {
+    const out = forward(backend, dm, kv, { entries });
+    const data = (await backend.download(out)) as Float32Array;
+    backend.free(out);
+    return data;
+  } finally {
+    freePagedKv(backend, kv);
+    freeDeviceModel(backend, dm);
+  }
+}
+
+const webgpu = await poisonedWebGpu("the MoE batch test on WebGPU");
+for (const [name, backend, skip] of [["reference", be, false], ["webgpu", webgpu.gpu, webgpu.skip]] as const) {
+  test(`forward() on ${name} routes every row of a ragged MoE batch as it would alone`, async () => {
+    assert.ok(backend, webgpu.why);
+    const host = await loadModel((await write(`batch-${name}`, { ...QWEN3_MOE, experts: { count: 8, used: 3 }, seed: 38 })).gguf);
+    // Three prompts in one step (11, 1 and 6 tokens) against each alone: the rows route to
+    // different experts, and a grouped or per-row expert kernel must keep them apart.
+    const prompts = [[5, 9, 2, 77, 120, 3, 8, 200, 41, 6, 19], [250], [13, 14, 15, 16, 17, 18]];
+    const entries = prompts.map((tokens, i): ForwardEntry => ({ tokens, startPos: 0, blockTable: [2 * i, 2 * i + 1] }));
+    const batched = await batchedLastLogits(backend, host, entries);
+    const vocab = host.config.vocabSize;
+    for (let i = 0; i < prompts.length; i++) {
+      const alone = await batchedLastLogits(backend, host, [entries[i]]);
+      const row = batched.subarray(i * vocab, (i + 1) * vocab);
+      const worst = row.reduce((w, v, j) => Math.max(w, Math.abs(v - alone[j])), 0);
+      assert.ok(worst < 1e-4, `prompt ${i}: batched and alone differ by ${worst}`);
+    }
+  }, { ignore: skip });
+}
+test("the MoE batch test releases the WebGPU device", () => webgpu.gpu?.destroy(), { ignore: webgpu.skip });
