@@ -35,18 +35,24 @@ async function write(name: string, spec: ModelFileSpec, extras?: GgufExtras): Pr
   return { gguf: `${dir}/${name}.gguf`, hf: `${dir}/${name}` };
 }
 
-async function logits(model: LoadedModel, tokens: number[]): Promise<Float32Array> {
-  const dm = uploadModel(be, model);
-  const kv = allocatePagedKv(be, model.config, 2, 16);
+/** Logits of one step on `backend`: every position of one prompt, or the last row of each of several entries. */
+async function stepLogits(backend: Backend, model: LoadedModel, entries: ForwardEntry[], allPositions = false): Promise<Float32Array> {
+  const dm = uploadModel(backend, model);
+  const kv = allocatePagedKv(backend, model.config, 8, 16);
   try {
-    const out = forward(be, dm, kv, { entries: [{ tokens, startPos: 0, blockTable: [1, 0] }], allPositions: true });
-    const data = (await be.download(out)) as Float32Array;
-    be.free(out);
+    const out = forward(backend, dm, kv, { entries, allPositions });
+    const data = (await backend.download(out)) as Float32Array;
+    backend.free(out);
     return data;
   } finally {
-    freePagedKv(be, kv);
-    freeDeviceModel(be, dm);
+    freePagedKv(backend, kv);
+    freeDeviceModel(backend, dm);
   }
+}
+
+/** Logits at every position of `tokens` on the reference backend. */
+function logits(model: LoadedModel, tokens: number[]): Promise<Float32Array> {
+  return stepLogits(be, model, [{ tokens, startPos: 0, blockTable: [1, 0] }], true);
 }
 
 test("loadModel() reads a Qwen3-MoE GGUF: expert counts, the experts' width, stacked experts and an f32 router", async () => {
@@ -118,21 +124,6 @@ test("loadModel() refuses MoE files it cannot run, naming the problem", async ()
   await assert.rejects(loadModel(mixed.hf), (e: Error) => e instanceof ModelLoadError && /mixes dense and MoE layers/.test(e.message));
 });
 
-/** Last-row logits of each entry of one batched step: a prefill beside decodes of other sequences. */
-async function batchedLastLogits(backend: Backend, host: LoadedModel, entries: ForwardEntry[]): Promise<Float32Array> {
-  const dm = uploadModel(backend, host);
-  const kv = allocatePagedKv(backend, host.config, 8, 16);
-  try {
-    const out = forward(backend, dm, kv, { entries });
-    const data = (await backend.download(out)) as Float32Array;
-    backend.free(out);
-    return data;
-  } finally {
-    freePagedKv(backend, kv);
-    freeDeviceModel(backend, dm);
-  }
-}
-
 const webgpu = await poisonedWebGpu("the MoE batch test on WebGPU");
 for (const [name, backend, skip] of [["reference", be, false], ["webgpu", webgpu.gpu, webgpu.skip]] as const) {
   test(`forward() on ${name} routes every row of a ragged MoE batch as it would alone`, async () => {
@@ -142,10 +133,10 @@ for (const [name, backend, skip] of [["reference", be, false], ["webgpu", webgpu
     // different experts, and a grouped or per-row expert kernel must keep them apart.
     const prompts = [[5, 9, 2, 77, 120, 3, 8, 200, 41, 6, 19], [250], [13, 14, 15, 16, 17, 18]];
     const entries = prompts.map((tokens, i): ForwardEntry => ({ tokens, startPos: 0, blockTable: [2 * i, 2 * i + 1] }));
-    const batched = await batchedLastLogits(backend, host, entries);
+    const batched = await stepLogits(backend, host, entries);
     const vocab = host.config.vocabSize;
     for (let i = 0; i < prompts.length; i++) {
-      const alone = await batchedLastLogits(backend, host, [entries[i]]);
+      const alone = await stepLogits(backend, host, [entries[i]]);
       const row = batched.subarray(i * vocab, (i + 1) * vocab);
       const worst = row.reduce((w, v, j) => Math.max(w, Math.abs(v - alone[j])), 0);
       assert.ok(worst < 1e-4, `prompt ${i}: batched and alone differ by ${worst}`);
