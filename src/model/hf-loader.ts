@@ -65,6 +65,9 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Qwen3ForCausalLM: "qwen3",
   Qwen3MoeForCausalLM: "qwen3moe",
   MixtralForCausalLM: "llama",
+  // config.json's model_type, for files without `architectures`
+  qwen3_moe: "qwen3moe",
+  mixtral: "llama",
 };
 
 type Json = Record<string, unknown>;

@@ -112,6 +112,17 @@ test("loadModel() quantizes stacked experts with --quantize and leaves the route
   assert.ok(q.every((v, i) => Math.abs(v - f[i]) < 0.1), "q8_0 experts stay close to f32");
 });
 
+test("loadModel() knows Qwen3-MoE and Mixtral directories by model_type when config.json has no architectures", async () => {
+  for (const spec of [{ ...QWEN3_MOE, seed: 39 }, { ...MIXTRAL, seed: 40 }]) {
+    const { hf } = await write(`model-type-${spec.seed}`, spec);
+    const { architectures: _, ...cfg } = JSON.parse(await readTextFile(`${hf}/config.json`));
+    await writeFile(`${hf}/config.json`, JSON.stringify(cfg));
+    const m = await loadModel(hf);
+    assert.equal(m.config.architecture, spec.architecture, cfg.model_type);
+    assert.deepEqual(m.config.moe, { numExperts: spec.experts!.count, numExpertsUsed: 2, normalizeTopK: true });
+  }
+});
+
 test("loadModel() refuses MoE files it cannot run, naming the problem", async () => {
   const tooMany = await write("too-many", { ...MIXTRAL, experts: { count: 4, used: 5 }, seed: 35 });
   await assert.rejects(loadModel(tooMany.gguf), (e: Error) => e instanceof ModelLoadError && /uses 5 of its 4 experts/.test(e.message));
