@@ -77,6 +77,12 @@ const CASES: OracleCase[] = [
     tol: 2e-2,
     hf: false,
   },
+  {
+    name: "mixtral legacy mix (q4_0, q4_1, q5_0, q5_1 experts), 4 experts / 2 used",
+    spec: { ...BASE, architecture: "llama", dtype: "q4_0", ggufDtype: legacyMix, experts: { count: 4, used: 2 }, seed: 116 },
+    tol: 2e-2,
+    hf: false,
+  },
   { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
   // Llama 3.1 frequency scaling: the GGUF carries rope_freqs.weight, the HF dir llama3 rope_scaling.
   // Base 100 and an original context of 128 give a 16-wide head divisors from ~1.5 to 8 on every
