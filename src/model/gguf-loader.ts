@@ -210,7 +210,8 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
     };
     const moe = config.moe;
     // Experts are stacked in current files; the first Mixtral conversions wrote one tensor per expert.
-    const split = moe !== undefined && !infos.has(moeTensorNames(false).layer(0, "wGate")) && infos.has(`blk.0.ffn_gate.0.weight`);
+    const split = moe !== undefined && !infos.has(moeTensorNames(false).layer(0, "wGate")) &&
+      infos.has(moeTensorNames(true).layer(0, "wGate").replace(EXPERT, "0"));
     const names = moe ? moeTensorNames(split) : GGUF_TENSOR_NAMES;
     const weights = await assembleWeights(config, moe ? stackingExperts(source, moe.numExperts, path) : source, names, path, options);
     const template = header.metadata.get("tokenizer.chat_template")?.value;

@@ -4,7 +4,7 @@
  * progress. Both loaders share it so the forward sees one layout whatever the file.
  */
 import { blockValues, decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
-import { WEIGHT_DTYPES, type WeightDType } from "../backend/types.ts";
+import { numel, WEIGHT_DTYPES, type WeightDType } from "../backend/types.ts";
 import { type HostTensor, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights } from "./config.ts";
 
 /** Progress of a load: bytes of tensor data read so far out of the total. */
@@ -41,7 +41,7 @@ export function quantizeTensor(t: HostTensor, dtype: QuantizeDType): HostTensor 
   const rows = t.shape[t.shape.length - 1] ?? 0;
   const matrix = t.shape.length === 2 || t.shape.length === 3; // a 3-D weight stacks experts' matrices
   if (!matrix || (t.dtype !== "f32" && t.dtype !== "f16" && t.dtype !== "bf16") || rows % blockValues(dtype) !== 0) return t;
-  const values = decodeToF32(t.data, t.dtype, t.shape.reduce((a, b) => a * b, 1));
+  const values = decodeToF32(t.data, t.dtype, numel(t.shape));
   return { name: t.name, shape: t.shape, dtype, data: encodeFromF32(values, dtype) };
 }
 

@@ -19,10 +19,8 @@ import { CudaExperts } from "./experts.ts";
 import type { DevicePtr, NativeContext } from "./native-types.ts";
 import { PlanCache } from "./plan-cache.ts";
 import { packSamplingRows } from "./sampling-params.ts";
-import { checkShape, CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
+import { checkShape, CUDA_WEIGHT_DTYPES, CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
 import { checkWeightShape, expectMaskShapes } from "../shape-checks.ts";
-
-const WEIGHTS = ["f32", "f16", "bf16", "q8_0"] as const;
 
 /**
  * Backend implementation on one CUDA device; the mixture-of-experts ops come from CudaExperts.
@@ -84,7 +82,7 @@ export class CudaBackend extends CudaExperts implements Backend {
   }
 
   async download(t: Tensor): Promise<Float32Array | Int32Array> {
-    const c = expect(t, undefined, "download input", ["f32", "i32", ...WEIGHTS]);
+    const c = expect(t, undefined, "download input", ["f32", "i32", ...CUDA_WEIGHT_DTYPES]);
     const count = checkShape(c.shape, "download");
     if (count === 0) return c.dtype === "i32" ? new Int32Array(0) : new Float32Array(0);
     if (c.dtype === "i32") return new Int32Array(this.ctx.download(c.ptr, count * 4));
@@ -98,7 +96,7 @@ export class CudaBackend extends CudaExperts implements Backend {
   }
 
   reshape(t: Tensor, shape: readonly number[]): Tensor {
-    const c = expect(t, undefined, "reshape input", ["f32", "i32", ...WEIGHTS]);
+    const c = expect(t, undefined, "reshape input", ["f32", "i32", ...CUDA_WEIGHT_DTYPES]);
     if (checkShape(shape, "reshape") !== checkShape(c.shape, "reshape")) {
       throw new BackendShapeError(`Cannot reshape ${fmt(c.shape)} to ${fmt(shape)}`);
     }
@@ -106,7 +104,7 @@ export class CudaBackend extends CudaExperts implements Backend {
   }
 
   free(t: Tensor): void {
-    this.ctx.free(expect(t, undefined, "free input", ["f32", "i32", ...WEIGHTS]).ptr);
+    this.ctx.free(expect(t, undefined, "free input", ["f32", "i32", ...CUDA_WEIGHT_DTYPES]).ptr);
   }
 
   flush(): Promise<void> {
@@ -120,7 +118,7 @@ export class CudaBackend extends CudaExperts implements Backend {
   }
 
   embedding(table: Tensor, ids: Tensor): Tensor {
-    const t = expect(table, 2, "embedding table", WEIGHTS);
+    const t = expect(table, 2, "embedding table", CUDA_WEIGHT_DTYPES);
     const i = expect(ids, 1, "embedding ids", ["i32"]);
     const [vocab, dim] = t.shape;
     if (i.host) this.checkIndices(i.host, vocab, "Token id");
@@ -140,7 +138,7 @@ export class CudaBackend extends CudaExperts implements Backend {
 
   matmul(x: Tensor, w: Tensor, bias?: Tensor): Tensor {
     const xs = expect(x, 2, "matmul input", ["f32"]);
-    const ws = expect(w, 2, "matmul weight", WEIGHTS);
+    const ws = expect(w, 2, "matmul weight", CUDA_WEIGHT_DTYPES);
     const [n, k] = xs.shape;
     const [out, kw] = ws.shape;
     if (k !== kw) throw new BackendShapeError(`matmul input ${fmt(xs.shape)} does not fit weight ${fmt(ws.shape)}`);

@@ -6,12 +6,10 @@
 import { expectExpertMatmulShapes, expectMoeCombineShapes, expectMoeRouteShapes } from "../shape-checks.ts";
 import { BackendShapeError, type MoeRouting, type Tensor } from "../types.ts";
 import { CudaExtras } from "./extras.ts";
-import { CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt } from "./tensor.ts";
+import { CUDA_WEIGHT_DTYPES, CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt } from "./tensor.ts";
 
 /** The most experts moeRoute takes on CUDA (kernels.h MOE_MAX_EXPERTS: a row and its top k live in shared memory). */
 export const CUDA_MAX_EXPERTS = 4096;
-
-const CUDA_WEIGHTS: readonly CudaWeightDType[] = ["f32", "f16", "bf16", "q8_0"];
 
 /** Base of CudaBackend that adds the mixture-of-experts ops of the Backend interface. */
 export class CudaExperts extends CudaExtras {
@@ -37,7 +35,7 @@ export class CudaExperts extends CudaExtras {
   matmulExperts(x: Tensor, w: Tensor, ids: Tensor): Tensor {
     const { n, k, experts, out, inner, perExpertInput } = expectExpertMatmulShapes(x, w, ids);
     const xs = expect(x, 2, "matmulExperts input", ["f32"]);
-    const ws = expect(w, 3, "matmulExperts weight", CUDA_WEIGHTS);
+    const ws = expect(w, 3, "matmulExperts weight", CUDA_WEIGHT_DTYPES);
     const is = expect(ids, 2, "matmulExperts ids", ["i32"]);
     const code = DTYPE_CODE[ws.dtype as CudaWeightDType];
     const y = this.ctx.matmulExperts(xs.ptr, ws.ptr, code, is.ptr, n, k, experts, inner, out, perExpertInput ? 1 : 0);

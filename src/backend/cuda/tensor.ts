@@ -17,6 +17,9 @@ export type CudaWeightDType = "f32" | "f16" | "bf16" | "q8_0";
 /** Weight dtype codes shared with kernels-cuda/common.cuh. */
 export const DTYPE_CODE: Readonly<Record<CudaWeightDType, number>> = { f32: 0, f16: 1, bf16: 2, q8_0: 3 };
 
+/** The weight dtypes CUDA tensors hold (GGUF's other block formats become f16 at upload). */
+export const CUDA_WEIGHT_DTYPES: readonly CudaWeightDType[] = ["f32", "f16", "bf16", "q8_0"];
+
 /** A tensor living in CUDA device memory. */
 export class CudaTensor implements Tensor {
   readonly backend = CUDA_NAME;
