@@ -1,9 +1,11 @@
 // Mixture-of-experts ops (the reference is src/backend/reference/experts.ts):
-// - moe_route: per row of router logits, softmax in f32 and the top-k experts. One block per row;
-//   each expert's rank is the number of experts that beat it (larger logit, or equal logit and a
-//   lower index), so the order needs no sort and no k rounds of block reductions, and it is the
-//   reference's exact order: softmax is monotonic, so comparing the f32 logits orders the
-//   probabilities without the f32 exp's rounding creating ties the reference does not have.
+// - moe_route: per row of router logits, each expert's probability in f32 (softmax over the row, or
+//   the sigmoid of its logit) and the top-k experts by selection score. One block per row; each
+//   expert's rank is the number of experts that beat it (larger score, or equal score and a lower
+//   index), so the order needs no sort and no k rounds of block reductions. Without a selection
+//   bias the score is the logit itself: both gatings are monotonic, so comparing the f32 logits
+//   orders the probabilities without the f32 exp's rounding creating ties the reference does not
+//   have. With one (DeepSeek V3, GLM-4.5) the score is probability + bias, as in the reference.
 // - matmul_experts: llama.cpp's mul_mat_id as a GEMV per output row. The expert id is read on the
 //   device, so routing and the expert matmul queue back to back with no host round trip.
 // - moe_combine: the weighted sum of each token's k expert outputs, j in order.
@@ -19,9 +21,11 @@ namespace {
 __device__ __forceinline__ float route_key(float v) { return isnan(v) ? -INFINITY : v; }
 
 // Dynamic shared memory: the row's keys [experts], then the chosen probabilities [k] in rank order.
-__global__ void __launch_bounds__(256) moe_route_kernel(const float* __restrict__ logits, int experts, int k,
-                                                        int normalize, int32_t* __restrict__ ids,
-                                                        float* __restrict__ weights) {
+// `bias` is f32 [experts] or null; sigmoid gating when `sigmoid`; weights end multiplied by `scale`.
+__global__ void __launch_bounds__(256) moe_route_kernel(const float* __restrict__ logits,
+                                                        const float* __restrict__ bias, int experts, int k,
+                                                        int normalize, int sigmoid, float scale,
+                                                        int32_t* __restrict__ ids, float* __restrict__ weights) {
   extern __shared__ float route_smem[];
   float* key = route_smem;
   float* chosen = route_smem + experts;
@@ -29,15 +33,21 @@ __global__ void __launch_bounds__(256) moe_route_kernel(const float* __restrict_
   __shared__ float denom;
   const float* row = logits + size_t(blockIdx.x) * experts;
   float m = -INFINITY;
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) m = fmaxf(m, row[e]);
+  m = block_max(m, scratch);
+  // Softmax's denominator; a sigmoid is its own probability (a denominator of 1).
+  float total = 1.f;
+  if (!sigmoid) {
+    float s = 0.f;
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) s += expf(row[e] - m);
+    total = block_sum(s, scratch);
+  }
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
     const float v = row[e];
-    key[e] = route_key(v);
-    m = fmaxf(m, v);
+    const float p = sigmoid ? 1.f / (1.f + expf(-v)) : expf(v - m) / total;
+    key[e] = route_key(bias ? p + bias[e] : v);
   }
-  m = block_max(m, scratch);  // its barriers also publish key[]
-  float s = 0.f;
-  for (int e = threadIdx.x; e < experts; e += blockDim.x) s += expf(row[e] - m);
-  const float total = block_sum(s, scratch);
+  __syncthreads();
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
     const float v = key[e];
     int rank = 0;
@@ -47,7 +57,7 @@ __global__ void __launch_bounds__(256) moe_route_kernel(const float* __restrict_
     }
     if (rank < k) {
       ids[size_t(blockIdx.x) * k + rank] = e;
-      chosen[rank] = expf(row[e] - m);
+      chosen[rank] = sigmoid ? 1.f / (1.f + expf(-row[e])) : expf(row[e] - m) / total;
     }
   }
   __syncthreads();
@@ -55,10 +65,10 @@ __global__ void __launch_bounds__(256) moe_route_kernel(const float* __restrict_
     // The chosen share summed in rank order, as the reference does (k is small next to the row).
     float picked = 0.f;
     for (int j = 0; j < k; j++) picked += chosen[j];
-    denom = normalize ? picked : total;
+    denom = normalize ? picked : 1.f;
   }
   __syncthreads();
-  for (int j = threadIdx.x; j < k; j += blockDim.x) weights[size_t(blockIdx.x) * k + j] = chosen[j] / denom;
+  for (int j = threadIdx.x; j < k; j += blockDim.x) weights[size_t(blockIdx.x) * k + j] = chosen[j] / denom * scale;
 }
 
 // One block per output row r = t·k + j (blockIdx.x) and tile of GEMV_WARPS · GEMV_ROWS outputs
@@ -154,13 +164,13 @@ __global__ void moe_combine_kernel(const float* __restrict__ y, const float* __r
 
 }  // namespace
 
-cudaError_t moe_route(const float* logits, int n, int experts, int k, int normalize, int32_t* ids, float* weights,
-                      cudaStream_t s) {
+cudaError_t moe_route(const float* logits, const float* bias, int n, int experts, int k, int normalize, int sigmoid,
+                      float scale, int32_t* ids, float* weights, cudaStream_t s) {
   if (n == 0 || k == 0) return cudaSuccess;
   if (k > experts || experts > MOE_MAX_EXPERTS) return cudaErrorInvalidValue;
   const int threads = experts <= 128 ? 128 : 256;
   const size_t smem = (size_t(experts) + k) * sizeof(float);  // ≤ 32 KiB: under the 48 KiB default
-  moe_route_kernel<<<n, threads, smem, s>>>(logits, experts, k, normalize, ids, weights);
+  moe_route_kernel<<<n, threads, smem, s>>>(logits, bias, experts, k, normalize, sigmoid, scale, ids, weights);
   return cudaGetLastError();
 }
 

@@ -1,13 +1,37 @@
-// Expert routing: per row of router logits, the k largest (ties to the lower index) and their
-// softmax probabilities, over all experts or renormalised over the k. One invocation per row: a
+// Expert routing: per row of router logits, the k experts with the highest selection scores (ties
+// to the lower index) and their weights: probabilities by softmax over the row or by each logit's
+// sigmoid (SIGMOID), renormalised over the k (normalize), times scale. The selection score is the
+// logit, which both gatings keep in order (so f32 rounding of the probabilities cannot reorder), or
+// with a selection bias (BIAS) the probability plus the expert's bias. One invocation per row: a
 // router row is a few hundred logits, and k passes over it cost less than a shared-memory sort.
-// Each pass takes the largest logit ordered strictly after the previous pick in (logit desc,
-// index asc), so no per-row "taken" array is needed.
-struct P { n: u32, experts: u32, k: u32, normalize: u32 }
+// Each pass takes the largest score ordered strictly after the previous pick in (score desc, index
+// asc), so no per-row "taken" array is needed.
+struct P { n: u32, experts: u32, k: u32, normalize: u32, scale: f32, _p0: u32, _p1: u32, _p2: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> logits: array<f32>;
 @group(0) @binding(2) var<storage, read_write> ids: array<i32>;
 @group(0) @binding(3) var<storage, read_write> weights: array<f32>;
+#if ${BIAS}
+@group(0) @binding(4) var<storage, read> bias: array<f32>;
+#endif
+
+// An expert's probability: exp(l - mx) / total under softmax, its sigmoid otherwise (total = 1).
+fn prob(l: f32, mx: f32, total: f32) -> f32 {
+#if ${SIGMOID}
+  return 1.0 / (1.0 + exp(-l));
+#else
+  return exp(l - mx) / total;
+#endif
+}
+
+fn score(base: u32, e: u32, mx: f32, total: f32) -> f32 {
+  let l = logits[base + e];
+#if ${BIAS}
+  return prob(l, mx, total) + bias[e];
+#else
+  return l;
+#endif
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -18,27 +42,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   var mx = logits[base];
   for (var e = 1u; e < p.experts; e++) { mx = max(mx, logits[base + e]); }
   var total = 0.0;
+#if ${SIGMOID}
+  total = 1.0;
+#else
   for (var e = 0u; e < p.experts; e++) { total += exp(logits[base + e] - mx); }
-  var prev_l = 0.0;
+#endif
+  var prev_s = 0.0;
   var prev_i = -1;
   var picked = 0.0;
   for (var j = 0u; j < p.k; j++) {
     var best = -1;
-    var best_l = 0.0;
+    var best_s = 0.0;
     for (var e = 0u; e < p.experts; e++) {
-      let l = logits[base + e];
-      let after = prev_i < 0 || l < prev_l || (l == prev_l && i32(e) > prev_i);
-      if (after && (best < 0 || l > best_l)) { best = i32(e); best_l = l; }
+      let s = score(base, e, mx, total);
+      let after = prev_i < 0 || s < prev_s || (s == prev_s && i32(e) > prev_i);
+      if (after && (best < 0 || s > best_s)) { best = i32(e); best_s = s; }
     }
-    // Only NaN logits leave nothing to pick; expert 0 keeps the ids in range.
-    if (best < 0) { best = 0; best_l = mx; }
+    // Only NaN scores leave nothing to pick; expert 0 keeps the ids in range.
+    if (best < 0) { best = 0; best_s = score(base, 0u, mx, total); }
     ids[t * p.k + j] = best;
-    let pj = exp(best_l - mx);
+    let pj = prob(logits[base + u32(best)], mx, total);
     weights[t * p.k + j] = pj;
     picked += pj;
-    prev_l = best_l;
+    prev_s = best_s;
     prev_i = best;
   }
-  let denominator = select(total, picked, p.normalize != 0u);
-  for (var j = 0u; j < p.k; j++) { weights[t * p.k + j] /= denominator; }
+  let denominator = select(1.0, picked, p.normalize != 0u);
+  for (var j = 0u; j < p.k; j++) { weights[t * p.k + j] = weights[t * p.k + j] / denominator * p.scale; }
 }

@@ -55,7 +55,7 @@ async function measure(gemvMaxRows: number, n: number): Promise<{ moe: number; d
     const x = b.upload(Float32Array.from({ length: n * hidden }, (_, i) => Math.cos(i * 0.11)), [n, hidden]);
     const moe = await time(b, () => {
       const logits = b.matmul(x, router);
-      const { ids, weights } = b.moeRoute(logits, used, true);
+      const { ids, weights } = b.moeRoute(logits, used, { normalize: true });
       const g = b.matmulExperts(x, gate, ids);
       const u = b.matmulExperts(x, up, ids);
       const a = b.siluMul(g, u);

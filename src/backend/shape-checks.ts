@@ -3,7 +3,7 @@
  * receives it. Each throws a BackendShapeError that quotes the shapes.
  */
 import { blockValues } from "./dtype-codec.ts";
-import { BackendShapeError, type DType, numel, type Tensor, WEIGHT_DTYPES, type WeightDType } from "./types.ts";
+import { BackendShapeError, type DType, type MoeRouteOptions, numel, type Tensor, WEIGHT_DTYPES, type WeightDType } from "./types.ts";
 
 /** Formats a shape for error messages: [2, 3]. */
 export function fmt(shape: readonly number[]): string {
@@ -68,12 +68,27 @@ export function expectMaskShapes(logits: Tensor, rows: Tensor, bits: Tensor): { 
   return { n, vocab, m, words };
 }
 
-/** The shapes of a `moeRoute` call: logits f32 [n, experts], 1 ≤ k ≤ experts. */
-export function expectMoeRouteShapes(logits: Tensor, k: number): { n: number; experts: number } {
+/**
+ * The shapes of a `moeRoute` call: logits f32 [n, experts], 1 ≤ k ≤ experts, a selection bias f32
+ * [experts], a known gating and a finite scale.
+ */
+export function expectMoeRouteShapes(logits: Tensor, k: number, options: MoeRouteOptions): { n: number; experts: number } {
   expectRank(logits, 2, "moeRoute logits", ["f32"]);
   const [n, experts] = logits.shape;
   if (!Number.isInteger(k) || k < 1 || k > experts) {
     throw new BackendShapeError(`moeRoute k must be an integer from 1 to ${experts} (the experts in ${fmt(logits.shape)}), got ${k}`);
+  }
+  const gating = options.gating ?? "softmax";
+  if (gating !== "softmax" && gating !== "sigmoid") throw new BackendShapeError(`Unknown moeRoute gating "${gating}"`);
+  if (options.scale !== undefined && !Number.isFinite(options.scale)) {
+    throw new BackendShapeError(`moeRoute scale must be a finite number, got ${options.scale}`);
+  }
+  const bias = options.selectionBias;
+  if (bias) {
+    expectRank(bias, 1, "moeRoute selection bias", ["f32"]);
+    if (bias.shape[0] !== experts) {
+      throw new BackendShapeError(`moeRoute selection bias ${fmt(bias.shape)} needs ${experts} values for logits ${fmt(logits.shape)}`);
+    }
   }
   return { n, experts };
 }

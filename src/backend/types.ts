@@ -172,12 +172,15 @@ export interface Backend {
 
   // --- mixture of experts -------------------------------------------------------------------
   /**
-   * Expert routing: per row of router logits f32 [n, experts], the `k` most probable experts (the
-   * largest logits, descending; ties to the lower index) → `ids` i32 [n, k] and `weights` f32 [n, k], their softmax
-   * probabilities over all experts, rescaled to sum to 1 over the k when `normalize` (Mixtral,
-   * Qwen3-MoE: llama.cpp's `norm_w`). 1 ≤ k ≤ experts.
+   * Expert routing: per row of router logits f32 [n, experts], the `k` experts with the highest
+   * selection scores (descending; ties to the lower index) → `ids` i32 [n, k] and `weights` f32
+   * [n, k]. Each expert's probability is its softmax over the row (Mixtral, Qwen) or the sigmoid of
+   * its logit (GLM-4.5, DeepSeek V3), per `options.gating`. Its selection score is its logit, or
+   * with `options.selectionBias` its probability plus its bias (llama.cpp's `exp_probs_b`). Weights
+   * are the chosen probabilities (never biased), rescaled to sum to 1 over the k when
+   * `options.normalize` (llama.cpp's `norm_w`), then multiplied by `options.scale`. 1 ≤ k ≤ experts.
    */
-  moeRoute(logits: Tensor, k: number, normalize: boolean): MoeRouting;
+  moeRoute(logits: Tensor, k: number, options: MoeRouteOptions): MoeRouting;
   /**
    * Expert matmul (llama.cpp's mul_mat_id): w [experts, out, in] of any weight dtype, ids i32 [n, k];
    * y f32 [n·k, out] with row t·k+j = x[r] · W[ids[t, j]]ᵀ, where r = t when x has n rows (a token's
@@ -187,6 +190,24 @@ export interface Backend {
   matmulExperts(x: Tensor, w: Tensor, ids: Tensor): Tensor;
   /** Weighted sum of each token's expert outputs: out [n, d] = Σ_j weights[t, j] · y[t·k+j, :]; y f32 [n·k, d], weights f32 [n, k]. */
   moeCombine(y: Tensor, weights: Tensor): Tensor;
+}
+
+/** How {@link Backend.moeRoute} turns router logits into expert probabilities. */
+export type MoeGating = "softmax" | "sigmoid";
+
+/** Options of {@link Backend.moeRoute}. */
+export interface MoeRouteOptions {
+  /** Rescale the chosen experts' weights to sum to 1 (Mixtral, Qwen3-MoE, GLM-4.5). */
+  normalize: boolean;
+  /** Softmax over the experts (default) or each expert's own sigmoid. */
+  gating?: MoeGating;
+  /**
+   * f32 [experts], added to the probabilities to choose the experts and nowhere else (DeepSeek V3's
+   * and GLM-4.5's `e_score_correction_bias`).
+   */
+  selectionBias?: Tensor;
+  /** Multiplies the weights after any normalising (`routed_scaling_factor`); default 1. */
+  scale?: number;
 }
 
 /** The result of {@link Backend.moeRoute}; the caller frees both tensors. */

@@ -90,7 +90,7 @@ function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>,
   if (!l.router) throw new ForwardInputError("The model config asks for experts but the weights lack a router");
   const h = s.keep(backend.rmsnorm(x, l.ffnNorm, c.rmsNormEps));
   const logits = s.keep(backend.matmul(h, l.router));
-  const { ids, weights } = backend.moeRoute(logits, moe.numExpertsUsed, moe.normalizeTopK);
+  const { ids, weights } = backend.moeRoute(logits, moe.numExpertsUsed, { normalize: moe.normalizeTopK });
   s.keep(ids);
   s.keep(weights);
   const gate = s.keep(backend.matmulExperts(h, l.wGate, ids));

@@ -2,14 +2,15 @@
  * Conformance cases for the mixture-of-experts ops: moeRoute, matmulExperts, moeCombine.
  *
  * Tolerances (|x - ref| <= atol + rtol·|ref|; the reference accumulates in f64):
- * - moeRoute ids: exact (both sides compare the same f32 logits; the tie cases draw logits from a
+ * - moeRoute ids: exact (without a bias both sides compare the same f32 logits; with one, scores
+ *   of random data are far apart next to f32 rounding; the tie cases draw logits and biases from a
  *   few values so the lower-index rule decides). Weights: atol 1e-6, rtol 1e-5 (exp and an f32 sum
  *   over ≤ 512 terms, as softmax).
  * - matmulExperts: atol 1e-4, rtol 1e-4, as matmul (same inputs in [-1, 1], k ≤ 512).
  * - moeCombine: atol 1e-6, rtol 1e-5 (an f32 sum of ≤ 8 products).
  */
 import { blockValues, encodeFromF32 } from "../../src/backend/dtype-codec.ts";
-import { type Backend, type Tensor, WEIGHT_DTYPES } from "../../src/backend/types.ts";
+import { type Backend, type MoeGating, type Tensor, WEIGHT_DTYPES } from "../../src/backend/types.ts";
 import { type Case, type Output } from "./conformance-support.ts";
 
 async function finish(b: Backend, outputs: Tensor[], temps: Tensor[]): Promise<Output[]> {
@@ -19,22 +20,51 @@ async function finish(b: Backend, outputs: Tensor[], temps: Tensor[]): Promise<O
   return res;
 }
 
-/** Router shapes as models have them (Mixtral 8/2, Qwen3-MoE 128/8, 512-expert routers) and odd ones. */
+interface RouteShape {
+  n: number;
+  experts: number;
+  k: number;
+  normalize: boolean;
+  /** Logits (and biases) drawn from a few values, so equal scores happen and the lower-index rule decides. */
+  ties?: boolean;
+  gating?: MoeGating;
+  bias?: boolean;
+  scale?: number;
+}
+
+/**
+ * Router shapes as models have them (Mixtral 8/2, Qwen3-MoE 128/8, GLM-4.5 160/8 sigmoid with a
+ * selection bias and a 2.5 scale, 512-expert routers) and odd ones.
+ */
 function routeCases(): Case[] {
-  const shapes: [number, number, number, boolean, boolean][] = [
-    // n, experts, k, normalize, ties
-    [1, 8, 2, true, false], [37, 128, 8, true, false], [5, 60, 4, false, false], [3, 7, 7, true, false],
-    [2, 512, 8, true, false], [9, 16, 3, false, true], [4, 32, 8, true, true],
+  const shapes: RouteShape[] = [
+    { n: 1, experts: 8, k: 2, normalize: true },
+    { n: 37, experts: 128, k: 8, normalize: true },
+    { n: 5, experts: 60, k: 4, normalize: false },
+    { n: 3, experts: 7, k: 7, normalize: true },
+    { n: 2, experts: 512, k: 8, normalize: true },
+    { n: 9, experts: 16, k: 3, normalize: false, ties: true },
+    { n: 4, experts: 32, k: 8, normalize: true, ties: true },
+    { n: 21, experts: 160, k: 8, normalize: true, gating: "sigmoid", bias: true, scale: 2.5 },
+    { n: 6, experts: 64, k: 6, normalize: false, gating: "sigmoid" },
+    { n: 5, experts: 24, k: 4, normalize: true, gating: "sigmoid", bias: true, ties: true },
+    { n: 7, experts: 60, k: 4, normalize: false, bias: true, scale: 0.5 },
+    { n: 3, experts: 1, k: 1, normalize: false, gating: "sigmoid" },
   ];
-  return shapes.map(([n, experts, k, normalize, ties]): Case => ({
+  return shapes.map((c): Case => ({
     op: "moeRoute",
-    name: `n=${n} experts=${experts} k=${k}${normalize ? " normalized" : ""}${ties ? " ties" : ""}`,
+    name: `n=${c.n} experts=${c.experts} k=${c.k}${c.normalize ? " normalized" : ""}${c.ties ? " ties" : ""}` +
+      `${c.gating ? ` ${c.gating}` : ""}${c.bias ? " biased" : ""}${c.scale !== undefined ? ` scale=${c.scale}` : ""}`,
     tolerance: { atol: 1e-6, rtol: 1e-5 },
     run: (b, rng) => {
-      const values = ties ? Float32Array.from({ length: n * experts }, () => rng.int(4) - 2) : rng.f32(n * experts, -4, 4);
+      const { n, experts, k } = c;
+      const values = c.ties ? Float32Array.from({ length: n * experts }, () => rng.int(4) - 2) : rng.f32(n * experts, -4, 4);
       const logits = b.upload(values, [n, experts]);
-      const { ids, weights } = b.moeRoute(logits, k, normalize);
-      return finish(b, [ids, weights], [logits]);
+      // Biases of the size DeepSeek V3's and GLM-4.5's are, next to probabilities in (0, 1).
+      const biasValues = c.ties ? Float32Array.from({ length: experts }, () => rng.int(2) / 2) : rng.f32(experts, -0.5, 0.5);
+      const bias = c.bias ? b.upload(biasValues, [experts]) : undefined;
+      const { ids, weights } = b.moeRoute(logits, k, { normalize: c.normalize, gating: c.gating, selectionBias: bias, scale: c.scale });
+      return finish(b, [ids, weights], bias ? [logits, bias] : [logits]);
     },
   }));
 }

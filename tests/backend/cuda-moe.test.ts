@@ -20,7 +20,7 @@ test("moeRoute → matmulExperts → moeCombine on device ids matches the refere
     const [xc, xr] = both(rand(n * inner, inner + 1), [n, inner]);
     const [wc, wr] = bothWeight(rand(experts * out * inner, inner + 2), [experts, out, inner], dtype);
     poison(n * k);
-    const rc = cuda!.moeRoute(lc, k, true), rr = ref.moeRoute(lr, k, true);
+    const rc = cuda!.moeRoute(lc, k, { normalize: true }), rr = ref.moeRoute(lr, k, { normalize: true });
     assert.deepEqual(await cuda!.download(rc.ids), await ref.download(rr.ids), `${dtype} ids`);
     await assertClose(rc.weights, rr.weights, `${dtype} weights`, 1e-6, 1e-5);
     poison(n * k * out);
@@ -54,11 +54,11 @@ test("matmulExperts() covers more output tiles than a grid's y extent (65535 · 
 test("moeRoute() with k = experts and -inf logits orders like the reference; limits throw", async () => {
   const logits = Float32Array.from([-Infinity, 2, -Infinity, 2, 0, -1, -Infinity, 7]);
   const [lc, lr] = both(logits, [1, 8]);
-  const rc = cuda!.moeRoute(lc, 8, false), rr = ref.moeRoute(lr, 8, false);
+  const rc = cuda!.moeRoute(lc, 8, { normalize: false }), rr = ref.moeRoute(lr, 8, { normalize: false });
   assert.deepEqual(await cuda!.download(rc.ids), await ref.download(rr.ids));
   await assertClose(rc.weights, rr.weights, "weights", 1e-6, 1e-5);
   const big = cuda!.zeros([1, 4097], "f32");
-  assert.throws(() => cuda!.moeRoute(big, 2, true), BackendShapeError);
+  assert.throws(() => cuda!.moeRoute(big, 2, { normalize: true }), BackendShapeError);
   const [w3] = bothWeight(rand(2 * 4 * 32, 5), [2, 4, 32], "q8_0");
   assert.throws(() => cuda!.matmul(cuda!.zeros([1, 32], "f32"), w3), BackendShapeError);
 }, skip);

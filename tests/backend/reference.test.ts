@@ -152,3 +152,30 @@ test("maskLogits() sets exactly the tokens whose bit is 0 to MASKED_LOGIT, on th
   assert.throws(() => be.maskLogits(x, i32([1, 1]), be.upload(new Int32Array(4), [2, 2])), /row 1 appears twice/);
   assert.throws(() => be.maskLogits(x, i32([3]), be.upload(new Int32Array(2), [1, 2])), /row 3 at 0 is outside 0..2/);
 });
+
+test("moeRoute() chooses by sigmoid plus selection bias and weighs by the unbiased sigmoid", async () => {
+  const sig = (x: number) => 1 / (1 + Math.exp(-x));
+  const logits = f32([0, 2, -1, 1], [1, 4]);
+  const bias = f32([1, 0, 0, 0.5], [4]);
+  // Scores σ + b: 1.5, 0.881, 0.269, 1.231 → experts 0, 3; weights σ(0), σ(1) over their sum, × 2.
+  const biased = be.moeRoute(logits, 2, { normalize: true, gating: "sigmoid", selectionBias: bias, scale: 2 });
+  assert.deepEqual(await read(biased.ids), [0, 3]);
+  const picked = sig(0) + sig(1);
+  close(await read(biased.weights), [(2 * sig(0)) / picked, (2 * sig(1)) / picked]);
+  // Without a bias the largest logits win; unnormalised sigmoid weights stay the sigmoids.
+  const plain = be.moeRoute(logits, 2, { normalize: false, gating: "sigmoid" });
+  assert.deepEqual(await read(plain.ids), [1, 3]);
+  close(await read(plain.weights), [sig(2), sig(1)]);
+  // Softmax with a bias chooses by probability + bias.
+  const soft = be.moeRoute(logits, 1, { normalize: false, selectionBias: bias });
+  const total = [0, 2, -1, 1].reduce((a, l) => a + Math.exp(l), 0);
+  assert.deepEqual(await read(soft.ids), [0]);
+  close(await read(soft.weights), [1 / total]);
+});
+
+test("moeRoute() refuses a bias of the wrong length, an unknown gating and a non-finite scale", () => {
+  const logits = f32([0, 1, 2], [1, 3]);
+  assert.throws(() => be.moeRoute(logits, 1, { normalize: true, selectionBias: f32([0, 0], [2]) }), /selection bias \[2\] needs 3 values/);
+  assert.throws(() => be.moeRoute(logits, 1, { normalize: true, gating: "relu" as "sigmoid" }), /Unknown moeRoute gating "relu"/);
+  assert.throws(() => be.moeRoute(logits, 1, { normalize: true, scale: NaN }), /scale must be a finite number, got NaN/);
+});

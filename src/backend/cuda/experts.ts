@@ -4,7 +4,7 @@
  * route → matmul → combine chain never waits on the host.
  */
 import { expectExpertMatmulShapes, expectMoeCombineShapes, expectMoeRouteShapes } from "../shape-checks.ts";
-import { BackendShapeError, type MoeRouting, type Tensor } from "../types.ts";
+import { BackendShapeError, type MoeRouteOptions, type MoeRouting, type Tensor } from "../types.ts";
 import { CudaExtras } from "./extras.ts";
 import { CUDA_WEIGHT_DTYPES, CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt } from "./tensor.ts";
 
@@ -13,17 +13,19 @@ export const CUDA_MAX_EXPERTS = 4096;
 
 /** Base of CudaBackend that adds the mixture-of-experts ops of the Backend interface. */
 export class CudaExperts extends CudaExtras {
-  /** Backend.moeRoute: softmax over each row in f32, the top k by logit (ties to the lower index). */
-  moeRoute(logits: Tensor, k: number, normalize: boolean): MoeRouting {
+  /** Backend.moeRoute: probabilities in f32, the top k by selection score (ties to the lower index). */
+  moeRoute(logits: Tensor, k: number, options: MoeRouteOptions): MoeRouting {
     // The shared checks first, so a bad call reads the same on every backend.
-    const { n, experts } = expectMoeRouteShapes(logits, k);
+    const { n, experts } = expectMoeRouteShapes(logits, k, options);
     const l = expect(logits, 2, "moeRoute logits", ["f32"]);
+    const bias = options.selectionBias ? expect(options.selectionBias, 1, "moeRoute selection bias", ["f32"]).ptr : 0n;
     if (experts > CUDA_MAX_EXPERTS) {
       throw new BackendShapeError(
         `moeRoute on CUDA takes at most ${CUDA_MAX_EXPERTS} experts, got logits ${fmt(l.shape)}`,
       );
     }
-    const [ids, weights] = this.ctx.moeRoute(l.ptr, n, experts, k, normalize ? 1 : 0);
+    const sigmoid = options.gating === "sigmoid" ? 1 : 0;
+    const [ids, weights] = this.ctx.moeRoute(l.ptr, n, experts, k, options.normalize ? 1 : 0, bias, sigmoid, options.scale ?? 1);
     return { ids: new CudaTensor(ids, [n, k], "i32"), weights: this.f32(weights, [n, k]) };
   }
 

@@ -74,8 +74,13 @@ export interface NativeContext {
     maxContext: number, scale: number, rows: DevicePtr, rowCount: number, tiles: DevicePtr, tileCount: number,
   ): DevicePtr;
   sample(logits: DevicePtr, rows: number, vocab: number, params: Float32Array): DevicePtr;
-  /** Top-k routing of logits f32 [n, experts] → [ids i32 [n, k], weights f32 [n, k]]; experts ≤ 4096. */
-  moeRoute(logits: DevicePtr, n: number, experts: number, k: number, normalize: number): [DevicePtr, DevicePtr];
+  /**
+   * Top-k routing of logits f32 [n, experts] → [ids i32 [n, k], weights f32 [n, k]]; experts ≤ 4096;
+   * `bias` an f32 [experts] selection bias or 0n; `sigmoid` 1 for sigmoid gating; weights times `scale`.
+   */
+  moeRoute(
+    logits: DevicePtr, n: number, experts: number, k: number, normalize: number, bias: DevicePtr, sigmoid: number, scale: number,
+  ): [DevicePtr, DevicePtr];
   /** y f32 [n·k, nOut] = x · W[ids]ᵀ, W stacked [experts, nOut, inner]; `xPerRow` 1 when x has n·k rows, 0 for n. */
   matmulExperts(
     x: DevicePtr, w: DevicePtr, dtype: number, ids: DevicePtr, n: number, k: number, experts: number, inner: number,

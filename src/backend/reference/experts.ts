@@ -3,36 +3,49 @@
  * (llama.cpp's mul_mat_id) and the weighted combine. f64 accumulation, as the other reference ops.
  */
 import { expectExpertMatmulShapes, expectMoeCombineShapes, expectMoeRouteShapes } from "../shape-checks.ts";
-import type { MoeRouting } from "../types.ts";
+import type { MoeRouteOptions, MoeRouting } from "../types.ts";
 import { f32Tensor, i32Tensor, type RefTensor } from "./storage.ts";
 
-/** Top-k experts of each row by logit, i.e. by probability (ties to the lower index); see Backend.moeRoute. */
-export function moeRoute(logits: RefTensor, k: number, normalize: boolean): MoeRouting {
-  const { n, experts } = expectMoeRouteShapes(logits, k);
+/**
+ * Top-k experts of each row by selection score (ties to the lower index) and their weights; see
+ * Backend.moeRoute. Without a selection bias the score is the logit, which softmax and sigmoid both
+ * keep in order, so rounding in the probabilities cannot reorder; with one it is probability + bias.
+ */
+export function moeRoute(logits: RefTensor, k: number, options: MoeRouteOptions): MoeRouting {
+  const { n, experts } = expectMoeRouteShapes(logits, k, options);
   const x = logits.f32;
+  const bias = options.selectionBias ? (options.selectionBias as RefTensor).f32 : undefined;
+  const sigmoid = options.gating === "sigmoid";
+  const scale = options.scale ?? 1;
   const ids = new Int32Array(n * k);
   const weights = new Float32Array(n * k);
   const probs = new Float64Array(experts);
+  const score = new Float64Array(experts);
   const taken = new Uint8Array(experts);
   for (let t = 0; t < n; t++) {
     const row = x.subarray(t * experts, (t + 1) * experts);
     let max = -Infinity;
     for (const v of row) max = Math.max(max, v);
+    // Softmax's denominator; a sigmoid is its own probability (a denominator of 1).
     let sum = 0;
-    for (let e = 0; e < experts; e++) sum += probs[e] = Math.exp(row[e] - max);
+    for (let e = 0; e < experts; e++) {
+      probs[e] = sigmoid ? 1 / (1 + Math.exp(-row[e])) : Math.exp(row[e] - max);
+      sum += probs[e];
+    }
+    if (sigmoid) sum = 1;
+    for (let e = 0; e < experts; e++) score[e] = bias ? probs[e] / sum + bias[e] : row[e];
     taken.fill(0);
     let picked = 0;
     for (let j = 0; j < k; j++) {
-      // Ordered by logit, which softmax keeps, so rounding in the probabilities cannot reorder.
       let best = -1;
-      for (let e = 0; e < experts; e++) if (!taken[e] && (best < 0 || row[e] > row[best])) best = e;
+      for (let e = 0; e < experts; e++) if (!taken[e] && (best < 0 || score[e] > score[best])) best = e;
       taken[best] = 1;
       ids[t * k + j] = best;
       picked += probs[best];
     }
-    // Probabilities over all experts; renormalising divides by the chosen ones' share instead.
-    const denominator = normalize ? picked : sum;
-    for (let j = 0; j < k; j++) weights[t * k + j] = probs[ids[t * k + j]] / denominator;
+    // Renormalising divides by the chosen ones' share instead of the whole row's.
+    const denominator = options.normalize ? picked : sum;
+    for (let j = 0; j < k; j++) weights[t * k + j] = (probs[ids[t * k + j]] / denominator) * scale;
   }
   return { ids: i32Tensor(ids, [n, k]), weights: f32Tensor(weights, [n, k]) };
 }

@@ -7,6 +7,7 @@ import {
   type AttentionBatch,
   type Backend,
   BackendShapeError,
+  type MoeRouteOptions,
   type RopeLayout,
   type SamplingRow,
   type Tensor,
@@ -88,7 +89,11 @@ export function createReferenceBackend(): Backend {
       scatterAdd(r(x, "scatterAdd target"), r(index, "scatterAdd index"), r(values, "scatterAdd values")),
     maskLogits: (logits: Tensor, rows: Tensor, bits: Tensor) =>
       maskLogits(r(logits, "maskLogits logits"), r(rows, "maskLogits rows"), r(bits, "maskLogits bits")),
-    moeRoute: (logits: Tensor, k: number, normalize: boolean) => moeRoute(r(logits, "moeRoute logits"), k, normalize),
+    moeRoute: (logits: Tensor, k: number, options: MoeRouteOptions) =>
+      moeRoute(r(logits, "moeRoute logits"), k, {
+        ...options,
+        selectionBias: options.selectionBias && r(options.selectionBias, "moeRoute selection bias"),
+      }),
     matmulExperts: (x: Tensor, w: Tensor, ids: Tensor) =>
       matmulExperts(r(x, "matmulExperts input"), r(w, "matmulExperts weight"), r(ids, "matmulExperts ids")),
     moeCombine: (y: Tensor, weights: Tensor) => moeCombine(r(y, "moeCombine input"), r(weights, "moeCombine weights")),

@@ -17,6 +17,7 @@ import type {
   AttentionBatch,
   Backend,
   BackendInfo,
+  MoeRouteOptions,
   MoeRouting,
   RopeLayout,
   SamplingRow,
@@ -132,8 +133,8 @@ export class WebGpuBackend implements Backend {
   gatherRows(x: Tensor, idx: Tensor): Tensor {
     return gatherRows(this.#ctx, x, idx);
   }
-  moeRoute(logits: Tensor, k: number, normalize: boolean): MoeRouting {
-    return moeRoute(this.#ctx, logits, k, normalize);
+  moeRoute(logits: Tensor, k: number, options: MoeRouteOptions): MoeRouting {
+    return moeRoute(this.#ctx, logits, k, options);
   }
   matmulExperts(x: Tensor, w: Tensor, ids: Tensor): Tensor {
     return matmulExperts(this.#ctx, x, w, ids);

@@ -4,24 +4,29 @@
  * few tokens, and for many (prefill) the rows sorted by expert on the device and multiplied in
  * register-blocked tiles, each expert's weights read once per tile rather than once per row.
  */
+import type { PooledBuffer } from "./buffer-pool.ts";
 import { type GpuContext } from "./context.ts";
+import { F32 } from "./recorder.ts";
 import { weightParams } from "./ops-linear.ts";
 import type { KernelParams } from "./kernel-source.ts";
 import { asGpu, type GpuTensor } from "./tensor.ts";
 import { expectExpertMatmulShapes, expectMoeCombineShapes, expectMoeRouteShapes } from "../shape-checks.ts";
-import type { MoeRouting, Tensor } from "../types.ts";
+import type { MoeRouteOptions, MoeRouting, Tensor } from "../types.ts";
 
 /** Top-k experts per row of router logits and their weights (Backend.moeRoute). */
-export function moeRoute(ctx: GpuContext, logitsT: Tensor, k: number, normalize: boolean): MoeRouting {
+export function moeRoute(ctx: GpuContext, logitsT: Tensor, k: number, options: MoeRouteOptions): MoeRouting {
   const logits = asGpu(logitsT, "moeRoute logits");
-  const { n, experts } = expectMoeRouteShapes(logits, k);
+  const bias = options.selectionBias && asGpu(options.selectionBias, "moeRoute selection bias");
+  const { n, experts } = expectMoeRouteShapes(logits, k, options);
   const ids = ctx.output([n, k], "i32");
   const weights = ctx.output([n, k]);
+  const bindings: [number, PooledBuffer][] = [[1, logits.buffer], [2, ids.buffer], [3, weights.buffer]];
+  if (bias) bindings.push([4, bias.buffer]);
   ctx.recorder.dispatch(
     "moe_route",
-    {},
-    [n, experts, k, normalize ? 1 : 0],
-    [[1, logits.buffer], [2, ids.buffer], [3, weights.buffer]],
+    { SIGMOID: options.gating === "sigmoid", BIAS: bias !== undefined },
+    [n, experts, k, options.normalize ? 1 : 0, new F32(options.scale ?? 1), 0, 0, 0],
+    bindings,
     Math.ceil(n / 64),
   );
   return { ids, weights };
