@@ -2,21 +2,58 @@
  * Model description shared by the loaders (GGUF, safetensors) and the forward pass.
  * Loaders translate their file's names into these; the forward knows nothing of file formats.
  */
-import type { RopeLayout, WeightDType } from "../backend/types.ts";
-
-/** Architectures the forward supports ("llama" includes Mixtral: a llama with {@link MoeConfig experts}). */
-export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen3moe";
+import type { MoeGating, RopeLayout, WeightDType } from "../backend/types.ts";
 
 /**
- * A mixture-of-experts feed-forward (Mixtral, Qwen3-MoE): a router picks `numExpertsUsed` of
- * `numExperts` SwiGLU experts per token and sums their outputs weighted by its softmax
- * probabilities. Every layer is an MoE layer when a config has one.
+ * Architectures the forward supports ("llama" includes Mixtral: a llama with {@link MoeConfig experts};
+ * "glm4moe" is GLM-4.5/4.6/4.7's and "qwen2moe" Qwen1.5/Qwen2-MoE's).
+ */
+export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe";
+
+/**
+ * A mixture-of-experts feed-forward: a router picks `numExpertsUsed` of `numExperts` SwiGLU experts
+ * per token and sums their outputs weighted by its probabilities (Backend.moeRoute); some models
+ * add an always-on shared expert and keep their first layers dense.
  */
 export interface MoeConfig {
   numExperts: number;
   numExpertsUsed: number;
-  /** Rescale the chosen experts' probabilities to sum to 1 (Mixtral and Qwen3-MoE do; llama.cpp's `norm_w`). */
+  /** Rescale the chosen experts' probabilities to sum to 1 (Mixtral, Qwen3-MoE, GLM-4.5; llama.cpp's `norm_w`). */
   normalizeTopK: boolean;
+  /** Softmax over the experts (Mixtral, Qwen) or each expert's sigmoid (GLM-4.5, DeepSeek V3). */
+  gating: MoeGating;
+  /** Each MoE layer has a router selection bias, `LayerWeights.routerBias` (GLM-4.5's `e_score_correction_bias`). */
+  selectionBias: boolean;
+  /** Multiplies the routed experts' weights (GLM-4.5's `routed_scaling_factor`, 2.5); 1 for most. */
+  routedScale: number;
+  /** Layers 0..denseLayers-1 have a dense feed-forward of width {@link denseIntermediateSize} (GLM-4.5's `first_k_dense_replace`). */
+  denseLayers: number;
+  denseIntermediateSize: number;
+  /** Width of the shared expert every token runs (GLM-4.5's shared experts fused; Qwen2-MoE's); 0 for none. */
+  sharedIntermediateSize: number;
+  /** The shared expert's output is scaled by sigmoid(x · `LayerWeights.sharedGate`) per token (Qwen2-MoE). */
+  sharedGate: boolean;
+}
+
+/** Experts as Mixtral and Qwen3-MoE have them: softmax routing, no bias, scale 1, every layer sparse, no shared expert. */
+export function plainMoe(numExperts: number, numExpertsUsed: number, normalizeTopK: boolean): MoeConfig {
+  return {
+    numExperts,
+    numExpertsUsed,
+    normalizeTopK,
+    gating: "softmax",
+    selectionBias: false,
+    routedScale: 1,
+    denseLayers: 0,
+    denseIntermediateSize: 0,
+    sharedIntermediateSize: 0,
+    sharedGate: false,
+  };
+}
+
+/** True when layer `i` of a model runs experts (an MoE model past its leading dense layers). */
+export function isMoeLayer(config: ModelConfig, i: number): boolean {
+  return config.moe !== undefined && i >= config.moe.denseLayers;
 }
 
 /** Hyper-parameters of a decoder-only transformer of the Llama/Qwen families. */
@@ -28,15 +65,17 @@ export interface ModelConfig {
   numHeads: number;
   numKvHeads: number;
   headDim: number;
-  /** The feed-forward width; with `moe`, each expert's. */
+  /** The feed-forward width; with `moe`, each routed expert's. */
   intermediateSize: number;
   /** Present for mixture-of-experts models. */
   moe?: MoeConfig;
   rmsNormEps: number;
   ropeTheta: number;
   ropeLayout: RopeLayout;
-  /** Per-pair RoPE frequency divisors, length headDim/2 (Llama 3.1+ "llama3" scaling; llama.cpp's
-   * `rope_freqs.weight`): pair i turns at pos · ropeTheta^(-2i/headDim) / ropeFreqFactors[i]. */
+  /** Dims of each head that RoPE turns, the first ones (GLM-4.5: half); absent for all `headDim`. */
+  rotaryDim?: number;
+  /** Per-pair RoPE frequency divisors, length rotaryDim/2 (Llama 3.1+ "llama3" scaling; llama.cpp's
+   * `rope_freqs.weight`): pair i turns at pos · ropeTheta^(-2i/rotaryDim) / ropeFreqFactors[i]. */
   ropeFreqFactors?: number[];
   /** Maximum context the model was trained for. */
   contextLength: number;
@@ -63,7 +102,7 @@ export interface HostTensor {
 /**
  * Host-side weights of one layer, named for their role. In a mixture-of-experts layer `wGate`,
  * `wUp` and `wDown` stack every expert's matrix: [experts, out, in] (GGUF's `ffn_*_exps`), and
- * `router` [experts, hidden] scores the experts.
+ * `router` [experts, hidden] scores the experts; a model's leading dense layers hold plain matrices.
  */
 export interface LayerWeights<T> {
   attnNorm: T;
@@ -81,6 +120,14 @@ export interface LayerWeights<T> {
   wUp: T;
   wDown: T;
   router?: T;
+  /** [experts]: added to the router's probabilities to choose experts ({@link MoeConfig.selectionBias}). */
+  routerBias?: T;
+  /** The shared expert's SwiGLU matrices ({@link MoeConfig.sharedIntermediateSize}). */
+  wGateShared?: T;
+  wUpShared?: T;
+  wDownShared?: T;
+  /** [1, hidden]: the shared expert's gate ({@link MoeConfig.sharedGate}). */
+  sharedGate?: T;
 }
 
 /** All weights of a model, generic over host (HostTensor) or device (Tensor) storage. */

@@ -10,7 +10,7 @@ import type { HostTensor, LayerWeights, LoadedModel, ModelConfig, ModelWeights }
 export interface DeviceModel {
   config: ModelConfig;
   weights: ModelWeights<Tensor>;
-  /** config.ropeFreqFactors as f32 [headDim / 2], uploaded once for every layer's rope. */
+  /** config.ropeFreqFactors as f32 [rotaryDim / 2], uploaded once for every layer's rope. */
   ropeFreqFactors?: Tensor;
 }
 
@@ -29,6 +29,10 @@ function uploadOptional(backend: Backend, t: HostTensor | undefined): Tensor | u
   return t === undefined ? undefined : uploadVector(backend, t);
 }
 
+function uploadOptionalMatrix(backend: Backend, t: HostTensor | undefined): Tensor | undefined {
+  return t === undefined ? undefined : uploadMatrix(backend, t);
+}
+
 function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeights<Tensor> {
   return {
     attnNorm: uploadVector(backend, l.attnNorm),
@@ -45,7 +49,12 @@ function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeight
     wGate: uploadMatrix(backend, l.wGate),
     wUp: uploadMatrix(backend, l.wUp),
     wDown: uploadMatrix(backend, l.wDown),
-    router: l.router === undefined ? undefined : uploadMatrix(backend, l.router),
+    router: uploadOptionalMatrix(backend, l.router),
+    routerBias: uploadOptional(backend, l.routerBias),
+    wGateShared: uploadOptionalMatrix(backend, l.wGateShared),
+    wUpShared: uploadOptionalMatrix(backend, l.wUpShared),
+    wDownShared: uploadOptionalMatrix(backend, l.wDownShared),
+    sharedGate: uploadOptionalMatrix(backend, l.sharedGate),
   };
 }
 

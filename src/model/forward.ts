@@ -1,10 +1,10 @@
 /**
  * One forward pass for the Llama / Qwen2 / Qwen3 family (dense, or with mixture-of-experts
- * feed-forwards: Mixtral, Qwen3-MoE) over a ragged batch, against the
+ * feed-forwards: Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5) over a ragged batch, against the
  * Backend interface, with a paged KV cache. Everything a step needs is passed in explicitly.
  */
 import type { Backend, Tensor } from "../backend/types.ts";
-import type { LayerWeights } from "./config.ts";
+import { isMoeLayer, type LayerWeights } from "./config.ts";
 import type { DeviceModel } from "./device-weights.ts";
 import { type FlatBatch, flattenBatch, type ForwardEntry, ForwardInputError, type StepTensors, uploadBatch } from "./forward-batch.ts";
 
@@ -66,38 +66,67 @@ function attentionBlock(
     k = s.keep(backend.rmsnorm(k, l.kNorm, c.rmsNormEps));
   }
   const f = model.ropeFreqFactors;
-  const qr = s.keep(backend.rope(q, step.positions, c.ropeTheta, c.ropeLayout, undefined, f));
-  const kr = s.keep(backend.rope(k, step.positions, c.ropeTheta, c.ropeLayout, undefined, f));
+  const qr = s.keep(backend.rope(q, step.positions, c.ropeTheta, c.ropeLayout, c.rotaryDim, f));
+  const kr = s.keep(backend.rope(k, step.positions, c.ropeTheta, c.ropeLayout, c.rotaryDim, f));
   backend.kvWrite(kr, v, kCache, vCache, step.slots);
   const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, 1 / Math.sqrt(c.headDim)));
   const o = s.keep(backend.matmul(backend.reshape(att, [n, c.numHeads * c.headDim]), l.wo));
   return backend.add(x, o);
 }
 
+/** SwiGLU: down(silu(h · gateᵀ) ⊙ (h · upᵀ)). */
+function swiglu(backend: Backend, h: Tensor, wGate: Tensor, wUp: Tensor, wDown: Tensor, s: Scratch): Tensor {
+  const gate = s.keep(backend.matmul(h, wGate));
+  const up = s.keep(backend.matmul(h, wUp));
+  const act = s.keep(backend.siluMul(gate, up));
+  return backend.matmul(act, wDown);
+}
+
 function mlpBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch): Tensor {
   const h = s.keep(backend.rmsnorm(x, l.ffnNorm, model.config.rmsNormEps));
-  const gate = s.keep(backend.matmul(h, l.wGate));
-  const up = s.keep(backend.matmul(h, l.wUp));
-  const act = s.keep(backend.siluMul(gate, up));
-  const down = s.keep(backend.matmul(act, l.wDown));
+  const down = s.keep(swiglu(backend, h, l.wGate, l.wUp, l.wDown, s));
   return backend.add(x, down);
 }
 
-/** The mixture-of-experts feed-forward: route each token, run its experts' SwiGLU, sum them by weight. */
+/**
+ * The mixture-of-experts feed-forward: route each token, run its experts' SwiGLU, sum them by
+ * weight, and add the shared expert where the model has one.
+ */
 function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch): Tensor {
   const c = model.config;
   const moe = c.moe!;
   if (!l.router) throw new ForwardInputError("The model config asks for experts but the weights lack a router");
+  if (moe.selectionBias && !l.routerBias) throw new ForwardInputError("The model config asks for a router selection bias but the weights lack it");
   const h = s.keep(backend.rmsnorm(x, l.ffnNorm, c.rmsNormEps));
   const logits = s.keep(backend.matmul(h, l.router));
-  const { ids, weights } = backend.moeRoute(logits, moe.numExpertsUsed, { normalize: moe.normalizeTopK });
+  const { ids, weights } = backend.moeRoute(logits, moe.numExpertsUsed, {
+    normalize: moe.normalizeTopK,
+    gating: moe.gating,
+    selectionBias: moe.selectionBias ? l.routerBias : undefined,
+    scale: moe.routedScale,
+  });
   s.keep(ids);
   s.keep(weights);
   const gate = s.keep(backend.matmulExperts(h, l.wGate, ids));
   const up = s.keep(backend.matmulExperts(h, l.wUp, ids));
   const act = s.keep(backend.siluMul(gate, up));
   const down = s.keep(backend.matmulExperts(act, l.wDown, ids));
-  const mixed = s.keep(backend.moeCombine(down, weights));
+  let mixed = s.keep(backend.moeCombine(down, weights));
+  if (moe.sharedIntermediateSize > 0) {
+    if (!l.wGateShared || !l.wUpShared || !l.wDownShared) throw new ForwardInputError("The model config asks for a shared expert but the weights lack it");
+    let shared = s.keep(swiglu(backend, h, l.wGateShared, l.wUpShared, l.wDownShared, s));
+    if (moe.sharedGate) {
+      if (!l.sharedGate) throw new ForwardInputError("The model config asks for a shared-expert gate but the weights lack it");
+      // sigmoid(h · gate) per token: a one-expert sigmoid route gives it as the weight, and the
+      // combine scales each row by it.
+      const gateLogit = s.keep(backend.matmul(h, l.sharedGate));
+      const g = backend.moeRoute(gateLogit, 1, { normalize: false, gating: "sigmoid" });
+      s.keep(g.ids);
+      s.keep(g.weights);
+      shared = s.keep(backend.moeCombine(shared, g.weights));
+    }
+    mixed = s.keep(backend.add(mixed, shared));
+  }
   return backend.add(x, mixed);
 }
 
@@ -146,7 +175,7 @@ export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step:
       const l = w.layers[i];
       const afterAttn = attentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], s);
       backend.free(x);
-      x = c.moe ? moeBlock(backend, model, l, afterAttn, s) : mlpBlock(backend, model, l, afterAttn, s);
+      x = isMoeLayer(c, i) ? moeBlock(backend, model, l, afterAttn, s) : mlpBlock(backend, model, l, afterAttn, s);
       backend.free(afterAttn);
       s.release();
     }

@@ -5,7 +5,17 @@
  */
 import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { openRandomAccess, type RandomAccessFile } from "../runtime/fs.ts";
-import { type Architecture, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, type Tokenizer } from "./config.ts";
+import {
+  type Architecture,
+  type HostTensor,
+  isMoeLayer,
+  type LoadedModel,
+  type ModelConfig,
+  ModelLoadError,
+  type MoeConfig,
+  plainMoe,
+  type Tokenizer,
+} from "./config.ts";
 import { GgufMetadata } from "./gguf-metadata.ts";
 import { type GgufHeader, type GgufTensorInfo, readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
 import { checkFreqFactors } from "./rope-scaling.ts";
@@ -14,7 +24,10 @@ import { SpmTokenizer } from "./tokenizer-spm.ts";
 import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
 import { EXPERT, stackingExperts } from "./expert-stack.ts";
 
-const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen3moe"];
+const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe"];
+
+/** Architectures whose every file has experts. */
+const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe"];
 
 const LAYER_NAMES: Record<LayerRole, string> = {
   attnNorm: "attn_norm.weight",
@@ -32,7 +45,15 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   wUp: "ffn_up.weight",
   wDown: "ffn_down.weight",
   router: "ffn_gate_inp.weight",
+  routerBias: "exp_probs_b.bias",
+  wGateShared: "ffn_gate_shexp.weight",
+  wUpShared: "ffn_up_shexp.weight",
+  wDownShared: "ffn_down_shexp.weight",
+  sharedGate: "ffn_gate_inp_shexp.weight",
 };
+
+/** GLM-4.5 names its pre-feed-forward norm after HF's `post_attention_layernorm`. */
+const GLM4MOE_NAMES: Partial<Record<LayerRole, string>> = { ffnNorm: "post_attention_norm.weight" };
 
 /** An MoE layer's stacked experts (llama.cpp's `ffn_*_exps`). */
 const EXPERT_NAMES: Partial<Record<LayerRole, string>> = {
@@ -56,10 +77,17 @@ export const GGUF_TENSOR_NAMES: TensorNames = {
   layer: (i, role) => `blk.${i}.${LAYER_NAMES[role]}`,
 };
 
-/** llama.cpp's names for a model with experts, stacked or (older Mixtral files) split. */
-function moeTensorNames(split: boolean): TensorNames {
+/**
+ * llama.cpp's names for a model with experts, stacked or (older Mixtral files) split; a leading
+ * dense layer's feed-forward keeps the plain names.
+ */
+function moeTensorNames(config: ModelConfig, split: boolean): TensorNames {
   const experts = split ? SPLIT_EXPERT_NAMES : EXPERT_NAMES;
-  return { ...GGUF_TENSOR_NAMES, layer: (i, role) => `blk.${i}.${experts[role] ?? LAYER_NAMES[role]}` };
+  const own = config.architecture === "glm4moe" ? GLM4MOE_NAMES : {};
+  return {
+    ...GGUF_TENSOR_NAMES,
+    layer: (i, role) => `blk.${i}.${own[role] ?? (isMoeLayer(config, i) ? experts[role] : undefined) ?? LAYER_NAMES[role]}`,
+  };
 }
 
 /** llama.cpp's tensor of per-pair RoPE frequency divisors (Llama 3.1+ converters write it). */
@@ -81,8 +109,11 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const numKvHeads = perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads);
   const headDim = meta.number(`${arch}.attention.key_length`, Math.floor(hiddenSize / numHeads));
   const ropeDim = meta.number(`${arch}.rope.dimension_count`, headDim);
-  if (ropeDim !== headDim) {
-    throw new ModelLoadError(`Model "${path}" rotates ${ropeDim} of ${headDim} head dims; partial RoPE is not supported`);
+  if (!Number.isInteger(ropeDim) || ropeDim <= 0 || ropeDim % 2 !== 0 || ropeDim > headDim) {
+    throw new ModelLoadError(`Model "${path}" rotates ${ropeDim} of ${headDim} head dims; expected an even count from 2 to ${headDim}`);
+  }
+  if (meta.has(`${arch}.rope.dimension_sections`)) {
+    throw new ModelLoadError(`Model "${path}" uses multimodal RoPE sections ("${arch}.rope.dimension_sections"), which are not supported`);
   }
   const scalingType = meta.string(`${arch}.rope.scaling.type`, "none");
   if (scalingType !== "none" && meta.number(`${arch}.rope.scaling.factor`, 1) !== 1) {
@@ -103,11 +134,17 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const bos = optionalId("tokenizer.ggml.bos_token_id");
   const moe = ggufMoe(meta, arch, path);
   const ffnKey = moe ? `${arch}.expert_feed_forward_length` : `${arch}.feed_forward_length`;
+  // GLM-4.5 files end with multi-token-prediction blocks (NextN) that llama.cpp loads but never runs.
+  const blocks = meta.number(`${arch}.block_count`);
+  const nextn = meta.optionalNumber(`${arch}.nextn_predict_layers`) ?? 0;
+  if (!Number.isInteger(nextn) || nextn < 0 || nextn >= blocks) {
+    throw new ModelLoadError(`Model "${path}" has ${nextn} next-token-prediction layers of its ${blocks} blocks`);
+  }
   return {
     architecture,
     vocabSize: embd.shape[0],
     hiddenSize,
-    numLayers: meta.number(`${arch}.block_count`),
+    numLayers: blocks - nextn,
     numHeads,
     numKvHeads,
     headDim,
@@ -116,6 +153,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     rmsNormEps: meta.number(`${arch}.attention.layer_norm_rms_epsilon`, 1e-6),
     ropeTheta: meta.number(`${arch}.rope.freq_base`, 10000),
     ropeLayout: architecture === "llama" ? "normal" : "neox",
+    ...(ropeDim !== headDim ? { rotaryDim: ropeDim } : {}),
     contextLength: meta.number(`${arch}.context_length`, 2048),
     tiedEmbeddings: !tensors.has(GGUF_TENSOR_NAMES.output),
     qkvBias: tensors.has(GGUF_TENSOR_NAMES.layer(0, "bq")),
@@ -127,23 +165,60 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
 }
 
 /**
- * The experts of a Mixtral (`llama` with `llama.expert_count`) or Qwen3-MoE file. llama.cpp
- * renormalises the chosen experts' weights for both (`norm_w`), whatever the file says.
+ * The experts of a Mixtral (`llama` with `llama.expert_count`), Qwen2-MoE, Qwen3-MoE or GLM-4.5 file,
+ * routed as llama.cpp routes each: it renormalises the chosen experts' weights for Mixtral and
+ * Qwen3-MoE whatever the file says, never for Qwen2-MoE, and for GLM-4.5 per `expert_weights_norm`.
  */
 function ggufMoe(meta: GgufMetadata, arch: string, path: string): MoeConfig | undefined {
   const numExperts = meta.optionalNumber(`${arch}.expert_count`) ?? 0;
   if (numExperts === 0) {
-    if (arch === "qwen3moe") throw new ModelLoadError(`Model "${path}" is qwen3moe but has no "${arch}.expert_count"`);
+    if (MOE_ARCHITECTURES.includes(arch)) throw new ModelLoadError(`Model "${path}" is ${arch} but has no "${arch}.expert_count"`);
     return undefined;
   }
   const numExpertsUsed = meta.number(`${arch}.expert_used_count`);
   if (!Number.isInteger(numExpertsUsed) || numExpertsUsed < 1 || numExpertsUsed > numExperts) {
     throw new ModelLoadError(`Model "${path}" uses ${numExpertsUsed} of its ${numExperts} experts per token; expected 1 to ${numExperts}`);
   }
-  if ((meta.optionalNumber(`${arch}.expert_shared_count`) ?? 0) > 0) {
-    throw new ModelLoadError(`Model "${path}" has shared experts, which the "${arch}" architecture does not support`);
+  const groups = meta.optionalNumber(`${arch}.expert_group_count`) ?? 0;
+  if (groups > 1) {
+    throw new ModelLoadError(`Model "${path}" routes within ${groups} expert groups ("${arch}.expert_group_count"); grouped routing is not supported`);
   }
-  return { numExperts, numExpertsUsed, normalizeTopK: true };
+  const shared = meta.optionalNumber(`${arch}.expert_shared_count`) ?? 0;
+  // llama.cpp treats a scale of 0 (its default) as none.
+  const scale = meta.optionalNumber(`${arch}.expert_weights_scale`) ?? 0;
+  const routedScale = scale === 0 ? 1 : scale;
+  const expertWidth = () => perLayerNumber(meta, `${arch}.expert_feed_forward_length`, path);
+  switch (arch) {
+    case "qwen2moe":
+      return {
+        ...plainMoe(numExperts, numExpertsUsed, false),
+        routedScale,
+        sharedIntermediateSize: meta.number(`${arch}.expert_shared_feed_forward_length`, perLayerNumber(meta, `${arch}.feed_forward_length`, path)),
+        sharedGate: true,
+      };
+    case "glm4moe": {
+      const gatingFunc = meta.optionalNumber(`${arch}.expert_gating_func`) ?? 0;
+      if (gatingFunc !== 0 && gatingFunc !== 1 && gatingFunc !== 2) {
+        throw new ModelLoadError(`Model "${path}" uses expert gating function ${gatingFunc}; supported: 1 (softmax), 2 (sigmoid)`);
+      }
+      const denseLayers = meta.optionalNumber(`${arch}.leading_dense_block_count`) ?? 0;
+      return {
+        numExperts,
+        numExpertsUsed,
+        normalizeTopK: meta.bool(`${arch}.expert_weights_norm`, false),
+        gating: gatingFunc === 1 ? "softmax" : "sigmoid",
+        selectionBias: true,
+        routedScale,
+        denseLayers,
+        denseIntermediateSize: denseLayers > 0 ? perLayerNumber(meta, `${arch}.feed_forward_length`, path) : 0,
+        sharedIntermediateSize: shared * expertWidth(),
+        sharedGate: false,
+      };
+    }
+    default:
+      if (shared > 0) throw new ModelLoadError(`Model "${path}" has shared experts, which the "${arch}" architecture does not support`);
+      return plainMoe(numExperts, numExpertsUsed, true);
+  }
 }
 
 /** Some GGUFs store per-layer values as arrays; we support only uniform ones. */
@@ -186,11 +261,16 @@ export function ggufTokenizer(header: GgufHeader, config: ModelConfig, path: str
   }
 }
 
-async function readFreqFactors(file: RandomAccessFile, info: GgufTensorInfo, headDim: number, path: string): Promise<number[]> {
+async function readFreqFactors(file: RandomAccessFile, info: GgufTensorInfo, rotaryDim: number, path: string): Promise<number[]> {
   const t = await readGgufTensor(file, info);
   const count = t.shape.reduce((a, b) => a * b, 1);
   if (t.shape.length !== 1) throw new ModelLoadError(`Tensor "${GGUF_ROPE_FREQS}" in "${path}" should be 1-D, got [${t.shape.join(", ")}]`);
-  return checkFreqFactors(Array.from(decodeToF32(t.data, t.dtype, count)), headDim, path);
+  return checkFreqFactors(Array.from(decodeToF32(t.data, t.dtype, count)), rotaryDim, path);
+}
+
+/** llama.cpp stores Qwen2-MoE's shared-expert gate as a vector [hidden]; the forward multiplies by it as a [1, hidden] matrix. */
+function sharedGateAsMatrix(t: HostTensor): HostTensor {
+  return t.name.endsWith(LAYER_NAMES.sharedGate) && t.shape.length === 1 ? { ...t, shape: [1, t.shape[0]] } : t;
 }
 
 /** Loads a GGUF model file. */
@@ -200,19 +280,20 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
     const header = await readGgufHeader(file);
     const config = ggufConfig(header, path);
     const freqs = header.tensors.find((t) => t.name === GGUF_ROPE_FREQS);
-    if (freqs) config.ropeFreqFactors = await readFreqFactors(file, freqs, config.headDim, path);
+    if (freqs) config.ropeFreqFactors = await readFreqFactors(file, freqs, config.rotaryDim ?? config.headDim, path);
     const tokenizer = ggufTokenizer(header, config, path);
     const infos = new Map<string, GgufTensorInfo>(header.tensors.map((t) => [t.name, t]));
     const source = {
       has: (n: string) => infos.has(n),
       byteLength: (n: string) => infos.get(n)!.byteLength,
-      read: (n: string) => readGgufTensor(file, infos.get(n)!),
+      read: async (n: string) => sharedGateAsMatrix(await readGgufTensor(file, infos.get(n)!)),
     };
     const moe = config.moe;
     // Experts are stacked in current files; the first Mixtral conversions wrote one tensor per expert.
-    const split = moe !== undefined && !infos.has(moeTensorNames(false).layer(0, "wGate")) &&
-      infos.has(moeTensorNames(true).layer(0, "wGate").replace(EXPERT, "0"));
-    const names = moe ? moeTensorNames(split) : GGUF_TENSOR_NAMES;
+    const first = moe?.denseLayers ?? 0;
+    const split = moe !== undefined && !infos.has(moeTensorNames(config, false).layer(first, "wGate")) &&
+      infos.has(moeTensorNames(config, true).layer(first, "wGate").replace(EXPERT, "0"));
+    const names = moe ? moeTensorNames(config, split) : GGUF_TENSOR_NAMES;
     const weights = await assembleWeights(config, moe ? stackingExperts(source, moe.numExperts, path) : source, names, path, options);
     const template = header.metadata.get("tokenizer.chat_template")?.value;
     return {

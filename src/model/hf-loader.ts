@@ -5,7 +5,7 @@
  */
 import { promises as fsp } from "node:fs";
 import { openRandomAccess, pathExists, type RandomAccessFile, readTextFile } from "../runtime/fs.ts";
-import { type Architecture, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig } from "./config.ts";
+import { type Architecture, isMoeLayer, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
 import { readSafetensor, readSafetensorsHeader, type SafetensorsInfo } from "./safetensors.ts";
 import { HfTokenizer } from "./tokenizer-hf.ts";
@@ -28,15 +28,30 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   wUp: "mlp.up_proj.weight",
   wDown: "mlp.down_proj.weight",
   router: "mlp.gate.weight",
+  routerBias: "mlp.gate.e_score_correction_bias",
+  wGateShared: "mlp.shared_experts.gate_proj.weight",
+  wUpShared: "mlp.shared_experts.up_proj.weight",
+  wDownShared: "mlp.shared_experts.down_proj.weight",
+  sharedGate: "mlp.shared_expert_gate.weight",
 };
 
-/** Per-expert names of an MoE layer, stacked on load (expert-stack.ts): Qwen3-MoE's and Mixtral's. */
-const EXPERT_NAMES: Record<"qwen3moe" | "mixtral", Partial<Record<LayerRole, string>>> = {
-  qwen3moe: {
-    wGate: `mlp.experts.${EXPERT}.gate_proj.weight`,
-    wUp: `mlp.experts.${EXPERT}.up_proj.weight`,
-    wDown: `mlp.experts.${EXPERT}.down_proj.weight`,
+/** Qwen's per-expert names, which Qwen2-MoE and GLM-4.5 share. */
+const QWEN_EXPERTS: Partial<Record<LayerRole, string>> = {
+  wGate: `mlp.experts.${EXPERT}.gate_proj.weight`,
+  wUp: `mlp.experts.${EXPERT}.up_proj.weight`,
+  wDown: `mlp.experts.${EXPERT}.down_proj.weight`,
+};
+
+/** Per-expert names of an MoE layer, stacked on load (expert-stack.ts), and each family's other MoE names. */
+const EXPERT_NAMES: Record<"qwen2moe" | "qwen3moe" | "glm4moe" | "mixtral", Partial<Record<LayerRole, string>>> = {
+  qwen2moe: {
+    ...QWEN_EXPERTS,
+    wGateShared: "mlp.shared_expert.gate_proj.weight",
+    wUpShared: "mlp.shared_expert.up_proj.weight",
+    wDownShared: "mlp.shared_expert.down_proj.weight",
   },
+  qwen3moe: QWEN_EXPERTS,
+  glm4moe: QWEN_EXPERTS,
   mixtral: {
     router: "block_sparse_moe.gate.weight",
     wGate: `block_sparse_moe.experts.${EXPERT}.w1.weight`,
@@ -53,20 +68,28 @@ export const HF_TENSOR_NAMES: TensorNames = {
   layer: (i, role) => `model.layers.${i}.${LAYER_NAMES[role]}`,
 };
 
-/** transformers' names for a model with experts. */
-function moeTensorNames(family: keyof typeof EXPERT_NAMES): TensorNames {
-  const experts = EXPERT_NAMES[family];
-  return { ...HF_TENSOR_NAMES, layer: (i, role) => `model.layers.${i}.${experts[role] ?? LAYER_NAMES[role]}` };
+/** transformers' names for a model with experts (a leading dense layer keeps the plain names). */
+function moeTensorNames(config: ModelConfig): TensorNames {
+  const a = config.architecture;
+  const experts = EXPERT_NAMES[a === "qwen2moe" || a === "qwen3moe" || a === "glm4moe" ? a : "mixtral"];
+  return {
+    ...HF_TENSOR_NAMES,
+    layer: (i, role) => `model.layers.${i}.${(isMoeLayer(config, i) ? experts[role] : undefined) ?? LAYER_NAMES[role]}`,
+  };
 }
 
 const HF_ARCHITECTURES: Record<string, Architecture> = {
   LlamaForCausalLM: "llama",
   Qwen2ForCausalLM: "qwen2",
   Qwen3ForCausalLM: "qwen3",
+  Qwen2MoeForCausalLM: "qwen2moe",
   Qwen3MoeForCausalLM: "qwen3moe",
+  Glm4MoeForCausalLM: "glm4moe",
   MixtralForCausalLM: "llama",
   // config.json's model_type, for files without `architectures`
+  qwen2_moe: "qwen2moe",
   qwen3_moe: "qwen3moe",
+  glm4_moe: "glm4moe",
   mixtral: "llama",
 };
 
@@ -106,7 +129,7 @@ function tokenString(v: unknown): string | undefined {
 /** Builds a ModelConfig from config.json (+ tokenizer_config.json for BOS handling). */
 export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: string): ModelConfig {
   const archName = Array.isArray(cfg.architectures) ? String(cfg.architectures[0]) : String(cfg.model_type ?? "");
-  const architecture = HF_ARCHITECTURES[archName] ?? (["llama", "qwen2", "qwen3", "qwen3moe"].includes(archName) ? archName as Architecture : undefined);
+  const architecture = HF_ARCHITECTURES[archName] ?? (["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe"].includes(archName) ? archName as Architecture : undefined);
   if (!architecture) {
     throw new ModelLoadError(`Unknown architecture "${archName}" in "${path}"; supported: ${Object.keys(HF_ARCHITECTURES).join(", ")}`);
   }
@@ -119,7 +142,8 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const addBosSetting = tokCfg.add_bos_token;
   const headDim = num(cfg, "head_dim", path, Math.floor(hiddenSize / numHeads));
   const ropeTheta = num(cfg, "rope_theta", path, ropeParametersTheta(cfg) ?? 10000);
-  const ropeFreqFactors = hfRopeFreqFactors(cfg, ropeTheta, headDim, path);
+  const rotaryDim = hfRotaryDim(cfg, architecture, headDim, path);
+  const ropeFreqFactors = hfRopeFreqFactors(cfg, ropeTheta, rotaryDim ?? headDim, path);
   const moe = hfMoe(cfg, archName, architecture, path);
   return {
     architecture,
@@ -129,39 +153,76 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     numHeads,
     numKvHeads,
     headDim,
-    intermediateSize: num(cfg, architecture === "qwen3moe" ? "moe_intermediate_size" : "intermediate_size", path),
+    intermediateSize: num(cfg, moe && architecture !== "llama" ? "moe_intermediate_size" : "intermediate_size", path),
     ...(moe ? { moe } : {}),
     rmsNormEps: num(cfg, "rms_norm_eps", path, 1e-6),
     ropeTheta,
     ropeLayout: "neox",
+    ...(rotaryDim !== undefined ? { rotaryDim } : {}),
     ...(ropeFreqFactors ? { ropeFreqFactors } : {}),
     contextLength: num(cfg, "max_position_embeddings", path, 2048),
     tiedEmbeddings: cfg.tie_word_embeddings === true,
-    qkvBias: architecture === "qwen2" || cfg.attention_bias === true,
-    qkNorm: architecture === "qwen3" || architecture === "qwen3moe",
+    qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || cfg.attention_bias === true,
+    qkNorm: architecture === "qwen3" || architecture === "qwen3moe" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
     bosTokenId: bos,
     eosTokenIds,
     addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",
   };
 }
 
-/** The experts of a Mixtral or Qwen3-MoE config.json (every layer sparse: their released configs). */
+/**
+ * RoPE's dims when it turns only the first ones of a head (`partial_rotary_factor`; GLM-4.5's
+ * default is a half); undefined for all of them.
+ */
+function hfRotaryDim(cfg: Json, architecture: Architecture, headDim: number, path: string): number | undefined {
+  const factor = num(cfg, "partial_rotary_factor", path, architecture === "glm4moe" ? 0.5 : 1);
+  const dims = Math.floor(headDim * factor);
+  if (!(factor > 0 && factor <= 1) || dims % 2 !== 0 || dims === 0) {
+    throw new ModelLoadError(`"partial_rotary_factor" in "${path}" should give an even number of a head's ${headDim} dims, got ${factor}`);
+  }
+  return dims === headDim ? undefined : dims;
+}
+
+/** The experts of a Mixtral, Qwen2-MoE, Qwen3-MoE or GLM-4.5 config.json. */
 function hfMoe(cfg: Json, archName: string, architecture: Architecture, path: string): MoeConfig | undefined {
   const mixtral = archName === "MixtralForCausalLM" || archName === "mixtral";
-  if (!mixtral && architecture !== "qwen3moe") return undefined;
-  const numExperts = num(cfg, mixtral ? "num_local_experts" : "num_experts", path);
+  if (!mixtral && architecture !== "qwen2moe" && architecture !== "qwen3moe" && architecture !== "glm4moe") return undefined;
+  const glm = architecture === "glm4moe";
+  const numExperts = num(cfg, mixtral ? "num_local_experts" : glm ? "n_routed_experts" : "num_experts", path);
   const numExpertsUsed = num(cfg, "num_experts_per_tok", path);
   if (!Number.isInteger(numExpertsUsed) || numExpertsUsed < 1 || numExpertsUsed > numExperts) {
     throw new ModelLoadError(`"num_experts_per_tok" in "${path}" should be 1 to ${numExperts}, got ${numExpertsUsed}`);
+  }
+  if (glm) {
+    const groups = num(cfg, "n_group", path, 1);
+    if (groups > 1 && num(cfg, "topk_group", path, 1) < groups) {
+      throw new ModelLoadError(`Model "${path}" routes within ${groups} expert groups ("n_group"); grouped routing is not supported`);
+    }
+    // transformers' Glm4MoeConfig defaults: one dense layer, one shared expert, renormalised, scale 1.
+    const denseLayers = num(cfg, "first_k_dense_replace", path, 1);
+    return {
+      numExperts,
+      numExpertsUsed,
+      normalizeTopK: cfg.norm_topk_prob !== false,
+      gating: "sigmoid",
+      selectionBias: true,
+      routedScale: num(cfg, "routed_scaling_factor", path, 1),
+      denseLayers,
+      denseIntermediateSize: denseLayers > 0 ? num(cfg, "intermediate_size", path) : 0,
+      sharedIntermediateSize: num(cfg, "n_shared_experts", path, 1) * num(cfg, "moe_intermediate_size", path),
+      sharedGate: false,
+    };
   }
   const dense = cfg.mlp_only_layers;
   const step = cfg.decoder_sparse_step;
   if ((Array.isArray(dense) && dense.length > 0) || (typeof step === "number" && step !== 1)) {
     throw new ModelLoadError(`Model "${path}" mixes dense and MoE layers (mlp_only_layers, decoder_sparse_step); only all-MoE layers are supported`);
   }
-  // Mixtral always renormalises (softmax over the chosen logits); Qwen3-MoE per its config
-  // (transformers' default false, true in every released checkpoint).
-  return { numExperts, numExpertsUsed, normalizeTopK: mixtral || cfg.norm_topk_prob === true };
+  // Mixtral always renormalises (softmax over the chosen logits); Qwen2- and Qwen3-MoE per their
+  // config (transformers' default false; true in every released Qwen3-MoE, false in Qwen2-MoE's).
+  const moe = plainMoe(numExperts, numExpertsUsed, mixtral || cfg.norm_topk_prob === true);
+  if (architecture !== "qwen2moe") return moe;
+  return { ...moe, sharedIntermediateSize: num(cfg, "shared_expert_intermediate_size", path), sharedGate: true };
 }
 
 /** transformers 5 moves rope_theta into `rope_parameters`. */
@@ -225,7 +286,7 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
       read: (n: string) => readSafetensor(index.get(n)![0], index.get(n)![1]),
     };
     const moe = config.moe;
-    const names = !moe ? HF_TENSOR_NAMES : moeTensorNames(config.architecture === "qwen3moe" ? "qwen3moe" : "mixtral");
+    const names = !moe ? HF_TENSOR_NAMES : moeTensorNames(config);
     const weights = await assembleWeights(config, moe ? stackingExperts(source, moe.numExperts, dir) : source, names, dir, options);
     return { config, weights, tokenizer, chatTemplate: await chatTemplate(dir, tokCfg), source: dir };
   } finally {

@@ -5,7 +5,7 @@
  */
 import { blockValues, decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
 import { numel, WEIGHT_DTYPES, type WeightDType } from "../backend/types.ts";
-import { type HostTensor, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights } from "./config.ts";
+import { type HostTensor, isMoeLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights } from "./config.ts";
 
 /** Progress of a load: bytes of tensor data read so far out of the total. */
 export interface LoadProgress {
@@ -64,13 +64,19 @@ export interface TensorNames {
   layer(index: number, role: LayerRole): string;
 }
 
-const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>(["attnNorm", "ffnNorm", "qNorm", "kNorm", "bq", "bk", "bv"]);
+const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>(["attnNorm", "ffnNorm", "qNorm", "kNorm", "bq", "bk", "bv", "routerBias"]);
 
-function expectedLayerShape(c: ModelConfig, role: LayerRole): number[] {
+/** Small tensors kept as stored (not quantized): llama.cpp's quantizer leaves them too, and their rounding would change which experts run. */
+const KEEP_AS_STORED: ReadonlySet<LayerRole> = new Set<LayerRole>(["router", "sharedGate"]);
+
+function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): number[] {
   const q = c.numHeads * c.headDim;
   const kv = c.numKvHeads * c.headDim;
-  // An MoE layer stacks its experts' feed-forward matrices.
-  const experts = c.moe ? [c.moe.numExperts] : [];
+  // An MoE layer stacks its experts' feed-forward matrices; a leading dense layer has its own width.
+  const sparse = isMoeLayer(c, layer);
+  const experts = sparse ? [c.moe!.numExperts] : [];
+  const ff = c.moe && !sparse ? c.moe.denseIntermediateSize : c.intermediateSize;
+  const shared = c.moe?.sharedIntermediateSize ?? 0;
   switch (role) {
     case "attnNorm":
     case "ffnNorm":
@@ -92,12 +98,36 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole): number[] {
       return [c.headDim];
     case "wGate":
     case "wUp":
-      return [...experts, c.intermediateSize, c.hiddenSize];
+      return [...experts, ff, c.hiddenSize];
     case "wDown":
-      return [...experts, c.hiddenSize, c.intermediateSize];
+      return [...experts, c.hiddenSize, ff];
     case "router":
       return [c.moe?.numExperts ?? 0, c.hiddenSize];
+    case "routerBias":
+      return [c.moe?.numExperts ?? 0];
+    case "wGateShared":
+    case "wUpShared":
+      return [shared, c.hiddenSize];
+    case "wDownShared":
+      return [c.hiddenSize, shared];
+    case "sharedGate":
+      return [1, c.hiddenSize];
   }
+}
+
+/** The roles layer `i` of a model has, in the order they are read. */
+export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
+  const roles: LayerRole[] = ["attnNorm", "wq", "wk", "wv", "wo", "ffnNorm", "wGate", "wUp", "wDown"];
+  if (config.qkvBias) roles.push("bq", "bk", "bv");
+  if (config.qkNorm) roles.push("qNorm", "kNorm");
+  const moe = config.moe;
+  if (moe && isMoeLayer(config, i)) {
+    roles.push("router");
+    if (moe.selectionBias) roles.push("routerBias");
+    if (moe.sharedIntermediateSize > 0) roles.push("wGateShared", "wUpShared", "wDownShared");
+    if (moe.sharedGate) roles.push("sharedGate");
+  }
+  return roles;
 }
 
 /** Converts a tensor of any weight dtype to f32 (norm weights and biases are always f32). */
@@ -116,20 +146,15 @@ export async function assembleWeights(
   sourcePath: string,
   options: LoadOptions = {},
 ): Promise<ModelWeights<HostTensor>> {
-  const roles: LayerRole[] = ["attnNorm", "wq", "wk", "wv", "wo", "ffnNorm", "wGate", "wUp", "wDown"];
-  if (config.qkvBias) roles.push("bq", "bk", "bv");
-  if (config.qkNorm) roles.push("qNorm", "kNorm");
-  if (config.moe) roles.push("router");
   const wanted: string[] = [names.tokenEmbedding, names.outputNorm];
   if (!config.tiedEmbeddings) wanted.push(names.output);
-  for (let i = 0; i < config.numLayers; i++) for (const r of roles) wanted.push(names.layer(i, r));
+  for (let i = 0; i < config.numLayers; i++) for (const r of layerRoles(config, i)) wanted.push(names.layer(i, r));
   for (const n of wanted) {
     if (!source.has(n)) throw new ModelLoadError(`Model "${sourcePath}" lacks the tensor "${n}"`);
   }
   const totalBytes = wanted.reduce((a, n) => a + source.byteLength(n), 0);
   let bytesRead = 0;
-  // Norms and biases become f32; a router stays as stored (llama.cpp's quantizer leaves it too: it
-  // is small, and its rounding would change which experts run).
+  // Norms and biases become f32; routers and the shared-expert gate stay as stored.
   const read = async (name: string, shape: number[], f32: boolean, keep = false): Promise<HostTensor> => {
     const t = await source.read(name);
     if (t.shape.length !== shape.length || t.shape.some((d, i) => d !== shape[i])) {
@@ -143,7 +168,9 @@ export async function assembleWeights(
   const layers: LayerWeights<HostTensor>[] = [];
   for (let i = 0; i < config.numLayers; i++) {
     const layer: Partial<LayerWeights<HostTensor>> = {};
-    for (const r of roles) layer[r] = await read(names.layer(i, r), expectedLayerShape(config, r), NORM_OR_BIAS.has(r), r === "router");
+    for (const r of layerRoles(config, i)) {
+      layer[r] = await read(names.layer(i, r), expectedLayerShape(config, r, i), NORM_OR_BIAS.has(r), KEEP_AS_STORED.has(r));
+    }
     layers.push(layer as LayerWeights<HostTensor>);
   }
   const outputNorm = await read(names.outputNorm, [config.hiddenSize], true);

@@ -35,8 +35,17 @@ export interface ModelFileSpec {
   tokenizer?: "spm" | "qwen2" | "llama-bpe";
   /** RoPE base; default 10000 for llama, 1e6 for Qwen. */
   ropeTheta?: number;
-  /** Mixture-of-experts feed-forwards: Mixtral's layout for llama, Qwen3-MoE's for qwen3moe (whose dense `ffn` then sizes each expert). */
-  experts?: { count: number; used: number };
+  /**
+   * Mixture-of-experts feed-forwards in the architecture's layout (Mixtral's for llama; `ffn` then
+   * sizes each expert, and a dense layer is 3·ffn wide). `sharedFfn`: the shared expert's width
+   * (qwen2moe, glm4moe; a multiple of `ffn` for glm4moe); `denseLayers`: leading dense layers and
+   * `scale` the routed weights' scale (glm4moe).
+   */
+  experts?: { count: number; used: number; sharedFfn?: number; denseLayers?: number; scale?: number };
+  /** GLM-4.5's multi-token-prediction blocks after the last layer, which llama.cpp loads and never runs. */
+  nextn?: number;
+  /** RoPE over the first `rotaryDim` dims of each head (GLM-4.5 turns half). */
+  rotaryDim?: number;
   /** Llama 3.1-style "llama3" scaling: HF config `rope_scaling`, GGUF `rope_freqs.weight` (as convert_hf_to_gguf.py bakes it). */
   ropeScaling?: Llama3RopeScaling;
 }
@@ -66,6 +75,9 @@ export function seededRandom(seed: number): () => number {
   };
 }
 
+/** Whether a spec's attention projections have biases (Qwen2's and GLM-4.5's). */
+const hasQkvBias = (spec: ModelFileSpec) => ["qwen2", "qwen2moe", "glm4moe"].includes(spec.architecture);
+
 /** Draws the weights of `spec` in HF naming. */
 export function randomHfWeights(spec: ModelFileSpec): HfWeights {
   const rand = seededRandom(spec.seed);
@@ -75,15 +87,27 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
     w.set(name, { shape, values: new Float32Array(n).map(() => offset + (rand() * 2 - 1) * scale) });
   };
   const { hidden, heads, kvHeads, headDim: hd, ffn, vocab } = spec;
+  const swiglu = (prefix: string, width: number) => {
+    put(prefix + "gate_proj.weight", [width, hidden], 1 / Math.sqrt(hidden));
+    put(prefix + "up_proj.weight", [width, hidden], 1 / Math.sqrt(hidden));
+    put(prefix + "down_proj.weight", [hidden, width], 1 / Math.sqrt(width));
+  };
   put("model.embed_tokens.weight", [vocab, hidden], 1);
-  for (let i = 0; i < spec.layers; i++) {
+  for (let i = 0; i < spec.layers + (spec.nextn ?? 0); i++) {
     const p = `model.layers.${i}.`;
+    if (i >= spec.layers) {
+      // A GLM-4.5 NextN block: its own input projection and norms, then a whole MoE layer.
+      put(p + "eh_proj.weight", [hidden, 2 * hidden], 1 / Math.sqrt(hidden));
+      put(p + "enorm.weight", [hidden], 0.2, 1);
+      put(p + "hnorm.weight", [hidden], 0.2, 1);
+      put(p + "shared_head.norm.weight", [hidden], 0.2, 1);
+    }
     put(p + "input_layernorm.weight", [hidden], 0.2, 1);
     put(p + "self_attn.q_proj.weight", [heads * hd, hidden], 1 / Math.sqrt(hidden));
     put(p + "self_attn.k_proj.weight", [kvHeads * hd, hidden], 1 / Math.sqrt(hidden));
     put(p + "self_attn.v_proj.weight", [kvHeads * hd, hidden], 1 / Math.sqrt(hidden));
     put(p + "self_attn.o_proj.weight", [hidden, heads * hd], 1 / Math.sqrt(heads * hd));
-    if (spec.architecture === "qwen2") {
+    if (hasQkvBias(spec)) {
       put(p + "self_attn.q_proj.bias", [heads * hd], 0.5);
       put(p + "self_attn.k_proj.bias", [kvHeads * hd], 0.5);
       put(p + "self_attn.v_proj.bias", [kvHeads * hd], 0.5);
@@ -93,22 +117,28 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
       put(p + "self_attn.k_norm.weight", [hd], 0.2, 1);
     }
     put(p + "post_attention_layernorm.weight", [hidden], 0.2, 1);
-    if (spec.experts) {
+    const experts = spec.experts;
+    if (experts && i >= (experts.denseLayers ?? 0)) {
       const mixtral = spec.architecture === "llama";
       const m = mixtral ? "block_sparse_moe." : "mlp.";
       // A sharper router than the projections, so tokens disagree about their experts.
-      put(p + m + "gate.weight", [spec.experts.count, hidden], 4 / Math.sqrt(hidden));
-      for (let e = 0; e < spec.experts.count; e++) {
+      put(p + m + "gate.weight", [experts.count, hidden], 4 / Math.sqrt(hidden));
+      // GLM-4.5's selection bias, large enough next to the sigmoids to change which experts win.
+      if (spec.architecture === "glm4moe") put(p + "mlp.gate.e_score_correction_bias", [experts.count], 0.5);
+      for (let e = 0; e < experts.count; e++) {
         const x = `${p}${m}experts.${e}.`;
-        put(x + (mixtral ? "w1.weight" : "gate_proj.weight"), [ffn, hidden], 1 / Math.sqrt(hidden));
-        put(x + (mixtral ? "w3.weight" : "up_proj.weight"), [ffn, hidden], 1 / Math.sqrt(hidden));
-        put(x + (mixtral ? "w2.weight" : "down_proj.weight"), [hidden, ffn], 1 / Math.sqrt(ffn));
+        if (!mixtral) swiglu(x, ffn);
+        else {
+          put(x + "w1.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
+          put(x + "w3.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
+          put(x + "w2.weight", [hidden, ffn], 1 / Math.sqrt(ffn));
+        }
       }
+      if (experts.sharedFfn) swiglu(p + (spec.architecture === "qwen2moe" ? "mlp.shared_expert." : "mlp.shared_experts."), experts.sharedFfn);
+      if (spec.architecture === "qwen2moe") put(p + "mlp.shared_expert_gate.weight", [1, hidden], 4 / Math.sqrt(hidden));
       continue;
     }
-    put(p + "mlp.gate_proj.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
-    put(p + "mlp.up_proj.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
-    put(p + "mlp.down_proj.weight", [hidden, ffn], 1 / Math.sqrt(ffn));
+    swiglu(p + "mlp.", experts ? 3 * ffn : ffn);
   }
   // Signed final-norm weights: with tied embeddings a positive norm makes every token predict
   // itself, and greedy decoding would repeat one token (a weak check).
@@ -148,6 +178,18 @@ const GGUF_LAYER: Record<string, string> = {
   "mlp.gate_proj.weight": "ffn_gate.weight",
   "mlp.up_proj.weight": "ffn_up.weight",
   "mlp.down_proj.weight": "ffn_down.weight",
+  "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
+  "mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
+  "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+  "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
+  "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+  "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+  "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+  "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
+  "eh_proj.weight": "nextn.eh_proj.weight",
+  "enorm.weight": "nextn.enorm.weight",
+  "hnorm.weight": "nextn.hnorm.weight",
+  "shared_head.norm.weight": "nextn.shared_head_norm.weight",
 };
 
 /** HF per-expert names → the stacked GGUF tensor they join, and the router's name. */
@@ -156,14 +198,20 @@ const EXPERT_ROLE: Record<string, string> = { gate_proj: "gate", w1: "gate", up_
 const ROUTER = /^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.gate\.weight$/;
 
 /** The weights as GGUF tensors: llama.cpp names, experts stacked into `ffn_*_exps` [experts, out, in] (or, as the first Mixtral conversions wrote them, one `ffn_*.E` tensor each). */
-function ggufTensors(weights: HfWeights, splitExperts: boolean): { name: string; shape: number[]; values: Float32Array; hf: string }[] {
+function ggufTensors(
+  spec: ModelFileSpec,
+  weights: HfWeights,
+  splitExperts: boolean,
+): { name: string; shape: number[]; values: Float32Array; hf: string }[] {
   const out: { name: string; shape: number[]; values: Float32Array; hf: string }[] = [];
   const stacks = new Map<string, { shape: number[]; parts: Float32Array[]; hf: string }>();
   for (const [hf, { shape, values }] of weights) {
     const part = EXPERT_PART.exec(hf);
     const router = ROUTER.exec(hf);
     if (router) out.push({ name: `blk.${router[1]}.ffn_gate_inp.weight`, shape, values, hf });
-    else if (!part) out.push({ name: ggufName(hf), shape, values, hf });
+    // llama.cpp stores Qwen2-MoE's shared-expert gate [1, hidden] as a vector.
+    else if (hf.endsWith("shared_expert_gate.weight")) out.push({ name: ggufName(spec, hf), shape: [shape[1]], values, hf });
+    else if (!part) out.push({ name: ggufName(spec, hf), shape, values, hf });
     else if (splitExperts) out.push({ name: `blk.${part[1]}.ffn_${EXPERT_ROLE[part[3]]}.${part[2]}.weight`, shape, values, hf });
     else {
       const name = `blk.${part[1]}.ffn_${EXPERT_ROLE[part[3]]}_exps.weight`;
@@ -180,12 +228,14 @@ function ggufTensors(weights: HfWeights, splitExperts: boolean): { name: string;
   return out;
 }
 
-function ggufName(hf: string): string {
+function ggufName(spec: ModelFileSpec, hf: string): string {
   if (hf === "model.embed_tokens.weight") return "token_embd.weight";
   if (hf === "model.norm.weight") return "output_norm.weight";
   if (hf === "lm_head.weight") return "output.weight";
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
   if (!m || !GGUF_LAYER[m[2]]) throw new Error(`No GGUF name for ${hf}`);
+  // GLM-4.5's converter names the pre-feed-forward norm after HF's.
+  if (spec.architecture === "glm4moe" && m[2] === "post_attention_layernorm.weight") return `blk.${m[1]}.post_attention_norm.weight`;
   return `blk.${m[1]}.${GGUF_LAYER[m[2]]}`;
 }
 
@@ -209,13 +259,13 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     ["general.name", gguf.str(`random-${a}`)],
     [`${a}.context_length`, gguf.u32(256)],
     [`${a}.embedding_length`, gguf.u32(spec.hidden)],
-    [`${a}.block_count`, gguf.u32(spec.layers)],
-    [`${a}.feed_forward_length`, gguf.u32(a === "qwen3moe" ? spec.ffn * 3 : spec.ffn)],
+    [`${a}.block_count`, gguf.u32(spec.layers + (spec.nextn ?? 0))],
+    [`${a}.feed_forward_length`, gguf.u32(spec.experts && a !== "llama" ? spec.ffn * 3 : spec.ffn)],
     [`${a}.attention.head_count`, gguf.u32(spec.heads)],
     [`${a}.attention.head_count_kv`, gguf.u32(spec.kvHeads)],
     [`${a}.attention.key_length`, gguf.u32(spec.headDim)],
     [`${a}.attention.value_length`, gguf.u32(spec.headDim)],
-    [`${a}.rope.dimension_count`, gguf.u32(spec.headDim)],
+    [`${a}.rope.dimension_count`, gguf.u32(spec.rotaryDim ?? spec.headDim)],
     [`${a}.attention.layer_norm_rms_epsilon`, gguf.f32(1e-5)],
     [`${a}.rope.freq_base`, gguf.f32(ropeThetaOf(spec))],
     ["tokenizer.ggml.model", gguf.str(vocab.kind === "spm" ? "llama" : "gpt2")],
@@ -224,8 +274,21 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   ];
   if (spec.experts) {
     meta.push([`${a}.expert_count`, gguf.u32(spec.experts.count)], [`${a}.expert_used_count`, gguf.u32(spec.experts.used)]);
-    // Qwen3-MoE files carry a dense width too; a loader that read it would size the experts wrong.
-    if (a === "qwen3moe") meta.push([`${a}.expert_feed_forward_length`, gguf.u32(spec.ffn)]);
+    // MoE files carry a dense width too; a loader that read it would size the experts wrong.
+    if (a !== "llama") meta.push([`${a}.expert_feed_forward_length`, gguf.u32(spec.ffn)]);
+    const shared = spec.experts.sharedFfn ?? 0;
+    if (a === "qwen2moe") meta.push([`${a}.expert_shared_feed_forward_length`, gguf.u32(shared)]);
+    if (a === "glm4moe") {
+      // As convert_hf_to_gguf.py writes GLM-4.5 (gating 2 = sigmoid).
+      meta.push(
+        [`${a}.expert_shared_count`, gguf.u32(shared / spec.ffn)],
+        [`${a}.leading_dense_block_count`, gguf.u32(spec.experts.denseLayers ?? 0)],
+        [`${a}.expert_weights_scale`, gguf.f32(spec.experts.scale ?? 1)],
+        [`${a}.expert_weights_norm`, gguf.bool(true)],
+        [`${a}.expert_gating_func`, gguf.u32(2)],
+        [`${a}.nextn_predict_layers`, gguf.u32(spec.nextn ?? 0)],
+      );
+    }
   }
   if (vocab.kind === "spm") meta.push(["tokenizer.ggml.scores", gguf.arr(GgufType.FLOAT32, vocab.scores)]);
   else {
@@ -241,6 +304,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
 /** Tensors and metadata appended to a test GGUF (for malformed-file tests). */
 export interface GgufExtras {
   tensors?: HostTensor[];
+  /** Entries added, or replacing the spec's own of the same key. */
   metadata?: [string, GgufEntry][];
   /** Write each expert's matrices apart (`blk.N.ffn_gate.E.weight`), as the first Mixtral GGUFs did. */
   splitExperts?: boolean;
@@ -249,7 +313,7 @@ export interface GgufExtras {
 /** Encodes the weights as a GGUF file (llama q/k permuted for llama.cpp's "normal" RoPE). */
 export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocabFor(spec), extras: GgufExtras = {}): Uint8Array {
   const tensors: HostTensor[] = [];
-  for (const { name, shape, values, hf } of ggufTensors(weights, extras.splitExperts ?? false)) {
+  for (const { name, shape, values, hf } of ggufTensors(spec, weights, extras.splitExperts ?? false)) {
     let v = values;
     if (spec.architecture === "llama" && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf)) {
       const heads = hf.includes(".q_proj.") ? spec.heads : spec.kvHeads;
@@ -262,7 +326,10 @@ export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocab
   const freqs = ropeFreqsOf(spec);
   if (freqs) tensors.push({ name: GGUF_ROPE_FREQS, shape: [freqs.length], dtype: "f32", data: encodeFromF32(Float32Array.from(freqs), "f32") });
   tensors.push(...(extras.tensors ?? []));
-  return encodeGguf({ metadata: [...ggufMetadata(spec, vocab), ...(extras.metadata ?? [])], tensors });
+  // An extra entry replaces the spec's own of the same key.
+  const extra = extras.metadata ?? [];
+  const replaced = new Set(extra.map(([key]) => key));
+  return encodeGguf({ metadata: [...ggufMetadata(spec, vocab).filter(([key]) => !replaced.has(key)), ...extra], tensors });
 }
 
 /** The HF config.json form of llama3 scaling (Llama 3.1's config.json spells it this way). */
@@ -276,6 +343,29 @@ export function hfRopeScaling(s: Llama3RopeScaling): Record<string, unknown> {
   };
 }
 
+/** config.json's expert settings, as each family's released configs spell them. */
+function hfExpertConfig(spec: ModelFileSpec): Record<string, unknown> {
+  const e = spec.experts;
+  if (!e) return {};
+  const used = { num_experts_per_tok: e.used };
+  switch (spec.architecture) {
+    case "llama":
+      return { num_local_experts: e.count, ...used };
+    case "glm4moe":
+      return {
+        n_routed_experts: e.count, ...used, moe_intermediate_size: spec.ffn, n_shared_experts: (e.sharedFfn ?? 0) / spec.ffn,
+        first_k_dense_replace: e.denseLayers ?? 0, routed_scaling_factor: e.scale ?? 1, norm_topk_prob: true, n_group: 1, topk_group: 1,
+        num_nextn_predict_layers: spec.nextn ?? 0,
+      };
+    default:
+      return {
+        num_experts: e.count, ...used, moe_intermediate_size: spec.ffn,
+        ...(spec.architecture === "qwen2moe" ? { shared_expert_intermediate_size: e.sharedFfn ?? 0, norm_topk_prob: false } : { norm_topk_prob: true }),
+        decoder_sparse_step: 1, mlp_only_layers: [],
+      };
+  }
+}
+
 /** Writes a Hugging Face directory holding the same weights (block formats are stored as f32 there). */
 export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights: HfWeights): Promise<void> {
   mkdirSync(dir, { recursive: true });
@@ -286,25 +376,27 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
   });
   const vocab = bpeVocab(Math.min(spec.vocab, 300));
   const mixtral = spec.architecture === "llama" && spec.experts !== undefined;
-  const archName = mixtral
-    ? "MixtralForCausalLM"
-    : { llama: "LlamaForCausalLM", qwen2: "Qwen2ForCausalLM", qwen3: "Qwen3ForCausalLM", qwen3moe: "Qwen3MoeForCausalLM" }[spec.architecture];
-  const experts = !spec.experts ? {} : mixtral
-    ? { num_local_experts: spec.experts.count, num_experts_per_tok: spec.experts.used }
-    : {
-      num_experts: spec.experts.count, num_experts_per_tok: spec.experts.used, moe_intermediate_size: spec.ffn,
-      norm_topk_prob: true, decoder_sparse_step: 1, mlp_only_layers: [],
-    };
+  const names: Record<Architecture, [string, string]> = {
+    llama: ["LlamaForCausalLM", "llama"],
+    qwen2: ["Qwen2ForCausalLM", "qwen2"],
+    qwen3: ["Qwen3ForCausalLM", "qwen3"],
+    qwen2moe: ["Qwen2MoeForCausalLM", "qwen2_moe"],
+    qwen3moe: ["Qwen3MoeForCausalLM", "qwen3_moe"],
+    glm4moe: ["Glm4MoeForCausalLM", "glm4_moe"],
+  };
+  const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {
     architectures: [archName],
-    model_type: mixtral ? "mixtral" : spec.architecture,
-    ...experts,
+    model_type: modelType,
+    ...hfExpertConfig(spec),
     hidden_size: spec.hidden,
     num_hidden_layers: spec.layers,
     num_attention_heads: spec.heads,
     num_key_value_heads: spec.kvHeads,
     head_dim: spec.headDim,
-    intermediate_size: spec.architecture === "qwen3moe" ? spec.ffn * 3 : spec.ffn,
+    intermediate_size: spec.experts && !mixtral ? spec.ffn * 3 : spec.ffn,
+    ...(spec.rotaryDim !== undefined ? { partial_rotary_factor: spec.rotaryDim / spec.headDim } : {}),
+    ...(spec.architecture === "glm4moe" ? { attention_bias: true, use_qk_norm: false } : {}),
     rms_norm_eps: 1e-5,
     rope_theta: ropeThetaOf(spec),
     ...(spec.ropeScaling ? { rope_scaling: hfRopeScaling(spec.ropeScaling) } : {}),

@@ -11,7 +11,7 @@ import process from "node:process";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import type { Backend } from "../../src/backend/types.ts";
 import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
-import { type LoadedModel, ModelLoadError } from "../../src/model/config.ts";
+import { type LoadedModel, ModelLoadError, plainMoe } from "../../src/model/config.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
 import { type ForwardEntry, forward } from "../../src/model/forward.ts";
 import { loadModel } from "../../src/model/load.ts";
@@ -58,7 +58,7 @@ function logits(model: LoadedModel, tokens: number[]): Promise<Float32Array> {
 test("loadModel() reads a Qwen3-MoE GGUF: expert counts, the experts' width, stacked experts and an f32 router", async () => {
   const { gguf } = await write("qwen3moe", QWEN3_MOE);
   const m = await loadModel(gguf);
-  assert.deepEqual(m.config.moe, { numExperts: 8, numExpertsUsed: 2, normalizeTopK: true });
+  assert.deepEqual(m.config.moe, plainMoe(8, 2, true));
   // The file's dense feed_forward_length is 3× the experts'; the experts' own key must win.
   assert.equal(m.config.intermediateSize, 64);
   assert.equal(m.config.architecture, "qwen3moe");
@@ -119,7 +119,7 @@ test("loadModel() knows Qwen3-MoE and Mixtral directories by model_type when con
     await writeFile(`${hf}/config.json`, JSON.stringify(cfg));
     const m = await loadModel(hf);
     assert.equal(m.config.architecture, spec.architecture, cfg.model_type);
-    assert.deepEqual(m.config.moe, { numExperts: spec.experts!.count, numExpertsUsed: 2, normalizeTopK: true });
+    assert.deepEqual(m.config.moe, plainMoe(spec.experts!.count, 2, true));
   }
 });
 
@@ -136,22 +136,32 @@ test("loadModel() refuses MoE files it cannot run, naming the problem", async ()
 });
 
 const webgpu = await poisonedWebGpu("the MoE batch test on WebGPU");
+/** Qwen3-MoE's softmax routing, and GLM-4.5's sigmoid routing with a bias, shared expert and dense first layer. */
+const BATCH_SPECS: [string, ModelFileSpec][] = [
+  ["Qwen3-MoE", { ...QWEN3_MOE, experts: { count: 8, used: 3 }, seed: 38 }],
+  ["GLM-4.5", {
+    ...BASE, architecture: "glm4moe", layers: 3, headDim: 16, rotaryDim: 8, seed: 41,
+    experts: { count: 8, used: 3, sharedFfn: 64, denseLayers: 1, scale: 2.5 },
+  }],
+];
 for (const [name, backend, skip] of [["reference", be, false], ["webgpu", webgpu.gpu, webgpu.skip]] as const) {
-  test(`forward() on ${name} routes every row of a ragged MoE batch as it would alone`, async () => {
-    assert.ok(backend, webgpu.why);
-    const host = await loadModel((await write(`batch-${name}`, { ...QWEN3_MOE, experts: { count: 8, used: 3 }, seed: 38 })).gguf);
-    // Three prompts in one step (11, 1 and 6 tokens) against each alone: the rows route to
-    // different experts, and a grouped or per-row expert kernel must keep them apart.
-    const prompts = [[5, 9, 2, 77, 120, 3, 8, 200, 41, 6, 19], [250], [13, 14, 15, 16, 17, 18]];
-    const entries = prompts.map((tokens, i): ForwardEntry => ({ tokens, startPos: 0, blockTable: [2 * i, 2 * i + 1] }));
-    const batched = await stepLogits(backend, host, entries);
-    const vocab = host.config.vocabSize;
-    for (let i = 0; i < prompts.length; i++) {
-      const alone = await stepLogits(backend, host, [entries[i]]);
-      const row = batched.subarray(i * vocab, (i + 1) * vocab);
-      const worst = row.reduce((w, v, j) => Math.max(w, Math.abs(v - alone[j])), 0);
-      assert.ok(worst < 1e-4, `prompt ${i}: batched and alone differ by ${worst}`);
-    }
-  }, { ignore: skip });
+  for (const [family, spec] of BATCH_SPECS) {
+    test(`forward() on ${name} routes every row of a ragged ${family} batch as it would alone`, async () => {
+      assert.ok(backend, webgpu.why);
+      const host = await loadModel((await write(`batch-${name}-${spec.seed}`, spec)).gguf);
+      // Three prompts in one step (11, 1 and 6 tokens) against each alone: the rows route to
+      // different experts, and a grouped or per-row expert kernel must keep them apart.
+      const prompts = [[5, 9, 2, 77, 120, 3, 8, 200, 41, 6, 19], [250], [13, 14, 15, 16, 17, 18]];
+      const entries = prompts.map((tokens, i): ForwardEntry => ({ tokens, startPos: 0, blockTable: [2 * i, 2 * i + 1] }));
+      const batched = await stepLogits(backend, host, entries);
+      const vocab = host.config.vocabSize;
+      for (let i = 0; i < prompts.length; i++) {
+        const alone = await stepLogits(backend, host, [entries[i]]);
+        const row = batched.subarray(i * vocab, (i + 1) * vocab);
+        const worst = row.reduce((w, v, j) => Math.max(w, Math.abs(v - alone[j])), 0);
+        assert.ok(worst < 1e-4, `prompt ${i}: batched and alone differ by ${worst}`);
+      }
+    }, { ignore: skip });
+  }
 }
 test("the MoE batch test releases the WebGPU device", () => webgpu.gpu?.destroy(), { ignore: webgpu.skip });

@@ -1,5 +1,5 @@
 /**
- * Independent oracle: random-weight Llama / Qwen2 / Qwen3 / Qwen3-MoE / Mixtral GGUFs written by our own writer are run
+ * Independent oracle: random-weight Llama / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Mixtral / GLM-4.5 GGUFs written by our own writer are run
  * through llama.cpp (node-llama-cpp 3.21.1, CPU, offline, in a Node child process) and through our
  * loader + forward on every available backend. Per model: next-token log-probabilities after the
  * prompt and at each of 32 greedy steps, and the 32 greedy tokens. The same weights as a
@@ -80,6 +80,33 @@ const CASES: OracleCase[] = [
   {
     name: "mixtral legacy mix (q4_0, q4_1, q5_0, q5_1 experts), 4 experts / 2 used",
     spec: { ...BASE, architecture: "llama", dtype: "q4_0", ggufDtype: legacyMix, experts: { count: 4, used: 2 }, seed: 116 },
+    tol: 2e-2,
+    hf: false,
+  },
+  // GLM-4.5's layout: sigmoid routing with a selection bias and a 2.5 scale, a shared expert, a
+  // leading dense layer, qkv biases, RoPE over half of each head, and a NextN block after the last
+  // layer that llama.cpp loads and never runs. Then Qwen2-MoE's sigmoid-gated shared expert.
+  {
+    name: "glm4moe 8 experts / 2 used, shared expert, dense layer 0, partial RoPE, NextN block, f32",
+    spec: {
+      ...BASE, architecture: "glm4moe", layers: 3, headDim: 16, rotaryDim: 8, nextn: 1, seed: 117,
+      experts: { count: 8, used: 2, sharedFfn: 64, denseLayers: 1, scale: 2.5 },
+    },
+    tol: 1e-4,
+    hf: true,
+  },
+  {
+    name: "qwen2moe 8 experts / 2 used, gated shared expert, f32",
+    spec: { ...BASE, architecture: "qwen2moe", experts: { count: 8, used: 2, sharedFfn: 96 }, seed: 118 },
+    tol: 1e-4,
+    hf: true,
+  },
+  {
+    name: "glm4moe Q4_K_M mix, 8 experts / 3 used, tied",
+    spec: {
+      ...K_BASE, architecture: "glm4moe", dtype: "q4_k", ggufDtype: q4KM, tied: true, rotaryDim: 32, nextn: 1, seed: 119,
+      experts: { count: 8, used: 3, sharedFfn: 512, denseLayers: 1, scale: 1.8 },
+    },
     tol: 2e-2,
     hf: false,
   },
