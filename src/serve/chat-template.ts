@@ -24,9 +24,15 @@ export interface ChatRenderer {
   readonly fromModel: boolean;
   /**
    * The prompt text; `startsWithBos` says whether the template already put BOS in it. `tools` go to
-   * the template as its `tools` variable (Qwen/Hermes-style templates list them in the system turn).
+   * the template as its `tools` variable (Qwen/Hermes-style templates list them in the system turn);
+   * `variables` are more of the template's variables (a request's `chat_template_kwargs`), under
+   * the ones the renderer sets.
    */
-  render(messages: readonly ChatMessageIn[], tools?: readonly ToolDef[]): { text: string; startsWithBos: boolean };
+  render(
+    messages: readonly ChatMessageIn[],
+    tools?: readonly ToolDef[],
+    variables?: Readonly<Record<string, unknown>>,
+  ): { text: string; startsWithBos: boolean };
 }
 
 /** The renderer the server uses for `model`: its template, with its BOS and EOS texts. */
@@ -52,10 +58,11 @@ export function chatRenderer(template: string | undefined, special: { bos?: stri
   const compiled = new Template(template);
   return {
     fromModel: true,
-    render(messages, tools) {
+    render(messages, tools, variables) {
       let text: string;
       try {
         text = compiled.render({
+          ...variables,
           messages: messages.map((m) => ({ ...m, content: messageText(m.content), ...toolCallsForTemplate(m) })),
           ...(tools && tools.length > 0 ? { tools } : {}),
           add_generation_prompt: true,

@@ -206,7 +206,8 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   checkUnsupported(body, "chat", ctx.config.vocabSize);
   const tools = choice === "none" ? undefined : body.tools ?? undefined;
   const mistral = ctx.toolCallParser === "mistral" || ctx.toolCallParser === "mistral_pre_v11";
-  const { text, startsWithBos } = ctx.chat.render(mistral ? mistralMessageIds(body.messages) : body.messages, tools);
+  const messages = mistral ? mistralMessageIds(body.messages) : body.messages;
+  const { text, startsWithBos } = ctx.chat.render(messages, tools, body.chat_template_kwargs ?? undefined);
   // The rendered text holds every message (templates add text, never remove it).
   checkTextLength(ctx, text, "messages");
   const prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos && !startsWithBos });

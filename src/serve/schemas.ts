@@ -136,6 +136,9 @@ export const ToolSchema = z.looseObject({
   }),
 });
 
+/** The chat template variables the server sets from the request and the model (chat-template.ts). */
+export const RESERVED_TEMPLATE_VARIABLES = ["messages", "tools", "add_generation_prompt", "bos_token", "eos_token"] as const;
+
 /** POST /v1/chat/completions */
 export const ChatRequestSchema = z.looseObject({
   ...common,
@@ -153,6 +156,12 @@ export const ChatRequestSchema = z.looseObject({
     },
   )),
   parallel_tool_calls: maybe(z.boolean()),
+  // vLLM's and SGLang's extension: more variables for the chat template (`enable_thinking: false`
+  // for Qwen3 and GLM-4.5). The server's own variables stay its own.
+  chat_template_kwargs: maybe(explained(z.record(z.string(), z.unknown()), (v) => {
+    const key = isObject(v) ? Object.keys(v).find((k) => (RESERVED_TEMPLATE_VARIABLES as readonly string[]).includes(k)) : undefined;
+    return key === undefined ? null : { message: `may not set ${JSON.stringify(key)}, which the server passes to the template itself`, path: [key] };
+  })),
   max_completion_tokens: maybe(positiveInt),
   logprobs: maybe(z.boolean()),
   top_logprobs: maybe(z.number().int().min(0).max(20)),

@@ -32,7 +32,9 @@ export const AFTER = "\n\nChecking.";
 /** Role lines, then "assistant" + the last message's last character (+ an open `<think>` for "^"). */
 export const TEMPLATE = "{% if tools %}tools:{% for t in tools %} {{ t.function.name }}{% endfor %}\n{% endif %}" +
   "{% for m in messages %}{{ m.role }}: {{ m.content }}{% for c in m.tool_calls or [] %} call {{ c.function.name }}{% endfor %}\n{% endfor %}" +
-  "{% if add_generation_prompt %}assistant{{ messages[-1].content[-1:] }}{% if messages[-1].content[-1:] == '^' %}<think>\n{% endif %}{% endif %}";
+  // enable_thinking false (a request's chat_template_kwargs) asks for the plain answer, as Qwen3's and GLM-4.5's do.
+  "{% if add_generation_prompt %}assistant{% if enable_thinking is defined and not enable_thinking %}.{% else %}" +
+  "{{ messages[-1].content[-1:] }}{% if messages[-1].content[-1:] == '^' %}<think>\n{% endif %}{% endif %}{% endif %}";
 
 const chain = (...pieces: string[]): [string, string][] => pieces.slice(1).map((to, i) => [pieces[i], to]);
 const CALLS = ["<tool_call>", CALL, "</tool_call>", SECOND_CALL, "<eos>"];

@@ -115,3 +115,20 @@ test("ChatOutputStream with parallel_tool_calls false returns only the first cal
     assert.equal(g.finish, "tool_calls");
   });
 });
+
+test("submitChat() passes chat_template_kwargs to the template: enable_thinking false gets the plain answer; server variables are refused", async () => {
+  await withServer("think", async (client) => {
+    const body = { model: "reasoner", messages: ask("?"), temperature: 0, max_tokens: 64 };
+    const off = await client.chat.completions.create({ ...body, chat_template_kwargs: { enable_thinking: false } } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    assert.deepEqual(off.choices[0].message, { role: "assistant", content: "Sunny.", reasoning_content: null });
+    const on = await client.chat.completions.create({ ...body, chat_template_kwargs: { enable_thinking: true } } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    assert.equal((on.choices[0].message as WithReasoning).reasoning_content, REASONING);
+    for (const [kwargs, re] of [[{ messages: [] }, /chat_template_kwargs.*may not set "messages"/], ["thinking", /chat_template_kwargs/]] as const) {
+      await assert.rejects(
+        client.chat.completions.create({ ...body, chat_template_kwargs: kwargs } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming),
+        (e: unknown) => e instanceof OpenAI.BadRequestError && re.test(e.message),
+        String(re),
+      );
+    }
+  });
+});
