@@ -6,7 +6,7 @@
  * part of its thoughts, not a call. With every option off, the text passes through untouched (what
  * the server did before reasoning parsing existed).
  */
-import { type ReasoningPart, ReasoningStream } from "./reasoning.ts";
+import { type ReasoningPart, ReasoningStream, type ReasoningTags } from "./reasoning.ts";
 import type { ToolCallSyntax } from "../engine/grammar.ts";
 import { HERMES, type ParsedToolCall, ToolCallStream, type ToolStreamPart } from "./tool-calls.ts";
 import { Llama3JsonStream } from "./tool-calls-llama3.ts";
@@ -16,8 +16,10 @@ import { glmSyntax, minimaxSyntax, qwen3CoderSyntax, type ToolSpec } from "./too
 
 /** How to read one chat answer. */
 export interface ChatOutputOptions {
-  /** Split `<think>` reasoning out of the answer (`--reasoning-parser think`). */
+  /** Split reasoning out of the answer (`--reasoning-parser think|mistral`). */
   reasoning: boolean;
+  /** Its tags; default `<think>` / `</think>`. */
+  reasoningTags?: ReasoningTags;
   /** The prompt left `<think>` open, so the answer starts as reasoning (reasoning.ts `promptOpensReasoning`). */
   startsInReasoning: boolean;
   /** Parse tool calls out of the content (tools given, tool_choice not "none"). */
@@ -40,7 +42,7 @@ export class ChatOutputStream {
   private calls = 0;
 
   constructor(private readonly o: ChatOutputOptions) {
-    this.reasoning = o.reasoning ? new ReasoningStream(o.startsInReasoning) : null;
+    this.reasoning = o.reasoning ? new ReasoningStream(o.startsInReasoning, o.reasoningTags) : null;
     this.tools = o.toolCalls ? toolStream(o) : null;
   }
 

@@ -10,7 +10,7 @@ import type { ChatOutputOptions } from "./chat-output.ts";
 import type { ChatRenderer } from "./chat-template.ts";
 import { ApiError, describe } from "./errors.ts";
 import { chatGrammar, completionGrammar } from "./output-grammar.ts";
-import { promptOpensReasoning, type ReasoningParserName } from "./reasoning.ts";
+import { promptOpensReasoning, type ReasoningParserName, reasoningTags as reasoningTagsOf, THINK_TAGS } from "./reasoning.ts";
 import type { ChatRequest, CompletionRequest, ToolDef } from "./schemas.ts";
 import type { ToolSpec } from "./tool-calls-pairs.ts";
 import { mistralMessageIds } from "./tool-calls-mistral.ts";
@@ -212,17 +212,24 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   checkTextLength(ctx, text, "messages");
   const prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos && !startsWithBos });
   if (prompt.length === 0) throw new ApiError(400, "The messages render to an empty prompt", "messages", "invalid_value");
-  const reasoning = ctx.reasoningParser === "think";
-  const startsInReasoning = reasoning && promptOpensReasoning(text);
+  const reasoningTags = reasoningTagsOf(ctx.reasoningParser);
+  const reasoning = reasoningTags !== undefined;
+  const startsInReasoning = reasoningTags !== undefined && promptOpensReasoning(text, reasoningTags);
+  if (startsInReasoning && grammar && reasoningTags !== THINK_TAGS) {
+    // The grammar waits for `</think>` after an open prompt (src/engine/grammar.ts).
+    throw new ApiError(400, `Structured output after a prompt that opens ${reasoningTags.open} is not supported`, "messages", "unsupported_parameter");
+  }
   // With tools the answer keeps control tokens' text unless the request says otherwise: a model whose
   // call tags are control tokens (Mistral's [TOOL_CALLS], Llama 3's <|python_tag|>) shows its calls
-  // to the tool-call parser only so (vLLM's parsers set skip_special_tokens false likewise).
+  // to the tool-call parser only so (vLLM's parsers set skip_special_tokens false likewise). The
+  // same holds for reasoning tags that are control tokens (Magistral's [THINK]).
   const toolCalls = (tools?.length ?? 0) > 0;
-  const request = engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, !toolCalls);
+  const skipSpecial = !toolCalls && ctx.reasoningParser !== "mistral";
+  const request = engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, skipSpecial);
   const n = body.n ?? 1;
   // Chat's prompt log probabilities are returned once, beside the choices.
   const handles = submit(ctx, [request], n, "messages", true);
-  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, output: { reasoning, startsInReasoning, toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools) } }, body);
+  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, output: { reasoning, reasoningTags, startsInReasoning, toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools) } }, body);
 }
 
 /** The prompts of a completion body, tokenized (text) or checked (token ids). */

@@ -1,8 +1,10 @@
 /**
- * Reasoning in model output, as DeepSeek-R1, QwQ and Qwen3 write it: `<think>…</think>` before the
- * answer (vLLM's `deepseek_r1` and `qwen3` reasoning parsers read the same tags). With
- * `--reasoning-parser think` the server returns that text as `reasoning_content` and takes the
- * answer's `content` (and its tool calls) from the rest only.
+ * Reasoning in model output, as DeepSeek-R1, QwQ, Qwen3 and GLM-4.5 write it: `<think>…</think>`
+ * before the answer (vLLM's `deepseek_r1`, `qwen3` and `glm45` reasoning parsers read the same tags),
+ * or as Magistral does, `[THINK]…[/THINK]` (vLLM's `mistral`). With `--reasoning-parser think` (or
+ * `mistral`) the server returns that text as `reasoning_content` and takes the answer's `content`
+ * (and its tool calls) from the rest only. The rules below name the `<think>` tags; `[THINK]` follows
+ * the same.
  *
  * Rules (the engine's token-level tracking, src/engine/reasoning-spans.ts, follows the same):
  * - `<think>` opens reasoning anywhere outside it; `</think>` closes it. An output may hold several
@@ -18,11 +20,21 @@ import type { ReasoningTokens } from "../engine/reasoning-spans.ts";
 import type { Tokenizer } from "../model/config.ts";
 import { partialTagSuffix } from "./tool-calls.ts";
 
-/** The reasoning parsers `--reasoning-parser` accepts: "none" leaves output as it is. */
-export type ReasoningParserName = "think" | "none";
+/**
+ * The reasoning parsers `--reasoning-parser` accepts: "think" reads `<think>…</think>`, "mistral"
+ * Magistral's `[THINK]…[/THINK]` control tokens; "none" leaves output as it is.
+ */
+export type ReasoningParserName = "think" | "mistral" | "none";
 
 /** The reasoning parser names, for CLIs and checks. */
-export const REASONING_PARSERS: readonly ReasoningParserName[] = ["think", "none"];
+export const REASONING_PARSERS: readonly ReasoningParserName[] = ["think", "mistral", "none"];
+
+/** vLLM's names for the same parsers (`--reasoning-parser deepseek_r1` etc.), accepted too. */
+export const REASONING_PARSER_ALIASES: Readonly<Record<string, ReasoningParserName>> = {
+  deepseek_r1: "think",
+  qwen3: "think",
+  glm45: "think",
+};
 
 /** True when `s` names a reasoning parser. */
 export function isReasoningParser(s: string): s is ReasoningParserName {
@@ -34,27 +46,44 @@ export const THINK_OPEN = "<think>";
 /** The tag that closes reasoning. */
 export const THINK_CLOSE = "</think>";
 
-/**
- * True when a rendered prompt leaves a `<think>` block open for the model: it ends with `<think>`
- * and at most whitespace, as DeepSeek-R1's and Qwen3-Thinking's templates end. Only the end counts, so
- * a `<think>` a user wrote in a message (or Qwen3's closed `<think>\n\n</think>` of non-thinking
- * mode) does not turn the answer into reasoning.
- */
-export function promptOpensReasoning(prompt: string): boolean {
-  return prompt.trimEnd().endsWith(THINK_OPEN);
+/** The tags that open and close reasoning in one model family's output. */
+export interface ReasoningTags {
+  readonly open: string;
+  readonly close: string;
+}
+
+/** DeepSeek-R1's, QwQ's, Qwen3's and GLM-4.5's tags. */
+export const THINK_TAGS: ReasoningTags = { open: THINK_OPEN, close: THINK_CLOSE };
+/** Magistral's (Mistral's reasoning models'): control tokens, so they reach the text only with special tokens kept. */
+export const MISTRAL_THINK_TAGS: ReasoningTags = { open: "[THINK]", close: "[/THINK]" };
+
+/** The tags a parser reads, or undefined for "none". */
+export function reasoningTags(parser: ReasoningParserName): ReasoningTags | undefined {
+  return parser === "think" ? THINK_TAGS : parser === "mistral" ? MISTRAL_THINK_TAGS : undefined;
 }
 
 /**
- * The ids of `<think>` and `</think>` when each is a single token of the vocabulary (what the engine
+ * True when a rendered prompt leaves a reasoning block open for the model: it ends with the open
+ * tag and at most whitespace, as DeepSeek-R1's and Qwen3-Thinking's templates end. Only the end counts, so
+ * a `<think>` a user wrote in a message (or Qwen3's closed `<think>\n\n</think>` of non-thinking
+ * mode) does not turn the answer into reasoning.
+ */
+export function promptOpensReasoning(prompt: string, tags: ReasoningTags = THINK_TAGS): boolean {
+  return prompt.trimEnd().endsWith(tags.open);
+}
+
+/**
+ * The ids of the open and close tags when each is a single token of the vocabulary (what the engine
  * needs to type reasoning KV blocks), else undefined: the tags are then parsed from text only.
  */
-export function reasoningTokenIds(tokenizer: Pick<Tokenizer, "encode" | "decode">): ReasoningTokens | undefined {
+export function reasoningTokenIds(tokenizer: Pick<Tokenizer, "encode" | "decode">, tags: ReasoningTags = THINK_TAGS): ReasoningTokens | undefined {
   const single = (tag: string): number | undefined => {
     const ids = tokenizer.encode(tag, { addBos: false });
-    return ids.length === 1 && tokenizer.decode(ids) === tag ? ids[0] : undefined;
+    // Control tokens (Magistral's [THINK]) decode to their text only with special tokens written.
+    return ids.length === 1 && tokenizer.decode(ids, { special: true }) === tag ? ids[0] : undefined;
   };
-  const start = single(THINK_OPEN);
-  const end = single(THINK_CLOSE);
+  const start = single(tags.open);
+  const end = single(tags.close);
   return start === undefined || end === undefined ? undefined : { start, end };
 }
 
@@ -72,8 +101,8 @@ export class ReasoningStream {
   private afterClose = false;
   private everInside: boolean;
 
-  /** `startsInReasoning`: the prompt left `<think>` open ({@link promptOpensReasoning}). */
-  constructor(startsInReasoning = false) {
+  /** `startsInReasoning`: the prompt left the open tag open ({@link promptOpensReasoning}). */
+  constructor(startsInReasoning = false, private readonly tags: ReasoningTags = THINK_TAGS) {
     this.inside = startsInReasoning;
     this.everInside = startsInReasoning;
   }
@@ -97,7 +126,7 @@ export class ReasoningStream {
         this.buf = kept;
         this.afterClose = false;
       }
-      const tag = this.inside ? THINK_CLOSE : THINK_OPEN;
+      const tag = this.inside ? this.tags.close : this.tags.open;
       const kind = this.inside ? "reasoning" : "content";
       const at = this.buf.indexOf(tag);
       if (at < 0) {
@@ -128,8 +157,12 @@ export class ReasoningStream {
  * Splits finished output into reasoning and content, exactly as {@link ReasoningStream} would in any
  * delta sizes. `reasoning` is null when the output opened none ("" for an empty `<think></think>`).
  */
-export function splitReasoning(text: string, startsInReasoning = false): { reasoning: string | null; content: string } {
-  const s = new ReasoningStream(startsInReasoning);
+export function splitReasoning(
+  text: string,
+  startsInReasoning = false,
+  tags: ReasoningTags = THINK_TAGS,
+): { reasoning: string | null; content: string } {
+  const s = new ReasoningStream(startsInReasoning, tags);
   const parts = [...s.push(text), ...s.end()];
   const pick = (kind: ReasoningPart["kind"]) => parts.filter((p) => p.kind === kind).map((p) => p.text).join("");
   return { reasoning: s.opened ? pick("reasoning") : null, content: pick("content") };

@@ -25,7 +25,7 @@ import type { QuantizeDType } from "../model/weights.ts";
 import { createApp } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
-import { type ReasoningParserName, reasoningTokenIds } from "./reasoning.ts";
+import { type ReasoningParserName, reasoningTags, reasoningTokenIds } from "./reasoning.ts";
 import { type PlannerLogRecord, plannerLogRecord, StepLogWriter } from "./step-log.ts";
 import { AGED_SHORT_FIRST, type PrefillOrderOptions } from "../../planner/prefill-order.ts";
 
@@ -210,7 +210,8 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     throw new RangeError(`--kv-memory-fraction ${o.kvMemoryFraction} leaves room for fewer than 2 KV blocks per worker`);
   }
   // Tags that are not single tokens are still parsed from the text; only KV typing needs the ids.
-  const reasoningTokens = o.reasoningParser === "think" ? reasoningTokenIds(model.tokenizer) : undefined;
+  const tags = reasoningTags(o.reasoningParser ?? "none");
+  const reasoningTokens = tags ? reasoningTokenIds(model.tokenizer, tags) : undefined;
   const engineOptions: CreateEngineOptions = {
     numBlocks: o.kvBlocks,
     kvMemoryBytes: kvMemoryBytes === undefined ? undefined : kvMemoryBytes / kvShare,
