@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(256) moe_route_kernel(const float* __restrict_
     // The chosen share summed in rank order, as the reference does (k is small next to the row).
     float picked = 0.f;
     for (int j = 0; j < k; j++) picked += chosen[j];
-    denom = normalize ? picked : 1.f;
+    denom = normalize ? fmaxf(picked, 6.103515625e-5f) : 1.f;  // MIN_ROUTE_SHARE, as llama.cpp clamps
   }
   __syncthreads();
   for (int j = threadIdx.x; j < k; j += blockDim.x) weights[size_t(blockIdx.x) * k + j] = chosen[j] / denom * scale;

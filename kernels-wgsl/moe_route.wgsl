@@ -67,6 +67,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     prev_s = best_s;
     prev_i = best;
   }
-  let denominator = select(1.0, picked, p.normalize != 0u);
+  // At least the smallest normal f16 (Backend.moeRoute's MIN_ROUTE_SHARE, as llama.cpp clamps).
+  let denominator = select(1.0, max(picked, 6.103515625e-5), p.normalize != 0u);
   for (var j = 0u; j < p.k; j++) { weights[t * p.k + j] = weights[t * p.k + j] / denominator * p.scale; }
 }

@@ -177,8 +177,8 @@ export interface Backend {
    * [n, k]. Each expert's probability is its softmax over the row (Mixtral, Qwen) or the sigmoid of
    * its logit (GLM-4.5, DeepSeek V3), per `options.gating`. Its selection score is its logit, or
    * with `options.selectionBias` its probability plus its bias (llama.cpp's `exp_probs_b`). Weights
-   * are the chosen probabilities (never biased), rescaled to sum to 1 over the k when
-   * `options.normalize` (llama.cpp's `norm_w`), then multiplied by `options.scale`. 1 ≤ k ≤ experts.
+   * are the chosen probabilities (never biased), divided by their sum (at least {@link MIN_ROUTE_SHARE})
+   * when `options.normalize` (llama.cpp's `norm_w`), then multiplied by `options.scale`. 1 ≤ k ≤ experts.
    */
   moeRoute(logits: Tensor, k: number, options: MoeRouteOptions): MoeRouting;
   /**
@@ -194,6 +194,12 @@ export interface Backend {
 
 /** How {@link Backend.moeRoute} turns router logits into expert probabilities. */
 export type MoeGating = "softmax" | "sigmoid";
+
+/**
+ * The least share {@link Backend.moeRoute} renormalises by: the smallest normal f16, where llama.cpp
+ * clamps the chosen weights' sum, so a token whose chosen sigmoids all vanish gets tiny weights, not NaN.
+ */
+export const MIN_ROUTE_SHARE = 6.103515625e-5;
 
 /** Options of {@link Backend.moeRoute}. */
 export interface MoeRouteOptions {

@@ -30,6 +30,8 @@ interface RouteShape {
   gating?: MoeGating;
   bias?: boolean;
   scale?: number;
+  /** Range of the logits (default -4 to 4). */
+  range?: [number, number];
 }
 
 /**
@@ -50,15 +52,18 @@ function routeCases(): Case[] {
     { n: 5, experts: 24, k: 4, normalize: true, gating: "sigmoid", bias: true, ties: true },
     { n: 7, experts: 60, k: 4, normalize: false, bias: true, scale: 0.5 },
     { n: 3, experts: 1, k: 1, normalize: false, gating: "sigmoid" },
+    // Chosen sigmoids that sum below the renormalising floor.
+    { n: 4, experts: 16, k: 2, normalize: true, gating: "sigmoid", range: [-40, -30] },
   ];
   return shapes.map((c): Case => ({
     op: "moeRoute",
     name: `n=${c.n} experts=${c.experts} k=${c.k}${c.normalize ? " normalized" : ""}${c.ties ? " ties" : ""}` +
-      `${c.gating ? ` ${c.gating}` : ""}${c.bias ? " biased" : ""}${c.scale !== undefined ? ` scale=${c.scale}` : ""}`,
+      `${c.gating ? ` ${c.gating}` : ""}${c.bias ? " biased" : ""}${c.scale !== undefined ? ` scale=${c.scale}` : ""}${c.range ? ` logits ${c.range}` : ""}`,
     tolerance: { atol: 1e-6, rtol: 1e-5 },
     run: (b, rng) => {
       const { n, experts, k } = c;
-      const values = c.ties ? Float32Array.from({ length: n * experts }, () => rng.int(4) - 2) : rng.f32(n * experts, -4, 4);
+      const [lo, hi] = c.range ?? [-4, 4];
+      const values = c.ties ? Float32Array.from({ length: n * experts }, () => rng.int(4) - 2) : rng.f32(n * experts, lo, hi);
       const logits = b.upload(values, [n, experts]);
       // Biases of the size DeepSeek V3's and GLM-4.5's are, next to probabilities in (0, 1).
       const biasValues = c.ties ? Float32Array.from({ length: experts }, () => rng.int(2) / 2) : rng.f32(experts, -0.5, 0.5);

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
-import { BackendShapeError, MASKED_LOGIT, type Tensor } from "../../src/backend/types.ts";
+import { BackendShapeError, MASKED_LOGIT, MIN_ROUTE_SHARE, type Tensor } from "../../src/backend/types.ts";
 import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 
 const be = createReferenceBackend();
@@ -178,4 +178,13 @@ test("moeRoute() refuses a bias of the wrong length, an unknown gating and a non
   assert.throws(() => be.moeRoute(logits, 1, { normalize: true, selectionBias: f32([0, 0], [2]) }), /selection bias \[2\] needs 3 values/);
   assert.throws(() => be.moeRoute(logits, 1, { normalize: true, gating: "relu" as "sigmoid" }), /Unknown moeRoute gating "relu"/);
   assert.throws(() => be.moeRoute(logits, 1, { normalize: true, scale: NaN }), /scale must be a finite number, got NaN/);
+});
+
+test("moeRoute() renormalises by at least MIN_ROUTE_SHARE, so vanishing sigmoids give tiny weights, not NaN", async () => {
+  const logits = [-60, -61, -90];
+  const r = be.moeRoute(f32(logits, [1, 3]), 2, { normalize: true, gating: "sigmoid" });
+  assert.deepEqual(await read(r.ids), [0, 1]);
+  const sig = (x: number) => 1 / (1 + Math.exp(-x));
+  const weights = await read(r.weights);
+  weights.forEach((w, j) => assert.ok(Math.abs(w - sig(logits[j]) / MIN_ROUTE_SHARE) <= 1e-6 * Math.abs(w), `${w}`));
 });

@@ -3,7 +3,7 @@
  * (llama.cpp's mul_mat_id) and the weighted combine. f64 accumulation, as the other reference ops.
  */
 import { expectExpertMatmulShapes, expectMoeCombineShapes, expectMoeRouteShapes } from "../shape-checks.ts";
-import type { MoeRouteOptions, MoeRouting } from "../types.ts";
+import { MIN_ROUTE_SHARE, type MoeRouteOptions, type MoeRouting } from "../types.ts";
 import { f32Tensor, i32Tensor, type RefTensor } from "./storage.ts";
 
 /**
@@ -43,8 +43,9 @@ export function moeRoute(logits: RefTensor, k: number, options: MoeRouteOptions)
       ids[t * k + j] = best;
       picked += probs[best];
     }
-    // Renormalising divides by the chosen ones' share instead of the whole row's.
-    const denominator = options.normalize ? picked : sum;
+    // Renormalising divides by the chosen ones' share instead of the whole row's (at least
+    // MIN_ROUTE_SHARE, so k vanishing sigmoids cannot divide by zero).
+    const denominator = options.normalize ? Math.max(picked, MIN_ROUTE_SHARE) : sum;
     for (let j = 0; j < k; j++) weights[t * k + j] = (probs[ids[t * k + j]] / denominator) * scale;
   }
   return { ids: i32Tensor(ids, [n, k]), weights: f32Tensor(weights, [n, k]) };
