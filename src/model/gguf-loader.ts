@@ -193,7 +193,9 @@ function ggufMoe(meta: GgufMetadata, arch: string, path: string): MoeConfig | un
       return {
         ...plainMoe(numExperts, numExpertsUsed, false),
         routedScale,
-        sharedIntermediateSize: meta.number(`${arch}.expert_shared_feed_forward_length`, perLayerNumber(meta, `${arch}.feed_forward_length`, path)),
+        // llama.cpp's fallback for files without the shared width: the dense one.
+        sharedIntermediateSize: meta.optionalNumber(`${arch}.expert_shared_feed_forward_length`) ??
+          perLayerNumber(meta, `${arch}.feed_forward_length`, path),
         sharedGate: true,
       };
     case "glm4moe": {
