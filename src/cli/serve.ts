@@ -180,9 +180,10 @@ async function main(): Promise<void> {
     ...(f["mixed-step-overhead-ms"] ? { mixedStepOverheadMs: f["mixed-step-overhead-ms"] } : {}),
   });
   const st = s.serving.stats();
-  const reasoning = reasoningParser === "none" ? "" : s.reasoningTokens
+  const tags = reasoningTags(reasoningParser);
+  const reasoning = !tags ? "" : s.reasoningTokens
     ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
-    : `; reasoning parser ${reasoningParser} (${reasoningTags(reasoningParser)?.open}/${reasoningTags(reasoningParser)?.close} are not single tokens: KV of reasoning not typed)`;
+    : `; reasoning parser ${reasoningParser} (${tags.open}/${tags.close} are not single tokens: KV of reasoning not typed)`;
   console.error(
     `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}, max model len ${s.serving.maxModelLen}` +
       (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${planner}` : "") +

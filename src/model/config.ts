@@ -10,6 +10,9 @@ import type { MoeGating, RopeLayout, WeightDType } from "../backend/types.ts";
  */
 export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe";
 
+/** Every {@link Architecture}, by the name GGUF files give it (`general.architecture`). */
+export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe"];
+
 /**
  * A mixture-of-experts feed-forward: a router picks `numExpertsUsed` of `numExperts` SwiGLU experts
  * per token and sums their outputs weighted by its probabilities (Backend.moeRoute); some models

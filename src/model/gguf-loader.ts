@@ -7,6 +7,7 @@ import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { openRandomAccess, type RandomAccessFile } from "../runtime/fs.ts";
 import {
   type Architecture,
+  ARCHITECTURES,
   type HostTensor,
   isMoeLayer,
   type LoadedModel,
@@ -23,8 +24,6 @@ import { BpeTokenizer } from "./tokenizer-bpe.ts";
 import { SpmTokenizer } from "./tokenizer-spm.ts";
 import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
 import { EXPERT, stackingExperts } from "./expert-stack.ts";
-
-const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe"];
 
 /** Architectures whose every file has experts. */
 const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe"];
@@ -187,7 +186,6 @@ function ggufMoe(meta: GgufMetadata, arch: string, path: string): MoeConfig | un
   // llama.cpp treats a scale of 0 (its default) as none.
   const scale = meta.optionalNumber(`${arch}.expert_weights_scale`) ?? 0;
   const routedScale = scale === 0 ? 1 : scale;
-  const expertWidth = () => perLayerNumber(meta, `${arch}.expert_feed_forward_length`, path);
   switch (arch) {
     case "qwen2moe":
       return {
@@ -213,7 +211,7 @@ function ggufMoe(meta: GgufMetadata, arch: string, path: string): MoeConfig | un
         routedScale,
         denseLayers,
         denseIntermediateSize: denseLayers > 0 ? perLayerNumber(meta, `${arch}.feed_forward_length`, path) : 0,
-        sharedIntermediateSize: shared * expertWidth(),
+        sharedIntermediateSize: shared * perLayerNumber(meta, `${arch}.expert_feed_forward_length`, path),
         sharedGate: false,
       };
     }

@@ -5,7 +5,7 @@
  */
 import { promises as fsp } from "node:fs";
 import { openRandomAccess, pathExists, type RandomAccessFile, readTextFile } from "../runtime/fs.ts";
-import { type Architecture, isMoeLayer, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
+import { type Architecture, ARCHITECTURES, isMoeLayer, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
 import { readSafetensor, readSafetensorsHeader, type SafetensorsInfo } from "./safetensors.ts";
 import { HfTokenizer } from "./tokenizer-hf.ts";
@@ -129,7 +129,7 @@ function tokenString(v: unknown): string | undefined {
 /** Builds a ModelConfig from config.json (+ tokenizer_config.json for BOS handling). */
 export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: string): ModelConfig {
   const archName = Array.isArray(cfg.architectures) ? String(cfg.architectures[0]) : String(cfg.model_type ?? "");
-  const architecture = HF_ARCHITECTURES[archName] ?? (["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe"].includes(archName) ? archName as Architecture : undefined);
+  const architecture = HF_ARCHITECTURES[archName] ?? ((ARCHITECTURES as readonly string[]).includes(archName) ? archName as Architecture : undefined);
   if (!architecture) {
     throw new ModelLoadError(`Unknown architecture "${archName}" in "${path}"; supported: ${Object.keys(HF_ARCHITECTURES).join(", ")}`);
   }

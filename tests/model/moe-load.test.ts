@@ -9,16 +9,14 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
-import type { Backend } from "../../src/backend/types.ts";
-import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
 import { type LoadedModel, ModelLoadError, plainMoe } from "../../src/model/config.ts";
-import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
-import { type ForwardEntry, forward } from "../../src/model/forward.ts";
+import type { ForwardEntry } from "../../src/model/forward.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { readTextFile, writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
 import { type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
+import { stepLogits } from "./step-logits.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/moe-load-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -33,21 +31,6 @@ async function write(name: string, spec: ModelFileSpec, extras?: GgufExtras): Pr
   await writeFile(`${dir}/${name}.gguf`, ggufBytes(spec, w, undefined, extras));
   await writeHfDirectory(`${dir}/${name}`, spec, w);
   return { gguf: `${dir}/${name}.gguf`, hf: `${dir}/${name}` };
-}
-
-/** Logits of one step on `backend`: every position of one prompt, or the last row of each of several entries. */
-async function stepLogits(backend: Backend, model: LoadedModel, entries: ForwardEntry[], allPositions = false): Promise<Float32Array> {
-  const dm = uploadModel(backend, model);
-  const kv = allocatePagedKv(backend, model.config, 8, 16);
-  try {
-    const out = forward(backend, dm, kv, { entries, allPositions });
-    const data = (await backend.download(out)) as Float32Array;
-    backend.free(out);
-    return data;
-  } finally {
-    freePagedKv(backend, kv);
-    freeDeviceModel(backend, dm);
-  }
 }
 
 /** Logits at every position of `tokens` on the reference backend. */

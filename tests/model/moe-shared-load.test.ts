@@ -10,16 +10,14 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
-import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
 import { type LoadedModel, ModelLoadError } from "../../src/model/config.ts";
-import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
-import { forward } from "../../src/model/forward.ts";
 import { GgufType } from "../../src/model/gguf-types.ts";
 import { gguf as g } from "../../src/model/gguf-writer.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { readTextFile, writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
 import { type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
+import { stepLogits } from "./step-logits.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/moe-shared-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -40,18 +38,8 @@ async function write(name: string, spec: ModelFileSpec, extras?: GgufExtras): Pr
 }
 
 /** Logits at every position of `tokens` on the reference backend. */
-async function logits(model: LoadedModel, tokens: number[]): Promise<Float32Array> {
-  const dm = uploadModel(be, model);
-  const kv = allocatePagedKv(be, model.config, 4, 16);
-  try {
-    const out = forward(be, dm, kv, { entries: [{ tokens, startPos: 0, blockTable: [1, 0] }], allPositions: true });
-    const data = (await be.download(out)) as Float32Array;
-    be.free(out);
-    return data;
-  } finally {
-    freePagedKv(be, kv);
-    freeDeviceModel(be, dm);
-  }
+function logits(model: LoadedModel, tokens: number[]): Promise<Float32Array> {
+  return stepLogits(be, model, [{ tokens, startPos: 0, blockTable: [1, 0] }], true);
 }
 
 async function sameLogits(a: LoadedModel, b: LoadedModel): Promise<void> {

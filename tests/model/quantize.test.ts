@@ -9,16 +9,14 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
-import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
 import type { LoadedModel } from "../../src/model/config.ts";
-import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
-import { forward } from "../../src/model/forward.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { isQuantizeDType, QUANTIZE_DTYPES, quantizeTensor } from "../../src/model/weights.ts";
 import { hostTensorFromF32 } from "../../src/model/gguf-writer.ts";
 import { projectRoot, test } from "../harness.ts";
 import { logSoftmax } from "../oracle/oracle-compare.ts";
 import { randomHfWeights, writeHfDirectory } from "./model-files.ts";
+import { stepLogits } from "./step-logits.ts";
 
 const STORIES = `${projectRoot}/models/stories260K.gguf`;
 const PROMPT = [1, 403, 407, 261, 378, 505, 267, 1];
@@ -26,15 +24,7 @@ const be = createReferenceBackend();
 
 /** Next-token log-probabilities after PROMPT. */
 async function logProbs(m: LoadedModel): Promise<Float64Array> {
-  const dev = uploadModel(be, m);
-  const kv = allocatePagedKv(be, m.config, 1, 16);
-  try {
-    const out = forward(be, dev, kv, { entries: [{ tokens: PROMPT, startPos: 0, blockTable: [0] }] });
-    return logSoftmax((await be.download(out)) as Float32Array);
-  } finally {
-    freePagedKv(be, kv);
-    freeDeviceModel(be, dev);
-  }
+  return logSoftmax(await stepLogits(be, m, [{ tokens: PROMPT, startPos: 0, blockTable: [0] }]));
 }
 
 /** Largest |a − b| over the vocab, and the spread (max − min) of b. */

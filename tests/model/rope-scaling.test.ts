@@ -18,6 +18,7 @@ import { hfRopeFreqFactors, type Llama3RopeScaling, llama3FreqFactors } from "..
 import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
 import { ggufBytes, type ModelFileSpec, randomHfWeights, ropeFreqsOf, writeHfDirectory } from "./model-files.ts";
+import { stepLogits } from "./step-logits.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/rope-scaling-test-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -81,18 +82,8 @@ const SCALED: ModelFileSpec = {
 };
 const PROMPT = Array.from({ length: 40 }, (_, i) => (i * 37 + 5) % 300);
 
-async function allLogits(model: LoadedModel): Promise<Float32Array> {
-  const dm = uploadModel(be, model);
-  const kv = allocatePagedKv(be, model.config, 3, 16);
-  try {
-    const out = forward(be, dm, kv, { entries: [{ tokens: PROMPT, startPos: 0, blockTable: [2, 0, 1] }], allPositions: true });
-    const data = (await be.download(out)) as Float32Array;
-    be.free(out);
-    return data;
-  } finally {
-    freePagedKv(be, kv);
-    freeDeviceModel(be, dm);
-  }
+function allLogits(model: LoadedModel): Promise<Float32Array> {
+  return stepLogits(be, model, [{ tokens: PROMPT, startPos: 0, blockTable: [2, 0, 1] }], true);
 }
 
 const maxDiff = (a: Float32Array, b: Float32Array) => a.reduce((m, v, i) => Math.max(m, Math.abs(v - b[i])), 0);
