@@ -50,6 +50,8 @@ class Context : public Napi::ObjectWrap<Context> {
                            InstanceMethod<&Context::CopyBytes>("copyBytes"),
                            InstanceMethod<&Context::Embedding>("embedding"),
                            InstanceMethod<&Context::GatherRows>("gatherRows"),
+                           InstanceMethod<&Context::SliceColumns>("sliceColumns"),
+                           InstanceMethod<&Context::ConcatColumns>("concatColumns"),
                            InstanceMethod<&Context::ScatterAdd>("scatterAdd"),
                            InstanceMethod<&Context::MaskLogits>("maskLogits"),
                            InstanceMethod<&Context::Add>("add"),

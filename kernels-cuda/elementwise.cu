@@ -26,6 +26,14 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* idx, int d, in
   for (int c = threadIdx.x; c < d; c += blockDim.x) out[size_t(row) * d + c] = ok ? x[size_t(src) * d + c] : 0.f;
 }
 
+// dst[r, dst_off + c] = src[r, src_off + c]: a column slice, or one half of a concatenation.
+__global__ void copy_columns_kernel(const float* src, int src_stride, int src_off, float* dst, int dst_stride, int dst_off,
+                                    int width) {
+  const int row = blockIdx.x;
+  for (int c = threadIdx.x; c < width; c += blockDim.x)
+    dst[size_t(row) * dst_stride + dst_off + c] = src[size_t(row) * src_stride + src_off + c];
+}
+
 __global__ void add_kernel(const float* a, const float* b, size_t count, float* out) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x)
     out[i] = a[i] + b[i];
@@ -144,6 +152,13 @@ cudaError_t embedding(const void* table, int dtype, const int32_t* ids, int n, i
 cudaError_t gather_rows(const float* x, const int32_t* idx, int m, int d, int rows, float* out, cudaStream_t s) {
   if (m == 0) return cudaSuccess;
   gather_rows_kernel<<<m, d >= 256 ? 256 : 128, 0, s>>>(x, idx, d, rows, out);
+  return cudaGetLastError();
+}
+
+cudaError_t copy_columns(const float* src, int src_stride, int src_off, float* dst, int dst_stride, int dst_off, int rows,
+                         int width, cudaStream_t s) {
+  if (rows == 0 || width == 0) return cudaSuccess;
+  copy_columns_kernel<<<rows, width >= 256 ? 256 : 128, 0, s>>>(src, src_stride, src_off, dst, dst_stride, dst_off, width);
   return cudaGetLastError();
 }
 

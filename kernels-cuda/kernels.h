@@ -24,6 +24,9 @@ cudaError_t copy_bytes(const void* src, void* dst, size_t bytes, cudaStream_t s)
 cudaError_t embedding(const void* table, int dtype, const int32_t* ids, int n, int dim, int vocab, float* out,
                       cudaStream_t s);
 cudaError_t gather_rows(const float* x, const int32_t* idx, int m, int d, int rows, float* out, cudaStream_t s);
+/** dst[r * dst_stride + dst_off + c] = src[r * src_stride + src_off + c] for r < rows, c < width. */
+cudaError_t copy_columns(const float* src, int src_stride, int src_off, float* dst, int dst_stride, int dst_off, int rows,
+                         int width, cudaStream_t s);
 /** x[index[i]] += values[i] for i < m (distinct offsets, checked on the host); offsets outside [0, size) skipped. */
 cudaError_t scatter_add(float* x, const int32_t* index, const float* values, int m, size_t size, cudaStream_t s);
 /** logits[rows[k] * vocab + v] = -1e30 wherever bit v of mask row k (ceil(vocab / 32) words) is 0; rows distinct. */

@@ -18,7 +18,7 @@ struct P {
 @group(0) @binding(6) var<storage, read> tables: array<i32>;
 @group(0) @binding(7) var<storage, read_write> dst: array<f32>;
 
-var<workgroup> qs: array<f32, 256>;
+var<workgroup> qs: array<f32, 576>; // MAX_HEAD_DIM in ops-attention.ts
 var<workgroup> sc: array<f32, 64>;
 var<workgroup> kbase: array<u32, 64>;
 var<workgroup> ctx_shared: u32;

@@ -119,3 +119,33 @@ export function expectMoeCombineShapes(y: Tensor, weights: Tensor): { n: number;
   if (y.shape[0] !== n * k) throw new BackendShapeError(`moeCombine input ${fmt(y.shape)} needs ${n * k} rows for weights ${fmt(weights.shape)}`);
   return { n, k, d: y.shape[1] };
 }
+
+/**
+ * Checks a {@link Backend.sliceColumns} call: x f32 [..., d] (rank ≥ 1) and a window of whole columns
+ * inside d. Returns the rows (product of the leading dims), d and the output shape.
+ */
+export function expectSliceColumnsShapes(x: Tensor, start: number, width: number): { rows: number; cols: number; shape: number[] } {
+  expectDtype(x, "sliceColumns input", ["f32"]);
+  if (x.shape.length === 0) throw new BackendShapeError(`sliceColumns needs a tensor of rank 1 or more, got ${fmt(x.shape)}`);
+  const cols = x.shape[x.shape.length - 1];
+  if (!Number.isInteger(start) || !Number.isInteger(width) || start < 0 || width < 1 || start + width > cols) {
+    throw new BackendShapeError(`sliceColumns window start ${start}, width ${width} does not fit the last dim of ${fmt(x.shape)}`);
+  }
+  return { rows: cols === 0 ? 0 : numel(x.shape) / cols, cols, shape: [...x.shape.slice(0, -1), width] };
+}
+
+/**
+ * Checks a {@link Backend.concatColumns} call: a f32 [..., da] and b f32 [..., db] with the same
+ * leading dims. Returns the rows, da, db and the output shape [..., da + db].
+ */
+export function expectConcatColumnsShapes(a: Tensor, b: Tensor): { rows: number; colsA: number; colsB: number; shape: number[] } {
+  expectDtype(a, "concatColumns left operand", ["f32"]);
+  expectDtype(b, "concatColumns right operand", ["f32"]);
+  const lead = a.shape.slice(0, -1);
+  if (a.shape.length === 0 || a.shape.length !== b.shape.length || lead.some((d, i) => d !== b.shape[i])) {
+    throw new BackendShapeError(`concatColumns operands ${fmt(a.shape)} and ${fmt(b.shape)} must share every dim but the last`);
+  }
+  const colsA = a.shape[a.shape.length - 1];
+  const colsB = b.shape[b.shape.length - 1];
+  return { rows: numel(lead), colsA, colsB, shape: [...lead, colsA + colsB] };
+}

@@ -97,6 +97,8 @@ export interface BackendInfo {
   device: string;
   /** Whether `f16` storage is supported natively (shader-f16 on WebGPU). */
   f16: boolean;
+  /** The largest head dimension `pagedAttention` takes; undefined for any. */
+  maxHeadDim?: number;
   /** Peak figures for reports, when known (undefined on software devices). */
   peakGflops?: number;
   peakGBps?: number;
@@ -157,6 +159,10 @@ export interface Backend {
   sample(logits: Tensor, rows: readonly SamplingRow[]): Tensor;
   /** out[i, :] = x[idx[i], :]. x f32 [n, d], idx i32 [m] → [m, d]. */
   gatherRows(x: Tensor, idx: Tensor): Tensor;
+  /** Columns start..start+width-1 of the last dim: x f32 [..., d] → [..., width] (a copy). */
+  sliceColumns(x: Tensor, start: number, width: number): Tensor;
+  /** a f32 [..., da] and b f32 [..., db] side by side along the last dim → [..., da + db]; the leading dims must match. */
+  concatColumns(a: Tensor, b: Tensor): Tensor;
   /**
    * x.flat[index[i]] += values[i] for each i (logit biases and penalties before sampling). x f32 of
    * any shape, index i32 [m] of distinct flat offsets inside x, values f32 [m]. Mutates x.

@@ -23,6 +23,10 @@ export function allocatePagedKv(
 ): PagedKv {
   if (!Number.isInteger(numBlocks) || numBlocks <= 0) throw new RangeError(`Invalid KV block count ${numBlocks}`);
   if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`Invalid KV block size ${blockSize}`);
+  const max = backend.info.maxHeadDim;
+  if (max !== undefined && config.headDim > max) {
+    throw new RangeError(`The ${backend.info.name} backend's attention takes heads of up to ${max} dims; this model's KV heads have ${config.headDim}`);
+  }
   const shape = [numBlocks, blockSize, config.numKvHeads, config.headDim];
   const k = [];
   const v = [];

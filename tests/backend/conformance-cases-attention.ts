@@ -3,8 +3,8 @@
  *
  * Tolerances:
  * - kvWrite: exact (a scatter; untouched slots keep their random contents on both sides).
- * - pagedAttention: atol 2e-5, rtol 1e-4 (f32 dot products over headDim ≤ 64 and an online
- *   softmax over ≤ 48 keys, against an f64 two-pass softmax).
+ * - pagedAttention: atol 2e-5, rtol 1e-4 (f32 dot products over headDim ≤ 576 of values in [-1, 1]
+ *   and an online softmax over ≤ 48 keys, against an f64 two-pass softmax).
  * - sample: the same token ids (the order of tokens is decided on the exact f32 logits, so only a
  *   cumulative sum that lands within rounding of uniform·mass could differ; inputs are random).
  */
@@ -22,6 +22,8 @@ const GEOMETRIES: Geometry[] = [
   { heads: 3, kvHeads: 1, headDim: 8, blockSize: 4 },
   { heads: 4, kvHeads: 2, headDim: 64, blockSize: 16 },
   { heads: 2, kvHeads: 2, headDim: 40, blockSize: 5 },
+  // Multi-head latent attention's shape: every query head reads one 576-wide latent + RoPE head.
+  { heads: 8, kvHeads: 1, headDim: 576, blockSize: 16 },
 ];
 
 /** Sequences of one batch: (first new position, new tokens). */
@@ -46,6 +48,7 @@ function attentionCase(g: Geometry): Case {
   return {
     op: "pagedAttention",
     name: `heads=${g.heads} kvHeads=${g.kvHeads} headDim=${g.headDim} blockSize=${g.blockSize}`,
+    headDim: g.headDim,
     tolerance: { atol: 2e-5, rtol: 1e-4 },
     run: (b, rng) => {
       const cacheShape = [numBlocks, g.blockSize, g.kvHeads, g.headDim];

@@ -1,9 +1,9 @@
 /**
- * Conformance cases for the dense ops: embedding, gatherRows, scatterAdd, maskLogits, matmul, rmsnorm, rope,
+ * Conformance cases for the dense ops: embedding, gatherRows, sliceColumns, concatColumns, scatterAdd, maskLogits, matmul, rmsnorm, rope,
  * siluMul, add, softmax, argmax. Each case draws fresh inputs from the seeded generator it is given.
  *
  * Tolerances (|x - ref| <= atol + rtol·|ref|; the reference accumulates in f64):
- * - embedding, gatherRows, scatterAdd, maskLogits, add, argmax: exact. Decoding f16/bf16/q8_0 to f32 is exact (a q8_0 value
+ * - embedding, gatherRows, sliceColumns, concatColumns, scatterAdd, maskLogits, add, argmax: exact. Decoding f16/bf16/q8_0 to f32 is exact (a q8_0 value
  *   is an f16 scale times an int8: 19 significant bits); the other block formats round at most once
  *   (scale products of an f16 and a 6- or 8-bit code are exact in f32, so fused or not, both sides
  *   round code·scale − min once), copies are copies, f32 addition is exactly rounded either way,
@@ -61,6 +61,38 @@ function gatherCases(): Case[] {
       return finish(b, [b.gatherRows(x, idx)], [x, idx]);
     },
   }));
+}
+
+/**
+ * Column windows and side-by-side joins along the last dim (multi-head latent attention splits q
+ * into its RoPE and non-RoPE parts and joins the latent with the key's RoPE part): rank 2 and 3,
+ * windows at either edge and inside, odd widths, MLA-like 512 + 64.
+ */
+function columnCases(): Case[] {
+  const slices: [number[], number, number][] = [[[7, 40], 0, 32], [[7, 40], 32, 8], [[3, 5, 24], 5, 13], [[1, 517], 1, 515], [[6, 576], 0, 512]];
+  const joins: [number[], number, number][] = [[[7], 32, 8], [[3, 5], 13, 3], [[4, 1], 512, 64], [[2], 1, 517]];
+  return [
+    ...slices.map(([shape, start, width]): Case => ({
+      op: "sliceColumns",
+      name: `x=[${shape}] start=${start} width=${width}`,
+      tolerance: EXACT,
+      run: (b, rng) => {
+        const x = b.upload(rng.f32(shape.reduce((a, d) => a * d, 1)), shape);
+        return finish(b, [b.sliceColumns(x, start, width)], [x]);
+      },
+    })),
+    ...joins.map(([lead, da, db]): Case => ({
+      op: "concatColumns",
+      name: `lead=[${lead}] ${da} + ${db}`,
+      tolerance: EXACT,
+      run: (b, rng) => {
+        const rows = lead.reduce((a, d) => a * d, 1);
+        const a = b.upload(rng.f32(rows * da), [...lead, da]);
+        const c = b.upload(rng.f32(rows * db), [...lead, db]);
+        return finish(b, [b.concatColumns(a, c)], [a, c]);
+      },
+    })),
+  ];
 }
 
 /** Distinct offsets into logits-shaped x, as the engine makes them for biases and penalties; m = 0 is a no-op. */
@@ -224,5 +256,5 @@ function ropeCases(): Case[] {
 
 /** Every dense-op case. */
 export function denseCases(): Case[] {
-  return [...embeddingCases(), ...gatherCases(), ...scatterAddCases(), ...maskLogitsCases(), ...matmulCases(), ...rowCases(), ...ropeCases()];
+  return [...embeddingCases(), ...gatherCases(), ...columnCases(), ...scatterAddCases(), ...maskLogitsCases(), ...matmulCases(), ...rowCases(), ...ropeCases()];
 }

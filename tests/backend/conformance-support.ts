@@ -63,6 +63,11 @@ export interface Case {
   /** What distinguishes this case, e.g. "q8_0 n=37 k=96 m=45 +bias". */
   name: string;
   tolerance: Tolerance;
+  /**
+   * The attention head dimension the case needs: a backend whose `info.maxHeadDim` is smaller skips
+   * it (such a backend refuses those models when their KV cache is allocated).
+   */
+  headDim?: number;
   run(b: Backend, rng: Rng): Promise<Output[]>;
 }
 

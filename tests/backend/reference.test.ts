@@ -59,6 +59,19 @@ test("gatherRows() picks rows by index", async () => {
   assert.deepEqual(await read(be.gatherRows(x, i32([1, 1, 0]))), [3, 4, 3, 4, 1, 2]);
 });
 
+test("sliceColumns() and concatColumns() cut and join the last dim; bad windows and mismatched rows are refused", async () => {
+  const x = f32([1, 2, 3, 4, 5, 6, 7, 8], [2, 1, 4]);
+  const middle = be.sliceColumns(x, 1, 2);
+  assert.deepEqual(middle.shape, [2, 1, 2]);
+  assert.deepEqual(await read(middle), [2, 3, 6, 7]);
+  const joined = be.concatColumns(middle, f32([9, 10], [2, 1, 1]));
+  assert.deepEqual(joined.shape, [2, 1, 3]);
+  assert.deepEqual(await read(joined), [2, 3, 9, 6, 7, 10]);
+  assert.throws(() => be.sliceColumns(x, 3, 2), /start 3, width 2 does not fit the last dim of \[2, 1, 4\]/);
+  assert.throws(() => be.sliceColumns(x, 0, 0), BackendShapeError);
+  assert.throws(() => be.concatColumns(x, f32([1, 2, 3], [3, 1, 1])), /must share every dim but the last/);
+});
+
 test("rmsnorm() matches hand-computed values", async () => {
   // [3, 4]: mean of squares 12.5, rms 3.5355339; weight [1, 2]
   const y = be.rmsnorm(f32([3, 4, 0, 0], [2, 2]), f32([1, 2], [2]), 0);

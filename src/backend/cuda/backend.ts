@@ -20,7 +20,7 @@ import type { DevicePtr, NativeContext } from "./native-types.ts";
 import { PlanCache } from "./plan-cache.ts";
 import { packSamplingRows } from "./sampling-params.ts";
 import { checkShape, CUDA_WEIGHT_DTYPES, CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
-import { checkWeightShape, expectMaskShapes } from "../shape-checks.ts";
+import { checkWeightShape, expectConcatColumnsShapes, expectMaskShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
 
 /**
  * Backend implementation on one CUDA device; the mixture-of-experts ops come from CudaExperts.
@@ -42,6 +42,8 @@ export class CudaBackend extends CudaExperts implements Backend {
       name: "cuda",
       device: `${d.name} (sm_${d.ccMajor}${d.ccMinor}, ${d.smCount} SMs, ${(d.totalBytes / 2 ** 30).toFixed(0)} GiB)`,
       f16: true,
+      // attention.cu's decode kernels hold up to 8 dims per lane (256); MLA's 576 is not written yet.
+      maxHeadDim: 256,
       peakGBps: d.peakGBps > 0 ? d.peakGBps : undefined,
     };
   }
@@ -244,6 +246,19 @@ export class CudaBackend extends CudaExperts implements Backend {
     if (i.host) this.checkIndices(i.host, rows, "Row index");
     const m = i.shape[0];
     return this.f32(this.ctx.gatherRows(xs.ptr, i.ptr, m, d, rows), [m, d]);
+  }
+
+  sliceColumns(x: Tensor, start: number, width: number): Tensor {
+    const xs = expect(x, undefined, "sliceColumns input", ["f32"]);
+    const { rows, cols, shape } = expectSliceColumnsShapes(xs, start, width);
+    return this.f32(this.ctx.sliceColumns(xs.ptr, rows, cols, start, width), shape);
+  }
+
+  concatColumns(a: Tensor, b: Tensor): Tensor {
+    const as = expect(a, undefined, "concatColumns left operand", ["f32"]);
+    const bs = expect(b, undefined, "concatColumns right operand", ["f32"]);
+    const { rows, colsA, colsB, shape } = expectConcatColumnsShapes(as, bs);
+    return this.f32(this.ctx.concatColumns(as.ptr, bs.ptr, rows, colsA, colsB), shape);
   }
 
   scatterAdd(x: Tensor, index: Tensor, values: Tensor): void {

@@ -43,6 +43,8 @@ export interface NativeContext {
   copyBytes(src: DevicePtr, dst: DevicePtr, bytes: number): void;
   embedding(table: DevicePtr, dtype: number, ids: DevicePtr, n: number, dim: number, vocab: number): DevicePtr;
   gatherRows(x: DevicePtr, idx: DevicePtr, m: number, d: number, rows: number): DevicePtr;
+  sliceColumns(x: DevicePtr, rows: number, cols: number, start: number, width: number): DevicePtr;
+  concatColumns(a: DevicePtr, b: DevicePtr, rows: number, colsA: number, colsB: number): DevicePtr;
   scatterAdd(x: DevicePtr, index: DevicePtr, values: DevicePtr, m: number, size: number): void;
   maskLogits(logits: DevicePtr, rows: DevicePtr, bits: DevicePtr, m: number, n: number, vocab: number): void;
   add(a: DevicePtr, b: DevicePtr, count: number): DevicePtr;

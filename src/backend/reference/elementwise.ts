@@ -3,7 +3,7 @@
  * softmax, argmax, scatter-add, token masks. Reductions accumulate in f64.
  */
 import { BackendShapeError, MASKED_LOGIT, WEIGHT_DTYPES } from "../types.ts";
-import { expectMaskShapes } from "../shape-checks.ts";
+import { expectConcatColumnsShapes, expectMaskShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
 import {
   expectF32,
   expectRank,
@@ -41,6 +41,26 @@ export function gatherRows(x: RefTensor, idx: RefTensor): RefTensor {
   expectRank(idx, 1, "gatherRows indices", ["i32"]);
   const [n, d] = x.shape;
   return gather(x.f32, n, d, idx.i32, "Row index");
+}
+
+/** Columns start..start+width-1 of the last dim, copied. */
+export function sliceColumns(x: RefTensor, start: number, width: number): RefTensor {
+  const { rows, cols, shape } = expectSliceColumnsShapes(x, start, width);
+  const out = new Float32Array(rows * width);
+  for (let r = 0; r < rows; r++) out.set(x.f32.subarray(r * cols + start, r * cols + start + width), r * width);
+  return f32Tensor(out, shape);
+}
+
+/** a and b side by side along the last dim. */
+export function concatColumns(a: RefTensor, b: RefTensor): RefTensor {
+  const { rows, colsA, colsB, shape } = expectConcatColumnsShapes(a, b);
+  const w = colsA + colsB;
+  const out = new Float32Array(rows * w);
+  for (let r = 0; r < rows; r++) {
+    out.set(a.f32.subarray(r * colsA, (r + 1) * colsA), r * w);
+    out.set(b.f32.subarray(r * colsB, (r + 1) * colsB), r * w + colsA);
+  }
+  return f32Tensor(out, shape);
 }
 
 /** x / sqrt(mean(x²) + eps) * weight over the last dim. */

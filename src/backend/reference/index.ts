@@ -13,7 +13,7 @@ import {
   type Tensor,
 } from "../types.ts";
 import { pagedAttention, kvWrite } from "./attention.ts";
-import { add, argmax, embedding, gatherRows, maskLogits, rmsnorm, scatterAdd, siluMul, softmax } from "./elementwise.ts";
+import { add, argmax, concatColumns, embedding, gatherRows, maskLogits, rmsnorm, scatterAdd, siluMul, sliceColumns, softmax } from "./elementwise.ts";
 import { matmul, rope } from "./linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./experts.ts";
 import { sample } from "./sampling.ts";
@@ -85,6 +85,8 @@ export function createReferenceBackend(): Backend {
     argmax: (x: Tensor) => argmax(r(x, "argmax input")),
     sample: (logits: Tensor, rows: readonly SamplingRow[]) => sample(r(logits, "sample logits"), rows),
     gatherRows: (x: Tensor, idx: Tensor) => gatherRows(r(x, "gatherRows input"), r(idx, "gatherRows indices")),
+    sliceColumns: (x: Tensor, start: number, width: number) => sliceColumns(r(x, "sliceColumns input"), start, width),
+    concatColumns: (a: Tensor, b: Tensor) => concatColumns(r(a, "concatColumns left operand"), r(b, "concatColumns right operand")),
     scatterAdd: (x: Tensor, index: Tensor, values: Tensor) =>
       scatterAdd(r(x, "scatterAdd target"), r(index, "scatterAdd index"), r(values, "scatterAdd values")),
     maskLogits: (logits: Tensor, rows: Tensor, bits: Tensor) =>

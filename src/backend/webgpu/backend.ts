@@ -5,11 +5,11 @@
 import type { PoolStats } from "./buffer-pool.ts";
 import { GpuContext, POISON_BITS } from "./context.ts";
 import type { GpuDevice } from "./device.ts";
-import { kvWrite, pagedAttention } from "./ops-attention.ts";
+import { kvWrite, MAX_HEAD_DIM, pagedAttention } from "./ops-attention.ts";
 import { embedding, matmul } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
-import { add, argmax, gatherRows, rmsnorm, rope, siluMul, softmax } from "./ops-rowwise.ts";
+import { add, argmax, concatColumns, gatherRows, rmsnorm, rope, siluMul, sliceColumns, softmax } from "./ops-rowwise.ts";
 import { maskLogits, sample, scatterAdd } from "./ops-sample.ts";
 import type { RecorderStats } from "./recorder.ts";
 import { asGpu, WEBGPU_NAME } from "./tensor.ts";
@@ -39,7 +39,7 @@ export class WebGpuBackend implements Backend {
 
   constructor(gpu: GpuDevice, options: { poison: boolean; gemvMaxRows: number }) {
     this.#ctx = new GpuContext(gpu, options.poison, options.gemvMaxRows);
-    this.info = { name: WEBGPU_NAME, device: gpu.description, f16: gpu.f16 };
+    this.info = { name: WEBGPU_NAME, device: gpu.description, f16: gpu.f16, maxHeadDim: MAX_HEAD_DIM };
   }
 
   /** Byte counters of the buffer pool and dispatch/submit counts. */
@@ -132,6 +132,12 @@ export class WebGpuBackend implements Backend {
   }
   gatherRows(x: Tensor, idx: Tensor): Tensor {
     return gatherRows(this.#ctx, x, idx);
+  }
+  sliceColumns(x: Tensor, start: number, width: number): Tensor {
+    return sliceColumns(this.#ctx, x, start, width);
+  }
+  concatColumns(a: Tensor, b: Tensor): Tensor {
+    return concatColumns(this.#ctx, a, b);
   }
   moeRoute(logits: Tensor, k: number, options: MoeRouteOptions): MoeRouting {
     return moeRoute(this.#ctx, logits, k, options);

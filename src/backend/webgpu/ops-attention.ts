@@ -6,8 +6,11 @@ import { F32 } from "./recorder.ts";
 import { asGpu, expectRank, fmt, type GpuTensor } from "./tensor.ts";
 import { type AttentionBatch, BackendShapeError, type Tensor } from "../types.ts";
 
-/** Largest head dimension the attention kernel supports (4 dims per thread × 64 threads). */
-export const MAX_HEAD_DIM = 256;
+/**
+ * Largest head dimension the attention kernel supports (9 dims per thread × 64 threads): multi-head
+ * latent attention's 512-wide latent plus its 64 RoPE dims (DeepSeek V3, Kimi K2).
+ */
+export const MAX_HEAD_DIM = 576;
 
 function caches(kT: Tensor, vT: Tensor): [GpuTensor, GpuTensor] {
   const k = asGpu(kT, "key cache");
@@ -74,7 +77,7 @@ export function pagedAttention(
     throw new BackendShapeError(`tokenSeq ${fmt(seq.shape)} and tokenPos ${fmt(pos.shape)} must have ${n} rows`);
   }
   const out = ctx.output(q.shape);
-  const dpt = headDim <= 64 ? 1 : headDim <= 128 ? 2 : 4;
+  const dpt = headDim <= 64 ? 1 : headDim <= 128 ? 2 : headDim <= 256 ? 4 : 9;
   ctx.recorder.dispatch(
     "paged_attention",
     { DPT: dpt },

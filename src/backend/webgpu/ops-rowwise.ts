@@ -1,11 +1,13 @@
 /**
- * Row-wise and elementwise ops: rmsnorm, softmax, argmax, add, siluMul, gatherRows, rope.
+ * Row-wise and elementwise ops: rmsnorm, softmax, argmax, add, siluMul, gatherRows, sliceColumns,
+ * concatColumns, rope.
  */
 import type { PooledBuffer } from "./buffer-pool.ts";
 import { type GpuContext } from "./context.ts";
 import { F32 } from "./recorder.ts";
 import { asGpu, expectDtype, expectRank, expectSameShape, fmt, rowsOf } from "./tensor.ts";
 import { BackendShapeError, numel, type RopeLayout, type Tensor } from "../types.ts";
+import { expectConcatColumnsShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
 
 /** x / sqrt(mean(x²) + eps) * weight over the last dim. */
 export function rmsnorm(ctx: GpuContext, xT: Tensor, wT: Tensor, eps: number): Tensor {
@@ -70,6 +72,41 @@ export function gatherRows(ctx: GpuContext, xT: Tensor, idxT: Tensor): Tensor {
   const m = idx.shape[0];
   const out = ctx.output([m, cols]);
   ctx.recorder.dispatch("gather_rows", {}, [m, cols, rows, 0], [[1, x.buffer], [2, idx.buffer], [3, out.buffer]], Math.ceil((m * cols) / 256));
+  return out;
+}
+
+/** Copies a [rows, width] window of src into dst (strides and offsets in elements). */
+function copyColumns(
+  ctx: GpuContext,
+  src: PooledBuffer,
+  dst: PooledBuffer,
+  rows: number,
+  width: number,
+  from: { stride: number; offset: number },
+  to: { stride: number; offset: number },
+): void {
+  const fields = [rows, width, from.stride, from.offset, to.stride, to.offset, 0, 0];
+  ctx.recorder.dispatch("copy_columns", {}, fields, [[1, src], [2, dst]], Math.ceil((rows * width) / 256));
+}
+
+/** Columns start..start+width-1 of the last dim, copied. */
+export function sliceColumns(ctx: GpuContext, xT: Tensor, start: number, width: number): Tensor {
+  const x = asGpu(xT, "sliceColumns input");
+  const { rows, cols, shape } = expectSliceColumnsShapes(x, start, width);
+  const out = ctx.output(shape);
+  copyColumns(ctx, x.buffer, out.buffer, rows, width, { stride: cols, offset: start }, { stride: width, offset: 0 });
+  return out;
+}
+
+/** a and b side by side along the last dim. */
+export function concatColumns(ctx: GpuContext, aT: Tensor, bT: Tensor): Tensor {
+  const a = asGpu(aT, "concatColumns left operand");
+  const b = asGpu(bT, "concatColumns right operand");
+  const { rows, colsA, colsB, shape } = expectConcatColumnsShapes(a, b);
+  const out = ctx.output(shape);
+  const w = colsA + colsB;
+  copyColumns(ctx, a.buffer, out.buffer, rows, colsA, { stride: colsA, offset: 0 }, { stride: w, offset: 0 });
+  copyColumns(ctx, b.buffer, out.buffer, rows, colsB, { stride: colsB, offset: 0 }, { stride: w, offset: colsA });
   return out;
 }
 
