@@ -110,7 +110,7 @@ function llama1bModel(dtypeName: string): LoadedModel {
 
 /** Matrix parameters and bytes: per layer stack, and of the output projection. */
 function sizes(m: LoadedModel) {
-  const mats = m.weights.layers.flatMap((l) => [l.wq, l.wk, l.wv, l.wo, l.wGate, l.wUp, l.wDown]);
+  const mats = m.weights.layers.flatMap((l) => [l.wq, l.wk, l.wv, l.wo, l.wGate, l.wUp, l.wDown]).filter((t) => t !== undefined);
   const out = m.weights.output ?? m.weights.tokenEmbedding;
   const count = (t: HostTensor) => t.shape[0] * t.shape[1];
   return {

@@ -41,7 +41,7 @@ const values = Float32Array.from({ length: 1 << 22 }, (_, i) => Math.sin(i * 0.3
 console.log("| format | matrices quantized | max |Δ log-prob| (stories260K) | % of spread | encode ns/value |\n|---|---:|---:|---:|---:|");
 for (const q of QUANTIZE_DTYPES) {
   const m = await loadModel(MODEL, { quantize: q });
-  const mats = [m.weights.tokenEmbedding, ...(m.weights.output ? [m.weights.output] : []), ...m.weights.layers.flatMap((l) => [l.wq, l.wk, l.wv, l.wo, l.wGate, l.wUp, l.wDown])];
+  const mats = [m.weights.tokenEmbedding, ...(m.weights.output ? [m.weights.output] : []), ...m.weights.layers.flatMap((l) => [l.wq, l.wk, l.wv, l.wo, l.wGate, l.wUp, l.wDown])].filter((t) => t !== undefined);
   const lp = await logProbs(m);
   let err = 0;
   for (let i = 0; i < lp.length; i++) err = Math.max(err, Math.abs(lp[i] - base[i]));

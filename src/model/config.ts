@@ -6,12 +6,30 @@ import type { MoeGating, RopeLayout, WeightDType } from "../backend/types.ts";
 
 /**
  * Architectures the forward supports ("llama" includes Mixtral: a llama with {@link MoeConfig experts};
- * "glm4moe" is GLM-4.5/4.6/4.7's and "qwen2moe" Qwen1.5/Qwen2-MoE's).
+ * "glm4moe" is GLM-4.5/4.6/4.7's, "qwen2moe" Qwen1.5/Qwen2-MoE's and "deepseek2" DeepSeek V2/V3/R1's and
+ * Kimi K2's, with {@link MlaConfig multi-head latent attention}).
  */
-export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe";
+export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2";
 
 /** Every {@link Architecture}, by the name GGUF files give it (`general.architecture`). */
-export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe"];
+export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2"];
+
+/**
+ * Multi-head latent attention (DeepSeek V2/V3, Kimi K2). Each token's keys and values are one
+ * `kvLoraRank`-wide latent (RMS-normed) plus a `ropeDim`-wide RoPE key shared by every head; the cache
+ * holds only those (one KV head of `kvLoraRank + ropeDim` dims: `ModelConfig.headDim`). Queries are
+ * absorbed into the latent space (per head, q_nope · W_kb), so attention runs as multi-query attention
+ * over the cache, and each head's latent output is expanded by W_vb to `vHeadDim` before `wo`.
+ */
+export interface MlaConfig {
+  /** Width of q's low-rank down-projection (`q_lora_rank`); 0 when q is projected directly (DeepSeek-V2-Lite). */
+  qLoraRank: number;
+  kvLoraRank: number;
+  /** Per-head query/key dims without RoPE (`qk_nope_head_dim`) and with (`qk_rope_head_dim`). */
+  nopeDim: number;
+  ropeDim: number;
+  vHeadDim: number;
+}
 
 /**
  * A mixture-of-experts feed-forward: a router picks `numExpertsUsed` of `numExperts` SwiGLU experts
@@ -72,6 +90,10 @@ export interface ModelConfig {
   intermediateSize: number;
   /** Present for mixture-of-experts models. */
   moe?: MoeConfig;
+  /** Present for multi-head latent attention; `numKvHeads` is then 1 and `headDim` the cached latent + RoPE width. */
+  mla?: MlaConfig;
+  /** The attention scores' scale; absent for 1/√headDim (MLA: 1/√(nope + rope), times YaRN's mscale²). */
+  attentionScale?: number;
   rmsNormEps: number;
   ropeTheta: number;
   ropeLayout: RopeLayout;
@@ -109,10 +131,21 @@ export interface HostTensor {
  */
 export interface LayerWeights<T> {
   attnNorm: T;
+  /** The query projection [heads·headDim, hidden]; with MLA [heads·(nope + rope), qLoraRank or hidden]. */
   wq: T;
-  wk: T;
-  wv: T;
+  /** Key and value projections; absent with MLA, whose keys and values come from `wkvA`. */
+  wk?: T;
+  wv?: T;
   wo: T;
+  /** MLA: q's down-projection [qLoraRank, hidden] and the norm after it [qLoraRank]. */
+  wqA?: T;
+  qANorm?: T;
+  /** MLA: [kvLoraRank + ropeDim, hidden] (the latent, then the shared RoPE key) and the latent's norm [kvLoraRank]. */
+  wkvA?: T;
+  kvANorm?: T;
+  /** MLA: per head, latent ← q_nope [heads, kvLoraRank, nopeDim] and value ← latent [heads, vHeadDim, kvLoraRank]. */
+  wkB?: T;
+  wvB?: T;
   bq?: T;
   bk?: T;
   bv?: T;

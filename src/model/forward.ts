@@ -1,16 +1,21 @@
 /**
  * One forward pass for the Llama / Qwen2 / Qwen3 family (dense, or with mixture-of-experts
- * feed-forwards: Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5) over a ragged batch, against the
+ * feed-forwards: Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5; or DeepSeek V3 / Kimi K2's latent
+ * attention, attention-mla.ts) over a ragged batch, against the
  * Backend interface, with a paged KV cache. Everything a step needs is passed in explicitly.
  */
 import type { Backend, Tensor } from "../backend/types.ts";
 import { isMoeLayer, type LayerWeights } from "./config.ts";
+import { headIndices, type KeepTemp, mlaAttentionBlock } from "./attention-mla.ts";
 import type { DeviceModel } from "./device-weights.ts";
 import { type FlatBatch, flattenBatch, type ForwardEntry, ForwardInputError, type StepTensors, uploadBatch } from "./forward-batch.ts";
 
 export { type ForwardEntry, ForwardInputError } from "./forward-batch.ts";
 
-/** Per-layer paged KV caches, each [numBlocks, blockSize, kvHeads, headDim] f32. */
+/**
+ * Per-layer paged KV caches, each [numBlocks, blockSize, kvHeads, headDim] f32. A multi-head latent
+ * attention model writes the same latent + RoPE key into both (attention-mla.ts).
+ */
 export interface PagedKv {
   k: Tensor[];
   v: Tensor[];
@@ -56,6 +61,7 @@ function attentionBlock(
 ): Tensor {
   const c = model.config;
   const n = x.shape[0];
+  if (!l.wk || !l.wv) throw new ForwardInputError("The model's attention weights lack the key and value projections");
   const h = s.keep(backend.rmsnorm(x, l.attnNorm, c.rmsNormEps));
   let q = backend.reshape(s.keep(backend.matmul(h, l.wq, l.bq)), [n, c.numHeads, c.headDim]);
   let k = backend.reshape(s.keep(backend.matmul(h, l.wk, l.bk)), [n, c.numKvHeads, c.headDim]);
@@ -69,7 +75,7 @@ function attentionBlock(
   const qr = s.keep(backend.rope(q, step.positions, c.ropeTheta, c.ropeLayout, c.rotaryDim, f));
   const kr = s.keep(backend.rope(k, step.positions, c.ropeTheta, c.ropeLayout, c.rotaryDim, f));
   backend.kvWrite(kr, v, kCache, vCache, step.slots);
-  const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, 1 / Math.sqrt(c.headDim)));
+  const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, c.attentionScale ?? 1 / Math.sqrt(c.headDim)));
   const o = s.keep(backend.matmul(backend.reshape(att, [n, c.numHeads * c.headDim]), l.wo));
   return backend.add(x, o);
 }
@@ -169,11 +175,15 @@ export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step:
   const flat = planStep(model, kv, step);
   const tensors = uploadBatch(backend, flat);
   const s = new Scratch(backend);
+  const keep: KeepTemp = (t) => s.keep(t);
+  const heads = c.mla ? headIndices(backend, flat.ids.length, c.numHeads) : undefined;
   try {
     let x = backend.embedding(w.tokenEmbedding, tensors.ids);
     for (let i = 0; i < c.numLayers; i++) {
       const l = w.layers[i];
-      const afterAttn = attentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], s);
+      const afterAttn = heads
+        ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], heads, keep)
+        : attentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], s);
       backend.free(x);
       x = isMoeLayer(c, i) ? moeBlock(backend, model, l, afterAttn, s) : mlpBlock(backend, model, l, afterAttn, s);
       backend.free(afterAttn);
@@ -192,5 +202,6 @@ export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step:
   } finally {
     s.release();
     tensors.free();
+    if (heads) backend.free(heads);
   }
 }

@@ -11,6 +11,7 @@ import {
   type HostTensor,
   isMoeLayer,
   type LoadedModel,
+  type MlaConfig,
   type ModelConfig,
   ModelLoadError,
   type MoeConfig,
@@ -19,14 +20,15 @@ import {
 } from "./config.ts";
 import { GgufMetadata } from "./gguf-metadata.ts";
 import { type GgufHeader, type GgufTensorInfo, readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
-import { checkFreqFactors } from "./rope-scaling.ts";
+import { checkFreqFactors, yarnFreqFactors, yarnMscale, type YarnRopeScaling } from "./rope-scaling.ts";
+import { splittingKvB } from "./mla-weights.ts";
 import { BpeTokenizer } from "./tokenizer-bpe.ts";
 import { SpmTokenizer } from "./tokenizer-spm.ts";
 import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
 import { EXPERT, stackingExperts } from "./expert-stack.ts";
 
 /** Architectures whose every file has experts. */
-const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe"];
+const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe", "deepseek2"];
 
 const LAYER_NAMES: Record<LayerRole, string> = {
   attnNorm: "attn_norm.weight",
@@ -49,10 +51,25 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   wUpShared: "ffn_up_shexp.weight",
   wDownShared: "ffn_down_shexp.weight",
   sharedGate: "ffn_gate_inp_shexp.weight",
+  wqA: "attn_q_a.weight",
+  qANorm: "attn_q_a_norm.weight",
+  wkvA: "attn_kv_a_mqa.weight",
+  kvANorm: "attn_kv_a_norm.weight",
+  wkB: "attn_k_b.weight",
+  wvB: "attn_v_b.weight",
 };
+
+/** The combined kv_b of GGUFs converted before llama.cpp split it into attn_k_b and attn_v_b. */
+const KV_B = "attn_kv_b.weight";
 
 /** GLM-4.5 names its pre-feed-forward norm after HF's `post_attention_layernorm`. */
 const GLM4MOE_NAMES: Partial<Record<LayerRole, string>> = { ffnNorm: "post_attention_norm.weight" };
+
+/** Each architecture's own names: GLM-4.5's norm; DeepSeek's q up-projection after its low-rank bottleneck. */
+function ownNames(config: ModelConfig): Partial<Record<LayerRole, string>> {
+  if (config.architecture === "glm4moe") return GLM4MOE_NAMES;
+  return config.mla && config.mla.qLoraRank > 0 ? { wq: "attn_q_b.weight" } : {};
+}
 
 /** An MoE layer's stacked experts (llama.cpp's `ffn_*_exps`). */
 const EXPERT_NAMES: Partial<Record<LayerRole, string>> = {
@@ -82,7 +99,7 @@ export const GGUF_TENSOR_NAMES: TensorNames = {
  */
 function moeTensorNames(config: ModelConfig, split: boolean): TensorNames {
   const experts = split ? SPLIT_EXPERT_NAMES : EXPERT_NAMES;
-  const own = config.architecture === "glm4moe" ? GLM4MOE_NAMES : {};
+  const own = ownNames(config);
   return {
     ...GGUF_TENSOR_NAMES,
     layer: (i, role) => `blk.${i}.${own[role] ?? (isMoeLayer(config, i) ? experts[role] : undefined) ?? LAYER_NAMES[role]}`,
@@ -115,8 +132,9 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     throw new ModelLoadError(`Model "${path}" uses multimodal RoPE sections ("${arch}.rope.dimension_sections"), which are not supported`);
   }
   const scalingType = meta.string(`${arch}.rope.scaling.type`, "none");
-  if (scalingType !== "none" && meta.number(`${arch}.rope.scaling.factor`, 1) !== 1) {
-    throw new ModelLoadError(`Model "${path}" uses RoPE scaling type "${scalingType}"; only rope_freqs factors are supported`);
+  const yarn = scalingType !== "none" && meta.number(`${arch}.rope.scaling.factor`, 1) !== 1;
+  if (yarn && (scalingType !== "yarn" || architecture !== "deepseek2")) {
+    throw new ModelLoadError(`Model "${path}" uses RoPE scaling type "${scalingType}"; only rope_freqs factors (and YaRN for deepseek2) are supported`);
   }
   if (numHeads % numKvHeads !== 0) {
     throw new ModelLoadError(`Model "${path}" has ${numHeads} heads, not a multiple of its ${numKvHeads} KV heads`);
@@ -131,7 +149,10 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ),
   ];
   const bos = optionalId("tokenizer.ggml.bos_token_id");
-  const moe = ggufMoe(meta, arch, path);
+  const moe = ggufMoe(meta, arch, (name) => tensors.has(name), path);
+  const mla = architecture === "deepseek2" ? ggufMla(meta, arch, headDim, ropeDim, tensors.has("blk.0.attn_q_a.weight"), path) : undefined;
+  const ropeTheta = meta.number(`${arch}.rope.freq_base`, 10000);
+  const scaled = mla && yarn ? ggufYarn(meta, arch, ropeTheta, mla, path) : undefined;
   const ffnKey = moe ? `${arch}.expert_feed_forward_length` : `${arch}.feed_forward_length`;
   // GLM-4.5 files end with multi-token-prediction blocks (NextN) that llama.cpp loads but never runs.
   const blocks = meta.number(`${arch}.block_count`);
@@ -145,14 +166,18 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     hiddenSize,
     numLayers: blocks - nextn,
     numHeads,
-    numKvHeads,
-    headDim,
+    // Latent attention caches one head: the latent and the shared RoPE key.
+    numKvHeads: mla ? 1 : numKvHeads,
+    headDim: mla ? mla.kvLoraRank + mla.ropeDim : headDim,
     intermediateSize: meta.entries.has(ffnKey) ? perLayerNumber(meta, ffnKey, path) : perLayerNumber(meta, `${arch}.feed_forward_length`, path),
     ...(moe ? { moe } : {}),
+    ...(mla ? { mla } : {}),
+    ...(scaled ? { attentionScale: scaled.attentionScale, ropeFreqFactors: scaled.freqFactors } : {}),
     rmsNormEps: meta.number(`${arch}.attention.layer_norm_rms_epsilon`, 1e-6),
-    ropeTheta: meta.number(`${arch}.rope.freq_base`, 10000),
-    ropeLayout: architecture === "llama" ? "normal" : "neox",
-    ...(ropeDim !== headDim ? { rotaryDim: ropeDim } : {}),
+    ropeTheta,
+    // llama.cpp turns DeepSeek's RoPE dims in adjacent pairs, as it does Llama's permuted ones.
+    ropeLayout: architecture === "llama" || architecture === "deepseek2" ? "normal" : "neox",
+    ...(ropeDim !== headDim || mla ? { rotaryDim: ropeDim } : {}),
     contextLength: meta.number(`${arch}.context_length`, 2048),
     tiedEmbeddings: !tensors.has(GGUF_TENSOR_NAMES.output),
     qkvBias: tensors.has(GGUF_TENSOR_NAMES.layer(0, "bq")),
@@ -168,7 +193,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
  * routed as llama.cpp routes each: it renormalises the chosen experts' weights for Mixtral and
  * Qwen3-MoE whatever the file says, never for Qwen2-MoE, and for GLM-4.5 per `expert_weights_norm`.
  */
-function ggufMoe(meta: GgufMetadata, arch: string, path: string): MoeConfig | undefined {
+function ggufMoe(meta: GgufMetadata, arch: string, has: (tensor: string) => boolean, path: string): MoeConfig | undefined {
   const numExperts = meta.optionalNumber(`${arch}.expert_count`) ?? 0;
   if (numExperts === 0) {
     if (MOE_ARCHITECTURES.includes(arch)) throw new ModelLoadError(`Model "${path}" is ${arch} but has no "${arch}.expert_count"`);
@@ -196,7 +221,8 @@ function ggufMoe(meta: GgufMetadata, arch: string, path: string): MoeConfig | un
           perLayerNumber(meta, `${arch}.feed_forward_length`, path),
         sharedGate: true,
       };
-    case "glm4moe": {
+    case "glm4moe":
+    case "deepseek2": {
       const gatingFunc = meta.optionalNumber(`${arch}.expert_gating_func`) ?? 0;
       if (gatingFunc !== 0 && gatingFunc !== 1 && gatingFunc !== 2) {
         throw new ModelLoadError(`Model "${path}" uses expert gating function ${gatingFunc}; supported: 1 (softmax), 2 (sigmoid)`);
@@ -206,8 +232,10 @@ function ggufMoe(meta: GgufMetadata, arch: string, path: string): MoeConfig | un
         numExperts,
         numExpertsUsed,
         normalizeTopK: meta.bool(`${arch}.expert_weights_norm`, false),
-        gating: gatingFunc === 1 ? "softmax" : "sigmoid",
-        selectionBias: true,
+        // llama.cpp's default for DeepSeek V2 files without a gating function is softmax.
+        gating: gatingFunc === 1 || (gatingFunc === 0 && arch === "deepseek2") ? "softmax" : "sigmoid",
+        // DeepSeek V2 has no selection bias; V3 and Kimi K2 do.
+        selectionBias: arch === "glm4moe" || has(`blk.${denseLayers}.${LAYER_NAMES.routerBias}`),
         routedScale,
         denseLayers,
         denseIntermediateSize: denseLayers > 0 ? perLayerNumber(meta, `${arch}.feed_forward_length`, path) : 0,
@@ -219,6 +247,52 @@ function ggufMoe(meta: GgufMetadata, arch: string, path: string): MoeConfig | un
       if (shared > 0) throw new ModelLoadError(`Model "${path}" has shared experts, which the "${arch}" architecture does not support`);
       return plainMoe(numExperts, numExpertsUsed, true);
   }
+}
+
+/**
+ * DeepSeek's latent attention sizes. Current files (llama.cpp's converter since it split kv_b) give
+ * `key_length` as the cached latent + RoPE width and the per-head q/k and v widths under `*_mla`;
+ * older ones give the per-head widths as `key_length` / `value_length`.
+ */
+function ggufMla(meta: GgufMetadata, arch: string, keyLength: number, ropeDim: number, qLora: boolean, path: string): MlaConfig {
+  const qk = meta.optionalNumber(`${arch}.attention.key_length_mla`) ?? keyLength;
+  const mla: MlaConfig = {
+    qLoraRank: qLora ? meta.number(`${arch}.attention.q_lora_rank`) : 0,
+    kvLoraRank: meta.number(`${arch}.attention.kv_lora_rank`),
+    nopeDim: qk - ropeDim,
+    ropeDim,
+    vHeadDim: meta.optionalNumber(`${arch}.attention.value_length_mla`) ?? meta.number(`${arch}.attention.value_length`),
+  };
+  const bad = Object.entries(mla).find(([key, v]) => !Number.isInteger(v) || v < (key === "qLoraRank" ? 0 : 1));
+  if (bad) throw new ModelLoadError(`Model "${path}" has latent attention ${bad[0]} ${bad[1]}; expected a positive integer (${JSON.stringify(mla)})`);
+  return mla;
+}
+
+/**
+ * DeepSeek V3's / Kimi K2's YaRN as llama.cpp runs deepseek2: frequencies blended per pair, RoPE's
+ * magnitude left at 1, and the scores scaled by mscale² with mscale from `yarn_log_multiplier`
+ * (0.1 · mscale_all_dim). Files whose YaRN would scale RoPE's magnitude are refused.
+ */
+function ggufYarn(meta: GgufMetadata, arch: string, theta: number, mla: MlaConfig, path: string): { freqFactors: number[]; attentionScale: number } {
+  const key = (k: string) => `${arch}.rope.scaling.${k}`;
+  const logMul = meta.optionalNumber(key("yarn_log_multiplier"));
+  const attnFactor = meta.optionalNumber(key("attn_factor")) ?? 1;
+  const extFactor = meta.optionalNumber(key("yarn_ext_factor")) ?? 1;
+  if (logMul === undefined || attnFactor !== 1 || (extFactor !== 1 && extFactor !== -1)) {
+    throw new ModelLoadError(`Model "${path}" uses YaRN that scales RoPE's magnitude (no "${key("yarn_log_multiplier")}", or an attn/ext factor other than 1), which is not supported`);
+  }
+  const factor = meta.number(key("factor"));
+  const scaling: YarnRopeScaling = {
+    factor,
+    originalContext: meta.optionalNumber(key("original_context_length")) ?? meta.number(`${arch}.context_length`),
+    betaFast: meta.optionalNumber(key("yarn_beta_fast")) ?? 32,
+    betaSlow: meta.optionalNumber(key("yarn_beta_slow")) ?? 1,
+  };
+  const mscale = yarnMscale(factor, logMul / 0.1);
+  return {
+    freqFactors: checkFreqFactors(yarnFreqFactors(theta, mla.ropeDim, scaling), mla.ropeDim, path),
+    attentionScale: (mscale * mscale) / Math.sqrt(mla.nopeDim + mla.ropeDim),
+  };
 }
 
 /** Some GGUFs store per-layer values as arrays; we support only uniform ones. */
@@ -294,7 +368,12 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
     const split = moe !== undefined && !infos.has(moeTensorNames(config, false).layer(first, "wGate")) &&
       infos.has(moeTensorNames(config, true).layer(first, "wGate").replace(EXPERT, "0"));
     const names = moe ? moeTensorNames(config, split) : GGUF_TENSOR_NAMES;
-    const weights = await assembleWeights(config, moe ? stackingExperts(source, moe.numExperts, path) : source, names, path, options);
+    let tensors = moe ? stackingExperts(source, moe.numExperts, path) : source;
+    if (config.mla) {
+      const layers = Array.from({ length: config.numLayers }, (_, i) => ({ kB: names.layer(i, "wkB"), vB: names.layer(i, "wvB"), kvB: `blk.${i}.${KV_B}` }));
+      tensors = splittingKvB(tensors, layers, config.mla, config.numHeads, path);
+    }
+    const weights = await assembleWeights(config, tensors, names, path, options);
     const template = header.metadata.get("tokenizer.chat_template")?.value;
     return {
       config,

@@ -7,6 +7,8 @@ import { promises as fsp } from "node:fs";
 import { openRandomAccess, pathExists, type RandomAccessFile, readTextFile } from "../runtime/fs.ts";
 import { type Architecture, ARCHITECTURES, isMoeLayer, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
+import { hfDeepseekAttention, hfDeepseekMoe } from "./hf-deepseek.ts";
+import { splittingKvB } from "./mla-weights.ts";
 import { readSafetensor, readSafetensorsHeader, type SafetensorsInfo } from "./safetensors.ts";
 import { HfTokenizer } from "./tokenizer-hf.ts";
 import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
@@ -33,7 +35,17 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   wUpShared: "mlp.shared_experts.up_proj.weight",
   wDownShared: "mlp.shared_experts.down_proj.weight",
   sharedGate: "mlp.shared_expert_gate.weight",
+  wqA: "self_attn.q_a_proj.weight",
+  qANorm: "self_attn.q_a_layernorm.weight",
+  wkvA: "self_attn.kv_a_proj_with_mqa.weight",
+  kvANorm: "self_attn.kv_a_layernorm.weight",
+  // Cut from kv_b_proj on load (mla-weights.ts).
+  wkB: "self_attn.k_b_proj.weight",
+  wvB: "self_attn.v_b_proj.weight",
 };
+
+/** DeepSeek's combined latent up-projection, split into W_kb and W_vb on load. */
+const KV_B = "self_attn.kv_b_proj.weight";
 
 /** Qwen's per-expert names, which Qwen2-MoE and GLM-4.5 share. */
 const QWEN_EXPERTS: Partial<Record<LayerRole, string>> = {
@@ -43,7 +55,7 @@ const QWEN_EXPERTS: Partial<Record<LayerRole, string>> = {
 };
 
 /** Per-expert names of an MoE layer, stacked on load (expert-stack.ts), and each family's other MoE names. */
-const EXPERT_NAMES: Record<"qwen2moe" | "qwen3moe" | "glm4moe" | "mixtral", Partial<Record<LayerRole, string>>> = {
+const EXPERT_NAMES: Record<"qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "mixtral", Partial<Record<LayerRole, string>>> = {
   qwen2moe: {
     ...QWEN_EXPERTS,
     wGateShared: "mlp.shared_expert.gate_proj.weight",
@@ -52,6 +64,7 @@ const EXPERT_NAMES: Record<"qwen2moe" | "qwen3moe" | "glm4moe" | "mixtral", Part
   },
   qwen3moe: QWEN_EXPERTS,
   glm4moe: QWEN_EXPERTS,
+  deepseek2: QWEN_EXPERTS,
   mixtral: {
     router: "block_sparse_moe.gate.weight",
     wGate: `block_sparse_moe.experts.${EXPERT}.w1.weight`,
@@ -71,10 +84,12 @@ export const HF_TENSOR_NAMES: TensorNames = {
 /** transformers' names for a model with experts (a leading dense layer keeps the plain names). */
 function moeTensorNames(config: ModelConfig): TensorNames {
   const a = config.architecture;
-  const experts = EXPERT_NAMES[a === "qwen2moe" || a === "qwen3moe" || a === "glm4moe" ? a : "mixtral"];
+  const experts = EXPERT_NAMES[a === "qwen2moe" || a === "qwen3moe" || a === "glm4moe" || a === "deepseek2" ? a : "mixtral"];
+  // DeepSeek's q up-projection follows its low-rank bottleneck.
+  const own: Partial<Record<LayerRole, string>> = config.mla && config.mla.qLoraRank > 0 ? { wq: "self_attn.q_b_proj.weight" } : {};
   return {
     ...HF_TENSOR_NAMES,
-    layer: (i, role) => `model.layers.${i}.${(isMoeLayer(config, i) ? experts[role] : undefined) ?? LAYER_NAMES[role]}`,
+    layer: (i, role) => `model.layers.${i}.${own[role] ?? (isMoeLayer(config, i) ? experts[role] : undefined) ?? LAYER_NAMES[role]}`,
   };
 }
 
@@ -85,11 +100,14 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Qwen2MoeForCausalLM: "qwen2moe",
   Qwen3MoeForCausalLM: "qwen3moe",
   Glm4MoeForCausalLM: "glm4moe",
+  DeepseekV3ForCausalLM: "deepseek2",
   MixtralForCausalLM: "llama",
   // config.json's model_type, for files without `architectures`
   qwen2_moe: "qwen2moe",
   qwen3_moe: "qwen3moe",
   glm4_moe: "glm4moe",
+  deepseek_v3: "deepseek2",
+  kimi_k2: "deepseek2",
   mixtral: "llama",
 };
 
@@ -140,24 +158,28 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const eosTokenIds = (Array.isArray(eos) ? eos : eos === undefined || eos === null ? [] : [eos]).map(Number);
   const bos = typeof cfg.bos_token_id === "number" ? cfg.bos_token_id : undefined;
   const addBosSetting = tokCfg.add_bos_token;
-  const headDim = num(cfg, "head_dim", path, Math.floor(hiddenSize / numHeads));
   const ropeTheta = num(cfg, "rope_theta", path, ropeParametersTheta(cfg) ?? 10000);
-  const rotaryDim = hfRotaryDim(cfg, architecture, headDim, path);
-  const ropeFreqFactors = hfRopeFreqFactors(cfg, ropeTheta, rotaryDim ?? headDim, path);
-  const moe = hfMoe(cfg, archName, architecture, path);
+  const deepseek = architecture === "deepseek2" ? hfDeepseekAttention(cfg, ropeTheta, path) : undefined;
+  const mla = deepseek?.mla;
+  // Latent attention caches one head: the latent and the shared RoPE key.
+  const headDim = mla ? mla.kvLoraRank + mla.ropeDim : num(cfg, "head_dim", path, Math.floor(hiddenSize / numHeads));
+  const rotaryDim = mla ? mla.ropeDim : hfRotaryDim(cfg, architecture, headDim, path);
+  const ropeFreqFactors = deepseek ? deepseek.ropeFreqFactors : hfRopeFreqFactors(cfg, ropeTheta, rotaryDim ?? headDim, path);
+  const moe = deepseek ? hfDeepseekMoe(cfg, path) : hfMoe(cfg, archName, architecture, path);
   return {
     architecture,
     vocabSize,
     hiddenSize,
     numLayers: num(cfg, "num_hidden_layers", path),
     numHeads,
-    numKvHeads,
+    numKvHeads: mla ? 1 : numKvHeads,
     headDim,
     intermediateSize: num(cfg, moe && architecture !== "llama" ? "moe_intermediate_size" : "intermediate_size", path),
     ...(moe ? { moe } : {}),
+    ...(deepseek ? { mla: deepseek.mla, attentionScale: deepseek.attentionScale } : {}),
     rmsNormEps: num(cfg, "rms_norm_eps", path, 1e-6),
     ropeTheta,
-    ropeLayout: "neox",
+    ropeLayout: deepseek?.ropeLayout ?? "neox",
     ...(rotaryDim !== undefined ? { rotaryDim } : {}),
     ...(ropeFreqFactors ? { ropeFreqFactors } : {}),
     contextLength: num(cfg, "max_position_embeddings", path, 2048),
@@ -287,7 +309,12 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     };
     const moe = config.moe;
     const names = !moe ? HF_TENSOR_NAMES : moeTensorNames(config);
-    const weights = await assembleWeights(config, moe ? stackingExperts(source, moe.numExperts, dir) : source, names, dir, options);
+    let tensors = moe ? stackingExperts(source, moe.numExperts, dir) : source;
+    if (config.mla) {
+      const layers = Array.from({ length: config.numLayers }, (_, i) => ({ kB: names.layer(i, "wkB"), vB: names.layer(i, "wvB"), kvB: `model.layers.${i}.${KV_B}` }));
+      tensors = splittingKvB(tensors, layers, config.mla, config.numHeads, dir);
+    }
+    const weights = await assembleWeights(config, tensors, names, dir, options);
     return { config, weights, tokenizer, chatTemplate: await chatTemplate(dir, tokCfg), source: dir };
   } finally {
     await Promise.all(files.map((f) => f.close()));

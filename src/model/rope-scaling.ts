@@ -88,3 +88,36 @@ export function checkFreqFactors(factors: readonly number[], headDim: number, pa
   if (bad >= 0) throw new ModelLoadError(`RoPE frequency factor ${factors[bad]} at index ${bad} in "${path}" is not a positive number`);
   return [...factors];
 }
+
+/** The parameters of YaRN RoPE scaling (DeepSeek V3's and Kimi K2's `rope_scaling` type "yarn"). */
+export interface YarnRopeScaling {
+  factor: number;
+  originalContext: number;
+  /** Rotations per original context above which a pair keeps its frequency, and below which it is slowed by `factor`. */
+  betaFast: number;
+  betaSlow: number;
+}
+
+/**
+ * Divisors of the base frequencies that reproduce YaRN's blend (ggml's `rope_yarn` with ext_factor 1,
+ * transformers' `_compute_yarn_parameters`): pairs below dim `low` keep their frequency, pairs past
+ * `high` are slowed by `factor`, with a linear ramp between, where low/high are the dims that turn
+ * betaFast/betaSlow times over the original context (floored / ceiled, as both do).
+ */
+export function yarnFreqFactors(theta: number, dim: number, s: YarnRopeScaling): number[] {
+  const corrDim = (rotations: number) => (dim * Math.log(s.originalContext / (rotations * 2 * Math.PI))) / (2 * Math.log(theta));
+  const low = Math.max(0, Math.floor(corrDim(s.betaFast)));
+  const high = Math.min(dim - 1, Math.ceil(corrDim(s.betaSlow)));
+  const factors: number[] = [];
+  for (let i = 0; i < dim / 2; i++) {
+    const keep = 1 - Math.min(1, Math.max(0, (i - low) / Math.max(0.001, high - low)));
+    // θ' = θ · (keep + (1 − keep) / factor)
+    factors.push(1 / (keep + (1 - keep) / s.factor));
+  }
+  return factors;
+}
+
+/** YaRN's magnitude correction 0.1 · m · ln(factor) + 1 (transformers' `get_mscale`); 1 for factor ≤ 1. */
+export function yarnMscale(factor: number, m: number): number {
+  return factor <= 1 ? 1 : 0.1 * m * Math.log(factor) + 1;
+}

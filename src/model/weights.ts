@@ -64,12 +64,43 @@ export interface TensorNames {
   layer(index: number, role: LayerRole): string;
 }
 
-const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>(["attnNorm", "ffnNorm", "qNorm", "kNorm", "bq", "bk", "bv", "routerBias"]);
+const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>([
+  "attnNorm", "ffnNorm", "qNorm", "kNorm", "qANorm", "kvANorm", "bq", "bk", "bv", "routerBias",
+]);
 
 /** Small tensors kept as stored (not quantized): llama.cpp's quantizer leaves them too, and their rounding would change which experts run. */
 const KEEP_AS_STORED: ReadonlySet<LayerRole> = new Set<LayerRole>(["router", "sharedGate"]);
 
+/** Shapes of the multi-head latent attention roles ({@link MlaConfig}). */
+function mlaShape(c: ModelConfig, role: LayerRole): number[] | undefined {
+  const m = c.mla;
+  if (!m) return undefined;
+  const h = c.numHeads;
+  switch (role) {
+    case "wq":
+      return [h * (m.nopeDim + m.ropeDim), m.qLoraRank > 0 ? m.qLoraRank : c.hiddenSize];
+    case "wqA":
+      return [m.qLoraRank, c.hiddenSize];
+    case "qANorm":
+      return [m.qLoraRank];
+    case "wkvA":
+      return [m.kvLoraRank + m.ropeDim, c.hiddenSize];
+    case "kvANorm":
+      return [m.kvLoraRank];
+    case "wkB":
+      return [h, m.kvLoraRank, m.nopeDim];
+    case "wvB":
+      return [h, m.vHeadDim, m.kvLoraRank];
+    case "wo":
+      return [c.hiddenSize, h * m.vHeadDim];
+    default:
+      return undefined;
+  }
+}
+
 function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): number[] {
+  const mla = mlaShape(c, role);
+  if (mla) return mla;
   const q = c.numHeads * c.headDim;
   const kv = c.numKvHeads * c.headDim;
   // An MoE layer stacks its experts' feed-forward matrices; a leading dense layer has its own width.
@@ -112,12 +143,18 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): num
       return [c.hiddenSize, shared];
     case "sharedGate":
       return [1, c.hiddenSize];
+    default:
+      throw new ModelLoadError(`Layer weight "${role}" belongs to multi-head latent attention, which this model does not use`);
   }
 }
 
 /** The roles layer `i` of a model has, in the order they are read. */
 export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
-  const roles: LayerRole[] = ["attnNorm", "wq", "wk", "wv", "wo", "ffnNorm", "wGate", "wUp", "wDown"];
+  const mla = config.mla;
+  const attention: LayerRole[] = !mla
+    ? ["wq", "wk", "wv"]
+    : [...(mla.qLoraRank > 0 ? ["wqA", "qANorm"] as const : []), "wq", "wkvA", "kvANorm", "wkB", "wvB"];
+  const roles: LayerRole[] = ["attnNorm", ...attention, "wo", "ffnNorm", "wGate", "wUp", "wDown"];
   if (config.qkvBias) roles.push("bq", "bk", "bv");
   if (config.qkNorm) roles.push("qNorm", "kNorm");
   const moe = config.moe;

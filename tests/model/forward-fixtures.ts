@@ -123,8 +123,8 @@ export function naiveLogits(model: HostModel, tokens: readonly number[]): Float6
     xs.forEach((x, pos) => {
       const h = rms(x, f(l.attnNorm), c.rmsNormEps);
       const q = linear(h, f(l.wq), c.numHeads * D, l.bq && f(l.bq));
-      const k = linear(h, f(l.wk), c.numKvHeads * D, l.bk && f(l.bk));
-      const v = linear(h, f(l.wv), c.numKvHeads * D, l.bv && f(l.bv));
+      const k = linear(h, f(l.wk!), c.numKvHeads * D, l.bk && f(l.bk));
+      const v = linear(h, f(l.wv!), c.numKvHeads * D, l.bv && f(l.bv));
       const split = (a: Float64Array, n: number) => Array.from({ length: n }, (_, i) => a.slice(i * D, (i + 1) * D));
       let qh: Float64Array[] = split(q, c.numHeads);
       let kh: Float64Array[] = split(k, c.numKvHeads);

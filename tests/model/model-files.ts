@@ -48,6 +48,15 @@ export interface ModelFileSpec {
   rotaryDim?: number;
   /** Llama 3.1-style "llama3" scaling: HF config `rope_scaling`, GGUF `rope_freqs.weight` (as convert_hf_to_gguf.py bakes it). */
   ropeScaling?: Llama3RopeScaling;
+  /**
+   * DeepSeek's multi-head latent attention (deepseek2; `heads` then counts query heads and
+   * `kvHeads`/`headDim` are unused): q's low-rank width (0: q projected directly), the latent's,
+   * the per-head non-RoPE, RoPE and value widths. `combinedKvB` writes the GGUF as llama.cpp did
+   * before it split kv_b (one `attn_kv_b`, per-head key/value lengths).
+   */
+  mla?: { qLora: number; kvLora: number; nope: number; rope: number; v: number; combinedKvB?: boolean };
+  /** YaRN (deepseek2): HF `rope_scaling` type "yarn" with mscale = mscale_all_dim; GGUF `rope.scaling.*`. */
+  yarn?: { factor: number; originalContext: number; betaFast: number; betaSlow: number; mscaleAllDim: number };
 }
 
 /** The RoPE base a spec's files declare. */
@@ -103,10 +112,25 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
       put(p + "shared_head.norm.weight", [hidden], 0.2, 1);
     }
     put(p + "input_layernorm.weight", [hidden], 0.2, 1);
-    put(p + "self_attn.q_proj.weight", [heads * hd, hidden], 1 / Math.sqrt(hidden));
-    put(p + "self_attn.k_proj.weight", [kvHeads * hd, hidden], 1 / Math.sqrt(hidden));
-    put(p + "self_attn.v_proj.weight", [kvHeads * hd, hidden], 1 / Math.sqrt(hidden));
-    put(p + "self_attn.o_proj.weight", [hidden, heads * hd], 1 / Math.sqrt(heads * hd));
+    const mla = spec.mla;
+    if (mla) {
+      // DeepSeek V3's attention: q through a low-rank bottleneck, one latent + RoPE key per token.
+      const qk = heads * (mla.nope + mla.rope);
+      if (mla.qLora > 0) {
+        put(p + "self_attn.q_a_proj.weight", [mla.qLora, hidden], 1 / Math.sqrt(hidden));
+        put(p + "self_attn.q_a_layernorm.weight", [mla.qLora], 0.2, 1);
+        put(p + "self_attn.q_b_proj.weight", [qk, mla.qLora], 1 / Math.sqrt(mla.qLora));
+      } else put(p + "self_attn.q_proj.weight", [qk, hidden], 1 / Math.sqrt(hidden));
+      put(p + "self_attn.kv_a_proj_with_mqa.weight", [mla.kvLora + mla.rope, hidden], 1 / Math.sqrt(hidden));
+      put(p + "self_attn.kv_a_layernorm.weight", [mla.kvLora], 0.2, 1);
+      put(p + "self_attn.kv_b_proj.weight", [heads * (mla.nope + mla.v), mla.kvLora], 1 / Math.sqrt(mla.kvLora));
+      put(p + "self_attn.o_proj.weight", [hidden, heads * mla.v], 1 / Math.sqrt(heads * mla.v));
+    } else {
+      put(p + "self_attn.q_proj.weight", [heads * hd, hidden], 1 / Math.sqrt(hidden));
+      put(p + "self_attn.k_proj.weight", [kvHeads * hd, hidden], 1 / Math.sqrt(hidden));
+      put(p + "self_attn.v_proj.weight", [kvHeads * hd, hidden], 1 / Math.sqrt(hidden));
+      put(p + "self_attn.o_proj.weight", [hidden, heads * hd], 1 / Math.sqrt(heads * hd));
+    }
     if (hasQkvBias(spec)) {
       put(p + "self_attn.q_proj.bias", [heads * hd], 0.5);
       put(p + "self_attn.k_proj.bias", [kvHeads * hd], 0.5);
@@ -124,7 +148,7 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
       // A sharper router than the projections, so tokens disagree about their experts.
       put(p + m + "gate.weight", [experts.count, hidden], 4 / Math.sqrt(hidden));
       // GLM-4.5's selection bias, large enough next to the sigmoids to change which experts win.
-      if (spec.architecture === "glm4moe") put(p + "mlp.gate.e_score_correction_bias", [experts.count], 0.5);
+      if (spec.architecture === "glm4moe" || spec.architecture === "deepseek2") put(p + "mlp.gate.e_score_correction_bias", [experts.count], 0.5);
       for (let e = 0; e < experts.count; e++) {
         const x = `${p}${m}experts.${e}.`;
         if (!mixtral) swiglu(x, ffn);
@@ -173,6 +197,12 @@ const GGUF_LAYER: Record<string, string> = {
   "self_attn.k_proj.bias": "attn_k.bias",
   "self_attn.v_proj.bias": "attn_v.bias",
   "self_attn.q_norm.weight": "attn_q_norm.weight",
+  "self_attn.q_a_proj.weight": "attn_q_a.weight",
+  "self_attn.q_a_layernorm.weight": "attn_q_a_norm.weight",
+  "self_attn.q_b_proj.weight": "attn_q_b.weight",
+  "self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
+  "self_attn.kv_a_layernorm.weight": "attn_kv_a_norm.weight",
+  "self_attn.kv_b_proj.weight": "attn_kv_b.weight",
   "self_attn.k_norm.weight": "attn_k_norm.weight",
   "post_attention_layernorm.weight": "ffn_norm.weight",
   "mlp.gate_proj.weight": "ffn_gate.weight",
@@ -209,6 +239,7 @@ function ggufTensors(
     const part = EXPERT_PART.exec(hf);
     const router = ROUTER.exec(hf);
     if (router) out.push({ name: `blk.${router[1]}.ffn_gate_inp.weight`, shape, values, hf });
+    else if (hf.endsWith("kv_b_proj.weight") && spec.mla && !spec.mla.combinedKvB) out.push(...splitKvBForGguf(spec, ggufName(spec, hf), values, hf));
     // llama.cpp stores Qwen2-MoE's shared-expert gate [1, hidden] as a vector.
     else if (hf.endsWith("shared_expert_gate.weight")) out.push({ name: ggufName(spec, hf), shape: [shape[1]], values, hf });
     else if (!part) out.push({ name: ggufName(spec, hf), shape, values, hf });
@@ -226,6 +257,25 @@ function ggufTensors(
     out.push({ name, shape: [parts.length, ...shape], values, hf });
   }
   return out;
+}
+
+/**
+ * convert_hf_to_gguf.py's split of DeepSeek's kv_b_proj [heads·(nope + v), kvLora]: per head, the
+ * first nope rows transposed into attn_k_b [heads, kvLora, nope], the next v rows into attn_v_b.
+ */
+function splitKvBForGguf(spec: ModelFileSpec, kvB: string, values: Float32Array, hf: string) {
+  const { nope, v, kvLora } = spec.mla!;
+  const heads = spec.heads;
+  const k = new Float32Array(heads * kvLora * nope);
+  const vv = new Float32Array(heads * v * kvLora);
+  for (let h = 0; h < heads; h++) {
+    for (let r = 0; r < nope; r++) for (let c = 0; c < kvLora; c++) k[h * kvLora * nope + c * nope + r] = values[(h * (nope + v) + r) * kvLora + c];
+    for (let r = 0; r < v; r++) for (let c = 0; c < kvLora; c++) vv[(h * v + r) * kvLora + c] = values[(h * (nope + v) + nope + r) * kvLora + c];
+  }
+  return [
+    { name: kvB.replace("attn_kv_b", "attn_k_b"), shape: [heads, kvLora, nope], values: k, hf },
+    { name: kvB.replace("attn_kv_b", "attn_v_b"), shape: [heads, v, kvLora], values: vv, hf },
+  ];
 }
 
 function ggufName(spec: ModelFileSpec, hf: string): string {
@@ -262,10 +312,12 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     [`${a}.block_count`, gguf.u32(spec.layers + (spec.nextn ?? 0))],
     [`${a}.feed_forward_length`, gguf.u32(spec.experts && a !== "llama" ? spec.ffn * 3 : spec.ffn)],
     [`${a}.attention.head_count`, gguf.u32(spec.heads)],
-    [`${a}.attention.head_count_kv`, gguf.u32(spec.kvHeads)],
-    [`${a}.attention.key_length`, gguf.u32(spec.headDim)],
-    [`${a}.attention.value_length`, gguf.u32(spec.headDim)],
-    [`${a}.rope.dimension_count`, gguf.u32(spec.rotaryDim ?? spec.headDim)],
+    ...(spec.mla ? mlaMetadata(spec) : [
+      [`${a}.attention.head_count_kv`, gguf.u32(spec.kvHeads)],
+      [`${a}.attention.key_length`, gguf.u32(spec.headDim)],
+      [`${a}.attention.value_length`, gguf.u32(spec.headDim)],
+      [`${a}.rope.dimension_count`, gguf.u32(spec.rotaryDim ?? spec.headDim)],
+    ] as [string, GgufEntry][]),
     [`${a}.attention.layer_norm_rms_epsilon`, gguf.f32(1e-5)],
     [`${a}.rope.freq_base`, gguf.f32(ropeThetaOf(spec))],
     ["tokenizer.ggml.model", gguf.str(vocab.kind === "spm" ? "llama" : "gpt2")],
@@ -278,8 +330,8 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     if (a !== "llama") meta.push([`${a}.expert_feed_forward_length`, gguf.u32(spec.ffn)]);
     const shared = spec.experts.sharedFfn ?? 0;
     if (a === "qwen2moe") meta.push([`${a}.expert_shared_feed_forward_length`, gguf.u32(shared)]);
-    if (a === "glm4moe") {
-      // As convert_hf_to_gguf.py writes GLM-4.5 (gating 2 = sigmoid).
+    if (a === "glm4moe" || a === "deepseek2") {
+      // As convert_hf_to_gguf.py writes GLM-4.5 and DeepSeek V3 (gating 2 = sigmoid).
       meta.push(
         [`${a}.expert_shared_count`, gguf.u32(shared / spec.ffn)],
         [`${a}.leading_dense_block_count`, gguf.u32(spec.experts.denseLayers ?? 0)],
@@ -298,6 +350,49 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   meta.push(["tokenizer.ggml.bos_token_id", gguf.u32(vocab.bosId)]);
   meta.push(["tokenizer.ggml.eos_token_id", gguf.u32(vocab.eosId)]);
   meta.push(["tokenizer.ggml.add_bos_token", gguf.bool(a === "llama")]);
+  return meta;
+}
+
+/**
+ * DeepSeek's attention sizes as convert_hf_to_gguf.py writes them: one KV head of latent + RoPE
+ * width and the per-head widths under `*_mla`, or (before kv_b was split) per-head lengths only.
+ */
+function mlaMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
+  const a = spec.architecture;
+  const m = spec.mla!;
+  const meta: [string, GgufEntry][] = [
+    [`${a}.attention.q_lora_rank`, gguf.u32(m.qLora)],
+    [`${a}.attention.kv_lora_rank`, gguf.u32(m.kvLora)],
+    [`${a}.rope.dimension_count`, gguf.u32(m.rope)],
+    [`${a}.expert_group_count`, gguf.u32(1)],
+    [`${a}.expert_group_used_count`, gguf.u32(1)],
+  ];
+  if (m.combinedKvB) {
+    meta.push(
+      [`${a}.attention.head_count_kv`, gguf.u32(spec.heads)],
+      [`${a}.attention.key_length`, gguf.u32(m.nope + m.rope)],
+      [`${a}.attention.value_length`, gguf.u32(m.v)],
+    );
+  } else {
+    meta.push(
+      [`${a}.attention.head_count_kv`, gguf.u32(1)],
+      [`${a}.attention.key_length`, gguf.u32(m.kvLora + m.rope)],
+      [`${a}.attention.value_length`, gguf.u32(m.kvLora)],
+      [`${a}.attention.key_length_mla`, gguf.u32(m.nope + m.rope)],
+      [`${a}.attention.value_length_mla`, gguf.u32(m.v)],
+    );
+  }
+  const y = spec.yarn;
+  if (y) {
+    meta.push(
+      [`${a}.rope.scaling.type`, gguf.str("yarn")],
+      [`${a}.rope.scaling.factor`, gguf.f32(y.factor)],
+      [`${a}.rope.scaling.original_context_length`, gguf.u32(y.originalContext)],
+      [`${a}.rope.scaling.yarn_beta_fast`, gguf.f32(y.betaFast)],
+      [`${a}.rope.scaling.yarn_beta_slow`, gguf.f32(y.betaSlow)],
+      [`${a}.rope.scaling.yarn_log_multiplier`, gguf.f32(0.1 * y.mscaleAllDim)],
+    );
+  }
   return meta;
 }
 
@@ -351,6 +446,12 @@ function hfExpertConfig(spec: ModelFileSpec): Record<string, unknown> {
   switch (spec.architecture) {
     case "llama":
       return { num_local_experts: e.count, ...used };
+    case "deepseek2":
+      return {
+        n_routed_experts: e.count, ...used, moe_intermediate_size: spec.ffn, n_shared_experts: (e.sharedFfn ?? 0) / spec.ffn,
+        first_k_dense_replace: e.denseLayers ?? 0, routed_scaling_factor: e.scale ?? 1, norm_topk_prob: true, n_group: 1, topk_group: 1,
+        scoring_func: "sigmoid", topk_method: "noaux_tc",
+      };
     case "glm4moe":
       return {
         n_routed_experts: e.count, ...used, moe_intermediate_size: spec.ffn, n_shared_experts: (e.sharedFfn ?? 0) / spec.ffn,
@@ -364,6 +465,28 @@ function hfExpertConfig(spec: ModelFileSpec): Record<string, unknown> {
         decoder_sparse_step: 1, mlp_only_layers: [],
       };
   }
+}
+
+/** config.json's latent attention and YaRN settings, as DeepSeek V3's and Kimi K2's spell them. */
+function hfMlaConfig(spec: ModelFileSpec): Record<string, unknown> {
+  const m = spec.mla!;
+  const y = spec.yarn;
+  return {
+    q_lora_rank: m.qLora > 0 ? m.qLora : null,
+    kv_lora_rank: m.kvLora,
+    qk_nope_head_dim: m.nope,
+    qk_rope_head_dim: m.rope,
+    v_head_dim: m.v,
+    head_dim: m.rope,
+    ...(y
+      ? {
+        rope_scaling: {
+          type: "yarn", factor: y.factor, original_max_position_embeddings: y.originalContext, beta_fast: y.betaFast, beta_slow: y.betaSlow,
+          mscale: y.mscaleAllDim, mscale_all_dim: y.mscaleAllDim,
+        },
+      }
+      : {}),
+  };
 }
 
 /** Writes a Hugging Face directory holding the same weights (block formats are stored as f32 there). */
@@ -383,6 +506,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     qwen2moe: ["Qwen2MoeForCausalLM", "qwen2_moe"],
     qwen3moe: ["Qwen3MoeForCausalLM", "qwen3_moe"],
     glm4moe: ["Glm4MoeForCausalLM", "glm4_moe"],
+    deepseek2: ["DeepseekV3ForCausalLM", "kimi_k2"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {
@@ -400,6 +524,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     rms_norm_eps: 1e-5,
     rope_theta: ropeThetaOf(spec),
     ...(spec.ropeScaling ? { rope_scaling: hfRopeScaling(spec.ropeScaling) } : {}),
+    ...(spec.mla ? hfMlaConfig(spec) : {}),
     max_position_embeddings: 256,
     tie_word_embeddings: spec.tied,
     vocab_size: spec.vocab,

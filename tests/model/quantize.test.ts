@@ -38,7 +38,7 @@ test("loadModel() with quantize q8_0 re-encodes whole-block matrices and keeps n
   const plain = await loadModel(STORIES);
   const q = await loadModel(STORIES, { quantize: "q8_0" });
   const l = q.weights.layers[0];
-  for (const t of [l.wq, l.wk, l.wv, l.wo, l.wGate, l.wUp, q.weights.tokenEmbedding]) assert.equal(t.dtype, "q8_0", t.name);
+  for (const t of [l.wq, l.wk!, l.wv!, l.wo, l.wGate, l.wUp, q.weights.tokenEmbedding]) assert.equal(t.dtype, "q8_0", t.name);
   assert.equal(l.attnNorm.dtype, "f32");
   // stories260K's FFN is 172 wide: ffn_down's rows are not whole 32-value blocks.
   assert.deepEqual([l.wDown.dtype, l.wDown.shape], ["f32", [64, 172]]);
@@ -61,7 +61,7 @@ test("loadModel() quantizes a bf16 Hugging Face directory's matrices into q4_k",
   await writeHfDirectory(dir, spec, randomHfWeights(spec));
   const m = await loadModel(dir, { quantize: "q4_k" });
   const l = m.weights.layers[0];
-  for (const t of [l.wq, l.wk, l.wv, l.wo, l.wGate, l.wUp, l.wDown, m.weights.tokenEmbedding]) assert.equal(t.dtype, "q4_k", t.name);
+  for (const t of [l.wq, l.wk!, l.wv!, l.wo, l.wGate, l.wUp, l.wDown, m.weights.tokenEmbedding]) assert.equal(t.dtype, "q4_k", t.name);
   assert.equal(l.qNorm?.dtype, "f32");
 });
 

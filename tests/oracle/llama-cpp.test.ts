@@ -110,6 +110,32 @@ const CASES: OracleCase[] = [
     tol: 2e-2,
     hf: false,
   },
+  // DeepSeek V3 / Kimi K2 (deepseek2): multi-head latent attention — q through a low-rank bottleneck,
+  // one cached latent + RoPE key per token (48 wide here), per-head W_kb / W_vb — with Kimi K2's
+  // routing (sigmoid, selection bias, one group, scale) and a shared expert after a dense layer 0.
+  // Then the older file layout (one attn_kv_b, per-head key/value lengths), q projected directly
+  // (DeepSeek-V2-Lite), and YaRN with mscale_all_dim 0.8 at positions past the original context.
+  {
+    name: "deepseek2 (Kimi K2 layout) MLA, 8 experts / 2 used, shared expert, dense layer 0, f32",
+    spec: {
+      ...BASE, architecture: "deepseek2", layers: 3, ropeTheta: 10000, seed: 120,
+      mla: { qLora: 24, kvLora: 40, nope: 16, rope: 8, v: 12 },
+      experts: { count: 8, used: 2, sharedFfn: 64, denseLayers: 1, scale: 2.5 },
+    },
+    tol: 1e-4,
+    hf: true,
+  },
+  {
+    name: "deepseek2 MLA from a combined kv_b, q without low rank, YaRN, f32",
+    spec: {
+      ...BASE, architecture: "deepseek2", ropeTheta: 10000, seed: 121,
+      mla: { qLora: 0, kvLora: 32, nope: 8, rope: 16, v: 16, combinedKvB: true },
+      yarn: { factor: 4, originalContext: 16, betaFast: 32, betaSlow: 1, mscaleAllDim: 0.8 },
+      experts: { count: 8, used: 3, sharedFfn: 64, denseLayers: 1, scale: 1.5 },
+    },
+    tol: 1e-4,
+    hf: true,
+  },
   { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
   // Llama 3.1 frequency scaling: the GGUF carries rope_freqs.weight, the HF dir llama3 rope_scaling.
   // Base 100 and an original context of 128 give a 16-wide head divisors from ~1.5 to 8 on every

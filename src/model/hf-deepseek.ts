@@ -1,0 +1,101 @@
+/**
+ * config.json of DeepSeek V3 / R1 and Kimi K2 (`DeepseekV3ForCausalLM`, model_type `deepseek_v3` or
+ * `kimi_k2`): latent attention sizes, YaRN, and the routed experts, with transformers' defaults.
+ */
+import { type MlaConfig, ModelLoadError, type MoeConfig } from "./config.ts";
+import { yarnFreqFactors, yarnMscale } from "./rope-scaling.ts";
+import type { RopeLayout } from "../backend/types.ts";
+
+type Json = Record<string, unknown>;
+
+function num(cfg: Json, key: string, path: string, fallback?: number): number {
+  const v = cfg[key];
+  if (typeof v === "number" && Number.isFinite(v)) return v;
+  if ((v === undefined || v === null) && fallback !== undefined) return fallback;
+  throw new ModelLoadError(`"${key}" in "${path}" should be a number, got ${JSON.stringify(v)}`);
+}
+
+/** What a DeepSeek V3 config sets beyond the common fields. */
+export interface HfDeepseekAttention {
+  mla: MlaConfig;
+  ropeLayout: RopeLayout;
+  ropeFreqFactors?: number[];
+  attentionScale: number;
+}
+
+/**
+ * The latent attention of a DeepSeek V3 config. transformers turns the RoPE dims in adjacent pairs
+ * (`rope_interleave`, default true) and, under YaRN, scales the scores by mscale(mscale_all_dim)²;
+ * YaRN that would also scale RoPE's magnitude (mscale ≠ mscale_all_dim) is refused.
+ */
+export function hfDeepseekAttention(cfg: Json, theta: number, path: string): HfDeepseekAttention {
+  const q = cfg.q_lora_rank;
+  const mla: MlaConfig = {
+    qLoraRank: q === null || q === undefined ? 0 : num(cfg, "q_lora_rank", path),
+    kvLoraRank: num(cfg, "kv_lora_rank", path, 512),
+    nopeDim: num(cfg, "qk_nope_head_dim", path, 128),
+    ropeDim: num(cfg, "qk_rope_head_dim", path, 64),
+    vHeadDim: num(cfg, "v_head_dim", path, 128),
+  };
+  const bad = Object.entries(mla).find(([key, v]) => !Number.isInteger(v) || v < (key === "qLoraRank" ? 0 : 1) || (key === "ropeDim" && v % 2 !== 0));
+  if (bad) throw new ModelLoadError(`Model "${path}" has latent attention ${bad[0]} ${bad[1]}; expected a positive integer (even for the RoPE dims)`);
+  const base = 1 / Math.sqrt(mla.nopeDim + mla.ropeDim);
+  const ropeLayout: RopeLayout = cfg.rope_interleave === false ? "neox" : "normal";
+  const raw = cfg.rope_scaling ?? cfg.rope_parameters;
+  const scaling = raw && typeof raw === "object" && !Array.isArray(raw) ? raw as Json : undefined;
+  const type = scaling?.rope_type ?? scaling?.type ?? "default";
+  if (!scaling || type === "default") return { mla, ropeLayout, attentionScale: base };
+  if (type !== "yarn") throw new ModelLoadError(`Model "${path}" uses rope_scaling type ${JSON.stringify(type)}; DeepSeek models support "yarn"`);
+  const factor = num(scaling, "factor", path);
+  const m = scaling.mscale;
+  const mAll = scaling.mscale_all_dim;
+  const magnitude = typeof m === "number" && m !== 0 && typeof mAll === "number" && mAll !== 0
+    ? yarnMscale(factor, m) / yarnMscale(factor, mAll)
+    : yarnMscale(factor, 1);
+  const attentionFactor = scaling.attention_factor ?? scaling.attn_factor ?? magnitude;
+  if (Math.abs(magnitude - 1) > 1e-12 || attentionFactor !== magnitude) {
+    throw new ModelLoadError(`Model "${path}" uses YaRN that scales RoPE's magnitude (mscale ${JSON.stringify(m)}, mscale_all_dim ${JSON.stringify(mAll)}), which is not supported`);
+  }
+  const ropeFreqFactors = yarnFreqFactors(theta, mla.ropeDim, {
+    factor,
+    originalContext: num(scaling, "original_max_position_embeddings", path, num(cfg, "max_position_embeddings", path)),
+    betaFast: num(scaling, "beta_fast", path, 32),
+    betaSlow: num(scaling, "beta_slow", path, 1),
+  });
+  const mscale = typeof mAll === "number" && mAll !== 0 ? yarnMscale(factor, mAll) : 1;
+  return { mla, ropeLayout, ropeFreqFactors, attentionScale: base * mscale * mscale };
+}
+
+/**
+ * DeepSeek V3's experts: sigmoid scores (`scoring_func`) with a selection bias, renormalised
+ * (`norm_topk_prob`) and scaled (`routed_scaling_factor`), shared experts, leading dense layers.
+ * Grouped routing (`n_group` > `topk_group`, DeepSeek V3's own 8 / 4) is refused; Kimi K2 uses one group.
+ */
+export function hfDeepseekMoe(cfg: Json, path: string): MoeConfig {
+  const numExperts = num(cfg, "n_routed_experts", path);
+  const numExpertsUsed = num(cfg, "num_experts_per_tok", path);
+  if (!Number.isInteger(numExpertsUsed) || numExpertsUsed < 1 || numExpertsUsed > numExperts) {
+    throw new ModelLoadError(`"num_experts_per_tok" in "${path}" should be 1 to ${numExperts}, got ${numExpertsUsed}`);
+  }
+  const groups = num(cfg, "n_group", path, 8);
+  if (groups > 1 && num(cfg, "topk_group", path, 4) < groups) {
+    throw new ModelLoadError(`Model "${path}" routes within ${groups} expert groups ("n_group"); grouped routing is not supported`);
+  }
+  const scoring = cfg.scoring_func ?? "sigmoid";
+  if (scoring !== "sigmoid" && scoring !== "softmax") {
+    throw new ModelLoadError(`"scoring_func" in "${path}" should be "sigmoid" or "softmax", got ${JSON.stringify(scoring)}`);
+  }
+  const denseLayers = num(cfg, "first_k_dense_replace", path, 3);
+  return {
+    numExperts,
+    numExpertsUsed,
+    normalizeTopK: cfg.norm_topk_prob !== false,
+    gating: scoring,
+    selectionBias: true,
+    routedScale: num(cfg, "routed_scaling_factor", path, 2.5),
+    denseLayers,
+    denseIntermediateSize: denseLayers > 0 ? num(cfg, "intermediate_size", path) : 0,
+    sharedIntermediateSize: num(cfg, "n_shared_experts", path, 1) * num(cfg, "moe_intermediate_size", path),
+    sharedGate: false,
+  };
+}
