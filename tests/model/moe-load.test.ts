@@ -119,11 +119,18 @@ test("loadModel() refuses MoE files it cannot run, naming the problem", async ()
 });
 
 const webgpu = await poisonedWebGpu("the MoE batch test on WebGPU");
-/** Qwen3-MoE's softmax routing, and GLM-4.5's sigmoid routing with a bias, shared expert and dense first layer. */
+/**
+ * Qwen3-MoE's softmax routing; GLM-4.5's sigmoid routing with a bias, shared expert and dense first
+ * layer; Kimi K2's latent attention (per-head matmuls over every row of the batch) with the same routing.
+ */
 const BATCH_SPECS: [string, ModelFileSpec][] = [
   ["Qwen3-MoE", { ...QWEN3_MOE, experts: { count: 8, used: 3 }, seed: 38 }],
   ["GLM-4.5", {
     ...BASE, architecture: "glm4moe", layers: 3, headDim: 16, rotaryDim: 8, seed: 41,
+    experts: { count: 8, used: 3, sharedFfn: 64, denseLayers: 1, scale: 2.5 },
+  }],
+  ["Kimi K2 (latent attention)", {
+    ...BASE, architecture: "deepseek2", layers: 3, ropeTheta: 10000, seed: 42, mla: { qLora: 24, kvLora: 40, nope: 16, rope: 8, v: 12 },
     experts: { count: 8, used: 3, sharedFfn: 64, denseLayers: 1, scale: 2.5 },
   }],
 ];
