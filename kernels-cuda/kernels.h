@@ -65,9 +65,11 @@ constexpr int MOE_MAX_EXPERTS = 4096;
 /** Per row of logits [n, experts]: the top k experts by selection score (descending, ties to the lower
  * index) → ids [n, k], and their probabilities (softmax, or each logit's sigmoid when `sigmoid`) →
  * weights [n, k], over the k's sum when `normalize`, times `scale`. The score is the logit, or with
- * `bias` (f32 [experts], may be null) the probability plus the bias. */
+ * `bias` (f32 [experts], may be null) the probability plus the bias. With groups > 1 (≤ 32, dividing
+ * experts) scores are probabilities (+ bias) and experts come only from the groups_used groups whose
+ * two best scores sum highest (ties to the lower group). */
 cudaError_t moe_route(const float* logits, const float* bias, int n, int experts, int k, int normalize, int sigmoid,
-                      float scale, int32_t* ids, float* weights, cudaStream_t s);
+                      float scale, int groups, int groups_used, int32_t* ids, float* weights, cudaStream_t s);
 /** y [n·k, N]: row r = x[x_per_row ? r : r / k] · W[ids[r]]ᵀ, W [experts, N, K] stacked (ids clamped to
  * 0..experts-1); dtype as for matmul. */
 cudaError_t matmul_experts(const float* x, const void* w, int dtype, const int32_t* ids, int n, int k, int experts,

@@ -6,6 +6,8 @@
 //   bias the score is the logit itself: both gatings are monotonic, so comparing the f32 logits
 //   orders the probabilities without the f32 exp's rounding creating ties the reference does not
 //   have. With one (DeepSeek V3, GLM-4.5) the score is probability + bias, as in the reference.
+//   Grouped (groups > 1, DeepSeek V3's n_group): scores are probabilities (+ bias); each group scores
+//   the sum of its two best, and experts outside the groups_used best groups get key -inf.
 // - matmul_experts: llama.cpp's mul_mat_id as a GEMV per output row. The expert id is read on the
 //   device, so routing and the expert matmul queue back to back with no host round trip.
 // - moe_combine: the weighted sum of each token's k expert outputs, j in order.
@@ -24,13 +26,17 @@ __device__ __forceinline__ float route_key(float v) { return isnan(v) ? -INFINIT
 // `bias` is f32 [experts] or null; sigmoid gating when `sigmoid`; weights end multiplied by `scale`.
 __global__ void __launch_bounds__(256) moe_route_kernel(const float* __restrict__ logits,
                                                         const float* __restrict__ bias, int experts, int k,
-                                                        int normalize, int sigmoid, float scale,
-                                                        int32_t* __restrict__ ids, float* __restrict__ weights) {
+                                                        int normalize, int sigmoid, float scale, int groups,
+                                                        int groups_used, int32_t* __restrict__ ids,
+                                                        float* __restrict__ weights) {
   extern __shared__ float route_smem[];
   float* key = route_smem;
   float* chosen = route_smem + experts;
   __shared__ float scratch[32];
+  __shared__ float group_score[32];
+  __shared__ int group_ok[32];
   __shared__ float denom;
+  const bool grouped = groups > 1;
   const float* row = logits + size_t(blockIdx.x) * experts;
   float m = -INFINITY;
   for (int e = threadIdx.x; e < experts; e += blockDim.x) m = fmaxf(m, row[e]);
@@ -45,9 +51,34 @@ __global__ void __launch_bounds__(256) moe_route_kernel(const float* __restrict_
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
     const float v = row[e];
     const float p = sigmoid ? 1.f / (1.f + expf(-v)) : expf(v - m) / total;
-    key[e] = route_key(bias ? p + bias[e] : v);
+    key[e] = route_key(bias ? p + bias[e] : grouped ? p : v);
   }
   __syncthreads();
+  if (grouped) {
+    const int size = experts / groups;
+    if (threadIdx.x < groups) {
+      float top1 = -INFINITY, top2 = -INFINITY;
+      for (int e = threadIdx.x * size; e < (threadIdx.x + 1) * size; e++) {
+        const float v = key[e];
+        if (v > top1) { top2 = top1; top1 = v; } else if (v > top2) { top2 = v; }
+      }
+      group_score[threadIdx.x] = top1 + top2;
+    }
+    __syncthreads();
+    if (threadIdx.x < groups) {
+      const float v = group_score[threadIdx.x];
+      int rank = 0;
+      for (int o = 0; o < groups; o++) {
+        const float u = group_score[o];
+        rank += (u > v || (u == v && o < threadIdx.x)) ? 1 : 0;
+      }
+      group_ok[threadIdx.x] = rank < groups_used;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < experts; e += blockDim.x)
+      if (!group_ok[e / size]) key[e] = -INFINITY;
+    __syncthreads();
+  }
   for (int e = threadIdx.x; e < experts; e += blockDim.x) {
     const float v = key[e];
     int rank = 0;
@@ -165,12 +196,14 @@ __global__ void moe_combine_kernel(const float* __restrict__ y, const float* __r
 }  // namespace
 
 cudaError_t moe_route(const float* logits, const float* bias, int n, int experts, int k, int normalize, int sigmoid,
-                      float scale, int32_t* ids, float* weights, cudaStream_t s) {
+                      float scale, int groups, int groups_used, int32_t* ids, float* weights, cudaStream_t s) {
   if (n == 0 || k == 0) return cudaSuccess;
-  if (k > experts || experts > MOE_MAX_EXPERTS) return cudaErrorInvalidValue;
+  if (k > experts || experts > MOE_MAX_EXPERTS || groups > 32 || (groups > 1 && experts % groups != 0))
+    return cudaErrorInvalidValue;
   const int threads = experts <= 128 ? 128 : 256;
   const size_t smem = (size_t(experts) + k) * sizeof(float);  // ≤ 32 KiB: under the 48 KiB default
-  moe_route_kernel<<<n, threads, smem, s>>>(logits, bias, experts, k, normalize, sigmoid, scale, ids, weights);
+  moe_route_kernel<<<n, threads, smem, s>>>(logits, bias, experts, k, normalize, sigmoid, scale, groups, groups_used, ids,
+                                            weights);
   return cudaGetLastError();
 }
 

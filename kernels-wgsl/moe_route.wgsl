@@ -5,8 +5,10 @@
 // with a selection bias (BIAS) the probability plus the expert's bias. One invocation per row: a
 // router row is a few hundred logits, and k passes over it cost less than a shared-memory sort.
 // Each pass takes the largest score ordered strictly after the previous pick in (score desc, index
-// asc), so no per-row "taken" array is needed.
-struct P { n: u32, experts: u32, k: u32, normalize: u32, scale: f32, _p0: u32, _p1: u32, _p2: u32 }
+// asc), so no per-row "taken" array is needed. GROUPED (DeepSeek V3's grouped top-k): scores are
+// probabilities (+ bias), each of `groups` consecutive groups scores the sum of its two best, and
+// only experts of the `groups_used` best groups (a bit mask, ties to the lower group) are picked.
+struct P { n: u32, experts: u32, k: u32, normalize: u32, scale: f32, groups: u32, groups_used: u32, _p2: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> logits: array<f32>;
 @group(0) @binding(2) var<storage, read_write> ids: array<i32>;
@@ -28,8 +30,50 @@ fn score(base: u32, e: u32, mx: f32, total: f32) -> f32 {
   let l = logits[base + e];
 #if ${BIAS}
   return prob(l, mx, total) + bias[e];
+#elif ${GROUPED}
+  return prob(l, mx, total);
 #else
   return l;
+#endif
+}
+
+// Bit g set for each of the groups_used best groups; all bits without grouping.
+fn allowed_groups(base: u32, mx: f32, total: f32) -> u32 {
+#if ${GROUPED}
+  let size = p.experts / p.groups;
+  var mask = 0u;
+  var prev_s = 0.0;
+  var prev_g = -1;
+  for (var j = 0u; j < p.groups_used; j++) {
+    var best = -1;
+    var best_s = 0.0;
+    for (var g = 0u; g < p.groups; g++) {
+      var top1 = -3.0e38;
+      var top2 = -3.0e38;
+      for (var e = g * size; e < (g + 1u) * size; e++) {
+        let s = score(base, e, mx, total);
+        if (s > top1) { top2 = top1; top1 = s; } else if (s > top2) { top2 = s; }
+      }
+      let s = top1 + top2;
+      let after = prev_g < 0 || s < prev_s || (s == prev_s && i32(g) > prev_g);
+      if (after && (best < 0 || s > best_s)) { best = i32(g); best_s = s; }
+    }
+    if (best < 0) { break; }
+    mask |= 1u << u32(best);
+    prev_s = best_s;
+    prev_g = best;
+  }
+  return mask;
+#else
+  return 0xffffffffu;
+#endif
+}
+
+fn group_of(e: u32) -> u32 {
+#if ${GROUPED}
+  return e / (p.experts / p.groups);
+#else
+  return 0u;
 #endif
 }
 
@@ -47,6 +91,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 #else
   for (var e = 0u; e < p.experts; e++) { total += exp(logits[base + e] - mx); }
 #endif
+  let mask = allowed_groups(base, mx, total);
   var prev_s = 0.0;
   var prev_i = -1;
   var picked = 0.0;
@@ -54,6 +99,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var best = -1;
     var best_s = 0.0;
     for (var e = 0u; e < p.experts; e++) {
+      if ((mask & (1u << group_of(e))) == 0u) { continue; }
       let s = score(base, e, mx, total);
       let after = prev_i < 0 || s < prev_s || (s == prev_s && i32(e) > prev_i);
       if (after && (best < 0 || s > best_s)) { best = i32(e); best_s = s; }

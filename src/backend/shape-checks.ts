@@ -3,7 +3,16 @@
  * receives it. Each throws a BackendShapeError that quotes the shapes.
  */
 import { blockValues } from "./dtype-codec.ts";
-import { BackendShapeError, type DType, type MoeRouteOptions, numel, type Tensor, WEIGHT_DTYPES, type WeightDType } from "./types.ts";
+import {
+  BackendShapeError,
+  type DType,
+  MAX_EXPERT_GROUPS,
+  type MoeRouteOptions,
+  numel,
+  type Tensor,
+  WEIGHT_DTYPES,
+  type WeightDType,
+} from "./types.ts";
 
 /** Formats a shape for error messages: [2, 3]. */
 export function fmt(shape: readonly number[]): string {
@@ -88,6 +97,17 @@ export function expectMoeRouteShapes(logits: Tensor, k: number, options: MoeRout
     expectRank(bias, 1, "moeRoute selection bias", ["f32"]);
     if (bias.shape[0] !== experts) {
       throw new BackendShapeError(`moeRoute selection bias ${fmt(bias.shape)} needs ${experts} values for logits ${fmt(logits.shape)}`);
+    }
+  }
+  const g = options.groups;
+  if (g) {
+    const { count, used } = g;
+    const valid = Number.isInteger(count) && Number.isInteger(used) && count >= 1 && count <= MAX_EXPERT_GROUPS &&
+      experts % count === 0 && experts / count >= 2 && used >= 1 && used <= count && k <= used * (experts / count);
+    if (!valid) {
+      throw new BackendShapeError(
+        `moeRoute groups ${JSON.stringify(g)} do not fit ${experts} experts and k ${k}: ${MAX_EXPERT_GROUPS} groups at most, each of 2 experts or more, and k within the used groups`,
+      );
     }
   }
   return { n, experts };

@@ -184,7 +184,8 @@ export interface Backend {
    * its logit (GLM-4.5, DeepSeek V3), per `options.gating`. Its selection score is its logit, or
    * with `options.selectionBias` its probability plus its bias (llama.cpp's `exp_probs_b`). Weights
    * are the chosen probabilities (never biased), divided by their sum (at least {@link MIN_ROUTE_SHARE})
-   * when `options.normalize` (llama.cpp's `norm_w`), then multiplied by `options.scale`. 1 ≤ k ≤ experts.
+   * when `options.normalize` (llama.cpp's `norm_w`), then multiplied by `options.scale`. With
+   * `options.groups` experts are chosen within the best groups only. 1 ≤ k ≤ experts.
    */
   moeRoute(logits: Tensor, k: number, options: MoeRouteOptions): MoeRouting;
   /**
@@ -220,7 +221,23 @@ export interface MoeRouteOptions {
   selectionBias?: Tensor;
   /** Multiplies the weights after any normalising (`routed_scaling_factor`); default 1. */
   scale?: number;
+  /**
+   * Grouped top-k (DeepSeek V3's `n_group` / `topk_group`, llama.cpp's expert groups): the experts
+   * split into `count` consecutive groups of at least 2, each scored by the sum of its two highest
+   * selection scores; experts are chosen only from the `used` best groups (ties to the lower group).
+   * Selection scores are then probabilities (plus any bias), never logits. k ≤ used · groupSize.
+   */
+  groups?: ExpertGroups;
 }
+
+/** {@link MoeRouteOptions.groups}. */
+export interface ExpertGroups {
+  count: number;
+  used: number;
+}
+
+/** The most expert groups {@link Backend.moeRoute} takes (a row's chosen groups are one 32-bit mask). */
+export const MAX_EXPERT_GROUPS = 32;
 
 /** The result of {@link Backend.moeRoute}; the caller frees both tensors. */
 export interface MoeRouting {

@@ -2,7 +2,7 @@
  * Model description shared by the loaders (GGUF, safetensors) and the forward pass.
  * Loaders translate their file's names into these; the forward knows nothing of file formats.
  */
-import type { MoeGating, RopeLayout, WeightDType } from "../backend/types.ts";
+import { type ExpertGroups, MAX_EXPERT_GROUPS, type MoeGating, type RopeLayout, type WeightDType } from "../backend/types.ts";
 
 /**
  * Architectures the forward supports ("llama" includes Mixtral: a llama with {@link MoeConfig experts};
@@ -54,6 +54,26 @@ export interface MoeConfig {
   sharedIntermediateSize: number;
   /** The shared expert's output is scaled by sigmoid(x · `LayerWeights.sharedGate`) per token (Qwen2-MoE). */
   sharedGate: boolean;
+  /** Grouped top-k (DeepSeek V3: 8 groups, 4 used; `MoeRouteOptions.groups`); absent for one group. */
+  groups?: ExpertGroups;
+}
+
+/**
+ * The expert groups a file declares (`count` groups, experts chosen within the `used` best), checked
+ * against the routing: undefined for one group; a clear error where Backend.moeRoute could not route them.
+ */
+export function expertGroups(count: number, used: number | undefined, numExperts: number, numExpertsUsed: number, where: string): ExpertGroups | undefined {
+  if (count <= 1) return undefined;
+  const size = numExperts / count;
+  const ok = Number.isInteger(count) && count <= MAX_EXPERT_GROUPS && Number.isInteger(size) && size >= 2 &&
+    used !== undefined && Number.isInteger(used) && used >= 1 && used <= count && numExpertsUsed <= used * size;
+  if (!ok) {
+    throw new ModelLoadError(
+      `Model "${where}" routes ${numExpertsUsed} of ${numExperts} experts within ${used ?? "an unstated number"} of ${count} expert groups; ` +
+        `supported: up to ${MAX_EXPERT_GROUPS} groups of 2 or more experts, and the chosen experts within the used groups`,
+    );
+  }
+  return { count, used };
 }
 
 /** Experts as Mixtral and Qwen3-MoE have them: softmax routing, no bias, scale 1, every layer sparse, no shared expert. */

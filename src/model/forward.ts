@@ -110,6 +110,7 @@ function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>,
     gating: moe.gating,
     selectionBias: moe.selectionBias ? l.routerBias : undefined,
     scale: moe.routedScale,
+    groups: moe.groups,
   });
   s.keep(ids);
   s.keep(weights);

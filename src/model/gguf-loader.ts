@@ -10,6 +10,7 @@ import {
   ARCHITECTURES,
   type HostTensor,
   isMoeLayer,
+  expertGroups,
   type LoadedModel,
   type MlaConfig,
   type ModelConfig,
@@ -203,14 +204,20 @@ function ggufMoe(meta: GgufMetadata, arch: string, has: (tensor: string) => bool
   if (!Number.isInteger(numExpertsUsed) || numExpertsUsed < 1 || numExpertsUsed > numExperts) {
     throw new ModelLoadError(`Model "${path}" uses ${numExpertsUsed} of its ${numExperts} experts per token; expected 1 to ${numExperts}`);
   }
-  const groups = meta.optionalNumber(`${arch}.expert_group_count`) ?? 0;
-  if (groups > 1) {
-    throw new ModelLoadError(`Model "${path}" routes within ${groups} expert groups ("${arch}.expert_group_count"); grouped routing is not supported`);
-  }
+  const groups = expertGroups(
+    meta.optionalNumber(`${arch}.expert_group_count`) ?? 0,
+    meta.optionalNumber(`${arch}.expert_group_used_count`),
+    numExperts,
+    numExpertsUsed,
+    path,
+  );
   const shared = meta.optionalNumber(`${arch}.expert_shared_count`) ?? 0;
   // llama.cpp treats a scale of 0 (its default) as none.
   const scale = meta.optionalNumber(`${arch}.expert_weights_scale`) ?? 0;
   const routedScale = scale === 0 ? 1 : scale;
+  if (groups && arch !== "glm4moe" && arch !== "deepseek2") {
+    throw new ModelLoadError(`Model "${path}" routes within expert groups, which the "${arch}" architecture does not support`);
+  }
   switch (arch) {
     case "qwen2moe":
       return {
@@ -241,6 +248,7 @@ function ggufMoe(meta: GgufMetadata, arch: string, has: (tensor: string) => bool
         denseIntermediateSize: denseLayers > 0 ? perLayerNumber(meta, `${arch}.feed_forward_length`, path) : 0,
         sharedIntermediateSize: shared * perLayerNumber(meta, `${arch}.expert_feed_forward_length`, path),
         sharedGate: false,
+        ...(groups ? { groups } : {}),
       };
     }
     default:

@@ -2,7 +2,7 @@
  * config.json of DeepSeek V3 / R1 and Kimi K2 (`DeepseekV3ForCausalLM`, model_type `deepseek_v3` or
  * `kimi_k2`): latent attention sizes, YaRN, and the routed experts, with transformers' defaults.
  */
-import { type MlaConfig, ModelLoadError, type MoeConfig } from "./config.ts";
+import { expertGroups, type MlaConfig, ModelLoadError, type MoeConfig } from "./config.ts";
 import { yarnFreqFactors, yarnMscale } from "./rope-scaling.ts";
 import type { RopeLayout } from "../backend/types.ts";
 
@@ -68,8 +68,8 @@ export function hfDeepseekAttention(cfg: Json, theta: number, path: string): HfD
 
 /**
  * DeepSeek V3's experts: sigmoid scores (`scoring_func`) with a selection bias, renormalised
- * (`norm_topk_prob`) and scaled (`routed_scaling_factor`), shared experts, leading dense layers.
- * Grouped routing (`n_group` > `topk_group`, DeepSeek V3's own 8 / 4) is refused; Kimi K2 uses one group.
+ * (`norm_topk_prob`) and scaled (`routed_scaling_factor`), shared experts, leading dense layers,
+ * chosen within the `topk_group` best of `n_group` groups (DeepSeek V3: 4 of 8; Kimi K2: one group).
  */
 export function hfDeepseekMoe(cfg: Json, path: string): MoeConfig {
   const numExperts = num(cfg, "n_routed_experts", path);
@@ -77,10 +77,7 @@ export function hfDeepseekMoe(cfg: Json, path: string): MoeConfig {
   if (!Number.isInteger(numExpertsUsed) || numExpertsUsed < 1 || numExpertsUsed > numExperts) {
     throw new ModelLoadError(`"num_experts_per_tok" in "${path}" should be 1 to ${numExperts}, got ${numExpertsUsed}`);
   }
-  const groups = num(cfg, "n_group", path, 8);
-  if (groups > 1 && num(cfg, "topk_group", path, 4) < groups) {
-    throw new ModelLoadError(`Model "${path}" routes within ${groups} expert groups ("n_group"); grouped routing is not supported`);
-  }
+  const groups = expertGroups(num(cfg, "n_group", path, 8), num(cfg, "topk_group", path, 4), numExperts, numExpertsUsed, path);
   const scoring = cfg.scoring_func ?? "sigmoid";
   if (scoring !== "sigmoid" && scoring !== "softmax") {
     throw new ModelLoadError(`"scoring_func" in "${path}" should be "sigmoid" or "softmax", got ${JSON.stringify(scoring)}`);
@@ -97,5 +94,6 @@ export function hfDeepseekMoe(cfg: Json, path: string): MoeConfig {
     denseIntermediateSize: denseLayers > 0 ? num(cfg, "intermediate_size", path) : 0,
     sharedIntermediateSize: num(cfg, "n_shared_experts", path, 1) * num(cfg, "moe_intermediate_size", path),
     sharedGate: false,
+    ...(groups ? { groups } : {}),
   };
 }

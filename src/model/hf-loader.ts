@@ -5,7 +5,7 @@
  */
 import { promises as fsp } from "node:fs";
 import { openRandomAccess, pathExists, type RandomAccessFile, readTextFile } from "../runtime/fs.ts";
-import { type Architecture, ARCHITECTURES, isMoeLayer, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
+import { type Architecture, ARCHITECTURES, expertGroups, isMoeLayer, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
 import { hfDeepseekAttention, hfDeepseekMoe } from "./hf-deepseek.ts";
 import { splittingKvB } from "./mla-weights.ts";
@@ -216,10 +216,7 @@ function hfMoe(cfg: Json, archName: string, architecture: Architecture, path: st
     throw new ModelLoadError(`"num_experts_per_tok" in "${path}" should be 1 to ${numExperts}, got ${numExpertsUsed}`);
   }
   if (glm) {
-    const groups = num(cfg, "n_group", path, 1);
-    if (groups > 1 && num(cfg, "topk_group", path, 1) < groups) {
-      throw new ModelLoadError(`Model "${path}" routes within ${groups} expert groups ("n_group"); grouped routing is not supported`);
-    }
+    const groups = expertGroups(num(cfg, "n_group", path, 1), num(cfg, "topk_group", path, 1), numExperts, numExpertsUsed, path);
     // transformers' Glm4MoeConfig defaults: one dense layer, one shared expert, renormalised, scale 1.
     const denseLayers = num(cfg, "first_k_dense_replace", path, 1);
     return {
@@ -233,6 +230,7 @@ function hfMoe(cfg: Json, archName: string, architecture: Architecture, path: st
       denseIntermediateSize: denseLayers > 0 ? num(cfg, "intermediate_size", path) : 0,
       sharedIntermediateSize: num(cfg, "n_shared_experts", path, 1) * num(cfg, "moe_intermediate_size", path),
       sharedGate: false,
+      ...(groups ? { groups } : {}),
     };
   }
   const dense = cfg.mlp_only_layers;

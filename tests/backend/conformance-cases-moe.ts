@@ -10,7 +10,7 @@
  * - moeCombine: atol 1e-6, rtol 1e-5 (an f32 sum of ≤ 8 products).
  */
 import { blockValues, encodeFromF32 } from "../../src/backend/dtype-codec.ts";
-import { type Backend, type MoeGating, type Tensor, WEIGHT_DTYPES } from "../../src/backend/types.ts";
+import { type Backend, type ExpertGroups, type MoeGating, type Tensor, WEIGHT_DTYPES } from "../../src/backend/types.ts";
 import { type Case, type Output } from "./conformance-support.ts";
 
 async function finish(b: Backend, outputs: Tensor[], temps: Tensor[]): Promise<Output[]> {
@@ -32,6 +32,7 @@ interface RouteShape {
   scale?: number;
   /** Range of the logits (default -4 to 4). */
   range?: [number, number];
+  groups?: ExpertGroups;
 }
 
 /**
@@ -54,11 +55,18 @@ function routeCases(): Case[] {
     { n: 3, experts: 1, k: 1, normalize: false, gating: "sigmoid" },
     // Chosen sigmoids that sum below the renormalising floor.
     { n: 4, experts: 16, k: 2, normalize: true, gating: "sigmoid", range: [-40, -30] },
+    // Grouped top-k: DeepSeek V3's 256 experts in 8 groups, 4 used; DeepSeek V2's softmax; k filling
+    // the used groups; tied logits (softmax: equal sums only from equal pairs, so f32 and f64 agree).
+    { n: 13, experts: 256, k: 8, normalize: true, gating: "sigmoid", bias: true, scale: 2.5, groups: { count: 8, used: 4 } },
+    { n: 9, experts: 64, k: 6, normalize: false, groups: { count: 8, used: 3 } },
+    { n: 3, experts: 16, k: 8, normalize: true, gating: "sigmoid", groups: { count: 4, used: 2 } },
+    { n: 5, experts: 24, k: 4, normalize: true, ties: true, groups: { count: 6, used: 2 } },
   ];
   return shapes.map((c): Case => ({
     op: "moeRoute",
     name: `n=${c.n} experts=${c.experts} k=${c.k}${c.normalize ? " normalized" : ""}${c.ties ? " ties" : ""}` +
-      `${c.gating ? ` ${c.gating}` : ""}${c.bias ? " biased" : ""}${c.scale !== undefined ? ` scale=${c.scale}` : ""}${c.range ? ` logits ${c.range}` : ""}`,
+      `${c.gating ? ` ${c.gating}` : ""}${c.bias ? " biased" : ""}${c.scale !== undefined ? ` scale=${c.scale}` : ""}${c.range ? ` logits ${c.range}` : ""}` +
+      `${c.groups ? ` groups ${c.groups.used}/${c.groups.count}` : ""}`,
     tolerance: { atol: 1e-6, rtol: 1e-5 },
     run: (b, rng) => {
       const { n, experts, k } = c;
@@ -68,7 +76,7 @@ function routeCases(): Case[] {
       // Biases of the size DeepSeek V3's and GLM-4.5's are, next to probabilities in (0, 1).
       const biasValues = c.ties ? Float32Array.from({ length: experts }, () => rng.int(2) / 2) : rng.f32(experts, -0.5, 0.5);
       const bias = c.bias ? b.upload(biasValues, [experts]) : undefined;
-      const { ids, weights } = b.moeRoute(logits, k, { normalize: c.normalize, gating: c.gating, selectionBias: bias, scale: c.scale });
+      const { ids, weights } = b.moeRoute(logits, k, { normalize: c.normalize, gating: c.gating, selectionBias: bias, scale: c.scale, groups: c.groups });
       return finish(b, [ids, weights], bias ? [logits, bias] : [logits]);
     },
   }));

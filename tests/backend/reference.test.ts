@@ -186,6 +186,19 @@ test("moeRoute() chooses by sigmoid plus selection bias and weighs by the unbias
   close(await read(soft.weights), [1 / total]);
 });
 
+test("moeRoute() with groups chooses only within the groups whose two best probabilities sum highest", async () => {
+  // Groups of two: {3, -5}, {2, 2}, {0, 0}. By probability e³ + e⁻⁵ beats 2e² beats 2, so with one
+  // group used both experts of group 0 are chosen although experts 2 and 3 each beat expert 1.
+  const logits = f32([3, -5, 2, 2, 0, 0], [1, 6]);
+  const one = be.moeRoute(logits, 2, { normalize: true, groups: { count: 3, used: 1 } });
+  assert.deepEqual(await read(one.ids), [0, 1]);
+  close(await read(one.weights), [1 / (1 + Math.exp(-8)), 1 / (1 + Math.exp(8))]);
+  const two = be.moeRoute(logits, 2, { normalize: true, groups: { count: 3, used: 2 } });
+  assert.deepEqual(await read(two.ids), [0, 2]);
+  assert.throws(() => be.moeRoute(logits, 2, { normalize: true, groups: { count: 4, used: 1 } }), /groups \{"count":4,"used":1\} do not fit 6 experts/);
+  assert.throws(() => be.moeRoute(logits, 3, { normalize: true, groups: { count: 3, used: 1 } }), /k within the used groups/);
+});
+
 test("moeRoute() refuses a bias of the wrong length, an unknown gating and a non-finite scale", () => {
   const logits = f32([0, 1, 2], [1, 3]);
   assert.throws(() => be.moeRoute(logits, 1, { normalize: true, selectionBias: f32([0, 0], [2]) }), /selection bias \[2\] needs 3 values/);

@@ -103,6 +103,13 @@ test("loadModel() reads YaRN from GGUF and config.json alike: blended frequencie
   await sameLogits(a, b);
 });
 
+test("loadModel() reads DeepSeek V3's grouped routing from GGUF and config.json alike", async () => {
+  const files = await write("ds-groups", { ...KIMI, seed: 70, experts: { ...KIMI.experts!, count: 16, used: 4, groups: { count: 4, used: 2 } } });
+  for (const m of [await loadModel(files.gguf), await loadModel(files.hf)]) assert.deepEqual(m.config.moe?.groups, { count: 4, used: 2 });
+  // One group (Kimi K2) is plain top-k.
+  assert.equal((await loadModel((await write("kimi-groups", { ...KIMI, seed: 71 })).hf)).config.moe?.groups, undefined);
+});
+
 test("loadModel() --quantize quantizes latent attention's projections and keeps its norms f32", async () => {
   const m = await loadModel((await write("kimi-q", { ...KIMI, seed: 64 })).gguf, { quantize: "q8_0" });
   const l = m.weights.layers[1];
@@ -121,10 +128,10 @@ test("loadModel() refuses DeepSeek files it cannot run, naming the problem", asy
   const refused = async (path: string, re: RegExp) =>
     await assert.rejects(loadModel(path), (e: Error) => e instanceof ModelLoadError && re.test(e.message), re.source);
   const grouped = await write("ds-grouped", { ...KIMI, seed: 65 }, { metadata: [["deepseek2.expert_group_count", g.u32(8)]] });
-  await refused(grouped.gguf, /routes within 8 expert groups \("deepseek2.expert_group_count"\)/);
+  await refused(grouped.gguf, /routes 2 of 8 experts within 1 of 8 expert groups/);
   const cfg = JSON.parse(await readTextFile(`${grouped.hf}/config.json`));
   await writeFile(`${grouped.hf}/config.json`, JSON.stringify({ ...cfg, n_group: 8, topk_group: 4 }));
-  await refused(grouped.hf, /routes within 8 expert groups \("n_group"\)/);
+  await refused(grouped.hf, /routes 2 of 8 experts within 4 of 8 expert groups/);
   await writeFile(`${grouped.hf}/config.json`, JSON.stringify({ ...cfg, scoring_func: "softplus" }));
   await refused(grouped.hf, /"scoring_func" .* should be "sigmoid" or "softmax", got "softplus"/);
   const yarn = await write("ds-yarn", { ...KIMI, seed: 66, yarn: YARN });

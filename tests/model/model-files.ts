@@ -41,7 +41,7 @@ export interface ModelFileSpec {
    * (qwen2moe, glm4moe; a multiple of `ffn` for glm4moe); `denseLayers`: leading dense layers and
    * `scale` the routed weights' scale (glm4moe).
    */
-  experts?: { count: number; used: number; sharedFfn?: number; denseLayers?: number; scale?: number };
+  experts?: { count: number; used: number; sharedFfn?: number; denseLayers?: number; scale?: number; groups?: { count: number; used: number } };
   /** GLM-4.5's multi-token-prediction blocks after the last layer, which llama.cpp loads and never runs. */
   nextn?: number;
   /** RoPE over the first `rotaryDim` dims of each head (GLM-4.5 turns half). */
@@ -364,8 +364,8 @@ function mlaMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
     [`${a}.attention.q_lora_rank`, gguf.u32(m.qLora)],
     [`${a}.attention.kv_lora_rank`, gguf.u32(m.kvLora)],
     [`${a}.rope.dimension_count`, gguf.u32(m.rope)],
-    [`${a}.expert_group_count`, gguf.u32(1)],
-    [`${a}.expert_group_used_count`, gguf.u32(1)],
+    [`${a}.expert_group_count`, gguf.u32(spec.experts?.groups?.count ?? 1)],
+    [`${a}.expert_group_used_count`, gguf.u32(spec.experts?.groups?.used ?? 1)],
   ];
   if (m.combinedKvB) {
     meta.push(
@@ -449,8 +449,8 @@ function hfExpertConfig(spec: ModelFileSpec): Record<string, unknown> {
     case "deepseek2":
       return {
         n_routed_experts: e.count, ...used, moe_intermediate_size: spec.ffn, n_shared_experts: (e.sharedFfn ?? 0) / spec.ffn,
-        first_k_dense_replace: e.denseLayers ?? 0, routed_scaling_factor: e.scale ?? 1, norm_topk_prob: true, n_group: 1, topk_group: 1,
-        scoring_func: "sigmoid", topk_method: "noaux_tc",
+        first_k_dense_replace: e.denseLayers ?? 0, routed_scaling_factor: e.scale ?? 1, norm_topk_prob: true,
+        n_group: e.groups?.count ?? 1, topk_group: e.groups?.used ?? 1, scoring_func: "sigmoid", topk_method: "noaux_tc",
       };
     case "glm4moe":
       return {

@@ -125,6 +125,17 @@ const CASES: OracleCase[] = [
     tol: 1e-4,
     hf: true,
   },
+  // DeepSeek V3's own routing: experts chosen within the best groups (16 experts in 4 groups, 2 used).
+  {
+    name: "deepseek2 (DeepSeek V3 layout) MLA, grouped routing 16 experts / 4 groups / 2 used / 4 per token, f32",
+    spec: {
+      ...BASE, architecture: "deepseek2", layers: 3, ropeTheta: 10000, seed: 122,
+      mla: { qLora: 24, kvLora: 32, nope: 16, rope: 8, v: 16 },
+      experts: { count: 16, used: 4, sharedFfn: 64, denseLayers: 1, scale: 2.5, groups: { count: 4, used: 2 } },
+    },
+    tol: 1e-4,
+    hf: true,
+  },
   {
     name: "deepseek2 MLA from a combined kv_b, q without low rank, YaRN, f32",
     spec: {

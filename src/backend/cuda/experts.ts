@@ -25,7 +25,8 @@ export class CudaExperts extends CudaExtras {
       );
     }
     const sigmoid = options.gating === "sigmoid" ? 1 : 0;
-    const [ids, weights] = this.ctx.moeRoute(l.ptr, n, experts, k, options.normalize ? 1 : 0, bias, sigmoid, options.scale ?? 1);
+    const g = options.groups && options.groups.count > 1 ? options.groups : { count: 1, used: 1 };
+    const [ids, weights] = this.ctx.moeRoute(l.ptr, n, experts, k, options.normalize ? 1 : 0, bias, sigmoid, options.scale ?? 1, g.count, g.used);
     return { ids: new CudaTensor(ids, [n, k], "i32"), weights: this.f32(weights, [n, k]) };
   }
 

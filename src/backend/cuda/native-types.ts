@@ -78,10 +78,12 @@ export interface NativeContext {
   sample(logits: DevicePtr, rows: number, vocab: number, params: Float32Array): DevicePtr;
   /**
    * Top-k routing of logits f32 [n, experts] → [ids i32 [n, k], weights f32 [n, k]]; experts ≤ 4096;
-   * `bias` an f32 [experts] selection bias or 0n; `sigmoid` 1 for sigmoid gating; weights times `scale`.
+   * `bias` an f32 [experts] selection bias or 0n; `sigmoid` 1 for sigmoid gating; weights times `scale`;
+   * `groups` > 1 routes within the `groupsUsed` best expert groups (1, 1 for none).
    */
   moeRoute(
     logits: DevicePtr, n: number, experts: number, k: number, normalize: number, bias: DevicePtr, sigmoid: number, scale: number,
+    groups: number, groupsUsed: number,
   ): [DevicePtr, DevicePtr];
   /** y f32 [n·k, nOut] = x · W[ids]ᵀ, W stacked [experts, nOut, inner]; `xPerRow` 1 when x has n·k rows, 0 for n. */
   matmulExperts(

@@ -3,7 +3,7 @@
  * (llama.cpp's mul_mat_id) and the weighted combine. f64 accumulation, as the other reference ops.
  */
 import { expectExpertMatmulShapes, expectMoeCombineShapes, expectMoeRouteShapes } from "../shape-checks.ts";
-import { MIN_ROUTE_SHARE, type MoeRouteOptions, type MoeRouting } from "../types.ts";
+import { type ExpertGroups, MIN_ROUTE_SHARE, type MoeRouteOptions, type MoeRouting } from "../types.ts";
 import { f32Tensor, i32Tensor, type RefTensor } from "./storage.ts";
 
 /**
@@ -17,6 +17,7 @@ export function moeRoute(logits: RefTensor, k: number, options: MoeRouteOptions)
   const bias = options.selectionBias ? (options.selectionBias as RefTensor).f32 : undefined;
   const sigmoid = options.gating === "sigmoid";
   const scale = options.scale ?? 1;
+  const groups = options.groups && options.groups.count > 1 ? options.groups : undefined;
   const ids = new Int32Array(n * k);
   const weights = new Float32Array(n * k);
   const probs = new Float64Array(experts);
@@ -33,8 +34,10 @@ export function moeRoute(logits: RefTensor, k: number, options: MoeRouteOptions)
       sum += probs[e];
     }
     if (sigmoid) sum = 1;
-    for (let e = 0; e < experts; e++) score[e] = bias ? probs[e] / sum + bias[e] : row[e];
+    // Grouped routing compares sums of probabilities, so its scores are probabilities even unbiased.
+    for (let e = 0; e < experts; e++) score[e] = bias ? probs[e] / sum + bias[e] : groups ? probs[e] / sum : row[e];
     taken.fill(0);
+    if (groups) barGroups(score, groups, taken);
     let picked = 0;
     for (let j = 0; j < k; j++) {
       let best = -1;
@@ -49,6 +52,21 @@ export function moeRoute(logits: RefTensor, k: number, options: MoeRouteOptions)
     for (let j = 0; j < k; j++) weights[t * k + j] = (probs[ids[t * k + j]] / denominator) * scale;
   }
   return { ids: i32Tensor(ids, [n, k]), weights: f32Tensor(weights, [n, k]) };
+}
+
+/**
+ * Marks as taken every expert outside the `used` best groups, a group scoring the sum of its two
+ * highest scores (ties to the lower group).
+ */
+function barGroups(score: Float64Array, groups: ExpertGroups, taken: Uint8Array): void {
+  const size = score.length / groups.count;
+  const groupScore: number[] = [];
+  for (let g = 0; g < groups.count; g++) {
+    const s = Array.from(score.subarray(g * size, (g + 1) * size)).sort((a, b) => b - a);
+    groupScore.push(s[0] + s[1]);
+  }
+  const order = groupScore.map((s, g) => ({ s, g })).sort((a, b) => b.s - a.s || a.g - b.g);
+  for (const { g } of order.slice(groups.used)) taken.fill(1, g * size, (g + 1) * size);
 }
 
 /** y [n·k, out]: each row through its expert's matrix; see Backend.matmulExperts. */

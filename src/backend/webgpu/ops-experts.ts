@@ -22,10 +22,11 @@ export function moeRoute(ctx: GpuContext, logitsT: Tensor, k: number, options: M
   const weights = ctx.output([n, k]);
   const bindings: [number, PooledBuffer][] = [[1, logits.buffer], [2, ids.buffer], [3, weights.buffer]];
   if (bias) bindings.push([4, bias.buffer]);
+  const groups = options.groups && options.groups.count > 1 ? options.groups : undefined;
   ctx.recorder.dispatch(
     "moe_route",
-    { SIGMOID: options.gating === "sigmoid", BIAS: bias !== undefined },
-    [n, experts, k, options.normalize ? 1 : 0, new F32(options.scale ?? 1), 0, 0, 0],
+    { SIGMOID: options.gating === "sigmoid", BIAS: bias !== undefined, GROUPED: groups !== undefined },
+    [n, experts, k, options.normalize ? 1 : 0, new F32(options.scale ?? 1), groups?.count ?? 1, groups?.used ?? 1, 0],
     bindings,
     Math.ceil(n / 64),
   );
