@@ -19,12 +19,42 @@ export interface BpeVocab {
 
 const CONTRACTIONS = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])";
 
-/** Pre-tokenizer patterns, as llama.cpp uses them for each `tokenizer.ggml.pre`. */
-export const PRE_TOKENIZER_PATTERNS: Readonly<Record<string, string>> = {
-  gpt2: "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
-  "llama-bpe": `${CONTRACTIONS}|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`,
-  qwen2: `${CONTRACTIONS}|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`,
+/**
+ * Pre-tokenizer patterns, as llama.cpp uses them for each `tokenizer.ggml.pre`: applied in turn, each
+ * splitting every piece so far into its matches and the text between them (llama.cpp's
+ * `unicode_regex_split`); most vocabs have one.
+ */
+export const PRE_TOKENIZER_PATTERNS: Readonly<Record<string, readonly string[]>> = {
+  gpt2: ["'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"],
+  "llama-bpe": [`${CONTRACTIONS}|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`],
+  qwen2: [`${CONTRACTIONS}|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+`],
+  // DeepSeek V3 / R1: digits in threes, then runs of CJK and kana, then words and punctuation.
+  "deepseek-v3": [
+    "\\p{N}{1,3}",
+    "[一-龥぀-ゟ゠-ヿ]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+  ],
 };
+
+/** Splits `text` by each pattern in turn, keeping matches and the text between them as pieces. */
+export function preTokenize(text: string, patterns: readonly RegExp[]): string[] {
+  let pieces = [text];
+  for (const re of patterns) {
+    const next: string[] = [];
+    for (const piece of pieces) {
+      let last = 0;
+      for (const m of piece.matchAll(re)) {
+        if (m[0].length === 0) continue;
+        if (m.index > last) next.push(piece.slice(last, m.index));
+        next.push(m[0]);
+        last = m.index + m[0].length;
+      }
+      if (last < piece.length) next.push(piece.slice(last));
+    }
+    pieces = next;
+  }
+  return pieces;
+}
 
 /** GPT-2's reversible map from bytes to printable unicode characters. */
 export function bytesToUnicode(): string[] {
@@ -47,7 +77,7 @@ export class BpeTokenizer implements Tokenizer {
   private readonly ranks = new Map<string, number>();
   private readonly byteChar = bytesToUnicode();
   private readonly charByte = new Map<string, number>();
-  private readonly pattern: RegExp;
+  private readonly patterns: RegExp[];
   private readonly specials: SpecialSplitter;
   private readonly cache = new Map<string, number[]>();
   private readonly ignoreMerges: boolean;
@@ -60,7 +90,7 @@ export class BpeTokenizer implements Tokenizer {
     vocab.merges.forEach((m, i) => this.ranks.set(m, i));
     this.byteChar.forEach((c, b) => this.charByte.set(c, b));
     // Unknown pre-tokenizers fall back to Llama 3's pattern, which covers most modern BPE vocabs.
-    this.pattern = new RegExp(PRE_TOKENIZER_PATTERNS[vocab.pre] ?? PRE_TOKENIZER_PATTERNS["llama-bpe"], "gu");
+    this.patterns = (PRE_TOKENIZER_PATTERNS[vocab.pre] ?? PRE_TOKENIZER_PATTERNS["llama-bpe"]).map((p) => new RegExp(p, "gu"));
     this.specials = new SpecialSplitter(vocab.tokens, vocab.types);
     this.ignoreMerges = vocab.pre === "llama-bpe";
   }
@@ -73,7 +103,7 @@ export class BpeTokenizer implements Tokenizer {
         out.push(frag.id);
         continue;
       }
-      for (const m of frag.text.matchAll(this.pattern)) out.push(...this.encodeWord(m[0]));
+      for (const piece of preTokenize(frag.text, this.patterns)) out.push(...this.encodeWord(piece));
     }
     return out;
   }

@@ -2,7 +2,7 @@
 import assert from "node:assert/strict";
 import { readTextFile } from "../../src/runtime/fs.ts";
 import { loadModel } from "../../src/model/load.ts";
-import { BpeTokenizer, bytesToUnicode } from "../../src/model/tokenizer-bpe.ts";
+import { BpeTokenizer, bytesToUnicode, PRE_TOKENIZER_PATTERNS, preTokenize } from "../../src/model/tokenizer-bpe.ts";
 import { HfTokenizer } from "../../src/model/tokenizer-hf.ts";
 import { SpmTokenizer } from "../../src/model/tokenizer-spm.ts";
 import { projectRoot, sharedRoot, test } from "../harness.ts";
@@ -110,4 +110,14 @@ test("tokenBytes() gives each token's bytes, pieces of characters included, alik
     assert.ok(ids.some((id) => tok.tokenText!(id).includes("\uFFFD")), `${tok.constructor.name} spells some character with pieces`);
   }
   assert.deepEqual(Array.from(hf.tokenBytes(v.eosId)!), [], "a special token stands for no bytes");
+});
+
+test("preTokenize() applies DeepSeek V3's three patterns in turn, keeping the text between matches", () => {
+  const deepseek = PRE_TOKENIZER_PATTERNS["deepseek-v3"].map((p) => new RegExp(p, "gu"));
+  // Digits in threes first; then CJK runs come away from the Latin word they touch (Llama 3's single
+  // pattern keeps "和abc" whole); then words, punctuation (with the letters it leads: "+y") and spaces.
+  assert.deepEqual(preTokenize("数字12345和abc (x+y)", deepseek), ["数字", "123", "45", "和", "abc", " (", "x", "+y", ")"]);
+  const llama = PRE_TOKENIZER_PATTERNS["llama-bpe"].map((p) => new RegExp(p, "gu"));
+  assert.deepEqual(preTokenize("数字12345和abc", llama), ["数字", "123", "45", "和abc"]);
+  assert.deepEqual(preTokenize("", deepseek), []);
 });

@@ -125,11 +125,12 @@ const CASES: OracleCase[] = [
     tol: 1e-4,
     hf: true,
   },
-  // DeepSeek V3's own routing: experts chosen within the best groups (16 experts in 4 groups, 2 used).
+  // DeepSeek V3's own routing: experts chosen within the best groups (16 experts in 4 groups, 2 used),
+  // and its pre-tokenizer (three regexes in turn: digits, CJK and kana runs, words and punctuation).
   {
     name: "deepseek2 (DeepSeek V3 layout) MLA, grouped routing 16 experts / 4 groups / 2 used / 4 per token, f32",
     spec: {
-      ...BASE, architecture: "deepseek2", layers: 3, ropeTheta: 10000, seed: 122,
+      ...BASE, architecture: "deepseek2", layers: 3, ropeTheta: 10000, seed: 122, tokenizer: "deepseek-v3",
       mla: { qLora: 24, kvLora: 32, nope: 16, rope: 8, v: 16 },
       experts: { count: 16, used: 4, sharedFfn: 64, denseLayers: 1, scale: 2.5, groups: { count: 4, used: 2 } },
     },
@@ -166,6 +167,7 @@ const TEXTS = [
   "Once upon a time there was a little girl named Lily.",
   "hello world 1234567, it's the agent's tool call!",
   "  two\n\nlines\tand  ünïcödé 🙂 THE'S done",
+  "数字12345和日本語のテキスト, (x+y)*2; [done]",
 ];
 
 const dir = mkdtempSync(`${tmpdir()}/oracle-`);
