@@ -66,30 +66,42 @@ export function hfDeepseekAttention(cfg: Json, theta: number, path: string): HfD
   return { mla, ropeLayout, ropeFreqFactors, attentionScale: base * mscale * mscale };
 }
 
+/** transformers' defaults for what a config.json leaves out: DeepseekV3Config's, Glm4MoeConfig's. */
+export interface MoeDefaults {
+  firstKDenseReplace: number;
+  routedScalingFactor: number;
+  nGroup: number;
+  topkGroup: number;
+}
+
+const DEEPSEEK_V3_DEFAULTS: MoeDefaults = { firstKDenseReplace: 3, routedScalingFactor: 2.5, nGroup: 8, topkGroup: 4 };
+/** GLM-4.5's: one dense layer, scale 1, one group. */
+export const GLM4_MOE_DEFAULTS: MoeDefaults = { firstKDenseReplace: 1, routedScalingFactor: 1, nGroup: 1, topkGroup: 1 };
+
 /**
- * DeepSeek V3's experts: sigmoid scores (`scoring_func`) with a selection bias, renormalised
- * (`norm_topk_prob`) and scaled (`routed_scaling_factor`), shared experts, leading dense layers,
- * chosen within the `topk_group` best of `n_group` groups (DeepSeek V3: 4 of 8; Kimi K2: one group).
+ * DeepSeek V3's experts (GLM-4.5's too): sigmoid scores (`scoring_func`) with a selection bias,
+ * renormalised (`norm_topk_prob`) and scaled (`routed_scaling_factor`), shared experts, leading dense
+ * layers, chosen within the `topk_group` best of `n_group` groups (DeepSeek V3: 4 of 8; Kimi K2: one).
  */
-export function hfDeepseekMoe(cfg: Json, path: string): MoeConfig {
+export function hfDeepseekMoe(cfg: Json, path: string, defaults: MoeDefaults = DEEPSEEK_V3_DEFAULTS): MoeConfig {
   const numExperts = num(cfg, "n_routed_experts", path);
   const numExpertsUsed = num(cfg, "num_experts_per_tok", path);
   if (!Number.isInteger(numExpertsUsed) || numExpertsUsed < 1 || numExpertsUsed > numExperts) {
     throw new ModelLoadError(`"num_experts_per_tok" in "${path}" should be 1 to ${numExperts}, got ${numExpertsUsed}`);
   }
-  const groups = expertGroups(num(cfg, "n_group", path, 8), num(cfg, "topk_group", path, 4), numExperts, numExpertsUsed, path);
+  const groups = expertGroups(num(cfg, "n_group", path, defaults.nGroup), num(cfg, "topk_group", path, defaults.topkGroup), numExperts, numExpertsUsed, path);
   const scoring = cfg.scoring_func ?? "sigmoid";
   if (scoring !== "sigmoid" && scoring !== "softmax") {
     throw new ModelLoadError(`"scoring_func" in "${path}" should be "sigmoid" or "softmax", got ${JSON.stringify(scoring)}`);
   }
-  const denseLayers = num(cfg, "first_k_dense_replace", path, 3);
+  const denseLayers = num(cfg, "first_k_dense_replace", path, defaults.firstKDenseReplace);
   return {
     numExperts,
     numExpertsUsed,
     normalizeTopK: cfg.norm_topk_prob !== false,
     gating: scoring,
     selectionBias: true,
-    routedScale: num(cfg, "routed_scaling_factor", path, 2.5),
+    routedScale: num(cfg, "routed_scaling_factor", path, defaults.routedScalingFactor),
     denseLayers,
     denseIntermediateSize: denseLayers > 0 ? num(cfg, "intermediate_size", path) : 0,
     sharedIntermediateSize: num(cfg, "n_shared_experts", path, 1) * num(cfg, "moe_intermediate_size", path),

@@ -5,9 +5,9 @@
  */
 import { promises as fsp } from "node:fs";
 import { openRandomAccess, pathExists, type RandomAccessFile, readTextFile } from "../runtime/fs.ts";
-import { type Architecture, ARCHITECTURES, expertGroups, isMoeLayer, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
+import { type Architecture, ARCHITECTURES, isMoeLayer, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
-import { hfDeepseekAttention, hfDeepseekMoe } from "./hf-deepseek.ts";
+import { GLM4_MOE_DEFAULTS, hfDeepseekAttention, hfDeepseekMoe } from "./hf-deepseek.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { readSafetensor, readSafetensorsHeader, type SafetensorsInfo } from "./safetensors.ts";
 import { HfTokenizer } from "./tokenizer-hf.ts";
@@ -208,30 +208,13 @@ function hfRotaryDim(cfg: Json, architecture: Architecture, headDim: number, pat
 /** The experts of a Mixtral, Qwen2-MoE, Qwen3-MoE or GLM-4.5 config.json. */
 function hfMoe(cfg: Json, archName: string, architecture: Architecture, path: string): MoeConfig | undefined {
   const mixtral = archName === "MixtralForCausalLM" || archName === "mixtral";
-  if (!mixtral && architecture !== "qwen2moe" && architecture !== "qwen3moe" && architecture !== "glm4moe") return undefined;
-  const glm = architecture === "glm4moe";
-  const numExperts = num(cfg, mixtral ? "num_local_experts" : glm ? "n_routed_experts" : "num_experts", path);
+  // GLM-4.5's experts are DeepSeek V3's design, with transformers' Glm4MoeConfig defaults.
+  if (architecture === "glm4moe") return hfDeepseekMoe(cfg, path, GLM4_MOE_DEFAULTS);
+  if (!mixtral && architecture !== "qwen2moe" && architecture !== "qwen3moe") return undefined;
+  const numExperts = num(cfg, mixtral ? "num_local_experts" : "num_experts", path);
   const numExpertsUsed = num(cfg, "num_experts_per_tok", path);
   if (!Number.isInteger(numExpertsUsed) || numExpertsUsed < 1 || numExpertsUsed > numExperts) {
     throw new ModelLoadError(`"num_experts_per_tok" in "${path}" should be 1 to ${numExperts}, got ${numExpertsUsed}`);
-  }
-  if (glm) {
-    const groups = expertGroups(num(cfg, "n_group", path, 1), num(cfg, "topk_group", path, 1), numExperts, numExpertsUsed, path);
-    // transformers' Glm4MoeConfig defaults: one dense layer, one shared expert, renormalised, scale 1.
-    const denseLayers = num(cfg, "first_k_dense_replace", path, 1);
-    return {
-      numExperts,
-      numExpertsUsed,
-      normalizeTopK: cfg.norm_topk_prob !== false,
-      gating: "sigmoid",
-      selectionBias: true,
-      routedScale: num(cfg, "routed_scaling_factor", path, 1),
-      denseLayers,
-      denseIntermediateSize: denseLayers > 0 ? num(cfg, "intermediate_size", path) : 0,
-      sharedIntermediateSize: num(cfg, "n_shared_experts", path, 1) * num(cfg, "moe_intermediate_size", path),
-      sharedGate: false,
-      ...(groups ? { groups } : {}),
-    };
   }
   const dense = cfg.mlp_only_layers;
   const step = cfg.decoder_sparse_step;
