@@ -1,16 +1,17 @@
 /**
  * GGUF file → LoadedModel: the config from `{arch}.*` metadata, weights under llama.cpp's tensor
  * names, and the file's own tokenizer. Llama GGUFs carry q/k rows permuted by llama.cpp's
- * converter for the "normal" (interleaved) RoPE; Qwen2/Qwen3 keep the "neox" (half-split) order.
+ * converter for the "normal" (interleaved) RoPE, which DeepSeek's (deepseek2) use unpermuted;
+ * Qwen2/Qwen3/GLM keep the "neox" (half-split) order.
  */
 import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { openRandomAccess, type RandomAccessFile } from "../runtime/fs.ts";
 import {
   type Architecture,
   ARCHITECTURES,
+  expertGroups,
   type HostTensor,
   isMoeLayer,
-  expertGroups,
   type LoadedModel,
   type MlaConfig,
   type ModelConfig,
@@ -192,7 +193,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
 /**
  * The experts of a Mixtral (`llama` with `llama.expert_count`), Qwen2-MoE, Qwen3-MoE or GLM-4.5 file,
  * routed as llama.cpp routes each: it renormalises the chosen experts' weights for Mixtral and
- * Qwen3-MoE whatever the file says, never for Qwen2-MoE, and for GLM-4.5 per `expert_weights_norm`.
+ * Qwen3-MoE whatever the file says, never for Qwen2-MoE, and for GLM-4.5 and DeepSeek per
+ * `expert_weights_norm`; only GLM-4.5 and DeepSeek may route within expert groups.
  */
 function ggufMoe(meta: GgufMetadata, arch: string, has: (tensor: string) => boolean, path: string): MoeConfig | undefined {
   const numExperts = meta.optionalNumber(`${arch}.expert_count`) ?? 0;
