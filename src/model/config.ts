@@ -31,6 +31,15 @@ export interface MlaConfig {
   vHeadDim: number;
 }
 
+/** Checks latent attention sizes read from a file: positive integers (q's rank may be 0), an even RoPE width. */
+export function checkMla(mla: MlaConfig, path: string): MlaConfig {
+  const bad = Object.entries(mla).find(([key, v]) => !Number.isInteger(v) || v < (key === "qLoraRank" ? 0 : 1) || (key === "ropeDim" && v % 2 !== 0));
+  if (bad) {
+    throw new ModelLoadError(`Model "${path}" has latent attention ${bad[0]} ${bad[1]}; expected a positive integer (even for the RoPE dims)`);
+  }
+  return mla;
+}
+
 /**
  * A mixture-of-experts feed-forward: a router picks `numExpertsUsed` of `numExperts` SwiGLU experts
  * per token and sums their outputs weighted by its probabilities (Backend.moeRoute); some models

@@ -12,6 +12,7 @@ import {
   expertGroups,
   type HostTensor,
   isMoeLayer,
+  checkMla,
   type LoadedModel,
   type MlaConfig,
   type ModelConfig,
@@ -273,9 +274,7 @@ function ggufMla(meta: GgufMetadata, arch: string, keyLength: number, ropeDim: n
     ropeDim,
     vHeadDim: meta.optionalNumber(`${arch}.attention.value_length_mla`) ?? meta.number(`${arch}.attention.value_length`),
   };
-  const bad = Object.entries(mla).find(([key, v]) => !Number.isInteger(v) || v < (key === "qLoraRank" ? 0 : 1));
-  if (bad) throw new ModelLoadError(`Model "${path}" has latent attention ${bad[0]} ${bad[1]}; expected a positive integer (${JSON.stringify(mla)})`);
-  return mla;
+  return checkMla(mla, path);
 }
 
 /**
@@ -380,8 +379,7 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
     const names = moe ? moeTensorNames(config, split) : GGUF_TENSOR_NAMES;
     let tensors = moe ? stackingExperts(source, moe.numExperts, path) : source;
     if (config.mla) {
-      const layers = Array.from({ length: config.numLayers }, (_, i) => ({ kB: names.layer(i, "wkB"), vB: names.layer(i, "wvB"), kvB: `blk.${i}.${KV_B}` }));
-      tensors = splittingKvB(tensors, layers, config.mla, config.numHeads, path);
+      tensors = splittingKvB(tensors, config, names, (i) => `blk.${i}.${KV_B}`, path);
     }
     const weights = await assembleWeights(config, tensors, names, path, options);
     const template = header.metadata.get("tokenizer.chat_template")?.value;

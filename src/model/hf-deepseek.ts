@@ -2,18 +2,10 @@
  * config.json of DeepSeek V3 / R1 and Kimi K2 (`DeepseekV3ForCausalLM`, model_type `deepseek_v3` or
  * `kimi_k2`): latent attention sizes, YaRN, and the routed experts, with transformers' defaults.
  */
-import { expertGroups, type MlaConfig, ModelLoadError, type MoeConfig } from "./config.ts";
+import { checkMla, expertGroups, type MlaConfig, ModelLoadError, type MoeConfig } from "./config.ts";
+import { type Json, num } from "./hf-json.ts";
 import { yarnFreqFactors, yarnMscale } from "./rope-scaling.ts";
 import type { RopeLayout } from "../backend/types.ts";
-
-type Json = Record<string, unknown>;
-
-function num(cfg: Json, key: string, path: string, fallback?: number): number {
-  const v = cfg[key];
-  if (typeof v === "number" && Number.isFinite(v)) return v;
-  if ((v === undefined || v === null) && fallback !== undefined) return fallback;
-  throw new ModelLoadError(`"${key}" in "${path}" should be a number, got ${JSON.stringify(v)}`);
-}
 
 /** What a DeepSeek V3 config sets beyond the common fields. */
 export interface HfDeepseekAttention {
@@ -37,8 +29,7 @@ export function hfDeepseekAttention(cfg: Json, theta: number, path: string): HfD
     ropeDim: num(cfg, "qk_rope_head_dim", path, 64),
     vHeadDim: num(cfg, "v_head_dim", path, 128),
   };
-  const bad = Object.entries(mla).find(([key, v]) => !Number.isInteger(v) || v < (key === "qLoraRank" ? 0 : 1) || (key === "ropeDim" && v % 2 !== 0));
-  if (bad) throw new ModelLoadError(`Model "${path}" has latent attention ${bad[0]} ${bad[1]}; expected a positive integer (even for the RoPE dims)`);
+  checkMla(mla, path);
   const base = 1 / Math.sqrt(mla.nopeDim + mla.ropeDim);
   const ropeLayout: RopeLayout = cfg.rope_interleave === false ? "neox" : "normal";
   const raw = cfg.rope_scaling ?? cfg.rope_parameters;

@@ -8,6 +8,7 @@ import { openRandomAccess, pathExists, type RandomAccessFile, readTextFile } fro
 import { type Architecture, ARCHITECTURES, isMoeLayer, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
 import { GLM4_MOE_DEFAULTS, hfDeepseekAttention, hfDeepseekMoe } from "./hf-deepseek.ts";
+import { type Json, num } from "./hf-json.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { readSafetensor, readSafetensorsHeader, type SafetensorsInfo } from "./safetensors.ts";
 import { HfTokenizer } from "./tokenizer-hf.ts";
@@ -111,8 +112,6 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   mixtral: "llama",
 };
 
-type Json = Record<string, unknown>;
-
 async function readJson(path: string, what: string): Promise<Json> {
   let text: string;
   try {
@@ -125,16 +124,6 @@ async function readJson(path: string, what: string): Promise<Json> {
   } catch {
     throw new ModelLoadError(`"${path}" is not valid JSON`);
   }
-}
-
-function num(cfg: Json, key: string, path: string, fallback?: number): number {
-  const v = cfg[key];
-  if (typeof v === "number") return v;
-  if (v === undefined || v === null) {
-    if (fallback !== undefined) return fallback;
-    throw new ModelLoadError(`"${path}" lacks "${key}"`);
-  }
-  throw new ModelLoadError(`"${key}" in "${path}" should be a number, got ${JSON.stringify(v)}`);
 }
 
 /** Reads the special token's string whether tokenizer_config stores it as a string or an object. */
@@ -292,8 +281,7 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     const names = !moe ? HF_TENSOR_NAMES : moeTensorNames(config);
     let tensors = moe ? stackingExperts(source, moe.numExperts, dir) : source;
     if (config.mla) {
-      const layers = Array.from({ length: config.numLayers }, (_, i) => ({ kB: names.layer(i, "wkB"), vB: names.layer(i, "wvB"), kvB: `model.layers.${i}.${KV_B}` }));
-      tensors = splittingKvB(tensors, layers, config.mla, config.numHeads, dir);
+      tensors = splittingKvB(tensors, config, names, (i) => `model.layers.${i}.${KV_B}`, dir);
     }
     const weights = await assembleWeights(config, tensors, names, dir, options);
     return { config, weights, tokenizer, chatTemplate: await chatTemplate(dir, tokCfg), source: dir };

@@ -5,8 +5,8 @@
  * `kv_b` [heads·(nope + v), kvLoraRank]; it is cut as llama.cpp's converter cuts it.
  */
 import { blockValues, decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
-import { type HostTensor, type MlaConfig, ModelLoadError } from "./config.ts";
-import type { TensorSource } from "./weights.ts";
+import { type HostTensor, type MlaConfig, type ModelConfig, ModelLoadError } from "./config.ts";
+import type { TensorNames, TensorSource } from "./weights.ts";
 
 /** Splits kv_b: per head, its first nopeDim rows (transposed) are W_kb's, the next vHeadDim W_vb's. */
 export function splitKvB(t: HostTensor, mla: MlaConfig, heads: number, path: string): { kB: HostTensor; vB: HostTensor } {
@@ -32,22 +32,19 @@ export function splitKvB(t: HostTensor, mla: MlaConfig, heads: number, path: str
   return { kB: stored(`${t.name}#k_b`, [heads, r, nope], kB), vB: stored(`${t.name}#v_b`, [heads, v, r], vB) };
 }
 
-/** Per layer: the names the loader asks for W_kb and W_vb, and the file's combined kv_b. */
-export interface KvBNames {
-  kB: string;
-  vB: string;
-  kvB: string;
-}
-
 /**
- * Wraps a tensor source so that W_kb and W_vb names the file lacks are cut from the layer's kv_b
- * ({@link splitKvB}); names the file has pass through.
+ * Wraps a tensor source so that the W_kb and W_vb names (`names`) a file lacks are cut from the
+ * layer's combined kv_b (`kvBName(layer)`, {@link splitKvB}); names the file has pass through.
  */
-export function splittingKvB(source: TensorSource, layers: readonly KvBNames[], mla: MlaConfig, heads: number, path: string): TensorSource {
+export function splittingKvB(source: TensorSource, config: ModelConfig, names: TensorNames, kvBName: (layer: number) => string, path: string): TensorSource {
+  const mla = config.mla!;
+  const heads = config.numHeads;
   const part = new Map<string, { kvB: string; which: "kB" | "vB" }>();
-  for (const l of layers) {
-    if (!source.has(l.kB)) part.set(l.kB, { kvB: l.kvB, which: "kB" });
-    if (!source.has(l.vB)) part.set(l.vB, { kvB: l.kvB, which: "vB" });
+  for (let i = 0; i < config.numLayers; i++) {
+    for (const [role, which] of [["wkB", "kB"], ["wvB", "vB"]] as const) {
+      const name = names.layer(i, role);
+      if (!source.has(name)) part.set(name, { kvB: kvBName(i), which });
+    }
   }
   const half = (name: string) => Math.ceil(source.byteLength(part.get(name)!.kvB) / 2);
   return {

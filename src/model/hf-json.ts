@@ -1,0 +1,16 @@
+/** Reading Hugging Face config.json values with one-line errors that quote the file and the key. */
+import { ModelLoadError } from "./config.ts";
+
+/** A parsed JSON object (config.json, tokenizer_config.json). */
+export type Json = Record<string, unknown>;
+
+/** `cfg[key]` as a number; `fallback` when absent (or null); a clear error when neither. */
+export function num(cfg: Json, key: string, path: string, fallback?: number): number {
+  const v = cfg[key];
+  if (typeof v === "number") return v;
+  if (v === undefined || v === null) {
+    if (fallback !== undefined) return fallback;
+    throw new ModelLoadError(`"${path}" lacks "${key}"`);
+  }
+  throw new ModelLoadError(`"${key}" in "${path}" should be a number, got ${JSON.stringify(v)}`);
+}
