@@ -4,6 +4,8 @@
 //   block for all its heads), online softmax in base 2, then a reduction kernel merges partitions.
 // - prefill tiles (≤32 rows of one sequence): flash style. K/V tiles of 32 positions are staged in
 //   shared memory once for all rows of the tile; online softmax; f32 throughout.
+// With a sliding window a row's partitions cover only its last `window` positions; a sink logit
+// joins each head's softmax denominator once, where its partitions are merged (sink_merge).
 #include "common.cuh"
 #include "kernels.h"
 
@@ -19,6 +21,24 @@ struct DecodePlan {
   int g;           // heads per block (template G)
   int cpg;         // head chunks per KV head
 };
+
+// The first visible position of a row whose context is ctx.
+__device__ __forceinline__ int window_first(const AttnArgs& a, int ctx) {
+  return a.window > 0 ? max(0, ctx - a.window) : 0;
+}
+
+// out = A / L after a head's sink logit (natural units) joins the softmax whose running max is M
+// (base 2): both are rescaled to the larger max first.
+__device__ __forceinline__ float sink_merge(const AttnArgs& a, int h, float M, float L, float A) {
+  if (a.sinks) {
+    const float s2 = a.sinks[h] * LOG2E;
+    const float M2 = fmaxf(M, s2);
+    const float f = M == -INFINITY ? 0.f : exp2f(M - M2);
+    L = L * f + exp2f(s2 - M2);
+    A *= f;
+  }
+  return L > 0.f ? A / L : 0.f;
+}
 
 // Base float offset of position p's KV row for kv head `kvh`, or -1 for an invalid block id.
 __device__ __forceinline__ long long kv_offset(const AttnArgs& a, int seq, int p, int kvh) {
@@ -40,7 +60,8 @@ __global__ void __launch_bounds__(32 * DEC_WARPS, 2) decode_kernel(AttnArgs a, c
   // Clamped so a position past maxContext (validated on the host when it knows the values)
   // cannot index partitions beyond the workspace.
   const int ctx = min(a.pos[t] + 1, a.max_context), seq = a.seq[t];
-  const int start = part_idx * plan.part;
+  const int first = window_first(a, ctx);
+  const int start = first + part_idx * plan.part;
   if (start >= ctx) return;
   const int end = min(ctx, start + plan.part);
   const int group = a.heads / a.kv_heads, D = a.head_dim;
@@ -103,7 +124,7 @@ __global__ void __launch_bounds__(32 * DEC_WARPS, 2) decode_kernel(AttnArgs a, c
     for (int e = 0; e < EPL; e++) s_acc[warp][j][lane + 32 * e] = acc[j][e];
   }
   __syncthreads();
-  const int parts = (ctx + plan.part - 1) / plan.part;
+  const int parts = (ctx - first + plan.part - 1) / plan.part;
   for (int i = threadIdx.x; i < hcount * D; i += blockDim.x) {
     const int j = i / D, d = i % D;
     float M = -INFINITY;
@@ -118,7 +139,7 @@ __global__ void __launch_bounds__(32 * DEC_WARPS, 2) decode_kernel(AttnArgs a, c
     }
     const int h = h0 + j;
     if (parts == 1) {
-      a.out[(size_t(t) * a.heads + h) * D + d] = L > 0.f ? A / L : 0.f;
+      a.out[(size_t(t) * a.heads + h) * D + d] = sink_merge(a, h, M, L, A);
     } else {
       const size_t slot = (size_t(ri) * a.heads + h) * plan.max_parts + part_idx;
       ws_acc[slot * D + d] = A;
@@ -132,7 +153,7 @@ __global__ void decode_reduce_kernel(AttnArgs a, const int32_t* rows, DecodePlan
   const int ri = blockIdx.x / a.heads, h = blockIdx.x % a.heads;
   const int t = rows ? rows[ri] : ri;
   const int ctx = min(a.pos[t] + 1, a.max_context);
-  const int parts = (ctx + plan.part - 1) / plan.part;
+  const int parts = (ctx - window_first(a, ctx) + plan.part - 1) / plan.part;
   if (parts <= 1) return;  // the decode kernel wrote this row directly
   const size_t base = (size_t(ri) * a.heads + h) * plan.max_parts;
   float M = -INFINITY;
@@ -145,7 +166,7 @@ __global__ void decode_reduce_kernel(AttnArgs a, const int32_t* rows, DecodePlan
       L += ml.y * f;
       A += ws_acc[(base + p) * a.head_dim + d] * f;
     }
-    a.out[(size_t(t) * a.heads + h) * a.head_dim + d] = L > 0.f ? A / L : 0.f;
+    a.out[(size_t(t) * a.heads + h) * a.head_dim + d] = sink_merge(a, h, M, L, A);
   }
 }
 
@@ -157,7 +178,9 @@ DecodePlan plan_decode(const AttnArgs& a, int row_count, int sm_count) {
   const long long blocks_per_part = (long long)row_count * a.kv_heads * p.cpg;
   const long long target = 4LL * (sm_count > 0 ? sm_count : 132);
   int parts = int((target + blocks_per_part - 1) / blocks_per_part);
-  const int ctx = a.max_context > 0 ? a.max_context : 1;
+  // Partitions split the visible span: the whole context, or the window.
+  const int span = a.window > 0 ? min(a.max_context, a.window) : a.max_context;
+  const int ctx = span > 0 ? span : 1;
   parts = max(1, min(parts, (ctx + 63) / 64));  // at least 64 positions per partition
   p.part = (ctx + parts - 1) / parts;
   p.part = (p.part + 15) & ~15;

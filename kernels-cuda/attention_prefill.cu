@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(32 * PF_WARPS) prefill_kernel(AttnArgs a, cons
   float* Vs = Ks + PF_KEYS * (D + 1);        // [PF_KEYS][D]
   float* Ps = Vs + PF_KEYS * D;              // [PF_ROWS][PF_KEYS]
   __shared__ int s_pos[PF_ROWS];
-  __shared__ int s_maxpos;
+  __shared__ int s_maxpos, s_minpos;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int first = tiles[2 * blockIdx.x], count = tiles[2 * blockIdx.x + 1];
   const int h = blockIdx.y, kvh = h / (a.heads / a.kv_heads);
@@ -32,12 +32,18 @@ __global__ void __launch_bounds__(32 * PF_WARPS) prefill_kernel(AttnArgs a, cons
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    int mp = -1;
-    for (int r = 0; r < count; r++) mp = max(mp, s_pos[r]);
+    int mp = -1, lo = INT_MAX;
+    for (int r = 0; r < count; r++) {
+      mp = max(mp, s_pos[r]);
+      lo = min(lo, s_pos[r]);
+    }
     s_maxpos = mp;
+    s_minpos = lo;
   }
   __syncthreads();
   const int kv_end = s_maxpos + 1;
+  // With a sliding window, keys before the earliest row's window are never visible: start at its tile.
+  const int kv_begin = a.window > 0 ? (max(0, s_minpos - a.window + 1) / PF_KEYS) * PF_KEYS : 0;
 
   float acc[PF_RPW][EPL], m[PF_RPW], l[PF_RPW];
 #pragma unroll
@@ -48,7 +54,7 @@ __global__ void __launch_bounds__(32 * PF_WARPS) prefill_kernel(AttnArgs a, cons
     for (int e = 0; e < EPL; e++) acc[r][e] = 0.f;
   }
 
-  for (int k0 = 0; k0 < kv_end; k0 += PF_KEYS) {
+  for (int k0 = kv_begin; k0 < kv_end; k0 += PF_KEYS) {
     for (int i = threadIdx.x; i < PF_KEYS * D; i += blockDim.x) {
       const int j = i / D, d = i % D, p = k0 + j;
       float kv = 0.f, vv = 0.f;
@@ -77,7 +83,7 @@ __global__ void __launch_bounds__(32 * PF_WARPS) prefill_kernel(AttnArgs a, cons
     for (int r = 0; r < PF_RPW; r++) {
       const int row = warp * PF_RPW + r;
       const int pos = s_pos[row];
-      const bool valid = row < count && k0 + lane <= pos;
+      const bool valid = row < count && k0 + lane <= pos && (a.window <= 0 || pos - (k0 + lane) < a.window);
       const float sv = valid ? s[r] : -INFINITY;
       const float mn = fmaxf(m[r], warp_max(sv));
       float pe = 0.f, corr = 1.f;
@@ -110,7 +116,14 @@ __global__ void __launch_bounds__(32 * PF_WARPS) prefill_kernel(AttnArgs a, cons
   for (int r = 0; r < PF_RPW; r++) {
     const int row = warp * PF_RPW + r;
     if (row >= count) continue;
-    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    // A sink logit joins the denominator: rescale both to the larger max (base 2).
+    float f = 1.f, L = l[r];
+    if (a.sinks) {
+      const float s2 = a.sinks[h] * LOG2E, M2 = fmaxf(m[r], s2);
+      f = m[r] == -INFINITY ? 0.f : exp2f(m[r] - M2);
+      L = L * f + exp2f(s2 - M2);
+    }
+    const float inv = L > 0.f ? f / L : 0.f;
 #pragma unroll
     for (int e = 0; e < EPL; e++) {
       const int d = lane + 32 * e;

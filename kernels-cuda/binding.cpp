@@ -56,6 +56,7 @@ class Context : public Napi::ObjectWrap<Context> {
                            InstanceMethod<&Context::MaskLogits>("maskLogits"),
                            InstanceMethod<&Context::Add>("add"),
                            InstanceMethod<&Context::SiluMul>("siluMul"),
+                           InstanceMethod<&Context::SwigluOai>("swigluOai"),
                            InstanceMethod<&Context::Rmsnorm>("rmsnorm"),
                            InstanceMethod<&Context::AddRmsnorm>("addRmsnorm"),
                            InstanceMethod<&Context::Softmax>("softmax"),

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <climits>
 
 enum WDType : int { W_F32 = 0, W_F16 = 1, W_BF16 = 2, W_Q8 = 3 };
 

@@ -44,6 +44,14 @@ __global__ void silu_mul_kernel(const float* g, const float* u, size_t count, fl
     out[i] = silu(g[i]) * u[i];
 }
 
+__global__ void swiglu_oai_kernel(const float* g, const float* u, size_t count, float alpha, float limit, float* out) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    const float x = fminf(g[i], limit);
+    const float y = fminf(fmaxf(u[i], -limit), limit);
+    out[i] = x / (1.f + __expf(-alpha * x)) * (y + 1.f);
+  }
+}
+
 // Angles in double: positions reach 1e5+ and an f32 angle would lose ~1e-2 of phase there.
 // `factors` (nullable, [rot_dim / 2]) divides pair i's frequency (Llama 3.1+ rope_freqs).
 __device__ __forceinline__ void rope_pair(float& a, float& b, int pos, int i, int rot_dim, float theta,
@@ -211,6 +219,12 @@ cudaError_t add(const float* a, const float* b, size_t count, float* out, cudaSt
 cudaError_t silu_mul(const float* g, const float* u, size_t count, float* out, cudaStream_t s) {
   if (count == 0) return cudaSuccess;
   silu_mul_kernel<<<grid_for(count, 256), 256, 0, s>>>(g, u, count, out);
+  return cudaGetLastError();
+}
+
+cudaError_t swiglu_oai(const float* g, const float* u, size_t count, float alpha, float limit, float* out, cudaStream_t s) {
+  if (count == 0) return cudaSuccess;
+  swiglu_oai_kernel<<<grid_for(count, 256), 256, 0, s>>>(g, u, count, alpha, limit, out);
   return cudaGetLastError();
 }
 

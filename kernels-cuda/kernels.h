@@ -34,6 +34,8 @@ cudaError_t mask_logits(float* logits, const int32_t* rows, const uint32_t* bits
                         cudaStream_t s);
 cudaError_t add(const float* a, const float* b, size_t count, float* out, cudaStream_t s);
 cudaError_t silu_mul(const float* gate, const float* up, size_t count, float* out, cudaStream_t s);
+/** GPT-OSS's clamped SwiGLU: g = min(gate, limit), u = clamp(up, ±limit); g·sigmoid(alpha·g)·(u + 1). */
+cudaError_t swiglu_oai(const float* gate, const float* up, size_t count, float alpha, float limit, float* out, cudaStream_t s);
 cudaError_t rmsnorm(const float* x, const float* w, int rows, int cols, float eps, float* out, cudaStream_t s);
 /** Fused residual add + rmsnorm: sum = x + r; norm = rmsnorm(sum). One read of x and r. */
 cudaError_t add_rmsnorm(const float* x, const float* r, const float* w, int rows, int cols, float eps, float* sum,
@@ -88,6 +90,8 @@ struct AttnArgs {
   float* out;            // [n, heads, D]
   int n, heads, kv_heads, head_dim, block_size, max_blocks, num_blocks, max_context;
   float scale;
+  int window;            // sliding window in positions; 0 for none
+  const float* sinks;    // [heads] logits that join each softmax's denominator; null for none
 };
 /** Split-KV attention for every row in `rows` (null: all n rows). `ws` is attention_workspace bytes. */
 cudaError_t attention_decode(const AttnArgs& a, const int32_t* rows, int row_count, int sm_count, void* ws,

@@ -1,5 +1,6 @@
-// Binary elementwise ops on f32: add (a + b) or silu_mul (silu(a) * b).
-struct P { n: u32, _a: u32, _b: u32, _c: u32 }
+// Binary elementwise ops on f32: add (a + b), silu_mul (silu(a) * b), or GPT-OSS's clamped SwiGLU
+// (g = min(a, limit), u = clamp(b, -limit, limit): g * sigmoid(alpha * g) * (u + 1)).
+struct P { n: u32, alpha: f32, limit: f32, _c: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
@@ -13,6 +14,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let x = a[i];
 #if ${OP_ADD}
   dst[i] = x + b[i];
+#elif ${OP_OAI}
+  let g = min(x, p.limit);
+  let u = clamp(b[i], -p.limit, p.limit);
+  dst[i] = g / (1.0 + exp(-p.alpha * g)) * (u + 1.0);
 #else
   dst[i] = x / (1.0 + exp(-x)) * b[i];
 #endif

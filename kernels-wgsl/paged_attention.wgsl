@@ -3,11 +3,14 @@
 // scores key j of the tile; after the tile max, thread j turns its score into a weight; then
 // thread t accumulates output dims t, t+64, ... (DPT of them: head_dim <= 64·DPT).
 // Used for decode (one row per sequence) and for prefill chunks over a cached prefix alike.
+// With a sliding window (window > 0) a row visits only its last `window` positions; with SINKS a
+// per-head logit starts the online softmax as a key with no value (it joins the denominator only).
 const WG = 64u;
 const DPT = ${DPT}u;
 struct P {
   n: u32, heads: u32, kv_heads: u32, head_dim: u32,
   block_size: u32, max_blocks: u32, num_blocks: u32, scale: f32,
+  window: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
@@ -17,6 +20,9 @@ struct P {
 @group(0) @binding(5) var<storage, read> tpos: array<i32>;
 @group(0) @binding(6) var<storage, read> tables: array<i32>;
 @group(0) @binding(7) var<storage, read_write> dst: array<f32>;
+#if ${SINKS}
+@group(0) @binding(8) var<storage, read> sinks: array<f32>;
+#endif
 
 var<workgroup> qs: array<f32, 576>; // MAX_HEAD_DIM in ops-attention.ts
 var<workgroup> sc: array<f32, 64>;
@@ -38,11 +44,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   // The context length comes from a storage buffer; loading it this way makes it workgroup-uniform.
   let ctx = workgroupUniformLoad(&ctx_shared);
   let row = p.kv_heads * p.head_dim;
+#if ${SINKS}
+  var m = sinks[h];
+  var l = 1.0;
+#else
   var m = -3.0e38;
   var l = 0.0;
+#endif
   var acc: array<f32, DPT>;
   for (var i = 0u; i < DPT; i += 1u) { acc[i] = 0.0; }
-  for (var start = 0u; start < ctx; start += WG) {
+  var first = 0u;
+  if (p.window > 0u && ctx > p.window) { first = ctx - p.window; }
+  for (var start = first; start < ctx; start += WG) {
     let key = start + lid;
     var s = -3.0e38;
     if (key < ctx) {

@@ -7,6 +7,7 @@
 //   q4_0, q4_1, q5_0, q5_1, q4_k, q5_k  llama.cpp's blocks, word-aligned (q4_0 and q5_0 repacked:
 //         see weight-layout.ts); values decoded as llama.cpp's dequantize_row_* does.
 //   q6_k  unpacked at upload into 69-word blocks of 256 values: [d as f32 bits, 16 int8 scales, 256 int8 codes].
+//   mxfp4 repacked at upload into 5-word blocks of 32 values: [4 words of FP4 codes, the E8M0 scale byte].
 // Every block format keeps a row's values in whole blocks, and w_at4's i is a multiple of 4, so the
 // four values share a block and their codes sit in the same bytes of one or two words.
 #if ${W_F16N}
@@ -130,6 +131,18 @@ fn w_at4(i: u32) -> vec4<f32> {
   let word = bitcast<i32>(wbuf[b + 5u + (e >> 2u)]);
   let q = vec4<i32>(extractBits(word, 0u, 8u), extractBits(word, 8u, 8u), extractBits(word, 16u, 8u), extractBits(word, 24u, 8u));
   return vec4<f32>(q) * (bitcast<f32>(wbuf[b]) * f32(sc));
+#elif ${W_MXFP4}
+  // 5 words: 4 of E2M1 codes (value e low nibble of byte e, e + 16 high nibble), then the E8M0 byte.
+  let b = (i >> 5u) * 5u;
+  let e = i & 31u;
+  let q = byte_bits(wbuf[b + ((e & 15u) >> 2u)], (e >> 4u) * 4u, 15u);
+  // llama.cpp's kvalues_mxfp4 (E2M1 doubled): magnitudes 0 1 2 3 4 6 8 12 as the nibbles of one
+  // word, bit 3 of the code the sign.
+  let mag = vec4<f32>((vec4<u32>(0xc8643210u) >> ((q & vec4<u32>(7u)) * vec4<u32>(4u))) & vec4<u32>(15u));
+  let v = select(mag, -mag, (q & vec4<u32>(8u)) != vec4<u32>(0u));
+  // Half the scale, 2^(s − 128), built as f32 bits (GGML_E8M0_TO_FP32_HALF: s < 2 are subnormals).
+  let s = wbuf[b + 4u] & 255u;
+  return v * bitcast<f32>(select((s - 1u) << 23u, 0x00200000u << min(s, 1u), s < 2u));
 #endif
 }
 fn w_at(i: u32) -> f32 { return w_at4(i & ~3u)[i & 3u]; }

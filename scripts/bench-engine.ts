@@ -86,6 +86,8 @@ function llama1bModel(dtypeName: string): LoadedModel {
     const view = new DataView(data.buffer);
     const small = f32ToF16(2 ** -12);
     for (let b = 0; b < n / values; b++) for (const at of SCALE_BYTES[dtype] ?? []) view.setUint16(b * bytes + at, small, true);
+    // mxfp4's scale is one E8M0 byte, 2^(e − 128) as the codes are doubled: the same 2^-12.
+    if (dtype === "mxfp4") for (let b = 0; b < n / values; b++) data[b * bytes] = 128 - 12;
     return { name, shape, dtype, data };
   };
   const weight = (name: string, shape: number[], role: "q6" | "q4"): HostTensor => {

@@ -9,6 +9,14 @@
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+# lavapipe maps memory for every buffer and pipeline, and one Deno process running the whole suite
+# passes 65530 mappings (Linux's default vm.max_map_count; measured on the llama.cpp oracle file
+# alone: ~67k), where mmap fails and Deno dies in glibc ("corrupted size vs. prev_size", or a
+# segfault mid-run). Raise the limit where we may; say so where we may not.
+if [ -r /proc/sys/vm/max_map_count ] && [ "$(cat /proc/sys/vm/max_map_count)" -lt 262144 ]; then
+  $SUDO sysctl -q -w vm.max_map_count=262144 2>/dev/null ||
+    echo "setup: could not raise vm.max_map_count to 262144 (WebGPU tests on lavapipe may abort past 65530 mappings)"
+fi
 need_mesa=1
 if ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 && dpkg -s mesa-vulkan-drivers 2>/dev/null | grep -q '^Version: 25'; then
   need_mesa=0

@@ -1,15 +1,18 @@
 /**
  * GGUF's block-quantized weight formats beyond q8_0, as llama.cpp lays them out (ggml-common.h), on
- * the host: the legacy 32-value blocks (q4_0, q4_1, q5_0, q5_1) and the 256-value k-quants (q4_k,
- * q5_k, q6_k) — what Q4_K_M, Q5_K_M and Q6_K files hold. Decoding follows llama.cpp's
- * `dequantize_row_*` operation for operation (scale products rounded to f32 first), so the reference
- * backend reads a file's weights as llama.cpp does. Encoding is a plain round-to-nearest quantizer
- * (no error-minimising search, unlike llama.cpp's): it writes valid blocks for tests and writers.
+ * the host: the legacy 32-value blocks (q4_0, q4_1, q5_0, q5_1), the 256-value k-quants (q4_k,
+ * q5_k, q6_k) — what Q4_K_M, Q5_K_M and Q6_K files hold — and mxfp4 (OCP microscaling FP4: 32
+ * E2M1 values under one E8M0 power-of-two scale; gpt-oss's expert matrices). Decoding follows
+ * llama.cpp's `dequantize_row_*` operation for operation (scale products rounded to f32 first), so
+ * the reference backend reads a file's weights as llama.cpp does. Encoding is a plain
+ * round-to-nearest quantizer (no error-minimising search, unlike llama.cpp's): it writes valid
+ * blocks for tests and writers. mxfp4's is llama.cpp's own (`quantize_row_mxfp4_ref`, which
+ * `llama-quantize` also uses), bit for bit.
  */
 import { f16ToF32, f32ToF16 } from "./half-float.ts";
 
 /** The block-quantized dtypes of this module. */
-export type BlockQuantDType = "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q4_k" | "q5_k" | "q6_k";
+export type BlockQuantDType = "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q4_k" | "q5_k" | "q6_k" | "mxfp4";
 
 /** Elements and bytes per block of each format. */
 export const QUANT_BLOCKS: Readonly<Record<BlockQuantDType, { values: number; bytes: number }>> = {
@@ -20,6 +23,7 @@ export const QUANT_BLOCKS: Readonly<Record<BlockQuantDType, { values: number; by
   q4_k: { values: 256, bytes: 144 },
   q5_k: { values: 256, bytes: 176 },
   q6_k: { values: 256, bytes: 210 },
+  mxfp4: { values: 32, bytes: 17 },
 };
 
 /** True when `dtype` is one of this module's formats. */
@@ -29,11 +33,45 @@ export function isBlockQuant(dtype: string): dtype is BlockQuantDType {
 
 const f32 = Math.fround;
 
+/**
+ * mxfp4's 16 codes as llama.cpp's `kvalues_mxfp4`: the E2M1 values (0, 0.5, 1, 1.5, 2, 3, 4, 6 and
+ * their negatives; code 8 is −0) doubled to integers, which is why a block's scale is applied halved.
+ */
+export const KVALUES_MXFP4: readonly number[] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/**
+ * Half of an E8M0 scale byte's value, 2^(e − 128), as llama.cpp's `GGML_E8M0_TO_FP32_HALF` (an f32:
+ * e = 0 and 1 give its subnormals 2^−128 and 2^−127; e = 255, E8M0's NaN, reads as 2^127 there too).
+ */
+export function e8m0ToF32Half(e: number): number {
+  return 2 ** (e - 128);
+}
+
 /** A k-quant block's 6-bit scale and min of sub-block `j` (llama.cpp `get_scale_min_k4`). */
 export function scaleMinK4(bytes: Uint8Array, at: number, j: number): [number, number] {
   const q = (i: number) => bytes[at + i];
   if (j < 4) return [q(j) & 63, q(j + 4) & 63];
   return [(q(j + 4) & 0xf) | ((q(j - 4) >> 6) << 4), (q(j + 4) >> 4) | ((q(j) >> 6) << 4)];
+}
+
+/**
+ * True when f16 holds every value of `blocks` mxfp4 blocks exactly. A value is a code of at most
+ * two significant bits (up to 12) times 2^(e − 128): always an f16 for e in 104…140 (2^−24, f16's
+ * smallest subnormal, up to 12 · 2^12 ≤ 65504); outside that, each nonzero value is checked.
+ */
+export function mxfp4FitsF16(raw: Uint8Array, blocks: number): boolean {
+  const { bytes } = QUANT_BLOCKS.mxfp4;
+  const isF16 = (v: number) => Math.abs(v) <= 65504 && Number.isInteger(v * 2 ** 24);
+  for (let b = 0; b < blocks; b++) {
+    const e = raw[b * bytes];
+    if (e >= 104 && e <= 140) continue;
+    const d = e8m0ToF32Half(e);
+    for (let j = 1; j < bytes; j++) {
+      const q = raw[b * bytes + j];
+      if (!isF16(f32(KVALUES_MXFP4[q & 0xf] * d)) || !isF16(f32(KVALUES_MXFP4[q >> 4] * d))) return false;
+    }
+  }
+  return true;
 }
 
 /** Decodes `blocks` blocks of `dtype` from `raw` into `out`. */
@@ -87,6 +125,15 @@ export function decodeBlocks(raw: Uint8Array, dtype: BlockQuantDType, blocks: nu
         }
         break;
       }
+      case "mxfp4": {
+        // One E8M0 byte, then byte j holds value j (low nibble) and value j + 16 (high nibble).
+        const d = e8m0ToF32Half(raw[s]);
+        for (let j = 0; j < 16; j++) {
+          out[o + j] = f32(KVALUES_MXFP4[raw[s + 1 + j] & 0xf] * d);
+          out[o + j + 16] = f32(KVALUES_MXFP4[raw[s + 1 + j] >> 4] * d);
+        }
+        break;
+      }
       case "q6_k": {
         const d = half(s + 208);
         for (let n = 0; n < 2; n++) {
@@ -128,6 +175,9 @@ export function encodeBlocks(values: Float32Array, dtype: BlockQuantDType, out: 
         break;
       case "q6_k":
         encodeK6(x, view, out, s);
+        break;
+      case "mxfp4":
+        encodeMxfp4(x, out, s);
         break;
     }
   }
@@ -250,4 +300,36 @@ function encodeK6(x: Float32Array, view: DataView, out: Uint8Array, s: number): 
     out[s + 64 * n + l + 32 * (quarter & 1)] |= (q & 0xf) << (4 * (quarter >> 1));
     out[s + 128 + 32 * n + l] |= (q >> 4) << (2 * quarter);
   }
+}
+
+/**
+ * One mxfp4 block as llama.cpp's `quantize_row_mxfp4_ref`, bit for bit: the scale byte is
+ * floor(log2f(amax)) − 2 + 127, which puts amax in [8 · d, 16 · d) for the halved scale d (values
+ * above the largest code, 12 · d, clip to it); then each value takes the code whose f32 product
+ * with d is nearest, the first code on a tie.
+ */
+function encodeMxfp4(x: Float32Array, out: Uint8Array, s: number): void {
+  let amax = 0;
+  for (const v of x) if (amax < Math.abs(v)) amax = Math.abs(v);
+  // log2f's result is an f32: round before floor, or an amax just under a power of two whose log2
+  // rounds up to the integer in f32 would get a scale one step lower than llama.cpp's. Below
+  // 2^−125 the exponent goes negative and C's float → uint8_t conversion wraps it on x86 (cvttss2si
+  // keeps the low byte); `& 0xff` does the same.
+  const e = amax > 0 ? (Math.floor(f32(Math.log2(amax))) - 2 + 127) & 0xff : 0;
+  const d = e8m0ToF32Half(e);
+  out[s] = e;
+  // llama.cpp's best_index_mxfp4: |f32(code · d) − v| in f32 (code · d is exact: d is a power of two).
+  const best = (v: number): number => {
+    let index = 0;
+    let bestErr = Math.abs(f32(f32(KVALUES_MXFP4[0] * d) - v));
+    for (let i = 1; i < 16; i++) {
+      const err = Math.abs(f32(f32(KVALUES_MXFP4[i] * d) - v));
+      if (err < bestErr) {
+        index = i;
+        bestErr = err;
+      }
+    }
+    return index;
+  };
+  for (let j = 0; j < 16; j++) out[s + 1 + j] = best(x[j]) | (best(x[j + 16]) << 4);
 }

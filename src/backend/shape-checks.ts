@@ -4,6 +4,7 @@
  */
 import { blockValues } from "./dtype-codec.ts";
 import {
+  type AttentionOptions,
   BackendShapeError,
   type DType,
   MAX_EXPERT_GROUPS,
@@ -168,4 +169,21 @@ export function expectConcatColumnsShapes(a: Tensor, b: Tensor): { rows: number;
   const colsA = a.shape[a.shape.length - 1];
   const colsB = b.shape[b.shape.length - 1];
   return { rows: numel(lead), colsA, colsB, shape: [...lead, colsA + colsB] };
+}
+
+/**
+ * Checks pagedAttention's options for `heads` query heads: a window of whole positions ≥ 1 (0 for
+ * none) and sinks f32 [heads]. Returns the window, 0 when absent.
+ */
+export function expectAttentionOptions(options: AttentionOptions | undefined, heads: number): number {
+  const window = options?.window ?? 0;
+  if (!Number.isInteger(window) || window < 0 || window > 0x7fffffff) {
+    throw new BackendShapeError(`Attention window ${window} is not a whole number of positions`);
+  }
+  const sinks = options?.sinks;
+  if (sinks) {
+    expectRank(sinks, 1, "attention sinks", ["f32"]);
+    if (sinks.shape[0] !== heads) throw new BackendShapeError(`Attention sinks ${fmt(sinks.shape)} do not match ${heads} query heads`);
+  }
+  return window;
 }

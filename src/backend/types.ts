@@ -7,8 +7,8 @@
  *   `download`/`flush`. Callers never depend on when work actually runs.
  * - Activations are f32. Weights may be f32, f16, bf16, q8_0 (GGUF block layout: per 32 values
  *   one f16 scale then 32 int8) or GGUF's other block formats as files hold them (q4_0, q4_1, q5_0,
- *   q5_1 per 32 values; the k-quants q4_k, q5_k, q6_k per 256: quant-blocks.ts). A block format's
- *   rows hold whole blocks. Index tensors are i32.
+ *   q5_1 per 32 values; the k-quants q4_k, q5_k, q6_k per 256; mxfp4, 32 FP4 values under one
+ *   power-of-two scale: quant-blocks.ts). A block format's rows hold whole blocks. Index tensors are i32.
  * - Matrices are row-major. A weight matrix of shape [rows=out, cols=in] is applied as y = x·Wᵀ
  *   (GGUF and Hugging Face both store linear weights this way). A mixture-of-experts layer stacks
  *   its experts' matrices into one weight [experts, out, in] (GGUF's `ffn_*_exps` layout).
@@ -26,7 +26,7 @@ export type WeightDType = "f32" | "f16" | "bf16" | "q8_0" | BlockQuantDType;
 export type DType = WeightDType | "i32";
 
 /** Every weight dtype, for checks and listings. */
-export const WEIGHT_DTYPES: readonly WeightDType[] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"];
+export const WEIGHT_DTYPES: readonly WeightDType[] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "mxfp4"];
 
 /** An opaque device tensor. Its storage belongs to the backend that made it. */
 export interface Tensor {
@@ -80,6 +80,20 @@ export interface AttentionBatch {
   blockTables: Tensor;
   /** Longest context (tokenPos+1) of any row: lets kernels bound their loops. */
   maxContext: number;
+}
+
+/**
+ * What some models add to {@link Backend.pagedAttention}. Both are off when absent.
+ * - `window`: a sliding window of that many positions: the query at position p attends to keys at
+ *   max(0, p - window + 1)..p only (llama.cpp's standard SWA; GPT-OSS's 128 on every other layer).
+ *   Blocks wholly before every row's window are never read, so their table entries may be stale.
+ * - `sinks`: f32 [heads], one logit per query head that joins its softmax's denominator and
+ *   carries no value (GPT-OSS's learned attention sinks), so a head may attend to little. It is not
+ *   multiplied by `scale`.
+ */
+export interface AttentionOptions {
+  window?: number;
+  sinks?: Tensor;
 }
 
 /** Geometry of one layer's paged KV cache: tensor shape [numBlocks, blockSize, kvHeads, headDim]. */
@@ -142,10 +156,16 @@ export interface Backend {
    * at flat slots i32 [n] (slot = block * blockSize + offset). Mutates the caches. */
   kvWrite(k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor): void;
   /** Paged causal attention. q f32 [n, heads, headDim] → f32 [n, heads, headDim]. Query head h uses
-   * KV head floor(h / (heads / kvHeads)) (GQA). Scores are scaled by `scale` (usually 1/√headDim). */
-  pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number): Tensor;
+   * KV head floor(h / (heads / kvHeads)) (GQA). Scores are scaled by `scale` (usually 1/√headDim);
+   * `options` adds a sliding window and attention sinks ({@link AttentionOptions}). */
+  pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number, options?: AttentionOptions): Tensor;
   /** silu(gate) * up, elementwise, f32. */
   siluMul(gate: Tensor, up: Tensor): Tensor;
+  /**
+   * GPT-OSS's clamped SwiGLU, elementwise, f32: with g = min(gate, limit) and u = clamp(up, -limit,
+   * limit), g · sigmoid(alpha · g) · (u + 1) (ggml's `swiglu_oai`).
+   */
+  swigluOai(gate: Tensor, up: Tensor, alpha: number, limit: number): Tensor;
   /** a + b, elementwise, f32, same shape. */
   add(a: Tensor, b: Tensor): Tensor;
   /** Row-wise softmax over the last dim, f32. */

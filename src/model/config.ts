@@ -9,10 +9,10 @@ import { type ExpertGroups, MAX_EXPERT_GROUPS, type MoeGating, type RopeLayout, 
  * "glm4moe" is GLM-4.5/4.6/4.7's, "qwen2moe" Qwen1.5/Qwen2-MoE's and "deepseek2" DeepSeek V2/V3/R1's and
  * Kimi K2's, with {@link MlaConfig multi-head latent attention}).
  */
-export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2";
+export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss";
 
 /** Every {@link Architecture}, by the name GGUF files give it (`general.architecture`). */
-export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2"];
+export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss"];
 
 /**
  * Multi-head latent attention (DeepSeek V2/V3, Kimi K2). Each token's keys and values are one
@@ -65,6 +65,46 @@ export interface MoeConfig {
   sharedGate: boolean;
   /** Grouped top-k (DeepSeek V3: 8 groups, 4 used; `MoeRouteOptions.groups`); absent for one group. */
   groups?: ExpertGroups;
+  /** The router has a bias added to its logits before gating, `LayerWeights.routerLogitBias` (GPT-OSS). */
+  routerLogitBias?: boolean;
+  /** Each expert's gate, up and down projections have biases, `LayerWeights.bGate`/`bUp`/`bDown` (GPT-OSS). */
+  expertBiases?: boolean;
+  /** The experts' activation: SwiGLU (absent), or GPT-OSS's clamped one (Backend.swigluOai). */
+  activation?: ExpertActivation;
+}
+
+/** GPT-OSS's clamped SwiGLU: g = min(gate, limit), u = clamp(up, ±limit), g·sigmoid(alpha·g)·(u + 1). */
+export interface ExpertActivation {
+  kind: "swiglu-oai";
+  alpha: number;
+  limit: number;
+}
+
+/** GPT-OSS's constants (llama.cpp's LLM_FFN_SWIGLU_OAI_MOE, HF's GptOssExperts). */
+export const GPT_OSS_ACTIVATION: ExpertActivation = { kind: "swiglu-oai", alpha: 1.702, limit: 7 };
+
+/**
+ * Sliding-window attention on some layers (GPT-OSS: 128 positions on every other layer): a query at
+ * position p on a sliding layer sees positions p - size + 1..p (AttentionOptions.window).
+ */
+export interface SlidingWindow {
+  size: number;
+  /** One entry per layer: true where the layer's attention slides. */
+  layers: readonly boolean[];
+}
+
+/** The window of layer `i`'s attention, or undefined where it sees the whole context. */
+export function layerWindow(config: ModelConfig, i: number): number | undefined {
+  const w = config.slidingWindow;
+  return w && w.layers[i] ? w.size : undefined;
+}
+
+/**
+ * llama.cpp's layer pattern for `sliding_window_pattern` n: layer i slides unless i % n == n - 1
+ * (every layer for n = 0). GPT-OSS files leave it out and mean 2: even layers slide.
+ */
+export function slidingLayers(numLayers: number, pattern: number): boolean[] {
+  return Array.from({ length: numLayers }, (_, i) => pattern === 0 || i % pattern < pattern - 1);
 }
 
 /**
@@ -139,6 +179,12 @@ export interface ModelConfig {
   qkvBias: boolean;
   /** Qwen3 normalises q and k per head before RoPE. */
   qkNorm: boolean;
+  /** The output projection has a bias, `LayerWeights.bo` (GPT-OSS). */
+  outputBias?: boolean;
+  /** Each layer has a learned sink logit per query head, `LayerWeights.sinks` (GPT-OSS; AttentionOptions.sinks). */
+  attentionSinks?: boolean;
+  /** Sliding-window attention on some layers (GPT-OSS). */
+  slidingWindow?: SlidingWindow;
   bosTokenId?: number;
   eosTokenIds: number[];
   /** Whether prompts start with BOS (GGUF tokenizer.ggml.add_bos_token; Llama yes, Qwen no). */
@@ -193,6 +239,16 @@ export interface LayerWeights<T> {
   wDownShared?: T;
   /** [1, hidden]: the shared expert's gate ({@link MoeConfig.sharedGate}). */
   sharedGate?: T;
+  /** [hidden]: the output projection's bias ({@link ModelConfig.outputBias}). */
+  bo?: T;
+  /** [heads]: each query head's attention sink logit ({@link ModelConfig.attentionSinks}). */
+  sinks?: T;
+  /** [experts]: added to the router's logits ({@link MoeConfig.routerLogitBias}). */
+  routerLogitBias?: T;
+  /** [experts, width]: each expert's gate, up and down biases ({@link MoeConfig.expertBiases}). */
+  bGate?: T;
+  bUp?: T;
+  bDown?: T;
 }
 
 /** All weights of a model, generic over host (HostTensor) or device (Tensor) storage. */

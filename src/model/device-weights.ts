@@ -33,6 +33,11 @@ function uploadOptionalMatrix(backend: Backend, t: HostTensor | undefined): Tens
   return t === undefined ? undefined : uploadMatrix(backend, t);
 }
 
+/** Uploads a table of biases (one row per expert) as f32 in its shape, for Backend.gatherRows. */
+function uploadOptionalF32(backend: Backend, t: HostTensor | undefined): Tensor | undefined {
+  return t === undefined ? undefined : backend.upload(decodeToF32(t.data, t.dtype, numel(t.shape)), t.shape);
+}
+
 function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeights<Tensor> {
   return {
     attnNorm: uploadVector(backend, l.attnNorm),
@@ -61,6 +66,12 @@ function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeight
     wUpShared: uploadOptionalMatrix(backend, l.wUpShared),
     wDownShared: uploadOptionalMatrix(backend, l.wDownShared),
     sharedGate: uploadOptionalMatrix(backend, l.sharedGate),
+    bo: uploadOptional(backend, l.bo),
+    sinks: uploadOptional(backend, l.sinks),
+    routerLogitBias: uploadOptional(backend, l.routerLogitBias),
+    bGate: uploadOptionalF32(backend, l.bGate),
+    bUp: uploadOptionalF32(backend, l.bUp),
+    bDown: uploadOptionalF32(backend, l.bDown),
   };
 }
 

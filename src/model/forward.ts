@@ -1,11 +1,12 @@
 /**
  * One forward pass for the Llama / Qwen2 / Qwen3 family (dense, or with mixture-of-experts
- * feed-forwards: Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5; or DeepSeek V3 / Kimi K2's latent
- * attention, attention-mla.ts) over a ragged batch, against the
+ * feed-forwards: Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5; GPT-OSS's sliding windows, attention
+ * sinks, biases and clamped SwiGLU; or DeepSeek V3 / Kimi K2's latent attention, attention-mla.ts)
+ * over a ragged batch, against the
  * Backend interface, with a paged KV cache. Everything a step needs is passed in explicitly.
  */
 import type { Backend, Tensor } from "../backend/types.ts";
-import { isMoeLayer, type LayerWeights } from "./config.ts";
+import { isMoeLayer, type LayerWeights, layerWindow, type MoeConfig } from "./config.ts";
 import { headIndices, type KeepTemp, mlaAttentionBlock } from "./attention-mla.ts";
 import type { DeviceModel } from "./device-weights.ts";
 import { type FlatBatch, flattenBatch, type ForwardEntry, ForwardInputError, type StepTensors, uploadBatch } from "./forward-batch.ts";
@@ -57,6 +58,7 @@ function attentionBlock(
   step: StepTensors,
   kCache: Tensor,
   vCache: Tensor,
+  window: number | undefined,
   s: Scratch,
 ): Tensor {
   const c = model.config;
@@ -75,8 +77,10 @@ function attentionBlock(
   const qr = s.keep(backend.rope(q, step.positions, c.ropeTheta, c.ropeLayout, c.rotaryDim, f));
   const kr = s.keep(backend.rope(k, step.positions, c.ropeTheta, c.ropeLayout, c.rotaryDim, f));
   backend.kvWrite(kr, v, kCache, vCache, step.slots);
-  const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, c.attentionScale ?? 1 / Math.sqrt(c.headDim)));
-  const o = s.keep(backend.matmul(backend.reshape(att, [n, c.numHeads * c.headDim]), l.wo));
+  if (c.attentionSinks && !l.sinks) throw new ForwardInputError("The model config asks for attention sinks but the weights lack them");
+  const scale = c.attentionScale ?? 1 / Math.sqrt(c.headDim);
+  const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, scale, { window, sinks: l.sinks }));
+  const o = s.keep(backend.matmul(backend.reshape(att, [n, c.numHeads * c.headDim]), l.wo, l.bo));
   return backend.add(x, o);
 }
 
@@ -103,8 +107,9 @@ function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>,
   const moe = c.moe!;
   if (!l.router) throw new ForwardInputError("The model config asks for experts but the weights lack a router");
   if (moe.selectionBias && !l.routerBias) throw new ForwardInputError("The model config asks for a router selection bias but the weights lack it");
+  if (moe.routerLogitBias && !l.routerLogitBias) throw new ForwardInputError("The model config asks for a router logit bias but the weights lack it");
   const h = s.keep(backend.rmsnorm(x, l.ffnNorm, c.rmsNormEps));
-  const logits = s.keep(backend.matmul(h, l.router));
+  const logits = s.keep(backend.matmul(h, l.router, l.routerLogitBias));
   const { ids, weights } = backend.moeRoute(logits, moe.numExpertsUsed, {
     normalize: moe.normalizeTopK,
     gating: moe.gating,
@@ -114,10 +119,12 @@ function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>,
   });
   s.keep(ids);
   s.keep(weights);
-  const gate = s.keep(backend.matmulExperts(h, l.wGate, ids));
-  const up = s.keep(backend.matmulExperts(h, l.wUp, ids));
-  const act = s.keep(backend.siluMul(gate, up));
-  const down = s.keep(backend.matmulExperts(act, l.wDown, ids));
+  const biased = expertBiasing(backend, moe, l, ids, s);
+  const gate = biased(s.keep(backend.matmulExperts(h, l.wGate, ids)), l.bGate);
+  const up = biased(s.keep(backend.matmulExperts(h, l.wUp, ids)), l.bUp);
+  const a = moe.activation;
+  const act = s.keep(a ? backend.swigluOai(gate, up, a.alpha, a.limit) : backend.siluMul(gate, up));
+  const down = biased(s.keep(backend.matmulExperts(act, l.wDown, ids)), l.bDown);
   let mixed = s.keep(backend.moeCombine(down, weights));
   if (moe.sharedIntermediateSize > 0) {
     if (!l.wGateShared || !l.wUpShared || !l.wDownShared) throw new ForwardInputError("The model config asks for a shared expert but the weights lack it");
@@ -135,6 +142,23 @@ function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>,
     mixed = s.keep(backend.add(mixed, shared));
   }
   return backend.add(x, mixed);
+}
+
+/**
+ * Adds each routed expert's bias to its rows of an expert matmul's output (row t·k + j is token
+ * t's j-th expert): the bias table's rows gathered by the routed ids. The identity without biases.
+ */
+function expertBiasing(
+  backend: Backend,
+  moe: MoeConfig,
+  l: LayerWeights<Tensor>,
+  ids: Tensor,
+  s: Scratch,
+): (y: Tensor, bias: Tensor | undefined) => Tensor {
+  if (!moe.expertBiases) return (y) => y;
+  if (!l.bGate || !l.bUp || !l.bDown) throw new ForwardInputError("The model config asks for expert biases but the weights lack them");
+  const flatIds = backend.reshape(ids, [ids.shape[0] * ids.shape[1]]);
+  return (y, bias) => s.keep(backend.add(y, s.keep(backend.gatherRows(bias!, flatIds))));
 }
 
 /** Rows `lastRows` of x, then `extra` (each checked against the step's rows). */
@@ -184,7 +208,7 @@ export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step:
       const l = w.layers[i];
       const afterAttn = heads
         ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], heads, keep)
-        : attentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], s);
+        : attentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], layerWindow(c, i), s);
       backend.free(x);
       x = isMoeLayer(c, i) ? moeBlock(backend, model, l, afterAttn, s) : mlpBlock(backend, model, l, afterAttn, s);
       backend.free(afterAttn);

@@ -1,6 +1,6 @@
 /**
  * GGUF file → LoadedModel: the config from `{arch}.*` metadata, weights under llama.cpp's tensor
- * names, and the file's own tokenizer. Llama GGUFs carry q/k rows permuted by llama.cpp's
+ * names, and the file's own tokenizer (GPT-OSS's additions: gguf-gpt-oss.ts). Llama GGUFs carry q/k rows permuted by llama.cpp's
  * converter for the "normal" (interleaved) RoPE, which DeepSeek's (deepseek2) use unpermuted;
  * Qwen2/Qwen3/GLM keep the "neox" (half-split) order.
  */
@@ -24,6 +24,7 @@ import {
 import { GgufMetadata } from "./gguf-metadata.ts";
 import { type GgufHeader, type GgufTensorInfo, readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
 import { checkFreqFactors, yarnFreqFactors, yarnMscale, type YarnRopeScaling } from "./rope-scaling.ts";
+import { ggufMagnitudeYarn, ggufSlidingWindow, gptOssMoe, withHarmonyStops } from "./gguf-gpt-oss.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { BpeTokenizer } from "./tokenizer-bpe.ts";
 import { SpmTokenizer } from "./tokenizer-spm.ts";
@@ -31,7 +32,7 @@ import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } f
 import { EXPERT, stackingExperts } from "./expert-stack.ts";
 
 /** Architectures whose every file has experts. */
-const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe", "deepseek2"];
+const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss"];
 
 const LAYER_NAMES: Record<LayerRole, string> = {
   attnNorm: "attn_norm.weight",
@@ -60,6 +61,12 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   kvANorm: "attn_kv_a_norm.weight",
   wkB: "attn_k_b.weight",
   wvB: "attn_v_b.weight",
+  bo: "attn_output.bias",
+  sinks: "attn_sinks.weight",
+  routerLogitBias: "ffn_gate_inp.bias",
+  bGate: "ffn_gate.bias",
+  bUp: "ffn_up.bias",
+  bDown: "ffn_down.bias",
 };
 
 /** The combined kv_b of GGUFs converted before llama.cpp split it into attn_k_b and attn_v_b. */
@@ -68,9 +75,9 @@ const KV_B = "attn_kv_b.weight";
 /** GLM-4.5 names its pre-feed-forward norm after HF's `post_attention_layernorm`. */
 const GLM4MOE_NAMES: Partial<Record<LayerRole, string>> = { ffnNorm: "post_attention_norm.weight" };
 
-/** Each architecture's own names: GLM-4.5's norm; DeepSeek's q up-projection after its low-rank bottleneck. */
+/** Each architecture's own names: GLM-4.5's and GPT-OSS's norm; DeepSeek's q up-projection after its low-rank bottleneck. */
 function ownNames(config: ModelConfig): Partial<Record<LayerRole, string>> {
-  if (config.architecture === "glm4moe") return GLM4MOE_NAMES;
+  if (config.architecture === "glm4moe" || config.architecture === "gpt-oss") return GLM4MOE_NAMES;
   return config.mla && config.mla.qLoraRank > 0 ? { wq: "attn_q_b.weight" } : {};
 }
 
@@ -79,6 +86,9 @@ const EXPERT_NAMES: Partial<Record<LayerRole, string>> = {
   wGate: "ffn_gate_exps.weight",
   wUp: "ffn_up_exps.weight",
   wDown: "ffn_down_exps.weight",
+  bGate: "ffn_gate_exps.bias",
+  bUp: "ffn_up_exps.bias",
+  bDown: "ffn_down_exps.bias",
 };
 
 /** The first Mixtral GGUFs' experts, one tensor each (`blk.N.ffn_gate.E.weight`). */
@@ -136,26 +146,29 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   }
   const scalingType = meta.string(`${arch}.rope.scaling.type`, "none");
   const yarn = scalingType !== "none" && meta.number(`${arch}.rope.scaling.factor`, 1) !== 1;
-  if (yarn && (scalingType !== "yarn" || architecture !== "deepseek2")) {
-    throw new ModelLoadError(`Model "${path}" uses RoPE scaling type "${scalingType}"; only rope_freqs factors (and YaRN for deepseek2) are supported`);
+  if (yarn && (scalingType !== "yarn" || (architecture !== "deepseek2" && architecture !== "gpt-oss"))) {
+    throw new ModelLoadError(`Model "${path}" uses RoPE scaling type "${scalingType}"; only rope_freqs factors (and YaRN for deepseek2 and gpt-oss) are supported`);
   }
   if (numHeads % numKvHeads !== 0) {
     throw new ModelLoadError(`Model "${path}" has ${numHeads} heads, not a multiple of its ${numKvHeads} KV heads`);
   }
   const tokModel = meta.string("tokenizer.ggml.model", "");
   const optionalId = (key: string) => meta.optionalNumber(key);
-  const eosTokenIds = [
-    ...new Set(
-      ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"]
-        .map(optionalId)
-        .filter((v): v is number => v !== undefined && v >= 0 && v < embd.shape[0]),
-    ),
-  ];
+  const eosTokenIds = withHarmonyStops(
+    [
+      ...new Set(
+        ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"]
+          .map(optionalId)
+          .filter((v): v is number => v !== undefined && v >= 0 && v < embd.shape[0]),
+      ),
+    ],
+    meta.array("tokenizer.ggml.tokens")?.map(String),
+  );
   const bos = optionalId("tokenizer.ggml.bos_token_id");
   const moe = ggufMoe(meta, arch, (name) => tensors.has(name), path);
   const mla = architecture === "deepseek2" ? ggufMla(meta, arch, headDim, ropeDim, tensors.has("blk.0.attn_q_a.weight"), path) : undefined;
   const ropeTheta = meta.number(`${arch}.rope.freq_base`, 10000);
-  const scaled = mla && yarn ? ggufYarn(meta, arch, ropeTheta, mla, path) : undefined;
+  const scaled = !yarn ? undefined : mla ? ggufYarn(meta, arch, ropeTheta, mla, path) : ggufMagnitudeYarn(meta, arch, ropeTheta, ropeDim, headDim, path);
   const ffnKey = moe ? `${arch}.expert_feed_forward_length` : `${arch}.feed_forward_length`;
   // GLM-4.5 files end with multi-token-prediction blocks (NextN) that llama.cpp loads but never runs.
   const blocks = meta.number(`${arch}.block_count`);
@@ -163,11 +176,16 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   if (!Number.isInteger(nextn) || nextn < 0 || nextn >= blocks) {
     throw new ModelLoadError(`Model "${path}" has ${nextn} next-token-prediction layers of its ${blocks} blocks`);
   }
+  const numLayers = blocks - nextn;
+  const slidingWindow = architecture === "gpt-oss" ? ggufSlidingWindow(meta, arch, numLayers, ropeTheta, path) : undefined;
+  if (architecture !== "gpt-oss" && meta.has(`${arch}.attention.sliding_window`)) {
+    throw new ModelLoadError(`Model "${path}" declares a sliding window, which the "${arch}" architecture does not support`);
+  }
   return {
     architecture,
     vocabSize: embd.shape[0],
     hiddenSize,
-    numLayers: blocks - nextn,
+    numLayers,
     numHeads,
     // Latent attention caches one head: the latent and the shared RoPE key.
     numKvHeads: mla ? 1 : numKvHeads,
@@ -185,6 +203,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     tiedEmbeddings: !tensors.has(GGUF_TENSOR_NAMES.output),
     qkvBias: tensors.has(GGUF_TENSOR_NAMES.layer(0, "bq")),
     qkNorm: tensors.has(GGUF_TENSOR_NAMES.layer(0, "qNorm")),
+    ...(architecture === "gpt-oss" ? { outputBias: true, attentionSinks: true } : {}),
+    ...(slidingWindow ? { slidingWindow } : {}),
     bosTokenId: bos !== undefined && bos >= 0 && bos < embd.shape[0] ? bos : undefined,
     eosTokenIds,
     addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama"),
@@ -254,6 +274,9 @@ function ggufMoe(meta: GgufMetadata, arch: string, has: (tensor: string) => bool
         ...(groups ? { groups } : {}),
       };
     }
+    case "gpt-oss":
+      if (shared > 0) throw new ModelLoadError(`Model "${path}" has shared experts, which the "${arch}" architecture does not support`);
+      return gptOssMoe(numExperts, numExpertsUsed);
     default:
       if (shared > 0) throw new ModelLoadError(`Model "${path}" has shared experts, which the "${arch}" architecture does not support`);
       return plainMoe(numExperts, numExpertsUsed, true);

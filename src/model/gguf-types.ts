@@ -81,7 +81,7 @@ export const GGML_TYPES: ReadonlyMap<number, GgmlTypeInfo> = new Map<number, Ggm
   [30, { name: "BF16", blockSize: 1, blockBytes: 2, dtype: "bf16" }],
   [34, { name: "TQ1_0", blockSize: 256, blockBytes: 54 }],
   [35, { name: "TQ2_0", blockSize: 256, blockBytes: 66 }],
-  [39, { name: "MXFP4", blockSize: 32, blockBytes: 17 }],
+  [39, { name: "MXFP4", blockSize: 32, blockBytes: 17, dtype: "mxfp4" }],
 ]);
 
 /** The ggml type id that stores one of our weight dtypes. */

@@ -43,6 +43,13 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   // Cut from kv_b_proj on load (mla-weights.ts).
   wkB: "self_attn.k_b_proj.weight",
   wvB: "self_attn.v_b_proj.weight",
+  // GPT-OSS's (its HF checkpoints are not read yet: their experts are fused MXFP4 blocks).
+  bo: "self_attn.o_proj.bias",
+  sinks: "self_attn.sinks",
+  routerLogitBias: "mlp.router.bias",
+  bGate: "mlp.experts.gate_proj_bias",
+  bUp: "mlp.experts.up_proj_bias",
+  bDown: "mlp.experts.down_proj_bias",
 };
 
 /** DeepSeek's combined latent up-projection, split into W_kb and W_vb on load. */

@@ -66,6 +66,7 @@ export interface TensorNames {
 
 const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>([
   "attnNorm", "ffnNorm", "qNorm", "kNorm", "qANorm", "kvANorm", "bq", "bk", "bv", "routerBias",
+  "bo", "sinks", "routerLogitBias", "bGate", "bUp", "bDown",
 ]);
 
 /** Small tensors kept as stored (not quantized): llama.cpp's quantizer leaves them too, and their rounding would change which experts run. */
@@ -143,6 +144,17 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): num
       return [c.hiddenSize, shared];
     case "sharedGate":
       return [1, c.hiddenSize];
+    case "bo":
+      return [c.hiddenSize];
+    case "sinks":
+      return [c.numHeads];
+    case "routerLogitBias":
+      return [c.moe?.numExperts ?? 0];
+    case "bGate":
+    case "bUp":
+      return [...experts, ff];
+    case "bDown":
+      return [...experts, c.hiddenSize];
     default:
       throw new ModelLoadError(`Layer weight "${role}" belongs to multi-head latent attention, which this model does not use`);
   }
@@ -156,11 +168,15 @@ export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
     : [...(mla.qLoraRank > 0 ? ["wqA", "qANorm"] as const : []), "wq", "wkvA", "kvANorm", "wkB", "wvB"];
   const roles: LayerRole[] = ["attnNorm", ...attention, "wo", "ffnNorm", "wGate", "wUp", "wDown"];
   if (config.qkvBias) roles.push("bq", "bk", "bv");
+  if (config.outputBias) roles.push("bo");
+  if (config.attentionSinks) roles.push("sinks");
   if (config.qkNorm) roles.push("qNorm", "kNorm");
   const moe = config.moe;
   if (moe && isMoeLayer(config, i)) {
     roles.push("router");
     if (moe.selectionBias) roles.push("routerBias");
+    if (moe.routerLogitBias) roles.push("routerLogitBias");
+    if (moe.expertBiases) roles.push("bGate", "bUp", "bDown");
     if (moe.sharedIntermediateSize > 0) roles.push("wGateShared", "wUpShared", "wDownShared");
     if (moe.sharedGate) roles.push("sharedGate");
   }

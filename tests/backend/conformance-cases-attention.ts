@@ -16,6 +16,10 @@ interface Geometry {
   kvHeads: number;
   headDim: number;
   blockSize: number;
+  /** Sliding window (AttentionOptions.window). */
+  window?: number;
+  /** Attention sinks, one random logit per query head (AttentionOptions.sinks). */
+  sinks?: boolean;
 }
 
 const GEOMETRIES: Geometry[] = [
@@ -24,6 +28,11 @@ const GEOMETRIES: Geometry[] = [
   { heads: 2, kvHeads: 2, headDim: 40, blockSize: 5 },
   // Multi-head latent attention's shape: every query head reads one 576-wide latent + RoPE head.
   { heads: 8, kvHeads: 1, headDim: 576, blockSize: 16 },
+  // GPT-OSS's sliding layers: a window shorter than the prefill and the decode contexts, with sinks;
+  // and sinks alone (its full layers).
+  { heads: 4, kvHeads: 2, headDim: 64, blockSize: 4, window: 6, sinks: true },
+  { heads: 3, kvHeads: 1, headDim: 8, blockSize: 16, window: 33 },
+  { heads: 4, kvHeads: 1, headDim: 40, blockSize: 5, sinks: true },
 ];
 
 /** Sequences of one batch: (first new position, new tokens). */
@@ -47,7 +56,8 @@ function attentionCase(g: Geometry): Case {
   const numBlocks = maxBlocks * SEQS.length + 3;
   return {
     op: "pagedAttention",
-    name: `heads=${g.heads} kvHeads=${g.kvHeads} headDim=${g.headDim} blockSize=${g.blockSize}`,
+    name: `heads=${g.heads} kvHeads=${g.kvHeads} headDim=${g.headDim} blockSize=${g.blockSize}` +
+      `${g.window ? ` window=${g.window}` : ""}${g.sinks ? " sinks" : ""}`,
     headDim: g.headDim,
     tolerance: { atol: 2e-5, rtol: 1e-4 },
     run: (b, rng) => {
@@ -59,7 +69,9 @@ function attentionCase(g: Geometry): Case {
       const order = rng.perm(numBlocks);
       const tables = new Int32Array(SEQS.length * maxBlocks).fill(-7);
       SEQS.forEach(([start, n], s) => {
-        for (let j = 0; j < Math.ceil((start + n) / g.blockSize); j++) tables[s * maxBlocks + j] = order[s * maxBlocks + j];
+        // Blocks before every row's window stay invalid (-7): a windowed kernel must not read them.
+        const seen = g.window ? Math.floor(Math.max(0, start - g.window + 1) / g.blockSize) : 0;
+        for (let j = seen; j < Math.ceil((start + n) / g.blockSize); j++) tables[s * maxBlocks + j] = order[s * maxBlocks + j];
       });
       const seq: number[] = [];
       const pos: number[] = [];
@@ -77,8 +89,10 @@ function attentionCase(g: Geometry): Case {
         maxContext: maxCtx,
       };
       const q = b.upload(rng.f32(n * g.heads * g.headDim, -2, 2), [n, g.heads, g.headDim]);
-      const out = b.pagedAttention(q, kc, vc, batch, 1 / Math.sqrt(g.headDim));
-      return finish(b, [out], [kc, vc, q, batch.tokenSeq, batch.tokenPos, batch.blockTables]);
+      // Sinks from -3 to 3: some heads put most of their weight on the sink, some little.
+      const sinks = g.sinks ? b.upload(rng.f32(g.heads, -3, 3), [g.heads]) : undefined;
+      const out = b.pagedAttention(q, kc, vc, batch, 1 / Math.sqrt(g.headDim), { window: g.window, sinks });
+      return finish(b, [out], [kc, vc, q, batch.tokenSeq, batch.tokenPos, batch.blockTables, ...(sinks ? [sinks] : [])]);
     },
   };
 }

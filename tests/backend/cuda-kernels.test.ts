@@ -56,7 +56,7 @@ test("download() of f16, bf16 and q8_0 weights equals the reference's dequantiza
 }, skip);
 
 test("uploadWeight() keeps GGUF's other block formats as their f16 dequantization: matmul and download match the reference", async () => {
-  for (const dtype of ["q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"] as const) {
+  for (const dtype of ["q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "mxfp4"] as const) {
     const [n, k, out] = [3, 512, 40];
     const [xc, xr] = both(rand(n * k, 21), [n, k]);
     const [wc, wr] = bothWeight(rand(out * k, 22), [out, k], dtype);
@@ -66,6 +66,23 @@ test("uploadWeight() keeps GGUF's other block formats as their f16 dequantizatio
     await assertClose(cuda!.matmul(xc, wc), ref.matmul(xr, wr), `matmul ${dtype}`, 1e-3, 1e-3);
     await assertClose(wc, wr, `download ${dtype}`, 0, 1e-3);
   }
+}, skip);
+
+test("uploadWeight() keeps an mxfp4 weight whose scales leave f16's range as bf16, exactly", async () => {
+  // Blocks under E8M0 scales 88 … 167 (2^-40 … 2^39 halved): values f16 cannot hold, bf16 holds exactly.
+  const [rows, k] = [40, 64];
+  const raw = new Uint8Array((rows * k / 32) * 17);
+  for (let b = 0; b < rows * 2; b++) {
+    raw[b * 17] = 88 + b;
+    for (let j = 1; j < 17; j++) raw[b * 17 + j] = (b * 7 + j * 13) & 0xff;
+  }
+  const wc = cuda!.uploadWeight(raw, [rows, k], "mxfp4");
+  const wr = ref.uploadWeight(raw, [rows, k], "mxfp4");
+  assert.equal(wc.dtype, "bf16");
+  await assertClose(wc, wr, "download mxfp4 as bf16", 0, 0);
+  // Scales inside f16's exact range stay f16.
+  const [small] = bothWeight(rand(rows * k, 24), [rows, k], "mxfp4");
+  assert.equal(small.dtype, "f16");
 }, skip);
 
 test("rmsnorm(), add(), siluMul(), softmax() and argmax() match the reference (odd sizes)", async () => {

@@ -81,3 +81,28 @@ test("pagedAttention() rejects mismatched shapes and positions past the block ta
   assert.throws(() => be.pagedAttention(f32([0, 0, 0, 0, 0, 0], [1, 3, 2]), be.zeros([1, 2, 2, 2], "f32"),
     be.zeros([1, 2, 2, 2], "f32"), batch, 1), /do not fit cache/);
 });
+
+test("pagedAttention() with a window sees only the last `window` positions and never reads earlier blocks", async () => {
+  // blockSize 2, headDim 1; sequence 0 has 5 positions in blocks [-1 (stale), 0, 1]: positions 0-1
+  // lie in the stale block, which a window of 3 at position 4 (positions 2..4) must not touch.
+  const kc = be.zeros([2, 2, 1, 1], "f32");
+  const vc = be.zeros([2, 2, 1, 1], "f32");
+  be.kvWrite(f32([0, 0, 0], [3, 1, 1]), f32([2, 4, 9], [3, 1, 1]), kc, vc, i32([0, 1, 2]));
+  const batch: AttentionBatch = { tokenSeq: i32([0]), tokenPos: i32([4]), blockTables: i32([-1, 0, 1], [1, 3]), maxContext: 5 };
+  // Equal scores: the mean of the values at positions 2, 3, 4.
+  close(await read(be.pagedAttention(f32([1], [1, 1, 1]), kc, vc, batch, 1, { window: 3 })), [5]);
+  assert.throws(() => be.pagedAttention(f32([1], [1, 1, 1]), kc, vc, batch, 1), /Block -1/);
+  assert.throws(() => be.pagedAttention(f32([1], [1, 1, 1]), kc, vc, batch, 1, { window: 1.5 }), /window 1.5/);
+});
+
+test("pagedAttention() adds each head's sink to the softmax denominator, unscaled", async () => {
+  // One key of score 0.5 · 2ln2 = ln2 (weight 2) and value 3; head 0's sink ln2 (weight 2), head 1's
+  // sink -∞-like (no effect): outputs 3 · 2 / (2 + 2) and 3.
+  const kc = be.zeros([1, 1, 1, 1], "f32");
+  const vc = be.zeros([1, 1, 1, 1], "f32");
+  be.kvWrite(f32([2 * LN2], [1, 1, 1]), f32([3], [1, 1, 1]), kc, vc, i32([0]));
+  const batch: AttentionBatch = { tokenSeq: i32([0]), tokenPos: i32([0]), blockTables: i32([0], [1, 1]), maxContext: 1 };
+  const sinks = f32([LN2, -80], [2]);
+  close(await read(be.pagedAttention(f32([1, 1], [1, 2, 1]), kc, vc, batch, 0.5, { sinks })), [1.5, 3]);
+  assert.throws(() => be.pagedAttention(f32([1, 1], [1, 2, 1]), kc, vc, batch, 0.5, { sinks: f32([0], [1]) }), /sinks \[1\] do not match 2/);
+});

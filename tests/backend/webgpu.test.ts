@@ -30,10 +30,11 @@ async function linearOutputs(b: Backend, rng: Rng, dtype: WeightDType, n: number
 test("matmul() and embedding() on webgpu handle weights split into row chunks", async () => {
   const gpu = await createWebGpuBackend({ poison: true, maxBindingBytes: 4096 });
   try {
-    // The repacked block formats (q8_0, q4_0, q5_0, q6_k) pack each chunk from its first row.
+    // The repacked block formats (q8_0, q4_0, q5_0, mxfp4, q6_k) pack each chunk from its first row.
     const cases = [
       ["f16", 1, 70, 100], ["q8_0", 6, 64, 90], ["f32", 37, 40, 61], ["bf16", 2, 33, 77],
       ["q4_0", 3, 64, 90], ["q5_0", 9, 96, 70], ["q6_k", 5, 256, 40], ["q4_k", 2, 512, 30], ["q5_1", 1, 64, 80],
+      ["mxfp4", 7, 96, 90],
     ] as const;
     for (const [dtype, n, k, m] of cases) {
       const want = await linearOutputs(ref, new Rng(7), dtype, n, k, m);
@@ -64,7 +65,8 @@ test("matmulExperts() on webgpu reads experts whose rows straddle weight chunks,
   for (const gemvMaxRows of [0, 64]) {
     const gpu = await createWebGpuBackend({ poison: true, maxBindingBytes: 4096, gemvMaxRows });
     try {
-      for (const [dtype, experts, out, inner] of [["f32", 4, 37, 40], ["q8_0", 3, 45, 64], ["q4_k", 3, 30, 256], ["f16", 5, 70, 33]] as const) {
+      const stacks = [["f32", 4, 37, 40], ["q8_0", 3, 45, 64], ["q4_k", 3, 30, 256], ["f16", 5, 70, 33], ["mxfp4", 3, 37, 96]] as const;
+      for (const [dtype, experts, out, inner] of stacks) {
         const want = await expertOutputs(ref, new Rng(11), dtype, experts, out, inner);
         const got = await expertOutputs(gpu, new Rng(11), dtype, experts, out, inner);
         assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `gemvMaxRows ${gemvMaxRows} ${dtype} ${experts}×${out}×${inner}`);
@@ -98,6 +100,31 @@ test("matmulExperts() on webgpu splits an expert's many rows into tiles (prefill
       gpu.destroy();
     }
   }
+}, { ignore: skip });
+
+test("embedding() and matmul() on webgpu decode every mxfp4 code under scales 2^-24 … 2^24 exactly", async () => {
+  // Rows of 64 values (two blocks), each with every code twice (both nibbles of a byte, so every
+  // lane of a word and both halves of the block), under E8M0 scales 104 … 152: 2^-24 … 2^24 halved.
+  const rows = 49;
+  const raw = new Uint8Array(rows * 2 * 17);
+  for (let b = 0; b < rows * 2; b++) {
+    raw[b * 17] = 104 + (b >> 1);
+    for (let j = 0; j < 16; j++) raw[b * 17 + 1 + j] = ((j + b) & 15) | ((15 - ((j + 3 * b) & 15)) << 4);
+  }
+  const run = async (b: Backend) => {
+    const w = b.uploadWeight(raw, [rows, 64], "mxfp4");
+    const ids = b.upload(Int32Array.from({ length: rows }, (_, i) => rows - 1 - i), [rows]);
+    // x one-hot on column c: matmul's column c of the output is the weight's column c.
+    const x = b.upload(Float32Array.from({ length: 3 * 64 }, (_, i) => (i % 64 === [0, 21, 63][Math.floor(i / 64)] ? 1 : 0)), [3, 64]);
+    const res = [await b.download(b.embedding(w, ids)), await b.download(b.matmul(x, w)), await b.download(w)];
+    for (const t of [w, ids, x]) b.free(t);
+    return res;
+  };
+  const want = await run(ref);
+  const magnitudes = Array.from(want[2], Math.abs).filter((v) => v > 0);
+  assert.deepEqual([Math.min(...magnitudes), Math.max(...magnitudes)], [2 ** -24, 12 * 2 ** 24]);
+  const gpu = await backend();
+  assert.equal(compareOutputs(await run(gpu), want, { atol: 0, rtol: 0 }), undefined);
 }, { ignore: skip });
 
 test("matmul() on webgpu reads f16 weights from u32 words without shader-f16", async () => {
@@ -188,7 +215,7 @@ test("specialiseKernel() names a missing template parameter", () => {
   const sources = loadKernelSources();
   assert.throws(() => specialiseKernel(sources, "elementwise", {}), (e: unknown) =>
     e instanceof KernelTemplateError && /"OP_ADD"/.test(e.message));
-  const add = specialiseKernel(sources, "elementwise", { OP_ADD: true });
+  const add = specialiseKernel(sources, "elementwise", { OP_ADD: true, OP_OAI: false });
   assert.match(add, /x \+ b\[i\]/);
   assert.doesNotMatch(add, /exp\(/);
 });

@@ -32,7 +32,7 @@ export interface ModelFileSpec {
   ggufDtype?: (ggufName: string) => WeightDType;
   seed: number;
   /** GGUF vocab: default SentencePiece-style for llama, Qwen2 byte-level BPE otherwise. */
-  tokenizer?: "spm" | "qwen2" | "llama-bpe" | "deepseek-v3";
+  tokenizer?: "spm" | "qwen2" | "llama-bpe" | "deepseek-v3" | "gpt-4o";
   /** RoPE base; default 10000 for llama, 1e6 for Qwen. */
   ropeTheta?: number;
   /**
@@ -55,8 +55,13 @@ export interface ModelFileSpec {
    * before it split kv_b (one `attn_kv_b`, per-head key/value lengths).
    */
   mla?: { qLora: number; kvLora: number; nope: number; rope: number; v: number; combinedKvB?: boolean };
-  /** YaRN (deepseek2): HF `rope_scaling` type "yarn" with mscale = mscale_all_dim; GGUF `rope.scaling.*`. */
-  yarn?: { factor: number; originalContext: number; betaFast: number; betaSlow: number; mscaleAllDim: number };
+  /**
+   * YaRN: GGUF `rope.scaling.*`; deepseek2 with HF `rope_scaling` type "yarn", mscale = mscale_all_dim
+   * (GGUF `yarn_log_multiplier`); gpt-oss without (RoPE's magnitude scaled by 0.1·ln(factor) + 1).
+   */
+  yarn?: { factor: number; originalContext: number; betaFast: number; betaSlow: number; mscaleAllDim?: number };
+  /** GPT-OSS's sliding window in positions (every other layer, from layer 0). */
+  slidingWindow?: number;
 }
 
 /** The RoPE base a spec's files declare. */
@@ -85,7 +90,7 @@ export function seededRandom(seed: number): () => number {
 }
 
 /** Whether a spec's attention projections have biases (Qwen2's and GLM-4.5's). */
-const hasQkvBias = (spec: ModelFileSpec) => ["qwen2", "qwen2moe", "glm4moe"].includes(spec.architecture);
+const hasQkvBias = (spec: ModelFileSpec) => ["qwen2", "qwen2moe", "glm4moe", "gpt-oss"].includes(spec.architecture);
 
 /** Draws the weights of `spec` in HF naming. */
 export function randomHfWeights(spec: ModelFileSpec): HfWeights {
@@ -136,6 +141,12 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
       put(p + "self_attn.k_proj.bias", [kvHeads * hd], 0.5);
       put(p + "self_attn.v_proj.bias", [kvHeads * hd], 0.5);
     }
+    const gptOss = spec.architecture === "gpt-oss";
+    if (gptOss) {
+      put(p + "self_attn.o_proj.bias", [hidden], 0.5);
+      // Sinks from -3 to 3: some heads mostly attend to nothing, some hardly notice theirs.
+      put(p + "self_attn.sinks", [heads], 3);
+    }
     if (spec.architecture === "qwen3" || spec.architecture === "qwen3moe") {
       put(p + "self_attn.q_norm.weight", [hd], 0.2, 1);
       put(p + "self_attn.k_norm.weight", [hd], 0.2, 1);
@@ -149,8 +160,15 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
       put(p + m + "gate.weight", [experts.count, hidden], 4 / Math.sqrt(hidden));
       // GLM-4.5's selection bias, large enough next to the sigmoids to change which experts win.
       if (spec.architecture === "glm4moe" || spec.architecture === "deepseek2") put(p + "mlp.gate.e_score_correction_bias", [experts.count], 0.5);
+      if (gptOss) put(p + "mlp.gate.bias", [experts.count], 1);
       for (let e = 0; e < experts.count; e++) {
         const x = `${p}${m}experts.${e}.`;
+        if (gptOss) {
+          // Gate and up biases up to ±8, past the activation's ±7 clamp for some units.
+          put(x + "gate_proj.bias", [ffn], 8);
+          put(x + "up_proj.bias", [ffn], 8);
+          put(x + "down_proj.bias", [hidden], 0.5);
+        }
         if (!mixtral) swiglu(x, ffn);
         else {
           put(x + "w1.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
@@ -193,6 +211,9 @@ const GGUF_LAYER: Record<string, string> = {
   "self_attn.k_proj.weight": "attn_k.weight",
   "self_attn.v_proj.weight": "attn_v.weight",
   "self_attn.o_proj.weight": "attn_output.weight",
+  "self_attn.o_proj.bias": "attn_output.bias",
+  "self_attn.sinks": "attn_sinks.weight",
+  "mlp.gate.bias": "ffn_gate_inp.bias",
   "self_attn.q_proj.bias": "attn_q.bias",
   "self_attn.k_proj.bias": "attn_k.bias",
   "self_attn.v_proj.bias": "attn_v.bias",
@@ -223,7 +244,7 @@ const GGUF_LAYER: Record<string, string> = {
 };
 
 /** HF per-expert names → the stacked GGUF tensor they join, and the router's name. */
-const EXPERT_PART = /^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.weight$/;
+const EXPERT_PART = /^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.(weight|bias)$/;
 const EXPERT_ROLE: Record<string, string> = { gate_proj: "gate", w1: "gate", up_proj: "up", w3: "up", down_proj: "down", w2: "down" };
 const ROUTER = /^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.gate\.weight$/;
 
@@ -243,9 +264,9 @@ function ggufTensors(
     // llama.cpp stores Qwen2-MoE's shared-expert gate [1, hidden] as a vector.
     else if (hf.endsWith("shared_expert_gate.weight")) out.push({ name: ggufName(spec, hf), shape: [shape[1]], values, hf });
     else if (!part) out.push({ name: ggufName(spec, hf), shape, values, hf });
-    else if (splitExperts) out.push({ name: `blk.${part[1]}.ffn_${EXPERT_ROLE[part[3]]}.${part[2]}.weight`, shape, values, hf });
+    else if (splitExperts) out.push({ name: `blk.${part[1]}.ffn_${EXPERT_ROLE[part[3]]}.${part[2]}.${part[4]}`, shape, values, hf });
     else {
-      const name = `blk.${part[1]}.ffn_${EXPERT_ROLE[part[3]]}_exps.weight`;
+      const name = `blk.${part[1]}.ffn_${EXPERT_ROLE[part[3]]}_exps.${part[4]}`;
       const stack = stacks.get(name) ?? { shape, parts: [], hf };
       stack.parts.push(values);
       stacks.set(name, stack);
@@ -285,7 +306,7 @@ function ggufName(spec: ModelFileSpec, hf: string): string {
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
   if (!m || !GGUF_LAYER[m[2]]) throw new Error(`No GGUF name for ${hf}`);
   // GLM-4.5's converter names the pre-feed-forward norm after HF's.
-  if (spec.architecture === "glm4moe" && m[2] === "post_attention_layernorm.weight") return `blk.${m[1]}.post_attention_norm.weight`;
+  if ((spec.architecture === "glm4moe" || spec.architecture === "gpt-oss") && m[2] === "post_attention_layernorm.weight") return `blk.${m[1]}.post_attention_norm.weight`;
   return `blk.${m[1]}.${GGUF_LAYER[m[2]]}`;
 }
 
@@ -297,7 +318,7 @@ export function vocabFor(spec: ModelFileSpec): TestVocab {
   return tokenizerKind(spec) === "spm" ? spmVocab(spec.vocab) : bpeVocab(spec.vocab);
 }
 
-function tokenizerKind(spec: ModelFileSpec): "spm" | "qwen2" | "llama-bpe" | "deepseek-v3" {
+function tokenizerKind(spec: ModelFileSpec): "spm" | "qwen2" | "llama-bpe" | "deepseek-v3" | "gpt-4o" {
   return spec.tokenizer ?? (spec.architecture === "llama" ? "spm" : "qwen2");
 }
 
@@ -341,6 +362,16 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
         [`${a}.nextn_predict_layers`, gguf.u32(spec.nextn ?? 0)],
       );
     }
+  }
+  if (spec.slidingWindow) meta.push([`${a}.attention.sliding_window`, gguf.u32(spec.slidingWindow)]);
+  const y = spec.yarn;
+  if (y && !spec.mla) {
+    // As convert_hf_to_gguf.py writes GPT-OSS's rope_scaling (no log multiplier).
+    meta.push(
+      [`${a}.rope.scaling.type`, gguf.str("yarn")],
+      [`${a}.rope.scaling.factor`, gguf.f32(y.factor)],
+      [`${a}.rope.scaling.original_context_length`, gguf.u32(y.originalContext)],
+    );
   }
   if (vocab.kind === "spm") meta.push(["tokenizer.ggml.scores", gguf.arr(GgufType.FLOAT32, vocab.scores)]);
   else {
@@ -390,7 +421,7 @@ function mlaMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
       [`${a}.rope.scaling.original_context_length`, gguf.u32(y.originalContext)],
       [`${a}.rope.scaling.yarn_beta_fast`, gguf.f32(y.betaFast)],
       [`${a}.rope.scaling.yarn_beta_slow`, gguf.f32(y.betaSlow)],
-      [`${a}.rope.scaling.yarn_log_multiplier`, gguf.f32(0.1 * y.mscaleAllDim)],
+      [`${a}.rope.scaling.yarn_log_multiplier`, gguf.f32(0.1 * (y.mscaleAllDim ?? 1))],
     );
   }
   return meta;
@@ -415,7 +446,8 @@ export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocab
       v = permuteForGguf(values, shape[0], shape[1] ?? 1, heads);
     }
     // Routers stay f32, as llama.cpp's quantizer leaves them.
-    const dtype = isVector(shape) || name.endsWith("ffn_gate_inp.weight") ? "f32" : spec.ggufDtype?.(name) ?? spec.dtype;
+    // Biases too (GPT-OSS's stacked expert biases are 2-D).
+    const dtype = isVector(shape) || name.endsWith(".bias") || name.endsWith("ffn_gate_inp.weight") ? "f32" : spec.ggufDtype?.(name) ?? spec.dtype;
     tensors.push({ name, shape, dtype, data: encodeFromF32(v, dtype) });
   }
   const freqs = ropeFreqsOf(spec);
@@ -507,6 +539,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     qwen3moe: ["Qwen3MoeForCausalLM", "qwen3_moe"],
     glm4moe: ["Glm4MoeForCausalLM", "glm4_moe"],
     deepseek2: ["DeepseekV3ForCausalLM", "kimi_k2"],
+    "gpt-oss": ["GptOssForCausalLM", "gpt_oss"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {

@@ -15,7 +15,10 @@ import { isQuantizeDType, QUANTIZE_DTYPES, quantizeTensor } from "../../src/mode
 import { hostTensorFromF32 } from "../../src/model/gguf-writer.ts";
 import { projectRoot, test } from "../harness.ts";
 import { logSoftmax } from "../oracle/oracle-compare.ts";
-import { randomHfWeights, writeHfDirectory } from "./model-files.ts";
+import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
+import { numel } from "../../src/backend/types.ts";
+import { writeFile } from "../../src/runtime/fs.ts";
+import { ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
 import { stepLogits } from "./step-logits.ts";
 
 const STORIES = `${projectRoot}/models/stories260K.gguf`;
@@ -54,6 +57,42 @@ test("loadModel() with quantize q4_0 stays close to the unquantized logits, furt
   assert.ok(e4.error > e8.error && e4.error < 0.25 * e4.spread, `q4_0 ${e4.error} vs q8_0 ${e8.error} (spread ${e4.spread})`);
 });
 
+test("loadModel() with quantize mxfp4 stays close to the unquantized logits, further than q8_0", async () => {
+  const plain = await logProbs(await loadModel(STORIES));
+  const e8 = logProbError(await logProbs(await loadModel(STORIES, { quantize: "q8_0" })), plain);
+  const q = await loadModel(STORIES, { quantize: "mxfp4" });
+  assert.equal(q.weights.layers[0].wq.dtype, "mxfp4");
+  // 17 bytes per 32 values against f32's 128.
+  assert.equal(q.weights.tokenEmbedding.data.byteLength, (numel(q.weights.tokenEmbedding.shape) / 32) * 17);
+  const e4 = logProbError(await logProbs(q), plain);
+  assert.ok(e4.error > e8.error && e4.error < 0.25 * e4.spread, `mxfp4 ${e4.error} vs q8_0 ${e8.error} (spread ${e4.spread})`);
+});
+
+test("loadModel() reads a Qwen3-MoE GGUF whose expert stacks are mxfp4 (llama.cpp's MXFP4_MOE: q8_0 elsewhere) as stored", async () => {
+  const dir = mkdtempSync(`${tmpdir()}/quantize-`);
+  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  const spec: ModelFileSpec = {
+    architecture: "qwen3moe", hidden: 32, layers: 1, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false,
+    dtype: "q8_0", ggufDtype: (name) => (/_exps\./.test(name) ? "mxfp4" : "q8_0"), experts: { count: 4, used: 2 }, seed: 39,
+  };
+  const weights = randomHfWeights(spec);
+  await writeFile(`${dir}/mxfp4.gguf`, ggufBytes(spec, weights));
+  const m = await loadModel(`${dir}/mxfp4.gguf`);
+  const l = m.weights.layers[0];
+  for (const t of [l.wGate, l.wUp, l.wDown]) assert.equal(t.dtype, "mxfp4", t.name);
+  assert.deepEqual([l.wGate.shape, l.wDown.shape], [[4, 64, 32], [4, 32, 64]]);
+  assert.equal(l.wDown.data.byteLength, (4 * 32 * 64 / 32) * 17);
+  for (const t of [l.wq, l.wo, m.weights.output!]) assert.equal(t.dtype, "q8_0", t.name);
+  // Expert 1's down projection, as written: the HF tensor quantized by llama.cpp's rounding.
+  const down1 = weights.get("model.layers.0.mlp.experts.1.down_proj.weight")!.values;
+  assert.deepEqual(l.wDown.data.subarray(32 * 64 / 32 * 17, 2 * 32 * 64 / 32 * 17), encodeFromF32(down1, "mxfp4"));
+  // And `quantize: "mxfp4"` turns a bf16 directory's expert stacks (3-D) into mxfp4 as well.
+  await writeHfDirectory(`${dir}/hf`, { ...spec, dtype: "bf16" }, weights);
+  const hf = await loadModel(`${dir}/hf`, { quantize: "mxfp4" });
+  assert.equal(hf.weights.layers[0].wDown.dtype, "mxfp4");
+  assert.equal(hf.weights.layers[0].wDown.data.byteLength, l.wDown.data.byteLength);
+});
+
 test("loadModel() quantizes a bf16 Hugging Face directory's matrices into q4_k", async () => {
   const dir = mkdtempSync(`${tmpdir()}/quantize-`);
   process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -77,8 +116,9 @@ test("quantizeTensor() leaves block formats, vectors and odd rows as they are", 
 });
 
 test("isQuantizeDType() accepts the block formats only", () => {
-  assert.deepEqual(QUANTIZE_DTYPES, ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"]);
+  assert.deepEqual(QUANTIZE_DTYPES, ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "mxfp4"]);
   assert.equal(isQuantizeDType("q4_k"), true);
+  assert.equal(isQuantizeDType("mxfp4"), true);
   assert.equal(isQuantizeDType("bf16"), false);
   assert.equal(isQuantizeDType("q4_k_m"), false);
 });

@@ -121,3 +121,15 @@ test("preTokenize() applies DeepSeek V3's three patterns in turn, keeping the te
   assert.deepEqual(preTokenize("数字12345和abc", llama), ["数字", "123", "45", "和abc"]);
   assert.deepEqual(preTokenize("", deepseek), []);
 });
+
+test("preTokenize() splits GPT-4o's o200k words at case changes and keeps contractions, as llama.cpp does", () => {
+  const gpt4o = PRE_TOKENIZER_PATTERNS["gpt-4o"].map((p) => new RegExp(p, "gu"));
+  assert.deepEqual(preTokenize("HelloWorld THE'S don't", gpt4o), ["Hello", "World", " THE'S", " don't"]);
+  // Digits in threes; one punctuation mark may lead a word; a run of it takes the slashes and newlines after it.
+  assert.deepEqual(preTokenize("x 12345 a/b.c;//\n", gpt4o), ["x", " ", "123", "45", " a", "/b", ".c", ";//\n"]);
+  // llama.cpp's rewrite reads a letter outside ASCII as either case, so "Über" does not start a word.
+  assert.deepEqual(preTokenize("ÄpfelÜber", gpt4o), ["ÄpfelÜber"]);
+  // Llama 3's pattern keeps camel case whole and splits the contraction off.
+  const llama = PRE_TOKENIZER_PATTERNS["llama-bpe"].map((p) => new RegExp(p, "gu"));
+  assert.deepEqual(preTokenize("HelloWorld THE'S", llama), ["HelloWorld", " THE", "'S"]);
+});

@@ -1,5 +1,5 @@
 /**
- * Independent oracle: random-weight Llama / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Mixtral / GLM-4.5 GGUFs written by our own writer are run
+ * Independent oracle: random-weight Llama / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Mixtral / GLM-4.5 / DeepSeek V3 / GPT-OSS GGUFs (MXFP4 experts among the quantized ones) written by our own writer are run
  * through llama.cpp (node-llama-cpp 3.21.1, CPU, offline, in a Node child process) and through our
  * loader + forward on every available backend. Per model: next-token log-probabilities after the
  * prompt and at each of 32 greedy steps, and the 32 greedy tokens. The same weights as a
@@ -43,6 +43,11 @@ function legacyMix(name: string): WeightDType {
   return /ffn_up|attn_k/.test(name) ? "q4_1" : "q4_0";
 }
 
+/** llama.cpp's MXFP4_MOE mix, gpt-oss's files: MXFP4 for the expert stacks, Q8_0 for every other matrix. */
+function mxfp4Moe(name: string): WeightDType {
+  return /_exps\./.test(name) ? "mxfp4" : "q8_0";
+}
+
 interface OracleCase {
   name: string;
   spec: ModelFileSpec;
@@ -80,6 +85,20 @@ const CASES: OracleCase[] = [
   {
     name: "mixtral legacy mix (q4_0, q4_1, q5_0, q5_1 experts), 4 experts / 2 used",
     spec: { ...BASE, architecture: "llama", dtype: "q4_0", ggufDtype: legacyMix, experts: { count: 4, used: 2 }, seed: 116 },
+    tol: 2e-2,
+    hf: false,
+  },
+  // MXFP4 experts (what gpt-oss ships) in llama.cpp's MXFP4_MOE mix; llama.cpp multiplies them
+  // with activations rounded to Q8_0 blocks, so the tolerance is q8_0's.
+  {
+    name: "qwen3moe MXFP4_MOE mix (mxfp4 experts, q8_0 elsewhere), 8 experts / 2 used",
+    spec: { ...BASE, architecture: "qwen3moe", dtype: "mxfp4", ggufDtype: mxfp4Moe, experts: { count: 8, used: 2 }, seed: 139 },
+    tol: 2e-2,
+    hf: false,
+  },
+  {
+    name: "mixtral MXFP4_MOE mix (mxfp4 experts, q8_0 elsewhere), 4 experts / 2 used, tied",
+    spec: { ...BASE, architecture: "llama", dtype: "mxfp4", ggufDtype: mxfp4Moe, tied: true, experts: { count: 4, used: 2 }, seed: 140 },
     tol: 2e-2,
     hf: false,
   },
@@ -147,6 +166,29 @@ const CASES: OracleCase[] = [
     },
     tol: 1e-4,
     hf: true,
+  },
+  // GPT-OSS: a 5-position sliding window on layers 0 and 2 (positions run to 39), attention sinks,
+  // q/k/v/o biases, a biased router whose top 2 of 4 experts are weighted by a softmax over them,
+  // expert biases that push the clamped SwiGLU past its ±7 limits, and YaRN that scales RoPE's magnitude.
+  {
+    name: "gpt-oss sliding window 5, sinks, biases, 4 experts / 2 used, clamped SwiGLU, YaRN, f32",
+    spec: {
+      ...BASE, architecture: "gpt-oss", layers: 3, ropeTheta: 10000, seed: 123, slidingWindow: 5, tokenizer: "gpt-4o",
+      yarn: { factor: 4, originalContext: 16, betaFast: 32, betaSlow: 1 },
+      experts: { count: 4, used: 2 },
+    },
+    tol: 1e-4,
+    hf: false,
+  },
+  // As gpt-oss GGUFs ship: MXFP4 experts (their biases f32), q8_0 elsewhere.
+  {
+    name: "gpt-oss MXFP4 experts, q8_0 elsewhere, sliding window 7",
+    spec: {
+      ...BASE, architecture: "gpt-oss", layers: 2, ropeTheta: 150000, seed: 124, slidingWindow: 7, tokenizer: "gpt-4o",
+      dtype: "mxfp4", ggufDtype: mxfp4Moe, experts: { count: 4, used: 2 },
+    },
+    tol: 2e-2,
+    hf: false,
   },
   { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
   // Llama 3.1 frequency scaling: the GGUF carries rope_freqs.weight, the HF dir llama3 rope_scaling.

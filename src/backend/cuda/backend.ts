@@ -3,9 +3,10 @@
  * then enqueue one kernel (or two) on the context's stream and wrap the returned pointer.
  */
 import { byteSize, decodeToF32, encodeFromF32 } from "../dtype-codec.ts";
-import { isBlockQuant } from "../quant-blocks.ts";
+import { isBlockQuant, mxfp4FitsF16, QUANT_BLOCKS } from "../quant-blocks.ts";
 import {
   type AttentionBatch,
+  type AttentionOptions,
   type Backend,
   type BackendInfo,
   BackendShapeError,
@@ -20,7 +21,7 @@ import type { DevicePtr, NativeContext } from "./native-types.ts";
 import { PlanCache } from "./plan-cache.ts";
 import { packSamplingRows } from "./sampling-params.ts";
 import { checkShape, CUDA_WEIGHT_DTYPES, CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
-import { checkWeightShape, expectConcatColumnsShapes, expectMaskShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
+import { checkWeightShape, expectAttentionOptions, expectConcatColumnsShapes, expectMaskShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
 
 /**
  * Backend implementation on one CUDA device; the mixture-of-experts ops come from CudaExperts.
@@ -70,8 +71,13 @@ export class CudaBackend extends CudaExperts implements Backend {
     }
     // The kernels read f32/f16/bf16/q8_0 only: GGUF's other block formats are dequantized on the
     // host and kept as f16 (exact for their 4–6-bit codes times f16-range scales, up to f16
-    // rounding of the product; 16 bits per weight instead of 4.5–6.6).
-    if (isBlockQuant(dtype)) return this.uploadWeight(encodeFromF32(decodeToF32(raw, dtype, count), "f16"), shape, "f16");
+    // rounding of the product; 16 bits per weight instead of 4.25–6.6). mxfp4's power-of-two scales
+    // reach far past f16's range; a weight with one that f16 cannot hold exactly is kept as bf16,
+    // which holds every mxfp4 value (2-bit codes, f32's exponent range).
+    if (isBlockQuant(dtype)) {
+      const dense = dtype === "mxfp4" && !mxfp4FitsF16(raw, count / QUANT_BLOCKS.mxfp4.values) ? "bf16" : "f16";
+      return this.uploadWeight(encodeFromF32(decodeToF32(raw, dtype, count), dense), shape, dense);
+    }
     if (dtype === "q8_0") return new CudaTensor(this.ctx.uploadQ8(raw.subarray(0, need), count), [...shape], dtype);
     const p = this.ctx.alloc(need);
     if (need > 0) this.ctx.upload(p, raw.subarray(0, need));
@@ -180,7 +186,7 @@ export class CudaBackend extends CudaExperts implements Backend {
     this.ctx.kvWrite((k as CudaTensor).ptr, (v as CudaTensor).ptr, kc.ptr, vc.ptr, s.ptr, n, kvHeads * headDim, capacity);
   }
 
-  pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number): Tensor {
+  pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number, options?: AttentionOptions): Tensor {
     const [kc, vc] = this.caches(kCache, vCache);
     const [numBlocks, blockSize, kvHeads, headDim] = kc.shape;
     const qs = expect(q, 3, "attention queries", ["f32"]);
@@ -188,6 +194,8 @@ export class CudaBackend extends CudaExperts implements Backend {
     if (qDim !== headDim || heads % kvHeads !== 0 || headDim > 256) {
       throw new BackendShapeError(`Attention queries ${fmt(qs.shape)} do not fit cache ${fmt(kc.shape)} (head dim ≤ 256)`);
     }
+    const window = expectAttentionOptions(options, heads);
+    const sinks = options?.sinks ? expect(options.sinks, 1, "attention sinks", ["f32"]).ptr : 0n;
     const seq = expect(batch.tokenSeq, 1, "tokenSeq", ["i32"]);
     const pos = expect(batch.tokenPos, 1, "tokenPos", ["i32"]);
     const tables = expect(batch.blockTables, 2, "blockTables", ["i32"]);
@@ -201,7 +209,7 @@ export class CudaBackend extends CudaExperts implements Backend {
     return this.f32(
       this.ctx.attention(
         qs.ptr, kc.ptr, vc.ptr, seq.ptr, pos.ptr, tables.ptr, n, heads, kvHeads, headDim, blockSize, maxBlocks,
-        numBlocks, batch.maxContext, scale, plan.rows, plan.rowCount, plan.tiles, plan.tileCount,
+        numBlocks, batch.maxContext, scale, plan.rows, plan.rowCount, plan.tiles, plan.tileCount, window, sinks,
       ),
       qs.shape,
     );
@@ -210,6 +218,12 @@ export class CudaBackend extends CudaExperts implements Backend {
   siluMul(gate: Tensor, up: Tensor): Tensor {
     const [g, u] = this.same(gate, up, "siluMul");
     return this.f32(this.ctx.siluMul(g.ptr, u.ptr, checkShape(g.shape, "siluMul")), g.shape);
+  }
+
+  swigluOai(gate: Tensor, up: Tensor, alpha: number, limit: number): Tensor {
+    const [g, u] = this.same(gate, up, "swigluOai");
+    if (!Number.isFinite(alpha) || !(limit > 0)) throw new BackendShapeError(`swigluOai needs a finite alpha and a positive limit, got ${alpha} and ${limit}`);
+    return this.f32(this.ctx.swigluOai(g.ptr, u.ptr, checkShape(g.shape, "swigluOai"), alpha, limit), g.shape);
   }
 
   add(a: Tensor, b: Tensor): Tensor {

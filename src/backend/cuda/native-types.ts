@@ -49,6 +49,7 @@ export interface NativeContext {
   maskLogits(logits: DevicePtr, rows: DevicePtr, bits: DevicePtr, m: number, n: number, vocab: number): void;
   add(a: DevicePtr, b: DevicePtr, count: number): DevicePtr;
   siluMul(gate: DevicePtr, up: DevicePtr, count: number): DevicePtr;
+  swigluOai(gate: DevicePtr, up: DevicePtr, count: number, alpha: number, limit: number): DevicePtr;
   rmsnorm(x: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): DevicePtr;
   addRmsnorm(x: DevicePtr, r: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): [DevicePtr, DevicePtr];
   softmax(x: DevicePtr, rows: number, cols: number): DevicePtr;
@@ -74,6 +75,8 @@ export interface NativeContext {
     q: DevicePtr, kc: DevicePtr, vc: DevicePtr, seq: DevicePtr, pos: DevicePtr, tables: DevicePtr, n: number,
     heads: number, kvHeads: number, headDim: number, blockSize: number, maxBlocks: number, numBlocks: number,
     maxContext: number, scale: number, rows: DevicePtr, rowCount: number, tiles: DevicePtr, tileCount: number,
+    /** Sliding window in positions, 0 for none; `sinks` f32 [heads] or 0n. */
+    window: number, sinks: DevicePtr,
   ): DevicePtr;
   sample(logits: DevicePtr, rows: number, vocab: number, params: Float32Array): DevicePtr;
   /**

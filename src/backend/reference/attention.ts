@@ -1,7 +1,8 @@
 /**
  * Reference paged KV write and paged causal attention with GQA over a ragged batch.
  */
-import { type AttentionBatch, BackendShapeError } from "../types.ts";
+import { type AttentionBatch, type AttentionOptions, BackendShapeError } from "../types.ts";
+import { expectAttentionOptions } from "../shape-checks.ts";
 import { softmaxRow } from "./elementwise.ts";
 import { asRef, expectRank, f32Tensor, fmt, type RefTensor } from "./storage.ts";
 
@@ -40,13 +41,14 @@ export function kvWrite(k: RefTensor, v: RefTensor, kCache: RefTensor, vCache: R
   }
 }
 
-/** Paged causal attention (see Backend.pagedAttention). */
+/** Paged causal attention, with an optional sliding window and sinks (see Backend.pagedAttention). */
 export function pagedAttention(
   q: RefTensor,
   kCache: RefTensor,
   vCache: RefTensor,
   batch: AttentionBatch,
   scale: number,
+  options?: { window?: number; sinks?: RefTensor },
 ): RefTensor {
   const [numBlocks, blockSize, kvHeads, headDim] = expectCaches(kCache, vCache);
   expectRank(q, 3, "attention queries", ["f32"]);
@@ -54,6 +56,8 @@ export function pagedAttention(
   if (qDim !== headDim || heads % kvHeads !== 0) {
     throw new BackendShapeError(`Attention queries ${fmt(q.shape)} do not fit cache ${fmt(kCache.shape)}`);
   }
+  const window = expectAttentionOptions(options as AttentionOptions | undefined, heads);
+  const sinks = options?.sinks?.f32;
   const seqT = asRef(batch.tokenSeq, "tokenSeq");
   const posT = asRef(batch.tokenPos, "tokenPos");
   const tablesT = asRef(batch.blockTables, "blockTables");
@@ -76,27 +80,31 @@ export function pagedAttention(
     if (pos < 0 || pos >= maxBlocks * blockSize || pos >= batch.maxContext) {
       throw new RangeError(`tokenPos ${pos} at row ${t} exceeds the block table or maxContext ${batch.maxContext}`);
     }
-    // Base offset (in floats) of each cached position's KV row.
-    const rowBase = new Int32Array(pos + 1);
-    for (let p = 0; p <= pos; p++) {
+    // Positions first..pos are visible; only their blocks are read.
+    const first = window > 0 ? Math.max(0, pos - window + 1) : 0;
+    const len = pos + 1 - first;
+    // Base offset (in floats) of each visible position's KV row.
+    const rowBase = new Int32Array(len);
+    for (let i = 0; i < len; i++) {
+      const p = first + i;
       const block = tables[seq * maxBlocks + Math.floor(p / blockSize)];
       if (block < 0 || block >= numBlocks) throw new RangeError(`Block ${block} of sequence ${seq} is outside 0..${numBlocks - 1}`);
-      rowBase[p] = (block * blockSize + (p % blockSize)) * row;
+      rowBase[i] = (block * blockSize + (p % blockSize)) * row;
     }
     for (let h = 0; h < heads; h++) {
       const qb = (t * heads + h) * headDim;
       const kvOff = Math.floor(h / group) * headDim;
-      const scores = new Float64Array(pos + 1);
-      for (let p = 0; p <= pos; p++) {
-        const kb = rowBase[p] + kvOff;
+      const scores = new Float64Array(len);
+      for (let i = 0; i < len; i++) {
+        const kb = rowBase[i] + kvOff;
         let dot = 0;
         for (let d = 0; d < headDim; d++) dot += qs[qb + d] * kc[kb + d];
-        scores[p] = dot;
+        scores[i] = dot;
       }
-      const weights = softmaxRow(scores, 0, pos + 1, scale);
+      const weights = softmaxRow(scores, 0, len, scale, sinks?.[h]);
       for (let d = 0; d < headDim; d++) {
         let acc = 0;
-        for (let p = 0; p <= pos; p++) acc += weights[p] * vc[rowBase[p] + kvOff + d];
+        for (let i = 0; i < len; i++) acc += weights[i] * vc[rowBase[i] + kvOff + d];
         out[qb + d] = acc;
       }
     }

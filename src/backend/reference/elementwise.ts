@@ -96,6 +96,23 @@ export function siluMul(gate: RefTensor, up: RefTensor): RefTensor {
   return f32Tensor(out, gate.shape);
 }
 
+/** GPT-OSS's clamped SwiGLU (Backend.swigluOai). */
+export function swigluOai(gate: RefTensor, up: RefTensor, alpha: number, limit: number): RefTensor {
+  expectF32(gate, "swigluOai gate");
+  expectF32(up, "swigluOai up");
+  expectSameShape(gate, up, "swigluOai");
+  if (!Number.isFinite(alpha) || !(limit > 0)) throw new BackendShapeError(`swigluOai needs a finite alpha and a positive limit, got ${alpha} and ${limit}`);
+  const gs = gate.f32;
+  const us = up.f32;
+  const out = new Float32Array(gs.length);
+  for (let i = 0; i < gs.length; i++) {
+    const g = Math.min(gs[i], limit);
+    const u = Math.min(Math.max(us[i], -limit), limit);
+    out[i] = (g / (1 + Math.exp(-alpha * g))) * (u + 1);
+  }
+  return f32Tensor(out, gate.shape);
+}
+
 /** a + b. */
 export function add(a: RefTensor, b: RefTensor): RefTensor {
   expectF32(a, "add left operand");
@@ -109,11 +126,12 @@ export function add(a: RefTensor, b: RefTensor): RefTensor {
 }
 
 /** Numerically stable softmax of one row into f64 values. */
-export function softmaxRow(src: Float32Array | Float64Array, base: number, cols: number, scale = 1): Float64Array {
-  let max = -Infinity;
+export function softmaxRow(src: Float32Array | Float64Array, base: number, cols: number, scale = 1, sink?: number): Float64Array {
+  // A sink logit (attention sinks) joins the denominator and has no column of its own.
+  let max = sink ?? -Infinity;
   for (let c = 0; c < cols; c++) max = Math.max(max, src[base + c] * scale);
   const out = new Float64Array(cols);
-  let sum = 0;
+  let sum = sink === undefined ? 0 : Math.exp(sink - max);
   for (let c = 0; c < cols; c++) {
     out[c] = Math.exp(src[base + c] * scale - max);
     sum += out[c];

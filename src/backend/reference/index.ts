@@ -5,6 +5,7 @@
 import { decodeToF32 } from "../dtype-codec.ts";
 import {
   type AttentionBatch,
+  type AttentionOptions,
   type Backend,
   BackendShapeError,
   type MoeRouteOptions,
@@ -13,7 +14,7 @@ import {
   type Tensor,
 } from "../types.ts";
 import { pagedAttention, kvWrite } from "./attention.ts";
-import { add, argmax, concatColumns, embedding, gatherRows, maskLogits, rmsnorm, scatterAdd, siluMul, sliceColumns, softmax } from "./elementwise.ts";
+import { add, argmax, concatColumns, embedding, gatherRows, maskLogits, rmsnorm, scatterAdd, siluMul, sliceColumns, softmax, swigluOai } from "./elementwise.ts";
 import { matmul, rope } from "./linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./experts.ts";
 import { sample } from "./sampling.ts";
@@ -77,9 +78,14 @@ export function createReferenceBackend(): Backend {
       rope(r(x, "rope input"), r(positions, "rope positions"), theta, layout, rotaryDim, freqFactors && r(freqFactors, "rope freqFactors")),
     kvWrite: (k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor) =>
       kvWrite(r(k, "keys"), r(v, "values"), r(kCache, "key cache"), r(vCache, "value cache"), r(slots, "slots")),
-    pagedAttention: (q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number) =>
-      pagedAttention(r(q, "queries"), r(kCache, "key cache"), r(vCache, "value cache"), batch, scale),
+    pagedAttention: (q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number, options?: AttentionOptions) =>
+      pagedAttention(r(q, "queries"), r(kCache, "key cache"), r(vCache, "value cache"), batch, scale, {
+        window: options?.window,
+        sinks: options?.sinks && r(options.sinks, "attention sinks"),
+      }),
     siluMul: (gate: Tensor, up: Tensor) => siluMul(r(gate, "siluMul gate"), r(up, "siluMul up")),
+    swigluOai: (gate: Tensor, up: Tensor, alpha: number, limit: number) =>
+      swigluOai(r(gate, "swigluOai gate"), r(up, "swigluOai up"), alpha, limit),
     add: (a: Tensor, b: Tensor) => add(r(a, "add left operand"), r(b, "add right operand")),
     softmax: (x: Tensor) => softmax(r(x, "softmax input")),
     argmax: (x: Tensor) => argmax(r(x, "argmax input")),

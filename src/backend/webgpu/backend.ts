@@ -9,12 +9,13 @@ import { kvWrite, MAX_HEAD_DIM, pagedAttention } from "./ops-attention.ts";
 import { embedding, matmul } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
-import { add, argmax, concatColumns, gatherRows, rmsnorm, rope, siluMul, sliceColumns, softmax } from "./ops-rowwise.ts";
+import { add, argmax, concatColumns, gatherRows, rmsnorm, rope, siluMul, sliceColumns, softmax, swigluOai } from "./ops-rowwise.ts";
 import { maskLogits, sample, scatterAdd } from "./ops-sample.ts";
 import type { RecorderStats } from "./recorder.ts";
 import { asGpu, WEBGPU_NAME } from "./tensor.ts";
 import type {
   AttentionBatch,
+  AttentionOptions,
   Backend,
   BackendInfo,
   MoeRouteOptions,
@@ -106,11 +107,15 @@ export class WebGpuBackend implements Backend {
   kvWrite(k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor): void {
     kvWrite(this.#ctx, k, v, kCache, vCache, slots);
   }
-  pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number): Tensor {
-    return pagedAttention(this.#ctx, q, kCache, vCache, batch, scale);
+  pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number, options?: AttentionOptions): Tensor {
+    return pagedAttention(this.#ctx, q, kCache, vCache, batch, scale, options);
   }
   siluMul(gate: Tensor, up: Tensor): Tensor {
     return siluMul(this.#ctx, gate, up);
+  }
+
+  swigluOai(gate: Tensor, up: Tensor, alpha: number, limit: number): Tensor {
+    return swigluOai(this.#ctx, gate, up, alpha, limit);
   }
   add(a: Tensor, b: Tensor): Tensor {
     return add(this.#ctx, a, b);

@@ -1,10 +1,12 @@
 /**
  * Paged KV write and paged causal attention (GQA, block tables, online softmax).
  */
+import type { PooledBuffer } from "./buffer-pool.ts";
 import { type GpuContext } from "./context.ts";
 import { F32 } from "./recorder.ts";
 import { asGpu, expectRank, fmt, type GpuTensor } from "./tensor.ts";
-import { type AttentionBatch, BackendShapeError, type Tensor } from "../types.ts";
+import { type AttentionBatch, type AttentionOptions, BackendShapeError, type Tensor } from "../types.ts";
+import { expectAttentionOptions } from "../shape-checks.ts";
 
 /**
  * Largest head dimension the attention kernel supports (9 dims per thread × 64 threads): multi-head
@@ -49,7 +51,7 @@ export function kvWrite(ctx: GpuContext, kT: Tensor, vT: Tensor, kcT: Tensor, vc
   );
 }
 
-/** Paged causal attention; q [n, heads, headDim] → [n, heads, headDim]. */
+/** Paged causal attention (optionally windowed, with sinks); q [n, heads, headDim] → [n, heads, headDim]. */
 export function pagedAttention(
   ctx: GpuContext,
   qT: Tensor,
@@ -57,6 +59,7 @@ export function pagedAttention(
   vcT: Tensor,
   batch: AttentionBatch,
   scale: number,
+  options?: AttentionOptions,
 ): Tensor {
   const [kc, vc] = caches(kcT, vcT);
   const [numBlocks, blockSize, kvHeads, headDim] = kc.shape;
@@ -67,6 +70,8 @@ export function pagedAttention(
     throw new BackendShapeError(`Attention queries ${fmt(q.shape)} do not fit cache ${fmt(kc.shape)}`);
   }
   if (headDim > MAX_HEAD_DIM) throw new BackendShapeError(`Attention head dimension ${headDim} exceeds ${MAX_HEAD_DIM}`);
+  const window = expectAttentionOptions(options, heads);
+  const sinks = options?.sinks ? asGpu(options.sinks, "attention sinks") : undefined;
   const seq = asGpu(batch.tokenSeq, "tokenSeq");
   const pos = asGpu(batch.tokenPos, "tokenPos");
   const tables = asGpu(batch.blockTables, "blockTables");
@@ -80,9 +85,12 @@ export function pagedAttention(
   const dpt = headDim <= 64 ? 1 : headDim <= 128 ? 2 : headDim <= 256 ? 4 : 9;
   ctx.recorder.dispatch(
     "paged_attention",
-    { DPT: dpt },
-    [n, heads, kvHeads, headDim, blockSize, tables.shape[1], numBlocks, new F32(scale)],
-    [[1, q.buffer], [2, kc.buffer], [3, vc.buffer], [4, seq.buffer], [5, pos.buffer], [6, tables.buffer], [7, out.buffer]],
+    { DPT: dpt, SINKS: sinks !== undefined },
+    [n, heads, kvHeads, headDim, blockSize, tables.shape[1], numBlocks, new F32(scale), window],
+    [
+      [1, q.buffer], [2, kc.buffer], [3, vc.buffer], [4, seq.buffer], [5, pos.buffer], [6, tables.buffer], [7, out.buffer],
+      ...(sinks ? [[8, sinks.buffer] as [number, PooledBuffer]] : []),
+    ],
     n * heads,
   );
   return out;

@@ -24,6 +24,7 @@ export function weightParams(ctx: GpuContext, w: GpuTensor): KernelParams {
     W_Q4K: w.dtype === "q4_k",
     W_Q5K: w.dtype === "q5_k",
     W_Q6K: w.dtype === "q6_k",
+    W_MXFP4: w.dtype === "mxfp4",
     W_KQ45: w.dtype === "q4_k" || w.dtype === "q5_k",
   };
 }

@@ -1,5 +1,5 @@
 /**
- * Row-wise and elementwise ops: rmsnorm, softmax, argmax, add, siluMul, gatherRows, sliceColumns,
+ * Row-wise and elementwise ops: rmsnorm, softmax, argmax, add, siluMul, swigluOai, gatherRows, sliceColumns,
  * concatColumns, rope.
  */
 import type { PooledBuffer } from "./buffer-pool.ts";
@@ -43,8 +43,16 @@ export function argmax(ctx: GpuContext, xT: Tensor): Tensor {
   return out;
 }
 
-function binary(ctx: GpuContext, aT: Tensor, bT: Tensor, op: "add" | "siluMul"): Tensor {
-  const names = op === "add" ? ["add left operand", "add right operand"] : ["siluMul gate", "siluMul up"];
+type BinaryOp = "add" | "siluMul" | "swigluOai";
+
+const OPERAND_NAMES: Record<BinaryOp, [string, string]> = {
+  add: ["add left operand", "add right operand"],
+  siluMul: ["siluMul gate", "siluMul up"],
+  swigluOai: ["swigluOai gate", "swigluOai up"],
+};
+
+function binary(ctx: GpuContext, aT: Tensor, bT: Tensor, op: BinaryOp, alpha = 0, limit = 0): Tensor {
+  const names = OPERAND_NAMES[op];
   const a = asGpu(aT, names[0]);
   const b = asGpu(bT, names[1]);
   expectDtype(a, names[0], ["f32"]);
@@ -52,7 +60,13 @@ function binary(ctx: GpuContext, aT: Tensor, bT: Tensor, op: "add" | "siluMul"):
   expectSameShape(a, b, op);
   const n = numel(a.shape);
   const out = ctx.output(a.shape);
-  ctx.recorder.dispatch("elementwise", { OP_ADD: op === "add" }, [n, 0, 0, 0], [[1, a.buffer], [2, b.buffer], [3, out.buffer]], Math.ceil(n / 256));
+  ctx.recorder.dispatch(
+    "elementwise",
+    { OP_ADD: op === "add", OP_OAI: op === "swigluOai" },
+    [n, new F32(alpha), new F32(limit), 0],
+    [[1, a.buffer], [2, b.buffer], [3, out.buffer]],
+    Math.ceil(n / 256),
+  );
   return out;
 }
 
@@ -61,6 +75,12 @@ export const add = (ctx: GpuContext, a: Tensor, b: Tensor): Tensor => binary(ctx
 
 /** silu(gate) * up. */
 export const siluMul = (ctx: GpuContext, gate: Tensor, up: Tensor): Tensor => binary(ctx, gate, up, "siluMul");
+
+/** GPT-OSS's clamped SwiGLU (Backend.swigluOai). */
+export function swigluOai(ctx: GpuContext, gate: Tensor, up: Tensor, alpha: number, limit: number): Tensor {
+  if (!Number.isFinite(alpha) || !(limit > 0)) throw new BackendShapeError(`swigluOai needs a finite alpha and a positive limit, got ${alpha} and ${limit}`);
+  return binary(ctx, gate, up, "swigluOai", alpha, limit);
+}
 
 /** out[i, :] = x[idx[i], :]. */
 export function gatherRows(ctx: GpuContext, xT: Tensor, idxT: Tensor): Tensor {
