@@ -9,7 +9,7 @@ import { fileURLToPath } from "node:url";
 import { BACKEND_NAMES, isBackendChoice } from "../backend/select.ts";
 import { BackendUnavailableError } from "../backend/types.ts";
 import { isKvRetention, KV_RETENTIONS } from "../engine/engine-sessions.ts";
-import { isToolCallFormat, TOOL_CALL_FORMATS } from "../engine/grammar.ts";
+import { isToolCallFormat, TOOL_CALL_FORMAT_ALIASES, TOOL_CALL_FORMATS } from "../engine/grammar.ts";
 import { type PreemptionMode, STEP_MIXINGS, type StepMixing, type WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError } from "../model/config.ts";
 import { cliArgs, envVar, exitProcess, onShutdownSignal, runtimeName } from "../runtime/env.ts";
@@ -45,10 +45,10 @@ const FLAGS = {
   preemption: { kind: "string", help: "recompute|swap: what a request preempted for KV loses (default recompute)" },
   "prefill-order": { kind: "string", help: "fcfs|short-first: which waiting prompt is admitted first (default short-first: least uncached work, aged 2000 tokens/s)" },
   "kv-retention": { kind: "string", help: "agent|lru: which cached KV goes first when memory runs short (default agent: keeps sessions waiting on a tool call; sessions come from prompt_cache_key or user)" },
-  "tool-call-parser": { kind: "string", help: "hermes|llama3_json|kimi_k2|deepseek_v31|deepseek_v3|glm45|qwen3_coder|minimax_m2|mistral: how the model writes tool calls, read out of chat answers and written by a forced tool_choice; hermes (Qwen 2.5/3) is <tool_call> blocks, llama3_json (Llama 3.1-3.3) {\"name\", \"parameters\"} objects separated by \"; \", kimi_k2 (Kimi K2) <|tool_call_begin|> blocks in a <|tool_calls_section_begin|> section, deepseek_v31 (DeepSeek V3.1) <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...} blocks, deepseek_v3 (DeepSeek V3, R1-0528) <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME and a ```json fence, glm45 (GLM 4.5-4.7) <tool_call>NAME with <arg_key>/<arg_value> pairs, qwen3_coder (Qwen3-Coder) <function=NAME> with <parameter=KEY> values, minimax_m2 (MiniMax M2) <invoke name=\"NAME\"> with <parameter name=\"KEY\"> values in a <minimax:tool_call> section, mistral (Mistral, Magistral, Devstral) [TOOL_CALLS]NAME[ARGS]{...} per call, or [TOOL_CALLS] [{...}] where the vocabulary has no [ARGS] token (tokenizers before v11) (default hermes)" },
+  "tool-call-parser": { kind: "string", help: "hermes|llama3_json|kimi_k2|deepseek_v31|deepseek_v3|glm45|qwen3_coder|minimax_m2|mistral|harmony: how the model writes tool calls, read out of chat answers and written by a forced tool_choice; hermes (Qwen 2.5/3) is <tool_call> blocks, llama3_json (Llama 3.1-3.3) {\"name\", \"parameters\"} objects separated by \"; \", kimi_k2 (Kimi K2) <|tool_call_begin|> blocks in a <|tool_calls_section_begin|> section, deepseek_v31 (DeepSeek V3.1) <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...} blocks, deepseek_v3 (DeepSeek V3, R1-0528) <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME and a ```json fence, glm45 (GLM 4.5-4.7) <tool_call>NAME with <arg_key>/<arg_value> pairs, qwen3_coder (Qwen3-Coder) <function=NAME> with <parameter=KEY> values, minimax_m2 (MiniMax M2) <invoke name=\"NAME\"> with <parameter name=\"KEY\"> values in a <minimax:tool_call> section, mistral (Mistral, Magistral, Devstral) [TOOL_CALLS]NAME[ARGS]{...} per call, or [TOOL_CALLS] [{...}] where the vocabulary has no [ARGS] token (tokenizers before v11), harmony (gpt-oss; vLLM's openai is accepted for it) a message to=functions.NAME whose body is the arguments, one per answer (default hermes)" },
   "json-whitespace": { kind: "string", help: "any|compact: how JSON output (response_format, forced tool calls, structured_outputs json) may be spaced unless a request sets structured_outputs.disable_any_whitespace; compact is json.dumps's \", \" and \": \" only, which makes the separators forced text (default any)" },
   "jump-forward": { kind: "string", help: "on|off: append text a request's output grammar forces (response_format json_schema, forced tool_choice) without sampling it, computed in one step (default on; off for requests asking for logprobs)" },
-  "reasoning-parser": { kind: "string", help: "think|mistral|none: return chat answers' <think>…</think> text (think; vLLM's deepseek_r1, qwen3 and glm45 are accepted for it) or Magistral's [THINK]…[/THINK] (mistral) as reasoning_content (default none: output as generated)" },
+  "reasoning-parser": { kind: "string", help: "think|mistral|harmony|none: return chat answers' <think>…</think> text (think; vLLM's deepseek_r1, qwen3 and glm45 are accepted for it), Magistral's [THINK]…[/THINK] (mistral) or gpt-oss's analysis channel (harmony; vLLM's openai_gptoss is accepted for it; its final channel is the content) as reasoning_content (default none: output as generated)" },
   "step-mixing": { kind: "string", help: "auto|mixed|split: prefill chunks and decodes in one step, in separate alternating steps, or as priced cheaper online (one engine: default mixed, auto is the engine's own step model; with --workers: default auto, the planner's choice, and mixed or split stay as given)" },
   "mixed-step-overhead-ms": { kind: "number", min: 0, help: "add this many ms to every step that mixes prefill chunks and decodes, as on GPUs where the two interfere (the simulator's flag of the same name; for trying the planner's answer to dear mixed steps on this backend) (default 0)" },
   "swap-space-blocks": { kind: "int", min: 0, help: "host swap space in KV blocks for --preemption swap (default: the KV pool's size)" },
@@ -97,8 +97,9 @@ async function main(): Promise<void> {
   if (jumpForward !== "on" && jumpForward !== "off") throw new ArgsError(`Unknown jump-forward setting "${jumpForward}"; choose on or off`);
   const quantize = f.quantize;
   if (quantize !== undefined && !isQuantizeDType(quantize)) throw new ArgsError(`Unknown --quantize format "${quantize}"; choose ${QUANTIZE_DTYPES.join(", ")}`);
-  const toolCallParser = f["tool-call-parser"] ?? "hermes";
-  if (!isToolCallFormat(toolCallParser)) throw new ArgsError(`Unknown tool call parser "${toolCallParser}"; choose ${TOOL_CALL_FORMATS.join(", ")}`);
+  const toolCallArg = f["tool-call-parser"] ?? "hermes";
+  const toolCallParser = TOOL_CALL_FORMAT_ALIASES[toolCallArg] ?? toolCallArg;
+  if (!isToolCallFormat(toolCallParser)) throw new ArgsError(`Unknown tool call parser "${toolCallArg}"; choose ${[...TOOL_CALL_FORMATS, ...Object.keys(TOOL_CALL_FORMAT_ALIASES)].join(", ")}`);
   const jsonWhitespace = f["json-whitespace"] ?? "any";
   if (jsonWhitespace !== "any" && jsonWhitespace !== "compact") throw new ArgsError(`Unknown JSON whitespace "${jsonWhitespace}"; choose any or compact`);
   const reasoningArg = f["reasoning-parser"] ?? "none";

@@ -3,7 +3,8 @@
  * the output-grammar automaton walks: each format's tags as literals, each call's arguments as a JSON
  * value following the tool's parameters (Mistral's older format: one JSON list of calls) — or, in
  * GLM's and Qwen3-Coder's formats, as one key-value pair per declared property, in declared order, a
- * string-typed value written raw.
+ * string-typed value written raw; in harmony's (gpt-oss), one message to the function, optionally after
+ * an analysis message.
  */
 import type { Piece, SeqGroup, StringNode } from "./grammar-frames.ts";
 import { compilePattern } from "./regex-nfa.ts";
@@ -36,6 +37,16 @@ export const DEEPSEEK = {
 
 /** Mistral's tags (control tokens of its tokenizers v3 and later; vLLM's `mistral` parser reads the same). */
 export const MISTRAL = { calls: "[TOOL_CALLS]", callId: "[CALL_ID]", args: "[ARGS]" } as const;
+
+/**
+ * Harmony's tags (gpt-oss; control tokens of its o200k_harmony vocabulary; vLLM's `openai` tool-call and
+ * `openai_gptoss` reasoning parsers read the same). A message is `<|start|>ROLE HEADER<|message|>BODY`
+ * then `<|end|>`, or `<|call|>` after a tool call and `<|return|>` after the final answer (both end
+ * generation).
+ */
+export const HARMONY = {
+  start: "<|start|>", end: "<|end|>", message: "<|message|>", channel: "<|channel|>", constrain: "<|constrain|>", call: "<|call|>", return: "<|return|>",
+} as const;
 
 /** MiniMax M2's section tag and call tags (vLLM's `minimax_m2` parser reads the same). */
 export const MINIMAX = { sectionBegin: "<minimax:tool_call>", sectionEnd: "</minimax:tool_call>", invoke: "<invoke name=", invokeEnd: "</invoke>" } as const;
@@ -124,6 +135,16 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
       const options = g.tools.map((t): SchemaNode => callObject(t.name, "arguments", args(t)));
       const list: SchemaNode = { t: "array", prefix: [], items: options.length === 1 ? options[0] : { t: "anyOf", options }, min: 1, max: g.parallel ? Infinity : 1, unique: false };
       return { alts: [[{ lit: MISTRAL.calls }, optional([{ lit: " " }]), { node: list }]], repeat: false, sep: "" };
+    }
+    case "harmony": {
+      // The prompt ends with `<|start|>assistant`. gpt-oss reasons first, so an analysis message may
+      // come before the call; the call puts its recipient in the role header, as gpt-oss's chat
+      // template (and the harmony renderer) write a call back into the next prompt, which then
+      // repeats the answer. `<|call|>` is an end-of-generation token: one call, whatever `parallel`.
+      const h = HARMONY;
+      const analysis = optional([{ lit: `${h.channel}analysis${h.message}` }, { raw: RAW_TEXT, end: h.end }, { lit: `${h.end}${h.start}assistant` }]);
+      const call = g.tools.map((t): Piece[] => [{ lit: ` to=functions.${t.name}${h.channel}commentary json${h.message}` }, { node: args(t) }]);
+      return { alts: [[analysis, { group: { alts: call, repeat: false, sep: "" } }]], repeat: false, sep: "" };
     }
     case "glm45":
       return pairCalls(GLM_PAIRS, g);

@@ -57,11 +57,17 @@ export type OutputGrammar =
  * `</invoke>`, calls a newline apart, then `\n</minimax:tool_call>`.
  * "mistral" (Mistral, Mixtral, Magistral, Devstral): `[TOOL_CALLS]` before each call; which way the
  * call follows depends on the tokenizer's version ({@link ToolCallSyntax}).
- * vLLM's parser names; grammar-tool-calls.ts builds each.
+ * "harmony" (gpt-oss; vLLM's `openai`): a message to the function, after the prompt's
+ * `<|start|>assistant`: ` to=functions.NAME<|channel|>commentary json<|message|>{...}`, then `<|call|>`
+ * (an end-of-generation token, so one call per answer), optionally after an analysis message
+ * `<|channel|>analysis<|message|>...<|end|><|start|>assistant`.
+ * vLLM's parser names (but "harmony"); grammar-tool-calls.ts builds each.
  */
 export type ToolCallFormat = (typeof TOOL_CALL_FORMATS)[number];
 /** Every {@link ToolCallFormat}, for checking a name from the command line. */
-export const TOOL_CALL_FORMATS = ["hermes", "llama3_json", "kimi_k2", "deepseek_v31", "deepseek_v3", "glm45", "qwen3_coder", "minimax_m2", "mistral"] as const;
+export const TOOL_CALL_FORMATS = ["hermes", "llama3_json", "kimi_k2", "deepseek_v31", "deepseek_v3", "glm45", "qwen3_coder", "minimax_m2", "mistral", "harmony"] as const;
+/** vLLM's names for formats we name otherwise (`--tool-call-parser openai`), accepted too. */
+export const TOOL_CALL_FORMAT_ALIASES: Readonly<Record<string, ToolCallFormat>> = { openai: "harmony" };
 
 /**
  * The way a grammar writes forced calls: a {@link ToolCallFormat}, where "mistral" is the shape of

@@ -14,12 +14,34 @@
  *
  * The rules match the text parser's: a start tag opens reasoning only outside it, an end tag closes
  * it only inside it, and an output can hold several reasoning spans (interleaved thinking).
+ *
+ * Harmony (gpt-oss) has no reasoning tags but a channel: an analysis message,
+ * `<|channel|>analysis<|message|>…<|end|>`, is reasoning from its `<|channel|>` through its end. Its
+ * header is matched token by token (the control tokens, then the channel name's few tokens), so its
+ * span is known once `<|message|>` comes; a block committed while only the header's first tokens
+ * had come stays "output", which costs at most one block's typing. A header naming a recipient
+ * before `<|message|>` (a built-in tool's call in the analysis channel) is not matched.
  */
 
-/** Token ids that open and close reasoning: the vocabulary's `<think>` and `</think>`. */
+/**
+ * Token ids that open and close reasoning: the vocabulary's `<think>` and `</think>`; for harmony,
+ * `<|channel|>` and `<|end|>`, with the rest of its header in `harmony`.
+ */
 export interface ReasoningTokens {
   readonly start: number;
   readonly end: number;
+  /** Harmony's analysis header and its other message ends; absent for tag formats. */
+  readonly harmony?: HarmonyReasoningTokens;
+}
+
+/** What else harmony's token-level tracking needs (ReasoningTokens `start` is `<|channel|>`, `end` is `<|end|>`). */
+export interface HarmonyReasoningTokens {
+  /** The channel name `analysis` as the tokenizer encodes it after `<|channel|>`. */
+  readonly analysis: readonly number[];
+  /** `<|message|>`, which ends a header. */
+  readonly message: number;
+  /** Tokens that also end a message: `<|call|>`, `<|return|>`, and `<|start|>` (a message begun without its end). */
+  readonly alsoEnd: readonly number[];
 }
 
 /** What the KV layer asks of a sequence's reasoning (read only). */
@@ -32,10 +54,12 @@ export interface ReasoningPositions {
 export class ReasoningSpans implements ReasoningPositions {
   /** Span bounds in pairs, [from, to) each, in position order; the last `to` is Infinity while open. */
   private readonly bounds: number[] = [];
+  /** Harmony: where the `<|channel|>` of a header being matched stands, and how many of its tokens matched. */
+  private header: { at: number; matched: number } | null = null;
 
   /**
    * `openAt`: the prompt's length when the prompt itself left a `<think>` block open (DeepSeek-R1's
-   * template ends with it), so the first generated token is already reasoning.
+   * template ends with it), or a harmony analysis message, so the first generated token is already reasoning.
    */
   constructor(private readonly tags: ReasoningTokens, openAt?: number) {
     if (tags.start === tags.end) throw new RangeError(`Reasoning start and end must be different tokens, got ${tags.start} for both`);
@@ -49,11 +73,23 @@ export class ReasoningSpans implements ReasoningPositions {
 
   /** Token `token` was generated at position `pos` (positions only grow). */
   push(token: number, pos: number): void {
-    if (!this.inside) {
+    const h = this.tags.harmony;
+    if (this.inside) {
+      if (token === this.tags.end || (h !== undefined && h.alsoEnd.includes(token))) this.bounds[this.bounds.length - 1] = pos + 1;
+    } else if (h === undefined) {
       if (token === this.tags.start) this.bounds.push(pos, Infinity);
-    } else if (token === this.tags.end) {
-      this.bounds[this.bounds.length - 1] = pos + 1;
+    } else {
+      this.matchHeader(h, token, pos);
     }
+  }
+
+  /** Harmony: `<|channel|>`, then the analysis name's tokens, then `<|message|>` opens a span at the `<|channel|>`. */
+  private matchHeader(h: HarmonyReasoningTokens, token: number, pos: number): void {
+    const m = this.header;
+    this.header = null;
+    if (token === this.tags.start) this.header = { at: pos, matched: 0 };
+    else if (m !== null && m.matched < h.analysis.length && token === h.analysis[m.matched]) this.header = { at: m.at, matched: m.matched + 1 };
+    else if (m !== null && m.matched === h.analysis.length && token === h.message) this.bounds.push(m.at, Infinity);
   }
 
   overlaps(from: number, to: number): boolean {

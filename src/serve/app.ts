@@ -31,7 +31,7 @@ export interface AppOptions {
   maxBodyBytes?: number;
   /** Seconds clients are told to wait after a 429. */
   retryAfterS?: number;
-  /** "think": chat answers' `<think>` text is returned as `reasoning_content` (default "none"). */
+  /** "think": chat answers' `<think>` text is returned as `reasoning_content` ("mistral": `[THINK]`, "harmony": gpt-oss's analysis channel; default "none"). */
   reasoningParser?: ReasoningParserName;
   /** How JSON output grammars may be spaced unless a request says (default "any"; grammar.ts JsonWhitespace). */
   jsonWhitespace?: JsonWhitespace;

@@ -3,10 +3,12 @@
  * tool calls (with `tools`; only the first with `parallel_tool_calls: false`), whole or streamed.
  * Tool calls (Hermes, Llama 3 JSON, Kimi K2, DeepSeek V3/V3.1, GLM, Qwen3-Coder, MiniMax M2 or Mistral: tool-calls*.ts) are parsed from the
  * content only, after reasoning is split off: a `<tool_call>` the model drafts while reasoning is
- * part of its thoughts, not a call. With every option off, the text passes through untouched (what
- * the server did before reasoning parsing existed).
+ * part of its thoughts, not a call. gpt-oss's harmony messages (harmony.ts) are read by their own
+ * stream, which gives reasoning, content and calls at once. With every option off, the text passes
+ * through untouched (what the server did before reasoning parsing existed).
  */
 import { type ReasoningPart, ReasoningStream, type ReasoningTags } from "./reasoning.ts";
+import { type HarmonyStart, HarmonyStream } from "./harmony.ts";
 import type { ToolCallSyntax } from "../engine/grammar.ts";
 import { HERMES, type ParsedToolCall, ToolCallStream, type ToolStreamPart } from "./tool-calls.ts";
 import { Llama3JsonStream } from "./tool-calls-llama3.ts";
@@ -22,6 +24,12 @@ export interface ChatOutputOptions {
   reasoningTags?: ReasoningTags;
   /** The prompt left `<think>` open, so the answer starts as reasoning (reasoning.ts `promptOpensReasoning`). */
   startsInReasoning: boolean;
+  /**
+   * Read the answer as harmony messages (`--reasoning-parser harmony` or `--tool-call-parser harmony`),
+   * from where the prompt left it (harmony-prompt.ts `harmonyStart`): analysis is reasoning when
+   * `reasoning` is set, and calls are read when `toolCalls` is set and the format is "harmony".
+   */
+  harmony?: HarmonyStart;
   /** Parse tool calls out of the content (tools given, tool_choice not "none"). */
   toolCalls: boolean;
   /** How the model writes them (`--tool-call-parser`; default "hermes"). */
@@ -37,13 +45,16 @@ export type ChatPart = ReasoningPart | { kind: "call"; call: ParsedToolCall };
 
 /** Incremental splitter of a streamed chat answer; holds back only tails that could still become a tag. */
 export class ChatOutputStream {
-  private readonly reasoning: ReasoningStream | null;
+  private readonly reasoning: ReasoningStream | HarmonyStream | null;
   private readonly tools: ToolCallStream | Llama3JsonStream | MistralToolStream | null;
   private calls = 0;
 
   constructor(private readonly o: ChatOutputOptions) {
-    this.reasoning = o.reasoning ? new ReasoningStream(o.startsInReasoning, o.reasoningTags) : null;
-    this.tools = o.toolCalls ? toolStream(o) : null;
+    const harmonyCalls = o.toolCalls && o.toolCallFormat === "harmony";
+    if (o.harmony) this.reasoning = new HarmonyStream(o.harmony, { reasoning: o.reasoning, calls: harmonyCalls });
+    else this.reasoning = o.reasoning ? new ReasoningStream(o.startsInReasoning, o.reasoningTags) : null;
+    // Harmony's calls come from its stream; another format's are read out of the content it gives.
+    this.tools = o.toolCalls && !harmonyCalls ? toolStream(o) : null;
   }
 
   /** True once the answer has been inside reasoning (an empty `<think></think>` included). */
@@ -61,10 +72,11 @@ export class ChatOutputStream {
     return this.route(this.reasoning ? this.reasoning.end() : [], true);
   }
 
-  private route(parts: ReasoningPart[], final: boolean): ChatPart[] {
+  private route(parts: ChatPart[], final: boolean): ChatPart[] {
     const out: ChatPart[] = [];
     for (const p of parts) {
-      if (p.kind === "reasoning" || !this.tools) out.push(p);
+      if (p.kind === "call") this.keep([p], out);
+      else if (p.kind === "reasoning" || !this.tools) out.push(p);
       else this.keep(this.tools.push(p.text), out);
     }
     if (final && this.tools) this.keep(this.tools.end(), out);

@@ -14,6 +14,8 @@ import { promptOpensReasoning, type ReasoningParserName, reasoningTags as reason
 import type { ChatRequest, CompletionRequest, ToolDef } from "./schemas.ts";
 import type { ToolSpec } from "./tool-calls-pairs.ts";
 import { mistralMessageIds } from "./tool-calls-mistral.ts";
+import { startsInAnalysis } from "./harmony.ts";
+import { checkHarmonyGrammar, harmonyMessages, harmonyStart } from "./harmony-prompt.ts";
 
 /** What the handlers need from the server. */
 export interface ServeContext {
@@ -206,7 +208,8 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   checkUnsupported(body, "chat", ctx.config.vocabSize);
   const tools = choice === "none" ? undefined : body.tools ?? undefined;
   const mistral = ctx.toolCallParser === "mistral" || ctx.toolCallParser === "mistral_pre_v11";
-  const messages = mistral ? mistralMessageIds(body.messages) : body.messages;
+  const harmony = ctx.reasoningParser === "harmony" || ctx.toolCallParser === "harmony";
+  const messages = mistral ? mistralMessageIds(body.messages) : harmony ? harmonyMessages(body.messages) : body.messages;
   const { text, startsWithBos } = ctx.chat.render(messages, tools, body.chat_template_kwargs ?? undefined);
   // The rendered text holds every message (templates add text, never remove it).
   checkTextLength(ctx, text, "messages");
@@ -214,22 +217,26 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   if (prompt.length === 0) throw new ApiError(400, "The messages render to an empty prompt", "messages", "invalid_value");
   const reasoningTags = reasoningTagsOf(ctx.reasoningParser);
   const reasoning = reasoningTags !== undefined;
-  const startsInReasoning = reasoningTags !== undefined && promptOpensReasoning(text, reasoningTags);
+  const start = harmony ? harmonyStart(text) : undefined;
+  const startsInReasoning = reasoning && (start ? startsInAnalysis(start) : promptOpensReasoning(text, reasoningTags));
   if (startsInReasoning && grammar && reasoningTags !== THINK_TAGS) {
     // The grammar waits for `</think>` after an open prompt (src/engine/grammar.ts).
     throw new ApiError(400, `Structured output after a prompt that opens ${reasoningTags.open} is not supported`, "messages", "unsupported_parameter");
   }
+  if (start) checkHarmonyGrammar(start, grammar, text);
   // With tools the answer keeps control tokens' text unless the request says otherwise: a model whose
   // call tags are control tokens (Mistral's [TOOL_CALLS], Llama 3's <|python_tag|>) shows its calls
   // to the tool-call parser only so (vLLM's parsers set skip_special_tokens false likewise). The
   // same holds for reasoning tags that are control tokens (Magistral's [THINK]).
+  // Harmony's tags are control tokens too, and without them its answer could not be told from its
+  // reasoning: its answers always keep them (the parser consumes them), whatever skip_special_tokens says.
   const toolCalls = (tools?.length ?? 0) > 0;
   const skipSpecial = !toolCalls && ctx.reasoningParser !== "mistral";
-  const request = engineRequest(body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, skipSpecial);
+  const request = engineRequest(harmony ? { ...body, skip_special_tokens: false } : body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, skipSpecial);
   const n = body.n ?? 1;
   // Chat's prompt log probabilities are returned once, beside the choices.
   const handles = submit(ctx, [request], n, "messages", true);
-  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, output: { reasoning, reasoningTags, startsInReasoning, toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools) } }, body);
+  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, output: { reasoning, reasoningTags, startsInReasoning, ...(start ? { harmony: start } : {}), toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools) } }, body);
 }
 
 /** The prompts of a completion body, tokenized (text) or checked (token ids). */

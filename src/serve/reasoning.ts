@@ -4,7 +4,8 @@
  * or as Magistral does, `[THINK]…[/THINK]` (vLLM's `mistral`). With `--reasoning-parser think` (or
  * `mistral`) the server returns that text as `reasoning_content` and takes the answer's `content`
  * (and its tool calls) from the rest only. The rules below name the `<think>` tags; `[THINK]` follows
- * the same.
+ * the same. gpt-oss's harmony format (`--reasoning-parser harmony`) has channels instead of tags: its
+ * analysis messages are read by harmony.ts.
  *
  * Rules (the engine's token-level tracking, src/engine/reasoning-spans.ts, follows the same):
  * - `<think>` opens reasoning anywhere outside it; `</think>` closes it. An output may hold several
@@ -22,18 +23,20 @@ import { partialTagSuffix } from "./tool-calls.ts";
 
 /**
  * The reasoning parsers `--reasoning-parser` accepts: "think" reads `<think>…</think>`, "mistral"
- * Magistral's `[THINK]…[/THINK]` control tokens; "none" leaves output as it is.
+ * Magistral's `[THINK]…[/THINK]` control tokens, "harmony" gpt-oss's analysis channel (harmony.ts);
+ * "none" leaves output as it is.
  */
-export type ReasoningParserName = "think" | "mistral" | "none";
+export type ReasoningParserName = "think" | "mistral" | "harmony" | "none";
 
 /** The reasoning parser names, for CLIs and checks. */
-export const REASONING_PARSERS: readonly ReasoningParserName[] = ["think", "mistral", "none"];
+export const REASONING_PARSERS: readonly ReasoningParserName[] = ["think", "mistral", "harmony", "none"];
 
 /** vLLM's names for the same parsers (`--reasoning-parser deepseek_r1` etc.), accepted too. */
 export const REASONING_PARSER_ALIASES: Readonly<Record<string, ReasoningParserName>> = {
   deepseek_r1: "think",
   qwen3: "think",
   glm45: "think",
+  openai_gptoss: "harmony",
 };
 
 /** True when `s` names a reasoning parser. */
@@ -57,9 +60,20 @@ export const THINK_TAGS: ReasoningTags = { open: THINK_OPEN, close: THINK_CLOSE 
 /** Magistral's (Mistral's reasoning models'): control tokens, so they reach the text only with special tokens kept. */
 export const MISTRAL_THINK_TAGS: ReasoningTags = { open: "[THINK]", close: "[/THINK]" };
 
+/**
+ * What opens and closes harmony's reasoning (an analysis message; control tokens of gpt-oss's
+ * vocabulary). Harmony is read by its own stream (harmony.ts), not by tags: these name it in messages.
+ */
+export const HARMONY_ANALYSIS_TAGS: ReasoningTags = { open: "<|channel|>analysis<|message|>", close: "<|end|>" };
+
 /** The tags a parser reads, or undefined for "none". */
 export function reasoningTags(parser: ReasoningParserName): ReasoningTags | undefined {
-  return parser === "think" ? THINK_TAGS : parser === "mistral" ? MISTRAL_THINK_TAGS : undefined;
+  switch (parser) {
+    case "think": return THINK_TAGS;
+    case "mistral": return MISTRAL_THINK_TAGS;
+    case "harmony": return HARMONY_ANALYSIS_TAGS;
+    case "none": return undefined;
+  }
 }
 
 /**
@@ -77,14 +91,16 @@ export function promptOpensReasoning(prompt: string, tags: ReasoningTags = THINK
  * needs to type reasoning KV blocks), else undefined: the tags are then parsed from text only.
  */
 export function reasoningTokenIds(tokenizer: Pick<Tokenizer, "encode" | "decode">, tags: ReasoningTags = THINK_TAGS): ReasoningTokens | undefined {
-  const single = (tag: string): number | undefined => {
-    const ids = tokenizer.encode(tag, { addBos: false });
-    // Control tokens (Magistral's [THINK]) decode to their text only with special tokens written.
-    return ids.length === 1 && tokenizer.decode(ids, { special: true }) === tag ? ids[0] : undefined;
-  };
-  const start = single(tags.open);
-  const end = single(tags.close);
+  const start = singleTokenId(tokenizer, tags.open);
+  const end = singleTokenId(tokenizer, tags.close);
   return start === undefined || end === undefined ? undefined : { start, end };
+}
+
+/** The id of `text` when the vocabulary has it as one token (a control token's included), else undefined. */
+export function singleTokenId(tokenizer: Pick<Tokenizer, "encode" | "decode">, text: string): number | undefined {
+  const ids = tokenizer.encode(text, { addBos: false });
+  // Control tokens (Magistral's [THINK]) decode to their text only with special tokens written.
+  return ids.length === 1 && tokenizer.decode(ids, { special: true }) === text ? ids[0] : undefined;
 }
 
 /** A piece of streamed output: reasoning or answer text. */

@@ -26,6 +26,7 @@ import { createApp } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
 import { type ReasoningParserName, reasoningTags, reasoningTokenIds } from "./reasoning.ts";
+import { harmonyReasoningTokens } from "./harmony-prompt.ts";
 import { type PlannerLogRecord, plannerLogRecord, StepLogWriter } from "./step-log.ts";
 import { AGED_SHORT_FIRST, type PrefillOrderOptions } from "../../planner/prefill-order.ts";
 
@@ -66,7 +67,8 @@ export interface ServerOptions {
   kvRetention?: KvRetention;
   /**
    * "think": chat answers' `<think>…</think>` text is returned as `reasoning_content`, and the engine
-   * types KV blocks of reasoning "reasoning" when both tags are single tokens (default "none").
+   * types KV blocks of reasoning "reasoning" when both tags are single tokens (default "none");
+   * "mistral" the same for `[THINK]…[/THINK]`, "harmony" for gpt-oss's analysis messages.
    */
   reasoningParser?: ReasoningParserName;
   /** Jump-forward decoding under output grammars (EngineOptions.jumpForward; default true). */
@@ -81,8 +83,9 @@ export interface ServerOptions {
    * How the model writes tool calls, read out of chat answers and written by forced tool calls:
    * "hermes" (default; Qwen 2.5/3, Hermes), "llama3_json" (Llama 3.1–3.3), "kimi_k2" (Kimi K2),
    * "deepseek_v31" (DeepSeek V3.1), "deepseek_v3" (DeepSeek V3, R1-0528), "glm45" (GLM 4.5–4.7),
-   * "qwen3_coder" (Qwen3-Coder), "minimax_m2" (MiniMax M2) or "mistral"
-   * (Mistral, Magistral, Devstral; the shape by the tokenizer's version). vLLM's parser names.
+   * "qwen3_coder" (Qwen3-Coder), "minimax_m2" (MiniMax M2), "mistral" (Mistral, Magistral,
+   * Devstral; the shape by the tokenizer's version) or "harmony" (gpt-oss). vLLM's parser names, but
+   * "harmony" (vLLM's "openai").
    */
   toolCallParser?: ToolCallFormat;
   maxBodyBytes?: number;
@@ -211,7 +214,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   }
   // Tags that are not single tokens are still parsed from the text; only KV typing needs the ids.
   const tags = reasoningTags(o.reasoningParser ?? "none");
-  const reasoningTokens = tags ? reasoningTokenIds(model.tokenizer, tags) : undefined;
+  const reasoningTokens = o.reasoningParser === "harmony" ? harmonyReasoningTokens(model.tokenizer) : tags ? reasoningTokenIds(model.tokenizer, tags) : undefined;
   const engineOptions: CreateEngineOptions = {
     numBlocks: o.kvBlocks,
     kvMemoryBytes: kvMemoryBytes === undefined ? undefined : kvMemoryBytes / kvShare,

@@ -16,10 +16,10 @@ test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retent
     [["--role", "leader"], /Unknown role "leader"; choose mixed, prefill or decode/],
     [["--preemption", "drop"], /Unknown preemption mode "drop"; choose recompute or swap/],
     [["--kv-retention", "fifo"], /Unknown KV retention "fifo"; choose agent or lru/],
-    [["--reasoning-parser", "r1"], /Unknown reasoning parser "r1"; choose think, mistral, none, deepseek_r1, qwen3, glm45/],
+    [["--reasoning-parser", "r1"], /Unknown reasoning parser "r1"; choose think, mistral, harmony, none, deepseek_r1, qwen3, glm45, openai_gptoss/],
     [["--step-mixing", "chunked"], /Unknown step mixing "chunked"; choose auto, mixed or split/],
-    [["--quantize", "q4_k_m"], /Unknown --quantize format "q4_k_m"; choose q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k/],
-    [["--tool-call-parser", "pythonic"], /Unknown tool call parser "pythonic"; choose hermes, llama3_json, kimi_k2, deepseek_v31, deepseek_v3, glm45, qwen3_coder, minimax_m2, mistral/],
+    [["--quantize", "q4_k_m"], /Unknown --quantize format "q4_k_m"; choose q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, mxfp4/],
+    [["--tool-call-parser", "pythonic"], /Unknown tool call parser "pythonic"; choose hermes, llama3_json, kimi_k2, deepseek_v31, deepseek_v3, glm45, qwen3_coder, minimax_m2, mistral, harmony, openai/],
     [["--json-whitespace", "none"], /Unknown JSON whitespace "none"; choose any or compact/],
     [["--jump-forward", "yes"], /Unknown jump-forward setting "yes"; choose on or off/],
   ] as const) {

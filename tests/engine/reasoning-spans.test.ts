@@ -32,3 +32,29 @@ test("ReasoningSpans opened by the prompt starts at the first generated position
   assert.deepEqual([9, 10, 12, 13].map((p) => s.overlaps(p, p + 1)), [false, true, true, false]);
   assert.throws(() => new ReasoningSpans({ start: 3, end: 3 }), /Reasoning start and end must be different tokens, got 3 for both/);
 });
+
+// Harmony (gpt-oss): <|channel|> = 1, <|end|> = 2, "analysis" encoded as 7 8, <|message|> = 3, <|call|> = 4, <|start|> = 6.
+const HARMONY = { start: 1, end: 2, harmony: { analysis: [7, 8], message: 3, alsoEnd: [4, 6] } };
+
+test("ReasoningSpans with harmony marks an analysis message from its <|channel|> through its <|end|>, not a final or commentary one", () => {
+  const s = new ReasoningSpans(HARMONY);
+  // 10–15: <|channel|> analysis <|message|> thought <|end|>; 16 <|start|> 17 "assistant"; 18–21: <|channel|> final(9) <|message|> answer.
+  [1, 7, 8, 3, 5, 2, 6, 5, 1, 9, 3, 5].forEach((t, i) => s.push(t, 10 + i));
+  assert.deepEqual([10, 13, 15, 16, 18, 20, 21].map((p) => s.overlaps(p, p + 1)), [true, true, true, false, false, false, false]);
+  assert.equal(s.count(22), 6, "the header, the thought and the end tag");
+  assert.equal(s.inside, false);
+});
+
+test("ReasoningSpans with harmony: a header broken off or naming another channel opens nothing; <|call|> and <|start|> also end an analysis", () => {
+  const s = new ReasoningSpans(HARMONY);
+  // <|channel|> analysis(7 only) <|message|>: not the channel's whole name; <|channel|> 7 8 5 <|message|>: a recipient or type between.
+  [1, 7, 3, 5, 1, 7, 8, 5, 3, 5].forEach((t, i) => s.push(t, 10 + i));
+  assert.equal(s.count(20), 0);
+  [1, 7, 8, 3, 5, 4].forEach((t, i) => s.push(t, 20 + i));
+  assert.equal(s.count(26), 6, "closed by <|call|>");
+  [1, 7, 8, 3, 6, 5].forEach((t, i) => s.push(t, 26 + i));
+  assert.deepEqual([s.count(32), s.inside, s.overlaps(31, 32)], [11, false, false], "closed by <|start|>");
+  const open = new ReasoningSpans(HARMONY, 10);
+  [5, 5, 2, 1, 9, 3].forEach((t, i) => open.push(t, 10 + i));
+  assert.deepEqual([open.count(16), open.overlaps(13, 16)], [3, false], "a prompt that opened the analysis message");
+});

@@ -1,0 +1,71 @@
+/**
+ * The prompt side of gpt-oss's harmony format (harmony.ts reads the answers): where a rendered prompt
+ * leaves the answer, the messages a client sends back made fit for gpt-oss's chat template, and the
+ * token ids the engine tracks analysis messages by (src/engine/reasoning-spans.ts).
+ */
+import type { OutputGrammar } from "../engine/grammar.ts";
+import { HARMONY } from "../engine/grammar-tool-calls.ts";
+import type { ReasoningTokens } from "../engine/reasoning-spans.ts";
+import type { Tokenizer } from "../model/config.ts";
+import { messageText } from "./chat-template.ts";
+import { ApiError, describe } from "./errors.ts";
+import type { HarmonyStart } from "./harmony.ts";
+import { singleTokenId } from "./reasoning.ts";
+import type { ChatMessageIn } from "./schemas.ts";
+
+/**
+ * Where `prompt` leaves the answer. gpt-oss's template ends with `<|start|>assistant`, so the answer
+ * starts in that message's header (right at `<|channel|>`, or at ` to=` for a call); a prompt that
+ * ends inside a body (a template that opens `<|channel|>final<|message|>` itself) continues that
+ * body, one that ends after an end tag starts between messages. A prompt with no `<|start|>` at all
+ * (not a harmony template) is taken to have left an assistant header open.
+ */
+export function harmonyStart(prompt: string): HarmonyStart {
+  const at = prompt.lastIndexOf(HARMONY.start);
+  if (at < 0) return { at: "header", header: "assistant" };
+  const tail = prompt.slice(at + HARMONY.start.length);
+  if ([HARMONY.end, HARMONY.call, HARMONY.return].some((t) => tail.includes(t))) return { at: "outside" };
+  const m = tail.indexOf(HARMONY.message);
+  return m < 0 ? { at: "header", header: tail } : { at: "body", header: tail.slice(0, m) };
+}
+
+/**
+ * Refuses a forced call in harmony format after a prompt that does not end with `<|start|>assistant`
+ * (gpt-oss's template's end): its grammar writes the message from the header's start.
+ */
+export function checkHarmonyGrammar(start: HarmonyStart, grammar: OutputGrammar | undefined, prompt: string): void {
+  if (grammar?.kind !== "tool_calls" || grammar.format !== "harmony" || (start.at === "header" && start.header === "assistant")) return;
+  throw new ApiError(400, `A forced tool call in harmony format needs a prompt that ends with <|start|>assistant; this one ends with ${describe(prompt.slice(-40))}`, "messages", "unsupported_parameter");
+}
+
+/**
+ * `messages` with each assistant message's `reasoning_content` (or vLLM's newer `reasoning`) also
+ * given as `thinking`, the field gpt-oss's template reads an analysis message from. The template
+ * writes a tool-call turn's analysis back into the next prompt (until a final answer follows), so
+ * with it the prompt repeats the answer the model wrote and its KV is reused; without it the prompt
+ * departs from the answer at its first token. A message that sets `thinking` itself keeps it. A call
+ * turn with content keeps only its content: the template refuses both (it writes content as the analysis).
+ */
+export function harmonyMessages(messages: readonly ChatMessageIn[]): ChatMessageIn[] {
+  return messages.map((m) => {
+    const r = m as ChatMessageIn & { thinking?: unknown; reasoning_content?: unknown; reasoning?: unknown; tool_calls?: unknown };
+    if (r.role !== "assistant" || r.thinking !== undefined) return m;
+    const reasoning = typeof r.reasoning_content === "string" ? r.reasoning_content : typeof r.reasoning === "string" ? r.reasoning : "";
+    if (reasoning === "") return m;
+    if (Array.isArray(r.tool_calls) && r.tool_calls.length > 0 && messageText(r.content) !== "") return m;
+    return { ...m, thinking: reasoning };
+  });
+}
+
+/**
+ * The ids the engine types analysis messages' KV by: `<|channel|>`, `<|message|>`, `<|end|>` (and
+ * `<|call|>`, `<|return|>`, `<|start|>` where present) as single tokens, and `analysis` as the
+ * tokenizer encodes it; undefined when the vocabulary lacks the three tags (not gpt-oss's).
+ */
+export function harmonyReasoningTokens(tokenizer: Pick<Tokenizer, "encode" | "decode">): ReasoningTokens | undefined {
+  const [start, message, end] = [HARMONY.channel, HARMONY.message, HARMONY.end].map((t) => singleTokenId(tokenizer, t));
+  const analysis = tokenizer.encode("analysis", { addBos: false });
+  if (start === undefined || message === undefined || end === undefined || tokenizer.decode(analysis) !== "analysis") return undefined;
+  const alsoEnd = [HARMONY.call, HARMONY.return, HARMONY.start].flatMap((t) => singleTokenId(tokenizer, t) ?? []);
+  return { start, end, harmony: { analysis, message, alsoEnd } };
+}
