@@ -6,7 +6,7 @@
  */
 import { GPT_OSS_ACTIVATION, ModelLoadError, type MoeConfig, plainMoe, type SlidingWindow, slidingLayers } from "./config.ts";
 import type { GgufMetadata } from "./gguf-metadata.ts";
-import { checkFreqFactors, yarnFreqFactors, yarnMscale, type YarnRopeScaling } from "./rope-scaling.ts";
+import { checkFreqFactors, ggufYarnScaling, yarnFreqFactors, yarnMscale } from "./rope-scaling.ts";
 
 /**
  * The sliding window of a file that declares one (`{arch}.attention.sliding_window`): its size and
@@ -54,14 +54,8 @@ export function ggufMagnitudeYarn(meta: GgufMetadata, arch: string, theta: numbe
   if (extFactor !== 1 && extFactor !== -1) {
     throw new ModelLoadError(`Model "${path}" uses YaRN with ext factor ${extFactor}; only 1 is supported`);
   }
-  const factor = meta.number(key("factor"));
-  const scaling: YarnRopeScaling = {
-    factor,
-    originalContext: meta.optionalNumber(key("original_context_length")) ?? meta.number(`${arch}.context_length`),
-    betaFast: meta.optionalNumber(key("yarn_beta_fast")) ?? 32,
-    betaSlow: meta.optionalNumber(key("yarn_beta_slow")) ?? 1,
-  };
-  const mscale = yarnMscale(factor, 1) * (meta.optionalNumber(key("attn_factor")) ?? 1);
+  const scaling = ggufYarnScaling(meta, arch);
+  const mscale = yarnMscale(scaling.factor, 1) * (meta.optionalNumber(key("attn_factor")) ?? 1);
   return {
     freqFactors: checkFreqFactors(yarnFreqFactors(theta, rotaryDim, scaling), rotaryDim, path),
     attentionScale: (mscale * mscale) / Math.sqrt(headDim),

@@ -23,7 +23,7 @@ import {
 } from "./config.ts";
 import { GgufMetadata } from "./gguf-metadata.ts";
 import { type GgufHeader, type GgufTensorInfo, readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
-import { checkFreqFactors, yarnFreqFactors, yarnMscale, type YarnRopeScaling } from "./rope-scaling.ts";
+import { checkFreqFactors, ggufYarnScaling, yarnFreqFactors, yarnMscale } from "./rope-scaling.ts";
 import { ggufMagnitudeYarn, ggufSlidingWindow, gptOssMoe, withHarmonyStops } from "./gguf-gpt-oss.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { BpeTokenizer } from "./tokenizer-bpe.ts";
@@ -313,14 +313,8 @@ function ggufYarn(meta: GgufMetadata, arch: string, theta: number, mla: MlaConfi
   if (logMul === undefined || attnFactor !== 1 || (extFactor !== 1 && extFactor !== -1)) {
     throw new ModelLoadError(`Model "${path}" uses YaRN that scales RoPE's magnitude (no "${key("yarn_log_multiplier")}", or an attn/ext factor other than 1), which is not supported`);
   }
-  const factor = meta.number(key("factor"));
-  const scaling: YarnRopeScaling = {
-    factor,
-    originalContext: meta.optionalNumber(key("original_context_length")) ?? meta.number(`${arch}.context_length`),
-    betaFast: meta.optionalNumber(key("yarn_beta_fast")) ?? 32,
-    betaSlow: meta.optionalNumber(key("yarn_beta_slow")) ?? 1,
-  };
-  const mscale = yarnMscale(factor, logMul / 0.1);
+  const scaling = ggufYarnScaling(meta, arch);
+  const mscale = yarnMscale(scaling.factor, logMul / 0.1);
   return {
     freqFactors: checkFreqFactors(yarnFreqFactors(theta, mla.ropeDim, scaling), mla.ropeDim, path),
     attentionScale: (mscale * mscale) / Math.sqrt(mla.nopeDim + mla.ropeDim),

@@ -5,6 +5,7 @@
  * into the GGUF tensor. Both loaders end up with one `ModelConfig.ropeFreqFactors`.
  */
 import { ModelLoadError } from "./config.ts";
+import type { GgufMetadata } from "./gguf-metadata.ts";
 
 /** The parameters of HF transformers' "llama3" rope_scaling. */
 export interface Llama3RopeScaling {
@@ -96,6 +97,17 @@ export interface YarnRopeScaling {
   /** Rotations per original context above which a pair keeps its frequency, and below which it is slowed by `factor`. */
   betaFast: number;
   betaSlow: number;
+}
+
+/** A GGUF's YaRN parameters (`{arch}.rope.scaling.*`, llama.cpp's defaults where absent). */
+export function ggufYarnScaling(meta: GgufMetadata, arch: string): YarnRopeScaling {
+  const key = (k: string) => `${arch}.rope.scaling.${k}`;
+  return {
+    factor: meta.number(key("factor")),
+    originalContext: meta.optionalNumber(key("original_context_length")) ?? meta.number(`${arch}.context_length`),
+    betaFast: meta.optionalNumber(key("yarn_beta_fast")) ?? 32,
+    betaSlow: meta.optionalNumber(key("yarn_beta_slow")) ?? 1,
+  };
 }
 
 /**
