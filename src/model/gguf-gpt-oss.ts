@@ -66,9 +66,10 @@ export function ggufMagnitudeYarn(meta: GgufMetadata, arch: string, theta: numbe
  * The end-of-generation ids of a vocabulary with OpenAI's harmony tokens (o200k_harmony):
  * `<|return|>` ends an answer and `<|call|>` a tool call, while `<|end|>` only ends a message (the
  * analysis message before the answer), so it is dropped — llama.cpp's rule for this vocabulary.
- * Other vocabularies' ids come back unchanged.
+ * Other vocabularies' ids come back unchanged. `tokens` is the file's vocabulary as stored (searched,
+ * not copied: it holds ~200k strings).
  */
-export function withHarmonyStops(eosIds: readonly number[], tokens: readonly string[] | undefined): number[] {
+export function withHarmonyStops(eosIds: readonly number[], tokens: readonly unknown[] | undefined): number[] {
   if (!tokens) return [...eosIds];
   const ret = tokens.indexOf("<|return|>");
   const call = tokens.indexOf("<|call|>");

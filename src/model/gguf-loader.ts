@@ -162,7 +162,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
           .filter((v): v is number => v !== undefined && v >= 0 && v < embd.shape[0]),
       ),
     ],
-    meta.array("tokenizer.ggml.tokens")?.map(String),
+    meta.array("tokenizer.ggml.tokens"),
   );
   const bos = optionalId("tokenizer.ggml.bos_token_id");
   const moe = ggufMoe(meta, arch, (name) => tensors.has(name), path);

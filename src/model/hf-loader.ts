@@ -43,7 +43,8 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   // Cut from kv_b_proj on load (mla-weights.ts).
   wkB: "self_attn.k_b_proj.weight",
   wvB: "self_attn.v_b_proj.weight",
-  // GPT-OSS's (its HF checkpoints are not read yet: their experts are fused MXFP4 blocks).
+  // GPT-OSS's roles: never read here, since no config.json sets the flags that ask for them (its
+  // HF checkpoints fuse gate and up into MXFP4 `gate_up_proj_blocks`, which this loader does not take).
   bo: "self_attn.o_proj.bias",
   sinks: "self_attn.sinks",
   routerLogitBias: "mlp.router.bias",

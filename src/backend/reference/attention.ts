@@ -1,7 +1,7 @@
 /**
  * Reference paged KV write and paged causal attention with GQA over a ragged batch.
  */
-import { type AttentionBatch, type AttentionOptions, BackendShapeError } from "../types.ts";
+import { type AttentionBatch, BackendShapeError } from "../types.ts";
 import { expectAttentionOptions } from "../shape-checks.ts";
 import { softmaxRow } from "./elementwise.ts";
 import { asRef, expectRank, f32Tensor, fmt, type RefTensor } from "./storage.ts";
@@ -56,7 +56,7 @@ export function pagedAttention(
   if (qDim !== headDim || heads % kvHeads !== 0) {
     throw new BackendShapeError(`Attention queries ${fmt(q.shape)} do not fit cache ${fmt(kCache.shape)}`);
   }
-  const window = expectAttentionOptions(options as AttentionOptions | undefined, heads);
+  const window = expectAttentionOptions(options, heads);
   const sinks = options?.sinks?.f32;
   const seqT = asRef(batch.tokenSeq, "tokenSeq");
   const posT = asRef(batch.tokenPos, "tokenPos");
