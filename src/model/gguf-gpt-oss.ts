@@ -66,14 +66,15 @@ export function ggufMagnitudeYarn(meta: GgufMetadata, arch: string, theta: numbe
  * The end-of-generation ids of a vocabulary with OpenAI's harmony tokens (o200k_harmony):
  * `<|return|>` ends an answer and `<|call|>` a tool call, while `<|end|>` only ends a message (the
  * analysis message before the answer), so it is dropped — llama.cpp's rule for this vocabulary.
- * Other vocabularies' ids come back unchanged. `tokens` is the file's vocabulary as stored (searched,
- * not copied: it holds ~200k strings).
+ * Other vocabularies' ids come back unchanged. `tokens` is a GGUF's vocabulary as stored (searched,
+ * not copied: it holds ~200k strings) or a tokenizer's lookup of one token's id.
  */
-export function withHarmonyStops(eosIds: readonly number[], tokens: readonly unknown[] | undefined): number[] {
+export function withHarmonyStops(eosIds: readonly number[], tokens: readonly unknown[] | ((token: string) => number | undefined) | undefined): number[] {
   if (!tokens) return [...eosIds];
-  const ret = tokens.indexOf("<|return|>");
-  const call = tokens.indexOf("<|call|>");
+  const id = typeof tokens === "function" ? (t: string) => tokens(t) ?? -1 : (t: string) => tokens.indexOf(t);
+  const ret = id("<|return|>");
+  const call = id("<|call|>");
   if (ret < 0 || call < 0) return [...eosIds];
-  const end = tokens.indexOf("<|end|>");
-  return [...new Set([...eosIds, ret, call])].filter((id) => id !== end);
+  const end = id("<|end|>");
+  return [...new Set([...eosIds, ret, call])].filter((i) => i !== end);
 }

@@ -10,6 +10,8 @@ import { hfRopeFreqFactors } from "./rope-scaling.ts";
 import { GLM4_MOE_DEFAULTS, hfDeepseekAttention, hfDeepseekMoe } from "./hf-deepseek.ts";
 import { type Json, num } from "./hf-json.ts";
 import { splittingKvB } from "./mla-weights.ts";
+import { GPT_OSS_NAMES, gptOssExperts, hfGptOss } from "./hf-gpt-oss.ts";
+import { withHarmonyStops } from "./gguf-gpt-oss.ts";
 import { readSafetensor, readSafetensorsHeader, type SafetensorsInfo } from "./safetensors.ts";
 import { HfTokenizer } from "./tokenizer-hf.ts";
 import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
@@ -43,8 +45,7 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   // Cut from kv_b_proj on load (mla-weights.ts).
   wkB: "self_attn.k_b_proj.weight",
   wvB: "self_attn.v_b_proj.weight",
-  // GPT-OSS's roles: never read here, since no config.json sets the flags that ask for them (its
-  // HF checkpoints fuse gate and up into MXFP4 `gate_up_proj_blocks`, which this loader does not take).
+  // GPT-OSS's roles; its experts' are read from fused tensors (hf-gpt-oss.ts GPT_OSS_NAMES).
   bo: "self_attn.o_proj.bias",
   sinks: "self_attn.sinks",
   routerLogitBias: "mlp.router.bias",
@@ -93,6 +94,7 @@ export const HF_TENSOR_NAMES: TensorNames = {
 /** transformers' names for a model with experts (a leading dense layer keeps the plain names). */
 function moeTensorNames(config: ModelConfig): TensorNames {
   const a = config.architecture;
+  if (a === "gpt-oss") return { ...HF_TENSOR_NAMES, layer: (i, role) => `model.layers.${i}.${GPT_OSS_NAMES[role] ?? LAYER_NAMES[role]}` };
   const experts = EXPERT_NAMES[a === "qwen2moe" || a === "qwen3moe" || a === "glm4moe" || a === "deepseek2" ? a : "mixtral"];
   // DeepSeek's q up-projection follows its low-rank bottleneck.
   const own: Partial<Record<LayerRole, string>> = config.mla && config.mla.qLoraRank > 0 ? { wq: "self_attn.q_b_proj.weight" } : {};
@@ -110,6 +112,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Qwen3MoeForCausalLM: "qwen3moe",
   Glm4MoeForCausalLM: "glm4moe",
   DeepseekV3ForCausalLM: "deepseek2",
+  GptOssForCausalLM: "gpt-oss",
   MixtralForCausalLM: "llama",
   // config.json's model_type, for files without `architectures`
   qwen2_moe: "qwen2moe",
@@ -117,6 +120,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   glm4_moe: "glm4moe",
   deepseek_v3: "deepseek2",
   kimi_k2: "deepseek2",
+  gpt_oss: "gpt-oss",
   mixtral: "llama",
 };
 
@@ -160,20 +164,26 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const mla = deepseek?.mla;
   // Latent attention caches one head: the latent and the shared RoPE key.
   const headDim = mla ? mla.kvLoraRank + mla.ropeDim : num(cfg, "head_dim", path, Math.floor(hiddenSize / numHeads));
+  const numLayers = num(cfg, "num_hidden_layers", path);
+  const gptOss = architecture === "gpt-oss" ? hfGptOss(cfg, ropeTheta, headDim, numLayers, path) : undefined;
   const rotaryDim = mla ? mla.ropeDim : hfRotaryDim(cfg, architecture, headDim, path);
-  const ropeFreqFactors = deepseek ? deepseek.ropeFreqFactors : hfRopeFreqFactors(cfg, ropeTheta, rotaryDim ?? headDim, path);
-  const moe = deepseek ? hfDeepseekMoe(cfg, path) : hfMoe(cfg, archName, architecture, path);
+  const ropeFreqFactors = deepseek || gptOss ? deepseek?.ropeFreqFactors ?? gptOss?.ropeFreqFactors : hfRopeFreqFactors(cfg, ropeTheta, rotaryDim ?? headDim, path);
+  const moe = deepseek ? hfDeepseekMoe(cfg, path) : gptOss ? gptOss.moe : hfMoe(cfg, archName, architecture, path);
+  const attentionScale = deepseek?.attentionScale ?? gptOss?.attentionScale;
   return {
     architecture,
     vocabSize,
     hiddenSize,
-    numLayers: num(cfg, "num_hidden_layers", path),
+    numLayers,
     numHeads,
     numKvHeads: mla ? 1 : numKvHeads,
     headDim,
-    intermediateSize: num(cfg, moe && architecture !== "llama" ? "moe_intermediate_size" : "intermediate_size", path),
+    // Mixtral's and GPT-OSS's experts have the plain width; the others name theirs apart.
+    intermediateSize: num(cfg, moe && architecture !== "llama" && !gptOss ? "moe_intermediate_size" : "intermediate_size", path),
     ...(moe ? { moe } : {}),
-    ...(deepseek ? { mla: deepseek.mla, attentionScale: deepseek.attentionScale } : {}),
+    ...(deepseek ? { mla: deepseek.mla } : {}),
+    ...(attentionScale !== undefined ? { attentionScale } : {}),
+    ...(gptOss ? { outputBias: true, attentionSinks: true, ...(gptOss.slidingWindow ? { slidingWindow: gptOss.slidingWindow } : {}) } : {}),
     rmsNormEps: num(cfg, "rms_norm_eps", path, 1e-6),
     ropeTheta,
     ropeLayout: deepseek?.ropeLayout ?? "neox",
@@ -181,7 +191,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(ropeFreqFactors ? { ropeFreqFactors } : {}),
     contextLength: num(cfg, "max_position_embeddings", path, 2048),
     tiedEmbeddings: cfg.tie_word_embeddings === true,
-    qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || cfg.attention_bias === true,
+    qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
     qkNorm: architecture === "qwen3" || architecture === "qwen3moe" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
     bosTokenId: bos,
     eosTokenIds,
@@ -280,14 +290,16 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
       const id = eosText === undefined ? undefined : tokenizer.tokenId(eosText);
       if (id !== undefined) config.eosTokenIds.push(id);
     }
+    if (config.architecture === "gpt-oss") config.eosTokenIds = withHarmonyStops(config.eosTokenIds, (t) => tokenizer.tokenId(t));
     const source = {
       has: (n: string) => index.has(n),
       byteLength: (n: string) => index.get(n)![1].end - index.get(n)![1].begin,
       read: (n: string) => readSafetensor(index.get(n)![0], index.get(n)![1]),
     };
+    const raw = { info: (n: string) => index.get(n)?.[1], bytes: (n: string) => index.get(n)![0].read(index.get(n)![1].begin, index.get(n)![1].end - index.get(n)![1].begin) };
     const moe = config.moe;
     const names = !moe ? HF_TENSOR_NAMES : moeTensorNames(config);
-    let tensors = moe ? stackingExperts(source, moe.numExperts, dir) : source;
+    let tensors = !moe ? source : config.architecture === "gpt-oss" ? gptOssExperts(source, raw, dir) : stackingExperts(source, moe.numExperts, dir);
     if (config.mla) {
       tensors = splittingKvB(tensors, config, names, (i) => `model.layers.${i}.${KV_B}`, dir);
     }

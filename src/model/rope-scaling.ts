@@ -97,6 +97,11 @@ export interface YarnRopeScaling {
   /** Rotations per original context above which a pair keeps its frequency, and below which it is slowed by `factor`. */
   betaFast: number;
   betaSlow: number;
+  /**
+   * Round the ramp's ends to whole dims (floor / ceil), as ggml always does and transformers does
+   * unless `rope_scaling.truncate` is false (GPT-OSS's config.json); absent: true.
+   */
+  truncate?: boolean;
 }
 
 /** A GGUF's YaRN parameters (`{arch}.rope.scaling.*`, llama.cpp's defaults where absent). */
@@ -114,12 +119,13 @@ export function ggufYarnScaling(meta: GgufMetadata, arch: string): YarnRopeScali
  * Divisors of the base frequencies that reproduce YaRN's blend (ggml's `rope_yarn` with ext_factor 1,
  * transformers' `_compute_yarn_parameters`): pairs below dim `low` keep their frequency, pairs past
  * `high` are slowed by `factor`, with a linear ramp between, where low/high are the dims that turn
- * betaFast/betaSlow times over the original context (floored / ceiled, as both do).
+ * betaFast/betaSlow times over the original context (floored / ceiled unless `truncate` is false).
  */
 export function yarnFreqFactors(theta: number, dim: number, s: YarnRopeScaling): number[] {
   const corrDim = (rotations: number) => (dim * Math.log(s.originalContext / (rotations * 2 * Math.PI))) / (2 * Math.log(theta));
-  const low = Math.max(0, Math.floor(corrDim(s.betaFast)));
-  const high = Math.min(dim - 1, Math.ceil(corrDim(s.betaSlow)));
+  const round = s.truncate === false ? { down: (x: number) => x, up: (x: number) => x } : { down: Math.floor, up: Math.ceil };
+  const low = Math.max(0, round.down(corrDim(s.betaFast)));
+  const high = Math.min(dim - 1, round.up(corrDim(s.betaSlow)));
   const factors: number[] = [];
   for (let i = 0; i < dim / 2; i++) {
     const keep = 1 - Math.min(1, Math.max(0, (i - low) / Math.max(0.001, high - low)));

@@ -104,9 +104,12 @@ export async function readSafetensor(file: RandomAccessFile, info: SafetensorsIn
   return { name, shape: info.shape.slice(), dtype, data };
 }
 
-/** Serialises tensors (F32/F16/BF16) into one safetensors buffer. */
-export function encodeSafetensors(tensors: readonly HostTensor[], metadata: Record<string, string> = {}): Uint8Array {
-  const names: Partial<Record<WeightDType, string>> = { f32: "F32", f16: "F16", bf16: "BF16" };
+/** A tensor to write: a weight, or raw bytes (MXFP4 blocks and scales ship as U8). */
+export type SafetensorsEntry = HostTensor | { name: string; shape: number[]; dtype: "u8"; data: Uint8Array };
+
+/** Serialises tensors (F32/F16/BF16, U8) into one safetensors buffer. */
+export function encodeSafetensors(tensors: readonly SafetensorsEntry[], metadata: Record<string, string> = {}): Uint8Array {
+  const names: Partial<Record<SafetensorsEntry["dtype"], string>> = { f32: "F32", f16: "F16", bf16: "BF16", u8: "U8" };
   const header: Record<string, unknown> = {};
   if (Object.keys(metadata).length > 0) header.__metadata__ = metadata;
   let offset = 0;

@@ -11,7 +11,8 @@ import { GgufType, type GgufEntry } from "../../src/model/gguf-types.ts";
 import { encodeGguf, gguf } from "../../src/model/gguf-writer.ts";
 import { GGUF_ROPE_FREQS } from "../../src/model/gguf-loader.ts";
 import { type Llama3RopeScaling, llama3FreqFactors } from "../../src/model/rope-scaling.ts";
-import { encodeSafetensors } from "../../src/model/safetensors.ts";
+import { encodeSafetensors, type SafetensorsEntry } from "../../src/model/safetensors.ts";
+import { gptOssHfConfig, gptOssHfTensors } from "./gpt-oss-files.ts";
 import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 
@@ -478,6 +479,8 @@ function hfExpertConfig(spec: ModelFileSpec): Record<string, unknown> {
   switch (spec.architecture) {
     case "llama":
       return { num_local_experts: e.count, ...used };
+    case "gpt-oss":
+      return {}; // gpt-oss-files.ts gptOssHfConfig
     case "deepseek2":
       return {
         n_routed_experts: e.count, ...used, moe_intermediate_size: spec.ffn, n_shared_experts: (e.sharedFfn ?? 0) / spec.ffn,
@@ -525,7 +528,8 @@ function hfMlaConfig(spec: ModelFileSpec): Record<string, unknown> {
 export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights: HfWeights): Promise<void> {
   mkdirSync(dir, { recursive: true });
   const dtype = spec.dtype === "f16" || spec.dtype === "bf16" ? spec.dtype : "f32";
-  const tensors: HostTensor[] = [...weights].map(([name, { shape, values }]) => {
+  const gptOss = spec.architecture === "gpt-oss";
+  const tensors: SafetensorsEntry[] = gptOss ? gptOssHfTensors(spec, weights, dtype) : [...weights].map(([name, { shape, values }]) => {
     const dt = isVector(shape) ? "f32" : dtype;
     return { name, shape, dtype: dt, data: encodeFromF32(values, dt) };
   });
@@ -552,6 +556,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     num_key_value_heads: spec.kvHeads,
     head_dim: spec.headDim,
     intermediate_size: spec.experts && !mixtral ? spec.ffn * 3 : spec.ffn,
+    ...(gptOss ? gptOssHfConfig(spec) : {}),
     ...(spec.rotaryDim !== undefined ? { partial_rotary_factor: spec.rotaryDim / spec.headDim } : {}),
     ...(spec.architecture === "glm4moe" ? { attention_bias: true, use_qk_norm: false } : {}),
     rms_norm_eps: 1e-5,

@@ -178,7 +178,7 @@ const CASES: OracleCase[] = [
       experts: { count: 4, used: 2 },
     },
     tol: 1e-4,
-    hf: false,
+    hf: true,
   },
   // As gpt-oss GGUFs ship: MXFP4 experts (their biases f32), q8_0 elsewhere.
   {
@@ -188,7 +188,7 @@ const CASES: OracleCase[] = [
       dtype: "mxfp4", ggufDtype: mxfp4Moe, experts: { count: 4, used: 2 },
     },
     tol: 2e-2,
-    hf: false,
+    hf: true,
   },
   { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
   // Llama 3.1 frequency scaling: the GGUF carries rope_freqs.weight, the HF dir llama3 rope_scaling.
