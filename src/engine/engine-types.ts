@@ -6,7 +6,7 @@ import type { EngineMetrics } from "./engine-metrics.ts";
 import type { SchedulerStats, StepMixing, WorkerRole } from "./scheduler-types.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { FinishReason } from "./sequence.ts";
-import type { OutputGrammar } from "./grammar.ts";
+import type { FreePrefix, OutputGrammar } from "./grammar.ts";
 
 /** One generation request, already tokenized. */
 export interface GenerateRequest {
@@ -55,6 +55,11 @@ export interface GenerateRequest {
    * output starts as reasoning. Used only when the engine knows the reasoning tokens.
    */
   startsInReasoning?: boolean;
+  /**
+   * The grammar applies only after this free prefix (grammar.ts `FreePrefix`: gpt-oss's analysis
+   * before its final message's header). Absent: after `</think>` when `startsInReasoning`, else from the first token.
+   */
+  grammarAfter?: FreePrefix;
   /**
    * Stop after the first token with finish reason "prefill_done", leaving the prompt's KV cached: a
    * prefill that another worker will continue (src/cluster). Its token and text are not streamed.

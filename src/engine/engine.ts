@@ -14,6 +14,7 @@ import { tokenTextOf } from "../model/config.ts";
 import { HostKvOffload } from "./kv-offload.ts";
 import { OutputConstraint, TokenTrie } from "./output-constraint.ts";
 import { SchemaError } from "./json-schema.ts";
+import { AFTER_THINK } from "./grammar.ts";
 import { checkSamplingRequest, LogitAdjuster } from "./logit-adjust.ts";
 import { exportHandoff, exportPrefix, importPrefix, type PrefixKv } from "./prefix-transfer.ts";
 import { HandoffTails } from "./handoff-tails.ts";
@@ -197,7 +198,7 @@ export class Engine implements ServingEngine {
   private outputConstraint(req: GenerateRequest): OutputConstraint | undefined {
     if (req.grammar === undefined) return undefined;
     try {
-      return new OutputConstraint(req.grammar, this.tokenTrie(req.skipSpecialTokens === false), this.opts.config.eosTokenIds, req.startsInReasoning === true);
+      return new OutputConstraint(req.grammar, this.tokenTrie(req.skipSpecialTokens === false), this.opts.config.eosTokenIds, req.grammarAfter ?? (req.startsInReasoning ? AFTER_THINK : undefined));
     } catch (e) {
       if (e instanceof SchemaError) throw new RequestParamError(e.message);
       throw e;

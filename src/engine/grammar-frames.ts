@@ -64,8 +64,8 @@ export type Frame =
   }
   /** Text matching a regular expression whole (the `regex` grammar); rs: where the expression is. */
   | { readonly k: "re"; readonly re: CompiledRegex; readonly rs: RegexState; readonly up: Frame | null; readonly d: number }
-  /** Free reasoning text until `</think>`; m: characters of it matched so far. */
-  | { readonly k: "think"; readonly m: number; readonly up: Frame | null; readonly d: number }
+  /** Free text (reasoning) until `until` (`</think>`); m: characters of it matched so far. */
+  | { readonly k: "think"; readonly until: string; readonly m: number; readonly up: Frame | null; readonly d: number }
   /** Once its child ends, the automaton goes on in `state`. */
   | { readonly k: "then"; readonly state: GrammarState; readonly up: null; readonly d: number }
   /**

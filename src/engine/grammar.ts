@@ -100,21 +100,47 @@ export const MAX_WHITESPACE = 2;
 
 const isWs = (c: string) => c === " " || c === "\n" || c === "\t" || c === "\r";
 
-const THINK_END = "</think>";
 const ANY_STRING: SchemaNode = { t: "string", min: 0, max: Infinity, patterns: [] };
 const ANY_NUMBER: SchemaNode = { t: "number", integer: false, range: null };
 const ANY_ARRAY: SchemaNode = { t: "array", prefix: [], items: ANY, min: 0, max: Infinity, unique: false };
 
 /**
- * The automaton's start state for `g`; throws SchemaError for a schema outside the supported subset.
- * With `afterReasoning` the output starts inside a `<think>` block: any text up to `</think>`, then
- * a blank line, then the grammar (vLLM likewise constrains only what follows the reasoning).
+ * Free text before the grammar: any text until each of `until` in turn has been written, then the
+ * literal `then`, then the grammar. vLLM likewise constrains only what follows the reasoning.
  */
-export function grammarStart(g: OutputGrammar, afterReasoning = false): GrammarState {
-  const state = startOf(g);
-  if (!afterReasoning) return state;
-  const gap: Frame = { k: "lit", text: "\n\n", i: 0, up: { k: "then", state, up: null, d: 0 }, d: 0 };
-  return [{ top: { k: "think", m: 0, up: { k: "then", state: [{ top: gap, ws: 0 }], up: null, d: 0 }, d: 0 }, ws: 0 }];
+export interface FreePrefix {
+  readonly until: readonly string[];
+  readonly then: string;
+}
+
+/** The output starts inside a `<think>` block: free until `</think>`, then a blank line. */
+export const AFTER_THINK: FreePrefix = { until: ["</think>"], then: "\n\n" };
+
+/**
+ * The automaton's start state for `g`; throws SchemaError for a schema outside the supported subset.
+ * With `prefix` the output is free until the prefix's markers ({@link FreePrefix}).
+ */
+export function grammarStart(g: OutputGrammar, prefix?: FreePrefix): GrammarState {
+  let state = startOf(g);
+  if (!prefix) return state;
+  if (prefix.then !== "") state = [{ top: { k: "lit", text: prefix.then, i: 0, up: { k: "then", state, up: null, d: 0 }, d: 0 }, ws: 0 }];
+  for (const until of [...prefix.until].reverse()) {
+    if (until === "") throw new SchemaError("A free prefix's marker is empty");
+    state = [{ top: { k: "think", until, m: 0, up: { k: "then", state, up: null, d: 0 }, d: 0 }, ws: 0 }];
+  }
+  return state;
+}
+
+/**
+ * How much of `marker` the text ends with after `c` follows `m` matched characters: the longest
+ * prefix of the marker that is a suffix of marker[0, m) + c (a marker may repeat its own start,
+ * as `<|channel|>final<|` does).
+ */
+function markerMatch(marker: string, m: number, c: string): number {
+  if (c === marker[m]) return m + 1;
+  const seen = marker.slice(0, m) + c;
+  for (let k = m; k > 0; k--) if (seen.endsWith(marker.slice(0, k))) return k;
+  return 0;
 }
 
 function startOf(g: OutputGrammar): GrammarState {
@@ -245,9 +271,8 @@ function step(cfg: Config, c: string): Config[] {
     }
     case "key": return stepKey(f, c);
     case "think": {
-      // "</think>" repeats no prefix of itself, so a mismatch restarts the match at this character.
-      const m = c === THINK_END[f.m] ? f.m + 1 : c === THINK_END[0] ? 1 : 0;
-      return m === THINK_END.length ? complete(f.up) : [{ top: { ...f, m }, ws: 0 }];
+      const m = markerMatch(f.until, f.m, c);
+      return m === f.until.length ? complete(f.up) : [{ top: { ...f, m }, ws: 0 }];
     }
     case "re": {
       const rs = f.re.step(f.rs, c);

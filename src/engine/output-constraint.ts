@@ -7,7 +7,7 @@
  * finding the allowed tokens walks only the prefixes the grammar accepts: in most states a handful of
  * first characters, not the whole vocabulary. The mask is a bit per token, set for the allowed ones.
  */
-import { grammarComplete, grammarStart, grammarStateKey, ObjectIds, type OutputGrammar } from "./grammar.ts";
+import { type FreePrefix, grammarComplete, grammarStart, grammarStateKey, ObjectIds, type OutputGrammar } from "./grammar.ts";
 import { grammarForcedText } from "./grammar-forced.ts";
 import { wideCharEdges } from "./grammar-wide-chars.ts";
 import { type PieceState, TokenTrie } from "./token-trie.ts";
@@ -68,11 +68,11 @@ export class OutputConstraint {
   readonly #edgesOf: () => readonly number[];
 
   /**
-   * Throws SchemaError when the grammar's schema is outside the supported subset. With
-   * `afterReasoning` the output starts as reasoning, free until `</think>` (grammar.ts).
+   * Throws SchemaError when the grammar's schema is outside the supported subset. With `prefix`
+   * the output is free until the prefix's markers (grammar.ts `FreePrefix`: a reasoning block's end).
    */
-  constructor(grammar: OutputGrammar, private readonly trie: TokenTrie, private readonly eos: readonly number[], afterReasoning = false) {
-    const state = grammarStart(grammar, afterReasoning);
+  constructor(grammar: OutputGrammar, private readonly trie: TokenTrie, private readonly eos: readonly number[], prefix?: FreePrefix) {
+    const state = grammarStart(grammar, prefix);
     this.#at = { state, pending: [] };
     this.#edgesOf = () => (this.#edges ??= wideCharEdges(grammar, state));
   }

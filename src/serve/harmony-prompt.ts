@@ -3,7 +3,7 @@
  * leaves the answer, the messages a client sends back made fit for gpt-oss's chat template, and the
  * token ids the engine tracks analysis messages by (src/engine/reasoning-spans.ts).
  */
-import type { OutputGrammar } from "../engine/grammar.ts";
+import type { FreePrefix, OutputGrammar } from "../engine/grammar.ts";
 import { HARMONY } from "../engine/grammar-tool-calls.ts";
 import type { ReasoningTokens } from "../engine/reasoning-spans.ts";
 import type { Tokenizer } from "../model/config.ts";
@@ -36,6 +36,22 @@ export function harmonyStart(prompt: string): HarmonyStart {
 export function checkHarmonyGrammar(start: HarmonyStart, grammar: OutputGrammar | undefined, prompt: string): void {
   if (grammar?.kind !== "tool_calls" || grammar.format !== "harmony" || (start.at === "header" && start.header === "assistant")) return;
   throw new ApiError(400, `A forced tool call in harmony format needs a prompt that ends with <|start|>assistant; this one ends with ${describe(prompt.slice(-40))}`, "messages", "unsupported_parameter");
+}
+
+/**
+ * Where structured output (response_format, structured_outputs) starts in a harmony answer: in the
+ * final message's body, after its header `<|channel|>final` … `<|message|>` (a `<|constrain|>` may
+ * come between), the analysis and any preamble before it left free — vLLM likewise constrains only
+ * gpt-oss's final message. Undefined where the grammar applies from the first token: a forced call
+ * (its grammar writes the whole message) or a prompt that leaves the final message's body open.
+ */
+export function harmonyGrammarPrefix(start: HarmonyStart, grammar: OutputGrammar | undefined): FreePrefix | undefined {
+  if (!grammar || grammar.kind === "tool_calls") return undefined;
+  const final = HARMONY.channel + "final";
+  if (start.at === "body" && start.header.includes(final)) return undefined;
+  // A header the prompt left open in the final channel needs only its `<|message|>`.
+  if (start.at === "header" && start.header.includes(final)) return { until: [HARMONY.message], then: "" };
+  return { until: [final, HARMONY.message], then: "" };
 }
 
 /**

@@ -15,7 +15,7 @@ import type { ChatRequest, CompletionRequest, ToolDef } from "./schemas.ts";
 import type { ToolSpec } from "./tool-calls-pairs.ts";
 import { mistralMessageIds } from "./tool-calls-mistral.ts";
 import { startsInAnalysis } from "./harmony.ts";
-import { checkHarmonyGrammar, harmonyMessages, harmonyStart } from "./harmony-prompt.ts";
+import { checkHarmonyGrammar, harmonyGrammarPrefix, harmonyMessages, harmonyStart } from "./harmony-prompt.ts";
 
 /** What the handlers need from the server. */
 export interface ServeContext {
@@ -219,7 +219,9 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const reasoning = reasoningTags !== undefined;
   const start = harmony ? harmonyStart(text) : undefined;
   const startsInReasoning = reasoning && (start ? startsInAnalysis(start) : promptOpensReasoning(text, reasoningTags));
-  if (startsInReasoning && grammar && reasoningTags !== THINK_TAGS) {
+  // Harmony constrains only the final message (harmony-prompt.ts).
+  const grammarAfter = start ? harmonyGrammarPrefix(start, grammar) : undefined;
+  if (startsInReasoning && grammar && reasoningTags !== THINK_TAGS && !grammarAfter) {
     // The grammar waits for `</think>` after an open prompt (src/engine/grammar.ts).
     throw new ApiError(400, `Structured output after a prompt that opens ${reasoningTags.open} is not supported`, "messages", "unsupported_parameter");
   }
@@ -232,7 +234,10 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   // reasoning: its answers always keep them (the parser consumes them), whatever skip_special_tokens says.
   const toolCalls = (tools?.length ?? 0) > 0;
   const skipSpecial = !toolCalls && ctx.reasoningParser !== "mistral";
-  const request = engineRequest(harmony ? { ...body, skip_special_tokens: false } : body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, skipSpecial);
+  const request = {
+    ...engineRequest(harmony ? { ...body, skip_special_tokens: false } : body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, skipSpecial),
+    ...(grammarAfter ? { grammarAfter } : {}),
+  };
   const n = body.n ?? 1;
   // Chat's prompt log probabilities are returned once, beside the choices.
   const handles = submit(ctx, [request], n, "messages", true);

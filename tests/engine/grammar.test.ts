@@ -4,7 +4,7 @@ import { projectRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import type { GenerateRequest } from "../../src/engine/engine-types.ts";
-import { grammarComplete, grammarFeed, grammarStart, type GrammarState, type OutputGrammar } from "../../src/engine/grammar.ts";
+import { AFTER_THINK, grammarComplete, grammarFeed, grammarStart, type GrammarState, type OutputGrammar } from "../../src/engine/grammar.ts";
 import { grammarForcedText } from "../../src/engine/grammar-forced.ts";
 import { compileSchema, type JsonSchema } from "../../src/engine/json-schema.ts";
 import { OutputConstraint, type TokenMask, TokenTrie } from "../../src/engine/output-constraint.ts";
@@ -191,12 +191,25 @@ test("grammarStart() for a regex takes text the pattern matches whole, anchored 
   assert.throws(() => grammarStart({ kind: "regex", pattern: "(?=a)b" }), /lookaround|look/i);
 });
 
-test("grammarStart() with afterReasoning leaves the thoughts free and constrains what follows </think>", () => {
-  const g = grammarStart(OBJECT, true);
+test("grammarStart() after AFTER_THINK leaves the thoughts free and constrains what follows </think>", () => {
+  const g = grammarStart(OBJECT, AFTER_THINK);
   assert.ok(fits(g, "I think {not json} </thin </think>\n\n{}", true));
   assert.ok(!fits(g, "hmm</think>\n\nfoo"));
   assert.ok(!fits(g, "hmm</think>{}"), "a blank line after the thoughts");
   assert.ok(!fits(g, "no end yet", true));
+});
+
+test("grammarStart() with a FreePrefix of several markers awaits each in turn, matching markers that repeat their start", () => {
+  const g = grammarStart(OBJECT, { until: ["<|channel|>final", "<|message|>"], then: "" });
+  assert.ok(fits(g, "<|channel|>analysis<|message|>{x}<|end|><|start|>assistant<|channel|>final<|message|>{}", true));
+  assert.ok(fits(g, "<|channel|>final <|constrain|>json<|message|>{\"a\": 1}", true), "anything between the two markers");
+  assert.ok(!fits(g, "<|channel|>final<|message|>not json"));
+  assert.ok(!fits(g, "<|channel|>analysis<|message|>{}", true), "the analysis is not the answer");
+  // A marker whose start recurs in it: after "ab" of "abac", "abab" still holds "ab" towards it.
+  const r = grammarStart({ kind: "regex", pattern: "x" }, { until: ["abac"], then: "" });
+  assert.ok(fits(r, "ababacx", true));
+  assert.ok(fits(r, "aabacx", true));
+  assert.ok(!fits(r, "abacy"));
 });
 
 test("grammarStart() follows pattern and format on the decoded string, escapes included, within maxLength", () => {

@@ -145,3 +145,25 @@ test("chat completions with --tool-call-parser harmony write a forced call in ha
     assert.equal(required.usage!.completion_tokens, CALL.length + 1, "written with the model's own tokens (its <|channel|> and <|message|> control tokens)");
   });
 });
+
+/** Thoughts that are no JSON (braces unbalanced), then a final message that is. */
+const JSON_THOUGHTS = [" Hot {very", " in Tokyo."];
+const JSON_FINAL = ["<|channel|>", "analysis", "<|message|>", ...JSON_THOUGHTS, "<|end|>", "<|start|>", "assistant<|channel|>final<|message|>", '{"temp": 28}'];
+
+test("chat completions with --reasoning-parser harmony constrain response_format to the final message, leaving the analysis free", async () => {
+  await withServer(await harmonyModel("json", JSON_FINAL), async (client) => {
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "Weather in Tokyo, as JSON?" }];
+    const schema = { type: "object", properties: { temp: { type: "integer" } }, required: ["temp"], additionalProperties: false };
+    for (const response_format of [{ type: "json_object" as const }, { type: "json_schema" as const, json_schema: { name: "w", schema } }]) {
+      const r = await client.chat.completions.create({ model: "json", messages, temperature: 0, max_tokens: 32, response_format });
+      const msg = r.choices[0].message as OpenAI.ChatCompletionMessage & { reasoning_content?: string };
+      assert.deepEqual([msg.reasoning_content, msg.content, r.choices[0].finish_reason], [JSON_THOUGHTS.join(""), '{"temp": 28}', "stop"], response_format.type);
+    }
+    // A schema the model's answer does not fit: the analysis stays the model's, the answer follows the schema.
+    const other = { type: "object", properties: { city: { enum: ["Tokyo"] } }, required: ["city"], additionalProperties: false };
+    const r = await client.chat.completions.create({ model: "json", messages, temperature: 0, max_tokens: 32, response_format: { type: "json_schema", json_schema: { name: "c", schema: other } } });
+    const msg = r.choices[0].message as OpenAI.ChatCompletionMessage & { reasoning_content?: string };
+    assert.equal(msg.reasoning_content, JSON_THOUGHTS.join(""));
+    assert.deepEqual(JSON.parse(msg.content ?? "null"), { city: "Tokyo" }, String(msg.content));
+  });
+});

@@ -12,7 +12,7 @@ import { readFileSync } from "node:fs";
 import { test } from "../harness.ts";
 import { type ChatOutputOptions, parseChatOutput } from "../../src/serve/chat-output.ts";
 import { chatRenderer } from "../../src/serve/chat-template.ts";
-import { harmonyMessages, harmonyStart } from "../../src/serve/harmony-prompt.ts";
+import { harmonyGrammarPrefix, harmonyMessages, harmonyStart } from "../../src/serve/harmony-prompt.ts";
 import type { ChatMessageIn, ToolDef } from "../../src/serve/schemas.ts";
 
 const TEMPLATE = readFileSync(new URL("./fixtures/gpt-oss-chat-template.jinja", import.meta.url), "utf8");
@@ -86,4 +86,16 @@ test("A call written the cookbook's way is read the same, but gpt-oss's template
   assert.ok(turn2.startsWith(prompt + ANALYSIS + "<|start|>assistant"), "the analysis message and the next message's start are reused");
   assert.ok(!turn2.startsWith(prompt + ANALYSIS + AS_COOKBOOK), "the call's header (and tojson's spacing of its arguments) differ");
   assert.ok(turn2.includes(AS_TEMPLATE), "the template writes the call its own way");
+});
+
+test("harmonyGrammarPrefix() constrains from the final message's body, wherever the prompt leaves the answer", () => {
+  const json = { kind: "json" as const, schema: { type: "object" } };
+  const both = { until: ["<|channel|>final", "<|message|>"], then: "" };
+  assert.deepEqual(harmonyGrammarPrefix(harmonyStart("<|start|>user<|message|>hi<|end|><|start|>assistant"), json), both);
+  assert.deepEqual(harmonyGrammarPrefix(harmonyStart("<|start|>assistant<|channel|>analysis<|message|>"), json), both, "inside the analysis");
+  assert.deepEqual(harmonyGrammarPrefix(harmonyStart("<|start|>assistant<|channel|>final"), json), { until: ["<|message|>"], then: "" }, "the final header left open");
+  assert.equal(harmonyGrammarPrefix(harmonyStart("<|start|>assistant<|channel|>final<|message|>"), json), undefined, "already in the final body");
+  const forced = { kind: "tool_calls" as const, tools: [{ name: "f" }], parallel: false, format: "harmony" as const };
+  assert.equal(harmonyGrammarPrefix(harmonyStart("<|start|>assistant"), forced), undefined, "a forced call's grammar writes the whole message");
+  assert.equal(harmonyGrammarPrefix(harmonyStart("<|start|>assistant"), undefined), undefined);
 });
