@@ -35,6 +35,15 @@ export const PRE_TOKENIZER_PATTERNS: Readonly<Record<string, readonly string[]>>
     "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|" +
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
   ],
+  // Kimi K2 (tokenization_kimi.py's tiktoken pattern): runs of Han characters apart, then o200k-style
+  // cased words without Han. Written as the model's own regex reads: llama.cpp's hand-written
+  // splitter for it ignores case (it keeps "helloWorld" whole where this gives "hello", "World").
+  "kimi-k2": [
+    "\\p{Script=Han}+|" +
+    "[^\\r\\n\\p{L}\\p{N}]?(?:(?!\\p{Script=Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])*(?:(?!\\p{Script=Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|" +
+    "[^\\r\\n\\p{L}\\p{N}]?(?:(?!\\p{Script=Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])+(?:(?!\\p{Script=Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|" +
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+  ],
   // DeepSeek V3 / R1: digits in threes, then runs of CJK and kana, then words and punctuation.
   "deepseek-v3": [
     "\\p{N}{1,3}",

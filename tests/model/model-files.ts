@@ -33,7 +33,7 @@ export interface ModelFileSpec {
   ggufDtype?: (ggufName: string) => WeightDType;
   seed: number;
   /** GGUF vocab: default SentencePiece-style for llama, Qwen2 byte-level BPE otherwise. */
-  tokenizer?: "spm" | "qwen2" | "llama-bpe" | "deepseek-v3" | "gpt-4o";
+  tokenizer?: "spm" | "qwen2" | "llama-bpe" | "deepseek-v3" | "gpt-4o" | "kimi-k2";
   /** RoPE base; default 10000 for llama, 1e6 for Qwen. */
   ropeTheta?: number;
   /**
@@ -319,7 +319,7 @@ export function vocabFor(spec: ModelFileSpec): TestVocab {
   return tokenizerKind(spec) === "spm" ? spmVocab(spec.vocab) : bpeVocab(spec.vocab);
 }
 
-function tokenizerKind(spec: ModelFileSpec): "spm" | "qwen2" | "llama-bpe" | "deepseek-v3" | "gpt-4o" {
+function tokenizerKind(spec: ModelFileSpec): NonNullable<ModelFileSpec["tokenizer"]> {
   return spec.tokenizer ?? (spec.architecture === "llama" ? "spm" : "qwen2");
 }
 

@@ -122,6 +122,16 @@ test("preTokenize() applies DeepSeek V3's three patterns in turn, keeping the te
   assert.deepEqual(preTokenize("", deepseek), []);
 });
 
+test("preTokenize() splits Kimi K2's text as its tiktoken pattern does: Han runs apart, cased words without Han", () => {
+  const kimi = PRE_TOKENIZER_PATTERNS["kimi-k2"].map((p) => new RegExp(p, "gu"));
+  // Han runs stand alone; kana and Latin letters around them make words of their own.
+  assert.deepEqual(preTokenize("数字12345和日本語のテキスト", kimi), ["数字", "123", "45", "和日本語", "のテキスト"]);
+  assert.deepEqual(preTokenize("漢字abc", kimi), ["漢字", "abc"]);
+  // Words end where lower case turns upper (camelCase splits, as in o200k); contractions in any case.
+  assert.deepEqual(preTokenize("helloWorld THE'S don'T", kimi), ["hello", "World", " THE'S", " don'T"]);
+  assert.deepEqual(preTokenize("  two\n\nx", kimi), [" ", " two", "\n\n", "x"]);
+});
+
 test("preTokenize() splits GPT-4o's o200k words at case changes and keeps contractions, as llama.cpp does", () => {
   const gpt4o = PRE_TOKENIZER_PATTERNS["gpt-4o"].map((p) => new RegExp(p, "gu"));
   assert.deepEqual(preTokenize("HelloWorld THE'S don't", gpt4o), ["Hello", "World", " THE'S", " don't"]);

@@ -137,7 +137,7 @@ const CASES: OracleCase[] = [
   {
     name: "deepseek2 (Kimi K2 layout) MLA, 8 experts / 2 used, shared expert, dense layer 0, f32",
     spec: {
-      ...BASE, architecture: "deepseek2", layers: 3, ropeTheta: 10000, seed: 120,
+      ...BASE, architecture: "deepseek2", layers: 3, ropeTheta: 10000, seed: 120, tokenizer: "kimi-k2",
       mla: { qLora: 24, kvLora: 40, nope: 16, rope: 8, v: 12 },
       experts: { count: 8, used: 2, sharedFfn: 64, denseLayers: 1, scale: 2.5 },
     },
