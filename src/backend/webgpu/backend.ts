@@ -87,6 +87,7 @@ export class WebGpuBackend implements Backend {
   destroy(): void {
     if (this.#destroyed) return;
     this.#destroyed = true;
+    this.#ctx.recorder.dropBindGroups();
     this.#ctx.pool.trim();
     this.#ctx.uniformPool.trim();
     this.#ctx.gpu.device.destroy();

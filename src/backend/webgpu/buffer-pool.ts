@@ -3,7 +3,10 @@
  *
  * Size classes: up to 64 KiB the next power of two (at least 256 B); above, the next multiple of an
  * eighth of the enclosing power of two, so a class wastes at most 12.5%. A freed buffer goes back
- * to its class's free list and is handed to the next request of that class. Buffers are reusable
+ * to its class's free list, and a request takes the oldest free buffer of its class (lowest id), so
+ * which buffer an op gets depends only on which are free, not on the order they were freed in: each
+ * decode step then binds the same buffers as the last, and the recorder's cached bind groups serve
+ * it (with a stack, steps permuted their buffers and kept creating bind groups). Buffers are reusable
  * as soon as they are freed, because all later use is recorded later in the same command stream;
  * `lastEpoch` lets the uploader see whether a recycled buffer is still read by unsubmitted work.
  */
@@ -11,6 +14,8 @@
 /** A pooled GPU buffer. */
 export interface PooledBuffer {
   readonly buffer: GPUBuffer;
+  /** Creation order within its pool. */
+  readonly id: number;
   /** Class size in bytes (the buffer's real size). */
   readonly size: number;
   /** Recorder epoch of the last command that referenced it (-1: never). */
@@ -42,7 +47,9 @@ export function sizeClass(bytes: number): number {
 export class BufferPool {
   readonly #device: GPUDevice;
   readonly #usage: number;
+  /** Free buffers by class, each list in descending id order (the lowest id pops first). */
   readonly #free = new Map<number, PooledBuffer[]>();
+  #nextId = 0;
   readonly #stats: PoolStats = { allocatedBytes: 0, inUseBytes: 0, peakInUseBytes: 0, reuses: 0, creations: 0 };
 
   constructor(device: GPUDevice, usage: number) {
@@ -58,7 +65,7 @@ export class BufferPool {
     if (pb) {
       this.#stats.reuses++;
     } else {
-      pb = { buffer: this.#device.createBuffer({ size, usage: this.#usage }), size, lastEpoch: -1 };
+      pb = { buffer: this.#device.createBuffer({ size, usage: this.#usage }), id: this.#nextId++, size, lastEpoch: -1 };
       this.#stats.creations++;
       this.#stats.allocatedBytes += size;
     }
@@ -71,8 +78,18 @@ export class BufferPool {
   release(pb: PooledBuffer): void {
     this.#stats.inUseBytes -= pb.size;
     const list = this.#free.get(pb.size);
-    if (list) list.push(pb);
-    else this.#free.set(pb.size, [pb]);
+    if (!list) {
+      this.#free.set(pb.size, [pb]);
+      return;
+    }
+    let lo = 0;
+    let hi = list.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (list[mid].id > pb.id) lo = mid + 1;
+      else hi = mid;
+    }
+    list.splice(lo, 0, pb);
   }
 
   /** Destroys the cached free buffers (live ones stay with their owners). */

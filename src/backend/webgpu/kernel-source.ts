@@ -72,3 +72,29 @@ export function kernelKey(name: KernelName, params: KernelParams): string {
   const parts = Object.keys(params).sort().map((k) => `${k}=${params[k]}`);
   return `${name}(${parts.join(",")})`;
 }
+
+/**
+ * The group-0 layout a specialised kernel declares, read from its `@binding(n) var<…>` lines
+ * (comments stripped). An explicit layout instead of `layout: "auto"` lets the uniform block
+ * (binding 0, the only uniform) take a dynamic offset, so one bind group serves every dispatch
+ * of a kernel over the same buffers whatever slot of the uniform ring its parameters landed in.
+ */
+export function bindGroupLayoutEntries(code: string, kernel: string): GPUBindGroupLayoutEntry[] {
+  const text = code.replace(/\/\*[\s\S]*?\*\//g, "").replace(/\/\/.*$/gm, "");
+  const re = /@group\(\s*0\s*\)\s*@binding\(\s*(\d+)\s*\)\s*var\s*<\s*(\w+)\s*(?:,\s*(\w+)\s*)?>/g;
+  const entries: GPUBindGroupLayoutEntry[] = [];
+  for (const m of text.matchAll(re)) {
+    const binding = Number(m[1]);
+    if (entries.some((e) => e.binding === binding)) throw new KernelTemplateError(`Kernel "${kernel}" declares binding ${binding} twice`);
+    const visibility = GPUShaderStage.COMPUTE;
+    if (m[2] === "uniform") {
+      if (binding !== 0) throw new KernelTemplateError(`Kernel "${kernel}" has a uniform at binding ${binding}; only binding 0 may be one`);
+      entries.push({ binding, visibility, buffer: { type: "uniform", hasDynamicOffset: true } });
+    } else if (m[2] === "storage") {
+      entries.push({ binding, visibility, buffer: { type: m[3] === "read_write" ? "storage" : "read-only-storage" } });
+    } else {
+      throw new KernelTemplateError(`Kernel "${kernel}" binds a var<${m[2]}> at ${binding}, which the backend cannot lay out`);
+    }
+  }
+  return entries.sort((a, b) => a.binding - b.binding);
+}

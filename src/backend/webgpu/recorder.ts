@@ -1,11 +1,20 @@
 /**
  * Records ops into one command encoder (one compute pass between copies) and submits on demand.
  * Holds the pipeline cache (keyed by kernel name and template parameters, never by shapes: shapes
- * travel in a uniform block per dispatch) and the uniform ring those blocks are written into.
+ * travel in a uniform block per dispatch), the uniform ring those blocks are written into, and a
+ * bind group cache.
+ *
+ * Why bind groups are cached: WebGPU cannot destroy a bind group; it is freed only when the JS
+ * garbage collector finalizes its wrapper, and V8 does not count the native memory behind it. On
+ * lavapipe every live bind group holds its own 4 KiB mapping of a memfd (the descriptor set's
+ * memory), so one bind group per dispatch grew /proc/self/maps by ~1 line per dispatch between
+ * collections (the llama.cpp oracle file: ~1.2k per model run, 19k to 64k, near Linux's 65530
+ * vm.max_map_count). The uniform binding takes a dynamic offset, so a bind group depends only on
+ * the kernel and the buffers bound, which repeat from one decode step to the next.
  */
 import { type BufferPool, type PooledBuffer } from "./buffer-pool.ts";
 import { type GpuDevice, WebGpuError } from "./device.ts";
-import { kernelKey, type KernelName, type KernelParams, specialiseKernel } from "./kernel-source.ts";
+import { bindGroupLayoutEntries, kernelKey, type KernelName, type KernelParams, specialiseKernel } from "./kernel-source.ts";
 
 /** A 32-bit float uniform field (plain numbers are written as u32). */
 export class F32 {
@@ -20,10 +29,25 @@ export interface RecorderStats {
   dispatches: number;
   submits: number;
   pipelines: number;
+  /** Bind groups created (a dispatch over the same kernel and buffers as a cached one reuses it). */
+  bindGroups: number;
 }
 
 const UNIFORM_CHUNK = 64 * 1024;
 const MAX_GROUPS = 65535;
+/**
+ * Bind groups kept for reuse, least recently used dropped first. Each costs a mapping on lavapipe
+ * (see above), so this bounds those; it is well above the dispatches of one decode step of large
+ * models (~10-30 per layer), so a step's bind groups survive until the next step reuses them.
+ */
+const BIND_GROUP_CACHE = 4096;
+
+/** A compiled kernel variant, its explicit group-0 layout, and a small id for bind group keys. */
+interface Kernel {
+  pipeline: GPUComputePipeline;
+  layout: GPUBindGroupLayout;
+  id: number;
+}
 
 interface UniformChunk {
   buffer: PooledBuffer;
@@ -36,7 +60,12 @@ export class Recorder {
   readonly #gpu: GpuDevice;
   readonly #sources: ReadonlyMap<KernelName, string>;
   readonly #uniformPool: BufferPool;
-  readonly #pipelines = new Map<string, GPUComputePipeline>();
+  readonly #kernels = new Map<string, Kernel>();
+  /** Bind groups by kernel id and bound buffers, in least-recently-used-first order. */
+  readonly #bindGroups = new Map<string, GPUBindGroup>();
+  /** Small ids of the buffers bound so far, for bind group keys (weak: buffers come and go). */
+  readonly #bufferIds = new WeakMap<GPUBuffer, number>();
+  #nextBufferId = 0;
   #encoder: GPUCommandEncoder | undefined;
   #pass: GPUComputePassEncoder | undefined;
   #chunks: UniformChunk[] = [];
@@ -44,7 +73,7 @@ export class Recorder {
   #epoch = 0;
   /** Pending validation results of pipeline creations, awaited at the next flush. */
   #checks: Promise<string | false | null>[] = [];
-  readonly #stats: RecorderStats = { dispatches: 0, submits: 0, pipelines: 0 };
+  readonly #stats: RecorderStats = { dispatches: 0, submits: 0, pipelines: 0, bindGroups: 0 };
 
   constructor(gpu: GpuDevice, sources: ReadonlyMap<KernelName, string>, uniformPool: BufferPool) {
     this.#gpu = gpu;
@@ -64,18 +93,63 @@ export class Recorder {
 
   /** A pipeline for a kernel variant, compiled once per distinct template parameters. */
   pipeline(name: KernelName, params: KernelParams): GPUComputePipeline {
+    return this.#kernel(name, params).pipeline;
+  }
+
+  #kernel(name: KernelName, params: KernelParams): Kernel {
     const key = kernelKey(name, params);
-    let p = this.#pipelines.get(key);
-    if (!p) {
+    let k = this.#kernels.get(key);
+    if (!k) {
       const code = specialiseKernel(this.#sources, name, params);
       this.device.pushErrorScope("validation");
+      const layout = this.device.createBindGroupLayout({ entries: bindGroupLayoutEntries(code, key), label: key });
       const module = this.device.createShaderModule({ code, label: key });
-      p = this.device.createComputePipeline({ layout: "auto", compute: { module, entryPoint: "main" }, label: key });
+      const pipeline = this.device.createComputePipeline({
+        layout: this.device.createPipelineLayout({ bindGroupLayouts: [layout], label: key }),
+        compute: { module, entryPoint: "main" },
+        label: key,
+      });
       this.#checks.push(this.device.popErrorScope().then((e) => e && `kernel ${key}: ${e.message}`));
-      this.#pipelines.set(key, p);
+      k = { pipeline, layout, id: this.#kernels.size };
+      this.#kernels.set(key, k);
       this.#stats.pipelines++;
     }
-    return p;
+    return k;
+  }
+
+  #bufferId(buffer: GPUBuffer): number {
+    let id = this.#bufferIds.get(buffer);
+    if (id === undefined) {
+      id = this.#nextBufferId++;
+      this.#bufferIds.set(buffer, id);
+    }
+    return id;
+  }
+
+  /** The bind group of `kernel` over these buffers (uniform block at binding 0, `size` bytes), cached. */
+  #bindGroup(kernel: Kernel, uniform: GPUBuffer, size: number, bindings: readonly [number, PooledBuffer][]): GPUBindGroup {
+    let key = `${kernel.id}|${this.#bufferId(uniform)}:${size}`;
+    for (const [binding, pb] of bindings) key += `|${binding}:${this.#bufferId(pb.buffer)}`;
+    let bg = this.#bindGroups.get(key);
+    if (bg) {
+      this.#bindGroups.delete(key); // re-inserted below as the most recently used
+    } else {
+      const entries: GPUBindGroupEntry[] = [{ binding: 0, resource: { buffer: uniform, offset: 0, size } }];
+      for (const [binding, pb] of bindings) entries.push({ binding, resource: { buffer: pb.buffer } });
+      bg = this.device.createBindGroup({ layout: kernel.layout, entries });
+      this.#stats.bindGroups++;
+      if (this.#bindGroups.size >= BIND_GROUP_CACHE) {
+        const oldest = this.#bindGroups.keys().next();
+        if (!oldest.done) this.#bindGroups.delete(oldest.value);
+      }
+    }
+    this.#bindGroups.set(key, bg);
+    return bg;
+  }
+
+  /** Drops the cached bind groups (they keep their buffers alive; call when those are destroyed). */
+  dropBindGroups(): void {
+    this.#bindGroups.clear();
   }
 
   #encoderNow(): GPUCommandEncoder {
@@ -111,16 +185,13 @@ export class Recorder {
     groups: number,
   ): void {
     if (groups <= 0) return;
-    const pipeline = this.pipeline(name, params);
-    const entries: GPUBindGroupEntry[] = [{ binding: 0, resource: this.#uniformSlot(uniforms) }];
-    for (const [binding, pb] of bindings) {
-      pb.lastEpoch = this.#epoch;
-      entries.push({ binding, resource: { buffer: pb.buffer } });
-    }
-    const bindGroup = this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries });
+    const kernel = this.#kernel(name, params);
+    const slot = this.#uniformSlot(uniforms);
+    for (const [, pb] of bindings) pb.lastEpoch = this.#epoch;
+    const bindGroup = this.#bindGroup(kernel, slot.buffer, slot.size, bindings);
     this.#pass ??= this.#encoderNow().beginComputePass();
-    this.#pass.setPipeline(pipeline);
-    this.#pass.setBindGroup(0, bindGroup);
+    this.#pass.setPipeline(kernel.pipeline);
+    this.#pass.setBindGroup(0, bindGroup, [slot.offset]);
     const x = Math.min(groups, MAX_GROUPS);
     this.#pass.dispatchWorkgroups(x, Math.ceil(groups / x));
     this.#stats.dispatches++;
