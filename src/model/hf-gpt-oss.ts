@@ -106,8 +106,8 @@ const EXPERT_NAME = /^(model\.layers\.\d+\.mlp\.experts\.)(gate_proj|up_proj|dow
  * layer's roles in turn), so the file is read once.
  */
 export function gptOssExperts(source: TensorSource, raw: RawTensors, path: string): TensorSource {
-  let held: { name: string; value: Promise<FusedTensor> } | undefined;
-  const fused = (name: string): Promise<FusedTensor> => {
+  let held: { name: string; value: Promise<HostTensor> } | undefined;
+  const fused = (name: string): Promise<HostTensor> => {
     if (held?.name !== name) held = { name, value: readFused(source, raw, name, path) };
     return held.value;
   };
@@ -131,28 +131,26 @@ export function gptOssExperts(source: TensorSource, raw: RawTensors, path: strin
       const t = await fused(base.replace(/_blocks$/, ""));
       if (m[2] === "down_proj") {
         held = undefined;
-        return { ...t.tensor, name };
+        return { ...t, name };
       }
       if (m[2] === "up_proj") held = undefined;
-      return { ...rowsOfParity(t.tensor, m[2] === "gate_proj" ? 0 : 1), name };
+      return { ...rowsOfParity(t, m[2] === "gate_proj" ? 0 : 1), name };
     },
   };
 }
 
-interface FusedTensor {
-  /** [experts, rows, in] (or [experts, rows] for a bias), rows in the file's order. */
-  tensor: HostTensor;
-}
-
-/** Reads a fused expert tensor (`…_blocks` + `…_scales`, a float weight or a bias) as [experts, out, in]. */
-async function readFused(source: TensorSource, raw: RawTensors, name: string, path: string): Promise<FusedTensor> {
-  if (name.endsWith("_bias")) return { tensor: await source.read(name) };
+/**
+ * Reads a fused expert tensor (`…_blocks` + `…_scales`, a float weight or a bias) as [experts, rows,
+ * in] (a bias [experts, rows]), rows in the file's order.
+ */
+async function readFused(source: TensorSource, raw: RawTensors, name: string, path: string): Promise<HostTensor> {
+  if (name.endsWith("_bias")) return source.read(name);
   const blocks = raw.info(name + "_blocks");
   if (!blocks) {
     // A dequantized copy: [experts, in, out] in a float type, transposed here.
     const t = await source.read(name);
     if (t.shape.length !== 3) throw new ModelLoadError(`Expert tensor "${name}" in "${path}" should be 3-D, got [${t.shape}]`);
-    return { tensor: transposeLast(t) };
+    return transposeLast(t);
   }
   const scales = raw.info(name + "_scales")!;
   const [e, rows, nb, sixteen] = blocks.shape;
@@ -161,7 +159,7 @@ async function readFused(source: TensorSource, raw: RawTensors, name: string, pa
       `MXFP4 tensors "${name}_blocks" (${blocks.dtype} [${blocks.shape}]) and "${name}_scales" (${scales.dtype} [${scales.shape}]) in "${path}" should be U8 [experts, rows, blocks, 16] and U8 [experts, rows, blocks]`,
     );
   }
-  return { tensor: { name, shape: [e, rows, nb * 32], dtype: "mxfp4", data: ggmlMxfp4(await raw.bytes(name + "_blocks"), await raw.bytes(name + "_scales")) } };
+  return { name, shape: [e, rows, nb * 32], dtype: "mxfp4", data: ggmlMxfp4(await raw.bytes(name + "_blocks"), await raw.bytes(name + "_scales")) };
 }
 
 /**

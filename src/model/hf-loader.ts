@@ -167,7 +167,8 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const numLayers = num(cfg, "num_hidden_layers", path);
   const gptOss = architecture === "gpt-oss" ? hfGptOss(cfg, ropeTheta, headDim, numLayers, path) : undefined;
   const rotaryDim = mla ? mla.ropeDim : hfRotaryDim(cfg, architecture, headDim, path);
-  const ropeFreqFactors = deepseek || gptOss ? deepseek?.ropeFreqFactors ?? gptOss?.ropeFreqFactors : hfRopeFreqFactors(cfg, ropeTheta, rotaryDim ?? headDim, path);
+  const ownRope = deepseek ?? gptOss;
+  const ropeFreqFactors = ownRope ? ownRope.ropeFreqFactors : hfRopeFreqFactors(cfg, ropeTheta, rotaryDim ?? headDim, path);
   const moe = deepseek ? hfDeepseekMoe(cfg, path) : gptOss ? gptOss.moe : hfMoe(cfg, archName, architecture, path);
   const attentionScale = deepseek?.attentionScale ?? gptOss?.attentionScale;
   return {
