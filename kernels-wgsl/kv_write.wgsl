@@ -1,21 +1,51 @@
 // Scatters k, v [n, row] into the paged caches at flat slots; slots outside the cache are skipped.
+// F16: the caches hold two halves per u32 word (row is even) and each invocation writes one word;
+// values beyond f16's range saturate to ±65504 (pack2x16float leaves them indeterminate).
+// Without V_CACHE one cache serves keys and values (multi-head latent attention): only k and kc are bound.
 struct P { n: u32, row: u32, capacity: u32, _a: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
-@group(0) @binding(2) var<storage, read> v: array<f32>;
 @group(0) @binding(3) var<storage, read> slots: array<i32>;
+#if ${F16}
+@group(0) @binding(4) var<storage, read_write> kc: array<u32>;
+#else
 @group(0) @binding(4) var<storage, read_write> kc: array<f32>;
+#endif
+#if ${V_CACHE}
+@group(0) @binding(2) var<storage, read> v: array<f32>;
+#if ${F16}
+@group(0) @binding(5) var<storage, read_write> vc: array<u32>;
+#else
 @group(0) @binding(5) var<storage, read_write> vc: array<f32>;
+#endif
+#endif
+
+const F16_MAX = 65504.0;
+#if ${F16}
+const PER = 2u;
+#else
+const PER = 1u;
+#endif
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-  let i = (wid.x + wid.y * nwg.x) * 256u + lid;
+  let w = (wid.x + wid.y * nwg.x) * 256u + lid;
+  let i = w * PER;
   if (i >= p.n * p.row) { return; }
   let t = i / p.row;
   let s = slots[t];
   if (s < 0 || u32(s) >= p.capacity) { return; }
   let dst = u32(s) * p.row + i % p.row;
+#if ${F16}
+  kc[dst / 2u] = pack2x16float(clamp(vec2<f32>(k[i], k[i + 1u]), vec2(-F16_MAX), vec2(F16_MAX)));
+#if ${V_CACHE}
+  vc[dst / 2u] = pack2x16float(clamp(vec2<f32>(v[i], v[i + 1u]), vec2(-F16_MAX), vec2(F16_MAX)));
+#endif
+#else
   kc[dst] = k[i];
+#if ${V_CACHE}
   vc[dst] = v[i];
+#endif
+#endif
 }

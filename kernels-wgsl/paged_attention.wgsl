@@ -5,6 +5,7 @@
 // Used for decode (one row per sequence) and for prefill chunks over a cached prefix alike.
 // With a sliding window (window > 0) a row visits only its last `window` positions; with SINKS a
 // per-head logit starts the online softmax as a key with no value (it joins the denominator only).
+// With F16 the caches hold halves, widened to f32 as they are read.
 const WG = 64u;
 const DPT = ${DPT}u;
 struct P {
@@ -14,8 +15,14 @@ struct P {
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
+#if ${F16}
+// f16 caches: two halves per u32 word (head_dim is even, so a head's row starts on a word).
+@group(0) @binding(2) var<storage, read> kc: array<u32>;
+@group(0) @binding(3) var<storage, read> vc: array<u32>;
+#else
 @group(0) @binding(2) var<storage, read> kc: array<f32>;
 @group(0) @binding(3) var<storage, read> vc: array<f32>;
+#endif
 @group(0) @binding(4) var<storage, read> tseq: array<i32>;
 @group(0) @binding(5) var<storage, read> tpos: array<i32>;
 @group(0) @binding(6) var<storage, read> tables: array<i32>;
@@ -63,7 +70,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       let base = ((blk * p.block_size + key % p.block_size) * p.kv_heads + kvh) * p.head_dim;
       kbase[lid] = base;
       var dotv = 0.0;
+#if ${F16}
+      for (var d = 0u; d < p.head_dim; d += 2u) {
+        let kk = unpack2x16float(kc[(base + d) / 2u]);
+        dotv += qs[d] * kk.x + qs[d + 1u] * kk.y;
+      }
+#else
       for (var d = 0u; d < p.head_dim; d += 1u) { dotv += qs[d] * kc[base + d]; }
+#endif
       s = dotv;
     }
     sc[lid] = s;
@@ -83,7 +97,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       let vb = kbase[j];
       for (var i = 0u; i < DPT; i += 1u) {
         let d = lid + i * WG;
+#if ${F16}
+        if (d < p.head_dim) {
+          let vv = unpack2x16float(vc[(vb + d) / 2u]);
+          acc[i] += w * select(vv.x, vv.y, (d & 1u) == 1u);
+        }
+#else
         if (d < p.head_dim) { acc[i] += w * vc[vb + d]; }
+#endif
       }
     }
     m = tmax;

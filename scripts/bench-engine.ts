@@ -5,7 +5,8 @@
  * number of dispatches one decode step records (WebGPU). Figures are medians over repeats.
  *
  *   npx deno run -A scripts/bench-engine.ts [--models stories,llama1b] [--backends reference,webgpu,cuda]
- *     [--batches 1,8,32] [--prompt-tokens N] [--decode-steps N] [--repeats N] [--dtype f16|q8_0|q4_k_m|…] [--json]
+ *     [--batches 1,8,32] [--prompt-tokens N] [--decode-steps N] [--repeats N] [--dtype f16|q8_0|q4_k_m|…]
+ *     [--kv-dtype f32|f16] [--json]
  *
  * Method: each batch runs B sequences. Prefill is one forward step over B prompts of P tokens
  * (ragged batch), then argmax and a download of the ids, timed end to end. Decode is one step of B
@@ -16,7 +17,7 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "../src/cli/args.ts";
 import { cliArgs, exitProcess } from "../src/runtime/env.ts";
 import { selectBackend } from "../src/backend/select.ts";
-import { type Backend, WEIGHT_DTYPES, type WeightDType } from "../src/backend/types.ts";
+import { type Backend, type KvDType, WEIGHT_DTYPES, type WeightDType } from "../src/backend/types.ts";
 import { blockValues, byteSize, f32ToF16 } from "../src/backend/dtype-codec.ts";
 import type { HostTensor, LayerWeights, LoadedModel, ModelConfig } from "../src/model/config.ts";
 import { loadModel } from "../src/model/load.ts";
@@ -34,8 +35,11 @@ const flags = parseArgs(cliArgs(), {
   "decode-steps": { kind: "int", min: 1, help: "decode steps timed (default 5 stories, 3 llama1b)" },
   repeats: { kind: "int", min: 1, help: "prefill repeats (default 3)" },
   dtype: { kind: "string", help: "the 1B model's matrices: f16 (default), a block format (q8_0, q4_k, q6_k, …) or q4_k_m (llama.cpp's mix)" },
+  "kv-dtype": { kind: "string", help: "KV cache element type: f32 or f16 (default f32; f16 where the backend takes it is the engine's default)" },
   json: { kind: "boolean", help: "print one JSON object per row" },
 });
+const kvDtype: KvDType = flags["kv-dtype"] === "f16" ? "f16" : "f32";
+if (flags["kv-dtype"] !== undefined && flags["kv-dtype"] !== kvDtype) throw new Error(`Unknown --kv-dtype "${flags["kv-dtype"]}"; use f16 or f32`);
 
 /** Bytes of each block that hold f16 scales (the rest are codes, any bits of which decode to finite values). */
 const SCALE_BYTES: Partial<Record<WeightDType, number[]>> = {
@@ -127,7 +131,7 @@ function sizes(m: LoadedModel) {
 function stepCost(m: LoadedModel, ctx: number[], fresh: number[]) {
   const c = m.config;
   const z = sizes(m);
-  const kvRow = c.numLayers * c.numKvHeads * c.headDim * 4 * 2;
+  const kvRow = c.numLayers * c.numKvHeads * c.headDim * (kvDtype === "f16" ? 2 : 4) * 2;
   const tokens = fresh.reduce((a, b) => a + b, 0);
   let attn = 0;
   ctx.forEach((end, i) => {
@@ -156,7 +160,7 @@ async function benchModel(name: string, m: LoadedModel, b: Backend, batches: num
   const dev = uploadModel(b, m);
   const bs = 16;
   const perSeq = Math.ceil((opts.p + opts.d) / bs);
-  const kv = allocatePagedKv(b, m.config, perSeq * Math.max(...batches), bs);
+  const kv = allocatePagedKv(b, m.config, perSeq * Math.max(...batches), bs, kvDtype);
   const stats = () => (b as Partial<WebGpuBackend>).stats?.().recorder.dispatches;
   const step = (entries: ForwardEntry[]) => async () => {
     const logits = forward(b, dev, kv, { entries });
@@ -232,7 +236,7 @@ async function main(): Promise<void> {
       if (bn === "reference" && mn === "llama1b") continue; // tens of minutes on the host reference
       // Ceilings are measured again before each model: on a shared machine they drift with the load.
       const ceil = await ceilings(b);
-      console.log(`# ${bn} on ${b.info.device}: ceilings ${fmt(ceil.gbps)} GB/s, ${fmt(ceil.gflops)} GFLOP/s (${ceil.how})`);
+      console.log(`# ${bn} on ${b.info.device}, KV cache ${kvDtype}: ceilings ${fmt(ceil.gbps)} GB/s, ${fmt(ceil.gflops)} GFLOP/s (${ceil.how})`);
       const big = mn === "llama1b";
       const m = big ? llama1bModel(flags.dtype ?? "f16") : await loadModel(fileURLToPath(new URL("../models/stories260K.gguf", import.meta.url)));
       const opts = { p: flags["prompt-tokens"] ?? (big ? 2 : 32), d: flags["decode-steps"] ?? (big ? 3 : 5), r: flags.repeats ?? 3 };

@@ -25,6 +25,14 @@ export type WeightDType = "f32" | "f16" | "bf16" | "q8_0" | BlockQuantDType;
 /** Element types a tensor can hold. */
 export type DType = WeightDType | "i32";
 
+/**
+ * Element types of a paged KV cache. f16 halves its memory (the default of vLLM, SGLang and
+ * llama.cpp for 16-bit models): `kvWrite` rounds the f32 keys and values it is given to f16, and
+ * `pagedAttention` widens them back to f32 as it reads. {@link BackendInfo.kvDtypes} says which a
+ * backend takes.
+ */
+export type KvDType = "f32" | "f16";
+
 /** Every weight dtype, for checks and listings. */
 export const WEIGHT_DTYPES: readonly WeightDType[] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "mxfp4"];
 
@@ -111,6 +119,8 @@ export interface BackendInfo {
   device: string;
   /** Whether `f16` storage is supported natively (shader-f16 on WebGPU). */
   f16: boolean;
+  /** The KV cache dtypes `kvWrite` and `pagedAttention` take; absent means f32 only. */
+  kvDtypes?: readonly KvDType[];
   /** The largest head dimension `pagedAttention` takes; undefined for any. */
   maxHeadDim?: number;
   /** Peak figures for reports, when known (undefined on software devices). */
@@ -127,8 +137,8 @@ export interface Backend {
   upload(data: Float32Array | Int32Array, shape: readonly number[]): Tensor;
   /** Uploads a weight from its raw little-endian bytes in `dtype`'s GGUF/safetensors layout. */
   uploadWeight(raw: Uint8Array, shape: readonly number[], dtype: WeightDType): Tensor;
-  /** Allocates an f32 or i32 tensor filled with zeros. */
-  zeros(shape: readonly number[], dtype: "f32" | "i32"): Tensor;
+  /** Allocates a tensor filled with zeros: f32 or i32, or f16 (a KV cache) where `info.kvDtypes` has it. */
+  zeros(shape: readonly number[], dtype: "f32" | "i32" | "f16"): Tensor;
   /** Reads a tensor back (f32 → Float32Array, i32 → Int32Array; weights are dequantized to f32). */
   download(t: Tensor): Promise<Float32Array | Int32Array>;
   /** Same storage, new shape with the same element count (no copy). */
@@ -153,10 +163,14 @@ export interface Backend {
    * pair i's frequency: angle = pos · theta^(-2i/rotaryDim) / freqFactors[i]. */
   rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor): Tensor;
   /** Writes k, v f32 [n, kvHeads, headDim] into the caches [numBlocks, blockSize, kvHeads, headDim]
-   * at flat slots i32 [n] (slot = block * blockSize + offset). Mutates the caches. */
+   * at flat slots i32 [n] (slot = block * blockSize + offset). Mutates the caches. The caches share
+   * one dtype ({@link KvDType}; f16 rounds to nearest). One cache may serve as both (`vCache` is
+   * `kCache`, multi-head latent attention, whose value is part of its key): then `v` must be `k`,
+   * and it is written once. */
   kvWrite(k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor): void;
   /** Paged causal attention. q f32 [n, heads, headDim] → f32 [n, heads, headDim]. Query head h uses
-   * KV head floor(h / (heads / kvHeads)) (GQA). Scores are scaled by `scale` (usually 1/√headDim);
+   * KV head floor(h / (heads / kvHeads)) (GQA). The caches are f32 or f16 alike, and may be one
+   * tensor (see `kvWrite`). Scores are scaled by `scale` (usually 1/√headDim);
    * `options` adds a sliding window and attention sinks ({@link AttentionOptions}). */
   pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number, options?: AttentionOptions): Tensor;
   /** silu(gate) * up, elementwise, f32. */

@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import { BACKEND_NAMES, isBackendChoice } from "../backend/select.ts";
 import { BackendUnavailableError } from "../backend/types.ts";
 import { isKvRetention, KV_RETENTIONS } from "../engine/engine-sessions.ts";
+import { isKvDtypeChoice } from "../engine/kv-cache.ts";
 import { isToolCallFormat, TOOL_CALL_FORMAT_ALIASES, TOOL_CALL_FORMATS } from "../engine/grammar.ts";
 import { type PreemptionMode, STEP_MIXINGS, type StepMixing, type WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError } from "../model/config.ts";
@@ -37,6 +38,7 @@ const FLAGS = {
   "kv-blocks": { kind: "int", min: 2, help: "KV cache blocks of 16 tokens" },
   quantize: { kind: "string", help: "block format the model's f32/f16/bf16 matrices are quantized into at load (round to nearest; rows that are not whole blocks stay as stored): q8_0 halves a bf16 model's memory at little cost, q6_k/q5_k/q4_k/q4_0… go further (default: as stored)" },
   "kv-offload-blocks": { kind: "int", min: 1, help: "host-memory KV tier in 16-token blocks (per worker): evicted cached KV moves there and back on a prefix hit (default: off)" },
+  "kv-cache-dtype": { kind: "string", help: "auto|f16|f32: element type of the KV cache; f16 halves its memory (twice the blocks for --kv-memory-fraction) and rounds keys and values as vLLM's and llama.cpp's default caches do (default auto: f16 where the backend's attention reads it — WebGPU and reference; CUDA's is f32 for now)" },
   "kv-memory-fraction": { kind: "number", min: 0.0001, max: 0.95, help: "size the KV cache as this fraction of host memory" },
   "max-batch-tokens": { kind: "int", min: 1, help: "token budget per step (default 512)" },
   "max-num-seqs": { kind: "int", min: 1, help: "sequences per step at most (default 64)" },
@@ -91,6 +93,8 @@ async function main(): Promise<void> {
   if (preemption !== "recompute" && preemption !== "swap") throw new ArgsError(`Unknown preemption mode "${preemption}"; choose recompute or swap`);
   const order = f["prefill-order"] ?? "short-first";
   if (order !== "fcfs" && order !== "short-first") throw new ArgsError(`Unknown prefill order "${order}"; choose fcfs or short-first`);
+  const kvCacheDtype = f["kv-cache-dtype"] ?? "auto";
+  if (!isKvDtypeChoice(kvCacheDtype)) throw new ArgsError(`Unknown KV cache dtype "${kvCacheDtype}"; choose auto, f16 or f32`);
   const kvRetention = f["kv-retention"] ?? "agent";
   if (!isKvRetention(kvRetention)) throw new ArgsError(`Unknown KV retention "${kvRetention}"; choose ${KV_RETENTIONS.join(" or ")}`);
   const jumpForward = f["jump-forward"] ?? "on";
@@ -157,6 +161,7 @@ async function main(): Promise<void> {
     maxModelLen: f["max-model-len"],
     kvBlocks: f["kv-blocks"],
     kvMemoryFraction: f["kv-memory-fraction"],
+    kvCacheDtype,
     kvOffloadBlocks: f["kv-offload-blocks"],
     maxBatchTokens: f["max-batch-tokens"],
     maxNumSeqs: f["max-num-seqs"],
@@ -186,7 +191,7 @@ async function main(): Promise<void> {
     ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
     : `; reasoning parser ${reasoningParser} (${tags.open}/${tags.close} are not single tokens: KV of reasoning not typed)`;
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}, max model len ${s.serving.maxModelLen}` +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}, max model len ${s.serving.maxModelLen}` +
       (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${planner}` : "") +
       (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") + "; " +
       `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,

@@ -61,5 +61,6 @@ export type FromWorker =
 /** ArrayBuffers of a moved prefix, to transfer instead of copy. */
 export function prefixBuffers(p: PrefixKv | null | undefined): ArrayBuffer[] {
   if (!p) return [];
-  return [...p.kv.k, ...p.kv.v].map((a) => a.buffer as ArrayBuffer);
+  // A shared cache's values are its keys' arrays (MLA): each buffer may be listed once only.
+  return [...new Set([...p.kv.k, ...p.kv.v].map((a) => a.buffer as ArrayBuffer))];
 }

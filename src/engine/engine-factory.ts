@@ -8,7 +8,8 @@ import { freeDeviceModel, uploadModel } from "../model/device-weights.ts";
 import { Engine, type EngineOptions } from "./engine.ts";
 import { modelStepRunner } from "./engine-runner.ts";
 import { withMixedStepOverhead } from "./mixed-step-overhead.ts";
-import { allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock } from "./kv-cache.ts";
+import { allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock, type KvDTypeChoice, resolveKvDtype } from "./kv-cache.ts";
+import type { KvDType } from "../backend/types.ts";
 
 /** Options of `createEngine` beyond the model and backend. */
 export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "config" | "tokenizer"> {
@@ -17,15 +18,20 @@ export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "con
   /** Memory budget for the KV cache, in bytes. */
   kvMemoryBytes?: number;
   blockSize?: number;
+  /**
+   * The KV cache's element type (`--kv-cache-dtype`): "auto" (default) takes f16 where the backend's
+   * attention reads it (half the memory, so twice the blocks for `kvMemoryBytes`), else f32.
+   */
+  kvCacheDtype?: KvDTypeChoice;
   /** Milliseconds added to every step that mixes prefill and decode (mixed-step-overhead.ts; default 0). */
   mixedStepOverheadMs?: number;
 }
 
-/** Blocks for a memory budget, or by default enough for 64 sequences at full context. */
-export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions): number {
+/** Blocks for a memory budget (of KV in `dtype`), or by default enough for 64 sequences at full context. */
+export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: KvDType = "f32"): number {
   const bs = o.blockSize ?? DEFAULT_BLOCK_SIZE;
   if (o.numBlocks !== undefined) return o.numBlocks;
-  if (o.kvMemoryBytes !== undefined) return Math.max(1, Math.floor(o.kvMemoryBytes / kvBytesPerBlock(model.config, bs)));
+  if (o.kvMemoryBytes !== undefined) return Math.max(1, Math.floor(o.kvMemoryBytes / kvBytesPerBlock(model.config, bs, dtype)));
   const ctx = Math.min(o.maxModelLen ?? model.config.contextLength, model.config.contextLength);
   return Math.ceil(ctx / bs) * 64 + 1;
 }
@@ -40,8 +46,9 @@ export function createEngine(backend: Backend, model: LoadedModel, o: CreateEngi
  * options (the workers of an in-process cluster). The weights are freed when the last one stops.
  */
 export function createEngines(backend: Backend, model: LoadedModel, opts: readonly CreateEngineOptions[]): Engine[] {
-  const sizes = opts.map((o) => {
-    const numBlocks = kvBlockCount(model, o);
+  const dtypes = opts.map((o) => resolveKvDtype(backend, model.config, o.kvCacheDtype));
+  const sizes = opts.map((o, i) => {
+    const numBlocks = kvBlockCount(model, o, dtypes[i]);
     if (!Number.isInteger(numBlocks) || numBlocks < 2) throw new RangeError(`The KV cache needs at least 2 blocks, got ${numBlocks}`);
     return numBlocks;
   });
@@ -49,12 +56,12 @@ export function createEngines(backend: Backend, model: LoadedModel, opts: readon
   const device = uploadModel(backend, model);
   let open = opts.length;
   return opts.map((o, i) => {
-    const kv = allocatePagedKv(backend, model.config, sizes[i], o.blockSize ?? DEFAULT_BLOCK_SIZE);
+    const kv = allocatePagedKv(backend, model.config, sizes[i], o.blockSize ?? DEFAULT_BLOCK_SIZE, dtypes[i]);
     const runner = modelStepRunner(backend, device, kv, () => {
       freePagedKv(backend, kv);
       if (--open === 0) freeDeviceModel(backend, device);
     });
-    const { mixedStepOverheadMs, ...engine } = o;
+    const { mixedStepOverheadMs, kvCacheDtype: _dtype, ...engine } = o;
     return new Engine({ ...engine, runner: withMixedStepOverhead(runner, mixedStepOverheadMs ?? 0), config: model.config, tokenizer: model.tokenizer });
   });
 }

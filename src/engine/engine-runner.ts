@@ -5,7 +5,7 @@
  * The model runner also moves preempted KV to and from host memory for swap preemption, and whole
  * cached blocks out of and into the cache when a prefix moves between workers.
  */
-import type { Backend, SamplingRow, Tensor } from "../backend/types.ts";
+import type { Backend, KvDType, SamplingRow, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import { forward, type PagedKv } from "../model/forward.ts";
 import { type HostKv, readSlots, slotsOf, writeSlots } from "./kv-copy.ts";
@@ -50,6 +50,8 @@ export interface StepOutput {
 export interface StepRunner {
   readonly numBlocks: number;
   readonly blockSize: number;
+  /** The KV cache's element type (absent: f32, or a runner without a device cache). */
+  readonly kvDtype?: KvDType;
   run(entries: readonly StepEntry[], rows: readonly SamplingRow[], extras?: StepExtras): Promise<StepOutput>;
   /**
    * Copies KV out to host memory, then back in (swap preemption). Must complete its swap-outs'
@@ -72,6 +74,7 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
   return {
     numBlocks: kv.numBlocks,
     blockSize: kv.blockSize,
+    kvDtype: kv.dtype ?? "f32",
     async run(entries, rows, extras) {
       const extraRows = promptRows(entries, extras?.promptLogprobs);
       let logits = forward(backend, model, kv, { entries, extraRows });

@@ -27,6 +27,7 @@ import { seededUniforms } from "./sampler-rng.ts";
 import { Scheduler } from "./scheduler.ts";
 import { countKvEvents, poolBlockManager } from "./scheduler-kv-adapter.ts";
 import type { StepMixing, StepPlan } from "./scheduler-types.ts";
+import type { KvDType } from "../backend/types.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
 import { type StepRecord, stepShapeOf } from "./step-record.ts";
@@ -243,6 +244,11 @@ export class Engine implements ServingEngine {
       kvOffloadedBlocks: o?.offloadedBlocks ?? 0, kvRestoredBlocks: o?.restoredBlocks ?? 0, kvPrefetchedBlocks: o?.prefetchedBlocks ?? 0,
       jumpForwardTokens: this.metrics.jumpForwardTokens,
     };
+  }
+
+  /** The element type of this engine's KV cache (f16 halves its memory; engine-factory.ts `kvCacheDtype`). */
+  get kvCacheDtype(): KvDType {
+    return this.opts.runner.kvDtype ?? "f32";
   }
 
   /** How steps run prefill chunks and decodes now. */

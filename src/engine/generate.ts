@@ -6,7 +6,7 @@
 import type { Backend, SamplingRow } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import { forward, type ForwardEntry } from "../model/forward.ts";
-import { allocatePagedKv, BlockAllocator, DEFAULT_BLOCK_SIZE, freePagedKv } from "./kv-cache.ts";
+import { allocatePagedKv, BlockAllocator, DEFAULT_BLOCK_SIZE, freePagedKv, type KvDTypeChoice, resolveKvDtype } from "./kv-cache.ts";
 import { seededUniforms, type UniformSource } from "./sampler-rng.ts";
 
 /** Sampling and stopping options of `generate`. */
@@ -24,6 +24,8 @@ export interface GenerateOptions {
   /** Most prompt tokens one sequence feeds per step (default 64). */
   prefillChunk?: number;
   blockSize?: number;
+  /** The KV cache's element type (default "auto": f16 where the backend takes it, as the engine). */
+  kvCacheDtype?: KvDTypeChoice;
 }
 
 /** One prompt's outcome. */
@@ -89,7 +91,7 @@ export async function generate(
   });
   // Enough blocks for every sequence's worst case, so the loop never runs out.
   const numBlocks = Math.max(1, seqs.reduce((n, s) => n + Math.ceil((s.prompt.length + s.budget) / blockSize), 0));
-  const kv = allocatePagedKv(backend, model.config, numBlocks, blockSize);
+  const kv = allocatePagedKv(backend, model.config, numBlocks, blockSize, resolveKvDtype(backend, model.config, options.kvCacheDtype));
   const alloc = new BlockAllocator(numBlocks);
   try {
     for (;;) {

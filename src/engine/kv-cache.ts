@@ -2,7 +2,7 @@
  * Per-layer paged KV cache allocation and a minimal free-list block allocator, enough for
  * `generate`. The scheduler's prefix-caching block pool lives in kv/.
  */
-import type { Backend } from "../backend/types.ts";
+import type { Backend, KvDType } from "../backend/types.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { PagedKv } from "../model/forward.ts";
 
@@ -14,12 +14,51 @@ export class KvCapacityError extends Error {
   override name = "KvCapacityError";
 }
 
-/** Allocates zeroed K and V caches for every layer of `config`. */
+/** The KV cache dtype asked for: one a backend takes, or "auto" for the smallest it takes. */
+export type KvDTypeChoice = KvDType | "auto";
+
+/** Whether `s` names a KV cache dtype choice (`--kv-cache-dtype`). */
+export function isKvDtypeChoice(s: string): s is KvDTypeChoice {
+  return s === "auto" || s === "f16" || s === "f32";
+}
+
+/** Thrown when a KV cache dtype is asked for that the backend or the model cannot hold. */
+export class KvDTypeError extends RangeError {
+  override name = "KvDTypeError";
+}
+
+/**
+ * The KV cache dtype to allocate: "auto" takes f16 where the backend's attention reads it and the
+ * model's heads have an even width (two halves per word), else f32; an explicit choice the backend
+ * cannot take is refused.
+ */
+export function resolveKvDtype(backend: Backend, config: ModelConfig, choice: KvDTypeChoice = "auto"): KvDType {
+  const takes = backend.info.kvDtypes ?? ["f32"];
+  const f16 = takes.includes("f16") && config.headDim % 2 === 0;
+  if (choice === "auto") return f16 ? "f16" : "f32";
+  if (choice !== "f32" && choice !== "f16") throw new KvDTypeError(`Unknown KV cache dtype "${String(choice)}"; use auto, f16 or f32`);
+  if (!takes.includes(choice)) {
+    throw new KvDTypeError(`The ${backend.info.name} backend's attention takes ${takes.join(" or ")} KV caches, not ${choice}`);
+  }
+  if (choice === "f16" && !f16) throw new KvDTypeError(`An f16 KV cache needs an even head dimension; this model's is ${config.headDim}`);
+  return choice;
+}
+
+/** Whether the model's keys and values share one cache (MLA: the value is the latent part of the key). */
+export function sharesKvCache(config: ModelConfig): boolean {
+  return config.mla !== undefined;
+}
+
+/**
+ * Allocates zeroed K and V caches for every layer of `config`, in `dtype` (f32 unless asked). A
+ * multi-head latent attention model gets one cache per layer, serving as both (`v[i]` is `k[i]`).
+ */
 export function allocatePagedKv(
   backend: Backend,
   config: ModelConfig,
   numBlocks: number,
   blockSize = DEFAULT_BLOCK_SIZE,
+  dtype: KvDType = "f32",
 ): PagedKv {
   if (!Number.isInteger(numBlocks) || numBlocks <= 0) throw new RangeError(`Invalid KV block count ${numBlocks}`);
   if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`Invalid KV block size ${blockSize}`);
@@ -27,24 +66,28 @@ export function allocatePagedKv(
   if (max !== undefined && config.headDim > max) {
     throw new RangeError(`The ${backend.info.name} backend's attention takes heads of up to ${max} dims; this model's KV heads have ${config.headDim}`);
   }
+  if (dtype !== "f32") resolveKvDtype(backend, config, dtype);
   const shape = [numBlocks, blockSize, config.numKvHeads, config.headDim];
+  const shared = sharesKvCache(config);
   const k = [];
   const v = [];
   for (let i = 0; i < config.numLayers; i++) {
-    k.push(backend.zeros(shape, "f32"));
-    v.push(backend.zeros(shape, "f32"));
+    const kc = backend.zeros(shape, dtype);
+    k.push(kc);
+    v.push(shared ? kc : backend.zeros(shape, dtype));
   }
-  return { k, v, numBlocks, blockSize };
+  return { k, v, numBlocks, blockSize, dtype };
 }
 
-/** Frees every layer's caches. */
+/** Frees every layer's caches (a cache shared by keys and values once). */
 export function freePagedKv(backend: Backend, kv: PagedKv): void {
-  for (const t of [...kv.k, ...kv.v]) backend.free(t);
+  for (const t of new Set([...kv.k, ...kv.v])) backend.free(t);
 }
 
-/** Bytes one block occupies across all layers (K and V, f32). */
-export function kvBytesPerBlock(config: ModelConfig, blockSize = DEFAULT_BLOCK_SIZE): number {
-  return 2 * config.numLayers * blockSize * config.numKvHeads * config.headDim * 4;
+/** Bytes one block occupies across all layers (K and V, or MLA's one shared cache, in `dtype`). */
+export function kvBytesPerBlock(config: ModelConfig, blockSize = DEFAULT_BLOCK_SIZE, dtype: KvDType = "f32"): number {
+  const caches = sharesKvCache(config) ? 1 : 2;
+  return caches * config.numLayers * blockSize * config.numKvHeads * config.headDim * (dtype === "f16" ? 2 : 4);
 }
 
 /** A free list of block ids; blocks are handed out lowest id first. */

@@ -7,7 +7,11 @@
 import type { Backend, Tensor } from "../backend/types.ts";
 import type { PagedKv } from "../model/forward.ts";
 
-/** KV of some cache slots on the host: per layer, [numTokens, kvHeads * headDim] for K and for V. */
+/**
+ * KV of some cache slots on the host: per layer, [numTokens, kvHeads * headDim] for K and for V, as
+ * f32 whatever the cache's dtype. Where a layer's keys and values share one cache (MLA), `v[l]` is
+ * the same array as `k[l]`.
+ */
 export interface HostKv {
   numTokens: number;
   k: Float32Array[];
@@ -27,30 +31,47 @@ function kvWidth(kv: PagedKv): [heads: number, dim: number] {
 }
 
 /**
- * Reads `slots` out of every layer. The gathers are enqueued before this returns, so a forward
- * enqueued afterwards may overwrite those slots; the bytes arrive on the host later.
+ * Reads `slots` out of every layer, widened to f32 (an f16 cache's rows are read with `embedding`,
+ * which takes any weight dtype; f16 → f32 → f16 is exact, so a round trip loses nothing). A cache
+ * shared by keys and values (MLA) is read once: the result's `v[l]` is its `k[l]`. The gathers are
+ * enqueued before this returns, so a forward enqueued afterwards may overwrite those slots; the
+ * bytes arrive on the host later.
  */
 export function readSlots(backend: Backend, kv: PagedKv, slots: Int32Array): Promise<HostKv> {
   const [heads, dim] = kvWidth(kv);
   const rows = kv.numBlocks * kv.blockSize;
   const idx = backend.upload(slots, [slots.length]);
+  const gather = (cache: Tensor): Tensor => {
+    const table = backend.reshape(cache, [rows, heads * dim]);
+    return cache.dtype === "f32" ? backend.gatherRows(table, idx) : backend.embedding(table, idx);
+  };
   const gathered: Tensor[] = [];
   for (let l = 0; l < kv.k.length; l++) {
-    gathered.push(backend.gatherRows(backend.reshape(kv.k[l], [rows, heads * dim]), idx));
-    gathered.push(backend.gatherRows(backend.reshape(kv.v[l], [rows, heads * dim]), idx));
+    gathered.push(gather(kv.k[l]));
+    if (kv.v[l] !== kv.k[l]) gathered.push(gather(kv.v[l]));
   }
   backend.free(idx);
   return (async (): Promise<HostKv> => {
     try {
       const host = await Promise.all(gathered.map((t) => backend.download(t) as Promise<Float32Array>));
-      return { numTokens: slots.length, k: host.filter((_, i) => i % 2 === 0), v: host.filter((_, i) => i % 2 === 1) };
+      const k: Float32Array[] = [];
+      const v: Float32Array[] = [];
+      let i = 0;
+      for (let l = 0; l < kv.k.length; l++) {
+        k.push(host[i++]);
+        v.push(kv.v[l] === kv.k[l] ? k[l] : host[i++]);
+      }
+      return { numTokens: slots.length, k, v };
     } finally {
       for (const t of gathered) backend.free(t);
     }
   })();
 }
 
-/** Writes `data` (its first `slots.length` tokens, from token `offset`) into `slots` of every layer. */
+/**
+ * Writes `data` (its first `slots.length` tokens, from token `offset`) into `slots` of every layer,
+ * rounded to the cache's dtype.
+ */
 export function writeSlots(backend: Backend, kv: PagedKv, slots: Int32Array, data: HostKv, offset = 0): void {
   const [heads, dim] = kvWidth(kv);
   const width = heads * dim;
@@ -59,20 +80,24 @@ export function writeSlots(backend: Backend, kv: PagedKv, slots: Int32Array, dat
   const idx = backend.upload(slots, [n]);
   for (let l = 0; l < kv.k.length; l++) {
     const k = backend.upload(data.k[l].subarray(offset * width, (offset + n) * width), shape);
-    const v = backend.upload(data.v[l].subarray(offset * width, (offset + n) * width), shape);
+    // One shared cache takes the keys once (they hold the values).
+    const v = kv.v[l] === kv.k[l] ? k : backend.upload(data.v[l].subarray(offset * width, (offset + n) * width), shape);
     backend.kvWrite(k, v, kv.k[l], kv.v[l], idx);
     backend.free(k);
-    backend.free(v);
+    if (v !== k) backend.free(v);
   }
   backend.free(idx);
 }
 
 /** Consecutive blocks' KV as one run (per layer, tokens in order). */
 export function concatKv(parts: readonly HostKv[]): HostKv {
+  const k = parts[0].k.map((_, l) => concatF32(parts.map((p) => p.k[l])));
+  // A shared cache's values are its keys (readSlots): keep them one array.
+  const shared = (l: number) => parts.every((p) => p.v[l] === p.k[l]);
   return {
     numTokens: parts.reduce((a, p) => a + p.numTokens, 0),
-    k: parts[0].k.map((_, l) => concatF32(parts.map((p) => p.k[l]))),
-    v: parts[0].v.map((_, l) => concatF32(parts.map((p) => p.v[l]))),
+    k,
+    v: parts[0].v.map((_, l) => shared(l) ? k[l] : concatF32(parts.map((p) => p.v[l]))),
   };
 }
 

@@ -23,7 +23,8 @@ export function headIndices(backend: Backend, n: number, heads: number): Tensor 
 
 /**
  * The attention sub-block of an MLA layer: x + wo(attention(x)). Writes the token's latent and RoPE
- * key, side by side, into both caches (the value is the latent part of the key; see PagedKv).
+ * key, side by side, into the cache; the value is the latent part of the key, so `vCache` is
+ * normally `kCache` (see PagedKv; two caches holding the same rows work too).
  */
 export function mlaAttentionBlock(
   backend: Backend,

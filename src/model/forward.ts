@@ -5,7 +5,7 @@
  * over a ragged batch, against the
  * Backend interface, with a paged KV cache. Everything a step needs is passed in explicitly.
  */
-import type { Backend, Tensor } from "../backend/types.ts";
+import type { Backend, KvDType, Tensor } from "../backend/types.ts";
 import { isMoeLayer, type LayerWeights, layerWindow, type MoeConfig } from "./config.ts";
 import { headIndices, type KeepTemp, mlaAttentionBlock } from "./attention-mla.ts";
 import type { DeviceModel } from "./device-weights.ts";
@@ -14,14 +14,16 @@ import { type FlatBatch, flattenBatch, type ForwardEntry, ForwardInputError, typ
 export { type ForwardEntry, ForwardInputError } from "./forward-batch.ts";
 
 /**
- * Per-layer paged KV caches, each [numBlocks, blockSize, kvHeads, headDim] f32. A multi-head latent
- * attention model writes the same latent + RoPE key into both (attention-mla.ts).
+ * Per-layer paged KV caches, each [numBlocks, blockSize, kvHeads, headDim] in `dtype`. A multi-head
+ * latent attention model's value is part of its key: `v[i]` is `k[i]`, one cache (attention-mla.ts).
  */
 export interface PagedKv {
   k: Tensor[];
   v: Tensor[];
   numBlocks: number;
   blockSize: number;
+  /** f32 unless the engine chose f16 (engine/kv-cache.ts `resolveKvDtype`); absent means f32. */
+  dtype?: KvDType;
 }
 
 /** One step: the entries, and whether to return logits for every position or only the last. */

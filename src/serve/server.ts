@@ -15,7 +15,7 @@ import { type ClusterTransport, type ServingCluster, startServingCluster } from 
 import type { Planner, Role } from "../../planner/types.ts";
 import type { KvRetention } from "../engine/engine-sessions.ts";
 import { createEngine } from "../engine/engine-factory.ts";
-import { kvBytesPerBlock } from "../engine/kv-cache.ts";
+import { kvBytesPerBlock, type KvDTypeChoice } from "../engine/kv-cache.ts";
 import type { PreemptionMode, StepMixing, WorkerRole } from "../engine/scheduler-types.ts";
 import type { ReasoningTokens } from "../engine/reasoning-spans.ts";
 import type { StepRecord } from "../engine/step-record.ts";
@@ -46,6 +46,8 @@ export interface ServerOptions {
   kvOffloadBlocks?: number;
   /** Fraction of host memory for the KV cache (used when kvBlocks is not given). */
   kvMemoryFraction?: number;
+  /** The KV cache's element type: auto (default: f16 where the backend takes it), f16 or f32. */
+  kvCacheDtype?: KvDTypeChoice;
   maxBatchTokens?: number;
   maxNumSeqs?: number;
   maxWaiting?: number;
@@ -209,7 +211,9 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   // The fraction is of this machine's memory, shared by the workers; under NATS (worker count not
   // known in advance) each worker gets the whole fraction.
   const kvShare = Math.max(1, workers);
-  if (o.kvBlocks === undefined && kvMemoryBytes !== undefined && kvMemoryBytes / kvShare < 2 * kvBytesPerBlock(model.config)) {
+  // Checked at the smallest dtype the choice allows; the engine refuses a budget short of 2 blocks in the dtype it takes.
+  const smallestKv = kvBytesPerBlock(model.config, undefined, o.kvCacheDtype === "f32" ? "f32" : "f16");
+  if (o.kvBlocks === undefined && kvMemoryBytes !== undefined && kvMemoryBytes / kvShare < 2 * smallestKv) {
     throw new RangeError(`--kv-memory-fraction ${o.kvMemoryFraction} leaves room for fewer than 2 KV blocks per worker`);
   }
   // Tags that are not single tokens are still parsed from the text; only KV typing needs the ids.
@@ -218,6 +222,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const engineOptions: CreateEngineOptions = {
     numBlocks: o.kvBlocks,
     kvMemoryBytes: kvMemoryBytes === undefined ? undefined : kvMemoryBytes / kvShare,
+    ...(o.kvCacheDtype ? { kvCacheDtype: o.kvCacheDtype } : {}),
     maxModelLen: o.maxModelLen,
     maxWaiting: o.maxWaiting,
     kvRetention: o.kvRetention,

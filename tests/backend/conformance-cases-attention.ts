@@ -2,13 +2,15 @@
  * Conformance cases for kvWrite, pagedAttention and sample.
  *
  * Tolerances:
- * - kvWrite: exact (a scatter; untouched slots keep their random contents on both sides).
+ * - kvWrite: exact (a scatter; untouched slots keep their random contents on both sides); into f16
+ *   caches too (round to nearest even, values past ±65504 saturate).
  * - pagedAttention: atol 2e-5, rtol 1e-4 (f32 dot products over headDim ≤ 576 of values in [-1, 1]
  *   and an online softmax over ≤ 48 keys, against an f64 two-pass softmax).
  * - sample: the same token ids (the order of tokens is decided on the exact f32 logits, so only a
  *   cumulative sum that lands within rounding of uniform·mass could differ; inputs are random).
  */
-import type { AttentionBatch, Backend, SamplingRow, Tensor } from "../../src/backend/types.ts";
+import type { AttentionBatch, Backend, KvDType, SamplingRow, Tensor } from "../../src/backend/types.ts";
+import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 import { type Case, EXACT, type Output, type Rng } from "./conformance-support.ts";
 
 interface Geometry {
@@ -20,6 +22,15 @@ interface Geometry {
   window?: number;
   /** Attention sinks, one random logit per query head (AttentionOptions.sinks). */
   sinks?: boolean;
+  /** The caches' dtype (default f32). */
+  kv?: KvDType;
+  /** One cache passed as keys and values (multi-head latent attention's shared cache). */
+  shared?: boolean;
+}
+
+/** A cache of random values in `dtype` (f16: the same halves on every backend, written as raw bytes). */
+function randomCache(b: Backend, values: Float32Array, shape: number[], dtype: KvDType = "f32"): Tensor {
+  return dtype === "f32" ? b.upload(values, shape) : b.uploadWeight(encodeFromF32(values, "f16"), shape, "f16");
 }
 
 const GEOMETRIES: Geometry[] = [
@@ -33,6 +44,11 @@ const GEOMETRIES: Geometry[] = [
   { heads: 4, kvHeads: 2, headDim: 64, blockSize: 4, window: 6, sinks: true },
   { heads: 3, kvHeads: 1, headDim: 8, blockSize: 16, window: 33 },
   { heads: 4, kvHeads: 1, headDim: 40, blockSize: 5, sinks: true },
+  // f16 caches (--kv-cache-dtype f16): GQA, MLA's one shared cache, a window with sinks.
+  { heads: 4, kvHeads: 2, headDim: 64, blockSize: 16, kv: "f16" },
+  { heads: 8, kvHeads: 1, headDim: 576, blockSize: 16, kv: "f16", shared: true },
+  { heads: 4, kvHeads: 2, headDim: 40, blockSize: 4, window: 6, sinks: true, kv: "f16" },
+  { heads: 3, kvHeads: 1, headDim: 8, blockSize: 4, shared: true },
 ];
 
 /** Sequences of one batch: (first new position, new tokens). */
@@ -57,15 +73,16 @@ function attentionCase(g: Geometry): Case {
   return {
     op: "pagedAttention",
     name: `heads=${g.heads} kvHeads=${g.kvHeads} headDim=${g.headDim} blockSize=${g.blockSize}` +
-      `${g.window ? ` window=${g.window}` : ""}${g.sinks ? " sinks" : ""}`,
+      `${g.window ? ` window=${g.window}` : ""}${g.sinks ? " sinks" : ""}${g.kv ? ` ${g.kv} cache` : ""}${g.shared ? " shared" : ""}`,
     headDim: g.headDim,
+    kvDtype: g.kv,
     tolerance: { atol: 2e-5, rtol: 1e-4 },
     run: (b, rng) => {
       const cacheShape = [numBlocks, g.blockSize, g.kvHeads, g.headDim];
       const cacheLen = numBlocks * g.blockSize * g.kvHeads * g.headDim;
       // Caches hold random KV for every slot; blocks are handed to sequences in shuffled order.
-      const kc = b.upload(rng.f32(cacheLen), cacheShape);
-      const vc = b.upload(rng.f32(cacheLen), cacheShape);
+      const kc = randomCache(b, rng.f32(cacheLen), cacheShape, g.kv);
+      const vc = g.shared ? kc : randomCache(b, rng.f32(cacheLen), cacheShape, g.kv);
       const order = rng.perm(numBlocks);
       const tables = new Int32Array(SEQS.length * maxBlocks).fill(-7);
       SEQS.forEach(([start, n], s) => {
@@ -92,7 +109,7 @@ function attentionCase(g: Geometry): Case {
       // Sinks from -3 to 3: some heads put most of their weight on the sink, some little.
       const sinks = g.sinks ? b.upload(rng.f32(g.heads, -3, 3), [g.heads]) : undefined;
       const out = b.pagedAttention(q, kc, vc, batch, 1 / Math.sqrt(g.headDim), { window: g.window, sinks });
-      return finish(b, [out], [kc, vc, q, batch.tokenSeq, batch.tokenPos, batch.blockTables, ...(sinks ? [sinks] : [])]);
+      return finish(b, [out], [...new Set([kc, vc]), q, batch.tokenSeq, batch.tokenPos, batch.blockTables, ...(sinks ? [sinks] : [])]);
     },
   };
 }
@@ -101,18 +118,21 @@ function kvWriteCase(g: Geometry, n: number): Case {
   const numBlocks = Math.ceil((n * 2) / g.blockSize) + 1;
   return {
     op: "kvWrite",
-    name: `n=${n} kvHeads=${g.kvHeads} headDim=${g.headDim} blockSize=${g.blockSize}`,
+    name: `n=${n} kvHeads=${g.kvHeads} headDim=${g.headDim} blockSize=${g.blockSize}${g.kv ? ` ${g.kv} cache` : ""}${g.shared ? " shared" : ""}`,
     tolerance: EXACT,
+    kvDtype: g.kv,
     run: (b, rng) => {
       const shape = [numBlocks, g.blockSize, g.kvHeads, g.headDim];
       const len = numBlocks * g.blockSize * g.kvHeads * g.headDim;
-      const kc = b.upload(rng.f32(len), shape);
-      const vc = b.upload(rng.f32(len), shape);
+      const kc = randomCache(b, rng.f32(len), shape, g.kv);
+      const vc = g.shared ? kc : randomCache(b, rng.f32(len), shape, g.kv);
       const slots = b.upload(Int32Array.from(rng.perm(numBlocks * g.blockSize).slice(0, n)), [n]);
-      const k = b.upload(rng.f32(n * g.kvHeads * g.headDim), [n, g.kvHeads, g.headDim]);
-      const v = b.upload(rng.f32(n * g.kvHeads * g.headDim), [n, g.kvHeads, g.headDim]);
+      // Into f16: values of every magnitude, halfway cases among them, and some past f16's range.
+      const values = () => g.kv === "f16" ? Float32Array.from(rng.f32(n * g.kvHeads * g.headDim), (x, i) => i % 7 === 3 ? x * 1.5e5 : x * 2 ** (i % 23 - 12)) : rng.f32(n * g.kvHeads * g.headDim);
+      const k = b.upload(values(), [n, g.kvHeads, g.headDim]);
+      const v = g.shared ? k : b.upload(values(), [n, g.kvHeads, g.headDim]);
       b.kvWrite(k, v, kc, vc, slots);
-      return finish(b, [kc, vc], [slots, k, v]);
+      return finish(b, g.shared ? [kc] : [kc, vc], [slots, ...new Set([k, v])]);
     },
   };
 }
@@ -155,6 +175,9 @@ export function attentionCases(): Case[] {
     kvWriteCase(GEOMETRIES[0], 37),
     kvWriteCase(GEOMETRIES[1], 1),
     kvWriteCase(GEOMETRIES[2], 9),
+    kvWriteCase({ heads: 4, kvHeads: 2, headDim: 64, blockSize: 16, kv: "f16" }, 9),
+    kvWriteCase({ heads: 8, kvHeads: 1, headDim: 576, blockSize: 16, kv: "f16", shared: true }, 5),
+    kvWriteCase({ heads: 3, kvHeads: 1, headDim: 8, blockSize: 4, shared: true }, 6),
     sampleCase(517, 3, false),
     sampleCase(37, 2, true),
     sampleCase(1, 1, false),

@@ -2,7 +2,7 @@
  * Shared pieces of the backend conformance suite: a seeded generator, per-op tolerances, the case
  * shape, output comparison, and poisoning of a backend's recycled buffers.
  */
-import type { Backend } from "../../src/backend/types.ts";
+import type { Backend, KvDType } from "../../src/backend/types.ts";
 
 /** Seeded generator (mulberry32): the same seed gives the same inputs on every backend. */
 export class Rng {
@@ -68,6 +68,8 @@ export interface Case {
    * it (such a backend refuses those models when their KV cache is allocated).
    */
   headDim?: number;
+  /** The KV cache dtype the case needs: a backend whose `info.kvDtypes` lacks it skips it. */
+  kvDtype?: KvDType;
   run(b: Backend, rng: Rng): Promise<Output[]>;
 }
 

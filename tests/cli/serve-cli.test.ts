@@ -10,7 +10,7 @@ function serve(args: string[]) {
   return { status: r.status, stderr: r.stderr ?? "" };
 }
 
-test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retention, --reasoning-parser, --tool-call-parser, --json-whitespace, --jump-forward or --step-mixing with a one-line error and exit 2", () => {
+test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retention, --reasoning-parser, --tool-call-parser, --json-whitespace, --jump-forward, --step-mixing or --kv-cache-dtype with a one-line error and exit 2", () => {
   for (const [args, message] of [
     [["--prefill-order", "random"], /Unknown prefill order "random"; choose fcfs or short-first/],
     [["--role", "leader"], /Unknown role "leader"; choose mixed, prefill or decode/],
@@ -22,6 +22,7 @@ test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retent
     [["--tool-call-parser", "pythonic"], /Unknown tool call parser "pythonic"; choose hermes, llama3_json, kimi_k2, deepseek_v31, deepseek_v3, glm45, qwen3_coder, minimax_m2, mistral, harmony, openai/],
     [["--json-whitespace", "none"], /Unknown JSON whitespace "none"; choose any or compact/],
     [["--jump-forward", "yes"], /Unknown jump-forward setting "yes"; choose on or off/],
+    [["--kv-cache-dtype", "fp8"], /Unknown KV cache dtype "fp8"; choose auto, f16 or f32/],
   ] as const) {
     const r = serve([...args, "--port", "0", "--backend", "reference"]);
     assert.equal(r.status, 2, r.stderr);

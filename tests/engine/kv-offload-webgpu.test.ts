@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { projectRoot, test } from "../harness.ts";
-import type { Backend } from "../../src/backend/types.ts";
+import type { Backend, KvDType } from "../../src/backend/types.ts";
 import { Engine } from "../../src/engine/engine.ts";
 import { modelStepRunner, type StepRunner } from "../../src/engine/engine-runner.ts";
 import type { GenerateRequest } from "../../src/engine/engine-types.ts";
@@ -33,9 +33,9 @@ const { gpu, why, skip } = await poisonedWebGpu("the WebGPU host KV tier tests")
  * An engine on `backend` built as createEngine builds it, except that `corrupt`, when given, is
  * applied to every block copy that reaches the host (the negative control).
  */
-function engineOn(backend: Backend, kvOffloadBlocks: number, corrupt?: (kv: HostKv) => void): Engine {
+function engineOn(backend: Backend, kvOffloadBlocks: number, corrupt?: (kv: HostKv) => void, dtype: KvDType = "f32"): Engine {
   const device = uploadModel(backend, model);
-  const kv = allocatePagedKv(backend, model.config, 12, BLOCK);
+  const kv = allocatePagedKv(backend, model.config, 12, BLOCK, dtype);
   const base = modelStepRunner(backend, device, kv, () => {
     freePagedKv(backend, kv);
     freeDeviceModel(backend, device);
@@ -80,6 +80,16 @@ test("HostKvOffload on webgpu: a prompt restored from host KV generates what rec
   assert.equal(restored.again.cachedTokens, full, "the prompt's full blocks came back from host memory");
   assert.equal(restored.stats.kvRestoredBlocks, full / BLOCK);
   assert.ok(restored.stats.kvOffloadedBlocks >= full / BLOCK);
+  assert.deepEqual(restored.again.tokenIds, recompute.again.tokenIds);
+  assert.deepEqual(restored.again.tokenIds, restored.first.tokenIds);
+}, { ignore: skip });
+
+test("HostKvOffload on webgpu: an f16 cache's blocks come back from host memory as they left", async () => {
+  assert.ok(gpu, `webgpu is unavailable: ${why}`);
+  // The host copy is widened to f32 (embedding reads the f16 rows) and rounded back by kvWrite: exact.
+  const recompute = await evictAndReturn(engineOn(gpu, 0, undefined, "f16"));
+  const restored = await evictAndReturn(engineOn(gpu, 64, undefined, "f16"));
+  assert.equal(restored.again.cachedTokens, full, "the prompt's full blocks came back from host memory");
   assert.deepEqual(restored.again.tokenIds, recompute.again.tokenIds);
   assert.deepEqual(restored.again.tokenIds, restored.first.tokenIds);
 }, { ignore: skip });

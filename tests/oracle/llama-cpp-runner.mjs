@@ -4,7 +4,7 @@
 // the oracle tests call it the same way from Deno and from Node (node-llama-cpp is a Node addon).
 //
 // Usage: node tests/oracle/llama-cpp-runner.mjs job.json
-//   job.json: {"models": [{"path": "...gguf", "prompt": [ids], "steps": 32, "texts": ["..."]}]}
+//   job.json: {"models": [{"path": "...gguf", "prompt": [ids], "steps": 32, "texts": ["..."], "kvType": "F32"|"F16"}]}
 import { readFileSync } from "node:fs";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 
@@ -13,15 +13,16 @@ const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLev
 const results = [];
 for (const m of job.models) {
   const model = await llama.loadModel({ modelPath: m.path });
-  // F32 KV cache and no flash attention: the comparison should see only weight/activation rounding.
+  // F32 KV cache (unless the job asks for F16, llama.cpp's default) and no flash attention: the
+  // comparison should see only weight/activation rounding.
   // One thread: ggml's spinning thread barrier is ~1000x slower on a busy 2-core machine.
   const context = await model.createContext({
     contextSize: 256,
     sequences: 1,
     threads: 1,
     flashAttention: false,
-    experimentalKvCacheKeyType: "F32",
-    experimentalKvCacheValueType: "F32",
+    experimentalKvCacheKeyType: m.kvType ?? "F32",
+    experimentalKvCacheValueType: m.kvType ?? "F32",
   });
   const sequence = context.getSequence();
   const steps = [];

@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { selectBackend } from "../../src/backend/select.ts";
-import type { Backend, WeightDType } from "../../src/backend/types.ts";
+import type { Backend, KvDType, WeightDType } from "../../src/backend/types.ts";
 import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
 import type { LoadedModel } from "../../src/model/config.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
@@ -55,6 +55,8 @@ interface OracleCase {
   tol: number;
   /** Also compare a safetensors directory of the same weights. */
   hf: boolean;
+  /** KV cache dtype on both sides (default f32; llama.cpp's default, f16, rounds as our f16 cache does). */
+  kv?: KvDType;
 }
 
 // llama.cpp rounds activations to the weight type for f16/bf16/q8_0 dot products; we keep them
@@ -203,6 +205,32 @@ const CASES: OracleCase[] = [
     tol: 1e-4,
     hf: true,
   },
+  // f16 KV caches (llama.cpp's default, our --kv-cache-dtype auto on WebGPU): keys and values rounded
+  // to f16 on both sides; llama.cpp also rounds the queries to f16 for their products with f16 keys,
+  // so the tolerance is the f16 weights case's. GQA; MLA's one shared latent cache; a window with sinks.
+  { name: "llama GQA 4/2, f32 weights, f16 KV cache", spec: { ...BASE, architecture: "llama", seed: 141 }, tol: 2e-3, hf: false, kv: "f16" },
+  {
+    name: "deepseek2 (Kimi K2 layout) MLA, f16 KV cache",
+    spec: {
+      ...BASE, architecture: "deepseek2", layers: 3, ropeTheta: 10000, seed: 145, tokenizer: "kimi-k2",
+      mla: { qLora: 24, kvLora: 40, nope: 16, rope: 8, v: 12 },
+      experts: { count: 8, used: 2, sharedFfn: 64, denseLayers: 1, scale: 2.5 },
+    },
+    tol: 2e-3,
+    hf: false,
+    kv: "f16",
+  },
+  {
+    name: "gpt-oss sliding window 5, sinks, YaRN, f16 KV cache",
+    spec: {
+      ...BASE, architecture: "gpt-oss", layers: 3, ropeTheta: 10000, seed: 146, slidingWindow: 5, tokenizer: "gpt-4o",
+      yarn: { factor: 4, originalContext: 16, betaFast: 32, betaSlow: 1 },
+      experts: { count: 4, used: 2 },
+    },
+    tol: 2e-3,
+    hf: false,
+    kv: "f16",
+  },
 ];
 
 const TEXTS = [
@@ -220,7 +248,7 @@ for (const c of CASES) {
   const weights = randomHfWeights(c.spec);
   await writeFile(`${dir}/${c.spec.seed}.gguf`, ggufBytes(c.spec, weights));
   if (c.hf) await writeHfDirectory(`${dir}/${c.spec.seed}`, c.spec, weights);
-  jobModels.push({ path: `${dir}/${c.spec.seed}.gguf`, prompt: PROMPT, steps: STEPS, texts: TEXTS });
+  jobModels.push({ path: `${dir}/${c.spec.seed}.gguf`, prompt: PROMPT, steps: STEPS, texts: TEXTS, kvType: c.kv === "f16" ? "F16" : "F32" });
 }
 await writeFile(`${dir}/job.json`, JSON.stringify({ models: jobModels }));
 
@@ -245,9 +273,9 @@ for (const name of (["reference", "webgpu"] as const).filter((n) => wanted.inclu
 }
 
 /** Our greedy run: log-probs after the prompt and after each generated token, and the tokens. */
-async function ourRun(backend: Backend, host: LoadedModel): Promise<{ logProbs: Float64Array[]; tokens: number[] }> {
+async function ourRun(backend: Backend, host: LoadedModel, kvDtype: KvDType = "f32"): Promise<{ logProbs: Float64Array[]; tokens: number[] }> {
   const model = uploadModel(backend, host);
-  const kv = allocatePagedKv(backend, host.config, 3, 16);
+  const kv = allocatePagedKv(backend, host.config, 3, 16, kvDtype);
   const table = [2, 0, 1];
   const logProbs: Float64Array[] = [];
   const tokens: number[] = [];
@@ -298,7 +326,7 @@ CASES.forEach((c, i) => {
         const host = await loadModel(source === "gguf" ? `${dir}/${c.spec.seed}.gguf` : `${dir}/${c.spec.seed}`);
         const theirs = oracle.results[i];
         assert.equal(theirs.steps.length, STEPS);
-        compare(await ourRun(b.backend, host), theirs, c.tol, c.spec.dtype === "f32");
+        compare(await ourRun(b.backend, host, c.kv), theirs, c.tol, c.spec.dtype === "f32" && c.kv === undefined);
       }, { ignore: skip });
     }
   }

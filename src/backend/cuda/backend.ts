@@ -45,6 +45,8 @@ export class CudaBackend extends CudaExperts implements Backend {
       f16: true,
       // attention.cu's decode kernels hold up to 8 dims per lane (256); MLA's 576 is not written yet.
       maxHeadDim: 256,
+      // kv_write and attention.cu read and write f32 caches; their f16 variants are not written (no GPU to run them here).
+      kvDtypes: ["f32"],
       peakGBps: d.peakGBps > 0 ? d.peakGBps : undefined,
     };
   }
@@ -84,9 +86,9 @@ export class CudaBackend extends CudaExperts implements Backend {
     return new CudaTensor(p, [...shape], dtype);
   }
 
-  zeros(shape: readonly number[], dtype: "f32" | "i32"): Tensor {
+  zeros(shape: readonly number[], dtype: "f32" | "i32" | "f16"): Tensor {
     const count = checkShape(shape, "zeros");
-    return new CudaTensor(this.ctx.zeros(count * 4), [...shape], dtype);
+    return new CudaTensor(this.ctx.zeros(count * (dtype === "f16" ? 2 : 4)), [...shape], dtype);
   }
 
   async download(t: Tensor): Promise<Float32Array | Int32Array> {

@@ -2,15 +2,21 @@
  * Reference paged KV write and paged causal attention with GQA over a ragged batch.
  */
 import { type AttentionBatch, BackendShapeError } from "../types.ts";
+import { f16ToF32, f32ToF16 } from "../half-float.ts";
+
+/** The largest finite f16. */
+const F16_MAX = 65504;
 import { expectAttentionOptions } from "../shape-checks.ts";
 import { softmaxRow } from "./elementwise.ts";
 import { asRef, expectRank, f32Tensor, fmt, type RefTensor } from "./storage.ts";
 
 function expectCaches(kCache: RefTensor, vCache: RefTensor): [number, number, number, number] {
-  expectRank(kCache, 4, "key cache", ["f32"]);
-  expectRank(vCache, 4, "value cache", ["f32"]);
-  if (kCache.shape.some((d, i) => d !== vCache.shape[i])) {
-    throw new BackendShapeError(`Key cache ${fmt(kCache.shape)} and value cache ${fmt(vCache.shape)} differ`);
+  expectRank(kCache, 4, "key cache", ["f32", "f16"]);
+  expectRank(vCache, 4, "value cache", ["f32", "f16"]);
+  if (kCache.shape.some((d, i) => d !== vCache.shape[i]) || kCache.dtype !== vCache.dtype) {
+    throw new BackendShapeError(
+      `Key cache ${fmt(kCache.shape)} ${kCache.dtype} and value cache ${fmt(vCache.shape)} ${vCache.dtype} differ`,
+    );
   }
   const [numBlocks, blockSize, kvHeads, headDim] = kCache.shape;
   return [numBlocks, blockSize, kvHeads, headDim];
@@ -22,6 +28,9 @@ export function kvWrite(k: RefTensor, v: RefTensor, kCache: RefTensor, vCache: R
   expectRank(k, 3, "kvWrite keys", ["f32"]);
   expectRank(v, 3, "kvWrite values", ["f32"]);
   expectRank(slots, 1, "kvWrite slots", ["i32"]);
+  if (kCache.storage === vCache.storage && k.storage !== v.storage) {
+    throw new BackendShapeError("kvWrite into one cache shared by keys and values needs the values to be the keys");
+  }
   const n = slots.shape[0];
   for (const [t, what] of [[k, "keys"], [v, "values"]] as const) {
     if (t.shape[0] !== n || t.shape[1] !== kvHeads || t.shape[2] !== headDim) {
@@ -38,6 +47,10 @@ export function kvWrite(k: RefTensor, v: RefTensor, kCache: RefTensor, vCache: R
     if (s < 0 || s >= capacity) throw new RangeError(`KV slot ${s} at row ${i} is outside 0..${capacity - 1}`);
     kc.set(ks.subarray(i * row, (i + 1) * row), s * row);
     vc.set(vs.subarray(i * row, (i + 1) * row), s * row);
+    if (kCache.dtype === "f16") {
+      // Saturating, as the device kernels store: beyond ±65504 an f16 would be infinite.
+      for (const c of [kc, vc]) for (let j = s * row; j < (s + 1) * row; j++) c[j] = f16ToF32(f32ToF16(Math.max(-F16_MAX, Math.min(F16_MAX, c[j]))));
+    }
   }
 }
 

@@ -40,7 +40,7 @@ export class WebGpuBackend implements Backend {
 
   constructor(gpu: GpuDevice, options: { poison: boolean; gemvMaxRows: number }) {
     this.#ctx = new GpuContext(gpu, options.poison, options.gemvMaxRows);
-    this.info = { name: WEBGPU_NAME, device: gpu.description, f16: gpu.f16, maxHeadDim: MAX_HEAD_DIM };
+    this.info = { name: WEBGPU_NAME, device: gpu.description, f16: gpu.f16, kvDtypes: ["f32", "f16"], maxHeadDim: MAX_HEAD_DIM };
   }
 
   /** Byte counters of the buffer pool and dispatch/submit counts. */
@@ -69,7 +69,7 @@ export class WebGpuBackend implements Backend {
   uploadWeight(raw: Uint8Array, shape: readonly number[], dtype: WeightDType): Tensor {
     return uploadWeight(this.#ctx, raw, shape, dtype);
   }
-  zeros(shape: readonly number[], dtype: "f32" | "i32"): Tensor {
+  zeros(shape: readonly number[], dtype: "f32" | "i32" | "f16"): Tensor {
     return zeros(this.#ctx, shape, dtype);
   }
   download(t: Tensor): Promise<Float32Array | Int32Array> {

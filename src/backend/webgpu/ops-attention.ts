@@ -1,5 +1,7 @@
 /**
- * Paged KV write and paged causal attention (GQA, block tables, online softmax).
+ * Paged KV write and paged causal attention (GQA, block tables, online softmax), over f32 or f16
+ * caches (f16: two halves per u32 word, packed and unpacked with WGSL's pack2x16float, so it needs
+ * no shader-f16).
  */
 import type { PooledBuffer } from "./buffer-pool.ts";
 import { type GpuContext } from "./context.ts";
@@ -17,15 +19,22 @@ export const MAX_HEAD_DIM = 576;
 function caches(kT: Tensor, vT: Tensor): [GpuTensor, GpuTensor] {
   const k = asGpu(kT, "key cache");
   const v = asGpu(vT, "value cache");
-  expectRank(k, 4, "key cache", ["f32"]);
-  expectRank(v, 4, "value cache", ["f32"]);
-  if (k.shape.some((d, i) => d !== v.shape[i])) {
-    throw new BackendShapeError(`Key cache ${fmt(k.shape)} and value cache ${fmt(v.shape)} differ`);
+  expectRank(k, 4, "key cache", ["f32", "f16"]);
+  expectRank(v, 4, "value cache", ["f32", "f16"]);
+  if (k.shape.some((d, i) => d !== v.shape[i]) || k.dtype !== v.dtype) {
+    throw new BackendShapeError(`Key cache ${fmt(k.shape)} ${k.dtype} and value cache ${fmt(v.shape)} ${v.dtype} differ`);
+  }
+  if (k.dtype === "f16" && k.shape[3] % 2 !== 0) {
+    throw new BackendShapeError(`An f16 KV cache needs an even head dimension, got cache ${fmt(k.shape)}`);
   }
   return [k, v];
 }
 
-/** Writes k, v [n, kvHeads, headDim] into the caches at flat slots [n]. */
+/**
+ * Writes k, v [n, kvHeads, headDim] into the caches at flat slots [n] (f16 caches round to nearest).
+ * When both caches are one buffer (MLA) the values must be the keys, and they are written once:
+ * WebGPU refuses a buffer bound writable twice in one dispatch.
+ */
 export function kvWrite(ctx: GpuContext, kT: Tensor, vT: Tensor, kcT: Tensor, vcT: Tensor, slotsT: Tensor): void {
   const [kc, vc] = caches(kcT, vcT);
   const [numBlocks, blockSize, kvHeads, headDim] = kc.shape;
@@ -35,6 +44,10 @@ export function kvWrite(ctx: GpuContext, kT: Tensor, vT: Tensor, kcT: Tensor, vc
   expectRank(k, 3, "kvWrite keys", ["f32"]);
   expectRank(v, 3, "kvWrite values", ["f32"]);
   expectRank(slots, 1, "kvWrite slots", ["i32"]);
+  const shared = kc.buffer === vc.buffer;
+  if (shared && k.buffer !== v.buffer) {
+    throw new BackendShapeError("kvWrite into one cache shared by keys and values needs the values to be the keys");
+  }
   const n = slots.shape[0];
   for (const [t, what] of [[k, "keys"], [v, "values"]] as const) {
     if (t.shape[0] !== n || t.shape[1] !== kvHeads || t.shape[2] !== headDim) {
@@ -42,12 +55,13 @@ export function kvWrite(ctx: GpuContext, kT: Tensor, vT: Tensor, kcT: Tensor, vc
     }
   }
   const row = kvHeads * headDim;
+  const f16 = kc.dtype === "f16";
   ctx.recorder.dispatch(
     "kv_write",
-    {},
+    { F16: f16, V_CACHE: !shared },
     [n, row, numBlocks * blockSize, 0],
-    [[1, k.buffer], [2, v.buffer], [3, slots.buffer], [4, kc.buffer], [5, vc.buffer]],
-    Math.ceil((n * row) / 256),
+    [[1, k.buffer], [3, slots.buffer], [4, kc.buffer], ...(shared ? [] : [[2, v.buffer], [5, vc.buffer]] as [number, PooledBuffer][])],
+    Math.ceil((n * row) / (f16 ? 512 : 256)),
   );
 }
 
@@ -85,7 +99,7 @@ export function pagedAttention(
   const dpt = headDim <= 64 ? 1 : headDim <= 128 ? 2 : headDim <= 256 ? 4 : 9;
   ctx.recorder.dispatch(
     "paged_attention",
-    { DPT: dpt, SINKS: sinks !== undefined },
+    { DPT: dpt, SINKS: sinks !== undefined, F16: kc.dtype === "f16" },
     [n, heads, kvHeads, headDim, blockSize, tables.shape[1], numBlocks, new F32(scale), window],
     [
       [1, q.buffer], [2, kc.buffer], [3, vc.buffer], [4, seq.buffer], [5, pos.buffer], [6, tables.buffer], [7, out.buffer],

@@ -4,7 +4,7 @@
  */
 import { type GpuContext } from "./context.ts";
 import type { KernelParams } from "./kernel-source.ts";
-import { asGpu, expectRank, fmt, type GpuTensor } from "./tensor.ts";
+import { asGpu, expectRank, fmt, type GpuTensor, rowsOf } from "./tensor.ts";
 import { isBlockQuant } from "../quant-blocks.ts";
 import { BackendShapeError, type Tensor, WEIGHT_DTYPES } from "../types.ts";
 
@@ -81,11 +81,15 @@ export function matmul(ctx: GpuContext, xT: Tensor, wT: Tensor, biasT?: Tensor):
 export function embeddingChunks(ctx: GpuContext, table: GpuTensor, ids: GpuTensor, n: number, cols: number): GpuTensor {
   const out = ctx.output([n, cols]);
   const params = weightParams(ctx, table);
+  const single = table.storage.chunks.length === 1;
   for (const c of table.storage.chunks) {
+    // One buffer holds every row of whatever view this is (a KV cache seen as [slots, width]: its
+    // chunk was recorded at allocation, not as this view's rows).
+    const rows = single ? rowsOf(table.shape).rows : c.rows;
     ctx.recorder.dispatch(
       "embedding",
       params,
-      [n, cols, c.rowStart, c.rows],
+      [n, cols, c.rowStart, rows],
       [[1, c.buffer], [2, ids.buffer], [3, out.buffer]],
       Math.ceil((n * cols) / 256),
     );

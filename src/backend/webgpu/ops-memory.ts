@@ -33,12 +33,13 @@ export function uploadWeight(ctx: GpuContext, raw: Uint8Array, shape: readonly n
   return ctx.wrap(shape, dtype, chunks);
 }
 
-/** A zero-filled f32 or i32 tensor. */
-export function zeros(ctx: GpuContext, shape: readonly number[], dtype: "f32" | "i32"): Tensor {
+/** A zero-filled f32 or i32 tensor, or an f16 one (a KV cache: two halves per u32 word, as f16 weights). */
+export function zeros(ctx: GpuContext, shape: readonly number[], dtype: "f32" | "i32" | "f16"): Tensor {
   const count = checkShape(shape, "zeros");
-  if (dtype !== "f32" && dtype !== "i32") throw new BackendShapeError(`zeros accepts f32 or i32, got ${dtype}`);
-  const pb = ctx.pool.acquire(count * 4);
-  ctx.recorder.clear(pb, Math.max(count * 4, 4));
+  if (dtype !== "f32" && dtype !== "i32" && dtype !== "f16") throw new BackendShapeError(`zeros accepts f32, i32 or f16, got ${dtype}`);
+  const bytes = dtype === "f16" ? Math.ceil(count / 2) * 4 : count * 4;
+  const pb = ctx.pool.acquire(bytes);
+  ctx.recorder.clear(pb, Math.max(bytes, 4));
   return ctx.wrap(shape, dtype, [{ buffer: pb, rowStart: 0, rows: 1 }]);
 }
 
