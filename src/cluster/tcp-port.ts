@@ -18,8 +18,15 @@ interface BufferRef {
 
 function encode(message: unknown): Uint8Array {
   const arrays: Float32Array[] = [];
+  // An array met twice is sent once (an MLA layer's values are its keys' array): both references
+  // come back as one array.
+  const seen = new Map<Float32Array, number>();
   const json = JSON.stringify(message, (_k, v) => {
-    if (v instanceof Float32Array) return { $f32: arrays.push(v) - 1 } satisfies BufferRef;
+    if (v instanceof Float32Array) {
+      let at = seen.get(v);
+      if (at === undefined) seen.set(v, (at = arrays.push(v) - 1));
+      return { $f32: at } satisfies BufferRef;
+    }
     return v;
   });
   const header = new TextEncoder().encode(json);

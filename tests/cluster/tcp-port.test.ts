@@ -28,6 +28,23 @@ test("socketPort() carries JSON with Float32Arrays both ways, and fails a frame 
   await p.close();
 });
 
+test("socketPort() sends an array referenced twice once, and it arrives as one array (MLA's keys are its values)", async () => {
+  const k = new Float32Array(1000).map((_, i) => i / 7);
+  // A 6000-byte frame limit fits one copy of the 4000-byte array, not two.
+  const p = await pair(6000);
+  const got = new Promise<unknown>((resolve, reject) => {
+    p.server.onMessage(resolve);
+    p.server.onError(reject);
+  });
+  p.client.post({ kv: { k: [k], v: [k] }, extra: new Float32Array([4, 5]) });
+  const m = (await got) as { kv: { k: Float32Array[]; v: Float32Array[] }; extra: Float32Array };
+  assert.equal(m.kv.v[0], m.kv.k[0], "one array on the receiving side");
+  assert.deepEqual(Array.from(m.kv.k[0]), Array.from(k));
+  assert.deepEqual(Array.from(m.extra), [4, 5]);
+  await p.client.close();
+  await p.close();
+});
+
 test("socketPort() keeps messages that arrive before its handler is set (a worker greets first)", async () => {
   const server = net.createServer((s) => socketPort(s).post({ op: "hello", n: 1 }));
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
