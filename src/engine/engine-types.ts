@@ -2,6 +2,7 @@
  * What callers give the engine and what they get back: request parameters, streamed deltas, the
  * final result, and the typed errors the server maps to HTTP statuses.
  */
+import type { KvDType } from "../backend/types.ts";
 import type { EngineMetrics } from "./engine-metrics.ts";
 import type { SchedulerStats, StepMixing, WorkerRole } from "./scheduler-types.ts";
 import type { TokenLogprob } from "./logprobs.ts";
@@ -200,6 +201,8 @@ export interface ServingEngine {
   readonly metrics: EngineMetrics;
   /** How steps run prefill chunks and decodes now (the first worker's, for a cluster). */
   readonly stepMixing: StepMixing;
+  /** The KV cache's element type, where one engine serves (a cluster's workers choose their own). */
+  readonly kvCacheDtype?: KvDType;
   /** Queues a request. Throws the typed errors above. */
   submit(req: GenerateRequest): RequestHandle;
   /** The session's turn ended in a call to `tool` (agent-aware KV retention). */

@@ -28,6 +28,11 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
       `${name}_count{${label}} ${h.count}`,
     ]);
   simple("vllm:num_requests_running", "gauge", "Requests in the running batch.", s.running);
+  if (engine.kvCacheDtype !== undefined) {
+    metric("vllm:cache_config_info", "gauge", "Information of the KV cache's configuration (labels; the value is 1).", [
+      `vllm:cache_config_info{${label},cache_dtype="${engine.kvCacheDtype}",num_gpu_blocks="${s.kvTotalBlocks}"} 1`,
+    ]);
+  }
   simple("vllm:num_requests_waiting", "gauge", "Requests waiting to be scheduled (queue depth).", s.waiting);
   simple("vllm:kv_cache_usage_perc", "gauge", "Fraction of KV blocks in use (1 = full).", s.kvTotalBlocks ? s.kvUsedBlocks / s.kvTotalBlocks : 0);
   simple("vllm:kv_cache_blocks_used", "gauge", "KV blocks referenced by running requests.", s.kvUsedBlocks);

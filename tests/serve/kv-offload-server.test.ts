@@ -23,6 +23,8 @@ for (const workers of [1, 2]) test(`startServer({ kvOffloadBlocks${workers > 1 ?
     const restored = Number(/evolving:kv_restored_blocks_total\{[^}]*\} (\d+)/.exec(metrics)?.[1]);
     assert.ok(restored >= 1, `restored ${restored} blocks`);
     assert.match(metrics, new RegExp(`evolving:kv_host_capacity_blocks\\{[^}]*\\} ${64 * workers}\\b`));
+    // One engine reports its cache's dtype as vLLM does (auto is f16 on the reference backend).
+    if (workers === 1) assert.match(metrics, /vllm:cache_config_info\{model_name="stories260K",cache_dtype="f16",num_gpu_blocks="12"\} 1/);
   } finally {
     await s.shutdown();
   }
