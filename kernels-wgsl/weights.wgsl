@@ -4,8 +4,9 @@
 //   f16   array<f16> when the device has shader-f16, else two halves per u32 word
 //   bf16  two bf16 per u32 word (low half = even element)
 //   q8_0  repacked at upload into 9-word blocks: [scale as f32 bits, 8 words of 4 int8 each]
-//   q4_0, q4_1, q5_0, q5_1, q4_k, q5_k  llama.cpp's blocks, word-aligned (q4_0 and q5_0 repacked:
-//         see weight-layout.ts); values decoded as llama.cpp's dequantize_row_* does.
+//   q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k, q5_k  llama.cpp's blocks, word-aligned (q4_0 and q5_0
+//         repacked, q3_k padded from 110 to 112 bytes = 28 words: hmask, qs, scales, then d in the
+//         low half of word 27; see weight-layout.ts); values decoded as llama.cpp's dequantize_row_* does.
 //   q6_k  unpacked at upload into 69-word blocks of 256 values: [d as f32 bits, 16 int8 scales, 256 int8 codes].
 //   mxfp4 repacked at upload into 5-word blocks of 32 values: [4 words of FP4 codes, the E8M0 scale byte].
 // Every block format keeps a row's values in whole blocks, and w_at4's i is a multiple of 4, so the
@@ -102,6 +103,36 @@ fn w_at4(i: u32) -> vec4<f32> {
   let dm = unpack2x16float(wbuf[b]);
   let q = byte_bits(wbuf[b + 2u + ((e & 15u) >> 2u)], (e >> 4u) * 4u, 15u) | (((vec4<u32>(wbuf[b + 1u]) >> (vec4<u32>(0u, 1u, 2u, 3u) + vec4<u32>(e))) & vec4<u32>(1u)) << vec4<u32>(4u));
   return vec4<f32>(q) * dm.x + dm.y;
+#elif ${W_Q2K}
+  // 21 words: 16 scale bytes (low nibble scale, high nibble min, per 16 values), 64 bytes of 2-bit
+  // codes (per 128 values n, 32 bytes; value 128·n + 32·j + l in bits 2·j of byte 32·n + l), then
+  // f16 d and dmin.
+  let b = (i >> 8u) * 21u;
+  let e = i & 255u;
+  let n = e >> 7u;
+  let j = (e & 127u) >> 5u;
+  let l = e & 31u;
+  let k = n * 8u + j * 2u + (l >> 4u);
+  let sc = extractBits(wbuf[b + (k >> 2u)], (k & 3u) * 8u, 8u);
+  let dm = unpack2x16float(wbuf[b + 20u]);
+  let q = byte_bits(wbuf[b + 4u + n * 8u + (l >> 2u)], j * 2u, 3u);
+  return vec4<f32>(q) * (dm.x * f32(sc & 15u)) - dm.y * f32(sc >> 4u);
+#elif ${W_Q3K}
+  // 28 words (padded at upload): 32 hmask bytes (bit 4·n + j of byte l, for every n, the code's
+  // bit 2), 64 bytes of low 2 bits laid out as q2_k's, 12 scale bytes (6-bit scale k − 32: low 4
+  // bits the nibble k / 8 of byte k mod 8, high 2 bits bits 2·(k / 4) of byte 8 + k mod 4), f16 d.
+  let b = (i >> 8u) * 28u;
+  let e = i & 255u;
+  let n = e >> 7u;
+  let j = (e & 127u) >> 5u;
+  let l = e & 31u;
+  let k = n * 8u + j * 2u + (l >> 4u);
+  let lo4 = extractBits(wbuf[b + 24u + ((k & 7u) >> 2u)], (k & 3u) * 8u + (k >> 3u) * 4u, 4u);
+  let hi2 = extractBits(wbuf[b + 26u], (k & 3u) * 8u + (k >> 2u) * 2u, 2u);
+  let scale = f32(i32(lo4 | (hi2 << 4u)) - 32) * unpack2x16float(wbuf[b + 27u]).x;
+  // llama.cpp subtracts 4 where the hmask bit is clear: code = low | (bit << 2) − 4.
+  let q = byte_bits(wbuf[b + 8u + n * 8u + (l >> 2u)], j * 2u, 3u) | (byte_bits(wbuf[b + (l >> 2u)], n * 4u + j, 1u) << vec4<u32>(2u));
+  return (vec4<f32>(q) - 4.0) * scale;
 #elif ${W_Q4K}
   // 36 words: f16 d and dmin, 12 scale bytes, 128 bytes of nibbles (64-value chunks: low nibbles
   // first, then high).

@@ -1,8 +1,8 @@
 /**
  * GGUF's block-quantized weight formats beyond q8_0, as llama.cpp lays them out (ggml-common.h), on
- * the host: the legacy 32-value blocks (q4_0, q4_1, q5_0, q5_1), the 256-value k-quants (q4_k,
- * q5_k, q6_k) — what Q4_K_M, Q5_K_M and Q6_K files hold — and mxfp4 (OCP microscaling FP4: 32
- * E2M1 values under one E8M0 power-of-two scale; gpt-oss's expert matrices). Decoding follows
+ * the host: the legacy 32-value blocks (q4_0, q4_1, q5_0, q5_1), the 256-value k-quants (q2_k,
+ * q3_k, q4_k, q5_k, q6_k) — what Q2_K, Q3_K_S/M/L, Q4_K_M, Q5_K_M and Q6_K files hold — and mxfp4
+ * (OCP microscaling FP4: 32 E2M1 values under one E8M0 power-of-two scale; gpt-oss's expert matrices). Decoding follows
  * llama.cpp's `dequantize_row_*` operation for operation (scale products rounded to f32 first), so
  * the reference backend reads a file's weights as llama.cpp does. Encoding is a plain
  * round-to-nearest quantizer (no error-minimising search, unlike llama.cpp's): it writes valid
@@ -12,7 +12,7 @@
 import { f16ToF32, f32ToF16 } from "./half-float.ts";
 
 /** The block-quantized dtypes of this module. */
-export type BlockQuantDType = "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q4_k" | "q5_k" | "q6_k" | "mxfp4";
+export type BlockQuantDType = "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" | "q6_k" | "mxfp4";
 
 /** Elements and bytes per block of each format. */
 export const QUANT_BLOCKS: Readonly<Record<BlockQuantDType, { values: number; bytes: number }>> = {
@@ -20,6 +20,8 @@ export const QUANT_BLOCKS: Readonly<Record<BlockQuantDType, { values: number; by
   q4_1: { values: 32, bytes: 20 },
   q5_0: { values: 32, bytes: 22 },
   q5_1: { values: 32, bytes: 24 },
+  q2_k: { values: 256, bytes: 84 },
+  q3_k: { values: 256, bytes: 110 },
   q4_k: { values: 256, bytes: 144 },
   q5_k: { values: 256, bytes: 176 },
   q6_k: { values: 256, bytes: 210 },
@@ -52,6 +54,25 @@ export function scaleMinK4(bytes: Uint8Array, at: number, j: number): [number, n
   const q = (i: number) => bytes[at + i];
   if (j < 4) return [q(j) & 63, q(j + 4) & 63];
   return [(q(j + 4) & 0xf) | ((q(j - 4) >> 6) << 4), (q(j + 4) >> 4) | ((q(j) >> 6) << 4)];
+}
+
+/**
+ * A q3_k block's 16 six-bit scales, unpacked from its 12 scale bytes at `at` as llama.cpp's
+ * `dequantize_row_q3_K` does with kmask1 / kmask2: scale k's low 4 bits are the low (k < 8) or high
+ * nibble of byte k mod 8, its high 2 bits are bits 2·⌊k/4⌋ of byte 8 + k mod 4. Still offset by 32.
+ */
+export function scalesQ3K(bytes: Uint8Array, at: number): Uint8Array {
+  const kmask1 = 0x03030303;
+  const kmask2 = 0x0f0f0f0f;
+  const word = (i: number) => (bytes[at + 4 * i] | (bytes[at + 4 * i + 1] << 8) | (bytes[at + 4 * i + 2] << 16) | (bytes[at + 4 * i + 3] << 24)) >>> 0;
+  const aux = new Uint32Array([word(0), word(1), word(2), 0]);
+  const tmp = aux[2];
+  aux[2] = ((aux[0] >>> 4) & kmask2) | (((tmp >>> 4) & kmask1) << 4);
+  aux[3] = ((aux[1] >>> 4) & kmask2) | (((tmp >>> 6) & kmask1) << 4);
+  aux[0] = (aux[0] & kmask2) | (((tmp >>> 0) & kmask1) << 4);
+  aux[1] = (aux[1] & kmask2) | (((tmp >>> 2) & kmask1) << 4);
+  // Little-endian bytes of the four words, as llama.cpp reads them through an int8_t pointer.
+  return Uint8Array.from({ length: 16 }, (_, k) => (aux[k >> 2] >>> (8 * (k & 3))) & 0xff);
 }
 
 /**
@@ -125,6 +146,46 @@ export function decodeBlocks(raw: Uint8Array, dtype: BlockQuantDType, blocks: nu
         }
         break;
       }
+      case "q2_k": {
+        // scales[16] (low nibble scale, high nibble min, per 16 values), qs[64] (four 2-bit codes a
+        // byte: 32 bytes per 128 values, bit pair j for values 32·j … 32·j + 31), f16 d, f16 dmin.
+        const d = half(s + 80);
+        const min = half(s + 82);
+        for (let n = 0; n < 2; n++) {
+          const q = s + 16 + 32 * n;
+          for (let j = 0; j < 4; j++) {
+            for (let h = 0; h < 2; h++) {
+              const sc = raw[s + 8 * n + 2 * j + h];
+              const dl = f32(d * (sc & 0xf));
+              const ml = f32(min * (sc >> 4));
+              for (let l = 0; l < 16; l++) {
+                out[o + 128 * n + 32 * j + 16 * h + l] = f32(dl * ((raw[q + 16 * h + l] >> (2 * j)) & 3) - ml);
+              }
+            }
+          }
+        }
+        break;
+      }
+      case "q3_k": {
+        // hmask[32] (bit 4·n + j of byte l: the high bit of value 128·n + 32·j + l, set meaning
+        // "no −4"), qs[64] laid out as q2_k's, scales[12] (16 six-bit scales − 32), f16 d.
+        const dAll = half(s + 108);
+        const scales = scalesQ3K(raw, s + 96);
+        for (let n = 0; n < 2; n++) {
+          const q = s + 32 + 32 * n;
+          for (let j = 0; j < 4; j++) {
+            const m = 1 << (4 * n + j);
+            for (let h = 0; h < 2; h++) {
+              const dl = f32(dAll * (((scales[8 * n + 2 * j + h] << 24) >> 24) - 32));
+              for (let l = 0; l < 16; l++) {
+                const code = ((raw[q + 16 * h + l] >> (2 * j)) & 3) - ((raw[s + 16 * h + l] & m) ? 0 : 4);
+                out[o + 128 * n + 32 * j + 16 * h + l] = f32(dl * code);
+              }
+            }
+          }
+        }
+        break;
+      }
       case "mxfp4": {
         // One E8M0 byte, then byte j holds value j (low nibble) and value j + 16 (high nibble).
         const d = e8m0ToF32Half(raw[s]);
@@ -172,6 +233,12 @@ export function encodeBlocks(values: Float32Array, dtype: BlockQuantDType, out: 
       case "q4_k":
       case "q5_k":
         encodeK45(x, dtype === "q5_k", view, out, s);
+        break;
+      case "q2_k":
+        encodeK2(x, view, out, s);
+        break;
+      case "q3_k":
+        encodeK3(x, view, out, s);
         break;
       case "q6_k":
         encodeK6(x, view, out, s);
@@ -277,6 +344,80 @@ function encodeK45(x: Float32Array, five: boolean, view: DataView, out: Uint8Arr
       out[at + l] |= (q & 0xf) << shift;
       if (five) out[qh + l] |= (q >> 4) << j;
     }
+  }
+}
+
+/**
+ * One q2_k super-block: per 16 values a range [min(lo, 0), hi] in 3 steps, the step and −min
+ * quantized to 4 bits under f16 super-scales d and dmin (each the largest / 15), then each value to
+ * the nearest of its 4 levels under the quantized scale and min.
+ */
+function encodeK2(x: Float32Array, view: DataView, out: Uint8Array, s: number): void {
+  const scales: number[] = [];
+  const mins: number[] = [];
+  for (let k = 0; k < 16; k++) {
+    let lo = 0;
+    let hi = -Infinity;
+    for (const v of x.subarray(16 * k, 16 * k + 16)) {
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+    scales.push((hi - lo) / 3);
+    mins.push(-lo);
+  }
+  const d = f16ToF32(f32ToF16(Math.max(...scales) / 15));
+  const dmin = f16ToF32(f32ToF16(Math.max(...mins) / 15));
+  view.setUint16(s + 80, f32ToF16(d), true);
+  view.setUint16(s + 82, f32ToF16(dmin), true);
+  // Sub-block k = 8·n + 2·j + h holds values 128·n + 32·j + 16·h + l (see decodeBlocks).
+  for (let k = 0; k < 16; k++) {
+    const ls = d ? Math.min(15, Math.round(scales[k] / d)) : 0;
+    const lm = dmin ? Math.min(15, Math.round(mins[k] / dmin)) : 0;
+    out[s + k] = ls | (lm << 4);
+  }
+  for (let e = 0; e < 256; e++) {
+    const n = e >> 7;
+    const j = (e & 127) >> 5;
+    const l = e & 31;
+    const sc = out[s + 8 * n + 2 * j + (l >> 4)];
+    const dl = f32(d * (sc & 0xf));
+    const ml = f32(dmin * (sc >> 4));
+    const q = dl ? Math.max(0, Math.min(3, Math.round((x[e] + ml) / dl))) : 0;
+    out[s + 16 + 32 * n + l] |= q << (2 * j);
+  }
+}
+
+/**
+ * One q3_k super-block: per 16 values a signed scale putting the value of largest magnitude at
+ * code −4 (codes −4 … 3), the scales quantized to 6 signed bits under an f16 d (the largest
+ * magnitude at −32, as llama.cpp's quantizer does), then each value to the nearest code.
+ */
+function encodeK3(x: Float32Array, view: DataView, out: Uint8Array, s: number): void {
+  const scales: number[] = [];
+  for (let k = 0; k < 16; k++) {
+    let max = 0;
+    for (const v of x.subarray(16 * k, 16 * k + 16)) if (Math.abs(v) > Math.abs(max)) max = v;
+    scales.push(max / -4);
+  }
+  let maxScale = 0;
+  for (const v of scales) if (Math.abs(v) > Math.abs(maxScale)) maxScale = v;
+  const d = f16ToF32(f32ToF16(maxScale / -32));
+  view.setUint16(s + 108, f32ToF16(d), true);
+  for (let k = 0; k < 16; k++) {
+    const ls = (d ? Math.max(-32, Math.min(31, Math.round(scales[k] / d))) : 0) + 32;
+    out[s + 96 + (k & 7)] |= (ls & 0xf) << (4 * (k >> 3));
+    out[s + 104 + (k & 3)] |= (ls >> 4) << (2 * (k >> 2));
+  }
+  const sc = scalesQ3K(out, s + 96);
+  for (let e = 0; e < 256; e++) {
+    const n = e >> 7;
+    const j = (e & 127) >> 5;
+    const l = e & 31;
+    const dl = f32(d * (sc[8 * n + 2 * j + (l >> 4)] - 32));
+    // Stored as code + 4: its low 2 bits in qs, its bit 2 in hmask (set for codes ≥ 0).
+    const q = (dl ? Math.max(-4, Math.min(3, Math.round(x[e] / dl))) : 0) + 4;
+    out[s + 32 + 32 * n + l] |= (q & 3) << (2 * j);
+    out[s + l] |= (q >> 2) << (4 * n + j);
   }
 }
 

@@ -7,7 +7,7 @@
  *   `download`/`flush`. Callers never depend on when work actually runs.
  * - Activations are f32. Weights may be f32, f16, bf16, q8_0 (GGUF block layout: per 32 values
  *   one f16 scale then 32 int8) or GGUF's other block formats as files hold them (q4_0, q4_1, q5_0,
- *   q5_1 per 32 values; the k-quants q4_k, q5_k, q6_k per 256; mxfp4, 32 FP4 values under one
+ *   q5_1 per 32 values; the k-quants q2_k, q3_k, q4_k, q5_k, q6_k per 256; mxfp4, 32 FP4 values under one
  *   power-of-two scale: quant-blocks.ts). A block format's rows hold whole blocks. Index tensors are i32.
  * - Matrices are row-major. A weight matrix of shape [rows=out, cols=in] is applied as y = x·Wᵀ
  *   (GGUF and Hugging Face both store linear weights this way). A mixture-of-experts layer stacks
@@ -34,7 +34,7 @@ export type DType = WeightDType | "i32";
 export type KvDType = "f32" | "f16";
 
 /** Every weight dtype, for checks and listings. */
-export const WEIGHT_DTYPES: readonly WeightDType[] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "mxfp4"];
+export const WEIGHT_DTYPES: readonly WeightDType[] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "mxfp4"];
 
 /** An opaque device tensor. Its storage belongs to the backend that made it. */
 export interface Tensor {

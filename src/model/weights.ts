@@ -25,11 +25,17 @@ export interface LoadOptions {
   quantize?: QuantizeDType;
 }
 
-/** The formats `--quantize` writes. */
-export type QuantizeDType = Exclude<WeightDType, "f32" | "f16" | "bf16">;
+/**
+ * The formats `--quantize` writes: every block format but q2_k and q3_k, whose round-to-nearest
+ * encoders (2 and 3 bits without llama.cpp's error-minimising search) lose too much to offer; files
+ * that hold them still load.
+ */
+export type QuantizeDType = Exclude<WeightDType, "f32" | "f16" | "bf16" | "q2_k" | "q3_k">;
 
 /** The `--quantize` choices, for CLIs and checks. */
-export const QUANTIZE_DTYPES: readonly QuantizeDType[] = WEIGHT_DTYPES.filter((d): d is QuantizeDType => blockValues(d) > 1);
+export const QUANTIZE_DTYPES: readonly QuantizeDType[] = WEIGHT_DTYPES.filter(
+  (d): d is QuantizeDType => blockValues(d) > 1 && d !== "q2_k" && d !== "q3_k",
+);
 
 /** True when `s` names a `--quantize` format. */
 export function isQuantizeDType(s: string): s is QuantizeDType {

@@ -85,10 +85,12 @@ test("GGML_TYPES agrees with the codec on the block size and bytes of every type
 
 // Largest |decoded - written| per dtype for values in [-3, 3]: half a code step (a 4-bit step is a block's range / 15),
 // a whole step for q4_0 / q5_0, whose scale is set by the largest value of one sign and clips the other side;
-// mxfp4 half its widest step (2 to 3 where amax is in [2, 4)), or clips amax in [1, 2) to 1.5.
+// mxfp4 half its widest step (2 to 3 where amax is in [2, 4)), or clips amax in [1, 2) to 1.5;
+// q2_k half its step of up to 6 / 3 (measured 0.998: its 4-bit scales and mins add a little), q3_k
+// a whole step of up to 3 / 4 (the other sign clipped at code 3) plus its 6-bit scale's rounding.
 const ROUND_TRIP_TOL: Record<WeightDType, number> = {
   f32: 0, f16: 2e-3, bf16: 2e-2, q8_0: 3 / 127, q4_0: 0.38, q4_1: 0.21, q5_0: 0.19, q5_1: 0.11, q4_k: 0.21, q5_k: 0.11, q6_k: 0.06,
-  mxfp4: 0.5,
+  mxfp4: 0.5, q2_k: 1.05, q3_k: 0.85,
 };
 
 for (const dtype of WEIGHT_DTYPES) {
@@ -152,7 +154,7 @@ test("loadModel() names the tensor and type it cannot load", async () => {
   assert.equal(view.getUint32(at, true), 0);
   view.setUint32(at, 20, true); // IQ4_NL: smaller than F32, so the data still lies inside the file
   await writeFile(`${dir}/iq4.gguf`, bytes);
-  await expectLoadError(`${dir}/iq4.gguf`, /Tensor "blk\.0\.attn_q\.weight" in ".*" has type IQ4_NL; supported types are F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, BF16, MXFP4/);
+  await expectLoadError(`${dir}/iq4.gguf`, /Tensor "blk\.0\.attn_q\.weight" in ".*" has type IQ4_NL; supported types are F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16, MXFP4/);
   view.setUint32(at, 99, true);
   await writeFile(`${dir}/t99.gguf`, bytes);
   await expectLoadError(`${dir}/t99.gguf`, /tensor "blk\.0\.attn_q\.weight" has unknown ggml type 99/);

@@ -36,6 +36,23 @@ function q4KM(name: string): WeightDType {
   return /^output\.|attn_v|ffn_down/.test(name) ? "q6_k" : "q4_k";
 }
 
+/**
+ * llama.cpp's Q2_K mix, roughly as its quantizer picks it: Q6_K for the output, Q4_K for attn_v and
+ * Q3_K for ffn_down (the tensors most sensitive to error get more bits), Q2_K elsewhere.
+ */
+function q2K(name: string): WeightDType {
+  if (/^output\./.test(name)) return "q6_k";
+  if (/attn_v/.test(name)) return "q4_k";
+  return /ffn_down/.test(name) ? "q3_k" : "q2_k";
+}
+
+/** llama.cpp's Q3_K_M mix, roughly: Q6_K for the output, Q5_K for attn_v, Q4_K for ffn_down and attn_output, Q3_K elsewhere. */
+function q3KM(name: string): WeightDType {
+  if (/^output\./.test(name)) return "q6_k";
+  if (/attn_v/.test(name)) return "q5_k";
+  return /ffn_down|attn_output/.test(name) ? "q4_k" : "q3_k";
+}
+
 /** A mix of the 32-value legacy formats (Q4_K_M's fallbacks on rows that are not whole 256 blocks). */
 function legacyMix(name: string): WeightDType {
   if (/attn_v|ffn_down/.test(name)) return "q5_0";
@@ -73,6 +90,8 @@ const CASES: OracleCase[] = [
   // these dot products (Q8_K / Q8_0 / Q8_1), so the tolerance is q8_0's order.
   { name: "llama Q4_K_M mix (q4_k, q6_k), untied", spec: { ...K_BASE, architecture: "llama", dtype: "q4_k", ggufDtype: q4KM, seed: 110 }, tol: 2e-2, hf: false },
   { name: "qwen3 q5_k, tied", spec: { ...K_BASE, architecture: "qwen3", dtype: "q5_k", tied: true, seed: 111 }, tol: 2e-2, hf: false },
+  { name: "llama Q2_K mix (q2_k, q3_k, q4_k, q6_k), untied", spec: { ...K_BASE, architecture: "llama", dtype: "q2_k", ggufDtype: q2K, seed: 150 }, tol: 2e-2, hf: false },
+  { name: "qwen2 Q3_K_M mix (q3_k, q4_k, q5_k, q6_k), untied", spec: { ...K_BASE, architecture: "qwen2", dtype: "q3_k", ggufDtype: q3KM, seed: 151 }, tol: 2e-2, hf: false },
   { name: "qwen2 legacy mix (q4_0, q4_1, q5_0, q5_1)", spec: { ...BASE, architecture: "qwen2", dtype: "q4_0", ggufDtype: legacyMix, seed: 112 }, tol: 2e-2, hf: false },
   // Mixture of experts: Qwen3-MoE (8 experts, 2 per token) and Mixtral (a llama with 4 experts, 2 per
   // token), the HF directories storing each expert apart; then a quantized Qwen3-MoE.

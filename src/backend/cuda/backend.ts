@@ -72,8 +72,8 @@ export class CudaBackend extends CudaExperts implements Backend {
       throw new BackendShapeError(`uploadWeight needs ${need} bytes for ${dtype} ${fmt(shape)}, got ${raw.byteLength}`);
     }
     // The kernels read f32/f16/bf16/q8_0 only: GGUF's other block formats are dequantized on the
-    // host and kept as f16 (exact for their 4–6-bit codes times f16-range scales, up to f16
-    // rounding of the product; 16 bits per weight instead of 4.25–6.6). mxfp4's power-of-two scales
+    // host and kept as f16 (exact for their 2–6-bit codes times f16-range scales, up to f16
+    // rounding of the product; 16 bits per weight instead of 2.6–6.6). mxfp4's power-of-two scales
     // reach far past f16's range; a weight with one that f16 cannot hold exactly is kept as bf16,
     // which holds every mxfp4 value (2-bit codes, f32's exponent range).
     if (isBlockQuant(dtype)) {

@@ -21,6 +21,8 @@ export function weightParams(ctx: GpuContext, w: GpuTensor): KernelParams {
     W_Q4_1: w.dtype === "q4_1",
     W_Q5_0: w.dtype === "q5_0",
     W_Q5_1: w.dtype === "q5_1",
+    W_Q2K: w.dtype === "q2_k",
+    W_Q3K: w.dtype === "q3_k",
     W_Q4K: w.dtype === "q4_k",
     W_Q5K: w.dtype === "q5_k",
     W_Q6K: w.dtype === "q6_k",
