@@ -36,7 +36,7 @@ export function resolveKvDtype(backend: Backend, config: ModelConfig, choice: Kv
   const takes = backend.info.kvDtypes ?? ["f32"];
   const f16 = takes.includes("f16") && config.headDim % 2 === 0;
   if (choice === "auto") return f16 ? "f16" : "f32";
-  if (choice !== "f32" && choice !== "f16") throw new KvDTypeError(`Unknown KV cache dtype "${String(choice)}"; use auto, f16 or f32`);
+  if (!isKvDtypeChoice(choice)) throw new KvDTypeError(`Unknown KV cache dtype "${String(choice)}"; use auto, f16 or f32`);
   if (!takes.includes(choice)) {
     throw new KvDTypeError(`The ${backend.info.name} backend's attention takes ${takes.join(" or ")} KV caches, not ${choice}`);
   }

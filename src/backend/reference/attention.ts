@@ -49,7 +49,7 @@ export function kvWrite(k: RefTensor, v: RefTensor, kCache: RefTensor, vCache: R
     vc.set(vs.subarray(i * row, (i + 1) * row), s * row);
     if (kCache.dtype === "f16") {
       // Saturating, as the device kernels store: beyond ±65504 an f16 would be infinite.
-      for (const c of [kc, vc]) for (let j = s * row; j < (s + 1) * row; j++) c[j] = f16ToF32(f32ToF16(Math.max(-F16_MAX, Math.min(F16_MAX, c[j]))));
+      for (const c of kc === vc ? [kc] : [kc, vc]) for (let j = s * row; j < (s + 1) * row; j++) c[j] = f16ToF32(f32ToF16(Math.max(-F16_MAX, Math.min(F16_MAX, c[j]))));
     }
   }
 }
