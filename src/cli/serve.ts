@@ -10,6 +10,7 @@ import { BACKEND_NAMES, isBackendChoice } from "../backend/select.ts";
 import { BackendUnavailableError } from "../backend/types.ts";
 import { isKvRetention, KV_RETENTIONS } from "../engine/engine-sessions.ts";
 import { isKvDtypeChoice } from "../engine/kv-cache.ts";
+import { type NgramSpeculation, parseSpeculativeConfig, SpeculationConfigError } from "../engine/ngram-draft.ts";
 import { isToolCallFormat, TOOL_CALL_FORMAT_ALIASES, TOOL_CALL_FORMATS } from "../engine/grammar.ts";
 import { type PreemptionMode, STEP_MIXINGS, type StepMixing, type WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError } from "../model/config.ts";
@@ -50,6 +51,7 @@ const FLAGS = {
   "tool-call-parser": { kind: "string", help: "hermes|llama3_json|kimi_k2|deepseek_v31|deepseek_v3|glm45|qwen3_coder|minimax_m2|mistral|harmony: how the model writes tool calls, read out of chat answers and written by a forced tool_choice; hermes (Qwen 2.5/3) is <tool_call> blocks, llama3_json (Llama 3.1-3.3) {\"name\", \"parameters\"} objects separated by \"; \", kimi_k2 (Kimi K2) <|tool_call_begin|> blocks in a <|tool_calls_section_begin|> section, deepseek_v31 (DeepSeek V3.1) <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...} blocks, deepseek_v3 (DeepSeek V3, R1-0528) <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME and a ```json fence, glm45 (GLM 4.5-4.7) <tool_call>NAME with <arg_key>/<arg_value> pairs, qwen3_coder (Qwen3-Coder) <function=NAME> with <parameter=KEY> values, minimax_m2 (MiniMax M2) <invoke name=\"NAME\"> with <parameter name=\"KEY\"> values in a <minimax:tool_call> section, mistral (Mistral, Magistral, Devstral) [TOOL_CALLS]NAME[ARGS]{...} per call, or [TOOL_CALLS] [{...}] where the vocabulary has no [ARGS] token (tokenizers before v11), harmony (gpt-oss; vLLM's openai is accepted for it) a message to=functions.NAME whose body is the arguments, one per answer (default hermes)" },
   "json-whitespace": { kind: "string", help: "any|compact: how JSON output (response_format, forced tool calls, structured_outputs json) may be spaced unless a request sets structured_outputs.disable_any_whitespace; compact is json.dumps's \", \" and \": \" only, which makes the separators forced text (default any)" },
   "jump-forward": { kind: "string", help: "on|off: append text a request's output grammar forces (response_format json_schema, forced tool_choice) without sampling it, computed in one step (default on; off for requests asking for logprobs)" },
+  "speculative-config": { kind: "string", help: "vLLM's JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 5, \"prompt_lookup_max\": 4}': each decode step also verifies up to that many tokens copied from where the context's last n tokens (prompt_lookup_max down to prompt_lookup_min, both 5 when neither is given) occurred before, keeping those the model's own samples agree with; not for requests with an output grammar, logprobs or presence/frequency penalties (default: off)" },
   "reasoning-parser": { kind: "string", help: "think|mistral|harmony|none: return chat answers' <think>…</think> text (think; vLLM's deepseek_r1, qwen3 and glm45 are accepted for it), Magistral's [THINK]…[/THINK] (mistral) or gpt-oss's analysis channel (harmony; vLLM's openai_gptoss is accepted for it; its final channel is the content) as reasoning_content (default none: output as generated)" },
   "step-mixing": { kind: "string", help: "auto|mixed|split: prefill chunks and decodes in one step, in separate alternating steps, or as priced cheaper online (one engine: default mixed, auto is the engine's own step model; with --workers: default auto, the planner's choice, and mixed or split stay as given)" },
   "mixed-step-overhead-ms": { kind: "number", min: 0, help: "add this many ms to every step that mixes prefill chunks and decodes, as on GPUs where the two interfere (the simulator's flag of the same name; for trying the planner's answer to dear mixed steps on this backend) (default 0)" },
@@ -75,6 +77,16 @@ const FLAGS = {
 } satisfies FlagSpecs;
 
 /** `v` unless it is empty. */
+/** `--speculative-config`, its errors as the CLI's (one line naming the flag). */
+function parseSpeculation(text: string): NgramSpeculation {
+  try {
+    return parseSpeculativeConfig(text);
+  } catch (e) {
+    if (e instanceof SpeculationConfigError) throw new ArgsError(`--speculative-config: ${e.message}`);
+    throw e;
+  }
+}
+
 function nonEmpty(v: string | undefined): string | undefined {
   return v === undefined || v === "" ? undefined : v;
 }
@@ -99,6 +111,7 @@ async function main(): Promise<void> {
   if (!isKvRetention(kvRetention)) throw new ArgsError(`Unknown KV retention "${kvRetention}"; choose ${KV_RETENTIONS.join(" or ")}`);
   const jumpForward = f["jump-forward"] ?? "on";
   if (jumpForward !== "on" && jumpForward !== "off") throw new ArgsError(`Unknown jump-forward setting "${jumpForward}"; choose on or off`);
+  const speculative = f["speculative-config"] === undefined ? undefined : parseSpeculation(f["speculative-config"]);
   const quantize = f.quantize;
   if (quantize !== undefined && !isQuantizeDType(quantize)) throw new ArgsError(`Unknown --quantize format "${quantize}"; choose ${QUANTIZE_DTYPES.join(", ")}`);
   const toolCallArg = f["tool-call-parser"] ?? "hermes";
@@ -178,6 +191,7 @@ async function main(): Promise<void> {
     kvRetention,
     reasoningParser,
     ...(jumpForward === "off" ? { jumpForward: false } : {}),
+    ...(speculative ? { speculative } : {}),
     ...(jsonWhitespace === "compact" ? { jsonWhitespace: "compact" as const } : {}),
     ...(toolCallParser !== "hermes" ? { toolCallParser } : {}),
     maxBodyBytes: f["max-body-bytes"],
@@ -191,7 +205,7 @@ async function main(): Promise<void> {
     ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
     : `; reasoning parser ${reasoningParser} (${tags.open}/${tags.close} are not single tokens: KV of reasoning not typed)`;
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}, max model len ${s.serving.maxModelLen}` +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${speculative ? `, ngram speculation (${speculative.numTokens} tokens, n ${speculative.maxN}..${speculative.minN})` : ""}, max model len ${s.serving.maxModelLen}` +
       (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${planner}` : "") +
       (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") + "; " +
       `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,

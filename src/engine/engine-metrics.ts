@@ -38,6 +38,10 @@ export class EngineMetrics {
   generationTokens = 0;
   /** Generated tokens appended by jump-forward decoding (counted in generationTokens too). */
   jumpForwardTokens = 0;
+  /** Speculative decoding: steps that verified a draft, the draft tokens verified, and those accepted. */
+  specDrafts = 0;
+  specDraftTokens = 0;
+  specAcceptedTokens = 0;
   /** Finished requests by finish reason. */
   readonly finished = new Map<string, number>();
   /** Requests refused (queue full). */

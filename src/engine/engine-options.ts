@@ -2,6 +2,7 @@
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import type { StepRunner } from "./engine-runner.ts";
 import type { KvRetention } from "./engine-sessions.ts";
+import type { NgramSpeculation } from "./ngram-draft.ts";
 import type { SchedulerConfig } from "./scheduler-types.ts";
 import type { AutoStepMixingOptions } from "./step-mixing-auto.ts";
 import type { StepRecord } from "./step-record.ts";
@@ -37,6 +38,13 @@ export interface EngineOptions {
    * computed in one step (OutputConstraint.forced). Off for requests asking for log probabilities.
    */
   jumpForward?: boolean;
+  /**
+   * Speculative decoding with n-gram drafts (ngram-draft.ts; default off): each decode step also
+   * verifies up to `numTokens` tokens copied from where the context's last n tokens occurred before,
+   * and keeps those the model's own samples agree with, so a seed gives the same tokens either way.
+   * For requests without an output grammar, log probabilities or presence/frequency penalties.
+   */
+  speculative?: NgramSpeculation;
   /** Blocks of host memory that evicted cached KV moves to, and comes back from (default 0: dropped). */
   kvOffloadBlocks?: number;
 }

@@ -53,6 +53,15 @@ export function samplingRow(a: Active, sample: boolean): SamplingRow {
   return { temperature: a.req.temperature ?? 1, topK: a.req.topK ?? 0, topP: a.req.topP ?? 1, uniform: a.rng.next() };
 }
 
+/**
+ * Whether the request's decode steps may verify drafts (speculative decoding): not under an output
+ * grammar (each draft row would need the mask of the state its draft prefix leads to), nor with log
+ * probabilities or penalties that change with each token.
+ */
+export function speculates(a: Active): boolean {
+  return !a.constraint && !a.logprobs && !a.adjust?.dependsOnOutput && !a.req.prefillOnly;
+}
+
 /** What a step adds to the request's logits before sampling (undefined: nothing, or no token sampled). */
 function logitAdditions(a: Active, sample: boolean): LogitAdditions | undefined {
   if (!sample || !a.adjust) return undefined;

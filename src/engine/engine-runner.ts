@@ -25,6 +25,12 @@ export interface StepExtras {
   logprobs?: readonly (number | undefined)[];
   /** Log probabilities of the prompt tokens the entry's rows predict (prompt_logprobs, echo). */
   promptLogprobs?: readonly (PromptLogprobAsk | undefined)[];
+  /**
+   * For an entry with a draft (StepEntry.draft = d): the sampling rows of its first d rows, each
+   * sampling the token after the one it feeds (the entry's own row samples after the last draft
+   * token). Those rows get the entry's additions; they take no mask and no log probabilities.
+   */
+  drafts?: readonly (readonly SamplingRow[] | undefined)[];
 }
 
 /**
@@ -44,6 +50,8 @@ export interface StepOutput {
   logprobs?: (TokenLogprob | undefined)[];
   /** For the entries that asked (StepExtras.promptLogprobs): one per target, in order. */
   promptLogprobs?: (TokenLogprob[] | undefined)[];
+  /** For the entries with a draft (StepExtras.drafts): the token sampled at each draft row. */
+  draftIds?: (Int32Array | undefined)[];
 }
 
 /** Executes steps. */
@@ -76,17 +84,21 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     blockSize: kv.blockSize,
     kvDtype: kv.dtype ?? "f32",
     async run(entries, rows, extras) {
-      const extraRows = promptRows(entries, extras?.promptLogprobs);
+      const scored = promptRows(entries, extras?.promptLogprobs);
+      const drafts = draftRows(entries, extras?.drafts);
+      const extraRows = [...scored, ...drafts.rows];
       let logits = forward(backend, model, kv, { entries, extraRows });
       let raw: Tensor | undefined;
       let promptLogprobs: (TokenLogprob[] | undefined)[] | undefined;
       try {
         if (extraRows.length > 0) {
-          // The prompt rows follow the entries' last rows: read them out, then sample from the rest.
+          // The prompt rows, then the draft rows follow the entries' last rows: read the prompt rows
+          // out, then sample from the entries' rows and the draft rows.
           const all = logits;
           try {
-            promptLogprobs = await readPromptLogprobs(backend, all, entries.length, extras!.promptLogprobs!);
-            logits = gatherLogitRows(backend, all, entries.map((_, i) => i));
+            if (scored.length > 0) promptLogprobs = await readPromptLogprobs(backend, all, entries.length, scored.length, extras!.promptLogprobs!);
+            const first = entries.length + scored.length;
+            logits = gatherLogitRows(backend, all, [...entries.keys(), ...drafts.rows.map((_, k) => first + k)]);
           } finally {
             backend.free(all);
           }
@@ -94,21 +106,24 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
         // The raw rows are copied out before the additions change them.
         const asking = (extras?.logprobs ?? []).flatMap((n, row) => (n === undefined ? [] : [row]));
         if (asking.length > 0) raw = gatherLogitRows(backend, logits, asking);
-        if (extras?.additions) addToLogits(backend, logits, extras.additions);
+        if (extras?.additions) addToLogits(backend, logits, [...extras.additions, ...drafts.entry.map((i) => extras.additions![i])]);
         if (extras?.masks) maskLogitRows(backend, logits, extras.masks);
-        const idsT = backend.sample(logits, rows);
-        let ids: Int32Array;
+        const idsT = backend.sample(logits, [...rows, ...drafts.sampling]);
+        let all: Int32Array;
         try {
-          ids = (await backend.download(idsT)) as Int32Array;
+          all = (await backend.download(idsT)) as Int32Array;
         } finally {
           backend.free(idsT);
         }
-        if (!raw) return { ids, ...(promptLogprobs ? { promptLogprobs } : {}) };
+        const ids = all.subarray(0, entries.length);
+        const draftIds = drafts.rows.length === 0 ? undefined : splitDraftIds(all.subarray(entries.length), entries);
+        const more = { ...(promptLogprobs ? { promptLogprobs } : {}), ...(draftIds ? { draftIds } : {}) };
+        if (!raw) return { ids, ...more };
         const data = (await backend.download(raw)) as Float32Array;
         const vocab = logits.shape[1];
         const logprobs: (TokenLogprob | undefined)[] = new Array(entries.length);
         asking.forEach((row, k) => (logprobs[row] = tokenLogprob(data.subarray(k * vocab, (k + 1) * vocab), ids[row], extras!.logprobs![row]!)));
-        return { ids, logprobs, ...(promptLogprobs ? { promptLogprobs } : {}) };
+        return { ids, logprobs, ...more };
       } finally {
         backend.free(logits);
         if (raw) backend.free(raw);
@@ -139,11 +154,41 @@ function promptRows(entries: readonly StepEntry[], asks: readonly (PromptLogprob
   return rows;
 }
 
-/** Log probabilities of each asking entry's targets, from rows `first`.. of logits (promptRows' order). */
+/**
+ * The flat rows of the entries' draft positions (each entry's first `draft` rows), in entry order,
+ * with the entry each belongs to and its sampling row.
+ */
+function draftRows(entries: readonly StepEntry[], asks: readonly (readonly SamplingRow[] | undefined)[] | undefined) {
+  const rows: number[] = [], entry: number[] = [], sampling: SamplingRow[] = [];
+  let offset = 0;
+  entries.forEach((e, i) => {
+    const d = e.draft ?? 0;
+    if (d > 0 && asks?.[i]?.length !== d) throw new RangeError(`Entry ${i} drafts ${d} tokens but has ${asks?.[i]?.length ?? 0} draft sampling rows`);
+    for (let j = 0; j < d; j++) {
+      rows.push(offset + j);
+      entry.push(i);
+      sampling.push(asks![i]![j]);
+    }
+    offset += e.tokens.length;
+  });
+  return { rows, entry, sampling };
+}
+
+/** The draft rows' sampled tokens (draftRows' order), split per entry. */
+function splitDraftIds(ids: Int32Array, entries: readonly StepEntry[]): (Int32Array | undefined)[] {
+  let at = 0;
+  return entries.map((e) => {
+    const d = e.draft ?? 0;
+    if (d === 0) return undefined;
+    at += d;
+    return ids.slice(at - d, at);
+  });
+}
+
+/** Log probabilities of each asking entry's targets, from rows `first`..`first + count` of logits (promptRows' order). */
 async function readPromptLogprobs(
-  backend: Backend, logits: Tensor, first: number, asks: readonly (PromptLogprobAsk | undefined)[],
+  backend: Backend, logits: Tensor, first: number, count: number, asks: readonly (PromptLogprobAsk | undefined)[],
 ): Promise<(TokenLogprob[] | undefined)[]> {
-  const count = logits.shape[0] - first;
   const part = gatherLogitRows(backend, logits, Array.from({ length: count }, (_, k) => first + k));
   let data: Float32Array;
   try {

@@ -174,6 +174,10 @@ export interface EngineStats extends SchedulerStats {
   kvPrefetchedBlocks: number;
   /** Generated tokens appended by jump-forward decoding, unsampled (EngineOptions.jumpForward). */
   jumpForwardTokens: number;
+  /** Speculative decoding (EngineOptions.speculative): drafts verified, their tokens, and the tokens accepted. */
+  specDrafts: number;
+  specDraftTokens: number;
+  specAcceptedTokens: number;
 }
 
 /** One worker as the server's metrics show it. */

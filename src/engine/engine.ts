@@ -7,7 +7,7 @@ import { BlockPool, type EvictedBlock, type KvEvent, type SessionTracker } from 
 import { EngineMetrics } from "./engine-metrics.ts";
 import { EngineSessions, inferSessionId, isKvRetention, KV_RETENTIONS } from "./engine-sessions.ts";
 import type { EngineOptions } from "./engine-options.ts";
-import { type Active, keepPromptLogprobs, resultOf, samplingRow, stepExtras } from "./engine-request.ts";
+import { type Active, keepPromptLogprobs, resultOf, samplingRow, speculates, stepExtras } from "./engine-request.ts";
 import type { StepOutput } from "./engine-runner.ts";
 import { OutputText } from "./engine-text.ts";
 import { tokenTextOf } from "../model/config.ts";
@@ -30,6 +30,7 @@ import type { StepMixing, StepPlan } from "./scheduler-types.ts";
 import type { KvDType } from "../backend/types.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
+import { checkSpeculation, ngramDraft } from "./ngram-draft.ts";
 import { type StepRecord, stepShapeOf } from "./step-record.ts";
 
 export type { EngineOptions } from "./engine-options.ts";
@@ -101,6 +102,7 @@ export class Engine implements ServingEngine {
     const poolTokens = (r.numBlocks - this.scheduler.config.watermarkBlocks) * r.blockSize;
     this.maxModelLen = Math.min(opts.maxModelLen ?? opts.config.contextLength, opts.config.contextLength, poolTokens);
     this.maxWaiting = opts.maxWaiting ?? 1024;
+    if (opts.speculative) checkSpeculation(opts.speculative);
   }
 
   /** Queues a request and starts the loop if needed. Throws the typed errors of engine-types.ts. */
@@ -243,6 +245,7 @@ export class Engine implements ServingEngine {
       ...this.scheduler.stats(), kvHostBlocks: o?.hostBlocks ?? 0, kvHostCapacityBlocks: o?.hostCapacityBlocks ?? 0,
       kvOffloadedBlocks: o?.offloadedBlocks ?? 0, kvRestoredBlocks: o?.restoredBlocks ?? 0, kvPrefetchedBlocks: o?.prefetchedBlocks ?? 0,
       jumpForwardTokens: this.metrics.jumpForwardTokens,
+      specDrafts: this.metrics.specDrafts, specDraftTokens: this.metrics.specDraftTokens, specAcceptedTokens: this.metrics.specAcceptedTokens,
     };
   }
 
@@ -292,8 +295,11 @@ export class Engine implements ServingEngine {
         tMark = undefined;
         continue;
       }
+      // A draft's rows draw their uniforms before the entry's own row, in the order of the positions they sample.
+      const drafts = plan.entries.map((e) => (e.draft ? Array.from({ length: e.draft }, () => samplingRow(this.active.get(e.seqId)!, true)) : undefined));
       const rows = plan.entries.map((e) => samplingRow(this.active.get(e.seqId)!, e.sample));
-      const extras = stepExtras(plan.entries.map((e) => this.active.get(e.seqId)!), plan.entries);
+      const asked = stepExtras(plan.entries.map((e) => this.active.get(e.seqId)!), plan.entries);
+      const extras = drafts.some((d) => d) ? { ...asked, drafts } : asked;
       let sampled: StepOutput | undefined;
       let error: string | undefined;
       let record: StepRecord | undefined;
@@ -311,15 +317,16 @@ export class Engine implements ServingEngine {
         for (const entry of plan.entries) this.scheduler.abort(entry.seqId);
       }
       const tokens = new Map<number, number>();
+      const accepted = new Map<number, readonly number[]>();
       plan.entries.forEach((e, i) => {
         if (sampled?.promptLogprobs) keepPromptLogprobs(this.active.get(e.seqId)!, e.startPos, sampled.promptLogprobs[i]);
         if (!sampled || !e.sample) return;
-        tokens.set(e.seqId, sampled.ids[i]);
+        tokens.set(e.seqId, e.draft ? this.verifyDraft(e.seqId, e.tokens.slice(-e.draft), sampled.draftIds![i]!, sampled.ids[i], accepted) : sampled.ids[i]);
         const lp = sampled.logprobs?.[i];
         if (lp) this.active.get(e.seqId)!.pendingLogprob = lp;
       });
-      const advanced = this.scheduler.commit(plan, tokens);
-      for (const seq of advanced) this.onToken(seq);
+      const advanced = this.scheduler.commit(plan, tokens, accepted);
+      for (const seq of advanced) this.onTokens(seq, 1 + (accepted.get(seq.id)?.length ?? 0));
       for (const e of plan.entries) {
         const a = this.active.get(e.seqId);
         if (a && !a.done && a.seq.status === "finished") this.finish(a, a.seq.finishReason ?? "abort", error);
@@ -351,27 +358,79 @@ export class Engine implements ServingEngine {
     await this.opts.runner.swap!(plan.swapOut, plan.swapIn);
   }
 
-  private onToken(seq: Sequence): void {
+  /**
+   * Keeps the longest prefix of `draft` that agrees with the tokens sampled at its rows, and returns
+   * the token sampled after it (at the first disagreement, or after the whole draft). Each row sampled
+   * from the model given the tokens before it, so what is kept is what decoding one token a step
+   * would have produced; the uniforms of the rows past the kept ones are drawn again later.
+   */
+  private verifyDraft(seqId: number, draft: readonly number[], samples: Int32Array, last: number, accepted: Map<number, readonly number[]>): number {
+    let kept = 0;
+    while (kept < draft.length && samples[kept] === draft[kept]) kept++;
+    accepted.set(seqId, draft.slice(0, kept));
+    this.active.get(seqId)!.rng.rewind(draft.length - kept);
+    this.metrics.specDrafts++;
+    this.metrics.specDraftTokens += draft.length;
+    this.metrics.specAcceptedTokens += kept;
+    return kept < draft.length ? samples[kept] : last;
+  }
+
+  /**
+   * Streams the `count` tokens a step appended to `seq` (more than one when it accepted draft
+   * tokens) as one delta, and ends the request at the first of them that ends it (EOS, a stop string,
+   * the token budget or the context), dropping those after it. Then proposes the next draft.
+   */
+  private onTokens(seq: Sequence, count: number): void {
     const a = this.active.get(seq.id);
     if (!a || a.done) return;
-    const tok = seq.tokens[seq.tokens.length - 1];
-    // The log probability the step computed for this token (kept with the request's others).
-    const lp = a.pendingLogprob?.id === tok ? a.pendingLogprob : undefined;
+    const start = seq.tokens.length - count;
+    // The log probability the step computed for its token (kept with the request's others; no drafts then).
+    const lp = count === 1 && a.pendingLogprob?.id === seq.tokens[start] ? a.pendingLogprob : undefined;
     a.pendingLogprob = undefined;
     if (lp) a.logprobs?.push(lp);
     const t = this.now();
-    if (seq.numOutput === 1) {
+    if (start === seq.promptLength) {
       a.tFirst = t;
       this.metrics.ttft.observe((t - a.t0) / 1000);
     } else this.metrics.itl.observe((t - a.tLast) / 1000);
     a.tLast = t;
-    this.metrics.generationTokens++;
-    if (seq.status === "finished") return; // prefill role: the first token ends the sequence here
-    if (!a.req.ignoreEos && this.opts.config.eosTokenIds.includes(tok)) return this.finish(a, "stop");
-    const text = a.text.push(tok);
-    const first = seq.numOutput === 1 && a.promptLogprobs ? { promptLogprobs: a.promptLogprobs } : {};
-    a.queue.push({ text, tokenIds: [tok], ...(lp ? { logprobs: [lp] } : {}), ...first });
-    if (!this.endIfDone(a)) this.jumpForward(a);
+    if (seq.status === "finished") {
+      this.metrics.generationTokens += count;
+      return; // prefill role: the first token ends the sequence here
+    }
+    const first = start === seq.promptLength && a.promptLogprobs ? { promptLogprobs: a.promptLogprobs } : {};
+    let text = "";
+    const ids: number[] = [];
+    let eos = false;
+    for (let k = 0; k < count; k++) {
+      const tok = seq.tokens[start + k];
+      this.metrics.generationTokens++;
+      if (!a.req.ignoreEos && this.opts.config.eosTokenIds.includes(tok)) {
+        seq.truncate(start + k + 1);
+        eos = true;
+        break;
+      }
+      text += a.text.push(tok);
+      ids.push(tok);
+      const end = start + k + 1;
+      if (a.text.stopped || end - seq.promptLength >= a.maxTokens || end >= this.maxModelLen) {
+        seq.truncate(end);
+        break;
+      }
+    }
+    if (ids.length > 0) a.queue.push({ text, tokenIds: ids, ...(lp ? { logprobs: [lp] } : {}), ...first });
+    if (eos) return this.finish(a, "stop");
+    if (this.endIfDone(a)) return;
+    this.jumpForward(a);
+    if (!a.done && this.opts.speculative && speculates(a)) this.propose(a);
+  }
+
+  /** Proposes the request's next draft: as many n-gram draft tokens as its budget and the context leave room for. */
+  private propose(a: Active): void {
+    const seq = a.seq;
+    const room = Math.min(this.opts.speculative!.numTokens, a.maxTokens - seq.numOutput - 1, this.maxModelLen - seq.tokens.length - 1);
+    const draft = ngramDraft(seq.tokens, this.opts.speculative!, room);
+    if (draft.length > 0) this.scheduler.propose(seq.id, draft);
   }
 
   /** Ends the request when a stop string matched or its token budget or the context is spent; whether it did. */

@@ -55,6 +55,11 @@ export class LogitAdjuster {
     return bias.size === 0 && presence === 0 && frequency === 0 ? undefined : new LogitAdjuster(bias, presence, frequency);
   }
 
+  /** True when the additions change with the output (a presence or frequency penalty), not a fixed bias only. */
+  get dependsOnOutput(): boolean {
+    return this.#presence !== 0 || this.#frequency !== 0;
+  }
+
   /**
    * The additions for the next token, the output so far being `tokens` from `outputStart` on (a
    * sequence's tokens after its prompt; it only grows, and tokens already counted are not read

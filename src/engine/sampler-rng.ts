@@ -7,6 +7,12 @@
 /** Deterministic uniform numbers in [0, 1) from a seed. */
 export interface UniformSource {
   next(): number;
+  /**
+   * Takes back the last `count` draws: the next ones repeat them. A speculative step draws one per
+   * draft position and returns those past the first rejected one, so a seed gives the same tokens
+   * with and without speculation.
+   */
+  rewind(count: number): void;
 }
 
 /** Mulberry32-style mixing of a 32-bit state: tiny, fast, and good enough for sampling. */
@@ -32,6 +38,10 @@ export function seededUniforms(seed: number, stream = 0): UniformSource {
       const hi = mix32((base + Math.imul(counter++, 0x9e3779b9)) | 0) >>> 5; // 27 bits
       const lo = mix32((base + Math.imul(counter++, 0x9e3779b9)) | 0) >>> 6; // 26 bits
       return (hi * 67108864 + lo) / 9007199254740992;
+    },
+    rewind(count: number): void {
+      if (!Number.isInteger(count) || count < 0 || 2 * count > counter) throw new RangeError(`Cannot rewind ${count} draws of ${counter / 2}`);
+      counter -= 2 * count;
     },
   };
 }

@@ -94,6 +94,11 @@ export interface StepEntry {
   sample: boolean;
   /** True when the entry computes prompt tokens (a prefill chunk, even a one-token one), false for a decode. */
   prefill: boolean;
+  /**
+   * The last this-many of `tokens` are a draft to verify (speculative decoding): a decode entry that
+   * feeds its pending token and the draft, and samples after each of them. Absent: no draft.
+   */
+  draft?: number;
 }
 
 /** One step's work. */

@@ -105,12 +105,17 @@ export class Scheduler {
     const swapOut: SwapOp[] = [];
     const swapIn: SwapOp[] = [];
     let prefill = 0;
-    const add = (seq: Sequence, n: number) => {
+    const add = (seq: Sequence, n: number, drafted = 0) => {
       const start = seq.numComputed;
-      entries.push({ seqId: seq.id, tokens: seq.tokens.slice(start, start + n), startPos: start, blockTable: [...seq.blockTable], sample: start + n === seq.tokens.length, prefill: seq.inPrefill });
+      const tokens = seq.tokens.slice(start, start + n);
+      if (drafted > 0) tokens.push(...seq.draft.slice(0, drafted));
+      entries.push({
+        seqId: seq.id, tokens, startPos: start, blockTable: [...seq.blockTable], sample: start + n === seq.tokens.length, prefill: seq.inPrefill,
+        ...(drafted > 0 ? { draft: drafted } : {}),
+      });
       if (seq.inPrefill) prefill += n;
       if (seq.hints.wholePrompt && seq.inPrefill) promptRows -= n;
-      budget -= n;
+      budget -= n + drafted;
     };
 
     for (let i = 0; i < this.running.length && budget > 0; i++) {
@@ -118,8 +123,15 @@ export class Scheduler {
       if (work !== "all" && seq.inPrefill !== (work === "prefill")) continue;
       const n = Math.min(seq.numPending, room(seq));
       if (n === 0) continue;
-      const extra = Math.ceil((seq.numComputed + n) / bs) - seq.blockTable.length;
+      // A decode verifies its draft in the same step while the budget lasts; a draft never preempts.
+      let drafted = seq.inPrefill || seq.numPending !== 1 ? 0 : Math.min(seq.draft.length, budget - n);
+      let extra = Math.ceil((seq.numComputed + n + drafted) / bs) - seq.blockTable.length;
       let got = extra > 0 ? this.kv.allocate(extra) : [];
+      if (got === null && drafted > 0) {
+        drafted = 0;
+        extra = Math.ceil((seq.numComputed + n) / bs) - seq.blockTable.length;
+        got = extra > 0 ? this.kv.allocate(extra) : [];
+      }
       while (got === null) {
         if (this.running.length === 1) {
           // Alone and still out of blocks: the pool can never hold this sequence, so it ends here.
@@ -135,7 +147,7 @@ export class Scheduler {
       }
       if (got === null) break;
       seq.blockTable.push(...got);
-      add(seq, n);
+      add(seq, n, drafted);
     }
 
     if (preempted.length === 0) this.waiting.admit(this.running, () => budget, room, (seq, n) => add(seq, n), swapIn, work);
@@ -152,6 +164,7 @@ export class Scheduler {
     seq.blockTable = [];
     seq.numComputed = 0;
     seq.numCommittedBlocks = 0;
+    seq.draft = [];
     seq.promptHandedOff = false;
     seq.preemptions++;
     this.preemptions++;
@@ -163,9 +176,12 @@ export class Scheduler {
   /**
    * Records a finished step: advances computed tokens, registers newly full blocks in the prefix
    * cache and appends sampled tokens (`sampled` maps seqId → token for entries with `sample`).
-   * Returns the sequences that received a token. Aborts that arrived mid-step take effect here.
+   * An entry with a draft first appends the draft tokens `accepted` names (a prefix of its draft,
+   * none when absent), then its sampled token; the KV written for the rest is left to be overwritten,
+   * and blocks past the sequence's end go back to the pool. Returns the sequences that received
+   * tokens. Aborts that arrived mid-step take effect here.
    */
-  commit(plan: StepPlan, sampled: ReadonlyMap<number, number>): Sequence[] {
+  commit(plan: StepPlan, sampled: ReadonlyMap<number, number>, accepted?: ReadonlyMap<number, readonly number[]>): Sequence[] {
     if (this.inFlight !== plan) throw new Error(`Step ${plan.step} is not the step in flight`);
     this.inFlight = undefined;
     const bs = this.kv.blockSize;
@@ -179,8 +195,16 @@ export class Scheduler {
       }
       // Positions computed before (and lost to a recompute preemption) are counted as recomputed.
       this.recomputed += Math.max(0, Math.min(seq.maxComputed, e.startPos + e.tokens.length) - e.startPos);
-      seq.numComputed += e.tokens.length;
+      const drafted = e.draft ?? 0;
+      const taken = drafted > 0 ? accepted?.get(seq.id) ?? [] : [];
+      const draft = e.tokens.slice(e.tokens.length - drafted);
+      if (taken.length > drafted || taken.some((t, j) => t !== draft[j])) {
+        throw new Error(`Step ${plan.step} accepts tokens [${taken.join(", ")}] that do not begin sequence ${seq.id}'s draft [${draft.join(", ")}]`);
+      }
+      seq.draft = [];
+      seq.numComputed += e.tokens.length - drafted + taken.length;
       seq.maxComputed = Math.max(seq.maxComputed, seq.numComputed);
+      for (const t of taken) seq.append(t);
       const full = Math.floor(seq.numComputed / bs);
       if (full > seq.numCommittedBlocks) {
         this.kv.commit(seq.tokens, seq.blockTable, seq.numCommittedBlocks, full, seq.hints, seq.promptLength, seq.reasoning);
@@ -191,6 +215,9 @@ export class Scheduler {
         if (tok === undefined) throw new Error(`Step ${plan.step} has no sampled token for sequence ${seq.id}`);
         seq.append(tok);
         out.push(seq);
+        // Blocks taken for rejected draft tokens beyond the sequence's end (never registered) go back.
+        const keep = Math.ceil(seq.tokens.length / bs);
+        if (drafted > 0 && seq.blockTable.length > keep) this.kv.release(seq.blockTable.splice(keep), seq.hints);
         if ((this.config.role === "prefill" || seq.hints.prefillOnly) && seq.numOutput === 1) this.finish(seq.id, "prefill_done");
       }
     }
@@ -232,7 +259,20 @@ export class Scheduler {
     const seq = this.seqs.get(id);
     if (!seq || seq.status !== "running") throw new Error(`Sequence ${id} is not running`);
     if (this.inFlight?.entries.some((e) => e.seqId === id)) throw new Error(`Sequence ${id} is part of step ${this.inFlight.step}, still in flight`);
+    seq.draft = [];
     for (const t of tokens) seq.append(t);
+  }
+
+  /**
+   * Proposes tokens to follow a decoding sequence (speculative decoding): its next step feeds them
+   * after its pending token, budget and free blocks allowing, and `commit` takes the accepted ones.
+   * Replaces an earlier proposal; ignored unless the sequence decodes with one token pending.
+   */
+  propose(id: number, draft: readonly number[]): void {
+    const seq = this.seqs.get(id);
+    if (!seq || seq.status !== "running" || seq.inPrefill || seq.numPending !== 1) return;
+    if (this.inFlight?.entries.some((e) => e.seqId === id)) throw new Error(`Sequence ${id} is part of step ${this.inFlight.step}, still in flight`);
+    seq.draft = [...draft];
   }
 
   /** Cancels a request; if it is part of the step in flight its blocks are freed at `commit`. */

@@ -53,6 +53,11 @@ export class Sequence {
    * prompt token is computed again as a decode is (for its logits), not as a prefill chunk.
    */
   promptHandedOff = false;
+  /**
+   * Tokens proposed to follow `tokens` (speculative decoding), not part of them: the next decode step
+   * computes them with the pending token and keeps those the model's own samples agree with.
+   */
+  draft: readonly number[] = [];
   /** Set when an abort arrives while the sequence is part of a step in flight. */
   abortRequested = false;
   finishReason?: FinishReason;
@@ -77,6 +82,15 @@ export class Sequence {
   append(token: number): void {
     this.reasoning?.push(token, this.tokens.length);
     this.tokens.push(token);
+  }
+
+  /**
+   * Drops the tokens after the first `length` (a request that ended partway through the tokens one
+   * speculative step accepted: a stop string or EOS among them). Only for a sequence being finished.
+   */
+  truncate(length: number): void {
+    if (length < this.promptLength || length > this.tokens.length) throw new RangeError(`Cannot truncate sequence ${this.id} of ${this.tokens.length} tokens to ${length}`);
+    this.tokens.length = length;
   }
 
   /** Generated tokens so far. */

@@ -54,6 +54,9 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   simple("vllm:prompt_tokens_total", "counter", "Prompt tokens received.", m.promptTokens);
   simple("vllm:generation_tokens_total", "counter", "Tokens generated.", m.generationTokens);
   simple("evolving:jump_forward_tokens_total", "counter", "Of the generated tokens, those an output grammar forced, appended without sampling (jump-forward decoding).", s.jumpForwardTokens);
+  simple("vllm:spec_decode_num_drafts_total", "counter", "Decode steps that verified a speculative draft.", s.specDrafts);
+  simple("vllm:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified (speculative decoding).", s.specDraftTokens);
+  simple("vllm:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens the model's own samples agreed with, kept without a step of their own.", s.specAcceptedTokens);
   simple("vllm:request_rejected_total", "counter", "Requests refused because the queue was full (429).", m.rejected);
   metric("vllm:request_success_total", "counter", "Finished requests by finish reason.", [...m.finished].map(([r, n]) => `vllm:request_success_total{${label},finished_reason="${esc(r)}"} ${n}`));
   const sessions = engine.sessionStatusCounts();

@@ -1,0 +1,106 @@
+/**
+ * N-gram speculative decoding's drafts (vLLM's `"method": "ngram"`, prompt lookup decoding): the
+ * tokens that followed the latest earlier occurrence of the sequence's last n tokens, longest n
+ * first. Agents re-read and re-write what their context already holds (a file they edit, a tool
+ * result they quote, JSON keys), so such copies are often right; the engine verifies every draft
+ * token against the model in one step and keeps only what the model itself would have sampled.
+ * Pure CPU code.
+ */
+
+/** How drafts are proposed (the engine's `speculative` option; vLLM's `--speculative-config` names in comments). */
+export interface NgramSpeculation {
+  method: "ngram";
+  /** Draft tokens per step at most (`num_speculative_tokens`). */
+  numTokens: number;
+  /** Longest suffix matched (`prompt_lookup_max`). */
+  maxN: number;
+  /** Shortest suffix matched (`prompt_lookup_min`). */
+  minN: number;
+}
+
+/** vLLM's suffix length when neither prompt_lookup_max nor prompt_lookup_min is given. */
+export const NGRAM_DEFAULT_N = 5;
+
+/** The `--speculative-config` keys read (vLLM's names); any other key is refused rather than ignored. */
+const CONFIG_KEYS = ["method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"];
+
+/** A speculation setting out of range: names the field and quotes the value. */
+export class SpeculationConfigError extends RangeError {
+  override name = "SpeculationConfigError";
+}
+
+/** Checks a speculation setting; throws SpeculationConfigError naming the bad field. */
+export function checkSpeculation(s: NgramSpeculation): NgramSpeculation {
+  if (s.method !== "ngram") throw new SpeculationConfigError(`Speculative method must be "ngram", got ${JSON.stringify(s.method)}`);
+  const whole = (name: string, v: number, lo: number, hi: number) => {
+    if (!Number.isInteger(v) || v < lo || v > hi) throw new SpeculationConfigError(`The speculative ${name} must be an integer from ${lo} to ${hi}, got ${v}`);
+  };
+  whole("num_speculative_tokens", s.numTokens, 1, 32);
+  whole("prompt_lookup_max", s.maxN, 1, 64);
+  whole("prompt_lookup_min", s.minN, 1, 64);
+  if (s.minN > s.maxN) throw new SpeculationConfigError(`The speculative prompt_lookup_min (${s.minN}) exceeds prompt_lookup_max (${s.maxN})`);
+  return s;
+}
+
+/**
+ * Up to `limit` draft tokens for `tokens`' continuation: for n from `maxN` down to `minN`, the last
+ * n tokens are looked for earlier in `tokens` (the latest occurrence wins: an agent's newest copy of
+ * a file is the one it edits), and the tokens after that occurrence are the draft. Empty when no
+ * suffix of at least `minN` tokens occurred before.
+ */
+export function ngramDraft(tokens: readonly number[], s: Pick<NgramSpeculation, "maxN" | "minN">, limit: number): number[] {
+  const len = tokens.length;
+  if (limit <= 0) return [];
+  for (let n = Math.min(s.maxN, len - 1); n >= s.minN; n--) {
+    const at = latestEarlierOccurrence(tokens, n);
+    if (at < 0) continue;
+    // The draft copies what followed the occurrence, stopping where the sequence's own end is.
+    return tokens.slice(at + n, Math.min(at + n + limit, len));
+  }
+  return [];
+}
+
+/** Start of the latest occurrence of the last n tokens that ends before them, or -1. */
+function latestEarlierOccurrence(tokens: readonly number[], n: number): number {
+  const len = tokens.length;
+  const last = tokens[len - 1];
+  // Candidates end at i (the suffix's last token matched first), scanning back from the newest.
+  for (let i = len - 2; i >= n - 1; i--) {
+    if (tokens[i] !== last) continue;
+    let k = 1;
+    while (k < n && tokens[i - k] === tokens[len - 1 - k]) k++;
+    if (k === n) return i - n + 1;
+  }
+  return -1;
+}
+
+/**
+ * vLLM's `--speculative-config` JSON for n-gram drafts, e.g. `{"method": "ngram",
+ * "num_speculative_tokens": 5, "prompt_lookup_max": 4}`: a missing lookup bound takes the other's
+ * value, both missing take 5 (vLLM's defaults). Draft-model, EAGLE and MTP methods are refused.
+ */
+export function parseSpeculativeConfig(text: string): NgramSpeculation {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    throw new SpeculationConfigError(`The speculative config must be a JSON object, got ${JSON.stringify(text)}`);
+  }
+  if (typeof v !== "object" || v === null || Array.isArray(v)) throw new SpeculationConfigError(`The speculative config must be a JSON object, got ${JSON.stringify(text)}`);
+  const o = v as Record<string, unknown>;
+  const unknown = Object.keys(o).filter((k) => !CONFIG_KEYS.includes(k));
+  if (unknown.length > 0) throw new SpeculationConfigError(`Unknown speculative config key "${unknown[0]}"; this server reads ${CONFIG_KEYS.join(", ")}`);
+  if (o.method !== "ngram") {
+    throw new SpeculationConfigError(`Speculative method ${JSON.stringify(o.method ?? null)} is not supported; only "ngram" (prompt lookup, no draft model) is`);
+  }
+  const num = (key: string): number | undefined => {
+    const x = o[key];
+    if (x === undefined) return undefined;
+    if (typeof x !== "number") throw new SpeculationConfigError(`The speculative ${key} must be a number, got ${JSON.stringify(x)}`);
+    return x;
+  };
+  const numTokens = num("num_speculative_tokens");
+  if (numTokens === undefined) throw new SpeculationConfigError("The speculative config needs num_speculative_tokens");
+  const max = num("prompt_lookup_max"), min = num("prompt_lookup_min");
+  return checkSpeculation({ method: "ngram", numTokens, maxN: max ?? min ?? NGRAM_DEFAULT_N, minN: min ?? max ?? NGRAM_DEFAULT_N });
+}

@@ -1,0 +1,43 @@
+/**
+ * N-gram speculative decoding on the WebGPU backend: a draft's tokens are computed as one chunk
+ * (the prefill kernels) after the decode's token, and each of its rows sampled on the device. The
+ * tokens must be those of one-token steps on the same backend, greedy and seeded, with drafts
+ * accepted. Poisoned op outputs (NaN) make a row read before it is written show up. WebGPU must
+ * really run in CI (lavapipe provides an adapter), as in tests/model/forward-golden.test.ts.
+ */
+import assert from "node:assert/strict";
+import { projectRoot, test } from "../harness.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import type { GenerateRequest, GenerateResult } from "../../src/engine/engine-types.ts";
+import type { NgramSpeculation } from "../../src/engine/ngram-draft.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { poisonedWebGpu } from "../webgpu-fixture.ts";
+
+const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
+const tale = "Once upon a time, there was a little girl named Lily. She liked to play with her ball in the park.";
+const prompt = model.tokenizer.encode(`${tale} ${tale} ${tale.slice(0, 40)}`, { addBos: true });
+const NGRAM: NgramSpeculation = { method: "ngram", numTokens: 5, maxN: 4, minN: 2 };
+const { gpu, why, skip } = await poisonedWebGpu("the WebGPU speculative decoding tests");
+
+async function run(req: Partial<GenerateRequest>, speculative?: NgramSpeculation): Promise<{ result: GenerateResult; accepted: number }> {
+  if (!gpu) throw new Error(`No WebGPU adapter: ${why}`);
+  const e = createEngine(gpu, model, { numBlocks: 64, ...(speculative ? { speculative } : {}) });
+  try {
+    const h = e.submit({ prompt, maxTokens: 60, temperature: 0, ...req });
+    // Two requests share the steps, so draft rows sit between other entries' rows.
+    const other = e.submit({ prompt: prompt.slice(0, 20), maxTokens: 30, temperature: 0 });
+    await other.result;
+    return { result: await h.result, accepted: e.stats().specAcceptedTokens };
+  } finally {
+    await e.stop();
+  }
+}
+
+test("Engine speculative decoding on WebGPU gives the tokens of one-token steps, greedy and seeded", async () => {
+  for (const req of [{}, { temperature: 0.8, seed: 9 }, { temperature: 1, topK: 5, topP: 0.9, seed: 4 }]) {
+    const [plain, spec] = [await run(req), await run(req, NGRAM)];
+    assert.deepEqual(spec.result.tokenIds, plain.result.tokenIds, JSON.stringify(req));
+    assert.equal(plain.accepted, 0);
+    assert.ok(spec.accepted >= 5, `accepted ${spec.accepted} draft tokens for ${JSON.stringify(req)}`);
+  }
+}, { ignore: skip });

@@ -1,0 +1,220 @@
+/**
+ * N-gram speculative decoding: drafts from the context (ngram-draft.ts), the scheduler feeding and
+ * committing them (Scheduler.propose / commit), and the engine keeping exactly what decoding one
+ * token a step would have produced, greedy and seeded, through stop strings, EOS and max_tokens.
+ */
+import assert from "node:assert/strict";
+import { projectRoot, test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import type { GenerateRequest, GenerateResult, StreamDelta } from "../../src/engine/engine-types.ts";
+import { checkSpeculation, ngramDraft, type NgramSpeculation, parseSpeculativeConfig, SpeculationConfigError } from "../../src/engine/ngram-draft.ts";
+import { seededUniforms } from "../../src/engine/sampler-rng.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { make, range } from "./scheduler-fixtures.ts";
+
+const NGRAM: NgramSpeculation = { method: "ngram", numTokens: 5, maxN: 4, minN: 2 };
+
+test("ngramDraft() copies what followed the latest earlier occurrence of the longest suffix", () => {
+  // Suffix [7, 8] occurred at 0 (then 1, 2) and at 5 (then 9, 4); the latest wins.
+  assert.deepEqual(ngramDraft([7, 8, 1, 2, 3, 7, 8, 9, 4, 7, 8], NGRAM, 5), [9, 4, 7, 8]);
+  // A longer suffix beats a later shorter one: [3, 7, 8] occurred only at 2.
+  assert.deepEqual(ngramDraft([3, 7, 8, 5, 5, 7, 8, 6, 3, 7, 8], NGRAM, 3), [5, 5, 7]);
+  // The limit caps the draft; the draft stops at the sequence's end.
+  assert.deepEqual(ngramDraft([7, 8, 1, 2, 3, 7, 8, 9, 4, 7, 8], NGRAM, 1), [9]);
+  // A run of one token predicts more of it (the occurrence overlaps the suffix).
+  assert.deepEqual(ngramDraft([5, 1, 1, 1, 1], NGRAM, 4), [1]);
+});
+
+test("ngramDraft() proposes nothing without a match of at least minN tokens", () => {
+  assert.deepEqual(ngramDraft([1, 2, 3, 4, 5, 6], NGRAM, 5), []);
+  assert.deepEqual(ngramDraft([1, 2, 3, 9, 2], NGRAM, 5), [], "only a 1-token suffix repeats");
+  assert.deepEqual(ngramDraft([1, 2, 3, 9, 2], { maxN: 3, minN: 1 }, 5), [3, 9, 2]);
+  assert.deepEqual(ngramDraft([4], NGRAM, 5), []);
+  assert.deepEqual(ngramDraft([1, 2, 1, 2], NGRAM, 0), []);
+});
+
+test("parseSpeculativeConfig() reads vLLM's ngram keys and refuses the rest by name", () => {
+  assert.deepEqual(parseSpeculativeConfig('{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}'), { method: "ngram", numTokens: 3, maxN: 4, minN: 4 });
+  assert.deepEqual(parseSpeculativeConfig('{"method": "ngram", "num_speculative_tokens": 3}'), { method: "ngram", numTokens: 3, maxN: 5, minN: 5 });
+  assert.deepEqual(parseSpeculativeConfig('{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":6,"prompt_lookup_min":2}'), { method: "ngram", numTokens: 2, maxN: 6, minN: 2 });
+  const refuses = (text: string, re: RegExp) => assert.throws(() => parseSpeculativeConfig(text), (e: Error) => e instanceof SpeculationConfigError && re.test(e.message));
+  refuses('{"method": "eagle", "num_speculative_tokens": 3}', /"eagle" is not supported/);
+  refuses('{"method": "ngram"}', /needs num_speculative_tokens/);
+  refuses('{"method": "ngram", "num_speculative_tokens": 0}', /num_speculative_tokens must be an integer from 1 to 32, got 0/);
+  refuses('{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 5, "prompt_lookup_max": 3}', /prompt_lookup_min \(5\) exceeds prompt_lookup_max \(3\)/);
+  refuses('{"method": "ngram", "num_speculative_tokens": 2, "model": "x"}', /Unknown speculative config key "model"/);
+  refuses('{"method": "ngram", "num_speculative_tokens": "4"}', /must be a number, got "4"/);
+  refuses("ngram", /must be a JSON object, got "ngram"/);
+  assert.throws(() => checkSpeculation({ ...NGRAM, maxN: 1.5 }), /prompt_lookup_max must be an integer/);
+});
+
+test("seededUniforms().rewind() repeats the draws taken back", () => {
+  const u = seededUniforms(3);
+  const first = [u.next(), u.next(), u.next()];
+  u.rewind(2);
+  assert.deepEqual([u.next(), u.next()], first.slice(1));
+  assert.throws(() => u.rewind(4), /Cannot rewind 4 draws of 3/);
+});
+
+test("Scheduler.propose() feeds a decode's draft after its token and commit() keeps the accepted part", () => {
+  const { sched } = make(16, 4);
+  sched.submit(0, range(6, 10));
+  const prefill = sched.schedule();
+  sched.commit(prefill, new Map([[0, 50]]));
+  const seq = sched.get(0)!;
+  assert.equal(seq.tokens.length, 7);
+  sched.propose(0, [51, 52, 53, 54]);
+  const step = sched.schedule();
+  const e = step.entries[0];
+  assert.deepEqual(e.tokens, [50, 51, 52, 53, 54]);
+  assert.equal(e.draft, 4);
+  assert.equal(e.startPos, 6);
+  assert.equal(e.prefill, false);
+  assert.equal(step.numTokens, 5);
+  // Positions 6..10 need blocks 1 and 2 (of 4 tokens each), so three blocks in all.
+  assert.equal(e.blockTable.length, 3);
+  const used = sched.stats().kvUsedBlocks;
+  // Two draft tokens agree, then the model sampled 60: the sequence gains 51, 52, 60.
+  sched.commit(step, new Map([[0, 60]]), new Map([[0, [51, 52]]]));
+  assert.deepEqual(seq.tokens.slice(6), [50, 51, 52, 60]);
+  assert.equal(seq.numComputed, 9);
+  assert.deepEqual(seq.draft, []);
+  // Ten tokens fit in three blocks; none was freed, and the next step feeds 60 alone.
+  assert.equal(seq.blockTable.length, 3);
+  assert.equal(sched.stats().kvUsedBlocks, used);
+  const next = sched.schedule();
+  assert.deepEqual(next.entries[0].tokens, [60]);
+  assert.equal(next.entries[0].draft, undefined);
+  sched.commit(next, new Map([[0, 61]]));
+});
+
+test("Scheduler.commit() returns the blocks of rejected draft tokens and refuses a non-prefix", () => {
+  const { sched } = make(16, 4);
+  sched.submit(0, range(4, 10));
+  sched.commit(sched.schedule(), new Map([[0, 50]]));
+  const seq = sched.get(0)!;
+  sched.propose(0, [1, 2, 3, 4, 5, 6]);
+  const step = sched.schedule();
+  assert.equal(seq.blockTable.length, 3, "positions 4..10 reach block 2");
+  // Nothing accepted: five tokens need two blocks, the third goes back to the pool.
+  sched.commit(step, new Map([[0, 70]]), new Map([[0, []]]));
+  assert.equal(seq.blockTable.length, 2);
+  assert.equal(sched.stats().kvUsedBlocks, 2);
+  sched.propose(0, [8, 9]);
+  const bad = sched.schedule();
+  assert.throws(() => sched.commit(bad, new Map([[0, 1]]), new Map([[0, [9]]])), /do not begin sequence 0's draft \[8, 9\]/);
+});
+
+test("Scheduler drafts only within the token budget and never preempt for a draft", () => {
+  const { sched } = make(3, 4, { maxBatchTokens: 3 });
+  sched.submit(0, range(3, 10));
+  sched.commit(sched.schedule(), new Map([[0, 50]]));
+  sched.propose(0, [1, 2, 3, 4]);
+  const step = sched.schedule();
+  assert.deepEqual(step.entries[0].tokens, [50, 1, 2], "budget 3: the pending token and two draft tokens");
+  sched.commit(step, new Map([[0, 9]]), new Map([[0, [1, 2]]]));
+  // 7 tokens in two blocks; a 6-token draft would need a third and fourth block, and the pool has one more.
+  sched.submit(1, range(3, 20));
+  const other = sched.schedule();
+  sched.commit(other, new Map([[0, 5], [1, 6]]));
+  assert.equal(sched.stats().kvUsedBlocks, 3);
+  sched.propose(0, [1, 1, 1, 1, 1, 1]);
+  const tight = sched.schedule();
+  assert.equal(tight.preempted.length, 0, "no one is preempted for a draft");
+  const e0 = tight.entries.find((e) => e.seqId === 0)!;
+  assert.equal(e0.draft, undefined, "the draft is dropped when its blocks are not free");
+  assert.equal(e0.tokens.length, 1);
+});
+
+// --- the engine on the real tiny model -------------------------------------------------------
+
+const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
+// Told twice, so the second telling can be copied from the first.
+const tale = "Once upon a time, there was a little girl named Lily. She liked to play with her ball in the park.";
+const prompt = model.tokenizer.encode(`${tale} ${tale} ${tale.slice(0, 40)}`, { addBos: true });
+
+interface Run {
+  result: GenerateResult;
+  deltas: StreamDelta[];
+  steps: number;
+  drafted: number;
+  accepted: number;
+}
+
+async function run(req: Partial<GenerateRequest>, speculative?: NgramSpeculation): Promise<Run> {
+  let steps = 0;
+  const e = createEngine(createReferenceBackend(), model, { numBlocks: 64, onStep: () => steps++, ...(speculative ? { speculative } : {}) });
+  try {
+    const h = e.submit({ prompt, maxTokens: 80, temperature: 0, ...req });
+    const deltas: StreamDelta[] = [];
+    for await (const d of h.stream) deltas.push(d);
+    const s = e.stats();
+    return { result: await h.result, deltas, steps, drafted: s.specDraftTokens, accepted: s.specAcceptedTokens };
+  } finally {
+    await e.stop();
+  }
+}
+
+const plainGreedy = await run({});
+const specGreedy = await run({}, NGRAM);
+
+test("Engine speculative decoding gives the greedy tokens of one-token steps, in fewer steps", () => {
+  assert.deepEqual(specGreedy.result.tokenIds, plainGreedy.result.tokenIds);
+  assert.equal(specGreedy.result.text, plainGreedy.result.text);
+  assert.equal(specGreedy.result.finishReason, plainGreedy.result.finishReason);
+  assert.equal(plainGreedy.drafted, 0);
+  assert.ok(specGreedy.accepted >= 10, `accepted ${specGreedy.accepted} of ${specGreedy.drafted} draft tokens`);
+  assert.ok(specGreedy.accepted < specGreedy.drafted, "some draft tokens were rejected too");
+  // Each accepted token saves its step: one prefill step, then one step per sampled token.
+  assert.equal(plainGreedy.steps, plainGreedy.result.completionTokens);
+  assert.equal(specGreedy.steps, specGreedy.result.completionTokens - specGreedy.accepted);
+  assert.deepEqual(specGreedy.deltas.flatMap((d) => d.tokenIds), specGreedy.result.tokenIds);
+  assert.equal(specGreedy.deltas.map((d) => d.text).join(""), specGreedy.result.text);
+  assert.ok(specGreedy.deltas.some((d) => d.tokenIds.length > 1), "accepted tokens arrive in one delta with their step's sample");
+});
+
+test("Engine speculative decoding keeps seeded sampling's tokens (temperature, top-p, top-k)", async () => {
+  for (const req of [{ temperature: 0.9, seed: 11 }, { temperature: 0.7, topP: 0.9, seed: 5 }, { temperature: 1, topK: 3, seed: 2 }]) {
+    const [plain, spec] = [await run(req), await run(req, NGRAM)];
+    assert.deepEqual(spec.result.tokenIds, plain.result.tokenIds, JSON.stringify(req));
+    assert.ok(spec.drafted > 0, `drafts were verified for ${JSON.stringify(req)}`);
+  }
+});
+
+test("Engine speculative decoding ends where one-token steps end: max_tokens and stop strings inside accepted drafts", async () => {
+  const text = plainGreedy.result.text;
+  // Every budget from 2 to 40 tokens: some end inside a step that accepted several tokens.
+  for (let n = 2; n <= 40; n += 3) {
+    const spec = await run({ maxTokens: n }, NGRAM);
+    assert.deepEqual(spec.result.tokenIds, plainGreedy.result.tokenIds.slice(0, n), `max_tokens ${n}`);
+    assert.equal(spec.result.finishReason, "length");
+    assert.equal(spec.result.completionTokens, n);
+  }
+  for (const stop of [...new Set(text.split(/\s+/).filter((w) => w.length >= 3))].slice(0, 12)) {
+    const [plain, spec] = [await run({ stop: [stop] }), await run({ stop: [stop] }, NGRAM)];
+    assert.deepEqual(spec.result, { ...plain.result, firstTokenS: spec.result.firstTokenS, lastTokenS: spec.result.lastTokenS }, `stop ${JSON.stringify(stop)}`);
+    assert.deepEqual(spec.deltas.flatMap((d) => d.tokenIds), spec.result.tokenIds);
+  }
+});
+
+test("Engine speculative decoding stops at an EOS among accepted draft tokens", async () => {
+  // A logit bias on EOS makes the model end soon; the draft (copied from the prompt) holds no EOS, so
+  // this checks an EOS sampled at a draft row ends the request without the tokens after it.
+  const eos = model.config.eosTokenIds[0];
+  for (const bias of [4, 6, 8]) {
+    const req = { logitBias: [[eos, bias]] as [number, number][], maxTokens: 200 };
+    const [plain, spec] = [await run(req), await run(req, NGRAM)];
+    assert.deepEqual(spec.result.tokenIds, plain.result.tokenIds, `bias ${bias}`);
+    assert.equal(spec.result.finishReason, plain.result.finishReason);
+  }
+});
+
+test("Engine speculative decoding leaves out requests whose rows it cannot verify", async () => {
+  for (const req of [{ logprobs: 2 }, { presencePenalty: 0.5 }, { frequencyPenalty: 0.3 }]) {
+    const [plain, spec] = [await run(req), await run(req, NGRAM)];
+    assert.equal(spec.drafted, 0, JSON.stringify(req));
+    assert.deepEqual(spec.result.tokenIds, plain.result.tokenIds);
+  }
+  assert.throws(() => createEngine(createReferenceBackend(), model, { numBlocks: 8, speculative: { ...NGRAM, numTokens: 99 } }), SpeculationConfigError);
+});

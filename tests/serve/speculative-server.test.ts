@@ -1,0 +1,44 @@
+/**
+ * `serve --speculative-config` through the real openai client: n-gram drafts change no answer (greedy
+ * here, so the same text as without them), are counted in /metrics under vLLM's spec_decode names,
+ * and requests they do not apply to (logprobs) are answered as before.
+ */
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import { projectRoot, test } from "../harness.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { startServer } from "../../src/serve/server.ts";
+
+const modelPath = `${projectRoot}/models/stories260K.gguf`;
+const model = await loadModel(modelPath);
+const TALE = "Once upon a time, there was a little girl named Lily. She liked to play with her ball in the park.";
+const PROMPT = `${TALE} ${TALE} ${TALE.slice(0, 40)}`;
+
+async function answers(speculative: boolean) {
+  const s = await startServer({
+    modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64,
+    ...(speculative ? { speculative: { method: "ngram" as const, numTokens: 4, maxN: 3, minN: 2 } } : {}),
+  });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const plain = await client.completions.create({ model: "stories260K", prompt: PROMPT, max_tokens: 40, temperature: 0 });
+    const chunks: string[] = [];
+    for await (const c of await client.completions.create({ model: "stories260K", prompt: PROMPT, max_tokens: 40, temperature: 0, stream: true })) chunks.push(c.choices[0]?.text ?? "");
+    const scored = await client.completions.create({ model: "stories260K", prompt: PROMPT, max_tokens: 10, temperature: 0, logprobs: 1 });
+    const metrics = await (await fetch(`${s.url}/metrics`)).text();
+    const count = (name: string) => Number(new RegExp(`vllm:spec_decode_${name}_total\\{[^}]*\\} (\\d+)`).exec(metrics)?.[1]);
+    return { text: plain.choices[0].text, streamed: chunks.join(""), scored, drafts: count("num_drafts"), drafted: count("num_draft_tokens"), accepted: count("num_accepted_tokens") };
+  } finally {
+    await s.shutdown();
+  }
+}
+
+test("startServer({ speculative }) answers as without it and counts drafts in /metrics", async () => {
+  const [off, on] = [await answers(false), await answers(true)];
+  assert.equal(on.text, off.text);
+  assert.equal(on.streamed, off.text, "the stream carries the same text");
+  assert.equal(on.scored.choices[0].text, off.scored.choices[0].text);
+  assert.deepEqual(on.scored.choices[0].logprobs?.token_logprobs, off.scored.choices[0].logprobs?.token_logprobs);
+  assert.deepEqual([off.drafts, off.drafted, off.accepted], [0, 0, 0]);
+  assert.ok(on.drafts > 0 && on.accepted > 0 && on.accepted <= on.drafted, `drafts ${on.drafts}, draft tokens ${on.drafted}, accepted ${on.accepted}`);
+});
