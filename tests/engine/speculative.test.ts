@@ -7,6 +7,8 @@ import assert from "node:assert/strict";
 import { projectRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
+import { Engine } from "../../src/engine/engine.ts";
+import type { StepRunner } from "../../src/engine/engine-runner.ts";
 import type { GenerateRequest, GenerateResult, StreamDelta } from "../../src/engine/engine-types.ts";
 import { checkSpeculation, ngramDraft, type NgramSpeculation, parseSpeculativeConfig, SpeculationConfigError } from "../../src/engine/ngram-draft.ts";
 import { seededUniforms } from "../../src/engine/sampler-rng.ts";
@@ -198,15 +200,45 @@ test("Engine speculative decoding ends where one-token steps end: max_tokens and
   }
 });
 
-test("Engine speculative decoding stops at an EOS among accepted draft tokens", async () => {
-  // A logit bias on EOS makes the model end soon; the draft (copied from the prompt) holds no EOS, so
-  // this checks an EOS sampled at a draft row ends the request without the tokens after it.
+/**
+ * A runner whose "model" always follows token t with NEXT(t), so drafts copied from a cycle in the
+ * prompt are accepted whole: an EOS inside an accepted draft must end the request there.
+ */
+function cycleRunner(next: (t: number) => number): StepRunner & { drafted: number[] } {
+  const drafted: number[] = [];
+  return {
+    numBlocks: 64, blockSize: 4, drafted,
+    run(entries, _rows, extras) {
+      const ids = Int32Array.from(entries, (e) => next(e.tokens[e.tokens.length - 1]));
+      const draftIds = entries.map((e, i) => {
+        if (!e.draft) return undefined;
+        drafted.push(e.draft);
+        assert.equal(extras?.drafts?.[i]?.length, e.draft, "a sampling row per draft token");
+        // Row j feeds tokens[j] and samples what follows it.
+        return Int32Array.from({ length: e.draft }, (_, j) => next(e.tokens[j]));
+      });
+      return Promise.resolve({ ids, draftIds });
+    },
+    close() {},
+  };
+}
+
+test("Engine speculative decoding ends at an EOS inside an accepted draft, without the tokens after it", async () => {
   const eos = model.config.eosTokenIds[0];
-  for (const bias of [4, 6, 8]) {
-    const req = { logitBias: [[eos, bias]] as [number, number][], maxTokens: 200 };
-    const [plain, spec] = [await run(req), await run(req, NGRAM)];
-    assert.deepEqual(spec.result.tokenIds, plain.result.tokenIds, `bias ${bias}`);
-    assert.equal(spec.result.finishReason, plain.result.finishReason);
+  const cycle = [10, 11, 12, 13, eos];
+  const next = (t: number) => cycle[(cycle.indexOf(t) + 1) % cycle.length] ?? 10;
+  for (const [ignoreEos, expected] of [[false, [12, 13]], [true, [12, 13, eos, 10, 11, 12, 13, eos, 10, 11]]] as const) {
+    const runner = cycleRunner(next);
+    const e = new Engine({ runner, config: model.config, tokenizer: model.tokenizer, speculative: NGRAM });
+    try {
+      const r = await e.submit({ prompt: [1, 10, 11, 12, 13, eos, 10, 11], maxTokens: 10, temperature: 0, ignoreEos }).result;
+      assert.deepEqual(r.tokenIds, expected, `ignoreEos ${ignoreEos}`);
+      assert.equal(r.finishReason, ignoreEos ? "length" : "stop");
+      assert.equal(r.completionTokens, ignoreEos ? 10 : 3, "the EOS counts, what followed it in the draft does not");
+      assert.ok(runner.drafted.length > 0 && e.stats().specAcceptedTokens >= 2, "the EOS came inside an accepted draft");
+    } finally {
+      await e.stop();
+    }
   }
 });
 

@@ -1,0 +1,85 @@
+/**
+ * N-gram speculative decoding (EngineOptions.speculative, `serve --speculative-config`): steps saved,
+ * draft acceptance and wall time, stories260K on the reference backend and on WebGPU (lavapipe
+ * without a GPU), speculation off and at three settings.
+ *
+ * Workloads: "retell" (a tale told twice, then its start: the context holds what comes next, as an
+ * agent's context holds the file it edits) and "story" (a fresh opening: little to copy), each as one
+ * greedy request and as 8 at once (temperature 0.8, seeds 1–8); 96 output tokens each, EOS ignored.
+ * Medians of 3 runs. The outputs are checked equal to speculation off (greedy and seeded alike).
+ *
+ *   ./node_modules/.bin/deno run -A scripts/bench-spec.ts [--backends reference,webgpu] [--runs 3]
+ */
+import { createReferenceBackend } from "../src/backend/reference/index.ts";
+import type { Backend } from "../src/backend/types.ts";
+import { createWebGpuBackend } from "../src/backend/webgpu/index.ts";
+import { createEngine } from "../src/engine/engine-factory.ts";
+import type { NgramSpeculation } from "../src/engine/ngram-draft.ts";
+import { loadModel } from "../src/model/load.ts";
+import { cliArgs } from "../src/runtime/env.ts";
+
+const args = cliArgs();
+const flag = (name: string, dflt: string) => {
+  const i = args.indexOf(`--${name}`);
+  return i >= 0 ? args[i + 1] : dflt;
+};
+const backends = flag("backends", "reference,webgpu").split(",");
+const runs = Number(flag("runs", "3"));
+const model = await loadModel(new URL("../models/stories260K.gguf", import.meta.url).pathname);
+const tale = "Once upon a time, there was a little girl named Lily. She liked to play with her ball in the park.";
+const PROMPTS: Record<string, number[]> = {
+  retell: model.tokenizer.encode(`${tale} ${tale} ${tale.slice(0, 40)}`, { addBos: true }),
+  story: model.tokenizer.encode("Tom had a red kite.", { addBos: true }),
+};
+const SETTINGS: [string, NgramSpeculation | undefined][] = [
+  ["off", undefined],
+  ["k=3 n=3..2", { method: "ngram", numTokens: 3, maxN: 3, minN: 2 }],
+  ["k=5 n=4..2", { method: "ngram", numTokens: 5, maxN: 4, minN: 2 }],
+  ["k=5 n=5..5 (vLLM default n)", { method: "ngram", numTokens: 5, maxN: 5, minN: 5 }],
+];
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+interface Measured {
+  ms: number;
+  steps: number;
+  tokens: number;
+  drafted: number;
+  accepted: number;
+  ids: string;
+}
+
+async function once(backend: Backend, prompt: number[], batch: number, speculative: NgramSpeculation | undefined): Promise<Measured> {
+  let steps = 0;
+  const e = createEngine(backend, model, { numBlocks: 256, onStep: () => steps++, ...(speculative ? { speculative } : {}) });
+  try {
+    const t0 = performance.now();
+    const reqs = Array.from({ length: batch }, (_, i) => e.submit({ prompt, maxTokens: 96, ignoreEos: true, ...(batch === 1 ? { temperature: 0 } : { temperature: 0.8, seed: i + 1 }) }).result);
+    const results = await Promise.all(reqs);
+    const ms = performance.now() - t0;
+    const s = e.stats();
+    return { ms, steps, tokens: results.reduce((n, r) => n + r.completionTokens, 0), drafted: s.specDraftTokens, accepted: s.specAcceptedTokens, ids: JSON.stringify(results.map((r) => r.tokenIds)) };
+  } finally {
+    await e.stop();
+  }
+}
+
+console.log("| backend | workload | requests | speculation | steps | accepted / draft tokens | wall ms (median of 3) | tokens/s | vs off |");
+console.log("|---|---|---|---|---|---|---|---|---|");
+for (const name of backends) {
+  const backend = name === "webgpu" ? await createWebGpuBackend() : createReferenceBackend();
+  for (const [workload, prompt] of Object.entries(PROMPTS)) {
+    for (const batch of [1, 8]) {
+      let offMs = 0, offIds = "";
+      for (const [label, spec] of SETTINGS) {
+        await once(backend, prompt, batch, spec); // warm-up (pipelines, caches)
+        const m: Measured[] = [];
+        for (let r = 0; r < runs; r++) m.push(await once(backend, prompt, batch, spec));
+        const ms = median(m.map((x) => x.ms));
+        if (!spec) [offMs, offIds] = [ms, m[0].ids];
+        else if (m[0].ids !== offIds) throw new Error(`${name} ${workload} ${label}: the outputs differ from speculation off`);
+        const rate = m[0].drafted ? `${m[0].accepted} / ${m[0].drafted} (${((100 * m[0].accepted) / m[0].drafted).toFixed(0)}%)` : "–";
+        console.log(`| ${name} | ${workload} | ${batch} | ${label} | ${m[0].steps} | ${rate} | ${ms.toFixed(0)} | ${((1000 * m[0].tokens) / ms).toFixed(0)} | ${spec ? `${(offMs / ms).toFixed(2)}×` : "1.00×"} |`);
+      }
+    }
+  }
+}
