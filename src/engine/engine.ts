@@ -425,9 +425,13 @@ export class Engine implements ServingEngine {
     if (!a.done && this.opts.speculative && speculates(a)) this.propose(a);
   }
 
-  /** Proposes the request's next draft: as many n-gram draft tokens as its budget and the context leave room for. */
+  /**
+   * Proposes the request's next draft: as many n-gram draft tokens as its budget and the context
+   * leave room for; none while the batch is larger than `disableByBatchSize`.
+   */
   private propose(a: Active): void {
     const seq = a.seq;
+    if (this.scheduler.numRunning > (this.opts.speculative!.disableByBatchSize ?? Infinity)) return;
     const room = Math.min(this.opts.speculative!.numTokens, a.maxTokens - seq.numOutput - 1, this.maxModelLen - seq.tokens.length - 1);
     const draft = ngramDraft(seq.tokens, this.opts.speculative!, room);
     if (draft.length > 0) this.scheduler.propose(seq.id, draft);

@@ -16,13 +16,18 @@ export interface NgramSpeculation {
   maxN: number;
   /** Shortest suffix matched (`prompt_lookup_min`). */
   minN: number;
+  /**
+   * No drafts while more than this many sequences run (`disable_by_batch_size`): a large batch already
+   * fills the device, and rejected draft tokens would only add work. Absent: drafts at any batch.
+   */
+  disableByBatchSize?: number;
 }
 
 /** vLLM's suffix length when neither prompt_lookup_max nor prompt_lookup_min is given. */
 export const NGRAM_DEFAULT_N = 5;
 
 /** The `--speculative-config` keys read (vLLM's names); any other key is refused rather than ignored. */
-const CONFIG_KEYS = ["method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min"];
+const CONFIG_KEYS = ["method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min", "disable_by_batch_size"];
 
 /** A speculation setting out of range: names the field and quotes the value. */
 export class SpeculationConfigError extends RangeError {
@@ -38,6 +43,7 @@ export function checkSpeculation(s: NgramSpeculation): NgramSpeculation {
   whole("num_speculative_tokens", s.numTokens, 1, 32);
   whole("prompt_lookup_max", s.maxN, 1, 64);
   whole("prompt_lookup_min", s.minN, 1, 64);
+  if (s.disableByBatchSize !== undefined) whole("disable_by_batch_size", s.disableByBatchSize, 1, 1 << 20);
   if (s.minN > s.maxN) throw new SpeculationConfigError(`The speculative prompt_lookup_min (${s.minN}) exceeds prompt_lookup_max (${s.maxN})`);
   return s;
 }
@@ -101,6 +107,8 @@ export function parseSpeculativeConfig(text: string): NgramSpeculation {
   };
   const numTokens = num("num_speculative_tokens");
   if (numTokens === undefined) throw new SpeculationConfigError("The speculative config needs num_speculative_tokens");
-  const max = num("prompt_lookup_max"), min = num("prompt_lookup_min");
-  return checkSpeculation({ method: "ngram", numTokens, maxN: max ?? min ?? NGRAM_DEFAULT_N, minN: min ?? max ?? NGRAM_DEFAULT_N });
+  const max = num("prompt_lookup_max"), min = num("prompt_lookup_min"), batch = num("disable_by_batch_size");
+  return checkSpeculation({
+    method: "ngram", numTokens, maxN: max ?? min ?? NGRAM_DEFAULT_N, minN: min ?? max ?? NGRAM_DEFAULT_N, ...(batch !== undefined ? { disableByBatchSize: batch } : {}),
+  });
 }

@@ -75,6 +75,11 @@ export class Scheduler {
     return this.waiting.sequences;
   }
 
+  /** Sequences running (prefilling or decoding). */
+  get numRunning(): number {
+    return this.running.length;
+  }
+
   /** True when nothing waits or runs. */
   get idle(): boolean {
     return this.waiting.length === 0 && this.running.length === 0;

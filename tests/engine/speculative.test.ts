@@ -45,6 +45,8 @@ test("parseSpeculativeConfig() reads vLLM's ngram keys and refuses the rest by n
   refuses('{"method": "ngram"}', /needs num_speculative_tokens/);
   refuses('{"method": "ngram", "num_speculative_tokens": 0}', /num_speculative_tokens must be an integer from 1 to 32, got 0/);
   refuses('{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 5, "prompt_lookup_max": 3}', /prompt_lookup_min \(5\) exceeds prompt_lookup_max \(3\)/);
+  assert.deepEqual(parseSpeculativeConfig('{"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 4}').disableByBatchSize, 4);
+  refuses('{"method": "ngram", "num_speculative_tokens": 2, "disable_by_batch_size": 0}', /disable_by_batch_size must be an integer from 1/);
   refuses('{"method": "ngram", "num_speculative_tokens": 2, "model": "x"}', /Unknown speculative config key "model"/);
   refuses('{"method": "ngram", "num_speculative_tokens": "4"}', /must be a number, got "4"/);
   refuses("ngram", /must be a JSON object, got "ngram"/);
@@ -240,6 +242,22 @@ test("Engine speculative decoding ends at an EOS inside an accepted draft, witho
       await e.stop();
     }
   }
+});
+
+test("Engine speculative decoding drafts for no one while more sequences run than disableByBatchSize", async () => {
+  const drafted = async (limit: number) => {
+    const e = createEngine(createReferenceBackend(), model, { numBlocks: 64, speculative: { ...NGRAM, disableByBatchSize: limit } });
+    try {
+      await Promise.all([0, 1, 2].map((i) => e.submit({ prompt, maxTokens: 30 + i, temperature: 0 }).result));
+      return e.stats().specDraftTokens;
+    } finally {
+      await e.stop();
+    }
+  };
+  assert.ok((await drafted(3)) > 0, "three running, limit 3: drafts");
+  // Limit 1: drafts only once two of the three have finished (their budgets differ by a token).
+  const few = await drafted(1);
+  assert.ok(few > 0 && few <= 2 * NGRAM.numTokens, `drafted ${few} tokens`);
 });
 
 test("Engine speculative decoding leaves out requests whose rows it cannot verify", async () => {
