@@ -30,15 +30,17 @@ export function stepSeconds(r: StepRecord): number {
 /**
  * The shape of a step's entries. The scheduler marks which entries are prefill chunks: a prompt's last
  * chunk can be one token long and is still prefill (counted as a decode, it made a prefill-only step
- * look mixed in the log and to `--step-mixing auto`).
+ * look mixed in the log and to `--step-mixing auto`). A decode verifying a draft counts a decode row per
+ * token it feeds.
  */
 export function stepShapeOf(entries: readonly Pick<StepEntry, "tokens" | "startPos" | "prefill">[]): StepShape {
   let prefillTokens = 0, prefillAttnPairs = 0, decodeSeqs = 0, decodeAttnTokens = 0;
   for (const e of entries) {
     const n = e.tokens.length;
     if (!e.prefill) {
-      decodeSeqs++;
-      decodeAttnTokens += e.startPos + 1;
+      // A decode with a speculative draft computes a row per draft token too, each reading one more position.
+      decodeSeqs += n;
+      decodeAttnTokens += n * e.startPos + (n * (n + 1)) / 2;
     } else {
       prefillTokens += n;
       // Token i of the chunk attends to startPos + i + 1 positions (causal).

@@ -12,6 +12,7 @@ import type { StepRunner } from "../../src/engine/engine-runner.ts";
 import type { GenerateRequest, GenerateResult, StreamDelta } from "../../src/engine/engine-types.ts";
 import { checkSpeculation, ngramDraft, type NgramSpeculation, parseSpeculativeConfig, SpeculationConfigError } from "../../src/engine/ngram-draft.ts";
 import { seededUniforms } from "../../src/engine/sampler-rng.ts";
+import { stepShapeOf } from "../../src/engine/step-record.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { make, range } from "./scheduler-fixtures.ts";
 
@@ -79,6 +80,8 @@ test("Scheduler.propose() feeds a decode's draft after its token and commit() ke
   // Positions 6..10 need blocks 1 and 2 (of 4 tokens each), so three blocks in all.
   assert.equal(e.blockTable.length, 3);
   const used = sched.stats().kvUsedBlocks;
+  // The step log counts a row per fed token, each reading one more position (7..11).
+  assert.deepEqual(stepShapeOf(step.entries), { prefillTokens: 0, prefillAttnPairs: 0, decodeSeqs: 5, decodeAttnTokens: 7 + 8 + 9 + 10 + 11 });
   // Two draft tokens agree, then the model sampled 60: the sequence gains 51, 52, 60.
   sched.commit(step, new Map([[0, 60]]), new Map([[0, [51, 52]]]));
   assert.deepEqual(seq.tokens.slice(6), [50, 51, 52, 60]);
