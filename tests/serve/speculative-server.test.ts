@@ -14,9 +14,9 @@ const model = await loadModel(modelPath);
 const TALE = "Once upon a time, there was a little girl named Lily. She liked to play with her ball in the park.";
 const PROMPT = `${TALE} ${TALE} ${TALE.slice(0, 40)}`;
 
-async function answers(speculative: boolean) {
+async function answers(speculative: boolean, workers = 1) {
   const s = await startServer({
-    modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64,
+    modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, ...(workers > 1 ? { workers, planner: "none" as const } : {}),
     ...(speculative ? { speculative: { method: "ngram" as const, numTokens: 4, maxN: 3, minN: 2 } } : {}),
   });
   try {
@@ -33,8 +33,8 @@ async function answers(speculative: boolean) {
   }
 }
 
-test("startServer({ speculative }) answers as without it and counts drafts in /metrics", async () => {
-  const [off, on] = [await answers(false), await answers(true)];
+for (const workers of [1, 2]) test(`startServer({ speculative${workers > 1 ? ", workers: 2" : ""} }) answers as without it and counts drafts in /metrics`, async () => {
+  const [off, on] = [await answers(false, workers), await answers(true, workers)];
   assert.equal(on.text, off.text);
   assert.equal(on.streamed, off.text, "the stream carries the same text");
   assert.equal(on.scored.choices[0].text, off.scored.choices[0].text);
