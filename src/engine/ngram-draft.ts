@@ -56,28 +56,20 @@ export function checkSpeculation(s: NgramSpeculation): NgramSpeculation {
  */
 export function ngramDraft(tokens: readonly number[], s: Pick<NgramSpeculation, "maxN" | "minN">, limit: number): number[] {
   const len = tokens.length;
-  if (limit <= 0) return [];
-  for (let n = Math.min(s.maxN, len - 1); n >= s.minN; n--) {
-    const at = latestEarlierOccurrence(tokens, n);
-    if (at < 0) continue;
-    // The draft copies what followed the occurrence, stopping where the sequence's own end is.
-    return tokens.slice(at + n, Math.min(at + n + limit, len));
-  }
-  return [];
-}
-
-/** Start of the latest occurrence of the last n tokens that ends before them, or -1. */
-function latestEarlierOccurrence(tokens: readonly number[], n: number): number {
-  const len = tokens.length;
+  if (limit <= 0 || len < 2) return [];
   const last = tokens[len - 1];
-  // Candidates end at i (the suffix's last token matched first), scanning back from the newest.
-  for (let i = len - 2; i >= n - 1; i--) {
+  const maxN = Math.min(s.maxN, len - 1);
+  // One pass from the newest candidate back: each occurrence of the last token is matched backwards
+  // as far as maxN; the first to reach a length keeps it (the latest), and maxN ends the search.
+  let best = -1, bestN = 0;
+  for (let i = len - 2; i >= 0 && bestN < maxN; i--) {
     if (tokens[i] !== last) continue;
-    let k = 1;
-    while (k < n && tokens[i - k] === tokens[len - 1 - k]) k++;
-    if (k === n) return i - n + 1;
+    let n = 1;
+    while (n < maxN && n <= i && tokens[i - n] === tokens[len - 1 - n]) n++;
+    if (n > bestN) [best, bestN] = [i + 1, n];
   }
-  return -1;
+  // The draft copies what followed the occurrence, stopping where the sequence's own end is.
+  return bestN >= s.minN ? tokens.slice(best, Math.min(best + limit, len)) : [];
 }
 
 /**
