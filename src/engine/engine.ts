@@ -413,7 +413,7 @@ export class Engine implements ServingEngine {
       text += a.text.push(tok);
       ids.push(tok);
       const end = start + k + 1;
-      if (a.text.stopped || end - seq.promptLength >= a.maxTokens || end >= this.maxModelLen) {
+      if (a.text.stopped || this.spent(a, end)) {
         seq.truncate(end);
         break;
       }
@@ -440,8 +440,13 @@ export class Engine implements ServingEngine {
   /** Ends the request when a stop string matched or its token budget or the context is spent; whether it did. */
   private endIfDone(a: Active): boolean {
     if (a.text.stopped) this.finish(a, "stop");
-    else if (a.seq.numOutput >= a.maxTokens || a.seq.tokens.length >= this.maxModelLen) this.finish(a, "length");
+    else if (this.spent(a, a.seq.tokens.length)) this.finish(a, "length");
     return a.done;
+  }
+
+  /** Whether `length` tokens of the request's sequence spend its token budget or the context. */
+  private spent(a: Active, length: number): boolean {
+    return length - a.seq.promptLength >= a.maxTokens || length >= this.maxModelLen;
   }
 
   /**

@@ -202,11 +202,14 @@ export class Scheduler {
       this.recomputed += Math.max(0, Math.min(seq.maxComputed, e.startPos + e.tokens.length) - e.startPos);
       const drafted = e.draft ?? 0;
       const taken = drafted > 0 ? accepted?.get(seq.id) ?? [] : [];
-      const draft = e.tokens.slice(e.tokens.length - drafted);
-      if (taken.length > drafted || taken.some((t, j) => t !== draft[j])) {
-        throw new Error(`Step ${plan.step} accepts tokens [${taken.join(", ")}] that do not begin sequence ${seq.id}'s draft [${draft.join(", ")}]`);
+      if (drafted > 0) {
+        const draft = e.tokens.slice(e.tokens.length - drafted);
+        if (taken.length > drafted || taken.some((t, j) => t !== draft[j])) {
+          throw new Error(`Step ${plan.step} accepts tokens [${taken.join(", ")}] that do not begin sequence ${seq.id}'s draft [${draft.join(", ")}]`);
+        }
       }
-      seq.draft = [];
+      // Any draft was for the tokens before this step (one left out of it for budget or blocks too).
+      if (seq.draft.length > 0) seq.draft = [];
       seq.numComputed += e.tokens.length - drafted + taken.length;
       seq.maxComputed = Math.max(seq.maxComputed, seq.numComputed);
       for (const t of taken) seq.append(t);

@@ -14,7 +14,7 @@ import { checkSpeculation, ngramDraft, type NgramSpeculation, parseSpeculativeCo
 import { seededUniforms } from "../../src/engine/sampler-rng.ts";
 import { stepShapeOf } from "../../src/engine/step-record.ts";
 import { loadModel } from "../../src/model/load.ts";
-import { make, range } from "./scheduler-fixtures.ts";
+import { fakeSample, make, range } from "./scheduler-fixtures.ts";
 
 const NGRAM: NgramSpeculation = { method: "ngram", numTokens: 5, maxN: 4, minN: 2 };
 
@@ -132,6 +132,9 @@ test("Scheduler drafts only within the token budget and never preempt for a draf
   const e0 = tight.entries.find((e) => e.seqId === 0)!;
   assert.equal(e0.draft, undefined, "the draft is dropped when its blocks are not free");
   assert.equal(e0.tokens.length, 1);
+  // The draft left out was for the tokens before this step: the commit forgets it.
+  sched.commit(tight, fakeSample(tight));
+  assert.deepEqual(sched.get(0)!.draft, []);
 });
 
 // --- the engine on the real tiny model -------------------------------------------------------
