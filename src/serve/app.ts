@@ -18,6 +18,9 @@ import { completeJson, completeStream } from "./respond.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
 import { toolCallSyntax } from "./tool-calls-mistral.ts";
 import { ChatRequestSchema, CompletionRequestSchema } from "./schemas.ts";
+import { ResponseStore } from "./response-store.ts";
+import { inputItemsPage, respondJson, respondStream, submitResponse } from "./responses.ts";
+import { ResponsesRequestSchema } from "./responses-schema.ts";
 
 /** Server settings. */
 export interface AppOptions {
@@ -39,7 +42,12 @@ export interface AppOptions {
   toolCallParser?: ToolCallFormat;
   /** Counts generation responses in flight and says when the server drains (new ones get a 503). */
   lifecycle?: ServerLifecycle;
+  /** The most Responses API responses kept for `previous_response_id` and `GET /v1/responses/{id}` (default 4096; 0 keeps none). */
+  maxStoredResponses?: number;
 }
+
+/** Responses kept by default (`--max-stored-responses`). */
+export const DEFAULT_STORED_RESPONSES = 4096;
 
 /** Builds the app. */
 export function createApp(o: AppOptions): Hono {
@@ -91,24 +99,25 @@ export function createApp(o: AppOptions): Hono {
     return r.data;
   }
 
-  const respond = async (c: Context, body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null } | null }, submitted: Submitted, end: () => void) => {
-    if (!body.stream) {
-      // A client that hangs up before the answer is ready cancels the request; the listener goes
-      // away afterwards (Deno aborts request.signal after successful responses too).
-      const signal = c.req.raw.signal;
-      const onAbort = () => submitted.handles.forEach((h) => h.cancel());
-      signal?.addEventListener("abort", onAbort);
-      try {
-        return c.json(await completeJson(ctx, submitted));
-      } finally {
-        signal?.removeEventListener("abort", onAbort);
-        end();
-      }
+  const store = new ResponseStore(o.maxStoredResponses ?? DEFAULT_STORED_RESPONSES);
+  /** A whole (non-streamed) answer; a client that hangs up before it is ready cancels the request. */
+  const whole = async (c: Context, submitted: Submitted, end: () => void, answer: () => Promise<Record<string, unknown>>) => {
+    // The listener goes away afterwards (Deno aborts request.signal after successful responses too).
+    const signal = c.req.raw.signal;
+    const onAbort = () => submitted.handles.forEach((h) => h.cancel());
+    signal?.addEventListener("abort", onAbort);
+    try {
+      return c.json(await answer());
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      end();
     }
-    // Streams are cancelled through the body stream's cancel(), which both runtimes call on disconnect.
-    const stream = life.track(completeStream(ctx, submitted, body.stream_options?.include_usage === true), end);
-    return new Response(stream, { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" } });
   };
+  // Streams are cancelled through the body stream's cancel(), which both runtimes call on disconnect.
+  const sse = (stream: ReadableStream<Uint8Array>, end: () => void) =>
+    new Response(life.track(stream, end), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" } });
+  const respond = (c: Context, body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null } | null }, submitted: Submitted, end: () => void) =>
+    body.stream ? sse(completeStream(ctx, submitted, body.stream_options?.include_usage === true), end) : whole(c, submitted, end, () => completeJson(ctx, submitted));
   /** Runs a generation route, counted in flight from before its body is read until its answer is written. */
   const generation = async (handle: (end: () => void) => Promise<Response>) => {
     if (life.draining) throw new ApiError(503, "The server is shutting down; send the request to another replica, or retry once it is back", null, "shutting_down");
@@ -128,6 +137,24 @@ export function createApp(o: AppOptions): Hono {
     const body = await parse(c, CompletionRequestSchema);
     return respond(c, body, submitCompletion(ctx, body), end);
   }));
+  app.post("/v1/responses", (c) => generation(async (end) => {
+    const body = await parse(c, ResponsesRequestSchema);
+    const turn = submitResponse(ctx, store, body);
+    return body.stream ? sse(respondStream(ctx, store, turn), end) : whole(c, turn.submitted, end, () => respondJson(ctx, store, turn));
+  }));
+  const stored = (id: string) => {
+    const entry = store.get(id);
+    if (!entry) throw new ApiError(404, `Response with id '${id}' not found; responses are kept only with store = true, and the server keeps the ${store.capacity} most recently used`, "response_id", "not_found");
+    return entry;
+  };
+  app.get("/v1/responses/:id/input_items", (c) => c.json(inputItemsPage(stored(c.req.param("id")), c.req.query())));
+  app.get("/v1/responses/:id", (c) => c.json(stored(c.req.param("id")).response));
+  app.delete("/v1/responses/:id", (c) => {
+    const id = c.req.param("id");
+    stored(id);
+    store.delete(id);
+    return c.json({ id, object: "response", deleted: true });
+  });
   const modelCard = () => ({ id: o.modelName, object: "model", created: 0, owned_by: "evolving-infra", max_model_len: o.engine.maxModelLen });
   app.get("/v1/models", (c) => c.json({ object: "list", data: [modelCard()] }));
   // Served names may hold slashes ("Qwen/Qwen3-0.6B"), as OpenAI's fine-tuned model ids hold colons.
@@ -140,13 +167,16 @@ export function createApp(o: AppOptions): Hono {
   app.get("/health", (c) => (life.draining ? c.json({ status: "draining" }, 503) : c.json({ status: "ok" })));
   app.get("/metrics", (c) => c.text(renderMetrics(o.engine, o.modelName), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }));
   // A known path with the wrong method is a 405 that says which method it takes, not a 404.
-  const allow = (path: string, method: "GET" | "POST") =>
+  const allow = (path: string, method: "GET" | "POST" | "GET, DELETE") =>
     app.all(path, (c) => {
-      c.header("Allow", method === "GET" ? "GET, HEAD" : method);
-      return fail(c, new ApiError(405, `${c.req.method} is not allowed on ${c.req.path}; use ${method}`, null, "method_not_allowed"));
+      c.header("Allow", method.startsWith("GET") ? method.replace("GET", "GET, HEAD") : method);
+      return fail(c, new ApiError(405, `${c.req.method} is not allowed on ${c.req.path}; use ${method.replace(", ", " or ")}`, null, "method_not_allowed"));
     });
   allow("/v1/chat/completions", "POST");
   allow("/v1/completions", "POST");
+  allow("/v1/responses", "POST");
+  allow("/v1/responses/:id/input_items", "GET");
+  allow("/v1/responses/:id", "GET, DELETE");
   allow("/v1/models", "GET");
   allow("/v1/models/:id{.+}", "GET");
   allow("/health", "GET");

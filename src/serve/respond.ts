@@ -45,14 +45,14 @@ function toolCallJson(c: ParsedToolCall) {
  * A turn that ended in tool calls leaves its session waiting on the first tool: its KV is kept for
  * the return. With several choices, the first choice's calls count (the agent continues one).
  */
-function noteToolWait(ctx: ServeContext, s: Submitted, calls: readonly ParsedToolCall[]): void {
+export function noteToolWait(ctx: ServeContext, s: Submitted, calls: readonly ParsedToolCall[]): void {
   // The handle carries the request's session: its own key, or the one the engine inferred.
   const sid = s.handles[0].sessionId;
   if (sid !== undefined && calls.length > 0) ctx.engine.markToolWait(sid, calls[0].name);
 }
 
 /** The failure of the first choice that failed, as the 500 the client gets. */
-function failure(results: readonly GenerateResult[]): ApiError | undefined {
+export function failure(results: readonly GenerateResult[]): ApiError | undefined {
   const failed = results.find((r) => r.error);
   return failed && new ApiError(500, `Generation failed: ${failed.error}`, null, "engine_error");
 }

@@ -8,7 +8,7 @@ const maybe = <T extends z.ZodType>(t: T) => t.nullable().optional();
 const positiveInt = z.number().int().min(1);
 
 /** What is wrong with a value: a message and, when it is inside the value, where. */
-interface Flaw {
+export interface Flaw {
   message: string;
   path?: (string | number)[];
 }
@@ -17,19 +17,21 @@ interface Flaw {
  * `schema`, checked first by `flaw`, which says in words what is wrong and where: a union's own
  * error ("Invalid input") names neither. `flaw` must accept only what `schema` accepts.
  */
-function explained<T extends z.ZodType>(schema: T, flaw: (v: unknown) => Flaw | null) {
+export function explained<T extends z.ZodType>(schema: T, flaw: (v: unknown) => Flaw | null) {
   return z.unknown().superRefine((v, ctx) => {
     const f = flaw(v);
     if (f) ctx.addIssue({ code: "custom", message: f.message, path: f.path ?? [], input: v });
   }).pipe(schema);
 }
 
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+/** True for a plain JSON object (not null, not an array). */
+export const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 const isTokenId = (v: unknown) => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
 
 /** The longest session key (`prompt_cache_key`, `user`) accepted: the engine keeps keys for an hour. */
 export const MAX_SESSION_KEY_CHARS = 512;
-const sessionKey = z.string().max(MAX_SESSION_KEY_CHARS, {
+/** A session key field (`prompt_cache_key`, `user`). */
+export const sessionKey = z.string().max(MAX_SESSION_KEY_CHARS, {
   error: (iss) => `must be at most ${MAX_SESSION_KEY_CHARS} characters, got ${typeof iss.input === "string" ? iss.input.length : "?"} characters`,
 });
 

@@ -94,6 +94,8 @@ export interface ServerOptions {
    */
   toolCallParser?: ToolCallFormat;
   maxBodyBytes?: number;
+  /** The most Responses API responses kept (app.ts; default 4096, 0 keeps none). */
+  maxStoredResponses?: number;
   /** Milliseconds added to every step mixing prefill and decode (src/engine/mixed-step-overhead.ts; default 0). */
   mixedStepOverheadMs?: number;
   /** Write every engine step's shape and time to this JSONL file (`deno task sim --calibrate`). */
@@ -277,7 +279,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const serving: ServingEngine = cluster?.cluster ?? engine!;
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
   const lifecycle = new ServerLifecycle();
-  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, lifecycle });
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, maxStoredResponses: o.maxStoredResponses, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, lifecycle });
   const l = await listen(app.fetch, o.host, o.port);
   return {
     ...l,

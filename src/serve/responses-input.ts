@@ -1,0 +1,141 @@
+/**
+ * The input side of the Responses API: a request's input items (after the stored conversation it
+ * continues) become chat messages, and the request the chat path answers. A turn's reasoning, text
+ * and calls in a row are one assistant message, as the chat API writes them; a call's output names
+ * its function (looked up by `call_id`), which some chat templates print.
+ */
+import type { ChatMessageIn, ChatRequest } from "./schemas.ts";
+import type { InputItem, ResponsesRequest, TextPartIn } from "./responses-schema.ts";
+import { newId } from "./responses-output.ts";
+
+type Json = Record<string, unknown>;
+
+/** The text of a content field: a string, or its parts' texts joined. */
+function textOf(content: string | TextPartIn[]): string {
+  return typeof content === "string" ? content : content.map((p) => (p.type === "refusal" ? p.refusal ?? "" : p.text ?? "")).join("");
+}
+
+interface AssistantDraft {
+  role: "assistant";
+  content: string | null;
+  reasoning_content?: string;
+  tool_calls?: { id: string; type: "function"; function: { name: string; arguments: string } }[];
+}
+
+/** The function name of every call in `messages` by call id. */
+function callNames(messages: readonly ChatMessageIn[]): Map<string, string> {
+  const names = new Map<string, string>();
+  for (const m of messages) {
+    const calls = (m as { tool_calls?: { id?: string; function?: { name?: string } }[] }).tool_calls ?? [];
+    for (const c of calls) if (c.id && c.function?.name) names.set(c.id, c.function.name);
+  }
+  return names;
+}
+
+/** Input items (checked by the schema) as chat messages; `before`: the conversation they follow. */
+export function itemsToMessages(items: readonly InputItem[], before: readonly ChatMessageIn[] = []): ChatMessageIn[] {
+  const names = callNames(before);
+  const out: ChatMessageIn[] = [];
+  let turn: AssistantDraft | null = null;
+  const flush = () => {
+    if (turn) out.push({ ...turn, content: turn.content ?? (turn.tool_calls ? null : "") } as ChatMessageIn);
+    turn = null;
+  };
+  // The assistant turn an item adds to; a new one when the current already has text or calls.
+  const assistant = (fresh: boolean): AssistantDraft => {
+    if (turn && fresh && (turn.content !== null || turn.tool_calls)) flush();
+    return (turn ??= { role: "assistant", content: null });
+  };
+  for (const item of items) {
+    switch (item.type ?? "message") {
+      case "reasoning": {
+        const r = item as Extract<InputItem, { type: "reasoning" }>;
+        const parts = r.content?.length ? r.content : r.summary ?? [];
+        const a = assistant(true);
+        a.reasoning_content = (a.reasoning_content ?? "") + parts.map((p) => p.text).join("");
+        break;
+      }
+      case "function_call": {
+        const c = item as Extract<InputItem, { type: "function_call" }>;
+        names.set(c.call_id, c.name);
+        const a = assistant(false);
+        (a.tool_calls ??= []).push({ id: c.call_id, type: "function", function: { name: c.name, arguments: c.arguments } });
+        break;
+      }
+      case "function_call_output": {
+        const o = item as Extract<InputItem, { type: "function_call_output" }>;
+        flush();
+        const name = names.get(o.call_id);
+        out.push({ role: "tool", tool_call_id: o.call_id, content: textOf(o.output), ...(name ? { name } : {}) } as ChatMessageIn);
+        break;
+      }
+      default: {
+        const m = item as Extract<InputItem, { role: string }>;
+        if (m.role === "assistant") {
+          const a = assistant(true);
+          a.content = (a.content ?? "") + textOf(m.content);
+        } else {
+          flush();
+          out.push({ role: m.role, content: textOf(m.content) });
+        }
+      }
+    }
+  }
+  flush();
+  return out;
+}
+
+/** The request's input as a list of items, each with an id (what `GET /v1/responses/{id}/input_items` lists). */
+export function inputItemsOf(input: ResponsesRequest["input"]): Json[] {
+  const items: Json[] = typeof input === "string" ? [{ type: "message", role: "user", content: [{ type: "input_text", text: input }] }] : (input as Json[]);
+  return items.map((it) => {
+    const type = (it.type as string | undefined) ?? "message";
+    const prefix = type === "message" ? "msg" : type === "reasoning" ? "rs" : type === "function_call" ? "fc" : "fco";
+    const content = type === "message" && typeof it.content === "string" ? [{ type: it.role === "assistant" ? "output_text" : "input_text", text: it.content }] : it.content;
+    return { ...it, type, id: typeof it.id === "string" && it.id ? it.id : newId(prefix), ...(content === undefined ? {} : { content }) };
+  });
+}
+
+/** The assistant message a finished turn adds to the conversation (for the next turn's prompt). */
+export function outputMessage(reasoning: string | null, text: string, calls: readonly { call_id: string; name: string; arguments: string }[]): ChatMessageIn {
+  return {
+    role: "assistant",
+    content: calls.length > 0 && text.trim() === "" ? null : text,
+    ...(reasoning !== null ? { reasoning_content: reasoning } : {}),
+    ...(calls.length > 0 ? { tool_calls: calls.map((c) => ({ id: c.call_id, type: "function", function: { name: c.name, arguments: c.arguments } })) } : {}),
+  } as ChatMessageIn;
+}
+
+/**
+ * The chat request that answers a Responses request: `instructions` as the system message, then the
+ * stored conversation, then this turn's input; flat function tools in the chat shape; `text.format`
+ * as `response_format`; `reasoning.effort` as the template variable gpt-oss's template reads.
+ */
+export function chatRequestOf(body: ResponsesRequest, history: readonly ChatMessageIn[], input: readonly ChatMessageIn[], sessionId: string | undefined): ChatRequest {
+  const tools = body.tools?.map((t) => ({
+    type: "function" as const,
+    function: { name: t.name, ...(t.description ? { description: t.description } : {}), ...(t.parameters ? { parameters: t.parameters } : {}) },
+  }));
+  const choice = body.tool_choice;
+  const format = body.text?.format;
+  const responseFormat = !format ? undefined : format.type === "json_schema"
+    ? { type: "json_schema", json_schema: { name: (format as { name?: string | null }).name ?? "response", schema: (format as { schema: Json }).schema, strict: (format as { strict?: boolean | null }).strict ?? false } }
+    : { type: format.type };
+  const effort = body.reasoning?.effort;
+  return {
+    model: body.model,
+    messages: [...(body.instructions ? [{ role: "system" as const, content: body.instructions }] : []), ...history, ...input],
+    ...(tools ? { tools } : {}),
+    ...(choice ? { tool_choice: typeof choice === "string" ? choice : { type: "function" as const, function: { name: choice.name } } } : {}),
+    ...(body.parallel_tool_calls !== undefined && body.parallel_tool_calls !== null ? { parallel_tool_calls: body.parallel_tool_calls } : {}),
+    ...(responseFormat ? { response_format: responseFormat } : {}),
+    max_completion_tokens: body.max_output_tokens ?? undefined,
+    temperature: body.temperature ?? undefined,
+    top_p: body.top_p ?? undefined,
+    top_k: body.top_k ?? undefined,
+    seed: body.seed ?? undefined,
+    stream: body.stream ?? false,
+    ...(sessionId !== undefined ? { prompt_cache_key: sessionId } : {}),
+    ...(effort ? { chat_template_kwargs: { reasoning_effort: effort } } : {}),
+  } as ChatRequest;
+}

@@ -1,0 +1,191 @@
+/**
+ * The request body of OpenAI's Responses API (`POST /v1/responses`), as far as a server of function
+ * tools and text can honour it: input items (messages, function calls, their outputs, reasoning),
+ * `instructions`, `previous_response_id`, function tools, `tool_choice`, `text.format`. What it names
+ * but cannot honour (images, hosted tools, background runs, conversations) is refused by name.
+ */
+import { z } from "zod";
+import { explained, type Flaw, isObject, sessionKey } from "./schemas.ts";
+
+const maybe = <T extends z.ZodType>(t: T) => t.nullable().optional();
+const positiveInt = z.number().int().min(1);
+
+/** A text part of an input or output message. */
+export interface TextPartIn {
+  type: "input_text" | "output_text" | "refusal";
+  text?: string;
+  refusal?: string;
+}
+/** A message item (`type` may be left out). */
+export interface MessageItemIn {
+  type?: "message";
+  id?: string;
+  role: "user" | "assistant" | "system" | "developer";
+  content: string | TextPartIn[];
+}
+/** A call the model made in an earlier turn. */
+export interface FunctionCallItemIn {
+  type: "function_call";
+  id?: string;
+  call_id: string;
+  name: string;
+  arguments: string;
+}
+/** What the client's tool returned for a call. */
+export interface FunctionCallOutputItemIn {
+  type: "function_call_output";
+  id?: string;
+  call_id: string;
+  output: string | TextPartIn[];
+}
+/** The model's reasoning in an earlier turn (its text parts; encrypted content is not ours to read). */
+export interface ReasoningItemIn {
+  type: "reasoning";
+  id?: string;
+  summary?: { type: "summary_text"; text: string }[];
+  content?: { type: "reasoning_text"; text: string }[];
+}
+/** One input item. */
+export type InputItem = MessageItemIn | FunctionCallItemIn | FunctionCallOutputItemIn | ReasoningItemIn;
+
+const ROLES = ["user", "assistant", "system", "developer"];
+const TEXT_PARTS = ["input_text", "output_text", "refusal"];
+
+/** What is wrong with a message's (or a tool output's) content, if anything. */
+function contentFlaw(v: unknown, at: (string | number)[]): Flaw | null {
+  if (typeof v === "string") return null;
+  if (!Array.isArray(v)) return { message: "content must be a string or an array of text parts", path: at };
+  for (const [i, part] of v.entries()) {
+    if (!isObject(part)) return { message: 'content parts must be objects like {"type": "input_text", "text": "..."}', path: [...at, i] };
+    if (!TEXT_PARTS.includes(part.type as string)) {
+      return { message: `only text parts (input_text, output_text, refusal) are supported, got a part of type ${JSON.stringify(part.type)}`, path: [...at, i, "type"] };
+    }
+    const key = part.type === "refusal" ? "refusal" : "text";
+    if (typeof part[key] !== "string") return { message: `a ${part.type} part's ${key} must be a string`, path: [...at, i, key] };
+  }
+  return null;
+}
+
+const str = (o: Record<string, unknown>, key: string, at: (string | number)[], what: string): Flaw | null =>
+  typeof o[key] === "string" && (o[key] as string).length > 0 ? null : { message: `${what} needs a non-empty string ${key}`, path: [...at, key] };
+
+/** What is wrong with one input item, if anything. */
+function itemFlaw(item: unknown, i: number): Flaw | null {
+  if (!isObject(item)) return { message: "input items must be objects", path: [i] };
+  const type = item.type ?? "message";
+  switch (type) {
+    case "message":
+      if (!ROLES.includes(item.role as string)) return { message: `a message's role must be one of ${ROLES.join(", ")}, got ${JSON.stringify(item.role)}`, path: [i, "role"] };
+      return contentFlaw(item.content, [i, "content"]);
+    case "function_call":
+      return str(item, "call_id", [i], "a function_call item") ?? str(item, "name", [i], "a function_call item") ??
+        (typeof item.arguments === "string" ? null : { message: "a function_call item needs its arguments as a JSON string", path: [i, "arguments"] });
+    case "function_call_output":
+      return str(item, "call_id", [i], "a function_call_output item") ?? contentFlaw(item.output, [i, "output"]);
+    case "reasoning": {
+      for (const key of ["summary", "content"]) {
+        const list = item[key];
+        if (list === undefined || list === null) continue;
+        if (!Array.isArray(list) || list.some((p) => !isObject(p) || typeof p.text !== "string")) {
+          return { message: `a reasoning item's ${key} must be an array of parts with text`, path: [i, key] };
+        }
+      }
+      return null;
+    }
+    case "item_reference":
+      return { message: "item_reference input items are not supported: send the item itself, or chain the turn with previous_response_id", path: [i, "type"] };
+    default:
+      return { message: `input items of type ${JSON.stringify(type)} are not supported (this server takes messages, function_call, function_call_output and reasoning items)`, path: [i, "type"] };
+  }
+}
+
+/** The most input items one request may carry. */
+export const MAX_INPUT_ITEMS = 4096;
+
+const Input = explained(z.union([z.string(), z.array(z.unknown()).min(1).max(MAX_INPUT_ITEMS)]), (v): Flaw | null => {
+  if (v === undefined) return { message: "input is required (a string, or an array of input items)" };
+  if (typeof v === "string") return null;
+  if (!Array.isArray(v)) return { message: "input must be a string or an array of input items" };
+  if (v.length === 0) return { message: "the input array is empty" };
+  if (v.length > MAX_INPUT_ITEMS) return { message: `at most ${MAX_INPUT_ITEMS} input items are supported, got ${v.length}` };
+  for (const [i, item] of v.entries()) {
+    const f = itemFlaw(item, i);
+    if (f) return f;
+  }
+  return null;
+});
+
+/** A function tool, in the Responses API's flat shape. */
+const FunctionTool = z.looseObject({
+  type: z.literal("function"),
+  name: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, "must be 1-64 letters, digits, underscores or dashes"),
+  description: maybe(z.string()),
+  parameters: maybe(z.record(z.string(), z.unknown())),
+  strict: maybe(z.boolean()),
+});
+
+const Tools = explained(z.array(FunctionTool).max(128), (v): Flaw | null => {
+  if (!Array.isArray(v)) return null;
+  const i = v.findIndex((t) => isObject(t) && t.type !== "function");
+  if (i < 0) return null;
+  const t = v[i] as Record<string, unknown>;
+  return { message: `only function tools are supported, got a tool of type ${JSON.stringify(t.type)} (hosted tools such as web search run on OpenAI's side)`, path: [i, "type"] };
+});
+
+const ToolChoice = explained(
+  z.union([z.enum(["none", "auto", "required"]), z.looseObject({ type: z.literal("function"), name: z.string() })]),
+  (v): Flaw | null => {
+    if (v === "none" || v === "auto" || v === "required" || v === null || v === undefined) return null;
+    if (isObject(v) && v.type === "function" && typeof v.name === "string") return null;
+    return { message: 'tool_choice must be "none", "auto", "required" or {"type": "function", "name": "..."}' };
+  },
+);
+
+/** `text.format`: free text, JSON mode, or a JSON schema. */
+const TextFormat = explained(
+  z.union([
+    z.looseObject({ type: z.enum(["text", "json_object"]) }),
+    z.looseObject({ type: z.literal("json_schema"), name: maybe(z.string()), schema: z.record(z.string(), z.unknown()), strict: maybe(z.boolean()), description: maybe(z.string()) }),
+  ]),
+  (v): Flaw | null => {
+    if (!isObject(v)) return { message: 'text.format must be an object such as {"type": "text"}' };
+    if (v.type === "text" || v.type === "json_object") return null;
+    if (v.type !== "json_schema") return { message: `the format type must be "text", "json_object" or "json_schema", got ${JSON.stringify(v.type)}`, path: ["type"] };
+    return isObject(v.schema) ? null : { message: "a json_schema format needs its schema as an object", path: ["schema"] };
+  },
+);
+
+/** POST /v1/responses */
+export const ResponsesRequestSchema = z.looseObject({
+  model: z.string().min(1),
+  input: Input,
+  instructions: maybe(z.string()),
+  previous_response_id: maybe(z.string().min(1)),
+  tools: maybe(Tools),
+  tool_choice: maybe(ToolChoice),
+  parallel_tool_calls: maybe(z.boolean()),
+  max_tool_calls: maybe(positiveInt),
+  text: maybe(z.looseObject({ format: maybe(TextFormat) })),
+  max_output_tokens: maybe(positiveInt),
+  temperature: maybe(z.number().min(0).max(2)),
+  top_p: maybe(z.number().gt(0).max(1)),
+  // vLLM's extensions, kept here for reproducible runs.
+  top_k: maybe(z.number().int().min(-1)),
+  seed: maybe(z.number().int().min(-(2 ** 53)).max(2 ** 53)),
+  stream: maybe(z.boolean()),
+  store: maybe(z.boolean()),
+  metadata: maybe(z.record(z.string().max(64), z.string().max(512)).refine((m) => Object.keys(m).length <= 16, "may hold at most 16 keys")),
+  user: maybe(sessionKey),
+  prompt_cache_key: maybe(sessionKey),
+  reasoning: maybe(z.looseObject({ effort: maybe(z.enum(["none", "minimal", "low", "medium", "high"])), summary: maybe(z.string()) })),
+  // Parsed to be refused (or accepted at their no-op values) by name in responses.ts.
+  background: maybe(z.boolean()),
+  truncation: maybe(z.enum(["auto", "disabled"])),
+  include: maybe(z.array(z.string())),
+  conversation: z.unknown().optional(),
+  prompt: z.unknown().optional(),
+  top_logprobs: maybe(z.number().int().min(0).max(20)),
+});
+
+/** A parsed Responses request. */
+export type ResponsesRequest = z.infer<typeof ResponsesRequestSchema>;

@@ -1,0 +1,210 @@
+/**
+ * OpenAI's Responses API (`POST /v1/responses`, `GET`/`DELETE /v1/responses/{id}`,
+ * `GET /v1/responses/{id}/input_items`) over the chat path: a request becomes a chat request
+ * (responses-input.ts), is answered as chat answers are (templates, tool-call and reasoning parsers,
+ * grammars), and its answer becomes output items (responses-output.ts). `previous_response_id`
+ * continues a stored conversation; the conversation is one engine session (its first response's id
+ * unless the client names one with `prompt_cache_key` or `user`), so a turn that ends in function
+ * calls leaves its KV kept for the tools' return under agent retention, with no extra field.
+ */
+import { ChatOutputStream } from "./chat-output.ts";
+import { ApiError, describe } from "./errors.ts";
+import { type ServeContext, type Submitted, submitChat } from "./openai.ts";
+import { failure, noteToolWait } from "./respond.ts";
+import { type ResponseStore, type StoredResponse, UnknownResponseError } from "./response-store.ts";
+import { chatRequestOf, inputItemsOf, itemsToMessages, outputMessage } from "./responses-input.ts";
+import { newId, ResponseOutput, type ResponseEvent } from "./responses-output.ts";
+import type { InputItem, ResponsesRequest } from "./responses-schema.ts";
+import type { ChatMessageIn } from "./schemas.ts";
+import type { GenerateResult } from "../engine/engine-types.ts";
+
+type Json = Record<string, unknown>;
+
+/** A submitted Responses request and what answering (and storing) it needs. */
+export interface ResponseTurn {
+  id: string;
+  submitted: Submitted;
+  /** The response object's fields that echo the request. */
+  shell: Json;
+  /** Whether the finished response is kept (`store`, and a store with room). */
+  store: boolean;
+  inputItems: Json[];
+  /** This turn's input as chat messages. */
+  input: ChatMessageIn[];
+  previousId: string | null;
+  sessionId: string | undefined;
+  maxToolCalls: number;
+}
+
+/** Where the chat path's parameter names differ from the Responses API's. */
+const PARAM_NAMES: [string, string][] = [["messages", "input"], ["response_format", "text.format"], ["max_completion_tokens", "max_output_tokens"], ["chat_template_kwargs", "reasoning"]];
+
+/** A chat-path error as the Responses API names its parameters. */
+function renamed(e: ApiError): ApiError {
+  const hit = PARAM_NAMES.find(([chat]) => e.param === chat || e.param?.startsWith(`${chat}.`) || e.param?.startsWith(`${chat}[`));
+  const param = hit ? hit[1] + e.param!.slice(hit[0].length) : e.param;
+  const message = e.message.replaceAll("response_format", "text.format").replaceAll("max_completion_tokens", "max_output_tokens");
+  return new ApiError(e.status, message, param, e.code, e.type);
+}
+
+function unsupported(message: string, param: string): ApiError {
+  return new ApiError(400, message, param, "unsupported_parameter");
+}
+
+/** Refuses what the request asks that this server cannot do, naming it. */
+function checkSupported(body: ResponsesRequest): void {
+  if (body.background) throw unsupported("Background responses are not supported: send background = false (the default) and keep the connection open, or stream", "background");
+  if (body.conversation !== undefined && body.conversation !== null) throw unsupported(`Conversations are not supported, got conversation = ${describe(body.conversation)}; continue a conversation with previous_response_id`, "conversation");
+  if (body.prompt !== undefined && body.prompt !== null) throw unsupported(`Stored prompt templates are not supported, got prompt = ${describe(body.prompt)}; send the instructions and input themselves`, "prompt");
+  if (body.truncation === "auto") throw unsupported('Truncation "auto" is not supported: a conversation longer than the context is refused with a 400; send truncation = "disabled" (the default)', "truncation");
+  const include = (body.include ?? []).find((x) => x !== "reasoning.encrypted_content");
+  if (include !== undefined) throw unsupported(`Including ${JSON.stringify(include)} is not supported (reasoning comes back as text, so "reasoning.encrypted_content" is the only value accepted)`, "include");
+  if (body.top_logprobs) throw unsupported(`Log probabilities are not supported on /v1/responses, got top_logprobs = ${body.top_logprobs}; use /v1/chat/completions with logprobs`, "top_logprobs");
+}
+
+/** Checks, converts and submits a Responses request. */
+export function submitResponse(ctx: ServeContext, store: ResponseStore, body: ResponsesRequest): ResponseTurn {
+  checkSupported(body);
+  const previousId = body.previous_response_id ?? null;
+  let history: ChatMessageIn[] = [];
+  let chainSession: string | undefined;
+  if (previousId !== null) {
+    try {
+      ({ messages: history, sessionId: chainSession } = store.conversation(previousId));
+    } catch (e) {
+      if (!(e instanceof UnknownResponseError)) throw e;
+      const which = e.id === previousId ? "" : ` (it continues '${e.id}', which is gone)`;
+      throw new ApiError(400, `Previous response with id '${previousId}' not found${which}; responses are kept only with store = true, and the server keeps the ${store.capacity} most recently used`, "previous_response_id", "previous_response_not_found");
+    }
+  }
+  const id = newId("resp");
+  const stored = (body.store ?? true) && store.capacity > 0;
+  // A conversation is one session: the client's key, else the chain's, else this response's own.
+  const sessionId = body.prompt_cache_key || body.user || chainSession || (stored ? id : undefined);
+  const input = itemsToMessages(typeof body.input === "string" ? [{ role: "user", content: body.input }] : body.input as InputItem[], history);
+  const chat = chatRequestOf(body, history, input, sessionId);
+  let submitted: Submitted;
+  try {
+    submitted = submitChat(ctx, chat);
+  } catch (e) {
+    throw e instanceof ApiError ? renamed(e) : e;
+  }
+  const parallel = body.parallel_tool_calls ?? true;
+  const shell: Json = {
+    id, object: "response", created_at: Math.floor(Date.now() / 1000), model: ctx.modelName,
+    background: false, error: null, incomplete_details: null,
+    instructions: body.instructions ?? null, max_output_tokens: body.max_output_tokens ?? null, max_tool_calls: body.max_tool_calls ?? null,
+    metadata: body.metadata ?? {}, parallel_tool_calls: parallel, previous_response_id: previousId, prompt_cache_key: body.prompt_cache_key ?? null,
+    reasoning: { effort: body.reasoning?.effort ?? null, summary: null }, store: stored,
+    temperature: body.temperature ?? 1, text: { format: body.text?.format ?? { type: "text" } }, tool_choice: body.tool_choice ?? "auto",
+    tools: body.tools ?? [], top_p: body.top_p ?? 1, truncation: "disabled", user: body.user ?? null,
+  };
+  return {
+    id, submitted, shell, store: stored, inputItems: inputItemsOf(body.input), input, previousId, sessionId,
+    maxToolCalls: Math.min(body.max_tool_calls ?? Infinity, parallel ? Infinity : 1),
+  };
+}
+
+/** The response object at a point of its life. */
+function responseJson(t: ResponseTurn, out: ResponseOutput | null, r: GenerateResult | null, failed?: ApiError): Json {
+  if (failed) return { ...t.shell, status: "failed", error: { code: "server_error", message: failed.message }, output: out?.items ?? [], usage: null };
+  if (!r || !out) return { ...t.shell, status: "in_progress", output: [], usage: null };
+  const cut = r.finishReason === "length" || r.finishReason === "abort";
+  const usage = {
+    input_tokens: r.promptTokens, input_tokens_details: { cached_tokens: r.cachedTokens },
+    output_tokens: r.completionTokens, output_tokens_details: { reasoning_tokens: r.reasoningTokens ?? 0 },
+    total_tokens: r.promptTokens + r.completionTokens,
+  };
+  return {
+    ...t.shell, status: cut ? "incomplete" : "completed",
+    incomplete_details: cut ? { reason: r.finishReason === "length" ? "max_output_tokens" : "cancelled" } : null,
+    output: out.items, usage,
+  };
+}
+
+/** Keeps a finished turn (when stored) and marks its session as waiting on its first call. */
+function settle(ctx: ServeContext, store: ResponseStore, t: ResponseTurn, out: ResponseOutput, response: Json): void {
+  noteToolWait(ctx, t.submitted, out.calls);
+  if (!t.store) return;
+  const calls = out.items.filter((it) => it.type === "function_call") as { call_id: string; name: string; arguments: string }[];
+  const entry: StoredResponse = {
+    id: t.id, response, inputItems: t.inputItems, input: t.input,
+    output: [outputMessage(out.reasoningText, out.outputText, calls)],
+    previousId: t.previousId, sessionId: t.sessionId ?? t.id,
+  };
+  store.put(entry);
+}
+
+/** The whole answer, built as a stream would build it. */
+export async function respondJson(ctx: ServeContext, store: ResponseStore, t: ResponseTurn): Promise<Json> {
+  const results = [await t.submitted.handles[0].result];
+  const err = failure(results);
+  if (err) throw err;
+  const r = results[0];
+  const chat = new ChatOutputStream(t.submitted.output!);
+  const out = new ResponseOutput(t.maxToolCalls);
+  out.push([...chat.push(r.text), ...chat.end()]);
+  out.finish(r.finishReason !== "length");
+  const response = responseJson(t, out, r);
+  settle(ctx, store, t, out, response);
+  return response;
+}
+
+/**
+ * The streamed answer: `response.created` and `response.in_progress`, the events that build each
+ * output item as the text comes, then `response.completed` (or `response.incomplete` when cut by
+ * `max_output_tokens`; `response.failed` when the engine failed). Each SSE event is named by its type.
+ * Cancelling the stream (the client hanging up) cancels the generation; nothing is stored then.
+ */
+export function respondStream(ctx: ServeContext, store: ResponseStore, t: ResponseTurn): ReadableStream<Uint8Array> {
+  const enc = new TextEncoder();
+  const handle = t.submitted.handles[0];
+  const out = new ResponseOutput(t.maxToolCalls);
+  const chat = new ChatOutputStream(t.submitted.output!);
+  let clientGone = false;
+  return new ReadableStream<Uint8Array>({
+    async start(controller) {
+      const send = (events: ResponseEvent[]) => events.forEach((e) => controller.enqueue(enc.encode(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`)));
+      try {
+        send([out.event("response.created", { response: responseJson(t, null, null) }), out.event("response.in_progress", { response: responseJson(t, null, null) })]);
+        for await (const d of handle.stream) if (d.text) send(out.push(chat.push(d.text)));
+        const r = await handle.result;
+        if (clientGone) return;
+        const err = failure([r]);
+        if (err) {
+          send([out.event("response.failed", { response: responseJson(t, out, r, err) })]);
+        } else {
+          send(out.push(chat.end()));
+          send(out.finish(r.finishReason !== "length"));
+          const response = responseJson(t, out, r);
+          settle(ctx, store, t, out, response);
+          send([out.event(response.status === "completed" ? "response.completed" : "response.incomplete", { response })]);
+        }
+        controller.close();
+      } catch {
+        // The client went away mid-write: stop generating for it.
+        handle.cancel();
+      }
+    },
+    cancel() {
+      clientGone = true;
+      handle.cancel();
+    },
+  });
+}
+
+/** `GET /v1/responses/{id}/input_items`: a page of a stored turn's input items (OpenAI's list shape). */
+export function inputItemsPage(entry: StoredResponse, q: { limit?: string; order?: string; after?: string }): Json {
+  const limit = q.limit === undefined ? 20 : Number(q.limit);
+  if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw new ApiError(400, `The limit must be an integer from 1 to 100, got ${JSON.stringify(q.limit)}`, "limit", "invalid_value");
+  const order = q.order ?? "desc";
+  if (order !== "asc" && order !== "desc") throw new ApiError(400, `The order must be "asc" or "desc", got ${JSON.stringify(order)}`, "order", "invalid_value");
+  let items = order === "asc" ? entry.inputItems : [...entry.inputItems].reverse();
+  if (q.after !== undefined) {
+    const i = items.findIndex((it) => it.id === q.after);
+    if (i < 0) throw new ApiError(400, `No input item of response '${entry.id}' has the id '${q.after}'`, "after", "invalid_value");
+    items = items.slice(i + 1);
+  }
+  const data = items.slice(0, limit);
+  return { object: "list", data, first_id: data[0]?.id ?? null, last_id: data[data.length - 1]?.id ?? null, has_more: items.length > limit };
+}
