@@ -58,6 +58,16 @@ for (const transport of ["in-process", "threads"] as const) test(`startServer({ 
     // Its forced text (the key's tail, the enum value's) was jumped on the worker, and counted.
     const after = await (await fetch(`${s.url}/metrics`)).text();
     assert.match(after, /evolving:jump_forward_tokens_total\{model_name="stories260K"\} [1-9]\d*/);
+
+    // The Responses API through the cluster: text.format's schema holds, and a turn chained by
+    // previous_response_id (one session, no key given) finds the first turn's KV on the workers.
+    const format = { type: "json_schema" as const, name: "mood", schema };
+    const turn1 = await client.responses.create({ model: "stories260K", input: STORY, text: { format }, max_output_tokens: 60, temperature: 0 });
+    assert.ok(["happy", "sad"].includes((JSON.parse(turn1.output_text) as { mood: string }).mood), turn1.output_text);
+    const turn2 = await client.responses.create({ model: "stories260K", previous_response_id: turn1.id, input: "And then?", max_output_tokens: 5, temperature: 0 });
+    assert.equal(turn2.status, "incomplete", "cut by max_output_tokens");
+    assert.ok(turn2.usage!.input_tokens > turn1.usage!.input_tokens + turn1.usage!.output_tokens);
+    assert.ok(turn2.usage!.input_tokens_details.cached_tokens > 0, "the chained turn reused the first turn's KV");
   } finally {
     await s.shutdown();
   }

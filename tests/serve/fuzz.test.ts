@@ -55,6 +55,33 @@ const nearValid = fc.record(
   },
   { requiredKeys: [] },
 );
+const inputItem = fc.oneof(
+  message,
+  fc.record({ type: fc.constantFrom("message", "function_call", "function_call_output", "reasoning", "item_reference", "input_image"), role: fc.oneof(fc.constant("user"), anyValue), content: fc.oneof(fc.string({ maxLength: 20 }), fc.array(fc.record({ type: fc.constantFrom("input_text", "output_text", "input_image"), text: fc.oneof(fc.string({ maxLength: 10 }), anyValue) }), { maxLength: 2 }), anyValue), call_id: fc.oneof(fc.constantFrom("c1", ""), anyValue), name: fc.oneof(fc.constant("f"), anyValue), arguments: fc.oneof(fc.constant("{}"), anyValue), output: fc.oneof(fc.string({ maxLength: 10 }), anyValue), summary: fc.oneof(fc.constant([{ type: "summary_text", text: "s" }]), anyValue) }, { requiredKeys: [] }),
+);
+/** Responses API bodies close to valid. */
+const nearValidResponses = fc.record(
+  {
+    model: fc.oneof(fc.constant("stories260K"), anyValue),
+    input: fc.oneof(fc.string({ maxLength: 40 }), fc.array(inputItem, { maxLength: 4 }), anyValue),
+    instructions: fc.oneof(fc.string({ maxLength: 20 }), anyValue),
+    previous_response_id: fc.oneof(fc.constant("resp_x"), anyValue),
+    tools: fc.oneof(fc.constant([{ type: "function", name: "f", parameters: { type: "object" } }]), fc.constant([{ type: "web_search" }]), anyValue),
+    tool_choice: fc.oneof(fc.constantFrom("auto", "none", "required"), fc.constant({ type: "function", name: "f" }), anyValue),
+    text: fc.oneof(fc.constant({ format: { type: "json_object" } }), fc.constant({ format: { type: "json_schema", name: "x", schema: { enum: ["yes", "no"] } } }), anyValue),
+    max_output_tokens: fc.oneof(fc.integer({ min: -2, max: 60 }), anyValue),
+    max_tool_calls: fc.oneof(fc.integer({ min: -1, max: 3 }), anyValue),
+    parallel_tool_calls: fc.oneof(fc.boolean(), anyValue),
+    temperature: fc.oneof(fc.double({ min: -1, max: 3, noNaN: true }), anyValue),
+    stream: fc.oneof(fc.boolean(), anyValue),
+    store: fc.oneof(fc.boolean(), anyValue),
+    metadata: fc.oneof(fc.dictionary(fc.string({ maxLength: 4 }), fc.string({ maxLength: 4 }), { maxKeys: 3 }), anyValue),
+    reasoning: fc.oneof(fc.constant({ effort: "low" }), anyValue),
+    include: fc.oneof(fc.constant(["reasoning.encrypted_content"]), anyValue),
+    truncation: fc.oneof(fc.constantFrom("auto", "disabled"), anyValue),
+  },
+  { requiredKeys: [] },
+);
 /** Valid bodies with one known field replaced by an arbitrary value (or left valid). */
 const oneMutation = fc.tuple(
   fc.record({ max_tokens: fc.integer({ min: 1, max: 6 }), temperature: fc.constantFrom(0, 0.7), stream: fc.boolean(), prompt: fc.string({ maxLength: 30 }) }),
@@ -68,11 +95,12 @@ const body = fc.oneof(
   oneMutation,
 
   nearValid.map((b) => JSON.stringify(b)),
+  nearValidResponses.map((b) => JSON.stringify(b)),
   fc.json(),
   fc.string({ maxLength: 200 }),
   fc.uint8Array({ maxLength: 64 }).map((u) => new TextDecoder().decode(u)),
 );
-const path = fc.constantFrom("/v1/chat/completions", "/v1/completions");
+const path = fc.constantFrom("/v1/chat/completions", "/v1/completions", "/v1/responses");
 
 /**
  * Posts `runs` generated bodies to the app in-process; asserts none gets a 5xx and every error has

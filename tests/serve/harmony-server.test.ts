@@ -129,6 +129,27 @@ test("chat completions with --tool-call-parser harmony: the call comes back, and
   });
 });
 
+test("POST /v1/responses with harmony: reasoning and function_call items, and previous_response_id's turn finds the first turn's KV", async () => {
+  await withServer(await harmonyModel("call", CALL), async (client) => {
+    const tool: OpenAI.Responses.FunctionTool = { type: "function", name: "get_weather", description: WEATHER.function.description!, parameters: WEATHER.function.parameters!, strict: false };
+    const r = await client.responses.create({ model: "call", input: "Weather in Tokyo?", tools: [tool], temperature: 0, max_output_tokens: 32, reasoning: { effort: "low" } });
+    assert.deepEqual(r.output.map((o) => o.type), ["reasoning", "function_call"]);
+    assert.equal((r.output[0] as OpenAI.Responses.ResponseReasoningItem).content?.[0].text, STEPS.join(""));
+    const call = r.output[1] as OpenAI.Responses.ResponseFunctionToolCall;
+    assert.deepEqual([call.name, JSON.parse(call.arguments)], ["get_weather", { location: "Tokyo" }]);
+    assert.equal(r.usage!.output_tokens_details.reasoning_tokens > 0, true, "the engine counts the analysis tokens");
+
+    // The stored turn is written back as the model wrote it (analysis, then the call), so its KV is found.
+    const r2 = await client.responses.create({
+      model: "call", previous_response_id: r.id, tools: [tool], temperature: 0, max_output_tokens: 32, reasoning: { effort: "low" },
+      input: [{ type: "function_call_output", call_id: call.call_id, output: "28 C" }],
+    });
+    const answered = r.usage!.input_tokens + CALL.length;
+    assert.ok(r2.usage!.input_tokens > answered);
+    assert.ok(r2.usage!.input_tokens_details.cached_tokens >= Math.floor(answered / 16) * 16, `cached ${r2.usage!.input_tokens_details.cached_tokens} of turn 1's ${answered} prompt and answer tokens`);
+  });
+});
+
 test("chat completions with --tool-call-parser harmony write a forced call in harmony (tags as control tokens) and read it back", async () => {
   await withServer(await harmonyModel("forced", CALL), async (client) => {
     const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "Set the unit." }];
