@@ -100,6 +100,27 @@ test("completeStream() ends a request the server aborted (no error) with finish_
   assert.match(events.at(-2)!, /"finish_reason":"abort"/);
 });
 
+test("respondStream() ends a response the engine failed with response.failed, and one the server aborted with response.incomplete", async () => {
+  const post = (a: ReturnType<typeof createApp>, stream: boolean) =>
+    a.request("/v1/responses", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "stories260K", input: "Hi", stream }) });
+  const failing = createApp({ engine: scriptedEngine({ error: "BackendError: device lost" }), model, modelName: "stories260K" });
+  const events = (await readAll(await post(failing, true))).trim().split("\n\n").map((e) => JSON.parse(e.split("\ndata: ")[1]) as { type: string; delta?: string; response?: { status: string; error: { message: string } } });
+  assert.equal(events[0].type, "response.created");
+  assert.ok(events.some((e) => e.type === "response.output_text.delta" && e.delta === " upon"), "the text before the failure was streamed");
+  const last = events.at(-1)!;
+  assert.equal(last.type, "response.failed");
+  assert.equal(last.response!.status, "failed");
+  assert.match(last.response!.error.message, /Generation failed: BackendError: device lost/);
+  const whole = await post(failing, false);
+  assert.equal(whole.status, 500);
+  assert.equal(((await whole.json()) as ErrorBody).error.code, "engine_error");
+
+  const aborted = createApp({ engine: scriptedEngine({}), model, modelName: "stories260K" });
+  const cut = (await readAll(await post(aborted, true))).trim().split("\n\n").at(-1)!;
+  assert.match(cut, /^event: response.incomplete\n/);
+  assert.match(cut, /"incomplete_details":\{"reason":"cancelled"\}/);
+});
+
 test("submitCompletion() refuses a 2 MB prompt as context_length_exceeded without tokenizing it", async () => {
   let encoded = 0;
   const tokenizer: Tokenizer = Object.create(model.tokenizer);
