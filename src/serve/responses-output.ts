@@ -5,6 +5,7 @@
  * its sequence number. A non-streamed response is the same builder run over the whole answer, so
  * both forms give the same items.
  */
+import type { TokenLogprob } from "../engine/logprobs.ts";
 import type { ChatPart } from "./chat-output.ts";
 import type { ParsedToolCall } from "./tool-calls.ts";
 
@@ -26,7 +27,12 @@ interface OpenItem {
   index: number;
   id: string;
   text: string;
+  /** A message's token log probabilities so far (when asked). */
+  logprobs: Json[];
 }
+
+/** Token log probabilities in the wire form of `output_text.logprobs` (logprobs-json.ts `chatLogprobs`'s entries). */
+export type LogprobsJson = (lps: readonly TokenLogprob[]) => Json[];
 
 /** Builds a response's output items from a chat answer's parts, with the events that stream them. */
 export class ResponseOutput {
@@ -38,19 +44,27 @@ export class ResponseOutput {
   // Whitespace-only text is held until text follows: before a call it is dropped, as the chat API does.
   private space = "";
   private seq = 0;
+  // Log probabilities of tokens whose text is not out yet: they go with the next text delta, and are
+  // dropped when reasoning or a call comes out first (they were its tokens).
+  private pending: TokenLogprob[] = [];
 
-  /** `maxToolCalls`: calls past this many are dropped (`max_tool_calls`; `parallel_tool_calls` false is 1). */
-  constructor(private readonly maxToolCalls = Infinity) {}
+  /**
+   * `maxToolCalls`: calls past this many are dropped (`max_tool_calls`; `parallel_tool_calls` false is 1).
+   * `logprobsJson`: given when the request asked for log probabilities.
+   */
+  constructor(private readonly maxToolCalls = Infinity, private readonly logprobsJson?: LogprobsJson) {}
 
   /** An event with the next sequence number. */
   event(type: string, fields: Json = {}): ResponseEvent {
     return { type, sequence_number: this.seq++, ...fields };
   }
 
-  /** The events for the next parts of the answer. */
-  push(parts: readonly ChatPart[]): ResponseEvent[] {
+  /** The events for the next parts of the answer; `logprobs`: those of the tokens that made them. */
+  push(parts: readonly ChatPart[], logprobs?: readonly TokenLogprob[]): ResponseEvent[] {
     const out: ResponseEvent[] = [];
+    if (logprobs) this.pending.push(...logprobs);
     for (const p of parts) {
+      if (p.kind !== "content") this.pending = [];
       if (p.kind === "call") this.call(p.call, out);
       else if (p.kind === "reasoning") this.text("reasoning", p.text, out);
       else if (this.open?.kind === "message") this.text("message", p.text, out);
@@ -93,16 +107,19 @@ export class ResponseOutput {
         ? { type: "message", id: newId("msg"), status: "in_progress", role: "assistant", content: [] }
         : { type: "reasoning", id: newId("rs"), summary: [], content: [] };
       const index = this.items.push({ ...item }) - 1;
-      this.open = { kind, index, id: item.id, text: "" };
+      this.open = { kind, index, id: item.id, text: "", logprobs: [] };
       out.push(this.event("response.output_item.added", { output_index: index, item }));
       const part = kind === "message" ? { type: "output_text", text: "", annotations: [], logprobs: [] } : { type: "reasoning_text", text: "" };
       out.push(this.event("response.content_part.added", { item_id: item.id, output_index: index, content_index: 0, part }));
     }
     const o = this.open!;
     o.text += delta;
+    const logprobs = kind === "message" && this.logprobsJson && this.pending.length > 0 ? this.logprobsJson(this.pending) : [];
+    if (kind === "message") this.pending = [];
+    o.logprobs.push(...logprobs);
     this.items[o.index] = this.itemOf(o, "in_progress");
     const type = kind === "message" ? "response.output_text.delta" : "response.reasoning_text.delta";
-    out.push(this.event(type, { item_id: o.id, output_index: o.index, content_index: 0, delta, ...(kind === "message" ? { logprobs: [] } : {}) }));
+    out.push(this.event(type, { item_id: o.id, output_index: o.index, content_index: 0, delta, ...(kind === "message" ? { logprobs } : {}) }));
   }
 
   private call(c: ParsedToolCall, out: ResponseEvent[]): void {
@@ -128,7 +145,7 @@ export class ResponseOutput {
     this.items[o.index] = item;
     const at = { item_id: o.id, output_index: o.index, content_index: 0 };
     if (o.kind === "message") {
-      out.push(this.event("response.output_text.done", { ...at, text: o.text, logprobs: [] }));
+      out.push(this.event("response.output_text.done", { ...at, text: o.text, logprobs: o.logprobs }));
       out.push(this.event("response.content_part.done", { ...at, part: (item.content as Json[])[0] }));
     } else {
       out.push(this.event("response.reasoning_text.done", { ...at, text: o.text }));
@@ -139,7 +156,7 @@ export class ResponseOutput {
 
   private itemOf(o: OpenItem, status: string): Json {
     return o.kind === "message"
-      ? { type: "message", id: o.id, status, role: "assistant", content: [{ type: "output_text", text: o.text, annotations: [], logprobs: [] }] }
+      ? { type: "message", id: o.id, status, role: "assistant", content: [{ type: "output_text", text: o.text, annotations: [], logprobs: [...o.logprobs] }] }
       : { type: "reasoning", id: o.id, summary: [], content: [{ type: "reasoning_text", text: o.text }] };
   }
 }

@@ -10,6 +10,7 @@
 import { ChatOutputStream } from "./chat-output.ts";
 import { ApiError, describe } from "./errors.ts";
 import { type ServeContext, type Submitted, submitChat } from "./openai.ts";
+import { chatLogprobs } from "./logprobs-json.ts";
 import { failure, noteToolWait } from "./respond.ts";
 import { type ResponseStore, type StoredResponse, UnknownResponseError } from "./response-store.ts";
 import { chatRequestOf, inputItemsOf, itemsToMessages, outputMessage } from "./responses-input.ts";
@@ -34,6 +35,8 @@ export interface ResponseTurn {
   previousId: string | null;
   sessionId: string | undefined;
   maxToolCalls: number;
+  /** Whether the output text carries its tokens' log probabilities. */
+  logprobs: boolean;
 }
 
 /** Where the chat path's parameter names differ from the Responses API's. */
@@ -57,9 +60,17 @@ function checkSupported(body: ResponsesRequest): void {
   if (body.conversation !== undefined && body.conversation !== null) throw unsupported(`Conversations are not supported, got conversation = ${describe(body.conversation)}; continue a conversation with previous_response_id`, "conversation");
   if (body.prompt !== undefined && body.prompt !== null) throw unsupported(`Stored prompt templates are not supported, got prompt = ${describe(body.prompt)}; send the instructions and input themselves`, "prompt");
   if (body.truncation === "auto") throw unsupported('Truncation "auto" is not supported: a conversation longer than the context is refused with a 400; send truncation = "disabled" (the default)', "truncation");
-  const include = (body.include ?? []).find((x) => x !== "reasoning.encrypted_content");
-  if (include !== undefined) throw unsupported(`Including ${JSON.stringify(include)} is not supported (reasoning comes back as text, so "reasoning.encrypted_content" is the only value accepted)`, "include");
-  if (body.top_logprobs) throw unsupported(`Log probabilities are not supported on /v1/responses, got top_logprobs = ${body.top_logprobs}; use /v1/chat/completions with logprobs`, "top_logprobs");
+  const include = (body.include ?? []).find((x) => !INCLUDABLE.includes(x));
+  if (include !== undefined) throw unsupported(`Including ${JSON.stringify(include)} is not supported; this server includes ${INCLUDABLE.map((x) => JSON.stringify(x)).join(" and ")} (reasoning always comes back as text)`, "include");
+}
+
+/** The `include` values accepted: encrypted reasoning is a no-op (reasoning is returned as text). */
+const INCLUDABLE = ["message.output_text.logprobs", "reasoning.encrypted_content"];
+
+/** Whether the request asks for the output text's log probabilities, and how many alternatives per token. */
+function logprobsAsked(body: ResponsesRequest): number | undefined {
+  const asked = (body.include ?? []).includes("message.output_text.logprobs") || (body.top_logprobs ?? 0) > 0;
+  return asked ? body.top_logprobs ?? 0 : undefined;
 }
 
 /** Checks, converts and submits a Responses request. */
@@ -82,7 +93,8 @@ export function submitResponse(ctx: ServeContext, store: ResponseStore, body: Re
   // A conversation is one session: the client's key, else the chain's, else this response's own.
   const sessionId = body.prompt_cache_key || body.user || chainSession || (stored ? id : undefined);
   const input = itemsToMessages(typeof body.input === "string" ? [{ role: "user", content: body.input }] : body.input as InputItem[], history);
-  const chat = chatRequestOf(body, history, input, sessionId);
+  const topLogprobs = logprobsAsked(body);
+  const chat = { ...chatRequestOf(body, history, input, sessionId), ...(topLogprobs !== undefined ? { logprobs: true, top_logprobs: topLogprobs } : {}) };
   let submitted: Submitted;
   try {
     submitted = submitChat(ctx, chat);
@@ -97,11 +109,11 @@ export function submitResponse(ctx: ServeContext, store: ResponseStore, body: Re
     metadata: body.metadata ?? {}, parallel_tool_calls: parallel, previous_response_id: previousId, prompt_cache_key: body.prompt_cache_key ?? null,
     reasoning: { effort: body.reasoning?.effort ?? null, summary: null }, store: stored,
     temperature: body.temperature ?? 1, text: { format: body.text?.format ?? { type: "text" } }, tool_choice: body.tool_choice ?? "auto",
-    tools: body.tools ?? [], top_p: body.top_p ?? 1, truncation: "disabled", user: body.user ?? null,
+    tools: body.tools ?? [], top_logprobs: body.top_logprobs ?? 0, top_p: body.top_p ?? 1, truncation: "disabled", user: body.user ?? null,
   };
   return {
     id, submitted, shell, store: stored, inputItems: inputItemsOf(body.input), input, previousId, sessionId,
-    maxToolCalls: Math.min(body.max_tool_calls ?? Infinity, parallel ? Infinity : 1),
+    maxToolCalls: Math.min(body.max_tool_calls ?? Infinity, parallel ? Infinity : 1), logprobs: topLogprobs !== undefined,
   };
 }
 
@@ -135,16 +147,32 @@ function settle(ctx: ServeContext, store: ResponseStore, t: ResponseTurn, out: R
   store.put(entry);
 }
 
-/** The whole answer, built as a stream would build it. */
-export async function respondJson(ctx: ServeContext, store: ResponseStore, t: ResponseTurn): Promise<Json> {
-  const results = [await t.submitted.handles[0].result];
-  const err = failure(results);
-  if (err) throw err;
-  const r = results[0];
+/** The builder of a turn's output items. */
+function outputOf(ctx: ServeContext, t: ResponseTurn): ResponseOutput {
+  return new ResponseOutput(t.maxToolCalls, t.logprobs ? (lps) => chatLogprobs(ctx.tokenizer, lps).content : undefined);
+}
+
+/**
+ * Runs a turn's generation through the chat parser into `out`, handing each batch of events to
+ * `send`; resolves with the result (and the closing events sent) unless the engine failed.
+ */
+async function generate(t: ResponseTurn, out: ResponseOutput, send: (events: ResponseEvent[]) => void): Promise<GenerateResult> {
+  const handle = t.submitted.handles[0];
   const chat = new ChatOutputStream(t.submitted.output!);
-  const out = new ResponseOutput(t.maxToolCalls);
-  out.push([...chat.push(r.text), ...chat.end()]);
-  out.finish(r.finishReason !== "length");
+  for await (const d of handle.stream) if (d.text || d.logprobs) send(out.push(chat.push(d.text), d.logprobs));
+  const r = await handle.result;
+  if (r.error) return r;
+  send(out.push(chat.end()));
+  send(out.finish(r.finishReason !== "length"));
+  return r;
+}
+
+/** The whole answer, built from the same deltas and by the same code as a stream. */
+export async function respondJson(ctx: ServeContext, store: ResponseStore, t: ResponseTurn): Promise<Json> {
+  const out = outputOf(ctx, t);
+  const r = await generate(t, out, () => {});
+  const err = failure([r]);
+  if (err) throw err;
   const response = responseJson(t, out, r);
   settle(ctx, store, t, out, response);
   return response;
@@ -159,23 +187,19 @@ export async function respondJson(ctx: ServeContext, store: ResponseStore, t: Re
 export function respondStream(ctx: ServeContext, store: ResponseStore, t: ResponseTurn): ReadableStream<Uint8Array> {
   const enc = new TextEncoder();
   const handle = t.submitted.handles[0];
-  const out = new ResponseOutput(t.maxToolCalls);
-  const chat = new ChatOutputStream(t.submitted.output!);
+  const out = outputOf(ctx, t);
   let clientGone = false;
   return new ReadableStream<Uint8Array>({
     async start(controller) {
       const send = (events: ResponseEvent[]) => events.forEach((e) => controller.enqueue(enc.encode(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`)));
       try {
         send([out.event("response.created", { response: responseJson(t, null, null) }), out.event("response.in_progress", { response: responseJson(t, null, null) })]);
-        for await (const d of handle.stream) if (d.text) send(out.push(chat.push(d.text)));
-        const r = await handle.result;
+        const r = await generate(t, out, send);
         if (clientGone) return;
         const err = failure([r]);
         if (err) {
           send([out.event("response.failed", { response: responseJson(t, out, r, err) })]);
         } else {
-          send(out.push(chat.end()));
-          send(out.finish(r.finishReason !== "length"));
           const response = responseJson(t, out, r);
           settle(ctx, store, t, out, response);
           send([out.event(response.status === "completed" ? "response.completed" : "response.incomplete", { response })]);

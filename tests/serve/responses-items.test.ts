@@ -7,6 +7,7 @@ import { ResponseStore, type StoredResponse, UnknownResponseError } from "../../
 import { inputItemsOf, itemsToMessages } from "../../src/serve/responses-input.ts";
 import { ResponseOutput } from "../../src/serve/responses-output.ts";
 import type { InputItem } from "../../src/serve/responses-schema.ts";
+import type { TokenLogprob } from "../../src/engine/logprobs.ts";
 import { test } from "../harness.ts";
 
 test("itemsToMessages() makes a turn's reasoning, text and calls one assistant message, and names each call's output", () => {
@@ -94,6 +95,24 @@ test("ResponseOutput builds items and numbered events; whitespace before a call 
   const one = new ResponseOutput(1);
   one.push([{ kind: "call", call: { name: "a", arguments: "{}" } }, { kind: "call", call: { name: "b", arguments: "{}" } }]);
   assert.deepEqual(one.calls.map((c) => c.name), ["a"], "max_tool_calls keeps the first");
+});
+
+test("ResponseOutput gives a text delta the log probabilities of the tokens that made it, not those of reasoning or calls", () => {
+  const lp = (id: number): TokenLogprob => ({ id, logprob: -id, rank: 1, top: [] });
+  const out = new ResponseOutput(Infinity, (lps) => lps.map((l) => ({ token: String(l.id), logprob: l.logprob })));
+  const events = [
+    ...out.push([{ kind: "reasoning", text: "Hmm." }], [lp(1)]),
+    ...out.push([], [lp(2)]), // a token whose text the parser holds back
+    ...out.push([{ kind: "content", text: "\n" }], [lp(3)]),
+    ...out.push([{ kind: "content", text: "Hi" }], [lp(4)]),
+    ...out.push([{ kind: "call", call: { name: "f", arguments: "{}" } }], [lp(5)]),
+    ...out.push([{ kind: "content", text: "Bye" }], [lp(6)]),
+    ...out.finish(true),
+  ];
+  const deltas = events.filter((e) => e.type === "response.output_text.delta").map((e) => [e.delta, (e.logprobs as { token: string }[]).map((l) => l.token)]);
+  assert.deepEqual(deltas, [["\nHi", ["2", "3", "4"]], ["Bye", ["6"]]]);
+  const messages = out.items.filter((i) => i.type === "message").map((i) => ((i.content as { logprobs: { token: string }[] }[])[0].logprobs).map((l) => l.token));
+  assert.deepEqual(messages, [["2", "3", "4"], ["6"]]);
 });
 
 test("ResponseStore.conversation() walks a chain oldest first, keeps its turns recent, and names a missing turn", () => {

@@ -67,6 +67,32 @@ test("POST /v1/responses answers text input with a message item, as the chat API
   });
 });
 
+test("POST /v1/responses returns the output text's token log probabilities when included, whole and streamed, as the chat API does", async () => {
+  await withServer(scripted, async (client) => {
+    const ask = { model: "scripted", input: "How is it today.", temperature: 0, max_output_tokens: 8, include: ["message.output_text.logprobs" as const], top_logprobs: 2 };
+    const whole = await client.responses.create(ask);
+    const part = (whole.output[0] as OpenAI.Responses.ResponseOutputMessage).content[0] as OpenAI.Responses.ResponseOutputText;
+    const chat = await client.chat.completions.create({ model: "scripted", messages: [{ role: "user", content: "How is it today." }], temperature: 0, max_tokens: 8, logprobs: true, top_logprobs: 2 });
+    const chatEntries = chat.choices[0].logprobs!.content!;
+    assert.equal(part.logprobs!.length, 1, "one entry per token of the text (EOS writes none)");
+    assert.equal(part.logprobs![0].token, "Sunny.");
+    assert.equal(part.logprobs![0].logprob, chatEntries[0].logprob);
+    assert.deepEqual(part.logprobs![0].top_logprobs.map((t) => t.token), chatEntries[0].top_logprobs.map((t) => t.token));
+    assert.equal(part.logprobs![0].top_logprobs.length, 2);
+
+    const stream = client.responses.stream(ask);
+    const deltas: OpenAI.Responses.ResponseTextDeltaEvent.Logprob[] = [];
+    for await (const e of stream) if (e.type === "response.output_text.delta") deltas.push(...e.logprobs);
+    const streamed = await stream.finalResponse();
+    assert.deepEqual(deltas.map((d) => [d.token, d.logprob]), part.logprobs!.map((d) => [d.token, d.logprob]));
+    const streamedPart = (streamed.output[0] as OpenAI.Responses.ResponseOutputMessage).content[0] as OpenAI.Responses.ResponseOutputText;
+    assert.deepEqual(streamedPart.logprobs, part.logprobs);
+    // Not asked: none.
+    const plain = await client.responses.create({ ...ask, include: undefined, top_logprobs: undefined });
+    assert.deepEqual(((plain.output[0] as OpenAI.Responses.ResponseOutputMessage).content[0] as OpenAI.Responses.ResponseOutputText).logprobs, []);
+  });
+});
+
 test("POST /v1/responses returns a tool call as a function_call item, and previous_response_id continues with its output", async () => {
   await withServer(scripted, async (client, url) => {
     const first = await client.responses.create({ model: "scripted", input: "What is the weather in Paris!", tools: [WEATHER], temperature: 0 });
@@ -221,7 +247,8 @@ test("POST /v1/responses refuses what it cannot honour with a 400 naming the fie
     await bad({ text: { format: { type: "json_schema", name: "x", schema: { type: "object", properties: { a: { type: "strnig" } } } } } }, "text.format", /.+/);
     await bad({ background: true }, "background", /Background responses are not supported/);
     await bad({ truncation: "auto" }, "truncation", /not supported/);
-    await bad({ include: ["message.output_text.logprobs"] }, "include", /message\.output_text\.logprobs/);
+    await bad({ include: ["file_search_call.results"] }, "include", /file_search_call\.results/);
+    await bad({ top_logprobs: 21 }, "top_logprobs", /.+/);
     await bad({ previous_response_id: "resp_missing" }, "previous_response_id", /resp_missing/);
     await bad({ input: "x".repeat(50_000) }, "input", /maximum context length/);
     const wrongModel = await fetch(`${url}/v1/responses`, { method: "POST", body: JSON.stringify({ model: "gpt-5", input: "Hi." }) });
