@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { distribution } from "./bench-serve/report.ts";
 import { agentModel } from "./bench-agent-kv/agent-model.ts";
-import { runOnce, type RunResult, type TurnRecord } from "./bench-agent-kv/run.ts";
+import { type AgentApi, runOnce, type RunResult, type TurnRecord } from "./bench-agent-kv/run.ts";
 import { buildWorkload, WORKLOAD_DEFAULTS, type WorkloadOptions } from "./bench-agent-kv/workload.ts";
 import type { KvRetention } from "../src/engine/engine-sessions.ts";
 import { cliArgs, exitProcess } from "../src/runtime/env.ts";
@@ -31,6 +31,8 @@ export interface AgentKvOptions {
   peerHostWorkers?: number;
   repeats: number;
   jsonPath?: string;
+  /** The API the sessions speak (default chat). */
+  api: AgentApi;
 }
 
 /** A flag the benchmark cannot use. */
@@ -42,6 +44,8 @@ const USAGE = `bench-agent-kv: agent-aware vs LRU KV retention in the real serve
   --sessions N (agent sessions, ${WORKLOAD_DEFAULTS.sessions})  --turns N (tool calls each, ${WORKLOAD_DEFAULTS.turns})
   --chats N (one-shot chats, ${WORKLOAD_DEFAULTS.chats})  --seed N (${WORKLOAD_DEFAULTS.seed})  --kv-blocks N (256)
   --repeats N (3)  --json PATH
+  --api chat|responses (chat): chat completions resending each conversation under a prompt_cache_key, or the
+    Responses API continuing each by previous_response_id with no key (the server's session per conversation)
   --offload-blocks N: compare agent retention with a host-memory KV tier of N blocks against agent retention alone
   --peer-host-workers N (with --offload-blocks): N worker threads, each with that host tier; compare
     --peer-transfer host (pulls take the holder's host blocks too) against --peer-transfer device`;
@@ -50,7 +54,7 @@ const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, re
 
 /** Parses argv; throws AgentKvArgsError quoting the bad flag or value. */
 export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
-  const o: AgentKvOptions = { workload: { ...WORKLOAD_DEFAULTS }, kvBlocks: 256, repeats: 3 };
+  const o: AgentKvOptions = { workload: { ...WORKLOAD_DEFAULTS }, kvBlocks: 256, repeats: 3, api: "chat" };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
     const name = flag.replace(/^--/, "");
@@ -58,6 +62,11 @@ export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
     const value = argv[++i];
     if (value === undefined) throw new AgentKvArgsError(`Flag "${flag}" needs a value`);
     if (name === "json") { o.jsonPath = value; continue; }
+    if (name === "api") {
+      if (value !== "chat" && value !== "responses") throw new AgentKvArgsError(`Flag "--api" takes chat or responses, got "${value}"`);
+      o.api = value;
+      continue;
+    }
     if (!Object.hasOwn(INT_FLAGS, name)) throw new AgentKvArgsError(`Unknown flag "${flag}"\n${USAGE}`);
     const min = INT_FLAGS[name as keyof typeof INT_FLAGS];
     const n = Number(value);
@@ -165,7 +174,7 @@ async function main(): Promise<void> {
       // Alternate which configuration runs first, so a slow spell of the shared machine hits both alike.
       for (const c of r % 2 === 0 ? [0, 1] : [1, 0]) {
         const { name, retention, args } = configs[c];
-        const result = await runOnce(modelPath, o.kvBlocks, retention, plans, args);
+        const result = await runOnce(modelPath, o.kvBlocks, retention, plans, args, o.api);
         const s = summarizeRun(result);
         runs[c].push(s);
         turns[c].push(result.turns);

@@ -1,7 +1,9 @@
 /**
  * One bench-agent-kv run: the serve CLI as a subprocess (reference backend, a small KV pool, one
  * retention policy), and every session of the workload played against it concurrently through the
- * `openai` client, streamed, each turn resending the whole conversation with the tool's result.
+ * `openai` client, streamed: through chat completions, each turn resending the whole conversation
+ * with the tool's result under the session's `prompt_cache_key`, or through the Responses API, each
+ * turn sending only the tool's result (or the user's message) with `previous_response_id` and no key.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
@@ -66,6 +68,39 @@ function startServe(modelPath: string, kvBlocks: number, kvRetention: KvRetentio
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const expectedTool = (text: string) => ({ [ENDING.fast]: FAST_TOOL, [ENDING.slow]: SLOW_TOOL })[text.slice(-1)];
 
+/** Which API the sessions speak. */
+export type AgentApi = "chat" | "responses";
+
+const RESPONSES_TOOLS: OpenAI.Responses.FunctionTool[] = [FAST_TOOL, SLOW_TOOL].map((name) => ({ type: "function", name, parameters: { type: "object", properties: {} }, strict: false }));
+
+/** Plays one session over the Responses API, each turn continuing the last by `previous_response_id`. */
+async function playResponsesSession(client: OpenAI, model: string, plan: SessionPlan, out: TurnRecord[]): Promise<void> {
+  let previous: string | undefined;
+  let callId = "";
+  let prev = 0;
+  for (const step of plan.steps) {
+    await sleep(step.delayMs);
+    const input: OpenAI.Responses.ResponseInputItem[] = step.role === "tool" ? [{ type: "function_call_output", call_id: callId, output: step.text }] : [{ role: "user", content: step.text }];
+    const t0 = performance.now();
+    let ttft = NaN;
+    // Instructions do not carry over to a continued turn: sent each time, as Codex does.
+    const stream = client.responses.stream({ model, input, instructions: SYSTEM_PROMPT, tools: RESPONSES_TOOLS, temperature: 0, max_output_tokens: 16, ...(previous ? { previous_response_id: previous } : {}) });
+    for await (const e of stream) {
+      if (e.type === "response.output_text.delta" || (e.type === "response.output_item.added" && e.item.type === "function_call")) ttft = Number.isNaN(ttft) ? performance.now() - t0 : ttft;
+    }
+    const r = await stream.finalResponse();
+    const e2e = performance.now() - t0;
+    const calls = r.output.flatMap((o) => (o.type === "function_call" ? [o] : []));
+    const want = expectedTool(step.text);
+    if (calls[0]?.name !== want || !r.usage) throw new Error(`${plan.id}: expected ${want ? `a call to ${want}` : "a final answer"}, got ${JSON.stringify(r.output)}`);
+    const u = r.usage;
+    out.push({ session: plan.id, label: step.label, promptTokens: u.input_tokens, cachedTokens: u.input_tokens_details.cached_tokens, reusableTokens: prev, ttftMs: ttft, e2eMs: e2e });
+    prev = Math.floor((u.input_tokens + u.output_tokens - 1) / BLOCK) * BLOCK;
+    previous = r.id;
+    callId = calls[0]?.call_id ?? "";
+  }
+}
+
 /** Plays one session turn by turn; throws when the model does not answer as scripted. */
 async function playSession(client: OpenAI, model: string, plan: SessionPlan, out: TurnRecord[]): Promise<void> {
   const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "system", content: SYSTEM_PROMPT }];
@@ -105,13 +140,14 @@ async function playSession(client: OpenAI, model: string, plan: SessionPlan, out
 }
 
 /** Runs the whole workload once against a fresh server with `kvRetention`. */
-export async function runOnce(modelPath: string, kvBlocks: number, kvRetention: KvRetention, plans: SessionPlan[], serveArgs: readonly string[] = []): Promise<RunResult> {
+export async function runOnce(modelPath: string, kvBlocks: number, kvRetention: KvRetention, plans: SessionPlan[], serveArgs: readonly string[] = [], api: AgentApi = "chat"): Promise<RunResult> {
   const { url, child } = await startServe(modelPath, kvBlocks, kvRetention, serveArgs);
   try {
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0, timeout: 600_000 });
     const turns: TurnRecord[] = [];
     const t0 = performance.now();
-    await Promise.all(plans.map((p) => playSession(client, MODEL_NAME, p, turns)));
+    const play = api === "responses" ? playResponsesSession : playSession;
+    await Promise.all(plans.map((p) => play(client, MODEL_NAME, p, turns)));
     const wallS = (performance.now() - t0) / 1000;
     const metrics = await (await fetch(`${url}/metrics`)).text();
     const preemptions = Number(/^vllm:num_preemptions_total\S* (\S+)$/m.exec(metrics)?.[1] ?? NaN);
