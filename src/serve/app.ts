@@ -18,8 +18,11 @@ import { completeJson, completeStream } from "./respond.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
 import { toolCallSyntax } from "./tool-calls-mistral.ts";
 import { ChatRequestSchema, CompletionRequestSchema } from "./schemas.ts";
+import { ConversationStore } from "./conversation-store.ts";
+import { addConversationRoutes } from "./conversations.ts";
+import { itemsPage } from "./item-list.ts";
 import { ResponseStore } from "./response-store.ts";
-import { inputItemsPage, respondJson, respondStream, submitResponse } from "./responses.ts";
+import { respondJson, respondStream, type ResponsesState, submitResponse } from "./responses.ts";
 import { ResponsesRequestSchema } from "./responses-schema.ts";
 
 /** Server settings. */
@@ -44,10 +47,14 @@ export interface AppOptions {
   lifecycle?: ServerLifecycle;
   /** The most Responses API responses kept for `previous_response_id` and `GET /v1/responses/{id}` (default 4096; 0 keeps none). */
   maxStoredResponses?: number;
+  /** The most conversations (`/v1/conversations`) kept (default 1024; 0 keeps none). */
+  maxConversations?: number;
 }
 
 /** Responses kept by default (`--max-stored-responses`). */
 export const DEFAULT_STORED_RESPONSES = 4096;
+/** Conversations kept by default (`--max-conversations`). */
+export const DEFAULT_CONVERSATIONS = 1024;
 
 /** Builds the app. */
 export function createApp(o: AppOptions): Hono {
@@ -85,7 +92,7 @@ export function createApp(o: AppOptions): Hono {
   const limit = o.maxBodyBytes ?? 2 * 1024 * 1024;
   app.use("/v1/*", bodyLimit({ maxSize: limit, onError: (c) => fail(c, new ApiError(413, `The request body is larger than ${limit} bytes`, null, "body_too_large")) }));
 
-  async function parse<T>(c: Context, schema: ZodType<T>): Promise<T> {
+  async function readBody<T>(c: Context, schema: ZodType<T>): Promise<T> {
     let raw: unknown;
     try {
       raw = JSON.parse(await c.req.text());
@@ -94,12 +101,21 @@ export function createApp(o: AppOptions): Hono {
     }
     const r = schema.safeParse(raw);
     if (!r.success) throw schemaError(r.error, raw);
-    const model = (r.data as { model: string }).model;
-    if (model !== o.modelName) throw new ApiError(404, `The model '${model}' does not exist; this server serves '${o.modelName}'`, "model", "model_not_found");
     return r.data;
   }
+  /** A generation request's body: checked, and for the model this server serves. */
+  async function parse<T extends { model: string }>(c: Context, schema: ZodType<T>): Promise<T> {
+    const body = await readBody(c, schema);
+    const model = body.model;
+    if (model !== o.modelName) throw new ApiError(404, `The model '${model}' does not exist; this server serves '${o.modelName}'`, "model", "model_not_found");
+    return body;
+  }
 
-  const store = new ResponseStore(o.maxStoredResponses ?? DEFAULT_STORED_RESPONSES);
+  const state: ResponsesState = {
+    responses: new ResponseStore(o.maxStoredResponses ?? DEFAULT_STORED_RESPONSES),
+    conversations: new ConversationStore(o.maxConversations ?? DEFAULT_CONVERSATIONS),
+  };
+  const store = state.responses;
   /** A whole (non-streamed) answer; a client that hangs up before it is ready cancels the request. */
   const whole = async (c: Context, submitted: Submitted, end: () => void, answer: () => Promise<Record<string, unknown>>) => {
     // The listener goes away afterwards (Deno aborts request.signal after successful responses too).
@@ -139,15 +155,18 @@ export function createApp(o: AppOptions): Hono {
   }));
   app.post("/v1/responses", (c) => generation(async (end) => {
     const body = await parse(c, ResponsesRequestSchema);
-    const turn = submitResponse(ctx, store, body);
-    return body.stream ? sse(respondStream(ctx, store, turn), end) : whole(c, turn.submitted, end, () => respondJson(ctx, store, turn));
+    const turn = submitResponse(ctx, state, body);
+    return body.stream ? sse(respondStream(ctx, state, turn), end) : whole(c, turn.submitted, end, () => respondJson(ctx, state, turn));
   }));
   const stored = (id: string) => {
     const entry = store.get(id);
     if (!entry) throw new ApiError(404, `Response with id '${id}' not found; responses are kept only with store = true, and the server keeps the ${store.capacity} most recently used`, "response_id", "not_found");
     return entry;
   };
-  app.get("/v1/responses/:id/input_items", (c) => c.json(inputItemsPage(stored(c.req.param("id")), c.req.query())));
+  app.get("/v1/responses/:id/input_items", (c) => {
+    const entry = stored(c.req.param("id"));
+    return c.json(itemsPage(entry.inputItems, c.req.query(), `response '${entry.id}'`));
+  });
   app.get("/v1/responses/:id", (c) => c.json(stored(c.req.param("id")).response));
   app.delete("/v1/responses/:id", (c) => {
     const id = c.req.param("id");
@@ -155,6 +174,7 @@ export function createApp(o: AppOptions): Hono {
     store.delete(id);
     return c.json({ id, object: "response", deleted: true });
   });
+  addConversationRoutes(app, state.conversations, readBody);
   const modelCard = () => ({ id: o.modelName, object: "model", created: 0, owned_by: "evolving-infra", max_model_len: o.engine.maxModelLen });
   app.get("/v1/models", (c) => c.json({ object: "list", data: [modelCard()] }));
   // Served names may hold slashes ("Qwen/Qwen3-0.6B"), as OpenAI's fine-tuned model ids hold colons.
@@ -167,16 +187,20 @@ export function createApp(o: AppOptions): Hono {
   app.get("/health", (c) => (life.draining ? c.json({ status: "draining" }, 503) : c.json({ status: "ok" })));
   app.get("/metrics", (c) => c.text(renderMetrics(o.engine, o.modelName), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }));
   // A known path with the wrong method is a 405 that says which method it takes, not a 404.
-  const allow = (path: string, method: "GET" | "POST" | "GET, DELETE") =>
+  const allow = (path: string, method: "GET" | "POST" | "GET, DELETE" | "GET, POST" | "GET, POST, DELETE") =>
     app.all(path, (c) => {
       c.header("Allow", method.startsWith("GET") ? method.replace("GET", "GET, HEAD") : method);
-      return fail(c, new ApiError(405, `${c.req.method} is not allowed on ${c.req.path}; use ${method.replace(", ", " or ")}`, null, "method_not_allowed"));
+      return fail(c, new ApiError(405, `${c.req.method} is not allowed on ${c.req.path}; use ${method.replace(/, (?=[A-Z]+$)/, " or ")}`, null, "method_not_allowed"));
     });
   allow("/v1/chat/completions", "POST");
   allow("/v1/completions", "POST");
   allow("/v1/responses", "POST");
   allow("/v1/responses/:id/input_items", "GET");
   allow("/v1/responses/:id", "GET, DELETE");
+  allow("/v1/conversations", "POST");
+  allow("/v1/conversations/:id", "GET, POST, DELETE");
+  allow("/v1/conversations/:id/items", "GET, POST");
+  allow("/v1/conversations/:id/items/:item_id", "GET, DELETE");
   allow("/v1/models", "GET");
   allow("/v1/models/:id{.+}", "GET");
   allow("/health", "GET");

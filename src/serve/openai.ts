@@ -201,20 +201,30 @@ function toolSpecs(tools: readonly ToolDef[] | undefined): ToolSpec[] {
   return (tools ?? []).map((t) => ({ name: t.function.name, ...(t.function.parameters === undefined ? {} : { parameters: t.function.parameters }) }));
 }
 
-/** Tokenizes a chat request and submits it. */
-export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
-  const choice = body.tool_choice ?? "auto";
-  const { grammar, parallelToolCalls } = chatGrammar(body, ctx.jsonWhitespace, ctx.toolCallParser);
-  checkUnsupported(body, "chat", ctx.config.vocabSize);
-  const tools = choice === "none" ? undefined : body.tools ?? undefined;
+/**
+ * A chat body's prompt: its messages rendered by the chat template, with the tools it may call, and
+ * tokenized (what {@link submitChat} submits; the Responses API's `truncation` measures with it).
+ */
+export function chatPrompt(ctx: ServeContext, body: ChatRequest): { text: string; prompt: number[]; tools: ToolDef[] | undefined } {
+  const tools = (body.tool_choice ?? "auto") === "none" ? undefined : body.tools ?? undefined;
   const mistral = ctx.toolCallParser === "mistral" || ctx.toolCallParser === "mistral_pre_v11";
-  const harmony = ctx.reasoningParser === "harmony" || ctx.toolCallParser === "harmony";
-  const messages = mistral ? mistralMessageIds(body.messages) : harmony ? harmonyMessages(body.messages) : body.messages;
+  const messages = mistral ? mistralMessageIds(body.messages) : isHarmony(ctx) ? harmonyMessages(body.messages) : body.messages;
   const { text, startsWithBos } = ctx.chat.render(messages, tools, body.chat_template_kwargs ?? undefined);
   // The rendered text holds every message (templates add text, never remove it).
   checkTextLength(ctx, text, "messages");
   const prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos && !startsWithBos });
   if (prompt.length === 0) throw new ApiError(400, "The messages render to an empty prompt", "messages", "invalid_value");
+  return { text, prompt, tools };
+}
+
+const isHarmony = (ctx: ServeContext) => ctx.reasoningParser === "harmony" || ctx.toolCallParser === "harmony";
+
+/** Tokenizes a chat request and submits it. */
+export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
+  const { grammar, parallelToolCalls } = chatGrammar(body, ctx.jsonWhitespace, ctx.toolCallParser);
+  checkUnsupported(body, "chat", ctx.config.vocabSize);
+  const harmony = isHarmony(ctx);
+  const { text, prompt, tools } = chatPrompt(ctx, body);
   const reasoningTags = reasoningTagsOf(ctx.reasoningParser);
   const reasoning = reasoningTags !== undefined;
   const start = harmony ? harmonyStart(text) : undefined;

@@ -6,7 +6,7 @@
  */
 import type { ChatMessageIn, ChatRequest } from "./schemas.ts";
 import type { InputItem, ResponsesRequest, TextPartIn } from "./responses-schema.ts";
-import { newId } from "./responses-output.ts";
+import { itemIdPrefix, newId } from "./responses-output.ts";
 
 type Json = Record<string, unknown>;
 
@@ -85,15 +85,19 @@ export function itemsToMessages(items: readonly InputItem[], before: readonly Ch
   return out;
 }
 
-/** The request's input as a list of items, each with an id (what `GET /v1/responses/{id}/input_items` lists). */
-export function inputItemsOf(input: ResponsesRequest["input"]): Json[] {
+/** The request's input as a list of items in their full form (`type` given, string contents as text parts); ids as given. */
+export function normalizedItems(input: ResponsesRequest["input"] | readonly InputItem[]): Json[] {
   const items: Json[] = typeof input === "string" ? [{ type: "message", role: "user", content: [{ type: "input_text", text: input }] }] : (input as Json[]);
   return items.map((it) => {
     const type = (it.type as string | undefined) ?? "message";
-    const prefix = type === "message" ? "msg" : type === "reasoning" ? "rs" : type === "function_call" ? "fc" : "fco";
     const content = type === "message" && typeof it.content === "string" ? [{ type: it.role === "assistant" ? "output_text" : "input_text", text: it.content }] : it.content;
-    return { ...it, type, id: typeof it.id === "string" && it.id ? it.id : newId(prefix), ...(content === undefined ? {} : { content }) };
+    return { ...it, type, ...(content === undefined ? {} : { content }) };
   });
+}
+
+/** The request's input as a list of items, each with an id (what `GET /v1/responses/{id}/input_items` lists). */
+export function inputItemsOf(input: ResponsesRequest["input"]): Json[] {
+  return normalizedItems(input).map((it) => ({ ...it, id: typeof it.id === "string" && it.id ? it.id : newId(itemIdPrefix(it.type)) }));
 }
 
 /** The assistant message a finished turn adds to the conversation (for the next turn's prompt). */

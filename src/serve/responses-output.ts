@@ -22,6 +22,20 @@ export function newId(prefix: string): string {
   return `${prefix}_${crypto.randomUUID().replaceAll("-", "")}`;
 }
 
+/** OpenAI's id prefix for an item of this type (a message when the type is left out). */
+export function itemIdPrefix(type: unknown): string {
+  switch (type ?? "message") {
+    case "message":
+      return "msg";
+    case "reasoning":
+      return "rs";
+    case "function_call":
+      return "fc";
+    default:
+      return "fco";
+  }
+}
+
 interface OpenItem {
   kind: "message" | "reasoning";
   index: number;

@@ -2,7 +2,7 @@
  * The request body of OpenAI's Responses API (`POST /v1/responses`), as far as a server of function
  * tools and text can honour it: input items (messages, function calls, their outputs, reasoning),
  * `instructions`, `previous_response_id`, function tools, `tool_choice`, `text.format`. What it names
- * but cannot honour (images, hosted tools, background runs, conversations) is refused by name.
+ * but cannot honour (images, hosted tools, background runs) is refused by name.
  */
 import { z } from "zod";
 import { explained, type Flaw, isObject, sessionKey } from "./schemas.ts";
@@ -102,18 +102,36 @@ function itemFlaw(item: unknown, i: number): Flaw | null {
 /** The most input items one request may carry. */
 export const MAX_INPUT_ITEMS = 4096;
 
-const Input = explained(z.union([z.string(), z.array(z.unknown()).min(1).max(MAX_INPUT_ITEMS)]), (v): Flaw | null => {
-  if (v === undefined) return { message: "input is required (a string, or an array of input items)" };
-  if (typeof v === "string") return null;
-  if (!Array.isArray(v)) return { message: "input must be a string or an array of input items" };
-  if (v.length === 0) return { message: "the input array is empty" };
-  if (v.length > MAX_INPUT_ITEMS) return { message: `at most ${MAX_INPUT_ITEMS} input items are supported, got ${v.length}` };
+/** What is wrong with a list of items, if anything (`what`: how the list is named in messages). */
+function itemsFlaw(v: unknown, what: string, min: number): Flaw | null {
+  if (!Array.isArray(v)) return { message: `${what} must be an array of items` };
+  if (v.length < min) return { message: `the ${what} array is empty` };
+  if (v.length > MAX_INPUT_ITEMS) return { message: `at most ${MAX_INPUT_ITEMS} ${what} items are supported, got ${v.length}` };
   for (const [i, item] of v.entries()) {
     const f = itemFlaw(item, i);
     if (f) return f;
   }
   return null;
+}
+
+const Input = explained(z.union([z.string(), z.array(z.unknown()).min(1).max(MAX_INPUT_ITEMS)]), (v): Flaw | null => {
+  if (v === undefined) return { message: "input is required (a string, or an array of input items)" };
+  if (typeof v === "string") return null;
+  if (!Array.isArray(v)) return { message: "input must be a string or an array of input items" };
+  return itemsFlaw(v, "input", 1);
 });
+
+/** A list of items as a conversation holds them (`min`: the fewest allowed). */
+export const itemList = (min: number) => explained(z.array(z.unknown()).min(min).max(MAX_INPUT_ITEMS), (v) => itemsFlaw(v, "items", min));
+
+/** Up to 16 string pairs, as OpenAI's `metadata` fields are. */
+export const Metadata = z.record(z.string().max(64), z.string().max(512)).refine((m) => Object.keys(m).length <= 16, "may hold at most 16 keys");
+
+/** `conversation`: a conversation's id, or `{"id": ...}`. */
+const ConversationRef = explained(z.union([z.string().min(1), z.looseObject({ id: z.string().min(1) })]), (v): Flaw | null =>
+  v === undefined || v === null || (typeof v === "string" && v !== "") || (isObject(v) && typeof v.id === "string" && v.id !== "")
+    ? null
+    : { message: 'conversation must be a conversation id or {"id": "conv_..."}' });
 
 /** A function tool, in the Responses API's flat shape. */
 const FunctionTool = z.looseObject({
@@ -174,7 +192,7 @@ export const ResponsesRequestSchema = z.looseObject({
   seed: maybe(z.number().int().min(-(2 ** 53)).max(2 ** 53)),
   stream: maybe(z.boolean()),
   store: maybe(z.boolean()),
-  metadata: maybe(z.record(z.string().max(64), z.string().max(512)).refine((m) => Object.keys(m).length <= 16, "may hold at most 16 keys")),
+  metadata: maybe(Metadata),
   user: maybe(sessionKey),
   prompt_cache_key: maybe(sessionKey),
   reasoning: maybe(z.looseObject({ effort: maybe(z.enum(["none", "minimal", "low", "medium", "high"])), summary: maybe(z.string()) })),
@@ -182,7 +200,7 @@ export const ResponsesRequestSchema = z.looseObject({
   background: maybe(z.boolean()),
   truncation: maybe(z.enum(["auto", "disabled"])),
   include: maybe(z.array(z.string())),
-  conversation: z.unknown().optional(),
+  conversation: maybe(ConversationRef),
   prompt: z.unknown().optional(),
   top_logprobs: maybe(z.number().int().min(0).max(20)),
 });

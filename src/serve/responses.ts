@@ -8,18 +8,26 @@
  * calls leaves its KV kept for the tools' return under agent retention, with no extra field.
  */
 import { ChatOutputStream } from "./chat-output.ts";
+import type { Conversation, ConversationStore } from "./conversation-store.ts";
+import { unknownConversation } from "./conversations.ts";
 import { ApiError, describe } from "./errors.ts";
-import { type ServeContext, type Submitted, submitChat } from "./openai.ts";
+import { chatPrompt, type ServeContext, type Submitted, submitChat } from "./openai.ts";
 import { chatLogprobs } from "./logprobs-json.ts";
 import { failure, noteToolWait } from "./respond.ts";
 import { type ResponseStore, type StoredResponse, UnknownResponseError } from "./response-store.ts";
 import { chatRequestOf, inputItemsOf, itemsToMessages, outputMessage } from "./responses-input.ts";
 import { newId, ResponseOutput, type ResponseEvent } from "./responses-output.ts";
 import type { InputItem, ResponsesRequest } from "./responses-schema.ts";
-import type { ChatMessageIn } from "./schemas.ts";
+import type { ChatMessageIn, ChatRequest } from "./schemas.ts";
 import type { GenerateResult } from "../engine/engine-types.ts";
 
 type Json = Record<string, unknown>;
+
+/** What the Responses routes keep between requests. */
+export interface ResponsesState {
+  responses: ResponseStore;
+  conversations: ConversationStore;
+}
 
 /** A submitted Responses request and what answering (and storing) it needs. */
 export interface ResponseTurn {
@@ -33,6 +41,8 @@ export interface ResponseTurn {
   /** This turn's input as chat messages. */
   input: ChatMessageIn[];
   previousId: string | null;
+  /** The conversation the turn continues and extends (`conversation`), if any. */
+  conversation: Conversation | null;
   sessionId: string | undefined;
   maxToolCalls: number;
   /** Whether the output text carries its tokens' log probabilities. */
@@ -57,9 +67,7 @@ function unsupported(message: string, param: string): ApiError {
 /** Refuses what the request asks that this server cannot do, naming it. */
 function checkSupported(body: ResponsesRequest): void {
   if (body.background) throw unsupported("Background responses are not supported: send background = false (the default) and keep the connection open, or stream", "background");
-  if (body.conversation !== undefined && body.conversation !== null) throw unsupported(`Conversations are not supported, got conversation = ${describe(body.conversation)}; continue a conversation with previous_response_id`, "conversation");
   if (body.prompt !== undefined && body.prompt !== null) throw unsupported(`Stored prompt templates are not supported, got prompt = ${describe(body.prompt)}; send the instructions and input themselves`, "prompt");
-  if (body.truncation === "auto") throw unsupported('Truncation "auto" is not supported: a conversation longer than the context is refused with a 400; send truncation = "disabled" (the default)', "truncation");
   const include = (body.include ?? []).find((x) => !INCLUDABLE.includes(x));
   if (include !== undefined) throw unsupported(`Including ${JSON.stringify(include)} is not supported; this server includes ${INCLUDABLE.map((x) => JSON.stringify(x)).join(" and ")} (reasoning always comes back as text)`, "include");
 }
@@ -73,46 +81,102 @@ function logprobsAsked(body: ResponsesRequest): number | undefined {
   return asked ? body.top_logprobs ?? 0 : undefined;
 }
 
-/** Checks, converts and submits a Responses request. */
-export function submitResponse(ctx: ServeContext, store: ResponseStore, body: ResponsesRequest): ResponseTurn {
-  checkSupported(body);
+/** The conversation a turn continues: the stored chain's or conversation's messages, and its session. */
+function continued(state: ResponsesState, body: ResponsesRequest): { history: ChatMessageIn[]; session?: string; conversation: Conversation | null } {
   const previousId = body.previous_response_id ?? null;
-  let history: ChatMessageIn[] = [];
-  let chainSession: string | undefined;
-  if (previousId !== null) {
-    try {
-      ({ messages: history, sessionId: chainSession } = store.conversation(previousId));
-    } catch (e) {
-      if (!(e instanceof UnknownResponseError)) throw e;
-      const which = e.id === previousId ? "" : ` (it continues '${e.id}', which is gone)`;
-      throw new ApiError(400, `Previous response with id '${previousId}' not found${which}; responses are kept only with store = true, and the server keeps the ${store.capacity} most recently used`, "previous_response_id", "previous_response_not_found");
-    }
+  const conversationId = typeof body.conversation === "string" ? body.conversation : body.conversation?.id ?? null;
+  if (previousId !== null && conversationId !== null) {
+    throw new ApiError(400, "previous_response_id and conversation cannot both be given: a turn continues either a stored response or a conversation", "conversation", "invalid_value");
   }
-  const id = newId("resp");
-  const stored = (body.store ?? true) && store.capacity > 0;
-  // A conversation is one session: the client's key, else the chain's, else this response's own.
-  const sessionId = body.prompt_cache_key || body.user || chainSession || (stored ? id : undefined);
-  const input = itemsToMessages(typeof body.input === "string" ? [{ role: "user", content: body.input }] : body.input as InputItem[], history);
-  const topLogprobs = logprobsAsked(body);
-  const chat = { ...chatRequestOf(body, history, input, sessionId), ...(topLogprobs !== undefined ? { logprobs: true, top_logprobs: topLogprobs } : {}) };
-  let submitted: Submitted;
+  if (conversationId !== null) {
+    const conversation = state.conversations.get(conversationId);
+    if (!conversation) throw unknownConversation(state.conversations, conversationId, "conversation");
+    // Its items passed the input items' checks when they were added, or are this server's output.
+    return { history: itemsToMessages(conversation.items as unknown as InputItem[]), session: conversation.id, conversation };
+  }
+  if (previousId === null) return { history: [], conversation: null };
   try {
-    submitted = submitChat(ctx, chat);
+    const { messages, sessionId } = state.responses.conversation(previousId);
+    return { history: messages, session: sessionId, conversation: null };
+  } catch (e) {
+    if (!(e instanceof UnknownResponseError)) throw e;
+    const which = e.id === previousId ? "" : ` (it continues '${e.id}', which is gone)`;
+    throw new ApiError(400, `Previous response with id '${previousId}' not found${which}; responses are kept only with store = true, and the server keeps the ${state.responses.capacity} most recently used`, "previous_response_id", "previous_response_not_found");
+  }
+}
+
+/**
+ * `truncation: "auto"`: `chat` with its oldest exchanges dropped, as few as make the prompt and the
+ * output budget (`max_output_tokens`, else one token) fit the context. An exchange runs from a user
+ * message to the next; the leading system and developer messages (the instructions) stay, and so
+ * does the last exchange, so that a turn too long on its own is still refused. Searched by halving,
+ * as dropping more never lengthens the prompt.
+ */
+function truncated(ctx: ServeContext, chat: ChatRequest): ChatRequest {
+  const messages = chat.messages;
+  let lead = 0;
+  while (lead < messages.length && (messages[lead].role === "system" || messages[lead].role === "developer")) lead++;
+  const starts = messages.flatMap((m, i) => (i === lead || (i > lead && m.role === "user") ? [i] : []));
+  const from = (k: number): ChatRequest => ({ ...chat, messages: [...messages.slice(0, lead), ...messages.slice(starts[k])] });
+  const budget = chat.max_completion_tokens ?? 1;
+  const fits = (k: number): boolean => {
+    try {
+      return chatPrompt(ctx, from(k)).prompt.length + budget <= ctx.engine.maxModelLen;
+    } catch (e) {
+      if (e instanceof ApiError && e.code === "context_length_exceeded") return false;
+      throw e;
+    }
+  };
+  let lo = 1;
+  let hi = starts.length - 1;
+  if (hi < lo || !fits(hi)) return from(Math.max(hi, 0));
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (fits(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  return from(lo);
+}
+
+/** Submits a turn's chat request, dropping its oldest exchanges first if it is too long and `truncation` is "auto". */
+function submitTurn(ctx: ServeContext, chat: ChatRequest, truncation: ResponsesRequest["truncation"]): Submitted {
+  try {
+    try {
+      return submitChat(ctx, chat);
+    } catch (e) {
+      if (truncation !== "auto" || !(e instanceof ApiError) || e.code !== "context_length_exceeded") throw e;
+      return submitChat(ctx, truncated(ctx, chat));
+    }
   } catch (e) {
     throw e instanceof ApiError ? renamed(e) : e;
   }
+}
+
+/** Checks, converts and submits a Responses request. */
+export function submitResponse(ctx: ServeContext, state: ResponsesState, body: ResponsesRequest): ResponseTurn {
+  checkSupported(body);
+  const previousId = body.previous_response_id ?? null;
+  const { history, session, conversation } = continued(state, body);
+  const id = newId("resp");
+  const stored = (body.store ?? true) && state.responses.capacity > 0;
+  // A conversation is one session: the client's key, else the chain's or conversation's, else this response's own.
+  const sessionId = body.prompt_cache_key || body.user || session || (stored ? id : undefined);
+  const input = itemsToMessages(typeof body.input === "string" ? [{ role: "user", content: body.input }] : body.input as InputItem[], history);
+  const topLogprobs = logprobsAsked(body);
+  const chat = { ...chatRequestOf(body, history, input, sessionId), ...(topLogprobs !== undefined ? { logprobs: true, top_logprobs: topLogprobs } : {}) };
+  const submitted = submitTurn(ctx, chat, body.truncation);
   const parallel = body.parallel_tool_calls ?? true;
   const shell: Json = {
     id, object: "response", created_at: Math.floor(Date.now() / 1000), model: ctx.modelName,
-    background: false, error: null, incomplete_details: null,
+    background: false, conversation: conversation ? { id: conversation.id } : null, error: null, incomplete_details: null,
     instructions: body.instructions ?? null, max_output_tokens: body.max_output_tokens ?? null, max_tool_calls: body.max_tool_calls ?? null,
     metadata: body.metadata ?? {}, parallel_tool_calls: parallel, previous_response_id: previousId, prompt_cache_key: body.prompt_cache_key ?? null,
     reasoning: { effort: body.reasoning?.effort ?? null, summary: null }, store: stored,
     temperature: body.temperature ?? 1, text: { format: body.text?.format ?? { type: "text" } }, tool_choice: body.tool_choice ?? "auto",
-    tools: body.tools ?? [], top_logprobs: body.top_logprobs ?? 0, top_p: body.top_p ?? 1, truncation: "disabled", user: body.user ?? null,
+    tools: body.tools ?? [], top_logprobs: body.top_logprobs ?? 0, top_p: body.top_p ?? 1, truncation: body.truncation ?? "disabled", user: body.user ?? null,
   };
   return {
-    id, submitted, shell, store: stored, inputItems: inputItemsOf(body.input), input, previousId, sessionId,
+    id, submitted, shell, store: stored, inputItems: inputItemsOf(body.input), input, previousId, conversation, sessionId,
     maxToolCalls: Math.min(body.max_tool_calls ?? Infinity, parallel ? Infinity : 1), logprobs: topLogprobs !== undefined,
   };
 }
@@ -134,9 +198,14 @@ function responseJson(t: ResponseTurn, out: ResponseOutput | null, r: GenerateRe
   };
 }
 
-/** Keeps a finished turn (when stored) and marks its session as waiting on its first call. */
-function settle(ctx: ServeContext, store: ResponseStore, t: ResponseTurn, out: ResponseOutput, response: Json): void {
+/**
+ * Keeps a finished turn (when stored), extends its conversation (if it still exists) with its input
+ * and output items, and marks its session as waiting on its first call.
+ */
+function settle(ctx: ServeContext, state: ResponsesState, t: ResponseTurn, out: ResponseOutput, response: Json): void {
   noteToolWait(ctx, t.submitted, out.calls);
+  const conversation = t.conversation && state.conversations.get(t.conversation.id);
+  if (conversation) state.conversations.append(conversation, [...t.inputItems, ...out.items]);
   if (!t.store) return;
   const calls = out.items.filter((it) => it.type === "function_call") as { call_id: string; name: string; arguments: string }[];
   const entry: StoredResponse = {
@@ -144,7 +213,7 @@ function settle(ctx: ServeContext, store: ResponseStore, t: ResponseTurn, out: R
     output: [outputMessage(out.reasoningText, out.outputText, calls)],
     previousId: t.previousId, sessionId: t.sessionId ?? t.id,
   };
-  store.put(entry);
+  state.responses.put(entry);
 }
 
 /** The builder of a turn's output items. */
@@ -168,13 +237,13 @@ async function generate(t: ResponseTurn, out: ResponseOutput, send: (events: Res
 }
 
 /** The whole answer, built from the same deltas and by the same code as a stream. */
-export async function respondJson(ctx: ServeContext, store: ResponseStore, t: ResponseTurn): Promise<Json> {
+export async function respondJson(ctx: ServeContext, state: ResponsesState, t: ResponseTurn): Promise<Json> {
   const out = outputOf(ctx, t);
   const r = await generate(t, out, () => {});
   const err = failure([r]);
   if (err) throw err;
   const response = responseJson(t, out, r);
-  settle(ctx, store, t, out, response);
+  settle(ctx, state, t, out, response);
   return response;
 }
 
@@ -184,7 +253,7 @@ export async function respondJson(ctx: ServeContext, store: ResponseStore, t: Re
  * `max_output_tokens`; `response.failed` when the engine failed). Each SSE event is named by its type.
  * Cancelling the stream (the client hanging up) cancels the generation; nothing is stored then.
  */
-export function respondStream(ctx: ServeContext, store: ResponseStore, t: ResponseTurn): ReadableStream<Uint8Array> {
+export function respondStream(ctx: ServeContext, state: ResponsesState, t: ResponseTurn): ReadableStream<Uint8Array> {
   const enc = new TextEncoder();
   const handle = t.submitted.handles[0];
   const out = outputOf(ctx, t);
@@ -201,7 +270,7 @@ export function respondStream(ctx: ServeContext, store: ResponseStore, t: Respon
           send([out.event("response.failed", { response: responseJson(t, out, r, err) })]);
         } else {
           const response = responseJson(t, out, r);
-          settle(ctx, store, t, out, response);
+          settle(ctx, state, t, out, response);
           send([out.event(response.status === "completed" ? "response.completed" : "response.incomplete", { response })]);
         }
         controller.close();
@@ -215,20 +284,4 @@ export function respondStream(ctx: ServeContext, store: ResponseStore, t: Respon
       handle.cancel();
     },
   });
-}
-
-/** `GET /v1/responses/{id}/input_items`: a page of a stored turn's input items (OpenAI's list shape). */
-export function inputItemsPage(entry: StoredResponse, q: { limit?: string; order?: string; after?: string }): Json {
-  const limit = q.limit === undefined ? 20 : Number(q.limit);
-  if (!Number.isInteger(limit) || limit < 1 || limit > 100) throw new ApiError(400, `The limit must be an integer from 1 to 100, got ${JSON.stringify(q.limit)}`, "limit", "invalid_value");
-  const order = q.order ?? "desc";
-  if (order !== "asc" && order !== "desc") throw new ApiError(400, `The order must be "asc" or "desc", got ${JSON.stringify(order)}`, "order", "invalid_value");
-  let items = order === "asc" ? entry.inputItems : [...entry.inputItems].reverse();
-  if (q.after !== undefined) {
-    const i = items.findIndex((it) => it.id === q.after);
-    if (i < 0) throw new ApiError(400, `No input item of response '${entry.id}' has the id '${q.after}'`, "after", "invalid_value");
-    items = items.slice(i + 1);
-  }
-  const data = items.slice(0, limit);
-  return { object: "list", data, first_id: data[0]?.id ?? null, last_id: data[data.length - 1]?.id ?? null, has_more: items.length > limit };
 }

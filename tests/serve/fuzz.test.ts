@@ -79,7 +79,13 @@ const nearValidResponses = fc.record(
     reasoning: fc.oneof(fc.constant({ effort: "low" }), anyValue),
     include: fc.oneof(fc.constant(["reasoning.encrypted_content"]), anyValue),
     truncation: fc.oneof(fc.constantFrom("auto", "disabled"), anyValue),
+    conversation: fc.oneof(fc.constant("conv_x"), fc.constant({ id: "conv_x" }), anyValue),
   },
+  { requiredKeys: [] },
+);
+/** Conversations API bodies (a new conversation's items and metadata) close to valid. */
+const nearValidConversation = fc.record(
+  { items: fc.oneof(fc.array(inputItem, { maxLength: 3 }), anyValue), metadata: fc.oneof(fc.dictionary(fc.string({ maxLength: 4 }), fc.string({ maxLength: 4 }), { maxKeys: 3 }), anyValue) },
   { requiredKeys: [] },
 );
 /** Valid bodies with one known field replaced by an arbitrary value (or left valid). */
@@ -96,11 +102,12 @@ const body = fc.oneof(
 
   nearValid.map((b) => JSON.stringify(b)),
   nearValidResponses.map((b) => JSON.stringify(b)),
+  nearValidConversation.map((b) => JSON.stringify(b)),
   fc.json(),
   fc.string({ maxLength: 200 }),
   fc.uint8Array({ maxLength: 64 }).map((u) => new TextDecoder().decode(u)),
 );
-const path = fc.constantFrom("/v1/chat/completions", "/v1/completions", "/v1/responses");
+const path = fc.constantFrom("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/conversations");
 
 /**
  * Posts `runs` generated bodies to the app in-process; asserts none gets a 5xx and every error has
