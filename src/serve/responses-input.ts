@@ -4,8 +4,9 @@
  * and calls in a row are one assistant message, as the chat API writes them; a call's output names
  * its function (looked up by `call_id`), which some chat templates print.
  */
-import type { ChatMessageIn, ChatRequest } from "./schemas.ts";
-import type { InputItem, ResponsesRequest, TextPartIn } from "./responses-schema.ts";
+import type { ChatMessageIn, ChatRequest, ToolDef } from "./schemas.ts";
+import { ApiError } from "./errors.ts";
+import type { FunctionToolIn, InputItem, ResponsesRequest, TextPartIn } from "./responses-schema.ts";
 import { itemIdPrefix, newId } from "./responses-output.ts";
 
 type Json = Record<string, unknown>;
@@ -111,15 +112,34 @@ export function outputMessage(reasoning: string | null, text: string, calls: rea
 }
 
 /**
+ * The function tools the model is shown, in the chat shape: top-level ones and those of each
+ * namespace (by their own names), hosted tools left out (this server runs none); `namespaceOf` names
+ * the namespace of each namespaced function, for its calls' items. A name given twice is a 400.
+ */
+export function functionTools(tools: ResponsesRequest["tools"]): { tools: ToolDef[]; namespaceOf: Map<string, string> } {
+  const out: ToolDef[] = [];
+  const namespaceOf = new Map<string, string>();
+  const seen = new Set<string>();
+  const add = (t: FunctionToolIn, namespace?: string) => {
+    if (seen.has(t.name)) throw new ApiError(400, `The tool name '${t.name}' is given twice${namespace ? ` (again in namespace '${namespace}')` : ""}; the model calls tools by name`, "tools", "invalid_value");
+    seen.add(t.name);
+    if (namespace !== undefined) namespaceOf.set(t.name, namespace);
+    out.push({ type: "function", function: { name: t.name, ...(t.description ? { description: t.description } : {}), ...(t.parameters ? { parameters: t.parameters } : {}) } });
+  };
+  for (const t of tools ?? []) {
+    if (t.type === "function") add(t as FunctionToolIn);
+    else if (t.type === "namespace") for (const inner of (t as { tools: FunctionToolIn[] }).tools) add(inner, (t as { name: string }).name);
+  }
+  return { tools: out, namespaceOf };
+}
+
+/**
  * The chat request that answers a Responses request: `instructions` as the system message, then the
  * stored conversation, then this turn's input; flat function tools in the chat shape; `text.format`
  * as `response_format`; `reasoning.effort` as the template variable gpt-oss's template reads.
  */
 export function chatRequestOf(body: ResponsesRequest, history: readonly ChatMessageIn[], input: readonly ChatMessageIn[], sessionId: string | undefined): ChatRequest {
-  const tools = body.tools?.map((t) => ({
-    type: "function" as const,
-    function: { name: t.name, ...(t.description ? { description: t.description } : {}), ...(t.parameters ? { parameters: t.parameters } : {}) },
-  }));
+  const { tools } = functionTools(body.tools);
   const choice = body.tool_choice;
   const format = body.text?.format;
   const responseFormat = !format ? undefined : format.type === "json_schema"
@@ -129,7 +149,7 @@ export function chatRequestOf(body: ResponsesRequest, history: readonly ChatMess
   return {
     model: body.model,
     messages: [...(body.instructions ? [{ role: "system" as const, content: body.instructions }] : []), ...history, ...input],
-    ...(tools ? { tools } : {}),
+    ...(tools.length > 0 ? { tools } : {}),
     ...(choice ? { tool_choice: typeof choice === "string" ? choice : { type: "function" as const, function: { name: choice.name } } } : {}),
     ...(body.parallel_tool_calls !== undefined && body.parallel_tool_calls !== null ? { parallel_tool_calls: body.parallel_tool_calls } : {}),
     ...(responseFormat ? { response_format: responseFormat } : {}),

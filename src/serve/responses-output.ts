@@ -65,8 +65,9 @@ export class ResponseOutput {
   /**
    * `maxToolCalls`: calls past this many are dropped (`max_tool_calls`; `parallel_tool_calls` false is 1).
    * `logprobsJson`: given when the request asked for log probabilities.
+   * `namespaceOf`: the namespace of each namespaced function (its calls' items name it).
    */
-  constructor(private readonly maxToolCalls = Infinity, private readonly logprobsJson?: LogprobsJson) {}
+  constructor(private readonly maxToolCalls = Infinity, private readonly logprobsJson?: LogprobsJson, private readonly namespaceOf?: ReadonlyMap<string, string>) {}
 
   /** An event with the next sequence number. */
   event(type: string, fields: Json = {}): ResponseEvent {
@@ -141,7 +142,8 @@ export class ResponseOutput {
     this.space = "";
     if (this.calls.length >= this.maxToolCalls) return;
     this.calls.push(c);
-    const item = { type: "function_call", id: newId("fc"), call_id: c.id ?? newId("call"), name: c.name, arguments: "", status: "in_progress" };
+    const namespace = this.namespaceOf?.get(c.name);
+    const item = { type: "function_call", id: newId("fc"), call_id: c.id ?? newId("call"), name: c.name, ...(namespace ? { namespace } : {}), arguments: "", status: "in_progress" };
     const index = this.items.push(item) - 1;
     const at = { item_id: item.id, output_index: index };
     out.push(this.event("response.output_item.added", { output_index: index, item: { ...item } }));

@@ -141,13 +141,50 @@ const FunctionTool = z.looseObject({
   parameters: maybe(z.record(z.string(), z.unknown())),
   strict: maybe(z.boolean()),
 });
+/** A function tool as the schema reads it. */
+export type FunctionToolIn = z.infer<typeof FunctionTool>;
 
-const Tools = explained(z.array(FunctionTool).max(128), (v): Flaw | null => {
+/**
+ * Tools that OpenAI runs on its side (search, code interpreter, image generation, computer use, MCP,
+ * shells). This server runs none of them: they are accepted, so that clients which always offer one
+ * (Codex CLI offers web_search) are answered, and not shown to the model.
+ */
+export const HOSTED_TOOL_TYPES = [
+  "web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11", "file_search", "code_interpreter",
+  "image_generation", "computer_use_preview", "computer", "mcp", "local_shell", "shell", "tool_search",
+];
+
+/** Function tools grouped under a name (Codex CLI groups its sub-agent tools so). */
+const NamespaceTool = z.looseObject({
+  type: z.literal("namespace"),
+  name: z.string().min(1),
+  description: maybe(z.string()),
+  tools: z.array(FunctionTool).max(128),
+});
+/** A namespace of function tools as the schema reads it. */
+export type NamespaceToolIn = z.infer<typeof NamespaceTool>;
+
+const HostedTool = z.looseObject({ type: z.enum(HOSTED_TOOL_TYPES) });
+
+/** What is wrong with a tool's type, if anything (`at`: its path). */
+function toolTypeFlaw(t: unknown, at: (string | number)[]): Flaw | null {
+  if (!isObject(t) || t.type === "function" || HOSTED_TOOL_TYPES.includes(t.type as string)) return null;
+  if (t.type === "namespace") {
+    const i = Array.isArray(t.tools) ? t.tools.findIndex((inner) => isObject(inner) && inner.type !== "function") : -1;
+    if (i < 0) return null;
+    return { message: `a namespace may hold only function tools here, got a tool of type ${JSON.stringify((t.tools as Record<string, unknown>[])[i].type)}`, path: [...at, "tools", i, "type"] };
+  }
+  const custom = t.type === "custom" ? " (custom tools, whose input is free text, are not supported: declare a function tool with a string parameter)" : "";
+  return { message: `only function and namespace tools are supported, got a tool of type ${JSON.stringify(t.type)}${custom}`, path: [...at, "type"] };
+}
+
+const Tools = explained(z.array(z.union([FunctionTool, NamespaceTool, HostedTool])).max(128), (v): Flaw | null => {
   if (!Array.isArray(v)) return null;
-  const i = v.findIndex((t) => isObject(t) && t.type !== "function");
-  if (i < 0) return null;
-  const t = v[i] as Record<string, unknown>;
-  return { message: `only function tools are supported, got a tool of type ${JSON.stringify(t.type)} (hosted tools such as web search run on OpenAI's side)`, path: [i, "type"] };
+  for (const [i, t] of v.entries()) {
+    const f = toolTypeFlaw(t, [i]);
+    if (f) return f;
+  }
+  return null;
 });
 
 const ToolChoice = explained(

@@ -15,7 +15,7 @@ import { chatPrompt, type ServeContext, type Submitted, submitChat } from "./ope
 import { chatLogprobs } from "./logprobs-json.ts";
 import { failure, noteToolWait } from "./respond.ts";
 import { type ResponseStore, type StoredResponse, UnknownResponseError } from "./response-store.ts";
-import { chatRequestOf, inputItemsOf, itemsToMessages, outputMessage } from "./responses-input.ts";
+import { chatRequestOf, functionTools, inputItemsOf, itemsToMessages, outputMessage } from "./responses-input.ts";
 import { newId, ResponseOutput, type ResponseEvent } from "./responses-output.ts";
 import type { InputItem, ResponsesRequest } from "./responses-schema.ts";
 import type { ChatMessageIn, ChatRequest } from "./schemas.ts";
@@ -45,6 +45,8 @@ export interface ResponseTurn {
   conversation: Conversation | null;
   sessionId: string | undefined;
   maxToolCalls: number;
+  /** The namespace of each namespaced function tool. */
+  namespaceOf: ReadonlyMap<string, string>;
   /** Whether the output text carries its tokens' log probabilities. */
   logprobs: boolean;
 }
@@ -178,6 +180,7 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
   return {
     id, submitted, shell, store: stored, inputItems: inputItemsOf(body.input), input, previousId, conversation, sessionId,
     maxToolCalls: Math.min(body.max_tool_calls ?? Infinity, parallel ? Infinity : 1), logprobs: topLogprobs !== undefined,
+    namespaceOf: functionTools(body.tools).namespaceOf,
   };
 }
 
@@ -218,7 +221,7 @@ function settle(ctx: ServeContext, state: ResponsesState, t: ResponseTurn, out: 
 
 /** The builder of a turn's output items. */
 function outputOf(ctx: ServeContext, t: ResponseTurn): ResponseOutput {
-  return new ResponseOutput(t.maxToolCalls, t.logprobs ? (lps) => chatLogprobs(ctx.tokenizer, lps).content : undefined);
+  return new ResponseOutput(t.maxToolCalls, t.logprobs ? (lps) => chatLogprobs(ctx.tokenizer, lps).content : undefined, t.namespaceOf);
 }
 
 /**

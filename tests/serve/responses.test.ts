@@ -226,6 +226,30 @@ test("GET /v1/responses/{id}, its input_items and DELETE serve stored responses;
   });
 });
 
+test("POST /v1/responses shows the model namespaced function tools by name and names the namespace in their calls; hosted tools are not shown", async () => {
+  await withServer(scripted, async (client) => {
+    const tools: OpenAI.Responses.Tool[] = [
+      { type: "web_search" },
+      { type: "namespace", name: "weather", description: "Weather tools", tools: [{ type: "function", name: WEATHER.name, description: WEATHER.description, parameters: WEATHER.parameters }] },
+    ] as OpenAI.Responses.Tool[];
+    const r = await client.responses.create({ model: "scripted", input: "What is the weather in Paris!", tools, temperature: 0 });
+    const call = functionCalls(r)[0];
+    assert.equal(call.name, "get_weather");
+    assert.equal(call.namespace, "weather");
+    // The prompt is the chat API's with the one function tool: web_search is not shown.
+    const chatTokens = await chatPromptTokens(client, [{ role: "user", content: "What is the weather in Paris!" }], [{ type: "function", function: { name: WEATHER.name, description: WEATHER.description!, parameters: WEATHER.parameters! } }]);
+    assert.equal(r.usage!.input_tokens, chatTokens);
+    const hostedOnly = await client.responses.create({ model: "scripted", input: "How is it today.", tools: [{ type: "web_search" }], temperature: 0, max_output_tokens: 4 });
+    assert.equal(hostedOnly.usage!.input_tokens, await chatPromptTokens(client, [{ role: "user", content: "How is it today." }]));
+    // The call comes back as input with its namespace, and the turn continues.
+    const next = await client.responses.create({
+      model: "scripted", tools, temperature: 0,
+      input: [{ role: "user", content: "What is the weather in Paris!" }, call, { type: "function_call_output", call_id: call.call_id, output: "Rainy." }],
+    });
+    assert.equal(next.output_text, "Sunny.");
+  });
+});
+
 test("POST /v1/responses refuses what it cannot honour with a 400 naming the field", async () => {
   await withServer(scripted, async (client, url) => {
     const bad = async (body: Record<string, unknown>, param: string, re: RegExp) => {
@@ -240,7 +264,10 @@ test("POST /v1/responses refuses what it cannot honour with a 400 naming the fie
     await bad({ input: [{ type: "function_call", call_id: "c1", name: "f" }] }, "input[0].arguments", /JSON string/);
     await bad({ input: [] }, "input", /empty/);
     await bad({ input: undefined }, "input", /required/);
-    await bad({ tools: [{ type: "web_search" }] }, "tools[0].type", /only function tools.*web_search/);
+    await bad({ tools: [{ type: "custom", name: "apply_patch" }] }, "tools[0].type", /only function and namespace tools.*custom/);
+    await bad({ tools: [{ type: "namespace", name: "ns", tools: [{ type: "custom", name: "x" }] }] }, "tools[0].tools[0].type", /only function tools.*custom/);
+    await bad({ tools: [WEATHER, { type: "namespace", name: "ns", tools: [WEATHER] }] }, "tools", /'get_weather' is given twice.*namespace 'ns'/);
+    await bad({ tools: [{ type: "web_serach" }] }, "tools[0].type", /web_serach/);
     await bad({ tool_choice: { type: "function" } }, "tool_choice", /tool_choice must be/);
     await bad({ tools: [WEATHER], tool_choice: { type: "function", name: "nope" } }, "tool_choice", /nope/);
     await bad({ text: { format: { type: "yaml" } } }, "text.format.type", /yaml/);
