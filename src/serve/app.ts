@@ -49,12 +49,16 @@ export interface AppOptions {
   maxStoredResponses?: number;
   /** The most conversations (`/v1/conversations`) kept (default 1024; 0 keeps none). */
   maxConversations?: number;
+  /** The most MiB of JSON text each of the two stores (responses, conversations) keeps (default 512). */
+  maxStoredMiB?: number;
 }
 
 /** Responses kept by default (`--max-stored-responses`). */
 export const DEFAULT_STORED_RESPONSES = 4096;
 /** Conversations kept by default (`--max-conversations`). */
 export const DEFAULT_CONVERSATIONS = 1024;
+/** MiB of JSON text each store keeps by default (`--max-stored-mib`). */
+export const DEFAULT_STORED_MIB = 512;
 
 /** Builds the app. */
 export function createApp(o: AppOptions): Hono {
@@ -111,9 +115,10 @@ export function createApp(o: AppOptions): Hono {
     return body;
   }
 
+  const storedChars = (o.maxStoredMiB ?? DEFAULT_STORED_MIB) * 2 ** 20;
   const state: ResponsesState = {
-    responses: new ResponseStore(o.maxStoredResponses ?? DEFAULT_STORED_RESPONSES),
-    conversations: new ConversationStore(o.maxConversations ?? DEFAULT_CONVERSATIONS),
+    responses: new ResponseStore(o.maxStoredResponses ?? DEFAULT_STORED_RESPONSES, storedChars),
+    conversations: new ConversationStore(o.maxConversations ?? DEFAULT_CONVERSATIONS, storedChars),
   };
   const store = state.responses;
   /** A whole (non-streamed) answer; a client that hangs up before it is ready cancels the request. */

@@ -29,7 +29,14 @@ export type ReadBody = <T>(c: Context, schema: ZodType<T>) => Promise<T>;
 
 /** The 404 for a conversation the store does not hold. */
 export function unknownConversation(store: ConversationStore, id: string, param: string): ApiError {
-  return new ApiError(404, `Conversation with id '${id}' not found; the server keeps the ${store.capacity} most recently used conversations, in memory`, param, "not_found");
+  return new ApiError(404, `Conversation with id '${id}' not found; the server keeps the ${store.capacity} most recently used conversations (--max-conversations), within --max-stored-mib, in memory`, param, "not_found");
+}
+
+/** Refuses items that would make a conversation larger than the store keeps (a 400 naming `param`). */
+export function checkRoom(store: ConversationStore, conv: Conversation | null, items: readonly Record<string, unknown>[], param: string): void {
+  if (store.fits(conv, items)) return;
+  const what = conv ? `Conversation '${conv.id}' with these items` : "The conversation";
+  throw new ApiError(400, `${what} would be larger than the ${store.maxSize} characters of JSON the server keeps for all conversations (--max-stored-mib); start a new conversation`, param, "conversation_too_large");
 }
 
 /** Adds the Conversations API's routes to `app`. */
@@ -43,7 +50,9 @@ export function addConversationRoutes(app: Hono, store: ConversationStore, readB
   app.post("/v1/conversations", async (c) => {
     const body = await readBody(c, ConversationCreateSchema);
     if (store.capacity === 0) throw new ApiError(400, "This server keeps no conversations (it was started with --max-conversations 0); send the whole conversation as input, or chain turns with previous_response_id", null, "unsupported_parameter");
-    return c.json(conversationJson(store.create(normalizedItems(body.items ?? []), body.metadata ?? {}, Math.floor(Date.now() / 1000))));
+    const items = normalizedItems(body.items ?? []);
+    checkRoom(store, null, items, "items");
+    return c.json(conversationJson(store.create(items, body.metadata ?? {}, Math.floor(Date.now() / 1000))));
   });
   app.get("/v1/conversations/:id", (c) => c.json(conversationJson(held(c))));
   app.post("/v1/conversations/:id", async (c) => {
@@ -63,7 +72,9 @@ export function addConversationRoutes(app: Hono, store: ConversationStore, readB
   app.post("/v1/conversations/:id/items", async (c) => {
     const conv = held(c);
     const body = await readBody(c, ConversationItemsSchema);
-    const data = store.append(conv, normalizedItems(body.items));
+    const items = normalizedItems(body.items);
+    checkRoom(store, conv, items, "items");
+    const data = store.append(conv, items);
     return c.json({ object: "list", data, first_id: data[0].id, last_id: data[data.length - 1].id, has_more: false });
   });
   const item = (c: Context, conv: Conversation): number => {
@@ -78,7 +89,7 @@ export function addConversationRoutes(app: Hono, store: ConversationStore, readB
   });
   app.delete("/v1/conversations/:id/items/:item_id", (c) => {
     const conv = held(c);
-    conv.items.splice(item(c, conv), 1);
+    store.removeItem(conv, item(c, conv));
     return c.json(conversationJson(conv));
   });
 }

@@ -3,8 +3,9 @@
  * another with `previous_response_id` and a client can read one back. Each entry keeps its own turn
  * (the input it was given and the assistant message it answered) and a link to the turn before: a
  * chain is rebuilt by walking the links, so a long conversation costs memory linear in its length.
- * Bounded by count, least recently used first; walking a chain marks every turn on it as used, so
- * a live conversation's early turns are not the ones evicted.
+ * Bounded by count and by size (the characters of its turns' JSON), least recently used first;
+ * walking a chain marks every turn on it as used, so a live conversation's early turns are not the
+ * ones evicted. A turn larger than the size bound by itself is not kept.
  */
 import type { ChatMessageIn } from "./schemas.ts";
 
@@ -33,13 +34,31 @@ export class UnknownResponseError extends Error {
   }
 }
 
+/** The size a stored value is counted at: the characters of its JSON. */
+export function jsonSize(value: unknown): number {
+  return JSON.stringify(value)?.length ?? 0;
+}
+
+/** The size of a list of items, counted one by one (so that the sizes of parts add up). */
+export function itemsSize(items: readonly unknown[]): number {
+  return items.reduce((n: number, it) => n + jsonSize(it), 0);
+}
+
 /** An LRU map of stored turns. */
 export class ResponseStore {
   private readonly entries = new Map<string, StoredResponse>();
+  private readonly sizes = new Map<string, number>();
+  private total = 0;
 
-  /** `capacity`: the most turns kept (0 keeps none). */
-  constructor(readonly capacity: number) {
+  /** `capacity`: the most turns kept (0 keeps none); `maxSize`: the most characters of JSON kept. */
+  constructor(readonly capacity: number, readonly maxSize = Infinity) {
     if (!Number.isSafeInteger(capacity) || capacity < 0) throw new RangeError(`The response store capacity must be a non-negative integer, got ${capacity}`);
+    if (!(maxSize > 0)) throw new RangeError(`The response store size bound must be positive, got ${maxSize}`);
+  }
+
+  /** The characters of JSON held. */
+  get heldSize(): number {
+    return this.total;
   }
 
   /** How many turns are held. */
@@ -49,10 +68,13 @@ export class ResponseStore {
 
   /** Keeps `r`, evicting the least recently used turns past the capacity. */
   put(r: StoredResponse): void {
-    if (this.capacity === 0) return;
-    this.entries.delete(r.id);
+    this.delete(r.id);
+    const size = jsonSize(r);
+    if (this.capacity === 0 || size > this.maxSize) return;
     this.entries.set(r.id, r);
-    while (this.entries.size > this.capacity) this.entries.delete(this.entries.keys().next().value!);
+    this.sizes.set(r.id, size);
+    this.total += size;
+    while (this.entries.size > this.capacity || this.total > this.maxSize) this.delete(this.entries.keys().next().value!);
   }
 
   /** The turn with this id (marked as used), or undefined. */
@@ -64,6 +86,8 @@ export class ResponseStore {
 
   /** Forgets a turn; true when it was held. Later turns that continue it can no longer be continued. */
   delete(id: string): boolean {
+    this.total -= this.sizes.get(id) ?? 0;
+    this.sizes.delete(id);
     return this.entries.delete(id);
   }
 

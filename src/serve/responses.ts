@@ -9,7 +9,7 @@
  */
 import { ChatOutputStream } from "./chat-output.ts";
 import type { Conversation, ConversationStore } from "./conversation-store.ts";
-import { unknownConversation } from "./conversations.ts";
+import { checkRoom, unknownConversation } from "./conversations.ts";
 import { ApiError, describe } from "./errors.ts";
 import { chatPrompt, type ServeContext, type Submitted, submitChat } from "./openai.ts";
 import { chatLogprobs } from "./logprobs-json.ts";
@@ -166,6 +166,8 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
   const input = itemsToMessages(typeof body.input === "string" ? [{ role: "user", content: body.input }] : body.input as InputItem[], history);
   const topLogprobs = logprobsAsked(body);
   const chat = { ...chatRequestOf(body, history, input, sessionId), ...(topLogprobs !== undefined ? { logprobs: true, top_logprobs: topLogprobs } : {}) };
+  const inputItems = inputItemsOf(body.input);
+  if (conversation) checkRoom(state.conversations, conversation, inputItems, "input");
   const submitted = submitTurn(ctx, chat, body.truncation);
   const parallel = body.parallel_tool_calls ?? true;
   const shell: Json = {
@@ -178,7 +180,7 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
     tools: body.tools ?? [], top_logprobs: body.top_logprobs ?? 0, top_p: body.top_p ?? 1, truncation: body.truncation ?? "disabled", user: body.user ?? null,
   };
   return {
-    id, submitted, shell, store: stored, inputItems: inputItemsOf(body.input), input, previousId, conversation, sessionId,
+    id, submitted, shell, store: stored, inputItems, input, previousId, conversation, sessionId,
     maxToolCalls: Math.min(body.max_tool_calls ?? Infinity, parallel ? Infinity : 1), logprobs: topLogprobs !== undefined,
     namespaceOf: functionTools(body.tools).namespaceOf,
   };

@@ -98,6 +98,8 @@ export interface ServerOptions {
   maxStoredResponses?: number;
   /** The most conversations kept (app.ts; default 1024, 0 keeps none). */
   maxConversations?: number;
+  /** The most MiB of JSON text each of the response and conversation stores keeps (app.ts; default 512). */
+  maxStoredMiB?: number;
   /** Milliseconds added to every step mixing prefill and decode (src/engine/mixed-step-overhead.ts; default 0). */
   mixedStepOverheadMs?: number;
   /** Write every engine step's shape and time to this JSONL file (`deno task sim --calibrate`). */
@@ -281,7 +283,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const serving: ServingEngine = cluster?.cluster ?? engine!;
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
   const lifecycle = new ServerLifecycle();
-  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, lifecycle });
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, lifecycle });
   const l = await listen(app.fetch, o.host, o.port);
   return {
     ...l,

@@ -10,7 +10,7 @@ import { startServer } from "../../src/serve/server.ts";
 import { test } from "../harness.ts";
 import { model, modelPath } from "./scripted-server.ts";
 
-async function withServer(fn: (client: OpenAI, url: string) => Promise<void>, o: { maxConversations?: number } = {}) {
+async function withServer(fn: (client: OpenAI, url: string) => Promise<void>, o: { maxConversations?: number; maxStoredMiB?: number } = {}) {
   const s = await startServer({ host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 128, kvRetention: "agent", modelPath, model, ...o });
   try {
     await fn(new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 }), s.url);
@@ -149,6 +149,23 @@ test("POST /v1/responses refuses an unknown conversation with a 404, and with --
   await withServer(async (client) => {
     await assert.rejects(client.conversations.create({}), (e: unknown) => e instanceof OpenAI.BadRequestError && /--max-conversations 0/.test(e.message));
   }, { maxConversations: 0 });
+});
+
+test("A conversation that would pass --max-stored-mib by itself is refused with a 400, and nothing is added", async () => {
+  await withServer(async (client) => {
+    // 0.002 MiB: 2097 characters of JSON for all conversations.
+    const text = (n: number) => ({ type: "message" as const, role: "user" as const, content: "x".repeat(n) });
+    const tooLarge = (param: string) => (e: unknown) => e instanceof OpenAI.BadRequestError && e.code === "conversation_too_large" && e.param === param;
+    await assert.rejects(client.conversations.create({ items: [text(2100)] }), tooLarge("items"));
+    const conv = await client.conversations.create({ items: [text(1200)] });
+    await assert.rejects(client.conversations.items.create(conv.id, { items: [text(1200)] }), tooLarge("items"));
+    await assert.rejects(client.responses.create({ model: "scripted", conversation: conv.id, input: `${"y".repeat(1200)}.` }), tooLarge("input"));
+    assert.equal((await client.conversations.items.list(conv.id)).data.length, 1);
+    // Room for a turn: answered and appended.
+    const r = await client.responses.create({ model: "scripted", conversation: conv.id, input: "How is it.", temperature: 0 });
+    assert.equal(r.output_text, "Sunny.");
+    assert.equal((await client.conversations.items.list(conv.id)).data.length, 3);
+  }, { maxStoredMiB: 0.002 });
 });
 
 test('POST /v1/responses with truncation "auto" drops the oldest exchanges, as few as fit the context; "disabled" refuses', async () => {

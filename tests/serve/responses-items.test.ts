@@ -1,9 +1,11 @@
 /**
  * The Responses API's pure parts: input items → chat messages (responses-input.ts), chat answer parts
- * → output items and events (responses-output.ts), and the stored-response LRU (response-store.ts).
+ * → output items and events (responses-output.ts), the stored-response LRU (response-store.ts) and the
+ * conversation store (conversation-store.ts).
  */
 import assert from "node:assert/strict";
-import { ResponseStore, type StoredResponse, UnknownResponseError } from "../../src/serve/response-store.ts";
+import { ConversationStore } from "../../src/serve/conversation-store.ts";
+import { itemsSize, jsonSize, ResponseStore, type StoredResponse, UnknownResponseError } from "../../src/serve/response-store.ts";
 import { inputItemsOf, itemsToMessages } from "../../src/serve/responses-input.ts";
 import { ResponseOutput } from "../../src/serve/responses-output.ts";
 import type { InputItem } from "../../src/serve/responses-schema.ts";
@@ -140,4 +142,54 @@ test("ResponseStore.conversation() walks a chain oldest first, keeps its turns r
   none.put(turn("a", null));
   assert.equal(none.size, 0);
   assert.throws(() => new ResponseStore(-1), /non-negative integer, got -1/);
+});
+
+test("ResponseStore.put() forgets the least recently used turns past its size bound and keeps no turn larger than the bound", () => {
+  const turn = (id: string, text: string): StoredResponse => ({
+    id, previousId: null, sessionId: id, response: { id }, inputItems: [], input: [{ role: "user", content: text }], output: [],
+  });
+  const one = jsonSize(turn("a", "x".repeat(100)));
+  const store = new ResponseStore(100, 2.5 * one);
+  store.put(turn("a", "x".repeat(100)));
+  store.put(turn("b", "x".repeat(100)));
+  assert.equal(store.heldSize, 2 * one);
+  store.get("a");
+  store.put(turn("c", "x".repeat(100)));
+  assert.deepEqual(["a", "b", "c"].map((id) => store.get(id) !== undefined), [true, false, true], "b was the least recently used");
+  store.put(turn("huge", "x".repeat(1000)));
+  assert.equal(store.get("huge"), undefined);
+  assert.equal(store.heldSize, 2 * one, "a turn too large by itself evicts nothing");
+  store.delete("a");
+  assert.equal(store.heldSize, one);
+  assert.throws(() => new ResponseStore(1, 0), /size bound must be positive, got 0/);
+});
+
+test("ConversationStore.append() forgets the least recently used conversations past the size bound, the one appended to last", () => {
+  const item = (text: string) => ({ type: "message", role: "user", content: [{ type: "input_text", text }] });
+  const size = itemsSize([{ ...item("x".repeat(100)), id: "msg_00000000000000000000000000000000" }]);
+  const store = new ConversationStore(10, 3.5 * size);
+  const a = store.create([item("x".repeat(100))], {}, 0);
+  const b = store.create([item("x".repeat(100))], {}, 0);
+  assert.equal(store.heldSize, 2 * size);
+  assert.equal(a.size, size);
+  assert.ok(store.fits(a, [item("x".repeat(100))]));
+  assert.ok(!store.fits(a, Array.from({ length: 3 }, () => item("x".repeat(100)))), "four items would pass the bound by themselves");
+  store.append(a, [item("x".repeat(100))]);
+  store.append(a, [item("x".repeat(100))]);
+  assert.equal(store.get(b.id), undefined, "b went to make room");
+  assert.equal(store.get(a.id), a);
+  assert.equal(store.heldSize, 3 * size);
+  store.removeItem(a, 0);
+  assert.equal(a.items.length, 2);
+  assert.equal(store.heldSize, 2 * size);
+  store.append(a, Array.from({ length: 3 }, () => item("x".repeat(100))));
+  assert.equal(store.get(a.id), undefined, "a conversation over the bound by itself is forgotten too");
+  assert.equal(store.heldSize, 0);
+  // Past the count, the oldest goes.
+  const few = new ConversationStore(2);
+  const first = few.create([], {}, 0);
+  few.create([], {}, 0);
+  few.create([], {}, 0);
+  assert.equal(few.get(first.id), undefined);
+  assert.equal(few.size, 2);
 });
