@@ -68,6 +68,12 @@ for (const transport of ["in-process", "threads"] as const) test(`startServer({ 
     assert.equal(turn2.status, "incomplete", "cut by max_output_tokens");
     assert.ok(turn2.usage!.input_tokens > turn1.usage!.input_tokens + turn1.usage!.output_tokens);
     assert.ok(turn2.usage!.input_tokens_details.cached_tokens > 0, "the chained turn reused the first turn's KV");
+    // So does a turn of a conversation (/v1/conversations): the conversation is the session.
+    const conv = await client.conversations.create({ items: [{ type: "message", role: "user", content: STORY }] });
+    const c1 = await client.responses.create({ model: "stories260K", conversation: conv.id, input: "What happened?", max_output_tokens: 5, temperature: 0 });
+    const c2 = await client.responses.create({ model: "stories260K", conversation: conv.id, input: "And then?", max_output_tokens: 5, temperature: 0 });
+    assert.ok(c2.usage!.input_tokens > c1.usage!.input_tokens + c1.usage!.output_tokens, "the conversation holds the first turn");
+    assert.ok(c2.usage!.input_tokens_details.cached_tokens >= c1.usage!.input_tokens - 16, "the second turn found the first's prompt on a worker");
   } finally {
     await s.shutdown();
   }
