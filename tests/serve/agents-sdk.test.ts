@@ -3,7 +3,7 @@
  * model and its Chat Completions model, whole and streamed runs, runs chained by
  * `previousResponseId`, server-managed conversations (`conversationId`) and its
  * `OpenAIConversationsSession`, a forced tool call (`toolChoice: "required"`, which the SDK resets
- * after the call). The scripted model (tests/serve/scripted-server.ts) answers "…!" with a
+ * after the call), a typed final output (`outputType`). The scripted model (tests/serve/scripted-server.ts) answers "…!" with a
  * get_weather call and "…." with "Sunny.", so a tool's output ending in "." closes the loop.
  */
 import assert from "node:assert/strict";
@@ -125,12 +125,16 @@ test("run() with conversationId, and OpenAIConversationsSession, keep the agent'
   });
 });
 
-test('run() with the Responses model\'s other settings (truncation "auto", reasoning effort, store false) is answered', async () => {
+test('run() with the Responses model\'s other settings (truncation "auto", reasoning effort, store false) and an outputType is answered', async () => {
   await withServer(async (client) => {
     const { agent } = weatherAgent(new OpenAIResponsesModel(client, "scripted"), {
       truncation: "auto", reasoning: { effort: "low" }, store: false, parallelToolCalls: false, topP: 0.9, maxTokens: 8,
     });
     const r = await run(agent, "How is it today.");
     assert.equal(r.finalOutput, "Sunny.");
+    // An outputType becomes text.format's JSON schema: the grammar makes the answer a value of it.
+    const typed = new Agent({ name: "typed", model: new OpenAIResponsesModel(client, "scripted"), outputType: z.object({ sky: z.enum(["sunny", "rainy"]) }), modelSettings: { temperature: 0, maxTokens: 40 } });
+    const out = (await run(typed, "How is it today.")).finalOutput!;
+    assert.ok(out.sky === "sunny" || out.sky === "rainy", JSON.stringify(out));
   });
 });
