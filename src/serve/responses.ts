@@ -3,9 +3,11 @@
  * `GET /v1/responses/{id}/input_items`) over the chat path: a request becomes a chat request
  * (responses-input.ts), is answered as chat answers are (templates, tool-call and reasoning parsers,
  * grammars), and its answer becomes output items (responses-output.ts). `previous_response_id`
- * continues a stored conversation; the conversation is one engine session (its first response's id
- * unless the client names one with `prompt_cache_key` or `user`), so a turn that ends in function
- * calls leaves its KV kept for the tools' return under agent retention, with no extra field.
+ * continues a stored conversation, `conversation` a Conversations API one (conversations.ts), and
+ * `truncation: "auto"` drops its oldest exchanges when it is too long. A conversation is one engine
+ * session (its first response's id or the conversation's, unless the client names one with
+ * `prompt_cache_key` or `user`), so a turn that ends in function calls leaves its KV kept for the
+ * tools' return under agent retention, with no extra field.
  */
 import { ChatOutputStream } from "./chat-output.ts";
 import type { Conversation, ConversationStore } from "./conversation-store.ts";
