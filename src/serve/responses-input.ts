@@ -135,11 +135,10 @@ export function functionTools(tools: ResponsesRequest["tools"]): { tools: ToolDe
 
 /**
  * The chat request that answers a Responses request: `instructions` as the system message, then the
- * stored conversation, then this turn's input; flat function tools in the chat shape; `text.format`
+ * stored conversation, then this turn's input; `tools` (from {@link functionTools}); `text.format`
  * as `response_format`; `reasoning.effort` as the template variable gpt-oss's template reads.
  */
-export function chatRequestOf(body: ResponsesRequest, history: readonly ChatMessageIn[], input: readonly ChatMessageIn[], sessionId: string | undefined): ChatRequest {
-  const { tools } = functionTools(body.tools);
+export function chatRequestOf(body: ResponsesRequest, history: readonly ChatMessageIn[], input: readonly ChatMessageIn[], sessionId: string | undefined, tools: readonly ToolDef[]): ChatRequest {
   const choice = body.tool_choice;
   const format = body.text?.format;
   const responseFormat = !format ? undefined : format.type === "json_schema"

@@ -167,7 +167,8 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
   const sessionId = body.prompt_cache_key || body.user || session || (stored ? id : undefined);
   const input = itemsToMessages(typeof body.input === "string" ? [{ role: "user", content: body.input }] : body.input as InputItem[], history);
   const topLogprobs = logprobsAsked(body);
-  const chat = { ...chatRequestOf(body, history, input, sessionId), ...(topLogprobs !== undefined ? { logprobs: true, top_logprobs: topLogprobs } : {}) };
+  const { tools, namespaceOf } = functionTools(body.tools);
+  const chat = { ...chatRequestOf(body, history, input, sessionId, tools), ...(topLogprobs !== undefined ? { logprobs: true, top_logprobs: topLogprobs } : {}) };
   const inputItems = inputItemsOf(body.input);
   if (conversation) checkRoom(state.conversations, conversation, inputItems, "input");
   const submitted = submitTurn(ctx, chat, body.truncation);
@@ -184,7 +185,7 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
   return {
     id, submitted, shell, store: stored, inputItems, input, previousId, conversation, sessionId,
     maxToolCalls: Math.min(body.max_tool_calls ?? Infinity, parallel ? Infinity : 1), logprobs: topLogprobs !== undefined,
-    namespaceOf: functionTools(body.tools).namespaceOf,
+    namespaceOf,
   };
 }
 
