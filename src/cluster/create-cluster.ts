@@ -6,9 +6,9 @@
 import { OnlinePlanner, type OnlinePlannerOptions } from "../../planner/online-planner.ts";
 import type { Planner, Role } from "../../planner/types.ts";
 import type { BackendChoice } from "../backend/select.ts";
-import type { Backend } from "../backend/types.ts";
+import type { Backend, KvDType } from "../backend/types.ts";
 import { type CreateEngineOptions, createEngines } from "../engine/engine-factory.ts";
-import { kvBytesPerBlock } from "../engine/kv-cache.ts";
+import { kvBytesPerBlock, type KvDTypeChoice, resolveKvDtype } from "../engine/kv-cache.ts";
 import { DEFAULT_SCHEDULER_CONFIG } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import type { QuantizeDType } from "../model/weights.ts";
@@ -54,7 +54,8 @@ export function createCluster(backend: Backend, model: LoadedModel, o: CreateClu
       o.onStep?.(workerId, r);
     },
   })));
-  cluster = new Cluster(engines.map(localWorkerEngine), { ...o, planner: clusterPlanner(o), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize) });
+  const dtype = resolveKvDtype(backend, model.config, e.kvCacheDtype);
+  cluster = new Cluster(engines.map(localWorkerEngine), { ...o, planner: clusterPlanner(o), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize, dtype) });
   return cluster;
 }
 
@@ -65,7 +66,7 @@ export function createCluster(backend: Backend, model: LoadedModel, o: CreateClu
  */
 export async function startThreadCluster(model: LoadedModel, modelPath: string, backend: BackendChoice, o: CreateClusterOptions): Promise<Cluster> {
   if (!Number.isInteger(o.workers) || o.workers < 1) throw new RangeError(`The worker count must be a positive integer, got ${o.workers}`);
-  return startRemoteCluster(model, o, (id, engine, onStep) => RemoteEngine.start(id, { path: modelPath, quantize: o.quantize }, backend, engine, onStep));
+  return startRemoteCluster(model, o, (id, engine, onStep) => RemoteEngine.start(id, { path: modelPath, quantize: o.quantize }, backend, engine, onStep), backend);
 }
 
 /**
@@ -79,7 +80,7 @@ export async function startTcpCluster(
   for (const a of addresses) parseAddress(a);
   return startRemoteCluster(model, { ...o, workers: addresses.length }, (id, engine, onStep) => {
     return connectTcpWorker(id, addresses[Number(id.slice("worker-".length))], modelPath, backend, engine, onStep, o.workerToken, o.quantize);
-  });
+  }, backend);
 }
 
 /**
@@ -137,7 +138,18 @@ export function remoteWorkerWiring(o: CreateClusterOptions | Omit<CreateClusterO
 }
 
 /** Starts `o.workers` remote engines; if one cannot start, stops the others and throws its error. */
-async function startRemoteCluster(model: LoadedModel, o: CreateClusterOptions, start: StartWorker): Promise<Cluster> {
+/**
+ * The KV dtype the router prices a block's move in, for workers that resolve their own (`backend` is
+ * their choice): a stated dtype, else what "auto" picks on that backend (f16 where attention takes it:
+ * webgpu and reference, with an even head dimension); for "auto" backends, which one a worker finds
+ * is not known here, so f32 (a move priced at most twice its cost, never under).
+ */
+export function remoteKvDtype(config: LoadedModel["config"], choice: KvDTypeChoice | undefined, backend: BackendChoice): KvDType {
+  if (choice === "f32" || choice === "f16") return choice;
+  return (backend === "webgpu" || backend === "reference") && config.headDim % 2 === 0 ? "f16" : "f32";
+}
+
+async function startRemoteCluster(model: LoadedModel, o: CreateClusterOptions, start: StartWorker, backend: BackendChoice): Promise<Cluster> {
   const e = o.engine ?? {};
   let cluster: Cluster | undefined;
   const { portable, onStep } = remoteWorkerWiring(o, () => cluster);
@@ -150,7 +162,8 @@ async function startRemoteCluster(model: LoadedModel, o: CreateClusterOptions, s
     await Promise.all(engines.map((t) => t.stop()));
     throw failed ? failed.reason : otherModelError(other!, expected);
   }
-  cluster = new Cluster(engines, { ...o, planner: clusterPlanner(o), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize) });
+  const bytesPerBlock = kvBytesPerBlock(model.config, e.blockSize, remoteKvDtype(model.config, e.kvCacheDtype, backend));
+  cluster = new Cluster(engines, { ...o, planner: clusterPlanner(o), bytesPerBlock });
   return cluster;
 }
 

@@ -9,7 +9,7 @@ import { DEFAULT_BLOCK_SIZE, kvBytesPerBlock } from "../engine/kv-cache.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { Cluster } from "./cluster.ts";
 import { modelFingerprint } from "../model/fingerprint.ts";
-import { clusterPlanner, connectTcpWorker, type CreateClusterOptions, otherModelError, remoteWorkerWiring } from "./create-cluster.ts";
+import { clusterPlanner, connectTcpWorker, type CreateClusterOptions, otherModelError, remoteKvDtype, remoteWorkerWiring } from "./create-cluster.ts";
 import { connectControlPlane, controlSubjects, watchWorkers } from "./nats-membership.ts";
 
 /** Where the control plane is and how a leaving worker is treated. */
@@ -33,7 +33,7 @@ export async function startNatsCluster(
   const e = o.engine ?? {};
   // Until a worker joins, the context limit is what the engines are asked for.
   const shape = { maxModelLen: Math.min(e.maxModelLen ?? model.config.contextLength, model.config.contextLength), blockSize: e.blockSize ?? DEFAULT_BLOCK_SIZE };
-  const c = new Cluster([], { ...o, shape, planner: clusterPlanner({ ...o, workers: 0 }), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize) });
+  const c = new Cluster([], { ...o, shape, planner: clusterPlanner({ ...o, workers: 0 }), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize, remoteKvDtype(model.config, e.kvCacheDtype, backend)) });
   const { portable, onStep } = remoteWorkerWiring(o, () => c);
   const fingerprint = modelFingerprint(model);
   const watch = watchWorkers(nc, c, {

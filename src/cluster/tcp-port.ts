@@ -1,8 +1,8 @@
 /**
  * The cluster protocol over TCP (node:net, on Deno and Node): a worker process listens
  * (`src/cli/worker.ts`), the cluster connects. Each message is one frame: a 4-byte length, a 4-byte
- * header length, the message as JSON with every Float32Array replaced by a reference, then those
- * arrays' bytes (KV moves as raw floats, not as JSON numbers).
+ * header length, the message as JSON with every Float32Array and Uint16Array replaced by a reference,
+ * then those arrays' bytes (KV moves as raw f32 values or half bits, not as JSON numbers).
  */
 import net from "node:net";
 import type { ThreadPort } from "../runtime/threads.ts";
@@ -12,20 +12,21 @@ export class FrameError extends Error {
   override name = "FrameError";
 }
 
-interface BufferRef {
-  $f32: number;
-}
+/** A typed array sent after the JSON: its index among the frame's arrays, by kind. */
+type BufferRef = { $f32: number } | { $u16: number };
+
+type RawArray = Float32Array | Uint16Array;
 
 function encode(message: unknown): Uint8Array {
-  const arrays: Float32Array[] = [];
+  const arrays: RawArray[] = [];
   // An array met twice is sent once (an MLA layer's values are its keys' array): both references
   // come back as one array.
-  const seen = new Map<Float32Array, number>();
+  const seen = new Map<RawArray, number>();
   const json = JSON.stringify(message, (_k, v) => {
-    if (v instanceof Float32Array) {
+    if (v instanceof Float32Array || v instanceof Uint16Array) {
       let at = seen.get(v);
       if (at === undefined) seen.set(v, (at = arrays.push(v) - 1));
-      return { $f32: at } satisfies BufferRef;
+      return (v instanceof Float32Array ? { $f32: at } : { $u16: at }) satisfies BufferRef;
     }
     return v;
   });
@@ -50,15 +51,29 @@ function decode(frame: Uint8Array): unknown {
   const headerLength = view.getUint32(0);
   if (4 + headerLength > frame.length) throw new FrameError(`A frame of ${frame.length} bytes announces a ${headerLength}-byte header`);
   const json = new TextDecoder().decode(frame.subarray(4, 4 + headerLength));
-  const arrays: Float32Array[] = [];
+  // Raw bytes by index; each becomes a typed array of the kind its reference names.
+  const raw: ArrayBuffer[] = [];
   let o = 4 + headerLength;
   while (o < frame.length) {
     const n = view.getUint32(o);
-    // Copy: the frame's bytes need not be 4-byte aligned.
-    arrays.push(new Float32Array(frame.slice(o + 4, o + 4 + n).buffer));
+    // Copy: the frame's bytes need not be aligned.
+    raw.push(frame.slice(o + 4, o + 4 + n).buffer);
     o += 4 + n;
   }
-  return JSON.parse(json, (_k, v) => (v !== null && typeof v === "object" && typeof (v as BufferRef).$f32 === "number" ? arrays[(v as BufferRef).$f32] : v));
+  const typed = new Map<number, RawArray>();
+  const arrayAt = (at: number, make: (b: ArrayBuffer) => RawArray, width: number): RawArray => {
+    if (raw[at] === undefined) throw new FrameError(`A frame refers to array ${at} but carries ${raw.length}`);
+    if (raw[at].byteLength % width !== 0) throw new FrameError(`A frame's array ${at} of ${raw[at].byteLength} bytes is not of ${width}-byte values`);
+    let a = typed.get(at);
+    if (a === undefined) typed.set(at, (a = make(raw[at])));
+    return a;
+  };
+  return JSON.parse(json, (_k, v) => {
+    if (v === null || typeof v !== "object") return v;
+    if (typeof (v as { $f32?: unknown }).$f32 === "number") return arrayAt((v as { $f32: number }).$f32, (b) => new Float32Array(b), 4);
+    if (typeof (v as { $u16?: unknown }).$u16 === "number") return arrayAt((v as { $u16: number }).$u16, (b) => new Uint16Array(b), 2);
+    return v;
+  });
 }
 
 /** A socket's port, whose largest accepted frame can change (small until the peer has greeted). */

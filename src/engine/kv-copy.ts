@@ -4,18 +4,39 @@
  * `download` read slots out, `upload` + `kvWrite` write them in. Swap preemption (kv-swap.ts) and
  * moving a cached prefix between workers (prefix-transfer.ts) both use it.
  */
+import { f16BitsToF32Array, f32ArrayToF16Bits } from "../backend/half-float.ts";
 import type { Backend, Tensor } from "../backend/types.ts";
 import type { PagedKv } from "../model/forward.ts";
 
+/** One layer's K or V on the host: f32 values, or IEEE half bits (HostKv.dtype says which). */
+export type HostKvArray = Float32Array | Uint16Array;
+
 /**
- * KV of some cache slots on the host: per layer, [numTokens, kvHeads * headDim] for K and for V, as
- * f32 whatever the cache's dtype. Where a layer's keys and values share one cache (MLA), `v[l]` is
- * the same array as `k[l]`.
+ * KV of some cache slots on the host: per layer, [numTokens, kvHeads * headDim] for K and for V, in
+ * the cache's dtype — an f16 cache's copies are half bits (`Uint16Array`), half the host memory and
+ * half the bytes a peer is sent of f32. Where a layer's keys and values share one cache (MLA),
+ * `v[l]` is the same array as `k[l]`.
  */
-export interface HostKv {
-  numTokens: number;
-  k: Float32Array[];
-  v: Float32Array[];
+export type HostKv =
+  | { numTokens: number; dtype: "f32"; k: Float32Array[]; v: Float32Array[] }
+  | { numTokens: number; dtype: "f16"; k: Uint16Array[]; v: Uint16Array[] };
+
+/** Bytes the host copy holds (a shared cache's array counted once). */
+export function hostKvBytes(kv: HostKv): number {
+  let bytes = 0;
+  for (const a of new Set<HostKvArray>([...kv.k, ...kv.v])) bytes += a.byteLength;
+  return bytes;
+}
+
+/** The first `numTokens` tokens of `kv` (views, not copies). */
+export function headOfKv(kv: HostKv, numTokens: number): HostKv {
+  const cut = <T extends HostKvArray>(a: T) => a.subarray(0, (a.length / kv.numTokens) * numTokens) as T;
+  // A shared cache's values stay its keys' array.
+  const part = <T extends HostKvArray>(x: { k: T[]; v: T[] }) => {
+    const k = x.k.map(cut);
+    return { k, v: x.v.map((a, l) => (a === x.k[l] ? k[l] : cut(a))) };
+  };
+  return kv.dtype === "f32" ? { numTokens, dtype: "f32", ...part(kv) } : { numTokens, dtype: "f16", ...part(kv) };
 }
 
 /** Flat cache slots of positions 0..numTokens-1 over a block table. */
@@ -31,11 +52,11 @@ function kvWidth(kv: PagedKv): [heads: number, dim: number] {
 }
 
 /**
- * Reads `slots` out of every layer, widened to f32 (an f16 cache's rows are read with `embedding`,
- * which takes any weight dtype; f16 → f32 → f16 is exact, so a round trip loses nothing). A cache
- * shared by keys and values (MLA) is read once: the result's `v[l]` is its `k[l]`. The gathers are
- * enqueued before this returns, so a forward enqueued afterwards may overwrite those slots; the
- * bytes arrive on the host later.
+ * Reads `slots` out of every layer in the cache's dtype (an f16 cache's rows are gathered with
+ * `embedding`, which takes any weight dtype and gives f32, then packed back to half bits on the host:
+ * f16 → f32 → f16 is exact, so a round trip loses nothing). A cache shared by keys and values (MLA)
+ * is read once: the result's `v[l]` is its `k[l]`. The gathers are enqueued before this returns, so
+ * a forward enqueued afterwards may overwrite those slots; the bytes arrive on the host later.
  */
 export function readSlots(backend: Backend, kv: PagedKv, slots: Int32Array): Promise<HostKv> {
   const [heads, dim] = kvWidth(kv);
@@ -54,14 +75,19 @@ export function readSlots(backend: Backend, kv: PagedKv, slots: Int32Array): Pro
   return (async (): Promise<HostKv> => {
     try {
       const host = await Promise.all(gathered.map((t) => backend.download(t) as Promise<Float32Array>));
-      const k: Float32Array[] = [];
-      const v: Float32Array[] = [];
-      let i = 0;
-      for (let l = 0; l < kv.k.length; l++) {
-        k.push(host[i++]);
-        v.push(kv.v[l] === kv.k[l] ? k[l] : host[i++]);
-      }
-      return { numTokens: slots.length, k, v };
+      const layers = <T extends HostKvArray>(arrays: T[]) => {
+        const k: T[] = [];
+        const v: T[] = [];
+        let i = 0;
+        for (let l = 0; l < kv.k.length; l++) {
+          k.push(arrays[i++]);
+          v.push(kv.v[l] === kv.k[l] ? k[l] : arrays[i++]);
+        }
+        return { k, v };
+      };
+      const numTokens = slots.length;
+      if ((kv.dtype ?? "f32") === "f32") return { numTokens, dtype: "f32", ...layers(host) };
+      return { numTokens, dtype: "f16", ...layers(host.map((a) => f32ArrayToF16Bits(a))) };
     } finally {
       for (const t of gathered) backend.free(t);
     }
@@ -70,7 +96,7 @@ export function readSlots(backend: Backend, kv: PagedKv, slots: Int32Array): Pro
 
 /**
  * Writes `data` (its first `slots.length` tokens, from token `offset`) into `slots` of every layer,
- * rounded to the cache's dtype.
+ * rounded to the cache's dtype (half bits are widened to f32 for the upload: exact).
  */
 export function writeSlots(backend: Backend, kv: PagedKv, slots: Int32Array, data: HostKv, offset = 0): void {
   const [heads, dim] = kvWidth(kv);
@@ -78,10 +104,14 @@ export function writeSlots(backend: Backend, kv: PagedKv, slots: Int32Array, dat
   const n = slots.length;
   const shape = [n, heads, dim];
   const idx = backend.upload(slots, [n]);
+  const rows = (a: HostKvArray) => {
+    const part = a.subarray(offset * width, (offset + n) * width);
+    return part instanceof Float32Array ? part : f16BitsToF32Array(part);
+  };
   for (let l = 0; l < kv.k.length; l++) {
-    const k = backend.upload(data.k[l].subarray(offset * width, (offset + n) * width), shape);
+    const k = backend.upload(rows(data.k[l]), shape);
     // One shared cache takes the keys once (they hold the values).
-    const v = kv.v[l] === kv.k[l] ? k : backend.upload(data.v[l].subarray(offset * width, (offset + n) * width), shape);
+    const v = kv.v[l] === kv.k[l] ? k : backend.upload(rows(data.v[l]), shape);
     backend.kvWrite(k, v, kv.k[l], kv.v[l], idx);
     backend.free(k);
     if (v !== k) backend.free(v);
@@ -89,24 +119,39 @@ export function writeSlots(backend: Backend, kv: PagedKv, slots: Int32Array, dat
   backend.free(idx);
 }
 
-/** Consecutive blocks' KV as one run (per layer, tokens in order). */
+/**
+ * Consecutive blocks' KV as one run (per layer, tokens in order), in the parts' dtype; parts of
+ * different dtypes (none arise within one worker) are joined as f32.
+ */
 export function concatKv(parts: readonly HostKv[]): HostKv {
-  const k = parts[0].k.map((_, l) => concatF32(parts.map((p) => p.k[l])));
-  // A shared cache's values are its keys (readSlots): keep them one array.
-  const shared = (l: number) => parts.every((p) => p.v[l] === p.k[l]);
-  return {
-    numTokens: parts.reduce((a, p) => a + p.numTokens, 0),
-    k,
-    v: parts[0].v.map((_, l) => shared(l) ? k[l] : concatF32(parts.map((p) => p.v[l]))),
-  };
+  const numTokens = parts.reduce((a, p) => a + p.numTokens, 0);
+  if (parts.every((p) => p.dtype === "f16")) {
+    const halves = parts as readonly Extract<HostKv, { dtype: "f16" }>[];
+    return { numTokens, dtype: "f16", ...concatLayers(halves, (n) => new Uint16Array(n)) };
+  }
+  return { numTokens, dtype: "f32", ...concatLayers(parts.map(asF32), (n) => new Float32Array(n)) };
 }
 
-function concatF32(arrays: readonly Float32Array[]): Float32Array {
-  const out = new Float32Array(arrays.reduce((a, x) => a + x.length, 0));
-  let o = 0;
-  for (const a of arrays) {
-    out.set(a, o);
-    o += a.length;
-  }
-  return out;
+/** `kv` with f32 arrays (half bits widened; a shared cache stays one array). */
+export function asF32(kv: HostKv): Extract<HostKv, { dtype: "f32" }> {
+  if (kv.dtype === "f32") return kv;
+  const k = kv.k.map((a) => f16BitsToF32Array(a));
+  return { numTokens: kv.numTokens, dtype: "f32", k, v: kv.v.map((a, l) => (a === kv.k[l] ? k[l] : f16BitsToF32Array(a))) };
+}
+
+function concatLayers<T extends HostKvArray>(parts: readonly { k: T[]; v: T[] }[], alloc: (n: number) => T): { k: T[]; v: T[] } {
+  const join = (arrays: readonly T[]): T => {
+    const out = alloc(arrays.reduce((a, x) => a + x.length, 0));
+    let o = 0;
+    for (const a of arrays) {
+      // Both kinds hold numbers; `set` copies within one kind here.
+      (out as HostKvArray).set(a as never, o);
+      o += a.length;
+    }
+    return out;
+  };
+  const k = parts[0].k.map((_, l) => join(parts.map((p) => p.k[l])));
+  // A shared cache's values are its keys (readSlots): keep them one array.
+  const shared = (l: number) => parts.every((p) => p.v[l] === p.k[l]);
+  return { k, v: parts[0].v.map((_, l) => (shared(l) ? k[l] : join(parts.map((p) => p.v[l])))) };
 }

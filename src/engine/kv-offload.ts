@@ -7,10 +7,10 @@
  * waiting on a tool gets its blocks back shortly before its predicted return (prefetch).
  */
 import {
-  type BlockMeta, type BlockPool, chainHashes, type EvictedBlock, type KvEventSink, prefetchStartTime, type SessionTracker, TierCache,
+  type BlockHash, type BlockMeta, type BlockPool, chainHashes, type EvictedBlock, type KvEventSink, prefetchStartTime, type SessionTracker, TierCache,
 } from "../../kv/index.ts";
 import type { StepRunner } from "./engine-runner.ts";
-import { concatKv, type HostKv } from "./kv-copy.ts";
+import { concatKv, type HostKv, hostKvBytes } from "./kv-copy.ts";
 import { importPrefix } from "./prefix-transfer.ts";
 import type { Sequence } from "./sequence.ts";
 
@@ -30,6 +30,8 @@ export interface KvOffloadStats {
   /** Blocks held in host memory now. */
   hostBlocks: number;
   hostCapacityBlocks: number;
+  /** Bytes those blocks' KV takes in host memory (copies still on their way not counted). */
+  hostBytes: number;
   /** Blocks copied to host memory, and written back to the device, since start. */
   offloadedBlocks: number;
   restoredBlocks: number;
@@ -44,6 +46,8 @@ export class HostKvOffload {
   private offloaded = 0;
   private restored = 0;
   private prefetched = 0;
+  /** Bytes of the held copies that have arrived. */
+  private bytes = 0;
   /** Each session's last turn (prompt and output), most recently ended last: what a prefetch restores. */
   private readonly lastTurn = new Map<string, number[]>();
   /** Sequences already given their host blocks, with their preemption count then. */
@@ -57,7 +61,7 @@ export class HostKvOffload {
     if (!Number.isInteger(capacityBlocks) || capacityBlocks < 1) throw new RangeError(`The host KV tier needs at least 1 block, got ${capacityBlocks}`);
     this.tier = new TierCache({ tier: "host", capacityBlocks, bandwidthBytesPerS: 0, latencyS: 0 }, workerId, (e) => {
       // Entries the tier drops past its capacity free their bytes.
-      if (e.kind === "removed") for (const h of e.hashes) this.blocks.delete(h);
+      if (e.kind === "removed") for (const h of e.hashes) this.drop(h);
       events?.(e);
     });
   }
@@ -65,8 +69,14 @@ export class HostKvOffload {
   /** The pool's `onEvict`: copies the leaving block out while its KV is still intact. */
   evicted(b: EvictedBlock): void {
     const entry: HostBlock = { kv: undefined, failed: false };
+    this.drop(b.hash);
     this.blocks.set(b.hash, entry);
-    this.runner.readBlocks!([b.blockId]).then((kv) => (entry.kv = kv), () => (entry.failed = true));
+    this.runner.readBlocks!([b.blockId]).then((kv) => {
+      // A copy that arrives after the tier dropped (or replaced) its block is not kept.
+      if (this.blocks.get(b.hash) !== entry) return;
+      entry.kv = kv;
+      this.bytes += hostKvBytes(kv);
+    }, () => (entry.failed = true));
     this.tier.offload(b.hash, { parentHash: b.parentHash, tokens: b.tokens, meta: b.meta }, this.clock());
     this.offloaded++;
   }
@@ -167,7 +177,14 @@ export class HostKvOffload {
     return next === Infinity ? undefined : Math.max(0, (next - now) * 1000);
   }
 
+  /** Forgets a held block's copy. */
+  private drop(hash: BlockHash): void {
+    const kv = this.blocks.get(hash)?.kv;
+    if (kv) this.bytes -= hostKvBytes(kv);
+    this.blocks.delete(hash);
+  }
+
   stats(): KvOffloadStats {
-    return { hostBlocks: this.tier.size, hostCapacityBlocks: this.capacityBlocks, offloadedBlocks: this.offloaded, restoredBlocks: this.restored, prefetchedBlocks: this.prefetched };
+    return { hostBlocks: this.tier.size, hostCapacityBlocks: this.capacityBlocks, hostBytes: this.bytes, offloadedBlocks: this.offloaded, restoredBlocks: this.restored, prefetchedBlocks: this.prefetched };
   }
 }

@@ -8,7 +8,7 @@
 import type { BlockMeta, BlockPool } from "../../kv/index.ts";
 import type { StepRunner } from "./engine-runner.ts";
 import { type HandoffTails, tailBlockIndex } from "./handoff-tails.ts";
-import { concatKv, type HostKv } from "./kv-copy.ts";
+import { concatKv, headOfKv, type HostKv } from "./kv-copy.ts";
 
 /** A cached prefix's KV on the host, on its way to another worker (or back from host memory). */
 export interface PrefixKv {
@@ -56,7 +56,7 @@ export async function exportPrefix(
   }
   const onDevice = m.blockIds.length;
   let more = onDevice < maxBlocks && host !== undefined ? host.continuation(tokens, onDevice).kv : null;
-  if (more !== null && more.numTokens > (maxBlocks - onDevice) * bs) more = headOf(more, (maxBlocks - onDevice) * bs);
+  if (more !== null && more.numTokens > (maxBlocks - onDevice) * bs) more = headOfKv(more, (maxBlocks - onDevice) * bs);
   const parts = [...(read === undefined ? [] : [await read]), ...(more === null ? [] : [more])];
   if (parts.length === 0) return null;
   const kv = parts.length === 1 ? parts[0] : concatKv(parts);
@@ -90,12 +90,6 @@ export async function exportHandoff(
   }
   if (read === undefined) return exportPrefix(pool, runner, prompt, Infinity, host);
   return { tokens: [...prompt], blockSize: bs, kv: await read, tail: true };
-}
-
-/** The first `numTokens` tokens of `kv`. */
-function headOf(kv: HostKv, numTokens: number): HostKv {
-  const cut = (a: Float32Array) => a.subarray(0, (a.length / kv.numTokens) * numTokens);
-  return { numTokens, k: kv.k.map(cut), v: kv.v.map(cut) };
 }
 
 /**

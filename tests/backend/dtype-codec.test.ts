@@ -9,6 +9,7 @@ import {
   f32ToBf16,
   f32ToF16,
 } from "../../src/backend/dtype-codec.ts";
+import { f16BitsToF32Array, f32ArrayToF16Bits } from "../../src/backend/half-float.ts";
 
 test("f32ToF16() and f16ToF32() match hand-computed half values", () => {
   assert.equal(f32ToF16(1), 0x3c00);
@@ -52,4 +53,24 @@ test("encodeFromF32() q8_0 uses llama.cpp's block layout and decodeToF32() inver
 test("decodeToF32() rejects a buffer shorter than its element count", () => {
   assert.throws(() => decodeToF32(new Uint8Array(6), "f32", 2), /Need 8 bytes for 2 f32 values, got 6/);
   assert.throws(() => byteSize("q8_0", 33), /multiple of 32 elements, got 33/);
+});
+
+test("f32ArrayToF16Bits() and f16BitsToF32Array() agree with f32ToF16() and f16ToF32() on every half and on random f32 bits", () => {
+  const halves = Uint16Array.from({ length: 65536 }, (_, i) => i);
+  const widened = f16BitsToF32Array(halves);
+  for (let h = 0; h < 65536; h++) {
+    const want = f16ToF32(h);
+    assert.ok(Object.is(widened[h], want) || (Number.isNaN(want) && Number.isNaN(widened[h])), `half 0x${h.toString(16)}: ${widened[h]} vs ${want}`);
+  }
+  // Every half but NaN survives f16 → f32 → f16 bit for bit (NaN payloads become the quiet NaN).
+  const back = f32ArrayToF16Bits(widened);
+  for (let h = 0; h < 65536; h++) if (!Number.isNaN(widened[h])) assert.equal(back[h], h, `half 0x${h.toString(16)}`);
+  // Random f32 bit patterns cover rounding ties, overflow to infinity, subnormal halves and NaN.
+  let seed = 12345;
+  const bits = Uint32Array.from({ length: 200_000 }, () => (seed = (Math.imul(seed, 1103515245) + 12345) >>> 0));
+  // Values near half's range too (exponents 100..150), where the fast path's rounding carries.
+  for (let i = 0; i < bits.length; i += 2) bits[i] = (bits[i] & 0x807fffff) | ((100 + (bits[i] % 51)) << 23);
+  const values = new Float32Array(bits.buffer);
+  const packed = f32ArrayToF16Bits(values);
+  for (let i = 0; i < values.length; i++) assert.equal(packed[i], f32ToF16(values[i]), `f32 0x${bits[i].toString(16)}`);
 });

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { sharedRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
-import { clusterPlanner, createCluster, type CreateClusterOptions } from "../../src/cluster/create-cluster.ts";
+import { clusterPlanner, createCluster, type CreateClusterOptions, remoteKvDtype } from "../../src/cluster/create-cluster.ts";
 import { type PeerTransferMode, peerTransferOptions } from "../../src/cluster/cluster-router.ts";
 import type { Cluster, ClusterDecision } from "../../src/cluster/cluster.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
@@ -262,6 +262,17 @@ test("Cluster cancels a request while its prefill runs elsewhere, and keeps serv
   assert.deepEqual(after.streamed, golden.greedy20);
   for (const w of cl.workers) assert.equal(w.engine.stats().kvUsedBlocks, 0, `${w.id} holds no blocks once idle`);
   await cl.stop();
+});
+
+test("remoteKvDtype() prices a block's move in the dtype the workers' caches will hold", () => {
+  const even = model.config, odd = { ...model.config, headDim: 7 };
+  assert.equal(remoteKvDtype(even, "f32", "webgpu"), "f32");
+  assert.equal(remoteKvDtype(even, "f16", "cuda"), "f16");
+  assert.equal(remoteKvDtype(even, "auto", "webgpu"), "f16");
+  assert.equal(remoteKvDtype(even, undefined, "reference"), "f16");
+  assert.equal(remoteKvDtype(odd, "auto", "webgpu"), "f32", "f16 caches need an even head dimension");
+  assert.equal(remoteKvDtype(even, "auto", "cuda"), "f32", "CUDA attention takes f32 caches");
+  assert.equal(remoteKvDtype(even, "auto", "auto"), "f32", "unknown backend: never priced under its cost");
 });
 
 test("createCluster() refuses roles that leave no worker to decode, and bad worker counts", () => {

@@ -45,6 +45,25 @@ test("socketPort() sends an array referenced twice once, and it arrives as one a
   await p.close();
 });
 
+test("socketPort() carries Uint16Arrays (an f16 cache's KV as half bits) as Uint16Arrays, beside Float32Arrays", async () => {
+  const halves = Uint16Array.from({ length: 999 }, (_, i) => (i * 131) & 0xffff);
+  // 999 half values are 1998 bytes: an odd count of 2-byte values, as f32 they could not be read back.
+  const p = await pair(64 * 1024);
+  const got = new Promise<unknown>((resolve, reject) => {
+    p.server.onMessage(resolve);
+    p.server.onError(reject);
+  });
+  p.client.post({ kv: { dtype: "f16", k: [halves], v: [halves] }, f32: new Float32Array([0.25]) });
+  const m = (await got) as { kv: { k: unknown[]; v: unknown[] }; f32: unknown };
+  assert.ok(m.kv.k[0] instanceof Uint16Array, `arrived as ${Object.prototype.toString.call(m.kv.k[0])}`);
+  assert.equal(m.kv.v[0], m.kv.k[0], "one array on the receiving side");
+  assert.deepEqual(Array.from(m.kv.k[0]), Array.from(halves));
+  assert.ok(m.f32 instanceof Float32Array);
+  assert.deepEqual(Array.from(m.f32), [0.25]);
+  await p.client.close();
+  await p.close();
+});
+
 test("socketPort() keeps messages that arrive before its handler is set (a worker greets first)", async () => {
   const server = net.createServer((s) => socketPort(s).post({ op: "hello", n: 1 }));
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));

@@ -12,7 +12,8 @@ import type { Backend, KvDType } from "../../src/backend/types.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { generate } from "../../src/engine/generate.ts";
 import { allocatePagedKv, freePagedKv, kvBytesPerBlock, type KvDTypeChoice, KvDTypeError, resolveKvDtype, sharesKvCache } from "../../src/engine/kv-cache.ts";
-import { readSlots, slotsOf, writeSlots } from "../../src/engine/kv-copy.ts";
+import { asF32, type HostKv, hostKvBytes, readSlots, slotsOf, writeSlots } from "../../src/engine/kv-copy.ts";
+import { f16BitsToF32Array, f16ToF32, f32ToF16 } from "../../src/backend/half-float.ts";
 import type { ModelConfig } from "../../src/model/config.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
 import { forward } from "../../src/model/forward.ts";
@@ -105,8 +106,9 @@ test("readSlots() and writeSlots() copy an f16 cache and MLA's shared cache thro
       const width = config.numKvHeads * config.headDim;
       const slots = slotsOf([2, 0], 7, 4);
       // Values that are not f16 (kvWrite rounds them), written through the backend into the source.
-      const host = {
+      const host: HostKv = {
         numTokens: 7,
+        dtype: "f32",
         k: src.k.map((_, l) => Float32Array.from({ length: 7 * width }, (_, i) => Math.sin(l * 1000 + i) * 3.3)),
         v: src.v.map((_, l) => Float32Array.from({ length: 7 * width }, (_, i) => Math.cos(l * 1000 + i) * 1.7)),
       };
@@ -117,7 +119,13 @@ test("readSlots() and writeSlots() copy an f16 cache and MLA's shared cache thro
         assert.equal(src.v[0], src.k[0], "one cache per layer");
         assert.equal(read.v[0], read.k[0], "a shared cache is read once");
       }
-      if (dtype === "f16") assert.notDeepEqual(read.k[0], host.k[0], "kvWrite rounded to f16");
+      assert.equal(read.dtype, dtype, "the host copy keeps the cache's dtype");
+      if (read.dtype === "f16") {
+        // Half bits, half the bytes of f32: what kvWrite rounded the values to, exactly.
+        assert.ok(read.k[0] instanceof Uint16Array);
+        assert.equal(hostKvBytes(read), (sharesKvCache(config) ? 1 : 2) * config.numLayers * 7 * width * 2);
+        assert.deepEqual(Array.from(f16BitsToF32Array(read.k[0])), Array.from(host.k[0], (x) => f16ToF32(f32ToF16(x))));
+      } else assert.deepEqual(read.k[0], host.k[0]);
       writeSlots(reference, dst, slots, read);
       for (let l = 0; l < config.numLayers; l++) {
         assert.deepEqual(await reference.download(dst.k[l]), await reference.download(src.k[l]), `layer ${l} keys`);
@@ -162,7 +170,7 @@ test("readSlots() on webgpu reads an f16 cache's rows as the reference holds the
       freeDeviceModel(backend, dm);
     }
   };
-  const [ours, want] = [await read(gpu), await read(reference)];
+  const [ours, want] = [asF32(await read(gpu)), asF32(await read(reference))];
   for (let l = 0; l < model.config.numLayers; l++) {
     for (const [got, ref] of [[ours.k[l], want.k[l]], [ours.v[l], want.v[l]]]) {
       // The backends' f32 forwards differ a little by layer 3, and f16 rounding then picks a neighbour

@@ -13,8 +13,8 @@ import type { Backend, KvDType } from "../../src/backend/types.ts";
 import { Engine } from "../../src/engine/engine.ts";
 import { modelStepRunner, type StepRunner } from "../../src/engine/engine-runner.ts";
 import type { GenerateRequest } from "../../src/engine/engine-types.ts";
-import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
-import type { HostKv } from "../../src/engine/kv-copy.ts";
+import { allocatePagedKv, freePagedKv, kvBytesPerBlock } from "../../src/engine/kv-cache.ts";
+import { type HostKv, hostKvBytes } from "../../src/engine/kv-copy.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
@@ -86,10 +86,18 @@ test("HostKvOffload on webgpu: a prompt restored from host KV generates what rec
 
 test("HostKvOffload on webgpu: an f16 cache's blocks come back from host memory as they left", async () => {
   assert.ok(gpu, `webgpu is unavailable: ${why}`);
-  // The host copy is widened to f32 (embedding reads the f16 rows) and rounded back by kvWrite: exact.
+  // The host copy is read as f32 (embedding reads the f16 rows), packed to half bits on the host and
+  // widened again for the upload, where kvWrite rounds it back: exact.
+  const copies: HostKv[] = [];
   const recompute = await evictAndReturn(engineOn(gpu, 0, undefined, "f16"));
-  const restored = await evictAndReturn(engineOn(gpu, 64, undefined, "f16"));
+  const restored = await evictAndReturn(engineOn(gpu, 64, (kv) => void copies.push(kv), "f16"));
   assert.equal(restored.again.cachedTokens, full, "the prompt's full blocks came back from host memory");
+  assert.ok(copies.length >= full / BLOCK);
+  for (const kv of copies) {
+    assert.equal(kv.dtype, "f16");
+    // Half the host memory of an f32 copy: a block's KV at 2 bytes a value.
+    assert.equal(hostKvBytes(kv), kvBytesPerBlock(model.config, BLOCK, "f16"));
+  }
   assert.deepEqual(restored.again.tokenIds, recompute.again.tokenIds);
   assert.deepEqual(restored.again.tokenIds, restored.first.tokenIds);
 }, { ignore: skip });
