@@ -7,10 +7,11 @@ import type { GenerateRequest, GenerateResult, StreamDelta } from "./engine-type
 import type { OutputText } from "./engine-text.ts";
 import type { PromptLogprobAsk, StepExtras } from "./engine-runner.ts";
 import type { StepEntry } from "./scheduler-types.ts";
-import type { LogitAdditions, LogitAdjuster } from "./logit-adjust.ts";
+import type { LogitAdjuster } from "./logit-adjust.ts";
+import { sampledRowAsks } from "./draft-extras.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { AsyncQueue } from "./events.ts";
-import type { OutputConstraint, TokenMask } from "./output-constraint.ts";
+import type { OutputConstraint } from "./output-constraint.ts";
 import type { UniformSource } from "./sampler-rng.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 
@@ -30,8 +31,8 @@ export interface Active {
   constraint: OutputConstraint | undefined;
   /** Each sampled token's log probability, EOS included (undefined: not asked for). */
   logprobs: TokenLogprob[] | undefined;
-  /** The last step's, until its token is committed. */
-  pendingLogprob?: TokenLogprob;
+  /** The last step's, one per token it gives (more than one when it accepted draft tokens), until they are committed. */
+  pendingLogprobs?: readonly TokenLogprob[];
   /**
    * Log probability of each prompt token given those before it (null for the first, and for
    * positions not computed yet); undefined: not asked for.
@@ -54,24 +55,13 @@ export function samplingRow(a: Active, sample: boolean): SamplingRow {
 }
 
 /**
- * Whether the request's decode steps may verify drafts (speculative decoding): not under an output
- * grammar (each draft row would need the mask of the state its draft prefix leads to), nor with log
- * probabilities or penalties that change with each token.
+ * Whether the request's decode steps may verify drafts (speculative decoding): any but a prefill-only
+ * request's. Each draft row takes the penalties and grammar mask of the output its draft prefix makes
+ * and reports its token's log probability (draft-extras.ts), so grammars, penalties and log
+ * probabilities give what one-token steps give.
  */
 export function speculates(a: Active): boolean {
-  return !a.constraint && !a.logprobs && !a.adjust?.dependsOnOutput && !a.req.prefillOnly;
-}
-
-/** What a step adds to the request's logits before sampling (undefined: nothing, or no token sampled). */
-function logitAdditions(a: Active, sample: boolean): LogitAdditions | undefined {
-  if (!sample || !a.adjust) return undefined;
-  const add = a.adjust.next(a.seq.tokens, a.seq.promptLength);
-  return add.size > 0 ? add : undefined;
-}
-
-/** The tokens the request's grammar allows next (undefined: free text, or no token sampled). */
-function tokenMask(a: Active, sample: boolean): TokenMask | undefined {
-  return sample ? a.constraint?.next(a.seq.tokens, a.seq.promptLength) : undefined;
+  return !a.req.prefillOnly;
 }
 
 /**
@@ -86,15 +76,30 @@ function promptAsk(a: Active, e: Pick<StepEntry, "startPos" | "tokens">): Prompt
   return { top, targets: a.seq.tokens.slice(e.startPos + 1, end) };
 }
 
-/** A step's logit additions and log-probability requests, one per entry (undefined when none asks). */
-export function stepExtras(active: readonly Active[], entries: readonly Pick<StepEntry, "sample" | "startPos" | "tokens">[]): StepExtras | undefined {
-  const additions = active.map((a, i) => logitAdditions(a, entries[i].sample));
+/**
+ * A step's logit additions, masks and log-probability requests, one per entry (undefined when none
+ * asks); an entry verifying a draft has its draft rows' too, and its own row's are those after the
+ * whole draft.
+ */
+export function stepExtras(active: readonly Active[], entries: readonly Pick<StepEntry, "sample" | "startPos" | "tokens" | "draft">[]): StepExtras | undefined {
+  const asks = active.map((a, i) => (entries[i].sample ? sampledRowAsks(a, entries[i].tokens.slice(entries[i].tokens.length - (entries[i].draft ?? 0))) : undefined));
+  const additions = asks.map((r) => r?.additions[r.additions.length - 1]);
+  const masks = asks.map((r) => r?.masks[r.masks.length - 1]);
+  const draftAdditions = asks.map((r) => someOf(r?.additions.slice(0, -1)));
+  const draftMasks = asks.map((r) => someOf(r?.masks.slice(0, -1)));
   const logprobs = active.map((a, i) => (entries[i].sample ? a.req.logprobs : undefined));
-  const masks = active.map((a, i) => tokenMask(a, entries[i].sample));
   const promptLogprobs = active.map((a, i) => promptAsk(a, entries[i]));
   const any = (xs: readonly unknown[]) => xs.some((x) => x !== undefined);
-  if (!any(additions) && !any(masks) && !any(logprobs) && !any(promptLogprobs)) return undefined;
-  return { additions, logprobs, ...(any(masks) ? { masks } : {}), ...(any(promptLogprobs) ? { promptLogprobs } : {}) };
+  if (![additions, masks, draftAdditions, draftMasks, logprobs, promptLogprobs].some(any)) return undefined;
+  return {
+    additions, logprobs, ...(any(masks) ? { masks } : {}), ...(any(promptLogprobs) ? { promptLogprobs } : {}),
+    ...(any(draftAdditions) ? { draftAdditions } : {}), ...(any(draftMasks) ? { draftMasks } : {}),
+  };
+}
+
+/** The rows' values when some row has one (undefined: none has, or no rows). */
+function someOf<T>(xs: readonly (T | undefined)[] | undefined): readonly (T | undefined)[] | undefined {
+  return xs?.some((x) => x !== undefined) ? xs : undefined;
 }
 
 /** Files a step's prompt log probabilities for an entry that started at `startPos` (see promptAsk). */
@@ -113,6 +118,7 @@ export function resultOf(a: Active, reason: FinishReason, error: string | undefi
     ...(a.logprobs ? { logprobs: a.logprobs.slice(0, eos ? ids.length - 1 : ids.length) } : {}),
     ...(a.promptLogprobs ? { promptLogprobs: a.promptLogprobs } : {}),
     finishReason: reason,
+    ...(reason === "stop" && a.text.stopString !== undefined ? { stopString: a.text.stopString } : {}),
     promptTokens: a.seq.promptLength,
     completionTokens: ids.length,
     cachedTokens: a.seq.numCachedPrompt,

@@ -17,20 +17,30 @@ import type { StepEntry, SwapOp } from "./scheduler-types.ts";
 
 /** What a step asks beyond its sampling rows, per entry (undefined: nothing for that entry). */
 export interface StepExtras {
-  /** Added to the entry's logits before sampling (logit biases and penalties). */
+  /** Added to the entry's own row's logits before sampling (logit biases and penalties; after its draft, if any). */
   additions?: readonly (LogitAdditions | undefined)[];
-  /** The tokens the entry's output grammar allows; the others are barred after the additions, whatever their bias. */
+  /**
+   * The tokens the entry's output grammar allows at its own row (after its draft, if any); the
+   * others are barred after the additions, whatever their bias.
+   */
   masks?: readonly (TokenMask | undefined)[];
-  /** Log probability of the sampled token and this many top alternatives (0 to MAX_TOP_LOGPROBS). */
+  /** Log probability of the sampled token and this many top alternatives (0 to MAX_TOP_LOGPROBS), at each row that samples. */
   logprobs?: readonly (number | undefined)[];
   /** Log probabilities of the prompt tokens the entry's rows predict (prompt_logprobs, echo). */
   promptLogprobs?: readonly (PromptLogprobAsk | undefined)[];
   /**
    * For an entry with a draft (StepEntry.draft = d): the sampling rows of its first d rows, each
    * sampling the token after the one it feeds (the entry's own row samples after the last draft
-   * token). Those rows get the entry's additions; they take no mask and no log probabilities.
+   * token). They report log probabilities when their entry asks (StepOutput.draftLogprobs).
    */
   drafts?: readonly (readonly SamplingRow[] | undefined)[];
+  /**
+   * Per draft row of an entry with a draft: added to that row's logits (penalties counting the draft
+   * tokens before it as output). Absent, or undefined for a row: nothing is added there.
+   */
+  draftAdditions?: readonly (readonly (LogitAdditions | undefined)[] | undefined)[];
+  /** Per draft row of an entry with a draft: the tokens its grammar allows after the draft tokens before it. */
+  draftMasks?: readonly (readonly (TokenMask | undefined)[] | undefined)[];
 }
 
 /**
@@ -52,6 +62,8 @@ export interface StepOutput {
   promptLogprobs?: (TokenLogprob[] | undefined)[];
   /** For the entries with a draft (StepExtras.drafts): the token sampled at each draft row. */
   draftIds?: (Int32Array | undefined)[];
+  /** For the entries with a draft that asked (StepExtras.logprobs): each draft row's sampled token's, from the raw logits. */
+  draftLogprobs?: (TokenLogprob[] | undefined)[];
 }
 
 /** Executes steps. */
@@ -103,11 +115,15 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
             backend.free(all);
           }
         }
-        // The raw rows are copied out before the additions change them.
-        const asking = (extras?.logprobs ?? []).flatMap((n, row) => (n === undefined ? [] : [row]));
+        // Rows: the entries', then the draft rows (draftRows' order). The raw rows are copied out
+        // before the additions change them.
+        const n = entries.length;
+        const lpTop = [...entries.map((_, i) => extras?.logprobs?.[i]), ...drafts.entry.map((i) => extras?.logprobs?.[i])];
+        const asking = lpTop.flatMap((top, row) => (top === undefined ? [] : [row]));
         if (asking.length > 0) raw = gatherLogitRows(backend, logits, asking);
-        if (extras?.additions) addToLogits(backend, logits, [...extras.additions, ...drafts.entry.map((i) => extras.additions![i])]);
-        if (extras?.masks) maskLogitRows(backend, logits, extras.masks);
+        const perDraftRow = <T>(asks: readonly (readonly (T | undefined)[] | undefined)[] | undefined) => drafts.entry.map((i, k) => asks?.[i]?.[drafts.pos[k]]);
+        addToLogits(backend, logits, [...entries.map((_, i) => extras?.additions?.[i]), ...perDraftRow(extras?.draftAdditions)]);
+        maskLogitRows(backend, logits, [...entries.map((_, i) => extras?.masks?.[i]), ...perDraftRow(extras?.draftMasks)]);
         const idsT = backend.sample(logits, [...rows, ...drafts.sampling]);
         let all: Int32Array;
         try {
@@ -115,15 +131,18 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
         } finally {
           backend.free(idsT);
         }
-        const ids = all.subarray(0, entries.length);
-        const draftIds = drafts.rows.length === 0 ? undefined : splitDraftIds(all.subarray(entries.length), entries);
+        const ids = all.subarray(0, n);
+        const draftIds = drafts.rows.length === 0 ? undefined : splitDraftRows(Array.from(all.subarray(n)), entries, (xs) => Int32Array.from(xs));
         const more = { ...(promptLogprobs ? { promptLogprobs } : {}), ...(draftIds ? { draftIds } : {}) };
         if (!raw) return { ids, ...more };
         const data = (await backend.download(raw)) as Float32Array;
         const vocab = logits.shape[1];
-        const logprobs: (TokenLogprob | undefined)[] = new Array(entries.length);
-        asking.forEach((row, k) => (logprobs[row] = tokenLogprob(data.subarray(k * vocab, (k + 1) * vocab), ids[row], extras!.logprobs![row]!)));
-        return { ids, logprobs, ...more };
+        const rowLogprobs: (TokenLogprob | undefined)[] = new Array(lpTop.length);
+        asking.forEach((row, k) => (rowLogprobs[row] = tokenLogprob(data.subarray(k * vocab, (k + 1) * vocab), all[row], lpTop[row]!)));
+        const logprobs = rowLogprobs.slice(0, n);
+        if (drafts.rows.length === 0 || asking[asking.length - 1] < n) return { ids, logprobs, ...more };
+        const draftLogprobs = splitDraftRows(rowLogprobs.slice(n), entries, (xs) => (xs.every((x) => x !== undefined) ? xs as TokenLogprob[] : undefined));
+        return { ids, logprobs, draftLogprobs, ...more };
       } finally {
         backend.free(logits);
         if (raw) backend.free(raw);
@@ -156,10 +175,10 @@ function promptRows(entries: readonly StepEntry[], asks: readonly (PromptLogprob
 
 /**
  * The flat rows of the entries' draft positions (each entry's first `draft` rows), in entry order,
- * with the entry each belongs to and its sampling row.
+ * with the entry each belongs to, its position in the draft and its sampling row.
  */
 function draftRows(entries: readonly StepEntry[], asks: readonly (readonly SamplingRow[] | undefined)[] | undefined) {
-  const rows: number[] = [], entry: number[] = [], sampling: SamplingRow[] = [];
+  const rows: number[] = [], entry: number[] = [], pos: number[] = [], sampling: SamplingRow[] = [];
   let offset = 0;
   entries.forEach((e, i) => {
     const d = e.draft ?? 0;
@@ -167,21 +186,22 @@ function draftRows(entries: readonly StepEntry[], asks: readonly (readonly Sampl
     for (let j = 0; j < d; j++) {
       rows.push(offset + j);
       entry.push(i);
+      pos.push(j);
       sampling.push(asks![i]![j]);
     }
     offset += e.tokens.length;
   });
-  return { rows, entry, sampling };
+  return { rows, entry, pos, sampling };
 }
 
-/** The draft rows' sampled tokens (draftRows' order), split per entry. */
-function splitDraftIds(ids: Int32Array, entries: readonly StepEntry[]): (Int32Array | undefined)[] {
+/** Values per draft row (draftRows' order), split per entry and made into `R` (undefined for entries without a draft). */
+function splitDraftRows<T, R>(values: readonly T[], entries: readonly StepEntry[], make: (xs: T[]) => R | undefined): (R | undefined)[] {
   let at = 0;
   return entries.map((e) => {
     const d = e.draft ?? 0;
     if (d === 0) return undefined;
     at += d;
-    return ids.slice(at - d, at);
+    return make(values.slice(at - d, at));
   });
 }
 

@@ -23,6 +23,8 @@ export class OutputText {
   /** Text decoded but held back: it may still begin a stop string. */
   private pending = "";
   stopped = false;
+  /** The stop string that ended the output (the one that appears first), once `stopped`. */
+  stopString: string | undefined;
 
   /** @param special write control tokens' strings (GenerateRequest.skipSpecialTokens false) */
   constructor(private readonly tokenizer: Tokenizer, private readonly stops: readonly string[], private readonly special = false) {}
@@ -43,6 +45,7 @@ export class OutputText {
       if (at >= 0 && at < limit) {
         limit = at;
         this.stopped = true;
+        this.stopString = s;
       }
     }
     if (!this.stopped) limit -= this.pendingStopPrefix(limit);

@@ -90,6 +90,8 @@ export interface GenerateResult {
    */
   promptLogprobs?: (TokenLogprob | null)[];
   finishReason: FinishReason;
+  /** The request's stop string that ended it (finishReason "stop" at a stop string, not at EOS). */
+  stopString?: string;
   promptTokens: number;
   completionTokens: number;
   /** Prompt tokens served from the prefix cache. */

@@ -31,6 +31,7 @@ import type { KvDType } from "../backend/types.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
 import { checkSpeculation, ngramDraft } from "./ngram-draft.ts";
+import { stepLogprobs, verifiableDraftLength } from "./draft-extras.ts";
 import { type StepRecord, stepShapeOf } from "./step-record.ts";
 
 export type { EngineOptions } from "./engine-options.ts";
@@ -322,8 +323,8 @@ export class Engine implements ServingEngine {
         if (sampled?.promptLogprobs) keepPromptLogprobs(this.active.get(e.seqId)!, e.startPos, sampled.promptLogprobs[i]);
         if (!sampled || !e.sample) return;
         tokens.set(e.seqId, e.draft ? this.verifyDraft(e.seqId, e.tokens.slice(-e.draft), sampled.draftIds![i]!, sampled.ids[i], accepted) : sampled.ids[i]);
-        const lp = sampled.logprobs?.[i];
-        if (lp) this.active.get(e.seqId)!.pendingLogprob = lp;
+        const lps = stepLogprobs(sampled, i, accepted.get(e.seqId)?.length ?? 0);
+        if (lps) this.active.get(e.seqId)!.pendingLogprobs = lps;
       });
       const advanced = this.scheduler.commit(plan, tokens, accepted);
       for (const seq of advanced) this.onTokens(seq, 1 + (accepted.get(seq.id)?.length ?? 0));
@@ -384,10 +385,10 @@ export class Engine implements ServingEngine {
     const a = this.active.get(seq.id);
     if (!a || a.done) return;
     const start = seq.tokens.length - count;
-    // The log probability the step computed for its token (kept with the request's others; no drafts then).
-    const lp = count === 1 && a.pendingLogprob?.id === seq.tokens[start] ? a.pendingLogprob : undefined;
-    a.pendingLogprob = undefined;
-    if (lp) a.logprobs?.push(lp);
+    // The log probabilities the step computed for its tokens (kept with the request's others).
+    const pending = a.pendingLogprobs;
+    const lps = pending?.length === count && pending.every((lp, k) => lp.id === seq.tokens[start + k]) ? pending : undefined;
+    a.pendingLogprobs = undefined;
     const t = this.now();
     if (start === seq.promptLength) {
       a.tFirst = t;
@@ -395,6 +396,7 @@ export class Engine implements ServingEngine {
     } else this.metrics.itl.observe((t - a.tLast) / 1000);
     a.tLast = t;
     if (seq.status === "finished") {
+      if (lps) a.logprobs?.push(...lps);
       this.metrics.generationTokens += count;
       return; // prefill role: the first token ends the sequence here
     }
@@ -418,7 +420,9 @@ export class Engine implements ServingEngine {
         break;
       }
     }
-    if (ids.length > 0) a.queue.push({ text, tokenIds: ids, ...(lp ? { logprobs: [lp] } : {}), ...first });
+    // Those of the tokens kept, an EOS that ended the request included (resultOf leaves it out).
+    if (lps) a.logprobs?.push(...lps.slice(0, seq.tokens.length - start));
+    if (ids.length > 0) a.queue.push({ text, tokenIds: ids, ...(lps ? { logprobs: lps.slice(0, ids.length) } : {}), ...first });
     if (eos) return this.finish(a, "stop");
     if (this.endIfDone(a)) return;
     this.jumpForward(a);
@@ -427,13 +431,14 @@ export class Engine implements ServingEngine {
 
   /**
    * Proposes the request's next draft: as many n-gram draft tokens as its budget and the context
-   * leave room for; none while the batch is larger than `disableByBatchSize`.
+   * leave room for, and its grammar allows; none while the batch is larger than `disableByBatchSize`.
    */
   private propose(a: Active): void {
     const seq = a.seq;
     if (this.scheduler.numRunning > (this.opts.speculative!.disableByBatchSize ?? Infinity)) return;
     const room = Math.min(this.opts.speculative!.numTokens, a.maxTokens - seq.numOutput - 1, this.maxModelLen - seq.tokens.length - 1);
-    const draft = ngramDraft(seq.tokens, this.opts.speculative!, room);
+    const found = ngramDraft(seq.tokens, this.opts.speculative!, room);
+    const draft = found.slice(0, verifiableDraftLength(a, found, this.jumpsForward(a)));
     if (draft.length > 0) this.scheduler.propose(seq.id, draft);
   }
 
@@ -455,7 +460,7 @@ export class Engine implements ServingEngine {
    * for log probabilities: these tokens have none from the model.
    */
   private jumpForward(a: Active): void {
-    if (!a.constraint || a.logprobs || this.opts.jumpForward === false) return;
+    if (!a.constraint || !this.jumpsForward(a)) return;
     const seq = a.seq;
     const forced = a.constraint.forced(seq.tokens, seq.promptLength, Math.min(a.maxTokens - seq.numOutput, this.maxModelLen - seq.tokens.length));
     if (forced.length === 0) return;
@@ -471,6 +476,11 @@ export class Engine implements ServingEngine {
     this.metrics.jumpForwardTokens += ids.length;
     a.queue.push({ text, tokenIds: ids });
     this.endIfDone(a);
+  }
+
+  /** Whether the request's forced text is written by jump-forward (see {@link jumpForward}). */
+  private jumpsForward(a: Active): boolean {
+    return a.constraint !== undefined && !a.logprobs && this.opts.jumpForward !== false;
   }
 
   private finishById(id: number, reason: FinishReason): void {

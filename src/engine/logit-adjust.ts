@@ -66,13 +66,40 @@ export class LogitAdjuster {
    * again). Entries that add nothing are left out.
    */
   next(tokens: readonly number[], outputStart: number): LogitAdditions {
+    this.#count(tokens, outputStart);
+    return this.#additions(this.#counts);
+  }
+
+  /**
+   * The additions of the rows that verify `draft` (speculative decoding), the output so far being
+   * `tokens` from `outputStart` on: element j is {@link next}'s additions after the output and
+   * draft[0..j-1], counted without counting the draft into the committed output.
+   */
+  continuation(tokens: readonly number[], outputStart: number, draft: readonly number[]): LogitAdditions[] {
+    this.#count(tokens, outputStart);
+    if (!this.dependsOnOutput) return Array.from({ length: draft.length + 1 }, () => this.#bias);
+    const counts = new Map(this.#counts);
+    const out = [this.#additions(counts)];
+    for (const t of draft) {
+      counts.set(t, (counts.get(t) ?? 0) + 1);
+      out.push(this.#additions(counts));
+    }
+    return out;
+  }
+
+  /** Counts the output tokens not counted yet (a sequence's tokens after its prompt only grow). */
+  #count(tokens: readonly number[], outputStart: number): void {
     for (; outputStart + this.#counted < tokens.length; this.#counted++) {
       const t = tokens[outputStart + this.#counted];
       this.#counts.set(t, (this.#counts.get(t) ?? 0) + 1);
     }
+  }
+
+  /** The bias and the penalties of output tokens counted `counts`. */
+  #additions(counts: ReadonlyMap<number, number>): LogitAdditions {
     if (this.#presence === 0 && this.#frequency === 0) return this.#bias;
     const out = new Map(this.#bias);
-    for (const [token, n] of this.#counts) {
+    for (const [token, n] of counts) {
       const v = (out.get(token) ?? 0) - this.#presence - this.#frequency * n;
       if (v === 0) out.delete(token);
       else out.set(token, v);

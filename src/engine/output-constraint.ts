@@ -56,6 +56,12 @@ const MASK_CACHE_ENTRIES = 16;
 /** Forced characters looked at per jump (a long enum value or key is still one jump). */
 const MAX_JUMP_CHARS = 256;
 
+/** The grammar states along a draft and the masks they imply (states[j]: after draft[0..j-1]). */
+interface DraftWalk {
+  readonly masks: readonly TokenMask[];
+  readonly states: readonly PieceState[];
+}
+
 /** One request's output constraint: its grammar state and the masks it implies. */
 export class OutputConstraint {
   #at: PieceState;
@@ -66,6 +72,8 @@ export class OutputConstraint {
   /** The grammar's wide-character edges (grammar-wide-chars.ts), found on first use. */
   #edges: readonly number[] | undefined;
   readonly #edgesOf: () => readonly number[];
+  /** The last draft walked, from the committed state after `fed` output tokens. */
+  #lastWalk: { fed: number; draft: readonly number[]; walk: DraftWalk } | undefined;
 
   /**
    * Throws SchemaError when the grammar's schema is outside the supported subset. With `prefix`
@@ -84,23 +92,35 @@ export class OutputConstraint {
    */
   next(tokens: readonly number[], outputStart: number): TokenMask {
     this.#feed(tokens, outputStart);
-    const mask = new TokenMask(this.trie.texts.length);
-    // Where the grammar forces text, the next token is the one jump-forward would write: a shorter
-    // piece of it (`<` of a tag spelled `<｜tool▁call▁begin｜>`) could leave text no token goes on with.
-    const first = this.#firstForced();
-    if (first !== undefined) {
-      mask.set(first);
-      return mask;
-    }
-    const allowed = this.#allowed();
-    for (const id of allowed) mask.set(id);
-    // A dead end (text no token of this vocabulary spells) ends the answer at EOS, not at whatever
-    // token an all-barred row would pick; mid-character the answer cannot end otherwise.
-    const done = (this.#at.pending.length === 0 && grammarComplete(this.#at.state)) || allowed.length === 0;
-    for (const id of this.eos) mask.set(id, done);
-    return mask;
+    return this.#maskAt(this.#at);
   }
 
+  /**
+   * The masks of the rows that verify `draft` (speculative decoding), the output so far being
+   * `tokens` from `outputStart` on: masks[j] is {@link next}'s mask after the output and draft[0..j-1],
+   * found without feeding the draft to the committed state. Ends at the first draft token its mask
+   * bars, so `masks.length - 1` leading draft tokens are allowed. The masks are shared with later
+   * calls for the same output and draft: read them, do not change them.
+   */
+  continuation(tokens: readonly number[], outputStart: number, draft: readonly number[]): readonly TokenMask[] {
+    return this.#walk(tokens, outputStart, draft).masks;
+  }
+
+  /**
+   * How many leading tokens of `draft` are worth verifying: those the grammar allows, and, with
+   * `jumpForward`, only as far as no verifying row would sample where the grammar forces text (one
+   * token a step, jump-forward writes that text unsampled, drawing no uniform, so a row sampling it
+   * would shift a seeded request's draws). The state after the committed output is the next step's
+   * to sample either way.
+   */
+  draftLength(tokens: readonly number[], outputStart: number, draft: readonly number[], jumpForward: boolean): number {
+    const { masks, states } = this.#walk(tokens, outputStart, draft);
+    if (!jumpForward) return masks.length - 1;
+    // Row j samples in states[j]; states[j] for j >= 1 follows a draft token, after which jump-forward would write.
+    let rows = 1;
+    while (rows < states.length && this.#forcedTokens(states[rows]).length === 0) rows++;
+    return rows - 1;
+  }
   /**
    * Jump-forward decoding: tokens to append without sampling them, at most `maxTokens`, because the
    * grammar forces their text after the output so far (grammar-forced.ts). The forced text is spelled
@@ -112,18 +132,58 @@ export class OutputConstraint {
   forced(tokens: readonly number[], outputStart: number, maxTokens: number): number[] {
     this.#feed(tokens, outputStart);
     if (maxTokens <= 0) return [];
-    return this.#forcedTokens().slice(0, maxTokens);
+    return this.#forcedTokens(this.#at).slice(0, maxTokens);
   }
 
-  /** The first token spelling the text forced from the current state (see {@link forced}), if any. */
-  #firstForced(): number | undefined {
-    return this.#forcedTokens()[0];
+  /** The mask of the token after state `at` (see {@link next}). */
+  #maskAt(at: PieceState): TokenMask {
+    const mask = new TokenMask(this.trie.texts.length);
+    // Where the grammar forces text, the next token is the one jump-forward would write: a shorter
+    // piece of it (`<` of a tag spelled `<｜tool▁call▁begin｜>`) could leave text no token goes on with.
+    const first = this.#forcedTokens(at)[0];
+    if (first !== undefined) {
+      mask.set(first);
+      return mask;
+    }
+    const allowed = this.#allowed(at);
+    for (const id of allowed) mask.set(id);
+    // A dead end (text no token of this vocabulary spells) ends the answer at EOS, not at whatever
+    // token an all-barred row would pick; mid-character the answer cannot end otherwise.
+    const done = (at.pending.length === 0 && grammarComplete(at.state)) || allowed.length === 0;
+    for (const id of this.eos) mask.set(id, done);
+    return mask;
   }
 
-  #forcedTokens(): number[] {
-    if (this.#at.pending.length > 0) return [];
-    const { text, state } = grammarForcedText(this.#at.state, MAX_JUMP_CHARS);
+  /** The tokens spelling the text forced from state `at` (see {@link forced}); empty mid-character. */
+  #forcedTokens(at: PieceState): number[] {
+    if (at.pending.length > 0) return [];
+    const { text, state } = grammarForcedText(at.state, MAX_JUMP_CHARS);
     return text === "" ? [] : this.trie.cover(text, state);
+  }
+
+  /**
+   * The states and masks along `draft` from the committed state (see {@link continuation}), the
+   * last walk kept: a step verifies the draft its proposal just walked, or a prefix of it (a step's
+   * token budget may cut a draft), whose masks are a prefix of the proposal's.
+   */
+  #walk(tokens: readonly number[], outputStart: number, draft: readonly number[]): DraftWalk {
+    this.#feed(tokens, outputStart);
+    const last = this.#lastWalk;
+    if (last && last.fed === this.#fed && draft.length <= last.draft.length && draft.every((t, j) => last.draft[j] === t)) {
+      return { masks: last.walk.masks.slice(0, draft.length + 1), states: last.walk.states.slice(0, draft.length + 1) };
+    }
+    const states = [this.#at], masks = [this.#maskAt(this.#at)];
+    for (const tok of draft) {
+      const at = states[states.length - 1];
+      if (!masks[masks.length - 1].allows(tok)) break;
+      // As #feed does: an allowed token that does not feed (EOS mid-character) keeps the state.
+      const next = this.trie.feed(at, tok) ?? at;
+      states.push(next);
+      masks.push(this.#maskAt(next));
+    }
+    const walk = { masks, states };
+    this.#lastWalk = { fed: this.#fed, draft: [...draft], walk };
+    return walk;
   }
 
   /** Feeds the output tokens not fed yet to the grammar. */
@@ -135,11 +195,12 @@ export class OutputConstraint {
     }
   }
 
-  #allowed(): Int32Array {
-    const key = `${grammarStateKey(this.#at.state, this.#ids)}#${this.#at.pending.join()}`;
+  /** The tokens the grammar allows after state `at`, cached by the state's key (committed or a draft's). */
+  #allowed(at: PieceState): Int32Array {
+    const key = `${grammarStateKey(at.state, this.#ids)}#${at.pending.join()}`;
     let ids = this.#cache.get(key);
     if (ids === undefined) {
-      ids = Int32Array.from(this.trie.allowed(this.#at, this.#edgesOf));
+      ids = Int32Array.from(this.trie.allowed(at, this.#edgesOf));
       if (this.#cache.size >= MASK_CACHE_ENTRIES) this.#cache.delete(this.#cache.keys().next().value!);
       this.#cache.set(key, ids);
     }

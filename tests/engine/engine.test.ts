@@ -78,9 +78,11 @@ test("Engine frees every KV block after cancelled, aborted-stream and finished r
 test("Engine applies stop strings, seeds and context limits", async () => {
   const e = engine({ numBlocks: 64, maxWaiting: 2, maxModelLen: 512 });
   const base = await collect(e, { prompt: golden.prompt_ids_with_bos, maxTokens: 20, temperature: 0, ignoreEos: true });
-  const cut = await collect(e, { prompt: golden.prompt_ids_with_bos, maxTokens: 20, temperature: 0, stop: ["little"] });
+  const cut = await collect(e, { prompt: golden.prompt_ids_with_bos, maxTokens: 20, temperature: 0, stop: ["zzz", "little"] });
   assert.equal(cut.result.finishReason, "stop");
+  assert.equal(cut.result.stopString, "little", "the result names the stop string that matched");
   assert.equal(cut.text, base.text.slice(0, base.text.indexOf("little")));
+  assert.equal(base.result.stopString, undefined);
   const s1 = await collect(e, { prompt: golden.prompt_ids_with_bos, maxTokens: 16, temperature: 1, seed: 7, ignoreEos: true });
   const s2 = await collect(e, { prompt: golden.prompt_ids_with_bos, maxTokens: 16, temperature: 1, seed: 7, ignoreEos: true });
   assert.deepEqual(s1.streamed, s2.streamed);

@@ -2,7 +2,8 @@
  * N-gram speculative decoding on the WebGPU backend: a draft's tokens are computed as one chunk
  * (the prefill kernels) after the decode's token, and each of its rows sampled on the device. The
  * tokens must be those of one-token steps on the same backend, greedy and seeded, with drafts
- * accepted. Poisoned op outputs (NaN) make a row read before it is written show up. WebGPU must
+ * accepted, also under a grammar, penalties and log probabilities (each draft row masked, penalized
+ * and scored on its own). Poisoned op outputs (NaN) make a row read before it is written show up. WebGPU must
  * really run in CI (lavapipe provides an adapter), as in tests/model/forward-golden.test.ts.
  */
 import assert from "node:assert/strict";
@@ -32,6 +33,23 @@ async function run(req: Partial<GenerateRequest>, speculative?: NgramSpeculation
     await e.stop();
   }
 }
+
+test("Engine speculative decoding on WebGPU keeps a grammar's, penalties' and log probabilities' tokens", async () => {
+  const req: Partial<GenerateRequest> = {
+    grammar: { kind: "regex", pattern: "[a-z ,.]*" }, logprobs: 2, presencePenalty: 0.4, frequencyPenalty: 0.2, temperature: 0.8, seed: 9,
+  };
+  const [plain, spec] = [await run(req), await run(req, NGRAM)];
+  assert.deepEqual(spec.result.tokenIds, plain.result.tokenIds);
+  assert.ok(spec.accepted > 0, `accepted ${spec.accepted} draft tokens`);
+  const [a, b] = [plain.result.logprobs!, spec.result.logprobs!];
+  assert.equal(b.length, spec.result.tokenIds.length, "one log probability per token");
+  // A draft row is computed by the chunk kernels, its one-token step by the decode ones: the same
+  // values up to rounding.
+  b.forEach((lp, k) => {
+    assert.equal(lp.id, a[k].id);
+    assert.ok(Math.abs(lp.logprob - a[k].logprob) < 1e-3, `token ${k}: ${lp.logprob} vs ${a[k].logprob}`);
+  });
+}, { ignore: skip });
 
 test("Engine speculative decoding on WebGPU gives the tokens of one-token steps, greedy and seeded", async () => {
   for (const req of [{}, { temperature: 0.8, seed: 9 }, { temperature: 1, topK: 5, topP: 0.9, seed: 4 }]) {

@@ -10,9 +10,12 @@ import { createEngine } from "../../src/engine/engine-factory.ts";
 import { Engine } from "../../src/engine/engine.ts";
 import type { StepRunner } from "../../src/engine/engine-runner.ts";
 import type { GenerateRequest, GenerateResult, StreamDelta } from "../../src/engine/engine-types.ts";
+import type { OutputGrammar } from "../../src/engine/grammar.ts";
+import type { TokenMask } from "../../src/engine/output-constraint.ts";
 import { checkSpeculation, ngramDraft, type NgramSpeculation, parseSpeculativeConfig, SpeculationConfigError } from "../../src/engine/ngram-draft.ts";
 import { seededUniforms } from "../../src/engine/sampler-rng.ts";
 import { stepShapeOf } from "../../src/engine/step-record.ts";
+import { tokenTextOf } from "../../src/model/config.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { fakeSample, make, range } from "./scheduler-fixtures.ts";
 
@@ -152,11 +155,11 @@ interface Run {
   accepted: number;
 }
 
-async function run(req: Partial<GenerateRequest>, speculative?: NgramSpeculation): Promise<Run> {
+async function run(req: Partial<GenerateRequest>, speculative?: NgramSpeculation, from: number[] = prompt): Promise<Run> {
   let steps = 0;
   const e = createEngine(createReferenceBackend(), model, { numBlocks: 64, onStep: () => steps++, ...(speculative ? { speculative } : {}) });
   try {
-    const h = e.submit({ prompt, maxTokens: 80, temperature: 0, ...req });
+    const h = e.submit({ prompt: from, maxTokens: 80, temperature: 0, ...req });
     const deltas: StreamDelta[] = [];
     for await (const d of h.stream) deltas.push(d);
     const s = e.stats();
@@ -266,11 +269,116 @@ test("Engine speculative decoding drafts for no one while more sequences run tha
   assert.ok(few > 0 && few <= 2 * NGRAM.numTokens, `drafted ${few} tokens`);
 });
 
-test("Engine speculative decoding leaves out requests whose rows it cannot verify", async () => {
-  for (const req of [{ logprobs: 2 }, { presencePenalty: 0.5 }, { frequencyPenalty: 0.3 }]) {
-    const [plain, spec] = [await run(req), await run(req, NGRAM)];
-    assert.equal(spec.drafted, 0, JSON.stringify(req));
-    assert.deepEqual(spec.result.tokenIds, plain.result.tokenIds);
-  }
+test("Engine speculative decoding refuses a setting out of range", () => {
   assert.throws(() => createEngine(createReferenceBackend(), model, { numBlocks: 8, speculative: { ...NGRAM, numTokens: 99 } }), SpeculationConfigError);
+});
+
+// --- grammars, penalties and log probabilities: every draft row as its own one-token step -----
+
+/**
+ * Runs `req` without and with speculation and checks that they agree token for token (log
+ * probabilities too, one per token, in the deltas as in the result) and that drafts were accepted.
+ */
+async function agrees(req: Partial<GenerateRequest>, from: number[] = prompt): Promise<Run> {
+  const what = JSON.stringify(req);
+  const [plain, spec] = [await run(req, undefined, from), await run(req, NGRAM, from)];
+  assert.deepEqual(spec.result.tokenIds, plain.result.tokenIds, what);
+  assert.equal(spec.result.text, plain.result.text, what);
+  assert.equal(spec.result.finishReason, plain.result.finishReason, what);
+  assert.deepEqual(spec.result.logprobs, plain.result.logprobs, `the same log probabilities for ${what}`);
+  assert.ok(spec.accepted > 0, `draft tokens accepted for ${what}: ${spec.accepted} of ${spec.drafted}`);
+  for (const r of [plain, spec]) {
+    assert.deepEqual(r.deltas.flatMap((d) => d.tokenIds), r.result.tokenIds, what);
+    if (req.logprobs === undefined) continue;
+    assert.equal(r.result.logprobs?.length, r.result.tokenIds.length, `one log probability per token for ${what}`);
+    for (const d of r.deltas) assert.equal(d.logprobs?.length ?? 0, d.tokenIds.length, `a delta's tokens each with its log probability (${what})`);
+    assert.deepEqual(r.deltas.flatMap((d) => d.logprobs ?? []), r.result.logprobs, what);
+  }
+  return spec;
+}
+
+const SEEDED = { temperature: 0.8, seed: 7 };
+/** Lower-case text only: drafts that copy "Lily" are cut at the capital, and rows sample among what is left. */
+const LOWER: OutputGrammar = { kind: "regex", pattern: "[a-z ,.]*" };
+/** At most 50 characters: the rows of a draft that reaches past them may only end the answer. */
+const SHORT: OutputGrammar = { kind: "regex", pattern: "[A-Za-z ,.]{1,50}" };
+/** A JSON string, told twice in the prompt as a JSON line. */
+const STORY: OutputGrammar = { kind: "json", schema: { type: "string", maxLength: 120 } };
+const storyPrompt = model.tokenizer.encode(`{"story": "${tale}"}\n{"story": "${tale}"}\n`, { addBos: true });
+
+test("Engine speculative decoding under an output grammar gives the tokens of one-token steps, greedy and seeded", async () => {
+  for (const grammar of [LOWER, SHORT]) {
+    for (const req of [{ grammar }, { grammar, ...SEEDED }]) await agrees(req);
+  }
+  await agrees({ grammar: STORY }, storyPrompt);
+  const short = await agrees({ grammar: SHORT });
+  assert.equal(short.result.text.length, 50, "the answer ends where the grammar does");
+  const lower = await agrees({ grammar: LOWER });
+  assert.ok(!/[A-Z]/.test(lower.result.text) && lower.drafted > 0);
+});
+
+test("Engine speculative decoding with presence and frequency penalties counts the draft tokens before each row", async () => {
+  for (const req of [{ presencePenalty: 0.5, frequencyPenalty: 0.3 }, { frequencyPenalty: 0.6, logitBias: [[prompt[5], 2]] as [number, number][] }]) {
+    await agrees(req);
+    await agrees({ ...req, ...SEEDED });
+  }
+});
+
+test("Engine speculative decoding reports each token's log probability as one-token steps do", async () => {
+  for (const req of [{ logprobs: 0 }, { logprobs: 3 }, { logprobs: 2, ...SEEDED }]) await agrees(req);
+  // A stop string and max_tokens inside an accepted draft keep the log probabilities of the tokens kept.
+  const words = plainGreedy.result.text.split(/\s+/).filter((w) => w.length >= 4);
+  await agrees({ logprobs: 1, stop: [words[words.length >> 1]] });
+  await agrees({ logprobs: 1, maxTokens: 23 });
+});
+
+test("Engine speculative decoding with a grammar, penalties and log probabilities at once", async () => {
+  await agrees({ grammar: LOWER, logprobs: 2, presencePenalty: 0.4, frequencyPenalty: 0.2, ...SEEDED });
+  await agrees({ grammar: SHORT, logprobs: 1, frequencyPenalty: 0.5 });
+});
+
+/**
+ * A runner whose "model" follows token t with NEXT(t) where the row's grammar mask allows it, and
+ * else with the lowest token the mask allows (EOS where only that may come): each row must be masked
+ * with the grammar state its draft prefix leads to, the entry's own row with the one after the
+ * whole draft.
+ */
+function maskedCycleRunner(next: (t: number) => number): StepRunner {
+  const pick = (want: number, mask: TokenMask | undefined) => {
+    if (!mask || mask.allows(want)) return want;
+    let id = 0;
+    while (!mask.allows(id)) id++;
+    return id;
+  };
+  return {
+    numBlocks: 64, blockSize: 4,
+    run(entries, _rows, extras) {
+      const ids = Int32Array.from(entries, (e, i) => pick(next(e.tokens[e.tokens.length - 1]), extras?.masks?.[i]));
+      const draftIds = entries.map((e, i) => (e.draft ? Int32Array.from({ length: e.draft }, (_, j) => pick(next(e.tokens[j]), extras?.draftMasks?.[i]?.[j])) : undefined));
+      return Promise.resolve({ ids, draftIds });
+    },
+    close() {},
+  };
+}
+
+test("Engine speculative decoding masks a draft's rows and the row after it with the states the draft leads to", async () => {
+  const texts = Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id));
+  const letters = ["a", "b", "c", "d"].map((c) => texts.indexOf(c));
+  const next = (t: number) => letters[(letters.indexOf(t) + 1) % letters.length];
+  // Nine letters at most: the draft is cut before a tenth, and the row after it may only end the answer.
+  const grammar: OutputGrammar = { kind: "regex", pattern: "[abcd]{1,9}" };
+  const answer = async (speculative?: NgramSpeculation) => {
+    const e = new Engine({ runner: maskedCycleRunner(next), config: model.config, tokenizer: model.tokenizer, ...(speculative ? { speculative } : {}) });
+    try {
+      const r = await e.submit({ prompt: [1, ...letters, ...letters, letters[0]], maxTokens: 20, temperature: 0, grammar }).result;
+      return { r, accepted: e.stats().specAcceptedTokens };
+    } finally {
+      await e.stop();
+    }
+  };
+  const [plain, spec] = [await answer(), await answer(NGRAM)];
+  assert.equal(plain.r.text, "bcdabcdab");
+  assert.deepEqual(spec.r.tokenIds, plain.r.tokenIds);
+  assert.equal(spec.r.finishReason, "stop");
+  assert.ok(spec.accepted >= 5, `accepted ${spec.accepted}`);
 });

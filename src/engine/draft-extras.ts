@@ -1,0 +1,58 @@
+/**
+ * What a step's sampling rows take beyond their sampling parameters when a decode verifies a draft
+ * (speculative decoding): row j of the draft samples the token after the committed output and the
+ * draft's first j tokens, so its penalties count those tokens as output and its grammar mask is the
+ * one of the state they lead to; the entry's own row does the same after the whole draft. Neither
+ * the penalties' counts nor the grammar's state move until the step's tokens are committed. Also the
+ * log probabilities of the tokens a step keeps, one per token, as one-token steps would report them.
+ */
+import type { Active } from "./engine-request.ts";
+import type { StepOutput } from "./engine-runner.ts";
+import type { LogitAdditions } from "./logit-adjust.ts";
+import type { TokenLogprob } from "./logprobs.ts";
+import type { TokenMask } from "./output-constraint.ts";
+
+/** An entry's per-row additions and masks: one per draft row, then its own row's (undefined: none). */
+export interface SampledRowAsks {
+  additions: (LogitAdditions | undefined)[];
+  masks: (TokenMask | undefined)[];
+}
+
+/**
+ * The additions and masks of the rows that sample for request `a` in a step verifying `draft`
+ * (empty: an ordinary decode or a prefill's last row, which then has one row). A grammar that bars a
+ * draft token (its proposal cut the draft there, so none should) gives the rows after it the last
+ * mask: the row at the barred token samples another token, so nothing after it is kept.
+ */
+export function sampledRowAsks(a: Active, draft: readonly number[]): SampledRowAsks {
+  const { tokens, promptLength } = a.seq;
+  const rows = draft.length + 1;
+  const adds = draft.length === 0 ? [a.adjust?.next(tokens, promptLength)] : a.adjust?.continuation(tokens, promptLength, draft) ?? [];
+  const additions = Array.from({ length: rows }, (_, j) => (adds[j] && adds[j].size > 0 ? adds[j] : undefined));
+  const found = !a.constraint ? [] : draft.length === 0 ? [a.constraint.next(tokens, promptLength)] : a.constraint.continuation(tokens, promptLength, draft);
+  const masks = Array.from({ length: rows }, (_, j) => (found.length === 0 ? undefined : found[Math.min(j, found.length - 1)]));
+  return { additions, masks };
+}
+
+/**
+ * How many leading tokens of `draft` request `a` may verify: all of them without a grammar; with
+ * one, those it allows, and with `jumpForward` (the engine writes forced text unsampled) only up to
+ * where no row would sample forced text (OutputConstraint.draftLength).
+ */
+export function verifiableDraftLength(a: Active, draft: readonly number[], jumpForward: boolean): number {
+  if (!a.constraint || draft.length === 0) return draft.length;
+  return a.constraint.draftLength(a.seq.tokens, a.seq.promptLength, draft, jumpForward);
+}
+
+/**
+ * The log probabilities of the tokens a step gives entry `i` (undefined: none asked): those of the
+ * `kept` draft tokens accepted, each from the row that sampled it, then that of the token sampled
+ * after them (the first rejected row's sample, or the entry's own row's after the whole draft).
+ */
+export function stepLogprobs(out: StepOutput, i: number, kept: number): TokenLogprob[] | undefined {
+  const last = out.logprobs?.[i];
+  const drafted = out.draftLogprobs?.[i];
+  if (!drafted) return last ? [last] : undefined;
+  const final = kept < drafted.length ? drafted[kept] : last;
+  return final ? [...drafted.slice(0, kept), final] : undefined;
+}
