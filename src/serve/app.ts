@@ -10,7 +10,7 @@ import type { ServingEngine } from "../engine/engine-types.ts";
 import type { JsonWhitespace, ToolCallFormat } from "../engine/grammar.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { modelChatRenderer } from "./chat-template.ts";
-import { ApiError, schemaError } from "./errors.ts";
+import { anthropicErrorBody, ApiError, schemaError } from "./errors.ts";
 import { renderMetrics } from "./metrics.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
 import { type ServeContext, type Submitted, submitChat, submitCompletion } from "./openai.ts";
@@ -24,6 +24,8 @@ import { itemsPage } from "./item-list.ts";
 import { ResponseStore } from "./response-store.ts";
 import { respondJson, respondStream, type ResponsesState, submitResponse } from "./responses.ts";
 import { ResponsesRequestSchema } from "./responses-schema.ts";
+import { countMessageTokens, respondMessageJson, respondMessageStream, submitMessages } from "./messages.ts";
+import { CountTokensRequestSchema, MessagesRequestSchema } from "./messages-schema.ts";
 
 /** Server settings. */
 export interface AppOptions {
@@ -76,7 +78,8 @@ export function createApp(o: AppOptions): Hono {
   const app = new Hono();
   const fail = (c: Context, e: ApiError) => {
     if (e.status === 429 || e.status === 503) c.header("Retry-After", String(o.retryAfterS ?? 1));
-    return c.json(e.body(), e.status);
+    // Anthropic's clients read their own error shape.
+    return c.json(c.req.path.startsWith("/v1/messages") ? anthropicErrorBody(e) : e.body(), e.status);
   };
   app.onError((err, c) => {
     if (err instanceof ApiError) return fail(c, err);
@@ -88,8 +91,11 @@ export function createApp(o: AppOptions): Hono {
   app.use("/v1/*", async (c, next) => {
     if (o.apiKey === undefined) return next();
     const auth = c.req.header("authorization") ?? "";
-    if (auth !== `Bearer ${o.apiKey}`) {
-      return fail(c, new ApiError(401, auth ? "Incorrect API key provided" : "Missing API key: send 'Authorization: Bearer <key>'", null, "invalid_api_key"));
+    // Anthropic's clients send the key as `x-api-key` (Claude Code's ANTHROPIC_AUTH_TOKEN as a Bearer token).
+    const apiKey = c.req.header("x-api-key");
+    if (auth !== `Bearer ${o.apiKey}` && apiKey !== o.apiKey) {
+      const given = auth !== "" || apiKey !== undefined;
+      return fail(c, new ApiError(401, given ? "Incorrect API key provided" : "Missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')", null, "invalid_api_key"));
     }
     return next();
   });
@@ -163,6 +169,12 @@ export function createApp(o: AppOptions): Hono {
     const turn = submitResponse(ctx, state, body);
     return body.stream ? sse(respondStream(ctx, state, turn), end) : whole(c, turn.submitted, end, () => respondJson(ctx, state, turn));
   }));
+  app.post("/v1/messages", (c) => generation(async (end) => {
+    const body = await parse(c, MessagesRequestSchema);
+    const turn = submitMessages(ctx, body);
+    return body.stream ? sse(respondMessageStream(ctx, turn), end) : whole(c, turn.submitted, end, () => respondMessageJson(ctx, turn));
+  }));
+  app.post("/v1/messages/count_tokens", async (c) => c.json(countMessageTokens(ctx, await parse(c, CountTokensRequestSchema))));
   const stored = (id: string) => {
     const entry = store.get(id);
     if (!entry) throw new ApiError(404, `Response with id '${id}' not found; responses are kept only with store = true, and the server keeps the ${store.capacity} most recently used`, "response_id", "not_found");
@@ -200,6 +212,8 @@ export function createApp(o: AppOptions): Hono {
   allow("/v1/chat/completions", "POST");
   allow("/v1/completions", "POST");
   allow("/v1/responses", "POST");
+  allow("/v1/messages", "POST");
+  allow("/v1/messages/count_tokens", "POST");
   allow("/v1/responses/:id/input_items", "GET");
   allow("/v1/responses/:id", "GET, DELETE");
   allow("/v1/conversations", "POST");

@@ -28,6 +28,17 @@ export class ApiError extends Error {
   }
 }
 
+/** Anthropic's error type for each status (its Messages API's error bodies). */
+const ANTHROPIC_ERROR_TYPES: Record<ApiError["status"], string> = {
+  400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error", 405: "invalid_request_error",
+  413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 503: "overloaded_error",
+};
+
+/** The error as Anthropic's Messages API writes one: `{"type": "error", "error": {"type", "message"}}`. */
+export function anthropicErrorBody(e: ApiError): { type: "error"; error: { type: string; message: string } } {
+  return { type: "error", error: { type: ANTHROPIC_ERROR_TYPES[e.status], message: e.message } };
+}
+
 /** A value as a message quotes it: JSON, cut to 60 characters. */
 export function describe(value: unknown): string {
   const s = JSON.stringify(value);

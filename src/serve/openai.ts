@@ -77,6 +77,8 @@ export interface Submitted {
   completion?: CompletionShape;
   /** vLLM's `prompt_logprobs`: alternatives per prompt token (undefined: not asked). */
   promptLogprobs?: number;
+  /** Chat only: the prompt's length in tokens (known before the first token; the result says it again). */
+  promptTokens?: number;
 }
 
 /** A 400 for a known OpenAI parameter this server parses but cannot honour. */
@@ -251,7 +253,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const n = body.n ?? 1;
   // Chat's prompt log probabilities are returned once, beside the choices.
   const handles = submit(ctx, [request], n, "messages", true);
-  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, output: { reasoning, reasoningTags, startsInReasoning, ...(start ? { harmony: start } : {}), toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools) } }, body);
+  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, promptTokens: prompt.length, output: { reasoning, reasoningTags, startsInReasoning, ...(start ? { harmony: start } : {}), toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools) } }, body);
 }
 
 /** The prompts of a completion body, tokenized (text) or checked (token ids). */

@@ -88,6 +88,37 @@ const nearValidConversation = fc.record(
   { items: fc.oneof(fc.array(inputItem, { maxLength: 3 }), anyValue), metadata: fc.oneof(fc.dictionary(fc.string({ maxLength: 4 }), fc.string({ maxLength: 4 }), { maxKeys: 3 }), anyValue) },
   { requiredKeys: [] },
 );
+/** A Messages API content block, often valid, sometimes of a kind the server refuses or with bad fields. */
+const messageBlock = fc.record(
+  {
+    type: fc.constantFrom("text", "tool_use", "tool_result", "thinking", "redacted_thinking", "image"),
+    text: fc.oneof(fc.string({ maxLength: 10 }), anyValue), thinking: fc.oneof(fc.string({ maxLength: 10 }), anyValue),
+    id: fc.oneof(fc.constant("toolu_1"), anyValue), name: fc.oneof(fc.constant("f"), anyValue), input: fc.oneof(fc.constant({ a: 1 }), anyValue),
+    tool_use_id: fc.oneof(fc.constant("toolu_1"), anyValue), content: fc.oneof(fc.string({ maxLength: 10 }), fc.constant([{ type: "text", text: "r" }]), anyValue),
+    is_error: fc.oneof(fc.boolean(), anyValue),
+  },
+  { requiredKeys: ["type"] },
+);
+/** Anthropic Messages API bodies close to valid. */
+const nearValidMessages = fc.record(
+  {
+    model: fc.oneof(fc.constant("stories260K"), anyValue),
+    max_tokens: fc.oneof(fc.integer({ min: -1, max: 6 }), anyValue),
+    messages: fc.oneof(
+      fc.array(fc.record({ role: fc.oneof(fc.constantFrom("user", "assistant", "system"), anyValue), content: fc.oneof(fc.string({ maxLength: 30 }), fc.array(messageBlock, { maxLength: 3 }), anyValue) }), { maxLength: 3 }),
+      anyValue,
+    ),
+    system: fc.oneof(fc.string({ maxLength: 20 }), fc.constant([{ type: "text", text: "s" }]), anyValue),
+    tools: fc.oneof(fc.constant([{ name: "f", input_schema: { type: "object" } }]), fc.constant([{ type: "web_search_20250305", name: "web_search" }]), anyValue),
+    tool_choice: fc.oneof(fc.constant({ type: "any" }), fc.constant({ type: "tool", name: "f" }), fc.constant({ type: "none" }), anyValue),
+    stop_sequences: fc.oneof(fc.array(fc.string({ maxLength: 3 }), { maxLength: 3 }), anyValue),
+    temperature: fc.oneof(fc.double({ min: -1, max: 2, noNaN: true }), anyValue),
+    stream: fc.oneof(fc.boolean(), anyValue),
+    metadata: fc.oneof(fc.constant({ user_id: "u" }), anyValue),
+    thinking: fc.oneof(fc.constant({ type: "enabled", budget_tokens: 1024 }), anyValue),
+  },
+  { requiredKeys: [] },
+);
 /** Valid bodies with one known field replaced by an arbitrary value (or left valid). */
 const oneMutation = fc.tuple(
   fc.record({ max_tokens: fc.integer({ min: 1, max: 6 }), temperature: fc.constantFrom(0, 0.7), stream: fc.boolean(), prompt: fc.string({ maxLength: 30 }) }),
@@ -103,15 +134,16 @@ const body = fc.oneof(
   nearValid.map((b) => JSON.stringify(b)),
   nearValidResponses.map((b) => JSON.stringify(b)),
   nearValidConversation.map((b) => JSON.stringify(b)),
+  nearValidMessages.map((b) => JSON.stringify(b)),
   fc.json(),
   fc.string({ maxLength: 200 }),
   fc.uint8Array({ maxLength: 64 }).map((u) => new TextDecoder().decode(u)),
 );
-const path = fc.constantFrom("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/conversations");
+const path = fc.constantFrom("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/conversations", "/v1/messages", "/v1/messages/count_tokens");
 
 /**
  * Posts `runs` generated bodies to the app in-process; asserts none gets a 5xx and every error has
- * OpenAI's shape. Returns how many got each status.
+ * OpenAI's shape (Anthropic's on /v1/messages: the same `error.message` and `error.type`). Returns how many got each status.
  */
 async function fuzzBodies(app: ReturnType<typeof createApp>, runs: number, seed: number): Promise<Map<number, number>> {
   const statuses = new Map<number, number>();
@@ -122,7 +154,9 @@ async function fuzzBodies(app: ReturnType<typeof createApp>, runs: number, seed:
       statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
       assert.ok(res.status < 500, `${p} answered ${res.status} to ${b.slice(0, 200)}: ${text.slice(0, 200)}`);
       if (res.status >= 400) {
-        const err = (JSON.parse(text) as { error: { message: string; type: string } }).error;
+        const parsed = JSON.parse(text) as { type?: string; error: { message: string; type: string } };
+        if (p.startsWith("/v1/messages")) assert.equal(parsed.type, "error", `Anthropic's error shape on ${p}: ${text.slice(0, 200)}`);
+        const err = parsed.error;
         assert.equal(typeof err.message, "string");
         assert.equal(typeof err.type, "string");
       }

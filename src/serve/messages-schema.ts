@@ -1,0 +1,133 @@
+/**
+ * zod schema of the Anthropic Messages API request body (`POST /v1/messages`, what Claude Code and
+ * the `@anthropic-ai/sdk` client send) that this server answers: text, tool use and tool results,
+ * thinking blocks sent back. Unknown fields are ignored, as Anthropic's API does with new ones; known
+ * fields are checked so a bad value gets a 400 that names it, and content the models here cannot read
+ * (images, documents) or tools they cannot run (Anthropic's server and built-in tools) is refused by
+ * name rather than dropped.
+ */
+import { z } from "zod";
+import { explained, type Flaw, isObject, sessionKey } from "./schemas.ts";
+
+/** Content block types a message may carry here. */
+const BLOCK_TYPES = ["text", "tool_use", "tool_result", "thinking", "redacted_thinking"];
+
+/** What is wrong with one content block (null: nothing), `path` inside the content array. */
+function blockFlaw(b: unknown, role: string, path: (string | number)[]): Flaw | null {
+  if (!isObject(b)) return { message: 'content blocks must be objects like {"type": "text", "text": "..."}', path };
+  if (!BLOCK_TYPES.includes(b.type as string)) {
+    return { message: `content blocks of type ${JSON.stringify(b.type)} are not supported (only ${BLOCK_TYPES.join(", ")}: the models here read text)`, path: [...path, "type"] };
+  }
+  const str = (k: string, what: string) => (typeof b[k] === "string" ? null : { message: `${what} must be a string`, path: [...path, k] });
+  const fromAssistant = b.type === "tool_use" || b.type === "thinking" || b.type === "redacted_thinking";
+  if (fromAssistant && role !== "assistant") return { message: `a ${b.type} block belongs in an assistant message, got one in a ${role} message`, path: [...path, "type"] };
+  if (b.type === "tool_result" && role !== "user") return { message: `a tool_result block belongs in a user message, got one in a ${role} message`, path: [...path, "type"] };
+  switch (b.type) {
+    case "text":
+      return str("text", "a text block's text");
+    case "thinking":
+      return str("thinking", "a thinking block's thinking");
+    case "tool_use":
+      if (!isObject(b.input)) return { message: "a tool_use block's input must be an object", path: [...path, "input"] };
+      return str("id", "a tool_use block's id") ?? str("name", "a tool_use block's name");
+    case "tool_result": {
+      const bad = str("tool_use_id", "a tool_result block's tool_use_id");
+      if (bad) return bad;
+      const c = b.content;
+      if (c === undefined || typeof c === "string") return null;
+      if (!Array.isArray(c)) return { message: "a tool_result block's content must be a string or an array of text blocks", path: [...path, "content"] };
+      for (const [i, part] of c.entries()) {
+        if (!isObject(part) || part.type !== "text" || typeof part.text !== "string") {
+          return { message: `a tool_result block's content may hold only text blocks, got ${isObject(part) ? `type ${JSON.stringify(part.type)}` : JSON.stringify(part)}`, path: [...path, "content", i] };
+        }
+      }
+      return null;
+    }
+    default:
+      return null;
+  }
+}
+
+/** A message's flaw: a role the API knows, and content as a string or blocks it can read. */
+function messageFlaw(m: unknown): Flaw | null {
+  if (!isObject(m)) return { message: 'messages must be objects like {"role": "user", "content": "..."}' };
+  if (m.role !== "user" && m.role !== "assistant") return { message: `a message's role must be "user" or "assistant", got ${JSON.stringify(m.role)} (the system prompt goes in "system")`, path: ["role"] };
+  if (typeof m.content === "string") return null;
+  if (!Array.isArray(m.content)) return { message: "a message's content must be a string or an array of content blocks", path: ["content"] };
+  for (const [i, b] of m.content.entries()) {
+    const f = blockFlaw(b, m.role, ["content", i]);
+    if (f) return f;
+  }
+  return null;
+}
+
+const TextBlock = z.looseObject({ type: z.literal("text"), text: z.string() });
+
+/** One content block, after the checks above. */
+export const ContentBlockSchema = z.looseObject({
+  type: z.enum(["text", "tool_use", "tool_result", "thinking", "redacted_thinking"]),
+  text: z.string().optional(),
+  thinking: z.string().optional(),
+  id: z.string().optional(),
+  name: z.string().optional(),
+  input: z.record(z.string(), z.unknown()).optional(),
+  tool_use_id: z.string().optional(),
+  content: z.union([z.string(), z.array(TextBlock)]).optional(),
+  is_error: z.boolean().optional(),
+});
+
+/** One message of the conversation. */
+export const MessageParamSchema = explained(
+  z.looseObject({ role: z.enum(["user", "assistant"]), content: z.union([z.string(), z.array(ContentBlockSchema)]) }),
+  messageFlaw,
+);
+
+/** A tool the model may call: Anthropic's custom tool (name, description, JSON Schema of its input). */
+const ToolSchema = explained(
+  z.looseObject({ name: z.string().min(1), description: z.string().optional(), input_schema: z.record(z.string(), z.unknown()), type: z.string().optional() }),
+  (t) => {
+    if (!isObject(t)) return { message: 'tools must be objects like {"name": "...", "input_schema": {...}}' };
+    if (t.type !== undefined && t.type !== null && t.type !== "custom") {
+      return { message: `only custom tools (a name and an input_schema) are supported, got a tool of type ${JSON.stringify(t.type)}: this server runs no tools of its own`, path: ["type"] };
+    }
+    if (!isObject(t.input_schema)) return { message: "a tool's input_schema must be a JSON Schema object", path: ["input_schema"] };
+    return null;
+  },
+);
+
+const ToolChoiceSchema = z.discriminatedUnion("type", [
+  z.looseObject({ type: z.literal("auto"), disable_parallel_tool_use: z.boolean().optional() }),
+  z.looseObject({ type: z.literal("any"), disable_parallel_tool_use: z.boolean().optional() }),
+  z.looseObject({ type: z.literal("tool"), name: z.string().min(1), disable_parallel_tool_use: z.boolean().optional() }),
+  z.looseObject({ type: z.literal("none") }),
+]);
+
+/** The most stop sequences one request may give (Anthropic sets no small limit; this bounds the work per token). */
+export const MAX_STOP_SEQUENCES = 16;
+
+/** `POST /v1/messages` (and, without `max_tokens`, `/v1/messages/count_tokens`). */
+export const MessagesRequestSchema = z.looseObject({
+  model: z.string().min(1),
+  max_tokens: z.number().int().min(1),
+  messages: z.array(MessageParamSchema).min(1, { error: "must hold at least one message" }),
+  system: z.union([z.string(), z.array(TextBlock)]).optional(),
+  stop_sequences: z.array(z.string()).max(MAX_STOP_SEQUENCES).optional(),
+  stream: z.boolean().optional(),
+  temperature: z.number().min(0).max(1).optional(),
+  top_p: z.number().gt(0).max(1).optional(),
+  top_k: z.number().int().min(0).optional(),
+  tools: z.array(ToolSchema).optional(),
+  tool_choice: ToolChoiceSchema.optional(),
+  metadata: z.looseObject({ user_id: sessionKey.nullable().optional() }).optional(),
+  thinking: z.looseObject({ type: z.enum(["enabled", "disabled"]), budget_tokens: z.number().int().min(0).optional() }).optional(),
+});
+
+/** A checked Messages request. */
+export type MessagesRequest = z.infer<typeof MessagesRequestSchema>;
+/** What a request's prompt is made of (count_tokens sends only this). */
+export type MessagesPrompt = Pick<MessagesRequest, "model" | "messages" | "system" | "tools" | "tool_choice" | "metadata" | "thinking">;
+/** A checked content block. */
+export type ContentBlockIn = z.infer<typeof ContentBlockSchema>;
+
+/** `POST /v1/messages/count_tokens`: a Messages request without the generation settings. */
+export const CountTokensRequestSchema = MessagesRequestSchema.omit({ max_tokens: true, stream: true, stop_sequences: true, temperature: true, top_p: true, top_k: true });
