@@ -170,6 +170,8 @@ export function outputBudget(req: GenerateRequest, maxModelLen: number): number 
 export interface EngineStats extends SchedulerStats {
   kvHostBlocks: number;
   kvHostCapacityBlocks: number;
+  /** Bytes the host tier's copies hold (an f16 cache's at 2 a value). */
+  kvHostBytes: number;
   kvOffloadedBlocks: number;
   kvRestoredBlocks: number;
   /** Of those, written back ahead of a tool-waiting session's predicted return. */

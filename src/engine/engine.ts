@@ -243,7 +243,7 @@ export class Engine implements ServingEngine {
   stats(): EngineStats {
     const o = this.offload?.stats();
     return {
-      ...this.scheduler.stats(), kvHostBlocks: o?.hostBlocks ?? 0, kvHostCapacityBlocks: o?.hostCapacityBlocks ?? 0,
+      ...this.scheduler.stats(), kvHostBlocks: o?.hostBlocks ?? 0, kvHostCapacityBlocks: o?.hostCapacityBlocks ?? 0, kvHostBytes: o?.hostBytes ?? 0,
       kvOffloadedBlocks: o?.offloadedBlocks ?? 0, kvRestoredBlocks: o?.restoredBlocks ?? 0, kvPrefetchedBlocks: o?.prefetchedBlocks ?? 0,
       jumpForwardTokens: this.metrics.jumpForwardTokens,
       specDrafts: this.metrics.specDrafts, specDraftTokens: this.metrics.specDraftTokens, specAcceptedTokens: this.metrics.specAcceptedTokens,

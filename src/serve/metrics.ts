@@ -48,6 +48,7 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   simple("vllm:cpu_cache_usage_perc", "gauge", "Fraction of host swap space in use (1 = full).", s.swapTotalBlocks ? s.swapUsedBlocks / s.swapTotalBlocks : 0);
   simple("evolving:kv_host_blocks", "gauge", "KV blocks held in the host-memory tier (--kv-offload-blocks).", s.kvHostBlocks);
   simple("evolving:kv_host_capacity_blocks", "gauge", "Capacity of the host-memory KV tier in blocks (0 = off).", s.kvHostCapacityBlocks);
+  simple("evolving:kv_host_bytes", "gauge", "Bytes of KV held in the host-memory tier (an f16 cache's at 2 bytes a value).", s.kvHostBytes);
   simple("evolving:kv_offloaded_blocks_total", "counter", "Evicted cached KV blocks copied to host memory.", s.kvOffloadedBlocks);
   simple("evolving:kv_restored_blocks_total", "counter", "KV blocks written back from host memory for a prefix hit.", s.kvRestoredBlocks);
   simple("evolving:kv_prefetched_blocks_total", "counter", "Of the restored blocks, those written back before a tool-waiting session's predicted return.", s.kvPrefetchedBlocks);

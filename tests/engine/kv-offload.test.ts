@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { projectRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
+import { kvBytesPerBlock, resolveKvDtype } from "../../src/engine/kv-cache.ts";
 import type { Engine } from "../../src/engine/engine.ts";
 import type { GenerateRequest } from "../../src/engine/engine-types.ts";
 import { loadModel } from "../../src/model/load.ts";
@@ -43,6 +44,11 @@ test("Engine with kvOffloadBlocks moves evicted KV to host memory and back: a re
   assert.ok(withHost.stats.kvOffloadedBlocks >= full / 16);
   assert.equal(withHost.stats.kvRestoredBlocks, full / 16);
   assert.ok(withHost.stats.kvHostBlocks > 0 && withHost.stats.kvHostBlocks <= 64);
+  // The reference backend takes f16 caches ("auto"): the copies hold 2 bytes a value.
+  const perBlock = kvBytesPerBlock(model.config, 16, resolveKvDtype(createReferenceBackend(), model.config));
+  assert.equal(perBlock, kvBytesPerBlock(model.config, 16, "f16"));
+  assert.ok(withHost.stats.kvHostBytes > 0 && withHost.stats.kvHostBytes % perBlock === 0, `${withHost.stats.kvHostBytes} bytes`);
+  assert.ok(withHost.stats.kvHostBytes <= withHost.stats.kvHostBlocks * perBlock);
   assert.ok(withHost.events.some((ev) => ev.kind === "moved" && ev.to === "host"), "the router hears of the move to host");
 });
 
@@ -51,6 +57,8 @@ test("Engine's host KV tier keeps at most its capacity", async () => {
   assert.ok(r.stats.kvOffloadedBlocks > 2);
   assert.ok(r.stats.kvHostBlocks <= 2);
   assert.equal(r.stats.kvHostCapacityBlocks, 2);
+  // Copies the tier dropped past its capacity no longer count.
+  assert.ok(r.stats.kvHostBytes > 0 && r.stats.kvHostBytes <= 2 * kvBytesPerBlock(model.config, 16, "f16"), `${r.stats.kvHostBytes} bytes`);
 });
 
 test("Engine prefetches a tool-waiting session's offloaded blocks shortly before its predicted return", async () => {
