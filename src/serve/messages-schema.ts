@@ -21,6 +21,7 @@ function blockFlaw(b: unknown, role: string, path: (string | number)[]): Flaw | 
   const str = (k: string, what: string) => (typeof b[k] === "string" ? null : { message: `${what} must be a string`, path: [...path, k] });
   const fromAssistant = b.type === "tool_use" || b.type === "thinking" || b.type === "redacted_thinking";
   if (fromAssistant && role !== "assistant") return { message: `a ${b.type} block belongs in an assistant message, got one in a ${role} message`, path: [...path, "type"] };
+  if (b.type !== "text" && role === "system") return { message: `a system message holds only text blocks, got a ${b.type} block`, path: [...path, "type"] };
   if (b.type === "tool_result" && role !== "user") return { message: `a tool_result block belongs in a user message, got one in a ${role} message`, path: [...path, "type"] };
   switch (b.type) {
     case "text":
@@ -51,7 +52,8 @@ function blockFlaw(b: unknown, role: string, path: (string | number)[]): Flaw | 
 /** A message's flaw: a role the API knows, and content as a string or blocks it can read. */
 function messageFlaw(m: unknown): Flaw | null {
   if (!isObject(m)) return { message: 'messages must be objects like {"role": "user", "content": "..."}' };
-  if (m.role !== "user" && m.role !== "assistant") return { message: `a message's role must be "user" or "assistant", got ${JSON.stringify(m.role)} (the system prompt goes in "system")`, path: ["role"] };
+  // Claude Code sends "system" messages between turns too (reminders), beside the top-level system prompt.
+  if (m.role !== "user" && m.role !== "assistant" && m.role !== "system") return { message: `a message's role must be "user", "assistant" or "system", got ${JSON.stringify(m.role)}`, path: ["role"] };
   if (typeof m.content === "string") return null;
   if (!Array.isArray(m.content)) return { message: "a message's content must be a string or an array of content blocks", path: ["content"] };
   for (const [i, b] of m.content.entries()) {
@@ -78,7 +80,7 @@ export const ContentBlockSchema = z.looseObject({
 
 /** One message of the conversation. */
 export const MessageParamSchema = explained(
-  z.looseObject({ role: z.enum(["user", "assistant"]), content: z.union([z.string(), z.array(ContentBlockSchema)]) }),
+  z.looseObject({ role: z.enum(["user", "assistant", "system"]), content: z.union([z.string(), z.array(ContentBlockSchema)]) }),
   messageFlaw,
 );
 
@@ -119,7 +121,7 @@ export const MessagesRequestSchema = z.looseObject({
   tools: z.array(ToolSchema).optional(),
   tool_choice: ToolChoiceSchema.optional(),
   metadata: z.looseObject({ user_id: sessionKey.nullable().optional() }).optional(),
-  thinking: z.looseObject({ type: z.enum(["enabled", "disabled"]), budget_tokens: z.number().int().min(0).optional() }).optional(),
+  thinking: z.looseObject({ type: z.enum(["enabled", "adaptive", "disabled"]), budget_tokens: z.number().int().min(0).optional() }).optional(),
 });
 
 /** A checked Messages request. */

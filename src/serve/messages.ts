@@ -39,6 +39,10 @@ function chatMessages(body: MessagesPrompt): ChatMessageIn[] {
       continue;
     }
     const blocks = m.content as ContentBlockIn[];
+    if (m.role === "system") {
+      out.push({ role: "system", content: textOf(blocks) });
+      continue;
+    }
     if (m.role === "assistant") {
       const reasoning = blocks.filter((b) => b.type === "thinking").map((b) => b.thinking ?? "").join("");
       const calls = blocks.filter((b) => b.type === "tool_use").map((b) => {
@@ -87,7 +91,7 @@ export function chatRequestOfMessages(body: MessagesPrompt & Partial<Pick<Messag
     ...(parallel === false ? { parallel_tool_calls: false } : {}),
     ...(body.metadata?.user_id ? { user: body.metadata.user_id } : {}),
     // Templates that can switch thinking (Qwen3's enable_thinking) follow the request; others ignore it.
-    ...(body.thinking ? { chat_template_kwargs: { enable_thinking: body.thinking.type === "enabled" } } : {}),
+    ...(body.thinking ? { chat_template_kwargs: { enable_thinking: body.thinking.type !== "disabled" } } : {}),
   } as ChatRequest;
 }
 
