@@ -437,7 +437,11 @@ export class Engine implements ServingEngine {
     const seq = a.seq;
     if (this.scheduler.numRunning > (this.opts.speculative!.disableByBatchSize ?? Infinity)) return;
     const room = Math.min(this.opts.speculative!.numTokens, a.maxTokens - seq.numOutput - 1, this.maxModelLen - seq.tokens.length - 1);
-    const found = ngramDraft(seq.tokens, this.opts.speculative!, room);
+    let found = ngramDraft(seq.tokens, this.opts.speculative!, room);
+    // Rows after an EOS would verify tokens the request never keeps (it ends at the EOS). Agent
+    // contexts hold EOS tokens (a chat template's end-of-turn), so copied drafts often cross one.
+    const eos = a.req.ignoreEos ? -1 : found.findIndex((t) => this.opts.config.eosTokenIds.includes(t));
+    if (eos >= 0) found = found.slice(0, eos + 1);
     const draft = found.slice(0, verifiableDraftLength(a, found, this.jumpsForward(a)));
     if (draft.length > 0) this.scheduler.propose(seq.id, draft);
   }

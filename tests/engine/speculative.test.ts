@@ -215,15 +215,17 @@ test("Engine speculative decoding ends where one-token steps end: max_tokens and
  * A runner whose "model" always follows token t with NEXT(t), so drafts copied from a cycle in the
  * prompt are accepted whole: an EOS inside an accepted draft must end the request there.
  */
-function cycleRunner(next: (t: number) => number): StepRunner & { drafted: number[] } {
+function cycleRunner(next: (t: number) => number): StepRunner & { drafted: number[]; drafts: number[][] } {
   const drafted: number[] = [];
+  const drafts: number[][] = [];
   return {
-    numBlocks: 64, blockSize: 4, drafted,
+    numBlocks: 64, blockSize: 4, drafted, drafts,
     run(entries, _rows, extras) {
       const ids = Int32Array.from(entries, (e) => next(e.tokens[e.tokens.length - 1]));
       const draftIds = entries.map((e, i) => {
         if (!e.draft) return undefined;
         drafted.push(e.draft);
+        drafts.push(e.tokens.slice(-e.draft));
         assert.equal(extras?.drafts?.[i]?.length, e.draft, "a sampling row per draft token");
         // Row j feeds tokens[j] and samples what follows it.
         return Int32Array.from({ length: e.draft }, (_, j) => next(e.tokens[j]));
@@ -247,6 +249,9 @@ test("Engine speculative decoding ends at an EOS inside an accepted draft, witho
       assert.equal(r.finishReason, ignoreEos ? "length" : "stop");
       assert.equal(r.completionTokens, ignoreEos ? 10 : 3, "the EOS counts, what followed it in the draft does not");
       assert.ok(runner.drafted.length > 0 && e.stats().specAcceptedTokens >= 2, "the EOS came inside an accepted draft");
+      // Unless EOS is ignored, a draft ends at its first EOS: rows after it would verify what is never kept.
+      const past = runner.drafts.filter((d) => d.indexOf(eos) >= 0 && d.indexOf(eos) < d.length - 1);
+      assert.equal(past.length > 0, ignoreEos, `drafts ${JSON.stringify(runner.drafts)}`);
     } finally {
       await e.stop();
     }
