@@ -9,6 +9,7 @@
 import type { GenerateResult } from "../engine/engine-types.ts";
 import { ChatOutputStream } from "./chat-output.ts";
 import { ApiError } from "./errors.ts";
+import { namedEventStream } from "./event-stream.ts";
 import { anthropicId, type MessageEvent, MessageOutput } from "./messages-output.ts";
 import type { ContentBlockIn, MessagesPrompt, MessagesRequest } from "./messages-schema.ts";
 import { chatPrompt, type ServeContext, type Submitted, submitChat } from "./openai.ts";
@@ -132,7 +133,7 @@ function shell(ctx: ServeContext, t: MessagesTurn): Json {
 }
 
 /** Runs the generation through the chat parser into `out`, handing each batch of events to `send`. */
-async function generate(t: MessagesTurn, out: MessageOutput, send: (events: MessageEvent[]) => void): Promise<GenerateResult> {
+async function generate(t: MessagesTurn, out: MessageOutput, send: (events: readonly MessageEvent[]) => void): Promise<GenerateResult> {
   const handle = t.submitted.handles[0];
   const chat = new ChatOutputStream(t.submitted.output!);
   for await (const d of handle.stream) if (d.text) send(out.push(chat.push(d.text)));
@@ -158,33 +159,17 @@ export async function respondMessageJson(ctx: ServeContext, t: MessagesTurn): Pr
  * failed. Each SSE event is named by its type. The client hanging up cancels the generation.
  */
 export function respondMessageStream(ctx: ServeContext, t: MessagesTurn): ReadableStream<Uint8Array> {
-  const enc = new TextEncoder();
-  const handle = t.submitted.handles[0];
   const out = new MessageOutput();
-  let clientGone = false;
-  return new ReadableStream<Uint8Array>({
-    async start(controller) {
-      const send = (events: MessageEvent[]) => events.forEach((e) => controller.enqueue(enc.encode(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`)));
-      try {
-        const prompt = t.submitted.promptTokens ?? 0;
-        send([{ type: "message_start", message: { ...shell(ctx, t), usage: { input_tokens: prompt, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 0 } } }]);
-        const r = await generate(t, out, send);
-        if (clientGone) return;
-        const err = failure([r]);
-        if (err) send([{ type: "error", error: { type: "api_error", message: err.message } }]);
-        else {
-          noteToolWait(ctx, t.submitted, out.calls);
-          send([{ type: "message_delta", delta: stopOf(t, out, r), usage: usageOf(r) }, { type: "message_stop" }]);
-        }
-        controller.close();
-      } catch {
-        // The client went away mid-write: stop generating for it.
-        handle.cancel();
-      }
-    },
-    cancel() {
-      clientGone = true;
-      handle.cancel();
-    },
+  return namedEventStream<MessageEvent>(t.submitted.handles[0], async (send, gone) => {
+    const prompt = t.submitted.promptTokens ?? 0;
+    send([{ type: "message_start", message: { ...shell(ctx, t), usage: { input_tokens: prompt, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 0 } } }]);
+    const r = await generate(t, out, send);
+    if (gone()) return;
+    const err = failure([r]);
+    if (err) send([{ type: "error", error: { type: "api_error", message: err.message } }]);
+    else {
+      noteToolWait(ctx, t.submitted, out.calls);
+      send([{ type: "message_delta", delta: stopOf(t, out, r), usage: usageOf(r) }, { type: "message_stop" }]);
+    }
   });
 }

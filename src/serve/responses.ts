@@ -16,6 +16,7 @@ import { ApiError, describe } from "./errors.ts";
 import { chatPrompt, type ServeContext, type Submitted, submitChat } from "./openai.ts";
 import { chatLogprobs } from "./logprobs-json.ts";
 import { failure, noteToolWait } from "./respond.ts";
+import { namedEventStream } from "./event-stream.ts";
 import { type ResponseStore, type StoredResponse, UnknownResponseError } from "./response-store.ts";
 import { chatRequestOf, functionTools, inputItemsOf, itemsToMessages, outputMessage } from "./responses-input.ts";
 import { newId, ResponseOutput, type ResponseEvent } from "./responses-output.ts";
@@ -233,7 +234,7 @@ function outputOf(ctx: ServeContext, t: ResponseTurn): ResponseOutput {
  * Runs a turn's generation through the chat parser into `out`, handing each batch of events to
  * `send`; resolves with the result (and the closing events sent) unless the engine failed.
  */
-async function generate(t: ResponseTurn, out: ResponseOutput, send: (events: ResponseEvent[]) => void): Promise<GenerateResult> {
+async function generate(t: ResponseTurn, out: ResponseOutput, send: (events: readonly ResponseEvent[]) => void): Promise<GenerateResult> {
   const handle = t.submitted.handles[0];
   const chat = new ChatOutputStream(t.submitted.output!);
   for await (const d of handle.stream) if (d.text || d.logprobs) send(out.push(chat.push(d.text), d.logprobs));
@@ -262,34 +263,18 @@ export async function respondJson(ctx: ServeContext, state: ResponsesState, t: R
  * Cancelling the stream (the client hanging up) cancels the generation; nothing is stored then.
  */
 export function respondStream(ctx: ServeContext, state: ResponsesState, t: ResponseTurn): ReadableStream<Uint8Array> {
-  const enc = new TextEncoder();
-  const handle = t.submitted.handles[0];
   const out = outputOf(ctx, t);
-  let clientGone = false;
-  return new ReadableStream<Uint8Array>({
-    async start(controller) {
-      const send = (events: ResponseEvent[]) => events.forEach((e) => controller.enqueue(enc.encode(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`)));
-      try {
-        send([out.event("response.created", { response: responseJson(t, null, null) }), out.event("response.in_progress", { response: responseJson(t, null, null) })]);
-        const r = await generate(t, out, send);
-        if (clientGone) return;
-        const err = failure([r]);
-        if (err) {
-          send([out.event("response.failed", { response: responseJson(t, out, r, err) })]);
-        } else {
-          const response = responseJson(t, out, r);
-          settle(ctx, state, t, out, response);
-          send([out.event(response.status === "completed" ? "response.completed" : "response.incomplete", { response })]);
-        }
-        controller.close();
-      } catch {
-        // The client went away mid-write: stop generating for it.
-        handle.cancel();
-      }
-    },
-    cancel() {
-      clientGone = true;
-      handle.cancel();
-    },
+  return namedEventStream<ResponseEvent>(t.submitted.handles[0], async (send, gone) => {
+    send([out.event("response.created", { response: responseJson(t, null, null) }), out.event("response.in_progress", { response: responseJson(t, null, null) })]);
+    const r = await generate(t, out, send);
+    if (gone()) return;
+    const err = failure([r]);
+    if (err) {
+      send([out.event("response.failed", { response: responseJson(t, out, r, err) })]);
+    } else {
+      const response = responseJson(t, out, r);
+      settle(ctx, state, t, out, response);
+      send([out.event(response.status === "completed" ? "response.completed" : "response.incomplete", { response })]);
+    }
   });
 }

@@ -11,6 +11,7 @@ import { readFileSync } from "node:fs";
 import { startServer } from "../../src/serve/server.ts";
 import { projectRoot, test } from "../harness.ts";
 import { model, modelPath } from "./scripted-server.ts";
+import { namedEvents } from "./sse-events.ts";
 
 type Json = Record<string, unknown>;
 const captured = JSON.parse(readFileSync(`${projectRoot}/tests/serve/fixtures/claude-code-2.1.332-messages-request.json`, "utf8")) as Json & { messages: Json[] };
@@ -23,12 +24,7 @@ async function streamed(url: string, body: Json): Promise<{ name: string; data: 
   });
   const text = await res.text();
   assert.equal(res.status, 200, text.slice(0, 400));
-  return text.split("\n\n").filter((b) => b.trim() !== "").map((block) => {
-    const name = /^event: (.+)$/m.exec(block)![1];
-    const data = JSON.parse(/^data: (.+)$/m.exec(block)![1]) as Json;
-    assert.equal(data.type, name, "each event is named by its type");
-    return { name, data };
-  });
+  return namedEvents(text);
 }
 
 test("POST /v1/messages answers Claude Code's request streamed, and its next turn from the first turn's KV", async () => {
