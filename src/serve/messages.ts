@@ -88,7 +88,8 @@ export function chatRequestOfMessages(body: MessagesPrompt & Partial<Pick<Messag
     ...(body.top_k !== undefined ? { top_k: body.top_k } : {}),
     ...(body.stop_sequences?.length ? { stop: body.stop_sequences } : {}),
     ...(tools?.length ? { tools } : {}),
-    ...(toolChoice !== undefined && tools?.length ? { tool_choice: toolChoice } : {}),
+    // The chat path refuses a forced choice without tools, or naming a tool not given (output-grammar.ts).
+    ...(toolChoice !== undefined ? { tool_choice: toolChoice } : {}),
     ...(parallel === false ? { parallel_tool_calls: false } : {}),
     ...(body.metadata?.user_id ? { user: body.metadata.user_id } : {}),
     // Templates that can switch thinking (Qwen3's enable_thinking) follow the request; others ignore it.
@@ -98,13 +99,7 @@ export function chatRequestOfMessages(body: MessagesPrompt & Partial<Pick<Messag
 
 /** Checks what the chat path cannot take from a Messages request and submits it. */
 export function submitMessages(ctx: ServeContext, body: MessagesRequest): MessagesTurn {
-  if (body.tool_choice && body.tool_choice.type !== "auto" && body.tool_choice.type !== "none" && !body.tools?.length) {
-    throw new ApiError(400, `tool_choice ${JSON.stringify(body.tool_choice.type)} needs tools to choose from`, "tool_choice", "invalid_value");
-  }
   const names = new Set(body.tools?.map((t) => t.name));
-  if (body.tool_choice?.type === "tool" && !names.has(body.tool_choice.name)) {
-    throw new ApiError(400, `tool_choice names the tool ${JSON.stringify(body.tool_choice.name)}, which is not among the request's tools`, "tool_choice.name", "invalid_value");
-  }
   if (names.size !== (body.tools?.length ?? 0)) throw new ApiError(400, "Tool names must be unique", "tools", "invalid_value");
   return { id: anthropicId("msg"), submitted: submitChat(ctx, chatRequestOfMessages(body)), stopSequences: body.stop_sequences ?? [] };
 }

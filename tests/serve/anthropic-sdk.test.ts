@@ -118,3 +118,18 @@ test("POST /v1/messages answers a client's mistakes with Anthropic's error shape
     await assert.rejects(wrong.messages.create({ model: "scripted", max_tokens: 8, messages: [ASK] }), Anthropic.AuthenticationError);
   }, "secret-key");
 });
+
+test("POST /v1/messages refuses a forced tool_choice without tools or naming a tool not given", async () => {
+  await withServer(async (client) => {
+    for (const [tool_choice, tools, re] of [
+      [{ type: "any" }, undefined, /needs at least one function in tools/],
+      [{ type: "tool", name: "other" }, TOOLS, /"other" named by tool_choice is not among the request's tools/],
+    ] as const) {
+      await assert.rejects(client.messages.create({ model: "scripted", max_tokens: 8, messages: [ASK], tool_choice, ...(tools ? { tools: [...tools] } : {}) }), (e: unknown) => {
+        assert.ok(e instanceof Anthropic.BadRequestError, String(e));
+        assert.match((e.error as { error: { message: string } }).error.message, re);
+        return true;
+      });
+    }
+  });
+});

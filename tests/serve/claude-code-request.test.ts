@@ -11,21 +11,14 @@ import { readFileSync } from "node:fs";
 import { startServer } from "../../src/serve/server.ts";
 import { projectRoot, test } from "../harness.ts";
 import { model, modelPath } from "./scripted-server.ts";
-import { namedEvents } from "./sse-events.ts";
+import { postNamedEvents } from "./sse-events.ts";
 
 type Json = Record<string, unknown>;
 const captured = JSON.parse(readFileSync(`${projectRoot}/tests/serve/fixtures/claude-code-2.1.332-messages-request.json`, "utf8")) as Json & { messages: Json[] };
 
 /** Posts `body` as Claude Code does (x-api-key, anthropic-version) and reads the stream's events. */
-async function streamed(url: string, body: Json): Promise<{ name: string; data: Json }[]> {
-  const res = await fetch(`${url}/v1/messages`, {
-    method: "POST", body: JSON.stringify(body),
-    headers: { "content-type": "application/json", "x-api-key": "none", "anthropic-version": "2023-06-01", "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14" },
-  });
-  const text = await res.text();
-  assert.equal(res.status, 200, text.slice(0, 400));
-  return namedEvents(text);
-}
+const streamed = (url: string, body: Json) =>
+  postNamedEvents(`${url}/v1/messages`, body, { "x-api-key": "none", "anthropic-version": "2023-06-01", "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14" });
 
 test("POST /v1/messages answers Claude Code's request streamed, and its next turn from the first turn's KV", async () => {
   const s = await startServer({ host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 256, kvRetention: "agent", modelPath, model });

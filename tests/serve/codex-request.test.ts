@@ -10,18 +10,13 @@ import { readFileSync } from "node:fs";
 import { startServer } from "../../src/serve/server.ts";
 import { projectRoot, test } from "../harness.ts";
 import { model, modelPath } from "./scripted-server.ts";
-import { namedEvents } from "./sse-events.ts";
+import { postNamedEvents } from "./sse-events.ts";
 
 type Json = Record<string, unknown>;
 const captured = JSON.parse(readFileSync(`${projectRoot}/tests/serve/fixtures/codex-0.171.0-responses-request.json`, "utf8")) as Json & { input: Json[] };
 
 /** Posts `body` and reads the stream's events: each SSE event's name and its data. */
-async function streamed(url: string, body: Json): Promise<{ name: string; data: Json }[]> {
-  const res = await fetch(`${url}/v1/responses`, { method: "POST", headers: { "content-type": "application/json", accept: "text/event-stream" }, body: JSON.stringify(body) });
-  const text = await res.text();
-  assert.equal(res.status, 200, text.slice(0, 400));
-  return namedEvents(text);
-}
+const streamed = (url: string, body: Json) => postNamedEvents(`${url}/v1/responses`, body, { accept: "text/event-stream" });
 
 test("POST /v1/responses answers Codex CLI's request: a streamed call, then the next turn with its output, from the first turn's KV", async () => {
   // The scripted model's context is 2048 tokens; Codex's trimmed prompt takes 1755 of them (the template prints only tool names).

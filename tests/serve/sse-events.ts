@@ -12,3 +12,11 @@ export function namedEvents(text: string): { name: string; data: Json }[] {
     return { name, data };
   });
 }
+
+/** POSTs `body` as JSON to `url` (with `headers`), expects a 200, and reads its named events. */
+export async function postNamedEvents(url: string, body: Json, headers: Record<string, string> = {}): Promise<{ name: string; data: Json }[]> {
+  const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+  const text = await res.text();
+  assert.equal(res.status, 200, text.slice(0, 400));
+  return namedEvents(text);
+}
