@@ -11,6 +11,7 @@ import type { StepOutput } from "./engine-runner.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { TokenMask } from "./output-constraint.ts";
+import { budgetDraftLength, budgetRules } from "./reasoning-budget.ts";
 
 /** An entry's per-row additions and masks: one per draft row, then its own row's (undefined: none). */
 export interface SampledRowAsks {
@@ -30,18 +31,25 @@ export function sampledRowAsks(a: Active, draft: readonly number[]): SampledRowA
   const adds = draft.length === 0 ? [a.adjust?.next(tokens, promptLength)] : a.adjust?.continuation(tokens, promptLength, draft) ?? [];
   const additions = Array.from({ length: rows }, (_, j) => (adds[j] && adds[j].size > 0 ? adds[j] : undefined));
   const found = !a.constraint ? [] : draft.length === 0 ? [a.constraint.next(tokens, promptLength)] : a.constraint.continuation(tokens, promptLength, draft);
-  const masks = Array.from({ length: rows }, (_, j) => (found.length === 0 ? undefined : found[Math.min(j, found.length - 1)]));
+  const rules = a.budget && a.seq.reasoning ? budgetRules(a.seq.reasoning, tokens.length, draft, a.budget.limit) : undefined;
+  const masks = Array.from({ length: rows }, (_, j) => {
+    const grammar = found.length === 0 ? undefined : found[Math.min(j, found.length - 1)];
+    return rules ? a.budget!.masks.combine(grammar, rules[j]) : grammar;
+  });
   return { additions, masks };
 }
 
 /**
- * How many leading tokens of `draft` request `a` may verify: all of them without a grammar; with
- * one, those it allows, and with `jumpForward` (the engine writes forced text unsampled) only up to
- * where no row would sample forced text (OutputConstraint.draftLength).
+ * How many leading tokens of `draft` request `a` may verify: all of them without a grammar or a
+ * reasoning budget; with a grammar, those it allows, and with `jumpForward` (the engine writes
+ * forced text unsampled) only up to where no row would sample forced text
+ * (OutputConstraint.draftLength); with a budget, up to the first token its rules refuse.
  */
 export function verifiableDraftLength(a: Active, draft: readonly number[], jumpForward: boolean): number {
-  if (!a.constraint || draft.length === 0) return draft.length;
-  return a.constraint.draftLength(a.seq.tokens, a.seq.promptLength, draft, jumpForward);
+  if (draft.length === 0) return 0;
+  const { tokens, promptLength, reasoning } = a.seq;
+  const allowed = a.constraint ? a.constraint.draftLength(tokens, promptLength, draft, jumpForward) : draft.length;
+  return a.budget && reasoning ? Math.min(allowed, budgetDraftLength(reasoning, tokens.length, draft.slice(0, allowed), a.budget.limit)) : allowed;
 }
 
 /**

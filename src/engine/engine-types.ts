@@ -62,6 +62,12 @@ export interface GenerateRequest {
    */
   grammarAfter?: FreePrefix;
   /**
+   * At most this many tokens of reasoning content (vLLM's `thinking_token_budget`): at the budget the
+   * reasoning's end token is forced, and once it is spent no other reasoning span may open
+   * (reasoning-budget.ts). Needs the engine to know the model's reasoning tokens; undefined: no limit.
+   */
+  reasoningBudget?: number;
+  /**
    * Stop after the first token with finish reason "prefill_done", leaving the prompt's KV cached: a
    * prefill that another worker will continue (src/cluster). Its token and text are not streamed.
    */

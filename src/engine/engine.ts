@@ -32,6 +32,7 @@ import type { FinishReason, Sequence } from "./sequence.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
 import { checkSpeculation, ngramDraft } from "./ngram-draft.ts";
 import { stepLogprobs, verifiableDraftLength } from "./draft-extras.ts";
+import { BudgetMasks } from "./reasoning-budget.ts";
 import { type StepRecord, stepShapeOf } from "./step-record.ts";
 
 export type { EngineOptions } from "./engine-options.ts";
@@ -65,6 +66,8 @@ export class Engine implements ServingEngine {
   private readonly active = new Map<number, Active>();
   private readonly now: () => number;
   private readonly maxWaiting: number;
+  /** Masks of reasoning budgets' rules (reasoning-budget.ts), shared by the requests that have one. */
+  private readonly budgetMasks: BudgetMasks;
   /** Token tries for output grammars, without and with control tokens' strings (built on first use). */
   private readonly tries: [TokenTrie | undefined, TokenTrie | undefined] = [undefined, undefined];
   private nextId = 0;
@@ -104,6 +107,7 @@ export class Engine implements ServingEngine {
     this.maxModelLen = Math.min(opts.maxModelLen ?? opts.config.contextLength, opts.config.contextLength, poolTokens);
     this.maxWaiting = opts.maxWaiting ?? 1024;
     if (opts.speculative) checkSpeculation(opts.speculative);
+    this.budgetMasks = new BudgetMasks(opts.config.vocabSize);
   }
 
   /** Queues a request and starts the loop if needed. Throws the typed errors of engine-types.ts. */
@@ -113,6 +117,7 @@ export class Engine implements ServingEngine {
     const maxTokens = outputBudget(req, this.maxModelLen);
     checkSamplingRequest(req, this.opts.config.vocabSize);
     const constraint = this.outputConstraint(req);
+    const budget = this.reasoningBudget(req);
     if (this.scheduler.stats().waiting >= this.maxWaiting) {
       this.metrics.rejected++;
       throw new EngineOverloadedError(`${this.maxWaiting} requests are already waiting`);
@@ -133,6 +138,7 @@ export class Engine implements ServingEngine {
       rng: seededUniforms(req.seed ?? Math.floor(Math.random() * 2 ** 31), 0),
       adjust: LogitAdjuster.of(req),
       constraint,
+      ...(budget === undefined ? {} : { budget }),
       logprobs: req.logprobs === undefined ? undefined : [],
       promptLogprobs: wholePrompt ? new Array<null>(n).fill(null) : undefined,
     };
@@ -196,6 +202,17 @@ export class Engine implements ServingEngine {
     this.scheduler.abort(id);
     if (a.seq.status === "finished") this.finish(a, "abort");
     this.wake?.();
+  }
+
+  /** The request's reasoning budget (undefined: none); a RequestParamError when it is not a count or the model's reasoning tokens are unknown. */
+  private reasoningBudget(req: GenerateRequest): Active["budget"] {
+    const limit = req.reasoningBudget;
+    if (limit === undefined) return undefined;
+    if (!Number.isInteger(limit) || limit < 0) throw new RequestParamError(`The reasoning budget must be a whole number of tokens, 0 or more, got ${limit}`);
+    if (!this.scheduler.config.reasoningTokens) {
+      throw new RequestParamError("A reasoning budget needs the model's reasoning tokens, which this server does not track (start it with --reasoning-parser)");
+    }
+    return { limit, masks: this.budgetMasks };
   }
 
   /** The request's output constraint, if it has a grammar; a schema outside the subset is a RequestParamError. */

@@ -56,6 +56,8 @@ export class ReasoningSpans implements ReasoningPositions {
   private readonly bounds: number[] = [];
   /** Harmony: where the `<|channel|>` of a header being matched stands, and how many of its tokens matched. */
   private header: { at: number; matched: number } | null = null;
+  /** The first span was opened by the prompt (it has no opening tag or header among the outputs). */
+  private promptOpened = false;
 
   /**
    * `openAt`: the prompt's length when the prompt itself left a `<think>` block open (DeepSeek-R1's
@@ -63,7 +65,43 @@ export class ReasoningSpans implements ReasoningPositions {
    */
   constructor(private readonly tags: ReasoningTokens, openAt?: number) {
     if (tags.start === tags.end) throw new RangeError(`Reasoning start and end must be different tokens, got ${tags.start} for both`);
-    if (openAt !== undefined) this.bounds.push(openAt, Infinity);
+    if (openAt !== undefined) {
+      this.bounds.push(openAt, Infinity);
+      this.promptOpened = true;
+    }
+  }
+
+  /** An independent copy, to follow hypothetical tokens (a speculative draft) without moving this one. */
+  clone(): ReasoningSpans {
+    const c = new ReasoningSpans(this.tags);
+    c.bounds.push(...this.bounds);
+    c.header = this.header && { ...this.header };
+    c.promptOpened = this.promptOpened;
+    return c;
+  }
+
+  /** The token that ends a span (`</think>`; harmony's `<|end|>`). */
+  get endToken(): number {
+    return this.tags.end;
+  }
+
+  /** Whether any reasoning span has opened. */
+  get opened(): boolean {
+    return this.bounds.length > 0;
+  }
+
+  /**
+   * While outside reasoning, the token that would carry on opening a span at the next position:
+   * `<think>`; for harmony, the next token of an analysis header under way after its `<|channel|>`
+   * (undefined: none is under way, or inside reasoning).
+   */
+  get nextOpener(): number | undefined {
+    if (this.inside) return undefined;
+    const h = this.tags.harmony;
+    if (h === undefined) return this.tags.start;
+    const m = this.header;
+    if (m === null) return undefined;
+    return m.matched < h.analysis.length ? h.analysis[m.matched] : h.message;
   }
 
   /** True while the sequence is inside reasoning (the next token generated is reasoning). */
@@ -99,6 +137,21 @@ export class ReasoningSpans implements ReasoningPositions {
       if (this.bounds[i] < to) return true;
     }
     return false;
+  }
+
+  /**
+   * Reasoning content among positions below `end`: each span's tokens less its opening tag (harmony:
+   * its header, `<|channel|>analysis<|message|>`) and its end token; a span the prompt opened has no
+   * opening among them. What a reasoning budget counts (reasoning-budget.ts).
+   */
+  thought(end: number): number {
+    const opening = this.tags.harmony ? 2 + this.tags.harmony.analysis.length : 1;
+    let n = 0;
+    for (let i = 0; i < this.bounds.length && this.bounds[i] < end; i += 2) {
+      const from = this.bounds[i], to = this.bounds[i + 1];
+      n += Math.max(0, Math.min(to, end) - from - (i === 0 && this.promptOpened ? 0 : opening) - (to <= end ? 1 : 0));
+    }
+    return n;
   }
 
   /** Reasoning tokens among positions below `end` (the sequence's length), tags included. */
