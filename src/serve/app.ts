@@ -10,6 +10,7 @@ import type { ServingEngine } from "../engine/engine-types.ts";
 import type { JsonWhitespace, ToolCallFormat } from "../engine/grammar.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { modelChatRenderer } from "./chat-template.ts";
+import { reasoningTokensOf } from "./harmony-prompt.ts";
 import { anthropicErrorBody, ApiError, schemaError } from "./errors.ts";
 import { renderMetrics } from "./metrics.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
@@ -71,6 +72,7 @@ export function createApp(o: AppOptions): Hono {
     modelName: o.modelName,
     chat: modelChatRenderer(o.model),
     reasoningParser: o.reasoningParser ?? "none",
+    tracksReasoning: reasoningTokensOf(o.reasoningParser ?? "none", o.model.tokenizer) !== undefined,
     jsonWhitespace: o.jsonWhitespace ?? "any",
     toolCallParser: toolCallSyntax(o.toolCallParser ?? "hermes", o.model.tokenizer),
   };

@@ -10,7 +10,7 @@ import type { Tokenizer } from "../model/config.ts";
 import { messageText } from "./chat-template.ts";
 import { ApiError, describe } from "./errors.ts";
 import type { HarmonyStart } from "./harmony.ts";
-import { singleTokenId } from "./reasoning.ts";
+import { type ReasoningParserName, reasoningTags, reasoningTokenIds, singleTokenId } from "./reasoning.ts";
 import type { ChatMessageIn } from "./schemas.ts";
 
 /**
@@ -84,4 +84,15 @@ export function harmonyReasoningTokens(tokenizer: Pick<Tokenizer, "encode" | "de
   if (start === undefined || message === undefined || end === undefined || tokenizer.decode(analysis) !== "analysis") return undefined;
   const alsoEnd = [HARMONY.call, HARMONY.return, HARMONY.start].flatMap((t) => singleTokenId(tokenizer, t) ?? []);
   return { start, end, harmony: { analysis, message, alsoEnd } };
+}
+
+/**
+ * The reasoning tokens the engine tracks under `--reasoning-parser parser` (KV typing, reasoning
+ * budgets): harmony's, or the tags' where each is one token; undefined otherwise (the server still
+ * parses reasoning from the text).
+ */
+export function reasoningTokensOf(parser: ReasoningParserName, tokenizer: Pick<Tokenizer, "encode" | "decode">): ReasoningTokens | undefined {
+  if (parser === "harmony") return harmonyReasoningTokens(tokenizer);
+  const tags = reasoningTags(parser);
+  return tags ? reasoningTokenIds(tokenizer, tags) : undefined;
 }

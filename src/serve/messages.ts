@@ -71,8 +71,11 @@ function chatMessages(body: MessagesPrompt): ChatMessageIn[] {
   return out;
 }
 
-/** The chat request a Messages request is answered as. */
-export function chatRequestOfMessages(body: MessagesPrompt & Partial<Pick<MessagesRequest, "max_tokens" | "temperature" | "top_p" | "top_k" | "stop_sequences">>): ChatRequest {
+/**
+ * The chat request a Messages request is answered as; `thinking.budget_tokens` becomes its
+ * `thinking_token_budget` when `tracksReasoning` (the engine knows the model's reasoning tokens).
+ */
+export function chatRequestOfMessages(body: MessagesPrompt & Partial<Pick<MessagesRequest, "max_tokens" | "temperature" | "top_p" | "top_k" | "stop_sequences">>, tracksReasoning = false): ChatRequest {
   const choice = body.tool_choice;
   const toolChoice = choice === undefined ? undefined
     : choice.type === "auto" ? "auto" : choice.type === "any" ? "required" : choice.type === "none" ? "none"
@@ -94,6 +97,8 @@ export function chatRequestOfMessages(body: MessagesPrompt & Partial<Pick<Messag
     ...(body.metadata?.user_id ? { user: body.metadata.user_id } : {}),
     // Templates that can switch thinking (Qwen3's enable_thinking) follow the request; others ignore it.
     ...(body.thinking ? { chat_template_kwargs: { enable_thinking: body.thinking.type !== "disabled" } } : {}),
+    // Kept where the engine tracks the model's reasoning tokens; elsewhere the model has no thinking it could stop.
+    ...(body.thinking?.type === "enabled" && body.thinking.budget_tokens !== undefined && tracksReasoning ? { thinking_token_budget: body.thinking.budget_tokens } : {}),
   } as ChatRequest;
 }
 
@@ -101,7 +106,7 @@ export function chatRequestOfMessages(body: MessagesPrompt & Partial<Pick<Messag
 export function submitMessages(ctx: ServeContext, body: MessagesRequest): MessagesTurn {
   const names = new Set(body.tools?.map((t) => t.name));
   if (names.size !== (body.tools?.length ?? 0)) throw new ApiError(400, "Tool names must be unique", "tools", "invalid_value");
-  return { id: anthropicId("msg"), submitted: submitChat(ctx, chatRequestOfMessages(body)), stopSequences: body.stop_sequences ?? [] };
+  return { id: anthropicId("msg"), submitted: submitChat(ctx, chatRequestOfMessages(body, ctx.tracksReasoning)), stopSequences: body.stop_sequences ?? [] };
 }
 
 /** `/v1/messages/count_tokens`: the prompt's token count as the model would see it. */

@@ -26,6 +26,8 @@ export interface ServeContext {
   chat: ChatRenderer;
   /** "think": `<think>` text of chat answers goes to `reasoning_content` (`--reasoning-parser`). */
   reasoningParser: ReasoningParserName;
+  /** The engine knows the model's reasoning tokens (harmony-prompt.ts `reasoningTokensOf`): reasoning budgets can be kept. */
+  tracksReasoning: boolean;
   /** How JSON output grammars may be spaced unless a request says (`--json-whitespace`). */
   jsonWhitespace: JsonWhitespace;
   /**
@@ -246,9 +248,14 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   // reasoning: its answers always keep them (the parser consumes them), whatever skip_special_tokens says.
   const toolCalls = (tools?.length ?? 0) > 0;
   const skipSpecial = !toolCalls && ctx.reasoningParser !== "mistral";
+  const budget = body.thinking_token_budget ?? undefined;
+  if (budget !== undefined && !ctx.tracksReasoning) {
+    throw new ApiError(400, `A thinking_token_budget needs a reasoning parser whose tags are single tokens of this model, got thinking_token_budget = ${budget} with --reasoning-parser ${ctx.reasoningParser}`, "thinking_token_budget", "unsupported_parameter");
+  }
   const request = {
     ...engineRequest(harmony ? { ...body, skip_special_tokens: false } : body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, skipSpecial),
     ...(grammarAfter ? { grammarAfter } : {}),
+    ...(budget !== undefined ? { reasoningBudget: budget } : {}),
   };
   const n = body.n ?? 1;
   // Chat's prompt log probabilities are returned once, beside the choices.

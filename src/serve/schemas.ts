@@ -165,6 +165,8 @@ export const ChatRequestSchema = z.looseObject({
     return key === undefined ? null : { message: `may not set ${JSON.stringify(key)}, which the server passes to the template itself`, path: [key] };
   })),
   max_completion_tokens: maybe(positiveInt),
+  // vLLM's extension: at most this many reasoning tokens, then the reasoning's end is forced (reasoning-budget.ts).
+  thinking_token_budget: maybe(z.number().int().min(0)),
   logprobs: maybe(z.boolean()),
   top_logprobs: maybe(z.number().int().min(0).max(20)),
 });

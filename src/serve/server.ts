@@ -26,8 +26,8 @@ import type { QuantizeDType } from "../model/weights.ts";
 import { createApp } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
-import { type ReasoningParserName, reasoningTags, reasoningTokenIds } from "./reasoning.ts";
-import { harmonyReasoningTokens } from "./harmony-prompt.ts";
+import type { ReasoningParserName } from "./reasoning.ts";
+import { reasoningTokensOf } from "./harmony-prompt.ts";
 import { type PlannerLogRecord, plannerLogRecord, StepLogWriter } from "./step-log.ts";
 import { AGED_SHORT_FIRST, type PrefillOrderOptions } from "../../planner/prefill-order.ts";
 
@@ -225,9 +225,8 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   if (o.kvBlocks === undefined && kvMemoryBytes !== undefined && kvMemoryBytes / kvShare < 2 * smallestKv) {
     throw new RangeError(`--kv-memory-fraction ${o.kvMemoryFraction} leaves room for fewer than 2 KV blocks per worker`);
   }
-  // Tags that are not single tokens are still parsed from the text; only KV typing needs the ids.
-  const tags = reasoningTags(o.reasoningParser ?? "none");
-  const reasoningTokens = o.reasoningParser === "harmony" ? harmonyReasoningTokens(model.tokenizer) : tags ? reasoningTokenIds(model.tokenizer, tags) : undefined;
+  // Tags that are not single tokens are still parsed from the text; only KV typing and budgets need the ids.
+  const reasoningTokens = reasoningTokensOf(o.reasoningParser ?? "none", model.tokenizer);
   const engineOptions: CreateEngineOptions = {
     numBlocks: o.kvBlocks,
     kvMemoryBytes: kvMemoryBytes === undefined ? undefined : kvMemoryBytes / kvShare,

@@ -82,6 +82,15 @@ test("chat completions with --reasoning-parser harmony: analysis as reasoning_co
   });
 });
 
+test("chat completions with --reasoning-parser harmony keep thinking_token_budget: <|end|> forced after the budget's analysis tokens, then the final message", async () => {
+  await withServer(await harmonyModel("budget", FINAL), async (client) => {
+    const body = { model: "budget", messages: [{ role: "user" as const, content: "Weather in Tokyo?" }], temperature: 0, max_tokens: 32, thinking_token_budget: 1 };
+    const r = await client.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming & Extra);
+    assert.deepEqual(r.choices[0].message, { role: "assistant", content: "Sunny, 28 °C.", reasoning_content: THOUGHTS[0] });
+    assert.equal(r.usage?.completion_tokens_details?.reasoning_tokens, 3 + 1 + 1, "the header, one thought and the forced <|end|>");
+  });
+});
+
 const WEATHER: OpenAI.ChatCompletionTool = {
   type: "function",
   function: { name: "get_weather", description: "Current weather", parameters: { type: "object", properties: { location: { type: "string", description: "A city" } }, required: ["location"] } },
