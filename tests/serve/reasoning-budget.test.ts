@@ -81,3 +81,17 @@ test("messages.create() keeps thinking.budget_tokens: a thinking block of the bu
     assert.equal((free.content[0] as Anthropic.ThinkingBlock).thinking, THOUGHTS.join(""));
   });
 });
+
+test("thinking_token_budget travels with the request to a cluster's workers (prefill on one, decode on another)", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 128, reasoningParser: "think", workers: 2, roles: ["prefill", "decode"], transport: "threads" });
+  try {
+    for (const last of ["?", "^"]) {
+      const r = await openai(s.url).chat.completions.create({ model: "reasoner", messages: ask(last), tools: TOOLS, temperature: 0, max_tokens: 64, thinking_token_budget: 4 } as Budgeted);
+      const m = r.choices[0].message as OpenAI.ChatCompletionMessage & WithReasoning;
+      assert.equal(m.reasoning_content, THOUGHTS.slice(0, 4).join(""), `prompt ending in ${last}`);
+      assert.deepEqual(callNames(m), ["get_weather", "get_time"]);
+    }
+  } finally {
+    await s.shutdown();
+  }
+});
