@@ -31,7 +31,7 @@ export function sampledRowAsks(a: Active, draft: readonly number[]): SampledRowA
   const adds = draft.length === 0 ? [a.adjust?.next(tokens, promptLength)] : a.adjust?.continuation(tokens, promptLength, draft) ?? [];
   const additions = Array.from({ length: rows }, (_, j) => (adds[j] && adds[j].size > 0 ? adds[j] : undefined));
   const found = !a.constraint ? [] : draft.length === 0 ? [a.constraint.next(tokens, promptLength)] : a.constraint.continuation(tokens, promptLength, draft);
-  const rules = a.budget && a.seq.reasoning ? budgetRules(a.seq.reasoning, tokens.length, draft, a.budget.limit) : undefined;
+  const rules = a.budget && a.seq.reasoning ? budgetRules(a.seq.reasoning, tokens, draft, a.budget.limit, a.budget.bytesOf) : undefined;
   const masks = Array.from({ length: rows }, (_, j) => {
     const grammar = found.length === 0 ? undefined : found[Math.min(j, found.length - 1)];
     return rules ? a.budget!.masks.combine(grammar, rules[j]) : grammar;
@@ -49,7 +49,7 @@ export function verifiableDraftLength(a: Active, draft: readonly number[], jumpF
   if (draft.length === 0) return 0;
   const { tokens, promptLength, reasoning } = a.seq;
   const allowed = a.constraint ? a.constraint.draftLength(tokens, promptLength, draft, jumpForward) : draft.length;
-  return a.budget && reasoning ? Math.min(allowed, budgetDraftLength(reasoning, tokens.length, draft.slice(0, allowed), a.budget.limit)) : allowed;
+  return a.budget && reasoning ? Math.min(allowed, budgetDraftLength(reasoning, tokens, draft.slice(0, allowed), a.budget.limit, a.budget.bytesOf)) : allowed;
 }
 
 /**

@@ -12,7 +12,7 @@ import { sampledRowAsks } from "./draft-extras.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { AsyncQueue } from "./events.ts";
 import type { OutputConstraint } from "./output-constraint.ts";
-import type { BudgetMasks } from "./reasoning-budget.ts";
+import type { BudgetMasks, TokenBytesOf } from "./reasoning-budget.ts";
 import type { UniformSource } from "./sampler-rng.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 
@@ -30,8 +30,8 @@ export interface Active {
   adjust: LogitAdjuster | undefined;
   /** The output grammar's constraint (undefined: free text). */
   constraint: OutputConstraint | undefined;
-  /** The request's reasoning budget in tokens and the engine's masks for it (undefined: no budget). */
-  budget?: { readonly limit: number; readonly masks: BudgetMasks };
+  /** The request's reasoning budget in tokens, the engine's masks for it and its tokens' bytes (undefined: no budget). */
+  budget?: { readonly limit: number; readonly masks: BudgetMasks; readonly bytesOf?: TokenBytesOf };
   /** Each sampled token's log probability, EOS included (undefined: not asked for). */
   logprobs: TokenLogprob[] | undefined;
   /** The last step's, one per token it gives (more than one when it accepted draft tokens), until they are committed. */

@@ -212,7 +212,8 @@ export class Engine implements ServingEngine {
     if (!this.scheduler.config.reasoningTokens) {
       throw new RequestParamError("A reasoning budget needs the model's reasoning tokens, which this server does not track (start it with --reasoning-parser)");
     }
-    return { limit, masks: this.budgetMasks };
+    const tok = this.opts.tokenizer;
+    return { limit, masks: this.budgetMasks, ...(tok.tokenBytes ? { bytesOf: (id: number) => tok.tokenBytes!(id) } : {}) };
   }
 
   /** The request's output constraint, if it has a grammar; a schema outside the subset is a RequestParamError. */

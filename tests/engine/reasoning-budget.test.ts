@@ -7,13 +7,13 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
-import { test } from "../harness.ts";
+import { projectRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { RequestParamError } from "../../src/engine/engine-types.ts";
 import type { NgramSpeculation } from "../../src/engine/ngram-draft.ts";
 import { TokenMask } from "../../src/engine/output-constraint.ts";
-import { BudgetMasks, budgetDraftLength, budgetRule, budgetRules } from "../../src/engine/reasoning-budget.ts";
+import { BudgetMasks, budgetDraftLength, budgetRule, budgetRules, endsMidChar, MAX_CHAR_WAIT } from "../../src/engine/reasoning-budget.ts";
 import { ReasoningSpans } from "../../src/engine/reasoning-spans.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { type ScriptedModelSpec, scriptedVocab, writeScriptedModel } from "../model/scripted-model.ts";
@@ -72,11 +72,41 @@ test("budgetRule() with harmony forces <|end|> and bars the analysis channel's n
 
 test("budgetRules() gives each draft row the rule after the draft tokens before it; budgetDraftLength() cuts at the first refused", () => {
   const s = spansOf(TAGS, [1, 5]);
-  assert.deepEqual(budgetRules(s, 12, [5, 5, 2, 5, 1], 2), [undefined, { force: 2 }, { force: 2 }, { bar: 1 }, { bar: 1 }, { force: 2 }]);
+  const tokens = [...Array<number>(10).fill(0), 1, 5];
+  assert.deepEqual(budgetRules(s, tokens, [5, 5, 2, 5, 1], 2), [undefined, { force: 2 }, { force: 2 }, { bar: 1 }, { bar: 1 }, { force: 2 }]);
   assert.equal(s.thought(12), 1, "the spans did not move");
-  assert.equal(budgetDraftLength(s, 12, [5, 5, 2, 5, 1], 2), 1, "the second 5 is past the budget");
-  assert.equal(budgetDraftLength(s, 12, [5, 2, 5, 1], 2), 3, "a new <think> after the end is refused");
-  assert.equal(budgetDraftLength(s, 12, [5, 2, 5], 2), 3);
+  assert.equal(budgetDraftLength(s, tokens, [5, 5, 2, 5, 1], 2), 1, "the second 5 is past the budget");
+  assert.equal(budgetDraftLength(s, tokens, [5, 2, 5, 1], 2), 3, "a new <think> after the end is refused");
+  assert.equal(budgetDraftLength(s, tokens, [5, 2, 5], 2), 3);
+});
+
+// Bytes: 0 is " ", 5 is "x"; 20, 21, 22 are the three bytes of "中" (e4 b8 ad); 23 is "é" whole (c3 a9); tags have none.
+const BYTES: Record<number, number[]> = { 0: [0x20], 1: [], 2: [], 5: [0x78], 20: [0xe4], 21: [0xb8], 22: [0xad], 23: [0xc3, 0xa9] };
+const bytesOf = (id: number) => (id in BYTES ? new Uint8Array(BYTES[id]) : undefined);
+
+test("endsMidChar() finds a UTF-8 character begun but not finished by the last tokens' bytes", () => {
+  assert.equal(endsMidChar([5, 20], bytesOf), true);
+  assert.equal(endsMidChar([20, 21], bytesOf), true);
+  assert.equal(endsMidChar([20, 21, 22], bytesOf), false);
+  assert.equal(endsMidChar([5, 23], bytesOf), false);
+  assert.equal(endsMidChar([20, 2], bytesOf), true, "a tag has no bytes: the character is still open before it");
+  assert.equal(endsMidChar([5, 99], bytesOf), false, "unknown bytes: not waited for");
+  assert.equal(endsMidChar([], bytesOf), false);
+});
+
+test("budgetRules() lets the end wait while the reasoning ends inside a character, MAX_CHAR_WAIT tokens at most", () => {
+  const rules = (out: number[], draft: number[], budget: number) => {
+    const spans = spansOf(TAGS, out);
+    return budgetRules(spans, [...Array<number>(10).fill(0), ...out], draft, budget, bytesOf);
+  };
+  // <think> x 中(3 tokens) with a budget of 2: "中"'s first byte is the second token; the end waits for its two others.
+  assert.deepEqual(rules([1, 5, 20], [21, 22], 2), [undefined, undefined, { force: 2 }]);
+  assert.deepEqual(rules([1, 5, 20], [21, 22], 2).slice(0, 1), budgetRules(spansOf(TAGS, [1, 5, 20]), [...Array<number>(10).fill(0), 1, 5, 20], [], 2, bytesOf));
+  assert.deepEqual(rules([1, 5, 5], [], 2), [{ force: 2 }], "whole characters: forced at once");
+  assert.deepEqual(budgetRules(spansOf(TAGS, [1, 5, 20]), [...Array<number>(10).fill(0), 1, 5, 20], [], 2), [{ force: 2 }], "no bytes known: forced at once");
+  // Endless partial characters: four of content (two waited for), then the fifth is MAX_CHAR_WAIT past the budget.
+  assert.equal(MAX_CHAR_WAIT, 3);
+  assert.deepEqual(rules([1, 5, 20, 21, 20], [21, 20], 2), [undefined, { force: 2 }, { force: 2 }]);
 });
 
 test("BudgetMasks makes forcing and barring masks and intersects them with a grammar's", () => {
@@ -167,5 +197,28 @@ test("Engine.submit() refuses a reasoning budget that is not a count, or without
     assert.throws(() => plain.submit({ prompt, reasoningBudget: 4 }), (e: Error) => e instanceof RequestParamError && /--reasoning-parser/.test(e.message));
   } finally {
     await Promise.all([engine.stop(), plain.stop()]);
+  }
+});
+
+test("Engine lets a reasoning budget's end wait for a character spelled in byte tokens (stories260K's byte fallback)", async () => {
+  const stories = await loadModel(`${projectRoot}/models/stories260K.gguf`);
+  const tok = stories.tokenizer;
+  const lead = Array.from({ length: stories.config.vocabSize }, (_, id) => id).find((id) => tok.tokenBytes?.(id)?.join() === "228")!; // <0xE4>
+  const space = tok.encode(" a", { addBos: false })[0];
+  assert.equal(tok.tokenBytes?.(space)?.join(), "32");
+  // Any two tokens serve as the tags here; the prompt opened the reasoning.
+  const tags = { start: 100, end: 101 };
+  const engine = createEngine(createReferenceBackend(), stories, { numBlocks: 16, blockSize: 4, scheduler: { reasoningTokens: tags } });
+  try {
+    const ids = async (favoured: number) => {
+      const prompt = tok.encode("Once upon a time", { addBos: true });
+      const r = await engine.submit({ prompt, maxTokens: 8, temperature: 0, startsInReasoning: true, reasoningBudget: 2, logitBias: [[favoured, 100]] }).result;
+      return r.tokenIds;
+    };
+    // Every <0xE4> begins a character none finishes: the end waits MAX_CHAR_WAIT tokens past the budget of 2.
+    assert.deepEqual((await ids(lead)).slice(0, 6), [lead, lead, lead, lead, lead, tags.end]);
+    assert.deepEqual((await ids(space)).slice(0, 3), [space, space, tags.end], "whole characters: the end comes at the budget");
+  } finally {
+    await engine.stop();
   }
 });
