@@ -25,6 +25,7 @@ import { itemsPage } from "./item-list.ts";
 import { ResponseStore } from "./response-store.ts";
 import { respondJson, respondStream, type ResponsesState, submitResponse } from "./responses.ts";
 import { ResponsesRequestSchema } from "./responses-schema.ts";
+import { BackgroundRuns, followStream } from "./responses-background.ts";
 import { countMessageTokens, respondMessageJson, respondMessageStream, submitMessages } from "./messages.ts";
 import { CountTokensRequestSchema, MessagesRequestSchema } from "./messages-schema.ts";
 
@@ -55,6 +56,9 @@ export interface AppOptions {
   /** The most MiB of JSON text each of the two stores (responses, conversations) keeps (default 512). */
   maxStoredMiB?: number;
 }
+
+/** The headers of a server-sent event stream. */
+const SSE_HEADERS = { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" };
 
 /** Responses kept by default (`--max-stored-responses`). */
 export const DEFAULT_STORED_RESPONSES = 4096;
@@ -127,6 +131,7 @@ export function createApp(o: AppOptions): Hono {
   const state: ResponsesState = {
     responses: new ResponseStore(o.maxStoredResponses ?? DEFAULT_STORED_RESPONSES, storedChars),
     conversations: new ConversationStore(o.maxConversations ?? DEFAULT_CONVERSATIONS, storedChars),
+    background: new BackgroundRuns(),
   };
   const store = state.responses;
   /** A whole (non-streamed) answer; a client that hangs up before it is ready cancels the request. */
@@ -142,9 +147,12 @@ export function createApp(o: AppOptions): Hono {
       end();
     }
   };
+  /** A background response's events as SSE (a client hanging up stops only its copy). */
+  const followSse = (follow: NonNullable<ReturnType<BackgroundRuns["follow"]>>) =>
+    new Response(followStream(follow), { headers: SSE_HEADERS });
   // Streams are cancelled through the body stream's cancel(), which both runtimes call on disconnect.
   const sse = (stream: ReadableStream<Uint8Array>, end: () => void) =>
-    new Response(life.track(stream, end), { headers: { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" } });
+    new Response(life.track(stream, end), { headers: SSE_HEADERS });
   const respond = (c: Context, body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null } | null }, submitted: Submitted, end: () => void) =>
     body.stream ? sse(completeStream(ctx, submitted, body.stream_options?.include_usage === true), end) : whole(c, submitted, end, () => completeJson(ctx, submitted));
   /** Runs a generation route, counted in flight from before its body is read until its answer is written. */
@@ -169,6 +177,11 @@ export function createApp(o: AppOptions): Hono {
   app.post("/v1/responses", (c) => generation(async (end) => {
     const body = await parse(c, ResponsesRequestSchema);
     const turn = submitResponse(ctx, state, body);
+    if (body.background) {
+      // Counted in flight until it finishes, whoever is listening.
+      const queued = state.background.start(ctx, state, turn, end);
+      return body.stream ? followSse(state.background.follow(turn.id, -1)!) : c.json(queued);
+    }
     return body.stream ? sse(respondStream(ctx, state, turn), end) : whole(c, turn.submitted, end, () => respondJson(ctx, state, turn));
   }));
   app.post("/v1/messages", (c) => generation(async (end) => {
@@ -183,12 +196,38 @@ export function createApp(o: AppOptions): Hono {
     return entry;
   };
   app.get("/v1/responses/:id/input_items", (c) => {
-    const entry = stored(c.req.param("id"));
-    return c.json(itemsPage(entry.inputItems, c.req.query(), `response '${entry.id}'`));
-  });
-  app.get("/v1/responses/:id", (c) => c.json(stored(c.req.param("id")).response));
-  app.delete("/v1/responses/:id", (c) => {
     const id = c.req.param("id");
+    const items = state.background.inputItems(id) ?? stored(id).inputItems;
+    return c.json(itemsPage(items, c.req.query(), `response '${id}'`));
+  });
+  app.get("/v1/responses/:id", (c) => {
+    const id = c.req.param("id");
+    const q = c.req.query();
+    if (q.stream === "true") {
+      const after = q.starting_after === undefined ? -1 : Number(q.starting_after);
+      if (!Number.isInteger(after) || after < -1) throw new ApiError(400, `starting_after must be an event's sequence number, got ${JSON.stringify(q.starting_after)}`, "starting_after", "invalid_value");
+      const follow = state.background.follow(id, after);
+      if (!follow) {
+        stored(id);
+        throw new ApiError(400, `Response '${id}' has no events to stream: only a background response's are kept, until ${state.background.keptLogs} more have finished; read it without stream`, "stream", "invalid_value");
+      }
+      return followSse(follow);
+    }
+    return c.json(state.background.current(id) ?? stored(id).response);
+  });
+  app.post("/v1/responses/:id/cancel", async (c) => {
+    const id = c.req.param("id");
+    const cancelled = state.background.cancel(id);
+    if (cancelled) return c.json(await cancelled);
+    const entry = stored(id);
+    // Cancelling a finished background response returns it as it is.
+    if (entry.response.background !== true) throw new ApiError(400, `Response '${id}' was not created with background = true; only background responses can be cancelled`, "response_id", "invalid_value");
+    return c.json(entry.response);
+  });
+  app.delete("/v1/responses/:id", async (c) => {
+    const id = c.req.param("id");
+    const cancelled = state.background.cancel(id);
+    if (cancelled) await cancelled;
     stored(id);
     store.delete(id);
     return c.json({ id, object: "response", deleted: true });
@@ -218,6 +257,7 @@ export function createApp(o: AppOptions): Hono {
   allow("/v1/messages/count_tokens", "POST");
   allow("/v1/responses/:id/input_items", "GET");
   allow("/v1/responses/:id", "GET, DELETE");
+  allow("/v1/responses/:id/cancel", "POST");
   allow("/v1/conversations", "POST");
   allow("/v1/conversations/:id", "GET, POST, DELETE");
   allow("/v1/conversations/:id/items", "GET, POST");

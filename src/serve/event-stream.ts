@@ -4,6 +4,13 @@
  */
 import type { RequestHandle } from "../engine/engine-types.ts";
 
+const encoder = new TextEncoder();
+
+/** One event as SSE bytes: `event: TYPE` then `data: JSON`. */
+export function namedEvent(e: { type: string }): Uint8Array {
+  return encoder.encode(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`);
+}
+
 /**
  * A stream of `run`'s events. `run` sends batches of events and resolves when the answer is done;
  * `gone()` tells it the client left (then nothing more is sent, and it should store nothing). A write
@@ -12,11 +19,10 @@ import type { RequestHandle } from "../engine/engine-types.ts";
 export function namedEventStream<E extends { type: string }>(
   handle: RequestHandle, run: (send: (events: readonly E[]) => void, gone: () => boolean) => Promise<void>,
 ): ReadableStream<Uint8Array> {
-  const enc = new TextEncoder();
   let clientGone = false;
   return new ReadableStream<Uint8Array>({
     async start(controller) {
-      const send = (events: readonly E[]) => events.forEach((e) => controller.enqueue(enc.encode(`event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`)));
+      const send = (events: readonly E[]) => events.forEach((e) => controller.enqueue(namedEvent(e)));
       try {
         await run(send, () => clientGone);
         if (!clientGone) controller.close();

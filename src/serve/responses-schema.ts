@@ -2,7 +2,7 @@
  * The request body of OpenAI's Responses API (`POST /v1/responses`), as far as a server of function
  * tools and text can honour it: input items (messages, function calls, their outputs, reasoning),
  * `instructions`, `previous_response_id`, function tools, `tool_choice`, `text.format`. What it names
- * but cannot honour (images, hosted tools, background runs) is refused by name.
+ * but cannot honour (images, hosted tools) is refused by name.
  */
 import { z } from "zod";
 import { explained, type Flaw, isObject, sessionKey } from "./schemas.ts";

@@ -23,6 +23,7 @@ import { newId, ResponseOutput, type ResponseEvent } from "./responses-output.ts
 import type { InputItem, ResponsesRequest } from "./responses-schema.ts";
 import type { ChatMessageIn, ChatRequest } from "./schemas.ts";
 import type { GenerateResult } from "../engine/engine-types.ts";
+import type { BackgroundRuns } from "./responses-background.ts";
 
 type Json = Record<string, unknown>;
 
@@ -30,6 +31,8 @@ type Json = Record<string, unknown>;
 export interface ResponsesState {
   responses: ResponseStore;
   conversations: ConversationStore;
+  /** Background responses still running, and the events of the last ones finished. */
+  background: BackgroundRuns;
 }
 
 /** A submitted Responses request and what answering (and storing) it needs. */
@@ -71,7 +74,9 @@ function unsupported(message: string, param: string): ApiError {
 
 /** Refuses what the request asks that this server cannot do, naming it. */
 function checkSupported(body: ResponsesRequest): void {
-  if (body.background) throw unsupported("Background responses are not supported: send background = false (the default) and keep the connection open, or stream", "background");
+  if (body.background && body.store === false) {
+    throw new ApiError(400, "A background response must be stored to be read back: send store = true (the default) with background = true", "store", "invalid_value");
+  }
   if (body.prompt !== undefined && body.prompt !== null) throw unsupported(`Stored prompt templates are not supported, got prompt = ${describe(body.prompt)}; send the instructions and input themselves`, "prompt");
   const include = (body.include ?? []).find((x) => !INCLUDABLE.includes(x));
   if (include !== undefined) throw unsupported(`Including ${JSON.stringify(include)} is not supported; this server includes ${INCLUDABLE.map((x) => JSON.stringify(x)).join(" and ")} (reasoning always comes back as text)`, "include");
@@ -100,6 +105,9 @@ function continued(state: ResponsesState, body: ResponsesRequest): { history: Ch
     return { history: itemsToMessages(conversation.items as unknown as InputItem[]), session: conversation.id, conversation };
   }
   if (previousId === null) return { history: [], conversation: null };
+  if (state.background.running(previousId)) {
+    throw new ApiError(400, `Previous response with id '${previousId}' is still in progress; continue it once it has completed`, "previous_response_id", "invalid_value");
+  }
   try {
     const { messages, sessionId } = state.responses.conversation(previousId);
     return { history: messages, session: sessionId, conversation: null };
@@ -176,7 +184,7 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
   const parallel = body.parallel_tool_calls ?? true;
   const shell: Json = {
     id, object: "response", created_at: Math.floor(Date.now() / 1000), model: ctx.modelName,
-    background: false, conversation: conversation ? { id: conversation.id } : null, error: null, incomplete_details: null,
+    background: body.background === true, conversation: conversation ? { id: conversation.id } : null, error: null, incomplete_details: null,
     instructions: body.instructions ?? null, max_output_tokens: body.max_output_tokens ?? null, max_tool_calls: body.max_tool_calls ?? null,
     metadata: body.metadata ?? {}, parallel_tool_calls: parallel, previous_response_id: previousId, prompt_cache_key: body.prompt_cache_key ?? null,
     reasoning: { effort: body.reasoning?.effort ?? null, summary: null }, store: stored,
@@ -191,7 +199,7 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
 }
 
 /** The response object at a point of its life. */
-function responseJson(t: ResponseTurn, out: ResponseOutput | null, r: GenerateResult | null, failed?: ApiError): Json {
+export function responseJson(t: ResponseTurn, out: ResponseOutput | null, r: GenerateResult | null, failed?: ApiError): Json {
   if (failed) return { ...t.shell, status: "failed", error: { code: "server_error", message: failed.message }, output: out?.items ?? [], usage: null };
   if (!r || !out) return { ...t.shell, status: "in_progress", output: [], usage: null };
   const cut = r.finishReason === "length" || r.finishReason === "abort";
@@ -211,7 +219,7 @@ function responseJson(t: ResponseTurn, out: ResponseOutput | null, r: GenerateRe
  * Keeps a finished turn (when stored), extends its conversation (if it still exists) with its input
  * and output items, and marks its session as waiting on its first call.
  */
-function settle(ctx: ServeContext, state: ResponsesState, t: ResponseTurn, out: ResponseOutput, response: Json): void {
+export function settle(ctx: ServeContext, state: ResponsesState, t: ResponseTurn, out: ResponseOutput, response: Json): void {
   noteToolWait(ctx, t.submitted, out.calls);
   const conversation = t.conversation && state.conversations.get(t.conversation.id);
   if (conversation) state.conversations.append(conversation, [...t.inputItems, ...out.items]);
@@ -226,7 +234,7 @@ function settle(ctx: ServeContext, state: ResponsesState, t: ResponseTurn, out: 
 }
 
 /** The builder of a turn's output items. */
-function outputOf(ctx: ServeContext, t: ResponseTurn): ResponseOutput {
+export function outputOf(ctx: ServeContext, t: ResponseTurn): ResponseOutput {
   return new ResponseOutput(t.maxToolCalls, t.logprobs ? (lps) => chatLogprobs(ctx.tokenizer, lps).content : undefined, t.namespaceOf);
 }
 
@@ -234,7 +242,7 @@ function outputOf(ctx: ServeContext, t: ResponseTurn): ResponseOutput {
  * Runs a turn's generation through the chat parser into `out`, handing each batch of events to
  * `send`; resolves with the result (and the closing events sent) unless the engine failed.
  */
-async function generate(t: ResponseTurn, out: ResponseOutput, send: (events: readonly ResponseEvent[]) => void): Promise<GenerateResult> {
+export async function generate(t: ResponseTurn, out: ResponseOutput, send: (events: readonly ResponseEvent[]) => void): Promise<GenerateResult> {
   const handle = t.submitted.handles[0];
   const chat = new ChatOutputStream(t.submitted.output!);
   for await (const d of handle.stream) if (d.text || d.logprobs) send(out.push(chat.push(d.text), d.logprobs));

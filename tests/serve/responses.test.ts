@@ -272,7 +272,7 @@ test("POST /v1/responses refuses what it cannot honour with a 400 naming the fie
     await bad({ tools: [WEATHER], tool_choice: { type: "function", name: "nope" } }, "tool_choice", /nope/);
     await bad({ text: { format: { type: "yaml" } } }, "text.format.type", /yaml/);
     await bad({ text: { format: { type: "json_schema", name: "x", schema: { type: "object", properties: { a: { type: "strnig" } } } } } }, "text.format", /.+/);
-    await bad({ background: true }, "background", /Background responses are not supported/);
+    await bad({ background: true, store: false }, "store", /A background response must be stored/);
     await bad({ conversation: { id: "" } }, "conversation", /conversation must be/);
     await bad({ conversation: "conv_1", previous_response_id: "resp_1" }, "conversation", /cannot both be given/);
     await bad({ include: ["file_search_call.results"] }, "include", /file_search_call\.results/);
