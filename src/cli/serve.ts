@@ -13,7 +13,7 @@ import { isKvDtypeChoice } from "../engine/kv-cache.ts";
 import { type NgramSpeculation, parseSpeculativeConfig, SpeculationConfigError } from "../engine/ngram-draft.ts";
 import { isToolCallFormat, TOOL_CALL_FORMAT_ALIASES, TOOL_CALL_FORMATS } from "../engine/grammar.ts";
 import { type PreemptionMode, STEP_MIXINGS, type StepMixing, type WorkerRole } from "../engine/scheduler-types.ts";
-import { ModelLoadError } from "../model/config.ts";
+import { ModelLoadError, type SamplingDefaults } from "../model/config.ts";
 import { cliArgs, envVar, exitProcess, onShutdownSignal, runtimeName } from "../runtime/env.ts";
 import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
 import { isReasoningParser, REASONING_PARSER_ALIASES, REASONING_PARSERS, reasoningTags } from "../serve/reasoning.ts";
@@ -49,6 +49,7 @@ const FLAGS = {
   "prefill-order": { kind: "string", help: "fcfs|short-first: which waiting prompt is admitted first (default short-first: least uncached work, aged 2000 tokens/s)" },
   "kv-retention": { kind: "string", help: "agent|lru: which cached KV goes first when memory runs short (default agent: keeps sessions waiting on a tool call; sessions come from prompt_cache_key or user)" },
   "tool-call-parser": { kind: "string", help: "hermes|llama3_json|kimi_k2|deepseek_v31|deepseek_v3|glm45|qwen3_coder|minimax_m2|mistral|harmony: how the model writes tool calls, read out of chat answers and written by a forced tool_choice; hermes (Qwen 2.5/3) is <tool_call> blocks, llama3_json (Llama 3.1-3.3) {\"name\", \"parameters\"} objects separated by \"; \", kimi_k2 (Kimi K2) <|tool_call_begin|> blocks in a <|tool_calls_section_begin|> section, deepseek_v31 (DeepSeek V3.1) <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...} blocks, deepseek_v3 (DeepSeek V3, R1-0528) <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME and a ```json fence, glm45 (GLM 4.5-4.7) <tool_call>NAME with <arg_key>/<arg_value> pairs, qwen3_coder (Qwen3-Coder) <function=NAME> with <parameter=KEY> values, minimax_m2 (MiniMax M2) <invoke name=\"NAME\"> with <parameter name=\"KEY\"> values in a <minimax:tool_call> section, mistral (Mistral, Magistral, Devstral) [TOOL_CALLS]NAME[ARGS]{...} per call, or [TOOL_CALLS] [{...}] where the vocabulary has no [ARGS] token (tokenizers before v11), harmony (gpt-oss; vLLM's openai is accepted for it) a message to=functions.NAME whose body is the arguments, one per answer (default hermes)" },
+  "generation-config": { kind: "string", help: "auto|vllm: a request that leaves out temperature, top_p, top_k or max_tokens gets the model's generation_config.json values (auto, as vLLM's default; a Hugging Face directory's) or OpenAI's defaults (vllm)" },
   "json-whitespace": { kind: "string", help: "any|compact: how JSON output (response_format, forced tool calls, structured_outputs json) may be spaced unless a request sets structured_outputs.disable_any_whitespace; compact is json.dumps's \", \" and \": \" only, which makes the separators forced text (default any)" },
   "jump-forward": { kind: "string", help: "on|off: append text a request's output grammar forces (response_format json_schema, forced tool_choice) without sampling it, computed in one step (default on; off for requests asking for logprobs)" },
   "speculative-config": { kind: "string", help: "vLLM's JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 5, \"prompt_lookup_max\": 4}': each decode step also verifies up to that many tokens copied from where the context's last n tokens (prompt_lookup_max down to prompt_lookup_min, both 5 when neither is given) occurred before, keeping those the model's own samples agree with; not for requests with an output grammar, logprobs or presence/frequency penalties (default: off)" },
@@ -120,6 +121,8 @@ async function main(): Promise<void> {
   const toolCallArg = f["tool-call-parser"] ?? "hermes";
   const toolCallParser = TOOL_CALL_FORMAT_ALIASES[toolCallArg] ?? toolCallArg;
   if (!isToolCallFormat(toolCallParser)) throw new ArgsError(`Unknown tool call parser "${toolCallArg}"; choose ${[...TOOL_CALL_FORMATS, ...Object.keys(TOOL_CALL_FORMAT_ALIASES)].join(", ")}`);
+  const generationConfig = f["generation-config"] ?? "auto";
+  if (generationConfig !== "auto" && generationConfig !== "vllm") throw new ArgsError(`Unknown generation config "${generationConfig}"; choose auto or vllm`);
   const jsonWhitespace = f["json-whitespace"] ?? "any";
   if (jsonWhitespace !== "any" && jsonWhitespace !== "compact") throw new ArgsError(`Unknown JSON whitespace "${jsonWhitespace}"; choose any or compact`);
   const reasoningArg = f["reasoning-parser"] ?? "none";
@@ -199,6 +202,7 @@ async function main(): Promise<void> {
     ...(jumpForward === "off" ? { jumpForward: false } : {}),
     ...(speculative ? { speculative } : {}),
     ...(jsonWhitespace === "compact" ? { jsonWhitespace: "compact" as const } : {}),
+    ...(generationConfig === "vllm" ? { generationConfig: "vllm" as const } : {}),
     ...(toolCallParser !== "hermes" ? { toolCallParser } : {}),
     maxBodyBytes: f["max-body-bytes"],
     stepLogPath: f["step-log"],
@@ -206,6 +210,8 @@ async function main(): Promise<void> {
     ...(f["mixed-step-overhead-ms"] ? { mixedStepOverheadMs: f["mixed-step-overhead-ms"] } : {}),
   });
   const st = s.serving.stats();
+  const sampling = samplingNote(s.samplingDefaults, generationConfig);
+  if (sampling) console.error(sampling);
   const tags = reasoningTags(reasoningParser);
   const reasoning = !tags ? "" : s.reasoningTokens
     ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
@@ -266,3 +272,12 @@ main().catch((e: unknown) => {
   // As generate: a mistake the user can fix exits 2, anything else 1.
   exitProcess(known ? 2 : 1);
 });
+
+/** The start-up line saying which generation_config.json defaults requests get (undefined: the model has none). */
+function samplingNote(d: SamplingDefaults, choice: "auto" | "vllm"): string | undefined {
+  if (choice === "vllm") return "serve: requests get OpenAI's sampling defaults (--generation-config vllm)";
+  if (Object.keys(d).length === 0) return undefined;
+  const set = [["temperature", d.temperature], ["top_p", d.topP], ["top_k", d.topK], ["max_tokens", d.maxTokens]].filter(([, v]) => v !== undefined).map(([k, v]) => `${k} ${v}`);
+  const skipped = d.unsupported?.length ? `; not applied (unsupported here): ${d.unsupported.join(", ")}` : "";
+  return `serve: requests that leave them out get the model's generation_config.json defaults: ${set.length ? set.join(", ") : "none that apply"}${skipped} (--generation-config vllm for OpenAI's)`;
+}

@@ -189,6 +189,22 @@ export interface ModelConfig {
   eosTokenIds: number[];
   /** Whether prompts start with BOS (GGUF tokenizer.ggml.add_bos_token; Llama yes, Qwen no). */
   addBos: boolean;
+  /** The sampling defaults the model ships (a Hugging Face directory's generation_config.json); absent: none. */
+  samplingDefaults?: SamplingDefaults;
+}
+
+/**
+ * Sampling parameters a model's authors recommend (generation_config.json), which a server may use
+ * where a request leaves them out (serve's `--generation-config auto`, as vLLM does).
+ */
+export interface SamplingDefaults {
+  temperature?: number;
+  topP?: number;
+  topK?: number;
+  /** `max_new_tokens`: the output budget of a request that names none. */
+  maxTokens?: number;
+  /** Keys it sets that this server cannot apply (`repetition_penalty`, `min_p`), for a note at start-up. */
+  unsupported?: string[];
 }
 
 /** A tensor as read from a file, before upload: raw little-endian bytes in its dtype's layout. */

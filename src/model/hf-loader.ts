@@ -12,6 +12,7 @@ import { type Json, num } from "./hf-json.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { GPT_OSS_NAMES, gptOssExperts, hfGptOss } from "./hf-gpt-oss.ts";
 import { withHarmonyStops } from "./gguf-gpt-oss.ts";
+import { applyGenerationConfig } from "./hf-generation-config.ts";
 import { readSafetensor, readSafetensorsHeader, type SafetensorsInfo } from "./safetensors.ts";
 import { HfTokenizer } from "./tokenizer-hf.ts";
 import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
@@ -292,6 +293,8 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
       if (id !== undefined) config.eosTokenIds.push(id);
     }
     if (config.architecture === "gpt-oss") config.eosTokenIds = withHarmonyStops(config.eosTokenIds, (t) => tokenizer.tokenId(t));
+    const genPath = `${dir}/generation_config.json`;
+    if (await pathExists(genPath)) applyGenerationConfig(config, await readJson(genPath, "generation_config.json"));
     const source = {
       has: (n: string) => index.has(n),
       byteLength: (n: string) => index.get(n)![1].end - index.get(n)![1].begin,

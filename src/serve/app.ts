@@ -47,6 +47,8 @@ export interface AppOptions {
   jsonWhitespace?: JsonWhitespace;
   /** How the model writes tool calls (default "hermes"; grammar.ts ToolCallFormat). */
   toolCallParser?: ToolCallFormat;
+  /** "auto" (default): requests default to the model's generation_config.json sampling; "vllm": to OpenAI's. */
+  generationConfig?: GenerationConfigChoice;
   /** Counts generation responses in flight and says when the server drains (new ones get a 503). */
   lifecycle?: ServerLifecycle;
   /** The most Responses API responses kept for `previous_response_id` and `GET /v1/responses/{id}` (default 4096; 0 keeps none). */
@@ -56,6 +58,9 @@ export interface AppOptions {
   /** The most MiB of JSON text each of the two stores (responses, conversations) keeps (default 512). */
   maxStoredMiB?: number;
 }
+
+/** Where a request's left-out sampling parameters come from (`--generation-config`). */
+export type GenerationConfigChoice = "auto" | "vllm";
 
 /** The headers of a server-sent event stream. */
 const SSE_HEADERS = { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" };
@@ -79,6 +84,7 @@ export function createApp(o: AppOptions): Hono {
     tracksReasoning: reasoningTokensOf(o.reasoningParser ?? "none", o.model.tokenizer) !== undefined,
     jsonWhitespace: o.jsonWhitespace ?? "any",
     toolCallParser: toolCallSyntax(o.toolCallParser ?? "hermes", o.model.tokenizer),
+    samplingDefaults: o.generationConfig === "vllm" ? {} : o.model.config.samplingDefaults ?? {},
   };
   const life = o.lifecycle ?? new ServerLifecycle();
   const app = new Hono();

@@ -5,7 +5,7 @@
 import type { ServingEngine } from "../engine/engine-types.ts";
 import { ContextLengthError, EngineOverloadedError, type GenerateRequest, NoWorkerError, type RequestHandle, RequestParamError, SessionRefusedError } from "../engine/engine-types.ts";
 import type { JsonWhitespace, OutputGrammar, ToolCallSyntax } from "../engine/grammar.ts";
-import type { ModelConfig, Tokenizer } from "../model/config.ts";
+import type { ModelConfig, SamplingDefaults, Tokenizer } from "../model/config.ts";
 import type { ChatOutputOptions } from "./chat-output.ts";
 import type { ChatRenderer } from "./chat-template.ts";
 import { ApiError, describe } from "./errors.ts";
@@ -35,6 +35,8 @@ export interface ServeContext {
    * version: tool-calls-mistral.ts `toolCallSyntax`): what is parsed, and what a forced call writes.
    */
   toolCallParser: ToolCallSyntax;
+  /** What a request that leaves out temperature, top_p, top_k or max_tokens gets (`--generation-config`). */
+  samplingDefaults: SamplingDefaults;
 }
 
 /** Which endpoint a request came through. */
@@ -118,15 +120,20 @@ function logprobsCount(body: ChatRequest | CompletionRequest): number | undefine
 
 /** Builds the engine request (after {@link checkUnsupported}). */
 function engineRequest(
-  body: ChatRequest | CompletionRequest, prompt: number[], maxTokens: number | null | undefined, startsInReasoning = false, grammar?: OutputGrammar, skipSpecialTokens = true,
+  body: ChatRequest | CompletionRequest, ctx: Pick<ServeContext, "samplingDefaults" | "engine">, prompt: number[], maxTokens: number | null | undefined, startsInReasoning = false, grammar?: OutputGrammar, skipSpecialTokens = true,
 ): GenerateRequest {
   const stop = body.stop === null || body.stop === undefined ? [] : typeof body.stop === "string" ? [body.stop] : body.stop;
+  const defaults = ctx.samplingDefaults;
+  // The model's max_new_tokens, as vLLM takes it: no more than the context leaves.
+  const defaultMax = defaults.maxTokens === undefined ? undefined : Math.max(1, Math.min(defaults.maxTokens, ctx.engine.maxModelLen - prompt.length));
+  // top_k: -1 and 0 turn it off, as in vLLM; left out, the model's default.
+  const topK = body.top_k ?? defaults.topK ?? 0;
   return {
     prompt,
-    maxTokens: maxTokens ?? undefined,
-    temperature: body.temperature ?? 1,
-    topP: body.top_p ?? 1,
-    topK: body.top_k && body.top_k > 0 ? body.top_k : 0,
+    maxTokens: maxTokens ?? defaultMax,
+    temperature: body.temperature ?? defaults.temperature ?? 1,
+    topP: body.top_p ?? defaults.topP ?? 1,
+    topK: topK > 0 ? topK : 0,
     seed: body.seed ?? undefined,
     stop: stop.filter((s) => s.length > 0),
     ignoreEos: body.ignore_eos ?? false,
@@ -253,7 +260,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
     throw new ApiError(400, `A thinking_token_budget needs a reasoning parser whose tags are single tokens of this model, got thinking_token_budget = ${budget} with --reasoning-parser ${ctx.reasoningParser}`, "thinking_token_budget", "unsupported_parameter");
   }
   const request = {
-    ...engineRequest(harmony ? { ...body, skip_special_tokens: false } : body, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, skipSpecial),
+    ...engineRequest(harmony ? { ...body, skip_special_tokens: false } : body, ctx, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, skipSpecial),
     ...(grammarAfter ? { grammarAfter } : {}),
     ...(budget !== undefined ? { reasoningBudget: budget } : {}),
   };
@@ -316,7 +323,7 @@ export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Su
   const logprobs = typeof body.logprobs === "number" ? body.logprobs : null;
   const reqs = prompts.map((p) => {
     // Scoring only still samples one token (the engine always does); it is not returned.
-    const req = engineRequest(body, p.ids, scoreOnly ? 1 : body.max_tokens, false, grammar);
+    const req = engineRequest(body, ctx, p.ids, scoreOnly ? 1 : body.max_tokens, false, grammar);
     // best_of ranks by log probability per token, so it asks for them whatever the client asked.
     if (perPrompt > n) req.logprobs ??= 0;
     // Echo's prompt log probabilities and prompt_logprobs share one ask: the larger count, each cut to its own.

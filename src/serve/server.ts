@@ -20,13 +20,14 @@ import { kvBytesPerBlock, type KvDTypeChoice } from "../engine/kv-cache.ts";
 import type { PreemptionMode, StepMixing, WorkerRole } from "../engine/scheduler-types.ts";
 import type { ReasoningTokens } from "../engine/reasoning-spans.ts";
 import type { StepRecord } from "../engine/step-record.ts";
-import type { LoadedModel } from "../model/config.ts";
+import type { LoadedModel, SamplingDefaults } from "../model/config.ts";
 import { loadModel } from "../model/load.ts";
 import type { QuantizeDType } from "../model/weights.ts";
 import { createApp } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
+import type { GenerationConfigChoice } from "./app.ts";
 import { reasoningTokensOf } from "./harmony-prompt.ts";
 import { type PlannerLogRecord, plannerLogRecord, StepLogWriter } from "./step-log.ts";
 import { AGED_SHORT_FIRST, type PrefillOrderOptions } from "../../planner/prefill-order.ts";
@@ -84,6 +85,12 @@ export interface ServerOptions {
    * "compact", json.dumps's `", "` and `": "` only (grammar.ts JsonWhitespace).
    */
   jsonWhitespace?: JsonWhitespace;
+  /**
+   * "auto" (default, as vLLM's): a request that leaves out temperature, top_p, top_k or max_tokens gets
+   * the model's generation_config.json values (ModelConfig.samplingDefaults); "vllm": OpenAI's defaults
+   * (temperature 1, top_p 1, no top_k, up to the context) whatever the model recommends.
+   */
+  generationConfig?: GenerationConfigChoice;
   /**
    * How the model writes tool calls, read out of chat answers and written by forced tool calls:
    * "hermes" (default; Qwen 2.5/3, Hermes), "llama3_json" (Llama 3.1–3.3), "kimi_k2" (Kimi K2),
@@ -174,6 +181,8 @@ export interface RunningServer extends Listening {
   backendReason: string;
   /** The `<think>`/`</think>` ids the engine tracks reasoning with; undefined when it does not. */
   reasoningTokens: ReasoningTokens | undefined;
+  /** The sampling defaults requests get where they leave parameters out (`generationConfig`; empty: OpenAI's). */
+  samplingDefaults: SamplingDefaults;
   /**
    * Turns new generation requests away (503; /health answers 503 "draining") and resolves once those
    * in flight have been answered, or after `graceMs`, or when `stopWaiting` resolves, with how many
@@ -282,7 +291,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const serving: ServingEngine = cluster?.cluster ?? engine!;
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
   const lifecycle = new ServerLifecycle();
-  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, lifecycle });
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, generationConfig: o.generationConfig, lifecycle });
   const l = await listen(app.fetch, o.host, o.port);
   return {
     ...l,
@@ -296,6 +305,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     modelName,
     backendReason: reason,
     reasoningTokens,
+    samplingDefaults: o.generationConfig === "vllm" ? {} : model.config.samplingDefaults ?? {},
     drain: (graceMs, stopWaiting) => lifecycle.drain(graceMs, stopWaiting),
     get inFlight() {
       return lifecycle.inFlight;

@@ -165,6 +165,23 @@ test("loadModel() explains what a model directory lacks or gets wrong", async ()
   await assert.rejects(loadModel(`${dir}/arch`), /Tensor "model\.embed_tokens\.weight" in ".*" has shape \[300,32\], expected \[300,40\]/);
 });
 
+test("loadModel() takes a directory's generation_config.json: its end-of-turn tokens and sampling defaults", async () => {
+  const spec = { ...LLAMA, seed: 19 };
+  await writeHfDirectory(`${dir}/gen`, spec, randomHfWeights(spec));
+  const plain = await loadModel(`${dir}/gen`);
+  assert.equal(plain.config.samplingDefaults, undefined, "no generation_config.json: no defaults");
+  const [eos] = plain.config.eosTokenIds;
+  const gen = { eos_token_id: [eos, 77], temperature: 0.6, top_p: 0.95, top_k: 20, max_new_tokens: 64, repetition_penalty: 1.05, min_p: 0, do_sample: true };
+  await writeFile(`${dir}/gen/generation_config.json`, JSON.stringify(gen));
+  const m = await loadModel(`${dir}/gen`);
+  assert.deepEqual(m.config.eosTokenIds, [eos, 77], "config.json's EOS, then the end-of-turn token it lacks");
+  assert.deepEqual(m.config.samplingDefaults, { temperature: 0.6, topP: 0.95, topK: 20, maxTokens: 64, unsupported: ["repetition_penalty"] });
+  await writeFile(`${dir}/gen/generation_config.json`, JSON.stringify({ ...gen, top_p: "0.9" }));
+  await assert.rejects(loadModel(`${dir}/gen`), (e: unknown) => e instanceof ModelLoadError && e.message === `generation_config.json's top_p must be a valid number, got "0.9"`);
+  await writeFile(`${dir}/gen/generation_config.json`, JSON.stringify({ eos_token_id: 300 }));
+  await assert.rejects(loadModel(`${dir}/gen`), /eos_token_id must be token ids of the vocabulary of 300, got 300/);
+});
+
 test("decodeToF32() of loaded norm weights equals the written values", async () => {
   const spec = { ...LLAMA, dtype: "q8_0", ffn: 64, seed: 19 } as ModelFileSpec;
   const w = randomHfWeights(spec);
