@@ -103,6 +103,8 @@ cudaError_t attention_prefill(const AttnArgs& a, const int32_t* tiles, int tile_
 
 // --- sampling (sample.cu) ------------------------------------------------------------------
 /** params: 4 floats per row (temperature, topK, topP, uniform). */
+// Floats per sampling row: temperature, topK, topP, uniform, minP (src/backend/cuda/sampling-params.ts).
+constexpr int SAMPLE_PARAMS = 5;
 size_t sample_workspace(int rows, int vocab);
 cudaError_t sample(const float* logits, const float* params, int rows, int vocab, int32_t* out, void* ws,
                    size_t ws_bytes, cudaStream_t s);

@@ -1,5 +1,5 @@
 // Seeded sampling with the reference's exact order (src/backend/reference/sampling.ts):
-// p = softmax(logits / T); order by descending p, ties by lower index (a stable radix sort on
+// p = softmax(logits / T), 0 where p / max p < minP (min-p); order by descending p, ties by lower index (a stable radix sort on
 // (row, p) keys with index values gives exactly that); keep the top-k; keep the shortest prefix
 // whose mass ≥ topP × top-k mass; pick the first token whose cumulative p exceeds uniform × kept mass.
 // Rows with temperature 0 take the argmax of their logits.
@@ -61,7 +61,7 @@ __global__ void sample_keys_kernel(const float* logits, const float* params, int
                                    int32_t* idx) {
   __shared__ float scratch[32];
   const int row = blockIdx.x;
-  const float T = params[4 * row];
+  const float T = params[SAMPLE_PARAMS * row], min_p = params[SAMPLE_PARAMS * row + 4];
   const float* l = logits + size_t(row) * vocab;
   const float inv_t = T > 0.f ? 1.f / T : 1.f;
   float m = -INFINITY;
@@ -72,7 +72,8 @@ __global__ void sample_keys_kernel(const float* logits, const float* params, int
   const float inv_s = 1.f / block_sum(s, scratch);
   const uint64_t hi = uint64_t(rows - 1 - row) << 32;
   for (int c = threadIdx.x; c < vocab; c += blockDim.x) {
-    const float p = expf(l[c] * inv_t - m) * inv_s;
+    const float r = expf(l[c] * inv_t - m);  // p over the largest p
+    const float p = r < min_p ? 0.f : r * inv_s;
     keys[size_t(row) * vocab + c] = hi | __float_as_uint(p);
     idx[size_t(row) * vocab + c] = c;
   }
@@ -105,7 +106,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) sample_pick_kernel(const float
   __shared__ float sv[32];
   __shared__ int si[32];
   const int row = blockIdx.x;
-  const float T = params[4 * row], topk = params[4 * row + 1], topp = params[4 * row + 2], u = params[4 * row + 3];
+  const float* pr = params + SAMPLE_PARAMS * row;
+  const float T = pr[0], topk = pr[1], topp = pr[2], u = pr[3];
   if (T == 0.f) {  // greedy: argmax, lowest index wins ties
     const float* l = logits + size_t(row) * vocab;
     float v = -INFINITY;

@@ -6,7 +6,7 @@
 struct P { rows: u32, vocab: u32, index_bits: u32, _a: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> logits: array<f32>;
-// Per row: temperature, topK, topP, uniform.
+// Per row two vec4s: (temperature, topK, topP, uniform), (minP, 0, 0, 0).
 @group(0) @binding(2) var<storage, read> params: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read_write> e: array<f32>;
 @group(0) @binding(4) var<storage, read_write> dst: array<i32>;
@@ -16,6 +16,7 @@ var<workgroup> red: array<f32, 256>;
 var<workgroup> kh: array<u32, 256>;
 var<workgroup> kl: array<u32, 256>;
 var<workgroup> prm: vec4<f32>;
+var<workgroup> prm_min_p: f32;
 var<workgroup> total: f32;
 
 fn hi_key(v: f32) -> u32 {
@@ -69,8 +70,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let row = wid.x + wid.y * nwg.x;
   if (row >= p.rows) { return; }
   let base = row * p.vocab;
-  if (lid == 0u) { prm = params[row]; }
+  if (lid == 0u) { prm = params[2u * row]; prm_min_p = params[2u * row + 1u].x; }
   let pr = workgroupUniformLoad(&prm);
+  let min_p = workgroupUniformLoad(&prm_min_p);
   // The largest key is the argmax (lowest index among equal maxima).
   var bh = 0u;
   var bl = 0u;
@@ -92,7 +94,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   }
   let mx = logits[base + lo_key(0u) - kl[0]];
   let inv_t = 1.0 / pr.x;
-  for (var c = lid; c < p.vocab; c += WG) { e[base + c] = exp((logits[base + c] - mx) * inv_t); }
+  // min-p: a token whose probability over the largest is below min_p has none.
+  for (var c = lid; c < p.vocab; c += WG) {
+    let r = exp((logits[base + c] - mx) * inv_t);
+    e[base + c] = select(r, 0.0, r < min_p);
+  }
   storageBarrier();
   workgroupBarrier();
   // Top-k cut (0 or >= vocab keeps everything: the minimum key).

@@ -55,6 +55,21 @@ export interface SamplingRow {
   topK: number; // 0 = disabled
   topP: number; // 1 = disabled
   uniform: number;
+  /**
+   * min-p (vLLM's `min_p`): tokens whose probability is below minP × the largest are dropped, before
+   * top-k and top-p; 0 or absent = disabled. Dropped means exp((logit − max) / T) < minP.
+   */
+  minP?: number;
+}
+
+/** Rejects a sampling row the samplers cannot follow, quoting the value (every backend's check). */
+export function checkSamplingRow(row: SamplingRow, r: number): void {
+  const bad = (field: string, value: number) => new BackendShapeError(`Sampling row ${r} has an invalid ${field} ${value}`);
+  if (!(row.temperature >= 0) || !Number.isFinite(row.temperature)) throw bad("temperature", row.temperature);
+  if (!Number.isInteger(row.topK) || row.topK < 0) throw bad("topK", row.topK);
+  if (!(row.topP > 0 && row.topP <= 1)) throw bad("topP", row.topP);
+  if (!(row.uniform >= 0 && row.uniform < 1)) throw bad("uniform", row.uniform);
+  if (row.minP !== undefined && !(row.minP >= 0 && row.minP <= 1)) throw bad("minP", row.minP);
 }
 
 /**
@@ -187,7 +202,7 @@ export interface Backend {
   /** Row-wise argmax over the last dim → i32 [rows] (lowest index wins ties). */
   argmax(x: Tensor): Tensor;
   /** Row-wise sampling from logits f32 [rows, vocab] → i32 [rows]; one SamplingRow per row.
-   * temperature 0 (or below {@link MIN_SAMPLING_TEMPERATURE}) means argmax. Otherwise: softmax(logits / T), keep the top-k, then the smallest
+   * temperature 0 (or below {@link MIN_SAMPLING_TEMPERATURE}) means argmax. Otherwise: softmax(logits / T), drop tokens below minP × the largest, keep the top-k, then the smallest
    * prefix (by descending probability, ties by lower index) whose mass ≥ top-p, renormalise, and
    * pick the first token whose cumulative probability exceeds uniform · total. */
   sample(logits: Tensor, rows: readonly SamplingRow[]): Tensor;

@@ -54,7 +54,8 @@ const GREEDY_ROW: SamplingRow = { temperature: 0, topK: 0, topP: 1, uniform: 0 }
 /** The request's sampling parameters and next seeded uniform; a row that samples nothing is greedy. */
 export function samplingRow(a: Active, sample: boolean): SamplingRow {
   if (!sample) return GREEDY_ROW;
-  return { temperature: a.req.temperature ?? 1, topK: a.req.topK ?? 0, topP: a.req.topP ?? 1, uniform: a.rng.next() };
+  const minP = a.req.minP ?? 0;
+  return { temperature: a.req.temperature ?? 1, topK: a.req.topK ?? 0, topP: a.req.topP ?? 1, uniform: a.rng.next(), ...(minP > 0 ? { minP } : {}) };
 }
 
 /**

@@ -18,6 +18,8 @@ export interface GenerateRequest {
   temperature?: number;
   topP?: number;
   topK?: number;
+  /** min-p: tokens less likely than this fraction of the most likely are not sampled (0 or undefined: off; vLLM's min_p). */
+  minP?: number;
   /** Seed of this request's sampling stream; the same seed gives the same tokens. */
   seed?: number;
   /** Generation ends before any of these strings; they are not part of the output. */

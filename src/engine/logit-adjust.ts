@@ -20,6 +20,7 @@ export function checkSamplingRequest(req: GenerateRequest, vocabSize: number): v
       throw new RequestParamError(`The number of top ${what}log probabilities must be an integer from 0 to ${MAX_TOP_LOGPROBS}, got ${lp}`);
     }
   }
+  if (req.minP !== undefined && !(req.minP >= 0 && req.minP <= 1)) throw new RequestParamError(`The min_p must be a number from 0 to 1, got ${req.minP}`);
   for (const [name, v] of [["presence_penalty", req.presencePenalty], ["frequency_penalty", req.frequencyPenalty]] as const) {
     if (v !== undefined && !Number.isFinite(v)) throw new RequestParamError(`The ${name} must be a finite number, got ${v}`);
   }

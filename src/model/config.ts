@@ -201,9 +201,10 @@ export interface SamplingDefaults {
   temperature?: number;
   topP?: number;
   topK?: number;
+  minP?: number;
   /** `max_new_tokens`: the output budget of a request that names none. */
   maxTokens?: number;
-  /** Keys it sets that this server cannot apply (`repetition_penalty`, `min_p`), for a note at start-up. */
+  /** Keys it sets that this server cannot apply (`repetition_penalty`, `typical_p`), for a note at start-up. */
   unsupported?: string[];
 }
 

@@ -100,6 +100,8 @@ const common = {
   temperature: maybe(z.number().min(0).max(2)),
   top_p: maybe(z.number().gt(0).max(1)),
   top_k: maybe(z.number().int().min(-1)),
+  // vLLM's extension: tokens less likely than min_p × the most likely are not sampled.
+  min_p: maybe(z.number().min(0).max(1)),
   seed: maybe(z.number().int().min(-(2 ** 53)).max(2 ** 53)),
   stop: maybe(Stop),
   n: maybe(z.number().int()),

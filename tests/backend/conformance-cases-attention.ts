@@ -146,6 +146,11 @@ const SAMPLING: Omit<SamplingRow, "uniform">[] = [
   { temperature: 0.8, topK: 40, topP: 0.5 },
   { temperature: 2, topK: 1, topP: 1 },
   { temperature: 1, topK: 3, topP: 0.05 },
+  // min-p alone, and before top-k and top-p.
+  { temperature: 1, topK: 0, topP: 1, minP: 0.1 },
+  { temperature: 0.7, topK: 0, topP: 1, minP: 0.5 },
+  { temperature: 1.5, topK: 20, topP: 0.9, minP: 0.05 },
+  { temperature: 1, topK: 0, topP: 1, minP: 1 },
   // Below MIN_SAMPLING_TEMPERATURE: greedy on every backend (1/T and logits/T would overflow f32 on the device).
   { temperature: 1e-38, topK: 0, topP: 1 },
 ];

@@ -90,6 +90,23 @@ test("sample() with a temperature below MIN_SAMPLING_TEMPERATURE (1e-320, 1e-309
 test("packSamplingRows() and effectiveTemperature() send a temperature below MIN_SAMPLING_TEMPERATURE as 0 to the device", () => {
   assert.equal(effectiveTemperature(1e-320), 0);
   assert.equal(effectiveTemperature(0.7), 0.7);
-  const packed = packSamplingRows([{ temperature: 1e-40, topK: 0, topP: 1, uniform: 0.5 }, { temperature: 0.5, topK: 3, topP: 0.9, uniform: 0.25 }]);
-  assert.deepEqual(Array.from(packed), [0, 0, 1, 0.5, 0.5, 3, Math.fround(0.9), 0.25]);
+  const packed = packSamplingRows([{ temperature: 1e-40, topK: 0, topP: 1, uniform: 0.5 }, { temperature: 0.5, topK: 3, topP: 0.9, uniform: 0.25, minP: 0.5 }]);
+  assert.deepEqual(Array.from(packed), [0, 0, 1, 0.5, 0, 0.5, 3, Math.fround(0.9), 0.25, 0.5], "five floats a row, minP last (0: off)");
+});
+
+test("sample() with minP drops tokens below minP × the largest probability before top-k and top-p", async () => {
+  // p / max p: 0.25, 0.5, 0.75, 1. minP 0.6 keeps {3: 0.4, 2: 0.3}, total 0.7, as top-k 2 did.
+  assert.equal(await pick({ minP: 0.6, uniform: 0.5 }), 3);
+  assert.equal(await pick({ minP: 0.6, uniform: 0.6 }), 2);
+  assert.equal(await pick({ minP: 0.6, uniform: 0.999 }), 2);
+  // Token 1 is at half the largest: minP 0.45 keeps it, 0.55 drops it.
+  assert.equal(await pick({ minP: 0.45, uniform: 0.999 }), 1);
+  assert.equal(await pick({ minP: 0.55, uniform: 0.999 }), 2);
+  assert.equal(await pick({ minP: 1, uniform: 0.999 }), 3, "minP 1: only the most likely");
+  assert.equal(await pick({ minP: 0, uniform: 0.95 }), 0, "0: off");
+  // Then top-p over what is left: {3, 2} of mass 0.7, topP 0.5 → 0.35 ≤ 0.4: token 3 alone.
+  assert.equal(await pick({ minP: 0.6, topP: 0.5, uniform: 0.999 }), 3);
+  // Temperature first: at T = 2, p / max p = sqrt(ratio): token 1 (sqrt(0.5) ≈ 0.71) survives minP 0.6.
+  assert.equal(await pick({ minP: 0.6, temperature: 2, uniform: 0.999 }), 1);
+  await assert.rejects(pick({ minP: 1.5 }), /Sampling row 0 has an invalid minP 1.5/);
 });

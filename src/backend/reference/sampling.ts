@@ -2,22 +2,14 @@
  * Reference sampling: temperature, top-k, top-p and an inverse-CDF pick with a CPU-drawn uniform.
  * This exact order is the contract every backend reproduces.
  */
-import { BackendShapeError, effectiveTemperature, type SamplingRow } from "../types.ts";
+import { BackendShapeError, checkSamplingRow, effectiveTemperature, type SamplingRow } from "../types.ts";
 import { argmaxRow, softmaxRow } from "./elementwise.ts";
 import { expectRank, i32Tensor, type RefTensor } from "./storage.ts";
 
-function checkRow(row: SamplingRow, r: number): void {
-  const bad = (field: string, value: number) =>
-    new BackendShapeError(`Sampling row ${r} has an invalid ${field} ${value}`);
-  if (!(row.temperature >= 0) || !Number.isFinite(row.temperature)) throw bad("temperature", row.temperature);
-  if (!Number.isInteger(row.topK) || row.topK < 0) throw bad("topK", row.topK);
-  if (!(row.topP > 0 && row.topP <= 1)) throw bad("topP", row.topP);
-  if (!(row.uniform >= 0 && row.uniform < 1)) throw bad("uniform", row.uniform);
-}
-
 /**
  * Samples one token from one row of logits:
- * 1. p = softmax(logits / T) (T below MIN_SAMPLING_TEMPERATURE: the argmax);
+ * 1. p = softmax(logits / T) (T below MIN_SAMPLING_TEMPERATURE: the argmax); with minP, tokens whose
+ *    exp((logit − max) / T) (their p over the largest) is below minP get p = 0;
  * 2. order tokens by descending p, ties by lower index; keep the first topK (0 = all);
  * 3. within those, keep the shortest prefix whose mass ≥ topP × (mass kept by step 2);
  * 4. walk the kept prefix and return the first token whose cumulative p exceeds uniform × its total.
@@ -27,6 +19,12 @@ export function sampleRow(logits: Float32Array, base: number, vocab: number, row
   const temperature = effectiveTemperature(row.temperature);
   if (temperature === 0) return argmaxRow(logits, base, vocab);
   const probs = softmaxRow(logits, base, vocab, 1 / temperature);
+  const minP = row.minP ?? 0;
+  if (minP > 0) {
+    let max = -Infinity;
+    for (let i = 0; i < vocab; i++) max = Math.max(max, logits[base + i]);
+    for (let i = 0; i < vocab; i++) if (Math.exp((logits[base + i] - max) / temperature) < minP) probs[i] = 0;
+  }
   const order = Array.from({ length: vocab }, (_, i) => i);
   order.sort((a, b) => probs[b] - probs[a] || a - b);
   const k = row.topK > 0 ? Math.min(row.topK, vocab) : vocab;
@@ -54,7 +52,7 @@ export function sample(logits: RefTensor, rows: readonly SamplingRow[]): RefTens
   const [n, vocab] = logits.shape;
   if (rows.length !== n) throw new BackendShapeError(`sample got ${rows.length} sampling rows for ${n} logit rows`);
   if (vocab === 0) throw new BackendShapeError("sample needs a non-empty vocabulary");
-  rows.forEach(checkRow);
+  rows.forEach(checkSamplingRow);
   const src = logits.f32;
   const out = new Int32Array(n);
   for (let r = 0; r < n; r++) out[r] = sampleRow(src, r * vocab, vocab, rows[r]);

@@ -5,15 +5,7 @@
 import { type GpuContext } from "./context.ts";
 import { asGpu, expectDtype, expectRank, fmt } from "./tensor.ts";
 import { expectMaskShapes } from "../shape-checks.ts";
-import { BackendShapeError, effectiveTemperature, numel, type SamplingRow, type Tensor } from "../types.ts";
-
-function checkRow(row: SamplingRow, r: number): void {
-  const bad = (field: string, value: number) => new BackendShapeError(`Sampling row ${r} has an invalid ${field} ${value}`);
-  if (!(row.temperature >= 0) || !Number.isFinite(row.temperature)) throw bad("temperature", row.temperature);
-  if (!Number.isInteger(row.topK) || row.topK < 0) throw bad("topK", row.topK);
-  if (!(row.topP > 0 && row.topP <= 1)) throw bad("topP", row.topP);
-  if (!(row.uniform >= 0 && row.uniform < 1)) throw bad("uniform", row.uniform);
-}
+import { BackendShapeError, checkSamplingRow, effectiveTemperature, numel, type SamplingRow, type Tensor } from "../types.ts";
 
 /** Row-wise sampling from logits [rows, vocab] → i32 [rows]. */
 export function sample(ctx: GpuContext, logitsT: Tensor, rows: readonly SamplingRow[]): Tensor {
@@ -22,9 +14,10 @@ export function sample(ctx: GpuContext, logitsT: Tensor, rows: readonly Sampling
   const [n, vocab] = logits.shape;
   if (rows.length !== n) throw new BackendShapeError(`sample got ${rows.length} sampling rows for ${n} logit rows`);
   if (vocab === 0) throw new BackendShapeError("sample needs a non-empty vocabulary");
-  rows.forEach(checkRow);
-  const params = new Float32Array(n * 4);
-  rows.forEach((r, i) => params.set([effectiveTemperature(r.temperature), Math.min(r.topK, 2 ** 24), r.topP, r.uniform], i * 4));
+  rows.forEach(checkSamplingRow);
+  // Two vec4s per row: (temperature, topK, topP, uniform), (minP, 0, 0, 0).
+  const params = new Float32Array(n * 8);
+  rows.forEach((r, i) => params.set([effectiveTemperature(r.temperature), Math.min(r.topK, 2 ** 24), r.topP, r.uniform, r.minP ?? 0], i * 8));
   const paramBuf = ctx.pool.acquire(params.byteLength);
   ctx.write(paramBuf, new Uint8Array(params.buffer));
   const scratch = ctx.scratch(n * vocab * 4);
