@@ -54,6 +54,7 @@ class Context : public Napi::ObjectWrap<Context> {
                            InstanceMethod<&Context::ConcatColumns>("concatColumns"),
                            InstanceMethod<&Context::ScatterAdd>("scatterAdd"),
                            InstanceMethod<&Context::MaskLogits>("maskLogits"),
+                           InstanceMethod<&Context::PenalizeRepeats>("penalizeRepeats"),
                            InstanceMethod<&Context::Add>("add"),
                            InstanceMethod<&Context::SiluMul>("siluMul"),
                            InstanceMethod<&Context::SwigluOai>("swigluOai"),

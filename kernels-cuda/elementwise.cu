@@ -201,6 +201,34 @@ __global__ void mask_logits_kernel(float* logits, const int32_t* rows, const uin
     if (((word >> (v - first)) & 1u) == 0u) out[v] = -1e30f;
 }
 
+// Repetition penalty: one thread per bit word, as mask_logits; a set bit divides a positive logit by
+// the row's factor and multiplies any other by it.
+__global__ void penalize_repeats_kernel(float* logits, const int32_t* rows, const uint32_t* bits, const float* factors,
+                                        int m, int n, int vocab, int words) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (long long)m * words) return;
+  const int k = int(i / words), w = int(i % words);
+  const int32_t row = rows[k];
+  if (row < 0 || row >= n) return;
+  const uint32_t word = bits[i];
+  if (word == 0u) return;
+  const float f = factors[k];
+  float* out = logits + (size_t)row * vocab;
+  const int first = w * 32, last = min(first + 32, vocab);
+  for (int v = first; v < last; v++)
+    if (((word >> (v - first)) & 1u) != 0u) out[v] = out[v] > 0.f ? out[v] / f : out[v] * f;
+}
+
+cudaError_t penalize_repeats(float* logits, const int32_t* rows, const uint32_t* bits, const float* factors, int m, int n,
+                             int vocab, cudaStream_t s) {
+  const int words = (vocab + 31) / 32;
+  const long long threads = (long long)m * words;
+  if (threads == 0) return cudaSuccess;
+  penalize_repeats_kernel<<<unsigned((threads + 255) / 256), 256, 0, s>>>(logits, rows, bits, factors, m, n, vocab,
+                                                                          words);
+  return cudaGetLastError();
+}
+
 cudaError_t mask_logits(float* logits, const int32_t* rows, const uint32_t* bits, int m, int n, int vocab,
                         cudaStream_t s) {
   const int words = (vocab + 31) / 32;

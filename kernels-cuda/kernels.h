@@ -32,6 +32,9 @@ cudaError_t scatter_add(float* x, const int32_t* index, const float* values, int
 /** logits[rows[k] * vocab + v] = -1e30 wherever bit v of mask row k (ceil(vocab / 32) words) is 0; rows distinct. */
 cudaError_t mask_logits(float* logits, const int32_t* rows, const uint32_t* bits, int m, int n, int vocab,
                         cudaStream_t s);
+/** Where bit v of row k is set: logits[rows[k] * vocab + v] /= factors[k] if positive, else *= it; rows distinct. */
+cudaError_t penalize_repeats(float* logits, const int32_t* rows, const uint32_t* bits, const float* factors, int m, int n,
+                             int vocab, cudaStream_t s);
 cudaError_t add(const float* a, const float* b, size_t count, float* out, cudaStream_t s);
 cudaError_t silu_mul(const float* gate, const float* up, size_t count, float* out, cudaStream_t s);
 /** GPT-OSS's clamped SwiGLU: g = min(gate, limit), u = clamp(up, ±limit); g·sigmoid(alpha·g)·(u + 1). */

@@ -64,18 +64,29 @@ export function expectSameShape(a: Tensor, b: Tensor, what: string): void {
   }
 }
 
-/** The shapes of a `maskLogits` call: logits f32 [n, vocab], rows i32 [m], bits i32 [m, ceil(vocab / 32)]. */
-export function expectMaskShapes(logits: Tensor, rows: Tensor, bits: Tensor): { n: number; vocab: number; m: number; words: number } {
-  expectRank(logits, 2, "maskLogits logits", ["f32"]);
-  expectRank(rows, 1, "maskLogits rows", ["i32"]);
-  expectRank(bits, 2, "maskLogits bits", ["i32"]);
+/**
+ * The shapes of a `maskLogits` (or `penalizeRepeats`, named by `op`) call: logits f32 [n, vocab],
+ * rows i32 [m], bits i32 [m, ceil(vocab / 32)].
+ */
+export function expectMaskShapes(logits: Tensor, rows: Tensor, bits: Tensor, op = "maskLogits"): { n: number; vocab: number; m: number; words: number } {
+  expectRank(logits, 2, `${op} logits`, ["f32"]);
+  expectRank(rows, 1, `${op} rows`, ["i32"]);
+  expectRank(bits, 2, `${op} bits`, ["i32"]);
   const [n, vocab] = logits.shape;
   const m = rows.shape[0];
   const words = Math.ceil(vocab / 32);
   if (bits.shape[0] !== m || bits.shape[1] !== words) {
-    throw new BackendShapeError(`maskLogits bits ${fmt(bits.shape)} do not match ${m} rows of ${words} words for a vocabulary of ${vocab}`);
+    throw new BackendShapeError(`${op} bits ${fmt(bits.shape)} do not match ${m} rows of ${words} words for a vocabulary of ${vocab}`);
   }
   return { n, vocab, m, words };
+}
+
+/** The shapes of a `penalizeRepeats` call: those of maskLogits, and factors f32 [m] of positive finite values (checked where the host holds them). */
+export function expectRepeatShapes(logits: Tensor, rows: Tensor, bits: Tensor, factors: Tensor): { n: number; vocab: number; m: number; words: number } {
+  const shapes = expectMaskShapes(logits, rows, bits, "penalizeRepeats");
+  expectRank(factors, 1, "penalizeRepeats factors", ["f32"]);
+  if (factors.shape[0] !== shapes.m) throw new BackendShapeError(`penalizeRepeats factors ${fmt(factors.shape)} do not match ${shapes.m} rows`);
+  return shapes;
 }
 
 /**

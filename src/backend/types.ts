@@ -224,6 +224,13 @@ export interface Backend {
    * bytes to upload where a scatter of the barred tokens costs 8 per token.
    */
   maskLogits(logits: Tensor, rows: Tensor, bits: Tensor): void;
+  /**
+   * Repetition penalty (HF's and vLLM's `repetition_penalty`): wherever bit v of row k is 1 (the
+   * tokens a request's prompt and output hold), logits[rows[k], v] is divided by factors[k] if it is
+   * positive and multiplied by it if not. Shapes as {@link maskLogits}; factors f32 [m], each > 0.
+   * Mutates logits.
+   */
+  penalizeRepeats(logits: Tensor, rows: Tensor, bits: Tensor, factors: Tensor): void;
 
   // --- mixture of experts -------------------------------------------------------------------
   /**

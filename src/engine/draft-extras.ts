@@ -12,11 +12,13 @@ import type { LogitAdditions } from "./logit-adjust.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { TokenMask } from "./output-constraint.ts";
 import { budgetDraftLength, budgetRules } from "./reasoning-budget.ts";
+import type { RepeatPenalty } from "./repeat-penalty.ts";
 
-/** An entry's per-row additions and masks: one per draft row, then its own row's (undefined: none). */
+/** An entry's per-row additions, masks and repetition penalties: one per draft row, then its own row's (undefined: none). */
 export interface SampledRowAsks {
   additions: (LogitAdditions | undefined)[];
   masks: (TokenMask | undefined)[];
+  repeats: (RepeatPenalty | undefined)[];
 }
 
 /**
@@ -36,7 +38,8 @@ export function sampledRowAsks(a: Active, draft: readonly number[]): SampledRowA
     const grammar = found.length === 0 ? undefined : found[Math.min(j, found.length - 1)];
     return rules ? a.budget!.masks.combine(grammar, rules[j]) : grammar;
   });
-  return { additions, masks };
+  const repeats = a.repeats ? a.repeats.continuation(tokens, draft) : Array.from({ length: rows }, () => undefined);
+  return { additions, masks, repeats };
 }
 
 /**

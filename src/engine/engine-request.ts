@@ -12,6 +12,7 @@ import { sampledRowAsks } from "./draft-extras.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { AsyncQueue } from "./events.ts";
 import type { OutputConstraint } from "./output-constraint.ts";
+import type { RepeatTracker } from "./repeat-penalty.ts";
 import type { BudgetMasks, TokenBytesOf } from "./reasoning-budget.ts";
 import type { UniformSource } from "./sampler-rng.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
@@ -30,6 +31,8 @@ export interface Active {
   adjust: LogitAdjuster | undefined;
   /** The output grammar's constraint (undefined: free text). */
   constraint: OutputConstraint | undefined;
+  /** The request's repetition penalty's seen tokens (undefined: none asked for). */
+  repeats?: RepeatTracker;
   /** The request's reasoning budget in tokens, the engine's masks for it and its tokens' bytes (undefined: no budget). */
   budget?: { readonly limit: number; readonly masks: BudgetMasks; readonly bytesOf?: TokenBytesOf };
   /** Each sampled token's log probability, EOS included (undefined: not asked for). */
@@ -91,13 +94,16 @@ export function stepExtras(active: readonly Active[], entries: readonly Pick<Ste
   const masks = asks.map((r) => r?.masks[r.masks.length - 1]);
   const draftAdditions = asks.map((r) => someOf(r?.additions.slice(0, -1)));
   const draftMasks = asks.map((r) => someOf(r?.masks.slice(0, -1)));
+  const repeats = asks.map((r) => r?.repeats[r.repeats.length - 1]);
+  const draftRepeats = asks.map((r) => someOf(r?.repeats.slice(0, -1)));
   const logprobs = active.map((a, i) => (entries[i].sample ? a.req.logprobs : undefined));
   const promptLogprobs = active.map((a, i) => promptAsk(a, entries[i]));
   const any = (xs: readonly unknown[]) => xs.some((x) => x !== undefined);
-  if (![additions, masks, draftAdditions, draftMasks, logprobs, promptLogprobs].some(any)) return undefined;
+  if (![additions, masks, draftAdditions, draftMasks, repeats, logprobs, promptLogprobs].some(any)) return undefined;
   return {
     additions, logprobs, ...(any(masks) ? { masks } : {}), ...(any(promptLogprobs) ? { promptLogprobs } : {}),
     ...(any(draftAdditions) ? { draftAdditions } : {}), ...(any(draftMasks) ? { draftMasks } : {}),
+    ...(any(repeats) ? { repeats } : {}), ...(any(draftRepeats) ? { draftRepeats } : {}),
   };
 }
 

@@ -13,6 +13,7 @@ import { HostKvSwap } from "./kv-swap.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
 import type { TokenMask } from "./output-constraint.ts";
 import { type TokenLogprob, tokenLogprob } from "./logprobs.ts";
+import type { RepeatPenalty } from "./repeat-penalty.ts";
 import type { StepEntry, SwapOp } from "./scheduler-types.ts";
 
 /** What a step asks beyond its sampling rows, per entry (undefined: nothing for that entry). */
@@ -41,6 +42,10 @@ export interface StepExtras {
   draftAdditions?: readonly (readonly (LogitAdditions | undefined)[] | undefined)[];
   /** Per draft row of an entry with a draft: the tokens its grammar allows after the draft tokens before it. */
   draftMasks?: readonly (readonly (TokenMask | undefined)[] | undefined)[];
+  /** The entry's own row's repetition penalty (after its draft, if any), applied before the additions. */
+  repeats?: readonly (RepeatPenalty | undefined)[];
+  /** Per draft row of an entry with a draft: its repetition penalty, counting the draft tokens before it. */
+  draftRepeats?: readonly (readonly (RepeatPenalty | undefined)[] | undefined)[];
 }
 
 /**
@@ -122,6 +127,7 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
         const asking = lpTop.flatMap((top, row) => (top === undefined ? [] : [row]));
         if (asking.length > 0) raw = gatherLogitRows(backend, logits, asking);
         const perDraftRow = <T>(asks: readonly (readonly (T | undefined)[] | undefined)[] | undefined) => drafts.entry.map((i, k) => asks?.[i]?.[drafts.pos[k]]);
+        penalizeRepeatRows(backend, logits, [...entries.map((_, i) => extras?.repeats?.[i]), ...perDraftRow(extras?.draftRepeats)]);
         addToLogits(backend, logits, [...entries.map((_, i) => extras?.additions?.[i]), ...perDraftRow(extras?.draftAdditions)]);
         maskLogitRows(backend, logits, [...entries.map((_, i) => extras?.masks?.[i]), ...perDraftRow(extras?.draftMasks)]);
         const idsT = backend.sample(logits, [...rows, ...drafts.sampling]);
@@ -252,6 +258,25 @@ export function maskLogitRows(backend: Backend, logits: Tensor, masks: readonly 
   } finally {
     backend.free(rowsT);
     backend.free(bitsT);
+  }
+}
+
+/** Applies each row's repetition penalty in one `penalizeRepeats` (nothing when no row has one). */
+export function penalizeRepeatRows(backend: Backend, logits: Tensor, repeats: readonly (RepeatPenalty | undefined)[]): void {
+  const rows = repeats.flatMap((r, row) => (r === undefined ? [] : [row]));
+  if (rows.length === 0) return;
+  const words = Math.ceil(logits.shape[1] / 32);
+  const bits = new Int32Array(rows.length * words);
+  rows.forEach((row, k) => bits.set(repeats[row]!.seen.bits.subarray(0, words), k * words));
+  const rowsT = backend.upload(Int32Array.from(rows), [rows.length]);
+  const bitsT = backend.upload(bits, [rows.length, words]);
+  const factorsT = backend.upload(Float32Array.from(rows, (row) => repeats[row]!.factor), [rows.length]);
+  try {
+    backend.penalizeRepeats(logits, rowsT, bitsT, factorsT);
+  } finally {
+    backend.free(rowsT);
+    backend.free(bitsT);
+    backend.free(factorsT);
   }
 }
 

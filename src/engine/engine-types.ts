@@ -32,6 +32,11 @@ export interface GenerateRequest {
    * skip_special_tokens); default true: they stream as nothing. EOS ends the output either way.
    */
   skipSpecialTokens?: boolean;
+  /**
+   * Divides the positive logits of tokens in the prompt or output by this, and multiplies the others
+   * (HF's and vLLM's repetition_penalty; 1 or undefined: none).
+   */
+  repetitionPenalty?: number;
   /** Subtracted from a token's logit once it is in this request's output (OpenAI presence_penalty). */
   presencePenalty?: number;
   /** Subtracted from a token's logit per appearance in this request's output (OpenAI frequency_penalty). */

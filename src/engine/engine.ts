@@ -33,6 +33,7 @@ import { AutoStepMixing } from "./step-mixing-auto.ts";
 import { checkSpeculation, ngramDraft } from "./ngram-draft.ts";
 import { stepLogprobs, verifiableDraftLength } from "./draft-extras.ts";
 import { BudgetMasks } from "./reasoning-budget.ts";
+import { RepeatTracker } from "./repeat-penalty.ts";
 import { type StepRecord, stepShapeOf } from "./step-record.ts";
 
 export type { EngineOptions } from "./engine-options.ts";
@@ -137,6 +138,7 @@ export class Engine implements ServingEngine {
       text: new OutputText(this.opts.tokenizer, req.stop ?? [], req.skipSpecialTokens === false),
       rng: seededUniforms(req.seed ?? Math.floor(Math.random() * 2 ** 31), 0),
       adjust: LogitAdjuster.of(req),
+      ...(req.repetitionPenalty !== undefined && req.repetitionPenalty !== 1 ? { repeats: new RepeatTracker(req.repetitionPenalty, this.opts.config.vocabSize) } : {}),
       constraint,
       ...(budget === undefined ? {} : { budget }),
       logprobs: req.logprobs === undefined ? undefined : [],

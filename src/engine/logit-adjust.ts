@@ -21,6 +21,9 @@ export function checkSamplingRequest(req: GenerateRequest, vocabSize: number): v
     }
   }
   if (req.minP !== undefined && !(req.minP >= 0 && req.minP <= 1)) throw new RequestParamError(`The min_p must be a number from 0 to 1, got ${req.minP}`);
+  if (req.repetitionPenalty !== undefined && !(req.repetitionPenalty > 0 && Number.isFinite(req.repetitionPenalty))) {
+    throw new RequestParamError(`The repetition_penalty must be a positive number, got ${req.repetitionPenalty}`);
+  }
   for (const [name, v] of [["presence_penalty", req.presencePenalty], ["frequency_penalty", req.frequencyPenalty]] as const) {
     if (v !== undefined && !Number.isFinite(v)) throw new RequestParamError(`The ${name} must be a finite number, got ${v}`);
   }

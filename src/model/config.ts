@@ -202,9 +202,10 @@ export interface SamplingDefaults {
   topP?: number;
   topK?: number;
   minP?: number;
+  repetitionPenalty?: number;
   /** `max_new_tokens`: the output budget of a request that names none. */
   maxTokens?: number;
-  /** Keys it sets that this server cannot apply (`repetition_penalty`, `typical_p`), for a note at start-up. */
+  /** Keys it sets that this server cannot apply (`typical_p`, `no_repeat_ngram_size`), for a note at start-up. */
   unsupported?: string[];
 }
 

@@ -6,13 +6,13 @@ import { type ModelConfig, ModelLoadError, type SamplingDefaults } from "./confi
 import type { Json } from "./hf-json.ts";
 
 /** generation_config.json keys that sampling here cannot follow (reported, not applied), with the value that changes nothing. */
-const UNSUPPORTED_GENERATION_KEYS: Record<string, number> = { repetition_penalty: 1, typical_p: 1, no_repeat_ngram_size: 0 };
+const UNSUPPORTED_GENERATION_KEYS: Record<string, number> = { typical_p: 1, no_repeat_ngram_size: 0, epsilon_cutoff: 0, eta_cutoff: 0 };
 
 /**
  * What a directory's generation_config.json adds to its config: its `eos_token_id`s (instruct models
  * list their end-of-turn tokens there, Llama 3's `<|eot_id|>` and Qwen's `<|endoftext|>` beside
  * config.json's one, and vLLM stops at them too) and its sampling defaults (`temperature`, `top_p`,
- * `top_k`, `min_p`, `max_new_tokens`). A value of the wrong type is a ModelLoadError naming it.
+ * `top_k`, `min_p`, `repetition_penalty`, `max_new_tokens`). A value of the wrong type is a ModelLoadError naming it.
  */
 export function applyGenerationConfig(config: ModelConfig, gen: Json): void {
   const numberAt = (key: string, ok: (v: number) => boolean): number | undefined => {
@@ -32,11 +32,13 @@ export function applyGenerationConfig(config: ModelConfig, gen: Json): void {
   const topP = numberAt("top_p", (v) => v > 0 && v <= 1);
   const topK = numberAt("top_k", (v) => Number.isInteger(v));
   const minP = numberAt("min_p", (v) => v >= 0 && v <= 1);
+  const repetitionPenalty = numberAt("repetition_penalty", (v) => v > 0 && Number.isFinite(v));
   const maxTokens = numberAt("max_new_tokens", (v) => Number.isInteger(v) && v > 0);
   const unsupported = Object.keys(UNSUPPORTED_GENERATION_KEYS).filter((k) => gen[k] !== undefined && gen[k] !== null && gen[k] !== UNSUPPORTED_GENERATION_KEYS[k]);
   const d: SamplingDefaults = {
     ...(temperature !== undefined ? { temperature } : {}), ...(topP !== undefined ? { topP } : {}),
     ...(topK !== undefined && topK > 0 ? { topK } : {}), ...(minP !== undefined && minP > 0 ? { minP } : {}),
+    ...(repetitionPenalty !== undefined && repetitionPenalty !== 1 ? { repetitionPenalty } : {}),
     ...(maxTokens !== undefined ? { maxTokens } : {}),
     ...(unsupported.length > 0 ? { unsupported } : {}),
   };

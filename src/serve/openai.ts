@@ -35,7 +35,7 @@ export interface ServeContext {
    * version: tool-calls-mistral.ts `toolCallSyntax`): what is parsed, and what a forced call writes.
    */
   toolCallParser: ToolCallSyntax;
-  /** What a request that leaves out temperature, top_p, top_k, min_p or max_tokens gets (`--generation-config`). */
+  /** What a request that leaves out temperature, top_p, top_k, min_p, repetition_penalty or max_tokens gets (`--generation-config`). */
   samplingDefaults: SamplingDefaults;
 }
 
@@ -135,6 +135,7 @@ function engineRequest(
     topP: body.top_p ?? defaults.topP ?? 1,
     topK: topK > 0 ? topK : 0,
     ...((body.min_p ?? defaults.minP ?? 0) > 0 ? { minP: body.min_p ?? defaults.minP } : {}),
+    ...((body.repetition_penalty ?? defaults.repetitionPenalty ?? 1) !== 1 ? { repetitionPenalty: body.repetition_penalty ?? defaults.repetitionPenalty } : {}),
     seed: body.seed ?? undefined,
     stop: stop.filter((s) => s.length > 0),
     ignoreEos: body.ignore_eos ?? false,

@@ -1,5 +1,5 @@
 /**
- * Conformance cases for the dense ops: embedding, gatherRows, sliceColumns, concatColumns, scatterAdd, maskLogits, matmul, rmsnorm, rope,
+ * Conformance cases for the dense ops: embedding, gatherRows, sliceColumns, concatColumns, scatterAdd, maskLogits, penalizeRepeats, matmul, rmsnorm, rope,
  * siluMul, swigluOai, add, softmax, argmax. Each case draws fresh inputs from the seeded generator it is given.
  *
  * Tolerances (|x - ref| <= atol + rtol·|ref|; the reference accumulates in f64):
@@ -125,6 +125,26 @@ function maskLogitsCases(): Case[] {
       const mask = b.upload(bits, [m, words]);
       b.maskLogits(x, rowIds, mask);
       return finish(b, [x], [rowIds, mask]);
+    },
+  }));
+}
+
+/** Repetition penalties on logits-shaped x of both signs: random bits on some rows, one factor each (above and below 1). */
+function penalizeRepeatsCases(): Case[] {
+  return [[3, 517, 2], [1, 37, 1], [4, 64, 0], [5, 2000, 5]].map(([rows, vocab, m]): Case => ({
+    op: "penalizeRepeats",
+    name: `x=[${rows}, ${vocab}] m=${m}`,
+    // A division: correctly rounded in the reference, within WGSL's 2.5 ULP on a device.
+    tolerance: { atol: 0, rtol: 1e-6 },
+    run: (b, rng) => {
+      const x = b.upload(rng.f32(rows * vocab).map((v) => v * 8), [rows, vocab]);
+      const words = Math.ceil(vocab / 32);
+      const bits = rng.i32(m * words, 2 ** 31).map((w, i) => (i % 7 === 3 ? -1 : i % 7 === 5 ? 0 : w * (i % 2 ? -1 : 1)));
+      const rowIds = b.upload(Int32Array.from(rng.perm(rows).slice(0, m)), [m]);
+      const mask = b.upload(bits, [m, words]);
+      const factors = b.upload(Float32Array.from({ length: m }, (_, k) => (k % 2 ? 0.8 : 1.3)), [m]);
+      b.penalizeRepeats(x, rowIds, mask, factors);
+      return finish(b, [x], [rowIds, mask, factors]);
     },
   }));
 }
@@ -266,5 +286,5 @@ function ropeCases(): Case[] {
 
 /** Every dense-op case. */
 export function denseCases(): Case[] {
-  return [...embeddingCases(), ...gatherCases(), ...columnCases(), ...scatterAddCases(), ...maskLogitsCases(), ...matmulCases(), ...rowCases(), ...ropeCases()];
+  return [...embeddingCases(), ...gatherCases(), ...columnCases(), ...scatterAddCases(), ...maskLogitsCases(), ...penalizeRepeatsCases(), ...matmulCases(), ...rowCases(), ...ropeCases()];
 }

@@ -110,3 +110,11 @@ test("sample() with minP drops tokens below minP × the largest probability befo
   assert.equal(await pick({ minP: 0.6, temperature: 2, uniform: 0.999 }), 1);
   await assert.rejects(pick({ minP: 1.5 }), /Sampling row 0 has an invalid minP 1.5/);
 });
+
+test("penalizeRepeats() divides a marked positive logit by the factor and multiplies any other, on the rows named", async () => {
+  const x = be.upload(new Float32Array([2, -2, 0.5, -1, 3, 2, -2, 0.5, -1, 3]), [2, 5]);
+  // Row 1 only; tokens 0, 1, 3 (bits 0b01011).
+  be.penalizeRepeats(x, be.upload(new Int32Array([1]), [1]), be.upload(new Int32Array([0b01011]), [1, 1]), be.upload(new Float32Array([2]), [1]));
+  assert.deepEqual(Array.from(await be.download(x)), [2, -2, 0.5, -1, 3, 1, -4, 0.5, -2, 3]);
+  assert.throws(() => be.penalizeRepeats(x, be.upload(new Int32Array([0]), [1]), be.upload(new Int32Array([1]), [1, 1]), be.upload(new Float32Array([0]), [1])), /factor 0 at 0 must be positive/);
+});

@@ -329,6 +329,15 @@ test("Engine speculative decoding with presence and frequency penalties counts t
   }
 });
 
+test("Engine speculative decoding with a repetition penalty counts the draft tokens before each row as seen", async () => {
+  for (const req of [{ repetitionPenalty: 1.3 }, { repetitionPenalty: 1.05, ...SEEDED }, { repetitionPenalty: 0.7, frequencyPenalty: 0.2, ...SEEDED }]) {
+    await agrees(req);
+  }
+  // The penalty does something: the tokens differ from those without it.
+  const [plain, penalized] = [await run(SEEDED), await run({ repetitionPenalty: 1.3, ...SEEDED })];
+  assert.notDeepEqual(penalized.result.tokenIds, plain.result.tokenIds);
+});
+
 test("Engine speculative decoding reports each token's log probability as one-token steps do", async () => {
   for (const req of [{ logprobs: 0 }, { logprobs: 3 }, { logprobs: 2, ...SEEDED }]) await agrees(req);
   // A stop string and max_tokens inside an accepted draft keep the log probabilities of the tokens kept.

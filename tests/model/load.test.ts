@@ -171,11 +171,11 @@ test("loadModel() takes a directory's generation_config.json: its end-of-turn to
   const plain = await loadModel(`${dir}/gen`);
   assert.equal(plain.config.samplingDefaults, undefined, "no generation_config.json: no defaults");
   const [eos] = plain.config.eosTokenIds;
-  const gen = { eos_token_id: [eos, 77], temperature: 0.6, top_p: 0.95, top_k: 20, max_new_tokens: 64, repetition_penalty: 1.05, min_p: 0, do_sample: true };
+  const gen = { eos_token_id: [eos, 77], temperature: 0.6, top_p: 0.95, top_k: 20, max_new_tokens: 64, repetition_penalty: 1.05, min_p: 0, typical_p: 0.9, do_sample: true };
   await writeFile(`${dir}/gen/generation_config.json`, JSON.stringify(gen));
   const m = await loadModel(`${dir}/gen`);
   assert.deepEqual(m.config.eosTokenIds, [eos, 77], "config.json's EOS, then the end-of-turn token it lacks");
-  assert.deepEqual(m.config.samplingDefaults, { temperature: 0.6, topP: 0.95, topK: 20, maxTokens: 64, unsupported: ["repetition_penalty"] });
+  assert.deepEqual(m.config.samplingDefaults, { temperature: 0.6, topP: 0.95, topK: 20, repetitionPenalty: 1.05, maxTokens: 64, unsupported: ["typical_p"] }, "min_p 0 changes nothing");
   await writeFile(`${dir}/gen/generation_config.json`, JSON.stringify({ ...gen, top_p: "0.9" }));
   await assert.rejects(loadModel(`${dir}/gen`), (e: unknown) => e instanceof ModelLoadError && e.message === `generation_config.json's top_p must be a valid number, got "0.9"`);
   await writeFile(`${dir}/gen/generation_config.json`, JSON.stringify({ eos_token_id: 300 }));

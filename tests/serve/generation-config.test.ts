@@ -59,7 +59,7 @@ test("startServer() applies generation_config.json's top_k and max_new_tokens wh
   });
 });
 
-test("chat completions take vLLM's min_p: at 1 only the most likely token is sampled, whatever the seed", async () => {
+test("chat completions take vLLM's min_p (at 1 only the most likely token is sampled, whatever the seed) and refuse bad min_p and repetition_penalty", async () => {
   await withServer("vllm", async (ask) => {
     const greedy = (await ask({ temperature: 0, max_tokens: 8 })).choices[0].message.content;
     for (const seed of [1, 2, 3]) {
@@ -67,7 +67,9 @@ test("chat completions take vLLM's min_p: at 1 only the most likely token is sam
     }
     const free = await Promise.all([1, 2, 3].map(async (seed) => (await ask({ temperature: 1.5, seed, max_tokens: 8 })).choices[0].message.content));
     assert.ok(free.some((t) => t !== greedy), "without min_p the same seeds sample other tokens");
-    const err = await ask({ min_p: 1.5 }).then(() => null, (e: unknown) => e);
-    assert.ok(err instanceof OpenAI.APIError && err.status === 400 && (err.error as { param?: string }).param === "min_p", String(err));
+    for (const [param, bad] of [["min_p", 1.5], ["repetition_penalty", 0]] as const) {
+      const err = await ask({ [param]: bad }).then(() => null, (e: unknown) => e);
+      assert.ok(err instanceof OpenAI.APIError && err.status === 400 && (err.error as { param?: string }).param === param, String(err));
+    }
   });
 });

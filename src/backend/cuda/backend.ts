@@ -21,7 +21,7 @@ import type { DevicePtr, NativeContext } from "./native-types.ts";
 import { PlanCache } from "./plan-cache.ts";
 import { packSamplingRows } from "./sampling-params.ts";
 import { checkShape, CUDA_WEIGHT_DTYPES, CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
-import { checkWeightShape, expectAttentionOptions, expectConcatColumnsShapes, expectMaskShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
+import { checkWeightShape, expectAttentionOptions, expectConcatColumnsShapes, expectMaskShapes, expectRepeatShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
 
 /**
  * Backend implementation on one CUDA device; the mixture-of-experts ops come from CudaExperts.
@@ -301,6 +301,19 @@ export class CudaBackend extends CudaExperts implements Backend {
       if (new Set(r.host).size !== m) throw new BackendShapeError("maskLogits rows must be distinct");
     }
     this.ctx.maskLogits(l.ptr, r.ptr, b.ptr, m, n, vocab);
+  }
+
+  penalizeRepeats(logits: Tensor, rows: Tensor, bits: Tensor, factors: Tensor): void {
+    const l = expect(logits, 2, "penalizeRepeats logits", ["f32"]);
+    const r = expect(rows, 1, "penalizeRepeats rows", ["i32"]);
+    const b = expect(bits, 2, "penalizeRepeats bits", ["i32"]);
+    const f = expect(factors, 1, "penalizeRepeats factors", ["f32"]);
+    const { n, vocab, m } = expectRepeatShapes(l, r, b, f);
+    if (r.host) {
+      this.checkIndices(r.host, n, "penalizeRepeats row");
+      if (new Set(r.host).size !== m) throw new BackendShapeError("penalizeRepeats rows must be distinct");
+    }
+    this.ctx.penalizeRepeats(l.ptr, r.ptr, b.ptr, f.ptr, m, n, vocab);
   }
 
   private same(a: Tensor, b: Tensor, op: string): [CudaTensor, CudaTensor] {

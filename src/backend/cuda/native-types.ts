@@ -47,6 +47,7 @@ export interface NativeContext {
   concatColumns(a: DevicePtr, b: DevicePtr, rows: number, colsA: number, colsB: number): DevicePtr;
   scatterAdd(x: DevicePtr, index: DevicePtr, values: DevicePtr, m: number, size: number): void;
   maskLogits(logits: DevicePtr, rows: DevicePtr, bits: DevicePtr, m: number, n: number, vocab: number): void;
+  penalizeRepeats(logits: DevicePtr, rows: DevicePtr, bits: DevicePtr, factors: DevicePtr, m: number, n: number, vocab: number): void;
   add(a: DevicePtr, b: DevicePtr, count: number): DevicePtr;
   siluMul(gate: DevicePtr, up: DevicePtr, count: number): DevicePtr;
   swigluOai(gate: DevicePtr, up: DevicePtr, count: number, alpha: number, limit: number): DevicePtr;

@@ -3,7 +3,7 @@
  * softmax, argmax, scatter-add, token masks. Reductions accumulate in f64.
  */
 import { BackendShapeError, MASKED_LOGIT, WEIGHT_DTYPES } from "../types.ts";
-import { expectConcatColumnsShapes, expectMaskShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
+import { expectConcatColumnsShapes, expectMaskShapes, expectRepeatShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
 import {
   expectF32,
   expectRank,
@@ -183,6 +183,25 @@ export function scatterAdd(x: RefTensor, index: RefTensor, values: RefTensor): v
     if (seen.has(o)) throw new BackendShapeError(`scatterAdd offset ${o} appears twice (offsets must be distinct)`);
     seen.add(o);
     dst[o] += val[i];
+  }
+}
+
+/** Backend.penalizeRepeats: where bit v of bits[k] is 1, logits[rows[k], v] /= factors[k] if positive, else *= it. Mutates logits. */
+export function penalizeRepeats(logits: RefTensor, rows: RefTensor, bits: RefTensor, factors: RefTensor): void {
+  const { n, vocab, m, words } = expectRepeatShapes(logits, rows, bits, factors);
+  const dst = logits.f32, r = rows.i32, b = bits.i32, f = factors.f32;
+  const seen = new Set<number>();
+  for (let k = 0; k < m; k++) {
+    const row = r[k];
+    if (row < 0 || row >= n) throw new RangeError(`penalizeRepeats row ${row} at ${k} is outside 0..${n - 1}`);
+    if (seen.has(row)) throw new BackendShapeError(`penalizeRepeats row ${row} appears twice (rows must be distinct)`);
+    if (!(f[k] > 0) || !Number.isFinite(f[k])) throw new BackendShapeError(`penalizeRepeats factor ${f[k]} at ${k} must be positive and finite`);
+    seen.add(row);
+    for (let v = 0; v < vocab; v++) {
+      if (((b[k * words + (v >> 5)] >>> (v & 31)) & 1) === 0) continue;
+      const x = dst[row * vocab + v];
+      dst[row * vocab + v] = x > 0 ? x / f[k] : x * f[k];
+    }
   }
 }
 

@@ -14,7 +14,7 @@ import {
   type Tensor,
 } from "../types.ts";
 import { pagedAttention, kvWrite } from "./attention.ts";
-import { add, argmax, concatColumns, embedding, gatherRows, maskLogits, rmsnorm, scatterAdd, siluMul, sliceColumns, softmax, swigluOai } from "./elementwise.ts";
+import { add, argmax, concatColumns, embedding, gatherRows, maskLogits, penalizeRepeats, rmsnorm, scatterAdd, siluMul, sliceColumns, softmax, swigluOai } from "./elementwise.ts";
 import { matmul, rope } from "./linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./experts.ts";
 import { sample } from "./sampling.ts";
@@ -99,6 +99,8 @@ export function createReferenceBackend(): Backend {
       scatterAdd(r(x, "scatterAdd target"), r(index, "scatterAdd index"), r(values, "scatterAdd values")),
     maskLogits: (logits: Tensor, rows: Tensor, bits: Tensor) =>
       maskLogits(r(logits, "maskLogits logits"), r(rows, "maskLogits rows"), r(bits, "maskLogits bits")),
+    penalizeRepeats: (logits: Tensor, rows: Tensor, bits: Tensor, factors: Tensor) =>
+      penalizeRepeats(r(logits, "penalizeRepeats logits"), r(rows, "penalizeRepeats rows"), r(bits, "penalizeRepeats bits"), r(factors, "penalizeRepeats factors")),
     moeRoute: (logits: Tensor, k: number, options: MoeRouteOptions) =>
       moeRoute(r(logits, "moeRoute logits"), k, {
         ...options,

@@ -10,7 +10,7 @@ import { embedding, matmul } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
 import { add, argmax, concatColumns, gatherRows, rmsnorm, rope, siluMul, sliceColumns, softmax, swigluOai } from "./ops-rowwise.ts";
-import { maskLogits, sample, scatterAdd } from "./ops-sample.ts";
+import { maskLogits, penalizeRepeats, sample, scatterAdd } from "./ops-sample.ts";
 import type { RecorderStats } from "./recorder.ts";
 import { asGpu, WEBGPU_NAME } from "./tensor.ts";
 import type {
@@ -135,6 +135,10 @@ export class WebGpuBackend implements Backend {
   }
   maskLogits(logits: Tensor, rows: Tensor, bits: Tensor): void {
     maskLogits(this.#ctx, logits, rows, bits);
+  }
+
+  penalizeRepeats(logits: Tensor, rows: Tensor, bits: Tensor, factors: Tensor): void {
+    penalizeRepeats(this.#ctx, logits, rows, bits, factors);
   }
   gatherRows(x: Tensor, idx: Tensor): Tensor {
     return gatherRows(this.#ctx, x, idx);

@@ -4,7 +4,7 @@
  */
 import { type GpuContext } from "./context.ts";
 import { asGpu, expectDtype, expectRank, fmt } from "./tensor.ts";
-import { expectMaskShapes } from "../shape-checks.ts";
+import { expectMaskShapes, expectRepeatShapes } from "../shape-checks.ts";
 import { BackendShapeError, checkSamplingRow, effectiveTemperature, numel, type SamplingRow, type Tensor } from "../types.ts";
 
 /** Row-wise sampling from logits [rows, vocab] → i32 [rows]. */
@@ -67,6 +67,23 @@ export function maskLogits(ctx: GpuContext, logitsT: Tensor, rowsT: Tensor, bits
     {},
     [m, n, vocab, words],
     [[1, logits.buffer], [2, rows.buffer], [3, bits.buffer]],
+    Math.ceil((m * words) / 256),
+  );
+}
+
+/** Backend.penalizeRepeats: where bit v of bits[k] is 1, logits[rows[k], v] /= factors[k] if positive, else *= it; rows distinct. Mutates logits. */
+export function penalizeRepeats(ctx: GpuContext, logitsT: Tensor, rowsT: Tensor, bitsT: Tensor, factorsT: Tensor): void {
+  const logits = asGpu(logitsT, "penalizeRepeats logits");
+  const rows = asGpu(rowsT, "penalizeRepeats rows");
+  const bits = asGpu(bitsT, "penalizeRepeats bits");
+  const factors = asGpu(factorsT, "penalizeRepeats factors");
+  const { n, vocab, m, words } = expectRepeatShapes(logits, rows, bits, factors);
+  if (m === 0) return;
+  ctx.recorder.dispatch(
+    "penalize_repeats",
+    {},
+    [m, n, vocab, words],
+    [[1, logits.buffer], [2, rows.buffer], [3, bits.buffer], [4, factors.buffer]],
     Math.ceil((m * words) / 256),
   );
 }
