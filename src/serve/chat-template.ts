@@ -32,7 +32,29 @@ export interface ChatRenderer {
     messages: readonly ChatMessageIn[],
     tools?: readonly ToolDef[],
     variables?: Readonly<Record<string, unknown>>,
+    turn?: TurnOptions,
   ): { text: string; startsWithBos: boolean };
+}
+
+/**
+ * How the prompt ends (vLLM's chat parameters): with the generation prompt that opens the
+ * assistant's turn (the default), without it, or inside the final message, which the answer then
+ * continues (a prefilled answer: `continueFinal`, rendered without the generation prompt and cut
+ * right after the final message's text, as vLLM's `continue_final_message` does).
+ */
+export interface TurnOptions {
+  addGenerationPrompt?: boolean;
+  continueFinal?: boolean;
+}
+
+/** The rendered `text` cut right after the last occurrence of the final message's text (a 400 if the template did not write it as given). */
+function openFinal(text: string, messages: readonly ChatMessageIn[]): string {
+  const last = messageText(messages[messages.length - 1]?.content);
+  const at = text.lastIndexOf(last);
+  if (at < 0) {
+    throw new ApiError(400, "The chat template does not write the final message's text as given, so the answer cannot continue it; send continue_final_message = false", "continue_final_message", "invalid_value");
+  }
+  return text.slice(0, at + last.length);
 }
 
 /** The renderer the server uses for `model`: its template, with its BOS and EOS texts. */
@@ -51,6 +73,7 @@ export function chatRenderer(template: string | undefined, special: { bos?: stri
         if (tools && tools.length > 0) {
           throw new ApiError(400, "This model has no chat template, so it cannot be told about tools; send the request without `tools`", "tools", "unsupported_parameter");
         }
+        // The joined texts end with the final message's: it is open either way.
         return { text: messages.map((m) => messageText(m.content)).join("\n"), startsWithBos: false };
       },
     };
@@ -58,14 +81,14 @@ export function chatRenderer(template: string | undefined, special: { bos?: stri
   const compiled = new Template(template);
   return {
     fromModel: true,
-    render(messages, tools, variables) {
+    render(messages, tools, variables, turn = {}) {
       let text: string;
       try {
         text = compiled.render({
           ...variables,
           messages: messages.map((m) => ({ ...m, content: messageText(m.content), ...toolCallsForTemplate(m) })),
           ...(tools && tools.length > 0 ? { tools } : {}),
-          add_generation_prompt: true,
+          add_generation_prompt: !turn.continueFinal && turn.addGenerationPrompt !== false,
           bos_token: special.bos ?? "",
           eos_token: special.eos ?? "",
         });
@@ -73,6 +96,7 @@ export function chatRenderer(template: string | undefined, special: { bos?: stri
         // Templates raise on conversations they do not support (e.g. roles out of order): the client's input.
         throw new ApiError(400, `The chat template rejected these messages: ${e instanceof Error ? e.message : String(e)}`, "messages", "invalid_messages");
       }
+      if (turn.continueFinal) text = openFinal(text, messages);
       return { text, startsWithBos: !!special.bos && text.startsWith(special.bos) };
     },
   };

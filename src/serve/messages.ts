@@ -4,7 +4,8 @@
  * tool results as tool messages, earlier tool_use blocks as tool calls, thinking as reasoning) and is
  * answered by the chat path, so the model's template, tool-call parser and reasoning parser apply as
  * for `/v1/chat/completions`. `metadata.user_id` names the engine session (Claude Code sends one per
- * conversation), so agent-aware KV retention and the router follow it.
+ * conversation), so agent-aware KV retention and the router follow it. A final assistant message is
+ * a prefilled answer, which the model continues (the chat path's `continue_final_message`).
  */
 import type { GenerateResult } from "../engine/engine-types.ts";
 import { ChatOutputStream } from "./chat-output.ts";
@@ -82,9 +83,17 @@ export function chatRequestOfMessages(body: MessagesPrompt & Partial<Pick<Messag
     : { type: "function", function: { name: (choice as { name: string }).name } };
   const parallel = choice !== undefined && "disable_parallel_tool_use" in choice && choice.disable_parallel_tool_use === true ? false : undefined;
   const tools = body.tools?.map((t) => ({ type: "function" as const, function: { name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), parameters: t.input_schema } }));
+  const messages = chatMessages(body);
+  const last = messages[messages.length - 1];
+  // A final assistant message without calls is a prefilled answer: the model continues it (an empty
+  // one, which Anthropic's API also takes, prefills nothing).
+  const finalAssistant = last?.role === "assistant" && !(last as { tool_calls?: unknown }).tool_calls;
+  if (finalAssistant && typeof last.content === "string" && last.content === "" && !(last as { reasoning_content?: unknown }).reasoning_content) messages.pop();
+  const prefilled = finalAssistant && messages[messages.length - 1] === last;
   return {
     model: body.model,
-    messages: chatMessages(body),
+    messages,
+    ...(prefilled ? { continue_final_message: true } : {}),
     ...(body.max_tokens !== undefined ? { max_tokens: body.max_tokens } : {}),
     ...(body.temperature !== undefined ? { temperature: body.temperature } : {}),
     ...(body.top_p !== undefined ? { top_p: body.top_p } : {}),

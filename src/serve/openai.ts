@@ -7,7 +7,7 @@ import { ContextLengthError, EngineOverloadedError, type GenerateRequest, NoWork
 import type { JsonWhitespace, OutputGrammar, ToolCallSyntax } from "../engine/grammar.ts";
 import type { ModelConfig, SamplingDefaults, Tokenizer } from "../model/config.ts";
 import type { ChatOutputOptions } from "./chat-output.ts";
-import type { ChatRenderer } from "./chat-template.ts";
+import type { ChatRenderer, TurnOptions } from "./chat-template.ts";
 import { ApiError, describe } from "./errors.ts";
 import { chatGrammar, completionGrammar } from "./output-grammar.ts";
 import { promptOpensReasoning, type ReasoningParserName, reasoningTags as reasoningTagsOf, THINK_TAGS } from "./reasoning.ts";
@@ -222,12 +222,27 @@ export function chatPrompt(ctx: ServeContext, body: ChatRequest): { text: string
   const tools = (body.tool_choice ?? "auto") === "none" ? undefined : body.tools ?? undefined;
   const mistral = ctx.toolCallParser === "mistral" || ctx.toolCallParser === "mistral_pre_v11";
   const messages = mistral ? mistralMessageIds(body.messages) : isHarmony(ctx) ? harmonyMessages(body.messages) : body.messages;
-  const { text, startsWithBos } = ctx.chat.render(messages, tools, body.chat_template_kwargs ?? undefined);
+  const { text, startsWithBos } = ctx.chat.render(messages, tools, body.chat_template_kwargs ?? undefined, turnOptions(ctx, body));
   // The rendered text holds every message (templates add text, never remove it).
   checkTextLength(ctx, text, "messages");
   const prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos && !startsWithBos });
   if (prompt.length === 0) throw new ApiError(400, "The messages render to an empty prompt", "messages", "invalid_value");
   return { text, prompt, tools };
+}
+
+/** How a chat request's prompt ends (vLLM's add_generation_prompt, continue_final_message); their conflicts are 400s. */
+function turnOptions(ctx: ServeContext, body: ChatRequest): TurnOptions {
+  const continueFinal = body.continue_final_message === true;
+  const addGenerationPrompt = body.add_generation_prompt ?? undefined;
+  if (!continueFinal) return addGenerationPrompt === false ? { addGenerationPrompt } : {};
+  if (addGenerationPrompt === true) {
+    throw new ApiError(400, "continue_final_message and add_generation_prompt cannot both be true: the answer either continues the final message or starts a new one", "continue_final_message", "invalid_value");
+  }
+  if (body.messages[body.messages.length - 1].role !== "assistant") {
+    throw new ApiError(400, `continue_final_message needs the final message to be the assistant's, got role '${body.messages[body.messages.length - 1].role}'`, "continue_final_message", "invalid_value");
+  }
+  if (isHarmony(ctx)) throw new ApiError(400, "continue_final_message is not supported with gpt-oss's harmony format", "continue_final_message", "unsupported_parameter");
+  return { continueFinal };
 }
 
 const isHarmony = (ctx: ServeContext) => ctx.reasoningParser === "harmony" || ctx.toolCallParser === "harmony";

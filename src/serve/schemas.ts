@@ -169,6 +169,10 @@ export const ChatRequestSchema = z.looseObject({
     return key === undefined ? null : { message: `may not set ${JSON.stringify(key)}, which the server passes to the template itself`, path: [key] };
   })),
   max_completion_tokens: maybe(positiveInt),
+  // vLLM's extensions: end the prompt without the assistant's generation prompt, or inside the final
+  // (assistant) message, which the answer continues (a prefilled answer).
+  add_generation_prompt: maybe(z.boolean()),
+  continue_final_message: maybe(z.boolean()),
   // vLLM's extension: at most this many reasoning tokens, then the reasoning's end is forced (reasoning-budget.ts).
   thinking_token_budget: maybe(z.number().int().min(0)),
   logprobs: maybe(z.boolean()),

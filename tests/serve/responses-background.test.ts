@@ -5,25 +5,10 @@
  * ending in "~" with " a b a b …" until its token budget runs out.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import process from "node:process";
 import OpenAI from "openai";
-import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
 import { test } from "../harness.ts";
-import { writeScriptedModel } from "../model/scripted-model.ts";
-
-const dir = mkdtempSync(`${tmpdir()}/responses-background-`);
-process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
-const modelPath = `${dir}/looper.gguf`;
-await writeScriptedModel(modelPath, {
-  pieces: [" a", " b", "Done."],
-  next: [["~", " a"], [" a", " b"], [" b", " a"], [".", "Done."], ["Done.", "<eos>"]],
-  chatTemplate: "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}assistant{{ messages[-1].content[-1:] }}{% endif %}",
-  contextLength: 8192,
-});
-const model = await loadModel(modelPath);
+import { model, modelPath } from "./looper-model.ts";
 
 async function withServer(fn: (client: OpenAI, url: string) => Promise<void>) {
   const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 1024 });
