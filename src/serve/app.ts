@@ -28,6 +28,7 @@ import { ResponsesRequestSchema } from "./responses-schema.ts";
 import { BackgroundRuns, followStream } from "./responses-background.ts";
 import { countMessageTokens, respondMessageJson, respondMessageStream, submitMessages } from "./messages.ts";
 import { CountTokensRequestSchema, MessagesRequestSchema } from "./messages-schema.ts";
+import { detokenize, DetokenizeRequestSchema, tokenize, TokenizeRequestSchema } from "./tokenize.ts";
 
 /** Server settings. */
 export interface AppOptions {
@@ -100,7 +101,7 @@ export function createApp(o: AppOptions): Hono {
   });
   app.notFound((c) => fail(c, new ApiError(404, `No route for ${c.req.method} ${c.req.path}`, null, "not_found")));
 
-  app.use("/v1/*", async (c, next) => {
+  const checkKey = async (c: Context, next: () => Promise<void>) => {
     if (o.apiKey === undefined) return next();
     const auth = c.req.header("authorization") ?? "";
     // Anthropic's clients send the key as `x-api-key` (Claude Code's ANTHROPIC_AUTH_TOKEN as a Bearer token).
@@ -110,9 +111,12 @@ export function createApp(o: AppOptions): Hono {
       return fail(c, new ApiError(401, given ? "Incorrect API key provided" : "Missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')", null, "invalid_api_key"));
     }
     return next();
-  });
+  };
+  // The API routes, and vLLM's tokenizer routes beside them: the key and the body limit apply to all.
+  const guarded = ["/v1/*", "/tokenize", "/detokenize"];
+  for (const path of guarded) app.use(path, checkKey);
   const limit = o.maxBodyBytes ?? 2 * 1024 * 1024;
-  app.use("/v1/*", bodyLimit({ maxSize: limit, onError: (c) => fail(c, new ApiError(413, `The request body is larger than ${limit} bytes`, null, "body_too_large")) }));
+  for (const path of guarded) app.use(path, bodyLimit({ maxSize: limit, onError: (c) => fail(c, new ApiError(413, `The request body is larger than ${limit} bytes`, null, "body_too_large")) }));
 
   async function readBody<T>(c: Context, schema: ZodType<T>): Promise<T> {
     let raw: unknown;
@@ -195,6 +199,8 @@ export function createApp(o: AppOptions): Hono {
     const turn = submitMessages(ctx, body);
     return body.stream ? sse(respondMessageStream(ctx, turn), end) : whole(c, turn.submitted, end, () => respondMessageJson(ctx, turn));
   }));
+  app.post("/tokenize", async (c) => c.json(tokenize(ctx, await readBody(c, TokenizeRequestSchema))));
+  app.post("/detokenize", async (c) => c.json(detokenize(ctx, await readBody(c, DetokenizeRequestSchema))));
   app.post("/v1/messages/count_tokens", async (c) => c.json(countMessageTokens(ctx, await parse(c, CountTokensRequestSchema))));
   const stored = (id: string) => {
     const entry = store.get(id);
@@ -261,6 +267,8 @@ export function createApp(o: AppOptions): Hono {
   allow("/v1/responses", "POST");
   allow("/v1/messages", "POST");
   allow("/v1/messages/count_tokens", "POST");
+  allow("/tokenize", "POST");
+  allow("/detokenize", "POST");
   allow("/v1/responses/:id/input_items", "GET");
   allow("/v1/responses/:id", "GET, DELETE");
   allow("/v1/responses/:id/cancel", "POST");

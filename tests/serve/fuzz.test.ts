@@ -52,6 +52,13 @@ const nearValid = fc.record(
     ),
     guided_choice: fc.oneof(fc.array(fc.string({ maxLength: 4 }), { maxLength: 3 }), anyValue),
     guided_regex: fc.oneof(fc.string({ maxLength: 6 }), anyValue),
+    min_p: fc.oneof(fc.double({ min: -0.5, max: 1.5, noNaN: true }), anyValue),
+    repetition_penalty: fc.oneof(fc.double({ min: -1, max: 3, noNaN: true }), anyValue),
+    thinking_token_budget: fc.oneof(fc.integer({ min: -2, max: 8 }), anyValue),
+    continue_final_message: fc.oneof(fc.boolean(), anyValue),
+    add_generation_prompt: fc.oneof(fc.boolean(), anyValue),
+    return_token_strs: fc.oneof(fc.boolean(), anyValue),
+    tokens: fc.oneof(fc.array(fc.integer({ min: -2, max: 600 }), { maxLength: 6 }), anyValue),
   },
   { requiredKeys: [] },
 );
@@ -139,7 +146,7 @@ const body = fc.oneof(
   fc.string({ maxLength: 200 }),
   fc.uint8Array({ maxLength: 64 }).map((u) => new TextDecoder().decode(u)),
 );
-const path = fc.constantFrom("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/conversations", "/v1/messages", "/v1/messages/count_tokens");
+const path = fc.constantFrom("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/conversations", "/v1/messages", "/v1/messages/count_tokens", "/tokenize", "/detokenize");
 
 /**
  * Posts `runs` generated bodies to the app in-process; asserts none gets a 5xx and every error has

@@ -1,0 +1,61 @@
+/**
+ * vLLM's `POST /tokenize` and `POST /detokenize` against the real server: a prompt's ids, a chat's
+ * ids as the chat endpoint counts them (template, prefill), text back from ids, and the errors.
+ */
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import { startServer } from "../../src/serve/server.ts";
+import { test } from "../harness.ts";
+import { model, modelPath } from "./looper-model.ts";
+
+async function withServer(fn: (post: (path: string, body: unknown, headers?: Record<string, string>) => Promise<{ status: number; json: Record<string, unknown> }>, client: OpenAI) => Promise<void>, apiKey?: string) {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, ...(apiKey ? { apiKey } : {}) });
+  try {
+    const post = async (path: string, body: unknown, headers: Record<string, string> = {}) => {
+      const res = await fetch(`${s.url}${path}`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify(body) });
+      return { status: res.status, json: await res.json() as Record<string, unknown> };
+    };
+    await fn(post, new OpenAI({ baseURL: `${s.url}/v1`, apiKey: apiKey ?? "none", maxRetries: 0 }));
+  } finally {
+    await s.shutdown();
+  }
+}
+
+test("POST /tokenize gives a prompt's ids, and a chat's as the chat endpoint counts them; /detokenize gives the text back", async () => {
+  await withServer(async (post, client) => {
+    const plain = await post("/tokenize", { prompt: "Go~ a b", return_token_strs: true });
+    assert.equal(plain.status, 200);
+    assert.deepEqual(plain.json.tokens, model.tokenizer.encode("Go~ a b", { addBos: model.config.addBos }));
+    assert.equal(plain.json.count, (plain.json.tokens as number[]).length);
+    const card = (await client.models.list()).data[0] as OpenAI.Model & { max_model_len: number };
+    assert.equal(plain.json.max_model_len, card.max_model_len);
+    assert.equal((plain.json.token_strs as string[]).join(""), "Go~ a b");
+    const back = await post("/detokenize", { tokens: plain.json.tokens });
+    assert.deepEqual(back.json, { prompt: "Go~ a b" });
+
+    const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "user", content: "Go~" }, { role: "assistant", content: " a b" }];
+    const chat = await client.chat.completions.create({ model: "looper", messages, max_tokens: 2 });
+    const counted = await post("/tokenize", { model: "looper", messages });
+    assert.equal(counted.json.count, chat.usage!.prompt_tokens, "the chat endpoint's prompt");
+    assert.equal(counted.json.token_strs, null);
+    const open = await post("/tokenize", { messages, continue_final_message: true });
+    assert.equal((await post("/detokenize", { tokens: open.json.tokens })).json.prompt, "user: Go~\nassistant:  a b", "the prefill left open");
+  });
+});
+
+test("POST /tokenize and /detokenize refuse another model, ids outside the vocabulary and bad bodies, and need the API key", async () => {
+  await withServer(async (post) => {
+    const auth = { authorization: "Bearer k" };
+    assert.equal((await post("/tokenize", { prompt: "x" })).status, 401);
+    const other = await post("/tokenize", { model: "other", prompt: "x" }, auth);
+    assert.equal(other.status, 404);
+    assert.match(JSON.stringify(other.json), /The model 'other' does not exist/);
+    const outside = await post("/detokenize", { tokens: [1, 99999] }, auth);
+    assert.equal(outside.status, 400);
+    assert.match(JSON.stringify(outside.json), /Token id 99999 is outside the vocabulary/);
+    for (const body of [{}, { prompt: 5 }, { tokens: [-1] }, { messages: [] }]) {
+      const path = "tokens" in body ? "/detokenize" : "/tokenize";
+      assert.equal((await post(path, body, auth)).status, 400, JSON.stringify(body));
+    }
+  }, "k");
+});
