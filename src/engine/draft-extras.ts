@@ -11,7 +11,7 @@ import type { StepOutput } from "./engine-runner.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { TokenMask } from "./output-constraint.ts";
-import { budgetDraftLength, budgetRules } from "./reasoning-budget.ts";
+import { budgetDraftLength, budgetRules, intersectMasks } from "./reasoning-budget.ts";
 import type { RepeatPenalty } from "./repeat-penalty.ts";
 
 /** An entry's per-row additions, masks and repetition penalties: one per draft row, then its own row's (undefined: none). */
@@ -34,9 +34,12 @@ export function sampledRowAsks(a: Active, draft: readonly number[]): SampledRowA
   const additions = Array.from({ length: rows }, (_, j) => (adds[j] && adds[j].size > 0 ? adds[j] : undefined));
   const found = !a.constraint ? [] : draft.length === 0 ? [a.constraint.next(tokens, promptLength)] : a.constraint.continuation(tokens, promptLength, draft);
   const rules = a.budget && a.seq.reasoning ? budgetRules(a.seq.reasoning, tokens, draft, a.budget.limit, a.budget.bytesOf) : undefined;
+  const outputs = tokens.length - promptLength;
   const masks = Array.from({ length: rows }, (_, j) => {
     const grammar = found.length === 0 ? undefined : found[Math.min(j, found.length - 1)];
-    return rules ? a.budget!.masks.combine(grammar, rules[j]) : grammar;
+    const budgeted = rules ? a.budget!.masks.combine(grammar, rules[j]) : grammar;
+    // min_tokens: row j samples output token outputs + j.
+    return a.minTokens && outputs + j < a.minTokens.count ? intersectMasks(budgeted, a.minTokens.mask) : budgeted;
   });
   const repeats = a.repeats ? a.repeats.continuation(tokens, draft) : Array.from({ length: rows }, () => undefined);
   return { additions, masks, repeats };

@@ -11,7 +11,7 @@ import type { LogitAdjuster } from "./logit-adjust.ts";
 import { sampledRowAsks } from "./draft-extras.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { AsyncQueue } from "./events.ts";
-import type { OutputConstraint } from "./output-constraint.ts";
+import type { OutputConstraint, TokenMask } from "./output-constraint.ts";
 import type { RepeatTracker } from "./repeat-penalty.ts";
 import type { BudgetMasks, TokenBytesOf } from "./reasoning-budget.ts";
 import type { UniformSource } from "./sampler-rng.ts";
@@ -31,6 +31,10 @@ export interface Active {
   adjust: LogitAdjuster | undefined;
   /** The output grammar's constraint (undefined: free text). */
   constraint: OutputConstraint | undefined;
+  /** The tokens that end the output: EOS (unless ignored) and the request's stop token ids. */
+  ends: readonly number[];
+  /** With min_tokens: the rows before that many output tokens may not sample `ends` (this mask bars them). */
+  minTokens?: { readonly count: number; readonly mask: TokenMask };
   /** The request's repetition penalty's seen tokens (undefined: none asked for). */
   repeats?: RepeatTracker;
   /** The request's reasoning budget in tokens, the engine's masks for it and its tokens' bytes (undefined: no budget). */

@@ -26,6 +26,10 @@ export interface GenerateRequest {
   stop?: string[];
   /** Keep going past EOS (vLLM's ignore_eos), for benchmarks. */
   ignoreEos?: boolean;
+  /** More tokens that end the output as EOS does, and like it are not part of it (vLLM's stop_token_ids; they end it under ignoreEos too). */
+  stopTokenIds?: number[];
+  /** No EOS (nor stop token) is sampled before this many output tokens (vLLM's min_tokens). */
+  minTokens?: number;
   /**
    * False: control tokens the model writes (`[TOOL_CALLS]`, `<|python_tag|>`) are part of the output
    * text as their vocabulary strings, and a grammar may place them as such (vLLM's

@@ -12,7 +12,7 @@ import type { StepOutput } from "./engine-runner.ts";
 import { OutputText } from "./engine-text.ts";
 import { tokenTextOf } from "../model/config.ts";
 import { HostKvOffload } from "./kv-offload.ts";
-import { OutputConstraint, TokenTrie } from "./output-constraint.ts";
+import { OutputConstraint, TokenMask, TokenTrie } from "./output-constraint.ts";
 import { SchemaError } from "./json-schema.ts";
 import { AFTER_THINK } from "./grammar.ts";
 import { checkSamplingRequest, LogitAdjuster } from "./logit-adjust.ts";
@@ -119,6 +119,7 @@ export class Engine implements ServingEngine {
     checkSamplingRequest(req, this.opts.config.vocabSize);
     const constraint = this.outputConstraint(req);
     const budget = this.reasoningBudget(req);
+    const ends = [...new Set([...(req.ignoreEos ? [] : this.opts.config.eosTokenIds), ...(req.stopTokenIds ?? [])])];
     if (this.scheduler.stats().waiting >= this.maxWaiting) {
       this.metrics.rejected++;
       throw new EngineOverloadedError(`${this.maxWaiting} requests are already waiting`);
@@ -141,6 +142,8 @@ export class Engine implements ServingEngine {
       ...(req.repetitionPenalty !== undefined && req.repetitionPenalty !== 1 ? { repeats: new RepeatTracker(req.repetitionPenalty, this.opts.config.vocabSize) } : {}),
       constraint,
       ...(budget === undefined ? {} : { budget }),
+      ends,
+      ...(req.minTokens ? { minTokens: { count: req.minTokens, mask: this.barring(ends) } } : {}),
       logprobs: req.logprobs === undefined ? undefined : [],
       promptLogprobs: wholePrompt ? new Array<null>(n).fill(null) : undefined,
     };
@@ -204,6 +207,14 @@ export class Engine implements ServingEngine {
     this.scheduler.abort(id);
     if (a.seq.status === "finished") this.finish(a, "abort");
     this.wake?.();
+  }
+
+  /** A mask allowing every token but `barred` (min_tokens' rows). */
+  private barring(barred: readonly number[]): TokenMask {
+    const mask = new TokenMask(this.opts.config.vocabSize);
+    for (let t = 0; t < mask.vocabSize; t++) mask.set(t);
+    for (const t of barred) mask.set(t, false);
+    return mask;
   }
 
   /** The request's reasoning budget (undefined: none); a RequestParamError when it is not a count or the model's reasoning tokens are unknown. */
@@ -427,7 +438,7 @@ export class Engine implements ServingEngine {
     for (let k = 0; k < count; k++) {
       const tok = seq.tokens[start + k];
       this.metrics.generationTokens++;
-      if (!a.req.ignoreEos && this.opts.config.eosTokenIds.includes(tok)) {
+      if (a.ends.includes(tok)) {
         seq.truncate(start + k + 1);
         eos = true;
         break;
@@ -460,7 +471,7 @@ export class Engine implements ServingEngine {
     let found = ngramDraft(seq.tokens, this.opts.speculative!, room);
     // Rows after an EOS would verify tokens the request never keeps (it ends at the EOS). Agent
     // contexts hold EOS tokens (a chat template's end-of-turn), so copied drafts often cross one.
-    const eos = a.req.ignoreEos ? -1 : found.findIndex((t) => this.opts.config.eosTokenIds.includes(t));
+    const eos = found.findIndex((t) => a.ends.includes(t));
     if (eos >= 0) found = found.slice(0, eos + 1);
     const draft = found.slice(0, verifiableDraftLength(a, found, this.jumpsForward(a)));
     if (draft.length > 0) this.scheduler.propose(seq.id, draft);

@@ -20,6 +20,10 @@ export function checkSamplingRequest(req: GenerateRequest, vocabSize: number): v
       throw new RequestParamError(`The number of top ${what}log probabilities must be an integer from 0 to ${MAX_TOP_LOGPROBS}, got ${lp}`);
     }
   }
+  for (const id of req.stopTokenIds ?? []) {
+    if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new RequestParamError(`Token ${id} in stop_token_ids is outside this model's vocabulary of ${vocabSize} tokens`);
+  }
+  if (req.minTokens !== undefined && !(Number.isInteger(req.minTokens) && req.minTokens >= 0)) throw new RequestParamError(`The min_tokens must be a whole number, 0 or more, got ${req.minTokens}`);
   if (req.minP !== undefined && !(req.minP >= 0 && req.minP <= 1)) throw new RequestParamError(`The min_p must be a number from 0 to 1, got ${req.minP}`);
   if (req.repetitionPenalty !== undefined && !(req.repetitionPenalty > 0 && Number.isFinite(req.repetitionPenalty))) {
     throw new RequestParamError(`The repetition_penalty must be a positive number, got ${req.repetitionPenalty}`);

@@ -117,12 +117,20 @@ export class BudgetMasks {
    * contract, its reasoning length a limit.
    */
   combine(grammar: TokenMask | undefined, rule: BudgetRule): TokenMask | undefined {
-    const budget = this.of(rule);
-    if (budget === undefined) return grammar;
-    if (grammar === undefined) return budget;
-    const both = new TokenMask(this.vocabSize);
-    let any = 0;
-    for (let w = 0; w < both.bits.length; w++) any |= both.bits[w] = grammar.bits[w] & budget.bits[w];
-    return any === 0 ? grammar : both;
+    return intersectMasks(grammar, this.of(rule));
   }
+}
+
+/**
+ * The tokens both masks allow (either alone where the other is undefined). Where they share none,
+ * `primary` alone: a grammar's mask is the request's contract, the others (a reasoning budget,
+ * min_tokens) limits that yield to it.
+ */
+export function intersectMasks(primary: TokenMask | undefined, extra: TokenMask | undefined): TokenMask | undefined {
+  if (extra === undefined) return primary;
+  if (primary === undefined) return extra;
+  const both = new TokenMask(primary.vocabSize);
+  let any = 0;
+  for (let w = 0; w < both.bits.length; w++) any |= both.bits[w] = primary.bits[w] & extra.bits[w];
+  return any === 0 ? primary : both;
 }

@@ -139,6 +139,8 @@ function engineRequest(
     seed: body.seed ?? undefined,
     stop: stop.filter((s) => s.length > 0),
     ignoreEos: body.ignore_eos ?? false,
+    ...(body.stop_token_ids?.length ? { stopTokenIds: body.stop_token_ids } : {}),
+    ...(body.min_tokens ? { minTokens: body.min_tokens } : {}),
     ...((body.skip_special_tokens ?? skipSpecialTokens) ? {} : { skipSpecialTokens: false }),
     logprobs: logprobsCount(body),
     ...(grammar ? { grammar } : {}),

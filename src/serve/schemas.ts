@@ -110,6 +110,9 @@ const common = {
   user: maybe(sessionKey),
   prompt_cache_key: maybe(sessionKey),
   ignore_eos: maybe(z.boolean()),
+  // vLLM's extensions: more tokens that end the answer as EOS does, and no end before min_tokens.
+  stop_token_ids: maybe(z.array(z.number().int().min(0)).max(256)),
+  min_tokens: maybe(z.number().int().min(0)),
   // vLLM's extension: false writes control tokens the model emits as their vocabulary strings.
   skip_special_tokens: maybe(z.boolean()),
   response_format: maybe(z.looseObject({ type: z.string() })),

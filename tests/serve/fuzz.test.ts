@@ -58,6 +58,8 @@ const nearValid = fc.record(
     continue_final_message: fc.oneof(fc.boolean(), anyValue),
     add_generation_prompt: fc.oneof(fc.boolean(), anyValue),
     return_token_strs: fc.oneof(fc.boolean(), anyValue),
+    stop_token_ids: fc.oneof(fc.array(fc.integer({ min: -1, max: 600 }), { maxLength: 3 }), anyValue),
+    min_tokens: fc.oneof(fc.integer({ min: -1, max: 8 }), anyValue),
     tokens: fc.oneof(fc.array(fc.integer({ min: -2, max: 600 }), { maxLength: 6 }), anyValue),
   },
   { requiredKeys: [] },

@@ -1,0 +1,33 @@
+/**
+ * vLLM's stop_token_ids and min_tokens through the real server with the `openai` client, on the
+ * looper model (tests/serve/looper-model.ts: " a b a b …" after "~", "Done." then EOS after ".").
+ */
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import { startServer } from "../../src/serve/server.ts";
+import { test } from "../harness.ts";
+import { model, modelPath } from "./looper-model.ts";
+
+type Extra = OpenAI.ChatCompletionCreateParamsNonStreaming & { stop_token_ids?: number[]; min_tokens?: number };
+
+test("chat completions take stop_token_ids (the answer ends there, without it) and min_tokens (no end before)", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64 });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const ask = (content: string, extra: Partial<Extra>) => client.chat.completions.create({ model: "looper", messages: [{ role: "user", content }], max_tokens: 6, temperature: 0, ...extra } as Extra);
+    const b = model.tokenizer.encode(" b", { addBos: false })[0];
+    const stopped = await ask("Go~", { stop_token_ids: [b] });
+    assert.deepEqual([stopped.choices[0].message.content, stopped.choices[0].finish_reason], [" a", "stop"]);
+    const done = await ask("Go.", {});
+    assert.deepEqual([done.choices[0].message.content, done.usage!.completion_tokens], ["Done.", 2]);
+    const held = await ask("Go.", { min_tokens: 3 });
+    assert.equal(held.usage!.completion_tokens, 4, "three tokens, then EOS");
+    assert.ok(held.choices[0].message.content!.startsWith("Done."));
+    for (const extra of [{ stop_token_ids: [1 << 20] }, { min_tokens: -1 }]) {
+      const err = await ask("Go.", extra).then(() => null, (e: unknown) => e);
+      assert.ok(err instanceof OpenAI.APIError && err.status === 400, `${JSON.stringify(extra)}: ${err}`);
+    }
+  } finally {
+    await s.shutdown();
+  }
+});
