@@ -1,9 +1,10 @@
-// out[i, :] = x[idx[i], :]; indices outside 0..rows-1 leave their row untouched.
+// out[i, :] = x[idx[i], :]; indices outside 0..rows-1 leave their row untouched. T is f32, or u32
+// to copy the words of an f16 table (two halves per word) bit for bit.
 struct P { n: u32, cols: u32, rows: u32, _pad: u32 }
 @group(0) @binding(0) var<uniform> p: P;
-@group(0) @binding(1) var<storage, read> src: array<f32>;
+@group(0) @binding(1) var<storage, read> src: array<${T}>;
 @group(0) @binding(2) var<storage, read> idx: array<i32>;
-@group(0) @binding(3) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(3) var<storage, read_write> dst: array<${T}>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,

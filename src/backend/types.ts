@@ -208,6 +208,11 @@ export interface Backend {
   sample(logits: Tensor, rows: readonly SamplingRow[]): Tensor;
   /** out[i, :] = x[idx[i], :]. x f32 [n, d], idx i32 [m] → [m, d]. */
   gatherRows(x: Tensor, idx: Tensor): Tensor;
+  /**
+   * Optional: rows `idx` of an f16 table x [n, d] (d even) downloaded as IEEE half bits [m · d], at
+   * two bytes a value (host copies of an f16 KV cache; without it they download f32 and pack).
+   */
+  downloadHalfRows?(x: Tensor, idx: Tensor): Promise<Uint16Array>;
   /** Columns start..start+width-1 of the last dim: x f32 [..., d] → [..., width] (a copy). */
   sliceColumns(x: Tensor, start: number, width: number): Tensor;
   /** a f32 [..., da] and b f32 [..., db] side by side along the last dim → [..., da + db]; the leading dims must match. */

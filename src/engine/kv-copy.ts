@@ -61,6 +61,7 @@ function kvWidth(kv: PagedKv): [heads: number, dim: number] {
 export function readSlots(backend: Backend, kv: PagedKv, slots: Int32Array): Promise<HostKv> {
   const [heads, dim] = kvWidth(kv);
   const rows = kv.numBlocks * kv.blockSize;
+  if ((kv.dtype ?? "f32") === "f16" && backend.downloadHalfRows && (heads * dim) % 2 === 0) return readHalfSlots(backend, kv, slots, rows, heads * dim);
   const idx = backend.upload(slots, [slots.length]);
   const gather = (cache: Tensor): Tensor => {
     const table = backend.reshape(cache, [rows, heads * dim]);
@@ -75,23 +76,41 @@ export function readSlots(backend: Backend, kv: PagedKv, slots: Int32Array): Pro
   return (async (): Promise<HostKv> => {
     try {
       const host = await Promise.all(gathered.map((t) => backend.download(t) as Promise<Float32Array>));
-      const layers = <T extends HostKvArray>(arrays: T[]) => {
-        const k: T[] = [];
-        const v: T[] = [];
-        let i = 0;
-        for (let l = 0; l < kv.k.length; l++) {
-          k.push(arrays[i++]);
-          v.push(kv.v[l] === kv.k[l] ? k[l] : arrays[i++]);
-        }
-        return { k, v };
-      };
       const numTokens = slots.length;
-      if ((kv.dtype ?? "f32") === "f32") return { numTokens, dtype: "f32", ...layers(host) };
-      return { numTokens, dtype: "f16", ...layers(host.map((a) => f32ArrayToF16Bits(a))) };
+      if ((kv.dtype ?? "f32") === "f32") return { numTokens, dtype: "f32", ...perLayer(kv, host) };
+      return { numTokens, dtype: "f16", ...perLayer(kv, host.map((a) => f32ArrayToF16Bits(a))) };
     } finally {
       for (const t of gathered) backend.free(t);
     }
   })();
+}
+
+/** Arrays read layer by layer (keys, then values unless the layer's cache is shared) as keys and values per layer. */
+function perLayer<T extends HostKvArray>(kv: PagedKv, arrays: readonly T[]): { k: T[]; v: T[] } {
+  const k: T[] = [];
+  const v: T[] = [];
+  let i = 0;
+  for (let l = 0; l < kv.k.length; l++) {
+    k.push(arrays[i++]);
+    v.push(kv.v[l] === kv.k[l] ? k[l] : arrays[i++]);
+  }
+  return { k, v };
+}
+
+/** readSlots of an f16 cache on a backend that downloads half bits (Backend.downloadHalfRows): no f32 on the way. */
+async function readHalfSlots(backend: Backend, kv: PagedKv, slots: Int32Array, rows: number, width: number): Promise<HostKv> {
+  const idx = backend.upload(slots, [slots.length]);
+  try {
+    const read = (cache: Tensor) => backend.downloadHalfRows!(backend.reshape(cache, [rows, width]), idx);
+    const pending: Promise<Uint16Array>[] = [];
+    for (let l = 0; l < kv.k.length; l++) {
+      pending.push(read(kv.k[l]));
+      if (kv.v[l] !== kv.k[l]) pending.push(read(kv.v[l]));
+    }
+    return { numTokens: slots.length, dtype: "f16", ...perLayer(kv, await Promise.all(pending)) };
+  } finally {
+    backend.free(idx);
+  }
 }
 
 /**

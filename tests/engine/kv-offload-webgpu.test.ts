@@ -14,7 +14,7 @@ import { Engine } from "../../src/engine/engine.ts";
 import { modelStepRunner, type StepRunner } from "../../src/engine/engine-runner.ts";
 import type { GenerateRequest } from "../../src/engine/engine-types.ts";
 import { allocatePagedKv, freePagedKv, kvBytesPerBlock } from "../../src/engine/kv-cache.ts";
-import { type HostKv, hostKvBytes } from "../../src/engine/kv-copy.ts";
+import { type HostKv, hostKvBytes, readSlots, slotsOf, writeSlots } from "../../src/engine/kv-copy.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
@@ -86,8 +86,8 @@ test("HostKvOffload on webgpu: a prompt restored from host KV generates what rec
 
 test("HostKvOffload on webgpu: an f16 cache's blocks come back from host memory as they left", async () => {
   assert.ok(gpu, `webgpu is unavailable: ${why}`);
-  // The host copy is read as f32 (embedding reads the f16 rows), packed to half bits on the host and
-  // widened again for the upload, where kvWrite rounds it back: exact.
+  // The host copy is read as half bits (downloadHalfRows) and widened for the upload, where kvWrite
+  // rounds it back: exact.
   const copies: HostKv[] = [];
   const recompute = await evictAndReturn(engineOn(gpu, 0, undefined, "f16"));
   const restored = await evictAndReturn(engineOn(gpu, 64, (kv) => void copies.push(kv), "f16"));
@@ -112,6 +112,30 @@ test("HostKvOffload on webgpu: a corrupted host copy changes the restored prompt
   }));
   assert.equal(poisoned.again.cachedTokens, full, "the corrupted blocks were restored, not recomputed");
   assert.notDeepEqual(poisoned.again.tokenIds, recompute.again.tokenIds);
+}, { ignore: skip });
+
+test("readSlots() on webgpu downloads an f16 cache as half bits (downloadHalfRows): the bits the f32 path packs", async () => {
+  assert.ok(gpu, `webgpu is unavailable: ${why}`);
+  assert.ok(gpu.downloadHalfRows, "WebGPU downloads half bits");
+  const kv = allocatePagedKv(gpu, model.config, 4, BLOCK, "f16");
+  try {
+    const { numLayers, numKvHeads, headDim } = model.config;
+    const n = BLOCK + 5;
+    const slots = slotsOf([3, 1], n, BLOCK);
+    // Values of every magnitude, negatives and some past f16's range (they round to infinity alike).
+    const values = () => Float32Array.from({ length: n * numKvHeads * headDim }, (_, i) => (i % 2 ? -1 : 1) * 2 ** ((i % 37) - 20) * (1 + (i % 5) / 7) * (i % 41 === 0 ? 1e6 : 1));
+    writeSlots(gpu, kv, slots, { numTokens: n, dtype: "f32", k: Array.from({ length: numLayers }, values), v: Array.from({ length: numLayers }, values) });
+    const raw = await readSlots(gpu, kv, slots);
+    // The same backend without downloadHalfRows: gather as f32, pack on the host.
+    const viaF32 = await readSlots(new Proxy(gpu, {
+      get: (t, p) => (p === "downloadHalfRows" ? undefined : typeof Reflect.get(t, p) === "function" ? Reflect.get(t, p).bind(t) : Reflect.get(t, p)),
+    }), kv, slots);
+    assert.equal(raw.dtype, "f16");
+    assert.ok(raw.k[0] instanceof Uint16Array && raw.k[0].length === n * numKvHeads * headDim);
+    assert.deepEqual(raw, viaF32);
+  } finally {
+    freePagedKv(gpu, kv);
+  }
 }, { ignore: skip });
 
 test("destroy() releases the WebGPU backend the host KV tier tests opened", () => {

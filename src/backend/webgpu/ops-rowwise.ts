@@ -5,6 +5,7 @@
 import type { PooledBuffer } from "./buffer-pool.ts";
 import { type GpuContext } from "./context.ts";
 import { F32 } from "./recorder.ts";
+import { download } from "./ops-memory.ts";
 import { asGpu, expectDtype, expectRank, expectSameShape, fmt, rowsOf } from "./tensor.ts";
 import { BackendShapeError, numel, type RopeLayout, type Tensor } from "../types.ts";
 import { expectConcatColumnsShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
@@ -91,8 +92,32 @@ export function gatherRows(ctx: GpuContext, xT: Tensor, idxT: Tensor): Tensor {
   const [rows, cols] = x.shape;
   const m = idx.shape[0];
   const out = ctx.output([m, cols]);
-  ctx.recorder.dispatch("gather_rows", {}, [m, cols, rows, 0], [[1, x.buffer], [2, idx.buffer], [3, out.buffer]], Math.ceil((m * cols) / 256));
+  ctx.recorder.dispatch("gather_rows", { T: "f32" }, [m, cols, rows, 0], [[1, x.buffer], [2, idx.buffer], [3, out.buffer]], Math.ceil((m * cols) / 256));
   return out;
+}
+
+/**
+ * Rows `idx` of an f16 table [rows, width] (width even: whole words) as IEEE half bits, copied on the
+ * device word for word and downloaded at two bytes a value (Backend.downloadHalfRows).
+ */
+export async function downloadHalfRows(ctx: GpuContext, xT: Tensor, idxT: Tensor): Promise<Uint16Array> {
+  const x = asGpu(xT, "downloadHalfRows input");
+  const idx = asGpu(idxT, "downloadHalfRows indices");
+  expectRank(x, 2, "downloadHalfRows input", ["f16"]);
+  expectRank(idx, 1, "downloadHalfRows indices", ["i32"]);
+  const [rows, cols] = x.shape;
+  if (cols % 2 !== 0) throw new BackendShapeError(`downloadHalfRows needs rows of whole words (an even width), got ${fmt(x.shape)}`);
+  if (x.storage.chunks.length > 1) throw new BackendShapeError(`downloadHalfRows needs a table in one buffer, got ${x.storage.chunks.length} chunks`);
+  const m = idx.shape[0];
+  const words = cols / 2;
+  const out = ctx.output([m * words], "i32");
+  ctx.recorder.dispatch("gather_rows", { T: "u32" }, [m, words, rows, 0], [[1, x.buffer], [2, idx.buffer], [3, out.buffer]], Math.ceil((m * words) / 256));
+  try {
+    const bits = (await download(ctx, out)) as Int32Array;
+    return new Uint16Array(bits.buffer, bits.byteOffset, m * cols);
+  } finally {
+    ctx.release(out);
+  }
 }
 
 /** Copies a [rows, width] window of src into dst (strides and offsets in elements). */
