@@ -4,8 +4,8 @@
  * block, and the time to read blocks out (`readSlots`, through the download and, for an f16 cache,
  * packing to half bits) and to write them back (`writeSlots`, widening half bits for the upload, then
  * a one-value download so the device work is done), per block, for f32 and f16 caches, on the
- * reference backend and on WebGPU (lavapipe on a GPU-less machine; an f16 cache also read the old
- * way, as f32 packed on the host, beside `downloadHalfRows`). Medians of `--repeats` copies of
+ * reference backend and on WebGPU (lavapipe on a GPU-less machine; an f16 cache also copied the old
+ * way, through f32, beside `downloadHalfRows` / `writeHalfRows`). Medians of `--repeats` copies of
  * `--blocks` blocks. Figures: docs/results/bench-kv-host-copy.md.
  *
  *   npx tsx scripts/bench-kv-host-copy.ts [--blocks 8] [--repeats 9]
@@ -58,11 +58,11 @@ async function bench(be: Backend, label: string, dtype: KvDType, blocks: number,
   }
 }
 
-/** `be` as it was before Backend.downloadHalfRows: its own methods, that one left out. */
+/** `be` as it was before Backend.downloadHalfRows and writeHalfRows: its own methods, those left out. */
 function withoutHalfRows(be: Backend): Backend {
   return new Proxy(be, {
     get: (t, p) => {
-      if (p === "downloadHalfRows") return undefined;
+      if (p === "downloadHalfRows" || p === "writeHalfRows") return undefined;
       const v = Reflect.get(t, p);
       return typeof v === "function" ? v.bind(t) : v;
     },
@@ -83,8 +83,9 @@ async function main(): Promise<void> {
   else {
     try {
       for (const dtype of ["f32", "f16"] as const) rows.push(await bench(gpu, `webgpu (${gpu.info.device})`, dtype, blocks, repeats));
-      // The same f16 copies without downloadHalfRows: gathered as f32 and packed on the host (the path before it).
-      rows.push(await bench(withoutHalfRows(gpu), "webgpu, f16 read as f32", "f16", blocks, repeats));
+      // The same f16 copies without the half-bit ops: gathered as f32 and packed on the host, widened
+      // for the upload and rounded by kvWrite (the path before them).
+      rows.push(await bench(withoutHalfRows(gpu), "webgpu, f16 through f32", "f16", blocks, repeats));
     } finally {
       gpu.destroy();
     }

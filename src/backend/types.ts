@@ -213,6 +213,11 @@ export interface Backend {
    * two bytes a value (host copies of an f16 KV cache; without it they download f32 and pack).
    */
   downloadHalfRows?(x: Tensor, idx: Tensor): Promise<Uint16Array>;
+  /**
+   * Optional: writes IEEE half bits [m · d] into rows `idx` (distinct) of an f16 table x [n, d] (d
+   * even), uploaded at two bytes a value (the way back of {@link downloadHalfRows}). Mutates x.
+   */
+  writeHalfRows?(x: Tensor, idx: Tensor, bits: Uint16Array): void;
   /** Columns start..start+width-1 of the last dim: x f32 [..., d] → [..., width] (a copy). */
   sliceColumns(x: Tensor, start: number, width: number): Tensor;
   /** a f32 [..., da] and b f32 [..., db] side by side along the last dim → [..., da + db]; the leading dims must match. */

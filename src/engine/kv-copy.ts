@@ -115,7 +115,8 @@ async function readHalfSlots(backend: Backend, kv: PagedKv, slots: Int32Array, r
 
 /**
  * Writes `data` (its first `slots.length` tokens, from token `offset`) into `slots` of every layer,
- * rounded to the cache's dtype (half bits are widened to f32 for the upload: exact).
+ * rounded to the cache's dtype (half bits are widened to f32 for the upload: exact; into an f16 cache
+ * on a backend with `writeHalfRows` they go as they are).
  */
 export function writeSlots(backend: Backend, kv: PagedKv, slots: Int32Array, data: HostKv, offset = 0): void {
   const [heads, dim] = kvWidth(kv);
@@ -123,6 +124,16 @@ export function writeSlots(backend: Backend, kv: PagedKv, slots: Int32Array, dat
   const n = slots.length;
   const shape = [n, heads, dim];
   const idx = backend.upload(slots, [n]);
+  if (data.dtype === "f16" && (kv.dtype ?? "f32") === "f16" && backend.writeHalfRows && width % 2 === 0) {
+    // Half bits into an f16 cache, word for word: no f32 on the way.
+    const tableRows = kv.numBlocks * kv.blockSize;
+    for (let l = 0; l < kv.k.length; l++) {
+      backend.writeHalfRows(backend.reshape(kv.k[l], [tableRows, width]), idx, data.k[l].subarray(offset * width, (offset + n) * width));
+      if (kv.v[l] !== kv.k[l]) backend.writeHalfRows(backend.reshape(kv.v[l], [tableRows, width]), idx, data.v[l].subarray(offset * width, (offset + n) * width));
+    }
+    backend.free(idx);
+    return;
+  }
   const rows = (a: HostKvArray) => {
     const part = a.subarray(offset * width, (offset + n) * width);
     return part instanceof Float32Array ? part : f16BitsToF32Array(part);

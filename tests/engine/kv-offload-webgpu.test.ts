@@ -86,8 +86,7 @@ test("HostKvOffload on webgpu: a prompt restored from host KV generates what rec
 
 test("HostKvOffload on webgpu: an f16 cache's blocks come back from host memory as they left", async () => {
   assert.ok(gpu, `webgpu is unavailable: ${why}`);
-  // The host copy is read as half bits (downloadHalfRows) and widened for the upload, where kvWrite
-  // rounds it back: exact.
+  // The host copy is read as half bits (downloadHalfRows) and written back as they are (writeHalfRows): exact.
   const copies: HostKv[] = [];
   const recompute = await evictAndReturn(engineOn(gpu, 0, undefined, "f16"));
   const restored = await evictAndReturn(engineOn(gpu, 64, (kv) => void copies.push(kv), "f16"));
@@ -114,7 +113,7 @@ test("HostKvOffload on webgpu: a corrupted host copy changes the restored prompt
   assert.notDeepEqual(poisoned.again.tokenIds, recompute.again.tokenIds);
 }, { ignore: skip });
 
-test("readSlots() on webgpu downloads an f16 cache as half bits (downloadHalfRows): the bits the f32 path packs", async () => {
+test("readSlots() and writeSlots() on webgpu move an f16 cache as half bits (downloadHalfRows, writeHalfRows): the bits the f32 path gives", async () => {
   assert.ok(gpu, `webgpu is unavailable: ${why}`);
   assert.ok(gpu.downloadHalfRows, "WebGPU downloads half bits");
   const kv = allocatePagedKv(gpu, model.config, 4, BLOCK, "f16");
@@ -126,13 +125,20 @@ test("readSlots() on webgpu downloads an f16 cache as half bits (downloadHalfRow
     const values = () => Float32Array.from({ length: n * numKvHeads * headDim }, (_, i) => (i % 2 ? -1 : 1) * 2 ** ((i % 37) - 20) * (1 + (i % 5) / 7) * (i % 41 === 0 ? 1e6 : 1));
     writeSlots(gpu, kv, slots, { numTokens: n, dtype: "f32", k: Array.from({ length: numLayers }, values), v: Array.from({ length: numLayers }, values) });
     const raw = await readSlots(gpu, kv, slots);
-    // The same backend without downloadHalfRows: gather as f32, pack on the host.
-    const viaF32 = await readSlots(new Proxy(gpu, {
-      get: (t, p) => (p === "downloadHalfRows" ? undefined : typeof Reflect.get(t, p) === "function" ? Reflect.get(t, p).bind(t) : Reflect.get(t, p)),
-    }), kv, slots);
+    // The same backend without the half-bit ops: gather as f32 and pack on the host; widen and kvWrite.
+    const plain = new Proxy(gpu, {
+      get: (t, p) => (p === "downloadHalfRows" || p === "writeHalfRows" ? undefined : typeof Reflect.get(t, p) === "function" ? Reflect.get(t, p).bind(t) : Reflect.get(t, p)),
+    });
+    const viaF32 = await readSlots(plain, kv, slots);
     assert.equal(raw.dtype, "f16");
     assert.ok(raw.k[0] instanceof Uint16Array && raw.k[0].length === n * numKvHeads * headDim);
     assert.deepEqual(raw, viaF32);
+    // And back (writeHalfRows): the half bits written into other slots read back the same, whichever way.
+    const other = slotsOf([0, 2], n, BLOCK);
+    writeSlots(gpu, kv, other, raw);
+    assert.deepEqual(await readSlots(gpu, kv, other), raw);
+    writeSlots(plain, kv, slotsOf([2, 0], n, BLOCK), raw);
+    assert.deepEqual(await readSlots(plain, kv, slotsOf([2, 0], n, BLOCK)), raw, "the f32 path writes the same bits");
   } finally {
     freePagedKv(gpu, kv);
   }

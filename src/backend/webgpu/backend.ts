@@ -9,7 +9,7 @@ import { kvWrite, MAX_HEAD_DIM, pagedAttention } from "./ops-attention.ts";
 import { embedding, matmul } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
-import { add, argmax, concatColumns, downloadHalfRows, gatherRows, rmsnorm, rope, siluMul, sliceColumns, softmax, swigluOai } from "./ops-rowwise.ts";
+import { add, argmax, concatColumns, downloadHalfRows, gatherRows, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softmax, swigluOai } from "./ops-rowwise.ts";
 import { maskLogits, penalizeRepeats, sample, scatterAdd } from "./ops-sample.ts";
 import type { RecorderStats } from "./recorder.ts";
 import { asGpu, WEBGPU_NAME } from "./tensor.ts";
@@ -146,6 +146,10 @@ export class WebGpuBackend implements Backend {
 
   downloadHalfRows(x: Tensor, idx: Tensor): Promise<Uint16Array> {
     return downloadHalfRows(this.#ctx, x, idx);
+  }
+
+  writeHalfRows(x: Tensor, idx: Tensor, bits: Uint16Array): void {
+    writeHalfRows(this.#ctx, x, idx, bits);
   }
   sliceColumns(x: Tensor, start: number, width: number): Tensor {
     return sliceColumns(this.#ctx, x, start, width);

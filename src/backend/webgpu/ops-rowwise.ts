@@ -5,8 +5,8 @@
 import type { PooledBuffer } from "./buffer-pool.ts";
 import { type GpuContext } from "./context.ts";
 import { F32 } from "./recorder.ts";
-import { download } from "./ops-memory.ts";
-import { asGpu, expectDtype, expectRank, expectSameShape, fmt, rowsOf } from "./tensor.ts";
+import { download, upload } from "./ops-memory.ts";
+import { asGpu, expectDtype, expectRank, expectSameShape, fmt, type GpuTensor, rowsOf } from "./tensor.ts";
 import { BackendShapeError, numel, type RopeLayout, type Tensor } from "../types.ts";
 import { expectConcatColumnsShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
 
@@ -196,4 +196,23 @@ export function rope(
     Math.ceil(threads / 256),
   );
   return out;
+}
+
+/** Half bits written into rows `idx` of an f16 table [rows, width] (width even), word for word (Backend.writeHalfRows). Mutates x. */
+export function writeHalfRows(ctx: GpuContext, xT: Tensor, idxT: Tensor, bits: Uint16Array): void {
+  const x = asGpu(xT, "writeHalfRows table");
+  const idx = asGpu(idxT, "writeHalfRows indices");
+  expectRank(x, 2, "writeHalfRows table", ["f16"]);
+  expectRank(idx, 1, "writeHalfRows indices", ["i32"]);
+  const [rows, cols] = x.shape;
+  const m = idx.shape[0];
+  if (cols % 2 !== 0) throw new BackendShapeError(`writeHalfRows needs rows of whole words (an even width), got ${fmt(x.shape)}`);
+  if (bits.length !== m * cols) throw new BackendShapeError(`writeHalfRows got ${bits.length} halves for ${m} rows of ${cols}`);
+  if (m === 0) return;
+  const words = cols / 2;
+  // Two halves a word, the first in the low bits: the layout the table's buffer holds.
+  const aligned = bits.byteOffset % 4 === 0 ? bits : new Uint16Array(bits);
+  const src = upload(ctx, new Int32Array(aligned.buffer, aligned.byteOffset, m * words), [m * words]) as GpuTensor;
+  ctx.recorder.dispatch("scatter_rows", {}, [m, words, rows, 0], [[1, src.buffer], [2, idx.buffer], [3, x.buffer]], Math.ceil((m * words) / 256));
+  ctx.release(src);
 }
