@@ -92,7 +92,7 @@ export function gatherRows(ctx: GpuContext, xT: Tensor, idxT: Tensor): Tensor {
   const [rows, cols] = x.shape;
   const m = idx.shape[0];
   const out = ctx.output([m, cols]);
-  ctx.recorder.dispatch("gather_rows", { T: "f32" }, [m, cols, rows, 0], [[1, x.buffer], [2, idx.buffer], [3, out.buffer]], Math.ceil((m * cols) / 256));
+  ctx.recorder.dispatch("gather_rows", { T: "f32", SCATTER: false }, [m, cols, rows, 0], [[1, x.buffer], [2, idx.buffer], [3, out.buffer]], Math.ceil((m * cols) / 256));
   return out;
 }
 
@@ -111,7 +111,7 @@ export async function downloadHalfRows(ctx: GpuContext, xT: Tensor, idxT: Tensor
   const m = idx.shape[0];
   const words = cols / 2;
   const out = ctx.output([m * words], "i32");
-  ctx.recorder.dispatch("gather_rows", { T: "u32" }, [m, words, rows, 0], [[1, x.buffer], [2, idx.buffer], [3, out.buffer]], Math.ceil((m * words) / 256));
+  ctx.recorder.dispatch("gather_rows", { T: "u32", SCATTER: false }, [m, words, rows, 0], [[1, x.buffer], [2, idx.buffer], [3, out.buffer]], Math.ceil((m * words) / 256));
   try {
     const bits = (await download(ctx, out)) as Int32Array;
     return new Uint16Array(bits.buffer, bits.byteOffset, m * cols);
@@ -213,6 +213,6 @@ export function writeHalfRows(ctx: GpuContext, xT: Tensor, idxT: Tensor, bits: U
   // Two halves a word, the first in the low bits: the layout the table's buffer holds.
   const aligned = bits.byteOffset % 4 === 0 ? bits : new Uint16Array(bits);
   const src = upload(ctx, new Int32Array(aligned.buffer, aligned.byteOffset, m * words), [m * words]) as GpuTensor;
-  ctx.recorder.dispatch("scatter_rows", {}, [m, words, rows, 0], [[1, src.buffer], [2, idx.buffer], [3, x.buffer]], Math.ceil((m * words) / 256));
+  ctx.recorder.dispatch("gather_rows", { T: "u32", SCATTER: true }, [m, words, rows, 0], [[1, src.buffer], [2, idx.buffer], [3, x.buffer]], Math.ceil((m * words) / 256));
   ctx.release(src);
 }
