@@ -10,8 +10,8 @@ import type { Active } from "./engine-request.ts";
 import type { StepOutput } from "./engine-runner.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
 import type { TokenLogprob } from "./logprobs.ts";
-import type { TokenMask } from "./output-constraint.ts";
-import { budgetDraftLength, budgetRules, intersectMasks } from "./reasoning-budget.ts";
+import { intersectMasks, type TokenMask } from "./output-constraint.ts";
+import { budgetDraftLength, budgetRules } from "./reasoning-budget.ts";
 import type { RepeatPenalty } from "./repeat-penalty.ts";
 
 /** An entry's per-row additions, masks and repetition penalties: one per draft row, then its own row's (undefined: none). */

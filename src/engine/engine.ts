@@ -143,7 +143,7 @@ export class Engine implements ServingEngine {
       constraint,
       ...(budget === undefined ? {} : { budget }),
       ends,
-      ...(req.minTokens ? { minTokens: { count: req.minTokens, mask: this.barring(ends) } } : {}),
+      ...(req.minTokens ? { minTokens: { count: req.minTokens, mask: TokenMask.allBut(this.opts.config.vocabSize, ends) } } : {}),
       logprobs: req.logprobs === undefined ? undefined : [],
       promptLogprobs: wholePrompt ? new Array<null>(n).fill(null) : undefined,
     };
@@ -207,14 +207,6 @@ export class Engine implements ServingEngine {
     this.scheduler.abort(id);
     if (a.seq.status === "finished") this.finish(a, "abort");
     this.wake?.();
-  }
-
-  /** A mask allowing every token but `barred` (min_tokens' rows). */
-  private barring(barred: readonly number[]): TokenMask {
-    const mask = new TokenMask(this.opts.config.vocabSize);
-    for (let t = 0; t < mask.vocabSize; t++) mask.set(t);
-    for (const t of barred) mask.set(t, false);
-    return mask;
   }
 
   /** The request's reasoning budget (undefined: none); a RequestParamError when it is not a count or the model's reasoning tokens are unknown. */

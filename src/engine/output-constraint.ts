@@ -27,6 +27,16 @@ export class TokenMask {
     this.bits = new Int32Array(Math.ceil(vocabSize / 32));
   }
 
+  /** A mask allowing every token of the vocabulary but `barred`. */
+  static allBut(vocabSize: number, barred: readonly number[]): TokenMask {
+    const mask = new TokenMask(vocabSize);
+    mask.bits.fill(-1);
+    // No bits past the vocabulary: they name no token.
+    for (let t = vocabSize; t < mask.bits.length * 32; t++) mask.set(t, false);
+    for (const t of barred) mask.set(t, false);
+    return mask;
+  }
+
   /** Allows (or bars, with `ok` false) token `id`. */
   set(id: number, ok = true): void {
     if (ok) this.bits[id >> 5] |= 1 << (id & 31);
@@ -49,6 +59,20 @@ export class TokenMask {
     }
     return n;
   }
+}
+
+/**
+ * The tokens both masks allow (either alone where the other is undefined). Where they share none,
+ * `primary` alone: a grammar's mask is the request's contract, the others (a reasoning budget,
+ * min_tokens) limits that yield to it.
+ */
+export function intersectMasks(primary: TokenMask | undefined, extra: TokenMask | undefined): TokenMask | undefined {
+  if (extra === undefined) return primary;
+  if (primary === undefined) return extra;
+  const both = new TokenMask(primary.vocabSize);
+  let any = 0;
+  for (let w = 0; w < both.bits.length; w++) any |= both.bits[w] = primary.bits[w] & extra.bits[w];
+  return any === 0 ? primary : both;
 }
 
 /** Allowed-token lists kept per request, by grammar state (a free string repeats one state). */

@@ -14,7 +14,7 @@
  * its last character whole.
  */
 import type { ReasoningSpans } from "./reasoning-spans.ts";
-import { TokenMask } from "./output-constraint.ts";
+import { intersectMasks, TokenMask } from "./output-constraint.ts";
 import { isCharPrefix } from "./utf8-pieces.ts";
 
 /** Tokens past the budget the end may wait for a character to finish (a character has at most 3 bytes after its first). */
@@ -100,13 +100,8 @@ export class BudgetMasks {
     const id = forced ? rule.force : rule.bar;
     const kept = (forced ? this.#forced : this.#barred).get(id);
     if (kept) return kept;
-    const mask = new TokenMask(this.vocabSize);
+    const mask = forced ? new TokenMask(this.vocabSize) : TokenMask.allBut(this.vocabSize, [id]);
     if (forced) mask.set(id);
-    else {
-      mask.bits.fill(-1);
-      for (let t = this.vocabSize; t < mask.bits.length * 32; t++) mask.set(t, false);
-      mask.set(id, false);
-    }
     (forced ? this.#forced : this.#barred).set(id, mask);
     return mask;
   }
@@ -119,18 +114,4 @@ export class BudgetMasks {
   combine(grammar: TokenMask | undefined, rule: BudgetRule): TokenMask | undefined {
     return intersectMasks(grammar, this.of(rule));
   }
-}
-
-/**
- * The tokens both masks allow (either alone where the other is undefined). Where they share none,
- * `primary` alone: a grammar's mask is the request's contract, the others (a reasoning budget,
- * min_tokens) limits that yield to it.
- */
-export function intersectMasks(primary: TokenMask | undefined, extra: TokenMask | undefined): TokenMask | undefined {
-  if (extra === undefined) return primary;
-  if (primary === undefined) return extra;
-  const both = new TokenMask(primary.vocabSize);
-  let any = 0;
-  for (let w = 0; w < both.bits.length; w++) any |= both.bits[w] = primary.bits[w] & extra.bits[w];
-  return any === 0 ? primary : both;
 }

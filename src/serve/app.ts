@@ -8,7 +8,7 @@ import { bodyLimit } from "hono/body-limit";
 import type { ZodType } from "zod";
 import type { ServingEngine } from "../engine/engine-types.ts";
 import type { JsonWhitespace, ToolCallFormat } from "../engine/grammar.ts";
-import type { LoadedModel } from "../model/config.ts";
+import type { LoadedModel, SamplingDefaults } from "../model/config.ts";
 import { modelChatRenderer } from "./chat-template.ts";
 import { reasoningTokensOf } from "./harmony-prompt.ts";
 import { anthropicErrorBody, ApiError, schemaError } from "./errors.ts";
@@ -63,6 +63,11 @@ export interface AppOptions {
 /** Where a request's left-out sampling parameters come from (`--generation-config`). */
 export type GenerationConfigChoice = "auto" | "vllm";
 
+/** The sampling defaults requests get where they leave parameters out: the model's (auto), or none (vllm: OpenAI's). */
+export function samplingDefaultsOf(model: LoadedModel, choice: GenerationConfigChoice = "auto"): SamplingDefaults {
+  return choice === "vllm" ? {} : model.config.samplingDefaults ?? {};
+}
+
 /** The headers of a server-sent event stream. */
 const SSE_HEADERS = { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" };
 
@@ -85,7 +90,7 @@ export function createApp(o: AppOptions): Hono {
     tracksReasoning: reasoningTokensOf(o.reasoningParser ?? "none", o.model.tokenizer) !== undefined,
     jsonWhitespace: o.jsonWhitespace ?? "any",
     toolCallParser: toolCallSyntax(o.toolCallParser ?? "hermes", o.model.tokenizer),
-    samplingDefaults: o.generationConfig === "vllm" ? {} : o.model.config.samplingDefaults ?? {},
+    samplingDefaults: samplingDefaultsOf(o.model, o.generationConfig),
   };
   const life = o.lifecycle ?? new ServerLifecycle();
   const app = new Hono();

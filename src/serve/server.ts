@@ -23,11 +23,10 @@ import type { StepRecord } from "../engine/step-record.ts";
 import type { LoadedModel, SamplingDefaults } from "../model/config.ts";
 import { loadModel } from "../model/load.ts";
 import type { QuantizeDType } from "../model/weights.ts";
-import { createApp } from "./app.ts";
+import { createApp, type GenerationConfigChoice, samplingDefaultsOf } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
-import type { GenerationConfigChoice } from "./app.ts";
 import { reasoningTokensOf } from "./harmony-prompt.ts";
 import { type PlannerLogRecord, plannerLogRecord, StepLogWriter } from "./step-log.ts";
 import { AGED_SHORT_FIRST, type PrefillOrderOptions } from "../../planner/prefill-order.ts";
@@ -86,9 +85,10 @@ export interface ServerOptions {
    */
   jsonWhitespace?: JsonWhitespace;
   /**
-   * "auto" (default, as vLLM's): a request that leaves out temperature, top_p, top_k or max_tokens gets
-   * the model's generation_config.json values (ModelConfig.samplingDefaults); "vllm": OpenAI's defaults
-   * (temperature 1, top_p 1, no top_k, up to the context) whatever the model recommends.
+   * "auto" (default, as vLLM's): a request that leaves out temperature, top_p, top_k, min_p,
+   * repetition_penalty or max_tokens gets the model's generation_config.json values
+   * (ModelConfig.samplingDefaults); "vllm": OpenAI's defaults (temperature 1, top_p 1, no top_k, no
+   * min_p or repetition penalty, up to the context) whatever the model recommends.
    */
   generationConfig?: GenerationConfigChoice;
   /**
@@ -305,7 +305,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     modelName,
     backendReason: reason,
     reasoningTokens,
-    samplingDefaults: o.generationConfig === "vllm" ? {} : model.config.samplingDefaults ?? {},
+    samplingDefaults: samplingDefaultsOf(model, o.generationConfig),
     drain: (graceMs, stopWaiting) => lifecycle.drain(graceMs, stopWaiting),
     get inFlight() {
       return lifecycle.inFlight;
