@@ -12,7 +12,7 @@ import { isKvRetention, KV_RETENTIONS } from "../engine/engine-sessions.ts";
 import { isKvDtypeChoice } from "../engine/kv-cache.ts";
 import { type NgramSpeculation, parseSpeculativeConfig, SpeculationConfigError } from "../engine/ngram-draft.ts";
 import { isToolCallFormat, TOOL_CALL_FORMAT_ALIASES, TOOL_CALL_FORMATS } from "../engine/grammar.ts";
-import { type PreemptionMode, STEP_MIXINGS, type StepMixing, type WorkerRole } from "../engine/scheduler-types.ts";
+import { type PreemptionMode, SCHEDULING_POLICIES, STEP_MIXINGS, type StepMixing, type WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError, type SamplingDefaults } from "../model/config.ts";
 import { cliArgs, envVar, exitProcess, onShutdownSignal, runtimeName } from "../runtime/env.ts";
 import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
@@ -47,6 +47,7 @@ const FLAGS = {
   role: { kind: "string", help: "mixed|prefill|decode (default mixed)" },
   preemption: { kind: "string", help: "recompute|swap: what a request preempted for KV loses (default recompute)" },
   "prefill-order": { kind: "string", help: "fcfs|short-first: which waiting prompt is admitted first (default short-first: least uncached work, aged 2000 tokens/s)" },
+  "scheduling-policy": { kind: "string", help: "priority|fcfs: priority lets requests set vLLM's `priority` (an integer, default 0; lower is admitted first, preempted last, and preempts running requests of a higher value when it cannot otherwise get in; ties keep --prefill-order); fcfs refuses any priority but 0, as vLLM's default (default priority)" },
   "kv-retention": { kind: "string", help: "agent|lru: which cached KV goes first when memory runs short (default agent: keeps sessions waiting on a tool call; sessions come from prompt_cache_key or user)" },
   "tool-call-parser": { kind: "string", help: "hermes|llama3_json|kimi_k2|deepseek_v31|deepseek_v3|glm45|qwen3_coder|minimax_m2|mistral|harmony: how the model writes tool calls, read out of chat answers and written by a forced tool_choice; hermes (Qwen 2.5/3) is <tool_call> blocks, llama3_json (Llama 3.1-3.3) {\"name\", \"parameters\"} objects separated by \"; \", kimi_k2 (Kimi K2) <|tool_call_begin|> blocks in a <|tool_calls_section_begin|> section, deepseek_v31 (DeepSeek V3.1) <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...} blocks, deepseek_v3 (DeepSeek V3, R1-0528) <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME and a ```json fence, glm45 (GLM 4.5-4.7) <tool_call>NAME with <arg_key>/<arg_value> pairs, qwen3_coder (Qwen3-Coder) <function=NAME> with <parameter=KEY> values, minimax_m2 (MiniMax M2) <invoke name=\"NAME\"> with <parameter name=\"KEY\"> values in a <minimax:tool_call> section, mistral (Mistral, Magistral, Devstral) [TOOL_CALLS]NAME[ARGS]{...} per call, or [TOOL_CALLS] [{...}] where the vocabulary has no [ARGS] token (tokenizers before v11), harmony (gpt-oss; vLLM's openai is accepted for it) a message to=functions.NAME whose body is the arguments, one per answer (default hermes)" },
   "generation-config": { kind: "string", help: "auto|vllm: a request that leaves out temperature, top_p, top_k, min_p, repetition_penalty or max_tokens gets the model's generation_config.json values (auto, as vLLM's default; a Hugging Face directory's) or OpenAI's defaults (vllm)" },
@@ -109,6 +110,8 @@ async function main(): Promise<void> {
   if (preemption !== "recompute" && preemption !== "swap") throw new ArgsError(`Unknown preemption mode "${preemption}"; choose recompute or swap`);
   const order = f["prefill-order"] ?? "short-first";
   if (order !== "fcfs" && order !== "short-first") throw new ArgsError(`Unknown prefill order "${order}"; choose fcfs or short-first`);
+  const schedulingPolicy = f["scheduling-policy"] ?? "priority";
+  if (!(SCHEDULING_POLICIES as readonly string[]).includes(schedulingPolicy)) throw new ArgsError(`Unknown scheduling policy "${schedulingPolicy}"; choose ${SCHEDULING_POLICIES.join(" or ")}`);
   const kvCacheDtype = f["kv-cache-dtype"] ?? "auto";
   if (!isKvDtypeChoice(kvCacheDtype)) throw new ArgsError(`Unknown KV cache dtype "${kvCacheDtype}"; choose auto, f16 or f32`);
   const kvRetention = f["kv-retention"] ?? "agent";
@@ -196,6 +199,7 @@ async function main(): Promise<void> {
     preemption: preemption as PreemptionMode,
     swapSpaceBlocks: f["swap-space-blocks"],
     prefillOrder: order === "fcfs" ? FCFS : AGED_SHORT_FIRST,
+    ...(schedulingPolicy === "fcfs" ? { schedulingPolicy: "fcfs" as const } : {}),
     ...(stepMixing !== undefined ? { stepMixing: stepMixing as StepMixing | "auto" } : {}),
     kvRetention,
     reasoningParser,

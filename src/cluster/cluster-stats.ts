@@ -4,7 +4,7 @@ import type { EngineStats } from "../engine/engine-types.ts";
 /** Field-by-field sum of `all` (zeros when empty). */
 export function sumStats(all: readonly EngineStats[]): EngineStats {
   const out: EngineStats = {
-    waiting: 0, running: 0, kvUsedBlocks: 0, kvTotalBlocks: 0, prefixQueriedTokens: 0, prefixHitTokens: 0, preemptions: 0,
+    waiting: 0, running: 0, kvUsedBlocks: 0, kvTotalBlocks: 0, prefixQueriedTokens: 0, prefixHitTokens: 0, preemptions: 0, priorityPreemptions: 0,
     swapOuts: 0, swappedOutBlocks: 0, swappedInBlocks: 0, swapUsedBlocks: 0, swapTotalBlocks: 0, recomputedTokens: 0, steps: 0,
     kvHostBlocks: 0, kvHostCapacityBlocks: 0, kvHostBytes: 0, kvOffloadedBlocks: 0, kvRestoredBlocks: 0, kvPrefetchedBlocks: 0, jumpForwardTokens: 0,
     specDrafts: 0, specDraftTokens: 0, specAcceptedTokens: 0,

@@ -63,6 +63,11 @@ export interface GenerateRequest {
   /** Session key (prompt_cache_key / user) passed to KV retention. */
   sessionId?: string;
   /**
+   * Scheduling priority (vLLM's `priority`; an integer, default 0): lower values are admitted first
+   * and preempted last, and may preempt running requests of higher values to get in.
+   */
+  priority?: number;
+  /**
    * The prompt leaves a `<think>` block open (src/serve/reasoning.ts `promptOpensReasoning`): the
    * output starts as reasoning. Used only when the engine knows the reasoning tokens.
    */

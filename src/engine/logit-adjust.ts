@@ -11,8 +11,8 @@ import { MAX_TOP_LOGPROBS } from "./logprobs.ts";
 export type LogitAdditions = ReadonlyMap<number, number>;
 
 /**
- * Refuses adjustments the model cannot apply (token ids outside its vocabulary, non-finite numbers)
- * and log-probability requests out of range.
+ * Refuses adjustments the model cannot apply (token ids outside its vocabulary, non-finite numbers),
+ * log-probability requests out of range and a priority that is not a whole number.
  */
 export function checkSamplingRequest(req: GenerateRequest, vocabSize: number): void {
   for (const [what, lp] of [["", req.logprobs], ["prompt ", req.promptLogprobs]] as const) {
@@ -24,6 +24,7 @@ export function checkSamplingRequest(req: GenerateRequest, vocabSize: number): v
     if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new RequestParamError(`Token ${id} in stop_token_ids is outside this model's vocabulary of ${vocabSize} tokens`);
   }
   if (req.minTokens !== undefined && !(Number.isInteger(req.minTokens) && req.minTokens >= 0)) throw new RequestParamError(`The min_tokens must be a whole number, 0 or more, got ${req.minTokens}`);
+  if (req.priority !== undefined && !Number.isSafeInteger(req.priority)) throw new RequestParamError(`The priority must be a whole number, got ${req.priority}`);
   if (req.minP !== undefined && !(req.minP >= 0 && req.minP <= 1)) throw new RequestParamError(`The min_p must be a number from 0 to 1, got ${req.minP}`);
   if (req.repetitionPenalty !== undefined && !(req.repetitionPenalty > 0 && Number.isFinite(req.repetitionPenalty))) {
     throw new RequestParamError(`The repetition_penalty must be a positive number, got ${req.repetitionPenalty}`);

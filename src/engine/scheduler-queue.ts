@@ -1,7 +1,7 @@
 /**
  * The waiting side of a Scheduler: sequences queued for admission (new ones last, preempted ones
- * first), when each was first queued (for aging), admission in FCFS or least-uncached-work order
- * (config.prefillOrder), and the queue gauges a cluster's router reads for every request it routes.
+ * first), when each was first queued (for aging), admission by priority and then in FCFS or
+ * least-uncached-work order (config.prefillOrder), and the queue gauges a cluster's router reads for every request it routes.
  *
  * Those gauges need each waiting prompt's uncached tokens, which takes a prefix-cache probe (hashing
  * the prompt). The probes are kept per sequence and summed incrementally as sequences join and
@@ -99,13 +99,16 @@ export class WaitingQueue {
 
   /**
    * Admission in {@link admissionOrder} into `running`: stops at the first sequence that does not
-   * fit (no overtaking), except in the decode role and past a scored prompt (`room` 0: the step's prompt
+   * fit (no overtaking; `skip` is passed over), except in the decode role and past a scored prompt (`room` 0: the step's prompt
    * log-probability rows are spent). A swapped-out sequence gets fresh blocks for its
    * saved KV (pushed onto `swapIn`). A handed-off prompt whose last block this worker holds
    * (handoff-tails.ts) starts with all but its last token computed, as a decode: `work` "decode"
    * admits only those, "prefill" all others, "all" every sequence.
    */
-  admit(running: Sequence[], budget: () => number, room: (seq: Sequence) => number, add: (seq: Sequence, n: number) => void, swapIn: SwapOp[], work: StepWork = "all"): void {
+  admit(
+    running: Sequence[], budget: () => number, room: (seq: Sequence) => number, add: (seq: Sequence, n: number) => void, swapIn: SwapOp[], work: StepWork = "all",
+    skip?: ReadonlySet<Sequence>,
+  ): void {
     // A decode step admits only handed-off prompts; without one waiting, skip the ordering too.
     // Which waiting prompts count as decodes, probed once per step that tells them apart.
     const handed = work === "all" ? null : new Set(this.seqs.filter((s) => this.handedOff(s)));
@@ -116,6 +119,8 @@ export class WaitingQueue {
     for (let o = 0; o < order.length && budget() > 0 && running.length < this.config.maxRunning; o++) {
       const seq = this.seqs[order[o]];
       if (handed !== null && handed.has(seq) !== (work === "decode")) continue;
+      // Preempted by priority in this step: it would only take back what the urgent one was given.
+      if (skip?.has(seq)) continue;
       // A scored prompt waits for a step with prompt rows left; the others may still come in.
       if (room(seq) === 0) continue;
       // Never serve the last token from cache: its logits are needed, so at least one token is computed.
@@ -172,13 +177,41 @@ export class WaitingQueue {
     return (cached ?? this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1))) === tailBlockIndex(seq.tokens.length, this.kv.blockSize) * this.kv.blockSize;
   }
 
-  /** Indices of the queue in admission order (queue order unless config.prefillOrder says otherwise). */
+  /**
+   * The first waiting sequence, in admission order, whose priority is below `than` (more urgent), and
+   * the free KV blocks its first chunk of at most `tokens` tokens takes beyond what the prefix cache or
+   * a hand-off holds for it; null when none is that urgent. For preempting by priority: what admitting
+   * it would need.
+   */
+  urgent(than: number, tokens: number): { seq: Sequence; blocks: number } | null {
+    if (!this.seqs.some((s) => s.priority < than)) return null;
+    const seq = this.seqs[this.admissionOrder().find((i) => this.seqs[i].priority < than)!];
+    this.sync();
+    const left = this.uncached(seq);
+    const cached = seq.tokens.length - left;
+    const end = cached + Math.min(left, tokens);
+    const bs = this.kv.blockSize;
+    // Swapped KV comes back into fresh blocks; a prefix hit's blocks are the cache's own.
+    return { seq, blocks: Math.ceil(end / bs) - (seq.numSwapped > 0 ? 0 : Math.floor(cached / bs)) };
+  }
+
+  /**
+   * Indices of the queue in admission order: by priority (lower first), and within one priority in
+   * queue order unless config.prefillOrder says otherwise.
+   */
   private admissionOrder(): number[] {
     const o = this.config.prefillOrder;
-    if (o === undefined || o.order === "fcfs" || this.seqs.length < 2) return this.seqs.map((_, i) => i);
-    const now = this.clock();
-    this.sync();
-    return prefillOrder(this.seqs.map((seq) => ({ left: this.uncached(seq), enqueuedAt: this.queuedAt.get(seq) ?? now })), now, o);
+    let order: number[];
+    if (o === undefined || o.order === "fcfs" || this.seqs.length < 2) order = this.seqs.map((_, i) => i);
+    else {
+      const now = this.clock();
+      this.sync();
+      order = prefillOrder(this.seqs.map((seq) => ({ left: this.uncached(seq), enqueuedAt: this.queuedAt.get(seq) ?? now })), now, o);
+    }
+    // A stable sort: equal priorities keep the order above (all of them, when nobody sets one).
+    const p0 = this.seqs[0]?.priority;
+    if (this.seqs.some((s) => s.priority !== p0)) order.sort((a, b) => this.seqs[a].priority - this.seqs[b].priority);
+    return order;
   }
 
   /**

@@ -21,6 +21,16 @@ export type PreemptionMode = "recompute" | "swap";
  */
 export type StepMixing = "mixed" | "split";
 
+/**
+ * Whether requests may carry priorities (vLLM's `--scheduling-policy`): "priority" (lower first, see
+ * `SequenceHints.priority`) or "fcfs" (a server refuses any priority but 0). The scheduler itself
+ * always honours them; with every request at 0 the two are the same.
+ */
+export type SchedulingPolicy = "fcfs" | "priority";
+
+/** The scheduling policies, for flag checks. */
+export const SCHEDULING_POLICIES: readonly SchedulingPolicy[] = ["priority", "fcfs"];
+
 /** The step-mixing modes, for flag checks. */
 export const STEP_MIXINGS: readonly StepMixing[] = ["mixed", "split"];
 
@@ -141,6 +151,8 @@ export interface SchedulerStats {
   prefixHitTokens: number;
   /** Preemptions of either kind; `swapOuts` of them kept their KV in host memory. */
   preemptions: number;
+  /** Of `preemptions`, those that made room for a more urgent waiting sequence (priority), not for KV growth. */
+  priorityPreemptions: number;
   swapOuts: number;
   swappedOutBlocks: number;
   swappedInBlocks: number;

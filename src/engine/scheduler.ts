@@ -4,6 +4,8 @@
  * running sequence when KV runs out (by recompute, or by swap to host memory while the swap space
  * has room), then admission of waiting sequences while budget and free blocks last: FCFS, or least
  * uncached work first (config.prefillOrder; the waiting queue and admission are scheduler-queue.ts).
+ * Request priorities (vLLM's: lower first) come before both orders: admitted first, preempted last,
+ * and a waiting sequence that cannot get in preempts running ones of a higher value.
  * Prefix-cache hits at admission skip their tokens. With config.stepMixing "split", prefill chunks
  * and decodes take turns in separate steps instead of sharing one (every 16th chunk still mixes).
  * Pure CPU logic.
@@ -29,6 +31,7 @@ export class Scheduler {
   private arrivals = 0;
   private stepNo = 0;
   private preemptions = 0;
+  private priorityPreemptions = 0;
   private recomputed = 0;
   private readonly swap: SwapSpace;
   private readonly mixer: StepMixer;
@@ -123,6 +126,15 @@ export class Scheduler {
       budget -= n + drafted;
     };
 
+    // Most urgent first (a stable sort: admission order among equals, all of it when nobody sets a
+    // priority), so the loop below serves them first and its victims, from the end, are the least urgent.
+    const p0 = this.running[0]?.priority;
+    if (this.running.some((s) => s.priority !== p0)) this.running.sort((a, b) => a.priority - b.priority);
+    // A decode step admits no prompt, and a decode worker takes its prompts from prefill workers.
+    const demoted = work === "decode" || this.config.role === "decode" ? [] : this.preemptForPriority(budget, swapOut);
+    for (const seq of demoted) preempted.push(seq.id);
+    let pressed = false;
+
     for (let i = 0; i < this.running.length && budget > 0; i++) {
       const seq = this.running[i];
       if (work !== "all" && seq.inPrefill !== (work === "prefill")) continue;
@@ -146,6 +158,7 @@ export class Scheduler {
         }
         const victim = this.running[this.running.length - 1];
         this.preempt(victim, swapOut);
+        pressed = true;
         preempted.push(victim.id);
         if (victim === seq) break;
         got = this.kv.allocate(extra);
@@ -155,10 +168,38 @@ export class Scheduler {
       add(seq, n, drafted);
     }
 
-    if (preempted.length === 0) this.waiting.admit(this.running, () => budget, room, (seq, n) => add(seq, n), swapIn, work);
+    // Out of KV for the running ones: nothing new comes in. Priority's victims wait out this step.
+    if (!pressed) this.waiting.admit(this.running, () => budget, room, (seq, n) => add(seq, n), swapIn, work, demoted.length > 0 ? new Set(demoted) : undefined);
 
     const numTokens = entries.reduce((a, e) => a + e.tokens.length, 0);
     return { step: -1, entries, numTokens, numPrefillTokens: prefill, numDecodeTokens: numTokens - prefill, preempted, truncated, swapOut, swapIn };
+  }
+
+  /**
+   * Priority preemption (vLLM's under its priority policy): when the most urgent waiting sequence
+   * cannot get in (every slot taken, or too few free blocks for its first chunk of at most `tokens`),
+   * running sequences with a higher priority value go, least urgent and newest first, as few as make
+   * room; none go when all of them would not. Call with `running` in priority order.
+   */
+  private preemptForPriority(tokens: number, swapOut: SwapOp[]): Sequence[] {
+    if (this.running.length === 0) return [];
+    const want = this.waiting.urgent(this.running[this.running.length - 1].priority, tokens);
+    if (want === null) return [];
+    const free = this.kv.numAvailable() - this.config.watermarkBlocks;
+    // How many from the end must go: their blocks counted as freed (a block another sequence shares
+    // stays taken, so this can over-count; the urgent one then waits for the next step's try).
+    let k = 0;
+    let freed = 0;
+    const fits = () => this.running.length - k < this.config.maxRunning && free + freed >= want.blocks;
+    while (!fits() && k < this.running.length && this.running[this.running.length - 1 - k].priority > want.seq.priority) {
+      freed += this.running[this.running.length - 1 - k].blockTable.length;
+      k++;
+    }
+    if (k === 0 || !fits()) return [];
+    const out = this.running.slice(this.running.length - k).reverse();
+    for (const seq of out) this.preempt(seq, swapOut);
+    this.priorityPreemptions += k;
+    return out;
   }
 
   /** Frees a running sequence's blocks; in swap mode its computed KV goes to host memory when it fits. */
@@ -319,6 +360,7 @@ export class Scheduler {
       prefixQueriedTokens: this.waiting.prefixQueried,
       prefixHitTokens: this.waiting.prefixHit,
       preemptions: this.preemptions,
+      priorityPreemptions: this.priorityPreemptions,
       ...this.swap.stats(),
       recomputedTokens: this.recomputed,
       steps: this.stepNo,

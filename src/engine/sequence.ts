@@ -26,6 +26,11 @@ export interface SequenceHints {
    * others): the logits of every prompt position are needed (prompt log probabilities).
    */
   wholePrompt?: boolean;
+  /**
+   * Scheduling priority, vLLM's: lower is served first (admitted before, preempted after, and able to
+   * preempt running sequences of a higher value when it cannot otherwise get in). Default 0.
+   */
+  priority?: number;
 }
 
 /** Scheduler-side state of one request. */
@@ -91,6 +96,11 @@ export class Sequence {
   truncate(length: number): void {
     if (length < this.promptLength || length > this.tokens.length) throw new RangeError(`Cannot truncate sequence ${this.id} of ${this.tokens.length} tokens to ${length}`);
     this.tokens.length = length;
+  }
+
+  /** The scheduling priority (`hints.priority`, 0 when absent): lower goes first. */
+  get priority(): number {
+    return this.hints.priority ?? 0;
   }
 
   /** Generated tokens so far. */

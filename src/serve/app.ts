@@ -7,6 +7,7 @@ import { Hono, type Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { ZodType } from "zod";
 import type { ServingEngine } from "../engine/engine-types.ts";
+import type { SchedulingPolicy } from "../engine/scheduler-types.ts";
 import type { JsonWhitespace, ToolCallFormat } from "../engine/grammar.ts";
 import type { LoadedModel, SamplingDefaults } from "../model/config.ts";
 import { modelChatRenderer } from "./chat-template.ts";
@@ -50,6 +51,8 @@ export interface AppOptions {
   toolCallParser?: ToolCallFormat;
   /** "auto" (default): requests default to the model's generation_config.json sampling; "vllm": to OpenAI's. */
   generationConfig?: GenerationConfigChoice;
+  /** "priority" (default): requests may set `priority`; "fcfs": any but 0 is refused, as vLLM's default. */
+  schedulingPolicy?: SchedulingPolicy;
   /** Counts generation responses in flight and says when the server drains (new ones get a 503). */
   lifecycle?: ServerLifecycle;
   /** The most Responses API responses kept for `previous_response_id` and `GET /v1/responses/{id}` (default 4096; 0 keeps none). */
@@ -91,6 +94,7 @@ export function createApp(o: AppOptions): Hono {
     jsonWhitespace: o.jsonWhitespace ?? "any",
     toolCallParser: toolCallSyntax(o.toolCallParser ?? "hermes", o.model.tokenizer),
     samplingDefaults: samplingDefaultsOf(o.model, o.generationConfig),
+    priorityScheduling: (o.schedulingPolicy ?? "priority") === "priority",
   };
   const life = o.lifecycle ?? new ServerLifecycle();
   const app = new Hono();

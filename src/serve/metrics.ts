@@ -41,6 +41,7 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   simple("vllm:prefix_cache_hits_total", "counter", "Prompt tokens served from the prefix cache.", s.prefixHitTokens);
   simple("vllm:prefix_cache_hit_rate", "gauge", "Prefix cache hits over queries, in tokens, since start.", s.prefixQueriedTokens ? s.prefixHitTokens / s.prefixQueriedTokens : 0);
   simple("vllm:num_preemptions_total", "counter", "Requests preempted (KV recomputed or swapped to host memory).", s.preemptions);
+  simple("evolving:num_priority_preemptions_total", "counter", "Preemptions that made room for a more urgent waiting request (its priority), not for KV growth.", s.priorityPreemptions);
   simple("vllm:num_preemptions_swapped_total", "counter", "Preemptions whose KV was swapped to host memory.", s.swapOuts);
   simple("vllm:num_recomputed_tokens_total", "counter", "Tokens whose KV was computed again after a recompute preemption.", s.recomputedTokens);
   simple("vllm:kv_swapped_out_blocks_total", "counter", "KV blocks copied to host swap space.", s.swappedOutBlocks);

@@ -37,6 +37,8 @@ export interface ServeContext {
   toolCallParser: ToolCallSyntax;
   /** What a request that leaves out temperature, top_p, top_k, min_p, repetition_penalty or max_tokens gets (`--generation-config`). */
   samplingDefaults: SamplingDefaults;
+  /** Requests may set `priority` (`--scheduling-policy priority`, the default); false: any but 0 is refused (fcfs). */
+  priorityScheduling: boolean;
 }
 
 /** Which endpoint a request came through. */
@@ -94,7 +96,11 @@ function unsupported(message: string, param: string): ApiError {
  * Refuses the OpenAI parameters we cannot honour when set to anything but their no-op value, and
  * logit biases for tokens the model lacks. (response_format and tool_choice: output-grammar.ts.)
  */
-function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, vocabSize: number): void {
+function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, ctx: Pick<ServeContext, "config" | "priorityScheduling">): void {
+  const vocabSize = ctx.config.vocabSize;
+  if (body.priority && !ctx.priorityScheduling) {
+    throw new ApiError(400, `Request priorities need --scheduling-policy priority; this server schedules fcfs, got priority = ${body.priority}`, "priority", "invalid_value");
+  }
   if (body.n !== undefined && body.n !== null && !(body.n >= 1 && body.n <= MAX_CHOICES)) {
     throw new ApiError(400, `The number of choices n must be from 1 to ${MAX_CHOICES}, got n = ${body.n}`, "n", "invalid_value");
   }
@@ -149,6 +155,7 @@ function engineRequest(
     logitBias: body.logit_bias ? Object.entries(body.logit_bias).map(([token, bias]): [number, number] => [Number(token), bias]) : undefined,
     // An empty key names no session (and would collide with the retention policy's no-session group).
     sessionId: body.prompt_cache_key || body.user || undefined,
+    ...(body.priority ? { priority: body.priority } : {}),
     ...(startsInReasoning ? { startsInReasoning } : {}),
     ...(promptLogprobsOf(body) !== undefined ? { promptLogprobs: promptLogprobsOf(body) } : {}),
   };
@@ -252,7 +259,7 @@ const isHarmony = (ctx: ServeContext) => ctx.reasoningParser === "harmony" || ct
 /** Tokenizes a chat request and submits it. */
 export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const { grammar, parallelToolCalls } = chatGrammar(body, ctx.jsonWhitespace, ctx.toolCallParser);
-  checkUnsupported(body, "chat", ctx.config.vocabSize);
+  checkUnsupported(body, "chat", ctx);
   const harmony = isHarmony(ctx);
   const { text, prompt, tools } = chatPrompt(ctx, body);
   const reasoningTags = reasoningTagsOf(ctx.reasoningParser);
@@ -333,7 +340,7 @@ export const MAX_COMPLETION_GENERATIONS = 256;
 /** Tokenizes (or checks the token ids of) a completion request's prompts and submits them. */
 export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Submitted {
   const grammar = completionGrammar(body, ctx.jsonWhitespace);
-  checkUnsupported(body, "completion", ctx.config.vocabSize);
+  checkUnsupported(body, "completion", ctx);
   const prompts = completionPrompts(ctx, body.prompt);
   const perPrompt = checkCompletionShape(body, prompts.length);
   const n = body.n ?? 1;

@@ -157,6 +157,7 @@ export function chatRequestOf(body: ResponsesRequest, history: readonly ChatMess
     top_p: body.top_p ?? undefined,
     top_k: body.top_k ?? undefined,
     seed: body.seed ?? undefined,
+    ...(body.priority ? { priority: body.priority } : {}),
     stream: body.stream ?? false,
     ...(sessionId !== undefined ? { prompt_cache_key: sessionId } : {}),
     ...(effort ? { chat_template_kwargs: { reasoning_effort: effort } } : {}),

@@ -227,6 +227,8 @@ export const ResponsesRequestSchema = z.looseObject({
   // vLLM's extensions, kept here for reproducible runs.
   top_k: maybe(z.number().int().min(-1)),
   seed: maybe(z.number().int().min(-(2 ** 53)).max(2 ** 53)),
+  // vLLM's extension, as on chat completions: lower is scheduled first.
+  priority: maybe(z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1)),
   stream: maybe(z.boolean()),
   store: maybe(z.boolean()),
   metadata: maybe(Metadata),

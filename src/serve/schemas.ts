@@ -102,6 +102,8 @@ const common = {
   top_k: maybe(z.number().int().min(-1)),
   // vLLM's extension: tokens less likely than min_p × the most likely are not sampled.
   min_p: maybe(z.number().min(0).max(1)),
+  // vLLM's extension: lower is scheduled first (admitted before, preempted after); 0 by default.
+  priority: maybe(z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1)),
   // vLLM's extension (HF's): logits of tokens in the prompt or output divided (if positive) or multiplied by it.
   repetition_penalty: maybe(z.number().gt(0).max(1e6)),
   seed: maybe(z.number().int().min(-(2 ** 53)).max(2 ** 53)),

@@ -17,7 +17,7 @@ import type { Planner, Role } from "../../planner/types.ts";
 import type { KvRetention } from "../engine/engine-sessions.ts";
 import { createEngine } from "../engine/engine-factory.ts";
 import { kvBytesPerBlock, type KvDTypeChoice } from "../engine/kv-cache.ts";
-import type { PreemptionMode, StepMixing, WorkerRole } from "../engine/scheduler-types.ts";
+import type { PreemptionMode, SchedulingPolicy, StepMixing, WorkerRole } from "../engine/scheduler-types.ts";
 import type { ReasoningTokens } from "../engine/reasoning-spans.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import type { LoadedModel, SamplingDefaults } from "../model/config.ts";
@@ -66,6 +66,8 @@ export interface ServerOptions {
   stepMixing?: StepMixing | "auto";
   /** Admission order of waiting prompts (default: short-first, aged 2000 tokens/s, as in the simulator). */
   prefillOrder?: PrefillOrderOptions;
+  /** "priority" (default): requests may set `priority`, lower first; "fcfs": any but 0 is refused (vLLM's default). */
+  schedulingPolicy?: SchedulingPolicy;
   /** Which cached KV goes first under memory pressure (default "agent"). */
   kvRetention?: KvRetention;
   /**
@@ -291,7 +293,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const serving: ServingEngine = cluster?.cluster ?? engine!;
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
   const lifecycle = new ServerLifecycle();
-  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, generationConfig: o.generationConfig, lifecycle });
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle });
   const l = await listen(app.fetch, o.host, o.port);
   return {
     ...l,
