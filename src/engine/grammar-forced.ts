@@ -62,6 +62,7 @@ function forcedIn(cfg: Config): string | null {
       return f.compact || !wsAllowed ? forcedInObject(f) : null;
     case "arr": return f.compact || !wsAllowed ? forcedInArray(f) : null;
     case "re": return f.re.only(f.rs);
+    case "cls": return !f.cls.negated && f.cls.ranges.length === 2 && f.cls.ranges[0] === f.cls.ranges[1] ? String.fromCodePoint(f.cls.ranges[0]) : null;
     default: return null;
   }
 }

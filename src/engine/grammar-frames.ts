@@ -13,12 +13,13 @@ export type StringNode = Extract<SchemaNode, { t: "string" }>;
 export type SeqFrame = Extract<Frame, { k: "seq" }>;
 
 /**
- * A piece of a sequence: literal text, a value following a schema, raw text (a string argument in
- * GLM's tool-call format: no quotes or escapes, ended by the literal piece that follows it, which it
- * may not hold), or a nested group of alternative sequences.
+ * A piece of a sequence: literal text, one character of a class, a value following a schema, raw text
+ * (a string argument in GLM's tool-call format: no quotes or escapes, ended by the literal piece that
+ * follows it, which it may not hold), or a nested group of alternative sequences.
  */
 export type Piece =
   | { readonly lit: string }
+  | { readonly cls: CharClass }
   | { readonly node: SchemaNode }
   | { readonly raw: StringNode; readonly end: string }
   | { readonly group: SeqGroup };
@@ -31,6 +32,29 @@ export interface SeqGroup {
   readonly alts: readonly (readonly Piece[])[];
   readonly repeat: boolean;
   readonly sep: string;
+  /**
+   * A grammar rule's name (gbnf.ts): each reference to it nests one level deeper (MAX_RULE_DEPTH at
+   * most), except a reference that ends its sequence, which takes the sequence's place (so a
+   * right-recursive rule runs in constant depth). Rules may refer to themselves: the groups then
+   * form a cycle.
+   */
+  readonly rule?: string;
+}
+
+/**
+ * One character whose code point is (or, `negated`, is not) inside one of the ranges: `ranges` holds
+ * each range's first and last code point in turn.
+ */
+export interface CharClass {
+  readonly ranges: readonly number[];
+  readonly negated: boolean;
+}
+
+/** Whether code point `cp` is in `cls`. */
+export function inClass(cls: CharClass, cp: number): boolean {
+  const r = cls.ranges;
+  for (let i = 0; i < r.length; i += 2) if (cp >= r[i] && cp <= r[i + 1]) return !cls.negated;
+  return cls.negated;
 }
 
 /**
@@ -62,6 +86,8 @@ export type Frame =
     readonly k: "arr"; readonly node: ArrayNode; readonly count: number; readonly phase: "first" | "value" | "after"; readonly seen: readonly string[] | null;
     readonly compact: boolean; readonly up: Frame | null; readonly d: number;
   }
+  /** One character of a class (a grammar's `[a-z]` or `.`). */
+  | { readonly k: "cls"; readonly cls: CharClass; readonly up: Frame | null; readonly d: number }
   /** Text matching a regular expression whole (the `regex` grammar); rs: where the expression is. */
   | { readonly k: "re"; readonly re: CompiledRegex; readonly rs: RegexState; readonly up: Frame | null; readonly d: number }
   /** Free text (reasoning) until `until` (`</think>`); m: characters of it matched so far. */

@@ -47,6 +47,7 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
       case "obj": return `o${id(f.node)},${JSON.stringify(f.seen)},${f.phase},${JSON.stringify(f.key)},${f.d}${f.compact ? "c" : ""}/${below}`;
       case "arr": return `a${id(f.node)},${f.count},${f.phase},${f.d}${f.compact ? "c" : ""}${f.seen === null ? "" : JSON.stringify(f.seen)}/${below}`;
       case "re": return `r${id(f.re)},${f.rs.key}/${below}`;
+      case "cls": return `c${id(f.cls)}/${below}`;
       // The marker names which free stretch this is (a prefix may await several in turn).
       case "think": return `t${JSON.stringify(f.until)},${f.m}/${below}`;
       case "then": return `T${below}`;

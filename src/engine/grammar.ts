@@ -1,7 +1,8 @@
 /**
  * Output grammars for constrained decoding: one JSON value following a schema (`response_format`
- * json_object and json_schema), or tool calls in the Hermes format whose arguments follow each
- * function's parameters (`tool_choice` "required" or naming a function). A character-level
+ * json_object and json_schema), tool calls in the Hermes format whose arguments follow each
+ * function's parameters (`tool_choice` "required" or naming a function), one of a list of choices,
+ * text a regular expression matches, or text a context-free grammar (GBNF, gbnf.ts) matches. A character-level
  * automaton decides which characters may come next; src/engine/output-constraint.ts turns that into
  * token masks.
  *
@@ -13,7 +14,9 @@ import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, resolve, SchemaError, 
 import { canReach, type NumberRange } from "./number-bounds.ts";
 import { type CompiledRegex, compilePattern, RegexError } from "./regex-nfa.ts";
 import { literalKey, numberKey } from "./value-key.ts";
-import { type ArrayNode, type ArrFrame, type Config, type Frame, type GrammarState, type ObjFrame, type SeqFrame, uniqueSeen } from "./grammar-frames.ts";
+import { type ArrayNode, type ArrFrame, type Config, type Frame, type GrammarState, inClass, type ObjFrame, type SeqFrame, uniqueSeen } from "./grammar-frames.ts";
+import { grammarStateKey, ObjectIds } from "./grammar-key.ts";
+import { compileGbnf } from "./gbnf.ts";
 import { numberMayEnd, numberStep } from "./grammar-number.ts";
 import { keepDistinct } from "./grammar-unique.ts";
 import { toolCallGroup } from "./grammar-tool-calls.ts";
@@ -37,7 +40,12 @@ export type OutputGrammar =
    * Text that `pattern` matches whole (vLLM's `regex`): ECMAScript syntax, the subset regex-nfa.ts
    * follows; a leading `^` and a trailing `$` may be given or left out.
    */
-  | { kind: "regex"; pattern: string };
+  | { kind: "regex"; pattern: string }
+  /**
+   * Text the rule `root` of a context-free grammar matches: GBNF, llama.cpp's notation (vLLM's
+   * `structured_outputs.grammar`; gbnf.ts says what of it is read).
+   */
+  | { kind: "gbnf"; grammar: string };
 
 /**
  * How a model writes tool calls. "hermes" (Qwen 2.5/3, Hermes): `<tool_call>\n{"name": ..., "arguments":
@@ -97,6 +105,10 @@ export type JsonWhitespace = "any" | "compact";
 export const MAX_DEPTH = 32;
 /** Longest whitespace run allowed between tokens of JSON (a model can loop on spaces). */
 export const MAX_WHITESPACE = 2;
+/** Deepest nesting of grammar rules (gbnf.ts), references that end their sequence not counted. */
+export const MAX_RULE_DEPTH = 256;
+/** Configurations a state holds before identical ones are merged (an ambiguous grammar multiplies them). */
+const MERGE_ABOVE = 8;
 
 const isWs = (c: string) => c === " " || c === "\n" || c === "\t" || c === "\r";
 
@@ -150,6 +162,10 @@ function startOf(g: OutputGrammar): GrammarState {
     const re = wholeRegex(g.pattern);
     return [{ top: { k: "re", re, rs: re.start, up: null, d: 0 }, ws: 0 }];
   }
+  if (g.kind === "gbnf") {
+    const root = compileGbnf(g.grammar);
+    return startGroup({ k: "seq", group: root, pieces: root.alts[0], i: 0, compact: false, up: null, d: 0 });
+  }
   const group = toolCallGroup(g);
   return startGroup({ k: "seq", group, pieces: group.alts[0], i: 0, compact: g.whitespace === "compact", up: null, d: 0 });
 }
@@ -174,7 +190,20 @@ function wholeRegex(pattern: string): CompiledRegex {
 
 /** The state after character `c`. */
 export function grammarStep(state: GrammarState, c: string): GrammarState {
-  return state.length === 1 ? guardedStep(state[0], c) : state.flatMap((cfg) => guardedStep(cfg, c));
+  const next = state.length === 1 ? guardedStep(state[0], c) : state.flatMap((cfg) => guardedStep(cfg, c));
+  return next.length > MERGE_ABOVE ? distinct(next) : next;
+}
+
+/** `state` without configurations equal to an earlier one (by grammarStateKey: same continuations). */
+function distinct(state: Config[]): Config[] {
+  const ids = new ObjectIds();
+  const seen = new Set<string>();
+  return state.filter((cfg) => {
+    const key = grammarStateKey([cfg], ids);
+    if (seen.has(key)) return false;
+    seen.add(key);
+    return true;
+  });
 }
 
 /** {@link step}, then the `uniqueItems` guard (grammar-unique.ts). */
@@ -219,10 +248,18 @@ function enterPiece(seq: SeqFrame): Config[] {
   }
   const p = seq.pieces[seq.i];
   if ("lit" in p) return [{ top: { k: "lit", text: p.lit, i: 0, up: seq, d: seq.d }, ws: 0 }];
+  if ("cls" in p) return [{ top: { k: "cls", cls: p.cls, up: seq, d: seq.d }, ws: 0 }];
   if ("node" in p) return [{ top: { k: "value", node: p.node, ws: false, compact: seq.compact, up: seq, d: seq.d }, ws: 0 }];
   if ("raw" in p) {
     const n = p.raw;
     return [{ top: { k: "raw", end: p.end, m: 0, min: n.min, max: n.max, n: 0, re: n.patterns, rs: n.patterns.map((r) => r.start), up: seq, d: seq.d }, ws: 0 }];
+  }
+  if (p.group.rule !== undefined) {
+    // A rule referred to last in its sequence takes the sequence's place: completing it completes that.
+    const tail = seq.i === seq.pieces.length - 1 && !seq.group.repeat;
+    const d = tail ? seq.d : seq.d + 1;
+    if (d > MAX_RULE_DEPTH) return [];
+    return startGroup({ k: "seq", group: p.group, pieces: p.group.alts[0], i: 0, compact: seq.compact, up: tail ? seq.up : seq, d });
   }
   return startGroup({ k: "seq", group: p.group, pieces: p.group.alts[0], i: 0, compact: seq.compact, up: seq, d: seq.d });
 }
@@ -259,6 +296,7 @@ function step(cfg: Config, c: string): Config[] {
       return i === f.text.length ? complete(f.up, uniqueSeen(f.up) === null ? undefined : literalKey(f.text)) : [{ top: { ...f, i }, ws: 0 }];
     }
     case "str": return stepString(f, c, complete);
+    case "cls": return inClass(f.cls, c.codePointAt(0)!) ? complete(f.up) : [];
     // Where raw text may end, `c` may start what follows it.
     case "raw": return stepRaw(f, c, () => complete(f.up).flatMap((x) => step(x, c)));
     case "num": {

@@ -2,14 +2,15 @@
  * The output grammar a request asks for: `response_format` (json_object, json_schema; chat and
  * completions), chat's `tool_choice` ("required", or naming a function: the answer is then tool calls
  * whose arguments follow the function's parameters), and vLLM's `structured_outputs` (`json`, `regex`,
- * `choice`, `json_object`, `disable_any_whitespace`) with its older top-level names (`guided_json`,
- * `guided_regex`, `guided_choice`). Schemas and expressions are checked here, so what the decoder
+ * `choice`, `grammar` (GBNF), `json_object`, `disable_any_whitespace`) with its older top-level names
+ * (`guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`). Schemas and expressions are checked here, so what the decoder
  * cannot follow (src/engine/json-schema.ts, src/engine/regex-nfa.ts) is a 400 that names it, before
  * any work.
  */
 import type { JsonWhitespace, OutputGrammar, ToolCallSyntax } from "../engine/grammar.ts";
 import { compileSchema, type JsonSchema, SchemaError } from "../engine/json-schema.ts";
 import { compilePattern, RegexError } from "../engine/regex-nfa.ts";
+import { compileGbnf } from "../engine/gbnf.ts";
 import { ApiError, describe } from "./errors.ts";
 import type { ChatRequest, CompletionRequest } from "./schemas.ts";
 
@@ -150,8 +151,18 @@ function structuredGrammar(kind: (typeof KINDS)[number][0], value: unknown, para
       if (empty >= 0) throw new ApiError(400, `Every choice needs at least one character; ${param}[${empty}] is the empty string`, param, "invalid_value");
       return { kind: "choice", choices };
     }
-    case "grammar": case "structural_tag":
-      throw new ApiError(400, `A ${kind === "grammar" ? "context-free grammar" : "structural tag"} (${param}) is not supported; use json, regex or choice`, param, "unsupported_parameter");
+    case "grammar": {
+      if (typeof value !== "string") throw new ApiError(400, `The ${param} must be a string holding a GBNF grammar, got ${describe(value)}`, param, "invalid_value");
+      try {
+        compileGbnf(value);
+      } catch (e) {
+        if (e instanceof SchemaError) throw new ApiError(400, `The ${param} cannot be followed: ${lowerFirst(e.message)} (read as GBNF: rules written name ::= expression, the output matching root)`, param, "invalid_value");
+        throw e;
+      }
+      return { kind: "gbnf", grammar: value };
+    }
+    case "structural_tag":
+      throw new ApiError(400, `A structural tag (${param}) is not supported; use json, regex, choice or grammar`, param, "unsupported_parameter");
   }
 }
 

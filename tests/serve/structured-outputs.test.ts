@@ -1,6 +1,6 @@
 /**
  * vLLM's structured outputs through the real openai client: `structured_outputs` (json, regex, choice,
- * json_object, disable_any_whitespace), its older `guided_*` names, `response_format` on completions,
+ * grammar, json_object, disable_any_whitespace), its older `guided_*` names, `response_format` on completions,
  * compact JSON spacing (`serve --json-whitespace compact`), and the 400s for what cannot be followed.
  */
 import assert from "node:assert/strict";
@@ -76,6 +76,32 @@ test("structured_outputs choice, regex and json constrain completions and chat a
   });
 });
 
+test("structured_outputs grammar (GBNF) and guided_grammar constrain completions and chat answers to a recursive grammar (openai client)", async () => {
+  // Nested lists of small numbers: recursive, so no regular expression says it.
+  const grammar = String.raw`
+root ::= list
+list ::= "[" (item ("," item){0,3})? "]"   # up to four items
+item ::= list | num
+num  ::= [1-9] [0-9]?
+`;
+  // The same language checked independently: JSON arrays of arrays and numbers 1-99.
+  const valid = (v: unknown): boolean => Array.isArray(v) && v.length <= 4 && v.every((x) => (Array.isArray(x) ? valid(x) : Number.isInteger(x) && x >= 1 && x <= 99));
+  await withServer({}, async (_url, client) => {
+    const texts = new Set<string>();
+    for (const seed of [1, 2, 3, 4]) {
+      const r = await client.completions.create({ model: "stories260K", prompt: STORY, max_tokens: 60, temperature: 1, seed, structured_outputs: { grammar } } as OpenAI.CompletionCreateParamsNonStreaming & Extra);
+      const text = r.choices[0].text;
+      if (r.choices[0].finish_reason === "stop") assert.ok(/^[[\]0-9,]+$/.test(text) && valid(JSON.parse(text)), text);
+      else assert.ok(/^[[\]0-9,]*$/.test(text), `cut at max_tokens, still inside the grammar: ${text}`);
+      texts.add(text);
+    }
+    assert.ok(texts.size >= 2, `sampling varies inside the grammar: ${[...texts]}`);
+    const chat = await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 30, temperature: 0, guided_grammar: 'root ::= ("yes" | "no") ", " [a-z]+ "."' } as OpenAI.ChatCompletionCreateParamsNonStreaming & Extra);
+    const answer = chat.choices[0].message.content!;
+    assert.match(answer, chat.choices[0].finish_reason === "stop" ? /^(yes|no), [a-z]+\.$/ : /^(yes|no), [a-z]*$/);
+  });
+});
+
 test("structured_outputs places characters the vocabulary has only as byte tokens: é, 東京, 😀 (openai client)", async () => {
   // The story model's 512 tokens hold no character past ASCII: each is 2 to 4 byte-fallback tokens.
   await withServer({}, async (_url, client) => {
@@ -136,7 +162,10 @@ test("structured_outputs refuses with a 400 naming the parameter what it cannot 
       [comp({ structured_outputs: { json: "{not json" } }), "structured_outputs.json", /must hold a JSON schema/],
       [comp({ structured_outputs: { json: false } }), "structured_outputs.json", /no value can match it/],
       [comp({ structured_outputs: { json: { type: "object", patternProperties: {} } } }), "structured_outputs.json", /patternProperties/],
-      [comp({ structured_outputs: { grammar: "root ::= \"a\"" } }), "structured_outputs.grammar", /context-free grammar.*not supported/],
+      [comp({ structured_outputs: { grammar: 'start: "a"' } }), "structured_outputs.grammar", /cannot be followed.*expected "::=".*GBNF/],
+      [comp({ structured_outputs: { grammar: 'root ::= root "a" | "b"' } }), "structured_outputs.grammar", /left-recursive/],
+      [comp({ guided_grammar: 'root ::= item\nitem ::= "x" missing' }), "guided_grammar", /line 2, column 14: the rule "missing" is not defined/],
+      [comp({ structured_outputs: { structural_tag: { type: "structural_tag" } } }), "structured_outputs.structural_tag", /structural tag.*not supported/],
       [comp({ structured_outputs: { whitespace_pattern: " ?" } }), "structured_outputs.whitespace_pattern", /not supported/],
       [comp({ structured_outputs: { choice: ["a"] }, guided_regex: "a" }), "guided_regex", /not both/],
       [comp({ structured_outputs: { choice: ["a"] }, response_format: { type: "json_object" } }), "structured_outputs.choice", /response_format or structured_outputs.choice, not both/],

@@ -1,0 +1,313 @@
+/**
+ * Context-free output grammars in GBNF, llama.cpp's notation (and the EBNF that vLLM's
+ * `structured_outputs.grammar` and SGLang's `ebnf` take through xgrammar, in its common subset):
+ * rules `name ::= expression`, with `"literals"` (escapes `\n \r \t \\ \" \xHH \uHHHH \UHHHHHHHH`),
+ * character classes `[a-z0-9_]` and `[^"\\]`, `.` for any character, rule names, groups `( )`,
+ * alternatives `|`, and `*`, `+`, `?`, `{m}`, `{m,}`, `{m,n}` after any of them; `#` comments. The
+ * output is what the rule `root` matches.
+ *
+ * Compiled into the sequence groups the output automaton already steps (grammar-frames.ts `SeqGroup`):
+ * a rule is one group, shared by every reference to it (so a recursive rule is a cyclic graph), a
+ * character class is a piece of its own. The automaton expands alternatives eagerly up to their first
+ * character, so a rule that can reach itself before reading a character (left recursion), and a
+ * repetition of something that can match nothing, are refused here with a message naming them, as is
+ * a reference to a rule that is not defined.
+ */
+import { SchemaError } from "./json-schema.ts";
+import type { CharClass, Piece, SeqGroup } from "./grammar-frames.ts";
+
+/** The most copies a counted repetition (`{m,n}`) may spell out. */
+export const MAX_GBNF_REPEAT = 1000;
+
+/** An expression of the notation, as parsed. */
+type Expr =
+  | { readonly t: "lit"; readonly text: string }
+  | { readonly t: "cls"; readonly cls: CharClass }
+  | { readonly t: "ref"; readonly name: string; readonly at: string }
+  | { readonly t: "seq"; readonly items: readonly Expr[] }
+  | { readonly t: "alt"; readonly alts: readonly Expr[] }
+  | { readonly t: "rep"; readonly e: Expr; readonly min: number; readonly max: number; readonly at: string };
+
+const ANY_CHAR: CharClass = { ranges: [0, 0x10ffff], negated: false };
+
+/** Parses `source` and compiles its `root` rule; throws SchemaError naming the first problem. */
+export function compileGbnf(source: string): SeqGroup {
+  const rules = new GbnfParser(source).rules();
+  if (!rules.has("root")) throw new SchemaError(`The grammar has no rule named "root", which the output must match; it defines ${[...rules.keys()].map((k) => JSON.stringify(k)).join(", ") || "no rules"}`);
+  checkRules(rules);
+  const groups = new Map<string, { alts: Piece[][]; repeat: false; sep: ""; rule: string }>();
+  for (const name of rules.keys()) groups.set(name, { alts: [], repeat: false, sep: "", rule: name });
+  const pieces = (e: Expr): Piece[] => {
+    switch (e.t) {
+      case "lit": return e.text === "" ? [] : [{ lit: e.text }];
+      case "cls": return [{ cls: e.cls }];
+      case "ref": return [{ group: groups.get(e.name)! }];
+      case "seq": return e.items.flatMap(pieces);
+      case "alt": return [{ group: { alts: e.alts.map(pieces), repeat: false, sep: "" } }];
+      case "rep": return repeated(pieces(e.e), e.min, e.max);
+    }
+  };
+  for (const [name, e] of rules) groups.get(name)!.alts.push(...(e.t === "alt" ? e.alts.map(pieces) : [pieces(e)]));
+  return groups.get("root")!;
+}
+
+/** `p` at least `min` and at most `max` times (max Infinity: no bound), as plain copies and groups. */
+function repeated(p: Piece[], min: number, max: number): Piece[] {
+  const out: Piece[] = [];
+  for (let i = 0; i < min; i++) out.push(...p);
+  if (max === Infinity) {
+    const more: SeqGroup = { alts: [p], repeat: true, sep: "" };
+    out.push({ group: { alts: [[{ group: more }], []], repeat: false, sep: "" } });
+  } else {
+    // (p (p (p)?)?)?: each optional copy may only follow the one before it.
+    let tail: Piece[] = [];
+    for (let i = min; i < max; i++) tail = [{ group: { alts: [[...p, ...tail], []], repeat: false, sep: "" } }];
+    out.push(...tail);
+  }
+  return out;
+}
+
+/**
+ * Refuses references to undefined rules, repetitions of what can match nothing, and left recursion
+ * (the automaton would expand those forever).
+ */
+function checkRules(rules: ReadonlyMap<string, Expr>): void {
+  const nullableRules = new Set<string>();
+  const nullable = (e: Expr): boolean => {
+    switch (e.t) {
+      case "lit": return e.text === "";
+      case "cls": return false;
+      case "ref": return nullableRules.has(e.name);
+      case "seq": return e.items.every(nullable);
+      case "alt": return e.alts.some(nullable);
+      case "rep": return e.min === 0 || nullable(e.e);
+    }
+  };
+  const walk = (e: Expr, visit: (e: Expr) => void): void => {
+    visit(e);
+    if (e.t === "seq") e.items.forEach((x) => walk(x, visit));
+    else if (e.t === "alt") e.alts.forEach((x) => walk(x, visit));
+    else if (e.t === "rep") walk(e.e, visit);
+  };
+  for (const e of rules.values()) {
+    walk(e, (x) => {
+      if (x.t === "ref" && !rules.has(x.name)) throw new SchemaError(`${x.at}: the rule ${JSON.stringify(x.name)} is not defined`);
+    });
+  }
+  for (let grew = true; grew;) {
+    grew = false;
+    for (const [name, e] of rules) if (!nullableRules.has(name) && nullable(e)) nullableRules.add(name), (grew = true);
+  }
+  for (const e of rules.values()) {
+    walk(e, (x) => {
+      if (x.t === "rep" && x.max > 1 && nullable(x.e)) throw new SchemaError(`${x.at}: a repeated expression can match the empty string; make what repeats read at least one character`);
+    });
+  }
+  // Rules reachable before any character is read.
+  const leftRefs = (e: Expr, out: Set<string>): void => {
+    if (e.t === "ref") out.add(e.name);
+    else if (e.t === "alt") e.alts.forEach((x) => leftRefs(x, out));
+    else if (e.t === "rep") leftRefs(e.e, out);
+    else if (e.t === "seq") {
+      for (const x of e.items) {
+        leftRefs(x, out);
+        if (!nullable(x)) break;
+      }
+    }
+  };
+  const left = new Map([...rules].map(([name, e]) => {
+    const out = new Set<string>();
+    leftRefs(e, out);
+    return [name, out] as const;
+  }));
+  const done = new Set<string>();
+  const visiting: string[] = [];
+  const visit = (name: string): void => {
+    const at = visiting.indexOf(name);
+    if (at >= 0) throw new SchemaError(`The rule ${JSON.stringify(name)} is left-recursive (${[...visiting.slice(at), name].join(" -> ")} before reading a character); rewrite it with repetition, as item ("," item)*`);
+    if (done.has(name)) return;
+    visiting.push(name);
+    for (const next of left.get(name)!) visit(next);
+    visiting.pop();
+    done.add(name);
+  };
+  for (const name of rules.keys()) visit(name);
+}
+
+/** A recursive-descent parser of the notation. */
+class GbnfParser {
+  private i = 0;
+
+  constructor(private readonly src: string) {}
+
+  /** Every rule, in order; throws SchemaError at the first syntax error. */
+  rules(): Map<string, Expr> {
+    const rules = new Map<string, Expr>();
+    this.space();
+    while (this.i < this.src.length) {
+      const at = this.where();
+      const name = this.name();
+      if (name === "") throw this.error(`expected a rule name, got ${this.seen()}`);
+      this.space();
+      if (!this.src.startsWith("::=", this.i)) throw this.error(`expected "::=" after the rule name ${JSON.stringify(name)}, got ${this.seen()}`);
+      this.i += 3;
+      this.space();
+      if (rules.has(name)) throw new SchemaError(`${at}: the rule ${JSON.stringify(name)} is defined twice`);
+      rules.set(name, this.alternatives());
+      if (this.i < this.src.length && this.src[this.i] === ")") throw this.error('a ")" closes no group');
+    }
+    if (rules.size === 0) throw new SchemaError("The grammar is empty: define at least the rule root");
+    return rules;
+  }
+
+  private alternatives(): Expr {
+    const alts = [this.sequence()];
+    while (this.src[this.i] === "|") {
+      this.i++;
+      this.space();
+      alts.push(this.sequence());
+    }
+    return alts.length === 1 ? alts[0] : { t: "alt", alts };
+  }
+
+  /** Items until `|`, `)`, the end, or the next rule's `name ::=`. */
+  private sequence(): Expr {
+    const items: Expr[] = [];
+    while (this.i < this.src.length && this.src[this.i] !== "|" && this.src[this.i] !== ")" && !this.atRuleStart()) {
+      items.push(this.postfix(this.primary()));
+      this.space();
+    }
+    return items.length === 1 ? items[0] : { t: "seq", items };
+  }
+
+  private postfix(e: Expr): Expr {
+    for (;;) {
+      const at = this.where();
+      const c = this.src[this.i];
+      if (c === "*" || c === "+" || c === "?") {
+        this.i++;
+        e = { t: "rep", e, min: c === "+" ? 1 : 0, max: c === "?" ? 1 : Infinity, at };
+      } else if (c === "{") {
+        const m = /^\{\s*(\d+)\s*(?:(,)\s*(\d*)\s*)?\}/.exec(this.src.slice(this.i));
+        if (m === null) throw this.error(`expected a count as {m}, {m,} or {m,n}, got ${this.seen()}`);
+        this.i += m[0].length;
+        const min = Number(m[1]);
+        const max = m[2] === undefined ? min : m[3] === "" ? Infinity : Number(m[3]);
+        if (max < min) throw new SchemaError(`${at}: the count {${min},${max}} has its maximum below its minimum`);
+        if (min > MAX_GBNF_REPEAT || (max !== Infinity && max > MAX_GBNF_REPEAT)) throw new SchemaError(`${at}: counts above ${MAX_GBNF_REPEAT} are not supported, got ${m[0]}`);
+        e = { t: "rep", e, min, max, at };
+      } else return e;
+    }
+  }
+
+  private primary(): Expr {
+    const c = this.src[this.i];
+    if (c === '"') return { t: "lit", text: this.literal() };
+    if (c === "[") return { t: "cls", cls: this.charClass() };
+    if (c === ".") {
+      this.i++;
+      return { t: "cls", cls: ANY_CHAR };
+    }
+    if (c === "(") {
+      this.i++;
+      this.space();
+      const e = this.alternatives();
+      if (this.src[this.i] !== ")") throw this.error(`expected ")" to close the group, got ${this.seen()}`);
+      this.i++;
+      return e;
+    }
+    const at = this.where();
+    const name = this.name();
+    if (name === "") throw this.error(`expected a literal, a character class, a rule name or a group, got ${this.seen()}`);
+    return { t: "ref", name, at };
+  }
+
+  private literal(): string {
+    this.i++; // the opening quote
+    let text = "";
+    while (this.src[this.i] !== '"') {
+      if (this.i >= this.src.length || this.src[this.i] === "\n") throw this.error("a literal is not closed with a quote");
+      text += String.fromCodePoint(this.char());
+    }
+    this.i++;
+    return text;
+  }
+
+  private charClass(): CharClass {
+    this.i++; // [
+    const negated = this.src[this.i] === "^";
+    if (negated) this.i++;
+    const ranges: number[] = [];
+    while (this.src[this.i] !== "]") {
+      if (this.i >= this.src.length) throw this.error('a character class is not closed with "]"');
+      const lo = this.char();
+      let hi = lo;
+      if (this.src[this.i] === "-" && this.src[this.i + 1] !== "]") {
+        this.i++;
+        hi = this.char();
+        if (hi < lo) throw this.error(`the range ${JSON.stringify(String.fromCodePoint(lo))}-${JSON.stringify(String.fromCodePoint(hi))} runs backwards`);
+      }
+      ranges.push(lo, hi);
+    }
+    this.i++;
+    if (ranges.length === 0) throw this.error("a character class is empty");
+    return { ranges, negated };
+  }
+
+  /** One character of a literal or class, escapes decoded, as a code point. */
+  private char(): number {
+    const c = this.src.codePointAt(this.i)!;
+    if (c !== 0x5c) {
+      this.i += c > 0xffff ? 2 : 1;
+      return c;
+    }
+    const e = this.src[this.i + 1];
+    const simple: Record<string, number> = { n: 10, r: 13, t: 9, "\\": 92, '"': 34, "[": 91, "]": 93, "-": 45, "^": 94, "/": 47 };
+    if (e !== undefined && e in simple) {
+      this.i += 2;
+      return simple[e];
+    }
+    const digits = e === "x" ? 2 : e === "u" ? 4 : e === "U" ? 8 : 0;
+    const hex = this.src.slice(this.i + 2, this.i + 2 + digits);
+    if (digits === 0 || !/^[0-9a-fA-F]+$/.test(hex) || hex.length !== digits) throw this.error(`unknown escape ${JSON.stringify(this.src.slice(this.i, this.i + 2 + digits))}`);
+    const cp = parseInt(hex, 16);
+    if (cp > 0x10ffff) throw this.error(`the escape \\${e}${hex} is past the last code point`);
+    this.i += 2 + digits;
+    return cp;
+  }
+
+  private name(): string {
+    const m = /^[A-Za-z0-9_-]+/.exec(this.src.slice(this.i, this.i + 256));
+    if (m === null) return "";
+    this.i += m[0].length;
+    return m[0];
+  }
+
+  private atRuleStart(): boolean {
+    return /^[A-Za-z0-9_-]+[ \t\r\n]*::=/.test(this.src.slice(this.i, this.i + 300));
+  }
+
+  /** Skips whitespace, newlines and comments. */
+  private space(): void {
+    for (;;) {
+      const c = this.src[this.i];
+      if (c === " " || c === "\t" || c === "\n" || c === "\r") this.i++;
+      else if (c === "#") while (this.i < this.src.length && this.src[this.i] !== "\n") this.i++;
+      else return;
+    }
+  }
+
+  /** "Grammar line L, column C" of the current position. */
+  private where(): string {
+    const before = this.src.slice(0, this.i).split("\n");
+    return `Grammar line ${before.length}, column ${before[before.length - 1].length + 1}`;
+  }
+
+  private seen(): string {
+    return this.i >= this.src.length ? "the end" : JSON.stringify(this.src.slice(this.i, this.i + 12));
+  }
+
+  private error(message: string): SchemaError {
+    return new SchemaError(`${this.where()}: ${message}`);
+  }
+}
