@@ -2,7 +2,7 @@
  * What grammar-constrained decoding costs on the host per step and request: `OutputConstraint.next()`
  * (trie walk + the vocabulary-sized mask) against a brute-force pass that feeds every token's text,
  * along a JSON answer of a schema (and of the same schema with patterns, a format and numeric bounds; and
- * one with unique items, a step and a tuple), on the story model's vocabulary and on a synthetic 150k-token one
+ * one with unique items, a step and a tuple; and of a GBNF grammar of the same shape), on the story model's vocabulary and on a synthetic 150k-token one
  * (words with and without a leading space, digit runs, JSON punctuation runs, the 256 bytes; seeded).
  * Medians and means of the per-step times over 3 passes, each a new request (so its own empty mask
  * cache); run it twice, the machines are noisy.
@@ -64,6 +64,17 @@ const WIDE: OutputGrammar = {
   },
 };
 const WIDE_ANSWER = '{"city": "東京 and 名古屋, 旧金山", "unit": "摄氏度", "note": "天气晴朗"}';
+/** ANSWER's shape as a GBNF grammar (gbnf.ts): its free strings are a character class in a loop, no plain-text shortcut. */
+const GBNF: OutputGrammar = {
+  kind: "gbnf",
+  grammar: String.raw`
+root   ::= "{" ws "\"city\":" ws string ("," ws "\"days\":" ws int)? "," ws "\"unit\":" ws ("\"celsius\"" | "\"fahrenheit\"") tags? ws "}"
+tags   ::= "," ws "\"tags\":" ws "[" ws (string ("," ws string)*)? ws "]"
+string ::= "\"" [^"\\]* "\""
+int    ::= "-"? [0-9]+
+ws     ::= [ ]?
+`,
+};
 const UNIQUE_ANSWER = '{"city": "San Francisco", "days": 12, "pair": [37.77, -122.42], "tags": ["fog", "bay area", "summer", "bay"]}';
 
 function bench(name: string, texts: string[], grammar: OutputGrammar, answer: string, bytes?: readonly Uint8Array[]): void {
@@ -104,7 +115,7 @@ const model = await loadModel(new URL("../models/stories260K.gguf", import.meta.
 const story = Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id)), big = synthetic(150_000);
 // `npx tsx scripts/bench-grammar.ts unique` runs the schemas whose label holds "unique" only.
 const only = process.argv[2] ?? "";
-for (const [label, grammar, answer] of [["", GRAMMAR, ANSWER], [" patterned", PATTERNED, PATTERNED_ANSWER], [" unique", UNIQUE, UNIQUE_ANSWER]] as const) {
+for (const [label, grammar, answer] of [["", GRAMMAR, ANSWER], [" patterned", PATTERNED, PATTERNED_ANSWER], [" unique", UNIQUE, UNIQUE_ANSWER], [" gbnf", GBNF, ANSWER]] as const) {
   if (!label.includes(only)) continue;
   bench(`stories260K${label}`, story, grammar, answer);
   bench(`synthetic 150k${label}`, big, grammar, answer);

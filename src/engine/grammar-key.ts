@@ -3,9 +3,9 @@
  * states that accept the same continuations (the mask cache's), and the plain text a state accepts
  * whatever it holds (subtrees allowed whole).
  */
-import { ALL_KINDS, ASCII_KINDS, OTHER_KIND } from "./char-kinds.ts";
+import { ALL_KINDS, ASCII_KINDS, OTHER_KIND, WIDE_KIND } from "./char-kinds.ts";
 import type { CompiledRegex, RegexState } from "./regex-nfa.ts";
-import { type Frame, type GrammarState, uniqueSeen } from "./grammar-frames.ts";
+import { type Frame, type GrammarState, inClass, uniqueSeen } from "./grammar-frames.ts";
 
 /** Numbers schema nodes and piece lists by identity, for {@link grammarStateKey}. */
 export class ObjectIds {
@@ -70,8 +70,8 @@ export interface PlainTextRoom {
 
 /**
  * Plain texts (no quote, backslash or control character) that are accepted from `state` whatever
- * they hold, one entry per configuration inside a string, raw text (no `<` then) or a `regex`
- * grammar's expression: as long as its `maxLength` leaves room for
+ * they hold, one entry per configuration inside a string, raw text (no `<` then), a `regex`
+ * grammar's expression or a grammar's repeated character class: as long as its `maxLength` leaves room for
  * (minus what its patterns still need), and of the kinds of character that lead each pattern back to
  * where it is (every kind once a pattern has matched for good). The token trie then takes whole
  * subtrees of plain texts that fit, without stepping through them.
@@ -94,6 +94,12 @@ export function grammarPlainTextRooms(state: GrammarState): PlainTextRoom[] {
       if (p.kinds !== 0 && room > 0) out.push({ room, kinds: p.kinds });
       continue;
     }
+    if (f !== null && f.k === "cls") {
+      // A character class repeated with nothing between (a grammar's `[^"\\]*`): any text of the kinds it holds whole.
+      const kinds = classLoopKinds(f);
+      if (kinds !== 0) out.push({ room: Infinity, kinds });
+      continue;
+    }
     if (f === null || f.k !== "str" || f.esc !== 0) continue;
     const seen = uniqueSeen(f.up);
     const duplicates = seen !== null && seen.length > 0;
@@ -106,6 +112,32 @@ export function grammarPlainTextRooms(state: GrammarState): PlainTextRoom[] {
     if (kinds !== 0 && room > 0) out.push({ room, kinds });
   }
   return out;
+}
+
+/**
+ * The kinds of plain character (char-kinds.ts) that a class frame takes every one of, when the frame
+ * is the only piece of a group repeated without a separator, so that after any of them the same frame
+ * comes again; 0 otherwise.
+ */
+function classLoopKinds(f: Extract<Frame, { k: "cls" }>): number {
+  const seq = f.up;
+  if (seq === null || seq.k !== "seq" || !seq.group.repeat || seq.group.sep !== "" || seq.group.alts.length !== 1) return 0;
+  const only = seq.group.alts[0];
+  if (only.length !== 1 || !("cls" in only[0]) || only[0].cls !== f.cls) return 0;
+  let kinds = 0;
+  ASCII_KINDS.forEach((chars, k) => {
+    if ([...chars].every((c) => inClass(f.cls, c.codePointAt(0)!))) kinds |= 1 << k;
+  });
+  // Wide: every code point past ASCII (plain text holds no control character).
+  const r = f.cls.ranges;
+  let wideMet = false;
+  for (let i = 0; i < r.length; i += 2) if (r[i + 1] >= 0x80) wideMet = true;
+  const coversWide = () => {
+    for (let i = 0; i < r.length; i += 2) if (r[i] <= 0x80 && r[i + 1] >= 0x10ffff) return true;
+    return false;
+  };
+  if (f.cls.negated ? !wideMet : coversWide()) kinds |= WIDE_KIND;
+  return kinds;
 }
 
 /**

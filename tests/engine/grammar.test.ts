@@ -325,6 +325,11 @@ const MASK_CASES: [JsonSchema | OutputGrammar, string][] = [
   // Kimi K2 tool calls: the call index, then JSON arguments.
   [{ kind: "tool_calls", format: "kimi_k2", parallel: true, tools: [{ name: "f", parameters: { type: "object", properties: { a: { type: "integer" } } } }] },
     '<|tool_calls_section_begin|><|tool_call_begin|>functions.f:10<|tool_call_argument_begin|>{"a": 1}<|tool_call_end|><|tool_calls_section_end|>'],
+  // GBNF: repeated character classes (taken whole from the trie where every character of a kind is
+  // in the class), rules referred to from several places, `.` (which takes quotes and backslashes).
+  [{ kind: "gbnf", grammar: String.raw`root ::= "{" pair ("," " "? pair)* "}"
+pair ::= "\"" [^"\\]* "\": " ([0-9]+ | "\"" [a-z ]* "\"")` }, '{"ab C!": 12, "x": "hi there"}'],
+  [{ kind: "gbnf", grammar: 'root ::= "<" .* ">" [A-Z]{2,3}' }, '<a "b\\" >c>>AB'],
 ];
 const asGrammar = (g: JsonSchema | OutputGrammar): OutputGrammar => (typeof g === "object" && "kind" in g ? g as OutputGrammar : json(g as JsonSchema));
 
