@@ -48,6 +48,8 @@ export interface Active {
    * positions not computed yet); undefined: not asked for.
    */
   promptLogprobs: (TokenLogprob | null)[] | undefined;
+  /** With `req.embed`: the hidden state its prompt's last row left (set by the step that computed it). */
+  embedding?: Float32Array;
   resolve: (r: GenerateResult) => void;
   /** Submission, last token and first token times (ms; tFirst undefined before the first token). */
   t0: number;
@@ -102,9 +104,11 @@ export function stepExtras(active: readonly Active[], entries: readonly Pick<Ste
   const draftRepeats = asks.map((r) => someOf(r?.repeats.slice(0, -1)));
   const logprobs = active.map((a, i) => (entries[i].sample ? a.req.logprobs : undefined));
   const promptLogprobs = active.map((a, i) => promptAsk(a, entries[i]));
+  const hidden = active.map((a, i) => (entries[i].sample && a.req.embed ? true : undefined));
   const any = (xs: readonly unknown[]) => xs.some((x) => x !== undefined);
-  if (![additions, masks, draftAdditions, draftMasks, repeats, logprobs, promptLogprobs].some(any)) return undefined;
+  if (![additions, masks, draftAdditions, draftMasks, repeats, logprobs, promptLogprobs, hidden].some(any)) return undefined;
   return {
+    ...(any(hidden) ? { hidden } : {}),
     additions, logprobs, ...(any(masks) ? { masks } : {}), ...(any(promptLogprobs) ? { promptLogprobs } : {}),
     ...(any(draftAdditions) ? { draftAdditions } : {}), ...(any(draftMasks) ? { draftMasks } : {}),
     ...(any(repeats) ? { repeats } : {}), ...(any(draftRepeats) ? { draftRepeats } : {}),
@@ -138,6 +142,7 @@ export function resultOf(a: Active, reason: FinishReason, error: string | undefi
     cachedTokens: a.seq.numCachedPrompt,
     reasoningTokens: a.seq.reasoning?.count(a.seq.tokens.length),
     ...(a.tFirst === undefined ? {} : { firstTokenS: (a.tFirst - a.t0) / 1000, lastTokenS: (a.tLast - a.t0) / 1000 }),
+    ...(a.embedding ? { embedding: Array.from(a.embedding) } : {}),
     error,
   };
 }

@@ -7,7 +7,7 @@
  */
 import type { Backend, KvDType, SamplingRow, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
-import { forward, type PagedKv } from "../model/forward.ts";
+import { forwardWithHidden, type PagedKv } from "../model/forward.ts";
 import { type HostKv, readSlots, slotsOf, writeSlots } from "./kv-copy.ts";
 import { HostKvSwap } from "./kv-swap.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
@@ -46,6 +46,8 @@ export interface StepExtras {
   repeats?: readonly (RepeatPenalty | undefined)[];
   /** Per draft row of an entry with a draft: its repetition penalty, counting the draft tokens before it. */
   draftRepeats?: readonly (readonly (RepeatPenalty | undefined)[] | undefined)[];
+  /** Entries whose own row's hidden state after the output norm is returned (StepOutput.hidden: embeddings). */
+  hidden?: readonly (boolean | undefined)[];
 }
 
 /**
@@ -69,6 +71,8 @@ export interface StepOutput {
   draftIds?: (Int32Array | undefined)[];
   /** For the entries with a draft that asked (StepExtras.logprobs): each draft row's sampled token's, from the raw logits. */
   draftLogprobs?: (TokenLogprob[] | undefined)[];
+  /** For the entries that asked (StepExtras.hidden): their own row's hidden state after the output norm. */
+  hidden?: (Float32Array | undefined)[];
 }
 
 /** Executes steps. */
@@ -104,10 +108,19 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       const scored = promptRows(entries, extras?.promptLogprobs);
       const drafts = draftRows(entries, extras?.drafts);
       const extraRows = [...scored, ...drafts.rows];
-      let logits = forward(backend, model, kv, { entries, extraRows });
+      const hiddenRows = extras?.hidden ? entries.flatMap((_, i) => (extras.hidden![i] ? [i] : [])) : [];
+      const out = forwardWithHidden(backend, model, kv, { entries, extraRows, hiddenRows });
+      let logits = out.logits;
       let raw: Tensor | undefined;
       let promptLogprobs: (TokenLogprob[] | undefined)[] | undefined;
+      let hidden: (Float32Array | undefined)[] | undefined;
       try {
+        if (out.hidden) {
+          const data = (await backend.download(out.hidden)) as Float32Array;
+          const size = out.hidden.shape[1];
+          hidden = new Array(entries.length);
+          hiddenRows.forEach((i, k) => (hidden![i] = data.slice(k * size, (k + 1) * size)));
+        }
         if (extraRows.length > 0) {
           // The prompt rows, then the draft rows follow the entries' last rows: read the prompt rows
           // out, then sample from the entries' rows and the draft rows.
@@ -139,7 +152,7 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
         }
         const ids = all.subarray(0, n);
         const draftIds = drafts.rows.length === 0 ? undefined : splitDraftRows(Array.from(all.subarray(n)), entries, (xs) => Int32Array.from(xs));
-        const more = { ...(promptLogprobs ? { promptLogprobs } : {}), ...(draftIds ? { draftIds } : {}) };
+        const more = { ...(promptLogprobs ? { promptLogprobs } : {}), ...(draftIds ? { draftIds } : {}), ...(hidden ? { hidden } : {}) };
         if (!raw) return { ids, ...more };
         const data = (await backend.download(raw)) as Float32Array;
         const vocab = logits.shape[1];
@@ -152,6 +165,7 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       } finally {
         backend.free(logits);
         if (raw) backend.free(raw);
+        if (out.hidden) backend.free(out.hidden);
       }
     },
     async swap(out, into) {

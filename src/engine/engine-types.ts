@@ -63,6 +63,11 @@ export interface GenerateRequest {
   /** Session key (prompt_cache_key / user) passed to KV retention. */
   sessionId?: string;
   /**
+   * Generate nothing: compute the prompt and return the hidden state of its last token after the
+   * output norm as `GenerateResult.embedding` (last-token pooling, unnormalized; /v1/embeddings).
+   */
+  embed?: boolean;
+  /**
    * Scheduling priority (vLLM's `priority`; an integer, default 0): lower values are admitted first
    * and preempted last, and may preempt running requests of higher values to get in.
    */
@@ -123,6 +128,8 @@ export interface GenerateResult {
   /** Seconds from submission to the first token and to the last (undefined when none was produced). */
   firstTokenS?: number;
   lastTokenS?: number;
+  /** With `GenerateRequest.embed`: the prompt's last token's hidden state after the output norm ([hidden]). */
+  embedding?: number[];
   /** Set when the engine failed while running the request. */
   error?: string;
 }

@@ -346,6 +346,7 @@ export class Engine implements ServingEngine {
       plan.entries.forEach((e, i) => {
         if (sampled?.promptLogprobs) keepPromptLogprobs(this.active.get(e.seqId)!, e.startPos, sampled.promptLogprobs[i]);
         if (!sampled || !e.sample) return;
+        if (sampled.hidden?.[i]) this.active.get(e.seqId)!.embedding = sampled.hidden[i];
         tokens.set(e.seqId, e.draft ? this.verifyDraft(e.seqId, e.tokens.slice(-e.draft), sampled.draftIds![i]!, sampled.ids[i], accepted) : sampled.ids[i]);
         const lps = stepLogprobs(sampled, i, accepted.get(e.seqId)?.length ?? 0);
         if (lps) this.active.get(e.seqId)!.pendingLogprobs = lps;
@@ -419,6 +420,12 @@ export class Engine implements ServingEngine {
       this.metrics.ttft.observe((t - a.t0) / 1000);
     } else this.metrics.itl.observe((t - a.tLast) / 1000);
     a.tLast = t;
+    if (a.req.embed && !a.req.prefillOnly) {
+      // An embedding request ends at its prompt's last row: the token sampled there is dropped. (A
+      // prefill handed to another worker ends as any other; the decode worker computes that row.)
+      seq.truncate(seq.promptLength);
+      return this.finish(a, "stop");
+    }
     if (seq.status === "finished") {
       if (lps) a.logprobs?.push(...lps);
       this.metrics.generationTokens += count;

@@ -37,6 +37,11 @@ export interface ForwardStep {
    * probabilities need them; ignored with `allPositions`.
    */
   extraRows?: readonly number[];
+  /**
+   * Rows of the result (entries' last rows, then `extraRows`) whose hidden state after the output
+   * norm is returned too ({@link forwardWithHidden}; embeddings are the last prompt token's).
+   */
+  hiddenRows?: readonly number[];
 }
 
 /** Frees tensors registered during a layer; reshape views are not registered twice. */
@@ -191,6 +196,14 @@ export function planStep(model: DeviceModel, kv: PagedKv, step: ForwardStep): Fl
  * The caller owns (and frees) the returned tensor.
  */
 export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step: ForwardStep): Tensor {
+  return forwardWithHidden(backend, model, kv, step).logits;
+}
+
+/**
+ * {@link forward}, and the rows `step.hiddenRows` of the hidden state after the output norm,
+ * [hiddenRows.length, hidden] (undefined without them). The caller owns (and frees) both.
+ */
+export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: PagedKv, step: ForwardStep): { logits: Tensor; hidden: Tensor | undefined } {
   const c = model.config;
   const w = model.weights;
   if (kv.k.length !== c.numLayers || kv.v.length !== c.numLayers) {
@@ -223,9 +236,18 @@ export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step:
     }
     const normed = backend.rmsnorm(x, w.outputNorm, c.rmsNormEps);
     backend.free(x);
+    let hidden: Tensor | undefined;
+    const rows = step.hiddenRows ?? [];
+    if (rows.length > 0) {
+      const bad = rows.find((r) => !Number.isInteger(r) || r < 0 || r >= normed.shape[0]);
+      if (bad !== undefined) throw new ForwardInputError(`Hidden row ${bad} is outside the step's ${normed.shape[0]} result rows`);
+      const idx = backend.upload(Int32Array.from(rows), [rows.length]);
+      hidden = backend.gatherRows(normed, idx);
+      backend.free(idx);
+    }
     const logits = backend.matmul(normed, w.output ?? w.tokenEmbedding);
     backend.free(normed);
-    return logits;
+    return { logits, hidden };
   } finally {
     s.release();
     tensors.free();

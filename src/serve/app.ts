@@ -30,6 +30,7 @@ import { BackgroundRuns, followStream } from "./responses-background.ts";
 import { countMessageTokens, respondMessageJson, respondMessageStream, submitMessages } from "./messages.ts";
 import { CountTokensRequestSchema, MessagesRequestSchema } from "./messages-schema.ts";
 import { detokenize, DetokenizeRequestSchema, tokenize, TokenizeRequestSchema } from "./tokenize.ts";
+import { embeddingsJson, EmbeddingsRequestSchema, submitEmbeddings } from "./embeddings.ts";
 
 /** Server settings. */
 export interface AppOptions {
@@ -208,6 +209,11 @@ export function createApp(o: AppOptions): Hono {
     const turn = submitMessages(ctx, body);
     return body.stream ? sse(respondMessageStream(ctx, turn), end) : whole(c, turn.submitted, end, () => respondMessageJson(ctx, turn));
   }));
+  app.post("/v1/embeddings", (c) => generation(async (end) => {
+    const body = await parse(c, EmbeddingsRequestSchema);
+    const handles = submitEmbeddings(ctx, body);
+    return whole(c, { kind: "completion", handles, perPrompt: 1, n: 1, output: null }, end, () => embeddingsJson(ctx, body, handles));
+  }));
   app.post("/tokenize", async (c) => c.json(tokenize(ctx, await readBody(c, TokenizeRequestSchema))));
   app.post("/detokenize", async (c) => c.json(detokenize(ctx, await readBody(c, DetokenizeRequestSchema))));
   app.post("/v1/messages/count_tokens", async (c) => c.json(countMessageTokens(ctx, await parse(c, CountTokensRequestSchema))));
@@ -276,6 +282,7 @@ export function createApp(o: AppOptions): Hono {
   allow("/v1/responses", "POST");
   allow("/v1/messages", "POST");
   allow("/v1/messages/count_tokens", "POST");
+  allow("/v1/embeddings", "POST");
   allow("/tokenize", "POST");
   allow("/detokenize", "POST");
   allow("/v1/responses/:id/input_items", "GET");

@@ -179,7 +179,7 @@ function withPromptLogprobs(s: Submitted, body: ChatRequest | CompletionRequest)
  * prefix cache), and the response shares them (respond.ts). If one is refused, those already queued
  * are cancelled.
  */
-function submit(ctx: ServeContext, reqs: readonly GenerateRequest[], n: number, param: string, scoreOnce: boolean): RequestHandle[] {
+export function submit(ctx: ServeContext, reqs: readonly GenerateRequest[], n: number, param: string, scoreOnce: boolean): RequestHandle[] {
   const handles: RequestHandle[] = [];
   // The prompt a refusal is about: named by its index when the request has several.
   let promptParam = param;
@@ -208,7 +208,7 @@ function submit(ctx: ServeContext, reqs: readonly GenerateRequest[], n: number, 
  * Refuses at once a prompt text too long for the context, before tokenizing it (megabytes of text
  * take seconds, blocking the server): it has at least `text.length / maxCharsPerToken` tokens.
  */
-function checkTextLength(ctx: ServeContext, text: string, param: string): void {
+export function checkTextLength(ctx: ServeContext, text: string, param: string): void {
   const perToken = ctx.tokenizer.maxCharsPerToken?.();
   if (perToken === undefined) return;
   const atLeast = Math.ceil(text.length / perToken);

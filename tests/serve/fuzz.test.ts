@@ -128,6 +128,17 @@ const nearValidMessages = fc.record(
   },
   { requiredKeys: [] },
 );
+/** Embeddings bodies close to valid: text, texts, token ids (some outside the vocabulary), and the options. */
+const nearValidEmbeddings = fc.record(
+  {
+    model: fc.oneof(fc.constant("stories260K"), anyValue),
+    input: fc.oneof(fc.string({ maxLength: 30 }), fc.array(fc.string({ maxLength: 10 }), { maxLength: 3 }), fc.array(fc.integer({ min: -1, max: 600 }), { maxLength: 4 }), fc.array(fc.array(fc.nat(600), { maxLength: 3 }), { maxLength: 2 }), anyValue),
+    encoding_format: fc.oneof(fc.constantFrom("float", "base64"), anyValue),
+    dimensions: fc.oneof(fc.integer({ min: 0, max: 80 }), anyValue),
+    normalize: fc.oneof(fc.boolean(), anyValue),
+  },
+  { requiredKeys: [] },
+);
 /** Valid bodies with one known field replaced by an arbitrary value (or left valid). */
 const oneMutation = fc.tuple(
   fc.record({ max_tokens: fc.integer({ min: 1, max: 6 }), temperature: fc.constantFrom(0, 0.7), stream: fc.boolean(), prompt: fc.string({ maxLength: 30 }) }),
@@ -144,11 +155,12 @@ const body = fc.oneof(
   nearValidResponses.map((b) => JSON.stringify(b)),
   nearValidConversation.map((b) => JSON.stringify(b)),
   nearValidMessages.map((b) => JSON.stringify(b)),
+  nearValidEmbeddings.map((b) => JSON.stringify(b)),
   fc.json(),
   fc.string({ maxLength: 200 }),
   fc.uint8Array({ maxLength: 64 }).map((u) => new TextDecoder().decode(u)),
 );
-const path = fc.constantFrom("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/conversations", "/v1/messages", "/v1/messages/count_tokens", "/tokenize", "/detokenize");
+const path = fc.constantFrom("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/conversations", "/v1/messages", "/v1/messages/count_tokens", "/tokenize", "/detokenize", "/v1/embeddings");
 
 /**
  * Posts `runs` generated bodies to the app in-process; asserts none gets a 5xx and every error has

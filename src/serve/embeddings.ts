@@ -1,0 +1,87 @@
+/**
+ * OpenAI's `POST /v1/embeddings` on the served model: each input's last token's hidden state after
+ * the output norm (last-token pooling, as vLLM pools decoder models and as Qwen3-Embedding and
+ * e5-mistral are trained), L2-normalized unless `normalize` (vLLM's extension) is false; as float
+ * arrays, or as base64 of little-endian float32 (what the openai client asks for by default).
+ * Inputs go through the engine as requests that generate nothing (GenerateRequest.embed), so they
+ * share its batching, prefix cache and priorities.
+ */
+import { z } from "zod";
+import type { RequestHandle } from "../engine/engine-types.ts";
+import { ApiError } from "./errors.ts";
+import { checkTextLength, submit, type ServeContext } from "./openai.ts";
+import { sessionKey } from "./schemas.ts";
+
+/** The most inputs one request may hold. */
+export const MAX_EMBEDDING_INPUTS = 256;
+
+const tokenIds = z.array(z.number().int().min(0)).min(1);
+
+/** POST /v1/embeddings */
+export const EmbeddingsRequestSchema = z.looseObject({
+  model: z.string().min(1),
+  input: z.union([z.string(), z.array(z.string()).min(1).max(MAX_EMBEDDING_INPUTS), tokenIds, z.array(tokenIds).min(1).max(MAX_EMBEDDING_INPUTS)]),
+  encoding_format: z.enum(["float", "base64"]).nullish(),
+  dimensions: z.number().int().min(1).nullish(),
+  user: sessionKey.nullish(),
+  // vLLM's extensions: unit length (default) or the raw pooled state, and the scheduling priority.
+  normalize: z.boolean().nullish(),
+  priority: z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1).nullish(),
+});
+export type EmbeddingsRequest = z.infer<typeof EmbeddingsRequestSchema>;
+
+/** Submits one engine request per input; throws ApiError for what cannot be embedded. */
+export function submitEmbeddings(ctx: ServeContext, body: EmbeddingsRequest): RequestHandle[] {
+  const size = ctx.config.hiddenSize;
+  if (body.dimensions !== undefined && body.dimensions !== null && body.dimensions !== size) {
+    throw new ApiError(400, `This model's embeddings have ${size} dimensions and it was not trained for shorter ones; leave dimensions out or send ${size}, got dimensions = ${body.dimensions}`, "dimensions", "invalid_value");
+  }
+  if (body.priority && !ctx.priorityScheduling) {
+    throw new ApiError(400, `Request priorities need --scheduling-policy priority; this server schedules fcfs, got priority = ${body.priority}`, "priority", "invalid_value");
+  }
+  const input = body.input;
+  const many = Array.isArray(input) && (typeof input[0] === "string" || Array.isArray(input[0]));
+  const items = (many ? input : [input]) as (string | number[])[];
+  const prompts = items.map((item, i) => {
+    const param = many ? `input[${i}]` : "input";
+    if (typeof item !== "string") {
+      const bad = item.findIndex((id) => id >= ctx.config.vocabSize);
+      if (bad >= 0) throw new ApiError(400, `Token id ${item[bad]} is outside the vocabulary (0..${ctx.config.vocabSize - 1})`, `${param}[${bad}]`, "invalid_value");
+      return item;
+    }
+    if (item === "") throw new ApiError(400, `An input to embed is empty; send at least one character`, param, "invalid_value");
+    checkTextLength(ctx, item, param);
+    return ctx.tokenizer.encode(item, { addBos: ctx.config.addBos });
+  });
+  const sessionId = body.user || undefined;
+  return submit(ctx, prompts.map((prompt) => ({ prompt, maxTokens: 1, temperature: 0, embed: true, ...(sessionId ? { sessionId } : {}), ...(body.priority ? { priority: body.priority } : {}) })), 1, "input", false);
+}
+
+/** The response once every input is embedded (a 500 naming the engine's error if one failed). */
+export async function embeddingsJson(ctx: ServeContext, body: EmbeddingsRequest, handles: readonly RequestHandle[]): Promise<Record<string, unknown>> {
+  const results = await Promise.all(handles.map((h) => h.result));
+  let promptTokens = 0;
+  const data = results.map((r, index) => {
+    if (r.error !== undefined || r.embedding === undefined) throw new ApiError(500, `Embedding input ${index} failed: ${r.error ?? r.finishReason}`, null, "internal_error");
+    promptTokens += r.promptTokens;
+    const v = Float32Array.from(r.embedding);
+    if (body.normalize !== false) {
+      let norm = 0;
+      for (const x of v) norm += x * x;
+      norm = Math.sqrt(norm);
+      if (norm > 0) for (let i = 0; i < v.length; i++) v[i] /= norm;
+    }
+    return { object: "embedding", index, embedding: body.encoding_format === "base64" ? base64Of(v) : Array.from(v) };
+  });
+  return { object: "list", data, model: ctx.modelName, usage: { prompt_tokens: promptTokens, total_tokens: promptTokens } };
+}
+
+/** Base64 of `v`'s float32 values, little-endian (as OpenAI's API and client encode them). */
+function base64Of(v: Float32Array): string {
+  const bytes = new Uint8Array(v.length * 4);
+  const view = new DataView(bytes.buffer);
+  v.forEach((x, i) => view.setFloat32(i * 4, x, true));
+  let s = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(s);
+}

@@ -1,0 +1,88 @@
+/**
+ * `POST /v1/embeddings` through the real server and the `openai` client: last-token hidden states
+ * after the output norm, checked against the model's own next-token distribution (the output
+ * projection of the embedding, computed here on the CPU from the weights, must give the logits the
+ * engine sampled from), batch-invariant, as text or token ids, base64 or floats, and the 400s.
+ */
+import assert from "node:assert/strict";
+import OpenAI from "openai";
+import { projectRoot, test } from "../harness.ts";
+import { decodeToF32 } from "../../src/backend/dtype-codec.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { startServer } from "../../src/serve/server.ts";
+
+const modelPath = `${projectRoot}/models/stories260K.gguf`;
+const model = await loadModel(modelPath);
+const PROMPTS = ["Once upon a time", "Tom had a red ball", "The sun was hot and"];
+
+/** log_softmax(W · e) for the model's output projection W (the token embedding when tied). */
+function logSoftmaxOfProjection(e: readonly number[]): Float64Array {
+  const w = model.weights.output ?? model.weights.tokenEmbedding;
+  const [vocab, hidden] = w.shape;
+  const f = decodeToF32(w.data, w.dtype, vocab * hidden);
+  const logits = new Float64Array(vocab);
+  for (let t = 0; t < vocab; t++) {
+    let s = 0;
+    for (let j = 0; j < hidden; j++) s += f[t * hidden + j] * e[j];
+    logits[t] = s;
+  }
+  const max = Math.max(...logits);
+  const lse = max + Math.log(logits.reduce((a, x) => a + Math.exp(x - max), 0));
+  return logits.map((x) => x - lse);
+}
+
+test("/v1/embeddings returns each input's last hidden state: its projection is the distribution the model samples from (openai client)", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64 });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    // The client asks for base64 unless told, and decodes it.
+    const batch = await client.embeddings.create({ model: "stories260K", input: PROMPTS });
+    assert.equal(batch.data.length, 3);
+    const counts = PROMPTS.map((p) => model.tokenizer.encode(p, { addBos: model.config.addBos }).length);
+    assert.equal(batch.usage.prompt_tokens, counts.reduce((a, b) => a + b));
+    for (const [i, d] of batch.data.entries()) {
+      assert.equal(d.index, i);
+      assert.equal(d.embedding.length, model.config.hiddenSize);
+      assert.ok(Math.abs(Math.hypot(...d.embedding) - 1) < 1e-5, "unit length");
+    }
+    const raw = await client.embeddings.create({ model: "stories260K", input: PROMPTS[0], encoding_format: "float", normalize: false } as OpenAI.EmbeddingCreateParams);
+    const e = raw.data[0].embedding;
+    assert.ok(Math.abs(Math.hypot(...e) - 1) > 1e-3, "normalize: false leaves the raw state");
+    const lp = logSoftmaxOfProjection(e);
+    const best = lp.indexOf(Math.max(...lp));
+    const next = await client.completions.create({ model: "stories260K", prompt: PROMPTS[0], max_tokens: 1, temperature: 0, logprobs: 1 });
+    assert.equal(next.choices[0].text, model.tokenizer.decode([best]), "the greedy next token is the projection's argmax");
+    assert.ok(Math.abs(next.choices[0].logprobs!.token_logprobs![0] - lp[best]) < 1e-3, `${next.choices[0].logprobs!.token_logprobs![0]} vs ${lp[best]}`);
+    // Alone or in a batch, as text or as its token ids: the same vector.
+    const ids = model.tokenizer.encode(PROMPTS[0], { addBos: model.config.addBos });
+    const byIds = await client.embeddings.create({ model: "stories260K", input: ids, encoding_format: "float" });
+    const norm = Math.hypot(...e);
+    for (const other of [batch.data[0].embedding, byIds.data[0].embedding]) other.forEach((x, j) => assert.ok(Math.abs(x - e[j] / norm) < 1e-5, `dimension ${j}`));
+    // The server names what it cannot embed.
+    const refused = async (body: Record<string, unknown>) => client.embeddings.create({ model: "stories260K", input: "Hi", ...body } as OpenAI.EmbeddingCreateParams).then(() => null, (err: unknown) => err);
+    for (const [body, param, status] of [
+      [{ dimensions: 8 }, "dimensions", 400], [{ input: "" }, "input", 400], [{ input: [1, 99999] }, "input[1]", 400],
+      [{ input: ["a", "x".repeat(20000)] }, "input[1]", 400], [{ model: "other" }, "model", 404],
+    ] as const) {
+      const err = await refused(body);
+      assert.ok(err instanceof OpenAI.APIError && err.status === status && err.param === param, `${JSON.stringify(body).slice(0, 40)}: ${err}`);
+    }
+    assert.equal((await client.embeddings.create({ model: "stories260K", input: "still up" })).data.length, 1);
+  } finally {
+    await s.shutdown();
+  }
+});
+
+test("/v1/embeddings through a cluster of a prefill and a decode worker gives the one engine's vectors", async () => {
+  const vectors: number[][] = [];
+  for (const o of [{}, { workers: 2, roles: ["prefill", "decode"] as ("prefill" | "decode")[], planner: "none" as const }]) {
+    const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, ...o });
+    try {
+      const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+      vectors.push((await client.embeddings.create({ model: "stories260K", input: `${PROMPTS[0]} there was a little girl named Lily`, encoding_format: "float" })).data[0].embedding);
+    } finally {
+      await s.shutdown();
+    }
+  }
+  vectors[1].forEach((x, j) => assert.ok(Math.abs(x - vectors[0][j]) < 1e-5, `dimension ${j}`));
+});
