@@ -189,6 +189,13 @@ export interface ModelConfig {
   eosTokenIds: number[];
   /** Whether prompts start with BOS (GGUF tokenizer.ggml.add_bos_token; Llama yes, Qwen no). */
   addBos: boolean;
+  /**
+   * A token the model's tokenizer ends every text with (GGUF tokenizer.ggml.add_eos_token; a Hugging
+   * Face tokenizer whose post-processor appends one, as Qwen3-Embedding's `<|endoftext|>`). Embedding
+   * models pool the state at it, so /v1/embeddings appends it to text inputs; generation prompts end
+   * where their template ends them. Absent: none.
+   */
+  appendEosTokenId?: number;
   /** The sampling defaults the model ships (a Hugging Face directory's generation_config.json); absent: none. */
   samplingDefaults?: SamplingDefaults;
 }

@@ -154,6 +154,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   }
   const tokModel = meta.string("tokenizer.ggml.model", "");
   const optionalId = (key: string) => meta.optionalNumber(key);
+  const validId = (id: number | undefined) => id !== undefined && id >= 0 && id < embd.shape[0];
   const eosTokenIds = withHarmonyStops(
     [
       ...new Set(
@@ -208,6 +209,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     bosTokenId: bos !== undefined && bos >= 0 && bos < embd.shape[0] ? bos : undefined,
     eosTokenIds,
     addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama"),
+    ...(meta.bool("tokenizer.ggml.add_eos_token", false) && validId(optionalId("tokenizer.ggml.eos_token_id")) ? { appendEosTokenId: optionalId("tokenizer.ggml.eos_token_id") } : {}),
   };
 }
 

@@ -146,6 +146,25 @@ function tokenString(v: unknown): string | undefined {
   return undefined;
 }
 
+/**
+ * The special token a tokenizer ends every single text with: tokenizer_config.json's `eos_token`
+ * under `add_eos_token: true`, or the last piece of tokenizer.json's TemplateProcessing post-processor
+ * (alone or in a Sequence) when it is a special token, as Qwen3-Embedding's `<|endoftext|>`.
+ */
+export function appendedToken(tokenizerJson: Json, tokCfg: Json): string | undefined {
+  if (tokCfg.add_eos_token === true) return tokenString(tokCfg.eos_token);
+  const fromProcessor = (p: unknown): string | undefined => {
+    if (!p || typeof p !== "object") return undefined;
+    const o = p as Json;
+    if (o.type === "Sequence" && Array.isArray(o.processors)) return o.processors.map(fromProcessor).find((t) => t !== undefined);
+    if (o.type !== "TemplateProcessing" || !Array.isArray(o.single) || o.single.length === 0) return undefined;
+    const last = o.single[o.single.length - 1] as Json;
+    const special = last?.SpecialToken as Json | undefined;
+    return typeof special?.id === "string" ? special.id : undefined;
+  };
+  return fromProcessor(tokenizerJson.post_processor);
+}
+
 /** Builds a ModelConfig from config.json (+ tokenizer_config.json for BOS handling). */
 export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: string): ModelConfig {
   const archName = Array.isArray(cfg.architectures) ? String(cfg.architectures[0]) : String(cfg.model_type ?? "");
@@ -293,6 +312,9 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
       if (id !== undefined) config.eosTokenIds.push(id);
     }
     if (config.architecture === "gpt-oss") config.eosTokenIds = withHarmonyStops(config.eosTokenIds, (t) => tokenizer.tokenId(t));
+    const appended = appendedToken(tokenizerJson, tokCfg);
+    const appendedId = appended === undefined ? undefined : tokenizer.tokenId(appended);
+    if (appendedId !== undefined) config.appendEosTokenId = appendedId;
     const genPath = `${dir}/generation_config.json`;
     if (await pathExists(genPath)) applyGenerationConfig(config, await readJson(genPath, "generation_config.json"));
     const source = {

@@ -51,7 +51,10 @@ export function submitEmbeddings(ctx: ServeContext, body: EmbeddingsRequest): Re
     }
     if (item === "") throw new ApiError(400, `An input to embed is empty; send at least one character`, param, "invalid_value");
     checkTextLength(ctx, item, param);
-    return ctx.tokenizer.encode(item, { addBos: ctx.config.addBos });
+    const ids = ctx.tokenizer.encode(item, { addBos: ctx.config.addBos });
+    // The token an embedding model's tokenizer ends texts with, which it pools at.
+    const end = ctx.config.appendEosTokenId;
+    return end === undefined || ids[ids.length - 1] === end ? ids : [...ids, end];
   });
   const sessionId = body.user || undefined;
   return submit(ctx, prompts.map((prompt) => ({ prompt, maxTokens: 1, temperature: 0, embed: true, ...(sessionId ? { sessionId } : {}), ...(body.priority ? { priority: body.priority } : {}) })), 1, "input", false);

@@ -6,14 +6,16 @@ import process from "node:process";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { decodeToF32 } from "../../src/backend/dtype-codec.ts";
 import { allocatePagedKv } from "../../src/engine/kv-cache.ts";
-import { type LoadedModel, ModelLoadError } from "../../src/model/config.ts";
+import { type LoadedModel, ModelLoadError, tokenTextOf } from "../../src/model/config.ts";
+import { gguf } from "../../src/model/gguf-writer.ts";
+import { appendedToken } from "../../src/model/hf-loader.ts";
 import { uploadModel } from "../../src/model/device-weights.ts";
 import { forward } from "../../src/model/forward.ts";
 import { loadModel, type LoadProgress } from "../../src/model/load.ts";
 import { encodeSafetensors, readSafetensor, readSafetensorsHeader } from "../../src/model/safetensors.ts";
 import { openRandomAccess, readTextFile, writeFile } from "../../src/runtime/fs.ts";
 import { projectRoot, test } from "../harness.ts";
-import { ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
+import { ggufBytes, type ModelFileSpec, randomHfWeights, vocabFor, writeHfDirectory } from "./model-files.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/load-test-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -190,4 +192,35 @@ test("decodeToF32() of loaded norm weights equals the written values", async () 
   assert.equal(m.weights.layers[0].wUp.dtype, "q8_0");
   const norm = m.weights.layers[1].ffnNorm;
   assert.deepEqual(decodeToF32(norm.data, "f32", spec.hidden), w.get("model.layers.1.post_attention_layernorm.weight")!.values);
+});
+
+test("loadModel() reads the token a tokenizer ends texts with (appendEosTokenId) from GGUF add_eos_token and an HF post-processor", async () => {
+  const w = randomHfWeights(LLAMA);
+  const vocab = vocabFor(LLAMA);
+  const plain = `${dir}/no-eos.gguf`;
+  await writeFile(plain, ggufBytes(LLAMA, w));
+  assert.equal((await loadModel(plain)).config.appendEosTokenId, undefined);
+  const withEos = `${dir}/add-eos.gguf`;
+  await writeFile(withEos, ggufBytes(LLAMA, w, vocab, { metadata: [["tokenizer.ggml.add_eos_token", gguf.bool(true)]] }));
+  assert.equal((await loadModel(withEos)).config.appendEosTokenId, vocab.eosId);
+  // A Hugging Face directory whose tokenizer.json appends its EOS after the text.
+  const hf = `${dir}/hf-eos`;
+  await writeHfDirectory(hf, LLAMA, w);
+  const before = await loadModel(hf);
+  assert.equal(before.config.appendEosTokenId, undefined);
+  const tok = JSON.parse(await readTextFile(`${hf}/tokenizer.json`)) as Record<string, unknown>;
+  const eosText = tokenTextOf(before.tokenizer, before.config.eosTokenIds[0], { special: true });
+  tok.post_processor = { type: "Sequence", processors: [{ type: "ByteLevel" }, { type: "TemplateProcessing", single: [{ Sequence: { id: "A", type_id: 0 } }, { SpecialToken: { id: eosText, type_id: 0 } }] }] };
+  await writeFile(`${hf}/tokenizer.json`, JSON.stringify(tok));
+  assert.equal((await loadModel(hf)).config.appendEosTokenId, before.config.eosTokenIds[0]);
+});
+
+test("appendedToken() reads add_eos_token and TemplateProcessing's last special token, and nothing else", () => {
+  const tp = (single: unknown[]) => ({ post_processor: { type: "TemplateProcessing", single } });
+  assert.equal(appendedToken(tp([{ Sequence: { id: "A" } }, { SpecialToken: { id: "<|endoftext|>" } }]), {}), "<|endoftext|>");
+  // Llama 3's: BOS before the text, nothing after it.
+  assert.equal(appendedToken(tp([{ SpecialToken: { id: "<|begin_of_text|>" } }, { Sequence: { id: "A" } }]), {}), undefined);
+  assert.equal(appendedToken({ post_processor: { type: "ByteLevel" } }, {}), undefined);
+  assert.equal(appendedToken({}, { add_eos_token: true, eos_token: { content: "</s>" } }), "</s>");
+  assert.equal(appendedToken({}, { add_eos_token: false, eos_token: "</s>" }), undefined);
 });

@@ -86,3 +86,21 @@ test("/v1/embeddings through a cluster of a prefill and a decode worker gives th
   }
   vectors[1].forEach((x, j) => assert.ok(Math.abs(x - vectors[0][j]) < 1e-5, `dimension ${j}`));
 });
+
+test("/v1/embeddings ends text inputs with the token an embedding model's tokenizer appends (appendEosTokenId)", async () => {
+  const eos = model.config.eosTokenIds[0];
+  const embedder = { ...model, config: { ...model.config, appendEosTokenId: eos } };
+  const s = await startServer({ modelPath, model: embedder, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64 });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const ids = model.tokenizer.encode(PROMPTS[1], { addBos: model.config.addBos });
+    const text = await client.embeddings.create({ model: "stories260K", input: PROMPTS[1], encoding_format: "float" });
+    const withEnd = await client.embeddings.create({ model: "stories260K", input: [...ids, eos], encoding_format: "float" });
+    const without = await client.embeddings.create({ model: "stories260K", input: ids, encoding_format: "float" });
+    assert.equal(text.usage.prompt_tokens, ids.length + 1);
+    text.data[0].embedding.forEach((x, j) => assert.ok(Math.abs(x - withEnd.data[0].embedding[j]) < 1e-5, `dimension ${j}`));
+    assert.ok(text.data[0].embedding.some((x, j) => Math.abs(x - without.data[0].embedding[j]) > 1e-3), "pooled at the appended token, not the text's last");
+  } finally {
+    await s.shutdown();
+  }
+});
