@@ -2,7 +2,7 @@
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import type { StepRunner } from "./engine-runner.ts";
 import type { KvRetention } from "./engine-sessions.ts";
-import type { NgramSpeculation } from "./ngram-draft.ts";
+import type { Speculation } from "./ngram-draft.ts";
 import type { SchedulerConfig } from "./scheduler-types.ts";
 import type { AutoStepMixingOptions } from "./step-mixing-auto.ts";
 import type { StepRecord } from "./step-record.ts";
@@ -44,7 +44,7 @@ export interface EngineOptions {
    * and keeps those the model's own samples agree with, so a seed gives the same tokens either way.
    * For requests without an output grammar, log probabilities or presence/frequency penalties.
    */
-  speculative?: NgramSpeculation;
+  speculative?: Speculation;
   /** Blocks of host memory that evicted cached KV moves to, and comes back from (default 0: dropped). */
   kvOffloadBlocks?: number;
 }

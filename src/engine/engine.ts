@@ -31,6 +31,7 @@ import type { KvDType } from "../backend/types.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
 import { checkSpeculation, ngramDraft } from "./ngram-draft.ts";
+import { SuffixCache } from "./suffix-draft.ts";
 import { stepLogprobs, verifiableDraftLength } from "./draft-extras.ts";
 import { BudgetMasks } from "./reasoning-budget.ts";
 import { RepeatTracker } from "./repeat-penalty.ts";
@@ -69,6 +70,8 @@ export class Engine implements ServingEngine {
   private readonly maxWaiting: number;
   /** Masks of reasoning budgets' rules (reasoning-budget.ts), shared by the requests that have one. */
   private readonly budgetMasks: BudgetMasks;
+  /** Earlier outputs, for suffix drafts (`speculative.method` "suffix"; undefined otherwise). */
+  private readonly suffixes: SuffixCache | undefined;
   /** Token tries for output grammars, without and with control tokens' strings (built on first use). */
   private readonly tries: [TokenTrie | undefined, TokenTrie | undefined] = [undefined, undefined];
   private nextId = 0;
@@ -108,6 +111,7 @@ export class Engine implements ServingEngine {
     this.maxModelLen = Math.min(opts.maxModelLen ?? opts.config.contextLength, opts.config.contextLength, poolTokens);
     this.maxWaiting = opts.maxWaiting ?? 1024;
     if (opts.speculative) checkSpeculation(opts.speculative);
+    if (opts.speculative?.method === "suffix") this.suffixes = new SuffixCache(opts.speculative.maxCachedRequests);
     this.budgetMasks = new BudgetMasks(opts.config.vocabSize);
   }
 
@@ -461,14 +465,15 @@ export class Engine implements ServingEngine {
   }
 
   /**
-   * Proposes the request's next draft: as many n-gram draft tokens as its budget and the context
+   * Proposes the request's next draft: as many n-gram or suffix draft tokens as its budget and the context
    * leave room for, and its grammar allows; none while the batch is larger than `disableByBatchSize`.
    */
   private propose(a: Active): void {
     const seq = a.seq;
     if (this.scheduler.numRunning > (this.opts.speculative!.disableByBatchSize ?? Infinity)) return;
     const room = Math.min(this.opts.speculative!.numTokens, a.maxTokens - seq.numOutput - 1, this.maxModelLen - seq.tokens.length - 1);
-    let found = ngramDraft(seq.tokens, this.opts.speculative!, room);
+    const spec = this.opts.speculative!;
+    let found = spec.method === "suffix" ? this.suffixes!.draft(seq.tokens, spec, room) : ngramDraft(seq.tokens, spec, room);
     // Rows after an EOS would verify tokens the request never keeps (it ends at the EOS). Agent
     // contexts hold EOS tokens (a chat template's end-of-turn), so copied drafts often cross one.
     const eos = found.findIndex((t) => a.ends.includes(t));
@@ -536,6 +541,8 @@ export class Engine implements ServingEngine {
       this.turns?.ended(a.sessionId, this.now() / 1000);
       this.offload?.turnEnded(a.sessionId, a.seq.tokens);
     }
+    // Suffix drafts come from earlier outputs too; a cancelled one is kept as far as it got.
+    if (this.suffixes && !a.req.embed) this.suffixes.add(a.seq.outputTokens);
     this.scheduler.finish(a.seq.id, reason);
     this.opts.runner.discardSwap?.(a.seq.id);
     this.active.delete(a.seq.id);

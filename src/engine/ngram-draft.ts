@@ -6,6 +6,7 @@
  * token against the model in one step and keeps only what the model itself would have sampled.
  * Pure CPU code.
  */
+import type { SuffixSpeculation } from "./suffix-draft.ts";
 
 /** How drafts are proposed (the engine's `speculative` option; vLLM's `--speculative-config` names in comments). */
 export interface NgramSpeculation {
@@ -23,11 +24,20 @@ export interface NgramSpeculation {
   disableByBatchSize?: number;
 }
 
+/** A speculation setting: n-gram (prompt lookup) or suffix drafts (suffix-draft.ts). */
+export type Speculation = NgramSpeculation | SuffixSpeculation;
+
 /** vLLM's suffix length when neither prompt_lookup_max nor prompt_lookup_min is given. */
 export const NGRAM_DEFAULT_N = 5;
 
-/** The `--speculative-config` keys read (vLLM's names); any other key is refused rather than ignored. */
-const CONFIG_KEYS = ["method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min", "disable_by_batch_size"];
+/** The `--speculative-config` keys read per method (vLLM's names); any other key is refused rather than ignored. */
+const CONFIG_KEYS: Record<Speculation["method"], readonly string[]> = {
+  ngram: ["method", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min", "disable_by_batch_size"],
+  suffix: [
+    "method", "num_speculative_tokens", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
+    "suffix_decoding_min_token_prob", "disable_by_batch_size",
+  ],
+};
 
 /** A speculation setting out of range: names the field and quotes the value. */
 export class SpeculationConfigError extends RangeError {
@@ -35,11 +45,20 @@ export class SpeculationConfigError extends RangeError {
 }
 
 /** Checks a speculation setting; throws SpeculationConfigError naming the bad field. */
-export function checkSpeculation(s: NgramSpeculation): NgramSpeculation {
-  if (s.method !== "ngram") throw new SpeculationConfigError(`Speculative method must be "ngram", got ${JSON.stringify(s.method)}`);
+export function checkSpeculation<S extends Speculation>(s: S): S {
   const whole = (name: string, v: number, lo: number, hi: number) => {
     if (!Number.isInteger(v) || v < lo || v > hi) throw new SpeculationConfigError(`The speculative ${name} must be an integer from ${lo} to ${hi}, got ${v}`);
   };
+  if (s.method === "suffix") {
+    whole("num_speculative_tokens", s.numTokens, 1, 64);
+    whole("suffix_decoding_max_tree_depth", s.maxDepth, 2, 256);
+    whole("suffix_decoding_max_cached_requests", s.maxCachedRequests, 0, 1 << 20);
+    if (!(s.maxSpecFactor > 0 && s.maxSpecFactor <= 64)) throw new SpeculationConfigError(`The speculative suffix_decoding_max_spec_factor must be a number above 0 and at most 64, got ${s.maxSpecFactor}`);
+    if (!(s.minTokenProb >= 0 && s.minTokenProb <= 1)) throw new SpeculationConfigError(`The speculative suffix_decoding_min_token_prob must be a number from 0 to 1, got ${s.minTokenProb}`);
+    if (s.disableByBatchSize !== undefined) whole("disable_by_batch_size", s.disableByBatchSize, 1, 1 << 20);
+    return s;
+  }
+  if (s.method !== "ngram") throw new SpeculationConfigError(`Speculative method must be "ngram" or "suffix", got ${JSON.stringify((s as { method: unknown }).method)}`);
   whole("num_speculative_tokens", s.numTokens, 1, 32);
   whole("prompt_lookup_max", s.maxN, 1, 64);
   whole("prompt_lookup_min", s.minN, 1, 64);
@@ -75,9 +94,10 @@ export function ngramDraft(tokens: readonly number[], s: Pick<NgramSpeculation, 
 /**
  * vLLM's `--speculative-config` JSON for n-gram drafts, e.g. `{"method": "ngram",
  * "num_speculative_tokens": 5, "prompt_lookup_max": 4}`: a missing lookup bound takes the other's
- * value, both missing take 5 (vLLM's defaults). Draft-model, EAGLE and MTP methods are refused.
+ * value, both missing take 5 (vLLM's defaults); or for suffix drafts, e.g. `{"method": "suffix"}`
+ * (vLLM's `suffix_decoding_*` keys and defaults). Draft-model, EAGLE and MTP methods are refused.
  */
-export function parseSpeculativeConfig(text: string): NgramSpeculation {
+export function parseSpeculativeConfig(text: string): Speculation {
   let v: unknown;
   try {
     v = JSON.parse(text);
@@ -86,20 +106,30 @@ export function parseSpeculativeConfig(text: string): NgramSpeculation {
   }
   if (typeof v !== "object" || v === null || Array.isArray(v)) throw new SpeculationConfigError(`The speculative config must be a JSON object, got ${JSON.stringify(text)}`);
   const o = v as Record<string, unknown>;
-  const unknown = Object.keys(o).filter((k) => !CONFIG_KEYS.includes(k));
-  if (unknown.length > 0) throw new SpeculationConfigError(`Unknown speculative config key "${unknown[0]}"; this server reads ${CONFIG_KEYS.join(", ")}`);
-  if (o.method !== "ngram") {
-    throw new SpeculationConfigError(`Speculative method ${JSON.stringify(o.method ?? null)} is not supported; only "ngram" (prompt lookup, no draft model) is`);
+  if (o.method !== "ngram" && o.method !== "suffix") {
+    throw new SpeculationConfigError(`Speculative method ${JSON.stringify(o.method ?? null)} is not supported; only "ngram" (prompt lookup) and "suffix" (suffix decoding), which need no draft model, are`);
   }
+  const keys = CONFIG_KEYS[o.method];
+  const unknown = Object.keys(o).filter((k) => !keys.includes(k));
+  if (unknown.length > 0) throw new SpeculationConfigError(`Unknown speculative config key "${unknown[0]}" for method "${o.method}"; this server reads ${keys.join(", ")}`);
   const num = (key: string): number | undefined => {
     const x = o[key];
     if (x === undefined) return undefined;
     if (typeof x !== "number") throw new SpeculationConfigError(`The speculative ${key} must be a number, got ${JSON.stringify(x)}`);
     return x;
   };
+  const batch = num("disable_by_batch_size");
+  if (o.method === "suffix") {
+    // vLLM's defaults; the draft length defaults to the depth.
+    const maxDepth = num("suffix_decoding_max_tree_depth") ?? 24;
+    return checkSpeculation({
+      method: "suffix", numTokens: num("num_speculative_tokens") ?? maxDepth, maxDepth, maxCachedRequests: num("suffix_decoding_max_cached_requests") ?? 10000,
+      maxSpecFactor: num("suffix_decoding_max_spec_factor") ?? 1, minTokenProb: num("suffix_decoding_min_token_prob") ?? 0.1, ...(batch !== undefined ? { disableByBatchSize: batch } : {}),
+    });
+  }
   const numTokens = num("num_speculative_tokens");
   if (numTokens === undefined) throw new SpeculationConfigError("The speculative config needs num_speculative_tokens");
-  const max = num("prompt_lookup_max"), min = num("prompt_lookup_min"), batch = num("disable_by_batch_size");
+  const max = num("prompt_lookup_max"), min = num("prompt_lookup_min");
   return checkSpeculation({
     method: "ngram", numTokens, maxN: max ?? min ?? NGRAM_DEFAULT_N, minN: min ?? max ?? NGRAM_DEFAULT_N, ...(batch !== undefined ? { disableByBatchSize: batch } : {}),
   });

@@ -2,7 +2,7 @@
  * Puts a server together: load the model, pick the backend, build the engine and the app, listen.
  * Used by `src/cli/serve.ts` and by the tests that drive a real server over sockets.
  */
-import type { NgramSpeculation } from "../engine/ngram-draft.ts";
+import type { Speculation } from "../engine/ngram-draft.ts";
 import os from "node:os";
 import { type BackendChoice, selectBackend } from "../backend/select.ts";
 import type { Engine } from "../engine/engine.ts";
@@ -79,7 +79,7 @@ export interface ServerOptions {
   /** Jump-forward decoding under output grammars (EngineOptions.jumpForward; default true). */
   jumpForward?: boolean;
   /** N-gram speculative decoding (EngineOptions.speculative; default off). */
-  speculative?: NgramSpeculation;
+  speculative?: Speculation;
   /**
    * How JSON output grammars (response_format, forced tool calls, structured_outputs json) may be
    * spaced unless a request says (`structured_outputs.disable_any_whitespace`): "any" (default) or

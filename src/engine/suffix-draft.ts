@@ -1,0 +1,131 @@
+/**
+ * Suffix decoding's drafts (vLLM's `"method": "suffix"`, after SuffixDecoding, Oliaro et al. 2024):
+ * the continuation that most often followed the context's longest recurring suffix, in the request's
+ * own context and in the outputs of earlier requests. Agents repeat themselves across requests (the
+ * same tool calls, the same JSON, the same plan steps), which a draft copied only from the request's
+ * own context (ngram-draft.ts) cannot see. Pure CPU code; the engine verifies every draft token.
+ *
+ * Instead of a suffix tree over every cached output, earlier outputs are indexed by their 2-grams;
+ * a lookup extends each occurrence of the context's last two tokens backwards (up to `maxDepth`),
+ * keeps the occurrences of the longest match, and walks their continuations: at each step the most
+ * frequent next token, while its frequency along the path stays at least `minTokenProb`.
+ */
+
+/** How suffix drafts are proposed (vLLM's `--speculative-config` names in comments). */
+export interface SuffixSpeculation {
+  method: "suffix";
+  /** Draft tokens per step at most (`num_speculative_tokens`; vLLM's default: `maxDepth`). */
+  numTokens: number;
+  /** Longest context suffix matched (`suffix_decoding_max_tree_depth`, default 24). */
+  maxDepth: number;
+  /** Earlier requests' outputs kept (`suffix_decoding_max_cached_requests`, default 10000; 0: own context only). */
+  maxCachedRequests: number;
+  /** A draft is at most this many times as long as the suffix it matched (`suffix_decoding_max_spec_factor`, default 1). */
+  maxSpecFactor: number;
+  /** A draft stops where its path's frequency falls below this (`suffix_decoding_min_token_prob`, default 0.1). */
+  minTokenProb: number;
+  /** No drafts while more than this many sequences run (`disable_by_batch_size`). */
+  disableByBatchSize?: number;
+}
+
+/** Tokens matched before an occurrence counts (the index's key length). */
+const KEY = 2;
+/** Occurrences of one key kept (the newest): a frequent pair would otherwise make every lookup long. */
+const MAX_OCCURRENCES = 256;
+/** Own-context occurrences examined per lookup, newest first. */
+const MAX_OWN = 64;
+
+/** Where a match continues: `seq` (an earlier output, or the context itself) from position `at`. */
+interface Occurrence {
+  seq: readonly number[];
+  at: number;
+}
+
+/** Earlier requests' outputs, indexed by 2-gram, the oldest dropped past `maxRequests`. */
+export class SuffixCache {
+  private readonly outputs: (readonly number[])[] = [];
+  private readonly index = new Map<string, Occurrence[]>();
+
+  constructor(private readonly maxRequests: number) {}
+
+  /** Outputs kept. */
+  get size(): number {
+    return this.outputs.length;
+  }
+
+  /** Keeps a finished request's output (too short to hold a key and a next token: not kept). */
+  add(output: readonly number[]): void {
+    if (this.maxRequests === 0 || output.length <= KEY) return;
+    const seq = [...output];
+    this.outputs.push(seq);
+    for (let at = KEY; at < seq.length; at++) {
+      const key = keyAt(seq, at);
+      let list = this.index.get(key);
+      if (list === undefined) this.index.set(key, (list = []));
+      list.push({ seq, at });
+      if (list.length > MAX_OCCURRENCES) list.shift();
+    }
+    if (this.outputs.length > this.maxRequests) this.drop(this.outputs.shift()!);
+  }
+
+  /**
+   * Up to `limit` draft tokens after `context` (a request's prompt and output so far), from its own
+   * earlier tokens and the cached outputs. Empty when the context's last two tokens never occurred.
+   */
+  draft(context: readonly number[], s: Pick<SuffixSpeculation, "maxDepth" | "maxSpecFactor" | "minTokenProb">, limit: number): number[] {
+    const len = context.length;
+    if (limit <= 0 || len < KEY) return [];
+    const found: Occurrence[] = [...(this.index.get(keyAt(context, len)) ?? [])];
+    // The context's own earlier occurrences (not its end, which nothing follows yet).
+    for (let i = len - 1, n = 0; i >= KEY && n < MAX_OWN; i--) {
+      if (context[i - 1] === context[len - 1] && context[i - 2] === context[len - 2]) {
+        found.push({ seq: context, at: i });
+        n++;
+      }
+    }
+    // The longest match: how far back each occurrence agrees with the context.
+    let best = 0;
+    const lengths = found.map((o) => {
+      let n = KEY;
+      while (n < s.maxDepth && o.at - n - 1 >= 0 && len - n - 1 >= 0 && o.seq[o.at - n - 1] === context[len - n - 1]) n++;
+      best = Math.max(best, n);
+      return n;
+    });
+    let live = found.filter((_, k) => lengths[k] === best);
+    const draft: number[] = [];
+    const most = Math.min(limit, Math.floor(s.maxSpecFactor * best));
+    let p = 1;
+    while (draft.length < most && live.length > 0) {
+      // The next token of each occurrence still on the path (one that ends here counts against all).
+      const counts = new Map<number, number>();
+      for (const o of live) {
+        const at = o.at + draft.length;
+        if (at < o.seq.length && !(o.seq === context && at >= len)) counts.set(o.seq[at], (counts.get(o.seq[at]) ?? 0) + 1);
+      }
+      let token = -1, count = 0;
+      for (const [t, c] of counts) if (c > count) [token, count] = [t, c];
+      p *= count / live.length;
+      if (count === 0 || p < s.minTokenProb) break;
+      live = live.filter((o) => o.seq[o.at + draft.length] === token);
+      draft.push(token);
+    }
+    return draft;
+  }
+
+  /** Forgets an output's occurrences. */
+  private drop(seq: readonly number[]): void {
+    for (let at = KEY; at < seq.length; at++) {
+      const key = keyAt(seq, at);
+      const list = this.index.get(key);
+      if (list === undefined) continue;
+      const kept = list.filter((o) => o.seq !== seq);
+      if (kept.length === 0) this.index.delete(key);
+      else this.index.set(key, kept);
+    }
+  }
+}
+
+/** The index key of the two tokens before position `at`. */
+function keyAt(seq: readonly number[], at: number): string {
+  return `${seq[at - 2]},${seq[at - 1]}`;
+}
