@@ -133,7 +133,8 @@ export class Engine implements ServingEngine {
     const sessionId = req.sessionId ?? (this.turns && inferSessionId(this.pool.probePrefix(req.prompt).metas, id));
     if (sessionId !== undefined) this.turns?.started(sessionId, this.now() / 1000);
     const wholePrompt = req.promptLogprobs !== undefined;
-    const seq = this.scheduler.submit(id, req.prompt, { sessionId, startsInReasoning: req.startsInReasoning, prefillOnly: req.prefillOnly, ...(wholePrompt ? { wholePrompt } : {}), ...(req.priority ? { priority: req.priority } : {}),
+    const seq = this.scheduler.submit(id, req.prompt, {
+      sessionId, startsInReasoning: req.startsInReasoning, prefillOnly: req.prefillOnly, ...(wholePrompt ? { wholePrompt } : {}), ...(req.priority ? { priority: req.priority } : {}),
     });
     let resolve!: (r: GenerateResult) => void;
     const result = new Promise<GenerateResult>((r) => (resolve = r));

@@ -1,7 +1,8 @@
 /**
  * The waiting side of a Scheduler: sequences queued for admission (new ones last, preempted ones
  * first), when each was first queued (for aging), admission by priority and then in FCFS or
- * least-uncached-work order (config.prefillOrder), and the queue gauges a cluster's router reads for every request it routes.
+ * least-uncached-work order (config.prefillOrder), and the queue gauges a cluster's router reads
+ * for every request it routes.
  *
  * Those gauges need each waiting prompt's uncached tokens, which takes a prefix-cache probe (hashing
  * the prompt). The probes are kept per sequence and summed incrementally as sequences join and
@@ -99,8 +100,8 @@ export class WaitingQueue {
 
   /**
    * Admission in {@link admissionOrder} into `running`: stops at the first sequence that does not
-   * fit (no overtaking; `skip` is passed over), except in the decode role and past a scored prompt (`room` 0: the step's prompt
-   * log-probability rows are spent). A swapped-out sequence gets fresh blocks for its
+   * fit (no overtaking; `skip` is passed over), except in the decode role and past a scored prompt
+   * (`room` 0: the step's prompt log-probability rows are spent). A swapped-out sequence gets fresh blocks for its
    * saved KV (pushed onto `swapIn`). A handed-off prompt whose last block this worker holds
    * (handoff-tails.ts) starts with all but its last token computed, as a decode: `work` "decode"
    * admits only those, "prefill" all others, "all" every sequence.

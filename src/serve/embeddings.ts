@@ -9,7 +9,7 @@
 import { z } from "zod";
 import type { RequestHandle } from "../engine/engine-types.ts";
 import { ApiError } from "./errors.ts";
-import { checkTextLength, submit, type ServeContext } from "./openai.ts";
+import { checkPriority, checkTextLength, submit, type ServeContext } from "./openai.ts";
 import { sessionKey } from "./schemas.ts";
 
 /** The most inputs one request may hold. */
@@ -36,9 +36,7 @@ export function submitEmbeddings(ctx: ServeContext, body: EmbeddingsRequest): Re
   if (body.dimensions !== undefined && body.dimensions !== null && body.dimensions !== size) {
     throw new ApiError(400, `This model's embeddings have ${size} dimensions and it was not trained for shorter ones; leave dimensions out or send ${size}, got dimensions = ${body.dimensions}`, "dimensions", "invalid_value");
   }
-  if (body.priority && !ctx.priorityScheduling) {
-    throw new ApiError(400, `Request priorities need --scheduling-policy priority; this server schedules fcfs, got priority = ${body.priority}`, "priority", "invalid_value");
-  }
+  checkPriority(ctx, body.priority);
   const input = body.input;
   const many = Array.isArray(input) && (typeof input[0] === "string" || Array.isArray(input[0]));
   const items = (many ? input : [input]) as (string | number[])[];

@@ -98,9 +98,7 @@ function unsupported(message: string, param: string): ApiError {
  */
 function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, ctx: Pick<ServeContext, "config" | "priorityScheduling">): void {
   const vocabSize = ctx.config.vocabSize;
-  if (body.priority && !ctx.priorityScheduling) {
-    throw new ApiError(400, `Request priorities need --scheduling-policy priority; this server schedules fcfs, got priority = ${body.priority}`, "priority", "invalid_value");
-  }
+  checkPriority(ctx, body.priority);
   if (body.n !== undefined && body.n !== null && !(body.n >= 1 && body.n <= MAX_CHOICES)) {
     throw new ApiError(400, `The number of choices n must be from 1 to ${MAX_CHOICES}, got n = ${body.n}`, "n", "invalid_value");
   }
@@ -116,6 +114,13 @@ function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, ctx
     throw new ApiError(400, `Prompt log probabilities cannot be streamed, got prompt_logprobs = ${body.prompt_logprobs} with stream = true`, "prompt_logprobs", "invalid_value");
   }
   if ("suffix" in body && body.suffix) throw unsupported(`A suffix is not supported (no fill-in-the-middle), got suffix = ${describe(body.suffix)}`, "suffix");
+}
+
+/** Refuses a priority other than 0 under `--scheduling-policy fcfs`, as vLLM does. */
+export function checkPriority(ctx: Pick<ServeContext, "priorityScheduling">, priority: number | null | undefined): void {
+  if (priority && !ctx.priorityScheduling) {
+    throw new ApiError(400, `Request priorities need --scheduling-policy priority; this server schedules fcfs, got priority = ${priority}`, "priority", "invalid_value");
+  }
 }
 
 /** How many top alternatives per token the request asks for (undefined: no log probabilities). */
