@@ -50,6 +50,18 @@ export interface CharClass {
   readonly negated: boolean;
 }
 
+/**
+ * A structural tag's compiled structures: for each trigger, the group of what may follow it (the
+ * rest of a structure's begin, a JSON value of its schema, its end); then free text again.
+ */
+export interface TagSet {
+  readonly triggers: readonly string[];
+  readonly after: ReadonlyMap<string, SeqGroup>;
+  readonly compact: boolean;
+  /** Kinds of plain character (char-kinds.ts) that start no trigger: free text of them needs no stepping. */
+  readonly safeKinds: number;
+}
+
 /** Whether code point `cp` is in `cls`. */
 export function inClass(cls: CharClass, cp: number): boolean {
   const r = cls.ranges;
@@ -86,6 +98,11 @@ export type Frame =
     readonly k: "arr"; readonly node: ArrayNode; readonly count: number; readonly phase: "first" | "value" | "after"; readonly seen: readonly string[] | null;
     readonly compact: boolean; readonly up: Frame | null; readonly d: number;
   }
+  /**
+   * Free text in which a trigger may not be written without one of its structures following it
+   * (a structural tag); tail: the end of the text so far that begins some trigger.
+   */
+  | { readonly k: "tagged"; readonly tags: TagSet; readonly tail: string; readonly up: null; readonly d: number }
   /** One character of a class (a grammar's `[a-z]` or `.`). */
   | { readonly k: "cls"; readonly cls: CharClass; readonly up: Frame | null; readonly d: number }
   /** Text matching a regular expression whole (the `regex` grammar); rs: where the expression is. */

@@ -48,6 +48,7 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
       case "arr": return `a${id(f.node)},${f.count},${f.phase},${f.d}${f.compact ? "c" : ""}${f.seen === null ? "" : JSON.stringify(f.seen)}/${below}`;
       case "re": return `r${id(f.re)},${f.rs.key}/${below}`;
       case "cls": return `c${id(f.cls)}/${below}`;
+      case "tagged": return `g${id(f.tags)},${JSON.stringify(f.tail)}/${below}`;
       // The marker names which free stretch this is (a prefix may await several in turn).
       case "think": return `t${JSON.stringify(f.until)},${f.m}/${below}`;
       case "then": return `T${below}`;
@@ -92,6 +93,11 @@ export function grammarPlainTextRooms(state: GrammarState): PlainTextRoom[] {
       const p = patternRoom(f.re, f.rs, ALL_KINDS & ~OTHER_KIND);
       const room = f.max - f.n - p.need;
       if (p.kinds !== 0 && room > 0) out.push({ room, kinds: p.kinds });
+      continue;
+    }
+    if (f !== null && f.k === "tagged") {
+      // Free text: plain text with no character that starts a trigger cannot begin one, whatever it holds.
+      if (f.tail === "" && f.tags.safeKinds !== 0) out.push({ room: Infinity, kinds: f.tags.safeKinds });
       continue;
     }
     if (f !== null && f.k === "cls") {

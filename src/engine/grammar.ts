@@ -14,7 +14,10 @@ import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, resolve, SchemaError, 
 import { canReach, type NumberRange } from "./number-bounds.ts";
 import { type CompiledRegex, compilePattern, RegexError } from "./regex-nfa.ts";
 import { literalKey, numberKey } from "./value-key.ts";
-import { type ArrayNode, type ArrFrame, type Config, type Frame, type GrammarState, inClass, type ObjFrame, type SeqFrame, uniqueSeen } from "./grammar-frames.ts";
+import {
+  type ArrayNode, type ArrFrame, type Config, type Frame, type GrammarState, inClass, type ObjFrame, type Piece, type SeqFrame, type SeqGroup, type TagSet, uniqueSeen,
+} from "./grammar-frames.ts";
+import { ALL_KINDS, kindOf } from "./char-kinds.ts";
 import { grammarStateKey, ObjectIds } from "./grammar-key.ts";
 import { compileGbnf } from "./gbnf.ts";
 import { numberMayEnd, numberStep } from "./grammar-number.ts";
@@ -45,7 +48,20 @@ export type OutputGrammar =
    * Text the rule `root` of a context-free grammar matches: GBNF, llama.cpp's notation (vLLM's
    * `structured_outputs.grammar`; gbnf.ts says what of it is read).
    */
-  | { kind: "gbnf"; grammar: string };
+  | { kind: "gbnf"; grammar: string }
+  /**
+   * vLLM's structural tag: free text, except that where one of `triggers` is written, one of the
+   * structures whose `begin` starts with it must follow: the rest of its `begin`, a JSON value of its
+   * `schema`, its `end`; then free text again (tool calls inside prose, their arguments valid).
+   */
+  | { kind: "structural_tag"; structures: readonly TagStructure[]; triggers: readonly string[]; whitespace?: JsonWhitespace };
+
+/** One structure of a structural tag. */
+export interface TagStructure {
+  begin: string;
+  schema: JsonSchema;
+  end: string;
+}
 
 /**
  * How a model writes tool calls. "hermes" (Qwen 2.5/3, Hermes): `<tool_call>\n{"name": ..., "arguments":
@@ -162,12 +178,48 @@ function startOf(g: OutputGrammar): GrammarState {
     const re = wholeRegex(g.pattern);
     return [{ top: { k: "re", re, rs: re.start, up: null, d: 0 }, ws: 0 }];
   }
+  if (g.kind === "structural_tag") return [{ top: { k: "tagged", tags: compileTags(g), tail: "", up: null, d: 0 }, ws: 0 }];
   if (g.kind === "gbnf") {
     const root = compileGbnf(g.grammar);
     return startGroup({ k: "seq", group: root, pieces: root.alts[0], i: 0, compact: false, up: null, d: 0 });
   }
   const group = toolCallGroup(g);
   return startGroup({ k: "seq", group, pieces: group.alts[0], i: 0, compact: g.whitespace === "compact", up: null, d: 0 });
+}
+
+/** A structural tag's structures by trigger; throws SchemaError for an empty list, a structure no trigger begins, or a schema outside the subset. */
+function compileTags(g: Extract<OutputGrammar, { kind: "structural_tag" }>): TagSet {
+  if (g.triggers.length === 0 || g.triggers.some((t) => t === "")) throw new SchemaError("A structural tag needs at least one trigger, and no trigger may be empty");
+  if (g.structures.length === 0) throw new SchemaError("A structural tag needs at least one structure");
+  const after = new Map<string, SeqGroup>();
+  g.structures.forEach((s, i) => {
+    const trigger = g.triggers.find((t) => s.begin.startsWith(t));
+    if (trigger === undefined) throw new SchemaError(`Structure ${i}'s begin ${JSON.stringify(s.begin)} starts with none of the triggers ${JSON.stringify(g.triggers)}`);
+    const pieces: Piece[] = [...(s.begin.length > trigger.length ? [{ lit: s.begin.slice(trigger.length) }] : []), { node: compileSchema(s.schema) }, ...(s.end ? [{ lit: s.end }] : [])];
+    const alts = [...(after.get(trigger)?.alts ?? []), pieces];
+    after.set(trigger, { alts, repeat: false, sep: "" });
+  });
+  // A trigger that no structure begins may not be written at all: no group follows it.
+  let safeKinds = ALL_KINDS;
+  for (const t of g.triggers) safeKinds &= ~kindOf(String.fromCodePoint(t.codePointAt(0)!));
+  return { triggers: g.triggers, after, compact: g.whitespace === "compact", safeKinds };
+}
+
+/** The free-text configuration after `c` (a trigger completed: what must follow it). */
+function stepTagged(f: Extract<Frame, { k: "tagged" }>, c: string): Config[] {
+  const text = f.tail + c;
+  const hit = f.tags.triggers.find((t) => text.endsWith(t));
+  if (hit !== undefined) {
+    const group = f.tags.after.get(hit);
+    if (group === undefined) return [];
+    return startGroup({ k: "seq", group, pieces: group.alts[0], i: 0, compact: f.tags.compact, up: { ...f, tail: "" }, d: f.d });
+  }
+  // Keep the longest end of the text that begins a trigger.
+  for (let k = Math.min(text.length, Math.max(...f.tags.triggers.map((t) => t.length)) - 1); k > 0; k--) {
+    const end = text.slice(text.length - k);
+    if (f.tags.triggers.some((t) => t.startsWith(end))) return [{ top: { ...f, tail: end }, ws: 0 }];
+  }
+  return [{ top: f.tail === "" ? f : { ...f, tail: "" }, ws: 0 }];
 }
 
 /** The literal node of a `choice` grammar; throws SchemaError for an empty list or an empty choice. */
@@ -229,6 +281,8 @@ export function grammarComplete(state: GrammarState): boolean {
 function accepting(cfg: Config): boolean {
   const f = cfg.top;
   if (f === null) return true;
+  // Free text may end anywhere, a trigger's start included (it is only text until it is whole).
+  if (f.k === "tagged") return true;
   if (f.k === "re") return f.re.accepts(f.rs) && complete(f.up).some(accepting);
   return f.k === "num" && numberMayEnd(f) && complete(f.up).some(accepting);
 }
@@ -280,6 +334,7 @@ function complete(up: Frame | null, key?: string): Config[] {
     // After a separator the group starts again; else the sequence goes on to its next piece.
     case "seq": return up.i === -1 ? startGroup(up) : enterPiece({ ...up, i: up.i + 1 });
     case "then": return [...up.state];
+    case "tagged": return [{ top: up, ws: 0 }];
   }
   return [];
 }
@@ -297,6 +352,7 @@ function step(cfg: Config, c: string): Config[] {
     }
     case "str": return stepString(f, c, complete);
     case "cls": return inClass(f.cls, c.codePointAt(0)!) ? complete(f.up) : [];
+    case "tagged": return stepTagged(f, c);
     // Where raw text may end, `c` may start what follows it.
     case "raw": return stepRaw(f, c, () => complete(f.up).flatMap((x) => step(x, c)));
     case "num": {

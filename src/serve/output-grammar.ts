@@ -2,7 +2,7 @@
  * The output grammar a request asks for: `response_format` (json_object, json_schema; chat and
  * completions), chat's `tool_choice` ("required", or naming a function: the answer is then tool calls
  * whose arguments follow the function's parameters), and vLLM's `structured_outputs` (`json`, `regex`,
- * `choice`, `grammar` (GBNF), `json_object`, `disable_any_whitespace`) with its older top-level names
+ * `choice`, `grammar` (GBNF), `structural_tag`, `json_object`, `disable_any_whitespace`) with its older top-level names
  * (`guided_json`, `guided_regex`, `guided_choice`, `guided_grammar`). Schemas and expressions are checked here, so what the decoder
  * cannot follow (src/engine/json-schema.ts, src/engine/regex-nfa.ts) is a 400 that names it, before
  * any work.
@@ -78,7 +78,46 @@ function responseFormat(body: Body, whitespace: JsonWhitespace): OutputGrammar |
     checkSchema(schema, "response_format", "The response_format schema");
     return { kind: "json", schema: schema as JsonSchema, ...spacing(whitespace) };
   }
-  throw new ApiError(400, `The response_format type must be "text", "json_object" or "json_schema", got ${describe(format.type)}`, "response_format", "invalid_value");
+  if (format.type === "structural_tag") return structuralTag(format, "response_format", whitespace);
+  throw new ApiError(400, `The response_format type must be "text", "json_object", "json_schema" or "structural_tag", got ${describe(format.type)}`, "response_format", "invalid_value");
+}
+
+/**
+ * vLLM's structural tag, `{"structures": [{"begin", "schema", "end"}], "triggers": [...]}` (as an
+ * object, or as a JSON string in `structured_outputs.structural_tag`); each schema checked.
+ */
+function structuralTag(value: unknown, param: string, whitespace: JsonWhitespace): OutputGrammar {
+  let v = value;
+  if (typeof v === "string") {
+    try {
+      v = JSON.parse(v);
+    } catch {
+      throw new ApiError(400, `The ${param} string must hold a structural tag's JSON, got ${describe(value)}`, param, "invalid_value");
+    }
+  }
+  const o = (typeof v === "object" && v !== null && !Array.isArray(v) ? v : {}) as { structures?: unknown; triggers?: unknown; format?: unknown };
+  if (o.format !== undefined && o.structures === undefined) {
+    throw new ApiError(400, `A structural tag in xgrammar's "format" form is not supported; give "structures" ([{"begin", "schema", "end"}]) and "triggers"`, param, "unsupported_parameter");
+  }
+  const isText = (x: unknown) => typeof x === "string";
+  const triggers = o.triggers;
+  if (!Array.isArray(triggers) || triggers.length === 0 || !triggers.every((t) => isText(t) && t !== "")) {
+    throw new ApiError(400, `A structural tag needs "triggers", a list of non-empty strings, got ${describe(triggers)}`, param, "invalid_value");
+  }
+  const structures = o.structures;
+  if (!Array.isArray(structures) || structures.length === 0) throw new ApiError(400, `A structural tag needs "structures", a non-empty list, got ${describe(structures)}`, param, "invalid_value");
+  const parsed = structures.map((x, i) => {
+    const st = (typeof x === "object" && x !== null ? x : {}) as { begin?: unknown; schema?: unknown; end?: unknown };
+    if (!isText(st.begin) || !isText(st.end)) throw new ApiError(400, `Structure ${i} of the structural tag needs string "begin" and "end", got ${describe(x)}`, param, "invalid_value");
+    const begin = st.begin as string;
+    if (!triggers.some((t: string) => begin.startsWith(t))) {
+      throw new ApiError(400, `Structure ${i}'s begin ${JSON.stringify(begin)} starts with none of the triggers ${JSON.stringify(triggers)}`, param, "invalid_value");
+    }
+    const schema = st.schema ?? true;
+    checkSchema(schema, param, `The schema of structure ${i}`);
+    return { begin, schema: schema as JsonSchema, end: st.end as string };
+  });
+  return { kind: "structural_tag", structures: parsed, triggers: triggers as string[], ...spacing(whitespace) };
 }
 
 /** What `structured_outputs` (or its `guided_*` names) asks: a grammar, where it was given, and JSON's spacing. */
@@ -161,8 +200,7 @@ function structuredGrammar(kind: (typeof KINDS)[number][0], value: unknown, para
       }
       return { kind: "gbnf", grammar: value };
     }
-    case "structural_tag":
-      throw new ApiError(400, `A structural tag (${param}) is not supported; use json, regex, choice or grammar`, param, "unsupported_parameter");
+    case "structural_tag": return structuralTag(value, param, whitespace);
   }
 }
 

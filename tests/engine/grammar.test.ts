@@ -330,6 +330,10 @@ const MASK_CASES: [JsonSchema | OutputGrammar, string][] = [
   [{ kind: "gbnf", grammar: String.raw`root ::= "{" pair ("," " "? pair)* "}"
 pair ::= "\"" [^"\\]* "\": " ([0-9]+ | "\"" [a-z ]* "\"")` }, '{"ab C!": 12, "x": "hi there"}'],
   [{ kind: "gbnf", grammar: 'root ::= "<" .* ">" [A-Z]{2,3}' }, '<a "b\\" >c>>AB'],
+  // A structural tag: free text (plain runs with no trigger's first character taken whole), a
+  // trigger's start that goes nowhere, then a whole structure and free text again.
+  [{ kind: "structural_tag", triggers: ["<f="], structures: [{ begin: "<f=a>", schema: { type: "object", properties: { x: { type: "integer" } } }, end: "</f>" }] },
+    'Hi <f <f=a>{"x": 12}</f> ok.'],
 ];
 const asGrammar = (g: JsonSchema | OutputGrammar): OutputGrammar => (typeof g === "object" && "kind" in g ? g as OutputGrammar : json(g as JsonSchema));
 

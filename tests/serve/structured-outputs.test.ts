@@ -1,6 +1,6 @@
 /**
  * vLLM's structured outputs through the real openai client: `structured_outputs` (json, regex, choice,
- * grammar, json_object, disable_any_whitespace), its older `guided_*` names, `response_format` on completions,
+ * grammar, structural_tag, json_object, disable_any_whitespace), its older `guided_*` names, `response_format` on completions,
  * compact JSON spacing (`serve --json-whitespace compact`), and the 400s for what cannot be followed.
  */
 import assert from "node:assert/strict";
@@ -102,6 +102,22 @@ num  ::= [1-9] [0-9]?
   });
 });
 
+test("response_format and structured_outputs structural_tag let the answer run free but make each trigger open a whole structure (openai client)", async () => {
+  const tag = { triggers: ["."], structures: [{ begin: ". ", schema: { type: "integer", minimum: 1, maximum: 9 }, end: ": " }] };
+  await withServer({}, async (_url, client) => {
+    for (const extra of [{ response_format: { type: "structural_tag", ...tag } }, { structured_outputs: { structural_tag: JSON.stringify({ type: "structural_tag", ...tag }) } }]) {
+      const r = await client.completions.create({ model: "stories260K", prompt: STORY, max_tokens: 60, temperature: 0.8, seed: 2, ...extra } as OpenAI.CompletionCreateParamsNonStreaming & Extra);
+      const text = r.choices[0].text;
+      const parts = text.split(".");
+      assert.ok(parts.length >= 2, `the story wrote a trigger: ${text}`);
+      for (const after of parts.slice(1, -1)) assert.match(after, /^ [1-9]: /, text);
+      // After the last ".": a whole structure, or the start of one where max_tokens cut it.
+      const last = parts[parts.length - 1];
+      assert.ok(/^ [1-9]: /.test(last) || " 9: ".startsWith(last.replace(/^ [1-9]/, " 9")), text);
+    }
+  });
+});
+
 test("structured_outputs places characters the vocabulary has only as byte tokens: é, 東京, 😀 (openai client)", async () => {
   // The story model's 512 tokens hold no character past ASCII: each is 2 to 4 byte-fallback tokens.
   await withServer({}, async (_url, client) => {
@@ -165,7 +181,10 @@ test("structured_outputs refuses with a 400 naming the parameter what it cannot 
       [comp({ structured_outputs: { grammar: 'start: "a"' } }), "structured_outputs.grammar", /cannot be followed.*expected "::=".*GBNF/],
       [comp({ structured_outputs: { grammar: 'root ::= root "a" | "b"' } }), "structured_outputs.grammar", /left-recursive/],
       [comp({ guided_grammar: 'root ::= item\nitem ::= "x" missing' }), "guided_grammar", /line 2, column 14: the rule "missing" is not defined/],
-      [comp({ structured_outputs: { structural_tag: { type: "structural_tag" } } }), "structured_outputs.structural_tag", /structural tag.*not supported/],
+      [comp({ structured_outputs: { structural_tag: { type: "structural_tag" } } }), "structured_outputs.structural_tag", /needs "triggers"/],
+      [comp({ structured_outputs: { structural_tag: '{"type": "structural_tag", "format": {"type": "triggered_tags"}}' } }), "structured_outputs.structural_tag", /"format" form is not supported/],
+      [comp({ response_format: { type: "structural_tag", triggers: ["<f"], structures: [{ begin: "<g>", schema: {}, end: "</g>" }] } }), "response_format", /begin "<g>" starts with none of the triggers/],
+      [comp({ response_format: { type: "structural_tag", triggers: ["<f"], structures: [{ begin: "<f>", schema: { type: "object", patternProperties: {} }, end: "</f>" }] } }), "response_format", /schema of structure 0.*patternProperties/],
       [comp({ structured_outputs: { whitespace_pattern: " ?" } }), "structured_outputs.whitespace_pattern", /not supported/],
       [comp({ structured_outputs: { choice: ["a"] }, guided_regex: "a" }), "guided_regex", /not both/],
       [comp({ structured_outputs: { choice: ["a"] }, response_format: { type: "json_object" } }), "structured_outputs.choice", /response_format or structured_outputs.choice, not both/],
