@@ -59,7 +59,7 @@ test("/v1/embeddings returns each input's last hidden state: its projection is t
     const norm = Math.hypot(...e);
     for (const other of [batch.data[0].embedding, byIds.data[0].embedding]) other.forEach((x, j) => assert.ok(Math.abs(x - e[j] / norm) < 1e-5, `dimension ${j}`));
     // The server names what it cannot embed.
-    const refused = async (body: Record<string, unknown>) => client.embeddings.create({ model: "stories260K", input: "Hi", ...body } as OpenAI.EmbeddingCreateParams).then(() => null, (err: unknown) => err);
+    const refused = (body: Record<string, unknown>) => client.embeddings.create({ model: "stories260K", input: "Hi", ...body } as OpenAI.EmbeddingCreateParams).then(() => null, (err: unknown) => err);
     for (const [body, param, status] of [
       [{ dimensions: 8 }, "dimensions", 400], [{ input: "" }, "input", 400], [{ input: [1, 99999] }, "input[1]", 400],
       [{ input: ["a", "x".repeat(20000)] }, "input[1]", 400], [{ model: "other" }, "model", 404],
