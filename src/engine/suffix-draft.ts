@@ -41,31 +41,42 @@ interface Occurrence {
   at: number;
 }
 
-/** Earlier requests' outputs, indexed by 2-gram, the oldest dropped past `maxRequests`. */
+/** Positions kept per output: an occurrence is stored as one number, output id × AT_LIMIT + position. */
+const AT_LIMIT = 2 ** 24;
+
+/**
+ * Earlier requests' outputs, indexed by 2-gram, the oldest dropped past `maxRequests`. An occurrence
+ * is one number (no object per token), so 10000 outputs of 500 tokens cost about 40 MB of index.
+ */
 export class SuffixCache {
-  private readonly outputs: (readonly number[])[] = [];
-  private readonly index = new Map<string, Occurrence[]>();
+  private readonly outputs = new Map<number, readonly number[]>();
+  private readonly index = new Map<number, number[]>();
+  private nextId = 0;
 
   constructor(private readonly maxRequests: number) {}
 
   /** Outputs kept. */
   get size(): number {
-    return this.outputs.length;
+    return this.outputs.size;
   }
 
   /** Keeps a finished request's output (too short to hold a key and a next token: not kept). */
   add(output: readonly number[]): void {
     if (this.maxRequests === 0 || output.length <= KEY) return;
-    const seq = [...output];
-    this.outputs.push(seq);
+    const seq = output.slice(0, AT_LIMIT);
+    const id = this.nextId++;
+    this.outputs.set(id, seq);
     for (let at = KEY; at < seq.length; at++) {
       const key = keyAt(seq, at);
       let list = this.index.get(key);
       if (list === undefined) this.index.set(key, (list = []));
-      list.push({ seq, at });
+      list.push(id * AT_LIMIT + at);
       if (list.length > MAX_OCCURRENCES) list.shift();
     }
-    if (this.outputs.length > this.maxRequests) this.drop(this.outputs.shift()!);
+    if (this.outputs.size > this.maxRequests) {
+      const [oldest] = this.outputs.keys();
+      this.drop(oldest);
+    }
   }
 
   /**
@@ -75,7 +86,11 @@ export class SuffixCache {
   draft(context: readonly number[], s: Pick<SuffixSpeculation, "maxDepth" | "maxSpecFactor" | "minTokenProb">, limit: number): number[] {
     const len = context.length;
     if (limit <= 0 || len < KEY) return [];
-    const found: Occurrence[] = [...(this.index.get(keyAt(context, len)) ?? [])];
+    const found: Occurrence[] = [];
+    for (const o of this.index.get(keyAt(context, len)) ?? []) {
+      const seq = this.outputs.get(Math.floor(o / AT_LIMIT));
+      if (seq !== undefined) found.push({ seq, at: o % AT_LIMIT });
+    }
     // The context's own earlier occurrences (not its end, which nothing follows yet).
     for (let i = len - 1, n = 0; i >= KEY && n < MAX_OWN; i--) {
       if (context[i - 1] === context[len - 1] && context[i - 2] === context[len - 2]) {
@@ -112,20 +127,22 @@ export class SuffixCache {
     return draft;
   }
 
-  /** Forgets an output's occurrences. */
-  private drop(seq: readonly number[]): void {
+  /** Forgets output `id` and its occurrences. */
+  private drop(id: number): void {
+    const seq = this.outputs.get(id)!;
+    this.outputs.delete(id);
     for (let at = KEY; at < seq.length; at++) {
       const key = keyAt(seq, at);
       const list = this.index.get(key);
       if (list === undefined) continue;
-      const kept = list.filter((o) => o.seq !== seq);
+      const kept = list.filter((o) => Math.floor(o / AT_LIMIT) !== id);
       if (kept.length === 0) this.index.delete(key);
-      else this.index.set(key, kept);
+      else if (kept.length !== list.length) this.index.set(key, kept);
     }
   }
 }
 
-/** The index key of the two tokens before position `at`. */
-function keyAt(seq: readonly number[], at: number): string {
-  return `${seq[at - 2]},${seq[at - 1]}`;
+/** The index key of the two tokens before position `at` (token ids are below 2^26, so the pair is an exact number). */
+function keyAt(seq: readonly number[], at: number): number {
+  return seq[at - 2] * 2 ** 26 + seq[at - 1];
 }
