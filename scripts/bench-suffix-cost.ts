@@ -5,13 +5,14 @@
  *
  *   ./node_modules/.bin/deno run -A --no-check scripts/bench-suffix-cost.ts
  */
+import process from "node:process";
 import { SuffixCache } from "../src/engine/suffix-draft.ts";
 import { ngramDraft } from "../src/engine/ngram-draft.ts";
 let x = 12345; const rnd = () => (x = (x * 1103515245 + 12345) % 2 ** 31) % 32000;
 const c = new SuffixCache(10000);
-const before = Deno.memoryUsage().heapUsed;
+const before = process.memoryUsage().heapUsed;
 for (let r = 0; r < 12000; r++) c.add(Array.from({ length: 500 }, rnd));
-console.log(`cache: ${c.size} outputs kept of 12000 added, heap +${((Deno.memoryUsage().heapUsed - before) / 2 ** 20).toFixed(0)} MB`);
+console.log(`cache: ${c.size} outputs kept of 12000 added, heap +${((process.memoryUsage().heapUsed - before) / 2 ** 20).toFixed(0)} MB`);
 const ctx = Array.from({ length: 19000 }, rnd);
 const S = { maxDepth: 24, maxSpecFactor: 1, minTokenProb: 0.1 };
 for (const [name, f] of [["suffix", () => c.draft(ctx, S, 24)], ["suffix, empty cache", () => new SuffixCache(0).draft(ctx, S, 24)], ["ngram", () => ngramDraft(ctx, { maxN: 5, minN: 2 }, 5)]] as const) {

@@ -85,6 +85,21 @@ export interface Submitted {
   promptLogprobs?: number;
   /** Chat only: the prompt's length in tokens (known before the first token; the result says it again). */
   promptTokens?: number;
+  /** The processing tier applied, when the request named one (`service_tier`, returned as OpenAI does). */
+  serviceTier?: AppliedTier;
+}
+
+/** The tiers a request is served in: `service_tier` "priority" and "flex" as priorities -1 and 1, the rest as 0. */
+export type AppliedTier = "default" | "priority" | "flex";
+
+/** The tier `service_tier` gets here: "priority" and "flex" under priority scheduling, else "default". */
+export function appliedTier(ctx: Pick<ServeContext, "priorityScheduling">, tier: string | null | undefined): AppliedTier {
+  return ctx.priorityScheduling && (tier === "priority" || tier === "flex") ? tier : "default";
+}
+
+/** The scheduling priority of a tier: "priority" before the rest, "flex" after (an explicit `priority` wins). */
+function tierPriority(tier: AppliedTier): number {
+  return tier === "priority" ? -1 : tier === "flex" ? 1 : 0;
 }
 
 /** A 400 for a known OpenAI parameter this server parses but cannot honour. */
@@ -131,7 +146,7 @@ function logprobsCount(body: ChatRequest | CompletionRequest): number | undefine
 
 /** Builds the engine request (after {@link checkUnsupported}). */
 function engineRequest(
-  body: ChatRequest | CompletionRequest, ctx: Pick<ServeContext, "samplingDefaults" | "engine">, prompt: number[], maxTokens: number | null | undefined, startsInReasoning = false, grammar?: OutputGrammar, skipSpecialTokens = true,
+  body: ChatRequest | CompletionRequest, ctx: Pick<ServeContext, "samplingDefaults" | "engine" | "priorityScheduling">, prompt: number[], maxTokens: number | null | undefined, startsInReasoning = false, grammar?: OutputGrammar, skipSpecialTokens = true,
 ): GenerateRequest {
   const stop = body.stop === null || body.stop === undefined ? [] : typeof body.stop === "string" ? [body.stop] : body.stop;
   const defaults = ctx.samplingDefaults;
@@ -139,6 +154,7 @@ function engineRequest(
   const defaultMax = defaults.maxTokens === undefined ? undefined : Math.max(1, Math.min(defaults.maxTokens, ctx.engine.maxModelLen - prompt.length));
   // top_k: -1 and 0 turn it off, as in vLLM; left out, the model's default.
   const topK = body.top_k ?? defaults.topK ?? 0;
+  const priority = body.priority ?? tierPriority(appliedTier(ctx, body.service_tier));
   return {
     prompt,
     maxTokens: maxTokens ?? defaultMax,
@@ -160,7 +176,7 @@ function engineRequest(
     logitBias: body.logit_bias ? Object.entries(body.logit_bias).map(([token, bias]): [number, number] => [Number(token), bias]) : undefined,
     // An empty key names no session (and would collide with the retention policy's no-session group).
     sessionId: body.prompt_cache_key || body.user || undefined,
-    ...(body.priority ? { priority: body.priority } : {}),
+    ...(priority ? { priority } : {}),
     ...(startsInReasoning ? { startsInReasoning } : {}),
     ...(promptLogprobsOf(body) !== undefined ? { promptLogprobs: promptLogprobsOf(body) } : {}),
   };
@@ -172,9 +188,10 @@ function promptLogprobsOf(body: ChatRequest | CompletionRequest): number | undef
 }
 
 /** `s` with vLLM's `prompt_logprobs` count when the body asked for it. */
-function withPromptLogprobs(s: Submitted, body: ChatRequest | CompletionRequest): Submitted {
+function withPromptLogprobs(s: Submitted, body: ChatRequest | CompletionRequest, ctx: Pick<ServeContext, "priorityScheduling">): Submitted {
   const promptLogprobs = promptLogprobsOf(body);
-  return promptLogprobs === undefined ? s : { ...s, promptLogprobs };
+  const tier = body.service_tier ? { serviceTier: appliedTier(ctx, body.service_tier) } : {};
+  return { ...s, ...tier, ...(promptLogprobs === undefined ? {} : { promptLogprobs }) };
 }
 
 /**
@@ -298,7 +315,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const n = body.n ?? 1;
   // Chat's prompt log probabilities are returned once, beside the choices.
   const handles = submit(ctx, [request], n, "messages", true);
-  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, promptTokens: prompt.length, output: { reasoning, reasoningTags, startsInReasoning, ...(start ? { harmony: start } : {}), toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools) } }, body);
+  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, promptTokens: prompt.length, output: { reasoning, reasoningTags, startsInReasoning, ...(start ? { harmony: start } : {}), toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools) } }, body, ctx);
 }
 
 /** The prompts of a completion body, tokenized (text) or checked (token ids). */
@@ -363,5 +380,5 @@ export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Su
   });
   // Streamed, each choice echoes its prompt with its own request's log probabilities.
   const handles = submit(ctx, reqs, perPrompt, "prompt", !body.stream);
-  return withPromptLogprobs({ kind: "completion", handles, perPrompt, n, output: null, completion: { prompts, echo, scoreOnly, logprobs } }, body);
+  return withPromptLogprobs({ kind: "completion", handles, perPrompt, n, output: null, completion: { prompts, echo, scoreOnly, logprobs } }, body, ctx);
 }

@@ -95,7 +95,7 @@ export async function completeJson(ctx: ServeContext, s: Submitted): Promise<Jso
   }
   // vLLM puts a chat prompt's log probabilities beside the choices (one prompt for all of them).
   const scored = s.kind === "chat" && s.promptLogprobs !== undefined ? { prompt_logprobs: promptLogprobsJson(ctx.tokenizer, results[0].promptLogprobs ?? [], s.promptLogprobs) } : {};
-  return { ...base, object: s.kind === "chat" ? "chat.completion" : "text_completion", choices, usage: usage(s, results), ...scored };
+  return { ...base, object: s.kind === "chat" ? "chat.completion" : "text_completion", choices, usage: usage(s, results), ...scored, ...tierJson(s) };
 }
 
 /** One choice of a stream: its chat parser, tool calls, and log probabilities not yet sent. */
@@ -184,7 +184,7 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
   const created = Math.floor(Date.now() / 1000);
   const object = kind === "chat" ? "chat.completion.chunk" : "text_completion";
   const chunk = (choice: Json | null, extra: Json = {}) => {
-    const body = { id, object, created, model: ctx.modelName, choices: choice ? [choice] : [], ...(includeUsage ? { usage: null } : {}), ...extra };
+    const body = { id, object, created, model: ctx.modelName, choices: choice ? [choice] : [], ...(includeUsage ? { usage: null } : {}), ...tierJson(s), ...extra };
     return enc.encode(`data: ${JSON.stringify(body)}\n\n`);
   };
   const cancelAll = () => handles.forEach((h) => h.cancel());
@@ -226,4 +226,9 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
       cancelAll();
     },
   });
+}
+
+/** `service_tier` as OpenAI returns it, when the request named one. */
+function tierJson(s: Submitted): Json {
+  return s.serviceTier ? { service_tier: s.serviceTier } : {};
 }

@@ -13,7 +13,7 @@ import { ChatOutputStream } from "./chat-output.ts";
 import type { Conversation, ConversationStore } from "./conversation-store.ts";
 import { checkRoom, unknownConversation } from "./conversations.ts";
 import { ApiError, describe } from "./errors.ts";
-import { chatPrompt, type ServeContext, type Submitted, submitChat } from "./openai.ts";
+import { appliedTier, chatPrompt, type ServeContext, type Submitted, submitChat } from "./openai.ts";
 import { chatLogprobs } from "./logprobs-json.ts";
 import { failure, noteToolWait } from "./respond.ts";
 import { namedEventStream } from "./event-stream.ts";
@@ -187,7 +187,7 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
     background: body.background === true, conversation: conversation ? { id: conversation.id } : null, error: null, incomplete_details: null,
     instructions: body.instructions ?? null, max_output_tokens: body.max_output_tokens ?? null, max_tool_calls: body.max_tool_calls ?? null,
     metadata: body.metadata ?? {}, parallel_tool_calls: parallel, previous_response_id: previousId, prompt_cache_key: body.prompt_cache_key ?? null,
-    reasoning: { effort: body.reasoning?.effort ?? null, summary: null }, store: stored,
+    reasoning: { effort: body.reasoning?.effort ?? null, summary: null }, store: stored, service_tier: appliedTier(ctx, body.service_tier),
     temperature: body.temperature ?? 1, text: { format: body.text?.format ?? { type: "text" } }, tool_choice: body.tool_choice ?? "auto",
     tools: body.tools ?? [], top_logprobs: body.top_logprobs ?? 0, top_p: body.top_p ?? 1, truncation: body.truncation ?? "disabled", user: body.user ?? null,
   };

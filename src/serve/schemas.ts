@@ -91,6 +91,9 @@ const StructuredOutputs = z.looseObject({
   disable_any_whitespace: maybe(z.boolean()),
 });
 
+/** OpenAI's `service_tier` values. */
+export const SERVICE_TIERS = ["auto", "default", "flex", "scale", "priority"] as const;
+
 /** Fields shared by chat and completions. */
 const common = {
   model: z.string().min(1),
@@ -104,6 +107,8 @@ const common = {
   min_p: maybe(z.number().min(0).max(1)),
   // vLLM's extension: lower is scheduled first (admitted before, preempted after); 0 by default.
   priority: maybe(z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1)),
+  // OpenAI's processing tiers, read as priorities (openai.ts `tierPriority`).
+  service_tier: maybe(z.enum(SERVICE_TIERS)),
   // vLLM's extension (HF's): logits of tokens in the prompt or output divided (if positive) or multiplied by it.
   repetition_penalty: maybe(z.number().gt(0).max(1e6)),
   seed: maybe(z.number().int().min(-(2 ** 53)).max(2 ** 53)),

@@ -168,7 +168,7 @@ test("checkUnsupported() and chatGrammar() refuse what cannot be honoured: schem
   assert400(await chat({ logit_bias: { "5": 101 } }), "logit_bias[5]", "invalid_value", /<=100 \(got 101\)/);
   assert400(await chat({ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", format: "iri" } } } }), "response_format", "invalid_value", /^The response_format schema cannot be followed: the schema's "format" "iri" at # is not supported by constrained decoding \(supported: date, /);
   assert400(await chat({ response_format: { type: "json_schema" } }), "response_format", "invalid_value", /needs a "json_schema" object/);
-  assert400(await chat({ response_format: { type: "xml" } }), "response_format", "invalid_value", /type must be "text", "json_object" or "json_schema", got "xml"/);
+  assert400(await chat({ response_format: { type: "xml" } }), "response_format", "invalid_value", /type must be "text", "json_object", "json_schema" or "structural_tag", got "xml"/);
   assert400(await completion({ best_of: 2, n: 3 }), "best_of", "invalid_value", /The best_of must be at least n, got best_of = 2 and n = 3/);
   assert400(await completion({ best_of: 0 }), "best_of", "invalid_value", /got 0/);
   assert400(await completion({ suffix: "The end." }), "suffix", "unsupported_parameter", /suffix = "The end\."/);

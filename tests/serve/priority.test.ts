@@ -71,3 +71,37 @@ test("--scheduling-policy fcfs refuses any priority but 0, on chat completions a
     await s.shutdown();
   }
 });
+
+test("service_tier \"priority\" and \"flex\" schedule as priorities -1 and 1, and come back in the response (openai client)", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, maxNumSeqs: 1, maxBatchTokens: 64 });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    // A flex request holds the one slot; a priority one takes it.
+    const stream = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 120, temperature: 0, ignore_eos: true, stream: true, service_tier: "flex" } as OpenAI.CompletionCreateParamsStreaming & { ignore_eos: boolean });
+    let urgent: Promise<OpenAI.Chat.ChatCompletion> | undefined;
+    let tier: unknown;
+    for await (const chunk of stream) {
+      tier ??= (chunk as unknown as { service_tier?: string }).service_tier;
+      urgent ??= client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: "Hi" }], max_tokens: 4, service_tier: "priority" });
+    }
+    assert.equal(tier, "flex");
+    assert.equal((await urgent!).service_tier, "priority");
+    const m = await (await fetch(`${s.url}/metrics`)).text();
+    assert.ok(metric(m, "evolving:num_priority_preemptions_total") >= 1, "the priority tier preempted the flex one");
+    const response = await client.responses.create({ model: "stories260K", input: "Hi", max_output_tokens: 2, service_tier: "priority" });
+    assert.equal(response.service_tier, "priority");
+    const err = await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: "Hi" }], max_tokens: 1, service_tier: "turbo" } as unknown as OpenAI.ChatCompletionCreateParamsNonStreaming).then(() => null, (e: unknown) => e);
+    assert.ok(err instanceof OpenAI.APIError && err.status === 400 && err.param === "service_tier", String(err));
+  } finally {
+    await s.shutdown();
+  }
+  // Without priority scheduling every tier is served as the default one, and says so.
+  const fcfs = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, schedulingPolicy: "fcfs" });
+  try {
+    const client = new OpenAI({ baseURL: `${fcfs.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const r = await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: "Hi" }], max_tokens: 2, service_tier: "priority" });
+    assert.equal(r.service_tier, "default");
+  } finally {
+    await fcfs.shutdown();
+  }
+});
