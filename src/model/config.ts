@@ -196,6 +196,11 @@ export interface ModelConfig {
    * where their template ends them. Absent: none.
    */
   appendEosTokenId?: number;
+  /**
+   * How the model's embeddings are pooled, where its file says (GGUF `{arch}.pooling_type`: llama.cpp's
+   * none, mean, cls, last, rank). /v1/embeddings pools the last token, so it refuses mean, cls and rank.
+   */
+  poolingType?: PoolingType;
   /** The sampling defaults the model ships (a Hugging Face directory's generation_config.json); absent: none. */
   samplingDefaults?: SamplingDefaults;
 }
@@ -217,6 +222,11 @@ export interface SamplingDefaults {
 }
 
 /** A tensor as read from a file, before upload: raw little-endian bytes in its dtype's layout. */
+/** llama.cpp's pooling types, by their GGUF number (0 to 4). */
+export const POOLING_TYPES = ["none", "mean", "cls", "last", "rank"] as const;
+/** How a model's embeddings are pooled ({@link POOLING_TYPES}). */
+export type PoolingType = (typeof POOLING_TYPES)[number];
+
 export interface HostTensor {
   name: string;
   shape: number[]; // row-major, outermost first (e.g. [out, in] for a linear weight)

@@ -19,6 +19,7 @@ import {
   ModelLoadError,
   type MoeConfig,
   plainMoe,
+  POOLING_TYPES,
   type Tokenizer,
 } from "./config.ts";
 import { GgufMetadata } from "./gguf-metadata.ts";
@@ -155,6 +156,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const tokModel = meta.string("tokenizer.ggml.model", "");
   const optionalId = (key: string) => meta.optionalNumber(key);
   const validId = (id: number | undefined) => id !== undefined && id >= 0 && id < embd.shape[0];
+  const poolingNumber = meta.optionalNumber(`${arch}.pooling_type`);
+  const pooling = poolingNumber === undefined ? undefined : POOLING_TYPES[poolingNumber];
   const eosTokenIds = withHarmonyStops(
     [
       ...new Set(
@@ -210,6 +213,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     eosTokenIds,
     addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama"),
     ...(meta.bool("tokenizer.ggml.add_eos_token", false) && validId(optionalId("tokenizer.ggml.eos_token_id")) ? { appendEosTokenId: optionalId("tokenizer.ggml.eos_token_id") } : {}),
+    ...(pooling !== undefined ? { poolingType: pooling } : {}),
   };
 }
 

@@ -32,6 +32,10 @@ export type EmbeddingsRequest = z.infer<typeof EmbeddingsRequestSchema>;
 
 /** Submits one engine request per input; throws ApiError for what cannot be embedded. */
 export function submitEmbeddings(ctx: ServeContext, body: EmbeddingsRequest): RequestHandle[] {
+  const pooling = ctx.config.poolingType;
+  if (pooling === "mean" || pooling === "cls" || pooling === "rank") {
+    throw new ApiError(400, `This model pools its embeddings by ${pooling} (its file's pooling_type); this server pools the last token only, which would give other vectors`, "model", "unsupported_model");
+  }
   const size = ctx.config.hiddenSize;
   if (body.dimensions !== undefined && body.dimensions !== null && body.dimensions !== size) {
     throw new ApiError(400, `This model's embeddings have ${size} dimensions and it was not trained for shorter ones; leave dimensions out or send ${size}, got dimensions = ${body.dimensions}`, "dimensions", "invalid_value");

@@ -194,7 +194,7 @@ test("decodeToF32() of loaded norm weights equals the written values", async () 
   assert.deepEqual(decodeToF32(norm.data, "f32", spec.hidden), w.get("model.layers.1.post_attention_layernorm.weight")!.values);
 });
 
-test("loadModel() reads the token a tokenizer ends texts with (appendEosTokenId) from GGUF add_eos_token and an HF post-processor", async () => {
+test("loadModel() reads the token a tokenizer ends texts with (appendEosTokenId) from GGUF add_eos_token and an HF post-processor, and GGUF's pooling type", async () => {
   const w = randomHfWeights(LLAMA);
   const vocab = vocabFor(LLAMA);
   const plain = `${dir}/no-eos.gguf`;
@@ -203,6 +203,11 @@ test("loadModel() reads the token a tokenizer ends texts with (appendEosTokenId)
   const withEos = `${dir}/add-eos.gguf`;
   await writeFile(withEos, ggufBytes(LLAMA, w, vocab, { metadata: [["tokenizer.ggml.add_eos_token", gguf.bool(true)]] }));
   assert.equal((await loadModel(withEos)).config.appendEosTokenId, vocab.eosId);
+  // llama.cpp's pooling type, where an embedding model's file gives it (2: CLS).
+  const cls = `${dir}/pooling.gguf`;
+  await writeFile(cls, ggufBytes(LLAMA, w, vocab, { metadata: [["llama.pooling_type", gguf.u32(2)]] }));
+  assert.equal((await loadModel(cls)).config.poolingType, "cls");
+  assert.equal((await loadModel(plain)).config.poolingType, undefined);
   // A Hugging Face directory whose tokenizer.json appends its EOS after the text.
   const hf = `${dir}/hf-eos`;
   await writeHfDirectory(hf, LLAMA, w);

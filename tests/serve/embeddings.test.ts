@@ -71,6 +71,15 @@ test("/v1/embeddings returns each input's last hidden state: its projection is t
   } finally {
     await s.shutdown();
   }
+  // A model whose file says it pools by mean gets a 400, not last-token vectors.
+  const mean = await startServer({ modelPath, model: { ...model, config: { ...model.config, poolingType: "mean" } }, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 16 });
+  try {
+    const client = new OpenAI({ baseURL: `${mean.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const err = await client.embeddings.create({ model: "stories260K", input: "Hi" }).then(() => null, (e: unknown) => e);
+    assert.ok(err instanceof OpenAI.APIError && err.status === 400 && /pools its embeddings by mean/.test(err.message), String(err));
+  } finally {
+    await mean.shutdown();
+  }
 });
 
 test("/v1/embeddings through a cluster of a prefill and a decode worker gives the one engine's vectors", async () => {
