@@ -9,7 +9,7 @@
 import { z } from "zod";
 import type { RequestHandle } from "../engine/engine-types.ts";
 import { ApiError } from "./errors.ts";
-import { checkPriority, checkTextLength, submit, type ServeContext } from "./openai.ts";
+import { checkPriority, checkTextLength, submit, type ServeContext, truncatedPrompt } from "./openai.ts";
 import { sessionKey } from "./schemas.ts";
 
 /** The most inputs one request may hold. */
@@ -27,6 +27,8 @@ export const EmbeddingsRequestSchema = z.looseObject({
   // vLLM's extensions: unit length (default) or the raw pooled state, and the scheduling priority.
   normalize: z.boolean().nullish(),
   priority: z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1).nullish(),
+  // vLLM's: embed only each input's last this-many tokens (-1: as many as the context holds).
+  truncate_prompt_tokens: z.number().int().min(-1).refine((v) => v !== 0, "must be -1 or a positive number of tokens to keep, got 0").nullish(),
 });
 export type EmbeddingsRequest = z.infer<typeof EmbeddingsRequestSchema>;
 
@@ -49,14 +51,14 @@ export function submitEmbeddings(ctx: ServeContext, body: EmbeddingsRequest): Re
     if (typeof item !== "string") {
       const bad = item.findIndex((id) => id >= ctx.config.vocabSize);
       if (bad >= 0) throw new ApiError(400, `Token id ${item[bad]} is outside the vocabulary (0..${ctx.config.vocabSize - 1})`, `${param}[${bad}]`, "invalid_value");
-      return item;
+      return truncatedPrompt(ctx, item, body.truncate_prompt_tokens);
     }
     if (item === "") throw new ApiError(400, `An input to embed is empty; send at least one character`, param, "invalid_value");
-    checkTextLength(ctx, item, param);
+    if (body.truncate_prompt_tokens === undefined || body.truncate_prompt_tokens === null) checkTextLength(ctx, item, param);
     const ids = ctx.tokenizer.encode(item, { addBos: ctx.config.addBos });
     // The token an embedding model's tokenizer ends texts with, which it pools at.
     const end = ctx.config.appendEosTokenId;
-    return end === undefined || ids[ids.length - 1] === end ? ids : [...ids, end];
+    return truncatedPrompt(ctx, end === undefined || ids[ids.length - 1] === end ? ids : [...ids, end], body.truncate_prompt_tokens);
   });
   const sessionId = body.user || undefined;
   return submit(ctx, prompts.map((prompt) => ({ prompt, maxTokens: 1, temperature: 0, embed: true, ...(sessionId ? { sessionId } : {}), ...(body.priority ? { priority: body.priority } : {}) })), 1, "input", false);

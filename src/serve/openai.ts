@@ -254,8 +254,8 @@ export function chatPrompt(ctx: ServeContext, body: ChatRequest): { text: string
   const mistral = ctx.toolCallParser === "mistral" || ctx.toolCallParser === "mistral_pre_v11";
   const messages = mistral ? mistralMessageIds(body.messages) : isHarmony(ctx) ? harmonyMessages(body.messages) : body.messages;
   const { text, startsWithBos } = ctx.chat.render(messages, tools, body.chat_template_kwargs ?? undefined, turnOptions(ctx, body));
-  // The rendered text holds every message (templates add text, never remove it).
-  checkTextLength(ctx, text, "messages");
+  // The rendered text holds every message (templates add text, never remove it). Truncated, it may be longer.
+  if (body.truncate_prompt_tokens === undefined || body.truncate_prompt_tokens === null) checkTextLength(ctx, text, "messages");
   const prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos && !startsWithBos });
   if (prompt.length === 0) throw new ApiError(400, "The messages render to an empty prompt", "messages", "invalid_value");
   return { text, prompt, tools };
@@ -283,7 +283,9 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const { grammar, parallelToolCalls } = chatGrammar(body, ctx.jsonWhitespace, ctx.toolCallParser);
   checkUnsupported(body, "chat", ctx);
   const harmony = isHarmony(ctx);
-  const { text, prompt, tools } = chatPrompt(ctx, body);
+  const rendered = chatPrompt(ctx, body);
+  const { text, tools } = rendered;
+  const prompt = truncatedPrompt(ctx, rendered.prompt, body.truncate_prompt_tokens);
   const reasoningTags = reasoningTagsOf(ctx.reasoningParser);
   const reasoning = reasoningTags !== undefined;
   const start = harmony ? harmonyStart(text) : undefined;
@@ -318,21 +320,36 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, promptTokens: prompt.length, output: { reasoning, reasoningTags, startsInReasoning, ...(start ? { harmony: start } : {}), toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools) } }, body, ctx);
 }
 
-/** The prompts of a completion body, tokenized (text) or checked (token ids). */
-function completionPrompts(ctx: ServeContext, p: CompletionRequest["prompt"]): EchoedPrompt[] {
+/** The prompts of a completion body, tokenized (text) or checked (token ids), cut to `truncate_prompt_tokens`. */
+function completionPrompts(ctx: ServeContext, p: CompletionRequest["prompt"], truncate: number | null | undefined): EchoedPrompt[] {
   const list: (string | number[])[] = typeof p === "string" ? [p] : typeof p[0] === "number" ? [p as number[]] : (p as (string | number[])[]);
   return list.map((one, i) => {
     const param = list.length > 1 ? `prompt[${i}]` : "prompt";
     if (typeof one === "string") {
-      checkTextLength(ctx, one, param);
-      const ids = ctx.tokenizer.encode(one, { addBos: ctx.config.addBos });
-      if (ids.length === 0) throw new ApiError(400, "The prompt is empty", param, "invalid_value");
-      return { ids, text: one };
+      if (truncate === undefined || truncate === null) checkTextLength(ctx, one, param);
+      const all = ctx.tokenizer.encode(one, { addBos: ctx.config.addBos });
+      if (all.length === 0) throw new ApiError(400, "The prompt is empty", param, "invalid_value");
+      const ids = truncatedPrompt(ctx, all, truncate);
+      // Echo returns what was computed: the kept tail.
+      return { ids, text: ids === all ? one : ctx.tokenizer.decode(ids) };
     }
     const bad = one.find((id) => id >= ctx.config.vocabSize);
     if (bad !== undefined) throw new ApiError(400, `Token id ${bad} is outside the vocabulary (0..${ctx.config.vocabSize - 1})`, param, "invalid_value");
-    return { ids: one, text: ctx.tokenizer.decode(one) };
+    const ids = truncatedPrompt(ctx, one, truncate);
+    return { ids, text: ctx.tokenizer.decode(ids) };
   });
+}
+
+/**
+ * vLLM's `truncate_prompt_tokens`: the last `keep` tokens of a prompt (-1: as many as the context
+ * holds), the prompt itself when it is no longer or no truncation is asked. A 400 past the context.
+ */
+export function truncatedPrompt(ctx: Pick<ServeContext, "engine">, ids: number[], keep: number | null | undefined): number[] {
+  if (keep === undefined || keep === null) return ids;
+  const limit = ctx.engine.maxModelLen;
+  if (keep > limit) throw new ApiError(400, `A truncate_prompt_tokens of ${keep} is more than this model's maximum context length of ${limit} tokens`, "truncate_prompt_tokens", "invalid_value");
+  const n = keep === -1 ? limit : keep;
+  return ids.length > n ? ids.slice(ids.length - n) : ids;
 }
 
 /**
@@ -363,7 +380,7 @@ export const MAX_COMPLETION_GENERATIONS = 256;
 export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Submitted {
   const grammar = completionGrammar(body, ctx.jsonWhitespace);
   checkUnsupported(body, "completion", ctx);
-  const prompts = completionPrompts(ctx, body.prompt);
+  const prompts = completionPrompts(ctx, body.prompt, body.truncate_prompt_tokens);
   const perPrompt = checkCompletionShape(body, prompts.length);
   const n = body.n ?? 1;
   const echo = body.echo === true;
