@@ -6,7 +6,7 @@
 import { Hono, type Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import type { ZodType } from "zod";
-import type { ServingEngine } from "../engine/engine-types.ts";
+import type { RequestHandle, ServingEngine } from "../engine/engine-types.ts";
 import type { SchedulingPolicy } from "../engine/scheduler-types.ts";
 import type { JsonWhitespace, ToolCallFormat } from "../engine/grammar.ts";
 import type { LoadedModel, SamplingDefaults } from "../model/config.ts";
@@ -31,6 +31,7 @@ import { countMessageTokens, respondMessageJson, respondMessageStream, submitMes
 import { CountTokensRequestSchema, MessagesRequestSchema } from "./messages-schema.ts";
 import { detokenize, DetokenizeRequestSchema, tokenize, TokenizeRequestSchema } from "./tokenize.ts";
 import { embeddingsJson, EmbeddingsRequestSchema, submitEmbeddings } from "./embeddings.ts";
+import { rerankJson, RerankRequestSchema, scoreJson, ScoreRequestSchema, submitRerank, submitScore } from "./score.ts";
 
 /** Server settings. */
 export interface AppOptions {
@@ -123,7 +124,7 @@ export function createApp(o: AppOptions): Hono {
     return next();
   };
   // The API routes, and vLLM's tokenizer routes beside them: the key and the body limit apply to all.
-  const guarded = ["/v1/*", "/tokenize", "/detokenize"];
+  const guarded = ["/v1/*", "/v2/*", "/tokenize", "/detokenize", "/score", "/rerank"];
   for (const path of guarded) app.use(path, checkKey);
   const limit = o.maxBodyBytes ?? 2 * 1024 * 1024;
   for (const path of guarded) app.use(path, bodyLimit({ maxSize: limit, onError: (c) => fail(c, new ApiError(413, `The request body is larger than ${limit} bytes`, null, "body_too_large")) }));
@@ -214,6 +215,21 @@ export function createApp(o: AppOptions): Hono {
     const handles = submitEmbeddings(ctx, body);
     return whole(c, { kind: "completion", handles, perPrompt: 1, n: 1, output: null }, end, () => embeddingsJson(ctx, body, handles));
   }));
+  // vLLM's score and rerank routes, with and without the version prefix.
+  const scoring = (handles: RequestHandle[]): Submitted => ({ kind: "completion", handles, perPrompt: 1, n: 1, output: null });
+  for (const path of ["/score", "/v1/score"]) {
+    app.post(path, (c) => generation(async (end) => {
+      const s = submitScore(ctx, await readBody(c, ScoreRequestSchema));
+      return whole(c, scoring(s.handles), end, () => scoreJson(ctx, s));
+    }));
+  }
+  for (const path of ["/rerank", "/v1/rerank", "/v2/rerank"]) {
+    app.post(path, (c) => generation(async (end) => {
+      const body = await readBody(c, RerankRequestSchema);
+      const s = submitRerank(ctx, body);
+      return whole(c, scoring(s.handles), end, () => rerankJson(ctx, body, s));
+    }));
+  }
   app.post("/tokenize", async (c) => c.json(tokenize(ctx, await readBody(c, TokenizeRequestSchema))));
   app.post("/detokenize", async (c) => c.json(detokenize(ctx, await readBody(c, DetokenizeRequestSchema))));
   app.post("/v1/messages/count_tokens", async (c) => c.json(countMessageTokens(ctx, await parse(c, CountTokensRequestSchema))));
@@ -283,6 +299,7 @@ export function createApp(o: AppOptions): Hono {
   allow("/v1/messages", "POST");
   allow("/v1/messages/count_tokens", "POST");
   allow("/v1/embeddings", "POST");
+  for (const path of ["/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"]) allow(path, "POST");
   allow("/tokenize", "POST");
   allow("/detokenize", "POST");
   allow("/v1/responses/:id/input_items", "GET");

@@ -139,6 +139,19 @@ const nearValidEmbeddings = fc.record(
   },
   { requiredKeys: [] },
 );
+/** Score and rerank bodies close to valid. */
+const nearValidScore = fc.record(
+  {
+    model: fc.oneof(fc.constant("stories260K"), anyValue),
+    text_1: fc.oneof(fc.string({ maxLength: 10 }), fc.array(fc.string({ maxLength: 8 }), { maxLength: 3 }), anyValue),
+    text_2: fc.oneof(fc.string({ maxLength: 10 }), fc.array(fc.string({ maxLength: 8 }), { maxLength: 3 }), anyValue),
+    query: fc.oneof(fc.string({ maxLength: 10 }), anyValue),
+    documents: fc.oneof(fc.array(fc.string({ maxLength: 8 }), { maxLength: 3 }), anyValue),
+    top_n: fc.oneof(fc.integer({ min: -1, max: 4 }), anyValue),
+    truncate_prompt_tokens: fc.oneof(fc.integer({ min: -2, max: 600 }), anyValue),
+  },
+  { requiredKeys: [] },
+);
 /** Valid bodies with one known field replaced by an arbitrary value (or left valid). */
 const oneMutation = fc.tuple(
   fc.record({ max_tokens: fc.integer({ min: 1, max: 6 }), temperature: fc.constantFrom(0, 0.7), stream: fc.boolean(), prompt: fc.string({ maxLength: 30 }) }),
@@ -156,11 +169,12 @@ const body = fc.oneof(
   nearValidConversation.map((b) => JSON.stringify(b)),
   nearValidMessages.map((b) => JSON.stringify(b)),
   nearValidEmbeddings.map((b) => JSON.stringify(b)),
+  nearValidScore.map((b) => JSON.stringify(b)),
   fc.json(),
   fc.string({ maxLength: 200 }),
   fc.uint8Array({ maxLength: 64 }).map((u) => new TextDecoder().decode(u)),
 );
-const path = fc.constantFrom("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/conversations", "/v1/messages", "/v1/messages/count_tokens", "/tokenize", "/detokenize", "/v1/embeddings");
+const path = fc.constantFrom("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/conversations", "/v1/messages", "/v1/messages/count_tokens", "/tokenize", "/detokenize", "/v1/embeddings", "/score", "/rerank");
 
 /**
  * Posts `runs` generated bodies to the app in-process; asserts none gets a 5xx and every error has
