@@ -39,10 +39,19 @@ export function sampledRowAsks(a: Active, draft: readonly number[]): SampledRowA
     const grammar = found.length === 0 ? undefined : found[Math.min(j, found.length - 1)];
     const budgeted = rules ? a.budget!.masks.combine(grammar, rules[j]) : grammar;
     // min_tokens: row j samples output token outputs + j.
-    return a.minTokens && outputs + j < a.minTokens.count ? intersectMasks(budgeted, a.minTokens.mask) : budgeted;
+    const held = a.minTokens && outputs + j < a.minTokens.count ? intersectMasks(budgeted, a.minTokens.mask) : budgeted;
+    return a.rules ? intersectMasks(held, a.rules.maskAfter(outputTail(tokens, promptLength, draft, j, a.rules.lookBack))) : held;
   });
   const repeats = a.repeats ? a.repeats.continuation(tokens, draft) : Array.from({ length: rows }, () => undefined);
   return { additions, masks, repeats };
+}
+
+/** The last `n` output tokens before row j samples: the output, then the draft's first j tokens. */
+function outputTail(tokens: readonly number[], promptLength: number, draft: readonly number[], j: number, n: number): number[] {
+  if (n === 0) return [];
+  const fromDraft = draft.slice(Math.max(0, j - n), j);
+  const rest = n - fromDraft.length;
+  return [...tokens.slice(Math.max(promptLength, tokens.length - rest)), ...fromDraft];
 }
 
 /**

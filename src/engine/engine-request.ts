@@ -13,6 +13,7 @@ import type { TokenLogprob } from "./logprobs.ts";
 import type { AsyncQueue } from "./events.ts";
 import type { OutputConstraint, TokenMask } from "./output-constraint.ts";
 import type { RepeatTracker } from "./repeat-penalty.ts";
+import type { TokenRules } from "./token-rules.ts";
 import type { BudgetMasks, TokenBytesOf } from "./reasoning-budget.ts";
 import type { UniformSource } from "./sampler-rng.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
@@ -35,6 +36,8 @@ export interface Active {
   ends: readonly number[];
   /** With min_tokens: the rows before that many output tokens may not sample `ends` (this mask bars them). */
   minTokens?: { readonly count: number; readonly mask: TokenMask };
+  /** The request's allowed tokens and bad words (undefined: none asked for). */
+  rules?: TokenRules;
   /** The request's repetition penalty's seen tokens (undefined: none asked for). */
   repeats?: RepeatTracker;
   /** The request's reasoning budget in tokens, the engine's masks for it and its tokens' bytes (undefined: no budget). */

@@ -62,6 +62,10 @@ export interface GenerateRequest {
   grammar?: OutputGrammar;
   /** Session key (prompt_cache_key / user) passed to KV retention. */
   sessionId?: string;
+  /** vLLM's `allowed_token_ids`: only these tokens may be sampled. */
+  allowedTokenIds?: number[];
+  /** vLLM's `bad_words` as token sequences: the output never completes one. */
+  badWords?: number[][];
   /**
    * Generate nothing: compute the prompt and return the hidden state of its last token after the
    * output norm as `GenerateResult.embedding` (last-token pooling, unnormalized; /v1/embeddings).

@@ -32,6 +32,7 @@ import type { FinishReason, Sequence } from "./sequence.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
 import { checkSpeculation, ngramDraft } from "./ngram-draft.ts";
 import { SuffixCache } from "./suffix-draft.ts";
+import { TokenRules } from "./token-rules.ts";
 import { stepLogprobs, verifiableDraftLength } from "./draft-extras.ts";
 import { BudgetMasks } from "./reasoning-budget.ts";
 import { RepeatTracker } from "./repeat-penalty.ts";
@@ -150,6 +151,7 @@ export class Engine implements ServingEngine {
       ...(budget === undefined ? {} : { budget }),
       ends,
       ...(req.minTokens ? { minTokens: { count: req.minTokens, mask: TokenMask.allBut(this.opts.config.vocabSize, ends) } } : {}),
+      ...(req.allowedTokenIds || req.badWords?.length ? { rules: new TokenRules(this.opts.config.vocabSize, req.allowedTokenIds, req.badWords) } : {}),
       logprobs: req.logprobs === undefined ? undefined : [],
       promptLogprobs: wholePrompt ? new Array<null>(n).fill(null) : undefined,
     };

@@ -20,6 +20,10 @@ export function checkSamplingRequest(req: GenerateRequest, vocabSize: number): v
       throw new RequestParamError(`The number of top ${what}log probabilities must be an integer from 0 to ${MAX_TOP_LOGPROBS}, got ${lp}`);
     }
   }
+  for (const [name, ids] of [["allowed_token_ids", req.allowedTokenIds ?? []], ["bad_words", (req.badWords ?? []).flat()]] as const) {
+    for (const id of ids) if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new RequestParamError(`Token ${id} in ${name} is outside this model's vocabulary of ${vocabSize} tokens`);
+  }
+  if (req.allowedTokenIds !== undefined && req.allowedTokenIds.length === 0) throw new RequestParamError("The allowed_token_ids list is empty: name at least one token");
   for (const id of req.stopTokenIds ?? []) {
     if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new RequestParamError(`Token ${id} in stop_token_ids is outside this model's vocabulary of ${vocabSize} tokens`);
   }

@@ -146,7 +146,7 @@ function logprobsCount(body: ChatRequest | CompletionRequest): number | undefine
 
 /** Builds the engine request (after {@link checkUnsupported}). */
 function engineRequest(
-  body: ChatRequest | CompletionRequest, ctx: Pick<ServeContext, "samplingDefaults" | "engine" | "priorityScheduling">, prompt: number[], maxTokens: number | null | undefined, startsInReasoning = false, grammar?: OutputGrammar, skipSpecialTokens = true,
+  body: ChatRequest | CompletionRequest, ctx: Pick<ServeContext, "samplingDefaults" | "engine" | "priorityScheduling" | "tokenizer">, prompt: number[], maxTokens: number | null | undefined, startsInReasoning = false, grammar?: OutputGrammar, skipSpecialTokens = true,
 ): GenerateRequest {
   const stop = body.stop === null || body.stop === undefined ? [] : typeof body.stop === "string" ? [body.stop] : body.stop;
   const defaults = ctx.samplingDefaults;
@@ -168,6 +168,8 @@ function engineRequest(
     ignoreEos: body.ignore_eos ?? false,
     ...(body.stop_token_ids?.length ? { stopTokenIds: body.stop_token_ids } : {}),
     ...(body.min_tokens ? { minTokens: body.min_tokens } : {}),
+    ...(body.allowed_token_ids ? { allowedTokenIds: body.allowed_token_ids } : {}),
+    ...(body.bad_words?.length ? { badWords: badWordIds(ctx, body.bad_words) } : {}),
     ...((body.skip_special_tokens ?? skipSpecialTokens) ? {} : { skipSpecialTokens: false }),
     logprobs: logprobsCount(body),
     ...(grammar ? { grammar } : {}),
@@ -180,6 +182,23 @@ function engineRequest(
     ...(startsInReasoning ? { startsInReasoning } : {}),
     ...(promptLogprobsOf(body) !== undefined ? { promptLogprobs: promptLogprobsOf(body) } : {}),
   };
+}
+
+/**
+ * vLLM's `bad_words` as token sequences: each word as written and after a space (its start-of-word
+ * tokens differ), without BOS, as vLLM tokenizes them.
+ */
+function badWordIds(ctx: Pick<ServeContext, "tokenizer">, words: readonly string[]): number[][] {
+  const seen = new Set<string>();
+  const out: number[][] = [];
+  for (const word of words) {
+    for (const text of [word, ` ${word.trimStart()}`]) {
+      const ids = ctx.tokenizer.encode(text, { addBos: false });
+      const key = ids.join(",");
+      if (ids.length > 0 && !seen.has(key)) seen.add(key), out.push(ids);
+    }
+  }
+  return out;
 }
 
 /** vLLM's `prompt_logprobs` count, when the body asks for one. */

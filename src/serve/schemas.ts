@@ -122,6 +122,9 @@ const common = {
   // vLLM's extensions: more tokens that end the answer as EOS does, and no end before min_tokens.
   stop_token_ids: maybe(z.array(z.number().int().min(0)).max(256)),
   min_tokens: maybe(z.number().int().min(0)),
+  // vLLM's extensions: only these token ids may be sampled; these words are never written.
+  allowed_token_ids: maybe(z.array(z.number().int().min(0)).min(1).max(1 << 20)),
+  bad_words: maybe(z.array(z.string().min(1)).max(256)),
   // vLLM's extension: false writes control tokens the model emits as their vocabulary strings.
   skip_special_tokens: maybe(z.boolean()),
   response_format: maybe(z.looseObject({ type: z.string() })),

@@ -31,3 +31,24 @@ test("chat completions take stop_token_ids (the answer ends there, without it) a
     await s.shutdown();
   }
 });
+
+test("completions take allowed_token_ids (only those are sampled) and bad_words (never written), and refuse ids outside the vocabulary", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64 });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    type Rules = OpenAI.CompletionCreateParamsNonStreaming & { allowed_token_ids?: number[]; bad_words?: string[] };
+    const ask = (extra: Partial<Rules>) => client.completions.create({ model: "looper", prompt: "Go~", max_tokens: 6, temperature: 0, ...extra } as Rules);
+    assert.equal((await ask({})).choices[0].text, " a b a b a b");
+    // " b" barred: the model's second choice comes instead, and never " b".
+    const banned = (await ask({ bad_words: ["b"] })).choices[0].text;
+    assert.ok(!banned.includes(" b"), banned);
+    const a = model.tokenizer.encode(" a", { addBos: false })[0];
+    const x = model.tokenizer.encode("x", { addBos: false })[0];
+    const kept = (await ask({ allowed_token_ids: [a, x], max_tokens: 4 })).choices[0].text;
+    assert.match(kept, /^( a|x)+$/, "only the allowed tokens");
+    const err = await ask({ allowed_token_ids: [1 << 20] }).then(() => null, (e: unknown) => e);
+    assert.ok(err instanceof OpenAI.APIError && err.status === 400 && /allowed_token_ids/.test(err.message), String(err));
+  } finally {
+    await s.shutdown();
+  }
+});
