@@ -174,8 +174,10 @@ export function createApp(o: AppOptions): Hono {
   // Streams are cancelled through the body stream's cancel(), which both runtimes call on disconnect.
   const sse = (stream: ReadableStream<Uint8Array>, end: () => void) =>
     new Response(life.track(stream, end), { headers: SSE_HEADERS });
-  const respond = (c: Context, body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null } | null }, submitted: Submitted, end: () => void) =>
-    body.stream ? sse(completeStream(ctx, submitted, body.stream_options?.include_usage === true), end) : whole(c, submitted, end, () => completeJson(ctx, submitted));
+  const respond = (c: Context, body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null; continuous_usage_stats?: boolean | null } | null }, submitted: Submitted, end: () => void) =>
+    body.stream
+      ? sse(completeStream(ctx, submitted, body.stream_options?.include_usage === true, body.stream_options?.continuous_usage_stats === true), end)
+      : whole(c, submitted, end, () => completeJson(ctx, submitted));
   /** Runs a generation route, counted in flight from before its body is read until its answer is written. */
   const generation = async (handle: (end: () => void) => Promise<Response>) => {
     if (life.draining) throw new ApiError(503, "The server is shutting down; send the request to another replica, or retry once it is back", null, "shutting_down");

@@ -177,14 +177,18 @@ class ChoiceStream {
  * event in OpenAI's error shape (`data: {"error": {...}}`), then `data: [DONE]`. Cancelling the
  * stream (the client hanging up) cancels every choice and sends nothing more.
  */
-export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: boolean): ReadableStream<Uint8Array> {
+export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: boolean, continuousUsage = false): ReadableStream<Uint8Array> {
   const { kind, handles } = s;
   const enc = new TextEncoder();
   const id = `${kind === "chat" ? "chatcmpl" : "cmpl"}-${crypto.randomUUID()}`;
   const created = Math.floor(Date.now() / 1000);
   const object = kind === "chat" ? "chat.completion.chunk" : "text_completion";
+  // vLLM's continuous usage: the prompt as submitted, the tokens streamed so far.
+  const promptTokens = s.promptTokens ?? (s.completion?.prompts.reduce((n, p) => n + p.ids.length, 0) ?? 0);
+  let streamed = 0;
+  const running = () => (includeUsage && continuousUsage ? { usage: { prompt_tokens: promptTokens, completion_tokens: streamed, total_tokens: promptTokens + streamed } } : {});
   const chunk = (choice: Json | null, extra: Json = {}) => {
-    const body = { id, object, created, model: ctx.modelName, choices: choice ? [choice] : [], ...(includeUsage ? { usage: null } : {}), ...tierJson(s), ...extra };
+    const body = { id, object, created, model: ctx.modelName, choices: choice ? [choice] : [], ...(includeUsage ? { usage: null } : {}), ...running(), ...tierJson(s), ...extra };
     return enc.encode(`data: ${JSON.stringify(body)}\n\n`);
   };
   const cancelAll = () => handles.forEach((h) => h.cancel());
@@ -199,7 +203,10 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
         if (kind === "chat") choices.forEach((c) => send([{ index: c.index, logprobs: null, finish_reason: null, delta: { role: "assistant", content: "" } }]));
         // Each choice streams as it is generated; its end waits for all of them to be known good.
         const results = await Promise.all(handles.map(async (h, i) => {
-          for await (const d of h.stream) send(choices[i].delta(d));
+          for await (const d of h.stream) {
+            streamed += d.tokenIds.length;
+            send(choices[i].delta(d));
+          }
           return await h.result;
         }));
         // The client hung up (cancel() below): nobody is left to tell.

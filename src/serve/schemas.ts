@@ -98,7 +98,8 @@ export const SERVICE_TIERS = ["auto", "default", "flex", "scale", "priority"] as
 const common = {
   model: z.string().min(1),
   stream: maybe(z.boolean()),
-  stream_options: maybe(z.looseObject({ include_usage: maybe(z.boolean()) })),
+  // continuous_usage_stats (vLLM's): with include_usage, every chunk carries the usage so far.
+  stream_options: maybe(z.looseObject({ include_usage: maybe(z.boolean()), continuous_usage_stats: maybe(z.boolean()) })),
   max_tokens: maybe(positiveInt),
   temperature: maybe(z.number().min(0).max(2)),
   top_p: maybe(z.number().gt(0).max(1)),
