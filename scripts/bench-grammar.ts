@@ -75,6 +75,11 @@ int    ::= "-"? [0-9]+
 ws     ::= [ ]?
 `,
 };
+/** The same, its strings in llama.cpp's json.gbnf idiom: a class in a repeated alternation with escapes. */
+const GBNF_ESCAPES: OutputGrammar = {
+  kind: "gbnf",
+  grammar: (GBNF as { grammar: string }).grammar.replace(String.raw`string ::= "\"" [^"\\]* "\""`, String.raw`string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\""`),
+};
 const UNIQUE_ANSWER = '{"city": "San Francisco", "days": 12, "pair": [37.77, -122.42], "tags": ["fog", "bay area", "summer", "bay"]}';
 
 function bench(name: string, texts: string[], grammar: OutputGrammar, answer: string, bytes?: readonly Uint8Array[]): void {
@@ -115,7 +120,7 @@ const model = await loadModel(new URL("../models/stories260K.gguf", import.meta.
 const story = Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id)), big = synthetic(150_000);
 // `npx tsx scripts/bench-grammar.ts unique` runs the schemas whose label holds "unique" only.
 const only = process.argv[2] ?? "";
-for (const [label, grammar, answer] of [["", GRAMMAR, ANSWER], [" patterned", PATTERNED, PATTERNED_ANSWER], [" unique", UNIQUE, UNIQUE_ANSWER], [" gbnf", GBNF, ANSWER]] as const) {
+for (const [label, grammar, answer] of [["", GRAMMAR, ANSWER], [" patterned", PATTERNED, PATTERNED_ANSWER], [" unique", UNIQUE, UNIQUE_ANSWER], [" gbnf", GBNF, ANSWER], [" gbnf escapes", GBNF_ESCAPES, ANSWER]] as const) {
   if (!label.includes(only)) continue;
   bench(`stories260K${label}`, story, grammar, answer);
   bench(`synthetic 150k${label}`, big, grammar, answer);

@@ -121,15 +121,21 @@ export function grammarPlainTextRooms(state: GrammarState): PlainTextRoom[] {
 }
 
 /**
- * The kinds of plain character (char-kinds.ts) that a class frame takes every one of, when the frame
- * is the only piece of a group repeated without a separator, so that after any of them the same frame
- * comes again; 0 otherwise.
+ * The kinds of plain character (char-kinds.ts) that a class frame takes every one of, when after any
+ * of them the same frame comes again: the class ends its sequence, and so does each enclosing one up
+ * to a group repeated without a separator (`[^"]*`, or GBNF's `( [^"\\] | escape )*` and `char*`
+ * with `char ::= [^"\\] | ...`), whose next round enters the same path again; 0 otherwise.
  */
 function classLoopKinds(f: Extract<Frame, { k: "cls" }>): number {
-  const seq = f.up;
-  if (seq === null || seq.k !== "seq" || !seq.group.repeat || seq.group.sep !== "" || seq.group.alts.length !== 1) return 0;
-  const only = seq.group.alts[0];
-  if (only.length !== 1 || !("cls" in only[0]) || only[0].cls !== f.cls) return 0;
+  let seq = f.up;
+  for (;;) {
+    if (seq === null || seq.k !== "seq" || seq.i !== seq.pieces.length - 1) return 0;
+    if (seq.group.repeat) {
+      if (seq.group.sep !== "") return 0;
+      break;
+    }
+    seq = seq.up;
+  }
   let kinds = 0;
   ASCII_KINDS.forEach((chars, k) => {
     if ([...chars].every((c) => inClass(f.cls, c.codePointAt(0)!))) kinds |= 1 << k;

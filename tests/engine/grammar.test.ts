@@ -330,6 +330,13 @@ const MASK_CASES: [JsonSchema | OutputGrammar, string][] = [
   [{ kind: "gbnf", grammar: String.raw`root ::= "{" pair ("," " "? pair)* "}"
 pair ::= "\"" [^"\\]* "\": " ([0-9]+ | "\"" [a-z ]* "\"")` }, '{"ab C!": 12, "x": "hi there"}'],
   [{ kind: "gbnf", grammar: 'root ::= "<" .* ">" [A-Z]{2,3}' }, '<a "b\\" >c>>AB'],
+  // llama.cpp's JSON-string idioms: a class inside a repeated alternation, and inside a repeated rule.
+  [{ kind: "gbnf", grammar: String.raw`root ::= "[" string ("," char-string)* "]"
+string ::= "\"" ( [^"\\] | "\\" ["\\n] )* "\""
+char-string ::= "\"" char* "\""
+char ::= [^"\\a-c] | "\\" ["\\]` }, String.raw`["a b\"c","xy\\z",""]`],
+  // A class that does not end its sequence repeats only with what follows it: no run taken whole.
+  [{ kind: "gbnf", grammar: 'root ::= ( [a-z] "!" )* "."' }, "a!b!."],
   // A structural tag: free text (plain runs with no trigger's first character taken whole), a
   // trigger's start that goes nowhere, then a whole structure and free text again.
   [{ kind: "structural_tag", triggers: ["<f="], structures: [{ begin: "<f=a>", schema: { type: "object", properties: { x: { type: "integer" } } }, end: "</f>" }] },
