@@ -53,8 +53,16 @@ export function submitScore(ctx: ServeContext, body: ScoreRequest): SubmittedSco
     throw new ApiError(400, `text_1 and text_2 must be as long as each other when both are lists, got ${left.length} and ${right.length}`, "text_2", "invalid_value");
   }
   const n = Math.max(left.length, right.length);
-  const all = [...left, ...right];
-  const handles = submitInputs(ctx, all, { truncate: body.truncate_prompt_tokens, priority: body.priority, param: "text", indexed: true });
+  const opts = { truncate: body.truncate_prompt_tokens, priority: body.priority };
+  const first = submitInputs(ctx, left, { ...opts, param: "text_1", indexed: typeof body.text_1 !== "string" });
+  let second: RequestHandle[];
+  try {
+    second = submitInputs(ctx, right, { ...opts, param: "text_2", indexed: typeof body.text_2 !== "string" });
+  } catch (e) {
+    for (const h of first) h.cancel();
+    throw e;
+  }
+  const handles = [...first, ...second];
   const pairs = Array.from({ length: n }, (_, i): [number, number] => [left.length === 1 ? 0 : i, left.length + (right.length === 1 ? 0 : i)]);
   return { handles, pairs };
 }

@@ -55,6 +55,9 @@ test("/score and /rerank give the cosine similarities of the texts' embeddings, 
     assert.ok((bare.json.results as Json[]).every((x) => !("document" in x)));
     // What it refuses.
     assert.equal((await post("/score", { text_1: ["a", "b"], text_2: ["a", "b", "c"] })).status, 400);
+    const empty = await post("/score", { text_1: "a", text_2: ["b", ""] });
+    assert.equal(empty.status, 400);
+    assert.equal((empty.json.error as { param: string }).param, "text_2[1]", "the empty text is named by its field and index");
     assert.equal((await post("/rerank", { query: QUERY, documents: [] })).status, 400);
     assert.equal((await post("/score", { model: "other", text_1: "a", text_2: "b" })).status, 404);
     assert.equal((await fetch(`${s.url}/rerank`)).status, 405);
