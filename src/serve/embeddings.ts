@@ -10,7 +10,7 @@ import { z } from "zod";
 import type { RequestHandle } from "../engine/engine-types.ts";
 import { ApiError } from "./errors.ts";
 import { checkPriority, checkTextLength, submit, type ServeContext, truncatedPrompt } from "./openai.ts";
-import { sessionKey } from "./schemas.ts";
+import { priorityField, sessionKey, truncatePromptTokensField } from "./schemas.ts";
 
 /** The most inputs one request may hold. */
 export const MAX_EMBEDDING_INPUTS = 256;
@@ -26,9 +26,9 @@ export const EmbeddingsRequestSchema = z.looseObject({
   user: sessionKey.nullish(),
   // vLLM's extensions: unit length (default) or the raw pooled state, and the scheduling priority.
   normalize: z.boolean().nullish(),
-  priority: z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1).nullish(),
+  priority: priorityField,
   // vLLM's: embed only each input's last this-many tokens (-1: as many as the context holds).
-  truncate_prompt_tokens: z.number().int().min(-1).refine((v) => v !== 0, "must be -1 or a positive number of tokens to keep, got 0").nullish(),
+  truncate_prompt_tokens: truncatePromptTokensField,
 });
 export type EmbeddingsRequest = z.infer<typeof EmbeddingsRequestSchema>;
 

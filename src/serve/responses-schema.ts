@@ -5,7 +5,7 @@
  * but cannot honour (images, hosted tools) is refused by name.
  */
 import { z } from "zod";
-import { explained, type Flaw, isObject, SERVICE_TIERS, sessionKey } from "./schemas.ts";
+import { explained, type Flaw, isObject, priorityField, SERVICE_TIERS, sessionKey } from "./schemas.ts";
 
 const maybe = <T extends z.ZodType>(t: T) => t.nullable().optional();
 const positiveInt = z.number().int().min(1);
@@ -228,7 +228,7 @@ export const ResponsesRequestSchema = z.looseObject({
   top_k: maybe(z.number().int().min(-1)),
   seed: maybe(z.number().int().min(-(2 ** 53)).max(2 ** 53)),
   // vLLM's extension, as on chat completions: lower is scheduled first.
-  priority: maybe(z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1)),
+  priority: priorityField,
   service_tier: maybe(z.enum(SERVICE_TIERS)),
   stream: maybe(z.boolean()),
   store: maybe(z.boolean()),

@@ -91,6 +91,12 @@ const StructuredOutputs = z.looseObject({
   disable_any_whitespace: maybe(z.boolean()),
 });
 
+/** vLLM's `priority`: an integer, lower scheduled first (shared by every route that takes one). */
+export const priorityField = maybe(z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1));
+
+/** vLLM's `truncate_prompt_tokens`: keep the prompt's last N tokens, -1 as many as the context holds. */
+export const truncatePromptTokensField = maybe(explained(z.number().int().min(-1), (v) => (v === 0 ? { message: "must be -1 or a positive number of tokens to keep, got 0" } : null)));
+
 /** OpenAI's `service_tier` values. */
 export const SERVICE_TIERS = ["auto", "default", "flex", "scale", "priority"] as const;
 
@@ -107,9 +113,9 @@ const common = {
   // vLLM's extension: tokens less likely than min_p × the most likely are not sampled.
   min_p: maybe(z.number().min(0).max(1)),
   // vLLM's extension: lower is scheduled first (admitted before, preempted after); 0 by default.
-  priority: maybe(z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1)),
+  priority: priorityField,
   // vLLM's extension: keep only the prompt's last this-many tokens (-1: as many as the context holds).
-  truncate_prompt_tokens: maybe(explained(z.number().int().min(-1), (v) => (v === 0 ? { message: "must be -1 or a positive number of tokens to keep, got 0" } : null))),
+  truncate_prompt_tokens: truncatePromptTokensField,
   // OpenAI's processing tiers, read as priorities (openai.ts `tierPriority`).
   service_tier: maybe(z.enum(SERVICE_TIERS)),
   // vLLM's extension (HF's): logits of tokens in the prompt or output divided (if positive) or multiplied by it.

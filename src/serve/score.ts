@@ -10,6 +10,8 @@ import type { RequestHandle } from "../engine/engine-types.ts";
 import { embeddingsOf, submitInputs } from "./embeddings.ts";
 import { ApiError } from "./errors.ts";
 import type { ServeContext } from "./openai.ts";
+import { priorityField, truncatePromptTokensField } from "./schemas.ts";
+import { checkModel } from "./tokenize.ts";
 
 /** The most texts one score or rerank request may hold. */
 export const MAX_SCORE_TEXTS = 256;
@@ -17,8 +19,8 @@ export const MAX_SCORE_TEXTS = 256;
 const texts = z.union([z.string(), z.array(z.string()).min(1).max(MAX_SCORE_TEXTS)]);
 const common = {
   model: z.string().min(1).nullish(),
-  truncate_prompt_tokens: z.number().int().min(-1).refine((v) => v !== 0, "must be -1 or a positive number of tokens to keep, got 0").nullish(),
-  priority: z.number().int().min(-(2 ** 31)).max(2 ** 31 - 1).nullish(),
+  truncate_prompt_tokens: truncatePromptTokensField,
+  priority: priorityField,
 };
 
 /** POST /score: `text_1` against `text_2` (one against many, or pairwise). */
@@ -35,13 +37,6 @@ export type RerankRequest = z.infer<typeof RerankRequestSchema>;
 export interface SubmittedScores {
   handles: RequestHandle[];
   pairs: [number, number][];
-}
-
-/** A model named in the body must be the one served (the field may be left out, as vLLM takes it). */
-function checkModel(ctx: ServeContext, model: string | null | undefined): void {
-  if (model !== undefined && model !== null && model !== ctx.modelName) {
-    throw new ApiError(404, `The model '${model}' does not exist; this server serves '${ctx.modelName}'`, "model", "model_not_found");
-  }
 }
 
 /** Embeds each distinct text once and pairs them as `/score` asks: one against many, many against one, or pairwise. */

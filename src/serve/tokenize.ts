@@ -21,8 +21,8 @@ export const TokenizeRequestSchema = z.union([CompletionTokenize, ChatTokenize])
 /** POST /detokenize. */
 export const DetokenizeRequestSchema = z.looseObject({ model: z.string().nullish(), tokens: z.array(z.number().int().min(0)) });
 
-/** A model named in the body must be the one served (vLLM takes the field as optional). */
-function checkModel(ctx: ServeContext, model: string | null | undefined): void {
+/** A model named in the body must be the one served (vLLM takes the field as optional; so do /score and /rerank). */
+export function checkModel(ctx: ServeContext, model: string | null | undefined): void {
   if (model !== undefined && model !== null && model !== ctx.modelName) {
     throw new ApiError(404, `The model '${model}' does not exist; this server serves '${ctx.modelName}'`, "model", "model_not_found");
   }
