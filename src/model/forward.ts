@@ -9,6 +9,8 @@ import type { Backend, KvDType, Tensor } from "../backend/types.ts";
 import { isMoeLayer, type LayerWeights, layerWindow, type MoeConfig } from "./config.ts";
 import { headIndices, type KeepTemp, mlaAttentionBlock } from "./attention-mla.ts";
 import type { DeviceModel } from "./device-weights.ts";
+import type { DeviceLoraSet } from "./lora-set.ts";
+import { loraKey, type LoraTarget } from "./lora.ts";
 import { type FlatBatch, flattenBatch, type ForwardEntry, ForwardInputError, type StepTensors, uploadBatch } from "./forward-batch.ts";
 
 export { type ForwardEntry, ForwardInputError } from "./forward-batch.ts";
@@ -42,6 +44,39 @@ export interface ForwardStep {
    * norm is returned too ({@link forwardWithHidden}; embeddings are the last prompt token's).
    */
   hiddenRows?: readonly number[];
+  /** LoRA adapters: the device set and each entry's slot in it (0: the base model). Absent: none. */
+  lora?: StepLora;
+}
+
+/** {@link ForwardStep.lora}. */
+export interface StepLora {
+  set: DeviceLoraSet;
+  /** One per entry; 0 runs the base model. */
+  slots: readonly number[];
+}
+
+/** A projection x · Wᵀ (+ bias) of one layer's `target`, plus each row's adapter delta where it has one. */
+type Project = (x: Tensor, w: Tensor, bias: Tensor | undefined, target: LoraTarget) => Tensor;
+
+/**
+ * The step's projections: plain matmuls, or with adapters, y + B[slot]·(A[slot]·x) per row through
+ * two expert matmuls (slot ids i32 [rows, 1]; `rowSlots` gives the slots of the rows x has).
+ */
+function projector(backend: Backend, set: DeviceLoraSet | undefined, ids: Tensor | undefined, layer: number, s: Scratch): Project {
+  return (x, w, bias, target) => {
+    const y = backend.matmul(x, w, bias);
+    const lw = ids && set?.weights.get(loraKey(layer, target));
+    if (!lw) return y;
+    s.keep(y);
+    const down = s.keep(backend.matmulExperts(x, lw.a, ids));
+    const delta = s.keep(backend.matmulExperts(down, lw.b, ids));
+    return backend.add(y, delta);
+  };
+}
+
+/** Uploads slot ids i32 [rows.length, 1]; undefined when every row runs the base model. */
+function uploadSlots(backend: Backend, rows: Int32Array): Tensor | undefined {
+  return rows.some((r) => r !== 0) ? backend.upload(rows, [rows.length, 1]) : undefined;
 }
 
 /** Frees tensors registered during a layer; reshape views are not registered twice. */
@@ -67,14 +102,15 @@ function attentionBlock(
   vCache: Tensor,
   window: number | undefined,
   s: Scratch,
+  project: Project,
 ): Tensor {
   const c = model.config;
   const n = x.shape[0];
   if (!l.wk || !l.wv) throw new ForwardInputError("The model's attention weights lack the key and value projections");
   const h = s.keep(backend.rmsnorm(x, l.attnNorm, c.rmsNormEps));
-  let q = backend.reshape(s.keep(backend.matmul(h, l.wq, l.bq)), [n, c.numHeads, c.headDim]);
-  let k = backend.reshape(s.keep(backend.matmul(h, l.wk, l.bk)), [n, c.numKvHeads, c.headDim]);
-  const v = backend.reshape(s.keep(backend.matmul(h, l.wv, l.bv)), [n, c.numKvHeads, c.headDim]);
+  let q = backend.reshape(s.keep(project(h, l.wq, l.bq, "wq")), [n, c.numHeads, c.headDim]);
+  let k = backend.reshape(s.keep(project(h, l.wk, l.bk, "wk")), [n, c.numKvHeads, c.headDim]);
+  const v = backend.reshape(s.keep(project(h, l.wv, l.bv, "wv")), [n, c.numKvHeads, c.headDim]);
   if (c.qkNorm) {
     if (!l.qNorm || !l.kNorm) throw new ForwardInputError("The model config asks for q/k norm but the weights lack it");
     q = s.keep(backend.rmsnorm(q, l.qNorm, c.rmsNormEps));
@@ -87,21 +123,22 @@ function attentionBlock(
   if (c.attentionSinks && !l.sinks) throw new ForwardInputError("The model config asks for attention sinks but the weights lack them");
   const scale = c.attentionScale ?? 1 / Math.sqrt(c.headDim);
   const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, scale, { window, sinks: l.sinks }));
-  const o = s.keep(backend.matmul(backend.reshape(att, [n, c.numHeads * c.headDim]), l.wo, l.bo));
+  const o = s.keep(project(backend.reshape(att, [n, c.numHeads * c.headDim]), l.wo, l.bo, "wo"));
   return backend.add(x, o);
 }
 
-/** SwiGLU: down(silu(h · gateᵀ) ⊙ (h · upᵀ)). */
-function swiglu(backend: Backend, h: Tensor, wGate: Tensor, wUp: Tensor, wDown: Tensor, s: Scratch): Tensor {
-  const gate = s.keep(backend.matmul(h, wGate));
-  const up = s.keep(backend.matmul(h, wUp));
+/** SwiGLU: down(silu(h · gateᵀ) ⊙ (h · upᵀ)); `project` adds adapter deltas (absent: plain matmuls, as the shared expert's). */
+function swiglu(backend: Backend, h: Tensor, wGate: Tensor, wUp: Tensor, wDown: Tensor, s: Scratch, project?: Project): Tensor {
+  const mm: Project = project ?? ((x, w) => backend.matmul(x, w));
+  const gate = s.keep(mm(h, wGate, undefined, "wGate"));
+  const up = s.keep(mm(h, wUp, undefined, "wUp"));
   const act = s.keep(backend.siluMul(gate, up));
-  return backend.matmul(act, wDown);
+  return mm(act, wDown, undefined, "wDown");
 }
 
-function mlpBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch): Tensor {
+function mlpBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch, project: Project): Tensor {
   const h = s.keep(backend.rmsnorm(x, l.ffnNorm, model.config.rmsNormEps));
-  const down = s.keep(swiglu(backend, h, l.wGate, l.wUp, l.wDown, s));
+  const down = s.keep(swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project));
   return backend.add(x, down);
 }
 
@@ -217,15 +254,19 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
   const s = new Scratch(backend);
   const keep: KeepTemp = (t) => s.keep(t);
   const heads = c.mla ? headIndices(backend, flat.ids.length, c.numHeads) : undefined;
+  const lora = step.lora;
+  const rowSlots = lora ? rowSlotsOf(step.entries, lora.slots, lora.set.slots) : undefined;
+  const slotIds = rowSlots && uploadSlots(backend, rowSlots);
   try {
     let x = backend.embedding(w.tokenEmbedding, tensors.ids);
     for (let i = 0; i < c.numLayers; i++) {
       const l = w.layers[i];
+      const project = projector(backend, lora?.set, slotIds, i, s);
       const afterAttn = heads
         ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], heads, keep)
-        : attentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], layerWindow(c, i), s);
+        : attentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], layerWindow(c, i), s, project);
       backend.free(x);
-      x = isMoeLayer(c, i) ? moeBlock(backend, model, l, afterAttn, s) : mlpBlock(backend, model, l, afterAttn, s);
+      x = isMoeLayer(c, i) ? moeBlock(backend, model, l, afterAttn, s) : mlpBlock(backend, model, l, afterAttn, s, project);
       backend.free(afterAttn);
       s.release();
     }
@@ -245,12 +286,39 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       hidden = backend.gatherRows(normed, idx);
       backend.free(idx);
     }
-    const logits = backend.matmul(normed, w.output ?? w.tokenEmbedding);
+    const outSlots = rowSlots && w.output && lora!.set.weights.has(loraKey(-1, "output"))
+      ? uploadSlots(backend, step.allPositions ? rowSlots : resultRows(flat, step.extraRows).map((r) => rowSlots[r]))
+      : undefined;
+    const logits = projector(backend, lora?.set, outSlots, -1, s)(normed, w.output ?? w.tokenEmbedding, undefined, "output");
+    if (outSlots) backend.free(outSlots);
     backend.free(normed);
     return { logits, hidden };
   } finally {
     s.release();
     tensors.free();
     if (heads) backend.free(heads);
+    if (slotIds) backend.free(slotIds);
   }
+}
+
+/** Each flat row's adapter slot: its entry's. */
+function rowSlotsOf(entries: readonly ForwardEntry[], slots: readonly number[], size: number): Int32Array {
+  if (slots.length !== entries.length) throw new ForwardInputError(`The step has ${entries.length} entries but ${slots.length} adapter slots`);
+  const bad = slots.find((x) => !Number.isInteger(x) || x < 0 || x >= size);
+  if (bad !== undefined) throw new ForwardInputError(`Adapter slot ${bad} is outside the set's 0..${size - 1}`);
+  const out = new Int32Array(entries.reduce((n, e) => n + e.tokens.length, 0));
+  let row = 0;
+  entries.forEach((e, i) => {
+    out.fill(slots[i], row, row + e.tokens.length);
+    row += e.tokens.length;
+  });
+  return out;
+}
+
+/** The flat rows the result holds, in order: the entries' last rows, then `extra`. */
+function resultRows(flat: FlatBatch, extra: readonly number[] | undefined): Int32Array {
+  const rows = new Int32Array(flat.lastRows.length + (extra?.length ?? 0));
+  rows.set(flat.lastRows);
+  if (extra) rows.set(extra, flat.lastRows.length);
+  return rows;
 }
