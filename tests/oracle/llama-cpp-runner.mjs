@@ -4,7 +4,9 @@
 // the oracle tests call it the same way from Deno and from Node (node-llama-cpp is a Node addon).
 //
 // Usage: node tests/oracle/llama-cpp-runner.mjs job.json
-//   job.json: {"models": [{"path": "...gguf", "prompt": [ids], "steps": 32, "texts": ["..."], "kvType": "F32"|"F16"}]}
+//   job.json: {"models": [{"path": "...gguf", "prompt": [ids], "steps": 32, "texts": ["..."], "kvType": "F32"|"F16",
+//                          "lora": [{"path": "...gguf", "scale": 1}]}]}
+//   `lora` (optional): LoRA adapter files applied to the context, each at its scale (default 1).
 import { readFileSync } from "node:fs";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 
@@ -23,6 +25,7 @@ for (const m of job.models) {
     flashAttention: false,
     experimentalKvCacheKeyType: m.kvType ?? "F32",
     experimentalKvCacheValueType: m.kvType ?? "F32",
+    ...(m.lora?.length ? { lora: { adapters: m.lora.map((a) => ({ filePath: a.path, scale: a.scale ?? 1 })) } } : {}),
   });
   const sequence = context.getSequence();
   const steps = [];

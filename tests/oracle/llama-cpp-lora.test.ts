@@ -1,0 +1,190 @@
+/**
+ * Independent oracle for LoRA adapters: random-weight base GGUFs (a llama, a qwen2 with qkv biases
+ * and tied embeddings, a Qwen3-MoE) and random GGUF adapters for them, both written by our own
+ * writers, are run through llama.cpp (node-llama-cpp 3.21.1's context `lora` option, CPU, offline,
+ * in a Node child process) and through our loader + forward() with the adapter in slot 1 of a
+ * device set, on every available backend. Per case: next-token log-probabilities after the prompt
+ * and at each of 16 greedy steps, and the 16 greedy tokens. llama.cpp's run of the base model alone
+ * must differ, so the adapters are seen to matter.
+ * ORACLE_BACKENDS (comma list, default "reference,webgpu") narrows the backends for local runs.
+ */
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import type { Backend } from "../../src/backend/types.ts";
+import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
+import type { LoadedModel, ModelConfig } from "../../src/model/config.ts";
+import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
+import { forward } from "../../src/model/forward.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { freeLoraSet, uploadLoraSet } from "../../src/model/lora-set.ts";
+import { loadLoraAdapter, type LoraTarget } from "../../src/model/lora.ts";
+import { envVar } from "../../src/runtime/env.ts";
+import { writeFile } from "../../src/runtime/fs.ts";
+import { projectRoot, test } from "../harness.ts";
+import { type LoraFileSpec, loraGgufBytes } from "../model/lora-files.ts";
+import { ggufBytes, type ModelFileSpec, randomHfWeights } from "../model/model-files.ts";
+import { poisonedWebGpu } from "../webgpu-fixture.ts";
+import { type LlamaCppResult, logSoftmax, maxLogProbError } from "./oracle-compare.ts";
+
+const STEPS = 16;
+const PROMPT = [1, 17, 120, 255, 3, 42, 299, 64];
+const BASE = { hidden: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32" } as const;
+/** Max |Δ log-prob| allowed, relative to the spread of llama.cpp's log-probs (f32 weights and KV cache). */
+const TOL = 1e-4;
+
+const ATTENTION: readonly LoraTarget[] = ["wq", "wk", "wv", "wo"];
+const EVERY: readonly LoraTarget[] = [...ATTENTION, "wGate", "wUp", "wDown"];
+const eachLayer = (config: ModelConfig, targets: readonly LoraTarget[]) =>
+  Array.from({ length: config.numLayers }, (_, layer) => targets.map((target) => ({ layer, target }))).flat();
+
+interface LoraCase {
+  name: string;
+  spec: ModelFileSpec;
+  /** The adapter, given the base model's config. */
+  adapter: (config: ModelConfig) => LoraFileSpec;
+  /** Scale on both sides: llama.cpp's adapter scale and our loader's. */
+  scale: number;
+}
+
+// Magnitudes: an entry of s·B·A has a standard deviation of s·√rank·m²/3 for values uniform in ±m,
+// against ~0.1 for the base's projections (uniform in ±1/√32): 0.12, 0.10 and 0.17 here. That moves
+// llama.cpp's log-probs after the prompt by 1.2 to 4.3 and changes 14 to 16 of the 16 greedy tokens,
+// while the spread of the log-probs stays under ~20 (the base's own).
+const CASES: LoraCase[] = [
+  {
+    name: "llama untied, f32: rank 4, alpha 8, on every projection of every layer and the output",
+    spec: { ...BASE, architecture: "llama", seed: 201 },
+    adapter: (config) => ({ seed: 301, rank: 4, alpha: 8, magnitude: 0.3, targets: [...eachLayer(config, EVERY), { layer: -1, target: "output" }] }),
+    scale: 1,
+  },
+  {
+    name: "qwen2 qkv bias, tied, f32: rank 3, alpha 0, scale 0.5, on q and v of layer 0, k, o and down of layer 1",
+    spec: { ...BASE, architecture: "qwen2", tied: true, seed: 202 },
+    adapter: () => ({
+      seed: 302, rank: 3, alpha: 0, magnitude: 0.6,
+      targets: [{ layer: 0, target: "wq" }, { layer: 0, target: "wv" }, { layer: 1, target: "wk" }, { layer: 1, target: "wo" }, { layer: 1, target: "wDown" }],
+    }),
+    scale: 0.5,
+  },
+  {
+    name: "qwen3moe 8 experts / 2 used, f32: rank 4, alpha 4, on the attention projections",
+    spec: { ...BASE, architecture: "qwen3moe", experts: { count: 8, used: 2 }, seed: 203 },
+    adapter: (config) => ({ seed: 303, rank: 4, alpha: 4, magnitude: 0.5, targets: eachLayer(config, ATTENTION) }),
+    scale: 1,
+  },
+];
+
+const dir = mkdtempSync(`${tmpdir()}/oracle-lora-`);
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+
+const hosts: LoadedModel[] = [];
+const jobModels = [];
+for (const c of CASES) {
+  const base = `${dir}/${c.spec.seed}.gguf`;
+  const lora = `${dir}/${c.spec.seed}-lora.gguf`;
+  await writeFile(base, ggufBytes(c.spec, randomHfWeights(c.spec)));
+  const host = await loadModel(base);
+  hosts.push(host);
+  await writeFile(lora, loraGgufBytes(host.config, c.adapter(host.config)));
+  // With the adapter, then the base alone (the adapter must change what llama.cpp computes).
+  jobModels.push({ path: base, prompt: PROMPT, steps: STEPS, lora: [{ path: lora, scale: c.scale }] });
+  jobModels.push({ path: base, prompt: PROMPT, steps: STEPS });
+}
+await writeFile(`${dir}/job.json`, JSON.stringify({ models: jobModels }));
+
+/** Runs llama.cpp once for every case; a failure is kept and reported by each test. */
+const oracle: { results?: LlamaCppResult[]; error?: string } = await new Promise((resolve) => {
+  const runner = `${projectRoot}/tests/oracle/llama-cpp-runner.mjs`;
+  execFile("node", [runner, `${dir}/job.json`], { maxBuffer: 64 << 20, cwd: projectRoot }, (err, stdout, stderr) => {
+    if (err) resolve({ error: `node ${runner} failed: ${(stderr || err.message).trim().split("\n").slice(-3).join(" | ")}` });
+    else resolve({ results: (JSON.parse(stdout) as { results: LlamaCppResult[] }).results });
+  });
+});
+
+const wanted = (envVar("ORACLE_BACKENDS") ?? "reference,webgpu").split(",").map((s) => s.trim());
+const backends: { name: string; backend?: Backend; why: string; skip: boolean }[] = [];
+if (wanted.includes("reference")) backends.push({ name: "reference", backend: createReferenceBackend(), why: "", skip: false });
+if (wanted.includes("webgpu")) {
+  const webgpu = await poisonedWebGpu("the llama.cpp LoRA oracle on WebGPU");
+  backends.push({ name: "webgpu", backend: webgpu.gpu, why: webgpu.why, skip: webgpu.skip });
+}
+
+/** Our greedy run with the adapter in slot 1: log-probs after the prompt and after each generated token, and the tokens. */
+async function ourRun(backend: Backend, host: LoadedModel, c: LoraCase): Promise<{ logProbs: Float64Array[]; tokens: number[] }> {
+  const adapter = await loadLoraAdapter(`${dir}/${c.spec.seed}-lora.gguf`, host.config, { scale: c.scale });
+  const model = uploadModel(backend, host);
+  const set = uploadLoraSet(backend, host.config, [adapter], !host.config.tiedEmbeddings);
+  const kv = allocatePagedKv(backend, host.config, 3, 16, "f32");
+  const table = [2, 0];
+  const logProbs: Float64Array[] = [];
+  const tokens: number[] = [];
+  try {
+    let entry = { tokens: PROMPT, startPos: 0, blockTable: table };
+    for (let step = 0; step < STEPS; step++) {
+      const out = forward(backend, model, kv, { entries: [entry], lora: { set, slots: [1] } });
+      const logits = (await backend.download(out)) as Float32Array;
+      backend.free(out);
+      const lp = logSoftmax(logits);
+      let best = 0;
+      for (let i = 1; i < lp.length; i++) if (lp[i] > lp[best]) best = i;
+      logProbs.push(lp);
+      tokens.push(best);
+      entry = { tokens: [best], startPos: PROMPT.length + step, blockTable: table };
+    }
+  } finally {
+    freePagedKv(backend, kv);
+    freeLoraSet(backend, set);
+    freeDeviceModel(backend, model);
+  }
+  return { logProbs, tokens };
+}
+
+CASES.forEach((c, i) => {
+  for (const b of backends) {
+    test(`forward() on ${b.name} with a LoRA adapter matches llama.cpp for ${c.name}: logits and ${STEPS} greedy tokens`, async () => {
+      assert.ok(oracle.results, oracle.error);
+      assert.ok(b.backend, `${b.name} is unavailable: ${b.why}`);
+      const theirs = oracle.results[2 * i];
+      assert.equal(theirs.steps.length, STEPS);
+      const ours = await ourRun(b.backend, hosts[i], c);
+      let max = 0;
+      for (let step = 0; step < STEPS; step++) {
+        const ref = theirs.steps[step];
+        const { error, spread } = maxLogProbError(ours.logProbs[step], ref.probs);
+        max = Math.max(max, error / spread);
+        assert.ok(error <= TOL * spread, `step ${step}: log-prob error ${error.toExponential(2)} > ${TOL} × spread ${spread.toFixed(2)}`);
+      }
+      assert.deepEqual(ours.tokens, theirs.steps.map((s) => s.token), "greedy tokens");
+      if (envVar("ORACLE_VERBOSE")) console.error(`${b.name} ${c.name}: max error / spread ${max.toExponential(2)}`);
+    }, { ignore: b.skip });
+  }
+});
+
+test("the LoRA oracle's adapters change llama.cpp's greedy tokens, within sane logits (the check is not vacuous)", () => {
+  assert.ok(oracle.results, oracle.error);
+  CASES.forEach((c, i) => {
+    const [adapted, base] = [oracle.results![2 * i], oracle.results![2 * i + 1]];
+    const tokens = (r: LlamaCppResult) => r.steps.map((s) => s.token);
+    const changed = tokens(adapted).filter((t, k) => t !== tokens(base)[k]).length;
+    assert.ok(changed >= STEPS / 2, `${c.name}: the adapter changed only ${changed} greedy tokens: ${tokens(adapted)} vs ${tokens(base)}`);
+    // Already after the prompt, before the two runs' contexts part, the log-probs move by far more than noise.
+    const lp = (p: number) => (p > 0 ? Math.log(p) : NaN);
+    let moved = 0;
+    adapted.steps[0].probs.forEach((p, t) => {
+      const d = Math.abs(lp(p) - lp(base.steps[0].probs[t]));
+      if (Number.isFinite(d)) moved = Math.max(moved, d);
+    });
+    assert.ok(moved > 0.5, `${c.name}: the adapter moved the first log-probs by only ${moved}`);
+    // Varied greedy tokens, and sane logits: no probability underflowing, a spread of log-probs under 40.
+    assert.ok(new Set(tokens(adapted)).size >= 3, `${c.name}: ${tokens(adapted)}`);
+    for (const s of adapted.steps) {
+      assert.ok(s.probs.every((p) => p > 0), `${c.name}: a probability underflowed to 0`);
+      const logs = s.probs.map(Math.log);
+      assert.ok(Math.max(...logs) - Math.min(...logs) < 40, `${c.name}: log-probs spread over ${Math.max(...logs) - Math.min(...logs)}`);
+    }
+  });
+});
