@@ -222,8 +222,9 @@ export class BlockPool {
    * Registers a full, in-use block in the prefix cache. `parentId` is the previous block of the same
    * sequence (null for its first block) and must itself be cached. Returns the chained hash, or null
    * when the block cannot be indexed (parent uncached, or an equal/colliding block already indexed).
+   * A first block chains from `root` (a cache namespace, {@link namespaceRoot}; null: none).
    */
-  commitBlock(id: number, parentId: number | null, tokens: ArrayLike<number>, meta?: BlockMeta): BlockHash | null {
+  commitBlock(id: number, parentId: number | null, tokens: ArrayLike<number>, meta?: BlockMeta, root: BlockHash | null = null): BlockHash | null {
     this.check(id);
     if (this.rec[id * STRIDE + REF] <= 0) throw new KvStateError(`Cannot commit block ${id}: it is not in use`);
     if (tokens.length !== this.blockSize) {
@@ -231,7 +232,7 @@ export class BlockPool {
     }
     if (meta !== undefined) this.metas[id] = meta;
     if (!Number.isNaN(this.rec[id * STRIDE + HASH])) return this.rec[id * STRIDE + HASH];
-    let parentHash: BlockHash | null = null;
+    let parentHash: BlockHash | null = root;
     let parentSerial = NO_SERIAL;
     let depth = 0;
     if (parentId !== null) {
@@ -257,10 +258,11 @@ export class BlockPool {
 
   /**
    * Longest cached prefix of `tokens` (full blocks only). The matched blocks are acquired (their
-   * reference counts go up); release them with the sequence's block table.
+   * reference counts go up); release them with the sequence's block table. `root`: the cache
+   * namespace the blocks chain from (null: none); blocks of another namespace never match.
    */
-  matchPrefix(tokens: ArrayLike<number>, maxBlocks = Infinity): PrefixMatch {
-    return this.acquire(this.walk(tokens, maxBlocks, undefined));
+  matchPrefix(tokens: ArrayLike<number>, maxBlocks = Infinity, root: BlockHash | null = null): PrefixMatch {
+    return this.acquire(this.walk(tokens, maxBlocks, undefined, root));
   }
 
   /**
@@ -269,7 +271,7 @@ export class BlockPool {
    * still verifies tokens and parent links. Extra trailing hashes are ignored.
    */
   matchPrefixHashed(tokens: ArrayLike<number>, hashes: readonly BlockHash[]): PrefixMatch {
-    return this.acquire(this.walk(tokens, Infinity, hashes));
+    return this.acquire(this.walk(tokens, Infinity, hashes, null));
   }
 
   private acquire(found: PrefixMatch): PrefixMatch {
@@ -280,27 +282,27 @@ export class BlockPool {
     return found;
   }
 
-  /** Number of leading tokens of `tokens` that are cached here, without acquiring anything. */
-  cachedPrefixTokens(tokens: ArrayLike<number>, maxBlocks = Infinity): number {
-    return this.walk(tokens, maxBlocks, undefined).numTokens;
+  /** Number of leading tokens of `tokens` that are cached here (in namespace `root`), without acquiring anything. */
+  cachedPrefixTokens(tokens: ArrayLike<number>, maxBlocks = Infinity, root: BlockHash | null = null): number {
+    return this.walk(tokens, maxBlocks, undefined, root).numTokens;
   }
 
   /**
    * {@link cachedPrefixTokens} plus the meta of every matched block (who committed it, what it holds),
    * without acquiring anything: reference counts and the retention policy are left as they are.
    */
-  probePrefix(tokens: ArrayLike<number>, maxBlocks = Infinity): PrefixProbe {
-    const found = this.walk(tokens, maxBlocks, undefined);
+  probePrefix(tokens: ArrayLike<number>, maxBlocks = Infinity, root: BlockHash | null = null): PrefixProbe {
+    const found = this.walk(tokens, maxBlocks, undefined, root);
     return { numTokens: found.numTokens, metas: found.blockIds.map((id) => this.metas[id]) };
   }
 
-  private walk(tokens: ArrayLike<number>, maxBlocks: number, known: readonly BlockHash[] | undefined): PrefixMatch {
+  private walk(tokens: ArrayLike<number>, maxBlocks: number, known: readonly BlockHash[] | undefined, root: BlockHash | null): PrefixMatch {
     const blockIds: number[] = [];
     const hashes: BlockHash[] = [];
     const bs = this.blockSize;
     let full = Math.min(Math.floor(tokens.length / bs), maxBlocks);
     if (known !== undefined && known.length < full) full = known.length;
-    let parentHash: BlockHash | null = null;
+    let parentHash: BlockHash | null = root;
     let parentSerial = NO_SERIAL;
     // With the hashes known, every block's slot is probed before the chain is verified: the probes
     // do not depend on each other, so the CPU overlaps their cache misses (a table per pool, far

@@ -68,3 +68,15 @@ export function chainHashes(
   }
   return out;
 }
+
+/**
+ * The root a cache namespace's block chains start from: a hash of `name` (a LoRA adapter's
+ * fingerprint, a request's cache salt) chained after `parent` (an enclosing namespace, or null).
+ * A prefix's blocks hash differently under every root, so prompts of different namespaces share no
+ * KV; within a namespace the prefix index still compares tokens and parent links on every hit.
+ */
+export function namespaceRoot(name: string, parent: BlockHash | null = null): BlockHash {
+  const codes = Array.from(name, (c) => c.codePointAt(0)!);
+  // A leading marker keeps a namespace's root from being the hash of a real one-block prompt.
+  return hashBlock(parent, [-0x4e53, codes.length, ...codes]);
+}

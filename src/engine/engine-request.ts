@@ -108,10 +108,11 @@ export function stepExtras(active: readonly Active[], entries: readonly Pick<Ste
   const logprobs = active.map((a, i) => (entries[i].sample ? a.req.logprobs : undefined));
   const promptLogprobs = active.map((a, i) => promptAsk(a, entries[i]));
   const hidden = active.map((a, i) => (entries[i].sample && a.req.embed ? true : undefined));
+  const adapters = active.map((a) => a.seq.hints.adapterSlot || undefined);
   const any = (xs: readonly unknown[]) => xs.some((x) => x !== undefined);
-  if (![additions, masks, draftAdditions, draftMasks, repeats, logprobs, promptLogprobs, hidden].some(any)) return undefined;
+  if (![additions, masks, draftAdditions, draftMasks, repeats, logprobs, promptLogprobs, hidden, adapters].some(any)) return undefined;
   return {
-    ...(any(hidden) ? { hidden } : {}),
+    ...(any(hidden) ? { hidden } : {}), ...(any(adapters) ? { adapters } : {}),
     additions, logprobs, ...(any(masks) ? { masks } : {}), ...(any(promptLogprobs) ? { promptLogprobs } : {}),
     ...(any(draftAdditions) ? { draftAdditions } : {}), ...(any(draftMasks) ? { draftMasks } : {}),
     ...(any(repeats) ? { repeats } : {}), ...(any(draftRepeats) ? { draftRepeats } : {}),

@@ -7,7 +7,9 @@
  */
 import type { Backend, KvDType, SamplingRow, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
-import { forwardWithHidden, type PagedKv } from "../model/forward.ts";
+import { forwardWithHidden, type PagedKv, type StepLora } from "../model/forward.ts";
+import { type DeviceLoraSet, freeLoraSet, uploadLoraSet } from "../model/lora-set.ts";
+import type { LoraAdapter } from "../model/lora.ts";
 import { type HostKv, readSlots, slotsOf, writeSlots } from "./kv-copy.ts";
 import { HostKvSwap } from "./kv-swap.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
@@ -48,6 +50,8 @@ export interface StepExtras {
   draftRepeats?: readonly (readonly (RepeatPenalty | undefined)[] | undefined)[];
   /** Entries whose own row's hidden state after the output norm is returned (StepOutput.hidden: embeddings). */
   hidden?: readonly (boolean | undefined)[];
+  /** Each entry's LoRA adapter slot ({@link StepRunner.setAdapters}; 0 or undefined: the base model). */
+  adapters?: readonly (number | undefined)[];
 }
 
 /**
@@ -93,6 +97,11 @@ export interface StepRunner {
   readBlocks?(blockIds: readonly number[]): Promise<HostKv>;
   /** Writes `data`, from block `fromBlock` of it on, into whole KV blocks (a prefix from another worker). */
   writeBlocks?(blockIds: readonly number[], data: HostKv, fromBlock: number): void;
+  /**
+   * Puts these LoRA adapters on the device, adapter i at slot i + 1 (undefined: an empty slot), in
+   * place of the set before (steps from the next `run` use it). Absent: the runner serves no adapters.
+   */
+  setAdapters?(adapters: readonly (LoraAdapter | undefined)[]): void;
   /** Releases device memory. */
   close(): void;
 }
@@ -100,16 +109,24 @@ export interface StepRunner {
 /** A runner over a backend, an uploaded model and its paged KV cache. */
 export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedKv, release: () => void = () => {}): StepRunner {
   const host = new HostKvSwap(backend, kv);
+  let loras: DeviceLoraSet | undefined;
+  // A replaced set is freed when the next step starts: the step in flight may still be using it.
+  const retired: DeviceLoraSet[] = [];
+  const freeRetired = () => {
+    for (const set of retired.splice(0)) freeLoraSet(backend, set);
+  };
   return {
     numBlocks: kv.numBlocks,
     blockSize: kv.blockSize,
     kvDtype: kv.dtype ?? "f32",
     async run(entries, rows, extras) {
+      freeRetired();
+      const lora = stepLora(loras, extras?.adapters);
       const scored = promptRows(entries, extras?.promptLogprobs);
       const drafts = draftRows(entries, extras?.drafts);
       const extraRows = [...scored, ...drafts.rows];
       const hiddenRows = extras?.hidden ? entries.flatMap((_, i) => (extras.hidden![i] ? [i] : [])) : [];
-      const out = forwardWithHidden(backend, model, kv, { entries, extraRows, hiddenRows });
+      const out = forwardWithHidden(backend, model, kv, { entries, extraRows, hiddenRows, ...(lora ? { lora } : {}) });
       let logits = out.logits;
       let raw: Tensor | undefined;
       let promptLogprobs: (TokenLogprob[] | undefined)[] | undefined;
@@ -175,8 +192,25 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     discardSwap: (seqId) => host.discard(seqId),
     readBlocks: (ids) => readSlots(backend, kv, slotsOf(ids, ids.length * kv.blockSize, kv.blockSize)),
     writeBlocks: (ids, data, from) => writeSlots(backend, kv, slotsOf(ids, ids.length * kv.blockSize, kv.blockSize), data, from * kv.blockSize),
-    close: release,
+    setAdapters(adapters) {
+      const next = adapters.some((a) => a !== undefined) ? uploadLoraSet(backend, model.config, adapters, model.weights.output !== undefined) : undefined;
+      if (loras) retired.push(loras);
+      loras = next;
+    },
+    close() {
+      freeRetired();
+      if (loras) freeLoraSet(backend, loras);
+      loras = undefined;
+      release();
+    },
   };
+}
+
+/** A step's adapters: the set and every entry's slot, when some entry has one (undefined: the base model throughout). */
+function stepLora(set: DeviceLoraSet | undefined, slots: readonly (number | undefined)[] | undefined): StepLora | undefined {
+  if (!slots?.some((s) => s)) return undefined;
+  if (!set) throw new RangeError("A step asks for LoRA adapters but none are loaded");
+  return { set, slots: slots.map((s) => s ?? 0) };
 }
 
 /** The flat rows whose logits the prompt log probabilities need, in entry order (see PromptLogprobAsk). */

@@ -8,6 +8,7 @@ import type { SchedulerStats, StepMixing, WorkerRole } from "./scheduler-types.t
 import type { TokenLogprob } from "./logprobs.ts";
 import type { FinishReason } from "./sequence.ts";
 import type { FreePrefix, OutputGrammar } from "./grammar.ts";
+import type { LoraAdapter } from "../model/lora.ts";
 
 /** One generation request, already tokenized. */
 export interface GenerateRequest {
@@ -76,6 +77,13 @@ export interface GenerateRequest {
    * and preempted last, and may preempt running requests of higher values to get in.
    */
   priority?: number;
+  /** A LoRA adapter the engine holds (ServingEngine.loadAdapter), by name; absent: the base model. */
+  adapter?: string;
+  /**
+   * vLLM's `cache_salt`: the prompt's KV is shared only with requests of the same salt (and adapter),
+   * so a tenant cannot learn from prefix-cache timing what another one sent. Absent: no salt.
+   */
+  cacheSalt?: string;
   /**
    * The prompt leaves a `<think>` block open (src/serve/reasoning.ts `promptOpensReasoning`): the
    * output starts as reasoning. Used only when the engine knows the reasoning tokens.
@@ -256,4 +264,10 @@ export interface ServingEngine {
   workerStatuses(): WorkerStatus[];
   /** Stops accepting work, cancels what is running, releases the device. */
   stop(): Promise<void>;
+  /** Loads a LoRA adapter under `name` for requests to name (GenerateRequest.adapter). Absent: this engine serves none. */
+  loadAdapter?(name: string, adapter: LoraAdapter): void;
+  /** Unloads the adapter `name` (refused while requests use it). */
+  unloadAdapter?(name: string): void;
+  /** Names of the loaded adapters. */
+  adapterNames?(): string[];
 }

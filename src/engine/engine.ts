@@ -3,7 +3,9 @@
  * (seeded), streams text to each request's async iterator, applies EOS / stop strings / max tokens
  * / context limits, frees KV on finish or cancel, and publishes KV events and metrics.
  */
-import { BlockPool, type EvictedBlock, type KvEvent, type SessionTracker } from "../../kv/index.ts";
+import { BlockPool, type EvictedBlock, type KvEvent, namespaceRoot, type SessionTracker } from "../../kv/index.ts";
+import type { LoraAdapter } from "../model/lora.ts";
+import { EngineAdapters } from "./engine-adapters.ts";
 import { EngineMetrics } from "./engine-metrics.ts";
 import { EngineSessions, inferSessionId, isKvRetention, KV_RETENTIONS } from "./engine-sessions.ts";
 import type { EngineOptions } from "./engine-options.ts";
@@ -84,6 +86,7 @@ export class Engine implements ServingEngine {
   private readonly mixing: AutoStepMixing | undefined;
   private readonly offload: HostKvOffload | undefined;
   private readonly tails: HandoffTails;
+  private readonly adapters: EngineAdapters;
 
   constructor(private readonly opts: EngineOptions) {
     this.now = opts.now ?? (() => performance.now());
@@ -114,6 +117,7 @@ export class Engine implements ServingEngine {
     if (opts.speculative) checkSpeculation(opts.speculative);
     if (opts.speculative?.method === "suffix") this.suffixes = new SuffixCache(opts.speculative.maxCachedRequests);
     this.budgetMasks = new BudgetMasks(opts.config.vocabSize);
+    this.adapters = new EngineAdapters(r);
   }
 
   /** Queues a request and starts the loop if needed. Throws the typed errors of engine-types.ts. */
@@ -130,12 +134,15 @@ export class Engine implements ServingEngine {
       throw new EngineOverloadedError(`${this.maxWaiting} requests are already waiting`);
     }
     const id = this.nextId++;
+    const lora = req.adapter === undefined ? undefined : this.adapters.resolve(req.adapter);
+    const cacheRoot = req.cacheSalt === undefined ? lora?.root : namespaceRoot(`salt:${req.cacheSalt}`, lora?.root ?? null);
     // Agent retention needs every turn in some session: a request naming none is placed by its prefix.
-    const sessionId = req.sessionId ?? (this.turns && inferSessionId(this.pool.probePrefix(req.prompt).metas, id));
+    const sessionId = req.sessionId ?? (this.turns && inferSessionId(this.pool.probePrefix(req.prompt, Infinity, cacheRoot ?? null).metas, id));
     if (sessionId !== undefined) this.turns?.started(sessionId, this.now() / 1000);
     const wholePrompt = req.promptLogprobs !== undefined;
     const seq = this.scheduler.submit(id, req.prompt, {
       sessionId, startsInReasoning: req.startsInReasoning, prefillOnly: req.prefillOnly, ...(wholePrompt ? { wholePrompt } : {}), ...(req.priority ? { priority: req.priority } : {}),
+      ...(lora ? { adapterSlot: lora.slot } : {}), ...(cacheRoot === undefined ? {} : { cacheRoot }),
     });
     let resolve!: (r: GenerateResult) => void;
     const result = new Promise<GenerateResult>((r) => (resolve = r));
@@ -206,6 +213,23 @@ export class Engine implements ServingEngine {
    */
   importPrefix(prefix: PrefixKv, sessionId?: string): number {
     return importPrefix(this.pool, this.opts.runner, prefix, sessionId === undefined ? undefined : { sessionId }, Infinity, this.tails);
+  }
+
+  /** Loads a LoRA adapter as `name` (engine-adapters.ts); requests name it in GenerateRequest.adapter. */
+  loadAdapter(name: string, adapter: LoraAdapter): void {
+    this.adapters.load(name, adapter);
+  }
+
+  /** Unloads the adapter `name`; refused while requests use it. */
+  unloadAdapter(name: string): void {
+    let inUse = 0;
+    for (const a of this.active.values()) if (a.req.adapter === name) inUse++;
+    this.adapters.unload(name, inUse);
+  }
+
+  /** Names of the loaded adapters. */
+  adapterNames(): string[] {
+    return this.adapters.names();
   }
 
   /** Cancels a request; its KV blocks are freed now or at the end of the step in flight. */
@@ -542,7 +566,7 @@ export class Engine implements ServingEngine {
     // the blocks are released so the policy ranks them with the session's new status.
     if (a.sessionId !== undefined) {
       this.turns?.ended(a.sessionId, this.now() / 1000);
-      this.offload?.turnEnded(a.sessionId, a.seq.tokens);
+      this.offload?.turnEnded(a.sessionId, a.seq.tokens, a.seq.hints.cacheRoot);
     }
     // Suffix drafts come from earlier outputs too; a cancelled one is kept as far as it got.
     if (this.suffixes && !a.req.embed) this.suffixes.add(a.seq.outputTokens);

@@ -49,7 +49,7 @@ export class HostKvOffload {
   /** Bytes of the held copies that have arrived. */
   private bytes = 0;
   /** Each session's last turn (prompt and output), most recently ended last: what a prefetch restores. */
-  private readonly lastTurn = new Map<string, number[]>();
+  private readonly lastTurn = new Map<string, { tokens: number[]; root?: BlockHash }>();
   /** Sequences already given their host blocks, with their preemption count then. */
   private readonly tried = new WeakMap<Sequence, number>();
 
@@ -86,12 +86,13 @@ export class HostKvOffload {
    * whose copy has reached the host), as cached blocks ranked under `meta`. Returns how many it
    * wrote and whether a needed copy was still on its way (worth another try later).
    */
-  restore(pool: BlockPool, tokens: readonly number[], meta?: BlockMeta, maxBlocks = Infinity): { restored: number; pending: boolean } {
+  restore(pool: BlockPool, tokens: readonly number[], meta?: BlockMeta, maxBlocks = Infinity, root?: BlockHash): { restored: number; pending: boolean } {
     const bs = this.blockSize;
-    const onDevice = pool.cachedPrefixTokens(tokens) / bs;
-    const { kv, pending } = this.continuation(tokens, onDevice);
+    const onDevice = pool.cachedPrefixTokens(tokens, Infinity, root ?? null) / bs;
+    const { kv, pending } = this.continuation(tokens, onDevice, root);
     if (kv === null) return { restored: 0, pending };
-    const restored = importPrefix(pool, this.runner, { tokens: tokens.slice(0, onDevice * bs + kv.numTokens), blockSize: bs, kv, firstBlock: onDevice }, meta, maxBlocks);
+    const prefix = { tokens: tokens.slice(0, onDevice * bs + kv.numTokens), blockSize: bs, kv, firstBlock: onDevice, ...(root === undefined ? {} : { root }) };
+    const restored = importPrefix(pool, this.runner, prefix, meta, maxBlocks);
     this.restored += restored;
     return { restored, pending };
   }
@@ -102,11 +103,11 @@ export class HostKvOffload {
    * way to the host (`pending`). Reading it uses the blocks: they become the most recently used.
    * A peer pulling a session's prefix gets it after the device blocks (Engine.exportPrefix).
    */
-  continuation(tokens: readonly number[], fromBlock: number): { kv: HostKv | null; pending: boolean } {
+  continuation(tokens: readonly number[], fromBlock: number, root?: BlockHash): { kv: HostKv | null; pending: boolean } {
     const bs = this.blockSize;
-    const hashes = chainHashes(tokens, bs);
+    const hashes = chainHashes(tokens, bs, undefined, root ?? null);
     if (fromBlock >= hashes.length) return { kv: null, pending: false };
-    const found = this.tier.matchContinuation(fromBlock > 0 ? hashes[fromBlock - 1] : null, hashes.slice(fromBlock), (i) => tokens.slice((fromBlock + i) * bs, (fromBlock + i + 1) * bs));
+    const found = this.tier.matchContinuation(fromBlock > 0 ? hashes[fromBlock - 1] : root ?? null, hashes.slice(fromBlock), (i) => tokens.slice((fromBlock + i) * bs, (fromBlock + i + 1) * bs));
     let ready = 0;
     let pending = false;
     for (; ready < found; ready++) {
@@ -135,15 +136,15 @@ export class HostKvOffload {
       if (this.tried.get(seq) === seq.preemptions) continue;
       // The last token is always computed (its logits are needed), as in the scheduler's prefix match.
       const sid = seq.hints.sessionId;
-      const { pending } = this.restore(pool, seq.tokens.slice(0, -1), sid === undefined ? undefined : { sessionId: sid });
+      const { pending } = this.restore(pool, seq.tokens.slice(0, -1), sid === undefined ? undefined : { sessionId: sid }, Infinity, seq.hints.cacheRoot);
       if (!pending) this.tried.set(seq, seq.preemptions);
     }
   }
 
   /** A session's turn ended with these tokens (prompt and output): what its next turn will resend. */
-  turnEnded(sessionId: string, tokens: readonly number[]): void {
+  turnEnded(sessionId: string, tokens: readonly number[], root?: BlockHash): void {
     this.lastTurn.delete(sessionId);
-    this.lastTurn.set(sessionId, [...tokens]);
+    this.lastTurn.set(sessionId, { tokens: [...tokens], root });
     if (this.lastTurn.size > MAX_REMEMBERED_TURNS) this.lastTurn.delete(this.lastTurn.keys().next().value!);
   }
 
@@ -155,7 +156,7 @@ export class HostKvOffload {
    * came back, went idle or were forgotten are dropped.
    */
   prefetch(pool: BlockPool, tracker: SessionTracker, now: number): void {
-    for (const [sid, tokens] of this.lastTurn) {
+    for (const [sid, { tokens, root }] of this.lastTurn) {
       const status = tracker.status(sid);
       if (status !== "waiting-tool") {
         this.lastTurn.delete(sid);
@@ -163,7 +164,7 @@ export class HostKvOffload {
       }
       if (now < prefetchStartTime(tracker.predictedReturnTime(sid, now), 0, now, PREFETCH_LEAD_S)) continue;
       const room = pool.numFreeBlocks() - Math.ceil(pool.numBlocks / 4);
-      if (room > 0) this.prefetched += this.restore(pool, tokens, { sessionId: sid }, room).restored;
+      if (room > 0) this.prefetched += this.restore(pool, tokens, { sessionId: sid }, room, root).restored;
       this.lastTurn.delete(sid);
     }
   }

@@ -25,6 +25,8 @@ export interface PrefixKv {
    * the request with exactly this prompt (handoff-tails.ts) instead of caching it.
    */
   tail?: boolean;
+  /** The cache namespace its blocks chain from (SequenceHints.cacheRoot); absent: none. */
+  root?: number;
 }
 
 /** Thrown when a prefix cannot move: a runner without block copies, or mismatched block sizes. */
@@ -107,7 +109,8 @@ export function importPrefix(
   if (prefix.tail) return importHandoff(pool, runner, prefix, meta, maxBlocks, tails);
   if (prefix.tokens.length % bs !== 0) throw new PrefixTransferError(`The prefix covers ${prefix.tokens.length} tokens, not whole blocks of ${bs}`);
   if (!runner.writeBlocks) throw new PrefixTransferError("This worker cannot write KV blocks into its cache");
-  const have = pool.matchPrefix(prefix.tokens);
+  const root = prefix.root ?? null;
+  const have = pool.matchPrefix(prefix.tokens, Infinity, root);
   const held = have.blockIds.length;
   const first = prefix.firstBlock ?? 0;
   // Blocks before `first` must be here already: the moved KV continues them.
@@ -119,7 +122,7 @@ export function importPrefix(
     let parent = held > 0 ? have.blockIds[held - 1] : null;
     for (const id of fresh) {
       const b = held + written;
-      if (pool.commitBlock(id, parent, prefix.tokens.slice(b * bs, (b + 1) * bs), meta) === null) break;
+      if (pool.commitBlock(id, parent, prefix.tokens.slice(b * bs, (b + 1) * bs), meta, root) === null) break;
       parent = id;
       written++;
     }
@@ -138,7 +141,8 @@ function importHandoff(pool: BlockPool, runner: StepRunner, prefix: PrefixKv, me
     throw new PrefixTransferError(`A hand-off of ${prefix.tokens.length} tokens from block ${first} needs KV of ${(before + 1 - first) * bs} tokens, got ${prefix.kv.numTokens}`);
   }
   const head = before > first ? importPrefix(pool, runner, { ...prefix, tokens: prefix.tokens.slice(0, before * bs), tail: false }, meta, maxBlocks) : 0;
-  if (tails === undefined || head >= maxBlocks || pool.cachedPrefixTokens(prefix.tokens.slice(0, before * bs)) < before * bs) return head;
+  // Held tails are found by their prompt alone: a namespaced prompt's is not kept (its decode computes it again).
+  if (tails === undefined || prefix.root !== undefined || head >= maxBlocks || pool.cachedPrefixTokens(prefix.tokens.slice(0, before * bs)) < before * bs) return head;
   const got = pool.tryAllocate(1);
   if (got === null) return head;
   runner.writeBlocks!(got, prefix.kv, before - first);

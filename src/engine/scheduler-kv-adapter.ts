@@ -43,8 +43,8 @@ export function poolBlockManager(pool: BlockPool, cacheVersion?: () => number, t
     totalBlocks: pool.numBlocks,
     numAvailable: () => pool.numFreeBlocks(),
     numUsed: () => pool.numUsedBlocks(),
-    acquirePrefix: (tokens) => pool.matchPrefix(tokens).blockIds,
-    cachedPrefixTokens: (tokens) => pool.cachedPrefixTokens(tokens),
+    acquirePrefix: (tokens, hints) => pool.matchPrefix(tokens, Infinity, hints.cacheRoot ?? null).blockIds,
+    cachedPrefixTokens: (tokens, root) => pool.cachedPrefixTokens(tokens, Infinity, root ?? null),
     allocate: (n) => pool.tryAllocate(n),
     commit(tokens, blockIds, from, to, hints, promptLength, reasoning) {
       for (let b = from; b < to; b++) {
@@ -53,7 +53,7 @@ export function poolBlockManager(pool: BlockPool, cacheVersion?: () => number, t
         // which the next turn's prompt leaves out).
         const output = (b + 1) * bs > promptLength;
         const meta = blockMeta(hints, !output ? undefined : reasoning?.overlaps(b * bs, (b + 1) * bs) ? "reasoning" : "output");
-        pool.commitBlock(blockIds[b], b > 0 ? blockIds[b - 1] : null, tokens.slice(b * bs, (b + 1) * bs), meta);
+        pool.commitBlock(blockIds[b], b > 0 ? blockIds[b - 1] : null, tokens.slice(b * bs, (b + 1) * bs), meta, hints.cacheRoot ?? null);
       }
     },
     // The last sequence to let go of a shared block owns it from then on (as in the simulator), so a

@@ -21,8 +21,8 @@ export interface KvBlockManager {
    * hashes); takes one reference on each returned block.
    */
   acquirePrefix(tokens: readonly number[], hints: SequenceHints): number[];
-  /** Tokens of the longest cached run of full blocks that prefixes `tokens`, taking nothing. */
-  cachedPrefixTokens(tokens: readonly number[]): number;
+  /** Tokens of the longest cached run of full blocks that prefixes `tokens` (in cache namespace `root`, SequenceHints.cacheRoot), taking nothing. */
+  cachedPrefixTokens(tokens: readonly number[], root?: number): number;
   /**
    * A number that changes whenever the prefix cache gains or loses a block, whoever changes it
    * (commits, evictions, prefixes written in from host memory or another worker). Lets the scheduler

@@ -174,8 +174,9 @@ export class WaitingQueue {
    */
   private handedOff(seq: Sequence, cached?: number): boolean {
     // The cheap checks first: with no block held (every step of a worker that takes no hand-offs), no probe.
-    if (!isFresh(seq) || seq.hints.wholePrompt || !(this.kv.hasHandoffTail?.(seq.tokens) ?? false)) return false;
-    return (cached ?? this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1))) === tailBlockIndex(seq.tokens.length, this.kv.blockSize) * this.kv.blockSize;
+    // Held tails are found by their prompt alone, whatever its cache namespace: a namespaced prompt takes none.
+    if (!isFresh(seq) || seq.hints.wholePrompt || seq.hints.cacheRoot !== undefined || !(this.kv.hasHandoffTail?.(seq.tokens) ?? false)) return false;
+    return (cached ?? this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1), seq.hints.cacheRoot)) === tailBlockIndex(seq.tokens.length, this.kv.blockSize) * this.kv.blockSize;
   }
 
   /**
@@ -222,7 +223,7 @@ export class WaitingQueue {
   private uncached(seq: Sequence): number {
     let n = this.probed.get(seq);
     if (n === undefined) {
-      const cached = seq.numSwapped > 0 ? seq.numSwapped : seq.hints.wholePrompt ? 0 : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1));
+      const cached = seq.numSwapped > 0 ? seq.numSwapped : seq.hints.wholePrompt ? 0 : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1), seq.hints.cacheRoot);
       n = this.handedOff(seq, cached) ? 1 : seq.tokens.length - cached;
       this.probed.set(seq, n);
     }

@@ -31,6 +31,13 @@ export interface SequenceHints {
    * preempt running sequences of a higher value when it cannot otherwise get in). Default 0.
    */
   priority?: number;
+  /**
+   * The prefix-cache namespace the sequence's blocks chain from (kv/ `namespaceRoot`: its LoRA
+   * adapter's, its cache salt's): it shares cached KV only with sequences of the same root. Absent: none.
+   */
+  cacheRoot?: number;
+  /** The LoRA adapter slot the sequence runs with (StepLora.slots); absent or 0: the base model. */
+  adapterSlot?: number;
 }
 
 /** Scheduler-side state of one request. */

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
-import { BlockPool, type BlockHasher, chainHashes, hashBlock, type KvEvent, KvCapacityError } from "../../kv/index.ts";
+import { BlockPool, type BlockHasher, chainHashes, hashBlock, type KvEvent, KvCapacityError, namespaceRoot } from "../../kv/index.ts";
 
 function pool(numBlocks: number, extra: { hasher?: BlockHasher; events?: KvEvent[] } = {}): BlockPool {
   let t = 0;
@@ -155,4 +155,27 @@ test("BlockPool.probePrefix() returns the matched blocks' metas without acquirin
   // Still evictable: allocating every free block evicts the probed ones.
   assert.equal(p.allocate(free).length, 3);
   assert.equal(p.probePrefix([1, 2, 3, 4, 5, 6]).numTokens, 2);
+});
+
+test("BlockPool.matchPrefix() finds a namespace's blocks only under its root (namespaceRoot)", () => {
+  const p = pool(16);
+  const tokens = [1, 2, 3, 4, 5, 6, 7];
+  const lora = namespaceRoot("lora:abc");
+  const salted = namespaceRoot("salt:t1", lora);
+  assert.notEqual(lora, namespaceRoot("lora:abd"));
+  assert.notEqual(salted, namespaceRoot("salt:t1"));
+  const m = p.matchPrefix(tokens, Infinity, lora);
+  assert.equal(m.numTokens, 0);
+  const ids = [...m.blockIds, ...p.allocate(4)];
+  for (let b = 0; b < 3; b++) p.commitBlock(ids[b], b === 0 ? null : ids[b - 1], tokens.slice(b * 2, b * 2 + 2), undefined, lora);
+  assert.equal(p.cachedPrefixTokens(tokens, Infinity, lora), 6);
+  assert.equal(p.cachedPrefixTokens(tokens), 0, "no root: none of the namespace's blocks");
+  assert.equal(p.cachedPrefixTokens(tokens, Infinity, salted), 0, "a nested namespace is another one");
+  assert.equal(p.probePrefix(tokens, Infinity, lora).numTokens, 6);
+  // The namespace's chain hashes are chainHashes from the root, as the host tier and routers compute them.
+  assert.deepEqual(p.matchPrefix(tokens, Infinity, lora).hashes, chainHashes(tokens, 2, hashBlock, lora));
+  // The same tokens without a root get blocks of their own, and both stay cached side by side.
+  assert.equal(runSequence(p, tokens).cached, 0);
+  assert.equal(runSequence(p, tokens).cached, 6);
+  assert.equal(p.cachedPrefixTokens(tokens, Infinity, lora), 6);
 });
