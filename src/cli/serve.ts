@@ -5,6 +5,7 @@
  *
  * Runs under Deno (Deno.serve) and Node (@hono/node-server); the runtime is detected.
  */
+import { type LoraModule, parseLoraModules } from "../serve/lora.ts";
 import { fileURLToPath } from "node:url";
 import { BACKEND_NAMES, isBackendChoice } from "../backend/select.ts";
 import { BackendUnavailableError } from "../backend/types.ts";
@@ -48,6 +49,9 @@ const FLAGS = {
   preemption: { kind: "string", help: "recompute|swap: what a request preempted for KV loses (default recompute)" },
   "prefill-order": { kind: "string", help: "fcfs|short-first: which waiting prompt is admitted first (default short-first: least uncached work, aged 2000 tokens/s)" },
   "scheduling-policy": { kind: "string", help: "priority|fcfs: priority lets requests set vLLM's `priority` (an integer, default 0; lower is admitted first, preempted last, and preempts running requests of a higher value when it cannot otherwise get in; ties keep --prefill-order); fcfs refuses any priority but 0, as vLLM's default (default priority)" },
+  "lora-modules": { kind: "string", help: "LoRA adapters served as models of their own, name=path pairs separated by commas (llama.cpp GGUF adapter files, as convert_lora_to_gguf.py writes them): a request whose model is a name runs the base model with that adapter, batched with every other; one engine only (not with --workers, --worker-addrs or --nats)" },
+  "enable-lora": { kind: "boolean", help: "accepted for vLLM's command lines; adapters are on whenever --lora-modules or --allow-runtime-lora-updating is given" },
+  "allow-runtime-lora-updating": { kind: "boolean", help: "POST /v1/load_lora_adapter {lora_name, lora_path} and /v1/unload_lora_adapter {lora_name} load and unload adapters while serving (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING): they read files the server can reach, so give it only to trusted clients (default off)" },
   "kv-retention": { kind: "string", help: "agent|lru: which cached KV goes first when memory runs short (default agent: keeps sessions waiting on a tool call; sessions come from prompt_cache_key or user)" },
   "tool-call-parser": { kind: "string", help: "hermes|llama3_json|kimi_k2|deepseek_v31|deepseek_v3|glm45|qwen3_coder|minimax_m2|mistral|harmony: how the model writes tool calls, read out of chat answers and written by a forced tool_choice; hermes (Qwen 2.5/3) is <tool_call> blocks, llama3_json (Llama 3.1-3.3) {\"name\", \"parameters\"} objects separated by \"; \", kimi_k2 (Kimi K2) <|tool_call_begin|> blocks in a <|tool_calls_section_begin|> section, deepseek_v31 (DeepSeek V3.1) <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...} blocks, deepseek_v3 (DeepSeek V3, R1-0528) <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME and a ```json fence, glm45 (GLM 4.5-4.7) <tool_call>NAME with <arg_key>/<arg_value> pairs, qwen3_coder (Qwen3-Coder) <function=NAME> with <parameter=KEY> values, minimax_m2 (MiniMax M2) <invoke name=\"NAME\"> with <parameter name=\"KEY\"> values in a <minimax:tool_call> section, mistral (Mistral, Magistral, Devstral) [TOOL_CALLS]NAME[ARGS]{...} per call, or [TOOL_CALLS] [{...}] where the vocabulary has no [ARGS] token (tokenizers before v11), harmony (gpt-oss; vLLM's openai is accepted for it) a message to=functions.NAME whose body is the arguments, one per answer (default hermes)" },
   "generation-config": { kind: "string", help: "auto|vllm: a request that leaves out temperature, top_p, top_k, min_p, repetition_penalty or max_tokens gets the model's generation_config.json values (auto, as vLLM's default; a Hugging Face directory's) or OpenAI's defaults (vllm)" },
@@ -111,6 +115,12 @@ async function main(): Promise<void> {
   const order = f["prefill-order"] ?? "short-first";
   if (order !== "fcfs" && order !== "short-first") throw new ArgsError(`Unknown prefill order "${order}"; choose fcfs or short-first`);
   const schedulingPolicy = f["scheduling-policy"] ?? "priority";
+  let loraModules: LoraModule[] = [];
+  try {
+    loraModules = parseLoraModules(f["lora-modules"] ?? "");
+  } catch (e) {
+    throw new ArgsError((e as Error).message);
+  }
   if (!(SCHEDULING_POLICIES as readonly string[]).includes(schedulingPolicy)) throw new ArgsError(`Unknown scheduling policy "${schedulingPolicy}"; choose ${SCHEDULING_POLICIES.join(" or ")}`);
   const kvCacheDtype = f["kv-cache-dtype"] ?? "auto";
   if (!isKvDtypeChoice(kvCacheDtype)) throw new ArgsError(`Unknown KV cache dtype "${kvCacheDtype}"; choose auto, f16 or f32`);
@@ -138,6 +148,9 @@ async function main(): Promise<void> {
   if (f["swap-space-blocks"] !== undefined && preemption !== "swap") throw new ArgsError(`Flag --swap-space-blocks ${f["swap-space-blocks"]} needs --preemption swap`);
   const workerAddrs = f["worker-addrs"]?.split(",").map((a) => a.trim()).filter((a) => a.length > 0);
   const workers = workerAddrs?.length ?? f.workers ?? 1;
+  if (loraModules.length > 0 && (workers > 1 || f.nats !== undefined)) {
+    throw new ArgsError(`--lora-modules needs one engine; it does not work with ${f.nats !== undefined ? "--nats" : workerAddrs ? "--worker-addrs" : "--workers"} yet`);
+  }
   const roles = f.roles?.split(",").map((r) => r.trim());
   const badRole = roles?.find((r) => r !== "mixed" && r !== "prefill" && r !== "decode");
   if (badRole !== undefined) throw new ArgsError(`Unknown role "${badRole}" in --roles; choose mixed, prefill or decode`);
@@ -200,6 +213,8 @@ async function main(): Promise<void> {
     swapSpaceBlocks: f["swap-space-blocks"],
     prefillOrder: order === "fcfs" ? FCFS : AGED_SHORT_FIRST,
     ...(schedulingPolicy === "fcfs" ? { schedulingPolicy: "fcfs" as const } : {}),
+    ...(loraModules.length > 0 ? { loraModules } : {}),
+    ...(f["allow-runtime-lora-updating"] ? { allowRuntimeLora: true } : {}),
     ...(stepMixing !== undefined ? { stepMixing: stepMixing as StepMixing | "auto" } : {}),
     kvRetention,
     reasoningParser,

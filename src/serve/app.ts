@@ -32,6 +32,7 @@ import { CountTokensRequestSchema, MessagesRequestSchema } from "./messages-sche
 import { detokenize, DetokenizeRequestSchema, tokenize, TokenizeRequestSchema } from "./tokenize.ts";
 import { embeddingsJson, EmbeddingsRequestSchema, submitEmbeddings } from "./embeddings.ts";
 import { rerankJson, RerankRequestSchema, scoreJson, ScoreRequestSchema, submitRerank, submitScore } from "./score.ts";
+import { addLoraRoutes, withAdapter } from "./lora.ts";
 
 /** Server settings. */
 export interface AppOptions {
@@ -63,6 +64,10 @@ export interface AppOptions {
   maxConversations?: number;
   /** The most MiB of JSON text each of the two stores (responses, conversations) keeps (default 512). */
   maxStoredMiB?: number;
+  /** Where each LoRA adapter the engine holds was read from, by name (`--lora-modules`; `/v1/models`' `root`). */
+  loraSources?: Map<string, string>;
+  /** `--allow-runtime-lora-updating`: `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` work. */
+  allowRuntimeLora?: boolean;
 }
 
 /** Where a request's left-out sampling parameters come from (`--generation-config`). */
@@ -140,12 +145,24 @@ export function createApp(o: AppOptions): Hono {
     if (!r.success) throw schemaError(r.error, raw);
     return r.data;
   }
-  /** A generation request's body: checked, and for the model this server serves. */
-  async function parse<T extends { model: string }>(c: Context, schema: ZodType<T>): Promise<T> {
+  const adapters = () => o.engine.adapterNames?.() ?? [];
+  const served = () => {
+    const names = adapters();
+    return names.length === 0 ? `'${o.modelName}'` : `'${o.modelName}' and its LoRA adapters ${names.map((n) => `'${n}'`).join(", ")}`;
+  };
+  /**
+   * The context a request for `model` is served in: the base model's, or with a LoRA adapter's name,
+   * one whose engine runs every request with that adapter and whose answers name it. 404 for others.
+   */
+  const ctxFor = (model: string | null | undefined): ServeContext => {
+    if (model === undefined || model === null || model === o.modelName) return ctx;
+    if (!adapters().includes(model)) throw new ApiError(404, `The model '${model}' does not exist; this server serves ${served()}`, "model", "model_not_found");
+    return { ...ctx, modelName: model, engine: withAdapter(o.engine, model) };
+  };
+  /** A generation request's body, checked, and the context of the model (or adapter) it asks for. */
+  async function parse<T extends { model: string }>(c: Context, schema: ZodType<T>): Promise<[T, ServeContext]> {
     const body = await readBody(c, schema);
-    const model = body.model;
-    if (model !== o.modelName) throw new ApiError(404, `The model '${model}' does not exist; this server serves '${o.modelName}'`, "model", "model_not_found");
-    return body;
+    return [body, ctxFor(body.model)];
   }
 
   const storedChars = (o.maxStoredMiB ?? DEFAULT_STORED_MIB) * 2 ** 20;
@@ -174,7 +191,7 @@ export function createApp(o: AppOptions): Hono {
   // Streams are cancelled through the body stream's cancel(), which both runtimes call on disconnect.
   const sse = (stream: ReadableStream<Uint8Array>, end: () => void) =>
     new Response(life.track(stream, end), { headers: SSE_HEADERS });
-  const respond = (c: Context, body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null; continuous_usage_stats?: boolean | null } | null }, submitted: Submitted, end: () => void) =>
+  const respond = (c: Context, ctx: ServeContext, body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null; continuous_usage_stats?: boolean | null } | null }, submitted: Submitted, end: () => void) =>
     body.stream
       ? sse(completeStream(ctx, submitted, body.stream_options?.include_usage === true, body.stream_options?.continuous_usage_stats === true), end)
       : whole(c, submitted, end, () => completeJson(ctx, submitted));
@@ -190,15 +207,15 @@ export function createApp(o: AppOptions): Hono {
     }
   };
   app.post("/v1/chat/completions", (c) => generation(async (end) => {
-    const body = await parse(c, ChatRequestSchema);
-    return respond(c, body, submitChat(ctx, body), end);
+    const [body, ctx] = await parse(c, ChatRequestSchema);
+    return respond(c, ctx, body, submitChat(ctx, body), end);
   }));
   app.post("/v1/completions", (c) => generation(async (end) => {
-    const body = await parse(c, CompletionRequestSchema);
-    return respond(c, body, submitCompletion(ctx, body), end);
+    const [body, ctx] = await parse(c, CompletionRequestSchema);
+    return respond(c, ctx, body, submitCompletion(ctx, body), end);
   }));
   app.post("/v1/responses", (c) => generation(async (end) => {
-    const body = await parse(c, ResponsesRequestSchema);
+    const [body, ctx] = await parse(c, ResponsesRequestSchema);
     const turn = submitResponse(ctx, state, body);
     if (body.background) {
       // Counted in flight until it finishes, whoever is listening.
@@ -208,12 +225,12 @@ export function createApp(o: AppOptions): Hono {
     return body.stream ? sse(respondStream(ctx, state, turn), end) : whole(c, turn.submitted, end, () => respondJson(ctx, state, turn));
   }));
   app.post("/v1/messages", (c) => generation(async (end) => {
-    const body = await parse(c, MessagesRequestSchema);
+    const [body, ctx] = await parse(c, MessagesRequestSchema);
     const turn = submitMessages(ctx, body);
     return body.stream ? sse(respondMessageStream(ctx, turn), end) : whole(c, turn.submitted, end, () => respondMessageJson(ctx, turn));
   }));
   app.post("/v1/embeddings", (c) => generation(async (end) => {
-    const body = await parse(c, EmbeddingsRequestSchema);
+    const [body, ctx] = await parse(c, EmbeddingsRequestSchema);
     const handles = submitEmbeddings(ctx, body);
     return whole(c, { kind: "completion", handles, perPrompt: 1, n: 1, output: null }, end, () => embeddingsJson(ctx, body, handles));
   }));
@@ -221,20 +238,32 @@ export function createApp(o: AppOptions): Hono {
   const scoring = (handles: RequestHandle[]): Submitted => ({ kind: "completion", handles, perPrompt: 1, n: 1, output: null });
   for (const path of ["/score", "/v1/score"]) {
     app.post(path, (c) => generation(async (end) => {
-      const s = submitScore(ctx, await readBody(c, ScoreRequestSchema));
+      const body = await readBody(c, ScoreRequestSchema);
+      const ctx = ctxFor(body.model);
+      const s = submitScore(ctx, body);
       return whole(c, scoring(s.handles), end, () => scoreJson(ctx, s));
     }));
   }
   for (const path of ["/rerank", "/v1/rerank", "/v2/rerank"]) {
     app.post(path, (c) => generation(async (end) => {
       const body = await readBody(c, RerankRequestSchema);
+      const ctx = ctxFor(body.model);
       const s = submitRerank(ctx, body);
       return whole(c, scoring(s.handles), end, () => rerankJson(ctx, body, s));
     }));
   }
-  app.post("/tokenize", async (c) => c.json(tokenize(ctx, await readBody(c, TokenizeRequestSchema))));
-  app.post("/detokenize", async (c) => c.json(detokenize(ctx, await readBody(c, DetokenizeRequestSchema))));
-  app.post("/v1/messages/count_tokens", async (c) => c.json(countMessageTokens(ctx, await parse(c, CountTokensRequestSchema))));
+  app.post("/tokenize", async (c) => {
+    const body = await readBody(c, TokenizeRequestSchema);
+    return c.json(tokenize(ctxFor(body.model), body));
+  });
+  app.post("/detokenize", async (c) => {
+    const body = await readBody(c, DetokenizeRequestSchema);
+    return c.json(detokenize(ctxFor(body.model), body));
+  });
+  app.post("/v1/messages/count_tokens", async (c) => {
+    const [body, ctx] = await parse(c, CountTokensRequestSchema);
+    return c.json(countMessageTokens(ctx, body));
+  });
   const stored = (id: string) => {
     const entry = store.get(id);
     if (!entry) throw new ApiError(404, `Response with id '${id}' not found; responses are kept only with store = true, and the server keeps the ${store.capacity} most recently used`, "response_id", "not_found");
@@ -278,14 +307,20 @@ export function createApp(o: AppOptions): Hono {
     return c.json({ id, object: "response", deleted: true });
   });
   addConversationRoutes(app, state.conversations, readBody);
-  const modelCard = () => ({ id: o.modelName, object: "model", created: 0, owned_by: "evolving-infra", max_model_len: o.engine.maxModelLen });
-  app.get("/v1/models", (c) => c.json({ object: "list", data: [modelCard()] }));
+  const loraSources = o.loraSources ?? new Map<string, string>();
+  // vLLM's cards: an adapter's root is where it was read from and its parent the base model.
+  const modelCard = (id = o.modelName) => ({
+    id, object: "model", created: 0, owned_by: "evolving-infra", root: id === o.modelName ? o.modelName : loraSources.get(id) ?? null,
+    parent: id === o.modelName ? null : o.modelName, max_model_len: o.engine.maxModelLen,
+  });
+  app.get("/v1/models", (c) => c.json({ object: "list", data: [modelCard(), ...adapters().map((n) => modelCard(n))] }));
   // Served names may hold slashes ("Qwen/Qwen3-0.6B"), as OpenAI's fine-tuned model ids hold colons.
   app.get("/v1/models/:id{.+}", (c) => {
     const id = c.req.param("id");
-    if (id !== o.modelName) throw new ApiError(404, `The model '${id}' does not exist; this server serves '${o.modelName}'`, "model", "model_not_found");
-    return c.json(modelCard());
+    ctxFor(id);
+    return c.json(modelCard(id));
   });
+  addLoraRoutes(app, { engine: o.engine, model: o.model, modelName: o.modelName, sources: loraSources, allowRuntime: o.allowRuntimeLora ?? false, readBody });
   // A draining server says so, so that a load balancer stops sending it work.
   app.get("/health", (c) => (life.draining ? c.json({ status: "draining" }, 503) : c.json({ status: "ok" })));
   app.get("/metrics", (c) => c.text(renderMetrics(o.engine, o.modelName), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }));

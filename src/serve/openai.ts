@@ -179,6 +179,7 @@ function engineRequest(
     // An empty key names no session (and would collide with the retention policy's no-session group).
     sessionId: body.prompt_cache_key || body.user || undefined,
     ...(priority ? { priority } : {}),
+    ...(body.cache_salt ? { cacheSalt: body.cache_salt } : {}),
     ...(startsInReasoning ? { startsInReasoning } : {}),
     ...(promptLogprobsOf(body) !== undefined ? { promptLogprobs: promptLogprobsOf(body) } : {}),
   };

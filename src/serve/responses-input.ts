@@ -158,6 +158,7 @@ export function chatRequestOf(body: ResponsesRequest, history: readonly ChatMess
     top_k: body.top_k ?? undefined,
     seed: body.seed ?? undefined,
     ...(body.priority ? { priority: body.priority } : {}),
+    ...(body.cache_salt ? { cache_salt: body.cache_salt } : {}),
     ...(body.service_tier ? { service_tier: body.service_tier } : {}),
     stream: body.stream ?? false,
     ...(sessionId !== undefined ? { prompt_cache_key: sessionId } : {}),

@@ -5,7 +5,7 @@
  * but cannot honour (images, hosted tools) is refused by name.
  */
 import { z } from "zod";
-import { explained, type Flaw, isObject, priorityField, SERVICE_TIERS, sessionKey } from "./schemas.ts";
+import { cacheSaltField, explained, type Flaw, isObject, priorityField, SERVICE_TIERS, sessionKey } from "./schemas.ts";
 
 const maybe = <T extends z.ZodType>(t: T) => t.nullable().optional();
 const positiveInt = z.number().int().min(1);
@@ -229,6 +229,7 @@ export const ResponsesRequestSchema = z.looseObject({
   seed: maybe(z.number().int().min(-(2 ** 53)).max(2 ** 53)),
   // vLLM's extension, as on chat completions: lower is scheduled first.
   priority: priorityField,
+  cache_salt: cacheSaltField,
   service_tier: maybe(z.enum(SERVICE_TIERS)),
   stream: maybe(z.boolean()),
   store: maybe(z.boolean()),

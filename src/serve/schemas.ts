@@ -97,6 +97,13 @@ export const priorityField = maybe(z.number().int().min(-(2 ** 31)).max(2 ** 31 
 /** vLLM's `truncate_prompt_tokens`: keep the prompt's last N tokens, -1 as many as the context holds. */
 export const truncatePromptTokensField = maybe(explained(z.number().int().min(-1), (v) => (v === 0 ? { message: "must be -1 or a positive number of tokens to keep, got 0" } : null)));
 
+/**
+ * vLLM's `cache_salt`: the prompt's KV is shared in the prefix cache only with requests of the same
+ * salt (GenerateRequest.cacheSalt). Should be secret and long enough not to be guessed (vLLM
+ * suggests 256 random bits, 43 base64 characters).
+ */
+export const cacheSaltField = maybe(explained(z.string(), (v) => (v === "" ? { message: "must be a non-empty string if provided" } : null)));
+
 /** OpenAI's `service_tier` values. */
 export const SERVICE_TIERS = ["auto", "default", "flex", "scale", "priority"] as const;
 
@@ -116,6 +123,8 @@ const common = {
   priority: priorityField,
   // vLLM's extension: keep only the prompt's last this-many tokens (-1: as many as the context holds).
   truncate_prompt_tokens: truncatePromptTokensField,
+  // vLLM's extension: prefix-cache isolation between tenants.
+  cache_salt: cacheSaltField,
   // OpenAI's processing tiers, read as priorities (openai.ts `tierPriority`).
   service_tier: maybe(z.enum(SERVICE_TIERS)),
   // vLLM's extension (HF's): logits of tokens in the prompt or output divided (if positive) or multiplied by it.

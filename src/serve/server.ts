@@ -2,6 +2,7 @@
  * Puts a server together: load the model, pick the backend, build the engine and the app, listen.
  * Used by `src/cli/serve.ts` and by the tests that drive a real server over sockets.
  */
+import { type LoraModule, loadAdapterInto } from "./lora.ts";
 import type { Speculation } from "../engine/ngram-draft.ts";
 import os from "node:os";
 import { type BackendChoice, selectBackend } from "../backend/select.ts";
@@ -68,6 +69,10 @@ export interface ServerOptions {
   prefillOrder?: PrefillOrderOptions;
   /** "priority" (default): requests may set `priority`, lower first; "fcfs": any but 0 is refused (vLLM's default). */
   schedulingPolicy?: SchedulingPolicy;
+  /** LoRA adapters served by name from the start (`--lora-modules`; one engine only). */
+  loraModules?: readonly LoraModule[];
+  /** `--allow-runtime-lora-updating`: adapters may be loaded and unloaded over HTTP. */
+  allowRuntimeLora?: boolean;
   /** Which cached KV goes first under memory pressure (default "agent"). */
   kvRetention?: KvRetention;
   /**
@@ -292,8 +297,21 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   }
   const serving: ServingEngine = cluster?.cluster ?? engine!;
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
+  const loraSources = new Map<string, string>();
+  for (const m of o.loraModules ?? []) {
+    try {
+      if (m.name === modelName) throw new RangeError("it takes the base model's name");
+      await loadAdapterInto(serving, model, m.name, m.path);
+    } catch (e) {
+      await serving.stop();
+      backend?.destroy();
+      cluster?.destroyBackend();
+      throw new RangeError(`--lora-modules "${m.name}": ${e instanceof Error ? e.message : String(e)}`);
+    }
+    loraSources.set(m.name, m.path);
+  }
   const lifecycle = new ServerLifecycle();
-  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle });
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle, loraSources, allowRuntimeLora: o.allowRuntimeLora });
   const l = await listen(app.fetch, o.host, o.port);
   return {
     ...l,

@@ -79,3 +79,19 @@ test("serve CLI rejects bad --nats combinations and an unreachable NATS server w
     assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
   }
 });
+
+test("serve CLI rejects a malformed --lora-modules, one with --workers, and an adapter file it cannot read, with a one-line error", () => {
+  for (const [args, message] of [
+    [["--lora-modules", "pirate"], /--lora-modules takes name=path pairs separated by commas, got "pirate"/],
+    [["--lora-modules", "a=/x.gguf,a=/y.gguf"], /--lora-modules names "a" twice/],
+    [["--lora-modules", "a=/x.gguf", "--workers", "2"], /--lora-modules needs one engine; it does not work with --workers yet/],
+  ] as const) {
+    const r = serve([...args, "--port", "0", "--backend", "reference"]);
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, message);
+    assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+  }
+  const r = serve(["--lora-modules", `pirate=${projectRoot}/no-such-adapter.gguf`, "--port", "0", "--backend", "reference"]);
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /--lora-modules "pirate": .*no-such-adapter\.gguf/);
+});
