@@ -10,7 +10,7 @@ import type { Context } from "hono";
 import type { ServingEngine } from "../engine/engine-types.ts";
 import { LoraAdapterError } from "../engine/engine-adapters.ts";
 import { type LoadedModel, ModelLoadError } from "../model/config.ts";
-import { loadLoraAdapter } from "../model/lora.ts";
+import { loadLoraAdapter } from "../model/lora-load.ts";
 import { ApiError } from "./errors.ts";
 
 /** One `--lora-modules` entry. */

@@ -15,7 +15,8 @@ import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts"
 import { forward, ForwardInputError } from "../../src/model/forward.ts";
 import { encodeGguf, gguf, hostTensorFromF32 } from "../../src/model/gguf-writer.ts";
 import { freeLoraSet, uploadLoraSet } from "../../src/model/lora-set.ts";
-import { loadLoraAdapter, type LoraAdapter } from "../../src/model/lora.ts";
+import { loadLoraAdapter } from "../../src/model/lora-load.ts";
+import type { LoraAdapter } from "../../src/model/lora.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";

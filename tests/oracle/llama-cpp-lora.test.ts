@@ -21,7 +21,8 @@ import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts"
 import { forward } from "../../src/model/forward.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { freeLoraSet, uploadLoraSet } from "../../src/model/lora-set.ts";
-import { loadLoraAdapter, type LoraTarget } from "../../src/model/lora.ts";
+import { loadLoraAdapter } from "../../src/model/lora-load.ts";
+import type { LoraTarget } from "../../src/model/lora.ts";
 import { envVar } from "../../src/runtime/env.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { projectRoot, test } from "../harness.ts";

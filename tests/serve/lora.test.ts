@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import process from "node:process";
 import OpenAI from "openai";
 import { loadModel } from "../../src/model/load.ts";
-import { loadLoraAdapter } from "../../src/model/lora.ts";
+import { loadLoraAdapter } from "../../src/model/lora-load.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { parseLoraModules } from "../../src/serve/lora.ts";
 import { type RunningServer, startServer } from "../../src/serve/server.ts";

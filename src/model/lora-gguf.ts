@@ -1,0 +1,91 @@
+/**
+ * Reads llama.cpp's GGUF LoRA adapter files (what `convert_lora_to_gguf.py` writes from a PEFT
+ * directory): `general.type` "adapter", `adapter.type` "lora", `adapter.lora.alpha`, and per adapted
+ * projection `<base tensor>.lora_a` (ne [in, rank]) and `.lora_b` (ne [rank, out]), already in the
+ * base GGUF's row order. llama.cpp's scale: scale · alpha / rank, or the scale alone where alpha is 0.
+ */
+import { decodeToF32 } from "../backend/dtype-codec.ts";
+import { openRandomAccess } from "../runtime/fs.ts";
+import { ModelLoadError, type ModelConfig } from "./config.ts";
+import { GgufMetadata } from "./gguf-metadata.ts";
+import { readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
+import { assembleAdapter, type LoraAdapter, loraKey, type LoraLoadOptions, type LoraTarget, type LoraWeight, targetDims } from "./lora.ts";
+
+/** GGUF tensor stems of the per-layer targets (`blk.N.<stem>.weight`). */
+const LAYER_STEMS: Readonly<Record<string, LoraTarget>> = {
+  attn_q: "wq", attn_k: "wk", attn_v: "wv", attn_output: "wo", ffn_gate: "wGate", ffn_up: "wUp", ffn_down: "wDown",
+};
+
+/** Splits `blk.N.<stem>.weight.lora_a` (or `output.weight.lora_b`) into layer, target and side; undefined when it is none of them. */
+function parseName(name: string): { layer: number; target: LoraTarget; side: "a" | "b" } | undefined {
+  const m = /^(?:blk\.(\d+)\.([a-z_]+)|(output))\.weight\.lora_([ab])$/.exec(name);
+  if (!m) return undefined;
+  const side = m[4] as "a" | "b";
+  if (m[3] === "output") return { layer: -1, target: "output", side };
+  const target = LAYER_STEMS[m[2]];
+  return target === undefined ? undefined : { layer: Number(m[1]), target, side };
+}
+
+/**
+ * Reads a GGUF LoRA adapter for a base model with `config`: checks it is an adapter for the same
+ * architecture, that every tensor pairs up and fits the base projection it names, and scales B.
+ * Throws {@link ModelLoadError} naming the file and the tensor or key at fault.
+ */
+export async function loadGgufLora(path: string, config: ModelConfig, options: LoraLoadOptions = {}): Promise<LoraAdapter> {
+  const scale = options.scale ?? 1;
+  if (!Number.isFinite(scale)) throw new ModelLoadError(`LoRA scale should be a finite number, got ${scale}`);
+  const file = await openRandomAccess(path);
+  try {
+    const header = await readGgufHeader(file);
+    const meta = new GgufMetadata(header.metadata, path);
+    const type = meta.has("general.type") ? meta.string("general.type") : undefined;
+    if (type !== "adapter") throw new ModelLoadError(`"${path}" is not a LoRA adapter: its general.type is ${JSON.stringify(type ?? null)}, expected "adapter"`);
+    const kind = meta.has("adapter.type") ? meta.string("adapter.type") : undefined;
+    if (kind !== "lora") throw new ModelLoadError(`"${path}" is an adapter of type ${JSON.stringify(kind ?? null)}; only "lora" adapters are supported`);
+    const arch = meta.string("general.architecture", "");
+    if (arch !== config.architecture) {
+      throw new ModelLoadError(`LoRA adapter "${path}" is for architecture "${arch}", the base model is "${config.architecture}"`);
+    }
+    if (meta.has("adapter.alora.invocation_tokens")) {
+      throw new ModelLoadError(`LoRA adapter "${path}" is an activated LoRA (adapter.alora.invocation_tokens); only plain LoRA adapters are supported`);
+    }
+    const alpha = meta.number("adapter.lora.alpha", 0);
+    const pairs = new Map<string, { layer: number; target: LoraTarget; a?: (typeof header.tensors)[number]; b?: (typeof header.tensors)[number] }>();
+    for (const t of header.tensors) {
+      // llama.cpp skips norm deltas (it cannot apply them); so do we.
+      if (/_norm\.weight\.lora_[ab]$/.test(t.name)) continue;
+      const p = parseName(t.name);
+      if (!p) throw new ModelLoadError(`LoRA adapter "${path}" has tensor "${t.name}", which names no projection we can adapt (attn_q/k/v/output, ffn_gate/up/down, output)`);
+      const key = loraKey(p.layer, p.target);
+      const pair = pairs.get(key) ?? { layer: p.layer, target: p.target };
+      pair[p.side] = t;
+      pairs.set(key, pair);
+    }
+    if (pairs.size === 0) throw new ModelLoadError(`LoRA adapter "${path}" has no lora_a/lora_b tensors`);
+    const weights: LoraWeight[] = [];
+    for (const { layer, target, a, b } of pairs.values()) {
+      const name = layer < 0 ? "output.weight" : `blk.${layer}.${Object.keys(LAYER_STEMS).find((s) => LAYER_STEMS[s] === target)}.weight`;
+      if (!a || !b) throw new ModelLoadError(`LoRA adapter "${path}" has ${a ? "lora_a" : "lora_b"} for "${name}" but not ${a ? "lora_b" : "lora_a"}`);
+      const dims = targetDims(config, layer, target, options.hasOutput ?? !config.tiedEmbeddings);
+      if (typeof dims === "string") throw new ModelLoadError(`LoRA adapter "${path}" adapts "${name}", but ${dims}`);
+      const [inDim, outDim] = dims;
+      const rank = a.shape[0];
+      if (a.shape.length !== 2 || b.shape.length !== 2 || a.shape[1] !== inDim || b.shape[0] !== outDim || b.shape[1] !== rank || rank < 1) {
+        throw new ModelLoadError(
+          `LoRA adapter "${path}" has "${name}" lora_a of shape [${a.shape}] and lora_b of shape [${b.shape}]; ` +
+            `expected [rank, ${inDim}] and [${outDim}, rank] (rows outermost)`,
+        );
+      }
+      const at = await readGgufTensor(file, a);
+      const av = decodeToF32(at.data, at.dtype, rank * inDim);
+      const bt = await readGgufTensor(file, b);
+      const bv = decodeToF32(bt.data, bt.dtype, outDim * rank);
+      const s = alpha !== 0 ? scale * alpha / rank : scale;
+      for (let i = 0; i < bv.length; i++) bv[i] *= s;
+      weights.push({ layer, target, rank, inDim, outDim, a: av, b: bv });
+    }
+    return assembleAdapter(path, alpha, scale, weights);
+  } finally {
+    await file.close();
+  }
+}

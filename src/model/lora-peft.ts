@@ -1,0 +1,119 @@
+/**
+ * Reads Hugging Face PEFT LoRA adapter directories, vLLM's format: `adapter_config.json` (`r`,
+ * `lora_alpha`, `use_rslora`, ...) and `adapter_model.safetensors`, whose tensors
+ * `base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight` [rank, in] and `.lora_B.weight`
+ * [out, rank] name the projections in Hugging Face's row order. PEFT's scale: alpha / rank (alpha /
+ * √rank with rsLoRA), times the loader's. A Llama base read from GGUF has its q and k rows permuted
+ * for llama.cpp's interleaved RoPE (convert_hf_to_gguf.py), so B's rows of q and k are permuted the same.
+ */
+import { decodeToF32 } from "../backend/dtype-codec.ts";
+import { openRandomAccess, pathExists, readTextFile } from "../runtime/fs.ts";
+import { ModelLoadError, type ModelConfig } from "./config.ts";
+import type { Json } from "./hf-json.ts";
+import { assembleAdapter, type LoraAdapter, type LoraLoadOptions, type LoraTarget, type LoraWeight, targetDims } from "./lora.ts";
+import { readSafetensor, readSafetensorsHeader } from "./safetensors.ts";
+
+/** Hugging Face module names of the targets (`model.layers.N.<module>`). */
+const MODULES: Readonly<Record<string, LoraTarget>> = {
+  "self_attn.q_proj": "wq", "self_attn.k_proj": "wk", "self_attn.v_proj": "wv", "self_attn.o_proj": "wo",
+  "mlp.gate_proj": "wGate", "mlp.up_proj": "wUp", "mlp.down_proj": "wDown",
+};
+
+/** Layer, target and side of a PEFT tensor name; undefined when it names none we can adapt. */
+function parsePeftName(name: string): { layer: number; target: LoraTarget; side: "A" | "B" } | undefined {
+  const m = /^(?:base_model\.model\.)?(?:model\.layers\.(\d+)\.([a-z_.]+)|(lm_head))\.lora_([AB])(?:\.default)?\.weight$/.exec(name);
+  if (!m) return undefined;
+  const side = m[4] as "A" | "B";
+  if (m[3] === "lm_head") return { layer: -1, target: "output", side };
+  const target = MODULES[m[2]];
+  return target === undefined ? undefined : { layer: Number(m[1]), target, side };
+}
+
+/** llama.cpp's q/k row permutation (convert_hf_to_gguf.py `permute`) of a [rows, cols] matrix with `heads` heads. */
+export function permuteRowsForGguf(values: Float32Array, rows: number, cols: number, heads: number): Float32Array {
+  const out = new Float32Array(values.length);
+  const d = rows / heads, half = d / 2;
+  for (let h = 0; h < heads; h++) {
+    for (let j = 0; j < half; j++) {
+      for (let t = 0; t < 2; t++) {
+        const from = h * d + t * half + j, to = h * d + j * 2 + t;
+        out.set(values.subarray(from * cols, (from + 1) * cols), to * cols);
+      }
+    }
+  }
+  return out;
+}
+
+/** Refuses PEFT settings the forward would not honour, naming the key. */
+function checkPeftConfig(cfg: Json, path: string): void {
+  const fail = (why: string) => new ModelLoadError(`PEFT adapter "${path}": ${why}`);
+  if (cfg.peft_type !== undefined && cfg.peft_type !== "LORA") throw fail(`peft_type is ${JSON.stringify(cfg.peft_type)}; only "LORA" adapters are supported`);
+  if (cfg.use_dora === true) throw fail("use_dora is true; DoRA adapters are not supported");
+  if (cfg.fan_in_fan_out === true) throw fail("fan_in_fan_out is true (Conv1D weights); only Linear layers are supported");
+  if (cfg.bias !== undefined && cfg.bias !== "none") throw fail(`bias is ${JSON.stringify(cfg.bias)}; only "none" is supported`);
+  const saved = cfg.modules_to_save;
+  if (Array.isArray(saved) && saved.length > 0) throw fail(`modules_to_save lists ${JSON.stringify(saved)}; adapters that replace whole modules are not supported`);
+  for (const key of ["rank_pattern", "alpha_pattern"]) {
+    const v = cfg[key];
+    if (v && typeof v === "object" && Object.keys(v).length > 0) throw fail(`${key} is set; per-module ranks and alphas are not supported`);
+  }
+}
+
+/** Reads a PEFT LoRA directory for a base model with `config` (see the module comment). Throws ModelLoadError naming the fault. */
+export async function loadPeftLora(dir: string, config: ModelConfig, options: LoraLoadOptions = {}): Promise<LoraAdapter> {
+  const scale = options.scale ?? 1;
+  const cfgPath = `${dir}/adapter_config.json`, filePath = `${dir}/adapter_model.safetensors`;
+  if (!(await pathExists(cfgPath))) throw new ModelLoadError(`LoRA adapter directory "${dir}" has no adapter_config.json`);
+  if (!(await pathExists(filePath))) {
+    const bin = await pathExists(`${dir}/adapter_model.bin`);
+    throw new ModelLoadError(`LoRA adapter directory "${dir}" has no adapter_model.safetensors${bin ? " (adapter_model.bin is a pickle, which is not read: convert it to safetensors)" : ""}`);
+  }
+  let cfg: Json;
+  try {
+    cfg = JSON.parse(await readTextFile(cfgPath)) as Json;
+  } catch (e) {
+    throw new ModelLoadError(`"${cfgPath}" is not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
+  }
+  checkPeftConfig(cfg, dir);
+  const alpha = typeof cfg.lora_alpha === "number" ? cfg.lora_alpha : undefined;
+  if (alpha === undefined || !Number.isFinite(alpha)) throw new ModelLoadError(`PEFT adapter "${dir}": lora_alpha should be a number, got ${JSON.stringify(cfg.lora_alpha)}`);
+  const rslora = cfg.use_rslora === true;
+  const permute = config.architecture === "llama" && config.ropeLayout === "normal";
+  const file = await openRandomAccess(filePath);
+  try {
+    const header = await readSafetensorsHeader(file);
+    const pairs = new Map<string, { layer: number; target: LoraTarget; A?: string; B?: string }>();
+    for (const name of header.tensors.keys()) {
+      const p = parsePeftName(name);
+      if (!p) throw new ModelLoadError(`PEFT adapter "${dir}" has tensor "${name}", which names no projection we can adapt (q/k/v/o_proj, gate/up/down_proj, lm_head)`);
+      const key = `${p.layer}.${p.target}`;
+      const pair = pairs.get(key) ?? { layer: p.layer, target: p.target };
+      pair[p.side] = name;
+      pairs.set(key, pair);
+    }
+    if (pairs.size === 0) throw new ModelLoadError(`PEFT adapter "${dir}" has no lora_A/lora_B tensors`);
+    const weights: LoraWeight[] = [];
+    for (const { layer, target, A, B } of pairs.values()) {
+      const module = layer < 0 ? "lm_head" : `model.layers.${layer}.${Object.keys(MODULES).find((m) => MODULES[m] === target)}`;
+      if (!A || !B) throw new ModelLoadError(`PEFT adapter "${dir}" has lora_${A ? "A" : "B"} for "${module}" but not lora_${A ? "B" : "A"}`);
+      const dims = targetDims(config, layer, target, options.hasOutput ?? !config.tiedEmbeddings);
+      if (typeof dims === "string") throw new ModelLoadError(`PEFT adapter "${dir}" adapts "${module}", but ${dims}`);
+      const [inDim, outDim] = dims;
+      const a = header.tensors.get(A)!, b = header.tensors.get(B)!;
+      const rank = a.shape[0];
+      if (a.shape.length !== 2 || b.shape.length !== 2 || a.shape[1] !== inDim || b.shape[0] !== outDim || b.shape[1] !== rank || rank < 1) {
+        throw new ModelLoadError(`PEFT adapter "${dir}" has "${module}" lora_A of shape [${a.shape}] and lora_B of shape [${b.shape}]; expected [rank, ${inDim}] and [${outDim}, rank]`);
+      }
+      const at = await readSafetensor(file, a), bt = await readSafetensor(file, b);
+      const av = decodeToF32(at.data, at.dtype, rank * inDim);
+      let bv = decodeToF32(bt.data, bt.dtype, outDim * rank);
+      const s = scale * (rslora ? alpha / Math.sqrt(rank) : alpha / rank);
+      for (let i = 0; i < bv.length; i++) bv[i] *= s;
+      if (permute && (target === "wq" || target === "wk")) bv = permuteRowsForGguf(bv, outDim, rank, target === "wq" ? config.numHeads : config.numKvHeads);
+      weights.push({ layer, target, rank, inDim, outDim, a: av, b: bv });
+    }
+    return assembleAdapter(dir, alpha, scale, weights);
+  } finally {
+    await file.close();
+  }
+}
