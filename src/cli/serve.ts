@@ -49,7 +49,7 @@ const FLAGS = {
   preemption: { kind: "string", help: "recompute|swap: what a request preempted for KV loses (default recompute)" },
   "prefill-order": { kind: "string", help: "fcfs|short-first: which waiting prompt is admitted first (default short-first: least uncached work, aged 2000 tokens/s)" },
   "scheduling-policy": { kind: "string", help: "priority|fcfs: priority lets requests set vLLM's `priority` (an integer, default 0; lower is admitted first, preempted last, and preempts running requests of a higher value when it cannot otherwise get in; ties keep --prefill-order); fcfs refuses any priority but 0, as vLLM's default (default priority)" },
-  "lora-modules": { kind: "string", help: "LoRA adapters served as models of their own, name=path pairs separated by commas (llama.cpp GGUF adapter files, as convert_lora_to_gguf.py writes them): a request whose model is a name runs the base model with that adapter, batched with every other; one engine only (not with --workers, --worker-addrs or --nats)" },
+  "lora-modules": { kind: "string", help: "LoRA adapters served as models of their own, name=path pairs separated by commas (llama.cpp GGUF adapter files, as convert_lora_to_gguf.py writes them, or Hugging Face PEFT directories): a request whose model is a name runs the base model with that adapter, batched with every other; with workers each worker loads it from the same path (as the model) and must find the same adapter" },
   "enable-lora": { kind: "boolean", help: "accepted for vLLM's command lines; adapters are on whenever --lora-modules or --allow-runtime-lora-updating is given" },
   "allow-runtime-lora-updating": { kind: "boolean", help: "POST /v1/load_lora_adapter {lora_name, lora_path} and /v1/unload_lora_adapter {lora_name} load and unload adapters while serving (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING): they read files the server can reach, so give it only to trusted clients (default off)" },
   "kv-retention": { kind: "string", help: "agent|lru: which cached KV goes first when memory runs short (default agent: keeps sessions waiting on a tool call; sessions come from prompt_cache_key or user)" },
@@ -148,9 +148,6 @@ async function main(): Promise<void> {
   if (f["swap-space-blocks"] !== undefined && preemption !== "swap") throw new ArgsError(`Flag --swap-space-blocks ${f["swap-space-blocks"]} needs --preemption swap`);
   const workerAddrs = f["worker-addrs"]?.split(",").map((a) => a.trim()).filter((a) => a.length > 0);
   const workers = workerAddrs?.length ?? f.workers ?? 1;
-  if (loraModules.length > 0 && (workers > 1 || f.nats !== undefined)) {
-    throw new ArgsError(`--lora-modules needs one engine; it does not work with ${f.nats !== undefined ? "--nats" : workerAddrs ? "--worker-addrs" : "--workers"} yet`);
-  }
   const roles = f.roles?.split(",").map((r) => r.trim());
   const badRole = roles?.find((r) => r !== "mixed" && r !== "prefill" && r !== "decode");
   if (badRole !== undefined) throw new ArgsError(`Unknown role "${badRole}" in --roles; choose mixed, prefill or decode`);

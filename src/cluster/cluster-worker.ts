@@ -19,6 +19,8 @@ export class ClusterWorker {
   draining = false;
   /** Requests routed through this worker (decoding, prefilling or sending a prefix) not yet finished. */
   inFlight = 0;
+  /** The LoRA adapters this worker has loaded (the router sends a request for one only to workers that have it). */
+  readonly adapters = new Set<string>();
   private readonly window: StepWindow;
 
   constructor(readonly engine: WorkerEngine, role: Role, initialPrefillRate: number) {

@@ -23,6 +23,8 @@ import type { WorkerEngine } from "./worker-engine.ts";
 import { RequestWindow } from "./request-window.ts";
 import { WorkerSet } from "./worker-set.ts";
 import { handOff } from "./handoff.ts";
+import { adapterRoot, cacheRootOf, LoraAdapterError } from "../engine/engine-adapters.ts";
+import type { LoraAdapter } from "../model/lora.ts";
 
 export type { ClusterCounters, ClusterDecision, ClusterOptions } from "./cluster-types.ts";
 
@@ -42,6 +44,8 @@ export class Cluster implements ServingEngine {
   private nextId = 0;
   /** New sessions that may still enter before the planner's next tick (its "admission" action). */
   private newSessionBudget = Infinity;
+  /** LoRA adapters by name: what joining workers load, each one's cache namespace and requests in flight. */
+  private readonly adapters = new Map<string, { adapter: LoraAdapter; root: number; inFlight: number }>();
 
   /**
    * Takes the workers' engines already started (local or in threads), their steps wired to
@@ -101,7 +105,47 @@ export class Cluster implements ServingEngine {
     if (engine.blockSize !== this.blockSize) throw new RangeError(`Worker "${engine.id}" has KV blocks of ${engine.blockSize} tokens; the cluster's have ${this.blockSize}`);
     const w = this.attach(engine, role);
     this.counters.joined++;
+    // It serves an adapter's requests once it has loaded it (until then the router sends them elsewhere).
+    for (const [name, a] of this.adapters) {
+      engine.loadAdapter(name, a.adapter).then(() => void (this.adapters.has(name) && w.adapters.add(name))).catch((e) => {
+        console.error(`Worker ${engine.id} could not load the LoRA adapter "${name}": ${e instanceof Error ? e.message : String(e)}`);
+      });
+    }
     return w;
+  }
+
+  /**
+   * Loads a LoRA adapter as `name` on every worker (each worker elsewhere reads `adapter.source`
+   * itself, and must find the same adapter), and on every worker that joins later. Resolves once all
+   * have it; when one cannot, none keeps it and the first failure is thrown (LoraAdapterError).
+   */
+  async loadAdapter(name: string, adapter: LoraAdapter): Promise<void> {
+    if (this.adapters.has(name)) throw new LoraAdapterError(`A LoRA adapter named "${name}" is already loaded`);
+    const workers = this.set.all.filter((w) => w.engine.alive);
+    const done = await Promise.allSettled(workers.map((w) => w.engine.loadAdapter(name, adapter)));
+    const failed = done.findIndex((d) => d.status === "rejected");
+    if (failed >= 0) {
+      await Promise.allSettled(workers.filter((_, i) => done[i].status === "fulfilled").map((w) => w.engine.unloadAdapter(name)));
+      const why = (done[failed] as PromiseRejectedResult).reason;
+      throw new LoraAdapterError(`Worker ${workers[failed].id} could not load the LoRA adapter "${name}": ${why instanceof Error ? why.message : String(why)}`);
+    }
+    for (const w of workers) w.adapters.add(name);
+    this.adapters.set(name, { adapter, root: adapterRoot(adapter.fingerprint), inFlight: 0 });
+  }
+
+  /** Unloads the adapter `name` from every worker; refused while requests use it. */
+  async unloadAdapter(name: string): Promise<void> {
+    const a = this.adapters.get(name);
+    if (!a) throw new LoraAdapterError(`The LoRA adapter "${name}" is not loaded`, true);
+    if (a.inFlight > 0) throw new LoraAdapterError(`The LoRA adapter "${name}" is in use by ${a.inFlight} request${a.inFlight === 1 ? "" : "s"}; unload it when they end`);
+    this.adapters.delete(name);
+    const holders = this.set.all.filter((w) => w.adapters.delete(name));
+    await Promise.allSettled(holders.map((w) => w.engine.unloadAdapter(name)));
+  }
+
+  /** Names of the loaded adapters. */
+  adapterNames(): string[] {
+    return [...this.adapters.keys()];
   }
 
   /**
@@ -132,7 +176,10 @@ export class Cluster implements ServingEngine {
       this.metrics.rejected++;
       throw new SessionRefusedError(`No room for new session "${req.sessionId}": the decode pool is at its ITL target`);
     }
-    const { route, cands } = this.route(req);
+    const lora = req.adapter === undefined ? undefined : this.adapters.get(req.adapter);
+    if (req.adapter !== undefined && !lora) throw new LoraAdapterError(`The LoRA adapter "${req.adapter}" is not loaded`, true);
+    const root = cacheRootOf(lora?.root, req.cacheSalt);
+    const { route, cands } = this.route(req, root);
     if (newSession) this.newSessionBudget--;
     const dec = this.set.get(route.decodeWorker)!;
     // Every worker the request touches stays in the cluster until it is done (see removeWorker).
@@ -145,8 +192,10 @@ export class Cluster implements ServingEngine {
     const id = this.nextId++;
     let tStart = t0;
     let h: RequestHandle;
+    if (lora) lora.inFlight++;
     const release = () => {
       for (const w of touched) w.inFlight--;
+      if (lora) lora.inFlight--;
     };
     if (route.prefillWorker === null && route.prefixSource === undefined) {
       try {
@@ -157,7 +206,7 @@ export class Cluster implements ServingEngine {
       }
     } else {
       const hop = { cancel: () => {} };
-      const start = handOff(req, route, dec, this.set, this.counters, hop).then((inner) => {
+      const start = handOff(req, route, dec, this.set, this.counters, hop, root).then((inner) => {
         tStart = this.now();
         return inner;
       });
@@ -251,13 +300,13 @@ export class Cluster implements ServingEngine {
     this.o.onDecision?.({ action: a, changed, ...(from !== undefined ? { from } : {}) });
   }
 
-  private route(req: GenerateRequest): { route: SessionRoute; cands: RouteCandidate[] } {
-    const live = this.set.all.filter((w) => w.engine.alive && !w.draining);
-    if (live.length === 0) throw new NoWorkerError("No worker is running");
+  private route(req: GenerateRequest, root: number | undefined): { route: SessionRoute; cands: RouteCandidate[] } {
+    const live = this.set.all.filter((w) => w.engine.alive && !w.draining && (req.adapter === undefined || w.adapters.has(req.adapter)));
+    if (live.length === 0) throw new NoWorkerError(req.adapter === undefined ? "No worker is running" : `No running worker has loaded the LoRA adapter "${req.adapter}" yet`);
     // Prefill-role workers alone cannot finish a request: the router needs one that decodes.
     if (!live.some((w) => w.role !== "prefill")) throw new NoWorkerError("No running worker decodes");
     // A prompt scored whole (prompt log probabilities) takes nothing from any cache: route it as uncached.
-    const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(chainHashes(req.prompt, this.blockSize));
+    const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(chainHashes(req.prompt, this.blockSize, undefined, root ?? null));
     const cands = live.map((w) => w.candidate(overlaps.get(w.id)));
     const sreq = {
       promptTokens: req.prompt.length, blockTokens: this.blockSize, bytesPerBlock: this.o.bytesPerBlock,

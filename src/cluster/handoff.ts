@@ -18,7 +18,7 @@ import type { WorkerSet } from "./worker-set.ts";
  * when the cancel came during the move.
  */
 export async function handOff(
-  req: GenerateRequest, route: SessionRoute, dec: ClusterWorker, set: WorkerSet, counters: ClusterCounters, hop: { cancel: () => void },
+  req: GenerateRequest, route: SessionRoute, dec: ClusterWorker, set: WorkerSet, counters: ClusterCounters, hop: { cancel: () => void }, root?: number,
 ): Promise<RequestHandle> {
   let cancelled = false;
   hop.cancel = () => (cancelled = true);
@@ -26,11 +26,11 @@ export async function handOff(
   let prefillHit: number | undefined;
   let promptLogprobs: GenerateResult["promptLogprobs"];
   if (route.prefixSource !== undefined) {
-    await movePrefix(set.get(route.prefixSource)!, dec, req.prompt, sid, counters);
+    await movePrefix(set.get(route.prefixSource)!, dec, req.prompt, sid, counters, true, false, root);
     if (cancelled) throw new Error("Cancelled");
   } else if (route.prefillWorker !== null) {
     const pre = set.get(route.prefillWorker)!;
-    if (route.prefixTransferBlocks > 0) await movePrefix(dec, pre, req.prompt, sid, counters);
+    if (route.prefixTransferBlocks > 0) await movePrefix(dec, pre, req.prompt, sid, counters, true, false, root);
     if (cancelled) throw new Error("Cancelled");
     const h = pre.engine.submit({ ...req, maxTokens: 1, stop: undefined, prefillOnly: true });
     hop.cancel = () => {
@@ -45,7 +45,7 @@ export async function handOff(
     counters.prefillHandoffs++;
     prefillHit = r.cachedTokens;
     promptLogprobs = r.promptLogprobs;
-    await movePrefix(pre, dec, req.prompt, sid, counters, false, true);
+    await movePrefix(pre, dec, req.prompt, sid, counters, false, true, root);
     if (cancelled) throw dropped(dec, req.prompt);
   }
   if (prefillHit === undefined) return dec.engine.submit(req);
@@ -84,13 +84,14 @@ async function* withFirst(deltas: AsyncIterable<StreamDelta>, promptLogprobs: No
 
 /**
  * Copies the cached prefix of `tokens` from one worker to another (`count`: as a prefix move;
- * `handoff`: a prompt `from` just prefilled, whose last block goes too, prefix-transfer.ts).
+ * `handoff`: a prompt `from` just prefilled, whose last block goes too, prefix-transfer.ts; `root`:
+ * the prompt's cache namespace, which the moved blocks keep).
  */
 async function movePrefix(
   from: ClusterWorker, to: ClusterWorker, tokens: readonly number[], sessionId: string | undefined, counters: ClusterCounters, count = true,
-  handoff = false,
+  handoff = false, root?: number,
 ): Promise<void> {
-  const prefix = await from.engine.exportPrefix(tokens, handoff);
+  const prefix = await from.engine.exportPrefix(tokens, handoff, root);
   if (prefix === null) return;
   if (count) counters.prefixMoves++;
   counters.movedBlocks += await to.engine.importPrefix(prefix, sessionId);

@@ -5,6 +5,7 @@
  * request handles, and answers the router's gauges from the state the worker last reported (bumped
  * at once for requests sent since, so a burst is not all routed to one worker).
  */
+import type { LoraAdapter } from "../model/lora.ts";
 import type { KvEvent } from "../../kv/index.ts";
 import type { BackendChoice } from "../backend/select.ts";
 import { EngineMetrics } from "../engine/engine-metrics.ts";
@@ -135,8 +136,16 @@ export class RemoteEngine implements WorkerEngine {
     this.send({ op: "tool", sessionId, tool });
   }
 
-  async exportPrefix(tokens: readonly number[], handoff = false): Promise<PrefixKv | null> {
-    return (await this.call({ op: "export", cid: 0, tokens: [...tokens], ...(handoff ? { handoff } : {}) })) as PrefixKv | null;
+  async exportPrefix(tokens: readonly number[], handoff = false, root?: number): Promise<PrefixKv | null> {
+    return (await this.call({ op: "export", cid: 0, tokens: [...tokens], ...(handoff ? { handoff } : {}), ...(root === undefined ? {} : { root }) })) as PrefixKv | null;
+  }
+
+  async loadAdapter(name: string, adapter: LoraAdapter): Promise<void> {
+    await this.call({ op: "lora-load", cid: 0, name, path: adapter.source, scale: adapter.scale, fingerprint: adapter.fingerprint });
+  }
+
+  async unloadAdapter(name: string): Promise<void> {
+    await this.call({ op: "lora-unload", cid: 0, name });
   }
 
   dropHandoff(prompt: readonly number[]): void {

@@ -9,6 +9,7 @@ import type { EngineMetrics } from "../engine/engine-metrics.ts";
 import type { EngineStats, GenerateRequest, RequestHandle } from "../engine/engine-types.ts";
 import type { EventChannel } from "../engine/events.ts";
 import type { PrefixKv } from "../engine/prefix-transfer.ts";
+import type { LoraAdapter } from "../model/lora.ts";
 import type { QueueState, StepMixing } from "../engine/scheduler-types.ts";
 
 /** One worker's engine as the cluster drives it. */
@@ -30,9 +31,14 @@ export interface WorkerEngine {
   markToolWait(sessionId: string, tool: string): void;
   /**
    * KV of the longest cached prefix of `tokens`, device then host tier (null when none is cached);
-   * `handoff`: a prompt this worker just prefilled, with the block it ended in (Engine.exportPrefix).
+   * `handoff`: a prompt this worker just prefilled, with the block it ended in; `root`: the prompt's
+   * cache namespace (Engine.exportPrefix).
    */
-  exportPrefix(tokens: readonly number[], handoff?: boolean): Promise<PrefixKv | null>;
+  exportPrefix(tokens: readonly number[], handoff?: boolean, root?: number): Promise<PrefixKv | null>;
+  /** Loads a LoRA adapter as `name` (a worker elsewhere reads `adapter.source` itself and checks its fingerprint). */
+  loadAdapter(name: string, adapter: LoraAdapter): Promise<void>;
+  /** Unloads the adapter `name`. */
+  unloadAdapter(name: string): Promise<void>;
   /** Lets go of the block held for a hand-off of `prompt` that will not happen (Engine.dropHandoff). */
   dropHandoff(prompt: readonly number[]): void;
   /** Caches a prefix from another worker; resolves to the blocks written. */
@@ -62,7 +68,9 @@ export function localWorkerEngine(engine: Engine): WorkerEngine {
     },
     submit: (req) => engine.submit(req),
     markToolWait: (sid, tool) => engine.markToolWait(sid, tool),
-    exportPrefix: (tokens, handoff) => engine.exportPrefix(tokens, handoff),
+    exportPrefix: (tokens, handoff, root) => engine.exportPrefix(tokens, handoff, root),
+    loadAdapter: async (name, adapter) => engine.loadAdapter(name, adapter),
+    unloadAdapter: async (name) => engine.unloadAdapter(name),
     dropHandoff: (prompt) => void engine.dropHandoff(prompt),
     importPrefix: (prefix, sid) => Promise.resolve(engine.importPrefix(prefix, sid)),
     stats: () => engine.stats(),

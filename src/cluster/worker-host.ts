@@ -11,6 +11,8 @@ import type { Engine } from "../engine/engine.ts";
 import type { RequestHandle } from "../engine/engine-types.ts";
 import { modelFingerprint } from "../model/fingerprint.ts";
 import { loadModel } from "../model/load.ts";
+import type { ModelConfig } from "../model/config.ts";
+import { loadLoraAdapter } from "../model/lora-load.ts";
 import type { ThreadPort } from "../runtime/threads.ts";
 import type { KvEvent } from "../../kv/index.ts";
 import type { StepRecord } from "../engine/step-record.ts";
@@ -21,6 +23,8 @@ export function serveWorker(port: ThreadPort): void {
   const send = (m: FromWorker, transfer?: ArrayBuffer[]) => port.post(m, transfer);
   let engine: Engine | undefined;
   let backend: Backend | undefined;
+  // What adapters are checked against (not the host weights: those are let go once uploaded).
+  let base: { config: ModelConfig; hasOutput: boolean } | undefined;
   const handles = new Map<number, RequestHandle>();
   let events: KvEvent[] = [];
   let steps: StepRecord[] = [];
@@ -50,6 +54,7 @@ export function serveWorker(port: ThreadPort): void {
   async function init(m: Extract<ToWorker, { op: "init" }>): Promise<void> {
     try {
       const model = await loadModel(m.modelPath, m.quantize ? { quantize: m.quantize } : {});
+      base = { config: model.config, hasOutput: model.weights.output !== undefined };
       const picked = await selectBackend(m.backend);
       backend = picked.backend;
       const reason = picked.reason;
@@ -113,10 +118,22 @@ export function serveWorker(port: ThreadPort): void {
         return;
       case "export":
       case "import":
+      case "lora-load":
+      case "lora-unload":
       case "stop":
         try {
-          if (m.op === "export") {
-            const p = await e.exportPrefix(m.tokens, m.handoff === true);
+          if (m.op === "lora-load") {
+            const adapter = await loadLoraAdapter(m.path, base!.config, { scale: m.scale, hasOutput: base!.hasOutput });
+            if (adapter.fingerprint !== m.fingerprint) {
+              throw new RangeError(`The LoRA adapter at "${m.path}" on worker ${e.pool.workerId} differs from the server's (fingerprint ${adapter.fingerprint}, expected ${m.fingerprint})`);
+            }
+            e.loadAdapter(m.name, adapter);
+            send({ op: "reply", cid: m.cid });
+          } else if (m.op === "lora-unload") {
+            e.unloadAdapter(m.name);
+            send({ op: "reply", cid: m.cid });
+          } else if (m.op === "export") {
+            const p = await e.exportPrefix(m.tokens, m.handoff === true, m.root);
             send({ op: "reply", cid: m.cid, value: p }, prefixBuffers(p));
             // A hand-off's export lets go of the last block held for it: the gauges changed.
             if (m.handoff === true) report();

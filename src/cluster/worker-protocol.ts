@@ -26,7 +26,10 @@ export type ToWorker =
   | { op: "submit"; rid: number; req: GenerateRequest }
   | { op: "cancel"; rid: number }
   | { op: "tool"; sessionId: string; tool: string }
-  | { op: "export"; cid: number; tokens: number[]; handoff?: boolean }
+  | { op: "export"; cid: number; tokens: number[]; handoff?: boolean; root?: number }
+  /** Loads the LoRA adapter at `path` (the worker reads it, as it reads the model) as `name`; its fingerprint must be this one. */
+  | { op: "lora-load"; cid: number; name: string; path: string; scale: number; fingerprint: string }
+  | { op: "lora-unload"; cid: number; name: string }
   | { op: "import"; cid: number; prefix: PrefixKv; sessionId?: string }
   | { op: "drop"; tokens: number[] }
   | { op: "mixing"; mode: StepMixing }

@@ -26,6 +26,20 @@ export class LoraAdapterError extends RequestParamError {
   }
 }
 
+/**
+ * The prefix-cache namespace of a request with an adapter (its {@link AdapterSlot.root}) and a cache
+ * salt: the salt's root chained under the adapter's; undefined for neither. The engine and a cluster's
+ * router compute it alike, so both look a prompt's blocks up under the same chain hashes.
+ */
+export function cacheRootOf(adapterRoot: number | undefined, salt: string | undefined): number | undefined {
+  return salt === undefined ? adapterRoot : namespaceRoot(`salt:${salt}`, adapterRoot ?? null);
+}
+
+/** The prefix-cache namespace of an adapter with `fingerprint` (LoraAdapter.fingerprint). */
+export function adapterRoot(fingerprint: string): number {
+  return namespaceRoot(`lora:${fingerprint}`);
+}
+
 /** Most adapters one engine holds at once (vLLM's `--max-loras` bounds a batch; we bound the set). */
 export const MAX_LORA_ADAPTERS = 64;
 
@@ -63,7 +77,7 @@ export class EngineAdapters {
     next[index] = adapter;
     this.runner.setAdapters(next);
     this.slots = next;
-    const entry: AdapterSlot = { slot: index + 1, root: namespaceRoot(`lora:${adapter.fingerprint}`), adapter };
+    const entry: AdapterSlot = { slot: index + 1, root: adapterRoot(adapter.fingerprint), adapter };
     this.byName.set(name, entry);
     return entry;
   }

@@ -264,10 +264,13 @@ export interface ServingEngine {
   workerStatuses(): WorkerStatus[];
   /** Stops accepting work, cancels what is running, releases the device. */
   stop(): Promise<void>;
-  /** Loads a LoRA adapter under `name` for requests to name (GenerateRequest.adapter). Absent: this engine serves none. */
-  loadAdapter?(name: string, adapter: LoraAdapter): void;
+  /**
+   * Loads a LoRA adapter under `name` for requests to name (GenerateRequest.adapter); a cluster's
+   * resolves once every worker has it. Absent: this engine serves none.
+   */
+  loadAdapter?(name: string, adapter: LoraAdapter): void | Promise<void>;
   /** Unloads the adapter `name` (refused while requests use it). */
-  unloadAdapter?(name: string): void;
+  unloadAdapter?(name: string): void | Promise<void>;
   /** Names of the loaded adapters. */
   adapterNames?(): string[];
 }

@@ -3,9 +3,9 @@
  * (seeded), streams text to each request's async iterator, applies EOS / stop strings / max tokens
  * / context limits, frees KV on finish or cancel, and publishes KV events and metrics.
  */
-import { BlockPool, type EvictedBlock, type KvEvent, namespaceRoot, type SessionTracker } from "../../kv/index.ts";
+import { BlockPool, type EvictedBlock, type KvEvent, type SessionTracker } from "../../kv/index.ts";
 import type { LoraAdapter } from "../model/lora.ts";
-import { EngineAdapters } from "./engine-adapters.ts";
+import { cacheRootOf, EngineAdapters } from "./engine-adapters.ts";
 import { EngineMetrics } from "./engine-metrics.ts";
 import { EngineSessions, inferSessionId, isKvRetention, KV_RETENTIONS } from "./engine-sessions.ts";
 import type { EngineOptions } from "./engine-options.ts";
@@ -135,7 +135,7 @@ export class Engine implements ServingEngine {
     }
     const id = this.nextId++;
     const lora = req.adapter === undefined ? undefined : this.adapters.resolve(req.adapter);
-    const cacheRoot = req.cacheSalt === undefined ? lora?.root : namespaceRoot(`salt:${req.cacheSalt}`, lora?.root ?? null);
+    const cacheRoot = cacheRootOf(lora?.root, req.cacheSalt);
     // Agent retention needs every turn in some session: a request naming none is placed by its prefix.
     const sessionId = req.sessionId ?? (this.turns && inferSessionId(this.pool.probePrefix(req.prompt, Infinity, cacheRoot ?? null).metas, id));
     if (sessionId !== undefined) this.turns?.started(sessionId, this.now() / 1000);
@@ -189,10 +189,11 @@ export class Engine implements ServingEngine {
    * KV of the longest cached prefix of `tokens` here, to move to another worker: device blocks, then
    * what the host tier holds after them (null when neither holds any). `handoff`: `tokens` is a prompt
    * this worker just prefilled, sent with the block it ended in (prefix-transfer.ts `exportHandoff`).
+   * `root`: the cache namespace of the prompt (SequenceHints.cacheRoot, engine-adapters.ts `cacheRootOf`).
    */
-  exportPrefix(tokens: readonly number[], handoff = false): Promise<PrefixKv | null> {
-    if (handoff) return exportHandoff(this.pool, this.opts.runner, tokens, this.tails, this.offload);
-    return exportPrefix(this.pool, this.opts.runner, tokens, Infinity, this.offload);
+  exportPrefix(tokens: readonly number[], handoff = false, root?: number): Promise<PrefixKv | null> {
+    if (handoff) return exportHandoff(this.pool, this.opts.runner, tokens, this.tails, this.offload, root);
+    return exportPrefix(this.pool, this.opts.runner, tokens, Infinity, this.offload, root);
   }
 
   /**

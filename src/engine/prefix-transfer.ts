@@ -36,7 +36,7 @@ export class PrefixTransferError extends Error {
 
 /** A host-memory tier that can continue a device prefix (kv-offload.ts `HostKvOffload`). */
 export interface HostContinuation {
-  continuation(tokens: readonly number[], fromBlock: number): { kv: HostKv | null };
+  continuation(tokens: readonly number[], fromBlock: number, root?: number): { kv: HostKv | null };
 }
 
 /**
@@ -45,11 +45,11 @@ export interface HostContinuation {
  * when neither holds any. The device blocks are only held while their copy is enqueued.
  */
 export async function exportPrefix(
-  pool: BlockPool, runner: StepRunner, tokens: readonly number[], maxBlocks = Infinity, host?: HostContinuation,
+  pool: BlockPool, runner: StepRunner, tokens: readonly number[], maxBlocks = Infinity, host?: HostContinuation, root?: number,
 ): Promise<PrefixKv | null> {
   if (!runner.readBlocks) throw new PrefixTransferError("This worker cannot read KV blocks out of its cache");
   const bs = pool.blockSize;
-  const m = pool.matchPrefix(tokens, maxBlocks);
+  const m = pool.matchPrefix(tokens, maxBlocks, root ?? null);
   let read: Promise<HostKv> | undefined;
   try {
     if (m.blockIds.length > 0) read = runner.readBlocks(m.blockIds);
@@ -57,12 +57,12 @@ export async function exportPrefix(
     pool.release(m.blockIds);
   }
   const onDevice = m.blockIds.length;
-  let more = onDevice < maxBlocks && host !== undefined ? host.continuation(tokens, onDevice).kv : null;
+  let more = onDevice < maxBlocks && host !== undefined ? host.continuation(tokens, onDevice, root).kv : null;
   if (more !== null && more.numTokens > (maxBlocks - onDevice) * bs) more = headOfKv(more, (maxBlocks - onDevice) * bs);
   const parts = [...(read === undefined ? [] : [await read]), ...(more === null ? [] : [more])];
   if (parts.length === 0) return null;
   const kv = parts.length === 1 ? parts[0] : concatKv(parts);
-  return { tokens: tokens.slice(0, kv.numTokens), blockSize: bs, kv };
+  return { tokens: tokens.slice(0, kv.numTokens), blockSize: bs, kv, ...(root === undefined ? {} : { root }) };
 }
 
 /**
@@ -72,13 +72,14 @@ export async function exportPrefix(
  * gives (the receiver then computes the rest again).
  */
 export async function exportHandoff(
-  pool: BlockPool, runner: StepRunner, prompt: readonly number[], tails: HandoffTails, host?: HostContinuation,
+  pool: BlockPool, runner: StepRunner, prompt: readonly number[], tails: HandoffTails, host?: HostContinuation, root?: number,
 ): Promise<PrefixKv | null> {
   if (!runner.readBlocks) throw new PrefixTransferError("This worker cannot read KV blocks out of its cache");
   const bs = pool.blockSize;
   const before = tailBlockIndex(prompt.length, bs);
-  const tail = tails.take(prompt);
-  if (tail === null) return exportPrefix(pool, runner, prompt, Infinity, host);
+  // Held tails are found by their prompt alone: a namespaced prompt's full blocks go, its last block is computed again.
+  const tail = root === undefined ? tails.take(prompt) : null;
+  if (tail === null) return exportPrefix(pool, runner, prompt, Infinity, host, root);
   let read: Promise<HostKv> | undefined;
   try {
     const m = pool.matchPrefix(prompt, before);

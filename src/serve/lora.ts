@@ -48,12 +48,12 @@ export function withAdapter(engine: ServingEngine, name: string): ServingEngine 
 
 /** Reads the adapter file at `path` and loads it into `engine` as `name`; errors become ApiErrors (400, 404 for a missing file). */
 export async function loadAdapterInto(engine: ServingEngine, model: LoadedModel, name: string, path: string): Promise<void> {
-  if (!engine.loadAdapter) throw new ApiError(400, "This server cannot load LoRA adapters: they are served by a single engine, not with --workers, --worker-addrs or --nats", "lora_name", "lora_unsupported");
+  if (!engine.loadAdapter) throw new ApiError(400, "This server's engine cannot load LoRA adapters", "lora_name", "lora_unsupported");
   if (engine.adapterNames?.().includes(name)) throw new ApiError(400, `The LoRA adapter '${name}' has already been loaded`, "lora_name", "invalid_value");
   if (name === model.source || name === "") throw new ApiError(400, `A LoRA adapter cannot be named '${name}'`, "lora_name", "invalid_value");
   try {
     const adapter = await loadLoraAdapter(path, model.config, { hasOutput: model.weights.output !== undefined });
-    engine.loadAdapter(name, adapter);
+    await engine.loadAdapter(name, adapter);
   } catch (e) {
     if (e instanceof LoraAdapterError) throw new ApiError(400, e.message, "lora_name", "invalid_value");
     if (e instanceof ModelLoadError) throw new ApiError(/not found|ENOENT|No such file/i.test(e.message) ? 404 : 400, e.message, "lora_path", "invalid_value");
@@ -98,7 +98,7 @@ export function addLoraRoutes(app: Hono, o: LoraRoutesOptions): void {
       throw new ApiError(404, `The LoRA adapter '${body.lora_name}' cannot be found`, "lora_name", "not_found");
     }
     try {
-      o.engine.unloadAdapter!(body.lora_name);
+      await o.engine.unloadAdapter!(body.lora_name);
     } catch (e) {
       if (e instanceof LoraAdapterError) throw new ApiError(e.notFound ? 404 : 400, e.message, "lora_name", e.notFound ? "not_found" : "invalid_value");
       throw e;

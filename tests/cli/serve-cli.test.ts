@@ -80,11 +80,10 @@ test("serve CLI rejects bad --nats combinations and an unreachable NATS server w
   }
 });
 
-test("serve CLI rejects a malformed --lora-modules, one with --workers, and an adapter file it cannot read, with a one-line error", () => {
+test("serve CLI rejects a malformed --lora-modules and an adapter file it cannot read, with a one-line error", () => {
   for (const [args, message] of [
     [["--lora-modules", "pirate"], /--lora-modules takes name=path pairs separated by commas, got "pirate"/],
     [["--lora-modules", "a=/x.gguf,a=/y.gguf"], /--lora-modules names "a" twice/],
-    [["--lora-modules", "a=/x.gguf", "--workers", "2"], /--lora-modules needs one engine; it does not work with --workers yet/],
   ] as const) {
     const r = serve([...args, "--port", "0", "--backend", "reference"]);
     assert.equal(r.status, 2, r.stderr);
