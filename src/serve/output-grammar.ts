@@ -29,9 +29,20 @@ type Body = ChatRequest | CompletionRequest;
  * how the model writes tool calls (`serve --tool-call-parser`).
  */
 export function chatGrammar(body: ChatRequest, whitespace: JsonWhitespace = "any", format: ToolCallSyntax = "hermes"): ChatGrammar {
-  const tools = body.tools ?? [];
-  const choice = body.tool_choice ?? "auto";
+  const all = body.tools ?? [];
+  let choice = body.tool_choice ?? "auto";
   const structured = structuredOutputs(body, whitespace);
+  let tools = all;
+  if (typeof choice !== "string" && choice.type === "allowed_tools") {
+    // Every tool stays in the prompt (the template renders them all, so the cached prefix is the same
+    // whichever are allowed); the output may call only these.
+    const names = choice.allowed_tools.tools.map((t) => t.function.name);
+    const missing = names.find((n) => !all.some((t) => t.function.name === n));
+    if (missing !== undefined) throw new ApiError(400, `The function ${JSON.stringify(missing)} named by tool_choice.allowed_tools is not among the request's tools`, "tool_choice", "invalid_value");
+    tools = all.filter((t) => names.includes(t.function.name));
+    if (choice.allowed_tools.mode === "auto") return { grammar: allowedAuto(tools, body, structured, format), parallelToolCalls: body.parallel_tool_calls ?? true };
+    choice = "required";
+  }
   if (choice === "required" || typeof choice !== "string") {
     if (tools.length === 0) throw new ApiError(400, `Forcing a tool call with tool_choice ${describe(choice)} needs at least one function in tools`, "tool_choice", "invalid_value");
     const named = typeof choice === "string" ? tools : tools.filter((t) => t.function.name === choice.function.name);
@@ -49,6 +60,28 @@ export function chatGrammar(body: ChatRequest, whitespace: JsonWhitespace = "any
     return { grammar: calls, parallelToolCalls: parallel };
   }
   return { grammar: formatOrStructured(body, structured), parallelToolCalls: body.parallel_tool_calls ?? true };
+}
+
+/**
+ * allowed_tools in "auto" mode: free text, where a tool call may only call one of `tools` with
+ * arguments that follow its parameters. A structural tag per tool in the hermes syntax (triggered by
+ * `<tool_call>`); the other syntaxes have no such grammar here, so they are a 400 that says to use
+ * "required".
+ */
+function allowedAuto(tools: NonNullable<ChatRequest["tools"]>, body: ChatRequest, structured: Structured, format: ToolCallSyntax): OutputGrammar {
+  if (format !== "hermes") {
+    throw new ApiError(400, `tool_choice allowed_tools in mode "auto" is supported with the hermes tool-call syntax only; this server writes ${format} (use mode "required")`, "tool_choice", "invalid_value");
+  }
+  if (formatOrStructured(body, structured) !== undefined) {
+    const param = structured.grammar !== undefined ? structured.param : "response_format";
+    throw new ApiError(400, `tool_choice allowed_tools in mode "auto" cannot also follow ${param}: give one of them`, param, "invalid_value");
+  }
+  const structures = tools.map((t) => {
+    const parameters = t.function.parameters ?? { type: "object" };
+    checkSchema(parameters, "tools", `The parameters of function ${JSON.stringify(t.function.name)}`);
+    return { begin: `<tool_call>\n{"name": ${JSON.stringify(t.function.name)}, "arguments": `, schema: parameters as JsonSchema, end: "}\n</tool_call>" };
+  });
+  return { kind: "structural_tag", structures, triggers: ["<tool_call>"], ...spacing(structured.whitespace) };
 }
 
 /** Reads a completion request's `response_format` and `structured_outputs` (undefined: free text). */

@@ -149,7 +149,7 @@ export function chatRequestOf(body: ResponsesRequest, history: readonly ChatMess
     model: body.model,
     messages: [...(body.instructions ? [{ role: "system" as const, content: body.instructions }] : []), ...history, ...input],
     ...(tools.length > 0 ? { tools } : {}),
-    ...(choice ? { tool_choice: typeof choice === "string" ? choice : { type: "function" as const, function: { name: choice.name } } } : {}),
+    ...(choice ? { tool_choice: chatToolChoice(choice) } : {}),
     ...(body.parallel_tool_calls !== undefined && body.parallel_tool_calls !== null ? { parallel_tool_calls: body.parallel_tool_calls } : {}),
     ...(responseFormat ? { response_format: responseFormat } : {}),
     max_completion_tokens: body.max_output_tokens ?? undefined,
@@ -164,4 +164,11 @@ export function chatRequestOf(body: ResponsesRequest, history: readonly ChatMess
     ...(sessionId !== undefined ? { prompt_cache_key: sessionId } : {}),
     ...(effort ? { chat_template_kwargs: { reasoning_effort: effort } } : {}),
   } as ChatRequest;
+}
+
+/** A Responses `tool_choice` in chat's shape (functions and allowed tools named under `function`). */
+function chatToolChoice(choice: NonNullable<ResponsesRequest["tool_choice"]>): NonNullable<ChatRequest["tool_choice"]> {
+  if (typeof choice === "string") return choice;
+  if (choice.type === "function") return { type: "function", function: { name: choice.name } };
+  return { type: "allowed_tools", allowed_tools: { mode: choice.mode, tools: choice.tools.map((t) => ({ type: "function" as const, function: { name: t.name } })) } };
 }

@@ -188,11 +188,20 @@ const Tools = explained(z.array(z.union([FunctionTool, NamespaceTool, HostedTool
 });
 
 const ToolChoice = explained(
-  z.union([z.enum(["none", "auto", "required"]), z.looseObject({ type: z.literal("function"), name: z.string() })]),
+  z.union([
+    z.enum(["none", "auto", "required"]),
+    z.looseObject({ type: z.literal("function"), name: z.string() }),
+    z.looseObject({ type: z.literal("allowed_tools"), mode: z.enum(["auto", "required"]), tools: z.array(z.looseObject({ type: z.literal("function"), name: z.string() })).min(1) }),
+  ]),
   (v): Flaw | null => {
     if (v === "none" || v === "auto" || v === "required" || v === null || v === undefined) return null;
     if (isObject(v) && v.type === "function" && typeof v.name === "string") return null;
-    return { message: 'tool_choice must be "none", "auto", "required" or {"type": "function", "name": "..."}' };
+    if (isObject(v) && v.type === "allowed_tools") {
+      if (v.mode !== "auto" && v.mode !== "required") return { message: 'allowed_tools needs a mode of "auto" or "required"', path: ["mode"] };
+      const ok = Array.isArray(v.tools) && v.tools.length > 0 && v.tools.every((t) => isObject(t) && t.type === "function" && typeof t.name === "string");
+      return ok ? null : { message: 'allowed_tools.tools must list at least one {"type": "function", "name": "..."}', path: ["tools"] };
+    }
+    return { message: 'tool_choice must be "none", "auto", "required", {"type": "function", "name": "..."} or {"type": "allowed_tools", "mode", "tools"}' };
   },
 );
 

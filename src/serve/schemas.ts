@@ -185,11 +185,25 @@ export const ChatRequestSchema = z.looseObject({
     z.union([
       z.enum(["none", "auto", "required"]),
       z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string() }) }),
+      // OpenAI's allowed_tools: every tool stays in the prompt (its cached prefix unchanged); only these may be called.
+      z.looseObject({
+        type: z.literal("allowed_tools"),
+        allowed_tools: z.looseObject({
+          mode: z.enum(["auto", "required"]),
+          tools: z.array(z.looseObject({ type: z.literal("function"), function: z.looseObject({ name: z.string() }) })).min(1),
+        }),
+      }),
     ]),
     (v) => {
       if (v === "none" || v === "auto" || v === "required" || v === null || v === undefined) return null;
       if (isObject(v) && v.type === "function" && isObject(v.function) && typeof v.function.name === "string") return null;
-      return { message: 'tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": "..."}}' };
+      if (isObject(v) && v.type === "allowed_tools") {
+        const a = v.allowed_tools;
+        if (!isObject(a) || (a.mode !== "auto" && a.mode !== "required")) return { message: 'allowed_tools needs a mode of "auto" or "required"', path: ["allowed_tools", "mode"] };
+        const ok = Array.isArray(a.tools) && a.tools.length > 0 && a.tools.every((t) => isObject(t) && t.type === "function" && isObject(t.function) && typeof t.function.name === "string");
+        return ok ? null : { message: 'allowed_tools.tools must list at least one {"type": "function", "function": {"name": "..."}}', path: ["allowed_tools", "tools"] };
+      }
+      return { message: 'tool_choice must be "none", "auto", "required", {"type": "function", "function": {"name": "..."}} or {"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}' };
     },
   )),
   parallel_tool_calls: maybe(z.boolean()),

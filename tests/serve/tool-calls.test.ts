@@ -6,6 +6,9 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { startServer } from "../../src/serve/server.ts";
 import { parseToolCalls, ToolCallStream } from "../../src/serve/tool-calls.ts";
+import { chatGrammar } from "../../src/serve/output-grammar.ts";
+import { ApiError } from "../../src/serve/errors.ts";
+import type { ChatRequest } from "../../src/serve/schemas.ts";
 import { projectRoot, test } from "../harness.ts";
 import { CALL, model, modelPath, TOOLS } from "./scripted-server.ts";
 
@@ -156,4 +159,49 @@ test("chat completions: forced tool_choice without tools, parameters the decoder
   } finally {
     await s.shutdown();
   }
+});
+
+test("chat completions and Responses: tool_choice allowed_tools keeps every tool in the prompt and lets only the listed ones be called", async () => {
+  await withServer(async (client) => {
+    const tools = [...TOOLS, SET_UNIT];
+    const allowed = (mode: "auto" | "required", ...names: string[]) => ({ type: "allowed_tools", allowed_tools: { mode, tools: names.map((name) => ({ type: "function", function: { name } })) } }) as unknown as OpenAI.ChatCompletionToolChoiceOption;
+    const ask = (content: string, tool_choice?: OpenAI.ChatCompletionToolChoiceOption) =>
+      client.chat.completions.create({ model: "scripted", messages: [{ role: "user", content }], tools, ...(tool_choice ? { tool_choice } : {}), temperature: 0, max_tokens: 100 });
+    const callOf = (r: OpenAI.ChatCompletion) => r.choices[0].message.tool_calls?.map((c) => (c as OpenAI.ChatCompletionMessageFunctionToolCall).function) ?? [];
+    // "…!" makes the model call get_weather: allowed, it does; with only set_unit allowed, its call must be set_unit.
+    const plain = await ask("Weather!");
+    const mine = await ask("Weather!", allowed("auto", "get_weather"));
+    assert.deepEqual(callOf(mine).map((c) => [c.name, JSON.parse(c.arguments)]), [["get_weather", { city: "Paris" }]]);
+    const other = await ask("Weather!", allowed("auto", "set_unit"));
+    assert.deepEqual(callOf(other).map((c) => c.name), ["set_unit"]);
+    assert.ok(["c", "f"].includes((JSON.parse(callOf(other)[0].arguments) as { unit: string }).unit));
+    assert.equal(other.usage!.prompt_tokens, plain.usage!.prompt_tokens, "every tool is still in the prompt");
+    // In auto mode the model may still answer in text ("…." → "Sunny."); in required mode it may not.
+    const text = await ask("Weather.", allowed("auto", "set_unit"));
+    assert.equal(text.choices[0].message.content, "Sunny.");
+    const forced = await ask("Weather.", allowed("required", "set_unit"));
+    assert.deepEqual(callOf(forced).map((c) => c.name), ["set_unit"]);
+    await assert.rejects(ask("Weather!", allowed("auto", "get_time")), (e: unknown) => {
+      return e instanceof OpenAI.BadRequestError && /The function "get_time" named by tool_choice.allowed_tools is not among the request's tools/.test(e.message);
+    });
+    await assert.rejects(ask("Weather!", { type: "allowed_tools", allowed_tools: { mode: "sometimes", tools: [] } } as never), OpenAI.BadRequestError);
+    // The Responses API's shape: {"type": "allowed_tools", "mode", "tools": [{"type": "function", "name"}]}.
+    const r = await client.responses.create({
+      model: "scripted", input: "Weather.", tools: (tools as OpenAI.ChatCompletionFunctionTool[]).map((t) => ({ type: "function" as const, name: t.function.name, parameters: t.function.parameters ?? null, strict: false })),
+      tool_choice: { type: "allowed_tools", mode: "required", tools: [{ type: "function", name: "set_unit" }] } as never, max_output_tokens: 100,
+    });
+    const calls = r.output.filter((o) => o.type === "function_call") as OpenAI.Responses.ResponseFunctionToolCall[];
+    assert.deepEqual(calls.map((c) => c.name), ["set_unit"]);
+  });
+});
+
+test("chatGrammar() refuses allowed_tools in auto mode for a syntax other than hermes, and beside response_format", () => {
+  const body = {
+    model: "m", messages: [{ role: "user" as const, content: "x" }], tools: [...TOOLS, SET_UNIT],
+    tool_choice: { type: "allowed_tools" as const, allowed_tools: { mode: "auto" as const, tools: [{ type: "function" as const, function: { name: "set_unit" } }] } },
+  } as unknown as ChatRequest;
+  assert.throws(() => chatGrammar(body, "any", "llama3_json"), (e: unknown) => e instanceof ApiError && /supported with the hermes tool-call syntax only; this server writes llama3_json \(use mode "required"\)/.test(e.message));
+  assert.equal(chatGrammar(body).grammar?.kind, "structural_tag");
+  assert.equal(chatGrammar({ ...body, tool_choice: { ...body.tool_choice as object, allowed_tools: { mode: "required", tools: [{ type: "function", function: { name: "set_unit" } }] } } } as ChatRequest, "any", "llama3_json").grammar?.kind, "tool_calls");
+  assert.throws(() => chatGrammar({ ...body, response_format: { type: "json_object" } } as ChatRequest), (e: unknown) => e instanceof ApiError && /cannot also follow response_format/.test(e.message));
 });
