@@ -18,7 +18,6 @@ import type { Backend } from "../../src/backend/types.ts";
 import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
 import type { LoadedModel, ModelConfig } from "../../src/model/config.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
-import { forward } from "../../src/model/forward.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { freeLoraSet, uploadLoraSet } from "../../src/model/lora-set.ts";
 import { loadLoraAdapter } from "../../src/model/lora-load.ts";
@@ -29,7 +28,7 @@ import { projectRoot, test } from "../harness.ts";
 import { type LoraFileSpec, loraGgufBytes } from "../model/lora-files.ts";
 import { ggufBytes, type ModelFileSpec, randomHfWeights } from "../model/model-files.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
-import { type LlamaCppResult, logSoftmax, maxLogProbError } from "./oracle-compare.ts";
+import { greedySteps, type LlamaCppResult, maxLogProbError } from "./oracle-compare.ts";
 
 const STEPS = 16;
 const PROMPT = [1, 17, 120, 255, 3, 42, 299, 64];
@@ -120,28 +119,13 @@ async function ourRun(backend: Backend, host: LoadedModel, c: LoraCase): Promise
   const model = uploadModel(backend, host);
   const set = uploadLoraSet(backend, host.config, [adapter], !host.config.tiedEmbeddings);
   const kv = allocatePagedKv(backend, host.config, 3, 16, "f32");
-  const table = [2, 0];
-  const logProbs: Float64Array[] = [];
-  const tokens: number[] = [];
   try {
-    let entry = { tokens: PROMPT, startPos: 0, blockTable: table };
-    for (let step = 0; step < STEPS; step++) {
-      const out = forward(backend, model, kv, { entries: [entry], lora: { set, slots: [1] } });
-      const logits = (await backend.download(out)) as Float32Array;
-      backend.free(out);
-      const lp = logSoftmax(logits);
-      let best = 0;
-      for (let i = 1; i < lp.length; i++) if (lp[i] > lp[best]) best = i;
-      logProbs.push(lp);
-      tokens.push(best);
-      entry = { tokens: [best], startPos: PROMPT.length + step, blockTable: table };
-    }
+    return await greedySteps(backend, model, kv, PROMPT, STEPS, [2, 0], { set, slots: [1] });
   } finally {
     freePagedKv(backend, kv);
     freeLoraSet(backend, set);
     freeDeviceModel(backend, model);
   }
-  return { logProbs, tokens };
 }
 
 CASES.forEach((c, i) => {

@@ -16,14 +16,13 @@ import type { Backend, KvDType, WeightDType } from "../../src/backend/types.ts";
 import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
 import type { LoadedModel } from "../../src/model/config.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
-import { forward } from "../../src/model/forward.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { envVar } from "../../src/runtime/env.ts";
 import { inCi } from "../webgpu-fixture.ts";
 import { projectRoot, test } from "../harness.ts";
 import { ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "../model/model-files.ts";
-import { type LlamaCppResult, logSoftmax, maxLogProbError } from "./oracle-compare.ts";
+import { greedySteps, type LlamaCppResult, maxLogProbError } from "./oracle-compare.ts";
 
 const STEPS = 32;
 const PROMPT = [1, 17, 120, 255, 3, 42, 299, 64];
@@ -295,27 +294,12 @@ for (const name of (["reference", "webgpu"] as const).filter((n) => wanted.inclu
 async function ourRun(backend: Backend, host: LoadedModel, kvDtype: KvDType = "f32"): Promise<{ logProbs: Float64Array[]; tokens: number[] }> {
   const model = uploadModel(backend, host);
   const kv = allocatePagedKv(backend, host.config, 3, 16, kvDtype);
-  const table = [2, 0, 1];
-  const logProbs: Float64Array[] = [];
-  const tokens: number[] = [];
   try {
-    let entry = { tokens: PROMPT, startPos: 0, blockTable: table };
-    for (let step = 0; step < STEPS; step++) {
-      const out = forward(backend, model, kv, { entries: [entry] });
-      const logits = (await backend.download(out)) as Float32Array;
-      backend.free(out);
-      const lp = logSoftmax(logits);
-      let best = 0;
-      for (let i = 1; i < lp.length; i++) if (lp[i] > lp[best]) best = i;
-      logProbs.push(lp);
-      tokens.push(best);
-      entry = { tokens: [best], startPos: PROMPT.length + step, blockTable: table };
-    }
+    return await greedySteps(backend, model, kv, PROMPT, STEPS, [2, 0, 1]);
   } finally {
     freePagedKv(backend, kv);
     freeDeviceModel(backend, model);
   }
-  return { logProbs, tokens };
 }
 
 /** Compares step by step; after a token differs the contexts differ, so comparison stops there. */

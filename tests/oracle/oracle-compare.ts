@@ -1,4 +1,7 @@
 /** Comparing our logits with llama.cpp's next-token probabilities. */
+import type { Backend } from "../../src/backend/types.ts";
+import type { DeviceModel } from "../../src/model/device-weights.ts";
+import { forward, type PagedKv, type StepLora } from "../../src/model/forward.ts";
 
 /** What the llama.cpp runner reports per model. */
 export interface LlamaCppResult {
@@ -38,4 +41,29 @@ export function maxLogProbError(ours: Float64Array, probs: readonly number[]): {
     error = Math.max(error, Math.abs(ours[i] - lp));
   }
   return { error, spread: hi - lo };
+}
+
+/**
+ * Our greedy run as the oracle compares it: the prompt, then `steps` greedy tokens one at a time
+ * (each step's log-probabilities and chosen token), in block table `table` of `kv`, with `lora`'s
+ * adapters when given.
+ */
+export async function greedySteps(
+  backend: Backend, model: DeviceModel, kv: PagedKv, prompt: readonly number[], steps: number, table: readonly number[], lora?: StepLora,
+): Promise<{ logProbs: Float64Array[]; tokens: number[] }> {
+  const logProbs: Float64Array[] = [];
+  const tokens: number[] = [];
+  let entry = { tokens: prompt, startPos: 0, blockTable: table };
+  for (let step = 0; step < steps; step++) {
+    const out = forward(backend, model, kv, { entries: [entry], ...(lora ? { lora } : {}) });
+    const logits = (await backend.download(out)) as Float32Array;
+    backend.free(out);
+    const lp = logSoftmax(logits);
+    let best = 0;
+    for (let i = 1; i < lp.length; i++) if (lp[i] > lp[best]) best = i;
+    logProbs.push(lp);
+    tokens.push(best);
+    entry = { tokens: [best], startPos: prompt.length + step, blockTable: table };
+  }
+  return { logProbs, tokens };
 }
