@@ -148,6 +148,11 @@ export class Cluster implements ServingEngine {
     return [...this.adapters.keys()];
   }
 
+  /** Adapters with requests in flight (all counted as running: the workers do not report theirs). */
+  adapterRequests(): { running: string[]; waiting: string[] } {
+    return { running: [...this.adapters].filter(([, a]) => a.inFlight > 0).map(([name]) => name), waiting: [] };
+  }
+
   /**
    * Takes a worker out: no new request goes to it; with `drainMs` > 0 the requests it has (or moves a
    * prefix for) finish first, for at most that long; then its engine stops and its blocks leave the

@@ -273,4 +273,6 @@ export interface ServingEngine {
   unloadAdapter?(name: string): void | Promise<void>;
   /** Names of the loaded adapters. */
   adapterNames?(): string[];
+  /** The adapters of requests now running and waiting (a cluster counts every request in flight as running). */
+  adapterRequests?(): { running: string[]; waiting: string[] };
 }

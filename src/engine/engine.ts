@@ -233,6 +233,13 @@ export class Engine implements ServingEngine {
     return this.adapters.names();
   }
 
+  /** The adapters of running and of waiting requests, each named once. */
+  adapterRequests(): { running: string[]; waiting: string[] } {
+    const running = new Set<string>(), waiting = new Set<string>();
+    for (const a of this.active.values()) if (a.req.adapter !== undefined) (a.seq.status === "running" ? running : waiting).add(a.req.adapter);
+    return { running: [...running], waiting: [...waiting] };
+  }
+
   /** Cancels a request; its KV blocks are freed now or at the end of the step in flight. */
   cancel(id: number): void {
     const a = this.active.get(id);

@@ -5,6 +5,7 @@
 import type { ServingEngine } from "../engine/engine-types.ts";
 import type { Histogram } from "../engine/engine-metrics.ts";
 import { Cluster } from "../cluster/cluster.ts";
+import { MAX_LORA_ADAPTERS } from "../engine/engine-adapters.ts";
 
 function esc(v: string): string {
   return v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n");
@@ -34,6 +35,14 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
     ]);
   }
   simple("vllm:num_requests_waiting", "gauge", "Requests waiting to be scheduled (queue depth).", s.waiting);
+  const lora = engine.adapterRequests?.();
+  if (lora && engine.adapterNames) {
+    // vLLM's: labels carry the adapters (comma-separated), the value is the time of the scrape.
+    metric("vllm:lora_requests_info", "gauge", "Running and waiting LoRA adapters (labels; the value is the time in seconds).", [
+      `vllm:lora_requests_info{${label},max_lora="${MAX_LORA_ADAPTERS}",running_lora_adapters="${esc(lora.running.join(","))}",waiting_lora_adapters="${esc(lora.waiting.join(","))}"} ${Date.now() / 1000}`,
+    ]);
+    simple("evolving:lora_adapters_loaded", "gauge", "LoRA adapters loaded (--lora-modules and runtime loads).", engine.adapterNames().length);
+  }
   simple("vllm:kv_cache_usage_perc", "gauge", "Fraction of KV blocks in use (1 = full).", s.kvTotalBlocks ? s.kvUsedBlocks / s.kvTotalBlocks : 0);
   simple("vllm:kv_cache_blocks_used", "gauge", "KV blocks referenced by running requests.", s.kvUsedBlocks);
   simple("vllm:kv_cache_blocks_total", "gauge", "KV blocks in the pool.", s.kvTotalBlocks);

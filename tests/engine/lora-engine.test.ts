@@ -99,6 +99,8 @@ test("Engine.unloadAdapter() waits for the adapter's requests, and its slot serv
     assert.throws(() => e.submit(greedy({ adapter: "c" })), (err: Error) => err instanceof LoraAdapterError && err.notFound && /"c" is not loaded/.test(err.message));
     assert.throws(() => e.loadAdapter("a", B), (err: Error) => err instanceof LoraAdapterError && /named "a" is already loaded/.test(err.message));
     const running = e.submit(greedy({ adapter: "a", maxTokens: 30 }));
+    await running.stream[Symbol.asyncIterator]().next(); // (not a for-await break: that would cancel it)
+    assert.deepEqual(e.adapterRequests(), { running: ["a"], waiting: [] });
     assert.throws(() => e.unloadAdapter("a"), (err: Error) => err instanceof LoraAdapterError && /in use by 1 request/.test(err.message));
     await running.result;
     e.unloadAdapter("a");

@@ -76,6 +76,9 @@ test("--lora-modules serves each adapter as a model whose parent is the base, an
     await assert.rejects(client.completions.create({ model: "parrot", ...ask }), (e: unknown) => {
       return e instanceof OpenAI.NotFoundError && /The model 'parrot' does not exist; this server serves 'stories260K' and its LoRA adapters 'pirate'/.test(e.message);
     });
+    const metrics = await (await fetch(`${s.url}/metrics`)).text();
+    assert.match(metrics, /vllm:lora_requests_info\{model_name="stories260K",max_lora="64",running_lora_adapters="",waiting_lora_adapters=""\} \d/);
+    assert.match(metrics, /evolving:lora_adapters_loaded\{model_name="stories260K"\} 1\n/);
     const off = await post(s, "/v1/load_lora_adapter", { lora_name: "parrot", lora_path: parrot });
     assert.equal(off.status, 404);
     assert.match(off.text, /start the server with --allow-runtime-lora-updating/);
