@@ -5,6 +5,8 @@
  *   deno task generate --prompt "Once upon a time" --max-tokens 20 --temperature 0 --json
  *   npx tsx src/cli/generate.ts --model models/stories260K.gguf --backend reference
  */
+import { loadLoraAdapter } from "../model/lora-load.ts";
+import { uploadLoraSet } from "../model/lora-set.ts";
 import { fileURLToPath } from "node:url";
 import { isBackendChoice, selectBackend, BACKEND_NAMES } from "../backend/select.ts";
 import { BackendShapeError, BackendUnavailableError, type Backend } from "../backend/types.ts";
@@ -29,6 +31,8 @@ const FLAGS = {
   "top-k": { kind: "int", min: 0, help: "keep the k most likely tokens, 0 = off (default 0)" },
   "top-p": { kind: "number", min: 0, max: 1, help: "nucleus mass, 1 = off (default 1)" },
   seed: { kind: "int", help: "sampling seed (default 0)" },
+  lora: { kind: "string", help: "a LoRA adapter to run with: a llama.cpp GGUF adapter file or a Hugging Face PEFT directory (default none)" },
+  "lora-scale": { kind: "number", help: "multiplies the adapter's delta (llama.cpp's --lora-scaled; default 1)" },
   backend: { kind: "string", help: `${BACKEND_NAMES.join("|")} (default auto)` },
   json: { kind: "boolean", help: 'print {"backend","prompt_ids","ids","text"}' },
   help: { kind: "boolean", help: "show this help" },
@@ -74,12 +78,15 @@ async function run(argv: readonly string[]): Promise<void> {
       `The prompt has ${promptIds.length} tokens, more than the context length ${model.config.contextLength}`,
     );
   }
+  const adapter = flags.lora === undefined ? undefined : await loadLoraAdapter(flags.lora, model.config, { scale: flags["lora-scale"] ?? 1, hasOutput: model.weights.output !== undefined });
   const { backend, reason } = await selectBackend(backendName);
   let held: Backend | undefined = backend;
   try {
     if (!flags.json) write("stderr", `backend: ${reason}`);
     const device = uploadModel(backend, model);
+    const lora = adapter && uploadLoraSet(backend, model.config, [adapter], model.weights.output !== undefined);
     const [result] = await generate(device, backend, [promptIds], {
+      ...(lora ? { lora } : {}),
       maxTokens: flags["max-tokens"] ?? 64,
       temperature: flags.temperature ?? 0,
       topK: flags["top-k"] ?? 0,

@@ -3,6 +3,7 @@
  * ragged batch per step, sampling on the backend with per-sequence seeded uniforms. The serving
  * scheduler (continuous batching, prefix cache) is separate; this is the simplest correct loop.
  */
+import type { DeviceLoraSet } from "../model/lora-set.ts";
 import type { Backend, SamplingRow } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import { forward, type ForwardEntry } from "../model/forward.ts";
@@ -26,6 +27,8 @@ export interface GenerateOptions {
   blockSize?: number;
   /** The KV cache's element type (default "auto": f16 where the backend takes it, as the engine). */
   kvCacheDtype?: KvDTypeChoice;
+  /** LoRA adapters on the device: every sequence runs with the one in slot 1. */
+  lora?: DeviceLoraSet;
 }
 
 /** One prompt's outcome. */
@@ -116,7 +119,8 @@ export async function generate(
         });
         s.computed += tokens.length;
       }
-      const logits = forward(backend, model, kv, { entries });
+      const lora = options.lora ? { set: options.lora, slots: entries.map(() => 1) } : undefined;
+      const logits = forward(backend, model, kv, { entries, ...(lora ? { lora } : {}) });
       const picked = backend.sample(logits, rows);
       backend.free(logits);
       const ids = await backend.download(picked);

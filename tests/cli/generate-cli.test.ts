@@ -82,3 +82,37 @@ test("generate CLI exits 2 for a prompt longer than the context", () => {
   assert.equal(r.status, 2, r.stderr);
   assert.match(r.stderr, /more than the context length 2048/);
 });
+
+test("generate CLI --lora runs with an adapter (the engine's tokens for it), and names a bad adapter path in a one-line error", async () => {
+  const { mkdtempSync, rmSync, writeFileSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { loadModel } = await import("../../src/model/load.ts");
+  const { loraGgufBytes } = await import("../model/lora-files.ts");
+  const { createEngine } = await import("../../src/engine/engine-factory.ts");
+  const { createReferenceBackend } = await import("../../src/backend/reference/index.ts");
+  const { loadLoraAdapter } = await import("../../src/model/lora-load.ts");
+  const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
+  const dir = mkdtempSync(`${tmpdir()}/generate-lora-`);
+  try {
+    const path = `${dir}/a.gguf`;
+    const targets = Array.from({ length: model.config.numLayers }, (_, layer) => ({ layer, target: "wv" as const }));
+    writeFileSync(path, loraGgufBytes(model.config, { seed: 4, rank: 4, alpha: 8, targets, magnitude: 0.6 }));
+    const r = runCli("node", ["--lora", path, "--max-tokens", "12", "--backend", "reference", "--json"]);
+    assert.equal(r.status, 0, r.stderr);
+    const ids = (JSON.parse(r.stdout) as { ids: number[] }).ids;
+    const e = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+    try {
+      e.loadAdapter("a", await loadLoraAdapter(path, model.config));
+      const want = await e.submit({ prompt: model.tokenizer.encode("Once upon a time", { addBos: true }), maxTokens: 12, temperature: 0, adapter: "a" }).result;
+      assert.deepEqual(ids, want.tokenIds.slice(0, ids.length));
+      assert.notDeepEqual(ids, golden.greedy20.slice(0, ids.length), "the adapter changes the greedy tokens");
+    } finally {
+      await e.stop();
+    }
+    const bad = runCli("node", ["--lora", `${dir}/missing.gguf`, "--backend", "reference"]);
+    assert.equal(bad.status, 2);
+    assert.match(bad.stderr.trim().split("\n").pop()!, /^error: LoRA adapter not found: ".*missing\.gguf"$/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
