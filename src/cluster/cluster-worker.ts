@@ -9,6 +9,7 @@ import { StepWindow } from "../../planner/step-window.ts";
 import type { Role, WorkerSnapshot } from "../../planner/types.ts";
 import type { WorkerStatus } from "../engine/engine-types.ts";
 import { type StepRecord, stepSeconds } from "../engine/step-record.ts";
+import type { QueueState } from "../engine/scheduler-types.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
 
 /** A cluster worker. Its engine always runs as "mixed": roles are kept by routing, not by the engine. */
@@ -39,13 +40,17 @@ export class ClusterWorker {
     return this.engine.id;
   }
 
-  /** This worker as a router sees it, given its overlap with the request's blocks. */
-  candidate(overlap: WorkerOverlap | undefined): RouteCandidate {
+  /**
+   * This worker as a router sees it, given its overlap with the request's blocks. With the request's
+   * `priority`, the prefill queued ahead of it is the work at that priority or more urgent: its
+   * scheduler admits the request before the rest (and preempts for it), so the rest does not delay it.
+   */
+  candidate(overlap: WorkerOverlap | undefined, priority?: number): RouteCandidate {
     const q = this.engine.queueState();
     const s = this.engine.stats();
     return {
       id: this.id, role: this.role, overlapDevice: overlap?.device ?? 0, overlapHost: overlap?.deviceOrHost ?? 0,
-      queuedPrefillTokens: q.waitingPrefillTokens, activeBlocks: s.kvUsedBlocks, decodeBatch: q.decoding,
+      queuedPrefillTokens: priority === undefined ? q.waitingPrefillTokens : queuedAhead(q, priority), activeBlocks: s.kvUsedBlocks, decodeBatch: q.decoding,
       decodeQueue: q.waitingDecodes, freeBlocks: this.engine.freeBlocks(),
       prefillRate: this.window.prefillRate, decodeStepS: this.window.decodeStepS, rack: 0,
     };
@@ -71,4 +76,12 @@ export class ClusterWorker {
       draining: this.draining, ...(sessions ? { sessions } : {}),
     };
   }
+}
+
+/** Prefill tokens queued at `priority` or more urgent (lower); everything queued is at 0 without a split. */
+export function queuedAhead(q: QueueState, priority: number): number {
+  if (!q.prefillByPriority) return priority < 0 ? 0 : q.waitingPrefillTokens;
+  let n = 0;
+  for (const [p, tokens] of q.prefillByPriority) if (p <= priority) n += tokens;
+  return n;
 }

@@ -312,7 +312,7 @@ export class Cluster implements ServingEngine {
     if (!live.some((w) => w.role !== "prefill")) throw new NoWorkerError("No running worker decodes");
     // A prompt scored whole (prompt log probabilities) takes nothing from any cache: route it as uncached.
     const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(chainHashes(req.prompt, this.blockSize, undefined, root ?? null));
-    const cands = live.map((w) => w.candidate(overlaps.get(w.id)));
+    const cands = live.map((w) => w.candidate(overlaps.get(w.id), req.priority));
     const sreq = {
       promptTokens: req.prompt.length, blockTokens: this.blockSize, bytesPerBlock: this.o.bytesPerBlock,
       ...(req.sessionId !== undefined && this.lastWorker.has(req.sessionId) ? { lastWorker: this.lastWorker.get(req.sessionId) } : {}),

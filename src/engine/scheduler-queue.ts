@@ -90,6 +90,12 @@ export class WaitingQueue {
   }
 
   /** The waiting sequences' gauges (exact; probes only what the prefix cache changed since last asked). */
+  /** Each waiting sequence with its uncached tokens (as {@link gauges} sums them). */
+  uncachedBySequence(): [Sequence, number][] {
+    this.sync();
+    return this.seqs.map((s) => [s, this.uncached(s)]);
+  }
+
   gauges(): WaitingGauges {
     this.sync();
     if (this.uncachedSum === undefined) this.uncachedSum = this.seqs.reduce((a, s) => a + this.uncached(s), 0);

@@ -138,6 +138,12 @@ export interface QueueState {
   prefilling: number;
   /** Preempted sequences waiting to resume decoding. */
   waitingDecodes: number;
+  /**
+   * `waitingPrefillTokens` split by the sequences' priorities ([priority, tokens], most urgent first),
+   * present only when some sequence has a priority other than 0: a router prices a request's wait by
+   * the work at its priority or more urgent, which priority scheduling serves first.
+   */
+  prefillByPriority?: [number, number][];
 }
 
 /** Counters and gauges for metrics. */

@@ -348,7 +348,20 @@ export class Scheduler {
       prefilling++;
       tokens += Math.max(0, seq.promptLength - seq.numComputed);
     }
-    return { waitingPrefillTokens: tokens, oldestWaitS: w.oldestWaitS, decoding: this.running.length - prefilling, prefilling, waitingDecodes: w.waitingDecodes };
+    const out: QueueState = { waitingPrefillTokens: tokens, oldestWaitS: w.oldestWaitS, decoding: this.running.length - prefilling, prefilling, waitingDecodes: w.waitingDecodes };
+    const split = this.prefillByPriority();
+    return split ? { ...out, prefillByPriority: split } : out;
+  }
+
+  /** Uncached prompt tokens by priority (QueueState.prefillByPriority); undefined when every sequence is at 0. */
+  private prefillByPriority(): [number, number][] | undefined {
+    const urgent = (s: Sequence) => (s.hints.priority ?? 0) !== 0;
+    if (!this.running.some(urgent) && !this.waiting.sequences.some(urgent)) return undefined;
+    const by = new Map<number, number>();
+    const add = (p: number, n: number) => by.set(p, (by.get(p) ?? 0) + n);
+    for (const seq of this.running) if (seq.inPrefill) add(seq.hints.priority ?? 0, Math.max(0, seq.promptLength - seq.numComputed));
+    for (const [seq, n] of this.waiting.uncachedBySequence()) add(seq.hints.priority ?? 0, n);
+    return [...by].sort((a, b) => a[0] - b[0]);
   }
 
   /** Gauges and counters for metrics. */

@@ -147,3 +147,16 @@ test("Scheduler with random priorities ends every request, returns every block, 
     { numRuns: 300, seed: 7 },
   );
 });
+
+test("Scheduler.queueState() splits the prefill queued by priority only when some sequence has one", () => {
+  const { sched } = make(64, 4, { maxBatchTokens: 8, maxRunning: 1 });
+  sched.submit(1, range(10));
+  sched.submit(2, range(6, 20));
+  assert.equal(sched.queueState().prefillByPriority, undefined, "everyone at 0: no split");
+  sched.submit(3, range(12, 40), { priority: 3 });
+  sched.submit(4, range(5, 60), { priority: -1 });
+  const q = sched.queueState();
+  // Nothing cached yet: each prompt whole, 10 + 6 at 0, 12 at 3, 5 at -1.
+  assert.deepEqual(q.prefillByPriority, [[-1, 5], [0, 16], [3, 12]]);
+  assert.equal(q.waitingPrefillTokens, 5 + 16 + 12);
+});
