@@ -111,6 +111,19 @@ export class ResponseStore {
     return { messages: turns.flatMap((r) => [...r.input, ...r.output]), sessionId: turns[turns.length - 1].sessionId };
   }
 
+  /**
+   * Every input and output item of the stored turns by id (the newest turn's where two share one),
+   * for item_reference (item-references.ts). Nothing is marked as used.
+   */
+  itemsById(): Map<string, Record<string, unknown>> {
+    const out = new Map<string, Record<string, unknown>>();
+    for (const r of this.entries.values()) {
+      const output = Array.isArray(r.response.output) ? r.response.output as Record<string, unknown>[] : [];
+      for (const it of [...r.inputItems, ...output]) if (typeof it.id === "string") out.set(it.id, it);
+    }
+    return out;
+  }
+
   private touch(r: StoredResponse): void {
     this.entries.delete(r.id);
     this.entries.set(r.id, r);

@@ -70,7 +70,7 @@ const str = (o: Record<string, unknown>, key: string, at: (string | number)[], w
   typeof o[key] === "string" && (o[key] as string).length > 0 ? null : { message: `${what} needs a non-empty string ${key}`, path: [...at, key] };
 
 /** What is wrong with one input item, if anything. */
-function itemFlaw(item: unknown, i: number): Flaw | null {
+function itemFlaw(item: unknown, i: number, references: boolean): Flaw | null {
   if (!isObject(item)) return { message: "input items must be objects", path: [i] };
   const type = item.type ?? "message";
   switch (type) {
@@ -93,7 +93,9 @@ function itemFlaw(item: unknown, i: number): Flaw | null {
       return null;
     }
     case "item_reference":
-      return { message: "item_reference input items are not supported: send the item itself, or chain the turn with previous_response_id", path: [i, "type"] };
+      // A request's input may point at an item this server stored (item-references.ts); stored lists hold items only.
+      if (!references) return { message: "item_reference items cannot be stored in a conversation: send the item itself", path: [i, "type"] };
+      return str(item, "id", [i], "an item_reference item");
     default:
       return { message: `input items of type ${JSON.stringify(type)} are not supported (this server takes messages, function_call, function_call_output and reasoning items)`, path: [i, "type"] };
   }
@@ -103,12 +105,12 @@ function itemFlaw(item: unknown, i: number): Flaw | null {
 export const MAX_INPUT_ITEMS = 4096;
 
 /** What is wrong with a list of items, if anything (`what`: how the list is named in messages). */
-function itemsFlaw(v: unknown, what: string, min: number): Flaw | null {
+function itemsFlaw(v: unknown, what: string, min: number, references = false): Flaw | null {
   if (!Array.isArray(v)) return { message: `${what} must be an array of items` };
   if (v.length < min) return { message: `the ${what} array is empty` };
   if (v.length > MAX_INPUT_ITEMS) return { message: `at most ${MAX_INPUT_ITEMS} ${what} items are supported, got ${v.length}` };
   for (const [i, item] of v.entries()) {
-    const f = itemFlaw(item, i);
+    const f = itemFlaw(item, i, references);
     if (f) return f;
   }
   return null;
@@ -118,7 +120,7 @@ const Input = explained(z.union([z.string(), z.array(z.unknown()).min(1).max(MAX
   if (v === undefined) return { message: "input is required (a string, or an array of input items)" };
   if (typeof v === "string") return null;
   if (!Array.isArray(v)) return { message: "input must be a string or an array of input items" };
-  return itemsFlaw(v, "input", 1);
+  return itemsFlaw(v, "input", 1, true);
 });
 
 /** A list of items as a conversation holds them (`min`: the fewest allowed). */

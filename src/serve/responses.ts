@@ -9,6 +9,7 @@
  * `prompt_cache_key` or `user`), so a turn that ends in function calls leaves its KV kept for the
  * tools' return under agent retention, with no extra field.
  */
+import { resolveItemReferences } from "./item-references.ts";
 import { ChatOutputStream } from "./chat-output.ts";
 import type { Conversation, ConversationStore } from "./conversation-store.ts";
 import { checkRoom, unknownConversation } from "./conversations.ts";
@@ -174,11 +175,12 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
   const stored = (body.store ?? true) && state.responses.capacity > 0;
   // A conversation is one session: the client's key, else the chain's or conversation's, else this response's own.
   const sessionId = body.prompt_cache_key || body.user || session || (stored ? id : undefined);
-  const input = itemsToMessages(typeof body.input === "string" ? [{ role: "user", content: body.input }] : body.input as InputItem[], history);
+  const given = typeof body.input === "string" ? body.input : resolveItemReferences(body.input, state.responses, conversation) as InputItem[];
+  const input = itemsToMessages(typeof given === "string" ? [{ role: "user", content: given }] : given, history);
   const topLogprobs = logprobsAsked(body);
   const { tools, namespaceOf } = functionTools(body.tools);
   const chat = { ...chatRequestOf(body, history, input, sessionId, tools), ...(topLogprobs !== undefined ? { logprobs: true, top_logprobs: topLogprobs } : {}) };
-  const inputItems = inputItemsOf(body.input);
+  const inputItems = inputItemsOf(given as ResponsesRequest["input"]);
   if (conversation) checkRoom(state.conversations, conversation, inputItems, "input");
   const submitted = submitTurn(ctx, chat, body.truncation);
   const parallel = body.parallel_tool_calls ?? true;

@@ -260,7 +260,8 @@ test("POST /v1/responses refuses what it cannot honour with a 400 naming the fie
       assert.match(json.error.message, re);
     };
     await bad({ input: [{ role: "user", content: [{ type: "input_image", image_url: "http://x/y.png" }] }] }, "input[0].content[0].type", /only text parts.*input_image/);
-    await bad({ input: [{ type: "item_reference", id: "msg_1" }] }, "input[0].type", /item_reference/);
+    await bad({ input: [{ type: "item_reference", id: "msg_1" }] }, "input[0].id", /input\[0\] references item .msg_1., which no stored response or conversation holds/);
+    await bad({ input: [{ type: "item_reference" }] }, "input[0].id", /an item_reference item needs a non-empty string id/);
     await bad({ input: [{ type: "function_call", call_id: "c1", name: "f" }] }, "input[0].arguments", /JSON string/);
     await bad({ input: [] }, "input", /empty/);
     await bad({ input: undefined }, "input", /required/);
@@ -287,5 +288,32 @@ test("POST /v1/responses refuses what it cannot honour with a 400 naming the fie
     // The server is still up and answering.
     const ok = await client.responses.create({ model: "scripted", input: "Fine.", temperature: 0 });
     assert.equal(ok.output_text, "Sunny.");
+  });
+});
+
+test("POST /v1/responses resolves item_reference input items to the stored items they name", async () => {
+  await withServer(scripted, async (client, url) => {
+    const first = await client.responses.create({ model: "scripted", input: "How is it today.", temperature: 0, max_output_tokens: 8 });
+    const [asked] = (await client.responses.inputItems.list(first.id)).data;
+    const answered = first.output[0];
+    // Referencing the first turn's question and answer, then asking more, is that turn continued.
+    const refs = [{ type: "item_reference", id: asked.id }, { type: "item_reference", id: answered.id }, { role: "user", content: "And tomorrow." }];
+    const byRef = await client.responses.create({ model: "scripted", input: refs as OpenAI.Responses.ResponseInput, temperature: 0, max_output_tokens: 8 });
+    const chained = await client.responses.create({ model: "scripted", input: "And tomorrow.", previous_response_id: first.id, temperature: 0, max_output_tokens: 8 });
+    assert.equal(byRef.usage!.input_tokens, chained.usage!.input_tokens, "the same prompt either way");
+    assert.equal(byRef.output_text, chained.output_text);
+    // The turn's own input items list the items themselves, under ids of their own.
+    const listed = (await client.responses.inputItems.list(byRef.id)).data;
+    assert.equal(listed.length, 3);
+    assert.deepEqual(listed.map((it) => it.type), ["message", "message", "message"]);
+    assert.ok(!listed.some((it) => it.id === asked.id || it.id === answered.id));
+    await assert.rejects(
+      client.responses.create({ model: "scripted", input: [{ type: "item_reference", id: "msg_nothing" }] as OpenAI.Responses.ResponseInput, max_output_tokens: 4 }),
+      (e: unknown) => e instanceof OpenAI.BadRequestError && /input\[0\] references item 'msg_nothing', which no stored response or conversation holds/.test(e.message),
+    );
+    // A conversation's items may not be references.
+    const res = await fetch(`${url}/v1/conversations`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ items: [{ type: "item_reference", id: asked.id }] }) });
+    assert.equal(res.status, 400);
+    assert.match(await res.text(), /item_reference items cannot be stored in a conversation/);
   });
 });
