@@ -50,7 +50,7 @@ export function withAdapter(engine: ServingEngine, name: string): ServingEngine 
 export async function loadAdapterInto(engine: ServingEngine, model: LoadedModel, name: string, path: string): Promise<void> {
   if (!engine.loadAdapter) throw new ApiError(400, "This server's engine cannot load LoRA adapters", "lora_name", "lora_unsupported");
   if (engine.adapterNames?.().includes(name)) throw new ApiError(400, `The LoRA adapter '${name}' has already been loaded`, "lora_name", "invalid_value");
-  if (name === model.source || name === "") throw new ApiError(400, `A LoRA adapter cannot be named '${name}'`, "lora_name", "invalid_value");
+  if (name === "") throw new ApiError(400, `A LoRA adapter cannot be named '${name}'`, "lora_name", "invalid_value");
   try {
     const adapter = await loadLoraAdapter(path, model.config, { hasOutput: model.weights.output !== undefined });
     await engine.loadAdapter(name, adapter);
