@@ -508,7 +508,10 @@ export class Engine implements ServingEngine {
     if (this.scheduler.numRunning > (this.opts.speculative!.disableByBatchSize ?? Infinity)) return;
     const room = Math.min(this.opts.speculative!.numTokens, a.maxTokens - seq.numOutput - 1, this.maxModelLen - seq.tokens.length - 1);
     const spec = this.opts.speculative!;
-    let found = spec.method === "suffix" ? this.suffixes!.draft(seq.tokens, spec, room) : ngramDraft(seq.tokens, spec, room);
+    // A salted request neither drafts from other requests' outputs nor leaves its own for them: how
+    // often drafts are accepted would tell one tenant about another's text, as cache hits would.
+    const shared = a.req.cacheSalt === undefined;
+    let found = spec.method === "suffix" ? this.suffixes!.draft(seq.tokens, spec, room, shared) : ngramDraft(seq.tokens, spec, room);
     // Rows after an EOS would verify tokens the request never keeps (it ends at the EOS). Agent
     // contexts hold EOS tokens (a chat template's end-of-turn), so copied drafts often cross one.
     const eos = found.findIndex((t) => a.ends.includes(t));
@@ -577,7 +580,7 @@ export class Engine implements ServingEngine {
       this.offload?.turnEnded(a.sessionId, a.seq.tokens, a.seq.hints.cacheRoot);
     }
     // Suffix drafts come from earlier outputs too; a cancelled one is kept as far as it got.
-    if (this.suffixes && !a.req.embed) this.suffixes.add(a.seq.outputTokens);
+    if (this.suffixes && !a.req.embed && a.req.cacheSalt === undefined) this.suffixes.add(a.seq.outputTokens);
     this.scheduler.finish(a.seq.id, reason);
     this.opts.runner.discardSwap?.(a.seq.id);
     this.active.delete(a.seq.id);

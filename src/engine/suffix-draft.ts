@@ -81,13 +81,14 @@ export class SuffixCache {
 
   /**
    * Up to `limit` draft tokens after `context` (a request's prompt and output so far), from its own
-   * earlier tokens and the cached outputs. Empty when the context's last two tokens never occurred.
+   * earlier tokens and (`shared`, the default) the cached outputs. Empty when the context's last two
+   * tokens never occurred.
    */
-  draft(context: readonly number[], s: Pick<SuffixSpeculation, "maxDepth" | "maxSpecFactor" | "minTokenProb">, limit: number): number[] {
+  draft(context: readonly number[], s: Pick<SuffixSpeculation, "maxDepth" | "maxSpecFactor" | "minTokenProb">, limit: number, shared = true): number[] {
     const len = context.length;
     if (limit <= 0 || len < KEY) return [];
     const found: Occurrence[] = [];
-    for (const o of this.index.get(keyAt(context, len)) ?? []) {
+    for (const o of shared ? this.index.get(keyAt(context, len)) ?? [] : []) {
       const seq = this.outputs.get(Math.floor(o / AT_LIMIT));
       if (seq !== undefined) found.push({ seq, at: o % AT_LIMIT });
     }

@@ -96,3 +96,19 @@ test("Engine with suffix speculation gives plain decoding's tokens, and a repeat
   assert.ok(spec1.accepted[1] > 2 * spec1.accepted[0]);
   assert.ok(spec1.steps < plain.steps, `${spec1.steps} steps against ${plain.steps}`);
 });
+
+test("Engine with suffix speculation keeps salted requests out of the shared outputs, both ways", async () => {
+  const spec = parseSpeculativeConfig('{"method": "suffix", "suffix_decoding_max_spec_factor": 4}') as SuffixSpeculation;
+  const greedy: GenerateRequest = { prompt, maxTokens: 60, temperature: 0, ignoreEos: true };
+  const salted: GenerateRequest = { ...greedy, cacheSalt: "tenant-b" };
+  // A salted repeat of an unsalted answer drafts only from its own context: no more accepted than the first run.
+  const after = await sequence([greedy, salted], spec);
+  assert.deepEqual(after.tokens[1], after.tokens[0]);
+  assert.ok(after.accepted[1] <= after.accepted[0], `salted repeat accepted ${after.accepted[1]}, first ${after.accepted[0]}`);
+  // And a salted answer is not kept for others: the unsalted repeat after it gains nothing either.
+  const before = await sequence([salted, greedy], spec);
+  assert.ok(before.accepted[1] <= before.accepted[0], `unsalted after salted accepted ${before.accepted[1]}, first ${before.accepted[0]}`);
+  // The control: unsalted twice, the repeat drafts its answer (the test above, at this engine's settings).
+  const plain = await sequence([greedy, greedy], spec);
+  assert.ok(plain.accepted[1] >= 40 && plain.accepted[1] > 2 * plain.accepted[0]);
+});
