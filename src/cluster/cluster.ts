@@ -121,16 +121,18 @@ export class Cluster implements ServingEngine {
    */
   async loadAdapter(name: string, adapter: LoraAdapter): Promise<void> {
     if (this.adapters.has(name)) throw new LoraAdapterError(`A LoRA adapter named "${name}" is already loaded`);
+    // Registered at once (a second load of the name is refused; a worker joining meanwhile loads it
+    // too); its requests go only to workers that have finished loading it.
+    const entry = { adapter, root: adapterRoot(adapter.fingerprint), inFlight: 0 };
+    this.adapters.set(name, entry);
     const workers = this.set.all.filter((w) => w.engine.alive);
-    const done = await Promise.allSettled(workers.map((w) => w.engine.loadAdapter(name, adapter)));
+    const done = await Promise.allSettled(workers.map((w) => w.engine.loadAdapter(name, adapter).then(() => void (this.adapters.get(name) === entry && w.adapters.add(name)))));
     const failed = done.findIndex((d) => d.status === "rejected");
-    if (failed >= 0) {
-      await Promise.allSettled(workers.filter((_, i) => done[i].status === "fulfilled").map((w) => w.engine.unloadAdapter(name)));
-      const why = (done[failed] as PromiseRejectedResult).reason;
-      throw new LoraAdapterError(`Worker ${workers[failed].id} could not load the LoRA adapter "${name}": ${why instanceof Error ? why.message : String(why)}`);
-    }
-    for (const w of workers) w.adapters.add(name);
-    this.adapters.set(name, { adapter, root: adapterRoot(adapter.fingerprint), inFlight: 0 });
+    if (failed < 0) return;
+    this.adapters.delete(name);
+    await Promise.allSettled(this.set.all.filter((w) => w.adapters.delete(name)).map((w) => w.engine.unloadAdapter(name)));
+    const why = (done[failed] as PromiseRejectedResult).reason;
+    throw new LoraAdapterError(`Worker ${workers[failed].id} could not load the LoRA adapter "${name}": ${why instanceof Error ? why.message : String(why)}`);
   }
 
   /** Unloads the adapter `name` from every worker; refused while requests use it. */

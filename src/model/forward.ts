@@ -59,8 +59,9 @@ export interface StepLora {
 type Project = (x: Tensor, w: Tensor, bias: Tensor | undefined, target: LoraTarget) => Tensor;
 
 /**
- * The step's projections: plain matmuls, or with adapters, y + B[slot]·(A[slot]·x) per row through
- * two expert matmuls (slot ids i32 [rows, 1]; `rowSlots` gives the slots of the rows x has).
+ * Layer `layer`'s projections: plain matmuls, or where `set` adapts the projection and `ids` (each
+ * row's slot, i32 [rows of x, 1]) are given, y + B[slot]·(A[slot]·x) per row through two expert
+ * matmuls (slot 0's tables are zeros). Layer -1 is the output projection.
  */
 function projector(backend: Backend, set: DeviceLoraSet | undefined, ids: Tensor | undefined, layer: number, s: Scratch): Project {
   return (x, w, bias, target) => {
