@@ -41,12 +41,12 @@ export async function handOff(
     if (r.error) throw new Error(`The prefill on ${pre.id} failed: ${r.error}`);
     if (r.finishReason === "abort") throw new Error("Cancelled");
     // Cancelled as the prefill ended: nothing is sent, and the block held for the hand-off goes now.
-    if (cancelled) throw dropped(pre, req.prompt);
+    if (cancelled) throw dropped(pre, req.prompt, root);
     counters.prefillHandoffs++;
     prefillHit = r.cachedTokens;
     promptLogprobs = r.promptLogprobs;
     await movePrefix(pre, dec, req.prompt, sid, counters, false, true, root);
-    if (cancelled) throw dropped(dec, req.prompt);
+    if (cancelled) throw dropped(dec, req.prompt, root);
   }
   if (prefillHit === undefined) return dec.engine.submit(req);
   // The prefill scored the prompt: the decode takes its KV from the hand-off instead of computing it again.
@@ -55,8 +55,8 @@ export async function handOff(
 }
 
 /** Lets go of the block `w` holds for a hand-off of `prompt` that will not happen; the error to throw. */
-function dropped(w: ClusterWorker, prompt: readonly number[]): Error {
-  w.engine.dropHandoff(prompt);
+function dropped(w: ClusterWorker, prompt: readonly number[], root: number | undefined): Error {
+  w.engine.dropHandoff(prompt, root);
   return new Error("Cancelled");
 }
 

@@ -148,8 +148,8 @@ export class RemoteEngine implements WorkerEngine {
     await this.call({ op: "lora-unload", cid: 0, name });
   }
 
-  dropHandoff(prompt: readonly number[]): void {
-    this.send({ op: "drop", tokens: [...prompt] });
+  dropHandoff(prompt: readonly number[], root?: number): void {
+    this.send({ op: "drop", tokens: [...prompt], ...(root === undefined ? {} : { root }) });
   }
 
   async importPrefix(prefix: PrefixKv, sessionId?: string): Promise<number> {

@@ -39,8 +39,8 @@ export interface WorkerEngine {
   loadAdapter(name: string, adapter: LoraAdapter): Promise<void>;
   /** Unloads the adapter `name`. */
   unloadAdapter(name: string): Promise<void>;
-  /** Lets go of the block held for a hand-off of `prompt` that will not happen (Engine.dropHandoff). */
-  dropHandoff(prompt: readonly number[]): void;
+  /** Lets go of the block held for a hand-off of `prompt` (in cache namespace `root`) that will not happen (Engine.dropHandoff). */
+  dropHandoff(prompt: readonly number[], root?: number): void;
   /** Caches a prefix from another worker; resolves to the blocks written. */
   importPrefix(prefix: PrefixKv, sessionId?: string): Promise<number>;
   stats(): EngineStats;
@@ -71,7 +71,7 @@ export function localWorkerEngine(engine: Engine): WorkerEngine {
     exportPrefix: (tokens, handoff, root) => engine.exportPrefix(tokens, handoff, root),
     loadAdapter: async (name, adapter) => engine.loadAdapter(name, adapter),
     unloadAdapter: async (name) => engine.unloadAdapter(name),
-    dropHandoff: (prompt) => void engine.dropHandoff(prompt),
+    dropHandoff: (prompt, root) => void engine.dropHandoff(prompt, root),
     importPrefix: (prefix, sid) => Promise.resolve(engine.importPrefix(prefix, sid)),
     stats: () => engine.stats(),
     queueState: () => engine.scheduler.queueState(),

@@ -111,7 +111,7 @@ export function serveWorker(port: ThreadPort): void {
         return;
       case "drop":
         // A block let go changes the gauges.
-        if (e.dropHandoff(m.tokens)) report();
+        if (e.dropHandoff(m.tokens, m.root)) report();
         return;
       case "mixing":
         e.scheduler.stepMixing = m.mode;

@@ -31,7 +31,7 @@ export type ToWorker =
   | { op: "lora-load"; cid: number; name: string; path: string; scale: number; fingerprint: string }
   | { op: "lora-unload"; cid: number; name: string }
   | { op: "import"; cid: number; prefix: PrefixKv; sessionId?: string }
-  | { op: "drop"; tokens: number[] }
+  | { op: "drop"; tokens: number[]; root?: number }
   | { op: "mixing"; mode: StepMixing }
   | { op: "stop"; cid: number };
 

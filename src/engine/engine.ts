@@ -199,10 +199,10 @@ export class Engine implements ServingEngine {
   /**
    * Lets go of the last block held for a hand-off of `prompt` that will not happen (its request was
    * cancelled after the prefill): the block is freed now instead of when its hold runs out, and nothing
-   * is read or sent. True when a block was held.
+   * is read or sent. `root`: the prompt's cache namespace. True when a block was held.
    */
-  dropHandoff(prompt: readonly number[]): boolean {
-    const tail = this.tails.take(prompt);
+  dropHandoff(prompt: readonly number[], root?: number): boolean {
+    const tail = this.tails.take(prompt, root);
     if (tail === null) return false;
     this.pool.release([tail]);
     return true;

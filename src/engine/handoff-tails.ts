@@ -20,6 +20,8 @@ export interface HandoffTailOptions {
 
 interface Held {
   tokens: readonly number[];
+  /** The prompt's cache namespace (SequenceHints.cacheRoot; null: none): a block serves only its own. */
+  root: number | null;
   blockId: number;
   at: number;
 }
@@ -51,29 +53,29 @@ export class HandoffTails {
    * prompts handed off together (a request's `n` choices, agents sending the same turn) each find a
    * block: a second block for the same prompt is held beside the first, not instead of it.
    */
-  keep(prompt: readonly number[], blockId: number): void {
+  keep(prompt: readonly number[], blockId: number, root?: number): void {
     this.prune();
     if (this.o.maxBlocks === 0) return this.release([blockId]);
     while (this.count >= this.o.maxBlocks) this.dropOldest();
-    const key = keyOf(prompt);
+    const key = keyOf(prompt, root);
     const list = this.held.get(key) ?? [];
-    list.push({ tokens: [...prompt], blockId, at: this.clock() });
+    list.push({ tokens: [...prompt], root: root ?? null, blockId, at: this.clock() });
     this.held.set(key, list);
     this.count++;
     this.changes++;
   }
 
-  /** Takes the block held for exactly `prompt` (its reference passes to the caller), or null. */
-  take(prompt: readonly number[]): number | null {
+  /** Takes the block held for exactly `prompt` in namespace `root` (its reference passes to the caller), or null. */
+  take(prompt: readonly number[], root?: number): number | null {
     this.prune();
-    return this.remove(prompt);
+    return this.remove(prompt, root);
   }
 
-  /** Takes the block held for exactly `prompt` out of the store (its reference passes on), or null. */
-  private remove(prompt: readonly number[]): number | null {
-    const key = keyOf(prompt);
+  /** Takes the block held for exactly `prompt` in `root` out of the store (its reference passes on), or null. */
+  private remove(prompt: readonly number[], root: number | undefined): number | null {
+    const key = keyOf(prompt, root);
     const list = this.held.get(key);
-    const i = list?.findIndex((h) => sameTokens(h.tokens, prompt)) ?? -1;
+    const i = list?.findIndex((h) => matches(h, prompt, root)) ?? -1;
     if (i < 0) return null;
     const [h] = list!.splice(i, 1);
     if (list!.length === 0) this.held.delete(key);
@@ -82,10 +84,10 @@ export class HandoffTails {
     return h.blockId;
   }
 
-  /** True when a block is held for exactly `prompt` (tokens compared, not only hashes). */
-  has(prompt: readonly number[]): boolean {
+  /** True when a block is held for exactly `prompt` in namespace `root` (tokens compared, not only hashes). */
+  has(prompt: readonly number[], root?: number): boolean {
     if (this.count === 0) return false;
-    return this.held.get(keyOf(prompt))?.some((h) => sameTokens(h.tokens, prompt) && this.clock() - h.at <= this.o.ttlS) ?? false;
+    return this.held.get(keyOf(prompt, root))?.some((h) => matches(h, prompt, root) && this.clock() - h.at <= this.o.ttlS) ?? false;
   }
 
   /** Lets go of every block held (a stopping engine). */
@@ -136,8 +138,13 @@ export function tailBlockIndex(promptLength: number, blockSize: number): number 
   return Math.ceil(promptLength / blockSize) - 1;
 }
 
-function keyOf(tokens: readonly number[]): number {
-  return hashBlock(null, tokens);
+function keyOf(tokens: readonly number[], root: number | undefined): number {
+  return hashBlock(root ?? null, tokens);
+}
+
+/** `h` is the block of exactly `prompt` in namespace `root`. */
+function matches(h: Held, prompt: readonly number[], root: number | undefined): boolean {
+  return h.root === (root ?? null) && sameTokens(h.tokens, prompt);
 }
 
 function sameTokens(a: readonly number[], b: readonly number[]): boolean {

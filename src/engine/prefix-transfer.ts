@@ -77,12 +77,11 @@ export async function exportHandoff(
   if (!runner.readBlocks) throw new PrefixTransferError("This worker cannot read KV blocks out of its cache");
   const bs = pool.blockSize;
   const before = tailBlockIndex(prompt.length, bs);
-  // Held tails are found by their prompt alone: a namespaced prompt's full blocks go, its last block is computed again.
-  const tail = root === undefined ? tails.take(prompt) : null;
+  const tail = tails.take(prompt, root);
   if (tail === null) return exportPrefix(pool, runner, prompt, Infinity, host, root);
   let read: Promise<HostKv> | undefined;
   try {
-    const m = pool.matchPrefix(prompt, before);
+    const m = pool.matchPrefix(prompt, before, root ?? null);
     try {
       if (m.blockIds.length === before) read = runner.readBlocks([...m.blockIds, tail]);
     } finally {
@@ -91,8 +90,8 @@ export async function exportHandoff(
   } finally {
     pool.release([tail]);
   }
-  if (read === undefined) return exportPrefix(pool, runner, prompt, Infinity, host);
-  return { tokens: [...prompt], blockSize: bs, kv: await read, tail: true };
+  if (read === undefined) return exportPrefix(pool, runner, prompt, Infinity, host, root);
+  return { tokens: [...prompt], blockSize: bs, kv: await read, tail: true, ...(root === undefined ? {} : { root }) };
 }
 
 /**
@@ -142,11 +141,10 @@ function importHandoff(pool: BlockPool, runner: StepRunner, prefix: PrefixKv, me
     throw new PrefixTransferError(`A hand-off of ${prefix.tokens.length} tokens from block ${first} needs KV of ${(before + 1 - first) * bs} tokens, got ${prefix.kv.numTokens}`);
   }
   const head = before > first ? importPrefix(pool, runner, { ...prefix, tokens: prefix.tokens.slice(0, before * bs), tail: false }, meta, maxBlocks) : 0;
-  // Held tails are found by their prompt alone: a namespaced prompt's is not kept (its decode computes it again).
-  if (tails === undefined || prefix.root !== undefined || head >= maxBlocks || pool.cachedPrefixTokens(prefix.tokens.slice(0, before * bs)) < before * bs) return head;
+  if (tails === undefined || head >= maxBlocks || pool.cachedPrefixTokens(prefix.tokens.slice(0, before * bs), Infinity, prefix.root ?? null) < before * bs) return head;
   const got = pool.tryAllocate(1);
   if (got === null) return head;
   runner.writeBlocks!(got, prefix.kv, before - first);
-  tails.keep(prefix.tokens, got[0]);
+  tails.keep(prefix.tokens, got[0], prefix.root);
   return head + 1;
 }

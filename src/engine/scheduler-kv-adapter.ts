@@ -34,9 +34,9 @@ export function poolBlockManager(pool: BlockPool, cacheVersion?: () => number, t
     ...(version ? { cacheVersion: version } : {}),
     ...(tails
       ? {
-        keepHandoffTail: (prompt: readonly number[], id: number) => tails.keep(prompt, id),
-        takeHandoffTail: (prompt: readonly number[]) => tails.take(prompt),
-        hasHandoffTail: (prompt: readonly number[]) => tails.has(prompt),
+        keepHandoffTail: (prompt: readonly number[], id: number, root?: number) => tails.keep(prompt, id, root),
+        takeHandoffTail: (prompt: readonly number[], root?: number) => tails.take(prompt, root),
+        hasHandoffTail: (prompt: readonly number[], root?: number) => tails.has(prompt, root),
       }
       : {}),
     blockSize: bs,

@@ -50,9 +50,9 @@ export interface KvBlockManager {
    * Holds `blockId` (its reference passing to the holder) as the block `prompt` ended in, for a hand-off
    * of that prompt's KV to another worker (handoff-tails.ts). Absent: the block is released.
    */
-  keepHandoffTail?(prompt: readonly number[], blockId: number): void;
+  keepHandoffTail?(prompt: readonly number[], blockId: number, root?: number): void;
   /** Takes the block held for exactly `prompt`'s end (its reference passing to the caller), or null. */
-  takeHandoffTail?(prompt: readonly number[]): number | null;
+  takeHandoffTail?(prompt: readonly number[], root?: number): number | null;
   /** True when a block is held for exactly `prompt`'s end. */
-  hasHandoffTail?(prompt: readonly number[]): boolean;
+  hasHandoffTail?(prompt: readonly number[], root?: number): boolean;
 }

@@ -136,7 +136,7 @@ export class WaitingQueue {
       // A sequence asking for its prompt's log probabilities computes every prompt row: no hit taken.
       const hit = swapped > 0 || seq.hints.wholePrompt ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
       // The hit reaching the last block is the cached run a held last block needs (handedOff's probe).
-      const tail = swapped > 0 || seq.hints.wholePrompt || hit.length !== tailBlockIndex(seq.tokens.length, bs) || !isFresh(seq) ? null : this.kv.takeHandoffTail?.(seq.tokens) ?? null;
+      const tail = swapped > 0 || seq.hints.wholePrompt || hit.length !== tailBlockIndex(seq.tokens.length, bs) || !isFresh(seq) ? null : this.kv.takeHandoffTail?.(seq.tokens, seq.hints.cacheRoot) ?? null;
       const held = tail === null ? hit : [...hit, tail];
       const cached = swapped > 0 ? swapped : tail !== null ? seq.tokens.length - 1 : hit.length * bs;
       // A handed-off prompt's last token is computed again as a decode is, whatever the role allows.
@@ -150,7 +150,7 @@ export class WaitingQueue {
       const got = n > 0 ? this.kv.allocate(Math.ceil((cached + n) / bs) - held.length) : null;
       if (got === null) {
         this.kv.release(hit);
-        if (tail !== null) this.kv.keepHandoffTail!(seq.tokens, tail);
+        if (tail !== null) this.kv.keepHandoffTail!(seq.tokens, tail, seq.hints.cacheRoot);
         break;
       }
       admitted.add(seq);
@@ -180,8 +180,7 @@ export class WaitingQueue {
    */
   private handedOff(seq: Sequence, cached?: number): boolean {
     // The cheap checks first: with no block held (every step of a worker that takes no hand-offs), no probe.
-    // Held tails are found by their prompt alone, whatever its cache namespace: a namespaced prompt takes none.
-    if (!isFresh(seq) || seq.hints.wholePrompt || seq.hints.cacheRoot !== undefined || !(this.kv.hasHandoffTail?.(seq.tokens) ?? false)) return false;
+    if (!isFresh(seq) || seq.hints.wholePrompt || !(this.kv.hasHandoffTail?.(seq.tokens, seq.hints.cacheRoot) ?? false)) return false;
     return (cached ?? this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1), seq.hints.cacheRoot)) === tailBlockIndex(seq.tokens.length, this.kv.blockSize) * this.kv.blockSize;
   }
 

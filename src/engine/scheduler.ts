@@ -283,14 +283,13 @@ export class Scheduler {
     } else {
       this.waiting.remove(seq);
       // A handed-off prompt that ends before it ran lets go of the last block held for it.
-      const tail = seq.numOutput === 0 && seq.preemptions === 0 && seq.hints.cacheRoot === undefined ? this.kv.takeHandoffTail?.(seq.tokens) ?? null : null;
+      const tail = seq.numOutput === 0 && seq.preemptions === 0 ? this.kv.takeHandoffTail?.(seq.tokens, seq.hints.cacheRoot) ?? null : null;
       if (tail !== null) this.kv.release([tail]);
     }
     // A finished prefill keeps the block its prompt ended in for the hand-off (handoff-tails.ts).
     const tailAt = tailBlockIndex(seq.promptLength, this.kv.blockSize);
-    // (Held tails are found by their prompt alone: a namespaced prompt's is not kept, handoff-tails.ts.)
-    if (reason === "prefill_done" && this.kv.keepHandoffTail && seq.hints.cacheRoot === undefined && seq.numComputed >= seq.promptLength && tailAt < seq.blockTable.length) {
-      this.kv.keepHandoffTail(seq.tokens.slice(0, seq.promptLength), seq.blockTable[tailAt]);
+    if (reason === "prefill_done" && this.kv.keepHandoffTail && seq.numComputed >= seq.promptLength && tailAt < seq.blockTable.length) {
+      this.kv.keepHandoffTail(seq.tokens.slice(0, seq.promptLength), seq.blockTable[tailAt], seq.hints.cacheRoot);
       this.kv.release(seq.blockTable.filter((_, i) => i !== tailAt), seq.hints);
     } else this.kv.release(seq.blockTable, seq.hints);
     this.swap.drop(seq);

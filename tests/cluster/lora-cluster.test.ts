@@ -53,9 +53,10 @@ async function check(cl: Cluster): Promise<void> {
   assert.notDeepEqual(merged, base);
   assert.equal(cl.counters.prefillHandoffs, 1, "its prefill ran on the prefill worker and its KV moved");
   assert.ok(cl.counters.movedBlocks > 0);
-  // Its full blocks landed in the adapter's namespace on the decode worker, which took them from its cache.
+  // Its blocks, the last one too, landed in the adapter's namespace on the decode worker, which
+  // computed only the last prompt token again (as for a base-model hand-off).
   for (let i = 0; i < 100 && cl.workers[1].engine.stats().prefixHitTokens === 0; i++) await new Promise((r) => setTimeout(r, 10));
-  assert.equal(cl.workers[1].engine.stats().prefixHitTokens, Math.floor((STORY.length - 1) / 16) * 16);
+  assert.equal(cl.workers[1].engine.stats().prefixHitTokens, STORY.length - 1);
   // The base model's request for the same prompt does not reuse the adapter's KV anywhere.
   const plain = await run(cl, greedy(STORY));
   assert.deepEqual(plain.streamed, base);

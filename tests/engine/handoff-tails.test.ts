@@ -1,4 +1,5 @@
 /** A hand-off's last block: kept by the prefill, sent with the prompt, taken by the decode's admission. */
+import { namespaceRoot } from "../../kv/index.ts";
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { BlockPool } from "../../kv/index.ts";
@@ -31,6 +32,19 @@ test("HandoffTails.take() gives the block kept for exactly that prompt, once", (
   assert.notEqual(tails.version, v);
   assert.equal(tails.take([1, 2, 3]), null);
   assert.deepEqual(released, [], "a taken block's reference passes to the taker");
+});
+
+test("HandoffTails.take() gives a block only in the cache namespace it was kept in", () => {
+  const { tails } = store();
+  const lora = namespaceRoot("lora:a"), other = namespaceRoot("lora:b");
+  tails.keep([1, 2, 3], 7, lora);
+  tails.keep([1, 2, 3], 8);
+  assert.equal(tails.has([1, 2, 3], other), false);
+  assert.equal(tails.take([1, 2, 3], other), null, "another adapter's prompt takes nothing");
+  assert.equal(tails.take([1, 2, 3]), 8, "the base model's takes its own");
+  assert.equal(tails.take([1, 2, 3]), null, "and not the adapter's");
+  assert.equal(tails.has([1, 2, 3], lora), true);
+  assert.equal(tails.take([1, 2, 3], lora), 7);
 });
 
 test("HandoffTails lets go of blocks past their TTL and the oldest beyond maxBlocks", () => {
