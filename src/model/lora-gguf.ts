@@ -9,7 +9,7 @@ import { openRandomAccess } from "../runtime/fs.ts";
 import { ModelLoadError, type ModelConfig } from "./config.ts";
 import { GgufMetadata } from "./gguf-metadata.ts";
 import { readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
-import { assembleAdapter, type LoraAdapter, loraKey, type LoraLoadOptions, type LoraTarget, type LoraWeight, targetDims } from "./lora.ts";
+import { assembleAdapter, checkPair, type LoraAdapter, loraKey, type LoraLoadOptions, type LoraTarget, type LoraWeight } from "./lora.ts";
 
 /** GGUF tensor stems of the per-layer targets (`blk.N.<stem>.weight`). */
 const LAYER_STEMS: Readonly<Record<string, LoraTarget>> = {
@@ -65,20 +65,10 @@ export async function loadGgufLora(path: string, config: ModelConfig, options: L
     const weights: LoraWeight[] = [];
     for (const { layer, target, a, b } of pairs.values()) {
       const name = layer < 0 ? "output.weight" : `blk.${layer}.${Object.keys(LAYER_STEMS).find((s) => LAYER_STEMS[s] === target)}.weight`;
-      if (!a || !b) throw new ModelLoadError(`LoRA adapter "${path}" has ${a ? "lora_a" : "lora_b"} for "${name}" but not ${a ? "lora_b" : "lora_a"}`);
-      const dims = targetDims(config, layer, target, options.hasOutput ?? !config.tiedEmbeddings);
-      if (typeof dims === "string") throw new ModelLoadError(`LoRA adapter "${path}" adapts "${name}", but ${dims}`);
-      const [inDim, outDim] = dims;
-      const rank = a.shape[0];
-      if (a.shape.length !== 2 || b.shape.length !== 2 || a.shape[1] !== inDim || b.shape[0] !== outDim || b.shape[1] !== rank || rank < 1) {
-        throw new ModelLoadError(
-          `LoRA adapter "${path}" has "${name}" lora_a of shape [${a.shape}] and lora_b of shape [${b.shape}]; ` +
-            `expected [rank, ${inDim}] and [${outDim}, rank] (rows outermost)`,
-        );
-      }
-      const at = await readGgufTensor(file, a);
+      const { rank, inDim, outDim } = checkPair(`LoRA adapter "${path}"`, name, ["lora_a", "lora_b"], layer, target, a?.shape, b?.shape, config, options.hasOutput ?? !config.tiedEmbeddings);
+      const at = await readGgufTensor(file, a!);
       const av = decodeToF32(at.data, at.dtype, rank * inDim);
-      const bt = await readGgufTensor(file, b);
+      const bt = await readGgufTensor(file, b!);
       const bv = decodeToF32(bt.data, bt.dtype, outDim * rank);
       const s = alpha !== 0 ? scale * alpha / rank : scale;
       for (let i = 0; i < bv.length; i++) bv[i] *= s;

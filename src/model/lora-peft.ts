@@ -10,7 +10,7 @@ import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { openRandomAccess, pathExists, readTextFile } from "../runtime/fs.ts";
 import { ModelLoadError, type ModelConfig } from "./config.ts";
 import type { Json } from "./hf-json.ts";
-import { assembleAdapter, type LoraAdapter, type LoraLoadOptions, type LoraTarget, type LoraWeight, targetDims } from "./lora.ts";
+import { assembleAdapter, checkPair, type LoraAdapter, type LoraLoadOptions, type LoraTarget, type LoraWeight } from "./lora.ts";
 import { readSafetensor, readSafetensorsHeader } from "./safetensors.ts";
 
 /** Hugging Face module names of the targets (`model.layers.N.<module>`). */
@@ -95,16 +95,9 @@ export async function loadPeftLora(dir: string, config: ModelConfig, options: Lo
     const weights: LoraWeight[] = [];
     for (const { layer, target, A, B } of pairs.values()) {
       const module = layer < 0 ? "lm_head" : `model.layers.${layer}.${Object.keys(MODULES).find((m) => MODULES[m] === target)}`;
-      if (!A || !B) throw new ModelLoadError(`PEFT adapter "${dir}" has lora_${A ? "A" : "B"} for "${module}" but not lora_${A ? "B" : "A"}`);
-      const dims = targetDims(config, layer, target, options.hasOutput ?? !config.tiedEmbeddings);
-      if (typeof dims === "string") throw new ModelLoadError(`PEFT adapter "${dir}" adapts "${module}", but ${dims}`);
-      const [inDim, outDim] = dims;
-      const a = header.tensors.get(A)!, b = header.tensors.get(B)!;
-      const rank = a.shape[0];
-      if (a.shape.length !== 2 || b.shape.length !== 2 || a.shape[1] !== inDim || b.shape[0] !== outDim || b.shape[1] !== rank || rank < 1) {
-        throw new ModelLoadError(`PEFT adapter "${dir}" has "${module}" lora_A of shape [${a.shape}] and lora_B of shape [${b.shape}]; expected [rank, ${inDim}] and [${outDim}, rank]`);
-      }
-      const at = await readSafetensor(file, a), bt = await readSafetensor(file, b);
+      const a = A === undefined ? undefined : header.tensors.get(A)!, b = B === undefined ? undefined : header.tensors.get(B)!;
+      const { rank, inDim, outDim } = checkPair(`PEFT adapter "${dir}"`, module, ["lora_A", "lora_B"], layer, target, a?.shape, b?.shape, config, options.hasOutput ?? !config.tiedEmbeddings);
+      const at = await readSafetensor(file, a!), bt = await readSafetensor(file, b!);
       const av = decodeToF32(at.data, at.dtype, rank * inDim);
       let bv = decodeToF32(bt.data, bt.dtype, outDim * rank);
       const s = scale * (rslora ? alpha / Math.sqrt(rank) : alpha / rank);

@@ -5,7 +5,7 @@
  * (forward.ts, lora-set.ts) adds B·(A·x) as it is.
  */
 import { createHash } from "node:crypto";
-import { isMoeLayer, type ModelConfig } from "./config.ts";
+import { isMoeLayer, ModelLoadError, type ModelConfig } from "./config.ts";
 
 /** The projections an adapter may change (LayerWeights' names; "output" is the model's output projection). */
 export type LoraTarget = "wq" | "wk" | "wv" | "wo" | "wGate" | "wUp" | "wDown" | "output";
@@ -74,4 +74,24 @@ export function assembleAdapter(source: string, alpha: number, scale: number, we
     hash.update(new Uint8Array(w.b.buffer, w.b.byteOffset, w.b.byteLength));
   }
   return { source, alpha, scale, maxRank: Math.max(...weights.map((w) => w.rank)), weights, fingerprint: hash.digest("hex").slice(0, 32) };
+}
+
+/**
+ * Checks one adapted projection's pair against the base: both sides given (`sides` names them as the
+ * file does), a projection the base lets be adapted, A [rank, in] and B [out, rank]. Returns the
+ * rank and widths; throws ModelLoadError naming `adapter` (how the file is named) and `name` (the projection).
+ */
+export function checkPair(
+  adapter: string, name: string, sides: [string, string], layer: number, target: LoraTarget,
+  a: readonly number[] | undefined, b: readonly number[] | undefined, config: ModelConfig, hasOutput: boolean,
+): { rank: number; inDim: number; outDim: number } {
+  if (!a || !b) throw new ModelLoadError(`${adapter} has ${a ? sides[0] : sides[1]} for "${name}" but not ${a ? sides[1] : sides[0]}`);
+  const dims = targetDims(config, layer, target, hasOutput);
+  if (typeof dims === "string") throw new ModelLoadError(`${adapter} adapts "${name}", but ${dims}`);
+  const [inDim, outDim] = dims;
+  const rank = a[0];
+  if (a.length !== 2 || b.length !== 2 || a[1] !== inDim || b[0] !== outDim || b[1] !== rank || rank < 1) {
+    throw new ModelLoadError(`${adapter} has "${name}" ${sides[0]} of shape [${a}] and ${sides[1]} of shape [${b}]; expected [rank, ${inDim}] and [${outDim}, rank] (rows outermost)`);
+  }
+  return { rank, inDim, outDim };
 }

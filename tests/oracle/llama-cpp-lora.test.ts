@@ -9,7 +9,6 @@
  * ORACLE_BACKENDS (comma list, default "reference,webgpu") narrows the backends for local runs.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
@@ -28,7 +27,7 @@ import { projectRoot, test } from "../harness.ts";
 import { type LoraFileSpec, loraGgufBytes } from "../model/lora-files.ts";
 import { ggufBytes, type ModelFileSpec, randomHfWeights } from "../model/model-files.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
-import { greedySteps, type LlamaCppResult, maxLogProbError } from "./oracle-compare.ts";
+import { greedySteps, type LlamaCppResult, maxLogProbError, runLlamaCpp } from "./oracle-compare.ts";
 
 const STEPS = 16;
 const PROMPT = [1, 17, 120, 255, 3, 42, 299, 64];
@@ -94,16 +93,8 @@ for (const c of CASES) {
   jobModels.push({ path: base, prompt: PROMPT, steps: STEPS, lora: [{ path: lora, scale: c.scale }] });
   jobModels.push({ path: base, prompt: PROMPT, steps: STEPS });
 }
-await writeFile(`${dir}/job.json`, JSON.stringify({ models: jobModels }));
-
-/** Runs llama.cpp once for every case; a failure is kept and reported by each test. */
-const oracle: { results?: LlamaCppResult[]; error?: string } = await new Promise((resolve) => {
-  const runner = `${projectRoot}/tests/oracle/llama-cpp-runner.mjs`;
-  execFile("node", [runner, `${dir}/job.json`], { maxBuffer: 64 << 20, cwd: projectRoot }, (err, stdout, stderr) => {
-    if (err) resolve({ error: `node ${runner} failed: ${(stderr || err.message).trim().split("\n").slice(-3).join(" | ")}` });
-    else resolve({ results: (JSON.parse(stdout) as { results: LlamaCppResult[] }).results });
-  });
-});
+/** llama.cpp run once for every case; a failure is kept and reported by each test. */
+const oracle = await runLlamaCpp(dir, jobModels, projectRoot);
 
 const wanted = (envVar("ORACLE_BACKENDS") ?? "reference,webgpu").split(",").map((s) => s.trim());
 const backends: { name: string; backend?: Backend; why: string; skip: boolean }[] = [];

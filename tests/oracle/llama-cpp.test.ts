@@ -7,7 +7,6 @@
  * ORACLE_BACKENDS (comma list, default "reference,webgpu") narrows the backends for local runs.
  */
 import assert from "node:assert/strict";
-import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
@@ -22,7 +21,7 @@ import { envVar } from "../../src/runtime/env.ts";
 import { inCi } from "../webgpu-fixture.ts";
 import { projectRoot, test } from "../harness.ts";
 import { ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "../model/model-files.ts";
-import { greedySteps, type LlamaCppResult, maxLogProbError } from "./oracle-compare.ts";
+import { greedySteps, type LlamaCppResult, maxLogProbError, runLlamaCpp } from "./oracle-compare.ts";
 
 const STEPS = 32;
 const PROMPT = [1, 17, 120, 255, 3, 42, 299, 64];
@@ -268,16 +267,8 @@ for (const c of CASES) {
   if (c.hf) await writeHfDirectory(`${dir}/${c.spec.seed}`, c.spec, weights);
   jobModels.push({ path: `${dir}/${c.spec.seed}.gguf`, prompt: PROMPT, steps: STEPS, texts: TEXTS, kvType: c.kv === "f16" ? "F16" : "F32" });
 }
-await writeFile(`${dir}/job.json`, JSON.stringify({ models: jobModels }));
-
-/** Runs llama.cpp once for every case; a failure is kept and reported by each test. */
-const oracle: { results?: LlamaCppResult[]; error?: string } = await new Promise((resolve) => {
-  const runner = `${projectRoot}/tests/oracle/llama-cpp-runner.mjs`;
-  execFile("node", [runner, `${dir}/job.json`], { maxBuffer: 256 << 20, cwd: projectRoot }, (err, stdout, stderr) => {
-    if (err) resolve({ error: `node ${runner} failed: ${(stderr || err.message).trim().split("\n").slice(-3).join(" | ")}` });
-    else resolve({ results: (JSON.parse(stdout) as { results: LlamaCppResult[] }).results });
-  });
-});
+/** llama.cpp run once for every case; a failure is kept and reported by each test. */
+const oracle = await runLlamaCpp(dir, jobModels, projectRoot);
 
 const backends: { name: string; backend?: Backend; why: string; required: boolean }[] = [];
 const wanted = (envVar("ORACLE_BACKENDS") ?? "reference,webgpu").split(",").map((s) => s.trim());

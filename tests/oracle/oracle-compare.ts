@@ -1,5 +1,7 @@
 /** Comparing our logits with llama.cpp's next-token probabilities. */
+import { execFile } from "node:child_process";
 import type { Backend } from "../../src/backend/types.ts";
+import { writeFile } from "../../src/runtime/fs.ts";
 import type { DeviceModel } from "../../src/model/device-weights.ts";
 import { forward, type PagedKv, type StepLora } from "../../src/model/forward.ts";
 
@@ -66,4 +68,19 @@ export async function greedySteps(
     entry = { tokens: [best], startPos: prompt.length + step, blockTable: table };
   }
   return { logProbs, tokens };
+}
+
+/**
+ * Runs llama.cpp (tests/oracle/llama-cpp-runner.mjs, in a Node child process) once over every model
+ * job, written to `dir`/job.json; a failure is kept (`error`) and reported by each test that needs it.
+ */
+export async function runLlamaCpp(dir: string, models: readonly Record<string, unknown>[], root: string): Promise<{ results?: LlamaCppResult[]; error?: string }> {
+  await writeFile(`${dir}/job.json`, JSON.stringify({ models }));
+  return await new Promise((resolve) => {
+    const runner = `${root}/tests/oracle/llama-cpp-runner.mjs`;
+    execFile("node", [runner, `${dir}/job.json`], { maxBuffer: 256 << 20, cwd: root }, (err, stdout, stderr) => {
+      if (err) resolve({ error: `node ${runner} failed: ${(stderr || err.message).trim().split("\n").slice(-3).join(" | ")}` });
+      else resolve({ results: (JSON.parse(stdout) as { results: LlamaCppResult[] }).results });
+    });
+  });
 }
