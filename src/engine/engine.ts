@@ -128,13 +128,13 @@ export class Engine implements ServingEngine {
     checkSamplingRequest(req, this.opts.config.vocabSize);
     const constraint = this.outputConstraint(req);
     const budget = this.reasoningBudget(req);
+    const lora = req.adapter === undefined ? undefined : this.adapters.resolve(req.adapter);
     const ends = [...new Set([...(req.ignoreEos ? [] : this.opts.config.eosTokenIds), ...(req.stopTokenIds ?? [])])];
     if (this.scheduler.stats().waiting >= this.maxWaiting) {
       this.metrics.rejected++;
       throw new EngineOverloadedError(`${this.maxWaiting} requests are already waiting`);
     }
     const id = this.nextId++;
-    const lora = req.adapter === undefined ? undefined : this.adapters.resolve(req.adapter);
     const cacheRoot = cacheRootOf(lora?.root, req.cacheSalt);
     // Agent retention needs every turn in some session: a request naming none is placed by its prefix.
     const sessionId = req.sessionId ?? (this.turns && inferSessionId(this.pool.probePrefix(req.prompt, Infinity, cacheRoot ?? null).metas, id));

@@ -25,6 +25,8 @@ import { type FinishReason, Sequence, type SequenceHints } from "./sequence.ts";
 export class Scheduler {
   readonly config: SchedulerConfig;
   private readonly seqs = new Map<number, Sequence>();
+  /** Sequences with a priority other than 0 (queueState splits its queue by priority only while there are some). */
+  private prioritized = 0;
   private readonly waiting: WaitingQueue;
   private running: Sequence[] = [];
   private inFlight: StepPlan | undefined;
@@ -64,6 +66,7 @@ export class Scheduler {
     }
     const seq = new Sequence(id, prompt, this.arrivals++, hints, this.config.reasoningTokens);
     this.seqs.set(id, seq);
+    if (hints.priority) this.prioritized++;
     this.waiting.push(seq);
     return seq;
   }
@@ -296,6 +299,7 @@ export class Scheduler {
     seq.blockTable = [];
     seq.status = "finished";
     seq.finishReason = reason;
+    if (seq.hints.priority) this.prioritized--;
     this.seqs.delete(id);
   }
 
@@ -354,8 +358,7 @@ export class Scheduler {
 
   /** Uncached prompt tokens by priority (QueueState.prefillByPriority); undefined when every sequence is at 0. */
   private prefillByPriority(): [number, number][] | undefined {
-    const urgent = (s: Sequence) => (s.hints.priority ?? 0) !== 0;
-    if (!this.running.some(urgent) && !this.waiting.sequences.some(urgent)) return undefined;
+    if (this.prioritized === 0) return undefined;
     const by = new Map<number, number>();
     const add = (p: number, n: number) => by.set(p, (by.get(p) ?? 0) + n);
     for (const seq of this.running) if (seq.inPrefill) add(seq.hints.priority ?? 0, Math.max(0, seq.promptLength - seq.numComputed));

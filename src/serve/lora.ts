@@ -4,13 +4,13 @@
  * for that name runs on the base model with the adapter, and with `--allow-runtime-lora-updating`
  * `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` change the set while the server runs.
  */
-import type { Hono } from "hono";
+import type { Context, Hono } from "hono";
 import { z, type ZodType } from "zod";
-import type { Context } from "hono";
 import type { ServingEngine } from "../engine/engine-types.ts";
 import { LoraAdapterError } from "../engine/engine-adapters.ts";
 import { type LoadedModel, ModelLoadError } from "../model/config.ts";
 import { loadLoraAdapter } from "../model/lora-load.ts";
+import { pathExists } from "../runtime/fs.ts";
 import { ApiError } from "./errors.ts";
 
 /** One `--lora-modules` entry. */
@@ -50,14 +50,13 @@ export function withAdapter(engine: ServingEngine, name: string): ServingEngine 
 export async function loadAdapterInto(engine: ServingEngine, model: LoadedModel, name: string, path: string): Promise<void> {
   if (!engine.loadAdapter) throw new ApiError(400, "This server's engine cannot load LoRA adapters", "lora_name", "lora_unsupported");
   if (engine.adapterNames?.().includes(name)) throw new ApiError(400, `The LoRA adapter '${name}' has already been loaded`, "lora_name", "invalid_value");
-  if (name === "") throw new ApiError(400, `A LoRA adapter cannot be named '${name}'`, "lora_name", "invalid_value");
+  if (!(await pathExists(path))) throw new ApiError(404, `LoRA adapter not found: "${path}"`, "lora_path", "not_found");
   try {
     const adapter = await loadLoraAdapter(path, model.config, { hasOutput: model.weights.output !== undefined });
     await engine.loadAdapter(name, adapter);
   } catch (e) {
     if (e instanceof LoraAdapterError) throw new ApiError(400, e.message, "lora_name", "invalid_value");
-    if (e instanceof ModelLoadError) throw new ApiError(/not found|ENOENT|No such file/i.test(e.message) ? 404 : 400, e.message, "lora_path", "invalid_value");
-    if (e instanceof Error && /ENOENT|No such file|not found/i.test(e.message)) throw new ApiError(404, `The LoRA adapter file '${path}' was not found`, "lora_path", "not_found");
+    if (e instanceof ModelLoadError) throw new ApiError(400, e.message, "lora_path", "invalid_value");
     throw e;
   }
 }

@@ -159,4 +159,7 @@ test("Scheduler.queueState() splits the prefill queued by priority only when som
   // Nothing cached yet: each prompt whole, 10 + 6 at 0, 12 at 3, 5 at -1.
   assert.deepEqual(q.prefillByPriority, [[-1, 5], [0, 16], [3, 12]]);
   assert.equal(q.waitingPrefillTokens, 5 + 16 + 12);
+  sched.finish(3, "abort");
+  sched.finish(4, "abort");
+  assert.equal(sched.queueState().prefillByPriority, undefined, "the prioritized ones gone: no split again");
 });
