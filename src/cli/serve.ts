@@ -57,7 +57,7 @@ const FLAGS = {
   "generation-config": { kind: "string", help: "auto|vllm: a request that leaves out temperature, top_p, top_k, min_p, repetition_penalty or max_tokens gets the model's generation_config.json values (auto, as vLLM's default; a Hugging Face directory's) or OpenAI's defaults (vllm)" },
   "json-whitespace": { kind: "string", help: "any|compact: how JSON output (response_format, forced tool calls, structured_outputs json) may be spaced unless a request sets structured_outputs.disable_any_whitespace; compact is json.dumps's \", \" and \": \" only, which makes the separators forced text (default any)" },
   "jump-forward": { kind: "string", help: "on|off: append text a request's output grammar forces (response_format json_schema, forced tool_choice) without sampling it, computed in one step (default on; off for requests asking for logprobs)" },
-  "speculative-config": { kind: "string", help: "vLLM's JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 5, \"prompt_lookup_max\": 4}': each decode step also verifies up to that many tokens copied from where the context's last n tokens (prompt_lookup_max down to prompt_lookup_min, both 5 when neither is given) occurred before, keeping those the model's own samples agree with; or '{\"method\": \"suffix\"}' (suffix decoding: drafts from the longest recurring suffix in the context and in earlier requests' outputs, by frequency; vLLM's suffix_decoding_max_tree_depth 24, suffix_decoding_max_cached_requests 10000, suffix_decoding_max_spec_factor 1, suffix_decoding_min_token_prob 0.1 and num_speculative_tokens as the depth by default); not for requests with an output grammar, logprobs or presence/frequency penalties (default: off)" },
+  "speculative-config": { kind: "string", help: "vLLM's JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 5, \"prompt_lookup_max\": 4}': each decode step also verifies up to that many tokens copied from where the context's last n tokens (prompt_lookup_max down to prompt_lookup_min, both 5 when neither is given) occurred before, keeping those the model's own samples agree with; or '{\"method\": \"suffix\"}' (suffix decoding: drafts from the longest recurring suffix in the context and in earlier requests' outputs, by frequency; vLLM's suffix_decoding_max_tree_depth 24, suffix_decoding_max_cached_requests 10000, suffix_decoding_max_spec_factor 1, suffix_decoding_min_token_prob 0.1 and num_speculative_tokens as the depth by default); or '{\"method\": \"draft_model\", \"model\": \"draft.gguf\", \"num_speculative_tokens\": 4}' (a smaller model with the same vocabulary proposes that many tokens greedily, with its own KV cache); outputs are those of decoding one token a step (default: off)" },
   "reasoning-parser": { kind: "string", help: "think|mistral|harmony|none: return chat answers' <think>…</think> text (think; vLLM's deepseek_r1, qwen3 and glm45 are accepted for it), Magistral's [THINK]…[/THINK] (mistral) or gpt-oss's analysis channel (harmony; vLLM's openai_gptoss is accepted for it; its final channel is the content) as reasoning_content (default none: output as generated)" },
   "step-mixing": { kind: "string", help: "auto|mixed|split: prefill chunks and decodes in one step, in separate alternating steps, or as priced cheaper online (one engine: default mixed, auto is the engine's own step model; with --workers: default auto, the planner's choice, and mixed or split stay as given)" },
   "mixed-step-overhead-ms": { kind: "number", min: 0, help: "add this many ms to every step that mixes prefill chunks and decodes, as on GPUs where the two interfere (the simulator's flag of the same name; for trying the planner's answer to dear mixed steps on this backend) (default 0)" },
@@ -85,7 +85,6 @@ const FLAGS = {
   help: { kind: "boolean", help: "show this help" },
 } satisfies FlagSpecs;
 
-/** `v` unless it is empty. */
 /** `--speculative-config`, its errors as the CLI's (one line naming the flag). */
 function parseSpeculation(text: string): Speculation {
   try {
@@ -96,6 +95,14 @@ function parseSpeculation(text: string): Speculation {
   }
 }
 
+/** The startup line's words for a speculation setting. */
+function speculationLabel(s: Speculation): string {
+  if (s.method === "ngram") return `ngram speculation (${s.numTokens} tokens, n ${s.maxN}..${s.minN})`;
+  if (s.method === "suffix") return `suffix speculation (${s.numTokens} tokens, depth ${s.maxDepth}, ${s.maxCachedRequests} outputs kept)`;
+  return `draft model speculation (${s.numTokens} tokens from "${s.model}")`;
+}
+
+/** `v` unless it is empty. */
 function nonEmpty(v: string | undefined): string | undefined {
   return v === undefined || v === "" ? undefined : v;
 }
@@ -233,7 +240,7 @@ async function main(): Promise<void> {
     ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
     : `; reasoning parser ${reasoningParser} (${tags.open}/${tags.close} are not single tokens: KV of reasoning not typed)`;
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${!speculative ? "" : speculative.method === "ngram" ? `, ngram speculation (${speculative.numTokens} tokens, n ${speculative.maxN}..${speculative.minN})` : `, suffix speculation (${speculative.numTokens} tokens, depth ${speculative.maxDepth}, ${speculative.maxCachedRequests} outputs kept)`}, max model len ${s.serving.maxModelLen}` +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${speculative ? `, ${speculationLabel(speculative)}` : ""}, max model len ${s.serving.maxModelLen}` +
       (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${planner}` : "") +
       (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") +
       (loraModules.length > 0 ? `; LoRA adapters ${loraModules.map((m) => m.name).join(", ")}` : "") +

@@ -39,6 +39,11 @@ export interface CreateClusterOptions extends Omit<ClusterOptions, "bytesPerBloc
   workerToken?: string;
   /** Each worker quantizes the model's f32/f16/bf16 matrices into this block format as it loads them (`--quantize`). */
   quantize?: QuantizeDType;
+  /**
+   * The draft model of `engine.speculative` "draft_model", for engines in this thread (worker threads
+   * and processes load it themselves from the speculation's path).
+   */
+  draft?: LoadedModel;
 }
 
 /** A cluster of `o.workers` engines running `model` on `backend`. */
@@ -53,7 +58,7 @@ export function createCluster(backend: Backend, model: LoadedModel, o: CreateClu
       cluster?.observeStep(workerId, r);
       o.onStep?.(workerId, r);
     },
-  })));
+  })), o.draft);
   const dtype = resolveKvDtype(backend, model.config, e.kvCacheDtype);
   cluster = new Cluster(engines.map(localWorkerEngine), { ...o, planner: clusterPlanner(o), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize, dtype) });
   return cluster;

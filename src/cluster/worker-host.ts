@@ -11,6 +11,7 @@ import type { Engine } from "../engine/engine.ts";
 import type { RequestHandle } from "../engine/engine-types.ts";
 import { modelFingerprint } from "../model/fingerprint.ts";
 import { loadModel } from "../model/load.ts";
+import { loadDraftModel } from "../engine/draft-model.ts";
 import type { ModelConfig } from "../model/config.ts";
 import { loadLoraAdapter } from "../model/lora-load.ts";
 import type { ThreadPort } from "../runtime/threads.ts";
@@ -54,6 +55,8 @@ export function serveWorker(port: ThreadPort): void {
   async function init(m: Extract<ToWorker, { op: "init" }>): Promise<void> {
     try {
       const model = await loadModel(m.modelPath, m.quantize ? { quantize: m.quantize } : {});
+      const spec = m.engine.speculative;
+      const draft = spec?.method === "draft_model" ? await loadDraftModel(spec, model, m.quantize ? { quantize: m.quantize } : {}) : undefined;
       base = { config: model.config, hasOutput: model.weights.output !== undefined };
       const picked = await selectBackend(m.backend);
       backend = picked.backend;
@@ -64,7 +67,7 @@ export function serveWorker(port: ThreadPort): void {
           steps.push(r);
           report();
         },
-      });
+      }, draft);
       e.kvEvents.subscribe((ev) => {
         events.push(ev);
         report();

@@ -6,13 +6,13 @@ import type { Backend } from "../backend/types.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { freeDeviceModel, uploadModel } from "../model/device-weights.ts";
 import { Engine, type EngineOptions } from "./engine.ts";
-import { modelStepRunner } from "./engine-runner.ts";
+import { modelStepRunner, type StepRunner } from "./engine-runner.ts";
 import { withMixedStepOverhead } from "./mixed-step-overhead.ts";
 import { allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock, type KvDTypeChoice, resolveKvDtype } from "./kv-cache.ts";
 import type { KvDType } from "../backend/types.ts";
 
 /** Options of `createEngine` beyond the model and backend. */
-export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "config" | "tokenizer"> {
+export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "config" | "tokenizer" | "draftRunner"> {
   /** KV blocks; takes precedence over `kvMemoryBytes`. */
   numBlocks?: number;
   /** Memory budget for the KV cache, in bytes. */
@@ -36,16 +36,21 @@ export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: 
   return Math.ceil(ctx / bs) * 64 + 1;
 }
 
-/** An engine running `model` on `backend` (not started until the first request). */
-export function createEngine(backend: Backend, model: LoadedModel, o: CreateEngineOptions = {}): Engine {
-  return createEngines(backend, model, [o])[0];
+/**
+ * An engine running `model` on `backend` (not started until the first request). `draft`: the draft
+ * model of `o.speculative` "draft_model" (draft-model.ts `loadDraftModel`).
+ */
+export function createEngine(backend: Backend, model: LoadedModel, o: CreateEngineOptions = {}, draft?: LoadedModel): Engine {
+  return createEngines(backend, model, [o], draft)[0];
 }
 
 /**
  * Engines sharing one upload of `model`'s weights on `backend`, each with its own KV cache and
  * options (the workers of an in-process cluster). The weights are freed when the last one stops.
+ * Those speculating with a draft model share one upload of `draft` too, each with its own draft KV
+ * cache of as many blocks as its own.
  */
-export function createEngines(backend: Backend, model: LoadedModel, opts: readonly CreateEngineOptions[]): Engine[] {
+export function createEngines(backend: Backend, model: LoadedModel, opts: readonly CreateEngineOptions[], draft?: LoadedModel): Engine[] {
   const dtypes = opts.map((o) => resolveKvDtype(backend, model.config, o.kvCacheDtype));
   const sizes = opts.map((o, i) => {
     const numBlocks = kvBlockCount(model, o, dtypes[i]);
@@ -53,15 +58,30 @@ export function createEngines(backend: Backend, model: LoadedModel, opts: readon
     return numBlocks;
   });
   if (opts.length === 0) throw new RangeError("At least one engine is needed");
+  const drafting = opts.filter((o) => o.speculative?.method === "draft_model").length;
+  if (drafting > 0 && !draft) throw new RangeError("Speculative method \"draft_model\" needs the draft model loaded (draft-model.ts loadDraftModel)");
   const device = uploadModel(backend, model);
+  const draftDevice = drafting > 0 ? uploadModel(backend, draft!) : undefined;
   let open = opts.length;
+  let openDrafts = drafting;
   return opts.map((o, i) => {
-    const kv = allocatePagedKv(backend, model.config, sizes[i], o.blockSize ?? DEFAULT_BLOCK_SIZE, dtypes[i]);
+    const blockSize = o.blockSize ?? DEFAULT_BLOCK_SIZE;
+    const kv = allocatePagedKv(backend, model.config, sizes[i], blockSize, dtypes[i]);
     const runner = modelStepRunner(backend, device, kv, () => {
       freePagedKv(backend, kv);
       if (--open === 0) freeDeviceModel(backend, device);
     });
+    let draftRunner: StepRunner | undefined;
+    if (o.speculative?.method === "draft_model") {
+      const draftKv = allocatePagedKv(backend, draft!.config, sizes[i], blockSize, resolveKvDtype(backend, draft!.config, o.kvCacheDtype));
+      draftRunner = modelStepRunner(backend, draftDevice!, draftKv, () => {
+        freePagedKv(backend, draftKv);
+        if (--openDrafts === 0) freeDeviceModel(backend, draftDevice!);
+      });
+    }
     const { mixedStepOverheadMs, kvCacheDtype: _dtype, ...engine } = o;
-    return new Engine({ ...engine, runner: withMixedStepOverhead(runner, mixedStepOverheadMs ?? 0), config: model.config, tokenizer: model.tokenizer });
+    return new Engine({
+      ...engine, runner: withMixedStepOverhead(runner, mixedStepOverheadMs ?? 0), config: model.config, tokenizer: model.tokenizer, ...(draftRunner ? { draftRunner } : {}),
+    });
   });
 }

@@ -39,12 +39,17 @@ export interface EngineOptions {
    */
   jumpForward?: boolean;
   /**
-   * Speculative decoding with n-gram drafts (ngram-draft.ts; default off): each decode step also
-   * verifies up to `numTokens` tokens copied from where the context's last n tokens occurred before,
-   * and keeps those the model's own samples agree with, so a seed gives the same tokens either way.
-   * For requests without an output grammar, log probabilities or presence/frequency penalties.
+   * Speculative decoding (default off): each decode step also verifies up to `numTokens` draft tokens
+   * (copied from where the context's last n tokens occurred before, ngram-draft.ts; from earlier
+   * outputs, suffix-draft.ts; or a draft model's greedy guesses, draft-model.ts) and keeps those the
+   * model's own samples agree with, so a seed gives the same tokens either way.
    */
   speculative?: Speculation;
+  /**
+   * The draft model's step runner, over its own KV cache, for `speculative.method` "draft_model"
+   * (engine-factory.ts builds it; the engine closes it when it stops).
+   */
+  draftRunner?: StepRunner;
   /** Blocks of host memory that evicted cached KV moves to, and comes back from (default 0: dropped). */
   kvOffloadBlocks?: number;
 }

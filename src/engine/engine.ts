@@ -33,6 +33,7 @@ import type { KvDType } from "../backend/types.ts";
 import type { FinishReason, Sequence } from "./sequence.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
 import { checkSpeculation, ngramDraft } from "./ngram-draft.ts";
+import { DraftModelProposer } from "./draft-model.ts";
 import { SuffixCache } from "./suffix-draft.ts";
 import { TokenRules } from "./token-rules.ts";
 import { stepLogprobs, verifiableDraftLength } from "./draft-extras.ts";
@@ -75,6 +76,10 @@ export class Engine implements ServingEngine {
   private readonly budgetMasks: BudgetMasks;
   /** Earlier outputs, for suffix drafts (`speculative.method` "suffix"; undefined otherwise). */
   private readonly suffixes: SuffixCache | undefined;
+  /** The draft model's proposer (`speculative.method` "draft_model"; undefined otherwise). */
+  private readonly drafter: DraftModelProposer | undefined;
+  /** Sequences whose next draft the draft model proposes at the end of this step. */
+  private readonly wantDrafts = new Set<number>();
   /** Token tries for output grammars, without and with control tokens' strings (built on first use). */
   private readonly tries: [TokenTrie | undefined, TokenTrie | undefined] = [undefined, undefined];
   private nextId = 0;
@@ -116,6 +121,10 @@ export class Engine implements ServingEngine {
     this.maxWaiting = opts.maxWaiting ?? 1024;
     if (opts.speculative) checkSpeculation(opts.speculative);
     if (opts.speculative?.method === "suffix") this.suffixes = new SuffixCache(opts.speculative.maxCachedRequests);
+    if (opts.speculative?.method === "draft_model") {
+      if (!opts.draftRunner) throw new RangeError(`Speculative method "draft_model" needs the draft model's runner (engine-factory.ts builds it from "${opts.speculative.model}")`);
+      this.drafter = new DraftModelProposer(opts.draftRunner, opts.config.vocabSize);
+    }
     this.budgetMasks = new BudgetMasks(opts.config.vocabSize);
     this.adapters = new EngineAdapters(r);
   }
@@ -298,6 +307,7 @@ export class Engine implements ServingEngine {
       this.wake?.();
       await this.loopDone;
       this.opts.runner.close();
+      this.drafter?.close();
     })();
     return this.stopping;
   }
@@ -396,6 +406,7 @@ export class Engine implements ServingEngine {
         const a = this.active.get(e.seqId);
         if (a && !a.done && a.seq.status === "finished") this.finish(a, a.seq.finishReason ?? "abort", error);
       }
+      if (this.wantDrafts.size > 0) await this.proposeFromModel();
       // Reported once the step's tokens are out, with the loop's own time (the last yield, planning,
       // committing, streaming) in cycleSeconds; before the yield, so a request's last step is counted
       // by the time its caller resumes.
@@ -506,12 +517,44 @@ export class Engine implements ServingEngine {
   private propose(a: Active): void {
     const seq = a.seq;
     if (this.scheduler.numRunning > (this.opts.speculative!.disableByBatchSize ?? Infinity)) return;
-    const room = Math.min(this.opts.speculative!.numTokens, a.maxTokens - seq.numOutput - 1, this.maxModelLen - seq.tokens.length - 1);
     const spec = this.opts.speculative!;
+    if (spec.method === "draft_model") {
+      this.wantDrafts.add(seq.id);
+      return;
+    }
+    const room = this.draftRoom(a);
     // A salted request neither drafts from other requests' outputs nor leaves its own for them: how
     // often drafts are accepted would tell one tenant about another's text, as cache hits would.
     const shared = a.req.cacheSalt === undefined;
-    let found = spec.method === "suffix" ? this.suffixes!.draft(seq.tokens, spec, room, shared) : ngramDraft(seq.tokens, spec, room);
+    this.offerDraft(a, spec.method === "suffix" ? this.suffixes!.draft(seq.tokens, spec, room, shared) : ngramDraft(seq.tokens, spec, room));
+  }
+
+  /** Draft tokens the request may take now: its budget and the context leave room for them and the token after. */
+  private draftRoom(a: Active): number {
+    return Math.min(this.opts.speculative!.numTokens, a.maxTokens - a.seq.numOutput - 1, this.maxModelLen - a.seq.tokens.length - 1);
+  }
+
+  /**
+   * The draft model's drafts for the sequences that asked this step, in one batch (draft-model.ts).
+   * Its own KV cache only: a draft that cannot be had is no draft, and the request decodes as usual.
+   */
+  private async proposeFromModel(): Promise<void> {
+    const wants = [...this.wantDrafts].flatMap((id) => {
+      const a = this.active.get(id);
+      return a && !a.done && a.seq.status === "running" ? [{ seqId: id, tokens: a.seq.tokens, limit: this.draftRoom(a) }] : [];
+    });
+    this.wantDrafts.clear();
+    const drafts = await this.drafter!.propose(wants);
+    for (const [id, draft] of drafts) {
+      const a = this.active.get(id);
+      // A request cancelled or preempted while the draft model ran takes no draft.
+      if (a && !a.done && a.seq.status === "running") this.offerDraft(a, draft);
+    }
+  }
+
+  /** Proposes `found` to the scheduler, cut at the first EOS and where the request's grammar stops verifying. */
+  private offerDraft(a: Active, found: number[]): void {
+    const seq = a.seq;
     // Rows after an EOS would verify tokens the request never keeps (it ends at the EOS). Agent
     // contexts hold EOS tokens (a chat template's end-of-turn), so copied drafts often cross one.
     const eos = found.findIndex((t) => a.ends.includes(t));
@@ -583,6 +626,7 @@ export class Engine implements ServingEngine {
     if (this.suffixes && !a.req.embed && a.req.cacheSalt === undefined) this.suffixes.add(a.seq.outputTokens);
     this.scheduler.finish(a.seq.id, reason);
     this.opts.runner.discardSwap?.(a.seq.id);
+    this.drafter?.release(a.seq.id);
     this.active.delete(a.seq.id);
     a.queue.close();
     this.metrics.countFinish(error ? "error" : reason);

@@ -6,6 +6,7 @@
  * token against the model in one step and keeps only what the model itself would have sampled.
  * Pure CPU code.
  */
+import type { DraftModelSpeculation } from "./draft-model.ts";
 import type { SuffixSpeculation } from "./suffix-draft.ts";
 
 /** How drafts are proposed (the engine's `speculative` option; vLLM's `--speculative-config` names in comments). */
@@ -24,8 +25,8 @@ export interface NgramSpeculation {
   disableByBatchSize?: number;
 }
 
-/** A speculation setting: n-gram (prompt lookup) or suffix drafts (suffix-draft.ts). */
-export type Speculation = NgramSpeculation | SuffixSpeculation;
+/** A speculation setting: n-gram (prompt lookup), suffix drafts (suffix-draft.ts) or a draft model (draft-model.ts). */
+export type Speculation = NgramSpeculation | SuffixSpeculation | DraftModelSpeculation;
 
 /** vLLM's suffix length when neither prompt_lookup_max nor prompt_lookup_min is given. */
 export const NGRAM_DEFAULT_N = 5;
@@ -37,6 +38,7 @@ const CONFIG_KEYS: Record<Speculation["method"], readonly string[]> = {
     "method", "num_speculative_tokens", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
     "suffix_decoding_min_token_prob", "disable_by_batch_size",
   ],
+  draft_model: ["method", "model", "num_speculative_tokens", "disable_by_batch_size"],
 };
 
 /** A speculation setting out of range: names the field and quotes the value. */
@@ -58,7 +60,13 @@ export function checkSpeculation<S extends Speculation>(s: S): S {
     if (s.disableByBatchSize !== undefined) whole("disable_by_batch_size", s.disableByBatchSize, 1, 1 << 20);
     return s;
   }
-  if (s.method !== "ngram") throw new SpeculationConfigError(`Speculative method must be "ngram" or "suffix", got ${JSON.stringify((s as { method: unknown }).method)}`);
+  if (s.method === "draft_model") {
+    whole("num_speculative_tokens", s.numTokens, 1, 32);
+    if (typeof s.model !== "string" || s.model === "") throw new SpeculationConfigError(`The speculative model must be the path of a draft model, got ${JSON.stringify(s.model)}`);
+    if (s.disableByBatchSize !== undefined) whole("disable_by_batch_size", s.disableByBatchSize, 1, 1 << 20);
+    return s;
+  }
+  if (s.method !== "ngram") throw new SpeculationConfigError(`Speculative method must be "ngram", "suffix" or "draft_model", got ${JSON.stringify((s as { method: unknown }).method)}`);
   whole("num_speculative_tokens", s.numTokens, 1, 32);
   whole("prompt_lookup_max", s.maxN, 1, 64);
   whole("prompt_lookup_min", s.minN, 1, 64);
@@ -95,7 +103,9 @@ export function ngramDraft(tokens: readonly number[], s: Pick<NgramSpeculation, 
  * vLLM's `--speculative-config` JSON for n-gram drafts, e.g. `{"method": "ngram",
  * "num_speculative_tokens": 5, "prompt_lookup_max": 4}`: a missing lookup bound takes the other's
  * value, both missing take 5 (vLLM's defaults); or for suffix drafts, e.g. `{"method": "suffix"}`
- * (vLLM's `suffix_decoding_*` keys and defaults). Draft-model, EAGLE and MTP methods are refused.
+ * (vLLM's `suffix_decoding_*` keys and defaults); or for a draft model, e.g. `{"method": "draft_model",
+ * "model": "draft.gguf", "num_speculative_tokens": 4}` (as in vLLM, a `model` without a `method` means
+ * one). EAGLE and MTP methods are refused: they need trained draft heads this engine does not run.
  */
 export function parseSpeculativeConfig(text: string): Speculation {
   let v: unknown;
@@ -106,12 +116,13 @@ export function parseSpeculativeConfig(text: string): Speculation {
   }
   if (typeof v !== "object" || v === null || Array.isArray(v)) throw new SpeculationConfigError(`The speculative config must be a JSON object, got ${JSON.stringify(text)}`);
   const o = v as Record<string, unknown>;
-  if (o.method !== "ngram" && o.method !== "suffix") {
-    throw new SpeculationConfigError(`Speculative method ${JSON.stringify(o.method ?? null)} is not supported; only "ngram" (prompt lookup) and "suffix" (suffix decoding), which need no draft model, are`);
+  const method = o.method ?? (o.model !== undefined ? "draft_model" : undefined);
+  if (method !== "ngram" && method !== "suffix" && method !== "draft_model") {
+    throw new SpeculationConfigError(`Speculative method ${JSON.stringify(method ?? null)} is not supported; "ngram" (prompt lookup), "suffix" (suffix decoding) and "draft_model" are`);
   }
-  const keys = CONFIG_KEYS[o.method];
+  const keys = CONFIG_KEYS[method];
   const unknown = Object.keys(o).filter((k) => !keys.includes(k));
-  if (unknown.length > 0) throw new SpeculationConfigError(`Unknown speculative config key "${unknown[0]}" for method "${o.method}"; this server reads ${keys.join(", ")}`);
+  if (unknown.length > 0) throw new SpeculationConfigError(`Unknown speculative config key "${unknown[0]}" for method "${method}"; this server reads ${keys.join(", ")}`);
   const num = (key: string): number | undefined => {
     const x = o[key];
     if (x === undefined) return undefined;
@@ -119,15 +130,20 @@ export function parseSpeculativeConfig(text: string): Speculation {
     return x;
   };
   const batch = num("disable_by_batch_size");
-  if (o.method === "suffix") {
+  const numTokens = num("num_speculative_tokens");
+  if (method === "draft_model") {
+    if (typeof o.model !== "string" || o.model === "") throw new SpeculationConfigError(`The speculative model must be the path of a draft model, got ${JSON.stringify(o.model ?? null)}`);
+    if (numTokens === undefined) throw new SpeculationConfigError("The speculative config needs num_speculative_tokens");
+    return checkSpeculation({ method, model: o.model, numTokens, ...(batch !== undefined ? { disableByBatchSize: batch } : {}) });
+  }
+  if (method === "suffix") {
     // vLLM's defaults; the draft length defaults to the depth.
     const maxDepth = num("suffix_decoding_max_tree_depth") ?? 24;
     return checkSpeculation({
-      method: "suffix", numTokens: num("num_speculative_tokens") ?? maxDepth, maxDepth, maxCachedRequests: num("suffix_decoding_max_cached_requests") ?? 10000,
+      method: "suffix", numTokens: numTokens ?? maxDepth, maxDepth, maxCachedRequests: num("suffix_decoding_max_cached_requests") ?? 10000,
       maxSpecFactor: num("suffix_decoding_max_spec_factor") ?? 1, minTokenProb: num("suffix_decoding_min_token_prob") ?? 0.1, ...(batch !== undefined ? { disableByBatchSize: batch } : {}),
     });
   }
-  const numTokens = num("num_speculative_tokens");
   if (numTokens === undefined) throw new SpeculationConfigError("The speculative config needs num_speculative_tokens");
   const max = num("prompt_lookup_max"), min = num("prompt_lookup_min");
   return checkSpeculation({

@@ -23,6 +23,7 @@ import type { ReasoningTokens } from "../engine/reasoning-spans.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import type { LoadedModel, SamplingDefaults } from "../model/config.ts";
 import { loadModel } from "../model/load.ts";
+import { loadDraftModel } from "../engine/draft-model.ts";
 import type { QuantizeDType } from "../model/weights.ts";
 import { createApp, type GenerationConfigChoice, samplingDefaultsOf } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
@@ -232,6 +233,9 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     throw new RangeError("--step-mixing auto with --workers is the planner's to decide, and --planner none runs none: choose mixed or split");
   }
   const model = o.model ?? (await loadModel(o.modelPath, o.quantize ? { quantize: o.quantize } : {}));
+  // Loaded here for an engine in this thread and to refuse a mismatched vocabulary before any worker
+  // starts; worker threads and processes load their own from the same path.
+  const draft = o.speculative?.method === "draft_model" ? await loadDraftModel(o.speculative, model, o.quantize ? { quantize: o.quantize } : {}) : undefined;
   const kvMemoryBytes = o.kvMemoryFraction === undefined ? undefined : o.kvMemoryFraction * os.totalmem();
   // The fraction is of this machine's memory, shared by the workers; under NATS (worker count not
   // known in advance) each worker gets the whole fraction.
@@ -282,7 +286,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...(o.itlAdmissionTargetS !== undefined ? { plannerOptions: { itlTargetS: o.itlAdmissionTargetS, itlAdmission: true } } : {}),
       transport: transport ?? "in-process", workerAddrs: o.workerAddrs, engine: engineOptions,
       ...(o.nats !== undefined ? { nats: { url: o.nats, clusterName: o.clusterName, drainMs: o.drainMs } } : {}),
-      ...(o.quantize ? { quantize: o.quantize } : {}),
+      ...(o.quantize ? { quantize: o.quantize } : {}), ...(draft ? { draft } : {}),
       ...(o.workerToken !== undefined ? { workerToken: o.workerToken } : {}), ...(stepLog ? { onStep: (id: string, r: StepRecord) => stepLog.record({ ...r, worker: id }) } : {}),
       ...(plannerLog ? { onDecision: (d: ClusterDecision) => plannerLog.record(plannerLogRecord(d, (performance.timeOrigin + performance.now()) / 1000)) } : {}),
     });
@@ -293,7 +297,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...engineOptions,
       ...(stepLog ? { onStep: (r: StepRecord) => stepLog.record(r) } : {}),
       ...(o.stepMixing === "auto" ? { autoStepMixing: true } : {}),
-    });
+    }, draft);
   }
   const serving: ServingEngine = cluster?.cluster ?? engine!;
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);

@@ -1,7 +1,10 @@
 /** The serve CLI's flag checks as a user meets them: spawned under Node (tsx), one-line errors, exit 2. */
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { projectRoot, test } from "../harness.ts";
+import { ggufBytes, type ModelFileSpec, randomHfWeights } from "../model/model-files.ts";
 
 function serve(args: string[]) {
   const r = spawnSync("node", ["--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, `${projectRoot}/src/cli/serve.ts`, ...args], {
@@ -23,7 +26,7 @@ test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retent
     [["--json-whitespace", "none"], /Unknown JSON whitespace "none"; choose any or compact/],
     [["--jump-forward", "yes"], /Unknown jump-forward setting "yes"; choose on or off/],
     [["--kv-cache-dtype", "fp8"], /Unknown KV cache dtype "fp8"; choose auto, f16 or f32/],
-    [["--speculative-config", '{"method": "eagle", "num_speculative_tokens": 3}'], /--speculative-config: Speculative method "eagle" is not supported; only "ngram"/],
+    [["--speculative-config", '{"method": "eagle", "num_speculative_tokens": 3}'], /--speculative-config: Speculative method "eagle" is not supported; "ngram" \(prompt lookup\), "suffix" \(suffix decoding\) and "draft_model" are/],
     [["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 64}'], /--speculative-config: The speculative num_speculative_tokens must be an integer from 1 to 32, got 64/],
     [["--max-stored-responses", "-1"], /Flag --max-stored-responses must be at least 0, got "-1"/],
     [["--max-conversations", "1.5"], /Flag --max-conversations/],
@@ -93,4 +96,23 @@ test("serve CLI rejects a malformed --lora-modules and an adapter file it cannot
   const r = serve(["--lora-modules", `pirate=${projectRoot}/no-such-adapter.gguf`, "--port", "0", "--backend", "reference"]);
   assert.notEqual(r.status, 0);
   assert.match(r.stderr, /--lora-modules "pirate": .*no-such-adapter\.gguf/);
+});
+
+test("serve CLI refuses a draft model it cannot read or whose vocabulary differs, with a one-line error and exit 2", () => {
+  const dir = mkdtempSync(`${tmpdir()}/serve-draft-`);
+  try {
+    const spec: ModelFileSpec = { architecture: "llama", hidden: 64, layers: 1, heads: 2, kvHeads: 1, headDim: 32, ffn: 128, vocab: 300, tied: true, dtype: "f32", seed: 3 };
+    writeFileSync(`${dir}/draft.gguf`, ggufBytes(spec, randomHfWeights(spec)));
+    for (const [path, message] of [
+      [`${dir}/draft.gguf`, /The draft model ".*draft\.gguf" and model ".*stories260K\.gguf" have different vocabularies: 300 and 512 tokens/],
+      [`${dir}/none.gguf`, /The speculative draft model cannot be loaded: Model file not found: ".*none\.gguf"/],
+    ] as const) {
+      const r = serve(["--speculative-config", JSON.stringify({ model: path, num_speculative_tokens: 2 }), "--port", "0", "--backend", "reference"]);
+      assert.equal(r.status, 2, r.stderr);
+      assert.match(r.stderr, message);
+      assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

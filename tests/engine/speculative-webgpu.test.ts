@@ -3,14 +3,16 @@
  * (the prefill kernels) after the decode's token, and each of its rows sampled on the device. The
  * tokens must be those of one-token steps on the same backend, greedy and seeded, with drafts
  * accepted, also under a grammar, penalties and log probabilities (each draft row masked, penalized
- * and scored on its own). Poisoned op outputs (NaN) make a row read before it is written show up. WebGPU must
+ * and scored on its own); with a draft model (stories260K's first two layers) too, its own forwards on
+ * the device. Poisoned op outputs (NaN) make a row read before it is written show up. WebGPU must
  * really run in CI (lavapipe provides an adapter), as in tests/model/forward-golden.test.ts.
  */
 import assert from "node:assert/strict";
 import { projectRoot, test } from "../harness.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import type { GenerateRequest, GenerateResult } from "../../src/engine/engine-types.ts";
-import type { NgramSpeculation } from "../../src/engine/ngram-draft.ts";
+import type { NgramSpeculation, Speculation } from "../../src/engine/ngram-draft.ts";
+import type { LoadedModel } from "../../src/model/config.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
 
@@ -20,9 +22,11 @@ const prompt = model.tokenizer.encode(`${tale} ${tale} ${tale.slice(0, 40)}`, { 
 const NGRAM: NgramSpeculation = { method: "ngram", numTokens: 5, maxN: 4, minN: 2 };
 const { gpu, why, skip } = await poisonedWebGpu("the WebGPU speculative decoding tests");
 
-async function run(req: Partial<GenerateRequest>, speculative?: NgramSpeculation): Promise<{ result: GenerateResult; accepted: number }> {
+const shallow: LoadedModel = { ...model, config: { ...model.config, numLayers: 2 }, weights: { ...model.weights, layers: model.weights.layers.slice(0, 2) } };
+
+async function run(req: Partial<GenerateRequest>, speculative?: Speculation): Promise<{ result: GenerateResult; accepted: number }> {
   if (!gpu) throw new Error(`No WebGPU adapter: ${why}`);
-  const e = createEngine(gpu, model, { numBlocks: 64, ...(speculative ? { speculative } : {}) });
+  const e = createEngine(gpu, model, { numBlocks: 64, ...(speculative ? { speculative } : {}) }, speculative?.method === "draft_model" ? shallow : undefined);
   try {
     const h = e.submit({ prompt, maxTokens: 60, temperature: 0, ...req });
     // Two requests share the steps, so draft rows sit between other entries' rows.
@@ -57,5 +61,15 @@ test("Engine speculative decoding on WebGPU gives the tokens of one-token steps,
     assert.deepEqual(spec.result.tokenIds, plain.result.tokenIds, JSON.stringify(req));
     assert.equal(plain.accepted, 0);
     assert.ok(spec.accepted >= 5, `accepted ${spec.accepted} draft tokens for ${JSON.stringify(req)}`);
+  }
+}, { ignore: skip });
+
+test("Engine draft-model speculative decoding on WebGPU gives the tokens of one-token steps, greedy and seeded", async () => {
+  const draft: Speculation = { method: "draft_model", model: "stories260K, first two layers", numTokens: 3 };
+  // Greedy drafts agree with samples less often the hotter they are: fewer accepted when seeded.
+  for (const [req, least] of [[{}, 5], [{ temperature: 0.5, seed: 9 }, 1]] as [Partial<GenerateRequest>, number][]) {
+    const plain = await run(req), spec = await run(req, draft);
+    assert.deepEqual(spec.result.tokenIds, plain.result.tokenIds, JSON.stringify(req));
+    assert.ok(spec.accepted >= least, `accepted ${spec.accepted} draft tokens for ${JSON.stringify(req)}`);
   }
 }, { ignore: skip });

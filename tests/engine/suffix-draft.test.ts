@@ -61,7 +61,7 @@ test("parseSpeculativeConfig() reads vLLM's suffix keys with its defaults and re
   refuses('{"method": "suffix", "prompt_lookup_max": 3}', /Unknown speculative config key "prompt_lookup_max" for method "suffix"/);
   refuses('{"method": "suffix", "suffix_decoding_min_token_prob": 2}', /min_token_prob must be a number from 0 to 1, got 2/);
   refuses('{"method": "suffix", "suffix_decoding_max_tree_depth": 1}', /max_tree_depth must be an integer from 2 to 256, got 1/);
-  refuses('{"method": "draft_model"}', /"draft_model" is not supported; only "ngram".*"suffix"/);
+  refuses('{"method": "eagle3"}', /"eagle3" is not supported; "ngram" \(prompt lookup\), "suffix" \(suffix decoding\) and "draft_model" are/);
 });
 
 const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);

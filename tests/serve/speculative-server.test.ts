@@ -1,23 +1,30 @@
 /**
- * `serve --speculative-config` through the real openai client: n-gram drafts change no answer (greedy
- * here, so the same text as without them), are counted in /metrics under vLLM's spec_decode names,
- * and requests asking log probabilities get the same ones, top alternatives included.
+ * `serve --speculative-config` through the real openai client: n-gram drafts and a draft model's change
+ * no answer (greedy here, so the same text as without them), are counted in /metrics under vLLM's
+ * spec_decode names, and requests asking log probabilities get the same ones, top alternatives
+ * included; in one engine, in-process workers and worker threads (which load the draft model themselves).
  */
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { projectRoot, test } from "../harness.ts";
 import { loadModel } from "../../src/model/load.ts";
+import { type ClusterTransport } from "../../src/serve/serve-cluster.ts";
 import { startServer } from "../../src/serve/server.ts";
+import type { Speculation } from "../../src/engine/ngram-draft.ts";
 
 const modelPath = `${projectRoot}/models/stories260K.gguf`;
 const model = await loadModel(modelPath);
 const TALE = "Once upon a time, there was a little girl named Lily. She liked to play with her ball in the park.";
 const PROMPT = `${TALE} ${TALE} ${TALE.slice(0, 40)}`;
 
-async function answers(speculative: boolean, workers = 1) {
+const NGRAM: Speculation = { method: "ngram", numTokens: 4, maxN: 3, minN: 2 };
+// The model as its own draft: every draft token is the model's, so all are accepted.
+const DRAFT_MODEL: Speculation = { method: "draft_model", model: modelPath, numTokens: 3 };
+
+async function answers(speculative: Speculation | undefined, workers = 1, transport?: ClusterTransport) {
   const s = await startServer({
     modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, ...(workers > 1 ? { workers, planner: "none" as const } : {}),
-    ...(speculative ? { speculative: { method: "ngram" as const, numTokens: 4, maxN: 3, minN: 2 } } : {}),
+    ...(speculative ? { speculative } : {}), ...(transport ? { transport } : {}),
   });
   try {
     const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
@@ -33,8 +40,10 @@ async function answers(speculative: boolean, workers = 1) {
   }
 }
 
-for (const workers of [1, 2]) test(`startServer({ speculative${workers > 1 ? ", workers: 2" : ""} }) answers as without it and counts drafts in /metrics`, async () => {
-  const [off, on] = [await answers(false, workers), await answers(true, workers)];
+const off1 = await answers(undefined);
+const cases: [Speculation, number, ClusterTransport?][] = [[NGRAM, 1], [NGRAM, 2], [DRAFT_MODEL, 1], [DRAFT_MODEL, 2, "threads"]];
+for (const [speculative, workers, transport] of cases) test(`startServer({ speculative: ${speculative.method}${workers > 1 ? `, workers: 2, ${transport ?? "in-process"}` : ""} }) answers as without it and counts drafts in /metrics`, async () => {
+  const [off, on] = [workers > 1 ? await answers(undefined, workers, transport) : off1, await answers(speculative, workers, transport)];
   assert.equal(on.text, off.text);
   assert.equal(on.streamed, off.text, "the stream carries the same text");
   assert.equal(on.scored.choices[0].text, off.scored.choices[0].text);
@@ -42,4 +51,5 @@ for (const workers of [1, 2]) test(`startServer({ speculative${workers > 1 ? ", 
   assert.equal(on.scored.choices[0].logprobs?.token_logprobs?.length, 10);
   assert.deepEqual([off.drafts, off.drafted, off.accepted], [0, 0, 0]);
   assert.ok(on.drafts > 0 && on.accepted > 0 && on.accepted <= on.drafted, `drafts ${on.drafts}, draft tokens ${on.drafted}, accepted ${on.accepted}`);
+  if (speculative.method === "draft_model") assert.equal(on.accepted, on.drafted, "the model's own drafts are all accepted");
 });

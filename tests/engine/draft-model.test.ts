@@ -1,0 +1,145 @@
+/**
+ * Draft-model speculative decoding (draft-model.ts): the proposer drafts its model's greedy
+ * continuation, keeps the draft KV that still agrees and recomputes only the rest, lets a new
+ * sequence continue a finished one's, and gives up a draft (never a wrong one) when its cache is full;
+ * the engine keeps exactly the target's tokens, greedy and seeded, whatever the draft model.
+ */
+import assert from "node:assert/strict";
+import { projectRoot, test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { checkDraftVocabulary, DraftModelError, DraftModelProposer, type DraftModelSpeculation, loadDraftModel } from "../../src/engine/draft-model.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import { modelStepRunner, type StepRunner } from "../../src/engine/engine-runner.ts";
+import type { GenerateRequest } from "../../src/engine/engine-types.ts";
+import { allocatePagedKv } from "../../src/engine/kv-cache.ts";
+import { parseSpeculativeConfig, SpeculationConfigError } from "../../src/engine/ngram-draft.ts";
+import type { LoadedModel } from "../../src/model/config.ts";
+import { uploadModel } from "../../src/model/device-weights.ts";
+import { loadModel } from "../../src/model/load.ts";
+
+const modelPath = `${projectRoot}/models/stories260K.gguf`;
+const model = await loadModel(modelPath);
+/** The first two of stories260K's five layers: a cheap draft that agrees with the model often, not always. */
+const shallow: LoadedModel = { ...model, config: { ...model.config, numLayers: 2 }, weights: { ...model.weights, layers: model.weights.layers.slice(0, 2) } };
+const encode = (text: string) => model.tokenizer.encode(text, { addBos: true });
+const STORY = encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park.");
+const PROMPTS = [STORY, encode("Tom had a red ball. He liked to"), encode("The sun was shining and the birds")];
+const spec = (numTokens: number): DraftModelSpeculation => ({ method: "draft_model", model: modelPath, numTokens });
+
+async function generate(reqs: GenerateRequest[], speculative?: DraftModelSpeculation, draft?: LoadedModel) {
+  const e = createEngine(createReferenceBackend(), model, { numBlocks: 128, blockSize: 4, ...(speculative ? { speculative } : {}) }, draft);
+  try {
+    const out = await Promise.all(reqs.map((r) => e.submit(r).result));
+    return { tokens: out.map((r) => r.tokenIds), drafted: e.metrics.specDraftTokens, accepted: e.metrics.specAcceptedTokens };
+  } finally {
+    await e.stop();
+  }
+}
+
+const greedyReqs = PROMPTS.map((prompt) => ({ prompt, maxTokens: 24, temperature: 0, ignoreEos: true }));
+const seededReqs = PROMPTS.map((prompt, i) => ({ prompt, maxTokens: 24, temperature: 0.9, topP: 0.95, seed: 7 + i, ignoreEos: true }));
+const plainGreedy = await generate(greedyReqs);
+const plainSeeded = await generate(seededReqs);
+
+test("Engine with a draft model that is the model itself accepts every draft token and generates the same tokens", async () => {
+  const on = await generate(greedyReqs, spec(4), model);
+  assert.deepEqual(on.tokens, plainGreedy.tokens);
+  assert.ok(on.drafted >= 40, `drafted ${on.drafted}`);
+  assert.equal(on.accepted, on.drafted, "a draft KV out of step with its tokens would propose other tokens than the model's");
+});
+
+test("Engine with a shallower draft model keeps the model's own tokens, greedy and seeded", async () => {
+  const greedy = await generate(greedyReqs, spec(3), shallow);
+  assert.deepEqual(greedy.tokens, plainGreedy.tokens);
+  assert.ok(greedy.accepted > 0 && greedy.accepted < greedy.drafted, `accepted ${greedy.accepted} of ${greedy.drafted}: the draft agrees sometimes`);
+  const seeded = await generate(seededReqs, spec(3), shallow);
+  assert.deepEqual(seeded.tokens, plainSeeded.tokens, "rejected draft rows give their uniforms back");
+  assert.notDeepEqual(plainSeeded.tokens, plainGreedy.tokens);
+});
+
+/** A runner over stories260K with `blocks` KV blocks of 4 that records the tokens each forward feeds. */
+function recordingRunner(blocks: number): { runner: StepRunner; fed: number[] } {
+  const backend = createReferenceBackend();
+  const inner = modelStepRunner(backend, uploadModel(backend, model), allocatePagedKv(backend, model.config, blocks, 4, "f32"));
+  const fed: number[] = [];
+  return { fed, runner: { ...inner, run: (entries, rows, extras) => (fed.push(entries.reduce((n, e) => n + e.tokens.length, 0)), inner.run(entries, rows, extras)) } };
+}
+
+test("DraftModelProposer.propose() drafts the greedy continuation and recomputes only tokens that changed", async () => {
+  const g = plainGreedy.tokens[0];
+  const { runner, fed } = recordingRunner(16);
+  const p = new DraftModelProposer(runner, model.config.vocabSize);
+  assert.deepEqual((await p.propose([{ seqId: 1, tokens: STORY, limit: 4 }])).get(1), g.slice(0, 4));
+  assert.deepEqual(fed, [STORY.length, 1, 1, 1], "the prompt, then one forward per further draft token");
+  // Two draft tokens accepted and the model's own third: the draft KV of all three is kept.
+  fed.length = 0;
+  assert.deepEqual((await p.propose([{ seqId: 1, tokens: [...STORY, ...g.slice(0, 3)], limit: 2 }])).get(1), g.slice(3, 5));
+  assert.deepEqual(fed, [1, 1]);
+  // Rejected draft tokens (and other text after them): the KV from the first on is computed again,
+  // and the draft is what a proposer that never saw the rejected tokens drafts.
+  fed.length = 0;
+  const rejected = [...STORY, g[0], ...PROMPTS[1].slice(1, 6)];
+  const fresh = new DraftModelProposer(recordingRunner(16).runner, model.config.vocabSize);
+  const truth = (await fresh.propose([{ seqId: 9, tokens: rejected, limit: 3 }])).get(9)!;
+  assert.deepEqual((await p.propose([{ seqId: 1, tokens: rejected, limit: 3 }])).get(1), truth);
+  assert.deepEqual(fed, [5, 1, 1]);
+  // A finished sequence's draft KV serves a new one continuing it.
+  p.release(1);
+  fed.length = 0;
+  const next = [...rejected, truth[0], 77, 78];
+  const nextTruth = (await fresh.propose([{ seqId: 10, tokens: next, limit: 2 }])).get(10);
+  assert.deepEqual((await p.propose([{ seqId: 2, tokens: next, limit: 2 }])).get(2), nextTruth);
+  assert.equal(fed[0], 2, "only the last two tokens are new to the draft KV");
+});
+
+test("DraftModelProposer.propose() takes blocks from idle drafts and proposes nothing it has no room for", async () => {
+  const g = plainGreedy.tokens;
+  const { runner } = recordingRunner(16);
+  const p = new DraftModelProposer(runner, model.config.vocabSize);
+  const need = (tokens: number[], limit: number) => Math.ceil((tokens.length + limit - 1) / 4);
+  assert.ok(need(STORY, 4) > 8 && need(STORY, 4) <= 16);
+  assert.deepEqual((await p.propose([{ seqId: 1, tokens: STORY, limit: 4 }])).get(1), g[0].slice(0, 4));
+  // Sequence 1 does not draft this round: its blocks go to sequence 2.
+  const other = PROMPTS[1];
+  const twice = [...other, ...g[1].slice(0, 8), ...other, ...g[1].slice(0, 8), 1, 2, 3];
+  assert.ok(need(twice, 4) > 16 - need(STORY, 4));
+  const second = await p.propose([{ seqId: 2, tokens: twice, limit: 4 }]);
+  assert.equal(second.get(2)?.length, 4);
+  // Both at once do not fit: one drafts, the other gets no draft (not a wrong one).
+  const both = await p.propose([{ seqId: 1, tokens: STORY, limit: 4 }, { seqId: 2, tokens: twice, limit: 4 }]);
+  assert.equal(both.size, 1);
+  if (both.has(1)) assert.deepEqual(both.get(1), g[0].slice(0, 4));
+  else assert.deepEqual(both.get(2), second.get(2));
+  // A prompt longer than the whole draft cache never drafts.
+  assert.equal((await p.propose([{ seqId: 3, tokens: [...twice, ...twice], limit: 4 }])).size, 0);
+});
+
+test("checkDraftVocabulary() refuses a draft model whose tokens differ", () => {
+  const swapped = {
+    ...model, source: "other.gguf",
+    tokenizer: { ...model.tokenizer, vocabSize: model.tokenizer.vocabSize, decode: (ids: readonly number[], o?: { special?: boolean }) => (ids[0] === 300 ? "zzz" : model.tokenizer.decode(ids, o)), tokenText: undefined },
+  };
+  checkDraftVocabulary(model, shallow);
+  assert.throws(() => checkDraftVocabulary(model, swapped), (e: Error) => e instanceof DraftModelError && /draft model "other\.gguf" and model ".*stories260K\.gguf" have different vocabularies: token 300 is "zzz" in the draft/.test(e.message));
+  const smaller = { ...swapped, tokenizer: { ...model.tokenizer, vocabSize: 100 } };
+  assert.throws(() => checkDraftVocabulary(model, smaller), /different vocabularies: 100 and 512 tokens/);
+});
+
+test("loadDraftModel() names a missing draft model file", async () => {
+  await assert.rejects(loadDraftModel({ ...spec(2), model: "/nope/draft.gguf" }, model), /The speculative draft model cannot be loaded: Model file not found: "\/nope\/draft\.gguf"/);
+  assert.equal((await loadDraftModel(spec(2), model)).config.numLayers, model.config.numLayers);
+});
+
+test("parseSpeculativeConfig() reads vLLM's draft_model keys", () => {
+  assert.deepEqual(parseSpeculativeConfig('{"method": "draft_model", "model": "d.gguf", "num_speculative_tokens": 4}'), { method: "draft_model", model: "d.gguf", numTokens: 4 });
+  assert.deepEqual(parseSpeculativeConfig('{"model": "d.gguf", "num_speculative_tokens": 2, "disable_by_batch_size": 8}'), { method: "draft_model", model: "d.gguf", numTokens: 2, disableByBatchSize: 8 });
+  const refuses = (text: string, re: RegExp) => assert.throws(() => parseSpeculativeConfig(text), (e: Error) => e instanceof SpeculationConfigError && re.test(e.message));
+  refuses('{"method": "draft_model", "num_speculative_tokens": 4}', /The speculative model must be the path of a draft model, got null/);
+  refuses('{"method": "draft_model", "model": "d.gguf"}', /needs num_speculative_tokens/);
+  refuses('{"method": "draft_model", "model": "d.gguf", "num_speculative_tokens": 4, "prompt_lookup_max": 3}', /Unknown speculative config key "prompt_lookup_max" for method "draft_model"/);
+  refuses('{"method": "draft_model", "model": 3, "num_speculative_tokens": 4}', /got 3/);
+});
+
+test("createEngine() refuses draft_model speculation without the draft model", () => {
+  assert.throws(() => createEngine(createReferenceBackend(), model, { numBlocks: 16, speculative: spec(2) }), /needs the draft model loaded/);
+});
