@@ -28,6 +28,14 @@ export interface DraftModelSpeculation {
   numTokens: number;
   /** No drafts while more than this many sequences run (`disable_by_batch_size`). Absent: drafts at any batch. */
   disableByBatchSize?: number;
+  /**
+   * How many tokens each sequence drafts (`num_speculative_tokens_schedule`, Hugging Face's
+   * `num_assistant_tokens_schedule`): "heuristic" (default) starts at `numTokens`, adds 2 after a
+   * draft accepted whole and takes 1 off after one that was not (1 at least), and after a draft of
+   * one token rejected outright, pauses that sequence's drafts for 1, 2, 4 … 16 steps; "constant"
+   * always drafts `numTokens` (vLLM's behaviour).
+   */
+  schedule?: "heuristic" | "constant";
 }
 
 /** A draft model that cannot serve a target: names both files and what differs. */
@@ -81,7 +89,15 @@ interface DraftState {
   fed: number[];
   /** The proposal round that last used it (eviction takes the oldest first). */
   used: number;
+  /** Draft length the schedule allows next. */
+  k: number;
+  /** Proposals to skip before drafting again, and drafts of one token rejected in a row (the schedule's pause). */
+  pause: number;
+  misses: number;
 }
+
+/** The longest pause, in steps, after drafts of one token keep being rejected. */
+const MAX_PAUSE = 16;
 
 /** Proposes drafts with a draft model's step runner (see the module comment). */
 export class DraftModelProposer {
@@ -94,8 +110,15 @@ export class DraftModelProposer {
   /**
    * @param runner the draft model's step runner, with its own KV cache
    * @param targetVocab the target's embedding rows: a draft token past them ends the draft
+   * @param contextLength the draft model's context: drafts stop short of it (no drafts for sequences
+   *   past it, as in vLLM): positions it never learned would make poor guesses
    */
-  constructor(private readonly runner: StepRunner, private readonly targetVocab: number) {
+  constructor(
+    private readonly runner: StepRunner,
+    private readonly targetVocab: number,
+    private readonly contextLength = Infinity,
+    private readonly schedule: Required<Pick<DraftModelSpeculation, "numTokens" | "schedule">> = { numTokens: Infinity, schedule: "constant" },
+  ) {
     this.free = Array.from({ length: runner.numBlocks }, (_, i) => runner.numBlocks - 1 - i);
   }
 
@@ -108,10 +131,17 @@ export class DraftModelProposer {
     const round = ++this.round;
     const bs = this.runner.blockSize;
     const live: { want: DraftWant; st: DraftState; draft: number[] }[] = [];
-    for (const want of wants) {
-      if (want.limit <= 0 || want.tokens.length === 0) continue;
-      const st = this.stateOf(want.seqId, want.tokens);
+    for (const w of wants) {
+      if (w.limit <= 0 || w.tokens.length === 0) continue;
+      const st = this.stateOf(w.seqId, w.tokens);
       st.used = round;
+      if (st.pause > 0) {
+        st.pause--;
+        continue;
+      }
+      // Positions past the draft model's context are not drafted: its last fed one is tokens + limit - 2.
+      const want = { ...w, limit: Math.min(w.limit, st.k, this.contextLength + 1 - w.tokens.length) };
+      if (want.limit <= 0) continue;
       // Kept: the fed tokens that still agree, short of the last (its row samples the first draft token).
       st.fed.length = Math.min(commonPrefix(st.fed, want.tokens), want.tokens.length - 1);
       if (this.reserve(st, Math.ceil((want.tokens.length + want.limit - 1) / bs), round)) live.push({ want, st, draft: [] });
@@ -151,6 +181,23 @@ export class DraftModelProposer {
     return out;
   }
 
+  /**
+   * How the target verified the sequence's last draft: `accepted` of its `drafted` tokens. Moves the
+   * sequence's draft length as the schedule says (DraftModelSpeculation.schedule).
+   */
+  observe(seqId: number, drafted: number, accepted: number): void {
+    const st = this.states.get(seqId);
+    if (!st || drafted === 0 || this.schedule.schedule === "constant") return;
+    if (accepted === drafted) {
+      st.k = Math.min(this.schedule.numTokens, st.k + 2);
+      st.misses = 0;
+      return;
+    }
+    st.k = Math.max(1, st.k - 1);
+    if (drafted === 1 && accepted === 0) st.pause = Math.min(MAX_PAUSE, 2 ** st.misses++);
+    else st.misses = 0;
+  }
+
   /** The sequence ended: its draft KV stays for a sequence that continues it, until the blocks are needed. */
   release(seqId: number): void {
     const st = this.states.get(seqId);
@@ -188,7 +235,7 @@ export class DraftModelProposer {
       if (n > bestLen) [best, bestLen] = [s, n];
     }
     if (best) this.idle.delete(best);
-    st = best ?? { blocks: [], fed: [], used: 0 };
+    st = best ?? { blocks: [], fed: [], used: 0, k: this.schedule.numTokens, pause: 0, misses: 0 };
     this.states.set(seqId, st);
     return st;
   }

@@ -12,7 +12,7 @@ import { allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock, type
 import type { KvDType } from "../backend/types.ts";
 
 /** Options of `createEngine` beyond the model and backend. */
-export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "config" | "tokenizer" | "draftRunner"> {
+export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "config" | "tokenizer" | "draft"> {
   /** KV blocks; takes precedence over `kvMemoryBytes`. */
   numBlocks?: number;
   /** Memory budget for the KV cache, in bytes. */
@@ -81,7 +81,7 @@ export function createEngines(backend: Backend, model: LoadedModel, opts: readon
     }
     const { mixedStepOverheadMs, kvCacheDtype: _dtype, ...engine } = o;
     return new Engine({
-      ...engine, runner: withMixedStepOverhead(runner, mixedStepOverheadMs ?? 0), config: model.config, tokenizer: model.tokenizer, ...(draftRunner ? { draftRunner } : {}),
+      ...engine, runner: withMixedStepOverhead(runner, mixedStepOverheadMs ?? 0), config: model.config, tokenizer: model.tokenizer, ...(draftRunner ? { draft: { runner: draftRunner, contextLength: draft!.config.contextLength } } : {}),
     });
   });
 }

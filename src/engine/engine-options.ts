@@ -46,10 +46,10 @@ export interface EngineOptions {
    */
   speculative?: Speculation;
   /**
-   * The draft model's step runner, over its own KV cache, for `speculative.method` "draft_model"
-   * (engine-factory.ts builds it; the engine closes it when it stops).
+   * The draft model for `speculative.method` "draft_model": its step runner, over its own KV cache,
+   * and the context it was trained for (engine-factory.ts builds it; the engine closes it when it stops).
    */
-  draftRunner?: StepRunner;
+  draft?: { runner: StepRunner; contextLength: number };
   /** Blocks of host memory that evicted cached KV moves to, and comes back from (default 0: dropped). */
   kvOffloadBlocks?: number;
 }

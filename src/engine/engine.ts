@@ -122,8 +122,9 @@ export class Engine implements ServingEngine {
     if (opts.speculative) checkSpeculation(opts.speculative);
     if (opts.speculative?.method === "suffix") this.suffixes = new SuffixCache(opts.speculative.maxCachedRequests);
     if (opts.speculative?.method === "draft_model") {
-      if (!opts.draftRunner) throw new RangeError(`Speculative method "draft_model" needs the draft model's runner (engine-factory.ts builds it from "${opts.speculative.model}")`);
-      this.drafter = new DraftModelProposer(opts.draftRunner, opts.config.vocabSize);
+      if (!opts.draft) throw new RangeError(`Speculative method "draft_model" needs the draft model's runner (engine-factory.ts builds it from "${opts.speculative.model}")`);
+      const { numTokens, schedule } = opts.speculative;
+      this.drafter = new DraftModelProposer(opts.draft.runner, opts.config.vocabSize, opts.draft.contextLength, { numTokens, schedule: schedule ?? "heuristic" });
     }
     this.budgetMasks = new BudgetMasks(opts.config.vocabSize);
     this.adapters = new EngineAdapters(r);
@@ -444,6 +445,7 @@ export class Engine implements ServingEngine {
     let kept = 0;
     while (kept < draft.length && samples[kept] === draft[kept]) kept++;
     accepted.set(seqId, draft.slice(0, kept));
+    this.drafter?.observe(seqId, draft.length, kept);
     this.active.get(seqId)!.rng.rewind(draft.length - kept);
     this.metrics.specDrafts++;
     this.metrics.specDraftTokens += draft.length;

@@ -38,7 +38,7 @@ const CONFIG_KEYS: Record<Speculation["method"], readonly string[]> = {
     "method", "num_speculative_tokens", "suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
     "suffix_decoding_min_token_prob", "disable_by_batch_size",
   ],
-  draft_model: ["method", "model", "num_speculative_tokens", "disable_by_batch_size"],
+  draft_model: ["method", "model", "num_speculative_tokens", "num_speculative_tokens_schedule", "disable_by_batch_size"],
 };
 
 /** A speculation setting out of range: names the field and quotes the value. */
@@ -64,6 +64,9 @@ export function checkSpeculation<S extends Speculation>(s: S): S {
     whole("num_speculative_tokens", s.numTokens, 1, 32);
     if (typeof s.model !== "string" || s.model === "") throw new SpeculationConfigError(`The speculative model must be the path of a draft model, got ${JSON.stringify(s.model)}`);
     if (s.disableByBatchSize !== undefined) whole("disable_by_batch_size", s.disableByBatchSize, 1, 1 << 20);
+    if (s.schedule !== undefined && s.schedule !== "heuristic" && s.schedule !== "constant") {
+      throw new SpeculationConfigError(`The speculative num_speculative_tokens_schedule must be "heuristic" or "constant", got ${JSON.stringify(s.schedule)}`);
+    }
     return s;
   }
   if (s.method !== "ngram") throw new SpeculationConfigError(`Speculative method must be "ngram", "suffix" or "draft_model", got ${JSON.stringify((s as { method: unknown }).method)}`);
@@ -134,7 +137,8 @@ export function parseSpeculativeConfig(text: string): Speculation {
   if (method === "draft_model") {
     if (typeof o.model !== "string" || o.model === "") throw new SpeculationConfigError(`The speculative model must be the path of a draft model, got ${JSON.stringify(o.model ?? null)}`);
     if (numTokens === undefined) throw new SpeculationConfigError("The speculative config needs num_speculative_tokens");
-    return checkSpeculation({ method, model: o.model, numTokens, ...(batch !== undefined ? { disableByBatchSize: batch } : {}) });
+    const schedule = o.num_speculative_tokens_schedule as DraftModelSpeculation["schedule"];
+    return checkSpeculation({ method, model: o.model, numTokens, ...(batch !== undefined ? { disableByBatchSize: batch } : {}), ...(schedule !== undefined ? { schedule } : {}) });
   }
   if (method === "suffix") {
     // vLLM's defaults; the draft length defaults to the depth.

@@ -112,6 +112,39 @@ test("DraftModelProposer.propose() takes blocks from idle drafts and proposes no
   else assert.deepEqual(both.get(2), second.get(2));
   // A prompt longer than the whole draft cache never drafts.
   assert.equal((await p.propose([{ seqId: 3, tokens: [...twice, ...twice], limit: 4 }])).size, 0);
+  // Drafts stop at the draft model's context, whatever room its cache has.
+  const short = (context: number) => new DraftModelProposer(recordingRunner(16).runner, model.config.vocabSize, context);
+  assert.deepEqual((await short(STORY.length + 2).propose([{ seqId: 1, tokens: STORY, limit: 4 }])).get(1), g[0].slice(0, 3));
+  assert.equal((await short(STORY.length - 1).propose([{ seqId: 1, tokens: STORY, limit: 4 }])).size, 0);
+});
+
+test("DraftModelProposer.observe() lengthens drafts accepted whole, shortens the others and pauses after rejected single tokens", async () => {
+  const g = plainGreedy.tokens[0];
+  const p = new DraftModelProposer(recordingRunner(32).runner, model.config.vocabSize, Infinity, { numTokens: 5, schedule: "heuristic" });
+  const draftLength = async () => (await p.propose([{ seqId: 1, tokens: STORY, limit: 8 }])).get(1)?.length ?? 0;
+  assert.equal(await draftLength(), 5);
+  p.observe(1, 5, 2);
+  assert.equal(await draftLength(), 4);
+  p.observe(1, 4, 4);
+  assert.equal(await draftLength(), 5, "+2, at most num_speculative_tokens");
+  for (let k = 4; k >= 1; k--) {
+    p.observe(1, k + 1, 0);
+    assert.equal(await draftLength(), k);
+  }
+  // Single-token drafts rejected outright: 1, then 2, then 4 steps without drafts.
+  const pattern: number[] = [];
+  for (let step = 0; step < 10; step++) {
+    const n = await draftLength();
+    pattern.push(n);
+    if (n > 0) p.observe(1, n, 0);
+  }
+  assert.deepEqual(pattern, [1, 0, 1, 0, 0, 1, 0, 0, 0, 0]);
+  p.observe(1, 1, 1);
+  assert.equal(await draftLength(), 3, "a draft accepted whole ends the pauses and lengthens the next");
+  assert.deepEqual((await p.propose([{ seqId: 1, tokens: STORY, limit: 8 }])).get(1), g.slice(0, 3));
+  const constant = new DraftModelProposer(recordingRunner(32).runner, model.config.vocabSize, Infinity, { numTokens: 5, schedule: "constant" });
+  constant.observe(1, 5, 0);
+  assert.equal((await constant.propose([{ seqId: 1, tokens: STORY, limit: 8 }])).get(1)?.length, 5);
 });
 
 test("checkDraftVocabulary() refuses a draft model whose tokens differ", () => {
@@ -138,6 +171,8 @@ test("parseSpeculativeConfig() reads vLLM's draft_model keys", () => {
   refuses('{"method": "draft_model", "model": "d.gguf"}', /needs num_speculative_tokens/);
   refuses('{"method": "draft_model", "model": "d.gguf", "num_speculative_tokens": 4, "prompt_lookup_max": 3}', /Unknown speculative config key "prompt_lookup_max" for method "draft_model"/);
   refuses('{"method": "draft_model", "model": 3, "num_speculative_tokens": 4}', /got 3/);
+  assert.equal((parseSpeculativeConfig('{"model": "d.gguf", "num_speculative_tokens": 2, "num_speculative_tokens_schedule": "constant"}') as DraftModelSpeculation).schedule, "constant");
+  refuses('{"model": "d.gguf", "num_speculative_tokens": 2, "num_speculative_tokens_schedule": "dynamic"}', /num_speculative_tokens_schedule must be "heuristic" or "constant", got "dynamic"/);
 });
 
 test("createEngine() refuses draft_model speculation without the draft model", () => {
