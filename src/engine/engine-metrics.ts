@@ -42,6 +42,8 @@ export class EngineMetrics {
   specDrafts = 0;
   specDraftTokens = 0;
   specAcceptedTokens = 0;
+  /** Entry i: drafts whose token at position i was accepted. */
+  readonly specAcceptedPerPos: number[] = [];
   /** Finished requests by finish reason. */
   readonly finished = new Map<string, number>();
   /** Requests refused (queue full). */

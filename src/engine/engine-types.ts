@@ -223,6 +223,8 @@ export interface EngineStats extends SchedulerStats {
   specDrafts: number;
   specDraftTokens: number;
   specAcceptedTokens: number;
+  /** Entry i: drafts whose token at position i (0 first) was accepted (vLLM's `spec_decode_num_accepted_tokens_per_pos`). */
+  specAcceptedPerPos: number[];
 }
 
 /** One worker as the server's metrics show it. */

@@ -321,6 +321,7 @@ export class Engine implements ServingEngine {
       kvOffloadedBlocks: o?.offloadedBlocks ?? 0, kvRestoredBlocks: o?.restoredBlocks ?? 0, kvPrefetchedBlocks: o?.prefetchedBlocks ?? 0,
       jumpForwardTokens: this.metrics.jumpForwardTokens,
       specDrafts: this.metrics.specDrafts, specDraftTokens: this.metrics.specDraftTokens, specAcceptedTokens: this.metrics.specAcceptedTokens,
+      specAcceptedPerPos: [...this.metrics.specAcceptedPerPos],
     };
   }
 
@@ -450,6 +451,8 @@ export class Engine implements ServingEngine {
     this.metrics.specDrafts++;
     this.metrics.specDraftTokens += draft.length;
     this.metrics.specAcceptedTokens += kept;
+    const perPos = this.metrics.specAcceptedPerPos;
+    for (let i = 0; i < kept; i++) perPos[i] = (perPos[i] ?? 0) + 1;
     return kept < draft.length ? samples[kept] : last;
   }
 

@@ -68,6 +68,8 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   simple("vllm:spec_decode_num_drafts_total", "counter", "Decode steps that verified a speculative draft.", s.specDrafts);
   simple("vllm:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified (speculative decoding).", s.specDraftTokens);
   simple("vllm:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens the model's own samples agreed with, kept without a step of their own.", s.specAcceptedTokens);
+  metric("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Drafts whose token at this position (0 first) was accepted.",
+    s.specAcceptedPerPos.map((n, i) => `vllm:spec_decode_num_accepted_tokens_per_pos_total{${label},position="${i}"} ${n}`));
   simple("vllm:request_rejected_total", "counter", "Requests refused because the queue was full (429).", m.rejected);
   metric("vllm:request_success_total", "counter", "Finished requests by finish reason.", [...m.finished].map(([r, n]) => `vllm:request_success_total{${label},finished_reason="${esc(r)}"} ${n}`));
   const sessions = engine.sessionStatusCounts();

@@ -34,7 +34,8 @@ async function answers(speculative: Speculation | undefined, workers = 1, transp
     const scored = await client.completions.create({ model: "stories260K", prompt: PROMPT, max_tokens: 10, temperature: 0, logprobs: 1 });
     const metrics = await (await fetch(`${s.url}/metrics`)).text();
     const count = (name: string) => Number(new RegExp(`vllm:spec_decode_${name}_total\\{[^}]*\\} (\\d+)`).exec(metrics)?.[1]);
-    return { text: plain.choices[0].text, streamed: chunks.join(""), scored, drafts: count("num_drafts"), drafted: count("num_draft_tokens"), accepted: count("num_accepted_tokens") };
+    const perPos = [...metrics.matchAll(/vllm:spec_decode_num_accepted_tokens_per_pos_total\{[^}]*position="(\d+)"\} (\d+)/g)].map((m) => [Number(m[1]), Number(m[2])]);
+    return { text: plain.choices[0].text, streamed: chunks.join(""), scored, drafts: count("num_drafts"), drafted: count("num_draft_tokens"), accepted: count("num_accepted_tokens"), perPos };
   } finally {
     await s.shutdown();
   }
@@ -52,4 +53,9 @@ for (const [speculative, workers, transport] of cases) test(`startServer({ specu
   assert.deepEqual([off.drafts, off.drafted, off.accepted], [0, 0, 0]);
   assert.ok(on.drafts > 0 && on.accepted > 0 && on.accepted <= on.drafted, `drafts ${on.drafts}, draft tokens ${on.drafted}, accepted ${on.accepted}`);
   if (speculative.method === "draft_model") assert.equal(on.accepted, on.drafted, "the model's own drafts are all accepted");
+  // Per position: in order from 0, summing to the accepted tokens, never more at a later position.
+  assert.deepEqual(on.perPos.map(([p]) => p), on.perPos.map((_, i) => i));
+  assert.equal(on.perPos.reduce((a, [, n]) => a + n, 0), on.accepted);
+  on.perPos.forEach(([, n], i) => assert.ok(n <= (i === 0 ? on.drafts : on.perPos[i - 1][1]), `position ${i}: ${n}`));
+  assert.deepEqual(off.perPos, []);
 });
