@@ -25,6 +25,7 @@ const encode = (text: string) => model.tokenizer.encode(text, { addBos: true });
 const STORY = encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park.");
 const PROMPTS = [STORY, encode("Tom had a red ball. He liked to"), encode("The sun was shining and the birds")];
 const spec = (numTokens: number): DraftModelSpeculation => ({ method: "draft_model", model: modelPath, numTokens });
+const spec3 = spec(3);
 
 async function generate(reqs: GenerateRequest[], speculative?: DraftModelSpeculation, draft?: LoadedModel) {
   const e = createEngine(createReferenceBackend(), model, { numBlocks: 128, blockSize: 4, ...(speculative ? { speculative } : {}) }, draft);
@@ -55,6 +56,29 @@ test("Engine with a shallower draft model keeps the model's own tokens, greedy a
   const seeded = await generate(seededReqs, spec(3), shallow);
   assert.deepEqual(seeded.tokens, plainSeeded.tokens, "rejected draft rows give their uniforms back");
   assert.notDeepEqual(plainSeeded.tokens, plainGreedy.tokens);
+});
+
+test("Engine with a draft model keeps a grammar's, penalties' and log probabilities' tokens", async () => {
+  const reqs: GenerateRequest[] = PROMPTS.map((prompt, i) => ({
+    prompt, maxTokens: 20, temperature: 0.7, seed: 3 + i, ignoreEos: true, grammar: { kind: "regex", pattern: "[a-z ]*" }, frequencyPenalty: 0.3, logprobs: 1,
+  }));
+  const e = (speculative?: DraftModelSpeculation) => createEngine(createReferenceBackend(), model, { numBlocks: 128, blockSize: 4, ...(speculative ? { speculative } : {}) }, speculative ? shallow : undefined);
+  const run = async (speculative?: DraftModelSpeculation) => {
+    const engine = e(speculative);
+    try {
+      const out = await Promise.all(reqs.map((r) => engine.submit(r).result));
+      return { out, accepted: engine.metrics.specAcceptedTokens };
+    } finally {
+      await engine.stop();
+    }
+  };
+  const [plain, spec] = [await run(), await run(spec3)];
+  assert.deepEqual(spec.out.map((r) => r.tokenIds), plain.out.map((r) => r.tokenIds));
+  assert.ok(spec.accepted > 0, `accepted ${spec.accepted}`);
+  spec.out.forEach((r, i) => {
+    assert.match(r.text, /^[a-z ]*$/);
+    r.logprobs!.forEach((lp, k) => assert.ok(Math.abs(lp.logprob - plain.out[i].logprobs![k].logprob) < 1e-4, `request ${i} token ${k}`));
+  });
 });
 
 /** A runner over stories260K with `blocks` KV blocks of 4 that records the tokens each forward feeds. */
