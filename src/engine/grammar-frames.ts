@@ -60,6 +60,11 @@ export interface TagSet {
   readonly compact: boolean;
   /** Kinds of plain character (char-kinds.ts) that start no trigger: free text of them needs no stepping. */
   readonly safeKinds: number;
+  /**
+   * The groups begin with their trigger (tool calls amid text): a trigger written is fed through its
+   * group from the group's start. Absent: each group is what follows its trigger.
+   */
+  readonly replay?: boolean;
 }
 
 /** Whether code point `cp` is in `cls`. */

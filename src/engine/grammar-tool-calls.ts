@@ -162,6 +162,26 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
   }
 }
 
+/**
+ * The text each run of calls in `format` begins with (a call, or a section of calls), so calls can be
+ * told from free text around them (`tool_calls` with `amidText`). Throws SchemaError for harmony,
+ * whose calls begin in a message's header, after text of the message before.
+ */
+export function toolCallTrigger(format = "hermes"): string {
+  switch (format) {
+    case "kimi_k2": return KIMI.sectionBegin;
+    case "deepseek_v31":
+    case "deepseek_v3": return DEEPSEEK.sectionBegin;
+    case "minimax_m2": return MINIMAX.sectionBegin;
+    case "mistral":
+    case "mistral_pre_v11": return MISTRAL.calls;
+    // Llama 3 writes a bare object; its first key is the one text that tells it from prose.
+    case "llama3_json": return '{"name"';
+    case "harmony": throw new SchemaError("The harmony format's calls begin in a message header, not amid text: tool calls amid free text cannot be constrained in it");
+    default: return GLM.open; // hermes, glm45 and qwen3_coder all open a call with <tool_call>
+  }
+}
+
 /** `{"name": NAME, KEY: ARGUMENTS}`, both required, nothing else. */
 function callObject(name: string, key: string, args: SchemaNode): SchemaNode {
   return { t: "object", props: new Map([["name", { t: "literal", texts: [JSON.stringify(name)] }], [key, args]]), required: new Set(["name", key]), extra: null };

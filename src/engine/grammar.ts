@@ -22,7 +22,7 @@ import { grammarStateKey, ObjectIds } from "./grammar-key.ts";
 import { compileGbnf } from "./gbnf.ts";
 import { numberMayEnd, numberStep } from "./grammar-number.ts";
 import { keepDistinct } from "./grammar-unique.ts";
-import { toolCallGroup } from "./grammar-tool-calls.ts";
+import { toolCallGroup, toolCallTrigger } from "./grammar-tool-calls.ts";
 import { stepRaw, stepString } from "./grammar-strings.ts";
 
 export type { Config, GrammarState } from "./grammar-frames.ts";
@@ -36,7 +36,15 @@ export type OutputGrammar =
    * One or more (`parallel`) calls, each naming one of `tools` with arguments following its parameters
    * (any object when absent), in `format` (default "hermes").
    */
-  | { kind: "tool_calls"; tools: readonly { name: string; parameters?: JsonSchema }[]; parallel: boolean; whitespace?: JsonWhitespace; format?: ToolCallSyntax }
+  | {
+    kind: "tool_calls"; tools: readonly { name: string; parameters?: JsonSchema }[]; parallel: boolean; whitespace?: JsonWhitespace; format?: ToolCallSyntax;
+    /**
+     * Free text, in which the format's opening (grammar-tool-calls.ts `toolCallTrigger`) starts calls
+     * that must then be whole, then free text again (tool_choice allowed_tools in "auto" mode).
+     * Absent: the output is the calls alone.
+     */
+    amidText?: boolean;
+  }
   /** Exactly one of `choices` (vLLM's `choice`), each non-empty. */
   | { kind: "choice"; choices: readonly string[] }
   /**
@@ -184,6 +192,12 @@ function startOf(g: OutputGrammar): GrammarState {
     return startGroup({ k: "seq", group: root, pieces: root.alts[0], i: 0, compact: false, up: null, d: 0 });
   }
   const group = toolCallGroup(g);
+  if (g.amidText) {
+    const trigger = toolCallTrigger(g.format);
+    const safeKinds = ALL_KINDS & ~kindOf(String.fromCodePoint(trigger.codePointAt(0)!));
+    const tags = { triggers: [trigger], after: new Map([[trigger, group]]), compact: g.whitespace === "compact", safeKinds, replay: true };
+    return [{ top: { k: "tagged", tags, tail: "", up: null, d: 0 }, ws: 0 }];
+  }
   return startGroup({ k: "seq", group, pieces: group.alts[0], i: 0, compact: g.whitespace === "compact", up: null, d: 0 });
 }
 
@@ -212,7 +226,9 @@ function stepTagged(f: Extract<Frame, { k: "tagged" }>, c: string): Config[] {
   if (hit !== undefined) {
     const group = f.tags.after.get(hit);
     if (group === undefined) return [];
-    return startGroup({ k: "seq", group, pieces: group.alts[0], i: 0, compact: f.tags.compact, up: { ...f, tail: "" }, d: f.d });
+    let cfgs = startGroup({ k: "seq", group, pieces: group.alts[0], i: 0, compact: f.tags.compact, up: { ...f, tail: "" }, d: f.d });
+    if (f.tags.replay) for (const ch of hit) cfgs = cfgs.flatMap((cfg) => guardedStep(cfg, ch));
+    return cfgs;
   }
   // Keep the longest end of the text that begins a trigger.
   for (let k = Math.min(text.length, Math.max(...f.tags.triggers.map((t) => t.length)) - 1); k > 0; k--) {

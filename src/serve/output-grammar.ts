@@ -63,25 +63,22 @@ export function chatGrammar(body: ChatRequest, whitespace: JsonWhitespace = "any
 }
 
 /**
- * allowed_tools in "auto" mode: free text, where a tool call may only call one of `tools` with
- * arguments that follow its parameters. A structural tag per tool in the hermes syntax (triggered by
- * `<tool_call>`); the other syntaxes have no such grammar here, so they are a 400 that says to use
- * "required".
+ * allowed_tools in "auto" mode: free text, where tool calls, once the syntax's opening is written
+ * (`<tool_call>`, `[TOOL_CALLS]`, a section's begin tag, Llama 3's `{"name"`), may only call
+ * `tools`, with arguments that follow their parameters (grammar.ts `tool_calls` with `amidText`).
+ * Harmony's calls begin in a message header, not amid text: a 400 that says to use "required".
  */
 function allowedAuto(tools: NonNullable<ChatRequest["tools"]>, body: ChatRequest, structured: Structured, format: ToolCallSyntax): OutputGrammar {
-  if (format !== "hermes") {
-    throw new ApiError(400, `tool_choice allowed_tools in mode "auto" is supported with the hermes tool-call syntax only; this server writes ${format} (use mode "required")`, "tool_choice", "invalid_value");
+  if (format === "harmony") {
+    throw new ApiError(400, `tool_choice allowed_tools in mode "auto" cannot be followed in the harmony tool-call syntax, whose calls begin in a message header (use mode "required")`, "tool_choice", "invalid_value");
   }
   if (formatOrStructured(body, structured) !== undefined) {
     const param = structured.grammar !== undefined ? structured.param : "response_format";
     throw new ApiError(400, `tool_choice allowed_tools in mode "auto" cannot also follow ${param}: give one of them`, param, "invalid_value");
   }
-  const structures = tools.map((t) => {
-    const parameters = t.function.parameters ?? { type: "object" };
-    checkSchema(parameters, "tools", `The parameters of function ${JSON.stringify(t.function.name)}`);
-    return { begin: `<tool_call>\n{"name": ${JSON.stringify(t.function.name)}, "arguments": `, schema: parameters as JsonSchema, end: "}\n</tool_call>" };
-  });
-  return { kind: "structural_tag", structures, triggers: ["<tool_call>"], ...spacing(structured.whitespace) };
+  const allowed = tools.map((t) => ({ name: t.function.name, ...(t.function.parameters === undefined ? {} : { parameters: t.function.parameters }) }));
+  for (const t of allowed) checkSchema(t.parameters ?? true, "tools", `The parameters of function ${JSON.stringify(t.name)}`);
+  return { kind: "tool_calls", tools: allowed, parallel: body.parallel_tool_calls ?? true, amidText: true, ...spacing(structured.whitespace), ...(format === "hermes" ? {} : { format }) };
 }
 
 /** Reads a completion request's `response_format` and `structured_outputs` (undefined: free text). */

@@ -195,13 +195,17 @@ test("chat completions and Responses: tool_choice allowed_tools keeps every tool
   });
 });
 
-test("chatGrammar() refuses allowed_tools in auto mode for a syntax other than hermes, and beside response_format", () => {
+test("chatGrammar() follows allowed_tools in auto mode amid text in every syntax but harmony, and refuses it beside response_format", () => {
   const body = {
     model: "m", messages: [{ role: "user" as const, content: "x" }], tools: [...TOOLS, SET_UNIT],
     tool_choice: { type: "allowed_tools" as const, allowed_tools: { mode: "auto" as const, tools: [{ type: "function" as const, function: { name: "set_unit" } }] } },
   } as unknown as ChatRequest;
-  assert.throws(() => chatGrammar(body, "any", "llama3_json"), (e: unknown) => e instanceof ApiError && /supported with the hermes tool-call syntax only; this server writes llama3_json \(use mode "required"\)/.test(e.message));
-  assert.equal(chatGrammar(body).grammar?.kind, "structural_tag");
+  assert.throws(() => chatGrammar(body, "any", "harmony"), (e: unknown) => e instanceof ApiError && /cannot be followed in the harmony tool-call syntax, whose calls begin in a message header \(use mode "required"\)/.test(e.message));
+  for (const format of ["hermes", "llama3_json", "qwen3_coder"] as const) {
+    const g = chatGrammar(body, "any", format).grammar;
+    assert.ok(g?.kind === "tool_calls" && g.amidText === true, format);
+    assert.deepEqual(g.tools.map((t) => t.name), ["set_unit"]);
+  }
   assert.equal(chatGrammar({ ...body, tool_choice: { ...body.tool_choice as object, allowed_tools: { mode: "required", tools: [{ type: "function", function: { name: "set_unit" } }] } } } as ChatRequest, "any", "llama3_json").grammar?.kind, "tool_calls");
   assert.throws(() => chatGrammar({ ...body, response_format: { type: "json_object" } } as ChatRequest), (e: unknown) => e instanceof ApiError && /cannot also follow response_format/.test(e.message));
 });
