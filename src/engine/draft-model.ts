@@ -12,11 +12,10 @@
  * context, so the draft computes only the new tool result and instructions, as the target's prefix
  * cache does.
  */
-import type { SamplingRow } from "../backend/types.ts";
 import { type LoadedModel, ModelLoadError } from "../model/config.ts";
 import { loadModel } from "../model/load.ts";
 import type { LoadOptions } from "../model/weights.ts";
-import type { StepRunner } from "./engine-runner.ts";
+import { GREEDY_ROW, type StepRunner } from "./engine-runner.ts";
 import type { StepEntry } from "./scheduler-types.ts";
 
 /** Draft-model speculation (the engine's `speculative` option; vLLM's `--speculative-config` names in comments). */
@@ -46,7 +45,6 @@ export class DraftModelError extends RangeError {
 /** Prompt tokens the draft computes per sequence in one forward while it catches up. */
 const CATCH_UP_CHUNK = 512;
 
-const GREEDY: SamplingRow = { temperature: 0, topK: 0, topP: 1, uniform: 0 };
 
 /**
  * Throws DraftModelError unless `draft` reads and writes the same token ids as `target`: the same
@@ -96,6 +94,13 @@ interface DraftState {
   misses: number;
 }
 
+/** A sequence drafting this round: what it asked, its state, and its draft so far. */
+interface LiveDraft {
+  want: DraftWant;
+  st: DraftState;
+  draft: number[];
+}
+
 /** The longest pause, in steps, after drafts of one token keep being rejected. */
 const MAX_PAUSE = 16;
 
@@ -124,13 +129,15 @@ export class DraftModelProposer {
 
   /**
    * Up to `limit` greedy draft tokens per sequence (fewer or none where the draft's KV cache has no
-   * room for it). Runs one draft forward per draft token, after catching each sequence's draft KV up.
-   * A failed forward proposes nothing and forgets the draft KV of the sequences in it.
+   * room for it). Runs one draft forward per draft token, after catching each sequence's draft KV up;
+   * with a runner that can (StepRunner.draftGreedy), all of them on the device before one read, every
+   * sequence drafting as many as the longest asks (the extra tokens are its own greedy continuation,
+   * kept as draft KV). A failed forward proposes nothing and forgets the draft KV of the sequences in it.
    */
   async propose(wants: readonly DraftWant[]): Promise<Map<number, number[]>> {
     const round = ++this.round;
     const bs = this.runner.blockSize;
-    const live: { want: DraftWant; st: DraftState; draft: number[] }[] = [];
+    const asking: { want: DraftWant; st: DraftState }[] = [];
     for (const w of wants) {
       if (w.limit <= 0 || w.tokens.length === 0) continue;
       const st = this.stateOf(w.seqId, w.tokens);
@@ -144,7 +151,14 @@ export class DraftModelProposer {
       if (want.limit <= 0) continue;
       // Kept: the fed tokens that still agree, short of the last (its row samples the first draft token).
       st.fed.length = Math.min(commonPrefix(st.fed, want.tokens), want.tokens.length - 1);
-      if (this.reserve(st, Math.ceil((want.tokens.length + want.limit - 1) / bs), round)) live.push({ want, st, draft: [] });
+      asking.push({ want, st });
+    }
+    const chained = this.runner.draftGreedy !== undefined && asking.length > 0;
+    const steps = Math.max(0, ...asking.map((a) => a.want.limit));
+    const live: LiveDraft[] = [];
+    for (const { want, st } of asking) {
+      const drafted = chained ? steps : want.limit;
+      if (this.reserve(st, Math.ceil((want.tokens.length + drafted - 1) / bs), round)) live.push({ want, st, draft: [] });
     }
     const out = new Map<number, number[]>();
     if (live.length === 0) return out;
@@ -156,20 +170,9 @@ export class DraftModelProposer {
         await this.run(lagging.map(({ want, st }) => this.entry(want.seqId, st, want.tokens.slice(st.fed.length, st.fed.length + CATCH_UP_CHUNK), false)));
         for (const { want, st } of lagging) st.fed.push(...want.tokens.slice(st.fed.length, st.fed.length + CATCH_UP_CHUNK));
       }
-      let ids = await this.run(live.map(({ want, st }) => this.entry(want.seqId, st, want.tokens.slice(st.fed.length), true)));
-      live.forEach((l, i) => {
-        l.st.fed.push(...l.want.tokens.slice(l.st.fed.length));
-        l.draft.push(ids[i]);
-      });
-      for (let k = 1; ; k++) {
-        const going = live.filter((l) => l.want.limit > k && l.draft[k - 1] < this.targetVocab);
-        if (going.length === 0) break;
-        ids = await this.run(going.map(({ want, st, draft }) => this.entry(want.seqId, st, [draft[k - 1]], true)));
-        going.forEach((l, i) => {
-          l.st.fed.push(l.draft[k - 1]);
-          l.draft.push(ids[i]);
-        });
-      }
+      const first = live.map(({ want, st }) => this.entry(want.seqId, st, want.tokens.slice(st.fed.length), true));
+      if (chained) await this.draftChained(live, first, steps);
+      else await this.draftStepwise(live, first);
     } catch {
       for (const { want } of live) this.drop(want.seqId);
       return out;
@@ -198,6 +201,34 @@ export class DraftModelProposer {
     else st.misses = 0;
   }
 
+  /** All draft tokens on the device, read once (StepRunner.draftGreedy); every sequence feeds `steps - 1` of them. */
+  private async draftChained(live: LiveDraft[], first: StepEntry[], steps: number): Promise<void> {
+    const all = await this.runner.draftGreedy!(first, steps);
+    live.forEach((l, i) => {
+      const drafted = Array.from(all[i]);
+      l.st.fed.push(...l.want.tokens.slice(l.st.fed.length), ...drafted.slice(0, steps - 1));
+      l.draft.push(...drafted.slice(0, l.want.limit));
+    });
+  }
+
+  /** One forward and one read per draft token; a sequence stops at its limit or at a token past the target's vocabulary. */
+  private async draftStepwise(live: LiveDraft[], first: StepEntry[]): Promise<void> {
+    let ids = await this.run(first);
+    live.forEach((l, i) => {
+      l.st.fed.push(...l.want.tokens.slice(l.st.fed.length));
+      l.draft.push(ids[i]);
+    });
+    for (let k = 1; ; k++) {
+      const going = live.filter((l) => l.want.limit > k && l.draft[k - 1] < this.targetVocab);
+      if (going.length === 0) break;
+      ids = await this.run(going.map(({ want, st, draft }) => this.entry(want.seqId, st, [draft[k - 1]], true)));
+      going.forEach((l, i) => {
+        l.st.fed.push(l.draft[k - 1]);
+        l.draft.push(ids[i]);
+      });
+    }
+  }
+
   /** The sequence ended: its draft KV stays for a sequence that continues it, until the blocks are needed. */
   release(seqId: number): void {
     const st = this.states.get(seqId);
@@ -218,7 +249,7 @@ export class DraftModelProposer {
   }
 
   private async run(entries: StepEntry[]): Promise<Int32Array> {
-    return (await this.runner.run(entries, entries.map(() => GREEDY))).ids;
+    return (await this.runner.run(entries, entries.map(() => GREEDY_ROW))).ids;
   }
 
   private entry(seqId: number, st: DraftState, tokens: number[], sample: boolean): StepEntry {

@@ -5,7 +5,7 @@
 import type { SamplingRow } from "../backend/types.ts";
 import type { GenerateRequest, GenerateResult, StreamDelta } from "./engine-types.ts";
 import type { OutputText } from "./engine-text.ts";
-import type { PromptLogprobAsk, StepExtras } from "./engine-runner.ts";
+import { GREEDY_ROW, type PromptLogprobAsk, type StepExtras } from "./engine-runner.ts";
 import type { StepEntry } from "./scheduler-types.ts";
 import type { LogitAdjuster } from "./logit-adjust.ts";
 import { sampledRowAsks } from "./draft-extras.ts";
@@ -60,8 +60,6 @@ export interface Active {
   tFirst?: number;
   done: boolean;
 }
-
-const GREEDY_ROW: SamplingRow = { temperature: 0, topK: 0, topP: 1, uniform: 0 };
 
 /** The request's sampling parameters and next seeded uniform; a row that samples nothing is greedy. */
 export function samplingRow(a: Active, sample: boolean): SamplingRow {

@@ -7,7 +7,7 @@
  */
 import type { Backend, KvDType, SamplingRow, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
-import { forwardWithHidden, type PagedKv, type StepLora } from "../model/forward.ts";
+import { forward, forwardWithHidden, type PagedKv, type StepLora } from "../model/forward.ts";
 import { type DeviceLoraSet, freeLoraSet, uploadLoraSet } from "../model/lora-set.ts";
 import type { LoraAdapter } from "../model/lora.ts";
 import { type HostKv, readSlots, slotsOf, writeSlots } from "./kv-copy.ts";
@@ -17,6 +17,9 @@ import type { TokenMask } from "./output-constraint.ts";
 import { type TokenLogprob, tokenLogprob } from "./logprobs.ts";
 import type { RepeatPenalty } from "./repeat-penalty.ts";
 import type { StepEntry, SwapOp } from "./scheduler-types.ts";
+
+/** A row that takes the most likely token. */
+export const GREEDY_ROW: SamplingRow = { temperature: 0, topK: 0, topP: 1, uniform: 0 };
 
 /** What a step asks beyond its sampling rows, per entry (undefined: nothing for that entry). */
 export interface StepExtras {
@@ -102,6 +105,13 @@ export interface StepRunner {
    * place of the set before (steps from the next `run` use it). Absent: the runner serves no adapters.
    */
   setAdapters?(adapters: readonly (LoraAdapter | undefined)[]): void;
+  /**
+   * Greedy drafting (draft-model.ts): runs `entries` (each sampling its last row), then `steps - 1`
+   * one-token steps per entry, each fed the token the step before sampled for it without reading it
+   * back, and returns each entry's `steps` tokens (one read at the end). Absent: the proposer runs
+   * and reads one step at a time.
+   */
+  draftGreedy?(entries: readonly StepEntry[], steps: number): Promise<Int32Array[]>;
   /** Releases device memory. */
   close(): void;
 }
@@ -192,6 +202,27 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     discardSwap: (seqId) => host.discard(seqId),
     readBlocks: (ids) => readSlots(backend, kv, slotsOf(ids, ids.length * kv.blockSize, kv.blockSize)),
     writeBlocks: (ids, data, from) => writeSlots(backend, kv, slotsOf(ids, ids.length * kv.blockSize, kv.blockSize), data, from * kv.blockSize),
+    async draftGreedy(entries, steps) {
+      freeRetired();
+      const rows = entries.map(() => GREEDY_ROW);
+      const sampled: Tensor[] = [];
+      try {
+        let step = entries;
+        for (let k = 0; k < steps; k++) {
+          const logits = forward(backend, model, kv, { entries: step, ...(k > 0 ? { tokenIds: sampled[k - 1] } : {}) });
+          try {
+            sampled.push(backend.sample(logits, rows));
+          } finally {
+            backend.free(logits);
+          }
+          step = step.map((e) => ({ ...e, tokens: [0], startPos: e.startPos + e.tokens.length, prefill: false }));
+        }
+        const read = await Promise.all(sampled.map(async (t) => (await backend.download(t)) as Int32Array));
+        return entries.map((_, i) => Int32Array.from(read, (ids) => ids[i]));
+      } finally {
+        for (const t of sampled) backend.free(t);
+      }
+    },
     setAdapters(adapters) {
       const next = adapters.some((a) => a !== undefined) ? uploadLoraSet(backend, model.config, adapters, model.weights.output !== undefined) : undefined;
       if (loras) retired.push(loras);

@@ -46,6 +46,12 @@ export interface ForwardStep {
   hiddenRows?: readonly number[];
   /** LoRA adapters: the device set and each entry's slot in it (0: the base model). Absent: none. */
   lora?: StepLora;
+  /**
+   * The step's token ids already on the device, one per row in entry order (the entries' own
+   * `tokens` are then placeholders of the right lengths): a step fed what the one before sampled,
+   * without reading it back (greedy drafting).
+   */
+  tokenIds?: Tensor;
 }
 
 /** {@link ForwardStep.lora}. */
@@ -259,7 +265,10 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
   const rowSlots = lora ? rowSlotsOf(step.entries, lora.slots, lora.set.slots) : undefined;
   const slotIds = rowSlots && uploadSlots(backend, rowSlots);
   try {
-    let x = backend.embedding(w.tokenEmbedding, tensors.ids);
+    if (step.tokenIds && step.tokenIds.shape[0] !== flat.ids.length) {
+      throw new ForwardInputError(`The step's device token ids hold ${step.tokenIds.shape[0]} rows, its entries ${flat.ids.length}`);
+    }
+    let x = backend.embedding(w.tokenEmbedding, step.tokenIds ?? tensors.ids);
     for (let i = 0; i < c.numLayers; i++) {
       const l = w.layers[i];
       const project = projector(backend, lora?.set, slotIds, i, s);

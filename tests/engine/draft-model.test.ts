@@ -7,7 +7,8 @@
 import assert from "node:assert/strict";
 import { projectRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
-import { checkDraftVocabulary, DraftModelError, DraftModelProposer, type DraftModelSpeculation, loadDraftModel } from "../../src/engine/draft-model.ts";
+import { checkDraftVocabulary, DraftModelError, DraftModelProposer, type DraftModelSpeculation, type DraftWant, loadDraftModel } from "../../src/engine/draft-model.ts";
+import type { StepEntry } from "../../src/engine/scheduler-types.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { modelStepRunner, type StepRunner } from "../../src/engine/engine-runner.ts";
 import type { GenerateRequest } from "../../src/engine/engine-types.ts";
@@ -81,13 +82,45 @@ test("Engine with a draft model keeps a grammar's, penalties' and log probabilit
   });
 });
 
-/** A runner over stories260K with `blocks` KV blocks of 4 that records the tokens each forward feeds. */
-function recordingRunner(blocks: number): { runner: StepRunner; fed: number[] } {
+/**
+ * A runner over stories260K with `blocks` KV blocks of 4 that records the tokens each forward feeds;
+ * `chained`: with StepRunner.draftGreedy (drafts on the device, one read), else without.
+ */
+function recordingRunner(blocks: number, chained = false): { runner: StepRunner; fed: number[] } {
   const backend = createReferenceBackend();
-  const inner = modelStepRunner(backend, uploadModel(backend, model), allocatePagedKv(backend, model.config, blocks, 4, "f32"));
+  const { draftGreedy, ...inner } = modelStepRunner(backend, uploadModel(backend, model), allocatePagedKv(backend, model.config, blocks, 4, "f32"));
   const fed: number[] = [];
-  return { fed, runner: { ...inner, run: (entries, rows, extras) => (fed.push(entries.reduce((n, e) => n + e.tokens.length, 0)), inner.run(entries, rows, extras)) } };
+  const count = (entries: readonly StepEntry[]) => entries.reduce((n, e) => n + e.tokens.length, 0);
+  const runner: StepRunner = { ...inner, run: (entries, rows, extras) => (fed.push(count(entries)), inner.run(entries, rows, extras)) };
+  if (chained) runner.draftGreedy = (entries, steps) => (fed.push(count(entries), ...Array(steps - 1).fill(entries.length)), draftGreedy!(entries, steps));
+  return { fed, runner };
 }
+
+test("DraftModelProposer.propose() drafts the same on the device in one read (StepRunner.draftGreedy) as step by step", async () => {
+  const g = plainGreedy.tokens;
+  const [stepwise, chained] = [recordingRunner(64), recordingRunner(64, true)].map(({ runner, fed }) => ({ p: new DraftModelProposer(runner, model.config.vocabSize), fed }));
+  // Rounds of two sequences with different limits, then accepted tokens, a rejection, and a new turn.
+  const other = PROMPTS[1];
+  const rounds: DraftWant[][] = [
+    [{ seqId: 1, tokens: STORY, limit: 4 }, { seqId: 2, tokens: other, limit: 2 }],
+    [{ seqId: 1, tokens: [...STORY, ...g[0].slice(0, 3)], limit: 3 }, { seqId: 2, tokens: [...other, 5, 6], limit: 4 }],
+    [{ seqId: 1, tokens: [...STORY, ...g[0].slice(0, 3), 9, 9], limit: 1 }],
+  ];
+  for (const wants of rounds) {
+    const [s0, c0] = [stepwise.fed.length, chained.fed.length];
+    const [a, b] = [await stepwise.p.propose(wants), await chained.p.propose(wants)];
+    assert.deepEqual([...b], [...a]);
+    for (const w of wants) assert.equal(a.get(w.seqId)?.length, w.limit);
+    // Each round's first forward feeds only what changed since the last, chained or not.
+    assert.equal(chained.fed[c0], stepwise.fed[s0]);
+    assert.equal(chained.fed.length - c0, Math.max(...wants.map((w) => w.limit)), "one forward per draft token");
+  }
+  assert.equal(chained.fed[0], STORY.length + other.length);
+  stepwise.p.release(1);
+  chained.p.release(1);
+  const next = [...STORY, ...g[0].slice(0, 3), 9, 9, 7];
+  assert.deepEqual([...await chained.p.propose([{ seqId: 3, tokens: next, limit: 3 }])], [...await stepwise.p.propose([{ seqId: 3, tokens: next, limit: 3 }])]);
+});
 
 test("DraftModelProposer.propose() drafts the greedy continuation and recomputes only tokens that changed", async () => {
   const g = plainGreedy.tokens[0];
