@@ -132,7 +132,7 @@ export class DraftModelProposer {
    * room for it). Runs one draft forward per draft token, after catching each sequence's draft KV up;
    * with a runner that can (StepRunner.draftGreedy), all of them on the device before one read, every
    * sequence drafting as many as the longest asks (the extra tokens are its own greedy continuation,
-   * kept as draft KV). A failed forward proposes nothing and forgets the draft KV of the sequences in it.
+   * kept as draft KV). A failed forward forgets the draft KV of the sequences in it and throws.
    */
   async propose(wants: readonly DraftWant[]): Promise<Map<number, number[]>> {
     const round = ++this.round;
@@ -173,9 +173,10 @@ export class DraftModelProposer {
       const first = live.map(({ want, st }) => this.entry(want.seqId, st, want.tokens.slice(st.fed.length), true));
       if (chained) await this.draftChained(live, first, steps);
       else await this.draftStepwise(live, first);
-    } catch {
+    } catch (e) {
+      // Their draft KV may be half written: forgotten, so nothing relies on it.
       for (const { want } of live) this.drop(want.seqId);
-      return out;
+      throw e;
     }
     for (const { want, draft } of live) {
       const end = draft.findIndex((t) => t >= this.targetVocab || t < 0);
@@ -236,11 +237,6 @@ export class DraftModelProposer {
     this.states.delete(seqId);
     if (st.fed.length > 0) this.idle.add(st);
     else this.free.push(...st.blocks);
-  }
-
-  /** Blocks not holding any sequence's draft KV (for tests and stats). */
-  get freeBlocks(): number {
-    return this.free.length;
   }
 
   /** Releases the draft model's device memory. */

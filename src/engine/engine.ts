@@ -549,7 +549,14 @@ export class Engine implements ServingEngine {
       return a && !a.done && a.seq.status === "running" ? [{ seqId: id, tokens: a.seq.tokens, limit: this.draftRoom(a) }] : [];
     });
     this.wantDrafts.clear();
-    const drafts = await this.drafter!.propose(wants);
+    let drafts: Map<number, number[]>;
+    try {
+      drafts = await this.drafter!.propose(wants);
+    } catch {
+      // No drafts this step; the requests decode as usual. Counted, so a failing draft model shows.
+      this.metrics.stepErrors++;
+      return;
+    }
     for (const [id, draft] of drafts) {
       const a = this.active.get(id);
       // A request cancelled or preempted while the draft model ran takes no draft.

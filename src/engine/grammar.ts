@@ -194,8 +194,7 @@ function startOf(g: OutputGrammar): GrammarState {
   const group = toolCallGroup(g);
   if (g.amidText) {
     const trigger = toolCallTrigger(g.format);
-    const safeKinds = ALL_KINDS & ~kindOf(String.fromCodePoint(trigger.codePointAt(0)!));
-    const tags = { triggers: [trigger], after: new Map([[trigger, group]]), compact: g.whitespace === "compact", safeKinds, replay: true };
+    const tags = tagSet([trigger], new Map([[trigger, group]]), g.whitespace, true);
     return [{ top: { k: "tagged", tags, tail: "", up: null, d: 0 }, ws: 0 }];
   }
   return startGroup({ k: "seq", group, pieces: group.alts[0], i: 0, compact: g.whitespace === "compact", up: null, d: 0 });
@@ -214,9 +213,14 @@ function compileTags(g: Extract<OutputGrammar, { kind: "structural_tag" }>): Tag
     after.set(trigger, { alts, repeat: false, sep: "" });
   });
   // A trigger that no structure begins may not be written at all: no group follows it.
+  return tagSet(g.triggers, after, g.whitespace, false);
+}
+
+/** Free text with `triggers`, each going on into its group in `after` (`replay`: the group begins with the trigger). */
+function tagSet(triggers: readonly string[], after: ReadonlyMap<string, SeqGroup>, whitespace: JsonWhitespace | undefined, replay: boolean): TagSet {
   let safeKinds = ALL_KINDS;
-  for (const t of g.triggers) safeKinds &= ~kindOf(String.fromCodePoint(t.codePointAt(0)!));
-  return { triggers: g.triggers, after, compact: g.whitespace === "compact", safeKinds };
+  for (const t of triggers) safeKinds &= ~kindOf(String.fromCodePoint(t.codePointAt(0)!));
+  return { triggers, after, compact: whitespace === "compact", safeKinds, ...(replay ? { replay } : {}) };
 }
 
 /** The free-text configuration after `c` (a trigger completed: what must follow it). */

@@ -52,8 +52,7 @@ export function chatGrammar(body: ChatRequest, whitespace: JsonWhitespace = "any
     if (structured.grammar !== undefined) {
       throw new ApiError(400, `A forced tool call (tool_choice ${describe(choice)}) cannot also follow ${structured.param}: give one of them`, structured.param, "invalid_value");
     }
-    const forced = named.map((t) => ({ name: t.function.name, ...(t.function.parameters === undefined ? {} : { parameters: t.function.parameters }) }));
-    for (const t of forced) checkSchema(t.parameters ?? true, "tools", `The parameters of function ${JSON.stringify(t.name)}`);
+    const forced = callableTools(named);
     // A named function is called once, as OpenAI does; "required" may call several unless told not to.
     const parallel = typeof choice === "string" && (body.parallel_tool_calls ?? true);
     const calls: OutputGrammar = { kind: "tool_calls", tools: forced, parallel, ...spacing(structured.whitespace), ...(format === "hermes" ? {} : { format }) };
@@ -76,9 +75,16 @@ function allowedAuto(tools: NonNullable<ChatRequest["tools"]>, body: ChatRequest
     const param = structured.grammar !== undefined ? structured.param : "response_format";
     throw new ApiError(400, `tool_choice allowed_tools in mode "auto" cannot also follow ${param}: give one of them`, param, "invalid_value");
   }
-  const allowed = tools.map((t) => ({ name: t.function.name, ...(t.function.parameters === undefined ? {} : { parameters: t.function.parameters }) }));
-  for (const t of allowed) checkSchema(t.parameters ?? true, "tools", `The parameters of function ${JSON.stringify(t.name)}`);
-  return { kind: "tool_calls", tools: allowed, parallel: body.parallel_tool_calls ?? true, amidText: true, ...spacing(structured.whitespace), ...(format === "hermes" ? {} : { format }) };
+  return { kind: "tool_calls", tools: callableTools(tools), parallel: body.parallel_tool_calls ?? true, amidText: true, ...spacing(structured.whitespace), ...(format === "hermes" ? {} : { format }) };
+}
+
+/** The functions a `tool_calls` grammar may call: names and parameters, each schema checked (a 400 naming the function otherwise). */
+function callableTools(tools: NonNullable<ChatRequest["tools"]>): { name: string; parameters?: JsonSchema }[] {
+  return tools.map((t) => {
+    const parameters = t.function.parameters as JsonSchema | undefined;
+    checkSchema(parameters ?? true, "tools", `The parameters of function ${JSON.stringify(t.function.name)}`);
+    return { name: t.function.name, ...(parameters === undefined ? {} : { parameters }) };
+  });
 }
 
 /** Reads a completion request's `response_format` and `structured_outputs` (undefined: free text). */

@@ -17,11 +17,13 @@ import { parseSpeculativeConfig, SpeculationConfigError } from "../../src/engine
 import type { LoadedModel } from "../../src/model/config.ts";
 import { uploadModel } from "../../src/model/device-weights.ts";
 import { loadModel } from "../../src/model/load.ts";
+import { firstLayers } from "../model/model-files.ts";
+import { Engine } from "../../src/engine/engine.ts";
 
 const modelPath = `${projectRoot}/models/stories260K.gguf`;
 const model = await loadModel(modelPath);
-/** The first two of stories260K's five layers: a cheap draft that agrees with the model often, not always. */
-const shallow: LoadedModel = { ...model, config: { ...model.config, numLayers: 2 }, weights: { ...model.weights, layers: model.weights.layers.slice(0, 2) } };
+/** The first two of stories260K's five layers. */
+const shallow: LoadedModel = firstLayers(model, 2);
 const encode = (text: string) => model.tokenizer.encode(text, { addBos: true });
 const STORY = encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park.");
 const PROMPTS = [STORY, encode("Tom had a red ball. He liked to"), encode("The sun was shining and the birds")];
@@ -80,6 +82,21 @@ test("Engine with a draft model keeps a grammar's, penalties' and log probabilit
     assert.match(r.text, /^[a-z ]*$/);
     r.logprobs!.forEach((lp, k) => assert.ok(Math.abs(lp.logprob - plain.out[i].logprobs![k].logprob) < 1e-4, `request ${i} token ${k}`));
   });
+});
+
+test("Engine whose draft model fails decodes as without drafts and counts the failures", async () => {
+  const backend = createReferenceBackend();
+  const runner = modelStepRunner(backend, uploadModel(backend, model), allocatePagedKv(backend, model.config, 128, 4, "f32"));
+  const failing: StepRunner = { numBlocks: 64, blockSize: 4, run: () => Promise.reject(new Error("device lost")), close: () => {} };
+  const e = new Engine({ runner, config: model.config, tokenizer: model.tokenizer, speculative: spec(3), draft: { runner: failing, contextLength: 1024 } });
+  try {
+    const out = await Promise.all(greedyReqs.map((r) => e.submit(r).result));
+    assert.deepEqual(out.map((r) => r.tokenIds), plainGreedy.tokens);
+    assert.equal(e.metrics.specDraftTokens, 0);
+    assert.ok(e.metrics.stepErrors > 0, "the failures are counted");
+  } finally {
+    await e.stop();
+  }
 });
 
 /**

@@ -15,6 +15,7 @@ import type { NgramSpeculation, Speculation } from "../../src/engine/ngram-draft
 import type { LoadedModel } from "../../src/model/config.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
+import { firstLayers } from "../model/model-files.ts";
 
 const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
 const tale = "Once upon a time, there was a little girl named Lily. She liked to play with her ball in the park.";
@@ -22,7 +23,7 @@ const prompt = model.tokenizer.encode(`${tale} ${tale} ${tale.slice(0, 40)}`, { 
 const NGRAM: NgramSpeculation = { method: "ngram", numTokens: 5, maxN: 4, minN: 2 };
 const { gpu, why, skip } = await poisonedWebGpu("the WebGPU speculative decoding tests");
 
-const shallow: LoadedModel = { ...model, config: { ...model.config, numLayers: 2 }, weights: { ...model.weights, layers: model.weights.layers.slice(0, 2) } };
+const shallow: LoadedModel = firstLayers(model, 2);
 
 async function run(req: Partial<GenerateRequest>, speculative?: Speculation): Promise<{ result: GenerateResult; accepted: number }> {
   if (!gpu) throw new Error(`No WebGPU adapter: ${why}`);

@@ -577,3 +577,8 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     chat_template: "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}",
   }));
 }
+
+/** `model` cut to its first `n` layers: a cheap draft that agrees with the whole model often, not always. */
+export function firstLayers<M extends { config: { numLayers: number }; weights: { layers: readonly unknown[] } }>(model: M, n: number): M {
+  return { ...model, config: { ...model.config, numLayers: n }, weights: { ...model.weights, layers: model.weights.layers.slice(0, n) } };
+}
