@@ -3,7 +3,7 @@
  * cache, and sizes the block pool from a block count or a memory budget.
  */
 import type { Backend } from "../backend/types.ts";
-import type { LoadedModel } from "../model/config.ts";
+import type { LoadedModel, ModelConfig } from "../model/config.ts";
 import { freeDeviceModel, uploadModel } from "../model/device-weights.ts";
 import { Engine, type EngineOptions } from "./engine.ts";
 import { modelStepRunner, type StepRunner } from "./engine-runner.ts";
@@ -27,11 +27,25 @@ export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "con
   mixedStepOverheadMs?: number;
 }
 
-/** Blocks for a memory budget (of KV in `dtype`), or by default enough for 64 sequences at full context. */
-export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: KvDType = "f32"): number {
+/** A draft model's part of the KV cache: its config and the element type of its cache. */
+export interface DraftKvShape {
+  config: ModelConfig;
+  dtype: KvDType;
+}
+
+/**
+ * Blocks for a memory budget (of KV in `dtype`), or by default enough for 64 sequences at full
+ * context. With `draft`, each block's bytes include the draft model's block as well (the proposer
+ * gets as many blocks as the engine), so target and draft caches together fit the budget, as vLLM
+ * counts the draft's layers in its KV cache.
+ */
+export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: KvDType = "f32", draft?: DraftKvShape): number {
   const bs = o.blockSize ?? DEFAULT_BLOCK_SIZE;
   if (o.numBlocks !== undefined) return o.numBlocks;
-  if (o.kvMemoryBytes !== undefined) return Math.max(1, Math.floor(o.kvMemoryBytes / kvBytesPerBlock(model.config, bs, dtype)));
+  if (o.kvMemoryBytes !== undefined) {
+    const perBlock = kvBytesPerBlock(model.config, bs, dtype) + (draft ? kvBytesPerBlock(draft.config, bs, draft.dtype) : 0);
+    return Math.max(1, Math.floor(o.kvMemoryBytes / perBlock));
+  }
   const ctx = Math.min(o.maxModelLen ?? model.config.contextLength, model.config.contextLength);
   return Math.ceil(ctx / bs) * 64 + 1;
 }
@@ -48,12 +62,13 @@ export function createEngine(backend: Backend, model: LoadedModel, o: CreateEngi
  * Engines sharing one upload of `model`'s weights on `backend`, each with its own KV cache and
  * options (the workers of an in-process cluster). The weights are freed when the last one stops.
  * Those speculating with a draft model share one upload of `draft` too, each with its own draft KV
- * cache of as many blocks as its own.
+ * cache of as many blocks as its own (a `kvMemoryBytes` budget covers both caches).
  */
 export function createEngines(backend: Backend, model: LoadedModel, opts: readonly CreateEngineOptions[], draft?: LoadedModel): Engine[] {
   const dtypes = opts.map((o) => resolveKvDtype(backend, model.config, o.kvCacheDtype));
+  const drafts = opts.map((o) => (o.speculative?.method === "draft_model" && draft ? { config: draft.config, dtype: resolveKvDtype(backend, draft.config, o.kvCacheDtype) } : undefined));
   const sizes = opts.map((o, i) => {
-    const numBlocks = kvBlockCount(model, o, dtypes[i]);
+    const numBlocks = kvBlockCount(model, o, dtypes[i], drafts[i]);
     if (!Number.isInteger(numBlocks) || numBlocks < 2) throw new RangeError(`The KV cache needs at least 2 blocks, got ${numBlocks}`);
     return numBlocks;
   });
@@ -73,7 +88,7 @@ export function createEngines(backend: Backend, model: LoadedModel, opts: readon
     });
     let draftRunner: StepRunner | undefined;
     if (o.speculative?.method === "draft_model") {
-      const draftKv = allocatePagedKv(backend, draft!.config, sizes[i], blockSize, resolveKvDtype(backend, draft!.config, o.kvCacheDtype));
+      const draftKv = allocatePagedKv(backend, draft!.config, sizes[i], blockSize, drafts[i]!.dtype);
       draftRunner = modelStepRunner(backend, draftDevice!, draftKv, () => {
         freePagedKv(backend, draftKv);
         if (--openDrafts === 0) freeDeviceModel(backend, draftDevice!);

@@ -241,7 +241,9 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   // known in advance) each worker gets the whole fraction.
   const kvShare = Math.max(1, workers);
   // Checked at the smallest dtype the choice allows; the engine refuses a budget short of 2 blocks in the dtype it takes.
-  const smallestKv = kvBytesPerBlock(model.config, undefined, o.kvCacheDtype === "f32" ? "f32" : "f16");
+  const smallestDtype = o.kvCacheDtype === "f32" ? "f32" : "f16";
+  // A draft model's cache has as many blocks as the model's, from the same budget (engine-factory.ts kvBlockCount).
+  const smallestKv = kvBytesPerBlock(model.config, undefined, smallestDtype) + (draft ? kvBytesPerBlock(draft.config, undefined, smallestDtype) : 0);
   if (o.kvBlocks === undefined && kvMemoryBytes !== undefined && kvMemoryBytes / kvShare < 2 * smallestKv) {
     throw new RangeError(`--kv-memory-fraction ${o.kvMemoryFraction} leaves room for fewer than 2 KV blocks per worker`);
   }

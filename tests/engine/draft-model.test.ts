@@ -12,7 +12,7 @@ import type { StepEntry } from "../../src/engine/scheduler-types.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { modelStepRunner, type StepRunner } from "../../src/engine/engine-runner.ts";
 import type { GenerateRequest } from "../../src/engine/engine-types.ts";
-import { allocatePagedKv } from "../../src/engine/kv-cache.ts";
+import { allocatePagedKv, kvBytesPerBlock } from "../../src/engine/kv-cache.ts";
 import { parseSpeculativeConfig, SpeculationConfigError } from "../../src/engine/ngram-draft.ts";
 import type { LoadedModel } from "../../src/model/config.ts";
 import { uploadModel } from "../../src/model/device-weights.ts";
@@ -251,4 +251,22 @@ test("parseSpeculativeConfig() reads vLLM's draft_model keys", () => {
 
 test("createEngine() refuses draft_model speculation without the draft model", () => {
   assert.throws(() => createEngine(createReferenceBackend(), model, { numBlocks: 16, speculative: spec(2) }), /needs the draft model loaded/);
+});
+
+test("createEngine() fits the draft model's KV cache in the same memory budget as the model's", async () => {
+  const perBlock = kvBytesPerBlock(model.config, 16, "f16") + kvBytesPerBlock(shallow.config, 16, "f16");
+  const budget = 30 * perBlock + perBlock / 2;
+  const drafting = createEngine(createReferenceBackend(), model, { kvMemoryBytes: budget, speculative: spec(2) }, shallow);
+  const plain = createEngine(createReferenceBackend(), model, { kvMemoryBytes: budget });
+  try {
+    assert.equal(drafting.kvCacheDtype, "f16");
+    assert.equal(drafting.stats().kvTotalBlocks, 30);
+    assert.equal(plain.stats().kvTotalBlocks, Math.floor(budget / kvBytesPerBlock(model.config, 16, "f16")));
+    // A block count given outright is the model's, and the draft's cache matches it.
+    const counted = createEngine(createReferenceBackend(), model, { numBlocks: 12, speculative: spec(2) }, shallow);
+    assert.equal(counted.stats().kvTotalBlocks, 12);
+    await counted.stop();
+  } finally {
+    await Promise.all([drafting.stop(), plain.stop()]);
+  }
 });
