@@ -1,7 +1,8 @@
 /**
  * What draft-model speculation buys: greedy decoding of `--requests` concurrent requests (`--tokens`
  * each, ignore_eos) with no speculation and with a draft model proposing k = 2 and 4 tokens a step
- * (`num_speculative_tokens_schedule` "constant"), and up to 4 under the default "heuristic" schedule.
+ * (`num_speculative_tokens_schedule` "constant"), up to 4 under the default "heuristic" schedule, and
+ * up to 4 and 8 under the "cost" schedule (draft-schedule.ts).
  *
  * A real target/draft pair (a 70B model and its 1B sibling) cannot be had here, so the pair is built
  * to have the two things that decide the gain, both printed: the draft costs a fraction of the target
@@ -62,6 +63,8 @@ const modes: [string, DraftModelSpeculation | undefined][] = [
   ["k = 2 constant", { method: "draft_model", model: path, numTokens: 2, schedule: "constant" }],
   ["k = 4 constant", { method: "draft_model", model: path, numTokens: 4, schedule: "constant" }],
   ["k ≤ 4 heuristic", { method: "draft_model", model: path, numTokens: 4 }],
+  ["k ≤ 4 cost", { method: "draft_model", model: path, numTokens: 4, schedule: "cost" }],
+  ["k ≤ 8 cost", { method: "draft_model", model: path, numTokens: 8, schedule: "cost" }],
 ];
 const walls: number[][] = modes.map(() => []);
 const outside: number[][] = modes.map(() => []);

@@ -17,6 +17,7 @@ import { loadModel } from "../model/load.ts";
 import type { LoadOptions } from "../model/weights.ts";
 import { GREEDY_ROW, type StepRunner } from "./engine-runner.ts";
 import type { StepEntry } from "./scheduler-types.ts";
+import { type AcceptanceCounts, DraftLengthTuner } from "./draft-schedule.ts";
 
 /** Draft-model speculation (the engine's `speculative` option; vLLM's `--speculative-config` names in comments). */
 export interface DraftModelSpeculation {
@@ -32,9 +33,11 @@ export interface DraftModelSpeculation {
    * `num_assistant_tokens_schedule`): "heuristic" (default) starts at `numTokens`, adds 2 after a
    * draft accepted whole and takes 1 off after one that was not (1 at least), and after a draft of
    * one token rejected outright, pauses that sequence's drafts for 1, 2, 4 … 16 steps; "constant"
-   * always drafts `numTokens` (vLLM's behaviour).
+   * always drafts `numTokens` (vLLM's behaviour); "cost" drafts, each round, the length (0 to
+   * `numTokens`) of most expected tokens per second from measured acceptance and step times
+   * (draft-schedule.ts).
    */
-  schedule?: "heuristic" | "constant";
+  schedule?: "heuristic" | "constant" | "cost";
 }
 
 /** A draft model that cannot serve a target: names both files and what differs. */
@@ -92,6 +95,8 @@ interface DraftState {
   /** Proposals to skip before drafting again, and drafts of one token rejected in a row (the schedule's pause). */
   pause: number;
   misses: number;
+  /** Its recent acceptance (the "cost" schedule). */
+  acceptance?: AcceptanceCounts;
 }
 
 /** A sequence drafting this round: what it asked, its state, and its draft so far. */
@@ -111,20 +116,33 @@ export class DraftModelProposer {
   private readonly idle = new Set<DraftState>();
   private readonly free: number[];
   private round = 0;
+  /** The "cost" schedule's measurements (undefined under the others). */
+  private readonly tuner: DraftLengthTuner | undefined;
 
   /**
    * @param runner the draft model's step runner, with its own KV cache
    * @param targetVocab the target's embedding rows: a draft token past them ends the draft
    * @param contextLength the draft model's context: drafts stop short of it (no drafts for sequences
    *   past it, as in vLLM): positions it never learned would make poor guesses
+   * @param now milliseconds, to time the draft model's forwards (the "cost" schedule)
    */
   constructor(
     private readonly runner: StepRunner,
     private readonly targetVocab: number,
     private readonly contextLength = Infinity,
     private readonly schedule: Required<Pick<DraftModelSpeculation, "numTokens" | "schedule">> = { numTokens: Infinity, schedule: "constant" },
+    private readonly now: () => number = () => performance.now(),
   ) {
     this.free = Array.from({ length: runner.numBlocks }, (_, i) => runner.numBlocks - 1 - i);
+    this.tuner = schedule.schedule === "cost" ? new DraftLengthTuner({ maxTokens: schedule.numTokens }) : undefined;
+  }
+
+  /**
+   * A target step of decodes only, `rows` rows (draft rows included) in `seconds`: the "cost"
+   * schedule's measure of what a draft token costs to verify.
+   */
+  observeTargetStep(rows: number, seconds: number): void {
+    this.tuner?.observeTarget(rows, seconds);
   }
 
   /**
@@ -138,16 +156,18 @@ export class DraftModelProposer {
     const round = ++this.round;
     const bs = this.runner.blockSize;
     const asking: { want: DraftWant; st: DraftState }[] = [];
-    for (const w of wants) {
-      if (w.limit <= 0 || w.tokens.length === 0) continue;
-      const st = this.stateOf(w.seqId, w.tokens);
+    const eligible = wants.filter((w) => w.limit > 0 && w.tokens.length > 0).map((w) => ({ w, st: this.stateOf(w.seqId, w.tokens) }));
+    const tuner = this.tuner;
+    // The "cost" schedule: one length for the round, as the drafts run chained together.
+    const roundLength = tuner ? tuner.length(eligible.map(({ st }) => tuner.acceptance(st.acceptance))) : Infinity;
+    for (const { w, st } of eligible) {
       st.used = round;
       if (st.pause > 0) {
         st.pause--;
         continue;
       }
       // Positions past the draft model's context are not drafted: its last fed one is tokens + limit - 2.
-      const want = { ...w, limit: Math.min(w.limit, st.k, this.contextLength + 1 - w.tokens.length) };
+      const want = { ...w, limit: Math.min(w.limit, st.k, roundLength, this.contextLength + 1 - w.tokens.length) };
       if (want.limit <= 0) continue;
       // Kept: the fed tokens that still agree, short of the last (its row samples the first draft token).
       st.fed.length = Math.min(commonPrefix(st.fed, want.tokens), want.tokens.length - 1);
@@ -171,8 +191,9 @@ export class DraftModelProposer {
         for (const { want, st } of lagging) st.fed.push(...want.tokens.slice(st.fed.length, st.fed.length + CATCH_UP_CHUNK));
       }
       const first = live.map(({ want, st }) => this.entry(want.seqId, st, want.tokens.slice(st.fed.length), true));
-      if (chained) await this.draftChained(live, first, steps);
-      else await this.draftStepwise(live, first);
+      const t0 = this.now();
+      const forwards = chained ? (await this.draftChained(live, first, steps), steps) : await this.draftStepwise(live, first);
+      this.tuner?.observeDraft(forwards, (this.now() - t0) / 1000);
     } catch (e) {
       // Their draft KV may be half written: forgotten, so nothing relies on it.
       for (const { want } of live) this.drop(want.seqId);
@@ -187,11 +208,16 @@ export class DraftModelProposer {
 
   /**
    * How the target verified the sequence's last draft: `accepted` of its `drafted` tokens. Moves the
-   * sequence's draft length as the schedule says (DraftModelSpeculation.schedule).
+   * sequence's draft length as the schedule says (DraftModelSpeculation.schedule), or under "cost"
+   * its measured acceptance.
    */
   observe(seqId: number, drafted: number, accepted: number): void {
     const st = this.states.get(seqId);
     if (!st || drafted === 0 || this.schedule.schedule === "constant") return;
+    if (this.tuner) {
+      st.acceptance = this.tuner.observeAcceptance(st.acceptance, drafted, accepted);
+      return;
+    }
     if (accepted === drafted) {
       st.k = Math.min(this.schedule.numTokens, st.k + 2);
       st.misses = 0;
@@ -212,8 +238,11 @@ export class DraftModelProposer {
     });
   }
 
-  /** One forward and one read per draft token; a sequence stops at its limit or at a token past the target's vocabulary. */
-  private async draftStepwise(live: LiveDraft[], first: StepEntry[]): Promise<void> {
+  /**
+   * One forward and one read per draft token; a sequence stops at its limit or at a token past the
+   * target's vocabulary. Returns the forwards run.
+   */
+  private async draftStepwise(live: LiveDraft[], first: StepEntry[]): Promise<number> {
     let ids = await this.run(first);
     live.forEach((l, i) => {
       l.st.fed.push(...l.want.tokens.slice(l.st.fed.length));
@@ -221,7 +250,7 @@ export class DraftModelProposer {
     });
     for (let k = 1; ; k++) {
       const going = live.filter((l) => l.want.limit > k && l.draft[k - 1] < this.targetVocab);
-      if (going.length === 0) break;
+      if (going.length === 0) return k;
       ids = await this.run(going.map(({ want, st, draft }) => this.entry(want.seqId, st, [draft[k - 1]], true)));
       going.forEach((l, i) => {
         l.st.fed.push(l.draft[k - 1]);

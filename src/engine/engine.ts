@@ -124,7 +124,7 @@ export class Engine implements ServingEngine {
     if (opts.speculative?.method === "draft_model") {
       if (!opts.draft) throw new RangeError(`Speculative method "draft_model" needs the draft model's runner (engine-factory.ts builds it from "${opts.speculative.model}")`);
       const { numTokens, schedule } = opts.speculative;
-      this.drafter = new DraftModelProposer(opts.draft.runner, opts.config.vocabSize, opts.draft.contextLength, { numTokens, schedule: schedule ?? "heuristic" });
+      this.drafter = new DraftModelProposer(opts.draft.runner, opts.config.vocabSize, opts.draft.contextLength, { numTokens, schedule: schedule ?? "heuristic" }, this.now);
     }
     this.budgetMasks = new BudgetMasks(opts.config.vocabSize);
     this.adapters = new EngineAdapters(r);
@@ -383,8 +383,11 @@ export class Engine implements ServingEngine {
         await this.swapKv(plan);
         const t0 = this.now();
         sampled = await this.opts.runner.run(plan.entries, rows, extras);
+        const seconds = (this.now() - t0) / 1000;
+        // What a draft token costs to verify, for a schedule that weighs it (draft-schedule.ts).
+        if (this.drafter && plan.entries.every((e) => !e.prefill)) this.drafter.observeTargetStep(plan.entries.reduce((n, e) => n + e.tokens.length, 0), seconds);
         if (this.opts.onStep || this.mixing) {
-          record = { ...stepShapeOf(plan.entries), seconds: (this.now() - t0) / 1000, startS: t0 / 1000 };
+          record = { ...stepShapeOf(plan.entries), seconds, startS: t0 / 1000 };
           if (this.mixing) this.scheduler.stepMixing = this.mixing.observe(record);
         }
       } catch (e) {

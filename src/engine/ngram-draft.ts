@@ -64,8 +64,8 @@ export function checkSpeculation<S extends Speculation>(s: S): S {
     whole("num_speculative_tokens", s.numTokens, 1, 32);
     if (typeof s.model !== "string" || s.model === "") throw new SpeculationConfigError(`The speculative model must be the path of a draft model, got ${JSON.stringify(s.model)}`);
     if (s.disableByBatchSize !== undefined) whole("disable_by_batch_size", s.disableByBatchSize, 1, 1 << 20);
-    if (s.schedule !== undefined && s.schedule !== "heuristic" && s.schedule !== "constant") {
-      throw new SpeculationConfigError(`The speculative num_speculative_tokens_schedule must be "heuristic" or "constant", got ${JSON.stringify(s.schedule)}`);
+    if (s.schedule !== undefined && s.schedule !== "heuristic" && s.schedule !== "constant" && s.schedule !== "cost") {
+      throw new SpeculationConfigError(`The speculative num_speculative_tokens_schedule must be "heuristic", "constant" or "cost", got ${JSON.stringify(s.schedule)}`);
     }
     return s;
   }

@@ -59,6 +59,10 @@ test("Engine with a shallower draft model keeps the model's own tokens, greedy a
   const seeded = await generate(seededReqs, spec(3), shallow);
   assert.deepEqual(seeded.tokens, plainSeeded.tokens, "rejected draft rows give their uniforms back");
   assert.notDeepEqual(plainSeeded.tokens, plainGreedy.tokens);
+  for (const schedule of ["cost", "constant"] as const) {
+    assert.deepEqual((await generate(greedyReqs, { ...spec(3), schedule }, shallow)).tokens, plainGreedy.tokens, schedule);
+    assert.deepEqual((await generate(seededReqs, { ...spec(3), schedule }, shallow)).tokens, plainSeeded.tokens, schedule);
+  }
 });
 
 test("Engine with a draft model keeps a grammar's, penalties' and log probabilities' tokens", async () => {
@@ -221,6 +225,26 @@ test("DraftModelProposer.observe() lengthens drafts accepted whole, shortens the
   assert.equal((await constant.propose([{ seqId: 1, tokens: STORY, limit: 8 }])).get(1)?.length, 5);
 });
 
+test("DraftModelProposer.propose() under the cost schedule stops drafting where drafts fail and keeps drafting long where they pass", async () => {
+  // Each proposal round measures 5 ms for its forwards; target steps cost 50 ms and 1 ms a row.
+  const proposer = () => {
+    let ms = 0;
+    return new DraftModelProposer(recordingRunner(32).runner, model.config.vocabSize, Infinity, { numTokens: 4, schedule: "cost" }, () => (ms += 5));
+  };
+  const lengths = async (p: DraftModelProposer, accept: (n: number) => number) => {
+    const out: number[] = [];
+    for (let round = 1; round <= 9; round++) {
+      const n = (await p.propose([{ seqId: 1, tokens: STORY, limit: 8 }])).get(1)?.length ?? 0;
+      out.push(n);
+      if (n > 0) p.observe(1, n, accept(n));
+      if (round === 1) for (const rows of [1, 5, 2, 4]) p.observeTargetStep(rows, 0.05 + 0.001 * rows);
+    }
+    return out;
+  };
+  assert.deepEqual(await lengths(proposer(), () => 0), [4, 0, 0, 0, 0, 0, 0, 1, 0], "the longest until measured, then none but a probe every 8 rounds");
+  assert.deepEqual(await lengths(proposer(), (n) => n), [4, 4, 4, 4, 4, 4, 4, 3, 4], "the longest, and one shorter every 8 rounds");
+});
+
 test("checkDraftVocabulary() refuses a draft model whose tokens differ", () => {
   const swapped = {
     ...model, source: "other.gguf",
@@ -246,7 +270,7 @@ test("parseSpeculativeConfig() reads vLLM's draft_model keys", () => {
   refuses('{"method": "draft_model", "model": "d.gguf", "num_speculative_tokens": 4, "prompt_lookup_max": 3}', /Unknown speculative config key "prompt_lookup_max" for method "draft_model"/);
   refuses('{"method": "draft_model", "model": 3, "num_speculative_tokens": 4}', /got 3/);
   assert.equal((parseSpeculativeConfig('{"model": "d.gguf", "num_speculative_tokens": 2, "num_speculative_tokens_schedule": "constant"}') as DraftModelSpeculation).schedule, "constant");
-  refuses('{"model": "d.gguf", "num_speculative_tokens": 2, "num_speculative_tokens_schedule": "dynamic"}', /num_speculative_tokens_schedule must be "heuristic" or "constant", got "dynamic"/);
+  refuses('{"model": "d.gguf", "num_speculative_tokens": 2, "num_speculative_tokens_schedule": "dynamic"}', /num_speculative_tokens_schedule must be "heuristic", "constant" or "cost", got "dynamic"/);
 });
 
 test("createEngine() refuses draft_model speculation without the draft model", () => {
