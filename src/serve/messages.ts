@@ -9,7 +9,7 @@
  */
 import type { GenerateResult } from "../engine/engine-types.ts";
 import { ChatOutputStream } from "./chat-output.ts";
-import { ApiError } from "./errors.ts";
+import { ApiError, describe } from "./errors.ts";
 import { namedEventStream } from "./event-stream.ts";
 import { anthropicId, type MessageEvent, MessageOutput } from "./messages-output.ts";
 import type { ContentBlockIn, MessagesPrompt, MessagesRequest } from "./messages-schema.ts";
@@ -115,6 +115,10 @@ export function chatRequestOfMessages(body: MessagesPrompt & Partial<Pick<Messag
 export function submitMessages(ctx: ServeContext, body: MessagesRequest): MessagesTurn {
   const names = new Set(body.tools?.map((t) => t.name));
   if (names.size !== (body.tools?.length ?? 0)) throw new ApiError(400, "Tool names must be unique", "tools", "invalid_value");
+  // (Checked here so that the message quotes tool_choice as this API writes it, not as the chat API does.)
+  if ((body.tool_choice?.type === "any" || body.tool_choice?.type === "tool") && names.size === 0) {
+    throw new ApiError(400, `Forcing a tool call with tool_choice ${describe(body.tool_choice)} needs at least one function in tools`, "tool_choice", "invalid_value");
+  }
   return { id: anthropicId("msg"), submitted: submitChat(ctx, chatRequestOfMessages(body, ctx.tracksReasoning)), stopSequences: body.stop_sequences ?? [] };
 }
 

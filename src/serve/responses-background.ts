@@ -80,7 +80,14 @@ export class BackgroundRuns {
         const r = await generate(t, out, (events) => {
           if (run.status === "queued" && events.length > 0) {
             run.status = "in_progress";
-            run.emit([out.event("response.in_progress", { response: run.response() })]);
+            // The first batch was numbered as it was built, before this event: the event goes first,
+            // with the batch's first number, and the batch after it, so the numbers stay in order.
+            const started = out.event("response.in_progress", { response: { ...run.response(), output: [] } });
+            const numbers = [...events.map((e) => e.sequence_number), started.sequence_number];
+            const ordered = [started, ...events];
+            ordered.forEach((e, i) => (e.sequence_number = numbers[i]));
+            run.emit(ordered);
+            return;
           }
           run.emit(events);
         });

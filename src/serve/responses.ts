@@ -169,6 +169,9 @@ function submitTurn(ctx: ServeContext, chat: ChatRequest, truncation: ResponsesR
 /** Checks, converts and submits a Responses request. */
 export function submitResponse(ctx: ServeContext, state: ResponsesState, body: ResponsesRequest): ResponseTurn {
   checkSupported(body);
+  if (body.background && state.responses.capacity === 0) {
+    throw new ApiError(400, "A background response must be stored to be read back, and this server keeps no responses (it was started with --max-stored-responses 0); send the request without background = true", "background", "unsupported_parameter");
+  }
   const previousId = body.previous_response_id ?? null;
   const { history, session, conversation } = continued(state, body);
   const id = newId("resp");
@@ -179,6 +182,10 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
   const input = itemsToMessages(typeof given === "string" ? [{ role: "user", content: given }] : given, history);
   const topLogprobs = logprobsAsked(body);
   const { tools, namespaceOf } = functionTools(body.tools);
+  // (Checked here so that the message quotes tool_choice as this API writes it, not as the chat API does.)
+  if (body.tool_choice && body.tool_choice !== "auto" && body.tool_choice !== "none" && tools.length === 0) {
+    throw new ApiError(400, `Forcing a tool call with tool_choice ${describe(body.tool_choice)} needs at least one function in tools`, "tool_choice", "invalid_value");
+  }
   const chat = { ...chatRequestOf(body, history, input, sessionId, tools), ...(topLogprobs !== undefined ? { logprobs: true, top_logprobs: topLogprobs } : {}) };
   const inputItems = inputItemsOf(given as ResponsesRequest["input"]);
   if (conversation) checkRoom(state.conversations, conversation, inputItems, "input");
@@ -251,7 +258,8 @@ export async function generate(t: ResponseTurn, out: ResponseOutput, send: (even
   const r = await handle.result;
   if (r.error) return r;
   send(out.push(chat.end()));
-  send(out.finish(r.finishReason !== "length"));
+  // Cut by the token limit or cancelled, the open message is incomplete.
+  send(out.finish(r.finishReason !== "length" && r.finishReason !== "abort"));
   return r;
 }
 
@@ -262,7 +270,8 @@ export async function respondJson(ctx: ServeContext, state: ResponsesState, t: R
   const err = failure([r]);
   if (err) throw err;
   const response = responseJson(t, out, r);
-  settle(ctx, state, t, out, response);
+  // Aborted, the client hung up (app.ts `whole`): as for a stream, nothing is kept and no conversation extended.
+  if (r.finishReason !== "abort") settle(ctx, state, t, out, response);
   return response;
 }
 

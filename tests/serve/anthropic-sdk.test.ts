@@ -122,7 +122,9 @@ test("POST /v1/messages answers a client's mistakes with Anthropic's error shape
 test("POST /v1/messages refuses a forced tool_choice without tools or naming a tool not given", async () => {
   await withServer(async (client) => {
     for (const [tool_choice, tools, re] of [
-      [{ type: "any" }, undefined, /needs at least one function in tools/],
+      // The value is quoted as sent, not as the chat request it becomes ("required").
+      [{ type: "any" }, undefined, /tool_choice \{"type":"any"\} needs at least one function in tools/],
+      [{ type: "tool", name: "other" }, undefined, /tool_choice \{"type":"tool","name":"other"\} needs at least one function in tools/],
       [{ type: "tool", name: "other" }, TOOLS, /"other" named by tool_choice is not among the request's tools/],
     ] as const) {
       await assert.rejects(client.messages.create({ model: "scripted", max_tokens: 8, messages: [ASK], tool_choice, ...(tools ? { tools: [...tools] } : {}) }), (e: unknown) => {

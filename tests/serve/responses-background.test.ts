@@ -61,6 +61,8 @@ test("responses.cancel() stops a background response: cancelled, tokens so far k
     const cancelled = await client.responses.cancel(started.id);
     assert.equal(cancelled.status, "cancelled");
     assert.ok((cancelled.usage?.output_tokens ?? 0) < 6000, `stopped early: ${cancelled.usage?.output_tokens} tokens`);
+    // The message it was writing was cut: incomplete, as one cut by max_output_tokens is.
+    assert.deepEqual(cancelled.output.map((it) => it.type === "message" ? it.status : it.type), cancelled.output.length > 0 ? ["incomplete"] : []);
     assert.equal((await client.responses.retrieve(started.id)).status, "cancelled");
     assert.deepEqual(await client.responses.cancel(started.id), cancelled);
     // Only background responses can be cancelled; unknown ones are not found.
@@ -103,5 +105,65 @@ test("a background response's stream survives the client hanging up, and retriev
     // A plain stored response has no events to stream.
     const plain = await client.responses.create({ model: "looper", input: "Finish." });
     await rejects(client.responses.retrieve(plain.id, { stream: true }) as unknown as Promise<unknown>, 400, /has no events to stream/);
+  });
+});
+
+test("a background response's stream numbers its events in order: response.in_progress before the first output events", async () => {
+  await withServer(async (client) => {
+    const stream = await client.responses.create({ model: "looper", input: "Loop~", background: true, stream: true, max_output_tokens: 5 });
+    const events: OpenAI.Responses.ResponseStreamEvent[] = [];
+    for await (const e of stream) events.push(e);
+    assert.deepEqual(events.map((e) => e.sequence_number), events.map((_, i) => i), events.map((e) => `${e.sequence_number} ${e.type}`).join(", "));
+    assert.deepEqual(events.slice(0, 4).map((e) => e.type), ["response.created", "response.queued", "response.in_progress", "response.output_item.added"]);
+    const started = events[2];
+    assert.ok(started.type === "response.in_progress");
+    assert.deepEqual(started.response.output, [], "no output before its first item is added");
+    // Resumed after the in_progress event, the stream neither repeats it nor skips anything.
+    assert.ok(events[0].type === "response.created");
+    const resumed = await client.responses.retrieve(events[0].response.id, { stream: true, starting_after: 2 });
+    const seqs: number[] = [];
+    for await (const e of resumed) seqs.push(e.sequence_number);
+    assert.deepEqual(seqs, events.slice(3).map((e) => e.sequence_number));
+  });
+});
+
+test("POST /v1/responses refuses background = true when the server keeps no responses (--max-stored-responses 0)", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 1024, maxStoredResponses: 0 });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    await rejects(client.responses.create({ model: "looper", input: "Finish.", background: true }), 400, /--max-stored-responses 0/);
+    assert.equal((await client.responses.create({ model: "looper", input: "Finish." })).output_text, "Done.");
+  } finally {
+    await s.shutdown();
+  }
+});
+
+test("respondJson() keeps nothing of a whole response whose client hung up: not stored, its conversation not extended", async () => {
+  await withServer(async (client, url) => {
+    const conversation = await client.conversations.create({ items: [{ role: "user", content: "Hello." }] });
+    const hangUp = new AbortController();
+    const sent = fetch(`${url}/v1/responses`, {
+      method: "POST", headers: { "content-type": "application/json" }, signal: hangUp.signal,
+      body: JSON.stringify({ model: "looper", input: "Loop~", conversation: conversation.id, max_output_tokens: 6000 }),
+    }).catch((e: unknown) => e);
+    // Hung up once the generation has started (the session's tokens are being written).
+    for (let i = 0; i < 500; i++) {
+      const metrics = await (await fetch(`${url}/metrics`)).text();
+      if (/vllm:num_requests_running\{[^}]*\} 1/.test(metrics)) break;
+      await new Promise((wake) => setTimeout(wake, 10));
+    }
+    hangUp.abort();
+    assert.ok((await sent) instanceof Error);
+    // Once the server has seen it go, the conversation holds what it held before, as after a stream hung up.
+    for (let i = 0; i < 500; i++) {
+      const metrics = await (await fetch(`${url}/metrics`)).text();
+      if (/vllm:num_requests_running\{[^}]*\} 0/.test(metrics)) break;
+      await new Promise((wake) => setTimeout(wake, 10));
+    }
+    await new Promise((wake) => setTimeout(wake, 50));
+    const items = await client.conversations.items.list(conversation.id, { order: "asc" });
+    assert.deepEqual(items.data.map((it) => it.type === "message" ? it.role : it.type), ["user"]);
+    const next = await client.responses.create({ model: "looper", input: "Finish.", conversation: conversation.id });
+    assert.equal(next.output_text, "Done.");
   });
 });

@@ -271,6 +271,8 @@ test("POST /v1/responses refuses what it cannot honour with a 400 naming the fie
     await bad({ tools: [{ type: "web_serach" }] }, "tools[0].type", /web_serach/);
     await bad({ tool_choice: { type: "function" } }, "tool_choice", /tool_choice must be/);
     await bad({ tools: [WEATHER], tool_choice: { type: "function", name: "nope" } }, "tool_choice", /nope/);
+    // Quoted as sent, not as the chat request it becomes ({"type":"function","function":{...}}).
+    await bad({ tool_choice: { type: "function", name: "nope" } }, "tool_choice", /tool_choice \{"type":"function","name":"nope"\} needs at least one function in tools/);
     await bad({ text: { format: { type: "yaml" } } }, "text.format.type", /yaml/);
     await bad({ text: { format: { type: "json_schema", name: "x", schema: { type: "object", properties: { a: { type: "strnig" } } } } } }, "text.format", /.+/);
     await bad({ background: true, store: false }, "store", /A background response must be stored/);
