@@ -17,3 +17,18 @@ export function sumStats(all: readonly EngineStats[]): EngineStats {
   }
   return out;
 }
+
+/** The fields of EngineStats that are gauges (what a worker holds now), not counters. */
+const GAUGES = [
+  "waiting", "running", "kvUsedBlocks", "kvTotalBlocks", "swapUsedBlocks", "swapTotalBlocks", "kvHostBlocks", "kvHostCapacityBlocks", "kvHostBytes",
+] as const satisfies readonly (keyof EngineStats)[];
+
+/**
+ * `s` with its gauges at zero and its counters kept: what a worker that died or left still adds to
+ * the cluster's figures (its counters, so that cluster-wide counters never go back; none of its load).
+ */
+export function countersOf(s: EngineStats): EngineStats {
+  const out = { ...s, specAcceptedPerPos: [...(s.specAcceptedPerPos ?? [])] };
+  for (const k of GAUGES) out[k] = 0;
+  return out;
+}

@@ -28,6 +28,19 @@ import type { LoraAdapter } from "../model/lora.ts";
 
 export type { ClusterCounters, ClusterDecision, ClusterOptions } from "./cluster-types.ts";
 
+/**
+ * A loaded LoRA adapter: its cache namespace, its requests in flight, the workers that finished
+ * loading it, and when every load sent so far has settled (an unload waits for them, so that a worker
+ * still loading it when it is unloaded does not keep it).
+ */
+interface AdapterEntry {
+  adapter: LoraAdapter;
+  root: number;
+  inFlight: number;
+  loadedOn: Set<ClusterWorker>;
+  settled: Promise<void>;
+}
+
 /** Sessions remembered for affinity at most (oldest forgotten first). */
 const MAX_SESSIONS = 65536;
 
@@ -45,7 +58,9 @@ export class Cluster implements ServingEngine {
   /** New sessions that may still enter before the planner's next tick (its "admission" action). */
   private newSessionBudget = Infinity;
   /** LoRA adapters by name: what joining workers load, each one's cache namespace and requests in flight. */
-  private readonly adapters = new Map<string, { adapter: LoraAdapter; root: number; inFlight: number }>();
+  private readonly adapters = new Map<string, AdapterEntry>();
+  /** Unloads still under way, by name: a new load of the name waits for its own to end. */
+  private readonly unloading = new Map<string, Promise<void>>();
 
   /**
    * Takes the workers' engines already started (local or in threads), their steps wired to
@@ -107,9 +122,10 @@ export class Cluster implements ServingEngine {
     this.counters.joined++;
     // It serves an adapter's requests once it has loaded it (until then the router sends them elsewhere).
     for (const [name, a] of this.adapters) {
-      engine.loadAdapter(name, a.adapter).then(() => void (this.adapters.has(name) && w.adapters.add(name))).catch((e) => {
+      const load = this.loadOn(w, name, a).catch((e) => {
         console.error(`Worker ${engine.id} could not load the LoRA adapter "${name}": ${e instanceof Error ? e.message : String(e)}`);
       });
+      a.settled = Promise.all([a.settled, load]).then(() => {});
     }
     return w;
   }
@@ -123,14 +139,19 @@ export class Cluster implements ServingEngine {
     if (this.adapters.has(name)) throw new LoraAdapterError(`A LoRA adapter named "${name}" is already loaded`);
     // Registered at once (a second load of the name is refused; a worker joining meanwhile loads it
     // too); its requests go only to workers that have finished loading it.
-    const entry = { adapter, root: adapterRoot(adapter.fingerprint), inFlight: 0 };
+    let loaded!: () => void;
+    const entry: AdapterEntry = { adapter, root: adapterRoot(adapter.fingerprint), inFlight: 0, loadedOn: new Set(), settled: new Promise((r) => (loaded = r)) };
     this.adapters.set(name, entry);
-    const workers = this.set.all.filter((w) => w.engine.alive);
-    const done = await Promise.allSettled(workers.map((w) => w.engine.loadAdapter(name, adapter).then(() => void (this.adapters.get(name) === entry && w.adapters.add(name)))));
+    // An unload of the name still under way ends first (the workers must not have it twice).
+    await this.unloading.get(name);
+    const workers = this.adapters.get(name) === entry ? this.set.all.filter((w) => w.engine.alive) : [];
+    const loads = Promise.allSettled(workers.map((w) => this.loadOn(w, name, entry)));
+    void loads.then(() => loaded());
+    const done = await loads;
     const failed = done.findIndex((d) => d.status === "rejected");
     if (failed < 0) return;
-    this.adapters.delete(name);
-    await Promise.allSettled(this.set.all.filter((w) => w.adapters.delete(name)).map((w) => w.engine.unloadAdapter(name)));
+    // Unloaded meanwhile: that unload lets go of it on the workers that have it.
+    if (this.adapters.get(name) === entry) await this.dropAdapter(name, entry);
     const why = (done[failed] as PromiseRejectedResult).reason;
     throw new LoraAdapterError(`Worker ${workers[failed].id} could not load the LoRA adapter "${name}": ${why instanceof Error ? why.message : String(why)}`);
   }
@@ -140,9 +161,33 @@ export class Cluster implements ServingEngine {
     const a = this.adapters.get(name);
     if (!a) throw new LoraAdapterError(`The LoRA adapter "${name}" is not loaded`, true);
     if (a.inFlight > 0) throw new LoraAdapterError(`The LoRA adapter "${name}" is in use by ${a.inFlight} request${a.inFlight === 1 ? "" : "s"}; unload it when they end`);
+    await this.dropAdapter(name, a);
+  }
+
+  /** Loads `entry` as `name` on worker `w`; it serves the adapter's requests from then on, unless the adapter was unloaded meanwhile. */
+  private async loadOn(w: ClusterWorker, name: string, entry: AdapterEntry): Promise<void> {
+    await w.engine.loadAdapter(name, entry.adapter);
+    entry.loadedOn.add(w);
+    if (this.adapters.get(name) === entry) w.adapters.add(name);
+  }
+
+  /**
+   * Forgets the adapter `name` (its requests are refused from now on) and unloads it from every worker
+   * that loaded it, once the loads still under way have ended (a worker still loading it would
+   * otherwise keep it, and refuse the name for good).
+   */
+  private async dropAdapter(name: string, entry: AdapterEntry): Promise<void> {
     this.adapters.delete(name);
-    const holders = this.set.all.filter((w) => w.adapters.delete(name));
-    await Promise.allSettled(holders.map((w) => w.engine.unloadAdapter(name)));
+    for (const w of this.set.all) w.adapters.delete(name);
+    const prior = this.unloading.get(name);
+    const done = (async () => {
+      await prior;
+      await entry.settled;
+      await Promise.allSettled([...entry.loadedOn].map((w) => w.engine.unloadAdapter(name)));
+    })();
+    this.unloading.set(name, done);
+    await done;
+    if (this.unloading.get(name) === done) this.unloading.delete(name);
   }
 
   /** Names of the loaded adapters. */
@@ -234,9 +279,9 @@ export class Cluster implements ServingEngine {
     for (const t of w ? [w] : this.set.all) t.engine.markToolWait(sessionId, tool);
   }
 
-  /** Gauges and counters summed over workers. */
+  /** Gauges and counters summed over workers (counters include those of workers that have left). */
   stats(): EngineStats {
-    return sumStats(this.set.all.map((w) => w.engine.stats()));
+    return sumStats([...this.set.all.map((w) => w.engine.stats()), this.set.retiredCounters()]);
   }
 
   /** Sessions by status, summed over workers (undefined under LRU retention). */

@@ -15,6 +15,7 @@ import type { PrefixKv } from "../engine/prefix-transfer.ts";
 import type { QueueState, StepMixing } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import { spawnThread, type ThreadPort } from "../runtime/threads.ts";
+import { countersOf } from "./cluster-stats.ts";
 import { type FromWorker, type ModelLoad, prefixBuffers, type PortableEngineOptions, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
 
@@ -195,7 +196,8 @@ export class RemoteEngine implements WorkerEngine {
   private receive(m: FromWorker): void {
     switch (m.op) {
       case "state":
-        return this.absorb(m.state);
+        // Once failed or stopped, its figures are final (see fail).
+        return void (this.failure === undefined && this.absorb(m.state));
       case "accepted": {
         const p = this.requests.get(m.rid);
         if (p && m.sessionId !== undefined) p.sessionId = m.sessionId;
@@ -245,6 +247,15 @@ export class RemoteEngine implements WorkerEngine {
   private fail(e: Error): void {
     if (this.failure) return;
     this.failure = e;
+    // A dead worker holds no requests and no KV any more: its last report's gauges would stay in the
+    // cluster's figures (and /metrics) for good. Its counters stay, so that sums never go back.
+    if (this.state) {
+      const s = this.state;
+      const sessions = s.sessions && Object.fromEntries(Object.keys(s.sessions).map((k) => [k, 0]));
+      this.state = {
+        ...s, stats: countersOf(s.stats), queue: { waitingPrefillTokens: 0, oldestWaitS: 0, decoding: 0, prefilling: 0, waitingDecodes: 0 }, freeBlocks: 0, sessions,
+      };
+    }
     for (const [rid, p] of this.requests) {
       this.requests.delete(rid);
       p.queue.close();

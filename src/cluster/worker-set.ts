@@ -7,6 +7,8 @@ import { GlobalBlockIndex } from "../../kv/index.ts";
 import type { Role } from "../../planner/types.ts";
 import { ClusterWorker } from "./cluster-worker.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
+import type { EngineStats } from "../engine/engine-types.ts";
+import { countersOf, sumStats } from "./cluster-stats.ts";
 
 /** A cluster's workers and the global block index their KV events keep. */
 export class WorkerSet {
@@ -15,6 +17,9 @@ export class WorkerSet {
   private list: ClusterWorker[] = [];
   private readonly byId = new Map<string, ClusterWorker>();
   private readonly unsubscribe = new Map<string, () => void>();
+  /** Counters of the workers that have left, and the workers still stopping after they left. */
+  private retired: EngineStats = sumStats([]);
+  private readonly leaving = new Set<ClusterWorker>();
 
   constructor(private readonly initialPrefillRate: number, private readonly now: () => number) {}
 
@@ -48,12 +53,24 @@ export class WorkerSet {
     w.draining = true;
     const deadline = this.now() + drainMs;
     while (w.inFlight > 0 && w.engine.alive && this.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    this.leaving.add(w);
     this.list = this.list.filter((x) => x !== w);
     this.byId.delete(id);
     this.unsubscribe.get(id)?.();
     this.unsubscribe.delete(id);
     this.index.removeWorker(id);
     await w.engine.stop().catch(() => {});
+    this.retired = sumStats([this.retired, countersOf(w.engine.stats())]);
+    this.leaving.delete(w);
     return true;
+  }
+
+  /**
+   * The counters of every worker that has left (gauges zero): the cluster adds them to its workers'
+   * sums, so that its counters (preemptions, prefix-cache queries, drafts, ...) never go back when a
+   * worker leaves.
+   */
+  retiredCounters(): EngineStats {
+    return sumStats([this.retired, ...[...this.leaving].map((w) => countersOf(w.engine.stats()))]);
   }
 }

@@ -137,6 +137,12 @@ export class WaitingQueue {
       const hit = swapped > 0 || seq.hints.wholePrompt ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
       // The hit reaching the last block is the cached run a held last block needs (handedOff's probe).
       const tail = swapped > 0 || seq.hints.wholePrompt || hit.length !== tailBlockIndex(seq.tokens.length, bs) || !isFresh(seq) ? null : this.kv.takeHandoffTail?.(seq.tokens, seq.hints.cacheRoot) ?? null;
+      // A block held for it behind a run evicted since is of no use: the prompt is prefilled as any
+      // other, so it goes now (else it stays held, and counted in use, until another hand-off comes).
+      if (tail === null && swapped === 0 && !seq.hints.wholePrompt && isFresh(seq) && hit.length < tailBlockIndex(seq.tokens.length, bs)) {
+        const stale = this.kv.takeHandoffTail?.(seq.tokens, seq.hints.cacheRoot) ?? null;
+        if (stale !== null) this.kv.release([stale]);
+      }
       const held = tail === null ? hit : [...hit, tail];
       const cached = swapped > 0 ? swapped : tail !== null ? seq.tokens.length - 1 : hit.length * bs;
       // A handed-off prompt's last token is computed again as a decode is, whatever the role allows.

@@ -98,3 +98,31 @@ test("Cluster.loadAdapter() on worker threads: each reads the adapter file and s
     await cl.stop();
   }
 });
+
+test("Cluster.unloadAdapter() while its load is under way: no worker keeps the adapter, and the name loads again", async () => {
+  const clusters = [
+    createCluster(createReferenceBackend(), model, { workers: 2, planner: "none", engine: { numBlocks: 64 } }),
+    await startThreadCluster(model, modelPath, "reference", { workers: 2, planner: "none", engine: { numBlocks: 64 } }),
+  ];
+  for (const cl of clusters) {
+    try {
+      for (const wait of [0, 1, 5]) {
+        // The unload comes before, while or after the workers load it (a thread reads the file meanwhile).
+        const load = cl.loadAdapter("a", adapter);
+        if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+        await cl.unloadAdapter("a");
+        await load;
+        assert.deepEqual(cl.adapterNames(), []);
+        assert.ok(cl.workers.every((w) => !w.adapters.has("a")));
+        // Before the fix a worker still loading it kept it, and refused the name from then on.
+        await cl.loadAdapter("a", adapter);
+        assert.ok(cl.workers.every((w) => w.adapters.has("a")));
+        const { streamed } = await run(cl, { ...greedy(STORY), adapter: "a" });
+        assert.deepEqual(streamed, merged);
+        await cl.unloadAdapter("a");
+      }
+    } finally {
+      await cl.stop();
+    }
+  }
+});

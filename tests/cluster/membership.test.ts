@@ -63,3 +63,19 @@ test("Cluster.removeWorker() without a drain takes the worker out at once and en
   assert.equal(after.result.error, undefined, "the cluster still serves on the other worker");
   await cl.stop();
 });
+
+test("Cluster.stats() keeps the counters of a worker that left, so they never go back, and drops its gauges", async () => {
+  const cl = new Cluster([engine("w-a"), engine("w-b")], { bytesPerBlock: kvBytesPerBlock(model.config), planner: null });
+  await Promise.all([0, 1, 2, 3].map((i) => run(cl, greedy(STORY.slice(0, 10 + i), 6))));
+  assert.ok(cl.workers.every((w) => w.engine.stats().steps > 0), "both workers served");
+  const before = cl.stats();
+  assert.equal(await cl.removeWorker("w-b"), true);
+  const after = cl.stats();
+  for (const k of ["prefixQueriedTokens", "prefixHitTokens", "preemptions", "recomputedTokens", "steps", "specDrafts"] as const) {
+    assert.ok(after[k] >= before[k], `${k} went back from ${before[k]} to ${after[k]} when a worker left`);
+  }
+  assert.equal(after.kvTotalBlocks, cl.workers[0].engine.stats().kvTotalBlocks, "the pool is the remaining worker's");
+  await run(cl, greedy(STORY, 4));
+  assert.ok(cl.stats().steps > after.steps);
+  await cl.stop();
+});

@@ -10,7 +10,7 @@ import { model } from "./fixtures.ts";
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A worker port the test answers by hand: what the cluster sent, and a way to reply. */
-function scriptedPort(): { port: ThreadPort; sent: ToWorker[]; reply: (m: FromWorker) => void } {
+function scriptedPort(): { port: ThreadPort; sent: ToWorker[]; reply: (m: FromWorker) => void; fail: (e: Error) => void } {
   const idle = createEngine(createReferenceBackend(), model, { numBlocks: 16 });
   const state: WorkerReport = {
     stats: idle.stats(), queue: { waitingPrefillTokens: 0, oldestWaitS: 0, decoding: 0, prefilling: 0, waitingDecodes: 0 }, freeBlocks: 16, sessions: undefined, stepMixing: "mixed",
@@ -18,6 +18,7 @@ function scriptedPort(): { port: ThreadPort; sent: ToWorker[]; reply: (m: FromWo
   };
   const sent: ToWorker[] = [];
   let toCluster: (m: unknown) => void = () => {};
+  let failPort: (e: Error) => void = () => {};
   const port: ThreadPort = {
     post(m) {
       sent.push(m as ToWorker);
@@ -28,10 +29,10 @@ function scriptedPort(): { port: ThreadPort; sent: ToWorker[]; reply: (m: FromWo
       if (msg.op === "stop") queueMicrotask(() => toCluster({ op: "reply", cid: msg.cid }));
     },
     onMessage: (fn) => (toCluster = fn),
-    onError: () => {},
+    onError: (fn) => (failPort = fn),
     close: () => Promise.resolve(),
   };
-  return { port, sent, reply: (m) => toCluster(m) };
+  return { port, sent, reply: (m) => toCluster(m), fail: (e) => failPort(e) };
 }
 
 test("RemoteEngine.submit() times the first and last tokens where the cluster receives them, not on the worker's clock", async () => {
@@ -74,5 +75,30 @@ test("RemoteEngine.submit() keeps the worker's result as it is when no token cam
   const r = await h.result;
   assert.equal(r.firstTokenS, undefined);
   assert.equal(r.finishReason, "abort");
+  await remote.stop();
+});
+
+test("RemoteEngine.stats() of a worker that died drops its last report's load and keeps its counters", async () => {
+  const { port, reply, fail } = scriptedPort();
+  const remote = await RemoteEngine.over(port, "w0", { path: "model.gguf" }, "reference", {}, () => {});
+  const h = remote.submit({ prompt: [1, 2, 3], maxTokens: 20, temperature: 0 });
+  const busy = (s: ReturnType<typeof remote.stats>) => ({
+    stats: { ...s, waiting: 1, running: 3, kvUsedBlocks: 5, steps: 7, preemptions: 2 },
+    queue: { waitingPrefillTokens: 40, oldestWaitS: 1, decoding: 3, prefilling: 0, waitingDecodes: 1 }, freeBlocks: 11, sessions: { running: 3, idle: 2 },
+    stepMixing: "mixed" as const, finished: [], promptTokens: 0, generationTokens: 0, events: [], steps: [],
+  });
+  reply({ op: "state", state: busy(remote.stats()) });
+  assert.equal(remote.stats().running, 3);
+  fail(new Error("read ECONNRESET"));
+  assert.equal(remote.alive, false);
+  assert.match((await h.result).error ?? "", /ECONNRESET/);
+  const s = remote.stats();
+  assert.deepEqual([s.waiting, s.running, s.kvUsedBlocks, s.kvTotalBlocks], [0, 0, 0, 0], "a dead worker holds no requests and no KV");
+  assert.deepEqual([s.steps, s.preemptions], [7, 2], "its counters stay");
+  assert.equal(remote.queueState().decoding, 0);
+  assert.deepEqual(remote.sessionStatusCounts(), { running: 0, idle: 0 });
+  // A report that was still on its way changes nothing.
+  reply({ op: "state", state: busy(remote.stats()) });
+  assert.equal(remote.stats().running, 0);
   await remote.stop();
 });

@@ -199,3 +199,18 @@ test("Scheduler with split steps prefills a handed-off prompt whose cached block
   const plan = sched.schedule();
   assert.deepEqual(plan.entries.map((e) => [e.seqId, e.tokens.length, e.prefill]), [[1, 10, true]], "a prefill step takes it whole");
 });
+
+test("Scheduler lets go of the block held for a handed-off prompt whose cached blocks were evicted, when it admits the prompt", () => {
+  const prompt = range(10, 100);
+  const { sched, pool, tails } = handedOff(prompt);
+  // Evict the cached blocks before the held one: take every free block, then give them back uncached.
+  pool.release(pool.tryAllocate(pool.numFreeBlocks())!);
+  assert.equal(pool.cachedPrefixTokens(prompt), 0);
+  sched.submit(1, prompt);
+  const plan = sched.schedule();
+  assert.deepEqual(plan.entries.map((e) => [e.seqId, e.tokens.length, e.prefill]), [[1, 10, true]], "prefilled whole");
+  assert.equal(tails.size, 0, "the held block went: nothing can take it any more");
+  sched.commit(plan, new Map([[1, 5]]));
+  sched.finish(1, "length");
+  assert.equal(pool.numUsedBlocks(), 0, "no block stays in use at idle");
+});
