@@ -57,6 +57,7 @@ class Context : public Napi::ObjectWrap<Context> {
                            InstanceMethod<&Context::PenalizeRepeats>("penalizeRepeats"),
                            InstanceMethod<&Context::Add>("add"),
                            InstanceMethod<&Context::SiluMul>("siluMul"),
+                           InstanceMethod<&Context::GeluMul>("geluMul"),
                            InstanceMethod<&Context::SwigluOai>("swigluOai"),
                            InstanceMethod<&Context::Rmsnorm>("rmsnorm"),
                            InstanceMethod<&Context::AddRmsnorm>("addRmsnorm"),

@@ -44,6 +44,15 @@ __global__ void silu_mul_kernel(const float* g, const float* u, size_t count, fl
     out[i] = silu(g[i]) * u[i];
 }
 
+// 0.5·x·(1 + tanh(y)) written as x·sigmoid(2y), y = √(2/π)(x + 0.044715x³): ggml's gelu.
+__global__ void gelu_mul_kernel(const float* g, const float* u, size_t count, float* out) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    const float x = g[i];
+    const float y2 = 1.5957691216057308f * (x + 0.044715f * x * x * x);
+    out[i] = x / (1.f + __expf(-y2)) * u[i];
+  }
+}
+
 __global__ void swiglu_oai_kernel(const float* g, const float* u, size_t count, float alpha, float limit, float* out) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
     const float x = fminf(g[i], limit);
@@ -247,6 +256,12 @@ cudaError_t add(const float* a, const float* b, size_t count, float* out, cudaSt
 cudaError_t silu_mul(const float* g, const float* u, size_t count, float* out, cudaStream_t s) {
   if (count == 0) return cudaSuccess;
   silu_mul_kernel<<<grid_for(count, 256), 256, 0, s>>>(g, u, count, out);
+  return cudaGetLastError();
+}
+
+cudaError_t gelu_mul(const float* g, const float* u, size_t count, float* out, cudaStream_t s) {
+  if (count == 0) return cudaSuccess;
+  gelu_mul_kernel<<<grid_for(count, 256), 256, 0, s>>>(g, u, count, out);
   return cudaGetLastError();
 }
 

@@ -37,6 +37,8 @@ cudaError_t penalize_repeats(float* logits, const int32_t* rows, const uint32_t*
                              int vocab, cudaStream_t s);
 cudaError_t add(const float* a, const float* b, size_t count, float* out, cudaStream_t s);
 cudaError_t silu_mul(const float* gate, const float* up, size_t count, float* out, cudaStream_t s);
+// gelu(gate) * up (tanh approximation, ggml's gelu).
+cudaError_t gelu_mul(const float* gate, const float* up, size_t count, float* out, cudaStream_t s);
 /** GPT-OSS's clamped SwiGLU: g = min(gate, limit), u = clamp(up, ±limit); g·sigmoid(alpha·g)·(u + 1). */
 cudaError_t swiglu_oai(const float* gate, const float* up, size_t count, float alpha, float limit, float* out, cudaStream_t s);
 cudaError_t rmsnorm(const float* x, const float* w, int rows, int cols, float eps, float* out, cudaStream_t s);

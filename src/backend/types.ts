@@ -191,6 +191,11 @@ export interface Backend {
   /** silu(gate) * up, elementwise, f32. */
   siluMul(gate: Tensor, up: Tensor): Tensor;
   /**
+   * gelu(gate) * up, elementwise, f32, with GELU's tanh approximation (ggml's `gelu`, PyTorch's
+   * `gelu(approximate="tanh")`): 0.5 · g · (1 + tanh(√(2/π) · (g + 0.044715 · g³))) (Gemma's GeGLU).
+   */
+  geluMul(gate: Tensor, up: Tensor): Tensor;
+  /**
    * GPT-OSS's clamped SwiGLU, elementwise, f32: with g = min(gate, limit) and u = clamp(up, -limit,
    * limit), g · sigmoid(alpha · g) · (u + 1) (ggml's `swiglu_oai`).
    */

@@ -7,12 +7,12 @@ import { type ExpertGroups, MAX_EXPERT_GROUPS, type MoeGating, type RopeLayout, 
 /**
  * Architectures the forward supports ("llama" includes Mixtral: a llama with {@link MoeConfig experts};
  * "glm4moe" is GLM-4.5/4.6/4.7's, "qwen2moe" Qwen1.5/Qwen2-MoE's and "deepseek2" DeepSeek V2/V3/R1's and
- * Kimi K2's, with {@link MlaConfig multi-head latent attention}).
+ * Kimi K2's, with {@link MlaConfig multi-head latent attention}; "gemma3" Gemma 3's text model).
  */
-export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss";
+export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3";
 
 /** Every {@link Architecture}, by the name GGUF files give it (`general.architecture`). */
-export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss"];
+export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3"];
 
 /**
  * Multi-head latent attention (DeepSeek V2/V3, Kimi K2). Each token's keys and values are one
@@ -84,13 +84,19 @@ export interface ExpertActivation {
 export const GPT_OSS_ACTIVATION: ExpertActivation = { kind: "swiglu-oai", alpha: 1.702, limit: 7 };
 
 /**
- * Sliding-window attention on some layers (GPT-OSS: 128 positions on every other layer): a query at
- * position p on a sliding layer sees positions p - size + 1..p (AttentionOptions.window).
+ * Sliding-window attention on some layers (GPT-OSS: 128 positions on every other layer; Gemma 3: 512
+ * or 1024 on five layers of six): a query at position p on a sliding layer sees positions
+ * p - size + 1..p (AttentionOptions.window).
  */
 export interface SlidingWindow {
   size: number;
   /** One entry per layer: true where the layer's attention slides. */
   layers: readonly boolean[];
+  /**
+   * The sliding layers' own RoPE base, with no frequency factors (Gemma 3: 10 000, while its global
+   * layers turn with `ropeTheta` and, from 4B up, linear scaling); absent: as every layer.
+   */
+  ropeTheta?: number;
 }
 
 /** The window of layer `i`'s attention, or undefined where it sees the whole context. */
@@ -183,8 +189,20 @@ export interface ModelConfig {
   outputBias?: boolean;
   /** Each layer has a learned sink logit per query head, `LayerWeights.sinks` (GPT-OSS; AttentionOptions.sinks). */
   attentionSinks?: boolean;
-  /** Sliding-window attention on some layers (GPT-OSS). */
+  /** Sliding-window attention on some layers (GPT-OSS, Gemma 3). */
   slidingWindow?: SlidingWindow;
+  /** Multiplies the token embeddings before the first layer (Gemma: √hiddenSize); absent: 1. */
+  embeddingScale?: number;
+  /**
+   * Each layer also norms its attention's and feed-forward's outputs before adding them to the
+   * residual stream (Gemma 2/3's "sandwich" norms, `LayerWeights.attnPostNorm` and `ffnPostNorm`).
+   */
+  postNorms?: boolean;
+  /**
+   * The dense feed-forward's gate activation: "silu" (SwiGLU, absent) or "gelu" (GeGLU with GELU's
+   * tanh approximation, Backend.geluMul: Gemma).
+   */
+  ffnActivation?: "silu" | "gelu";
   bosTokenId?: number;
   eosTokenIds: number[];
   /** Whether prompts start with BOS (GGUF tokenizer.ggml.add_bos_token; Llama yes, Qwen no). */
@@ -261,6 +279,9 @@ export interface LayerWeights<T> {
   bv?: T;
   qNorm?: T;
   kNorm?: T;
+  /** [hidden]: the norms of the attention's and the feed-forward's outputs ({@link ModelConfig.postNorms}). */
+  attnPostNorm?: T;
+  ffnPostNorm?: T;
   ffnNorm: T;
   wGate: T;
   wUp: T;

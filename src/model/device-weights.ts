@@ -56,6 +56,8 @@ function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeight
     bv: uploadOptional(backend, l.bv),
     qNorm: uploadOptional(backend, l.qNorm),
     kNorm: uploadOptional(backend, l.kNorm),
+    attnPostNorm: uploadOptional(backend, l.attnPostNorm),
+    ffnPostNorm: uploadOptional(backend, l.ffnPostNorm),
     ffnNorm: uploadVector(backend, l.ffnNorm),
     wGate: uploadMatrix(backend, l.wGate),
     wUp: uploadMatrix(backend, l.wUp),

@@ -1,7 +1,8 @@
 /**
  * One forward pass for the Llama / Qwen2 / Qwen3 family (dense, or with mixture-of-experts
  * feed-forwards: Mixtral, Qwen2-MoE, Qwen3-MoE, GLM-4.5; GPT-OSS's sliding windows, attention
- * sinks, biases and clamped SwiGLU; or DeepSeek V3 / Kimi K2's latent attention, attention-mla.ts)
+ * sinks, biases and clamped SwiGLU; Gemma 3's scaled embeddings, sandwich norms, GeGLU and sliding
+ * layers with their own RoPE base; or DeepSeek V3 / Kimi K2's latent attention, attention-mla.ts)
  * over a ragged batch, against the
  * Backend interface, with a paged KV cache. Everything a step needs is passed in explicitly.
  */
@@ -123,30 +124,54 @@ function attentionBlock(
     q = s.keep(backend.rmsnorm(q, l.qNorm, c.rmsNormEps));
     k = s.keep(backend.rmsnorm(k, l.kNorm, c.rmsNormEps));
   }
-  const f = model.ropeFreqFactors;
-  const qr = s.keep(backend.rope(q, step.positions, c.ropeTheta, c.ropeLayout, c.rotaryDim, f));
-  const kr = s.keep(backend.rope(k, step.positions, c.ropeTheta, c.ropeLayout, c.rotaryDim, f));
+  // Gemma 3's sliding layers turn with their own base and unscaled; the global ones with the model's.
+  const ownRope = window !== undefined ? c.slidingWindow?.ropeTheta : undefined;
+  const theta = ownRope ?? c.ropeTheta;
+  const f = ownRope === undefined ? model.ropeFreqFactors : undefined;
+  const qr = s.keep(backend.rope(q, step.positions, theta, c.ropeLayout, c.rotaryDim, f));
+  const kr = s.keep(backend.rope(k, step.positions, theta, c.ropeLayout, c.rotaryDim, f));
   backend.kvWrite(kr, v, kCache, vCache, step.slots);
   if (c.attentionSinks && !l.sinks) throw new ForwardInputError("The model config asks for attention sinks but the weights lack them");
   const scale = c.attentionScale ?? 1 / Math.sqrt(c.headDim);
   const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, scale, { window, sinks: l.sinks }));
   const o = s.keep(project(backend.reshape(att, [n, c.numHeads * c.headDim]), l.wo, l.bo, "wo"));
-  return backend.add(x, o);
+  return backend.add(x, postNorm(backend, model, l.attnPostNorm, o, s));
 }
 
-/** SwiGLU: down(silu(h · gateᵀ) ⊙ (h · upᵀ)); `project` adds adapter deltas (absent: plain matmuls, as the shared expert's). */
-function swiglu(backend: Backend, h: Tensor, wGate: Tensor, wUp: Tensor, wDown: Tensor, s: Scratch, project?: Project): Tensor {
+/** A block's output normed before the residual add where the model has sandwich norms (ModelConfig.postNorms). */
+function postNorm(backend: Backend, model: DeviceModel, weight: Tensor | undefined, y: Tensor, s: Scratch): Tensor {
+  if (!model.config.postNorms) return y;
+  if (!weight) throw new ForwardInputError("The model config asks for post-norms but the weights lack them");
+  return s.keep(backend.rmsnorm(y, weight, model.config.rmsNormEps));
+}
+
+/**
+ * SwiGLU: down(silu(h · gateᵀ) ⊙ (h · upᵀ)), or GeGLU with `gelu`; `project` adds adapter deltas
+ * (absent: plain matmuls, as the shared expert's).
+ */
+function swiglu(backend: Backend, h: Tensor, wGate: Tensor, wUp: Tensor, wDown: Tensor, s: Scratch, project?: Project, gelu = false): Tensor {
   const mm: Project = project ?? ((x, w) => backend.matmul(x, w));
   const gate = s.keep(mm(h, wGate, undefined, "wGate"));
   const up = s.keep(mm(h, wUp, undefined, "wUp"));
-  const act = s.keep(backend.siluMul(gate, up));
+  const act = s.keep(gelu ? backend.geluMul(gate, up) : backend.siluMul(gate, up));
   return mm(act, wDown, undefined, "wDown");
 }
 
 function mlpBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch, project: Project): Tensor {
   const h = s.keep(backend.rmsnorm(x, l.ffnNorm, model.config.rmsNormEps));
-  const down = s.keep(swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project));
-  return backend.add(x, down);
+  const down = s.keep(swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project, model.config.ffnActivation === "gelu"));
+  return backend.add(x, postNorm(backend, model, l.ffnPostNorm, down, s));
+}
+
+/** x scaled by `scale`, row by row (a one-expert combine: every backend has it). */
+function scaled(backend: Backend, x: Tensor, scale: number): Tensor {
+  const n = x.shape[0];
+  const weights = backend.upload(new Float32Array(n).fill(scale), [n, 1]);
+  try {
+    return backend.moeCombine(x, weights);
+  } finally {
+    backend.free(weights);
+  }
 }
 
 /**
@@ -192,7 +217,7 @@ function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>,
     }
     mixed = s.keep(backend.add(mixed, shared));
   }
-  return backend.add(x, mixed);
+  return backend.add(x, postNorm(backend, model, l.ffnPostNorm, mixed, s));
 }
 
 /**
@@ -269,6 +294,11 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       throw new ForwardInputError(`The step's device token ids hold ${step.tokenIds.shape[0]} rows, its entries ${flat.ids.length}`);
     }
     let x = backend.embedding(w.tokenEmbedding, step.tokenIds ?? tensors.ids);
+    if (c.embeddingScale !== undefined && c.embeddingScale !== 1) {
+      const raw = x;
+      x = scaled(backend, raw, c.embeddingScale);
+      backend.free(raw);
+    }
     for (let i = 0; i < c.numLayers; i++) {
       const l = w.layers[i];
       const project = projector(backend, lora?.set, slotIds, i, s);

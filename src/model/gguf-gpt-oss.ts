@@ -10,28 +10,37 @@ import { checkFreqFactors, ggufYarnScaling, yarnFreqFactors, yarnMscale } from "
 
 /**
  * The sliding window of a file that declares one (`{arch}.attention.sliding_window`): its size and
- * which layers slide, from `sliding_window_pattern` (a period, llama.cpp's default for GPT-OSS 2, or
- * one flag per layer). Layers with their own RoPE base (`rope.freq_base_swa`) are refused.
+ * which layers slide, from `sliding_window_pattern` (a period, llama.cpp's default for GPT-OSS 2 and
+ * for Gemma 3 6, or one flag per layer). The sliding layers' own RoPE base (`rope.freq_base_swa`) is
+ * refused unless `swaTheta` gives the architecture's default (Gemma 3: 10 000), which it overrides.
  */
-export function ggufSlidingWindow(meta: GgufMetadata, arch: string, numLayers: number, ropeTheta: number, path: string): SlidingWindow | undefined {
+export function ggufSlidingWindow(
+  meta: GgufMetadata,
+  arch: string,
+  numLayers: number,
+  ropeTheta: number,
+  path: string,
+  defaults: { pattern: number; swaTheta?: number } = { pattern: 2 },
+): SlidingWindow | undefined {
   const size = meta.optionalNumber(`${arch}.attention.sliding_window`);
   if (size === undefined || size === 0) return undefined;
   if (!Number.isInteger(size) || size < 1) {
     throw new ModelLoadError(`Model "${path}" has a sliding window of ${size} positions; expected a positive integer`);
   }
-  const swaTheta = meta.optionalNumber(`${arch}.rope.freq_base_swa`);
-  if (swaTheta !== undefined && swaTheta !== ropeTheta) {
+  const swaTheta = meta.optionalNumber(`${arch}.rope.freq_base_swa`) ?? defaults.swaTheta;
+  if (swaTheta !== undefined && swaTheta !== ropeTheta && defaults.swaTheta === undefined) {
     throw new ModelLoadError(`Model "${path}" gives its sliding layers their own RoPE base ${swaTheta} (the others ${ropeTheta}), which is not supported`);
   }
+  const ownTheta = swaTheta !== undefined && swaTheta !== ropeTheta ? { ropeTheta: swaTheta } : {};
   const key = `${arch}.attention.sliding_window_pattern`;
   const flags = meta.entries.get(key)?.value;
   if (Array.isArray(flags)) {
     if (flags.length < numLayers) throw new ModelLoadError(`Model "${path}" lists ${flags.length} "${key}" flags for ${numLayers} layers`);
-    return { size, layers: flags.slice(0, numLayers).map(Boolean) };
+    return { size, layers: flags.slice(0, numLayers).map(Boolean), ...ownTheta };
   }
-  const pattern = meta.optionalNumber(key) ?? 2;
+  const pattern = meta.optionalNumber(key) ?? defaults.pattern;
   if (!Number.isInteger(pattern) || pattern < 0) throw new ModelLoadError(`Model "${path}" has "${key}" ${pattern}; expected a whole number`);
-  return { size, layers: slidingLayers(numLayers, pattern) };
+  return { size, layers: slidingLayers(numLayers, pattern), ...ownTheta };
 }
 
 /**

@@ -26,6 +26,7 @@ import { GgufMetadata } from "./gguf-metadata.ts";
 import { type GgufHeader, type GgufTensorInfo, readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
 import { checkFreqFactors, ggufYarnScaling, yarnFreqFactors, yarnMscale } from "./rope-scaling.ts";
 import { ggufMagnitudeYarn, ggufSlidingWindow, gptOssMoe, withHarmonyStops } from "./gguf-gpt-oss.ts";
+import { ggufGemma3 } from "./gguf-gemma3.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { BpeTokenizer } from "./tokenizer-bpe.ts";
 import { SpmTokenizer } from "./tokenizer-spm.ts";
@@ -46,6 +47,8 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   bv: "attn_v.bias",
   qNorm: "attn_q_norm.weight",
   kNorm: "attn_k_norm.weight",
+  attnPostNorm: "post_attention_norm.weight",
+  ffnPostNorm: "post_ffw_norm.weight",
   ffnNorm: "ffn_norm.weight",
   wGate: "ffn_gate.weight",
   wUp: "ffn_up.weight",
@@ -146,7 +149,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     throw new ModelLoadError(`Model "${path}" uses multimodal RoPE sections ("${arch}.rope.dimension_sections"), which are not supported`);
   }
   const scalingType = meta.string(`${arch}.rope.scaling.type`, "none");
-  const yarn = scalingType !== "none" && meta.number(`${arch}.rope.scaling.factor`, 1) !== 1;
+  // Gemma 3's linear scaling is its global layers' (gguf-gemma3.ts).
+  const yarn = scalingType !== "none" && meta.number(`${arch}.rope.scaling.factor`, 1) !== 1 && architecture !== "gemma3";
   if (yarn && (scalingType !== "yarn" || (architecture !== "deepseek2" && architecture !== "gpt-oss"))) {
     throw new ModelLoadError(`Model "${path}" uses RoPE scaling type "${scalingType}"; only rope_freqs factors (and YaRN for deepseek2 and gpt-oss) are supported`);
   }
@@ -158,15 +162,17 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const validId = (id: number | undefined) => id !== undefined && id >= 0 && id < embd.shape[0];
   const poolingNumber = meta.optionalNumber(`${arch}.pooling_type`);
   const pooling = poolingNumber === undefined ? undefined : POOLING_TYPES[poolingNumber];
+  const vocabTokens = meta.array("tokenizer.ggml.tokens");
+  // Gemma's chat turns end with <end_of_turn>, which its files need not name as EOT (llama.cpp finds it by its text).
+  const endOfTurn = architecture === "gemma3" ? vocabTokens?.indexOf("<end_of_turn>") ?? -1 : -1;
   const eosTokenIds = withHarmonyStops(
     [
       ...new Set(
-        ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"]
-          .map(optionalId)
+        [...["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"].map(optionalId), endOfTurn]
           .filter((v): v is number => v !== undefined && v >= 0 && v < embd.shape[0]),
       ),
     ],
-    meta.array("tokenizer.ggml.tokens"),
+    vocabTokens,
   );
   const bos = optionalId("tokenizer.ggml.bos_token_id");
   const moe = ggufMoe(meta, arch, (name) => tensors.has(name), path);
@@ -182,7 +188,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   }
   const numLayers = blocks - nextn;
   const slidingWindow = architecture === "gpt-oss" ? ggufSlidingWindow(meta, arch, numLayers, ropeTheta, path) : undefined;
-  if (architecture !== "gpt-oss" && meta.has(`${arch}.attention.sliding_window`)) {
+  const gemma3 = architecture === "gemma3" ? ggufGemma3(meta, arch, { hiddenSize, numHeads, headDim, rotaryDim: ropeDim, numLayers, ropeTheta }, path) : undefined;
+  if (architecture !== "gpt-oss" && architecture !== "gemma3" && meta.has(`${arch}.attention.sliding_window`)) {
     throw new ModelLoadError(`Model "${path}" declares a sliding window, which the "${arch}" architecture does not support`);
   }
   return {
@@ -209,6 +216,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     qkNorm: tensors.has(GGUF_TENSOR_NAMES.layer(0, "qNorm")),
     ...(architecture === "gpt-oss" ? { outputBias: true, attentionSinks: true } : {}),
     ...(slidingWindow ? { slidingWindow } : {}),
+    ...gemma3,
     bosTokenId: bos !== undefined && bos >= 0 && bos < embd.shape[0] ? bos : undefined,
     eosTokenIds,
     addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama"),

@@ -29,6 +29,9 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   bv: "self_attn.v_proj.bias",
   qNorm: "self_attn.q_norm.weight",
   kNorm: "self_attn.k_norm.weight",
+  // Gemma's sandwich norms; its pre-feed-forward norm is then "pre_feedforward_layernorm".
+  attnPostNorm: "post_attention_layernorm.weight",
+  ffnPostNorm: "post_feedforward_layernorm.weight",
   ffnNorm: "post_attention_layernorm.weight",
   wGate: "mlp.gate_proj.weight",
   wUp: "mlp.up_proj.weight",

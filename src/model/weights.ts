@@ -71,7 +71,7 @@ export interface TensorNames {
 }
 
 const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>([
-  "attnNorm", "ffnNorm", "qNorm", "kNorm", "qANorm", "kvANorm", "bq", "bk", "bv", "routerBias",
+  "attnNorm", "ffnNorm", "attnPostNorm", "ffnPostNorm", "qNorm", "kNorm", "qANorm", "kvANorm", "bq", "bk", "bv", "routerBias",
   "bo", "sinks", "routerLogitBias", "bGate", "bUp", "bDown",
 ]);
 
@@ -118,6 +118,8 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): num
   switch (role) {
     case "attnNorm":
     case "ffnNorm":
+    case "attnPostNorm":
+    case "ffnPostNorm":
       return [c.hiddenSize];
     case "wq":
       return [q, c.hiddenSize];
@@ -177,6 +179,7 @@ export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
   if (config.outputBias) roles.push("bo");
   if (config.attentionSinks) roles.push("sinks");
   if (config.qkNorm) roles.push("qNorm", "kNorm");
+  if (config.postNorms) roles.push("attnPostNorm", "ffnPostNorm");
   const moe = config.moe;
   if (moe && isMoeLayer(config, i)) {
     roles.push("router");

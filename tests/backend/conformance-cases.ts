@@ -1,6 +1,6 @@
 /**
  * Conformance cases for the dense ops: embedding, gatherRows, sliceColumns, concatColumns, scatterAdd, maskLogits, penalizeRepeats, matmul, rmsnorm, rope,
- * siluMul, swigluOai, add, softmax, argmax. Each case draws fresh inputs from the seeded generator it is given.
+ * siluMul, geluMul, swigluOai, add, softmax, argmax. Each case draws fresh inputs from the seeded generator it is given.
  *
  * Tolerances (|x - ref| <= atol + rtol·|ref|; the reference accumulates in f64):
  * - embedding, gatherRows, sliceColumns, concatColumns, scatterAdd, maskLogits, add, argmax: exact. Decoding f16/bf16/q8_0 to f32 is exact (a q8_0 value
@@ -13,7 +13,8 @@
  * - rmsnorm: atol 1e-5, rtol 1e-5 (one f32 sum of squares and a reciprocal square root).
  * - rope: atol 1e-4, rtol 0. Positions up to 300: the f32 angle pos·θ^(−2i/d) carries an absolute
  *   error near pos·2⁻²⁴ plus the device's sin/cos error (frequency divisors ≥ 1 only shrink it).
- * - siluMul: atol 1e-6, rtol 1e-5 (the device's exp); swigluOai atol 1e-5 (outputs up to ~56: 7·8).
+ * - siluMul: atol 1e-6, rtol 1e-5 (the device's exp); geluMul and swigluOai atol 1e-5 (gelu's
+ *   cube and exp on inputs to ±12; swigluOai's outputs up to ~56: 7·8).
  * - softmax: atol 1e-6, rtol 1e-5 (exp and an f32 sum over ≤ 517 terms).
  */
 import { blockValues, encodeFromF32 } from "../../src/backend/dtype-codec.ts";
@@ -233,6 +234,16 @@ function rowCases(): Case[] {
         const g = b.upload(rng.f32(count, -6, 6), shape);
         const u = b.upload(rng.f32(count), shape);
         return finish(b, [b.siluMul(g, u)], [g, u]);
+      },
+    });
+    cases.push({
+      op: "geluMul",
+      name: `[${shape.join(", ")}], gate from -12 to 12 (tails where tanh saturates)`,
+      tolerance: { atol: 1e-5, rtol: 1e-5 },
+      run: (b, rng) => {
+        const g = b.upload(rng.f32(count, -12, 12), shape);
+        const u = b.upload(rng.f32(count), shape);
+        return finish(b, [b.geluMul(g, u)], [g, u]);
       },
     });
     cases.push({

@@ -61,8 +61,10 @@ export interface ModelFileSpec {
    * (GGUF `yarn_log_multiplier`); gpt-oss without (RoPE's magnitude scaled by 0.1·ln(factor) + 1).
    */
   yarn?: { factor: number; originalContext: number; betaFast: number; betaSlow: number; mscaleAllDim?: number };
-  /** GPT-OSS's sliding window in positions (every other layer, from layer 0). */
+  /** The sliding window in positions: GPT-OSS's every other layer, from layer 0; Gemma 3's five layers of six. */
   slidingWindow?: number;
+  /** Gemma 3's linear RoPE scaling of its global layers (GGUF `rope.scaling.type` "linear"). */
+  ropeLinearFactor?: number;
 }
 
 /** The RoPE base a spec's files declare. */
@@ -148,11 +150,18 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
       // Sinks from -3 to 3: some heads mostly attend to nothing, some hardly notice theirs.
       put(p + "self_attn.sinks", [heads], 3);
     }
-    if (spec.architecture === "qwen3" || spec.architecture === "qwen3moe") {
+    const gemma = spec.architecture === "gemma3";
+    if (spec.architecture === "qwen3" || spec.architecture === "qwen3moe" || gemma) {
       put(p + "self_attn.q_norm.weight", [hd], 0.2, 1);
       put(p + "self_attn.k_norm.weight", [hd], 0.2, 1);
     }
+    // Gemma's post_attention_layernorm norms the attention's output; its feed-forward has a norm on
+    // each side. As llama.cpp's converter writes them: Gemma's 1 + w already added.
     put(p + "post_attention_layernorm.weight", [hidden], 0.2, 1);
+    if (gemma) {
+      put(p + "pre_feedforward_layernorm.weight", [hidden], 0.2, 1);
+      put(p + "post_feedforward_layernorm.weight", [hidden], 0.2, 1);
+    }
     const experts = spec.experts;
     if (experts && i >= (experts.denseLayers ?? 0)) {
       const mixtral = spec.architecture === "llama";
@@ -227,6 +236,8 @@ const GGUF_LAYER: Record<string, string> = {
   "self_attn.kv_b_proj.weight": "attn_kv_b.weight",
   "self_attn.k_norm.weight": "attn_k_norm.weight",
   "post_attention_layernorm.weight": "ffn_norm.weight",
+  "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+  "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
   "mlp.gate_proj.weight": "ffn_gate.weight",
   "mlp.up_proj.weight": "ffn_up.weight",
   "mlp.down_proj.weight": "ffn_down.weight",
@@ -306,8 +317,10 @@ function ggufName(spec: ModelFileSpec, hf: string): string {
   if (hf === "lm_head.weight") return "output.weight";
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
   if (!m || !GGUF_LAYER[m[2]]) throw new Error(`No GGUF name for ${hf}`);
-  // GLM-4.5's converter names the pre-feed-forward norm after HF's.
-  if ((spec.architecture === "glm4moe" || spec.architecture === "gpt-oss") && m[2] === "post_attention_layernorm.weight") return `blk.${m[1]}.post_attention_norm.weight`;
+  // GLM-4.5's converter names the pre-feed-forward norm after HF's; Gemma's is the attention's post-norm.
+  if ((spec.architecture === "glm4moe" || spec.architecture === "gpt-oss" || spec.architecture === "gemma3") && m[2] === "post_attention_layernorm.weight") {
+    return `blk.${m[1]}.post_attention_norm.weight`;
+  }
   return `blk.${m[1]}.${GGUF_LAYER[m[2]]}`;
 }
 
@@ -320,7 +333,7 @@ export function vocabFor(spec: ModelFileSpec): TestVocab {
 }
 
 function tokenizerKind(spec: ModelFileSpec): NonNullable<ModelFileSpec["tokenizer"]> {
-  return spec.tokenizer ?? (spec.architecture === "llama" ? "spm" : "qwen2");
+  return spec.tokenizer ?? (spec.architecture === "llama" || spec.architecture === "gemma3" ? "spm" : "qwen2");
 }
 
 /** GGUF metadata for `spec` (what llama.cpp needs to load it). */
@@ -365,6 +378,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     }
   }
   if (spec.slidingWindow) meta.push([`${a}.attention.sliding_window`, gguf.u32(spec.slidingWindow)]);
+  if (spec.ropeLinearFactor) meta.push([`${a}.rope.scaling.type`, gguf.str("linear")], [`${a}.rope.scaling.factor`, gguf.f32(spec.ropeLinearFactor)]);
   const y = spec.yarn;
   if (y && !spec.mla) {
     // As convert_hf_to_gguf.py writes GPT-OSS's rope_scaling (no log multiplier).
@@ -544,6 +558,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     glm4moe: ["Glm4MoeForCausalLM", "glm4_moe"],
     deepseek2: ["DeepseekV3ForCausalLM", "kimi_k2"],
     "gpt-oss": ["GptOssForCausalLM", "gpt_oss"],
+    gemma3: ["Gemma3ForCausalLM", "gemma3_text"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {

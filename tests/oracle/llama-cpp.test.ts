@@ -1,5 +1,5 @@
 /**
- * Independent oracle: random-weight Llama / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Mixtral / GLM-4.5 / DeepSeek V3 / GPT-OSS GGUFs (MXFP4 experts among the quantized ones) written by our own writer are run
+ * Independent oracle: random-weight Llama / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Mixtral / GLM-4.5 / DeepSeek V3 / GPT-OSS / Gemma 3 GGUFs (MXFP4 experts among the quantized ones) written by our own writer are run
  * through llama.cpp (node-llama-cpp 3.21.1, CPU, offline, in a Node child process) and through our
  * loader + forward on every available backend. Per model: next-token log-probabilities after the
  * prompt and at each of 32 greedy steps, and the 32 greedy tokens. The same weights as a
@@ -208,6 +208,22 @@ const CASES: OracleCase[] = [
     },
     tol: 2e-2,
     hf: true,
+  },
+  // Gemma 3: embeddings scaled by √hidden, sandwich norms, q/k norms, GeGLU, tied output; layers
+  // 0-4 and 6 slide (window 5) with RoPE base 10 000, layer 5 is global with base 1e6 scaled
+  // linearly by 8. llama.cpp's CPU GELU reads a table of f16 inputs, hence 3e-4 rather than 1e-4.
+  {
+    name: "gemma3 sliding window 5 on five layers of six, linear RoPE 8 on the global one, tied, f32",
+    spec: { ...BASE, architecture: "gemma3", layers: 7, tied: true, seed: 160, slidingWindow: 5, ropeLinearFactor: 8 },
+    tol: 3e-4,
+    hf: false,
+  },
+  {
+    name: "gemma3 q8_0, head_dim 16, window 7, f16 KV cache",
+    spec: { ...BASE, architecture: "gemma3", layers: 6, headDim: 16, tied: true, dtype: "q8_0", seed: 161, slidingWindow: 7 },
+    tol: 2e-2,
+    hf: false,
+    kv: "f16",
   },
   { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
   // Llama 3.1 frequency scaling: the GGUF carries rope_freqs.weight, the HF dir llama3 rope_scaling.

@@ -222,6 +222,11 @@ export class CudaBackend extends CudaExperts implements Backend {
     return this.f32(this.ctx.siluMul(g.ptr, u.ptr, checkShape(g.shape, "siluMul")), g.shape);
   }
 
+  geluMul(gate: Tensor, up: Tensor): Tensor {
+    const [g, u] = this.same(gate, up, "geluMul");
+    return this.f32(this.ctx.geluMul(g.ptr, u.ptr, checkShape(g.shape, "geluMul")), g.shape);
+  }
+
   swigluOai(gate: Tensor, up: Tensor, alpha: number, limit: number): Tensor {
     const [g, u] = this.same(gate, up, "swigluOai");
     if (!Number.isFinite(alpha) || !(limit > 0)) throw new BackendShapeError(`swigluOai needs a finite alpha and a positive limit, got ${alpha} and ${limit}`);

@@ -50,6 +50,8 @@ export interface NativeContext {
   penalizeRepeats(logits: DevicePtr, rows: DevicePtr, bits: DevicePtr, factors: DevicePtr, m: number, n: number, vocab: number): void;
   add(a: DevicePtr, b: DevicePtr, count: number): DevicePtr;
   siluMul(gate: DevicePtr, up: DevicePtr, count: number): DevicePtr;
+  /** gelu(gate) * up, GELU's tanh approximation. */
+  geluMul(gate: DevicePtr, up: DevicePtr, count: number): DevicePtr;
   swigluOai(gate: DevicePtr, up: DevicePtr, count: number, alpha: number, limit: number): DevicePtr;
   rmsnorm(x: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): DevicePtr;
   addRmsnorm(x: DevicePtr, r: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): [DevicePtr, DevicePtr];

@@ -96,6 +96,24 @@ export function siluMul(gate: RefTensor, up: RefTensor): RefTensor {
   return f32Tensor(out, gate.shape);
 }
 
+/** √(2/π), GELU's tanh approximation's constant. */
+const GELU_C = Math.sqrt(2 / Math.PI);
+
+/** gelu(gate) * up with GELU's tanh approximation (Backend.geluMul). */
+export function geluMul(gate: RefTensor, up: RefTensor): RefTensor {
+  expectF32(gate, "geluMul gate");
+  expectF32(up, "geluMul up");
+  expectSameShape(gate, up, "geluMul");
+  const g = gate.f32;
+  const u = up.f32;
+  const out = new Float32Array(g.length);
+  for (let i = 0; i < g.length; i++) {
+    const x = g[i];
+    out[i] = 0.5 * x * (1 + Math.tanh(GELU_C * (x + 0.044715 * x * x * x))) * u[i];
+  }
+  return f32Tensor(out, gate.shape);
+}
+
 /** GPT-OSS's clamped SwiGLU (Backend.swigluOai). */
 export function swigluOai(gate: RefTensor, up: RefTensor, alpha: number, limit: number): RefTensor {
   expectF32(gate, "swigluOai gate");

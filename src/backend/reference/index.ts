@@ -14,7 +14,7 @@ import {
   type Tensor,
 } from "../types.ts";
 import { pagedAttention, kvWrite } from "./attention.ts";
-import { add, argmax, concatColumns, embedding, gatherRows, maskLogits, penalizeRepeats, rmsnorm, scatterAdd, siluMul, sliceColumns, softmax, swigluOai } from "./elementwise.ts";
+import { add, argmax, concatColumns, embedding, gatherRows, geluMul, maskLogits, penalizeRepeats, rmsnorm, scatterAdd, siluMul, sliceColumns, softmax, swigluOai } from "./elementwise.ts";
 import { matmul, rope } from "./linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./experts.ts";
 import { sample } from "./sampling.ts";
@@ -86,6 +86,7 @@ export function createReferenceBackend(): Backend {
         sinks: options?.sinks && r(options.sinks, "attention sinks"),
       }),
     siluMul: (gate: Tensor, up: Tensor) => siluMul(r(gate, "siluMul gate"), r(up, "siluMul up")),
+    geluMul: (gate: Tensor, up: Tensor) => geluMul(r(gate, "geluMul gate"), r(up, "geluMul up")),
     swigluOai: (gate: Tensor, up: Tensor, alpha: number, limit: number) =>
       swigluOai(r(gate, "swigluOai gate"), r(up, "swigluOai up"), alpha, limit),
     add: (a: Tensor, b: Tensor) => add(r(a, "add left operand"), r(b, "add right operand")),

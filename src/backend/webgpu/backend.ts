@@ -9,7 +9,7 @@ import { kvWrite, MAX_HEAD_DIM, pagedAttention } from "./ops-attention.ts";
 import { embedding, matmul } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
-import { add, argmax, concatColumns, downloadHalfRows, gatherRows, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softmax, swigluOai } from "./ops-rowwise.ts";
+import { add, argmax, concatColumns, downloadHalfRows, gatherRows, geluMul, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softmax, swigluOai } from "./ops-rowwise.ts";
 import { maskLogits, penalizeRepeats, sample, scatterAdd } from "./ops-sample.ts";
 import type { RecorderStats } from "./recorder.ts";
 import { asGpu, WEBGPU_NAME } from "./tensor.ts";
@@ -113,6 +113,10 @@ export class WebGpuBackend implements Backend {
   }
   siluMul(gate: Tensor, up: Tensor): Tensor {
     return siluMul(this.#ctx, gate, up);
+  }
+
+  geluMul(gate: Tensor, up: Tensor): Tensor {
+    return geluMul(this.#ctx, gate, up);
   }
 
   swigluOai(gate: Tensor, up: Tensor, alpha: number, limit: number): Tensor {

@@ -1,5 +1,5 @@
 /**
- * Row-wise and elementwise ops: rmsnorm, softmax, argmax, add, siluMul, swigluOai, gatherRows, sliceColumns,
+ * Row-wise and elementwise ops: rmsnorm, softmax, argmax, add, siluMul, geluMul, swigluOai, gatherRows, sliceColumns,
  * concatColumns, rope.
  */
 import type { PooledBuffer } from "./buffer-pool.ts";
@@ -44,11 +44,12 @@ export function argmax(ctx: GpuContext, xT: Tensor): Tensor {
   return out;
 }
 
-type BinaryOp = "add" | "siluMul" | "swigluOai";
+type BinaryOp = "add" | "siluMul" | "geluMul" | "swigluOai";
 
 const OPERAND_NAMES: Record<BinaryOp, [string, string]> = {
   add: ["add left operand", "add right operand"],
   siluMul: ["siluMul gate", "siluMul up"],
+  geluMul: ["geluMul gate", "geluMul up"],
   swigluOai: ["swigluOai gate", "swigluOai up"],
 };
 
@@ -63,7 +64,7 @@ function binary(ctx: GpuContext, aT: Tensor, bT: Tensor, op: BinaryOp, alpha = 0
   const out = ctx.output(a.shape);
   ctx.recorder.dispatch(
     "elementwise",
-    { OP_ADD: op === "add", OP_OAI: op === "swigluOai" },
+    { OP_ADD: op === "add", OP_OAI: op === "swigluOai", OP_GELU: op === "geluMul" },
     [n, new F32(alpha), new F32(limit), 0],
     [[1, a.buffer], [2, b.buffer], [3, out.buffer]],
     Math.ceil(n / 256),
@@ -76,6 +77,9 @@ export const add = (ctx: GpuContext, a: Tensor, b: Tensor): Tensor => binary(ctx
 
 /** silu(gate) * up. */
 export const siluMul = (ctx: GpuContext, gate: Tensor, up: Tensor): Tensor => binary(ctx, gate, up, "siluMul");
+
+/** gelu(gate) * up, GELU's tanh approximation (Backend.geluMul). */
+export const geluMul = (ctx: GpuContext, gate: Tensor, up: Tensor): Tensor => binary(ctx, gate, up, "geluMul");
 
 /** GPT-OSS's clamped SwiGLU (Backend.swigluOai). */
 export function swigluOai(ctx: GpuContext, gate: Tensor, up: Tensor, alpha: number, limit: number): Tensor {

@@ -1,0 +1,70 @@
+/**
+ * What Gemma 3's text model (llama.cpp's `gemma3` architecture: gemma-3-1b/4b/12b/27b) adds to a
+ * GGUF's config, the way llama.cpp runs it (its build_gemma3 graph):
+ * - token embeddings scaled by √hidden;
+ * - "sandwich" norms: the attention's and the feed-forward's outputs are RMS-normed before the
+ *   residual adds (`post_attention_norm`, `post_ffw_norm`); every norm weight is stored with Gemma's
+ *   `1 +` already added by llama.cpp's converter, so all run as plain RMS norms;
+ * - q/k norms, and a GeGLU feed-forward (GELU, tanh approximation);
+ * - five layers of six slide (window `attention.sliding_window`, 512 or 1024), turning RoPE with base
+ *   10 000 unscaled; every sixth is global, with `rope.freq_base` (1 000 000) and, from 4B up,
+ *   linear scaling (`rope.scaling.factor` 8);
+ * - scores scaled by 1/√headDim, except the 27B's (62 layers) by 1/√(hidden / heads), Google's
+ *   `query_pre_attn_scalar`;
+ * - answers end with `<end_of_turn>`.
+ * Gemma 2's soft-capping is gone in Gemma 3; a file that declares it is refused.
+ */
+import { ModelLoadError, type SlidingWindow } from "./config.ts";
+import { ggufSlidingWindow } from "./gguf-gpt-oss.ts";
+import type { GgufMetadata } from "./gguf-metadata.ts";
+
+/** The config fields a Gemma 3 GGUF sets beyond the common ones. */
+export interface Gemma3Fields {
+  slidingWindow?: SlidingWindow;
+  embeddingScale: number;
+  postNorms: true;
+  ffnActivation: "gelu";
+  attentionScale: number;
+  /** Linear RoPE scaling of the global layers, as per-pair divisors. */
+  ropeFreqFactors?: number[];
+}
+
+/** The shape a Gemma 3 GGUF declares, as read by the common loader. */
+export interface Gemma3Shape {
+  hiddenSize: number;
+  numHeads: number;
+  headDim: number;
+  rotaryDim: number;
+  numLayers: number;
+  ropeTheta: number;
+}
+
+/** llama.cpp's RoPE base of Gemma 3's sliding layers. */
+const GEMMA3_SWA_THETA = 10_000;
+/** llama.cpp's sliding-layer period for Gemma 3: every sixth layer is global. */
+const GEMMA3_SWA_PATTERN = 6;
+
+/** Reads Gemma 3's own fields (see the module comment). */
+export function ggufGemma3(meta: GgufMetadata, arch: string, shape: Gemma3Shape, path: string): Gemma3Fields {
+  for (const key of ["attn_logit_softcapping", "final_logit_softcapping"]) {
+    const v = meta.optionalNumber(`${arch}.${key}`);
+    if (v !== undefined && v !== 0) throw new ModelLoadError(`Model "${path}" soft-caps its logits ("${arch}.${key}" ${v}), which Gemma 3 does not and this loader does not support`);
+  }
+  const slidingWindow = ggufSlidingWindow(meta, arch, shape.numLayers, shape.ropeTheta, path, { pattern: GEMMA3_SWA_PATTERN, swaTheta: GEMMA3_SWA_THETA });
+  const scaling = meta.string(`${arch}.rope.scaling.type`, "none");
+  const factor = meta.number(`${arch}.rope.scaling.factor`, 1);
+  if (scaling !== "none" && scaling !== "linear" && factor !== 1) {
+    throw new ModelLoadError(`Model "${path}" uses RoPE scaling type "${scaling}"; Gemma 3 files use "linear"`);
+  }
+  if (!(factor > 0)) throw new ModelLoadError(`Model "${path}" has a RoPE scaling factor of ${factor}; expected a positive number`);
+  // Google's query_pre_attn_scalar: the head width, but hidden / heads for the 27B (its head is narrower).
+  const scoreWidth = shape.numLayers === 62 ? shape.hiddenSize / shape.numHeads : shape.headDim;
+  return {
+    ...(slidingWindow ? { slidingWindow } : {}),
+    embeddingScale: Math.sqrt(shape.hiddenSize),
+    postNorms: true,
+    ffnActivation: "gelu",
+    attentionScale: 1 / Math.sqrt(scoreWidth),
+    ...(scaling === "linear" && factor !== 1 ? { ropeFreqFactors: new Array(shape.rotaryDim / 2).fill(factor) } : {}),
+  };
+}
