@@ -15,7 +15,7 @@ import { OutputText } from "./engine-text.ts";
 import { tokenTextOf } from "../model/config.ts";
 import { HostKvOffload } from "./kv-offload.ts";
 import { OutputConstraint, TokenMask, TokenTrie } from "./output-constraint.ts";
-import { SchemaError } from "./json-schema.ts";
+import { nestsTooDeeply, SchemaError } from "./json-schema.ts";
 import { AFTER_THINK } from "./grammar.ts";
 import { checkSamplingRequest, LogitAdjuster } from "./logit-adjust.ts";
 import { exportHandoff, exportPrefix, importPrefix, type PrefixKv } from "./prefix-transfer.ts";
@@ -278,6 +278,8 @@ export class Engine implements ServingEngine {
       return new OutputConstraint(req.grammar, this.tokenTrie(req.skipSpecialTokens === false), this.opts.config.eosTokenIds, req.grammarAfter ?? (req.startsInReasoning ? AFTER_THINK : undefined));
     } catch (e) {
       if (e instanceof SchemaError) throw new RequestParamError(e.message);
+      // Compiled again here, deeper in the stack than the server's check (or first, in a worker).
+      if (nestsTooDeeply(e)) throw new RequestParamError("The output grammar (response_format, structured_outputs or a forced tool's parameters) nests too deeply to be followed");
       throw e;
     }
   }
@@ -423,8 +425,13 @@ export class Engine implements ServingEngine {
 
   /** Waits for a request, or until a host-tier prefetch is due. */
   private sleep(): Promise<void> {
+    // A hand-off block nobody came for is let go once its TTL is out, idle or not.
+    this.tails.prune();
     return new Promise<void>((resolve) => {
-      const ms = this.turns && this.offload?.nextPrefetchMs(this.turns.tracker, this.now() / 1000);
+      const prefetchMs = this.turns && this.offload?.nextPrefetchMs(this.turns.tracker, this.now() / 1000);
+      const tailS = this.tails.secondsToExpiry();
+      const waits = [prefetchMs, tailS === undefined ? undefined : tailS * 1000 + 1].filter((x): x is number => x !== undefined);
+      const ms = waits.length > 0 ? Math.min(...waits) : undefined;
       const timer = ms === undefined ? undefined : setTimeout(() => this.wake?.(), ms);
       this.wake = () => {
         if (timer !== undefined) clearTimeout(timer);

@@ -103,6 +103,14 @@ export const ANY: SchemaNode = { t: "any" };
 /** The node for any JSON object (`response_format: json_object`). */
 export const ANY_OBJECT: SchemaNode = { t: "object", props: new Map(), required: new Set(), extra: ANY };
 
+/**
+ * True for the stack overflow of a compiler recursing into a schema or grammar nested thousands of
+ * levels deep: the client's input (a 400, a RequestParamError), not the server's fault.
+ */
+export function nestsTooDeeply(e: unknown): boolean {
+  return e instanceof RangeError && /call stack/i.test(e.message);
+}
+
 /** Compiles `schema`; throws {@link SchemaError} for anything outside the subset. */
 export function compileSchema(schema: unknown): SchemaNode {
   const defs = new DefTable();

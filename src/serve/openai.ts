@@ -305,7 +305,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const harmony = isHarmony(ctx);
   const rendered = chatPrompt(ctx, body);
   const { text, tools } = rendered;
-  const prompt = truncatedPrompt(ctx, rendered.prompt, body.truncate_prompt_tokens);
+  const prompt = truncatedPrompt(ctx, rendered.prompt, body.truncate_prompt_tokens, body.max_completion_tokens ?? body.max_tokens ?? 1);
   const reasoningTags = reasoningTagsOf(ctx.reasoningParser);
   const reasoning = reasoningTags !== undefined;
   const start = harmony ? harmonyStart(text) : undefined;
@@ -341,7 +341,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
 }
 
 /** The prompts of a completion body, tokenized (text) or checked (token ids), cut to `truncate_prompt_tokens`. */
-function completionPrompts(ctx: ServeContext, p: CompletionRequest["prompt"], truncate: number | null | undefined): EchoedPrompt[] {
+function completionPrompts(ctx: ServeContext, p: CompletionRequest["prompt"], truncate: number | null | undefined, room: number): EchoedPrompt[] {
   const list: (string | number[])[] = typeof p === "string" ? [p] : typeof p[0] === "number" ? [p as number[]] : (p as (string | number[])[]);
   return list.map((one, i) => {
     const param = list.length > 1 ? `prompt[${i}]` : "prompt";
@@ -349,26 +349,29 @@ function completionPrompts(ctx: ServeContext, p: CompletionRequest["prompt"], tr
       if (truncate === undefined || truncate === null) checkTextLength(ctx, one, param);
       const all = ctx.tokenizer.encode(one, { addBos: ctx.config.addBos });
       if (all.length === 0) throw new ApiError(400, "The prompt is empty", param, "invalid_value");
-      const ids = truncatedPrompt(ctx, all, truncate);
+      const ids = truncatedPrompt(ctx, all, truncate, room);
       // Echo returns what was computed: the kept tail.
       return { ids, text: ids === all ? one : ctx.tokenizer.decode(ids) };
     }
     const bad = one.find((id) => id >= ctx.config.vocabSize);
     if (bad !== undefined) throw new ApiError(400, `Token id ${bad} is outside the vocabulary (0..${ctx.config.vocabSize - 1})`, param, "invalid_value");
-    const ids = truncatedPrompt(ctx, one, truncate);
+    const ids = truncatedPrompt(ctx, one, truncate, room);
     return { ids, text: ctx.tokenizer.decode(ids) };
   });
 }
 
 /**
  * vLLM's `truncate_prompt_tokens`: the last `keep` tokens of a prompt (-1: as many as the context
- * holds), the prompt itself when it is no longer or no truncation is asked. A 400 past the context.
+ * holds beside the `room` tokens of output the request asks for, at least one), the prompt itself
+ * when it is no longer or no truncation is asked. A 400 past the context.
  */
-export function truncatedPrompt(ctx: Pick<ServeContext, "engine">, ids: number[], keep: number | null | undefined): number[] {
+export function truncatedPrompt(ctx: Pick<ServeContext, "engine">, ids: number[], keep: number | null | undefined, room = 1): number[] {
   if (keep === undefined || keep === null) return ids;
   const limit = ctx.engine.maxModelLen;
   if (keep > limit) throw new ApiError(400, `A truncate_prompt_tokens of ${keep} is more than this model's maximum context length of ${limit} tokens`, "truncate_prompt_tokens", "invalid_value");
-  const n = keep === -1 ? limit : keep;
+  // The engine refuses a prompt that leaves no room for its output; an output larger than the
+  // context is left for it to refuse, naming both lengths.
+  const n = keep === -1 ? Math.max(1, limit - Math.max(1, room)) : keep;
   return ids.length > n ? ids.slice(ids.length - n) : ids;
 }
 
@@ -400,7 +403,8 @@ export const MAX_COMPLETION_GENERATIONS = 256;
 export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Submitted {
   const grammar = completionGrammar(body, ctx.jsonWhitespace);
   checkUnsupported(body, "completion", ctx);
-  const prompts = completionPrompts(ctx, body.prompt, body.truncate_prompt_tokens);
+  // Scoring only (max_tokens 0) still samples one token.
+  const prompts = completionPrompts(ctx, body.prompt, body.truncate_prompt_tokens, body.max_tokens || 1);
   const perPrompt = checkCompletionShape(body, prompts.length);
   const n = body.n ?? 1;
   const echo = body.echo === true;

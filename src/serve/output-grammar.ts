@@ -8,7 +8,7 @@
  * any work.
  */
 import type { JsonWhitespace, OutputGrammar, ToolCallSyntax } from "../engine/grammar.ts";
-import { compileSchema, type JsonSchema, SchemaError } from "../engine/json-schema.ts";
+import { compileSchema, type JsonSchema, nestsTooDeeply, SchemaError } from "../engine/json-schema.ts";
 import { compilePattern, RegexError } from "../engine/regex-nfa.ts";
 import { compileGbnf } from "../engine/gbnf.ts";
 import { ApiError, describe } from "./errors.ts";
@@ -232,6 +232,7 @@ function structuredGrammar(kind: (typeof KINDS)[number][0], value: unknown, para
         compileGbnf(value);
       } catch (e) {
         if (e instanceof SchemaError) throw new ApiError(400, `The ${param} cannot be followed: ${lowerFirst(e.message)} (read as GBNF: rules written name ::= expression, the output matching root)`, param, "invalid_value");
+        if (nestsTooDeeply(e)) throw new ApiError(400, `The ${param} cannot be followed: it nests too deeply`, param, "invalid_value");
         throw e;
       }
       return { kind: "gbnf", grammar: value };
@@ -250,6 +251,7 @@ function checkSchema(schema: unknown, param: string, what: string): void {
     compileSchema(schema);
   } catch (e) {
     if (e instanceof SchemaError) throw new ApiError(400, `${what} cannot be followed: ${lowerFirst(e.message)}`, param, "invalid_value");
+    if (nestsTooDeeply(e)) throw new ApiError(400, `${what} cannot be followed: it nests too deeply`, param, "invalid_value");
     throw e;
   }
 }

@@ -7,7 +7,7 @@ import { z } from "zod";
 import { tokenTextOf } from "../model/config.ts";
 import { ApiError } from "./errors.ts";
 import { chatPrompt, type ServeContext } from "./openai.ts";
-import { type ChatRequest, ChatRequestSchema } from "./schemas.ts";
+import { type ChatRequest, ChatRequestSchema, isObject } from "./schemas.ts";
 
 const tokenStrs = { return_token_strs: z.boolean().nullish() };
 
@@ -16,8 +16,22 @@ const CompletionTokenize = z.looseObject({ model: z.string().nullish(), prompt: 
 /** `/tokenize` with `messages`: the chat request's fields that shape its prompt. */
 const ChatTokenize = ChatRequestSchema.extend({ model: z.string().nullish(), ...tokenStrs });
 
-/** POST /tokenize: a prompt, or chat messages (vLLM's two shapes). */
-export const TokenizeRequestSchema = z.union([CompletionTokenize, ChatTokenize]);
+/**
+ * POST /tokenize: a prompt, or chat messages (vLLM's two shapes). The shape is picked by whether
+ * `messages` is given, so a bad value gets the issue of its own shape, naming the field (a union
+ * of the two would say only "Invalid input").
+ */
+export const TokenizeRequestSchema = z.unknown().transform((v, ctx): z.infer<typeof CompletionTokenize> | z.infer<typeof ChatTokenize> => {
+  const chat = isObject(v) && v.messages !== undefined;
+  if (isObject(v) && !chat && v.prompt === undefined) {
+    ctx.addIssue({ code: "custom", message: "needs a prompt (text) or messages (a chat)", path: ["prompt"], input: undefined });
+    return z.NEVER;
+  }
+  const r = (chat ? ChatTokenize : CompletionTokenize).safeParse(v);
+  if (r.success) return r.data;
+  for (const issue of r.error.issues) ctx.addIssue({ code: "custom", message: issue.message, path: issue.path, input: issue.input });
+  return z.NEVER;
+});
 /** POST /detokenize. */
 export const DetokenizeRequestSchema = z.looseObject({ model: z.string().nullish(), tokens: z.array(z.number().int().min(0)) });
 

@@ -448,6 +448,15 @@ test("Engine refuses a grammar whose schema it cannot follow, with the keyword i
   return e.stop();
 });
 
+test("Engine refuses a schema nested deeper than its compiler's stack as the request's mistake (RequestParamError)", () => {
+  const e = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+  // Built as text: building it by recursion would overflow first.
+  const deep = JSON.parse('{"type": "array", "items": '.repeat(20000) + '{"type": "integer"}' + "}".repeat(20000)) as JsonSchema;
+  assert.throws(() => e.submit({ prompt, grammar: json(deep) }), { name: "RequestParamError", message: /nests too deeply/ });
+  assert.equal(e.activeRequests, 0, "nothing was queued");
+  return e.stop();
+});
+
 test("OutputConstraint.next() allows only EOS at a dead end: text no token of the vocabulary spells", () => {
   // Token 3 is EOS (no text); "｜" exists only as UTF-8 byte pieces, which the trie leaves out.
   const texts = ["a", "b", "\uFFFD", ""];

@@ -59,3 +59,25 @@ test("POST /tokenize and /detokenize refuse another model, ids outside the vocab
     }
   }, "k");
 });
+
+test("TokenizeRequestSchema: a bad /tokenize body gets a 400 naming the field of its own shape (prompt or messages)", async () => {
+  await withServer(async (post) => {
+    const cases: [unknown, string, RegExp][] = [
+      [{}, "prompt", /needs a prompt \(text\) or messages/],
+      [{ prompt: 5 }, "prompt", /expected string/],
+      [{ prompt: "x", add_special_tokens: "no" }, "add_special_tokens", /expected boolean/],
+      [{ messages: "hi" }, "messages", /expected array/],
+      [{ messages: [{ role: "bogus", content: "x" }] }, "messages[0].role", /expected one of/],
+      [{ messages: [{ role: "user", content: "x" }], return_token_strs: 1 }, "return_token_strs", /expected boolean/],
+    ];
+    for (const [body, param, message] of cases) {
+      const r = await post("/tokenize", body);
+      assert.equal(r.status, 400, JSON.stringify(body));
+      const error = r.json.error as { param: string | null; message: string };
+      assert.equal(error.param, param, JSON.stringify(body));
+      assert.match(error.message, message, JSON.stringify(body));
+    }
+    const ok = await post("/tokenize", { messages: [{ role: "user", content: "Go~" }] });
+    assert.equal(ok.status, 200, "a chat body still tokenizes");
+  });
+});

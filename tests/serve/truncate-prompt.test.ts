@@ -46,3 +46,26 @@ test("truncate_prompt_tokens keeps a prompt's last tokens on completions, chat a
     await s.shutdown();
   }
 });
+
+test("truncatedPrompt: truncate_prompt_tokens -1 serves a prompt longer than the context, leaving room for the output", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64 });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const limit = s.engine.maxModelLen;
+    const long = Array.from({ length: 100 }, () => STORY).join(" ");
+    assert.ok(model.tokenizer.encode(long, { addBos: model.config.addBos }).length > limit, "the prompt is longer than the context");
+    const asked = await client.completions.create({ model: "stories260K", prompt: long, max_tokens: 3, temperature: 0, truncate_prompt_tokens: -1 } as OpenAI.CompletionCreateParamsNonStreaming & Extra);
+    assert.equal(asked.usage!.prompt_tokens, limit - 3, "as many prompt tokens as the context holds beside max_tokens");
+    assert.equal(asked.usage!.completion_tokens, 3);
+    const ids = Array.from({ length: limit + 10 }, (_, i) => 100 + (i % 50));
+    const rest = await client.completions.create({ model: "stories260K", prompt: ids, temperature: 0, truncate_prompt_tokens: -1 } as OpenAI.CompletionCreateParamsNonStreaming & Extra);
+    assert.equal(rest.usage!.prompt_tokens, limit - 1, "without max_tokens: room for one token");
+    const chat = await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: long }], max_completion_tokens: 2, truncate_prompt_tokens: -1 } as OpenAI.ChatCompletionCreateParamsNonStreaming & Extra);
+    assert.equal(chat.usage!.prompt_tokens, limit - 2);
+    // An output larger than the context is still a 400, naming the lengths.
+    const err = await client.completions.create({ model: "stories260K", prompt: long, max_tokens: limit, truncate_prompt_tokens: -1 } as OpenAI.CompletionCreateParamsNonStreaming & Extra).then(() => null, (e: unknown) => e);
+    assert.ok(err instanceof OpenAI.APIError && err.status === 400 && /maximum context length/.test(err.message), String(err));
+  } finally {
+    await s.shutdown();
+  }
+});
