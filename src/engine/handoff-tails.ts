@@ -101,8 +101,18 @@ export class HandoffTails {
     }
   }
 
-  /** Lets go of blocks held longer than the TTL. */
-  private prune(): void {
+  /**
+   * Seconds until the oldest held block outlives the TTL (0 when one already has), undefined when
+   * none is held: an idle engine wakes then to let it go.
+   */
+  secondsToExpiry(): number | undefined {
+    let oldest: number | undefined;
+    for (const list of this.held.values()) for (const h of list) if (oldest === undefined || h.at < oldest) oldest = h.at;
+    return oldest === undefined ? undefined : Math.max(0, oldest + this.o.ttlS - this.clock());
+  }
+
+  /** Lets go of blocks held longer than the TTL (kept, taken and idle engines call it). */
+  prune(): void {
     const now = this.clock();
     for (const [key, list] of this.held) {
       const stale = list.filter((h) => now - h.at > this.o.ttlS);

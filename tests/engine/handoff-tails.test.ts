@@ -66,6 +66,20 @@ test("HandoffTails lets go of blocks past their TTL and the oldest beyond maxBlo
   assert.throws(() => new HandoffTails(() => {}, () => 0, { maxBlocks: 1, ttlS: 0 }), /ttlS > 0/);
 });
 
+test("HandoffTails.secondsToExpiry() says when an idle engine must wake, and prune() lets the block go then", () => {
+  const { tails, released, clock } = store(4, 10);
+  assert.equal(tails.secondsToExpiry(), undefined, "nothing held: no wake-up");
+  tails.keep([1], 10);
+  clock.t = 3;
+  tails.keep([2], 20);
+  assert.equal(tails.secondsToExpiry(), 7, "the oldest, kept at 0, is out at 10");
+  clock.t = 10.5;
+  assert.equal(tails.secondsToExpiry(), 0);
+  tails.prune();
+  assert.deepEqual(released, [10], "no keep or take needed");
+  assert.equal(tails.secondsToExpiry(), 2.5);
+});
+
 test("HandoffTails.keep() of identical prompts holds a block for each, taken one per hand-off", () => {
   const { tails, released } = store();
   tails.keep([4, 5], 40);
