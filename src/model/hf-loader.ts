@@ -11,6 +11,7 @@ import { GLM4_MOE_DEFAULTS, hfDeepseekAttention, hfDeepseekMoe } from "./hf-deep
 import { type Json, num } from "./hf-json.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { GPT_OSS_NAMES, gptOssExperts, hfGptOss } from "./hf-gpt-oss.ts";
+import { gemmaNormsPlusOne, hfGemma3 } from "./hf-gemma3.ts";
 import { withHarmonyStops } from "./gguf-gpt-oss.ts";
 import { applyGenerationConfig } from "./hf-generation-config.ts";
 import { readSafetensor, readSafetensorsHeader, type SafetensorsInfo } from "./safetensors.ts";
@@ -95,6 +96,12 @@ export const HF_TENSOR_NAMES: TensorNames = {
   layer: (i, role) => `model.layers.${i}.${LAYER_NAMES[role]}`,
 };
 
+/** Gemma 3's: its post_attention_layernorm norms the attention's output; the feed-forward's input has its own. */
+const GEMMA3_TENSOR_NAMES: TensorNames = {
+  ...HF_TENSOR_NAMES,
+  layer: (i, role) => `model.layers.${i}.${role === "ffnNorm" ? "pre_feedforward_layernorm.weight" : LAYER_NAMES[role]}`,
+};
+
 /** transformers' names for a model with experts (a leading dense layer keeps the plain names). */
 function moeTensorNames(config: ModelConfig): TensorNames {
   const a = config.architecture;
@@ -117,6 +124,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Glm4MoeForCausalLM: "glm4moe",
   DeepseekV3ForCausalLM: "deepseek2",
   GptOssForCausalLM: "gpt-oss",
+  Gemma3ForCausalLM: "gemma3",
   MixtralForCausalLM: "llama",
   // config.json's model_type, for files without `architectures`
   qwen2_moe: "qwen2moe",
@@ -125,6 +133,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   deepseek_v3: "deepseek2",
   kimi_k2: "deepseek2",
   gpt_oss: "gpt-oss",
+  gemma3_text: "gemma3",
   mixtral: "llama",
 };
 
@@ -172,6 +181,9 @@ export function appendedToken(tokenizerJson: Json, tokCfg: Json): string | undef
 export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: string): ModelConfig {
   const archName = Array.isArray(cfg.architectures) ? String(cfg.architectures[0]) : String(cfg.model_type ?? "");
   const architecture = HF_ARCHITECTURES[archName] ?? ((ARCHITECTURES as readonly string[]).includes(archName) ? archName as Architecture : undefined);
+  if (archName === "Gemma3ForConditionalGeneration" || archName === "gemma3") {
+    throw new ModelLoadError(`Model "${path}" is Gemma 3 with its vision tower (${archName}), which is not supported; its text model runs from a "gemma3" GGUF or a Gemma3ForCausalLM checkpoint`);
+  }
   if (!architecture) {
     throw new ModelLoadError(`Unknown architecture "${archName}" in "${path}"; supported: ${Object.keys(HF_ARCHITECTURES).join(", ")}`);
   }
@@ -190,10 +202,11 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const numLayers = num(cfg, "num_hidden_layers", path);
   const gptOss = architecture === "gpt-oss" ? hfGptOss(cfg, ropeTheta, headDim, numLayers, path) : undefined;
   const rotaryDim = mla ? mla.ropeDim : hfRotaryDim(cfg, architecture, headDim, path);
-  const ownRope = deepseek ?? gptOss;
+  const gemma3 = architecture === "gemma3" ? hfGemma3(cfg, hiddenSize, headDim, rotaryDim ?? headDim, numLayers, path) : undefined;
+  const ownRope = deepseek ?? gptOss ?? gemma3;
   const ropeFreqFactors = ownRope ? ownRope.ropeFreqFactors : hfRopeFreqFactors(cfg, ropeTheta, rotaryDim ?? headDim, path);
   const moe = deepseek ? hfDeepseekMoe(cfg, path) : gptOss ? gptOss.moe : hfMoe(cfg, archName, architecture, path);
-  const attentionScale = deepseek?.attentionScale ?? gptOss?.attentionScale;
+  const attentionScale = deepseek?.attentionScale ?? gptOss?.attentionScale ?? gemma3?.attentionScale;
   return {
     architecture,
     vocabSize,
@@ -208,15 +221,16 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(deepseek ? { mla: deepseek.mla } : {}),
     ...(attentionScale !== undefined ? { attentionScale } : {}),
     ...(gptOss ? { outputBias: true, attentionSinks: true, ...(gptOss.slidingWindow ? { slidingWindow: gptOss.slidingWindow } : {}) } : {}),
+    ...(gemma3 ? { postNorms: true, ffnActivation: "gelu", embeddingScale: gemma3.embeddingScale, ...(gemma3.slidingWindow ? { slidingWindow: gemma3.slidingWindow } : {}) } : {}),
     rmsNormEps: num(cfg, "rms_norm_eps", path, 1e-6),
     ropeTheta,
     ropeLayout: deepseek?.ropeLayout ?? "neox",
     ...(rotaryDim !== undefined ? { rotaryDim } : {}),
     ...(ropeFreqFactors ? { ropeFreqFactors } : {}),
     contextLength: num(cfg, "max_position_embeddings", path, 2048),
-    tiedEmbeddings: cfg.tie_word_embeddings === true,
+    tiedEmbeddings: gemma3 ? gemma3.tiedEmbeddings : cfg.tie_word_embeddings === true,
     qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
-    qkNorm: architecture === "qwen3" || architecture === "qwen3moe" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
+    qkNorm: architecture === "qwen3" || architecture === "qwen3moe" || architecture === "gemma3" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
     bosTokenId: bos,
     eosTokenIds,
     addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",
@@ -315,6 +329,9 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
       if (id !== undefined) config.eosTokenIds.push(id);
     }
     if (config.architecture === "gpt-oss") config.eosTokenIds = withHarmonyStops(config.eosTokenIds, (t) => tokenizer.tokenId(t));
+    // Gemma's chat turns end with <end_of_turn> (generation_config.json lists it; a config.json alone may not).
+    const endOfTurn = config.architecture === "gemma3" ? tokenizer.tokenId("<end_of_turn>") : undefined;
+    if (endOfTurn !== undefined && !config.eosTokenIds.includes(endOfTurn)) config.eosTokenIds.push(endOfTurn);
     const appended = appendedToken(tokenizerJson, tokCfg);
     const appendedId = appended === undefined ? undefined : tokenizer.tokenId(appended);
     if (appendedId !== undefined) config.appendEosTokenId = appendedId;
@@ -327,12 +344,13 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     };
     const raw = { info: (n: string) => index.get(n)?.[1], bytes: (n: string) => index.get(n)![0].read(index.get(n)![1].begin, index.get(n)![1].end - index.get(n)![1].begin) };
     const moe = config.moe;
-    const names = !moe ? HF_TENSOR_NAMES : moeTensorNames(config);
+    const names = config.architecture === "gemma3" ? GEMMA3_TENSOR_NAMES : !moe ? HF_TENSOR_NAMES : moeTensorNames(config);
     let tensors = !moe ? source : config.architecture === "gpt-oss" ? gptOssExperts(source, raw, dir) : stackingExperts(source, moe.numExperts, dir);
     if (config.mla) {
       tensors = splittingKvB(tensors, config, names, (i) => `model.layers.${i}.${KV_B}`, dir);
     }
-    const weights = await assembleWeights(config, tensors, names, dir, options);
+    const assembled = await assembleWeights(config, tensors, names, dir, options);
+    const weights = config.architecture === "gemma3" ? gemmaNormsPlusOne(assembled) : assembled;
     return { config, weights, tokenizer, chatTemplate: await chatTemplate(dir, tokCfg), source: dir };
   } finally {
     await Promise.all(files.map((f) => f.close()));

@@ -1,7 +1,8 @@
 /**
  * Loading Gemma 3 (gemma3) GGUFs: scaled embeddings, sandwich norms, GeGLU, five sliding layers of
  * six with their own RoPE base, linear RoPE scaling of the global layers, the 27B's score scale,
- * <end_of_turn> as a stop, and clear refusals. The forward is checked against llama.cpp in
+ * <end_of_turn> as a stop, Hugging Face directories read as their GGUFs (norms given 1 + w), and
+ * clear refusals. The forward is checked against llama.cpp in
  * tests/oracle/llama-cpp.test.ts; GELU itself here against its definition.
  */
 import assert from "node:assert/strict";
@@ -15,7 +16,8 @@ import { loadModel } from "../../src/model/load.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
 import { chatRenderer } from "../../src/serve/chat-template.ts";
-import { type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, vocabFor } from "./model-files.ts";
+import { type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, vocabFor, writeHfDirectory } from "./model-files.ts";
+import { hfConfig } from "../../src/model/hf-loader.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/gemma3-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -146,4 +148,36 @@ test("chatRenderer() renders Gemma 3's template: the system prompt in the first 
   assert.equal(out.text, "<bos><start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
   assert.equal(out.startsWithBos, true, "the prompt is not given a second BOS");
   assert.throws(() => r.render([{ role: "assistant", content: "x" }]), /roles must alternate/);
+});
+
+test("loadModel() reads a Gemma3ForCausalLM directory as its GGUF: the same config, and norms given 1 + w", async () => {
+  const weights = randomHfWeights(SPEC);
+  await writeFile(`${dir}/same.gguf`, ggufBytes(SPEC, weights));
+  await writeHfDirectory(`${dir}/same-hf`, SPEC, weights);
+  const [g, h] = await Promise.all([loadModel(`${dir}/same.gguf`), loadModel(`${dir}/same-hf`)]);
+  const { eosTokenIds: _e1, bosTokenId: _b1, addBos: _a1, ...gc } = g.config;
+  const { eosTokenIds: _e2, bosTokenId: _b2, addBos: _a2, samplingDefaults: _s, ...hc } = h.config;
+  assert.deepEqual(hc, gc);
+  const f32 = (t: { data: Uint8Array }) => Array.from(new Float32Array(t.data.slice().buffer));
+  for (const role of ["attnNorm", "ffnNorm", "attnPostNorm", "ffnPostNorm", "qNorm", "kNorm"] as const) {
+    const [a, b] = [f32(g.weights.layers[2][role]!), f32(h.weights.layers[2][role]!)];
+    assert.ok(a.every((x, i) => Math.abs(x - b[i]) < 1e-6), role);
+  }
+  assert.ok(f32(g.weights.outputNorm).every((x, i) => Math.abs(x - f32(h.weights.outputNorm)[i]) < 1e-6));
+});
+
+test("hfConfig() reads Gemma 3's layer_types and refuses what it would run wrongly, naming the key", () => {
+  const cfg = {
+    architectures: ["Gemma3ForCausalLM"], hidden_size: 32, num_hidden_layers: 3, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8,
+    intermediate_size: 64, sliding_window: 4, layer_types: ["full_attention", "sliding_attention", "sliding_attention"], rope_theta: 1e6,
+    query_pre_attn_scalar: 16,
+  };
+  const c = hfConfig(cfg, {}, 300, "g");
+  assert.deepEqual(c.slidingWindow, { size: 4, layers: [false, true, true], ropeTheta: 10000 });
+  assert.equal(c.attentionScale, 1 / 4, "query_pre_attn_scalar 16");
+  assert.equal(c.tiedEmbeddings, true, "Gemma3TextConfig's default");
+  assert.throws(() => hfConfig({ ...cfg, final_logit_softcapping: 30 }, {}, 300, "g"), /"final_logit_softcapping" in "g" is 30/);
+  assert.throws(() => hfConfig({ ...cfg, hidden_activation: "silu" }, {}, 300, "g"), /"hidden_activation" in "g" is "silu"/);
+  assert.throws(() => hfConfig({ ...cfg, rope_scaling: { rope_type: "yarn", factor: 4 } }, {}, 300, "g"), /scales its global layers' RoPE linearly/);
+  assert.throws(() => hfConfig({ ...cfg, architectures: ["Gemma3ForConditionalGeneration"] }, {}, 300, "g"), /vision tower \(Gemma3ForConditionalGeneration\)/);
 });

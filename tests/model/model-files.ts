@@ -543,9 +543,12 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
   mkdirSync(dir, { recursive: true });
   const dtype = spec.dtype === "f16" || spec.dtype === "bf16" ? spec.dtype : "f32";
   const gptOss = spec.architecture === "gpt-oss";
+  // Gemma's checkpoints store w where its norms weigh by 1 + w (the GGUF stores 1 + w).
+  const gemma = spec.architecture === "gemma3";
   const tensors: SafetensorsEntry[] = gptOss ? gptOssHfTensors(spec, weights, dtype) : [...weights].map(([name, { shape, values }]) => {
     const dt = isVector(shape) ? "f32" : dtype;
-    return { name, shape, dtype: dt, data: encodeFromF32(values, dt) };
+    const v = gemma && name.endsWith("norm.weight") ? values.map((x) => x - 1) : values;
+    return { name, shape, dtype: dt, data: encodeFromF32(v, dt) };
   });
   const vocab = bpeVocab(Math.min(spec.vocab, 300));
   const mixtral = spec.architecture === "llama" && spec.experts !== undefined;
@@ -574,6 +577,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     ...(gptOss ? gptOssHfConfig(spec) : {}),
     ...(spec.rotaryDim !== undefined ? { partial_rotary_factor: spec.rotaryDim / spec.headDim } : {}),
     ...(spec.architecture === "glm4moe" ? { attention_bias: true, use_qk_norm: false } : {}),
+    ...(gemma ? gemma3HfConfig(spec) : {}),
     rms_norm_eps: 1e-5,
     rope_theta: ropeThetaOf(spec),
     ...(spec.ropeScaling ? { rope_scaling: hfRopeScaling(spec.ropeScaling) } : {}),
@@ -591,6 +595,19 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     add_bos_token: spec.architecture === "llama",
     chat_template: "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}",
   }));
+}
+
+/** Gemma 3's config.json fields as transformers' Gemma3TextConfig writes them (pattern 6 left to its default). */
+function gemma3HfConfig(spec: ModelFileSpec): Record<string, unknown> {
+  return {
+    hidden_activation: "gelu_pytorch_tanh",
+    query_pre_attn_scalar: spec.headDim,
+    sliding_window: spec.slidingWindow ?? null,
+    rope_local_base_freq: 10000,
+    rope_scaling: spec.ropeLinearFactor ? { rope_type: "linear", factor: spec.ropeLinearFactor } : null,
+    final_logit_softcapping: null,
+    attn_logit_softcapping: null,
+  };
 }
 
 /** `model` cut to its first `n` layers: a cheap draft that agrees with the whole model often, not always. */

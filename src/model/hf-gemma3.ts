@@ -1,0 +1,99 @@
+/**
+ * Gemma 3 Hugging Face checkpoints, text only (`Gemma3ForCausalLM`, model_type `gemma3_text`:
+ * google/gemma-3-1b-it and the text models of the larger ones): config.json's fields as
+ * transformers' Gemma3TextConfig reads them, and the norms' `1 +`, which Gemma's RMSNorm applies
+ * at run time (output · (1 + w)) and llama.cpp's converter bakes into the GGUF: added here on load, so
+ * both formats run through the same plain RMS norms (gguf-gemma3.ts has the rest of the model).
+ */
+import { type HostTensor, type LayerWeights, ModelLoadError, type ModelWeights, type SlidingWindow, slidingLayers } from "./config.ts";
+import { type Json, num } from "./hf-json.ts";
+
+/** The config fields a Gemma 3 config.json sets beyond the common ones. */
+export interface HfGemma3 {
+  slidingWindow?: SlidingWindow;
+  embeddingScale: number;
+  postNorms: true;
+  ffnActivation: "gelu";
+  attentionScale: number;
+  ropeFreqFactors?: number[];
+  tiedEmbeddings: boolean;
+}
+
+/** transformers' Gemma3TextConfig defaults where config.json leaves a field out. */
+const DEFAULTS = { slidingWindowPattern: 6, ropeLocalBaseFreq: 10_000 };
+
+/**
+ * Reads config.json's Gemma 3 fields: `sliding_window` on the layers `layer_types` marks
+ * "sliding_attention" (older configs: all but every `sliding_window_pattern`-th), those layers' RoPE
+ * base `rope_local_base_freq`, the global layers' linear `rope_scaling`, `query_pre_attn_scalar`,
+ * and the activation and soft-capping it must not differ in.
+ */
+export function hfGemma3(cfg: Json, hiddenSize: number, headDim: number, rotaryDim: number, numLayers: number, path: string): HfGemma3 {
+  const act = cfg.hidden_activation ?? cfg.hidden_act ?? "gelu_pytorch_tanh";
+  if (act !== "gelu_pytorch_tanh") throw new ModelLoadError(`"hidden_activation" in "${path}" is ${JSON.stringify(act)}; Gemma 3 runs "gelu_pytorch_tanh"`);
+  for (const key of ["final_logit_softcapping", "attn_logit_softcapping"]) {
+    const v = cfg[key];
+    if (v !== undefined && v !== null) throw new ModelLoadError(`"${key}" in "${path}" is ${JSON.stringify(v)}; soft-capping (Gemma 2's) is not supported`);
+  }
+  return {
+    ...hfSlidingLayers(cfg, numLayers, path),
+    embeddingScale: Math.sqrt(hiddenSize),
+    postNorms: true,
+    ffnActivation: "gelu",
+    attentionScale: 1 / Math.sqrt(num(cfg, "query_pre_attn_scalar", path, headDim)),
+    ...hfLinearRope(cfg, rotaryDim, path),
+    // Gemma3TextConfig ties them unless told otherwise.
+    tiedEmbeddings: cfg.tie_word_embeddings !== false,
+  };
+}
+
+function hfSlidingLayers(cfg: Json, numLayers: number, path: string): { slidingWindow?: SlidingWindow } {
+  const size = cfg.sliding_window;
+  if (size === undefined || size === null) return {};
+  if (typeof size !== "number" || !Number.isInteger(size) || size < 1) {
+    throw new ModelLoadError(`"sliding_window" in "${path}" should be a positive whole number of positions, got ${JSON.stringify(size)}`);
+  }
+  const ropeTheta = num(cfg, "rope_local_base_freq", path, DEFAULTS.ropeLocalBaseFreq);
+  const types = cfg.layer_types;
+  if (types === undefined || types === null) {
+    const pattern = num(cfg, "sliding_window_pattern", path, DEFAULTS.slidingWindowPattern);
+    if (!Number.isInteger(pattern) || pattern < 1) throw new ModelLoadError(`"sliding_window_pattern" in "${path}" should be a positive whole number, got ${pattern}`);
+    return { slidingWindow: { size, layers: slidingLayers(numLayers, pattern), ropeTheta } };
+  }
+  if (!Array.isArray(types) || types.length !== numLayers || !types.every((t) => t === "sliding_attention" || t === "full_attention")) {
+    throw new ModelLoadError(`"layer_types" in "${path}" should list "sliding_attention" or "full_attention" for each of its ${numLayers} layers, got ${JSON.stringify(types)}`);
+  }
+  return { slidingWindow: { size, layers: types.map((t) => t === "sliding_attention"), ropeTheta } };
+}
+
+/** The global layers' linear RoPE scaling (4B and up: factor 8) as per-pair divisors; none for the 1B. */
+function hfLinearRope(cfg: Json, rotaryDim: number, path: string): { ropeFreqFactors?: number[] } {
+  const raw = cfg.rope_scaling;
+  if (raw === undefined || raw === null) return {};
+  const s = raw as Json;
+  const type = s.rope_type ?? s.type;
+  if (type === "default") return {};
+  const factor = s.factor;
+  if (type !== "linear" || typeof factor !== "number" || !(factor > 0)) {
+    throw new ModelLoadError(`"rope_scaling" in "${path}" is ${JSON.stringify(raw)}; Gemma 3 scales its global layers' RoPE linearly ("linear" with a positive factor)`);
+  }
+  return factor === 1 ? {} : { ropeFreqFactors: new Array(rotaryDim / 2).fill(factor) };
+}
+
+/** Gemma's norms weigh by 1 + w: the stored w's of every norm, layers' and final, with 1 added (f32, as norms are loaded). */
+export function gemmaNormsPlusOne(weights: ModelWeights<HostTensor>): ModelWeights<HostTensor> {
+  const roles = ["attnNorm", "ffnNorm", "attnPostNorm", "ffnPostNorm", "qNorm", "kNorm"] as const;
+  const layers = weights.layers.map((l) => {
+    const out: LayerWeights<HostTensor> = { ...l };
+    for (const r of roles) if (l[r]) out[r] = plusOne(l[r]!);
+    return out;
+  });
+  return { ...weights, layers, outputNorm: plusOne(weights.outputNorm) };
+}
+
+function plusOne(t: HostTensor): HostTensor {
+  if (t.dtype !== "f32") throw new ModelLoadError(`Norm "${t.name}" was loaded as ${t.dtype}, not f32`);
+  const v = new Float32Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength));
+  for (let i = 0; i < v.length; i++) v[i] += 1;
+  return { ...t, data: new Uint8Array(v.buffer) };
+}
