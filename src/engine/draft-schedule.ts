@@ -11,16 +11,30 @@
  * A round of B sequences drafting k costs k chained draft forwards and one target step of B(1 + k)
  * rows: time a + b·B(1 + k) + k·d, with a, b fitted online to the target's decode steps and d the
  * measured draft forward. Drafts are bursty (a run of agreement, then a run of disagreement), so α is
- * a recent average per sequence, pulled toward the engine's own average while a sequence is new.
+ * a recent average per sequence, pulled toward the engine's own average while a sequence is new. A
+ * draft also drifts from the target as it goes, so the i-th token is accepted less often than the
+ * first: the engine measures the chance at each depth (given the ones before were accepted) and a
+ * sequence's α scales that profile, so E(k) = Σ_{i≤k} Π_{j≤i} α_j.
  *
  * Pure: it takes measured seconds; the engine times the steps.
  */
 
-/** Tokens a k-token draft yields on average when each draft token is accepted with probability `alpha`. */
-export function expectedDraftTokens(alpha: number, k: number): number {
-  if (k <= 0) return 1;
-  if (alpha >= 1) return k + 1;
-  return (1 - alpha ** (k + 1)) / (1 - alpha);
+/**
+ * Tokens a k-token draft yields on average when each draft token is accepted with probability
+ * `alpha`, or, given one per depth, the j-th with `alpha[j - 1]` once those before it were.
+ */
+export function expectedDraftTokens(alpha: number | readonly number[], k: number): number {
+  if (typeof alpha === "number") {
+    if (k <= 0) return 1;
+    if (alpha >= 1) return k + 1;
+    return (1 - alpha ** (k + 1)) / (1 - alpha);
+  }
+  let tokens = 1, reach = 1;
+  for (let j = 0; j < k; j++) {
+    reach *= alpha[Math.min(j, alpha.length - 1)] ?? 0;
+    tokens += reach;
+  }
+  return tokens;
 }
 
 /** Acceptance counts decayed toward recent drafts: accepted tokens and tokens tried (accepted plus the first rejected). */
@@ -38,6 +52,9 @@ export interface DraftLengthTunerOptions {
   /** Weight of older observations kept per new one (default 0.9: about the last ten). */
   decay?: number;
 }
+
+/** Draft tokens' weight of the prior in an acceptance estimate. */
+const PRIOR_WEIGHT = 2;
 
 /** Seconds a target decode step takes for n rows, fitted as a + b·n by least squares weighted toward recent steps. */
 class StepTimeFit {
@@ -82,6 +99,8 @@ export class DraftLengthTuner {
   private draftForwards = 0;
   /** The engine's own acceptance: the prior of a sequence with few drafts of its own. */
   private readonly overall: AcceptanceCounts = { accepted: 0, tried: 0 };
+  /** The engine's acceptance at each draft depth, given the tokens before were accepted. */
+  private readonly depths: AcceptanceCounts[];
   private round = 0;
 
   constructor(private readonly o: DraftLengthTunerOptions) {
@@ -89,6 +108,7 @@ export class DraftLengthTuner {
     this.decay = o.decay ?? 0.9;
     this.exploreEvery = o.exploreEvery ?? 8;
     this.target = new StepTimeFit(this.decay);
+    this.depths = Array.from({ length: o.maxTokens }, () => ({ accepted: 0, tried: 0 }));
   }
 
   /** A target step of decodes only (draft rows included): `rows` rows in `seconds`. */
@@ -111,15 +131,37 @@ export class DraftLengthTuner {
     const tried = accepted + (accepted < drafted ? 1 : 0);
     this.overall.accepted = this.overall.accepted * this.decay + accepted;
     this.overall.tried = this.overall.tried * this.decay + tried;
+    this.depths.forEach((d, j) => {
+      d.accepted = d.accepted * this.decay + (j < accepted ? 1 : 0);
+      d.tried = d.tried * this.decay + (j < tried ? 1 : 0);
+    });
     const c = counts ?? { accepted: 0, tried: 0 };
     return { accepted: c.accepted * this.decay + accepted, tried: c.tried * this.decay + tried };
   }
 
   /** A sequence's acceptance probability: its own recent drafts, with two tokens' weight of the engine's average. */
   acceptance(counts: AcceptanceCounts | undefined): number {
-    const prior = this.overall.tried > 0 ? this.overall.accepted / this.overall.tried : 0.5;
-    const PRIOR_WEIGHT = 2;
-    return ((counts?.accepted ?? 0) + PRIOR_WEIGHT * prior) / ((counts?.tried ?? 0) + PRIOR_WEIGHT);
+    return ((counts?.accepted ?? 0) + PRIOR_WEIGHT * this.average()) / ((counts?.tried ?? 0) + PRIOR_WEIGHT);
+  }
+
+  /**
+   * A sequence of acceptance `alpha` (its average over depths) at each depth: the engine's profile
+   * over depths, each depth's chance with two tokens' weight of the depth before it (so a depth not
+   * yet reached takes the last one measured), scaled by `alpha` over the engine's average (at most 1).
+   */
+  depthAcceptance(alpha: number): number[] {
+    const average = this.average();
+    const scale = average > 0 ? alpha / average : 1;
+    let before = average;
+    return this.depths.map((d) => {
+      before = (d.accepted + PRIOR_WEIGHT * before) / (d.tried + PRIOR_WEIGHT);
+      return Math.min(1, before * scale);
+    });
+  }
+
+  /** The engine's acceptance over all depths (even odds before any draft). */
+  private average(): number {
+    return this.overall.tried > 0 ? this.overall.accepted / this.overall.tried : 0.5;
   }
 
   /**
@@ -145,10 +187,11 @@ export class DraftLengthTuner {
     const { a, b } = this.target.coefficients();
     const d = this.draftSeconds / this.draftForwards;
     const B = alphas.length;
+    const profiles = alphas.map((alpha) => this.depthAcceptance(alpha));
     let best = 0, bestRate = -1;
     for (let k = 0; k <= this.o.maxTokens; k++) {
       let tokens = 0;
-      for (const alpha of alphas) tokens += expectedDraftTokens(alpha, k);
+      for (const profile of profiles) tokens += expectedDraftTokens(profile, k);
       const seconds = a + b * B * (1 + k) + k * d;
       const rate = seconds > 0 ? tokens / seconds : tokens;
       // Longer only when strictly better: ties keep the cheaper draft.

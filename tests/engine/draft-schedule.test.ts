@@ -43,6 +43,24 @@ test("DraftLengthTuner.bestLength() weighs every sequence of the batch", () => {
   assert.ok(t.bestLength([0.85, 0, 0, 0, 0, 0, 0, 0]) < one);
 });
 
+test("DraftLengthTuner.bestLength() stops where drafts stop being accepted, whatever the average", () => {
+  // Drafts of 6 whose first two tokens always pass and the third never: 2 of 3 tried, on average.
+  const t = measured({ a: 0.1, b: 0.005, d: 0.01, maxTokens: 6 });
+  let c: AcceptanceCounts | undefined;
+  for (let i = 0; i < 30; i++) c = t.observeAcceptance(c, 6, 2);
+  const alpha = t.acceptance(c);
+  assert.ok(Math.abs(alpha - 2 / 3) < 0.02, `average ${alpha}`);
+  const profile = t.depthAcceptance(alpha);
+  // The third depth keeps a little of its prior (two tokens' weight of the depth before).
+  assert.ok(profile[0] > 0.9 && profile[1] > 0.9 && profile[2] < 0.2, `${profile.map((p) => p.toFixed(2))}`);
+  assert.equal(t.bestLength([alpha]), 2, "the third token is hardly ever accepted: drafting it costs more than it brings");
+  // Read as one chance for every depth (2/3), the same costs would draft 3.
+  const flat = measured({ a: 0.1, b: 0.005, d: 0.01, maxTokens: 6 });
+  assert.equal(flat.bestLength([2 / 3]), 3);
+  assert.ok(expectedDraftTokens(profile, 6) < 3.1);
+  assert.equal(expectedDraftTokens([0.5, 0.5], 3), 1 + 0.5 + 0.25 + 0.125, "past the profile, the last depth's chance");
+});
+
 test("DraftLengthTuner.length() drafts the longest until both costs are measured, then explores next to its best", () => {
   const fresh = new DraftLengthTuner({ maxTokens: 4 });
   assert.equal(fresh.length([0.1]), 4);
