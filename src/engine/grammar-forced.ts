@@ -53,6 +53,11 @@ function forcedIn(cfg: Config): string | null {
   const wsAllowed = cfg.ws < MAX_WHITESPACE;
   switch (f.k) {
     case "lit": return codePointAt(f.text, f.i);
+    // Sorted, the run's texts all take the next code point when its first and last do.
+    case "lits": {
+      const first = codePointAt(f.texts[f.lo], f.i);
+      return first === codePointAt(f.texts[f.hi - 1], f.i) ? first : null;
+    }
     case "key": return forcedInKey(f);
     case "value":
       if (f.compact && f.ws) return cfg.ws === 0 ? " " : forcedStart(f.node, f.d);

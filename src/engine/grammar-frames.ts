@@ -74,6 +74,17 @@ export function inClass(cls: CharClass, cp: number): boolean {
   return cls.negated;
 }
 
+/** A run of sorted literal texts sharing their first `i` UTF-16 units, any of which may still be written. */
+export interface LiteralsFrame {
+  readonly k: "lits";
+  readonly texts: readonly string[];
+  readonly lo: number;
+  readonly hi: number;
+  readonly i: number;
+  readonly up: Frame | null;
+  readonly d: number;
+}
+
 /**
  * Frames that hold JSON carry `compact`: whitespace only as one space after each `:` and `,` (grammar.ts
  * `JsonWhitespace`), else up to MAX_WHITESPACE characters wherever JSON allows it.
@@ -82,6 +93,8 @@ export type Frame =
   /** ws: whitespace may come before the value (after a `:` or an array's `,`). */
   | { readonly k: "value"; readonly node: SchemaNode; readonly ws: boolean; readonly compact: boolean; readonly up: Frame | null; readonly d: number }
   | { readonly k: "lit"; readonly text: string; readonly i: number; readonly up: Frame | null; readonly d: number }
+  /** One of texts[lo..hi) (sorted, each longer than i), whose first i units are written (grammar-literals.ts). */
+  | LiteralsFrame
   /**
    * esc: 0 plain, -1 after a backslash, 1–4 hex digits still due in \uXXXX (hex: their value so far).
    * re: expressions the string's characters must match (its `pattern` and `format`), rs: where each is.

@@ -32,6 +32,8 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
     switch (f.k) {
       case "value": return `v${id(f.node)},${f.ws ? 1 : 0}${f.compact ? "c" : ""},${f.d}/${below}`;
       case "lit": return `l${JSON.stringify(f.text)},${f.i}/${below}`;
+      // The sorted list is one object per schema node: its number and the run name the texts.
+      case "lits": return `L${id(f.texts)},${f.lo},${f.hi},${f.i}/${below}`;
       case "str": {
         const re = f.re.length === 0 ? "" : `,${f.hex},${f.re.map((r, i) => `${id(r)}:${f.rs[i].key}`).join(";")}`;
         const v = f.v === null ? "" : `,${JSON.stringify(f.v)}`;

@@ -8,7 +8,7 @@
  */
 import type { Piece, SeqGroup, StringNode } from "./grammar-frames.ts";
 import { compilePattern } from "./regex-nfa.ts";
-import { ANY_OBJECT, compileSchema, type JsonSchema, resolve, SchemaError, type SchemaNode } from "./json-schema.ts";
+import { ANY_OBJECT, compileSchema, type JsonSchema, literalNode, resolve, SchemaError, type SchemaNode } from "./json-schema.ts";
 
 /** What grammar.ts needs of a `tool_calls` grammar. */
 export interface ToolCallsSpec {
@@ -229,7 +229,7 @@ function pairArguments(f: PairFormat, parameters: JsonSchema | undefined): Piece
 function pairValue(node: SchemaNode, end: string): Piece {
   const n = resolve(node);
   if (n.t === "string") return { raw: n, end };
-  if (n.t === "literal" && rawStringArgument(n)) return { node: { t: "literal", texts: n.texts.map((t) => JSON.parse(t) as string) } };
+  if (n.t === "literal" && rawStringArgument(n)) return { node: literalNode(n.texts.map((t) => JSON.parse(t) as string)) };
   return { node };
 }
 

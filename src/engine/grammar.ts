@@ -10,7 +10,8 @@
  * configurations. Each configuration is an immutable stack of frames that share their tails, so
  * testing a character never disturbs the request's state and costs one small object.
  */
-import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, resolve, SchemaError, type SchemaNode } from "./json-schema.ts";
+import { ANY, ANY_OBJECT, compileSchema, type JsonSchema, literalNode, resolve, SchemaError, type SchemaNode } from "./json-schema.ts";
+import { stepLiterals } from "./grammar-literals.ts";
 import { canReach, type NumberRange } from "./number-bounds.ts";
 import { type CompiledRegex, compilePattern, RegexError } from "./regex-nfa.ts";
 import { literalKey, numberKey } from "./value-key.ts";
@@ -247,7 +248,7 @@ function choiceNode(choices: readonly string[]): SchemaNode {
   if (choices.length === 0) throw new SchemaError("The choice list is empty: give at least one choice");
   const empty = choices.indexOf("");
   if (empty >= 0) throw new SchemaError(`Choice ${empty} is the empty string; every choice needs at least one character`);
-  return { t: "literal", texts: [...choices] };
+  return literalNode([...choices]);
 }
 
 /** `pattern` compiled to match the whole output; throws SchemaError where regex-nfa.ts refuses it. */
@@ -370,6 +371,7 @@ function step(cfg: Config, c: string): Config[] {
       const i = f.i + c.length;
       return i === f.text.length ? complete(f.up, uniqueSeen(f.up) === null ? undefined : literalKey(f.text)) : [{ top: { ...f, i }, ws: 0 }];
     }
+    case "lits": return stepLiterals(f, c, complete);
     case "str": return stepString(f, c, complete);
     case "cls": return inClass(f.cls, c.codePointAt(0)!) ? complete(f.up) : [];
     case "tagged": return stepTagged(f, c);
@@ -434,6 +436,7 @@ function start(node: SchemaNode, up: Frame | null, d: number, c: string, compact
     case "literal": {
       // In a uniqueItems array an enum value already written cannot start again.
       const seen = uniqueSeen(up);
+      if (seen === null && n.sorted) return stepLiterals({ k: "lits", texts: n.sorted, lo: 0, hi: n.sorted.length, i: 0, up, d }, c, complete);
       return n.texts.flatMap((t) => {
         if (!t.startsWith(c) || (seen !== null && seen.includes(literalKey(t)))) return [];
         return t.length === c.length ? complete(up, seen === null ? undefined : literalKey(t)) : [{ top: { k: "lit", text: t, i: c.length, up, d }, ws: 0 }];

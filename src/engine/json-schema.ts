@@ -70,7 +70,8 @@ export type SchemaNode =
   /** `range`: null when unbounded. */
   | { readonly t: "number"; readonly integer: boolean; readonly range: NumberRange | null }
   /** One of these JSON texts exactly (enum, const, booleans, null). */
-  | { readonly t: "literal"; readonly texts: readonly string[] }
+  /** `sorted`: the texts sorted and without repeats, for lists long enough to step as one run (grammar-literals.ts). */
+  | { readonly t: "literal"; readonly texts: readonly string[]; readonly sorted?: readonly string[] }
   | { readonly t: "anyOf"; readonly options: readonly SchemaNode[] }
   | { readonly t: "ref"; readonly name: string; readonly table: ReadonlyMap<string, SchemaNode> };
 
@@ -97,6 +98,15 @@ const NUMBER_FORMATS = new Set(["int32", "int64", "float", "double"]);
 const FREE_FORMATS = new Set(["password", "binary", "path"]);
 const TYPES = ["object", "array", "string", "number", "integer", "boolean", "null"] as const;
 type TypeName = (typeof TYPES)[number];
+
+/** Literal lists from this long are stepped as one sorted run, not one configuration per text. */
+const SORTED_LITERALS_FROM = 4;
+
+/** The node of exactly one of `texts`; a long list also sorted, so that stepping it costs the same whatever its length. */
+export function literalNode(texts: readonly string[]): SchemaNode {
+  if (texts.length < SORTED_LITERALS_FROM) return { t: "literal", texts };
+  return { t: "literal", texts, sorted: [...new Set(texts)].sort() };
+}
 
 /** The node for any JSON value. */
 export const ANY: SchemaNode = { t: "any" };
@@ -174,7 +184,7 @@ function compileCombinator(s: { readonly [k: string]: unknown }, k: string, at: 
   if (k === "const") return { t: "literal", texts: [JSON.stringify(v)] };
   if (k === "enum") {
     if (!Array.isArray(v) || v.length === 0) throw new SchemaError(`The schema's "enum" at ${at} must be a non-empty array, got ${show(v)}`);
-    return { t: "literal", texts: v.map((x) => JSON.stringify(x)) };
+    return literalNode(v.map((x) => JSON.stringify(x)));
   }
   if (k === "$ref") {
     if (typeof v !== "string" || !/^#\/(\$defs|definitions)\/[^/]+$/.test(v)) {
