@@ -15,7 +15,8 @@ import { ApiError } from "./errors.ts";
 export function messageText(content: ChatMessageIn["content"]): string {
   if (content === null || content === undefined) return "";
   if (typeof content === "string") return content;
-  return content.map((p) => p.text).join("");
+  // Parts apart by a newline, as vLLM joins them for templates that take text.
+  return content.map((p) => p.text).join("\n");
 }
 
 /** A chat renderer for one model. */

@@ -15,7 +15,7 @@ import { gguf as g } from "../../src/model/gguf-writer.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
-import { chatRenderer } from "../../src/serve/chat-template.ts";
+import { chatRenderer, messageText } from "../../src/serve/chat-template.ts";
 import { type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, vocabFor, writeHfDirectory } from "./model-files.ts";
 import { hfConfig } from "../../src/model/hf-loader.ts";
 
@@ -141,11 +141,12 @@ test("chatRenderer() renders Gemma 3's template: the system prompt in the first 
   const r = chatRenderer(GEMMA3_TEMPLATE, { bos: "<bos>", eos: "<eos>" });
   const out = r.render([
     { role: "system", content: "Be brief." },
-    { role: "user", content: [{ type: "text", text: "Hi " }, { type: "text", text: "there" }] },
+    { role: "user", content: [{ type: "text", text: "Hi" }, { type: "text", text: "there" }] },
     { role: "assistant", content: "Hello." },
     { role: "user", content: "Bye" },
   ]);
-  assert.equal(out.text, "<bos><start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  // Text parts joined by a newline, as vLLM joins them.
+  assert.equal(out.text, "<bos><start_of_turn>user\nBe brief.\n\nHi\nthere<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
   assert.equal(out.startsWithBos, true, "the prompt is not given a second BOS");
   assert.throws(() => r.render([{ role: "assistant", content: "x" }]), /roles must alternate/);
 });
@@ -180,4 +181,10 @@ test("hfConfig() reads Gemma 3's layer_types and refuses what it would run wrong
   assert.throws(() => hfConfig({ ...cfg, hidden_activation: "silu" }, {}, 300, "g"), /"hidden_activation" in "g" is "silu"/);
   assert.throws(() => hfConfig({ ...cfg, rope_scaling: { rope_type: "yarn", factor: 4 } }, {}, 300, "g"), /scales its global layers' RoPE linearly/);
   assert.throws(() => hfConfig({ ...cfg, architectures: ["Gemma3ForConditionalGeneration"] }, {}, 300, "g"), /vision tower \(Gemma3ForConditionalGeneration\)/);
+});
+
+test("messageText() joins a message's text parts with newlines, as vLLM does", () => {
+  assert.equal(messageText([{ type: "text", text: "a" }, { type: "text", text: "b" }]), "a\nb");
+  assert.equal(messageText("as is"), "as is");
+  assert.equal(messageText(null), "");
 });
