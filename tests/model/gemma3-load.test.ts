@@ -15,7 +15,7 @@ import { gguf as g } from "../../src/model/gguf-writer.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
-import { chatRenderer, messageText } from "../../src/serve/chat-template.ts";
+import { chatRenderer } from "../../src/serve/chat-template.ts";
 import { type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, vocabFor, writeHfDirectory } from "./model-files.ts";
 import { hfConfig } from "../../src/model/hf-loader.ts";
 
@@ -181,10 +181,4 @@ test("hfConfig() reads Gemma 3's layer_types and refuses what it would run wrong
   assert.throws(() => hfConfig({ ...cfg, hidden_activation: "silu" }, {}, 300, "g"), /"hidden_activation" in "g" is "silu"/);
   assert.throws(() => hfConfig({ ...cfg, rope_scaling: { rope_type: "yarn", factor: 4 } }, {}, 300, "g"), /scales its global layers' RoPE linearly/);
   assert.throws(() => hfConfig({ ...cfg, architectures: ["Gemma3ForConditionalGeneration"] }, {}, 300, "g"), /vision tower \(Gemma3ForConditionalGeneration\)/);
-});
-
-test("messageText() joins a message's text parts with newlines, as vLLM does", () => {
-  assert.equal(messageText([{ type: "text", text: "a" }, { type: "text", text: "b" }]), "a\nb");
-  assert.equal(messageText("as is"), "as is");
-  assert.equal(messageText(null), "");
 });

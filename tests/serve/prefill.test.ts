@@ -8,12 +8,18 @@
 import assert from "node:assert/strict";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
-import { chatRenderer } from "../../src/serve/chat-template.ts";
+import { chatRenderer, messageText } from "../../src/serve/chat-template.ts";
 import { startServer } from "../../src/serve/server.ts";
 import { test } from "../harness.ts";
 import { model, modelPath } from "./looper-model.ts";
 
 const TEMPLATE = "<s>{% for m in messages %}[{{ m.role }}]{{ m.content }}[end]{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}";
+
+test("messageText() joins a message's text parts with newlines, as vLLM does", () => {
+  assert.equal(messageText([{ type: "text", text: "a" }, { type: "text", text: "b" }]), "a\nb");
+  assert.equal(messageText("as is"), "as is");
+  assert.equal(messageText(null), "");
+});
 
 test("chatRenderer() ends the prompt inside the final message with continueFinal, and without the generation prompt when asked", () => {
   const r = chatRenderer(TEMPLATE, {});
