@@ -6,16 +6,11 @@
  * both formats run through the same plain RMS norms (gguf-gemma3.ts has the rest of the model).
  */
 import { type HostTensor, type LayerWeights, ModelLoadError, type ModelWeights, type SlidingWindow, slidingLayers } from "./config.ts";
+import type { Gemma3Fields } from "./gguf-gemma3.ts";
 import { type Json, num } from "./hf-json.ts";
 
-/** The config fields a Gemma 3 config.json sets beyond the common ones. */
-export interface HfGemma3 {
-  slidingWindow?: SlidingWindow;
-  embeddingScale: number;
-  postNorms: true;
-  ffnActivation: "gelu";
-  attentionScale: number;
-  ropeFreqFactors?: number[];
+/** The config fields a Gemma 3 config.json sets beyond the common ones: a GGUF's, and whether the output is tied. */
+export interface HfGemma3 extends Gemma3Fields {
   tiedEmbeddings: boolean;
 }
 

@@ -84,16 +84,21 @@ export function rmsnorm(x: RefTensor, weight: RefTensor, eps: number): RefTensor
   return f32Tensor(out, x.shape);
 }
 
-/** silu(gate) * up. */
-export function siluMul(gate: RefTensor, up: RefTensor): RefTensor {
-  expectF32(gate, "siluMul gate");
-  expectF32(up, "siluMul up");
-  expectSameShape(gate, up, "siluMul");
+/** act(gate) * up elementwise, after checking both are f32 of one shape (`op` names them in errors). */
+function gated(gate: RefTensor, up: RefTensor, op: string, act: (x: number) => number): RefTensor {
+  expectF32(gate, `${op} gate`);
+  expectF32(up, `${op} up`);
+  expectSameShape(gate, up, op);
   const g = gate.f32;
   const u = up.f32;
   const out = new Float32Array(g.length);
-  for (let i = 0; i < g.length; i++) out[i] = (g[i] / (1 + Math.exp(-g[i]))) * u[i];
+  for (let i = 0; i < g.length; i++) out[i] = act(g[i]) * u[i];
   return f32Tensor(out, gate.shape);
+}
+
+/** silu(gate) * up. */
+export function siluMul(gate: RefTensor, up: RefTensor): RefTensor {
+  return gated(gate, up, "siluMul", (x) => x / (1 + Math.exp(-x)));
 }
 
 /** √(2/π), GELU's tanh approximation's constant. */
@@ -101,17 +106,7 @@ const GELU_C = Math.sqrt(2 / Math.PI);
 
 /** gelu(gate) * up with GELU's tanh approximation (Backend.geluMul). */
 export function geluMul(gate: RefTensor, up: RefTensor): RefTensor {
-  expectF32(gate, "geluMul gate");
-  expectF32(up, "geluMul up");
-  expectSameShape(gate, up, "geluMul");
-  const g = gate.f32;
-  const u = up.f32;
-  const out = new Float32Array(g.length);
-  for (let i = 0; i < g.length; i++) {
-    const x = g[i];
-    out[i] = 0.5 * x * (1 + Math.tanh(GELU_C * (x + 0.044715 * x * x * x))) * u[i];
-  }
-  return f32Tensor(out, gate.shape);
+  return gated(gate, up, "geluMul", (x) => 0.5 * x * (1 + Math.tanh(GELU_C * (x + 0.044715 * x * x * x))));
 }
 
 /** GPT-OSS's clamped SwiGLU (Backend.swigluOai). */
