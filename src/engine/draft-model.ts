@@ -138,11 +138,12 @@ export class DraftModelProposer {
   }
 
   /**
-   * A target step of decodes only, `rows` rows (draft rows included) in `seconds`: the "cost"
-   * schedule's measure of what a draft token costs to verify.
+   * A target step of `entries` in `seconds`: under the "cost" schedule, one of decodes only (draft
+   * rows included) measures what a draft token costs to verify; the others schedules take nothing.
    */
-  observeTargetStep(rows: number, seconds: number): void {
-    this.tuner?.observeTarget(rows, seconds);
+  observeTargetStep(entries: readonly StepEntry[], seconds: number): void {
+    if (!this.tuner || entries.some((e) => e.prefill)) return;
+    this.tuner.observeTarget(entries.reduce((n, e) => n + e.tokens.length, 0), seconds);
   }
 
   /**

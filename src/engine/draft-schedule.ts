@@ -20,15 +20,11 @@
  */
 
 /**
- * Tokens a k-token draft yields on average when each draft token is accepted with probability
- * `alpha`, or, given one per depth, the j-th with `alpha[j - 1]` once those before it were.
+ * Tokens a k-token draft yields on average when its j-th token is accepted with probability
+ * `alpha[j - 1]` once those before it were (past the list, its last): the accepted prefix plus the
+ * target's own token. One chance α for every depth gives (1 − α^(k+1)) / (1 − α).
  */
-export function expectedDraftTokens(alpha: number | readonly number[], k: number): number {
-  if (typeof alpha === "number") {
-    if (k <= 0) return 1;
-    if (alpha >= 1) return k + 1;
-    return (1 - alpha ** (k + 1)) / (1 - alpha);
-  }
+export function expectedDraftTokens(alpha: readonly number[], k: number): number {
   let tokens = 1, reach = 1;
   for (let j = 0; j < k; j++) {
     reach *= alpha[Math.min(j, alpha.length - 1)] ?? 0;
@@ -116,7 +112,7 @@ export class DraftLengthTuner {
     if (rows > 0 && seconds >= 0) this.target.add(rows, seconds);
   }
 
-  /** A proposal round of the draft model: `forwards` forwards (catch-up chunks included) in `seconds`. */
+  /** A proposal round of the draft model: `forwards` drafting forwards in `seconds` (catch-up chunks of a long new prompt not counted). */
   observeDraft(forwards: number, seconds: number): void {
     if (forwards <= 0 || seconds < 0) return;
     this.draftSeconds = this.draftSeconds * this.decay + seconds;

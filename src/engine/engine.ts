@@ -387,7 +387,7 @@ export class Engine implements ServingEngine {
         sampled = await this.opts.runner.run(plan.entries, rows, extras);
         const seconds = (this.now() - t0) / 1000;
         // What a draft token costs to verify, for a schedule that weighs it (draft-schedule.ts).
-        if (this.drafter && plan.entries.every((e) => !e.prefill)) this.drafter.observeTargetStep(plan.entries.reduce((n, e) => n + e.tokens.length, 0), seconds);
+        this.drafter?.observeTargetStep(plan.entries, seconds);
         if (this.opts.onStep || this.mixing) {
           record = { ...stepShapeOf(plan.entries), seconds, startS: t0 / 1000 };
           if (this.mixing) this.scheduler.stepMixing = this.mixing.observe(record);

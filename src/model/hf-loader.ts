@@ -11,7 +11,8 @@ import { GLM4_MOE_DEFAULTS, hfDeepseekAttention, hfDeepseekMoe } from "./hf-deep
 import { type Json, num } from "./hf-json.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { GPT_OSS_NAMES, gptOssExperts, hfGptOss } from "./hf-gpt-oss.ts";
-import { gemmaNormsPlusOne, hfGemma3 } from "./hf-gemma3.ts";
+import { gemmaNormsPlusOne, hfGemma3, type HfGemma3 } from "./hf-gemma3.ts";
+import type { Gemma3Fields } from "./gguf-gemma3.ts";
 import { withHarmonyStops } from "./gguf-gpt-oss.ts";
 import { applyGenerationConfig } from "./hf-generation-config.ts";
 import { readSafetensor, readSafetensorsHeader, type SafetensorsInfo } from "./safetensors.ts";
@@ -95,6 +96,11 @@ export const HF_TENSOR_NAMES: TensorNames = {
   output: "lm_head.weight",
   layer: (i, role) => `model.layers.${i}.${LAYER_NAMES[role]}`,
 };
+
+/** A Gemma 3 config.json's own fields as the GGUF's (tied embeddings, set apart, aside). */
+function gemma3Fields({ tiedEmbeddings: _tied, ...fields }: HfGemma3): Gemma3Fields {
+  return fields;
+}
 
 /** Gemma 3's: its post_attention_layernorm norms the attention's output; the feed-forward's input has its own. */
 const GEMMA3_TENSOR_NAMES: TensorNames = {
@@ -221,7 +227,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(deepseek ? { mla: deepseek.mla } : {}),
     ...(attentionScale !== undefined ? { attentionScale } : {}),
     ...(gptOss ? { outputBias: true, attentionSinks: true, ...(gptOss.slidingWindow ? { slidingWindow: gptOss.slidingWindow } : {}) } : {}),
-    ...(gemma3 ? { postNorms: true, ffnActivation: "gelu", embeddingScale: gemma3.embeddingScale, ...(gemma3.slidingWindow ? { slidingWindow: gemma3.slidingWindow } : {}) } : {}),
+    ...(gemma3 ? gemma3Fields(gemma3) : {}),
     rmsNormEps: num(cfg, "rms_norm_eps", path, 1e-6),
     ropeTheta,
     ropeLayout: deepseek?.ropeLayout ?? "neox",

@@ -231,13 +231,15 @@ test("DraftModelProposer.propose() under the cost schedule stops drafting where 
     let ms = 0;
     return new DraftModelProposer(recordingRunner(32).runner, model.config.vocabSize, Infinity, { numTokens: 4, schedule: "cost" }, () => (ms += 5));
   };
+  // A decode verifying a draft: one row per token it feeds.
+  const decodeRows = (rows: number): StepEntry => ({ seqId: 1, tokens: Array(rows).fill(1), startPos: 40, blockTable: [], sample: true, prefill: false });
   const lengths = async (p: DraftModelProposer, accept: (n: number) => number) => {
     const out: number[] = [];
     for (let round = 1; round <= 9; round++) {
       const n = (await p.propose([{ seqId: 1, tokens: STORY, limit: 8 }])).get(1)?.length ?? 0;
       out.push(n);
       if (n > 0) p.observe(1, n, accept(n));
-      if (round === 1) for (const rows of [1, 5, 2, 4]) p.observeTargetStep(rows, 0.05 + 0.001 * rows);
+      if (round === 1) for (const rows of [1, 5, 2, 4]) p.observeTargetStep([decodeRows(rows)], 0.05 + 0.001 * rows);
     }
     return out;
   };

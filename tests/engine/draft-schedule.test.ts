@@ -16,10 +16,11 @@ function measured(o: { a: number; b: number; d: number; maxTokens?: number; expl
 }
 
 test("expectedDraftTokens() is the accepted prefix plus the target's own token", () => {
-  assert.equal(expectedDraftTokens(0, 4), 1);
-  assert.equal(expectedDraftTokens(1, 4), 5);
-  assert.equal(expectedDraftTokens(0.5, 2), 1 + 0.5 + 0.25);
-  assert.equal(expectedDraftTokens(0.9, 0), 1);
+  assert.equal(expectedDraftTokens([0], 4), 1);
+  assert.equal(expectedDraftTokens([1], 4), 5);
+  assert.equal(expectedDraftTokens([0.5], 2), 1 + 0.5 + 0.25);
+  assert.equal(expectedDraftTokens([0.9], 0), 1);
+  assert.ok(Math.abs(expectedDraftTokens([0.8], 4) - (1 - 0.8 ** 5) / (1 - 0.8)) < 1e-12, "one chance at every depth: the geometric sum");
 });
 
 test("DraftLengthTuner.bestLength() drafts long when the draft is cheap and agrees, and nothing when it rarely does", () => {
