@@ -48,6 +48,14 @@ export class ChatOutputStream {
   private readonly reasoning: ReasoningStream | HarmonyStream | null;
   private readonly tools: ToolCallStream | Llama3JsonStream | MistralToolStream | null;
   private calls = 0;
+  /**
+   * Whitespace the tool stream released before any visible text (the newlines around and between
+   * calls): held until text shows, dropped at the end if calls came and no text did. Streamed, it
+   * reached clients as content ("\n\n" beside the calls) where the same answer unstreamed has none,
+   * and an agent that sends that content back changes the next prompt's text.
+   */
+  private heldSpace = "";
+  private shownText = false;
 
   constructor(private readonly o: ChatOutputOptions) {
     const harmonyCalls = o.toolCalls && o.toolCallFormat === "harmony";
@@ -79,18 +87,35 @@ export class ChatOutputStream {
       else if (p.kind === "reasoning" || !this.tools) out.push(p);
       else this.keep(this.tools.push(p.text), out);
     }
-    if (final && this.tools) this.keep(this.tools.end(), out);
+    if (final && this.tools) {
+      this.keep(this.tools.end(), out);
+      if (this.calls === 0 && this.heldSpace !== "") out.push({ kind: "content", text: this.heldSpace });
+      this.heldSpace = "";
+    }
     return out;
   }
 
   /** Moves tool-stream parts to `out`, dropping calls past the first when parallel calls are off. */
   private keep(parts: ToolStreamPart[], out: ChatPart[]): void {
     for (const p of parts) {
-      if (p.kind === "text") out.push({ kind: "content", text: p.text });
+      if (p.kind === "text") this.text(p.text, out);
       else if (this.o.parallelToolCalls || this.calls === 0) {
         this.calls++;
         out.push(p);
       }
+    }
+  }
+
+  /** Releases content text, holding whitespace that comes before any visible text. */
+  private text(text: string, out: ChatPart[]): void {
+    if (this.shownText) {
+      out.push({ kind: "content", text });
+    } else if (text.trim() === "") {
+      this.heldSpace += text;
+    } else {
+      out.push({ kind: "content", text: this.heldSpace + text });
+      this.heldSpace = "";
+      this.shownText = true;
     }
   }
 }

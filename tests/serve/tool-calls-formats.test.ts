@@ -92,6 +92,24 @@ test("ChatOutputStream gives the same text and calls as parseChatOutput() for ki
   assert.deepEqual(s.push(`<|tool_calls_section_begin|>${KIMI_CALL}<|tool_ca`).map((p) => p.kind), ["call"], "a call is out as soon as its block closes; a tag's start is held");
 });
 
+test("ChatOutputStream streams no whitespace-only content beside calls, and keeps whitespace once text shows", () => {
+  const hermes = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>';
+  const cases: [ToolCallFormat, string][] = [["hermes", hermes], ["glm45", GLM_CALL], ["kimi_k2", KIMI_ANSWER]];
+  for (const [format, call] of cases) {
+    for (const size of [1, 3, 1000]) {
+      const parts = [];
+      const s = new ChatOutputStream(opts(format));
+      const text = `\n${call}\n\n${call}\n`;
+      for (let i = 0; i < text.length; i += size) parts.push(...s.push(text.slice(i, i + size)));
+      parts.push(...s.end());
+      assert.deepEqual(parts.map((p) => p.kind), ["call", "call"], `${format} in deltas of ${size}: no content parts`);
+      const shown = streamed(`${call}\n\nDone.\n`, opts(format), size);
+      assert.equal(shown.content, "\n\nDone.\n", `${format} in deltas of ${size}: text after a call keeps its whitespace`);
+      assert.equal(streamed("  \n", opts(format), size).content, "  \n", `${format}: an answer of whitespace alone is content`);
+    }
+  }
+});
+
 test("grammarStart() writes forced tool calls in the kimi_k2 format: the section, each call's functions.NAME:INDEX id and JSON arguments", () => {
   const g: OutputGrammar = { kind: "tool_calls", format: "kimi_k2", parallel: true, tools: [WEATHER, { name: "now" }] };
   const fits = (text: string, grammar = g) => grammarComplete(grammarFeed(grammarStart(grammar), text));
