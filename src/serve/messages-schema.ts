@@ -84,6 +84,9 @@ export const MessageParamSchema = explained(
   messageFlaw,
 );
 
+/** What a Messages tool's name may hold (Anthropic's pattern). */
+const TOOL_NAME = /^[A-Za-z0-9_-]{1,128}$/;
+
 /** A tool the model may call: Anthropic's custom tool (name, description, JSON Schema of its input). */
 const ToolSchema = explained(
   z.looseObject({ name: z.string().min(1), description: z.string().optional(), input_schema: z.record(z.string(), z.unknown()), type: z.string().optional() }),
@@ -93,6 +96,10 @@ const ToolSchema = explained(
       return { message: `only custom tools (a name and an input_schema) are supported, got a tool of type ${JSON.stringify(t.type)}: this server runs no tools of its own`, path: ["type"] };
     }
     if (!isObject(t.input_schema)) return { message: "a tool's input_schema must be a JSON Schema object", path: ["input_schema"] };
+    // Anthropic's rule; the name is what the model writes back in its call, so it must be plain.
+    if (typeof t.name === "string" && !TOOL_NAME.test(t.name)) {
+      return { message: `must be 1-128 letters, digits, underscores or dashes, got ${JSON.stringify(t.name.slice(0, 140))}`, path: ["name"] };
+    }
     return null;
   },
 );

@@ -107,6 +107,14 @@ test("POST /v1/messages answers a client's mistakes with Anthropic's error shape
     const serverTool = await fetch(`${url}/v1/messages`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "scripted", max_tokens: 8, messages: [ASK], tools: [{ type: "web_search_20250305", name: "web_search" }] }) });
     assert.equal(serverTool.status, 400);
     assert.match(((await serverTool.json()) as { error: { message: string } }).error.message, /web_search_20250305/);
+    for (const name of ["get weather", "fs.read", "", "x".repeat(129)]) {
+      const tools = [{ name, input_schema: { type: "object" as const } }];
+      await assert.rejects(client.messages.create({ model: "scripted", max_tokens: 8, messages: [ASK], tools }), (e: unknown) => {
+        assert.ok(e instanceof Anthropic.BadRequestError, `${JSON.stringify(name)}: ${String(e)}`);
+        assert.match((e.error as { error: { message: string } }).error.message, /'tools\[0\]\.name'/);
+        return true;
+      });
+    }
     // Still serving after the mistakes.
     const ok = await client.messages.create({ model: "scripted", max_tokens: 16, messages: [{ role: "user", content: "Hello." }] });
     assert.equal(ok.stop_reason, "end_turn");
