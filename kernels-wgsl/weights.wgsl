@@ -9,6 +9,8 @@
 //         low half of word 27; see weight-layout.ts); values decoded as llama.cpp's dequantize_row_* does.
 //   q6_k  unpacked at upload into 69-word blocks of 256 values: [d as f32 bits, 16 int8 scales, 256 int8 codes].
 //   mxfp4 repacked at upload into 5-word blocks of 32 values: [4 words of FP4 codes, the E8M0 scale byte].
+//   iq4_nl repacked as q4_0 (5 words: 4 of nibbles, the f16 scale); iq4_xs llama.cpp's 34-word blocks
+//         (f16 d and u16 scales_h, scales_l, then 8 sub-blocks of 4 words of nibbles laid out as iq4_nl's).
 // Every block format keeps a row's values in whole blocks, and w_at4's i is a multiple of 4, so the
 // four values share a block and their codes sit in the same bytes of one or two words.
 #if ${W_F16N}
@@ -75,6 +77,17 @@ fn k_scale_min(b: u32, j: u32) -> vec2<f32> {
   if (j < 4u) { return vec2<f32>(f32(k_scale_byte(b, j) & 63u), f32(k_scale_byte(b, j + 4u) & 63u)); }
   let hi = k_scale_byte(b, j + 4u);
   return vec2<f32>(f32((hi & 15u) | ((k_scale_byte(b, j - 4u) >> 6u) << 4u)), f32((hi >> 4u) | ((k_scale_byte(b, j) >> 6u) << 4u)));
+}
+#endif
+#if ${W_IQ4}
+// llama.cpp's kvalues_iq4nl, 16 int8 packed four to a word, low byte first: picked by the code's
+// bits 2–3, then its byte (bits 0–1) shifted to the top and back down with its sign.
+fn iq4_values(q: vec4<u32>) -> vec4<f32> {
+  let upper = (q & vec4<u32>(4u)) != vec4<u32>(0u);
+  let neg = select(vec4<u32>(0xbfad9881u), vec4<u32>(0xf6eaddcfu), upper);
+  let pos = select(vec4<u32>(0x26190d01u), vec4<u32>(0x71594535u), upper);
+  let word = select(neg, pos, q >= vec4<u32>(8u));
+  return vec4<f32>(bitcast<vec4<i32>>(word << ((vec4<u32>(3u) - (q & vec4<u32>(3u))) * vec4<u32>(8u))) >> vec4<u32>(24u));
 }
 #endif
 fn w_at4(i: u32) -> vec4<f32> {
@@ -162,6 +175,21 @@ fn w_at4(i: u32) -> vec4<f32> {
   let word = bitcast<i32>(wbuf[b + 5u + (e >> 2u)]);
   let q = vec4<i32>(extractBits(word, 0u, 8u), extractBits(word, 8u, 8u), extractBits(word, 16u, 8u), extractBits(word, 24u, 8u));
   return vec4<f32>(q) * (bitcast<f32>(wbuf[b]) * f32(sc));
+#elif ${W_IQ4NL}
+  // 5 words, as q4_0's: 4 of nibbles (value e low nibble of byte e, e + 16 high nibble), then the f16 scale.
+  let b = (i >> 5u) * 5u;
+  let e = i & 31u;
+  return iq4_values(byte_bits(wbuf[b + ((e & 15u) >> 2u)], (e >> 4u) * 4u, 15u)) * unpack2x16float(wbuf[b + 4u]).x;
+#elif ${W_IQ4XS}
+  // 34 words: f16 d (low half) and scales_h (2 bits per sub-block, high half), scales_l (a nibble per
+  // sub-block), then sub-block ib's 4 words of nibbles; its scale is 6 bits − 32.
+  let b = (i >> 8u) * 34u;
+  let e = i & 255u;
+  let ib = e >> 5u;
+  let head = wbuf[b];
+  let ls = extractBits(wbuf[b + 1u], ib * 4u, 4u) | (extractBits(head, 16u + 2u * ib, 2u) << 4u);
+  let dl = unpack2x16float(head).x * f32(i32(ls) - 32);
+  return iq4_values(byte_bits(wbuf[b + 2u + ib * 4u + ((e & 15u) >> 2u)], ((e & 31u) >> 4u) * 4u, 15u)) * dl;
 #elif ${W_MXFP4}
   // 5 words: 4 of E2M1 codes (value e low nibble of byte e, e + 16 high nibble), then the E8M0 byte.
   let b = (i >> 5u) * 5u;

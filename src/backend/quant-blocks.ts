@@ -1,8 +1,11 @@
 /**
  * GGUF's block-quantized weight formats beyond q8_0, as llama.cpp lays them out (ggml-common.h), on
  * the host: the legacy 32-value blocks (q4_0, q4_1, q5_0, q5_1), the 256-value k-quants (q2_k,
- * q3_k, q4_k, q5_k, q6_k) — what Q2_K, Q3_K_S/M/L, Q4_K_M, Q5_K_M and Q6_K files hold — and mxfp4
- * (OCP microscaling FP4: 32 E2M1 values under one E8M0 power-of-two scale; gpt-oss's expert matrices). Decoding follows
+ * q3_k, q4_k, q5_k, q6_k) — what Q2_K, Q3_K_S/M/L, Q4_K_M, Q5_K_M and Q6_K files hold — the
+ * non-linear 4-bit formats iq4_nl and iq4_xs (IQ4_NL and IQ4_XS files: 4-bit codes into llama.cpp's
+ * 16-value codebook `kvalues_iq4nl`, under one f16 scale per 32 values, or, for iq4_xs, a 6-bit scale
+ * per 32 under an f16 per 256) and mxfp4 (OCP microscaling FP4: 32 E2M1 values under one E8M0
+ * power-of-two scale; gpt-oss's expert matrices). Decoding follows
  * llama.cpp's `dequantize_row_*` operation for operation (scale products rounded to f32 first), so
  * the reference backend reads a file's weights as llama.cpp does. Encoding is a plain
  * round-to-nearest quantizer (no error-minimising search, unlike llama.cpp's): it writes valid
@@ -12,7 +15,7 @@
 import { f16ToF32, f32ToF16 } from "./half-float.ts";
 
 /** The block-quantized dtypes of this module. */
-export type BlockQuantDType = "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" | "q6_k" | "mxfp4";
+export type BlockQuantDType = "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" | "q6_k" | "iq4_nl" | "iq4_xs" | "mxfp4";
 
 /** Elements and bytes per block of each format. */
 export const QUANT_BLOCKS: Readonly<Record<BlockQuantDType, { values: number; bytes: number }>> = {
@@ -25,6 +28,8 @@ export const QUANT_BLOCKS: Readonly<Record<BlockQuantDType, { values: number; by
   q4_k: { values: 256, bytes: 144 },
   q5_k: { values: 256, bytes: 176 },
   q6_k: { values: 256, bytes: 210 },
+  iq4_nl: { values: 32, bytes: 18 },
+  iq4_xs: { values: 256, bytes: 136 },
   mxfp4: { values: 32, bytes: 17 },
 };
 
@@ -40,6 +45,15 @@ const f32 = Math.fround;
  * their negatives; code 8 is −0) doubled to integers, which is why a block's scale is applied halved.
  */
 export const KVALUES_MXFP4: readonly number[] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/** iq4_nl's and iq4_xs's 16 codes, llama.cpp's `kvalues_iq4nl`: denser near zero, where most weights lie. */
+export const KVALUES_IQ4NL: readonly number[] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+/** An iq4_xs block's 6-bit scale of sub-block `ib` (0–7), still offset by 32: low 4 bits from scales_l, high 2 from scales_h. */
+export function scaleIq4Xs(raw: Uint8Array, at: number, ib: number): number {
+  const high = raw[at + 2] | (raw[at + 3] << 8);
+  return ((raw[at + 4 + (ib >> 1)] >> (4 * (ib & 1))) & 0xf) | (((high >> (2 * ib)) & 3) << 4);
+}
 
 /**
  * Half of an E8M0 scale byte's value, 2^(e − 128), as llama.cpp's `GGML_E8M0_TO_FP32_HALF` (an f32:
@@ -186,6 +200,22 @@ export function decodeBlocks(raw: Uint8Array, dtype: BlockQuantDType, blocks: nu
         }
         break;
       }
+      case "iq4_nl":
+      case "iq4_xs": {
+        // iq4_nl: f16 d, then byte j holds code j (low nibble) and code j + 16 (high nibble).
+        // iq4_xs: f16 d, u16 scales_h, 4 bytes scales_l, then 8 sub-blocks of 16 bytes laid out as iq4_nl's.
+        const xs = dtype === "iq4_xs";
+        const d = half(s);
+        for (let ib = 0; ib < bv / 32; ib++) {
+          const dl = xs ? f32(d * (scaleIq4Xs(raw, s, ib) - 32)) : d;
+          const qs = s + (xs ? 8 : 2) + 16 * ib;
+          for (let j = 0; j < 16; j++) {
+            out[o + 32 * ib + j] = f32(dl * KVALUES_IQ4NL[raw[qs + j] & 0xf]);
+            out[o + 32 * ib + j + 16] = f32(dl * KVALUES_IQ4NL[raw[qs + j] >> 4]);
+          }
+        }
+        break;
+      }
       case "mxfp4": {
         // One E8M0 byte, then byte j holds value j (low nibble) and value j + 16 (high nibble).
         const d = e8m0ToF32Half(raw[s]);
@@ -243,11 +273,62 @@ export function encodeBlocks(values: Float32Array, dtype: BlockQuantDType, out: 
       case "q6_k":
         encodeK6(x, view, out, s);
         break;
+      case "iq4_nl":
+      case "iq4_xs":
+        encodeIq4(x, dtype === "iq4_xs", view, out, s);
+        break;
       case "mxfp4":
         encodeMxfp4(x, out, s);
         break;
     }
   }
+}
+
+/**
+ * One iq4_nl block, or one iq4_xs super-block: per 32 values a signed scale putting the value of
+ * largest magnitude at the codebook's −127 end (iq4_xs: those scales quantized to 6 signed bits
+ * under an f16 d, the largest magnitude at −32), then each value to its nearest codebook entry.
+ * Round to nearest, without llama.cpp's search over scales.
+ */
+function encodeIq4(x: Float32Array, xs: boolean, view: DataView, out: Uint8Array, s: number): void {
+  const subs = x.length / 32;
+  const scales: number[] = [];
+  for (let ib = 0; ib < subs; ib++) {
+    let max = 0;
+    for (const v of x.subarray(32 * ib, 32 * ib + 32)) if (Math.abs(v) > Math.abs(max)) max = v;
+    scales.push(max / KVALUES_IQ4NL[0]);
+  }
+  let d = scales[0];
+  if (xs) {
+    let maxScale = 0;
+    for (const v of scales) if (Math.abs(v) > Math.abs(maxScale)) maxScale = v;
+    d = maxScale / -32;
+  }
+  const dh = f32ToF16(d);
+  const dq = f16ToF32(dh);
+  view.setUint16(s, dh, true);
+  for (let ib = 0; ib < subs; ib++) {
+    let dl = dq;
+    if (xs) {
+      const ls = (dq ? Math.max(-32, Math.min(31, Math.round(scales[ib] / dq))) : 0) + 32;
+      out[s + 4 + (ib >> 1)] |= (ls & 0xf) << (4 * (ib & 1));
+      view.setUint16(s + 2, view.getUint16(s + 2, true) | ((ls >> 4) << (2 * ib)), true);
+      dl = f32(dq * (ls - 32));
+    }
+    const qs = s + (xs ? 8 : 2) + 16 * ib;
+    for (let j = 0; j < 16; j++) {
+      out[qs + j] = nearestIq4(x[32 * ib + j], dl) | (nearestIq4(x[32 * ib + j + 16], dl) << 4);
+    }
+  }
+}
+
+/** The codebook index whose value times `dl` lies nearest `v`. */
+function nearestIq4(v: number, dl: number): number {
+  if (!dl) return 8; // codebook value 1 times a zero scale: 0
+  const t = v / dl;
+  let best = 0;
+  for (let k = 1; k < 16; k++) if (Math.abs(KVALUES_IQ4NL[k] - t) < Math.abs(KVALUES_IQ4NL[best] - t)) best = k;
+  return best;
 }
 
 /** One 32-value legacy block (llama.cpp's reference quantizers: signed max / -2^(bits-1), or min/max). */

@@ -87,10 +87,12 @@ test("GGML_TYPES agrees with the codec on the block size and bytes of every type
 // a whole step for q4_0 / q5_0, whose scale is set by the largest value of one sign and clips the other side;
 // mxfp4 half its widest step (2 to 3 where amax is in [2, 4)), or clips amax in [1, 2) to 1.5;
 // q2_k half its step of up to 6 / 3 (measured 0.998: its 4-bit scales and mins add a little), q3_k
-// a whole step of up to 3 / 4 (the other sign clipped at code 3) plus its 6-bit scale's rounding.
+// a whole step of up to 3 / 4 (the other sign clipped at code 3) plus its 6-bit scale's rounding;
+// iq4_nl the other sign clipped at code 113 of 127 (0.33 of 3), iq4_xs that with a sub-block scale of
+// the super-block's other sign clipped at 31 of 32 (3 − 113 · 3/127 · 31/32 = 0.414).
 const ROUND_TRIP_TOL: Record<WeightDType, number> = {
   f32: 0, f16: 2e-3, bf16: 2e-2, q8_0: 3 / 127, q4_0: 0.38, q4_1: 0.21, q5_0: 0.19, q5_1: 0.11, q4_k: 0.21, q5_k: 0.11, q6_k: 0.06,
-  mxfp4: 0.5, q2_k: 1.05, q3_k: 0.85,
+  mxfp4: 0.5, q2_k: 1.05, q3_k: 0.85, iq4_nl: 0.34, iq4_xs: 0.42,
 };
 
 for (const dtype of WEIGHT_DTYPES) {
@@ -152,9 +154,9 @@ test("loadModel() names the tensor and type it cannot load", async () => {
   const at = typeFieldOffset(bytes, "blk.0.attn_q.weight", 2);
   const view = new DataView(bytes.buffer);
   assert.equal(view.getUint32(at, true), 0);
-  view.setUint32(at, 20, true); // IQ4_NL: smaller than F32, so the data still lies inside the file
-  await writeFile(`${dir}/iq4.gguf`, bytes);
-  await expectLoadError(`${dir}/iq4.gguf`, /Tensor "blk\.0\.attn_q\.weight" in ".*" has type IQ4_NL; supported types are F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, BF16, MXFP4/);
+  view.setUint32(at, 9, true); // Q8_1 (llama.cpp's activation format): smaller than F32, so the data still lies inside the file
+  await writeFile(`${dir}/q81.gguf`, bytes);
+  await expectLoadError(`${dir}/q81.gguf`, /Tensor "blk\.0\.attn_q\.weight" in ".*" has type Q8_1; supported types are F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16, MXFP4/);
   view.setUint32(at, 99, true);
   await writeFile(`${dir}/t99.gguf`, bytes);
   await expectLoadError(`${dir}/t99.gguf`, /tensor "blk\.0\.attn_q\.weight" has unknown ggml type 99/);

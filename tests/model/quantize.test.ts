@@ -116,7 +116,7 @@ test("quantizeTensor() leaves block formats, vectors and odd rows as they are", 
 });
 
 test("isQuantizeDType() accepts the block formats only", () => {
-  assert.deepEqual(QUANTIZE_DTYPES, ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "mxfp4"]);
+  assert.deepEqual(QUANTIZE_DTYPES, ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4"]);
   assert.equal(isQuantizeDType("q4_k"), true);
   assert.equal(isQuantizeDType("mxfp4"), true);
   assert.equal(isQuantizeDType("bf16"), false);

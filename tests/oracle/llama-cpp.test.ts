@@ -51,6 +51,15 @@ function q3KM(name: string): WeightDType {
   return /ffn_down|attn_output/.test(name) ? "q4_k" : "q3_k";
 }
 
+/**
+ * llama.cpp's IQ4_XS mix, roughly: Q6_K for the output, IQ4_NL for ffn_down (32-value blocks), IQ4_XS
+ * elsewhere — both non-linear codebook formats in one file.
+ */
+function iq4XS(name: string): WeightDType {
+  if (/^output\./.test(name)) return "q6_k";
+  return /ffn_down/.test(name) ? "iq4_nl" : "iq4_xs";
+}
+
 /** A mix of the 32-value legacy formats (Q4_K_M's fallbacks on rows that are not whole 256 blocks). */
 function legacyMix(name: string): WeightDType {
   if (/attn_v|ffn_down/.test(name)) return "q5_0";
@@ -90,6 +99,7 @@ const CASES: OracleCase[] = [
   { name: "qwen3 q5_k, tied", spec: { ...K_BASE, architecture: "qwen3", dtype: "q5_k", tied: true, seed: 111 }, tol: 2e-2, hf: false },
   { name: "llama Q2_K mix (q2_k, q3_k, q4_k, q6_k), untied", spec: { ...K_BASE, architecture: "llama", dtype: "q2_k", ggufDtype: q2K, seed: 150 }, tol: 2e-2, hf: false },
   { name: "qwen2 Q3_K_M mix (q3_k, q4_k, q5_k, q6_k), untied", spec: { ...K_BASE, architecture: "qwen2", dtype: "q3_k", ggufDtype: q3KM, seed: 151 }, tol: 2e-2, hf: false },
+  { name: "llama IQ4_XS mix (iq4_xs, iq4_nl, q6_k), untied", spec: { ...K_BASE, architecture: "llama", dtype: "iq4_xs", ggufDtype: iq4XS, seed: 152 }, tol: 2e-2, hf: false },
   { name: "qwen2 legacy mix (q4_0, q4_1, q5_0, q5_1)", spec: { ...BASE, architecture: "qwen2", dtype: "q4_0", ggufDtype: legacyMix, seed: 112 }, tol: 2e-2, hf: false },
   // Mixture of experts: Qwen3-MoE (8 experts, 2 per token) and Mixtral (a llama with 4 experts, 2 per
   // token), the HF directories storing each expert apart; then a quantized Qwen3-MoE.

@@ -27,6 +27,9 @@ export function weightParams(ctx: GpuContext, w: GpuTensor): KernelParams {
     W_Q5K: w.dtype === "q5_k",
     W_Q6K: w.dtype === "q6_k",
     W_MXFP4: w.dtype === "mxfp4",
+    W_IQ4NL: w.dtype === "iq4_nl",
+    W_IQ4XS: w.dtype === "iq4_xs",
+    W_IQ4: w.dtype === "iq4_nl" || w.dtype === "iq4_xs",
     W_KQ45: w.dtype === "q4_k" || w.dtype === "q5_k",
   };
 }

@@ -6,9 +6,9 @@
  * - q8_0: GGUF blocks are 34 bytes (f16 scale + 32 int8), not 4-byte aligned, so each block is
  *   repacked into 36 bytes = 9 u32 words: the scale widened to f32, then the 32 int8 unchanged.
  *   Kernels then read whole words and extract bytes with extractBits (sign-extending).
- * - q4_1, q5_1, q2_k, q4_k, q5_k: llama.cpp's blocks are whole words (20, 24, 84, 144, 176 bytes)
- *   and are kept as they are. q4_0 (18 bytes), q5_0 (22) and mxfp4 (17) are not: they move their
- *   scale (an f16; mxfp4's one E8M0 byte) behind the codes and pad to 20 / 24 / 20 bytes. q3_k (110
+ * - q4_1, q5_1, q2_k, q4_k, q5_k, iq4_xs: llama.cpp's blocks are whole words (20, 24, 84, 144, 176,
+ *   136 bytes) and are kept as they are. q4_0 and iq4_nl (18 bytes), q5_0 (22) and mxfp4 (17) are
+ *   not: they move their scale (an f16; mxfp4's one E8M0 byte) behind the codes and pad to 20 / 24 / 20 bytes. q3_k (110
  *   bytes: hmask[32], qs[64], scales[12], f16 d) already ends in its scale, so it is only padded to
  *   112 bytes = 28 words: hmask in words 0–7, qs in 8–23, scales in 24–26, d the low half of 27.
  * - q6_k is unpacked into bytes, per 256 values: d as f32, the 16 int8 scales (one per 16 values),
@@ -23,7 +23,7 @@ import { QUANT_BLOCKS } from "../quant-blocks.ts";
 import { BackendShapeError, type WeightDType } from "../types.ts";
 
 /** Device bytes per block of the formats whose blocks are repacked (see above). */
-const REPACKED_BLOCK_BYTES: Partial<Record<WeightDType, number>> = { q8_0: 36, q4_0: 20, q5_0: 24, mxfp4: 20, q3_k: 112, q6_k: 276 };
+const REPACKED_BLOCK_BYTES: Partial<Record<WeightDType, number>> = { q8_0: 36, q4_0: 20, iq4_nl: 20, q5_0: 24, mxfp4: 20, q3_k: 112, q6_k: 276 };
 
 /** Bytes of `count` elements of `dtype` in the device layout. */
 export function deviceBytes(dtype: WeightDType, count: number): number {
@@ -62,7 +62,7 @@ function unpackQ6K(raw: Uint8Array, count: number): Uint8Array {
  * block (an f16, or mxfp4's E8M0 byte) moves to its end (q3_k's is there already), and the block is
  * zero-padded to `deviceBlock` bytes.
  */
-function repackBlocks(raw: Uint8Array, count: number, dtype: "q4_0" | "q5_0" | "mxfp4" | "q3_k"): Uint8Array {
+function repackBlocks(raw: Uint8Array, count: number, dtype: "q4_0" | "iq4_nl" | "q5_0" | "mxfp4" | "q3_k"): Uint8Array {
   const { values, bytes } = QUANT_BLOCKS[dtype];
   const scale = dtype === "mxfp4" ? 1 : dtype === "q3_k" ? 0 : 2;
   const deviceBlock = REPACKED_BLOCK_BYTES[dtype] ?? bytes;
@@ -122,7 +122,7 @@ export function packWeight(
     const slice = raw.subarray(r0 * fileRow, (r0 + n) * fileRow);
     const bytes = dtype === "q8_0"
       ? repackQ8(slice, n * cols)
-      : dtype === "q4_0" || dtype === "q5_0" || dtype === "mxfp4" || dtype === "q3_k"
+      : dtype === "q4_0" || dtype === "iq4_nl" || dtype === "q5_0" || dtype === "mxfp4" || dtype === "q3_k"
       ? repackBlocks(slice, n * cols, dtype)
       : dtype === "q6_k"
       ? unpackQ6K(slice, n * cols)
