@@ -3,39 +3,77 @@
  * the output norm (last-token pooling, as vLLM pools decoder models and as Qwen3-Embedding and
  * e5-mistral are trained), L2-normalized unless `normalize` (vLLM's extension) is false; as float
  * arrays, or as base64 of little-endian float32 (what the openai client asks for by default).
+ * Inputs are texts or token ids (OpenAI's `input`), or a chat (vLLM's `messages`) embedded as one.
  * Inputs go through the engine as requests that generate nothing (GenerateRequest.embed), so they
  * share its batching, prefix cache and priorities.
  */
 import { z } from "zod";
 import type { RequestHandle } from "../engine/engine-types.ts";
 import { ApiError } from "./errors.ts";
-import { checkPriority, checkTextLength, submit, type ServeContext, truncatedPrompt } from "./openai.ts";
-import { priorityField, sessionKey, truncatePromptTokensField } from "./schemas.ts";
+import { chatPrompt, checkPriority, checkTextLength, submit, type ServeContext, truncatedPrompt } from "./openai.ts";
+import { ChatRequestSchema, isObject, priorityField, sessionKey, truncatePromptTokensField } from "./schemas.ts";
 
-/** The most inputs one request may hold. */
+/** The most inputs one request may hold (each is an engine request; the queue holds --max-waiting). */
 export const MAX_EMBEDDING_INPUTS = 256;
 
 const tokenIds = z.array(z.number().int().min(0)).min(1);
 
-/** POST /v1/embeddings */
-export const EmbeddingsRequestSchema = z.looseObject({
-  model: z.string().min(1),
-  input: z.union([z.string(), z.array(z.string()).min(1).max(MAX_EMBEDDING_INPUTS), tokenIds, z.array(tokenIds).min(1).max(MAX_EMBEDDING_INPUTS)]),
+/**
+ * OpenAI's four input shapes. The lists' lengths are checked by {@link checkInputCount}, which names
+ * the limit: a length bound inside the union would fail every branch and say only "Invalid input".
+ */
+const embeddingInput = z.union([z.string(), z.array(z.string()), tokenIds, z.array(tokenIds)], {
+  error: "must be a text, a list of texts, a list of token ids or a list of token-id lists",
+});
+
+/** What both shapes of a /v1/embeddings body may set beside the input. */
+const embeddingOptions = {
   encoding_format: z.enum(["float", "base64"]).nullish(),
   dimensions: z.number().int().min(1).nullish(),
   user: sessionKey.nullish(),
   // vLLM's extensions: unit length (default) or the raw pooled state, and the scheduling priority.
   normalize: z.boolean().nullish(),
   priority: priorityField,
+  // vLLM's: false leaves out the special tokens the tokenizer adds to a text (BOS, an appended EOS).
+  add_special_tokens: z.boolean().nullish(),
   // vLLM's: embed only each input's last this-many tokens (-1: as many as the context holds).
   truncate_prompt_tokens: truncatePromptTokensField,
+};
+
+/** OpenAI's shape: `input`. */
+const EmbeddingsInputSchema = z.looseObject({ model: z.string().min(1), input: embeddingInput, ...embeddingOptions });
+/** vLLM's chat shape: `messages`, rendered by the chat template (no generation prompt unless asked), embedded as one input. */
+const EmbeddingsChatSchema = ChatRequestSchema.extend(embeddingOptions);
+
+/**
+ * POST /v1/embeddings: `input` (OpenAI's) or `messages` (vLLM's chat embeddings). The shape is
+ * picked by whether `messages` is given, so a bad value gets the issue of its own shape.
+ */
+export const EmbeddingsRequestSchema = z.unknown().transform((v, ctx): z.infer<typeof EmbeddingsInputSchema> | z.infer<typeof EmbeddingsChatSchema> => {
+  const chat = isObject(v) && v.messages !== undefined;
+  if (chat && v.input !== undefined) {
+    ctx.addIssue({ code: "custom", message: "cannot be sent with messages: send a chat as messages or texts as input, not both", path: ["input"], input: v.input });
+    return z.NEVER;
+  }
+  const r = (chat ? EmbeddingsChatSchema : EmbeddingsInputSchema).safeParse(v);
+  if (r.success) return r.data;
+  for (const issue of r.error.issues) ctx.addIssue({ code: "custom", message: issue.message, path: issue.path, input: issue.input });
+  return z.NEVER;
 });
 export type EmbeddingsRequest = z.infer<typeof EmbeddingsRequestSchema>;
+type EmbeddingsChatRequest = z.infer<typeof EmbeddingsChatSchema>;
+
+/** Whether a parsed body is the chat shape (its loose index signature keeps `messages` from narrowing it). */
+function isChat(body: EmbeddingsRequest): body is EmbeddingsChatRequest {
+  return Array.isArray(body.messages);
+}
 
 /** What embedding a list of inputs needs beside them. */
 export interface EmbedOptions {
   /** `truncate_prompt_tokens` (undefined or null: none). */
   truncate?: number | null;
+  /** False: texts get no BOS and no appended end token (vLLM's `add_special_tokens`; default true). */
+  addSpecialTokens?: boolean | null;
   priority?: number | null;
   sessionId?: string;
   /** The parameter naming each input in errors: `${param}[i]`, or `param` alone when `indexed` is false. */
@@ -54,8 +92,10 @@ export function submitInputs(ctx: ServeContext, items: readonly (string | readon
     throw new ApiError(400, `This model pools its embeddings by ${pooling} (its file's pooling_type); this server pools the last token only, which would give other vectors`, "model", "unsupported_model");
   }
   checkPriority(ctx, o.priority);
+  const special = o.addSpecialTokens !== false;
+  const paramOf = (i: number) => (o.indexed ? `${o.param}[${i}]` : o.param);
   const prompts = items.map((item, i) => {
-    const param = o.indexed ? `${o.param}[${i}]` : o.param;
+    const param = paramOf(i);
     if (typeof item !== "string") {
       const ids = item as readonly number[];
       const bad = ids.findIndex((id) => id >= ctx.config.vocabSize);
@@ -64,13 +104,27 @@ export function submitInputs(ctx: ServeContext, items: readonly (string | readon
     }
     if (item === "") throw new ApiError(400, `An input to embed is empty; send at least one character`, param, "invalid_value");
     if (o.truncate === undefined || o.truncate === null) checkTextLength(ctx, item, param);
-    const ids = ctx.tokenizer.encode(item, { addBos: ctx.config.addBos });
+    const ids = ctx.tokenizer.encode(item, { addBos: ctx.config.addBos && special });
     // The token an embedding model's tokenizer ends texts with, which it pools at.
-    const end = ctx.config.appendEosTokenId;
+    const end = special ? ctx.config.appendEosTokenId : undefined;
     return truncatedPrompt(ctx, end === undefined || ids[ids.length - 1] === end ? ids : [...ids, end], o.truncate);
   });
   const extra = { ...(o.sessionId ? { sessionId: o.sessionId } : {}), ...(o.priority ? { priority: o.priority } : {}) };
-  return submit(ctx, prompts.map((prompt) => ({ prompt, maxTokens: 1, temperature: 0, embed: true, ...extra })), 1, o.param, false);
+  // One at a time, so that a refusal (a prompt longer than the context) names its own input.
+  const handles: RequestHandle[] = [];
+  try {
+    for (const [i, prompt] of prompts.entries()) handles.push(...submit(ctx, [{ prompt, maxTokens: 1, temperature: 0, embed: true, ...extra }], 1, paramOf(i), false));
+  } catch (e) {
+    for (const h of handles) h.cancel();
+    throw e;
+  }
+  return handles;
+}
+
+/** Throws a 400 naming `param` unless a list of `n` inputs holds from 1 to `max`. */
+export function checkInputCount(n: number, param: string, max: number): void {
+  if (n === 0) throw new ApiError(400, `The ${param} list is empty; send at least one input`, param, "invalid_value");
+  if (n > max) throw new ApiError(400, `The ${param} list holds ${n} inputs; this server takes at most ${max} in one request, so split it into several`, param, "invalid_value");
 }
 
 /** Each input's pooled state once embedded (L2-normalized unless `normalize` is false), and the prompt tokens in all. */
@@ -98,10 +152,20 @@ export function submitEmbeddings(ctx: ServeContext, body: EmbeddingsRequest): Re
   if (body.dimensions !== undefined && body.dimensions !== null && body.dimensions !== size) {
     throw new ApiError(400, `This model's embeddings have ${size} dimensions and it was not trained for shorter ones; leave dimensions out or send ${size}, got dimensions = ${body.dimensions}`, "dimensions", "invalid_value");
   }
+  const o = { truncate: body.truncate_prompt_tokens, addSpecialTokens: body.add_special_tokens, priority: body.priority, sessionId: body.user || undefined };
+  if (isChat(body)) {
+    // vLLM's chat embeddings: the template's text as the model reads it, without a generation
+    // prompt unless asked (the template writes the special tokens; none are added after it).
+    const turn = body.continue_final_message ? {} : { add_generation_prompt: body.add_generation_prompt ?? false };
+    const { prompt } = chatPrompt(ctx, { ...body, ...turn });
+    return submitInputs(ctx, [prompt], { ...o, param: "messages", indexed: false });
+  }
   const input = body.input;
   const many = Array.isArray(input) && (typeof input[0] === "string" || Array.isArray(input[0]));
+  if (Array.isArray(input) && input.length === 0) checkInputCount(0, "input", MAX_EMBEDDING_INPUTS);
   const items = (many ? input : [input]) as (string | number[])[];
-  return submitInputs(ctx, items, { truncate: body.truncate_prompt_tokens, priority: body.priority, sessionId: body.user || undefined, param: "input", indexed: many });
+  if (many) checkInputCount(items.length, "input", MAX_EMBEDDING_INPUTS);
+  return submitInputs(ctx, items, { ...o, param: "input", indexed: many });
 }
 
 /** The response once every input is embedded (a 500 naming the engine's error if one failed). */

@@ -50,8 +50,43 @@ export function tokenize(ctx: ServeContext, body: z.infer<typeof TokenizeRequest
     : ctx.tokenizer.encode(body.prompt, { addBos: ctx.config.addBos && body.add_special_tokens !== false });
   return {
     count: tokens.length, max_model_len: ctx.engine.maxModelLen, tokens,
-    token_strs: body.return_token_strs ? tokens.map((id) => tokenTextOf(ctx.tokenizer, id, { special: true })) : null,
+    token_strs: body.return_token_strs ? tokens.map((id) => tokenStr(ctx, id)) : null,
   };
+}
+
+/**
+ * A token's text for `return_token_strs`: its streamed text, except that bytes which are no whole
+ * UTF-8 character by themselves (byte-fallback tokens, pieces of an emoji) are written as
+ * SentencePiece names them, `<0xF0>`, rather than as U+FFFD, which would lose which bytes they are.
+ */
+function tokenStr(ctx: ServeContext, id: number): string {
+  const text = tokenTextOf(ctx.tokenizer, id, { special: true });
+  const bytes = text.includes("\uFFFD") ? ctx.tokenizer.tokenBytes?.(id) : undefined;
+  if (bytes === undefined || bytes.length === 0) return text;
+  let out = "";
+  for (let i = 0; i < bytes.length;) {
+    const n = utf8Length(bytes, i);
+    if (n === 0) {
+      out += `<0x${bytes[i].toString(16).toUpperCase().padStart(2, "0")}>`;
+      i++;
+    } else {
+      out += new TextDecoder().decode(bytes.subarray(i, i + n));
+      i += n;
+    }
+  }
+  return out;
+}
+
+/** The length of the whole, well-formed UTF-8 character at `bytes[i]`, or 0 where none starts. */
+function utf8Length(bytes: Uint8Array, i: number): number {
+  const b = bytes[i];
+  const n = b < 0x80 ? 1 : b >= 0xc2 && b < 0xe0 ? 2 : b >= 0xe0 && b < 0xf0 ? 3 : b >= 0xf0 && b < 0xf5 ? 4 : 0;
+  if (n === 0 || i + n > bytes.length) return 0;
+  for (let k = 1; k < n; k++) if ((bytes[i + k] & 0xc0) !== 0x80) return 0;
+  // Overlong three- and four-byte forms, surrogates and code points past U+10FFFF.
+  const second = bytes[i + 1];
+  if ((b === 0xe0 && second < 0xa0) || (b === 0xed && second >= 0xa0) || (b === 0xf0 && second < 0x90) || (b === 0xf4 && second >= 0x90)) return 0;
+  return n;
 }
 
 /** The text of a /detokenize body's token ids. */

@@ -9,6 +9,7 @@ import OpenAI from "openai";
 import { projectRoot, test } from "../harness.ts";
 import { decodeToF32 } from "../../src/backend/dtype-codec.ts";
 import { loadModel } from "../../src/model/load.ts";
+import { MAX_EMBEDDING_INPUTS } from "../../src/serve/embeddings.ts";
 import { startServer } from "../../src/serve/server.ts";
 
 const modelPath = `${projectRoot}/models/stories260K.gguf`;
@@ -109,6 +110,37 @@ test("/v1/embeddings ends text inputs with the token an embedding model's tokeni
     assert.equal(text.usage.prompt_tokens, ids.length + 1);
     text.data[0].embedding.forEach((x, j) => assert.ok(Math.abs(x - withEnd.data[0].embedding[j]) < 1e-5, `dimension ${j}`));
     assert.ok(text.data[0].embedding.some((x, j) => Math.abs(x - without.data[0].embedding[j]) > 1e-3), "pooled at the appended token, not the text's last");
+  } finally {
+    await s.shutdown();
+  }
+});
+
+test("/v1/embeddings names its input limit, an empty list and each over-long token list, and honours add_special_tokens: false (openai client)", async () => {
+  const eos = model.config.eosTokenIds[0];
+  // An embedding model's tokenizer appends an end token; add_special_tokens: false leaves it out, with BOS.
+  const embedder = { ...model, config: { ...model.config, appendEosTokenId: eos } };
+  const s = await startServer({ modelPath, model: embedder, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64 });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const refused = (body: Record<string, unknown>) => client.embeddings.create({ model: "stories260K", input: "Hi", ...body } as OpenAI.EmbeddingCreateParams).then(() => null, (err: unknown) => err);
+    const tooLong = Array(model.config.contextLength + 10).fill(5);
+    for (const [input, param, message] of [
+      [Array(MAX_EMBEDDING_INPUTS + 1).fill("a"), "input", new RegExp(`holds ${MAX_EMBEDDING_INPUTS + 1} inputs; this server takes at most ${MAX_EMBEDDING_INPUTS}`)],
+      [[], "input", /The input list is empty/],
+      [["a", 1], "input", /must be a text, a list of texts, a list of token ids or a list of token-id lists/],
+      [[tooLong], "input[0]", /maximum context length/],
+      [[[5], tooLong], "input[1]", /maximum context length/],
+    ] as const) {
+      const err = await refused({ input });
+      assert.ok(err instanceof OpenAI.APIError && err.status === 400 && err.param === param && message.test(err.message), `${JSON.stringify(input).slice(0, 40)}: ${err}`);
+    }
+    const bare = model.tokenizer.encode(PROMPTS[0], { addBos: false });
+    const plain = await client.embeddings.create({ model: "stories260K", input: PROMPTS[0], encoding_format: "float", add_special_tokens: false } as OpenAI.EmbeddingCreateParams);
+    const byIds = await client.embeddings.create({ model: "stories260K", input: bare, encoding_format: "float" });
+    assert.equal(plain.usage.prompt_tokens, bare.length, "no BOS, no appended end token");
+    plain.data[0].embedding.forEach((x, j) => assert.ok(Math.abs(x - byIds.data[0].embedding[j]) < 1e-5, `dimension ${j}`));
+    const special = await client.embeddings.create({ model: "stories260K", input: PROMPTS[0], encoding_format: "float" });
+    assert.equal(special.usage.prompt_tokens, bare.length + (model.config.addBos ? 2 : 1), "BOS and the end token by default");
   } finally {
     await s.shutdown();
   }

@@ -5,7 +5,8 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { startServer } from "../../src/serve/server.ts";
-import { test } from "../harness.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { projectRoot, test } from "../harness.ts";
 import { model, modelPath } from "./looper-model.ts";
 
 async function withServer(fn: (post: (path: string, body: unknown, headers?: Record<string, string>) => Promise<{ status: number; json: Record<string, unknown> }>, client: OpenAI) => Promise<void>, apiKey?: string) {
@@ -80,4 +81,24 @@ test("TokenizeRequestSchema: a bad /tokenize body gets a 400 naming the field of
     const ok = await post("/tokenize", { messages: [{ role: "user", content: "Go~" }] });
     assert.equal(ok.status, 200, "a chat body still tokenizes");
   });
+});
+
+test("POST /tokenize return_token_strs writes byte-fallback tokens as <0xHH>, not U+FFFD, and /detokenize joins them back (stories260K)", async () => {
+  const stories = await loadModel(`${projectRoot}/models/stories260K.gguf`);
+  const s = await startServer({ modelPath: `${projectRoot}/models/stories260K.gguf`, model: stories, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 16 });
+  try {
+    const post = async (path: string, body: unknown) => (await fetch(`${s.url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) })).json() as Promise<Record<string, unknown>>;
+    const text = "héllo 😀 ok";
+    const r = await post("/tokenize", { prompt: text, add_special_tokens: false, return_token_strs: true });
+    const strs = r.token_strs as string[];
+    assert.ok(!strs.some((x) => x.includes("\uFFFD")), JSON.stringify(strs));
+    // The emoji is four byte tokens in this 512-token vocabulary: each named by its byte.
+    const emoji = [...new TextEncoder().encode("😀")].map((b) => `<0x${b.toString(16).toUpperCase()}>`);
+    const at = strs.indexOf(emoji[0]);
+    assert.deepEqual(strs.slice(at, at + 4), emoji, JSON.stringify(strs));
+    assert.ok(strs.includes("é"), "a whole character stays text");
+    assert.match((await post("/detokenize", { tokens: r.tokens })).prompt as string, /héllo 😀 ok$/);
+  } finally {
+    await s.shutdown();
+  }
 });
