@@ -22,7 +22,7 @@ import {
   POOLING_TYPES,
   type Tokenizer,
 } from "./config.ts";
-import { GgufMetadata } from "./gguf-metadata.ts";
+import { GgufMetadata, showGgufValue } from "./gguf-metadata.ts";
 import { type GgufHeader, type GgufTensorInfo, readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
 import { checkFreqFactors, ggufYarnScaling, yarnFreqFactors, yarnMscale } from "./rope-scaling.ts";
 import { ggufMagnitudeYarn, ggufSlidingWindow, gptOssMoe, withHarmonyStops } from "./gguf-gpt-oss.ts";
@@ -30,7 +30,7 @@ import { ggufGemma3 } from "./gguf-gemma3.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { BpeTokenizer } from "./tokenizer-bpe.ts";
 import { SpmTokenizer } from "./tokenizer-spm.ts";
-import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
+import { assembleWeights, checkLastExpert, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
 import { EXPERT, stackingExperts } from "./expert-stack.ts";
 
 /** Architectures whose every file has experts. */
@@ -137,9 +137,9 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const tensors = new Map(header.tensors.map((t) => [t.name, t]));
   const embd = tensors.get(GGUF_TENSOR_NAMES.tokenEmbedding);
   if (!embd) throw new ModelLoadError(`Model "${path}" lacks the tensor "${GGUF_TENSOR_NAMES.tokenEmbedding}"`);
-  const hiddenSize = meta.number(`${arch}.embedding_length`);
-  const numHeads = perLayerNumber(meta, `${arch}.attention.head_count`, path);
-  const numKvHeads = perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads);
+  const hiddenSize = positiveInteger(meta.number(`${arch}.embedding_length`), `${arch}.embedding_length`, path);
+  const numHeads = positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count`, path), `${arch}.attention.head_count`, path);
+  const numKvHeads = positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads), `${arch}.attention.head_count_kv`, path);
   const headDim = meta.number(`${arch}.attention.key_length`, Math.floor(hiddenSize / numHeads));
   const ropeDim = meta.number(`${arch}.rope.dimension_count`, headDim);
   if (!Number.isInteger(ropeDim) || ropeDim <= 0 || ropeDim % 2 !== 0 || ropeDim > headDim) {
@@ -159,17 +159,25 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   }
   const tokModel = meta.string("tokenizer.ggml.model", "");
   const optionalId = (key: string) => meta.optionalNumber(key);
-  const validId = (id: number | undefined) => id !== undefined && id >= 0 && id < embd.shape[0];
+  // As llama.cpp, a special-token id outside the vocabulary is ignored.
+  const validId = (id: number | undefined): id is number => id !== undefined && Number.isInteger(id) && id >= 0 && id < embd.shape[0];
   const poolingNumber = meta.optionalNumber(`${arch}.pooling_type`);
   const pooling = poolingNumber === undefined ? undefined : POOLING_TYPES[poolingNumber];
+  if (poolingNumber !== undefined && pooling === undefined) {
+    throw new ModelLoadError(`GGUF metadata "${arch}.pooling_type" in "${path}" is ${poolingNumber}; known types are 0 to ${POOLING_TYPES.length - 1} (${POOLING_TYPES.join(", ")})`);
+  }
   const vocabTokens = meta.array("tokenizer.ggml.tokens");
+  // A token id past the embedding's rows would index outside it (llama.cpp refuses such files too).
+  if (vocabTokens && vocabTokens.length > embd.shape[0]) {
+    throw new ModelLoadError(`Model "${path}" has ${vocabTokens.length} tokens (tokenizer.ggml.tokens) but its "${GGUF_TENSOR_NAMES.tokenEmbedding}" has only ${embd.shape[0]} rows`);
+  }
   // Gemma's chat turns end with <end_of_turn>, which its files need not name as EOT (llama.cpp finds it by its text).
   const endOfTurn = architecture === "gemma3" ? vocabTokens?.indexOf("<end_of_turn>") ?? -1 : -1;
   const eosTokenIds = withHarmonyStops(
     [
       ...new Set(
         [...["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"].map(optionalId), endOfTurn]
-          .filter((v): v is number => v !== undefined && v >= 0 && v < embd.shape[0]),
+          .filter(validId),
       ),
     ],
     vocabTokens,
@@ -178,10 +186,17 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const moe = ggufMoe(meta, arch, (name) => tensors.has(name), path);
   const mla = architecture === "deepseek2" ? ggufMla(meta, arch, headDim, ropeDim, tensors.has("blk.0.attn_q_a.weight"), path) : undefined;
   const ropeTheta = meta.number(`${arch}.rope.freq_base`, 10000);
+  if (!(Number.isFinite(ropeTheta) && ropeTheta > 0)) {
+    throw new ModelLoadError(`GGUF metadata "${arch}.rope.freq_base" in "${path}" should be a positive number, got ${ropeTheta}`);
+  }
+  const rmsNormEps = meta.number(`${arch}.attention.layer_norm_rms_epsilon`, 1e-6);
+  if (!(Number.isFinite(rmsNormEps) && rmsNormEps >= 0)) {
+    throw new ModelLoadError(`GGUF metadata "${arch}.attention.layer_norm_rms_epsilon" in "${path}" should be a number from 0, got ${rmsNormEps}`);
+  }
   const scaled = !yarn ? undefined : mla ? ggufYarn(meta, arch, ropeTheta, mla, path) : ggufMagnitudeYarn(meta, arch, ropeTheta, ropeDim, headDim, path);
   const ffnKey = moe ? `${arch}.expert_feed_forward_length` : `${arch}.feed_forward_length`;
   // GLM-4.5 files end with multi-token-prediction blocks (NextN) that llama.cpp loads but never runs.
-  const blocks = meta.number(`${arch}.block_count`);
+  const blocks = positiveInteger(meta.number(`${arch}.block_count`), `${arch}.block_count`, path);
   const nextn = meta.optionalNumber(`${arch}.nextn_predict_layers`) ?? 0;
   if (!Number.isInteger(nextn) || nextn < 0 || nextn >= blocks) {
     throw new ModelLoadError(`Model "${path}" has ${nextn} next-token-prediction layers of its ${blocks} blocks`);
@@ -205,19 +220,19 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...(moe ? { moe } : {}),
     ...(mla ? { mla } : {}),
     ...(scaled ? { attentionScale: scaled.attentionScale, ropeFreqFactors: scaled.freqFactors } : {}),
-    rmsNormEps: meta.number(`${arch}.attention.layer_norm_rms_epsilon`, 1e-6),
+    rmsNormEps,
     ropeTheta,
     // llama.cpp turns DeepSeek's RoPE dims in adjacent pairs, as it does Llama's permuted ones.
     ropeLayout: architecture === "llama" || architecture === "deepseek2" ? "normal" : "neox",
     ...(ropeDim !== headDim || mla ? { rotaryDim: ropeDim } : {}),
-    contextLength: meta.number(`${arch}.context_length`, 2048),
+    contextLength: positiveInteger(meta.number(`${arch}.context_length`, 2048), `${arch}.context_length`, path),
     tiedEmbeddings: !tensors.has(GGUF_TENSOR_NAMES.output),
     qkvBias: tensors.has(GGUF_TENSOR_NAMES.layer(0, "bq")),
     qkNorm: tensors.has(GGUF_TENSOR_NAMES.layer(0, "qNorm")),
     ...(architecture === "gpt-oss" ? { outputBias: true, attentionSinks: true } : {}),
     ...(slidingWindow ? { slidingWindow } : {}),
     ...gemma3,
-    bosTokenId: bos !== undefined && bos >= 0 && bos < embd.shape[0] ? bos : undefined,
+    bosTokenId: validId(bos) ? bos : undefined,
     eosTokenIds,
     addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama"),
     ...(meta.bool("tokenizer.ggml.add_eos_token", false) && validId(optionalId("tokenizer.ggml.eos_token_id")) ? { appendEosTokenId: optionalId("tokenizer.ggml.eos_token_id") } : {}),
@@ -335,6 +350,14 @@ function ggufYarn(meta: GgufMetadata, arch: string, theta: number, mla: MlaConfi
   };
 }
 
+/** `value` when it is a whole number from 1 that a JS number holds exactly; else an error naming the key. */
+function positiveInteger(value: number, key: string, path: string): number {
+  if (!Number.isSafeInteger(value) || value < 1) {
+    throw new ModelLoadError(`GGUF metadata "${key}" in "${path}" should be a positive whole number, got ${value}`);
+  }
+  return value;
+}
+
 /** Some GGUFs store per-layer values as arrays; we support only uniform ones. */
 function perLayerNumber(meta: GgufMetadata, key: string, path: string, fallback?: number): number {
   const arr = meta.entries.get(key)?.value;
@@ -350,16 +373,32 @@ export function ggufTokenizer(header: GgufHeader, config: ModelConfig, path: str
   const model = meta.string("tokenizer.ggml.model", "");
   const tokens = meta.array("tokenizer.ggml.tokens");
   if (!tokens) throw new ModelLoadError(`Model "${path}" has no tokenizer vocab (tokenizer.ggml.tokens)`);
-  const tokenStrings = tokens.map(String);
-  const types = (meta.array("tokenizer.ggml.token_type") ?? []).map(Number);
+  const bad = tokens.findIndex((t) => typeof t !== "string");
+  if (bad >= 0) {
+    throw new ModelLoadError(`GGUF metadata "tokenizer.ggml.tokens" in "${path}" should hold strings, got ${showGgufValue(tokens[bad])} at index ${bad}`);
+  }
+  const tokenStrings = tokens as string[];
+  /** A per-token array (`token_type`, `scores`): numbers, one per token, or absent. */
+  const perToken = (key: string): number[] => {
+    const values = meta.array(key) ?? [];
+    if (values.length > 0 && values.length !== tokens.length) {
+      throw new ModelLoadError(`GGUF metadata "${key}" in "${path}" has ${values.length} values for ${tokens.length} tokens`);
+    }
+    const at = values.findIndex((v) => typeof v !== "number");
+    if (at >= 0) throw new ModelLoadError(`GGUF metadata "${key}" in "${path}" should hold numbers, got ${showGgufValue(values[at])} at index ${at}`);
+    return values as number[];
+  };
+  const types = perToken("tokenizer.ggml.token_type");
+  const unkId = meta.optionalNumber("tokenizer.ggml.unknown_token_id");
   switch (model) {
     case "llama":
       return new SpmTokenizer({
         tokens: tokenStrings,
-        scores: (meta.array("tokenizer.ggml.scores") ?? []).map(Number),
+        scores: perToken("tokenizer.ggml.scores"),
         types,
         bosId: config.bosTokenId,
-        unkId: meta.optionalNumber("tokenizer.ggml.unknown_token_id"),
+        // As llama.cpp, an id outside the vocabulary is ignored.
+        unkId: unkId !== undefined && Number.isInteger(unkId) && unkId >= 0 && unkId < tokens.length ? unkId : undefined,
         addSpacePrefix: meta.bool("tokenizer.ggml.add_space_prefix", true),
       });
     case "gpt2":
@@ -408,6 +447,7 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
     const split = moe !== undefined && !infos.has(moeTensorNames(config, false).layer(first, "wGate")) &&
       infos.has(moeTensorNames(config, true).layer(first, "wGate").replace(EXPERT, "0"));
     const names = moe ? moeTensorNames(config, split) : GGUF_TENSOR_NAMES;
+    if (moe) checkLastExpert(names, moe, (n) => infos.has(n), path);
     let tensors = moe ? stackingExperts(source, moe.numExperts, path) : source;
     if (config.mla) {
       tensors = splittingKvB(tensors, config, names, (i) => `blk.${i}.${KV_B}`, path);

@@ -2,6 +2,17 @@
 import { ModelLoadError } from "./config.ts";
 import type { GgufEntry, GgufValue } from "./gguf-types.ts";
 
+/** A metadata value as error messages quote it: JSON, with 64-bit integers as digits and long strings and arrays cut short. */
+export function showGgufValue(v: GgufValue | undefined): string {
+  if (v === undefined) return "nothing";
+  if (typeof v === "bigint") return v.toString();
+  if (Array.isArray(v)) {
+    const shown = v.slice(0, 4).map(showGgufValue).join(", ");
+    return `[${shown}${v.length > 4 ? `, … (${v.length} items)` : ""}]`;
+  }
+  return JSON.stringify(typeof v === "string" && v.length > 100 ? `${v.slice(0, 100)}…` : v);
+}
+
 /** Typed metadata accessors that fail with a one-line error naming the key. */
 export class GgufMetadata {
   constructor(readonly entries: Map<string, GgufEntry>, private readonly path: string) {}
@@ -20,7 +31,7 @@ export class GgufMetadata {
     if (typeof v === "number") return v;
     if (typeof v === "bigint") return Number(v);
     if (typeof v === "boolean") return v ? 1 : 0;
-    throw new ModelLoadError(`GGUF metadata "${key}" in "${this.path}" should be a number, got ${JSON.stringify(v)}`);
+    throw new ModelLoadError(`GGUF metadata "${key}" in "${this.path}" should be a number, got ${showGgufValue(v)}`);
   }
 
   optionalNumber(key: string): number | undefined {
@@ -31,21 +42,25 @@ export class GgufMetadata {
     const v = this.entries.get(key)?.value;
     if (v === undefined && fallback !== undefined) return fallback;
     if (typeof v !== "string") {
-      throw new ModelLoadError(`GGUF metadata "${key}" in "${this.path}" should be a string, got ${JSON.stringify(v)}`);
+      throw new ModelLoadError(`GGUF metadata "${key}" in "${this.path}" should be a string, got ${showGgufValue(v)}`);
     }
     return v;
   }
 
+  /** A boolean (or a 0/1 integer, as some converters write flags), or `fallback` when absent. */
   bool(key: string, fallback: boolean): boolean {
     const v = this.entries.get(key)?.value;
-    return v === undefined ? fallback : Boolean(v);
+    if (v === undefined) return fallback;
+    if (typeof v === "boolean") return v;
+    if (v === 0 || v === 1) return v === 1;
+    throw new ModelLoadError(`GGUF metadata "${key}" in "${this.path}" should be a boolean, got ${showGgufValue(v)}`);
   }
 
   /** An array value; `undefined` when absent. */
   array(key: string): GgufValue[] | undefined {
     const v = this.entries.get(key)?.value;
     if (v === undefined) return undefined;
-    if (!Array.isArray(v)) throw new ModelLoadError(`GGUF metadata "${key}" in "${this.path}" should be an array`);
+    if (!Array.isArray(v)) throw new ModelLoadError(`GGUF metadata "${key}" in "${this.path}" should be an array, got ${showGgufValue(v)}`);
     return v;
   }
 }

@@ -46,14 +46,25 @@ class Cursor {
   private readonly view: DataView;
   private readonly decoder = new TextDecoder("utf-8");
 
-  constructor(private readonly bytes: Uint8Array, private readonly atEof: boolean, private readonly path: string) {
+  constructor(
+    private readonly bytes: Uint8Array,
+    private readonly atEof: boolean,
+    private readonly path: string,
+    readonly fileSize: number,
+  ) {
     this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   }
 
   private need(n: number): number {
     const at = this.pos;
     if (at + n > this.bytes.byteLength) {
-      if (this.atEof) throw new ModelLoadError(`GGUF file "${this.path}" is truncated: its header ends at byte ${this.bytes.byteLength}`);
+      // Bytes the file does not have are never worth a wider window.
+      if (this.atEof || at + n > this.fileSize) {
+        throw new ModelLoadError(`GGUF file "${this.path}" is truncated: its header ends at byte ${this.fileSize}`);
+      }
+      if (at + n > MAX_GGUF_HEADER_BYTES) {
+        throw new ModelLoadError(`GGUF file "${this.path}" is corrupt: its header runs past ${MAX_GGUF_HEADER_BYTES} bytes`);
+      }
       throw new NeedMoreBytes();
     }
     this.pos += n;
@@ -80,8 +91,9 @@ class Cursor {
     return Number(n);
   }
 
-  string(limit: number): string {
-    const len = this.count("string length", limit);
+  string(): string {
+    // The length is read first: the string's bytes follow it.
+    const len = this.count("string length", this.fileSize);
     const at = this.need(len);
     return this.decoder.decode(this.bytes.subarray(at, at + len));
   }
@@ -97,11 +109,25 @@ function shortestF32(v: number): number {
   return v;
 }
 
+/** A name from the file as error messages quote it: JSON-escaped (one line) and cut to 100 characters, as a corrupt length can make it any size. */
+function quoted(s: string): string {
+  return JSON.stringify(s.length > 100 ? `${s.slice(0, 100)}…` : s);
+}
+
 function narrow(v: bigint): number | bigint {
   return v <= BigInt(Number.MAX_SAFE_INTEGER) && v >= BigInt(Number.MIN_SAFE_INTEGER) ? Number(v) : v;
 }
 
-function readValue(c: Cursor, type: GgufType, limit: number, path: string, depth = 0): GgufValue {
+/** Most items one metadata array may hold: far above any vocabulary, far below what would exhaust memory. */
+const MAX_ARRAY_ITEMS = 1 << 26;
+
+/**
+ * Most bytes the header (metadata and tensor infos) may take: real files' headers, vocabularies
+ * included, take tens of MiB; a larger one is a corrupt length that would read the weights whole.
+ */
+export const MAX_GGUF_HEADER_BYTES = 1 << 30;
+
+function readValue(c: Cursor, type: GgufType, path: string, depth = 0): GgufValue {
   switch (type) {
     case GgufType.UINT8: return c.u8();
     case GgufType.INT8: return c.i8();
@@ -111,16 +137,19 @@ function readValue(c: Cursor, type: GgufType, limit: number, path: string, depth
     case GgufType.INT32: return c.i32();
     case GgufType.FLOAT32: return c.f32();
     case GgufType.BOOL: return c.u8() !== 0;
-    case GgufType.STRING: return c.string(limit);
+    case GgufType.STRING: return c.string();
     case GgufType.UINT64: return c.u64();
     case GgufType.INT64: return c.i64();
     case GgufType.FLOAT64: return c.f64();
     case GgufType.ARRAY: {
       if (depth > 4) throw new ModelLoadError(`GGUF file "${path}" is corrupt: arrays nested too deep`);
       const itemType = c.u32();
-      const n = c.count("array length", limit);
-      const out: GgufValue[] = new Array(n);
-      for (let i = 0; i < n; i++) out[i] = readValue(c, itemType, limit, path, depth + 1);
+      if (GgufType[itemType] === undefined) throw new ModelLoadError(`GGUF file "${path}" is corrupt: unknown metadata value type ${itemType}`);
+      // Every item takes at least a byte of the file; a cut file then fails as truncated while reading the items.
+      const n = c.count("array length", c.fileSize);
+      if (n > MAX_ARRAY_ITEMS) throw new ModelLoadError(`GGUF file "${path}" is corrupt: array length ${n} is over the limit of ${MAX_ARRAY_ITEMS} items`);
+      const out: GgufValue[] = [];
+      for (let i = 0; i < n; i++) out.push(readValue(c, itemType, path, depth + 1));
       return out;
     }
     default:
@@ -129,7 +158,7 @@ function readValue(c: Cursor, type: GgufType, limit: number, path: string, depth
 }
 
 function parseHeader(bytes: Uint8Array, atEof: boolean, path: string, fileSize: number): GgufHeader {
-  const c = new Cursor(bytes, atEof, path);
+  const c = new Cursor(bytes, atEof, path, fileSize);
   const magic = c.u32();
   if (magic !== GGUF_MAGIC) {
     const shown = Array.from(bytes.subarray(0, 4), (b) => b.toString(16).padStart(2, "0")).join(" ");
@@ -144,7 +173,8 @@ function parseHeader(bytes: Uint8Array, atEof: boolean, path: string, fileSize: 
   const kvCount = c.count("metadata count", fileSize / 8);
   const metadata = new Map<string, GgufEntry>();
   for (let i = 0; i < kvCount; i++) {
-    const key = c.string(fileSize);
+    const key = c.string();
+    if (metadata.has(key)) throw new ModelLoadError(`GGUF file "${path}" is corrupt: metadata key ${quoted(key)} appears twice`);
     const type = c.u32();
     let itemType: GgufType | undefined;
     if (type === GgufType.ARRAY) {
@@ -153,46 +183,62 @@ function parseHeader(bytes: Uint8Array, atEof: boolean, path: string, fileSize: 
       itemType = c.u32();
       c.pos = at;
     }
-    const value = readValue(c, type, fileSize, path);
+    const value = readValue(c, type, path);
     metadata.set(key, itemType === undefined ? { type, value } : { type, itemType, value });
   }
   const alignEntry = metadata.get("general.alignment");
-  const alignment = typeof alignEntry?.value === "number" ? alignEntry.value : GGUF_DEFAULT_ALIGNMENT;
-  if (!Number.isInteger(alignment) || alignment <= 0 || alignment % 8 !== 0) {
-    throw new ModelLoadError(`GGUF file "${path}" is corrupt: general.alignment is ${alignment}`);
+  const alignment = alignEntry === undefined ? GGUF_DEFAULT_ALIGNMENT : alignEntry.value;
+  // As llama.cpp: a power of two (and a multiple of 8, so every block type's data stays aligned).
+  if (typeof alignment !== "number" || !Number.isSafeInteger(alignment) || alignment < 8 || (alignment & (alignment - 1)) !== 0) {
+    throw new ModelLoadError(`GGUF file "${path}" is corrupt: general.alignment is ${typeof alignment === "string" ? JSON.stringify(alignment) : String(alignment)}; expected a power of two from 8`);
   }
   const raw: { name: string; shape: number[]; ggmlType: number; rel: number | bigint }[] = [];
+  const names = new Set<string>();
   for (let i = 0; i < tensorCount; i++) {
-    const name = c.string(fileSize);
+    const name = c.string();
+    if (names.has(name)) throw new ModelLoadError(`GGUF file "${path}" is corrupt: tensor ${quoted(name)} appears twice`);
+    names.add(name);
     const nDims = c.u32();
-    if (nDims > 8) throw new ModelLoadError(`GGUF file "${path}" is corrupt: tensor "${name}" has ${nDims} dimensions`);
+    if (nDims > 8) throw new ModelLoadError(`GGUF file "${path}" is corrupt: tensor ${quoted(name)} has ${nDims} dimensions`);
     const ne: number[] = [];
-    for (let d = 0; d < nDims; d++) ne.push(c.count(`dimension of tensor "${name}"`, fileSize * 64));
+    for (let d = 0; d < nDims; d++) ne.push(c.count(`dimension of tensor ${quoted(name)}`, fileSize * 64));
     raw.push({ name, shape: ne.reverse(), ggmlType: c.u32(), rel: c.u64() });
   }
   const dataOffset = alignUp(c.pos, alignment);
-  const tensors = raw.map((t) => tensorInfo(t, dataOffset, fileSize, path));
+  const tensors = raw.map((t) => tensorInfo(t, dataOffset, alignment, fileSize, path));
+  // Tensors that share bytes would load one tensor's data as another's.
+  const byOffset = tensors.filter((t) => t.byteLength > 0).sort((a, b) => a.offset - b.offset);
+  for (let i = 1; i < byOffset.length; i++) {
+    const [prev, t] = [byOffset[i - 1], byOffset[i]];
+    if (t.offset < prev.offset + prev.byteLength) {
+      throw new ModelLoadError(`GGUF file "${path}" is corrupt: the data of tensors ${quoted(prev.name)} and ${quoted(t.name)} overlap`);
+    }
+  }
   return { version, alignment, metadata, tensors, dataOffset };
 }
 
 function tensorInfo(
   t: { name: string; shape: number[]; ggmlType: number; rel: number | bigint },
   dataOffset: number,
+  alignment: number,
   fileSize: number,
   path: string,
 ): GgufTensorInfo {
   const info = GGML_TYPES.get(t.ggmlType);
-  if (!info) throw new ModelLoadError(`GGUF file "${path}": tensor "${t.name}" has unknown ggml type ${t.ggmlType}`);
+  if (!info) throw new ModelLoadError(`GGUF file "${path}": tensor ${quoted(t.name)} has unknown ggml type ${t.ggmlType}`);
   const count = t.shape.reduce((a, b) => a * b, 1);
   const inner = t.shape[t.shape.length - 1] ?? 1;
   if (inner % info.blockSize !== 0) {
-    throw new ModelLoadError(`GGUF file "${path}" is corrupt: tensor "${t.name}" row of ${inner} is not a multiple of ${info.name} blocks`);
+    throw new ModelLoadError(`GGUF file "${path}" is corrupt: tensor ${quoted(t.name)} row of ${inner} is not a multiple of ${info.name} blocks`);
   }
   const byteLength = (count / info.blockSize) * info.blockBytes;
   const offset = typeof t.rel === "number" ? dataOffset + t.rel : Infinity;
+  if (typeof t.rel === "number" && t.rel % alignment !== 0) {
+    throw new ModelLoadError(`GGUF file "${path}" is corrupt: tensor ${quoted(t.name)} has offset ${t.rel}, not a multiple of the alignment ${alignment}`);
+  }
   if (offset + byteLength > fileSize) {
     throw new ModelLoadError(
-      `GGUF file "${path}" is truncated: tensor "${t.name}" ends at byte ${offset + byteLength} but the file has ${fileSize}`,
+      `GGUF file "${path}" is truncated: tensor ${quoted(t.name)} ends at byte ${offset + byteLength} but the file has ${fileSize}`,
     );
   }
   return { name: t.name, shape: t.shape, ggmlType: t.ggmlType, typeName: info.name, offset, byteLength };
@@ -208,7 +254,7 @@ export async function readGgufHeader(file: RandomAccessFile): Promise<GgufHeader
       return parseHeader(bytes, window === file.size, file.path, file.size);
     } catch (e) {
       if (!(e instanceof NeedMoreBytes)) throw e;
-      window = Math.min(file.size, window * 4);
+      window = Math.min(file.size, window * 4, MAX_GGUF_HEADER_BYTES);
     }
   }
 }
@@ -223,7 +269,7 @@ export async function readGgufTensor(file: RandomAccessFile, info: GgufTensorInf
   const dtype = GGML_TYPES.get(info.ggmlType)?.dtype;
   if (!dtype) {
     throw new ModelLoadError(
-      `Tensor "${info.name}" in "${file.path}" has type ${info.typeName}; supported types are ${supportedGgmlTypes().join(", ")}`,
+      `Tensor ${quoted(info.name)} in "${file.path}" has type ${info.typeName}; supported types are ${supportedGgmlTypes().join(", ")}`,
     );
   }
   const data = await file.read(info.offset, info.byteLength);

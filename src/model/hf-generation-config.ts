@@ -33,7 +33,7 @@ export function applyGenerationConfig(config: ModelConfig, gen: Json): void {
   const topK = numberAt("top_k", (v) => Number.isInteger(v));
   const minP = numberAt("min_p", (v) => v >= 0 && v <= 1);
   const repetitionPenalty = numberAt("repetition_penalty", (v) => v > 0 && Number.isFinite(v));
-  const maxTokens = numberAt("max_new_tokens", (v) => Number.isInteger(v) && v > 0);
+  const maxTokens = numberAt("max_new_tokens", (v) => Number.isSafeInteger(v) && v > 0);
   const unsupported = Object.keys(UNSUPPORTED_GENERATION_KEYS).filter((k) => gen[k] !== undefined && gen[k] !== null && gen[k] !== UNSUPPORTED_GENERATION_KEYS[k]);
   const d: SamplingDefaults = {
     ...(temperature !== undefined ? { temperature } : {}), ...(topP !== undefined ? { topP } : {}),

@@ -14,3 +14,15 @@ export function num(cfg: Json, key: string, path: string, fallback?: number): nu
   }
   throw new ModelLoadError(`"${key}" in "${path}" should be a number, got ${JSON.stringify(v)}`);
 }
+
+/** `cfg[key]` as a whole number from 1 (a count or size); `fallback` when absent; a clear error otherwise. */
+export function positiveInt(cfg: Json, key: string, path: string, fallback?: number): number {
+  const v = num(cfg, key, path, fallback);
+  if (!Number.isSafeInteger(v) || v < 1) throw new ModelLoadError(`"${key}" in "${path}" should be a positive whole number, got ${v}`);
+  return v;
+}
+
+/** True when `v` is a JSON object (not null, not an array). */
+export function isJsonObject(v: unknown): v is Json {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}

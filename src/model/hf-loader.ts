@@ -8,7 +8,7 @@ import { openRandomAccess, pathExists, type RandomAccessFile, readTextFile } fro
 import { type Architecture, ARCHITECTURES, isMoeLayer, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
 import { GLM4_MOE_DEFAULTS, hfDeepseekAttention, hfDeepseekMoe } from "./hf-deepseek.ts";
-import { type Json, num } from "./hf-json.ts";
+import { isJsonObject, type Json, num, positiveInt } from "./hf-json.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { GPT_OSS_NAMES, gptOssExperts, hfGptOss } from "./hf-gpt-oss.ts";
 import { gemmaNormsPlusOne, hfGemma3, type HfGemma3 } from "./hf-gemma3.ts";
@@ -17,7 +17,7 @@ import { withHarmonyStops } from "./gguf-gpt-oss.ts";
 import { applyGenerationConfig } from "./hf-generation-config.ts";
 import { readSafetensor, readSafetensorsHeader, type SafetensorsInfo } from "./safetensors.ts";
 import { HfTokenizer } from "./tokenizer-hf.ts";
-import { assembleWeights, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
+import { assembleWeights, checkLastExpert, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
 import { EXPERT, stackingExperts } from "./expert-stack.ts";
 
 const LAYER_NAMES: Record<LayerRole, string> = {
@@ -150,11 +150,14 @@ async function readJson(path: string, what: string): Promise<Json> {
   } catch {
     throw new ModelLoadError(`Model directory lacks ${what}: "${path}" not found`);
   }
+  let json: unknown;
   try {
-    return JSON.parse(text) as Json;
+    json = JSON.parse(text);
   } catch {
     throw new ModelLoadError(`"${path}" is not valid JSON`);
   }
+  if (!isJsonObject(json)) throw new ModelLoadError(`"${path}" should hold a JSON object, got ${Array.isArray(json) ? "an array" : JSON.stringify(json)}`);
+  return json;
 }
 
 /** Reads the special token's string whether tokenizer_config stores it as a string or an object. */
@@ -193,19 +196,21 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   if (!architecture) {
     throw new ModelLoadError(`Unknown architecture "${archName}" in "${path}"; supported: ${Object.keys(HF_ARCHITECTURES).join(", ")}`);
   }
-  const hiddenSize = num(cfg, "hidden_size", path);
-  const numHeads = num(cfg, "num_attention_heads", path);
-  const numKvHeads = num(cfg, "num_key_value_heads", path, numHeads);
+  const hiddenSize = positiveInt(cfg, "hidden_size", path);
+  const numHeads = positiveInt(cfg, "num_attention_heads", path);
+  const numKvHeads = positiveInt(cfg, "num_key_value_heads", path, numHeads);
   const eos = cfg.eos_token_id;
-  const eosTokenIds = (Array.isArray(eos) ? eos : eos === undefined || eos === null ? [] : [eos]).map(Number);
-  const bos = typeof cfg.bos_token_id === "number" ? cfg.bos_token_id : undefined;
+  const eosTokenIds = (Array.isArray(eos) ? eos : eos === undefined || eos === null ? [] : [eos]).map((id) => tokenId(id, "eos_token_id", vocabSize, path))
+    .filter((id): id is number => id !== undefined);
+  const bos = cfg.bos_token_id === undefined || cfg.bos_token_id === null ? undefined : tokenId(cfg.bos_token_id, "bos_token_id", vocabSize, path);
   const addBosSetting = tokCfg.add_bos_token;
   const ropeTheta = num(cfg, "rope_theta", path, ropeParametersTheta(cfg) ?? 10000);
+  if (!(Number.isFinite(ropeTheta) && ropeTheta > 0)) throw new ModelLoadError(`"rope_theta" in "${path}" should be a positive number, got ${ropeTheta}`);
   const deepseek = architecture === "deepseek2" ? hfDeepseekAttention(cfg, ropeTheta, path) : undefined;
   const mla = deepseek?.mla;
   // Latent attention caches one head: the latent and the shared RoPE key.
   const headDim = mla ? mla.kvLoraRank + mla.ropeDim : num(cfg, "head_dim", path, Math.floor(hiddenSize / numHeads));
-  const numLayers = num(cfg, "num_hidden_layers", path);
+  const numLayers = positiveInt(cfg, "num_hidden_layers", path);
   const gptOss = architecture === "gpt-oss" ? hfGptOss(cfg, ropeTheta, headDim, numLayers, path) : undefined;
   const rotaryDim = mla ? mla.ropeDim : hfRotaryDim(cfg, architecture, headDim, path);
   const gemma3 = architecture === "gemma3" ? hfGemma3(cfg, hiddenSize, headDim, rotaryDim ?? headDim, numLayers, path) : undefined;
@@ -228,12 +233,12 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(attentionScale !== undefined ? { attentionScale } : {}),
     ...(gptOss ? { outputBias: true, attentionSinks: true, ...(gptOss.slidingWindow ? { slidingWindow: gptOss.slidingWindow } : {}) } : {}),
     ...(gemma3 ? gemma3Fields(gemma3) : {}),
-    rmsNormEps: num(cfg, "rms_norm_eps", path, 1e-6),
+    rmsNormEps: nonNegative(cfg, "rms_norm_eps", path, 1e-6),
     ropeTheta,
     ropeLayout: deepseek?.ropeLayout ?? "neox",
     ...(rotaryDim !== undefined ? { rotaryDim } : {}),
     ...(ropeFreqFactors ? { ropeFreqFactors } : {}),
-    contextLength: num(cfg, "max_position_embeddings", path, 2048),
+    contextLength: positiveInt(cfg, "max_position_embeddings", path, 2048),
     tiedEmbeddings: gemma3 ? gemma3.tiedEmbeddings : cfg.tie_word_embeddings === true,
     qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
     qkNorm: architecture === "qwen3" || architecture === "qwen3moe" || architecture === "gemma3" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
@@ -241,6 +246,24 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     eosTokenIds,
     addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",
   };
+}
+
+/**
+ * A config.json token id: a whole number from 0, else an error naming the key; undefined (ignored, as
+ * llama.cpp ignores such special ids) when past the embedding's `vocabSize` rows, which it would index outside.
+ */
+function tokenId(v: unknown, key: string, vocabSize: number, path: string): number | undefined {
+  if (typeof v !== "number" || !Number.isInteger(v) || v < 0) {
+    throw new ModelLoadError(`"${key}" in "${path}" should be token ids (whole numbers from 0), got ${JSON.stringify(v)}`);
+  }
+  return v < vocabSize ? v : undefined;
+}
+
+/** `cfg[key]` as a finite number from 0 (an epsilon). */
+function nonNegative(cfg: Json, key: string, path: string, fallback: number): number {
+  const v = num(cfg, key, path, fallback);
+  if (!(Number.isFinite(v) && v >= 0)) throw new ModelLoadError(`"${key}" in "${path}" should be a number from 0, got ${v}`);
+  return v;
 }
 
 /**
@@ -290,10 +313,17 @@ function ropeParametersTheta(cfg: Json): number | undefined {
 async function openShards(dir: string): Promise<{ files: RandomAccessFile[]; index: Map<string, [RandomAccessFile, SafetensorsInfo]> }> {
   const indexPath = `${dir}/model.safetensors.index.json`;
   let shardNames: string[];
+  let weightMap: Json | undefined;
   if (await pathExists(indexPath)) {
-    const weightMap = (await readJson(indexPath, "its safetensors index")).weight_map as Record<string, string> | undefined;
-    if (!weightMap) throw new ModelLoadError(`"${indexPath}" has no weight_map`);
-    shardNames = [...new Set(Object.values(weightMap))];
+    weightMap = (await readJson(indexPath, "its safetensors index")).weight_map as Json;
+    if (!isJsonObject(weightMap)) throw new ModelLoadError(`"${indexPath}" has no weight_map`);
+    shardNames = [...new Set(Object.values(weightMap))].map((shard) => {
+      // A shard is a file of the directory itself, not a path to elsewhere.
+      if (typeof shard !== "string" || shard === "" || shard.includes("/") || shard.includes("\\") || shard === "." || shard === "..") {
+        throw new ModelLoadError(`"${indexPath}" names shard ${JSON.stringify(shard)}; expected a file name in the model directory`);
+      }
+      return shard;
+    });
   } else {
     shardNames = (await fsp.readdir(dir)).filter((n) => n.endsWith(".safetensors")).sort();
   }
@@ -306,7 +336,15 @@ async function openShards(dir: string): Promise<{ files: RandomAccessFile[]; ind
       if (!(await pathExists(shardPath))) throw new ModelLoadError(`Safetensors shard not found: "${shardPath}"`);
       const file = await openRandomAccess(shardPath);
       files.push(file);
-      for (const [t, info] of (await readSafetensorsHeader(file)).tensors) index.set(t, [file, info]);
+      for (const [t, info] of (await readSafetensorsHeader(file)).tensors) {
+        const seen = index.get(t);
+        // A tensor in two shards is read from the one the index names; without one, which is meant is unknown.
+        if (seen && weightMap?.[t] !== name) {
+          if (weightMap?.[t] === seen[0].path.slice(dir.length + 1)) continue;
+          throw new ModelLoadError(`Tensor "${t}" is in both "${seen[0].path}" and "${shardPath}"; ${weightMap ? "the index names neither" : "remove one of them"}`);
+        }
+        index.set(t, [file, info]);
+      }
     }
   } catch (e) {
     await Promise.all(files.map((f) => f.close()));
@@ -351,6 +389,7 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     const raw = { info: (n: string) => index.get(n)?.[1], bytes: (n: string) => index.get(n)![0].read(index.get(n)![1].begin, index.get(n)![1].end - index.get(n)![1].begin) };
     const moe = config.moe;
     const names = config.architecture === "gemma3" ? GEMMA3_TENSOR_NAMES : !moe ? HF_TENSOR_NAMES : moeTensorNames(config);
+    if (moe && config.architecture !== "gpt-oss") checkLastExpert(names, moe, (n) => index.has(n), dir);
     let tensors = !moe ? source : config.architecture === "gpt-oss" ? gptOssExperts(source, raw, dir) : stackingExperts(source, moe.numExperts, dir);
     if (config.mla) {
       tensors = splittingKvB(tensors, config, names, (i) => `model.layers.${i}.${KV_B}`, dir);
@@ -367,7 +406,7 @@ async function chatTemplate(dir: string, tokCfg: Json): Promise<string | undefin
   const t = tokCfg.chat_template;
   if (typeof t === "string") return t;
   if (Array.isArray(t)) {
-    const named = t as { name?: string; template?: string }[];
+    const named = t.filter((x): x is { name?: unknown; template: string } => isJsonObject(x) && typeof x.template === "string");
     return (named.find((x) => x.name === "default") ?? named[0])?.template;
   }
   const jinja = `${dir}/chat_template.jinja`;

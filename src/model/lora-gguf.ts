@@ -7,7 +7,7 @@
 import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { openRandomAccess } from "../runtime/fs.ts";
 import { ModelLoadError, type ModelConfig } from "./config.ts";
-import { GgufMetadata } from "./gguf-metadata.ts";
+import { GgufMetadata, showGgufValue } from "./gguf-metadata.ts";
 import { readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
 import { assembleAdapter, checkPair, type LoraAdapter, loraKey, type LoraLoadOptions, type LoraTarget, type LoraWeight } from "./lora.ts";
 
@@ -39,9 +39,9 @@ export async function loadGgufLora(path: string, config: ModelConfig, options: L
     const header = await readGgufHeader(file);
     const meta = new GgufMetadata(header.metadata, path);
     const type = meta.has("general.type") ? meta.string("general.type") : undefined;
-    if (type !== "adapter") throw new ModelLoadError(`"${path}" is not a LoRA adapter: its general.type is ${JSON.stringify(type ?? null)}, expected "adapter"`);
+    if (type !== "adapter") throw new ModelLoadError(`"${path}" is not a LoRA adapter: its general.type is ${showGgufValue(type)}, expected "adapter"`);
     const kind = meta.has("adapter.type") ? meta.string("adapter.type") : undefined;
-    if (kind !== "lora") throw new ModelLoadError(`"${path}" is an adapter of type ${JSON.stringify(kind ?? null)}; only "lora" adapters are supported`);
+    if (kind !== "lora") throw new ModelLoadError(`"${path}" is an adapter of type ${showGgufValue(kind)}; only "lora" adapters are supported`);
     const arch = meta.string("general.architecture", "");
     if (arch !== config.architecture) {
       throw new ModelLoadError(`LoRA adapter "${path}" is for architecture "${arch}", the base model is "${config.architecture}"`);
@@ -50,6 +50,7 @@ export async function loadGgufLora(path: string, config: ModelConfig, options: L
       throw new ModelLoadError(`LoRA adapter "${path}" is an activated LoRA (adapter.alora.invocation_tokens); only plain LoRA adapters are supported`);
     }
     const alpha = meta.number("adapter.lora.alpha", 0);
+    if (!Number.isFinite(alpha)) throw new ModelLoadError(`LoRA adapter "${path}" has adapter.lora.alpha ${alpha}; expected a finite number`);
     const pairs = new Map<string, { layer: number; target: LoraTarget; a?: (typeof header.tensors)[number]; b?: (typeof header.tensors)[number] }>();
     for (const t of header.tensors) {
       // llama.cpp skips norm deltas (it cannot apply them); so do we.

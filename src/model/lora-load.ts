@@ -16,5 +16,12 @@ export async function loadLoraAdapter(path: string, config: ModelConfig, options
   } catch {
     throw new ModelLoadError(`LoRA adapter not found: "${path}"`);
   }
-  return isDir ? await loadPeftLora(path, config, options) : await loadGgufLora(path, config, options);
+  try {
+    return isDir ? await loadPeftLora(path, config, options) : await loadGgufLora(path, config, options);
+  } catch (e) {
+    if (e instanceof ModelLoadError) throw e;
+    // As loadModel(): I/O failures (permissions, a file shrinking mid-read) still get one clear line, so a server answers 400, not 500.
+    const message = e instanceof Error ? e.message.split("\n")[0] : String(e);
+    throw new ModelLoadError(`Cannot load LoRA adapter "${path}": ${message}`);
+  }
 }

@@ -9,7 +9,7 @@
 import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { openRandomAccess, pathExists, readTextFile } from "../runtime/fs.ts";
 import { ModelLoadError, type ModelConfig } from "./config.ts";
-import type { Json } from "./hf-json.ts";
+import { isJsonObject, type Json } from "./hf-json.ts";
 import { assembleAdapter, checkPair, type LoraAdapter, type LoraLoadOptions, type LoraTarget, type LoraWeight } from "./lora.ts";
 import { readSafetensor, readSafetensorsHeader } from "./safetensors.ts";
 
@@ -68,12 +68,14 @@ export async function loadPeftLora(dir: string, config: ModelConfig, options: Lo
     const bin = await pathExists(`${dir}/adapter_model.bin`);
     throw new ModelLoadError(`LoRA adapter directory "${dir}" has no adapter_model.safetensors${bin ? " (adapter_model.bin is a pickle, which is not read: convert it to safetensors)" : ""}`);
   }
-  let cfg: Json;
+  let parsed: unknown;
   try {
-    cfg = JSON.parse(await readTextFile(cfgPath)) as Json;
+    parsed = JSON.parse(await readTextFile(cfgPath));
   } catch (e) {
     throw new ModelLoadError(`"${cfgPath}" is not valid JSON: ${e instanceof Error ? e.message : String(e)}`);
   }
+  if (!isJsonObject(parsed)) throw new ModelLoadError(`"${cfgPath}" should hold a JSON object, got ${Array.isArray(parsed) ? "an array" : JSON.stringify(parsed)}`);
+  const cfg: Json = parsed;
   checkPeftConfig(cfg, dir);
   const alpha = typeof cfg.lora_alpha === "number" ? cfg.lora_alpha : undefined;
   if (alpha === undefined || !Number.isFinite(alpha)) throw new ModelLoadError(`PEFT adapter "${dir}": lora_alpha should be a number, got ${JSON.stringify(cfg.lora_alpha)}`);
@@ -88,6 +90,9 @@ export async function loadPeftLora(dir: string, config: ModelConfig, options: Lo
       if (!p) throw new ModelLoadError(`PEFT adapter "${dir}" has tensor "${name}", which names no projection we can adapt (q/k/v/o_proj, gate/up/down_proj, lm_head)`);
       const key = `${p.layer}.${p.target}`;
       const pair = pairs.get(key) ?? { layer: p.layer, target: p.target };
+      // `…lora_A.weight` and `…lora_A.default.weight` name the same matrix: which one is meant is unknown.
+      const other = pair[p.side];
+      if (other !== undefined) throw new ModelLoadError(`PEFT adapter "${dir}" has both "${other}" and "${name}" for one matrix`);
       pair[p.side] = name;
       pairs.set(key, pair);
     }
@@ -97,6 +102,10 @@ export async function loadPeftLora(dir: string, config: ModelConfig, options: Lo
       const module = layer < 0 ? "lm_head" : `model.layers.${layer}.${Object.keys(MODULES).find((m) => MODULES[m] === target)}`;
       const a = A === undefined ? undefined : header.tensors.get(A)!, b = B === undefined ? undefined : header.tensors.get(B)!;
       const { rank, inDim, outDim } = checkPair(`PEFT adapter "${dir}"`, module, ["lora_A", "lora_B"], layer, target, a?.shape, b?.shape, config, options.hasOutput ?? !config.tiedEmbeddings);
+      // PEFT scales by alpha / r with r from the config: tensors of another rank would be scaled wrong (PEFT itself cannot load them).
+      if (cfg.r !== undefined && cfg.r !== rank) {
+        throw new ModelLoadError(`PEFT adapter "${dir}" has "${module}" of rank ${rank}, but its adapter_config.json gives r ${JSON.stringify(cfg.r)}`);
+      }
       const at = await readSafetensor(file, a!), bt = await readSafetensor(file, b!);
       const av = decodeToF32(at.data, at.dtype, rank * inDim);
       let bv = decodeToF32(bt.data, bt.dtype, outDim * rank);

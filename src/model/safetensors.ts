@@ -43,6 +43,9 @@ export function safetensorsElementBytes(dtype: string): number | undefined {
   return DTYPES[dtype]?.bytes;
 }
 
+/** Most bytes a header may take, as the reference implementation (safetensors' MAX_HEADER_SIZE): a larger length is corrupt. */
+export const MAX_SAFETENSORS_HEADER_BYTES = 100_000_000;
+
 /** Parses the JSON header of an open safetensors file and checks every range against the file. */
 export async function readSafetensorsHeader(file: RandomAccessFile): Promise<SafetensorsHeader> {
   const path = file.path;
@@ -51,6 +54,9 @@ export async function readSafetensorsHeader(file: RandomAccessFile): Promise<Saf
   const len = new DataView(lenBytes.buffer, lenBytes.byteOffset, 8).getBigUint64(0, true);
   if (len > BigInt(file.size - 8)) {
     throw new ModelLoadError(`Safetensors file "${path}" is corrupt or truncated: header length ${len} exceeds the file`);
+  }
+  if (len > BigInt(MAX_SAFETENSORS_HEADER_BYTES)) {
+    throw new ModelLoadError(`Safetensors file "${path}" is corrupt: header length ${len} is over the limit of ${MAX_SAFETENSORS_HEADER_BYTES} bytes`);
   }
   const headerEnd = 8 + Number(len);
   let json: unknown;
@@ -66,30 +72,44 @@ export async function readSafetensorsHeader(file: RandomAccessFile): Promise<Saf
   let metadata: Record<string, string> = {};
   for (const [name, raw] of Object.entries(json as Record<string, unknown>)) {
     if (name === "__metadata__") {
+      // The format's metadata is a string-to-string map.
+      if (typeof raw !== "object" || raw === null || Array.isArray(raw) || !Object.values(raw).every((v) => typeof v === "string")) {
+        throw new ModelLoadError(`Safetensors file "${path}" is corrupt: its __metadata__ is not a map of strings`);
+      }
       metadata = raw as Record<string, string>;
       continue;
     }
+    const bad = (why: string) => new ModelLoadError(`Safetensors file "${path}" is corrupt: bad header entry for "${name}": ${why}`);
+    if (typeof raw !== "object" || raw === null || Array.isArray(raw)) throw bad(`expected an object, got ${JSON.stringify(raw)}`);
     const e = raw as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
     const offsets = e.data_offsets;
-    if (
-      typeof e.dtype !== "string" || !Array.isArray(e.shape) || !Array.isArray(offsets) || offsets.length !== 2 ||
-      !e.shape.every((d) => Number.isInteger(d) && d >= 0) || !offsets.every((d) => Number.isInteger(d) && d >= 0)
-    ) {
-      throw new ModelLoadError(`Safetensors file "${path}" is corrupt: bad header entry for "${name}"`);
-    }
+    const wholeNumbers = (v: unknown): v is number[] => Array.isArray(v) && v.every((d) => Number.isSafeInteger(d) && d >= 0);
+    if (typeof e.dtype !== "string") throw bad(`dtype should be a string, got ${JSON.stringify(e.dtype)}`);
+    if (!wholeNumbers(e.shape)) throw bad(`shape should be whole numbers from 0, got ${JSON.stringify(e.shape)}`);
+    if (!wholeNumbers(offsets) || offsets.length !== 2) throw bad(`data_offsets should be two whole numbers from 0, got ${JSON.stringify(offsets)}`);
     const shape = e.shape as number[];
     const [b, en] = offsets as number[];
     const begin = headerEnd + b;
     const end = headerEnd + en;
+    if (begin > end) {
+      throw new ModelLoadError(`Safetensors file "${path}" is corrupt: "${name}" has data_offsets [${b}, ${en}], which end before they begin`);
+    }
     const elemBytes = safetensorsElementBytes(e.dtype);
     const count = shape.reduce((a, d) => a * d, 1);
     if (elemBytes !== undefined && en - b !== count * elemBytes) {
       throw new ModelLoadError(`Safetensors file "${path}" is corrupt: "${name}" has ${en - b} bytes for shape [${shape}]`);
     }
-    if (end > file.size || begin > end) {
+    if (end > file.size) {
       throw new ModelLoadError(`Safetensors file "${path}" is truncated: "${name}" ends at byte ${end} but the file has ${file.size}`);
     }
     tensors.set(name, { name, dtype: e.dtype, shape, begin, end });
+  }
+  // Tensors that share bytes would load one tensor's data as another's (the reference reader refuses them too).
+  const byBegin = [...tensors.values()].filter((t) => t.end > t.begin).sort((x, y) => x.begin - y.begin);
+  for (let i = 1; i < byBegin.length; i++) {
+    if (byBegin[i].begin < byBegin[i - 1].end) {
+      throw new ModelLoadError(`Safetensors file "${path}" is corrupt: the data of "${byBegin[i - 1].name}" and "${byBegin[i].name}" overlap`);
+    }
   }
   return { tensors, metadata };
 }

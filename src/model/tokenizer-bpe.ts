@@ -97,6 +97,8 @@ export class BpeTokenizer implements Tokenizer {
   private readonly specials: SpecialSplitter;
   private readonly cache = new Map<string, number[]>();
   private readonly ignoreMerges: boolean;
+  /** Some byte has no token of its own: such bytes are dropped, as llama.cpp drops them. */
+  private readonly missingBytes: boolean;
 
   constructor(private readonly vocab: BpeVocab) {
     this.vocabSize = vocab.tokens.length;
@@ -105,6 +107,7 @@ export class BpeTokenizer implements Tokenizer {
     });
     vocab.merges.forEach((m, i) => this.ranks.set(m, i));
     this.byteChar.forEach((c, b) => this.charByte.set(c, b));
+    this.missingBytes = this.byteChar.some((c) => !this.ids.has(c));
     // Unknown pre-tokenizers fall back to Llama 3's pattern, which covers most modern BPE vocabs.
     this.patterns = (PRE_TOKENIZER_PATTERNS[vocab.pre] ?? PRE_TOKENIZER_PATTERNS["llama-bpe"]).map((p) => new RegExp(p, "gu"));
     this.specials = new SpecialSplitter(vocab.tokens, vocab.types);
@@ -139,7 +142,13 @@ export class BpeTokenizer implements Tokenizer {
       for (const p of parts) {
         const id = this.ids.get(p);
         if (id !== undefined) result.push(id);
-        else for (const ch of p) result.push(this.ids.get(ch) ?? 0); // vocabs hold every byte char
+        else {
+          // A byte without a token is dropped (llama.cpp), never written as token 0.
+          for (const ch of p) {
+            const byte = this.ids.get(ch);
+            if (byte !== undefined) result.push(byte);
+          }
+        }
       }
     }
     if (this.cache.size < 65536) this.cache.set(word, result);
@@ -180,9 +189,11 @@ export class BpeTokenizer implements Tokenizer {
   private maxChars: number | undefined;
   /**
    * A byte-level token's string has one character per byte of text it stands for (and a UTF-16
-   * code unit takes at least one byte); a special token stands for its own string.
+   * code unit takes at least one byte); a special token stands for its own string. No bound holds
+   * when some byte has no token (it is dropped).
    */
-  maxCharsPerToken(): number {
+  maxCharsPerToken(): number | undefined {
+    if (this.missingBytes) return undefined; // dropped bytes stand for no token
     this.maxChars ??= this.vocab.tokens.reduce((m, t) => Math.max(m, t.length), 1);
     return this.maxChars;
   }

@@ -16,6 +16,7 @@ export class HfTokenizer implements Tokenizer {
   readonly bosId: number | undefined;
 
   constructor(tokenizerJson: object, tokenizerConfig: object, bos: number | string | undefined, source: string) {
+    checkTokenizerJson(tokenizerJson, source);
     try {
       this.impl = new HfTokenizerImpl(tokenizerJson, tokenizerConfig);
     } catch (e) {
@@ -99,6 +100,34 @@ export class HfTokenizer implements Tokenizer {
 
 type Json = Record<string, unknown>;
 const isJson = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/**
+ * Refuses, naming the entry, the tokenizer.json parts the tokenizers library would trip over deep
+ * inside with a TypeError: `added_tokens` entries without a whole-number id and a string content, and
+ * BPE merges that are neither "a b" strings nor ["a", "b"] pairs.
+ */
+function checkTokenizerJson(json: object, source: string): void {
+  const j = json as Json;
+  const fail = (why: string) => new ModelLoadError(`Cannot build the tokenizer from "${source}": ${why}`);
+  const added = j.added_tokens;
+  if (added !== undefined && added !== null) {
+    if (!Array.isArray(added)) throw fail(`tokenizer.json's added_tokens should be an array, got ${JSON.stringify(added)}`);
+    added.forEach((t, i) => {
+      if (!isJson(t) || !Number.isSafeInteger(t.id) || (t.id as number) < 0 || typeof t.content !== "string") {
+        throw fail(`tokenizer.json's added_tokens[${i}] should have a whole-number id and a string content, got ${JSON.stringify(t)}`);
+      }
+    });
+  }
+  const model = isJson(j.model) ? j.model : undefined;
+  const merges = model?.merges;
+  if (model?.type === "BPE" && merges !== undefined && merges !== null) {
+    if (!Array.isArray(merges)) throw fail(`tokenizer.json's model.merges should be an array, got ${JSON.stringify(merges)}`);
+    merges.forEach((m, i) => {
+      const ok = typeof m === "string" ? m.includes(" ") : Array.isArray(m) && m.length === 2 && m.every((p) => typeof p === "string");
+      if (!ok) throw fail(`tokenizer.json's model.merges[${i}] should be a "left right" string or a [left, right] pair, got ${JSON.stringify(m)}`);
+    });
+  }
+}
 const parts = (v: Json, key: string): unknown[] => (Array.isArray(v[key]) ? v[key] as unknown[] : []);
 
 /**

@@ -5,7 +5,8 @@
  */
 import { blockValues, decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
 import { numel, WEIGHT_DTYPES, type WeightDType } from "../backend/types.ts";
-import { type HostTensor, isMoeLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights } from "./config.ts";
+import { type HostTensor, isMoeLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights, type MoeConfig } from "./config.ts";
+import { EXPERT } from "./expert-stack.ts";
 
 /** Progress of a load: bytes of tensor data read so far out of the total. */
 export interface LoadProgress {
@@ -208,12 +209,20 @@ export async function assembleWeights(
   sourcePath: string,
   options: LoadOptions = {},
 ): Promise<ModelWeights<HostTensor>> {
-  const wanted: string[] = [names.tokenEmbedding, names.outputNorm];
-  if (!config.tiedEmbeddings) wanted.push(names.output);
-  for (let i = 0; i < config.numLayers; i++) for (const r of layerRoles(config, i)) wanted.push(names.layer(i, r));
-  for (const n of wanted) {
-    if (!source.has(n)) throw new ModelLoadError(`Model "${sourcePath}" lacks the tensor "${n}"`);
+  if (!Number.isSafeInteger(config.numLayers) || config.numLayers < 1) {
+    throw new ModelLoadError(`Model "${sourcePath}" has ${config.numLayers} layers; expected a positive whole number`);
   }
+  const wanted: string[] = [];
+  // Each name is checked as it is listed, so a layer count far beyond the file's tensors fails at the
+  // first missing layer instead of listing billions of names.
+  const want = (n: string) => {
+    if (!source.has(n)) throw new ModelLoadError(`Model "${sourcePath}" lacks the tensor "${n}"`);
+    wanted.push(n);
+  };
+  want(names.tokenEmbedding);
+  want(names.outputNorm);
+  if (!config.tiedEmbeddings) want(names.output);
+  for (let i = 0; i < config.numLayers; i++) for (const r of layerRoles(config, i)) want(names.layer(i, r));
   const totalBytes = wanted.reduce((a, n) => a + source.byteLength(n), 0);
   let bytesRead = 0;
   // Norms and biases become f32; routers and the shared-expert gate stay as stored.
@@ -239,4 +248,18 @@ export async function assembleWeights(
   const weights: ModelWeights<HostTensor> = { tokenEmbedding, layers, outputNorm };
   if (!config.tiedEmbeddings) weights.output = await read(names.output, [config.vocabSize, config.hiddenSize], false);
   return weights;
+}
+
+/**
+ * Checks that the last expert of the first MoE layer is in the file before the experts are stacked,
+ * which lists every expert's name: an expert count far beyond the file fails here at once.
+ */
+export function checkLastExpert(names: TensorNames, moe: MoeConfig, has: (name: string) => boolean, path: string): void {
+  if (!Number.isSafeInteger(moe.numExperts) || moe.numExperts < 1) {
+    throw new ModelLoadError(`Model "${path}" has ${moe.numExperts} experts; expected a positive whole number`);
+  }
+  const name = names.layer(moe.denseLayers ?? 0, "wGate");
+  if (!name.includes(EXPERT)) return;
+  const last = name.replace(EXPERT, String(moe.numExperts - 1));
+  if (!has(last)) throw new ModelLoadError(`Model "${path}" lacks the tensor "${last}" of its ${moe.numExperts} experts`);
 }
