@@ -3,6 +3,7 @@
  * model.safetensors.index.json or not), tokenizer.json and tokenizer_config.json (chat template).
  * HF checkpoints keep q/k rows in the half-split order, so RoPE is "neox" for every architecture.
  */
+import { dequantizingFp8, fp8Scheme } from "./fp8.ts";
 import { promises as fsp } from "node:fs";
 import { openRandomAccess, pathExists, type RandomAccessFile, readTextFile } from "../runtime/fs.ts";
 import { type Architecture, ARCHITECTURES, isMoeLayer, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
@@ -387,10 +388,13 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
       read: (n: string) => readSafetensor(index.get(n)![0], index.get(n)![1]),
     };
     const raw = { info: (n: string) => index.get(n)?.[1], bytes: (n: string) => index.get(n)![0].read(index.get(n)![1].begin, index.get(n)![1].end - index.get(n)![1].begin) };
+    // FP8 matrices are dequantized as they are read, before experts are stacked or kv_b split.
+    const fp8 = fp8Scheme(cfg, `${dir}/config.json`);
+    const stored = fp8 ? dequantizingFp8(source, raw, fp8, dir) : source;
     const moe = config.moe;
     const names = config.architecture === "gemma3" ? GEMMA3_TENSOR_NAMES : !moe ? HF_TENSOR_NAMES : moeTensorNames(config);
     if (moe && config.architecture !== "gpt-oss") checkLastExpert(names, moe, (n) => index.has(n), dir);
-    let tensors = !moe ? source : config.architecture === "gpt-oss" ? gptOssExperts(source, raw, dir) : stackingExperts(source, moe.numExperts, dir);
+    let tensors = !moe ? stored : config.architecture === "gpt-oss" ? gptOssExperts(stored, raw, dir) : stackingExperts(stored, moe.numExperts, dir);
     if (config.mla) {
       tensors = splittingKvB(tensors, config, names, (i) => `model.layers.${i}.${KV_B}`, dir);
     }

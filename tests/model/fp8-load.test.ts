@@ -1,0 +1,159 @@
+/**
+ * FP8 checkpoints (src/model/fp8.ts): E4M3 bytes decoded as the OCP format defines them, and a Hugging
+ * Face directory whose matrices are F8_E4M3 with block-wise `weight_scale_inv` (quant_method "fp8",
+ * as Qwen3-FP8 and DeepSeek-V3 ship) or per-row `weight_scale` (compressed-tensors) loads to the
+ * same weights as the directory of the values those codes and scales stand for, rounded to bf16.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { readFile, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { test } from "../harness.ts";
+import { decodeToF32, encodeFromF32 } from "../../src/backend/dtype-codec.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { ModelLoadError } from "../../src/model/config.ts";
+import { e4m3ToF32 } from "../../src/model/fp8.ts";
+import { type HfWeights, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
+
+const SPEC: ModelFileSpec = { architecture: "llama", hidden: 48, layers: 2, heads: 4, kvHeads: 2, headDim: 12, ffn: 80, vocab: 300, tied: false, dtype: "f32", seed: 81 };
+const dir = mkdtempSync(`${tmpdir()}/fp8-test-`);
+
+test("e4m3ToF32() decodes E4M3: subnormals, the largest 448, signs, and NaN at 0x7f and 0xff", () => {
+  const cases: [number, number][] = [[0x00, 0], [0x01, 2 ** -9], [0x07, 7 * 2 ** -9], [0x08, 2 ** -6], [0x38, 1], [0x39, 1.125], [0x40, 2], [0x7e, 448], [0xb8, -1], [0xfe, -448]];
+  for (const [byte, value] of cases) assert.equal(e4m3ToF32(byte), value, `0x${byte.toString(16)}`);
+  assert.ok(Number.isNaN(e4m3ToF32(0x7f)) && Number.isNaN(e4m3ToF32(0xff)));
+  assert.ok(Object.is(e4m3ToF32(0x80), -0));
+});
+
+/** The E4M3 byte nearest `v` (no NaN). */
+function nearestE4m3(v: number): number {
+  let best = 0;
+  for (let b = 0; b < 256; b++) {
+    if ((b & 0x7f) === 0x7f) continue;
+    if (Math.abs(e4m3ToF32(b) - v) < Math.abs(e4m3ToF32(best) - v)) best = b;
+  }
+  return best;
+}
+
+/** Codes and scales for `values` [rows, cols]: per block (amax / 448) or per row. */
+function quantize(values: Float32Array, rows: number, cols: number, block?: [number, number]) {
+  const [br, bc] = block ?? [1, cols];
+  const sr = Math.ceil(rows / br);
+  const sc = Math.ceil(cols / bc);
+  const scales = new Float32Array(sr * sc);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) {
+    const s = Math.floor(r / br) * sc + Math.floor(c / bc);
+    scales[s] = Math.max(scales[s], Math.abs(values[r * cols + c]) / 448);
+  }
+  const codes = new Uint8Array(rows * cols);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) {
+    codes[r * cols + c] = nearestE4m3(values[r * cols + c] / scales[Math.floor(r / br) * sc + Math.floor(c / bc)]);
+  }
+  return { codes, scales, scaleShape: block ? [sr, sc] : [rows, 1] };
+}
+
+/** A safetensors file of raw entries (F8_E4M3 codes, F32 scales, F32 others). */
+function safetensors(entries: { name: string; dtype: string; shape: number[]; data: Uint8Array }[]): Uint8Array {
+  const header: Record<string, unknown> = {};
+  let offset = 0;
+  for (const e of entries) {
+    header[e.name] = { dtype: e.dtype, shape: e.shape, data_offsets: [offset, offset + e.data.byteLength] };
+    offset += e.data.byteLength;
+  }
+  let json = JSON.stringify(header);
+  json += " ".repeat((8 - ((8 + json.length) % 8)) % 8);
+  const out = new Uint8Array(8 + json.length + offset);
+  new DataView(out.buffer).setBigUint64(0, BigInt(json.length), true);
+  out.set(new TextEncoder().encode(json), 8);
+  let at = 8 + json.length;
+  for (const e of entries) {
+    out.set(e.data, at);
+    at += e.data.byteLength;
+  }
+  return out;
+}
+
+const LINEAR = /(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.weight$/;
+
+/** Writes the FP8 checkpoint of `weights` to `fp8Dir` and the f32 values its codes stand for to `refDir`. */
+async function writePair(fp8Dir: string, refDir: string, weights: HfWeights, quantizationConfig: Record<string, unknown>, block?: [number, number]) {
+  const entries = [];
+  const dequantized: HfWeights = new Map();
+  for (const [name, { shape, values }] of weights) {
+    if (!LINEAR.test(name)) {
+      entries.push({ name, dtype: "F32", shape, data: encodeFromF32(values, "f32") });
+      dequantized.set(name, { shape, values });
+      continue;
+    }
+    const [rows, cols] = shape;
+    const q = quantize(values, rows, cols, block);
+    entries.push({ name, dtype: "F8_E4M3", shape, data: q.codes });
+    entries.push({ name: `${name}${block ? "_scale_inv" : "_scale"}`, dtype: "F32", shape: q.scaleShape, data: new Uint8Array(q.scales.buffer) });
+    // What the codes stand for, computed here (not by the loader's dequantizeFp8): code × its block's scale.
+    const [br, bc] = block ?? [1, cols];
+    const scaleAt = (i: number) => q.scales[Math.floor(Math.floor(i / cols) / br) * Math.ceil(cols / bc) + Math.floor((i % cols) / bc)];
+    const stand = Float32Array.from({ length: rows * cols }, (_, i) => e4m3ToF32(q.codes[i]) * scaleAt(i));
+    // E4M3 keeps 3 mantissa bits: each value within 1/16 of itself, or half a subnormal step (2^-10) of its scale.
+    stand.forEach((v, i) => assert.ok(Math.abs(v - values[i]) <= Math.abs(values[i]) / 16 + 2 ** -10 * scaleAt(i), `${name}[${i}]`));
+    dequantized.set(name, { shape, values: stand });
+  }
+  await writeHfDirectory(fp8Dir, SPEC, weights);
+  await writeHfDirectory(refDir, SPEC, dequantized);
+  const config = JSON.parse(await readFile(`${fp8Dir}/config.json`, "utf8"));
+  await writeFile(`${fp8Dir}/config.json`, JSON.stringify({ ...config, quantization_config: quantizationConfig }));
+  await writeFile(`${fp8Dir}/model.safetensors`, safetensors(entries));
+}
+
+/** Asserts every layer matrix of the FP8 load is bf16 and equals the reference's values rounded to bf16. */
+async function assertSameWeights(fp8Dir: string, refDir: string) {
+  const fp8 = await loadModel(fp8Dir);
+  const ref = await loadModel(refDir);
+  for (let i = 0; i < SPEC.layers; i++) {
+    for (const role of ["wq", "wk", "wv", "wo", "wGate", "wUp", "wDown"] as const) {
+      const a = fp8.weights.layers[i][role]!;
+      const b = ref.weights.layers[i][role]!;
+      assert.equal(a.dtype, "bf16", `layer ${i} ${role}`);
+      const n = a.shape.reduce((x, y) => x * y, 1);
+      const want = decodeToF32(encodeFromF32(decodeToF32(b.data, b.dtype, n), "bf16"), "bf16", n);
+      assert.deepEqual(decodeToF32(a.data, "bf16", n), want, `layer ${i} ${role}`);
+    }
+  }
+  assert.deepEqual(fp8.weights.tokenEmbedding.data, ref.weights.tokenEmbedding.data, "unquantized tensors pass through");
+}
+
+test("loadModel() reads an FP8 checkpoint with 128×128-style block scales (weight_scale_inv) as its dequantized weights", async () => {
+  // 32×32 blocks here, so the 48- and 80-wide matrices end in partial blocks.
+  const weights = randomHfWeights(SPEC);
+  await writePair(`${dir}/block`, `${dir}/block-ref`, weights, { quant_method: "fp8", fmt: "e4m3", activation_scheme: "dynamic", weight_block_size: [32, 32] }, [32, 32]);
+  await assertSameWeights(`${dir}/block`, `${dir}/block-ref`);
+  // The check can fail: scales read per row where the file has blocks.
+  const config = JSON.parse(await readFile(`${dir}/block/config.json`, "utf8"));
+  await writeFile(`${dir}/block/config.json`, JSON.stringify({ ...config, quantization_config: { quant_method: "fp8", weight_block_size: [32, 16] } }));
+  await assert.rejects(loadModel(`${dir}/block`), /FP8 tensor "model\.layers\.0\.self_attn\.q_proj\.weight" in ".*" has 4 scales in "model\.layers\.0\.self_attn\.q_proj\.weight_scale_inv"; its \[48, 48\] shape needs 6/);
+});
+
+test("loadModel() reads a compressed-tensors float-quantized checkpoint with per-row weight_scale", async () => {
+  const weights = randomHfWeights({ ...SPEC, seed: 82 });
+  await writePair(`${dir}/row`, `${dir}/row-ref`, weights, { quant_method: "compressed-tensors", format: "float-quantized" });
+  await assertSameWeights(`${dir}/row`, `${dir}/row-ref`);
+});
+
+test("loadModel() refuses other quantization methods by name, and an FP8 matrix without its scale", async () => {
+  const weights = randomHfWeights({ ...SPEC, seed: 83 });
+  await writeHfDirectory(`${dir}/awq`, SPEC, weights);
+  const config = JSON.parse(await readFile(`${dir}/awq/config.json`, "utf8"));
+  await writeFile(`${dir}/awq/config.json`, JSON.stringify({ ...config, quantization_config: { quant_method: "awq", bits: 4 } }));
+  await assert.rejects(loadModel(`${dir}/awq`), (e: unknown) => e instanceof ModelLoadError && /holds a "awq"-quantized model; this loader reads FP8 checkpoints/.test(e.message));
+  await writePair(`${dir}/noscale`, `${dir}/noscale-ref`, weights, { quant_method: "fp8" });
+  const noScale = (await readFile(`${dir}/noscale/model.safetensors`));
+  const text = new TextDecoder().decode(noScale.subarray(8, 8 + Number(new DataView(noScale.buffer, noScale.byteOffset).getBigUint64(0, true))));
+  // Rename one scale tensor in the header (same length) so the matrix has none.
+  const renamed = text.replace('"model.layers.1.mlp.up_proj.weight_scale"', '"model.layers.1.mlp.up_proj.weight_scalX"');
+  noScale.set(new TextEncoder().encode(renamed), 8);
+  await writeFile(`${dir}/noscale/model.safetensors`, noScale);
+  await assert.rejects(loadModel(`${dir}/noscale`), /FP8 checkpoint ".*" lacks the scale tensor "model\.layers\.1\.mlp\.up_proj\.weight_scale"/);
+});
+
+test("fp8 test files are removed", () => {
+  rmSync(dir, { recursive: true, force: true });
+});
