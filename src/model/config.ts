@@ -347,6 +347,12 @@ export interface Tokenizer {
 export interface DecodeOptions {
   /** Write control tokens as their vocabulary strings (default false: skip them). */
   special?: boolean;
+  /**
+   * The ids are a whole text (`/detokenize`), not a continuation of one: the space a SentencePiece
+   * encoder prefixes is dropped from the first piece even without BOS before it, as sentencepiece
+   * decodes. Default false: generated text keeps it (" Once" after a prompt).
+   */
+  whole?: boolean;
 }
 
 /** A token's text as it streams: the tokenizer's piece for it, or its decoding where it has none. */

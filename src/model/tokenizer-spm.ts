@@ -155,8 +155,9 @@ export class SpmTokenizer implements Tokenizer {
     const bytes: number[] = [];
     ids.forEach((id, i) => {
       const piece = this.pieceBytes(id, options?.special === true);
-      // The space prefix added at encode time is dropped again right after BOS.
-      const skipSpace = this.vocab.addSpacePrefix && i === 1 && ids[0] === this.vocab.bosId && piece[0] === 0x20;
+      // The space prefix added at encode time is dropped again right after BOS (or first, in a whole text).
+      const first = ids[0] === this.vocab.bosId ? i === 1 : i === 0 && options?.whole === true;
+      const skipSpace = this.vocab.addSpacePrefix && first && piece[0] === 0x20;
       for (let k = skipSpace ? 1 : 0; k < piece.length; k++) bytes.push(piece[k]);
     });
     return utf8(bytes);

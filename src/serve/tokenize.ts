@@ -94,5 +94,5 @@ export function detokenize(ctx: ServeContext, body: z.infer<typeof DetokenizeReq
   checkModel(ctx, body.model);
   const bad = body.tokens.findIndex((id) => id >= ctx.config.vocabSize);
   if (bad >= 0) throw new ApiError(400, `Token id ${body.tokens[bad]} is outside the vocabulary (0..${ctx.config.vocabSize - 1})`, `tokens[${bad}]`, "invalid_value");
-  return { prompt: ctx.tokenizer.decode(body.tokens) };
+  return { prompt: ctx.tokenizer.decode(body.tokens, { whole: true }) };
 }

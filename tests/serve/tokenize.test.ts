@@ -97,7 +97,10 @@ test("POST /tokenize return_token_strs writes byte-fallback tokens as <0xHH>, no
     const at = strs.indexOf(emoji[0]);
     assert.deepEqual(strs.slice(at, at + 4), emoji, JSON.stringify(strs));
     assert.ok(strs.includes("é"), "a whole character stays text");
-    assert.match((await post("/detokenize", { tokens: r.tokens })).prompt as string, /héllo 😀 ok$/);
+    // Without BOS too, the encoder's space prefix is not part of the text (as sentencepiece decodes).
+    assert.equal((await post("/detokenize", { tokens: r.tokens })).prompt, text);
+    const withBos = await post("/tokenize", { prompt: text });
+    assert.equal((await post("/detokenize", { tokens: withBos.tokens })).prompt, text);
   } finally {
     await s.shutdown();
   }
