@@ -46,6 +46,13 @@ export class EngineSessions {
   readonly tracker = new SessionTracker();
   readonly policy = new AgentAwarePolicy(this.tracker);
   private lastPrune = -Infinity;
+  /**
+   * Requests of each session still running (a session with none is absent): a session runs until its
+   * last one ends (a request's `n` choices, agents sending turns of one conversation side by side).
+   */
+  private readonly inFlight = new Map<string, number>();
+  /** The tool a session's answer called while others of its requests still ran: its wait starts when they end. */
+  private readonly pendingTool = new Map<string, string>();
 
   /**
    * Sessions that are not running are forgotten after `ttlS` seconds of quiet, and the quietest of
@@ -66,16 +73,37 @@ export class EngineSessions {
     }
     // Past the cap, down to 90% of it at once, so the sort is paid once per tenth of the cap.
     if (this.tracker.size >= this.maxSessions) this.tracker.pruneToSize(Math.floor(0.9 * this.maxSessions));
+    this.inFlight.set(sessionId, (this.inFlight.get(sessionId) ?? 0) + 1);
+    // The session came back: a tool wait noted while it still ran is over.
+    this.pendingTool.delete(sessionId);
     this.tracker.turnStarted(sessionId, now);
   }
 
-  /** Its request finished: the session is idle until told it waits on a tool. */
+  /**
+   * A request of the session finished: once none of its requests runs, the session is idle until told
+   * it waits on a tool (or waits on the tool an answer of it called meanwhile).
+   */
   ended(sessionId: string, now: number): void {
-    this.tracker.turnEnded(sessionId, now, null);
+    const left = (this.inFlight.get(sessionId) ?? 1) - 1;
+    if (left > 0) {
+      this.inFlight.set(sessionId, left);
+      return;
+    }
+    this.inFlight.delete(sessionId);
+    const tool = this.pendingTool.get(sessionId);
+    this.pendingTool.delete(sessionId);
+    this.tracker.turnEnded(sessionId, now, tool ?? null);
   }
 
-  /** Its answer called `tool`: its KV is worth keeping until the predicted return. */
+  /**
+   * Its answer called `tool`: its KV is worth keeping until the predicted return. While other requests
+   * of the session still run, the wait starts when the last of them ends.
+   */
   waitsOnTool(sessionId: string, tool: string, now: number): void {
+    if (this.inFlight.has(sessionId)) {
+      this.pendingTool.set(sessionId, tool);
+      return;
+    }
     this.tracker.turnEnded(sessionId, now, tool);
     // Its blocks were released while it was idle (the server parses the call afterwards): the policy
     // ranked them as a session that just went idle, the cheapest there is. Rank again before evicting.

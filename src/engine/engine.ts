@@ -62,6 +62,17 @@ export function promptLogprobRowLimit(vocabSize: number): number {
   return Math.max(16, Math.floor(PROMPT_LOGPROB_BYTES / (4 * vocabSize)));
 }
 
+/**
+ * Refuses a prompt with a token id the model has no embedding for: run, it would fail the forward of
+ * its whole step, and with it every request batched there.
+ */
+function checkPromptTokens(prompt: readonly number[], vocabSize: number): void {
+  for (let i = 0; i < prompt.length; i++) {
+    const id = prompt[i];
+    if (!(Number.isInteger(id) && id >= 0 && id < vocabSize)) throw new RequestParamError(`Prompt token ${i} is ${id}, outside this model's vocabulary of ${vocabSize} tokens`);
+  }
+}
+
 /** One worker: a scheduler, a KV block pool and a model runner driven by one loop. */
 export class Engine implements ServingEngine {
   readonly kvEvents: EventChannel<KvEvent> = new EventChannel<KvEvent>();
@@ -135,6 +146,7 @@ export class Engine implements ServingEngine {
     if (this.stopped) throw new EngineOverloadedError("The engine is shutting down");
     const n = req.prompt.length;
     const maxTokens = outputBudget(req, this.maxModelLen);
+    checkPromptTokens(req.prompt, this.opts.config.vocabSize);
     checkSamplingRequest(req, this.opts.config.vocabSize);
     const constraint = this.outputConstraint(req);
     const budget = this.reasoningBudget(req);

@@ -147,7 +147,9 @@ export class WaitingQueue {
       const cached = swapped > 0 ? swapped : tail !== null ? seq.tokens.length - 1 : hit.length * bs;
       // A handed-off prompt's last token is computed again as a decode is, whatever the role allows.
       const uncachedPrompt = tail !== null ? 0 : Math.max(0, seq.promptLength - cached);
-      if (this.config.role === "decode" && uncachedPrompt > this.config.localPrefillLimit) {
+      // The limit is for prompts arriving here. A sequence preempted here recomputes here whatever its
+      // cache lost meanwhile: no other worker will hand it back, so refusing it would strand it.
+      if (this.config.role === "decode" && isFresh(seq) && uncachedPrompt > this.config.localPrefillLimit) {
         this.kv.release(held);
         continue;
       }

@@ -41,7 +41,7 @@ export interface SchedulerConfig {
   /** Sequences in one step at most. */
   maxRunning: number;
   role: WorkerRole;
-  /** Decode role only: the most uncached prompt tokens it will prefill locally. */
+  /** Decode role only: the most uncached prompt tokens it will prefill locally for a new prompt (one preempted here recomputes what it lost). */
   localPrefillLimit: number;
   /** Blocks kept free at admission so running sequences can grow without preempting at once. */
   watermarkBlocks: number;

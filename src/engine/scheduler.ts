@@ -289,9 +289,12 @@ export class Scheduler {
       const tail = seq.numOutput === 0 && seq.preemptions === 0 ? this.kv.takeHandoffTail?.(seq.tokens, seq.hints.cacheRoot) ?? null : null;
       if (tail !== null) this.kv.release([tail]);
     }
-    // A finished prefill keeps the block its prompt ended in for the hand-off (handoff-tails.ts).
+    // A finished prefill keeps the block its prompt ended in for the hand-off (handoff-tails.ts): only
+    // a prefill-only request is handed off (the prefill role alone ends at the first token, and a
+    // block kept for it would only sit in the pool until its hold ran out).
     const tailAt = tailBlockIndex(seq.promptLength, this.kv.blockSize);
-    if (reason === "prefill_done" && this.kv.keepHandoffTail && seq.numComputed >= seq.promptLength && tailAt < seq.blockTable.length) {
+    const handedOff = reason === "prefill_done" && seq.hints.prefillOnly === true;
+    if (handedOff && this.kv.keepHandoffTail && seq.numComputed >= seq.promptLength && tailAt < seq.blockTable.length) {
       this.kv.keepHandoffTail(seq.tokens.slice(0, seq.promptLength), seq.blockTable[tailAt], seq.hints.cacheRoot);
       this.kv.release(seq.blockTable.filter((_, i) => i !== tailAt), seq.hints);
     } else this.kv.release(seq.blockTable, seq.hints);

@@ -1,5 +1,8 @@
 import assert from "node:assert/strict";
-import { test } from "../harness.ts";
+import { projectRoot, test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import { loadModel } from "../../src/model/load.ts";
 import { EngineSessions, inferSessionId, isKvRetention, syntheticSessionId } from "../../src/engine/engine-sessions.ts";
 
 test("EngineSessions turns: submit runs, finish idles, a tool call waits; quiet sessions are pruned", () => {
@@ -29,6 +32,44 @@ test("EngineSessions keeps at most maxSessions, forgetting the quietest idle one
   assert.equal(s.tracker.status("k29"), "idle", "the latest is kept");
   assert.equal(s.tracker.status("k0"), undefined, "the quietest is forgotten");
   assert.throws(() => new EngineSessions(60, 0), /Session cap must be a positive integer, got 0/);
+});
+
+test("EngineSessions keeps a session running until the last of its requests ends, and starts a tool wait noted meanwhile then", () => {
+  const s = new EngineSessions(100);
+  s.started("a", 0);
+  s.started("a", 0); // two requests of one session side by side (n choices, parallel agents)
+  s.ended("a", 1);
+  assert.equal(s.tracker.status("a"), "running", "one of its requests still runs");
+  s.waitsOnTool("a", "pytest", 1);
+  assert.equal(s.tracker.status("a"), "running", "the tool wait starts when the session stops running");
+  s.ended("a", 2);
+  assert.equal(s.tracker.status("a"), "waiting-tool");
+  // A tool wait noted while the session ran is dropped when the session comes back first.
+  s.started("b", 3);
+  s.started("b", 3);
+  s.ended("b", 4);
+  s.waitsOnTool("b", "grep", 4);
+  s.started("b", 5);
+  s.ended("b", 6);
+  s.ended("b", 6);
+  assert.equal(s.tracker.status("b"), "idle");
+});
+
+test("Engine.sessionStatusCounts() counts a session as running while any of its requests runs", async () => {
+  const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
+  const e = createEngine(createReferenceBackend(), model, { numBlocks: 64 });
+  try {
+    const prompt = model.tokenizer.encode("Once upon a time", { addBos: true });
+    const short = e.submit({ prompt, maxTokens: 2, temperature: 0, ignoreEos: true, sessionId: "s" });
+    const long = e.submit({ prompt, maxTokens: 40, temperature: 0, ignoreEos: true, sessionId: "s" });
+    await short.result;
+    assert.equal(e.stats().running, 1);
+    assert.deepEqual(e.sessionStatusCounts(), { running: 1, "waiting-tool": 0, idle: 0 });
+    await long.result;
+    assert.deepEqual(e.sessionStatusCounts(), { running: 0, "waiting-tool": 0, idle: 1 });
+  } finally {
+    await e.stop();
+  }
 });
 
 test("inferSessionId() takes the session of the deepest cached output block, else makes one up", () => {

@@ -173,6 +173,19 @@ test("Scheduler.finish() of a prefill-only sequence keeps the block its prompt e
   assert.equal(tails.take(prompt), table[2]);
 });
 
+test("Scheduler.finish() of a prefill-role sequence nobody hands off keeps no block (serve --role prefill leaves the pool idle)", () => {
+  const pool = new BlockPool({ numBlocks: 16, blockSize: 4, clock: () => 0 });
+  const tails = new HandoffTails((ids) => pool.release(ids), () => 0, { maxBlocks: 4, ttlS: 60 });
+  const sched = new Scheduler(poolBlockManager(pool, undefined, tails), { maxBatchTokens: 64, role: "prefill" });
+  sched.submit(1, range(10, 100));
+  const plan = sched.schedule();
+  const [done] = sched.commit(plan, new Map([[1, 5]]));
+  assert.equal(done.finishReason, "prefill_done");
+  assert.equal(sched.idle, true, "the prefill role ends a sequence at its first token");
+  assert.equal(tails.size, 0, "no block is held for a hand-off that no request asked for");
+  assert.equal(pool.numUsedBlocks(), 0);
+});
+
 test("Engine.exportPrefix() of a hand-off sends the prompt's partial last block, and the decoding engine generates from it", async () => {
   const expected = await oneEngine(greedy(STORY));
   const engines = Array.from({ length: 3 }, () => createEngine(createReferenceBackend(), model, { numBlocks: 64 }));

@@ -152,6 +152,38 @@ test("Scheduler roles: decode admits only cached prompts, prefill stops after th
   assert.deepEqual(dec.sched.schedule().entries.map((e) => e.seqId), [2]);
 });
 
+test("Scheduler decode role: a sequence preempted there recomputes the prompt its cache lost instead of waiting forever", () => {
+  // One pool: a mixed scheduler caches both prompts, then a decode-role one serves them from it.
+  const pool = new BlockPool({ numBlocks: 8, blockSize: 4, clock: () => 0 });
+  const warm = new Scheduler(poolBlockManager(pool), { watermarkBlocks: 0 });
+  const a = range(9, 10), b = range(9, 40);
+  warm.submit(1, a);
+  warm.submit(2, b);
+  while (!warm.idle) {
+    const plan = warm.schedule();
+    for (const seq of warm.commit(plan, fakeSample(plan))) warm.finish(seq.id, "length");
+  }
+  const dec = new Scheduler(poolBlockManager(pool), { watermarkBlocks: 0, role: "decode", localPrefillLimit: 2 });
+  dec.submit(3, a);
+  dec.submit(4, b);
+  // 3 grows to the whole pool: 4 is preempted and every block of its prompt is evicted meanwhile.
+  const want = new Map([[3, 22], [4, 14]]);
+  const outputs = new Map<number, number>();
+  for (let step = 0; step < 200 && !dec.idle; step++) {
+    const plan = dec.schedule();
+    assert.ok(plan.entries.length > 0, `step ${step} plans nothing while ${dec.waitingSequences.map((s) => s.id).join(", ")} waits on an idle worker`);
+    for (const seq of dec.commit(plan, fakeSample(plan))) {
+      if (seq.numOutput < want.get(seq.id)!) continue;
+      outputs.set(seq.id, seq.numOutput);
+      dec.finish(seq.id, "length");
+    }
+  }
+  assert.ok(dec.stats().preemptions > 0, "the pool forced a preemption");
+  assert.deepEqual([...outputs].sort(), [[3, 22], [4, 14]]);
+  assert.ok(dec.stats().recomputedTokens > 0);
+  assert.equal(pool.numUsedBlocks(), 0);
+});
+
 test("Scheduler keeps its invariants under random workloads (fast-check)", () => {
   fc.assert(
     fc.property(
