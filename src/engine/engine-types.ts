@@ -196,6 +196,11 @@ export class RequestParamError extends RangeError {
 export function outputBudget(req: GenerateRequest, maxModelLen: number): number {
   const n = req.prompt.length;
   if (n === 0) throw new RequestParamError("The prompt is empty");
+  // An embedding generates nothing: its prompt may fill the whole context (as vLLM pools).
+  if (req.embed === true && !req.prefillOnly) {
+    if (n > maxModelLen) throw new ContextLengthError(`The prompt has ${n} tokens; this model's maximum context length is ${maxModelLen} tokens`);
+    return 1;
+  }
   if (n >= maxModelLen) throw new ContextLengthError(`The prompt has ${n} tokens; this model's maximum context length is ${maxModelLen} tokens`);
   const maxTokens = req.maxTokens ?? maxModelLen - n;
   if (!Number.isInteger(maxTokens) || maxTokens < 1) throw new RequestParamError(`max_tokens must be a positive integer, got ${maxTokens}`);

@@ -100,14 +100,14 @@ export function submitInputs(ctx: ServeContext, items: readonly (string | readon
       const ids = item as readonly number[];
       const bad = ids.findIndex((id) => id >= ctx.config.vocabSize);
       if (bad >= 0) throw new ApiError(400, `Token id ${ids[bad]} is outside the vocabulary (0..${ctx.config.vocabSize - 1})`, `${param}[${bad}]`, "invalid_value");
-      return truncatedPrompt(ctx, [...ids], o.truncate);
+      return truncatedPrompt(ctx, [...ids], o.truncate, 0);
     }
     if (item === "") throw new ApiError(400, `An input to embed is empty; send at least one character`, param, "invalid_value");
     if (o.truncate === undefined || o.truncate === null) checkTextLength(ctx, item, param);
     const ids = ctx.tokenizer.encode(item, { addBos: ctx.config.addBos && special });
     // The token an embedding model's tokenizer ends texts with, which it pools at.
     const end = special ? ctx.config.appendEosTokenId : undefined;
-    return truncatedPrompt(ctx, end === undefined || ids[ids.length - 1] === end ? ids : [...ids, end], o.truncate);
+    return truncatedPrompt(ctx, end === undefined || ids[ids.length - 1] === end ? ids : [...ids, end], o.truncate, 0);
   });
   const extra = { ...(o.sessionId ? { sessionId: o.sessionId } : {}), ...(o.priority ? { priority: o.priority } : {}) };
   // One at a time, so that a refusal (a prompt longer than the context) names its own input.

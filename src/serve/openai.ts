@@ -362,16 +362,16 @@ function completionPrompts(ctx: ServeContext, p: CompletionRequest["prompt"], tr
 
 /**
  * vLLM's `truncate_prompt_tokens`: the last `keep` tokens of a prompt (-1: as many as the context
- * holds beside the `room` tokens of output the request asks for, at least one), the prompt itself
+ * holds beside the `room` tokens of output the request asks for: at least one, none for an embedding), the prompt itself
  * when it is no longer or no truncation is asked. A 400 past the context.
  */
 export function truncatedPrompt(ctx: Pick<ServeContext, "engine">, ids: number[], keep: number | null | undefined, room = 1): number[] {
   if (keep === undefined || keep === null) return ids;
   const limit = ctx.engine.maxModelLen;
   if (keep > limit) throw new ApiError(400, `A truncate_prompt_tokens of ${keep} is more than this model's maximum context length of ${limit} tokens`, "truncate_prompt_tokens", "invalid_value");
-  // The engine refuses a prompt that leaves no room for its output; an output larger than the
-  // context is left for it to refuse, naming both lengths.
-  const n = keep === -1 ? Math.max(1, limit - Math.max(1, room)) : keep;
+  // The engine refuses a prompt that leaves no room for its output (an embedding's `room` is 0: it
+  // generates nothing); an output larger than the context is left for it to refuse, naming both lengths.
+  const n = keep === -1 ? Math.max(1, limit - Math.max(0, room)) : keep;
   return ids.length > n ? ids.slice(ids.length - n) : ids;
 }
 

@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { projectRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
-import { RequestParamError } from "../../src/engine/engine-types.ts";
+import { ContextLengthError, RequestParamError } from "../../src/engine/engine-types.ts";
 import { loadModel } from "../../src/model/load.ts";
 
 const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
@@ -25,6 +25,22 @@ test("Engine.submit() refuses a prompt token outside the vocabulary instead of f
     assert.equal(r.tokenIds.length, 4);
     assert.equal(e.stats().waiting + e.stats().running, 0);
     assert.equal(e.activeRequests, 0);
+  } finally {
+    await e.stop();
+  }
+});
+
+test("Engine.submit() embeds a prompt that fills the whole context (an embedding generates nothing), and refuses one token more", async () => {
+  const e = createEngine(createReferenceBackend(), model, { numBlocks: 64, maxModelLen: 40 });
+  try {
+    const prompt = Array.from({ length: e.maxModelLen }, (_, i) => 1 + (i % 300));
+    const r = await e.submit({ prompt, maxTokens: 1, temperature: 0, embed: true }).result;
+    assert.equal(r.error, undefined);
+    assert.equal(r.embedding?.length, model.config.hiddenSize);
+    assert.throws(() => e.submit({ prompt: [...prompt, 5], maxTokens: 1, temperature: 0, embed: true }), ContextLengthError);
+    // A generation still needs room for its output.
+    assert.throws(() => e.submit({ prompt, maxTokens: 1, temperature: 0 }), ContextLengthError);
+    assert.equal(e.stats().waiting + e.stats().running, 0);
   } finally {
     await e.stop();
   }
