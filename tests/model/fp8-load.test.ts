@@ -76,7 +76,7 @@ function safetensors(entries: { name: string; dtype: string; shape: number[]; da
 const LINEAR = /(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.weight$/;
 
 /** Writes the FP8 checkpoint of `weights` to `fp8Dir` and the f32 values its codes stand for to `refDir`. */
-async function writePair(fp8Dir: string, refDir: string, weights: HfWeights, quantizationConfig: Record<string, unknown>, block?: [number, number]) {
+async function writePair(fp8Dir: string, refDir: string, weights: HfWeights, quantizationConfig: Record<string, unknown>, block?: [number, number], spec = SPEC) {
   const entries = [];
   const dequantized: HfWeights = new Map();
   for (const [name, { shape, values }] of weights) {
@@ -97,18 +97,18 @@ async function writePair(fp8Dir: string, refDir: string, weights: HfWeights, qua
     stand.forEach((v, i) => assert.ok(Math.abs(v - values[i]) <= Math.abs(values[i]) / 16 + 2 ** -10 * scaleAt(i), `${name}[${i}]`));
     dequantized.set(name, { shape, values: stand });
   }
-  await writeHfDirectory(fp8Dir, SPEC, weights);
-  await writeHfDirectory(refDir, SPEC, dequantized);
+  await writeHfDirectory(fp8Dir, spec, weights);
+  await writeHfDirectory(refDir, spec, dequantized);
   const config = JSON.parse(await readFile(`${fp8Dir}/config.json`, "utf8"));
   await writeFile(`${fp8Dir}/config.json`, JSON.stringify({ ...config, quantization_config: quantizationConfig }));
   await writeFile(`${fp8Dir}/model.safetensors`, safetensors(entries));
 }
 
 /** Asserts every layer matrix of the FP8 load is bf16 and equals the reference's values rounded to bf16. */
-async function assertSameWeights(fp8Dir: string, refDir: string) {
+async function assertSameWeights(fp8Dir: string, refDir: string, layers = SPEC.layers) {
   const fp8 = await loadModel(fp8Dir);
   const ref = await loadModel(refDir);
-  for (let i = 0; i < SPEC.layers; i++) {
+  for (let i = 0; i < layers; i++) {
     for (const role of ["wq", "wk", "wv", "wo", "wGate", "wUp", "wDown"] as const) {
       const a = fp8.weights.layers[i][role]!;
       const b = ref.weights.layers[i][role]!;
@@ -130,6 +130,12 @@ test("loadModel() reads an FP8 checkpoint with 128×128-style block scales (weig
   const config = JSON.parse(await readFile(`${dir}/block/config.json`, "utf8"));
   await writeFile(`${dir}/block/config.json`, JSON.stringify({ ...config, quantization_config: { quant_method: "fp8", weight_block_size: [32, 16] } }));
   await assert.rejects(loadModel(`${dir}/block`), /FP8 tensor "model\.layers\.0\.self_attn\.q_proj\.weight" in ".*" has 4 scales in "model\.layers\.0\.self_attn\.q_proj\.weight_scale_inv"; its \[48, 48\] shape needs 6/);
+});
+
+test("loadModel() reads an FP8 mixture of experts (Qwen3-30B-A3B-FP8's shape): each expert dequantized, then stacked", async () => {
+  const moe: ModelFileSpec = { ...SPEC, architecture: "qwen3moe", experts: { count: 4, used: 2 }, seed: 84 };
+  await writePair(`${dir}/moe`, `${dir}/moe-ref`, randomHfWeights(moe), { quant_method: "fp8", weight_block_size: [32, 32] }, [32, 32], moe);
+  await assertSameWeights(`${dir}/moe`, `${dir}/moe-ref`, moe.layers);
 });
 
 test("loadModel() reads a compressed-tensors float-quantized checkpoint with per-row weight_scale", async () => {
