@@ -15,6 +15,8 @@ export interface FlagSpec {
   min?: number;
   /** Highest accepted value for int/number flags. */
   max?: number;
+  /** A string flag that refuses an empty value (`--api-key=`), which would otherwise pass as set. */
+  nonEmpty?: boolean;
 }
 
 /** A parser's declarations, keyed by flag name without dashes (e.g. "max-tokens"). */
@@ -33,17 +35,25 @@ export class ArgsError extends Error {
 }
 
 function parseValue(name: string, spec: FlagSpec, raw: string): string | number {
-  if (spec.kind === "string") return raw;
+  if (spec.kind === "string") {
+    if (spec.nonEmpty && raw === "") throw new ArgsError(`Flag --${name} needs a non-empty value, got ""`);
+    return raw;
+  }
   const value = Number(raw);
   const isInt = spec.kind === "int";
-  if (raw.trim() === "" || !Number.isFinite(value) || (isInt && !Number.isInteger(value))) {
+  // Decimal only: Number() would also read "0x10" as 16, "1e3" as 1000 and " 8" as 8; an int must be
+  // exactly representable (Number.isSafeInteger), so "99999999999999999999" is not silently rounded.
+  const decimal = isInt ? /^[+-]?\d+$/ : /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
+  if (!decimal.test(raw) || !Number.isFinite(value)) {
     throw new ArgsError(`Flag --${name} expects ${isInt ? "an integer" : "a number"}, got "${raw}"`);
   }
-  if (spec.min !== undefined && value < spec.min) {
-    throw new ArgsError(`Flag --${name} must be at least ${spec.min}, got "${raw}"`);
+  const min = isInt ? Math.max(spec.min ?? -Number.MAX_SAFE_INTEGER, -Number.MAX_SAFE_INTEGER) : spec.min;
+  const max = isInt ? Math.min(spec.max ?? Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER) : spec.max;
+  if (min !== undefined && value < min) {
+    throw new ArgsError(`Flag --${name} must be at least ${min}, got "${raw}"`);
   }
-  if (spec.max !== undefined && value > spec.max) {
-    throw new ArgsError(`Flag --${name} must be at most ${spec.max}, got "${raw}"`);
+  if (max !== undefined && value > max) {
+    throw new ArgsError(`Flag --${name} must be at most ${max}, got "${raw}"`);
   }
   return value;
 }
@@ -86,7 +96,8 @@ export function parseArgs<S extends FlagSpecs>(argv: readonly string[], specs: S
 export function usage(command: string, specs: FlagSpecs): string {
   const lines = Object.entries(specs).map(([name, s]) => {
     const arg = s.kind === "boolean" ? "" : ` <${s.kind === "string" ? "text" : s.kind}>`;
-    return `  --${name}${arg}`.padEnd(26) + s.help;
+    // A name longer than the column still gets a space before its help.
+    return `${`  --${name}${arg}`.padEnd(25)} ${s.help}`;
   });
   return `Usage: ${command} [flags]\n${lines.join("\n")}`;
 }

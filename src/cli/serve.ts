@@ -19,6 +19,7 @@ import { cliArgs, envVar, exitProcess, onShutdownSignal, runtimeName } from "../
 import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
 import { isReasoningParser, REASONING_PARSER_ALIASES, REASONING_PARSERS, reasoningTags } from "../serve/reasoning.ts";
 import { type RunningServer, startServer } from "../serve/server.ts";
+import { ListenError } from "../serve/listen.ts";
 import { CLUSTER_ROUTERS, isClusterRouter, isPeerTransferMode, PEER_TRANSFER_MODES } from "../cluster/cluster-router.ts";
 import { RemoteWorkerError } from "../cluster/remote-engine.ts";
 import { ControlPlaneError, splitCredentials } from "../cluster/nats-membership.ts";
@@ -30,13 +31,14 @@ import { isQuantizeDType, QUANTIZE_DTYPES } from "../model/weights.ts";
 const DEFAULT_MODEL = fileURLToPath(new URL("../../models/stories260K.gguf", import.meta.url));
 
 const FLAGS = {
-  model: { kind: "string", help: "GGUF file or Hugging Face directory (default: the bundled stories260K)" },
-  "served-model-name": { kind: "string", help: "name clients use in 'model' (default: file name)" },
-  host: { kind: "string", help: "address to listen on (default 127.0.0.1)" },
+  model: { kind: "string", nonEmpty: true, help: "GGUF file or Hugging Face directory (default: the bundled stories260K)" },
+  "served-model-name": { kind: "string", nonEmpty: true, help: "name clients use in 'model' (default: file name)" },
+  host: { kind: "string", nonEmpty: true, help: "address to listen on (default 127.0.0.1)" },
   port: { kind: "int", min: 0, max: 65535, help: "TCP port (default 8000)" },
   backend: { kind: "string", help: `${BACKEND_NAMES.join("|")} (default auto)` },
-  "api-key": { kind: "string", help: "require 'Authorization: Bearer KEY' on /v1/*" },
-  "max-model-len": { kind: "int", min: 2, help: "context limit, prompt + output (default: the model's)" },
+  "api-key": { kind: "string", nonEmpty: true, help: "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on /v1/*, /v2/*, /tokenize, /detokenize, /score and /rerank; /health, /metrics and /version stay open (default: $VLLM_API_KEY, as vLLM's, else none)" },
+  "allowed-origins": { kind: "string", nonEmpty: true, help: "origins browsers may call from (CORS), comma-separated, e.g. https://chat.example.com; * for any (default *, as vLLM's)" },
+  "max-model-len": { kind: "int", min: 2, help: "context limit, prompt + output: at most the model's context, and lowered to what the KV pool holds (default: the model's)" },
   "kv-blocks": { kind: "int", min: 2, help: "KV cache blocks of 16 tokens" },
   quantize: { kind: "string", help: "block format the model's f32/f16/bf16 matrices are quantized into at load (round to nearest; rows that are not whole blocks stay as stored): q8_0 halves a bf16 model's memory at little cost, q6_k/q5_k/q4_k/q4_0… go further (default: as stored)" },
   "kv-offload-blocks": { kind: "int", min: 1, help: "host-memory KV tier in 16-token blocks (per worker): evicted cached KV moves there and back on a prefix hit (default: off)" },
@@ -66,8 +68,8 @@ const FLAGS = {
   "max-stored-responses": { kind: "int", min: 0, help: "Responses API responses kept for previous_response_id and GET /v1/responses/{id}, least recently used dropped first; 0 keeps none (default 4096)" },
   "max-stored-mib": { kind: "number", min: 0.001, help: "MiB of JSON text each of the stored-response and conversation stores keeps, least recently used dropped first (default 512)" },
   "max-conversations": { kind: "int", min: 0, help: "conversations (/v1/conversations, the Responses API's conversation) kept in memory, least recently used dropped first; 0 keeps none (default 1024)" },
-  "step-log": { kind: "string", help: "write each engine step's shape and time as JSONL (input of: deno task sim --calibrate FILE)" },
-  "planner-log": { kind: "string", help: "write each decision of the online planner (role flips, step mixing, local-prefill threshold, admission) as JSONL with its Unix time and whether it changed anything (with --workers)" },
+  "step-log": { kind: "string", nonEmpty: true, help: "write each engine step's shape and time as JSONL (input of: deno task sim --calibrate FILE)" },
+  "planner-log": { kind: "string", nonEmpty: true, help: "write each decision of the online planner (role flips, step mixing, local-prefill threshold, admission) as JSONL with its Unix time and whether it changed anything (with --workers)" },
   workers: { kind: "int", min: 1, help: "engines in this process behind our router and online role planner (default 1)" },
   roles: { kind: "string", help: "initial role of each worker, comma-separated: mixed|prefill|decode (default all mixed; with --workers)" },
   planner: { kind: "string", help: "online|none: flip worker roles every second from measured load, or keep --roles (default online; with --workers)" },
@@ -77,10 +79,10 @@ const FLAGS = {
   "peer-transfer": { kind: "string", help: "host|device|off: our router may pull a session's KV from the worker holding it, including what it offloaded to host memory (default host), its device blocks only, or never" },
   transport: { kind: "string", help: "in-process|threads|tcp: workers share this thread and one backend, each run in a worker thread, or are worker processes at --worker-addrs (default in-process; with --workers or --worker-addrs)" },
   "worker-addrs": { kind: "string", help: "host:port of each worker process (`deno task worker --listen host:port`), comma-separated; with --transport tcp" },
-  nats: { kind: "string", help: "NATS server (host:port or nats://host:port) where worker processes announce themselves (`deno task worker --nats URL`): they join and leave while the server runs (implies --transport tcp)" },
-  "cluster-name": { kind: "string", help: "the cluster's name on the NATS server, so several share one (default \"default\"; with --nats)" },
+  nats: { kind: "string", nonEmpty: true, help: "NATS server (host:port or nats://host:port) where worker processes announce themselves (`deno task worker --nats URL`): they join and leave while the server runs (implies --transport tcp)" },
+  "cluster-name": { kind: "string", nonEmpty: true, help: "the cluster's name on the NATS server, so several share one (default \"default\"; with --nats)" },
   "drain-timeout": { kind: "number", min: 0, help: "seconds a leaving worker's requests may run before it is stopped (default 60; with --nats)" },
-  "worker-token": { kind: "string", help: "shared secret of the worker processes (started with the same token): each side proves it knows it before any work (default: $EVOLVING_WORKER_TOKEN, else none; with --transport tcp or --nats)" },
+  "worker-token": { kind: "string", nonEmpty: true, help: "shared secret of the worker processes (started with the same token): each side proves it knows it before any work (default: $EVOLVING_WORKER_TOKEN, else none; with --transport tcp or --nats)" },
   "shutdown-timeout": { kind: "number", min: 0, help: "seconds the requests in flight may run after SIGINT or SIGTERM (new ones get 503 meanwhile) before the rest are cancelled and the server stops (default 30); a second signal stops at once" },
   help: { kind: "boolean", help: "show this help" },
 } satisfies FlagSpecs;
@@ -189,6 +191,11 @@ async function main(): Promise<void> {
     if (f[flag] !== undefined && !cluster) throw new ArgsError(`Flag --${flag} ${f[flag]} needs --workers 2 or more`);
   }
   if (f.role !== undefined && cluster) throw new ArgsError(`Flag --role ${f.role} sets one engine's role; with --workers ${workers} use --roles`);
+  const allowedOrigins = f["allowed-origins"]?.split(",").map((o) => o.trim());
+  const badOrigin = allowedOrigins?.find((o) => o !== "*" && !/^[a-z][a-z0-9+.-]*:\/\/[^/\s]+$/i.test(o));
+  if (badOrigin !== undefined) throw new ArgsError(`Flag --allowed-origins: "${badOrigin}" is not an origin (scheme://host[:port], no path) or *`);
+  // As vLLM: the flag, else VLLM_API_KEY, so that a deployment moved over from vLLM does not open up silently.
+  const apiKey = f["api-key"] ?? nonEmpty(envVar("VLLM_API_KEY"));
   const s = await startServer({
     modelPath: f.model ?? DEFAULT_MODEL,
     ...(quantize ? { quantize } : {}),
@@ -196,7 +203,8 @@ async function main(): Promise<void> {
     host: f.host ?? "127.0.0.1",
     port: f.port ?? 8000,
     backend,
-    apiKey: f["api-key"],
+    apiKey,
+    ...(allowedOrigins ? { allowedOrigins } : {}),
     ...(f["max-stored-responses"] !== undefined ? { maxStoredResponses: f["max-stored-responses"] } : {}),
     ...(f["max-conversations"] !== undefined ? { maxConversations: f["max-conversations"] } : {}),
     ...(f["max-stored-mib"] !== undefined ? { maxStoredMiB: f["max-stored-mib"] } : {}),
@@ -245,7 +253,7 @@ async function main(): Promise<void> {
       (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") +
       (loraModules.length > 0 ? `; LoRA adapters ${loraModules.map((m) => m.name).join(", ")}` : "") +
       (f["allow-runtime-lora-updating"] ? "; runtime LoRA loading on" : "") + "; " +
-      `listening on ${s.url}${f["api-key"] ? " (API key required)" : ""}`,
+      `listening on ${s.url}${apiKey !== undefined ? ` (API key required${f["api-key"] === undefined ? ", from VLLM_API_KEY" : ""})` : ""}`,
   );
   stopOnSignal(s, f["shutdown-timeout"] ?? 30);
 }
@@ -292,7 +300,7 @@ function stopOnSignal(s: RunningServer, graceS: number): void {
 
 main().catch((e: unknown) => {
   const known = e instanceof ArgsError || e instanceof ModelLoadError || e instanceof BackendUnavailableError || e instanceof RangeError ||
-    e instanceof RemoteWorkerError || e instanceof ControlPlaneError || e instanceof WorkerAuthError;
+    e instanceof ListenError || e instanceof RemoteWorkerError || e instanceof ControlPlaneError || e instanceof WorkerAuthError;
   console.error(known ? `serve: ${(e as Error).message}` : `serve: unexpected error: ${e instanceof Error ? e.stack : String(e)}`);
   // As generate: a mistake the user can fix exits 2, anything else 1.
   exitProcess(known ? 2 : 1);

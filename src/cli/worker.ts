@@ -12,7 +12,6 @@
  */
 import net from "node:net";
 import os from "node:os";
-import process from "node:process";
 import { announceWorker, connectControlPlane, ControlPlaneError, controlSubjects, splitCredentials } from "../cluster/nats-membership.ts";
 import { socketPort } from "../cluster/tcp-port.ts";
 import { serveWorker } from "../cluster/worker-host.ts";
@@ -22,13 +21,13 @@ import { greetServer } from "../cluster/worker-auth.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 
 const FLAGS = {
-  listen: { kind: "string", help: "host:port to accept the cluster's connection on (port 0 picks a free one; default 127.0.0.1:9001)" },
-  nats: { kind: "string", help: "NATS server (host:port or nats://host:port) to announce this worker on, for a server started with --nats" },
-  "cluster-name": { kind: "string", help: "the cluster to join on that NATS server (default \"default\"; with --nats)" },
-  id: { kind: "string", help: "this worker's name in the cluster (default HOSTNAME-PORT; with --nats)" },
-  advertise: { kind: "string", help: "host:port servers connect to (default: the listening address, or this machine's name when listening on all interfaces; with --nats)" },
+  listen: { kind: "string", nonEmpty: true, help: "host:port to accept the cluster's connection on (port 0 picks a free one; default 127.0.0.1:9001)" },
+  nats: { kind: "string", nonEmpty: true, help: "NATS server (host:port or nats://host:port) to announce this worker on, for a server started with --nats" },
+  "cluster-name": { kind: "string", nonEmpty: true, help: "the cluster to join on that NATS server (default \"default\"; with --nats)" },
+  id: { kind: "string", nonEmpty: true, help: "this worker's name in the cluster (default HOSTNAME-PORT; with --nats)" },
+  advertise: { kind: "string", nonEmpty: true, help: "host:port servers connect to (default: the listening address, or this machine's name when listening on all interfaces; with --nats)" },
   "drain-timeout": { kind: "number", min: 0, help: "seconds to wait, after announcing that it leaves, for the server to stop this worker's engines before exiting (default 90; with --nats)" },
-  "worker-token": { kind: "string", help: "shared secret: serve only a server started with the same token (each side proves it knows it; default: $EVOLVING_WORKER_TOKEN, else any server)" },
+  "worker-token": { kind: "string", nonEmpty: true, help: "shared secret: serve only a server started with the same token (each side proves it knows it; default: $EVOLVING_WORKER_TOKEN, else any server)" },
   help: { kind: "boolean", help: "show this help" },
 } satisfies FlagSpecs;
 

@@ -1,10 +1,12 @@
 /**
- * The Hono app: OpenAI-compatible routes, Bearer auth, body limit, health and Prometheus
+ * The Hono app: OpenAI-compatible routes, CORS (any origin, vLLM's default), Bearer auth (constant-time compare), body limit, health, version and Prometheus
  * metrics; a known path with another method gets 405 with an `Allow` header. Runtime-neutral: `listen.ts` serves it under Deno.serve or @hono/node-server, tests
  * call `app.request()` in-process.
  */
 import { Hono, type Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
+import { cors } from "hono/cors";
+import { createHash, timingSafeEqual } from "node:crypto";
 import type { ZodType } from "zod";
 import type { RequestHandle, ServingEngine } from "../engine/engine-types.ts";
 import type { SchedulingPolicy } from "../engine/scheduler-types.ts";
@@ -42,6 +44,8 @@ export interface AppOptions {
   modelName: string;
   /** When set, /v1/* requires `Authorization: Bearer <apiKey>`. */
   apiKey?: string;
+  /** Origins browsers may call from (CORS; `--allowed-origins`); default any ("*"), as vLLM's. */
+  allowedOrigins?: readonly string[];
   /** Largest request body accepted (413 above). */
   maxBodyBytes?: number;
   /** Seconds clients are told to wait after a 429. */
@@ -81,6 +85,15 @@ export function samplingDefaultsOf(model: LoadedModel, choice: GenerationConfigC
 /** The headers of a server-sent event stream. */
 const SSE_HEADERS = { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache", connection: "keep-alive" };
 
+/** This server's version, as `GET /version` reports it (package.json's; a test keeps them equal). */
+export const SERVER_VERSION = "0.1.0";
+
+/** Whether `given` is `key`, in time that does not depend on where they differ (both are hashed to equal lengths first). */
+function sameKey(given: string, key: string): boolean {
+  const digest = (v: string) => createHash("sha256").update(v).digest();
+  return timingSafeEqual(digest(given), digest(key));
+}
+
 /** Responses kept by default (`--max-stored-responses`). */
 export const DEFAULT_STORED_RESPONSES = 4096;
 /** Conversations kept by default (`--max-conversations`). */
@@ -117,14 +130,21 @@ export function createApp(o: AppOptions): Hono {
   });
   app.notFound((c) => fail(c, new ApiError(404, `No route for ${c.req.method} ${c.req.path}`, null, "not_found")));
 
-  const checkKey = async (c: Context, next: () => Promise<void>) => {
+  // As vLLM's default: any origin may call (browser clients; --allowed-origins narrows it), and a preflight is answered before the key is asked for.
+  const origins = o.allowedOrigins ?? ["*"];
+  app.use("*", cors({ origin: origins.includes("*") ? "*" : [...origins] }));
+  const checkKey = (c: Context, next: () => Promise<void>): Promise<Response | void> => {
     if (o.apiKey === undefined) return next();
     const auth = c.req.header("authorization") ?? "";
+    // The scheme is case-insensitive (RFC 9110); the key is compared in constant time.
+    const bearer = /^bearer +(.*)$/i.exec(auth)?.[1];
     // Anthropic's clients send the key as `x-api-key` (Claude Code's ANTHROPIC_AUTH_TOKEN as a Bearer token).
     const apiKey = c.req.header("x-api-key");
-    if (auth !== `Bearer ${o.apiKey}` && apiKey !== o.apiKey) {
+    const bearerOk = bearer !== undefined && sameKey(bearer, o.apiKey);
+    const headerOk = apiKey !== undefined && sameKey(apiKey, o.apiKey);
+    if (!bearerOk && !headerOk) {
       const given = auth !== "" || apiKey !== undefined;
-      return fail(c, new ApiError(401, given ? "Incorrect API key provided" : "Missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')", null, "invalid_api_key"));
+      return Promise.resolve(fail(c, new ApiError(401, given ? "Incorrect API key provided" : "Missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')", null, "invalid_api_key")));
     }
     return next();
   };
@@ -323,6 +343,7 @@ export function createApp(o: AppOptions): Hono {
   addLoraRoutes(app, { engine: o.engine, model: o.model, modelName: o.modelName, sources: loraSources, allowRuntime: o.allowRuntimeLora ?? false, readBody });
   // A draining server says so, so that a load balancer stops sending it work.
   app.get("/health", (c) => (life.draining ? c.json({ status: "draining" }, 503) : c.json({ status: "ok" })));
+  app.get("/version", (c) => c.json({ version: SERVER_VERSION }));
   app.get("/metrics", (c) => c.text(renderMetrics(o.engine, o.modelName), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }));
   // A known path with the wrong method is a 405 that says which method it takes, not a 404.
   const allow = (path: string, method: "GET" | "POST" | "GET, DELETE" | "GET, POST" | "GET, POST, DELETE") =>
@@ -350,5 +371,6 @@ export function createApp(o: AppOptions): Hono {
   allow("/v1/models/:id{.+}", "GET");
   allow("/health", "GET");
   allow("/metrics", "GET");
+  allow("/version", "GET");
   return app;
 }

@@ -41,8 +41,49 @@ export function anthropicErrorBody(e: ApiError): { type: "error"; error: { type:
 
 /** A value as a message quotes it: JSON, cut to 60 characters. */
 export function describe(value: unknown): string {
-  const s = JSON.stringify(value);
+  const s = jsonHead(value, 60);
   return s === undefined ? String(value) : s.length > 60 ? `${s.slice(0, 57)}...` : s;
+}
+
+/**
+ * The JSON text of a parsed body's `value` as JSON.stringify writes it, up to its first `limit` + 1
+ * characters (undefined where JSON.stringify gives undefined). Built only that far, so a value many
+ * thousand levels deep (which overflows JSON.stringify's stack on Node) or megabytes long costs no
+ * more than the characters quoted.
+ */
+function jsonHead(value: unknown, limit: number): string | undefined {
+  let out = "";
+  const full = () => out.length > limit;
+  const walk = (v: unknown, inArray: boolean): void => {
+    if (v !== null && typeof v === "object") {
+      if (Array.isArray(v)) {
+        out += "[";
+        for (let i = 0; i < v.length && !full(); i++) {
+          if (i > 0) out += ",";
+          walk(v[i], true);
+        }
+        out += "]";
+        return;
+      }
+      out += "{";
+      let first = true;
+      for (const [k, x] of Object.entries(v)) {
+        if (full()) break;
+        if (x === undefined || typeof x === "function" || typeof x === "symbol") continue;
+        out += `${first ? "" : ","}${JSON.stringify(k)}:`;
+        first = false;
+        walk(x, false);
+      }
+      out += "}";
+      return;
+    }
+    // A string longer than the limit is quoted only as far as the limit (the rest would be cut anyway).
+    const text = JSON.stringify(typeof v === "string" && v.length > limit ? v.slice(0, limit) : v) as string | undefined;
+    out += text ?? (inArray ? "null" : "");
+  };
+  if (value === undefined || typeof value === "function" || typeof value === "symbol") return undefined;
+  walk(value, false);
+  return out;
 }
 
 /**
@@ -56,6 +97,8 @@ export function schemaError(err: ZodError, body: unknown): ApiError {
   let value: unknown = body;
   for (const p of path) value = value !== null && typeof value === "object" ? (value as Record<string, unknown>)[p] : undefined;
   const got = value === undefined ? "it is missing" : `got ${describe(value)}`;
-  const message = param ? `Invalid value for '${param}': ${issue.message.replace(/^Invalid input: /, "")} (${got})` : `Invalid request body: ${issue.message}`;
+  const said = issue.message.replace(/^Invalid input: /, "");
+  // A message that already quotes what it got ("…, got 0") is not followed by the same again.
+  const message = param ? `Invalid value for '${param}': ${said}${/, got /.test(said) ? "" : ` (${got})`}` : `Invalid request body: ${issue.message}`;
   return new ApiError(400, message, param, param !== null && value === undefined ? "missing_required_parameter" : "invalid_value");
 }

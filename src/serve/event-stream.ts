@@ -26,9 +26,13 @@ export function namedEventStream<E extends { type: string }>(
       try {
         await run(send, () => clientGone);
         if (!clientGone) controller.close();
-      } catch {
+      } catch (e) {
         // The client went away mid-write: stop generating for it.
         handle.cancel();
+        if (clientGone) return;
+        // Anything else (a bug while writing the answer) ends the response, which would otherwise stay open with nothing more to come.
+        console.error(`Event stream failed: ${e instanceof Error ? e.message : String(e)}`);
+        controller.error(e);
       }
     },
     cancel() {

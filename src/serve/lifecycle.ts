@@ -4,6 +4,9 @@
  * sending) while those finish. `serve` drains on SIGINT or SIGTERM before it stops.
  */
 
+/** The longest delay `setTimeout` honours, in ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** Counts open generation responses; drains them on shutdown. */
 export class ServerLifecycle {
   private active = 0;
@@ -68,7 +71,8 @@ export class ServerLifecycle {
     let timer: ReturnType<typeof setTimeout> | undefined;
     await Promise.race([
       new Promise<void>((r) => this.idle.push(r)),
-      new Promise<void>((r) => (timer = setTimeout(r, graceMs))),
+      // Timers take at most 2^31 - 1 ms (about 24.8 days) and fire at once above it: a longer grace waits without one.
+      ...(graceMs <= MAX_TIMER_MS ? [new Promise<void>((r) => (timer = setTimeout(r, graceMs)))] : []),
       ...(stopWaiting ? [stopWaiting] : []),
     ]);
     clearTimeout(timer);

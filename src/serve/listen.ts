@@ -12,6 +12,15 @@ export interface Listening {
   close(): Promise<void>;
 }
 
+/** The address could not be listened on (in use, not this machine's, a host name that does not resolve, no permission). */
+export class ListenError extends Error {
+  override name = "ListenError";
+  constructor(host: string, port: number, cause: unknown) {
+    const reason = cause instanceof Error ? cause.message : String(cause);
+    super(`Cannot listen on ${host.includes(":") ? `[${host}]` : host}:${port}: ${reason}`);
+  }
+}
+
 type FetchHandler = (req: Request) => Response | Promise<Response>;
 
 interface DenoServeApi {
@@ -21,8 +30,16 @@ interface DenoServeApi {
   ): { addr: { port: number }; shutdown(): Promise<void> };
 }
 
-/** Starts serving `fetch` on host:port. */
+/** Starts serving `fetch` on host:port; a {@link ListenError} when the address cannot be had. */
 export async function listen(fetch: FetchHandler, host: string, port: number): Promise<Listening> {
+  try {
+    return await listenOn(fetch, host, port);
+  } catch (e) {
+    throw new ListenError(host, port, e);
+  }
+}
+
+async function listenOn(fetch: FetchHandler, host: string, port: number): Promise<Listening> {
   if (runtimeName() === "deno") {
     const deno = (globalThis as unknown as { Deno: DenoServeApi }).Deno;
     // Deno's legacy request.signal also aborts after successful responses. The app gets its own

@@ -43,6 +43,8 @@ export interface ServerOptions {
   port: number;
   backend: BackendChoice;
   apiKey?: string;
+  /** Origins browsers may call from (CORS); default any. */
+  allowedOrigins?: readonly string[];
   maxModelLen?: number;
   kvBlocks?: number;
   /** Host-memory KV tier in blocks (per worker): evicted cached KV moves there and comes back on a hit (default 0: off). */
@@ -233,6 +235,10 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     throw new RangeError("--step-mixing auto with --workers is the planner's to decide, and --planner none runs none: choose mixed or split");
   }
   const model = o.model ?? (await loadModel(o.modelPath, o.quantize ? { quantize: o.quantize } : {}));
+  // As vLLM: a limit past the model's context is refused, not quietly lowered to it.
+  if (o.maxModelLen !== undefined && o.maxModelLen > model.config.contextLength) {
+    throw new RangeError(`--max-model-len ${o.maxModelLen} is more than the model's context length ${model.config.contextLength}`);
+  }
   // Loaded here for an engine in this thread and to refuse a mismatched vocabulary before any worker
   // starts; worker threads and processes load their own from the same path.
   const draft = o.speculative?.method === "draft_model" ? await loadDraftModel(o.speculative, model, o.quantize ? { quantize: o.quantize } : {}) : undefined;
@@ -317,8 +323,20 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     loraSources.set(m.name, m.path);
   }
   const lifecycle = new ServerLifecycle();
-  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, maxBodyBytes: o.maxBodyBytes, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle, loraSources, allowRuntimeLora: o.allowRuntimeLora });
-  const l = await listen(app.fetch, o.host, o.port);
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, ...(o.allowedOrigins ? { allowedOrigins: o.allowedOrigins } : {}), maxBodyBytes: o.maxBodyBytes, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle, loraSources, allowRuntimeLora: o.allowRuntimeLora });
+  let l: Listening;
+  try {
+    l = await listen(app.fetch, o.host, o.port);
+  } catch (e) {
+    // Nothing serves: stop what was started for it, so that a caller that goes on is not left with an engine running.
+    await cluster?.stopControl();
+    await serving.stop();
+    backend?.destroy();
+    cluster?.destroyBackend();
+    await stepLog?.close();
+    await plannerLog?.close();
+    throw e;
+  }
   return {
     ...l,
     url: `http://${o.host.includes(":") ? `[${o.host}]` : o.host}:${l.port}`,

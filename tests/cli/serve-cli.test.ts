@@ -21,7 +21,7 @@ test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retent
     [["--kv-retention", "fifo"], /Unknown KV retention "fifo"; choose agent or lru/],
     [["--reasoning-parser", "r1"], /Unknown reasoning parser "r1"; choose think, mistral, harmony, none, deepseek_r1, qwen3, glm45, openai_gptoss/],
     [["--step-mixing", "chunked"], /Unknown step mixing "chunked"; choose auto, mixed or split/],
-    [["--quantize", "q4_k_m"], /Unknown --quantize format "q4_k_m"; choose q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, mxfp4/],
+    [["--quantize", "q4_k_m"], /Unknown --quantize format "q4_k_m"; choose q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4/],
     [["--tool-call-parser", "pythonic"], /Unknown tool call parser "pythonic"; choose hermes, llama3_json, kimi_k2, deepseek_v31, deepseek_v3, glm45, qwen3_coder, minimax_m2, mistral, harmony, openai/],
     [["--json-whitespace", "none"], /Unknown JSON whitespace "none"; choose any or compact/],
     [["--jump-forward", "yes"], /Unknown jump-forward setting "yes"; choose on or off/],
@@ -114,5 +114,54 @@ test("serve CLI refuses a draft model it cannot read or whose vocabulary differs
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("serve CLI refuses a port in use, an empty --api-key or --served-model-name, a hex or oversized integer and a malformed --allowed-origins with a one-line error and exit 2", async () => {
+  const { createServer } = await import("node:net");
+  const holder = createServer();
+  await new Promise<void>((r) => holder.listen(0, "127.0.0.1", r));
+  const taken = (holder.address() as { port: number }).port;
+  try {
+    for (const [args, message] of [
+      [["--port", String(taken), "--kv-blocks", "16"], new RegExp(`serve: Cannot listen on 127\\.0\\.0\\.1:${taken}: .*in use`, "i")],
+      [["--port", "0", "--api-key="], /serve: Flag --api-key needs a non-empty value, got ""/],
+      [["--port", "0", "--served-model-name", ""], /serve: Flag --served-model-name needs a non-empty value, got ""/],
+      [["--port", "0x1F90"], /serve: Flag --port expects an integer, got "0x1F90"/],
+      [["--port", "0", "--allowed-origins", "https://ok.example.com,chat.example.com/path"], /serve: Flag --allowed-origins: "chat.example.com\/path" is not an origin \(scheme:\/\/host\[:port\], no path\) or \*/],
+      [["--port", "0", "--kv-blocks", "99999999999999999999"], /serve: Flag --kv-blocks must be at most 9007199254740991, got "99999999999999999999"/],
+    ] as const) {
+      const r = serve([...args, "--backend", "reference"]);
+      assert.equal(r.status, 2, r.stderr);
+      assert.match(r.stderr, message);
+      assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+    }
+  } finally {
+    holder.close();
+  }
+});
+
+test("serve CLI takes its API key from VLLM_API_KEY when --api-key is not given, as vLLM", async () => {
+  const { spawn } = await import("node:child_process");
+  const child = spawn("node", ["--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, `${projectRoot}/src/cli/serve.ts`, "--port", "0", "--backend", "reference", "--kv-blocks", "16"], {
+    cwd: projectRoot, env: { ...process.env, NO_COLOR: "1", NODE_OPTIONS: "", VLLM_API_KEY: "sk-from-env" }, stdio: ["ignore", "ignore", "pipe"],
+  });
+  let stderr = "";
+  const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
+  try {
+    const url = await new Promise<string>((resolve, reject) => {
+      child.stderr!.on("data", (d: Buffer) => {
+        stderr += d.toString();
+        const m = /listening on (http:\/\/\S+)/.exec(stderr);
+        if (m) resolve(m[1]);
+      });
+      void exited.then((code) => reject(new Error(`serve exited with ${code} before listening: ${stderr}`)));
+    });
+    assert.match(stderr, /\(API key required, from VLLM_API_KEY\)/);
+    assert.equal((await fetch(`${url}/v1/models`)).status, 401);
+    assert.equal((await fetch(`${url}/v1/models`, { headers: { authorization: "Bearer sk-from-env" } })).status, 200);
+  } finally {
+    child.kill("SIGKILL");
+    await exited;
   }
 });

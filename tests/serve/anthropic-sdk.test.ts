@@ -112,6 +112,7 @@ test("POST /v1/messages answers a client's mistakes with Anthropic's error shape
       await assert.rejects(client.messages.create({ model: "scripted", max_tokens: 8, messages: [ASK], tools }), (e: unknown) => {
         assert.ok(e instanceof Anthropic.BadRequestError, `${JSON.stringify(name)}: ${String(e)}`);
         assert.match((e.error as { error: { message: string } }).error.message, /'tools\[0\]\.name'/);
+        assert.doesNotMatch((e.error as { error: { message: string } }).error.message, /got .*\(got /, "the value is quoted once");
         return true;
       });
     }

@@ -11,6 +11,7 @@ import { createEngine } from "../../src/engine/engine-factory.ts";
 import type { LoadedModel, Tokenizer } from "../../src/model/config.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { createApp } from "../../src/serve/app.ts";
+import { describe } from "../../src/serve/errors.ts";
 
 const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
 const engine = createEngine(createReferenceBackend(), model, { numBlocks: 64, maxModelLen: 256 });
@@ -244,4 +245,13 @@ test("ChatRequestSchema caps prompt_cache_key and user at MAX_SESSION_KEY_CHARS 
   const big = createApp({ engine, model, modelName: "stories260K", maxBodyBytes: 4 * 1024 * 1024 });
   assert400(await post("/v1/completions", { model: "stories260K", prompt: "Once", user: "u".repeat(1_500_000) }, big), "user", "invalid_value", /got 1500000 characters/);
   assert.equal((await chat({ prompt_cache_key: "k".repeat(512) })).status, 200);
+});
+
+test("describe() quotes a value 100 000 levels deep without overflowing the stack: a bad deep field is a 400, not a 500", async () => {
+  const deep = "[".repeat(100_000) + "]".repeat(100_000);
+  const r = await post("/v1/completions", `{"model": "stories260K", "prompt": "Hi", "max_tokens": 1, "logit_bias": ${deep}}`);
+  assert400(r, "logit_bias", "invalid_value", /^Invalid value for 'logit_bias': .* \(got \[\[\[\[.*\.\.\.\)$/);
+  assert.equal(describe(JSON.parse(deep)), `${"[".repeat(57)}...`);
+  assert.equal(describe({ a: [1, undefined, "b"], c: undefined }), '{"a":[1,null,"b"]}', "as JSON.stringify writes it");
+  assert.equal(describe(undefined), "undefined");
 });

@@ -7,6 +7,7 @@ import OpenAI from "openai";
 import { projectRoot, test } from "../harness.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
+import { ServerLifecycle } from "../../src/serve/lifecycle.ts";
 
 const modelPath = `${projectRoot}/models/stories260K.gguf`;
 const model = await loadModel(modelPath);
@@ -70,6 +71,19 @@ test("RunningServer.drain() gives up after its grace and reports what is left; s
   } finally {
     if (!shut) await s.shutdown();
   }
+});
+
+test("ServerLifecycle.drain() keeps waiting through a grace longer than a timer holds (2^31 ms and more)", async () => {
+  const life = new ServerLifecycle();
+  const end = life.begin();
+  let settled: number | undefined;
+  // A setTimeout over 2^31 - 1 ms fires after 1 ms: without the guard this drain would resolve with 1 at once.
+  const drained = life.drain(1e10 * 1000).then((left) => (settled = left));
+  // A timer of 5 ms is due after any 1 ms timer set before it, so an overflowed grace would have fired by then.
+  await new Promise((r) => setTimeout(r, 5));
+  assert.equal(settled, undefined, "the drain was still waiting for the request in flight");
+  end();
+  assert.equal(await drained, 0);
 });
 
 /** `serve` under each runtime, as users start it. */

@@ -38,7 +38,7 @@ test("truncate_prompt_tokens keeps a prompt's last tokens on completions, chat a
     const e2 = await client.embeddings.create({ model: "stories260K", input: tail, encoding_format: "float" });
     assert.equal(e1.usage.prompt_tokens, 8);
     e1.data[0].embedding.forEach((x, j) => assert.ok(Math.abs(x - e2.data[0].embedding[j]) < 1e-5, `dimension ${j}`));
-    for (const [k, re] of [[0, /must be -1 or a positive/], [100000, /more than this model's maximum context length/]] as const) {
+    for (const [k, re] of [[0, /must be -1 or a positive number of tokens to keep, got 0$/], [100000, /more than this model's maximum context length/]] as const) {
       const err = await client.completions.create({ model: "stories260K", prompt: STORY, max_tokens: 1, truncate_prompt_tokens: k } as OpenAI.CompletionCreateParamsNonStreaming & Extra).then(() => null, (e: unknown) => e);
       assert.ok(err instanceof OpenAI.APIError && err.status === 400 && err.param === "truncate_prompt_tokens" && re.test(err.message), String(err));
     }
