@@ -119,6 +119,11 @@ async function main(): Promise<void> {
   if (!isBackendChoice(backend)) throw new ArgsError(`Unknown backend "${backend}"; choose one of ${BACKEND_NAMES.join(", ")}`);
   const role = f.role ?? "mixed";
   if (role !== "mixed" && role !== "prefill" && role !== "decode") throw new ArgsError(`Unknown role "${role}"; choose mixed, prefill or decode`);
+  // A lone decode engine admits only prompts already in its cache, and nothing ever puts one there:
+  // every request would wait forever. Decode roles belong to --workers (--roles) and worker processes.
+  if (role === "decode" && (f.workers ?? 1) <= 1) {
+    throw new ArgsError("Flag --role decode on one engine would admit no request (it decodes prompts another worker prefilled); use --workers N --roles …,decode, or a worker process");
+  }
   const preemption = f.preemption ?? "recompute";
   if (preemption !== "recompute" && preemption !== "swap") throw new ArgsError(`Unknown preemption mode "${preemption}"; choose recompute or swap`);
   const order = f["prefill-order"] ?? "short-first";

@@ -329,8 +329,10 @@ export function createApp(o: AppOptions): Hono {
   addConversationRoutes(app, state.conversations, readBody);
   const loraSources = o.loraSources ?? new Map<string, string>();
   // vLLM's cards: an adapter's root is where it was read from and its parent the base model.
+  // vLLM's cards carry a Unix time; ours is when the server started.
+  const created = Math.floor(Date.now() / 1000);
   const modelCard = (id = o.modelName) => ({
-    id, object: "model", created: 0, owned_by: "evolving-infra", root: id === o.modelName ? o.modelName : loraSources.get(id) ?? null,
+    id, object: "model", created, owned_by: "evolving-infra", root: id === o.modelName ? o.modelName : loraSources.get(id) ?? null,
     parent: id === o.modelName ? null : o.modelName, max_model_len: o.engine.maxModelLen,
   });
   app.get("/v1/models", (c) => c.json({ object: "list", data: [modelCard(), ...adapters().map((n) => modelCard(n))] }));

@@ -85,8 +85,9 @@ function value(flag: string, v: string | undefined): string {
   return v;
 }
 
-/** Parses argv (without the script name). */
-export function parseSimArgs(argv: readonly string[]): SimOptions {
+/** Parses argv (without the script name); `--flag=value` is read as `--flag value`, as serve's flags are. */
+export function parseSimArgs(rawArgv: readonly string[]): SimOptions {
+  const argv = rawArgv.flatMap((a) => (a.startsWith("--") && a.includes("=") ? [a.slice(0, a.indexOf("=")), a.slice(a.indexOf("=") + 1)] : [a]));
   const o: SimOptions = {
     scenario: null, trace: null, format: "mooncake", gpus: 256, model: "kimi-k2.6", hw: "gb300", load: 1, seed: 1,
     durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity, ablation: false, calibrate: null, remoteStoreTb: 0, kvReplicated: false, mixedStepOverheadMs: null, itlAim: null,

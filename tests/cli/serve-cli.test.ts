@@ -53,6 +53,7 @@ test("serve CLI rejects bad cluster flags (--workers, --roles, --planner, --rout
     [["--local-prefill-tokens", "64"], /Flag --local-prefill-tokens 64 needs --workers 2 or more/],
     [["--workers", "2", "--local-prefill-tokens", "-1"], /--local-prefill-tokens/],
     [["--workers", "2", "--role", "decode"], /Flag --role decode sets one engine's role; with --workers 2 use --roles/],
+    [["--role", "decode"], /Flag --role decode on one engine would admit no request/],
     [["--workers", "0"], /--workers/],
     [["--workers", "2", "--transport", "nats"], /Unknown transport "nats"; choose in-process, threads or tcp/],
     [["--transport", "tcp"], /--transport tcp needs --worker-addrs or --nats, and they need it/],

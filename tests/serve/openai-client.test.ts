@@ -27,6 +27,8 @@ test("openai client: chat and completions, streaming and not, usage with cached_
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "sk-test", maxRetries: 0 });
     const models = await client.models.list();
     assert.equal(models.data[0].id, "stories260K");
+    // A Unix time, as vLLM's and OpenAI's cards carry (it was 0).
+    assert.ok(Math.abs(models.data[0].created - Date.now() / 1000) < 3600, `created ${models.data[0].created}`);
 
     const chat = await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 12, temperature: 0 });
     assert.equal(chat.object, "chat.completion");

@@ -19,6 +19,13 @@ test("parseSimArgs() takes --gpus only as whole workers, two at least", () => {
   rejects([...scenario, "--gpus", "0x10"], /--gpus needs an integer .* got "0x10"/);
 });
 
+test("parseSimArgs() reads --flag=value as --flag value", () => {
+  const o = parseSimArgs(["--scenario=coding-256", "--load=0.5", "--gpus=16", "--json"]);
+  assert.deepEqual([o.scenario, o.load, o.gpus, o.json], ["coding-256", 0.5, 16, true]);
+  assert.deepEqual(parseSimArgs([...scenario, "--sweep=0.5,1"]).sweep, [0.5, 1]);
+  rejects([...scenario, "--load="], /--load/);
+});
+
 test("parseSimArgs() rejects seeds the 32-bit generator would alias", () => {
   assert.equal(parseSimArgs([...scenario, "--seed", String(2 ** 32 - 1)]).seed, 2 ** 32 - 1);
   rejects([...scenario, "--seed", String(2 ** 32 + 1)], /--seed needs an integer in \[0, 4294967295\], got "4294967297"/);
