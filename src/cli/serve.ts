@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { BACKEND_NAMES, isBackendChoice } from "../backend/select.ts";
 import { BackendUnavailableError } from "../backend/types.ts";
 import { isKvRetention, KV_RETENTIONS } from "../engine/engine-sessions.ts";
-import { isKvDtypeChoice } from "../engine/kv-cache.ts";
+import { KvCapacityError, isKvDtypeChoice } from "../engine/kv-cache.ts";
 import { parseSpeculativeConfig, type Speculation, SpeculationConfigError } from "../engine/ngram-draft.ts";
 import { isToolCallFormat, TOOL_CALL_FORMAT_ALIASES, TOOL_CALL_FORMATS } from "../engine/grammar.ts";
 import { type PreemptionMode, SCHEDULING_POLICIES, STEP_MIXINGS, type StepMixing, type WorkerRole } from "../engine/scheduler-types.ts";
@@ -305,7 +305,7 @@ function stopOnSignal(s: RunningServer, graceS: number): void {
 
 main().catch((e: unknown) => {
   const known = e instanceof ArgsError || e instanceof ModelLoadError || e instanceof BackendUnavailableError || e instanceof RangeError ||
-    e instanceof ListenError || e instanceof RemoteWorkerError || e instanceof ControlPlaneError || e instanceof WorkerAuthError;
+    e instanceof ListenError || e instanceof RemoteWorkerError || e instanceof ControlPlaneError || e instanceof WorkerAuthError || e instanceof KvCapacityError;
   console.error(known ? `serve: ${(e as Error).message}` : `serve: unexpected error: ${e instanceof Error ? e.stack : String(e)}`);
   // As generate: a mistake the user can fix exits 2, anything else 1.
   exitProcess(known ? 2 : 1);

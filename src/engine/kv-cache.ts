@@ -2,7 +2,7 @@
  * Per-layer paged KV cache allocation and a minimal free-list block allocator, enough for
  * `generate`. The scheduler's prefix-caching block pool lives in kv/.
  */
-import type { Backend, KvDType } from "../backend/types.ts";
+import type { Backend, KvDType, Tensor } from "../backend/types.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { PagedKv } from "../model/forward.ts";
 
@@ -69,12 +69,21 @@ export function allocatePagedKv(
   if (dtype !== "f32") resolveKvDtype(backend, config, dtype);
   const shape = [numBlocks, blockSize, config.numKvHeads, config.headDim];
   const shared = sharesKvCache(config);
-  const k = [];
-  const v = [];
-  for (let i = 0; i < config.numLayers; i++) {
-    const kc = backend.zeros(shape, dtype);
-    k.push(kc);
-    v.push(shared ? kc : backend.zeros(shape, dtype));
+  const k: Tensor[] = [];
+  const v: Tensor[] = [];
+  try {
+    for (let i = 0; i < config.numLayers; i++) {
+      const kc = backend.zeros(shape, dtype);
+      k.push(kc);
+      v.push(shared ? kc : backend.zeros(shape, dtype));
+    }
+  } catch (e) {
+    // What was allocated goes back; the error says how much was asked for, and of what.
+    for (const t of new Set([...k, ...v])) backend.free(t);
+    const gib = (kvBytesPerBlock(config, blockSize, dtype) * numBlocks) / 2 ** 30;
+    throw new KvCapacityError(
+      `A KV cache of ${numBlocks} blocks (${gib.toFixed(2)} GiB in ${dtype}) could not be allocated on the ${backend.info.name} backend (${e instanceof Error ? e.message : String(e)}); ask for fewer blocks (--kv-blocks, --kv-memory-fraction)`,
+    );
   }
   return { k, v, numBlocks, blockSize, dtype };
 }

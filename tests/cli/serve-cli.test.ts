@@ -59,6 +59,7 @@ test("serve CLI rejects bad cluster flags (--workers, --roles, --planner, --rout
     [["--transport", "tcp"], /--transport tcp needs --worker-addrs or --nats, and they need it/],
     [["--transport", "tcp", "--worker-addrs", "127.0.0.1:9"], /Worker worker-0 at 127.0.0.1:9 cannot be reached/],
     [["--transport", "tcp", "--worker-addrs", "nowhere"], /A worker address must be host:port, got "nowhere"/],
+    [["--kv-blocks", "100000000"], /A KV cache of 100000000 blocks \(953\.67 GiB in f16\) could not be allocated on the reference backend/],
   ] as const) {
     const r = serve([...args, "--port", "0", "--backend", "reference"]);
     assert.equal(r.status, 2, r.stderr);

@@ -11,7 +11,7 @@ import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import type { Backend, KvDType } from "../../src/backend/types.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { generate } from "../../src/engine/generate.ts";
-import { allocatePagedKv, freePagedKv, kvBytesPerBlock, type KvDTypeChoice, KvDTypeError, resolveKvDtype, sharesKvCache } from "../../src/engine/kv-cache.ts";
+import { allocatePagedKv, freePagedKv, kvBytesPerBlock, KvCapacityError, type KvDTypeChoice, KvDTypeError, resolveKvDtype, sharesKvCache } from "../../src/engine/kv-cache.ts";
 import { asF32, type HostKv, hostKvBytes, readSlots, slotsOf, writeSlots } from "../../src/engine/kv-copy.ts";
 import { f16BitsToF32Array, f16ToF32, f32ToF16 } from "../../src/backend/half-float.ts";
 import type { ModelConfig } from "../../src/model/config.ts";
@@ -182,4 +182,26 @@ test("readSlots() on webgpu reads an f16 cache's rows as the reference holds the
 
 test("destroy() releases the WebGPU backend the KV dtype tests opened", () => {
   gpu?.destroy();
+});
+
+test("allocatePagedKv() turns a failed allocation into a KvCapacityError naming the blocks and bytes, and frees the layers it had", () => {
+  let live = 0;
+  let calls = 0;
+  // A backend whose memory runs out at the third cache asked for.
+  const tight: Backend = {
+    ...reference,
+    zeros: (shape, dtype) => {
+      if (++calls === 3) throw new RangeError("Array buffer allocation failed");
+      live++;
+      return reference.zeros(shape, dtype);
+    },
+    free: (t) => {
+      live--;
+      reference.free(t);
+    },
+  };
+  assert.throws(() => allocatePagedKv(tight, model.config, 1000, 16, "f16"), (e: unknown) =>
+    e instanceof KvCapacityError &&
+    e.message === `A KV cache of 1000 blocks (${(kvBytesPerBlock(model.config, 16, "f16") * 1000 / 2 ** 30).toFixed(2)} GiB in f16) could not be allocated on the reference backend (Array buffer allocation failed); ask for fewer blocks (--kv-blocks, --kv-memory-fraction)`);
+  assert.equal(live, 0, "the two caches allocated before the failure are freed");
 });
