@@ -223,9 +223,22 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
         }
         controller.enqueue(enc.encode("data: [DONE]\n\n"));
         controller.close();
-      } catch {
+      } catch (e) {
         // The client went away mid-write: stop generating for it.
         cancelAll();
+        if (clientGone) return;
+        // Anything else (a bug while writing the answer) ends the stream with an error event, which
+        // would otherwise stay open with nothing more to come.
+        const message = e instanceof Error ? e.message : String(e);
+        console.error(`Completion stream failed: ${message}`);
+        try {
+          const error = { message: `The server failed while streaming the answer: ${message}`, type: "server_error", param: null, code: null };
+          controller.enqueue(enc.encode(`data: ${JSON.stringify({ error })}\n\n`));
+          controller.enqueue(enc.encode("data: [DONE]\n\n"));
+          controller.close();
+        } catch {
+          // The stream was closed meanwhile: nothing more can be said.
+        }
       }
     },
     cancel() {

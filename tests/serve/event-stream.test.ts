@@ -1,8 +1,10 @@
-/** namedEventStream(): events as SSE bytes; a client hanging up cancels; a failure while writing ends the stream instead of leaving it open. */
+/** namedEventStream() and completeStream(): events as SSE bytes; a client hanging up cancels; a failure while writing ends the stream instead of leaving it open. */
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import type { GenerateResult, RequestHandle } from "../../src/engine/engine-types.ts";
 import { namedEventStream } from "../../src/serve/event-stream.ts";
+import type { ServeContext, Submitted } from "../../src/serve/openai.ts";
+import { completeStream } from "../../src/serve/respond.ts";
 
 function fakeHandle(): RequestHandle & { cancelled: number } {
   const h = {
@@ -44,4 +46,19 @@ test("namedEventStream() cancels the request when the client hangs up, and close
   const text = await new Response(namedEventStream<{ type: string }>(stays, (send) => Promise.resolve(send([{ type: "a" }, { type: "b" }])))).text();
   assert.equal(text, 'event: a\ndata: {"type":"a"}\n\nevent: b\ndata: {"type":"b"}\n\n');
   assert.equal(stays.cancelled, 0);
+});
+
+test("completeStream() ends a chat stream with an error event and [DONE] (and cancels the request) when the generation's stream throws", async () => {
+  const handle = fakeHandle();
+  handle.stream = (async function* () {
+    yield { text: "Hi", tokenIds: [5] };
+    throw new Error("stream broke");
+  })() as RequestHandle["stream"];
+  const ctx = { modelName: "m", tokenizer: { decode: () => "", encode: () => [] } } as unknown as ServeContext;
+  const submitted: Submitted = { kind: "chat", handles: [handle], perPrompt: 1, n: 1, output: null };
+  const text = await new Response(completeStream(ctx, submitted, false)).text();
+  const events = text.split("\n\n").filter((e) => e !== "");
+  assert.equal(events.at(-1), "data: [DONE]", text);
+  assert.match(events.at(-2)!, /^data: \{"error":\{"message":"The server failed while streaming the answer: stream broke","type":"server_error"/);
+  assert.ok(handle.cancelled > 0, "the request is cancelled");
 });
