@@ -259,6 +259,8 @@ export interface ServingEngine {
   readonly stepMixing: StepMixing;
   /** The KV cache's element type, where one engine serves (a cluster's workers choose their own). */
   readonly kvCacheDtype?: KvDType;
+  /** Requests its queue holds before refusing more (`--max-waiting`), where one engine serves. */
+  readonly maxWaiting?: number;
   /** Queues a request. Throws the typed errors above. */
   submit(req: GenerateRequest): RequestHandle;
   /** The session's turn ended in a call to `tool` (agent-aware KV retention). */

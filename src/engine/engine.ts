@@ -82,7 +82,7 @@ export class Engine implements ServingEngine {
   readonly scheduler: Scheduler;
   private readonly active = new Map<number, Active>();
   private readonly now: () => number;
-  private readonly maxWaiting: number;
+  readonly maxWaiting: number;
   /** Masks of reasoning budgets' rules (reasoning-budget.ts), shared by the requests that have one. */
   private readonly budgetMasks: BudgetMasks;
   /** Earlier outputs, for suffix drafts (`speculative.method` "suffix"; undefined otherwise). */

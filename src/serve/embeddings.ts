@@ -92,6 +92,12 @@ export function submitInputs(ctx: ServeContext, items: readonly (string | readon
     throw new ApiError(400, `This model pools its embeddings by ${pooling} (its file's pooling_type); this server pools the last token only, which would give other vectors`, "model", "unsupported_model");
   }
   checkPriority(ctx, o.priority);
+  // Each input is a request in the engine's queue: more than it holds could never all be taken (a 429
+  // would only send the client back to try again).
+  const queue = ctx.engine.maxWaiting;
+  if (queue !== undefined && items.length > queue) {
+    throw new ApiError(400, `The ${o.param} list holds ${items.length} inputs; this server queues at most ${queue} requests (--max-waiting), so split it into several`, o.param, "invalid_value");
+  }
   const special = o.addSpecialTokens !== false;
   const paramOf = (i: number) => (o.indexed ? `${o.param}[${i}]` : o.param);
   const prompts = items.map((item, i) => {

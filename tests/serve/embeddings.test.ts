@@ -145,3 +145,16 @@ test("/v1/embeddings names its input limit, an empty list and each over-long tok
     await s.shutdown();
   }
 });
+
+test("/v1/embeddings refuses with a 400 more inputs than --max-waiting queues (a 429 would send the client back for good)", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, maxWaiting: 5 });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const err = await client.embeddings.create({ model: "stories260K", input: Array(6).fill("a") }).then(() => null, (e: unknown) => e);
+    assert.ok(err instanceof OpenAI.APIError && err.status === 400 && err.param === "input" && /holds 6 inputs; this server queues at most 5 requests \(--max-waiting\)/.test(err.message), String(err));
+    const ok = await client.embeddings.create({ model: "stories260K", input: Array(5).fill("a"), encoding_format: "float" });
+    assert.equal(ok.data.length, 5);
+  } finally {
+    await s.shutdown();
+  }
+});
