@@ -4,6 +4,7 @@ import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { projectRoot, test } from "../harness.ts";
+import { spawnServe } from "../serve-process.ts";
 import { ggufBytes, type ModelFileSpec, randomHfWeights } from "../model/model-files.ts";
 
 function serve(args: string[]) {
@@ -144,22 +145,9 @@ test("serve CLI refuses a port in use, an empty --api-key or --served-model-name
 });
 
 test("serve CLI takes its API key from VLLM_API_KEY when --api-key is not given, as vLLM", async () => {
-  const { spawn } = await import("node:child_process");
-  const child = spawn("node", ["--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, `${projectRoot}/src/cli/serve.ts`, "--port", "0", "--backend", "reference", "--kv-blocks", "16"], {
-    cwd: projectRoot, env: { ...process.env, NO_COLOR: "1", NODE_OPTIONS: "", VLLM_API_KEY: "sk-from-env" }, stdio: ["ignore", "ignore", "pipe"],
-  });
-  let stderr = "";
-  const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
+  const { child, url, stderr, exited } = await spawnServe("node", ["--port", "0", "--backend", "reference", "--kv-blocks", "16"], { VLLM_API_KEY: "sk-from-env" });
   try {
-    const url = await new Promise<string>((resolve, reject) => {
-      child.stderr!.on("data", (d: Buffer) => {
-        stderr += d.toString();
-        const m = /listening on (http:\/\/\S+)/.exec(stderr);
-        if (m) resolve(m[1]);
-      });
-      void exited.then((code) => reject(new Error(`serve exited with ${code} before listening: ${stderr}`)));
-    });
-    assert.match(stderr, /\(API key required, from VLLM_API_KEY\)/);
+    assert.match(stderr(), /\(API key required, from VLLM_API_KEY\)/);
     assert.equal((await fetch(`${url}/v1/models`)).status, 401);
     assert.equal((await fetch(`${url}/v1/models`, { headers: { authorization: "Bearer sk-from-env" } })).status, 200);
   } finally {

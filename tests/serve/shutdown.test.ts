@@ -1,10 +1,10 @@
 /** Stopping a server: a drain lets what is in flight finish and turns new work away; `serve` drains on SIGTERM. */
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import OpenAI from "openai";
 import { projectRoot, test } from "../harness.ts";
+import { type ServeProcess, spawnServe } from "../serve-process.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
 import { ServerLifecycle } from "../../src/serve/lifecycle.ts";
@@ -86,30 +86,13 @@ test("ServerLifecycle.drain() keeps waiting through a grace longer than a timer 
   assert.equal(await drained, 0);
 });
 
-/** `serve` under each runtime, as users start it. */
-const SERVE: Record<string, [string, string[]]> = {
-  node: ["node", ["--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, `${projectRoot}/src/cli/serve.ts`]],
-  // The binary itself: node_modules/.bin/deno is npm's shim, which runs it as a child and does not pass signals on.
-  deno: [`${projectRoot}/node_modules/deno/deno`, ["run", "-A", `${projectRoot}/src/cli/serve.ts`]],
-};
-
-for (const [runtime, [cmd, script]] of Object.entries(SERVE)) test(`serve CLI (${runtime}) finishes a stream in flight on SIGTERM, writes its step log and exits 0`, async () => {
+for (const runtime of ["node", "deno"] as const) test(`serve CLI (${runtime}) finishes a stream in flight on SIGTERM, writes its step log and exits 0`, async () => {
   const dir = mkdtempSync(`${tmpdir()}/serve-sigterm-`);
   const stepLog = `${dir}/steps.jsonl`;
-  const child = spawn(cmd, [...script, "--port", "0", "--backend", "reference", "--step-log", stepLog], {
-    cwd: projectRoot, env: { ...process.env, NO_COLOR: "1", NODE_OPTIONS: "" }, stdio: ["ignore", "ignore", "pipe"],
-  });
-  let stderr = "";
-  const exited = new Promise<number | string | null>((r) => child.on("exit", (code, signal) => r(code ?? signal)));
+  let proc: ServeProcess | undefined;
   try {
-    const url = await new Promise<string>((resolve, reject) => {
-      child.stderr!.on("data", (d: Buffer) => {
-        stderr += d.toString();
-        const m = /listening on (http:\/\/\S+)/.exec(stderr);
-        if (m) resolve(m[1]);
-      });
-      void exited.then((code) => reject(new Error(`serve exited with ${code} before listening: ${stderr}`)));
-    });
+    proc = await spawnServe(runtime, ["--port", "0", "--backend", "reference", "--step-log", stepLog]);
+    const { child, url, exited } = proc;
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
     const stream = await client.completions.create(LONG as OpenAI.CompletionCreateParamsStreaming);
     const it = stream[Symbol.asyncIterator]();
@@ -119,13 +102,13 @@ for (const [runtime, [cmd, script]] of Object.entries(SERVE)) test(`serve CLI ($
     const rest = await drainStream({ [Symbol.asyncIterator]: () => it });
     assert.equal(rest.finish, "length");
     assert.equal(rest.tokens, 300);
-    assert.equal(await exited, 0, stderr);
-    assert.match(stderr, /serve: SIGTERM: finishing 1 request in flight \(up to 30 s; send SIGTERM again to stop now\)/);
-    assert.match(stderr, /serve: stopped\n/);
+    assert.equal(await exited, 0, proc.stderr());
+    assert.match(proc.stderr(), /serve: SIGTERM: finishing 1 request in flight \(up to 30 s; send SIGTERM again to stop now\)/);
+    assert.match(proc.stderr(), /serve: stopped\n/);
     const steps = readFileSync(stepLog, "utf8").trim().split("\n").map((l) => JSON.parse(l) as { decodeSeqs: number });
     assert.ok(steps.filter((r) => r.decodeSeqs === 1).length >= 299, `${steps.length} steps logged: the log was closed, not cut`);
   } finally {
-    if (child.exitCode === null) child.kill("SIGKILL");
+    if (proc?.child.exitCode === null) proc.child.kill("SIGKILL");
     rmSync(dir, { recursive: true, force: true });
   }
 });

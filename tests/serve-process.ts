@@ -1,0 +1,37 @@
+/** A `serve` process started as users start it, for tests of the CLI itself (signals, environment). */
+import { type ChildProcess, spawn } from "node:child_process";
+import process from "node:process";
+import { projectRoot } from "./harness.ts";
+
+/** `serve` under each runtime: the command and the arguments before serve's own. */
+export const SERVE_COMMANDS: Record<"node" | "deno", [string, string[]]> = {
+  node: ["node", ["--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, `${projectRoot}/src/cli/serve.ts`]],
+  // The binary itself: node_modules/.bin/deno is npm's shim, which runs it as a child and does not pass signals on.
+  deno: [`${projectRoot}/node_modules/deno/deno`, ["run", "-A", `${projectRoot}/src/cli/serve.ts`]],
+};
+
+/** A running `serve`: its process, the URL it listens on, what it has written to stderr so far, and its exit. */
+export interface ServeProcess {
+  child: ChildProcess;
+  url: string;
+  stderr(): string;
+  /** The exit code, or the signal that ended it. */
+  exited: Promise<number | string | null>;
+}
+
+/** Starts `serve` with `args` (and `env` over this process's) and resolves once it says where it listens; rejects if it exits first. */
+export async function spawnServe(runtime: "node" | "deno", args: readonly string[], env: Record<string, string> = {}): Promise<ServeProcess> {
+  const [cmd, script] = SERVE_COMMANDS[runtime];
+  const child = spawn(cmd, [...script, ...args], { cwd: projectRoot, env: { ...process.env, NO_COLOR: "1", NODE_OPTIONS: "", ...env }, stdio: ["ignore", "ignore", "pipe"] });
+  let stderr = "";
+  const exited = new Promise<number | string | null>((r) => child.on("exit", (code, signal) => r(code ?? signal)));
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stderr!.on("data", (d: Buffer) => {
+      stderr += d.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(stderr);
+      if (m) resolve(m[1]);
+    });
+    void exited.then((code) => reject(new Error(`serve exited with ${code} before listening: ${stderr}`)));
+  });
+  return { child, url, stderr: () => stderr, exited };
+}
