@@ -96,7 +96,9 @@ export type Frame =
   /** One of texts[lo..hi) (sorted, each longer than i), whose first i units are written (grammar-literals.ts). */
   | LiteralsFrame
   /**
-   * esc: 0 plain, -1 after a backslash, 1–4 hex digits still due in \uXXXX (hex: their value so far).
+   * esc: 0 plain, -1 after a backslash, 1–4 hex digits still due in \uXXXX (hex: their value so far),
+   * -2 and -3 after a high surrogate's escape (hex: its value), awaiting the `\` and `u` of its low
+   * half's (whose digits then add to hex times 0x10000).
    * re: expressions the string's characters must match (its `pattern` and `format`), rs: where each is.
    * v: the value so far (escapes decoded), kept only for an item of a `uniqueItems` array (else null).
    */

@@ -35,7 +35,8 @@ export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
       // The sorted list is one object per schema node: its number and the run name the texts.
       case "lits": return `L${id(f.texts)},${f.lo},${f.hi},${f.i}/${below}`;
       case "str": {
-        const re = f.re.length === 0 ? "" : `,${f.hex},${f.re.map((r, i) => `${id(r)}:${f.rs[i].key}`).join(";")}`;
+        // Inside an escape its digits so far decide what may follow (a surrogate's other half).
+        const re = f.re.length === 0 ? (f.esc === 0 ? "" : `,${f.hex}`) : `,${f.hex},${f.re.map((r, i) => `${id(r)}:${f.rs[i].key}`).join(";")}`;
         const v = f.v === null ? "" : `,${JSON.stringify(f.v)}`;
         return `s${f.min},${f.max},${f.n},${f.esc}${re}${v}/${below}`;
       }

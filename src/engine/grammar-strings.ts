@@ -18,6 +18,9 @@ const isHex = (c: string) => (c >= "0" && c <= "9") || (c >= "a" && c <= "f") ||
 
 /** A JSON string's next character `c`; `done` gives the configurations once the string has ended. */
 export function stepString(f: StrFrame, c: string, done: Done): Config[] {
+  // After a high surrogate's escape only its low half's may come (a lone half is no character).
+  if (f.esc === -2) return c === "\\" ? [{ top: { ...f, esc: -3 }, ws: 0 }] : [];
+  if (f.esc === -3) return c === "u" ? [{ top: { ...f, esc: 4 }, ws: 0 }] : [];
   if (f.esc === -1) {
     if (c === "u") return escapeMayEnd(f, 0, 4) ? [{ top: { ...f, esc: 4, hex: 0 }, ws: 0 }] : [];
     const i = SHORT_ESCAPES.indexOf(c);
@@ -27,26 +30,45 @@ export function stepString(f: StrFrame, c: string, done: Done): Config[] {
     if (!isHex(c)) return [];
     const hex = f.hex * 16 + parseInt(c, 16);
     if (f.esc > 1) return escapeMayEnd(f, hex, f.esc - 1) ? [{ top: { ...f, esc: f.esc - 1, hex }, ws: 0 }] : [];
-    // A pattern is matched by code point: half a surrogate pair cannot be stepped through it.
-    if (f.re.length > 0 && hex >= 0xd800 && hex <= 0xdfff) return [];
+    // A pair's low half (escapeMayEnd kept it in range): one character, counted once.
+    if (hex > 0xffff) return char(f, String.fromCharCode(Math.floor(hex / 0x10000), hex % 0x10000));
+    if (hex >= 0xd800 && hex <= 0xdfff) {
+      // A pattern is matched by code point: half a surrogate pair cannot be stepped through it.
+      // Without one, a high half waits for its low half (its value then the high half times 0x10000
+      // plus the low half's digits); a low half alone is refused.
+      return f.re.length === 0 && hex < 0xdc00 ? [{ top: { ...f, esc: -2, hex }, ws: 0 }] : [];
+    }
     return char(f, String.fromCharCode(hex));
   }
   if (c === '"') return f.n >= f.min && f.re.every((r, i) => r.accepts(f.rs[i])) ? done(f.up, f.v === null ? undefined : stringKey(f.v)) : [];
   if (c < " " || f.n >= f.max) return [];
-  if (c === "\\") return [{ top: { ...f, esc: -1 }, ws: 0 }];
+  if (c === "\\") return f.re.length === 0 || someEscape(f) ? [{ top: { ...f, esc: -1 }, ws: 0 }] : [];
   return char(f, c);
 }
 
 /**
  * Whether a `\u` escape whose hex digits so far read `hex`, with `rest` digits to come, can still
- * end in a character the string's patterns take (always, without patterns), tried at the patterns'
- * edges (regex-parse.ts `someBetweenEdges`; half a surrogate pair is refused under a pattern).
+ * end in a character the string's patterns take, tried at the patterns' edges (regex-parse.ts
+ * `someBetweenEdges`; half a surrogate pair is refused under a pattern). Without patterns: anything
+ * but a low surrogate alone, and after a high surrogate's escape, only its low half.
  */
 function escapeMayEnd(f: StrFrame, hex: number, rest: number): boolean {
-  if (f.re.length === 0) return true;
-  const lo = hex * 16 ** rest;
+  const read = 16 ** (4 - rest), span = 16 ** rest;
+  // A pair's low half (`hex` above the digits read: its high half's value rides above them).
+  if (hex >= read) {
+    const lo = (hex % read) * span;
+    return lo <= 0xdfff && lo + span - 1 >= 0xdc00;
+  }
+  const lo = hex * span, hi = lo + span - 1;
+  if (f.re.length === 0) return !(lo >= 0xdc00 && hi <= 0xdfff);
   const edges = f.re.flatMap((re) => re.edges()).sort((a, b) => a - b);
-  return someBetweenEdges(lo, lo + 16 ** rest - 1, edges, (cp) => char(f, String.fromCharCode(cp)).length > 0);
+  const surrogate = (cp: number) => cp >= 0xd800 && cp <= 0xdfff;
+  return someBetweenEdges(lo, hi, edges, (cp) => !surrogate(cp) && char(f, String.fromCharCode(cp)).length > 0);
+}
+
+/** Whether some escape may follow a backslash here: a short one, or a `\u` one, under the string's patterns. */
+function someEscape(f: StrFrame): boolean {
+  return [...ESCAPED].some((v) => char(f, v).length > 0) || escapeMayEnd({ ...f, esc: 4, hex: 0 }, 0, 4);
 }
 
 /** `f` after one more character of the string's value (`v`, escapes decoded), or nothing when it cannot come. */
