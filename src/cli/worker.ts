@@ -59,13 +59,15 @@ async function main(): Promise<void> {
   const server = net.createServer((socket) => {
     open++;
     socket.on("close", () => open--);
+    // Read now: once the socket has closed (a peer that hangs up mid-greeting) it is undefined.
+    const from = `${(socket.remoteAddress ?? "").includes(":") ? `[${socket.remoteAddress}]` : socket.remoteAddress}:${socket.remotePort}`;
     // Until the server has greeted, frames are small: a stranger cannot make this worker buffer much.
     const port = socketPort(socket, 64 * 1024);
     greetServer(port, token).then(() => {
       port.setMaxFrameBytes(0xffffffff);
       serveWorker(port);
     }, (e: Error) => {
-      console.error(`worker: refused a connection from ${socket.remoteAddress}: ${e.message}`);
+      console.error(`worker: refused a connection from ${from}: ${e.message}`);
       void port.close();
     });
   });

@@ -173,9 +173,18 @@ export class RemoteEngine implements WorkerEngine {
     return this.state!.sessions;
   }
 
-  /** Stops the engine, then the thread. */
-  async stop(): Promise<void> {
-    if (!this.failure) await this.call({ op: "stop", cid: 0 }).catch(() => {});
+  /**
+   * Stops the engine, then the thread or connection. A worker that has not answered within `graceMs`
+   * (a process stopped or cut off without its connection closing) is let go without its answer:
+   * waiting for it would keep the server from ever shutting down or draining it.
+   */
+  async stop(graceMs = 10_000): Promise<void> {
+    if (!this.failure) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const late = new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)));
+      await Promise.race([this.call({ op: "stop", cid: 0 }).catch(() => {}), late]);
+      clearTimeout(timer);
+    }
     this.fail(new RemoteWorkerError(`Worker ${this.id} has stopped`));
     await this.port.close();
   }

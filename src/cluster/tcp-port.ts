@@ -90,35 +90,73 @@ export function socketPort(socket: net.Socket, maxFrameBytes = 0xffffffff): Sock
   let onMessage: ((m: unknown) => void) | undefined;
   const early: unknown[] = [];
   let onError: (e: Error) => void = () => {};
-  let pending = new Uint8Array(0);
+  // Received bytes not yet read as frames, as the chunks they came in: a frame is joined once, when
+  // all its bytes are here (joining at every chunk copied a large KV move's bytes once per chunk).
+  const chunks: Uint8Array[] = [];
+  let buffered = 0;
+  /** The first `n` buffered bytes, taken out of the buffer (a view when one chunk holds them). */
+  const take = (n: number): Uint8Array => {
+    if (n === 0) return new Uint8Array(0);
+    buffered -= n;
+    const first = chunks[0];
+    if (first.length >= n) {
+      if (first.length === n) chunks.shift();
+      else chunks[0] = first.subarray(n);
+      // A plain view: a Node Buffer's slice() would be a view too, and decode() copies with slice().
+      return new Uint8Array(first.buffer, first.byteOffset, n);
+    }
+    const out = new Uint8Array(n);
+    let o = 0;
+    while (o < n) {
+      const c = chunks[0];
+      const k = Math.min(c.length, n - o);
+      out.set(k === c.length ? c : c.subarray(0, k), o);
+      o += k;
+      if (k === c.length) chunks.shift();
+      else chunks[0] = c.subarray(k);
+    }
+    return out;
+  };
+  /** The length prefix of the next frame, without taking it. */
+  const peekLength = (): number => {
+    const head = chunks[0].length >= 4 ? chunks[0] : (() => {
+      const b = new Uint8Array(4);
+      let o = 0;
+      for (const c of chunks) {
+        const k = Math.min(c.length, 4 - o);
+        b.set(c.subarray(0, k), o);
+        if ((o += k) === 4) break;
+      }
+      return b;
+    })();
+    return new DataView(head.buffer, head.byteOffset, 4).getUint32(0);
+  };
   socket.setNoDelay(true);
   socket.on("data", (chunk: Uint8Array) => {
-    const joined = new Uint8Array(pending.length + chunk.length);
-    joined.set(pending);
-    joined.set(chunk, pending.length);
-    let o = 0;
-    while (joined.length - o >= 4) {
-      const n = new DataView(joined.buffer, joined.byteOffset + o, 4).getUint32(0);
+    if (chunk.length === 0) return;
+    chunks.push(chunk);
+    buffered += chunk.length;
+    while (buffered >= 4) {
+      const n = peekLength();
       if (n > maxFrame) {
         // Refused before its bytes are buffered: an unauthenticated peer cannot make us hold gigabytes.
         onError(new FrameError(`A frame of ${n} bytes is over the ${maxFrame}-byte limit`));
         socket.destroy();
         return;
       }
-      if (joined.length - o - 4 < n) break;
+      if (buffered - 4 < n) return;
+      take(4);
       let message: unknown;
       try {
-        message = decode(joined.subarray(o + 4, o + 4 + n));
+        message = decode(take(n));
       } catch (e) {
         onError(e instanceof Error ? e : new Error(String(e)));
         socket.destroy();
         return;
       }
-      o += 4 + n;
       if (onMessage) onMessage(message);
       else early.push(message);
     }
-    pending = joined.slice(o);
   });
   socket.on("error", (e) => onError(e));
   socket.on("close", () => onError(new Error("The connection closed")));

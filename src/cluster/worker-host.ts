@@ -19,8 +19,11 @@ import type { KvEvent } from "../../kv/index.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import { type FromWorker, prefixBuffers, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
 
-/** Serves one engine over `port` until the cluster stops it. */
-export function serveWorker(port: ThreadPort): void {
+/**
+ * Serves one engine over `port` until the cluster stops it. Resolves once the port has dropped and
+ * everything it held is released (a model still loading when it dropped included).
+ */
+export function serveWorker(port: ThreadPort): Promise<void> {
   const send = (m: FromWorker, transfer?: ArrayBuffer[]) => port.post(m, transfer);
   let engine: Engine | undefined;
   let backend: Backend | undefined;
@@ -30,6 +33,9 @@ export function serveWorker(port: ThreadPort): void {
   let events: KvEvent[] = [];
   let steps: StepRecord[] = [];
   let reportQueued = false;
+  // Once the port drops, nothing more is started: a model still loading is let go when it arrives.
+  let dropped = false;
+  let loading: Promise<void> | undefined;
 
   function state(e: Engine): WorkerReport {
     const out: WorkerReport = {
@@ -59,6 +65,11 @@ export function serveWorker(port: ThreadPort): void {
       const draft = spec?.method === "draft_model" ? await loadDraftModel(spec, model, m.quantize ? { quantize: m.quantize } : {}) : undefined;
       base = { config: model.config, hasOutput: model.weights.output !== undefined };
       const picked = await selectBackend(m.backend);
+      if (dropped) {
+        // The cluster went away during the load: no one will ever stop this engine.
+        picked.backend.destroy();
+        return;
+      }
       backend = picked.backend;
       const reason = picked.reason;
       const e = createEngine(picked.backend, model, {
@@ -88,7 +99,7 @@ export function serveWorker(port: ThreadPort): void {
   }
 
   async function handle(m: ToWorker): Promise<void> {
-    if (m.op === "init") return init(m);
+    if (m.op === "init") return (loading ??= init(m));
     const e = engine;
     if (e === undefined) return;
     switch (m.op) {
@@ -162,5 +173,11 @@ export function serveWorker(port: ThreadPort): void {
   }
 
   // A cluster that goes away without stopping the engine (a dropped connection) still frees it.
-  port.onError(() => void shutdown().catch(() => {}));
+  return new Promise<void>((resolve) => {
+    port.onError(() => {
+      if (dropped) return;
+      dropped = true;
+      void (loading ?? Promise.resolve()).then(() => shutdown()).catch(() => {}).then(resolve);
+    });
+  });
 }

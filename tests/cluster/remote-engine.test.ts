@@ -102,3 +102,24 @@ test("RemoteEngine.stats() of a worker that died drops its last report's load an
   assert.equal(remote.stats().running, 0);
   await remote.stop();
 });
+
+test("RemoteEngine.stop() lets go of a worker that never answers (a stopped or cut-off process) after its grace period, and closes the port", async () => {
+  const s = scriptedPort();
+  let stopAsked = false;
+  let closed = false;
+  const port: ThreadPort = {
+    ...s.port,
+    // The worker process is frozen: the stop is sent, no reply ever comes, the connection stays up.
+    post: (m, transfer) => ((m as ToWorker).op === "stop" ? void (stopAsked = true) : s.port.post(m, transfer)),
+    close: () => Promise.resolve(void (closed = true)),
+  };
+  const remote = await RemoteEngine.over(port, "w0", { path: "model.gguf" }, "reference", {}, () => {});
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const hung = new Promise<string>((r) => (timer = setTimeout(r, 5000, "still waiting")));
+  const outcome = await Promise.race([remote.stop(0).then(() => "stopped"), hung]);
+  clearTimeout(timer);
+  assert.equal(outcome, "stopped");
+  assert.ok(stopAsked, "the worker was asked to stop first");
+  assert.ok(closed, "the port is closed");
+  assert.equal(remote.alive, false);
+});

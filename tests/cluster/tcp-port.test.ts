@@ -77,3 +77,66 @@ test("socketPort() keeps messages that arrive before its handler is set (a worke
   await client.close();
   await new Promise<void>((r) => server.close(() => r()));
 });
+
+/** A socket stand-in that hands socketPort() the bytes it is given, in the chunks it is given. */
+function chunkedSocket() {
+  const handlers = new Map<string, (arg: unknown) => void>();
+  const fake = {
+    destroyed: false,
+    setNoDelay: () => fake,
+    on: (event: string, fn: (arg: unknown) => void) => (handlers.set(event, fn), fake),
+    write: () => true,
+    end: (cb?: () => void) => cb?.(),
+    destroy: () => void (fake.destroyed = true),
+  };
+  return { socket: fake as unknown as net.Socket, feed: (chunk: Uint8Array) => handlers.get("data")!(chunk) };
+}
+
+/** The bytes one post() of `m` puts on the wire. */
+function wireBytes(m: unknown): Uint8Array {
+  const parts: Uint8Array[] = [];
+  const fake = { setNoDelay: () => fake, on: () => fake, write: (b: Uint8Array) => (parts.push(b), true) };
+  socketPort(fake as unknown as net.Socket).post(m);
+  assert.equal(parts.length, 1);
+  return parts[0];
+}
+
+test("socketPort() reads frames split anywhere across chunks, and several in one chunk", () => {
+  const a = { op: "a", data: new Float32Array([1, 2, 3]) };
+  const b = { op: "b", halves: Uint16Array.from([7, 8, 9]) };
+  const wire = new Uint8Array([...wireBytes(a), ...wireBytes(b), ...wireBytes(a)]);
+  for (const size of [1, 3, 5, 17, wire.length]) {
+    const s = chunkedSocket();
+    const port = socketPort(s.socket);
+    const got: unknown[] = [];
+    port.onMessage((m) => got.push(m));
+    port.onError((e) => assert.fail(`chunks of ${size}: ${e.message}`));
+    for (let o = 0; o < wire.length; o += size) s.feed(wire.subarray(o, o + size));
+    assert.deepEqual(got.map((m) => (m as { op: string }).op), ["a", "b", "a"], `chunks of ${size}`);
+    assert.deepEqual(Array.from((got[1] as { halves: Uint16Array }).halves), [7, 8, 9]);
+    assert.deepEqual(Array.from((got[2] as { data: Float32Array }).data), [1, 2, 3]);
+  }
+});
+
+test("socketPort() copies a large frame's bytes a bounded number of times, however many chunks it comes in (a KV move over TCP)", () => {
+  const wire = wireBytes({ op: "import", kv: new Float32Array(256 * 1024) });
+  const s = chunkedSocket();
+  const port = socketPort(s.socket);
+  let got: unknown;
+  port.onMessage((m) => (got = m));
+  // Count the bytes copied between typed arrays while the frame arrives in 16 KiB chunks.
+  const set = Uint8Array.prototype.set;
+  let copied = 0;
+  Uint8Array.prototype.set = function (this: Uint8Array, src: ArrayLike<number>, offset?: number) {
+    copied += src.length;
+    return set.call(this, src, offset);
+  };
+  try {
+    for (let o = 0; o < wire.length; o += 16 * 1024) s.feed(wire.slice(o, o + 16 * 1024));
+  } finally {
+    Uint8Array.prototype.set = set;
+  }
+  assert.equal((got as { kv: Float32Array }).kv.length, 256 * 1024);
+  // Joining the buffer at every chunk copies a 1 MiB frame's bytes 32 times over; once is enough.
+  assert.ok(copied <= 2 * wire.length, `copied ${copied} bytes for a ${wire.length}-byte frame`);
+});
