@@ -73,7 +73,7 @@ export class ClusterWorker {
     const sessions = this.engine.sessionStatusCounts();
     return {
       id: this.id, role: this.role, waiting: s.waiting, running: s.running, kvUsage: s.kvUsedBlocks / Math.max(1, s.kvTotalBlocks),
-      draining: this.draining, ...(sessions ? { sessions } : {}),
+      draining: this.draining, alive: this.engine.alive, ...(sessions ? { sessions } : {}),
     };
   }
 }

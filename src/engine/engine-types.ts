@@ -244,6 +244,8 @@ export interface WorkerStatus {
   sessions?: Record<string, number>;
   /** Leaving its cluster: no new requests, those in flight finish. */
   draining?: boolean;
+  /** False once its engine has failed or stopped (a worker process that died); absent: alive. */
+  alive?: boolean;
 }
 
 /**

@@ -343,8 +343,12 @@ export function createApp(o: AppOptions): Hono {
     return c.json(modelCard(id));
   });
   addLoraRoutes(app, { engine: o.engine, model: o.model, modelName: o.modelName, sources: loraSources, allowRuntime: o.allowRuntimeLora ?? false, readBody });
-  // A draining server says so, so that a load balancer stops sending it work.
-  app.get("/health", (c) => (life.draining ? c.json({ status: "draining" }, 503) : c.json({ status: "ok" })));
+  // A draining server says so, and so does one with no worker left to serve (every worker process
+  // gone, or none joined yet): a load balancer stops sending it work until one is.
+  app.get("/health", (c) => {
+    if (life.draining) return c.json({ status: "draining" }, 503);
+    return o.engine.workerStatuses().some((w) => w.alive !== false) ? c.json({ status: "ok" }) : c.json({ status: "no_worker" }, 503);
+  });
   app.get("/version", (c) => c.json({ version: SERVER_VERSION }));
   app.get("/metrics", (c) => c.text(renderMetrics(o.engine, o.modelName), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" }));
   // A known path with the wrong method is a 405 that says which method it takes, not a 404.

@@ -87,6 +87,8 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   metric("evolving:worker_requests_waiting", "gauge", "Requests waiting on each worker.", workers.map((w) => `evolving:worker_requests_waiting{${wl(w)}} ${w.waiting}`));
   metric("evolving:worker_requests_running", "gauge", "Requests running on each worker.", workers.map((w) => `evolving:worker_requests_running{${wl(w)}} ${w.running}`));
   metric("evolving:worker_kv_cache_usage_perc", "gauge", "Fraction of each worker's KV blocks in use.", workers.map((w) => `evolving:worker_kv_cache_usage_perc{${wl(w)}} ${w.kvUsage}`));
+  metric("evolving:worker_up", "gauge", "1 while a worker's engine runs, 0 once it has failed or stopped (a worker process that died stays listed here, with its last role).",
+    workers.map((w) => `evolving:worker_up{${wl(w)}} ${w.alive === false ? 0 : 1}`));
   metric("evolving:worker_draining", "gauge", "1 while a worker leaves the cluster (no new requests; those in flight finish).", workers.map((w) => `evolving:worker_draining{${wl(w)}} ${w.draining ? 1 : 0}`));
   if (workers.some((w) => w.sessions)) {
     metric("evolving:worker_kv_sessions", "gauge", "Sessions each worker's agent-aware KV retention tracks, by status.",

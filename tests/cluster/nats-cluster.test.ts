@@ -110,6 +110,9 @@ test("startServer({ nats }) answers 503 until a worker joins, and names a NATS s
       const body = await r.json() as { error: { code: string; message: string } };
       assert.equal(body.error.code, "no_worker");
       assert.match(body.error.message, /No worker is running/);
+      const health = await fetch(`${s.url}/health`);
+      assert.equal(health.status, 503, "a load balancer sees it cannot serve yet");
+      assert.deepEqual(await health.json(), { status: "no_worker" });
     } finally {
       await s.shutdown();
     }

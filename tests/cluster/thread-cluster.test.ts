@@ -6,6 +6,7 @@ import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { modelFingerprint } from "../../src/model/fingerprint.ts";
 import { loadModel } from "../../src/model/load.ts";
+import { createApp } from "../../src/serve/app.ts";
 import { greedy, model, modelPath, oneEngine, run, STORY } from "./fixtures.ts";
 
 test("startThreadCluster() runs each worker's engine in a thread and moves a prefill's KV between threads", async () => {
@@ -96,4 +97,23 @@ test("startThreadCluster() names a worker that cannot start", async () => {
     startThreadCluster(model, `${projectRoot}/models/missing.gguf`, "reference", { workers: 2, planner: "none" }),
     (e: unknown) => e instanceof RemoteWorkerError && /worker-\d could not start: .*missing\.gguf/.test(e.message),
   );
+});
+
+test("/health and evolving:worker_up follow a cluster's live workers: ok while one runs, 503 no_worker once none does", async () => {
+  const cl = await startThreadCluster(model, modelPath, "reference", { workers: 2, planner: "none", engine: { numBlocks: 64 } });
+  try {
+    const app = createApp({ engine: cl, model, modelName: "stories260K" });
+    const up = async () => [...(await (await app.request("/metrics")).text()).matchAll(/evolving:worker_up\{model_name="stories260K",worker="([^"]+)"\} (\d)/g)].map((m) => `${m[1]}=${m[2]}`);
+    assert.equal((await app.request("/health")).status, 200);
+    assert.deepEqual(await up(), [`${cl.workers[0].id}=1`, `${cl.workers[1].id}=1`]);
+    await cl.workers[1].engine.stop();
+    assert.equal((await app.request("/health")).status, 200, "one worker still serves");
+    assert.deepEqual(await up(), [`${cl.workers[0].id}=1`, `${cl.workers[1].id}=0`]);
+    await cl.workers[0].engine.stop();
+    const health = await app.request("/health");
+    assert.equal(health.status, 503);
+    assert.deepEqual(await health.json(), { status: "no_worker" });
+  } finally {
+    await cl.stop();
+  }
 });
