@@ -3,7 +3,6 @@
  * model.safetensors.index.json or not), tokenizer.json and tokenizer_config.json (chat template).
  * HF checkpoints keep q/k rows in the half-split order, so RoPE is "neox" for every architecture.
  */
-import { dequantizingFp8, fp8Scheme } from "./fp8.ts";
 import { promises as fsp } from "node:fs";
 import { openRandomAccess, pathExists, type RandomAccessFile, readTextFile } from "../runtime/fs.ts";
 import { type Architecture, ARCHITECTURES, isMoeLayer, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
@@ -16,6 +15,7 @@ import { gemmaNormsPlusOne, hfGemma3, type HfGemma3 } from "./hf-gemma3.ts";
 import type { Gemma3Fields } from "./gguf-gemma3.ts";
 import { withHarmonyStops } from "./gguf-gpt-oss.ts";
 import { applyGenerationConfig } from "./hf-generation-config.ts";
+import { dequantizingFp8, fp8Scheme } from "./fp8.ts";
 import { readSafetensor, readSafetensorsHeader, type SafetensorsInfo } from "./safetensors.ts";
 import { HfTokenizer } from "./tokenizer-hf.ts";
 import { assembleWeights, checkLastExpert, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
