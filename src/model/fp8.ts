@@ -8,7 +8,7 @@
  * `quantization_config` methods (AWQ, GPTQ, bitsandbytes…) are refused by name; gpt-oss's "mxfp4"
  * has its own path (hf-gpt-oss.ts).
  */
-import { encodeFromF32 } from "../backend/dtype-codec.ts";
+import { decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
 import { type HostTensor, ModelLoadError } from "./config.ts";
 import { isJsonObject, type Json } from "./hf-json.ts";
 import type { SafetensorsInfo } from "./safetensors.ts";
@@ -117,12 +117,7 @@ export function dequantizingFp8(source: TensorSource, raw: RawTensors, scheme: F
 async function readScales(raw: RawTensors, name: string, path: string): Promise<Float32Array> {
   const info = raw.info(name);
   if (!info) throw new ModelLoadError(`FP8 checkpoint "${path}" lacks the scale tensor "${name}"`);
-  const bytes = await raw.bytes(name);
-  const count = info.shape.reduce((a, b) => a * b, 1);
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  const read = info.dtype === "F32" ? (i: number) => view.getFloat32(4 * i, true)
-    : info.dtype === "BF16" ? (i: number) => new Float32Array(new Uint32Array([view.getUint16(2 * i, true) << 16]).buffer)[0]
-    : undefined;
-  if (!read) throw new ModelLoadError(`FP8 scale tensor "${name}" in "${path}" has dtype ${info.dtype}; F32 or BF16 is read`);
-  return Float32Array.from({ length: count }, (_, i) => read(i));
+  const dtype = info.dtype === "F32" ? "f32" : info.dtype === "BF16" ? "bf16" : undefined;
+  if (!dtype) throw new ModelLoadError(`FP8 scale tensor "${name}" in "${path}" has dtype ${info.dtype}; F32 or BF16 is read`);
+  return decodeToF32(await raw.bytes(name), dtype, info.shape.reduce((a, b) => a * b, 1));
 }

@@ -4,6 +4,7 @@
  * `chat_template_kwargs`), and token ids back to text. Agents use them to count and budget context.
  */
 import { z } from "zod";
+import { decodeChar, utf8Length } from "../engine/utf8-pieces.ts";
 import { tokenTextOf } from "../model/config.ts";
 import { ApiError } from "./errors.ts";
 import { chatPrompt, type ServeContext } from "./openai.ts";
@@ -65,28 +66,12 @@ function tokenStr(ctx: ServeContext, id: number): string {
   if (bytes === undefined || bytes.length === 0) return text;
   let out = "";
   for (let i = 0; i < bytes.length;) {
-    const n = utf8Length(bytes, i);
-    if (n === 0) {
-      out += `<0x${bytes[i].toString(16).toUpperCase().padStart(2, "0")}>`;
-      i++;
-    } else {
-      out += new TextDecoder().decode(bytes.subarray(i, i + n));
-      i += n;
-    }
+    const n = utf8Length(bytes[i]);
+    const cp = n === 0 ? null : decodeChar([...bytes.subarray(i, i + n)]);
+    out += cp === null ? `<0x${bytes[i].toString(16).toUpperCase().padStart(2, "0")}>` : String.fromCodePoint(cp);
+    i += cp === null ? 1 : n;
   }
   return out;
-}
-
-/** The length of the whole, well-formed UTF-8 character at `bytes[i]`, or 0 where none starts. */
-function utf8Length(bytes: Uint8Array, i: number): number {
-  const b = bytes[i];
-  const n = b < 0x80 ? 1 : b >= 0xc2 && b < 0xe0 ? 2 : b >= 0xe0 && b < 0xf0 ? 3 : b >= 0xf0 && b < 0xf5 ? 4 : 0;
-  if (n === 0 || i + n > bytes.length) return 0;
-  for (let k = 1; k < n; k++) if ((bytes[i + k] & 0xc0) !== 0x80) return 0;
-  // Overlong three- and four-byte forms, surrogates and code points past U+10FFFF.
-  const second = bytes[i + 1];
-  if ((b === 0xe0 && second < 0xa0) || (b === 0xed && second >= 0xa0) || (b === 0xf0 && second < 0x90) || (b === 0xf4 && second >= 0x90)) return 0;
-  return n;
 }
 
 /** The text of a /detokenize body's token ids. */
