@@ -4,7 +4,7 @@
  * printable characters (GPT-2's bytes_to_unicode), then merged by merge rank (lowest first).
  */
 import type { DecodeOptions, Tokenizer } from "./config.ts";
-import { SpecialSplitter, TokenType, utf8 } from "./tokenizer-special.ts";
+import { mergeSymbols, SpecialSplitter, TokenType, utf8, wellFormed } from "./tokenizer-special.ts";
 
 /** The vocab fields a byte-level BPE tokenizer needs. */
 export interface BpeVocab {
@@ -44,6 +44,19 @@ export const PRE_TOKENIZER_PATTERNS: Readonly<Record<string, readonly string[]>>
     "[^\\r\\n\\p{L}\\p{N}]?(?:(?!\\p{Script=Han})[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}])+(?:(?!\\p{Script=Han})[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}])*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|" +
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
   ],
+  // A file without tokenizer.ggml.pre (llama.cpp reads it as "default" and warns): punctuation runs
+  // apart first, then GPT-2's words, then digit runs, then threes of ASCII digits.
+  default: [
+    "[\\p{P}\\$\\+<=>\\^~\\|]+",
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+    "\\p{N}+",
+    "[0-9][0-9][0-9]",
+  ],
+  // Mistral's Tekken (Nemo, Pixtral 12B): o200k-style cased words without contractions, single digits; llama.cpp's rewrite.
+  tekken: [
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|" +
+    "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+  ],
   // DeepSeek V3 / R1: digits in threes, then runs of CJK and kana, then words and punctuation.
   "deepseek-v3": [
     "\\p{N}{1,3}",
@@ -51,6 +64,30 @@ export const PRE_TOKENIZER_PATTERNS: Readonly<Record<string, readonly string[]>>
     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
   ],
 };
+
+/**
+ * Other `tokenizer.ggml.pre` names llama.cpp gives the same pattern (llama-vocab.cpp's pre-type
+ * table): real GPT-2 files say "gpt-2", DeepSeek-R1's Qwen distills "deepseek-r1-qwen", Llama 4 "llama4".
+ */
+const PRE_TOKENIZER_ALIASES: Readonly<Record<string, string>> = {
+  "llama3": "llama-bpe", "llama-v3": "llama-bpe", "falcon3": "llama-bpe", "falcon-h1": "llama-bpe",
+  "pixtral": "llama-bpe", "midm-2.0": "llama-bpe", "lfm2": "llama-bpe",
+  "deepseek-r1-qwen": "qwen2", "megrez": "qwen2", "stablelm2": "qwen2",
+  "llama4": "gpt-4o",
+  "gpt-2": "gpt2", "phi-2": "gpt2", "jina-es": "gpt2", "jina-de": "gpt2", "gigachat": "gpt2",
+  "jina-v2-es": "gpt2", "jina-v2-de": "gpt2", "a.x-4.0": "gpt2", "mellum": "gpt2", "exaone4": "gpt2",
+};
+
+/** Pre-tokenizers whose whole pre-token, when in the vocab, is taken without merging (llama.cpp's `ignore_merges`). */
+const IGNORES_MERGES = new Set(["llama-bpe", "tekken"]);
+
+/** The pattern set a `tokenizer.ggml.pre` name stands for; unknown names fall back to Llama 3's, which covers most modern BPE vocabs. */
+export function resolvePreTokenizer(pre: string): { name: string; patterns: readonly string[]; ignoreMerges: boolean } {
+  const name = PRE_TOKENIZER_ALIASES[pre] ?? pre;
+  const patterns = PRE_TOKENIZER_PATTERNS[name];
+  if (patterns === undefined) return { name: "llama-bpe", patterns: PRE_TOKENIZER_PATTERNS["llama-bpe"], ignoreMerges: false };
+  return { name, patterns, ignoreMerges: IGNORES_MERGES.has(name) };
+}
 
 /** Splits `text` by each pattern in turn, keeping matches and the text between them as pieces. */
 export function preTokenize(text: string, patterns: readonly RegExp[]): string[] {
@@ -108,21 +145,22 @@ export class BpeTokenizer implements Tokenizer {
     vocab.merges.forEach((m, i) => this.ranks.set(m, i));
     this.byteChar.forEach((c, b) => this.charByte.set(c, b));
     this.missingBytes = this.byteChar.some((c) => !this.ids.has(c));
-    // Unknown pre-tokenizers fall back to Llama 3's pattern, which covers most modern BPE vocabs.
-    this.patterns = (PRE_TOKENIZER_PATTERNS[vocab.pre] ?? PRE_TOKENIZER_PATTERNS["llama-bpe"]).map((p) => new RegExp(p, "gu"));
+    const pre = resolvePreTokenizer(vocab.pre);
+    this.patterns = pre.patterns.map((p) => new RegExp(p, "gu"));
     this.specials = new SpecialSplitter(vocab.tokens, vocab.types);
-    this.ignoreMerges = vocab.pre === "llama-bpe";
+    this.ignoreMerges = pre.ignoreMerges;
   }
 
   encode(text: string, options: { addBos?: boolean } = {}): number[] {
     const out: number[] = [];
     if (options.addBos && this.vocab.bosId !== undefined) out.push(this.vocab.bosId);
-    for (const frag of this.specials.split(text)) {
+    for (const frag of this.specials.split(wellFormed(text))) {
       if ("id" in frag) {
         out.push(frag.id);
         continue;
       }
-      for (const piece of preTokenize(frag.text, this.patterns)) out.push(...this.encodeWord(piece));
+      // A loop, not push(...ids): one long word's ids (a 1 MB run of letters) overflow the call stack as arguments.
+      for (const piece of preTokenize(frag.text, this.patterns)) for (const id of this.encodeWord(piece)) out.push(id);
     }
     return out;
   }
@@ -155,21 +193,12 @@ export class BpeTokenizer implements Tokenizer {
     return result;
   }
 
-  /** Repeatedly merges the adjacent pair of lowest rank (leftmost on ties). */
+  /** Merges the adjacent pair of lowest rank (leftmost on ties) until none has a rank. */
   private merge(parts: string[]): string[] {
-    for (;;) {
-      let best = -1;
-      let bestRank = Infinity;
-      for (let i = 0; i + 1 < parts.length; i++) {
-        const r = this.ranks.get(parts[i] + " " + parts[i + 1]);
-        if (r !== undefined && r < bestRank) {
-          bestRank = r;
-          best = i;
-        }
-      }
-      if (best < 0) return parts;
-      parts.splice(best, 2, parts[best] + parts[best + 1]);
-    }
+    return mergeSymbols(parts, (left, right) => {
+      const rank = this.ranks.get(left + " " + right);
+      return rank === undefined ? undefined : -rank;
+    });
   }
 
   decode(ids: readonly number[], options?: DecodeOptions): string {
@@ -198,13 +227,14 @@ export class BpeTokenizer implements Tokenizer {
     return this.maxChars;
   }
 
-  /** A token's bytes; a control token's string only with `special`. */
+  /** A token's bytes; a control or unknown token's string only with `special`. */
   private pieceBytes(id: number, special = false): number[] {
     const t = this.vocab.tokens[id];
     if (t === undefined) return [];
     const type = this.vocab.types[id] ?? TokenType.NORMAL;
-    if ((type === TokenType.CONTROL && !special) || type === TokenType.UNUSED || type === TokenType.UNKNOWN) return [];
-    if (type === TokenType.USER_DEFINED || type === TokenType.CONTROL) return Array.from(new TextEncoder().encode(t));
+    const control = type === TokenType.CONTROL || type === TokenType.UNKNOWN; // llama.cpp's attr_special
+    if ((control && !special) || type === TokenType.UNUSED) return [];
+    if (type === TokenType.USER_DEFINED || control) return Array.from(new TextEncoder().encode(t));
     const out: number[] = [];
     for (const ch of t) {
       const b = this.charByte.get(ch);

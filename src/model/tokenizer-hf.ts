@@ -56,7 +56,10 @@ export class HfTokenizer implements Tokenizer {
 
   decode(ids: readonly number[], options?: DecodeOptions): string {
     const special = options?.special === true;
-    return this.impl.decode(special ? [...ids] : ids.filter((id) => !this.specialIds.has(id)), {
+    const kept = special ? [...ids] : ids.filter((id) => !this.specialIds.has(id));
+    // tokenizers.js throws on an empty list: no ids, or only special ones skipped (a lone EOS).
+    if (kept.length === 0) return "";
+    return this.impl.decode(kept, {
       skip_special_tokens: !special,
       clean_up_tokenization_spaces: false,
     });
@@ -135,7 +138,8 @@ const parts = (v: Json, key: string): unknown[] => (Array.isArray(v[key]) ? v[ke
  * strings: 1 without a normalizer, 4 under Unicode normalization (canonical composition can turn a
  * base and three combining marks, four code units, into one character, e.g. U+1F87 from α and three
  * marks; a vocabulary of characters rather than bytes counts that one character once); undefined when a step may drop or fuse text
- * (whitespace-splitting pre-tokenizers, Strip, Replace, a fused unknown token, WordPiece).
+ * (whitespace-splitting pre-tokenizers, Strip, Replace, a fused unknown token, WordPiece, added tokens
+ * that strip the whitespace beside them).
  */
 function hfBoundFactor(json: object): number | undefined {
   const j = json as Json;
@@ -163,6 +167,8 @@ function hfBoundFactor(json: object): number | undefined {
   };
   const model = isJson(j.model) ? j.model : {};
   const fusesUnknown = model.fuse_unk === true && model.byte_fallback !== true;
-  if (model.type !== "BPE" || fusesUnknown || !preTokenizerKeeps(j.pre_tokenizer)) return undefined;
+  // An added token with lstrip or rstrip takes the whitespace run beside it (Phi-3's "<|end|>"), however long.
+  const stripsSpace = parts(j, "added_tokens").some((t) => isJson(t) && (t.lstrip === true || t.rstrip === true));
+  if (model.type !== "BPE" || fusesUnknown || stripsSpace || !preTokenizerKeeps(j.pre_tokenizer)) return undefined;
   return normalizer(j.normalizer);
 }

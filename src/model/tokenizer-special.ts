@@ -16,25 +16,40 @@ export const TokenType = {
 /** A stretch of text to tokenize normally, or a special token already resolved to its id. */
 export type Fragment = { text: string } | { id: number };
 
-/** Finds special tokens (control and user-defined) inside text, longest match first. */
+/**
+ * Finds special tokens inside text, longest match first: control, user-defined and unknown tokens,
+ * as llama.cpp's `cache_special_tokens` holds them (so "<unk>" in text is the unknown token, as in
+ * Hugging Face tokenizers, where it is an added special token).
+ */
 export class SpecialSplitter {
-  /** Special tokens grouped by first character, longest first, so scanning stays cheap. */
-  private readonly byFirst = new Map<string, { text: string; id: number }[]>();
+  /**
+   * A trie of the special tokens' UTF-16 code units: a scan stops at the first code unit no token
+   * continues with, so text full of "<" costs one lookup per character, not a try of each of
+   * Llama 3's 256 "<|reserved_special_token_N|>" (seconds for a megabyte).
+   */
+  private readonly root: TrieNode = { next: new Map() };
+  private readonly empty: boolean;
 
   constructor(tokens: readonly string[], types: readonly number[]) {
+    let empty = true;
     tokens.forEach((text, id) => {
       const t = types[id];
-      if ((t !== TokenType.CONTROL && t !== TokenType.USER_DEFINED) || text.length === 0) return;
-      const list = this.byFirst.get(text[0]) ?? [];
-      list.push({ text, id });
-      this.byFirst.set(text[0], list);
+      if ((t !== TokenType.CONTROL && t !== TokenType.USER_DEFINED && t !== TokenType.UNKNOWN) || text.length === 0) return;
+      let node = this.root;
+      for (let i = 0; i < text.length; i++) {
+        let child = node.next.get(text[i]);
+        if (child === undefined) node.next.set(text[i], child = { next: new Map() });
+        node = child;
+      }
+      node.id ??= id; // the first of duplicate strings wins
+      empty = false;
     });
-    for (const list of this.byFirst.values()) list.sort((a, b) => b.text.length - a.text.length);
+    this.empty = empty;
   }
 
   /** Splits `text` into plain fragments and special-token ids, left to right. */
   split(text: string): Fragment[] {
-    if (this.byFirst.size === 0) return [{ text }];
+    if (this.empty) return [{ text }];
     const out: Fragment[] = [];
     let start = 0;
     let plainFrom = 0;
@@ -43,7 +58,7 @@ export class SpecialSplitter {
       if (hit) {
         if (start > plainFrom) out.push({ text: text.slice(plainFrom, start) });
         out.push({ id: hit.id });
-        start += hit.text.length;
+        start += hit.length;
         plainFrom = start;
       } else {
         start++;
@@ -53,14 +68,116 @@ export class SpecialSplitter {
     return out;
   }
 
-  private matchAt(text: string, at: number): { text: string; id: number } | undefined {
-    const list = this.byFirst.get(text[at]);
-    if (list) for (const s of list) if (text.startsWith(s.text, at)) return s;
-    return undefined;
+  /** The longest special token at `at`. */
+  private matchAt(text: string, at: number): { id: number; length: number } | undefined {
+    let node: TrieNode | undefined = this.root;
+    let best: { id: number; length: number } | undefined;
+    for (let i = at; i < text.length; i++) {
+      node = node.next.get(text[i]);
+      if (node === undefined) break;
+      if (node.id !== undefined) best = { id: node.id, length: i - at + 1 };
+    }
+    return best;
   }
+}
+
+interface TrieNode {
+  next: Map<string, TrieNode>;
+  id?: number;
 }
 
 /** Decodes collected bytes as UTF-8 (invalid sequences become U+FFFD). */
 export function utf8(bytes: readonly number[]): string {
   return new TextDecoder("utf-8").decode(new Uint8Array(bytes));
+}
+
+/**
+ * `text` with each lone UTF-16 surrogate (a JSON "\ud800" escape) replaced by U+FFFD, the character
+ * its UTF-8 bytes spell: pre-tokenizer patterns must see the text the merges see (a lone surrogate
+ * is no symbol, U+FFFD is, so "\ud800's" would split unlike the "\uFFFD's" llama.cpp is given).
+ */
+export function wellFormed(text: string): string {
+  return text.replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, "\uFFFD");
+}
+
+interface Bigram {
+  left: number;
+  right: number;
+  score: number;
+  text: string;
+}
+
+/** Binary max-heap of bigrams by score, ties broken by the smaller left index. */
+class BigramQueue {
+  private readonly items: Bigram[] = [];
+  private before(a: Bigram, b: Bigram): boolean {
+    return a.score > b.score || (a.score === b.score && a.left < b.left);
+  }
+  get size(): number {
+    return this.items.length;
+  }
+  push(b: Bigram): void {
+    const h = this.items;
+    h.push(b);
+    let i = h.length - 1;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (!this.before(h[i], h[p])) break;
+      [h[i], h[p]] = [h[p], h[i]];
+      i = p;
+    }
+  }
+  pop(): Bigram {
+    const h = this.items;
+    const top = h[0];
+    const last = h.pop()!;
+    if (h.length > 0) {
+      h[0] = last;
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        const r = l + 1;
+        let m = i;
+        if (l < h.length && this.before(h[l], h[m])) m = l;
+        if (r < h.length && this.before(h[r], h[m])) m = r;
+        if (m === i) break;
+        [h[i], h[m]] = [h[m], h[i]];
+        i = m;
+      }
+    }
+    return top;
+  }
+}
+
+/**
+ * Merges adjacent symbols, the best-scoring pair first (the leftmost on ties), while `score` knows
+ * a pair (undefined: never merged): SentencePiece's scores and BPE's negated merge ranks alike. A
+ * heap of pairs over a linked list, as llama.cpp's tokenizers do, so a long word (a 1 MB run of
+ * spaces is one pre-token) costs n log n, not a rescan of every pair after each merge.
+ */
+export function mergeSymbols(chars: readonly string[], score: (left: string, right: string) => number | undefined): string[] {
+  const text = chars.slice();
+  const prev = chars.map((_, i) => i - 1);
+  const next = chars.map((_, i) => (i + 1 < chars.length ? i + 1 : -1));
+  const queue = new BigramQueue();
+  const tryAdd = (left: number, right: number) => {
+    if (left < 0 || right < 0) return;
+    const s = score(text[left], text[right]);
+    if (s !== undefined) queue.push({ left, right, score: s, text: text[left] + text[right] });
+  };
+  for (let i = 1; i < chars.length; i++) tryAdd(i - 1, i);
+  while (queue.size > 0) {
+    const b = queue.pop();
+    // Stale entry: one side was merged away or already grew since this pair was queued.
+    if (text[b.left].length === 0 || text[b.right].length === 0 || text[b.left] + text[b.right] !== b.text) continue;
+    text[b.left] = b.text;
+    text[b.right] = "";
+    next[b.left] = next[b.right];
+    if (next[b.right] >= 0) prev[next[b.right]] = b.left;
+    tryAdd(prev[b.left], b.left);
+    tryAdd(b.left, next[b.left]);
+  }
+  const out: string[] = [];
+  for (let i = chars.length > 0 ? 0 : -1; i >= 0; i = next[i]) out.push(text[i]);
+  return out;
 }

@@ -5,7 +5,7 @@
  * pair whose concatenation is the highest-scoring vocab entry (ties: leftmost).
  */
 import type { DecodeOptions, Tokenizer } from "./config.ts";
-import { type Fragment, SpecialSplitter, TokenType, utf8 } from "./tokenizer-special.ts";
+import { type Fragment, mergeSymbols, SpecialSplitter, TokenType, utf8, wellFormed } from "./tokenizer-special.ts";
 
 /** The vocab fields an SPM tokenizer needs. */
 export interface SpmVocab {
@@ -18,62 +18,7 @@ export interface SpmVocab {
   addSpacePrefix: boolean;
 }
 
-interface Symbol {
-  text: string;
-  prev: number;
-  next: number;
-}
-
-interface Bigram {
-  left: number;
-  right: number;
-  score: number;
-  text: string;
-}
-
 const SPACE = "\u2581";
-
-/** Binary max-heap of bigrams by score, ties broken by the smaller left index. */
-class BigramQueue {
-  private readonly items: Bigram[] = [];
-  private before(a: Bigram, b: Bigram): boolean {
-    return a.score > b.score || (a.score === b.score && a.left < b.left);
-  }
-  get size(): number {
-    return this.items.length;
-  }
-  push(b: Bigram): void {
-    const h = this.items;
-    h.push(b);
-    let i = h.length - 1;
-    while (i > 0) {
-      const p = (i - 1) >> 1;
-      if (!this.before(h[i], h[p])) break;
-      [h[i], h[p]] = [h[p], h[i]];
-      i = p;
-    }
-  }
-  pop(): Bigram {
-    const h = this.items;
-    const top = h[0];
-    const last = h.pop()!;
-    if (h.length > 0) {
-      h[0] = last;
-      let i = 0;
-      for (;;) {
-        const l = 2 * i + 1;
-        const r = l + 1;
-        let m = i;
-        if (l < h.length && this.before(h[l], h[m])) m = l;
-        if (r < h.length && this.before(h[r], h[m])) m = r;
-        if (m === i) break;
-        [h[i], h[m]] = [h[m], h[i]];
-        i = m;
-      }
-    }
-    return top;
-  }
-}
 
 /** SentencePiece-style tokenizer over a GGUF vocab. */
 export class SpmTokenizer implements Tokenizer {
@@ -96,7 +41,7 @@ export class SpmTokenizer implements Tokenizer {
     const out: number[] = [];
     if (options.addBos && this.vocab.bosId !== undefined) out.push(this.vocab.bosId);
     let afterSpecial = true; // llama.cpp adds the space prefix at the start and after each special token
-    for (const frag of this.specials.split(text) as Fragment[]) {
+    for (const frag of this.specials.split(wellFormed(text)) as Fragment[]) {
       if ("id" in frag) {
         out.push(frag.id);
         afterSpecial = true;
@@ -110,32 +55,11 @@ export class SpmTokenizer implements Tokenizer {
   }
 
   private encodeText(text: string, out: number[]): void {
-    const chars = Array.from(text);
-    const symbols: Symbol[] = chars.map((ch, i) => ({ text: ch, prev: i - 1, next: i + 1 < chars.length ? i + 1 : -1 }));
-    if (symbols.length === 0) return;
-    const queue = new BigramQueue();
-    const tryAdd = (left: number, right: number) => {
-      if (left < 0 || right < 0) return;
-      const joined = symbols[left].text + symbols[right].text;
-      const id = this.ids.get(joined);
-      if (id === undefined) return;
-      queue.push({ left, right, score: this.vocab.scores[id] ?? 0, text: joined });
+    const score = (left: string, right: string) => {
+      const id = this.ids.get(left + right);
+      return id === undefined ? undefined : this.vocab.scores[id] ?? 0;
     };
-    for (let i = 1; i < symbols.length; i++) tryAdd(i - 1, i);
-    while (queue.size > 0) {
-      const b = queue.pop();
-      const l = symbols[b.left];
-      const r = symbols[b.right];
-      // Stale entry: one side was merged away or already grew since this bigram was queued.
-      if (l.text.length === 0 || r.text.length === 0 || l.text + r.text !== b.text) continue;
-      l.text = b.text;
-      r.text = "";
-      l.next = r.next;
-      if (r.next >= 0) symbols[r.next].prev = b.left;
-      tryAdd(l.prev, b.left);
-      tryAdd(b.left, l.next);
-    }
-    for (let i = 0; i >= 0 && i < symbols.length; i = symbols[i].next) this.emit(symbols[i].text, out);
+    for (const piece of mergeSymbols(Array.from(text), score)) this.emit(piece, out);
   }
 
   /** A final symbol is a vocab entry, or (never merged and unknown) falls back to byte tokens. */
@@ -153,13 +77,16 @@ export class SpmTokenizer implements Tokenizer {
 
   decode(ids: readonly number[], options?: DecodeOptions): string {
     const bytes: number[] = [];
-    ids.forEach((id, i) => {
+    // The space prefix added at encode time is dropped again from the text's start (after BOS, or
+    // in a whole text): from the first piece that writes anything, as Hugging Face's Strip decoder
+    // strips the joined text and llama.cpp the first piece. A written "<s>" keeps " a" after it.
+    let strip = this.vocab.addSpacePrefix && (ids[0] === this.vocab.bosId || options?.whole === true);
+    for (const id of ids) {
       const piece = this.pieceBytes(id, options?.special === true);
-      // The space prefix added at encode time is dropped again right after BOS (or first, in a whole text).
-      const first = ids[0] === this.vocab.bosId ? i === 1 : i === 0 && options?.whole === true;
-      const skipSpace = this.vocab.addSpacePrefix && first && piece[0] === 0x20;
-      for (let k = skipSpace ? 1 : 0; k < piece.length; k++) bytes.push(piece[k]);
-    });
+      if (piece.length === 0) continue;
+      for (let k = strip && piece[0] === 0x20 ? 1 : 0; k < piece.length; k++) bytes.push(piece[k]);
+      strip = false;
+    }
     return utf8(bytes);
   }
 
@@ -185,7 +112,7 @@ export class SpmTokenizer implements Tokenizer {
     return this.maxChars;
   }
 
-  /** A token's bytes; a control token's string only with `special`. */
+  /** A token's bytes; a control or unknown token's string only with `special`. */
   private pieceBytes(id: number, special = false): number[] {
     const t = this.vocab.tokens[id];
     if (t === undefined) return [];
@@ -195,8 +122,8 @@ export class SpmTokenizer implements Tokenizer {
         return m ? [parseInt(m[1], 16)] : [];
       }
       case TokenType.CONTROL:
+      case TokenType.UNKNOWN: // llama.cpp writes both only when asked (its attr_special)
         return special ? Array.from(new TextEncoder().encode(t)) : [];
-      case TokenType.UNKNOWN:
       case TokenType.UNUSED:
         return [];
       default:
