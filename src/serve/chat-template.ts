@@ -48,15 +48,35 @@ export interface TurnOptions {
   continueFinal?: boolean;
 }
 
-/** The rendered `text` cut right after the last occurrence of the final message's text (a 400 if the template did not write it as given). */
-function openFinal(text: string, messages: readonly ChatMessageIn[]): string {
+/** What stands for the final message's text in a second rendering that finds where the template writes it. */
+const FINAL_MARK = "CONTINUE_FINAL_MESSAGE_MARK";
+
+/**
+ * The rendered `text` cut right after the final message's text. `marked` renders the conversation
+ * with FINAL_MARK for that text: where the mark stands, the text stands, so a short text that also
+ * occurs in what the template writes after it (">" or "im" in Qwen's `<|im_end|>`) is not mistaken
+ * for it. A template that writes the text differently (trimmed) falls back to its last occurrence
+ * (vLLM's rule); a 400 if it is nowhere.
+ */
+function openFinal(text: string, messages: readonly ChatMessageIn[], marked: (messages: ChatMessageIn[]) => string): string {
   const last = messageText(messages[messages.length - 1]?.content);
+  let withMark = "";
+  try {
+    withMark = marked([...messages.slice(0, -1), { ...messages[messages.length - 1], content: FINAL_MARK }]);
+  } catch {
+    // A template that refuses the mark: the last occurrence decides.
+  }
+  const mark = withMark.lastIndexOf(FINAL_MARK);
+  if (mark >= 0 && text.startsWith(withMark.slice(0, mark)) && text.startsWith(last, mark)) return text.slice(0, mark + last.length);
   const at = text.lastIndexOf(last);
   if (at < 0) {
     throw new ApiError(400, "The chat template does not write the final message's text as given, so the answer cannot continue it; send continue_final_message = false", "continue_final_message", "invalid_value");
   }
   return text.slice(0, at + last.length);
 }
+
+/** What @huggingface/jinja writes for an object joined to text. */
+const OBJECT_TEXT = "[object Map]";
 
 /** The renderer the server uses for `model`: its template, with its BOS and EOS texts. */
 export function modelChatRenderer(model: LoadedModel): ChatRenderer {
@@ -80,45 +100,97 @@ export function chatRenderer(template: string | undefined, special: { bos?: stri
     };
   }
   const compiled = new Template(template);
+  // Most templates know no `developer` role and drop its message unseen; gpt-oss's reads it itself.
+  const knowsDeveloper = template.includes("developer");
   return {
     fromModel: true,
     render(messages, tools, variables, turn = {}) {
+      const run = (shape: MessageShape, list: readonly ChatMessageIn[] = messages) => compiled.render({
+        ...variables,
+        messages: list.map((m) => templateMessage(m, knowsDeveloper, shape)),
+        ...(tools && tools.length > 0 ? { tools } : {}),
+        add_generation_prompt: !turn.continueFinal && turn.addGenerationPrompt !== false,
+        bos_token: special.bos ?? "",
+        eos_token: special.eos ?? "",
+      });
+      let shape: MessageShape = { parseArguments: true, nullContent: messages.some(callsWithoutContent) };
       let text: string;
       try {
-        text = compiled.render({
-          ...variables,
-          messages: messages.map((m) => ({ ...m, content: messageText(m.content), ...toolCallsForTemplate(m) })),
-          ...(tools && tools.length > 0 ? { tools } : {}),
-          add_generation_prompt: !turn.continueFinal && turn.addGenerationPrompt !== false,
-          bos_token: special.bos ?? "",
-          eos_token: special.eos ?? "",
-        });
+        try {
+          text = run(shape);
+        } catch (e) {
+          // A template that joins a call turn's content to text fails on null: it gets "", as vLLM gives it.
+          if (!shape.nullContent) throw e;
+          shape = { ...shape, nullContent: false };
+          text = run(shape);
+        }
+        // DeepSeek-R1's and V3's templates join arguments to text (`'```json\n' + arguments`), where
+        // an object becomes "[object Map]" (Python raises): they get the arguments as the client sent them.
+        if (text.includes(OBJECT_TEXT) && !messages.some((m) => JSON.stringify(m).includes(OBJECT_TEXT))) {
+          shape = { ...shape, parseArguments: false };
+          text = run(shape);
+        }
       } catch (e) {
         // Templates raise on conversations they do not support (e.g. roles out of order): the client's input.
         throw new ApiError(400, `The chat template rejected these messages: ${e instanceof Error ? e.message : String(e)}`, "messages", "invalid_messages");
       }
-      if (turn.continueFinal) text = openFinal(text, messages);
+      if (turn.continueFinal) text = openFinal(text, messages, (list) => run(shape, list));
       return { text, startsWithBos: !!special.bos && text.startsWith(special.bos) };
     },
   };
 }
 
 /**
- * An assistant message's `tool_calls` with JSON-text arguments turned into objects, as templates
- * expect (`tool_call.arguments | tojson`); vLLM does the same. Arguments that are not JSON stay text.
+ * How messages are given to a template: `parseArguments`, tool calls' JSON-text arguments as
+ * objects; `nullContent`, a call turn without content with content null, as Hugging Face's
+ * apply_chat_template gives it (DeepSeek-R1's template writes a turn's calls only when its content
+ * `is none`), else "" (vLLM's).
  */
-function toolCallsForTemplate(m: ChatMessageIn): { tool_calls?: unknown[] } {
+interface MessageShape {
+  parseArguments: boolean;
+  nullContent: boolean;
+}
+
+/** True for an assistant message that calls tools and has no content. */
+function callsWithoutContent(m: ChatMessageIn): boolean {
   const calls = (m as { tool_calls?: unknown }).tool_calls;
-  if (!Array.isArray(calls)) return {};
-  return {
-    tool_calls: calls.map((c) => {
-      const f = (c as { function?: { arguments?: unknown } } | null)?.function;
-      if (typeof f?.arguments !== "string") return c;
-      try {
-        return { ...c, function: { ...f, arguments: JSON.parse(f.arguments) } };
-      } catch {
-        return c;
-      }
-    }),
-  };
+  return m.role === "assistant" && (m.content === null || m.content === undefined) && Array.isArray(calls) && calls.length > 0;
+}
+
+/**
+ * A message as templates read it (vLLM's chat_utils prepares messages the same way): its content as
+ * text (null for a call turn without content, by `shape`); a `developer` message as a system one
+ * where the template knows no developer role (as llama.cpp does: such templates drop it unseen);
+ * vLLM's newer `reasoning` field also as `reasoning_content`, which Qwen3's, GLM-4.5's and
+ * DeepSeek's templates read, so the prompt repeats the reasoning the model wrote and its KV is
+ * reused; and its tool calls as `shape` says.
+ */
+function templateMessage(m: ChatMessageIn, knowsDeveloper: boolean, shape: MessageShape): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...m, content: shape.nullContent && callsWithoutContent(m) ? null : messageText(m.content) };
+  if (m.role === "developer" && !knowsDeveloper) out.role = "system";
+  const reasoning = (m as { reasoning?: unknown }).reasoning;
+  if (m.role === "assistant" && typeof reasoning === "string" && typeof out.reasoning_content !== "string") out.reasoning_content = reasoning;
+  const calls = (m as { tool_calls?: unknown }).tool_calls;
+  // An empty list is no calls (vLLM drops it): templates that test `'tool_calls' in message` would raise.
+  if (Array.isArray(calls) && calls.length === 0) delete out.tool_calls;
+  else if (Array.isArray(calls) && shape.parseArguments) out.tool_calls = calls.map(toolCallForTemplate);
+  return out;
+}
+
+/**
+ * A tool call with JSON-text arguments turned into an object, as templates expect
+ * (`tool_call.arguments | tojson`); vLLM does the same, and takes empty or missing arguments as `{}`.
+ * Arguments that are not JSON stay text.
+ */
+function toolCallForTemplate(c: unknown): unknown {
+  const f = (c as { function?: { arguments?: unknown } } | null)?.function;
+  if (f === null || typeof f !== "object") return c;
+  const args = f.arguments;
+  if (args === undefined || args === null || args === "") return { ...(c as object), function: { ...f, arguments: {} } };
+  if (typeof args !== "string") return c;
+  try {
+    return { ...(c as object), function: { ...f, arguments: JSON.parse(args) } };
+  } catch {
+    return c;
+  }
 }

@@ -50,14 +50,38 @@ const Content = explained(z.union([z.string(), z.array(TextPart)]), (v) => {
   return null;
 });
 
+/**
+ * What is wrong with an assistant message's `tool_calls` (templates read them: a malformed one would
+ * render as garbage or fail deep in the template), or null. Arguments are JSON text as OpenAI sends
+ * them, an object, or missing (vLLM takes that as `{}`).
+ */
+function toolCallsFlaw(calls: unknown): Flaw | null {
+  if (calls === null || calls === undefined) return null;
+  if (!Array.isArray(calls)) return { message: "tool_calls must be an array of tool calls" };
+  for (const [i, c] of calls.entries()) {
+    const call = 'a tool call is {"id": "...", "type": "function", "function": {"name": "...", "arguments": "..."}}';
+    if (!isObject(c)) return { message: call, path: [i] };
+    if (c.id !== undefined && c.id !== null && typeof c.id !== "string") return { message: `a tool call's id must be a string, got ${JSON.stringify(c.id)}`, path: [i, "id"] };
+    if (c.type !== undefined && c.type !== null && c.type !== "function") return { message: `only tool calls of type "function" are supported, got ${JSON.stringify(c.type)}`, path: [i, "type"] };
+    const f = c.function;
+    if (!isObject(f)) return { message: call, path: [i, "function"] };
+    if (typeof f.name !== "string") return { message: `a tool call's function name must be a string, got ${JSON.stringify(f.name)}`, path: [i, "function", "name"] };
+    const a = f.arguments;
+    if (a !== undefined && a !== null && typeof a !== "string" && !isObject(a)) return { message: `a tool call's arguments must be JSON text, got ${JSON.stringify(a)}`, path: [i, "function", "arguments"] };
+  }
+  return null;
+}
+
 /** One chat message. Only an assistant message that calls tools may leave its content out. */
 export const ChatMessageSchema = z.looseObject({
   role: z.enum(["system", "developer", "user", "assistant", "tool"]),
   content: maybe(Content),
   name: z.string().optional(),
 }).superRefine((m, ctx) => {
-  if (m.content !== null && m.content !== undefined) return;
   const calls = (m as Record<string, unknown>).tool_calls;
+  const flaw = m.role === "assistant" ? toolCallsFlaw(calls) : null;
+  if (flaw) ctx.addIssue({ code: "custom", message: flaw.message, path: ["tool_calls", ...(flaw.path ?? [])], input: calls });
+  if (m.content !== null && m.content !== undefined) return;
   if (m.role === "assistant" && Array.isArray(calls) && calls.length > 0) return;
   const who = m.role === "assistant" ? "an assistant message without tool_calls" : `a ${m.role} message`;
   ctx.addIssue({ code: "custom", message: `${who} needs content`, path: ["content"], input: m.content });
@@ -173,6 +197,9 @@ export const ToolSchema = z.looseObject({
   }),
 });
 
+/** The values OpenAI accepts for a chat request's `reasoning_effort`. */
+export const REASONING_EFFORTS = ["none", "minimal", "low", "medium", "high"] as const;
+
 /** The chat template variables the server sets from the request and the model (chat-template.ts). */
 export const RESERVED_TEMPLATE_VARIABLES = ["messages", "tools", "add_generation_prompt", "bos_token", "eos_token"] as const;
 
@@ -220,6 +247,10 @@ export const ChatRequestSchema = z.looseObject({
   continue_final_message: maybe(z.boolean()),
   // vLLM's extension: at most this many reasoning tokens, then the reasoning's end is forced (reasoning-budget.ts).
   thinking_token_budget: maybe(z.number().int().min(0)),
+  // OpenAI's values (vLLM takes low, medium and high only); templates read it (gpt-oss's system message).
+  reasoning_effort: maybe(z.enum(REASONING_EFFORTS, {
+    error: (iss) => `must be one of ${REASONING_EFFORTS.map((e) => JSON.stringify(e)).join(", ")}, got ${JSON.stringify(iss.input)}`,
+  })),
   logprobs: maybe(z.boolean()),
   top_logprobs: maybe(z.number().int().min(0).max(20)),
 });
