@@ -5,7 +5,7 @@
  * text, and stays text whatever follows; an object that is not a call (not JSON, no name) ends the
  * calls, and it and the rest are returned as the model wrote them, never dropped.
  */
-import { HeldJsonValue, parseToolCallBody, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
+import { HeldJsonValue, jsonObject, type ParsedToolCall, parseToolCallBody, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
 
 /** What Llama 3.1's template has the model write before code or a call in its built-in format. */
 const PYTHON_TAG = "<|python_tag|>";
@@ -78,7 +78,7 @@ export class Llama3JsonStream {
         }
         return;
       }
-      const call = parseToolCallBody(this.buf.slice(lead, end));
+      const call = parseLlama3Call(this.buf.slice(lead, end));
       if (call === null) {
         this.mode = "text";
         return;
@@ -87,4 +87,14 @@ export class Llama3JsonStream {
       this.buf = this.buf.slice(end);
     }
   }
+}
+
+/**
+ * The call an object is, or null: a name and its "parameters" (or "arguments"), as vLLM's parser
+ * requires. An answer that is JSON for the user (`{"name": "Ada", "age": 36}`, say under a
+ * response_format) is text, not a call to a function "Ada" that drops the other keys.
+ */
+function parseLlama3Call(text: string): ParsedToolCall | null {
+  const o = jsonObject(text);
+  return o !== null && ("parameters" in o || "arguments" in o) ? parseToolCallBody(text) : null;
 }

@@ -16,7 +16,7 @@ import type { ToolCallFormat, ToolCallSyntax } from "../engine/grammar.ts";
 import { MISTRAL } from "../engine/grammar-tool-calls.ts";
 import type { Tokenizer } from "../model/config.ts";
 import type { ChatMessageIn } from "./schemas.ts";
-import { FUNCTION_NAME, HeldJsonValue, jsonObject, type ParsedToolCall, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
+import { compactJson, FUNCTION_NAME, HeldJsonValue, jsonObject, jsonParts, type ParsedToolCall, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
 
 /** A call id Mistral's templates take: nine letters or digits. */
 export const MISTRAL_CALL_ID = /^[A-Za-z0-9]{9}$/;
@@ -137,13 +137,16 @@ function readList(s: string, at: number, final: boolean, json: HeldJsonValue): R
   }
   if (!Array.isArray(list) || list.length === 0) return { kind: "bad" };
   const calls: ParsedToolCall[] = [];
-  for (const item of list) {
+  const items = jsonParts(s.slice(at, end));
+  for (const [i, item] of list.entries()) {
     const o = typeof item === "object" && item !== null && !Array.isArray(item) ? item as Record<string, unknown> : null;
     if (o === null || typeof o.name !== "string" || !FUNCTION_NAME.test(o.name)) return { kind: "bad" };
     const args = o.arguments ?? {};
     if (typeof args !== "object" || args === null || Array.isArray(args)) return { kind: "bad" };
     const id = typeof o.id === "string" && MISTRAL_CALL_ID.test(o.id) ? o.id : mistralCallId();
-    calls.push({ id, name: o.name, arguments: JSON.stringify(args) });
+    // The arguments as written (tool-calls.ts compactJson: numbers not rounded).
+    const raw = o.arguments == null ? "{}" : jsonParts(items[i].raw).findLast((p) => p.key === "arguments")!.raw;
+    calls.push({ id, name: o.name, arguments: compactJson(raw) });
   }
   return { kind: "calls", calls, used: end };
 }

@@ -14,7 +14,7 @@
  */
 import { GLM, MINIMAX, rawStringArgument } from "../engine/grammar-tool-calls.ts";
 import { compileSchema, type JsonSchema, resolve, type SchemaNode } from "../engine/json-schema.ts";
-import { type CallSyntax, FUNCTION_NAME, type ParsedToolCall } from "./tool-calls.ts";
+import { type CallSyntax, compactJson, FUNCTION_NAME, type ParsedToolCall } from "./tool-calls.ts";
 
 /** A tool as the parser sees it: its name and its parameters' schema. */
 export interface ToolSpec {
@@ -32,22 +32,32 @@ const QWEN_PARAMETER = /^\s*<parameter=([^>\n]+)>\n?([\s\S]*?)\n?<\/parameter>/;
 const MINIMAX_NAME = /^\s*(?:"([^"\n]+)"|'([^'\n]+)')\s*>/;
 const MINIMAX_PARAMETER = /^\s*<parameter name=(?:"([^"\n]+)"|'([^'\n]+)')>([\s\S]*?)<\/parameter>/;
 
+/**
+ * Whether a body ends inside a value (its last `open` after its last `close`): a raw string value
+ * may hold the call's closing tag (a file about tool calls; forced calls' grammars allow it), which
+ * is then the value's text.
+ */
+const inValue = (open: string, close: string) => (body: string) => body.lastIndexOf(open) > body.lastIndexOf(close);
+
 /** The GLM syntax for `ToolCallStream`, reading argument types from `tools`. */
 export function glmSyntax(tools: readonly ToolSpec[]): CallSyntax {
   const props = toolProps(tools);
-  return { open: GLM.open, close: GLM.close, parse: (body) => parseGlmBody(body, props) };
+  return { open: GLM.open, close: GLM.close, parse: (body) => parseGlmBody(body, props), unclosed: inValue(GLM.valueOpen, GLM.valueClose) };
 }
 
 /** The Qwen3-Coder syntax for `ToolCallStream`, reading argument types from `tools`. */
 export function qwen3CoderSyntax(tools: readonly ToolSpec[]): CallSyntax {
   const props = toolProps(tools);
-  return { open: "<tool_call>", close: "</tool_call>", parse: (body) => parseQwen3CoderBody(body, props) };
+  return { open: "<tool_call>", close: "</tool_call>", parse: (body) => parseQwen3CoderBody(body, props), unclosed: inValue("<parameter=", "</parameter>") };
 }
 
 /** The MiniMax M2 syntax for `ToolCallStream` (each `<invoke>` a call, the section tags dropped), reading argument types from `tools`. */
 export function minimaxSyntax(tools: readonly ToolSpec[]): CallSyntax {
   const props = toolProps(tools);
-  return { open: MINIMAX.invoke, close: MINIMAX.invokeEnd, drop: [MINIMAX.sectionBegin, MINIMAX.sectionEnd], parse: (body) => parseMinimaxBody(body, props) };
+  return {
+    open: MINIMAX.invoke, close: MINIMAX.invokeEnd, drop: [MINIMAX.sectionBegin, MINIMAX.sectionEnd], parse: (body) => parseMinimaxBody(body, props),
+    unclosed: inValue("<parameter name=", "</parameter>"),
+  };
 }
 
 /** The call in one `<invoke name=` block's body (`"NAME">` then parameters), or null when it is not one. */
@@ -91,24 +101,27 @@ function regexPair(re: RegExp): PairReader {
 /** The call `name` with the pairs `pair` reads from `rest` (nothing but whitespace between them), or null. */
 function readPairs(name: string, rest: string, pair: PairReader, props: ToolProps): ParsedToolCall | null {
   const types = props.get(name);
-  const args: Record<string, unknown> = {};
+  // Each key's value as JSON text; a key written twice keeps its first place and its last value, as in an object.
+  const args = new Map<string, string>();
   while (rest.trim() !== "") {
     const m = pair(rest);
     if (m === null) return null;
     const key = m.key.trim();
     const type = types?.get(key);
-    args[key] = type !== undefined && rawStringArgument(type) ? m.value : jsonOrText(m.value);
+    args.set(key, type !== undefined && rawStringArgument(type) ? JSON.stringify(m.value) : jsonOrText(m.value));
     rest = rest.slice(m.length);
   }
-  return { name, arguments: JSON.stringify(args) };
+  return { name, arguments: `{${[...args].map(([k, v]) => `${JSON.stringify(k)}:${v}`).join(",")}}` };
 }
 
-function jsonOrText(v: string): unknown {
+/** A value as JSON text: as written where it is JSON (compactJson: numbers not rounded), else a string of it. */
+function jsonOrText(v: string): string {
   try {
-    return JSON.parse(v);
+    JSON.parse(v);
   } catch {
-    return v;
+    return JSON.stringify(v);
   }
+  return compactJson(v.trim());
 }
 
 function toolProps(tools: readonly ToolSpec[]): ToolProps {

@@ -28,10 +28,23 @@ export interface CallSyntax {
   readonly drop?: readonly string[];
   /** The call in a body (between the tags, untrimmed), or null when the body is not a call. */
   parse(body: string): ParsedToolCall | null;
+  /** Whether the body so far is still open, so a closing tag after it is the body's text (in a JSON string, a raw value), not the tag; tried only where the longer body is then a call. */
+  unclosed?(body: string): boolean;
 }
 
-/** The Hermes format: a JSON object between `<tool_call>` and `</tool_call>`. */
-export const HERMES: CallSyntax = { open: "<tool_call>", close: "</tool_call>", parse: (body) => parseToolCallBody(body.trim()) };
+/**
+ * The Hermes format: a JSON object between `<tool_call>` and `</tool_call>`. A `</tool_call>` inside
+ * the object's strings (an agent writing a file about tool calls) is the arguments' text.
+ */
+export const HERMES: CallSyntax = {
+  open: "<tool_call>",
+  close: "</tool_call>",
+  parse: (body) => parseToolCallBody(body.trim()),
+  unclosed: (body) => {
+    const at = body.length - body.trimStart().length;
+    return body[at] === "{" && new HeldJsonValue().end(body, at) < 0;
+  },
+};
 
 /** The JSON object `text` holds, or null when it is not JSON or not an object. */
 export function jsonObject(text: string): Record<string, unknown> | null {
@@ -48,8 +61,82 @@ export function jsonObject(text: string): Record<string, unknown> | null {
 export function parseToolCallBody(body: string): ParsedToolCall | null {
   const o = jsonObject(body);
   if (o === null || typeof o.name !== "string" || o.name.length === 0) return null;
-  const args = o.arguments ?? o.parameters ?? {};
-  return { name: o.name, arguments: typeof args === "string" ? args : JSON.stringify(args) };
+  const key = o.arguments != null ? "arguments" : o.parameters != null ? "parameters" : null;
+  if (key === null) return { name: o.name, arguments: "{}" };
+  const args = o[key];
+  if (typeof args === "string") return { name: o.name, arguments: args };
+  // The value as written, not re-serialized: JSON.parse rounds 12345678901234567890 and makes 1e400 null.
+  const raw = jsonParts(body.trim()).findLast((p) => p.key === key)!.raw;
+  return { name: o.name, arguments: compactJson(raw) };
+}
+
+/**
+ * Valid JSON text without its insignificant whitespace, each string as JSON.stringify writes it
+ * and each number as written: JSON.stringify(JSON.parse(text)) but for numbers, which a round trip
+ * through a double would round (a 19-digit id) or turn to null (1e400).
+ */
+export function compactJson(text: string): string {
+  let out = "";
+  for (let i = 0; i < text.length;) {
+    const c = text[i];
+    if (c === '"') {
+      const end = stringEnd(text, i);
+      out += JSON.stringify(JSON.parse(text.slice(i, end)));
+      i = end;
+    } else {
+      if (!/\s/.test(c)) out += c;
+      i++;
+    }
+  }
+  return out;
+}
+
+/** The members of a valid JSON object (each key, decoded) or the items of a valid JSON array, as written. */
+export function jsonParts(text: string): { key?: string; raw: string }[] {
+  const parts: { key?: string; raw: string }[] = [];
+  const isObject = text[0] === "{";
+  const skip = (i: number) => {
+    while (/\s/.test(text[i] ?? "")) i++;
+    return i;
+  };
+  for (let i = skip(1); text[i] !== "}" && text[i] !== "]";) {
+    let key: string | undefined;
+    if (isObject) {
+      const end = stringEnd(text, i);
+      key = JSON.parse(text.slice(i, end)) as string;
+      i = skip(skip(end) + 1); // past the colon
+    }
+    const end = valueEnd(text, i);
+    parts.push({ ...(key === undefined ? {} : { key }), raw: text.slice(i, end) });
+    i = skip(end);
+    if (text[i] === ",") i = skip(i + 1);
+  }
+  return parts;
+}
+
+/** The index just past the JSON string that opens at `at`. */
+function stringEnd(text: string, at: number): number {
+  let i = at + 1;
+  while (text[i] !== '"') i += text[i] === "\\" ? 2 : 1;
+  return i + 1;
+}
+
+/** The index just past the JSON value that starts at `at` in valid JSON text. */
+function valueEnd(text: string, at: number): number {
+  if (text[at] === '"') return stringEnd(text, at);
+  if (text[at] !== "{" && text[at] !== "[") {
+    // A number or literal: up to the next delimiter, searched in place (no copy of the rest).
+    const delimiter = /[\s,\]}]/g;
+    delimiter.lastIndex = at;
+    return delimiter.exec(text)?.index ?? text.length;
+  }
+  let depth = 0;
+  for (let i = at; ; i++) {
+    const c = text[i];
+    if (c === '"') i = stringEnd(text, i) - 1;
+    else if (c === "{" || c === "[") depth++;
+    else if ((c === "}" || c === "]") && --depth === 0) return i + 1;
+  }
 }
 
 /** Splits finished Hermes-format output into text and calls; `content` is null when only calls remain. */
@@ -119,16 +206,19 @@ export class ToolCallStream {
         this.inCall = tag === open;
         continue;
       }
-      const end = this.buf.indexOf(close);
+      const first = this.buf.indexOf(close);
+      let end = first;
+      while (end >= 0 && this.syntax.unclosed?.(this.buf.slice(0, end))) end = this.buf.indexOf(close, end + 1);
       if (end < 0) {
         this.held = [this.buf];
         this.heldTail = tail(this.buf, close.length - 1);
         this.buf = "";
         return out;
       }
-      const body = this.buf.slice(0, end);
-      const call = this.syntax.parse(body);
-      out.push(call ? { kind: "call", call } : { kind: "text", text: open + body + close });
+      const call = this.syntax.parse(this.buf.slice(0, end));
+      // Not a call even with the tags in its strings: the block is text up to the first closing tag.
+      if (call === null) end = first;
+      out.push(call ? { kind: "call", call } : { kind: "text", text: open + this.buf.slice(0, end) + close });
       this.buf = this.buf.slice(end + close.length);
       this.inCall = false;
     }
@@ -142,7 +232,12 @@ export class ToolCallStream {
     if (!this.inCall) return rest ? [{ kind: "text", text: rest }] : [];
     this.inCall = false;
     const call = this.syntax.parse(rest);
-    return call ? [{ kind: "call", call }] : [{ kind: "text", text: this.syntax.open + rest }];
+    if (call) return [{ kind: "call", call }];
+    // A closing tag was passed over as the body's text, but no call came of it: the block ends there after all.
+    const first = rest.indexOf(this.syntax.close);
+    if (first < 0) return [{ kind: "text", text: this.syntax.open + rest }];
+    const block = this.syntax.open + rest.slice(0, first + this.syntax.close.length);
+    return [{ kind: "text", text: block }, ...this.push(rest.slice(first + this.syntax.close.length)), ...this.end()];
   }
 }
 
