@@ -41,6 +41,12 @@ const CONFIG_KEYS: Record<Speculation["method"], readonly string[]> = {
   draft_model: ["method", "model", "num_speculative_tokens", "num_speculative_tokens_schedule", "disable_by_batch_size"],
 };
 
+/** Longest suffix draft: vLLM drafts up to its tree depth when num_speculative_tokens is absent, this engine up to this many. */
+const SUFFIX_MAX_TOKENS = 64;
+
+/** vLLM's spellings of the n-gram method in `model` or `method` (`"[ngram]"` from its older `--speculative-model`). */
+const NGRAM_NAMES: readonly unknown[] = ["ngram", "[ngram]"];
+
 /** A speculation setting out of range: names the field and quotes the value. */
 export class SpeculationConfigError extends RangeError {
   override name = "SpeculationConfigError";
@@ -52,7 +58,7 @@ export function checkSpeculation<S extends Speculation>(s: S): S {
     if (!Number.isInteger(v) || v < lo || v > hi) throw new SpeculationConfigError(`The speculative ${name} must be an integer from ${lo} to ${hi}, got ${v}`);
   };
   if (s.method === "suffix") {
-    whole("num_speculative_tokens", s.numTokens, 1, 64);
+    whole("num_speculative_tokens", s.numTokens, 1, SUFFIX_MAX_TOKENS);
     whole("suffix_decoding_max_tree_depth", s.maxDepth, 2, 256);
     whole("suffix_decoding_max_cached_requests", s.maxCachedRequests, 0, 1 << 20);
     if (!(s.maxSpecFactor > 0 && s.maxSpecFactor <= 64)) throw new SpeculationConfigError(`The speculative suffix_decoding_max_spec_factor must be a number above 0 and at most 64, got ${s.maxSpecFactor}`);
@@ -108,7 +114,8 @@ export function ngramDraft(tokens: readonly number[], s: Pick<NgramSpeculation, 
  * value, both missing take 5 (vLLM's defaults); or for suffix drafts, e.g. `{"method": "suffix"}`
  * (vLLM's `suffix_decoding_*` keys and defaults); or for a draft model, e.g. `{"method": "draft_model",
  * "model": "draft.gguf", "num_speculative_tokens": 4}` (as in vLLM, a `model` without a `method` means
- * one). EAGLE and MTP methods are refused: they need trained draft heads this engine does not run.
+ * one, unless it is `"ngram"` or `"[ngram]"`, vLLM's older spelling of the n-gram method). EAGLE and
+ * MTP methods are refused: they need trained draft heads this engine does not run.
  */
 export function parseSpeculativeConfig(text: string): Speculation {
   let v: unknown;
@@ -119,12 +126,14 @@ export function parseSpeculativeConfig(text: string): Speculation {
   }
   if (typeof v !== "object" || v === null || Array.isArray(v)) throw new SpeculationConfigError(`The speculative config must be a JSON object, got ${JSON.stringify(text)}`);
   const o = v as Record<string, unknown>;
-  const method = o.method ?? (o.model !== undefined ? "draft_model" : undefined);
+  // As vLLM: a `model` without a `method` is a draft model, unless it names the n-gram method.
+  const method = NGRAM_NAMES.includes(o.method ?? o.model) ? "ngram" : o.method ?? (o.model !== undefined ? "draft_model" : undefined);
   if (method !== "ngram" && method !== "suffix" && method !== "draft_model") {
     throw new SpeculationConfigError(`Speculative method ${JSON.stringify(method ?? null)} is not supported; "ngram" (prompt lookup), "suffix" (suffix decoding) and "draft_model" are`);
   }
   const keys = CONFIG_KEYS[method];
-  const unknown = Object.keys(o).filter((k) => !keys.includes(k));
+  // A `model` naming the n-gram method is that method's spelling, not a key of its own.
+  const unknown = Object.keys(o).filter((k) => !keys.includes(k) && !(k === "model" && method === "ngram" && NGRAM_NAMES.includes(o.model)));
   if (unknown.length > 0) throw new SpeculationConfigError(`Unknown speculative config key "${unknown[0]}" for method "${method}"; this server reads ${keys.join(", ")}`);
   const num = (key: string): number | undefined => {
     const x = o[key];
@@ -141,10 +150,11 @@ export function parseSpeculativeConfig(text: string): Speculation {
     return checkSpeculation({ method, model: o.model, numTokens, ...(batch !== undefined ? { disableByBatchSize: batch } : {}), ...(schedule !== undefined ? { schedule } : {}) });
   }
   if (method === "suffix") {
-    // vLLM's defaults; the draft length defaults to the depth.
+    // vLLM's defaults; the draft length defaults to the depth (within this engine's longest draft,
+    // so a deep tree alone is not refused for a num_speculative_tokens nobody gave).
     const maxDepth = num("suffix_decoding_max_tree_depth") ?? 24;
     return checkSpeculation({
-      method: "suffix", numTokens: numTokens ?? maxDepth, maxDepth, maxCachedRequests: num("suffix_decoding_max_cached_requests") ?? 10000,
+      method: "suffix", numTokens: numTokens ?? Math.min(maxDepth, SUFFIX_MAX_TOKENS), maxDepth, maxCachedRequests: num("suffix_decoding_max_cached_requests") ?? 10000,
       maxSpecFactor: num("suffix_decoding_max_spec_factor") ?? 1, minTokenProb: num("suffix_decoding_min_token_prob") ?? 0.1, ...(batch !== undefined ? { disableByBatchSize: batch } : {}),
     });
   }

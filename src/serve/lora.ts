@@ -19,17 +19,48 @@ export interface LoraModule {
   path: string;
 }
 
-/** Parses `--lora-modules`: comma-separated `name=path` pairs. Throws a RangeError naming the bad entry. */
+/**
+ * Parses `--lora-modules`: comma-separated `name=path` pairs, or vLLM's JSON form, an object
+ * `{"name": …, "path": …, "base_model_name": …}` or an array of them (the JSON holds commas, so it is
+ * the whole value). `base_model_name` is read and not used: an adapter's parent is the served model.
+ * Throws a RangeError naming the bad entry.
+ */
 export function parseLoraModules(spec: string): LoraModule[] {
+  const trimmed = spec.trim();
+  const entries = trimmed.startsWith("{") || trimmed.startsWith("[") ? jsonModules(trimmed) : spec.split(",").map((raw) => pairModule(raw.trim())).filter((m) => m !== undefined);
   const out: LoraModule[] = [];
-  for (const raw of spec.split(",").map((s) => s.trim()).filter((s) => s !== "")) {
-    const eq = raw.indexOf("=");
-    const name = raw.slice(0, eq).trim(), path = raw.slice(eq + 1).trim();
-    if (eq < 1 || name === "" || path === "") throw new RangeError(`--lora-modules takes name=path pairs separated by commas, got "${raw}"`);
-    if (out.some((m) => m.name === name)) throw new RangeError(`--lora-modules names "${name}" twice`);
-    out.push({ name, path });
+  for (const m of entries) {
+    if (out.some((o) => o.name === m.name)) throw new RangeError(`--lora-modules names "${m.name}" twice`);
+    out.push(m);
   }
   return out;
+}
+
+/** One `name=path` entry (undefined for an empty one). */
+function pairModule(raw: string): LoraModule | undefined {
+  if (raw === "") return undefined;
+  const eq = raw.indexOf("=");
+  const name = raw.slice(0, eq).trim(), path = raw.slice(eq + 1).trim();
+  if (eq < 1 || name === "" || path === "") throw new RangeError(`--lora-modules takes name=path pairs separated by commas, got "${raw}"`);
+  return { name, path };
+}
+
+/** vLLM's JSON entries (its LoRAModulePath: name, path, base_model_name). */
+function jsonModules(text: string): LoraModule[] {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    throw new RangeError(`--lora-modules JSON is not valid: ${JSON.stringify(text)}`);
+  }
+  return (Array.isArray(v) ? v : [v]).map((e: unknown) => {
+    const o = typeof e === "object" && e !== null && !Array.isArray(e) ? e as Record<string, unknown> : undefined;
+    const extra = o && Object.keys(o).find((k) => k !== "name" && k !== "path" && k !== "base_model_name");
+    if (!o || typeof o.name !== "string" || o.name.trim() === "" || typeof o.path !== "string" || o.path.trim() === "" || extra !== undefined) {
+      throw new RangeError(`--lora-modules JSON entries are {"name": …, "path": …} objects (base_model_name optional), got ${JSON.stringify(e)}`);
+    }
+    return { name: o.name.trim(), path: o.path.trim() };
+  });
 }
 
 /**
@@ -46,13 +77,20 @@ export function withAdapter(engine: ServingEngine, name: string): ServingEngine 
   });
 }
 
-/** Reads the adapter file at `path` and loads it into `engine` as `name`; errors become ApiErrors (400, 404 for a missing file). */
-export async function loadAdapterInto(engine: ServingEngine, model: LoadedModel, name: string, path: string): Promise<void> {
+/**
+ * Reads the adapter file at `path` and loads it into `engine` as `name`; errors become ApiErrors (400,
+ * 404 for a missing file). `inplace` (vLLM's `load_inplace`) replaces an adapter already loaded as
+ * `name`, once the new file has been read (a bad file leaves the old adapter serving); refused while
+ * requests use the old one.
+ */
+export async function loadAdapterInto(engine: ServingEngine, model: LoadedModel, name: string, path: string, inplace = false): Promise<void> {
   if (!engine.loadAdapter) throw new ApiError(400, "This server's engine cannot load LoRA adapters", "lora_name", "lora_unsupported");
-  if (engine.adapterNames?.().includes(name)) throw new ApiError(400, `The LoRA adapter '${name}' has already been loaded`, "lora_name", "invalid_value");
+  const loaded = engine.adapterNames?.().includes(name) ?? false;
+  if (loaded && !inplace) throw new ApiError(400, `The LoRA adapter '${name}' has already been loaded`, "lora_name", "invalid_value");
   if (!(await pathExists(path))) throw new ApiError(404, `LoRA adapter not found: "${path}"`, "lora_path", "not_found");
   try {
     const adapter = await loadLoraAdapter(path, model.config, { hasOutput: model.weights.output !== undefined });
+    if (loaded) await engine.unloadAdapter!(name);
     await engine.loadAdapter(name, adapter);
   } catch (e) {
     if (e instanceof LoraAdapterError) throw new ApiError(400, e.message, "lora_name", "invalid_value");
@@ -61,7 +99,7 @@ export async function loadAdapterInto(engine: ServingEngine, model: LoadedModel,
   }
 }
 
-const LoadRequest = z.looseObject({ lora_name: z.string().min(1), lora_path: z.string().min(1) });
+const LoadRequest = z.looseObject({ lora_name: z.string().min(1), lora_path: z.string().min(1), load_inplace: z.boolean().nullish() });
 const UnloadRequest = z.looseObject({ lora_name: z.string().min(1), lora_int_id: z.number().int().nullish() });
 
 /** What {@link addLoraRoutes} needs from the app. */
@@ -86,7 +124,7 @@ export function addLoraRoutes(app: Hono, o: LoraRoutesOptions): void {
     gate();
     const body = await o.readBody(c, LoadRequest);
     if (body.lora_name === o.modelName) throw new ApiError(400, `A LoRA adapter cannot take the base model's name '${o.modelName}'`, "lora_name", "invalid_value");
-    await loadAdapterInto(o.engine, o.model, body.lora_name, body.lora_path);
+    await loadAdapterInto(o.engine, o.model, body.lora_name, body.lora_path, body.load_inplace === true);
     o.sources.set(body.lora_name, body.lora_path);
     return c.text(`Success: LoRA adapter '${body.lora_name}' added successfully.`);
   });
