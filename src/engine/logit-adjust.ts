@@ -12,7 +12,8 @@ export type LogitAdditions = ReadonlyMap<number, number>;
 
 /**
  * Refuses adjustments the model cannot apply (token ids outside its vocabulary, non-finite numbers),
- * log-probability requests out of range and a priority that is not a whole number.
+ * log-probability requests out of range, a min_tokens above max_tokens and a priority that is not a
+ * whole number.
  */
 export function checkSamplingRequest(req: GenerateRequest, vocabSize: number): void {
   for (const [what, lp] of [["", req.logprobs], ["prompt ", req.promptLogprobs]] as const) {
@@ -28,6 +29,10 @@ export function checkSamplingRequest(req: GenerateRequest, vocabSize: number): v
     if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new RequestParamError(`Token ${id} in stop_token_ids is outside this model's vocabulary of ${vocabSize} tokens`);
   }
   if (req.minTokens !== undefined && !(Number.isInteger(req.minTokens) && req.minTokens >= 0)) throw new RequestParamError(`The min_tokens must be a whole number, 0 or more, got ${req.minTokens}`);
+  // vLLM refuses it too (SamplingParams._verify_args): the output could never reach min_tokens.
+  if (req.minTokens !== undefined && req.maxTokens !== undefined && req.minTokens > req.maxTokens) {
+    throw new RequestParamError(`The min_tokens must be at most max_tokens (${req.maxTokens}), got min_tokens = ${req.minTokens}`);
+  }
   if (req.priority !== undefined && !Number.isSafeInteger(req.priority)) throw new RequestParamError(`The priority must be a whole number, got ${req.priority}`);
   if (req.minP !== undefined && !(req.minP >= 0 && req.minP <= 1)) throw new RequestParamError(`The min_p must be a number from 0 to 1, got ${req.minP}`);
   if (req.repetitionPenalty !== undefined && !(req.repetitionPenalty > 0 && Number.isFinite(req.repetitionPenalty))) {

@@ -7,10 +7,16 @@ import { type Tokenizer, tokenTextOf } from "../model/config.ts";
 
 const enc = new TextEncoder();
 
-/** One chat `logprobs.content` entry. */
+/**
+ * One chat `logprobs.content` entry. Its `bytes` are the token's own bytes where the tokenizer knows
+ * them: a piece of a character (a byte-fallback token, part of an emoji) has text U+FFFD, whose
+ * UTF-8 would lose which bytes it stands for, and OpenAI's `bytes` exist so that the pieces join.
+ */
 function chatEntry(tokenizer: Tokenizer, id: number, logprob: number) {
   const token = tokenTextOf(tokenizer, id);
-  return { token, logprob, bytes: [...enc.encode(token)] };
+  // A token whose own bytes are unknown or empty (a control token) keeps its text's bytes.
+  const own = token.includes("\uFFFD") ? tokenizer.tokenBytes?.(id) : undefined;
+  return { token, logprob, bytes: own !== undefined && own.length > 0 ? [...own] : [...enc.encode(token)] };
 }
 
 /** Chat's `logprobs` object for these tokens. */
@@ -31,8 +37,10 @@ export interface CompletionLogprobs {
 
 /**
  * Completions' `logprobs` object for these tokens; `offset` is the position of the first token's
- * text in the generated text (0, then what earlier chunks of a stream covered). Alternatives whose
- * texts coincide keep the likelier one, as a JSON object cannot hold a key twice.
+ * text in the generated text (0, then what earlier chunks of a stream covered). Each step's
+ * `top_logprobs` holds its alternatives and the token itself when they lack it (OpenAI's "up to
+ * logprobs + 1 elements", as vLLM answers), so `logprobs` 0 still names the token. Alternatives
+ * whose texts coincide keep the likelier one, as a JSON object cannot hold a key twice.
  */
 export function completionLogprobs(tokenizer: Tokenizer, lps: readonly TokenLogprob[], offset = 0): CompletionLogprobs {
   const tokens = lps.map((lp) => tokenTextOf(tokenizer, lp.id));
@@ -48,7 +56,9 @@ export function completionLogprobs(tokenizer: Tokenizer, lps: readonly TokenLogp
     top_logprobs: lps.map((lp) => {
       // No prototype: a token may read "__proto__" or "constructor".
       const top: Record<string, number> = Object.create(null);
-      for (const [id, l] of lp.top) {
+      // The token itself, when not among them, is no likelier than any of them: it goes last.
+      const own: [number, number][] = lp.top.some(([id]) => id === lp.id) ? [] : [[lp.id, lp.logprob]];
+      for (const [id, l] of [...lp.top, ...own]) {
         const t = tokenTextOf(tokenizer, id);
         if (!Object.hasOwn(top, t)) top[t] = l;
       }

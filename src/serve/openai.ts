@@ -129,7 +129,23 @@ function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, ctx
     throw new ApiError(400, `Prompt log probabilities cannot be streamed, got prompt_logprobs = ${body.prompt_logprobs} with stream = true`, "prompt_logprobs", "invalid_value");
   }
   if ("suffix" in body && body.suffix) throw unsupported(`A suffix is not supported (no fill-in-the-middle), got suffix = ${describe(body.suffix)}`, "suffix");
+  for (const [name, isSet] of UNIMPLEMENTED_VLLM_FIELDS) {
+    const value = (body as Record<string, unknown>)[name];
+    if (isSet(value)) throw unsupported(`The vLLM parameter ${name} is not supported by this server, got ${name} = ${describe(value)}`, name);
+  }
 }
+
+/**
+ * vLLM's request fields this server does not implement, with when a value asks for something: a 400
+ * then, rather than an answer that silently ignores it (without include_stop_str_in_output's stop
+ * string, say). Their default values pass.
+ */
+const UNIMPLEMENTED_VLLM_FIELDS: readonly (readonly [string, (v: unknown) => boolean])[] = [
+  ["include_stop_str_in_output", (v) => v === true],
+  ["use_beam_search", (v) => v === true],
+  ["return_tokens_as_token_ids", (v) => v === true],
+  ["logprob_token_ids", (v) => Array.isArray(v) && v.length > 0],
+];
 
 /** Refuses a priority other than 0 under `--scheduling-policy fcfs`, as vLLM does. */
 export function checkPriority(ctx: Pick<ServeContext, "priorityScheduling">, priority: number | null | undefined): void {
@@ -229,7 +245,8 @@ export function submit(ctx: ServeContext, reqs: readonly GenerateRequest[], n: n
     for (const [i, req] of reqs.entries()) {
       if (reqs.length > 1) promptParam = `${param}[${i}]`;
       for (let i = 0; i < n; i++) {
-        const one: GenerateRequest = req.seed === undefined ? { ...req } : { ...req, seed: (req.seed + i) >>> 0 };
+        // The whole seed: cut to 32 bits, seeds 2^32 apart would sample alike (seededUniforms takes 53).
+        const one: GenerateRequest = req.seed === undefined ? { ...req } : { ...req, seed: req.seed + i };
         if (i > 0 && scoreOnce) delete one.promptLogprobs;
         handles.push(ctx.engine.submit(one));
       }
@@ -396,6 +413,9 @@ function checkCompletionShape(body: CompletionRequest, prompts: number): number 
   return bestOf;
 }
 
+/** The max_tokens of a completion request that leaves it out (OpenAI's and vLLM's default). */
+export const COMPLETION_DEFAULT_MAX_TOKENS = 16;
+
 /** The most generations (prompts × best_of or n) one completion request may ask for. */
 export const MAX_COMPLETION_GENERATIONS = 256;
 
@@ -413,6 +433,11 @@ export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Su
   const reqs = prompts.map((p) => {
     // Scoring only still samples one token (the engine always does); it is not returned.
     const req = engineRequest(body, ctx, p.ids, scoreOnly ? 1 : body.max_tokens, false, grammar);
+    // Left out, a completion's max_tokens is 16 (OpenAI's and vLLM's CompletionRequest default), within
+    // the model's default and what the context leaves; chat's runs to those.
+    if (body.max_tokens === undefined || body.max_tokens === null) {
+      req.maxTokens = Math.max(1, Math.min(COMPLETION_DEFAULT_MAX_TOKENS, req.maxTokens ?? Infinity, ctx.engine.maxModelLen - p.ids.length));
+    }
     // best_of ranks by log probability per token, so it asks for them whatever the client asked.
     if (perPrompt > n) req.logprobs ??= 0;
     // Echo's prompt log probabilities and prompt_logprobs share one ask: the larger count, each cut to its own.
