@@ -4,7 +4,7 @@
  * whatever it holds (subtrees allowed whole).
  */
 import { ALL_KINDS, ASCII_KINDS, OTHER_KIND, WIDE_KIND } from "./char-kinds.ts";
-import type { CompiledRegex, RegexState } from "./regex-nfa.ts";
+import type { CompiledRegex, RegexState, RunRoom } from "./regex-nfa.ts";
 import { type Frame, type GrammarState, inClass, uniqueSeen } from "./grammar-frames.ts";
 
 /** Numbers schema nodes and piece lists by identity, for {@link grammarStateKey}. */
@@ -86,16 +86,17 @@ export function grammarPlainTextRooms(state: GrammarState): PlainTextRoom[] {
     const f = c.top;
     if (f !== null && f.k === "re") {
       // A whole-output expression: unbounded, so only the kinds that lead it back to where it is count.
-      const kinds = f.re.universal(f.rs) ? ALL_KINDS : f.re.selfLoops(f.rs, ASCII_KINDS);
-      if (kinds !== 0) out.push({ room: Infinity, kinds });
+      // A whole-output expression has no length bound: the runs of characters it reads whatever they hold.
+      for (const r of patternRooms([f.re], [f.rs], ALL_KINDS)) out.push({ room: r.depth, kinds: r.kinds });
       continue;
     }
     if (f !== null && f.k === "raw") {
       // Raw text takes any character but its end tag; plain text of no "other" kind (char-kinds.ts)
       // holds no `<`, so never starts the tag.
-      const p = patternRoom(f.re, f.rs, ALL_KINDS & ~OTHER_KIND);
-      const room = f.max - f.n - p.need;
-      if (p.kinds !== 0 && room > 0) out.push({ room, kinds: p.kinds });
+      for (const p of patternRooms(f.re, f.rs, ALL_KINDS & ~OTHER_KIND)) {
+        const room = Math.min(p.depth, f.max - f.n - p.need);
+        if (room > 0) out.push({ room, kinds: p.kinds });
+      }
       continue;
     }
     if (f !== null && f.k === "tagged") {
@@ -112,13 +113,14 @@ export function grammarPlainTextRooms(state: GrammarState): PlainTextRoom[] {
     if (f === null || f.k !== "str" || f.esc !== 0) continue;
     const seen = uniqueSeen(f.up);
     const duplicates = seen !== null && seen.length > 0;
-    const { kinds, need } = patternRoom(f.re, f.rs, ALL_KINDS);
     // An item of a uniqueItems array keeps a character of room, so that a value equal to an earlier
     // item can still grow (guardedStep checks each character it steps; this path steps none); under
     // a pattern that has not matched for good, growing is not sure: no shortcut there.
-    if (duplicates && kinds !== ALL_KINDS) continue;
-    const room = f.max - f.n - need - (duplicates ? 1 : 0);
-    if (kinds !== 0 && room > 0) out.push({ room, kinds });
+    if (duplicates && f.re.some((re, i) => !re.universal(f.rs[i]))) continue;
+    for (const p of patternRooms(f.re, f.rs, ALL_KINDS)) {
+      const room = Math.min(p.depth, f.max - f.n - p.need - (duplicates ? 1 : 0));
+      if (room > 0) out.push({ room, kinds: p.kinds });
+    }
   }
   return out;
 }
@@ -155,18 +157,24 @@ function classLoopKinds(f: Extract<Frame, { k: "cls" }>): number {
   return kinds;
 }
 
+/** Longest run of plain characters looked at from a pattern's state (longer token texts are stepped into). */
+const RUN_CAP = 64;
+
 /**
- * Of `kinds`, those that lead every pattern back to where it is (all, once a pattern has matched for
- * good), and the most characters a pattern still needs to match.
+ * Runs of plain text (char-kinds.ts kinds within `kinds`) that every pattern of a string reads
+ * whatever they hold (regex-nfa.ts `runRooms`; a pattern matched for good reads any): each entry's
+ * texts of at most `depth` characters keep every pattern live, and then still `need` more characters
+ * at most to reach a match.
  */
-function patternRoom(re: readonly CompiledRegex[], rs: readonly RegexState[], kinds: number): { kinds: number; need: number } {
-  let need = 0;
-  for (let i = 0; i < re.length; i++) {
+function patternRooms(re: readonly CompiledRegex[], rs: readonly RegexState[], kinds: number): RunRoom[] {
+  let rooms: RunRoom[] = [{ depth: Infinity, kinds, need: 0 }];
+  for (let i = 0; i < re.length && rooms.length > 0; i++) {
     if (re[i].universal(rs[i])) continue;
-    kinds &= re[i].selfLoops(rs[i], ASCII_KINDS);
-    need = Math.max(need, re[i].minToAccept(rs[i]));
+    const runs = re[i].runRooms(rs[i], ASCII_KINDS, RUN_CAP);
+    rooms = rooms.flatMap((a) => runs.map((b) => ({ depth: Math.min(a.depth, b.depth), kinds: a.kinds & b.kinds, need: Math.max(a.need, b.need) })))
+      .filter((r) => r.kinds !== 0);
   }
-  return { kinds, need };
+  return rooms;
 }
 
 /** Whether `text` is plain in the sense of {@link grammarPlainTextRooms}. */

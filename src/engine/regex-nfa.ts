@@ -45,10 +45,21 @@ export interface CompiledRegex {
   /** The one character (code point) every continuation starts with, or null: several, or the text may end here. */
   only(state: RegexState): string | null;
   /**
-   * Bit i set when every character of `classes[i]` leads from `state` back to it (a run of them
-   * leaves the expression where it is). Cached per state for the last `classes` asked.
+   * Runs of characters the expression reads from `state` whatever they hold: entries {depth, kinds,
+   * need}, where every text of at most `depth` characters (Infinity: any length), each in one of the
+   * `classes` whose bit is in `kinds`, steps to a live state, and `need` is the most `minToAccept` of
+   * the states such texts reach. Narrower `kinds` come with deeper runs. Up to `cap` characters are
+   * looked at. A counted run (`[^<>]{1,200}`) has no self-loop but a deep run. Cached per state for
+   * the last `classes` asked.
    */
-  selfLoops(state: RegexState, classes: readonly string[]): number;
+  runRooms(state: RegexState, classes: readonly string[], cap: number): readonly RunRoom[];
+}
+
+/** One entry of {@link CompiledRegex.runRooms}. */
+export interface RunRoom {
+  readonly depth: number;
+  readonly kinds: number;
+  readonly need: number;
 }
 
 /**
@@ -162,7 +173,7 @@ class Compiled implements CompiledRegex {
   readonly #keep: Uint8Array;
   readonly #mark: Uint32Array;
   #stamp = 0;
-  readonly #cache = new Map<string, { readonly state: DState; readonly next: Map<string, DState | null>; loops?: { classes: readonly string[]; mask: number } }>();
+  readonly #cache = new Map<string, { readonly state: DState; readonly next: Map<string, DState | null>; runs?: { classes: readonly string[]; cap: number; rooms: readonly RunRoom[] } }>();
   #cached = 0;
 
   constructor(readonly source: string, whole: boolean) {
@@ -226,18 +237,62 @@ class Compiled implements CompiledRegex {
     return cp < 0 ? null : String.fromCodePoint(cp);
   }
 
-  selfLoops(state: RegexState, classes: readonly string[]): number {
+  runRooms(state: RegexState, classes: readonly string[], cap: number): readonly RunRoom[] {
     const from = this.#resolve(state);
-    const entry = this.#entry(from);
-    if (entry.loops?.classes === classes) return entry.loops.mask;
-    let mask = 0;
-    classes.forEach((chars, i) => {
-      for (const c of chars) if (this.step(from, c)?.key !== from.key) return;
-      mask |= 1 << i;
-    });
+    const cached = this.#entry(from).runs;
+    if (cached?.classes === classes && cached.cap === cap) return cached.rooms;
+    const rooms: RunRoom[] = [];
+    const every = classes.length >= 31 ? 0 : (1 << classes.length) - 1;
+    // The widest set first, narrowed by the classes that end its runs; then each class alone, where
+    // it runs deeper than the sets holding it (a word's letters, after which a space may not come twice).
+    for (let kinds = every; kinds !== 0;) {
+      const run = this.#run(from, classes, kinds, cap);
+      if (run.depth > 0) rooms.push({ depth: run.depth, kinds, need: run.need });
+      if (run.killed === 0) break;
+      kinds &= ~run.killed;
+    }
+    for (let i = 0; i < classes.length && i < 31; i++) {
+      const best = Math.max(0, ...rooms.filter((r) => (r.kinds & (1 << i)) !== 0).map((r) => r.depth));
+      if (best === Infinity) continue;
+      const run = this.#run(from, classes, 1 << i, cap);
+      if (run.depth > best) rooms.push({ depth: run.depth, kinds: 1 << i, need: run.need });
+    }
     // step() may have started its cache over: keep the answer on the entry that holds it now.
-    this.#entry(from).loops = { classes, mask };
-    return mask;
+    this.#entry(from).runs = { classes, cap, rooms };
+    return rooms;
+  }
+
+  /**
+   * How deep texts of the classes in `kinds` run from `from` staying live (up to `cap`; Infinity once
+   * they reach no new state), the most `min` on the way, and the classes whose characters end them.
+   */
+  #run(from: DState, classes: readonly string[], kinds: number, cap: number): { depth: number; need: number; killed: number } {
+    // Breadth-first, level by level; every state seen has each character stepped, so once a level
+    // adds no new state, any length stays live.
+    const seen = new Set<string>([from.key]);
+    let frontier: DState[] = [from], depth = 0, need = from.min, killed = 0;
+    while (depth < cap) {
+      const next: DState[] = [];
+      for (const st of frontier) {
+        classes.forEach((chars, i) => {
+          if ((kinds & (1 << i)) === 0 || (killed & (1 << i)) !== 0) return;
+          for (const c of chars) {
+            const to = this.step(st, c) as DState | null;
+            if (to === null) return void (killed |= 1 << i);
+            if (!seen.has(to.key)) {
+              seen.add(to.key);
+              next.push(to);
+              need = Math.max(need, to.min);
+            }
+          }
+        });
+      }
+      if (killed !== 0) break;
+      depth++;
+      if (next.length === 0) return { depth: Infinity, need, killed: 0 };
+      frontier = next;
+    }
+    return { depth, need, killed };
   }
 
   #entry(from: DState) {

@@ -341,6 +341,16 @@ char ::= [^"\\a-c] | "\\" ["\\]` }, String.raw`["a b\"c","xy\\z",""]`],
   // trigger's start that goes nowhere, then a whole structure and free text again.
   [{ kind: "structural_tag", triggers: ["<f="], structures: [{ begin: "<f=a>", schema: { type: "object", properties: { x: { type: "integer" } } }, end: "</f>" }] },
     'Hi <f <f=a>{"x": 12}</f> ok.'],
+  // Counted runs (no self-loop, a deep run of any plain text): subtrees taken whole only as deep as
+  // the count, the maxLength and what the pattern still needs allow; in anyOf branches too.
+  [{
+    type: "object",
+    properties: {
+      a: { type: "string", pattern: "^[^<>]{1,8}0$" }, b: { type: "string", pattern: "^[a-z]{2,5}$", maxLength: 4 },
+      c: { anyOf: [{ type: "string", pattern: "^[a-z ]{0,6}x$" }, { type: "string", pattern: "^[A-Z]{1,3}[0-9]{2}$" }] },
+    },
+  }, '{"a": "Ab cd0", "b": "abcd", "c": "ab cx"}'],
+  [{ kind: "regex", pattern: "[a-z]{1,12}\\.[0-9]{2,3}( [a-z ]{3})?" }, "abc.123 a b"],
 ];
 const asGrammar = (g: JsonSchema | OutputGrammar): OutputGrammar => (typeof g === "object" && "kind" in g ? g as OutputGrammar : json(g as JsonSchema));
 

@@ -244,19 +244,19 @@ test("formatPattern(\"date\") takes exactly the calendar's dates: days per month
   }
 });
 
-test("CompiledRegex.selfLoops() sets a class's bit only when every character of it leads back to the same state", () => {
+test("CompiledRegex.runRooms() gives the runs of each class set that keep the expression live, counted runs included", () => {
   const classes = ["abcdefghijklmnopqrstuvwxyz", "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "0123456789", " "];
   const word = compilePattern("^[A-Z][a-z]+( [A-Z][a-z]+)*$");
-  assert.equal(word.selfLoops(word.start, classes), 0, "the first letter moves on");
+  assert.deepEqual(word.runRooms(word.start, classes, 64), [{ depth: 1, kinds: 0b0010, need: 2 }], "a capital, then a lowercase letter must follow");
   const inRun = word.step(word.start, "Sa")!;
-  assert.equal(word.selfLoops(inRun, classes), 0b0001, "a run of lowercase letters stays; a space or capital moves on");
+  assert.deepEqual(word.runRooms(inRun, classes, 64), [{ depth: 1, kinds: 0b1001, need: 2 }, { depth: Infinity, kinds: 0b0001, need: 0 }], "a space or a letter, but no lowercase letter or second space after a space; letters alone run on");
   const unanchored = compilePattern("a.a");
-  // Before a match starts every character but "a" leaves the search where it is.
-  assert.equal(unanchored.selfLoops(unanchored.start, classes), 0b1110);
-  assert.equal(unanchored.selfLoops(unanchored.start, ["bcd", "xya"]), 0b01, "classes are the caller's");
+  assert.deepEqual(unanchored.runRooms(unanchored.start, ["bcd", "xya"], 64), [{ depth: Infinity, kinds: 0b11, need: 3 }], "classes are the caller's; a search never dies");
+  const counted = compilePattern("^[^<>]{1,8}0$");
+  assert.deepEqual(counted.runRooms(counted.start, classes, 64), [{ depth: 8, kinds: 0b1111, need: 2 }], "eight of any plain character, then only the 0");
+  assert.deepEqual(counted.runRooms(counted.start, classes, 4), [{ depth: 4, kinds: 0b1111, need: 2 }], "looked at up to the cap");
   const digits = compilePattern("^[0-9]{2,}$");
-  assert.equal(digits.selfLoops(digits.step(digits.start, "1")!, classes), 0, "a count still to reach is not a loop");
-  assert.equal(digits.selfLoops(digits.step(digits.start, "12")!, classes), 0b0100);
+  assert.deepEqual(digits.runRooms(digits.start, classes, 64), [{ depth: Infinity, kinds: 0b0100, need: 2 }], "digits from the start, however many");
 });
 
 test("CompiledRegex.step() reads code points, caches transitions and stays quick", () => {
