@@ -287,10 +287,16 @@ function toolSpecs(tools: readonly ToolDef[] | undefined): ToolSpec[] {
  * tokenized (what {@link submitChat} submits; the Responses API's `truncation` measures with it).
  */
 export function chatPrompt(ctx: ServeContext, body: ChatRequest): { text: string; prompt: number[]; tools: ToolDef[] | undefined } {
+  // tool_choice "none" reads no calls, but the template still lists the tools (vLLM's default,
+  // exclude_tools_when_tool_choice_none false): an agent's last turn without tools keeps the prefix
+  // its earlier turns cached.
   const tools = (body.tool_choice ?? "auto") === "none" ? undefined : body.tools ?? undefined;
   const mistral = ctx.toolCallParser === "mistral" || ctx.toolCallParser === "mistral_pre_v11";
   const messages = mistral ? mistralMessageIds(body.messages) : isHarmony(ctx) ? harmonyMessages(body.messages) : body.messages;
-  const { text, startsWithBos } = ctx.chat.render(messages, tools, body.chat_template_kwargs ?? undefined, turnOptions(ctx, body));
+  // reasoning_effort reaches the template as its variable (gpt-oss's "Reasoning: high"), as vLLM
+  // passes it; chat_template_kwargs say last.
+  const variables = body.reasoning_effort ? { reasoning_effort: body.reasoning_effort, ...body.chat_template_kwargs } : body.chat_template_kwargs ?? undefined;
+  const { text, startsWithBos } = ctx.chat.render(messages, body.tools ?? undefined, variables, turnOptions(ctx, body));
   // The rendered text holds every message (templates add text, never remove it). Truncated, it may be longer.
   if (body.truncate_prompt_tokens === undefined || body.truncate_prompt_tokens === null) checkTextLength(ctx, text, "messages");
   const prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos && !startsWithBos });
@@ -340,6 +346,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   // same holds for reasoning tags that are control tokens (Magistral's [THINK]).
   // Harmony's tags are control tokens too, and without them its answer could not be told from its
   // reasoning: its answers always keep them (the parser consumes them), whatever skip_special_tokens says.
+  // So do answers that may call tools: skipped, the calls could not be read (vLLM's parsers force it too).
   const toolCalls = (tools?.length ?? 0) > 0;
   const skipSpecial = !toolCalls && ctx.reasoningParser !== "mistral";
   const budget = body.thinking_token_budget ?? undefined;
@@ -347,7 +354,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
     throw new ApiError(400, `A thinking_token_budget needs a reasoning parser whose tags are single tokens of this model, got thinking_token_budget = ${budget} with --reasoning-parser ${ctx.reasoningParser}`, "thinking_token_budget", "unsupported_parameter");
   }
   const request = {
-    ...engineRequest(harmony ? { ...body, skip_special_tokens: false } : body, ctx, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, skipSpecial),
+    ...engineRequest(harmony || toolCalls ? { ...body, skip_special_tokens: false } : body, ctx, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, skipSpecial),
     ...(grammarAfter ? { grammarAfter } : {}),
     ...(budget !== undefined ? { reasoningBudget: budget } : {}),
   };
