@@ -26,8 +26,12 @@ export class OutputText {
   /** The stop string that ended the output (the one that appears first), once `stopped`. */
   stopString: string | undefined;
 
-  /** @param special write control tokens' strings (GenerateRequest.skipSpecialTokens false) */
-  constructor(private readonly tokenizer: Tokenizer, private readonly stops: readonly string[], private readonly special = false) {}
+  /**
+   * @param special write control tokens' strings (GenerateRequest.skipSpecialTokens false)
+   * @param minTokens stop strings end the output only once it holds more tokens than this (vLLM's
+   *   min_tokens: a stop written before then is text, as EOS and stop tokens are barred until then)
+   */
+  constructor(private readonly tokenizer: Tokenizer, private readonly stops: readonly string[], private readonly special = false, private readonly minTokens = 0) {}
 
   /** All text handed out so far. */
   get text(): string {
@@ -39,7 +43,8 @@ export class OutputText {
     this.ids.push(id);
     if (this.stopped || !this.decodeNew(false)) return "";
     let limit = this.pending.length;
-    for (const s of this.stops) {
+    // A stop written within min_tokens stays text; one that ends past them is caught (it starts in `pending`).
+    for (const s of this.ids.length > this.minTokens ? this.stops : []) {
       // Held-back text is never more than a stop's beginning, so a stop starts inside `pending`.
       const at = s.length > 0 ? this.pending.indexOf(s) : -1;
       if (at >= 0 && at < limit) {

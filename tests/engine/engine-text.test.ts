@@ -85,3 +85,27 @@ test("OutputText.push() stops before the first stop string, wherever tokens spli
     }
   }
 });
+
+test("OutputText.push() takes stop strings only past min_tokens: one ending within them stays text", () => {
+  for (const [name, tok] of TOKENIZERS) {
+    const ids = tok.encode(TEXT.repeat(2));
+    const whole = tok.decode(ids);
+    for (const minTokens of [0, 3, 10]) {
+      // vLLM checks a stop once the output holds more than min_tokens tokens, in the text that ends past them.
+      const before = tok.decode(ids.slice(0, minTokens)).length;
+      for (const stop of ["e", " two", "Lily"]) {
+        const out = new OutputText(tok, [stop], false, minTokens);
+        let text = "";
+        for (const id of ids) {
+          text += out.push(id);
+          if (out.stopped) break;
+        }
+        text += out.flush();
+        let at = whole.indexOf(stop);
+        while (at >= 0 && at + stop.length <= before) at = whole.indexOf(stop, at + 1);
+        assert.equal(text, at >= 0 ? whole.slice(0, at) : whole, `${name}, stop ${JSON.stringify(stop)}, min_tokens ${minTokens}`);
+        assert.equal(out.stopped, at >= 0);
+      }
+    }
+  }
+});
