@@ -139,6 +139,7 @@ export function resultOf(a: Active, reason: FinishReason, error: string | undefi
     ...(a.promptLogprobs ? { promptLogprobs: a.promptLogprobs } : {}),
     finishReason: reason,
     ...(reason === "stop" && a.text.stopString !== undefined ? { stopString: a.text.stopString } : {}),
+    ...(eos ? { endTokenId: ids[ids.length - 1] } : {}),
     promptTokens: a.seq.promptLength,
     completionTokens: ids.length,
     cachedTokens: a.seq.numCachedPrompt,

@@ -131,6 +131,8 @@ export interface GenerateResult {
   finishReason: FinishReason;
   /** The request's stop string that ended it (finishReason "stop" at a stop string, not at EOS). */
   stopString?: string;
+  /** The token that ended it (an EOS or one of the request's stopTokenIds; not in `tokenIds`). */
+  endTokenId?: number;
   promptTokens: number;
   completionTokens: number;
   /** Prompt tokens served from the prefix cache. */

@@ -36,6 +36,17 @@ function finishReason(reason: string, calledTools = false): string {
   return reason === "length" ? "length" : reason === "abort" ? "abort" : calledTools ? "tool_calls" : "stop";
 }
 
+/**
+ * vLLM's `stop_reason`: the stop string or stop token (one of stop_token_ids, not EOS) that ended the
+ * choice; null when it ended at EOS, at max_tokens or otherwise.
+ */
+function stopReason(ctx: ServeContext, r: GenerateResult): string | number | null {
+  if (r.finishReason !== "stop") return null;
+  if (r.stopString !== undefined) return r.stopString;
+  const end = r.endTokenId;
+  return end !== undefined && !ctx.config.eosTokenIds.includes(end) ? end : null;
+}
+
 /** OpenAI's wire form of a parsed call. */
 function toolCallJson(c: ParsedToolCall) {
   return { id: c.id ?? `call_${crypto.randomUUID().replaceAll("-", "").slice(0, 24)}`, type: "function", function: { name: c.name, arguments: c.arguments } };
@@ -71,13 +82,13 @@ function choiceJson(ctx: ServeContext, s: Submitted, r: GenerateResult, index: n
       ...(calls.length > 0 ? { tool_calls: calls.map(toolCallJson) } : {}),
     };
     const logprobs = r.logprobs ? chatLogprobs(ctx.tokenizer, r.logprobs) : null;
-    return { index, message, logprobs, finish_reason: finishReason(r.finishReason, calls.length > 0) };
+    return { index, message, logprobs, finish_reason: finishReason(r.finishReason, calls.length > 0), stop_reason: stopReason(ctx, r) };
   }
   // A completion's Submitted always has its shape (submitCompletion).
   const shape = s.completion!;
   const { text, logprobs } = completionChoice(ctx.tokenizer, shape, prompt, r, scores);
   const scored = s.promptLogprobs === undefined ? {} : { prompt_logprobs: promptLogprobsJson(ctx.tokenizer, scores ?? [], s.promptLogprobs) };
-  return { index, text, logprobs, finish_reason: shape.scoreOnly ? "length" : finishReason(r.finishReason), ...scored };
+  return { index, text, logprobs, finish_reason: shape.scoreOnly ? "length" : finishReason(r.finishReason), stop_reason: shape.scoreOnly ? null : stopReason(ctx, r), ...scored };
 }
 
 /** The non-streaming response body. */
@@ -140,7 +151,8 @@ class ChoiceStream {
     const rest = this.answer ? this.parts(this.answer.end()) : [];
     if (this.shape?.scoreOnly) return [...head, { index: this.index, logprobs: null, finish_reason: "length", text: "" }];
     const fr = finishReason(r.finishReason, this.calls.length > 0);
-    return [...head, ...rest, this.withLogprobs(this.kind === "chat" ? { delta: {}, finish_reason: fr } : { text: "", finish_reason: fr })];
+    const stop_reason = stopReason(this.ctx, r);
+    return [...head, ...rest, this.withLogprobs(this.kind === "chat" ? { delta: {}, finish_reason: fr, stop_reason } : { text: "", finish_reason: fr, stop_reason })];
   }
 
   /** The echoed prompt's chunk (with its log probabilities when asked); later text offsets follow it. */

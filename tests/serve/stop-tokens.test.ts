@@ -52,3 +52,31 @@ test("completions take allowed_token_ids (only those are sampled) and bad_words 
     await s.shutdown();
   }
 });
+
+test("stopReason() gives choices vLLM's stop_reason: the stop string or stop token that ended them, null at EOS or max_tokens, streamed too", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64 });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    type Body = OpenAI.CompletionCreateParamsNonStreaming & { stop_token_ids?: number[] };
+    type Choice = OpenAI.CompletionChoice & { stop_reason?: string | number | null };
+    const b = model.tokenizer.encode(" b", { addBos: false })[0];
+    const cases: [Partial<Body>, string, string, string | number | null][] = [
+      [{ prompt: "Go~", stop: [" b a"] }, " a", "stop", " b a"],
+      [{ prompt: "Go~", stop_token_ids: [b] }, " a", "stop", b],
+      [{ prompt: "Go." }, "Done.", "stop", null],
+      [{ prompt: "Go~" }, " a b a b a b", "length", null],
+    ];
+    for (const [extra, text, finish, reason] of cases) {
+      const body = { model: "looper", max_tokens: 6, temperature: 0, prompt: "", ...extra } as Body;
+      const one = (await client.completions.create(body)).choices[0] as Choice;
+      assert.deepEqual([one.text, one.finish_reason, one.stop_reason], [text, finish, reason], JSON.stringify(extra));
+      let last: Choice | undefined;
+      for await (const c of await client.completions.create({ ...body, stream: true })) if (c.choices[0]?.finish_reason) last = c.choices[0] as Choice;
+      assert.deepEqual([last?.finish_reason, last?.stop_reason], [finish, reason], `streamed ${JSON.stringify(extra)}`);
+      const chat = await client.chat.completions.create({ model: "looper", messages: [{ role: "user", content: body.prompt as string }], max_tokens: 6, temperature: 0, ...(extra.stop ? { stop: extra.stop } : {}), ...(extra.stop_token_ids ? { stop_token_ids: extra.stop_token_ids } : {}) } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+      assert.equal((chat.choices[0] as OpenAI.ChatCompletion.Choice & { stop_reason?: unknown }).stop_reason, reason, `chat ${JSON.stringify(extra)}`);
+    }
+  } finally {
+    await s.shutdown();
+  }
+});
