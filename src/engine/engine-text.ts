@@ -30,8 +30,15 @@ export class OutputText {
    * @param special write control tokens' strings (GenerateRequest.skipSpecialTokens false)
    * @param minTokens stop strings end the output only once it holds more tokens than this (vLLM's
    *   min_tokens: a stop written before then is text, as EOS and stop tokens are barred until then)
+   * @param includeStop the stop string that ends the output is part of its text (vLLM's include_stop_str_in_output)
    */
-  constructor(private readonly tokenizer: Tokenizer, private readonly stops: readonly string[], private readonly special = false, private readonly minTokens = 0) {}
+  constructor(
+    private readonly tokenizer: Tokenizer,
+    private readonly stops: readonly string[],
+    private readonly special = false,
+    private readonly minTokens = 0,
+    private readonly includeStop = false,
+  ) {}
 
   /** All text handed out so far. */
   get text(): string {
@@ -54,6 +61,7 @@ export class OutputText {
       }
     }
     if (!this.stopped) limit -= this.pendingStopPrefix(limit);
+    else if (this.includeStop) limit += this.stopString!.length;
     return this.release(limit);
   }
 

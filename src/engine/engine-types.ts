@@ -31,6 +31,8 @@ export interface GenerateRequest {
   stopTokenIds?: number[];
   /** No EOS (nor stop token) is sampled before this many output tokens (vLLM's min_tokens). */
   minTokens?: number;
+  /** The stop string that ends the output is part of its text (vLLM's include_stop_str_in_output). */
+  includeStopString?: boolean;
   /**
    * False: control tokens the model writes (`[TOOL_CALLS]`, `<|python_tag|>`) are part of the output
    * text as their vocabulary strings, and a grammar may place them as such (vLLM's

@@ -172,7 +172,7 @@ export class Engine implements ServingEngine {
     const a: Active = {
       seq, req, sessionId, maxTokens, resolve, t0, tLast: t0, done: false,
       queue: new AsyncQueue<StreamDelta>(() => this.cancel(id)),
-      text: new OutputText(this.opts.tokenizer, req.stop ?? [], req.skipSpecialTokens === false, req.minTokens ?? 0),
+      text: new OutputText(this.opts.tokenizer, req.stop ?? [], req.skipSpecialTokens === false, req.minTokens ?? 0, req.includeStopString === true),
       rng: seededUniforms(req.seed ?? Math.floor(Math.random() * 2 ** 31), 0),
       adjust: LogitAdjuster.of(req),
       ...(req.repetitionPenalty !== undefined && req.repetitionPenalty !== 1 ? { repeats: new RepeatTracker(req.repetitionPenalty, this.opts.config.vocabSize) } : {}),

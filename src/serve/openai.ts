@@ -137,11 +137,9 @@ function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, ctx
 
 /**
  * vLLM's request fields this server does not implement, with when a value asks for something: a 400
- * then, rather than an answer that silently ignores it (without include_stop_str_in_output's stop
- * string, say). Their default values pass.
+ * then, rather than an answer that silently ignores it (without beam search, say). Their default values pass.
  */
 const UNIMPLEMENTED_VLLM_FIELDS: readonly (readonly [string, (v: unknown) => boolean])[] = [
-  ["include_stop_str_in_output", (v) => v === true],
   ["use_beam_search", (v) => v === true],
   ["return_tokens_as_token_ids", (v) => v === true],
   ["logprob_token_ids", (v) => Array.isArray(v) && v.length > 0],
@@ -184,6 +182,7 @@ function engineRequest(
     ignoreEos: body.ignore_eos ?? false,
     ...(body.stop_token_ids?.length ? { stopTokenIds: body.stop_token_ids } : {}),
     ...(body.min_tokens ? { minTokens: body.min_tokens } : {}),
+    ...(body.include_stop_str_in_output ? { includeStopString: true } : {}),
     ...(body.allowed_token_ids ? { allowedTokenIds: body.allowed_token_ids } : {}),
     ...(body.bad_words?.length ? { badWords: badWordIds(ctx, body.bad_words) } : {}),
     ...((body.skip_special_tokens ?? skipSpecialTokens) ? {} : { skipSpecialTokens: false }),

@@ -162,6 +162,8 @@ const common = {
   // vLLM's extensions: more tokens that end the answer as EOS does, and no end before min_tokens.
   stop_token_ids: maybe(z.array(z.number().int().min(0)).max(256)),
   min_tokens: maybe(z.number().int().min(0)),
+  /** The stop string that ended the answer stays in its text (vLLM's). */
+  include_stop_str_in_output: maybe(z.boolean()),
   // vLLM's extensions: only these token ids may be sampled; these words are never written.
   allowed_token_ids: maybe(z.array(z.number().int().min(0)).min(1).max(1 << 20)),
   bad_words: maybe(z.array(z.string().min(1)).max(256)),

@@ -101,21 +101,38 @@ test("submitCompletion() generates 16 tokens at most when max_tokens is left out
   }, 32);
 });
 
-test("checkUnsupported() answers 400 naming vLLM fields it cannot honour (include_stop_str_in_output) instead of ignoring them", async () => {
+test("checkUnsupported() answers 400 naming vLLM fields it cannot honour (use_beam_search) instead of ignoring them", async () => {
   await withClient(async (client) => {
     const base = { model: M, prompt: "Once upon a time", max_tokens: 8, temperature: 0, stop: ["girl"] };
-    for (const [param, value] of [["include_stop_str_in_output", true], ["use_beam_search", true], ["return_tokens_as_token_ids", true], ["logprob_token_ids", [5]]] as const) {
+    for (const [param, value] of [["use_beam_search", true], ["return_tokens_as_token_ids", true], ["logprob_token_ids", [5]]] as const) {
       await assert.rejects(
         client.completions.create({ ...base, [param]: value } as OpenAI.CompletionCreateParamsNonStreaming),
         (e: unknown) => e instanceof OpenAI.BadRequestError && (e.error as { param?: string }).param === param && e.message.includes(param),
       );
     }
-    await assert.rejects(
-      client.chat.completions.create({ model: M, messages: [{ role: "user", content: "hi" }], stop: ["a"], include_stop_str_in_output: true } as OpenAI.ChatCompletionCreateParamsNonStreaming),
-      (e: unknown) => e instanceof OpenAI.BadRequestError && (e.error as { param?: string }).param === "include_stop_str_in_output",
-    );
     // Their defaults ask for nothing.
-    const c = await client.completions.create({ ...base, include_stop_str_in_output: false, use_beam_search: false, logprob_token_ids: null } as OpenAI.CompletionCreateParamsNonStreaming);
+    const c = await client.completions.create({ ...base, use_beam_search: false, logprob_token_ids: null } as OpenAI.CompletionCreateParamsNonStreaming);
     assert.equal(c.choices[0].finish_reason, "stop");
+  });
+});
+
+test("include_stop_str_in_output keeps the stop string that ended the answer, streamed and not, as vLLM", async () => {
+  await withClient(async (client) => {
+    const base = { model: M, prompt: "Once upon a time", max_tokens: 16, temperature: 0 };
+    const free = (await client.completions.create(base as OpenAI.CompletionCreateParamsNonStreaming)).choices[0].text;
+    // A stop string in the middle of the free answer: the answer up to its end, once with it and once without.
+    const stop = free.slice(5, 8);
+    const cut = free.indexOf(stop);
+    const without = (await client.completions.create({ ...base, stop: [stop] } as OpenAI.CompletionCreateParamsNonStreaming)).choices[0];
+    assert.equal(without.text, free.slice(0, cut));
+    const body = { ...base, stop: [stop], include_stop_str_in_output: true };
+    const withStop = (await client.completions.create(body as OpenAI.CompletionCreateParamsNonStreaming)).choices[0];
+    assert.deepEqual([withStop.text, withStop.finish_reason], [free.slice(0, cut + stop.length), "stop"]);
+    let streamed = "";
+    for await (const c of await client.completions.create({ ...body, stream: true } as OpenAI.CompletionCreateParamsStreaming)) streamed += c.choices[0]?.text ?? "";
+    assert.equal(streamed, withStop.text);
+    const chat = await client.chat.completions.create({ model: M, messages: [{ role: "user", content: "Hi" }], max_tokens: 16, temperature: 0, include_stop_str_in_output: true, stop: ["e"] } as OpenAI.ChatCompletionCreateParamsNonStreaming);
+    const content = chat.choices[0].message.content!;
+    assert.ok(chat.choices[0].finish_reason !== "stop" || (content.endsWith("e") && content.indexOf("e") === content.length - 1), JSON.stringify(content));
   });
 });
