@@ -2,7 +2,7 @@
  * What grammar-constrained decoding costs on the host per step and request: `OutputConstraint.next()`
  * (trie walk + the vocabulary-sized mask) against a brute-force pass that feeds every token's text,
  * along a JSON answer of a schema (and of the same schema with patterns, a format and numeric bounds; and
- * one with unique items, a step and a tuple; and of a GBNF grammar of the same shape), on the story model's vocabulary and on a synthetic 150k-token one
+ * one with unique items, a step and a tuple; one with counted runs; and of a GBNF grammar of the same shape), on the story model's vocabulary and on a synthetic 150k-token one
  * (words with and without a leading space, digit runs, JSON punctuation runs, the 256 bytes; seeded).
  * Medians and means of the per-step times over 3 passes, each a new request (so its own empty mask
  * cache); run it twice, the machines are noisy.
@@ -53,6 +53,24 @@ const UNIQUE: OutputGrammar = {
     additionalProperties: false,
   },
 };
+/**
+ * Counted runs (`{m,n}`), as tool-name and length-capping patterns are written: no character leads such
+ * a pattern back to where it is, so only the run depth (regex-nfa.ts runRooms) lets the trie take
+ * subtrees whole; and three of them as anyOf branches.
+ */
+const COUNTED: OutputGrammar = {
+  kind: "json",
+  schema: {
+    type: "object",
+    properties: {
+      name: { type: "string", pattern: "^[a-zA-Z0-9_-]{1,64}$" }, note: { type: "string", pattern: "^[^<>]{1,200}$" },
+      code: { anyOf: [{ type: "string", pattern: "^[A-Z]{2}-[0-9]{1,8}$" }, { type: "string", pattern: "^[a-z]{3,12}$" }, { type: "string", pattern: "^[^<>]{1,40}!$" }] },
+    },
+    required: ["name", "note", "code"],
+    additionalProperties: false,
+  },
+};
+const COUNTED_ANSWER = '{"name": "get_weather-2", "note": "Sunny, light wind from the west.", "code": "SF-94103"}';
 /** Characters past ASCII in a free string and in an enum, over a byte-level vocabulary where some are whole tokens and some pieces. */
 const WIDE: OutputGrammar = {
   kind: "json",
@@ -120,7 +138,7 @@ const model = await loadModel(new URL("../models/stories260K.gguf", import.meta.
 const story = Array.from({ length: model.config.vocabSize }, (_, id) => tokenTextOf(model.tokenizer, id)), big = synthetic(150_000);
 // `npx tsx scripts/bench-grammar.ts unique` runs the schemas whose label holds "unique" only.
 const only = process.argv[2] ?? "";
-for (const [label, grammar, answer] of [["", GRAMMAR, ANSWER], [" patterned", PATTERNED, PATTERNED_ANSWER], [" unique", UNIQUE, UNIQUE_ANSWER], [" gbnf", GBNF, ANSWER], [" gbnf escapes", GBNF_ESCAPES, ANSWER]] as const) {
+for (const [label, grammar, answer] of [["", GRAMMAR, ANSWER], [" patterned", PATTERNED, PATTERNED_ANSWER], [" unique", UNIQUE, UNIQUE_ANSWER], [" gbnf", GBNF, ANSWER], [" gbnf escapes", GBNF_ESCAPES, ANSWER], [" counted", COUNTED, COUNTED_ANSWER]] as const) {
   if (!label.includes(only)) continue;
   bench(`stories260K${label}`, story, grammar, answer);
   bench(`synthetic 150k${label}`, big, grammar, answer);

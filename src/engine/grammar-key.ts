@@ -77,23 +77,24 @@ export interface PlainTextRoom {
  * they hold, one entry per configuration inside a string, raw text (no `<` then), a `regex`
  * grammar's expression or a grammar's repeated character class: as long as its `maxLength` leaves room for
  * (minus what its patterns still need), and of the kinds of character that lead each pattern back to
- * where it is (every kind once a pattern has matched for good). The token trie then takes whole
- * subtrees of plain texts that fit, without stepping through them.
+ * where it is (every kind once a pattern has matched for good), or that a counted run still takes
+ * (looked at up to `cap` characters). The token trie then takes whole subtrees of plain texts that
+ * fit, without stepping through them.
  */
-export function grammarPlainTextRooms(state: GrammarState): PlainTextRoom[] {
+export function grammarPlainTextRooms(state: GrammarState, cap = RUN_CAP): PlainTextRoom[] {
   const out: PlainTextRoom[] = [];
   for (const c of state) {
     const f = c.top;
     if (f !== null && f.k === "re") {
       // A whole-output expression: unbounded, so only the kinds that lead it back to where it is count.
       // A whole-output expression has no length bound: the runs of characters it reads whatever they hold.
-      for (const r of patternRooms([f.re], [f.rs], ALL_KINDS)) out.push({ room: r.depth, kinds: r.kinds });
+      for (const r of patternRooms([f.re], [f.rs], ALL_KINDS, cap)) out.push({ room: r.depth, kinds: r.kinds });
       continue;
     }
     if (f !== null && f.k === "raw") {
       // Raw text takes any character but its end tag; plain text of no "other" kind (char-kinds.ts)
       // holds no `<`, so never starts the tag.
-      for (const p of patternRooms(f.re, f.rs, ALL_KINDS & ~OTHER_KIND)) {
+      for (const p of patternRooms(f.re, f.rs, ALL_KINDS & ~OTHER_KIND, cap)) {
         const room = Math.min(p.depth, f.max - f.n - p.need);
         if (room > 0) out.push({ room, kinds: p.kinds });
       }
@@ -117,7 +118,7 @@ export function grammarPlainTextRooms(state: GrammarState): PlainTextRoom[] {
     // item can still grow (guardedStep checks each character it steps; this path steps none); under
     // a pattern that has not matched for good, growing is not sure: no shortcut there.
     if (duplicates && f.re.some((re, i) => !re.universal(f.rs[i]))) continue;
-    for (const p of patternRooms(f.re, f.rs, ALL_KINDS)) {
+    for (const p of patternRooms(f.re, f.rs, ALL_KINDS, cap)) {
       const room = Math.min(p.depth, f.max - f.n - p.need - (duplicates ? 1 : 0));
       if (room > 0) out.push({ room, kinds: p.kinds });
     }
@@ -157,7 +158,7 @@ function classLoopKinds(f: Extract<Frame, { k: "cls" }>): number {
   return kinds;
 }
 
-/** Longest run of plain characters looked at from a pattern's state (longer token texts are stepped into). */
+/** Longest run of plain characters looked at from a pattern's state by default (longer token texts are stepped into). */
 const RUN_CAP = 64;
 
 /**
@@ -166,11 +167,11 @@ const RUN_CAP = 64;
  * texts of at most `depth` characters keep every pattern live, and then still `need` more characters
  * at most to reach a match.
  */
-function patternRooms(re: readonly CompiledRegex[], rs: readonly RegexState[], kinds: number): RunRoom[] {
+function patternRooms(re: readonly CompiledRegex[], rs: readonly RegexState[], kinds: number, cap: number): RunRoom[] {
   let rooms: RunRoom[] = [{ depth: Infinity, kinds, need: 0 }];
   for (let i = 0; i < re.length && rooms.length > 0; i++) {
     if (re[i].universal(rs[i])) continue;
-    const runs = re[i].runRooms(rs[i], ASCII_KINDS, RUN_CAP);
+    const runs = re[i].runRooms(rs[i], ASCII_KINDS, cap);
     rooms = rooms.flatMap((a) => runs.map((b) => ({ depth: Math.min(a.depth, b.depth), kinds: a.kinds & b.kinds, need: Math.max(a.need, b.need) })))
       .filter((r) => r.kinds !== 0);
   }

@@ -73,7 +73,7 @@ export function takesSomeOf(state: GrammarState, lo: number, hi: number, edges: 
 
 /** Whether `state` takes any one character past ASCII next (free text: every such character alike). */
 export function takesEveryWide(state: GrammarState): boolean {
-  return grammarPlainTextRooms(state).some((r) => r.room >= 1 && (r.kinds & WIDE_KIND) !== 0);
+  return grammarPlainTextRooms(state, 1).some((r) => r.room >= 1 && (r.kinds & WIDE_KIND) !== 0);
 }
 
 /** {@link takesSomeOf} by stepping the range's first code point and the edges inside it. */

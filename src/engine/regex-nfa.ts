@@ -49,8 +49,8 @@ export interface CompiledRegex {
    * need}, where every text of at most `depth` characters (Infinity: any length), each in one of the
    * `classes` whose bit is in `kinds`, steps to a live state, and `need` is the most `minToAccept` of
    * the states such texts reach. Narrower `kinds` come with deeper runs. Up to `cap` characters are
-   * looked at. A counted run (`[^<>]{1,200}`) has no self-loop but a deep run. Cached per state for
-   * the last `classes` asked.
+   * looked at (a depth may be deeper than `cap` when found before). A counted run (`[^<>]{1,200}`)
+   * has no self-loop but a deep run. Cached per state for the last `classes` asked.
    */
   runRooms(state: RegexState, classes: readonly string[], cap: number): readonly RunRoom[];
 }
@@ -240,7 +240,8 @@ class Compiled implements CompiledRegex {
   runRooms(state: RegexState, classes: readonly string[], cap: number): readonly RunRoom[] {
     const from = this.#resolve(state);
     const cached = this.#entry(from).runs;
-    if (cached?.classes === classes && cached.cap === cap) return cached.rooms;
+    // Runs found looking further hold as well.
+    if (cached?.classes === classes && cached.cap >= cap) return cached.rooms;
     const rooms: RunRoom[] = [];
     const every = classes.length >= 31 ? 0 : (1 << classes.length) - 1;
     // The widest set first, narrowed by the classes that end its runs; then each class alone, where

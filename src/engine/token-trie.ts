@@ -134,7 +134,8 @@ export class TokenTrie {
         const fits = leadsFit(s);
         for (const l of node.leads) if (fits(l.lead)) out.push(l.id);
       }
-      const rooms = grammarPlainTextRooms(s);
+      // Runs deeper than the subtree's texts are of no use: looked at no further.
+      const rooms = grammarPlainTextRooms(s, node.height);
       for (const [c, child] of node.children) {
         if (c >= "\u0080" && takesNoWide()) continue;
         // Inside a string a subtree of plain texts that fit, of kinds that leave its patterns where they
