@@ -21,7 +21,8 @@
  */
 import { HARMONY } from "../engine/grammar-tool-calls.ts";
 import type { ReasoningPart } from "./reasoning.ts";
-import { FUNCTION_NAME, jsonObject, type ParsedToolCall, partialTagSuffix } from "./tool-calls.ts";
+import { FUNCTION_NAME, type ParsedToolCall, partialTagSuffix } from "./tool-calls.ts";
+import { jsonObject } from "./tool-calls-json.ts";
 
 /** A piece of a streamed harmony answer (the shape of chat-output.ts `ChatPart`). */
 export type HarmonyPart = ReasoningPart | { kind: "call"; call: ParsedToolCall };

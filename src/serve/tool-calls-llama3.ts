@@ -5,7 +5,8 @@
  * text, and stays text whatever follows; an object that is not a call (not JSON, no name) ends the
  * calls, and it and the rest are returned as the model wrote them, never dropped.
  */
-import { HeldJsonValue, jsonObject, type ParsedToolCall, parseToolCallBody, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
+import { type ParsedToolCall, parseToolCallBody, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
+import { HeldJsonValue, jsonObject } from "./tool-calls-json.ts";
 
 /** What Llama 3.1's template has the model write before code or a call in its built-in format. */
 const PYTHON_TAG = "<|python_tag|>";

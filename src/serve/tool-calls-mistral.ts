@@ -16,7 +16,8 @@ import type { ToolCallFormat, ToolCallSyntax } from "../engine/grammar.ts";
 import { MISTRAL } from "../engine/grammar-tool-calls.ts";
 import type { Tokenizer } from "../model/config.ts";
 import type { ChatMessageIn } from "./schemas.ts";
-import { compactJson, FUNCTION_NAME, HeldJsonValue, jsonObject, jsonParts, type ParsedToolCall, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
+import { FUNCTION_NAME, type ParsedToolCall, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
+import { compactJson, HeldJsonValue, jsonObject, jsonParts } from "./tool-calls-json.ts";
 
 /** A call id Mistral's templates take: nine letters or digits. */
 export const MISTRAL_CALL_ID = /^[A-Za-z0-9]{9}$/;

@@ -14,7 +14,8 @@
  */
 import { GLM, MINIMAX, rawStringArgument } from "../engine/grammar-tool-calls.ts";
 import { compileSchema, type JsonSchema, resolve, type SchemaNode } from "../engine/json-schema.ts";
-import { type CallSyntax, compactJson, FUNCTION_NAME, type ParsedToolCall } from "./tool-calls.ts";
+import { type CallSyntax, FUNCTION_NAME, type ParsedToolCall } from "./tool-calls.ts";
+import { compactJson } from "./tool-calls-json.ts";
 
 /** A tool as the parser sees it: its name and its parameters' schema. */
 export interface ToolSpec {

@@ -10,7 +10,8 @@
  * `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{…}\n```<｜tool▁call▁end｜>`.
  */
 import { DEEPSEEK, KIMI } from "../engine/grammar-tool-calls.ts";
-import { type CallSyntax, FUNCTION_NAME, jsonObject, type ParsedToolCall } from "./tool-calls.ts";
+import { type CallSyntax, FUNCTION_NAME, type ParsedToolCall } from "./tool-calls.ts";
+import { jsonObject } from "./tool-calls-json.ts";
 
 /** `functions.NAME:INDEX` or `NAME:INDEX` (the name may hold dots; the last dotted part is the function's). */
 const CALL_ID = /^(?:[^<>\s]*\.)?([^<>\s.:]+):(\d+)$/;

@@ -14,7 +14,8 @@ import type { ToolCallSyntax } from "../../src/engine/grammar.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { type ChatOutputOptions, ChatOutputStream, parseChatOutput } from "../../src/serve/chat-output.ts";
 import { startServer } from "../../src/serve/server.ts";
-import { compactJson, parseToolCalls } from "../../src/serve/tool-calls.ts";
+import { parseToolCalls } from "../../src/serve/tool-calls.ts";
+import { compactJson } from "../../src/serve/tool-calls-json.ts";
 import { writeScriptedModel } from "../model/scripted-model.ts";
 import { TEMPLATE } from "./scripted-server.ts";
 
