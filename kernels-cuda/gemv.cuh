@@ -62,37 +62,38 @@ constexpr int GEMV_WARPS = 4;
 constexpr int GEMV_ROWS = 2;   // output rows per warp
 constexpr int GEMV_UNROLL = 2; // 256-element slices per row in flight
 
-/** K % 8 == 0. Grid: ceil(N / (GEMV_WARPS * GEMV_ROWS)) blocks of 32 * GEMV_WARPS threads. */
-template <int WT, int NT>
+/** K % 8 == 0. Grid: ceil(N / (GEMV_WARPS * ROWS)) blocks of 32 * GEMV_WARPS threads. Each lane
+ * keeps ROWS * UNROLL 16-byte weight loads in flight (ROWS, UNROLL: see kernels-cuda/bench). */
+template <int WT, int NT, int ROWS = GEMV_ROWS, int UNROLL = GEMV_UNROLL>
 __global__ void __launch_bounds__(32 * GEMV_WARPS, 4) gemv_kernel(const float* __restrict__ x, WeightRef w,
                                                                const float* __restrict__ bias, int n, int K, int N,
                                                                float* __restrict__ y) {
   const int lane = threadIdx.x & 31;
-  const int row0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * GEMV_ROWS;
+  const int row0 = (blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5)) * ROWS;
   if (row0 >= N) return;
-  float acc[GEMV_ROWS][NT];
+  float acc[ROWS][NT];
 #pragma unroll
-  for (int r = 0; r < GEMV_ROWS; r++)
+  for (int r = 0; r < ROWS; r++)
 #pragma unroll
     for (int t = 0; t < NT; t++) acc[r][t] = 0.f;
-  constexpr int STEP = 256 * GEMV_UNROLL;
+  constexpr int STEP = 256 * UNROLL;
   for (int k0 = lane * 8; k0 < K; k0 += STEP) {
-    Raw8 raw[GEMV_ROWS][GEMV_UNROLL];
+    Raw8 raw[ROWS][UNROLL];
 #pragma unroll
-    for (int u = 0; u < GEMV_UNROLL; u++)
+    for (int u = 0; u < UNROLL; u++)
 #pragma unroll
-      for (int r = 0; r < GEMV_ROWS; r++) {
+      for (int r = 0; r < ROWS; r++) {
         const int k = k0 + u * 256;
         const int row = min(row0 + r, N - 1);  // duplicate the last row rather than branch
         if (k < K) raw[r][u] = load_raw8<WT>(w, size_t(row) * K + k);
       }
 #pragma unroll
-    for (int u = 0; u < GEMV_UNROLL; u++) {
+    for (int u = 0; u < UNROLL; u++) {
       const int k = k0 + u * 256;
       if (k >= K) continue;
-      float wf[GEMV_ROWS][8];
+      float wf[ROWS][8];
 #pragma unroll
-      for (int r = 0; r < GEMV_ROWS; r++) decode8<WT>(raw[r][u], wf[r]);
+      for (int r = 0; r < ROWS; r++) decode8<WT>(raw[r][u], wf[r]);
 #pragma unroll
       for (int t = 0; t < NT; t++) {
         if (t >= n) continue;
@@ -100,14 +101,14 @@ __global__ void __launch_bounds__(32 * GEMV_WARPS, 4) gemv_kernel(const float* _
         const float4 xa = __ldg(xp), xb = __ldg(xp + 1);
         const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
-        for (int r = 0; r < GEMV_ROWS; r++)
+        for (int r = 0; r < ROWS; r++)
 #pragma unroll
           for (int j = 0; j < 8; j++) acc[r][t] = fmaf(wf[r][j], xv[j], acc[r][t]);
       }
     }
   }
 #pragma unroll
-  for (int r = 0; r < GEMV_ROWS; r++)
+  for (int r = 0; r < ROWS; r++)
 #pragma unroll
     for (int t = 0; t < NT; t++) {
       const float v = warp_sum(acc[r][t]);

@@ -94,6 +94,12 @@ const floorMs = bytes / (copyGBps * 1e9) * 1e3;
 console.log(`8B decode step (ctx ${context}): device ${step.deviceMs.toFixed(3)} ms, wall ${step.wallMs.toFixed(3)} ms; ` +
   `${(bytes / 1e9).toFixed(2)} GB read, floor ${floorMs.toFixed(3)} ms`);
 
+const opSum = Object.values(step.perOpMs).reduce((a, b) => a + b, 0);
+for (const [name, ms] of Object.entries(step.perOpMs).sort((a, b) => b[1] - a[1])) {
+  console.log(`  ${name.padEnd(16)} ${ms.toFixed(3)} ms per step (${(ms / opSum * 100).toFixed(0)}%)`);
+}
+console.log(`  ops timed alone sum to ${opSum.toFixed(3)} ms (each with one launch latency)`);
+
 // --- table -------------------------------------------------------------------------------------
 const longest = attention.filter((a) => a.context >= 32768);
 const attnBest = Math.max(...longest.map((a) => a.gbps));

@@ -79,8 +79,11 @@ if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nv
   export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
 export EVOLVING_ALLOW_NO_WEBGPU=1
+echo "vulkan: VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset}; loader: $(ldconfig -p | grep -c 'libvulkan.so') entries; ICDs:" \
+  $(ls /usr/local/nvidia/share/vulkan/icd.d /usr/share/vulkan/icd.d /etc/vulkan/icd.d 2>/dev/null | tr '\n' ' ')
 case "$RT" in
   *deno*)
+    VK_LOADER_DEBUG=error timeout 30 "$RT" eval 'console.log("adapter:", (await navigator.gpu?.requestAdapter())?.info?.description ?? "none")' 2>&1 | tail -5
     probe=$(timeout 30 "$RT" eval 'const a = await navigator.gpu?.requestAdapter(); console.log(a ? `${a.info.vendor} ${a.info.architecture} ${a.info.device} ${a.info.description}`.trim() || "adapter (no info)" : "none")' 2>&1 | tail -1)
     note "webgpu adapter (Deno, Vulkan)" "${probe:-none}" ;;
   *) note "webgpu adapter" "not probed (Node)" ;;
@@ -121,6 +124,17 @@ else
   echo "== torch baselines ($(elapsed))"
   if timeout "$(limit 60)" python3 scripts/device-torch.py "$OUT/torch.json"; then note "torch baselines" "ok"; else note "torch baselines" "FAILED"; fi
 
+  if [ "${DEVICE_SWEEP:-1}" = 1 ]; then
+    # Variants of the decode kernels (kernels-cuda/bench/sweep.cu), for choosing their constants.
+    echo "== kernel variant sweep ($(elapsed))"
+    if nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I kernels-cuda kernels-cuda/bench/sweep.cu \
+      -o /tmp/evolving-sweep && timeout "$(limit 90)" /tmp/evolving-sweep | tee "$OUT/sweep.txt"; then
+      note "kernel variant sweep" "ok (sweep.txt)"
+    else
+      note "kernel variant sweep" "FAILED"
+    fi
+  fi
+
   echo "== CUDA timing ($(elapsed))"
   if timeout "$(limit 180)" bash -c "$(declare -f run_ts); RT='$RT' run_ts run scripts/device-bench-cuda.ts --torch '$OUT/torch.json' --out '$OUT'"; then
     note "cuda timing" "ok"
@@ -131,6 +145,6 @@ fi
 
 echo
 echo "== summary ($(elapsed))"
-printf '%s\n' "${SUMMARY[@]}" | tee "$OUT/summary.txt"
+printf '%s\n' "${SUMMARY[@]}"
 echo
 cat "$OUT/cuda-table.md" 2>/dev/null || echo "(no timing table)"

@@ -31,8 +31,12 @@ export function stepBytes(m: LlamaShape, context: number): number {
 
 interface Layer { attnNorm: Tensor; wqkv: Tensor; wo: Tensor; ffnNorm: Tensor; wGate: Tensor; wUp: Tensor; wDown: Tensor; kc: Tensor; vc: Tensor }
 
+/** Mean device and wall time of a step, and one step's device time per op kind, each op timed
+ * alone (synchronised before and after, so each includes one launch latency). */
+export interface StepTiming { deviceMs: number; wallMs: number; perOpMs: Record<string, number> }
+
 /** Builds the model, runs warm-up steps, and returns the mean device and wall time of a step. */
-export function decodeStepMs(be: CudaBackend, m: LlamaShape, context: number): { deviceMs: number; wallMs: number } {
+export function decodeStepMs(be: CudaBackend, m: LlamaShape, context: number): StepTiming {
   const blockSize = 16;
   const blocks = Math.ceil((context + 64) / blockSize);
   const s = 0.02;
@@ -58,36 +62,43 @@ export function decodeStepMs(be: CudaBackend, m: LlamaShape, context: number): {
   const batch = { tokenSeq: be.upload(Int32Array.from([0]), [1]), tokenPos: pos, blockTables: table, maxContext: context };
   const scale = 1 / Math.sqrt(m.headDim);
 
+  let perOp: Record<string, number> | undefined;
+  const op = <T>(name: string, f: () => T): T => {
+    if (!perOp) return f();
+    let r: T | undefined;
+    perOp[name] = (perOp[name] ?? 0) + be.timeMs(() => { r = f(); });
+    return r as T;
+  };
   const step = (): void => {
-    let residual = be.embedding(embed, ids);
-    let normed = be.rmsnorm(residual, layers[0].attnNorm, 1e-5);
+    let residual = op("embedding", () => be.embedding(embed, ids));
+    let normed = op("rmsnorm", () => be.rmsnorm(residual, layers[0].attnNorm, 1e-5));
     for (let i = 0; i < m.layers; i++) {
       const L = layers[i];
-      const qkv = be.matmul(normed, L.wqkv);
+      const qkv = op("matmul qkv", () => be.matmul(normed, L.wqkv));
       be.free(normed);
-      const q = be.ropeKvWrite(qkv, pos, slots, m.heads, 500000, "neox", L.kc, L.vc);
+      const q = op("ropeKvWrite", () => be.ropeKvWrite(qkv, pos, slots, m.heads, 500000, "neox", L.kc, L.vc));
       be.free(qkv);
-      const attn = be.pagedAttention(q, L.kc, L.vc, batch, scale);
+      const attn = op("pagedAttention", () => be.pagedAttention(q, L.kc, L.vc, batch, scale));
       be.free(q);
-      const o = be.matmul(be.reshape(attn, [1, m.heads * m.headDim]), L.wo);
+      const o = op("matmul o", () => be.matmul(be.reshape(attn, [1, m.heads * m.headDim]), L.wo));
       be.free(attn);
-      const r1 = be.addRmsnorm(o, residual, L.ffnNorm, 1e-5);
+      const r1 = op("addRmsnorm", () => be.addRmsnorm(o, residual, L.ffnNorm, 1e-5));
       be.free(o); be.free(residual);
-      const gate = be.matmul(r1.normed, L.wGate);
-      const up = be.matmul(r1.normed, L.wUp);
+      const gate = op("matmul gate", () => be.matmul(r1.normed, L.wGate));
+      const up = op("matmul up", () => be.matmul(r1.normed, L.wUp));
       be.free(r1.normed);
-      const act = be.siluMul(gate, up);
+      const act = op("siluMul", () => be.siluMul(gate, up));
       be.free(gate); be.free(up);
-      const down = be.matmul(act, L.wDown);
+      const down = op("matmul down", () => be.matmul(act, L.wDown));
       be.free(act);
       const next = i + 1 < m.layers ? layers[i + 1].attnNorm : ones;
-      const r2 = be.addRmsnorm(down, r1.sum, next, 1e-5);
+      const r2 = op("addRmsnorm", () => be.addRmsnorm(down, r1.sum, next, 1e-5));
       be.free(down); be.free(r1.sum);
       residual = r2.sum;
       normed = r2.normed;
     }
-    const logits = be.matmul(normed, lmHead);
-    const token = be.argmax(logits);
+    const logits = op("matmul lm head", () => be.matmul(normed, lmHead));
+    const token = op("argmax", () => be.argmax(logits));
     be.free(normed); be.free(residual); be.free(logits); be.free(token);
   };
 
@@ -100,7 +111,11 @@ export function decodeStepMs(be: CudaBackend, m: LlamaShape, context: number): {
   for (let i = 0; i < iters; i++) step();
   be.timeMs(() => {}); // waits for the stream
   const wallMs = (performance.now() - t0) / iters;
+  perOp = {};
+  step();
+  const perOpMs = perOp;
+  perOp = undefined;
   for (const L of layers) for (const t of [L.wqkv, L.wo, L.wGate, L.wUp, L.wDown, L.kc, L.vc]) be.free(t);
   for (const t of [ones, embed, lmHead, table, ids, pos, slots, batch.tokenSeq]) be.free(t);
-  return { deviceMs, wallMs };
+  return { deviceMs, wallMs, perOpMs };
 }

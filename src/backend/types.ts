@@ -136,6 +136,10 @@ export interface BackendInfo {
   f16: boolean;
   /** The KV cache dtypes `kvWrite` and `pagedAttention` take; absent means f32 only. */
   kvDtypes?: readonly KvDType[];
+  /** True when GGUF's block formats other than q8_0 are kept as their f16 dequantization (bf16 for
+   * an mxfp4 weight past f16's range; `denseBlockQuantStorage()` is the rule), not natively: each
+   * such weight is rounded once more, and `download` returns the rounded values. */
+  denseBlockQuants?: boolean;
   /** The largest head dimension `pagedAttention` takes; undefined for any. */
   maxHeadDim?: number;
   /** Peak figures for reports, when known (undefined on software devices). */

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { createCudaBackend, type CudaBackend } from "../../src/backend/cuda/index.ts";
-import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
+import { denseBlockQuantStorage, encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import type { Backend, Tensor, WeightDType } from "../../src/backend/types.ts";
 import { Rng } from "./conformance-support.ts";
@@ -33,10 +33,12 @@ export function both(data: Float32Array | Int32Array, shape: number[]): [Tensor,
   return [cuda!.upload(data, shape), ref.upload(data, shape)];
 }
 
-/** Uploads the same weight (encoded once) to both backends. */
+/** Uploads the same weight (encoded once) to both backends; the reference gets it as CUDA stores
+ * it (block formats other than q8_0 as their f16 dequantization: `denseBlockQuantStorage`). */
 export function bothWeight(values: Float32Array, shape: number[], dtype: WeightDType): [Tensor, Tensor] {
   const raw = encodeFromF32(values, dtype);
-  return [cuda!.uploadWeight(raw, shape, dtype), ref.uploadWeight(raw, shape, dtype)];
+  const dense = denseBlockQuantStorage(raw, dtype, values.length);
+  return [cuda!.uploadWeight(raw, shape, dtype), ref.uploadWeight(dense.raw, shape, dense.dtype)];
 }
 
 /** Fills the pool's next blocks of this size with NaN so an output a kernel fails to write shows up. */

@@ -62,9 +62,11 @@ test("uploadWeight() keeps GGUF's other block formats as their f16 dequantizatio
     const [wc, wr] = bothWeight(rand(out * k, 22), [out, k], dtype);
     assert.equal(wc.dtype, "f16", dtype);
     poison(n * out);
-    // f16 rounds each dequantized weight by at most 2^-11 relative.
-    await assertClose(cuda!.matmul(xc, wc), ref.matmul(xr, wr), `matmul ${dtype}`, 1e-3, 1e-3);
-    await assertClose(wc, wr, `download ${dtype}`, 0, 1e-3);
+    // The reference holds the same f16 values (bothWeight), so the download is exact and the
+    // matmul differs only by f32 accumulation order.
+    assert.equal(wr.dtype, "f16", dtype);
+    await assertClose(cuda!.matmul(xc, wc), ref.matmul(xr, wr), `matmul ${dtype}`, 1e-4, 1e-4);
+    await assertClose(wc, wr, `download ${dtype}`, 0, 0);
   }
 }, skip);
 

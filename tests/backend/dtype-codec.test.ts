@@ -4,6 +4,7 @@ import {
   bf16ToF32,
   byteSize,
   decodeToF32,
+  denseBlockQuantStorage,
   encodeFromF32,
   f16ToF32,
   f32ToBf16,
@@ -73,4 +74,24 @@ test("f32ArrayToF16Bits() and f16BitsToF32Array() agree with f32ToF16() and f16T
   const values = new Float32Array(bits.buffer);
   const packed = f32ArrayToF16Bits(values);
   for (let i = 0; i < values.length; i++) assert.equal(packed[i], f32ToF16(values[i]), `f32 0x${bits[i].toString(16)}`);
+});
+
+test("denseBlockQuantStorage() keeps block formats as f16 (bf16 for mxfp4 past f16's range) and passes others through", () => {
+  const values = Float32Array.from({ length: 256 }, (_, i) => Math.sin(i) * 0.7);
+  const q4k = encodeFromF32(values, "q4_k");
+  const dense = denseBlockQuantStorage(q4k, "q4_k", 256);
+  assert.equal(dense.dtype, "f16");
+  const exact = decodeToF32(q4k, "q4_k", 256);
+  const stored = decodeToF32(dense.raw, "f16", 256);
+  for (let i = 0; i < 256; i++) assert.equal(stored[i], f16ToF32(f32ToF16(exact[i])), `value ${i}`);
+  // mxfp4: an e8m0 scale byte of 200 (2^72) leaves f16's range, so the weight is kept as bf16.
+  const mx = encodeFromF32(values.subarray(0, 32), "mxfp4");
+  mx[0] = 200;
+  assert.equal(denseBlockQuantStorage(mx, "mxfp4", 32).dtype, "bf16");
+  for (const dtype of ["f32", "f16", "bf16", "q8_0"] as const) {
+    const raw = encodeFromF32(values.subarray(0, 32), dtype);
+    const same = denseBlockQuantStorage(raw, dtype, 32);
+    assert.equal(same.dtype, dtype);
+    assert.equal(same.raw, raw);
+  }
 });

@@ -2,8 +2,8 @@
  * The CUDA backend: the Backend interface over the addon's context. Ops validate shapes here,
  * then enqueue one kernel (or two) on the context's stream and wrap the returned pointer.
  */
-import { byteSize, decodeToF32, encodeFromF32 } from "../dtype-codec.ts";
-import { isBlockQuant, mxfp4FitsF16, QUANT_BLOCKS } from "../quant-blocks.ts";
+import { byteSize, denseBlockQuantStorage } from "../dtype-codec.ts";
+import { isBlockQuant } from "../quant-blocks.ts";
 import {
   type AttentionBatch,
   type AttentionOptions,
@@ -43,6 +43,7 @@ export class CudaBackend extends CudaExperts implements Backend {
       name: "cuda",
       device: `${d.name} (sm_${d.ccMajor}${d.ccMinor}, ${d.smCount} SMs, ${(d.totalBytes / 2 ** 30).toFixed(0)} GiB)`,
       f16: true,
+      denseBlockQuants: true,
       // attention.cu's decode kernels hold up to 8 dims per lane (256); MLA's 576 is not written yet.
       maxHeadDim: 256,
       // kv_write and attention.cu read and write f32 caches; their f16 variants are not written (no GPU to run them here).
@@ -72,13 +73,12 @@ export class CudaBackend extends CudaExperts implements Backend {
       throw new BackendShapeError(`uploadWeight needs ${need} bytes for ${dtype} ${fmt(shape)}, got ${raw.byteLength}`);
     }
     // The kernels read f32/f16/bf16/q8_0 only: GGUF's other block formats are dequantized on the
-    // host and kept as f16 (exact for their 2–6-bit codes times f16-range scales, up to f16
-    // rounding of the product; 16 bits per weight instead of 2.6–6.6). mxfp4's power-of-two scales
-    // reach far past f16's range; a weight with one that f16 cannot hold exactly is kept as bf16,
-    // which holds every mxfp4 value (2-bit codes, f32's exponent range).
+    // host and kept as f16 (16 bits per weight instead of 2.6–6.6; a product of a 2–6-bit code and
+    // an f16-range scale needs up to 17 significant bits, so f16 rounds it once more, declared as
+    // info.denseBlockQuants); mxfp4 weights with scales past f16's range are kept as bf16.
     if (isBlockQuant(dtype)) {
-      const dense = dtype === "mxfp4" && !mxfp4FitsF16(raw, count / QUANT_BLOCKS.mxfp4.values) ? "bf16" : "f16";
-      return this.uploadWeight(encodeFromF32(decodeToF32(raw, dtype, count), dense), shape, dense);
+      const dense = denseBlockQuantStorage(raw.subarray(0, need), dtype, count);
+      return this.uploadWeight(dense.raw, shape, dense.dtype);
     }
     if (dtype === "q8_0") return new CudaTensor(this.ctx.uploadQ8(raw.subarray(0, need), count), [...shape], dtype);
     const p = this.ctx.alloc(need);
