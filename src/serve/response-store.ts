@@ -84,6 +84,11 @@ export class ResponseStore {
     return r;
   }
 
+  /** Whether the turn with this id is held (not marked as used). */
+  has(id: string): boolean {
+    return this.entries.has(id);
+  }
+
   /** Forgets a turn; true when it was held. Later turns that continue it can no longer be continued. */
   delete(id: string): boolean {
     this.total -= this.sizes.get(id) ?? 0;

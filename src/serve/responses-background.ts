@@ -8,10 +8,11 @@
  * response, and the events of the last `keptLogs` finished runs stay, so that a stream resumed just
  * after the end still gets the rest.
  */
-import type { ApiError } from "./errors.ts";
+import { ApiError } from "./errors.ts";
 import { namedEvent } from "./event-stream.ts";
 import type { ServeContext } from "./openai.ts";
 import { failure } from "./respond.ts";
+import type { ResponseStore } from "./response-store.ts";
 import { generate, outputOf, type ResponsesState, type ResponseTurn, responseJson, settle } from "./responses.ts";
 import type { ResponseEvent, ResponseOutput } from "./responses-output.ts";
 
@@ -46,7 +47,8 @@ class Run {
 /** The background responses of one server: those running, and the event logs of the last finished. */
 export class BackgroundRuns {
   readonly #running = new Map<string, Run>();
-  readonly #logs = new Map<string, readonly ResponseEvent[]>();
+  // With each log, the store its response went to: a response deleted (or evicted) there has no events to replay.
+  readonly #logs = new Map<string, { events: readonly ResponseEvent[]; responses: ResponseStore }>();
 
   /** `keptLogs`: how many finished runs' events are kept for resumed streams. */
   constructor(readonly keptLogs = 64) {}
@@ -90,18 +92,27 @@ export class BackgroundRuns {
             return;
           }
           run.emit(events);
+        }).catch((e: unknown) => {
+          // A bug while building the output (a parser's, say): the run fails and its generation stops,
+          // rather than the rejection going unhandled (which ends the process) with the run never stored.
+          t.submitted.handles[0].cancel();
+          return new ApiError(500, `The response failed while its output was built: ${e instanceof Error ? e.message : String(e)}`, null, "server_error");
         });
-        const err: ApiError | undefined = failure([r]);
-        let response = responseJson(t, out, r, err);
-        if (!err && run.cancelled && r.finishReason === "abort") response = { ...response, status: "cancelled", incomplete_details: null };
-        if (!err) settle(ctx, state, t, out, response);
+        const result = r instanceof ApiError ? null : r;
+        const err: ApiError | undefined = result ? failure([result]) : r as ApiError;
+        let response = responseJson(t, out, result, err);
+        const cancelled = !err && run.cancelled && result?.finishReason === "abort";
+        if (cancelled) response = { ...response, status: "cancelled", incomplete_details: null };
+        // Kept to be read back, but a conversation gets a turn's items only once it has completed (as
+        // when a client hangs up on a foreground turn): a cancelled one would leave its input unanswered.
+        if (!err) settle(ctx, state, cancelled ? { ...t, conversation: null } : t, out, response);
         else if (t.store) state.responses.put({ id: t.id, response, inputItems: t.inputItems, input: t.input, output: [], previousId: t.previousId, sessionId: t.sessionId ?? t.id });
         const final = err ? "response.failed" : response.status === "completed" ? "response.completed" : "response.incomplete";
         run.emit([out.event(final, { response })]);
         return response;
       } finally {
         this.#running.delete(t.id);
-        this.#logs.set(t.id, run.events);
+        this.#logs.set(t.id, { events: run.events, responses: state.responses });
         while (this.#logs.size > this.keptLogs) this.#logs.delete(this.#logs.keys().next().value!);
         for (const listen of run.listeners) listen([]);
         run.listeners.clear();
@@ -125,11 +136,13 @@ export class BackgroundRuns {
 
   /**
    * The events of response `id` after sequence number `after`, then, while it runs, the rest as they
-   * come; undefined when it neither runs nor has its events kept. `send([])` ends the stream.
+   * come; undefined when it neither runs nor has its events kept (nor is still stored: once deleted,
+   * its events go with it). `send([])` ends the stream.
    */
   follow(id: string, after: number): Follow | undefined {
     const run = this.#running.get(id);
-    const log = run?.events ?? this.#logs.get(id);
+    const kept = this.#logs.get(id);
+    const log = run?.events ?? (kept?.responses.has(id) ? kept.events : undefined);
     if (!log) return undefined;
     return (send) => {
       const past = log.filter((e) => e.sequence_number > after);

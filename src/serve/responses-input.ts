@@ -6,7 +6,7 @@
  */
 import type { ChatMessageIn, ChatRequest, ToolDef } from "./schemas.ts";
 import { ApiError } from "./errors.ts";
-import type { FunctionToolIn, InputItem, ResponsesRequest, TextPartIn } from "./responses-schema.ts";
+import type { FunctionCallOutputItemIn, FunctionToolIn, InputItem, ResponsesRequest, TextPartIn } from "./responses-schema.ts";
 import { itemIdPrefix, newId } from "./responses-output.ts";
 
 type Json = Record<string, unknown>;
@@ -84,6 +84,40 @@ export function itemsToMessages(items: readonly InputItem[], before: readonly Ch
   }
   flush();
   return out;
+}
+
+/**
+ * The index of the first function_call_output in `items` that answers no call made before it (in
+ * `before`, the conversation the items follow, or earlier in `items`); -1 when every output has its
+ * call. OpenAI refuses such an output: chat templates would show the model a tool result out of nowhere.
+ */
+function orphanOutput(items: readonly InputItem[], before: readonly ChatMessageIn[]): number {
+  const calls = new Set(callNames(before).keys());
+  for (const [i, item] of items.entries()) {
+    if (item.type === "function_call") calls.add(item.call_id);
+    else if (item.type === "function_call_output" && !calls.has(item.call_id)) return i;
+  }
+  return -1;
+}
+
+/**
+ * A turn's input, its item references replaced by `resolve`. Input may be left out when the turn
+ * answers a conversation (`conversationId`) or stored response whose `history` is not empty; a
+ * function_call_output must follow its call. A 400 otherwise.
+ */
+export function turnInput(input: ResponsesRequest["input"], history: readonly ChatMessageIn[], conversationId: string | null, resolve: (items: readonly unknown[]) => unknown[]): string | InputItem[] {
+  if (typeof input === "string") return input;
+  if ((input === undefined || input === null) && history.length === 0) {
+    const what = conversationId ? `conversation '${conversationId}' holds no items` : "no conversation or previous_response_id is given";
+    throw new ApiError(400, `input is required (a string, or an array of input items): ${what}`, "input", "missing_required_parameter");
+  }
+  const items = resolve(input ?? []) as InputItem[];
+  const orphan = orphanOutput(items, history);
+  if (orphan >= 0) {
+    const callId = (items[orphan] as FunctionCallOutputItemIn).call_id;
+    throw new ApiError(400, `No tool call found for the function_call_output with call_id '${callId}' (input[${orphan}]): send the function_call item before it, or continue the response or conversation that made the call`, `input[${orphan}].call_id`, "invalid_value");
+  }
+  return items;
 }
 
 /** The request's input as a list of items in their full form (`type` given, string contents as text parts); ids as given. */

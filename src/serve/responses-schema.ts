@@ -116,9 +116,9 @@ function itemsFlaw(v: unknown, what: string, min: number, references = false): F
   return null;
 }
 
+// Optional, as OpenAI's is: a turn may answer a conversation (or continue a response) as it stands (responses.ts).
 const Input = explained(z.union([z.string(), z.array(z.unknown()).min(1).max(MAX_INPUT_ITEMS)]), (v): Flaw | null => {
-  if (v === undefined) return { message: "input is required (a string, or an array of input items)" };
-  if (typeof v === "string") return null;
+  if (typeof v === "string" || v === undefined || v === null) return null;
   if (!Array.isArray(v)) return { message: "input must be a string or an array of input items" };
   return itemsFlaw(v, "input", 1, true);
 });
@@ -126,8 +126,25 @@ const Input = explained(z.union([z.string(), z.array(z.unknown()).min(1).max(MAX
 /** A list of items as a conversation holds them (`min`: the fewest allowed). */
 export const itemList = (min: number) => explained(z.array(z.unknown()).min(min).max(MAX_INPUT_ITEMS), (v) => itemsFlaw(v, "items", min));
 
-/** Up to 16 string pairs, as OpenAI's `metadata` fields are. */
-export const Metadata = z.record(z.string().max(64), z.string().max(512)).refine((m) => Object.keys(m).length <= 16, "may hold at most 16 keys");
+/** OpenAI's bounds on `metadata`: keys, and the characters of a key and of a value. */
+const METADATA_KEYS = 16, METADATA_KEY_CHARS = 64, METADATA_VALUE_CHARS = 512;
+
+/** Up to 16 string pairs, as OpenAI's `metadata` fields are; a flaw names the bound and the key it breaks. */
+export const Metadata = explained(
+  z.record(z.string().max(METADATA_KEY_CHARS), z.string().max(METADATA_VALUE_CHARS)).refine((m) => Object.keys(m).length <= METADATA_KEYS),
+  (v): Flaw | null => {
+    if (v === undefined || v === null || !isObject(v)) return null;
+    const keys = Object.keys(v);
+    if (keys.length > METADATA_KEYS) return { message: `metadata may hold at most ${METADATA_KEYS} keys, got ${keys.length}` };
+    for (const k of keys) {
+      if (k.length > METADATA_KEY_CHARS) return { message: `metadata keys may be at most ${METADATA_KEY_CHARS} characters, got the key ${JSON.stringify(k)} (${k.length} characters)` };
+      const value = v[k];
+      if (typeof value !== "string") return { message: `metadata values must be strings`, path: [k] };
+      if (value.length > METADATA_VALUE_CHARS) return { message: `metadata values may be at most ${METADATA_VALUE_CHARS} characters, got ${value.length}`, path: [k] };
+    }
+    return null;
+  },
+);
 
 /** `conversation`: a conversation's id, or `{"id": ...}`. */
 const ConversationRef = explained(z.union([z.string().min(1), z.looseObject({ id: z.string().min(1) })]), (v): Flaw | null =>
@@ -224,7 +241,7 @@ const TextFormat = explained(
 /** POST /v1/responses */
 export const ResponsesRequestSchema = z.looseObject({
   model: z.string().min(1),
-  input: Input,
+  input: maybe(Input),
   instructions: maybe(z.string()),
   previous_response_id: maybe(z.string().min(1)),
   tools: maybe(Tools),

@@ -19,7 +19,7 @@ import { chatLogprobs } from "./logprobs-json.ts";
 import { failure, noteToolWait } from "./respond.ts";
 import { namedEventStream } from "./event-stream.ts";
 import { type ResponseStore, type StoredResponse, UnknownResponseError } from "./response-store.ts";
-import { chatRequestOf, functionTools, inputItemsOf, itemsToMessages, outputMessage } from "./responses-input.ts";
+import { chatRequestOf, functionTools, inputItemsOf, itemsToMessages, outputMessage, turnInput } from "./responses-input.ts";
 import { newId, ResponseOutput, type ResponseEvent } from "./responses-output.ts";
 import type { InputItem, ResponsesRequest } from "./responses-schema.ts";
 import type { ChatMessageIn, ChatRequest } from "./schemas.ts";
@@ -178,13 +178,14 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
   const stored = (body.store ?? true) && state.responses.capacity > 0;
   // A conversation is one session: the client's key, else the chain's or conversation's, else this response's own.
   const sessionId = body.prompt_cache_key || body.user || session || (stored ? id : undefined);
-  const given = typeof body.input === "string" ? body.input : resolveItemReferences(body.input, state.responses, conversation) as InputItem[];
+  const given = turnInput(body.input, history, conversation?.id ?? null, (items) => resolveItemReferences(items, state.responses, conversation));
   const input = itemsToMessages(typeof given === "string" ? [{ role: "user", content: given }] : given, history);
   const topLogprobs = logprobsAsked(body);
   const { tools, namespaceOf } = functionTools(body.tools);
   // (Checked here so that the message quotes tool_choice as this API writes it, not as the chat API does.)
   if (body.tool_choice && body.tool_choice !== "auto" && body.tool_choice !== "none" && tools.length === 0) {
-    throw new ApiError(400, `Forcing a tool call with tool_choice ${describe(body.tool_choice)} needs at least one function in tools`, "tool_choice", "invalid_value");
+    const what = typeof body.tool_choice === "object" && body.tool_choice.type === "allowed_tools" ? "Allowing tool calls" : "Forcing a tool call";
+    throw new ApiError(400, `${what} with tool_choice ${describe(body.tool_choice)} needs at least one function in tools`, "tool_choice", "invalid_value");
   }
   const chat = { ...chatRequestOf(body, history, input, sessionId, tools), ...(topLogprobs !== undefined ? { logprobs: true, top_logprobs: topLogprobs } : {}) };
   const inputItems = inputItemsOf(given as ResponsesRequest["input"]);
