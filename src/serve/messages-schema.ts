@@ -111,6 +111,16 @@ const ToolChoiceSchema = z.discriminatedUnion("type", [
   z.looseObject({ type: z.literal("none") }),
 ]);
 
+/**
+ * Structured outputs: the answer's text follows a JSON Schema (`output_config.format`, or
+ * `output_format`, the structured-outputs beta's name). Whether the decoder can follow the schema
+ * is checked before it is submitted (messages.ts), so a schema it cannot follow is a 400 too.
+ */
+const OutputFormatSchema = z.looseObject({
+  type: z.literal("json_schema", { error: (iss) => `only "json_schema" is supported, got ${JSON.stringify(iss.input)}` }),
+  schema: z.record(z.string(), z.unknown(), { error: "must be a JSON Schema object" }),
+});
+
 /** The most stop sequences one request may give (Anthropic sets no small limit; this bounds the work per token). */
 export const MAX_STOP_SEQUENCES = 16;
 
@@ -129,12 +139,19 @@ export const MessagesRequestSchema = z.looseObject({
   tool_choice: ToolChoiceSchema.optional(),
   metadata: z.looseObject({ user_id: sessionKey.nullable().optional() }).optional(),
   thinking: z.looseObject({ type: z.enum(["enabled", "adaptive", "disabled"]), budget_tokens: z.number().int().min(0).optional() }).optional(),
+  // An effort this server does not know (Anthropic adds levels) is no template's variable, not a 400 for Claude Code (messages.ts).
+  output_config: z.looseObject({ effort: z.string().nullable().optional(), format: OutputFormatSchema.nullable().optional() }).optional(),
+  output_format: OutputFormatSchema.nullable().optional(),
+  // Anthropic's MCP connector runs the servers' tools on Anthropic's side; this server runs none.
+  mcp_servers: z.array(z.unknown()).max(0, {
+    error: "MCP servers are not supported: this server runs no tools of its own (connect them in the client and send their tools as custom tools)",
+  }).optional(),
 });
 
 /** A checked Messages request. */
 export type MessagesRequest = z.infer<typeof MessagesRequestSchema>;
 /** What a request's prompt is made of (count_tokens sends only this). */
-export type MessagesPrompt = Pick<MessagesRequest, "model" | "messages" | "system" | "tools" | "tool_choice" | "metadata" | "thinking">;
+export type MessagesPrompt = Pick<MessagesRequest, "model" | "messages" | "system" | "tools" | "tool_choice" | "metadata" | "thinking" | "output_config" | "output_format">;
 /** A checked content block. */
 export type ContentBlockIn = z.infer<typeof ContentBlockSchema>;
 

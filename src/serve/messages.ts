@@ -8,6 +8,7 @@
  * a prefilled answer, which the model continues (the chat path's `continue_final_message`).
  */
 import type { GenerateResult } from "../engine/engine-types.ts";
+import { compileSchema, nestsTooDeeply, SchemaError } from "../engine/json-schema.ts";
 import { ChatOutputStream } from "./chat-output.ts";
 import { ApiError, describe } from "./errors.ts";
 import { namedEventStream } from "./event-stream.ts";
@@ -27,24 +28,46 @@ export interface MessagesTurn {
   stopSequences: readonly string[];
 }
 
-const textOf = (blocks: string | readonly { text?: string }[] | undefined) => (typeof blocks === "string" ? blocks : (blocks ?? []).map((b) => b.text ?? "").join(""));
+type TextBlocks = string | readonly { text?: string }[] | undefined;
+
+/**
+ * Blocks' text, each block's apart by `sep`: separate blocks of a user message or a tool result are
+ * separate texts (vLLM joins their parts by a newline too), while the system prompt's blocks are
+ * pieces of one text (Claude Code starts each with the newline it wants; vLLM joins them as they are).
+ */
+const textOf = (blocks: TextBlocks, sep = "") => (typeof blocks === "string" ? blocks : (blocks ?? []).map((b) => b.text ?? "").join(sep));
+
+/**
+ * What Claude Code puts first in its system prompt: a billing header whose nonce (`cch=…`) changes
+ * with every request. Read by Anthropic's API alone and meaningless to a model, it is dropped (as
+ * vLLM and SGLang do): at the prompt's very start, it would keep the prefix cache from answering any
+ * turn of the conversation.
+ */
+const BILLING_HEADER = "x-anthropic-billing-header:";
+
+/** System text as the model reads it: without the billing header (a block, or the first line of a string). */
+function systemText(system: TextBlocks): string {
+  if (typeof system === "string") return system.startsWith(BILLING_HEADER) ? system.replace(/^[^\n]*\n?/, "") : system;
+  return textOf((system ?? []).filter((b) => !(b.text ?? "").startsWith(BILLING_HEADER)));
+}
 
 /** The request's messages as chat messages (after the system prompt). */
 function chatMessages(body: MessagesPrompt): ChatMessageIn[] {
   const out: ChatMessageIn[] = [];
-  if (body.system !== undefined && textOf(body.system) !== "") out.push({ role: "system", content: textOf(body.system) });
+  const system = systemText(body.system);
+  if (system !== "") out.push({ role: "system", content: system });
   // A tool result names its function (some templates print it): the name of the tool_use it answers.
   const names = new Map<string, string>();
   for (const m of body.messages) {
+    if (m.role === "system") {
+      out.push({ role: "system", content: systemText(m.content as TextBlocks) });
+      continue;
+    }
     if (typeof m.content === "string") {
       out.push({ role: m.role, content: m.content });
       continue;
     }
     const blocks = m.content as ContentBlockIn[];
-    if (m.role === "system") {
-      out.push({ role: "system", content: textOf(blocks) });
-      continue;
-    }
     if (m.role === "assistant") {
       const reasoning = blocks.filter((b) => b.type === "thinking").map((b) => b.thinking ?? "").join("");
       const calls = blocks.filter((b) => b.type === "tool_use").map((b) => {
@@ -59,14 +82,15 @@ function chatMessages(body: MessagesPrompt): ChatMessageIn[] {
       continue;
     }
     // A user turn: its tool results (Anthropic puts them first) as tool messages, then its text.
-    let text = "";
+    const texts: string[] = [];
     for (const b of blocks) {
       if (b.type === "tool_result") {
         const name = names.get(b.tool_use_id!);
-        const content = textOf(b.content);
+        const content = textOf(b.content, "\n");
         out.push({ role: "tool", tool_call_id: b.tool_use_id!, content: b.is_error ? `Error: ${content}` : content, ...(name ? { name } : {}) } as ChatMessageIn);
-      } else if (b.type === "text") text += b.text ?? "";
+      } else if (b.type === "text" && b.text) texts.push(b.text);
     }
+    const text = texts.join("\n");
     if (text !== "" || !blocks.some((b) => b.type === "tool_result")) out.push({ role: "user", content: text });
   }
   return out;
@@ -90,6 +114,10 @@ export function chatRequestOfMessages(body: MessagesPrompt & Partial<Pick<Messag
   const finalAssistant = last?.role === "assistant" && !(last as { tool_calls?: unknown }).tool_calls;
   if (finalAssistant && typeof last.content === "string" && last.content === "" && !(last as { reasoning_content?: unknown }).reasoning_content) messages.pop();
   const prefilled = finalAssistant && messages[messages.length - 1] === last;
+  const format = outputFormat(body)?.format;
+  // Templates that read an effort (gpt-oss's "Reasoning: high") know low, medium and high; Anthropic's higher ones are their high.
+  const asked = body.output_config?.effort;
+  const effort = asked === "xhigh" || asked === "max" ? "high" : asked === "low" || asked === "medium" || asked === "high" ? asked : undefined;
   return {
     model: body.model,
     messages,
@@ -108,7 +136,15 @@ export function chatRequestOfMessages(body: MessagesPrompt & Partial<Pick<Messag
     ...(body.thinking ? { chat_template_kwargs: { enable_thinking: body.thinking.type !== "disabled" } } : {}),
     // Kept where the engine tracks the model's reasoning tokens; elsewhere the model has no thinking it could stop.
     ...(body.thinking?.type === "enabled" && body.thinking.budget_tokens !== undefined && tracksReasoning ? { thinking_token_budget: body.thinking.budget_tokens } : {}),
+    ...(format ? { response_format: { type: "json_schema", json_schema: { name: "output", schema: format.schema } } } : {}),
+    ...(effort ? { reasoning_effort: effort } : {}),
   } as ChatRequest;
+}
+
+/** The structured output asked (`output_config.format`, or the beta's `output_format`), and where. */
+function outputFormat(body: MessagesPrompt): { format: { schema: Record<string, unknown> }; param: string } | undefined {
+  if (body.output_config?.format) return { format: body.output_config.format, param: "output_config.format" };
+  return body.output_format ? { format: body.output_format, param: "output_format" } : undefined;
 }
 
 /** Checks what the chat path cannot take from a Messages request and submits it. */
@@ -119,7 +155,30 @@ export function submitMessages(ctx: ServeContext, body: MessagesRequest): Messag
   if ((body.tool_choice?.type === "any" || body.tool_choice?.type === "tool") && names.size === 0) {
     throw new ApiError(400, `Forcing a tool call with tool_choice ${describe(body.tool_choice)} needs at least one function in tools`, "tool_choice", "invalid_value");
   }
+  checkOutputFormat(body, names.size > 0);
   return { id: anthropicId("msg"), submitted: submitChat(ctx, chatRequestOfMessages(body, ctx.tracksReasoning)), stopSequences: body.stop_sequences ?? [] };
+}
+
+/**
+ * A structured output's schema must be one the decoder can follow. Text that follows it cannot also
+ * hold calls of the tools, so tools the model may choose to call (tool_choice auto, the default) are
+ * a 400 here rather than calls that could never come; a forced call has no text, so its format is moot.
+ */
+function checkOutputFormat(body: MessagesRequest, hasTools: boolean): void {
+  const asked = outputFormat(body);
+  if (!asked) return;
+  const { format, param } = asked;
+  try {
+    compileSchema(format.schema);
+  } catch (e) {
+    if (!(e instanceof SchemaError) && !nestsTooDeeply(e)) throw e;
+    const why = e instanceof SchemaError ? e.message.charAt(0).toLowerCase() + e.message.slice(1) : "it nests too deeply";
+    throw new ApiError(400, `The ${param} schema cannot be followed: ${why}`, param, "invalid_value");
+  }
+  const choice = body.tool_choice?.type ?? "auto";
+  if (hasTools && choice === "auto") {
+    throw new ApiError(400, `Structured output (${param}) with tools the model may call (tool_choice ${describe(body.tool_choice ?? { type: "auto" })}) is not supported: text held to the schema cannot also call a tool; set tool_choice to {"type":"none"}, or force a tool call`, param, "unsupported_parameter");
+  }
 }
 
 /** `/v1/messages/count_tokens`: the prompt's token count as the model would see it. */
