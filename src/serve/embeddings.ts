@@ -9,6 +9,7 @@
  */
 import { z } from "zod";
 import type { RequestHandle } from "../engine/engine-types.ts";
+import { SchedulerCapacityError } from "../engine/scheduler-types.ts";
 import { ApiError } from "./errors.ts";
 import { chatPrompt, checkPriority, checkTextLength, submit, type ServeContext, truncatedPrompt } from "./openai.ts";
 import { ChatRequestSchema, isObject, priorityField, sessionKey, truncatePromptTokensField } from "./schemas.ts";
@@ -118,8 +119,19 @@ export function submitInputs(ctx: ServeContext, items: readonly (string | readon
   const extra = { ...(o.sessionId ? { sessionId: o.sessionId } : {}), ...(o.priority ? { priority: o.priority } : {}) };
   // One at a time, so that a refusal (a prompt longer than the context) names its own input.
   const handles: RequestHandle[] = [];
+  const one = (prompt: number[], param: string) => submit(ctx, [{ prompt, maxTokens: 1, temperature: 0, embed: true, ...extra }], 1, param, false);
   try {
-    for (const [i, prompt] of prompts.entries()) handles.push(...submit(ctx, [{ prompt, maxTokens: 1, temperature: 0, embed: true, ...extra }], 1, paramOf(i), false));
+    for (const [i, prompt] of prompts.entries()) {
+      try {
+        handles.push(...one(prompt, paramOf(i)));
+      } catch (e) {
+        // A prompt that fills the whole context when the KV pool is what bounds it: the scheduler
+        // reserves a slot beyond the prompt, which an embedding never fills, so one token fewer fits.
+        if (!(e instanceof SchedulerCapacityError)) throw e;
+        if (o.truncate === -1 && prompt.length > 1) handles.push(...one(prompt.slice(1), paramOf(i)));
+        else throw new ApiError(400, `The prompt has ${prompt.length} tokens; this server's KV cache holds at most ${prompt.length - 1} for one embedding, so send fewer or set truncate_prompt_tokens`, paramOf(i), "context_length_exceeded");
+      }
+    }
   } catch (e) {
     for (const h of handles) h.cancel();
     throw e;
@@ -138,6 +150,11 @@ export async function embeddingsOf(handles: readonly RequestHandle[], normalize 
   const results = await Promise.all(handles.map((h) => h.result));
   let promptTokens = 0;
   const vectors = results.map((r, index) => {
+    // Cancelled without a fault (the server stopping past its drain): another replica, or this one
+    // once back, can embed it, so a 503 the client retries rather than a 500.
+    if (r.error === undefined && r.embedding === undefined && r.finishReason === "abort") {
+      throw new ApiError(503, `Embedding input ${index} was cancelled before it was embedded (the server is shutting down); retry the request`, null, "cancelled");
+    }
     if (r.error !== undefined || r.embedding === undefined) throw new ApiError(500, `Embedding input ${index} failed: ${r.error ?? r.finishReason}`, null, "internal_error");
     promptTokens += r.promptTokens;
     const v = Float32Array.from(r.embedding);
