@@ -4,7 +4,7 @@
  */
 import type { PoolStats } from "./buffer-pool.ts";
 import { GpuContext, POISON_BITS } from "./context.ts";
-import type { GpuDevice } from "./device.ts";
+import { type GpuDevice, WebGpuError } from "./device.ts";
 import { kvWrite, MAX_HEAD_DIM, pagedAttention } from "./ops-attention.ts";
 import { embedding, matmul } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
@@ -58,31 +58,39 @@ export class WebGpuBackend implements Backend {
     for (const pb of this.#ctx.pool.freeBuffers()) this.#ctx.fill(pb, pb.size / 4, POISON_BITS);
   }
 
+  /** The context of a backend not yet destroyed: its device is gone after destroy(), and WebGPU would fail vaguely. */
+  get #live(): GpuContext {
+    if (this.#destroyed) throw new WebGpuError("The webgpu backend was destroyed; create a new one to run ops");
+    return this.#ctx;
+  }
+
   /** The device, for benchmark kernels that run outside the Backend ops. */
   get context(): GpuContext {
     return this.#ctx;
   }
 
   upload(data: Float32Array | Int32Array, shape: readonly number[]): Tensor {
-    return upload(this.#ctx, data, shape);
+    return upload(this.#live, data, shape);
   }
   uploadWeight(raw: Uint8Array, shape: readonly number[], dtype: WeightDType): Tensor {
-    return uploadWeight(this.#ctx, raw, shape, dtype);
+    return uploadWeight(this.#live, raw, shape, dtype);
   }
   zeros(shape: readonly number[], dtype: "f32" | "i32" | "f16"): Tensor {
-    return zeros(this.#ctx, shape, dtype);
+    return zeros(this.#live, shape, dtype);
   }
-  download(t: Tensor): Promise<Float32Array | Int32Array> {
-    return download(this.#ctx, t);
+  async download(t: Tensor): Promise<Float32Array | Int32Array> {
+    return await download(this.#live, t);
   }
   reshape(t: Tensor, shape: readonly number[]): Tensor {
-    return reshape(t, shape);
+    return reshape(this.#live, t, shape);
   }
   free(t: Tensor): void {
-    this.#ctx.release(asGpu(t, "free tensor"));
+    // destroy() released everything already; freeing afterwards (an engine stopping late) is harmless.
+    if (this.#destroyed) return;
+    this.#ctx.release(asGpu(t, "free tensor", this.#ctx));
   }
-  flush(): Promise<void> {
-    return this.#ctx.recorder.flush();
+  async flush(): Promise<void> {
+    await this.#live.recorder.flush();
   }
   destroy(): void {
     if (this.#destroyed) return;
@@ -94,80 +102,80 @@ export class WebGpuBackend implements Backend {
   }
 
   embedding(table: Tensor, ids: Tensor): Tensor {
-    return embedding(this.#ctx, table, ids);
+    return embedding(this.#live, table, ids);
   }
   rmsnorm(x: Tensor, weight: Tensor, eps: number): Tensor {
-    return rmsnorm(this.#ctx, x, weight, eps);
+    return rmsnorm(this.#live, x, weight, eps);
   }
   matmul(x: Tensor, w: Tensor, bias?: Tensor): Tensor {
-    return matmul(this.#ctx, x, w, bias);
+    return matmul(this.#live, x, w, bias);
   }
   rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor): Tensor {
-    return rope(this.#ctx, x, positions, theta, layout, rotaryDim, freqFactors);
+    return rope(this.#live, x, positions, theta, layout, rotaryDim, freqFactors);
   }
   kvWrite(k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor): void {
-    kvWrite(this.#ctx, k, v, kCache, vCache, slots);
+    kvWrite(this.#live, k, v, kCache, vCache, slots);
   }
   pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number, options?: AttentionOptions): Tensor {
-    return pagedAttention(this.#ctx, q, kCache, vCache, batch, scale, options);
+    return pagedAttention(this.#live, q, kCache, vCache, batch, scale, options);
   }
   siluMul(gate: Tensor, up: Tensor): Tensor {
-    return siluMul(this.#ctx, gate, up);
+    return siluMul(this.#live, gate, up);
   }
 
   geluMul(gate: Tensor, up: Tensor): Tensor {
-    return geluMul(this.#ctx, gate, up);
+    return geluMul(this.#live, gate, up);
   }
 
   swigluOai(gate: Tensor, up: Tensor, alpha: number, limit: number): Tensor {
-    return swigluOai(this.#ctx, gate, up, alpha, limit);
+    return swigluOai(this.#live, gate, up, alpha, limit);
   }
   add(a: Tensor, b: Tensor): Tensor {
-    return add(this.#ctx, a, b);
+    return add(this.#live, a, b);
   }
   softmax(x: Tensor): Tensor {
-    return softmax(this.#ctx, x);
+    return softmax(this.#live, x);
   }
   argmax(x: Tensor): Tensor {
-    return argmax(this.#ctx, x);
+    return argmax(this.#live, x);
   }
   sample(logits: Tensor, rows: readonly SamplingRow[]): Tensor {
-    return sample(this.#ctx, logits, rows);
+    return sample(this.#live, logits, rows);
   }
   scatterAdd(x: Tensor, index: Tensor, values: Tensor): void {
-    scatterAdd(this.#ctx, x, index, values);
+    scatterAdd(this.#live, x, index, values);
   }
   maskLogits(logits: Tensor, rows: Tensor, bits: Tensor): void {
-    maskLogits(this.#ctx, logits, rows, bits);
+    maskLogits(this.#live, logits, rows, bits);
   }
 
   penalizeRepeats(logits: Tensor, rows: Tensor, bits: Tensor, factors: Tensor): void {
-    penalizeRepeats(this.#ctx, logits, rows, bits, factors);
+    penalizeRepeats(this.#live, logits, rows, bits, factors);
   }
   gatherRows(x: Tensor, idx: Tensor): Tensor {
-    return gatherRows(this.#ctx, x, idx);
+    return gatherRows(this.#live, x, idx);
   }
 
-  downloadHalfRows(x: Tensor, idx: Tensor): Promise<Uint16Array> {
-    return downloadHalfRows(this.#ctx, x, idx);
+  async downloadHalfRows(x: Tensor, idx: Tensor): Promise<Uint16Array> {
+    return await downloadHalfRows(this.#live, x, idx);
   }
 
   writeHalfRows(x: Tensor, idx: Tensor, bits: Uint16Array): void {
-    writeHalfRows(this.#ctx, x, idx, bits);
+    writeHalfRows(this.#live, x, idx, bits);
   }
   sliceColumns(x: Tensor, start: number, width: number): Tensor {
-    return sliceColumns(this.#ctx, x, start, width);
+    return sliceColumns(this.#live, x, start, width);
   }
   concatColumns(a: Tensor, b: Tensor): Tensor {
-    return concatColumns(this.#ctx, a, b);
+    return concatColumns(this.#live, a, b);
   }
   moeRoute(logits: Tensor, k: number, options: MoeRouteOptions): MoeRouting {
-    return moeRoute(this.#ctx, logits, k, options);
+    return moeRoute(this.#live, logits, k, options);
   }
   matmulExperts(x: Tensor, w: Tensor, ids: Tensor): Tensor {
-    return matmulExperts(this.#ctx, x, w, ids);
+    return matmulExperts(this.#live, x, w, ids);
   }
   moeCombine(y: Tensor, weights: Tensor): Tensor {
-    return moeCombine(this.#ctx, y, weights);
+    return moeCombine(this.#live, y, weights);
   }
 }

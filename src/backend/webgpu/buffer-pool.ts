@@ -9,7 +9,12 @@
  * it (with a stack, steps permuted their buffers and kept creating bind groups). Buffers are reusable
  * as soon as they are freed, because all later use is recorded later in the same command stream;
  * `lastEpoch` lets the uploader see whether a recycled buffer is still read by unsubmitted work.
+ * A pool may have a largest size (the device's buffer and binding limits): a class above it is cut
+ * down to it, so a request that fits the device never gets a rounded-up buffer that does not (with a
+ * limit such as 2^31 − 1 bytes, a 2 GiB − 1 KiB tensor's class would be 2^31 bytes).
  */
+import { BackendShapeError } from "../types.ts";
+
 
 /** A pooled GPU buffer. */
 export interface PooledBuffer {
@@ -47,19 +52,30 @@ export function sizeClass(bytes: number): number {
 export class BufferPool {
   readonly #device: GPUDevice;
   readonly #usage: number;
+  readonly #maxBytes: number;
   /** Free buffers by class, each list in descending id order (the lowest id pops first). */
   readonly #free = new Map<number, PooledBuffer[]>();
   #nextId = 0;
   readonly #stats: PoolStats = { allocatedBytes: 0, inUseBytes: 0, peakInUseBytes: 0, reuses: 0, creations: 0 };
 
-  constructor(device: GPUDevice, usage: number) {
+  /** `maxBytes`: the largest buffer handed out (rounded down to whole words); larger requests throw. */
+  constructor(device: GPUDevice, usage: number, maxBytes = Infinity) {
     this.#device = device;
     this.#usage = usage;
+    this.#maxBytes = Math.floor(maxBytes / 4) * 4;
+  }
+
+  /** The largest request `acquire` serves. */
+  get maxBytes(): number {
+    return this.#maxBytes;
   }
 
   /** A buffer of at least `bytes` bytes (contents undefined when recycled, zero when new). */
   acquire(bytes: number): PooledBuffer {
-    const size = sizeClass(bytes);
+    if (bytes > this.#maxBytes) {
+      throw new BackendShapeError(`A buffer of ${bytes} bytes exceeds the device's limit of ${this.#maxBytes} bytes`);
+    }
+    const size = Math.min(sizeClass(bytes), this.#maxBytes);
     const list = this.#free.get(size);
     let pb = list?.pop();
     if (pb) {

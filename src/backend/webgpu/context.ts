@@ -7,7 +7,8 @@ import type { GpuDevice } from "./device.ts";
 import { loadKernelSources } from "./kernel-source.ts";
 import { Recorder } from "./recorder.ts";
 import { GpuTensor, type RowChunk } from "./tensor.ts";
-import { type DType, numel } from "../types.ts";
+import { BackendShapeError, type DType, numel } from "../types.ts";
+import { fmt } from "../shape-checks.ts";
 
 /** Bit pattern of a quiet NaN, also an absurd i32, written into fresh outputs when poisoning. */
 export const POISON_BITS = 0x7fc00000;
@@ -28,7 +29,8 @@ export class GpuContext {
     this.poison = poison;
     this.gemvMaxRows = gemvMaxRows;
     const u = GPUBufferUsage;
-    this.pool = new BufferPool(gpu.device, u.STORAGE | u.COPY_SRC | u.COPY_DST);
+    // Every storage buffer is bound whole by some kernel, so none may exceed the binding limit.
+    this.pool = new BufferPool(gpu.device, u.STORAGE | u.COPY_SRC | u.COPY_DST, Math.min(gpu.deviceMaxBinding, gpu.maxBuffer));
     this.uniformPool = new BufferPool(gpu.device, u.UNIFORM | u.COPY_DST);
     this.recorder = new Recorder(gpu, loadKernelSources(), this.uniformPool);
   }
@@ -38,17 +40,32 @@ export class GpuContext {
     this.recorder.dispatch("fill", {}, [words, value, 0, 0], [[1, pb]], Math.ceil(words / 256));
   }
 
+  /**
+   * A buffer for a whole tensor of `shape` taking `bytes`. Refuses, naming the limit, a tensor no
+   * kernel could bind (WebGPU would fail only at the next submit, and the op's output would be junk).
+   */
+  storage(shape: readonly number[], bytes: number): PooledBuffer {
+    this.recorder.assertLive();
+    const max = this.pool.maxBytes;
+    if (bytes > max) {
+      throw new BackendShapeError(
+        `A webgpu tensor ${fmt(shape)} of ${bytes} bytes exceeds the device's largest storage binding of ${max} bytes (maxStorageBufferBindingSize)`,
+      );
+    }
+    return this.pool.acquire(bytes);
+  }
+
   /** A fresh op output of `shape` (f32 or i32), poisoned when poisoning is on. */
   output(shape: readonly number[], dtype: "f32" | "i32" = "f32"): GpuTensor {
     const count = numel(shape);
-    const pb = this.pool.acquire(count * 4);
+    const pb = this.storage(shape, count * 4);
     if (this.poison) this.fill(pb, pb.size / 4, POISON_BITS);
-    return new GpuTensor([...shape], dtype, { chunks: [{ buffer: pb, rowStart: 0, rows: 1 }], freed: false });
+    return this.wrap(shape, dtype, [{ buffer: pb, rowStart: 0, rows: 1 }]);
   }
 
   /** A tensor over existing chunks. */
   wrap(shape: readonly number[], dtype: DType, chunks: RowChunk[]): GpuTensor {
-    return new GpuTensor([...shape], dtype, { chunks, freed: false });
+    return new GpuTensor([...shape], dtype, { chunks, freed: false, owner: this });
   }
 
   /** A scratch buffer released after the current commands (in order, so at once). */
@@ -64,6 +81,7 @@ export class GpuContext {
   write(pb: PooledBuffer, bytes: Uint8Array): void {
     const padded = bytes.byteLength % 4 === 0 ? bytes : padTo4(bytes);
     if (padded.byteLength === 0) return;
+    this.recorder.assertLive();
     if (pb.lastEpoch !== this.recorder.epoch) {
       this.gpu.device.queue.writeBuffer(pb.buffer, 0, padded as Uint8Array<ArrayBuffer>);
       return;

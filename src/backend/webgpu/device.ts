@@ -21,17 +21,30 @@ export interface GpuDevice {
   maxBinding: number;
   /** Largest buffer in bytes. */
   maxBuffer: number;
+  /**
+   * The device's own largest storage binding in bytes (`maxBinding` may be set lower): an
+   * activation, a cache or an op's output is bound whole, so none may be larger.
+   */
+  deviceMaxBinding: number;
   /** True for a CPU implementation (llvmpipe, SwiftShader): kernel choices differ there. */
   software: boolean;
   /** Uniform offset alignment in bytes. */
   uniformAlign: number;
   /** Returns and clears the first uncaptured error message since the last call. */
   takeError(): string | undefined;
+  /** Why the device was lost ("destroyed: …", "unknown: …"), or undefined while it lives. */
+  lostReason(): string | undefined;
 }
 
-/** Thrown when the device reports a validation or out-of-memory error. */
+/** Thrown when the device reports a validation or out-of-memory error, or is lost or destroyed. */
 export class WebGpuError extends Error {
   override name = "WebGpuError";
+}
+
+/** The error to throw when `gpu`'s device is lost, or undefined while it lives. */
+export function deviceLostError(gpu: GpuDevice): WebGpuError | undefined {
+  const reason = gpu.lostReason();
+  return reason === undefined ? undefined : new WebGpuError(`The WebGPU device was lost (${reason}); its tensors are gone, create a new backend`);
 }
 
 /** Options for device creation. */
@@ -64,6 +77,12 @@ export async function acquireDevice(options: DeviceOptions = {}): Promise<GpuDev
     const msg = (ev as GPUUncapturedErrorEvent).error?.message ?? String(ev);
     firstError ??= msg.split("\n")[0];
   });
+  let lost: string | undefined;
+  // A lost device (driver reset, out of memory, destroy()) fails every later command vaguely or
+  // not at all (a flush resolves as if the work ran): the reason is kept for a clear error.
+  device.lost.then((l) => {
+    lost = `${l.reason ?? "unknown"}${l.message ? `: ${l.message}` : ""}`;
+  });
   const info = (adapter as GPUAdapter & { info?: GPUAdapterInfo }).info;
   const description = [info?.description, info?.vendor, info?.architecture].filter((s) => s).join(" / ") || "WebGPU adapter";
   const software = /llvmpipe|lavapipe|swiftshader|software/i.test(`${description} ${info?.architecture ?? ""}`);
@@ -75,11 +94,13 @@ export async function acquireDevice(options: DeviceOptions = {}): Promise<GpuDev
     f16,
     maxBinding: Math.min(device.limits.maxStorageBufferBindingSize, options.maxBindingBytes ?? Infinity),
     maxBuffer: device.limits.maxBufferSize,
+    deviceMaxBinding: device.limits.maxStorageBufferBindingSize,
     uniformAlign: Math.max(device.limits.minUniformBufferOffsetAlignment, 16),
     takeError() {
       const e = firstError;
       firstError = undefined;
       return e;
     },
+    lostReason: () => lost,
   };
 }

@@ -16,9 +16,9 @@ import { expectAttentionOptions } from "../shape-checks.ts";
  */
 export const MAX_HEAD_DIM = 576;
 
-function caches(kT: Tensor, vT: Tensor): [GpuTensor, GpuTensor] {
-  const k = asGpu(kT, "key cache");
-  const v = asGpu(vT, "value cache");
+function caches(ctx: GpuContext, kT: Tensor, vT: Tensor): [GpuTensor, GpuTensor] {
+  const k = asGpu(kT, "key cache", ctx);
+  const v = asGpu(vT, "value cache", ctx);
   expectRank(k, 4, "key cache", ["f32", "f16"]);
   expectRank(v, 4, "value cache", ["f32", "f16"]);
   if (k.shape.some((d, i) => d !== v.shape[i]) || k.dtype !== v.dtype) {
@@ -36,11 +36,11 @@ function caches(kT: Tensor, vT: Tensor): [GpuTensor, GpuTensor] {
  * WebGPU refuses a buffer bound writable twice in one dispatch.
  */
 export function kvWrite(ctx: GpuContext, kT: Tensor, vT: Tensor, kcT: Tensor, vcT: Tensor, slotsT: Tensor): void {
-  const [kc, vc] = caches(kcT, vcT);
+  const [kc, vc] = caches(ctx, kcT, vcT);
   const [numBlocks, blockSize, kvHeads, headDim] = kc.shape;
-  const k = asGpu(kT, "kvWrite keys");
-  const v = asGpu(vT, "kvWrite values");
-  const slots = asGpu(slotsT, "kvWrite slots");
+  const k = asGpu(kT, "kvWrite keys", ctx);
+  const v = asGpu(vT, "kvWrite values", ctx);
+  const slots = asGpu(slotsT, "kvWrite slots", ctx);
   expectRank(k, 3, "kvWrite keys", ["f32"]);
   expectRank(v, 3, "kvWrite values", ["f32"]);
   expectRank(slots, 1, "kvWrite slots", ["i32"]);
@@ -75,9 +75,9 @@ export function pagedAttention(
   scale: number,
   options?: AttentionOptions,
 ): Tensor {
-  const [kc, vc] = caches(kcT, vcT);
+  const [kc, vc] = caches(ctx, kcT, vcT);
   const [numBlocks, blockSize, kvHeads, headDim] = kc.shape;
-  const q = asGpu(qT, "attention queries");
+  const q = asGpu(qT, "attention queries", ctx);
   expectRank(q, 3, "attention queries", ["f32"]);
   const [n, heads, qDim] = q.shape;
   if (qDim !== headDim || kvHeads === 0 || heads % kvHeads !== 0) {
@@ -85,10 +85,10 @@ export function pagedAttention(
   }
   if (headDim > MAX_HEAD_DIM) throw new BackendShapeError(`Attention head dimension ${headDim} exceeds ${MAX_HEAD_DIM}`);
   const window = expectAttentionOptions(options, heads);
-  const sinks = options?.sinks ? asGpu(options.sinks, "attention sinks") : undefined;
-  const seq = asGpu(batch.tokenSeq, "tokenSeq");
-  const pos = asGpu(batch.tokenPos, "tokenPos");
-  const tables = asGpu(batch.blockTables, "blockTables");
+  const sinks = options?.sinks ? asGpu(options.sinks, "attention sinks", ctx) : undefined;
+  const seq = asGpu(batch.tokenSeq, "tokenSeq", ctx);
+  const pos = asGpu(batch.tokenPos, "tokenPos", ctx);
+  const tables = asGpu(batch.blockTables, "blockTables", ctx);
   expectRank(seq, 1, "tokenSeq", ["i32"]);
   expectRank(pos, 1, "tokenPos", ["i32"]);
   expectRank(tables, 2, "blockTables", ["i32"]);

@@ -15,8 +15,8 @@ import type { MoeRouteOptions, MoeRouting, Tensor } from "../types.ts";
 
 /** Top-k experts per row of router logits and their weights (Backend.moeRoute). */
 export function moeRoute(ctx: GpuContext, logitsT: Tensor, k: number, options: MoeRouteOptions): MoeRouting {
-  const logits = asGpu(logitsT, "moeRoute logits");
-  const bias = options.selectionBias && asGpu(options.selectionBias, "moeRoute selection bias");
+  const logits = asGpu(logitsT, "moeRoute logits", ctx);
+  const bias = options.selectionBias && asGpu(options.selectionBias, "moeRoute selection bias", ctx);
   const { n, experts } = expectMoeRouteShapes(logits, k, options);
   const ids = ctx.output([n, k], "i32");
   const weights = ctx.output([n, k]);
@@ -35,9 +35,9 @@ export function moeRoute(ctx: GpuContext, logitsT: Tensor, k: number, options: M
 
 /** y [n·k, out]: each row through its expert's matrix (Backend.matmulExperts). */
 export function matmulExperts(ctx: GpuContext, xT: Tensor, wT: Tensor, idsT: Tensor): Tensor {
-  const x = asGpu(xT, "matmulExperts input");
-  const w = asGpu(wT, "matmulExperts weight");
-  const ids = asGpu(idsT, "matmulExperts ids");
+  const x = asGpu(xT, "matmulExperts input", ctx);
+  const w = asGpu(wT, "matmulExperts weight", ctx);
+  const ids = asGpu(idsT, "matmulExperts ids", ctx);
   const { n, k, experts, out, inner, perExpertInput } = expectExpertMatmulShapes(x, w, ids);
   const rows = n * k;
   const y = ctx.output([rows, out]);
@@ -103,8 +103,8 @@ function groupedExpertMatmul(ctx: GpuContext, x: GpuTensor, w: GpuTensor, ids: G
 
 /** out [n, d] = Σ_j weights[t, j] · y[t·k+j, :] (Backend.moeCombine). */
 export function moeCombine(ctx: GpuContext, yT: Tensor, weightsT: Tensor): Tensor {
-  const y = asGpu(yT, "moeCombine input");
-  const weights = asGpu(weightsT, "moeCombine weights");
+  const y = asGpu(yT, "moeCombine input", ctx);
+  const weights = asGpu(weightsT, "moeCombine weights", ctx);
   const { n, k, d } = expectMoeCombineShapes(y, weights);
   const out = ctx.output([n, d]);
   ctx.recorder.dispatch("moe_combine", {}, [n, k, d, 0], [[1, y.buffer], [2, weights.buffer], [3, out.buffer]], Math.ceil((n * d) / 256));

@@ -41,14 +41,14 @@ function rowThreads(n: number): number {
 
 /** y [n, out] = x [n, in] · Wᵀ (+ bias). */
 export function matmul(ctx: GpuContext, xT: Tensor, wT: Tensor, biasT?: Tensor): Tensor {
-  const x = asGpu(xT, "matmul input");
-  const w = asGpu(wT, "matmul weight");
+  const x = asGpu(xT, "matmul input", ctx);
+  const w = asGpu(wT, "matmul weight", ctx);
   expectRank(x, 2, "matmul input", ["f32"]);
   expectRank(w, 2, "matmul weight", WEIGHT_DTYPES);
   const [n, k] = x.shape;
   const [m, kw] = w.shape;
   if (k !== kw) throw new BackendShapeError(`matmul input ${fmt(x.shape)} does not fit weight ${fmt(w.shape)}`);
-  const bias = biasT && asGpu(biasT, "matmul bias");
+  const bias = biasT && asGpu(biasT, "matmul bias", ctx);
   if (bias) {
     expectRank(bias, 1, "matmul bias", ["f32"]);
     if (bias.shape[0] !== m) throw new BackendShapeError(`matmul bias ${fmt(bias.shape)} does not fit weight ${fmt(w.shape)}`);
@@ -87,14 +87,15 @@ export function embeddingChunks(ctx: GpuContext, table: GpuTensor, ids: GpuTenso
   const out = ctx.output([n, cols]);
   const params = weightParams(ctx, table);
   const single = table.storage.chunks.length === 1;
+  const total = rowsOf(table.shape).rows;
   for (const c of table.storage.chunks) {
     // One buffer holds every row of whatever view this is (a KV cache seen as [slots, width]: its
     // chunk was recorded at allocation, not as this view's rows).
-    const rows = single ? rowsOf(table.shape).rows : c.rows;
+    const rows = single ? total : c.rows;
     ctx.recorder.dispatch(
       "embedding",
       params,
-      [n, cols, c.rowStart, rows],
+      [n, cols, c.rowStart, rows, total, 0, 0, 0],
       [[1, c.buffer], [2, ids.buffer], [3, out.buffer]],
       Math.ceil((n * cols) / 256),
     );
@@ -104,8 +105,8 @@ export function embeddingChunks(ctx: GpuContext, table: GpuTensor, ids: GpuTenso
 
 /** out[i, :] = table[ids[i], :] as f32. */
 export function embedding(ctx: GpuContext, tableT: Tensor, idsT: Tensor): Tensor {
-  const table = asGpu(tableT, "embedding table");
-  const ids = asGpu(idsT, "embedding ids");
+  const table = asGpu(tableT, "embedding table", ctx);
+  const ids = asGpu(idsT, "embedding ids", ctx);
   expectRank(table, 2, "embedding table", WEIGHT_DTYPES);
   expectRank(ids, 1, "embedding ids", ["i32"]);
   return embeddingChunks(ctx, table, ids, ids.shape[0], table.shape[1]);

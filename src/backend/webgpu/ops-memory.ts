@@ -15,7 +15,7 @@ export function upload(ctx: GpuContext, data: Float32Array | Int32Array, shape: 
     throw new BackendShapeError("upload accepts only Float32Array or Int32Array data");
   }
   if (data.length !== count) throw new BackendShapeError(`upload got ${data.length} values for shape ${fmt(shape)}`);
-  const pb = ctx.pool.acquire(count * 4);
+  const pb = ctx.storage(shape, count * 4);
   ctx.write(pb, new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
   return ctx.wrap(shape, data instanceof Float32Array ? "f32" : "i32", [{ buffer: pb, rowStart: 0, rows: 1 }]);
 }
@@ -38,14 +38,15 @@ export function zeros(ctx: GpuContext, shape: readonly number[], dtype: "f32" | 
   const count = checkShape(shape, "zeros");
   if (dtype !== "f32" && dtype !== "i32" && dtype !== "f16") throw new BackendShapeError(`zeros accepts f32, i32 or f16, got ${dtype}`);
   const bytes = dtype === "f16" ? Math.ceil(count / 2) * 4 : count * 4;
-  const pb = ctx.pool.acquire(bytes);
+  const pb = ctx.storage(shape, bytes);
   ctx.recorder.clear(pb, Math.max(bytes, 4));
   return ctx.wrap(shape, dtype, [{ buffer: pb, rowStart: 0, rows: 1 }]);
 }
 
 /** Reads a tensor back; weights are dequantized on the device first. */
 export async function download(ctx: GpuContext, t: Tensor): Promise<Float32Array | Int32Array> {
-  let g = asGpu(t, "download tensor");
+  let g = asGpu(t, "download tensor", ctx);
+  ctx.recorder.assertLive();
   const count = numel(g.shape);
   let temp: GpuTensor | undefined;
   if (g.dtype !== "f32" && g.dtype !== "i32" || g.storage.chunks.length > 1) {
@@ -65,7 +66,13 @@ export async function download(ctx: GpuContext, t: Tensor): Promise<Float32Array
   if (temp) ctx.release(temp);
   await ctx.recorder.checkPipelines();
   ctx.recorder.submit();
-  await readback.mapAsync(GPUMapMode.READ);
+  try {
+    await readback.mapAsync(GPUMapMode.READ);
+  } catch (e) {
+    readback.destroy();
+    // On a lost device mapAsync rejects with an empty AbortError (Dawn) or a bare OperationError (Deno).
+    throw await ctx.recorder.lostError() ?? e;
+  }
   const copy = readback.getMappedRange().slice(0);
   readback.unmap();
   readback.destroy();
@@ -74,10 +81,15 @@ export async function download(ctx: GpuContext, t: Tensor): Promise<Float32Array
 }
 
 /** A view with a new shape over the same storage. */
-export function reshape(t: Tensor, shape: readonly number[]): Tensor {
-  const g = asGpu(t, "reshape tensor");
+export function reshape(ctx: GpuContext, t: Tensor, shape: readonly number[]): Tensor {
+  const g = asGpu(t, "reshape tensor", ctx);
   if (checkShape(shape, "reshape") !== numel(g.shape)) {
     throw new BackendShapeError(`Cannot reshape ${fmt(g.shape)} to ${fmt(shape)}`);
+  }
+  const chunks = g.storage.chunks.length;
+  if (chunks > 1 && shape[shape.length - 1] !== g.shape[g.shape.length - 1]) {
+    // Its chunks hold whole rows of the old last dim: a new one would read the wrong rows.
+    throw new BackendShapeError(`Cannot reshape ${fmt(g.shape)} to ${fmt(shape)}: the weight is split into ${chunks} row chunks, so its last dim must stay`);
   }
   return new GpuTensor([...shape], g.dtype, g.storage);
 }

@@ -6,15 +6,15 @@ import type { PooledBuffer } from "./buffer-pool.ts";
 import { type GpuContext } from "./context.ts";
 import { F32 } from "./recorder.ts";
 import { download, upload } from "./ops-memory.ts";
-import { asGpu, expectDtype, expectRank, expectSameShape, fmt, type GpuTensor, rowsOf } from "./tensor.ts";
+import { asGpu, expectActivation, expectRank, expectSameShape, fmt, type GpuTensor, rowsOf } from "./tensor.ts";
 import { BackendShapeError, numel, type RopeLayout, type Tensor } from "../types.ts";
 import { expectConcatColumnsShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
 
 /** x / sqrt(mean(x²) + eps) * weight over the last dim. */
 export function rmsnorm(ctx: GpuContext, xT: Tensor, wT: Tensor, eps: number): Tensor {
-  const x = asGpu(xT, "rmsnorm input");
-  const w = asGpu(wT, "rmsnorm weight");
-  expectDtype(x, "rmsnorm input", ["f32"]);
+  const x = asGpu(xT, "rmsnorm input", ctx);
+  const w = asGpu(wT, "rmsnorm weight", ctx);
+  expectActivation(x, "rmsnorm input");
   expectRank(w, 1, "rmsnorm weight", ["f32"]);
   const { rows, cols } = rowsOf(x.shape);
   if (w.shape[0] !== cols) throw new BackendShapeError(`rmsnorm weight ${fmt(w.shape)} does not match input ${fmt(x.shape)}`);
@@ -25,8 +25,8 @@ export function rmsnorm(ctx: GpuContext, xT: Tensor, wT: Tensor, eps: number): T
 
 /** Row-wise softmax over the last dim. */
 export function softmax(ctx: GpuContext, xT: Tensor): Tensor {
-  const x = asGpu(xT, "softmax input");
-  expectDtype(x, "softmax input", ["f32"]);
+  const x = asGpu(xT, "softmax input", ctx);
+  expectActivation(x, "softmax input");
   const { rows, cols } = rowsOf(x.shape);
   const out = ctx.output(x.shape);
   ctx.recorder.dispatch("softmax", {}, [rows, cols, 0, 0], [[1, x.buffer], [2, out.buffer]], rows);
@@ -35,8 +35,8 @@ export function softmax(ctx: GpuContext, xT: Tensor): Tensor {
 
 /** Row-wise argmax → i32 [rows]. */
 export function argmax(ctx: GpuContext, xT: Tensor): Tensor {
-  const x = asGpu(xT, "argmax input");
-  expectDtype(x, "argmax input", ["f32"]);
+  const x = asGpu(xT, "argmax input", ctx);
+  expectActivation(x, "argmax input");
   const { rows, cols } = rowsOf(x.shape);
   if (cols === 0) throw new BackendShapeError(`argmax needs a non-empty last dimension, got ${fmt(x.shape)}`);
   const out = ctx.output([rows], "i32");
@@ -55,10 +55,10 @@ const OPERAND_NAMES: Record<BinaryOp, [string, string]> = {
 
 function binary(ctx: GpuContext, aT: Tensor, bT: Tensor, op: BinaryOp, alpha = 0, limit = 0): Tensor {
   const names = OPERAND_NAMES[op];
-  const a = asGpu(aT, names[0]);
-  const b = asGpu(bT, names[1]);
-  expectDtype(a, names[0], ["f32"]);
-  expectDtype(b, names[1], ["f32"]);
+  const a = asGpu(aT, names[0], ctx);
+  const b = asGpu(bT, names[1], ctx);
+  expectActivation(a, names[0]);
+  expectActivation(b, names[1]);
   expectSameShape(a, b, op);
   const n = numel(a.shape);
   const out = ctx.output(a.shape);
@@ -89,8 +89,8 @@ export function swigluOai(ctx: GpuContext, gate: Tensor, up: Tensor, alpha: numb
 
 /** out[i, :] = x[idx[i], :]. */
 export function gatherRows(ctx: GpuContext, xT: Tensor, idxT: Tensor): Tensor {
-  const x = asGpu(xT, "gatherRows input");
-  const idx = asGpu(idxT, "gatherRows indices");
+  const x = asGpu(xT, "gatherRows input", ctx);
+  const idx = asGpu(idxT, "gatherRows indices", ctx);
   expectRank(x, 2, "gatherRows input", ["f32"]);
   expectRank(idx, 1, "gatherRows indices", ["i32"]);
   const [rows, cols] = x.shape;
@@ -105,8 +105,8 @@ export function gatherRows(ctx: GpuContext, xT: Tensor, idxT: Tensor): Tensor {
  * device word for word and downloaded at two bytes a value (Backend.downloadHalfRows).
  */
 export async function downloadHalfRows(ctx: GpuContext, xT: Tensor, idxT: Tensor): Promise<Uint16Array> {
-  const x = asGpu(xT, "downloadHalfRows input");
-  const idx = asGpu(idxT, "downloadHalfRows indices");
+  const x = asGpu(xT, "downloadHalfRows input", ctx);
+  const idx = asGpu(idxT, "downloadHalfRows indices", ctx);
   expectRank(x, 2, "downloadHalfRows input", ["f16"]);
   expectRank(idx, 1, "downloadHalfRows indices", ["i32"]);
   const [rows, cols] = x.shape;
@@ -140,7 +140,7 @@ function copyColumns(
 
 /** Columns start..start+width-1 of the last dim, copied. */
 export function sliceColumns(ctx: GpuContext, xT: Tensor, start: number, width: number): Tensor {
-  const x = asGpu(xT, "sliceColumns input");
+  const x = asGpu(xT, "sliceColumns input", ctx);
   const { rows, cols, shape } = expectSliceColumnsShapes(x, start, width);
   const out = ctx.output(shape);
   copyColumns(ctx, x.buffer, out.buffer, rows, width, { stride: cols, offset: start }, { stride: width, offset: 0 });
@@ -149,8 +149,8 @@ export function sliceColumns(ctx: GpuContext, xT: Tensor, start: number, width: 
 
 /** a and b side by side along the last dim. */
 export function concatColumns(ctx: GpuContext, aT: Tensor, bT: Tensor): Tensor {
-  const a = asGpu(aT, "concatColumns left operand");
-  const b = asGpu(bT, "concatColumns right operand");
+  const a = asGpu(aT, "concatColumns left operand", ctx);
+  const b = asGpu(bT, "concatColumns right operand", ctx);
   const { rows, colsA, colsB, shape } = expectConcatColumnsShapes(a, b);
   const out = ctx.output(shape);
   const w = colsA + colsB;
@@ -169,8 +169,8 @@ export function rope(
   rotaryDim?: number,
   freqFactorsT?: Tensor,
 ): Tensor {
-  const x = asGpu(xT, "rope input");
-  const pos = asGpu(posT, "rope positions");
+  const x = asGpu(xT, "rope input", ctx);
+  const pos = asGpu(posT, "rope positions", ctx);
   expectRank(x, 3, "rope input", ["f32"]);
   expectRank(pos, 1, "rope positions", ["i32"]);
   const [n, heads, headDim] = x.shape;
@@ -182,7 +182,7 @@ export function rope(
   if (layout !== "normal" && layout !== "neox") throw new BackendShapeError(`Unknown rope layout "${layout}"`);
   const bindings: [number, PooledBuffer][] = [[1, x.buffer], [2, pos.buffer]];
   if (freqFactorsT) {
-    const f = asGpu(freqFactorsT, "rope freqFactors");
+    const f = asGpu(freqFactorsT, "rope freqFactors", ctx);
     expectRank(f, 1, "rope freqFactors", ["f32"]);
     if (f.shape[0] !== rd / 2) {
       throw new BackendShapeError(`rope freqFactors ${fmt(f.shape)} should hold rotaryDim/2 = ${rd / 2} values`);
@@ -204,8 +204,8 @@ export function rope(
 
 /** Half bits written into rows `idx` of an f16 table [rows, width] (width even), word for word (Backend.writeHalfRows). Mutates x. */
 export function writeHalfRows(ctx: GpuContext, xT: Tensor, idxT: Tensor, bits: Uint16Array): void {
-  const x = asGpu(xT, "writeHalfRows table");
-  const idx = asGpu(idxT, "writeHalfRows indices");
+  const x = asGpu(xT, "writeHalfRows table", ctx);
+  const idx = asGpu(idxT, "writeHalfRows indices", ctx);
   expectRank(x, 2, "writeHalfRows table", ["f16"]);
   expectRank(idx, 1, "writeHalfRows indices", ["i32"]);
   const [rows, cols] = x.shape;

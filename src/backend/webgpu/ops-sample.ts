@@ -3,13 +3,13 @@
  * add that applies logit biases and penalties before it.
  */
 import { type GpuContext } from "./context.ts";
-import { asGpu, expectDtype, expectRank, fmt } from "./tensor.ts";
+import { asGpu, expectActivation, expectRank, fmt } from "./tensor.ts";
 import { expectMaskShapes, expectRepeatShapes } from "../shape-checks.ts";
 import { BackendShapeError, checkSamplingRow, effectiveTemperature, numel, type SamplingRow, type Tensor } from "../types.ts";
 
 /** Row-wise sampling from logits [rows, vocab] → i32 [rows]. */
 export function sample(ctx: GpuContext, logitsT: Tensor, rows: readonly SamplingRow[]): Tensor {
-  const logits = asGpu(logitsT, "sample logits");
+  const logits = asGpu(logitsT, "sample logits", ctx);
   expectRank(logits, 2, "sample logits", ["f32"]);
   const [n, vocab] = logits.shape;
   if (rows.length !== n) throw new BackendShapeError(`sample got ${rows.length} sampling rows for ${n} logit rows`);
@@ -37,10 +37,10 @@ export function sample(ctx: GpuContext, logitsT: Tensor, rows: readonly Sampling
 
 /** x.flat[index[i]] += values[i]; offsets distinct (the caller's duty: the kernel does not lock). Mutates x. */
 export function scatterAdd(ctx: GpuContext, xT: Tensor, indexT: Tensor, valuesT: Tensor): void {
-  const x = asGpu(xT, "scatterAdd target");
-  const index = asGpu(indexT, "scatterAdd index");
-  const values = asGpu(valuesT, "scatterAdd values");
-  expectDtype(x, "scatterAdd target", ["f32"]);
+  const x = asGpu(xT, "scatterAdd target", ctx);
+  const index = asGpu(indexT, "scatterAdd index", ctx);
+  const values = asGpu(valuesT, "scatterAdd values", ctx);
+  expectActivation(x, "scatterAdd target");
   expectRank(index, 1, "scatterAdd index", ["i32"]);
   expectRank(values, 1, "scatterAdd values", ["f32"]);
   const m = index.shape[0];
@@ -57,9 +57,9 @@ export function scatterAdd(ctx: GpuContext, xT: Tensor, indexT: Tensor, valuesT:
 
 /** logits[rows[k], v] = -1e30 wherever bit v of bits[k] is 0 (Backend.maskLogits); rows distinct. Mutates logits. */
 export function maskLogits(ctx: GpuContext, logitsT: Tensor, rowsT: Tensor, bitsT: Tensor): void {
-  const logits = asGpu(logitsT, "maskLogits logits");
-  const rows = asGpu(rowsT, "maskLogits rows");
-  const bits = asGpu(bitsT, "maskLogits bits");
+  const logits = asGpu(logitsT, "maskLogits logits", ctx);
+  const rows = asGpu(rowsT, "maskLogits rows", ctx);
+  const bits = asGpu(bitsT, "maskLogits bits", ctx);
   const { n, vocab, m, words } = expectMaskShapes(logits, rows, bits);
   if (m === 0) return;
   ctx.recorder.dispatch(
@@ -73,10 +73,10 @@ export function maskLogits(ctx: GpuContext, logitsT: Tensor, rowsT: Tensor, bits
 
 /** Backend.penalizeRepeats: where bit v of bits[k] is 1, logits[rows[k], v] /= factors[k] if positive, else *= it; rows distinct. Mutates logits. */
 export function penalizeRepeats(ctx: GpuContext, logitsT: Tensor, rowsT: Tensor, bitsT: Tensor, factorsT: Tensor): void {
-  const logits = asGpu(logitsT, "penalizeRepeats logits");
-  const rows = asGpu(rowsT, "penalizeRepeats rows");
-  const bits = asGpu(bitsT, "penalizeRepeats bits");
-  const factors = asGpu(factorsT, "penalizeRepeats factors");
+  const logits = asGpu(logitsT, "penalizeRepeats logits", ctx);
+  const rows = asGpu(rowsT, "penalizeRepeats rows", ctx);
+  const bits = asGpu(bitsT, "penalizeRepeats bits", ctx);
+  const factors = asGpu(factorsT, "penalizeRepeats factors", ctx);
   const { n, vocab, m, words } = expectRepeatShapes(logits, rows, bits, factors);
   if (m === 0) return;
   ctx.recorder.dispatch(

@@ -13,7 +13,7 @@
  * the kernel and the buffers bound, which repeat from one decode step to the next.
  */
 import { type BufferPool, type PooledBuffer } from "./buffer-pool.ts";
-import { type GpuDevice, WebGpuError } from "./device.ts";
+import { deviceLostError, type GpuDevice, WebGpuError } from "./device.ts";
 import { bindGroupLayoutEntries, kernelKey, type KernelName, type KernelParams, specialiseKernel } from "./kernel-source.ts";
 
 /** A 32-bit float uniform field (plain numbers are written as u32). */
@@ -185,6 +185,7 @@ export class Recorder {
     groups: number,
   ): void {
     if (groups <= 0) return;
+    this.assertLive();
     const kernel = this.#kernel(name, params);
     const slot = this.#uniformSlot(uniforms);
     for (const [, pb] of bindings) pb.lastEpoch = this.#epoch;
@@ -199,12 +200,14 @@ export class Recorder {
 
   /** Records a buffer-to-buffer copy. */
   copy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, bytes: number): void {
+    this.assertLive();
     this.#endPass();
     this.#encoderNow().copyBufferToBuffer(src, srcOffset, dst, dstOffset, bytes);
   }
 
   /** Records a zero fill. */
   clear(pb: PooledBuffer, bytes: number): void {
+    this.assertLive();
     this.#endPass();
     pb.lastEpoch = this.#epoch;
     this.#encoderNow().clearBuffer(pb.buffer, 0, Math.ceil(bytes / 4) * 4);
@@ -220,8 +223,29 @@ export class Recorder {
     this.#pass = undefined;
   }
 
+  /**
+   * The error of a lost device, or undefined while it lives. The loss is reported asynchronously,
+   * so a command that failed a moment after the loss gives it a turn of the event loop to arrive.
+   */
+  async lostError(): Promise<WebGpuError | undefined> {
+    const now = deviceLostError(this.#gpu);
+    if (now) return now;
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    return deviceLostError(this.#gpu);
+  }
+
+  /**
+   * Throws once the device is known to be lost: commands on a lost device are never run, and some
+   * (Dawn's) have crashed the process, so nothing more is handed to it.
+   */
+  assertLive(): void {
+    const lost = deviceLostError(this.#gpu);
+    if (lost) throw lost;
+  }
+
   /** Submits everything recorded so far (uniform data is written first, in queue order). */
   submit(): void {
+    this.assertLive();
     const err = this.#gpu.takeError();
     if (err) throw new WebGpuError(`WebGPU reported an error: ${err}`);
     if (!this.#encoder) return;
@@ -243,6 +267,8 @@ export class Recorder {
     await this.checkPipelines();
     this.submit();
     await this.device.queue.onSubmittedWorkDone();
+    // On a lost device the wait above resolves although nothing ran.
+    this.assertLive();
     const err = this.#gpu.takeError();
     if (err) throw new WebGpuError(`WebGPU reported an error: ${err}`);
   }

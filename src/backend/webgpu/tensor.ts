@@ -24,6 +24,8 @@ export interface RowChunk {
 export interface GpuStorage {
   chunks: RowChunk[];
   freed: boolean;
+  /** The backend context whose device holds the buffers: another device cannot bind them. */
+  readonly owner: object;
 }
 
 /** A tensor that lives on the WebGPU device. */
@@ -45,13 +47,23 @@ export class GpuTensor implements Tensor {
   }
 }
 
-/** Checks that a tensor belongs to this backend. */
-export function asGpu(t: Tensor, what: string): GpuTensor {
+/** Checks that a tensor belongs to this backend instance (`owner`, its context) and is live. */
+export function asGpu(t: Tensor, what: string, owner: object): GpuTensor {
   if (!(t instanceof GpuTensor)) {
     throw new BackendShapeError(`The ${what} belongs to backend "${t.backend}", not "${WEBGPU_NAME}"`);
   }
+  if (t.storage.owner !== owner) {
+    // Its buffers live on another device: binding them fails only at the next submit, and vaguely.
+    throw new BackendShapeError(`The ${what} ${fmt(t.shape)} belongs to another ${WEBGPU_NAME} backend instance (another device)`);
+  }
   if (t.storage.freed) throw new BackendShapeError(`The ${what} ${fmt(t.shape)} was used after free`);
   return t;
+}
+
+/** Requires an f32 activation of rank ≥ 1, as the reference backend does (a scalar has no rows). */
+export function expectActivation(t: Tensor, what: string): void {
+  expectDtype(t, what, ["f32"]);
+  if (t.shape.length < 1) throw new BackendShapeError(`${what} must have at least 1 dimension, got ${fmt(t.shape)}`);
 }
 
 /** Rows and columns of a tensor seen as [rows, lastDim]. */
