@@ -164,6 +164,7 @@ export class Engine implements ServingEngine {
     const wholePrompt = req.promptLogprobs !== undefined;
     const seq = this.scheduler.submit(id, req.prompt, {
       sessionId, startsInReasoning: req.startsInReasoning, prefillOnly: req.prefillOnly, ...(wholePrompt ? { wholePrompt } : {}), ...(req.priority ? { priority: req.priority } : {}),
+      ...(req.embed === true && !req.prefillOnly ? { promptOnly: true } : {}),
       ...(lora ? { adapterSlot: lora.slot } : {}), ...(cacheRoot === undefined ? {} : { cacheRoot }),
     });
     let resolve!: (r: GenerateResult) => void;

@@ -60,7 +60,8 @@ export class Scheduler {
   /** Queues a request. Throws SchedulerCapacityError when its prompt cannot fit the pool at all. */
   submit(id: number, prompt: readonly number[], hints: SequenceHints = {}): Sequence {
     if (this.seqs.has(id)) throw new RangeError(`Sequence id ${id} is already in use`);
-    const need = Math.ceil((prompt.length + 1) / this.kv.blockSize);
+    // Room for the prompt and the first generated token's KV, unless nothing is generated.
+    const need = Math.ceil((prompt.length + (hints.promptOnly ? 0 : 1)) / this.kv.blockSize);
     if (need > this.kv.totalBlocks - this.config.watermarkBlocks) {
       throw new SchedulerCapacityError(`Prompt of ${prompt.length} tokens needs ${need} KV blocks; the pool has ${this.kv.totalBlocks}`);
     }

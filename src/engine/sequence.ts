@@ -22,6 +22,11 @@ export interface SequenceHints {
   /** End the sequence at its first token (a prefill handed to another worker), whatever the role. */
   prefillOnly?: boolean;
   /**
+   * The sequence computes its prompt and nothing after (an embedding): it never needs a slot for a
+   * generated token, so its prompt may fill the whole pool (the engine's context limit).
+   */
+  promptOnly?: boolean;
+  /**
    * Compute the whole prompt, taking nothing from the prefix cache (its KV is still cached for
    * others): the logits of every prompt position are needed (prompt log probabilities).
    */

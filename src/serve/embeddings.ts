@@ -9,7 +9,6 @@
  */
 import { z } from "zod";
 import type { RequestHandle } from "../engine/engine-types.ts";
-import { SchedulerCapacityError } from "../engine/scheduler-types.ts";
 import { ApiError } from "./errors.ts";
 import { chatPrompt, checkPriority, checkTextLength, submit, type ServeContext, truncatedPrompt } from "./openai.ts";
 import { ChatRequestSchema, isObject, priorityField, sessionKey, truncatePromptTokensField } from "./schemas.ts";
@@ -119,19 +118,8 @@ export function submitInputs(ctx: ServeContext, items: readonly (string | readon
   const extra = { ...(o.sessionId ? { sessionId: o.sessionId } : {}), ...(o.priority ? { priority: o.priority } : {}) };
   // One at a time, so that a refusal (a prompt longer than the context) names its own input.
   const handles: RequestHandle[] = [];
-  const one = (prompt: number[], param: string) => submit(ctx, [{ prompt, maxTokens: 1, temperature: 0, embed: true, ...extra }], 1, param, false);
   try {
-    for (const [i, prompt] of prompts.entries()) {
-      try {
-        handles.push(...one(prompt, paramOf(i)));
-      } catch (e) {
-        // A prompt that fills the whole context when the KV pool is what bounds it: the scheduler
-        // reserves a slot beyond the prompt, which an embedding never fills, so one token fewer fits.
-        if (!(e instanceof SchedulerCapacityError)) throw e;
-        if (o.truncate === -1 && prompt.length > 1) handles.push(...one(prompt.slice(1), paramOf(i)));
-        else throw new ApiError(400, `The prompt has ${prompt.length} tokens; this server's KV cache holds at most ${prompt.length - 1} for one embedding, so send fewer or set truncate_prompt_tokens`, paramOf(i), "context_length_exceeded");
-      }
-    }
+    for (const [i, prompt] of prompts.entries()) handles.push(...submit(ctx, [{ prompt, maxTokens: 1, temperature: 0, embed: true, ...extra }], 1, paramOf(i), false));
   } catch (e) {
     for (const h of handles) h.cancel();
     throw e;
