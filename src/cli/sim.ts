@@ -6,32 +6,37 @@
 import { access, constants, mkdir, writeFile } from "node:fs/promises";
 import { cliArgs, exitProcess } from "../runtime/env.ts";
 import { readTextFile } from "../runtime/fs.ts";
-import { StepLogError } from "../sim/calibration.ts";
+import { parseStepLog, StepLogError } from "../sim/calibration.ts";
 import { parseSimArgs, SimHelp, SimUsageError } from "../sim/cli-options.ts";
 import { hitRateOverTime, splitOverTime, ttftCdf } from "../sim/report.ts";
-import { jsonView, markdownView, runOnce, textView } from "../sim/run.ts";
+import { jsonView, markdownView, runOnce, textView, workloadFor } from "../sim/run.ts";
 import { TraceFormatError } from "../sim/traces.ts";
 import type { Comparison } from "../sim/compare.ts";
 
 async function main(): Promise<void> {
   const argv = cliArgs();
   const o = parseSimArgs(argv);
-  let traceText: string | null = null;
-  if (o.trace !== null) {
-    try { traceText = await readTextFile(o.trace); } catch { throw new SimUsageError(`Cannot read trace file "${o.trace}"`); }
+  const traceText = o.trace === null ? null : await readInput("trace file", o.trace);
+  const stepLog = o.calibrate === null ? null : await readInput("step log", o.calibrate);
+  const loads = o.sweep ?? [o.load];
+  // Inputs are checked whole before any run: a sweep should not fail at its last load after the
+  // others ran (the smallest load stretches a trace the most, so it is the one that can be too long).
+  try { if (o.trace !== null) workloadFor(o, Math.min(...loads), traceText); } catch (e) {
+    if (e instanceof TraceFormatError) throw new SimUsageError(`Cannot replay trace "${o.trace}": ${e.message}`);
+    throw e;
   }
-  let stepLog: string | null = null;
-  if (o.calibrate !== null) {
-    try { stepLog = await readTextFile(o.calibrate); } catch { throw new SimUsageError(`Cannot read step log "${o.calibrate}"`); }
-  }
+  if (stepLog !== null) parseStepLog(stepLog);
+  const dirOf = (load: number) => (loads.length > 1 ? `${o.report}/load-${load}` : o.report!);
   if (o.report !== null) {
-    // Before the run, not after it: a bad folder should not cost a whole simulation.
-    try { await mkdir(o.report, { recursive: true }); await access(o.report, constants.W_OK); } catch (e) {
-      throw new SimUsageError(`Cannot write report folder "${o.report}" (${(e as { code?: string }).code ?? String(e)})`);
+    // Before the run, not after it: a bad folder (or a file where a sweep's load-X folder goes)
+    // should not cost a whole simulation.
+    for (const dir of [o.report, ...loads.map(dirOf)]) {
+      try { await mkdir(dir, { recursive: true }); await access(dir, constants.W_OK); } catch (e) {
+        throw new SimUsageError(`Cannot write report folder "${dir}" (${(e as { code?: string }).code ?? String(e)})`);
+      }
     }
   }
   const clock = () => performance.now() / 1000;
-  const loads = o.sweep ?? [o.load];
   const views: Record<string, unknown>[] = [];
   const sections: string[] = [];
   const command = `deno task sim ${argv.join(" ")}`;
@@ -46,7 +51,7 @@ async function main(): Promise<void> {
     if (!o.json) console.log(textView(c, load) + "\n");
     sections.push(markdownView(c, load, command));
     if (o.report !== null) {
-      const dir = loads.length > 1 ? `${o.report}/load-${load}` : o.report;
+      const dir = dirOf(load);
       await mkdir(dir, { recursive: true });
       await writeFile(`${dir}/ttft-cdf.svg`, ttftCdf(c));
       await writeFile(`${dir}/prefill-decode-split.svg`, splitOverTime(c));
@@ -59,6 +64,17 @@ async function main(): Promise<void> {
     await writeFile(`${o.report}/README.md`, `# Simulator report\n\n${sections.join("\n\n")}\n`);
   }
   if (o.json) console.log(JSON.stringify(loads.length === 1 ? views[0] : views, null, 2));
+}
+
+/** Why a file could not be read, in words for the common cases. */
+const READ_ERRORS: Record<string, string> = { ENOENT: "no such file", EISDIR: "it is a directory", EACCES: "permission denied" };
+
+/** A whole input file as text; a usage error (exit 2) naming the file and why it cannot be read. */
+async function readInput(what: string, path: string): Promise<string> {
+  try { return await readTextFile(path); } catch (e) {
+    const code = (e as { code?: string }).code ?? "";
+    throw new SimUsageError(`Cannot read ${what} "${path}" (${READ_ERRORS[code] ?? (code || String(e))})`);
+  }
 }
 
 /** A system that completed no request has no latency figures: say so on stderr rather than only print n/a. */

@@ -23,6 +23,9 @@ export class StepLogError extends Error {
 
 const FIELDS = ["prefillTokens", "prefillAttnPairs", "decodeSeqs", "decodeAttnTokens", "seconds"] as const;
 
+/** A value for a message: JSON would print 1e400 (Infinity once parsed) as null. */
+const show = (x: unknown) => (typeof x === "number" ? String(x) : JSON.stringify(x ?? null));
+
 /** Parses a JSONL step log; blank lines are skipped, anything else malformed is an error naming the line. */
 export function parseStepLog(text: string): MeasuredStep[] {
   const out: MeasuredStep[] = [];
@@ -37,13 +40,13 @@ export function parseStepLog(text: string): MeasuredStep[] {
     for (const f of FIELDS) {
       const x = rec[f];
       if (typeof x !== "number" || !Number.isFinite(x) || x < 0) {
-        throw new StepLogError(`Step log line ${i + 1} needs a non-negative number "${f}", got ${JSON.stringify(x ?? null)}`);
+        throw new StepLogError(`Step log line ${i + 1} needs a non-negative number "${f}", got ${show(x)}`);
       }
     }
     if ((rec.seconds as number) <= 0) throw new StepLogError(`Step log line ${i + 1} has "seconds" ${rec.seconds}; a step takes time`);
     const cycle = rec.cycleSeconds;
     if (cycle !== undefined && (typeof cycle !== "number" || !Number.isFinite(cycle) || cycle < (rec.seconds as number))) {
-      throw new StepLogError(`Step log line ${i + 1} has "cycleSeconds" ${JSON.stringify(cycle)}; it must be a number no smaller than "seconds"`);
+      throw new StepLogError(`Step log line ${i + 1} has "cycleSeconds" ${show(cycle)}; it must be a number no smaller than "seconds"`);
     }
     out.push({
       prefillTokens: rec.prefillTokens as number, prefillAttnPairs: rec.prefillAttnPairs as number,
@@ -67,6 +70,12 @@ export interface Calibration {
 export function calibrateHardware(
   model: ModelProfile, hw: HardwareProfile, gpusPerWorker: number, steps: readonly MeasuredStep[], kvReplication = 1,
 ): Calibration {
+  // Steps all of one shape fit any split of their time between per-step overhead and per-token
+  // work equally well: the fit would keep the assumed overhead and report it as measured.
+  const shape = (s: StepShape) => `${s.prefillTokens},${s.prefillAttnPairs},${s.decodeSeqs},${s.decodeAttnTokens}`;
+  if (steps.length > 0 && new Set(steps.map(shape)).size < 2) {
+    throw new StepLogError(`A step log needs steps of at least 2 different shapes to calibrate, got ${steps.length} steps all of shape ${JSON.stringify(shape(steps[0]))} (prefillTokens,prefillAttnPairs,decodeSeqs,decodeAttnTokens)`);
+  }
   const cost = new CostModel(model, hw, gpusPerWorker, kvReplication);
   const samples = steps.map((s) => ({ work: cost.work(s), measuredS: s.seconds, mixed: s.prefillTokens > 0 && s.decodeSeqs > 0 }));
   const rms = () => Math.sqrt(steps.reduce((a, st) => a + (cost.stepTime(st) - st.seconds) ** 2, 0) / steps.length);
@@ -89,6 +98,12 @@ export function calibrateHardware(
   }
   cost.mixedStepOverheadS = mixedS;
   const rmsAfterS = rms();
+  // Steps too large for a double (1e300 tokens, 1e300 s) overflow the fit: say so rather than run on NaN.
+  const fitted = [cost.flopEfficiency, cost.bandwidthEfficiency, cost.stepOverheadS, cost.mixedStepOverheadS, rmsBeforeS, rmsAfterS];
+  if (!fitted.every(Number.isFinite)) {
+    const big = steps.findIndex((st) => !Number.isFinite(cost.stepTime(st)) || !Number.isFinite(st.seconds ** 2));
+    throw new StepLogError(`The step log cannot be fitted: ${big >= 0 ? `step ${big + 1} (${JSON.stringify(steps[big])}) is too large` : "the fit does not converge"} for the cost model`);
+  }
   return {
     hw: {
       ...hw, name: `${hw.name} (calibrated)`, flopEfficiency: cost.flopEfficiency, bandwidthEfficiency: cost.bandwidthEfficiency,

@@ -3,7 +3,8 @@
  * Bad input raises {@link SimUsageError} with a one-line message quoting the value.
  */
 import { gpusPerWorker, HARDWARE, MODELS } from "./profiles.ts";
-import { SCENARIOS } from "./scenarios.ts";
+import { nominalRate, SCENARIOS } from "./scenarios.ts";
+import { MAX_REPLAY_S } from "./traces.ts";
 
 /** Raised for a bad command line. */
 export class SimUsageError extends Error {
@@ -67,6 +68,13 @@ const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
 /** Most GPUs a run may simulate (a bound on memory and time, far above the 256 of the scenarios). */
 export const MAX_GPUS = 65536;
 
+/**
+ * Most sessions a scenario run may start (rate × GPUs × load × duration): a scenario's workload is
+ * built whole before the run, so a mistyped --load or --duration would otherwise exhaust memory.
+ * Over twice the largest default sweep (steady-profiled at load 6 for an hour on 256 GPUs, 4.3M).
+ */
+export const MAX_SESSIONS = 1e7;
+
 /** The largest seed: the generator keeps 32 bits (kv/rng.ts), so larger seeds would alias smaller ones. */
 const MAX_SEED = 2 ** 32 - 1;
 
@@ -111,7 +119,7 @@ export function parseSimArgs(rawArgv: readonly string[]): SimOptions {
       case "--hw": o.hw = value(a, next()); break;
       case "--load": o.load = num(a, next(), 1e-6); break;
       case "--seed": o.seed = num(a, next(), 0, true, MAX_SEED); break;
-      case "--duration": o.durationS = num(a, next(), 1); break;
+      case "--duration": o.durationS = num(a, next(), 1, false, MAX_REPLAY_S); break;
       case "--startup": o.startupS = num(a, next(), 0); break;
       case "--max-requests": o.maxRequests = num(a, next(), 1, true); break;
       case "--json": o.json = true; break;
@@ -126,7 +134,8 @@ export function parseSimArgs(rawArgv: readonly string[]): SimOptions {
         o.itlAim = x;
         break;
       }
-      case "--remote-store-tb": o.remoteStoreTb = num(a, next(), 0); break;
+      // Bounded at an exabyte: 1e300 TB overflows to an Infinity-byte store that the report would print.
+      case "--remote-store-tb": o.remoteStoreTb = num(a, next(), 0, false, 1e6); break;
       case "--report": o.report = value(a, next()); break;
       case "--baselines": {
         const v = value(a, next());
@@ -138,6 +147,9 @@ export function parseSimArgs(rawArgv: readonly string[]): SimOptions {
         const v = argv[i + 1];
         if (v !== undefined && !v.startsWith("--")) { i++; o.sweep = v.split(",").map((x) => num("--sweep", x, 1e-6)); }
         else o.sweep = [0.5, 1, 2, 3, 4, 6];
+        // Each load writes its own report folder (load-X): a load given twice would overwrite its first run.
+        const twice = o.sweep.find((x, k) => o.sweep!.indexOf(x) !== k);
+        if (twice !== undefined) throw new SimUsageError(`Option --sweep lists load ${twice} twice, got "${v}"`);
         break;
       }
       case "-h": case "--help": throw new SimHelp(USAGE);
@@ -168,5 +180,15 @@ export function parseSimArgs(rawArgv: readonly string[]): SimOptions {
   if (o.scenario !== null) notWith(["--format", "--max-requests"], "to a scenario (only to --trace)");
   else notWith(["--duration"], "to a trace (it lasts as long as its requests)");
   if (o.sweep !== null) notWith(["--load"], "with --sweep (the sweep gives the loads)");
+  if (o.scenario !== null) {
+    const load = Math.max(...(o.sweep ?? [o.load]));
+    const sessions = nominalRate(o.scenario) * (o.gpus / 256) * load * o.durationS;
+    if (sessions > MAX_SESSIONS) {
+      throw new SimUsageError(
+        `Scenario ${o.scenario} at load ${load} on ${o.gpus} GPUs for ${o.durationS} s would start about ${sessions.toPrecision(3)} sessions; ` +
+          `the simulator takes at most ${MAX_SESSIONS} (lower --load, --gpus or --duration)`,
+      );
+    }
+  }
   return o;
 }

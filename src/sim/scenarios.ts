@@ -32,6 +32,12 @@ const ASSUME = [
 /** Scenario names the CLI accepts. */
 export const SCENARIOS = ["coding-256", "math-256", "computer-use-256", "mixed-shift-256", "steady-profiled"] as const;
 
+/** Nominal session (or, for steady-profiled, request) starts per second of scenario `name` per 256 GPUs at load 1. */
+export function nominalRate(name: string): number {
+  const base = name.replace(/-\d+$/, "");
+  return base === "steady-profiled" ? STEADY_RATE : BASE_SESSION_RATE[base] ?? 0;
+}
+
 /** Builds a scenario's workload. */
 export function buildScenario(name: string, a: ScenarioArgs): Workload {
   const scale = (a.gpus / 256) * a.load;

@@ -13,6 +13,22 @@ export class TraceFormatError extends Error {
 
 const TRACE_ID_BASE = 1 << 29;
 
+/**
+ * Block hashing reads a chunk id's low 32 bits only (kv/hash.ts), so hash ids at or past this bound
+ * would alias smaller ones: a trace that has such ids is renumbered (see mooncakeChunkIds).
+ */
+const HASH_ID_LIMIT = 2 ** 32 - TRACE_ID_BASE;
+
+/**
+ * The longest replay (s, after --load's time scale): a bound far above real traces (Azure's
+ * longest spans a week) that catches timestamps in the wrong unit before the simulator spends
+ * hours stepping through an empty span.
+ */
+export const MAX_REPLAY_S = 30 * 86400;
+
+/** A trace's lines: LF, CRLF and lone-CR (old Mac) endings alike, so line numbers match an editor's. */
+const lines = (text: string) => text.split(/\r\n|\r|\n/);
+
 function single(idx: number, id: string, start: number, prompt: number, output: number, chunks: number[]): SessionPlan {
   return {
     idx, id, kind: "trace", start, sharedChunks: [], sharedTokens: 0, chunkBase: 0,
@@ -47,6 +63,14 @@ function replay<R extends TraceRow>(
   if (rows.length === 0) throw new TraceFormatError(`The ${kind} trace has no requests`);
   const sorted = rows.slice().sort((a, b) => a.t - b.t || a.line - b.line).slice(0, maxRequests);
   const t0 = sorted[0].t;
+  const spanS = (sorted[sorted.length - 1].t - t0) / 1000 / timeScale;
+  if (!(spanS <= MAX_REPLAY_S)) {
+    const last = sorted[sorted.length - 1];
+    throw new TraceFormatError(
+      `The ${kind} trace spans ${spanS.toPrecision(3)} s from its first request to its last (line ${last.line + 1})` +
+        `${timeScale !== 1 ? ` at time scale ${timeScale}` : ""}; the simulator replays at most ${MAX_REPLAY_S} s (a timestamp in the wrong unit or year?)`,
+    );
+  }
   const sessions = sorted.map((r, idx) => {
     const { id, chunks } = blocks(r, idx);
     return single(idx, id, (r.t - t0) / 1000 / timeScale, r.prompt, r.output, chunks);
@@ -56,10 +80,10 @@ function replay<R extends TraceRow>(
 
 /** Parses Mooncake JSONL; `timeScale` divides inter-arrival times (2 = twice the rate). */
 export function parseMooncake(text: string, timeScale = 1, maxRequests = Infinity): Workload {
-  const rows: (TraceRow & { id: string; chunks: number[] })[] = [];
-  const lines = text.split("\n");
-  for (let i = 0; i < lines.length; i++) {
-    const line = lines[i].trim();
+  const rows: (TraceRow & { id: string; hashes: number[] })[] = [];
+  const all = lines(text);
+  for (let i = 0; i < all.length; i++) {
+    const line = all[i].trim();
     if (line === "") continue;
     let r: unknown;
     try { r = JSON.parse(line); } catch {
@@ -76,36 +100,70 @@ export function parseMooncake(text: string, timeScale = 1, maxRequests = Infinit
     const bad = (o.hash_ids as unknown[]).find((h) => !count(h, 0));
     if (bad !== undefined) throw new TraceFormatError(`Mooncake line ${i + 1} has hash id ${JSON.stringify(bad)}; expected whole numbers ≥ 0`);
     const hashes = o.hash_ids as number[];
-    const ids = hashes.map((h) => TRACE_ID_BASE + h);
-    const full = Math.min(ids.length, Math.floor(o.input_length / TRACE_BLOCK_TOKENS));
-    rows.push({ line: i, id: `mc-${hashes[0] ?? i}`, t: o.timestamp, prompt: o.input_length, output: o.output_length, chunks: ids.slice(0, full) });
+    const full = Math.min(hashes.length, Math.floor(o.input_length / TRACE_BLOCK_TOKENS));
+    rows.push({ line: i, id: `mc-${hashes[0] ?? i}`, t: o.timestamp, prompt: o.input_length, output: o.output_length, hashes: hashes.slice(0, full) });
   }
-  const { sessions, durationS } = replay(rows, timeScale, maxRequests, "Mooncake", (r) => r);
+  const chunkId = mooncakeChunkIds(rows);
+  const { sessions, durationS } = replay(rows, timeScale, maxRequests, "Mooncake", (r) => ({ id: r.id, chunks: r.hashes.map(chunkId) }));
   return {
     name: "mooncake-trace", durationS, sessions, blockTokens: TRACE_BLOCK_TOKENS,
     assumptions: ["Mooncake trace: hash_ids are 512-token blocks; requests sharing leading ids share KV; session = first hash id"],
   };
 }
 
+/**
+ * Chunk ids of a Mooncake trace's hash ids: offset by TRACE_ID_BASE, or, where some id would alias
+ * another in the block hash, renumbered in order of first appearance (equal ids stay equal).
+ */
+function mooncakeChunkIds(rows: readonly { hashes: readonly number[] }[]): (h: number) => number {
+  if (rows.every((r) => r.hashes.every((h) => h < HASH_ID_LIMIT))) return (h) => TRACE_ID_BASE + h;
+  const dense = new Map<number, number>();
+  for (const r of rows) for (const h of r.hashes) if (!dense.has(h)) dense.set(h, TRACE_ID_BASE + dense.size);
+  return (h) => dense.get(h)!;
+}
+
+/** A CSV field without surrounding blanks and double quotes. */
+const field = (f: string) => f.trim().replace(/^"(.*)"$/, "$1").trim();
+
+/** A decimal number as a CSV writes one (Number() would also take "0x10", "0b1" or "Infinity"). */
+const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
+
+/**
+ * An Azure TIMESTAMP ("2023-11-16 18:17:03.9799600", UTC) in ms, or NaN. Only dates of that shape
+ * (T or a blank between date and time, an optional Z or ±hh:mm zone) are read: Date.parse alone
+ * falls back to guessing, and would read "1.5" as 5 January 2001.
+ */
+function azureTime(f: string): number {
+  const m = /^(\d{4}-\d{2}-\d{2})(?:[ T](\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?))?(Z|[+-]\d{2}:?\d{2})?$/i.exec(f);
+  if (m === null) return NaN;
+  return Date.parse(`${m[1]}T${m[2] ?? "00:00:00"}${m[3] ?? "Z"}`);
+}
+
 /** Parses the Azure LLM inference CSV; `timeScale` divides inter-arrival times. */
 export function parseAzure(text: string, timeScale = 1, maxRequests = Infinity): Workload {
-  const lines = text.split("\n");
-  const header = lines[0].trim().split(",");
-  const ti = header.indexOf("TIMESTAMP");
-  const ci = header.indexOf("ContextTokens");
-  const gi = header.indexOf("GeneratedTokens");
-  if (ti < 0 || ci < 0 || gi < 0) throw new TraceFormatError(`Azure header must have TIMESTAMP,ContextTokens,GeneratedTokens, got "${lines[0].trim()}"`);
+  const all = lines(text);
+  const first = all[0].trim();
+  // Column names as the published traces spell them, matched whatever the case, blanks or quotes.
+  const header = first.split(",").map((h) => field(h).toLowerCase());
+  const ti = header.indexOf("timestamp");
+  const ci = header.indexOf("contexttokens");
+  const gi = header.indexOf("generatedtokens");
+  if (ti < 0 || ci < 0 || gi < 0) {
+    const hint = first.startsWith("{") ? " (a JSON line: is this a Mooncake trace? add --format mooncake)" : "";
+    throw new TraceFormatError(`Azure header must have TIMESTAMP,ContextTokens,GeneratedTokens, got "${first.slice(0, 80)}"${hint}`);
+  }
   const rows: TraceRow[] = [];
-  for (let i = 1; i < lines.length; i++) {
-    const line = lines[i].trim();
+  for (let i = 1; i < all.length; i++) {
+    const line = all[i].trim();
     if (line === "") continue;
-    const f = line.split(",");
+    const f = line.split(",").map(field);
     if (f.length !== header.length) throw new TraceFormatError(`Azure line ${i + 1} has ${f.length} fields, the header ${header.length}: "${line}"`);
-    const t = Date.parse(f[ti].replace(" ", "T") + "Z");
-    // Number("") is 0: an empty field is malformed, not a zero.
-    const ctx = f[ci].trim() === "" ? NaN : Number(f[ci]);
-    const gen = f[gi].trim() === "" ? NaN : Number(f[gi]);
-    if (!Number.isFinite(t) || !Number.isFinite(ctx) || !Number.isFinite(gen)) throw new TraceFormatError(`Azure line ${i + 1} is malformed: "${line}"`);
+    const t = azureTime(f[ti]);
+    if (!Number.isFinite(t)) throw new TraceFormatError(`Azure line ${i + 1} has TIMESTAMP "${f[ti]}"; expected a UTC date and time such as 2023-11-16 18:17:03.98`);
+    // An empty field is malformed, not a zero (Number("") is 0).
+    const ctx = DECIMAL.test(f[ci]) ? Number(f[ci]) : NaN;
+    const gen = DECIMAL.test(f[gi]) ? Number(f[gi]) : NaN;
+    if (!Number.isFinite(ctx) || !Number.isFinite(gen)) throw new TraceFormatError(`Azure line ${i + 1} is malformed: "${line}"`);
     if (!count(ctx, 1) || !count(gen, 0)) throw new TraceFormatError(`Azure line ${i + 1} has ContextTokens ${f[ci]} and GeneratedTokens ${f[gi]}; expected whole numbers ≥ 1 and ≥ 0`);
     rows.push({ line: i, t, prompt: ctx, output: gen });
   }
