@@ -91,6 +91,7 @@ export class AgentAwarePolicy implements RetentionPolicy {
       this.isDropped[id] = 1;
       this.droppedCount++;
       this.droppedStack.push(id);
+      if (this.droppedStack.length > 2 * this.droppedCount + 64) this.compactDropped();
       return;
     }
     const key = sid ?? ANON;
@@ -251,7 +252,8 @@ export class AgentAwarePolicy implements RetentionPolicy {
         const scores: number[] = [];
         for (const g of this.groups.values()) { keys.push(g.key); scores.push(this.groupScore(g, now, horizon)); }
         this.order.reset(keys, scores);
-        this.rankedAt = now;
+        // (Not at a NaN time: the ranking would then never be refreshed by time again.)
+        if (!Number.isNaN(now)) this.rankedAt = now;
       }
       for (let k = this.order.peek(); k !== undefined; this.order.pop(), k = this.order.peek()) {
         if (this.groups.has(k)) return k;
@@ -263,6 +265,24 @@ export class AgentAwarePolicy implements RetentionPolicy {
   private dropGroup(key: string): void {
     this.groups.delete(key);
     if (this.lastGroup?.key === key) this.lastGroup = undefined;
+  }
+
+  /**
+   * Drops the stale entries of the dropped-block stack. A reasoning block reused by a prefix hit (a
+   * client that sends its thinking back) and released again is pushed once more each turn, and stale
+   * entries only go when evictions pop them: a pool that seldom fills would keep them all. Only an
+   * id's topmost entry ever evicts it (every later push of the id sits above an older entry and is
+   * popped first), so keeping just that entry of each still-dropped block evicts in the same order.
+   */
+  private compactDropped(): void {
+    const stack = this.droppedStack;
+    const kept = new Set<number>();
+    let w = stack.length;
+    for (let r = stack.length - 1; r >= 0; r--) {
+      const id = stack[r];
+      if (this.isDropped[id] === 1 && !kept.has(id)) { kept.add(id); stack[--w] = id; }
+    }
+    stack.splice(0, w);
   }
 
   /** Grows the per-block arrays to cover block `id`. */
@@ -284,6 +304,8 @@ export class AgentAwarePolicy implements RetentionPolicy {
   }
 
   private noteEviction(now: number): void {
+    // A time that is not a number would make the rate, the horizon and so every score NaN for good.
+    if (Number.isNaN(now)) return;
     if (this.lastEvictTime === -Infinity) { this.lastEvictTime = now; return; }
     const dt = now - this.lastEvictTime;
     if (dt <= 0) { this.evictRate += 1 / 10; return; }

@@ -36,12 +36,16 @@ export class GlobalBlockIndex {
     return this.holders.size;
   }
 
-  /** Applies one KV event. */
+  /**
+   * Applies one KV event. Removing a block the worker never stored (or removed already) changes
+   * nothing; hashes that are not block hashes (negative, NaN: a corrupt event off the wire) are
+   * skipped, as no prefix lookup could ever match them and the table cannot hold them.
+   */
   apply(e: KvEvent): void {
     const w = this.intern(e.workerId);
-    if (e.kind === "stored") for (const h of e.hashes) this.set(h, w, TIER_BIT[e.tier], true);
-    else if (e.kind === "removed") for (const h of e.hashes) this.set(h, w, TIER_BIT[e.tier], false);
-    else for (const h of e.hashes) this.set(h, w, TIER_BIT[e.to], true);
+    const bit = TIER_BIT[e.kind === "moved" ? e.to : e.tier];
+    const on = e.kind !== "removed";
+    for (const h of e.hashes) if (h >= 0) this.set(h, w, bit, on);
   }
 
   /**

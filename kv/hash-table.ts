@@ -5,11 +5,19 @@
  * is several times faster on the per-block paths of the prefix cache and the global index.
  * It has no iteration order, so only use it where none is observed.
  */
-import type { BlockHash } from "./types.ts";
+import { type BlockHash, KvStateError } from "./types.ts";
 
 const EMPTY = -1; // block hashes are non-negative
 const TWO_POW_32 = 4294967296;
 const MIN_BITS = 4;
+
+/**
+ * Throws {@link KvStateError} for a key a table cannot hold: NaN would be stored but never found again
+ * (a leak), and −1 marks a free slot, so storing it would leave a record in a slot that reads as free.
+ */
+export function checkKey(key: BlockHash): void {
+  if (key === EMPTY || Number.isNaN(key)) throw new KvStateError(`Block hash must be a non-negative number, got ${key}`);
+}
 
 /** Spreads a hash over a table of 2^(32 − shift) slots: low and high halves mixed, Fibonacci-multiplied, top bits kept. */
 export function slotOf(key: number, shift: number): number {
@@ -47,6 +55,7 @@ export class BlockHashTable<V> {
 
   /** Value at `key`, or undefined. */
   get(key: BlockHash): V | undefined {
+    if (key === EMPTY) return undefined; // the free-slot marker is never a key
     const keys = this.keys;
     for (let i = slotOf(key, this.shift); ; i = (i + 1) & this.mask) {
       const k = keys[i];
@@ -57,6 +66,7 @@ export class BlockHashTable<V> {
 
   /** True when `key` is present. */
   has(key: BlockHash): boolean {
+    if (key === EMPTY) return false;
     const keys = this.keys;
     for (let i = slotOf(key, this.shift); ; i = (i + 1) & this.mask) {
       const k = keys[i];
@@ -67,6 +77,7 @@ export class BlockHashTable<V> {
 
   /** Inserts or replaces the value at `key`. */
   set(key: BlockHash, value: V): void {
+    checkKey(key);
     const keys = this.keys;
     let i = slotOf(key, this.shift);
     for (; ; i = (i + 1) & this.mask) {
@@ -82,6 +93,7 @@ export class BlockHashTable<V> {
 
   /** Inserts `value` at `key` unless the key is present; true when inserted (one probe, not two). */
   add(key: BlockHash, value: V): boolean {
+    checkKey(key);
     const keys = this.keys;
     let i = slotOf(key, this.shift);
     for (; ; i = (i + 1) & this.mask) {
@@ -97,6 +109,7 @@ export class BlockHashTable<V> {
 
   /** Removes `key`; true when it was present. */
   delete(key: BlockHash): boolean {
+    if (key === EMPTY) return false;
     const keys = this.keys;
     const mask = this.mask;
     let i = slotOf(key, this.shift);

@@ -7,7 +7,7 @@
  * Linear probing, backward-shift deletion (no tombstones), load factor at most 1/2, like
  * {@link BlockHashTable}; no iteration order is observed through it.
  */
-import { slotOf } from "./hash-table.ts";
+import { checkKey, slotOf } from "./hash-table.ts";
 import type { BlockHash } from "./types.ts";
 
 const EMPTY = -1; // block hashes are non-negative
@@ -40,6 +40,7 @@ export class RecordTable<V> {
 
   /** Slot holding `key` (its record starts at slot·stride), or {@link NO_SLOT}. Valid until the table next changes. */
   find(key: BlockHash): number {
+    if (key === EMPTY) return NO_SLOT; // the free-slot marker is never a key
     const recs = this.recs, stride = this.stride;
     for (let i = slotOf(key, this.shift); ; i = (i + 1) & this.mask) {
       const k = recs[i * stride];
@@ -50,6 +51,7 @@ export class RecordTable<V> {
 
   /** Adds `key`, which must be absent, with a zeroed record and no value; returns its slot. */
   insert(key: BlockHash): number {
+    checkKey(key);
     if ((this.count + 1) * 2 > this.side.length) this.grow();
     this.count++;
     const recs = this.recs, stride = this.stride;

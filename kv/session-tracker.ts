@@ -3,6 +3,7 @@
  * (and when it will probably come back), which went idle. Return times are learned online from the
  * session's own history and the tool's history across sessions (log-normal gaps, EWMA in log space).
  */
+import { KvStateError } from "./types.ts";
 
 /** Where a session stands. */
 export type SessionStatus = "running" | "waiting-tool" | "idle";
@@ -45,6 +46,14 @@ export function normalCdf(x: number): number {
   return x >= 0 ? 0.5 * (1 + y) : 0.5 * (1 - y);
 }
 
+/**
+ * Throws {@link KvStateError} for a time that is not a finite number: a session stamped with NaN would
+ * never be pruned and would predict NaN return times (a broken clock is the caller's bug).
+ */
+function checkTime(now: number): void {
+  if (!Number.isFinite(now)) throw new KvStateError(`Session time must be a finite number of seconds, got ${now}`);
+}
+
 /** Opaque reference to one tracked session (see {@link SessionTracker.handle}). */
 export interface SessionHandle {
   readonly status: SessionStatus;
@@ -73,8 +82,11 @@ export class SessionTracker {
 
   /** A turn of `sessionId` started (its request arrived); learns the gap if it was waiting. */
   turnStarted(sessionId: string, now: number): void {
+    checkTime(now);
     const s = this.sessions.get(sessionId);
-    if (s !== undefined && s.status === "waiting-tool") {
+    // A clock that went backwards measured no gap: learning one of 1 ms would make this session's and
+    // this tool's every later wait look instant (their KV then priced as about to return).
+    if (s !== undefined && s.status === "waiting-tool" && now >= s.since) {
       const lg = Math.log(Math.max(1e-3, now - s.since));
       const a = this.o.alpha;
       s.logGap = s.logGap === null ? lg : (1 - a) * s.logGap + a * lg;
@@ -92,6 +104,7 @@ export class SessionTracker {
 
   /** A turn ended: with a tool call (`tool` names it) the session waits; with `null` it goes idle. */
   turnEnded(sessionId: string, now: number, tool: string | null): void {
+    checkTime(now);
     const s = this.sessions.get(sessionId);
     const status = tool === null ? "idle" : "waiting-tool";
     if (s !== undefined) { s.status = status; s.since = now; s.tool = tool; return; }

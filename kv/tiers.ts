@@ -95,8 +95,10 @@ export class TierCache {
 
 /**
  * When to start prefetching a waiting session's blocks back to the device so they land before its
- * predicted return: predicted return − transfer time − a safety margin (never before now).
+ * predicted return: predicted return − transfer time − a safety margin (never before now; now when
+ * that is not a number, e.g. an unknown return time, so a caller never schedules at NaN).
  */
 export function prefetchStartTime(predictedReturn: number, transferS: number, now: number, marginS = 0.5): number {
-  return Math.max(now, predictedReturn - transferS - marginS);
+  const start = predictedReturn - transferS - marginS;
+  return start > now ? start : now;
 }

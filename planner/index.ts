@@ -12,3 +12,4 @@ export * from "./session-admission.ts";
 export * from "./itl-admission.ts";
 export * from "./goodput-curve.ts";
 export * from "./step-window.ts";
+export * from "./snapshot-guard.ts";

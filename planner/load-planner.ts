@@ -6,6 +6,7 @@
  */
 import { decodeThroughput, expectedItl, type OfflineProfile, prefillThroughput } from "./profile.ts";
 import type { MetricsSnapshot, Planner, PlannerAction, WorkerSnapshot } from "./types.ts";
+import { cleanSnapshot } from "./snapshot-guard.ts";
 
 /** Knobs of {@link LoadPlanner}; defaults follow Dynamo's documentation. */
 export interface LoadPlannerOptions {
@@ -26,6 +27,7 @@ export class LoadPlanner implements Planner {
   readonly intervalS: number;
   private readonly o: Required<LoadPlannerOptions>;
   private islEwma: number;
+  private lastNow = 0;
 
   /** Creates the planner. */
   constructor(opts: LoadPlannerOptions) {
@@ -40,7 +42,10 @@ export class LoadPlanner implements Planner {
   }
 
   /** One ±1 decision per pool. */
-  tick(s: MetricsSnapshot): PlannerAction[] {
+  tick(snapshot: MetricsSnapshot): PlannerAction[] {
+    // Measured inputs: one NaN prompt count would otherwise stick in the ISL average for good.
+    const s = cleanSnapshot(snapshot, this.intervalS, this.lastNow);
+    this.lastNow = s.now;
     if (s.arrivals > 0) this.islEwma = 0.7 * this.islEwma + 0.3 * (s.arrivedPromptTokens / s.arrivals);
     const serving = s.workers.filter((w) => w.state === "serving" || w.state === "starting");
     const pre = serving.filter((w) => w.role === "prefill");

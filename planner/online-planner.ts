@@ -13,6 +13,7 @@ import { StepMixingChoice, StepPricing, type StepContexts } from "./step-pricing
 import { ItlAdmission, type ItlAdmissionOptions } from "./itl-admission.ts";
 import { SessionAdmission, type SessionAdmissionOptions } from "./session-admission.ts";
 import type { MetricsSnapshot, Planner, PlannerAction, WorkerSnapshot } from "./types.ts";
+import { cleanSnapshot } from "./snapshot-guard.ts";
 
 /** Knobs of {@link OnlinePlanner}. */
 export interface OnlinePlannerOptions {
@@ -85,6 +86,7 @@ export class OnlinePlanner implements Planner {
   private readonly o: Required<OnlinePlannerOptions>;
   private pending: { dir: string; ticks: number } | null = null;
   private readonly lastFlip = new Map<string, number>();
+  private lastNow = 0;
   private stepsSeen = false;
   private threshold: number;
   private readonly steps = new StepPricing();
@@ -257,7 +259,11 @@ export class OnlinePlanner implements Planner {
   }
 
   /** One planning step. */
-  tick(s: MetricsSnapshot): PlannerAction[] {
+  tick(snapshot: MetricsSnapshot): PlannerAction[] {
+    // Measured inputs: a NaN or negative reading must not poison the estimates for good.
+    const s = cleanSnapshot(snapshot, this.intervalS, this.lastNow);
+    this.lastNow = s.now;
+    this.forgetCooledFlips(s.now);
     const live = s.workers.filter((w) => w.state === "serving");
     this.learn(s, live);
     const n = live.length;
@@ -332,6 +338,14 @@ export class OnlinePlanner implements Planner {
     actions.push(...flips);
     this.pending = null;
     return actions;
+  }
+
+  /**
+   * Drops cooldowns that have run out: they no longer restrain a flip, and a cluster whose workers
+   * come and go under new names would otherwise keep one entry per worker it ever flipped.
+   */
+  private forgetCooledFlips(now: number): void {
+    for (const [id, t] of this.lastFlip) if (now - t >= this.o.cooldownS) this.lastFlip.delete(id);
   }
 
   private adaptThreshold(mix: RoleMix, backlog: number, seqs: number, mu: number): PlannerAction[] {

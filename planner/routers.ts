@@ -148,9 +148,10 @@ export function routeSession(
   // Every worker runs the same engine, so one fleet rate (the best measured) prices every prefill: a
   // worker's own estimate mostly reflects how short its recent prompts were (step overhead), and
   // routing on that noise sent prompts to workers that were busy decoding.
+  // (A comparison, not Math.max: one worker's NaN estimate would make every cost NaN, and no route.)
   let fleetRate = 1;
-  for (const c of decoders) fleetRate = Math.max(fleetRate, c.prefillRate);
-  for (const c of prefillers) fleetRate = Math.max(fleetRate, c.prefillRate);
+  for (const c of decoders) if (c.prefillRate > fleetRate && c.prefillRate < Infinity) fleetRate = c.prefillRate;
+  for (const c of prefillers) if (c.prefillRate > fleetRate && c.prefillRate < Infinity) fleetRate = c.prefillRate;
   const fromHost = o.peerHostBlocks === true;
   const holder = o.peerTransfer ? prefixHolder(decoders, req.lastWorker, fromHost) : undefined;
   const held = holder === undefined ? 0 : fromHost ? holder.overlapHost : holder.overlapDevice;
@@ -195,7 +196,9 @@ export function routeSession(
       if (remote !== undefined && remote.predictedTtftS < route.predictedTtftS + localStallS) { route = remote; stallS = 0; }
     }
     // Slow steps, and sequences already queued for a decode slot, both count as decode overload.
-    const overload = Math.max(0, w.decodeStepS / o.itlTargetS - 0.8) + (w.decodeQueue ?? 0) / 32;
+    // A NaN step time measures nothing: no overload (NaN would make the cost NaN and drop the worker).
+    const stepS = w.decodeStepS > 0 ? w.decodeStepS : 0;
+    const overload = Math.max(0, stepS / o.itlTargetS - 0.8) + (w.decodeQueue ?? 0) / 32;
     // Admission is FIFO: a turn sent where others wait for KV memory waits behind them (off by default).
     let cost = route.predictedTtftS + stallS + (w.memoryQueue ?? 0) * (o.memoryWaitS ?? 0) + loadW * overload + (o.batchWeightS ?? 0.001) * (w.decodeBatch + (w.decodeQueue ?? 0));
     if (pulled > 0) cost += o.peerMoveS ?? 0;

@@ -10,6 +10,10 @@ import {
   decodeThroughput, expectedItl, expectedTtft, type OfflineProfile, prefillThroughput,
 } from "./profile.ts";
 import { type MetricsSnapshot, type Planner, type PlannerAction, PlannerConfigError } from "./types.ts";
+import { cleanSnapshot } from "./snapshot-guard.ts";
+
+/** Intervals of history the predictors read (the moving average reads the last 3). */
+const HISTORY = 3;
 
 /** Every knob of the baseline planner; the defaults are Dynamo's documented ones. */
 export interface SlaPlannerOptions {
@@ -42,6 +46,7 @@ export class SlaProfilePlanner implements Planner {
   private readonly o: Required<SlaPlannerOptions>;
   private readonly history: IntervalObs[] = [];
   private startedAt: number | null = null;
+  private lastNow = 0;
   /** Last correction factors, exposed for reports. */
   ttftCorrection = 1;
   itlCorrection = 1;
@@ -62,7 +67,10 @@ export class SlaProfilePlanner implements Planner {
   }
 
   /** Replica counts for the next interval (an empty list before the start-up delay or without data). */
-  tick(s: MetricsSnapshot): PlannerAction[] {
+  tick(snapshot: MetricsSnapshot): PlannerAction[] {
+    // Measured inputs: a NaN TTFT would make the correction, and so the replica counts, NaN.
+    const s = cleanSnapshot(snapshot, this.intervalS, this.lastNow);
+    this.lastNow = s.now;
     if (this.startedAt === null) this.startedAt = s.now;
     const done = s.completions;
     if (done.length === 0) return [];
@@ -70,6 +78,7 @@ export class SlaProfilePlanner implements Planner {
     const osl = done.reduce((a, c) => a + c.osl, 0) / done.length;
     // Demand is measured as completions, as Dynamo's frontend metrics report it.
     this.history.push({ requests: done.length * (this.o.intervalS / Math.max(1e-9, s.windowS)), isl, osl });
+    if (this.history.length > HISTORY) this.history.shift();
     if (s.now - this.startedAt < this.o.startupDelayS) return [];
     const ttft = done.reduce((a, c) => a + c.ttftS, 0) / done.length;
     const itl = done.reduce((a, c) => a + c.itlS, 0) / done.length;
@@ -96,7 +105,7 @@ export class SlaProfilePlanner implements Planner {
   private predict(): IntervalObs {
     const h = this.history;
     if (this.o.predictor === "constant" || h.length < 2) return h[h.length - 1];
-    const last = h.slice(-3);
+    const last = h.slice(-HISTORY);
     const avg = (f: (x: IntervalObs) => number) => last.reduce((a, x) => a + f(x), 0) / last.length;
     return { requests: avg((x) => x.requests), isl: avg((x) => x.isl), osl: avg((x) => x.osl) };
   }

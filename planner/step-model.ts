@@ -19,6 +19,7 @@
  * least-squares fit of both sides, a few rounds.
  */
 import type { StepSample, StepShape } from "./types.ts";
+import { isValidStep } from "./snapshot-guard.ts";
 
 /** Fitted coefficients (seconds, and seconds per unit). */
 export interface StepCoefficients {
@@ -55,10 +56,14 @@ export class OnlineStepModel {
   private memoTau = NaN;
   private memoNext = 0;
 
-  /** Adds measured samples (the oldest fall out past the ring's capacity). */
+  /**
+   * Adds measured samples (the oldest fall out past the ring's capacity). Samples of no time, no work,
+   * or a NaN, infinite or negative field are skipped: one infinite step held in the ring would make
+   * every fit implausible until 2048 newer steps pushed it out.
+   */
   add(samples: readonly StepSample[]): void {
     for (const s of samples) {
-      if (!(s.seconds > 0) || s.prefillTokens + s.decodeSeqs <= 0) continue;
+      if (!(s.seconds > 0) || s.prefillTokens + s.decodeSeqs <= 0 || !isValidStep(s)) continue;
       if (this.ring.length < CAPACITY) this.ring.push(s);
       else this.ring[this.next] = s;
       this.next = (this.next + 1) % CAPACITY;

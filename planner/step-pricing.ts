@@ -6,6 +6,7 @@
  */
 import { OnlineStepModel, type StepCoefficients } from "./step-model.ts";
 import type { StepSample, WorkerSnapshot } from "./types.ts";
+import { isGauge, isValidStep } from "./snapshot-guard.ts";
 
 /**
  * Workers that run separate prefill and decode steps still mix every this many chunks: a probe that
@@ -60,18 +61,22 @@ export class StepPricing {
   learn(live: readonly WorkerSnapshot[]): void {
     // Sequences per worker at full KV memory, from the workers that decode.
     let held = 0, used = 0;
-    for (const w of live) if (w.role === "decode" || w.role === "mixed") { held += w.decodeBatch; used += w.kvUsage; }
+    for (const w of live) if ((w.role === "decode" || w.role === "mixed") && isGauge(w.decodeBatch) && isGauge(w.kvUsage)) { held += w.decodeBatch; used += w.kvUsage; }
     if (used > 0.5 && held > 0) this.memSeqs = this.memSeqs === 0 ? held / used : 0.9 * this.memSeqs + 0.1 * (held / used);
     this.learnSteps(live.map((w) => w.steps));
   }
 
-  /** Learns from one tick's sampled steps, one list per worker (undefined: that worker reports none). */
+  /**
+   * Learns from one tick's sampled steps, one list per worker (undefined: that worker reports none).
+   * Steps with a NaN, infinite or negative field are left out: the contexts' averages keep a NaN for good.
+   */
   learnSteps(perWorker: readonly (readonly StepSample[] | undefined)[]): void {
     let pt = 0, pp = 0, ds = 0, da = 0, chunks = 0;
     for (const steps of perWorker) {
       if (steps === undefined) continue;
       this.model.add(steps);
       for (const x of steps) {
+        if (!isValidStep(x)) continue;
         const k = x.count ?? 1;
         pt += x.prefillTokens * k; pp += x.prefillAttnPairs * k; ds += x.decodeSeqs * k; da += x.decodeAttnTokens * k;
         if (x.prefillTokens > 0) chunks += k;

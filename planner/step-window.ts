@@ -5,6 +5,7 @@
  * records, so a planner reads both the same way.
  */
 import type { StepSample, WorkerSnapshot } from "./types.ts";
+import { isValidStep } from "./snapshot-guard.ts";
 
 /** Steps kept per window as samples: all of them up to this many, else the latest of each kind, shared fairly. */
 const STEP_SAMPLES = 48;
@@ -51,8 +52,12 @@ export class StepWindow {
     this.prefillRate = initialPrefillRate;
   }
 
-  /** Records a finished step (or `sample.count` identical ones). */
+  /**
+   * Records a finished step (or `sample.count` identical ones). A step whose time or shape is NaN,
+   * infinite or negative is ignored: the speed EWMAs routers price with would never recover from it.
+   */
   observe(sample: StepSample): void {
+    if (!isValidStep(sample)) return;
     const k = sample.count ?? 1;
     const s = sample.seconds;
     const kind = kindOf(sample);
