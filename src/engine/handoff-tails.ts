@@ -31,6 +31,8 @@ export class HandoffTails {
   private readonly held = new Map<number, Held[]>();
   private count = 0;
   private changes = 0;
+  /** A lower bound on when the oldest held block was kept (undefined: unknown), so prune() can skip the scan. */
+  private oldest: number | undefined;
 
   /** `release` drops the store's reference on blocks it lets go; `clock` is in seconds. */
   constructor(private readonly release: (blockIds: number[]) => void, private readonly clock: () => number, private readonly o: HandoffTailOptions) {
@@ -59,7 +61,9 @@ export class HandoffTails {
     while (this.count >= this.o.maxBlocks) this.dropOldest();
     const key = keyOf(prompt, root);
     const list = this.held.get(key) ?? [];
-    list.push({ tokens: [...prompt], root: root ?? null, blockId, at: this.clock() });
+    const at = this.clock();
+    list.push({ tokens: [...prompt], root: root ?? null, blockId, at });
+    this.oldest = this.oldest === undefined ? at : Math.min(this.oldest, at);
     this.held.set(key, list);
     this.count++;
     this.changes++;
@@ -95,6 +99,7 @@ export class HandoffTails {
     const ids = [...this.held.values()].flat().map((h) => h.blockId);
     this.held.clear();
     this.count = 0;
+    this.oldest = undefined;
     if (ids.length > 0) {
       this.changes++;
       this.release(ids);
@@ -106,14 +111,26 @@ export class HandoffTails {
    * none is held: an idle engine wakes then to let it go.
    */
   secondsToExpiry(): number | undefined {
-    let oldest: number | undefined;
-    for (const list of this.held.values()) for (const h of list) if (oldest === undefined || h.at < oldest) oldest = h.at;
+    const oldest = this.oldestAt();
     return oldest === undefined ? undefined : Math.max(0, oldest + this.o.ttlS - this.clock());
   }
 
-  /** Lets go of blocks held longer than the TTL (kept, taken and idle engines call it). */
+  /** When the oldest held block was kept (undefined when none is held). */
+  private oldestAt(): number | undefined {
+    let oldest: number | undefined;
+    for (const list of this.held.values()) for (const h of list) if (oldest === undefined || h.at < oldest) oldest = h.at;
+    return oldest;
+  }
+
+  /**
+   * Lets go of blocks held longer than the TTL (kept, taken, idle engines and every admission's count
+   * of available blocks call it, so a busy engine lets them go too). Cheap while none has expired.
+   */
   prune(): void {
+    if (this.count === 0) return;
     const now = this.clock();
+    if (this.oldest !== undefined && now - this.oldest <= this.o.ttlS) return;
+    this.oldest = undefined;
     for (const [key, list] of this.held) {
       const stale = list.filter((h) => now - h.at > this.o.ttlS);
       if (stale.length === 0) continue;
@@ -124,6 +141,7 @@ export class HandoffTails {
       this.changes++;
       this.release(stale.map((h) => h.blockId));
     }
+    this.oldest = this.oldestAt();
   }
 
   private dropOldest(): void {

@@ -16,6 +16,11 @@ import type { Sequence } from "./sequence.ts";
 
 /** Seconds before a tool-waiting session's predicted return that its blocks are prefetched. */
 const PREFETCH_LEAD_S = 1;
+/**
+ * Seconds an idle session's last turn is remembered for a tool wait marked late: the server marks it
+ * after parsing the finished answer, a worker process hears of it over IPC, and the loop steps on meanwhile.
+ */
+const IDLE_GRACE_S = 30;
 /** Sessions whose last turn is remembered for prefetch at most (oldest forgotten first). */
 const MAX_REMEMBERED_TURNS = 4096;
 
@@ -49,7 +54,7 @@ export class HostKvOffload {
   /** Bytes of the held copies that have arrived. */
   private bytes = 0;
   /** Each session's last turn (prompt and output), most recently ended last: what a prefetch restores. */
-  private readonly lastTurn = new Map<string, { tokens: number[]; root?: BlockHash }>();
+  private readonly lastTurn = new Map<string, { tokens: number[]; root?: BlockHash; endedAt: number }>();
   /** Sequences already given their host blocks, with their preemption count then. */
   private readonly tried = new WeakMap<Sequence, number>();
 
@@ -144,7 +149,7 @@ export class HostKvOffload {
   /** A session's turn ended with these tokens (prompt and output): what its next turn will resend. */
   turnEnded(sessionId: string, tokens: readonly number[], root?: BlockHash): void {
     this.lastTurn.delete(sessionId);
-    this.lastTurn.set(sessionId, { tokens: [...tokens], root });
+    this.lastTurn.set(sessionId, { tokens: [...tokens], root, endedAt: this.clock() });
     if (this.lastTurn.size > MAX_REMEMBERED_TURNS) this.lastTurn.delete(this.lastTurn.keys().next().value!);
   }
 
@@ -153,11 +158,13 @@ export class HostKvOffload {
    * gets its last turn's blocks written back from host memory now, so its next turn does not wait
    * for them (kv/tiers.ts `prefetchStartTime`). It may take at most the pool's free and evictable
    * blocks past a quarter of the pool (what it evicts moves to host memory in turn). Sessions that
-   * came back, went idle or were forgotten are dropped.
+   * came back or were forgotten are dropped, and idle ones once no tool wait was marked within
+   * `IDLE_GRACE_S` of their turn's end.
    */
   prefetch(pool: BlockPool, tracker: SessionTracker, now: number): void {
-    for (const [sid, { tokens, root }] of this.lastTurn) {
+    for (const [sid, { tokens, root, endedAt }] of this.lastTurn) {
       const status = tracker.status(sid);
+      if (status === "idle" && now - endedAt <= IDLE_GRACE_S) continue;
       if (status !== "waiting-tool") {
         this.lastTurn.delete(sid);
         continue;

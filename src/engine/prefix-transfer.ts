@@ -109,25 +109,34 @@ export function importPrefix(
   if (prefix.tail) return importHandoff(pool, runner, prefix, meta, maxBlocks, tails);
   if (prefix.tokens.length % bs !== 0) throw new PrefixTransferError(`The prefix covers ${prefix.tokens.length} tokens, not whole blocks of ${bs}`);
   if (!runner.writeBlocks) throw new PrefixTransferError("This worker cannot write KV blocks into its cache");
+  const first = prefix.firstBlock ?? 0;
+  // Checked before a block is taken: a short copy (a peer's bad message) would fail mid-write.
+  const blocks = prefix.tokens.length / bs;
+  if (!Number.isInteger(first) || first < 0 || prefix.kv.numTokens < (blocks - first) * bs) {
+    throw new PrefixTransferError(`A prefix of ${prefix.tokens.length} tokens from block ${first} needs KV of at least ${(blocks - first) * bs} tokens, got ${prefix.kv.numTokens}`);
+  }
   const root = prefix.root ?? null;
   const have = pool.matchPrefix(prefix.tokens, Infinity, root);
   const held = have.blockIds.length;
-  const first = prefix.firstBlock ?? 0;
   // Blocks before `first` must be here already: the moved KV continues them.
-  const count = held < first ? 0 : Math.min(prefix.tokens.length / bs - held, pool.numFreeBlocks(), maxBlocks);
+  const count = held < first ? 0 : Math.min(blocks - held, pool.numFreeBlocks(), maxBlocks);
   const fresh = count > 0 ? pool.tryAllocate(count) ?? [] : [];
   let written = 0;
-  if (fresh.length > 0) {
-    runner.writeBlocks(fresh, prefix.kv, held - first);
-    let parent = held > 0 ? have.blockIds[held - 1] : null;
-    for (const id of fresh) {
-      const b = held + written;
-      if (pool.commitBlock(id, parent, prefix.tokens.slice(b * bs, (b + 1) * bs), meta, root) === null) break;
-      parent = id;
-      written++;
+  try {
+    if (fresh.length > 0) {
+      runner.writeBlocks(fresh, prefix.kv, held - first);
+      let parent = held > 0 ? have.blockIds[held - 1] : null;
+      for (const id of fresh) {
+        const b = held + written;
+        if (pool.commitBlock(id, parent, prefix.tokens.slice(b * bs, (b + 1) * bs), meta, root) === null) break;
+        parent = id;
+        written++;
+      }
     }
+  } finally {
+    // Also when the write fails: the blocks taken for it, and the references on the held prefix, go back.
+    pool.release([...have.blockIds, ...fresh], meta?.sessionId === undefined ? undefined : { sessionId: meta.sessionId });
   }
-  pool.release([...have.blockIds, ...fresh], meta?.sessionId === undefined ? undefined : { sessionId: meta.sessionId });
   return written;
 }
 
@@ -144,7 +153,12 @@ function importHandoff(pool: BlockPool, runner: StepRunner, prefix: PrefixKv, me
   if (tails === undefined || head >= maxBlocks || pool.cachedPrefixTokens(prefix.tokens.slice(0, before * bs), Infinity, prefix.root ?? null) < before * bs) return head;
   const got = pool.tryAllocate(1);
   if (got === null) return head;
-  runner.writeBlocks!(got, prefix.kv, before - first);
+  try {
+    runner.writeBlocks!(got, prefix.kv, before - first);
+  } catch (e) {
+    pool.release(got);
+    throw e;
+  }
   tails.keep(prefix.tokens, got[0], prefix.root);
   return head + 1;
 }

@@ -41,11 +41,23 @@ export function poolBlockManager(pool: BlockPool, cacheVersion?: () => number, t
       : {}),
     blockSize: bs,
     totalBlocks: pool.numBlocks,
-    numAvailable: () => pool.numFreeBlocks(),
-    numUsed: () => pool.numUsedBlocks(),
+    // A hand-off block held past its TTL goes back before blocks are counted or handed out: a busy
+    // engine never sleeps (where an idle one lets such blocks go), and would otherwise hold it (and
+    // preempt for want of it, and report it in use) for as long as it stays busy.
+    numAvailable: () => {
+      tails?.prune();
+      return pool.numFreeBlocks();
+    },
+    numUsed: () => {
+      tails?.prune();
+      return pool.numUsedBlocks();
+    },
     acquirePrefix: (tokens, hints) => pool.matchPrefix(tokens, Infinity, hints.cacheRoot ?? null).blockIds,
     cachedPrefixTokens: (tokens, root) => pool.cachedPrefixTokens(tokens, Infinity, root ?? null),
-    allocate: (n) => pool.tryAllocate(n),
+    allocate: (n) => {
+      tails?.prune();
+      return pool.tryAllocate(n);
+    },
     commit(tokens, blockIds, from, to, hints, promptLength, reasoning) {
       for (let b = from; b < to; b++) {
         // Block b holds positions b·bs … (b+1)·bs − 1: an output block when the last is generated, a
