@@ -38,6 +38,14 @@ export function echoLogprobs(tokenizer: Tokenizer, prompt: EchoedPrompt, lps: re
     out.token_logprobs[i] = null;
     out.top_logprobs[i] = null;
   });
+  // Offsets into the echoed text, counted back from its end: the prompt decodes whole without what
+  // its first tokens show alone (a SentencePiece word's leading space, BOS), so counted from the
+  // start every offset would be off by that much. Tokens before the text's start sit at 0.
+  let end = prompt.text.length;
+  for (let i = out.tokens.length - 1; i >= 0; i--) {
+    end = Math.max(0, end - out.tokens[i].length);
+    out.text_offset[i] = end;
+  }
   return out;
 }
 

@@ -7,8 +7,9 @@ import { ContextLengthError, EngineOverloadedError, type GenerateRequest, NoWork
 import type { JsonWhitespace, OutputGrammar, ToolCallSyntax } from "../engine/grammar.ts";
 import type { ModelConfig, SamplingDefaults, Tokenizer } from "../model/config.ts";
 import type { ChatOutputOptions } from "./chat-output.ts";
-import type { ChatRenderer, TurnOptions } from "./chat-template.ts";
+import { type ChatRenderer, type TurnOptions } from "./chat-template.ts";
 import { ApiError, describe } from "./errors.ts";
+import { chatEcho, checkChatOnly, unsupported, UNIMPLEMENTED_VLLM_FIELDS } from "./request-checks.ts";
 import { chatGrammar, completionGrammar } from "./output-grammar.ts";
 import { promptOpensReasoning, type ReasoningParserName, reasoningTags as reasoningTagsOf, THINK_TAGS } from "./reasoning.ts";
 import type { ChatRequest, CompletionRequest, ToolDef } from "./schemas.ts";
@@ -87,6 +88,8 @@ export interface Submitted {
   promptTokens?: number;
   /** The processing tier applied, when the request named one (`service_tier`, returned as OpenAI does). */
   serviceTier?: AppliedTier;
+  /** Chat only: vLLM's `echo`, the last message's text that each choice's content starts with. */
+  echo?: string;
 }
 
 /** The tiers a request is served in: `service_tier` "priority" and "flex" as priorities -1 and 1, the rest as 0. */
@@ -100,11 +103,6 @@ export function appliedTier(ctx: Pick<ServeContext, "priorityScheduling">, tier:
 /** The scheduling priority of a tier: "priority" before the rest, "flex" after (an explicit `priority` wins). */
 function tierPriority(tier: AppliedTier): number {
   return tier === "priority" ? -1 : tier === "flex" ? 1 : 0;
-}
-
-/** A 400 for a known OpenAI parameter this server parses but cannot honour. */
-function unsupported(message: string, param: string): ApiError {
-  return new ApiError(400, message, param, "unsupported_parameter");
 }
 
 /**
@@ -125,6 +123,12 @@ function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, ctx
       throw new ApiError(400, `Token ${key} in logit_bias is outside this model's vocabulary of ${vocabSize} tokens`, "logit_bias", "invalid_value");
     }
   }
+  // OpenAI and vLLM refuse them unstreamed rather than drop the usage the client asked for (an empty
+  // object asks nothing: vLLM passes it).
+  if (body.stream_options && Object.keys(body.stream_options).length > 0 && body.stream !== true) {
+    throw new ApiError(400, `The stream_options are only allowed with stream = true, got stream_options = ${describe(body.stream_options)} with stream = ${body.stream ?? false}`, "stream_options", "invalid_value");
+  }
+  if (kind === "chat") checkChatOnly(body as ChatRequest);
   if (promptLogprobsOf(body) !== undefined && body.stream) {
     throw new ApiError(400, `Prompt log probabilities cannot be streamed, got prompt_logprobs = ${body.prompt_logprobs} with stream = true`, "prompt_logprobs", "invalid_value");
   }
@@ -134,16 +138,6 @@ function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, ctx
     if (isSet(value)) throw unsupported(`The vLLM parameter ${name} is not supported by this server, got ${name} = ${describe(value)}`, name);
   }
 }
-
-/**
- * vLLM's request fields this server does not implement, with when a value asks for something: a 400
- * then, rather than an answer that silently ignores it (without beam search, say). Their default values pass.
- */
-const UNIMPLEMENTED_VLLM_FIELDS: readonly (readonly [string, (v: unknown) => boolean])[] = [
-  ["use_beam_search", (v) => v === true],
-  ["return_tokens_as_token_ids", (v) => v === true],
-  ["logprob_token_ids", (v) => Array.isArray(v) && v.length > 0],
-];
 
 /** Refuses a priority other than 0 under `--scheduling-policy fcfs`, as vLLM does. */
 export function checkPriority(ctx: Pick<ServeContext, "priorityScheduling">, priority: number | null | undefined): void {
@@ -360,7 +354,8 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const n = body.n ?? 1;
   // Chat's prompt log probabilities are returned once, beside the choices.
   const handles = submit(ctx, [request], n, "messages", true);
-  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, promptTokens: prompt.length, output: { reasoning, reasoningTags, startsInReasoning, ...(start ? { harmony: start } : {}), toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools) } }, body, ctx);
+  const echo = chatEcho(body);
+  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, promptTokens: prompt.length, ...(echo === undefined ? {} : { echo }), output: { reasoning, reasoningTags, startsInReasoning, ...(start ? { harmony: start } : {}), toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools) } }, body, ctx);
 }
 
 /** The prompts of a completion body, tokenized (text) or checked (token ids), cut to `truncate_prompt_tokens`. */

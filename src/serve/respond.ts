@@ -76,8 +76,9 @@ function choiceJson(ctx: ServeContext, s: Submitted, r: GenerateResult, index: n
   if (s.kind === "chat" && s.output) {
     const { reasoning, content, calls } = parseChatOutput(r.text, s.output);
     if (index === 0) noteToolWait(ctx, s, calls);
+    // vLLM's echo goes first, whether or not the answer has text of its own.
     const message = {
-      role: "assistant", content,
+      role: "assistant", content: s.echo === undefined ? content : s.echo + (content ?? ""),
       ...(s.output.reasoning ? { reasoning_content: reasoning } : {}),
       ...(calls.length > 0 ? { tool_calls: calls.map(toolCallJson) } : {}),
     };
@@ -212,7 +213,11 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
         // A stream carries every generation (best_of above n is refused with stream): handle i answers prompt ⌊i / perPrompt⌋.
         const choices = handles.map((_, i) => new ChoiceStream(ctx, s, i, Math.floor(i / s.perPrompt)));
         choices.forEach((c) => send(c.start()));
-        if (kind === "chat") choices.forEach((c) => send([{ index: c.index, logprobs: null, finish_reason: null, delta: { role: "assistant", content: "" } }]));
+        if (kind === "chat") {
+          choices.forEach((c) => send([{ index: c.index, logprobs: null, finish_reason: null, delta: { role: "assistant", content: "" } }]));
+          // vLLM's echo: the echoed message's text, before anything generated.
+          if (s.echo !== undefined) choices.forEach((c) => send([{ index: c.index, logprobs: null, finish_reason: null, delta: { content: s.echo } }]));
+        }
         // Each choice streams as it is generated; its end waits for all of them to be known good.
         const results = await Promise.all(handles.map(async (h, i) => {
           for await (const d of h.stream) {
