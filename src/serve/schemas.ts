@@ -87,8 +87,11 @@ export const ChatMessageSchema = z.looseObject({
   ctx.addIssue({ code: "custom", message: `${who} needs content`, path: ["content"], input: m.content });
 });
 
-/** OpenAI allows at most this many stop sequences. */
-const MAX_STOP = 4;
+/**
+ * At most this many stop sequences. OpenAI allows 4, vLLM any number; agent frameworks written for
+ * local models send more than 4, so this follows vLLM up to a bound that keeps the per-token stop scan cheap.
+ */
+const MAX_STOP = 64;
 const Stop = explained(z.union([z.string(), z.array(z.string()).max(MAX_STOP)]), (v) => {
   if (typeof v === "string" || v === null || v === undefined) return null;
   if (!Array.isArray(v)) return { message: `stop must be a string or an array of at most ${MAX_STOP} strings` };

@@ -194,7 +194,7 @@ test("schemaError() explains union fields: content, stop, tool_choice and prompt
   assert400(await chat({ messages: [{ role: "user", content: 5 }] }), "messages[0].content", "invalid_value", /content must be a string or an array of text parts \(got 5\)/);
   const image = [{ type: "image_url", image_url: { url: "https://x/y.png" } }];
   assert400(await chat({ messages: [{ role: "user", content: image }] }), "messages[0].content[0]", "invalid_value", /only text parts are supported, got a part of type "image_url"/);
-  assert400(await chat({ stop: ["a", "b", "c", "d", "e"] }), "stop", "invalid_value", /at most 4 stop sequences are allowed, got 5/);
+  assert400(await chat({ stop: Array.from({ length: 65 }, (_, i) => `s${i}`) }), "stop", "invalid_value", /at most 64 stop sequences are allowed, got 65/);
   assert400(await chat({ stop: ["a", 7] }), "stop[1]", "invalid_value", /stop sequences must be strings/);
   assert400(await chat({ tool_choice: "bogus" }), "tool_choice", "invalid_value", /must be "none", "auto", "required", \{"type": "function", "function": \{"name": "..."\}\} or \{"type": "allowed_tools"/);
   assert400(await completion({ prompt: ["a", 2] }), "prompt[1]", "invalid_value", /the prompts must all be of one kind/);

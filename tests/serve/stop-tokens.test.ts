@@ -20,6 +20,9 @@ test("chat completions take stop_token_ids (the answer ends there, without it) a
     assert.deepEqual([stopped.choices[0].message.content, stopped.choices[0].finish_reason], [" a", "stop"]);
     const done = await ask("Go.", {});
     assert.deepEqual([done.choices[0].message.content, done.usage!.completion_tokens], ["Done.", 2]);
+    // More stop strings than OpenAI's 4 (vLLM takes any number): the sixth is the one that matches.
+    const many = await ask("Go~", { stop: ["x", "y", "z", "w", "v", " b"] });
+    assert.deepEqual([many.choices[0].message.content, many.choices[0].finish_reason], [" a", "stop"]);
     const held = await ask("Go.", { min_tokens: 3 });
     assert.equal(held.usage!.completion_tokens, 4, "three tokens, then EOS");
     assert.ok(held.choices[0].message.content!.startsWith("Done."));
