@@ -55,22 +55,76 @@ export function harmonyGrammarPrefix(start: HarmonyStart, grammar: OutputGrammar
 }
 
 /**
- * `messages` with each assistant message's `reasoning_content` (or vLLM's newer `reasoning`) also
- * given as `thinking`, the field gpt-oss's template reads an analysis message from. The template
- * writes a tool-call turn's analysis back into the next prompt (until a final answer follows), so
- * with it the prompt repeats the answer the model wrote and its KV is reused; without it the prompt
- * departs from the answer at its first token. A message that sets `thinking` itself keeps it. A call
- * turn with content keeps only its content: the template refuses both (it writes content as the analysis).
+ * `messages` made fit for gpt-oss's chat template. Each assistant message's `reasoning_content` (or
+ * vLLM's newer `reasoning`) is also given as `thinking`, the field the template reads an analysis
+ * message from. The template writes a tool-call turn's analysis back into the next prompt (until a
+ * final answer follows), so with it the prompt repeats the answer the model wrote and its KV is
+ * reused; without it the prompt departs from the answer at its first token. A message that sets
+ * `thinking` itself keeps it. A call turn with content keeps only its content: the template refuses
+ * both (it writes content as the analysis).
+ *
+ * `tool_calls: null` or `[]` (what clients echo back from an answer without calls) is dropped: the
+ * template tests the key, not its value, and would index a call that is not there (or take a final
+ * answer for a call turn). The template writes only an assistant message's first call and names each
+ * tool result after the last call written, so a message with several calls becomes one message per
+ * call, each followed by the results that answer it (matched by `tool_call_id`), as harmony has
+ * every call message followed by its result.
  */
 export function harmonyMessages(messages: readonly ChatMessageIn[]): ChatMessageIn[] {
-  return messages.map((m) => {
-    const r = m as ChatMessageIn & { thinking?: unknown; reasoning_content?: unknown; reasoning?: unknown; tool_calls?: unknown };
-    if (r.role !== "assistant" || r.thinking !== undefined) return m;
-    const reasoning = typeof r.reasoning_content === "string" ? r.reasoning_content : typeof r.reasoning === "string" ? r.reasoning : "";
-    if (reasoning === "") return m;
-    if (Array.isArray(r.tool_calls) && r.tool_calls.length > 0 && messageText(r.content) !== "") return m;
-    return { ...m, thinking: reasoning };
-  });
+  const out: ChatMessageIn[] = [];
+  for (let i = 0; i < messages.length; i++) {
+    const m = withThinking(withoutEmptyCalls(messages[i]));
+    const calls = callsOf(m);
+    if (calls.length < 2) {
+      out.push(m);
+      continue;
+    }
+    // The results that follow this message; each goes after the call it answers.
+    let end = i + 1;
+    while (end < messages.length && messages[end].role === "tool") end++;
+    const results = messages.slice(i + 1, end);
+    const used = new Set<ChatMessageIn>();
+    calls.forEach((call, k) => {
+      const first: ChatMessageIn = { ...m, tool_calls: [call] };
+      out.push(k === 0 ? first : { role: "assistant", content: null, tool_calls: [call] } as ChatMessageIn);
+      const id = (call as { id?: unknown }).id;
+      for (const r of results) {
+        if (used.has(r) || id === undefined || id === null || (r as { tool_call_id?: unknown }).tool_call_id !== id) continue;
+        out.push(r);
+        used.add(r);
+      }
+    });
+    // Results that answer no call by id keep their order, after the last call.
+    out.push(...results.filter((r) => !used.has(r)));
+    i = end - 1;
+  }
+  return out;
+}
+
+type Loose = ChatMessageIn & { thinking?: unknown; reasoning_content?: unknown; reasoning?: unknown; tool_calls?: unknown };
+
+/** The tool calls of an assistant message (an empty list for any other). */
+function callsOf(m: ChatMessageIn): unknown[] {
+  const calls = (m as Loose).tool_calls;
+  return m.role === "assistant" && Array.isArray(calls) ? calls : [];
+}
+
+/** `m` without a `tool_calls` key that holds no call. */
+function withoutEmptyCalls(m: ChatMessageIn): ChatMessageIn {
+  const r = m as Loose;
+  if (r.role !== "assistant" || !("tool_calls" in r) || callsOf(m).length > 0) return m;
+  const { tool_calls: _, ...rest } = r;
+  return rest as ChatMessageIn;
+}
+
+/** `m` with its reasoning as `thinking` (see {@link harmonyMessages}). */
+function withThinking(m: ChatMessageIn): ChatMessageIn {
+  const r = m as Loose;
+  if (r.role !== "assistant" || r.thinking !== undefined) return m;
+  const reasoning = typeof r.reasoning_content === "string" ? r.reasoning_content : typeof r.reasoning === "string" ? r.reasoning : "";
+  if (reasoning === "") return m;
+  if (callsOf(m).length > 0 && messageText(r.content) !== "") return m;
+  return { ...m, thinking: reasoning };
 }
 
 /**
