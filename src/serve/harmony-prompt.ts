@@ -11,7 +11,7 @@ import { messageText } from "./chat-template.ts";
 import { ApiError, describe } from "./errors.ts";
 import type { HarmonyStart } from "./harmony.ts";
 import { type ReasoningParserName, reasoningTags, reasoningTokenIds, singleTokenId } from "./reasoning.ts";
-import type { ChatMessageIn } from "./schemas.ts";
+import type { ChatMessageIn, ToolDef } from "./schemas.ts";
 
 /**
  * Where `prompt` leaves the answer. gpt-oss's template ends with `<|start|>assistant`, so the answer
@@ -52,6 +52,16 @@ export function harmonyGrammarPrefix(start: HarmonyStart, grammar: OutputGrammar
   // A header the prompt left open in the final channel needs only its `<|message|>`.
   if (start.at === "header" && start.header.includes(final)) return { until: [HARMONY.message], then: "" };
   return { until: [final, HARMONY.message], then: "" };
+}
+
+/**
+ * Tools as gpt-oss's template can render them: it writes `"// " + description` for each function and
+ * fails on one without a description (valid in OpenAI's API, where harmony's own renderer leaves the
+ * line out); such a function gets an empty one, an empty comment line.
+ */
+export function harmonyTools(tools: readonly ToolDef[] | undefined): ToolDef[] | undefined {
+  if (!tools?.some((t) => typeof t.function?.description !== "string")) return tools as ToolDef[] | undefined;
+  return tools.map((t) => (typeof t.function?.description === "string" ? t : { ...t, function: { ...t.function, description: "" } }));
 }
 
 /**

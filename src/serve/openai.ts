@@ -16,7 +16,7 @@ import type { ChatRequest, CompletionRequest, ToolDef } from "./schemas.ts";
 import type { ToolSpec } from "./tool-calls-pairs.ts";
 import { mistralMessageIds } from "./tool-calls-mistral.ts";
 import { startsInAnalysis } from "./harmony.ts";
-import { checkHarmonyGrammar, harmonyGrammarPrefix, harmonyMessages, harmonyStart } from "./harmony-prompt.ts";
+import { checkHarmonyGrammar, harmonyGrammarPrefix, harmonyMessages, harmonyStart, harmonyTools } from "./harmony-prompt.ts";
 
 /** What the handlers need from the server. */
 export interface ServeContext {
@@ -289,7 +289,8 @@ export function chatPrompt(ctx: ServeContext, body: ChatRequest): { text: string
   // reasoning_effort reaches the template as its variable (gpt-oss's "Reasoning: high"), as vLLM
   // passes it; chat_template_kwargs say last.
   const variables = body.reasoning_effort ? { reasoning_effort: body.reasoning_effort, ...body.chat_template_kwargs } : body.chat_template_kwargs ?? undefined;
-  const { text, startsWithBos } = ctx.chat.render(messages, body.tools ?? undefined, variables, turnOptions(ctx, body));
+  const rendered = isHarmony(ctx) ? harmonyTools(body.tools ?? undefined) : body.tools ?? undefined;
+  const { text, startsWithBos } = ctx.chat.render(messages, rendered, variables, turnOptions(ctx, body));
   // The rendered text holds every message (templates add text, never remove it). Truncated, it may be longer.
   if (body.truncate_prompt_tokens === undefined || body.truncate_prompt_tokens === null) checkTextLength(ctx, text, "messages");
   const prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos && !startsWithBos });

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "../harness.ts";
 import { chatRenderer } from "../../src/serve/chat-template.ts";
-import { harmonyMessages } from "../../src/serve/harmony-prompt.ts";
+import { harmonyMessages, harmonyTools } from "../../src/serve/harmony-prompt.ts";
 import type { ChatMessageIn, ToolDef } from "../../src/serve/schemas.ts";
 
 const TEMPLATE = readFileSync(new URL("./fixtures/gpt-oss-chat-template.jinja", import.meta.url), "utf8");
@@ -63,4 +63,14 @@ test("harmonyMessages(): results that answer no call by id keep their order afte
   ]);
   const one = [USER, { role: "assistant", content: null, tool_calls: [call("c0", "get_weather", "{}")] }] as ChatMessageIn[];
   assert.deepEqual(harmonyMessages(one), one);
+});
+
+test("harmonyTools(): a function without a description renders with an empty comment instead of failing the template", () => {
+  const tools = [{ type: "function", function: { name: "ping", parameters: { type: "object", properties: {} } } }] as ToolDef[];
+  const renderer = chatRenderer(TEMPLATE, { bos: "<|startoftext|>", eos: "<|return|>" });
+  assert.throws(() => renderer.render([USER as ChatMessageIn], tools), "the template itself fails on it");
+  const text = renderer.render([USER as ChatMessageIn], harmonyTools(tools)).text;
+  assert.match(text, /\/\/ \ntype ping = \(\) => any;/);
+  // Tools that all have descriptions pass through as they are.
+  assert.equal(harmonyTools(TOOLS as ToolDef[]), TOOLS);
 });
