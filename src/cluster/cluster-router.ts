@@ -47,9 +47,14 @@ export function routeRequest(
   overlapWeight = 1,
 ): SessionRoute {
   let decoders = cands.filter((c) => c.role !== "prefill");
-  const prefillers = cands.filter((c) => c.role === "prefill");
-  // A planner never leaves no worker to decode; if one did, every worker decodes rather than none.
-  if (decoders.length === 0) decoders = [...cands];
+  let prefillers = cands.filter((c) => c.role === "prefill");
+  // With no worker left to decode (the last one flipped, died or left), every engine still runs whole
+  // requests: the prefill-role ones serve as mixed workers rather than refuse every request, and none
+  // hands a prefill to another (nor to itself).
+  if (decoders.length === 0) {
+    decoders = cands.map((c) => ({ ...c, role: "mixed" }));
+    prefillers = [];
+  }
   if (name === "session") {
     const r = routeSession(req, decoders, prefillers, links, o);
     if (r !== undefined) return r;

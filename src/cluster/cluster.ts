@@ -8,14 +8,14 @@
  */
 import { chainHashes } from "../../kv/index.ts";
 import type { RouteCandidate, SessionRoute, SessionRouterOptions } from "../../planner/routers.ts";
-import type { PlannerAction, Role } from "../../planner/types.ts";
+import type { PlannerAction, Role, WorkerSnapshot } from "../../planner/types.ts";
 import type { EngineMetrics } from "../engine/engine-metrics.ts";
 import {
   type EngineStats, EngineOverloadedError, type GenerateRequest, NoWorkerError, outputBudget, type RequestHandle, type ServingEngine, SessionRefusedError, type WorkerStatus,
 } from "../engine/engine-types.ts";
 import type { StepMixing } from "../engine/scheduler-types.ts";
 import type { ClusterWorker } from "./cluster-worker.ts";
-import type { ClusterCounters, ClusterDecision, ClusterOptions } from "./cluster-types.ts";
+import type { ClusterCounters, ClusterOptions } from "./cluster-types.ts";
 import { IN_PROCESS_LINK, routeRequest } from "./cluster-router.ts";
 import { relayHandle } from "./relay-handle.ts";
 import { sumStats } from "./cluster-stats.ts";
@@ -232,8 +232,22 @@ export class Cluster implements ServingEngine {
     if (req.adapter !== undefined && !lora) throw new LoraAdapterError(`The LoRA adapter "${req.adapter}" is not loaded`, true);
     const root = cacheRootOf(lora?.root, req.cacheSalt);
     const { route, cands } = this.route(req, root);
-    if (newSession) this.newSessionBudget--;
     const dec = this.set.get(route.decodeWorker)!;
+    const id = this.nextId++;
+    const hop = { cancel: () => {} };
+    let tStart = 0;
+    const direct = route.prefillWorker === null && route.prefixSource === undefined;
+    // Queued first: a request the worker refuses (the client's mistake, or a full queue) spends none of
+    // the planner's new-session budget, counts as no arrival and leaves the session unplaced.
+    const h: RequestHandle = direct ? dec.engine.submit(req) : relayHandle(
+      id, req.prompt.length, req.sessionId,
+      handOff(req, route, dec, this.set, this.counters, hop, root).then((inner) => {
+        tStart = this.now();
+        return inner;
+      }),
+      () => hop.cancel(),
+    );
+    if (newSession) this.newSessionBudget--;
     // Every worker the request touches stays in the cluster until it is done (see removeWorker).
     const touched = [dec, ...[route.prefillWorker, route.prefixSource].flatMap((id) => (id == null ? [] : [this.set.get(id)!]))];
     for (const w of touched) w.inFlight++;
@@ -241,29 +255,12 @@ export class Cluster implements ServingEngine {
     this.window.arrived(req.prompt.length, Math.max(0, req.prompt.length - best * this.blockSize), maxTokens);
     if (req.sessionId !== undefined) this.remember(req.sessionId, dec.id);
     const t0 = this.now();
-    const id = this.nextId++;
-    let tStart = t0;
-    let h: RequestHandle;
+    if (direct) tStart = t0;
     if (lora) lora.inFlight++;
     const release = () => {
       for (const w of touched) w.inFlight--;
       if (lora) lora.inFlight--;
     };
-    if (route.prefillWorker === null && route.prefixSource === undefined) {
-      try {
-        h = dec.engine.submit(req);
-      } catch (e) {
-        release();
-        throw e;
-      }
-    } else {
-      const hop = { cancel: () => {} };
-      const start = handOff(req, route, dec, this.set, this.counters, hop, root).then((inner) => {
-        tStart = this.now();
-        return inner;
-      });
-      h = relayHandle(id, req.prompt.length, req.sessionId, start, () => hop.cancel());
-    }
     const result = h.result.finally(release).then((r) => {
       // A session the worker inferred (no key in the request) is remembered for its tool waits.
       if (req.sessionId === undefined && h.sessionId !== undefined) this.remember(h.sessionId, dec.id);
@@ -303,7 +300,10 @@ export class Cluster implements ServingEngine {
 
   /** One planner interval: snapshot, decisions, applied. Returns the decisions. */
   tick(): PlannerAction[] {
-    const snap = { ...this.window.take(), workers: this.set.all.map((w) => w.snapshot()) };
+    // A worker that can serve no more (its thread died) is "off" to the planner until it is removed:
+    // counted as serving, its role and stale queue would be planned with (and the live ones not flipped).
+    const workers = this.set.all.map((w): WorkerSnapshot => (w.engine.alive ? w.snapshot() : { ...w.snapshot(), state: "off" }));
+    const snap = { ...this.window.take(), workers };
     const actions = this.o.planner?.tick(snap) ?? [];
     for (const a of actions) this.apply(a);
     return actions;
@@ -355,8 +355,6 @@ export class Cluster implements ServingEngine {
   private route(req: GenerateRequest, root: number | undefined): { route: SessionRoute; cands: RouteCandidate[] } {
     const live = this.set.all.filter((w) => w.engine.alive && !w.draining && (req.adapter === undefined || w.adapters.has(req.adapter)));
     if (live.length === 0) throw new NoWorkerError(req.adapter === undefined ? "No worker is running" : `No running worker has loaded the LoRA adapter "${req.adapter}" yet`);
-    // Prefill-role workers alone cannot finish a request: the router needs one that decodes.
-    if (!live.some((w) => w.role !== "prefill")) throw new NoWorkerError("No running worker decodes");
     // A prompt scored whole (prompt log probabilities) takes nothing from any cache: route it as uncached.
     const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(chainHashes(req.prompt, this.blockSize, undefined, root ?? null));
     const cands = live.map((w) => w.candidate(overlaps.get(w.id), req.priority));
