@@ -189,13 +189,28 @@ export function scatterAdd(x: RefTensor, index: RefTensor, values: RefTensor): v
   const m = index.shape[0];
   if (values.shape[0] !== m) throw new BackendShapeError(`scatterAdd values ${fmt(values.shape)} do not match index ${fmt(index.shape)}`);
   const dst = x.f32, idx = index.i32, val = values.f32;
+  // Every offset is checked before any is added, so a rejected call leaves x as it was.
   const seen = new Set<number>();
   for (let i = 0; i < m; i++) {
     const o = idx[i];
     if (o < 0 || o >= dst.length) throw new RangeError(`scatterAdd offset ${o} at ${i} is outside 0..${dst.length - 1}`);
     if (seen.has(o)) throw new BackendShapeError(`scatterAdd offset ${o} appears twice (offsets must be distinct)`);
     seen.add(o);
-    dst[o] += val[i];
+  }
+  for (let i = 0; i < m; i++) dst[idx[i]] += val[i];
+}
+
+/** Checks that rows [m] are distinct rows of an n-row tensor (and factors, if given, positive and finite) before any is touched. */
+function checkRows(op: string, r: Int32Array, n: number, factors?: Float32Array): void {
+  const seen = new Set<number>();
+  for (let k = 0; k < r.length; k++) {
+    const row = r[k];
+    if (row < 0 || row >= n) throw new RangeError(`${op} row ${row} at ${k} is outside 0..${n - 1}`);
+    if (seen.has(row)) throw new BackendShapeError(`${op} row ${row} appears twice (rows must be distinct)`);
+    if (factors && (!(factors[k] > 0) || !Number.isFinite(factors[k]))) {
+      throw new BackendShapeError(`${op} factor ${factors[k]} at ${k} must be positive and finite`);
+    }
+    seen.add(row);
   }
 }
 
@@ -203,13 +218,9 @@ export function scatterAdd(x: RefTensor, index: RefTensor, values: RefTensor): v
 export function penalizeRepeats(logits: RefTensor, rows: RefTensor, bits: RefTensor, factors: RefTensor): void {
   const { n, vocab, m, words } = expectRepeatShapes(logits, rows, bits, factors);
   const dst = logits.f32, r = rows.i32, b = bits.i32, f = factors.f32;
-  const seen = new Set<number>();
+  checkRows("penalizeRepeats", r, n, f);
   for (let k = 0; k < m; k++) {
     const row = r[k];
-    if (row < 0 || row >= n) throw new RangeError(`penalizeRepeats row ${row} at ${k} is outside 0..${n - 1}`);
-    if (seen.has(row)) throw new BackendShapeError(`penalizeRepeats row ${row} appears twice (rows must be distinct)`);
-    if (!(f[k] > 0) || !Number.isFinite(f[k])) throw new BackendShapeError(`penalizeRepeats factor ${f[k]} at ${k} must be positive and finite`);
-    seen.add(row);
     for (let v = 0; v < vocab; v++) {
       if (((b[k * words + (v >> 5)] >>> (v & 31)) & 1) === 0) continue;
       const x = dst[row * vocab + v];
@@ -222,12 +233,9 @@ export function penalizeRepeats(logits: RefTensor, rows: RefTensor, bits: RefTen
 export function maskLogits(logits: RefTensor, rows: RefTensor, bits: RefTensor): void {
   const { n, vocab, m, words } = expectMaskShapes(logits, rows, bits);
   const dst = logits.f32, r = rows.i32, b = bits.i32;
-  const seen = new Set<number>();
+  checkRows("maskLogits", r, n);
   for (let k = 0; k < m; k++) {
     const row = r[k];
-    if (row < 0 || row >= n) throw new RangeError(`maskLogits row ${row} at ${k} is outside 0..${n - 1}`);
-    if (seen.has(row)) throw new BackendShapeError(`maskLogits row ${row} appears twice (rows must be distinct)`);
-    seen.add(row);
     for (let v = 0; v < vocab; v++) if (((b[k * words + (v >> 5)] >>> (v & 31)) & 1) === 0) dst[row * vocab + v] = MASKED_LOGIT;
   }
 }

@@ -46,9 +46,11 @@ export function moeRoute(logits: RefTensor, k: number, options: MoeRouteOptions)
       ids[t * k + j] = best;
       picked += probs[best];
     }
-    // Renormalising divides by the chosen ones' share instead of the whole row's (at least
-    // MIN_ROUTE_SHARE, so k vanishing sigmoids cannot divide by zero).
-    const denominator = options.normalize ? Math.max(picked, MIN_ROUTE_SHARE) : sum;
+    // Renormalising divides by the chosen ones' share of the row instead of the whole row, that
+    // share clamped to at least MIN_ROUTE_SHARE so k vanishing sigmoids cannot divide by zero. The
+    // clamp applies to the normalised share (picked / sum), as llama.cpp's build_moe_ffn clamps
+    // ggml_sum_rows of the chosen softmax probabilities; `picked` itself is unnormalised for softmax.
+    const denominator = options.normalize ? Math.max(picked / sum, MIN_ROUTE_SHARE) * sum : sum;
     for (let j = 0; j < k; j++) weights[t * k + j] = (probs[ids[t * k + j]] / denominator) * scale;
   }
   return { ids: i32Tensor(ids, [n, k]), weights: f32Tensor(weights, [n, k]) };
