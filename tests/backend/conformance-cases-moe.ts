@@ -33,6 +33,9 @@ interface RouteShape {
   /** Range of the logits (default -4 to 4). */
   range?: [number, number];
   groups?: ExpertGroups;
+  /** Expert 0's logit far below the rest and a selection bias that picks it anyway: its softmax share
+   * (~1e-8) is under the renormalising floor, which clamps the share (llama.cpp's build_moe_ffn). */
+  forced?: boolean;
 }
 
 /**
@@ -61,20 +64,24 @@ function routeCases(): Case[] {
     { n: 9, experts: 64, k: 6, normalize: false, groups: { count: 8, used: 3 } },
     { n: 3, experts: 16, k: 8, normalize: true, gating: "sigmoid", groups: { count: 4, used: 2 } },
     { n: 5, experts: 24, k: 4, normalize: true, ties: true, groups: { count: 6, used: 2 } },
+    { n: 3, experts: 64, k: 1, normalize: true, bias: true, forced: true },
+    { n: 2, experts: 64, k: 2, normalize: true, bias: true, forced: true },
   ];
   return shapes.map((c): Case => ({
     op: "moeRoute",
     name: `n=${c.n} experts=${c.experts} k=${c.k}${c.normalize ? " normalized" : ""}${c.ties ? " ties" : ""}` +
       `${c.gating ? ` ${c.gating}` : ""}${c.bias ? " biased" : ""}${c.scale !== undefined ? ` scale=${c.scale}` : ""}${c.range ? ` logits ${c.range}` : ""}` +
-      `${c.groups ? ` groups ${c.groups.used}/${c.groups.count}` : ""}`,
+      `${c.groups ? ` groups ${c.groups.used}/${c.groups.count}` : ""}${c.forced ? " forced tiny share" : ""}`,
     tolerance: { atol: 1e-6, rtol: 1e-5 },
     run: (b, rng) => {
       const { n, experts, k } = c;
       const [lo, hi] = c.range ?? [-4, 4];
       const values = c.ties ? Float32Array.from({ length: n * experts }, () => rng.int(4) - 2) : rng.f32(n * experts, lo, hi);
+      if (c.forced) for (let r = 0; r < n; r++) values[r * experts] = -14;
       const logits = b.upload(values, [n, experts]);
       // Biases of the size DeepSeek V3's and GLM-4.5's are, next to probabilities in (0, 1).
       const biasValues = c.ties ? Float32Array.from({ length: experts }, () => rng.int(2) / 2) : rng.f32(experts, -0.5, 0.5);
+      if (c.forced) biasValues.fill(0).fill(100, 0, 1);
       const bias = c.bias ? b.upload(biasValues, [experts]) : undefined;
       const { ids, weights } = b.moeRoute(logits, k, { normalize: c.normalize, gating: c.gating, selectionBias: bias, scale: c.scale, groups: c.groups });
       return finish(b, [ids, weights], bias ? [logits, bias] : [logits]);
