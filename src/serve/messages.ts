@@ -8,13 +8,13 @@
  * a prefilled answer, which the model continues (the chat path's `continue_final_message`).
  */
 import type { GenerateResult } from "../engine/engine-types.ts";
-import { compileSchema, nestsTooDeeply, SchemaError } from "../engine/json-schema.ts";
 import { ChatOutputStream } from "./chat-output.ts";
 import { ApiError, describe } from "./errors.ts";
 import { namedEventStream } from "./event-stream.ts";
 import { anthropicId, type MessageEvent, MessageOutput } from "./messages-output.ts";
 import type { ContentBlockIn, MessagesPrompt, MessagesRequest } from "./messages-schema.ts";
 import { chatPrompt, type ServeContext, type Submitted, submitChat } from "./openai.ts";
+import { checkSchema } from "./output-grammar.ts";
 import { failure, noteToolWait } from "./respond.ts";
 import type { ChatMessageIn, ChatRequest } from "./schemas.ts";
 
@@ -168,13 +168,7 @@ function checkOutputFormat(body: MessagesRequest, hasTools: boolean): void {
   const asked = outputFormat(body);
   if (!asked) return;
   const { format, param } = asked;
-  try {
-    compileSchema(format.schema);
-  } catch (e) {
-    if (!(e instanceof SchemaError) && !nestsTooDeeply(e)) throw e;
-    const why = e instanceof SchemaError ? e.message.charAt(0).toLowerCase() + e.message.slice(1) : "it nests too deeply";
-    throw new ApiError(400, `The ${param} schema cannot be followed: ${why}`, param, "invalid_value");
-  }
+  checkSchema(format.schema, param, `The ${param} schema`);
   const choice = body.tool_choice?.type ?? "auto";
   if (hasTools && choice === "auto") {
     throw new ApiError(400, `Structured output (${param}) with tools the model may call (tool_choice ${describe(body.tool_choice ?? { type: "auto" })}) is not supported: text held to the schema cannot also call a tool; set tool_choice to {"type":"none"}, or force a tool call`, param, "unsupported_parameter");

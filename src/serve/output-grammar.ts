@@ -246,7 +246,8 @@ function spacing(whitespace: JsonWhitespace): { whitespace?: JsonWhitespace } {
   return whitespace === "compact" ? { whitespace } : {};
 }
 
-function checkSchema(schema: unknown, param: string, what: string): void {
+/** A 400 naming `param` (`what` cannot be followed) when the decoder cannot follow `schema`. */
+export function checkSchema(schema: unknown, param: string, what: string): void {
   try {
     compileSchema(schema);
   } catch (e) {
