@@ -26,7 +26,9 @@ async function main(): Promise<void> {
     throw e;
   }
   if (stepLog !== null) parseStepLog(stepLog);
-  const dirOf = (load: number) => (loads.length > 1 ? `${o.report}/load-${load}` : o.report!);
+  // A sweep gives a list (and a load-X folder per load) even of one load, so scripts can rely on it.
+  const swept = o.sweep !== null;
+  const dirOf = (load: number) => (swept ? `${o.report}/load-${load}` : o.report!);
   if (o.report !== null) {
     // Before the run, not after it: a bad folder (or a file where a sweep's load-X folder goes)
     // should not cost a whole simulation.
@@ -63,7 +65,7 @@ async function main(): Promise<void> {
     await mkdir(o.report, { recursive: true });
     await writeFile(`${o.report}/README.md`, `# Simulator report\n\n${sections.join("\n\n")}\n`);
   }
-  if (o.json) console.log(JSON.stringify(loads.length === 1 ? views[0] : views, null, 2));
+  if (o.json) console.log(JSON.stringify(swept ? views : views[0], null, 2));
 }
 
 /** Why a file could not be read, in words for the common cases. */

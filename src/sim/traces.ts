@@ -134,9 +134,14 @@ const DECIMAL = /^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i;
  * falls back to guessing, and would read "1.5" as 5 January 2001.
  */
 function azureTime(f: string): number {
-  const m = /^(\d{4}-\d{2}-\d{2})(?:[ T](\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?))?(Z|[+-]\d{2}:?\d{2})?$/i.exec(f);
+  const m = /^(\d{4})-(\d{2})-(\d{2})(?:[ T](\d{2}):(\d{2})(?::(\d{2}(?:\.\d+)?))?)?(Z|[+-]\d{2}:?\d{2})?$/i.exec(f);
   if (m === null) return NaN;
-  return Date.parse(`${m[1]}T${m[2] ?? "00:00:00"}${m[3] ?? "Z"}`);
+  const [year, month, day, hour, minute] = [m[1], m[2], m[3], m[4] ?? "0", m[5] ?? "0"].map(Number);
+  // Date.parse rolls "02-30" over to 2 March and, on some engines, "24:30" into the next day.
+  const inMonth = new Date(Date.UTC(year, month - 1, day)).getUTCDate() === day && month >= 1 && month <= 12;
+  if (!inMonth || hour > 23 || minute > 59 || Number(m[6] ?? 0) >= 60) return NaN;
+  const time = m[4] === undefined ? "00:00:00" : `${m[4]}:${m[5]}${m[6] === undefined ? "" : `:${m[6]}`}`;
+  return Date.parse(`${m[1]}-${m[2]}-${m[3]}T${time}${m[7] ?? "Z"}`);
 }
 
 /** Parses the Azure LLM inference CSV; `timeScale` divides inter-arrival times. */
