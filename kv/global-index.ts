@@ -21,6 +21,9 @@ export class GlobalBlockIndex {
   private readonly holders = new HolderTable();
   private readonly ids: string[] = [];
   private readonly idx = new Map<string, number>();
+  // Slots of workers that left, given to the next new worker: a long-lived cluster whose workers
+  // come and go under fresh names (pods, hosts) would otherwise grow ids and every scan's scratch.
+  private readonly freeSlots: number[] = [];
   // Scratch for overlaps(), reused across calls (sized to the interned worker count).
   private onDev = new Uint8Array(0);
   private dev = new Int32Array(0);
@@ -49,13 +52,22 @@ export class GlobalBlockIndex {
   }
 
   /**
-   * Forgets every block `workerId` holds (it left the cluster; a worker that comes back under the
-   * same name starts empty). O(known hashes).
+   * Forgets every block `workerId` holds and its name (it left the cluster; a worker that comes back
+   * under the same name starts empty). Its slot ({@link workerSlot}) goes to the next new worker.
+   * O(known hashes).
    */
   removeWorker(workerId: string): void {
     const w = this.idx.get(workerId);
     if (w === undefined) return;
     for (const h of this.holders.keyList()) this.set(h, w, 7, false);
+    this.idx.delete(workerId);
+    this.ids[w] = "";
+    this.freeSlots.push(w);
+  }
+
+  /** Number of workers the index knows by name (those that left are forgotten). */
+  get workerCount(): number {
+    return this.idx.size;
   }
 
   /** Tiers (bitmask: device 1, host 2, remote 4) on which `workerId` holds `hash`. */
@@ -81,7 +93,10 @@ export class GlobalBlockIndex {
     return out;
   }
 
-  /** Dense index of a worker in {@link overlapsBySlot} results (assigned on first use, stable). */
+  /**
+   * Dense index of a worker in {@link overlapsBySlot} results (assigned on first use, stable until
+   * the worker is removed; then the next new worker may get it).
+   */
   workerSlot(workerId: string): number {
     return this.intern(workerId);
   }
@@ -143,8 +158,8 @@ export class GlobalBlockIndex {
   private intern(id: string): number {
     let w = this.idx.get(id);
     if (w === undefined) {
-      w = this.ids.length;
-      this.ids.push(id);
+      w = this.freeSlots.pop();
+      if (w === undefined) { w = this.ids.length; this.ids.push(id); } else this.ids[w] = id;
       this.idx.set(id, w);
     }
     return w;
