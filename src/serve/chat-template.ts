@@ -10,6 +10,7 @@ import { Template } from "@huggingface/jinja";
 import type { LoadedModel } from "../model/config.ts";
 import type { ChatMessageIn, ToolDef } from "./schemas.ts";
 import { ApiError } from "./errors.ts";
+import { NumberLiterals } from "./exact-arguments.ts";
 
 /** The text of a message content (string, text parts, or nothing). */
 export function messageText(content: ChatMessageIn["content"]): string {
@@ -105,14 +106,19 @@ export function chatRenderer(template: string | undefined, special: { bos?: stri
   return {
     fromModel: true,
     render(messages, tools, variables, turn = {}) {
-      const run = (shape: MessageShape, list: readonly ChatMessageIn[] = messages) => compiled.render({
-        ...variables,
-        messages: list.map((m) => templateMessage(m, knowsDeveloper, shape)),
-        ...(tools && tools.length > 0 ? { tools } : {}),
-        add_generation_prompt: !turn.continueFinal && turn.addGenerationPrompt !== false,
-        bos_token: special.bos ?? "",
-        eos_token: special.eos ?? "",
-      });
+      const exact = messages.some((m) => Array.isArray((m as { tool_calls?: unknown }).tool_calls)) &&
+        NumberLiterals.usableFor(JSON.stringify([messages, tools ?? null, variables]));
+      const run = (shape: MessageShape, list: readonly ChatMessageIn[] = messages) => {
+        const literals = exact ? new NumberLiterals() : null;
+        return (literals?.restore.bind(literals) ?? ((t: string) => t))(compiled.render({
+          ...variables,
+          messages: list.map((m) => templateMessage(m, knowsDeveloper, shape, literals)),
+          ...(tools && tools.length > 0 ? { tools } : {}),
+          add_generation_prompt: !turn.continueFinal && turn.addGenerationPrompt !== false,
+          bos_token: special.bos ?? "",
+          eos_token: special.eos ?? "",
+        }));
+      };
       let shape: MessageShape = { parseArguments: true, nullContent: messages.some(callsWithoutContent) };
       let text: string;
       try {
@@ -165,7 +171,7 @@ function callsWithoutContent(m: ChatMessageIn): boolean {
  * DeepSeek's templates read, so the prompt repeats the reasoning the model wrote and its KV is
  * reused; and its tool calls as `shape` says.
  */
-function templateMessage(m: ChatMessageIn, knowsDeveloper: boolean, shape: MessageShape): Record<string, unknown> {
+function templateMessage(m: ChatMessageIn, knowsDeveloper: boolean, shape: MessageShape, literals: NumberLiterals | null): Record<string, unknown> {
   const out: Record<string, unknown> = { ...m, content: shape.nullContent && callsWithoutContent(m) ? null : messageText(m.content) };
   if (m.role === "developer" && !knowsDeveloper) out.role = "system";
   const reasoning = (m as { reasoning?: unknown }).reasoning;
@@ -173,23 +179,23 @@ function templateMessage(m: ChatMessageIn, knowsDeveloper: boolean, shape: Messa
   const calls = (m as { tool_calls?: unknown }).tool_calls;
   // An empty list is no calls (vLLM drops it): templates that test `'tool_calls' in message` would raise.
   if (Array.isArray(calls) && calls.length === 0) delete out.tool_calls;
-  else if (Array.isArray(calls) && shape.parseArguments) out.tool_calls = calls.map(toolCallForTemplate);
+  else if (Array.isArray(calls) && shape.parseArguments) out.tool_calls = calls.map((c) => toolCallForTemplate(c, literals));
   return out;
 }
 
 /**
  * A tool call with JSON-text arguments turned into an object, as templates expect
  * (`tool_call.arguments | tojson`); vLLM does the same, and takes empty or missing arguments as `{}`.
- * Arguments that are not JSON stay text.
+ * Arguments that are not JSON stay text. With `literals`, numbers keep the digits they were written with.
  */
-function toolCallForTemplate(c: unknown): unknown {
+function toolCallForTemplate(c: unknown, literals: NumberLiterals | null): unknown {
   const f = (c as { function?: { arguments?: unknown } } | null)?.function;
   if (f === null || typeof f !== "object") return c;
   const args = f.arguments;
   if (args === undefined || args === null || args === "") return { ...(c as object), function: { ...f, arguments: {} } };
   if (typeof args !== "string") return c;
   try {
-    return { ...(c as object), function: { ...f, arguments: JSON.parse(args) } };
+    return { ...(c as object), function: { ...f, arguments: literals ? literals.parse(args) : JSON.parse(args) } };
   } catch {
     return c;
   }
