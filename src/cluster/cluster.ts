@@ -4,11 +4,12 @@
  * prefix overlap (a global block index fed by their KV events), queues and measured speeds; a
  * prefill may run on a prefill-role worker and its KV move to the worker that decodes, and a
  * session's cached prefix may move from a busy holder to a peer. `tick()` (every planner interval,
- * driven by the caller's timer) hands the planner a snapshot and applies its decisions.
+ * driven by the caller's timer) hands the planner a snapshot and applies its decisions
+ * (cluster-control.ts); LoRA adapters are kept on every worker by cluster-adapters.ts.
  */
 import { chainHashes } from "../../kv/index.ts";
-import type { RouteCandidate, SessionRoute, SessionRouterOptions } from "../../planner/routers.ts";
-import type { PlannerAction, Role, WorkerSnapshot } from "../../planner/types.ts";
+import type { RouteCandidate, SessionRoute } from "../../planner/routers.ts";
+import type { PlannerAction, Role } from "../../planner/types.ts";
 import type { EngineMetrics } from "../engine/engine-metrics.ts";
 import {
   type EngineStats, EngineOverloadedError, type GenerateRequest, NoWorkerError, outputBudget, type RequestHandle, type ServingEngine, SessionRefusedError, type WorkerStatus,
@@ -23,23 +24,12 @@ import type { WorkerEngine } from "./worker-engine.ts";
 import { RequestWindow } from "./request-window.ts";
 import { WorkerSet } from "./worker-set.ts";
 import { handOff } from "./handoff.ts";
-import { adapterRoot, cacheRootOf, LoraAdapterError } from "../engine/engine-adapters.ts";
+import { cacheRootOf, LoraAdapterError } from "../engine/engine-adapters.ts";
 import type { LoraAdapter } from "../model/lora.ts";
+import { ClusterAdapters } from "./cluster-adapters.ts";
+import { ClusterControl } from "./cluster-control.ts";
 
 export type { ClusterCounters, ClusterDecision, ClusterOptions } from "./cluster-types.ts";
-
-/**
- * A loaded LoRA adapter: its cache namespace, its requests in flight, the workers that finished
- * loading it, and when every load sent so far has settled (an unload waits for them, so that a worker
- * still loading it when it is unloaded does not keep it).
- */
-interface AdapterEntry {
-  adapter: LoraAdapter;
-  root: number;
-  inFlight: number;
-  loadedOn: Set<ClusterWorker>;
-  settled: Promise<void>;
-}
 
 /** Sessions remembered for affinity at most (oldest forgotten first). */
 const MAX_SESSIONS = 65536;
@@ -50,17 +40,12 @@ export class Cluster implements ServingEngine {
   private readonly set: WorkerSet;
   private readonly window: RequestWindow;
   private readonly lastWorker = new Map<string, string>();
-  private readonly routerOptions: SessionRouterOptions;
   private readonly now: () => number;
   private readonly blockSize: number;
-  private mixing: StepMixing;
   private nextId = 0;
-  /** New sessions that may still enter before the planner's next tick (its "admission" action). */
-  private newSessionBudget = Infinity;
-  /** LoRA adapters by name: what joining workers load, each one's cache namespace and requests in flight. */
-  private readonly adapters = new Map<string, AdapterEntry>();
-  /** Unloads still under way, by name: a new load of the name waits for its own to end. */
-  private readonly unloading = new Map<string, Promise<void>>();
+  /** The planner's settings (roles aside, which are on the workers) and their control loop. */
+  private readonly control: ClusterControl;
+  private readonly adapters: ClusterAdapters;
 
   /**
    * Takes the workers' engines already started (local or in threads), their steps wired to
@@ -75,9 +60,9 @@ export class Cluster implements ServingEngine {
     this.set = new WorkerSet(o.initialPrefillRate ?? 2000, this.now);
     this.window = new RequestWindow(this.now);
     this.blockSize = o.shape?.blockSize ?? engines[0].blockSize;
-    this.mixing = o.stepMixing ?? engines[0]?.stepMixing ?? "mixed";
+    this.control = new ClusterControl(this.set, this.window, this.counters, o, o.stepMixing ?? engines[0]?.stepMixing ?? "mixed");
+    this.adapters = new ClusterAdapters(() => this.set.all);
     engines.forEach((e, i) => this.attach(e, roles[i]));
-    this.routerOptions = { localPrefillThreshold: 512, itlTargetS: 0.05, peerTransfer: true, peerMoveS: 0.5, memoryFullS: 1, peerHostBlocks: true, ...o.routerOptions };
   }
 
   /** Finished requests, token counters and the TTFT/ITL/E2E histograms, cluster-wide. */
@@ -92,7 +77,7 @@ export class Cluster implements ServingEngine {
 
   /** The current local-prefill threshold (uncached tokens a decode worker prefills itself). */
   get localPrefillThreshold(): number {
-    return this.routerOptions.localPrefillThreshold;
+    return this.control.routerOptions.localPrefillThreshold;
   }
 
   /** The longest context every worker serves (the model's shape while there is none). */
@@ -108,7 +93,7 @@ export class Cluster implements ServingEngine {
 
   /** The workers' step mixing (the planner sets all workers alike; a joining worker takes it). */
   get stepMixing(): StepMixing {
-    return this.mixing;
+    return this.control.mixing;
   }
 
   /**
@@ -120,13 +105,7 @@ export class Cluster implements ServingEngine {
     if (engine.blockSize !== this.blockSize) throw new RangeError(`Worker "${engine.id}" has KV blocks of ${engine.blockSize} tokens; the cluster's have ${this.blockSize}`);
     const w = this.attach(engine, role);
     this.counters.joined++;
-    // It serves an adapter's requests once it has loaded it (until then the router sends them elsewhere).
-    for (const [name, a] of this.adapters) {
-      const load = this.loadOn(w, name, a).catch((e) => {
-        console.error(`Worker ${engine.id} could not load the LoRA adapter "${name}": ${e instanceof Error ? e.message : String(e)}`);
-      });
-      a.settled = Promise.all([a.settled, load]).then(() => {});
-    }
+    this.adapters.joined(w);
     return w;
   }
 
@@ -135,69 +114,23 @@ export class Cluster implements ServingEngine {
    * itself, and must find the same adapter), and on every worker that joins later. Resolves once all
    * have it; when one cannot, none keeps it and the first failure is thrown (LoraAdapterError).
    */
-  async loadAdapter(name: string, adapter: LoraAdapter): Promise<void> {
-    if (this.adapters.has(name)) throw new LoraAdapterError(`A LoRA adapter named "${name}" is already loaded`);
-    // Registered at once (a second load of the name is refused; a worker joining meanwhile loads it
-    // too); its requests go only to workers that have finished loading it.
-    let loaded!: () => void;
-    const entry: AdapterEntry = { adapter, root: adapterRoot(adapter.fingerprint), inFlight: 0, loadedOn: new Set(), settled: new Promise((r) => (loaded = r)) };
-    this.adapters.set(name, entry);
-    // An unload of the name still under way ends first (the workers must not have it twice).
-    await this.unloading.get(name);
-    const workers = this.adapters.get(name) === entry ? this.set.all.filter((w) => w.engine.alive) : [];
-    const loads = Promise.allSettled(workers.map((w) => this.loadOn(w, name, entry)));
-    void loads.then(() => loaded());
-    const done = await loads;
-    const failed = done.findIndex((d) => d.status === "rejected");
-    if (failed < 0) return;
-    // Unloaded meanwhile: that unload lets go of it on the workers that have it.
-    if (this.adapters.get(name) === entry) await this.dropAdapter(name, entry);
-    const why = (done[failed] as PromiseRejectedResult).reason;
-    throw new LoraAdapterError(`Worker ${workers[failed].id} could not load the LoRA adapter "${name}": ${why instanceof Error ? why.message : String(why)}`);
+  loadAdapter(name: string, adapter: LoraAdapter): Promise<void> {
+    return this.adapters.load(name, adapter);
   }
 
   /** Unloads the adapter `name` from every worker; refused while requests use it. */
-  async unloadAdapter(name: string): Promise<void> {
-    const a = this.adapters.get(name);
-    if (!a) throw new LoraAdapterError(`The LoRA adapter "${name}" is not loaded`, true);
-    if (a.inFlight > 0) throw new LoraAdapterError(`The LoRA adapter "${name}" is in use by ${a.inFlight} request${a.inFlight === 1 ? "" : "s"}; unload it when they end`);
-    await this.dropAdapter(name, a);
-  }
-
-  /** Loads `entry` as `name` on worker `w`; it serves the adapter's requests from then on, unless the adapter was unloaded meanwhile. */
-  private async loadOn(w: ClusterWorker, name: string, entry: AdapterEntry): Promise<void> {
-    await w.engine.loadAdapter(name, entry.adapter);
-    entry.loadedOn.add(w);
-    if (this.adapters.get(name) === entry) w.adapters.add(name);
-  }
-
-  /**
-   * Forgets the adapter `name` (its requests are refused from now on) and unloads it from every worker
-   * that loaded it, once the loads still under way have ended (a worker still loading it would
-   * otherwise keep it, and refuse the name for good).
-   */
-  private async dropAdapter(name: string, entry: AdapterEntry): Promise<void> {
-    this.adapters.delete(name);
-    for (const w of this.set.all) w.adapters.delete(name);
-    const prior = this.unloading.get(name);
-    const done = (async () => {
-      await prior;
-      await entry.settled;
-      await Promise.allSettled([...entry.loadedOn].map((w) => w.engine.unloadAdapter(name)));
-    })();
-    this.unloading.set(name, done);
-    await done;
-    if (this.unloading.get(name) === done) this.unloading.delete(name);
+  unloadAdapter(name: string): Promise<void> {
+    return this.adapters.unload(name);
   }
 
   /** Names of the loaded adapters. */
   adapterNames(): string[] {
-    return [...this.adapters.keys()];
+    return this.adapters.names();
   }
 
   /** Adapters with requests in flight (all counted as running: the workers do not report theirs). */
   adapterRequests(): { running: string[]; waiting: string[] } {
-    return { running: [...this.adapters].filter(([, a]) => a.inFlight > 0).map(([name]) => name), waiting: [] };
+    return this.adapters.requests();
   }
 
   /**
@@ -224,7 +157,7 @@ export class Cluster implements ServingEngine {
     // (refused before any routing work); turns of sessions already served always enter. Requests
     // naming no session are let through (a returning agent cannot be told from a new one).
     const newSession = req.sessionId !== undefined && !this.lastWorker.has(req.sessionId);
-    if (newSession && this.newSessionBudget < 1) {
+    if (newSession && this.control.newSessionBudget < 1) {
       this.metrics.rejected++;
       throw new SessionRefusedError(`No room for new session "${req.sessionId}": the decode pool is at its ITL target`);
     }
@@ -237,6 +170,9 @@ export class Cluster implements ServingEngine {
     const hop = { cancel: () => {} };
     let tStart = 0;
     const direct = route.prefillWorker === null && route.prefixSource === undefined;
+    // A hand-off answers at once and submits to the decoding worker later: the client's mistakes are
+    // found now, before any KV moves (a worker's refusal then would reach the client as a 500).
+    if (!direct) dec.engine.check(req);
     // Queued first: a request the worker refuses (the client's mistake, or a full queue) spends none of
     // the planner's new-session budget, counts as no arrival and leaves the session unplaced.
     const h: RequestHandle = direct ? dec.engine.submit(req) : relayHandle(
@@ -247,7 +183,7 @@ export class Cluster implements ServingEngine {
       }),
       () => hop.cancel(),
     );
-    if (newSession) this.newSessionBudget--;
+    if (newSession) this.control.newSessionBudget--;
     // Every worker the request touches stays in the cluster until it is done (see removeWorker).
     const touched = [dec, ...[route.prefillWorker, route.prefixSource].flatMap((id) => (id == null ? [] : [this.set.get(id)!]))];
     for (const w of touched) w.inFlight++;
@@ -300,13 +236,7 @@ export class Cluster implements ServingEngine {
 
   /** One planner interval: snapshot, decisions, applied. Returns the decisions. */
   tick(): PlannerAction[] {
-    // A worker that can serve no more (its thread died) is "off" to the planner until it is removed:
-    // counted as serving, its role and stale queue would be planned with (and the live ones not flipped).
-    const workers = this.set.all.map((w): WorkerSnapshot => (w.engine.alive ? w.snapshot() : { ...w.snapshot(), state: "off" }));
-    const snap = { ...this.window.take(), workers };
-    const actions = this.o.planner?.tick(snap) ?? [];
-    for (const a of actions) this.apply(a);
-    return actions;
+    return this.control.tick();
   }
 
   /** Stops every engine. */
@@ -317,39 +247,8 @@ export class Cluster implements ServingEngine {
   /** Adds a worker, which takes the cluster's step mixing. */
   private attach(engine: WorkerEngine, role: Role): ClusterWorker {
     const w = this.set.add(engine, role);
-    if (engine.stepMixing !== this.mixing) engine.stepMixing = this.mixing;
+    if (engine.stepMixing !== this.control.mixing) engine.stepMixing = this.control.mixing;
     return w;
-  }
-
-  private apply(a: PlannerAction): void {
-    let changed = true;
-    let from: Role | undefined;
-    if (a.kind === "flip") {
-      const w = this.set.get(a.workerId);
-      from = w?.role;
-      // A flip only changes what the router sends; work already on the worker drains there.
-      changed = w !== undefined && w.role !== a.to;
-      if (changed) {
-        w!.role = a.to;
-        this.counters.flips++;
-      }
-    } else if (a.kind === "local-prefill-threshold") {
-      changed = this.routerOptions.localPrefillThreshold !== a.tokens;
-      this.routerOptions.localPrefillThreshold = a.tokens;
-    } else if (a.kind === "step-mixing") {
-      const mixing = this.o.fixedStepMixing ? this.mixing : a.split ? "split" : "mixed";
-      changed = mixing !== this.mixing;
-      if (changed) this.counters.mixingChanges++;
-      this.mixing = mixing;
-      for (const w of this.set.all) w.engine.stepMixing = this.mixing;
-    } else if (a.kind === "admission") {
-      // No waiting room here: a session the front door cannot take now is refused with Retry-After
-      // (HTTP 503) and retries, where the simulator holds it to the next tick.
-      const budget = a.holdNewSessions ? 0 : (a.newSessions ?? Infinity);
-      changed = budget !== this.newSessionBudget;
-      this.newSessionBudget = budget;
-    } else changed = false; // "replicas" is not applied: workers join and leave by themselves (see addWorker).
-    this.o.onDecision?.({ action: a, changed, ...(from !== undefined ? { from } : {}) });
   }
 
   private route(req: GenerateRequest, root: number | undefined): { route: SessionRoute; cands: RouteCandidate[] } {
@@ -362,7 +261,7 @@ export class Cluster implements ServingEngine {
       promptTokens: req.prompt.length, blockTokens: this.blockSize, bytesPerBlock: this.o.bytesPerBlock,
       ...(req.sessionId !== undefined && this.lastWorker.has(req.sessionId) ? { lastWorker: this.lastWorker.get(req.sessionId) } : {}),
     };
-    return { route: routeRequest(this.o.router ?? "session", sreq, cands, this.o.links ?? IN_PROCESS_LINK, this.routerOptions), cands };
+    return { route: routeRequest(this.o.router ?? "session", sreq, cands, this.o.links ?? IN_PROCESS_LINK, this.control.routerOptions), cands };
   }
 
   private remember(sessionId: string, workerId: string): void {

@@ -32,7 +32,9 @@ export async function handOff(
     const pre = set.get(route.prefillWorker)!;
     if (route.prefixTransferBlocks > 0) await movePrefix(dec, pre, req.prompt, sid, counters, true, false, root);
     if (cancelled) throw new Error("Cancelled");
-    const h = pre.engine.submit({ ...req, maxTokens: 1, stop: undefined, prefillOnly: true });
+    // One token at most: the request's min_tokens is the decoding worker's to keep (here it would be refused).
+    const { minTokens: _min, ...prefill } = req;
+    const h = pre.engine.submit({ ...prefill, maxTokens: 1, stop: undefined, prefillOnly: true });
     hop.cancel = () => {
       cancelled = true;
       h.cancel();

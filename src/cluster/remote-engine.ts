@@ -9,7 +9,9 @@ import type { LoraAdapter } from "../model/lora.ts";
 import type { KvEvent } from "../../kv/index.ts";
 import type { BackendChoice } from "../backend/select.ts";
 import { EngineMetrics } from "../engine/engine-metrics.ts";
-import type { EngineStats, GenerateRequest, GenerateResult, RequestHandle, StreamDelta } from "../engine/engine-types.ts";
+import { type EngineStats, type GenerateRequest, type GenerateResult, outputBudget, type RequestHandle, type StreamDelta } from "../engine/engine-types.ts";
+import { checkPromptTokens } from "../engine/engine.ts";
+import { checkSamplingRequest } from "../engine/logit-adjust.ts";
 import { AsyncQueue, EventChannel } from "../engine/events.ts";
 import type { PrefixKv } from "../engine/prefix-transfer.ts";
 import type { QueueState, StepMixing } from "../engine/scheduler-types.ts";
@@ -41,6 +43,8 @@ export class RemoteEngine implements WorkerEngine {
   readonly metrics: EngineMetrics = new EngineMetrics();
   maxModelLen = 0;
   blockSize = 0;
+  /** The worker's vocabulary size (undefined from a worker that does not say). */
+  vocabSize: number | undefined;
   /** How the worker's backend was chosen. */
   backendReason = "";
   /** The worker's model identity (src/model/fingerprint.ts), to compare with the server's. */
@@ -79,6 +83,7 @@ export class RemoteEngine implements WorkerEngine {
         if (msg.op === "ready") {
           t.maxModelLen = msg.maxModelLen;
           t.blockSize = msg.blockSize;
+          t.vocabSize = msg.vocabSize;
           t.backendReason = msg.backend;
           t.modelFingerprint = msg.fingerprint;
           t.absorb(msg.state);
@@ -112,6 +117,7 @@ export class RemoteEngine implements WorkerEngine {
 
   submit(req: GenerateRequest): RequestHandle {
     if (this.failure) throw this.failure;
+    this.check(req);
     const rid = this.nextRid++;
     let resolve!: (r: GenerateResult) => void;
     const result = new Promise<GenerateResult>((r) => (resolve = r));
@@ -131,6 +137,18 @@ export class RemoteEngine implements WorkerEngine {
         return p.sessionId;
       },
     };
+  }
+
+  /**
+   * The checks that need no engine (context, token ids, sampling parameters), so that the client's
+   * common mistakes are thrown here; the worker refuses the rest (a grammar, a reasoning budget) when
+   * the request reaches it, and the result then carries its error.
+   */
+  check(req: GenerateRequest): void {
+    outputBudget(req, this.maxModelLen);
+    if (this.vocabSize === undefined) return;
+    checkPromptTokens(req.prompt, this.vocabSize);
+    checkSamplingRequest(req, this.vocabSize);
   }
 
   markToolWait(sessionId: string, tool: string): void {

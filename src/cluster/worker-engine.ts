@@ -28,6 +28,12 @@ export interface WorkerEngine {
   stepMixing: StepMixing;
   /** Queues a request (already checked against the context limit by the cluster). */
   submit(req: GenerateRequest): RequestHandle;
+  /**
+   * Throws what {@link submit} would throw for the client's mistakes in `req`, queueing nothing (the
+   * cluster asks before it moves KV for a request, while the client can still be answered 400). A
+   * worker elsewhere checks what it can here; it refuses the rest when the request reaches it.
+   */
+  check(req: GenerateRequest): void;
   markToolWait(sessionId: string, tool: string): void;
   /**
    * KV of the longest cached prefix of `tokens`, device then host tier (null when none is cached);
@@ -53,11 +59,15 @@ export interface WorkerEngine {
 
 /** An engine in this thread as a cluster worker. */
 export function localWorkerEngine(engine: Engine): WorkerEngine {
+  // Stopping (or stopped), it serves no more: the router must not pick it.
+  let stopped = false;
   return {
     id: engine.pool.workerId,
     blockSize: engine.pool.blockSize,
     maxModelLen: engine.maxModelLen,
-    alive: true,
+    get alive() {
+      return !stopped;
+    },
     kvEvents: engine.kvEvents,
     metrics: engine.metrics,
     get stepMixing() {
@@ -67,16 +77,21 @@ export function localWorkerEngine(engine: Engine): WorkerEngine {
       engine.scheduler.stepMixing = m;
     },
     submit: (req) => engine.submit(req),
+    check: (req) => engine.checkRequest(req),
     markToolWait: (sid, tool) => engine.markToolWait(sid, tool),
     exportPrefix: (tokens, handoff, root) => engine.exportPrefix(tokens, handoff, root),
-    loadAdapter: async (name, adapter) => engine.loadAdapter(name, adapter),
-    unloadAdapter: async (name) => engine.unloadAdapter(name),
+    // A refusal rejects (the executor's throw), as a remote worker's does.
+    loadAdapter: (name, adapter) => new Promise<void>((resolve) => resolve(engine.loadAdapter(name, adapter))),
+    unloadAdapter: (name) => new Promise<void>((resolve) => resolve(engine.unloadAdapter(name))),
     dropHandoff: (prompt, root) => void engine.dropHandoff(prompt, root),
     importPrefix: (prefix, sid) => Promise.resolve(engine.importPrefix(prefix, sid)),
     stats: () => engine.stats(),
     queueState: () => engine.scheduler.queueState(),
     freeBlocks: () => engine.pool.numFreeBlocks(),
     sessionStatusCounts: () => engine.sessionStatusCounts(),
-    stop: () => engine.stop(),
+    stop: () => {
+      stopped = true;
+      return engine.stop();
+    },
   };
 }

@@ -84,7 +84,7 @@ export function serveWorker(port: ThreadPort): Promise<void> {
         report();
       });
       engine = e;
-      send({ op: "ready", maxModelLen: e.maxModelLen, blockSize: e.pool.blockSize, backend: reason, fingerprint: modelFingerprint(model), state: state(e) });
+      send({ op: "ready", maxModelLen: e.maxModelLen, blockSize: e.pool.blockSize, vocabSize: model.config.vocabSize, backend: reason, fingerprint: modelFingerprint(model), state: state(e) });
     } catch (err) {
       send({ op: "failed", message: err instanceof Error ? err.message : String(err) });
     }

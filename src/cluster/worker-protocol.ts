@@ -52,7 +52,8 @@ export interface WorkerReport {
 
 /** From a worker to the cluster. */
 export type FromWorker =
-  | { op: "ready"; maxModelLen: number; blockSize: number; backend: string; fingerprint: string; state: WorkerReport }
+  /** `vocabSize`: what the cluster checks a request's token ids against before sending it (absent from an older worker). */
+  | { op: "ready"; maxModelLen: number; blockSize: number; vocabSize?: number; backend: string; fingerprint: string; state: WorkerReport }
   | { op: "failed"; message: string }
   | { op: "accepted"; rid: number; sessionId?: string }
   | { op: "rejected"; rid: number; name: string; message: string }

@@ -66,7 +66,7 @@ export function promptLogprobRowLimit(vocabSize: number): number {
  * Refuses a prompt with a token id the model has no embedding for: run, it would fail the forward of
  * its whole step, and with it every request batched there.
  */
-function checkPromptTokens(prompt: readonly number[], vocabSize: number): void {
+export function checkPromptTokens(prompt: readonly number[], vocabSize: number): void {
   for (let i = 0; i < prompt.length; i++) {
     const id = prompt[i];
     if (!(Number.isInteger(id) && id >= 0 && id < vocabSize)) throw new RequestParamError(`Prompt token ${i} is ${id}, outside this model's vocabulary of ${vocabSize} tokens`);
@@ -141,16 +141,31 @@ export class Engine implements ServingEngine {
     this.adapters = new EngineAdapters(r);
   }
 
-  /** Queues a request and starts the loop if needed. Throws the typed errors of engine-types.ts. */
-  submit(req: GenerateRequest): RequestHandle {
-    if (this.stopped) throw new EngineOverloadedError("The engine is shutting down");
-    const n = req.prompt.length;
+  /**
+   * Throws what {@link submit} throws for the client's mistakes in `req` (RequestParamError,
+   * ContextLengthError, LoraAdapterError), queueing nothing: a cluster checks a request this way
+   * before it moves KV for it, while the client can still be answered 400.
+   */
+  checkRequest(req: GenerateRequest): void {
+    this.checked(req);
+  }
+
+  /** What submit() needs from `req` once it passes the checks, in the order they run. */
+  private checked(req: GenerateRequest) {
     const maxTokens = outputBudget(req, this.maxModelLen);
     checkPromptTokens(req.prompt, this.opts.config.vocabSize);
     checkSamplingRequest(req, this.opts.config.vocabSize);
     const constraint = this.outputConstraint(req);
     const budget = this.reasoningBudget(req);
     const lora = req.adapter === undefined ? undefined : this.adapters.resolve(req.adapter);
+    return { maxTokens, constraint, budget, lora };
+  }
+
+  /** Queues a request and starts the loop if needed. Throws the typed errors of engine-types.ts. */
+  submit(req: GenerateRequest): RequestHandle {
+    if (this.stopped) throw new EngineOverloadedError("The engine is shutting down");
+    const n = req.prompt.length;
+    const { maxTokens, constraint, budget, lora } = this.checked(req);
     const ends = [...new Set([...(req.ignoreEos ? [] : this.opts.config.eosTokenIds), ...(req.stopTokenIds ?? [])])];
     if (this.scheduler.stats().waiting >= this.maxWaiting) {
       this.metrics.rejected++;

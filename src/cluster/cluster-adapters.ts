@@ -1,0 +1,112 @@
+/**
+ * A cluster's LoRA adapters: loaded on every worker (and on each worker that joins), each with its
+ * cache namespace and requests in flight; unloaded from every worker that has it once its loads settle.
+ */
+import { adapterRoot, LoraAdapterError } from "../engine/engine-adapters.ts";
+import type { LoraAdapter } from "../model/lora.ts";
+import type { ClusterWorker } from "./cluster-worker.ts";
+
+/**
+ * A loaded LoRA adapter: its cache namespace, its requests in flight, the workers that finished
+ * loading it, and when every load sent so far has settled (an unload waits for them, so that a worker
+ * still loading it when it is unloaded does not keep it).
+ */
+export interface AdapterEntry {
+  adapter: LoraAdapter;
+  root: number;
+  inFlight: number;
+  loadedOn: Set<ClusterWorker>;
+  settled: Promise<void>;
+}
+
+/** The adapters of a cluster whose workers are `workers()`. */
+export class ClusterAdapters {
+  /** LoRA adapters by name: what joining workers load, each one's cache namespace and requests in flight. */
+  private readonly adapters = new Map<string, AdapterEntry>();
+  /** Unloads still under way, by name: a new load of the name waits for its own to end. */
+  private readonly unloading = new Map<string, Promise<void>>();
+
+  constructor(private readonly workers: () => readonly ClusterWorker[]) {}
+
+  /** The loaded adapter `name`, if any. */
+  get(name: string): AdapterEntry | undefined {
+    return this.adapters.get(name);
+  }
+
+  /** Loads every adapter on a worker that joined; it serves an adapter's requests once it has loaded it. */
+  joined(w: ClusterWorker): void {
+    // Until then the router sends them elsewhere.
+    for (const [name, a] of this.adapters) {
+      const load = this.loadOn(w, name, a).catch((e) => {
+        console.error(`Worker ${w.engine.id} could not load the LoRA adapter "${name}": ${e instanceof Error ? e.message : String(e)}`);
+      });
+      a.settled = Promise.all([a.settled, load]).then(() => {});
+    }
+  }
+
+  /** Cluster.loadAdapter. */
+  async load(name: string, adapter: LoraAdapter): Promise<void> {
+    if (this.adapters.has(name)) throw new LoraAdapterError(`A LoRA adapter named "${name}" is already loaded`);
+    // Registered at once (a second load of the name is refused; a worker joining meanwhile loads it
+    // too); its requests go only to workers that have finished loading it.
+    let loaded!: () => void;
+    const entry: AdapterEntry = { adapter, root: adapterRoot(adapter.fingerprint), inFlight: 0, loadedOn: new Set(), settled: new Promise((r) => (loaded = r)) };
+    this.adapters.set(name, entry);
+    // An unload of the name still under way ends first (the workers must not have it twice).
+    await this.unloading.get(name);
+    const workers = this.adapters.get(name) === entry ? this.workers().filter((w) => w.engine.alive) : [];
+    const loads = Promise.allSettled(workers.map((w) => this.loadOn(w, name, entry)));
+    void loads.then(() => loaded());
+    const done = await loads;
+    const failed = done.findIndex((d) => d.status === "rejected");
+    if (failed < 0) return;
+    // Unloaded meanwhile: that unload lets go of it on the workers that have it.
+    if (this.adapters.get(name) === entry) await this.drop(name, entry);
+    const why = (done[failed] as PromiseRejectedResult).reason;
+    throw new LoraAdapterError(`Worker ${workers[failed].id} could not load the LoRA adapter "${name}": ${why instanceof Error ? why.message : String(why)}`);
+  }
+
+  /** Cluster.unloadAdapter. */
+  async unload(name: string): Promise<void> {
+    const a = this.adapters.get(name);
+    if (!a) throw new LoraAdapterError(`The LoRA adapter "${name}" is not loaded`, true);
+    if (a.inFlight > 0) throw new LoraAdapterError(`The LoRA adapter "${name}" is in use by ${a.inFlight} request${a.inFlight === 1 ? "" : "s"}; unload it when they end`);
+    await this.drop(name, a);
+  }
+
+  /** Names of the loaded adapters. */
+  names(): string[] {
+    return [...this.adapters.keys()];
+  }
+
+  /** Adapters with requests in flight (all counted as running: the workers do not report theirs). */
+  requests(): { running: string[]; waiting: string[] } {
+    return { running: [...this.adapters].filter(([, a]) => a.inFlight > 0).map(([name]) => name), waiting: [] };
+  }
+
+  /** Loads `entry` as `name` on worker `w`; it serves the adapter's requests from then on, unless the adapter was unloaded meanwhile. */
+  private async loadOn(w: ClusterWorker, name: string, entry: AdapterEntry): Promise<void> {
+    await w.engine.loadAdapter(name, entry.adapter);
+    entry.loadedOn.add(w);
+    if (this.adapters.get(name) === entry) w.adapters.add(name);
+  }
+
+  /**
+   * Forgets the adapter `name` (its requests are refused from now on) and unloads it from every worker
+   * that loaded it, once the loads still under way have ended (a worker still loading it would
+   * otherwise keep it, and refuse the name for good).
+   */
+  private async drop(name: string, entry: AdapterEntry): Promise<void> {
+    this.adapters.delete(name);
+    for (const w of this.workers()) w.adapters.delete(name);
+    const prior = this.unloading.get(name);
+    const done = (async () => {
+      await prior;
+      await entry.settled;
+      await Promise.allSettled([...entry.loadedOn].map((w) => w.engine.unloadAdapter(name)));
+    })();
+    this.unloading.set(name, done);
+    await done;
+    if (this.unloading.get(name) === done) this.unloading.delete(name);
+  }
+}

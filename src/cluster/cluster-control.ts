@@ -1,0 +1,70 @@
+/**
+ * A cluster's control loop: every planner interval, the planner is shown a snapshot of the requests
+ * and workers, and its decisions are applied (role flips, the local-prefill threshold, step mixing,
+ * admission of new sessions). What they set is read by the cluster's request dispatch (cluster.ts).
+ */
+import type { SessionRouterOptions } from "../../planner/routers.ts";
+import type { PlannerAction, Role, WorkerSnapshot } from "../../planner/types.ts";
+import type { StepMixing } from "../engine/scheduler-types.ts";
+import type { ClusterCounters, ClusterOptions } from "./cluster-types.ts";
+import type { RequestWindow } from "./request-window.ts";
+import type { WorkerSet } from "./worker-set.ts";
+
+/** The planner's settings for a cluster, and what applies its decisions to them. */
+export class ClusterControl {
+  /** The router's tunables; the planner moves the local-prefill threshold. */
+  readonly routerOptions: SessionRouterOptions;
+  /** The workers' step mixing (the planner sets all workers alike; a joining worker takes it). */
+  mixing: StepMixing;
+  /** New sessions that may still enter before the planner's next tick (its "admission" action). */
+  newSessionBudget = Infinity;
+
+  constructor(
+    private readonly set: WorkerSet, private readonly window: RequestWindow, private readonly counters: ClusterCounters, private readonly o: ClusterOptions, mixing: StepMixing,
+  ) {
+    this.mixing = mixing;
+    this.routerOptions = { localPrefillThreshold: 512, itlTargetS: 0.05, peerTransfer: true, peerMoveS: 0.5, memoryFullS: 1, peerHostBlocks: true, ...o.routerOptions };
+  }
+
+  /** One planner interval: snapshot, decisions, applied. Returns the decisions. */
+  tick(): PlannerAction[] {
+    // A worker that can serve no more (its thread died) is "off" to the planner until it is removed:
+    // counted as serving, its role and stale queue would be planned with (and the live ones not flipped).
+    const workers = this.set.all.map((w): WorkerSnapshot => (w.engine.alive ? w.snapshot() : { ...w.snapshot(), state: "off" }));
+    const snap = { ...this.window.take(), workers };
+    const actions = this.o.planner?.tick(snap) ?? [];
+    for (const a of actions) this.apply(a);
+    return actions;
+  }
+
+  private apply(a: PlannerAction): void {
+    let changed = true;
+    let from: Role | undefined;
+    if (a.kind === "flip") {
+      const w = this.set.get(a.workerId);
+      from = w?.role;
+      // A flip only changes what the router sends; work already on the worker drains there.
+      changed = w !== undefined && w.role !== a.to;
+      if (changed) {
+        w!.role = a.to;
+        this.counters.flips++;
+      }
+    } else if (a.kind === "local-prefill-threshold") {
+      changed = this.routerOptions.localPrefillThreshold !== a.tokens;
+      this.routerOptions.localPrefillThreshold = a.tokens;
+    } else if (a.kind === "step-mixing") {
+      const mixing = this.o.fixedStepMixing ? this.mixing : a.split ? "split" : "mixed";
+      changed = mixing !== this.mixing;
+      if (changed) this.counters.mixingChanges++;
+      this.mixing = mixing;
+      for (const w of this.set.all) w.engine.stepMixing = this.mixing;
+    } else if (a.kind === "admission") {
+      // No waiting room here: a session the front door cannot take now is refused with Retry-After
+      // (HTTP 503) and retries, where the simulator holds it to the next tick.
+      const budget = a.holdNewSessions ? 0 : (a.newSessions ?? Infinity);
+      changed = budget !== this.newSessionBudget;
+      this.newSessionBudget = budget;
+    } else changed = false; // "replicas" is not applied: workers join and leave by themselves (see addWorker).
+    this.o.onDecision?.({ action: a, changed, ...(from !== undefined ? { from } : {}) });
+  }
+}
