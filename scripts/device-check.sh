@@ -128,7 +128,7 @@ else
     # Variants of the decode kernels (kernels-cuda/bench/sweep.cu), for choosing their constants.
     echo "== kernel variant sweep ($(elapsed))"
     if nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I kernels-cuda kernels-cuda/bench/sweep.cu \
-      -o /tmp/evolving-sweep && timeout "$(limit 90)" /tmp/evolving-sweep | tee "$OUT/sweep.txt"; then
+      -o /tmp/evolving-sweep && timeout "$(limit 90)" /tmp/evolving-sweep decode | tee "$OUT/sweep.txt"; then
       note "kernel variant sweep" "ok (sweep.txt)"
     else
       note "kernel variant sweep" "FAILED"
@@ -140,6 +140,17 @@ else
     note "cuda timing" "ok"
   else
     note "cuda timing" "FAILED"
+  fi
+
+  if [ "${DEVICE_SWEEP:-1}" = 1 ] && [ -x /tmp/evolving-sweep ]; then
+    # The set-aside wgmma GEMM (kernels-cuda/bench/matmul_wgmma.cuh) against the built mma.sync one:
+    # last, since a kernel that has never run may hang (it gives up after 20 s and says so).
+    echo "== set-aside wgmma matmul ($(elapsed))"
+    if timeout "$(limit 60)" /tmp/evolving-sweep matmul | tee "$OUT/sweep-matmul.txt" && ! grep -q "WGMMA MISMATCH\|WGMMA HANG" "$OUT/sweep-matmul.txt"; then
+      note "wgmma matmul sweep" "ok (sweep-matmul.txt)"
+    else
+      note "wgmma matmul sweep" "FAILED (sweep-matmul.txt)"
+    fi
   fi
 fi
 

@@ -3,7 +3,10 @@
 // 256-value slices in flight) configurations, and split-KV decode attention (f32 KV, D 128, GQA 4)
 // as built (attention.cu's decode_kernel) and in the set-aside vector form (attention_vec.cuh) with U
 // positions per warp iteration. Prints GB/s against a copy kernel's bandwidth; a winner becomes
-// GEMV_ROWS/GEMV_UNROLL, or moves into attention.cu with its U. Not run by CI (needs a GPU).
+// GEMV_ROWS/GEMV_UNROLL, or moves into attention.cu with its U. Last, "matmul bf16": the built
+// mma.sync kernel ("fast") against the set-aside wgmma + TMA kernel (matmul_wgmma.cuh), TFLOP/s and
+// correctness (CPU references at edge shapes, the two kernels against each other at full size);
+// `sweep matmul` runs that section alone. Not run by CI (needs a GPU).
 // Build: nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I kernels-cuda kernels-cuda/bench/sweep.cu
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +15,12 @@
 #include "../attention.cu"
 #include "attention_vec.cuh"
 #include "../gemv.cuh"
+#include "../mma.cuh"
+#include "matmul_wgmma.cuh"
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <unistd.h>
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
@@ -50,6 +59,8 @@ float median_ms(F f, int iters) {
   return v[v.size() / 2];
 }
 
+#include "matmul_sweep.cuh"  // matmul_section(): uses CK, fill_kernel and median_ms above
+
 static const size_t POOL = size_t(2) << 30;  // 2 GiB of weights, rotated so no launch reads from L2
 static uint16_t* pool;
 
@@ -64,7 +75,11 @@ float gemv_gbps(const float* x, float* y, int K, int N) {
   return bytes / (ms * 1e-3) / 1e9;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  // "matmul": that section alone; "decode": every section but it (device-check.sh runs the set-aside
+  // wgmma kernel last, after the timing, so that a hang there costs nothing else).
+  if (argc > 1 && strcmp(argv[1], "matmul") == 0) { matmul_section(); return 0; }
+  const bool decode_only = argc > 1 && strcmp(argv[1], "decode") == 0;
   int sms; CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   CK(cudaMalloc(&pool, POOL));
   fill_kernel<<<1024, 256>>>(reinterpret_cast<uint32_t*>(pool), POOL / 4, 7, 1);
@@ -137,5 +152,7 @@ int main() {
            gb(t4), gb(t8), gb(t16), diff);
     CK(cudaFree(dt)); CK(cudaFree(ds)); CK(cudaFree(dp)); CK(cudaFree(q)); CK(cudaFree(out)); CK(cudaFree(out2)); CK(cudaFree(acc));
   }
+  CK(cudaFree(pool)); CK(cudaFree(x)); CK(cudaFree(y));
+  if (!decode_only) matmul_section();
   return 0;
 }
