@@ -2,7 +2,8 @@
 // p = softmax(logits / T), 0 where p / max p < minP (min-p); order by descending p, ties by lower index (a stable radix sort on
 // (row, p) keys with index values gives exactly that); keep the top-k; keep the shortest prefix
 // whose mass ≥ topP × top-k mass; pick the first token whose cumulative p exceeds uniform × kept mass.
-// Rows with temperature 0 take the argmax of their logits.
+// Rows with temperature 0 take the argmax of their logits, and so do rows without a finite largest
+// logit (all -inf or NaN, or a +inf). A NaN logit counts as -inf: never the argmax, no probability.
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 
@@ -65,14 +66,14 @@ __global__ void sample_keys_kernel(const float* logits, const float* params, int
   const float* l = logits + size_t(row) * vocab;
   const float inv_t = T > 0.f ? 1.f / T : 1.f;
   float m = -INFINITY;
-  for (int c = threadIdx.x; c < vocab; c += blockDim.x) m = fmaxf(m, l[c] * inv_t);
+  for (int c = threadIdx.x; c < vocab; c += blockDim.x) m = fmaxf(m, l[c] * inv_t);  // fmaxf skips NaN
   m = block_max(m, scratch);
   float s = 0.f;
-  for (int c = threadIdx.x; c < vocab; c += blockDim.x) s += expf(l[c] * inv_t - m);
+  for (int c = threadIdx.x; c < vocab; c += blockDim.x) s += isnan(l[c]) ? 0.f : expf(l[c] * inv_t - m);
   const float inv_s = 1.f / block_sum(s, scratch);
   const uint64_t hi = uint64_t(rows - 1 - row) << 32;
   for (int c = threadIdx.x; c < vocab; c += blockDim.x) {
-    const float r = expf(l[c] * inv_t - m);  // p over the largest p
+    const float r = isnan(l[c]) ? 0.f : expf(l[c] * inv_t - m);  // p over the largest p
     const float p = r < min_p ? 0.f : r * inv_s;
     keys[size_t(row) * vocab + c] = hi | __float_as_uint(p);
     idx[size_t(row) * vocab + c] = c;
@@ -108,7 +109,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) sample_pick_kernel(const float
   const int row = blockIdx.x;
   const float* pr = params + SAMPLE_PARAMS * row;
   const float T = pr[0], topk = pr[1], topp = pr[2], u = pr[3];
-  if (T == 0.f) {  // greedy: argmax, lowest index wins ties
+  {  // the argmax, lowest index wins ties (NaN never: its comparisons are false)
     const float* l = logits + size_t(row) * vocab;
     float v = -INFINITY;
     int i = 0x7fffffff;
@@ -124,9 +125,13 @@ __global__ void __launch_bounds__(SAMPLE_THREADS) sample_pick_kernel(const float
     if (threadIdx.x == 0) {
       for (int w = 0; w < SAMPLE_THREADS / 32; w++)
         if (sv[w] > sv[0] || (sv[w] == sv[0] && si[w] < si[0])) { sv[0] = sv[w]; si[0] = si[w]; }
-      out[row] = si[0] == 0x7fffffff ? 0 : si[0];
     }
-    return;
+    __syncthreads();
+    // Greedy, or no finite largest logit (no distribution to draw from): the argmax.
+    if (T == 0.f || !isfinite(sv[0])) {
+      if (threadIdx.x == 0) out[row] = si[0] == 0x7fffffff ? 0 : si[0];
+      return;
+    }
   }
   const int k = topk > 0.f ? min(int(topk), vocab) : vocab;
   const uint64_t* key = keys + size_t(row) * vocab;

@@ -1,6 +1,7 @@
 // Scatters k, v [n, row] into the paged caches at flat slots; slots outside the cache are skipped.
-// F16: the caches hold two halves per u32 word (row is even) and each invocation writes one word;
-// values beyond f16's range saturate to ±65504 (pack2x16float leaves them indeterminate).
+// F16: the caches hold two halves per u32 word (row is even) and each invocation writes one word,
+// rounded as ggml's f32 → f16 copy (llama.cpp's KV cache): from ±65520 on ±inf, NaN a quiet NaN.
+// pack2x16float leaves values past f16's range indeterminate, so those are written from their bits.
 // Without V_CACHE one cache serves keys and values (multi-head latent attention): only k and kc are bound.
 struct P { n: u32, row: u32, capacity: u32, _a: u32 }
 @group(0) @binding(0) var<uniform> p: P;
@@ -21,6 +22,18 @@ struct P { n: u32, row: u32, capacity: u32, _a: u32 }
 #endif
 
 const F16_MAX = 65504.0;
+
+// One f32 as f16 bits (low 16 bits of the result).
+fn half_bits(x: f32) -> u32 {
+  let b = bitcast<u32>(x);
+  let sign = (b >> 16u) & 0x8000u;
+  let mag = b & 0x7fffffffu;
+  if (mag > 0x7f800000u) { return sign | 0x7e00u; } // NaN
+  if (mag >= 0x477ff000u) { return sign | 0x7c00u; } // |x| >= 65520 rounds to inf (to even, past 65504)
+  // Below 65520 and above 65504 rounds to 65504: clamped, pack2x16float stays in range.
+  return pack2x16float(vec2<f32>(clamp(x, -F16_MAX, F16_MAX), 0.0)) & 0xffffu;
+}
+fn pack_halves(a: f32, b: f32) -> u32 { return half_bits(a) | (half_bits(b) << 16u); }
 #if ${F16}
 const PER = 2u;
 #else
@@ -38,9 +51,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   if (s < 0 || u32(s) >= p.capacity) { return; }
   let dst = u32(s) * p.row + i % p.row;
 #if ${F16}
-  kc[dst / 2u] = pack2x16float(clamp(vec2<f32>(k[i], k[i + 1u]), vec2(-F16_MAX), vec2(F16_MAX)));
+  kc[dst / 2u] = pack_halves(k[i], k[i + 1u]);
 #if ${V_CACHE}
-  vc[dst / 2u] = pack2x16float(clamp(vec2<f32>(v[i], v[i + 1u]), vec2(-F16_MAX), vec2(F16_MAX)));
+  vc[dst / 2u] = pack_halves(v[i], v[i + 1u]);
 #endif
 #else
   kc[dst] = k[i];

@@ -18,8 +18,12 @@ var<workgroup> kl: array<u32, 256>;
 var<workgroup> prm: vec4<f32>;
 var<workgroup> prm_min_p: f32;
 var<workgroup> total: f32;
+var<workgroup> top_logit: f32;
 
+fn is_nan(v: f32) -> bool { return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u; }
 fn hi_key(v: f32) -> u32 {
+  // NaN orders below -inf: never the argmax while any token is not NaN (the reference's argmax); no probability.
+  if (is_nan(v)) { return 0u; }
   var b = bitcast<u32>(v);
   if (b == 0x80000000u) { b = 0u; } // -0 ties with +0, as in a float comparison
   return select(b | 0x80000000u, ~b, (b & 0x80000000u) != 0u);
@@ -88,16 +92,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if (lid < s && key_ge(kh[lid + s], kl[lid + s], kh[lid], kl[lid])) { kh[lid] = kh[lid + s]; kl[lid] = kl[lid + s]; }
     workgroupBarrier();
   }
-  if (pr.x == 0.0) {
+  if (lid == 0u) { top_logit = logits[base + lo_key(0u) - kl[0]]; }
+  let mx = workgroupUniformLoad(&top_logit);
+  // Greedy, or no finite largest logit (all -inf or NaN, or a +inf; its bits say, whatever the compiler assumes): the argmax.
+  if (pr.x == 0.0 || (bitcast<u32>(mx) & 0x7f800000u) == 0x7f800000u) {
     if (lid == 0u) { dst[row] = i32(lo_key(0u) - kl[0]); }
     return;
   }
-  let mx = logits[base + lo_key(0u) - kl[0]];
   let inv_t = 1.0 / pr.x;
-  // min-p: a token whose probability over the largest is below min_p has none.
+  // min-p: a token whose probability over the largest is below min_p has none (nor has a NaN or -inf).
   for (var c = lid; c < p.vocab; c += WG) {
-    let r = exp((logits[base + c] - mx) * inv_t);
-    e[base + c] = select(r, 0.0, r < min_p);
+    let l = logits[base + c];
+    let r = exp((l - mx) * inv_t);
+    e[base + c] = select(r, 0.0, r < min_p || is_nan(l) || bitcast<u32>(l) == 0xff800000u);
   }
   storageBarrier();
   workgroupBarrier();

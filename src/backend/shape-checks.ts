@@ -198,3 +198,121 @@ export function expectAttentionOptions(options: AttentionOptions | undefined, he
   }
   return window;
 }
+
+/**
+ * Host-side range check of index values (a device kernel cannot throw, so every backend checks the
+ * copies it holds on the host): a RangeError naming the first value outside 0..limit-1.
+ */
+export function checkIndexRange(values: Int32Array, limit: number, what: string): void {
+  for (let i = 0; i < values.length; i++) {
+    const v = values[i];
+    if (v < 0 || v >= limit) throw new RangeError(`${what} ${v} at position ${i} is outside 0..${limit - 1}`);
+  }
+}
+
+/** The geometry {@link checkAttentionIndices} checks a paged attention batch against. */
+export interface AttentionIndexGeometry {
+  numSeqs: number;
+  maxBlocks: number;
+  blockSize: number;
+  numBlocks: number;
+  maxContext: number;
+  /** Sliding window (0: none): blocks wholly before every row's window are never read. */
+  window: number;
+}
+
+/**
+ * Checks a paged attention batch's indices on the host, where their values are known (the device
+ * kernels skip what is out of range): each row's sequence inside the block tables, its position
+ * below maxContext and the table's reach, and every block id a row reads inside the cache. A
+ * RangeError names the first bad value. Blocks are checked once per sequence, so a prefill costs its
+ * rows plus its blocks, not rows × blocks.
+ */
+export function checkAttentionIndices(seqs: Int32Array, poss: Int32Array, tables: Int32Array, g: AttentionIndexGeometry): void {
+  const reach = g.maxBlocks * g.blockSize;
+  for (let t = 0; t < seqs.length; t++) {
+    const seq = seqs[t], pos = poss[t];
+    if (seq < 0 || seq >= g.numSeqs) throw new RangeError(`tokenSeq ${seq} at row ${t} is outside 0..${g.numSeqs - 1}`);
+    if (pos < 0 || pos >= reach || pos >= g.maxContext) {
+      throw new RangeError(`tokenPos ${pos} at row ${t} exceeds the block table or maxContext ${g.maxContext}`);
+    }
+  }
+  // Each row reads blocks lo..hi of its sequence; rows in (sequence, lo) order check each block once.
+  // A step's rows come in that order (a sequence's positions ascending), so the sort is rarely needed.
+  const n = seqs.length;
+  const lo = new Int32Array(n);
+  for (let t = 0; t < n; t++) lo[t] = Math.floor((g.window > 0 ? Math.max(0, poss[t] - g.window + 1) : 0) / g.blockSize);
+  const before = (a: number, b: number) => seqs[a] - seqs[b] || lo[a] - lo[b];
+  let ordered = true;
+  for (let t = 1; t < n && ordered; t++) ordered = before(t - 1, t) <= 0;
+  const rows = ordered ? undefined : Array.from({ length: n }, (_, t) => t).sort(before);
+  let seq = -1, done = -1;
+  for (let r = 0; r < n; r++) {
+    const t = rows ? rows[r] : r;
+    if (seqs[t] !== seq) {
+      seq = seqs[t];
+      done = -1;
+    }
+    const hi = Math.floor(poss[t] / g.blockSize);
+    for (let b = Math.max(lo[t], done + 1); b <= hi; b++) {
+      const block = tables[seq * g.maxBlocks + b];
+      if (block < 0 || block >= g.numBlocks) throw new RangeError(`Block ${block} of sequence ${seq} is outside 0..${g.numBlocks - 1}`);
+    }
+    done = Math.max(done, hi);
+  }
+}
+
+/**
+ * {@link checkAttentionIndices} once per batch: every layer of a step passes the same index tensors
+ * (their host copies are made at upload and never change), so a decode step of 64 sequences at 32k
+ * context checks its 130k block ids once, not once per layer. Keeps the last few batches checked.
+ */
+export class AttentionIndexChecks {
+  private readonly seen: { seqs: Int32Array; poss: Int32Array; tables: Int32Array; key: string }[] = [];
+
+  /** Checks the batch unless these very arrays passed with the same geometry. */
+  check(seqs: Int32Array, poss: Int32Array, tables: Int32Array, g: AttentionIndexGeometry): void {
+    const key = `${g.numSeqs},${g.maxBlocks},${g.blockSize},${g.numBlocks},${g.maxContext},${g.window}`;
+    if (this.seen.some((e) => e.seqs === seqs && e.poss === poss && e.tables === tables && e.key === key)) return;
+    checkAttentionIndices(seqs, poss, tables, g);
+    this.seen.unshift({ seqs, poss, tables, key });
+    if (this.seen.length > 4) this.seen.pop(); // sliding and full layers alternate: two keys a step
+  }
+}
+
+/** Requires a rope base frequency that is finite and positive (θ^(-2i/d) is NaN or 0 otherwise). */
+export function expectRopeTheta(theta: number): void {
+  if (!Number.isFinite(theta) || !(theta > 0)) throw new BackendShapeError(`rope theta must be a finite positive number, got ${theta}`);
+}
+
+/**
+ * The arguments of a `rope` call: x f32 [n, heads, headDim], positions i32 [n], a finite positive
+ * theta, an even rotaryDim (default headDim) within headDim, a known layout, and freqFactors f32
+ * [rotaryDim / 2]. Returns the shape's parts and the rotary dim.
+ */
+export function expectRopeArgs(
+  x: Tensor,
+  positions: Tensor,
+  theta: number,
+  layout: string,
+  rotaryDim: number | undefined,
+  freqFactors: Tensor | undefined,
+): { n: number; heads: number; headDim: number; rotaryDim: number } {
+  expectRank(x, 3, "rope input", ["f32"]);
+  expectRank(positions, 1, "rope positions", ["i32"]);
+  const [n, heads, headDim] = x.shape;
+  if (positions.shape[0] !== n) throw new BackendShapeError(`rope positions ${fmt(positions.shape)} do not match input ${fmt(x.shape)}`);
+  expectRopeTheta(theta);
+  const rd = rotaryDim ?? headDim;
+  if (!Number.isInteger(rd) || rd <= 0 || rd % 2 !== 0 || rd > headDim) {
+    throw new BackendShapeError(`rope rotaryDim ${rd} must be even and within headDim ${headDim}`);
+  }
+  if (layout !== "normal" && layout !== "neox") throw new BackendShapeError(`Unknown rope layout "${layout}"`);
+  if (freqFactors) {
+    expectRank(freqFactors, 1, "rope freqFactors", ["f32"]);
+    if (freqFactors.shape[0] !== rd / 2) {
+      throw new BackendShapeError(`rope freqFactors ${fmt(freqFactors.shape)} should hold rotaryDim/2 = ${rd / 2} values`);
+    }
+  }
+  return { n, heads, headDim, rotaryDim: rd };
+}

@@ -179,18 +179,24 @@ export interface Backend {
   /** Rotary embedding on x f32 [n, heads, headDim] with positions i32 [n]; rotates the first
    * `rotaryDim` (default headDim) dims with frequencies theta^(-2i/rotaryDim).
    * `freqFactors` f32 [rotaryDim/2] (llama.cpp's `rope_freqs`, Llama 3.1+ frequency scaling) divides
-   * pair i's frequency: angle = pos · theta^(-2i/rotaryDim) / freqFactors[i]. */
+   * pair i's frequency: angle = pos · theta^(-2i/rotaryDim) / freqFactors[i]. theta must be finite
+   * and positive (shape-checks.ts `expectRopeArgs`, every backend's check). */
   rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor): Tensor;
   /** Writes k, v f32 [n, kvHeads, headDim] into the caches [numBlocks, blockSize, kvHeads, headDim]
    * at flat slots i32 [n] (slot = block * blockSize + offset). Mutates the caches. The caches share
-   * one dtype ({@link KvDType}; f16 rounds to nearest). One cache may serve as both (`vCache` is
+   * one dtype ({@link KvDType}; f16 rounds to nearest even as ggml's f32 → f16 copy: from ±65520 on
+   * a value is ±inf, NaN stays NaN). A slot outside the cache is a RangeError naming it, before
+   * anything is written, wherever the slots' values are on the host (an `upload`ed tensor, on every
+   * backend); a device kernel skips it in an op's result. One cache may serve as both (`vCache` is
    * `kCache`, multi-head latent attention, whose value is part of its key): then `v` must be `k`,
    * and it is written once. */
   kvWrite(k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor): void;
   /** Paged causal attention. q f32 [n, heads, headDim] → f32 [n, heads, headDim]. Query head h uses
    * KV head floor(h / (heads / kvHeads)) (GQA). The caches are f32 or f16 alike, and may be one
    * tensor (see `kvWrite`). Scores are scaled by `scale` (usually 1/√headDim);
-   * `options` adds a sliding window and attention sinks ({@link AttentionOptions}). */
+   * `options` adds a sliding window and attention sinks ({@link AttentionOptions}). A row's sequence,
+   * position or a block id it reads that is out of range is a RangeError naming it, on every backend,
+   * wherever the batch's tensors were `upload`ed (the engine's are: model/forward-batch.ts). */
   pagedAttention(q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number, options?: AttentionOptions): Tensor;
   /** silu(gate) * up, elementwise, f32. */
   siluMul(gate: Tensor, up: Tensor): Tensor;
@@ -208,12 +214,17 @@ export interface Backend {
   add(a: Tensor, b: Tensor): Tensor;
   /** Row-wise softmax over the last dim, f32. */
   softmax(x: Tensor): Tensor;
-  /** Row-wise argmax over the last dim → i32 [rows] (lowest index wins ties). */
+  /** Row-wise argmax over the last dim → i32 [rows] (lowest index wins ties). NaN is never the max
+   * (a row of NaN only gives 0); a row of -inf gives 0 by the tie rule. */
   argmax(x: Tensor): Tensor;
   /** Row-wise sampling from logits f32 [rows, vocab] → i32 [rows]; one SamplingRow per row.
    * temperature 0 (or below {@link MIN_SAMPLING_TEMPERATURE}) means argmax. Otherwise: softmax(logits / T), drop tokens below minP × the largest, keep the top-k, then the smallest
    * prefix (by descending probability, ties by lower index) whose mass ≥ top-p, renormalise, and
-   * pick the first token whose cumulative probability exceeds uniform · total. */
+   * pick the first token whose cumulative probability exceeds uniform · total. NaN logits count as
+   * -inf (no probability); a row without a finite largest logit (every token -inf or NaN, or a +inf)
+   * gives its argmax, as greedy does: 0 for a row whose every token is -inf. (A row barred whole by
+   * {@link maskLogits} holds finite {@link MASKED_LOGIT}s and samples among them: the engine never
+   * bars a whole row, output-constraint.ts allows EOS at a grammar's dead end.) */
   sample(logits: Tensor, rows: readonly SamplingRow[]): Tensor;
   /** out[i, :] = x[idx[i], :]. x f32 [n, d], idx i32 [m] → [m, d]. */
   gatherRows(x: Tensor, idx: Tensor): Tensor;

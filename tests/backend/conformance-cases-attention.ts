@@ -3,7 +3,7 @@
  *
  * Tolerances:
  * - kvWrite: exact (a scatter; untouched slots keep their random contents on both sides); into f16
- *   caches too (round to nearest even, values past ±65504 saturate).
+ *   caches too (round to nearest even as ggml: from ±65520 on ±inf).
  * - pagedAttention: atol 2e-5, rtol 1e-4 (f32 dot products over headDim ≤ 576 of values in [-1, 1]
  *   and an online softmax over ≤ 48 keys, against an f64 two-pass softmax).
  * - sample: the same token ids (the order of tokens is decided on the exact f32 logits, so only a
@@ -11,7 +11,7 @@
  */
 import type { AttentionBatch, Backend, KvDType, SamplingRow, Tensor } from "../../src/backend/types.ts";
 import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
-import { type Case, EXACT, type Output, type Rng } from "./conformance-support.ts";
+import { type Case, EXACT, type Output } from "./conformance-support.ts";
 
 interface Geometry {
   heads: number;

@@ -16,11 +16,12 @@ import type { Backend, WeightDType } from "../../src/backend/types.ts";
 import { conformanceCandidates } from "./conformance-backends.ts";
 import { attentionCases } from "./conformance-cases-attention.ts";
 import { denseCases } from "./conformance-cases.ts";
+import { edgeCases } from "./conformance-cases-edges.ts";
 import { moeCases } from "./conformance-cases-moe.ts";
 import { type Case, compareOutputs, poisonRecycled, Rng, seedFor } from "./conformance-support.ts";
 
 const baseSeed = Number(envVar("CONFORMANCE_SEED") ?? 20240601);
-const cases: Case[] = [...denseCases(), ...attentionCases(), ...moeCases()];
+const cases: Case[] = [...denseCases(), ...attentionCases(), ...moeCases(), ...edgeCases()];
 const ops = [...new Set(cases.map((c) => c.op))];
 const reference = createReferenceBackend();
 

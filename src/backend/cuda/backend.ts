@@ -21,7 +21,7 @@ import type { DevicePtr, NativeContext } from "./native-types.ts";
 import { PlanCache } from "./plan-cache.ts";
 import { packSamplingRows } from "./sampling-params.ts";
 import { checkShape, CUDA_WEIGHT_DTYPES, CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
-import { checkWeightShape, expectAttentionOptions, expectConcatColumnsShapes, expectMaskShapes, expectRepeatShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
+import { AttentionIndexChecks, checkWeightShape, expectAttentionOptions, expectConcatColumnsShapes, expectMaskShapes, expectRepeatShapes, expectRopeArgs, expectSliceColumnsShapes } from "../shape-checks.ts";
 
 /**
  * Backend implementation on one CUDA device; the mixture-of-experts ops come from CudaExperts.
@@ -31,6 +31,7 @@ export class CudaBackend extends CudaExperts implements Backend {
   readonly info: BackendInfo;
   private readonly plans: PlanCache;
   private readonly exactMatmul: number;
+  private readonly indexChecks = new AttentionIndexChecks();
 
   /** `matmulPrecision` "fast" rounds activations to the weight's 16-bit type on the tensor-core path
    * (like torch.matmul on bf16 tensors); "exact" (default) keeps them f32-accurate with two MMAs. */
@@ -163,6 +164,7 @@ export class CudaBackend extends CudaExperts implements Backend {
   }
 
   rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor): Tensor {
+    expectRopeArgs(x, positions, theta, layout, rotaryDim, freqFactors);
     const xs = expect(x, 3, "rope input", ["f32"]);
     const p = expect(positions, 1, "rope positions", ["i32"]);
     const [n, heads, headDim] = xs.shape;
@@ -205,8 +207,12 @@ export class CudaBackend extends CudaExperts implements Backend {
       throw new BackendShapeError(`tokenSeq ${fmt(seq.shape)} and tokenPos ${fmt(pos.shape)} must have ${n} rows`);
     }
     const [numSeqs, maxBlocks] = tables.shape;
-    if (seq.host) this.checkIndices(seq.host, numSeqs, "tokenSeq");
-    if (pos.host) this.checkIndices(pos.host, Math.min(batch.maxContext, maxBlocks * blockSize), "tokenPos");
+    if (seq.host && pos.host && tables.host) {
+      this.indexChecks.check(seq.host, pos.host, tables.host, { numSeqs, maxBlocks, blockSize, numBlocks, maxContext: batch.maxContext, window });
+    } else {
+      if (seq.host) this.checkIndices(seq.host, numSeqs, "tokenSeq");
+      if (pos.host) this.checkIndices(pos.host, Math.min(batch.maxContext, maxBlocks * blockSize), "tokenPos");
+    }
     const plan = this.plans.get(seq, n);
     return this.f32(
       this.ctx.attention(

@@ -7,6 +7,7 @@
 import { BackendShapeError, type RopeLayout, type Tensor } from "../types.ts";
 import type { DevicePtr, NativeContext } from "./native-types.ts";
 import { checkShape, CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
+import { expectRopeTheta } from "../shape-checks.ts";
 
 /** Result of the fused residual add + rmsnorm. */
 export interface AddRmsnormResult {
@@ -60,6 +61,7 @@ export class CudaExtras {
     }
     const capacity = numBlocks * blockSize;
     if (s.host) this.checkIndices(s.host, capacity, "KV slot");
+    expectRopeTheta(theta);
     const rd = this.rotaryDim(rotaryDim, headDim, layout);
     const f = this.freqFactors(freqFactors, rd);
     const q = this.ctx.ropeKvWrite(

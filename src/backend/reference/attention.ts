@@ -3,10 +3,7 @@
  */
 import { type AttentionBatch, BackendShapeError } from "../types.ts";
 import { f16ToF32, f32ToF16 } from "../half-float.ts";
-
-/** The largest finite f16. */
-const F16_MAX = 65504;
-import { expectAttentionOptions } from "../shape-checks.ts";
+import { checkAttentionIndices, checkIndexRange, expectAttentionOptions } from "../shape-checks.ts";
 import { softmaxRow } from "./elementwise.ts";
 import { asRef, expectRank, f32Tensor, fmt, type RefTensor } from "./storage.ts";
 
@@ -42,14 +39,15 @@ export function kvWrite(k: RefTensor, v: RefTensor, kCache: RefTensor, vCache: R
   const row = kvHeads * headDim;
   const capacity = numBlocks * blockSize;
   const ks = k.f32, vs = v.f32, kc = kCache.f32, vc = vCache.f32, sl = slots.i32;
+  // Every slot is checked before any row is written, so a refused call leaves the caches as they were.
+  checkIndexRange(sl, capacity, "KV slot");
   for (let i = 0; i < n; i++) {
     const s = sl[i];
-    if (s < 0 || s >= capacity) throw new RangeError(`KV slot ${s} at row ${i} is outside 0..${capacity - 1}`);
     kc.set(ks.subarray(i * row, (i + 1) * row), s * row);
     vc.set(vs.subarray(i * row, (i + 1) * row), s * row);
     if (kCache.dtype === "f16") {
-      // Saturating, as the device kernels store: beyond ±65504 an f16 would be infinite.
-      for (const c of kc === vc ? [kc] : [kc, vc]) for (let j = s * row; j < (s + 1) * row; j++) c[j] = f16ToF32(f32ToF16(Math.max(-F16_MAX, Math.min(F16_MAX, c[j]))));
+      // Round to nearest even as ggml's f32 → f16 copy does: from ±65520 on a value is ±inf, NaN stays NaN.
+      for (const c of kc === vc ? [kc] : [kc, vc]) for (let j = s * row; j < (s + 1) * row; j++) c[j] = f16ToF32(f32ToF16(c[j]));
     }
   }
 }
@@ -85,14 +83,11 @@ export function pagedAttention(
   const row = kvHeads * headDim;
   const qs = q.f32, kc = kCache.f32, vc = vCache.f32;
   const seqs = seqT.i32, poss = posT.i32, tables = tablesT.i32;
+  checkAttentionIndices(seqs, poss, tables, { numSeqs, maxBlocks, blockSize, numBlocks, maxContext: batch.maxContext, window });
   const out = new Float32Array(n * heads * headDim);
   for (let t = 0; t < n; t++) {
     const seq = seqs[t];
     const pos = poss[t];
-    if (seq < 0 || seq >= numSeqs) throw new RangeError(`tokenSeq ${seq} at row ${t} is outside 0..${numSeqs - 1}`);
-    if (pos < 0 || pos >= maxBlocks * blockSize || pos >= batch.maxContext) {
-      throw new RangeError(`tokenPos ${pos} at row ${t} exceeds the block table or maxContext ${batch.maxContext}`);
-    }
     // Positions first..pos are visible; only their blocks are read.
     const first = window > 0 ? Math.max(0, pos - window + 1) : 0;
     const len = pos + 1 - first;
@@ -101,7 +96,6 @@ export function pagedAttention(
     for (let i = 0; i < len; i++) {
       const p = first + i;
       const block = tables[seq * maxBlocks + Math.floor(p / blockSize)];
-      if (block < 0 || block >= numBlocks) throw new RangeError(`Block ${block} of sequence ${seq} is outside 0..${numBlocks - 1}`);
       rowBase[i] = (block * blockSize + (p % blockSize)) * row;
     }
     for (let h = 0; h < heads; h++) {

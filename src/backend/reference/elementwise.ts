@@ -163,11 +163,18 @@ export function softmax(x: RefTensor): RefTensor {
   return f32Tensor(out, x.shape);
 }
 
-/** Index of the largest value in one row; the lowest index wins ties. */
-export function argmaxRow(src: Float32Array, base: number, cols: number): number {
-  let best = 0;
-  for (let c = 1; c < cols; c++) if (src[base + c] > src[base + best]) best = c;
-  return best;
+/**
+ * Index of the largest value in one row; the lowest index wins ties. NaN is never the largest (a
+ * NaN logit is no candidate; CUDA's and WGSL's kernels skip it alike), so a row of NaN and -inf only
+ * gives its first -inf, and a row of NaN only gives 0.
+ */
+export function argmaxRow(src: Float32Array | Float64Array, base: number, cols: number): number {
+  let best = -1;
+  for (let c = 0; c < cols; c++) {
+    const v = src[base + c];
+    if (v === v && (best < 0 || v > src[base + best])) best = c;
+  }
+  return Math.max(best, 0);
 }
 
 /** Row-wise argmax over the last dim → i32 [rows]. */

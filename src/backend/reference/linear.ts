@@ -2,6 +2,7 @@
  * Reference matmul (y = x·Wᵀ + b against a dequantized weight) and rotary embedding.
  */
 import { BackendShapeError, type RopeLayout, WEIGHT_DTYPES } from "../types.ts";
+import { expectRopeArgs } from "../shape-checks.ts";
 import { expectRank, f32Tensor, fmt, type RefTensor } from "./storage.ts";
 
 /** y [n, out] = x [n, in] · Wᵀ (+ bias), with f64 dot products. */
@@ -41,25 +42,8 @@ export function rope(
   rotaryDim?: number,
   freqFactors?: RefTensor,
 ): RefTensor {
-  expectRank(x, 3, "rope input", ["f32"]);
-  expectRank(positions, 1, "rope positions", ["i32"]);
-  const [n, heads, headDim] = x.shape;
-  if (positions.shape[0] !== n) {
-    throw new BackendShapeError(`rope positions ${fmt(positions.shape)} do not match input ${fmt(x.shape)}`);
-  }
-  const rd = rotaryDim ?? headDim;
-  if (!Number.isInteger(rd) || rd <= 0 || rd % 2 !== 0 || rd > headDim) {
-    throw new BackendShapeError(`rope rotaryDim ${rd} must be even and within headDim ${headDim}`);
-  }
-  if (layout !== "normal" && layout !== "neox") throw new BackendShapeError(`Unknown rope layout "${layout}"`);
-  let factors: Float32Array | undefined;
-  if (freqFactors) {
-    expectRank(freqFactors, 1, "rope freqFactors", ["f32"]);
-    if (freqFactors.shape[0] !== rd / 2) {
-      throw new BackendShapeError(`rope freqFactors ${fmt(freqFactors.shape)} should hold rotaryDim/2 = ${rd / 2} values`);
-    }
-    factors = freqFactors.f32;
-  }
+  const { n, heads, headDim, rotaryDim: rd } = expectRopeArgs(x, positions, theta, layout, rotaryDim, freqFactors);
+  const factors = freqFactors?.f32;
   const src = x.f32;
   const pos = positions.i32;
   const out = new Float32Array(src);

@@ -8,6 +8,7 @@ import { expectRank, i32Tensor, type RefTensor } from "./storage.ts";
 
 /**
  * Samples one token from one row of logits:
+ * 0. NaN logits count as -inf; a row without a finite largest logit (all -inf, or a +inf) gives its argmax;
  * 1. p = softmax(logits / T) (T below MIN_SAMPLING_TEMPERATURE: the argmax); with minP, tokens whose
  *    exp((logit − max) / T) (their p over the largest) is below minP get p = 0;
  * 2. order tokens by descending p, ties by lower index; keep the first topK (0 = all);
@@ -17,13 +18,17 @@ import { expectRank, i32Tensor, type RefTensor } from "./storage.ts";
 export function sampleRow(logits: Float32Array, base: number, vocab: number, row: SamplingRow): number {
   // A temperature too small to divide by safely is greedy (1 / 1e-320 overflows to Infinity).
   const temperature = effectiveTemperature(row.temperature);
-  if (temperature === 0) return argmaxRow(logits, base, vocab);
-  const probs = softmaxRow(logits, base, vocab, 1 / temperature);
+  const best = argmaxRow(logits, base, vocab);
+  // No finite largest logit (every token -inf or NaN, or some +inf): no distribution to draw from,
+  // so the argmax, as at temperature 0 (a row whose every token is barred gives token 0 everywhere).
+  if (temperature === 0 || !Number.isFinite(logits[base + best])) return best;
+  // NaN logits weigh nothing, as -inf ones (argmax never picks them either).
+  const clean = logits.slice(base, base + vocab).map((x) => (x === x ? x : -Infinity));
+  const probs = softmaxRow(clean, 0, vocab, 1 / temperature);
   const minP = row.minP ?? 0;
   if (minP > 0) {
-    let max = -Infinity;
-    for (let i = 0; i < vocab; i++) max = Math.max(max, logits[base + i]);
-    for (let i = 0; i < vocab; i++) if (Math.exp((logits[base + i] - max) / temperature) < minP) probs[i] = 0;
+    const max = clean[best];
+    for (let i = 0; i < vocab; i++) if (Math.exp((clean[i] - max) / temperature) < minP) probs[i] = 0;
   }
   const order = Array.from({ length: vocab }, (_, i) => i);
   order.sort((a, b) => probs[b] - probs[a] || a - b);

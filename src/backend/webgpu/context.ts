@@ -8,7 +8,7 @@ import { loadKernelSources } from "./kernel-source.ts";
 import { Recorder } from "./recorder.ts";
 import { GpuTensor, type RowChunk } from "./tensor.ts";
 import { BackendShapeError, type DType, numel } from "../types.ts";
-import { fmt } from "../shape-checks.ts";
+import { AttentionIndexChecks, fmt } from "../shape-checks.ts";
 
 /** Bit pattern of a quiet NaN, also an absurd i32, written into fresh outputs when poisoning. */
 export const POISON_BITS = 0x7fc00000;
@@ -19,6 +19,8 @@ export class GpuContext {
   readonly pool: BufferPool;
   readonly uniformPool: BufferPool;
   readonly recorder: Recorder;
+  /** Attention batches whose indices were checked on the host (once per step, not per layer). */
+  readonly indexChecks = new AttentionIndexChecks();
   /** Fill every op output with NaN before the op writes it. */
   poison: boolean;
   /** Matmuls of up to this many rows use the GEMV kernel. */
@@ -63,9 +65,9 @@ export class GpuContext {
     return this.wrap(shape, dtype, [{ buffer: pb, rowStart: 0, rows: 1 }]);
   }
 
-  /** A tensor over existing chunks. */
-  wrap(shape: readonly number[], dtype: DType, chunks: RowChunk[]): GpuTensor {
-    return new GpuTensor([...shape], dtype, { chunks, freed: false, owner: this });
+  /** A tensor over existing chunks (with the host copy of an uploaded i32 tensor). */
+  wrap(shape: readonly number[], dtype: DType, chunks: RowChunk[], host?: Int32Array): GpuTensor {
+    return new GpuTensor([...shape], dtype, { chunks, freed: false, owner: this }, host);
   }
 
   /** A scratch buffer released after the current commands (in order, so at once). */

@@ -1,14 +1,15 @@
 /**
  * Paged KV write and paged causal attention (GQA, block tables, online softmax), over f32 or f16
  * caches (f16: two halves per u32 word, packed and unpacked with WGSL's pack2x16float, so it needs
- * no shader-f16).
+ * no shader-f16). Indices uploaded from the host (slots, the attention batch) are checked there
+ * first, with the reference's errors; the kernels skip what is out of range in op results.
  */
 import type { PooledBuffer } from "./buffer-pool.ts";
 import { type GpuContext } from "./context.ts";
 import { F32 } from "./recorder.ts";
 import { asGpu, expectRank, fmt, type GpuTensor } from "./tensor.ts";
 import { type AttentionBatch, type AttentionOptions, BackendShapeError, type Tensor } from "../types.ts";
-import { expectAttentionOptions } from "../shape-checks.ts";
+import { checkIndexRange, expectAttentionOptions } from "../shape-checks.ts";
 
 /**
  * Largest head dimension the attention kernel supports (9 dims per thread × 64 threads): multi-head
@@ -54,6 +55,7 @@ export function kvWrite(ctx: GpuContext, kT: Tensor, vT: Tensor, kcT: Tensor, vc
       throw new BackendShapeError(`kvWrite ${what} ${fmt(t.shape)} do not fit slots ${fmt(slots.shape)} and cache ${fmt(kc.shape)}`);
     }
   }
+  if (slots.host) checkIndexRange(slots.host, numBlocks * blockSize, "KV slot");
   const row = kvHeads * headDim;
   const f16 = kc.dtype === "f16";
   ctx.recorder.dispatch(
@@ -94,6 +96,10 @@ export function pagedAttention(
   expectRank(tables, 2, "blockTables", ["i32"]);
   if (seq.shape[0] !== n || pos.shape[0] !== n) {
     throw new BackendShapeError(`tokenSeq ${fmt(seq.shape)} and tokenPos ${fmt(pos.shape)} must have ${n} rows`);
+  }
+  if (seq.host && pos.host && tables.host) {
+    const [numSeqs, maxBlocks] = tables.shape;
+    ctx.indexChecks.check(seq.host, pos.host, tables.host, { numSeqs, maxBlocks, blockSize, numBlocks, maxContext: batch.maxContext, window });
   }
   const out = ctx.output(q.shape);
   const dpt = headDim <= 64 ? 1 : headDim <= 128 ? 2 : headDim <= 256 ? 4 : 9;

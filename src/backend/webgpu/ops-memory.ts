@@ -8,8 +8,8 @@ import { checkWeightShape } from "../shape-checks.ts";
 import { embeddingChunks } from "./ops-linear.ts";
 import { BackendShapeError, numel, type Tensor, type WeightDType } from "../types.ts";
 
-/** Uploads f32 or i32 host data. */
-export function upload(ctx: GpuContext, data: Float32Array | Int32Array, shape: readonly number[]): Tensor {
+/** Uploads f32 or i32 host data; i32 data keeps a host copy (indices) unless `hostCopy` is false (raw words). */
+export function upload(ctx: GpuContext, data: Float32Array | Int32Array, shape: readonly number[], hostCopy = true): Tensor {
   const count = checkShape(shape, "upload");
   if (!(data instanceof Float32Array) && !(data instanceof Int32Array)) {
     throw new BackendShapeError("upload accepts only Float32Array or Int32Array data");
@@ -17,7 +17,10 @@ export function upload(ctx: GpuContext, data: Float32Array | Int32Array, shape: 
   if (data.length !== count) throw new BackendShapeError(`upload got ${data.length} values for shape ${fmt(shape)}`);
   const pb = ctx.storage(shape, count * 4);
   ctx.write(pb, new Uint8Array(data.buffer, data.byteOffset, data.byteLength));
-  return ctx.wrap(shape, data instanceof Float32Array ? "f32" : "i32", [{ buffer: pb, rowStart: 0, rows: 1 }]);
+  // An index tensor keeps a host copy, so ops can refuse out-of-range indices (slots, block ids) as the reference does.
+  const chunks = [{ buffer: pb, rowStart: 0, rows: 1 }];
+  if (data instanceof Float32Array) return ctx.wrap(shape, "f32", chunks);
+  return ctx.wrap(shape, "i32", chunks, hostCopy ? new Int32Array(data) : undefined);
 }
 
 /** Uploads a weight in its file layout; see weight-layout.ts for the device layouts. */
@@ -53,7 +56,7 @@ export async function download(ctx: GpuContext, t: Tensor): Promise<Float32Array
     const cols = g.shape.length ? g.shape[g.shape.length - 1] : 1;
     const rows = cols ? count / cols : 0;
     const ids = Int32Array.from({ length: rows }, (_, i) => i);
-    const idT = upload(ctx, ids, [rows]) as GpuTensor;
+    const idT = upload(ctx, ids, [rows], false) as GpuTensor;
     temp = embeddingChunks(ctx, g, idT, rows, cols);
     ctx.release(idT);
     g = temp;
@@ -91,5 +94,5 @@ export function reshape(ctx: GpuContext, t: Tensor, shape: readonly number[]): T
     // Its chunks hold whole rows of the old last dim: a new one would read the wrong rows.
     throw new BackendShapeError(`Cannot reshape ${fmt(g.shape)} to ${fmt(shape)}: the weight is split into ${chunks} row chunks, so its last dim must stay`);
   }
-  return new GpuTensor([...shape], g.dtype, g.storage);
+  return new GpuTensor([...shape], g.dtype, g.storage, g.host);
 }

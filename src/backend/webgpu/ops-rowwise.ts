@@ -8,7 +8,7 @@ import { F32 } from "./recorder.ts";
 import { download, upload } from "./ops-memory.ts";
 import { asGpu, expectActivation, expectRank, expectSameShape, fmt, type GpuTensor, rowsOf } from "./tensor.ts";
 import { BackendShapeError, numel, type RopeLayout, type Tensor } from "../types.ts";
-import { expectConcatColumnsShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
+import { expectConcatColumnsShapes, expectRopeArgs, expectSliceColumnsShapes } from "../shape-checks.ts";
 
 /** x / sqrt(mean(x²) + eps) * weight over the last dim. */
 export function rmsnorm(ctx: GpuContext, xT: Tensor, wT: Tensor, eps: number): Tensor {
@@ -171,24 +171,10 @@ export function rope(
 ): Tensor {
   const x = asGpu(xT, "rope input", ctx);
   const pos = asGpu(posT, "rope positions", ctx);
-  expectRank(x, 3, "rope input", ["f32"]);
-  expectRank(pos, 1, "rope positions", ["i32"]);
-  const [n, heads, headDim] = x.shape;
-  if (pos.shape[0] !== n) throw new BackendShapeError(`rope positions ${fmt(pos.shape)} do not match input ${fmt(x.shape)}`);
-  const rd = rotaryDim ?? headDim;
-  if (!Number.isInteger(rd) || rd <= 0 || rd % 2 !== 0 || rd > headDim) {
-    throw new BackendShapeError(`rope rotaryDim ${rd} must be even and within headDim ${headDim}`);
-  }
-  if (layout !== "normal" && layout !== "neox") throw new BackendShapeError(`Unknown rope layout "${layout}"`);
+  const f = freqFactorsT && asGpu(freqFactorsT, "rope freqFactors", ctx);
+  const { n, heads, headDim, rotaryDim: rd } = expectRopeArgs(x, pos, theta, layout, rotaryDim, f);
   const bindings: [number, PooledBuffer][] = [[1, x.buffer], [2, pos.buffer]];
-  if (freqFactorsT) {
-    const f = asGpu(freqFactorsT, "rope freqFactors", ctx);
-    expectRank(f, 1, "rope freqFactors", ["f32"]);
-    if (f.shape[0] !== rd / 2) {
-      throw new BackendShapeError(`rope freqFactors ${fmt(f.shape)} should hold rotaryDim/2 = ${rd / 2} values`);
-    }
-    bindings.push([4, f.buffer]);
-  }
+  if (f) bindings.push([4, f.buffer]);
   const out = ctx.output(x.shape);
   bindings.push([3, out.buffer]);
   const threads = n * heads * (rd / 2 + headDim - rd);
@@ -216,7 +202,7 @@ export function writeHalfRows(ctx: GpuContext, xT: Tensor, idxT: Tensor, bits: U
   const words = cols / 2;
   // Two halves a word, the first in the low bits: the layout the table's buffer holds.
   const aligned = bits.byteOffset % 4 === 0 ? bits : new Uint16Array(bits);
-  const src = upload(ctx, new Int32Array(aligned.buffer, aligned.byteOffset, m * words), [m * words]) as GpuTensor;
+  const src = upload(ctx, new Int32Array(aligned.buffer, aligned.byteOffset, m * words), [m * words], false) as GpuTensor;
   ctx.recorder.dispatch("gather_rows", { T: "u32", SCATTER: true }, [m, words, rows, 0], [[1, src.buffer], [2, idx.buffer], [3, x.buffer]], Math.ceil((m * words) / 256));
   ctx.release(src);
 }

@@ -35,6 +35,8 @@ export class GpuTensor implements Tensor {
     readonly shape: readonly number[],
     readonly dtype: DType,
     readonly storage: GpuStorage,
+    /** Host copy of an uploaded i32 tensor (never of op results): ops check indices against it, the device cannot throw. */
+    readonly host?: Int32Array,
   ) {}
 
   /** The single buffer of an unchunked tensor. */

@@ -98,7 +98,28 @@ export interface PackedChunk {
   bytes: Uint8Array;
 }
 
-/** Splits a [rows, cols] weight into chunks that each fit in `maxBinding` bytes, in device layout. */
+/**
+ * The most elements one chunk holds: kernels index a chunk's elements with u32 (row · cols + col),
+ * so a device binding 4 GiB or more of a sub-byte format (q4_0 packs 2³² values into 2.5 GiB) must
+ * still split below 2³².
+ */
+export const MAX_CHUNK_ELEMENTS = 2 ** 32 - 1;
+
+/**
+ * Rows per chunk of a [rows, cols] weight whose device rows take `rowBytes` each: as many as fit
+ * in `maxBinding` bytes and {@link MAX_CHUNK_ELEMENTS} elements (at least 1, at most `rows`).
+ */
+export function chunkRows(rows: number, cols: number, rowBytes: number, maxBinding: number): number {
+  if (rowBytes > maxBinding) {
+    throw new BackendShapeError(`A weight row of ${rowBytes} bytes exceeds the device's binding limit of ${maxBinding} bytes`);
+  }
+  if (cols > MAX_CHUNK_ELEMENTS) throw new BackendShapeError(`A weight row of ${cols} values exceeds the ${MAX_CHUNK_ELEMENTS} a chunk can index`);
+  const byBytes = Math.floor(maxBinding / Math.max(rowBytes, 1));
+  const byIndex = Math.floor(MAX_CHUNK_ELEMENTS / Math.max(cols, 1));
+  return Math.max(1, Math.min(rows, byBytes, byIndex));
+}
+
+/** Splits a [rows, cols] weight into chunks that each fit in `maxBinding` bytes (and {@link chunkRows}' index limit), in device layout. */
 export function packWeight(
   raw: Uint8Array,
   rows: number,
@@ -110,11 +131,7 @@ export function packWeight(
   if (raw.byteLength < need) {
     throw new BackendShapeError(`uploadWeight needs ${need} bytes for ${rows}×${cols} ${dtype}, got ${raw.byteLength}`);
   }
-  const rowDev = deviceBytes(dtype, cols);
-  if (rowDev > maxBinding) {
-    throw new BackendShapeError(`A weight row of ${rowDev} bytes exceeds the device's binding limit of ${maxBinding} bytes`);
-  }
-  const perChunk = Math.max(1, Math.min(rows, Math.floor(maxBinding / Math.max(rowDev, 1))));
+  const perChunk = chunkRows(rows, cols, deviceBytes(dtype, cols), maxBinding);
   const chunks: PackedChunk[] = [];
   for (let r0 = 0; r0 < Math.max(rows, 1); r0 += perChunk) {
     const n = Math.min(perChunk, rows - r0);
