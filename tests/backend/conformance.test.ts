@@ -64,14 +64,22 @@ for (const cand of await conformanceCandidates()) {
     test(`${op}() on ${cand.name} matches reference`, async () => {
       const max = backend.info.maxHeadDim ?? Infinity;
       const kvDtypes = backend.info.kvDtypes ?? ["f32"];
+      // Every case runs, and the failures are reported together: on a lent GPU machine one run must
+      // say all that is wrong (a failure used to hide the op's later cases).
+      const failures: string[] = [];
       for (const c of cases.filter((x) => x.op === op && (x.headDim ?? 0) <= max && kvDtypes.includes(x.kvDtype ?? "f32"))) {
         const seed = seedFor(`${c.op} ${c.name}`, baseSeed);
         const want = await c.run(oracle, new Rng(seed));
         poisonRecycled(backend);
-        const got = await c.run(backend, new Rng(seed));
-        const diff = compareOutputs(got, want, c.tolerance);
-        assert.equal(diff, undefined, `${op} ${c.name} (seed ${seed}) on ${cand.name}: ${diff}`);
+        let diff: string | undefined;
+        try {
+          diff = compareOutputs(await c.run(backend, new Rng(seed)), want, c.tolerance);
+        } catch (e) {
+          diff = `threw ${e instanceof Error ? `${e.name}: ${e.message}` : String(e)}`;
+        }
+        if (diff !== undefined) failures.push(`${op} ${c.name} (seed ${seed}) on ${cand.name}: ${diff}`);
       }
+      assert.deepEqual(failures, [], `${failures.length} case(s) failed:\n${failures.join("\n")}`);
     });
   }
   // Last test of the file: releasing the device lets the Node process exit.
