@@ -203,7 +203,8 @@ export class Cluster implements ServingEngine {
       return this.window.finished(r, t0, tStart);
     });
     // The session may be known only later (inferred by a worker, or once a hand-off is done).
-    return { id, stream: h.stream, result, cancel: () => h.cancel(), get sessionId() { return h.sessionId; } };
+    // A remote worker's refusal comes after this returns (see RemoteEngine.check): the server waits for it before a stream starts.
+    return { id, stream: h.stream, result, cancel: () => h.cancel(), ...(h.refusal ? { refusal: h.refusal } : {}), get sessionId() { return h.sessionId; } };
   }
 
   /** Forwards a tool wait to the worker that served the session last (every worker when unknown). */

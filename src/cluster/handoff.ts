@@ -40,6 +40,8 @@ export async function handOff(
       h.cancel();
     };
     const r = await h.result;
+    // The prefill worker's engine refused the request (a worker elsewhere checks some only then): that refusal, typed.
+    if (r.refused) throw r.refused;
     if (r.error) throw new Error(`The prefill on ${pre.id} failed: ${r.error}`);
     if (r.finishReason === "abort") throw new Error("Cancelled");
     // Cancelled as the prefill ended: nothing is sent, and the block held for the hand-off goes now.
@@ -72,7 +74,7 @@ function dropped(w: ClusterWorker, prompt: readonly number[], root: number | und
 function reportingPrefill(h: RequestHandle, cachedTokens: number, promptLogprobs: GenerateResult["promptLogprobs"]): RequestHandle {
   const result = h.result.then((r) => ({ ...r, cachedTokens: Math.min(r.cachedTokens, cachedTokens), ...(promptLogprobs ? { promptLogprobs } : {}) }));
   const stream = promptLogprobs ? withFirst(h.stream, promptLogprobs) : h.stream;
-  return { id: h.id, stream, result, cancel: () => h.cancel(), get sessionId() { return h.sessionId; } };
+  return { id: h.id, stream, result, cancel: () => h.cancel(), ...(h.refusal ? { refusal: h.refusal } : {}), get sessionId() { return h.sessionId; } };
 }
 
 /** `deltas` with `promptLogprobs` on the first. */

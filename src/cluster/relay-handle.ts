@@ -4,8 +4,13 @@
  * worker that decodes it takes it. Cancelling before then stops the hop in progress.
  */
 import type { GenerateResult, RequestHandle, StreamDelta } from "../engine/engine-types.ts";
+import { isRefusal } from "./worker-protocol.ts";
 
-/** Wraps `start` (resolving to the decoding worker's handle) as a handle available now. */
+/**
+ * Wraps `start` (resolving to the decoding worker's handle) as a handle available now. A typed refusal
+ * from the hop or the decoding worker (its queue is full, its engine refuses the request) is the
+ * handle's `refusal` and its result's `refused`, known once the hop is done.
+ */
 export function relayHandle(
   id: number, promptTokens: number, sessionId: string | undefined, start: Promise<RequestHandle>, cancelHop: () => void,
 ): RequestHandle {
@@ -18,9 +23,10 @@ export function relayHandle(
   });
   const failed = (e: unknown): GenerateResult => ({
     text: "", tokenIds: [], finishReason: "abort", promptTokens, completionTokens: 0, cachedTokens: 0,
-    ...(cancelled ? {} : { error: e instanceof Error ? `${e.name}: ${e.message}` : String(e) }),
+    ...(cancelled ? {} : { error: e instanceof Error ? `${e.name}: ${e.message}` : String(e), ...(isRefusal(e) ? { refused: e } : {}) }),
   });
   const result = ready.then((h) => h.result, failed);
+  const refusal = ready.then((h) => h.refusal ?? undefined, (e) => (!cancelled && isRefusal(e) ? e : undefined));
   const cancel = () => {
     if (cancelled) return;
     cancelled = true;
@@ -40,7 +46,7 @@ export function relayHandle(
     },
   };
   return {
-    id, stream, result, cancel,
+    id, stream, result, cancel, refusal,
     get sessionId() {
       return inner?.sessionId ?? sessionId;
     },

@@ -18,7 +18,7 @@ import type { QueueState, StepMixing } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import { spawnThread, type ThreadPort } from "../runtime/threads.ts";
 import { countersOf } from "./cluster-stats.ts";
-import { type FromWorker, type ModelLoad, prefixBuffers, type PortableEngineOptions, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
+import { type FromWorker, type ModelLoad, prefixBuffers, type PortableEngineOptions, refusalOf, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
 
 /** Thrown when a worker (thread or process) cannot start or fails. */
@@ -29,6 +29,8 @@ export class RemoteWorkerError extends Error {
 interface Pending {
   queue: AsyncQueue<StreamDelta>;
   resolve: (r: GenerateResult) => void;
+  /** Settles the handle's `refusal`: taken (undefined) or refused by the worker's engine (its typed error). */
+  settle: (refused: Error | undefined) => void;
   promptTokens: number;
   sessionId?: string;
   /** When it was sent, and when its first and latest tokens came back (ms, this side's clock). */
@@ -121,9 +123,11 @@ export class RemoteEngine implements WorkerEngine {
     const rid = this.nextRid++;
     let resolve!: (r: GenerateResult) => void;
     const result = new Promise<GenerateResult>((r) => (resolve = r));
+    let settle!: (refused: Error | undefined) => void;
+    const refusal = new Promise<Error | undefined>((r) => (settle = r));
     const cancel = () => this.send({ op: "cancel", rid });
     const p: Pending = {
-      queue: new AsyncQueue<StreamDelta>(cancel), resolve, promptTokens: req.prompt.length, sessionId: req.sessionId, t0: performance.now(),
+      queue: new AsyncQueue<StreamDelta>(cancel), resolve, settle, promptTokens: req.prompt.length, sessionId: req.sessionId, t0: performance.now(),
     };
     this.requests.set(rid, p);
     // Until the thread reports, count the request where the router will look for it.
@@ -132,7 +136,7 @@ export class RemoteEngine implements WorkerEngine {
     s.queue.waitingPrefillTokens += req.prompt.length;
     this.send({ op: "submit", rid, req });
     return {
-      id: rid, stream: p.queue, result, cancel,
+      id: rid, stream: p.queue, result, cancel, refusal,
       get sessionId() {
         return p.sessionId;
       },
@@ -141,8 +145,9 @@ export class RemoteEngine implements WorkerEngine {
 
   /**
    * The checks that need no engine (context, token ids, sampling parameters), so that the client's
-   * common mistakes are thrown here; the worker refuses the rest (a grammar, a reasoning budget) when
-   * the request reaches it, and the result then carries its error.
+   * common mistakes are thrown here; the worker refuses the rest (a grammar, a reasoning budget, an
+   * adapter it lacks, a full queue) when the request reaches it: the handle's `refusal` and its
+   * result's `refused` then carry the same typed error as one engine's submit throws.
    */
   check(req: GenerateRequest): void {
     outputBudget(req, this.maxModelLen);
@@ -228,6 +233,7 @@ export class RemoteEngine implements WorkerEngine {
       case "accepted": {
         const p = this.requests.get(m.rid);
         if (p && m.sessionId !== undefined) p.sessionId = m.sessionId;
+        p?.settle(undefined);
         return;
       }
       case "delta": {
@@ -245,9 +251,11 @@ export class RemoteEngine implements WorkerEngine {
         if (!p) return;
         this.requests.delete(m.rid);
         p.queue.close();
+        const refused = m.op === "rejected" ? refusalOf(m) : undefined;
+        p.settle(refused);
         p.resolve(m.op === "result" ? frontTimes(m.result, p) : {
           text: "", tokenIds: [], finishReason: "abort", promptTokens: p.promptTokens, completionTokens: 0, cachedTokens: 0,
-          error: `${m.name}: ${m.message}`,
+          error: `${m.name}: ${m.message}`, ...(refused ? { refused } : {}),
         });
         return;
       }
@@ -286,6 +294,8 @@ export class RemoteEngine implements WorkerEngine {
     for (const [rid, p] of this.requests) {
       this.requests.delete(rid);
       p.queue.close();
+      // The worker's failure, not a refusal of the request: the result carries it as an engine error.
+      p.settle(undefined);
       p.resolve({ text: "", tokenIds: [], finishReason: "abort", promptTokens: p.promptTokens, completionTokens: 0, cachedTokens: 0, error: e.message });
     }
     for (const [cid, c] of this.calls) {

@@ -17,7 +17,7 @@ import { loadLoraAdapter } from "../model/lora-load.ts";
 import type { ThreadPort } from "../runtime/threads.ts";
 import type { KvEvent } from "../../kv/index.ts";
 import type { StepRecord } from "../engine/step-record.ts";
-import { type FromWorker, prefixBuffers, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
+import { type FromWorker, prefixBuffers, rejection, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
 
 /**
  * Serves one engine over `port` until the cluster stops it. Resolves once the port has dropped and
@@ -108,8 +108,7 @@ export function serveWorker(port: ThreadPort): Promise<void> {
         try {
           h = e.submit(m.req);
         } catch (err) {
-          const x = err instanceof Error ? err : new Error(String(err));
-          send({ op: "rejected", rid: m.rid, name: x.name, message: x.message });
+          send(rejection(m.rid, err));
           return;
         }
         handles.set(m.rid, h);

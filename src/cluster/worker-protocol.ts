@@ -5,7 +5,11 @@
 import type { KvEvent } from "../../kv/index.ts";
 import type { BackendChoice } from "../backend/select.ts";
 import type { CreateEngineOptions } from "../engine/engine-factory.ts";
-import type { EngineStats, GenerateRequest, GenerateResult, StreamDelta } from "../engine/engine-types.ts";
+import { LoraAdapterError } from "../engine/engine-adapters.ts";
+import {
+  ContextLengthError, EngineOverloadedError, type EngineStats, type GenerateRequest, type GenerateResult, NoWorkerError, RequestParamError,
+  SessionRefusedError, type StreamDelta,
+} from "../engine/engine-types.ts";
 import type { PrefixKv } from "../engine/prefix-transfer.ts";
 import type { QueueState, StepMixing } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
@@ -56,7 +60,8 @@ export type FromWorker =
   | { op: "ready"; maxModelLen: number; blockSize: number; vocabSize?: number; backend: string; fingerprint: string; state: WorkerReport }
   | { op: "failed"; message: string }
   | { op: "accepted"; rid: number; sessionId?: string }
-  | { op: "rejected"; rid: number; name: string; message: string }
+  /** `name`: the refusal's class (see {@link refusalOf}); `notFound`: a LoraAdapterError's, for an adapter the worker does not have. */
+  | { op: "rejected"; rid: number; name: string; message: string; notFound?: boolean }
   | { op: "delta"; rid: number; delta: StreamDelta }
   | { op: "result"; rid: number; result: GenerateResult }
   | { op: "reply"; cid: number; value?: unknown; error?: string }
@@ -67,4 +72,34 @@ export function prefixBuffers(p: PrefixKv | null | undefined): ArrayBuffer[] {
   if (!p) return [];
   // A shared cache's values are its keys' arrays (MLA): each buffer may be listed once only.
   return [...new Set([...p.kv.k, ...p.kv.v].map((a) => a.buffer as ArrayBuffer))];
+}
+
+/** The typed refusals a worker's engine throws at submit, by name: the cluster's side throws the same classes. */
+const REFUSALS: Record<string, (message: string) => Error> = {
+  RequestParamError: (m) => new RequestParamError(m),
+  ContextLengthError: (m) => new ContextLengthError(m),
+  EngineOverloadedError: (m) => new EngineOverloadedError(m),
+  SessionRefusedError: (m) => new SessionRefusedError(m),
+  NoWorkerError: (m) => new NoWorkerError(m),
+};
+
+/**
+ * A worker's "rejected" message as the error its engine threw: the same class when it is one of the
+ * typed refusals of engine-types.ts (or a LoraAdapterError), so the server answers it as one engine's
+ * (400, 404, 429, 503); undefined for any other (a fault of the worker, not a refusal).
+ */
+export function refusalOf(m: Extract<FromWorker, { op: "rejected" }>): Error | undefined {
+  if (m.name === "LoraAdapterError") return new LoraAdapterError(m.message, m.notFound === true);
+  return Object.hasOwn(REFUSALS, m.name) ? REFUSALS[m.name](m.message) : undefined;
+}
+
+/** Whether `e` is one of the typed refusals a server answers as the client's mistake or a full queue (not a 500). */
+export function isRefusal(e: unknown): e is Error {
+  return e instanceof RequestParamError || e instanceof ContextLengthError || e instanceof EngineOverloadedError;
+}
+
+/** The "rejected" message for `e`, what an engine's submit threw for request `rid`. */
+export function rejection(rid: number, e: unknown): Extract<FromWorker, { op: "rejected" }> {
+  const x = e instanceof Error ? e : new Error(String(e));
+  return { op: "rejected", rid, name: x.name, message: x.message, ...(x instanceof LoraAdapterError && x.notFound ? { notFound: true } : {}) };
 }

@@ -148,6 +148,13 @@ export interface GenerateResult {
   embedding?: number[];
   /** Set when the engine failed while running the request. */
   error?: string;
+  /**
+   * The typed error below (RequestParamError, ContextLengthError, EngineOverloadedError…) an engine
+   * elsewhere refused the request with after its handle was returned (a cluster's worker checks some
+   * requests only when they reach it); `error` says the same. The server answers it as it answers
+   * those `submit` throws (400, 404, 429, 503), not as an engine failure.
+   */
+  refused?: Error;
 }
 
 /** A submitted request: its stream of deltas, its final result, and a way to cancel it. */
@@ -163,6 +170,13 @@ export interface RequestHandle {
   /** Resolves when the request ends (also after cancel, with finishReason "abort"). */
   result: Promise<GenerateResult>;
   cancel(): void;
+  /**
+   * Set by an engine that takes some refusals only after `submit` returned (a cluster's worker thread
+   * or process): resolves once the request was taken (undefined) or refused (the typed error its
+   * result carries as `refused`), so that a server can still answer with that error's status before
+   * it starts a stream. Absent: `submit` throws every refusal itself.
+   */
+  refusal?: Promise<Error | undefined>;
 }
 
 /** The request cannot fit the model's context (HTTP 400). */
