@@ -2,9 +2,9 @@
  * Output grammars for constrained decoding: one JSON value following a schema (`response_format`
  * json_object and json_schema), tool calls in the Hermes format whose arguments follow each
  * function's parameters (`tool_choice` "required" or naming a function), one of a list of choices,
- * text a regular expression matches, or text a context-free grammar (GBNF, gbnf.ts) matches. A character-level
- * automaton decides which characters may come next; src/engine/output-constraint.ts turns that into
- * token masks.
+ * text a regular expression matches, text a context-free grammar (GBNF, gbnf.ts) matches, or what
+ * one of several of these matches (a union). A character-level automaton decides which characters may
+ * come next; src/engine/output-constraint.ts turns that into token masks.
  *
  * The automaton is nondeterministic (`anyOf`, enums and type lists branch), so a state is a list of
  * configurations. Each configuration is an immutable stack of frames that share their tails, so
@@ -63,7 +63,12 @@ export type OutputGrammar =
    * structures whose `begin` starts with it must follow: the rest of its `begin`, a JSON value of its
    * `schema`, its `end`; then free text again (tool calls inside prose, their arguments valid).
    */
-  | { kind: "structural_tag"; structures: readonly TagStructure[]; triggers: readonly string[]; whitespace?: JsonWhitespace };
+  | { kind: "structural_tag"; structures: readonly TagStructure[]; triggers: readonly string[]; whitespace?: JsonWhitespace }
+  /**
+   * Output that one of `options` (at least one) matches whole: the model picks the branch as it writes
+   * (chat's tools beside a response_format: tool calls, or the answer's JSON).
+   */
+  | { kind: "union"; options: readonly OutputGrammar[] };
 
 /** One structure of a structural tag. */
 export interface TagStructure {
@@ -181,6 +186,11 @@ function markerMatch(marker: string, m: number, c: string): number {
 }
 
 function startOf(g: OutputGrammar): GrammarState {
+  // The automaton is nondeterministic: a union starts in every option's start configurations at once.
+  if (g.kind === "union") {
+    if (g.options.length === 0) throw new SchemaError("A union of grammars needs at least one option");
+    return g.options.flatMap(startOf);
+  }
   if (g.kind === "json") return [{ top: { k: "value", node: compileSchema(g.schema), ws: false, compact: g.whitespace === "compact", up: null, d: 0 }, ws: 0 }];
   if (g.kind === "choice") return [{ top: { k: "value", node: choiceNode(g.choices), ws: false, compact: true, up: null, d: 0 }, ws: 0 }];
   if (g.kind === "regex") {

@@ -6,6 +6,7 @@
 import { Hono, type Context } from "hono";
 import { bodyLimit } from "hono/body-limit";
 import { cors } from "hono/cors";
+import type { UnofficialStatusCode } from "hono/utils/http-status";
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { ZodType } from "zod";
 import type { RequestHandle, ServingEngine } from "../engine/engine-types.ts";
@@ -14,11 +15,12 @@ import type { JsonWhitespace, ToolCallFormat } from "../engine/grammar.ts";
 import type { LoadedModel, SamplingDefaults } from "../model/config.ts";
 import { modelChatRenderer } from "./chat-template.ts";
 import { reasoningTokensOf } from "./harmony-prompt.ts";
-import { anthropicErrorBody, ApiError, schemaError } from "./errors.ts";
+import { anthropicErrorBody, anthropicStatus, ApiError, schemaError } from "./errors.ts";
 import { renderMetrics } from "./metrics.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
 import { type ServeContext, type Submitted, submitChat, submitCompletion } from "./openai.ts";
 import { completeJson, completeStream } from "./respond.ts";
+import { awaitTaken } from "./refusals.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
 import { toolCallSyntax } from "./tool-calls-mistral.ts";
 import { ChatRequestSchema, CompletionRequestSchema } from "./schemas.ts";
@@ -120,8 +122,9 @@ export function createApp(o: AppOptions): Hono {
   const app = new Hono();
   const fail = (c: Context, e: ApiError) => {
     if (e.status === 429 || e.status === 503) c.header("Retry-After", String(o.retryAfterS ?? 1));
-    // Anthropic's clients read their own error shape.
-    return c.json(c.req.path.startsWith("/v1/messages") ? anthropicErrorBody(e) : e.body(), e.status);
+    // Anthropic's clients read their own error shape (and 529 for overloaded).
+    if (c.req.path.startsWith("/v1/messages")) return c.json(anthropicErrorBody(e), anthropicStatus(e) as UnofficialStatusCode);
+    return c.json(e.body(), e.status);
   };
   app.onError((err, c) => {
     if (err instanceof ApiError) return fail(c, err);
@@ -199,6 +202,8 @@ export function createApp(o: AppOptions): Hono {
     const onAbort = () => submitted.handles.forEach((h) => h.cancel());
     signal?.addEventListener("abort", onAbort);
     try {
+      // A refusal by a cluster's worker cancels the other choices now, not once they are generated.
+      await awaitTaken(submitted.handles);
       return c.json(await answer());
     } finally {
       signal?.removeEventListener("abort", onAbort);
@@ -211,9 +216,25 @@ export function createApp(o: AppOptions): Hono {
   // Streams are cancelled through the body stream's cancel(), which both runtimes call on disconnect.
   const sse = (stream: ReadableStream<Uint8Array>, end: () => void) =>
     new Response(life.track(stream, end), { headers: SSE_HEADERS });
+  /**
+   * A stream of `handles`, begun once the engine has taken them: a cluster's worker refuses some
+   * requests after `submit` returned, and the answer is then that refusal's status, not 200. A client
+   * that hangs up meanwhile cancels them (a hand-off is taken only once its prefill has moved).
+   */
+  const sseOnceTaken = async (c: Context, handles: readonly RequestHandle[], stream: () => ReadableStream<Uint8Array>, end: () => void) => {
+    const signal = c.req.raw.signal;
+    const onAbort = () => handles.forEach((h) => h.cancel());
+    signal?.addEventListener("abort", onAbort);
+    try {
+      await awaitTaken(handles);
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+    }
+    return sse(stream(), end);
+  };
   const respond = (c: Context, ctx: ServeContext, body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null; continuous_usage_stats?: boolean | null } | null }, submitted: Submitted, end: () => void) =>
     body.stream
-      ? sse(completeStream(ctx, submitted, body.stream_options?.include_usage === true, body.stream_options?.continuous_usage_stats === true), end)
+      ? sseOnceTaken(c, submitted.handles, () => completeStream(ctx, submitted, body.stream_options?.include_usage === true, body.stream_options?.continuous_usage_stats === true), end)
       : whole(c, submitted, end, () => completeJson(ctx, submitted));
   /** Runs a generation route, counted in flight from before its body is read until its answer is written. */
   const generation = async (handle: (end: () => void) => Promise<Response>) => {
@@ -242,12 +263,12 @@ export function createApp(o: AppOptions): Hono {
       const queued = state.background.start(ctx, state, turn, end);
       return body.stream ? followSse(state.background.follow(turn.id, -1)!) : c.json(queued);
     }
-    return body.stream ? sse(respondStream(ctx, state, turn), end) : whole(c, turn.submitted, end, () => respondJson(ctx, state, turn));
+    return body.stream ? sseOnceTaken(c, turn.submitted.handles, () => respondStream(ctx, state, turn), end) : whole(c, turn.submitted, end, () => respondJson(ctx, state, turn));
   }));
   app.post("/v1/messages", (c) => generation(async (end) => {
     const [body, ctx] = await parse(c, MessagesRequestSchema);
     const turn = submitMessages(ctx, body);
-    return body.stream ? sse(respondMessageStream(ctx, turn), end) : whole(c, turn.submitted, end, () => respondMessageJson(ctx, turn));
+    return body.stream ? sseOnceTaken(c, turn.submitted.handles, () => respondMessageStream(ctx, turn), end) : whole(c, turn.submitted, end, () => respondMessageJson(ctx, turn));
   }));
   app.post("/v1/embeddings", (c) => generation(async (end) => {
     const [body, ctx] = await parse(c, EmbeddingsRequestSchema);

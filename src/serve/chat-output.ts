@@ -10,6 +10,7 @@
 import { type ReasoningPart, ReasoningStream, type ReasoningTags } from "./reasoning.ts";
 import { type HarmonyStart, HarmonyStream } from "./harmony.ts";
 import type { ToolCallSyntax } from "../engine/grammar.ts";
+import { toolCallTrigger } from "../engine/grammar-tool-calls.ts";
 import { HERMES, type ParsedToolCall, ToolCallStream, type ToolStreamPart } from "./tool-calls.ts";
 import { Llama3JsonStream } from "./tool-calls-llama3.ts";
 import { MistralToolStream } from "./tool-calls-mistral.ts";
@@ -38,6 +39,12 @@ export interface ChatOutputOptions {
   tools?: readonly ToolSpec[];
   /** False keeps only the first call written (`parallel_tool_calls: false`); later ones are dropped. */
   parallelToolCalls: boolean;
+  /**
+   * The output grammar made the answer tool calls or a response format's JSON (output-grammar.ts
+   * `callsOrAnswer`): content that does not open with the syntax's first tag is that JSON, shown as
+   * written, never searched for calls (a tag inside its strings is its text).
+   */
+  callsOrAnswer?: boolean;
 }
 
 /** A piece of a streamed chat answer. */
@@ -56,6 +63,11 @@ export class ChatOutputStream {
    */
   private heldSpace = "";
   private shownText = false;
+  /** With `callsOrAnswer`, "open" until the content shows which the answer is: calls, or the JSON answer. */
+  private branch: "open" | "calls" | "answer" = "calls";
+  /** The content held while the branch is open: whitespace, or a start of the syntax's first tag. */
+  private opening = "";
+  private readonly trigger: string = "";
 
   constructor(private readonly o: ChatOutputOptions) {
     const harmonyCalls = o.toolCalls && o.toolCallFormat === "harmony";
@@ -63,6 +75,10 @@ export class ChatOutputStream {
     else this.reasoning = o.reasoning ? new ReasoningStream(o.startsInReasoning, o.reasoningTags) : null;
     // Harmony's calls come from its stream; another format's are read out of the content it gives.
     this.tools = o.toolCalls && !harmonyCalls ? toolStream(o) : null;
+    if (this.tools && o.callsOrAnswer) {
+      this.trigger = toolCallTrigger(o.toolCallFormat);
+      this.branch = "open";
+    }
   }
 
   /** True once the answer has been inside reasoning (an empty `<think></think>` included). */
@@ -85,14 +101,32 @@ export class ChatOutputStream {
     for (const p of parts) {
       if (p.kind === "call") this.keep([p], out);
       else if (p.kind === "reasoning" || !this.tools) out.push(p);
-      else this.keep(this.tools.push(p.text), out);
+      else this.content(p.text, out);
     }
     if (final && this.tools) {
+      // Undecided at the end (whitespace, or a tag's start): what it always was, text for the tool stream.
+      if (this.branch === "open") this.keep(this.tools.push(this.opening), out);
+      this.branch = "calls";
       this.keep(this.tools.end(), out);
       if (this.calls === 0 && this.heldSpace !== "") out.push({ kind: "content", text: this.heldSpace });
       this.heldSpace = "";
     }
     return out;
+  }
+
+  /** Content text: through the tool stream, unless the answer is known to be the JSON of `callsOrAnswer`. */
+  private content(text: string, out: ChatPart[]): void {
+    if (this.branch === "answer") return this.text(text, out);
+    if (this.branch === "calls") return this.keep(this.tools!.push(text), out);
+    const seen = this.opening + text;
+    const start = seen.trimStart();
+    if (start.length < this.trigger.length && this.trigger.startsWith(start)) {
+      this.opening = seen;
+      return;
+    }
+    this.opening = "";
+    this.branch = start.startsWith(this.trigger) ? "calls" : "answer";
+    this.content(seen, out);
   }
 
   /** Moves tool-stream parts to `out`, dropping calls past the first when parallel calls are off. */

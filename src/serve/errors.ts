@@ -34,6 +34,14 @@ const ANTHROPIC_ERROR_TYPES: Record<ApiError["status"], string> = {
   413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 503: "overloaded_error",
 };
 
+/**
+ * The HTTP status Anthropic's Messages API answers `e` with: 529 for an overloaded server (503
+ * elsewhere), which `@anthropic-ai/sdk` reads as its `OverloadedError` and retries, as from Anthropic.
+ */
+export function anthropicStatus(e: ApiError): Exclude<ApiError["status"], 503> | 529 {
+  return e.status === 503 ? 529 : e.status;
+}
+
 /** The error as Anthropic's Messages API writes one: `{"type": "error", "error": {"type", "message"}}`. */
 export function anthropicErrorBody(e: ApiError): { type: "error"; error: { type: string; message: string } } {
   return { type: "error", error: { type: ANTHROPIC_ERROR_TYPES[e.status], message: e.message } };

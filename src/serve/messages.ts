@@ -15,6 +15,7 @@ import { anthropicId, type MessageEvent, MessageOutput } from "./messages-output
 import type { ContentBlockIn, MessagesPrompt, MessagesRequest } from "./messages-schema.ts";
 import { chatPrompt, type ServeContext, type Submitted, submitChat } from "./openai.ts";
 import { checkSchema } from "./output-grammar.ts";
+import { anthropicEffort } from "./reasoning-effort.ts";
 import { failure, noteToolWait } from "./respond.ts";
 import type { ChatMessageIn, ChatRequest } from "./schemas.ts";
 
@@ -106,7 +107,8 @@ export function chatRequestOfMessages(body: MessagesPrompt & Partial<Pick<Messag
     : choice.type === "auto" ? "auto" : choice.type === "any" ? "required" : choice.type === "none" ? "none"
     : { type: "function", function: { name: (choice as { name: string }).name } };
   const parallel = choice !== undefined && "disable_parallel_tool_use" in choice && choice.disable_parallel_tool_use === true ? false : undefined;
-  const tools = body.tools?.map((t) => ({ type: "function" as const, function: { name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), parameters: t.input_schema } }));
+  // A strict tool's input is held to its input_schema, as a strict chat function's arguments are (output-grammar.ts).
+  const tools = body.tools?.map((t) => ({ type: "function" as const, function: { name: t.name, ...(t.description !== undefined ? { description: t.description } : {}), parameters: t.input_schema, ...(t.strict === true ? { strict: true } : {}) } }));
   const messages = chatMessages(body);
   const last = messages[messages.length - 1];
   // A final assistant message without calls is a prefilled answer: the model continues it (an empty
@@ -115,9 +117,7 @@ export function chatRequestOfMessages(body: MessagesPrompt & Partial<Pick<Messag
   if (finalAssistant && typeof last.content === "string" && last.content === "" && !(last as { reasoning_content?: unknown }).reasoning_content) messages.pop();
   const prefilled = finalAssistant && messages[messages.length - 1] === last;
   const format = outputFormat(body)?.format;
-  // Templates that read an effort (gpt-oss's "Reasoning: high") know low, medium and high; Anthropic's higher ones are their high.
-  const asked = body.output_config?.effort;
-  const effort = asked === "xhigh" || asked === "max" ? "high" : asked === "low" || asked === "medium" || asked === "high" ? asked : undefined;
+  const effort = anthropicEffort(body.output_config?.effort);
   return {
     model: body.model,
     messages,
@@ -155,23 +155,25 @@ export function submitMessages(ctx: ServeContext, body: MessagesRequest): Messag
   if ((body.tool_choice?.type === "any" || body.tool_choice?.type === "tool") && names.size === 0) {
     throw new ApiError(400, `Forcing a tool call with tool_choice ${describe(body.tool_choice)} needs at least one function in tools`, "tool_choice", "invalid_value");
   }
-  checkOutputFormat(body, names.size > 0);
+  checkOutputFormat(body, names.size > 0 && ctx.toolCallParser === "harmony");
   return { id: anthropicId("msg"), submitted: submitChat(ctx, chatRequestOfMessages(body, ctx.tracksReasoning)), stopSequences: body.stop_sequences ?? [] };
 }
 
 /**
- * A structured output's schema must be one the decoder can follow. Text that follows it cannot also
- * hold calls of the tools, so tools the model may choose to call (tool_choice auto, the default) are
- * a 400 here rather than calls that could never come; a forced call has no text, so its format is moot.
+ * A structured output's schema must be one the decoder can follow. Beside tools the model may choose
+ * to call (tool_choice auto, the default) the answer is calls or text that follows it (output-grammar.ts
+ * `callsOrAnswer`), but in harmony (gpt-oss), whose calls begin in a message header, the schema would
+ * hold the whole answer: `harmonyTools` there is a 400 rather than calls that could never come. A
+ * forced call has no text, so its format is moot.
  */
-function checkOutputFormat(body: MessagesRequest, hasTools: boolean): void {
+function checkOutputFormat(body: MessagesRequest, harmonyTools: boolean): void {
   const asked = outputFormat(body);
   if (!asked) return;
   const { format, param } = asked;
   checkSchema(format.schema, param, `The ${param} schema`);
   const choice = body.tool_choice?.type ?? "auto";
-  if (hasTools && choice === "auto") {
-    throw new ApiError(400, `Structured output (${param}) with tools the model may call (tool_choice ${describe(body.tool_choice ?? { type: "auto" })}) is not supported: text held to the schema cannot also call a tool; set tool_choice to {"type":"none"}, or force a tool call`, param, "unsupported_parameter");
+  if (harmonyTools && choice === "auto") {
+    throw new ApiError(400, `Structured output (${param}) with tools the model may call (tool_choice ${describe(body.tool_choice ?? { type: "auto" })}) is not supported in the harmony format: text held to the schema cannot also call a tool; set tool_choice to {"type":"none"}, or force a tool call`, param, "unsupported_parameter");
   }
 }
 

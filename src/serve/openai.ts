@@ -3,14 +3,16 @@
  * with `n`). The responses are built in respond.ts.
  */
 import type { ServingEngine } from "../engine/engine-types.ts";
-import { ContextLengthError, EngineOverloadedError, type GenerateRequest, NoWorkerError, type RequestHandle, RequestParamError, SessionRefusedError } from "../engine/engine-types.ts";
+import type { GenerateRequest, RequestHandle } from "../engine/engine-types.ts";
 import type { JsonWhitespace, OutputGrammar, ToolCallSyntax } from "../engine/grammar.ts";
 import type { ModelConfig, SamplingDefaults, Tokenizer } from "../model/config.ts";
 import type { ChatOutputOptions } from "./chat-output.ts";
 import { type ChatRenderer, type TurnOptions } from "./chat-template.ts";
 import { ApiError, describe } from "./errors.ts";
-import { chatEcho, checkChatOnly, unsupported, UNIMPLEMENTED_VLLM_FIELDS } from "./request-checks.ts";
+import { badWordIds, chatEcho, checkChatOnly, unsupported, UNIMPLEMENTED_VLLM_FIELDS } from "./request-checks.ts";
 import { chatGrammar, completionGrammar } from "./output-grammar.ts";
+import { effortVariables } from "./reasoning-effort.ts";
+import { refusalError } from "./refusals.ts";
 import { promptOpensReasoning, type ReasoningParserName, reasoningTags as reasoningTagsOf, THINK_TAGS } from "./reasoning.ts";
 import type { ChatRequest, CompletionRequest, ToolDef } from "./schemas.ts";
 import type { ToolSpec } from "./tool-calls-pairs.ts";
@@ -194,23 +196,6 @@ function engineRequest(
   };
 }
 
-/**
- * vLLM's `bad_words` as token sequences: each word as written and after a space (its start-of-word
- * tokens differ), without BOS, as vLLM tokenizes them.
- */
-function badWordIds(ctx: Pick<ServeContext, "tokenizer">, words: readonly string[]): number[][] {
-  const seen = new Set<string>();
-  const out: number[][] = [];
-  for (const word of words) {
-    for (const text of [word, ` ${word.trimStart()}`]) {
-      const ids = ctx.tokenizer.encode(text, { addBos: false });
-      const key = ids.join(",");
-      if (ids.length > 0 && !seen.has(key)) seen.add(key), out.push(ids);
-    }
-  }
-  return out;
-}
-
 /** vLLM's `prompt_logprobs` count, when the body asks for one. */
 function promptLogprobsOf(body: ChatRequest | CompletionRequest): number | undefined {
   return body.prompt_logprobs ?? undefined;
@@ -247,12 +232,7 @@ export function submit(ctx: ServeContext, reqs: readonly GenerateRequest[], n: n
     return handles;
   } catch (e) {
     for (const h of handles) h.cancel();
-    if (e instanceof ContextLengthError) throw new ApiError(400, e.message, promptParam, "context_length_exceeded");
-    if (e instanceof NoWorkerError) throw new ApiError(503, `No worker can serve this request yet: ${e.message}. Retry later.`, null, "no_worker");
-    if (e instanceof SessionRefusedError) throw new ApiError(503, `${e.message}. Retry later.`, null, "overloaded");
-    if (e instanceof EngineOverloadedError) throw new ApiError(429, `The server is busy: ${e.message}. Retry later.`, null, "queue_full");
-    if (e instanceof RequestParamError) throw new ApiError(400, e.message, null, "invalid_value");
-    throw e;
+    throw refusalError(e, promptParam) ?? e;
   }
 }
 
@@ -286,9 +266,8 @@ export function chatPrompt(ctx: ServeContext, body: ChatRequest): { text: string
   const tools = (body.tool_choice ?? "auto") === "none" ? undefined : body.tools ?? undefined;
   const mistral = ctx.toolCallParser === "mistral" || ctx.toolCallParser === "mistral_pre_v11";
   const messages = mistral ? mistralMessageIds(body.messages) : isHarmony(ctx) ? harmonyMessages(body.messages) : body.messages;
-  // reasoning_effort reaches the template as its variable (gpt-oss's "Reasoning: high"), as vLLM
-  // passes it; chat_template_kwargs say last.
-  const variables = body.reasoning_effort ? { reasoning_effort: body.reasoning_effort, ...body.chat_template_kwargs } : body.chat_template_kwargs ?? undefined;
+  // reasoning_effort reaches the template as its variables (reasoning-effort.ts); chat_template_kwargs say last.
+  const variables = effortVariables(body.reasoning_effort, body.chat_template_kwargs);
   const rendered = isHarmony(ctx) ? harmonyTools(body.tools ?? undefined) : body.tools ?? undefined;
   const { text, startsWithBos } = ctx.chat.render(messages, rendered, variables, turnOptions(ctx, body));
   // The rendered text holds every message (templates add text, never remove it). Truncated, it may be longer.
@@ -317,7 +296,8 @@ const isHarmony = (ctx: ServeContext) => ctx.reasoningParser === "harmony" || ct
 
 /** Tokenizes a chat request and submits it. */
 export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
-  const { grammar, parallelToolCalls } = chatGrammar(body, ctx.jsonWhitespace, ctx.toolCallParser);
+  const chosen = chatGrammar(body, ctx.jsonWhitespace, ctx.toolCallParser);
+  const { parallelToolCalls } = chosen;
   checkUnsupported(body, "chat", ctx);
   const harmony = isHarmony(ctx);
   const rendered = chatPrompt(ctx, body);
@@ -327,6 +307,10 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const reasoning = reasoningTags !== undefined;
   const start = harmony ? harmonyStart(text) : undefined;
   const startsInReasoning = reasoning && (start ? startsInAnalysis(start) : promptOpensReasoning(text, reasoningTags));
+  // Strict tools' calls amid free text (output-grammar.ts `strictCalls`) are held where a grammar can
+  // follow the answer; in harmony, or after a prompt that opens reasoning other than <think>, the
+  // answer goes free as before rather than being refused.
+  const grammar = chosen.strictOnly && (harmony || (startsInReasoning && reasoningTags !== THINK_TAGS)) ? undefined : chosen.grammar;
   // Harmony constrains only the final message (harmony-prompt.ts).
   const grammarAfter = start ? harmonyGrammarPrefix(start, grammar) : undefined;
   if (startsInReasoning && grammar && reasoningTags !== THINK_TAGS && !grammarAfter) {
@@ -356,7 +340,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   // Chat's prompt log probabilities are returned once, beside the choices.
   const handles = submit(ctx, [request], n, "messages", true);
   const echo = chatEcho(body);
-  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, promptTokens: prompt.length, ...(echo === undefined ? {} : { echo }), output: { reasoning, reasoningTags, startsInReasoning, ...(start ? { harmony: start } : {}), toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools) } }, body, ctx);
+  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, promptTokens: prompt.length, ...(echo === undefined ? {} : { echo }), output: { reasoning, reasoningTags, startsInReasoning, ...(start ? { harmony: start } : {}), toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools), ...(grammar?.kind === "union" ? { callsOrAnswer: true } : {}) } }, body, ctx);
 }
 
 /** The prompts of a completion body, tokenized (text) or checked (token ids), cut to `truncate_prompt_tokens`. */

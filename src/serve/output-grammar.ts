@@ -18,13 +18,16 @@ import type { ChatRequest, CompletionRequest } from "./schemas.ts";
 export interface ChatGrammar {
   grammar: OutputGrammar | undefined;
   parallelToolCalls: boolean;
+  /** The grammar only holds strict tools' calls ({@link strictCalls}): where none could apply, drop it (the answer free, as before), never refuse. */
+  strictOnly?: true;
 }
 
 type Body = ChatRequest | CompletionRequest;
 
 /**
  * Reads `tool_choice`, `response_format` and `structured_outputs`. A forced tool call wins over a
- * response format (its answer has no content); beside `structured_outputs` either is a 400.
+ * response format (its answer has no content); beside `structured_outputs` either is a 400. Tools
+ * the model may call beside a JSON response format: calls or the answer's JSON ({@link callsOrAnswer}).
  * `whitespace`: how JSON may be spaced unless the request says (`serve --json-whitespace`); `format`:
  * how the model writes tool calls (`serve --tool-call-parser`).
  */
@@ -58,20 +61,58 @@ export function chatGrammar(body: ChatRequest, whitespace: JsonWhitespace = "any
     const calls: OutputGrammar = { kind: "tool_calls", tools: forced, parallel, ...spacing(structured.whitespace), ...(format === "hermes" ? {} : { format }) };
     return { grammar: calls, parallelToolCalls: parallel };
   }
-  return { grammar: formatOrStructured(body, structured), parallelToolCalls: body.parallel_tool_calls ?? true };
+  const answer = formatOrStructured(body, structured);
+  const parallel = body.parallel_tool_calls ?? true;
+  if (choice === "auto" && tools.length > 0 && answer !== undefined) return { grammar: callsOrAnswer(tools, parallel, answer, structured, format), parallelToolCalls: parallel };
+  const strict = choice === "auto" && answer === undefined ? strictCalls(tools, parallel, structured, format) : undefined;
+  if (strict !== undefined) return { grammar: strict, parallelToolCalls: parallel, strictOnly: true };
+  return { grammar: answer, parallelToolCalls: parallel };
+}
+
+/**
+ * Strict tools (`strict: true`) under tool_choice "auto", whose arguments OpenAI guarantees: free text
+ * where a call, once opened, names one of `tools`, a strict one's arguments following its schema (one
+ * the decoder cannot follow: a 400 naming the tool), a non-strict one's any object (grammar.ts
+ * `tool_calls` with `amidText`). Undefined (no grammar, as before) without a strict tool, and in
+ * harmony (gpt-oss), whose calls begin in a message header, not amid text.
+ */
+function strictCalls(tools: NonNullable<ChatRequest["tools"]>, parallel: boolean, structured: Structured, format: ToolCallSyntax): OutputGrammar | undefined {
+  const isStrict = (t: (typeof tools)[number]) => t.function.strict === true;
+  if (format === "harmony" || !tools.some(isStrict)) return undefined;
+  const held = tools.map((t) => (isStrict(t) ? callableTools([t])[0] : { name: t.function.name }));
+  return { kind: "tool_calls", tools: held, parallel, amidText: true, ...spacing(structured.whitespace), ...(format === "hermes" ? {} : { format }) };
+}
+
+/**
+ * Tools the model may call beside a JSON `response_format` (json_object, json_schema): as OpenAI's API
+ * answers, either tool calls in the model's syntax (as tool_choice "required" writes them) or the
+ * answer's JSON, the model choosing as it writes (grammar.ts `union`; the chat output's tool-call
+ * parser then reads calls from the one, content from the other). `structured_outputs` and a
+ * structural tag keep vLLM's meaning, the whole answer; so does harmony (gpt-oss), whose calls begin
+ * in a message header while its answer's format starts in the final message's body.
+ */
+function callsOrAnswer(tools: NonNullable<ChatRequest["tools"]>, parallel: boolean, answer: OutputGrammar, structured: Structured, format: ToolCallSyntax): OutputGrammar {
+  if (answer.kind !== "json" || structured.grammar !== undefined || format === "harmony") return answer;
+  const calls: OutputGrammar = { kind: "tool_calls", tools: callableTools(tools), parallel, ...spacing(structured.whitespace), ...(format === "hermes" ? {} : { format }) };
+  return { kind: "union", options: [calls, answer] };
 }
 
 /**
  * allowed_tools in "auto" mode: free text, where tool calls, once the syntax's opening is written
  * (`<tool_call>`, `[TOOL_CALLS]`, a section's begin tag, Llama 3's `{"name"`), may only call
  * `tools`, with arguments that follow their parameters (grammar.ts `tool_calls` with `amidText`).
- * Harmony's calls begin in a message header, not amid text: a 400 that says to use "required".
+ * Harmony's calls begin in a message header, not amid text: a 400 that says to use "required". Beside
+ * a JSON response format: calls of `tools` or the answer's JSON ({@link callsOrAnswer}).
  */
 function allowedAuto(tools: NonNullable<ChatRequest["tools"]>, body: ChatRequest, structured: Structured, format: ToolCallSyntax): OutputGrammar {
   if (format === "harmony") {
     throw new ApiError(400, `tool_choice allowed_tools in mode "auto" cannot be followed in the harmony tool-call syntax, whose calls begin in a message header (use mode "required")`, "tool_choice", "invalid_value");
   }
-  if (formatOrStructured(body, structured) !== undefined) {
+  const answer = formatOrStructured(body, structured);
+  if (answer !== undefined) {
+    // Calls, or an answer that follows the response format: the same union as tool_choice "auto".
+    const union = callsOrAnswer(tools, body.parallel_tool_calls ?? true, answer, structured, format);
+    if (union.kind === "union") return union;
     const param = structured.grammar !== undefined ? structured.param : "response_format";
     throw new ApiError(400, `tool_choice allowed_tools in mode "auto" cannot also follow ${param}: give one of them`, param, "invalid_value");
   }

@@ -1,10 +1,11 @@
 /**
  * Request fields the chat and completions schemas pass through unparsed, and the parameters this
  * server knows but cannot honour: a 400 that names each rather than an answer that silently
- * ignores it (openai.ts's checkUnsupported calls these). Also vLLM's chat `echo`.
+ * ignores it (openai.ts's checkUnsupported calls these). Also vLLM's chat `echo` and `bad_words`.
  */
 import { messageText } from "./chat-template.ts";
 import { ApiError, describe } from "./errors.ts";
+import type { Tokenizer } from "../model/config.ts";
 import type { ChatRequest } from "./schemas.ts";
 
 /** A 400 for a known OpenAI parameter this server parses but cannot honour. */
@@ -58,4 +59,21 @@ export function chatEcho(body: ChatRequest): string | undefined {
   const generationPrompt = body.add_generation_prompt !== false && body.continue_final_message !== true;
   if (generationPrompt && last.role !== "assistant") return undefined;
   return messageText(last.content) || undefined;
+}
+
+/**
+ * vLLM's `bad_words` as token sequences: each word as written and after a space (its start-of-word
+ * tokens differ), without BOS, as vLLM tokenizes them.
+ */
+export function badWordIds(ctx: { tokenizer: Tokenizer }, words: readonly string[]): number[][] {
+  const seen = new Set<string>();
+  const out: number[][] = [];
+  for (const word of words) {
+    for (const text of [word, ` ${word.trimStart()}`]) {
+      const ids = ctx.tokenizer.encode(text, { addBos: false });
+      const key = ids.join(",");
+      if (ids.length > 0 && !seen.has(key)) seen.add(key), out.push(ids);
+    }
+  }
+  return out;
 }

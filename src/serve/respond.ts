@@ -6,6 +6,7 @@ import type { GenerateResult, StreamDelta } from "../engine/engine-types.ts";
 import type { TokenLogprob } from "../engine/logprobs.ts";
 import { ChatOutputStream, type ChatPart, parseChatOutput } from "./chat-output.ts";
 import { ApiError } from "./errors.ts";
+import { refusalError } from "./refusals.ts";
 import { bestOf, completionChoice, echoLogprobs } from "./completion-output.ts";
 import { chatLogprobs, completionLogprobs, promptLogprobsJson } from "./logprobs-json.ts";
 import type { CompletionShape, EchoedPrompt, Kind, ServeContext, Submitted } from "./openai.ts";
@@ -62,8 +63,14 @@ export function noteToolWait(ctx: ServeContext, s: Submitted, calls: readonly Pa
   if (sid !== undefined && calls.length > 0) ctx.engine.markToolWait(sid, calls[0].name);
 }
 
-/** The failure of the first choice that failed, as the 500 the client gets. */
+/**
+ * The failure the client gets: the first choice an engine refused, as its typed refusal's status (the
+ * client's mistake or a full queue, refusals.ts), else the first that failed, as a 500.
+ */
 export function failure(results: readonly GenerateResult[]): ApiError | undefined {
+  const refused = results.find((r) => r.refused !== undefined)?.refused;
+  const mapped = refused && refusalError(refused);
+  if (mapped) return mapped;
   const failed = results.find((r) => r.error);
   return failed && new ApiError(500, `Generation failed: ${failed.error}`, null, "engine_error");
 }
@@ -196,12 +203,17 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
   const id = `${kind === "chat" ? "chatcmpl" : "cmpl"}-${crypto.randomUUID()}`;
   const created = Math.floor(Date.now() / 1000);
   const object = kind === "chat" ? "chat.completion.chunk" : "text_completion";
-  // vLLM's continuous usage: the prompt as submitted, the tokens streamed so far.
-  const promptTokens = s.promptTokens ?? (s.completion?.prompts.reduce((n, p) => n + p.ids.length, 0) ?? 0);
-  let streamed = 0;
-  const running = () => (includeUsage && continuousUsage ? { usage: { prompt_tokens: promptTokens, completion_tokens: streamed, total_tokens: promptTokens + streamed } } : {});
+  // vLLM's continuous usage counts per choice: the prompt its choice answers, that choice's tokens so
+  // far (0 before any); the final usage chunk sums them all.
+  const streamed = handles.map(() => 0);
+  const promptOf = (i: number) => s.promptTokens ?? s.completion?.prompts[Math.floor(i / s.perPrompt)]?.ids.length ?? 0;
+  const running = (choice: Json | null) => {
+    if (!includeUsage || !continuousUsage || !choice) return {};
+    const i = choice.index as number;
+    return { usage: { prompt_tokens: promptOf(i), completion_tokens: streamed[i], total_tokens: promptOf(i) + streamed[i] } };
+  };
   const chunk = (choice: Json | null, extra: Json = {}) => {
-    const body = { id, object, created, model: ctx.modelName, choices: choice ? [choice] : [], ...(includeUsage ? { usage: null } : {}), ...running(), ...tierJson(s), ...extra };
+    const body = { id, object, created, model: ctx.modelName, choices: choice ? [choice] : [], ...(includeUsage ? { usage: null } : {}), ...running(choice), ...tierJson(s), ...extra };
     return enc.encode(`data: ${JSON.stringify(body)}\n\n`);
   };
   const cancelAll = () => handles.forEach((h) => h.cancel());
@@ -221,7 +233,7 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
         // Each choice streams as it is generated; its end waits for all of them to be known good.
         const results = await Promise.all(handles.map(async (h, i) => {
           for await (const d of h.stream) {
-            streamed += d.tokenIds.length;
+            streamed[i] += d.tokenIds.length;
             send(choices[i].delta(d));
           }
           return await h.result;

@@ -158,7 +158,8 @@ export function functionTools(tools: ResponsesRequest["tools"]): { tools: ToolDe
     if (seen.has(t.name)) throw new ApiError(400, `The tool name '${t.name}' is given twice${namespace ? ` (again in namespace '${namespace}')` : ""}; the model calls tools by name`, "tools", "invalid_value");
     seen.add(t.name);
     if (namespace !== undefined) namespaceOf.set(t.name, namespace);
-    out.push({ type: "function", function: { name: t.name, ...(t.description ? { description: t.description } : {}), ...(t.parameters ? { parameters: t.parameters } : {}) } });
+    // `strict: true` holds the tool's calls to its parameters, as in chat (output-grammar.ts).
+    out.push({ type: "function", function: { name: t.name, ...(t.description ? { description: t.description } : {}), ...(t.parameters ? { parameters: t.parameters } : {}), ...(t.strict === true ? { strict: true } : {}) } });
   };
   for (const t of tools ?? []) {
     if (t.type === "function") add(t as FunctionToolIn);
@@ -170,7 +171,7 @@ export function functionTools(tools: ResponsesRequest["tools"]): { tools: ToolDe
 /**
  * The chat request that answers a Responses request: `instructions` as the system message, then the
  * stored conversation, then this turn's input; `tools` (from {@link functionTools}); `text.format`
- * as `response_format`; `reasoning.effort` as the template variable gpt-oss's template reads.
+ * as `response_format`; `reasoning.effort` as chat's `reasoning_effort` (reasoning-effort.ts maps both alike).
  */
 export function chatRequestOf(body: ResponsesRequest, history: readonly ChatMessageIn[], input: readonly ChatMessageIn[], sessionId: string | undefined, tools: readonly ToolDef[]): ChatRequest {
   const choice = body.tool_choice;
@@ -196,7 +197,7 @@ export function chatRequestOf(body: ResponsesRequest, history: readonly ChatMess
     ...(body.service_tier ? { service_tier: body.service_tier } : {}),
     stream: body.stream ?? false,
     ...(sessionId !== undefined ? { prompt_cache_key: sessionId } : {}),
-    ...(effort ? { chat_template_kwargs: { reasoning_effort: effort } } : {}),
+    ...(effort ? { reasoning_effort: effort } : {}),
   } as ChatRequest;
 }
 

@@ -5,6 +5,7 @@
  * but cannot honour (images, hosted tools) is refused by name.
  */
 import { z } from "zod";
+import { REASONING_EFFORTS } from "./reasoning-effort.ts";
 import { cacheSaltField, explained, type Flaw, isObject, priorityField, SERVICE_TIERS, sessionKey } from "./schemas.ts";
 
 const maybe = <T extends z.ZodType>(t: T) => t.nullable().optional();
@@ -264,7 +265,7 @@ export const ResponsesRequestSchema = z.looseObject({
   metadata: maybe(Metadata),
   user: maybe(sessionKey),
   prompt_cache_key: maybe(sessionKey),
-  reasoning: maybe(z.looseObject({ effort: maybe(z.enum(["none", "minimal", "low", "medium", "high"])), summary: maybe(z.string()) })),
+  reasoning: maybe(z.looseObject({ effort: maybe(z.enum(REASONING_EFFORTS)), summary: maybe(z.string()) })),
   // Parsed to be refused (or accepted at their no-op values) by name in responses.ts.
   background: maybe(z.boolean()),
   truncation: maybe(z.enum(["auto", "disabled"])),

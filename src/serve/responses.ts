@@ -59,7 +59,7 @@ export interface ResponseTurn {
 }
 
 /** Where the chat path's parameter names differ from the Responses API's. */
-const PARAM_NAMES: [string, string][] = [["messages", "input"], ["response_format", "text.format"], ["max_completion_tokens", "max_output_tokens"], ["chat_template_kwargs", "reasoning"]];
+const PARAM_NAMES: [string, string][] = [["messages", "input"], ["response_format", "text.format"], ["max_completion_tokens", "max_output_tokens"], ["chat_template_kwargs", "reasoning"], ["reasoning_effort", "reasoning.effort"]];
 
 /** A chat-path error as the Responses API names its parameters. */
 function renamed(e: ApiError): ApiError {
@@ -79,12 +79,22 @@ function checkSupported(body: ResponsesRequest): void {
     throw new ApiError(400, "A background response must be stored to be read back: send store = true (the default) with background = true", "store", "invalid_value");
   }
   if (body.prompt !== undefined && body.prompt !== null) throw unsupported(`Stored prompt templates are not supported, got prompt = ${describe(body.prompt)}; send the instructions and input themselves`, "prompt");
-  const include = (body.include ?? []).find((x) => !INCLUDABLE.includes(x));
-  if (include !== undefined) throw unsupported(`Including ${JSON.stringify(include)} is not supported; this server includes ${INCLUDABLE.map((x) => JSON.stringify(x)).join(" and ")} (reasoning always comes back as text)`, "include");
+  const at = (body.include ?? []).findIndex((x) => !INCLUDABLE.includes(x));
+  if (at >= 0) {
+    throw new ApiError(400, `Invalid value for 'include[${at}]': must be one of ${INCLUDABLE.map((x) => JSON.stringify(x)).join(", ")}, got ${JSON.stringify(body.include![at])}`, `include[${at}]`, "invalid_value");
+  }
 }
 
-/** The `include` values accepted: encrypted reasoning is a no-op (reasoning is returned as text). */
-const INCLUDABLE = ["message.output_text.logprobs", "reasoning.encrypted_content"];
+/**
+ * OpenAI's `include` values (`ResponseIncludable`), all accepted as vLLM accepts them. The output
+ * text's log probabilities are returned; the rest are no-ops here: reasoning always comes back as
+ * text (never encrypted), and the hosted tools (web and file search, code interpreter, computer use)
+ * are accepted but never run, nor are input images taken, so there is nothing of theirs to include.
+ */
+const INCLUDABLE = [
+  "message.output_text.logprobs", "reasoning.encrypted_content", "web_search_call.action.sources", "web_search_call.results",
+  "file_search_call.results", "code_interpreter_call.outputs", "computer_call_output.output.image_url", "message.input_image.image_url",
+];
 
 /** Whether the request asks for the output text's log probabilities, and how many alternatives per token. */
 function logprobsAsked(body: ResponsesRequest): number | undefined {

@@ -3,6 +3,7 @@
  * known fields are checked for type and range so a bad value gets a 400 that names it.
  */
 import { z } from "zod";
+import { REASONING_EFFORTS } from "./reasoning-effort.ts";
 
 const maybe = <T extends z.ZodType>(t: T) => t.nullable().optional();
 const positiveInt = z.number().int().min(1);
@@ -202,9 +203,6 @@ export const ToolSchema = z.looseObject({
   }),
 });
 
-/** The values OpenAI accepts for a chat request's `reasoning_effort`. */
-export const REASONING_EFFORTS = ["none", "minimal", "low", "medium", "high"] as const;
-
 /** The chat template variables the server sets from the request and the model (chat-template.ts). */
 export const RESERVED_TEMPLATE_VARIABLES = ["messages", "tools", "add_generation_prompt", "bos_token", "eos_token"] as const;
 
@@ -252,7 +250,7 @@ export const ChatRequestSchema = z.looseObject({
   continue_final_message: maybe(z.boolean()),
   // vLLM's extension: at most this many reasoning tokens, then the reasoning's end is forced (reasoning-budget.ts).
   thinking_token_budget: maybe(z.number().int().min(0)),
-  // OpenAI's values (vLLM takes low, medium and high only); templates read it (gpt-oss's system message).
+  // OpenAI's values (vLLM's too); templates read it as the levels they know (reasoning-effort.ts).
   reasoning_effort: maybe(z.enum(REASONING_EFFORTS, {
     error: (iss) => `must be one of ${REASONING_EFFORTS.map((e) => JSON.stringify(e)).join(", ")}, got ${JSON.stringify(iss.input)}`,
   })),

@@ -72,8 +72,8 @@ test("ChatRequestSchema refuses a reasoning_effort OpenAI does not take with a 4
     const ok = await client.chat.completions.create({ model: "qwen3-scripted", messages: [{ role: "user", content: "Hi" }], reasoning_effort: "low", max_tokens: 1 });
     assert.equal(ok.choices.length, 1);
     await assert.rejects(
-      client.chat.completions.create({ model: "qwen3-scripted", messages: [{ role: "user", content: "Hi" }], reasoning_effort: "max" as "low", max_tokens: 1 }),
-      (e: InstanceType<typeof OpenAI.APIError>) => e.status === 400 && /reasoning_effort/.test(String(e.param ?? e.message)) && e.message.includes('"max"'),
+      client.chat.completions.create({ model: "qwen3-scripted", messages: [{ role: "user", content: "Hi" }], reasoning_effort: "ultra" as "low", max_tokens: 1 }),
+      (e: InstanceType<typeof OpenAI.APIError>) => e.status === 400 && /reasoning_effort/.test(String(e.param ?? e.message)) && e.message.includes('"ultra"'),
     );
   });
 });

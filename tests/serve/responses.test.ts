@@ -278,7 +278,7 @@ test("POST /v1/responses refuses what it cannot honour with a 400 naming the fie
     await bad({ background: true, store: false }, "store", /A background response must be stored/);
     await bad({ conversation: { id: "" } }, "conversation", /conversation must be/);
     await bad({ conversation: "conv_1", previous_response_id: "resp_1" }, "conversation", /cannot both be given/);
-    await bad({ include: ["file_search_call.results"] }, "include", /file_search_call\.results/);
+    await bad({ include: ["file_search_call.resluts"] }, "include[0]", /file_search_call\.resluts/);
     await bad({ top_logprobs: 21 }, "top_logprobs", /.+/);
     await bad({ previous_response_id: "resp_missing" }, "previous_response_id", /resp_missing/);
     await bad({ input: "x".repeat(50_000) }, "input", /maximum context length/);

@@ -195,7 +195,7 @@ test("chat completions and Responses: tool_choice allowed_tools keeps every tool
   });
 });
 
-test("chatGrammar() follows allowed_tools in auto mode amid text in every syntax but harmony, and refuses it beside response_format", () => {
+test("chatGrammar() follows allowed_tools in auto mode amid text in every syntax but harmony, and refuses it beside structured_outputs", () => {
   const body = {
     model: "m", messages: [{ role: "user" as const, content: "x" }], tools: [...TOOLS, SET_UNIT],
     tool_choice: { type: "allowed_tools" as const, allowed_tools: { mode: "auto" as const, tools: [{ type: "function" as const, function: { name: "set_unit" } }] } },
@@ -207,5 +207,7 @@ test("chatGrammar() follows allowed_tools in auto mode amid text in every syntax
     assert.deepEqual(g.tools.map((t) => t.name), ["set_unit"]);
   }
   assert.equal(chatGrammar({ ...body, tool_choice: { ...body.tool_choice as object, allowed_tools: { mode: "required", tools: [{ type: "function", function: { name: "set_unit" } }] } } } as ChatRequest, "any", "llama3_json").grammar?.kind, "tool_calls");
-  assert.throws(() => chatGrammar({ ...body, response_format: { type: "json_object" } } as ChatRequest), (e: unknown) => e instanceof ApiError && /cannot also follow response_format/.test(e.message));
+  // Beside a JSON response_format: calls or the JSON (union-grammar-hunt3.test.ts); beside vLLM's structured_outputs, a 400.
+  assert.equal(chatGrammar({ ...body, response_format: { type: "json_object" } } as ChatRequest).grammar?.kind, "union");
+  assert.throws(() => chatGrammar({ ...body, structured_outputs: { regex: "a" } } as ChatRequest), (e: unknown) => e instanceof ApiError && /cannot also follow structured_outputs\.regex/.test(e.message));
 });
