@@ -11,7 +11,7 @@
  * the keys or item counts leave only that; in a `regex` grammar, each character the expression alone
  * allows (regex-nfa.ts `only`).
  */
-import { grammarComplete, grammarStep, type GrammarState, MAX_DEPTH, MAX_WHITESPACE } from "./grammar.ts";
+import { fitsDepth, grammarComplete, grammarStep, type GrammarState, MAX_WHITESPACE } from "./grammar.ts";
 import type { ArrFrame, Config, Frame, ObjFrame } from "./grammar-frames.ts";
 import { resolve, type SchemaNode } from "./json-schema.ts";
 
@@ -123,8 +123,8 @@ function forcedStart(node: SchemaNode, d: number): string | null {
       const c = codePointAt(n.texts[0], 0);
       return n.texts.every((t) => t.startsWith(c)) ? c : null;
     }
-    case "object": return d < MAX_DEPTH ? "{" : null;
-    case "array": return d < MAX_DEPTH ? "[" : null;
+    case "object": return fitsDepth(n, d) ? "{" : null;
+    case "array": return fitsDepth(n, d) ? "[" : null;
     case "string": return '"';
     case "anyOf": {
       const cs = n.options.map((o) => forcedStart(o, d));

@@ -453,9 +453,9 @@ function start(node: SchemaNode, up: Frame | null, d: number, c: string, compact
       });
     }
     case "object":
-      return c === "{" && d < MAX_DEPTH ? [{ top: { k: "obj", node: n, seen: [], phase: "first", key: "", compact, up, d: d + 1 }, ws: 0 }] : [];
+      return c === "{" && fitsDepth(n, d) ? [{ top: { k: "obj", node: n, seen: [], phase: "first", key: "", compact, up, d: d + 1 }, ws: 0 }] : [];
     case "array":
-      return c === "[" && d < MAX_DEPTH ? [{ top: { k: "arr", node: n, count: 0, phase: "first", seen: n.unique ? [] : null, compact, up, d: d + 1 }, ws: 0 }] : [];
+      return c === "[" && fitsDepth(n, d) ? [{ top: { k: "arr", node: n, count: 0, phase: "first", seen: n.unique ? [] : null, compact, up, d: d + 1 }, ws: 0 }] : [];
     // compileSchema has checked that each pattern can end within maxLength.
     case "string": {
       if (c !== '"') return [];
@@ -475,6 +475,15 @@ function start(node: SchemaNode, up: Frame | null, d: number, c: string, compact
       return start(ANY_NUMBER, up, d, c, compact);
     }
   }
+}
+
+/**
+ * Whether an object or array of `n` may start below depth `d`: its values need `n.need` levels
+ * (compileSchema's count of the fewest), which must fit under MAX_DEPTH, or the model would start a
+ * value it cannot end.
+ */
+export function fitsDepth(n: { readonly need?: number }, d: number): boolean {
+  return d + (n.need ?? 1) <= MAX_DEPTH;
 }
 
 /** The schema of item `i` of an array (`max` keeps `i` inside the tuple when no other items may follow). */

@@ -5,21 +5,25 @@
  * it and where it is, never ignored: output that silently breaks a schema is worse than a 400.
  *
  * Followed: `type` (one or a list), `properties`, `required`, `additionalProperties` (absent means
- * none when `properties` is given, any object otherwise; keys come in any order, each once), `items`,
+ * none when `properties` is given, but for `required` names, which take any value; any object
+ * otherwise; keys come in any order, each once), `items`,
  * tuples (`prefixItems`, or draft 4's `items` list with `additionalItems`), `minItems`, `maxItems`,
  * `uniqueItems` (items that are strings, numbers, booleans, null or enum values),
  * `minLength`, `maxLength`, `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (a number,
  * or draft 4's boolean beside `minimum`/`maximum`), `multipleOf` (a bounded or stepped number is
  * written without an exponent, a stepped one with no more fraction digits than its step), `pattern`
  * and `format` on strings (regex-nfa.ts: the formats it lists; `password` free; OpenAPI's number
- * formats are annotations), `enum`, `const`, `anyOf`, `oneOf` (as anyOf), `allOf` with one entry,
- * `nullable`, `$ref` to `#/$defs/…` or `#/definitions/…` (recursion included).
+ * formats are annotations), `enum`, `const` (beside a `type`, only its values), `anyOf`, `oneOf` (as
+ * anyOf, as vLLM's xgrammar and llama.cpp follow it: a value two branches match may be written), `allOf` with one entry,
+ * `nullable`, `$ref` to `#/$defs/…` or `#/definitions/…` (recursion included, as long as values can
+ * end within MAX_SCHEMA_DEPTH levels).
  * Annotations (`title`, `description`, `default`, `examples`, …) are ignored.
  */
 
 import { decimalStep, integersIn, type NumberRange, rangeHolds } from "./number-bounds.ts";
 import { literalKey } from "./value-key.ts";
 import { type CompiledRegex, compilePattern, FORMATS, formatPattern, RegexError } from "./regex-nfa.ts";
+import { ofType, soundnessProblem } from "./schema-soundness.ts";
 
 /**
  * Named definitions of one schema, each compiled on first use, so that one compiled early
@@ -55,7 +59,11 @@ export type JsonSchema = boolean | { readonly [keyword: string]: unknown };
 /** A compiled schema node. A `ref` is looked up in its schema's definitions when it is reached. */
 export type SchemaNode =
   | { readonly t: "any" }
-  | { readonly t: "object"; readonly props: ReadonlyMap<string, SchemaNode>; readonly required: ReadonlySet<string>; readonly extra: SchemaNode | null }
+  | {
+    readonly t: "object"; readonly props: ReadonlyMap<string, SchemaNode>; readonly required: ReadonlySet<string>; readonly extra: SchemaNode | null;
+    /** Fewest levels of objects and arrays its values nest, itself included; set by compileSchema (absent: 1). */
+    readonly need?: number;
+  }
   /**
    * `prefix`: the schemas of the first items, in order (a tuple: `prefixItems`, or draft 4–2019's
    * `items` list); `items`: the schema of every item after them, null when none may follow.
@@ -64,6 +72,8 @@ export type SchemaNode =
     readonly t: "array"; readonly prefix: readonly SchemaNode[]; readonly items: SchemaNode | null; readonly min: number; readonly max: number;
     /** `uniqueItems`: no two items equal (items are scalars or enum values, see compileArray). */
     readonly unique: boolean;
+    /** As an object's `need`. */
+    readonly need?: number;
   }
   /** `patterns`: expressions the value must match (its `pattern` and `format`). */
   | { readonly t: "string"; readonly min: number; readonly max: number; readonly patterns: readonly CompiledRegex[] }
@@ -137,8 +147,11 @@ export function compileSchema(schema: unknown): SchemaNode {
   for (const name of defs.names()) resolve({ t: "ref", name, table: defs });
   resolve(root);
   checkUnique(root, "#", new Set());
+  const problem = soundnessProblem([{ node: root, at: "#" }, ...defs.names().map((name) => ({ node: defs.get(name)!, at: name }))]);
+  if (problem !== null) throw new SchemaError(problem);
   return root;
 }
+
 
 /** Follows references to a node that is not one; throws on a missing or circular reference. */
 export function resolve(node: SchemaNode): Exclude<SchemaNode, { t: "ref" }> {
@@ -181,10 +194,13 @@ function compileNode(s: unknown, at: string, defs: DefTable): SchemaNode {
 
 function compileCombinator(s: { readonly [k: string]: unknown }, k: string, at: string, defs: DefTable): SchemaNode {
   const v = s[k];
-  if (k === "const") return { t: "literal", texts: [JSON.stringify(v)] };
-  if (k === "enum") {
-    if (!Array.isArray(v) || v.length === 0) throw new SchemaError(`The schema's "enum" at ${at} must be a non-empty array, got ${show(v)}`);
-    return literalNode(v.map((x) => JSON.stringify(x)));
+  if (k === "const" || k === "enum") {
+    if (k === "enum" && (!Array.isArray(v) || v.length === 0)) throw new SchemaError(`The schema's "enum" at ${at} must be a non-empty array, got ${show(v)}`);
+    // Beside a type, a value must also be of that type.
+    if (s.type !== undefined) typesOf(s, at);
+    const values = (k === "enum" ? v as unknown[] : [v]).filter((x) => ofType(x, s.type));
+    if (values.length === 0) throw new SchemaError(`The schema's ${show(k)} at ${at} has no value of type ${show(s.type)}: no value can match it`);
+    return literalNode(values.map((x) => JSON.stringify(x)));
   }
   if (k === "$ref") {
     if (typeof v !== "string" || !/^#\/(\$defs|definitions)\/[^/]+$/.test(v)) {
@@ -364,6 +380,8 @@ function compileObject(s: { readonly [k: string]: unknown }, at: string, defs: D
   const r = s.required ?? [];
   if (!Array.isArray(r) || r.some((x) => typeof x !== "string")) throw new SchemaError(`The schema's "required" at ${at} must be a list of property names, got ${show(r)}`);
   for (const name of r as string[]) {
+    // Without additionalProperties, a required property not listed takes any value (JSON Schema's meaning).
+    if (!props.has(name) && a === undefined && names === null) props.set(name, ANY);
     if (!props.has(name) && extra === null) throw new SchemaError(`The schema at ${at} requires ${show(name)}, which its properties do not allow`);
   }
   return { t: "object", props, required: new Set(r as string[]), extra };
