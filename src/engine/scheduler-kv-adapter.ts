@@ -37,6 +37,11 @@ export function poolBlockManager(pool: BlockPool, cacheVersion?: () => number, t
         keepHandoffTail: (prompt: readonly number[], id: number, root?: number) => tails.keep(prompt, id, root),
         takeHandoffTail: (prompt: readonly number[], root?: number) => tails.take(prompt, root),
         hasHandoffTail: (prompt: readonly number[], root?: number) => tails.has(prompt, root),
+        releaseHandoffTails: () => {
+          const held = tails.size > 0;
+          tails.clear();
+          return held;
+        },
       }
       : {}),
     blockSize: bs,

@@ -55,4 +55,6 @@ export interface KvBlockManager {
   takeHandoffTail?(prompt: readonly number[], root?: number): number | null;
   /** True when a block is held for exactly `prompt`'s end. */
   hasHandoffTail?(prompt: readonly number[], root?: number): boolean;
+  /** Lets go of every block held for a hand-off (a sequence alone needs them); true when any was held. */
+  releaseHandoffTails?(): boolean;
 }

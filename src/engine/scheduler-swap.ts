@@ -13,7 +13,12 @@ export class SwapSpace {
   swappedOutBlocks = 0;
   swappedInBlocks = 0;
 
-  constructor(readonly totalBlocks: number, private readonly blockSize: number) {
+  /**
+   * `readmitBlocks`: the most blocks a waiting sequence can be admitted into (the pool less the
+   * watermark). Swapped KV comes back whole, with room for the next token: a victim that has outgrown
+   * that could never come back (and, first in the queue, would hold up everyone behind it).
+   */
+  constructor(readonly totalBlocks: number, private readonly blockSize: number, private readonly readmitBlocks = Infinity) {
     if (!Number.isInteger(totalBlocks) || totalBlocks < 0) throw new RangeError(`Swap space must be a whole number of blocks, got ${totalBlocks}`);
   }
 
@@ -24,11 +29,12 @@ export class SwapSpace {
 
   /**
    * Reserves room for `seq`'s computed KV and returns the copy to run, or null when the sequence
-   * has nothing computed or the space is full (the caller then recomputes).
+   * has nothing computed, the space is full or the KV could not come back (the caller then recomputes).
    */
   swapOut(seq: Sequence): SwapOp | null {
     const blocks = Math.ceil(seq.numComputed / this.blockSize);
     if (blocks === 0 || this.used + blocks > this.totalBlocks) return null;
+    if (Math.ceil((seq.numComputed + 1) / this.blockSize) > this.readmitBlocks) return null;
     this.held.set(seq.id, blocks);
     this.used += blocks;
     this.swapOuts++;

@@ -43,7 +43,7 @@ export class Scheduler {
     this.config = { ...DEFAULT_SCHEDULER_CONFIG, ...config };
     const mode = this.config.preemption;
     if (mode !== "recompute" && mode !== "swap") throw new RangeError(`Unknown preemption mode "${mode}"; choose recompute or swap`);
-    this.swap = new SwapSpace(mode === "swap" ? this.config.swapSpaceBlocks ?? kv.totalBlocks : 0, kv.blockSize);
+    this.swap = new SwapSpace(mode === "swap" ? this.config.swapSpaceBlocks ?? kv.totalBlocks : 0, kv.blockSize, kv.totalBlocks - this.config.watermarkBlocks);
     this.mixer = new StepMixer(this.config.stepMixing ?? "mixed");
     this.waiting = new WaitingQueue(kv, this.config, this.swap, clock);
   }
@@ -155,6 +155,8 @@ export class Scheduler {
       }
       while (got === null) {
         if (this.running.length === 1) {
+          // Blocks held for hand-offs yet to come go before a sequence the pool could hold does.
+          if (this.kv.releaseHandoffTails?.()) { got = this.kv.allocate(extra); continue; }
           // Alone and still out of blocks: the pool can never hold this sequence, so it ends here.
           this.finish(seq.id, "length");
           truncated.push(seq.id);
