@@ -19,6 +19,12 @@ import type { CharClass, Piece, SeqGroup } from "./grammar-frames.ts";
 /** The most copies a counted repetition (`{m,n}`) may spell out. */
 export const MAX_GBNF_REPEAT = 1000;
 
+/**
+ * The most pieces counted repetitions may spell out in one grammar, all together: nested counts
+ * multiply (`(("a"{300}){300}){1000}` is 9e7 pieces, gigabytes for a 35-byte grammar).
+ */
+export const MAX_GBNF_SPELLED = 2_000_000;
+
 /** An expression of the notation, as parsed. */
 type Expr =
   | { readonly t: "lit"; readonly text: string }
@@ -36,6 +42,15 @@ export function compileGbnf(source: string): SeqGroup {
   if (!rules.has("root")) throw new SchemaError(`The grammar has no rule named "root", which the output must match; it defines ${[...rules.keys()].map((k) => JSON.stringify(k)).join(", ") || "no rules"}`);
   checkRules(rules);
   const groups = new Map<string, { alts: Piece[][]; repeat: false; sep: ""; rule: string }>();
+  let spelled = 0;
+  const repeat = (e: Extract<Expr, { t: "rep" }>): Piece[] => {
+    const p = pieces(e.e);
+    spelled += p.length * (e.max === Infinity ? e.min + 1 : e.max);
+    if (spelled > MAX_GBNF_SPELLED) {
+      throw new SchemaError(`${e.at}: the grammar is too large for constrained decoding: its counted repetitions spell out more than ${MAX_GBNF_SPELLED} pieces; nest fewer counts`);
+    }
+    return repeated(p, e.min, e.max);
+  };
   for (const name of rules.keys()) groups.set(name, { alts: [], repeat: false, sep: "", rule: name });
   const pieces = (e: Expr): Piece[] => {
     switch (e.t) {
@@ -44,7 +59,7 @@ export function compileGbnf(source: string): SeqGroup {
       case "ref": return [{ group: groups.get(e.name)! }];
       case "seq": return e.items.flatMap(pieces);
       case "alt": return [{ group: { alts: e.alts.map(pieces), repeat: false, sep: "" } }];
-      case "rep": return repeated(pieces(e.e), e.min, e.max);
+      case "rep": return repeat(e);
     }
   };
   for (const [name, e] of rules) groups.get(name)!.alts.push(...(e.t === "alt" ? e.alts.map(pieces) : [pieces(e)]));
@@ -138,7 +153,12 @@ function checkRules(rules: ReadonlyMap<string, Expr>): void {
 class GbnfParser {
   private i = 0;
 
-  constructor(private readonly src: string) {}
+  /** Where each line starts, for where() (finding them anew each time took time quadratic in the source). */
+  private readonly lineStarts: number[] = [0];
+
+  constructor(private readonly src: string) {
+    for (let i = src.indexOf("\n"); i >= 0; i = src.indexOf("\n", i + 1)) this.lineStarts.push(i + 1);
+  }
 
   /** Every rule, in order; throws SchemaError at the first syntax error. */
   rules(): Map<string, Expr> {
@@ -299,8 +319,14 @@ class GbnfParser {
 
   /** "Grammar line L, column C" of the current position. */
   private where(): string {
-    const before = this.src.slice(0, this.i).split("\n");
-    return `Grammar line ${before.length}, column ${before[before.length - 1].length + 1}`;
+    let lo = 0;
+    let hi = this.lineStarts.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (this.lineStarts[mid] <= this.i) lo = mid;
+      else hi = mid - 1;
+    }
+    return `Grammar line ${lo + 1}, column ${this.i - this.lineStarts[lo] + 1}`;
   }
 
   private seen(): string {

@@ -146,7 +146,10 @@ export function compileSchema(schema: unknown): SchemaNode {
   // Every reference must lead to a value now, not when the model reaches it.
   for (const name of defs.names()) resolve({ t: "ref", name, table: defs });
   resolve(root);
-  checkUnique(root, "#", new Set());
+  // Walks the definitions too, so that a reference to nothing in one the root never reaches is a SchemaError.
+  const visited = new Set<SchemaNode>();
+  checkUnique(root, "#", visited);
+  for (const name of defs.names()) checkUnique({ t: "ref", name, table: defs }, name, visited);
   const problem = soundnessProblem([{ node: root, at: "#" }, ...defs.names().map((name) => ({ node: defs.get(name)!, at: name }))]);
   if (problem !== null) throw new SchemaError(problem);
   return root;
@@ -160,11 +163,16 @@ export function resolve(node: SchemaNode): Exclude<SchemaNode, { t: "ref" }> {
   while (n.t === "ref") {
     if (seen.has(n.name)) throw new SchemaError(`The schema reference ${show(n.name)} refers to itself without a value in between`);
     seen.add(n.name);
-    const next = n.table.get(n.name);
-    if (next === undefined) throw new SchemaError(`The schema reference ${show(n.name)} names no definition under #/$defs or #/definitions`);
-    n = next;
+    n = referred(n);
   }
   return n;
+}
+
+/** The node `ref` names; throws SchemaError when it names no definition. */
+function referred(ref: Extract<SchemaNode, { t: "ref" }>): SchemaNode {
+  const next = ref.table.get(ref.name);
+  if (next === undefined) throw new SchemaError(`The schema reference ${show(ref.name)} names no definition under #/$defs or #/definitions`);
+  return next;
 }
 
 function compileNode(s: unknown, at: string, defs: DefTable): SchemaNode {
@@ -304,7 +312,7 @@ function compileArray(s: { readonly [k: string]: unknown }, at: string, defs: De
 function checkUnique(node: SchemaNode, at: string, visited: Set<SchemaNode>): void {
   if (visited.has(node)) return;
   visited.add(node);
-  const n = node.t === "ref" ? node.table.get(node.name)! : node;
+  const n = node.t === "ref" ? referred(node) : node;
   const where = node.t === "ref" ? node.name : at;
   switch (n.t) {
     case "ref": return checkUnique(n, where, visited);

@@ -35,8 +35,11 @@ export function checkSamplingRequest(req: GenerateRequest, vocabSize: number): v
   }
   if (req.priority !== undefined && !Number.isSafeInteger(req.priority)) throw new RequestParamError(`The priority must be a whole number, got ${req.priority}`);
   if (req.minP !== undefined && !(req.minP >= 0 && req.minP <= 1)) throw new RequestParamError(`The min_p must be a number from 0 to 1, got ${req.minP}`);
-  if (req.repetitionPenalty !== undefined && !(req.repetitionPenalty > 0 && Number.isFinite(req.repetitionPenalty))) {
-    throw new RequestParamError(`The repetition_penalty must be a positive number, got ${req.repetitionPenalty}`);
+  // As the backends hold it (a 32-bit float): 5e-324 is 0 there, and 1e39 Infinity.
+  const penalty = req.repetitionPenalty === undefined ? undefined : Math.fround(req.repetitionPenalty);
+  if (penalty !== undefined && !(penalty > 0 && Number.isFinite(penalty))) {
+    const held = !Object.is(penalty, req.repetitionPenalty) ? `, which is ${penalty} as a 32-bit float` : "";
+    throw new RequestParamError(`The repetition_penalty must be a positive number, got ${req.repetitionPenalty}${held}`);
   }
   for (const [name, v] of [["presence_penalty", req.presencePenalty], ["frequency_penalty", req.frequencyPenalty]] as const) {
     if (v !== undefined && !Number.isFinite(v)) throw new RequestParamError(`The ${name} must be a finite number, got ${v}`);
