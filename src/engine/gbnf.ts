@@ -25,6 +25,13 @@ export const MAX_GBNF_REPEAT = 1000;
  */
 export const MAX_GBNF_SPELLED = 2_000_000;
 
+/**
+ * The most alternatives one `|` list may hold: each step's token mask walks every open alternative
+ * (100,000 words took 12 s to answer and stalled the other requests' steps); a list of literal
+ * choices that long belongs in `structured_outputs.choice` or a JSON schema `enum`, which are indexed.
+ */
+export const MAX_GBNF_ALTERNATIVES = 10_000;
+
 /** An expression of the notation, as parsed. */
 type Expr =
   | { readonly t: "lit"; readonly text: string }
@@ -181,11 +188,15 @@ class GbnfParser {
   }
 
   private alternatives(): Expr {
+    const at = this.i;
     const alts = [this.sequence()];
     while (this.src[this.i] === "|") {
       this.i++;
       this.space();
       alts.push(this.sequence());
+      if (alts.length > MAX_GBNF_ALTERNATIVES) {
+        throw new SchemaError(`${this.where(at)}: more than ${MAX_GBNF_ALTERNATIVES} alternatives in one list are not supported; give a long list of words as structured_outputs.choice or a JSON schema enum`);
+      }
     }
     return alts.length === 1 ? alts[0] : { t: "alt", alts };
   }
@@ -318,15 +329,15 @@ class GbnfParser {
   }
 
   /** "Grammar line L, column C" of the current position. */
-  private where(): string {
+  private where(i = this.i): string {
     let lo = 0;
     let hi = this.lineStarts.length - 1;
     while (lo < hi) {
       const mid = (lo + hi + 1) >> 1;
-      if (this.lineStarts[mid] <= this.i) lo = mid;
+      if (this.lineStarts[mid] <= i) lo = mid;
       else hi = mid - 1;
     }
-    return `Grammar line ${lo + 1}, column ${this.i - this.lineStarts[lo] + 1}`;
+    return `Grammar line ${lo + 1}, column ${i - this.lineStarts[lo] + 1}`;
   }
 
   private seen(): string {

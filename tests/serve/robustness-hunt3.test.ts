@@ -51,6 +51,15 @@ test("hostile requests are 400s naming the problem, answered quickly, and the se
     // Up to a million spelled out is served, as before.
     const square = await post(s.url, "/v1/completions", completion({ structured_outputs: { grammar: 'root ::= ("a"{1000}){1000}' } }));
     assert.equal(square.status, 200, square.message);
+    // 100,000 alternatives took 12 s to answer (each step's mask walks every open one) and slowed the
+    // other requests' steps; 10,000 are served.
+    const words = (n: number) => `root ::= ${Array.from({ length: n }, (_, i) => `"w${i}"`).join(" | ")}`;
+    const many = await post(s.url, "/v1/completions", completion({ structured_outputs: { grammar: words(100_000) } }));
+    assert.equal(many.status, 400, many.message);
+    assert.match(many.message, /more than 10000 alternatives .*structured_outputs\.choice/);
+    assert.ok(many.ms < 2000, `the 100000 alternatives took ${many.ms.toFixed(0)} ms`);
+    const tenThousand = await post(s.url, "/v1/completions", completion({ structured_outputs: { grammar: words(10_000) } }));
+    assert.equal(tenThousand.status, 200, tenThousand.message);
     const ok = await post(s.url, "/v1/completions", completion({}));
     assert.equal(ok.status, 200, ok.message);
   } finally {
