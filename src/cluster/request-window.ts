@@ -35,6 +35,7 @@ export class RequestWindow {
     m.countFinish(r.error ? "error" : r.finishReason);
     m.generationTokens += r.completionTokens;
     m.e2e.observe((this.now() - t0) / 1000);
+    m.observeRequest(r);
     if (r.firstTokenS !== undefined) {
       const ttft = (tStart - t0) / 1000 + r.firstTokenS;
       const n = r.completionTokens;

@@ -21,19 +21,27 @@ export class Histogram {
   }
 }
 
-/** vLLM's TTFT buckets (seconds). */
-export const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
+/** vLLM's TTFT buckets (seconds; vllm/v1/metrics/loggers.py). */
+export const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560];
 /** vLLM's inter-token latency buckets (seconds). */
 export const ITL_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
-/** vLLM's request latency buckets (seconds). */
-export const E2E_BUCKETS = [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960];
+/** vLLM's request latency buckets (seconds), also its prefill, decode and queue time buckets. */
+export const E2E_BUCKETS = [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680];
+/**
+ * vLLM's token-count buckets (its build_1_2_5_buckets): 1, 2, 5, 10, 20, 50, … Kept here up to 10⁹;
+ * /metrics shows those up to the context length, as vLLM does (no request counts more tokens).
+ */
+export const TOKEN_BUCKETS: readonly number[] = Array.from({ length: 27 }, (_, i) => [1, 2, 5][i % 3] * 10 ** Math.floor(i / 3));
 
 /** Everything the engine measures. */
 export class EngineMetrics {
   readonly ttft = new Histogram(TTFT_BUCKETS);
   readonly itl = new Histogram(ITL_BUCKETS);
   readonly e2e = new Histogram(E2E_BUCKETS);
-  readonly queueTime = new Histogram(TTFT_BUCKETS);
+  /** Per finished request: its prompt and generated tokens, and its decode time (first token to last). */
+  readonly promptLen = new Histogram(TOKEN_BUCKETS);
+  readonly generationLen = new Histogram(TOKEN_BUCKETS);
+  readonly decodeTime = new Histogram(E2E_BUCKETS);
   promptTokens = 0;
   generationTokens = 0;
   /** Generated tokens appended by jump-forward decoding (counted in generationTokens too). */
@@ -54,5 +62,15 @@ export class EngineMetrics {
   /** Counts a finished request. */
   countFinish(reason: string): void {
     this.finished.set(reason, (this.finished.get(reason) ?? 0) + 1);
+  }
+
+  /**
+   * Records a finished request's sizes (any finish reason, a cancelled one's too, as its e2e latency
+   * is) and, when it produced a token, its decode time: seconds from its first token to its last.
+   */
+  observeRequest(r: { promptTokens: number; completionTokens: number; firstTokenS?: number; lastTokenS?: number }): void {
+    this.promptLen.observe(r.promptTokens);
+    this.generationLen.observe(r.completionTokens);
+    if (r.firstTokenS !== undefined) this.decodeTime.observe(Math.max(0, (r.lastTokenS ?? r.firstTokenS) - r.firstTokenS));
   }
 }

@@ -679,8 +679,10 @@ export class Engine implements ServingEngine {
     this.drafter?.release(a.seq.id);
     this.active.delete(a.seq.id);
     a.queue.close();
+    const result = resultOf(a, reason, error);
     this.metrics.countFinish(error ? "error" : reason);
     this.metrics.e2e.observe((this.now() - a.t0) / 1000);
-    a.resolve(resultOf(a, reason, error));
+    this.metrics.observeRequest(result);
+    a.resolve(result);
   }
 }

@@ -21,9 +21,11 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
     out.push(`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`, ...lines);
   };
   const simple = (name: string, type: string, help: string, v: number) => metric(name, type, help, [`${name}{${label}} ${v}`]);
-  const hist = (name: string, help: string, h: Histogram) =>
+  // `upTo`: only bounds up to it are shown (token counts: vLLM's stop at the context length). The
+  // bounds ascend, so those kept are a prefix and keep their counts' indices.
+  const hist = (name: string, help: string, h: Histogram, upTo = Infinity) =>
     metric(name, "histogram", help, [
-      ...h.bounds.map((b, i) => `${name}_bucket{${label},le="${b}"} ${h.counts[i]}`),
+      ...h.bounds.filter((b) => b <= upTo).map((b, i) => `${name}_bucket{${label},le="${b}"} ${h.counts[i]}`),
       `${name}_bucket{${label},le="+Inf"} ${h.count}`,
       `${name}_sum{${label}} ${h.sum}`,
       `${name}_count{${label}} ${h.count}`,
@@ -71,7 +73,10 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   metric("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Drafts whose token at this position (0 first) was accepted.",
     s.specAcceptedPerPos.map((n, i) => `vllm:spec_decode_num_accepted_tokens_per_pos_total{${label},position="${i}"} ${n}`));
   simple("vllm:request_rejected_total", "counter", "Requests refused because the queue was full (429).", m.rejected);
-  metric("vllm:request_success_total", "counter", "Finished requests by finish reason.", [...m.finished].map(([r, n]) => `vllm:request_success_total{${label},finished_reason="${esc(r)}"} ${n}`));
+  // vLLM declares a series for each of its finish reasons from the start, so that increase() and rate() see the first.
+  const reasons = new Map([["stop", 0], ["length", 0], ["abort", 0], ...m.finished]);
+  metric("vllm:request_success_total", "counter", "Finished requests by finish reason (abort: cancelled, as by a client that went away).",
+    [...reasons].map(([r, n]) => `vllm:request_success_total{${label},finished_reason="${esc(r)}"} ${n}`));
   const sessions = engine.sessionStatusCounts();
   if (sessions) {
     metric("evolving:kv_sessions", "gauge", "Sessions the agent-aware KV retention tracks, by status (waiting-tool: the last answer called a tool); summed over workers, so a session whose KV is on two workers counts on each (see evolving:worker_kv_sessions).",
@@ -105,5 +110,8 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   hist("vllm:time_to_first_token_seconds", "Time to first token.", m.ttft);
   hist("vllm:inter_token_latency_seconds", "Time between consecutive output tokens.", m.itl);
   hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.", m.e2e);
+  hist("vllm:request_decode_time_seconds", "Time from a request's first output token to its last.", m.decodeTime);
+  hist("vllm:request_prompt_tokens", "Prompt tokens of each finished request.", m.promptLen, engine.maxModelLen);
+  hist("vllm:request_generation_tokens", "Generated tokens of each finished request.", m.generationLen, engine.maxModelLen);
   return out.join("\n") + "\n";
 }
