@@ -196,17 +196,28 @@ export function createApp(o: AppOptions): Hono {
   };
   const store = state.responses;
   /** A whole (non-streamed) answer; a client that hangs up before it is ready cancels the request. */
-  const whole = async (c: Context, submitted: Submitted, end: () => void, answer: () => Promise<Record<string, unknown>>) => {
-    // The listener goes away afterwards (Deno aborts request.signal after successful responses too).
+  /**
+   * Runs `work` with a client hang-up cancelling `handles`; the listener goes away afterwards (Deno
+   * aborts request.signal after successful responses too).
+   */
+  const cancelOnHangUp = async <T>(c: Context, handles: readonly RequestHandle[], work: () => Promise<T>): Promise<T> => {
     const signal = c.req.raw.signal;
-    const onAbort = () => submitted.handles.forEach((h) => h.cancel());
+    const onAbort = () => handles.forEach((h) => h.cancel());
     signal?.addEventListener("abort", onAbort);
     try {
-      // A refusal by a cluster's worker cancels the other choices now, not once they are generated.
-      await awaitTaken(submitted.handles);
-      return c.json(await answer());
+      return await work();
     } finally {
       signal?.removeEventListener("abort", onAbort);
+    }
+  };
+  const whole = async (c: Context, submitted: Submitted, end: () => void, answer: () => Promise<Record<string, unknown>>) => {
+    try {
+      return await cancelOnHangUp(c, submitted.handles, async () => {
+        // A refusal by a cluster's worker cancels the other choices now, not once they are generated.
+        await awaitTaken(submitted.handles);
+        return c.json(await answer());
+      });
+    } finally {
       end();
     }
   };
@@ -222,14 +233,7 @@ export function createApp(o: AppOptions): Hono {
    * that hangs up meanwhile cancels them (a hand-off is taken only once its prefill has moved).
    */
   const sseOnceTaken = async (c: Context, handles: readonly RequestHandle[], stream: () => ReadableStream<Uint8Array>, end: () => void) => {
-    const signal = c.req.raw.signal;
-    const onAbort = () => handles.forEach((h) => h.cancel());
-    signal?.addEventListener("abort", onAbort);
-    try {
-      await awaitTaken(handles);
-    } finally {
-      signal?.removeEventListener("abort", onAbort);
-    }
+    await cancelOnHangUp(c, handles, () => awaitTaken(handles));
     return sse(stream(), end);
   };
   const respond = (c: Context, ctx: ServeContext, body: { stream?: boolean | null; stream_options?: { include_usage?: boolean | null; continuous_usage_stats?: boolean | null } | null }, submitted: Submitted, end: () => void) =>

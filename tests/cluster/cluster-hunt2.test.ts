@@ -7,20 +7,7 @@ import { createCluster, type CreateClusterOptions } from "../../src/cluster/crea
 import { localWorkerEngine } from "../../src/cluster/worker-engine.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { RequestParamError } from "../../src/engine/engine-types.ts";
-import type { MetricsSnapshot, Planner, PlannerAction } from "../../planner/types.ts";
-import { greedy, model, oneEngine, run, STORY } from "./fixtures.ts";
-
-/** Returns each tick's scripted actions in turn, and keeps the snapshots it was shown. */
-class ScriptedPlanner implements Planner {
-  readonly name = "scripted";
-  readonly intervalS = 1;
-  readonly seen: MetricsSnapshot[] = [];
-  constructor(private readonly script: PlannerAction[][]) {}
-  tick(s: MetricsSnapshot): PlannerAction[] {
-    this.seen.push(s);
-    return this.script.shift() ?? [];
-  }
-}
+import { greedy, model, oneEngine, run, ScriptedPlanner, STORY } from "./fixtures.ts";
 
 function cluster(o: Partial<CreateClusterOptions> & { workers: number }): Cluster {
   return createCluster(createReferenceBackend(), model, { planner: "none", engine: { numBlocks: 64 }, ...o });

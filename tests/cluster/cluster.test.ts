@@ -8,8 +8,8 @@ import { createEngine } from "../../src/engine/engine-factory.ts";
 import { type RequestHandle, SessionRefusedError } from "../../src/engine/engine-types.ts";
 import type { StepRecord } from "../../src/engine/step-record.ts";
 import { readTextFile } from "../../src/runtime/fs.ts";
-import type { MetricsSnapshot, Planner, PlannerAction } from "../../planner/types.ts";
-import { greedy, model, oneEngine, run, STORY } from "./fixtures.ts";
+import type { PlannerAction } from "../../planner/types.ts";
+import { greedy, model, oneEngine, run, ScriptedPlanner, STORY } from "./fixtures.ts";
 import { mixedWorkerSteps, snap } from "../planner/snapshots.ts";
 import { OnlinePlanner } from "../../planner/online-planner.ts";
 
@@ -195,18 +195,6 @@ test("Cluster with peer transfer \"host\" pulls a session's prefix from its hold
   const off = await offloadedTurn("off");
   assert.equal(off.moves, 0, "with peer transfer off nothing moves");
 });
-
-/** A planner that records what it is shown and replays scripted decisions. */
-class ScriptedPlanner implements Planner {
-  readonly name = "scripted";
-  readonly intervalS = 1;
-  readonly seen: MetricsSnapshot[] = [];
-  constructor(private readonly script: PlannerAction[][]) {}
-  tick(s: MetricsSnapshot): PlannerAction[] {
-    this.seen.push(s);
-    return this.script.shift() ?? [];
-  }
-}
 
 test("Cluster.tick() shows the planner measured steps, applies its flips, threshold and step mixing, and reports each to onDecision", async () => {
   const planner = new ScriptedPlanner([[

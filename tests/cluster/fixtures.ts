@@ -4,6 +4,7 @@ import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import type { GenerateRequest, RequestHandle, ServingEngine } from "../../src/engine/engine-types.ts";
 import { loadModel } from "../../src/model/load.ts";
+import type { MetricsSnapshot, Planner, PlannerAction } from "../../planner/types.ts";
 
 export const modelPath = `${projectRoot}/models/stories260K.gguf`;
 export const model = await loadModel(modelPath);
@@ -28,5 +29,17 @@ export async function oneEngine(req: GenerateRequest): Promise<number[]> {
     return (await run(e, req)).streamed;
   } finally {
     await e.stop();
+  }
+}
+
+/** Returns each tick's scripted actions in turn, and keeps the snapshots it was shown. */
+export class ScriptedPlanner implements Planner {
+  readonly name = "scripted";
+  readonly intervalS = 1;
+  readonly seen: MetricsSnapshot[] = [];
+  constructor(private readonly script: PlannerAction[][]) {}
+  tick(s: MetricsSnapshot): PlannerAction[] {
+    this.seen.push(s);
+    return this.script.shift() ?? [];
   }
 }

@@ -14,6 +14,7 @@ import process from "node:process";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { test } from "../harness.ts";
+import { readChatStream } from "./chat-stream.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
 import { writeScriptedModel } from "../model/scripted-model.ts";
@@ -109,22 +110,10 @@ test("chat completions, streamed: the strict tool's call arrives in tool_calls d
     const stream = await openai(url).chat.completions.create({
       model: "scripted", messages: [{ role: "user", content: "Weather in Paris!" }], tools: chatTools(true), temperature: 0, max_tokens: 60, stream: true,
     });
-    let content = "";
-    let finish: string | null = null;
-    const calls: { name?: string; arguments: string }[] = [];
-    for await (const c of stream) {
-      const d = c.choices[0]?.delta;
-      content += d?.content ?? "";
-      for (const tc of d?.tool_calls ?? []) {
-        calls[tc.index] ??= { arguments: "" };
-        if (tc.function?.name) calls[tc.index].name = tc.function.name;
-        calls[tc.index].arguments += tc.function?.arguments ?? "";
-      }
-      finish = c.choices[0]?.finish_reason ?? finish;
-    }
+    const { content, finish, calls } = await readChatStream(stream);
     assert.equal(content, "");
     assert.equal(finish, "tool_calls");
-    assertValid(calls.map((c) => [c.name, JSON.parse(c.arguments)]), "streamed");
+    assertValid(calls, "streamed");
   });
 });
 

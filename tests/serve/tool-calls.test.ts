@@ -10,6 +10,7 @@ import { chatGrammar } from "../../src/serve/output-grammar.ts";
 import { ApiError } from "../../src/serve/errors.ts";
 import type { ChatRequest } from "../../src/serve/schemas.ts";
 import { projectRoot, test } from "../harness.ts";
+import { readChatStream } from "./chat-stream.ts";
 import { CALL, model, modelPath, TOOLS } from "./scripted-server.ts";
 
 test("parseToolCalls() splits text and Hermes-format calls; malformed blocks stay text", () => {
@@ -65,22 +66,10 @@ test("chat completions: a model's Hermes tool call comes back as tool_calls, str
     assert.match(call.id, /^call_[0-9a-f]{24}$/);
 
     const stream = await client.chat.completions.create({ model: "scripted", messages, tools: TOOLS, temperature: 0, max_tokens: 8, stream: true });
-    let content = "";
-    let finish: string | null = null;
-    const calls: { name?: string; arguments: string }[] = [];
-    for await (const c of stream) {
-      const d = c.choices[0]?.delta;
-      content += d?.content ?? "";
-      for (const tc of d?.tool_calls ?? []) {
-        calls[tc.index] ??= { arguments: "" };
-        if (tc.function?.name) calls[tc.index].name = tc.function.name;
-        calls[tc.index].arguments += tc.function?.arguments ?? "";
-      }
-      finish = c.choices[0]?.finish_reason ?? finish;
-    }
+    const { content, finish, calls } = await readChatStream(stream);
     assert.equal(content, "", "no tag text leaks into the streamed content");
     assert.equal(finish, "tool_calls");
-    assert.deepEqual(calls.map((c) => [c.name, JSON.parse(c.arguments)]), [["get_weather", { city: "Paris" }]]);
+    assert.deepEqual(calls, [["get_weather", { city: "Paris" }]]);
 
     // The tool's result goes back in; the template sees the call's arguments as an object.
     const next = await client.chat.completions.create({

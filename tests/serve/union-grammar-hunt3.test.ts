@@ -13,6 +13,7 @@ import process from "node:process";
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { projectRoot, test } from "../harness.ts";
+import { readChatStream } from "./chat-stream.ts";
 import { loadModel } from "../../src/model/load.ts";
 import type { LoadedModel } from "../../src/model/config.ts";
 import { tokenTextOf } from "../../src/model/config.ts";
@@ -151,32 +152,15 @@ test("chat completions with tools and a json_schema response_format: a call come
   });
 });
 
-/** A streamed chat answer's content, calls and finish reason. */
-async function streamed(stream: AsyncIterable<OpenAI.ChatCompletionChunk>) {
-  let content = "";
-  let finish: string | null = null;
-  const calls: { name?: string; arguments: string }[] = [];
-  for await (const c of stream) {
-    const d = c.choices[0]?.delta;
-    content += d?.content ?? "";
-    for (const tc of d?.tool_calls ?? []) {
-      calls[tc.index] ??= { arguments: "" };
-      if (tc.function?.name) calls[tc.index].name = tc.function.name;
-      calls[tc.index].arguments += tc.function?.arguments ?? "";
-    }
-    finish = c.choices[0]?.finish_reason ?? finish;
-  }
-  return { content, finish, calls: calls.map((c) => [c.name, JSON.parse(c.arguments)]) };
-}
 
 test("chat completions with tools and a json_schema response_format, streamed: the call in tool_calls deltas, or the JSON in content deltas (openai client)", async () => {
   await withServer(async (url) => {
     const client = openai(url);
     const ask = (content: string) =>
       client.chat.completions.create({ model: "scripted", messages: [{ role: "user", content }], tools: TOOLS, response_format: FORMAT, temperature: 0, max_tokens: 40, stream: true });
-    const call = await streamed(await ask(CALLS));
+    const call = await readChatStream(await ask(CALLS));
     assert.deepEqual(call, { content: "", finish: "tool_calls", calls: [["get_weather", { city: "Paris" }]] });
-    const answer = await streamed(await ask(ASKS));
+    const answer = await readChatStream(await ask(ASKS));
     assert.equal(answer.finish, "stop");
     assert.deepEqual(answer.calls, []);
     assertAnswer(answer.content);
@@ -198,13 +182,13 @@ test("chat completions on stories260K steered by logit_bias: '<' takes the call 
     const fn = (call.choices[0].message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall).function;
     assert.equal(fn.name, "get_weather");
     assert.ok(["Paris", "Tokyo"].includes((JSON.parse(fn.arguments) as { city: string }).city), fn.arguments);
-    const streamedCall = await streamed(await client.chat.completions.create({ ...body, logit_bias: bias("<"), stream: true }));
+    const streamedCall = await readChatStream(await client.chat.completions.create({ ...body, logit_bias: bias("<"), stream: true }));
     assert.deepEqual(streamedCall, { content: "", finish: "tool_calls", calls: [[fn.name, JSON.parse(fn.arguments)]] });
 
     const answer = await client.chat.completions.create({ ...body, logit_bias: bias("{") });
     assert.equal(answer.choices[0].finish_reason, "stop");
     assertAnswer(answer.choices[0].message.content);
-    const streamedAnswer = await streamed(await client.chat.completions.create({ ...body, logit_bias: bias("{"), stream: true }));
+    const streamedAnswer = await readChatStream(await client.chat.completions.create({ ...body, logit_bias: bias("{"), stream: true }));
     assert.deepEqual(streamedAnswer, { content: answer.choices[0].message.content, finish: "stop", calls: [] });
   }, path, stories);
 });
