@@ -175,7 +175,7 @@ export class Cluster implements ServingEngine {
     if (!direct) dec.engine.check(req);
     // Queued first: a request the worker refuses (the client's mistake, or a full queue) spends none of
     // the planner's new-session budget, counts as no arrival and leaves the session unplaced.
-    const h: RequestHandle = direct ? dec.engine.submit(req) : relayHandle(
+    const h: RequestHandle = direct ? this.countingRejection(() => dec.engine.submit(req)) : relayHandle(
       id, req.prompt.length, req.sessionId,
       handOff(req, route, dec, this.set, this.counters, hop, root).then((inner) => {
         tStart = this.now();
@@ -200,11 +200,21 @@ export class Cluster implements ServingEngine {
     const result = h.result.finally(release).then((r) => {
       // A session the worker inferred (no key in the request) is remembered for its tool waits.
       if (req.sessionId === undefined && h.sessionId !== undefined) this.remember(h.sessionId, dec.id);
-      return this.window.finished(r, t0, tStart);
+      return this.window.finished(r, t0, tStart, maxTokens);
     });
     // The session may be known only later (inferred by a worker, or once a hand-off is done).
     // A remote worker's refusal comes after this returns (see RemoteEngine.check): the server waits for it before a stream starts.
     return { id, stream: h.stream, result, cancel: () => h.cancel(), ...(h.refusal ? { refusal: h.refusal } : {}), get sessionId() { return h.sessionId; } };
+  }
+
+  /** `submit()`, with a worker's queue-full refusal counted as the cluster's own (vllm:request_rejected_total). */
+  private countingRejection(submit: () => RequestHandle): RequestHandle {
+    try {
+      return submit();
+    } catch (e) {
+      if (e instanceof EngineOverloadedError) this.metrics.rejected++;
+      throw e;
+    }
   }
 
   /** Forwards a tool wait to the worker that served the session last (every worker when unknown). */

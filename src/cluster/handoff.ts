@@ -25,6 +25,7 @@ export async function handOff(
   const sid = req.sessionId;
   let prefillHit: number | undefined;
   let promptLogprobs: GenerateResult["promptLogprobs"];
+  let queueS: number | undefined;
   if (route.prefixSource !== undefined) {
     await movePrefix(set.get(route.prefixSource)!, dec, req.prompt, sid, counters, true, false, root);
     if (cancelled) throw new Error("Cancelled");
@@ -49,13 +50,14 @@ export async function handOff(
     counters.prefillHandoffs++;
     prefillHit = r.cachedTokens;
     promptLogprobs = r.promptLogprobs;
+    queueS = r.queueS;
     await movePrefix(pre, dec, req.prompt, sid, counters, false, true, root);
     if (cancelled) throw dropped(dec, req.prompt, root);
   }
   if (prefillHit === undefined) return dec.engine.submit(req);
   // The prefill scored the prompt: the decode takes its KV from the hand-off instead of computing it again.
   const { promptLogprobs: _, ...rest } = req;
-  return reportingPrefill(dec.engine.submit(rest), prefillHit, promptLogprobs);
+  return reportingPrefill(dec.engine.submit(rest), prefillHit, promptLogprobs, queueS);
 }
 
 /** Lets go of the block `w` holds for a hand-off of `prompt` that will not happen; the error to throw. */
@@ -69,10 +71,14 @@ function dropped(w: ClusterWorker, prompt: readonly number[], root: number | und
  * cache, but the client is told what was cached before the request came (the prefill worker's hit),
  * as prefix reuse, not as the work the prefill worker just did. (vLLM's disaggregated decode counts
  * the transferred tokens as cached.) The prefill's prompt log probabilities, when asked for, go on the
- * result and the first delta, as one worker would send them.
+ * result and the first delta, as one worker would send them; its queue time replaces the decode's
+ * (the request waited there first; /metrics' queue time).
  */
-function reportingPrefill(h: RequestHandle, cachedTokens: number, promptLogprobs: GenerateResult["promptLogprobs"]): RequestHandle {
-  const result = h.result.then((r) => ({ ...r, cachedTokens: Math.min(r.cachedTokens, cachedTokens), ...(promptLogprobs ? { promptLogprobs } : {}) }));
+function reportingPrefill(h: RequestHandle, cachedTokens: number, promptLogprobs: GenerateResult["promptLogprobs"], queueS: number | undefined): RequestHandle {
+  const result = h.result.then((r) => {
+    const { queueS: _decodeQueue, ...rest } = r;
+    return { ...rest, cachedTokens: Math.min(r.cachedTokens, cachedTokens), ...(promptLogprobs ? { promptLogprobs } : {}), ...(queueS === undefined ? {} : { queueS }) };
+  });
   const stream = promptLogprobs ? withFirst(h.stream, promptLogprobs) : h.stream;
   return { id: h.id, stream, result, cancel: () => h.cancel(), ...(h.refusal ? { refusal: h.refusal } : {}), get sessionId() { return h.sessionId; } };
 }

@@ -4,7 +4,7 @@
  */
 import type { CompletedRequest, MetricsSnapshot } from "../../planner/types.ts";
 import { EngineMetrics } from "../engine/engine-metrics.ts";
-import type { GenerateResult } from "../engine/engine-types.ts";
+import { EngineOverloadedError, type GenerateResult } from "../engine/engine-types.ts";
 
 /** Arrivals and completions since the last planner tick, plus the running metrics. */
 export class RequestWindow {
@@ -28,14 +28,24 @@ export class RequestWindow {
 
   /**
    * A request finished: submitted at `t0`, started on its decoding worker at `tStart` (after any
-   * hand-off), both on the cluster's clock in ms. Returns `r`.
+   * hand-off), both on the cluster's clock in ms; `maxTokens` is its output budget. Returns `r`.
+   * The queue time is the wait on the worker that ran its first step (the prefill worker's, after a
+   * hand-off; time spent moving a prefix before that counts as prefill), so queue + prefill = TTFT.
    */
-  finished(r: GenerateResult, t0: number, tStart: number): GenerateResult {
+  finished(r: GenerateResult, t0: number, tStart: number, maxTokens: number): GenerateResult {
     const m = this.metrics;
+    // A worker's queue-full refusal reached the client as a 429, not as a finished request.
+    if (r.refused instanceof EngineOverloadedError) {
+      m.rejected++;
+      return r;
+    }
     m.countFinish(r.error ? "error" : r.finishReason);
     m.generationTokens += r.completionTokens;
-    m.e2e.observe((this.now() - t0) / 1000);
-    m.observeRequest(r);
+    const e2eS = (this.now() - t0) / 1000;
+    m.e2e.observe(e2eS);
+    const startS = (tStart - t0) / 1000;
+    const times = r.firstTokenS === undefined ? r : { ...r, firstTokenS: startS + r.firstTokenS, lastTokenS: startS + (r.lastTokenS ?? r.firstTokenS) };
+    m.observeRequest(times, e2eS, maxTokens);
     if (r.firstTokenS !== undefined) {
       const ttft = (tStart - t0) / 1000 + r.firstTokenS;
       const n = r.completionTokens;

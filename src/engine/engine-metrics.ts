@@ -1,5 +1,5 @@
 /**
- * The engine's measurements: latency histograms (TTFT, ITL, end-to-end, queue time) and counters.
+ * The engine's measurements: latency histograms (TTFT, ITL, end-to-end, request phases) and counters.
  * Values only; `src/serve/metrics.ts` renders them as Prometheus text.
  */
 
@@ -33,6 +33,19 @@ export const E2E_BUCKETS = [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40
  */
 export const TOKEN_BUCKETS: readonly number[] = Array.from({ length: 27 }, (_, i) => [1, 2, 5][i % 3] * 10 ** Math.floor(i / 3));
 
+/** vLLM's per-step token buckets (`vllm:iteration_tokens_total`; it shows those up to its batch token budget). */
+export const ITERATION_TOKEN_BUCKETS = [1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];
+
+/** What `EngineMetrics.observeRequest` reads of a finished request (seconds from its submission). */
+export interface RequestTimes {
+  promptTokens: number;
+  completionTokens: number;
+  firstTokenS?: number;
+  lastTokenS?: number;
+  /** Until its first step ran; undefined when none did (cancelled or refused while waiting). */
+  queueS?: number;
+}
+
 /** Everything the engine measures. */
 export class EngineMetrics {
   readonly ttft = new Histogram(TTFT_BUCKETS);
@@ -42,6 +55,17 @@ export class EngineMetrics {
   readonly promptLen = new Histogram(TOKEN_BUCKETS);
   readonly generationLen = new Histogram(TOKEN_BUCKETS);
   readonly decodeTime = new Histogram(E2E_BUCKETS);
+  /**
+   * vLLM's request phases, per finished request that got a step: waiting before its first step
+   * (queue), from that step to its first token (prefill), from that step to its end (inference).
+   */
+  readonly queueTime = new Histogram(E2E_BUCKETS);
+  readonly prefillTime = new Histogram(E2E_BUCKETS);
+  readonly inferenceTime = new Histogram(E2E_BUCKETS);
+  /** Each finished request's output budget (its max_tokens, or what the context left it). */
+  readonly maxTokensParam = new Histogram(TOKEN_BUCKETS);
+  /** Tokens each step ran (prompt chunks, decodes and draft tokens together). */
+  readonly iterationTokens = new Histogram(ITERATION_TOKEN_BUCKETS);
   promptTokens = 0;
   generationTokens = 0;
   /** Generated tokens appended by jump-forward decoding (counted in generationTokens too). */
@@ -65,12 +89,20 @@ export class EngineMetrics {
   }
 
   /**
-   * Records a finished request's sizes (any finish reason, a cancelled one's too, as its e2e latency
-   * is) and, when it produced a token, its decode time: seconds from its first token to its last.
+   * Records a finished request (any finish reason, a cancelled one's too, as its e2e latency is):
+   * its sizes and output budget; when it got a step, its queue, prefill and inference times; when it
+   * produced a token, its decode time (first token to last). `e2eS`: seconds from submission to its end.
    */
-  observeRequest(r: { promptTokens: number; completionTokens: number; firstTokenS?: number; lastTokenS?: number }): void {
+  observeRequest(r: RequestTimes, e2eS: number, maxTokens: number): void {
     this.promptLen.observe(r.promptTokens);
     this.generationLen.observe(r.completionTokens);
+    this.maxTokensParam.observe(maxTokens);
+    if (r.queueS !== undefined) {
+      const queueS = Math.max(0, r.queueS);
+      this.queueTime.observe(queueS);
+      this.inferenceTime.observe(Math.max(0, e2eS - queueS));
+      if (r.firstTokenS !== undefined) this.prefillTime.observe(Math.max(0, r.firstTokenS - queueS));
+    }
     if (r.firstTokenS !== undefined) this.decodeTime.observe(Math.max(0, (r.lastTokenS ?? r.firstTokenS) - r.firstTokenS));
   }
 }

@@ -58,6 +58,8 @@ export interface Active {
   t0: number;
   tLast: number;
   tFirst?: number;
+  /** When its first step was planned (ms; undefined while it waits). */
+  tScheduled?: number;
   done: boolean;
 }
 
@@ -145,6 +147,7 @@ export function resultOf(a: Active, reason: FinishReason, error: string | undefi
     cachedTokens: a.seq.numCachedPrompt,
     reasoningTokens: a.seq.reasoning?.count(a.seq.tokens.length),
     ...(a.tFirst === undefined ? {} : { firstTokenS: (a.tFirst - a.t0) / 1000, lastTokenS: (a.tLast - a.t0) / 1000 }),
+    ...(a.tScheduled === undefined ? {} : { queueS: (a.tScheduled - a.t0) / 1000 }),
     ...(a.embedding ? { embedding: Array.from(a.embedding) } : {}),
     error,
   };

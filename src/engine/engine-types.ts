@@ -144,6 +144,11 @@ export interface GenerateResult {
   /** Seconds from submission to the first token and to the last (undefined when none was produced). */
   firstTokenS?: number;
   lastTokenS?: number;
+  /**
+   * Seconds from submission until the request's first step ran (undefined when none did: cancelled
+   * or refused while waiting). After a cluster's hand-off: the wait on the prefill worker.
+   */
+  queueS?: number;
   /** With `GenerateRequest.embed`: the prompt's last token's hidden state after the output norm ([hidden]). */
   embedding?: number[];
   /** Set when the engine failed while running the request. */

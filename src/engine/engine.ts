@@ -401,6 +401,14 @@ export class Engine implements ServingEngine {
         tMark = undefined;
         continue;
       }
+      const tPlanned = this.now();
+      let stepTokens = 0;
+      for (const e of plan.entries) {
+        stepTokens += e.tokens.length;
+        const a = this.active.get(e.seqId);
+        if (a && a.tScheduled === undefined) a.tScheduled = tPlanned;
+      }
+      this.metrics.iterationTokens.observe(stepTokens);
       // A draft's rows draw their uniforms before the entry's own row, in the order of the positions they sample.
       const drafts = plan.entries.map((e) => (e.draft ? Array.from({ length: e.draft }, () => samplingRow(this.active.get(e.seqId)!, true)) : undefined));
       const rows = plan.entries.map((e) => samplingRow(this.active.get(e.seqId)!, e.sample));
@@ -681,8 +689,9 @@ export class Engine implements ServingEngine {
     a.queue.close();
     const result = resultOf(a, reason, error);
     this.metrics.countFinish(error ? "error" : reason);
-    this.metrics.e2e.observe((this.now() - a.t0) / 1000);
-    this.metrics.observeRequest(result);
+    const e2eS = (this.now() - a.t0) / 1000;
+    this.metrics.e2e.observe(e2eS);
+    this.metrics.observeRequest(result, e2eS, a.maxTokens);
     a.resolve(result);
   }
 }

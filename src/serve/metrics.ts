@@ -111,6 +111,12 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   hist("vllm:inter_token_latency_seconds", "Time between consecutive output tokens.", m.itl);
   hist("vllm:e2e_request_latency_seconds", "End-to-end request latency.", m.e2e);
   hist("vllm:request_decode_time_seconds", "Time from a request's first output token to its last.", m.decodeTime);
+  hist("vllm:request_queue_time_seconds", "Time a request waited before its first step ran (after a cluster's hand-off: on the prefill worker).", m.queueTime);
+  hist("vllm:request_prefill_time_seconds", "Time from a request's first step to its first output token.", m.prefillTime);
+  hist("vllm:request_inference_time_seconds", "Time from a request's first step to its end.", m.inferenceTime);
+  hist("vllm:request_params_max_tokens", "Output budget of each finished request (max_tokens, or what the context left it).", m.maxTokensParam, engine.maxModelLen);
+  // Steps run on the workers: a cluster front sees none of its own (each worker's /metrics has them).
+  if (!(engine instanceof Cluster)) hist("vllm:iteration_tokens_total", "Tokens each engine step ran (prompt chunks, decodes and draft tokens).", m.iterationTokens);
   hist("vllm:request_prompt_tokens", "Prompt tokens of each finished request.", m.promptLen, engine.maxModelLen);
   hist("vllm:request_generation_tokens", "Generated tokens of each finished request.", m.generationLen, engine.maxModelLen);
   return out.join("\n") + "\n";
