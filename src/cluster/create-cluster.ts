@@ -50,18 +50,19 @@ export interface CreateClusterOptions extends Omit<ClusterOptions, "bytesPerBloc
 export function createCluster(backend: Backend, model: LoadedModel, o: CreateClusterOptions): Cluster {
   if (!Number.isInteger(o.workers) || o.workers < 1) throw new RangeError(`The worker count must be a positive integer, got ${o.workers}`);
   const e = o.engine ?? {};
-  let cluster: Cluster | undefined;
+  // The workers' step hooks reach the cluster built from them.
+  const built: { cluster?: Cluster } = {};
   const ids = Array.from({ length: o.workers }, (_, i) => `worker-${i}`);
   const engines = createEngines(backend, model, ids.map((workerId) => ({
     ...e, workerId,
     onStep: (r: StepRecord) => {
-      cluster?.observeStep(workerId, r);
+      built.cluster?.observeStep(workerId, r);
       o.onStep?.(workerId, r);
     },
   })), o.draft);
   const dtype = resolveKvDtype(backend, model.config, e.kvCacheDtype);
-  cluster = new Cluster(engines.map(localWorkerEngine), { ...o, planner: clusterPlanner(o), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize, dtype) });
-  return cluster;
+  built.cluster = new Cluster(engines.map(localWorkerEngine), { ...o, planner: clusterPlanner(o), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize, dtype) });
+  return built.cluster;
 }
 
 /**
@@ -71,7 +72,7 @@ export function createCluster(backend: Backend, model: LoadedModel, o: CreateClu
  */
 export async function startThreadCluster(model: LoadedModel, modelPath: string, backend: BackendChoice, o: CreateClusterOptions): Promise<Cluster> {
   if (!Number.isInteger(o.workers) || o.workers < 1) throw new RangeError(`The worker count must be a positive integer, got ${o.workers}`);
-  return startRemoteCluster(model, o, (id, engine, onStep) => RemoteEngine.start(id, { path: modelPath, quantize: o.quantize }, backend, engine, onStep), backend);
+  return await startRemoteCluster(model, o, (id, engine, onStep) => RemoteEngine.start(id, { path: modelPath, quantize: o.quantize }, backend, engine, onStep), backend);
 }
 
 /**
@@ -83,7 +84,7 @@ export async function startTcpCluster(
 ): Promise<Cluster> {
   if (addresses.length === 0) throw new RangeError("A TCP cluster needs at least one worker address");
   for (const a of addresses) parseAddress(a);
-  return startRemoteCluster(model, { ...o, workers: addresses.length }, (id, engine, onStep) => {
+  return await startRemoteCluster(model, { ...o, workers: addresses.length }, (id, engine, onStep) => {
     return connectTcpWorker(id, addresses[Number(id.slice("worker-".length))], modelPath, backend, engine, onStep, o.workerToken, o.quantize);
   }, backend);
 }
@@ -156,8 +157,8 @@ export function remoteKvDtype(config: LoadedModel["config"], choice: KvDTypeChoi
 
 async function startRemoteCluster(model: LoadedModel, o: CreateClusterOptions, start: StartWorker, backend: BackendChoice): Promise<Cluster> {
   const e = o.engine ?? {};
-  let cluster: Cluster | undefined;
-  const { portable, onStep } = remoteWorkerWiring(o, () => cluster);
+  const built: { cluster?: Cluster } = {};
+  const { portable, onStep } = remoteWorkerWiring(o, () => built.cluster);
   const started = await Promise.allSettled(Array.from({ length: o.workers }, (_, i) => start(`worker-${i}`, portable, onStep)));
   const engines = started.flatMap((r) => (r.status === "fulfilled" ? [r.value] : []));
   const failed = started.find((r): r is PromiseRejectedResult => r.status === "rejected");
@@ -168,8 +169,8 @@ async function startRemoteCluster(model: LoadedModel, o: CreateClusterOptions, s
     throw failed ? failed.reason : otherModelError(other!, expected);
   }
   const bytesPerBlock = kvBytesPerBlock(model.config, e.blockSize, remoteKvDtype(model.config, e.kvCacheDtype, backend));
-  cluster = new Cluster(engines, { ...o, planner: clusterPlanner(o), bytesPerBlock });
-  return cluster;
+  built.cluster = new Cluster(engines, { ...o, planner: clusterPlanner(o), bytesPerBlock });
+  return built.cluster;
 }
 
 /** The error for a worker whose model is not the server's (same path, other file; or another path). */

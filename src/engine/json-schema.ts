@@ -397,7 +397,7 @@ function compileObject(s: { readonly [k: string]: unknown }, at: string, defs: D
 
 /** Keys are matched character by character as written; escapes in them would need decoding. */
 function checkPropertyName(name: string, at: string): void {
-  if (/["\\\u0000-\u001f]/.test(name)) throw new SchemaError(`The property name ${show(name)} at ${at} holds a quote, backslash or control character, which constrained decoding does not support`);
+  if ([...name].some((ch) => ch === '"' || ch === "\\" || ch.charCodeAt(0) < 0x20)) throw new SchemaError(`The property name ${show(name)} at ${at} holds a quote, backslash or control character, which constrained decoding does not support`);
 }
 
 /**

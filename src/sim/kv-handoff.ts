@@ -85,7 +85,7 @@ export function firstToken(sim: ClusterSim, req: ReqState, t: number): void {
 }
 
 /** Adds a sequence to the decode batch, or parks it until a slot frees (max batch reached). */
-export function joinDecode(sim: ClusterSim, w: SimWorker, req: ReqState, blocks: number[]): void {
+export function joinDecode(_sim: ClusterSim, w: SimWorker, req: ReqState, blocks: number[]): void {
   if (w.batch >= MAX_DECODE_BATCH) w.decodeWait.push({ req, blocks });
   else w.addDecode(req, blocks, decodeSteps(req), req.prompt);
 }

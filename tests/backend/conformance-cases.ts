@@ -19,7 +19,7 @@
  */
 import { blockValues, encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 import { type Backend, type RopeLayout, type Tensor, WEIGHT_DTYPES } from "../../src/backend/types.ts";
-import { type Case, EXACT, type Output, type Rng } from "./conformance-support.ts";
+import { type Case, EXACT, type Output } from "./conformance-support.ts";
 
 const DTYPES = WEIGHT_DTYPES;
 

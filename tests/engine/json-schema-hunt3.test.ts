@@ -157,3 +157,10 @@ test("a strict tool's parameters that would be followed wrong are a 400 naming t
   // An enum with some values of another type is followed with the rest, not refused.
   checkSchema({ type: "object", properties: { mode: { type: "string", enum: ["a", 0] } }, required: ["mode"] }, "tools", what);
 });
+
+test("compileSchema() refuses property names holding a quote, a backslash or a control character, and keeps others", () => {
+  for (const name of ['a"b', "a\\b", "a\u0000b", "tab\there", "\u001f"]) {
+    assert.throws(() => compileSchema({ type: "object", properties: { [name]: { type: "string" } } }), (e: Error) => e instanceof SchemaError && /quote, backslash or control character/.test(e.message), JSON.stringify(name));
+  }
+  for (const name of ["plain", "space here", "\u007f", "ünï", "emoji 😀"]) compileSchema({ type: "object", properties: { [name]: { type: "string" } } });
+});

@@ -92,6 +92,8 @@ export class CudaBackend extends CudaExperts implements Backend {
     return new CudaTensor(this.ctx.zeros(count * (dtype === "f16" ? 2 : 4)), [...shape], dtype);
   }
 
+  // async without an await: the copy is synchronous on the stream, and a bad tensor must reject, not throw.
+  // deno-lint-ignore require-await
   async download(t: Tensor): Promise<Float32Array | Int32Array> {
     const c = expect(t, undefined, "download input", ["f32", "i32", ...CUDA_WEIGHT_DTYPES]);
     const count = checkShape(c.shape, "download");

@@ -51,9 +51,14 @@ export function createReferenceBackend(): Backend {
       throw new BackendShapeError(`zeros accepts f32 or i32, got ${dtype}`);
     },
 
-    async download(t) {
-      const ref = r(t, "download tensor");
-      return ref.dtype === "i32" ? new Int32Array(ref.i32) : new Float32Array(ref.f32);
+    download(t) {
+      // A promise, as a device backend's: a bad tensor is a rejection, not a throw.
+      try {
+        const ref = r(t, "download tensor");
+        return Promise.resolve(ref.dtype === "i32" ? new Int32Array(ref.i32) : new Float32Array(ref.f32));
+      } catch (e) {
+        return Promise.reject(e);
+      }
     },
 
     reshape(t, shape) {
