@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite: type check, then every test under Deno and under Node.
+# The whole test suite: type check and lint, then every test under Deno and under Node.
 # Called by `npm test` (the README's test command) and so by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +8,8 @@ echo "== CUDA build (nvcc when present)"
 CUDA_JOBS="${CUDA_JOBS:-2}" bash scripts/build-cuda.sh
 echo "== type check (tsc)"
 npx tsc -p .
+echo "== lint (deno lint)"
+./node_modules/.bin/deno lint src kv planner scripts tests
 mapfile -t files < <(find tests -name '*.test.ts' | sort)
 echo "== Deno ($(npx deno --version | head -1))"
 # Deno has aborted a few times with a glibc heap-corruption message ("corrupted size vs. prev_size",
