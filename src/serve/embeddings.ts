@@ -92,12 +92,7 @@ export function submitInputs(ctx: ServeContext, items: readonly (string | readon
     throw new ApiError(400, `This model pools its embeddings by ${pooling} (its file's pooling_type); this server pools the last token only, which would give other vectors`, "model", "unsupported_model");
   }
   checkPriority(ctx, o.priority);
-  // Each input is a request in the engine's queue: more than it holds could never all be taken (a 429
-  // would only send the client back to try again).
-  const queue = ctx.engine.maxWaiting;
-  if (queue !== undefined && items.length > queue) {
-    throw new ApiError(400, `The ${o.param} list holds ${items.length} inputs; this server queues at most ${queue} requests (--max-waiting), so split it into several`, o.param, "invalid_value");
-  }
+  checkQueueRoom(ctx, items.length, o.param, `The ${o.param} list holds ${items.length} inputs`);
   const special = o.addSpecialTokens !== false;
   const paramOf = (i: number) => (o.indexed ? `${o.param}[${i}]` : o.param);
   const prompts = items.map((item, i) => {
@@ -125,6 +120,18 @@ export function submitInputs(ctx: ServeContext, items: readonly (string | readon
     throw e;
   }
   return handles;
+}
+
+/**
+ * Throws a 400 naming `param` when `n` engine requests (one per text) are more than the engine's
+ * queue holds (--max-waiting): they could never all be taken, and a 429 would only send the client
+ * back to try again. `holds` opens the message ("The input list holds 6 inputs").
+ */
+export function checkQueueRoom(ctx: ServeContext, n: number, param: string, holds: string): void {
+  const queue = ctx.engine.maxWaiting;
+  if (queue !== undefined && n > queue) {
+    throw new ApiError(400, `${holds}; this server queues at most ${queue} requests (--max-waiting), so split it into several`, param, "invalid_value");
+  }
 }
 
 /** Throws a 400 naming `param` unless a list of `n` inputs holds from 1 to `max`. */

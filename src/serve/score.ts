@@ -7,7 +7,7 @@
  */
 import { z } from "zod";
 import type { RequestHandle } from "../engine/engine-types.ts";
-import { checkInputCount, embeddingsOf, submitInputs } from "./embeddings.ts";
+import { checkInputCount, checkQueueRoom, embeddingsOf, submitInputs } from "./embeddings.ts";
 import { ApiError } from "./errors.ts";
 import type { ServeContext } from "./openai.ts";
 import { priorityField, truncatePromptTokensField } from "./schemas.ts";
@@ -59,13 +59,13 @@ export const RerankRequestSchema = z.looseObject({
 });
 export type RerankRequest = z.infer<typeof RerankRequestSchema>;
 
-/** A submitted score or rerank: the handles of its distinct texts, and which text each side of each pair is. */
+/** A submitted score or rerank: the handles of its texts (one per text as sent, repeats included), and which text each side of each pair is. */
 export interface SubmittedScores {
   handles: RequestHandle[];
   pairs: [number, number][];
 }
 
-/** Embeds each distinct text once and pairs them as `/score` asks: one against many, many against one, or pairwise. */
+/** Embeds each text (a repeat too: the prefix cache makes it cheap) and pairs them as `/score` asks: one against many, many against one, or pairwise. */
 export function submitScore(ctx: ServeContext, body: ScoreRequest): SubmittedScores {
   checkModel(ctx, body.model);
   const [name1, name2] = scoreSides(body);
@@ -79,6 +79,8 @@ export function submitScore(ctx: ServeContext, body: ScoreRequest): SubmittedSco
   }
   checkInputCount(left.length, name1, MAX_SCORE_TEXTS);
   checkInputCount(right.length, name2, MAX_SCORE_TEXTS);
+  // Each side fits the engine's queue by itself; both together must too.
+  checkQueueRoom(ctx, left.length + right.length, name2, `${name1} and ${name2} hold ${left.length + right.length} texts in all`);
   const n = Math.max(left.length, right.length);
   const opts = { truncate: body.truncate_prompt_tokens, priority: body.priority };
   const first = submitInputs(ctx, left, { ...opts, param: name1, indexed: typeof text1 !== "string" });
@@ -103,6 +105,7 @@ function documentTexts(body: RerankRequest): string[] {
 export function submitRerank(ctx: ServeContext, body: RerankRequest): SubmittedScores {
   checkModel(ctx, body.model);
   checkInputCount(body.documents.length, "documents", MAX_SCORE_TEXTS);
+  checkQueueRoom(ctx, 1 + body.documents.length, "documents", `The query and documents hold ${1 + body.documents.length} texts in all`);
   const opts = { truncate: body.truncate_prompt_tokens, priority: body.priority };
   const query = submitInputs(ctx, [body.query], { ...opts, param: "query", indexed: false });
   let documents: RequestHandle[];
