@@ -117,7 +117,8 @@ export function dequantizingFp8(source: TensorSource, raw: RawTensors, scheme: F
 async function readScales(raw: RawTensors, name: string, path: string): Promise<Float32Array> {
   const info = raw.info(name);
   if (!info) throw new ModelLoadError(`FP8 checkpoint "${path}" lacks the scale tensor "${name}"`);
-  const dtype = info.dtype === "F32" ? "f32" : info.dtype === "BF16" ? "bf16" : undefined;
-  if (!dtype) throw new ModelLoadError(`FP8 scale tensor "${name}" in "${path}" has dtype ${info.dtype}; F32 or BF16 is read`);
+  // compressed-tensors stores scales in the model's dtype: F16 for a float16 model.
+  const dtype = info.dtype === "F32" ? "f32" : info.dtype === "BF16" ? "bf16" : info.dtype === "F16" ? "f16" : undefined;
+  if (!dtype) throw new ModelLoadError(`FP8 scale tensor "${name}" in "${path}" has dtype ${info.dtype}; F32, BF16 or F16 is read`);
   return decodeToF32(await raw.bytes(name), dtype, info.shape.reduce((a, b) => a * b, 1));
 }

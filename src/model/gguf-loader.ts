@@ -140,7 +140,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const hiddenSize = positiveInteger(meta.number(`${arch}.embedding_length`), `${arch}.embedding_length`, path);
   const numHeads = positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count`, path), `${arch}.attention.head_count`, path);
   const numKvHeads = positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads), `${arch}.attention.head_count_kv`, path);
-  const headDim = meta.number(`${arch}.attention.key_length`, Math.floor(hiddenSize / numHeads));
+  const keyLength = `${arch}.attention.key_length`;
+  const headDim = meta.has(keyLength) ? positiveInteger(meta.number(keyLength), keyLength, path) : Math.floor(hiddenSize / numHeads);
   const ropeDim = meta.number(`${arch}.rope.dimension_count`, headDim);
   if (!Number.isInteger(ropeDim) || ropeDim <= 0 || ropeDim % 2 !== 0 || ropeDim > headDim) {
     throw new ModelLoadError(`Model "${path}" rotates ${ropeDim} of ${headDim} head dims; expected an even count from 2 to ${headDim}`);
@@ -266,6 +267,9 @@ function ggufMoe(meta: GgufMetadata, arch: string, has: (tensor: string) => bool
   const shared = meta.optionalNumber(`${arch}.expert_shared_count`) ?? 0;
   // llama.cpp treats a scale of 0 (its default) as none.
   const scale = meta.optionalNumber(`${arch}.expert_weights_scale`) ?? 0;
+  if (!(Number.isFinite(scale) && scale >= 0)) {
+    throw new ModelLoadError(`GGUF metadata "${arch}.expert_weights_scale" in "${path}" should be a positive number or 0, got ${scale}`);
+  }
   const routedScale = scale === 0 ? 1 : scale;
   if (groups && arch !== "glm4moe" && arch !== "deepseek2") {
     throw new ModelLoadError(`Model "${path}" routes within expert groups, which the "${arch}" architecture does not support`);
@@ -362,6 +366,9 @@ function positiveInteger(value: number, key: string, path: string): number {
 function perLayerNumber(meta: GgufMetadata, key: string, path: string, fallback?: number): number {
   const arr = meta.entries.get(key)?.value;
   if (!Array.isArray(arr)) return meta.number(key, fallback);
+  if (arr.length === 0) throw new ModelLoadError(`GGUF metadata "${key}" in "${path}" is an empty array; expected a number or one per layer`);
+  const bad = arr.findIndex((v) => typeof v !== "number" && typeof v !== "bigint");
+  if (bad >= 0) throw new ModelLoadError(`GGUF metadata "${key}" in "${path}" should hold numbers, got ${showGgufValue(arr[bad])} at index ${bad}`);
   const values = new Set(arr.map(Number));
   if (values.size !== 1) throw new ModelLoadError(`Model "${path}" has per-layer "${key}" values; only uniform layers are supported`);
   return [...values][0];
@@ -372,7 +379,9 @@ export function ggufTokenizer(header: GgufHeader, config: ModelConfig, path: str
   const meta = new GgufMetadata(header.metadata, path);
   const model = meta.string("tokenizer.ggml.model", "");
   const tokens = meta.array("tokenizer.ggml.tokens");
-  if (!tokens) throw new ModelLoadError(`Model "${path}" has no tokenizer vocab (tokenizer.ggml.tokens)`);
+  if (!tokens || tokens.length === 0) {
+    throw new ModelLoadError(`Model "${path}" has no tokenizer vocab (tokenizer.ggml.tokens${tokens ? " is empty" : ""})`);
+  }
   const bad = tokens.findIndex((t) => typeof t !== "string");
   if (bad >= 0) {
     throw new ModelLoadError(`GGUF metadata "tokenizer.ggml.tokens" in "${path}" should hold strings, got ${showGgufValue(tokens[bad])} at index ${bad}`);
@@ -384,7 +393,8 @@ export function ggufTokenizer(header: GgufHeader, config: ModelConfig, path: str
     if (values.length > 0 && values.length !== tokens.length) {
       throw new ModelLoadError(`GGUF metadata "${key}" in "${path}" has ${values.length} values for ${tokens.length} tokens`);
     }
-    const at = values.findIndex((v) => typeof v !== "number");
+    // A NaN score would leave SentencePiece's merge order undefined.
+    const at = values.findIndex((v) => typeof v !== "number" || Number.isNaN(v));
     if (at >= 0) throw new ModelLoadError(`GGUF metadata "${key}" in "${path}" should hold numbers, got ${showGgufValue(values[at])} at index ${at}`);
     return values as number[];
   };
@@ -426,11 +436,23 @@ function sharedGateAsMatrix(t: HostTensor): HostTensor {
   return t.name.endsWith(LAYER_NAMES.sharedGate) && t.shape.length === 1 ? { ...t, shape: [1, t.shape[0]] } : t;
 }
 
+/** One part of llama-gguf-split's output holds only some tensors (and only the first the metadata): refused by name. */
+function checkNotSplit(header: GgufHeader, path: string): void {
+  const meta = new GgufMetadata(header.metadata, path);
+  const count = meta.number("split.count", 1);
+  if (count === 1) return;
+  const no = meta.number("split.no", 0);
+  throw new ModelLoadError(
+    `GGUF file "${path}" is part ${no + 1} of a ${count}-file split (split.count); merge the parts with llama-gguf-split --merge and load the merged file`,
+  );
+}
+
 /** Loads a GGUF model file. */
 export async function loadGguf(path: string, options: LoadOptions = {}): Promise<LoadedModel> {
   const file = await openRandomAccess(path);
   try {
     const header = await readGgufHeader(file);
+    checkNotSplit(header, path);
     const config = ggufConfig(header, path);
     const freqs = header.tensors.find((t) => t.name === GGUF_ROPE_FREQS);
     if (freqs) config.ropeFreqFactors = await readFreqFactors(file, freqs, config.rotaryDim ?? config.headDim, path);

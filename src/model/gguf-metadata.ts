@@ -5,7 +5,8 @@ import type { GgufEntry, GgufValue } from "./gguf-types.ts";
 /** A metadata value as error messages quote it: JSON, with 64-bit integers as digits and long strings and arrays cut short. */
 export function showGgufValue(v: GgufValue | undefined): string {
   if (v === undefined) return "nothing";
-  if (typeof v === "bigint") return v.toString();
+  // JSON would write NaN and the infinities as null.
+  if (typeof v === "bigint" || (typeof v === "number" && !Number.isFinite(v))) return String(v);
   if (Array.isArray(v)) {
     const shown = v.slice(0, 4).map(showGgufValue).join(", ");
     return `[${shown}${v.length > 4 ? `, … (${v.length} items)` : ""}]`;

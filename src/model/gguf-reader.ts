@@ -165,6 +165,10 @@ function parseHeader(bytes: Uint8Array, atEof: boolean, path: string, fileSize: 
     throw new ModelLoadError(`"${path}" is not a GGUF file: bad magic bytes ${shown}`);
   }
   const version = c.u32();
+  // llama.cpp writes big-endian files for big-endian machines (s390x): their version reads byte-swapped.
+  if (version === 0x02000000 || version === 0x03000000) {
+    throw new ModelLoadError(`GGUF file "${path}" is big-endian (its version ${version >>> 24} is byte-swapped); only little-endian GGUF files are read`);
+  }
   if (version !== 2 && version !== 3) {
     throw new ModelLoadError(`GGUF file "${path}" has version ${version}; only versions 2 and 3 are supported`);
   }

@@ -26,3 +26,16 @@ export function positiveInt(cfg: Json, key: string, path: string, fallback?: num
 export function isJsonObject(v: unknown): v is Json {
   return typeof v === "object" && v !== null && !Array.isArray(v);
 }
+
+/**
+ * A head's size: config.json's `head_dim` (a whole number from 1), else transformers' default
+ * `hidden_size // num_attention_heads`, which must not come to 0.
+ */
+export function hfHeadDim(cfg: Json, hiddenSize: number, numHeads: number, path: string): number {
+  if (cfg.head_dim !== undefined && cfg.head_dim !== null) return positiveInt(cfg, "head_dim", path);
+  const derived = Math.floor(hiddenSize / numHeads);
+  if (derived < 1) {
+    throw new ModelLoadError(`Model "${path}" has hidden_size ${hiddenSize} over ${numHeads} attention heads (head size ${derived}); config.json should give a positive head_dim`);
+  }
+  return derived;
+}

@@ -8,7 +8,7 @@ import { openRandomAccess, pathExists, type RandomAccessFile, readTextFile } fro
 import { type Architecture, ARCHITECTURES, isMoeLayer, type LoadedModel, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
 import { GLM4_MOE_DEFAULTS, hfDeepseekAttention, hfDeepseekMoe } from "./hf-deepseek.ts";
-import { isJsonObject, type Json, num, positiveInt } from "./hf-json.ts";
+import { hfHeadDim, isJsonObject, type Json, num, positiveInt } from "./hf-json.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { GPT_OSS_NAMES, gptOssExperts, hfGptOss } from "./hf-gpt-oss.ts";
 import { gemmaNormsPlusOne, hfGemma3, type HfGemma3 } from "./hf-gemma3.ts";
@@ -200,17 +200,20 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const hiddenSize = positiveInt(cfg, "hidden_size", path);
   const numHeads = positiveInt(cfg, "num_attention_heads", path);
   const numKvHeads = positiveInt(cfg, "num_key_value_heads", path, numHeads);
+  if (numHeads % numKvHeads !== 0) {
+    throw new ModelLoadError(`Model "${path}" has ${numHeads} attention heads (num_attention_heads), not a multiple of its ${numKvHeads} KV heads (num_key_value_heads)`);
+  }
   const eos = cfg.eos_token_id;
   const eosTokenIds = (Array.isArray(eos) ? eos : eos === undefined || eos === null ? [] : [eos]).map((id) => tokenId(id, "eos_token_id", vocabSize, path))
     .filter((id): id is number => id !== undefined);
   const bos = cfg.bos_token_id === undefined || cfg.bos_token_id === null ? undefined : tokenId(cfg.bos_token_id, "bos_token_id", vocabSize, path);
   const addBosSetting = tokCfg.add_bos_token;
-  const ropeTheta = num(cfg, "rope_theta", path, ropeParametersTheta(cfg) ?? 10000);
+  const ropeTheta = num(cfg, "rope_theta", path, ropeParametersTheta(cfg, path) ?? 10000);
   if (!(Number.isFinite(ropeTheta) && ropeTheta > 0)) throw new ModelLoadError(`"rope_theta" in "${path}" should be a positive number, got ${ropeTheta}`);
   const deepseek = architecture === "deepseek2" ? hfDeepseekAttention(cfg, ropeTheta, path) : undefined;
   const mla = deepseek?.mla;
   // Latent attention caches one head: the latent and the shared RoPE key.
-  const headDim = mla ? mla.kvLoraRank + mla.ropeDim : num(cfg, "head_dim", path, Math.floor(hiddenSize / numHeads));
+  const headDim = mla ? mla.kvLoraRank + mla.ropeDim : hfHeadDim(cfg, hiddenSize, numHeads, path);
   const numLayers = positiveInt(cfg, "num_hidden_layers", path);
   const gptOss = architecture === "gpt-oss" ? hfGptOss(cfg, ropeTheta, headDim, numLayers, path) : undefined;
   const rotaryDim = mla ? mla.ropeDim : hfRotaryDim(cfg, architecture, headDim, path);
@@ -304,10 +307,11 @@ function hfMoe(cfg: Json, archName: string, architecture: Architecture, path: st
 }
 
 /** transformers 5 moves rope_theta into `rope_parameters`. */
-function ropeParametersTheta(cfg: Json): number | undefined {
+function ropeParametersTheta(cfg: Json, path: string): number | undefined {
   const p = cfg.rope_parameters;
-  const theta = p && typeof p === "object" ? (p as Json).rope_theta : undefined;
-  return typeof theta === "number" ? theta : undefined;
+  const theta = isJsonObject(p) ? p.rope_theta : undefined;
+  if (theta === undefined || theta === null || typeof theta === "number") return theta ?? undefined;
+  throw new ModelLoadError(`"rope_parameters.rope_theta" in "${path}" should be a number, got ${JSON.stringify(theta)}`);
 }
 
 /** Opens every safetensors shard and indexes its tensors by name. */

@@ -3,6 +3,7 @@
  * Every failure the user can cause (missing path, bad file) surfaces as a one-line ModelLoadError.
  */
 import { promises as fsp } from "node:fs";
+import { pathExists } from "../runtime/fs.ts";
 import { type LoadedModel, ModelLoadError } from "./config.ts";
 import { loadGguf } from "./gguf-loader.ts";
 import { loadHfDirectory } from "./hf-loader.ts";
@@ -19,6 +20,7 @@ export async function loadModel(path: string, options: LoadOptions = {}): Promis
     throw new ModelLoadError(`Model file not found: "${path}"`);
   }
   try {
+    if (isDir) await checkNotGgufDirectory(path);
     return isDir ? await loadHfDirectory(path, options) : await loadGguf(path, options);
   } catch (e) {
     if (e instanceof ModelLoadError) throw e;
@@ -26,4 +28,13 @@ export async function loadModel(path: string, options: LoadOptions = {}): Promis
     const message = e instanceof Error ? e.message.split("\n")[0] : String(e);
     throw new ModelLoadError(`Cannot load model "${path}": ${message}`);
   }
+}
+
+/** A directory of GGUF files (a GGUF repository's snapshot) without config.json: the user meant one of the files. */
+async function checkNotGgufDirectory(dir: string): Promise<void> {
+  if (await pathExists(`${dir}/config.json`)) return;
+  const ggufs = (await fsp.readdir(dir)).filter((n) => n.endsWith(".gguf")).sort();
+  if (ggufs.length === 0) return;
+  const shown = ggufs.slice(0, 3).map((n) => JSON.stringify(n)).join(", ") + (ggufs.length > 3 ? `, … (${ggufs.length} files)` : "");
+  throw new ModelLoadError(`Model directory "${dir}" has no config.json but holds GGUF files (${shown}); pass one file's path as the model`);
 }

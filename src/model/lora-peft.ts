@@ -62,6 +62,7 @@ function checkPeftConfig(cfg: Json, path: string): void {
 /** Reads a PEFT LoRA directory for a base model with `config` (see the module comment). Throws ModelLoadError naming the fault. */
 export async function loadPeftLora(dir: string, config: ModelConfig, options: LoraLoadOptions = {}): Promise<LoraAdapter> {
   const scale = options.scale ?? 1;
+  if (!Number.isFinite(scale)) throw new ModelLoadError(`LoRA scale should be a finite number, got ${scale}`);
   const cfgPath = `${dir}/adapter_config.json`, filePath = `${dir}/adapter_model.safetensors`;
   if (!(await pathExists(cfgPath))) throw new ModelLoadError(`LoRA adapter directory "${dir}" has no adapter_config.json`);
   if (!(await pathExists(filePath))) {
@@ -78,7 +79,11 @@ export async function loadPeftLora(dir: string, config: ModelConfig, options: Lo
   const cfg: Json = parsed;
   checkPeftConfig(cfg, dir);
   const alpha = typeof cfg.lora_alpha === "number" ? cfg.lora_alpha : undefined;
-  if (alpha === undefined || !Number.isFinite(alpha)) throw new ModelLoadError(`PEFT adapter "${dir}": lora_alpha should be a number, got ${JSON.stringify(cfg.lora_alpha)}`);
+  if (alpha === undefined || !Number.isFinite(alpha)) {
+    // JSON.stringify would quote an Infinity (1e400 in the file) as null.
+    const shown = typeof cfg.lora_alpha === "number" ? String(cfg.lora_alpha) : JSON.stringify(cfg.lora_alpha);
+    throw new ModelLoadError(`PEFT adapter "${dir}": lora_alpha should be a finite number, got ${shown}`);
+  }
   const rslora = cfg.use_rslora === true;
   const permute = config.architecture === "llama" && config.ropeLayout === "normal";
   const file = await openRandomAccess(filePath);
