@@ -62,6 +62,10 @@ export function hfRopeFreqFactors(cfg: Json, theta: number, headDim: number, pat
   }
   const scaling = raw as Json;
   const type = scaling.rope_type ?? scaling.type ?? "default";
+  // A factor with no type names no scaling method: running unscaled would quietly be wrong past the original context.
+  if (scaling.rope_type === undefined && scaling.type === undefined && scaling.factor !== undefined && scaling.factor !== 1) {
+    throw new ModelLoadError(`"rope_scaling" in "${path}" gives factor ${JSON.stringify(scaling.factor)} but no rope_type; name the scaling method (e.g. "llama3")`);
+  }
   if (type === "default") return undefined;
   if (type !== "llama3") {
     throw new ModelLoadError(`Model "${path}" uses rope_scaling type ${JSON.stringify(type)}; only "llama3" is supported`);

@@ -12,6 +12,7 @@ import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
 import { BufferPool } from "../../src/backend/webgpu/buffer-pool.ts";
 import { WebGpuError } from "../../src/backend/webgpu/device.ts";
+import { GpuTensor } from "../../src/backend/webgpu/tensor.ts";
 
 const skip = envVar("EVOLVING_ALLOW_NO_WEBGPU") === "1";
 
@@ -122,18 +123,29 @@ test("reshape() of a weight split into row chunks keeps its last dim or throws",
   }
 }, { ignore: skip });
 
-test("embedding() and gatherRows() on webgpu give zero rows for ids outside the table, never stale data", async () => {
+test("embedding() and gatherRows() on webgpu refuse uploaded ids outside the table as the reference does, and give zero rows, never stale data, for device ids", async () => {
   // Poisoned outputs stand for recycled buffers: an unwritten row used to come back NaN (or another tensor's data).
   for (const maxBindingBytes of [undefined, 16]) {
     const gpu = await createWebGpuBackend({ poison: true, maxBindingBytes });
+    const ref = createReferenceBackend();
     try {
       const table = gpu.uploadWeight(f32Bytes([1, 2, 3, 4, 5, 6, 7, 8]), [4, 2], "f32");
-      const ids = gpu.upload(Int32Array.from([3, -1, 0, 4, 99]), [5]);
+      const bad = Int32Array.from([3, -1, 0, 4, 99]);
+      const uploaded = gpu.upload(bad, [5]);
+      const x = gpu.upload(Float32Array.from([1, 2, 3, 4, 5, 6, 7, 8]), [4, 2]);
+      const half = gpu.zeros([4, 2], "f16");
+      // The host copy of an uploaded id list is checked, with the reference's message.
+      const refTable = ref.uploadWeight(f32Bytes([1, 2, 3, 4, 5, 6, 7, 8]), [4, 2], "f32");
+      assert.throws(() => ref.embedding(refTable, ref.upload(bad, [5])), /Token id -1 at position 1 is outside 0\.\.3/);
+      assert.throws(() => gpu.embedding(table, uploaded), /Token id -1 at position 1 is outside 0\.\.3/);
+      assert.throws(() => gpu.gatherRows(x, uploaded), /Row index -1 at position 1 is outside 0\.\.3/);
+      await assert.rejects(gpu.downloadHalfRows(half, uploaded), /Row index -1 at position 1 is outside 0\.\.3/);
+      assert.throws(() => gpu.writeHalfRows(half, uploaded, new Uint16Array(10)), /Row index -1 at position 1 is outside 0\.\.3/);
+      // Ids the device computed have no host copy: the kernels write zero rows for those outside.
+      const ids = new GpuTensor(uploaded.shape, "i32", (uploaded as GpuTensor).storage);
       const want = [7, 8, 0, 0, 1, 2, 0, 0, 0, 0];
       assert.deepEqual([...(await gpu.download(gpu.embedding(table, ids)))], want, `maxBindingBytes ${maxBindingBytes}`);
-      const x = gpu.upload(Float32Array.from([1, 2, 3, 4, 5, 6, 7, 8]), [4, 2]);
       assert.deepEqual([...(await gpu.download(gpu.gatherRows(x, ids)))], want);
-      const half = gpu.zeros([4, 2], "f16");
       assert.deepEqual([...(await gpu.downloadHalfRows(half, ids))], new Array(10).fill(0));
     } finally {
       gpu.destroy();

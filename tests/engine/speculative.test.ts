@@ -206,7 +206,7 @@ test("Engine speculative decoding ends where one-token steps end: max_tokens and
   }
   for (const stop of [...new Set(text.split(/\s+/).filter((w) => w.length >= 3))].slice(0, 12)) {
     const [plain, spec] = [await run({ stop: [stop] }), await run({ stop: [stop] }, NGRAM)];
-    assert.deepEqual(spec.result, { ...plain.result, firstTokenS: spec.result.firstTokenS, lastTokenS: spec.result.lastTokenS }, `stop ${JSON.stringify(stop)}`);
+    assert.deepEqual(spec.result, { ...plain.result, firstTokenS: spec.result.firstTokenS, lastTokenS: spec.result.lastTokenS, queueS: spec.result.queueS }, `stop ${JSON.stringify(stop)}`);
     assert.deepEqual(spec.deltas.flatMap((d) => d.tokenIds), spec.result.tokenIds);
   }
 });

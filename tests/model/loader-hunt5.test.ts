@@ -17,6 +17,7 @@ import { gguf } from "../../src/model/gguf-writer.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { loadLoraAdapter } from "../../src/model/lora-load.ts";
 import { encodeSafetensors, type SafetensorsInfo } from "../../src/model/safetensors.ts";
+import { hfRopeFreqFactors } from "../../src/model/rope-scaling.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
 import { ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
@@ -188,4 +189,10 @@ test("readGgufHeader() says a big-endian GGUF is big-endian instead of quoting a
   const path = `${dir}/big-endian.gguf`;
   await writeFile(path, bytes);
   await expectError(loadModel(path), /^GGUF file ".*big-endian\.gguf" is big-endian \(its version 3 is byte-swapped\); only little-endian GGUF files are read$/);
+});
+
+test("hfRopeFreqFactors() refuses a rope_scaling factor that names no rope_type, and takes one of 1 as none", () => {
+  assert.throws(() => hfRopeFreqFactors({ rope_scaling: { factor: 2 } }, 10000, 8, "m"), (e: Error) => e instanceof ModelLoadError && /gives factor 2 but no rope_type/.test(e.message));
+  assert.equal(hfRopeFreqFactors({ rope_scaling: { factor: 1 } }, 10000, 8, "m"), undefined);
+  assert.equal(hfRopeFreqFactors({ rope_parameters: { rope_type: "default", rope_theta: 10000 } }, 10000, 8, "m"), undefined);
 });

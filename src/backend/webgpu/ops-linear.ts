@@ -6,6 +6,7 @@ import { type GpuContext } from "./context.ts";
 import type { KernelParams } from "./kernel-source.ts";
 import { asGpu, expectRank, fmt, type GpuTensor, rowsOf } from "./tensor.ts";
 import { isBlockQuant } from "../quant-blocks.ts";
+import { checkIndexRange } from "../shape-checks.ts";
 import { BackendShapeError, type Tensor, WEIGHT_DTYPES } from "../types.ts";
 
 /** Template flags selecting the weight accessor for a dtype. */
@@ -109,5 +110,7 @@ export function embedding(ctx: GpuContext, tableT: Tensor, idsT: Tensor): Tensor
   const ids = asGpu(idsT, "embedding ids", ctx);
   expectRank(table, 2, "embedding table", WEIGHT_DTYPES);
   expectRank(ids, 1, "embedding ids", ["i32"]);
+  // The kernel writes zeros for an id outside the table; an uploaded id list is checked here, as the other backends do.
+  if (ids.host) checkIndexRange(ids.host, table.shape[0], "Token id");
   return embeddingChunks(ctx, table, ids, ids.shape[0], table.shape[1]);
 }

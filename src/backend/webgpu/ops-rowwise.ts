@@ -8,7 +8,7 @@ import { F32 } from "./recorder.ts";
 import { download, upload } from "./ops-memory.ts";
 import { asGpu, expectActivation, expectRank, expectSameShape, fmt, type GpuTensor, rowsOf } from "./tensor.ts";
 import { BackendShapeError, numel, type RopeLayout, type Tensor } from "../types.ts";
-import { expectConcatColumnsShapes, expectRopeArgs, expectSliceColumnsShapes } from "../shape-checks.ts";
+import { checkIndexRange, expectConcatColumnsShapes, expectRopeArgs, expectSliceColumnsShapes } from "../shape-checks.ts";
 
 /** x / sqrt(mean(x²) + eps) * weight over the last dim. */
 export function rmsnorm(ctx: GpuContext, xT: Tensor, wT: Tensor, eps: number): Tensor {
@@ -94,6 +94,7 @@ export function gatherRows(ctx: GpuContext, xT: Tensor, idxT: Tensor): Tensor {
   expectRank(x, 2, "gatherRows input", ["f32"]);
   expectRank(idx, 1, "gatherRows indices", ["i32"]);
   const [rows, cols] = x.shape;
+  if (idx.host) checkIndexRange(idx.host, rows, "Row index");
   const m = idx.shape[0];
   const out = ctx.output([m, cols]);
   ctx.recorder.dispatch("gather_rows", { T: "f32", SCATTER: false }, [m, cols, rows, 0], [[1, x.buffer], [2, idx.buffer], [3, out.buffer]], Math.ceil((m * cols) / 256));
@@ -110,6 +111,7 @@ export async function downloadHalfRows(ctx: GpuContext, xT: Tensor, idxT: Tensor
   expectRank(x, 2, "downloadHalfRows input", ["f16"]);
   expectRank(idx, 1, "downloadHalfRows indices", ["i32"]);
   const [rows, cols] = x.shape;
+  if (idx.host) checkIndexRange(idx.host, rows, "Row index");
   if (cols % 2 !== 0) throw new BackendShapeError(`downloadHalfRows needs rows of whole words (an even width), got ${fmt(x.shape)}`);
   if (x.storage.chunks.length > 1) throw new BackendShapeError(`downloadHalfRows needs a table in one buffer, got ${x.storage.chunks.length} chunks`);
   const m = idx.shape[0];
@@ -195,6 +197,7 @@ export function writeHalfRows(ctx: GpuContext, xT: Tensor, idxT: Tensor, bits: U
   expectRank(x, 2, "writeHalfRows table", ["f16"]);
   expectRank(idx, 1, "writeHalfRows indices", ["i32"]);
   const [rows, cols] = x.shape;
+  if (idx.host) checkIndexRange(idx.host, rows, "Row index");
   const m = idx.shape[0];
   if (cols % 2 !== 0) throw new BackendShapeError(`writeHalfRows needs rows of whole words (an even width), got ${fmt(x.shape)}`);
   if (bits.length !== m * cols) throw new BackendShapeError(`writeHalfRows got ${bits.length} halves for ${m} rows of ${cols}`);
