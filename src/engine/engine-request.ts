@@ -61,6 +61,8 @@ export interface Active {
   /** When its first step was planned (ms; undefined while it waits). */
   tScheduled?: number;
   done: boolean;
+  /** Why the request failed, when its own work threw (its result's `error`). */
+  error?: string;
 }
 
 /** The request's sampling parameters and next seeded uniform; a row that samples nothing is greedy. */
@@ -95,10 +97,22 @@ function promptAsk(a: Active, e: Pick<StepEntry, "startPos" | "tokens">): Prompt
 /**
  * A step's logit additions, masks and log-probability requests, one per entry (undefined when none
  * asks); an entry verifying a draft has its draft rows' too, and its own row's are those after the
- * whole draft.
+ * whole draft. With `onError`, a request whose asks throw is reported there (by its index) and asks nothing.
  */
-export function stepExtras(active: readonly Active[], entries: readonly Pick<StepEntry, "sample" | "startPos" | "tokens" | "draft">[]): StepExtras | undefined {
-  const asks = active.map((a, i) => (entries[i].sample ? sampledRowAsks(a, entries[i].tokens.slice(entries[i].tokens.length - (entries[i].draft ?? 0))) : undefined));
+export function stepExtras(
+  active: readonly Active[], entries: readonly Pick<StepEntry, "sample" | "startPos" | "tokens" | "draft">[], onError?: (i: number, e: unknown) => void,
+): StepExtras | undefined {
+  const asks = active.map((a, i) => {
+    if (!entries[i].sample) return undefined;
+    try {
+      return sampledRowAsks(a, entries[i].tokens.slice(entries[i].tokens.length - (entries[i].draft ?? 0)));
+    } catch (e) {
+      // One request's failure (its grammar's): its row samples unmasked and is dropped; the others' stand.
+      if (!onError) throw e;
+      onError(i, e);
+      return undefined;
+    }
+  });
   const additions = asks.map((r) => r?.additions[r.additions.length - 1]);
   const masks = asks.map((r) => r?.masks[r.masks.length - 1]);
   const draftAdditions = asks.map((r) => someOf(r?.additions.slice(0, -1)));

@@ -73,6 +73,11 @@ export function checkPromptTokens(prompt: readonly number[], vocabSize: number):
   }
 }
 
+/** An error's "name: message", as a result's `error` carries it. */
+function errorText(e: unknown): string {
+  return e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+}
+
 /** One worker: a scheduler, a KV block pool and a model runner driven by one loop. */
 export class Engine implements ServingEngine {
   readonly kvEvents: EventChannel<KvEvent> = new EventChannel<KvEvent>();
@@ -113,7 +118,10 @@ export class Engine implements ServingEngine {
     const clock = () => this.now() / 1000;
     // Counting the pool's events versions its prefix index, so queueState() need not re-probe the queue.
     const { sink: events, count: kvEventCount } = countKvEvents((e: KvEvent) => this.kvEvents.publish(e));
-    const offload = opts.kvOffloadBlocks ? new HostKvOffload(r, r.blockSize, opts.kvOffloadBlocks, opts.workerId ?? "worker-0", clock, events) : undefined;
+    // A failed write-back is counted; its prompt computes what the host held.
+    const offload = opts.kvOffloadBlocks
+      ? new HostKvOffload(r, r.blockSize, opts.kvOffloadBlocks, opts.workerId ?? "worker-0", clock, events, () => this.metrics.stepErrors++)
+      : undefined;
     this.offload = offload;
     this.pool = new BlockPool({
       numBlocks: r.numBlocks, blockSize: r.blockSize, clock, events, workerId: opts.workerId, policy: this.turns?.policy,
@@ -326,7 +334,40 @@ export class Engine implements ServingEngine {
 
   /** Starts the worker loop (idempotent). */
   start(): void {
-    this.loopDone ??= this.loop();
+    this.loopDone ??= this.loop().catch((e) => this.loopFailed(e));
+  }
+
+  /**
+   * The loop threw outside a step's forward and one request's work (a bug, or the device's error
+   * while copying KV): every request ends with the error instead of hanging, their blocks go back,
+   * and the next submit starts a fresh loop. Never rejects (an unhandled rejection ends a process).
+   */
+  private loopFailed(e: unknown): void {
+    this.metrics.stepErrors++;
+    const error = errorText(e);
+    this.wake = undefined;
+    this.loopDone = undefined;
+    try {
+      this.scheduler.abandonStep();
+    } catch { /* its sequences are finished below */ }
+    for (const a of [...this.active.values()]) {
+      a.error ??= error;
+      try {
+        this.scheduler.finish(a.seq.id, "abort");
+      } catch { /* the request still ends */ }
+      this.finish(a, "abort");
+    }
+  }
+
+  /**
+   * Ends one request whose own host-side work threw (its grammar's mask, its text): the error is its
+   * result's, and the others in its step go on. Its blocks go back now, or at the step's commit.
+   */
+  private failRequest(id: number, e: unknown): void {
+    const a = this.active.get(id);
+    if (!a || a.done) return;
+    a.error ??= errorText(e);
+    this.cancel(id);
   }
 
   /** Stops the loop and cancels everything still active. */
@@ -412,7 +453,7 @@ export class Engine implements ServingEngine {
       // A draft's rows draw their uniforms before the entry's own row, in the order of the positions they sample.
       const drafts = plan.entries.map((e) => (e.draft ? Array.from({ length: e.draft }, () => samplingRow(this.active.get(e.seqId)!, true)) : undefined));
       const rows = plan.entries.map((e) => samplingRow(this.active.get(e.seqId)!, e.sample));
-      const asked = stepExtras(plan.entries.map((e) => this.active.get(e.seqId)!), plan.entries);
+      const asked = stepExtras(plan.entries.map((e) => this.active.get(e.seqId)!), plan.entries, (i, err) => this.failRequest(plan.entries[i].seqId, err));
       const extras = drafts.some((d) => d) ? { ...asked, drafts } : asked;
       let sampled: StepOutput | undefined;
       let error: string | undefined;
@@ -429,22 +470,35 @@ export class Engine implements ServingEngine {
           if (this.mixing) this.scheduler.stepMixing = this.mixing.observe(record);
         }
       } catch (e) {
-        error = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+        error = errorText(e);
         this.metrics.stepErrors++;
         for (const entry of plan.entries) this.scheduler.abort(entry.seqId);
       }
       const tokens = new Map<number, number>();
       const accepted = new Map<number, readonly number[]>();
       plan.entries.forEach((e, i) => {
-        if (sampled?.promptLogprobs) keepPromptLogprobs(this.active.get(e.seqId)!, e.startPos, sampled.promptLogprobs[i]);
-        if (!sampled || !e.sample) return;
-        if (sampled.hidden?.[i]) this.active.get(e.seqId)!.embedding = sampled.hidden[i];
-        tokens.set(e.seqId, e.draft ? this.verifyDraft(e.seqId, e.tokens.slice(-e.draft), sampled.draftIds![i]!, sampled.ids[i], accepted) : sampled.ids[i]);
-        const lps = stepLogprobs(sampled, i, accepted.get(e.seqId)?.length ?? 0);
-        if (lps) this.active.get(e.seqId)!.pendingLogprobs = lps;
+        const a = this.active.get(e.seqId);
+        // A request cancelled mid-step (or failed) is finished at the commit; its row is not read.
+        if (!a || a.seq.abortRequested) return;
+        try {
+          if (sampled?.promptLogprobs) keepPromptLogprobs(a, e.startPos, sampled.promptLogprobs[i]);
+          if (!sampled || !e.sample) return;
+          if (sampled.hidden?.[i]) a.embedding = sampled.hidden[i];
+          tokens.set(e.seqId, e.draft ? this.verifyDraft(e.seqId, e.tokens.slice(-e.draft), sampled.draftIds![i]!, sampled.ids[i], accepted) : sampled.ids[i]);
+          const lps = stepLogprobs(sampled, i, accepted.get(e.seqId)?.length ?? 0);
+          if (lps) a.pendingLogprobs = lps;
+        } catch (err) {
+          this.failRequest(e.seqId, err);
+        }
       });
       const advanced = this.scheduler.commit(plan, tokens, accepted);
-      for (const seq of advanced) this.onTokens(seq, 1 + (accepted.get(seq.id)?.length ?? 0));
+      for (const seq of advanced) {
+        try {
+          this.onTokens(seq, 1 + (accepted.get(seq.id)?.length ?? 0));
+        } catch (err) {
+          this.failRequest(seq.id, err);
+        }
+      }
       for (const e of plan.entries) {
         const a = this.active.get(e.seqId);
         if (a && !a.done && a.seq.status === "finished") this.finish(a, a.seq.finishReason ?? "abort", error);
@@ -454,8 +508,17 @@ export class Engine implements ServingEngine {
       // committing, streaming) in cycleSeconds; before the yield, so a request's last step is counted
       // by the time its caller resumes.
       tMark = this.now();
-      if (record) this.opts.onStep?.({ ...record, cycleSeconds: (tMark - tIter) / 1000 });
+      if (record) this.reportStep({ ...record, cycleSeconds: (tMark - tIter) / 1000 });
       await yieldToEventLoop();
+    }
+  }
+
+  /** Hands a step's record to the step hook; a hook that throws (its log's disk full) is counted, and serving goes on. */
+  private reportStep(record: StepRecord): void {
+    try {
+      this.opts.onStep?.(record);
+    } catch {
+      this.metrics.stepErrors++;
     }
   }
 
@@ -687,8 +750,8 @@ export class Engine implements ServingEngine {
     this.drafter?.release(a.seq.id);
     this.active.delete(a.seq.id);
     a.queue.close();
-    const result = resultOf(a, reason, error);
-    this.metrics.countFinish(error ? "error" : reason);
+    const result = resultOf(a, reason, error ?? a.error);
+    this.metrics.countFinish(result.error ? "error" : reason);
     const e2eS = (this.now() - a.t0) / 1000;
     this.metrics.e2e.observe(e2eS);
     this.metrics.observeRequest(result, e2eS, a.maxTokens);

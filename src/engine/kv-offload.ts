@@ -60,7 +60,7 @@ export class HostKvOffload {
 
   constructor(
     private readonly runner: StepRunner, private readonly blockSize: number, readonly capacityBlocks: number,
-    workerId: string, private readonly clock: () => number, events?: KvEventSink,
+    workerId: string, private readonly clock: () => number, events?: KvEventSink, private readonly onError: (e: unknown) => void = () => {},
   ) {
     if (!runner.readBlocks || !runner.writeBlocks) throw new RangeError("KV offload needs a runner that can copy KV blocks to and from host memory");
     if (!Number.isInteger(capacityBlocks) || capacityBlocks < 1) throw new RangeError(`The host KV tier needs at least 1 block, got ${capacityBlocks}`);
@@ -89,7 +89,8 @@ export class HostKvOffload {
   /**
    * Writes back the blocks of `tokens`' prefix that continue its device prefix from this tier (those
    * whose copy has reached the host), as cached blocks ranked under `meta`. Returns how many it
-   * wrote and whether a needed copy was still on its way (worth another try later).
+   * wrote and whether a needed copy was still on its way (worth another try later); a write that
+   * fails is reported to `onError` and counts as none.
    */
   restore(pool: BlockPool, tokens: readonly number[], meta?: BlockMeta, maxBlocks = Infinity, root?: BlockHash): { restored: number; pending: boolean } {
     const bs = this.blockSize;
@@ -97,7 +98,15 @@ export class HostKvOffload {
     const { kv, pending } = this.continuation(tokens, onDevice, root);
     if (kv === null) return { restored: 0, pending };
     const prefix = { tokens: tokens.slice(0, onDevice * bs + kv.numTokens), blockSize: bs, kv, firstBlock: onDevice, ...(root === undefined ? {} : { root }) };
-    const restored = importPrefix(pool, this.runner, prefix, meta, maxBlocks);
+    let restored: number;
+    try {
+      restored = importPrefix(pool, this.runner, prefix, meta, maxBlocks);
+    } catch (e) {
+      // A failed write-back (the device's error) restores nothing: importPrefix gave its blocks back,
+      // and the prompt computes what the host held, as without a host tier.
+      this.onError(e);
+      return { restored: 0, pending: false };
+    }
     this.restored += restored;
     return { restored, pending };
   }

@@ -334,6 +334,17 @@ export class Scheduler {
     seq.draft = [...draft];
   }
 
+  /**
+   * Drops the step in flight without committing it (the engine's loop failed before its commit): its
+   * sequences end ("abort") and their blocks go back, so a step can be planned again.
+   */
+  abandonStep(): void {
+    const plan = this.inFlight;
+    if (!plan) return;
+    this.inFlight = undefined;
+    for (const e of plan.entries) this.finish(e.seqId, "abort");
+  }
+
   /** Cancels a request; if it is part of the step in flight its blocks are freed at `commit`. */
   abort(id: number): void {
     const seq = this.seqs.get(id);
