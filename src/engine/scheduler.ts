@@ -154,9 +154,10 @@ export class Scheduler {
         got = extra > 0 ? this.kv.allocate(extra) : [];
       }
       while (got === null) {
+        // Blocks held for hand-offs yet to come go before any running sequence does: losing one costs
+        // its hand-off a block of prompt computed again, a preemption a whole context (or a swap).
+        if (this.kv.releaseHandoffTails?.()) { got = this.kv.allocate(extra); continue; }
         if (this.running.length === 1) {
-          // Blocks held for hand-offs yet to come go before a sequence the pool could hold does.
-          if (this.kv.releaseHandoffTails?.()) { got = this.kv.allocate(extra); continue; }
           // Alone and still out of blocks: the pool can never hold this sequence, so it ends here.
           this.finish(seq.id, "length");
           truncated.push(seq.id);

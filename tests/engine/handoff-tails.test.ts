@@ -241,3 +241,23 @@ test("Scheduler lets go of the block held for a handed-off prompt whose cached b
   sched.finish(1, "length");
   assert.equal(pool.numUsedBlocks(), 0, "no block stays in use at idle");
 });
+
+test("Scheduler lets go of blocks held for hand-offs before it preempts a running sequence for room", () => {
+  const pool = new BlockPool({ numBlocks: 8, blockSize: 4, clock: () => 0 });
+  const tails = new HandoffTails((ids) => pool.release(ids), () => 0, { maxBlocks: 4, ttlS: 60 });
+  const held = pool.allocate(2)!;
+  tails.keep(range(6, 500), held[0]);
+  tails.keep(range(7, 600), held[1]);
+  const sched = new Scheduler(poolBlockManager(pool, undefined, tails), { maxBatchTokens: 64, watermarkBlocks: 0 });
+  sched.submit(1, range(12, 100));
+  sched.submit(2, range(12, 200));
+  const prefill = sched.schedule();
+  assert.deepEqual(prefill.entries.map((e) => e.tokens.length), [12, 12], "both prompts fill their three blocks");
+  sched.commit(prefill, new Map([[1, 5], [2, 6]]));
+  assert.equal(pool.numFreeBlocks(), 0, "the two hand-off blocks and six of the prompts' fill the pool");
+  // Each decode needs a fourth block: the held hand-off blocks go, not the second sequence.
+  const decode = sched.schedule();
+  assert.deepEqual(decode.preempted, []);
+  assert.deepEqual(decode.entries.map((e) => e.seqId), [1, 2]);
+  assert.equal(tails.size, 0);
+});
