@@ -4,7 +4,6 @@
  * call `app.request()` in-process.
  */
 import { Hono, type Context } from "hono";
-import { bodyLimit } from "hono/body-limit";
 import { cors } from "hono/cors";
 import type { UnofficialStatusCode } from "hono/utils/http-status";
 import { createHash, timingSafeEqual } from "node:crypto";
@@ -13,8 +12,10 @@ import type { RequestHandle, ServingEngine } from "../engine/engine-types.ts";
 import type { SchedulingPolicy } from "../engine/scheduler-types.ts";
 import type { JsonWhitespace, ToolCallFormat } from "../engine/grammar.ts";
 import type { LoadedModel, SamplingDefaults } from "../model/config.ts";
+import { nestsTooDeeply } from "../engine/json-schema.ts";
 import { modelChatRenderer } from "./chat-template.ts";
 import { reasoningTokensOf } from "./harmony-prompt.ts";
+import { DEFAULT_BODY_TIMEOUT_MS, readBodyFirst } from "./body-read.ts";
 import { anthropicErrorBody, anthropicStatus, ApiError, schemaError } from "./errors.ts";
 import { renderMetrics } from "./metrics.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
@@ -50,6 +51,8 @@ export interface AppOptions {
   allowedOrigins?: readonly string[];
   /** Largest request body accepted (413 above). */
   maxBodyBytes?: number;
+  /** Longest wait for the next bytes of a request body, in ms (408 after; default 30 s). */
+  bodyTimeoutMs?: number;
   /** Seconds clients are told to wait after a 429. */
   retryAfterS?: number;
   /** "think": chat answers' `<think>` text is returned as `reasoning_content` ("mistral": `[THINK]`, "harmony": gpt-oss's analysis channel; default "none"). */
@@ -155,7 +158,8 @@ export function createApp(o: AppOptions): Hono {
   const guarded = ["/v1/*", "/v2/*", "/tokenize", "/detokenize", "/score", "/rerank"];
   for (const path of guarded) app.use(path, checkKey);
   const limit = o.maxBodyBytes ?? 2 * 1024 * 1024;
-  for (const path of guarded) app.use(path, bodyLimit({ maxSize: limit, onError: (c) => fail(c, new ApiError(413, `The request body is larger than ${limit} bytes`, null, "body_too_large")) }));
+  const bodies = readBodyFirst({ maxBytes: limit, idleMs: o.bodyTimeoutMs ?? DEFAULT_BODY_TIMEOUT_MS, fail });
+  for (const path of guarded) app.use(path, bodies);
 
   async function readBody<T>(c: Context, schema: ZodType<T>): Promise<T> {
     let raw: unknown;
@@ -164,9 +168,18 @@ export function createApp(o: AppOptions): Hono {
     } catch {
       throw new ApiError(400, "The request body is not valid JSON", null, "invalid_json");
     }
-    const r = schema.safeParse(raw);
-    if (!r.success) throw schemaError(r.error, raw);
-    return r.data;
+    let refused: ApiError;
+    try {
+      const r = schema.safeParse(raw);
+      if (r.success) return r.data;
+      refused = schemaError(r.error, raw);
+    } catch (e) {
+      // A check (or its message, which zod writes when the error is read) that walks or quotes a value
+      // thousands of levels deep overflows the stack (Node's first): the client's doing, not a 500.
+      if (nestsTooDeeply(e)) throw new ApiError(400, "The request body nests too deeply to be checked; send values nested at most a few hundred levels", null, "invalid_value");
+      throw e;
+    }
+    throw refused;
   }
   const adapters = () => o.engine.adapterNames?.() ?? [];
   const served = () => {
@@ -240,7 +253,7 @@ export function createApp(o: AppOptions): Hono {
     body.stream
       ? sseOnceTaken(c, submitted.handles, () => completeStream(ctx, submitted, body.stream_options?.include_usage === true, body.stream_options?.continuous_usage_stats === true), end)
       : whole(c, submitted, end, () => completeJson(ctx, submitted));
-  /** Runs a generation route, counted in flight from before its body is read until its answer is written. */
+  /** Runs a generation route, counted in flight from once its body has arrived (body-read.ts) until its answer is written. */
   const generation = async (handle: (end: () => void) => Promise<Response>) => {
     if (life.draining) throw new ApiError(503, "The server is shutting down; send the request to another replica, or retry once it is back", null, "shutting_down");
     const end = life.begin();

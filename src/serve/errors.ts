@@ -13,7 +13,7 @@ export interface OpenAiErrorBody {
 export class ApiError extends Error {
   override name = "ApiError";
   constructor(
-    readonly status: 400 | 401 | 404 | 405 | 413 | 429 | 500 | 503,
+    readonly status: 400 | 401 | 404 | 405 | 408 | 413 | 429 | 500 | 503,
     message: string,
     readonly param: string | null = null,
     readonly code: string | null = null,
@@ -31,7 +31,7 @@ export class ApiError extends Error {
 /** Anthropic's error type for each status (its Messages API's error bodies). */
 const ANTHROPIC_ERROR_TYPES: Record<ApiError["status"], string> = {
   400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error", 405: "invalid_request_error",
-  413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 503: "overloaded_error",
+  408: "invalid_request_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error", 503: "overloaded_error",
 };
 
 /**
@@ -83,6 +83,11 @@ function jsonHead(value: unknown, limit: number): string | undefined {
         walk(x, false);
       }
       out += "}";
+      return;
+    }
+    // A number that overflowed (1e400 parses as Infinity) is quoted as what it became, not as JSON's null.
+    if (typeof v === "number" && !Number.isFinite(v)) {
+      out += String(v);
       return;
     }
     // A string longer than the limit is quoted only as far as the limit (the rest would be cut anyway).

@@ -111,6 +111,8 @@ export interface ServerOptions {
    */
   toolCallParser?: ToolCallFormat;
   maxBodyBytes?: number;
+  /** Longest wait for the next bytes of a request body, in ms (408 after; default 30 s). */
+  bodyTimeoutMs?: number;
   /** The most Responses API responses kept (app.ts; default 4096, 0 keeps none). */
   maxStoredResponses?: number;
   /** The most conversations kept (app.ts; default 1024, 0 keeps none). */
@@ -323,7 +325,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     loraSources.set(m.name, m.path);
   }
   const lifecycle = new ServerLifecycle();
-  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, ...(o.allowedOrigins ? { allowedOrigins: o.allowedOrigins } : {}), maxBodyBytes: o.maxBodyBytes, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle, loraSources, allowRuntimeLora: o.allowRuntimeLora });
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, ...(o.allowedOrigins ? { allowedOrigins: o.allowedOrigins } : {}), maxBodyBytes: o.maxBodyBytes, bodyTimeoutMs: o.bodyTimeoutMs, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle, loraSources, allowRuntimeLora: o.allowRuntimeLora });
   let l: Listening;
   try {
     l = await listen(app.fetch, o.host, o.port);
