@@ -49,6 +49,29 @@ export class OutputText {
   push(id: number): string {
     this.ids.push(id);
     if (this.stopped || !this.decodeNew(false)) return "";
+    return this.release(this.safeLength(false));
+  }
+
+  /**
+   * Releases text held back for a possible stop string or a character's end (the request ended for
+   * another reason). A stop string in it still cuts it (held back, a token's text ending in part of a
+   * character was not searched yet), though the output's end reason stays what it was.
+   */
+  flush(): string {
+    if (this.stopped) return "";
+    this.decodeNew(true);
+    const n = this.safeLength(true);
+    const cut = this.stopped;
+    // The end reason is the caller's: the cut is kept, the stop is not reported.
+    this.stopped = false;
+    this.stopString = undefined;
+    const delta = this.release(n);
+    if (cut) this.pending = "";
+    return delta;
+  }
+
+  /** How much of `pending` may go out: up to a stop string (setting `stopped`), less a stop's beginning unless `final`. */
+  private safeLength(final: boolean): number {
     let limit = this.pending.length;
     // A stop written within min_tokens stays text; one that ends past them is caught (it starts in `pending`).
     for (const s of this.ids.length > this.minTokens ? this.stops : []) {
@@ -60,16 +83,8 @@ export class OutputText {
         this.stopString = s;
       }
     }
-    if (!this.stopped) limit -= this.pendingStopPrefix(limit);
-    else if (this.includeStop) limit += this.stopString!.length;
-    return this.release(limit);
-  }
-
-  /** Releases text held back for a possible stop string or a character's end (the request ended for another reason). */
-  flush(): string {
-    if (this.stopped) return "";
-    this.decodeNew(true);
-    return this.release(this.pending.length);
+    if (!this.stopped) return final ? limit : limit - this.pendingStopPrefix(limit);
+    return this.includeStop ? limit + this.stopString!.length : limit;
   }
 
   /**

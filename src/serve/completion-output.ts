@@ -5,7 +5,7 @@
 import type { GenerateResult } from "../engine/engine-types.ts";
 import type { TokenLogprob } from "../engine/logprobs.ts";
 import type { Tokenizer } from "../model/config.ts";
-import { type CompletionLogprobs, completionLogprobs } from "./logprobs-json.ts";
+import { type CompletionLogprobs, completionLogprobs, TextOffsets } from "./logprobs-json.ts";
 import type { CompletionShape, EchoedPrompt } from "./openai.ts";
 
 /**
@@ -32,7 +32,8 @@ export function echoLogprobs(tokenizer: Tokenizer, prompt: EchoedPrompt, lps: re
     const lp = lps[i];
     return lp ? { ...lp, top: lp.top.slice(0, top) } : { id, logprob: NaN, rank: 0, top: [] };
   });
-  const out = completionLogprobs(tokenizer, known);
+  const offsets = new TextOffsets(tokenizer);
+  const out = completionLogprobs(tokenizer, known, offsets);
   prompt.ids.forEach((_, i) => {
     if (lps[i]) return;
     out.token_logprobs[i] = null;
@@ -41,11 +42,8 @@ export function echoLogprobs(tokenizer: Tokenizer, prompt: EchoedPrompt, lps: re
   // Offsets into the echoed text, counted back from its end: the prompt decodes whole without what
   // its first tokens show alone (a SentencePiece word's leading space, BOS), so counted from the
   // start every offset would be off by that much. Tokens before the text's start sit at 0.
-  let end = prompt.text.length;
-  for (let i = out.tokens.length - 1; i >= 0; i--) {
-    end = Math.max(0, end - out.tokens[i].length);
-    out.text_offset[i] = end;
-  }
+  const shift = prompt.text.length - offsets.close();
+  out.text_offset = out.text_offset.map((o) => Math.max(0, o + shift));
   return out;
 }
 

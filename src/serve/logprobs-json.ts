@@ -36,20 +36,47 @@ export interface CompletionLogprobs {
 }
 
 /**
+ * Where each token's text starts in a text written token by token (completions' `text_offset`, in
+ * UTF-16 code units as the text is). Counted over the tokens' bytes, so a character spread over
+ * several tokens (byte-fallback pieces of an emoji) counts once, not once per piece: its pieces sit
+ * where it starts (or, pieces of no character, at the text their predecessors completed), and the
+ * tokens after it where their text is. Kept across a stream's chunks.
+ */
+export class TextOffsets {
+  private readonly decoder = new TextDecoder();
+
+  /** `at`: where the first token's text starts. */
+  constructor(private readonly tokenizer: Tokenizer, private at = 0) {}
+
+  /** Where the text of token `id` (written `text`) starts; moves past it. */
+  next(id: number, text: string): number {
+    const piece = text.includes("\uFFFD");
+    const own = piece ? this.tokenizer.tokenBytes?.(id) : undefined;
+    const out = this.decoder.decode(own !== undefined && own.length > 0 ? own : enc.encode(text), { stream: true });
+    // A whole token's text ends what it completed (after the U+FFFDs of broken pieces before it).
+    const start = piece ? this.at : this.at + Math.max(0, out.length - text.length);
+    this.at += out.length;
+    return start;
+  }
+
+  /** Where the text ends, an unfinished last character written as the U+FFFD a decoder writes; no token may follow. */
+  close(): number {
+    this.at += this.decoder.decode().length;
+    return this.at;
+  }
+}
+
+/**
  * Completions' `logprobs` object for these tokens; `offset` is the position of the first token's
- * text in the generated text (0, then what earlier chunks of a stream covered). Each step's
+ * text in the generated text (0), or a stream's offsets so far. Each step's
  * `top_logprobs` holds its alternatives and the token itself when they lack it (OpenAI's "up to
  * logprobs + 1 elements", as vLLM answers), so `logprobs` 0 still names the token. Alternatives
  * whose texts coincide keep the likelier one, as a JSON object cannot hold a key twice.
  */
-export function completionLogprobs(tokenizer: Tokenizer, lps: readonly TokenLogprob[], offset = 0): CompletionLogprobs {
+export function completionLogprobs(tokenizer: Tokenizer, lps: readonly TokenLogprob[], offset: number | TextOffsets = 0): CompletionLogprobs {
   const tokens = lps.map((lp) => tokenTextOf(tokenizer, lp.id));
-  const textOffset: number[] = [];
-  let at = offset;
-  for (const t of tokens) {
-    textOffset.push(at);
-    at += t.length;
-  }
+  const offsets = typeof offset === "number" ? new TextOffsets(tokenizer, offset) : offset;
+  const textOffset = tokens.map((t, i) => offsets.next(lps[i].id, t));
   return {
     tokens,
     token_logprobs: lps.map((lp) => lp.logprob),

@@ -125,6 +125,11 @@ function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, ctx
       throw new ApiError(400, `Token ${key} in logit_bias is outside this model's vocabulary of ${vocabSize} tokens`, "logit_bias", "invalid_value");
     }
   }
+  // The engine refuses them too, but naming no field.
+  for (const name of ["stop_token_ids", "allowed_token_ids"] as const) {
+    const bad = body[name]?.find((id) => id >= vocabSize);
+    if (bad !== undefined) throw new ApiError(400, `Token ${bad} in ${name} is outside this model's vocabulary of ${vocabSize} tokens`, name, "invalid_value");
+  }
   // OpenAI and vLLM refuse them unstreamed rather than drop the usage the client asked for (an empty
   // object asks nothing: vLLM passes it).
   if (body.stream_options && Object.keys(body.stream_options).length > 0 && body.stream !== true) {
@@ -222,6 +227,10 @@ export function submit(ctx: ServeContext, reqs: readonly GenerateRequest[], n: n
   try {
     for (const [i, req] of reqs.entries()) {
       if (reqs.length > 1) promptParam = `${param}[${i}]`;
+      // The engine refuses it too, but naming no field.
+      if (req.minTokens !== undefined && req.maxTokens !== undefined && req.minTokens > req.maxTokens) {
+        throw new ApiError(400, `The min_tokens must be at most max_tokens (${req.maxTokens}), got min_tokens = ${req.minTokens}`, "min_tokens", "invalid_value");
+      }
       for (let i = 0; i < n; i++) {
         // The whole seed: cut to 32 bits, seeds 2^32 apart would sample alike (seededUniforms takes 53).
         const one: GenerateRequest = req.seed === undefined ? { ...req } : { ...req, seed: req.seed + i };
@@ -399,6 +408,21 @@ function checkCompletionShape(body: CompletionRequest, prompts: number): number 
   return bestOf;
 }
 
+/**
+ * Refuses a `max_tokens` the context has no room for beside a prompt that fits, naming max_tokens (a
+ * prompt that does not fit is the engine's to refuse, naming the prompt).
+ */
+function checkRoom(ctx: ServeContext, maxTokens: number | null | undefined, promptTokens: number, promptParam: string): void {
+  const limit = ctx.engine.maxModelLen;
+  if (!maxTokens || promptTokens >= limit || promptTokens + maxTokens <= limit) return;
+  throw new ApiError(
+    400,
+    `This model's maximum context length is ${limit} tokens; you requested ${promptTokens + maxTokens} (${promptTokens} in ${promptParam}, ${maxTokens} for the output): max_tokens can be at most ${limit - promptTokens}, got max_tokens = ${maxTokens}`,
+    "max_tokens",
+    "context_length_exceeded",
+  );
+}
+
 /** The max_tokens of a completion request that leaves it out (OpenAI's and vLLM's default). */
 export const COMPLETION_DEFAULT_MAX_TOKENS = 16;
 
@@ -416,7 +440,8 @@ export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Su
   const echo = body.echo === true;
   const scoreOnly = echo && body.max_tokens === 0;
   const logprobs = typeof body.logprobs === "number" ? body.logprobs : null;
-  const reqs = prompts.map((p) => {
+  const reqs = prompts.map((p, i) => {
+    checkRoom(ctx, body.max_tokens, p.ids.length, prompts.length > 1 ? `prompt[${i}]` : "prompt");
     // Scoring only still samples one token (the engine always does); it is not returned.
     const req = engineRequest(body, ctx, p.ids, scoreOnly ? 1 : body.max_tokens, false, grammar);
     // Left out, a completion's max_tokens is 16 (OpenAI's and vLLM's CompletionRequest default), within

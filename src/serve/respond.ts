@@ -8,7 +8,7 @@ import { ChatOutputStream, type ChatPart, parseChatOutput } from "./chat-output.
 import { ApiError } from "./errors.ts";
 import { refusalError } from "./refusals.ts";
 import { bestOf, completionChoice, echoLogprobs } from "./completion-output.ts";
-import { chatLogprobs, completionLogprobs, promptLogprobsJson } from "./logprobs-json.ts";
+import { chatLogprobs, completionLogprobs, promptLogprobsJson, TextOffsets } from "./logprobs-json.ts";
 import type { CompletionShape, EchoedPrompt, Kind, ServeContext, Submitted } from "./openai.ts";
 import type { ParsedToolCall } from "./tool-calls.ts";
 
@@ -123,7 +123,8 @@ class ChoiceStream {
   private readonly answer: ChatOutputStream | null;
   // Log probabilities of tokens not yet sent go with the next chunk (the chat parser may hold text back).
   private pending: TokenLogprob[] = [];
-  private offset = 0;
+  /** Completions: where the next token's text starts (after the echoed prompt, if any). */
+  private offsets: TextOffsets | undefined;
 
   private readonly kind: Kind;
   private readonly shape: CompletionShape | undefined;
@@ -167,7 +168,7 @@ class ChoiceStream {
   private echoed(lps: readonly (TokenLogprob | null)[] | undefined): Json[] {
     const p = this.echo!;
     this.echo = undefined;
-    this.offset = p.text.length;
+    this.offsets = new TextOffsets(this.ctx.tokenizer, p.text.length);
     const logprobs = this.shape!.logprobs !== null ? echoLogprobs(this.ctx.tokenizer, p, lps ?? [], this.shape!.logprobs) : null;
     return [{ index: this.index, logprobs, finish_reason: null, text: p.text }];
   }
@@ -183,8 +184,7 @@ class ChoiceStream {
   private withLogprobs(choice: Json): Json {
     const base = { index: this.index, logprobs: null, finish_reason: null, ...choice };
     if (this.pending.length === 0) return base;
-    const logprobs = this.kind === "chat" ? chatLogprobs(this.ctx.tokenizer, this.pending) : completionLogprobs(this.ctx.tokenizer, this.pending, this.offset);
-    if (this.kind !== "chat") this.offset += (logprobs as { tokens: string[] }).tokens.reduce((n, t) => n + t.length, 0);
+    const logprobs = this.kind === "chat" ? chatLogprobs(this.ctx.tokenizer, this.pending) : completionLogprobs(this.ctx.tokenizer, this.pending, this.offsets ??= new TextOffsets(this.ctx.tokenizer));
     this.pending = [];
     return { ...base, logprobs };
   }
