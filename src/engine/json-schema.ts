@@ -224,6 +224,8 @@ function compileCombinator(s: { readonly [k: string]: unknown }, k: string, at: 
   // A branch the decoder cannot follow is left out while another remains: what is written then still
   // matches the schema, only never that branch (pydantic's Decimal is a number or a string under a
   // lookahead pattern; it is written as a number).
+  // Refused before its branches are compiled, which alone takes seconds for a body's worth of them.
+  if (v.length > MAX_OPEN_BRANCHES) throw tooManyBranches(k, at, v.length);
   const options: SchemaNode[] = [];
   let refusal: SchemaError | undefined;
   v.forEach((x, i) => {
@@ -235,7 +237,26 @@ function compileCombinator(s: { readonly [k: string]: unknown }, k: string, at: 
     }
   });
   if (options.length === 0) throw refusal!;
+  const open = options.reduce((n, o) => n + openBranches(o), 0);
+  if (open > MAX_OPEN_BRANCHES) throw tooManyBranches(k, at, open);
   return options.length === 1 ? options[0] : { t: "anyOf", options };
+}
+
+function tooManyBranches(k: string, at: string, open: number): SchemaError {
+  return new SchemaError(
+    `The schema's ${show(k)} at ${at} has more than ${MAX_OPEN_BRANCHES} branches open at once (${open}, nested anyOf, oneOf and type lists counted together): each token's mask follows every open branch; give a long list of values as an "enum"`,
+  );
+}
+
+/**
+ * Most branches of an anyOf (or oneOf) that may be open at once: the decoder starts all of them
+ * together and each step's mask follows every one (8000 took seconds of event-loop time per token).
+ */
+export const MAX_OPEN_BRANCHES = 1000;
+
+/** How many branches `n` opens where it starts: an anyOf's nested anyOfs start with it. */
+function openBranches(n: SchemaNode): number {
+  return n.t === "anyOf" ? n.options.reduce((sum, o) => sum + openBranches(o), 0) : 1;
 }
 
 function typesOf(s: { readonly [k: string]: unknown }, at: string): TypeName[] {

@@ -62,10 +62,21 @@ export function chatEcho(body: ChatRequest): string | undefined {
 }
 
 /**
+ * Characters `bad_words` may hold together: each is tokenized twice on the event loop, and a
+ * megabyte-long word took seconds (vLLM sets no limit; a bad word is a word or a phrase).
+ */
+export const MAX_BAD_WORDS_CHARS = 16_384;
+
+/**
  * vLLM's `bad_words` as token sequences: each word as written and after a space (its start-of-word
- * tokens differ), without BOS, as vLLM tokenizes them.
+ * tokens differ), without BOS, as vLLM tokenizes them. More than MAX_BAD_WORDS_CHARS characters in
+ * all is a 400, refused before any is tokenized.
  */
 export function badWordIds(ctx: { tokenizer: Tokenizer }, words: readonly string[]): number[][] {
+  const chars = words.reduce((n, w) => n + w.length, 0);
+  if (chars > MAX_BAD_WORDS_CHARS) {
+    throw new ApiError(400, `The bad_words may hold at most ${MAX_BAD_WORDS_CHARS} characters together, got ${chars} in ${words.length} word(s)`, "bad_words", "invalid_value");
+  }
   const seen = new Set<string>();
   const out: number[][] = [];
   for (const word of words) {

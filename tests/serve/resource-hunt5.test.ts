@@ -1,0 +1,84 @@
+/**
+ * Single requests that look valid but would make the server spend seconds of event-loop time (a
+ * denial of service from one client): each is refused quickly with a 400 naming the parameter and
+ * its limit, and the server serves the next request.
+ */
+import assert from "node:assert/strict";
+import { projectRoot, test } from "../harness.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { startServer } from "../../src/serve/server.ts";
+import { TEMPLATE } from "./scripted-server.ts";
+
+const modelPath = `${projectRoot}/models/stories260K.gguf`;
+const model = await loadModel(modelPath);
+
+/** POSTs `body` to `path`; the status, the error message (if any) and the milliseconds it took. */
+async function post(url: string, path: string, body: unknown): Promise<{ status: number; message: string; ms: number }> {
+  const text = JSON.stringify(body);
+  const t0 = performance.now();
+  const r = await fetch(`${url}${path}`, { method: "POST", headers: { "content-type": "application/json" }, body: text });
+  const json = await r.json() as { error?: { message?: string; param?: string } };
+  return { status: r.status, message: `${json.error?.param ?? ""}: ${json.error?.message ?? ""}`, ms: performance.now() - t0 };
+}
+
+const completion = (extra: Record<string, unknown>) => ({ model: "stories260K", prompt: "Once", max_tokens: 2, ...extra });
+const schema = (s: unknown) => completion({ response_format: { type: "json_schema", json_schema: { name: "x", schema: s } } });
+/** An anyOf of `n` objects, each with its own required key: every branch is open after `{`. */
+const wide = (n: number) => ({ anyOf: Array.from({ length: n }, (_, i) => ({ type: "object", properties: { [`k${i}`]: { type: "string" } }, required: [`k${i}`] })) });
+
+test("a bad_words list of megabytes is refused before it is tokenized", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference" });
+  try {
+    // One 1.6 MB word took 8 s of event-loop time to tokenize (twice: as written and after a space).
+    const long = await post(s.url, "/v1/completions", completion({ bad_words: ["abc ".repeat(400_000)] }));
+    assert.equal(long.status, 400, long.message);
+    assert.match(long.message, /^bad_words: .*at most 16384 characters.*1600000/);
+    assert.ok(long.ms < 2000, `the long bad word took ${long.ms.toFixed(0)} ms`);
+    const ok = await post(s.url, "/v1/completions", completion({ bad_words: ["abc ".repeat(1000), "dragon"] }));
+    assert.equal(ok.status, 200, ok.message);
+  } finally {
+    await s.shutdown();
+  }
+});
+
+test("a schema whose anyOf opens thousands of branches at once is refused, a smaller one served", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference" });
+  try {
+    // 8000 branches took 4 s of one event-loop turn per token (each step's mask follows every open branch).
+    const many = await post(s.url, "/v1/completions", schema(wide(8000)));
+    assert.equal(many.status, 400, many.message);
+    assert.match(many.message, /^response_format: .*more than 1000 branches .*8000/);
+    assert.ok(many.ms < 3000, `the wide anyOf took ${many.ms.toFixed(0)} ms`);
+    // Nested anyOfs whose branches start together count together (40 × 40 = 1600 at once).
+    const nested = await post(s.url, "/v1/completions", schema({ anyOf: Array.from({ length: 40 }, () => wide(40)) }));
+    assert.equal(nested.status, 400, nested.message);
+    assert.match(nested.message, /more than 1000 branches/);
+    // Branches that open at different places do not add up: 600 optional fields, each anyOf [X, null].
+    const fields = Object.fromEntries(Array.from({ length: 600 }, (_, i) => [`f${i}`, { anyOf: [{ type: "integer" }, { type: "null" }] }]));
+    const optional = await post(s.url, "/v1/completions", schema({ type: "object", properties: fields }));
+    assert.equal(optional.status, 200, optional.message);
+    const served = await post(s.url, "/v1/completions", schema(wide(500)));
+    assert.equal(served.status, 200, served.message);
+  } finally {
+    await s.shutdown();
+  }
+});
+
+test("an Anthropic request with more tools than OpenAI's 128 is refused, naming tools", async () => {
+  // The story model has no chat template, and a model without one cannot be told about tools: the scripted one's.
+  const s = await startServer({ modelPath, model: { ...model, chatTemplate: TEMPLATE }, host: "127.0.0.1", port: 0, backend: "reference" });
+  try {
+    // /v1/messages took any number of tools; a forced call's grammar over 10000 of them took 3.5 s of
+    // event-loop time for its first 27 characters (chat completions already stop at 128).
+    const tools = (n: number) => Array.from({ length: n }, (_, i) => ({ name: `f${i}`, input_schema: { type: "object", properties: { a: { type: "string" } } } }));
+    const request = (n: number) => ({ model: "stories260K", max_tokens: 2, messages: [{ role: "user", content: "Hi" }], tool_choice: { type: "any" }, tools: tools(n) });
+    const r = await fetch(`${s.url}/v1/messages`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(request(10_000)) });
+    const json = await r.json() as { error?: { message?: string } };
+    assert.equal(r.status, 400, json.error?.message);
+    assert.match(json.error?.message ?? "", /tools.*128/);
+    const ok = await fetch(`${s.url}/v1/messages`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(request(8)) });
+    assert.equal(ok.status, 200, await ok.text());
+  } finally {
+    await s.shutdown();
+  }
+});
