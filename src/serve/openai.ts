@@ -281,7 +281,8 @@ export function chatPrompt(ctx: ServeContext, body: ChatRequest): { text: string
   const { text, startsWithBos } = ctx.chat.render(messages, rendered, variables, turnOptions(ctx, body));
   // The rendered text holds every message (templates add text, never remove it). Truncated, it may be longer.
   if (body.truncate_prompt_tokens === undefined || body.truncate_prompt_tokens === null) checkTextLength(ctx, text, "messages");
-  const prompt = ctx.tokenizer.encode(text, { addBos: ctx.config.addBos && !startsWithBos });
+  const room = body.max_completion_tokens ?? body.max_tokens ?? 1;
+  const prompt = encodeToTruncate(ctx, text, body.truncate_prompt_tokens, room, ctx.config.addBos && !startsWithBos);
   if (prompt.length === 0) throw new ApiError(400, "The messages render to an empty prompt", "messages", "invalid_value");
   return { text, prompt, tools };
 }
@@ -359,7 +360,7 @@ function completionPrompts(ctx: ServeContext, p: CompletionRequest["prompt"], tr
     const param = list.length > 1 ? `prompt[${i}]` : "prompt";
     if (typeof one === "string") {
       if (truncate === undefined || truncate === null) checkTextLength(ctx, one, param);
-      const all = ctx.tokenizer.encode(one, { addBos: ctx.config.addBos });
+      const all = encodeToTruncate(ctx, one, truncate, room, ctx.config.addBos);
       if (all.length === 0) throw new ApiError(400, "The prompt is empty", param, "invalid_value");
       const ids = truncatedPrompt(ctx, all, truncate, room);
       // Echo returns what was computed: the kept tail.
@@ -370,6 +371,21 @@ function completionPrompts(ctx: ServeContext, p: CompletionRequest["prompt"], tr
     const ids = truncatedPrompt(ctx, one, truncate, room);
     return { ids, text: ctx.tokenizer.decode(ids) };
   });
+}
+
+/**
+ * `text` tokenized for {@link truncatedPrompt} to keep its last tokens: only its end when it is far
+ * longer than they can span (a megabyte prompt took seconds of event-loop time to tokenize whole, to
+ * keep a few hundred tokens). That end, twice as many characters as the kept tokens' longest pieces
+ * span, holds more tokens than are kept, and the cut's effect on tokenizing stays far from them.
+ */
+function encodeToTruncate(ctx: ServeContext, text: string, keep: number | null | undefined, room: number, addBos: boolean): number[] {
+  const perToken = ctx.tokenizer.maxCharsPerToken?.();
+  if (keep === undefined || keep === null || perToken === undefined) return ctx.tokenizer.encode(text, { addBos });
+  const kept = keep === -1 ? Math.max(1, ctx.engine.maxModelLen - Math.max(0, room)) : Math.min(keep, ctx.engine.maxModelLen);
+  const tail = 2 * kept * perToken + 64;
+  if (text.length <= tail) return ctx.tokenizer.encode(text, { addBos });
+  return ctx.tokenizer.encode(text.slice(text.length - tail), { addBos: false });
 }
 
 /**

@@ -82,3 +82,36 @@ test("an Anthropic request with more tools than OpenAI's 128 is refused, naming 
     await s.shutdown();
   }
 });
+
+test("truncate_prompt_tokens keeps the same last tokens of a long prompt without tokenizing all of it", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference" });
+  try {
+    const words = ["Once", " upon", " a", " time", " there", " was", " a", " little", " girl", " named", " Lily", "."];
+    const text = Array.from({ length: 12_000 }, (_, i) => words[(i * 7) % words.length]).join("") + " She loved the park.";
+    const whole = model.tokenizer.encode(text, { addBos: model.config.addBos });
+    // The server's tokenizer is this one: record the longest text it is asked to encode.
+    const encode = model.tokenizer.encode.bind(model.tokenizer);
+    let longest = 0;
+    model.tokenizer.encode = (t, o) => {
+      longest = Math.max(longest, t.length);
+      return encode(t, o);
+    };
+    try {
+      for (const keep of [8, 200]) {
+        const r = await fetch(`${s.url}/v1/completions`, {
+          method: "POST", headers: { "content-type": "application/json" },
+          body: JSON.stringify({ model: "stories260K", prompt: text, max_tokens: 0, echo: true, logprobs: 0, truncate_prompt_tokens: keep }),
+        });
+        const body = await r.json() as { choices: { text: string; logprobs: { tokens: string[] } }[]; usage: { prompt_tokens: number } };
+        assert.equal(r.status, 200, JSON.stringify(body));
+        assert.equal(body.usage.prompt_tokens, keep);
+        assert.equal(body.choices[0].text, model.tokenizer.decode(whole.slice(whole.length - keep)), `the last ${keep} tokens, as the whole prompt tokenizes`);
+      }
+    } finally {
+      model.tokenizer.encode = encode;
+    }
+    assert.ok(longest < text.length / 4, `the server tokenized ${longest} of the prompt's ${text.length} characters`);
+  } finally {
+    await s.shutdown();
+  }
+});
