@@ -67,14 +67,11 @@ export function parseArgs<S extends FlagSpecs>(argv: readonly string[], specs: S
     const eq = arg.indexOf("=");
     const name = arg.slice(2, eq === -1 ? undefined : eq);
     const spec = Object.hasOwn(specs, name) ? specs[name] : undefined;
-    if (!spec) throw new ArgsError(`Unknown flag "--${name}"; known flags: ${Object.keys(specs).map((k) => `--${k}`).join(", ")}`);
+    if (!spec) throw unknownFlag(name, Object.keys(specs));
     if (spec.kind === "boolean") {
-      if (eq === -1) out[name] = true;
-      else {
-        const raw = arg.slice(eq + 1);
-        if (raw !== "true" && raw !== "false") throw new ArgsError(`Flag --${name} expects true or false, got "${raw}"`);
-        out[name] = raw === "true";
-      }
+      const raw = eq === -1 ? "true" : arg.slice(eq + 1);
+      if (raw !== "true" && raw !== "false") throw new ArgsError(`Flag --${name} expects true or false, got "${raw}"`);
+      set(out, name, raw === "true");
       continue;
     }
     let raw: string;
@@ -87,9 +84,44 @@ export function parseArgs<S extends FlagSpecs>(argv: readonly string[], specs: S
       }
       raw = argv[++i];
     }
-    out[name] = parseValue(name, spec, raw);
+    set(out, name, parseValue(name, spec, raw));
   }
   return out as ParsedFlags<S>;
+}
+
+/** Records a flag's value; the same flag again with another value is a contradiction, not an override. */
+function set(out: Record<string, string | number | boolean>, name: string, value: string | number | boolean): void {
+  if (Object.hasOwn(out, name) && out[name] !== value) {
+    throw new ArgsError(`Flag --${name} is given twice, as "${out[name]}" and "${value}"; give it once`);
+  }
+  out[name] = value;
+}
+
+/** Edit distance between two names (insertions, deletions, substitutions, and swaps of neighbours). */
+function distance(a: string, b: string): number {
+  const d = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      d[i][j] = Math.min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] === b[j - 1] ? 0 : 1));
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d[i][j] = Math.min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.length][b.length];
+}
+
+/** The error for an unknown flag: the known flag it was most likely meant to be, else the list of them. */
+function unknownFlag(name: string, known: readonly string[]): ArgsError {
+  const typed = name.toLowerCase().replaceAll("_", "-");
+  let best: { flag: string; d: number } | undefined;
+  for (const flag of known) {
+    const d = distance(typed, flag);
+    if (best === undefined || d < best.d) best = { flag, d };
+  }
+  // At most 2 edits, and fewer than half the name: "--seed" is no typo of "--json".
+  if (best !== undefined && best.d <= Math.min(2, Math.floor((best.flag.length - 1) / 2))) {
+    return new ArgsError(`Unknown flag "--${name}"; did you mean --${best.flag}? (--help lists the flags)`);
+  }
+  return new ArgsError(`Unknown flag "--${name}"; known flags: ${known.map((k) => `--${k}`).join(", ")}`);
 }
 
 /** Usage text listing every flag. */

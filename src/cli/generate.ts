@@ -17,13 +17,14 @@ import { ForwardInputError } from "../model/forward.ts";
 import { type LoadProgress, loadModel } from "../model/load.ts";
 import { cliArgs, exitProcess } from "../runtime/env.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
+import { checkSideFiles } from "./preflight.ts";
 import { isQuantizeDType, QUANTIZE_DTYPES } from "../model/weights.ts";
 
 /** The bundled model, found relative to this file so any working directory works. */
 export const DEFAULT_MODEL = fileURLToPath(new URL("../../models/stories260K.gguf", import.meta.url));
 
 const FLAGS = {
-  model: { kind: "string", help: "GGUF file or Hugging Face directory (default: bundled stories260K)" },
+  model: { kind: "string", nonEmpty: true, help: "GGUF file or Hugging Face directory (default: bundled stories260K)" },
   quantize: { kind: "string", help: "block format the model's f32/f16/bf16 matrices are quantized into at load (round to nearest; rows that are not whole blocks stay as stored): q8_0 halves a bf16 model's memory at little cost, q6_k/q5_k/q4_k/q4_0… go further (default: as stored)" },
   prompt: { kind: "string", help: 'prompt text (default "Once upon a time")' },
   "max-tokens": { kind: "int", min: 0, help: "tokens to generate (default 64)" },
@@ -70,6 +71,7 @@ async function run(argv: readonly string[]): Promise<void> {
   if (flags["top-p"] === 0) throw new ArgsError('Flag --top-p must be above 0, got "0"');
   const quantize = flags.quantize;
   if (quantize !== undefined && !isQuantizeDType(quantize)) throw new ArgsError(`Unknown --quantize format "${quantize}"; choose ${QUANTIZE_DTYPES.join(", ")}`);
+  await checkSideFiles({ lora: flags.lora === undefined ? [] : [{ name: "", path: flags.lora }] });
   const model = await loadModel(flags.model ?? DEFAULT_MODEL, { onProgress: progressPrinter(), ...(quantize ? { quantize } : {}) });
   const prompt = flags.prompt ?? "Once upon a time";
   const promptIds = model.tokenizer.encode(prompt, { addBos: model.config.addBos });

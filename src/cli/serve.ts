@@ -15,10 +15,10 @@ import { parseSpeculativeConfig, type Speculation, SpeculationConfigError } from
 import { isToolCallFormat, TOOL_CALL_FORMAT_ALIASES, TOOL_CALL_FORMATS } from "../engine/grammar.ts";
 import { type PreemptionMode, SCHEDULING_POLICIES, STEP_MIXINGS, type StepMixing, type WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError, type SamplingDefaults } from "../model/config.ts";
-import { cliArgs, envVar, exitProcess, onShutdownSignal, runtimeName } from "../runtime/env.ts";
+import { cliArgs, envVar, exitProcess, runtimeName } from "../runtime/env.ts";
 import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
 import { isReasoningParser, REASONING_PARSER_ALIASES, REASONING_PARSERS, reasoningTags } from "../serve/reasoning.ts";
-import { type RunningServer, startServer } from "../serve/server.ts";
+import { startServer } from "../serve/server.ts";
 import { ListenError } from "../serve/listen.ts";
 import { CLUSTER_ROUTERS, isClusterRouter, isPeerTransferMode, PEER_TRANSFER_MODES } from "../cluster/cluster-router.ts";
 import { RemoteWorkerError } from "../cluster/remote-engine.ts";
@@ -26,6 +26,8 @@ import { ControlPlaneError, splitCredentials } from "../cluster/nats-membership.
 import { WorkerAuthError } from "../cluster/worker-auth.ts";
 import type { Role } from "../../planner/types.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
+import { checkSideFiles, hostFlag, probeListen } from "./preflight.ts";
+import { stopOnSignal } from "./serve-signals.ts";
 import { isQuantizeDType, QUANTIZE_DTYPES } from "../model/weights.ts";
 
 const DEFAULT_MODEL = fileURLToPath(new URL("../../models/stories260K.gguf", import.meta.url));
@@ -43,7 +45,7 @@ const FLAGS = {
   quantize: { kind: "string", help: "block format the model's f32/f16/bf16 matrices are quantized into at load (round to nearest; rows that are not whole blocks stay as stored): q8_0 halves a bf16 model's memory at little cost, q6_k/q5_k/q4_k/q4_0… go further (default: as stored)" },
   "kv-offload-blocks": { kind: "int", min: 1, help: "host-memory KV tier in 16-token blocks (per worker): evicted cached KV moves there and back on a prefix hit (default: off)" },
   "kv-cache-dtype": { kind: "string", help: "auto|f16|f32: element type of the KV cache; f16 halves its memory (twice the blocks for --kv-memory-fraction) and rounds keys and values as vLLM's and llama.cpp's default caches do (default auto: f16 where the backend's attention reads it — WebGPU and reference; CUDA's is f32 for now)" },
-  "kv-memory-fraction": { kind: "number", min: 0.0001, max: 0.95, help: "size the KV cache as this fraction of host memory" },
+  "kv-memory-fraction": { kind: "number", min: 0.0001, max: 0.95, help: "size the KV cache as this fraction of host memory (not with --kv-blocks)" },
   "max-batch-tokens": { kind: "int", min: 1, help: "token budget per step (default 512)" },
   "max-num-seqs": { kind: "int", min: 1, help: "sequences per step at most (default 64)" },
   "max-waiting": { kind: "int", min: 1, help: "queue length before 429 (default 1024)" },
@@ -201,11 +203,16 @@ async function main(): Promise<void> {
   if (badOrigin !== undefined) throw new ArgsError(`Flag --allowed-origins: "${badOrigin}" is not an origin (scheme://host[:port], no path) or *`);
   // As vLLM: the flag, else VLLM_API_KEY, so that a deployment moved over from vLLM does not open up silently.
   const apiKey = f["api-key"] ?? nonEmpty(envVar("VLLM_API_KEY"));
+  const host = hostFlag(f.host ?? "127.0.0.1");
+  if (f["kv-memory-fraction"] !== undefined && f["kv-blocks"] !== undefined) throw new ArgsError(`Flags --kv-blocks ${f["kv-blocks"]} and --kv-memory-fraction ${f["kv-memory-fraction"]} both size the KV cache; give one`);
+  // Before the model loads, which may take minutes.
+  await probeListen(host, f.port ?? 8000);
+  await checkSideFiles({ lora: loraModules, ...(speculative?.method === "draft_model" ? { draftModel: speculative.model } : {}) });
   const s = await startServer({
     modelPath: f.model ?? DEFAULT_MODEL,
     ...(quantize ? { quantize } : {}),
     servedModelName: f["served-model-name"],
-    host: f.host ?? "127.0.0.1",
+    host,
     port: f.port ?? 8000,
     backend,
     apiKey,
@@ -272,35 +279,6 @@ function stepMixingLabel(flag: string | undefined, cluster: boolean, planner: st
   if (!cluster) return flag ?? "mixed";
   if (flag !== undefined && flag !== "auto") return flag;
   return planner === "none" ? "mixed" : "auto (the planner's, from mixed)";
-}
-
-/**
- * On SIGINT or SIGTERM: refuse new work, let what is in flight finish for up to `graceS` seconds
- * (a second signal cuts that short), cancel the rest, stop the engines and close the step log, exit 0.
- */
-function stopOnSignal(s: RunningServer, graceS: number): void {
-  let stopping = false;
-  let stopNow = () => {};
-  const secondSignal = new Promise<void>((r) => (stopNow = r));
-  onShutdownSignal((signal) => {
-    if (stopping) {
-      console.error(`serve: ${signal} again: cancelling the requests left`);
-      return stopNow();
-    }
-    stopping = true;
-    console.error(`serve: ${signal}: finishing ${s.inFlight} request${s.inFlight === 1 ? "" : "s"} in flight (up to ${graceS} s; send ${signal} again to stop now)`);
-    void (async () => {
-      try {
-        const left = await s.drain(graceS * 1000, secondSignal);
-        await s.shutdown();
-        console.error(`serve: stopped${left > 0 ? ` (${left} request${left === 1 ? "" : "s"} cancelled)` : ""}`);
-        exitProcess(0);
-      } catch (e) {
-        console.error(`serve: could not stop cleanly: ${e instanceof Error ? e.message : String(e)}`);
-        exitProcess(1);
-      }
-    })();
-  });
 }
 
 main().catch((e: unknown) => {

@@ -39,7 +39,7 @@ async function main(): Promise<void> {
   try {
     addr = parseAddress(listen, 0);
   } catch (e) {
-    throw new ArgsError((e as Error).message);
+    throw new ArgsError(`Flag --listen: ${(e as Error).message}`);
   }
   for (const flag of ["cluster-name", "id", "advertise", "drain-timeout"] as const) {
     if (f[flag] !== undefined && f.nats === undefined) throw new ArgsError(`Flag --${flag} ${f[flag]} needs --nats`);
@@ -48,9 +48,13 @@ async function main(): Promise<void> {
   if (f.nats !== undefined) {
     try {
       controlSubjects(clusterName);
-      if (f.advertise !== undefined) parseAddress(f.advertise);
     } catch (e) {
       throw new ArgsError((e as Error).message);
+    }
+    try {
+      if (f.advertise !== undefined) parseAddress(f.advertise);
+    } catch (e) {
+      throw new ArgsError(`Flag --advertise: ${(e as Error).message}`);
     }
   }
   const envToken = envVar("EVOLVING_WORKER_TOKEN");
@@ -74,6 +78,8 @@ async function main(): Promise<void> {
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(addr.port, addr.host, () => resolve());
+  }).catch((e: Error) => {
+    throw new ArgsError(`Cannot listen on ${listen} (--listen): ${e.message}`);
   });
   const bound = server.address() as net.AddressInfo;
   const bracket = (h: string) => (h.includes(":") ? `[${h}]` : h);

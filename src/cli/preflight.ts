@@ -1,0 +1,66 @@
+/**
+ * What `serve` and `generate` can check before the model loads: a typo in `--host`, a port another
+ * process holds or a misspelled adapter path should not cost the user a model load (minutes for a
+ * large one) to learn of.
+ */
+import net from "node:net";
+import { ModelLoadError } from "../model/config.ts";
+import { pathExists } from "../runtime/fs.ts";
+import { ListenError } from "../serve/listen.ts";
+import { ArgsError } from "./args.ts";
+
+/**
+ * The host to listen on from `--host`: a host name or an IP address, `[::1]` read as `::1`. A port,
+ * a scheme or a path in it (`127.0.0.1:8000`, `http://localhost`) is an {@link ArgsError} naming the flag.
+ */
+export function hostFlag(raw: string): string {
+  const bracketed = /^\[(.*)\]$/.exec(raw);
+  if (bracketed) {
+    if (net.isIPv6(bracketed[1])) return bracketed[1];
+    throw new ArgsError(`Flag --host takes a host name or IP address, got "${raw}"`);
+  }
+  if (net.isIP(raw) !== 0) return raw;
+  if (raw.includes(":")) throw new ArgsError(`Flag --host takes a host name or IP address without a port, got "${raw}"; give the port with --port`);
+  // Letters, digits, "-", "_" and dots: what a host name or an IPv4 address is made of.
+  if (!/^[a-z0-9_.-]+$/i.test(raw)) throw new ArgsError(`Flag --host takes a host name or IP address, got "${raw}"`);
+  return raw;
+}
+
+/**
+ * Binds `host:port` for a moment and lets it go, so that an address in use, not this machine's, not
+ * permitted or not resolving is a {@link ListenError} now rather than after the model has loaded.
+ * The server binds it again for real (and reports a failure there the same way).
+ */
+export async function probeListen(host: string, port: number): Promise<void> {
+  const probe = net.createServer();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      probe.once("error", reject);
+      probe.listen({ host, port, exclusive: true }, () => resolve());
+    });
+  } catch (e) {
+    throw new ListenError(host, port, e);
+  }
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+}
+
+/** The files a server or a generation reads besides the model: LoRA adapters and a draft model. */
+export interface SideFiles {
+  /** `--lora-modules` (serve) or `--lora` (generate, named ""). */
+  lora?: readonly { name: string; path: string }[];
+  /** A `--speculative-config` draft model's path. */
+  draftModel?: string;
+}
+
+/**
+ * Refuses a LoRA adapter or draft model that does not exist, with the words the load itself would
+ * use (a {@link ModelLoadError}), before the model it goes with loads.
+ */
+export async function checkSideFiles(files: SideFiles): Promise<void> {
+  for (const { name, path } of files.lora ?? []) {
+    if (!(await pathExists(path))) throw new ModelLoadError(`${name === "" ? "" : `--lora-modules "${name}": `}LoRA adapter not found: "${path}"`);
+  }
+  if (files.draftModel !== undefined && !(await pathExists(files.draftModel))) {
+    throw new ModelLoadError(`The speculative draft model cannot be loaded: Model file not found: "${files.draftModel}"`);
+  }
+}
