@@ -93,9 +93,18 @@ function value(flag: string, v: string | undefined): string {
   return v;
 }
 
+/** Options that take no value. */
+const SWITCHES: readonly string[] = ["--json", "--ablation", "--kv-replicated", "--help"];
+
 /** Parses argv (without the script name); `--flag=value` is read as `--flag value`, as serve's flags are. */
 export function parseSimArgs(rawArgv: readonly string[]): SimOptions {
-  const argv = rawArgv.flatMap((a) => (a.startsWith("--") && a.includes("=") ? [a.slice(0, a.indexOf("=")), a.slice(a.indexOf("=") + 1)] : [a]));
+  const argv = rawArgv.flatMap((a) => {
+    if (!a.startsWith("--") || !a.includes("=")) return [a];
+    const [flag, v] = [a.slice(0, a.indexOf("=")), a.slice(a.indexOf("=") + 1)];
+    // A switch given a value (--json=yes) would leave the value behind as an unknown option.
+    if (SWITCHES.includes(flag)) throw new SimUsageError(`Option ${flag} takes no value, got "${v}"`);
+    return [flag, v];
+  });
   const o: SimOptions = {
     scenario: null, trace: null, format: "mooncake", gpus: 256, model: "kimi-k2.6", hw: "gb300", load: 1, seed: 1,
     durationS: 3600, json: false, sweep: null, report: null, startupS: 60, baselines: null, maxRequests: Infinity, ablation: false, calibrate: null, remoteStoreTb: 0, kvReplicated: false, mixedStepOverheadMs: null, itlAim: null,

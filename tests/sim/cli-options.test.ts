@@ -49,3 +49,10 @@ test("parseSimArgs() rejects options that do not apply to the run", () => {
 test("parseSimArgs() answers --help with the usage, not an error", () => {
   assert.throws(() => parseSimArgs(["--help"]), (e: Error) => e instanceof SimHelp && /^usage: sim --scenario/.test(e.message));
 });
+
+test("parseSimArgs() refuses a value given to a switch (--json=yes), naming the switch", () => {
+  for (const flag of ["--json", "--ablation", "--kv-replicated"]) {
+    assert.throws(() => parseSimArgs(["--scenario", "coding-256", `${flag}=yes`]), (e: Error) => e instanceof SimUsageError && e.message === `Option ${flag} takes no value, got "yes"`);
+  }
+  assert.equal(parseSimArgs(["--scenario", "coding-256", "--json", "--gpus=32"]).gpus, 32, "a valued option still takes =");
+});
