@@ -28,7 +28,7 @@ import { checkFreqFactors, ggufYarnScaling, yarnFreqFactors, yarnMscale } from "
 import { ggufMagnitudeYarn, ggufSlidingWindow, gptOssMoe, withHarmonyStops } from "./gguf-gpt-oss.ts";
 import { ggufGemma3 } from "./gguf-gemma3.ts";
 import { splittingKvB } from "./mla-weights.ts";
-import { BpeTokenizer } from "./tokenizer-bpe.ts";
+import { BpeTokenizer, preAddsBos } from "./tokenizer-bpe.ts";
 import { SpmTokenizer } from "./tokenizer-spm.ts";
 import { assembleWeights, checkLastExpert, type LayerRole, type LoadOptions, type TensorNames } from "./weights.ts";
 import { EXPERT, stackingExperts } from "./expert-stack.ts";
@@ -235,7 +235,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...gemma3,
     bosTokenId: validId(bos) ? bos : undefined,
     eosTokenIds,
-    addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama"),
+    addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama" || (tokModel === "gpt2" && preAddsBos(meta.string("tokenizer.ggml.pre", "default")))),
     ...(meta.bool("tokenizer.ggml.add_eos_token", false) && validId(optionalId("tokenizer.ggml.eos_token_id")) ? { appendEosTokenId: optionalId("tokenizer.ggml.eos_token_id") } : {}),
     ...(pooling !== undefined ? { poolingType: pooling } : {}),
   };

@@ -369,7 +369,7 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     const embd = index.get(HF_TENSOR_NAMES.tokenEmbedding);
     if (!embd) throw new ModelLoadError(`Model "${dir}" lacks the tensor "${HF_TENSOR_NAMES.tokenEmbedding}"`);
     const config = hfConfig(cfg, tokCfg, embd[1].shape[0], dir);
-    const tokenizer = new HfTokenizer(tokenizerJson, tokCfg, config.bosTokenId ?? tokenString(tokCfg.bos_token), dir);
+    const tokenizer = new HfTokenizer(tokenizerJson, tokCfg, config.bosTokenId ?? tokenString(tokCfg.bos_token), dir, config.vocabSize);
     config.bosTokenId = tokenizer.bosId;
     if (config.addBos && config.bosTokenId === undefined) config.addBos = false;
     if (config.eosTokenIds.length === 0) {

@@ -89,6 +89,16 @@ export function resolvePreTokenizer(pre: string): { name: string; patterns: read
   return { name, patterns, ignoreMerges: IGNORES_MERGES.has(name) };
 }
 
+/**
+ * Whether llama.cpp adds BOS for a `tokenizer.ggml.pre` when the file has no
+ * `tokenizer.ggml.add_bos_token` (llama-vocab.cpp sets `add_bos` for Llama 3's pre-tokenizer and its
+ * aliases, Tekken and Chameleon): early Llama 3 GGUFs lack the key and need their <|begin_of_text|>.
+ */
+export function preAddsBos(pre: string): boolean {
+  const name = PRE_TOKENIZER_ALIASES[pre] ?? pre;
+  return name === "llama-bpe" || name === "tekken" || name === "chameleon";
+}
+
 /** Splits `text` by each pattern in turn, keeping matches and the text between them as pieces. */
 export function preTokenize(text: string, patterns: readonly RegExp[]): string[] {
   let pieces = [text];

@@ -7,16 +7,27 @@ import type { DecodeOptions, Tokenizer } from "./config.ts";
 import { ModelLoadError } from "./config.ts";
 import { bytesToUnicode } from "./tokenizer-bpe.ts";
 
-/** Tokenizer backed by a parsed tokenizer.json (+ tokenizer_config.json). */
+/**
+ * Tokenizer backed by a parsed tokenizer.json (+ tokenizer_config.json).
+ *
+ * Given `embeddingRows`, ids at or past them are not the model's (Gemma 3's tokenizer.json has
+ * 262,145 entries for 262,144 embedding rows, CodeLlama-34b's 32,004 for 32,000): the tokenizer is
+ * built as if those entries did not exist, as llama.cpp's convert_hf_to_gguf.py leaves them out of
+ * a GGUF ("ignore token N: id is out of range"), so text spelling one is split by the model like
+ * any other text and such ids are never produced; {@link decode} writes nothing for them.
+ */
 export class HfTokenizer implements Tokenizer {
+  /** Token ids run 0..vocabSize-1: the tokenizer's, cut at the embedding rows when given. */
   readonly vocabSize: number;
   private readonly impl: HfTokenizerImpl;
   private readonly specialIds: Set<number>;
   /** BOS id, given directly or resolved from its token string. */
   readonly bosId: number | undefined;
 
-  constructor(tokenizerJson: object, tokenizerConfig: object, bos: number | string | undefined, source: string) {
-    checkTokenizerJson(tokenizerJson, source);
+  /** `embeddingRows`: the model's token embedding rows; entries at or past them are left out (undefined: none are). */
+  constructor(json: object, tokenizerConfig: object, bos: number | string | undefined, source: string, embeddingRows?: number) {
+    checkTokenizerJson(json, source);
+    const tokenizerJson = embeddingRows === undefined ? json : withinRows(json, embeddingRows);
     try {
       this.impl = new HfTokenizerImpl(tokenizerJson, tokenizerConfig);
     } catch (e) {
@@ -27,10 +38,13 @@ export class HfTokenizer implements Tokenizer {
     for (const id of vocab.values()) maxId = Math.max(maxId, id);
     this.vocabSize = maxId + 1;
     this.bosId = typeof bos === "string" ? this.impl.token_to_id(bos) : bos;
+    if (this.bosId !== undefined && this.bosId >= this.vocabSize) this.bosId = undefined;
     this.specialIds = new Set<number>();
     for (const [id, tok] of this.impl.get_added_tokens_decoder()) if (tok.special) this.specialIds.add(id);
     this.boundFactor = hfBoundFactor(tokenizerJson);
-    this.byteLevel = JSON.stringify((tokenizerJson as Json).decoder ?? null).includes('"ByteLevel"');
+    const decoder = JSON.stringify((tokenizerJson as Json).decoder ?? null);
+    this.byteLevel = decoder.includes('"ByteLevel"');
+    this.stripsStart = decoder.includes('"Metaspace"') || decoder.includes('"Strip"');
   }
 
   /** The decoder maps token strings through GPT-2's byte alphabet (tokenizer-bpe.ts bytesToUnicode). */
@@ -54,20 +68,59 @@ export class HfTokenizer implements Tokenizer {
     return options.addBos && this.bosId !== undefined ? [this.bosId, ...ids] : ids;
   }
 
+  /**
+   * Decodes ids; special ones only with `special`. An id outside 0..vocabSize-1 (past the embedding
+   * rows, or no token at all) writes nothing, as llama.cpp writes nothing for an unused token.
+   * A decoder that drops the text's leading space (Llama 2's Strip, Metaspace) drops it only from
+   * a whole text or one after BOS, as SpmTokenizer does: a continuation ("▁once" streamed after a
+   * prompt) keeps it, as vLLM's and llama.cpp's output does.
+   */
   decode(ids: readonly number[], options?: DecodeOptions): string {
     const special = options?.special === true;
-    const kept = special ? [...ids] : ids.filter((id) => !this.specialIds.has(id));
+    const kept = ids.filter((id) => this.isToken(id) && (special || !this.specialIds.has(id)));
     // tokenizers.js throws on an empty list: no ids, or only special ones skipped (a lone EOS).
     if (kept.length === 0) return "";
-    return this.impl.decode(kept, {
-      skip_special_tokens: !special,
-      clean_up_tokenization_spaces: false,
-    });
+    return this.decodeKept(kept, special, options?.whole !== true && (ids[0] !== this.bosId || this.bosId === undefined));
   }
 
+  /** One token's text as it streams (a continuation's: "▁once" is " once"), "" for an id {@link decode} writes nothing for. */
   tokenText(id: number, options?: DecodeOptions): string {
+    if (!this.isToken(id)) return "";
     if (this.specialIds.has(id)) return options?.special === true ? this.impl.id_to_token(id) ?? "" : "";
-    return this.impl.decode([id], { skip_special_tokens: true, clean_up_tokenization_spaces: false });
+    return this.decodeKept([id], false, true);
+  }
+
+  /**
+   * `ids` decoded; with `keepLead`, under a decoder that strips the text's start, after an anchor
+   * token that the decoder strips nothing from, whose text is then cut off again.
+   */
+  private decodeKept(ids: number[], special: boolean, keepLead: boolean): string {
+    const options = { skip_special_tokens: !special, clean_up_tokenization_spaces: false };
+    const anchor = keepLead && this.stripsStart ? this.anchor() : undefined;
+    if (anchor !== undefined) {
+      const text = this.impl.decode([anchor.id, ...ids], options);
+      if (text.startsWith(anchor.text)) return text.slice(anchor.text.length);
+    }
+    return this.impl.decode(ids, options);
+  }
+
+  /** Whether the decoder may drop the text's leading space (a Metaspace or Strip step). */
+  private readonly stripsStart: boolean;
+  private anchorToken: { id: number; text: string } | undefined | null = null;
+  /** A plain token decoding to one ASCII character, alone and twice over; found on first use. */
+  private anchor(): { id: number; text: string } | undefined {
+    if (this.anchorToken !== null) return this.anchorToken;
+    this.anchorToken = undefined;
+    const options = { skip_special_tokens: false, clean_up_tokenization_spaces: false };
+    for (const c of "a.x0") {
+      const id = this.impl.token_to_id(c) ?? this.impl.token_to_id(`<0x${c.charCodeAt(0).toString(16).toUpperCase()}>`);
+      if (id === undefined || this.specialIds.has(id)) continue;
+      if (this.impl.decode([id], options) === c && this.impl.decode([id, id], options) === c + c) {
+        this.anchorToken = { id, text: c };
+        break;
+      }
+    }
+    return this.anchorToken;
   }
 
   /**
@@ -94,6 +147,10 @@ export class HfTokenizer implements Tokenizer {
 
   /** The byte-level alphabet's characters to bytes, built on first use. */
   private charByte: Map<string, number> | undefined;
+
+  private isToken(id: number): boolean {
+    return Number.isInteger(id) && id >= 0 && id < this.vocabSize && this.impl.id_to_token(id) !== undefined;
+  }
 
   /** The id of a token string, if the vocab has it. */
   tokenId(token: string): number | undefined {
@@ -131,6 +188,32 @@ function checkTokenizerJson(json: object, source: string): void {
     });
   }
 }
+/**
+ * `json` without the entries whose ids are at or past `rows`: added tokens, and the model's own
+ * (BPE and WordPiece vocab entries with the merges that build them; a Unigram vocab's tail, whose
+ * ids are its positions). The rest is shared, not copied.
+ */
+function withinRows(json: object, rows: number): object {
+  const j = json as Json;
+  const out: Json = { ...j };
+  if (Array.isArray(j.added_tokens)) out.added_tokens = (j.added_tokens as Json[]).filter((t) => (t.id as number) < rows);
+  const model = isJson(j.model) ? j.model : undefined;
+  if (model === undefined) return out;
+  if (Array.isArray(model.vocab)) {
+    if (model.vocab.length > rows) out.model = { ...model, vocab: model.vocab.slice(0, rows) };
+  } else if (isJson(model.vocab)) {
+    const dropped = new Set(Object.keys(model.vocab).filter((t) => !((model.vocab as Json)[t] as number < rows)));
+    if (dropped.size === 0) return out;
+    const vocab = Object.fromEntries(Object.entries(model.vocab).filter(([t]) => !dropped.has(t)));
+    const pair = (m: unknown): string[] => (typeof m === "string" ? m.split(" ", 2) : m as string[]);
+    const merges = Array.isArray(model.merges)
+      ? model.merges.filter((m) => !pair(m).some((p) => dropped.has(p)) && !dropped.has(pair(m).join("")))
+      : model.merges;
+    out.model = { ...model, vocab, merges };
+  }
+  return out;
+}
+
 const parts = (v: Json, key: string): unknown[] => (Array.isArray(v[key]) ? v[key] as unknown[] : []);
 
 /**
