@@ -48,8 +48,21 @@ export class OutputText {
   /** Adds a token; returns the new text that is safe to emit (possibly empty). */
   push(id: number): string {
     this.ids.push(id);
-    if (this.stopped || !this.decodeNew(false)) return "";
+    if (this.stopped) return "";
+    // A stop string written whole before a character still being spelled ends the output at this
+    // token, as vLLM's detokenizer sees it, not some tokens later (or never, at the output's end).
+    if (!this.decodeNew(false) && !(this.stopBeforePartial() && this.decodeNew(true))) return "";
     return this.release(this.safeLength(false));
+  }
+
+  /** Whether the ids not decoded yet, cut before an unfinished character at their end, complete a stop string. */
+  private stopBeforePartial(): boolean {
+    if (this.stops.length === 0 || this.ids.length <= this.minTokens || this.readOffset === this.ids.length) return false;
+    const before = this.decode(this.ids.slice(this.prefixOffset, this.readOffset));
+    const after = this.decode(this.ids.slice(this.prefixOffset));
+    if (after.length <= before.length) return false;
+    const text = this.pending + after.slice(before.length).replace(/\ufffd+$/, "");
+    return this.stops.some((s) => text.includes(s));
   }
 
   /**

@@ -40,12 +40,30 @@ test("OutputText.flush() cuts at a stop string in text held back for an unfinish
   assert.equal(run(new OutputText(tok, ["!"]), [...seq, 0x98, 0x95]), "Hi there");
 });
 
-test("OutputText.flush() twice after a cut releases nothing more; the end reason stays the caller's", () => {
+test("OutputText.flush() after a stop caught before an unfinished character releases nothing more", () => {
   const out = new OutputText(tok, ["!"], false, 0, true);
   let text = "";
   for (const id of [...ids("Hi there"), bang]) text += out.push(id);
-  text += out.flush();
-  assert.equal(text + out.flush(), "Hi there!");
+  assert.equal(out.stopped, true);
+  assert.equal(text + out.flush() + out.flush(), "Hi there!");
   assert.equal(out.text, "Hi there!");
-  assert.equal(out.stopped, false, "not reported as stopped: the output had already ended otherwise");
+});
+
+test("OutputText.push() ends the output at the token that completes a stop string before an unfinished character", () => {
+  const seq = [...ids("Hi there"), bang];
+  for (const [includeStop, want] of [[false, "Hi there"], [true, "Hi there!"]] as const) {
+    const out = new OutputText(tok, ["!"], false, 0, includeStop);
+    let text = "";
+    for (const id of seq) text += out.push(id);
+    assert.equal(out.stopped, true, "stopped at the token holding the stop, before the character completes");
+    assert.equal(out.stopString, "!");
+    assert.equal(text, want);
+    assert.equal(out.push(0x98), "", "nothing after the stop");
+  }
+  // Within min_tokens: the stop is text, and the character completes as usual.
+  const early = new OutputText(tok, ["!"], false, seq.length + 5);
+  let text = "";
+  for (const id of [...seq, 0x98, 0x95]) text += early.push(id);
+  assert.equal(early.stopped, false);
+  assert.equal(text + early.flush(), "Hi there!☕");
 });
