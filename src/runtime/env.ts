@@ -24,15 +24,22 @@ export function runtimeName(): RuntimeName {
   return denoGlobal() !== undefined ? "deno" : "node";
 }
 
-/** Command-line arguments after the script name. */
+/**
+ * Command-line arguments after the script name, less one leading "--": `deno task serve -- --port 1`
+ * hands the script that "--" where `npm run serve -- --port 1` does not, and both mean the same.
+ */
 export function cliArgs(): string[] {
   const deno = denoGlobal();
-  if (deno) return [...deno.args];
-  return process.argv.slice(2);
+  const args = deno ? [...deno.args] : process.argv.slice(2);
+  return args[0] === "--" ? args.slice(1) : args;
 }
 
-/** Reads an environment variable (undefined when unset). */
+/**
+ * Reads an environment variable (undefined when unset). A name no variable can have (empty, or
+ * holding "=" or NUL) is unset on both runtimes: Deno would throw where Node answers undefined.
+ */
 export function envVar(name: string): string | undefined {
+  if (name === "" || name.includes("=") || name.includes("\0")) return undefined;
   const deno = denoGlobal();
   if (deno) return deno.env.get(name);
   return process.env[name];

@@ -19,6 +19,11 @@ export async function openRandomAccess(path: string): Promise<RandomAccessFile> 
     path,
     size,
     async read(offset: number, length: number): Promise<Uint8Array> {
+      // Node takes a negative, fractional or unsafe position as "the current one" and reads from
+      // there; Deno refuses some of them. Both refuse all of them here, before any read.
+      if (!Number.isSafeInteger(offset) || !Number.isSafeInteger(length) || offset < 0 || length < 0 || !Number.isSafeInteger(offset + length)) {
+        throw new RangeError(`Cannot read ${length} bytes at byte ${offset} of "${path}": the position and length must be whole numbers from 0 to 2^53 - 1`);
+      }
       const out = new Uint8Array(length);
       let done = 0;
       while (done < length) {

@@ -1,7 +1,8 @@
 /**
  * Worker threads on Deno (Web Workers) and Node (`node:worker_threads`) behind one message port.
  * A thread runs a module; both sides post structured-cloneable messages, ArrayBuffers moved when
- * listed in `transfer`. A Node thread with a `.ts` module starts from thread-boot.mjs (tsx).
+ * listed in `transfer`. A Node thread with a `.ts` module starts from thread-boot.mjs (tsx); every
+ * Deno thread starts from thread-boot-deno.ts, which reports an uncaught error as one message.
  */
 import { runtimeName } from "./env.ts";
 
@@ -23,23 +24,64 @@ interface WebWorkerLike {
   terminate(): void;
 }
 
+/** An uncaught error inside a thread, on one line on both runtimes: "RangeError: what it said". */
+export class ThreadError extends Error {
+  override name = "ThreadError";
+}
+
+/** The key of the message a Deno thread's boot (thread-boot-deno.ts) sends for an uncaught error. */
+export const THREAD_ERROR = "evolvingThreadError";
+
+/** Deno's "Uncaught (in promise) X: y" and its colours, or an Error, as "X: y" on one line. */
+export function threadErrorLine(e: unknown, denoMessage?: string): string {
+  const text = e instanceof Error ? `${e.name}: ${e.message}` : denoMessage ?? String(e);
+  // deno-lint-ignore no-control-regex
+  const line = text.replace(/\x1b\[[0-9;]*m/g, "").replace(/^Uncaught (\(in promise\) )?/, "").split("\n")[0].trim();
+  return /^\w*(Error|Exception)\b/.test(line) ? line : `Error: ${line}`;
+}
+
+function isErrorReport(m: unknown): m is Record<typeof THREAD_ERROR, string> {
+  return typeof m === "object" && m !== null && typeof (m as Record<string, unknown>)[THREAD_ERROR] === "string";
+}
+
+/**
+ * Holds what a thread sends before its handler is set (a thread may fail before the parent has
+ * said what to do: unheard, Deno's error would end the parent), then passes it on.
+ */
+function relay<T>(): { emit(value: T): void; listen(fn: (value: T) => void): void } {
+  let held: T[] | undefined = [];
+  let handler: (value: T) => void = () => {};
+  return {
+    emit: (value) => (held ? held.push(value) : handler(value)),
+    listen: (fn) => {
+      handler = fn;
+      const waiting = held ?? [];
+      held = undefined;
+      for (const v of waiting) fn(v);
+    },
+  };
+}
+
 /** Starts a thread running the module at `url`. */
 export async function spawnThread(url: URL): Promise<ThreadPort> {
+  const messages = relay<unknown>();
+  const errors = relay<ThreadError>();
+  const port = (post: ThreadPort["post"], close: ThreadPort["close"]): ThreadPort => ({
+    post, close, onMessage: messages.listen, onError: errors.listen,
+  });
   if (runtimeName() === "deno") {
-    const W = (globalThis as unknown as { Worker: new (u: string, o: { type: "module" }) => WebWorkerLike }).Worker;
-    const w = new W(url.href, { type: "module" });
-    return {
-      post: (m, t) => w.postMessage(m, t ?? []),
-      onMessage: (fn) => (w.onmessage = (e) => fn(e.data)),
-      onError: (fn) => (w.onerror = (e) => {
-        e.preventDefault?.();
-        fn(e.error instanceof Error ? e.error : new Error(e.message ?? "Worker thread failed"));
-      }),
-      close: () => {
-        w.terminate();
-        return Promise.resolve();
-      },
+    const W = (globalThis as unknown as { Worker: new (u: string, o: { type: "module"; name: string }) => WebWorkerLike }).Worker;
+    // The boot imports the entry named by `name` and reports its uncaught errors as a message.
+    const w = new W(new URL("./thread-boot-deno.ts", import.meta.url).href, { type: "module", name: url.href });
+    w.onmessage = (e) => isErrorReport(e.data) ? errors.emit(new ThreadError(e.data[THREAD_ERROR])) : messages.emit(e.data);
+    w.onerror = (e) => {
+      e.preventDefault?.();
+      errors.emit(new ThreadError(threadErrorLine(e.error, e.message ?? "Worker thread failed")));
     };
+    return port((m, t) => w.postMessage(m, t ?? []), () => {
+      w.terminate();
+      return Promise.resolve();
+    });
   }
   const { Worker } = await import("node:worker_threads");
   const { fileURLToPath } = await import("node:url");
@@ -48,20 +90,11 @@ export async function spawnThread(url: URL): Promise<ThreadPort> {
   const w = url.pathname.endsWith(".ts")
     ? new Worker(fileURLToPath(new URL("./thread-boot.mjs", import.meta.url)), { workerData: { entry: url.href } })
     : new Worker(fileURLToPath(url));
-  return {
-    post: (m, t) => w.postMessage(m, t ?? []),
-    onMessage: (fn) => {
-      w.removeAllListeners("message");
-      w.on("message", fn);
-    },
-    onError: (fn) => {
-      w.removeAllListeners("error");
-      w.on("error", fn);
-    },
-    close: async () => {
-      await w.terminate();
-    },
-  };
+  w.on("message", (m: unknown) => messages.emit(m));
+  w.on("error", (e: unknown) => errors.emit(new ThreadError(threadErrorLine(e))));
+  return port((m, t) => w.postMessage(m, t ?? []), async () => {
+    await w.terminate();
+  });
 }
 
 /** The parent's port, from inside a thread. */

@@ -1,26 +1,37 @@
 /**
  * Obtains a WebGPU `GPU` object on either runtime: Deno has `navigator.gpu` built in; Node gets
- * one from the `webgpu` npm package (Dawn). Returns undefined when neither has an adapter.
+ * one from the `webgpu` npm package (Dawn). Whether it has an adapter is the caller's question.
  */
 import { runtimeName } from "./env.ts";
 
-/** Returns the runtime's GPU entry point, or undefined when WebGPU is unavailable. */
-export async function getGpu(): Promise<GPU | undefined> {
+/** The runtime has no WebGPU at all; the message says why, in the runtime's terms. */
+export class WebGpuUnavailableError extends Error {
+  override name = "WebGpuUnavailableError";
+}
+
+function firstLine(e: unknown): string {
+  return (e instanceof Error ? e.message : String(e)).split("\n")[0];
+}
+
+/**
+ * Returns the runtime's GPU entry point. Throws WebGpuUnavailableError saying why when the runtime
+ * has none: a Deno without `navigator.gpu`, or a Node where the `webgpu` package does not load.
+ */
+export async function getGpu(): Promise<GPU> {
   if (runtimeName() === "deno") {
     const nav = (globalThis as unknown as { navigator?: { gpu?: GPU } }).navigator;
-    return nav?.gpu;
+    if (nav?.gpu === undefined) throw new WebGpuUnavailableError("This Deno has no WebGPU: navigator.gpu is missing");
+    return nav.gpu;
   }
+  let mod: { create: (flags: string[]) => GPU; globals: Record<string, unknown> };
   try {
-    const mod = (await import("webgpu")) as unknown as {
-      create: (flags: string[]) => GPU;
-      globals: Record<string, unknown>;
-    };
+    mod = (await import("webgpu")) as unknown as typeof mod;
     // Dawn's classes (GPUBufferUsage, GPUShaderStage, ...) are needed as globals by WebGPU code.
     for (const [k, v] of Object.entries(mod.globals)) {
       if (!(k in globalThis)) (globalThis as Record<string, unknown>)[k] = v;
     }
     return mod.create([]);
-  } catch {
-    return undefined;
+  } catch (e) {
+    throw new WebGpuUnavailableError(`WebGPU on Node needs the "webgpu" package (Dawn), which did not load: ${firstLine(e)}`);
   }
 }
