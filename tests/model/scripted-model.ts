@@ -39,7 +39,8 @@ export interface ScriptedModelSpec {
   /**
    * Greedy successor map: after the token whose text is `from` comes the token `to` ("<eos>" =
    * end of generation). `from`/`to` may be any single token of the vocab: a piece, a byte
-   * character like "!" or "\n" (its byte token), or a merged word of `bpeVocab` like " the".
+   * character like "!" or "\n" (its byte token), a lone byte token written "<0xC3>", or a merged
+   * word of `bpeVocab` like " the".
    */
   next: [from: string, to: string][];
   /** Jinja chat template stored as tokenizer.chat_template (optional). */
@@ -88,6 +89,9 @@ export function scriptedVocab(spec: Pick<ScriptedModelSpec, "pieces" | "literalP
   }
   const idOf = (text: string): number => {
     if (text === "<eos>") return base.eosId;
+    // "<0xHH>": the byte token HH alone (a piece of a multi-byte character split across tokens).
+    const byte = /^<0x([0-9A-F]{2})>$/.exec(text);
+    if (byte) return ids.get(byteChar[parseInt(byte[1], 16)])!;
     const id = ids.get(mapped(text));
     if (id === undefined) throw new RangeError(`${JSON.stringify(text)} is neither a piece nor one token of the scripted vocab`);
     return id;
