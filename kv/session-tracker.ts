@@ -21,7 +21,27 @@ export interface SessionTrackerOptions {
   pContinueAfterAnswer?: number;
   /** Weight of a new observation in the EWMA of log gaps. */
   alpha?: number;
+  /**
+   * Tools whose return times are remembered at most, least recently observed forgotten first (see
+   * {@link DEFAULT_MAX_TRACKED_TOOLS}).
+   */
+  maxTools?: number;
 }
+
+/**
+ * Tool names whose gap statistics are kept by default. Tool names come from the model's calls of the
+ * tools clients declare, so a week of traffic meets an unbounded set of them (generated names, one
+ * per client, typos); an agent fleet uses a few dozen. 4096 records of ~100 bytes plus the name stay
+ * a few MB, and a forgotten tool only falls back to the prior.
+ */
+export const DEFAULT_MAX_TRACKED_TOOLS = 4096;
+
+/**
+ * Characters of a tool name kept as its key: names come from the model's output, so one may be as
+ * long as an answer, and each tool-waiting session (100k of them, engine-sessions.ts) holds its own.
+ * OpenAI caps function names at 64 characters; longer ones are told apart by their first 256.
+ */
+export const MAX_TOOL_NAME_CHARS = 256;
 
 interface SessionRecord {
   /** Set when the session is forgotten, so a {@link SessionHandle} held elsewhere is known stale. */
@@ -76,7 +96,9 @@ export class SessionTracker {
       pContinueAfterTool: opts.pContinueAfterTool ?? 0.97,
       pContinueAfterAnswer: opts.pContinueAfterAnswer ?? 0.2,
       alpha: opts.alpha ?? 0.3,
+      maxTools: opts.maxTools ?? DEFAULT_MAX_TRACKED_TOOLS,
     };
+    if (!(Number.isInteger(this.o.maxTools) && this.o.maxTools >= 1)) throw new RangeError(`Tracked tool cap must be a positive integer, got ${this.o.maxTools}`);
     this.logPriorToolGap = Math.log(this.o.priorToolGapS);
   }
 
@@ -93,8 +115,11 @@ export class SessionTracker {
       s.observations++;
       if (s.tool !== null) {
         const t = this.tools.get(s.tool);
+        // Re-inserted so the map stays in order of last observation: the least recent goes past the cap.
+        this.tools.delete(s.tool);
         if (t === undefined) this.tools.set(s.tool, { logGap: lg, observations: 1 });
-        else { t.logGap = (1 - a) * t.logGap + a * lg; t.observations++; }
+        else { t.logGap = (1 - a) * t.logGap + a * lg; t.observations++; this.tools.set(s.tool, t); }
+        if (this.tools.size > this.o.maxTools) this.tools.delete(this.tools.keys().next().value!);
       }
     }
     // Updated in place (not replaced) so handles stay valid; the fields are those a new record would get.
@@ -105,6 +130,7 @@ export class SessionTracker {
   /** A turn ended: with a tool call (`tool` names it) the session waits; with `null` it goes idle. */
   turnEnded(sessionId: string, now: number, tool: string | null): void {
     checkTime(now);
+    if (tool !== null && tool.length > MAX_TOOL_NAME_CHARS) tool = tool.slice(0, MAX_TOOL_NAME_CHARS);
     const s = this.sessions.get(sessionId);
     const status = tool === null ? "idle" : "waiting-tool";
     if (s !== undefined) { s.status = status; s.since = now; s.tool = tool; return; }
@@ -114,6 +140,11 @@ export class SessionTracker {
   /** Sessions tracked now. */
   get size(): number {
     return this.sessions.size;
+  }
+
+  /** Tools whose return times are remembered now (at most `maxTools`). */
+  get toolCount(): number {
+    return this.tools.size;
   }
 
   /** Tracked sessions by status (for metrics). */

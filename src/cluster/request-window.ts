@@ -6,6 +6,14 @@ import type { CompletedRequest, MetricsSnapshot } from "../../planner/types.ts";
 import { EngineMetrics } from "../engine/engine-metrics.ts";
 import { EngineOverloadedError, type GenerateResult } from "../engine/engine-types.ts";
 
+/**
+ * Completions a window keeps at most (the latest). Windows are emptied by the planner's tick, every
+ * second; a cluster served with `--planner none` never ticks, and kept one record per request for
+ * good (a week at 100 requests/s: 60M records, GBs). 65536 is far above a second's completions, so
+ * a ticking planner sees them all.
+ */
+export const MAX_WINDOW_COMPLETIONS = 65536;
+
 /** Arrivals and completions since the last planner tick, plus the running metrics. */
 export class RequestWindow {
   readonly metrics: EngineMetrics = new EngineMetrics();
@@ -53,6 +61,8 @@ export class RequestWindow {
       m.ttft.observe(ttft);
       for (let i = 1; i < n; i++) m.itl.observe(itl);
       this.completions.push({ isl: r.promptTokens, osl: n, ttftS: ttft, itlS: itl });
+      // Cut to the latest once twice over, so the copy is paid once per MAX_WINDOW_COMPLETIONS requests.
+      if (this.completions.length >= 2 * MAX_WINDOW_COMPLETIONS) this.completions = this.completions.slice(-MAX_WINDOW_COMPLETIONS);
     }
     return r;
   }
@@ -63,7 +73,7 @@ export class RequestWindow {
     const a = this.arrivals;
     const out = {
       now, windowS: Math.max(1e-3, now - this.windowStartS), arrivals: a.count, arrivedPromptTokens: a.promptTokens,
-      arrivedUncachedTokens: a.uncachedTokens, arrivedOutputTokens: a.outputTokens, completions: this.completions,
+      arrivedUncachedTokens: a.uncachedTokens, arrivedOutputTokens: a.outputTokens, completions: this.completions.slice(-MAX_WINDOW_COMPLETIONS),
     };
     this.windowStartS = now;
     this.arrivals = { count: 0, promptTokens: 0, uncachedTokens: 0, outputTokens: 0 };

@@ -23,6 +23,13 @@ const PREFETCH_LEAD_S = 1;
 const IDLE_GRACE_S = 30;
 /** Sessions whose last turn is remembered for prefetch at most (oldest forgotten first). */
 const MAX_REMEMBERED_TURNS = 4096;
+/**
+ * Tokens of remembered turns at least, in all (oldest forgotten first): each turn keeps its whole
+ * context, so 4096 agent sessions of 32k tokens would hold 1 GB of token ids. A prefetch cannot
+ * restore more than the tier holds, so the bound is 4 × the tier's tokens, and at least 2^20 tokens
+ * (8 MB): ids cost 8 bytes a token against KB of KV per token, under 1% of the tier's memory.
+ */
+const MIN_REMEMBERED_TOKENS = 2 ** 20;
 
 /** One offloaded block's KV: on its way to the host, then there. */
 interface HostBlock {
@@ -55,6 +62,9 @@ export class HostKvOffload {
   private bytes = 0;
   /** Each session's last turn (prompt and output), most recently ended last: what a prefetch restores. */
   private readonly lastTurn = new Map<string, { tokens: number[]; root?: BlockHash; endedAt: number }>();
+  /** Tokens the remembered turns hold, and the most they may (see {@link MIN_REMEMBERED_TOKENS}). */
+  private rememberedTokens = 0;
+  private readonly maxRememberedTokens: number;
   /** Sequences already given their host blocks, with their preemption count then. */
   private readonly tried = new WeakMap<Sequence, number>();
 
@@ -64,6 +74,7 @@ export class HostKvOffload {
   ) {
     if (!runner.readBlocks || !runner.writeBlocks) throw new RangeError("KV offload needs a runner that can copy KV blocks to and from host memory");
     if (!Number.isInteger(capacityBlocks) || capacityBlocks < 1) throw new RangeError(`The host KV tier needs at least 1 block, got ${capacityBlocks}`);
+    this.maxRememberedTokens = Math.max(MIN_REMEMBERED_TOKENS, 4 * capacityBlocks * blockSize);
     this.tier = new TierCache({ tier: "host", capacityBlocks, bandwidthBytesPerS: 0, latencyS: 0 }, workerId, (e) => {
       // Entries the tier drops past its capacity free their bytes.
       if (e.kind === "removed") for (const h of e.hashes) this.drop(h);
@@ -157,9 +168,25 @@ export class HostKvOffload {
 
   /** A session's turn ended with these tokens (prompt and output): what its next turn will resend. */
   turnEnded(sessionId: string, tokens: readonly number[], root?: BlockHash): void {
-    this.lastTurn.delete(sessionId);
+    this.forgetTurn(sessionId);
     this.lastTurn.set(sessionId, { tokens: [...tokens], root, endedAt: this.clock() });
-    if (this.lastTurn.size > MAX_REMEMBERED_TURNS) this.lastTurn.delete(this.lastTurn.keys().next().value!);
+    this.rememberedTokens += tokens.length;
+    // The newest turn stays, however long: it is the likeliest to come back.
+    while (this.lastTurn.size > 1 && (this.lastTurn.size > MAX_REMEMBERED_TURNS || this.rememberedTokens > this.maxRememberedTokens)) {
+      this.forgetTurn(this.lastTurn.keys().next().value!);
+    }
+  }
+
+  /** Turns remembered for prefetch, and the tokens they hold. */
+  get remembered(): { turns: number; tokens: number } {
+    return { turns: this.lastTurn.size, tokens: this.rememberedTokens };
+  }
+
+  private forgetTurn(sessionId: string): void {
+    const turn = this.lastTurn.get(sessionId);
+    if (turn === undefined) return;
+    this.rememberedTokens -= turn.tokens.length;
+    this.lastTurn.delete(sessionId);
   }
 
   /**
@@ -175,13 +202,13 @@ export class HostKvOffload {
       const status = tracker.status(sid);
       if (status === "idle" && now - endedAt <= IDLE_GRACE_S) continue;
       if (status !== "waiting-tool") {
-        this.lastTurn.delete(sid);
+        this.forgetTurn(sid);
         continue;
       }
       if (now < prefetchStartTime(tracker.predictedReturnTime(sid, now), 0, now, PREFETCH_LEAD_S)) continue;
       const room = pool.numFreeBlocks() - Math.ceil(pool.numBlocks / 4);
       if (room > 0) this.prefetched += this.restore(pool, tokens, { sessionId: sid }, room, root).restored;
-      this.lastTurn.delete(sid);
+      this.forgetTurn(sid);
     }
   }
 

@@ -45,27 +45,43 @@ interface Occurrence {
 const AT_LIMIT = 2 ** 24;
 
 /**
- * Earlier requests' outputs, indexed by 2-gram, the oldest dropped past `maxRequests`. An occurrence
- * is one number (no object per token), so 10000 outputs of 500 tokens cost about 40 MB of index.
+ * Output tokens kept in all by default, past which the oldest outputs go whatever `maxRequests` says.
+ * A count alone does not bound memory: 10000 reasoning answers of 10k tokens are 100M tokens, each
+ * 8 bytes in its output and 8 in the index (1.6 GB). 2^23 tokens stay near 130 MB and still hold
+ * the default count (10000) of agent-sized answers (500 tokens), so only long outputs meet it.
+ */
+export const DEFAULT_MAX_CACHED_TOKENS = 2 ** 23;
+
+/**
+ * Earlier requests' outputs, indexed by 2-gram, the oldest dropped past `maxRequests` outputs or
+ * `maxTokens` tokens. An occurrence is one number (no object per token), so 10000 outputs of 500
+ * tokens cost about 40 MB of index.
  */
 export class SuffixCache {
   private readonly outputs = new Map<number, readonly number[]>();
   private readonly index = new Map<number, number[]>();
   private nextId = 0;
+  private tokens = 0;
 
-  constructor(private readonly maxRequests: number) {}
+  constructor(private readonly maxRequests: number, private readonly maxTokens = DEFAULT_MAX_CACHED_TOKENS) {}
 
   /** Outputs kept. */
   get size(): number {
     return this.outputs.size;
   }
 
+  /** Tokens of the outputs kept. */
+  get tokenCount(): number {
+    return this.tokens;
+  }
+
   /** Keeps a finished request's output (too short to hold a key and a next token: not kept). */
   add(output: readonly number[]): void {
     if (this.maxRequests === 0 || output.length <= KEY) return;
-    const seq = output.slice(0, AT_LIMIT);
+    const seq = output.slice(0, Math.min(AT_LIMIT, this.maxTokens));
     const id = this.nextId++;
     this.outputs.set(id, seq);
+    this.tokens += seq.length;
     for (let at = KEY; at < seq.length; at++) {
       const key = keyAt(seq, at);
       let list = this.index.get(key);
@@ -73,7 +89,7 @@ export class SuffixCache {
       list.push(id * AT_LIMIT + at);
       if (list.length > MAX_OCCURRENCES) list.shift();
     }
-    if (this.outputs.size > this.maxRequests) {
+    while (this.outputs.size > this.maxRequests || this.tokens > this.maxTokens) {
       const [oldest] = this.outputs.keys();
       this.drop(oldest);
     }
@@ -132,6 +148,7 @@ export class SuffixCache {
   private drop(id: number): void {
     const seq = this.outputs.get(id)!;
     this.outputs.delete(id);
+    this.tokens -= seq.length;
     for (let at = KEY; at < seq.length; at++) {
       const key = keyAt(seq, at);
       const list = this.index.get(key);

@@ -12,7 +12,7 @@ import { ApiError } from "./errors.ts";
 import { namedEvent } from "./event-stream.ts";
 import type { ServeContext } from "./openai.ts";
 import { failure } from "./respond.ts";
-import type { ResponseStore } from "./response-store.ts";
+import { jsonSize, type ResponseStore } from "./response-store.ts";
 import { generate, outputOf, type ResponsesState, type ResponseTurn, responseJson, settle } from "./responses.ts";
 import type { ResponseEvent, ResponseOutput } from "./responses-output.ts";
 
@@ -44,14 +44,30 @@ class Run {
   }
 }
 
+/**
+ * Characters of event JSON the finished runs' logs keep by default. A log holds every delta of its
+ * run (a 32k-token answer is tens of MB of events), so a count alone lets 64 long runs hold GBs; the
+ * logs only serve streams resumed just after the end (the response itself is in the store).
+ */
+export const DEFAULT_KEPT_LOG_CHARS = 64 * 2 ** 20;
+
 /** The background responses of one server: those running, and the event logs of the last finished. */
 export class BackgroundRuns {
   readonly #running = new Map<string, Run>();
   // With each log, the store its response went to: a response deleted (or evicted) there has no events to replay.
-  readonly #logs = new Map<string, { events: readonly ResponseEvent[]; responses: ResponseStore }>();
+  readonly #logs = new Map<string, { events: readonly ResponseEvent[]; responses: ResponseStore; size: number }>();
+  #logChars = 0;
 
-  /** `keptLogs`: how many finished runs' events are kept for resumed streams. */
-  constructor(readonly keptLogs = 64) {}
+  /**
+   * `keptLogs`: how many finished runs' events are kept for resumed streams; `keptChars`: how many
+   * characters of their JSON, in all (the oldest logs dropped first; a log larger alone is not kept).
+   */
+  constructor(readonly keptLogs = 64, readonly keptChars = DEFAULT_KEPT_LOG_CHARS) {}
+
+  /** How many finished runs' event logs are kept, and the characters of their JSON. */
+  get keptLogSize(): { logs: number; chars: number } {
+    return { logs: this.#logs.size, chars: this.#logChars };
+  }
 
   /** Whether response `id` is a background response still running. */
   running(id: string): boolean {
@@ -112,14 +128,27 @@ export class BackgroundRuns {
         return response;
       } finally {
         this.#running.delete(t.id);
-        this.#logs.set(t.id, { events: run.events, responses: state.responses });
-        while (this.#logs.size > this.keptLogs) this.#logs.delete(this.#logs.keys().next().value!);
+        this.#keepLog(t.id, run.events, state.responses);
         for (const listen of run.listeners) listen([]);
         run.listeners.clear();
         end();
       }
     })();
     return run.response();
+  }
+
+  /** Keeps a finished run's events, dropping the oldest logs past the count and the size bounds. */
+  #keepLog(id: string, events: readonly ResponseEvent[], responses: ResponseStore): void {
+    const size = jsonSize(events);
+    if (size <= this.keptChars) {
+      this.#logs.set(id, { events, responses, size });
+      this.#logChars += size;
+    }
+    while (this.#logs.size > this.keptLogs || this.#logChars > this.keptChars) {
+      const [oldest, log] = this.#logs.entries().next().value!;
+      this.#logs.delete(oldest);
+      this.#logChars -= log.size;
+    }
   }
 
   /**
