@@ -28,22 +28,31 @@ export interface SampledRowAsks {
  * mask: the row at the barred token samples another token, so nothing after it is kept.
  */
 export function sampledRowAsks(a: Active, draft: readonly number[]): SampledRowAsks {
+  // A plain decode (no draft, nothing that adds to or masks its row): nothing to ask, no per-row work.
+  if (draft.length === 0 && !a.adjust && !a.constraint && !a.budget && !a.minTokens && !a.rules && !a.repeats) return { additions: [undefined], masks: [undefined], repeats: [undefined] };
   const { tokens, promptLength } = a.seq;
   const rows = draft.length + 1;
   const adds = draft.length === 0 ? [a.adjust?.next(tokens, promptLength)] : a.adjust?.continuation(tokens, promptLength, draft) ?? [];
-  const additions = Array.from({ length: rows }, (_, j) => (adds[j] && adds[j].size > 0 ? adds[j] : undefined));
+  const additions = eachRow(rows, (j) => (adds[j] && adds[j].size > 0 ? adds[j] : undefined));
   const found = !a.constraint ? [] : draft.length === 0 ? [a.constraint.next(tokens, promptLength)] : a.constraint.continuation(tokens, promptLength, draft);
   const rules = a.budget && a.seq.reasoning ? budgetRules(a.seq.reasoning, tokens, draft, a.budget.limit, a.budget.bytesOf) : undefined;
   const outputs = tokens.length - promptLength;
-  const masks = Array.from({ length: rows }, (_, j) => {
+  const masks = eachRow(rows, (j) => {
     const grammar = found.length === 0 ? undefined : found[Math.min(j, found.length - 1)];
     const budgeted = rules ? a.budget!.masks.combine(grammar, rules[j]) : grammar;
     // min_tokens: row j samples output token outputs + j.
     const held = a.minTokens && outputs + j < a.minTokens.count ? intersectMasks(budgeted, a.minTokens.mask) : budgeted;
     return a.rules ? intersectMasks(held, a.rules.maskAfter(outputTail(tokens, promptLength, draft, j, a.rules.lookBack))) : held;
   });
-  const repeats = a.repeats ? a.repeats.continuation(tokens, draft) : Array.from({ length: rows }, () => undefined);
+  const repeats = a.repeats ? a.repeats.continuation(tokens, draft) : eachRow(rows, () => undefined);
   return { additions, masks, repeats };
+}
+
+/** `f` of each row, in order (a plain loop: `Array.from({ length })` costs more at every token). */
+function eachRow<T>(rows: number, f: (j: number) => T): T[] {
+  const out = new Array<T>(rows);
+  for (let j = 0; j < rows; j++) out[j] = f(j);
+  return out;
 }
 
 /** The last `n` output tokens before row j samples: the output, then the draft's first j tokens. */

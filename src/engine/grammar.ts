@@ -370,10 +370,14 @@ function complete(up: Frame | null, key?: string): Config[] {
   return [];
 }
 
+/** `cfg` after one more whitespace character where frame `f` (its top) allows it: none past MAX_WHITESPACE. */
+function oneMoreSpace(cfg: Config, f: Frame): Config[] {
+  return cfg.ws < MAX_WHITESPACE ? [{ top: f, ws: cfg.ws + 1 }] : [];
+}
+
 function step(cfg: Config, c: string): Config[] {
   const f = cfg.top;
   if (f === null) return [];
-  const ws = () => (cfg.ws < MAX_WHITESPACE ? [{ top: f, ws: cfg.ws + 1 }] : []);
   switch (f.k) {
     case "lit": {
       // `c` is one code point: two UTF-16 units of the text when outside the Basic Multilingual Plane.
@@ -406,17 +410,17 @@ function step(cfg: Config, c: string): Config[] {
     }
     case "value":
       if (f.compact && f.ws) return oneSpace(cfg, c) ?? start(f.node, f.up, f.d, c, true);
-      if (isWs(c)) return f.ws ? ws() : [];
+      if (isWs(c)) return f.ws ? oneMoreSpace(cfg, f) : [];
       return start(f.node, f.up, f.d, c, f.compact);
     case "obj":
       if (f.compact) {
         if (f.phase === "next") return oneSpace(cfg, c) ?? stepObject(f, c);
         return isWs(c) ? [] : stepObject(f, c);
       }
-      if (isWs(c)) return ws();
+      if (isWs(c)) return oneMoreSpace(cfg, f);
       return stepObject(f, c);
     case "arr": {
-      if (isWs(c)) return f.compact ? [] : ws();
+      if (isWs(c)) return f.compact ? [] : oneMoreSpace(cfg, f);
       const n = f.node;
       if (c === "]") return (f.phase === "first" || f.phase === "after") && f.count >= n.min ? complete(f.up) : [];
       if (f.phase === "after") {

@@ -96,6 +96,8 @@ export class OutputConstraint {
   /** The grammar's wide-character edges (grammar-wide-chars.ts), found on first use. */
   #edges: readonly number[] | undefined;
   readonly #edgesOf: () => readonly number[];
+  /** The masks built from each allowed set of `#cache` (index: whether EOS is allowed); they go with it. */
+  readonly #masks = new WeakMap<Int32Array, (TokenMask | undefined)[]>();
   /** The last draft walked, from the committed state after `fed` output tokens. */
   #lastWalk: { fed: number; draft: readonly number[]; walk: DraftWalk } | undefined;
 
@@ -161,21 +163,29 @@ export class OutputConstraint {
 
   /** The mask of the token after state `at` (see {@link next}). */
   #maskAt(at: PieceState): TokenMask {
-    const mask = new TokenMask(this.trie.texts.length);
     // Where the grammar forces text, the next token is the one jump-forward would write: a shorter
     // piece of it (`<` of a tag spelled `<｜tool▁call▁begin｜>`) could leave text no token goes on with.
     const first = this.#forcedTokens(at)[0];
     if (first !== undefined) {
-      mask.set(first);
-      return mask;
+      const only = new TokenMask(this.trie.texts.length);
+      only.set(first);
+      return only;
     }
     const allowed = this.#allowed(at);
-    for (const id of allowed) mask.set(id);
     // A dead end (text no token of this vocabulary spells) ends the answer at EOS, not at whatever
     // token an all-barred row would pick; mid-character the answer cannot end otherwise.
     const done = (at.pending.length === 0 && grammarComplete(at.state)) || allowed.length === 0;
-    for (const id of this.eos) mask.set(id, done);
-    return mask;
+    // Built once per allowed set (and EOS choice): inside a string that is most of the vocabulary,
+    // set bit by bit at every token before. Masks handed out are only read.
+    const kept = this.#masks.get(allowed) ?? [];
+    const built = kept[done ? 1 : 0];
+    if (built) return built;
+    const made = new TokenMask(this.trie.texts.length);
+    for (const id of allowed) made.set(id);
+    for (const id of this.eos) made.set(id, done);
+    kept[done ? 1 : 0] = made;
+    this.#masks.set(allowed, kept);
+    return made;
   }
 
   /** The tokens spelling the text forced from state `at` (see {@link forced}); empty mid-character. */

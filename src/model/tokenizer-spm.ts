@@ -87,7 +87,7 @@ export class SpmTokenizer implements Tokenizer {
       for (let k = strip && piece[0] === 0x20 ? 1 : 0; k < piece.length; k++) bytes.push(piece[k]);
       strip = false;
     }
-    return utf8(bytes);
+    return this.utf8.decode(new Uint8Array(bytes));
   }
 
   tokenText(id: number, options?: DecodeOptions): string {
@@ -112,8 +112,20 @@ export class SpmTokenizer implements Tokenizer {
     return this.maxChars;
   }
 
-  /** A token's bytes; a control or unknown token's string only with `special`. */
-  private pieceBytes(id: number, special = false): number[] {
+  /** As tokenizer-special.ts `utf8` decodes (invalid sequences become U+FFFD), made once: decoding runs at every generated token. */
+  private readonly utf8 = new TextDecoder("utf-8");
+  /** Each token's bytes once found, by id (`special` ones apart): decoding runs at every generated token. */
+  private readonly pieces = [new Map<number, readonly number[]>(), new Map<number, readonly number[]>()];
+
+  /** A token's bytes; a control or unknown token's string only with `special`. Shared: never modify. */
+  private pieceBytes(id: number, special = false): readonly number[] {
+    const cache = this.pieces[special ? 1 : 0];
+    let bytes = cache.get(id);
+    if (bytes === undefined) cache.set(id, bytes = this.findPieceBytes(id, special));
+    return bytes;
+  }
+
+  private findPieceBytes(id: number, special: boolean): number[] {
     const t = this.vocab.tokens[id];
     if (t === undefined) return [];
     switch (this.vocab.types[id] ?? TokenType.NORMAL) {
