@@ -79,15 +79,15 @@ function reportingPrefill(h: RequestHandle, cachedTokens: number, promptLogprobs
     const { queueS: _decodeQueue, ...rest } = r;
     return { ...rest, cachedTokens: Math.min(r.cachedTokens, cachedTokens), ...(promptLogprobs ? { promptLogprobs } : {}), ...(queueS === undefined ? {} : { queueS }) };
   });
-  const stream = promptLogprobs ? withFirst(h.stream, promptLogprobs) : h.stream;
+  const stream = withFirst(h.stream, cachedTokens, promptLogprobs);
   return { id: h.id, stream, result, cancel: () => h.cancel(), ...(h.refusal ? { refusal: h.refusal } : {}), get sessionId() { return h.sessionId; } };
 }
 
-/** `deltas` with `promptLogprobs` on the first. */
-async function* withFirst(deltas: AsyncIterable<StreamDelta>, promptLogprobs: NonNullable<StreamDelta["promptLogprobs"]>): AsyncIterable<StreamDelta> {
+/** `deltas` with the first's cached tokens what the client is told (see reportingPrefill), and `promptLogprobs` on it when given. */
+async function* withFirst(deltas: AsyncIterable<StreamDelta>, cachedTokens: number, promptLogprobs: StreamDelta["promptLogprobs"]): AsyncIterable<StreamDelta> {
   let first = true;
   for await (const d of deltas) {
-    yield first ? { ...d, promptLogprobs } : d;
+    yield first ? { ...d, ...(d.cachedTokens === undefined ? {} : { cachedTokens: Math.min(d.cachedTokens, cachedTokens) }), ...(promptLogprobs ? { promptLogprobs } : {}) } : d;
     first = false;
   }
 }

@@ -117,6 +117,8 @@ export interface StreamDelta {
   logprobs?: TokenLogprob[];
   /** On the first delta of a request that asked for them: its prompt's (see GenerateResult). */
   promptLogprobs?: (TokenLogprob | null)[];
+  /** On the first delta: prompt tokens served from the prefix cache (the result's `cachedTokens`, known before the end). */
+  cachedTokens?: number;
 }
 
 /** The outcome of a request once it has ended. */

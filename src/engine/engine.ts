@@ -595,7 +595,7 @@ export class Engine implements ServingEngine {
       this.metrics.generationTokens += count;
       return; // prefill role: the first token ends the sequence here
     }
-    const first = start === seq.promptLength && a.promptLogprobs ? { promptLogprobs: a.promptLogprobs } : {};
+    const first = start === seq.promptLength ? { cachedTokens: seq.numCachedPrompt, ...(a.promptLogprobs ? { promptLogprobs: a.promptLogprobs } : {}) } : {};
     let text = "";
     const ids: number[] = [];
     let eos = false;

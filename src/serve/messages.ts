@@ -201,11 +201,19 @@ function shell(ctx: ServeContext, t: MessagesTurn): Json {
 }
 
 /** Runs the generation through the chat parser into `out`, handing each batch of events to `send`. */
-async function generate(t: MessagesTurn, out: MessageOutput, send: (events: readonly MessageEvent[]) => void): Promise<GenerateResult> {
+async function generate(
+  t: MessagesTurn, out: MessageOutput, send: (events: readonly MessageEvent[]) => void, start: (cachedTokens: number | undefined) => void = () => {},
+): Promise<GenerateResult> {
   const handle = t.submitted.handles[0];
   const chat = new ChatOutputStream(t.submitted.output!);
-  for await (const d of handle.stream) if (d.text) send(out.push(chat.push(d.text)));
+  let started = false;
+  for await (const d of handle.stream) {
+    if (!started) start(d.cachedTokens);
+    started = true;
+    if (d.text) send(out.push(chat.push(d.text)));
+  }
   const r = await handle.result;
+  if (!started) start(r.error ? undefined : r.cachedTokens);
   if (r.error) return r;
   send([...out.push(chat.end()), ...out.finish()]);
   return r;
@@ -230,8 +238,13 @@ export function respondMessageStream(ctx: ServeContext, t: MessagesTurn): Readab
   const out = new MessageOutput();
   return namedEventStream<MessageEvent>(t.submitted.handles[0], async (send, gone) => {
     const prompt = t.submitted.promptTokens ?? 0;
-    send([{ type: "message_start", message: { ...shell(ctx, t), usage: { input_tokens: prompt, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 0 } } }]);
-    const r = await generate(t, out, send);
+    // Sent with the first delta, which knows the prompt's cache hit: input usage here splits as the
+    // final message_delta's does (Anthropic's input_tokens leaves out the tokens read from the cache).
+    const start = (cached: number | undefined) => {
+      const read = Math.min(cached ?? 0, prompt);
+      send([{ type: "message_start", message: { ...shell(ctx, t), usage: { input_tokens: prompt - read, cache_creation_input_tokens: 0, cache_read_input_tokens: read, output_tokens: 0 } } }]);
+    };
+    const r = await generate(t, out, send, start);
     if (gone()) return;
     const err = failure([r]);
     if (err) send([{ type: "error", error: { type: "api_error", message: err.message } }]);
