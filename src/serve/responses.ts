@@ -4,8 +4,8 @@
  * (responses-input.ts), is answered as chat answers are (templates, tool-call and reasoning parsers,
  * grammars), and its answer becomes output items (responses-output.ts). `previous_response_id`
  * continues a stored conversation, `conversation` a Conversations API one (conversations.ts), and
- * `truncation: "auto"` drops its oldest exchanges when it is too long. A conversation is one engine
- * session (its first response's id or the conversation's, unless the client names one with
+ * `truncation: "auto"` drops its oldest items when it is too long (responses-truncation.ts). A
+ * conversation is one engine session (its first response's id or the conversation's, unless the client names one with
  * `prompt_cache_key` or `user`), so a turn that ends in function calls leaves its KV kept for the
  * tools' return under agent retention, with no extra field.
  */
@@ -14,13 +14,14 @@ import { ChatOutputStream } from "./chat-output.ts";
 import type { Conversation, ConversationStore } from "./conversation-store.ts";
 import { checkRoom, unknownConversation } from "./conversations.ts";
 import { ApiError, describe } from "./errors.ts";
-import { appliedTier, chatPrompt, type ServeContext, type Submitted, submitChat } from "./openai.ts";
+import { appliedTier, type ServeContext, type Submitted, submitChat } from "./openai.ts";
 import { chatLogprobs } from "./logprobs-json.ts";
 import { failure, noteToolWait } from "./respond.ts";
 import { namedEventStream } from "./event-stream.ts";
 import { type ResponseStore, type StoredResponse, UnknownResponseError } from "./response-store.ts";
 import { chatRequestOf, functionTools, inputItemsOf, itemsToMessages, outputMessage, turnInput } from "./responses-input.ts";
 import { newId, ResponseOutput, type ResponseEvent } from "./responses-output.ts";
+import { truncated } from "./responses-truncation.ts";
 import type { InputItem, ResponsesRequest } from "./responses-schema.ts";
 import type { ChatMessageIn, ChatRequest } from "./schemas.ts";
 import type { GenerateResult } from "../engine/engine-types.ts";
@@ -129,40 +130,7 @@ function continued(state: ResponsesState, body: ResponsesRequest): { history: Ch
   }
 }
 
-/**
- * `truncation: "auto"`: `chat` with its oldest exchanges dropped, as few as make the prompt and the
- * output budget (`max_output_tokens`, else one token) fit the context. An exchange runs from a user
- * message to the next; the leading system and developer messages (the instructions) stay, and so
- * does the last exchange, so that a turn too long on its own is still refused. Searched by halving,
- * as dropping more never lengthens the prompt.
- */
-function truncated(ctx: ServeContext, chat: ChatRequest): ChatRequest {
-  const messages = chat.messages;
-  let lead = 0;
-  while (lead < messages.length && (messages[lead].role === "system" || messages[lead].role === "developer")) lead++;
-  const starts = messages.flatMap((m, i) => (i === lead || (i > lead && m.role === "user") ? [i] : []));
-  const from = (k: number): ChatRequest => ({ ...chat, messages: [...messages.slice(0, lead), ...messages.slice(starts[k])] });
-  const budget = chat.max_completion_tokens ?? 1;
-  const fits = (k: number): boolean => {
-    try {
-      return chatPrompt(ctx, from(k)).prompt.length + budget <= ctx.engine.maxModelLen;
-    } catch (e) {
-      if (e instanceof ApiError && e.code === "context_length_exceeded") return false;
-      throw e;
-    }
-  };
-  let lo = 1;
-  let hi = starts.length - 1;
-  if (hi < lo || !fits(hi)) return from(Math.max(hi, 0));
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (fits(mid)) hi = mid;
-    else lo = mid + 1;
-  }
-  return from(lo);
-}
-
-/** Submits a turn's chat request, dropping its oldest exchanges first if it is too long and `truncation` is "auto". */
+/** Submits a turn's chat request, dropping its oldest items first if it is too long and `truncation` is "auto". */
 function submitTurn(ctx: ServeContext, chat: ChatRequest, truncation: ResponsesRequest["truncation"]): Submitted {
   try {
     try {
