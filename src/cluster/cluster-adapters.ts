@@ -16,6 +16,8 @@ export interface AdapterEntry {
   root: number;
   inFlight: number;
   loadedOn: Set<ClusterWorker>;
+  /** The workers a load was sent to (a worker that joined while the load waited is not sent a second). */
+  sentTo: Set<ClusterWorker>;
   settled: Promise<void>;
 }
 
@@ -50,11 +52,11 @@ export class ClusterAdapters {
     // Registered at once (a second load of the name is refused; a worker joining meanwhile loads it
     // too); its requests go only to workers that have finished loading it.
     let loaded!: () => void;
-    const entry: AdapterEntry = { adapter, root: adapterRoot(adapter.fingerprint), inFlight: 0, loadedOn: new Set(), settled: new Promise((r) => (loaded = r)) };
+    const entry: AdapterEntry = { adapter, root: adapterRoot(adapter.fingerprint), inFlight: 0, loadedOn: new Set(), sentTo: new Set(), settled: new Promise((r) => (loaded = r)) };
     this.adapters.set(name, entry);
     // An unload of the name still under way ends first (the workers must not have it twice).
     await this.unloading.get(name);
-    const workers = this.adapters.get(name) === entry ? this.workers().filter((w) => w.engine.alive) : [];
+    const workers = this.adapters.get(name) === entry ? this.workers().filter((w) => w.engine.alive && !entry.sentTo.has(w)) : [];
     const loads = Promise.allSettled(workers.map((w) => this.loadOn(w, name, entry)));
     void loads.then(() => loaded());
     const done = await loads;
@@ -86,6 +88,7 @@ export class ClusterAdapters {
 
   /** Loads `entry` as `name` on worker `w`; it serves the adapter's requests from then on, unless the adapter was unloaded meanwhile. */
   private async loadOn(w: ClusterWorker, name: string, entry: AdapterEntry): Promise<void> {
+    entry.sentTo.add(w);
     await w.engine.loadAdapter(name, entry.adapter);
     entry.loadedOn.add(w);
     if (this.adapters.get(name) === entry) w.adapters.add(name);
