@@ -21,6 +21,8 @@ export const UNIMPLEMENTED_VLLM_FIELDS: readonly (readonly [string, (v: unknown)
   ["use_beam_search", (v) => v === true],
   ["return_tokens_as_token_ids", (v) => v === true],
   ["logprob_token_ids", (v) => Array.isArray(v) && v.length > 0],
+  // vLLM's prompt_token_ids and per-choice token_ids on the answer: asked for, their absence would pass for none.
+  ["return_token_ids", (v) => v === true],
 ];
 
 /**

@@ -120,6 +120,8 @@ export const refusalRows: Row[] = [
     ["completions", "use_beam_search", true],
     ["chat", "return_tokens_as_token_ids", true],
     ["completions", "logprob_token_ids", [5]],
+    ["chat", "return_token_ids", true],
+    ["completions", "return_token_ids", true],
   ] as const).map(([path, field, value]): Row => ({
     name: `${field} is refused as unsupported`, path, body: path === "chat" ? chat(PROMPT, { [field]: value }) : comp({ [field]: value }), check: refused(field, "unsupported_parameter"),
   })),
