@@ -48,21 +48,8 @@ export class OutputText {
   /** Adds a token; returns the new text that is safe to emit (possibly empty). */
   push(id: number): string {
     this.ids.push(id);
-    if (this.stopped) return "";
-    // A stop string written whole before a character still being spelled ends the output at this
-    // token, as vLLM's detokenizer sees it, not some tokens later (or never, at the output's end).
-    if (!this.decodeNew(false) && !(this.stopBeforePartial() && this.decodeNew(true))) return "";
+    if (this.stopped || !this.decodeNew(false)) return "";
     return this.release(this.safeLength(false));
-  }
-
-  /** Whether the ids not decoded yet, cut before an unfinished character at their end, complete a stop string. */
-  private stopBeforePartial(): boolean {
-    if (this.stops.length === 0 || this.ids.length <= this.minTokens || this.readOffset === this.ids.length) return false;
-    const before = this.decode(this.ids.slice(this.prefixOffset, this.readOffset));
-    const after = this.decode(this.ids.slice(this.prefixOffset));
-    if (after.length <= before.length) return false;
-    const text = this.pending + after.slice(before.length).replace(/\ufffd+$/, "");
-    return this.stops.some((s) => text.includes(s));
   }
 
   /**
@@ -102,17 +89,26 @@ export class OutputText {
 
   /**
    * Moves the text of the ids not decoded yet to `pending`; false (nothing moved) while they decode
-   * to nothing or end in an unfinished character (U+FFFD), unless `force`: the output ended.
+   * to nothing or end in an unfinished character (U+FFFD), unless `force`: the output ended. A stop
+   * string written whole before an unfinished character moves it too: the output ends at this token,
+   * as vLLM's detokenizer sees it, not some tokens later (or never, at the output's end).
    */
   private decodeNew(force: boolean): boolean {
     if (this.readOffset === this.ids.length) return false;
     const before = this.decode(this.ids.slice(this.prefixOffset, this.readOffset));
     const after = this.decode(this.ids.slice(this.prefixOffset));
-    if (!force && (after.length <= before.length || after.endsWith("\ufffd"))) return false;
+    if (!force && (after.length <= before.length || (after.endsWith("\ufffd") && !this.stopBefore(after.slice(before.length))))) return false;
     this.pending += after.slice(before.length);
     this.prefixOffset = this.readOffset;
     this.readOffset = this.ids.length;
     return true;
+  }
+
+  /** Whether `pending` and new text `added`, cut before its unfinished character, hold a stop string that may end the output now. */
+  private stopBefore(added: string): boolean {
+    if (this.stops.length === 0 || this.ids.length <= this.minTokens) return false;
+    const text = this.pending + added.replace(/\ufffd+$/, "");
+    return this.stops.some((s) => text.includes(s));
   }
 
   private decode(ids: readonly number[]): string {

@@ -382,7 +382,7 @@ function completionPrompts(ctx: ServeContext, p: CompletionRequest["prompt"], tr
 function encodeToTruncate(ctx: ServeContext, text: string, keep: number | null | undefined, room: number, addBos: boolean): number[] {
   const perToken = ctx.tokenizer.maxCharsPerToken?.();
   if (keep === undefined || keep === null || perToken === undefined) return ctx.tokenizer.encode(text, { addBos });
-  const kept = keep === -1 ? Math.max(1, ctx.engine.maxModelLen - Math.max(0, room)) : Math.min(keep, ctx.engine.maxModelLen);
+  const kept = Math.min(keptTokens(ctx.engine.maxModelLen, keep, room), ctx.engine.maxModelLen);
   const tail = 2 * kept * perToken + 64;
   if (text.length <= tail) return ctx.tokenizer.encode(text, { addBos });
   return ctx.tokenizer.encode(text.slice(text.length - tail), { addBos: false });
@@ -399,8 +399,13 @@ export function truncatedPrompt(ctx: Pick<ServeContext, "engine">, ids: number[]
   if (keep > limit) throw new ApiError(400, `A truncate_prompt_tokens of ${keep} is more than this model's maximum context length of ${limit} tokens`, "truncate_prompt_tokens", "invalid_value");
   // The engine refuses a prompt that leaves no room for its output (an embedding's `room` is 0: it
   // generates nothing); an output larger than the context is left for it to refuse, naming both lengths.
-  const n = keep === -1 ? Math.max(1, limit - Math.max(0, room)) : keep;
+  const n = keptTokens(limit, keep, room);
   return ids.length > n ? ids.slice(ids.length - n) : ids;
+}
+
+/** The prompt tokens `truncate_prompt_tokens` keeps: `keep`, or for -1 what the context leaves beside `room` (at least one). */
+function keptTokens(limit: number, keep: number, room: number): number {
+  return keep === -1 ? Math.max(1, limit - Math.max(0, room)) : keep;
 }
 
 /**

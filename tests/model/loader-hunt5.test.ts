@@ -20,7 +20,7 @@ import { encodeSafetensors, type SafetensorsInfo } from "../../src/model/safeten
 import { hfRopeFreqFactors } from "../../src/model/rope-scaling.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
-import { ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
+import { expectLoadError, ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/loader-hunt5-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -30,15 +30,6 @@ const SPEC: ModelFileSpec = {
   tied: true, dtype: "f32", seed: 5,
 };
 const WEIGHTS = randomHfWeights(SPEC);
-
-async function expectError(p: Promise<unknown>, pattern: RegExp): Promise<void> {
-  await assert.rejects(p, (e: unknown) => {
-    assert.ok(e instanceof ModelLoadError, `expected ModelLoadError, got ${e}`);
-    assert.match(e.message, pattern);
-    assert.ok(!e.message.includes("\n"), "one line");
-    return true;
-  });
-}
 
 /** The test model as a GGUF with metadata entries added or replaced. */
 async function ggufWith(name: string, metadata: [string, GgufEntry][]): Promise<string> {
@@ -64,7 +55,7 @@ test("hfConfig() names head_dim when it is no usable head size instead of blamin
     ["hd-derived", ({ head_dim: _, ...c }) => JSON.stringify({ ...c, num_attention_heads: 64, num_key_value_heads: 64 }),
       /^Model ".*hf-hd-derived" has hidden_size 32 over 64 attention heads \(head size 0\); config\.json should give a positive head_dim$/],
   ];
-  for (const [name, edit, pattern] of cases) await expectError(loadModel(await hfWithConfig(name, edit)), pattern);
+  for (const [name, edit, pattern] of cases) await expectLoadError(loadModel(await hfWithConfig(name, edit)), pattern);
 });
 
 test("hfConfig() rejects KV heads that do not divide the attention heads, as ggufConfig() does", async () => {
@@ -72,26 +63,26 @@ test("hfConfig() rejects KV heads that do not divide the attention heads, as ggu
   const spec: ModelFileSpec = { ...SPEC, hidden: 32, heads: 4, kvHeads: 3 };
   const path = `${dir}/hf-kv3`;
   await writeHfDirectory(path, spec, randomHfWeights(spec));
-  await expectError(loadModel(path), /^Model ".*hf-kv3" has 4 attention heads \(num_attention_heads\), not a multiple of its 3 KV heads \(num_key_value_heads\)$/);
+  await expectLoadError(loadModel(path), /^Model ".*hf-kv3" has 4 attention heads \(num_attention_heads\), not a multiple of its 3 KV heads \(num_key_value_heads\)$/);
 });
 
 test("hfConfig() rejects a rope_parameters.rope_theta that is no number instead of running at 10000", async () => {
   const path = await hfWithConfig("rp-theta", (c) => JSON.stringify({ ...c, rope_parameters: { rope_type: "default", rope_theta: "1e6" } }));
-  await expectError(loadModel(path), /"rope_parameters\.rope_theta" in ".*" should be a number, got "1e6"$/);
+  await expectLoadError(loadModel(path), /"rope_parameters\.rope_theta" in ".*" should be a number, got "1e6"$/);
 });
 
 test("ggufConfig() rejects an attention.key_length no head can have, naming the key", async () => {
   for (const [i, entry] of [gguf.u32(0), gguf.f32(NaN), gguf.f32(8.5)].entries()) {
     const path = await ggufWith(`key-length-${i}`, [["llama.attention.key_length", entry]]);
-    await expectError(loadModel(path), /GGUF metadata "llama\.attention\.key_length" in ".*" should be a positive whole number, got (0|NaN|8\.5)$/);
+    await expectLoadError(loadModel(path), /GGUF metadata "llama\.attention\.key_length" in ".*" should be a positive whole number, got (0|NaN|8\.5)$/);
   }
 });
 
 test("ggufConfig() rejects per-layer arrays that are empty or hold no numbers instead of reading \"2\" as 2", async () => {
   const empty = await ggufWith("ffn-empty", [["llama.feed_forward_length", gguf.arr(GgufType.UINT32, [])]]);
-  await expectError(loadModel(empty), /GGUF metadata "llama\.feed_forward_length" in ".*" is an empty array; expected a number or one per layer$/);
+  await expectLoadError(loadModel(empty), /GGUF metadata "llama\.feed_forward_length" in ".*" is an empty array; expected a number or one per layer$/);
   const strings = await ggufWith("kv-strings", [["llama.attention.head_count_kv", gguf.arr(GgufType.STRING, ["2"])]]);
-  await expectError(loadModel(strings), /GGUF metadata "llama\.attention\.head_count_kv" in ".*" should hold numbers, got "2" at index 0$/);
+  await expectLoadError(loadModel(strings), /GGUF metadata "llama\.attention\.head_count_kv" in ".*" should hold numbers, got "2" at index 0$/);
 });
 
 test("ggufTokenizer() rejects an empty vocabulary and NaN scores", async () => {
@@ -100,10 +91,10 @@ test("ggufTokenizer() rejects an empty vocabulary and NaN scores", async () => {
     ["tokenizer.ggml.scores", gguf.arr(GgufType.FLOAT32, [])],
     ["tokenizer.ggml.token_type", gguf.arr(GgufType.INT32, [])],
   ]);
-  await expectError(loadModel(empty), /^Model ".*tokens-empty\.gguf" has no tokenizer vocab \(tokenizer\.ggml\.tokens is empty\)$/);
+  await expectLoadError(loadModel(empty), /^Model ".*tokens-empty\.gguf" has no tokenizer vocab \(tokenizer\.ggml\.tokens is empty\)$/);
   const scores = Array.from({ length: 300 }, (_, i) => (i === 7 ? NaN : -i));
   const nan = await ggufWith("scores-nan", [["tokenizer.ggml.scores", gguf.arr(GgufType.FLOAT32, scores)]]);
-  await expectError(loadModel(nan), /GGUF metadata "tokenizer\.ggml\.scores" in ".*" should hold numbers, got NaN at index 7$/);
+  await expectLoadError(loadModel(nan), /GGUF metadata "tokenizer\.ggml\.scores" in ".*" should hold numbers, got NaN at index 7$/);
 });
 
 test("ggufMoe() rejects an expert_weights_scale that is not a finite positive number", async () => {
@@ -112,7 +103,7 @@ test("ggufMoe() rejects an expert_weights_scale that is not a finite positive nu
   for (const [i, v] of [NaN, -1].entries()) {
     const path = `${dir}/moe-scale-${i}.gguf`;
     await writeFile(path, ggufBytes(moe, weights, undefined, { metadata: [["qwen3moe.expert_weights_scale", gguf.f32(v)]] }));
-    await expectError(loadModel(path), /GGUF metadata "qwen3moe\.expert_weights_scale" in ".*" should be a positive number or 0, got (NaN|-1)$/);
+    await expectLoadError(loadModel(path), /GGUF metadata "qwen3moe\.expert_weights_scale" in ".*" should be a positive number or 0, got (NaN|-1)$/);
   }
 });
 
@@ -150,7 +141,7 @@ test("loadPeftLora() rejects a non-finite scale, as loadGgufLora() does, instead
   const base = await loadModel(await ggufWith("peft-base", []));
   const path = await peftDir("scale", JSON.stringify({ r: 4, lora_alpha: 8 }));
   for (const scale of [NaN, Infinity]) {
-    await expectError(loadLoraAdapter(path, base.config, { scale }), /^LoRA scale should be a finite number, got (NaN|Infinity)$/);
+    await expectLoadError(loadLoraAdapter(path, base.config, { scale }), /^LoRA scale should be a finite number, got (NaN|Infinity)$/);
   }
   const ok = await loadLoraAdapter(path, base.config, { scale: 0.5 });
   assert.ok(ok.maxRank === 4);
@@ -159,14 +150,14 @@ test("loadPeftLora() rejects a non-finite scale, as loadGgufLora() does, instead
 test("loadPeftLora() quotes a lora_alpha of 1e400 as Infinity, not as null", async () => {
   const base = await loadModel(await ggufWith("peft-base-2", []));
   const path = await peftDir("alpha-inf", '{"r": 4, "lora_alpha": 1e400}');
-  await expectError(loadLoraAdapter(path, base.config), /lora_alpha should be a finite number, got Infinity$/);
+  await expectLoadError(loadLoraAdapter(path, base.config), /lora_alpha should be a finite number, got Infinity$/);
 });
 
 test("loadGguf() refuses one part of a split GGUF by name instead of reporting a missing tensor", async () => {
   // llama-gguf-split writes split.no (from 0), split.count and split.tensors.count into every part.
   const u16 = (value: number): GgufEntry => ({ type: GgufType.UINT16, value });
   const path = await ggufWith("model-00001-of-00003", [["split.no", u16(0)], ["split.count", u16(3)], ["split.tensors.count", gguf.i32(12)]]);
-  await expectError(
+  await expectLoadError(
     loadModel(path),
     /^GGUF file ".*model-00001-of-00003\.gguf" is part 1 of a 3-file split \(split\.count\); merge the parts with llama-gguf-split --merge and load the merged file$/,
   );
@@ -180,7 +171,7 @@ test("loadModel() names the GGUF files of a directory without config.json (a GGU
   mkdirSync(path, { recursive: true });
   await writeFile(`${path}/model-Q8_0.gguf`, ggufBytes(SPEC, WEIGHTS));
   await writeFile(`${path}/README.md`, "# model");
-  await expectError(loadModel(path), /^Model directory ".*gguf-repo" has no config\.json but holds GGUF files \("model-Q8_0\.gguf"\); pass one file's path as the model$/);
+  await expectLoadError(loadModel(path), /^Model directory ".*gguf-repo" has no config\.json but holds GGUF files \("model-Q8_0\.gguf"\); pass one file's path as the model$/);
 });
 
 test("readGgufHeader() says a big-endian GGUF is big-endian instead of quoting a version of 50331648", async () => {
@@ -188,7 +179,7 @@ test("readGgufHeader() says a big-endian GGUF is big-endian instead of quoting a
   new DataView(bytes.buffer, bytes.byteOffset).setUint32(4, 3, false);
   const path = `${dir}/big-endian.gguf`;
   await writeFile(path, bytes);
-  await expectError(loadModel(path), /^GGUF file ".*big-endian\.gguf" is big-endian \(its version 3 is byte-swapped\); only little-endian GGUF files are read$/);
+  await expectLoadError(loadModel(path), /^GGUF file ".*big-endian\.gguf" is big-endian \(its version 3 is byte-swapped\); only little-endian GGUF files are read$/);
 });
 
 test("hfRopeFreqFactors() refuses a rope_scaling factor that names no rope_type, and takes one of 1 as none", () => {

@@ -7,7 +7,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { decodeToF32 } from "../../src/backend/dtype-codec.ts";
-import { type HostTensor, type ModelConfig, ModelLoadError } from "../../src/model/config.ts";
+import type { HostTensor, ModelConfig } from "../../src/model/config.ts";
 import { readGgufHeader } from "../../src/model/gguf-reader.ts";
 import { type GgufEntry, GgufType } from "../../src/model/gguf-types.ts";
 import { gguf } from "../../src/model/gguf-writer.ts";
@@ -19,7 +19,7 @@ import { assembleWeights, type TensorNames } from "../../src/model/weights.ts";
 import { openRandomAccess, type RandomAccessFile, writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
 import { loraGgufBytes } from "./lora-files.ts";
-import { ggufBytes, randomHfWeights, type ModelFileSpec, writeHfDirectory } from "./model-files.ts";
+import { expectLoadError, ggufBytes, randomHfWeights, type ModelFileSpec, writeHfDirectory } from "./model-files.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/loader-robustness-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -86,15 +86,6 @@ function virtualFile(size: number, prefix: Uint8Array): RandomAccessFile & { lar
   return f;
 }
 
-async function expectError(p: Promise<unknown>, pattern: RegExp): Promise<void> {
-  await assert.rejects(p, (e: unknown) => {
-    assert.ok(e instanceof ModelLoadError, `expected ModelLoadError, got ${e}`);
-    assert.match(e.message, pattern);
-    assert.ok(!e.message.includes("\n"), "one line");
-    return true;
-  });
-}
-
 async function headerOf(name: string, bytes: Uint8Array) {
   const path = `${dir}/${name}.gguf`;
   await writeFile(path, bytes);
@@ -116,32 +107,32 @@ async function ggufWith(name: string, metadata: [string, GgufEntry][]): Promise<
 test("readGgufHeader() rejects an array length beyond what the file could hold instead of a RangeError", async () => {
   // 2^32 + 5 one-byte items claimed in an 8 GiB file: `new Array(n)` threw "Invalid array length".
   const bytes = new RawGguf(0, 1).str("x").u32(GgufType.ARRAY).u32(GgufType.UINT8).u64(2n ** 32n + 5n).build();
-  await expectError(readGgufHeader(virtualFile(2 ** 33, bytes)), /"virtual\.gguf" is corrupt: array length 4294967301 is over the limit of 67108864 items/);
+  await expectLoadError(readGgufHeader(virtualFile(2 ** 33, bytes)), /"virtual\.gguf" is corrupt: array length 4294967301 is over the limit of 67108864 items/);
   const nested = new RawGguf(0, 1).str("x").u32(GgufType.ARRAY).u32(GgufType.ARRAY).u64(2n ** 36n).build();
-  await expectError(readGgufHeader(virtualFile(2 ** 40, nested)), /array length 68719476736 is over the limit of 67108864 items/);
+  await expectLoadError(readGgufHeader(virtualFile(2 ** 40, nested)), /array length 68719476736 is over the limit of 67108864 items/);
   // More items than the file has bytes.
   const beyond = new RawGguf(0, 1).str("x").u32(GgufType.ARRAY).u32(GgufType.UINT8).u64(2n ** 20n).build();
-  await expectError(readGgufHeader(virtualFile(2 ** 16, beyond)), /array length 1048576 is larger than the file allows/);
+  await expectLoadError(readGgufHeader(virtualFile(2 ** 16, beyond)), /array length 1048576 is larger than the file allows/);
 });
 
 test("readGgufHeader() refuses a header that would run past 1 GiB without reading it", async () => {
   // A key length of 32 GiB inside a 1 TiB file: the header window grew to the whole file.
   const file = virtualFile(2 ** 40, new RawGguf(0, 1).u64(2n ** 35n).build());
-  await expectError(readGgufHeader(file), /"virtual\.gguf" is corrupt: its header runs past 1073741824 bytes/);
+  await expectLoadError(readGgufHeader(file), /"virtual\.gguf" is corrupt: its header runs past 1073741824 bytes/);
   assert.ok(file.largestRead <= 1 << 20, `read ${file.largestRead} bytes at once`);
 });
 
 test("readGgufHeader() rejects a tensor name or metadata key that appears twice", async () => {
   const tensors = new RawGguf(2, 0).tensor("t", 8, 0).tensor("t", 8, 32).build(64);
-  await expectError(headerOf("dup-tensor", tensors), /is corrupt: tensor "t" appears twice/);
+  await expectLoadError(headerOf("dup-tensor", tensors), /is corrupt: tensor "t" appears twice/);
   const keys = new RawGguf(0, 2).str("a").u32(GgufType.UINT32).u32(1).str("a").u32(GgufType.UINT32).u32(2).build();
-  await expectError(headerOf("dup-key", keys), /is corrupt: metadata key "a" appears twice/);
+  await expectLoadError(headerOf("dup-key", keys), /is corrupt: metadata key "a" appears twice/);
 });
 
 test("readGgufHeader() rejects tensor data off the alignment or overlapping another tensor's", async () => {
-  await expectError(headerOf("misaligned", new RawGguf(1, 0).tensor("t", 8, 3).build(64)), /tensor "t" has offset 3, not a multiple of the alignment 32/);
+  await expectLoadError(headerOf("misaligned", new RawGguf(1, 0).tensor("t", 8, 3).build(64)), /tensor "t" has offset 3, not a multiple of the alignment 32/);
   const overlap = new RawGguf(2, 0).tensor("a", 16, 0).tensor("b", 8, 32).build(128);
-  await expectError(headerOf("overlap", overlap), /is corrupt: the data of tensors "a" and "b" overlap/);
+  await expectLoadError(headerOf("overlap", overlap), /is corrupt: the data of tensors "a" and "b" overlap/);
   // Adjacent and empty tensors are fine.
   const ok = await headerOf("adjacent", new RawGguf(3, 0).tensor("a", 8, 0).tensor("b", 8, 32).tensor("e", 0, 0).build(64));
   assert.deepEqual(ok.tensors.map((t) => t.name), ["a", "b", "e"]);
@@ -149,19 +140,19 @@ test("readGgufHeader() rejects tensor data off the alignment or overlapping anot
 
 test("readGgufHeader() rejects a general.alignment that is not a power of two", async () => {
   const giant = new RawGguf(0, 1).str("general.alignment").u32(GgufType.UINT64).u64(2n ** 62n).build();
-  await expectError(headerOf("align-u64", giant), /general\.alignment is 4611686018427387904; expected a power of two from 8/);
+  await expectLoadError(headerOf("align-u64", giant), /general\.alignment is 4611686018427387904; expected a power of two from 8/);
   const odd = new RawGguf(0, 1).str("general.alignment").u32(GgufType.UINT32).u32(24).build();
-  await expectError(headerOf("align-24", odd), /general\.alignment is 24; expected a power of two from 8/);
+  await expectLoadError(headerOf("align-24", odd), /general\.alignment is 24; expected a power of two from 8/);
 });
 
 test("GgufMetadata quotes a 64-bit value where it expected a string instead of failing to serialise it", async () => {
   const path = await ggufWith("arch-u64", [["general.architecture", gguf.u64(2n ** 60n)]]);
-  await expectError(loadModel(path), /^GGUF metadata "general\.architecture" in ".*arch-u64\.gguf" should be a string, got 1152921504606846976$/);
+  await expectLoadError(loadModel(path), /^GGUF metadata "general\.architecture" in ".*arch-u64\.gguf" should be a string, got 1152921504606846976$/);
 });
 
 test("GgufMetadata.bool() rejects a flag stored as a string instead of reading \"false\" as true", async () => {
   const path = await ggufWith("addbos-str", [["tokenizer.ggml.add_bos_token", gguf.str("false")]]);
-  await expectError(loadModel(path), /"tokenizer\.ggml\.add_bos_token" in ".*" should be a boolean, got "false"/);
+  await expectLoadError(loadModel(path), /"tokenizer\.ggml\.add_bos_token" in ".*" should be a boolean, got "false"/);
 });
 
 test("assembleWeights() fails at the first missing layer of a huge layer count without listing every name", async () => {
@@ -182,7 +173,7 @@ test("assembleWeights() fails at the first missing layer of a huge layer count w
     read: (): Promise<HostTensor> => Promise.reject(new Error("not reached")),
   };
   const config = { numLayers: 200_000, tiedEmbeddings: true, qkvBias: false, qkNorm: false } as ModelConfig;
-  await expectError(assembleWeights(config, source, names, "big.gguf"), /^Model "big\.gguf" lacks the tensor "l1"$/);
+  await expectLoadError(assembleWeights(config, source, names, "big.gguf"), /^Model "big\.gguf" lacks the tensor "l1"$/);
   assert.ok(named < 100, `named ${named} tensors`);
 });
 
@@ -196,7 +187,7 @@ test("ggufConfig() rejects a block count, context length, epsilon or RoPE base n
     ["llama.rope.freq_base", gguf.f32(0), /"llama\.rope\.freq_base" in ".*" should be a positive number, got 0/],
     ["llama.pooling_type", gguf.u32(99), /"llama\.pooling_type" in ".*" is 99; known types are 0 to 4/],
   ];
-  for (const [i, [key, entry, pattern]] of cases.entries()) await expectError(loadModel(await ggufWith(`cfg-${i}`, [[key, entry]])), pattern);
+  for (const [i, [key, entry, pattern]] of cases.entries()) await expectLoadError(loadModel(await ggufWith(`cfg-${i}`, [[key, entry]])), pattern);
 });
 
 test("ggufConfig() rejects a vocabulary larger than the embedding and ignores a fractional BOS id", async () => {
@@ -205,18 +196,18 @@ test("ggufConfig() rejects a vocabulary larger than the embedding and ignores a 
     ["tokenizer.ggml.tokens", gguf.arr(GgufType.STRING, tokens)],
     ["tokenizer.ggml.token_type", gguf.arr(GgufType.INT32, tokens.map(() => 1))],
   ]);
-  await expectError(loadModel(long), /has 400 tokens \(tokenizer\.ggml\.tokens\) but its "token_embd\.weight" has only 300 rows/);
+  await expectLoadError(loadModel(long), /has 400 tokens \(tokenizer\.ggml\.tokens\) but its "token_embd\.weight" has only 300 rows/);
   const model = await loadModel(await ggufWith("bos-frac", [["tokenizer.ggml.bos_token_id", gguf.f32(1.5)]]));
   assert.equal(model.config.bosTokenId, undefined);
 });
 
 test("ggufTokenizer() rejects non-string tokens and per-token arrays of another length", async () => {
   const numbers = await ggufWith("tokens-int", [["tokenizer.ggml.tokens", gguf.arr(GgufType.INT32, Array.from({ length: 300 }, (_, i) => i))]]);
-  await expectError(loadModel(numbers), /"tokenizer\.ggml\.tokens" in ".*" should hold strings, got 0 at index 0/);
+  await expectLoadError(loadModel(numbers), /"tokenizer\.ggml\.tokens" in ".*" should hold strings, got 0 at index 0/);
   const types = await ggufWith("types-short", [["tokenizer.ggml.token_type", gguf.arr(GgufType.INT32, [1, 2])]]);
-  await expectError(loadModel(types), /"tokenizer\.ggml\.token_type" in ".*" has 2 values for 300 tokens/);
+  await expectLoadError(loadModel(types), /"tokenizer\.ggml\.token_type" in ".*" has 2 values for 300 tokens/);
   const scores = await ggufWith("scores-str", [["tokenizer.ggml.scores", gguf.arr(GgufType.STRING, Array.from({ length: 300 }, () => "x"))]]);
-  await expectError(loadModel(scores), /"tokenizer\.ggml\.scores" in ".*" should hold numbers, got "x" at index 0/);
+  await expectLoadError(loadModel(scores), /"tokenizer\.ggml\.scores" in ".*" should hold numbers, got "x" at index 0/);
 });
 
 /** Safetensors bytes with a raw header and `data` zero bytes after it. */
@@ -240,16 +231,16 @@ async function safetensorsHeaderOf(name: string, bytes: Uint8Array) {
 }
 
 test("readSafetensorsHeader() rejects null entries, a non-map __metadata__ and inverted offsets by name", async () => {
-  await expectError(safetensorsHeaderOf("null-entry", rawSafetensors({ w: null })), /is corrupt: bad header entry for "w": expected an object, got null/);
-  await expectError(
+  await expectLoadError(safetensorsHeaderOf("null-entry", rawSafetensors({ w: null })), /is corrupt: bad header entry for "w": expected an object, got null/);
+  await expectLoadError(
     safetensorsHeaderOf("frac-shape", rawSafetensors({ w: { dtype: "F32", shape: [0.5, 16], data_offsets: [0, 32] } }, 32)),
     /bad header entry for "w": shape should be whole numbers from 0, got \[0\.5,16\]/,
   );
-  await expectError(
+  await expectLoadError(
     safetensorsHeaderOf("meta-null", rawSafetensors({ __metadata__: null, w: { dtype: "F32", shape: [2], data_offsets: [0, 8] } }, 8)),
     /is corrupt: its __metadata__ is not a map of strings/,
   );
-  await expectError(
+  await expectLoadError(
     safetensorsHeaderOf("inverted", rawSafetensors({ w: { dtype: "F32", shape: [0], data_offsets: [8, 0] } }, 8)),
     /is corrupt: "w" has data_offsets \[8, 0\], which end before they begin/,
   );
@@ -257,14 +248,14 @@ test("readSafetensorsHeader() rejects null entries, a non-map __metadata__ and i
 
 test("readSafetensorsHeader() rejects tensors whose data overlap", async () => {
   const header = { a: { dtype: "F32", shape: [4], data_offsets: [0, 16] }, b: { dtype: "F32", shape: [2], data_offsets: [8, 16] } };
-  await expectError(safetensorsHeaderOf("overlap", rawSafetensors(header, 16)), /is corrupt: the data of "a" and "b" overlap/);
+  await expectLoadError(safetensorsHeaderOf("overlap", rawSafetensors(header, 16)), /is corrupt: the data of "a" and "b" overlap/);
 });
 
 test("readSafetensorsHeader() refuses a header length over 100 MB without reading it", async () => {
   const prefix = rawSafetensors({});
   new DataView(prefix.buffer).setBigUint64(0, 150_000_000n, true);
   const file = virtualFile(200_000_000, prefix);
-  await expectError(readSafetensorsHeader(file), /is corrupt: header length 150000000 is over the limit of 100000000 bytes/);
+  await expectLoadError(readSafetensorsHeader(file), /is corrupt: header length 150000000 is over the limit of 100000000 bytes/);
   assert.ok(file.largestRead <= 8, `read ${file.largestRead} bytes at once`);
 });
 
@@ -284,7 +275,7 @@ const configPatch = (patch: Record<string, unknown>) => async (d: string) => {
 test("loadHfDirectory() rejects JSON files that hold no object, naming the file", async () => {
   for (const file of ["config.json", "tokenizer_config.json", "generation_config.json", "model.safetensors.index.json"]) {
     const path = await hfWith(`null-${file}`, (d) => writeFile(`${d}/${file}`, "null"));
-    await expectError(loadModel(path), new RegExp(`"[^"]*/${file.replaceAll(".", "\\.")}" should hold a JSON object, got null$`));
+    await expectLoadError(loadModel(path), new RegExp(`"[^"]*/${file.replaceAll(".", "\\.")}" should hold a JSON object, got null$`));
   }
 });
 
@@ -300,12 +291,12 @@ test("hfConfig() rejects token ids that are no ids, ignores ones past the embedd
     [{ rms_norm_eps: -1 }, /"rms_norm_eps" in ".*" should be a number from 0, got -1/],
     [{ rope_theta: 0 }, /"rope_theta" in ".*" should be a positive number, got 0/],
   ];
-  for (const [i, [patch, pattern]] of cases.entries()) await expectError(loadModel(await hfWith(`cfg-${i}`, configPatch(patch))), pattern);
+  for (const [i, [patch, pattern]] of cases.entries()) await expectLoadError(loadModel(await hfWith(`cfg-${i}`, configPatch(patch))), pattern);
 });
 
 test("loadHfDirectory() refuses an index naming a shard outside the model directory", async () => {
   const path = await hfWith("traversal", (d) => writeFile(`${d}/model.safetensors.index.json`, JSON.stringify({ weight_map: { w: "../elsewhere/model.safetensors" } })));
-  await expectError(loadModel(path), /names shard "\.\.\/elsewhere\/model\.safetensors"; expected a file name in the model directory/);
+  await expectLoadError(loadModel(path), /names shard "\.\.\/elsewhere\/model\.safetensors"; expected a file name in the model directory/);
 });
 
 test("loadHfDirectory() skips chat_template entries that are not templates", async () => {
@@ -315,7 +306,7 @@ test("loadHfDirectory() skips chat_template entries that are not templates", asy
 
 test("applyGenerationConfig() rejects a max_new_tokens beyond exact integers", async () => {
   const path = await hfWith("gen-huge", (d) => writeFile(`${d}/generation_config.json`, JSON.stringify({ max_new_tokens: 1e300 })));
-  await expectError(loadModel(path), /generation_config\.json's max_new_tokens must be a valid number, got 1e\+300/);
+  await expectLoadError(loadModel(path), /generation_config\.json's max_new_tokens must be a valid number, got 1e\+300/);
 });
 
 test("HfTokenizer rejects malformed added_tokens and merges by index", async () => {
@@ -323,12 +314,12 @@ test("HfTokenizer rejects malformed added_tokens and merges by index", async () 
   const added = await hfWith("added-null", async (d) => {
     await writeFile(`${d}/tokenizer.json`, JSON.stringify({ ...tokenizer(d), added_tokens: [null] }));
   });
-  await expectError(loadModel(added), /tokenizer\.json's added_tokens\[0\] should have a whole-number id and a string content, got null/);
+  await expectLoadError(loadModel(added), /tokenizer\.json's added_tokens\[0\] should have a whole-number id and a string content, got null/);
   const merges = await hfWith("merges-bad", async (d) => {
     const t = tokenizer(d);
     await writeFile(`${d}/tokenizer.json`, JSON.stringify({ ...t, model: { ...t.model, merges: ["a b", ["a", "b"], 5] } }));
   });
-  await expectError(loadModel(merges), /tokenizer\.json's model\.merges\[2\] should be a "left right" string or a \[left, right\] pair, got 5/);
+  await expectLoadError(loadModel(merges), /tokenizer\.json's model\.merges\[2\] should be a "left right" string or a \[left, right\] pair, got 5/);
 });
 
 /** A PEFT adapter directory adapting layer 0's q_proj at rank 4. */
@@ -346,8 +337,8 @@ async function peftDir(name: string, config: string): Promise<string> {
 
 test("loadPeftLora() rejects an adapter_config.json that is not an object, and a rank that disagrees with r", async () => {
   const base = await loadModel(await ggufWith("lora-base", []));
-  await expectError(loadLoraAdapter(await peftDir("null", "null"), base.config), /adapter_config\.json" should hold a JSON object, got null/);
-  await expectError(
+  await expectLoadError(loadLoraAdapter(await peftDir("null", "null"), base.config), /adapter_config\.json" should hold a JSON object, got null/);
+  await expectLoadError(
     loadLoraAdapter(await peftDir("r16", JSON.stringify({ r: 16, lora_alpha: 8 })), base.config),
     /has "model\.layers\.0\.self_attn\.q_proj" of rank 4, but its adapter_config\.json gives r 16/,
   );
@@ -365,7 +356,7 @@ test("loadPeftLora() rejects one matrix stored twice, with and without PEFT's .d
     { name: `${prefix}.lora_B.weight`, shape: [32, 4], dtype: "f32", data: zeros(128) },
     { name: `${prefix}.lora_A.default.weight`, shape: [4, 32], dtype: "f32", data: zeros(128) },
   ]));
-  await expectError(loadLoraAdapter(path, base.config), /has both ".*q_proj\.lora_A\.weight" and ".*q_proj\.lora_A\.default\.weight" for one matrix/);
+  await expectLoadError(loadLoraAdapter(path, base.config), /has both ".*q_proj\.lora_A\.weight" and ".*q_proj\.lora_A\.default\.weight" for one matrix/);
 });
 
 test("loadGgufLora() rejects a non-finite alpha and a 64-bit general.type", async () => {
@@ -373,10 +364,10 @@ test("loadGgufLora() rejects a non-finite alpha and a 64-bit general.type", asyn
   const spec = { seed: 1, rank: 2, alpha: 4, targets: [{ layer: 0, target: "wq" as const }] };
   const nan = `${dir}/alpha-nan.gguf`;
   await writeFile(nan, loraGgufBytes(base.config, { ...spec, alpha: NaN }));
-  await expectError(loadLoraAdapter(nan, base.config), /has adapter\.lora\.alpha NaN; expected a finite number/);
+  await expectLoadError(loadLoraAdapter(nan, base.config), /has adapter\.lora\.alpha NaN; expected a finite number/);
   const type = `${dir}/type-u64.gguf`;
   await writeFile(type, loraGgufBytes(base.config, { ...spec, metadata: [["general.type", gguf.u64(2n ** 60n)]] }));
-  await expectError(loadLoraAdapter(type, base.config), /"general\.type" in ".*" should be a string, got 1152921504606846976/);
+  await expectLoadError(loadLoraAdapter(type, base.config), /"general\.type" in ".*" should be a string, got 1152921504606846976/);
 });
 
 test("loadLoraAdapter() turns an I/O failure into a ModelLoadError", async () => {
@@ -384,7 +375,7 @@ test("loadLoraAdapter() turns an I/O failure into a ModelLoadError", async () =>
   const path = `${dir}/peft-eisdir`;
   mkdirSync(`${path}/adapter_model.safetensors`, { recursive: true });
   await writeFile(`${path}/adapter_config.json`, JSON.stringify({ r: 4, lora_alpha: 8 }));
-  await expectError(loadLoraAdapter(path, base.config), /^Cannot load LoRA adapter ".*peft-eisdir": /);
+  await expectLoadError(loadLoraAdapter(path, base.config), /^Cannot load LoRA adapter ".*peft-eisdir": /);
 });
 
 test("BpeTokenizer drops a byte its vocabulary lacks instead of writing token 0", () => {
@@ -396,7 +387,7 @@ test("BpeTokenizer drops a byte its vocabulary lacks instead of writing token 0"
 test("loadHfDirectory() refuses a tensor held by two shards unless the index names one", async () => {
   const norm = { name: "model.norm.weight", shape: [32], dtype: "f32" as const, data: new Uint8Array(32 * 4) };
   const path = await hfWith("two-shards", (d) => writeFile(`${d}/stale.safetensors`, encodeSafetensors([norm])));
-  await expectError(loadModel(path), /^Tensor "model\.norm\.weight" is in both ".*\/model\.safetensors" and ".*\/stale\.safetensors"; remove one of them$/);
+  await expectLoadError(loadModel(path), /^Tensor "model\.norm\.weight" is in both ".*\/model\.safetensors" and ".*\/stale\.safetensors"; remove one of them$/);
   // With an index naming model.safetensors for every tensor, the stale copy is not read.
   const header = await safetensorsHeaderOf("two-shards-main", readFileSync(`${path}/model.safetensors`));
   const weightMap = Object.fromEntries([...header.tensors.keys()].map((t) => [t, "model.safetensors"]));
@@ -410,9 +401,9 @@ test("checkLastExpert() fails at once on an expert count far beyond the file's t
   const path = `${dir}/hf-experts`;
   await writeHfDirectory(path, moe, randomHfWeights(moe));
   await configPatch({ num_experts: 2 ** 22 })(path);
-  await expectError(loadModel(path), /lacks the tensor "model\.layers\.0\.mlp\.experts\.4194303\.gate_proj\.weight" of its 4194304 experts/);
+  await expectLoadError(loadModel(path), /lacks the tensor "model\.layers\.0\.mlp\.experts\.4194303\.gate_proj\.weight" of its 4194304 experts/);
   const mixtral: ModelFileSpec = { ...SPEC, ffn: 16, experts: { count: 4, used: 2 } };
   const gguf4 = `${dir}/split-experts.gguf`;
   await writeFile(gguf4, ggufBytes(mixtral, randomHfWeights(mixtral), undefined, { splitExperts: true, metadata: [["llama.expert_count", gguf.u32(2 ** 22)]] }));
-  await expectError(loadModel(gguf4), /lacks the tensor "blk\.0\.ffn_gate\.4194303\.weight" of its 4194304 experts/);
+  await expectLoadError(loadModel(gguf4), /lacks the tensor "blk\.0\.ffn_gate\.4194303\.weight" of its 4194304 experts/);
 });

@@ -3,10 +3,11 @@
  * order, written as a GGUF (llama.cpp names, llama q/k rows permuted as convert_hf_to_gguf.py
  * does) and as a safetensors directory (config.json, model.safetensors, tokenizer.json).
  */
+import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 import type { WeightDType } from "../../src/backend/types.ts";
-import type { Architecture, HostTensor } from "../../src/model/config.ts";
+import { type Architecture, type HostTensor, ModelLoadError } from "../../src/model/config.ts";
 import { GgufType, type GgufEntry } from "../../src/model/gguf-types.ts";
 import { encodeGguf, gguf } from "../../src/model/gguf-writer.ts";
 import { GGUF_ROPE_FREQS } from "../../src/model/gguf-loader.ts";
@@ -613,4 +614,14 @@ function gemma3HfConfig(spec: ModelFileSpec): Record<string, unknown> {
 /** `model` cut to its first `n` layers: a cheap draft that agrees with the whole model often, not always. */
 export function firstLayers<M extends { config: { numLayers: number }; weights: { layers: readonly unknown[] } }>(model: M, n: number): M {
   return { ...model, config: { ...model.config, numLayers: n }, weights: { ...model.weights, layers: model.weights.layers.slice(0, n) } };
+}
+
+/** Asserts that `p` rejects with a one-line ModelLoadError matching `pattern` (what every load failure a user can cause must be). */
+export async function expectLoadError(p: Promise<unknown>, pattern: RegExp): Promise<void> {
+  await assert.rejects(p, (e: unknown) => {
+    assert.ok(e instanceof ModelLoadError, `expected ModelLoadError, got ${e}`);
+    assert.match(e.message, pattern);
+    assert.ok(!e.message.includes("\n"), "one line");
+    return true;
+  });
 }
