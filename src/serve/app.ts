@@ -122,7 +122,8 @@ export function createApp(o: AppOptions): Hono {
     priorityScheduling: (o.schedulingPolicy ?? "priority") === "priority",
   };
   const life = o.lifecycle ?? new ServerLifecycle();
-  const app = new Hono();
+  // Not strict: `/v1/models/` is `/v1/models`, as FastAPI's redirect_slashes makes it on vLLM.
+  const app = new Hono({ strict: false });
   const fail = (c: Context, e: ApiError) => {
     if (e.status === 429 || e.status === 503) c.header("Retry-After", String(o.retryAfterS ?? 1));
     // Anthropic's clients read their own error shape (and 529 for overloaded).
