@@ -192,9 +192,10 @@ function parseHeader(bytes: Uint8Array, atEof: boolean, path: string, fileSize: 
   }
   const alignEntry = metadata.get("general.alignment");
   const alignment = alignEntry === undefined ? GGUF_DEFAULT_ALIGNMENT : alignEntry.value;
-  // As llama.cpp: a power of two (and a multiple of 8, so every block type's data stays aligned).
-  if (typeof alignment !== "number" || !Number.isSafeInteger(alignment) || alignment < 8 || (alignment & (alignment - 1)) !== 0) {
-    throw new ModelLoadError(`GGUF file "${path}" is corrupt: general.alignment is ${typeof alignment === "string" ? JSON.stringify(alignment) : String(alignment)}; expected a power of two from 8`);
+  // As llama.cpp (gguf.cpp): any power of two a uint32 holds. Tensors are read into buffers of their
+  // own, so none needs more alignment than the file gives it.
+  if (!isGgufAlignment(alignment)) {
+    throw new ModelLoadError(`GGUF file "${path}" is corrupt: general.alignment is ${typeof alignment === "string" ? JSON.stringify(alignment) : String(alignment)}; expected a power of two from 1 to 2^31`);
   }
   const raw: { name: string; shape: number[]; ggmlType: number; rel: number | bigint }[] = [];
   const names = new Set<string>();
@@ -219,6 +220,11 @@ function parseHeader(bytes: Uint8Array, atEof: boolean, path: string, fileSize: 
     }
   }
   return { version, alignment, metadata, tensors, dataOffset };
+}
+
+/** A power of two from 1 to 2^31 (`a & (a - 1)` would see only the low 32 bits of a larger number). */
+function isGgufAlignment(a: GgufValue): a is number {
+  return typeof a === "number" && Number.isInteger(a) && a >= 1 && a <= 2 ** 31 && (a & (a - 1)) === 0;
 }
 
 function tensorInfo(

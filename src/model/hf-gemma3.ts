@@ -9,10 +9,8 @@ import { type HostTensor, type LayerWeights, ModelLoadError, type ModelWeights, 
 import type { Gemma3Fields } from "./gguf-gemma3.ts";
 import { type Json, num } from "./hf-json.ts";
 
-/** The config fields a Gemma 3 config.json sets beyond the common ones: a GGUF's, and whether the output is tied. */
-export interface HfGemma3 extends Gemma3Fields {
-  tiedEmbeddings: boolean;
-}
+/** The config fields a Gemma 3 config.json sets beyond the common ones, as a GGUF's (tied embeddings: hf-defaults.ts). */
+export type HfGemma3 = Gemma3Fields;
 
 /** transformers' Gemma3TextConfig defaults where config.json leaves a field out. */
 const DEFAULTS = { slidingWindowPattern: 6, ropeLocalBaseFreq: 10_000 };
@@ -37,8 +35,6 @@ export function hfGemma3(cfg: Json, hiddenSize: number, headDim: number, rotaryD
     ffnActivation: "gelu",
     attentionScale: 1 / Math.sqrt(num(cfg, "query_pre_attn_scalar", path, headDim)),
     ...hfLinearRope(cfg, rotaryDim, path),
-    // Gemma3TextConfig ties them unless told otherwise.
-    tiedEmbeddings: cfg.tie_word_embeddings !== false,
   };
 }
 

@@ -11,10 +11,10 @@ import { GLM4_MOE_DEFAULTS, hfDeepseekAttention, hfDeepseekMoe } from "./hf-deep
 import { hfHeadDim, isJsonObject, type Json, num, positiveInt } from "./hf-json.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { GPT_OSS_NAMES, gptOssExperts, hfGptOss } from "./hf-gpt-oss.ts";
-import { gemmaNormsPlusOne, hfGemma3, type HfGemma3 } from "./hf-gemma3.ts";
-import type { Gemma3Fields } from "./gguf-gemma3.ts";
+import { gemmaNormsPlusOne, hfGemma3 } from "./hf-gemma3.ts";
 import { withHarmonyStops } from "./gguf-gpt-oss.ts";
 import { applyGenerationConfig } from "./hf-generation-config.ts";
+import { checkOutputHead, hfTiedEmbeddings } from "./hf-defaults.ts";
 import { dequantizingFp8, fp8Scheme } from "./fp8.ts";
 import { readSafetensor, readSafetensorsHeader, type SafetensorsInfo } from "./safetensors.ts";
 import { HfTokenizer } from "./tokenizer-hf.ts";
@@ -97,11 +97,6 @@ export const HF_TENSOR_NAMES: TensorNames = {
   output: "lm_head.weight",
   layer: (i, role) => `model.layers.${i}.${LAYER_NAMES[role]}`,
 };
-
-/** A Gemma 3 config.json's own fields as the GGUF's (tied embeddings, set apart, aside). */
-function gemma3Fields({ tiedEmbeddings: _tied, ...fields }: HfGemma3): Gemma3Fields {
-  return fields;
-}
 
 /** Gemma 3's: its post_attention_layernorm norms the attention's output; the feed-forward's input has its own. */
 const GEMMA3_TENSOR_NAMES: TensorNames = {
@@ -236,14 +231,14 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(deepseek ? { mla: deepseek.mla } : {}),
     ...(attentionScale !== undefined ? { attentionScale } : {}),
     ...(gptOss ? { outputBias: true, attentionSinks: true, ...(gptOss.slidingWindow ? { slidingWindow: gptOss.slidingWindow } : {}) } : {}),
-    ...(gemma3 ? gemma3Fields(gemma3) : {}),
+    ...(gemma3 ?? {}),
     rmsNormEps: nonNegative(cfg, "rms_norm_eps", path, 1e-6),
     ropeTheta,
     ropeLayout: deepseek?.ropeLayout ?? "neox",
     ...(rotaryDim !== undefined ? { rotaryDim } : {}),
     ...(ropeFreqFactors ? { ropeFreqFactors } : {}),
     contextLength: positiveInt(cfg, "max_position_embeddings", path, 2048),
-    tiedEmbeddings: gemma3 ? gemma3.tiedEmbeddings : cfg.tie_word_embeddings === true,
+    tiedEmbeddings: hfTiedEmbeddings(cfg, architecture, path),
     qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
     qkNorm: architecture === "qwen3" || architecture === "qwen3moe" || architecture === "gemma3" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
     bosTokenId: bos,
@@ -322,6 +317,9 @@ async function openShards(dir: string): Promise<{ files: RandomAccessFile[]; ind
   if (await pathExists(indexPath)) {
     weightMap = (await readJson(indexPath, "its safetensors index")).weight_map as Json;
     if (!isJsonObject(weightMap)) throw new ModelLoadError(`"${indexPath}" has no weight_map`);
+    if (Object.keys(weightMap).length === 0) {
+      throw new ModelLoadError(`"${indexPath}" has an empty weight_map; it should map each tensor name to its shard file`);
+    }
     shardNames = [...new Set(Object.values(weightMap))].map((shard) => {
       // A shard is a file of the directory itself, not a path to elsewhere.
       if (typeof shard !== "string" || shard === "" || shard.includes("/") || shard.includes("\\") || shard === "." || shard === "..") {
@@ -402,6 +400,7 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     if (config.mla) {
       tensors = splittingKvB(tensors, config, names, (i) => `model.layers.${i}.${KV_B}`, dir);
     }
+    checkOutputHead(config.tiedEmbeddings, cfg, config.architecture, names.output, (n) => index.has(n), dir);
     const assembled = await assembleWeights(config, tensors, names, dir, options);
     const weights = config.architecture === "gemma3" ? gemmaNormsPlusOne(assembled) : assembled;
     return { config, weights, tokenizer, chatTemplate: await chatTemplate(dir, tokCfg), source: dir };
