@@ -1,6 +1,9 @@
 /**
  * A cluster's LoRA adapters: loaded on every worker (and on each worker that joins), each with its
  * cache namespace and requests in flight; unloaded from every worker that has it once its loads settle.
+ * A reload of a name (vLLM's `load_inplace`) loads the new adapter on every worker first, under a name
+ * of its own there, and swaps it in only once all have it: a worker that cannot load it leaves the old
+ * one serving.
  */
 import { adapterRoot, LoraAdapterError } from "../engine/engine-adapters.ts";
 import type { LoraAdapter } from "../model/lora.ts";
@@ -13,6 +16,8 @@ import type { ClusterWorker } from "./cluster-worker.ts";
  */
 export interface AdapterEntry {
   adapter: LoraAdapter;
+  /** The name the workers hold it under: the adapter's own, or a name of its own for a reload (see replace). */
+  workerName: string;
   root: number;
   inFlight: number;
   loadedOn: Set<ClusterWorker>;
@@ -25,8 +30,10 @@ export interface AdapterEntry {
 export class ClusterAdapters {
   /** LoRA adapters by name: what joining workers load, each one's cache namespace and requests in flight. */
   private readonly adapters = new Map<string, AdapterEntry>();
-  /** Unloads still under way, by name: a new load of the name waits for its own to end. */
+  /** Unloads still under way, by worker-side name: a new load of the name waits for its own to end. */
   private readonly unloading = new Map<string, Promise<void>>();
+  /** Reloads so far (each one's worker-side name is new). */
+  private reloads = 0;
 
   constructor(private readonly workers: () => readonly ClusterWorker[]) {}
 
@@ -38,12 +45,14 @@ export class ClusterAdapters {
   /** Loads every adapter on a worker that joined; it serves an adapter's requests once it has loaded it. */
   joined(w: ClusterWorker): void {
     // Until then the router sends them elsewhere.
-    for (const [name, a] of this.adapters) {
-      const load = this.loadOn(w, name, a).catch((e) => {
-        console.error(`Worker ${w.engine.id} could not load the LoRA adapter "${name}": ${e instanceof Error ? e.message : String(e)}`);
-      });
-      a.settled = Promise.all([a.settled, load]).then(() => {});
-    }
+    for (const [name, a] of this.adapters) this.joinedOne(w, name, a);
+  }
+
+  private joinedOne(w: ClusterWorker, name: string, a: AdapterEntry): void {
+    const load = this.loadOn(w, name, a).catch((e) => {
+      console.error(`Worker ${w.engine.id} could not load the LoRA adapter "${name}": ${e instanceof Error ? e.message : String(e)}`);
+    });
+    a.settled = Promise.all([a.settled, load]).then(() => {});
   }
 
   /** Cluster.loadAdapter. */
@@ -52,7 +61,7 @@ export class ClusterAdapters {
     // Registered at once (a second load of the name is refused; a worker joining meanwhile loads it
     // too); its requests go only to workers that have finished loading it.
     let loaded!: () => void;
-    const entry: AdapterEntry = { adapter, root: adapterRoot(adapter.fingerprint), inFlight: 0, loadedOn: new Set(), sentTo: new Set(), settled: new Promise((r) => (loaded = r)) };
+    const entry = newEntry(adapter, name, new Promise((r) => (loaded = r)));
     this.adapters.set(name, entry);
     // An unload of the name still under way ends first (the workers must not have it twice).
     await this.unloading.get(name);
@@ -66,6 +75,44 @@ export class ClusterAdapters {
     if (this.adapters.get(name) === entry) await this.drop(name, entry);
     const why = (done[failed] as PromiseRejectedResult).reason;
     throw new LoraAdapterError(`Worker ${workers[failed].id} could not load the LoRA adapter "${name}": ${why instanceof Error ? why.message : String(why)}`);
+  }
+
+  /**
+   * Cluster.replaceAdapter: loads `adapter` on every running worker beside the one loaded as `name`
+   * (a plain load when there is none), then swaps it in and unloads the old one once its requests end.
+   * When a worker cannot load it, none keeps it, the old one serves on, and the failure is thrown.
+   */
+  async replace(name: string, adapter: LoraAdapter): Promise<void> {
+    const old = this.adapters.get(name);
+    if (!old) return await this.load(name, adapter);
+    if (old.inFlight > 0) throw new LoraAdapterError(`The LoRA adapter "${name}" is in use by ${old.inFlight} request${old.inFlight === 1 ? "" : "s"}; reload it when they end`);
+    await old.settled;
+    let loaded!: () => void;
+    const entry = newEntry(adapter, `${name}\u0000reload-${++this.reloads}`, new Promise((r) => (loaded = r)));
+    const workers = this.workers().filter((w) => w.engine.alive);
+    const done = await Promise.allSettled(workers.map(async (w) => {
+      entry.sentTo.add(w);
+      await w.engine.loadAdapter(entry.workerName, adapter);
+      entry.loadedOn.add(w);
+    }));
+    loaded();
+    const failed = done.findIndex((d) => d.status === "rejected");
+    // Unloaded (or reloaded) meanwhile: the name is no longer the old adapter's to swap.
+    const gone = this.adapters.get(name) !== old;
+    if (failed >= 0 || gone) {
+      await this.release(entry);
+      if (gone) throw new LoraAdapterError(`The LoRA adapter "${name}" was unloaded or reloaded while it reloaded`);
+      const why = (done[failed] as PromiseRejectedResult).reason;
+      throw new LoraAdapterError(`Worker ${workers[failed].id} could not load the LoRA adapter "${name}" (the one loaded before serves on): ${why instanceof Error ? why.message : String(why)}`);
+    }
+    this.adapters.set(name, entry);
+    for (const w of this.workers()) {
+      if (entry.loadedOn.has(w)) w.adapters.add(name);
+      else w.adapters.delete(name);
+    }
+    // A worker that joined during the load was sent the old one: it loads the new one now.
+    for (const w of this.workers()) if (w.engine.alive && !entry.sentTo.has(w)) this.joinedOne(w, name, entry);
+    void this.retire(old);
   }
 
   /** Cluster.unloadAdapter. */
@@ -89,7 +136,7 @@ export class ClusterAdapters {
   /** Loads `entry` as `name` on worker `w`; it serves the adapter's requests from then on, unless the adapter was unloaded meanwhile. */
   private async loadOn(w: ClusterWorker, name: string, entry: AdapterEntry): Promise<void> {
     entry.sentTo.add(w);
-    await w.engine.loadAdapter(name, entry.adapter);
+    await w.engine.loadAdapter(entry.workerName, entry.adapter);
     entry.loadedOn.add(w);
     if (this.adapters.get(name) === entry) w.adapters.add(name);
   }
@@ -102,14 +149,30 @@ export class ClusterAdapters {
   private async drop(name: string, entry: AdapterEntry): Promise<void> {
     this.adapters.delete(name);
     for (const w of this.workers()) w.adapters.delete(name);
-    const prior = this.unloading.get(name);
+    await this.release(entry);
+  }
+
+  /** Unloads `entry` from every worker that loaded it, once the loads still under way have ended. */
+  private async release(entry: AdapterEntry): Promise<void> {
+    const key = entry.workerName;
+    const prior = this.unloading.get(key);
     const done = (async () => {
       await prior;
       await entry.settled;
-      await Promise.allSettled([...entry.loadedOn].map((w) => w.engine.unloadAdapter(name)));
+      await Promise.allSettled([...entry.loadedOn].map((w) => w.engine.unloadAdapter(key)));
     })();
-    this.unloading.set(name, done);
+    this.unloading.set(key, done);
     await done;
-    if (this.unloading.get(name) === done) this.unloading.delete(name);
+    if (this.unloading.get(key) === done) this.unloading.delete(key);
   }
+
+  /** Unloads an adapter a reload replaced, once the requests that took it have ended. */
+  private async retire(old: AdapterEntry): Promise<void> {
+    while (old.inFlight > 0) await new Promise((r) => setTimeout(r, 20));
+    await this.release(old);
+  }
+}
+
+function newEntry(adapter: LoraAdapter, workerName: string, settled: Promise<void>): AdapterEntry {
+  return { adapter, workerName, root: adapterRoot(adapter.fingerprint), inFlight: 0, loadedOn: new Set(), sentTo: new Set(), settled };
 }

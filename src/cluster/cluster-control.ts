@@ -18,6 +18,8 @@ export class ClusterControl {
   mixing: StepMixing;
   /** New sessions that may still enter before the planner's next tick (its "admission" action). */
   newSessionBudget = Infinity;
+  /** Planner ticks so far: a budget given back after a tick would add to the next tick's. */
+  private ticks = 0;
 
   constructor(
     private readonly set: WorkerSet, private readonly window: RequestWindow, private readonly counters: ClusterCounters, private readonly o: ClusterOptions, mixing: StepMixing,
@@ -28,6 +30,7 @@ export class ClusterControl {
 
   /** One planner interval: snapshot, decisions, applied. Returns the decisions. */
   tick(): PlannerAction[] {
+    this.ticks++;
     // A worker that can serve no more (its thread died) is "off" to the planner until it is removed:
     // counted as serving, its role and stale queue would be planned with (and the live ones not flipped).
     const workers = this.set.all.map((w): WorkerSnapshot => (w.engine.alive ? w.snapshot() : { ...w.snapshot(), state: "off" }));
@@ -35,6 +38,13 @@ export class ClusterControl {
     const actions = this.o.planner?.tick(snap) ?? [];
     for (const a of actions) this.apply(a);
     return actions;
+  }
+
+  /** Spends one new session of this tick's budget; the function returned gives it back, within this tick only. */
+  spendNewSession(): () => void {
+    this.newSessionBudget--;
+    const tick = this.ticks;
+    return () => void (this.ticks === tick && this.newSessionBudget++);
   }
 
   private apply(a: PlannerAction): void {

@@ -32,3 +32,14 @@ export function countersOf(s: EngineStats): EngineStats {
   for (const k of GAUGES) out[k] = 0;
   return out;
 }
+
+/** Sessions by status, summed over workers' counts (undefined when none reports any: LRU retention). */
+export function sumSessionCounts(all: readonly (Record<string, number> | undefined)[]): Record<string, number> | undefined {
+  let out: Record<string, number> | undefined;
+  for (const c of all) {
+    if (!c) continue;
+    out ??= {};
+    for (const [k, v] of Object.entries(c)) out[k] = (out[k] ?? 0) + v;
+  }
+  return out;
+}

@@ -69,4 +69,6 @@ export interface ClusterCounters {
   /** Workers that joined after the start, and workers removed (drained, failed or gone). */
   joined: number;
   removed: number;
+  /** Workers announced on the control plane whose join failed (unreachable, another model, refused). */
+  joinFailures: number;
 }

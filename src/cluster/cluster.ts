@@ -19,7 +19,7 @@ import type { ClusterWorker } from "./cluster-worker.ts";
 import type { ClusterCounters, ClusterOptions } from "./cluster-types.ts";
 import { IN_PROCESS_LINK, routeRequest } from "./cluster-router.ts";
 import { relayHandle } from "./relay-handle.ts";
-import { sumStats } from "./cluster-stats.ts";
+import { sumSessionCounts, sumStats } from "./cluster-stats.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
 import { RequestWindow } from "./request-window.ts";
 import { WorkerSet } from "./worker-set.ts";
@@ -36,7 +36,7 @@ const MAX_SESSIONS = 65536;
 
 /** Several engines serving as one. */
 export class Cluster implements ServingEngine {
-  readonly counters: ClusterCounters = { prefillHandoffs: 0, prefixMoves: 0, movedBlocks: 0, flips: 0, mixingChanges: 0, joined: 0, removed: 0 };
+  readonly counters: ClusterCounters = { prefillHandoffs: 0, prefixMoves: 0, movedBlocks: 0, flips: 0, mixingChanges: 0, joined: 0, removed: 0, joinFailures: 0 };
   private readonly set: WorkerSet;
   private readonly window: RequestWindow;
   private readonly lastWorker = new Map<string, string>();
@@ -118,6 +118,15 @@ export class Cluster implements ServingEngine {
     return this.adapters.load(name, adapter);
   }
 
+  /**
+   * Reloads the adapter `name` (vLLM's `load_inplace`; a plain load when none is loaded): `adapter` is
+   * loaded on every worker first and swapped in once all have it; when one cannot, the old one serves
+   * on and the failure is thrown (LoraAdapterError). Refused while requests use the old one.
+   */
+  replaceAdapter(name: string, adapter: LoraAdapter): Promise<void> {
+    return this.adapters.replace(name, adapter);
+  }
+
   /** Unloads the adapter `name` from every worker; refused while requests use it. */
   unloadAdapter(name: string): Promise<void> {
     return this.adapters.unload(name);
@@ -165,6 +174,8 @@ export class Cluster implements ServingEngine {
     if (req.adapter !== undefined && !lora) throw new LoraAdapterError(`The LoRA adapter "${req.adapter}" is not loaded`, true);
     const root = cacheRootOf(lora?.root, req.cacheSalt);
     const { route, cands } = this.route(req, root);
+    // The workers hold a reloaded adapter under a name of its own (cluster-adapters.ts).
+    if (lora && lora.workerName !== req.adapter) req = { ...req, adapter: lora.workerName };
     const dec = this.set.get(route.decodeWorker)!;
     const id = this.nextId++;
     const hop = { cancel: () => {} };
@@ -183,13 +194,21 @@ export class Cluster implements ServingEngine {
       }),
       () => hop.cancel(),
     );
-    if (newSession) this.control.newSessionBudget--;
+    const refund = newSession ? this.control.spendNewSession() : undefined;
     // Every worker the request touches stays in the cluster until it is done (see removeWorker).
     const touched = [dec, ...[route.prefillWorker, route.prefixSource].flatMap((id) => (id == null ? [] : [this.set.get(id)!]))];
     for (const w of touched) w.inFlight++;
     const best = cands.reduce((a, c) => Math.max(a, c.overlapDevice), 0);
-    this.window.arrived(req.prompt.length, Math.max(0, req.prompt.length - best * this.blockSize), maxTokens);
+    const arrive = () => this.window.arrived(req.prompt.length, Math.max(0, req.prompt.length - best * this.blockSize), maxTokens);
     if (req.sessionId !== undefined) this.remember(req.sessionId, dec.id);
+    // A refusal only the worker finds comes later (a worker elsewhere, a hand-off's decoding worker): it gives back the new
+    // session's budget and place. A direct request counts as an arrival once taken; a hand-off's, whose prompt was prefilled, at once.
+    if (!(direct && h.refusal)) arrive();
+    void h.refusal?.then((refused) => {
+      if (!refused) return void (direct && arrive());
+      refund?.();
+      if (newSession && this.lastWorker.get(req.sessionId!) === dec.id) this.lastWorker.delete(req.sessionId!);
+    });
     const t0 = this.now();
     if (direct) tStart = t0;
     if (lora) lora.inFlight++;
@@ -230,14 +249,7 @@ export class Cluster implements ServingEngine {
 
   /** Sessions by status, summed over workers (undefined under LRU retention). */
   sessionStatusCounts(): Record<string, number> | undefined {
-    let out: Record<string, number> | undefined;
-    for (const w of this.set.all) {
-      const c = w.engine.sessionStatusCounts();
-      if (!c) continue;
-      out ??= {};
-      for (const [k, v] of Object.entries(c)) out[k] = (out[k] ?? 0) + v;
-    }
-    return out;
+    return sumSessionCounts(this.set.all.map((w) => w.engine.sessionStatusCounts()));
   }
 
   /** Each worker's role and load. */
@@ -259,6 +271,7 @@ export class Cluster implements ServingEngine {
   private attach(engine: WorkerEngine, role: Role): ClusterWorker {
     const w = this.set.add(engine, role);
     if (engine.stepMixing !== this.control.mixing) engine.stepMixing = this.control.mixing;
+    engine.onTokenGap = (s) => this.window.metrics.itl.observe(s);
     return w;
   }
 

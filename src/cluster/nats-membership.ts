@@ -112,7 +112,7 @@ export interface WatchWorkersOptions {
   drainMs?: number;
   /** How often dead workers are looked for (default 1000 ms). */
   checkMs?: number;
-  /** Wait before joining a worker again after its join failed (default 5000 ms). */
+  /** Wait before joining a worker again after its join failed (default 5000 ms); each failure is logged and counted (`cluster.counters.joinFailures`). */
   retryMs?: number;
   log?: (line: string) => void;
 }
@@ -131,6 +131,7 @@ export function watchWorkers(nc: NatsConnection, cluster: Cluster, o: WatchWorke
       engine = await o.connect(id, addr);
     } catch (e) {
       dir.failed(id, now());
+      cluster.counters.joinFailures++;
       return log(`Worker "${id}" at ${addr} could not join: ${e instanceof Error ? e.message : String(e)}`);
     }
     if (stopped) return void engine.stop().catch(() => {});
@@ -138,6 +139,7 @@ export function watchWorkers(nc: NatsConnection, cluster: Cluster, o: WatchWorke
       cluster.addWorker(engine);
     } catch (e) {
       dir.failed(id, now());
+      cluster.counters.joinFailures++;
       await engine.stop().catch(() => {});
       return log(`Worker "${id}" at ${addr} was refused: ${e instanceof Error ? e.message : String(e)}`);
     }

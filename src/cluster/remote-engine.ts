@@ -18,6 +18,7 @@ import type { QueueState, StepMixing } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import { spawnThread, type ThreadPort } from "../runtime/threads.ts";
 import { countersOf } from "./cluster-stats.ts";
+import { TokenClock } from "./token-gaps.ts";
 import { type FromWorker, type ModelLoad, prefixBuffers, type PortableEngineOptions, refusalOf, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
 
@@ -33,10 +34,8 @@ interface Pending {
   settle: (refused: Error | undefined) => void;
   promptTokens: number;
   sessionId?: string;
-  /** When it was sent, and when its first and latest tokens came back (ms, this side's clock). */
-  t0: number;
-  tFirst?: number;
-  tLast?: number;
+  /** When it was sent, and when its first and latest tokens came back (this side's clock). */
+  clock: TokenClock;
 }
 
 /** An engine in a worker thread or a worker process. */
@@ -51,6 +50,8 @@ export class RemoteEngine implements WorkerEngine {
   backendReason = "";
   /** The worker's model identity (src/model/fingerprint.ts), to compare with the server's. */
   modelFingerprint = "";
+  /** Called with each gap between a request's tokens as they arrive here (the cluster's ITL histogram). */
+  onTokenGap: ((gapS: number) => void) | undefined;
   private state: WorkerReport | undefined;
   private readonly requests = new Map<number, Pending>();
   private readonly calls = new Map<number, { resolve: (v: unknown) => void; reject: (e: Error) => void }>();
@@ -127,7 +128,7 @@ export class RemoteEngine implements WorkerEngine {
     const refusal = new Promise<Error | undefined>((r) => (settle = r));
     const cancel = () => this.send({ op: "cancel", rid });
     const p: Pending = {
-      queue: new AsyncQueue<StreamDelta>(cancel), resolve, settle, promptTokens: req.prompt.length, sessionId: req.sessionId, t0: performance.now(),
+      queue: new AsyncQueue<StreamDelta>(cancel), resolve, settle, promptTokens: req.prompt.length, sessionId: req.sessionId, clock: new TokenClock(),
     };
     this.requests.set(rid, p);
     // Until the thread reports, count the request where the router will look for it.
@@ -239,10 +240,8 @@ export class RemoteEngine implements WorkerEngine {
       case "delta": {
         const p = this.requests.get(m.rid);
         if (!p) return;
-        if (m.delta.tokenIds.length > 0) {
-          p.tLast = performance.now();
-          p.tFirst ??= p.tLast;
-        }
+        const gap = m.delta.tokenIds.length > 0 ? p.clock.tokens() : undefined;
+        if (gap !== undefined) this.onTokenGap?.(gap);
         return p.queue.push(m.delta);
       }
       case "result":
@@ -253,7 +252,7 @@ export class RemoteEngine implements WorkerEngine {
         p.queue.close();
         const refused = m.op === "rejected" ? refusalOf(m) : undefined;
         p.settle(refused);
-        p.resolve(m.op === "result" ? frontTimes(m.result, p) : {
+        p.resolve(m.op === "result" ? p.clock.frontTimes(m.result) : {
           text: "", tokenIds: [], finishReason: "abort", promptTokens: p.promptTokens, completionTokens: 0, cachedTokens: 0,
           error: `${m.name}: ${m.message}`, ...(refused ? { refused } : {}),
         });
@@ -303,14 +302,4 @@ export class RemoteEngine implements WorkerEngine {
       c.reject(e);
     }
   }
-}
-
-/**
- * `r` with its first and last token times as this side saw them: the worker's own clock leaves out
- * the hops between it and the cluster (a submit waits in the worker's queue while it steps; a token
- * waits in ours while the front tokenizes or streams), which the client pays.
- */
-function frontTimes(r: GenerateResult, p: Pending): GenerateResult {
-  if (r.firstTokenS === undefined || p.tFirst === undefined) return r;
-  return { ...r, firstTokenS: (p.tFirst - p.t0) / 1000, lastTokenS: ((p.tLast ?? p.tFirst) - p.t0) / 1000 };
 }

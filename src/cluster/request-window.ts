@@ -42,9 +42,9 @@ export class RequestWindow {
    */
   finished(r: GenerateResult, t0: number, tStart: number, maxTokens: number): GenerateResult {
     const m = this.metrics;
-    // A worker's queue-full refusal reached the client as a 429, not as a finished request.
-    if (r.refused instanceof EngineOverloadedError) {
-      m.rejected++;
+    // A worker's refusal reached the client as a 4xx (a full queue: 429), not as a finished request.
+    if (r.refused) {
+      if (r.refused instanceof EngineOverloadedError) m.rejected++;
       return r;
     }
     m.countFinish(r.error ? "error" : r.finishReason);
@@ -58,8 +58,8 @@ export class RequestWindow {
       const ttft = (tStart - t0) / 1000 + r.firstTokenS;
       const n = r.completionTokens;
       const itl = n > 1 ? ((r.lastTokenS ?? r.firstTokenS) - r.firstTokenS) / (n - 1) : 0;
+      // The ITL histogram is fed gap by gap as tokens arrive (the workers' onTokenGap), not here.
       m.ttft.observe(ttft);
-      for (let i = 1; i < n; i++) m.itl.observe(itl);
       this.completions.push({ isl: r.promptTokens, osl: n, ttftS: ttft, itlS: itl });
       // Cut to the latest once twice over, so the copy is paid once per MAX_WINDOW_COMPLETIONS requests.
       if (this.completions.length >= 2 * MAX_WINDOW_COMPLETIONS) this.completions = this.completions.slice(-MAX_WINDOW_COMPLETIONS);

@@ -42,6 +42,8 @@ export class WorkerDirectory {
   observe(a: WorkerAnnouncement, nowMs: number): DirectoryAction | null {
     const e = this.entries.get(a.id);
     if (a.state === "leaving") {
+      // A worker whose join failed is forgotten: nothing of it is in the cluster.
+      if (e?.status === "failed") this.entries.delete(a.id);
       if (e === undefined || e.status === "leaving" || e.status === "failed") return null;
       // A worker still joining is taken out as soon as the join completes (see joined()).
       e.status = "leaving";
@@ -75,8 +77,13 @@ export class WorkerDirectory {
     return true;
   }
 
-  /** The join of `id` failed (unreachable, refused): its heartbeats are ignored for a while. */
+  /**
+   * The join of `id` failed (unreachable, refused): its heartbeats are ignored for a while. Failed
+   * workers past their retry time are forgotten (their next beat would join them at once anyway), so
+   * that workers that failed and went quiet do not stay listed for good.
+   */
   failed(id: string, nowMs: number): void {
+    for (const [k, x] of this.entries) if (x.status === "failed" && nowMs >= x.retryAtMs) this.entries.delete(k);
     const e = this.entries.get(id);
     if (e !== undefined) {
       e.status = "failed";
@@ -87,6 +94,11 @@ export class WorkerDirectory {
   /** `id` is out of the cluster (drained, or its connection dropped); a later heartbeat joins it again. */
   gone(id: string): void {
     this.entries.delete(id);
+  }
+
+  /** How many workers are listed. */
+  get size(): number {
+    return this.entries.size;
   }
 
   /** Status of `id` (undefined when unknown). */

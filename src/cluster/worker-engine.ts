@@ -11,9 +11,13 @@ import type { EventChannel } from "../engine/events.ts";
 import type { PrefixKv } from "../engine/prefix-transfer.ts";
 import type { LoraAdapter } from "../model/lora.ts";
 import type { QueueState, StepMixing } from "../engine/scheduler-types.ts";
+import { reportTokenGaps, type TokenGapSink } from "./token-gaps.ts";
 
-/** One worker's engine as the cluster drives it. */
-export interface WorkerEngine {
+/**
+ * One worker's engine as the cluster drives it. Its `onTokenGap` (set by the cluster) is called with
+ * each gap between two token-bearing deltas of a request as they reach the cluster (token-gaps.ts).
+ */
+export interface WorkerEngine extends TokenGapSink {
   readonly id: string;
   /** Tokens per KV block. */
   readonly blockSize: number;
@@ -61,7 +65,8 @@ export interface WorkerEngine {
 export function localWorkerEngine(engine: Engine): WorkerEngine {
   // Stopping (or stopped), it serves no more: the router must not pick it.
   let stopped = false;
-  return {
+  const w: WorkerEngine = {
+    onTokenGap: undefined,
     id: engine.pool.workerId,
     blockSize: engine.pool.blockSize,
     maxModelLen: engine.maxModelLen,
@@ -76,7 +81,7 @@ export function localWorkerEngine(engine: Engine): WorkerEngine {
     set stepMixing(m: StepMixing) {
       engine.scheduler.stepMixing = m;
     },
-    submit: (req) => engine.submit(req),
+    submit: (req) => reportTokenGaps(engine.submit(req), w),
     check: (req) => engine.checkRequest(req),
     markToolWait: (sid, tool) => engine.markToolWait(sid, tool),
     exportPrefix: (tokens, handoff, root) => engine.exportPrefix(tokens, handoff, root),
@@ -94,4 +99,5 @@ export function localWorkerEngine(engine: Engine): WorkerEngine {
       return engine.stop();
     },
   };
+  return w;
 }

@@ -2,7 +2,7 @@
  * Conversations (OpenAI's Conversations API): a conversation is an ordered list of items — messages,
  * function calls, their outputs, reasoning — that a client creates, reads and edits, and that a
  * Responses request naming it (`conversation`) continues and then extends with its own input and
- * output. Kept in process, bounded by count and by size (the characters of its items' JSON), least
+ * output. Kept in process, bounded by count and by size (the UTF-8 bytes of its items' JSON), least
  * recently used first (a conversation is used when it is read, extended or answered in).
  */
 import { itemsSize } from "./response-store.ts";
@@ -18,7 +18,7 @@ export interface Conversation {
   metadata: Record<string, string>;
   /** Its items, oldest first, each with an `id`. */
   items: Json[];
-  /** The characters of its items' JSON. */
+  /** The UTF-8 bytes of its items' JSON. */
   size: number;
 }
 
@@ -27,7 +27,7 @@ export function conversationJson(c: Conversation): Json {
   return { id: c.id, object: "conversation", created_at: c.createdAt, metadata: c.metadata };
 }
 
-/** What an id adds to an item's JSON, at most (`,"id":"fco_` and 32 hex digits and a quote). */
+/** What an id adds to an item's JSON, at most (`,"id":"fco_` and 32 hex digits and a quote; ASCII, so bytes). */
 const ID_CHARS = 48;
 
 /** An LRU map of conversations. */
@@ -37,14 +37,14 @@ export class ConversationStore {
 
   /**
    * `capacity`: the most conversations kept (0 keeps none, and creating one is refused by the API);
-   * `maxSize`: the most characters of item JSON kept, in all.
+   * `maxSize`: the most UTF-8 bytes of item JSON kept, in all.
    */
   constructor(readonly capacity: number, readonly maxSize = Infinity) {
     if (!Number.isSafeInteger(capacity) || capacity < 0) throw new RangeError(`The conversation store capacity must be a non-negative integer, got ${capacity}`);
     if (!(maxSize > 0)) throw new RangeError(`The conversation store size bound must be positive, got ${maxSize}`);
   }
 
-  /** The characters of item JSON held. */
+  /** The UTF-8 bytes of item JSON held. */
   get heldSize(): number {
     return this.total;
   }

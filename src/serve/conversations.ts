@@ -36,7 +36,7 @@ export function unknownConversation(store: ConversationStore, id: string, param:
 export function checkRoom(store: ConversationStore, conv: Conversation | null, items: readonly Record<string, unknown>[], param: string): void {
   if (store.fits(conv, items)) return;
   const what = conv ? `Conversation '${conv.id}' with these items` : "The conversation";
-  throw new ApiError(400, `${what} would be larger than the ${store.maxSize} characters of JSON the server keeps for all conversations (--max-stored-mib); start a new conversation`, param, "conversation_too_large");
+  throw new ApiError(400, `${what} would be larger than the ${store.maxSize} bytes of JSON the server keeps for all conversations (--max-stored-mib); start a new conversation`, param, "conversation_too_large");
 }
 
 /** Adds the Conversations API's routes to `app`. */

@@ -8,6 +8,7 @@ import type { Context, Hono } from "hono";
 import { z, type ZodType } from "zod";
 import type { ServingEngine } from "../engine/engine-types.ts";
 import { LoraAdapterError } from "../engine/engine-adapters.ts";
+import { Cluster } from "../cluster/cluster.ts";
 import { type LoadedModel, ModelLoadError } from "../model/config.ts";
 import { loadLoraAdapter } from "../model/lora-load.ts";
 import { pathExists } from "../runtime/fs.ts";
@@ -90,8 +91,12 @@ export async function loadAdapterInto(engine: ServingEngine, model: LoadedModel,
   if (!(await pathExists(path))) throw new ApiError(404, `LoRA adapter not found: "${path}"`, "lora_path", "not_found");
   try {
     const adapter = await loadLoraAdapter(path, model.config, { hasOutput: model.weights.output !== undefined });
-    if (loaded) await engine.unloadAdapter!(name);
-    await engine.loadAdapter(name, adapter);
+    // A cluster's workers each read the file again, and one may fail: it swaps the new one in only once all have it.
+    if (loaded && engine instanceof Cluster) await engine.replaceAdapter(name, adapter);
+    else {
+      if (loaded) await engine.unloadAdapter!(name);
+      await engine.loadAdapter(name, adapter);
+    }
   } catch (e) {
     if (e instanceof LoraAdapterError) throw new ApiError(400, e.message, "lora_name", "invalid_value");
     if (e instanceof ModelLoadError) throw new ApiError(400, e.message, "lora_path", "invalid_value");

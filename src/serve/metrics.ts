@@ -106,6 +106,7 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
     simple("evolving:moved_kv_blocks_total", "counter", "KV blocks written into a worker from another (hand-offs and prefix moves).", c.movedBlocks);
     simple("evolving:role_flips_total", "counter", "Worker role flips the online planner applied.", c.flips);
     simple("evolving:step_mixing_changes_total", "counter", "Times the online planner switched between mixed and split steps (see evolving:step_mixing).", c.mixingChanges);
+    simple("evolving:worker_join_failures_total", "counter", "Workers announced on NATS whose join failed (unreachable, another model, refused); each is tried again after a pause.", c.joinFailures);
   }
   hist("vllm:time_to_first_token_seconds", "Time to first token.", m.ttft);
   hist("vllm:inter_token_latency_seconds", "Time between consecutive output tokens.", m.itl);

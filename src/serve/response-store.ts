@@ -3,7 +3,7 @@
  * another with `previous_response_id` and a client can read one back. Each entry keeps its own turn
  * (the input it was given and the assistant message it answered) and a link to the turn before: a
  * chain is rebuilt by walking the links, so a long conversation costs memory linear in its length.
- * Bounded by count and by size (the characters of its turns' JSON), least recently used first;
+ * Bounded by count and by size (the UTF-8 bytes of its turns' JSON), least recently used first;
  * walking a chain marks every turn on it as used, so a live conversation's early turns are not the
  * ones evicted. A turn larger than the size bound by itself is not kept.
  */
@@ -34,9 +34,27 @@ export class UnknownResponseError extends Error {
   }
 }
 
-/** The size a stored value is counted at: the characters of its JSON. */
+/**
+ * The size a stored value is counted at: the UTF-8 bytes of its JSON (what `--max-stored-mib` bounds),
+ * 0 for a value JSON cannot write.
+ */
 export function jsonSize(value: unknown): number {
-  return JSON.stringify(value)?.length ?? 0;
+  return utf8Length(JSON.stringify(value) ?? "");
+}
+
+/** The UTF-8 bytes of `s`, counted without encoding it (JSON.stringify escapes lone surrogates). */
+export function utf8Length(s: string): number {
+  let n = s.length;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) continue;
+    if (c < 0x800) n += 1;
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      n += 2; // a pair: 2 code units, 4 bytes
+      i++;
+    } else n += 2;
+  }
+  return n;
 }
 
 /** The size of a list of items, counted one by one (so that the sizes of parts add up). */
@@ -50,13 +68,13 @@ export class ResponseStore {
   private readonly sizes = new Map<string, number>();
   private total = 0;
 
-  /** `capacity`: the most turns kept (0 keeps none); `maxSize`: the most characters of JSON kept. */
+  /** `capacity`: the most turns kept (0 keeps none); `maxSize`: the most UTF-8 bytes of JSON kept. */
   constructor(readonly capacity: number, readonly maxSize = Infinity) {
     if (!Number.isSafeInteger(capacity) || capacity < 0) throw new RangeError(`The response store capacity must be a non-negative integer, got ${capacity}`);
     if (!(maxSize > 0)) throw new RangeError(`The response store size bound must be positive, got ${maxSize}`);
   }
 
-  /** The characters of JSON held. */
+  /** The UTF-8 bytes of JSON held. */
   get heldSize(): number {
     return this.total;
   }
