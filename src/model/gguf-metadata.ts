@@ -65,3 +65,23 @@ export class GgufMetadata {
     return v;
   }
 }
+
+/** `value` when it is a whole number from 1 that a JS number holds exactly; else an error naming the key. */
+export function positiveInteger(value: number, key: string, path: string): number {
+  if (!Number.isSafeInteger(value) || value < 1) {
+    throw new ModelLoadError(`GGUF metadata "${key}" in "${path}" should be a positive whole number, got ${value}`);
+  }
+  return value;
+}
+
+/** Some GGUFs store per-layer values as arrays; we support only uniform ones. */
+export function perLayerNumber(meta: GgufMetadata, key: string, path: string, fallback?: number): number {
+  const arr = meta.entries.get(key)?.value;
+  if (!Array.isArray(arr)) return meta.number(key, fallback);
+  if (arr.length === 0) throw new ModelLoadError(`GGUF metadata "${key}" in "${path}" is an empty array; expected a number or one per layer`);
+  const bad = arr.findIndex((v) => typeof v !== "number" && typeof v !== "bigint");
+  if (bad >= 0) throw new ModelLoadError(`GGUF metadata "${key}" in "${path}" should hold numbers, got ${showGgufValue(arr[bad])} at index ${bad}`);
+  const values = new Set(arr.map(Number));
+  if (values.size !== 1) throw new ModelLoadError(`Model "${path}" has per-layer "${key}" values; only uniform layers are supported`);
+  return [...values][0];
+}

@@ -1,0 +1,129 @@
+/**
+ * A GGUF's ModelConfig from its `{arch}.*` and `tokenizer.ggml.*` metadata and the tensors present
+ * (experts: gguf-moe.ts; DeepSeek's latent attention: gguf-deepseek.ts; GPT-OSS's and Gemma 3's
+ * additions: gguf-gpt-oss.ts, gguf-gemma3.ts).
+ */
+import { type Architecture, ARCHITECTURES, type ModelConfig, ModelLoadError, POOLING_TYPES } from "./config.ts";
+import { GgufMetadata, perLayerNumber, positiveInteger } from "./gguf-metadata.ts";
+import type { GgufHeader } from "./gguf-reader.ts";
+import { ggufMagnitudeYarn, ggufSlidingWindow, withHarmonyStops } from "./gguf-gpt-oss.ts";
+import { ggufGemma3 } from "./gguf-gemma3.ts";
+import { ggufMla, ggufYarn } from "./gguf-deepseek.ts";
+import { ggufMoe } from "./gguf-moe.ts";
+import { GGUF_TENSOR_NAMES } from "./gguf-names.ts";
+import { preAddsBos } from "./tokenizer-bpe.ts";
+
+/** Builds the ModelConfig from GGUF metadata and the tensors present. */
+export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
+  const meta = new GgufMetadata(header.metadata, path);
+  const arch = meta.string("general.architecture", "");
+  if (!ARCHITECTURES.includes(arch as Architecture)) {
+    throw new ModelLoadError(`Unknown architecture "${arch}" in "${path}"; supported: ${ARCHITECTURES.join(", ")}`);
+  }
+  const architecture = arch as Architecture;
+  const tensors = new Map(header.tensors.map((t) => [t.name, t]));
+  const embd = tensors.get(GGUF_TENSOR_NAMES.tokenEmbedding);
+  if (!embd) throw new ModelLoadError(`Model "${path}" lacks the tensor "${GGUF_TENSOR_NAMES.tokenEmbedding}"`);
+  const hiddenSize = positiveInteger(meta.number(`${arch}.embedding_length`), `${arch}.embedding_length`, path);
+  const numHeads = positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count`, path), `${arch}.attention.head_count`, path);
+  const numKvHeads = positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads), `${arch}.attention.head_count_kv`, path);
+  const keyLength = `${arch}.attention.key_length`;
+  const headDim = meta.has(keyLength) ? positiveInteger(meta.number(keyLength), keyLength, path) : Math.floor(hiddenSize / numHeads);
+  const ropeDim = meta.number(`${arch}.rope.dimension_count`, headDim);
+  if (!Number.isInteger(ropeDim) || ropeDim <= 0 || ropeDim % 2 !== 0 || ropeDim > headDim) {
+    throw new ModelLoadError(`Model "${path}" rotates ${ropeDim} of ${headDim} head dims; expected an even count from 2 to ${headDim}`);
+  }
+  if (meta.has(`${arch}.rope.dimension_sections`)) {
+    throw new ModelLoadError(`Model "${path}" uses multimodal RoPE sections ("${arch}.rope.dimension_sections"), which are not supported`);
+  }
+  const scalingType = meta.string(`${arch}.rope.scaling.type`, "none");
+  // Gemma 3's linear scaling is its global layers' (gguf-gemma3.ts).
+  const yarn = scalingType !== "none" && meta.number(`${arch}.rope.scaling.factor`, 1) !== 1 && architecture !== "gemma3";
+  if (yarn && (scalingType !== "yarn" || (architecture !== "deepseek2" && architecture !== "gpt-oss"))) {
+    throw new ModelLoadError(`Model "${path}" uses RoPE scaling type "${scalingType}"; only rope_freqs factors (and YaRN for deepseek2 and gpt-oss) are supported`);
+  }
+  if (numHeads % numKvHeads !== 0) {
+    throw new ModelLoadError(`Model "${path}" has ${numHeads} heads, not a multiple of its ${numKvHeads} KV heads`);
+  }
+  const tokModel = meta.string("tokenizer.ggml.model", "");
+  const optionalId = (key: string) => meta.optionalNumber(key);
+  // As llama.cpp, a special-token id outside the vocabulary is ignored.
+  const validId = (id: number | undefined): id is number => id !== undefined && Number.isInteger(id) && id >= 0 && id < embd.shape[0];
+  const poolingNumber = meta.optionalNumber(`${arch}.pooling_type`);
+  const pooling = poolingNumber === undefined ? undefined : POOLING_TYPES[poolingNumber];
+  if (poolingNumber !== undefined && pooling === undefined) {
+    throw new ModelLoadError(`GGUF metadata "${arch}.pooling_type" in "${path}" is ${poolingNumber}; known types are 0 to ${POOLING_TYPES.length - 1} (${POOLING_TYPES.join(", ")})`);
+  }
+  const vocabTokens = meta.array("tokenizer.ggml.tokens");
+  // A token id past the embedding's rows would index outside it (llama.cpp refuses such files too).
+  if (vocabTokens && vocabTokens.length > embd.shape[0]) {
+    throw new ModelLoadError(`Model "${path}" has ${vocabTokens.length} tokens (tokenizer.ggml.tokens) but its "${GGUF_TENSOR_NAMES.tokenEmbedding}" has only ${embd.shape[0]} rows`);
+  }
+  // Gemma's chat turns end with <end_of_turn>, which its files need not name as EOT (llama.cpp finds it by its text).
+  const endOfTurn = architecture === "gemma3" ? vocabTokens?.indexOf("<end_of_turn>") ?? -1 : -1;
+  const eosTokenIds = withHarmonyStops(
+    [
+      ...new Set(
+        [...["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"].map(optionalId), endOfTurn]
+          .filter(validId),
+      ),
+    ],
+    vocabTokens,
+  );
+  const bos = optionalId("tokenizer.ggml.bos_token_id");
+  const moe = ggufMoe(meta, arch, (name) => tensors.has(name), path);
+  const mla = architecture === "deepseek2" ? ggufMla(meta, arch, headDim, ropeDim, tensors.has("blk.0.attn_q_a.weight"), path) : undefined;
+  const ropeTheta = meta.number(`${arch}.rope.freq_base`, 10000);
+  if (!(Number.isFinite(ropeTheta) && ropeTheta > 0)) {
+    throw new ModelLoadError(`GGUF metadata "${arch}.rope.freq_base" in "${path}" should be a positive number, got ${ropeTheta}`);
+  }
+  const rmsNormEps = meta.number(`${arch}.attention.layer_norm_rms_epsilon`, 1e-6);
+  if (!(Number.isFinite(rmsNormEps) && rmsNormEps >= 0)) {
+    throw new ModelLoadError(`GGUF metadata "${arch}.attention.layer_norm_rms_epsilon" in "${path}" should be a number from 0, got ${rmsNormEps}`);
+  }
+  const scaled = !yarn ? undefined : mla ? ggufYarn(meta, arch, ropeTheta, mla, path) : ggufMagnitudeYarn(meta, arch, ropeTheta, ropeDim, headDim, path);
+  const ffnKey = moe ? `${arch}.expert_feed_forward_length` : `${arch}.feed_forward_length`;
+  // GLM-4.5 files end with multi-token-prediction blocks (NextN) that llama.cpp loads but never runs.
+  const blocks = positiveInteger(meta.number(`${arch}.block_count`), `${arch}.block_count`, path);
+  const nextn = meta.optionalNumber(`${arch}.nextn_predict_layers`) ?? 0;
+  if (!Number.isInteger(nextn) || nextn < 0 || nextn >= blocks) {
+    throw new ModelLoadError(`Model "${path}" has ${nextn} next-token-prediction layers of its ${blocks} blocks`);
+  }
+  const numLayers = blocks - nextn;
+  const slidingWindow = architecture === "gpt-oss" ? ggufSlidingWindow(meta, arch, numLayers, ropeTheta, path) : undefined;
+  const gemma3 = architecture === "gemma3" ? ggufGemma3(meta, arch, { hiddenSize, numHeads, headDim, rotaryDim: ropeDim, numLayers, ropeTheta }, path) : undefined;
+  if (architecture !== "gpt-oss" && architecture !== "gemma3" && meta.has(`${arch}.attention.sliding_window`)) {
+    throw new ModelLoadError(`Model "${path}" declares a sliding window, which the "${arch}" architecture does not support`);
+  }
+  return {
+    architecture,
+    vocabSize: embd.shape[0],
+    hiddenSize,
+    numLayers,
+    numHeads,
+    // Latent attention caches one head: the latent and the shared RoPE key.
+    numKvHeads: mla ? 1 : numKvHeads,
+    headDim: mla ? mla.kvLoraRank + mla.ropeDim : headDim,
+    intermediateSize: meta.entries.has(ffnKey) ? perLayerNumber(meta, ffnKey, path) : perLayerNumber(meta, `${arch}.feed_forward_length`, path),
+    ...(moe ? { moe } : {}),
+    ...(mla ? { mla } : {}),
+    ...(scaled ? { attentionScale: scaled.attentionScale, ropeFreqFactors: scaled.freqFactors } : {}),
+    rmsNormEps,
+    ropeTheta,
+    // llama.cpp turns DeepSeek's RoPE dims in adjacent pairs, as it does Llama's permuted ones.
+    ropeLayout: architecture === "llama" || architecture === "deepseek2" ? "normal" : "neox",
+    ...(ropeDim !== headDim || mla ? { rotaryDim: ropeDim } : {}),
+    contextLength: positiveInteger(meta.number(`${arch}.context_length`, 2048), `${arch}.context_length`, path),
+    tiedEmbeddings: !tensors.has(GGUF_TENSOR_NAMES.output),
+    qkvBias: tensors.has(GGUF_TENSOR_NAMES.layer(0, "bq")),
+    qkNorm: tensors.has(GGUF_TENSOR_NAMES.layer(0, "qNorm")),
+    ...(architecture === "gpt-oss" ? { outputBias: true, attentionSinks: true } : {}),
+    ...(slidingWindow ? { slidingWindow } : {}),
+    ...gemma3,
+    bosTokenId: validId(bos) ? bos : undefined,
+    eosTokenIds,
+    addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama" || (tokModel === "gpt2" && preAddsBos(meta.string("tokenizer.ggml.pre", "default")))),
+    ...(meta.bool("tokenizer.ggml.add_eos_token", false) && validId(optionalId("tokenizer.ggml.eos_token_id")) ? { appendEosTokenId: optionalId("tokenizer.ggml.eos_token_id") } : {}),
+    ...(pooling !== undefined ? { poolingType: pooling } : {}),
+  };
+}

@@ -1,0 +1,162 @@
+/**
+ * A Hugging Face checkpoint's ModelConfig from config.json (+ tokenizer_config.json for BOS
+ * handling); DeepSeek's, GPT-OSS's and Gemma 3's additions: hf-deepseek.ts, hf-gpt-oss.ts, hf-gemma3.ts.
+ * HF checkpoints keep q/k rows in the half-split order, so RoPE is "neox" for every architecture.
+ */
+import { type Architecture, ARCHITECTURES, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
+import { hfRopeFreqFactors } from "./rope-scaling.ts";
+import { GLM4_MOE_DEFAULTS, hfDeepseekAttention, hfDeepseekMoe } from "./hf-deepseek.ts";
+import { hfHeadDim, isJsonObject, type Json, num, positiveInt } from "./hf-json.ts";
+import { hfGptOss } from "./hf-gpt-oss.ts";
+import { hfGemma3 } from "./hf-gemma3.ts";
+import { hfTiedEmbeddings } from "./hf-defaults.ts";
+
+/** config.json's `architectures[0]` (or `model_type`) → our architecture. */
+const HF_ARCHITECTURES: Record<string, Architecture> = {
+  LlamaForCausalLM: "llama",
+  Qwen2ForCausalLM: "qwen2",
+  Qwen3ForCausalLM: "qwen3",
+  Qwen2MoeForCausalLM: "qwen2moe",
+  Qwen3MoeForCausalLM: "qwen3moe",
+  Glm4MoeForCausalLM: "glm4moe",
+  DeepseekV3ForCausalLM: "deepseek2",
+  GptOssForCausalLM: "gpt-oss",
+  Gemma3ForCausalLM: "gemma3",
+  MixtralForCausalLM: "llama",
+  // config.json's model_type, for files without `architectures`
+  qwen2_moe: "qwen2moe",
+  qwen3_moe: "qwen3moe",
+  glm4_moe: "glm4moe",
+  deepseek_v3: "deepseek2",
+  kimi_k2: "deepseek2",
+  gpt_oss: "gpt-oss",
+  gemma3_text: "gemma3",
+  mixtral: "llama",
+};
+
+/** Builds a ModelConfig from config.json (+ tokenizer_config.json for BOS handling). */
+export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: string): ModelConfig {
+  const archName = Array.isArray(cfg.architectures) ? String(cfg.architectures[0]) : String(cfg.model_type ?? "");
+  const architecture = HF_ARCHITECTURES[archName] ?? ((ARCHITECTURES as readonly string[]).includes(archName) ? archName as Architecture : undefined);
+  if (archName === "Gemma3ForConditionalGeneration" || archName === "gemma3") {
+    throw new ModelLoadError(`Model "${path}" is Gemma 3 with its vision tower (${archName}), which is not supported; its text model runs from a "gemma3" GGUF or a Gemma3ForCausalLM checkpoint`);
+  }
+  if (!architecture) {
+    throw new ModelLoadError(`Unknown architecture "${archName}" in "${path}"; supported: ${Object.keys(HF_ARCHITECTURES).join(", ")}`);
+  }
+  const hiddenSize = positiveInt(cfg, "hidden_size", path);
+  const numHeads = positiveInt(cfg, "num_attention_heads", path);
+  const numKvHeads = positiveInt(cfg, "num_key_value_heads", path, numHeads);
+  if (numHeads % numKvHeads !== 0) {
+    throw new ModelLoadError(`Model "${path}" has ${numHeads} attention heads (num_attention_heads), not a multiple of its ${numKvHeads} KV heads (num_key_value_heads)`);
+  }
+  const eos = cfg.eos_token_id;
+  const eosTokenIds = (Array.isArray(eos) ? eos : eos === undefined || eos === null ? [] : [eos]).map((id) => tokenId(id, "eos_token_id", vocabSize, path))
+    .filter((id): id is number => id !== undefined);
+  const bos = cfg.bos_token_id === undefined || cfg.bos_token_id === null ? undefined : tokenId(cfg.bos_token_id, "bos_token_id", vocabSize, path);
+  const addBosSetting = tokCfg.add_bos_token;
+  const ropeTheta = num(cfg, "rope_theta", path, ropeParametersTheta(cfg, path) ?? 10000);
+  if (!(Number.isFinite(ropeTheta) && ropeTheta > 0)) throw new ModelLoadError(`"rope_theta" in "${path}" should be a positive number, got ${ropeTheta}`);
+  const deepseek = architecture === "deepseek2" ? hfDeepseekAttention(cfg, ropeTheta, path) : undefined;
+  const mla = deepseek?.mla;
+  // Latent attention caches one head: the latent and the shared RoPE key.
+  const headDim = mla ? mla.kvLoraRank + mla.ropeDim : hfHeadDim(cfg, hiddenSize, numHeads, path);
+  const numLayers = positiveInt(cfg, "num_hidden_layers", path);
+  const gptOss = architecture === "gpt-oss" ? hfGptOss(cfg, ropeTheta, headDim, numLayers, path) : undefined;
+  const rotaryDim = mla ? mla.ropeDim : hfRotaryDim(cfg, architecture, headDim, path);
+  const gemma3 = architecture === "gemma3" ? hfGemma3(cfg, hiddenSize, headDim, rotaryDim ?? headDim, numLayers, path) : undefined;
+  const ownRope = deepseek ?? gptOss ?? gemma3;
+  const ropeFreqFactors = ownRope ? ownRope.ropeFreqFactors : hfRopeFreqFactors(cfg, ropeTheta, rotaryDim ?? headDim, path);
+  const moe = deepseek ? hfDeepseekMoe(cfg, path) : gptOss ? gptOss.moe : hfMoe(cfg, archName, architecture, path);
+  const attentionScale = deepseek?.attentionScale ?? gptOss?.attentionScale ?? gemma3?.attentionScale;
+  return {
+    architecture,
+    vocabSize,
+    hiddenSize,
+    numLayers,
+    numHeads,
+    numKvHeads: mla ? 1 : numKvHeads,
+    headDim,
+    // Mixtral's and GPT-OSS's experts have the plain width; the others name theirs apart.
+    intermediateSize: num(cfg, moe && architecture !== "llama" && !gptOss ? "moe_intermediate_size" : "intermediate_size", path),
+    ...(moe ? { moe } : {}),
+    ...(deepseek ? { mla: deepseek.mla } : {}),
+    ...(attentionScale !== undefined ? { attentionScale } : {}),
+    ...(gptOss ? { outputBias: true, attentionSinks: true, ...(gptOss.slidingWindow ? { slidingWindow: gptOss.slidingWindow } : {}) } : {}),
+    ...(gemma3 ?? {}),
+    rmsNormEps: nonNegative(cfg, "rms_norm_eps", path, 1e-6),
+    ropeTheta,
+    ropeLayout: deepseek?.ropeLayout ?? "neox",
+    ...(rotaryDim !== undefined ? { rotaryDim } : {}),
+    ...(ropeFreqFactors ? { ropeFreqFactors } : {}),
+    contextLength: positiveInt(cfg, "max_position_embeddings", path, 2048),
+    tiedEmbeddings: hfTiedEmbeddings(cfg, architecture, path),
+    qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
+    qkNorm: architecture === "qwen3" || architecture === "qwen3moe" || architecture === "gemma3" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
+    bosTokenId: bos,
+    eosTokenIds,
+    addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",
+  };
+}
+
+/**
+ * A config.json token id: a whole number from 0, else an error naming the key; undefined (ignored, as
+ * llama.cpp ignores such special ids) when past the embedding's `vocabSize` rows, which it would index outside.
+ */
+function tokenId(v: unknown, key: string, vocabSize: number, path: string): number | undefined {
+  if (typeof v !== "number" || !Number.isInteger(v) || v < 0) {
+    throw new ModelLoadError(`"${key}" in "${path}" should be token ids (whole numbers from 0), got ${JSON.stringify(v)}`);
+  }
+  return v < vocabSize ? v : undefined;
+}
+
+/** `cfg[key]` as a finite number from 0 (an epsilon). */
+function nonNegative(cfg: Json, key: string, path: string, fallback: number): number {
+  const v = num(cfg, key, path, fallback);
+  if (!(Number.isFinite(v) && v >= 0)) throw new ModelLoadError(`"${key}" in "${path}" should be a number from 0, got ${v}`);
+  return v;
+}
+
+/**
+ * RoPE's dims when it turns only the first ones of a head (`partial_rotary_factor`; GLM-4.5's
+ * default is a half); undefined for all of them.
+ */
+function hfRotaryDim(cfg: Json, architecture: Architecture, headDim: number, path: string): number | undefined {
+  const factor = num(cfg, "partial_rotary_factor", path, architecture === "glm4moe" ? 0.5 : 1);
+  const dims = Math.floor(headDim * factor);
+  if (!(factor > 0 && factor <= 1) || dims % 2 !== 0 || dims === 0) {
+    throw new ModelLoadError(`"partial_rotary_factor" in "${path}" should give an even number of a head's ${headDim} dims, got ${factor}`);
+  }
+  return dims === headDim ? undefined : dims;
+}
+
+/** The experts of a Mixtral, Qwen2-MoE, Qwen3-MoE or GLM-4.5 config.json. */
+function hfMoe(cfg: Json, archName: string, architecture: Architecture, path: string): MoeConfig | undefined {
+  const mixtral = archName === "MixtralForCausalLM" || archName === "mixtral";
+  // GLM-4.5's experts are DeepSeek V3's design, with transformers' Glm4MoeConfig defaults.
+  if (architecture === "glm4moe") return hfDeepseekMoe(cfg, path, GLM4_MOE_DEFAULTS);
+  if (!mixtral && architecture !== "qwen2moe" && architecture !== "qwen3moe") return undefined;
+  const numExperts = num(cfg, mixtral ? "num_local_experts" : "num_experts", path);
+  const numExpertsUsed = num(cfg, "num_experts_per_tok", path);
+  if (!Number.isInteger(numExpertsUsed) || numExpertsUsed < 1 || numExpertsUsed > numExperts) {
+    throw new ModelLoadError(`"num_experts_per_tok" in "${path}" should be 1 to ${numExperts}, got ${numExpertsUsed}`);
+  }
+  const dense = cfg.mlp_only_layers;
+  const step = cfg.decoder_sparse_step;
+  if ((Array.isArray(dense) && dense.length > 0) || (typeof step === "number" && step !== 1)) {
+    throw new ModelLoadError(`Model "${path}" mixes dense and MoE layers (mlp_only_layers, decoder_sparse_step); only all-MoE layers are supported`);
+  }
+  // Mixtral always renormalises (softmax over the chosen logits); Qwen2- and Qwen3-MoE per their
+  // config (transformers' default false; true in every released Qwen3-MoE, false in Qwen2-MoE's).
+  const moe = plainMoe(numExperts, numExpertsUsed, mixtral || cfg.norm_topk_prob === true);
+  if (architecture !== "qwen2moe") return moe;
+  return { ...moe, sharedIntermediateSize: num(cfg, "shared_expert_intermediate_size", path), sharedGate: true };
+}
+
+/** transformers 5 moves rope_theta into `rope_parameters`. */
+function ropeParametersTheta(cfg: Json, path: string): number | undefined {
+  const p = cfg.rope_parameters;
+  const theta = isJsonObject(p) ? p.rope_theta : undefined;
+  if (theta === undefined || theta === null || typeof theta === "number") return theta ?? undefined;
+  throw new ModelLoadError(`"rope_parameters.rope_theta" in "${path}" should be a number, got ${JSON.stringify(theta)}`);
+}

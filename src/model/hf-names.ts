@@ -1,0 +1,110 @@
+/**
+ * Hugging Face transformers' tensor names: each layer role's, each MoE family's experts (stacked on
+ * load by expert-stack.ts), Gemma 3's feed-forward norm, DeepSeek's q up-projection and combined kv_b.
+ */
+import { isMoeLayer, type ModelConfig } from "./config.ts";
+import { GPT_OSS_NAMES } from "./hf-gpt-oss.ts";
+import type { LayerRole, TensorNames } from "./weights.ts";
+import { EXPERT } from "./expert-stack.ts";
+
+/** Each layer role's tensor name under `model.layers.N.`. */
+const LAYER_NAMES: Record<LayerRole, string> = {
+  attnNorm: "input_layernorm.weight",
+  wq: "self_attn.q_proj.weight",
+  wk: "self_attn.k_proj.weight",
+  wv: "self_attn.v_proj.weight",
+  wo: "self_attn.o_proj.weight",
+  bq: "self_attn.q_proj.bias",
+  bk: "self_attn.k_proj.bias",
+  bv: "self_attn.v_proj.bias",
+  qNorm: "self_attn.q_norm.weight",
+  kNorm: "self_attn.k_norm.weight",
+  // Gemma's sandwich norms; its pre-feed-forward norm is then "pre_feedforward_layernorm".
+  attnPostNorm: "post_attention_layernorm.weight",
+  ffnPostNorm: "post_feedforward_layernorm.weight",
+  ffnNorm: "post_attention_layernorm.weight",
+  wGate: "mlp.gate_proj.weight",
+  wUp: "mlp.up_proj.weight",
+  wDown: "mlp.down_proj.weight",
+  router: "mlp.gate.weight",
+  routerBias: "mlp.gate.e_score_correction_bias",
+  wGateShared: "mlp.shared_experts.gate_proj.weight",
+  wUpShared: "mlp.shared_experts.up_proj.weight",
+  wDownShared: "mlp.shared_experts.down_proj.weight",
+  sharedGate: "mlp.shared_expert_gate.weight",
+  wqA: "self_attn.q_a_proj.weight",
+  qANorm: "self_attn.q_a_layernorm.weight",
+  wkvA: "self_attn.kv_a_proj_with_mqa.weight",
+  kvANorm: "self_attn.kv_a_layernorm.weight",
+  // Cut from kv_b_proj on load (mla-weights.ts).
+  wkB: "self_attn.k_b_proj.weight",
+  wvB: "self_attn.v_b_proj.weight",
+  // GPT-OSS's roles; its experts' are read from fused tensors (hf-gpt-oss.ts GPT_OSS_NAMES).
+  bo: "self_attn.o_proj.bias",
+  sinks: "self_attn.sinks",
+  routerLogitBias: "mlp.router.bias",
+  bGate: "mlp.experts.gate_proj_bias",
+  bUp: "mlp.experts.up_proj_bias",
+  bDown: "mlp.experts.down_proj_bias",
+};
+
+/** DeepSeek's combined latent up-projection, split into W_kb and W_vb on load. */
+export const HF_KV_B = "self_attn.kv_b_proj.weight";
+
+/** Qwen's per-expert names, which Qwen2-MoE and GLM-4.5 share. */
+const QWEN_EXPERTS: Partial<Record<LayerRole, string>> = {
+  wGate: `mlp.experts.${EXPERT}.gate_proj.weight`,
+  wUp: `mlp.experts.${EXPERT}.up_proj.weight`,
+  wDown: `mlp.experts.${EXPERT}.down_proj.weight`,
+};
+
+/** Per-expert names of an MoE layer, stacked on load (expert-stack.ts), and each family's other MoE names. */
+const EXPERT_NAMES: Record<"qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "mixtral", Partial<Record<LayerRole, string>>> = {
+  qwen2moe: {
+    ...QWEN_EXPERTS,
+    wGateShared: "mlp.shared_expert.gate_proj.weight",
+    wUpShared: "mlp.shared_expert.up_proj.weight",
+    wDownShared: "mlp.shared_expert.down_proj.weight",
+  },
+  qwen3moe: QWEN_EXPERTS,
+  glm4moe: QWEN_EXPERTS,
+  deepseek2: QWEN_EXPERTS,
+  mixtral: {
+    router: "block_sparse_moe.gate.weight",
+    wGate: `block_sparse_moe.experts.${EXPERT}.w1.weight`,
+    wUp: `block_sparse_moe.experts.${EXPERT}.w3.weight`,
+    wDown: `block_sparse_moe.experts.${EXPERT}.w2.weight`,
+  },
+};
+
+/** Hugging Face transformers' tensor names for Llama/Qwen2/Qwen3. */
+export const HF_TENSOR_NAMES: TensorNames = {
+  tokenEmbedding: "model.embed_tokens.weight",
+  outputNorm: "model.norm.weight",
+  output: "lm_head.weight",
+  layer: (i, role) => `model.layers.${i}.${LAYER_NAMES[role]}`,
+};
+
+/** Gemma 3's: its post_attention_layernorm norms the attention's output; the feed-forward's input has its own. */
+const GEMMA3_TENSOR_NAMES: TensorNames = {
+  ...HF_TENSOR_NAMES,
+  layer: (i, role) => `model.layers.${i}.${role === "ffnNorm" ? "pre_feedforward_layernorm.weight" : LAYER_NAMES[role]}`,
+};
+
+/** transformers' names for a model with experts (a leading dense layer keeps the plain names). */
+function moeTensorNames(config: ModelConfig): TensorNames {
+  const a = config.architecture;
+  if (a === "gpt-oss") return { ...HF_TENSOR_NAMES, layer: (i, role) => `model.layers.${i}.${GPT_OSS_NAMES[role] ?? LAYER_NAMES[role]}` };
+  const experts = EXPERT_NAMES[a === "qwen2moe" || a === "qwen3moe" || a === "glm4moe" || a === "deepseek2" ? a : "mixtral"];
+  // DeepSeek's q up-projection follows its low-rank bottleneck.
+  const own: Partial<Record<LayerRole, string>> = config.mla && config.mla.qLoraRank > 0 ? { wq: "self_attn.q_b_proj.weight" } : {};
+  return {
+    ...HF_TENSOR_NAMES,
+    layer: (i, role) => `model.layers.${i}.${own[role] ?? (isMoeLayer(config, i) ? experts[role] : undefined) ?? LAYER_NAMES[role]}`,
+  };
+}
+
+/** The names a checkpoint's weights are read under: Gemma 3's, a model with experts', or the plain ones. */
+export function hfTensorNames(config: ModelConfig): TensorNames {
+  return config.architecture === "gemma3" ? GEMMA3_TENSOR_NAMES : !config.moe ? HF_TENSOR_NAMES : moeTensorNames(config);
+}
