@@ -1,7 +1,11 @@
 /**
- * The engine's measurements: latency histograms (TTFT, ITL, end-to-end, request phases) and counters.
- * Values only; `src/serve/metrics.ts` renders them as Prometheus text.
+ * The engine's measurements: latency histograms (TTFT, ITL, end-to-end, request phases) and counters,
+ * and the gauges and counters `Engine.stats()` reports with them. Values only; `src/serve/metrics.ts`
+ * renders them as Prometheus text.
  */
+import type { EngineStats } from "./engine-types.ts";
+import type { KvOffloadStats } from "./kv-offload.ts";
+import type { SchedulerStats } from "./scheduler-types.ts";
 
 /** A cumulative histogram with fixed upper bounds (seconds), as Prometheus expects. */
 export class Histogram {
@@ -105,4 +109,18 @@ export class EngineMetrics {
     }
     if (r.firstTokenS !== undefined) this.decodeTime.observe(Math.max(0, (r.lastTokenS ?? r.firstTokenS) - r.firstTokenS));
   }
+}
+
+/**
+ * An engine's stats: its scheduler's gauges and counters, its host tier's (`o`; zeros without one),
+ * and the jump-forward and speculative decoding counters of `metrics`.
+ */
+export function engineStats(scheduler: SchedulerStats, o: KvOffloadStats | undefined, metrics: EngineMetrics): EngineStats {
+  return {
+    ...scheduler, kvHostBlocks: o?.hostBlocks ?? 0, kvHostCapacityBlocks: o?.hostCapacityBlocks ?? 0, kvHostBytes: o?.hostBytes ?? 0,
+    kvOffloadedBlocks: o?.offloadedBlocks ?? 0, kvRestoredBlocks: o?.restoredBlocks ?? 0, kvPrefetchedBlocks: o?.prefetchedBlocks ?? 0,
+    jumpForwardTokens: metrics.jumpForwardTokens,
+    specDrafts: metrics.specDrafts, specDraftTokens: metrics.specDraftTokens, specAcceptedTokens: metrics.specAcceptedTokens,
+    specAcceptedPerPos: [...metrics.specAcceptedPerPos],
+  };
 }

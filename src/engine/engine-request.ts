@@ -83,6 +83,14 @@ export function speculates(a: Active): boolean {
 }
 
 /**
+ * Whether the request's forced text is written by jump-forward (EngineOptions.jumpForward, on unless
+ * `false`): it has an output grammar and asks for no log probabilities (forced tokens have none).
+ */
+export function jumpsForward(a: Active, jumpForward: boolean | undefined): boolean {
+  return a.constraint !== undefined && !a.logprobs && jumpForward !== false;
+}
+
+/**
  * The prompt tokens an entry's rows predict, for a request asking for its prompt's log
  * probabilities: row j feeds position startPos + j and predicts the token after it, while that is
  * still a prompt token (undefined: not asked, or the entry feeds no prompt row that predicts one).

@@ -1,0 +1,231 @@
+/**
+ * The worker loop of one engine: plans a step with the scheduler, runs it on the model, files each
+ * entry's samples (draft verification, log probabilities, embeddings), commits them and streams the
+ * tokens (engine-output.ts), then sleeps when there is nothing to run. A failure of one request's own
+ * work ends that request; a failed forward ends its step's; a throw outside both ends every request.
+ */
+import type { BlockPool, SessionTracker } from "../../kv/index.ts";
+import type { EngineDrafts } from "./engine-drafts.ts";
+import type { EngineMetrics } from "./engine-metrics.ts";
+import type { EngineOptions } from "./engine-options.ts";
+import type { EngineOutput } from "./engine-output.ts";
+import { type Active, keepPromptLogprobs, samplingRow, stepExtras } from "./engine-request.ts";
+import type { StepOutput } from "./engine-runner.ts";
+import { stepLogprobs } from "./draft-extras.ts";
+import type { HandoffTails } from "./handoff-tails.ts";
+import type { HostKvOffload } from "./kv-offload.ts";
+import type { Scheduler } from "./scheduler.ts";
+import type { StepPlan } from "./scheduler-types.ts";
+import type { AutoStepMixing } from "./step-mixing-auto.ts";
+import { type StepRecord, stepShapeOf } from "./step-record.ts";
+
+/** Lets I/O callbacks run between steps (a CPU backend's forward never yields on its own). */
+const yieldToEventLoop = (): Promise<void> => {
+  // setImmediate runs after pending I/O without setTimeout's 1 ms clamp; Deno and Node both have it.
+  const immediate = (globalThis as { setImmediate?: (fn: () => void) => unknown }).setImmediate;
+  return new Promise<void>((r) => (immediate ? immediate(r) : setTimeout(r, 0)));
+};
+
+/** An error's "name: message", as a result's `error` carries it. */
+export function errorText(e: unknown): string {
+  return e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+}
+
+/** What the loop drives; the engine's own parts, shared by reference. */
+export interface StepLoopParts {
+  /** The engine's requests by sequence id. */
+  active: Map<number, Active>;
+  scheduler: Scheduler;
+  pool: BlockPool;
+  metrics: EngineMetrics;
+  output: EngineOutput;
+  drafts: EngineDrafts;
+  /** Hand-off blocks held between a prefill's end and its decode's admission. */
+  tails: HandoffTails;
+  /** The host KV tier (undefined: none). */
+  offload: HostKvOffload | undefined;
+  /** Agent retention's sessions, for the host tier's prefetches (undefined under "lru"). */
+  sessions: SessionTracker | undefined;
+  /** Re-decides the step mixing from measured steps (undefined: autoStepMixing off). */
+  mixing: AutoStepMixing | undefined;
+  /** Read when used: `runner`, `onStep`. */
+  opts: Pick<EngineOptions, "runner" | "onStep">;
+  /** Milliseconds on a monotonic clock. */
+  now: () => number;
+  /** Whether the engine is stopping: the loop ends once no request is left. */
+  stopped: () => boolean;
+  /** Ends one request whose own host-side work threw (its grammar's mask, its text). */
+  fail: (id: number, e: unknown) => void;
+}
+
+/** One engine's worker loop, started on demand and restarted after a failure. */
+export class StepLoop {
+  private wakeUp: (() => void) | undefined;
+  private loopDone: Promise<void> | undefined;
+
+  constructor(private readonly parts: StepLoopParts) {}
+
+  /** Starts the loop (idempotent). */
+  start(): void {
+    this.loopDone ??= this.loop().catch((e) => this.loopFailed(e));
+  }
+
+  /** Ends the loop's idle wait, if it is in one (new work, or a prefetch to re-time). */
+  wake(): void {
+    this.wakeUp?.();
+  }
+
+  /** Settles when the loop in flight ends (undefined: none runs). */
+  get running(): Promise<void> | undefined {
+    return this.loopDone;
+  }
+
+  private async loop(): Promise<void> {
+    const { active, scheduler, metrics, output, drafts, now } = this.parts;
+    // End of the last step's work, before its yield (undefined after an idle wait): back to back, each
+    // step's cycle runs from there, so the cycles of a busy stretch tile its time.
+    let tMark: number | undefined;
+    while (!this.parts.stopped() || active.size > 0) {
+      const tIter = tMark ?? now();
+      this.parts.offload?.beforeStep(this.parts.pool, scheduler.waitingSequences, this.parts.sessions, now() / 1000);
+      const plan = scheduler.schedule();
+      for (const id of plan.truncated) output.finishById(id, "length");
+      const moved = plan.preempted.length + plan.truncated.length > 0;
+      if (plan.entries.length === 0) {
+        // A step that only preempted or truncated changed the state: plan again instead of sleeping.
+        if (plan.swapOut.length > 0) await this.swapKv(plan).catch(() => metrics.stepErrors++);
+        if (moved) continue;
+        if (this.parts.stopped()) break;
+        await this.sleep();
+        this.wakeUp = undefined;
+        tMark = undefined;
+        continue;
+      }
+      const tPlanned = now();
+      let stepTokens = 0;
+      for (const e of plan.entries) {
+        stepTokens += e.tokens.length;
+        const a = active.get(e.seqId);
+        if (a && a.tScheduled === undefined) a.tScheduled = tPlanned;
+      }
+      metrics.iterationTokens.observe(stepTokens);
+      // A draft's rows draw their uniforms before the entry's own row, in the order of the positions they sample.
+      const draftRows = plan.entries.map((e) => (e.draft ? Array.from({ length: e.draft }, () => samplingRow(active.get(e.seqId)!, true)) : undefined));
+      const rows = plan.entries.map((e) => samplingRow(active.get(e.seqId)!, e.sample));
+      const asked = stepExtras(plan.entries.map((e) => active.get(e.seqId)!), plan.entries, (i, err) => this.parts.fail(plan.entries[i].seqId, err));
+      const extras = draftRows.some((d) => d) ? { ...asked, drafts: draftRows } : asked;
+      let sampled: StepOutput | undefined;
+      let error: string | undefined;
+      let record: StepRecord | undefined;
+      try {
+        await this.swapKv(plan);
+        const t0 = now();
+        sampled = await this.parts.opts.runner.run(plan.entries, rows, extras);
+        const seconds = (now() - t0) / 1000;
+        // What a draft token costs to verify, for a schedule that weighs it (draft-schedule.ts).
+        drafts.observeTargetStep(plan.entries, seconds);
+        const mixing = this.parts.mixing;
+        if (this.parts.opts.onStep || mixing) {
+          record = { ...stepShapeOf(plan.entries), seconds, startS: t0 / 1000 };
+          if (mixing) scheduler.stepMixing = mixing.observe(record);
+        }
+      } catch (e) {
+        error = errorText(e);
+        metrics.stepErrors++;
+        for (const entry of plan.entries) scheduler.abort(entry.seqId);
+      }
+      const tokens = new Map<number, number>();
+      const accepted = new Map<number, readonly number[]>();
+      plan.entries.forEach((e, i) => {
+        const a = active.get(e.seqId);
+        // A request cancelled mid-step (or failed) is finished at the commit; its row is not read.
+        if (!a || a.seq.abortRequested) return;
+        try {
+          if (sampled?.promptLogprobs) keepPromptLogprobs(a, e.startPos, sampled.promptLogprobs[i]);
+          if (!sampled || !e.sample) return;
+          if (sampled.hidden?.[i]) a.embedding = sampled.hidden[i];
+          tokens.set(e.seqId, e.draft ? drafts.verify(e.seqId, e.tokens.slice(-e.draft), sampled.draftIds![i]!, sampled.ids[i], accepted) : sampled.ids[i]);
+          const lps = stepLogprobs(sampled, i, accepted.get(e.seqId)?.length ?? 0);
+          if (lps) a.pendingLogprobs = lps;
+        } catch (err) {
+          this.parts.fail(e.seqId, err);
+        }
+      });
+      const advanced = scheduler.commit(plan, tokens, accepted);
+      for (const seq of advanced) {
+        try {
+          output.onTokens(seq, 1 + (accepted.get(seq.id)?.length ?? 0));
+        } catch (err) {
+          this.parts.fail(seq.id, err);
+        }
+      }
+      for (const e of plan.entries) {
+        const a = active.get(e.seqId);
+        if (a && !a.done && a.seq.status === "finished") output.finish(a, a.seq.finishReason ?? "abort", error);
+      }
+      if (drafts.pending) await drafts.proposeFromModel();
+      // Reported once the step's tokens are out, with the loop's own time (the last yield, planning,
+      // committing, streaming) in cycleSeconds; before the yield, so a request's last step is counted
+      // by the time its caller resumes.
+      tMark = now();
+      if (record) this.reportStep({ ...record, cycleSeconds: (tMark - tIter) / 1000 });
+      await yieldToEventLoop();
+    }
+  }
+
+  /**
+   * The loop threw outside a step's forward and one request's work (a bug, or the device's error
+   * while copying KV): every request ends with the error instead of hanging, their blocks go back,
+   * and the next submit starts a fresh loop. Never rejects (an unhandled rejection ends a process).
+   */
+  private loopFailed(e: unknown): void {
+    const { active, scheduler } = this.parts;
+    this.parts.metrics.stepErrors++;
+    const error = errorText(e);
+    this.wakeUp = undefined;
+    this.loopDone = undefined;
+    try {
+      scheduler.abandonStep();
+    } catch { /* its sequences are finished below */ }
+    for (const a of [...active.values()]) {
+      a.error ??= error;
+      try {
+        scheduler.finish(a.seq.id, "abort");
+      } catch { /* the request still ends */ }
+      this.parts.output.finish(a, "abort");
+    }
+  }
+
+  /** Hands a step's record to the step hook; a hook that throws (its log's disk full) is counted, and serving goes on. */
+  private reportStep(record: StepRecord): void {
+    try {
+      this.parts.opts.onStep?.(record);
+    } catch {
+      this.parts.metrics.stepErrors++;
+    }
+  }
+
+  /** Waits for a request, or until a host-tier prefetch is due. */
+  private sleep(): Promise<void> {
+    const { tails, offload, sessions, now } = this.parts;
+    // A hand-off block nobody came for is let go once its TTL is out, idle or not.
+    tails.prune();
+    return new Promise<void>((resolve) => {
+      const prefetchMs = sessions && offload?.nextPrefetchMs(sessions, now() / 1000);
+      const tailS = tails.secondsToExpiry();
+      const waits = [prefetchMs, tailS === undefined ? undefined : tailS * 1000 + 1].filter((x): x is number => x !== undefined);
+      const ms = waits.length > 0 ? Math.min(...waits) : undefined;
+      const timer = ms === undefined ? undefined : setTimeout(() => this.wakeUp?.(), ms);
+      this.wakeUp = () => {
+        if (timer !== undefined) clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+
+  /** Runs the plan's KV copies to and from host memory before its forward. */
+  private async swapKv(plan: StepPlan): Promise<void> {
+    if (plan.swapOut.length + plan.swapIn.length === 0) return;
+    await this.parts.opts.runner.swap!(plan.swapOut, plan.swapIn);
+  }
+}
