@@ -65,6 +65,12 @@ export interface TagSet {
    * group from the group's start. Absent: each group is what follows its trigger.
    */
   readonly replay?: boolean;
+  /**
+   * The tags free text goes on with once a group is done: tool calls amid text with parallel calls
+   * off take the same triggers there, none going on into a group, so a second call cannot start.
+   * Absent: these tags again.
+   */
+  readonly then?: TagSet;
 }
 
 /** Whether code point `cp` is in `cls`. */

@@ -206,7 +206,9 @@ function startOf(g: OutputGrammar): GrammarState {
   if (g.amidText) {
     const trigger = toolCallTrigger(g.format);
     const tags = tagSet([trigger], new Map([[trigger, group]]), g.whitespace, true);
-    return [{ top: { k: "tagged", tags, tail: "", up: null, d: 0 }, ws: 0 }];
+    // Parallel calls off: after the first run of calls (one call), the trigger is barred (no group follows it).
+    const first = g.parallel ? tags : { ...tags, then: tagSet([trigger], new Map(), g.whitespace, true) };
+    return [{ top: { k: "tagged", tags: first, tail: "", up: null, d: 0 }, ws: 0 }];
   }
   return startGroup({ k: "seq", group, pieces: group.alts[0], i: 0, compact: g.whitespace === "compact", up: null, d: 0 });
 }
@@ -365,7 +367,7 @@ function complete(up: Frame | null, key?: string): Config[] {
     // After a separator the group starts again; else the sequence goes on to its next piece.
     case "seq": return up.i === -1 ? startGroup(up) : enterPiece({ ...up, i: up.i + 1 });
     case "then": return [...up.state];
-    case "tagged": return [{ top: up, ws: 0 }];
+    case "tagged": return [{ top: up.tags.then ? { ...up, tags: up.tags.then } : up, ws: 0 }];
   }
   return [];
 }

@@ -37,7 +37,9 @@ export function addGenerationRoutes(app: Hono, kit: RouteKit, state: ResponsesSt
   }));
   app.post("/v1/messages", (c) => generation(async (end) => {
     const [body, ctx] = await parse(c, MessagesRequestSchema);
-    const turn = submitMessages(ctx, body);
+    // Anthropic's betas, comma-separated (one changes the thinking budget's bound: messages.ts).
+    const betas = (c.req.header("anthropic-beta") ?? "").split(",").map((b) => b.trim()).filter((b) => b !== "");
+    const turn = submitMessages(ctx, body, betas);
     return body.stream ? sseOnceTaken(c, turn.submitted.handles, () => respondMessageStream(ctx, turn), end) : whole(c, turn.submitted, end, () => respondMessageJson(ctx, turn));
   }));
   app.post("/v1/embeddings", (c) => generation(async (end) => {

@@ -148,7 +148,7 @@ function outputFormat(body: MessagesPrompt): { format: { schema: Record<string, 
 }
 
 /** Checks what the chat path cannot take from a Messages request and submits it. */
-export function submitMessages(ctx: ServeContext, body: MessagesRequest): MessagesTurn {
+export function submitMessages(ctx: ServeContext, body: MessagesRequest, betas: readonly string[] = []): MessagesTurn {
   const names = new Set(body.tools?.map((t) => t.name));
   if (names.size !== (body.tools?.length ?? 0)) throw new ApiError(400, "Tool names must be unique", "tools", "invalid_value");
   // (Checked here so that the message quotes tool_choice as this API writes it, not as the chat API does.)
@@ -156,6 +156,7 @@ export function submitMessages(ctx: ServeContext, body: MessagesRequest): Messag
     throw new ApiError(400, `Forcing a tool call with tool_choice ${describe(body.tool_choice)} needs at least one function in tools`, "tool_choice", "invalid_value");
   }
   checkOutputFormat(body, names.size > 0 && ctx.toolCallParser === "harmony");
+  checkThinkingBudget(body, betas.some((b) => b.startsWith("interleaved-thinking-")));
   return { id: anthropicId("msg"), submitted: submitChat(ctx, chatRequestOfMessages(body, ctx.tracksReasoning)), stopSequences: body.stop_sequences ?? [] };
 }
 
@@ -177,8 +178,31 @@ function checkOutputFormat(body: MessagesRequest, harmonyTools: boolean): void {
   }
 }
 
+/** The least `thinking.budget_tokens` Anthropic's API takes. */
+const MIN_THINKING_BUDGET = 1024;
+
+/**
+ * Anthropic's limits on `thinking: {"type": "enabled", "budget_tokens"}`: at least 1024 tokens, and
+ * fewer than `max_tokens` (the thinking counts against it) unless the request carries the
+ * `interleaved-thinking-*` beta (`interleaved`), under which Anthropic lets the budget pass it (the
+ * budget then spans a whole assistant turn's thinking, as Claude Code sends it); each broken a 400
+ * naming `thinking.budget_tokens` and the value, as Anthropic answers. (`count_tokens` has no `max_tokens`.)
+ */
+function checkThinkingBudget(body: MessagesPrompt & { max_tokens?: number }, interleaved = false): void {
+  const thinking = body.thinking;
+  if (thinking?.type !== "enabled" || thinking.budget_tokens === undefined) return;
+  const budget = thinking.budget_tokens;
+  if (budget < MIN_THINKING_BUDGET) {
+    throw new ApiError(400, `thinking.budget_tokens must be at least ${MIN_THINKING_BUDGET}, got ${budget}`, "thinking.budget_tokens", "invalid_value");
+  }
+  if (!interleaved && body.max_tokens !== undefined && body.max_tokens <= budget) {
+    throw new ApiError(400, `max_tokens must be greater than thinking.budget_tokens (the thinking counts against max_tokens), got thinking.budget_tokens ${budget} with max_tokens ${body.max_tokens}`, "thinking.budget_tokens", "invalid_value");
+  }
+}
+
 /** `/v1/messages/count_tokens`: the prompt's token count as the model would see it. */
 export function countMessageTokens(ctx: ServeContext, body: MessagesPrompt): Json {
+  checkThinkingBudget(body);
   return { input_tokens: chatPrompt(ctx, chatRequestOfMessages(body)).prompt.length };
 }
 

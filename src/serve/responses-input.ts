@@ -5,6 +5,9 @@
  * its function (looked up by `call_id`), which some chat templates print.
  */
 import type { ChatMessageIn, ChatRequest, ToolDef } from "./schemas.ts";
+import type { ToolCallSyntax } from "../engine/grammar.ts";
+import { toolCallGroup } from "../engine/grammar-tool-calls.ts";
+import { type JsonSchema, nestsTooDeeply, SchemaError } from "../engine/json-schema.ts";
 import { ApiError } from "./errors.ts";
 import type { FunctionCallOutputItemIn, FunctionToolIn, InputItem, ResponsesRequest, TextPartIn } from "./responses-schema.ts";
 import { itemIdPrefix, newId } from "./responses-output.ts";
@@ -149,8 +152,10 @@ export function outputMessage(reasoning: string | null, text: string, calls: rea
  * The function tools the model is shown, in the chat shape: top-level ones and those of each
  * namespace (by their own names), hosted tools left out (this server runs none); `namespaceOf` names
  * the namespace of each namespaced function, for its calls' items. A name given twice is a 400.
+ * A tool's `strict` omitted (or null) is strict where its parameters can be held in `format`, as
+ * OpenAI's Responses API defaults it; `strict: false` opts out ({@link strictIfPossible}).
  */
-export function functionTools(tools: ResponsesRequest["tools"]): { tools: ToolDef[]; namespaceOf: Map<string, string> } {
+export function functionTools(tools: ResponsesRequest["tools"], format: ToolCallSyntax = "hermes"): { tools: ToolDef[]; namespaceOf: Map<string, string> } {
   const out: ToolDef[] = [];
   const namespaceOf = new Map<string, string>();
   const seen = new Set<string>();
@@ -159,13 +164,30 @@ export function functionTools(tools: ResponsesRequest["tools"]): { tools: ToolDe
     seen.add(t.name);
     if (namespace !== undefined) namespaceOf.set(t.name, namespace);
     // `strict: true` holds the tool's calls to its parameters, as in chat (output-grammar.ts).
-    out.push({ type: "function", function: { name: t.name, ...(t.description ? { description: t.description } : {}), ...(t.parameters ? { parameters: t.parameters } : {}), ...(t.strict === true ? { strict: true } : {}) } });
+    const strict = t.strict ?? strictIfPossible(t.parameters ?? undefined, format);
+    out.push({ type: "function", function: { name: t.name, ...(t.description ? { description: t.description } : {}), ...(t.parameters ? { parameters: t.parameters } : {}), ...(strict ? { strict: true } : {}) } });
   };
   for (const t of tools ?? []) {
     if (t.type === "function") add(t as FunctionToolIn);
     else if (t.type === "namespace") for (const inner of (t as { tools: FunctionToolIn[] }).tools) add(inner, (t as { name: string }).name);
   }
   return { tools: out, namespaceOf };
+}
+
+/**
+ * Whether a function whose `strict` is omitted is strict: OpenAI's Responses API makes it strict
+ * (its schema normalized into strict mode), and where the schema cannot be, best effort, as with
+ * `strict: false` (no 400: only an explicit `strict: true` is refused for a schema strict mode cannot
+ * follow). Here: whether the output grammar can hold the parameters in the model's tool-call `format`.
+ */
+function strictIfPossible(parameters: Record<string, unknown> | undefined, format: ToolCallSyntax): boolean {
+  try {
+    toolCallGroup({ tools: [{ name: "f", ...(parameters === undefined ? {} : { parameters: parameters as JsonSchema }) }], parallel: false, format });
+    return true;
+  } catch (e) {
+    if (e instanceof SchemaError || nestsTooDeeply(e)) return false;
+    throw e;
+  }
 }
 
 /**

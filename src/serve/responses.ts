@@ -159,7 +159,7 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
   const given = turnInput(body.input, history, conversation?.id ?? null, (items) => resolveItemReferences(items, state.responses, conversation));
   const input = itemsToMessages(typeof given === "string" ? [{ role: "user", content: given }] : given, history);
   const topLogprobs = logprobsAsked(body);
-  const { tools, namespaceOf } = functionTools(body.tools);
+  const { tools, namespaceOf } = functionTools(body.tools, ctx.toolCallParser);
   // (Checked here so that the message quotes tool_choice as this API writes it, not as the chat API does.)
   if (body.tool_choice && body.tool_choice !== "auto" && body.tool_choice !== "none" && tools.length === 0) {
     const what = typeof body.tool_choice === "object" && body.tool_choice.type === "allowed_tools" ? "Allowing tool calls" : "Forcing a tool call";

@@ -122,7 +122,7 @@ const MESSAGES: [string, Setup, string, MessagesBody][] = [
   ["stop sequence inside a call", "hermes", "!", { tools: ANTHROPIC_TOOLS, stop_sequences: ["Paris"] }],
   ["text then a mistral call", "mistral", "$", { tools: ANTHROPIC_TOOLS }],
   ["python_tag then llama3_json calls", "llama3_json", "=", { tools: ANTHROPIC_TOOLS }],
-  ["split reasoning tags", "think", "*", { thinking: { type: "enabled", budget_tokens: 1024 } }],
+  ["split reasoning tags", "think", "*", { thinking: { type: "enabled", budget_tokens: 1024 }, max_tokens: 1025 }],
   ["reasoning then a call", "think", "~", { tools: ANTHROPIC_TOOLS }],
   ["stop sequence inside reasoning", "think", "*", { stop_sequences: ["Plan"] }],
   ["multi-byte split across tokens", "hermes", "%", {}],
