@@ -9,6 +9,7 @@
  *   node --cpu-prof --cpu-prof-dir=/tmp/prof --import tsx scripts/bench-host-overhead.ts --mode http --concurrency 64
  *   npx deno run -A scripts/bench-host-overhead.ts
  *   npx tsx scripts/bench-host-overhead.ts --grammar             # every request under a JSON-schema output grammar
+ *   npx tsx scripts/bench-host-overhead.ts --prompt-tokens 4096  # long contexts: the prompt repeated to about 4096 tokens
  *
  * Reports, per mode and concurrency, the median over runs (after one warm-up run) of wall µs and
  * process CPU µs (user + system, `process.cpuUsage`) per generated token.
@@ -36,10 +37,12 @@ interface Options {
   json: boolean;
   /** Constrain every request to a JSON array of strings (an output grammar: a token mask per token). */
   grammar: boolean;
+  /** Repeat the prompt to at least this many tokens (0: the plain prompt, 22 tokens); every request has the same one. */
+  promptTokens: number;
 }
 
 function parseArgs(argv: readonly string[]): Options {
-  const o: Options = { modes: ["engine", "http"], concurrency: [1, 8, 64], tokens: 256, runs: 5, json: false, grammar: false };
+  const o: Options = { modes: ["engine", "http"], concurrency: [1, 8, 64], tokens: 256, runs: 5, json: false, grammar: false, promptTokens: 0 };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i], v = argv[i + 1];
     if (a === "--mode") (o.modes = v.split(",") as Options["modes"]), i++;
@@ -48,6 +51,7 @@ function parseArgs(argv: readonly string[]): Options {
     else if (a === "--runs") (o.runs = Number(v)), i++;
     else if (a === "--json") o.json = true;
     else if (a === "--grammar") o.grammar = true;
+    else if (a === "--prompt-tokens") (o.promptTokens = Number(v)), i++;
     else throw new RangeError(`Unknown argument "${a}"`);
   }
   return o;
@@ -57,10 +61,10 @@ function parseArgs(argv: readonly string[]): Options {
  * A runner whose forward costs nothing: each sampling entry gets the next token of a fixed cycle
  * (under a grammar's mask, the next one of the cycle it allows, else the lowest id it allows).
  */
-function stubRunner(cycle: readonly number[]): StepRunner {
+function stubRunner(cycle: readonly number[], numBlocks: number): StepRunner {
   let k = 0;
   return {
-    numBlocks: 64 * 40 + 1,
+    numBlocks,
     blockSize: 16,
     run(entries, _rows, extras) {
       const ids = new Int32Array(entries.length);
@@ -77,8 +81,12 @@ function stubRunner(cycle: readonly number[]): StepRunner {
   };
 }
 
-function newEngine(model: LoadedModel, cycle: readonly number[]): Engine {
-  return new Engine({ runner: stubRunner(cycle), config: model.config, tokenizer: model.tokenizer, scheduler: { maxRunning: 64, maxBatchTokens: 8192 } });
+/** Room for 64 streams of `contextTokens` each (at least 40 blocks of 16 each, as before long prompts). */
+function newEngine(model: LoadedModel, cycle: readonly number[], contextTokens: number): Engine {
+  const numBlocks = 64 * Math.max(40, Math.ceil(contextTokens / 16) + 1) + 1;
+  // The stub runs no model: a context past the model's own (stories260K's 512) costs nothing but host work.
+  const config = { ...model.config, contextLength: Math.max(model.config.contextLength, contextTokens) };
+  return new Engine({ runner: stubRunner(cycle, numBlocks), config, tokenizer: model.tokenizer, scheduler: { maxRunning: 64, maxBatchTokens: 8192 } });
 }
 
 interface Sample {
@@ -114,10 +122,10 @@ async function engineRun(e: Engine, prompt: number[], n: number, tokens: number,
   return counts.reduce((a, b) => a + b, 0);
 }
 
-async function httpRun(client: OpenAI, n: number, tokens: number, grammar: boolean): Promise<number> {
+async function httpRun(client: OpenAI, n: number, tokens: number, grammar: boolean, content: string): Promise<number> {
   const one = async () => {
     const body = {
-      model: "stories260K", messages: [{ role: "user" as const, content: PROMPT_TEXT }], max_tokens: tokens, temperature: 0.8, top_p: 0.95,
+      model: "stories260K", messages: [{ role: "user" as const, content }], max_tokens: tokens, temperature: 0.8, top_p: 0.95,
       stop: [NEVER], stream: true as const, stream_options: { include_usage: true }, ignore_eos: true,
       ...(grammar ? { response_format: { type: "json_schema" as const, json_schema: { name: "strings", schema: ARRAY_OF_STRINGS } } } : {}),
     };
@@ -139,12 +147,15 @@ const median = (xs: number[]) => {
 async function main(): Promise<void> {
   const o = parseArgs(cliArgs());
   const model = await loadModel(new URL("../models/stories260K.gguf", import.meta.url).pathname);
-  const prompt = [1, ...model.tokenizer.encode(PROMPT_TEXT)];
+  const once = model.tokenizer.encode(PROMPT_TEXT);
+  const copies = Math.max(1, Math.ceil(o.promptTokens / once.length));
+  const prompt = [1, ...Array.from({ length: copies }, () => once).flat()];
+  const content = Array.from({ length: copies }, () => PROMPT_TEXT).join(" ");
   const cycle = model.tokenizer.encode(CYCLE_TEXT);
   const rows: { mode: string; concurrency: number; wallUs: number; cpuUs: number; runs: number[] }[] = [];
   for (const mode of o.modes) {
     for (const n of o.concurrency) {
-      const engine = newEngine(model, cycle);
+      const engine = newEngine(model, cycle, prompt.length + o.tokens + 64);
       let close = async () => {};
       let run: () => Promise<number>;
       if (mode === "engine") run = () => engineRun(engine, prompt, n, o.tokens, o.grammar);
@@ -153,7 +164,7 @@ async function main(): Promise<void> {
         const l = await listen(app.fetch, "127.0.0.1", 0);
         close = () => l.close();
         const client = new OpenAI({ baseURL: `http://127.0.0.1:${l.port}/v1`, apiKey: "none", maxRetries: 0 });
-        run = () => httpRun(client, n, o.tokens, o.grammar);
+        run = () => httpRun(client, n, o.tokens, o.grammar, content);
       }
       try {
         await run(); // warm-up

@@ -7,16 +7,29 @@ import { ALL_KINDS, ASCII_KINDS, OTHER_KIND, WIDE_KIND } from "./char-kinds.ts";
 import type { CompiledRegex, RegexState, RunRoom } from "./regex-nfa.ts";
 import { type Frame, type GrammarState, inClass, uniqueSeen } from "./grammar-frames.ts";
 
-/** Numbers schema nodes and piece lists by identity, for {@link grammarStateKey}. */
+/**
+ * Numbers schema nodes and piece lists by identity, and keeps each frame's key once made, for
+ * {@link grammarStateKey}.
+ */
 export class ObjectIds {
   #ids = new WeakMap<object, number>();
   #next = 0;
+  /** Frames are immutable and name objects by this instance's numbers: a frame's key never changes. */
+  #frameKeys = new WeakMap<Frame, string>();
 
   /** The number of `o`, given on first sight. */
   of(o: object): number {
     let n = this.#ids.get(o);
     if (n === undefined) this.#ids.set(o, (n = this.#next++));
     return n;
+  }
+
+  /** The key of frame `f` and the frames below it (made once per frame: configurations share their tails). */
+  frameKey(f: Frame | null): string {
+    if (f === null) return "";
+    let key = this.#frameKeys.get(f);
+    if (key === undefined) this.#frameKeys.set(f, (key = frameText(f, this)));
+    return key;
   }
 }
 
@@ -25,45 +38,59 @@ export class ObjectIds {
  * token masks). `ids` must be the same for every state compared.
  */
 export function grammarStateKey(state: GrammarState, ids: ObjectIds): string {
-  const id = (o: object) => ids.of(o);
-  const frame = (f: Frame | null): string => {
-    if (f === null) return "";
-    const below = f.k === "then" ? `[${grammarStateKey(f.state, ids)}]` : frame(f.up);
-    switch (f.k) {
-      case "value": return `v${id(f.node)},${f.ws ? 1 : 0}${f.compact ? "c" : ""},${f.d}/${below}`;
-      case "lit": return `l${JSON.stringify(f.text)},${f.i}/${below}`;
-      // The sorted list is one object per schema node: its number and the run name the texts.
-      case "lits": return `L${id(f.texts)},${f.lo},${f.hi},${f.i}/${below}`;
-      case "str": {
-        // Inside an escape its digits so far decide what may follow (a surrogate's other half).
-        const re = f.re.length === 0 ? (f.esc === 0 ? "" : `,${f.hex}`) : `,${f.hex},${f.re.map((r, i) => `${id(r)}:${f.rs[i].key}`).join(";")}`;
-        const v = f.v === null ? "" : `,${JSON.stringify(f.v)}`;
-        return `s${f.min},${f.max},${f.n},${f.esc}${re}${v}/${below}`;
-      }
-      case "num": {
-        const r = f.range;
-        const step = r?.step === undefined ? "" : `*${r.step.p}e-${r.step.d}`;
-        const bounds = r === null ? "" : `${r.loOpen ? "(" : "["}${r.lo},${r.hi}${r.hiOpen ? ")" : "]"}${step}`;
-        return `n${f.integer ? 1 : 0},${f.ns}${bounds},${f.text}/${below}`;
-      }
-      case "key": return `k${JSON.stringify(f.text)}/${below}`;
-      case "obj": return `o${id(f.node)},${JSON.stringify(f.seen)},${f.phase},${JSON.stringify(f.key)},${f.d}${f.compact ? "c" : ""}/${below}`;
-      case "arr": return `a${id(f.node)},${f.count},${f.phase},${f.d}${f.compact ? "c" : ""}${f.seen === null ? "" : JSON.stringify(f.seen)}/${below}`;
-      case "re": return `r${id(f.re)},${f.rs.key}/${below}`;
-      case "cls": return `c${id(f.cls)}/${below}`;
-      case "tagged": return `g${id(f.tags)},${JSON.stringify(f.tail)}/${below}`;
-      // The marker names which free stretch this is (a prefix may await several in turn).
-      case "think": return `t${JSON.stringify(f.until)},${f.m}/${below}`;
-      case "then": return `T${below}`;
-      case "raw": {
-        const re = f.re.length === 0 ? "" : `,${f.re.map((r, i) => `${id(r)}:${f.rs[i].key}`).join(";")}`;
-        return `w${JSON.stringify(f.end)},${f.m},${f.min},${f.max},${f.n}${re}/${below}`;
-      }
-      // A group's pieces are its own objects, so the pieces' number names the group too.
-      case "seq": return `q${id(f.pieces)},${f.i}${f.compact ? "c" : ""}/${below}`;
+  let out = "";
+  // A top frame mostly lives for one character: its own part is made anew, the frames below it
+  // (shared by the states to come) once each.
+  for (let i = 0; i < state.length; i++) {
+    const top = state[i].top;
+    out += `${i === 0 ? "" : "|"}${state[i].ws}:${top === null ? "" : frameText(top, ids)}`;
+  }
+  return out;
+}
+
+/** Each pattern's number and its state's key, `;`-separated. */
+function patternKeys(re: readonly object[], rs: readonly RegexState[], ids: ObjectIds): string {
+  let out = "";
+  for (let i = 0; i < re.length; i++) out += `${i === 0 ? "" : ";"}${ids.of(re[i])}:${rs[i].key}`;
+  return out;
+}
+
+/** The key of `f` and the frames below it, made anew. */
+function frameText(f: Frame, ids: ObjectIds): string {
+  const below = f.k === "then" ? `[${grammarStateKey(f.state, ids)}]` : ids.frameKey(f.up);
+  switch (f.k) {
+    case "value": return `v${ids.of(f.node)},${f.ws ? 1 : 0}${f.compact ? "c" : ""},${f.d}/${below}`;
+    case "lit": return `l${JSON.stringify(f.text)},${f.i}/${below}`;
+    // The sorted list is one object per schema node: its number and the run name the texts.
+    case "lits": return `L${ids.of(f.texts)},${f.lo},${f.hi},${f.i}/${below}`;
+    case "str": {
+      // Inside an escape its digits so far decide what may follow (a surrogate's other half).
+      const re = f.re.length === 0 ? (f.esc === 0 ? "" : `,${f.hex}`) : `,${f.hex},${patternKeys(f.re, f.rs, ids)}`;
+      const v = f.v === null ? "" : `,${JSON.stringify(f.v)}`;
+      return `s${f.min},${f.max},${f.n},${f.esc}${re}${v}/${below}`;
     }
-  };
-  return state.map((c) => `${c.ws}:${frame(c.top)}`).join("|");
+    case "num": {
+      const r = f.range;
+      const step = r?.step === undefined ? "" : `*${r.step.p}e-${r.step.d}`;
+      const bounds = r === null ? "" : `${r.loOpen ? "(" : "["}${r.lo},${r.hi}${r.hiOpen ? ")" : "]"}${step}`;
+      return `n${f.integer ? 1 : 0},${f.ns}${bounds},${f.text}/${below}`;
+    }
+    case "key": return `k${JSON.stringify(f.text)}/${below}`;
+    case "obj": return `o${ids.of(f.node)},${JSON.stringify(f.seen)},${f.phase},${JSON.stringify(f.key)},${f.d}${f.compact ? "c" : ""}/${below}`;
+    case "arr": return `a${ids.of(f.node)},${f.count},${f.phase},${f.d}${f.compact ? "c" : ""}${f.seen === null ? "" : JSON.stringify(f.seen)}/${below}`;
+    case "re": return `r${ids.of(f.re)},${f.rs.key}/${below}`;
+    case "cls": return `c${ids.of(f.cls)}/${below}`;
+    case "tagged": return `g${ids.of(f.tags)},${JSON.stringify(f.tail)}/${below}`;
+    // The marker names which free stretch this is (a prefix may await several in turn).
+    case "think": return `t${JSON.stringify(f.until)},${f.m}/${below}`;
+    case "then": return `T${below}`;
+    case "raw": {
+      const re = f.re.length === 0 ? "" : `,${patternKeys(f.re, f.rs, ids)}`;
+      return `w${JSON.stringify(f.end)},${f.m},${f.min},${f.max},${f.n}${re}/${below}`;
+    }
+    // A group's pieces are its own objects, so the pieces' number names the group too.
+    case "seq": return `q${ids.of(f.pieces)},${f.i}${f.compact ? "c" : ""}/${below}`;
+  }
 }
 
 /** Room for plain text: any text of at most `room` characters, each of a kind in `kinds` (char-kinds.ts). */

@@ -99,7 +99,8 @@ export interface StepEntry {
   seqId: number;
   tokens: number[];
   startPos: number;
-  blockTable: number[];
+  /** Read-only: the scheduler may hand out the same (frozen) table in later steps while it does not change. */
+  blockTable: readonly number[];
   /** True when the chunk reaches the sequence's end, so the step samples its next token. */
   sample: boolean;
   /** True when the entry computes prompt tokens (a prefill chunk, even a one-token one), false for a decode. */

@@ -19,6 +19,7 @@ import {
 import { StepMixer, type StepWork } from "./scheduler-mixing.ts";
 import { WaitingQueue } from "./scheduler-queue.ts";
 import { SwapSpace } from "./scheduler-swap.ts";
+import { TableViews } from "./scheduler-tables.ts";
 import { type FinishReason, Sequence, type SequenceHints } from "./sequence.ts";
 
 /** The scheduler of one worker. */
@@ -37,6 +38,8 @@ export class Scheduler {
   private recomputed = 0;
   private readonly swap: SwapSpace;
   private readonly mixer: StepMixer;
+  /** The block tables plans hand out, copied only when they change. */
+  private readonly tables = new TableViews();
 
   /** `clock` (seconds) only ages waiting sequences under config.prefillOrder; FCFS never reads it. */
   constructor(private readonly kv: KvBlockManager, config: Partial<SchedulerConfig> = {}, clock: () => number = () => 0) {
@@ -122,7 +125,7 @@ export class Scheduler {
       const tokens = seq.tokens.slice(start, start + n);
       if (drafted > 0) tokens.push(...seq.draft.slice(0, drafted));
       entries.push({
-        seqId: seq.id, tokens, startPos: start, blockTable: [...seq.blockTable], sample: start + n === seq.tokens.length, prefill: seq.inPrefill,
+        seqId: seq.id, tokens, startPos: start, blockTable: this.tables.of(seq), sample: start + n === seq.tokens.length, prefill: seq.inPrefill,
         ...(drafted > 0 ? { draft: drafted } : {}),
       });
       if (seq.inPrefill) prefill += n;
@@ -273,7 +276,10 @@ export class Scheduler {
         out.push(seq);
         // Blocks taken for rejected draft tokens beyond the sequence's end (never registered) go back.
         const keep = Math.ceil(seq.tokens.length / bs);
-        if (drafted > 0 && seq.blockTable.length > keep) this.kv.release(seq.blockTable.splice(keep), seq.hints);
+        if (drafted > 0 && seq.blockTable.length > keep) {
+          this.kv.release(seq.blockTable.splice(keep), seq.hints);
+          this.tables.changed(seq);
+        }
         if ((this.config.role === "prefill" || seq.hints.prefillOnly) && seq.numOutput === 1) this.finish(seq.id, "prefill_done");
       }
     }
