@@ -33,7 +33,7 @@ test("a bad_words list of megabytes is refused before it is tokenized", async ()
     const long = await post(s.url, "/v1/completions", completion({ bad_words: ["abc ".repeat(400_000)] }));
     assert.equal(long.status, 400, long.message);
     assert.match(long.message, /^bad_words: .*at most 16384 characters.*1600000/);
-    assert.ok(long.ms < 2000, `the long bad word took ${long.ms.toFixed(0)} ms`);
+    assert.ok(long.ms < 4000, `the long bad word took ${long.ms.toFixed(0)} ms`);
     const ok = await post(s.url, "/v1/completions", completion({ bad_words: ["abc ".repeat(1000), "dragon"] }));
     assert.equal(ok.status, 200, ok.message);
   } finally {
@@ -48,7 +48,7 @@ test("a schema whose anyOf opens thousands of branches at once is refused, a sma
     const many = await post(s.url, "/v1/completions", schema(wide(8000)));
     assert.equal(many.status, 400, many.message);
     assert.match(many.message, /^response_format: .*more than 1000 branches .*8000/);
-    assert.ok(many.ms < 3000, `the wide anyOf took ${many.ms.toFixed(0)} ms`);
+    assert.ok(many.ms < 6000, `the wide anyOf took ${many.ms.toFixed(0)} ms`);
     // Nested anyOfs whose branches start together count together (40 × 40 = 1600 at once).
     const nested = await post(s.url, "/v1/completions", schema({ anyOf: Array.from({ length: 40 }, () => wide(40)) }));
     assert.equal(nested.status, 400, nested.message);

@@ -36,18 +36,20 @@ test("hostile requests are 400s naming the problem, answered quickly, and the se
     const tiny = await post(s.url, "/v1/completions", completion({ repetition_penalty: 5e-324 }));
     assert.equal(tiny.status, 400, tiny.message);
     assert.match(tiny.message, /repetition_penalty.*5e-324/);
+    // The bounds on time below are half of what each case took before its fix or less, not a speed
+    // measure: loose enough for a loaded 2-core CI machine running two test files at once.
     // A GBNF grammar of 20000 rules (a 400 KB body) took over 20 s of event-loop time to parse
     // (each rule and item computed its line and column from the start of the source).
     const chain = "root ::= r0\n" + Array.from({ length: 20_000 }, (_, i) => `r${i} ::= "a" r${i + 1}`).join("\n") + '\nr20000 ::= "b"';
     const rules = await post(s.url, "/v1/completions", completion({ structured_outputs: { grammar: chain } }));
     assert.ok(rules.status === 200 || rules.status === 400, `${rules.status}: ${rules.message}`);
-    assert.ok(rules.ms < 3000, `the 20000-rule grammar took ${rules.ms.toFixed(0)} ms`);
+    assert.ok(rules.ms < 10_000, `the 20000-rule grammar took ${rules.ms.toFixed(0)} ms`);
     // Counted repetitions nested three deep spell out 9e7 pieces: 11 s and 2.5 GB of one event-loop
     // turn for a 35-byte grammar (two such alternatives ran the process out of memory).
     const spelled = await post(s.url, "/v1/completions", completion({ structured_outputs: { grammar: 'root ::= (("a"{300}){300}){1000}' } }));
     assert.equal(spelled.status, 400, spelled.message);
     assert.match(spelled.message, /too large/);
-    assert.ok(spelled.ms < 2000, `the nested counts took ${spelled.ms.toFixed(0)} ms`);
+    assert.ok(spelled.ms < 6000, `the nested counts took ${spelled.ms.toFixed(0)} ms`);
     // Up to a million spelled out is served, as before.
     const square = await post(s.url, "/v1/completions", completion({ structured_outputs: { grammar: 'root ::= ("a"{1000}){1000}' } }));
     assert.equal(square.status, 200, square.message);
@@ -57,7 +59,7 @@ test("hostile requests are 400s naming the problem, answered quickly, and the se
     const many = await post(s.url, "/v1/completions", completion({ structured_outputs: { grammar: words(100_000) } }));
     assert.equal(many.status, 400, many.message);
     assert.match(many.message, /more than 10000 alternatives .*structured_outputs\.choice/);
-    assert.ok(many.ms < 2000, `the 100000 alternatives took ${many.ms.toFixed(0)} ms`);
+    assert.ok(many.ms < 6000, `the 100000 alternatives took ${many.ms.toFixed(0)} ms`);
     const tenThousand = await post(s.url, "/v1/completions", completion({ structured_outputs: { grammar: words(10_000) } }));
     assert.equal(tenThousand.status, 200, tenThousand.message);
     const ok = await post(s.url, "/v1/completions", completion({}));
