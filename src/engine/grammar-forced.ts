@@ -44,7 +44,7 @@ export function grammarForcedText(state: GrammarState, maxChars: number): { text
   return { text, state: s };
 }
 
-/** The one character configuration `cfg` allows next, or null. Mirrors grammar.ts `step` frame by frame. */
+/** The one character configuration `cfg` allows next, or null. Mirrors grammar-step.ts `step` frame by frame. */
 function forcedIn(cfg: Config): string | null {
   const f = cfg.top;
   if (f === null) return null;

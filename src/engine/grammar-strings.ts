@@ -9,7 +9,7 @@ import { stringKey } from "./value-key.ts";
 
 type StrFrame = Extract<Frame, { k: "str" }>;
 type RawFrame = Extract<Frame, { k: "raw" }>;
-/** The configurations once a value below `up` has ended (`key`: its key, as grammar.ts `complete` takes). */
+/** The configurations once a value below `up` has ended (`key`: its key, as grammar-step.ts `complete` takes). */
 export type Done = (up: Frame | null, key?: string) => Config[];
 
 /** What a backslash escape's letter stands for (same order as SHORT_ESCAPES). */

@@ -16,7 +16,7 @@ const PROBE = ['"', ...ASCII_KINDS[2], ...ASCII_KINDS[0], ...ASCII_KINDS[1], ...
 /** Steps the search of {@link distinctAhead} may take before it assumes a way out exists. */
 const DISTINCT_SEARCH_STEPS = 2000;
 
-/** One step of the automaton (grammar.ts `step`), without the guard. */
+/** One step of the automaton (grammar-step.ts `step`), without the guard. */
 export type StepFn = (cfg: Config, c: string) => Config[];
 
 /**

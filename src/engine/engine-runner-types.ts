@@ -1,0 +1,111 @@
+/**
+ * The `StepRunner` seam (engine-runner.ts implements it on a model): what one scheduler step asks of
+ * a runner beyond its sampling rows (`StepExtras`), what it answers (`StepOutput`), and the runner's
+ * optional KV moves, LoRA slots and greedy drafting.
+ */
+import type { KvDType, SamplingRow } from "../backend/types.ts";
+import type { LoraAdapter } from "../model/lora.ts";
+import type { HostKv } from "./kv-copy.ts";
+import type { LogitAdditions } from "./logit-adjust.ts";
+import type { TokenMask } from "./output-constraint.ts";
+import type { TokenLogprob } from "./logprobs.ts";
+import type { RepeatPenalty } from "./repeat-penalty.ts";
+import type { StepEntry, SwapOp } from "./scheduler-types.ts";
+
+/** A row that takes the most likely token. */
+export const GREEDY_ROW: SamplingRow = { temperature: 0, topK: 0, topP: 1, uniform: 0 };
+
+/** What a step asks beyond its sampling rows, per entry (undefined: nothing for that entry). */
+export interface StepExtras {
+  /** Added to the entry's own row's logits before sampling (logit biases and penalties; after its draft, if any). */
+  additions?: readonly (LogitAdditions | undefined)[];
+  /**
+   * The tokens the entry's output grammar allows at its own row (after its draft, if any); the
+   * others are barred after the additions, whatever their bias.
+   */
+  masks?: readonly (TokenMask | undefined)[];
+  /** Log probability of the sampled token and this many top alternatives (0 to MAX_TOP_LOGPROBS), at each row that samples. */
+  logprobs?: readonly (number | undefined)[];
+  /** Log probabilities of the prompt tokens the entry's rows predict (prompt_logprobs, echo). */
+  promptLogprobs?: readonly (PromptLogprobAsk | undefined)[];
+  /**
+   * For an entry with a draft (StepEntry.draft = d): the sampling rows of its first d rows, each
+   * sampling the token after the one it feeds (the entry's own row samples after the last draft
+   * token). They report log probabilities when their entry asks (StepOutput.draftLogprobs).
+   */
+  drafts?: readonly (readonly SamplingRow[] | undefined)[];
+  /**
+   * Per draft row of an entry with a draft: added to that row's logits (penalties counting the draft
+   * tokens before it as output). Absent, or undefined for a row: nothing is added there.
+   */
+  draftAdditions?: readonly (readonly (LogitAdditions | undefined)[] | undefined)[];
+  /** Per draft row of an entry with a draft: the tokens its grammar allows after the draft tokens before it. */
+  draftMasks?: readonly (readonly (TokenMask | undefined)[] | undefined)[];
+  /** The entry's own row's repetition penalty (after its draft, if any), applied before the additions. */
+  repeats?: readonly (RepeatPenalty | undefined)[];
+  /** Per draft row of an entry with a draft: its repetition penalty, counting the draft tokens before it. */
+  draftRepeats?: readonly (readonly (RepeatPenalty | undefined)[] | undefined)[];
+  /** Entries whose own row's hidden state after the output norm is returned (StepOutput.hidden: embeddings). */
+  hidden?: readonly (boolean | undefined)[];
+  /** Each entry's LoRA adapter slot ({@link StepRunner.setAdapters}; 0 or undefined: the base model). */
+  adapters?: readonly (number | undefined)[];
+}
+
+/**
+ * An entry's prompt log probabilities: its row j predicts `targets[j]`, the prompt token after the
+ * one it feeds (so a chunk that ends the prompt asks for one fewer than it feeds).
+ */
+export interface PromptLogprobAsk {
+  /** Top alternatives per token (0 to MAX_TOP_LOGPROBS). */
+  top: number;
+  targets: readonly number[];
+}
+
+/** A step's output: one sampled token per entry (entries that do not sample get any value). */
+export interface StepOutput {
+  ids: Int32Array;
+  /** For the entries that asked (StepExtras.logprobs), from the raw logits. */
+  logprobs?: (TokenLogprob | undefined)[];
+  /** For the entries that asked (StepExtras.promptLogprobs): one per target, in order. */
+  promptLogprobs?: (TokenLogprob[] | undefined)[];
+  /** For the entries with a draft (StepExtras.drafts): the token sampled at each draft row. */
+  draftIds?: (Int32Array | undefined)[];
+  /** For the entries with a draft that asked (StepExtras.logprobs): each draft row's sampled token's, from the raw logits. */
+  draftLogprobs?: (TokenLogprob[] | undefined)[];
+  /** For the entries that asked (StepExtras.hidden): their own row's hidden state after the output norm. */
+  hidden?: (Float32Array | undefined)[];
+}
+
+/** Executes steps. */
+export interface StepRunner {
+  readonly numBlocks: number;
+  readonly blockSize: number;
+  /** The KV cache's element type (absent: f32, or a runner without a device cache). */
+  readonly kvDtype?: KvDType;
+  run(entries: readonly StepEntry[], rows: readonly SamplingRow[], extras?: StepExtras): Promise<StepOutput>;
+  /**
+   * Copies KV out to host memory, then back in (swap preemption). Must complete its swap-outs'
+   * reads before the next `run` writes the same blocks. Absent: only recompute preemption works.
+   */
+  swap?(out: readonly SwapOp[], into: readonly SwapOp[]): Promise<void>;
+  /** Forgets a sequence's host KV (it ended while swapped out). */
+  discardSwap?(seqId: number): void;
+  /** Reads whole KV blocks to the host (moving a cached prefix to another worker). */
+  readBlocks?(blockIds: readonly number[]): Promise<HostKv>;
+  /** Writes `data`, from block `fromBlock` of it on, into whole KV blocks (a prefix from another worker). */
+  writeBlocks?(blockIds: readonly number[], data: HostKv, fromBlock: number): void;
+  /**
+   * Puts these LoRA adapters on the device, adapter i at slot i + 1 (undefined: an empty slot), in
+   * place of the set before (steps from the next `run` use it). Absent: the runner serves no adapters.
+   */
+  setAdapters?(adapters: readonly (LoraAdapter | undefined)[]): void;
+  /**
+   * Greedy drafting (draft-model.ts): runs `entries` (each sampling its last row), then `steps - 1`
+   * one-token steps per entry, each fed the token the step before sampled for it without reading it
+   * back, and returns each entry's `steps` tokens (one read at the end). Absent: the proposer runs
+   * and reads one step at a time.
+   */
+  draftGreedy?(entries: readonly StepEntry[], steps: number): Promise<Int32Array[]>;
+  /** Releases device memory. */
+  close(): void;
+}
