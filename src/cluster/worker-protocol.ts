@@ -60,8 +60,11 @@ export type FromWorker =
   | { op: "ready"; maxModelLen: number; blockSize: number; vocabSize?: number; backend: string; fingerprint: string; state: WorkerReport }
   | { op: "failed"; message: string }
   | { op: "accepted"; rid: number; sessionId?: string }
-  /** `name`: the refusal's class (see {@link refusalOf}); `notFound`: a LoraAdapterError's, for an adapter the worker does not have. */
-  | { op: "rejected"; rid: number; name: string; message: string; notFound?: boolean }
+  /**
+   * `name`: the refusal's class (see {@link refusalOf}); `notFound`: a LoraAdapterError's, for an adapter
+   * the worker does not have; `field`: a RequestParamError's, the request field at fault.
+   */
+  | { op: "rejected"; rid: number; name: string; message: string; notFound?: boolean; field?: string }
   | { op: "delta"; rid: number; delta: StreamDelta }
   | { op: "result"; rid: number; result: GenerateResult }
   | { op: "reply"; cid: number; value?: unknown; error?: string }
@@ -75,8 +78,8 @@ export function prefixBuffers(p: PrefixKv | null | undefined): ArrayBuffer[] {
 }
 
 /** The typed refusals a worker's engine throws at submit, by name: the cluster's side throws the same classes. */
-const REFUSALS: Record<string, (message: string) => Error> = {
-  RequestParamError: (m) => new RequestParamError(m),
+const REFUSALS: Record<string, (message: string, field?: keyof GenerateRequest) => Error> = {
+  RequestParamError: (m, field) => new RequestParamError(m, field),
   ContextLengthError: (m) => new ContextLengthError(m),
   EngineOverloadedError: (m) => new EngineOverloadedError(m),
   SessionRefusedError: (m) => new SessionRefusedError(m),
@@ -90,7 +93,9 @@ const REFUSALS: Record<string, (message: string) => Error> = {
  */
 export function refusalOf(m: Extract<FromWorker, { op: "rejected" }>): Error | undefined {
   if (m.name === "LoraAdapterError") return new LoraAdapterError(m.message, m.notFound === true);
-  return Object.hasOwn(REFUSALS, m.name) ? REFUSALS[m.name](m.message) : undefined;
+  // The field as the worker's engine named it (a GenerateRequest key; the server maps it to its API's).
+  const field = typeof m.field === "string" ? m.field as keyof GenerateRequest : undefined;
+  return Object.hasOwn(REFUSALS, m.name) ? REFUSALS[m.name](m.message, field) : undefined;
 }
 
 /** Whether `e` is one of the typed refusals a server answers as the client's mistake or a full queue (not a 500). */
@@ -101,5 +106,9 @@ export function isRefusal(e: unknown): e is Error {
 /** The "rejected" message for `e`, what an engine's submit threw for request `rid`. */
 export function rejection(rid: number, e: unknown): Extract<FromWorker, { op: "rejected" }> {
   const x = e instanceof Error ? e : new Error(String(e));
-  return { op: "rejected", rid, name: x.name, message: x.message, ...(x instanceof LoraAdapterError && x.notFound ? { notFound: true } : {}) };
+  return {
+    op: "rejected", rid, name: x.name, message: x.message,
+    ...(x instanceof LoraAdapterError && x.notFound ? { notFound: true } : {}),
+    ...(x instanceof RequestParamError && x.field !== undefined ? { field: x.field } : {}),
+  };
 }

@@ -39,7 +39,7 @@ export function promptLogprobRowLimit(vocabSize: number): number {
 export function checkPromptTokens(prompt: readonly number[], vocabSize: number): void {
   for (let i = 0; i < prompt.length; i++) {
     const id = prompt[i];
-    if (!(Number.isInteger(id) && id >= 0 && id < vocabSize)) throw new RequestParamError(`Prompt token ${i} is ${id}, outside this model's vocabulary of ${vocabSize} tokens`);
+    if (!(Number.isInteger(id) && id >= 0 && id < vocabSize)) throw new RequestParamError(`Prompt token ${i} is ${id}, outside this model's vocabulary of ${vocabSize} tokens`, "prompt");
   }
 }
 
@@ -88,9 +88,9 @@ export class RequestChecks {
   private reasoningBudget(req: GenerateRequest): Active["budget"] {
     const limit = req.reasoningBudget;
     if (limit === undefined) return undefined;
-    if (!Number.isInteger(limit) || limit < 0) throw new RequestParamError(`The reasoning budget must be a whole number of tokens, 0 or more, got ${limit}`);
+    if (!Number.isInteger(limit) || limit < 0) throw new RequestParamError(`The reasoning budget must be a whole number of tokens, 0 or more, got ${limit}`, "reasoningBudget");
     if (!this.scheduler.reasoningTokens) {
-      throw new RequestParamError("A reasoning budget needs the model's reasoning tokens, which this server does not track (start it with --reasoning-parser)");
+      throw new RequestParamError("A reasoning budget needs the model's reasoning tokens, which this server does not track (start it with --reasoning-parser)", "reasoningBudget");
     }
     const tok = this.tokenizer;
     return { limit, masks: this.budgetMasks, ...(tok.tokenBytes ? { bytesOf: (id: number) => tok.tokenBytes!(id) } : {}) };
@@ -102,9 +102,9 @@ export class RequestChecks {
     try {
       return new OutputConstraint(req.grammar, this.tokenTrie(req.skipSpecialTokens === false), this.config.eosTokenIds, req.grammarAfter ?? (req.startsInReasoning ? AFTER_THINK : undefined));
     } catch (e) {
-      if (e instanceof SchemaError) throw new RequestParamError(e.message);
+      if (e instanceof SchemaError) throw new RequestParamError(e.message, "grammar");
       // Compiled again here, deeper in the stack than the server's check (or first, in a worker).
-      if (nestsTooDeeply(e)) throw new RequestParamError("The output grammar (response_format, structured_outputs or a forced tool's parameters) nests too deeply to be followed");
+      if (nestsTooDeeply(e)) throw new RequestParamError("The output grammar (response_format, structured_outputs or a forced tool's parameters) nests too deeply to be followed", "grammar");
       throw e;
     }
   }

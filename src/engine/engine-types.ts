@@ -209,9 +209,16 @@ export class NoWorkerError extends EngineOverloadedError {
   override name = "NoWorkerError";
 }
 
-/** A parameter outside what the engine accepts (HTTP 400). */
+/**
+ * A parameter outside what the engine accepts (HTTP 400). `field`: the request field at fault as
+ * {@link GenerateRequest} names it (undefined: none in particular); the engine names its own fields
+ * only, and a server maps them to its API's (serve/refusals.ts `apiParam`).
+ */
 export class RequestParamError extends RangeError {
   override name = "RequestParamError";
+  constructor(message: string, readonly field?: keyof GenerateRequest) {
+    super(message);
+  }
 }
 
 /**
@@ -220,7 +227,7 @@ export class RequestParamError extends RangeError {
  */
 export function outputBudget(req: GenerateRequest, maxModelLen: number): number {
   const n = req.prompt.length;
-  if (n === 0) throw new RequestParamError("The prompt is empty");
+  if (n === 0) throw new RequestParamError("The prompt is empty", "prompt");
   // An embedding generates nothing: its prompt may fill the whole context (as vLLM pools).
   if (req.embed === true && !req.prefillOnly) {
     if (n > maxModelLen) throw new ContextLengthError(`The prompt has ${n} tokens; this model's maximum context length is ${maxModelLen} tokens`);
@@ -228,7 +235,7 @@ export function outputBudget(req: GenerateRequest, maxModelLen: number): number 
   }
   if (n >= maxModelLen) throw new ContextLengthError(`The prompt has ${n} tokens; this model's maximum context length is ${maxModelLen} tokens`);
   const maxTokens = req.maxTokens ?? maxModelLen - n;
-  if (!Number.isInteger(maxTokens) || maxTokens < 1) throw new RequestParamError(`max_tokens must be a positive integer, got ${maxTokens}`);
+  if (!Number.isInteger(maxTokens) || maxTokens < 1) throw new RequestParamError(`max_tokens must be a positive integer, got ${maxTokens}`, "maxTokens");
   if (n + maxTokens > maxModelLen) {
     throw new ContextLengthError(
       `This model's maximum context length is ${maxModelLen} tokens; you requested ${n + maxTokens} (${n} in the prompt, ${maxTokens} for the output)`,

@@ -16,39 +16,40 @@ export type LogitAdditions = ReadonlyMap<number, number>;
  * whole number.
  */
 export function checkSamplingRequest(req: GenerateRequest, vocabSize: number): void {
-  for (const [what, lp] of [["", req.logprobs], ["prompt ", req.promptLogprobs]] as const) {
+  for (const [what, lp, field] of [["", req.logprobs, "logprobs"], ["prompt ", req.promptLogprobs, "promptLogprobs"]] as const) {
     if (lp !== undefined && !(Number.isInteger(lp) && lp >= 0 && lp <= MAX_TOP_LOGPROBS)) {
-      throw new RequestParamError(`The number of top ${what}log probabilities must be an integer from 0 to ${MAX_TOP_LOGPROBS}, got ${lp}`);
+      throw new RequestParamError(`The number of top ${what}log probabilities must be an integer from 0 to ${MAX_TOP_LOGPROBS}, got ${lp}`, field);
     }
   }
-  for (const [name, ids] of [["allowed_token_ids", req.allowedTokenIds ?? []], ["bad_words", (req.badWords ?? []).flat()]] as const) {
-    for (const id of ids) if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new RequestParamError(`Token ${id} in ${name} is outside this model's vocabulary of ${vocabSize} tokens`);
+  const lists = [["allowed_token_ids", req.allowedTokenIds ?? [], "allowedTokenIds"], ["bad_words", (req.badWords ?? []).flat(), "badWords"]] as const;
+  for (const [name, ids, field] of lists) {
+    for (const id of ids) if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new RequestParamError(`Token ${id} in ${name} is outside this model's vocabulary of ${vocabSize} tokens`, field);
   }
-  if (req.allowedTokenIds !== undefined && req.allowedTokenIds.length === 0) throw new RequestParamError("The allowed_token_ids list is empty: name at least one token");
+  if (req.allowedTokenIds !== undefined && req.allowedTokenIds.length === 0) throw new RequestParamError("The allowed_token_ids list is empty: name at least one token", "allowedTokenIds");
   for (const id of req.stopTokenIds ?? []) {
-    if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new RequestParamError(`Token ${id} in stop_token_ids is outside this model's vocabulary of ${vocabSize} tokens`);
+    if (!Number.isInteger(id) || id < 0 || id >= vocabSize) throw new RequestParamError(`Token ${id} in stop_token_ids is outside this model's vocabulary of ${vocabSize} tokens`, "stopTokenIds");
   }
-  if (req.minTokens !== undefined && !(Number.isInteger(req.minTokens) && req.minTokens >= 0)) throw new RequestParamError(`The min_tokens must be a whole number, 0 or more, got ${req.minTokens}`);
+  if (req.minTokens !== undefined && !(Number.isInteger(req.minTokens) && req.minTokens >= 0)) throw new RequestParamError(`The min_tokens must be a whole number, 0 or more, got ${req.minTokens}`, "minTokens");
   // vLLM refuses it too (SamplingParams._verify_args): the output could never reach min_tokens.
   if (req.minTokens !== undefined && req.maxTokens !== undefined && req.minTokens > req.maxTokens) {
-    throw new RequestParamError(`The min_tokens must be at most max_tokens (${req.maxTokens}), got min_tokens = ${req.minTokens}`);
+    throw new RequestParamError(`The min_tokens must be at most max_tokens (${req.maxTokens}), got min_tokens = ${req.minTokens}`, "minTokens");
   }
-  if (req.priority !== undefined && !Number.isSafeInteger(req.priority)) throw new RequestParamError(`The priority must be a whole number, got ${req.priority}`);
-  if (req.minP !== undefined && !(req.minP >= 0 && req.minP <= 1)) throw new RequestParamError(`The min_p must be a number from 0 to 1, got ${req.minP}`);
+  if (req.priority !== undefined && !Number.isSafeInteger(req.priority)) throw new RequestParamError(`The priority must be a whole number, got ${req.priority}`, "priority");
+  if (req.minP !== undefined && !(req.minP >= 0 && req.minP <= 1)) throw new RequestParamError(`The min_p must be a number from 0 to 1, got ${req.minP}`, "minP");
   // As the backends hold it (a 32-bit float): 5e-324 is 0 there, and 1e39 Infinity.
   const penalty = req.repetitionPenalty === undefined ? undefined : Math.fround(req.repetitionPenalty);
   if (penalty !== undefined && !(penalty > 0 && Number.isFinite(penalty))) {
     const held = !Object.is(penalty, req.repetitionPenalty) ? `, which is ${penalty} as a 32-bit float` : "";
-    throw new RequestParamError(`The repetition_penalty must be a positive number, got ${req.repetitionPenalty}${held}`);
+    throw new RequestParamError(`The repetition_penalty must be a positive number, got ${req.repetitionPenalty}${held}`, "repetitionPenalty");
   }
-  for (const [name, v] of [["presence_penalty", req.presencePenalty], ["frequency_penalty", req.frequencyPenalty]] as const) {
-    if (v !== undefined && !Number.isFinite(v)) throw new RequestParamError(`The ${name} must be a finite number, got ${v}`);
+  for (const [name, v, field] of [["presence_penalty", req.presencePenalty, "presencePenalty"], ["frequency_penalty", req.frequencyPenalty, "frequencyPenalty"]] as const) {
+    if (v !== undefined && !Number.isFinite(v)) throw new RequestParamError(`The ${name} must be a finite number, got ${v}`, field);
   }
   for (const [token, bias] of req.logitBias ?? []) {
     if (!Number.isInteger(token) || token < 0 || token >= vocabSize) {
-      throw new RequestParamError(`Token ${token} in logit_bias is outside this model's vocabulary of ${vocabSize} tokens`);
+      throw new RequestParamError(`Token ${token} in logit_bias is outside this model's vocabulary of ${vocabSize} tokens`, "logitBias");
     }
-    if (!Number.isFinite(bias)) throw new RequestParamError(`The logit_bias of token ${token} must be a finite number, got ${bias}`);
+    if (!Number.isFinite(bias)) throw new RequestParamError(`The logit_bias of token ${token} must be a finite number, got ${bias}`, "logitBias");
   }
 }
 

@@ -12,7 +12,7 @@ import type { AppOptions } from "./app-options.ts";
 import { anthropicErrorBody, anthropicStatus, ApiError, schemaError } from "./errors.ts";
 import type { ServerLifecycle } from "./lifecycle.ts";
 import { withAdapter } from "./lora.ts";
-import { awaitTaken } from "./refusals.ts";
+import { awaitTaken, type ParamNames } from "./refusals.ts";
 import { completeJson, completeStream } from "./respond.ts";
 import { type BackgroundRuns, followStream } from "./responses-background.ts";
 import type { ServeContext, Submitted } from "./serve-context.ts";
@@ -50,7 +50,8 @@ export interface RouteKit {
    * requests after `submit` returned, and the answer is then that refusal's status, not 200. A client
    * that hangs up meanwhile cancels them (a hand-off is taken only once its prefill has moved).
    */
-  sseOnceTaken(c: Context, handles: readonly RequestHandle[], stream: () => ReadableStream<Uint8Array>, end: () => void): Promise<Response>;
+  /** `params`: what the body calls the engine request's fields, for a refusal's `param` (refusals.ts). */
+  sseOnceTaken(c: Context, handles: readonly RequestHandle[], stream: () => ReadableStream<Uint8Array>, end: () => void, params?: ParamNames): Promise<Response>;
   /** A chat or completion answer, streamed or whole as its body asks. */
   respond(c: Context, ctx: ServeContext, body: StreamChoice, submitted: Submitted, end: () => void): Promise<Response>;
   /** Runs a generation route, counted in flight from once its body has arrived (body-read.ts) until its answer is written. */
@@ -120,7 +121,7 @@ export function routeKit(o: AppOptions, ctx: ServeContext, life: ServerLifecycle
     try {
       return await cancelOnHangUp(c, submitted.handles, async () => {
         // A refusal by a cluster's worker cancels the other choices now, not once they are generated.
-        await awaitTaken(submitted.handles);
+        await awaitTaken(submitted.handles, submitted.params);
         return c.json(await answer());
       });
     } finally {
@@ -132,13 +133,13 @@ export function routeKit(o: AppOptions, ctx: ServeContext, life: ServerLifecycle
   // Streams are cancelled through the body stream's cancel(), which both runtimes call on disconnect.
   const sse = (stream: ReadableStream<Uint8Array>, end: () => void) =>
     new Response(life.track(stream, end), { headers: SSE_HEADERS });
-  const sseOnceTaken = async (c: Context, handles: readonly RequestHandle[], stream: () => ReadableStream<Uint8Array>, end: () => void) => {
-    await cancelOnHangUp(c, handles, () => awaitTaken(handles));
+  const sseOnceTaken = async (c: Context, handles: readonly RequestHandle[], stream: () => ReadableStream<Uint8Array>, end: () => void, params?: ParamNames) => {
+    await cancelOnHangUp(c, handles, () => awaitTaken(handles, params));
     return sse(stream(), end);
   };
   const respond = (c: Context, ctx: ServeContext, body: StreamChoice, submitted: Submitted, end: () => void) =>
     body.stream
-      ? sseOnceTaken(c, submitted.handles, () => completeStream(ctx, submitted, body.stream_options?.include_usage === true, body.stream_options?.continuous_usage_stats === true), end)
+      ? sseOnceTaken(c, submitted.handles, () => completeStream(ctx, submitted, body.stream_options?.include_usage === true, body.stream_options?.continuous_usage_stats === true), end, submitted.params)
       : whole(c, submitted, end, () => completeJson(ctx, submitted));
   const generation = async (handle: (end: () => void) => Promise<Response>) => {
     if (life.draining) throw new ApiError(503, "The server is shutting down; send the request to another replica, or retry once it is back", null, "shutting_down");

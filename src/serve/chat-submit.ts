@@ -14,7 +14,7 @@ import type { ToolSpec } from "./tool-calls-pairs.ts";
 import { mistralMessageIds } from "./tool-calls-mistral.ts";
 import { startsInAnalysis } from "./harmony.ts";
 import { checkHarmonyGrammar, harmonyGrammarPrefix, harmonyMessages, harmonyStart, harmonyTools } from "./harmony-prompt.ts";
-import { checkUnsupported, engineRequest, submit, withPromptLogprobs } from "./generation-request.ts";
+import { checkUnsupported, engineRequest, paramNames, submit, withPromptLogprobs } from "./generation-request.ts";
 import { checkTextLength, encodeToTruncate, truncatedPrompt } from "./prompt-length.ts";
 import type { ServeContext, Submitted } from "./serve-context.ts";
 
@@ -107,7 +107,8 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   };
   const n = body.n ?? 1;
   // Chat's prompt log probabilities are returned once, beside the choices.
-  const handles = submit(ctx, [request], n, "messages", true);
+  const params = paramNames(body, "chat");
+  const handles = submit(ctx, [request], n, "messages", true, params);
   const echo = chatEcho(body);
-  return withPromptLogprobs({ kind: "chat", handles, perPrompt: n, n, promptTokens: prompt.length, ...(echo === undefined ? {} : { echo }), output: { reasoning, reasoningTags, startsInReasoning, ...(start ? { harmony: start } : {}), toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools), ...(grammar?.kind === "union" ? { callsOrAnswer: true } : {}) } }, body, ctx);
+  return withPromptLogprobs({ kind: "chat", handles, params, perPrompt: n, n, promptTokens: prompt.length, ...(echo === undefined ? {} : { echo }), output: { reasoning, reasoningTags, startsInReasoning, ...(start ? { harmony: start } : {}), toolCalls, parallelToolCalls, toolCallFormat: ctx.toolCallParser, tools: toolSpecs(tools), ...(grammar?.kind === "union" ? { callsOrAnswer: true } : {}) } }, body, ctx);
 }

@@ -6,7 +6,7 @@
 import { ApiError } from "./errors.ts";
 import { completionGrammar } from "./output-grammar.ts";
 import type { CompletionRequest } from "./schemas.ts";
-import { checkUnsupported, engineRequest, MAX_CHOICES, submit, withPromptLogprobs } from "./generation-request.ts";
+import { checkUnsupported, engineRequest, MAX_CHOICES, paramNames, submit, withPromptLogprobs } from "./generation-request.ts";
 import { checkTextLength, encodeToTruncate, truncatedPrompt } from "./prompt-length.ts";
 import type { EchoedPrompt, ServeContext, Submitted } from "./serve-context.ts";
 
@@ -99,6 +99,7 @@ export function submitCompletion(ctx: ServeContext, body: CompletionRequest): Su
     return req;
   });
   // Streamed, each choice echoes its prompt with its own request's log probabilities.
-  const handles = submit(ctx, reqs, perPrompt, "prompt", !body.stream);
-  return withPromptLogprobs({ kind: "completion", handles, perPrompt, n, output: null, completion: { prompts, echo, scoreOnly, logprobs } }, body, ctx);
+  const params = paramNames(body, "completion");
+  const handles = submit(ctx, reqs, perPrompt, "prompt", !body.stream, params);
+  return withPromptLogprobs({ kind: "completion", handles, params, perPrompt, n, output: null, completion: { prompts, echo, scoreOnly, logprobs } }, body, ctx);
 }

@@ -100,13 +100,24 @@ function jsonHead(value: unknown, limit: number): string | undefined {
 }
 
 /**
+ * The `param` of an error about the value at `path` in a request body, spelled as every error of
+ * this server spells it: an index into a list in brackets, an object's key after a dot
+ * (`messages[0].content`, `prompt[1]`, `logit_bias.5`, `metadata.k`); null for an empty path.
+ * A key is a key whatever it holds: `logit_bias`'s "5" and "-1" are `logit_bias.5` and `logit_bias.-1`.
+ */
+export function paramPath(path: readonly PropertyKey[]): string | null {
+  if (path.length === 0) return null;
+  return path.reduce<string>((acc, p, i) => (typeof p === "number" ? `${acc}[${p}]` : i === 0 ? String(p) : `${acc}.${String(p)}`), "");
+}
+
+/**
  * Turns the first schema issue into a 400 that names the field and quotes the bad value. A field
  * that is absent gets code `missing_required_parameter`; any other bad value `invalid_value`.
  */
 export function schemaError(err: ZodError, body: unknown): ApiError {
   const issue = err.issues[0];
   const path = issue.path.map(String);
-  const param = path.length ? path.reduce((acc, p) => (/^\d+$/.test(p) ? `${acc}[${p}]` : acc ? `${acc}.${p}` : p), "") : null;
+  const param = paramPath(issue.path);
   let value: unknown = body;
   for (const p of path) value = value !== null && typeof value === "object" ? (value as Record<string, unknown>)[p] : undefined;
   const got = value === undefined ? "it is missing" : `got ${describe(value)}`;

@@ -7,7 +7,7 @@ import type { GenerateRequest, RequestHandle } from "../engine/engine-types.ts";
 import type { OutputGrammar } from "../engine/grammar.ts";
 import { ApiError, describe } from "./errors.ts";
 import { badWordIds, checkChatOnly, unsupported, UNIMPLEMENTED_VLLM_FIELDS } from "./request-checks.ts";
-import { refusalError } from "./refusals.ts";
+import { type ParamNames, refusalError } from "./refusals.ts";
 import type { ChatRequest, CompletionRequest } from "./schemas.ts";
 import { type AppliedTier, appliedTier, type Kind, type ServeContext, type Submitted } from "./serve-context.ts";
 
@@ -20,27 +20,18 @@ function tierPriority(tier: AppliedTier): number {
 }
 
 /**
- * Refuses the OpenAI parameters we cannot honour when set to anything but their no-op value, and
- * logit biases for tokens the model lacks. (response_format and tool_choice: output-grammar.ts.)
+ * Refuses the OpenAI parameters we cannot honour when set to anything but their no-op value.
+ * (response_format and tool_choice: output-grammar.ts; token ids the model lacks in logit_bias,
+ * stop_token_ids and allowed_token_ids, and a min_tokens above max_tokens: the engine, at submit,
+ * naming the field, as {@link paramNames} maps it.)
  */
 export function checkUnsupported(body: ChatRequest | CompletionRequest, kind: Kind, ctx: Pick<ServeContext, "config" | "priorityScheduling">): void {
-  const vocabSize = ctx.config.vocabSize;
   checkPriority(ctx, body.priority);
   if (body.n !== undefined && body.n !== null && !(body.n >= 1 && body.n <= MAX_CHOICES)) {
     throw new ApiError(400, `The number of choices n must be from 1 to ${MAX_CHOICES}, got n = ${body.n}`, "n", "invalid_value");
   }
   if (kind === "chat" && (body as ChatRequest).top_logprobs && !body.logprobs) {
     throw new ApiError(400, `Asking for top_logprobs needs logprobs = true, got top_logprobs = ${(body as ChatRequest).top_logprobs}`, "top_logprobs", "invalid_value");
-  }
-  for (const key of Object.keys(body.logit_bias ?? {})) {
-    if (Number(key) >= vocabSize) {
-      throw new ApiError(400, `Token ${key} in logit_bias is outside this model's vocabulary of ${vocabSize} tokens`, "logit_bias", "invalid_value");
-    }
-  }
-  // The engine refuses them too, but naming no field.
-  for (const name of ["stop_token_ids", "allowed_token_ids"] as const) {
-    const bad = body[name]?.find((id) => id >= vocabSize);
-    if (bad !== undefined) throw new ApiError(400, `Token ${bad} in ${name} is outside this model's vocabulary of ${vocabSize} tokens`, name, "invalid_value");
   }
   // OpenAI and vLLM refuse them unstreamed rather than drop the usage the client asked for (an empty
   // object asks nothing: vLLM passes it).
@@ -132,17 +123,13 @@ export function withPromptLogprobs(s: Submitted, body: ChatRequest | CompletionR
  * prefix cache), and the response shares them (respond.ts). If one is refused, those already queued
  * are cancelled.
  */
-export function submit(ctx: ServeContext, reqs: readonly GenerateRequest[], n: number, param: string, scoreOnce: boolean): RequestHandle[] {
+export function submit(ctx: ServeContext, reqs: readonly GenerateRequest[], n: number, param: string, scoreOnce: boolean, names: ParamNames = {}): RequestHandle[] {
   const handles: RequestHandle[] = [];
   // The prompt a refusal is about: named by its index when the request has several.
   let promptParam = param;
   try {
     for (const [i, req] of reqs.entries()) {
       if (reqs.length > 1) promptParam = `${param}[${i}]`;
-      // The engine refuses it too, but naming no field.
-      if (req.minTokens !== undefined && req.maxTokens !== undefined && req.minTokens > req.maxTokens) {
-        throw new ApiError(400, `The min_tokens must be at most max_tokens (${req.maxTokens}), got min_tokens = ${req.minTokens}`, "min_tokens", "invalid_value");
-      }
       for (let i = 0; i < n; i++) {
         // The whole seed: cut to 32 bits, seeds 2^32 apart would sample alike (seededUniforms takes 53).
         const one: GenerateRequest = req.seed === undefined ? { ...req } : { ...req, seed: req.seed + i };
@@ -153,6 +140,32 @@ export function submit(ctx: ServeContext, reqs: readonly GenerateRequest[], n: n
     return handles;
   } catch (e) {
     for (const h of handles) h.cancel();
-    throw refusalError(e, promptParam) ?? e;
+    throw refusalError(e, { ...names, prompt: promptParam }) ?? e;
   }
+}
+
+/** vLLM's structured-output fields that give a grammar, in the order output-grammar.ts reads them after response_format. */
+const GRAMMAR_PARAMS = ["structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar"] as const;
+
+/**
+ * What a chat or completion body calls the engine request's fields where the API's default names
+ * (refusals.ts) do not say: chat's prompt is its `messages`, its output budget `max_completion_tokens`
+ * when given, its log-probability count `top_logprobs`; a grammar is the field it came from.
+ */
+export function paramNames(body: ChatRequest | CompletionRequest, kind: Kind): ParamNames {
+  const grammar = grammarParam(body);
+  const chat = kind === "chat" ? {
+    prompt: "messages", logprobs: "top_logprobs",
+    ...((body as ChatRequest).max_completion_tokens !== undefined && (body as ChatRequest).max_completion_tokens !== null ? { maxTokens: "max_completion_tokens" } : {}),
+  } : {};
+  return { ...chat, ...(grammar === undefined ? {} : { grammar }) };
+}
+
+/** The body's field an output grammar came from: a forced tool call, response_format, structured outputs, or strict tools. */
+function grammarParam(body: ChatRequest | CompletionRequest): string | undefined {
+  const choice = "tool_choice" in body ? body.tool_choice : undefined;
+  if (choice === "required" || (typeof choice === "object" && choice !== null)) return "tool_choice";
+  if (body.response_format && body.response_format.type !== "text") return "response_format";
+  const given = GRAMMAR_PARAMS.find((p) => body[p] !== undefined && body[p] !== null);
+  return given ?? ((body as ChatRequest).tools?.length ? "tools" : undefined);
 }

@@ -6,7 +6,7 @@ import type { GenerateResult, StreamDelta } from "../engine/engine-types.ts";
 import type { TokenLogprob } from "../engine/logprobs.ts";
 import { ChatOutputStream, type ChatPart, parseChatOutput } from "./chat-output.ts";
 import { ApiError } from "./errors.ts";
-import { refusalError } from "./refusals.ts";
+import { type ParamNames, refusalError } from "./refusals.ts";
 import { bestOf, completionChoice, echoLogprobs } from "./completion-output.ts";
 import { chatLogprobs, completionLogprobs, promptLogprobsJson, TextOffsets } from "./logprobs-json.ts";
 import type { CompletionShape, EchoedPrompt, Kind, ServeContext, Submitted } from "./openai.ts";
@@ -67,9 +67,9 @@ export function noteToolWait(ctx: ServeContext, s: Submitted, calls: readonly Pa
  * The failure the client gets: the first choice an engine refused, as its typed refusal's status (the
  * client's mistake or a full queue, refusals.ts), else the first that failed, as a 500.
  */
-export function failure(results: readonly GenerateResult[]): ApiError | undefined {
+export function failure(results: readonly GenerateResult[], names: ParamNames = {}): ApiError | undefined {
   const refused = results.find((r) => r.refused !== undefined)?.refused;
-  const mapped = refused && refusalError(refused);
+  const mapped = refused && refusalError(refused, names);
   if (mapped) return mapped;
   const failed = results.find((r) => r.error);
   return failed && new ApiError(500, `Generation failed: ${failed.error}`, null, "engine_error");
@@ -102,7 +102,7 @@ function choiceJson(ctx: ServeContext, s: Submitted, r: GenerateResult, index: n
 /** The non-streaming response body. */
 export async function completeJson(ctx: ServeContext, s: Submitted): Promise<Json> {
   const results = await Promise.all(s.handles.map((h) => h.result));
-  const err = failure(results);
+  const err = failure(results, s.params);
   if (err) throw err;
   const base = { id: `${s.kind === "chat" ? "chatcmpl" : "cmpl"}-${crypto.randomUUID()}`, created: Math.floor(Date.now() / 1000), model: ctx.modelName };
   // Each prompt's generations in turn; `best_of` keeps the likeliest n of each.
@@ -240,7 +240,7 @@ export function completeStream(ctx: ServeContext, s: Submitted, includeUsage: bo
         }));
         // The client hung up (cancel() below): nobody is left to tell.
         if (clientGone) return;
-        const err = failure(results);
+        const err = failure(results, s.params);
         if (err) {
           // The engine (or the worker serving the request) failed: say so in OpenAI's error shape, then end the stream.
           cancelAll();

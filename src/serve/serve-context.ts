@@ -8,6 +8,7 @@ import type { ModelConfig, SamplingDefaults, Tokenizer } from "../model/config.t
 import type { ChatOutputOptions } from "./chat-output.ts";
 import type { ChatRenderer } from "./chat-template.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
+import type { ParamNames } from "./refusals.ts";
 
 /** What the handlers need from the server. */
 export interface ServeContext {
@@ -78,6 +79,8 @@ export interface Submitted {
   serviceTier?: AppliedTier;
   /** Chat only: vLLM's `echo`, the last message's text that each choice's content starts with. */
   echo?: string;
+  /** What the body calls the engine request's fields, for a refusal's `param` (generation-request.ts `paramNames`). */
+  params?: ParamNames;
 }
 
 /** The tiers a request is served in: `service_tier` "priority" and "flex" as priorities -1 and 1, the rest as 0. */

@@ -166,7 +166,7 @@ test("checkUnsupported() and chatGrammar() refuse what cannot be honoured: schem
   assert400(await completion({ logit_bias: { "512": 1 } }), "logit_bias", "invalid_value", /Token 512 in logit_bias/);
   assert400(await chat({ presence_penalty: 2.5 }), "presence_penalty", "invalid_value", /<=2 \(got 2.5\)/);
   assert400(await chat({ logit_bias: { "x": 1 } }), "logit_bias.x", "invalid_value", /keys must be token ids, got the key "x"/);
-  assert400(await chat({ logit_bias: { "5": 101 } }), "logit_bias[5]", "invalid_value", /<=100 \(got 101\)/);
+  assert400(await chat({ logit_bias: { "5": 101 } }), "logit_bias.5", "invalid_value", /<=100 \(got 101\)/);
   assert400(await chat({ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", format: "iri" } } } }), "response_format", "invalid_value", /^The response_format schema cannot be followed: the schema's "format" "iri" at # is not supported by constrained decoding \(supported: date, /);
   assert400(await chat({ response_format: { type: "json_schema" } }), "response_format", "invalid_value", /needs a "json_schema" object/);
   assert400(await chat({ response_format: { type: "xml" } }), "response_format", "invalid_value", /type must be "text", "json_object", "json_schema" or "structural_tag", got "xml"/);
