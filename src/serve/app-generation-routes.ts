@@ -9,7 +9,7 @@ import { submitChat } from "./chat-submit.ts";
 import { submitCompletion } from "./completion-submit.ts";
 import { embeddingsJson, EmbeddingsRequestSchema, submitEmbeddings } from "./embeddings.ts";
 import { respondMessageJson, respondMessageStream, submitMessages } from "./messages.ts";
-import { MessagesRequestSchema } from "./messages-schema.ts";
+import { MessagesRequestSchema, threadRefusal } from "./messages-schema.ts";
 import { respondJson, respondStream, type ResponsesState, submitResponse } from "./responses.ts";
 import { ResponsesRequestSchema } from "./responses-schema.ts";
 import { ChatRequestSchema, CompletionRequestSchema } from "./schemas.ts";
@@ -37,6 +37,12 @@ export function addGenerationRoutes(app: Hono, kit: RouteKit, state: ResponsesSt
   }));
   app.post("/v1/messages", (c) => generation(async (end) => {
     const [body, ctx] = await parse(c, MessagesRequestSchema);
+    // Refused with the details Anthropic's clients read (a code the error bodies of errors.ts do not carry).
+    const unthreaded = threadRefusal(body);
+    if (unthreaded) {
+      end();
+      return c.json(unthreaded, 400);
+    }
     // Anthropic's betas, comma-separated (one changes the thinking budget's bound: messages.ts).
     const betas = (c.req.header("anthropic-beta") ?? "").split(",").map((b) => b.trim()).filter((b) => b !== "");
     const turn = submitMessages(ctx, body, betas);

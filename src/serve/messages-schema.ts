@@ -7,6 +7,7 @@
  * name rather than dropped.
  */
 import { z } from "zod";
+import { describe } from "./errors.ts";
 import { explained, type Flaw, isObject, sessionKey } from "./schemas.ts";
 
 /** Content block types a message may carry here. */
@@ -158,3 +159,16 @@ export type ContentBlockIn = z.infer<typeof ContentBlockSchema>;
 
 /** `POST /v1/messages/count_tokens`: a Messages request without the generation settings. */
 export const CountTokensRequestSchema = MessagesRequestSchema.omit({ max_tokens: true, stream: true, stop_sequences: true, temperature: true, top_p: true, top_k: true });
+
+/**
+ * The refusal of a request that asks for a message thread (`thread`: the conversation held on the
+ * server, each turn sending only new messages), which this server does not keep: null when none is
+ * asked. Its `thread_unsupported_request` code is what `@anthropic-ai/sdk`'s tool runner (threaded
+ * by default) reads to send the whole history instead; ignored, the thread's later turns would be
+ * answered without their history.
+ */
+export function threadRefusal(body: MessagesRequest): Record<string, unknown> | null {
+  if (body.thread === undefined || body.thread === null) return null;
+  const message = `Message threads are not supported, got thread ${describe(body.thread)}: this server keeps no conversation between requests; send the whole conversation in messages`;
+  return { type: "error", error: { type: "invalid_request_error", message, details: { error_code: "thread_unsupported_request", unsupported: ["thread"] } } };
+}

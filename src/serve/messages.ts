@@ -186,11 +186,15 @@ const MIN_THINKING_BUDGET = 1024;
  * fewer than `max_tokens` (the thinking counts against it) unless the request carries the
  * `interleaved-thinking-*` beta (`interleaved`), under which Anthropic lets the budget pass it (the
  * budget then spans a whole assistant turn's thinking, as Claude Code sends it); each broken a 400
- * naming `thinking.budget_tokens` and the value, as Anthropic answers. (`count_tokens` has no `max_tokens`.)
+ * naming `thinking.budget_tokens` and the value, as Anthropic answers; "enabled" without a budget is a
+ * 400 too (Anthropic requires one there). (`count_tokens` has no `max_tokens`.)
  */
 function checkThinkingBudget(body: MessagesPrompt & { max_tokens?: number }, interleaved = false): void {
   const thinking = body.thinking;
-  if (thinking?.type !== "enabled" || thinking.budget_tokens === undefined) return;
+  if (thinking?.type !== "enabled") return;
+  if (thinking.budget_tokens === undefined) {
+    throw new ApiError(400, `thinking.budget_tokens is required with thinking ${describe(thinking)} (at least ${MIN_THINKING_BUDGET}; or {"type":"adaptive"})`, "thinking.budget_tokens", "missing_required_parameter");
+  }
   const budget = thinking.budget_tokens;
   if (budget < MIN_THINKING_BUDGET) {
     throw new ApiError(400, `thinking.budget_tokens must be at least ${MIN_THINKING_BUDGET}, got ${budget}`, "thinking.budget_tokens", "invalid_value");
