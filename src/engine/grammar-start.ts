@@ -20,24 +20,37 @@ import type { JsonWhitespace, OutputGrammar } from "./grammar-types.ts";
 export interface FreePrefix {
   readonly until: readonly string[];
   readonly then: string;
+  /**
+   * When set, the prefix is optional and opens with this literal: the output either starts the
+   * grammar at once or writes `open`, then is free until the markers (a model that opens its own
+   * reasoning block, as Qwen3 does, reasons before a forced call or a schema's answer).
+   */
+  readonly open?: string;
 }
 
 /** The output starts inside a `<think>` block: free until `</think>`, then a blank line. */
 export const AFTER_THINK: FreePrefix = { until: ["</think>"], then: "\n\n" };
+
+/** The output may open a `<think>` block of its own first: free until `</think>`, then a blank line. */
+export const MAY_THINK: FreePrefix = { open: "<think>", until: ["</think>"], then: "\n\n" };
 
 /**
  * The automaton's start state for `g`; throws SchemaError for a schema outside the supported subset.
  * With `prefix` the output is free until the prefix's markers ({@link FreePrefix}).
  */
 export function grammarStart(g: OutputGrammar, prefix?: FreePrefix): GrammarState {
-  let state = startOf(g);
-  if (!prefix) return state;
+  const direct = startOf(g);
+  if (!prefix) return direct;
+  let state = direct;
   if (prefix.then !== "") state = [{ top: { k: "lit", text: prefix.then, i: 0, up: { k: "then", state, up: null, d: 0 }, d: 0 }, ws: 0 }];
   for (const until of [...prefix.until].reverse()) {
     if (until === "") throw new SchemaError("A free prefix's marker is empty");
     state = [{ top: { k: "think", until, m: 0, up: { k: "then", state, up: null, d: 0 }, d: 0 }, ws: 0 }];
   }
-  return state;
+  if (prefix.open === undefined) return state;
+  if (prefix.open === "") throw new SchemaError("An optional free prefix's opening is empty");
+  // Nondeterministic, as a union: the grammar's own start beside the opening of the free stretch.
+  return [...direct, { top: { k: "lit", text: prefix.open, i: 0, up: { k: "then", state, up: null, d: 0 }, d: 0 }, ws: 0 }];
 }
 
 function startOf(g: OutputGrammar): GrammarState {

@@ -20,6 +20,6 @@ export {
   isToolCallFormat, type JsonWhitespace, MAX_DEPTH, MAX_RULE_DEPTH, MAX_WHITESPACE, type OutputGrammar, TOOL_CALL_FORMAT_ALIASES, TOOL_CALL_FORMATS, type TagStructure,
   type ToolCallFormat, type ToolCallSyntax,
 } from "./grammar-types.ts";
-export { AFTER_THINK, type FreePrefix, grammarStart } from "./grammar-start.ts";
+export { AFTER_THINK, type FreePrefix, grammarStart, MAY_THINK } from "./grammar-start.ts";
 export { grammarComplete, grammarFeed, grammarStep } from "./grammar-step.ts";
 export { fitsDepth } from "./grammar-values.ts";

@@ -5,6 +5,7 @@
  */
 import { type TurnOptions } from "./chat-template.ts";
 import { ApiError } from "./errors.ts";
+import { MAY_THINK } from "../engine/grammar.ts";
 import { chatEcho } from "./request-checks.ts";
 import { chatGrammar } from "./output-grammar.ts";
 import { effortVariables } from "./reasoning-effort.ts";
@@ -80,8 +81,11 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   // follow the answer; in harmony, or after a prompt that opens reasoning other than <think>, the
   // answer goes free as before rather than being refused.
   const grammar = chosen.strictOnly && (harmony || (startsInReasoning && reasoningTags !== THINK_TAGS)) ? undefined : chosen.grammar;
-  // Harmony constrains only the final message (harmony-prompt.ts).
-  const grammarAfter = start ? harmonyGrammarPrefix(start, grammar) : undefined;
+  // Harmony constrains only the final message (harmony-prompt.ts). A model that opens its own
+  // `<think>` block (Qwen3, GLM-4.5) may reason before the grammar, as vLLM constrains only what
+  // follows the reasoning; one whose prompt opened it waits for `</think>` (engine AFTER_THINK).
+  const mayThink = grammar !== undefined && !startsInReasoning && reasoningTags === THINK_TAGS;
+  const grammarAfter = start ? harmonyGrammarPrefix(start, grammar) : mayThink ? MAY_THINK : undefined;
   if (startsInReasoning && grammar && reasoningTags !== THINK_TAGS && !grammarAfter) {
     // The grammar waits for `</think>` after an open prompt (src/engine/grammar.ts).
     throw new ApiError(400, `Structured output after a prompt that opens ${reasoningTags.open} is not supported`, "messages", "unsupported_parameter");
