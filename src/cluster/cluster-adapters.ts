@@ -5,7 +5,8 @@
  * of its own there, and swaps it in only once all have it: a worker that cannot load it leaves the old
  * one serving.
  */
-import { adapterRoot, LoraAdapterError } from "../engine/engine-adapters.ts";
+import { adapterRoot, LoraAdapterError, MAX_LORA_ADAPTERS } from "../engine/engine-adapters.ts";
+import type { GenerateResult, RequestHandle } from "../engine/engine-types.ts";
 import type { LoraAdapter } from "../model/lora.ts";
 import type { ClusterWorker } from "./cluster-worker.ts";
 
@@ -34,6 +35,8 @@ export class ClusterAdapters {
   private readonly unloading = new Map<string, Promise<void>>();
   /** Reloads so far (each one's worker-side name is new). */
   private reloads = 0;
+  /** Adapters a reload replaced whose requests have yet to end (the workers still hold them). */
+  private retiring = 0;
 
   constructor(private readonly workers: () => readonly ClusterWorker[]) {}
 
@@ -86,6 +89,15 @@ export class ClusterAdapters {
     const old = this.adapters.get(name);
     if (!old) return await this.load(name, adapter);
     if (old.inFlight > 0) throw new LoraAdapterError(`The LoRA adapter "${name}" is in use by ${old.inFlight} request${old.inFlight === 1 ? "" : "s"}; reload it when they end`);
+    // The new one needs a slot beside the old one on every worker. Unloading the old one first would
+    // leave the name unloaded (refusing its requests) until every worker has the new one, and for good
+    // when one cannot load it: the old one is read again from a file the reload has most likely replaced.
+    const held = this.adapters.size + this.unloading.size + this.retiring;
+    if (held >= MAX_LORA_ADAPTERS) {
+      throw new LoraAdapterError(
+        `The LoRA adapter "${name}" cannot be reloaded in place while the workers hold ${held} adapters: a reload loads the new one beside the old one (which serves until every worker has the new one) and a worker holds at most ${MAX_LORA_ADAPTERS}; unload another adapter first, or unload "${name}" and load it again`,
+      );
+    }
     await old.settled;
     let loaded!: () => void;
     const entry = newEntry(adapter, `${name}\u0000reload-${++this.reloads}`, new Promise((r) => (loaded = r)));
@@ -168,11 +180,54 @@ export class ClusterAdapters {
 
   /** Unloads an adapter a reload replaced, once the requests that took it have ended. */
   private async retire(old: AdapterEntry): Promise<void> {
-    while (old.inFlight > 0) await new Promise((r) => setTimeout(r, 20));
+    this.retiring++;
+    try {
+      while (old.inFlight > 0) await new Promise((r) => setTimeout(r, 20));
+    } finally {
+      this.retiring--;
+    }
     await this.release(old);
   }
 }
 
 function newEntry(adapter: LoraAdapter, workerName: string, settled: Promise<void>): AdapterEntry {
   return { adapter, workerName, root: adapterRoot(adapter.fingerprint), inFlight: 0, loadedOn: new Set(), sentTo: new Set(), settled };
+}
+
+/** `text` with the worker-side name `from` (as written, or as JSON writes it) quoted as `to`. */
+function renamed(text: string, from: string, to: string): string {
+  return text.replaceAll(from, to).replaceAll(JSON.stringify(from).slice(1, -1), JSON.stringify(to).slice(1, -1));
+}
+
+/** `e` (an Error: its class and fields kept) with the worker-side name `from` quoted as `to`. */
+function renameError<E>(e: E, from: string, to: string): E {
+  if (e instanceof Error) e.message = renamed(e.message, from, to);
+  return e;
+}
+
+/**
+ * What `submit` (a worker's) gives for a request of the adapter `name`, whose workers hold it under
+ * the name `entry.workerName` (a reload's, see ClusterAdapters.replace): a refusal the worker throws
+ * or settles later, and its result's error, quote `name` as the client knows it, not the worker's.
+ */
+export function underClientName(entry: AdapterEntry | undefined, name: string | undefined, submit: () => RequestHandle): RequestHandle {
+  if (entry === undefined || name === undefined || entry.workerName === name) return submit();
+  const from = entry.workerName;
+  let h: RequestHandle;
+  try {
+    h = submit();
+  } catch (e) {
+    throw renameError(e, from, name);
+  }
+  const result = h.result.then((r): GenerateResult => {
+    if (r.refused) renameError(r.refused, from, name);
+    return r.error === undefined ? r : { ...r, error: renamed(r.error, from, name) };
+  });
+  return {
+    id: h.id, stream: h.stream, result, cancel: () => h.cancel(),
+    ...(h.refusal ? { refusal: h.refusal.then((e) => e && renameError(e, from, name)) } : {}),
+    get sessionId() {
+      return h.sessionId;
+    },
+  };
 }

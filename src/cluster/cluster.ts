@@ -26,7 +26,7 @@ import { WorkerSet } from "./worker-set.ts";
 import { handOff } from "./handoff.ts";
 import { cacheRootOf, LoraAdapterError } from "../engine/engine-adapters.ts";
 import type { LoraAdapter } from "../model/lora.ts";
-import { ClusterAdapters } from "./cluster-adapters.ts";
+import { ClusterAdapters, underClientName } from "./cluster-adapters.ts";
 import { ClusterControl } from "./cluster-control.ts";
 
 export type { ClusterCounters, ClusterDecision, ClusterOptions } from "./cluster-types.ts";
@@ -174,8 +174,9 @@ export class Cluster implements ServingEngine {
     if (req.adapter !== undefined && !lora) throw new LoraAdapterError(`The LoRA adapter "${req.adapter}" is not loaded`, true);
     const root = cacheRootOf(lora?.root, req.cacheSalt);
     const { route, cands } = this.route(req, root);
-    // The workers hold a reloaded adapter under a name of its own (cluster-adapters.ts).
-    if (lora && lora.workerName !== req.adapter) req = { ...req, adapter: lora.workerName };
+    // The workers hold a reloaded adapter under a name of its own (cluster-adapters.ts); what they say comes back under the client's.
+    const asked = req.adapter;
+    if (lora && lora.workerName !== asked) req = { ...req, adapter: lora.workerName };
     const dec = this.set.get(route.decodeWorker)!;
     const id = this.nextId++;
     const hop = { cancel: () => {} };
@@ -186,14 +187,14 @@ export class Cluster implements ServingEngine {
     if (!direct) dec.engine.check(req);
     // Queued first: a request the worker refuses (the client's mistake, or a full queue) spends none of
     // the planner's new-session budget, counts as no arrival and leaves the session unplaced.
-    const h: RequestHandle = direct ? this.countingRejection(() => dec.engine.submit(req)) : relayHandle(
+    const h: RequestHandle = underClientName(lora, asked, () => direct ? this.countingRejection(() => dec.engine.submit(req)) : relayHandle(
       id, req.prompt.length, req.sessionId,
       handOff(req, route, dec, this.set, this.counters, hop, root).then((inner) => {
         tStart = this.now();
         return inner;
       }),
       () => hop.cancel(),
-    );
+    ));
     const refund = newSession ? this.control.spendNewSession() : undefined;
     // Every worker the request touches stays in the cluster until it is done (see removeWorker).
     const touched = [dec, ...[route.prefillWorker, route.prefixSource].flatMap((id) => (id == null ? [] : [this.set.get(id)!]))];

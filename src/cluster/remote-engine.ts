@@ -21,11 +21,9 @@ import { countersOf } from "./cluster-stats.ts";
 import { TokenClock } from "./token-gaps.ts";
 import { type FromWorker, type ModelLoad, prefixBuffers, type PortableEngineOptions, refusalOf, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
+import { type RemoteStartOptions, RemoteWorkerError, watchWorkerStart, workerStartTimeoutS } from "./worker-start.ts";
 
-/** Thrown when a worker (thread or process) cannot start or fails. */
-export class RemoteWorkerError extends Error {
-  override name = "RemoteWorkerError";
-}
+export { type RemoteStartOptions, RemoteWorkerError } from "./worker-start.ts";
 
 interface Pending {
   queue: AsyncQueue<StreamDelta>;
@@ -63,42 +61,36 @@ export class RemoteEngine implements WorkerEngine {
 
   /** Starts a thread that loads the model at `load.path` on `backend` and runs one engine; resolves once it serves. */
   static async start(
-    id: string, load: ModelLoad, backend: BackendChoice, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void,
+    id: string, load: ModelLoad, backend: BackendChoice, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void, o: RemoteStartOptions = {},
   ): Promise<RemoteEngine> {
-    return RemoteEngine.over(await spawnThread(new URL("./thread-host.ts", import.meta.url)), id, load, backend, engine, onStep);
+    return RemoteEngine.over(await spawnThread(new URL("./thread-host.ts", import.meta.url)), id, load, backend, engine, onStep, o);
   }
 
   /**
    * Drives the worker at the other end of `port` (a thread, or a worker process over TCP): asks it to
-   * load the model at `load.path` (a path on its machine) on `backend`; resolves once it serves.
+   * load the model at `load.path` (a path on its machine) on `backend`; resolves once it serves. Rejects
+   * (RemoteWorkerError naming it) when the worker fails, ends, or stays silent past `o.startTimeoutS`.
    */
   static async over(
     port: ThreadPort, id: string, load: ModelLoad, backend: BackendChoice, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void,
+    o: RemoteStartOptions = {},
   ): Promise<RemoteEngine> {
     const t = new RemoteEngine(id, port, onStep);
-    const ready = new Promise<void>((resolve, reject) => {
-      port.onError((e) => {
-        t.fail(new RemoteWorkerError(`Worker ${id} failed: ${e.message}`));
-        reject(t.failure);
-      });
-      port.onMessage((m) => {
-        const msg = m as FromWorker;
-        if (msg.op === "ready") {
-          t.maxModelLen = msg.maxModelLen;
-          t.blockSize = msg.blockSize;
-          t.vocabSize = msg.vocabSize;
-          t.backendReason = msg.backend;
-          t.modelFingerprint = msg.fingerprint;
-          t.absorb(msg.state);
-          resolve();
-        } else if (msg.op === "failed") reject(new RemoteWorkerError(`Worker ${id} could not start: ${msg.message}`));
-        else t.receive(msg);
-      });
-    });
+    let timeoutS: number;
+    try {
+      timeoutS = workerStartTimeoutS(o);
+    } catch (e) {
+      await port.close();
+      throw e;
+    }
+    const ready = watchWorkerStart(port, id, load.path, timeoutS, { receive: (m) => t.receive(m), fail: (e) => t.fail(e) });
     t.send({ op: "init", modelPath: load.path, ...(load.quantize ? { quantize: load.quantize } : {}), backend, workerId: id, engine });
     try {
-      await ready;
+      const msg = await ready;
+      [t.maxModelLen, t.blockSize, t.vocabSize, t.backendReason, t.modelFingerprint] = [msg.maxModelLen, msg.blockSize, msg.vocabSize, msg.backend, msg.fingerprint];
+      t.absorb(msg.state);
     } catch (e) {
+      t.fail(e as Error);
       await port.close();
       throw e;
     }

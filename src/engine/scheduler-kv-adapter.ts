@@ -42,21 +42,20 @@ export function poolBlockManager(pool: BlockPool, cacheVersion?: () => number, t
           tails.clear();
           return held;
         },
+        pruneHandoffTails: () => tails.prune(),
       }
       : {}),
     blockSize: bs,
     totalBlocks: pool.numBlocks,
-    // A hand-off block held past its TTL goes back before blocks are counted or handed out: a busy
-    // engine never sleeps (where an idle one lets such blocks go), and would otherwise hold it (and
-    // preempt for want of it, and report it in use) for as long as it stays busy.
+    // A hand-off block held past its TTL goes back before blocks are handed out (and at every step the
+    // scheduler plans: pruneHandoffTails): a busy engine never sleeps (where an idle one lets such
+    // blocks go), and would otherwise hold it (and preempt for want of it) for as long as it stays busy.
+    // numUsed only reads: a metrics scrape must not change the pool.
     numAvailable: () => {
       tails?.prune();
       return pool.numFreeBlocks();
     },
-    numUsed: () => {
-      tails?.prune();
-      return pool.numUsedBlocks();
-    },
+    numUsed: () => pool.numUsedBlocks(),
     acquirePrefix: (tokens, hints) => pool.matchPrefix(tokens, Infinity, hints.cacheRoot ?? null).blockIds,
     cachedPrefixTokens: (tokens, root) => pool.cachedPrefixTokens(tokens, Infinity, root ?? null),
     allocate: (n) => {

@@ -57,4 +57,9 @@ export interface KvBlockManager {
   hasHandoffTail?(prompt: readonly number[], root?: number): boolean;
   /** Lets go of every block held for a hand-off (a sequence alone needs them); true when any was held. */
   releaseHandoffTails?(): boolean;
+  /**
+   * Lets go of the blocks held for hand-offs past their hold (the scheduler calls it as it plans each
+   * step; the counts above only read, so a metrics scrape changes nothing).
+   */
+  pruneHandoffTails?(): void;
 }

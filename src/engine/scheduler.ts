@@ -98,6 +98,8 @@ export class Scheduler {
   /** Plans the next step. Only one step may be in flight: call `commit` before planning again. */
   schedule(): StepPlan {
     if (this.inFlight) throw new Error(`Step ${this.inFlight.step} is still in flight`);
+    // Hand-off blocks held past their TTL go back here, where the scheduler works (stats() only reads).
+    this.kv.pruneHandoffTails?.();
     const plan = this.mixer.next(() => this.running.some((s) => !s.inPrefill), (work) => this.plan(work));
     plan.step = this.stepNo++;
     if (plan.entries.length > 0) this.inFlight = plan;
@@ -390,7 +392,7 @@ export class Scheduler {
     return [...by].sort((a, b) => a[0] - b[0]);
   }
 
-  /** Gauges and counters for metrics. */
+  /** Gauges and counters for metrics; a read that changes nothing (a hand-off hold past its TTL goes at the next `schedule`). */
   stats(): SchedulerStats {
     return {
       waiting: this.waiting.length,

@@ -2,7 +2,10 @@
  * Worker threads on Deno (Web Workers) and Node (`node:worker_threads`) behind one message port.
  * A thread runs a module; both sides post structured-cloneable messages, ArrayBuffers moved when
  * listed in `transfer`. A Node thread with a `.ts` module starts from thread-boot.mjs (tsx); every
- * Deno thread starts from thread-boot-deno.ts, which reports an uncaught error as one message.
+ * Deno thread starts from thread-boot-deno.ts, which reports an uncaught error as one message, and the
+ * thread's end as another (Deno tells the parent nothing when a worker closes itself or exits).
+ * A thread that ends without an error and without being asked to (its module ran out with nothing
+ * listening, `self.close()`, `process.exit(0)`) is reported as a {@link ThreadExitError} on both.
  */
 import { runtimeName } from "./env.ts";
 
@@ -11,7 +14,10 @@ export interface ThreadPort {
   post(message: unknown, transfer?: ArrayBuffer[]): void;
   /** Sets the handler of incoming messages (one at a time). */
   onMessage(fn: (message: unknown) => void): void;
-  /** Sets the handler of an uncaught error inside the thread (parent side only). */
+  /**
+   * Sets the handler of an uncaught error inside the thread, or of its end when the parent did not ask
+   * for it (a {@link ThreadExitError}); parent side only.
+   */
   onError(fn: (error: Error) => void): void;
   /** Ends the thread (parent side) or closes this port (thread side). */
   close(): Promise<void>;
@@ -29,8 +35,22 @@ export class ThreadError extends Error {
   override name = "ThreadError";
 }
 
+/**
+ * A thread that ended by itself with no uncaught error (its module ran out with nothing listening,
+ * it closed itself, it called `process.exit`): reported through `onError`, as nothing else will come.
+ */
+export class ThreadExitError extends ThreadError {
+  override name = "ThreadExitError";
+  constructor(readonly exitCode: number) {
+    super(`The thread ended by itself with exit code ${exitCode} and no error`);
+  }
+}
+
 /** The key of the message a Deno thread's boot (thread-boot-deno.ts) sends for an uncaught error. */
 export const THREAD_ERROR = "evolvingThreadError";
+
+/** The key of the message a Deno thread's boot sends as the thread ends by itself (its exit code). */
+export const THREAD_EXIT = "evolvingThreadExit";
 
 /** Deno's "Uncaught (in promise) X: y" and its colours, or an Error, as "X: y" on one line. */
 export function threadErrorLine(e: unknown, denoMessage?: string): string {
@@ -42,6 +62,10 @@ export function threadErrorLine(e: unknown, denoMessage?: string): string {
 
 function isErrorReport(m: unknown): m is Record<typeof THREAD_ERROR, string> {
   return typeof m === "object" && m !== null && typeof (m as Record<string, unknown>)[THREAD_ERROR] === "string";
+}
+
+function isExitReport(m: unknown): m is Record<typeof THREAD_EXIT, number> {
+  return typeof m === "object" && m !== null && typeof (m as Record<string, unknown>)[THREAD_EXIT] === "number";
 }
 
 /**
@@ -73,7 +97,11 @@ export async function spawnThread(url: URL): Promise<ThreadPort> {
     const W = (globalThis as unknown as { Worker: new (u: string, o: { type: "module"; name: string }) => WebWorkerLike }).Worker;
     // The boot imports the entry named by `name` and reports its uncaught errors as a message.
     const w = new W(new URL("./thread-boot-deno.ts", import.meta.url).href, { type: "module", name: url.href });
-    w.onmessage = (e) => isErrorReport(e.data) ? errors.emit(new ThreadError(e.data[THREAD_ERROR])) : messages.emit(e.data);
+    w.onmessage = (e) => {
+      if (isErrorReport(e.data)) errors.emit(new ThreadError(e.data[THREAD_ERROR]));
+      else if (isExitReport(e.data)) errors.emit(new ThreadExitError(e.data[THREAD_EXIT]));
+      else messages.emit(e.data);
+    };
     w.onerror = (e) => {
       e.preventDefault?.();
       errors.emit(new ThreadError(threadErrorLine(e.error, e.message ?? "Worker thread failed")));
@@ -90,9 +118,19 @@ export async function spawnThread(url: URL): Promise<ThreadPort> {
   const w = url.pathname.endsWith(".ts")
     ? new Worker(fileURLToPath(new URL("./thread-boot.mjs", import.meta.url)), { workerData: { entry: url.href } })
     : new Worker(fileURLToPath(url));
+  // Node's "exit" follows every end: reported only when no error came first and the parent did not end it.
+  let over = false;
   w.on("message", (m: unknown) => messages.emit(m));
-  w.on("error", (e: unknown) => errors.emit(new ThreadError(threadErrorLine(e))));
+  w.on("error", (e: unknown) => {
+    over = true;
+    errors.emit(new ThreadError(threadErrorLine(e)));
+  });
+  w.on("exit", (code: number) => {
+    if (!over) errors.emit(new ThreadExitError(code));
+    over = true;
+  });
   return port((m, t) => w.postMessage(m, t ?? []), async () => {
+    over = true;
     await w.terminate();
   });
 }
