@@ -17,41 +17,18 @@ import { announceWorker, connectControlPlane, watchWorkers } from "../../src/clu
 import { RemoteEngine } from "../../src/cluster/remote-engine.ts";
 import { WorkerDirectory } from "../../src/cluster/worker-directory.ts";
 import { localWorkerEngine } from "../../src/cluster/worker-engine.ts";
-import type { FromWorker, ToWorker, WorkerReport } from "../../src/cluster/worker-protocol.ts";
+import type { ToWorker } from "../../src/cluster/worker-protocol.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { type GenerateResult, NoWorkerError, type RequestHandle, RequestParamError, SessionRefusedError } from "../../src/engine/engine-types.ts";
 import { loadLoraAdapter } from "../../src/model/lora-load.ts";
 import type { PlannerAction } from "../../planner/types.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
-import type { ThreadPort } from "../../src/runtime/threads.ts";
 import { ApiError } from "../../src/serve/errors.ts";
 import { loadAdapterInto } from "../../src/serve/lora.ts";
 import { loraGgufBytes } from "../model/lora-files.ts";
-import { greedy, model, run, ScriptedPlanner, STORY } from "./fixtures.ts";
+import { greedy, model, run, ScriptedPlanner, scriptedPort, STORY } from "./fixtures.ts";
 import { startNatsServer } from "./nats-server.ts";
 
-/** A worker port the test answers by hand (the worker is ready at once). */
-function scriptedPort(): { port: ThreadPort; sent: ToWorker[]; reply: (m: FromWorker) => void } {
-  const idle = createEngine(createReferenceBackend(), model, { numBlocks: 16 });
-  const state: WorkerReport = {
-    stats: idle.stats(), queue: { waitingPrefillTokens: 0, oldestWaitS: 0, decoding: 0, prefilling: 0, waitingDecodes: 0 }, freeBlocks: 16, sessions: undefined,
-    stepMixing: "mixed", finished: [], promptTokens: 0, generationTokens: 0, events: [], steps: [],
-  };
-  const sent: ToWorker[] = [];
-  let toCluster: (m: unknown) => void = () => {};
-  const port: ThreadPort = {
-    post(m) {
-      const msg = m as ToWorker;
-      sent.push(msg);
-      if (msg.op === "init") queueMicrotask(() => toCluster({ op: "ready", maxModelLen: 512, blockSize: 16, backend: "reference", fingerprint: "f", state }));
-      if (msg.op === "stop") queueMicrotask(() => toCluster({ op: "reply", cid: msg.cid }));
-    },
-    onMessage: (fn) => (toCluster = fn),
-    onError: () => {},
-    close: () => Promise.resolve(),
-  };
-  return { port, sent, reply: (m) => toCluster(m) };
-}
 
 /** A cluster of one scripted remote worker; `rid()` is the id of the request last sent to it. */
 async function scriptedCluster(script: PlannerAction[][] = []) {

@@ -4,6 +4,8 @@ import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import type { GenerateRequest, RequestHandle, ServingEngine } from "../../src/engine/engine-types.ts";
 import { loadModel } from "../../src/model/load.ts";
+import type { FromWorker, ToWorker, WorkerReport } from "../../src/cluster/worker-protocol.ts";
+import type { ThreadPort } from "../../src/runtime/threads.ts";
 import type { MetricsSnapshot, Planner, PlannerAction } from "../../planner/types.ts";
 
 export const modelPath = `${projectRoot}/models/stories260K.gguf`;
@@ -42,4 +44,28 @@ export class ScriptedPlanner implements Planner {
     this.seen.push(s);
     return this.script.shift() ?? [];
   }
+}
+
+/** A worker port a test answers by hand (the worker is ready at once): what the cluster sent, a way to reply, and to fail the port. */
+export function scriptedPort(): { port: ThreadPort; sent: ToWorker[]; reply: (m: FromWorker) => void; fail: (e: Error) => void } {
+  const idle = createEngine(createReferenceBackend(), model, { numBlocks: 16 });
+  const state: WorkerReport = {
+    stats: idle.stats(), queue: { waitingPrefillTokens: 0, oldestWaitS: 0, decoding: 0, prefilling: 0, waitingDecodes: 0 }, freeBlocks: 16, sessions: undefined, stepMixing: "mixed",
+    finished: [], promptTokens: 0, generationTokens: 0, events: [], steps: [],
+  };
+  const sent: ToWorker[] = [];
+  let toCluster: (m: unknown) => void = () => {};
+  let failPort: (e: Error) => void = () => {};
+  const port: ThreadPort = {
+    post(m) {
+      const msg = m as ToWorker;
+      sent.push(msg);
+      if (msg.op === "init") queueMicrotask(() => toCluster({ op: "ready", maxModelLen: 512, blockSize: 16, backend: "reference", fingerprint: "f", state }));
+      if (msg.op === "stop") queueMicrotask(() => toCluster({ op: "reply", cid: msg.cid }));
+    },
+    onMessage: (fn) => (toCluster = fn),
+    onError: (fn) => (failPort = fn),
+    close: () => Promise.resolve(),
+  };
+  return { port, sent, reply: (m) => toCluster(m), fail: (e) => failPort(e) };
 }

@@ -1,39 +1,12 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
-import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { RemoteEngine } from "../../src/cluster/remote-engine.ts";
-import type { FromWorker, ToWorker, WorkerReport } from "../../src/cluster/worker-protocol.ts";
-import { createEngine } from "../../src/engine/engine-factory.ts";
+import type { ToWorker } from "../../src/cluster/worker-protocol.ts";
 import type { ThreadPort } from "../../src/runtime/threads.ts";
-import { model } from "./fixtures.ts";
+import { scriptedPort } from "./fixtures.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** A worker port the test answers by hand: what the cluster sent, and a way to reply. */
-function scriptedPort(): { port: ThreadPort; sent: ToWorker[]; reply: (m: FromWorker) => void; fail: (e: Error) => void } {
-  const idle = createEngine(createReferenceBackend(), model, { numBlocks: 16 });
-  const state: WorkerReport = {
-    stats: idle.stats(), queue: { waitingPrefillTokens: 0, oldestWaitS: 0, decoding: 0, prefilling: 0, waitingDecodes: 0 }, freeBlocks: 16, sessions: undefined, stepMixing: "mixed",
-    finished: [], promptTokens: 0, generationTokens: 0, events: [], steps: [],
-  };
-  const sent: ToWorker[] = [];
-  let toCluster: (m: unknown) => void = () => {};
-  let failPort: (e: Error) => void = () => {};
-  const port: ThreadPort = {
-    post(m) {
-      sent.push(m as ToWorker);
-      const msg = m as ToWorker;
-      if (msg.op === "init") {
-        queueMicrotask(() => toCluster({ op: "ready", maxModelLen: 512, blockSize: 16, backend: "reference", fingerprint: "f", state }));
-      }
-      if (msg.op === "stop") queueMicrotask(() => toCluster({ op: "reply", cid: msg.cid }));
-    },
-    onMessage: (fn) => (toCluster = fn),
-    onError: (fn) => (failPort = fn),
-    close: () => Promise.resolve(),
-  };
-  return { port, sent, reply: (m) => toCluster(m), fail: (e) => failPort(e) };
-}
 
 test("RemoteEngine.submit() times the first and last tokens where the cluster receives them, not on the worker's clock", async () => {
   const { port, sent, reply } = scriptedPort();

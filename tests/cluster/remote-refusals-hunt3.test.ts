@@ -12,7 +12,7 @@ import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { startThreadCluster } from "../../src/cluster/create-cluster.ts";
 import { relayHandle } from "../../src/cluster/relay-handle.ts";
 import { RemoteEngine } from "../../src/cluster/remote-engine.ts";
-import type { FromWorker, ToWorker, WorkerReport } from "../../src/cluster/worker-protocol.ts";
+import type { FromWorker, ToWorker } from "../../src/cluster/worker-protocol.ts";
 import { LoraAdapterError } from "../../src/engine/engine-adapters.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import {
@@ -20,10 +20,9 @@ import {
 } from "../../src/engine/engine-types.ts";
 import { loadLoraAdapter } from "../../src/model/lora-load.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
-import type { ThreadPort } from "../../src/runtime/threads.ts";
 import { startServer } from "../../src/serve/server.ts";
 import { loraGgufBytes } from "../model/lora-files.ts";
-import { greedy, model, modelPath, STORY } from "./fixtures.ts";
+import { greedy, model, modelPath, scriptedPort, STORY } from "./fixtures.ts";
 
 const post = (url: string, path: string, body: unknown) =>
   fetch(`${url}${path}`, { method: "POST", headers: { "content-type": "application/json", "anthropic-version": "2023-06-01" }, body: JSON.stringify(body) });
@@ -33,28 +32,6 @@ async function answer(r: Response): Promise<{ status: number; retryAfter: string
   return { status: r.status, retryAfter: r.headers.get("retry-after"), body: await r.text() };
 }
 
-/** A worker port the test answers by hand (the worker is ready at once). */
-function scriptedPort(): { port: ThreadPort; sent: ToWorker[]; reply: (m: FromWorker) => void } {
-  const idle = createEngine(createReferenceBackend(), model, { numBlocks: 16 });
-  const state: WorkerReport = {
-    stats: idle.stats(), queue: { waitingPrefillTokens: 0, oldestWaitS: 0, decoding: 0, prefilling: 0, waitingDecodes: 0 }, freeBlocks: 16, sessions: undefined,
-    stepMixing: "mixed", finished: [], promptTokens: 0, generationTokens: 0, events: [], steps: [],
-  };
-  const sent: ToWorker[] = [];
-  let toCluster: (m: unknown) => void = () => {};
-  const port: ThreadPort = {
-    post(m) {
-      const msg = m as ToWorker;
-      sent.push(msg);
-      if (msg.op === "init") queueMicrotask(() => toCluster({ op: "ready", maxModelLen: 512, blockSize: 16, backend: "reference", fingerprint: "f", state }));
-      if (msg.op === "stop") queueMicrotask(() => toCluster({ op: "reply", cid: msg.cid }));
-    },
-    onMessage: (fn) => (toCluster = fn),
-    onError: () => {},
-    close: () => Promise.resolve(),
-  };
-  return { port, sent, reply: (m) => toCluster(m) };
-}
 
 test("RemoteEngine: a worker's 'rejected' reaches the handle as the typed error its engine threw", async () => {
   const { port, sent, reply } = scriptedPort();
