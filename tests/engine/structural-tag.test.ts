@@ -12,6 +12,7 @@ import { grammarForcedText } from "../../src/engine/grammar-forced.ts";
 import { TokenTrie } from "../../src/engine/output-constraint.ts";
 import { SchemaError } from "../../src/engine/json-schema.ts";
 import { loadModel } from "../../src/model/load.ts";
+import { SET_UNIT_CALLS, UNIT } from "./set-unit-calls.ts";
 
 const WEATHER = { type: "object", properties: { city: { type: "string" } }, required: ["city"], additionalProperties: false };
 const TAG: OutputGrammar = {
@@ -76,21 +77,8 @@ test("Engine under a structural tag writes free text whose every trigger opens a
 });
 
 test("grammarStart() for tool calls amid text (allowed_tools auto) takes prose, and after each syntax's opening only an allowed call", () => {
-  const UNIT = { type: "object", properties: { unit: { type: "string", enum: ["c", "f"] } }, required: ["unit"], additionalProperties: false };
   // The same call to set_unit in each syntax; get_weather in its place must be refused.
-  const D = { begin: "<｜tool▁calls▁begin｜>", call: "<｜tool▁call▁begin｜>", sep: "<｜tool▁sep｜>", callEnd: "<｜tool▁call▁end｜>", end: "<｜tool▁calls▁end｜>" };
-  const calls: Record<string, string> = {
-    hermes: '<tool_call>\n{"name": "set_unit", "arguments": {"unit": "c"}}\n</tool_call>',
-    llama3_json: '{"name": "set_unit", "parameters": {"unit": "c"}}',
-    kimi_k2: '<|tool_calls_section_begin|><|tool_call_begin|>functions.set_unit:0<|tool_call_argument_begin|>{"unit": "c"}<|tool_call_end|><|tool_calls_section_end|>',
-    deepseek_v31: `${D.begin}${D.call}set_unit${D.sep}{"unit": "c"}${D.callEnd}${D.end}`,
-    deepseek_v3: `${D.begin}${D.call}function${D.sep}set_unit\n\`\`\`json\n{"unit": "c"}\n\`\`\`${D.callEnd}${D.end}`,
-    glm45: "<tool_call>set_unit\n<arg_key>unit</arg_key>\n<arg_value>c</arg_value>\n</tool_call>",
-    qwen3_coder: "<tool_call>\n<function=set_unit>\n<parameter=unit>\nc\n</parameter>\n</function>\n</tool_call>",
-    minimax_m2: '<minimax:tool_call>\n<invoke name="set_unit">\n<parameter name="unit">c</parameter>\n</invoke>\n</minimax:tool_call>',
-    mistral: '[TOOL_CALLS]set_unit[ARGS]{"unit": "c"}',
-    mistral_pre_v11: '[TOOL_CALLS][{"name": "set_unit", "arguments": {"unit": "c"}}]',
-  };
+  const calls = SET_UNIT_CALLS;
   for (const [format, call] of Object.entries(calls)) {
     const g = { kind: "tool_calls", tools: [{ name: "set_unit", parameters: UNIT }], parallel: true, amidText: true, ...(format === "hermes" ? {} : { format }) } as OutputGrammar;
     const s = grammarStart(g);
