@@ -28,6 +28,8 @@ export interface EngineOutputParts {
   /** Milliseconds on a monotonic clock. */
   now: () => number;
   maxModelLen: number;
+  /** Tokens per KV block (a turn's end is remembered by its last full block: engine-sessions.ts). */
+  blockSize: number;
 }
 
 /** The output side of one engine's requests. */
@@ -116,6 +118,7 @@ export class EngineOutput {
     // the blocks are released so the policy ranks them with the session's new status.
     if (a.sessionId !== undefined) {
       turns?.ended(a.sessionId, this.parts.now() / 1000);
+      turns?.rememberEnd(a.sessionId, a.seq.tokens, a.seq.promptLength, this.parts.blockSize, a.seq.hints.cacheRoot);
       offload?.turnEnded(a.sessionId, a.seq.tokens, a.seq.hints.cacheRoot);
     }
     // Suffix drafts come from earlier outputs too; a cancelled one is kept as far as it got.

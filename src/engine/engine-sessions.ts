@@ -41,6 +41,16 @@ export function inferSessionId(metas: readonly (BlockMeta | undefined)[], reques
   return syntheticSessionId(requestId);
 }
 
+/** Turn ends remembered per anchor block (the most recent first); older ones are dropped past this. */
+const ENDS_PER_ANCHOR = 8;
+
+/** What a turn whose answer filled no block of its own left to find it by (see {@link EngineSessions.rememberEnd}). */
+interface TurnEnd {
+  sessionId: string;
+  /** The tokens after the turn's last full block, up to and including the answer's first token. */
+  tail: readonly number[];
+}
+
 /** Session turns of one engine, for {@link AgentAwarePolicy}. Times are seconds. */
 export class EngineSessions {
   readonly tracker = new SessionTracker();
@@ -53,6 +63,12 @@ export class EngineSessions {
   private readonly inFlight = new Map<string, number>();
   /** The tool a session's answer called while others of its requests still ran: its wait starts when they end. */
   private readonly pendingTool = new Map<string, string>();
+  /**
+   * Recent turns whose answer ended inside a block (so no cached block holds any of it), by their
+   * last full block's tokens and cache namespace: a short answer (a tool call of a few tokens) is the
+   * common case in agent loops, and without this each of their next turns would start a new session.
+   */
+  private readonly ends = new Map<string, TurnEnd[]>();
 
   /**
    * Sessions that are not running are forgotten after `ttlS` seconds of quiet, and the quietest of
@@ -109,4 +125,40 @@ export class EngineSessions {
     // ranked them as a session that just went idle, the cheapest there is. Rank again before evicting.
     this.policy.rerank();
   }
+
+  /**
+   * The session of a prompt that names none: {@link inferSessionId} over its cached prefix (`metas`,
+   * `matched` tokens long), else the session of a remembered turn end it continues, else a new one.
+   */
+  infer(prompt: readonly number[], metas: readonly (BlockMeta | undefined)[], matched: number, requestId: number, blockSize: number, root?: number): string {
+    const found = inferSessionId(metas, requestId);
+    if (found !== syntheticSessionId(requestId)) return found;
+    for (const end of this.ends.get(anchorKey(prompt, matched, blockSize, root)) ?? []) {
+      if (matched + end.tail.length <= prompt.length && end.tail.every((t, i) => prompt[matched + i] === t)) return end.sessionId;
+    }
+    return found;
+  }
+
+  /**
+   * A turn of `sessionId` ended with `tokens` (its prompt, `promptLength` long, then its answer). When
+   * no full block holds any of the answer, no cached block will name the session to its next turn:
+   * remember the tokens after the last full block up to the answer's first, under that block's tokens.
+   * (The answer's first token is enough to tell a continuation from a retry of the same prompt, and
+   * a template that renders the answer back differently past it still matches.)
+   */
+  rememberEnd(sessionId: string, tokens: readonly number[], promptLength: number, blockSize: number, root?: number): void {
+    const full = Math.floor(tokens.length / blockSize) * blockSize;
+    if (tokens.length <= promptLength || full > promptLength) return;
+    const key = anchorKey(tokens, full, blockSize, root);
+    const list = [{ sessionId, tail: tokens.slice(full, promptLength + 1) }, ...(this.ends.get(key) ?? []).filter((e) => e.sessionId !== sessionId)];
+    this.ends.delete(key);
+    this.ends.set(key, list.slice(0, ENDS_PER_ANCHOR));
+    // Oldest anchors first out (a Map keeps insertion order), as many as sessions are kept.
+    while (this.ends.size > this.maxSessions) this.ends.delete(this.ends.keys().next().value!);
+  }
+}
+
+/** The key of the full block that ends at token `end` of `tokens` (none when `end` is 0), in cache namespace `root`. */
+function anchorKey(tokens: readonly number[], end: number, blockSize: number, root: number | undefined): string {
+  return `${root ?? ""}|${tokens.slice(Math.max(0, end - blockSize), end).join(",")}`;
 }

@@ -15,7 +15,7 @@ import { EngineMetrics, engineStats } from "./engine-metrics.ts";
 import type { EngineOptions } from "./engine-options.ts";
 import { EngineOutput } from "./engine-output.ts";
 import type { Active } from "./engine-request.ts";
-import { EngineSessions, inferSessionId, isKvRetention, KV_RETENTIONS } from "./engine-sessions.ts";
+import { EngineSessions, isKvRetention, KV_RETENTIONS } from "./engine-sessions.ts";
 import { HostKvOffload } from "./kv-offload.ts";
 import { exportHandoff, exportPrefix, importPrefix, type PrefixKv } from "./prefix-transfer.ts";
 import { HandoffTails } from "./handoff-tails.ts";
@@ -91,7 +91,7 @@ export class Engine implements ServingEngine {
     this.adapters = new EngineAdapters(r);
     this.checks = new RequestChecks(opts.config, opts.tokenizer, maxModelLen, scheduler.config, this.adapters);
     const parts = { active, scheduler, metrics, drafts: this.drafts, offload, opts, now };
-    this.output = new EngineOutput({ ...parts, turns: this.turns, maxModelLen });
+    this.output = new EngineOutput({ ...parts, turns: this.turns, maxModelLen, blockSize: r.blockSize });
     this.steps = new StepLoop({
       ...parts, pool: this.pool, output: this.output, tails: this.tails, sessions: this.turns?.tracker, mixing,
       stopped: () => this.stopped, fail: (id, e) => this.failRequest(id, e),
@@ -121,7 +121,8 @@ export class Engine implements ServingEngine {
     const lora = checked.lora;
     const cacheRoot = cacheRootOf(lora?.root, req.cacheSalt);
     // Agent retention needs every turn in some session: a request naming none is placed by its prefix.
-    const sessionId = req.sessionId ?? (this.turns && inferSessionId(this.pool.probePrefix(req.prompt, Infinity, cacheRoot ?? null).metas, id));
+    const probe = req.sessionId === undefined && this.turns ? this.pool.probePrefix(req.prompt, Infinity, cacheRoot ?? null) : undefined;
+    const sessionId = req.sessionId ?? (probe && this.turns?.infer(req.prompt, probe.metas, probe.numTokens, id, this.pool.blockSize, cacheRoot));
     if (sessionId !== undefined) this.turns?.started(sessionId, this.now() / 1000);
     const wholePrompt = req.promptLogprobs !== undefined;
     const seq = this.scheduler.submit(id, req.prompt, {
