@@ -3,9 +3,12 @@
  * from chat-output.ts) become content blocks — `thinking`, `text`, `tool_use` — and the stream events
  * that build them (`content_block_start`, `content_block_delta`, `content_block_stop`). A
  * non-streamed message is the same builder run over the whole answer, so both forms give the same
- * blocks.
+ * blocks. A thinking block's signature (messages-thinking.ts) is streamed as a `signature_delta`
+ * just before its `content_block_stop`, as Anthropic streams it; with its text omitted
+ * (`thinking.display: "omitted"`) the block streams no `thinking_delta` and keeps `thinking` empty.
  */
 import type { ChatPart } from "./chat-output.ts";
+import { thinkingSignature } from "./messages-thinking.ts";
 import type { ParsedToolCall } from "./tool-calls.ts";
 
 type Json = Record<string, unknown>;
@@ -42,6 +45,11 @@ export class MessageOutput {
   private open: { kind: "text" | "thinking"; block: Json } | null = null;
   // Whitespace-only text is held until text follows: before a call or at the end it is dropped, as the chat API does.
   private space = "";
+  /** The open thinking block's text (its signature's), shown or not. */
+  private thought = "";
+
+  /** `omitThinking`: thinking blocks keep an empty `thinking` (the text goes into their signature only). */
+  constructor(private readonly omitThinking = false) {}
 
   /** Turns parts into blocks; returns the events that stream them. */
   push(parts: readonly ChatPart[]): MessageEvent[] {
@@ -75,11 +83,15 @@ export class MessageOutput {
   private extend(kind: "text" | "thinking", text: string, events: MessageEvent[]): void {
     if (this.open?.kind !== kind) {
       this.close(events);
-      // A thinking block carries a signature the client sends back; this server signs nothing, so it is empty.
+      // A thinking block's signature comes when it closes (close()).
       const block: Json = kind === "text" ? { type: "text", text: "" } : { type: "thinking", thinking: "", signature: "" };
       this.content.push(block);
       this.open = { kind, block };
       events.push({ type: "content_block_start", index: this.content.length - 1, content_block: { ...block } });
+    }
+    if (kind === "thinking") {
+      this.thought += text;
+      if (this.omitThinking) return;
     }
     const key = kind === "text" ? "text" : "thinking";
     this.open.block[key] = (this.open.block[key] as string) + text;
@@ -108,7 +120,14 @@ export class MessageOutput {
 
   private close(events: MessageEvent[]): void {
     if (!this.open) return;
-    events.push({ type: "content_block_stop", index: this.content.length - 1 });
+    const index = this.content.length - 1;
+    if (this.open.kind === "thinking") {
+      const signature = thinkingSignature(this.thought, this.omitThinking);
+      this.open.block.signature = signature;
+      this.thought = "";
+      events.push({ type: "content_block_delta", index, delta: { type: "signature_delta", signature } });
+    }
+    events.push({ type: "content_block_stop", index });
     this.open = null;
   }
 }

@@ -140,7 +140,9 @@ export const MessagesRequestSchema = z.looseObject({
   tools: z.array(ToolSchema).max(128).optional(),
   tool_choice: ToolChoiceSchema.optional(),
   metadata: z.looseObject({ user_id: sessionKey.nullable().optional() }).optional(),
-  thinking: z.looseObject({ type: z.enum(["enabled", "adaptive", "disabled"]), budget_tokens: z.number().int().min(0).optional() }).optional(),
+  // display: "omitted" returns thinking blocks without their text (messages-thinking.ts); a value this
+  // server does not know (Anthropic adds them) is shown as "summarized" is, not a 400 for Claude Code.
+  thinking: z.looseObject({ type: z.enum(["enabled", "adaptive", "disabled"]), budget_tokens: z.number().int().min(0).optional(), display: z.string().nullable().optional() }).optional(),
   // An effort this server does not know (Anthropic adds levels) is no template's variable, not a 400 for Claude Code (messages.ts).
   output_config: z.looseObject({ effort: z.string().nullable().optional(), format: OutputFormatSchema.nullable().optional() }).optional(),
   output_format: OutputFormatSchema.nullable().optional(),

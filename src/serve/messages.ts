@@ -13,6 +13,7 @@ import { ApiError, describe } from "./errors.ts";
 import { namedEventStream } from "./event-stream.ts";
 import { anthropicId, type MessageEvent, MessageOutput } from "./messages-output.ts";
 import type { ContentBlockIn, MessagesPrompt, MessagesRequest } from "./messages-schema.ts";
+import { checkThinkingBudget, omitsThinking, thinkingOf } from "./messages-thinking.ts";
 import { chatPrompt, type ServeContext, type Submitted, submitChat } from "./openai.ts";
 import { checkSchema } from "./output-grammar.ts";
 import { anthropicEffort } from "./reasoning-effort.ts";
@@ -27,6 +28,8 @@ export interface MessagesTurn {
   submitted: Submitted;
   /** The stop sequences asked (to report which one ended the message). */
   stopSequences: readonly string[];
+  /** `thinking.display: "omitted"`: thinking blocks come back without their text (messages-thinking.ts). */
+  omitThinking: boolean;
 }
 
 type TextBlocks = string | readonly { text?: string }[] | undefined;
@@ -70,7 +73,7 @@ function chatMessages(body: MessagesPrompt): ChatMessageIn[] {
     }
     const blocks = m.content as ContentBlockIn[];
     if (m.role === "assistant") {
-      const reasoning = blocks.filter((b) => b.type === "thinking").map((b) => b.thinking ?? "").join("");
+      const reasoning = blocks.filter((b) => b.type === "thinking").map(thinkingOf).join("");
       const calls = blocks.filter((b) => b.type === "tool_use").map((b) => {
         names.set(b.id!, b.name!);
         return { id: b.id!, type: "function", function: { name: b.name!, arguments: JSON.stringify(b.input ?? {}) } };
@@ -157,7 +160,8 @@ export function submitMessages(ctx: ServeContext, body: MessagesRequest, betas: 
   }
   checkOutputFormat(body, names.size > 0 && ctx.toolCallParser === "harmony");
   checkThinkingBudget(body, betas.some((b) => b.startsWith("interleaved-thinking-")));
-  return { id: anthropicId("msg"), submitted: submitChat(ctx, chatRequestOfMessages(body, ctx.tracksReasoning)), stopSequences: body.stop_sequences ?? [] };
+  const submitted = submitChat(ctx, chatRequestOfMessages(body, ctx.tracksReasoning));
+  return { id: anthropicId("msg"), submitted, stopSequences: body.stop_sequences ?? [], omitThinking: omitsThinking(body) };
 }
 
 /**
@@ -178,32 +182,6 @@ function checkOutputFormat(body: MessagesRequest, harmonyTools: boolean): void {
   }
 }
 
-/** The least `thinking.budget_tokens` Anthropic's API takes. */
-const MIN_THINKING_BUDGET = 1024;
-
-/**
- * Anthropic's limits on `thinking: {"type": "enabled", "budget_tokens"}`: at least 1024 tokens, and
- * fewer than `max_tokens` (the thinking counts against it) unless the request carries the
- * `interleaved-thinking-*` beta (`interleaved`), under which Anthropic lets the budget pass it (the
- * budget then spans a whole assistant turn's thinking, as Claude Code sends it); each broken a 400
- * naming `thinking.budget_tokens` and the value, as Anthropic answers; "enabled" without a budget is a
- * 400 too (Anthropic requires one there). (`count_tokens` has no `max_tokens`.)
- */
-function checkThinkingBudget(body: MessagesPrompt & { max_tokens?: number }, interleaved = false): void {
-  const thinking = body.thinking;
-  if (thinking?.type !== "enabled") return;
-  if (thinking.budget_tokens === undefined) {
-    throw new ApiError(400, `thinking.budget_tokens is required with thinking ${describe(thinking)} (at least ${MIN_THINKING_BUDGET}; or {"type":"adaptive"})`, "thinking.budget_tokens", "missing_required_parameter");
-  }
-  const budget = thinking.budget_tokens;
-  if (budget < MIN_THINKING_BUDGET) {
-    throw new ApiError(400, `thinking.budget_tokens must be at least ${MIN_THINKING_BUDGET}, got ${budget}`, "thinking.budget_tokens", "invalid_value");
-  }
-  if (!interleaved && body.max_tokens !== undefined && body.max_tokens <= budget) {
-    throw new ApiError(400, `max_tokens must be greater than thinking.budget_tokens (the thinking counts against max_tokens), got thinking.budget_tokens ${budget} with max_tokens ${body.max_tokens}`, "thinking.budget_tokens", "invalid_value");
-  }
-}
-
 /** `/v1/messages/count_tokens`: the prompt's token count as the model would see it. */
 export function countMessageTokens(ctx: ServeContext, body: MessagesPrompt): Json {
   checkThinkingBudget(body);
@@ -217,8 +195,10 @@ function usageOf(r: GenerateResult): Json {
 
 /** Why the message stopped, and the stop sequence that ended it (when one did). */
 function stopOf(t: MessagesTurn, out: MessageOutput, r: GenerateResult): { stop_reason: string; stop_sequence: string | null } {
-  if (out.calledTools) return { stop_reason: "tool_use", stop_sequence: null };
+  // The budget ending the message is said first, as Anthropic does, even after complete calls (the
+  // SDK's tool runner then stops rather than running them).
   if (r.finishReason === "length") return { stop_reason: "max_tokens", stop_sequence: null };
+  if (out.calledTools) return { stop_reason: "tool_use", stop_sequence: null };
   const seq = r.finishReason === "stop" && r.stopString !== undefined && t.stopSequences.includes(r.stopString) ? r.stopString : null;
   return { stop_reason: seq !== null ? "stop_sequence" : "end_turn", stop_sequence: seq };
 }
@@ -243,13 +223,18 @@ async function generate(
   const r = await handle.result;
   if (!started) start(r.error ? undefined : r.cachedTokens);
   if (r.error) return r;
-  send([...out.push(chat.end()), ...out.finish()]);
+  // What the parsers held back to the end is, when max_tokens cut the answer with tools to call, the
+  // start of a call the budget cut short: neither a call nor the model's text, it is dropped (as
+  // Anthropic never shows a call as text) rather than returned as its markup.
+  const held = chat.end();
+  const cut = r.finishReason === "length" && t.submitted.output?.toolCalls === true;
+  send([...out.push(cut ? held.filter((p) => p.kind !== "content") : held), ...out.finish()]);
   return r;
 }
 
 /** The whole message, built from the same deltas and by the same code as a stream. */
 export async function respondMessageJson(ctx: ServeContext, t: MessagesTurn): Promise<Json> {
-  const out = new MessageOutput();
+  const out = new MessageOutput(t.omitThinking);
   const r = await generate(t, out, () => {});
   const err = failure([r]);
   if (err) throw err;
@@ -263,7 +248,7 @@ export async function respondMessageJson(ctx: ServeContext, t: MessagesTurn): Pr
  * failed. Each SSE event is named by its type. The client hanging up cancels the generation.
  */
 export function respondMessageStream(ctx: ServeContext, t: MessagesTurn): ReadableStream<Uint8Array> {
-  const out = new MessageOutput();
+  const out = new MessageOutput(t.omitThinking);
   return namedEventStream<MessageEvent>(t.submitted.handles[0], async (send, gone) => {
     const prompt = t.submitted.promptTokens ?? 0;
     // Sent with the first delta, which knows the prompt's cache hit: input usage here splits as the

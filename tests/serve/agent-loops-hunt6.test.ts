@@ -59,7 +59,7 @@ test("Messages: a Claude Code-like loop sends thinking and tool_use back verbati
     const first = await stream.finalMessage();
     assert.equal(first.stop_reason, "tool_use");
     assert.deepEqual(first.content.map((b) => b.type), ["thinking", "text", "tool_use", "tool_use"]);
-    assert.deepEqual([...deltas].sort(), ["input_json_delta", "text_delta", "thinking_delta"]);
+    assert.deepEqual([...deltas].sort(), ["input_json_delta", "signature_delta", "text_delta", "thinking_delta"]);
     const thinking = first.content[0] as Anthropic.ThinkingBlock;
     assert.match(thinking.thinking, /Thought 35\.$/);
     assert.equal(typeof thinking.signature, "string");
