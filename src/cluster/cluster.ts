@@ -201,7 +201,12 @@ export class Cluster implements ServingEngine {
     for (const w of touched) w.inFlight++;
     const best = cands.reduce((a, c) => Math.max(a, c.overlapDevice), 0);
     const arrive = () => this.window.arrived(req.prompt.length, Math.max(0, req.prompt.length - best * this.blockSize), maxTokens);
-    if (req.sessionId !== undefined) this.remember(req.sessionId, dec.id);
+    if (req.sessionId !== undefined) {
+      // Moved (a flip, a busy holder): the worker it left no longer holds it waiting on a tool.
+      const left = this.lastWorker.get(req.sessionId);
+      if (left !== undefined && left !== dec.id) this.set.get(left)?.engine.sessionMovedAway(req.sessionId);
+      this.remember(req.sessionId, dec.id);
+    }
     // A refusal only the worker finds comes later (a worker elsewhere, a hand-off's decoding worker): it gives back the new
     // session's budget and place. A direct request counts as an arrival once taken; a hand-off's, whose prompt was prefilled, at once.
     if (!(direct && h.refusal)) arrive();

@@ -153,6 +153,10 @@ export class RemoteEngine implements WorkerEngine {
     this.send({ op: "tool", sessionId, tool });
   }
 
+  sessionMovedAway(sessionId: string): void {
+    this.send({ op: "moved", sessionId });
+  }
+
   async exportPrefix(tokens: readonly number[], handoff = false, root?: number): Promise<PrefixKv | null> {
     return (await this.call({ op: "export", cid: 0, tokens: [...tokens], ...(handoff ? { handoff } : {}), ...(root === undefined ? {} : { root }) })) as PrefixKv | null;
   }

@@ -39,6 +39,8 @@ export interface WorkerEngine extends TokenGapSink {
    */
   check(req: GenerateRequest): void;
   markToolWait(sessionId: string, tool: string): void;
+  /** The session's next turn runs on another worker: a tool wait noted here is over (Engine.sessionMovedAway). */
+  sessionMovedAway(sessionId: string): void;
   /**
    * KV of the longest cached prefix of `tokens`, device then host tier (null when none is cached);
    * `handoff`: a prompt this worker just prefilled, with the block it ended in; `root`: the prompt's
@@ -84,6 +86,7 @@ export function localWorkerEngine(engine: Engine): WorkerEngine {
     submit: (req) => reportTokenGaps(engine.submit(req), w),
     check: (req) => engine.checkRequest(req),
     markToolWait: (sid, tool) => engine.markToolWait(sid, tool),
+    sessionMovedAway: (sid) => engine.sessionMovedAway(sid),
     exportPrefix: (tokens, handoff, root) => engine.exportPrefix(tokens, handoff, root),
     // A refusal rejects (the executor's throw), as a remote worker's does.
     loadAdapter: (name, adapter) => new Promise<void>((resolve) => resolve(engine.loadAdapter(name, adapter))),

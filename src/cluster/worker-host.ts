@@ -119,9 +119,13 @@ export function serveWorker(port: ThreadPort): Promise<void> {
       case "cancel":
         handles.get(m.rid)?.cancel();
         return;
+      // Both change the session counts the cluster reports (/metrics): report them.
       case "tool":
         e.markToolWait(m.sessionId, m.tool);
-        return;
+        return report();
+      case "moved":
+        e.sessionMovedAway(m.sessionId);
+        return report();
       case "drop":
         // A block let go changes the gauges.
         if (e.dropHandoff(m.tokens, m.root)) report();

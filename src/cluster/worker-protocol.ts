@@ -30,6 +30,7 @@ export type ToWorker =
   | { op: "submit"; rid: number; req: GenerateRequest }
   | { op: "cancel"; rid: number }
   | { op: "tool"; sessionId: string; tool: string }
+  | { op: "moved"; sessionId: string }
   | { op: "export"; cid: number; tokens: number[]; handoff?: boolean; root?: number }
   /** Loads the LoRA adapter at `path` (the worker reads it, as it reads the model) as `name`; its fingerprint must be this one. */
   | { op: "lora-load"; cid: number; name: string; path: string; scale: number; fingerprint: string }

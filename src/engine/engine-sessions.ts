@@ -127,6 +127,18 @@ export class EngineSessions {
   }
 
   /**
+   * The session's next turn runs on another worker (a cluster moved it): here it waits on nothing
+   * any more, so its blocks rank as an idle session's, not as a tool wait's until its time-to-live.
+   * A session unknown here, or with a request still running here, is left as it is.
+   */
+  movedAway(sessionId: string, now: number): void {
+    this.pendingTool.delete(sessionId);
+    if (this.inFlight.has(sessionId) || this.tracker.status(sessionId) !== "waiting-tool") return;
+    this.tracker.turnEnded(sessionId, now, null);
+    this.policy.rerank();
+  }
+
+  /**
    * The session of a prompt that names none: {@link inferSessionId} over its cached prefix (`metas`,
    * `matched` tokens long), else the session of a remembered turn end it continues, else a new one.
    */

@@ -153,6 +153,14 @@ export class Engine implements ServingEngine {
     if (this.offload) this.steps.wake();
   }
 
+  /**
+   * The session's next turn runs on another engine (a cluster moved it): a tool wait noted here is
+   * over, and its blocks here rank as an idle session's. No effect under "lru" retention.
+   */
+  sessionMovedAway(sessionId: string): void {
+    this.turns?.movedAway(sessionId, this.now() / 1000);
+  }
+
   /** What the agent-aware retention knows about sessions (undefined under "lru"). */
   get sessions(): SessionTracker | undefined {
     return this.turns?.tracker;
