@@ -5,6 +5,7 @@
 import type { NumberRange } from "./number-bounds.ts";
 import type { CompiledRegex, RegexState } from "./regex-nfa.ts";
 import type { SchemaNode } from "./json-schema.ts";
+import type { ObjectPick } from "./json-schema-node.ts";
 
 export type ObjectNode = Extract<SchemaNode, { t: "object" }>;
 export type ArrayNode = Extract<SchemaNode, { t: "array" }>;
@@ -39,6 +40,17 @@ export interface SeqGroup {
    * form a cycle.
    */
   readonly rule?: string;
+  /** Every alternative begins with a literal: the alternatives by it, to step as one sorted run (grammar-pick.ts). */
+  readonly index?: GroupIndex;
+}
+
+/**
+ * A group's alternatives by the literal each begins with: the literals sorted without repeats, and for
+ * each the alternatives it begins (a tool-call format's opening with each tool's name).
+ */
+export interface GroupIndex {
+  readonly texts: readonly string[];
+  readonly alts: readonly (readonly (readonly Piece[])[])[];
 }
 
 /**
@@ -89,6 +101,11 @@ export interface LiteralsFrame {
   readonly i: number;
   readonly up: Frame | null;
   readonly d: number;
+  /**
+   * Where the texts tell alternatives apart (grammar-pick.ts), what each goes on with: a group's
+   * (`up` its sequence frame), or an undecided object's options (`up` the object, its telling key's value being written).
+   */
+  readonly then?: GroupIndex | ObjectPick;
 }
 
 /**
@@ -157,6 +174,8 @@ export type Frame =
 export type ObjFrame = {
   readonly k: "obj"; readonly node: ObjectNode; readonly seen: readonly string[];
   readonly phase: "first" | "next" | "key" | "colon" | "value" | "after"; readonly key: string; readonly compact: boolean; readonly up: Frame | null; readonly d: number;
+  /** Set while the object is any of an anyOf's options (its node their shape), until a value tells them apart (grammar-pick.ts). */
+  readonly pick?: ObjectPick;
 };
 
 /** One configuration of the automaton: its frames (innermost on top) and the current whitespace run. */

@@ -8,6 +8,7 @@ import { literalKey, numberKey } from "./value-key.ts";
 import { type Config, type Frame, type GrammarState, inClass, type SeqFrame, uniqueSeen } from "./grammar-frames.ts";
 import { canReach } from "./number-bounds.ts";
 import { stepLiterals } from "./grammar-literals.ts";
+import { startIndexed } from "./grammar-pick.ts";
 import { grammarStateKey, ObjectIds } from "./grammar-key.ts";
 import { numberMayEnd, numberStep } from "./grammar-number.ts";
 import { keepDistinct } from "./grammar-unique.ts";
@@ -100,6 +101,7 @@ function accepting(cfg: Config): boolean {
 
 /** The configurations that start each alternative of `seq`'s group. */
 export function startGroup(seq: SeqFrame): Config[] {
+  if (seq.group.index !== undefined) return startIndexed(seq, seq.group.index);
   return seq.group.alts.flatMap((pieces) => enterPiece({ ...seq, pieces, i: 0 }));
 }
 

@@ -4,10 +4,12 @@
  * value following the tool's parameters (Mistral's older format: one JSON list of calls) — or, in
  * GLM's and Qwen3-Coder's formats, as one key-value pair per declared property, in declared order, a
  * string-typed value written raw; in harmony's (gpt-oss), one message to the function, optionally after
- * an analysis message.
+ * an analysis message. The calls' alternatives are indexed by the text that names the tool
+ * (grammar-pick.ts), so a mask's cost does not grow with the tool count.
  */
 import type { Piece, SeqGroup, StringNode } from "./grammar-frames.ts";
 import { compilePattern } from "./regex-nfa.ts";
+import { indexGroup, objectPick } from "./grammar-pick.ts";
 import { ANY_OBJECT, compileSchema, type JsonSchema, literalNode, resolve, SchemaError, type SchemaNode } from "./json-schema.ts";
 
 /** What grammar.ts needs of a `tool_calls` grammar. */
@@ -118,7 +120,7 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
   const args = (t: ToolCallsSpec["tools"][number]) => (t.parameters === undefined ? ANY_OBJECT : compileSchema(t.parameters));
   switch (g.format) {
     case "kimi_k2":
-      return sectioned(KIMI.sectionBegin, KIMI.sectionEnd, g.parallel, g.tools.map((t) => [
+      return sectioned(KIMI.sectionBegin, KIMI.sectionEnd, g.parallel, g.tools.map((t): Piece[] => [
         { lit: `${KIMI.callBegin}functions.${t.name}:` }, { raw: CALL_INDEX, end: KIMI.argsBegin }, { lit: KIMI.argsBegin }, { node: args(t) }, { lit: KIMI.callEnd },
       ]));
     case "deepseek_v31":
@@ -129,11 +131,11 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
     case "minimax_m2":
       return sectioned(`${MINIMAX.sectionBegin}\n`, `\n${MINIMAX.sectionEnd}`, false, [[{ group: pairCalls(MINIMAX_PAIRS, g) }]]);
     case "mistral":
-      return { alts: g.tools.map((t) => [{ lit: `${MISTRAL.calls}${t.name}` }, optional([{ lit: MISTRAL.callId }, { raw: MISTRAL_CALL_ID, end: MISTRAL.args }]), { lit: MISTRAL.args }, { node: args(t) }]), repeat: g.parallel, sep: "" };
+      return indexGroup({ alts: g.tools.map((t): Piece[] => [{ lit: `${MISTRAL.calls}${t.name}` }, optional([{ lit: MISTRAL.callId }, { raw: MISTRAL_CALL_ID, end: MISTRAL.args }]), { lit: MISTRAL.args }, { node: args(t) }]), repeat: g.parallel, sep: "" });
     case "mistral_pre_v11": {
       // One JSON list of calls; SentencePiece tokenizers (v3) write a space before it, Tekken (v7) none.
       const options = g.tools.map((t): SchemaNode => callObject(t.name, "arguments", args(t)));
-      const list: SchemaNode = { t: "array", prefix: [], items: options.length === 1 ? options[0] : { t: "anyOf", options }, min: 1, max: g.parallel ? Infinity : 1, unique: false };
+      const list: SchemaNode = { t: "array", prefix: [], items: anyCall(options), min: 1, max: g.parallel ? Infinity : 1, unique: false };
       return { alts: [[{ lit: MISTRAL.calls }, optional([{ lit: " " }]), { node: list }]], repeat: false, sep: "" };
     }
     case "harmony": {
@@ -144,7 +146,7 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
       const h = HARMONY;
       const analysis = optional([{ lit: `${h.channel}analysis${h.message}` }, { raw: RAW_TEXT, end: h.end }, { lit: `${h.end}${h.start}assistant` }]);
       const call = g.tools.map((t): Piece[] => [{ lit: ` to=functions.${t.name}${h.channel}commentary json${h.message}` }, { node: args(t) }]);
-      return { alts: [[analysis, { group: { alts: call, repeat: false, sep: "" } }]], repeat: false, sep: "" };
+      return { alts: [[analysis, { group: indexGroup({ alts: call, repeat: false, sep: "" }) }]], repeat: false, sep: "" };
     }
     case "glm45":
       return pairCalls(GLM_PAIRS, g);
@@ -155,7 +157,7 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
       const llama = g.format === "llama3_json";
       const key = llama ? "parameters" : "arguments";
       const options = g.tools.map((t): SchemaNode => callObject(t.name, key, args(t)));
-      const call: SchemaNode = options.length === 1 ? options[0] : { t: "anyOf", options };
+      const call = anyCall(options);
       const pieces: Piece[] = llama ? [{ node: call }] : [{ lit: "<tool_call>\n" }, { node: call }, { lit: "\n</tool_call>" }];
       return { alts: [pieces], repeat: g.parallel, sep: llama ? "; " : "\n" };
     }
@@ -187,6 +189,13 @@ function callObject(name: string, key: string, args: SchemaNode): SchemaNode {
   return { t: "object", props: new Map([["name", { t: "literal", texts: [JSON.stringify(name)] }], [key, args]]), required: new Set(["name", key]), extra: null };
 }
 
+/** One of the call objects `options`; several picked by their name as one run (grammar-pick.ts). */
+function anyCall(options: readonly SchemaNode[]): SchemaNode {
+  if (options.length === 1) return options[0];
+  const pick = objectPick(options, "name");
+  return pick === undefined ? { t: "anyOf", options } : { t: "anyOf", options, pick };
+}
+
 /** `pieces`, or nothing. */
 function optional(pieces: Piece[]): Piece {
   return { group: { alts: [pieces, []], repeat: false, sep: "" } };
@@ -194,12 +203,12 @@ function optional(pieces: Piece[]): Piece {
 
 /** `begin`, then one call (or more, `sep` apart, with `parallel`) of one of `calls`, then `end`. */
 function sectioned(begin: string, end: string, parallel: boolean, calls: Piece[][], sep = ""): SeqGroup {
-  return { alts: [[{ lit: begin }, { group: { alts: calls, repeat: parallel, sep } }, { lit: end }]], repeat: false, sep: "" };
+  return { alts: [[{ lit: begin }, { group: indexGroup({ alts: calls, repeat: parallel, sep }) }, { lit: end }]], repeat: false, sep: "" };
 }
 
 /** Calls in a key-value pair format, one alternative per tool, newline-separated. */
 function pairCalls(f: PairFormat, g: ToolCallsSpec): SeqGroup {
-  return { alts: g.tools.map((t) => [{ lit: f.callOpen(t.name) }, ...pairArguments(f, t.parameters), { lit: f.callClose }]), repeat: g.parallel, sep: "\n" };
+  return indexGroup({ alts: g.tools.map((t): Piece[] => [{ lit: f.callOpen(t.name) }, ...pairArguments(f, t.parameters), { lit: f.callClose }]), repeat: g.parallel, sep: "\n" });
 }
 
 /**

@@ -9,6 +9,7 @@ import { canReach, type NumberRange } from "./number-bounds.ts";
 import { literalKey } from "./value-key.ts";
 import { type ArrayNode, type ArrFrame, type Config, type Frame, type ObjFrame, uniqueSeen } from "./grammar-frames.ts";
 import { numberStep } from "./grammar-number.ts";
+import { decide } from "./grammar-pick.ts";
 import type { Done } from "./grammar-strings.ts";
 import { MAX_DEPTH } from "./grammar-types.ts";
 
@@ -23,8 +24,18 @@ const ANY_ARRAY: SchemaNode = { t: "array", prefix: [], items: ANY, min: 0, max:
 export function startValue(node: SchemaNode, up: Frame | null, d: number, c: string, compact: boolean, complete: Done): Config[] {
   const n = resolve(node);
   switch (n.t) {
-    case "anyOf": return n.options.flatMap((o) => startValue(o, up, d, c, compact, complete));
+    case "anyOf": {
+      // Objects told apart by one constant (grammar-pick.ts) start as one undecided object.
+      const pick = n.pick;
+      if (pick !== undefined && fitsDepth(pick.shape, d)) return c === "{" ? [{ top: { k: "obj", node: pick.shape, seen: [], phase: "first", key: "", compact, up, d: d + 1, pick }, ws: 0 }] : [];
+      return n.options.flatMap((o) => startValue(o, up, d, c, compact, complete));
+    }
     case "literal": {
+      // The constant telling an undecided object's options apart: one run of their values.
+      if (up !== null && up.k === "obj" && up.pick !== undefined && up.key === up.pick.key) {
+        const texts = up.pick.texts;
+        return stepLiterals({ k: "lits", texts, lo: 0, hi: texts.length, i: 0, up, d, then: up.pick }, c, complete);
+      }
       // In a uniqueItems array an enum value already written cannot start again.
       const seen = uniqueSeen(up);
       if (seen === null && n.sorted) return stepLiterals({ k: "lits", texts: n.sorted, lo: 0, hi: n.sorted.length, i: 0, up, d }, c, complete);
@@ -113,6 +124,13 @@ export function stepObject(f: ObjFrame, c: string, complete: Done): Config[] {
       return c === "}" && f.phase === "first" && requiredMet() ? complete(f.up) : [];
     case "colon": {
       if (c !== ":") return [];
+      // Another key than the telling one, in an undecided object: each option goes its own way.
+      if (f.pick !== undefined && f.key !== f.pick.key) {
+        return f.pick.all.map((o): Config => {
+          const node = o.props.get(f.key) ?? o.extra ?? ANY;
+          return { top: { k: "value", node, ws: true, compact: f.compact, up: { ...decide(f, o), phase: "value", seen: [...f.seen, f.key] }, d: f.d }, ws: 0 };
+        });
+      }
       const node = n.props.get(f.key) ?? n.extra ?? ANY;
       return [{ top: { k: "value", node, ws: true, compact: f.compact, up: { ...f, phase: "value", seen: [...f.seen, f.key] }, d: f.d }, ws: 0 }];
     }

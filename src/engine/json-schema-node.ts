@@ -37,8 +37,24 @@ export type SchemaNode =
   /** One of these JSON texts exactly (enum, const, booleans, null). */
   /** `sorted`: the texts sorted and without repeats, for lists long enough to step as one run (grammar-literals.ts). */
   | { readonly t: "literal"; readonly texts: readonly string[]; readonly sorted?: readonly string[] }
-  | { readonly t: "anyOf"; readonly options: readonly SchemaNode[] }
+  /** `pick`: the options told apart by one property's constant (grammar-pick.ts), for stepping them as one until it is written. */
+  | { readonly t: "anyOf"; readonly options: readonly SchemaNode[]; readonly pick?: ObjectPick }
   | { readonly t: "ref"; readonly name: string; readonly table: ReadonlyMap<string, SchemaNode> };
+
+/**
+ * Object options of an anyOf, all with the same keys, required keys and no others, told apart by the
+ * constant value of property `key` (a tool call's name): the texts of those values sorted without
+ * repeats, and for each the options it names (grammar-pick.ts builds it).
+ */
+export interface ObjectPick {
+  readonly key: string;
+  readonly texts: readonly string[];
+  readonly objs: readonly (readonly Extract<SchemaNode, { t: "object" }>[])[];
+  /** Every option, in the anyOf's order. */
+  readonly all: readonly Extract<SchemaNode, { t: "object" }>[];
+  /** The options' common shape: their keys, `key` taking any of `texts`, the others any value; need: the deepest option's. */
+  readonly shape: Extract<SchemaNode, { t: "object" }>;
+}
 
 /** A reference node. */
 export type RefNode = Extract<SchemaNode, { t: "ref" }>;
