@@ -19,9 +19,7 @@ echo "== Deno ($(npx deno --version | head -1))"
 # fails here; only such an exit after "0 failed" (exit 134, or a glibc heap message) is tolerated.
 log=$(mktemp)
 set +e
-# --parallel: test files in as many workers as there are cores (DENO_JOBS overrides), as Node's
-# --test-concurrency below; on lavapipe most of a WebGPU test's time is waiting, so two overlap well.
-./node_modules/.bin/deno test -A --no-check --parallel "${files[@]}" 2>&1 | tee "$log"
+./node_modules/.bin/deno test -A --no-check "${files[@]}" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
 if [ "$rc" -ne 0 ]; then
