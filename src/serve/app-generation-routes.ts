@@ -33,7 +33,7 @@ export function addGenerationRoutes(app: Hono, kit: RouteKit, state: ResponsesSt
       const queued = state.background.start(ctx, state, turn, end);
       return body.stream ? followSse(state.background.follow(turn.id, -1)!) : c.json(queued);
     }
-    return body.stream ? sseOnceTaken(c, turn.submitted.handles, () => respondStream(ctx, state, turn), end) : whole(c, turn.submitted, end, () => respondJson(ctx, state, turn));
+    return body.stream ? sseOnceTaken(c, turn.submitted.handles, () => respondStream(ctx, state, turn), end, turn.submitted.params) : whole(c, turn.submitted, end, () => respondJson(ctx, state, turn));
   }));
   app.post("/v1/messages", (c) => generation(async (end) => {
     const [body, ctx] = await parse(c, MessagesRequestSchema);

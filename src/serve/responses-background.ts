@@ -115,7 +115,7 @@ export class BackgroundRuns {
           return new ApiError(500, `The response failed while its output was built: ${e instanceof Error ? e.message : String(e)}`, null, "server_error");
         });
         const result = r instanceof ApiError ? null : r;
-        const err: ApiError | undefined = result ? failure([result]) : r as ApiError;
+        const err: ApiError | undefined = result ? failure([result], t.submitted.params) : r as ApiError;
         let response = responseJson(t, out, result, err);
         const cancelled = !err && run.cancelled && result?.finishReason === "abort";
         if (cancelled) response = { ...response, status: "cancelled", incomplete_details: null };

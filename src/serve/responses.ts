@@ -62,10 +62,15 @@ export interface ResponseTurn {
 /** Where the chat path's parameter names differ from the Responses API's. */
 const PARAM_NAMES: [string, string][] = [["messages", "input"], ["response_format", "text.format"], ["max_completion_tokens", "max_output_tokens"], ["chat_template_kwargs", "reasoning"], ["reasoning_effort", "reasoning.effort"]];
 
+/** A chat-path parameter (or path into one) as the Responses API names it. */
+function renamedParam(param: string): string {
+  const hit = PARAM_NAMES.find(([chat]) => param === chat || param.startsWith(`${chat}.`) || param.startsWith(`${chat}[`));
+  return hit ? hit[1] + param.slice(hit[0].length) : param;
+}
+
 /** A chat-path error as the Responses API names its parameters. */
 function renamed(e: ApiError): ApiError {
-  const hit = PARAM_NAMES.find(([chat]) => e.param === chat || e.param?.startsWith(`${chat}.`) || e.param?.startsWith(`${chat}[`));
-  const param = hit ? hit[1] + e.param!.slice(hit[0].length) : e.param;
+  const param = e.param === null ? null : renamedParam(e.param);
   const message = e.message.replaceAll("response_format", "text.format").replaceAll("max_completion_tokens", "max_output_tokens");
   return new ApiError(e.status, message, param, e.code, e.type);
 }
@@ -130,14 +135,20 @@ function continued(state: ResponsesState, body: ResponsesRequest): { history: Ch
   }
 }
 
-/** Submits a turn's chat request, dropping its oldest items first if it is too long and `truncation` is "auto". */
+/**
+ * Submits a turn's chat request, dropping its oldest items first if it is too long and `truncation`
+ * is "auto". Its refusals found later (a worker's, the engine's) name the Responses API's fields too.
+ */
 function submitTurn(ctx: ServeContext, chat: ChatRequest, truncation: ResponsesRequest["truncation"]): Submitted {
+  const named = (s: Submitted): Submitted => ({
+    ...s, params: { prompt: "input", ...Object.fromEntries(Object.entries(s.params ?? {}).map(([field, param]) => [field, renamedParam(param)])) },
+  });
   try {
     try {
-      return submitChat(ctx, chat);
+      return named(submitChat(ctx, chat));
     } catch (e) {
       if (truncation !== "auto" || !(e instanceof ApiError) || e.code !== "context_length_exceeded") throw e;
-      return submitChat(ctx, truncated(ctx, chat));
+      return named(submitChat(ctx, truncated(ctx, chat)));
     }
   } catch (e) {
     throw e instanceof ApiError ? renamed(e) : e;
@@ -246,7 +257,7 @@ export async function generate(t: ResponseTurn, out: ResponseOutput, send: (even
 export async function respondJson(ctx: ServeContext, state: ResponsesState, t: ResponseTurn): Promise<Json> {
   const out = outputOf(ctx, t);
   const r = await generate(t, out, () => {});
-  const err = failure([r]);
+  const err = failure([r], t.submitted.params);
   if (err) throw err;
   const response = responseJson(t, out, r);
   // Aborted, the client hung up (app.ts `whole`): as for a stream, nothing is kept and no conversation extended.
@@ -266,7 +277,7 @@ export function respondStream(ctx: ServeContext, state: ResponsesState, t: Respo
     send([out.event("response.created", { response: responseJson(t, null, null) }), out.event("response.in_progress", { response: responseJson(t, null, null) })]);
     const r = await generate(t, out, send);
     if (gone()) return;
-    const err = failure([r]);
+    const err = failure([r], t.submitted.params);
     if (err) {
       send([out.event("response.failed", { response: responseJson(t, out, r, err) })]);
     } else {
