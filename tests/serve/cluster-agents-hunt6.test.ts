@@ -74,12 +74,12 @@ test("Agent sessions on 2 workers: each later turn hits the cache on the session
   const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, workers: 2, planner: "none" });
   try {
     const c = s.cluster!;
-    // Which worker each session's turns ran on.
-    const ranOn = new Map<string, Set<string>>();
+    // Which worker each session's turns ran on, in order.
+    const ranOn = new Map<string, string[]>();
     for (const w of c.workers) {
       const submit = w.engine.submit.bind(w.engine);
       w.engine.submit = (req) => {
-        if (req.sessionId !== undefined) ranOn.set(req.sessionId, (ranOn.get(req.sessionId) ?? new Set()).add(w.engine.id));
+        if (req.sessionId !== undefined) ranOn.set(req.sessionId, [...(ranOn.get(req.sessionId) ?? []), w.engine.id]);
         return submit(req);
       };
     }
@@ -91,14 +91,19 @@ test("Agent sessions on 2 workers: each later turn hits the cache on the session
         assert.ok(turns[t].cached > turns[t - 1].cached, `session ${key} turn ${t}: ${turns[t].cached} cached tokens after ${turns[t - 1].cached}`);
         assert.ok(turns[t].cached >= turns[t - 1].prompt - 16, `session ${key} turn ${t} found its previous prompt (${turns[t].cached} of ${turns[t - 1].prompt})`);
       }
-      assert.equal(ranOn.get(key)?.size, 1, `session ${key}'s turns all ran on one worker: ${[...ranOn.get(key) ?? []].join(", ")}`);
+      // Affinity weighs load: with the sessions side by side, a busy holder may send one turn elsewhere
+      // (the prefix follows it); the rest stay on the session's worker.
+      const on = ranOn.get(key) ?? [];
+      const most = Math.max(...[...new Set(on)].map((w) => on.filter((x) => x === w).length));
+      assert.ok(on.length === turns.length && most >= turns.length - 1, `session ${key}'s turns stayed on its worker: ${on.join(", ")}`);
     }
     // Every session's last turn called a tool: three sessions wait, on the workers that hold them.
     const metrics = await (await fetch(`${s.url}/metrics`)).text();
     const value = (re: RegExp) => [...metrics.matchAll(re)].map((m) => Number(m[1]));
     assert.deepEqual(value(/evolving:kv_sessions\{model_name="scripted",status="waiting-tool"\} (\S+)/g), [3]);
     assert.deepEqual(value(/evolving:kv_sessions\{model_name="scripted",status="running"\} (\S+)/g), [0]);
-    for (const [key, workers] of ranOn) assert.equal(c.workers.find((w) => workers.has(w.engine.id))!.engine.sessionStatusCounts()!["waiting-tool"] > 0, true, `${key}'s worker holds a waiting session`);
+    // (The worker of each session's last turn holds its wait.)
+    for (const [key, workers] of ranOn) assert.equal(c.workers.find((w) => w.engine.id === workers.at(-1))!.engine.sessionStatusCounts()!["waiting-tool"] > 0, true, `${key}'s worker holds a waiting session`);
     const perWorker = value(/evolving:worker_kv_sessions\{model_name="scripted",worker="[^"]+",status="waiting-tool"\} (\S+)/g);
     assert.equal(perWorker.reduce((a, b) => a + b, 0), 3, "the per-worker series add up to the cluster's");
     assert.deepEqual(value(/vllm:request_success_total\{model_name="scripted",finished_reason="stop"\} (\S+)/g), [12]);
