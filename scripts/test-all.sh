@@ -10,6 +10,9 @@ echo "== type check (tsc)"
 npx tsc -p .
 echo "== lint (deno lint)"
 ./node_modules/.bin/deno lint src kv planner scripts tests
+# The test model loads in milliseconds: a worker silent for minutes is stuck, and should fail its test
+# rather than hold the run for the default half hour of a large model's load (worker-start.ts).
+export EVOLVING_WORKER_START_TIMEOUT_S="${EVOLVING_WORKER_START_TIMEOUT_S:-180}"
 mapfile -t files < <(find tests -name '*.test.ts' | sort)
 echo "== Deno ($(npx deno --version | head -1))"
 # Deno has aborted a few times with a glibc heap-corruption message ("corrupted size vs. prev_size",
@@ -32,4 +35,22 @@ if [ "$rc" -ne 0 ]; then
 fi
 rm -f "$log"
 echo "== Node ($(node --version))"
-node --import tsx --test --test-concurrency=2 "${files[@]}"
+# A file whose process dies by a signal mid-run (a native crash: Dawn's WebGPU on lavapipe segfaulted
+# once in about sixty runs, in a file that passes alone; docs/modules.md "Known issues") is run once
+# more alone; it must pass then. Any failing test, or a second crash, still fails here.
+log=$(mktemp)
+set +e
+node --import tsx --test --test-concurrency=2 "${files[@]}" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+if [ "$rc" -ne 0 ]; then
+  if crashed=$(node scripts/node-crashed-files.mjs "$log"); then
+    rm -f "$log"
+    mapfile -t again <<< "$crashed"
+    echo "WARNING: a Node test process died by a signal (${again[*]}); running it once more alone"
+    node --import tsx --test "${again[@]}"
+  else
+    rm -f "$log"; exit "$rc"
+  fi
+fi
+rm -f "$log"

@@ -4,9 +4,11 @@
  * does; left to itself Deno prints the error's stack on stderr as well as telling the parent.
  * It also tells the parent when the thread ends by itself, which Deno does not: `self.close()`,
  * `Deno.exit()` (and node:process's `exit`, which calls it), or a module that ran out without
- * listening for messages (Node ends such a thread; Deno would keep it, deaf, for good).
+ * listening for messages (Node ends such a thread; Deno would keep it, deaf, for good). Once the entry
+ * has run and listens, it says so: the parent posts nothing before (a message that reached the thread
+ * while the import was pending would be dropped, Deno's worker having no handler yet).
  */
-import { THREAD_ERROR, THREAD_EXIT, threadErrorLine } from "./threads.ts";
+import { THREAD_BOOTED, THREAD_ERROR, THREAD_EXIT, threadErrorLine } from "./threads.ts";
 
 interface WorkerScope {
   name: string;
@@ -67,6 +69,9 @@ try {
   await import(scope.name);
   // Nothing can reach a module that ended without listening: the thread ends, as Node's would.
   if (!listening && scope.onmessage === null && !told) scope.close();
+  // Deno drops a message that came while the import was pending and nothing listened: the parent
+  // holds what it posts until it hears this (threads.ts).
+  else if (!told) scope.postMessage({ [THREAD_BOOTED]: true });
 } catch (e) {
   fail(e);
 }

@@ -2,8 +2,9 @@
  * Worker threads on Deno (Web Workers) and Node (`node:worker_threads`) behind one message port.
  * A thread runs a module; both sides post structured-cloneable messages, ArrayBuffers moved when
  * listed in `transfer`. A Node thread with a `.ts` module starts from thread-boot.mjs (tsx); every
- * Deno thread starts from thread-boot-deno.ts, which reports an uncaught error as one message, and the
- * thread's end as another (Deno tells the parent nothing when a worker closes itself or exits).
+ * Deno thread starts from thread-boot-deno.ts, which reports an uncaught error as one message, the
+ * thread's end as another (Deno tells the parent nothing when a worker closes itself or exits), and
+ * the moment its entry listens as a third (until then the parent holds what it posts).
  * A thread that ends without an error and without being asked to (its module ran out with nothing
  * listening, `self.close()`, `process.exit(0)`) is reported as a {@link ThreadExitError} on both.
  */
@@ -52,6 +53,9 @@ export const THREAD_ERROR = "evolvingThreadError";
 /** The key of the message a Deno thread's boot sends as the thread ends by itself (its exit code). */
 export const THREAD_EXIT = "evolvingThreadExit";
 
+/** The key of the message a Deno thread's boot sends once its entry has run and listens for messages. */
+export const THREAD_BOOTED = "evolvingThreadBooted";
+
 /** Deno's "Uncaught (in promise) X: y" and its colours, or an Error, as "X: y" on one line. */
 export function threadErrorLine(e: unknown, denoMessage?: string): string {
   const text = e instanceof Error ? `${e.name}: ${e.message}` : denoMessage ?? String(e);
@@ -66,6 +70,10 @@ function isErrorReport(m: unknown): m is Record<typeof THREAD_ERROR, string> {
 
 function isExitReport(m: unknown): m is Record<typeof THREAD_EXIT, number> {
   return typeof m === "object" && m !== null && typeof (m as Record<string, unknown>)[THREAD_EXIT] === "number";
+}
+
+function isBootReport(m: unknown): boolean {
+  return typeof m === "object" && m !== null && (m as Record<string, unknown>)[THREAD_BOOTED] === true;
 }
 
 /**
@@ -97,16 +105,30 @@ export async function spawnThread(url: URL): Promise<ThreadPort> {
     const W = (globalThis as unknown as { Worker: new (u: string, o: { type: "module"; name: string }) => WebWorkerLike }).Worker;
     // The boot imports the entry named by `name` and reports its uncaught errors as a message.
     const w = new W(new URL("./thread-boot-deno.ts", import.meta.url).href, { type: "module", name: url.href });
+    // A Deno worker drops a message that arrives while its module is still evaluating (the boot's
+    // import is asynchronous) with no handler set yet: what the parent posts waits here until the boot
+    // says the entry has run and listens. Node's port queues by itself.
+    let waiting: [unknown, ArrayBuffer[] | undefined][] | undefined = [];
     w.onmessage = (e) => {
       if (isErrorReport(e.data)) errors.emit(new ThreadError(e.data[THREAD_ERROR]));
       else if (isExitReport(e.data)) errors.emit(new ThreadExitError(e.data[THREAD_EXIT]));
-      else messages.emit(e.data);
+      else if (isBootReport(e.data)) {
+        const held = waiting ?? [];
+        waiting = undefined;
+        for (const [m, t] of held) w.postMessage(m, t ?? []);
+      } else messages.emit(e.data);
     };
     w.onerror = (e) => {
       e.preventDefault?.();
       errors.emit(new ThreadError(threadErrorLine(e.error, e.message ?? "Worker thread failed")));
     };
-    return port((m, t) => w.postMessage(m, t ?? []), () => {
+    // A held message moves its buffers at once, as a posted one does: the clone takes them over.
+    const hold = (m: unknown, t: ArrayBuffer[] = []) => {
+      const moved = structuredClone({ m, t }, { transfer: t });
+      waiting!.push([moved.m, moved.t]);
+    };
+    return port((m, t) => waiting ? hold(m, t) : w.postMessage(m, t ?? []), () => {
+      waiting = undefined;
       w.terminate();
       return Promise.resolve();
     });
