@@ -4,6 +4,7 @@
 // a nonzero exit): scripts/test-all.sh reruns crashed files alone only when every failure is a crash.
 import { readFileSync } from "node:fs";
 
+// deno-lint-ignore no-control-regex
 const lines = readFileSync(process.argv[2], "utf8").replace(/\x1b\[[0-9;]*m/g, "").split("\n");
 const crashed = [];
 let failures = 0;
