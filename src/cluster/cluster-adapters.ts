@@ -20,7 +20,10 @@ export interface AdapterEntry {
   /** The name the workers hold it under: the adapter's own, or a name of its own for a reload (see replace). */
   workerName: string;
   root: number;
+  /** Its requests in flight, counted by {@link adapterRequest}. */
   inFlight: number;
+  /** Woken once {@link inFlight} next drops to 0 (a retired adapter's unload waits on it). */
+  whenIdle: (() => void)[];
   loadedOn: Set<ClusterWorker>;
   /** The workers a load was sent to (a worker that joined while the load waited is not sent a second). */
   sentTo: Set<ClusterWorker>;
@@ -182,7 +185,7 @@ export class ClusterAdapters {
   private async retire(old: AdapterEntry): Promise<void> {
     this.retiring++;
     try {
-      while (old.inFlight > 0) await new Promise((r) => setTimeout(r, 20));
+      while (old.inFlight > 0) await new Promise<void>((r) => old.whenIdle.push(r));
     } finally {
       this.retiring--;
     }
@@ -191,7 +194,18 @@ export class ClusterAdapters {
 }
 
 function newEntry(adapter: LoraAdapter, workerName: string, settled: Promise<void>): AdapterEntry {
-  return { adapter, workerName, root: adapterRoot(adapter.fingerprint), inFlight: 0, loadedOn: new Set(), sentTo: new Set(), settled };
+  return { adapter, workerName, root: adapterRoot(adapter.fingerprint), inFlight: 0, whenIdle: [], loadedOn: new Set(), sentTo: new Set(), settled };
+}
+
+/**
+ * Counts a request of `entry` in flight; returns what counts it ended (call it once, when the request
+ * is done), which wakes whoever waits for the adapter's last request to end.
+ */
+export function adapterRequest(entry: AdapterEntry): () => void {
+  entry.inFlight++;
+  return () => {
+    if (--entry.inFlight === 0) for (const wake of entry.whenIdle.splice(0)) wake();
+  };
 }
 
 /** `text` with the worker-side name `from` (as written, or as JSON writes it) quoted as `to`. */

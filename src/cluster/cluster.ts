@@ -26,20 +26,19 @@ import { WorkerSet } from "./worker-set.ts";
 import { handOff } from "./handoff.ts";
 import { cacheRootOf, LoraAdapterError } from "../engine/engine-adapters.ts";
 import type { LoraAdapter } from "../model/lora.ts";
-import { ClusterAdapters, underClientName } from "./cluster-adapters.ts";
+import { adapterRequest, ClusterAdapters, underClientName } from "./cluster-adapters.ts";
 import { ClusterControl } from "./cluster-control.ts";
+import type { AdapterReloader, ClusterFront } from "./cluster-front.ts";
+import { SessionPlaces } from "./session-places.ts";
 
 export type { ClusterCounters, ClusterDecision, ClusterOptions } from "./cluster-types.ts";
 
-/** Sessions remembered for affinity at most (oldest forgotten first). */
-const MAX_SESSIONS = 65536;
-
 /** Several engines serving as one. */
-export class Cluster implements ServingEngine {
+export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
   readonly counters: ClusterCounters = { prefillHandoffs: 0, prefixMoves: 0, movedBlocks: 0, flips: 0, mixingChanges: 0, joined: 0, removed: 0, joinFailures: 0 };
   private readonly set: WorkerSet;
   private readonly window: RequestWindow;
-  private readonly lastWorker = new Map<string, string>();
+  private readonly lastWorker = new SessionPlaces();
   private readonly now: () => number;
   private readonly blockSize: number;
   private nextId = 0;
@@ -205,7 +204,7 @@ export class Cluster implements ServingEngine {
       // Moved (a flip, a busy holder): the worker it left no longer holds it waiting on a tool.
       const left = this.lastWorker.get(req.sessionId);
       if (left !== undefined && left !== dec.id) this.set.get(left)?.engine.sessionMovedAway(req.sessionId);
-      this.remember(req.sessionId, dec.id);
+      this.lastWorker.remember(req.sessionId, dec.id);
     }
     // A refusal only the worker finds comes later (a worker elsewhere, a hand-off's decoding worker): it gives back the new
     // session's budget and place. A direct request counts as an arrival once taken; a hand-off's, whose prompt was prefilled, at once.
@@ -217,14 +216,14 @@ export class Cluster implements ServingEngine {
     });
     const t0 = this.now();
     if (direct) tStart = t0;
-    if (lora) lora.inFlight++;
+    const loraEnded = lora ? adapterRequest(lora) : undefined;
     const release = () => {
       for (const w of touched) w.inFlight--;
-      if (lora) lora.inFlight--;
+      loraEnded?.();
     };
     const result = h.result.finally(release).then((r) => {
       // A session the worker inferred (no key in the request) is remembered for its tool waits.
-      if (req.sessionId === undefined && h.sessionId !== undefined) this.remember(h.sessionId, dec.id);
+      if (req.sessionId === undefined && h.sessionId !== undefined) this.lastWorker.remember(h.sessionId, dec.id);
       return this.window.finished(r, t0, tStart, maxTokens);
     });
     // The session may be known only later (inferred by a worker, or once a hand-off is done).
@@ -292,11 +291,5 @@ export class Cluster implements ServingEngine {
       ...(req.sessionId !== undefined && this.lastWorker.has(req.sessionId) ? { lastWorker: this.lastWorker.get(req.sessionId) } : {}),
     };
     return { route: routeRequest(this.o.router ?? "session", sreq, cands, this.o.links ?? IN_PROCESS_LINK, this.control.routerOptions), cands };
-  }
-
-  private remember(sessionId: string, workerId: string): void {
-    this.lastWorker.delete(sessionId);
-    this.lastWorker.set(sessionId, workerId);
-    if (this.lastWorker.size > MAX_SESSIONS) this.lastWorker.delete(this.lastWorker.keys().next().value!);
   }
 }

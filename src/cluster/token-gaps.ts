@@ -47,13 +47,10 @@ export function reportTokenGaps(h: RequestHandle, sink: TokenGapSink): RequestHa
   const q = h.stream;
   if (!(q instanceof AsyncQueue)) return h;
   const clock = new TokenClock();
-  const push = q.push.bind(q) as (d: StreamDelta) => void;
-  q.push = (d: StreamDelta) => {
-    if (d.tokenIds.length > 0) {
-      const gap = clock.tokens();
-      if (gap !== undefined) sink.onTokenGap?.(gap);
-    }
-    push(d);
-  };
+  q.observePush((d: StreamDelta) => {
+    if (d.tokenIds.length === 0) return;
+    const gap = clock.tokens();
+    if (gap !== undefined) sink.onTokenGap?.(gap);
+  });
   return h;
 }

@@ -42,11 +42,18 @@ export class AsyncQueue<T> implements AsyncIterable<T> {
   private readonly items: T[] = [];
   private waiter: ((r: IteratorResult<T>) => void) | undefined;
   private closed = false;
+  private readonly observers: ((item: T) => void)[] = [];
 
   constructor(private readonly onReturn: () => void = () => {}) {}
 
+  /** Calls `fn` with each value pushed from now on, as it is pushed: read or not, even once closed. */
+  observePush(fn: (item: T) => void): void {
+    this.observers.push(fn);
+  }
+
   /** Adds a value (ignored after close). */
   push(item: T): void {
+    for (const fn of this.observers) fn(item);
     if (this.closed) return;
     if (this.waiter) {
       const w = this.waiter;

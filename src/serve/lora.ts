@@ -8,7 +8,7 @@ import type { Context, Hono } from "hono";
 import { z, type ZodType } from "zod";
 import type { ServingEngine } from "../engine/engine-types.ts";
 import { LoraAdapterError } from "../engine/engine-adapters.ts";
-import { Cluster } from "../cluster/cluster.ts";
+import { canReplaceAdapter } from "../cluster/cluster-front.ts";
 import { type LoadedModel, ModelLoadError } from "../model/config.ts";
 import { loadLoraAdapter } from "../model/lora-load.ts";
 import { pathExists } from "../runtime/fs.ts";
@@ -92,7 +92,7 @@ export async function loadAdapterInto(engine: ServingEngine, model: LoadedModel,
   try {
     const adapter = await loadLoraAdapter(path, model.config, { hasOutput: model.weights.output !== undefined });
     // A cluster's workers each read the file again, and one may fail: it swaps the new one in only once all have it.
-    if (loaded && engine instanceof Cluster) await engine.replaceAdapter(name, adapter);
+    if (loaded && canReplaceAdapter(engine)) await engine.replaceAdapter(name, adapter);
     else {
       if (loaded) await engine.unloadAdapter!(name);
       await engine.loadAdapter(name, adapter);

@@ -4,7 +4,7 @@
  */
 import type { ServingEngine } from "../engine/engine-types.ts";
 import type { Histogram } from "../engine/engine-metrics.ts";
-import { Cluster } from "../cluster/cluster.ts";
+import { isClusterFront } from "../cluster/cluster-front.ts";
 import { MAX_LORA_ADAPTERS } from "../engine/engine-adapters.ts";
 
 function esc(v: string): string {
@@ -99,7 +99,7 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
     metric("evolving:worker_kv_sessions", "gauge", "Sessions each worker's agent-aware KV retention tracks, by status.",
       workers.flatMap((w) => Object.entries(w.sessions ?? {}).map(([st, n]) => `evolving:worker_kv_sessions{${wl(w)},status="${esc(st)}"} ${n}`)));
   }
-  if (engine instanceof Cluster) {
+  if (isClusterFront(engine)) {
     const c = engine.counters;
     simple("evolving:prefill_handoffs_total", "counter", "Prompts prefilled on a prefill worker and handed to another worker to decode.", c.prefillHandoffs);
     simple("evolving:prefix_moves_total", "counter", "Cached prefixes moved between workers (pulled from the session's holder, or sent to a prefill worker first).", c.prefixMoves);
@@ -117,7 +117,7 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   hist("vllm:request_inference_time_seconds", "Time from a request's first step to its end.", m.inferenceTime);
   hist("vllm:request_params_max_tokens", "Output budget of each finished request (max_tokens, or what the context left it).", m.maxTokensParam, engine.maxModelLen);
   // Steps run on the workers: a cluster front sees none of its own (each worker's /metrics has them).
-  if (!(engine instanceof Cluster)) hist("vllm:iteration_tokens_total", "Tokens each engine step ran (prompt chunks, decodes and draft tokens).", m.iterationTokens);
+  if (!isClusterFront(engine)) hist("vllm:iteration_tokens_total", "Tokens each engine step ran (prompt chunks, decodes and draft tokens).", m.iterationTokens);
   hist("vllm:request_prompt_tokens", "Prompt tokens of each finished request.", m.promptLen, engine.maxModelLen);
   hist("vllm:request_generation_tokens", "Generated tokens of each finished request.", m.generationLen, engine.maxModelLen);
   return out.join("\n") + "\n";
