@@ -11,7 +11,7 @@ npx tsc -p .
 echo "== lint (deno lint)"
 ./node_modules/.bin/deno lint src kv planner scripts tests
 # The test model loads in milliseconds: a worker silent for minutes is stuck, and should fail its test
-# rather than hold the run for the default half hour of a large model's load (worker-start.ts).
+# rather than hold the run for the default ten minutes of silence (worker-start.ts).
 export EVOLVING_WORKER_START_TIMEOUT_S="${EVOLVING_WORKER_START_TIMEOUT_S:-180}"
 mapfile -t files < <(find tests -name '*.test.ts' | sort)
 echo "== Deno ($(npx deno --version | head -1))"

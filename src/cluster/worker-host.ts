@@ -1,8 +1,9 @@
 /**
  * The worker side of the cluster protocol (worker-protocol.ts), over any port: a worker thread
  * (thread-host.ts) or a TCP connection (src/cli/worker.ts). Loads the model and backend named in the
- * "init" message, runs one engine, and reports its state after every change (coalesced to one
- * message per turn of the event loop). remote-engine.ts is the cluster's side.
+ * "init" message (saying how the load gets on: "loading" at each stage, and while the weights are
+ * read), runs one engine, and reports its state after every change (coalesced to one message per turn
+ * of the event loop). remote-engine.ts is the cluster's side.
  */
 import { selectBackend } from "../backend/select.ts";
 import type { Backend } from "../backend/types.ts";
@@ -10,14 +11,34 @@ import { createEngine } from "../engine/engine-factory.ts";
 import type { Engine } from "../engine/engine.ts";
 import type { RequestHandle } from "../engine/engine-types.ts";
 import { modelFingerprint } from "../model/fingerprint.ts";
-import { loadModel } from "../model/load.ts";
+import { loadModel, type LoadProgress } from "../model/load.ts";
 import { loadDraftModel } from "../engine/draft-model.ts";
 import type { ModelConfig } from "../model/config.ts";
 import { loadLoraAdapter } from "../model/lora-load.ts";
 import type { ThreadPort } from "../runtime/threads.ts";
 import type { KvEvent } from "../../kv/index.ts";
 import type { StepRecord } from "../engine/step-record.ts";
-import { type FromWorker, prefixBuffers, rejection, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
+import { type FromWorker, type LoadingStage, prefixBuffers, rejection, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
+
+/** The least time between two progress messages of one stage of a start. */
+const PROGRESS_EVERY_MS = 1000;
+
+/**
+ * What tells the cluster how a start gets on (worker-start.ts counts the silence between messages):
+ * called with a stage, it says so at once and returns that stage's load progress callback, which
+ * says how far the load got at most once every {@link PROGRESS_EVERY_MS}.
+ */
+function startReporter(say: (m: Extract<FromWorker, { op: "loading" }>) => void, now: () => number = Date.now) {
+  return (stage: LoadingStage): ((p: LoadProgress) => void) => {
+    say({ op: "loading", stage });
+    let last = now();
+    return (p) => {
+      if (now() - last < PROGRESS_EVERY_MS) return;
+      last = now();
+      say({ op: "loading", stage, done: p.bytesRead, total: p.totalBytes });
+    };
+  };
+}
 
 /**
  * Serves one engine over `port` until the cluster stops it. Resolves once the port has dropped and
@@ -59,11 +80,19 @@ export function serveWorker(port: ThreadPort): Promise<void> {
   }
 
   async function init(m: Extract<ToWorker, { op: "init" }>): Promise<void> {
+    // A turn first: a cluster gone already (its port dropped with the "init") gets no load and no word.
+    await Promise.resolve();
+    if (dropped) return;
+    const stage = startReporter((msg) => {
+      if (!dropped) send(msg);
+    });
     try {
-      const model = await loadModel(m.modelPath, m.quantize ? { quantize: m.quantize } : {});
+      const quantize = m.quantize ? { quantize: m.quantize } : {};
+      const model = await loadModel(m.modelPath, { ...quantize, onProgress: stage("model") });
       const spec = m.engine.speculative;
-      const draft = spec?.method === "draft_model" ? await loadDraftModel(spec, model, m.quantize ? { quantize: m.quantize } : {}) : undefined;
+      const draft = spec?.method === "draft_model" ? await loadDraftModel(spec, model, { ...quantize, onProgress: stage("draft") }) : undefined;
       base = { config: model.config, hasOutput: model.weights.output !== undefined };
+      stage("backend");
       const picked = await selectBackend(m.backend);
       if (dropped) {
         // The cluster went away during the load: no one will ever stop this engine.
@@ -72,6 +101,7 @@ export function serveWorker(port: ThreadPort): Promise<void> {
       }
       backend = picked.backend;
       const reason = picked.reason;
+      stage("engine");
       const e = createEngine(picked.backend, model, {
         ...m.engine, workerId: m.workerId,
         onStep: (r) => {

@@ -55,8 +55,20 @@ export interface WorkerReport {
   steps: StepRecord[];
 }
 
+/**
+ * A step of a worker's start ("init"), in order: reading the model's weights, the speculative draft
+ * model's, starting the backend, creating the engine (uploading the weights).
+ */
+export type LoadingStage = "model" | "draft" | "backend" | "engine";
+
 /** From a worker to the cluster. */
 export type FromWorker =
+  /**
+   * Progress of a start, sent at each stage and, while weights are read, at most once a second:
+   * `done` and `total` are bytes of tensor data (absent where a stage has no measure). The cluster's
+   * start timeout counts silence between these (worker-start.ts); an older worker sends none.
+   */
+  | { op: "loading"; stage: LoadingStage; done?: number; total?: number }
   /** `vocabSize`: what the cluster checks a request's token ids against before sending it (absent from an older worker). */
   | { op: "ready"; maxModelLen: number; blockSize: number; vocabSize?: number; backend: string; fingerprint: string; state: WorkerReport }
   | { op: "failed"; message: string }

@@ -3,7 +3,9 @@
  * can fail to come: a "failed" message, an uncaught error, a thread that ends by itself without a word
  * (threads.ts ThreadExitError: its module ran out, `self.close()`, `process.exit(0)`), or silence past
  * a bounded wait (a worker stuck in its load). The wait restarts with every message the worker sends
- * while it starts, and is generous by default: loading a large model can take many minutes.
+ * while it starts: a worker says "loading" at each stage of its start and about once a second while
+ * it reads the weights (worker-host.ts), so the wait bounds silence, not the whole load of a large
+ * model. An older worker that says nothing until "ready" must load within the one wait.
  */
 import { envVar } from "../runtime/env.ts";
 import { ThreadExitError, type ThreadPort } from "../runtime/threads.ts";
@@ -14,8 +16,11 @@ export class RemoteWorkerError extends Error {
   override name = "RemoteWorkerError";
 }
 
-/** Seconds a worker may take to report ready, unless told otherwise (30 minutes: a large model's load). */
-export const DEFAULT_WORKER_START_TIMEOUT_S = 1800;
+/**
+ * Seconds a starting worker may stay silent, unless told otherwise (10 minutes: longer than any one
+ * step of a start that reports no progress, such as uploading a large model's weights).
+ */
+export const DEFAULT_WORKER_START_TIMEOUT_S = 600;
 
 /** The variable that sets the wait for every worker of a server (seconds). */
 export const WORKER_START_TIMEOUT_VAR = "EVOLVING_WORKER_START_TIMEOUT_S";
@@ -23,8 +28,9 @@ export const WORKER_START_TIMEOUT_VAR = "EVOLVING_WORKER_START_TIMEOUT_S";
 /** Options of a remote worker's start. */
 export interface RemoteStartOptions {
   /**
-   * Seconds to wait for the worker to report ready, counted again from each message it sends while it
-   * starts (default: EVOLVING_WORKER_START_TIMEOUT_S, else {@link DEFAULT_WORKER_START_TIMEOUT_S}).
+   * Seconds the worker may stay silent before it reports ready, counted again from each message it
+   * sends while it starts, its "loading" progress included (default: EVOLVING_WORKER_START_TIMEOUT_S,
+   * else {@link DEFAULT_WORKER_START_TIMEOUT_S}).
    */
   startTimeoutS?: number;
 }
@@ -43,6 +49,26 @@ export function workerStartTimeoutS(o: RemoteStartOptions = {}): number {
 /** The worker's "ready" message. */
 export type ReadyMessage = Extract<FromWorker, { op: "ready" }>;
 
+/** A worker's report of how its start gets on. */
+type LoadingMessage = Extract<FromWorker, { op: "loading" }>;
+
+/** How far a stage got, as " (1.5 of 12.0 MiB read)", or nothing when the message does not say. */
+function progressOf(m: LoadingMessage): string {
+  const { done, total } = m;
+  if (typeof done !== "number" || typeof total !== "number" || !Number.isFinite(done) || !Number.isFinite(total)) return "";
+  const mib = (n: number) => (n / 2 ** 20).toFixed(1);
+  return ` (${mib(done)} of ${mib(total)} MiB read)`;
+}
+
+/** Why the start of worker `id` was given up on after `timeoutS` s of silence: what it last reported, if anything. */
+function silenceMessage(id: string, modelPath: string, timeoutS: number, last: LoadingMessage | undefined): string {
+  const longer = `set ${WORKER_START_TIMEOUT_VAR} to wait longer`;
+  if (last === undefined) {
+    return `Worker ${id} did not report ready: it was silent for ${timeoutS} s after being asked to load "${modelPath}", and reported no progress (it may hang, or be an older worker that says nothing until its model is loaded: ${longer})`;
+  }
+  return `Worker ${id} did not report ready: it was silent for ${timeoutS} s while loading "${modelPath}", since it reported stage ${JSON.stringify(last.stage)}${progressOf(last)} (it may hang, or that stage may take longer: ${longer})`;
+}
+
 /** What the worker's engine stand-in does with the port's traffic: messages past "ready", and its failure. */
 export interface WorkerWatch {
   receive(m: FromWorker): void;
@@ -51,12 +77,15 @@ export interface WorkerWatch {
 
 /**
  * Takes over `port`'s handlers for good: resolves with worker `id`'s "ready", rejects (RemoteWorkerError
- * naming the worker) when it cannot start; every later message goes to `w.receive`, and a later error
- * or end of the thread to `w.fail`. `modelPath` is quoted in the timeout's message.
+ * naming the worker) when it cannot start or stays silent for `timeoutS` s (the last stage it reported
+ * quoted); every later message goes to `w.receive`, and a later error or end of the thread to `w.fail`.
+ * "loading" messages only restart the wait: `w.receive` never sees them. `modelPath` is quoted in the
+ * timeout's message.
  */
 export function watchWorkerStart(port: ThreadPort, id: string, modelPath: string, timeoutS: number, w: WorkerWatch): Promise<ReadyMessage> {
   let started = false;
   let timer: ReturnType<typeof setTimeout> | undefined;
+  let last: LoadingMessage | undefined;
   return new Promise<ReadyMessage>((resolve, reject) => {
     const give = (e: RemoteWorkerError) => {
       clearTimeout(timer);
@@ -64,11 +93,7 @@ export function watchWorkerStart(port: ThreadPort, id: string, modelPath: string
     };
     const arm = () => {
       clearTimeout(timer);
-      timer = setTimeout(() => {
-        give(new RemoteWorkerError(
-          `Worker ${id} did not report ready within ${timeoutS} s of being asked to load "${modelPath}" (it may hang, or its model may take longer to load: set ${WORKER_START_TIMEOUT_VAR} to wait longer)`,
-        ));
-      }, timeoutS * 1000);
+      timer = setTimeout(() => give(new RemoteWorkerError(silenceMessage(id, modelPath, timeoutS, last))), timeoutS * 1000);
     };
     port.onError((e) => {
       const err = new RemoteWorkerError(
@@ -81,6 +106,12 @@ export function watchWorkerStart(port: ThreadPort, id: string, modelPath: string
     });
     port.onMessage((m) => {
       const msg = m as FromWorker;
+      if (msg.op === "loading") {
+        // Progress of the start: it restarts the wait, and is nothing for the engine's stand-in.
+        if (started) return;
+        last = msg;
+        return arm();
+      }
       if (started) return w.receive(msg);
       if (msg.op === "ready") {
         started = true;
