@@ -9,6 +9,9 @@ export class WebGpuUnavailableError extends Error {
   override name = "WebGpuUnavailableError";
 }
 
+/** Where the process's one Dawn `GPU` is kept (Node). */
+const DAWN_GPU = Symbol.for("evolving-infra.dawn-gpu");
+
 function firstLine(e: unknown): string {
   return (e instanceof Error ? e.message : String(e)).split("\n")[0];
 }
@@ -30,7 +33,10 @@ export async function getGpu(): Promise<GPU> {
     for (const [k, v] of Object.entries(mod.globals)) {
       if (!(k in globalThis)) (globalThis as Record<string, unknown>)[k] = v;
     }
-    return mod.create([]);
+    // One Dawn instance per process, as Deno's navigator.gpu: an instance per backend, each destroyed
+    // when its GPU object is collected, crashed or deadlocked Dawn now and then (docs/modules.md).
+    const slot = globalThis as unknown as Record<symbol, GPU | undefined>;
+    return (slot[DAWN_GPU] ??= mod.create([]));
   } catch (e) {
     throw new WebGpuUnavailableError(`WebGPU on Node needs the "webgpu" package (Dawn), which did not load: ${firstLine(e)}`);
   }
