@@ -10,6 +10,9 @@ export const SERVE_COMMANDS: Record<"node" | "deno", [string, string[]]> = {
   deno: [`${projectRoot}/node_modules/deno/deno`, ["run", "-A", `${projectRoot}/src/cli/serve.ts`]],
 };
 
+/** How long {@link spawnServe} waits for `serve` to listen before it kills it and fails. */
+const START_DEADLINE_MS = 120_000;
+
 /** A running `serve`: its process, the URL it listens on, what it has written to stderr so far, and its exit. */
 export interface ServeProcess {
   child: ChildProcess;
@@ -25,6 +28,9 @@ export async function spawnServe(runtime: "node" | "deno", args: readonly string
   const child = spawn(cmd, [...script, ...args], { cwd: projectRoot, env: { ...process.env, NO_COLOR: "1", NODE_OPTIONS: "", ...env }, stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   const exited = new Promise<number | string | null>((r) => child.on("exit", (code, signal) => r(code ?? signal)));
+  // The deadline only turns a start that hangs into a failure (loading a model and starting workers
+  // can take many seconds on a loaded CI machine); a normal start resolves as soon as it listens.
+  let timer: ReturnType<typeof setTimeout> | undefined;
   const url = await new Promise<string>((resolve, reject) => {
     child.stderr!.on("data", (d: Buffer) => {
       stderr += d.toString();
@@ -32,6 +38,10 @@ export async function spawnServe(runtime: "node" | "deno", args: readonly string
       if (m) resolve(m[1]);
     });
     void exited.then((code) => reject(new Error(`serve exited with ${code} before listening: ${stderr}`)));
-  });
+    timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`serve did not listen within ${START_DEADLINE_MS / 1000} s: ${stderr}`));
+    }, START_DEADLINE_MS);
+  }).finally(() => clearTimeout(timer));
   return { child, url, stderr: () => stderr, exited };
 }

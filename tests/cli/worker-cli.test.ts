@@ -9,10 +9,15 @@ test("worker CLI names the address of a connection it refuses, even one that hun
     cwd: projectRoot, stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, NODE_OPTIONS: "", EVOLVING_WORKER_TOKEN: "s3cret" },
   });
   let log = "";
+  // The deadline only turns a worker that never logs into a failure (generous: CI may be loaded).
   const logged = (re: RegExp) => new Promise<RegExpExecArray>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the worker did not log ${re} within 120 s: ${log}`)), 120_000);
     const look = () => {
       const m = re.exec(log);
-      if (m) resolve(m);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m);
+      }
     };
     child.stderr!.on("data", (d: Uint8Array) => {
       log += new TextDecoder().decode(d);

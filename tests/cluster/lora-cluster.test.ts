@@ -15,6 +15,7 @@ import { createEngine } from "../../src/engine/engine-factory.ts";
 import { LoraAdapterError } from "../../src/engine/engine-adapters.ts";
 import { loadLoraAdapter } from "../../src/model/lora-load.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
+import { eventually } from "../eventually.ts";
 import { test } from "../harness.ts";
 import { loraGgufBytes, mergeLora } from "../model/lora-files.ts";
 import { greedy, model, modelPath, run, STORY } from "./fixtures.ts";
@@ -55,7 +56,8 @@ async function check(cl: Cluster): Promise<void> {
   assert.ok(cl.counters.movedBlocks > 0);
   // Its blocks, the last one too, landed in the adapter's namespace on the decode worker, which
   // computed only the last prompt token again (as for a base-model hand-off).
-  for (let i = 0; i < 100 && cl.workers[1].engine.stats().prefixHitTokens === 0; i++) await new Promise((r) => setTimeout(r, 10));
+  // (A thread worker's gauges come with its next report: poll, with a deadline only against a hang.)
+  await eventually(() => cl.workers[1].engine.stats().prefixHitTokens, (n) => n !== 0);
   assert.equal(cl.workers[1].engine.stats().prefixHitTokens, STORY.length - 1);
   // The base model's request for the same prompt does not reuse the adapter's KV anywhere.
   const plain = await run(cl, greedy(STORY));

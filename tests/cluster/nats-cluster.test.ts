@@ -19,13 +19,19 @@ function startWorker(natsUrl: string, id: string): Promise<{ child: ChildProcess
   ], { cwd: projectRoot, stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, NODE_OPTIONS: "" } });
   let log = "";
   const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
-  return new Promise((resolve, reject) => {
+  // The deadline only turns a start that hangs into a failure: generous, as a loaded CI machine is slow.
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return new Promise<{ child: ChildProcess; exited: Promise<number | null> }>((resolve, reject) => {
+    timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`worker ${id} did not announce itself within 120 s: ${log}`));
+    }, 120_000);
     child.stderr!.on("data", (d: Uint8Array) => {
       log += new TextDecoder().decode(d);
       if (/announced as/.test(log)) resolve({ child, exited });
     });
     void exited.then((code) => reject(new Error(`worker ${id} exited with ${code}: ${log}`)));
-  });
+  }).finally(() => clearTimeout(timer));
 }
 
 async function until(what: string, cond: () => boolean, timeoutMs = 60_000): Promise<void> {
@@ -70,7 +76,8 @@ test("startServer({ nats }) joins workers that announce themselves, serves the o
       const busy = cl.workers.find((w) => w.inFlight > 0)!;
       const leaver = busy.id === "w-a" ? a : b;
       leaver.child.kill("SIGTERM");
-      await until("the leaver is draining", () => busy.draining, 10_000);
+      // (A SIGTERM, then the worker's word over NATS: seconds on a loaded machine; the default deadline.)
+      await until("the leaver is draining", () => busy.draining);
       let text = "";
       let finish: string | null = null;
       for (let r = await it.next(); !r.done; r = await it.next()) {

@@ -13,14 +13,20 @@ function startWorker(token?: string): Promise<{ addr: string; child: ChildProces
     cwd: projectRoot, stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, NODE_OPTIONS: "", EVOLVING_WORKER_TOKEN: token ?? "" },
   });
   let log = "";
-  return new Promise((resolve, reject) => {
+  // The deadline only turns a start that hangs into a failure: generous, as a loaded CI machine is slow.
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return new Promise<{ addr: string; child: ChildProcess; log: () => string }>((resolve, reject) => {
     child.stderr!.on("data", (d: Uint8Array) => {
       log += new TextDecoder().decode(d);
       const m = /listening on (\S+)/.exec(log);
       if (m) resolve({ addr: m[1], child, log: () => log });
     });
     child.on("exit", (code) => reject(new Error(`worker exited with ${code}: ${log}`)));
-  });
+    timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`worker did not listen within 120 s: ${log}`));
+    }, 120_000);
+  }).finally(() => clearTimeout(timer));
 }
 
 test("startTcpCluster() drives worker processes over TCP and moves a prefill's KV between them", async () => {

@@ -69,10 +69,13 @@ test("socketPort() keeps messages that arrive before its handler is set (a worke
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", () => r()));
   const client = await connectPort("127.0.0.1", (server.address() as net.AddressInfo).port);
   await new Promise((r) => setTimeout(r, 100)); // the greeting has arrived by now, with no handler set
+  let timer: ReturnType<typeof setTimeout> | undefined;
   const got = await Promise.race([
     new Promise<unknown>((r) => client.onMessage(r)),
-    new Promise((_, reject) => setTimeout(() => reject(new Error("the early message was lost")), 2000)),
+    // A lost message never comes: the deadline only ends the wait, so it is generous (a loaded CI machine).
+    new Promise((_, reject) => (timer = setTimeout(() => reject(new Error("the early message was lost")), 30_000))),
   ]);
+  clearTimeout(timer);
   assert.deepEqual(got, { op: "hello", n: 1 });
   await client.close();
   await new Promise<void>((r) => server.close(() => r()));

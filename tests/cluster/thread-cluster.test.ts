@@ -8,6 +8,7 @@ import { modelFingerprint } from "../../src/model/fingerprint.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { createApp } from "../../src/serve/app.ts";
 import { greedy, model, modelPath, oneEngine, run, STORY } from "./fixtures.ts";
+import { eventually } from "../eventually.ts";
 
 test("startThreadCluster() runs each worker's engine in a thread and moves a prefill's KV between threads", async () => {
   const expected = await oneEngine(greedy(STORY));
@@ -24,7 +25,8 @@ test("startThreadCluster() runs each worker's engine in a thread and moves a pre
     // Parallel requests all complete, and the threads' reports reach the cluster's gauges.
     const many = await Promise.all(Array.from({ length: 6 }, (_, i) => run(cl, greedy([...STORY.slice(0, 10 + i), ...STORY.slice(20)], 8))));
     for (const m of many) assert.equal(m.result.completionTokens, 8);
-    for (let i = 0; i < 100 && cl.stats().running + cl.stats().waiting > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    // (The threads' gauges come with their next reports: poll, with a deadline only against a hang.)
+    await eventually(() => cl.stats().running + cl.stats().waiting, (n) => n === 0);
     assert.equal(cl.stats().kvUsedBlocks, 0, "every block is back once idle");
     assert.equal(cl.workers[0].engine.metrics.finished.get("prefill_done"), 7);
     const snap = cl.workers.map((w) => w.snapshot());
@@ -59,9 +61,7 @@ test("RemoteEngine.dropHandoff() lets go of the block a worker thread holds for 
     const r = await w.submit({ ...greedy(STORY), maxTokens: 1, prefillOnly: true }).result;
     assert.equal(r.finishReason, "prefill_done");
     // The thread's gauges reach this side in its reports.
-    const settle = async (used: number) => {
-      for (let i = 0; i < 100 && w.stats().kvUsedBlocks !== used; i++) await new Promise((res) => setTimeout(res, 10));
-    };
+    const settle = (used: number) => eventually(() => w.stats().kvUsedBlocks, (n) => n === used);
     await settle(1);
     assert.equal(w.stats().kvUsedBlocks, 1, "the prefill holds the block its prompt ended in");
     w.dropHandoff(STORY.slice(0, 20));
@@ -85,7 +85,7 @@ test("Cluster routes around a worker thread that has stopped", async () => {
     for (const r of results) assert.equal(r.result.completionTokens, 4, r.result.error);
     // The thread's counters arrive with its next report, just after the results.
     const done = () => cl.workers[0].engine.metrics.finished.get("length") ?? 0;
-    for (let i = 0; i < 100 && done() < 4; i++) await new Promise((r) => setTimeout(r, 10));
+    await eventually(done, (n) => n >= 4);
     assert.equal(done(), 4, "every request went to the live worker");
   } finally {
     await cl.stop();

@@ -77,7 +77,10 @@ export function gate(): { promise: Promise<void>; open: () => void } {
   return { promise, open };
 }
 
-/** Resolves with `p`, or rejects after `ms` (a hanging promise fails the test instead of the run). */
+/**
+ * Resolves with `p`, or rejects after `ms` (a hanging promise fails the test instead of the run). The
+ * deadline is no measure of speed: callers give a generous one (60 s), since CI's loaded machine is slow.
+ */
 export function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms)));

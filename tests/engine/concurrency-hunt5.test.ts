@@ -55,8 +55,8 @@ async function cancelWhen(label: string, when: (entry: StepEntry) => boolean, o:
   const bg = BACKGROUND.map((req) => drain(e, req));
   const v = e.submit(VICTIM);
   victim = v.id;
-  const rv = await within(v.result, 20_000, `${label}: the victim's result`);
-  const outs = await within(Promise.all(bg), 20_000, `${label}: the batch`);
+  const rv = await within(v.result, 60_000, `${label}: the victim's result`);
+  const outs = await within(Promise.all(bg), 60_000, `${label}: the batch`);
   assert.ok(hit, `${label}: the victim was cancelled in that phase`);
   assert.equal(rv.finishReason, "abort", label);
   outs.forEach((r, i) => assert.deepEqual(r.streamed, SOLO[i], `${label}: request ${i} as alone`));
@@ -121,8 +121,8 @@ test("Engine cancelled while preempted (swapped out to host memory, or waiting t
     const bg = BACKGROUND.map((req) => drain(e, { ...req, maxTokens: 40 }));
     const v = e.submit({ ...VICTIM, prompt: VICTIM.prompt.slice(0, 20) });
     victim = v.id;
-    assert.equal((await within(v.result, 20_000, `${preemption}: the victim`)).finishReason, "abort");
-    await within(Promise.all(bg), 20_000, `${preemption}: the batch`);
+    assert.equal((await within(v.result, 60_000, `${preemption}: the victim`)).finishReason, "abort");
+    await within(Promise.all(bg), 60_000, `${preemption}: the batch`);
     assert.ok(hit, `${preemption}: the victim was cancelled while preempted`);
     if (preemption === "swap") assert.ok(e.stats().swapOuts > 0);
     assertNoLeak(e, preemption);

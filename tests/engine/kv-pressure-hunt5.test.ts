@@ -4,6 +4,7 @@
  * and host write-back; hand-off blocks of cancelled requests.
  */
 import assert from "node:assert/strict";
+import { eventually } from "../eventually.ts";
 import { test } from "../harness.ts";
 import { ContextLengthError, EngineOverloadedError, type GenerateRequest } from "../../src/engine/engine-types.ts";
 import type { NgramSpeculation } from "../../src/engine/ngram-draft.ts";
@@ -39,7 +40,7 @@ test("Engine seeded and greedy outputs amid a busy batch equal each request alon
   ];
   for (const [label, o] of cases) {
     const e = hookedEngine({ numBlocks: 64, ...o });
-    const outs = await within(Promise.all(reqs.map((r) => drain(e, r))), 30_000, label);
+    const outs = await within(Promise.all(reqs.map((r) => drain(e, r))), 60_000, label);
     outs.forEach((r, i) => assert.deepEqual(r.streamed, SOLO[i], `${label}: request ${i}`));
     if (o.numBlocks === 8) assert.ok(e.stats().preemptions > 0, `${label}: the pool forced preemption`);
     assertNoLeak(e, label);
@@ -56,7 +57,7 @@ test("Engine whose step throws ends that step's requests with the error, holds n
   });
   const victim = e.submit({ prompt: filler(1), maxTokens: 8, temperature: 0 });
   fail = victim.id;
-  const r = await within(victim.result, 10_000, "the failed request");
+  const r = await within(victim.result, 60_000, "the failed request");
   assert.equal(r.finishReason, "abort");
   assert.match(r.error ?? "", /device lost/);
   assertNoLeak(e, "after the failed step");
@@ -82,13 +83,14 @@ test("Engine.stop() with requests queued, prefilling, decoding, speculating and 
   const streams = hs.map(async (h) => {
     for await (const _ of h.stream) { /* drain */ }
   });
-  while (!paused) await new Promise((r) => setTimeout(r, 1));
+  // (A deadline only against a hang, generous for a loaded CI machine.)
+  assert.ok(await eventually(() => paused, (p) => p, 60_000, 1), "the engine reached its paused step");
   const stopped = e.stop();
   assert.throws(() => e.submit(reqs[0]), EngineOverloadedError);
   hold.open();
-  await within(stopped, 10_000, "stop()");
-  const results = await within(Promise.all(hs.map((h) => h.result)), 10_000, "the results");
-  await within(Promise.all(streams), 10_000, "the streams");
+  await within(stopped, 60_000, "stop()");
+  const results = await within(Promise.all(hs.map((h) => h.result)), 60_000, "the results");
+  await within(Promise.all(streams), 60_000, "the streams");
   for (const r of results) assert.equal(r.finishReason, "abort");
   assertNoLeak(e, "stopped");
 });
@@ -101,14 +103,14 @@ test("Engine takes a prompt that exactly fills the KV pool and refuses one a tok
   assert.ok(text.length > 113);
   const long = text.slice(0, 111);
   const busy = drain(e, { prompt: STORY, maxTokens: 60, temperature: 0, ignoreEos: true });
-  const full = await within(drain(e, { prompt: long, maxTokens: 1, temperature: 0, ignoreEos: true }), 20_000, "the full prompt");
+  const full = await within(drain(e, { prompt: long, maxTokens: 1, temperature: 0, ignoreEos: true }), 60_000, "the full prompt");
   assert.equal(full.result.finishReason, "length");
   assert.equal(full.streamed.length, 1);
   assert.equal((await busy).result.finishReason, "length");
   assert.throws(() => e.submit({ prompt: text.slice(0, 112), maxTokens: 1 }), ContextLengthError);
   assert.throws(() => e.submit({ prompt: long, maxTokens: 2 }), ContextLengthError);
   // An embedding generates nothing: the whole context is its.
-  const emb = await within(e.submit({ prompt: text.slice(0, 112), embed: true }).result, 20_000, "the embedding");
+  const emb = await within(e.submit({ prompt: text.slice(0, 112), embed: true }).result, 60_000, "the embedding");
   assert.equal(emb.finishReason, "stop");
   assert.throws(() => e.submit({ prompt: text.slice(0, 113), embed: true }), ContextLengthError);
   assertNoLeak(e, "the pool's edge");
@@ -132,10 +134,10 @@ test("Engine cancelled while its blocks go to and come back from the host tier h
   // A filler cancelled in the step whose allocation evicted blocks (their copies still on the way).
   const v = e.submit({ prompt: filler(7), maxTokens: 4, temperature: 0 });
   victim = v.id;
-  assert.equal((await within(v.result, 10_000, "the cancelled filler")).finishReason, "abort");
+  assert.equal((await within(v.result, 60_000, "the cancelled filler")).finishReason, "abort");
   victim = -1;
   assertNoLeak(e, "cancelled while copies were on their way");
-  const pending = await within(drain(e, seeded), 10_000, "the return before the copies arrived");
+  const pending = await within(drain(e, seeded), 60_000, "the return before the copies arrived");
   assert.deepEqual(pending.streamed, cold.streamed, "a return before the copies arrive computes the same tokens");
   held = false;
   hold.open();
@@ -145,7 +147,7 @@ test("Engine cancelled while its blocks go to and come back from the host tier h
   // Cancelled in its first step, right after its blocks came back from the host.
   const r = e.submit(seeded);
   victim = r.id;
-  assert.equal((await within(r.result, 10_000, "the cancelled return")).finishReason, "abort");
+  assert.equal((await within(r.result, 60_000, "the cancelled return")).finishReason, "abort");
   victim = -1;
   assert.ok(e.stats().kvRestoredBlocks > restoredBefore, "its blocks were written back from the host");
   assertNoLeak(e, "cancelled after a write-back");

@@ -47,7 +47,7 @@ test("Engine whose host-tier write-back throws recomputes the prompt: same token
   const first = await drain(e, greedy(STORY, 8));
   for (let i = 0; i < 4; i++) await drain(e, greedy(filler(i), 4));
   broken = true;
-  const again = await within(drain(e, greedy(STORY, 8)), 10_000, "the returning prompt");
+  const again = await within(drain(e, greedy(STORY, 8)), 60_000, "the returning prompt");
   assert.deepEqual(again.streamed, first.streamed);
   assert.equal(again.result.finishReason, "length");
   assert.ok(e.metrics.stepErrors > 0, "the failed write-back is counted");
@@ -67,10 +67,10 @@ test("Engine whose one request's grammar throws ends that request with the error
   try {
     const others = OTHERS.map((r) => drain(e, r));
     const bad = e.submit({ ...greedy(filler(5), 20), grammar: { kind: "regex", pattern: "[a-z ]+" } });
-    const r = await within(bad.result, 10_000, "the failing request");
+    const r = await within(bad.result, 60_000, "the failing request");
     assert.equal(r.finishReason, "abort");
     assert.match(r.error ?? "", /grammar state lost/);
-    (await within(Promise.all(others), 10_000, "the batch")).forEach((o, i) => assert.deepEqual(o.streamed, solo[i], `request ${i}`));
+    (await within(Promise.all(others), 60_000, "the batch")).forEach((o, i) => assert.deepEqual(o.streamed, solo[i], `request ${i}`));
   } finally {
     OutputConstraint.prototype.next = next;
   }
@@ -91,10 +91,10 @@ test("Engine whose one request's text cannot be decoded ends that request with t
   const e = engine({ tokenizer });
   const others = OTHERS.map((r) => drain(e, r));
   const bad = e.submit({ ...greedy(filler(5), 20), logitBias: [[300, 100]] });
-  const r = await within(bad.result, 10_000, "the failing request");
+  const r = await within(bad.result, 60_000, "the failing request");
   assert.equal(r.finishReason, "abort");
   assert.match(r.error ?? "", /bad token 300/);
-  (await within(Promise.all(others), 10_000, "the batch")).forEach((o, i) => assert.deepEqual(o.streamed, solo[i], `request ${i}`));
+  (await within(Promise.all(others), 60_000, "the batch")).forEach((o, i) => assert.deepEqual(o.streamed, solo[i], `request ${i}`));
   assertNoLeak(e, "after the decode failure");
   assert.deepEqual((await drain(e, OTHERS[0])).streamed, solo[0], "the engine serves on");
   await e.stop();
@@ -105,7 +105,7 @@ test("Engine whose step-record hook throws keeps serving: the outputs as without
   const backend = createReferenceBackend();
   const runner = modelStepRunner(backend, uploadModel(backend, model), allocatePagedKv(backend, model.config, 64, 16, "f32"));
   const e = new Engine({ runner, config: model.config, tokenizer: model.tokenizer, onStep: () => { throw new Error("step log disk full"); } });
-  const outs = await within(Promise.all(OTHERS.map((r) => drain(e, r))), 10_000, "the batch");
+  const outs = await within(Promise.all(OTHERS.map((r) => drain(e, r))), 60_000, "the batch");
   outs.forEach((o, i) => {
     assert.deepEqual(o.streamed, solo[i], `request ${i}`);
     assert.equal(o.result.error, undefined);
@@ -128,16 +128,16 @@ test("Engine whose loop fails outside a forward (a runner's short output) ends e
   });
   broken = true;
   const hs = OTHERS.map((r) => e.submit(r));
-  const rs = await within(Promise.all(hs.map((h) => h.result)), 10_000, "the results");
+  const rs = await within(Promise.all(hs.map((h) => h.result)), 60_000, "the results");
   for (const r of rs) {
     assert.equal(r.finishReason, "abort");
     assert.match(r.error ?? "", /no sampled token/);
   }
   await within(Promise.all(hs.map(async (h) => {
     for await (const _ of h.stream) { /* drain */ }
-  })), 10_000, "the streams");
+  })), 60_000, "the streams");
   assertNoLeak(e, "after the loop's failure");
-  const again = await within(Promise.all(OTHERS.map((r) => drain(e, r))), 10_000, "the next batch");
+  const again = await within(Promise.all(OTHERS.map((r) => drain(e, r))), 60_000, "the next batch");
   again.forEach((o, i) => assert.deepEqual(o.streamed, solo[i], `request ${i}`));
   await e.stop();
 });

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { mkdtemp, readFile, rm } from "node:fs/promises";
 import os from "node:os";
 import { join } from "node:path";
+import { eventually } from "../eventually.ts";
 import { projectRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
@@ -122,8 +123,9 @@ test("startServer() with plannerLogPath writes each planner decision with its ti
     modelPath: "stories260K", model, host: "127.0.0.1", port: 0, backend: "reference", workers: 2, roles: ["prefill", "decode"], planner, plannerLogPath: path,
   });
   try {
-    for (let i = 0; i < 50 && script.length > 0; i++) await new Promise((r) => setTimeout(r, 100));
-    assert.equal(script.length, 0, "the planner ticked within 5 s");
+    // (Its first tick is a second away; the deadline only turns a hang into a failure, generous for CI.)
+    await eventually(() => script.length, (n) => n === 0, 60_000, 100);
+    assert.equal(script.length, 0, "the planner ticked");
     assert.deepEqual(s.cluster!.workerStatuses().map((w) => w.role), ["mixed", "decode"]);
   } finally {
     await s.shutdown();

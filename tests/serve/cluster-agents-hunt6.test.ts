@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
+import { eventually } from "../eventually.ts";
 import { projectRoot, test } from "../harness.ts";
 import { model, modelPath, pressureKv, TOOLS } from "./scripted-server.ts";
 
@@ -91,11 +92,14 @@ test("Agent sessions on 2 workers: each later turn hits the cache on the session
         assert.ok(turns[t].cached > turns[t - 1].cached, `session ${key} turn ${t}: ${turns[t].cached} cached tokens after ${turns[t - 1].cached}`);
         assert.ok(turns[t].cached >= turns[t - 1].prompt - 16, `session ${key} turn ${t} found its previous prompt (${turns[t].cached} of ${turns[t - 1].prompt})`);
       }
-      // Affinity weighs load: with the sessions side by side, a busy holder may send one turn elsewhere
-      // (the prefix follows it); the rest stay on the session's worker.
+      // Affinity weighs load: queued prompts, the batch and measured step times (planner/routers.ts: a
+      // step slower than 0.8 of the ITL target is overload). On a loaded CI machine a holder's slow steps send turns
+      // elsewhere (Deno and Node runs went w0 w0 w1 w1 and w0 w1 w1 w0), so which worker a turn ran on
+      // depends on the machine's speed and is not checked here (tests/planner/routers.test.ts checks the
+      // affinity itself). What must hold wherever a turn ran: every turn went to a worker with its
+      // session named, and found its previous prompt there (the cached tokens above: the prefix follows).
       const on = ranOn.get(key) ?? [];
-      const most = Math.max(...[...new Set(on)].map((w) => on.filter((x) => x === w).length));
-      assert.ok(on.length === turns.length && most >= turns.length - 1, `session ${key}'s turns stayed on its worker: ${on.join(", ")}`);
+      assert.equal(on.length, turns.length, `session ${key}'s turns were each placed as the session's: ${on.join(", ")}`);
     }
     // Every session's last turn called a tool: three sessions wait, on the workers that hold them.
     const metrics = await (await fetch(`${s.url}/metrics`)).text();
@@ -168,7 +172,8 @@ test("A client that hangs up mid-stream on a prefill/decode split frees the KV o
     }
     assert.ok(n >= 5 && n < 100, `the client hung up after ${n} chunks`);
     // The cancel reaches the decoding worker; its KV goes back.
-    for (let i = 0; i < 50 && s.cluster!.workers.some((w) => w.engine.stats().running > 0); i++) await new Promise((r) => setTimeout(r, 20));
+    // (Poll; the deadline only turns a hang into a failure, generous for a loaded CI machine.)
+    await eventually(() => s.cluster!.workers.some((w) => w.engine.stats().running > 0 || w.engine.stats().kvUsedBlocks > 0), (busy) => !busy, undefined, 20);
     for (const w of s.cluster!.workers) assert.equal(w.engine.stats().kvUsedBlocks, 0, `${w.engine.id} holds no KV after the cancel`);
     messages.push({ role: "assistant", content: text }, { role: "user", content: "And then?" });
     const again = await client.chat.completions.create({ model: "stories260K", messages, max_tokens: 20, temperature: 0, prompt_cache_key: "s1" });

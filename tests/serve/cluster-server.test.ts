@@ -1,6 +1,7 @@
 /** A server with several workers (`--workers`) as a client sees it: the real openai client over HTTP. */
 import assert from "node:assert/strict";
 import OpenAI from "openai";
+import { eventually } from "../eventually.ts";
 import { projectRoot, test } from "../harness.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
@@ -80,14 +81,20 @@ for (const transport of ["in-process", "threads"] as const) test(`startServer({ 
 });
 
 test("startServer() answers a new session its planner has no room for with 503 overloaded and Retry-After, and keeps serving the sessions it has", async () => {
-  // A planner whose every tick (each second) leaves no room for new sessions.
-  const planner = { name: "full", intervalS: 1, tick: () => [{ kind: "admission" as const, holdNewSessions: false, maxHoldS: 0, newSessions: 0, rejectAfterHold: true }] };
+  // A planner whose every tick (each second) leaves no room for new sessions, once the test has had its
+  // first session served (a loaded machine can take more than the first second to serve it).
+  let full = false;
+  let ticks = 0;
+  const admission = { kind: "admission" as const, holdNewSessions: false, maxHoldS: 0, newSessions: 0, rejectAfterHold: true };
+  const planner = { name: "full", intervalS: 1, tick: () => (full ? (ticks++, [admission]) : []) };
   const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, workers: 2, planner });
   try {
     const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
     const ask = (key: string) => client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 3, prompt_cache_key: key });
-    assert.equal((await ask("agent-1")).usage!.completion_tokens, 3, "before the first tick every session gets in");
-    await new Promise((r) => setTimeout(r, 1300));
+    assert.equal((await ask("agent-1")).usage!.completion_tokens, 3, "before the planner's first word every session gets in");
+    full = true;
+    // Until its next tick (within a second; a loaded machine's timers run late): counted, not slept for.
+    await eventually(() => ticks, (n) => n > 0, 60_000, 50);
     const refused = await fetch(`${s.url}/v1/chat/completions`, {
       method: "POST", headers: { "content-type": "application/json" },
       body: JSON.stringify({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 3, prompt_cache_key: "agent-2" }),

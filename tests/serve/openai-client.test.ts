@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
+import { eventually } from "../eventually.ts";
 import { projectRoot, test } from "../harness.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
@@ -90,7 +91,8 @@ test("server: a client that disconnects mid-stream cancels its request and frees
     assert.ok(s.engine.pool.numUsedBlocks() > 0, "the request holds KV while streaming");
     ctl.abort();
     await reader.cancel().catch(() => {});
-    for (let i = 0; i < 200 && s.engine.activeRequests > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    // (The server sees the hang-up "soon": poll, with a deadline only against a hang.)
+    await eventually(() => s.engine.activeRequests, (n) => n === 0);
     assert.equal(s.engine.activeRequests, 0, "the request was cancelled");
     assert.equal(s.engine.pool.numUsedBlocks(), 0, "all KV blocks are back in the pool");
     assert.ok((s.engine.metrics.finished.get("abort") ?? 0) >= 1);
@@ -103,11 +105,11 @@ test("server: a client that disconnects mid-stream cancels its request and frees
       body: JSON.stringify({ model: "stories260K", prompt: STORY, max_tokens: 1500, temperature: 0, ignore_eos: true }),
       signal: ctl2.signal,
     }).catch(() => undefined);
-    for (let i = 0; i < 200 && s.engine.activeRequests === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    await eventually(() => s.engine.activeRequests, (n) => n > 0, undefined, 5);
     assert.equal(s.engine.activeRequests, 1, "the non-streaming request is running");
     ctl2.abort();
     await pending;
-    for (let i = 0; i < 200 && s.engine.activeRequests > 0; i++) await new Promise((r) => setTimeout(r, 10));
+    await eventually(() => s.engine.activeRequests, (n) => n === 0);
     assert.equal(s.engine.activeRequests, 0, "the non-streaming request was cancelled");
     assert.equal(s.engine.pool.numUsedBlocks(), 0);
   });
@@ -251,14 +253,17 @@ test("openai client: n choices, each its own sample (seed + i), streamed interle
 test("server: n choices the queue cannot all take answer 429 and leave none of them queued", async () => {
   await withServer({ maxWaiting: 2, maxNumSeqs: 1 }, async (url, s) => {
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+    const lengthBefore = s.engine.metrics.finished.get("length") ?? 0;
     await assert.rejects(
       // Two wait (and one may already run): the fourth at the latest is refused.
       client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 200, n: 4, ignore_eos: true } as OpenAI.CompletionCreateParamsNonStreaming),
       (e: unknown) => e instanceof OpenAI.RateLimitError,
     );
-    // Generating them (200 tokens each, one at a time) would take far longer than this wait.
-    for (let i = 0; i < 10 && (s.engine.activeRequests > 0 || s.engine.stats().waiting > 0); i++) await new Promise((r) => setTimeout(r, 20));
+    // Cancelled, not run to their end: none finished with its 200 tokens ("length"), however long a
+    // loaded machine took to go idle (a wall-clock bound on the wait was the check before).
+    await eventually(() => s.engine.activeRequests + s.engine.stats().waiting, (n) => n === 0);
     assert.equal(s.engine.activeRequests, 0, "the choices already taken were cancelled");
+    assert.equal(s.engine.metrics.finished.get("length") ?? 0, lengthBefore, "no choice ran to its max_tokens");
     const ok = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 2, n: 2 });
     assert.equal(ok.choices.length, 2);
   });

@@ -54,8 +54,11 @@ function scriptedEngine(result: Partial<GenerateResult>): ServingEngine {
   return stub as unknown as ServingEngine;
 }
 
-/** Reads a streamed body to its end, failing if it is still open after `ms`. */
-async function readAll(res: Response, ms = 3000): Promise<string> {
+/**
+ * Reads a streamed body to its end, failing if it is still open after `ms`: a deadline against a hang
+ * (the bug was a stream left open for good), generous for a loaded CI machine.
+ */
+async function readAll(res: Response, ms = 30_000): Promise<string> {
   const reader = res.body!.getReader();
   const dec = new TextDecoder();
   let all = "";
@@ -132,13 +135,13 @@ test("submitCompletion() refuses a 2 MB prompt as context_length_exceeded withou
   const counted: LoadedModel = { ...model, tokenizer };
   const big = createApp({ engine, model: counted, modelName: "stories260K", maxBodyBytes: 8 * 1024 * 1024 });
   const text = "Once upon a time there was a little girl. ".repeat(50_000);
-  const t0 = performance.now();
   const r = await post("/v1/completions", { model: "stories260K", prompt: text, max_tokens: 1 }, big);
   assert400(r, "prompt", "context_length_exceeded", /The prompt has at least \d+ tokens \(2100000 characters\); this model's maximum context length is 256 tokens/);
   const c = await post("/v1/chat/completions", { model: "stories260K", messages: [{ role: "user", content: text }], max_tokens: 1 }, big);
   assert400(c, "messages", "context_length_exceeded", /at least \d+ tokens/);
+  // The count of encode() calls is the check (the tokenizer's only way from text to ids), not how long
+  // the answers took: that is for the benchmarks, and a loaded CI machine is slow.
   assert.equal(encoded, 0, "the text was never tokenized");
-  assert.ok(performance.now() - t0 < 2000, `answered in ${Math.round(performance.now() - t0)} ms`);
   // A prompt near the limit is still tokenized and counted exactly.
   const near = await post("/v1/completions", { model: "stories260K", prompt: "hi ".repeat(300), max_tokens: 1 }, big);
   assert400(near, "prompt", "context_length_exceeded", /The prompt has \d+ tokens;/);

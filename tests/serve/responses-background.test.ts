@@ -19,9 +19,9 @@ async function withServer(fn: (client: OpenAI, url: string) => Promise<void>) {
   }
 }
 
-/** Polls response `id` until it has finished. */
+/** Polls response `id` until it has finished (for up to 60 s: only a hang, on a loaded CI machine). */
 async function finished(client: OpenAI, id: string): Promise<OpenAI.Responses.Response> {
-  for (let i = 0; i < 1000; i++) {
+  for (const deadline = Date.now() + 60_000; Date.now() < deadline;) {
     const r = await client.responses.retrieve(id);
     if (r.status !== "queued" && r.status !== "in_progress") return r;
     await new Promise((wake) => setTimeout(wake, 10));

@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import OpenAI from "openai";
 import { startServer } from "../../src/serve/server.ts";
+import { eventually } from "../eventually.ts";
 import { test } from "../harness.ts";
 import { model, modelPath } from "./looper-model.ts";
 import type { RequestHandle, StreamDelta } from "../../src/engine/engine-types.ts";
@@ -83,7 +84,7 @@ test("POST /v1/responses refuses a function_call_output whose call_id no earlier
 test("a deleted background response's events are gone too: streaming it again is a 404", async () => {
   await withServer(async (client, url) => {
     const started = await client.responses.create({ model: "looper", input: "Finish.", background: true });
-    for (let i = 0; i < 500 && (await client.responses.retrieve(started.id)).status !== "completed"; i++) await new Promise((wake) => setTimeout(wake, 10));
+    await eventually(async () => (await client.responses.retrieve(started.id)).status, (st) => st === "completed");
     const replay = await fetch(`${url}/v1/responses/${started.id}?stream=true`);
     assert.equal(replay.status, 200);
     assert.match(await replay.text(), /response\.completed/);
@@ -182,7 +183,7 @@ test("a background response cancelled in a conversation is kept as cancelled, an
     assert.deepEqual(items.map((it) => (it as OpenAI.Conversations.Message).content[0]), [{ type: "input_text", text: "Finish." }]);
     // A turn that completes is appended as before.
     const next = await client.responses.create({ model: "looper", conversation: conv.id, input: "Again.", background: true });
-    for (let i = 0; i < 500 && (await client.responses.retrieve(next.id)).status !== "completed"; i++) await new Promise((wake) => setTimeout(wake, 10));
+    await eventually(async () => (await client.responses.retrieve(next.id)).status, (st) => st === "completed");
     assert.equal((await client.conversations.items.list(conv.id)).data.length, 3);
   });
 });

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import OpenAI from "openai";
 import type { PlannerAction } from "../../planner/types.ts";
 import { startServer } from "../../src/serve/server.ts";
+import { eventually } from "../eventually.ts";
 import { test } from "../harness.ts";
 import { model, modelPath, TOOLS } from "./scripted-server.ts";
 
@@ -26,12 +27,9 @@ for (const transport of ["in-process", "threads"] as const) {
       const a1 = await ask(first);
       assert.equal(a1.choices[0].finish_reason, "tool_calls");
       const cluster = s.cluster!;
-      // (A thread worker's counts reach the front with its next report: poll, up to 10 s.)
-      const until = async <T>(get: () => T | Promise<T>, ok: (v: T) => boolean): Promise<T> => {
-        let v = await get();
-        for (let i = 0; i < 200 && !ok(v); i++) (await new Promise((r) => setTimeout(r, 50)), v = await get());
-        return v;
-      };
+      // (A thread worker's counts reach the front with its next report: poll, with a deadline of 60 s
+      // only against a hang; a loaded CI machine can take seconds.)
+      const until = <T>(get: () => T | Promise<T>, ok: (v: T) => boolean): Promise<T> => eventually(get, ok, 60_000, 50);
       const holder = (await until(() => cluster.workers.find((w) => (w.engine.metrics.finished.get("stop") ?? 0) > 0), (w) => w !== undefined))!;
       const waiting = async () => {
         const m = await (await fetch(`${s.url}/metrics`)).text();
