@@ -16,13 +16,14 @@
  * formats are annotations), `enum`, `const` (beside a `type`, only its values), `anyOf`, `oneOf` (as
  * anyOf, as vLLM's xgrammar and llama.cpp follow it: a value two branches match may be written), `allOf` with one entry,
  * `nullable`, `$ref` to any JSON pointer into the schema (`#`, `#/$defs/…`, `#/properties/…`:
- * json-schema-refs.ts; recursion included, as long as values can end within MAX_SCHEMA_DEPTH levels).
+ * json-schema-refs.ts; recursion included, as long as values can end within MAX_SCHEMA_DEPTH levels;
+ * inside a subschema with its own `$id`, a pointer into that subschema, or to an embedded `$id` exactly).
  * Annotations (`title`, `description`, `default`, `examples`, …) are ignored.
  */
 
 import { ofType, soundnessProblem } from "./schema-soundness.ts";
 import { ANY, isObject, literalNode, resolve, SchemaError, type SchemaNode, show } from "./json-schema-node.ts";
-import { DanglingRefError, RefTable } from "./json-schema-refs.ts";
+import { DanglingRefError, type RefScope, RefTable } from "./json-schema-refs.ts";
 import { checkCompiled, MAX_OPEN_BRANCHES, openBranches, tooManyBranches } from "./json-schema-checks.ts";
 import { BOUNDS, count, numberRange, type SchemaObject, stringPatterns, type TypeName, typesOf } from "./json-schema-values.ts";
 
@@ -47,7 +48,7 @@ export function nestsTooDeeply(e: unknown): boolean {
 
 /** Compiles `schema`; throws {@link SchemaError} for anything outside the subset. */
 export function compileSchema(schema: unknown): SchemaNode {
-  const refs = new RefTable(schema, compileNode);
+  const refs = new RefTable(schema, compileNode).top;
   // Definitions are compiled even where nothing refers to them, so that a mistake in one is a SchemaError.
   const defs: string[] = [];
   if (isObject(schema)) {
@@ -59,7 +60,7 @@ export function compileSchema(schema: unknown): SchemaNode {
     }
   }
   const root = compileNode(schema, "#", refs);
-  const placed = [{ node: root, at: "#" }, ...defs.map((name) => ({ node: refs.get(name)!, at: name }))];
+  const placed = [{ node: root, at: "#" }, ...defs.map((name) => ({ node: refs.table.get(name)!, at: name }))];
   // Every reference must lead to a value now, not when the model reaches it.
   for (const { node } of placed) resolve(node);
   checkCompiled(placed);
@@ -68,8 +69,10 @@ export function compileSchema(schema: unknown): SchemaNode {
   return root;
 }
 
-function compileNode(s: unknown, at: string, refs: RefTable): SchemaNode {
-  if (!isObject(s)) return compileFresh(s, at, refs);
+function compileNode(s: unknown, at: string, outer: RefScope): SchemaNode {
+  if (!isObject(s)) return compileFresh(s, at, outer);
+  // A subschema with its own `$id` is a resource: local pointers inside it point into it.
+  const refs = outer.enter(s);
   // A schema a reference names may also be written inline (`#`, the root, above all): compiled once.
   const known = refs.compiled(s);
   if (known !== undefined) return known;
@@ -78,7 +81,7 @@ function compileNode(s: unknown, at: string, refs: RefTable): SchemaNode {
   return node;
 }
 
-function compileFresh(s: unknown, at: string, defs: RefTable): SchemaNode {
+function compileFresh(s: unknown, at: string, defs: RefScope): SchemaNode {
   if (s === true) return ANY;
   if (s === false) throw new SchemaError(`The schema at ${at} is false: no value can match it`);
   if (!isObject(s)) throw new SchemaError(`The schema at ${at} must be an object or a boolean, got ${show(s)}`);
@@ -103,7 +106,7 @@ function compileFresh(s: unknown, at: string, defs: RefTable): SchemaNode {
   return nodes.length === 1 ? nodes[0] : { t: "anyOf", options: nodes };
 }
 
-function compileCombinator(s: SchemaObject, k: string, at: string, defs: RefTable): SchemaNode {
+function compileCombinator(s: SchemaObject, k: string, at: string, defs: RefScope): SchemaNode {
   const v = s[k];
   if (k === "const" || k === "enum") {
     if (k === "enum" && (!Array.isArray(v) || v.length === 0)) throw new SchemaError(`The schema's "enum" at ${at} must be a non-empty array, got ${show(v)}`);
@@ -114,7 +117,7 @@ function compileCombinator(s: SchemaObject, k: string, at: string, defs: RefTabl
     return literalNode(values.map((x) => JSON.stringify(x)));
   }
   if (k === "$ref") {
-    return { t: "ref", name: defs.refer(v, at), table: defs };
+    return { t: "ref", name: defs.refer(v, at), table: defs.table };
   }
   if (!Array.isArray(v) || v.length === 0) throw new SchemaError(`The schema's ${show(k)} at ${at} must be a non-empty array, got ${show(v)}`);
   if (k === "allOf") {
@@ -143,7 +146,7 @@ function compileCombinator(s: SchemaObject, k: string, at: string, defs: RefTabl
   return options.length === 1 ? options[0] : { t: "anyOf", options };
 }
 
-function compileTyped(s: SchemaObject, type: TypeName, at: string, defs: RefTable): SchemaNode {
+function compileTyped(s: SchemaObject, type: TypeName, at: string, defs: RefScope): SchemaNode {
   switch (type) {
     case "boolean": return { t: "literal", texts: ["true", "false"] };
     case "null": return { t: "literal", texts: ["null"] };
@@ -163,7 +166,7 @@ function compileTyped(s: SchemaObject, type: TypeName, at: string, defs: RefTabl
   }
 }
 
-function compileArray(s: SchemaObject, at: string, defs: RefTable): SchemaNode {
+function compileArray(s: SchemaObject, at: string, defs: RefScope): SchemaNode {
   const min = count(s, "minItems", 0, at), maxItems = count(s, "maxItems", Infinity, at);
   // A tuple is 2020-12's `prefixItems` with `items` for the rest, or earlier drafts' `items` list
   // with `additionalItems` for the rest; an absent rest schema allows any items, `false` none.
@@ -191,7 +194,7 @@ function compileArray(s: SchemaObject, at: string, defs: RefTable): SchemaNode {
   return { t: "array", prefix, items, min, max, unique: u };
 }
 
-function compileObject(s: SchemaObject, at: string, defs: RefTable): SchemaNode {
+function compileObject(s: SchemaObject, at: string, defs: RefScope): SchemaNode {
   const p = s.properties ?? {};
   if (!isObject(p)) throw new SchemaError(`The schema's "properties" at ${at} must be an object, got ${show(p)}`);
   const props = new Map<string, SchemaNode>();
@@ -233,7 +236,7 @@ function checkPropertyName(name: string, at: string): void {
  * one); null when it allows every name (`true`, `{"type": "string"}`). Anything else (a pattern,
  * lengths) is refused.
  */
-function propertyNames(v: unknown, at: string, defs: RefTable): string[] | null {
+function propertyNames(v: unknown, at: string, defs: RefScope): string[] | null {
   const node = resolve(compileNode(v, at, defs));
   if (node.t === "any" || (node.t === "string" && node.min === 0 && node.max === Infinity && node.patterns.length === 0)) return null;
   const options = node.t === "anyOf" ? node.options.map(resolve) : [node];
