@@ -18,11 +18,15 @@ export interface AdapterSlot {
   adapter: LoraAdapter;
 }
 
-/** Thrown for an adapter that cannot be loaded or unloaded as asked (HTTP 400, or 404 for an unknown name). */
+/**
+ * Thrown for an adapter that cannot be loaded or unloaded as asked, or a request's adapter that is not
+ * loaded (HTTP 400, or 404 for an unknown name). Its `field` is the request's `adapter`, which the
+ * OpenAI-style APIs name `model` (refusals.ts); the load and unload routes name `lora_name` (lora.ts).
+ */
 export class LoraAdapterError extends RequestParamError {
   override name = "LoraAdapterError";
   constructor(message: string, readonly notFound = false) {
-    super(message);
+    super(message, "adapter");
   }
 }
 

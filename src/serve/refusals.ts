@@ -27,6 +27,8 @@ const API_PARAMS: ParamNames = {
   allowedTokenIds: "allowed_token_ids", badWords: "bad_words", stopTokenIds: "stop_token_ids", minTokens: "min_tokens",
   priority: "priority", minP: "min_p", repetitionPenalty: "repetition_penalty", presencePenalty: "presence_penalty",
   frequencyPenalty: "frequency_penalty", logitBias: "logit_bias", reasoningBudget: "thinking_token_budget",
+  // A LoRA adapter is asked for by its name in `model` (LoraAdapterError's field).
+  adapter: "model",
 };
 
 /** The API's `param` for a parameter refusal: its engine field as `names` (else {@link API_PARAMS}) calls it; null when unnamed. */
@@ -45,7 +47,7 @@ export function refusalError(e: unknown, names: ParamNames = {}): ApiError | und
   if (e instanceof SessionRefusedError) return new ApiError(503, `${e.message}. Retry later.`, null, "overloaded");
   if (e instanceof EngineOverloadedError) return new ApiError(429, `The server is busy: ${e.message}. Retry later.`, null, "queue_full");
   // The adapter a model name asks for is gone (unloaded meanwhile, or missing on a worker): as an unknown model.
-  if (e instanceof LoraAdapterError && e.notFound) return new ApiError(404, e.message, "model", "model_not_found");
+  if (e instanceof LoraAdapterError && e.notFound) return new ApiError(404, e.message, apiParam(e, names), "model_not_found");
   if (e instanceof RequestParamError) return new ApiError(400, e.message, apiParam(e, names), "invalid_value");
   return undefined;
 }

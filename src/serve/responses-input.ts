@@ -154,24 +154,38 @@ export function outputMessage(reasoning: string | null, text: string, calls: rea
  * the namespace of each namespaced function, for its calls' items. A name given twice is a 400.
  * A tool's `strict` omitted (or null) is strict where its parameters can be held in `format`, as
  * OpenAI's Responses API defaults it; `strict: false` opts out ({@link strictIfPossible}).
+ * `strictOf` names the `strict` applied to each function (what the response echoes in `tools`).
  */
-export function functionTools(tools: ResponsesRequest["tools"], format: ToolCallSyntax = "hermes"): { tools: ToolDef[]; namespaceOf: Map<string, string> } {
+export function functionTools(tools: ResponsesRequest["tools"], format: ToolCallSyntax = "hermes"): { tools: ToolDef[]; namespaceOf: Map<string, string>; strictOf: Map<string, boolean> } {
   const out: ToolDef[] = [];
   const namespaceOf = new Map<string, string>();
-  const seen = new Set<string>();
+  const strictOf = new Map<string, boolean>();
   const add = (t: FunctionToolIn, namespace?: string) => {
-    if (seen.has(t.name)) throw new ApiError(400, `The tool name '${t.name}' is given twice${namespace ? ` (again in namespace '${namespace}')` : ""}; the model calls tools by name`, "tools", "invalid_value");
-    seen.add(t.name);
+    if (strictOf.has(t.name)) throw new ApiError(400, `The tool name '${t.name}' is given twice${namespace ? ` (again in namespace '${namespace}')` : ""}; the model calls tools by name`, "tools", "invalid_value");
     if (namespace !== undefined) namespaceOf.set(t.name, namespace);
     // `strict: true` holds the tool's calls to its parameters, as in chat (output-grammar.ts).
     const strict = t.strict ?? strictIfPossible(t.parameters ?? undefined, format);
+    strictOf.set(t.name, strict);
     out.push({ type: "function", function: { name: t.name, ...(t.description ? { description: t.description } : {}), ...(t.parameters ? { parameters: t.parameters } : {}), ...(strict ? { strict: true } : {}) } });
   };
   for (const t of tools ?? []) {
     if (t.type === "function") add(t as FunctionToolIn);
     else if (t.type === "namespace") for (const inner of (t as { tools: FunctionToolIn[] }).tools) add(inner, (t as { name: string }).name);
   }
-  return { tools: out, namespaceOf };
+  return { tools: out, namespaceOf, strictOf };
+}
+
+/**
+ * The request's `tools` as the response echoes them: each function (a namespace's too) with the
+ * `strict` applied to it (`strictOf`, from {@link functionTools}), true or false, never omitted, as OpenAI's response does.
+ */
+export function echoedTools(tools: ResponsesRequest["tools"], strictOf: ReadonlyMap<string, boolean>): Json[] {
+  const withStrict = (t: FunctionToolIn) => ({ ...t, strict: strictOf.get(t.name) ?? t.strict ?? false });
+  return (tools ?? []).map((t) => {
+    if (t.type === "function") return withStrict(t as FunctionToolIn) as Json;
+    if (t.type === "namespace") return { ...t, tools: (t as { tools: FunctionToolIn[] }).tools.map(withStrict) } as Json;
+    return t as Json;
+  });
 }
 
 /**

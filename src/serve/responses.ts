@@ -19,7 +19,7 @@ import { chatLogprobs } from "./logprobs-json.ts";
 import { failure, noteToolWait } from "./respond.ts";
 import { namedEventStream } from "./event-stream.ts";
 import { type ResponseStore, type StoredResponse, UnknownResponseError } from "./response-store.ts";
-import { chatRequestOf, functionTools, inputItemsOf, itemsToMessages, outputMessage, turnInput } from "./responses-input.ts";
+import { chatRequestOf, echoedTools, functionTools, inputItemsOf, itemsToMessages, outputMessage, turnInput } from "./responses-input.ts";
 import { newId, ResponseOutput, type ResponseEvent } from "./responses-output.ts";
 import { truncated } from "./responses-truncation.ts";
 import type { InputItem, ResponsesRequest } from "./responses-schema.ts";
@@ -170,7 +170,7 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
   const given = turnInput(body.input, history, conversation?.id ?? null, (items) => resolveItemReferences(items, state.responses, conversation));
   const input = itemsToMessages(typeof given === "string" ? [{ role: "user", content: given }] : given, history);
   const topLogprobs = logprobsAsked(body);
-  const { tools, namespaceOf } = functionTools(body.tools, ctx.toolCallParser);
+  const { tools, namespaceOf, strictOf } = functionTools(body.tools, ctx.toolCallParser);
   // (Checked here so that the message quotes tool_choice as this API writes it, not as the chat API does.)
   if (body.tool_choice && body.tool_choice !== "auto" && body.tool_choice !== "none" && tools.length === 0) {
     const what = typeof body.tool_choice === "object" && body.tool_choice.type === "allowed_tools" ? "Allowing tool calls" : "Forcing a tool call";
@@ -188,7 +188,7 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
     metadata: body.metadata ?? {}, parallel_tool_calls: parallel, previous_response_id: previousId, prompt_cache_key: body.prompt_cache_key ?? null,
     reasoning: { effort: body.reasoning?.effort ?? null, summary: null }, store: stored, service_tier: appliedTier(ctx, body.service_tier),
     temperature: body.temperature ?? 1, text: { format: body.text?.format ?? { type: "text" } }, tool_choice: body.tool_choice ?? "auto",
-    tools: body.tools ?? [], top_logprobs: body.top_logprobs ?? 0, top_p: body.top_p ?? 1, truncation: body.truncation ?? "disabled", user: body.user ?? null,
+    tools: echoedTools(body.tools, strictOf), top_logprobs: body.top_logprobs ?? 0, top_p: body.top_p ?? 1, truncation: body.truncation ?? "disabled", user: body.user ?? null,
   };
   return {
     id, submitted, shell, store: stored, inputItems, input, previousId, conversation, sessionId,
