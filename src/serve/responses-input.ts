@@ -4,6 +4,7 @@
  * and calls in a row are one assistant message, as the chat API writes them; a call's output names
  * its function (looked up by `call_id`), which some chat templates print.
  */
+import { thinkingOf } from "./messages-thinking.ts";
 import type { ChatMessageIn, ChatRequest, ToolDef } from "./schemas.ts";
 import type { ToolCallSyntax } from "../engine/grammar.ts";
 import { toolCallGroup } from "../engine/grammar-tool-calls.ts";
@@ -55,8 +56,11 @@ export function itemsToMessages(items: readonly InputItem[], before: readonly Ch
       case "reasoning": {
         const r = item as Extract<InputItem, { type: "reasoning" }>;
         const parts = r.content?.length ? r.content : r.summary ?? [];
+        let text = parts.map((p) => p.text).join("");
+        // A stateless client (store: false) sends the item back with its encrypted_content only.
+        if (text === "" && typeof r.encrypted_content === "string") text = thinkingOf({ signature: r.encrypted_content });
         const a = assistant(true);
-        a.reasoning_content = (a.reasoning_content ?? "") + parts.map((p) => p.text).join("");
+        a.reasoning_content = (a.reasoning_content ?? "") + text;
         break;
       }
       case "function_call": {

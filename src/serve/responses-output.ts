@@ -5,6 +5,7 @@
  * its sequence number. A non-streamed response is the same builder run over the whole answer, so
  * both forms give the same items.
  */
+import { thinkingSignature } from "./messages-thinking.ts";
 import type { TokenLogprob } from "../engine/logprobs.ts";
 import type { ChatPart } from "./chat-output.ts";
 import type { ParsedToolCall } from "./tool-calls.ts";
@@ -67,7 +68,15 @@ export class ResponseOutput {
    * `logprobsJson`: given when the request asked for log probabilities.
    * `namespaceOf`: the namespace of each namespaced function (its calls' items name it).
    */
-  constructor(private readonly maxToolCalls = Infinity, private readonly logprobsJson?: LogprobsJson, private readonly namespaceOf?: ReadonlyMap<string, string>) {}
+  /**
+   * `sealReasoning` (`include: ["reasoning.encrypted_content"]`): each reasoning item also carries its
+   * text as `encrypted_content`, for a client that keeps no state (`store: false`) and sends the item
+   * back without its `content` (messages-thinking.ts: a plain record, not a seal).
+   */
+  constructor(
+    private readonly maxToolCalls = Infinity, private readonly logprobsJson?: LogprobsJson, private readonly namespaceOf?: ReadonlyMap<string, string>,
+    private readonly sealReasoning = false,
+  ) {}
 
   /** An event with the next sequence number. */
   event(type: string, fields: Json = {}): ResponseEvent {
@@ -173,6 +182,9 @@ export class ResponseOutput {
   private itemOf(o: OpenItem, status: string): Json {
     return o.kind === "message"
       ? { type: "message", id: o.id, status, role: "assistant", content: [{ type: "output_text", text: o.text, annotations: [], logprobs: [...o.logprobs] }] }
-      : { type: "reasoning", id: o.id, summary: [], content: [{ type: "reasoning_text", text: o.text }] };
+      : {
+        type: "reasoning", id: o.id, summary: [], content: [{ type: "reasoning_text", text: o.text }],
+        ...(this.sealReasoning ? { encrypted_content: thinkingSignature(o.text, true) } : {}),
+      };
   }
 }

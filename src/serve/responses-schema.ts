@@ -39,12 +39,16 @@ export interface FunctionCallOutputItemIn {
   call_id: string;
   output: string | TextPartIn[];
 }
-/** The model's reasoning in an earlier turn (its text parts; encrypted content is not ours to read). */
+/**
+ * The model's reasoning in an earlier turn: its text parts, or, without them, the `encrypted_content`
+ * this server gave it (another server's is not ours to read, and is ignored).
+ */
 export interface ReasoningItemIn {
   type: "reasoning";
   id?: string;
   summary?: { type: "summary_text"; text: string }[];
   content?: { type: "reasoning_text"; text: string }[];
+  encrypted_content?: string | null;
 }
 /** One input item. */
 export type InputItem = MessageItemIn | FunctionCallItemIn | FunctionCallOutputItemIn | ReasoningItemIn;
@@ -90,6 +94,9 @@ function itemFlaw(item: unknown, i: number, references: boolean): Flaw | null {
         if (!Array.isArray(list) || list.some((p) => !isObject(p) || typeof p.text !== "string")) {
           return { message: `a reasoning item's ${key} must be an array of parts with text`, path: [i, key] };
         }
+      }
+      if (item.encrypted_content !== undefined && item.encrypted_content !== null && typeof item.encrypted_content !== "string") {
+        return { message: "a reasoning item's encrypted_content must be a string", path: [i, "encrypted_content"] };
       }
       return null;
     }

@@ -55,6 +55,8 @@ export interface ResponseTurn {
   maxToolCalls: number;
   /** The namespace of each namespaced function tool. */
   namespaceOf: ReadonlyMap<string, string>;
+  /** `include` asked for `reasoning.encrypted_content`: reasoning items carry their text there too. */
+  sealReasoning?: boolean;
   /** Whether the output text carries its tokens' log probabilities. */
   logprobs: boolean;
 }
@@ -193,7 +195,7 @@ export function submitResponse(ctx: ServeContext, state: ResponsesState, body: R
   return {
     id, submitted, shell, store: stored, inputItems, input, previousId, conversation, sessionId,
     maxToolCalls: Math.min(body.max_tool_calls ?? Infinity, parallel ? Infinity : 1), logprobs: topLogprobs !== undefined,
-    namespaceOf,
+    namespaceOf, sealReasoning: (body.include ?? []).includes("reasoning.encrypted_content"),
   };
 }
 
@@ -234,7 +236,7 @@ export function settle(ctx: ServeContext, state: ResponsesState, t: ResponseTurn
 
 /** The builder of a turn's output items. */
 export function outputOf(ctx: ServeContext, t: ResponseTurn): ResponseOutput {
-  return new ResponseOutput(t.maxToolCalls, t.logprobs ? (lps) => chatLogprobs(ctx.tokenizer, lps).content : undefined, t.namespaceOf);
+  return new ResponseOutput(t.maxToolCalls, t.logprobs ? (lps) => chatLogprobs(ctx.tokenizer, lps).content : undefined, t.namespaceOf, t.sealReasoning ?? false);
 }
 
 /**
