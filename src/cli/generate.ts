@@ -49,7 +49,8 @@ function write(stream: "stdout" | "stderr", text: string): void {
 /** Prints load progress to stderr in 10% steps, only for files big enough to make a user wait. */
 function progressPrinter(): (p: LoadProgress) => void {
   let shown = -1;
-  return ({ bytesRead, totalBytes }) => {
+  return ({ bytesRead, totalBytes, note }) => {
+    if (note) write("stderr", `loading: ${note}`);
     if (totalBytes < 64 * 2 ** 20) return;
     const tenth = Math.floor((bytesRead / totalBytes) * 10);
     if (tenth === shown) return;

@@ -5,7 +5,7 @@
 import { blockValues, encodeFromF32 } from "../backend/dtype-codec.ts";
 import type { WeightDType } from "../backend/types.ts";
 import type { HostTensor } from "./config.ts";
-import { alignUp, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, type GgufEntry, GgufType, type GgufValue, ggmlTypeOf } from "./gguf-types.ts";
+import { alignUp, GGML_TYPES, GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, type GgufEntry, GgufType, type GgufValue, ggmlTypeOf } from "./gguf-types.ts";
 
 /** Shorthands for building typed metadata entries. */
 export const gguf = {
@@ -104,10 +104,19 @@ function writeValue(s: Sink, type: GgufType, value: GgufValue, itemType?: GgufTy
   }
 }
 
+/** A tensor already in a ggml type's bytes, for types that are not weight dtypes (tests write i-quants so). */
+export interface RawGgufTensor {
+  name: string;
+  shape: number[];
+  /** ggml type id (gguf-types.ts GGML_TYPES). */
+  ggmlType: number;
+  data: Uint8Array;
+}
+
 /** What to write: metadata in order, then tensors (shape outermost first, raw bytes in their dtype). */
 export interface GgufWriteInput {
   metadata: Iterable<[string, GgufEntry]>;
-  tensors: readonly HostTensor[];
+  tensors: readonly (HostTensor | RawGgufTensor)[];
   /** Tensor data alignment; written as general.alignment when not the default 32. */
   alignment?: number;
 }
@@ -130,14 +139,17 @@ export function encodeGguf(input: GgufWriteInput): Uint8Array {
   let offset = 0;
   const offsets: number[] = [];
   for (const t of input.tensors) {
-    const block = blockValues(t.dtype);
+    const type = "ggmlType" in t ? t.ggmlType : ggmlTypeOf(t.dtype);
+    const [block, typeName] = "ggmlType" in t
+      ? [GGML_TYPES.get(type)?.blockSize ?? 1, GGML_TYPES.get(type)?.name ?? String(type)]
+      : [blockValues(t.dtype), t.dtype];
     if ((t.shape[t.shape.length - 1] ?? 0) % block !== 0) {
-      throw new RangeError(`Tensor "${t.name}" of shape [${t.shape}] cannot be ${t.dtype}: its rows must be multiples of ${block}`);
+      throw new RangeError(`Tensor "${t.name}" of shape [${t.shape}] cannot be ${typeName}: its rows must be multiples of ${block}`);
     }
     s.string(t.name);
     s.u32(t.shape.length);
     for (const d of [...t.shape].reverse()) s.u64(d);
-    s.u32(ggmlTypeOf(t.dtype));
+    s.u32(type);
     s.u64(offset);
     offsets.push(offset);
     offset = alignUp(offset + t.data.byteLength, alignment);

@@ -12,6 +12,8 @@ import { EXPERT } from "./expert-stack.ts";
 export interface LoadProgress {
   bytesRead: number;
   totalBytes: number;
+  /** A one-time remark on the first progress call, e.g. that i-quant tensors were re-encoded on the host (gguf-loader.ts). */
+  note?: string;
 }
 
 /** Options every loader accepts. */

@@ -151,7 +151,7 @@ test("loadModel() names the tensor and type it cannot load", async () => {
   assert.equal(view.getUint32(at, true), 0);
   view.setUint32(at, 9, true); // Q8_1 (llama.cpp's activation format): smaller than F32, so the data still lies inside the file
   await writeFile(`${dir}/q81.gguf`, bytes);
-  await expectPathError(`${dir}/q81.gguf`, /Tensor "blk\.0\.attn_q\.weight" in ".*" has type Q8_1; supported types are F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16, MXFP4/);
+  await expectPathError(`${dir}/q81.gguf`, /Tensor "blk\.0\.attn_q\.weight" in ".*" has type Q8_1; supported types are F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ4_NL, IQ3_S, IQ2_S, IQ4_XS, IQ1_M, BF16, MXFP4/);
   view.setUint32(at, 99, true);
   await writeFile(`${dir}/t99.gguf`, bytes);
   await expectPathError(`${dir}/t99.gguf`, /tensor "blk\.0\.attn_q\.weight" has unknown ggml type 99/);

@@ -7,13 +7,15 @@ import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 import type { WeightDType } from "../../src/backend/types.ts";
+import { type IqDType, isIqDType } from "../../src/backend/quant-blocks-iq.ts";
 import { type Architecture, type HostTensor, ModelLoadError } from "../../src/model/config.ts";
 import { GgufType, type GgufEntry } from "../../src/model/gguf-types.ts";
-import { encodeGguf, gguf } from "../../src/model/gguf-writer.ts";
+import { encodeGguf, gguf, type RawGgufTensor } from "../../src/model/gguf-writer.ts";
 import { GGUF_ROPE_FREQS } from "../../src/model/gguf-loader.ts";
 import { type Llama3RopeScaling, llama3FreqFactors } from "../../src/model/rope-scaling.ts";
 import { encodeSafetensors, type SafetensorsEntry } from "../../src/model/safetensors.ts";
 import { gptOssHfConfig, gptOssHfTensors } from "./gpt-oss-files.ts";
+import { randomIqTensor } from "./iq-blocks.ts";
 import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 
@@ -30,8 +32,11 @@ export interface ModelFileSpec {
   tied: boolean;
   /** Storage of matrices and the embedding; norms and biases stay f32. */
   dtype: WeightDType;
-  /** Per-tensor storage in the GGUF by GGUF name (a quantization mix such as Q4_K_M); default `dtype`. */
-  ggufDtype?: (ggufName: string) => WeightDType;
+  /**
+   * Per-tensor storage in the GGUF by GGUF name (a quantization mix such as Q4_K_M); default `dtype`.
+   * An i-quant (iq2_xxs …) writes random blocks of the values' RMS instead of the values (iq-blocks.ts).
+   */
+  ggufDtype?: (ggufName: string) => WeightDType | IqDType;
   seed: number;
   /** GGUF vocab: default SentencePiece-style for llama, Qwen2 byte-level BPE otherwise. */
   tokenizer?: "spm" | "qwen2" | "llama-bpe" | "deepseek-v3" | "gpt-4o" | "kimi-k2";
@@ -454,7 +459,8 @@ export interface GgufExtras {
 
 /** Encodes the weights as a GGUF file (llama q/k permuted for llama.cpp's "normal" RoPE). */
 export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocabFor(spec), extras: GgufExtras = {}): Uint8Array {
-  const tensors: HostTensor[] = [];
+  const tensors: (HostTensor | RawGgufTensor)[] = [];
+  const iqRand = seededRandom(spec.seed ^ 0x5eed);
   for (const { name, shape, values, hf } of ggufTensors(spec, weights, extras.splitExperts ?? false)) {
     let v = values;
     if (spec.architecture === "llama" && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf)) {
@@ -464,7 +470,7 @@ export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocab
     // Routers stay f32, as llama.cpp's quantizer leaves them.
     // Biases too (GPT-OSS's stacked expert biases are 2-D).
     const dtype = isVector(shape) || name.endsWith(".bias") || name.endsWith("ffn_gate_inp.weight") ? "f32" : spec.ggufDtype?.(name) ?? spec.dtype;
-    tensors.push({ name, shape, dtype, data: encodeFromF32(v, dtype) });
+    tensors.push(isIqDType(dtype) ? randomIqTensor(name, shape, v, dtype, iqRand) : { name, shape, dtype, data: encodeFromF32(v, dtype) });
   }
   const freqs = ropeFreqsOf(spec);
   if (freqs) tensors.push({ name: GGUF_ROPE_FREQS, shape: [freqs.length], dtype: "f32", data: encodeFromF32(Float32Array.from(freqs), "f32") });
