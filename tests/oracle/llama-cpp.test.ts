@@ -10,18 +10,15 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
-import { selectBackend } from "../../src/backend/select.ts";
 import type { Backend, KvDType, WeightDType } from "../../src/backend/types.ts";
 import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
 import type { LoadedModel } from "../../src/model/config.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
-import { envVar } from "../../src/runtime/env.ts";
-import { inCi } from "../webgpu-fixture.ts";
 import { projectRoot, test } from "../harness.ts";
 import { ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "../model/model-files.ts";
-import { greedySteps, type LlamaCppResult, maxLogProbError, runLlamaCpp } from "./oracle-compare.ts";
+import { greedySteps, type LlamaCppResult, maxLogProbError, oracleBackends, runLlamaCpp } from "./oracle-compare.ts";
 
 const STEPS = 32;
 const PROMPT = [1, 17, 120, 255, 3, 42, 299, 64];
@@ -297,16 +294,7 @@ for (const c of CASES) {
 /** llama.cpp run once for every case; a failure is kept and reported by each test. */
 const oracle = await runLlamaCpp(dir, jobModels, projectRoot);
 
-const backends: { name: string; backend?: Backend; why: string; required: boolean }[] = [];
-const wanted = (envVar("ORACLE_BACKENDS") ?? "reference,webgpu").split(",").map((s) => s.trim());
-for (const name of (["reference", "webgpu"] as const).filter((n) => wanted.includes(n))) {
-  try {
-    const { backend, reason } = await selectBackend(name);
-    backends.push({ name, backend, why: reason, required: true });
-  } catch (e) {
-    backends.push({ name, why: e instanceof Error ? e.message : String(e), required: name === "reference" || inCi });
-  }
-}
+const backends = await oracleBackends();
 
 /** Our greedy run: log-probs after the prompt and after each generated token, and the tokens. */
 async function ourRun(backend: Backend, host: LoadedModel, kvDtype: KvDType = "f32"): Promise<{ logProbs: Float64Array[]; tokens: number[] }> {

@@ -1,6 +1,9 @@
 /** Comparing our logits with llama.cpp's next-token probabilities. */
 import { execFile } from "node:child_process";
+import { selectBackend } from "../../src/backend/select.ts";
 import type { Backend } from "../../src/backend/types.ts";
+import { envVar } from "../../src/runtime/env.ts";
+import { inCi } from "../webgpu-fixture.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import type { DeviceModel } from "../../src/model/device-weights.ts";
 import { forward, type PagedKv, type StepLora } from "../../src/model/forward.ts";
@@ -83,4 +86,30 @@ export async function runLlamaCpp(dir: string, models: readonly Record<string, u
       else resolve({ results: (JSON.parse(stdout) as { results: LlamaCppResult[] }).results });
     });
   });
+}
+
+/** A backend the oracle files compare on, or why it could not start (`required`: a failure, not a skip). */
+export interface OracleBackend {
+  name: string;
+  backend?: Backend;
+  why: string;
+  required: boolean;
+}
+
+/**
+ * The backends named by ORACLE_BACKENDS (default "reference,webgpu"), each started or with why it could
+ * not be: the reference is always required, WebGPU in CI.
+ */
+export async function oracleBackends(): Promise<OracleBackend[]> {
+  const backends: OracleBackend[] = [];
+  const wanted = (envVar("ORACLE_BACKENDS") ?? "reference,webgpu").split(",").map((s) => s.trim());
+  for (const name of (["reference", "webgpu"] as const).filter((n) => wanted.includes(n))) {
+    try {
+      const { backend, reason } = await selectBackend(name);
+      backends.push({ name, backend, why: reason, required: true });
+    } catch (e) {
+      backends.push({ name, why: e instanceof Error ? e.message : String(e), required: name === "reference" || inCi });
+    }
+  }
+  return backends;
 }

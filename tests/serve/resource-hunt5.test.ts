@@ -26,28 +26,34 @@ const schema = (s: unknown) => completion({ response_format: { type: "json_schem
 /** An anyOf of `n` objects, each with its own required key: every branch is open after `{`. */
 const wide = (n: number) => ({ anyOf: Array.from({ length: n }, (_, i) => ({ type: "object", properties: { [`k${i}`]: { type: "string" } }, required: [`k${i}`] })) });
 
+/** Records the longest text the server's tokenizer (the shared `model`'s) is asked to encode, until restored. */
+function watchEncodes(): { readonly longest: number; restore(): void } {
+  const encode = model.tokenizer.encode;
+  const seen = { longest: 0, restore: () => void (model.tokenizer.encode = encode) };
+  model.tokenizer.encode = (t, o) => {
+    seen.longest = Math.max(seen.longest, t.length);
+    return encode.call(model.tokenizer, t, o);
+  };
+  return seen;
+}
+
 test("a bad_words list of megabytes is refused before it is tokenized", async () => {
   const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference" });
   try {
     // One 1.6 MB word took 8 s of event-loop time to tokenize (twice: as written and after a space).
     // The server's tokenizer is this one: the check is the longest text it is asked to encode, not how
     // long the answer took (a loaded CI machine is slow; speed is for the benchmarks).
-    const encode = model.tokenizer.encode.bind(model.tokenizer);
-    let longest = 0;
-    model.tokenizer.encode = (t, o) => {
-      longest = Math.max(longest, t.length);
-      return encode(t, o);
-    };
+    const encodes = watchEncodes();
     try {
       const long = await post(s.url, "/v1/completions", completion({ bad_words: ["abc ".repeat(400_000)] }));
       assert.equal(long.status, 400, long.message);
       assert.match(long.message, /^bad_words: .*at most 16384 characters.*1600000/);
-      assert.ok(longest <= 16_384, `a text of ${longest} characters was tokenized`);
+      assert.ok(encodes.longest <= 16_384, `a text of ${encodes.longest} characters was tokenized`);
       const ok = await post(s.url, "/v1/completions", completion({ bad_words: ["abc ".repeat(1000), "dragon"] }));
       assert.equal(ok.status, 200, ok.message);
-      assert.ok(longest >= 4000, `a bad word the server takes is tokenized where this test sees it (longest ${longest})`);
+      assert.ok(encodes.longest >= 4000, `a bad word the server takes is tokenized where this test sees it (longest ${encodes.longest})`);
     } finally {
-      model.tokenizer.encode = encode;
+      encodes.restore();
     }
   } finally {
     await s.shutdown();
@@ -103,12 +109,7 @@ test("truncate_prompt_tokens keeps the same last tokens of a long prompt without
     const text = Array.from({ length: 12_000 }, (_, i) => words[(i * 7) % words.length]).join("") + " She loved the park.";
     const whole = model.tokenizer.encode(text, { addBos: model.config.addBos });
     // The server's tokenizer is this one: record the longest text it is asked to encode.
-    const encode = model.tokenizer.encode.bind(model.tokenizer);
-    let longest = 0;
-    model.tokenizer.encode = (t, o) => {
-      longest = Math.max(longest, t.length);
-      return encode(t, o);
-    };
+    const encodes = watchEncodes();
     try {
       for (const keep of [8, 200]) {
         const r = await fetch(`${s.url}/v1/completions`, {
@@ -121,9 +122,9 @@ test("truncate_prompt_tokens keeps the same last tokens of a long prompt without
         assert.equal(body.choices[0].text, model.tokenizer.decode(whole.slice(whole.length - keep)), `the last ${keep} tokens, as the whole prompt tokenizes`);
       }
     } finally {
-      model.tokenizer.encode = encode;
+      encodes.restore();
     }
-    assert.ok(longest < text.length / 4, `the server tokenized ${longest} of the prompt's ${text.length} characters`);
+    assert.ok(encodes.longest < text.length / 4, `the server tokenized ${encodes.longest} of the prompt's ${text.length} characters`);
   } finally {
     await s.shutdown();
   }
