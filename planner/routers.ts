@@ -145,6 +145,11 @@ export function routeSession(
   const shortlist = [...prefillers]
     .sort((a, b) => a.queuedPrefillTokens / Math.max(1, a.prefillRate) - b.queuedPrefillTokens / Math.max(1, b.prefillRate) || b.overlapDevice - a.overlapDevice)
     .slice(0, o.prefillShortlist ?? 4);
+  // The prefill worker holding the most of the prompt is priced too, however long its queue: a session
+  // whose worker flipped to prefill keeps its context there, and prefilling the new turn there, then
+  // sending the whole context on, may beat recomputing it anywhere else.
+  const prefillHolder = prefixHolder(prefillers, undefined, false);
+  if (prefillHolder !== undefined && !shortlist.includes(prefillHolder)) shortlist.push(prefillHolder);
   // Every worker runs the same engine, so one fleet rate (the best measured) prices every prefill: a
   // worker's own estimate mostly reflects how short its recent prompts were (step overhead), and
   // routing on that noise sent prompts to workers that were busy decoding.
@@ -153,7 +158,9 @@ export function routeSession(
   for (const c of decoders) if (c.prefillRate > fleetRate && c.prefillRate < Infinity) fleetRate = c.prefillRate;
   for (const c of prefillers) if (c.prefillRate > fleetRate && c.prefillRate < Infinity) fleetRate = c.prefillRate;
   const fromHost = o.peerHostBlocks === true;
-  const holder = o.peerTransfer ? prefixHolder(decoders, req.lastWorker, fromHost) : undefined;
+  // A prefill-role worker can send what it holds as well as a decoder can (its role only says what it
+  // is given to compute), so the holder is sought among both.
+  const holder = o.peerTransfer ? prefixHolder([...decoders, ...prefillers], req.lastWorker, fromHost) : undefined;
   const held = holder === undefined ? 0 : fromHost ? holder.overlapHost : holder.overlapDevice;
   const promptBlocks = Math.ceil(req.promptTokens / bt);
   for (const w of decoders) {
@@ -192,7 +199,7 @@ export function routeSession(
     const localStallS = (uncached / rate) * w.decodeBatch * (o.interferenceWeight ?? 0.2);
     let stallS = localStallS;
     if (pulled === 0 && uncached > o.localPrefillThreshold && w.role !== "mixed") {
-      const remote = bestRemote(req, w, w.overlapHost, uncached, shortlist, links, fleetRate);
+      const remote = bestRemote(req, w, w.overlapHost, shortlist, links, fleetRate);
       if (remote !== undefined && remote.predictedTtftS < route.predictedTtftS + localStallS) { route = remote; stallS = 0; }
     }
     // Slow steps, and sequences already queued for a decode slot, both count as decode overload.
@@ -224,22 +231,30 @@ function prefixHolder(decoders: readonly RouteCandidate[], lastWorker: string | 
   return best;
 }
 
+/**
+ * The fastest prefill worker for a prompt that decodes on `w`, which holds its first `held` blocks.
+ * The prefill worker computes what neither it nor `w` holds (fetching from `w` what only `w` holds,
+ * where that beats recomputing it), then sends `w` every block `w` lacks.
+ */
 function bestRemote(
-  req: SessionRequest, w: RouteCandidate, held: number, uncached: number,
+  req: SessionRequest, w: RouteCandidate, held: number,
   prefillers: readonly RouteCandidate[], links: LinkModel, rate: number,
 ): SessionRoute | undefined {
   let best: SessionRoute | undefined;
+  const bt = req.blockTokens;
+  const backBlocks = Math.max(0, Math.ceil(req.promptTokens / bt) - held);
   for (const p of prefillers) {
     // The prefill worker needs the prefix it lacks: fetch it from w, or recompute it.
     const missing = Math.max(0, held - p.overlapDevice);
     const d = decideTransfer({
       blocks: missing, bytesPerBlock: req.bytesPerBlock, linkBandwidthBytesPerS: links.bandwidth(w.rack, p.rack),
-      linkLatencyS: links.latency(w.rack, p.rack), recomputeS: (missing * req.blockTokens) / rate,
+      linkLatencyS: links.latency(w.rack, p.rack), recomputeS: (missing * bt) / rate,
     });
     const prefixS = Math.min(d.transferS, d.recomputeS);
-    const backBlocks = Math.ceil(uncached / req.blockTokens);
+    // Past what either holds, the prompt is computed on p.
+    const computed = Math.max(0, req.promptTokens - Math.max(held, p.overlapDevice) * bt);
     const backS = links.latency(p.rack, w.rack) + (backBlocks * req.bytesPerBlock) / links.bandwidth(p.rack, w.rack);
-    const ttft = p.queuedPrefillTokens / rate + prefixS + uncached / rate + backS;
+    const ttft = p.queuedPrefillTokens / rate + prefixS + computed / rate + backS;
     if (best === undefined || ttft < best.predictedTtftS) {
       best = {
         decodeWorker: w.id, prefillWorker: p.id, prefixTransferBlocks: d.choice === "transfer" ? missing : 0,

@@ -105,7 +105,8 @@ export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
   const prefill = route.prefillWorker === null ? null : workerById(pre, route.prefillWorker);
   const placement: Placement = { prefill, decode, prefixTransferBlocks: route.prefixTransferBlocks };
   if (route.prefixSource !== undefined) {
-    placement.prefixSource = workerById(dec, route.prefixSource);
+    // The holder may be a prefill-role worker: its role says what it computes, not what it can send.
+    placement.prefixSource = dec.workers.find((w) => w.id === route.prefixSource) ?? workerById(pre, route.prefixSource);
     if (route.prefixSourceHostBlocks !== undefined) placement.prefixSourceHostBlocks = route.prefixSourceHostBlocks;
   }
   return placement;

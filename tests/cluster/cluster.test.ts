@@ -167,6 +167,21 @@ test("Cluster pulls a session's prefix to a peer when the holder is busy (peer t
   await cl.stop();
 });
 
+test("Cluster pulls a session's prefix from its worker after that worker flipped to prefill", async () => {
+  const cl = cluster({ workers: 2, routerOptions: { peerMoveS: 0 } });
+  await run(cl, { ...greedy(STORY, 4), sessionId: "s1" });
+  const holder = cl.workers.find((w) => w.engine.stats().prefixQueriedTokens > 0)!;
+  const other = cl.workers.find((w) => w !== holder)!;
+  // The planner gives the holder to prefill: the session's next turn decodes elsewhere, its KV still there.
+  holder.role = "prefill";
+  const t2 = await run(cl, { ...greedy(STORY, 4), sessionId: "s1" });
+  assert.equal(cl.counters.prefixMoves, 1, "the prefix moved from the prefill-role holder instead of being recomputed");
+  assert.equal(t2.result.cachedTokens, Math.floor((STORY.length - 1) / 16) * 16);
+  assert.ok(other.engine.stats().prefixHitTokens > 0, "the decoding worker served the turn from the moved blocks");
+  assert.deepEqual(t2.streamed, await oneEngine(greedy(STORY, 4)));
+  await cl.stop();
+});
+
 /** Runs session s1's turn, pushes its blocks into the holder's host memory, makes the holder busy, then runs the turn again. */
 async function offloadedTurn(mode: PeerTransferMode) {
   const cl = cluster({ workers: 2, engine: { numBlocks: 12, kvOffloadBlocks: 64 }, routerOptions: { peerMoveS: 0, ...peerTransferOptions(mode) } });

@@ -152,3 +152,30 @@ test("routeSession() with peerHostBlocks pulls blocks the holder keeps in host m
   const slowHost: LinkModel = { ...links, hostBandwidth: 1e8 };
   assert.equal(routeSession(req, [holder, idle], [], slowHost, o)!.prefixTransferBlocks, 0);
 });
+
+test("routeSession() pulls a session's prefix from a prefill-role worker holding it", () => {
+  // The session's worker flipped to prefill: its KV is there, and no decoder holds any of it.
+  const req = { promptTokens: 40_000, blockTokens: 2048, bytesPerBlock: 70e6, lastWorker: "flipped" };
+  const o = { localPrefillThreshold: 4096, itlTargetS: 0.05, peerTransfer: true };
+  const flipped = cand("flipped", { role: "prefill", overlapDevice: 19, overlapHost: 19 });
+  const r = routeSession(req, [cand("d", { role: "mixed" })], [flipped], links, o)!;
+  assert.equal(r.decodeWorker, "d");
+  assert.equal(r.prefixSource, "flipped", "19 blocks over the link beat recomputing 38k tokens");
+  assert.equal(r.prefixTransferBlocks, 19);
+  // Recomputing would take 0.4 s at 100k tokens/s; the move takes ~13 ms and the last 1.1k tokens.
+  assert.ok(r.predictedTtftS < 0.05, `predicted ${r.predictedTtftS}`);
+});
+
+test("routeSession() hands a turn to the prefill worker holding its context, however long its queue", () => {
+  const req = { promptTokens: 40_000, blockTokens: 2048, bytesPerBlock: 70e6 };
+  const o = { localPrefillThreshold: 1024, itlTargetS: 0.05, prefillShortlist: 2 };
+  const d = cand("d", { decodeBatch: 64 });
+  // Two idle prefill workers and the holder, whose queue puts it past a shortlist of two.
+  const idle = [cand("p1", { role: "prefill" }), cand("p2", { role: "prefill" })];
+  const holder = cand("holder", { role: "prefill", overlapDevice: 19, overlapHost: 19, queuedPrefillTokens: 5_000 });
+  const r = routeSession(req, [d], [...idle, holder], links, o)!;
+  assert.equal(r.prefillWorker, "holder", "0.05 s of queue and 1.1k new tokens beat recomputing 40k");
+  // Priced as queue + the new tokens + sending the 20 blocks d lacks, not as recomputing the context.
+  const expected = 5_000 / 100_000 + 1_088 / 100_000 + 1e-5 + (20 * 70e6) / 1e12;
+  assert.ok(Math.abs(r.predictedTtftS - expected) < 1e-9, `predicted ${r.predictedTtftS}, expected ${expected}`);
+});
