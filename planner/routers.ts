@@ -122,7 +122,10 @@ export interface SessionRouterOptions {
    * with `peerTransfer`, which makes leaving the holder cheap.
    */
   memoryFullS?: number;
-  /** Seconds charged for pulling a prefix from a peer (a move must win by at least this; default 0). */
+  /**
+   * Seconds charged for pulling a prefix from a peer for a turn of a session that has a last worker
+   * (a move must win by at least this; default 0). A turn without one is not charged.
+   */
   peerMoveS?: number;
   /**
    * With `peerTransfer`: the holder's host-memory blocks count too (it reads them from host memory
@@ -208,7 +211,11 @@ export function routeSession(
     const overload = Math.max(0, stepS / o.itlTargetS - 0.8) + (w.decodeQueue ?? 0) / 32;
     // Admission is FIFO: a turn sent where others wait for KV memory waits behind them (off by default).
     let cost = route.predictedTtftS + stallS + (w.memoryQueue ?? 0) * (o.memoryWaitS ?? 0) + loadW * overload + (o.batchWeightS ?? 0.001) * (w.decodeBatch + (w.decodeQueue ?? 0));
-    if (pulled > 0) cost += o.peerMoveS ?? 0;
+    // The charge keeps a returning session from hopping off its worker on small gains. A turn with no
+    // last worker moves nothing of its own: it pulls a prefix it shares (a common system prompt), and
+    // charging that pull sent every new session sharing the prompt's first blocks to the one worker
+    // holding them.
+    if (pulled > 0 && req.lastWorker !== undefined) cost += o.peerMoveS ?? 0;
     if (o.memoryFullS && ((w.memoryQueue ?? 0) > 0 || promptBlocks - w.overlapDevice > (w.freeBlocks ?? Infinity))) cost += o.memoryFullS;
     if (w.id === req.lastWorker) cost -= o.affinityBonusS ?? 0;
     if (cost < bestCost) { bestCost = cost; best = route; }

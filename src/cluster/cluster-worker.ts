@@ -20,6 +20,11 @@ export class ClusterWorker {
   draining = false;
   /** Requests routed through this worker (decoding, prefilling or sending a prefix) not yet finished. */
   inFlight = 0;
+  /**
+   * Prompt tokens routed here for a prefill that has not reached this worker's engine yet (a hand-off
+   * moving KV first): counted as queued, so that requests routed meanwhile see them.
+   */
+  handoffTokens = 0;
   /** The LoRA adapters this worker has loaded (the router sends a request for one only to workers that have it). */
   readonly adapters = new Set<string>();
   private readonly window: StepWindow;
@@ -50,7 +55,7 @@ export class ClusterWorker {
     const s = this.engine.stats();
     return {
       id: this.id, role: this.role, overlapDevice: overlap?.device ?? 0, overlapHost: overlap?.deviceOrHost ?? 0,
-      queuedPrefillTokens: priority === undefined ? q.waitingPrefillTokens : queuedAhead(q, priority), activeBlocks: s.kvUsedBlocks, decodeBatch: q.decoding,
+      queuedPrefillTokens: (priority === undefined ? q.waitingPrefillTokens : queuedAhead(q, priority)) + this.handoffTokens, activeBlocks: s.kvUsedBlocks, decodeBatch: q.decoding,
       decodeQueue: q.waitingDecodes, freeBlocks: this.engine.freeBlocks(),
       prefillRate: this.window.prefillRate, decodeStepS: this.window.decodeStepS, rack: 0,
     };

@@ -23,7 +23,7 @@ import { sumSessionCounts, sumStats } from "./cluster-stats.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
 import { RequestWindow } from "./request-window.ts";
 import { WorkerSet } from "./worker-set.ts";
-import { handOff } from "./handoff.ts";
+import { handOff, type HandoffHop } from "./handoff.ts";
 import { cacheRootOf, LoraAdapterError } from "../engine/engine-adapters.ts";
 import type { LoraAdapter } from "../model/lora.ts";
 import { adapterRequest, ClusterAdapters, underClientName } from "./cluster-adapters.ts";
@@ -178,12 +178,13 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     if (lora && lora.workerName !== asked) req = { ...req, adapter: lora.workerName };
     const dec = this.set.get(route.decodeWorker)!;
     const id = this.nextId++;
-    const hop = { cancel: () => {} };
+    const hop: HandoffHop = { cancel: () => {} };
     let tStart = 0;
     const direct = route.prefillWorker === null && route.prefixSource === undefined;
     // A hand-off answers at once and submits to the decoding worker later: the client's mistakes are
     // found now, before any KV moves (a worker's refusal then would reach the client as a 500).
     if (!direct) dec.engine.check(req);
+    const settleHandoff = direct ? undefined : this.awaitingHandoff(req, route, cands, hop);
     // Queued first: a request the worker refuses (the client's mistake, or a full queue) spends none of
     // the planner's new-session budget, counts as no arrival and leaves the session unplaced.
     const h: RequestHandle = underClientName(lora, asked, () => direct ? this.countingRejection(() => dec.engine.submit(req)) : relayHandle(
@@ -191,7 +192,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
       handOff(req, route, dec, this.set, this.counters, hop, root).then((inner) => {
         tStart = this.now();
         return inner;
-      }),
+      }).finally(settleHandoff),
       () => hop.cancel(),
     ));
     const refund = newSession ? this.control.spendNewSession() : undefined;
@@ -229,6 +230,24 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     // The session may be known only later (inferred by a worker, or once a hand-off is done).
     // A remote worker's refusal comes after this returns (see RemoteEngine.check): the server waits for it before a stream starts.
     return { id, stream: h.stream, result, cancel: () => h.cancel(), ...(h.refusal ? { refusal: h.refusal } : {}), get sessionId() { return h.sessionId; } };
+  }
+
+  /**
+   * Counts a hand-off's prompt as queued on the worker that will prefill it (the prefill worker, or the
+   * decoding worker after a peer pull) until its engine has it: without this, every request routed while
+   * a first one's KV moved saw that worker idle and went there too. Returns what settles the count.
+   */
+  private awaitingHandoff(req: GenerateRequest, route: SessionRoute, cands: readonly RouteCandidate[], hop: HandoffHop): () => void {
+    const target = this.set.get(route.prefillWorker ?? route.decodeWorker)!;
+    const held = (cands.find((c) => c.id === target.id)?.overlapDevice ?? 0) + (route.prefixSource !== undefined ? route.prefixTransferBlocks : 0);
+    let tokens = Math.max(0, req.prompt.length - held * this.blockSize);
+    target.handoffTokens += tokens;
+    const settle = () => {
+      target.handoffTokens -= tokens;
+      tokens = 0;
+    };
+    hop.submitted = (w) => w === target && settle();
+    return settle;
   }
 
   /** `submit()`, with a worker's queue-full refusal counted as the cluster's own (vllm:request_rejected_total). */

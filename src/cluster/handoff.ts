@@ -10,6 +10,12 @@ import type { ClusterCounters } from "./cluster.ts";
 import type { ClusterWorker } from "./cluster-worker.ts";
 import type { WorkerSet } from "./worker-set.ts";
 
+/** What the cluster follows of a hand-off: `cancel` is set by it; `submitted` is told each worker whose engine now holds the request. */
+export interface HandoffHop {
+  cancel: () => void;
+  submitted?: (w: ClusterWorker) => void;
+}
+
 /**
  * Moves what `route` says, then submits `req` to `dec`. `hop.cancel` is replaced with what cancels
  * the step under way; a cancelled hand-off rejects with "Cancelled" at the next step boundary. After
@@ -18,7 +24,7 @@ import type { WorkerSet } from "./worker-set.ts";
  * when the cancel came during the move.
  */
 export async function handOff(
-  req: GenerateRequest, route: SessionRoute, dec: ClusterWorker, set: WorkerSet, counters: ClusterCounters, hop: { cancel: () => void }, root?: number,
+  req: GenerateRequest, route: SessionRoute, dec: ClusterWorker, set: WorkerSet, counters: ClusterCounters, hop: HandoffHop, root?: number,
 ): Promise<RequestHandle> {
   let cancelled = false;
   hop.cancel = () => (cancelled = true);
@@ -36,6 +42,7 @@ export async function handOff(
     // One token at most: the request's min_tokens is the decoding worker's to keep (here it would be refused).
     const { minTokens: _min, ...prefill } = req;
     const h = pre.engine.submit({ ...prefill, maxTokens: 1, stop: undefined, prefillOnly: true });
+    hop.submitted?.(pre);
     hop.cancel = () => {
       cancelled = true;
       h.cancel();
@@ -54,10 +61,19 @@ export async function handOff(
     await movePrefix(pre, dec, req.prompt, sid, counters, false, true, root);
     if (cancelled) throw dropped(dec, req.prompt, root);
   }
-  if (prefillHit === undefined) return dec.engine.submit(req);
+  if (prefillHit === undefined) return submitted(dec, req, hop);
   // The prefill scored the prompt: the decode takes its KV from the hand-off instead of computing it again.
   const { promptLogprobs: _, ...rest } = req;
-  return reportingPrefill(dec.engine.submit(rest), prefillHit, promptLogprobs, queueS);
+  return reportingPrefill(submitted(dec, rest, hop), prefillHit, promptLogprobs, queueS);
+}
+
+/** Submits `req` to `w`'s engine and tells `hop` (also when the engine refuses it: it is no longer on its way). */
+function submitted(w: ClusterWorker, req: GenerateRequest, hop: HandoffHop): RequestHandle {
+  try {
+    return w.engine.submit(req);
+  } finally {
+    hop.submitted?.(w);
+  }
 }
 
 /** Lets go of the block `w` holds for a hand-off of `prompt` that will not happen; the error to throw. */

@@ -182,6 +182,21 @@ test("Cluster pulls a session's prefix from its worker after that worker flipped
   await cl.stop();
 });
 
+test("Cluster spreads concurrent new sessions whose prompts share a system prompt's blocks", async () => {
+  const cl = cluster({ workers: 4, engine: { numBlocks: 256 } });
+  const system = "You are a helpful coding agent. You can read files and run commands in the shell. Always explain. ";
+  await run(cl, { ...greedy(model.tokenizer.encode(system + "Warm up.", { addBos: true }), 4), sessionId: "warm" });
+  // Twelve sessions arrive at once: only the warm session's worker holds the system prompt's blocks.
+  const turns = Array.from({ length: 12 }, (_, i) =>
+    run(cl, { ...greedy(model.tokenizer.encode(system + `Task number ${i}: fix the bug in file ${i}.`, { addBos: true }), 8), sessionId: `s${i}` }));
+  const done = await Promise.all(turns);
+  const served = cl.workers.map((w) => w.engine.stats().prefixQueriedTokens > 0);
+  assert.deepEqual(served, [true, true, true, true], "every worker took some of the sessions");
+  assert.ok(done.every((t) => t.result.cachedTokens > 0), "each took the shared blocks from a cache (its own or pulled)");
+  assert.ok(cl.workers.every((w) => w.handoffTokens === 0), "no hand-off is counted as pending once all are done");
+  await cl.stop();
+});
+
 /** Runs session s1's turn, pushes its blocks into the holder's host memory, makes the holder busy, then runs the turn again. */
 async function offloadedTurn(mode: PeerTransferMode) {
   const cl = cluster({ workers: 2, engine: { numBlocks: 12, kvOffloadBlocks: 64 }, routerOptions: { peerMoveS: 0, ...peerTransferOptions(mode) } });
