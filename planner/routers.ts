@@ -62,6 +62,11 @@ export interface SessionRequest {
   bytesPerBlock: number;
   /** Worker that served this session last (affinity), if any. */
   lastWorker?: string;
+  /**
+   * The turn opens a session (known: it has a key not seen before). Its pulls are not charged
+   * `peerMoveS`: it has no worker to leave. A request without a key may be a returning turn, so it is.
+   */
+  newSession?: boolean;
 }
 
 /** Where to prefill, where to decode, and how the prefill worker gets the cached prefix. */
@@ -123,8 +128,8 @@ export interface SessionRouterOptions {
    */
   memoryFullS?: number;
   /**
-   * Seconds charged for pulling a prefix from a peer for a turn of a session that has a last worker
-   * (a move must win by at least this; default 0). A turn without one is not charged.
+   * Seconds charged for pulling a prefix from a peer (a move must win by at least this; default 0),
+   * except for a turn that opens a session (`SessionRequest.newSession`).
    */
   peerMoveS?: number;
   /**
@@ -211,11 +216,10 @@ export function routeSession(
     const overload = Math.max(0, stepS / o.itlTargetS - 0.8) + (w.decodeQueue ?? 0) / 32;
     // Admission is FIFO: a turn sent where others wait for KV memory waits behind them (off by default).
     let cost = route.predictedTtftS + stallS + (w.memoryQueue ?? 0) * (o.memoryWaitS ?? 0) + loadW * overload + (o.batchWeightS ?? 0.001) * (w.decodeBatch + (w.decodeQueue ?? 0));
-    // The charge keeps a returning session from hopping off its worker on small gains. A turn with no
-    // last worker moves nothing of its own: it pulls a prefix it shares (a common system prompt), and
-    // charging that pull sent every new session sharing the prompt's first blocks to the one worker
-    // holding them.
-    if (pulled > 0 && req.lastWorker !== undefined) cost += o.peerMoveS ?? 0;
+    // The charge keeps a returning session from hopping off its worker on small gains. A new session
+    // moves nothing of its own: it pulls a prefix it shares (a common system prompt), and charging
+    // that pull sent every new session sharing the prompt's first blocks to the one worker holding them.
+    if (pulled > 0 && req.newSession !== true) cost += o.peerMoveS ?? 0;
     if (o.memoryFullS && ((w.memoryQueue ?? 0) > 0 || promptBlocks - w.overlapDevice > (w.freeBlocks ?? Infinity))) cost += o.memoryFullS;
     if (w.id === req.lastWorker) cost -= o.affinityBonusS ?? 0;
     if (cost < bestCost) { bestCost = cost; best = route; }

@@ -308,6 +308,8 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     const sreq = {
       promptTokens: req.prompt.length, blockTokens: this.blockSize, bytesPerBlock: this.o.bytesPerBlock,
       ...(req.sessionId !== undefined && this.lastWorker.has(req.sessionId) ? { lastWorker: this.lastWorker.get(req.sessionId) } : {}),
+      // A keyed session not seen before opens here: its pulls are not charged as moves.
+      newSession: req.sessionId !== undefined && !this.lastWorker.has(req.sessionId),
     };
     return { route: routeRequest(this.o.router ?? "session", sreq, cands, this.o.links ?? IN_PROCESS_LINK, this.control.routerOptions), cands };
   }

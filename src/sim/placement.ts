@@ -91,8 +91,9 @@ export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
   }
   const dec = candidates(sim, ov, (w) => w.role !== "prefill");
   const pre = candidates(sim, ov, (w) => w.role === "prefill");
+  const last = sim.lastWorker.get(req.plan.id);
   const route = routeSession(
-    { promptTokens: req.prompt, blockTokens: sim.bt, bytesPerBlock: sim.movedBytesPerBlock, lastWorker: sim.lastWorker.get(req.plan.id) },
+    { promptTokens: req.prompt, blockTokens: sim.bt, bytesPerBlock: sim.movedBytesPerBlock, lastWorker: last, newSession: last === undefined },
     dec.views, pre.views, sim.links,
     { localPrefillThreshold: sim.localThreshold, itlTargetS: 0.05, affinityBonusS: 0.01, interferenceWeight: sim.spec.stallWeight, memoryWaitS: sim.spec.memoryWaitS,
       peerTransfer: sim.spec.peerTransfer, memoryFullS: sim.spec.memoryFullS, peerMoveS: sim.spec.peerMoveS, peerHostBlocks: sim.spec.peerHostBlocks },

@@ -180,15 +180,17 @@ test("routeSession() hands a turn to the prefill worker holding its context, how
   assert.ok(Math.abs(r.predictedTtftS - expected) < 1e-9, `predicted ${r.predictedTtftS}, expected ${expected}`);
 });
 
-test("routeSession() charges peerMoveS for a pull only to a turn of a session with a last worker", () => {
+test("routeSession() charges peerMoveS for a pull except to a turn opening a session", () => {
   // "busy" holds a shared 3-block system prompt with a queue; "idle" holds nothing.
   const busy = cand("busy", { role: "mixed", overlapDevice: 3, overlapHost: 3, queuedPrefillTokens: 4_000 });
   const idle = cand("idle", { role: "mixed" });
   const o = { localPrefillThreshold: 4096, itlTargetS: 0.05, peerTransfer: true, peerMoveS: 0.5 };
-  const fresh = { promptTokens: 3_000, blockTokens: 1024, bytesPerBlock: 1e6 };
-  const r = routeSession(fresh, [busy, idle], [], links, o)!;
+  const turn = { promptTokens: 3_000, blockTokens: 1024, bytesPerBlock: 1e6 };
+  const r = routeSession({ ...turn, newSession: true }, [busy, idle], [], links, o)!;
   assert.equal(r.decodeWorker, "idle", "a new session pulls the shared blocks to the idle worker");
   assert.equal(r.prefixSource, "busy");
-  // The same turn of a session last served by "busy" stays: moving gains 40 ms, less than the 0.5 s charge.
-  assert.equal(routeSession({ ...fresh, lastWorker: "busy" }, [busy, idle], [], links, o)!.decodeWorker, "busy");
+  // A turn of a session last served by "busy" stays: moving gains 40 ms, less than the 0.5 s charge;
+  // so does a turn without a key (it may be a returning one).
+  assert.equal(routeSession({ ...turn, lastWorker: "busy" }, [busy, idle], [], links, o)!.decodeWorker, "busy");
+  assert.equal(routeSession(turn, [busy, idle], [], links, o)!.decodeWorker, "busy");
 });
