@@ -211,6 +211,7 @@ async function main(): Promise<void> {
   const s = await startServer({
     modelPath: f.model ?? DEFAULT_MODEL,
     ...(quantize ? { quantize } : {}),
+    onLoadNote: (note) => console.error(`serve: loading: ${note}`),
     servedModelName: f["served-model-name"],
     host,
     port: f.port ?? 8000,

@@ -53,7 +53,7 @@ function checkNotSplit(header: GgufHeader, path: string): void {
 function hostDecodedNote(header: GgufHeader, convertTo: string): string | undefined {
   const types = header.tensors.map((t) => GGML_TYPES.get(t.ggmlType)).filter((t) => t?.hostDecoded !== undefined).map((t) => t!.name);
   if (types.length === 0) return undefined;
-  return `the file holds ${types.length} tensors of type ${[...new Set(types)].join(", ")}, which have no kernels: ` +
+  return `the file holds ${types.length} tensor${types.length === 1 ? "" : "s"} of type ${[...new Set(types)].join(", ")}, which have no kernels: ` +
     `they are converted to ${convertTo} on the host as they load, taking more memory than in the file`;
 }
 

@@ -24,7 +24,7 @@ import type { StepRecord } from "../engine/step-record.ts";
 import type { LoadedModel, SamplingDefaults } from "../model/config.ts";
 import { loadModel } from "../model/load.ts";
 import { loadDraftModel } from "../engine/draft-model.ts";
-import type { QuantizeDType } from "../model/weights.ts";
+import type { LoadProgress, QuantizeDType } from "../model/weights.ts";
 import { createApp, type GenerationConfigChoice, samplingDefaultsOf } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
@@ -178,6 +178,8 @@ export interface ServerOptions {
   workerToken?: string;
   /** Quantize the model's f32/f16/bf16 matrices into this block format at load (`--quantize`); workers do the same. */
   quantize?: QuantizeDType;
+  /** Told what the model's load has to say (i-quant tensors converted on the host, gguf-loader.ts); `serve` prints it. */
+  onLoadNote?: (note: string) => void;
 }
 
 /** A running server. */
@@ -236,7 +238,11 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   if ((workers > 1 || transport === "tcp") && o.stepMixing === "auto" && o.planner === "none") {
     throw new RangeError("--step-mixing auto with --workers is the planner's to decide, and --planner none runs none: choose mixed or split");
   }
-  const model = o.model ?? (await loadModel(o.modelPath, o.quantize ? { quantize: o.quantize } : {}));
+  const onLoadNote = o.onLoadNote;
+  const model = o.model ?? (await loadModel(o.modelPath, {
+    ...(o.quantize ? { quantize: o.quantize } : {}),
+    ...(onLoadNote ? { onProgress: (p: LoadProgress) => p.note !== undefined && onLoadNote(p.note) } : {}),
+  }));
   // As vLLM: a limit past the model's context is refused, not quietly lowered to it.
   if (o.maxModelLen !== undefined && o.maxModelLen > model.config.contextLength) {
     throw new RangeError(`--max-model-len ${o.maxModelLen} is more than the model's context length ${model.config.contextLength}`);
