@@ -156,7 +156,7 @@ export function routeSession(
   // The prefill worker holding the most of the prompt is priced too, however long its queue: a session
   // whose worker flipped to prefill keeps its context there, and prefilling the new turn there, then
   // sending the whole context on, may beat recomputing it anywhere else.
-  const prefillHolder = prefixHolder(prefillers, undefined, false);
+  const prefillHolder = prefixHolder([prefillers], undefined, false);
   if (prefillHolder !== undefined && !shortlist.includes(prefillHolder)) shortlist.push(prefillHolder);
   // Every worker runs the same engine, so one fleet rate (the best measured) prices every prefill: a
   // worker's own estimate mostly reflects how short its recent prompts were (step overhead), and
@@ -168,7 +168,7 @@ export function routeSession(
   const fromHost = o.peerHostBlocks === true;
   // A prefill-role worker can send what it holds as well as a decoder can (its role only says what it
   // is given to compute), so the holder is sought among both.
-  const holder = o.peerTransfer ? prefixHolder([...decoders, ...prefillers], req.lastWorker, fromHost) : undefined;
+  const holder = o.peerTransfer ? prefixHolder([decoders, prefillers], req.lastWorker, fromHost) : undefined;
   const held = holder === undefined ? 0 : fromHost ? holder.overlapHost : holder.overlapDevice;
   const promptBlocks = Math.ceil(req.promptTokens / bt);
   for (const w of decoders) {
@@ -228,16 +228,18 @@ export function routeSession(
 }
 
 /**
- * The decoder holding the most of the prefix on device (or on device and host, with `withHost`; the
- * session's last worker on ties); undefined when none holds any.
+ * The worker of `groups` (in order) holding the most of the prefix on device (or on device and host,
+ * with `withHost`; the session's last worker on ties); undefined when none holds any.
  */
-function prefixHolder(decoders: readonly RouteCandidate[], lastWorker: string | undefined, withHost: boolean): RouteCandidate | undefined {
+function prefixHolder(groups: readonly (readonly RouteCandidate[])[], lastWorker: string | undefined, withHost: boolean): RouteCandidate | undefined {
   let best: RouteCandidate | undefined;
   let bestHeld = 0;
-  for (const c of decoders) {
-    const held = withHost ? c.overlapHost : c.overlapDevice;
-    if (held === 0) continue;
-    if (best === undefined || held > bestHeld || (held === bestHeld && c.id === lastWorker)) { best = c; bestHeld = held; }
+  for (const group of groups) {
+    for (const c of group) {
+      const held = withHost ? c.overlapHost : c.overlapDevice;
+      if (held === 0) continue;
+      if (best === undefined || held > bestHeld || (held === bestHeld && c.id === lastWorker)) { best = c; bestHeld = held; }
+    }
   }
   return best;
 }

@@ -305,11 +305,12 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     // A prompt scored whole (prompt log probabilities) takes nothing from any cache: route it as uncached.
     const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(chainHashes(req.prompt, this.blockSize, undefined, root ?? null));
     const cands = live.map((w) => w.candidate(overlaps.get(w.id), req.priority));
+    const last = req.sessionId === undefined ? undefined : this.lastWorker.get(req.sessionId);
     const sreq = {
       promptTokens: req.prompt.length, blockTokens: this.blockSize, bytesPerBlock: this.o.bytesPerBlock,
-      ...(req.sessionId !== undefined && this.lastWorker.has(req.sessionId) ? { lastWorker: this.lastWorker.get(req.sessionId) } : {}),
+      ...(last !== undefined ? { lastWorker: last } : {}),
       // A keyed session not seen before opens here: its pulls are not charged as moves.
-      newSession: req.sessionId !== undefined && !this.lastWorker.has(req.sessionId),
+      newSession: req.sessionId !== undefined && last === undefined,
     };
     return { route: routeRequest(this.o.router ?? "session", sreq, cands, this.o.links ?? IN_PROCESS_LINK, this.control.routerOptions), cands };
   }
