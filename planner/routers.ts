@@ -63,8 +63,9 @@ export interface SessionRequest {
   /** Worker that served this session last (affinity), if any. */
   lastWorker?: string;
   /**
-   * The turn opens a session (known: it has a key not seen before). Its pulls are not charged
-   * `peerMoveS`: it has no worker to leave. A request without a key may be a returning turn, so it is.
+   * The turn opens a session: it has a key not seen before, or (the cluster, src/cluster/keyless-turns.ts)
+   * no key and a prompt that continues no turn it kept. Its pulls are not charged `peerMoveS`: it
+   * has no worker to leave. Unset, a request is taken for a returning turn and charged.
    */
   newSession?: boolean;
 }

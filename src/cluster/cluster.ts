@@ -30,6 +30,7 @@ import { adapterRequest, ClusterAdapters, underClientName } from "./cluster-adap
 import { ClusterControl } from "./cluster-control.ts";
 import type { AdapterReloader, ClusterFront } from "./cluster-front.ts";
 import { SessionPlaces } from "./session-places.ts";
+import { type KeylessTurn, KeylessTurns } from "./keyless-turns.ts";
 
 export type { ClusterCounters, ClusterDecision, ClusterOptions } from "./cluster-types.ts";
 
@@ -39,6 +40,8 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
   private readonly set: WorkerSet;
   private readonly window: RequestWindow;
   private readonly lastWorker = new SessionPlaces();
+  /** Where conversations without a session key ended their turns (set with the block size). */
+  private readonly keyless: KeylessTurns;
   private readonly now: () => number;
   private readonly blockSize: number;
   private nextId = 0;
@@ -59,6 +62,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     this.set = new WorkerSet(o.initialPrefillRate ?? 2000, this.now);
     this.window = new RequestWindow(this.now);
     this.blockSize = o.shape?.blockSize ?? engines[0].blockSize;
+    this.keyless = new KeylessTurns(this.blockSize);
     this.control = new ClusterControl(this.set, this.window, this.counters, o, o.stepMixing ?? engines[0]?.stepMixing ?? "mixed");
     this.adapters = new ClusterAdapters(() => this.set.all);
     engines.forEach((e, i) => this.attach(e, roles[i]));
@@ -163,7 +167,8 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     }
     // The planner's front door: a session not seen before needs room within the budget of this tick
     // (refused before any routing work); turns of sessions already served always enter. Requests
-    // naming no session are let through (a returning agent cannot be told from a new one).
+    // naming no session are let through: keyless-turns.ts knows a continuation only while its last
+    // turn is kept, and refusing a returning agent it missed would break that agent mid-task.
     const newSession = req.sessionId !== undefined && !this.lastWorker.has(req.sessionId);
     if (newSession && this.control.newSessionBudget < 1) {
       this.metrics.rejected++;
@@ -172,7 +177,10 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     const lora = req.adapter === undefined ? undefined : this.adapters.get(req.adapter);
     if (req.adapter !== undefined && !lora) throw new LoraAdapterError(`The LoRA adapter "${req.adapter}" is not loaded`, true);
     const root = cacheRootOf(lora?.root, req.cacheSalt);
-    const { route, cands } = this.route(req, root);
+    const hashes = chainHashes(req.prompt, this.blockSize, undefined, root ?? null);
+    // A request naming no session may continue a conversation whose turn ended here (keyless-turns.ts).
+    const continued = req.sessionId === undefined ? this.keyless.find(req.prompt, hashes, root) : undefined;
+    const { route, cands } = this.route(req, hashes, continued);
     // The workers hold a reloaded adapter under a name of its own (cluster-adapters.ts); what they say comes back under the client's.
     const asked = req.adapter;
     if (lora && lora.workerName !== asked) req = { ...req, adapter: lora.workerName };
@@ -206,6 +214,8 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
       const left = this.lastWorker.get(req.sessionId);
       if (left !== undefined && left !== dec.id) this.set.get(left)?.engine.sessionMovedAway(req.sessionId);
       this.lastWorker.remember(req.sessionId, dec.id);
+    } else if (continued?.sessionId !== undefined && continued.workerId !== dec.id) {
+      this.set.get(continued.workerId)?.engine.sessionMovedAway(continued.sessionId);
     }
     // A refusal only the worker finds comes later (a worker elsewhere, a hand-off's decoding worker): it gives back the new
     // session's budget and place. A direct request counts as an arrival once taken; a hand-off's, whose prompt was prefilled, at once.
@@ -223,8 +233,12 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
       loraEnded?.();
     };
     const result = h.result.finally(release).then((r) => {
-      // A session the worker inferred (no key in the request) is remembered for its tool waits.
-      if (req.sessionId === undefined && h.sessionId !== undefined) this.lastWorker.remember(h.sessionId, dec.id);
+      if (req.sessionId === undefined) {
+        // A session the worker inferred is remembered for its tool waits; the turn's end for the next turn's route.
+        if (h.sessionId !== undefined) this.lastWorker.remember(h.sessionId, dec.id);
+        const sessionId = h.sessionId;
+        this.keyless.remember(req.prompt, hashes, root, r.tokenIds[0], sessionId === undefined ? { workerId: dec.id } : { workerId: dec.id, sessionId });
+      }
       return this.window.finished(r, t0, tStart, maxTokens);
     });
     // The session may be known only later (inferred by a worker, or once a hand-off is done).
@@ -299,18 +313,22 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     return w;
   }
 
-  private route(req: GenerateRequest, root: number | undefined): { route: SessionRoute; cands: RouteCandidate[] } {
+  /**
+   * Routes over the live workers. `hashes`: the prompt's full-block chain in its cache namespace;
+   * `continued`: the conversation a request without a key continues, if any.
+   */
+  private route(req: GenerateRequest, hashes: readonly number[], continued: KeylessTurn | undefined): { route: SessionRoute; cands: RouteCandidate[] } {
     const live = this.set.all.filter((w) => w.engine.alive && !w.draining && (req.adapter === undefined || w.adapters.has(req.adapter)));
     if (live.length === 0) throw new NoWorkerError(req.adapter === undefined ? "No worker is running" : `No running worker has loaded the LoRA adapter "${req.adapter}" yet`);
     // A prompt scored whole (prompt log probabilities) takes nothing from any cache: route it as uncached.
-    const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(chainHashes(req.prompt, this.blockSize, undefined, root ?? null));
+    const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(hashes);
     const cands = live.map((w) => w.candidate(overlaps.get(w.id), req.priority));
-    const last = req.sessionId === undefined ? undefined : this.lastWorker.get(req.sessionId);
+    const last = req.sessionId === undefined ? continued?.workerId : this.lastWorker.get(req.sessionId);
     const sreq = {
       promptTokens: req.prompt.length, blockTokens: this.blockSize, bytesPerBlock: this.o.bytesPerBlock,
       ...(last !== undefined ? { lastWorker: last } : {}),
-      // A keyed session not seen before opens here: its pulls are not charged as moves.
-      newSession: req.sessionId !== undefined && last === undefined,
+      // A session not seen before (a key, or a keyless prompt continuing no kept turn) opens here: its pulls are not charged as moves.
+      newSession: last === undefined,
     };
     return { route: routeRequest(this.o.router ?? "session", sreq, cands, this.o.links ?? IN_PROCESS_LINK, this.control.routerOptions), cands };
   }

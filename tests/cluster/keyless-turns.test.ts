@@ -1,0 +1,103 @@
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { chainHashes, namespaceRoot } from "../../kv/index.ts";
+import { KeylessTurns } from "../../src/cluster/keyless-turns.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createCluster } from "../../src/cluster/create-cluster.ts";
+import type { Cluster } from "../../src/cluster/cluster.ts";
+import { greedy, model, run, STORY } from "./fixtures.ts";
+
+const B = 4;
+const hashes = (p: readonly number[], root?: number) => chainHashes(p, B, undefined, root ?? null);
+const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
+
+test("KeylessTurns.find() returns the conversation whose turn a prompt continues, by its answer's first token", () => {
+  const turns = new KeylessTurns(B);
+  const system = range(100, 8);
+  const first = [...system, 1, 2, 3, 4, 5, 6];
+  turns.remember(first, hashes(first), undefined, 77, { workerId: "w1", sessionId: "~3" });
+  const next = [...first, 77, 78, 79, 9, 9, 9, 9];
+  assert.deepEqual(turns.find(next, hashes(next), undefined), { workerId: "w1", sessionId: "~3" });
+  // The same prompt again (a retry), a new question after the shared system prompt, or another answer: new conversations.
+  assert.equal(turns.find(first, hashes(first), undefined), undefined);
+  const other = [...system, 1, 2, 3, 4, 8, 8, 8, 8];
+  assert.equal(turns.find(other, hashes(other), undefined), undefined);
+  const otherAnswer = [...first, 70, 78, 79];
+  assert.equal(turns.find(otherAnswer, hashes(otherAnswer), undefined), undefined);
+  // Another cache namespace (a LoRA adapter's, a salt's) shares no turn.
+  const root = namespaceRoot("adapter");
+  assert.equal(turns.find(next, hashes(next, root), root), undefined);
+});
+
+test("KeylessTurns.find() takes the latest turn of a conversation and knows prompts shorter than a block", () => {
+  const turns = new KeylessTurns(B);
+  const t1 = [1, 2];
+  turns.remember(t1, hashes(t1), undefined, 3, { workerId: "w0" });
+  const t2 = [1, 2, 3, 4, 5, 6, 7];
+  assert.deepEqual(turns.find(t2, hashes(t2), undefined), { workerId: "w0" });
+  turns.remember(t2, hashes(t2), undefined, 8, { workerId: "w2" });
+  const t3 = [...t2, 8, 9, 10];
+  assert.deepEqual(turns.find(t3, hashes(t3), undefined), { workerId: "w2" }, "the deepest anchor (the latest turn) wins");
+  const root = namespaceRoot("salt");
+  assert.equal(turns.find(t2, hashes(t2, root), root), undefined);
+});
+
+test("KeylessTurns.remember() keeps at most its cap of anchors, forgetting the oldest, and nothing for an empty answer", () => {
+  const turns = new KeylessTurns(B, 2);
+  const prompts = [range(10, 5), range(20, 5), range(30, 5)];
+  prompts.forEach((p, i) => turns.remember(p, hashes(p), undefined, 1, { workerId: `w${i}` }));
+  assert.equal(turns.size, 2);
+  const cont = (p: number[]) => [...p, 1, 5];
+  assert.equal(turns.find(cont(prompts[0]), hashes(cont(prompts[0])), undefined), undefined, "the oldest was forgotten");
+  assert.deepEqual(turns.find(cont(prompts[2]), hashes(cont(prompts[2])), undefined), { workerId: "w2" });
+  const empty = range(40, 5);
+  turns.remember(empty, hashes(empty), undefined, undefined, { workerId: "w9" });
+  assert.equal(turns.find([...empty, 0], hashes([...empty, 0]), undefined), undefined);
+  assert.throws(() => new KeylessTurns(0), /Block size must be a positive integer, got 0/);
+});
+
+function cluster(workers: number, peerMoveS: number, numBlocks = 64): Cluster {
+  return createCluster(createReferenceBackend(), model, { planner: "none", workers, engine: { numBlocks }, routerOptions: { peerMoveS } });
+}
+
+/** Runs a keyless turn on STORY, then makes its worker busy; returns the cluster, the holder and the first turn's answer. */
+async function busyHolder(peerMoveS: number) {
+  const cl = cluster(2, peerMoveS);
+  const first = await run(cl, greedy(STORY, 4));
+  const holder = cl.workers.find((w) => w.engine.stats().prefixQueriedTokens > 0)!;
+  const busy = Array.from({ length: 6 }, (_, i) => holder.engine.submit(greedy(model.tokenizer.encode(`Filler ${i} `.repeat(40), { addBos: true }), 2)));
+  return { cl, holder, answer: first.streamed, busy };
+}
+
+test("Cluster charges a keyless request continuing a conversation as a returning turn: it does not pull from its busy worker", async () => {
+  // A charge no pull can win: a returning turn stays or recomputes, never moves.
+  const { cl, answer, busy } = await busyHolder(1000);
+  const next = await run(cl, greedy([...STORY, ...answer, ...model.tokenizer.encode(" Then she went home.")], 4));
+  assert.equal(cl.counters.prefixMoves, 0, "the continuation was charged as a move");
+  assert.ok(next.result.completionTokens === 4);
+  await Promise.all(busy.map((h) => h.result));
+  await cl.stop();
+});
+
+test("Cluster lets a keyless request opening a conversation pull a shared prefix from a busy worker uncharged", async () => {
+  const { cl, holder, busy } = await busyHolder(1000);
+  // Shares STORY's first two blocks (a system prompt), then asks something else: no answer token repeated.
+  const opening = [...STORY.slice(0, 32), ...model.tokenizer.encode(" A cat sat on the mat all day long.")];
+  const t = await run(cl, greedy(opening, 4));
+  assert.equal(cl.counters.prefixMoves, 1, "the new conversation pulled the shared blocks instead of queueing behind the holder");
+  assert.ok(cl.workers.find((w) => w !== holder)!.engine.stats().prefixHitTokens > 0);
+  assert.ok(t.result.cachedTokens >= 32);
+  await Promise.all(busy.map((h) => h.result));
+  await cl.stop();
+});
+
+test("Cluster spreads concurrent keyless conversations whose prompts share a system prompt's blocks", async () => {
+  const cl = createCluster(createReferenceBackend(), model, { planner: "none", workers: 4, engine: { numBlocks: 256 } });
+  const system = "You are a helpful coding agent. You can read files and run commands in the shell. Always explain. ";
+  await run(cl, greedy(model.tokenizer.encode(system + "Warm up.", { addBos: true }), 4));
+  const turns = Array.from({ length: 12 }, (_, i) => run(cl, greedy(model.tokenizer.encode(system + `Task number ${i}: fix the bug in file ${i}.`, { addBos: true }), 8)));
+  const done = await Promise.all(turns);
+  assert.deepEqual(cl.workers.map((w) => w.engine.stats().prefixQueriedTokens > 0), [true, true, true, true], "every worker took some of the conversations");
+  assert.ok(done.every((t) => t.result.cachedTokens > 0), "each took the shared blocks from a cache (its own or pulled)");
+  await cl.stop();
+});
