@@ -179,8 +179,12 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     const root = cacheRootOf(lora?.root, req.cacheSalt);
     const hashes = chainHashes(req.prompt, this.blockSize, undefined, root ?? null);
     // A request naming no session may continue a conversation whose turn ended here (keyless-turns.ts).
-    const continued = req.sessionId === undefined ? this.keyless.find(req.prompt, hashes, root) : undefined;
+    const keyless = req.sessionId === undefined;
+    const continued = keyless ? this.keyless.find(req.prompt, hashes, root) : undefined;
     const { route, cands } = this.route(req, hashes, continued);
+    // The continuation keeps the name its worker gave the conversation wherever it goes now: a worker
+    // it moves to would make up another (its pulled blocks hold no answer of that name's).
+    if (continued?.sessionId !== undefined) req = { ...req, sessionId: continued.sessionId };
     // The workers hold a reloaded adapter under a name of its own (cluster-adapters.ts); what they say comes back under the client's.
     const asked = req.adapter;
     if (lora && lora.workerName !== asked) req = { ...req, adapter: lora.workerName };
@@ -214,8 +218,6 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
       const left = this.lastWorker.get(req.sessionId);
       if (left !== undefined && left !== dec.id) this.set.get(left)?.engine.sessionMovedAway(req.sessionId);
       this.lastWorker.remember(req.sessionId, dec.id);
-    } else if (continued?.sessionId !== undefined && continued.workerId !== dec.id) {
-      this.set.get(continued.workerId)?.engine.sessionMovedAway(continued.sessionId);
     }
     // A refusal only the worker finds comes later (a worker elsewhere, a hand-off's decoding worker): it gives back the new
     // session's budget and place. A direct request counts as an arrival once taken; a hand-off's, whose prompt was prefilled, at once.
@@ -233,7 +235,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
       loraEnded?.();
     };
     const result = h.result.finally(release).then((r) => {
-      if (req.sessionId === undefined) {
+      if (keyless) {
         // A session the worker inferred is remembered for its tool waits; the turn's end for the next turn's route.
         if (h.sessionId !== undefined) this.lastWorker.remember(h.sessionId, dec.id);
         const sessionId = h.sessionId;

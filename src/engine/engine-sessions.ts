@@ -17,9 +17,13 @@ export function isKvRetention(s: string): s is KvRetention {
   return (KV_RETENTIONS as readonly string[]).includes(s);
 }
 
-/** The session key the engine makes up for request `requestId` when it starts a conversation of its own. */
-export function syntheticSessionId(requestId: number): string {
-  return `~${requestId}`;
+/**
+ * The session key the engine makes up for request `requestId` when it starts a conversation of its
+ * own. A cluster's worker (`workerId`) names its own: every worker counts requests from 0, and two
+ * workers' `~0` would be one session to the cluster, which forwards tool waits by session.
+ */
+export function syntheticSessionId(requestId: number, workerId?: string): string {
+  return workerId === undefined ? `~${requestId}` : `~${workerId}.${requestId}`;
 }
 
 /**
@@ -33,12 +37,12 @@ export function syntheticSessionId(requestId: number): string {
  * reasoning back (templates that keep it within a tool-call loop) continues that answer, and the
  * answer's first block is a reasoning block whenever the answer opens with `<think>`.
  */
-export function inferSessionId(metas: readonly (BlockMeta | undefined)[], requestId: number): string {
+export function inferSessionId(metas: readonly (BlockMeta | undefined)[], requestId: number, workerId?: string): string {
   for (let b = metas.length - 1; b >= 0; b--) {
     const m = metas[b];
     if ((m?.type === "output" || m?.type === "reasoning") && m.sessionId !== undefined) return m.sessionId;
   }
-  return syntheticSessionId(requestId);
+  return syntheticSessionId(requestId, workerId);
 }
 
 /** Turn ends remembered per anchor block (the most recent first); older ones are dropped past this. */
@@ -75,7 +79,8 @@ export class EngineSessions {
    * them early once more than `maxSessions` are tracked: every request without a key starts a
    * session of its own (see {@link syntheticSessionId}), so a busy server meets many within a ttl.
    */
-  constructor(private readonly ttlS: number, private readonly maxSessions = 100_000) {
+  /** `workerId`: the cluster worker this engine is, which names the sessions it makes up ({@link syntheticSessionId}). */
+  constructor(private readonly ttlS: number, private readonly maxSessions = 100_000, private readonly workerId?: string) {
     if (!(ttlS > 0)) throw new RangeError(`Session time-to-live must be a positive number of seconds, got ${ttlS}`);
     if (!(Number.isInteger(maxSessions) && maxSessions >= 1)) throw new RangeError(`Session cap must be a positive integer, got ${maxSessions}`);
   }
@@ -143,8 +148,8 @@ export class EngineSessions {
    * `matched` tokens long), else the session of a remembered turn end it continues, else a new one.
    */
   infer(prompt: readonly number[], metas: readonly (BlockMeta | undefined)[], matched: number, requestId: number, blockSize: number, root?: number): string {
-    const found = inferSessionId(metas, requestId);
-    if (found !== syntheticSessionId(requestId)) return found;
+    const found = inferSessionId(metas, requestId, this.workerId);
+    if (found !== syntheticSessionId(requestId, this.workerId)) return found;
     for (const end of this.ends.get(anchorKey(prompt, matched, blockSize, root)) ?? []) {
       if (matched + end.tail.length <= prompt.length && end.tail.every((t, i) => prompt[matched + i] === t)) return end.sessionId;
     }

@@ -62,7 +62,7 @@ export class Engine implements ServingEngine {
     const r = opts.runner;
     const retention = opts.kvRetention ?? "agent";
     if (!isKvRetention(retention)) throw new RangeError(`KV retention must be one of ${KV_RETENTIONS.join(", ")}, got "${retention}"`);
-    this.turns = retention === "agent" ? new EngineSessions(opts.sessionTtlS ?? 3600) : undefined;
+    this.turns = retention === "agent" ? new EngineSessions(opts.sessionTtlS ?? 3600, undefined, opts.workerId) : undefined;
     const clock = () => this.now() / 1000;
     // Counting the pool's events versions its prefix index, so queueState() need not re-probe the queue.
     const { sink: events, count: kvEventCount } = countKvEvents((e: KvEvent) => this.kvEvents.publish(e));

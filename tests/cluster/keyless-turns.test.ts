@@ -101,3 +101,36 @@ test("Cluster spreads concurrent keyless conversations whose prompts share a sys
   assert.ok(done.every((t) => t.result.cachedTokens > 0), "each took the shared blocks from a cache (its own or pulled)");
   await cl.stop();
 });
+
+test("Cluster workers name the keyless conversations they start apart, so a tool wait reaches the right one", async () => {
+  const cl = cluster(2, 0.5);
+  const [a, b] = await Promise.all([
+    run(cl, greedy(model.tokenizer.encode("Once upon a time a cat sat on a big mat in the sun.", { addBos: true }), 4)),
+    run(cl, greedy(model.tokenizer.encode("The dog ran to the park and found a red ball there.", { addBos: true }), 4)),
+  ]);
+  // The prompts differ in length: each worker's queried tokens tell which it served.
+  assert.notEqual(a.result.promptTokens, b.result.promptTokens);
+  const [wa, wb] = [a, b].map((t) => cl.workers.find((w) => w.engine.stats().prefixQueriedTokens === t.result.promptTokens));
+  assert.ok(wa && wb && wa !== wb, "the two conversations ran on different workers");
+  assert.notEqual(a.handle.sessionId, b.handle.sessionId, "each worker made up a session name of its own");
+  cl.markToolWait(a.handle.sessionId!, "shell");
+  assert.equal(wa.engine.sessionStatusCounts()?.["waiting-tool"], 1, "the tool wait reached the worker holding the conversation");
+  assert.equal(wb.engine.sessionStatusCounts()?.["waiting-tool"] ?? 0, 0);
+  await cl.stop();
+});
+
+test("Cluster keeps a keyless conversation's session name when its next turn moves to another worker", async () => {
+  const cl = cluster(2, 0);
+  const first = await run(cl, greedy(STORY, 4));
+  const holder = cl.workers.find((w) => w.engine.stats().prefixQueriedTokens > 0)!;
+  const busy = Array.from({ length: 6 }, (_, i) => holder.engine.submit(greedy(model.tokenizer.encode(`Filler ${i} `.repeat(40), { addBos: true }), 2)));
+  const next = await run(cl, greedy([...STORY, ...first.streamed, ...model.tokenizer.encode(" Then she went home.")], 4));
+  assert.equal(cl.counters.prefixMoves, 1, "the turn moved off its busy worker");
+  assert.ok(first.handle.sessionId !== undefined);
+  assert.equal(next.handle.sessionId, first.handle.sessionId, "the worker it moved to serves it under the same name");
+  // A tool wait for that name now reaches the worker that holds the conversation.
+  cl.markToolWait(next.handle.sessionId!, "shell");
+  assert.equal(cl.workers.find((w) => w !== holder)!.engine.sessionStatusCounts()?.["waiting-tool"], 1);
+  await Promise.all(busy.map((h) => h.result));
+  await cl.stop();
+});

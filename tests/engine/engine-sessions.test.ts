@@ -74,6 +74,8 @@ test("Engine.sessionStatusCounts() counts a session as running while any of its 
 
 test("inferSessionId() takes the session of the deepest cached output block, else makes one up", () => {
   assert.equal(syntheticSessionId(7), "~7");
+  assert.equal(syntheticSessionId(7, "worker-1"), "~worker-1.7", "a cluster worker's are its own");
+  assert.equal(inferSessionId([{ sessionId: "a" }], 7, "worker-1"), "~worker-1.7");
   assert.equal(inferSessionId([], 7), "~7", "nothing cached: a new conversation");
   assert.equal(inferSessionId([{ sessionId: "a" }, { sessionId: "a" }], 7), "~7", "only prompt blocks (a shared system prompt): a new conversation");
   assert.equal(inferSessionId([{ sessionId: "a" }, { sessionId: "a", type: "output" }], 7), "a");
