@@ -239,7 +239,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
         // A session the worker inferred is remembered for its tool waits; the turn's end for the next turn's route.
         if (h.sessionId !== undefined) this.lastWorker.remember(h.sessionId, dec.id);
         const sessionId = h.sessionId;
-        this.keyless.remember(req.prompt, hashes, root, r.tokenIds[0], sessionId === undefined ? { workerId: dec.id } : { workerId: dec.id, sessionId });
+        this.keyless.remember(req.prompt, hashes, root, sessionId === undefined ? { workerId: dec.id } : { workerId: dec.id, sessionId });
       }
       return this.window.finished(r, t0, tStart, maxTokens);
     });

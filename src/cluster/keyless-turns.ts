@@ -5,12 +5,15 @@
  * pulls are charged as a move; an opening turn that merely shares a prefix (a common system prompt)
  * pulls it uncharged, as a keyed new session does, instead of piling onto the one worker holding it.
  *
- * The test is the engine's (engine-sessions.ts `EngineSessions.rememberEnd`): a next turn's prompt
- * starts with the last one's prompt and the first token of its answer. Each finished turn is kept
- * under the chain hash of its prompt's last full block with the tokens after that block, the
- * answer's first token included; a request continues the turn whose kept tokens its prompt repeats
- * at that block (tokens compared, not only hashes). A retry of the same prompt, or a new question
- * after a shared system prompt, repeats no answer token, so it opens a conversation.
+ * A next turn's prompt is the last turn's whole prompt and more (the answer as the template renders
+ * it back, the tool's result, the next message). Each finished turn is kept under the chain hash of
+ * its prompt's last full block with the prompt's tokens after that block; a request continues the
+ * turn whose kept tokens its prompt repeats at that block and goes on past (tokens compared, not only
+ * hashes). A retry of the same prompt goes no further, and a new question after a shared system
+ * prompt repeats no earlier prompt whole, so each opens a conversation. Unlike the engine's test
+ * (engine-sessions.ts `EngineSessions.rememberEnd`), the answer's first token is not required: a
+ * template that drops the reasoning an answer began with renders that token differently, and every
+ * turn of such a conversation would look new here.
  */
 import type { BlockHash } from "../../kv/index.ts";
 
@@ -28,7 +31,7 @@ export interface KeylessTurn {
 }
 
 interface TurnEnd extends KeylessTurn {
-  /** The prompt's tokens after its last full block, then the answer's first token. */
+  /** The prompt's tokens after its last full block. */
   tail: readonly number[];
 }
 
@@ -54,7 +57,7 @@ export class KeylessTurns {
       if (ends === undefined) continue;
       const at = k * this.blockSize;
       for (const e of ends) {
-        if (at + e.tail.length <= prompt.length && e.tail.every((t, i) => prompt[at + i] === t)) {
+        if (at + e.tail.length < prompt.length && e.tail.every((t, i) => prompt[at + i] === t)) {
           return e.sessionId === undefined ? { workerId: e.workerId } : { workerId: e.workerId, sessionId: e.sessionId };
         }
       }
@@ -62,20 +65,15 @@ export class KeylessTurns {
     return undefined;
   }
 
-  /**
-   * A keyless turn ended: `prompt` (with full-block chain `hashes` in namespace `root`) was answered
-   * on `turn.workerId` starting with `firstAnswerToken`. Nothing is kept for an empty answer (a next
-   * turn could not be told from a retry).
-   */
-  remember(prompt: readonly number[], hashes: readonly BlockHash[], root: number | undefined, firstAnswerToken: number | undefined, turn: KeylessTurn): void {
-    if (firstAnswerToken === undefined) return;
+  /** A keyless turn ended: `prompt` (with full-block chain `hashes` in namespace `root`) was answered on `turn.workerId`. */
+  remember(prompt: readonly number[], hashes: readonly BlockHash[], root: number | undefined, turn: KeylessTurn): void {
     const full = Math.floor(prompt.length / this.blockSize);
     // The hashes may stop short of the prompt's full blocks (none were computed): keep nothing then.
     if (full > hashes.length) return;
-    const end: TurnEnd = { ...turn, tail: [...prompt.slice(full * this.blockSize), firstAnswerToken] };
+    const end: TurnEnd = { ...turn, tail: prompt.slice(full * this.blockSize) };
     const map: Map<number, TurnEnd[]> = full === 0 ? this.byRoot : this.byBlock;
     const key = full === 0 ? root ?? -1 : hashes[full - 1];
-    // The same conversation's older end under this anchor (a retried turn) gives way to this one.
+    // An older turn of the same prompt (a retry, or a conversation's other branch) gives way to this one.
     const list = [end, ...(map.get(key) ?? []).filter((e) => !sameTail(e.tail, end.tail))].slice(0, ENDS_PER_ANCHOR);
     map.delete(key);
     map.set(key, list);

@@ -11,19 +11,22 @@ const B = 4;
 const hashes = (p: readonly number[], root?: number) => chainHashes(p, B, undefined, root ?? null);
 const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
 
-test("KeylessTurns.find() returns the conversation whose turn a prompt continues, by its answer's first token", () => {
+test("KeylessTurns.find() returns the conversation whose whole prompt a prompt repeats and goes past", () => {
   const turns = new KeylessTurns(B);
   const system = range(100, 8);
   const first = [...system, 1, 2, 3, 4, 5, 6];
-  turns.remember(first, hashes(first), undefined, 77, { workerId: "w1", sessionId: "~3" });
+  turns.remember(first, hashes(first), undefined, { workerId: "w1", sessionId: "~3" });
   const next = [...first, 77, 78, 79, 9, 9, 9, 9];
   assert.deepEqual(turns.find(next, hashes(next), undefined), { workerId: "w1", sessionId: "~3" });
-  // The same prompt again (a retry), a new question after the shared system prompt, or another answer: new conversations.
+  // The answer rendered back otherwise (its reasoning dropped) still continues: the whole prompt is there.
+  const rerendered = [...first, 70];
+  assert.deepEqual(turns.find(rerendered, hashes(rerendered), undefined), { workerId: "w1", sessionId: "~3" });
+  // The same prompt again (a retry), a new question after the shared system prompt, or the prompt cut short: new conversations.
   assert.equal(turns.find(first, hashes(first), undefined), undefined);
   const other = [...system, 1, 2, 3, 4, 8, 8, 8, 8];
   assert.equal(turns.find(other, hashes(other), undefined), undefined);
-  const otherAnswer = [...first, 70, 78, 79];
-  assert.equal(turns.find(otherAnswer, hashes(otherAnswer), undefined), undefined);
+  const edited = [...system, 1, 2, 3, 4, 5, 7, 9, 9];
+  assert.equal(turns.find(edited, hashes(edited), undefined), undefined);
   // Another cache namespace (a LoRA adapter's, a salt's) shares no turn.
   const root = namespaceRoot("adapter");
   assert.equal(turns.find(next, hashes(next, root), root), undefined);
@@ -32,27 +35,28 @@ test("KeylessTurns.find() returns the conversation whose turn a prompt continues
 test("KeylessTurns.find() takes the latest turn of a conversation and knows prompts shorter than a block", () => {
   const turns = new KeylessTurns(B);
   const t1 = [1, 2];
-  turns.remember(t1, hashes(t1), undefined, 3, { workerId: "w0" });
+  turns.remember(t1, hashes(t1), undefined, { workerId: "w0" });
   const t2 = [1, 2, 3, 4, 5, 6, 7];
   assert.deepEqual(turns.find(t2, hashes(t2), undefined), { workerId: "w0" });
-  turns.remember(t2, hashes(t2), undefined, 8, { workerId: "w2" });
+  turns.remember(t2, hashes(t2), undefined, { workerId: "w2" });
   const t3 = [...t2, 8, 9, 10];
   assert.deepEqual(turns.find(t3, hashes(t3), undefined), { workerId: "w2" }, "the deepest anchor (the latest turn) wins");
   const root = namespaceRoot("salt");
   assert.equal(turns.find(t2, hashes(t2, root), root), undefined);
 });
 
-test("KeylessTurns.remember() keeps at most its cap of anchors, forgetting the oldest, and nothing for an empty answer", () => {
+test("KeylessTurns.remember() keeps at most its cap of anchors, forgetting the oldest, and the latest turn of a prompt", () => {
   const turns = new KeylessTurns(B, 2);
   const prompts = [range(10, 5), range(20, 5), range(30, 5)];
-  prompts.forEach((p, i) => turns.remember(p, hashes(p), undefined, 1, { workerId: `w${i}` }));
+  prompts.forEach((p, i) => turns.remember(p, hashes(p), undefined, { workerId: `w${i}` }));
   assert.equal(turns.size, 2);
   const cont = (p: number[]) => [...p, 1, 5];
   assert.equal(turns.find(cont(prompts[0]), hashes(cont(prompts[0])), undefined), undefined, "the oldest was forgotten");
   assert.deepEqual(turns.find(cont(prompts[2]), hashes(cont(prompts[2])), undefined), { workerId: "w2" });
-  const empty = range(40, 5);
-  turns.remember(empty, hashes(empty), undefined, undefined, { workerId: "w9" });
-  assert.equal(turns.find([...empty, 0], hashes([...empty, 0]), undefined), undefined);
+  // The same prompt answered again elsewhere: the later turn is the one found.
+  turns.remember(prompts[2], hashes(prompts[2]), undefined, { workerId: "w7" });
+  assert.deepEqual(turns.find(cont(prompts[2]), hashes(cont(prompts[2])), undefined), { workerId: "w7" });
+  assert.equal(turns.size, 2);
   assert.throws(() => new KeylessTurns(0), /Block size must be a positive integer, got 0/);
 });
 
