@@ -10,10 +10,11 @@
  * its prompt's last full block with the prompt's tokens after that block; a request continues the
  * turn whose kept tokens its prompt repeats at that block and goes on past (tokens compared, not only
  * hashes). A retry of the same prompt goes no further, and a new question after a shared system
- * prompt repeats no earlier prompt whole, so each opens a conversation. Unlike the engine's test
- * (engine-sessions.ts `EngineSessions.rememberEnd`), the answer's first token is not required: a
- * template that drops the reasoning an answer began with renders that token differently, and every
- * turn of such a conversation would look new here.
+ * prompt repeats no earlier prompt whole, so each opens a conversation. The engine's test is the
+ * same (engine-sessions.ts `EngineSessions.infer`), which also prefers, of turns of the same prompt,
+ * the one whose answer's first token follows; here the latest is taken (their worker is what counts).
+ * The answer's first token is not required: a template that drops the reasoning an answer began with
+ * renders that token otherwise, and every turn of such a conversation would look new.
  */
 import type { BlockHash } from "../../kv/index.ts";
 

@@ -48,11 +48,13 @@ export function inferSessionId(metas: readonly (BlockMeta | undefined)[], reques
 /** Turn ends remembered per anchor block (the most recent first); older ones are dropped past this. */
 const ENDS_PER_ANCHOR = 8;
 
-/** What a turn whose answer filled no block of its own left to find it by (see {@link EngineSessions.rememberEnd}). */
+/** What a turn left for its next turn to be found by (see {@link EngineSessions.rememberEnd}). */
 interface TurnEnd {
   sessionId: string;
-  /** The tokens after the turn's last full block, up to and including the answer's first token. */
+  /** The prompt's tokens after its last full block. */
   tail: readonly number[];
+  /** The answer's first token (none when it had none). */
+  first?: number;
 }
 
 /** Session turns of one engine, for {@link AgentAwarePolicy}. Times are seconds. */
@@ -68,9 +70,10 @@ export class EngineSessions {
   /** The tool a session's answer called while others of its requests still ran: its wait starts when they end. */
   private readonly pendingTool = new Map<string, string>();
   /**
-   * Recent turns whose answer ended inside a block (so no cached block holds any of it), by their
-   * last full block's tokens and cache namespace: a short answer (a tool call of a few tokens) is the
-   * common case in agent loops, and without this each of their next turns would start a new session.
+   * Recent turns' prompt ends, by their prompt's last full block's tokens and cache namespace: a short
+   * answer (a tool call of a few tokens) fills no block, so no cached block names its session, and a
+   * template that drops the reasoning an answer began with sends back none of its cached blocks;
+   * without these, each of their next turns would start a new session.
    */
   private readonly ends = new Map<string, TurnEnd[]>();
 
@@ -145,29 +148,31 @@ export class EngineSessions {
 
   /**
    * The session of a prompt that names none: {@link inferSessionId} over its cached prefix (`metas`,
-   * `matched` tokens long), else the session of a remembered turn end it continues, else a new one.
+   * `matched` tokens long), else the session of a remembered turn whose whole prompt it repeats (at
+   * the cached prefix's end) and goes past: one whose answer's first token follows first (of several
+   * turns of the same prompt, the one it answers), else the latest. A retry of the same prompt goes
+   * no further, so it starts a conversation.
    */
   infer(prompt: readonly number[], metas: readonly (BlockMeta | undefined)[], matched: number, requestId: number, blockSize: number, root?: number): string {
     const found = inferSessionId(metas, requestId, this.workerId);
     if (found !== syntheticSessionId(requestId, this.workerId)) return found;
-    for (const end of this.ends.get(anchorKey(prompt, matched, blockSize, root)) ?? []) {
-      if (matched + end.tail.length <= prompt.length && end.tail.every((t, i) => prompt[matched + i] === t)) return end.sessionId;
-    }
-    return found;
+    const ends = (this.ends.get(anchorKey(prompt, matched, blockSize, root)) ?? [])
+      .filter((e) => matched + e.tail.length < prompt.length && e.tail.every((t, i) => prompt[matched + i] === t));
+    return (ends.find((e) => prompt[matched + e.tail.length] === e.first) ?? ends[0])?.sessionId ?? found;
   }
 
   /**
-   * A turn of `sessionId` ended with `tokens` (its prompt, `promptLength` long, then its answer). When
-   * no full block holds any of the answer, no cached block will name the session to its next turn:
-   * remember the tokens after the last full block up to the answer's first, under that block's tokens.
-   * (The answer's first token is enough to tell a continuation from a retry of the same prompt, and
-   * a template that renders the answer back differently past it still matches.)
+   * A turn of `sessionId` ended with `tokens` (its prompt, `promptLength` long, then its answer):
+   * remember the prompt's tokens after its last full block, and the answer's first token, under that
+   * block's tokens. A next turn sending the answer back as written is found by the answer's cached
+   * blocks when it filled one; this finds it when it filled none, or when the template rendered it
+   * back otherwise (its reasoning dropped).
    */
   rememberEnd(sessionId: string, tokens: readonly number[], promptLength: number, blockSize: number, root?: number): void {
-    const full = Math.floor(tokens.length / blockSize) * blockSize;
-    if (tokens.length <= promptLength || full > promptLength) return;
+    const full = Math.floor(promptLength / blockSize) * blockSize;
     const key = anchorKey(tokens, full, blockSize, root);
-    const list = [{ sessionId, tail: tokens.slice(full, promptLength + 1) }, ...(this.ends.get(key) ?? []).filter((e) => e.sessionId !== sessionId)];
+    const end: TurnEnd = { sessionId, tail: tokens.slice(full, promptLength), ...(tokens.length > promptLength ? { first: tokens[promptLength] } : {}) };
+    const list = [end, ...(this.ends.get(key) ?? []).filter((e) => e.sessionId !== sessionId)];
     this.ends.delete(key);
     this.ends.set(key, list.slice(0, ENDS_PER_ANCHOR));
     // Oldest anchors first out (a Map keeps insertion order), as many as sessions are kept.
