@@ -29,8 +29,7 @@ import type { LoraAdapter } from "../model/lora.ts";
 import { adapterRequest, ClusterAdapters, underClientName } from "./cluster-adapters.ts";
 import { ClusterControl } from "./cluster-control.ts";
 import type { AdapterReloader, ClusterFront } from "./cluster-front.ts";
-import { SessionPlaces } from "./session-places.ts";
-import { type KeylessTurn, KeylessTurns } from "./keyless-turns.ts";
+import { ClusterSessions, type SessionPlace } from "./cluster-sessions.ts";
 
 export type { ClusterCounters, ClusterDecision, ClusterOptions } from "./cluster-types.ts";
 
@@ -39,9 +38,8 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
   readonly counters: ClusterCounters = { prefillHandoffs: 0, prefixMoves: 0, movedBlocks: 0, flips: 0, mixingChanges: 0, joined: 0, removed: 0, joinFailures: 0 };
   private readonly set: WorkerSet;
   private readonly window: RequestWindow;
-  private readonly lastWorker = new SessionPlaces();
-  /** Where conversations without a session key ended their turns (set with the block size). */
-  private readonly keyless: KeylessTurns;
+  /** Where keyed sessions and keyless conversations were served last. */
+  private readonly sessions: ClusterSessions;
   private readonly now: () => number;
   private readonly blockSize: number;
   private nextId = 0;
@@ -62,7 +60,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     this.set = new WorkerSet(o.initialPrefillRate ?? 2000, this.now);
     this.window = new RequestWindow(this.now);
     this.blockSize = o.shape?.blockSize ?? engines[0].blockSize;
-    this.keyless = new KeylessTurns(this.blockSize);
+    this.sessions = new ClusterSessions(this.blockSize, (w, s) => this.set.get(w)?.engine.sessionMovedAway(s));
     this.control = new ClusterControl(this.set, this.window, this.counters, o, o.stepMixing ?? engines[0]?.stepMixing ?? "mixed");
     this.adapters = new ClusterAdapters(() => this.set.all);
     engines.forEach((e, i) => this.attach(e, roles[i]));
@@ -169,7 +167,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     // (refused before any routing work); turns of sessions already served always enter. Requests
     // naming no session are let through: keyless-turns.ts knows a continuation only while its last
     // turn is kept, and refusing a returning agent it missed would break that agent mid-task.
-    const newSession = req.sessionId !== undefined && !this.lastWorker.has(req.sessionId);
+    const newSession = req.sessionId !== undefined && this.sessions.isNew(req.sessionId);
     if (newSession && this.control.newSessionBudget < 1) {
       this.metrics.rejected++;
       throw new SessionRefusedError(`No room for new session "${req.sessionId}": the decode pool is at its ITL target`);
@@ -180,11 +178,11 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     const hashes = chainHashes(req.prompt, this.blockSize, undefined, root ?? null);
     // A request naming no session may continue a conversation whose turn ended here (keyless-turns.ts).
     const keyless = req.sessionId === undefined;
-    const continued = keyless ? this.keyless.find(req.prompt, hashes, root) : undefined;
-    const { route, cands } = this.route(req, hashes, continued);
+    const place = this.sessions.locate(req.sessionId, req.prompt, hashes, root);
+    const { route, cands } = this.route(req, hashes, place);
     // The continuation keeps the name its worker gave the conversation wherever it goes now: a worker
     // it moves to would make up another (its pulled blocks hold no answer of that name's).
-    if (continued?.sessionId !== undefined) req = { ...req, sessionId: continued.sessionId };
+    if (place.continuedAs !== undefined) req = { ...req, sessionId: place.continuedAs };
     // The workers hold a reloaded adapter under a name of its own (cluster-adapters.ts); what they say comes back under the client's.
     const asked = req.adapter;
     if (lora && lora.workerName !== asked) req = { ...req, adapter: lora.workerName };
@@ -213,19 +211,14 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     for (const w of touched) w.inFlight++;
     const best = cands.reduce((a, c) => Math.max(a, c.overlapDevice), 0);
     const arrive = () => this.window.arrived(req.prompt.length, Math.max(0, req.prompt.length - best * this.blockSize), maxTokens);
-    if (req.sessionId !== undefined) {
-      // Moved (a flip, a busy holder): the worker it left no longer holds it waiting on a tool.
-      const left = this.lastWorker.get(req.sessionId);
-      if (left !== undefined && left !== dec.id) this.set.get(left)?.engine.sessionMovedAway(req.sessionId);
-      this.lastWorker.remember(req.sessionId, dec.id);
-    }
+    if (req.sessionId !== undefined) this.sessions.placed(req.sessionId, dec.id);
     // A refusal only the worker finds comes later (a worker elsewhere, a hand-off's decoding worker): it gives back the new
     // session's budget and place. A direct request counts as an arrival once taken; a hand-off's, whose prompt was prefilled, at once.
     if (!(direct && h.refusal)) arrive();
     void h.refusal?.then((refused) => {
       if (!refused) return void (direct && arrive());
       refund?.();
-      if (newSession && this.lastWorker.get(req.sessionId!) === dec.id) this.lastWorker.delete(req.sessionId!);
+      if (newSession) this.sessions.unplace(req.sessionId!, dec.id);
     });
     const t0 = this.now();
     if (direct) tStart = t0;
@@ -235,12 +228,8 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
       loraEnded?.();
     };
     const result = h.result.finally(release).then((r) => {
-      if (keyless) {
-        // A session the worker inferred is remembered for its tool waits; the turn's end for the next turn's route.
-        if (h.sessionId !== undefined) this.lastWorker.remember(h.sessionId, dec.id);
-        const sessionId = h.sessionId;
-        this.keyless.remember(req.prompt, hashes, root, sessionId === undefined ? { workerId: dec.id } : { workerId: dec.id, sessionId });
-      }
+      // The session the worker inferred is placed for its tool waits; the turn's end kept for the next turn's route.
+      if (keyless) this.sessions.keylessEnded(req.prompt, hashes, root, h.sessionId, dec.id);
       return this.window.finished(r, t0, tStart, maxTokens);
     });
     // The session may be known only later (inferred by a worker, or once a hand-off is done).
@@ -278,7 +267,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
 
   /** Forwards a tool wait to the worker that served the session last (every worker when unknown). */
   markToolWait(sessionId: string, tool: string): void {
-    const w = this.set.get(this.lastWorker.get(sessionId) ?? "");
+    const w = this.set.get(this.sessions.workerOf(sessionId) ?? "");
     for (const t of w ? [w] : this.set.all) t.engine.markToolWait(sessionId, tool);
   }
 
@@ -315,17 +304,14 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     return w;
   }
 
-  /**
-   * Routes over the live workers. `hashes`: the prompt's full-block chain in its cache namespace;
-   * `continued`: the conversation a request without a key continues, if any.
-   */
-  private route(req: GenerateRequest, hashes: readonly number[], continued: KeylessTurn | undefined): { route: SessionRoute; cands: RouteCandidate[] } {
+  /** Routes over the live workers. `hashes`: the prompt's full-block chain in its cache namespace; `place`: its session's. */
+  private route(req: GenerateRequest, hashes: readonly number[], place: SessionPlace): { route: SessionRoute; cands: RouteCandidate[] } {
     const live = this.set.all.filter((w) => w.engine.alive && !w.draining && (req.adapter === undefined || w.adapters.has(req.adapter)));
     if (live.length === 0) throw new NoWorkerError(req.adapter === undefined ? "No worker is running" : `No running worker has loaded the LoRA adapter "${req.adapter}" yet`);
     // A prompt scored whole (prompt log probabilities) takes nothing from any cache: route it as uncached.
     const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(hashes);
     const cands = live.map((w) => w.candidate(overlaps.get(w.id), req.priority));
-    const last = req.sessionId === undefined ? continued?.workerId : this.lastWorker.get(req.sessionId);
+    const last = place.lastWorker;
     const sreq = {
       promptTokens: req.prompt.length, blockTokens: this.blockSize, bytesPerBlock: this.o.bytesPerBlock,
       ...(last !== undefined ? { lastWorker: last } : {}),

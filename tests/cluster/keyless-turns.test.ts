@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { chainHashes, namespaceRoot } from "../../kv/index.ts";
 import { KeylessTurns } from "../../src/cluster/keyless-turns.ts";
+import { ClusterSessions } from "../../src/cluster/cluster-sessions.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createCluster } from "../../src/cluster/create-cluster.ts";
 import type { Cluster } from "../../src/cluster/cluster.ts";
@@ -58,6 +59,29 @@ test("KeylessTurns.remember() keeps at most its cap of anchors, forgetting the o
   assert.deepEqual(turns.find(cont(prompts[2]), hashes(cont(prompts[2])), undefined), { workerId: "w7" });
   assert.equal(turns.size, 2);
   assert.throws(() => new KeylessTurns(0), /Block size must be a positive integer, got 0/);
+});
+
+test("ClusterSessions.locate() places keyed sessions by name and keyless ones by their turns; placed() tells the worker left", () => {
+  const moved: string[] = [];
+  const sessions = new ClusterSessions(B, (w, s) => moved.push(`${s}@${w}`));
+  const p = range(10, 6);
+  assert.deepEqual(sessions.locate("k", p, hashes(p), undefined), {});
+  assert.equal(sessions.isNew("k"), true);
+  sessions.placed("k", "w0");
+  assert.deepEqual(sessions.locate("k", p, hashes(p), undefined), { lastWorker: "w0" });
+  sessions.placed("k", "w0");
+  sessions.placed("k", "w1");
+  assert.deepEqual(moved, ["k@w0"], "told once, when the session left w0");
+  sessions.unplace("k", "w0");
+  assert.equal(sessions.workerOf("k"), "w1", "a refusal elsewhere leaves the place alone");
+  sessions.unplace("k", "w1");
+  assert.equal(sessions.isNew("k"), true);
+  // Keyless: the turn's end places its conversation, under the name its worker reported.
+  sessions.keylessEnded(p, hashes(p), undefined, "~w2.0", "w2");
+  const next = [...p, 1, 2, 3];
+  assert.deepEqual(sessions.locate(undefined, next, hashes(next), undefined), { lastWorker: "w2", continuedAs: "~w2.0" });
+  assert.equal(sessions.workerOf("~w2.0"), "w2", "a tool wait for it reaches w2");
+  assert.deepEqual(sessions.locate(undefined, p, hashes(p), undefined), {}, "a retry opens a conversation");
 });
 
 function cluster(workers: number, peerMoveS: number, numBlocks = 64): Cluster {
