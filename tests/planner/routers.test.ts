@@ -180,7 +180,7 @@ test("routeSession() hands a turn to the prefill worker holding its context, how
   assert.ok(Math.abs(r.predictedTtftS - expected) < 1e-9, `predicted ${r.predictedTtftS}, expected ${expected}`);
 });
 
-test("routeSession() charges peerMoveS for a pull except to a turn opening a session", () => {
+test("routeSession() charges peerMoveS for a pull except to a turn opening a session while the holder has prefill queued", () => {
   // "busy" holds a shared 3-block system prompt with a queue; "idle" holds nothing.
   const busy = cand("busy", { role: "mixed", overlapDevice: 3, overlapHost: 3, queuedPrefillTokens: 4_000 });
   const idle = cand("idle", { role: "mixed" });
@@ -193,4 +193,10 @@ test("routeSession() charges peerMoveS for a pull except to a turn opening a ses
   // so does a turn without a key (it may be a returning one).
   assert.equal(routeSession({ ...turn, lastWorker: "busy" }, [busy, idle], [], links, o)!.decodeWorker, "busy");
   assert.equal(routeSession(turn, [busy, idle], [], links, o)!.decodeWorker, "busy");
+  // With the holder idle, a new session starts there too, even where another worker decodes fewer
+  // sequences (pulling there would gain only the 1 ms per sequence decoding).
+  const quiet = cand("quiet", { role: "mixed", overlapDevice: 3, overlapHost: 3, decodeBatch: 8 });
+  const nsReq = { ...turn, newSession: true };
+  assert.equal(routeSession(nsReq, [quiet, idle], [], links, o)!.decodeWorker, "quiet");
+  assert.equal(routeSession(nsReq, [quiet, idle], [], links, { ...o, peerMoveS: 0 })!.decodeWorker, "idle", "uncharged, the pull would win");
 });
