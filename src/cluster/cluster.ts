@@ -164,13 +164,16 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
       throw new EngineOverloadedError(`${maxWaiting} requests are already waiting`);
     }
     // The planner's front door: a session not seen before needs room within the budget of this tick
-    // (refused before any routing work); turns of sessions already served always enter. Requests
-    // naming no session are let through: keyless-turns.ts knows a continuation only while its last
-    // turn is kept, and refusing a returning agent it missed would break that agent mid-task.
-    const newSession = req.sessionId !== undefined && this.sessions.isNew(req.sessionId);
+    // (refused before any routing work); turns of sessions already served always enter. A request
+    // naming no session is new only when it holds no answer yet (`openingTurn`): keyless-turns.ts knows
+    // a continuation only while its last turn is kept, and refusing a returning agent it missed would
+    // break that agent mid-task, whereas an opening turn cannot be one.
+    const keyed = req.sessionId !== undefined;
+    const newSession = keyed ? this.sessions.isNew(req.sessionId!) : req.openingTurn === true;
     if (newSession && this.control.newSessionBudget < 1) {
       this.metrics.rejected++;
-      throw new SessionRefusedError(`No room for new session "${req.sessionId}": the decode pool is at its ITL target`);
+      const what = keyed ? `new session "${req.sessionId}"` : "a new conversation (a request naming no session, with no answer in it yet)";
+      throw new SessionRefusedError(`No room for ${what}: the decode pool is at its ITL target`);
     }
     const lora = req.adapter === undefined ? undefined : this.adapters.get(req.adapter);
     if (req.adapter !== undefined && !lora) throw new LoraAdapterError(`The LoRA adapter "${req.adapter}" is not loaded`, true);
@@ -218,7 +221,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     void h.refusal?.then((refused) => {
       if (!refused) return void (direct && arrive());
       refund?.();
-      if (newSession) this.sessions.unplace(req.sessionId!, dec.id);
+      if (newSession && keyed) this.sessions.unplace(req.sessionId!, dec.id);
     });
     const t0 = this.now();
     if (direct) tStart = t0;

@@ -65,6 +65,12 @@ export interface GenerateRequest {
   grammar?: OutputGrammar;
   /** Session key (prompt_cache_key / user) passed to KV retention. */
   sessionId?: string;
+  /**
+   * The request opens a conversation: its messages hold no answer of the model yet (no assistant or
+   * tool message), so it cannot be a returning agent's turn. A cluster's front door counts such a
+   * request as a new session even when it names none. Undefined: not known (a raw completions prompt).
+   */
+  openingTurn?: boolean;
   /** vLLM's `allowed_token_ids`: only these tokens may be sampled. */
   allowedTokenIds?: number[];
   /** vLLM's `bad_words` as token sequences: the output never completes one. */

@@ -104,7 +104,10 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   if (budget !== undefined && !ctx.tracksReasoning) {
     throw new ApiError(400, `A thinking_token_budget needs a reasoning parser whose tags are single tokens of this model, got thinking_token_budget = ${budget} with --reasoning-parser ${ctx.reasoningParser}`, "thinking_token_budget", "unsupported_parameter");
   }
+  // A conversation's opening turn holds no answer yet; a returning agent's always holds its last one.
+  const openingTurn = body.messages.every((m) => m.role !== "assistant" && m.role !== "tool");
   const request = {
+    ...(openingTurn ? { openingTurn } : {}),
     ...engineRequest(harmony || toolCalls ? { ...body, skip_special_tokens: false } : body, ctx, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, skipSpecial),
     ...(grammarAfter ? { grammarAfter } : {}),
     ...(budget !== undefined ? { reasoningBudget: budget } : {}),

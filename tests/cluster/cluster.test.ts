@@ -319,6 +319,22 @@ test("Cluster.submit() refuses a new session once the planner's new-session budg
   await cl.stop();
 });
 
+test("Cluster.submit() counts a keyless opening turn as a new session at the front door, never a keyless turn holding an answer", async () => {
+  const budget = (newSessions: number): PlannerAction => ({ kind: "admission", holdNewSessions: false, maxHoldS: 0, newSessions, rejectAfterHold: true });
+  const planner = new ScriptedPlanner([[budget(1)], [budget(0)]]);
+  const cl = cluster({ workers: 2, planner });
+  const opening = () => run(cl, { ...greedy(STORY, 2), openingTurn: true });
+  cl.tick();
+  await opening(); // the tick's one new session
+  await assert.rejects(opening(), (e: Error) => e instanceof SessionRefusedError && /No room for a new conversation/.test(e.message));
+  // A keyless request that holds an answer (a returning agent the cluster may not know) always enters.
+  await run(cl, greedy(STORY, 2));
+  cl.tick();
+  await assert.rejects(opening(), SessionRefusedError);
+  assert.equal(cl.metrics.rejected, 2);
+  await cl.stop();
+});
+
 test("clusterPlanner() keeps a local-prefill threshold given to the router, where it would move its own", () => {
   // Decode steps of 100 ms, twice the ITL target: the planner lowers an adaptive threshold.
   const ticks = (p: OnlinePlanner) => {

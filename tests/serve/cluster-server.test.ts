@@ -106,6 +106,12 @@ test("startServer() answers a new session its planner has no room for with 503 o
     assert.match(body.error.message, /No room for new session "agent-2".*Retry later/);
     await assert.rejects(ask("agent-3"), (e: unknown) => e instanceof OpenAI.APIError && e.status === 503);
     assert.equal((await ask("agent-1")).usage!.completion_tokens, 3, "the session already served still gets its turns");
+    // Naming no session: a conversation's opening turn is a new session; a turn holding an answer may be a
+    // returning agent's, and gets in.
+    const keyless = (messages: OpenAI.ChatCompletionMessageParam[]) => client.chat.completions.create({ model: "stories260K", messages, max_tokens: 3 });
+    await assert.rejects(keyless([{ role: "system", content: "Tell stories." }, { role: "user", content: STORY }]), (e: unknown) => e instanceof OpenAI.APIError && e.status === 503 && /new conversation/.test(e.message));
+    const later = await keyless([{ role: "user", content: STORY }, { role: "assistant", content: "Once upon" }, { role: "user", content: "Go on." }]);
+    assert.equal(later.usage!.completion_tokens, 3);
   } finally {
     await s.shutdown();
   }
