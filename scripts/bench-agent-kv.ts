@@ -29,6 +29,11 @@ export interface AgentKvOptions {
    * the holder's host-memory blocks too (`--peer-transfer host`) against device blocks only.
    */
   peerHostWorkers?: number;
+  /**
+   * Instead: serve with this many worker threads and compare sessions sent under a `prompt_cache_key`
+   * against the same sessions naming none (the cluster and its workers infer them).
+   */
+  keylessWorkers?: number;
   repeats: number;
   jsonPath?: string;
   /** The API the sessions speak (default chat). */
@@ -48,9 +53,11 @@ const USAGE = `bench-agent-kv: agent-aware vs LRU KV retention in the real serve
     Responses API continuing each by previous_response_id with no key (the server's session per conversation)
   --offload-blocks N: compare agent retention with a host-memory KV tier of N blocks against agent retention alone
   --peer-host-workers N (with --offload-blocks): N worker threads, each with that host tier; compare
-    --peer-transfer host (pulls take the holder's host blocks too) against --peer-transfer device`;
+    --peer-transfer host (pulls take the holder's host blocks too) against --peer-transfer device
+  --keyless-workers N: N worker threads; compare chat sessions under a prompt_cache_key against the same
+    sessions naming no session (told apart by the cluster's keyless routing and the workers' session inference)`;
 
-const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1, "offload-blocks": 1, "peer-host-workers": 2 } as const;
+const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1, "offload-blocks": 1, "peer-host-workers": 2, "keyless-workers": 2 } as const;
 
 /** Parses argv; throws AgentKvArgsError quoting the bad flag or value. */
 export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
@@ -75,9 +82,11 @@ export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
     else if (name === "repeats") o.repeats = n;
     else if (name === "offload-blocks") o.offloadBlocks = n;
     else if (name === "peer-host-workers") o.peerHostWorkers = n;
+    else if (name === "keyless-workers") o.keylessWorkers = n;
     else o.workload[name as "sessions" | "turns" | "chats" | "seed"] = n;
   }
   if (o.peerHostWorkers !== undefined && o.offloadBlocks === undefined) throw new AgentKvArgsError("Flag --peer-host-workers needs --offload-blocks");
+  if (o.keylessWorkers !== undefined && (o.offloadBlocks !== undefined || o.api !== "chat")) throw new AgentKvArgsError("Flag --keyless-workers compares chat sessions: it takes neither --offload-blocks nor --api");
   return o;
 }
 
@@ -163,7 +172,11 @@ async function main(): Promise<void> {
     // Or, with worker threads, peer pulls that take the holder's host blocks too against device blocks only.
     const offload = ["--kv-offload-blocks", String(o.offloadBlocks)];
     const threads = ["--workers", String(o.peerHostWorkers), "--transport", "threads", ...offload];
-    const configs: { name: string; retention: KvRetention; args: string[] }[] = o.offloadBlocks === undefined
+    // Or, with worker threads, sessions under a key against the same sessions naming none.
+    const keylessThreads = ["--workers", String(o.keylessWorkers), "--transport", "threads"];
+    const configs: { name: string; retention: KvRetention; args: string[]; api?: AgentApi }[] = o.keylessWorkers !== undefined
+      ? [{ name: "keyed", retention: "agent", args: keylessThreads }, { name: "keyless", retention: "agent", args: keylessThreads, api: "chat-keyless" }]
+      : o.offloadBlocks === undefined
       ? [{ name: "agent", retention: "agent", args: [] }, { name: "lru", retention: "lru", args: [] }]
       : o.peerHostWorkers !== undefined
       ? [{ name: "host-pulls", retention: "agent", args: [...threads, "--peer-transfer", "host"] }, { name: "device-pulls", retention: "agent", args: [...threads, "--peer-transfer", "device"] }]
@@ -173,8 +186,8 @@ async function main(): Promise<void> {
     for (let r = 0; r < o.repeats; r++) {
       // Alternate which configuration runs first, so a slow spell of the shared machine hits both alike.
       for (const c of r % 2 === 0 ? [0, 1] : [1, 0]) {
-        const { name, retention, args } = configs[c];
-        const result = await runOnce(modelPath, o.kvBlocks, retention, plans, args, o.api);
+        const { name, retention, args, api } = configs[c];
+        const result = await runOnce(modelPath, o.kvBlocks, retention, plans, args, api ?? o.api);
         const s = summarizeRun(result);
         runs[c].push(s);
         turns[c].push(result.turns);

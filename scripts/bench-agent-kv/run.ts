@@ -2,7 +2,7 @@
  * One bench-agent-kv run: the serve CLI as a subprocess (reference backend, a small KV pool, one
  * retention policy), and every session of the workload played against it concurrently through the
  * `openai` client, streamed: through chat completions, each turn resending the whole conversation
- * with the tool's result under the session's `prompt_cache_key`, or through the Responses API, each
+ * with the tool's result under the session's `prompt_cache_key` (or under none), or through the Responses API, each
  * turn sending only the tool's result (or the user's message) with `previous_response_id` and no key.
  */
 import { type ChildProcess, spawn } from "node:child_process";
@@ -68,8 +68,8 @@ function startServe(modelPath: string, kvBlocks: number, kvRetention: KvRetentio
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const expectedTool = (text: string) => ({ [ENDING.fast]: FAST_TOOL, [ENDING.slow]: SLOW_TOOL })[text.slice(-1)];
 
-/** Which API the sessions speak. */
-export type AgentApi = "chat" | "responses";
+/** Which API the sessions speak: chat completions under a session key, chat completions naming no session, or Responses. */
+export type AgentApi = "chat" | "chat-keyless" | "responses";
 
 const RESPONSES_TOOLS: OpenAI.Responses.FunctionTool[] = [FAST_TOOL, SLOW_TOOL].map((name) => ({ type: "function", name, parameters: { type: "object", properties: {} }, strict: false }));
 
@@ -101,8 +101,11 @@ async function playResponsesSession(client: OpenAI, model: string, plan: Session
   }
 }
 
-/** Plays one session turn by turn; throws when the model does not answer as scripted. */
-async function playSession(client: OpenAI, model: string, plan: SessionPlan, out: TurnRecord[]): Promise<void> {
+/**
+ * Plays one session turn by turn over chat completions, under its `prompt_cache_key` when `keyed` (else
+ * naming no session: the server infers it); throws when the model does not answer as scripted.
+ */
+async function playSession(client: OpenAI, model: string, plan: SessionPlan, out: TurnRecord[], keyed = true): Promise<void> {
   const messages: OpenAI.ChatCompletionMessageParam[] = [{ role: "system", content: SYSTEM_PROMPT }];
   let callId = "";
   let prev = 0;
@@ -115,7 +118,7 @@ async function playSession(client: OpenAI, model: string, plan: SessionPlan, out
     const calls: OpenAI.ChatCompletionMessageFunctionToolCall[] = [];
     let usage: OpenAI.CompletionUsage | undefined;
     const stream = await client.chat.completions.create({
-      model, messages, tools: AGENT_TOOLS, temperature: 0, max_tokens: 16, prompt_cache_key: plan.id,
+      model, messages, tools: AGENT_TOOLS, temperature: 0, max_tokens: 16, ...(keyed ? { prompt_cache_key: plan.id } : {}),
       stream: true, stream_options: { include_usage: true },
     });
     for await (const chunk of stream) {
@@ -146,8 +149,8 @@ export async function runOnce(modelPath: string, kvBlocks: number, kvRetention: 
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0, timeout: 600_000 });
     const turns: TurnRecord[] = [];
     const t0 = performance.now();
-    const play = api === "responses" ? playResponsesSession : playSession;
-    await Promise.all(plans.map((p) => play(client, MODEL_NAME, p, turns)));
+    const play = (p: SessionPlan) => api === "responses" ? playResponsesSession(client, MODEL_NAME, p, turns) : playSession(client, MODEL_NAME, p, turns, api === "chat");
+    await Promise.all(plans.map(play));
     const wallS = (performance.now() - t0) / 1000;
     const metrics = await (await fetch(`${url}/metrics`)).text();
     const preemptions = Number(/^vllm:num_preemptions_total\S* (\S+)$/m.exec(metrics)?.[1] ?? NaN);
