@@ -117,6 +117,25 @@ test("startServer() answers a new session its planner has no room for with 503 o
   }
 });
 
+test("startServer() counts the n choices of a keyless opening turn as one new session at the front door", async () => {
+  // Room for one new session, once: the tick that grants it is the test's; the server's own ticks
+  // (each second) say nothing, which keeps the budget as the requests leave it.
+  let grant = false;
+  const admission = { kind: "admission" as const, holdNewSessions: false, maxHoldS: 0, newSessions: 1, rejectAfterHold: true };
+  const planner = { name: "one-new-session", intervalS: 1, tick: () => (grant ? (grant = false, [admission]) : []) };
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, workers: 2, planner });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    grant = true;
+    assert.deepEqual(s.cluster!.tick(), [admission]);
+    const two = await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 3, n: 2 });
+    assert.equal(two.choices.length, 2, "both choices of the one conversation got in");
+    await assert.rejects(client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 3 }), (e: unknown) => e instanceof OpenAI.APIError && e.status === 503);
+  } finally {
+    await s.shutdown();
+  }
+});
+
 test("startServer({ localPrefillTokens }) fixes the local-prefill threshold: prompts longer than it go through the prefill worker, and the planner keeps it", async () => {
   // Dynamo's KV-aware router hands off on the threshold alone (ours also weighs prefilling locally).
   for (const [tokens, handedOff] of [[8, true], [4096, false]] as const) {
