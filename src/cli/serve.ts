@@ -75,7 +75,7 @@ const FLAGS = {
   workers: { kind: "int", min: 1, help: "engines in this process behind our router and online role planner (default 1)" },
   roles: { kind: "string", help: "initial role of each worker, comma-separated: mixed|prefill|decode (default all mixed; with --workers)" },
   planner: { kind: "string", help: "online|none: flip worker roles every second from measured load, or keep --roles (default online; with --workers)" },
-  "itl-admission-ms": { kind: "number", min: 1, help: "let a new session (new prompt_cache_key or user) in only while the planner predicts the decode pool's ITL within this many ms; others get 503 with Retry-After (default off; with --workers, planner online)" },
+  "itl-admission-ms": { kind: "number", min: 1, help: "let a new session (new prompt_cache_key or user, or a keyless chat request with no answer in it yet) in only while the planner predicts the decode pool's ITL within this many ms; others get 503 with Retry-After (default off; with --workers, planner online)" },
   "local-prefill-tokens": { kind: "int", min: 0, help: "uncached prompt tokens a decode worker prefills itself; a longer prompt goes to a prefill worker and its KV moves (always with --router kv-aware; with ours when that beats prefilling locally) (default: the online planner adapts it from 512; 512 with --planner none; with --workers)" },
   router: { kind: "string", help: "session|kv-aware: our session/transfer-aware router or Dynamo's KV-aware cost (default session; with --workers)" },
   "peer-transfer": { kind: "string", help: "host|device|off: our router may pull a session's KV from the worker holding it, including what it offloaded to host memory (default host), its device blocks only, or never" },

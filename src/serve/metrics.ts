@@ -72,7 +72,7 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   simple("vllm:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens the model's own samples agreed with, kept without a step of their own.", s.specAcceptedTokens);
   metric("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Drafts whose token at this position (0 first) was accepted.",
     s.specAcceptedPerPos.map((n, i) => `vllm:spec_decode_num_accepted_tokens_per_pos_total{${label},position="${i}"} ${n}`));
-  simple("vllm:request_rejected_total", "counter", "Requests refused because the queue was full (429).", m.rejected);
+  simple("vllm:request_rejected_total", "counter", "Requests refused for load: the queue was full (429), or a cluster had no room for a new session (503).", m.rejected);
   // vLLM declares a series for each of its finish reasons from the start, so that increase() and rate() see the first.
   const reasons = new Map([["stop", 0], ["length", 0], ["abort", 0], ...m.finished]);
   metric("vllm:request_success_total", "counter", "Finished requests by finish reason (abort: cancelled, as by a client that went away).",
