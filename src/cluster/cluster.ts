@@ -167,9 +167,10 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     // (refused before any routing work); turns of sessions already served always enter. A request
     // naming no session is new only when it holds no answer yet (`openingTurn`): keyless-turns.ts knows
     // a continuation only while its last turn is kept, and refusing a returning agent it missed would
-    // break that agent mid-task, whereas an opening turn cannot be one.
+    // break that agent mid-task, whereas an opening turn cannot be one. For the same reason a request
+    // holding an answer always enters, under a key not seen before too (a restarted cluster's agents).
     const keyed = req.sessionId !== undefined;
-    const newSession = keyed ? this.sessions.isNew(req.sessionId!) : req.openingTurn === true;
+    const newSession = req.openingTurn === false ? false : keyed ? this.sessions.isNew(req.sessionId!) : req.openingTurn === true;
     if (newSession && this.control.newSessionBudget < 1) {
       this.metrics.rejected++;
       const what = keyed ? `new session "${req.sessionId}"` : "a new conversation (a request naming no session, with no answer in it yet)";
@@ -318,8 +319,9 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     const sreq = {
       promptTokens: req.prompt.length, blockTokens: this.blockSize, bytesPerBlock: this.o.bytesPerBlock,
       ...(last !== undefined ? { lastWorker: last } : {}),
-      // A session not seen before (a key, or a keyless prompt continuing no kept turn) opens here: its pulls are not charged as moves.
-      newSession: last === undefined,
+      // A session not seen before (a key, or a keyless prompt continuing no kept turn) opens here: its pulls
+      // are not charged as moves; unless its messages hold an answer, which makes it a returning one.
+      newSession: last === undefined && req.openingTurn !== false,
     };
     return { route: routeRequest(this.o.router ?? "session", sreq, cands, this.o.links ?? IN_PROCESS_LINK, this.control.routerOptions), cands };
   }

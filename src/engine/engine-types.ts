@@ -66,9 +66,12 @@ export interface GenerateRequest {
   /** Session key (prompt_cache_key / user) passed to KV retention. */
   sessionId?: string;
   /**
-   * The request opens a conversation: its messages hold no answer of the model yet (no assistant or
-   * tool message), so it cannot be a returning agent's turn. A cluster's front door counts such a
-   * request as a new session even when it names none. Undefined: not known (a raw completions prompt).
+   * Whether the request opens a conversation: true when its messages hold no answer of the model yet
+   * (no assistant or tool message), so it cannot be a returning agent's turn; false when they do. A
+   * cluster's front door counts an opening turn as a new session even when it names none, and never
+   * refuses a continuing one, whose session it may not know (a key it has not seen, a keyless turn it
+   * did not keep); the router charges a continuing one's pulls as a returning session's. Undefined:
+   * not known (a raw completions prompt).
    */
   openingTurn?: boolean;
   /** vLLM's `allowed_token_ids`: only these tokens may be sampled. */

@@ -107,7 +107,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   // A conversation's opening turn holds no answer yet; a returning agent's always holds its last one.
   const openingTurn = body.messages.every((m) => m.role !== "assistant" && m.role !== "tool");
   const request = {
-    ...(openingTurn ? { openingTurn } : {}),
+    openingTurn,
     ...engineRequest(harmony || toolCalls ? { ...body, skip_special_tokens: false } : body, ctx, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, skipSpecial),
     ...(grammarAfter ? { grammarAfter } : {}),
     ...(budget !== undefined ? { reasoningBudget: budget } : {}),

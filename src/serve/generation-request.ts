@@ -134,8 +134,9 @@ export function submit(ctx: ServeContext, reqs: readonly GenerateRequest[], n: n
         // The whole seed: cut to 32 bits, seeds 2^32 apart would sample alike (seededUniforms takes 53).
         const one: GenerateRequest = req.seed === undefined ? { ...req } : { ...req, seed: req.seed + i };
         if (i > 0 && scoreOnce) delete one.promptLogprobs;
-        // The n choices of one opening turn open one conversation: a cluster's front door counts it once.
-        if (i > 0) delete one.openingTurn;
+        // The n choices of one opening turn open one conversation: a cluster's front door counts it
+        // once, by the first; the others go as that conversation's.
+        if (i > 0 && one.openingTurn) one.openingTurn = false;
         handles.push(ctx.engine.submit(one));
       }
     }

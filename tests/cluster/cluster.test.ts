@@ -319,7 +319,7 @@ test("Cluster.submit() refuses a new session once the planner's new-session budg
   await cl.stop();
 });
 
-test("Cluster.submit() counts a keyless opening turn as a new session at the front door, never a keyless turn holding an answer", async () => {
+test("Cluster.submit() counts a keyless opening turn as a new session at the front door, never a turn holding an answer, keyed or not", async () => {
   const budget = (newSessions: number): PlannerAction => ({ kind: "admission", holdNewSessions: false, maxHoldS: 0, newSessions, rejectAfterHold: true });
   const planner = new ScriptedPlanner([[budget(1)], [budget(0)]]);
   const cl = cluster({ workers: 2, planner });
@@ -327,11 +327,15 @@ test("Cluster.submit() counts a keyless opening turn as a new session at the fro
   cl.tick();
   await opening(); // the tick's one new session
   await assert.rejects(opening(), (e: Error) => e instanceof SessionRefusedError && /No room for a new conversation/.test(e.message));
-  // A keyless request that holds an answer (a returning agent the cluster may not know) always enters.
+  // A keyless request that may hold an answer (a raw prompt) or does (a returning agent the cluster may
+  // not know) always enters; so does a turn holding an answer under a key the cluster has not seen.
   await run(cl, greedy(STORY, 2));
+  await run(cl, { ...greedy(STORY, 2), openingTurn: false });
+  await run(cl, { ...greedy(STORY, 2), openingTurn: false, sessionId: "agent-from-before-a-restart" });
   cl.tick();
   await assert.rejects(opening(), SessionRefusedError);
-  assert.equal(cl.metrics.rejected, 2);
+  await assert.rejects(run(cl, { ...greedy(STORY, 2), openingTurn: true, sessionId: "agent-new" }), SessionRefusedError);
+  assert.equal(cl.metrics.rejected, 3);
   await cl.stop();
 });
 

@@ -119,6 +119,18 @@ test("Cluster lets a keyless request opening a conversation pull a shared prefix
   await cl.stop();
 });
 
+test("Cluster charges a keyless turn holding an answer as a returning one even when it kept no turn it continues", async () => {
+  const { cl, busy } = await busyHolder(1000);
+  // Shares STORY's first two blocks and goes on otherwise (a template that edited the earlier prompt):
+  // no kept turn continues it, but its messages hold an answer, so it is a returning agent's turn.
+  const edited = [...STORY.slice(0, 32), ...model.tokenizer.encode(" A cat sat on the mat all day long.")];
+  const t = await run(cl, { ...greedy(edited, 4), openingTurn: false });
+  assert.equal(cl.counters.prefixMoves, 0, "a returning turn's pull was charged as a move");
+  assert.equal(t.result.completionTokens, 4);
+  await Promise.all(busy.map((h) => h.result));
+  await cl.stop();
+});
+
 test("Cluster spreads concurrent keyless conversations whose prompts share a system prompt's blocks", async () => {
   const cl = createCluster(createReferenceBackend(), model, { planner: "none", workers: 4, engine: { numBlocks: 256 } });
   const system = "You are a helpful coding agent. You can read files and run commands in the shell. Always explain. ";
