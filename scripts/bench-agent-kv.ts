@@ -48,7 +48,7 @@ export class AgentKvArgsError extends Error {
 const USAGE = `bench-agent-kv: agent-aware vs LRU KV retention in the real server (scripted model, reference backend)
   --sessions N (agent sessions, ${WORKLOAD_DEFAULTS.sessions})  --turns N (tool calls each, ${WORKLOAD_DEFAULTS.turns})
   --chats N (one-shot chats, ${WORKLOAD_DEFAULTS.chats})  --seed N (${WORKLOAD_DEFAULTS.seed})  --kv-blocks N (256)
-  --repeats N (3)  --json PATH
+  --agent-start-s N (agents start uniformly in 0-N s, ${WORKLOAD_DEFAULTS.agentStartS}; 0: all at once)  --repeats N (3)  --json PATH
   --api chat|responses (chat): chat completions resending each conversation under a prompt_cache_key, or the
     Responses API continuing each by previous_response_id with no key (the server's session per conversation)
   --offload-blocks N: compare agent retention with a host-memory KV tier of N blocks against agent retention alone
@@ -57,7 +57,7 @@ const USAGE = `bench-agent-kv: agent-aware vs LRU KV retention in the real serve
   --keyless-workers N: N worker threads; compare chat sessions under a prompt_cache_key against the same
     sessions naming no session (told apart by the cluster's keyless routing and the workers' session inference)`;
 
-const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1, "offload-blocks": 1, "peer-host-workers": 2, "keyless-workers": 2 } as const;
+const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1, "offload-blocks": 1, "peer-host-workers": 2, "keyless-workers": 2, "agent-start-s": 0 } as const;
 
 /** Parses argv; throws AgentKvArgsError quoting the bad flag or value. */
 export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
@@ -83,6 +83,7 @@ export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
     else if (name === "offload-blocks") o.offloadBlocks = n;
     else if (name === "peer-host-workers") o.peerHostWorkers = n;
     else if (name === "keyless-workers") o.keylessWorkers = n;
+    else if (name === "agent-start-s") o.workload.agentStartS = n;
     else o.workload[name as "sessions" | "turns" | "chats" | "seed"] = n;
   }
   if (o.peerHostWorkers !== undefined && o.offloadBlocks === undefined) throw new AgentKvArgsError("Flag --peer-host-workers needs --offload-blocks");
