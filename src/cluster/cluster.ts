@@ -170,7 +170,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     // break that agent mid-task, whereas an opening turn cannot be one. For the same reason a request
     // holding an answer always enters, under a key not seen before too (a restarted cluster's agents).
     const keyed = req.sessionId !== undefined;
-    const newSession = req.openingTurn === false ? false : keyed ? this.sessions.isNew(req.sessionId!) : req.openingTurn === true;
+    const newSession = req.openingTurn !== false && (keyed ? this.sessions.isNew(req.sessionId!) : req.openingTurn === true);
     if (newSession && this.control.newSessionBudget < 1) {
       this.metrics.rejected++;
       const what = keyed ? `new session "${req.sessionId}"` : "a new conversation (a request naming no session, with no answer in it yet)";
