@@ -6,7 +6,8 @@
  * Each tick the planner asks how many more decoding sequences the pool takes before its predicted ITL
  * reaches an aim below the target; that many new sessions may enter before the next tick (each adds
  * about one decoding sequence), the rest wait at the door until then and are turned away if there is
- * still no room. Sessions already in are never refused a turn.
+ * still no room. Sessions already in are never refused a turn. An idle pool takes one new session
+ * a tick whatever the budget says (OnlinePlanner: it slows nobody, and only decoding measures again).
  *
  * Two corrections come from measurement, not from a profile: the step model's ITL is scaled by the
  * measured one (it leaves out stalls, uneven batches and sequences waiting for a batch slot), and the

@@ -231,7 +231,12 @@ export class OnlinePlanner implements Planner {
     const ctx = aged ? this.steps.contexts(true, ahead ? itl.lookaheadS / this.intervalS : 0) : undefined;
     const perSeq = aged && seqs >= 4 * live.length ? this.rates.demand / seqs : 0;
     const modelNow = aged ? this.predictMix(cur, backlog, seqs, meanUncached, demand)[1] : undefined;
-    const newSessions = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached, demand, this.rates.demand + perSeq * extra, ctx)[1], measured, this.o.itlTargetS, live.length, seqs, modelNow);
+    const budget = itl.budget((extra) => this.predictMix(cur, backlog, seqs + extra, meanUncached, demand, this.rates.demand + perSeq * extra, ctx)[1], measured, this.o.itlTargetS, live.length, seqs, modelNow);
+    // An idle pool (nothing decoding, no prompt waiting) takes one new session whatever the model says:
+    // it slows nobody, and only decoding measures the pool again. Without it a target the pool cannot
+    // meet even for one sequence (or a scale left high by one slow window) shut a real server's door
+    // for good once its sessions had left (bench-agent-kv at a 4 ms target on the reference backend).
+    const newSessions = seqs === 0 && backlog === 0 ? Math.max(1, budget) : budget;
     const memHolding = mem?.holdingNewSessions ?? false;
     return [{
       kind: "admission", holdNewSessions: memHolding, newSessions,

@@ -147,3 +147,20 @@ test("OnlinePlanner's ITL admission prices rising contexts where their trend tak
   // Nor does it while the measured ITL is below lookaheadFrom × the aim (here never reached).
   assert.equal(budget(240, young, 10), atPeak);
 });
+
+test("OnlinePlanner's ITL admission lets one new session into an idle pool even when the target is out of its reach", () => {
+  // A 5 ms target the pool cannot meet with a single sequence (its steps take 21.5 ms and more).
+  const planner = new OnlinePlanner({ itlAdmission: { aim: 0.8 }, itlTargetS: 0.005 });
+  const budget = (t: number, seqs: number, backlog: number) => {
+    const s = snap(t, Array(8).fill("mixed"), { uncachedPerS: 20_000, outputPerS: 2_000, backlog, seqs });
+    s.workers = s.workers.map((w, i) => ({ ...w, steps: mixedWorkerSteps(0, 200, 8 * t + i) }));
+    return (planner.tick(s).find((a) => a.kind === "admission") as Extract<PlannerAction, { kind: "admission" }> | undefined)?.newSessions;
+  };
+  let t = 1;
+  for (; planner.stepModelCoefficients() === null || t < 40; t++) budget(t, 80, 0);
+  assert.equal(budget(t++, 80, 0), 0, "a busy pool past the target takes nobody new");
+  assert.equal(budget(t++, 0, 5000), 0, "nor does one with prompts still waiting to prefill");
+  // Nothing decoding and nothing waiting: one more session hurts nobody, and it is the only way the pool
+  // measures again (a door shut on an idle pool would stay shut for good).
+  assert.equal(budget(t++, 0, 0), 1);
+});
