@@ -12,7 +12,7 @@ import type { RouteCandidate, SessionRoute } from "../../planner/routers.ts";
 import type { PlannerAction, Role } from "../../planner/types.ts";
 import type { EngineMetrics } from "../engine/engine-metrics.ts";
 import {
-  type EngineStats, EngineOverloadedError, type GenerateRequest, NoWorkerError, outputBudget, type RequestHandle, type ServingEngine, SessionRefusedError, type WorkerStatus,
+  type EngineStats, EngineOverloadedError, type GenerateRequest, NoWorkerError, outputBudget, type RequestHandle, type ServingEngine, type WorkerStatus,
 } from "../engine/engine-types.ts";
 import type { StepMixing } from "../engine/scheduler-types.ts";
 import type { ClusterWorker } from "./cluster-worker.ts";
@@ -30,6 +30,7 @@ import { adapterRequest, ClusterAdapters, underClientName } from "./cluster-adap
 import { ClusterControl } from "./cluster-control.ts";
 import type { AdapterReloader, ClusterFront } from "./cluster-front.ts";
 import { ClusterSessions, type SessionPlace } from "./cluster-sessions.ts";
+import { passFrontDoor } from "./front-door.ts";
 
 export type { ClusterCounters, ClusterDecision, ClusterOptions } from "./cluster-types.ts";
 
@@ -157,31 +158,25 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
   /** Routes and queues a request. Throws the typed errors of engine-types.ts. */
   submit(req: GenerateRequest): RequestHandle {
     const maxTokens = outputBudget(req, this.maxModelLen);
-    const waiting = this.set.all.reduce((a, w) => a + w.engine.stats().waiting, 0);
-    const maxWaiting = this.o.maxWaiting ?? 1024 * Math.max(1, this.set.all.length);
-    if (waiting >= maxWaiting) {
-      this.metrics.rejected++;
-      throw new EngineOverloadedError(`${maxWaiting} requests are already waiting`);
-    }
-    // The planner's front door: a session not seen before needs room within the budget of this tick
-    // (refused before any routing work); turns of sessions already served always enter. A request
-    // naming no session is new only when it holds no answer yet (`openingTurn`): keyless-turns.ts knows
-    // a continuation only while its last turn is kept, and refusing a returning agent it missed would
-    // break that agent mid-task, whereas an opening turn cannot be one. For the same reason a request
-    // holding an answer always enters, under a key not seen before too (a restarted cluster's agents).
+    // The queue bound and the planner's new-session budget, before any routing work (front-door.ts).
     const keyed = req.sessionId !== undefined;
-    const newSession = req.openingTurn !== false && (keyed ? this.sessions.isNew(req.sessionId!) : req.openingTurn === true);
-    if (newSession && this.control.newSessionBudget < 1) {
+    let newSession: boolean;
+    try {
+      newSession = passFrontDoor(req, {
+        waiting: this.set.all.reduce((a, w) => a + w.engine.stats().waiting, 0),
+        maxWaiting: this.o.maxWaiting ?? 1024 * Math.max(1, this.set.all.length),
+        newSessionBudget: this.control.newSessionBudget,
+        isNewSession: (key) => this.sessions.isNew(key),
+      });
+    } catch (e) {
       this.metrics.rejected++;
-      const what = keyed ? `new session "${req.sessionId}"` : "a new conversation (a request naming no session, with no answer in it yet)";
-      throw new SessionRefusedError(`No room for ${what}: the decode pool is at its ITL target`);
+      throw e;
     }
     const lora = req.adapter === undefined ? undefined : this.adapters.get(req.adapter);
     if (req.adapter !== undefined && !lora) throw new LoraAdapterError(`The LoRA adapter "${req.adapter}" is not loaded`, true);
     const root = cacheRootOf(lora?.root, req.cacheSalt);
     const hashes = chainHashes(req.prompt, this.blockSize, undefined, root ?? null);
     // A request naming no session may continue a conversation whose turn ended here (keyless-turns.ts).
-    const keyless = req.sessionId === undefined;
     const place = this.sessions.locate(req.sessionId, req.prompt, hashes, root);
     const { route, cands } = this.route(req, hashes, place);
     // The continuation keeps the name its worker gave the conversation wherever it goes now: a worker
@@ -233,7 +228,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     };
     const result = h.result.finally(release).then((r) => {
       // The session the worker inferred is placed for its tool waits; the turn's end kept for the next turn's route.
-      if (keyless) this.sessions.keylessEnded(req.prompt, hashes, root, h.sessionId, dec.id);
+      if (!keyed) this.sessions.keylessEnded(req.prompt, hashes, root, h.sessionId, dec.id);
       return this.window.finished(r, t0, tStart, maxTokens);
     });
     // The session may be known only later (inferred by a worker, or once a hand-off is done).
