@@ -34,6 +34,11 @@ export interface AgentKvOptions {
    * against the same sessions naming none (the cluster and its workers infer them).
    */
   keylessWorkers?: number;
+  /**
+   * With a cluster (`keylessWorkers` or `peerHostWorkers`): serve with `--itl-admission-ms` this, so its
+   * front door refuses new sessions (503) while the planner predicts the ITL above it; clients retry.
+   */
+  itlAdmissionMs?: number;
   repeats: number;
   jsonPath?: string;
   /** The API the sessions speak (default chat). */
@@ -55,9 +60,11 @@ const USAGE = `bench-agent-kv: agent-aware vs LRU KV retention in the real serve
   --peer-host-workers N (with --offload-blocks): N worker threads, each with that host tier; compare
     --peer-transfer host (pulls take the holder's host blocks too) against --peer-transfer device
   --keyless-workers N: N worker threads; compare chat sessions under a prompt_cache_key against the same
-    sessions naming no session (told apart by the cluster's keyless routing and the workers' session inference)`;
+    sessions naming no session (told apart by the cluster's keyless routing and the workers' session inference)
+  --itl-admission-ms N (with --keyless-workers or --peer-host-workers): serve with the planner's front door at an
+    ITL target of N ms; a refused turn (503) is sent again after its Retry-After, its wait counted in its TTFT`;
 
-const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1, "offload-blocks": 1, "peer-host-workers": 2, "keyless-workers": 2, "agent-start-s": 0 } as const;
+const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1, "offload-blocks": 1, "peer-host-workers": 2, "keyless-workers": 2, "agent-start-s": 0, "itl-admission-ms": 1 } as const;
 
 /** Parses argv; throws AgentKvArgsError quoting the bad flag or value. */
 export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
@@ -84,10 +91,14 @@ export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
     else if (name === "peer-host-workers") o.peerHostWorkers = n;
     else if (name === "keyless-workers") o.keylessWorkers = n;
     else if (name === "agent-start-s") o.workload.agentStartS = n;
+    else if (name === "itl-admission-ms") o.itlAdmissionMs = n;
     else o.workload[name as "sessions" | "turns" | "chats" | "seed"] = n;
   }
   if (o.peerHostWorkers !== undefined && o.offloadBlocks === undefined) throw new AgentKvArgsError("Flag --peer-host-workers needs --offload-blocks");
   if (o.keylessWorkers !== undefined && (o.offloadBlocks !== undefined || o.api !== "chat")) throw new AgentKvArgsError("Flag --keyless-workers compares chat sessions: it takes neither --offload-blocks nor --api");
+  if (o.itlAdmissionMs !== undefined && o.keylessWorkers === undefined && o.peerHostWorkers === undefined) {
+    throw new AgentKvArgsError("Flag --itl-admission-ms needs worker threads (--keyless-workers or --peer-host-workers): the front door is the cluster's");
+  }
   return o;
 }
 
@@ -108,6 +119,9 @@ export interface RunSummary {
   ttftP95Ms: number;
   fastTtftMeanMs: number;
   e2eMeanMs: number;
+  /** 503 refusals (the front door) of sessions' first turns, and of later turns (which it should never refuse). */
+  firstRefusals: number;
+  laterRefusals: number;
   preemptions: number;
   wallS: number;
   serverCpuS: number;
@@ -127,7 +141,9 @@ export function summarizeRun(r: RunResult): RunSummary {
     fastReturns: fast.length, fastHitRate: hit(fast), slowHitRate: hit(t.filter((x) => x.label === "slow-return")),
     recomputedTokens: sum(t, lost), fastRecomputedTokens: sum(fast, lost),
     ttftMeanMs: ttft.mean, ttftP50Ms: ttft.p50, ttftP95Ms: ttft.p95, fastTtftMeanMs: distribution(fast.map((x) => x.ttftMs)).mean,
-    e2eMeanMs: distribution(t.map((x) => x.e2eMs)).mean, preemptions: r.preemptions, wallS: r.wallS, serverCpuS: r.serverCpuS,
+    e2eMeanMs: distribution(t.map((x) => x.e2eMs)).mean,
+    firstRefusals: sum(t.filter((x) => x.label === "first"), (x) => x.refusals), laterRefusals: sum(t.filter((x) => x.label !== "first"), (x) => x.refusals),
+    preemptions: r.preemptions, wallS: r.wallS, serverCpuS: r.serverCpuS,
   };
 }
 
@@ -144,7 +160,7 @@ const ROWS: [keyof RunSummary, string, (v: number) => string][] = [
   ["slowHitRate", "hit rate, slow-tool returns", pct], ["recomputedTokens", "recomputed prompt tokens", String],
   ["fastRecomputedTokens", "recomputed, fast-tool returns", String], ["ttftMeanMs", "TTFT mean (ms)", ms], ["ttftP50Ms", "TTFT P50 (ms)", ms],
   ["ttftP95Ms", "TTFT P95 (ms)", ms], ["fastTtftMeanMs", "TTFT mean, fast-tool returns (ms)", ms], ["e2eMeanMs", "E2E mean (ms)", ms],
-  ["preemptions", "preemptions", String], ["serverCpuS", "server CPU time (s)", (v) => v.toFixed(1)],
+  ["firstRefusals", "refusals (503) of first turns", String], ["laterRefusals", "refusals (503) of later turns", String], ["preemptions", "preemptions", String], ["serverCpuS", "server CPU time (s)", (v) => v.toFixed(1)],
   ["wallS", "run wall time (s)", (v) => v.toFixed(1)],
 ];
 function pct(v: number): string { return `${(100 * v).toFixed(1)}%`; }
@@ -172,9 +188,10 @@ async function main(): Promise<void> {
     // Two configurations on the same workload: the retention policies, or agent retention with and without a host tier.
     // Or, with worker threads, peer pulls that take the holder's host blocks too against device blocks only.
     const offload = ["--kv-offload-blocks", String(o.offloadBlocks)];
-    const threads = ["--workers", String(o.peerHostWorkers), "--transport", "threads", ...offload];
+    const door = o.itlAdmissionMs === undefined ? [] : ["--itl-admission-ms", String(o.itlAdmissionMs)];
+    const threads = ["--workers", String(o.peerHostWorkers), "--transport", "threads", ...offload, ...door];
     // Or, with worker threads, sessions under a key against the same sessions naming none.
-    const keylessThreads = ["--workers", String(o.keylessWorkers), "--transport", "threads"];
+    const keylessThreads = ["--workers", String(o.keylessWorkers), "--transport", "threads", ...door];
     const configs: { name: string; retention: KvRetention; args: string[]; api?: AgentApi }[] = o.keylessWorkers !== undefined
       ? [{ name: "keyed", retention: "agent", args: keylessThreads }, { name: "keyless", retention: "agent", args: keylessThreads, api: "chat-keyless" }]
       : o.offloadBlocks === undefined

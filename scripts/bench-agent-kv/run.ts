@@ -26,8 +26,11 @@ export interface TurnRecord {
   cachedTokens: number;
   /** Prompt tokens the previous turn of the session had already computed (whole blocks); 0 on a first turn. */
   reusableTokens: number;
+  /** From the first try: a turn the server refused (503) is tried again after its Retry-After, and waits count. */
   ttftMs: number;
   e2eMs: number;
+  /** How many times the server refused this turn with 503 (its front door, `--itl-admission-ms`) before taking it. */
+  refusals: number;
 }
 
 /** A run's requests, the server's preemption count and CPU time. */
@@ -66,6 +69,22 @@ function startServe(modelPath: string, kvBlocks: number, kvRetention: KvRetentio
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Sends a turn until the server takes it: a 503 (the cluster's front door turning a new session away) is
+ * counted in `refused.n` and sent again after its Retry-After, as a client honouring it would.
+ */
+async function untilTaken<T>(send: () => Promise<T>, refused: { n: number }): Promise<T> {
+  for (;;) {
+    try {
+      return await send();
+    } catch (e) {
+      if (!(e instanceof OpenAI.APIError) || e.status !== 503) throw e;
+      refused.n++;
+      await sleep(1000 * Number(e.headers?.get("retry-after") ?? 1));
+    }
+  }
+}
 const expectedTool = (text: string) => ({ [ENDING.fast]: FAST_TOOL, [ENDING.slow]: SLOW_TOOL })[text.slice(-1)];
 
 /** Which API the sessions speak: chat completions under a session key, chat completions naming no session, or Responses. */
@@ -83,18 +102,25 @@ async function playResponsesSession(client: OpenAI, model: string, plan: Session
     const input: OpenAI.Responses.ResponseInputItem[] = step.role === "tool" ? [{ type: "function_call_output", call_id: callId, output: step.text }] : [{ role: "user", content: step.text }];
     const t0 = performance.now();
     let ttft = NaN;
+    const refused = { n: 0 };
     // Instructions do not carry over to a continued turn: sent each time, as Codex does.
-    const stream = client.responses.stream({ model, input, instructions: SYSTEM_PROMPT, tools: RESPONSES_TOOLS, temperature: 0, max_output_tokens: 16, ...(previous ? { previous_response_id: previous } : {}) });
+    const stream = await untilTaken(() => client.responses.create({
+      model, input, instructions: SYSTEM_PROMPT, tools: RESPONSES_TOOLS, temperature: 0, max_output_tokens: 16, stream: true,
+      ...(previous ? { previous_response_id: previous } : {}),
+    }), refused);
+    let done: OpenAI.Responses.Response | undefined;
     for await (const e of stream) {
       if (e.type === "response.output_text.delta" || (e.type === "response.output_item.added" && e.item.type === "function_call")) ttft = Number.isNaN(ttft) ? performance.now() - t0 : ttft;
+      if (e.type === "response.completed") done = e.response;
     }
-    const r = await stream.finalResponse();
+    if (!done) throw new Error(`${plan.id}: the response stream ended without response.completed`);
+    const r = done;
     const e2e = performance.now() - t0;
     const calls = r.output.flatMap((o) => (o.type === "function_call" ? [o] : []));
     const want = expectedTool(step.text);
     if (calls[0]?.name !== want || !r.usage) throw new Error(`${plan.id}: expected ${want ? `a call to ${want}` : "a final answer"}, got ${JSON.stringify(r.output)}`);
     const u = r.usage;
-    out.push({ session: plan.id, label: step.label, promptTokens: u.input_tokens, cachedTokens: u.input_tokens_details.cached_tokens, reusableTokens: prev, ttftMs: ttft, e2eMs: e2e });
+    out.push({ session: plan.id, label: step.label, promptTokens: u.input_tokens, cachedTokens: u.input_tokens_details.cached_tokens, reusableTokens: prev, ttftMs: ttft, e2eMs: e2e, refusals: refused.n });
     prev = Math.floor((u.input_tokens + u.output_tokens - 1) / BLOCK) * BLOCK;
     previous = r.id;
     callId = calls[0]?.call_id ?? "";
@@ -117,10 +143,11 @@ async function playSession(client: OpenAI, model: string, plan: SessionPlan, out
     let content = "";
     const calls: OpenAI.ChatCompletionMessageFunctionToolCall[] = [];
     let usage: OpenAI.CompletionUsage | undefined;
-    const stream = await client.chat.completions.create({
+    const refused = { n: 0 };
+    const stream = await untilTaken(() => client.chat.completions.create({
       model, messages, tools: AGENT_TOOLS, temperature: 0, max_tokens: 16, ...(keyed ? { prompt_cache_key: plan.id } : {}),
       stream: true, stream_options: { include_usage: true },
-    });
+    }), refused);
     for await (const chunk of stream) {
       const d = chunk.choices[0]?.delta;
       if (d?.content || d?.tool_calls?.length) ttft = Number.isNaN(ttft) ? performance.now() - t0 : ttft;
@@ -134,7 +161,7 @@ async function playSession(client: OpenAI, model: string, plan: SessionPlan, out
       throw new Error(`${plan.id}: expected ${want ? `a call to ${want}` : "a final answer"}, got ${JSON.stringify({ content, calls, usage })}`);
     }
     const cached = usage.prompt_tokens_details?.cached_tokens ?? 0;
-    out.push({ session: plan.id, label: step.label, promptTokens: usage.prompt_tokens, cachedTokens: cached, reusableTokens: prev, ttftMs: ttft, e2eMs: e2e });
+    out.push({ session: plan.id, label: step.label, promptTokens: usage.prompt_tokens, cachedTokens: cached, reusableTokens: prev, ttftMs: ttft, e2eMs: e2e, refusals: refused.n });
     // The next prompt resends this prompt and the answer (EOS excepted); only whole blocks can be cached.
     prev = Math.floor((usage.prompt_tokens + usage.completion_tokens - 1) / BLOCK) * BLOCK;
     messages.push(calls.length > 0 ? { role: "assistant", content: content || null, tool_calls: calls } : { role: "assistant", content });
