@@ -18,6 +18,14 @@ export class ClusterControl {
   mixing: StepMixing;
   /** New sessions that may still enter before the planner's next tick (its "admission" action). */
   newSessionBudget = Infinity;
+  /**
+   * The admission action's terms for new sessions waiting at the door (door-queue.ts): whether they are
+   * held whatever the budget (the memory-pressure hold), how long one waits at most (s; 0: to the next
+   * tick), and whether it is then turned away rather than let in.
+   */
+  holdingNewSessions = false;
+  maxHoldS = 0;
+  rejectAfterHold = false;
   /** Planner ticks so far: a budget given back after a tick would add to the next tick's. */
   private ticks = 0;
 
@@ -69,11 +77,14 @@ export class ClusterControl {
       this.mixing = mixing;
       for (const w of this.set.all) w.engine.stepMixing = this.mixing;
     } else if (a.kind === "admission") {
-      // No waiting room here: a session the front door cannot take now is refused with Retry-After
-      // (HTTP 503) and retries, where the simulator holds it to the next tick.
+      // A session the front door cannot take now waits there on these terms, as in the simulator
+      // (cluster.ts lets the waiting ones in or turns them away after each tick).
       const budget = a.holdNewSessions ? 0 : (a.newSessions ?? Infinity);
       changed = budget !== this.newSessionBudget;
       this.newSessionBudget = budget;
+      this.holdingNewSessions = a.holdNewSessions;
+      this.maxHoldS = a.maxHoldS;
+      this.rejectAfterHold = a.rejectAfterHold ?? false;
     } else changed = false; // "replicas" is not applied: workers join and leave by themselves (see addWorker).
     this.o.onDecision?.({ action: a, changed, ...(from !== undefined ? { from } : {}) });
   }

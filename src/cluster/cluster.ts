@@ -12,7 +12,7 @@ import type { RouteCandidate, SessionRoute } from "../../planner/routers.ts";
 import type { PlannerAction, Role } from "../../planner/types.ts";
 import type { EngineMetrics } from "../engine/engine-metrics.ts";
 import {
-  type EngineStats, EngineOverloadedError, type GenerateRequest, NoWorkerError, outputBudget, type RequestHandle, type ServingEngine, type WorkerStatus,
+  type EngineStats, EngineOverloadedError, type GenerateRequest, NoWorkerError, outputBudget, type RequestHandle, type ServingEngine, SessionRefusedError, type WorkerStatus,
 } from "../engine/engine-types.ts";
 import type { StepMixing } from "../engine/scheduler-types.ts";
 import type { ClusterWorker } from "./cluster-worker.ts";
@@ -26,11 +26,12 @@ import { WorkerSet } from "./worker-set.ts";
 import { handOff, type HandoffHop } from "./handoff.ts";
 import { cacheRootOf, LoraAdapterError } from "../engine/engine-adapters.ts";
 import type { LoraAdapter } from "../model/lora.ts";
-import { adapterRequest, ClusterAdapters, underClientName } from "./cluster-adapters.ts";
+import { adapterRequest, type AdapterEntry, ClusterAdapters, underClientName } from "./cluster-adapters.ts";
 import { ClusterControl } from "./cluster-control.ts";
 import type { AdapterReloader, ClusterFront } from "./cluster-front.ts";
 import { ClusterSessions, type SessionPlace } from "./cluster-sessions.ts";
 import { passFrontDoor } from "./front-door.ts";
+import { DoorQueue } from "./door-queue.ts";
 
 export type { ClusterCounters, ClusterDecision, ClusterOptions } from "./cluster-types.ts";
 
@@ -47,6 +48,8 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
   /** The planner's settings (roles aside, which are on the workers) and their control loop. */
   private readonly control: ClusterControl;
   private readonly adapters: ClusterAdapters;
+  /** New sessions waiting at the front door for room. */
+  private readonly door = new DoorQueue();
 
   /**
    * Takes the workers' engines already started (local or in threads), their steps wired to
@@ -155,25 +158,45 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     return gone;
   }
 
-  /** Routes and queues a request. Throws the typed errors of engine-types.ts. */
+  /**
+   * Routes and queues a request. Throws the typed errors of engine-types.ts; a new session the
+   * planner's budget has no room for waits at the door (door-queue.ts), its handle's `refusal` saying
+   * whether it got in.
+   */
   submit(req: GenerateRequest): RequestHandle {
     const maxTokens = outputBudget(req, this.maxModelLen);
+    const lora = req.adapter === undefined ? undefined : this.adapters.get(req.adapter);
+    if (req.adapter !== undefined && !lora) throw new LoraAdapterError(`The LoRA adapter "${req.adapter}" is not loaded`, true);
+    // Another request of a session waiting at the door (the other choices of its first turn) waits with it.
+    const at = this.now();
+    const follower = req.sessionId === undefined ? undefined : this.door.follow(req.sessionId, () => this.enter(req, maxTokens, lora, false, at));
+    if (follower) return relayHandle(this.nextId++, req.prompt.length, req.sessionId, follower.start, follower.cancel);
     // The queue bound and the planner's new-session budget, before any routing work (front-door.ts).
-    const keyed = req.sessionId !== undefined;
     let newSession: boolean;
     try {
       newSession = passFrontDoor(req, {
-        waiting: this.set.all.reduce((a, w) => a + w.engine.stats().waiting, 0),
+        waiting: this.set.all.reduce((a, w) => a + w.engine.stats().waiting, 0) + this.door.size,
         maxWaiting: this.o.maxWaiting ?? 1024 * Math.max(1, this.set.all.length),
-        newSessionBudget: this.control.newSessionBudget,
+        newSessionBudget: this.door.size > 0 ? 0 : this.control.newSessionBudget,
         isNewSession: (key) => this.sessions.isNew(key),
       });
     } catch (e) {
+      if (e instanceof SessionRefusedError) return this.holdAtDoor(req, maxTokens, lora, e, at);
       this.metrics.rejected++;
       throw e;
     }
-    const lora = req.adapter === undefined ? undefined : this.adapters.get(req.adapter);
-    if (req.adapter !== undefined && !lora) throw new LoraAdapterError(`The LoRA adapter "${req.adapter}" is not loaded`, true);
+    return this.enter(req, maxTokens, lora, newSession, at);
+  }
+
+  /** A new session without room waits at the door for a tick to let it in (or turn it away with `refusal`). */
+  private holdAtDoor(req: GenerateRequest, maxTokens: number, lora: AdapterEntry | undefined, refusal: SessionRefusedError, at: number): RequestHandle {
+    const { start, cancel } = this.door.hold(at, refusal, () => this.enter(req, maxTokens, lora, true, at), req.sessionId);
+    return relayHandle(this.nextId++, req.prompt.length, req.sessionId, start, cancel);
+  }
+
+  /** Routes and queues a request past the front door; `arrivedAt`: when the client sent it (the cluster's clock). */
+  private enter(req: GenerateRequest, maxTokens: number, lora: AdapterEntry | undefined, newSession: boolean, arrivedAt: number): RequestHandle {
+    const keyed = req.sessionId !== undefined;
     const root = cacheRootOf(lora?.root, req.cacheSalt);
     const hashes = chainHashes(req.prompt, this.blockSize, undefined, root ?? null);
     // A request naming no session may continue a conversation whose turn ended here (keyless-turns.ts).
@@ -219,8 +242,8 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
       refund?.();
       if (newSession && keyed) this.sessions.unplace(req.sessionId!, dec.id);
     });
-    const t0 = this.now();
-    if (direct) tStart = t0;
+    const t0 = arrivedAt;
+    if (direct) tStart = this.now();
     const loraEnded = lora ? adapterRequest(lora) : undefined;
     const release = () => {
       for (const w of touched) w.inFlight--;
@@ -270,9 +293,11 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     for (const t of w ? [w] : this.set.all) t.engine.markToolWait(sessionId, tool);
   }
 
-  /** Gauges and counters summed over workers (counters include those of workers that have left). */
+  /** Gauges and counters summed over workers (counters include those of workers that have left); `waiting` counts the door's too. */
   stats(): EngineStats {
-    return sumStats([...this.set.all.map((w) => w.engine.stats()), this.set.retiredCounters()]);
+    const s = sumStats([...this.set.all.map((w) => w.engine.stats()), this.set.retiredCounters()]);
+    // New sessions held at the front door wait too (vllm:num_requests_waiting).
+    return { ...s, waiting: s.waiting + this.door.size };
   }
 
   /** Sessions by status, summed over workers (undefined under LRU retention). */
@@ -285,13 +310,22 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     return this.set.all.map((w) => w.status());
   }
 
-  /** One planner interval: snapshot, decisions, applied. Returns the decisions. */
+  /**
+   * One planner interval: snapshot, decisions, applied; then the sessions waiting at the door enter,
+   * oldest first, as far as the new budget goes, and those that have waited the longest the door holds
+   * one are turned away (or, under the memory-pressure hold's terms, let in). Returns the decisions.
+   */
   tick(): PlannerAction[] {
-    return this.control.tick();
+    const actions = this.control.tick();
+    const c = this.control;
+    if (!c.holdingNewSessions) this.door.admitWhile(() => c.newSessionBudget >= 1);
+    this.metrics.rejected += this.door.expire(this.now() - c.maxHoldS * 1000, c.rejectAfterHold);
+    return actions;
   }
 
-  /** Stops every engine. */
+  /** Stops every engine; sessions waiting at the door are turned away. */
   async stop(): Promise<void> {
+    this.door.clear(new SessionRefusedError("No room for new sessions: the server is stopping"));
     await Promise.all(this.set.all.map((w) => w.engine.stop()));
   }
 

@@ -206,8 +206,9 @@ export class EngineOverloadedError extends Error {
 }
 
 /**
- * Thrown by a cluster whose planner has no room for another new session now (its ITL admission; HTTP
- * 503 with Retry-After). Turns of sessions it already serves are never refused this way.
+ * A cluster's refusal of a new session its planner has no room for (its ITL admission; HTTP 503 with
+ * Retry-After), once it has waited at the door to the next tick (the handle's `refusal`). Turns of
+ * sessions it already serves are never refused this way.
  */
 export class SessionRefusedError extends EngineOverloadedError {
   override name = "SessionRefusedError";

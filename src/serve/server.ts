@@ -146,7 +146,8 @@ export interface ServerOptions {
   peerTransfer?: PeerTransferMode;
   /**
    * The planner lets a new session in only while the decode pool stays within this ITL (seconds): its
-   * ITL admission (planner/itl-admission.ts); others get 503 with Retry-After. Off when absent.
+   * ITL admission (planner/itl-admission.ts); others wait at the door to its next tick, then get in or 503
+   * with Retry-After. Off when absent.
    */
   itlAdmissionTargetS?: number;
   /**

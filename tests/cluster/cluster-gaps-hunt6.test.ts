@@ -40,7 +40,7 @@ async function scriptedCluster(script: PlannerAction[][] = []) {
   return { cl, reply, rid };
 }
 
-const budget = (newSessions: number): PlannerAction => ({ kind: "admission", holdNewSessions: false, maxHoldS: 0, newSessions });
+const budget = (newSessions: number): PlannerAction => ({ kind: "admission", holdNewSessions: false, maxHoldS: 0, newSessions, rejectAfterHold: true });
 const turn = (sessionId: string) => ({ prompt: [1, 2, 3], maxTokens: 4, temperature: 0, sessionId });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const finished = (n: number): GenerateResult => ({
@@ -59,10 +59,13 @@ test("Cluster: a request a remote worker refuses spends no new-session budget, l
     const good = cl.submit(turn("b"));
     reply({ op: "accepted", rid: rid() });
     assert.equal(await good.refusal, undefined);
-    // "a" was never placed: its retry is a new session, and the budget is spent now.
-    assert.throws(() => cl.submit(turn("a")), SessionRefusedError);
+    // "a" was never placed: its retry is a new session, and the budget is spent now: it waits at the
+    // door, and the next tick (no new budget) turns it away.
+    const retry = cl.submit(turn("a"));
     reply({ op: "result", rid: rid(), result: finished(2) });
     await good.result;
+    cl.tick();
+    assert.ok(await retry.refusal instanceof SessionRefusedError);
     assert.equal(cl.metrics.promptTokens, 3, "the refused prompt was not served");
     assert.deepEqual([...cl.metrics.finished], [["length", 1]], "a refusal is no finished request");
   } finally {
@@ -80,10 +83,12 @@ test("Cluster: a remote refusal that comes after the planner's next tick gives n
     await bad.result;
     assert.equal(cl.metrics.rejected, 1);
     const ok = cl.submit(turn("b"));
-    assert.throws(() => cl.submit(turn("c")), SessionRefusedError, "the tick's budget of 1 went to b");
+    const late = cl.submit(turn("c"));
     ok.cancel();
     reply({ op: "result", rid: rid(), result: { ...finished(0), finishReason: "abort" } });
     await ok.result;
+    cl.tick();
+    assert.ok(await late.refusal instanceof SessionRefusedError, "the tick's budget of 1 went to b");
   } finally {
     await cl.stop();
   }

@@ -5,10 +5,9 @@ import { clusterPlanner, createCluster, type CreateClusterOptions, remoteKvDtype
 import { type PeerTransferMode, peerTransferOptions } from "../../src/cluster/cluster-router.ts";
 import type { Cluster, ClusterDecision } from "../../src/cluster/cluster.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
-import { type RequestHandle, SessionRefusedError } from "../../src/engine/engine-types.ts";
+import type { RequestHandle } from "../../src/engine/engine-types.ts";
 import type { StepRecord } from "../../src/engine/step-record.ts";
 import { readTextFile } from "../../src/runtime/fs.ts";
-import type { PlannerAction } from "../../planner/types.ts";
 import { greedy, model, oneEngine, run, ScriptedPlanner, STORY } from "./fixtures.ts";
 import { mixedWorkerSteps, snap } from "../planner/snapshots.ts";
 import { OnlinePlanner } from "../../planner/online-planner.ts";
@@ -297,46 +296,6 @@ test("createCluster() refuses roles that leave no worker to decode, and bad work
   assert.throws(() => cluster({ workers: 2, roles: ["prefill", "prefill"] }), /At least one worker must decode/);
   assert.throws(() => cluster({ workers: 2, roles: ["mixed"] }), /1 roles were given for 2 workers/);
   assert.throws(() => cluster({ workers: 0 }), /positive integer, got 0/);
-});
-
-test("Cluster.submit() refuses a new session once the planner's new-session budget is spent, never a known session's turn", async () => {
-  const budget = (newSessions: number): PlannerAction => ({ kind: "admission", holdNewSessions: false, maxHoldS: 0, newSessions, rejectAfterHold: true });
-  const planner = new ScriptedPlanner([[budget(1)], [], [budget(Infinity)]]);
-  const cl = cluster({ workers: 2, planner });
-  const turn = (sessionId: string) => run(cl, { ...greedy(STORY, 2), sessionId });
-  await turn("before-any-tick");
-  cl.tick();
-  await turn("agent-a");
-  await assert.rejects(turn("agent-b"), (e: Error) => e instanceof SessionRefusedError && /No room for new session "agent-b"/.test(e.message));
-  await turn("agent-a");
-  await turn("before-any-tick");
-  await run(cl, greedy(STORY, 2)); // no session named: let through
-  cl.tick();
-  await assert.rejects(turn("agent-b"), SessionRefusedError, "a tick without an admission action keeps the budget");
-  cl.tick();
-  await turn("agent-b");
-  assert.equal(cl.metrics.rejected, 2);
-  await cl.stop();
-});
-
-test("Cluster.submit() counts a keyless opening turn as a new session at the front door, never a turn holding an answer, keyed or not", async () => {
-  const budget = (newSessions: number): PlannerAction => ({ kind: "admission", holdNewSessions: false, maxHoldS: 0, newSessions, rejectAfterHold: true });
-  const planner = new ScriptedPlanner([[budget(1)], [budget(0)]]);
-  const cl = cluster({ workers: 2, planner });
-  const opening = () => run(cl, { ...greedy(STORY, 2), openingTurn: true });
-  cl.tick();
-  await opening(); // the tick's one new session
-  await assert.rejects(opening(), (e: Error) => e instanceof SessionRefusedError && /No room for a new conversation/.test(e.message));
-  // A keyless request that may hold an answer (a raw prompt) or does (a returning agent the cluster may
-  // not know) always enters; so does a turn holding an answer under a key the cluster has not seen.
-  await run(cl, greedy(STORY, 2));
-  await run(cl, { ...greedy(STORY, 2), openingTurn: false });
-  await run(cl, { ...greedy(STORY, 2), openingTurn: false, sessionId: "agent-from-before-a-restart" });
-  cl.tick();
-  await assert.rejects(opening(), SessionRefusedError);
-  await assert.rejects(run(cl, { ...greedy(STORY, 2), openingTurn: true, sessionId: "agent-new" }), SessionRefusedError);
-  assert.equal(cl.metrics.rejected, 3);
-  await cl.stop();
 });
 
 test("clusterPlanner() keeps a local-prefill threshold given to the router, where it would move its own", () => {

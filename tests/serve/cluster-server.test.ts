@@ -5,6 +5,7 @@ import { eventually } from "../eventually.ts";
 import { projectRoot, test } from "../harness.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
+import type { PlannerAction } from "../../planner/types.ts";
 
 const modelPath = `${projectRoot}/models/stories260K.gguf`;
 const model = await loadModel(modelPath);
@@ -131,6 +132,29 @@ test("startServer() counts the n choices of a keyless opening turn as one new se
     const two = await client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 3, n: 2 });
     assert.equal(two.choices.length, 2, "both choices of the one conversation got in");
     await assert.rejects(client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 3 }), (e: unknown) => e instanceof OpenAI.APIError && e.status === 503);
+  } finally {
+    await s.shutdown();
+  }
+});
+
+test("startServer() holds a new session at the front door until a planner tick finds room for it, then answers 200", async () => {
+  // The test's ticks decide; the server's own (each second) say nothing, which keeps the door as it is.
+  let next: PlannerAction[] = [];
+  const planner = { name: "door", intervalS: 1, tick: () => next.splice(0) };
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, workers: 2, planner });
+  try {
+    const c = s.cluster!;
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    next = [{ kind: "admission", holdNewSessions: false, maxHoldS: 600, newSessions: 0, rejectAfterHold: true }];
+    c.tick();
+    const answer = client.chat.completions.create({ model: "stories260K", messages: [{ role: "user", content: STORY }], max_tokens: 3, prompt_cache_key: "waits" });
+    await eventually(() => c.stats().waiting, (n) => n === 1, 60_000, 20);
+    const metrics = await (await fetch(`${s.url}/metrics`)).text();
+    assert.match(metrics, /vllm:num_requests_waiting\{model_name="stories260K"\} 1\n/, "the held session counts as waiting");
+    next = [{ kind: "admission", holdNewSessions: false, maxHoldS: 0, newSessions: 1, rejectAfterHold: true }];
+    c.tick();
+    assert.equal((await answer).usage!.completion_tokens, 3);
+    assert.equal(c.metrics.rejected, 0);
   } finally {
     await s.shutdown();
   }
