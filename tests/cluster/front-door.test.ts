@@ -159,3 +159,22 @@ test("Cluster lets a held session's other requests (an n > 1 turn's choices) wai
   assert.equal(cl.metrics.rejected, 3, "each request refused counts");
   await cl.stop();
 });
+
+test("Cluster under the planner's memory-pressure hold keeps new sessions at the door whatever the budget, and lets them in after maxHoldS", async () => {
+  let nowMs = 0;
+  const hold: PlannerAction = { kind: "admission", holdNewSessions: true, maxHoldS: 5 };
+  const planner = new ScriptedPlanner([[hold], [hold], [hold]]);
+  const cl = cluster({ planner, now: () => nowMs });
+  cl.tick();
+  const h = cl.submit({ ...greedy(STORY, 2), sessionId: "held-for-memory" });
+  assert.equal((await run(cl, { ...greedy(STORY, 2), openingTurn: false, sessionId: "returning" })).result.completionTokens, 2, "turns holding an answer enter");
+  nowMs = 4000;
+  cl.tick();
+  assert.equal(await settled(h.refusal!), PENDING, "4 s of 5: still held");
+  nowMs = 5000;
+  cl.tick(); // held its longest: in, not refused (the memory hold's terms)
+  assert.equal(await h.refusal, undefined);
+  assert.equal((await h.result).completionTokens, 2);
+  assert.equal(cl.metrics.rejected, 0);
+  await cl.stop();
+});
