@@ -169,7 +169,8 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     if (req.adapter !== undefined && !lora) throw new LoraAdapterError(`The LoRA adapter "${req.adapter}" is not loaded`, true);
     // Another request of a session waiting at the door (the other choices of its first turn) waits with it.
     const at = this.now();
-    const follower = req.sessionId === undefined ? undefined : this.door.follow(req.sessionId, () => this.enter(req, maxTokens, lora, false, at));
+    const of = req.sessionId !== undefined ? { key: req.sessionId } : req.openingTurn === false ? { prompt: req.prompt } : undefined;
+    const follower = of && this.door.size > 0 ? this.door.follow(of, () => this.enter(req, maxTokens, lora, false, at)) : undefined;
     if (follower) return relayHandle(this.nextId++, req.prompt.length, req.sessionId, follower.start, follower.cancel);
     // The queue bound and the planner's new-session budget, before any routing work (front-door.ts).
     let newSession: boolean;
@@ -190,7 +191,8 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
 
   /** A new session without room waits at the door for a tick to let it in (or turn it away with `refusal`). */
   private holdAtDoor(req: GenerateRequest, maxTokens: number, lora: AdapterEntry | undefined, refusal: SessionRefusedError, at: number): RequestHandle {
-    const { start, cancel } = this.door.hold(at, refusal, () => this.enter(req, maxTokens, lora, true, at), req.sessionId);
+    const opens = req.sessionId !== undefined ? { key: req.sessionId } : { prompt: req.prompt };
+    const { start, cancel } = this.door.hold(at, refusal, () => this.enter(req, maxTokens, lora, true, at), opens);
     return relayHandle(this.nextId++, req.prompt.length, req.sessionId, start, cancel);
   }
 

@@ -10,8 +10,9 @@ import type { RequestHandle } from "../engine/engine-types.ts";
 interface Held {
   /** When it arrived (the cluster's clock, ms). */
   at: number;
-  /** The session it opens, when named. */
+  /** The session it opens, when named; else the prompt of the conversation it opens. */
   key?: string;
+  prompt?: readonly number[];
   /** Requests of the same session sent meanwhile (the other choices of an `n` > 1 request): they go with it. */
   followers: Held[];
   /** What the client gets if it is turned away. */
@@ -21,6 +22,12 @@ interface Held {
   resolve: (h: RequestHandle) => void;
   reject: (e: unknown) => void;
 }
+
+/**
+ * The session a held request opens: its key, or for one naming none its prompt (an opening turn's
+ * other choices repeat it exactly; no turn holding an answer can).
+ */
+export type DoorSession = { key: string } | { prompt: readonly number[] };
 
 /** The front door's waiting room, oldest first. */
 export class DoorQueue {
@@ -35,21 +42,22 @@ export class DoorQueue {
    * Holds a new session that arrived at `at`. `start` resolves with its handle once it enters, or
    * rejects with `refusal` (or what entering threw); `cancel` takes it out of the queue.
    */
-  hold(at: number, refusal: Error, enter: () => RequestHandle, key?: string): { start: Promise<RequestHandle>; cancel: () => void } {
-    const { entry, start } = held(at, refusal, enter, key);
+  hold(at: number, refusal: Error, enter: () => RequestHandle, opens: DoorSession): { start: Promise<RequestHandle>; cancel: () => void } {
+    const { entry, start } = held(at, refusal, enter, opens);
     this.held.push(entry);
     return { start, cancel: cancelIn(this.held, entry) };
   }
 
   /**
-   * A request of session `key` while that session waits at the door: it waits with it, enters when it
-   * does and is turned away with it (the first choice of an `n` > 1 opening turn opened the session,
-   * which must not count as served before it is let in). Undefined when `key` is not waiting.
+   * A request of a session waiting at the door (the other choices of an `n` > 1 opening turn: by its
+   * key, or without one by the opening turn's very prompt): it waits with it, enters when it does and
+   * is turned away with it, so that the session counts as served only once let in. Undefined when no
+   * such session waits.
    */
-  follow(key: string, enter: () => RequestHandle): { start: Promise<RequestHandle>; cancel: () => void } | undefined {
-    const lead = this.held.find((h) => h.key === key);
+  follow(of: DoorSession, enter: () => RequestHandle): { start: Promise<RequestHandle>; cancel: () => void } | undefined {
+    const lead = this.held.find((h) => ("key" in of ? h.key === of.key : h.prompt !== undefined && samePrompt(h.prompt, of.prompt)));
     if (lead === undefined) return undefined;
-    const { entry, start } = held(lead.at, lead.refusal, enter, key);
+    const { entry, start } = held(lead.at, lead.refusal, enter, of);
     lead.followers.push(entry);
     return { start, cancel: cancelIn(lead.followers, entry) };
   }
@@ -98,12 +106,18 @@ function cancelIn(list: Held[], entry: Held): () => void {
   };
 }
 
-function held(at: number, refusal: Error, enter: () => RequestHandle, key: string | undefined): { entry: Held; start: Promise<RequestHandle> } {
+function held(at: number, refusal: Error, enter: () => RequestHandle, opens: DoorSession): { entry: Held; start: Promise<RequestHandle> } {
   let entry!: Held;
   const start = new Promise<RequestHandle>((resolve, reject) => {
-    entry = { at, refusal, enter, resolve, reject, followers: [], ...(key !== undefined ? { key } : {}) };
+    entry = { at, refusal, enter, resolve, reject, followers: [], ...opens };
   });
   return { entry, start };
+}
+
+function samePrompt(a: readonly number[], b: readonly number[]): boolean {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
 }
 
 /** Lets `h` in, then its followers (each resolves with its handle, or rejects with what entering threw). */

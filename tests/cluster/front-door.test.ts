@@ -120,7 +120,9 @@ test("Cluster lets a keyless opening turn wait at the door as a new session, nev
   const keyedOpening = cl.submit({ ...greedy(STORY, 2), openingTurn: true, sessionId: "agent-new" });
   // A keyless request that may hold an answer (a raw prompt) or does (a returning agent the cluster may
   // not know) always enters; so does a turn holding an answer under a key the cluster has not seen.
-  for (const req of [greedy(STORY, 2), { ...greedy(STORY, 2), openingTurn: false }, { ...greedy(STORY, 2), openingTurn: false, sessionId: "agent-from-before-a-restart" }]) {
+  // (A turn holding an answer has another prompt than any opening turn: the answer is in it.)
+  const answered = [...STORY, 7, 8];
+  for (const req of [greedy(STORY, 2), { ...greedy(answered, 2), openingTurn: false }, { ...greedy(answered, 2), openingTurn: false, sessionId: "agent-from-before-a-restart" }]) {
     assert.equal((await run(cl, req)).result.completionTokens, 2);
   }
   assert.equal(await settled(second.refusal!), PENDING);
@@ -157,6 +159,27 @@ test("Cluster lets a held session's other requests (an n > 1 turn's choices) wai
   await refusedAs(c, /No room for new session "refused-together"/);
   await refusedAs(d, /No room for new session "refused-together"/);
   assert.equal(cl.metrics.rejected, 3, "each request refused counts");
+  await cl.stop();
+});
+
+test("Cluster lets the other choices of a held keyless opening turn (its very prompt, no longer an opening) wait and go with it", async () => {
+  const planner = new ScriptedPlanner([[budget(0)], [], [budget(1)]]);
+  const cl = cluster({ planner });
+  cl.tick();
+  // What serve's submit() sends for n = 2: the second choice is no opening turn, so it is counted once.
+  const choices = () => [cl.submit({ ...greedy(STORY, 2), openingTurn: true }), cl.submit({ ...greedy(STORY, 2), openingTurn: false })];
+  const [a, b] = choices();
+  assert.equal(await settled(b.refusal!), PENDING, "the second choice waits with the first");
+  // A keyless turn holding an answer (another prompt) is no choice of it, and enters.
+  assert.equal((await run(cl, { ...greedy([...STORY, 7, 8], 2), openingTurn: false })).result.completionTokens, 2);
+  cl.tick();
+  await refusedAs(a, /No room for a new conversation/);
+  await refusedAs(b, /No room for a new conversation/);
+  const [c, d] = choices();
+  cl.tick();
+  assert.equal(await c.refusal, undefined);
+  assert.equal(await d.refusal, undefined);
+  assert.deepEqual([(await c.result).completionTokens, (await d.result).completionTokens], [2, 2]);
   await cl.stop();
 });
 
