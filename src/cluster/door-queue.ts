@@ -29,6 +29,12 @@ interface Held {
  */
 export type DoorSession = { key: string } | { prompt: readonly number[] };
 
+/** A request waiting at the door: `start` settles when it enters or is turned away; `cancel` takes it out. */
+export interface Waiting {
+  start: Promise<RequestHandle>;
+  cancel: () => void;
+}
+
 /** The front door's waiting room, oldest first. */
 export class DoorQueue {
   private readonly held: Held[] = [];
@@ -42,7 +48,7 @@ export class DoorQueue {
    * Holds a new session that arrived at `at`. `start` resolves with its handle once it enters, or
    * rejects with `refusal` (or what entering threw); `cancel` takes it out of the queue.
    */
-  hold(at: number, refusal: Error, enter: () => RequestHandle, opens: DoorSession): { start: Promise<RequestHandle>; cancel: () => void } {
+  hold(at: number, refusal: Error, enter: () => RequestHandle, opens: DoorSession): Waiting {
     const { entry, start } = held(at, refusal, enter, opens);
     this.held.push(entry);
     return { start, cancel: cancelIn(this.held, entry) };
@@ -54,7 +60,7 @@ export class DoorQueue {
    * is turned away with it, so that the session counts as served only once let in. Undefined when no
    * such session waits.
    */
-  follow(of: DoorSession, enter: () => RequestHandle): { start: Promise<RequestHandle>; cancel: () => void } | undefined {
+  follow(of: DoorSession, enter: () => RequestHandle): Waiting | undefined {
     const lead = this.held.find((h) => ("key" in of ? h.key === of.key : h.prompt !== undefined && samePrompt(h.prompt, of.prompt)));
     if (lead === undefined) return undefined;
     const { entry, start } = held(lead.at, lead.refusal, enter, of);
@@ -62,14 +68,9 @@ export class DoorQueue {
     return { start, cancel: cancelIn(lead.followers, entry) };
   }
 
-  /** Lets the oldest in while `room()` says so (each entering spends what it reads). Returns how many entered. */
-  admitWhile(room: () => boolean): number {
-    let n = 0;
-    while (this.held.length > 0 && room()) {
-      enter(this.held.shift()!);
-      n++;
-    }
-    return n;
+  /** Lets the oldest in while `room()` says so (each entering spends what it reads). */
+  admitWhile(room: () => boolean): void {
+    while (this.held.length > 0 && room()) enter(this.held.shift()!);
   }
 
   /**
