@@ -4,11 +4,12 @@
  * admission of new sessions). What they set is read by the cluster's request dispatch (cluster.ts).
  */
 import type { SessionRouterOptions } from "../../planner/routers.ts";
-import type { PlannerAction, Role, WorkerSnapshot } from "../../planner/types.ts";
+import type { Planner, PlannerAction, Role, WorkerSnapshot } from "../../planner/types.ts";
 import type { StepMixing } from "../engine/scheduler-types.ts";
 import type { ClusterCounters, ClusterOptions } from "./cluster-types.ts";
 import type { RequestWindow } from "./request-window.ts";
 import type { WorkerSet } from "./worker-set.ts";
+import { assignReplicas } from "./replica-targets.ts";
 
 /** The planner's settings for a cluster, and what applies its decisions to them. */
 export class ClusterControl {
@@ -26,6 +27,8 @@ export class ClusterControl {
   holdingNewSessions = false;
   maxHoldS = 0;
   rejectAfterHold = false;
+  /** What decides (null: roles stay as they are); set at the start or once it can be made (Cluster.usePlanner). */
+  planner: Planner | null;
   /** Planner ticks so far: a budget given back after a tick would add to the next tick's. */
   private ticks = 0;
 
@@ -33,6 +36,7 @@ export class ClusterControl {
     private readonly set: WorkerSet, private readonly window: RequestWindow, private readonly counters: ClusterCounters, private readonly o: ClusterOptions, mixing: StepMixing,
   ) {
     this.mixing = mixing;
+    this.planner = o.planner ?? null;
     this.routerOptions = { localPrefillThreshold: 512, itlTargetS: 0.05, peerTransfer: true, peerMoveS: 0.5, memoryFullS: 1, peerHostBlocks: true, ...o.routerOptions };
   }
 
@@ -43,9 +47,29 @@ export class ClusterControl {
     // counted as serving, its role and stale queue would be planned with (and the live ones not flipped).
     const workers = this.set.all.map((w): WorkerSnapshot => (w.engine.alive ? w.snapshot() : { ...w.snapshot(), state: "off" }));
     const snap = { ...this.window.take(), workers };
-    const actions = this.o.planner?.tick(snap) ?? [];
+    const actions = this.planner?.tick(snap) ?? [];
     for (const a of actions) this.apply(a);
     return actions;
+  }
+
+  /**
+   * The baseline planner's replica targets on this fixed set of workers: spare workers are parked, and
+   * parked ones serve again when wanted (replica-targets.ts). Returns whether any worker changed.
+   */
+  private applyReplicas(prefill: number, decode: number): boolean {
+    const able = this.set.all.filter((w) => w.engine.alive && !w.draining);
+    if (able.length === 0) return false;
+    const places = assignReplicas(able.map((w) => ({ id: w.id, role: w.role, parked: w.parked, load: w.inFlight })), prefill, decode);
+    let changed = false;
+    for (const w of able) {
+      const p = places.get(w.id)!;
+      if (p.role !== w.role) this.counters.flips++;
+      if (p.role === w.role && p.parked === w.parked) continue;
+      changed = true;
+      w.role = p.role;
+      w.parked = p.parked;
+    }
+    return changed;
   }
 
   /** Spends one new session of this tick's budget; the function returned gives it back, within this tick only. */
@@ -85,7 +109,7 @@ export class ClusterControl {
       this.holdingNewSessions = a.holdNewSessions;
       this.maxHoldS = a.maxHoldS;
       this.rejectAfterHold = a.rejectAfterHold ?? false;
-    } else changed = false; // "replicas" is not applied: workers join and leave by themselves (see addWorker).
+    } else changed = this.applyReplicas(a.prefill, a.decode);
     this.o.onDecision?.({ action: a, changed, ...(from !== undefined ? { from } : {}) });
   }
 }

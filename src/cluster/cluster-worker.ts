@@ -18,6 +18,11 @@ export class ClusterWorker {
   role: Role;
   /** Leaving the cluster: the router sends it nothing new (see Cluster.removeWorker). */
   draining = false;
+  /**
+   * Parked by the baseline planner's replica targets (replica-targets.ts): the router sends it nothing
+   * new, what it has finishes, and it stays in the cluster to serve again when a target wants it.
+   */
+  parked = false;
   /** Requests routed through this worker (decoding, prefilling or sending a prefix) not yet finished. */
   inFlight = 0;
   /**
@@ -66,7 +71,7 @@ export class ClusterWorker {
     const q = this.engine.queueState();
     const s = this.engine.stats();
     return {
-      id: this.id, role: this.role, state: this.draining ? "draining" : "serving", waitingPrefillTokens: q.waitingPrefillTokens, queueDelayS: q.oldestWaitS,
+      id: this.id, role: this.role, state: this.draining ? "draining" : this.parked ? "off" : "serving", waitingPrefillTokens: q.waitingPrefillTokens, queueDelayS: q.oldestWaitS,
       decodeBatch: q.decoding, waitingDecodes: q.waitingDecodes, kvUsage: s.kvUsedBlocks / Math.max(1, s.kvTotalBlocks),
       ...this.window.take(),
     };
@@ -78,7 +83,7 @@ export class ClusterWorker {
     const sessions = this.engine.sessionStatusCounts();
     return {
       id: this.id, role: this.role, waiting: s.waiting, running: s.running, kvUsage: s.kvUsedBlocks / Math.max(1, s.kvTotalBlocks),
-      draining: this.draining, alive: this.engine.alive, ...(sessions ? { sessions } : {}),
+      draining: this.draining, ...(this.parked ? { parked: true } : {}), alive: this.engine.alive, ...(sessions ? { sessions } : {}),
     };
   }
 }

@@ -9,7 +9,7 @@
  */
 import { chainHashes } from "../../kv/index.ts";
 import type { RouteCandidate, SessionRoute } from "../../planner/routers.ts";
-import type { PlannerAction, Role } from "../../planner/types.ts";
+import type { Planner, PlannerAction, Role } from "../../planner/types.ts";
 import type { EngineMetrics } from "../engine/engine-metrics.ts";
 import {
   type EngineStats, EngineOverloadedError, type GenerateRequest, NoWorkerError, outputBudget, type RequestHandle, type ServingEngine, SessionRefusedError, type WorkerStatus,
@@ -99,6 +99,19 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
   /** The workers' step mixing (the planner sets all workers alike; a joining worker takes it). */
   get stepMixing(): StepMixing {
     return this.control.mixing;
+  }
+
+  /** The planner the cluster's tick asks (null: none). */
+  get planner(): Planner | null {
+    return this.control.planner;
+  }
+
+  /**
+   * Hands the cluster's ticks to `planner` from now on: one that needs the running workers to be made
+   * (the SLA planner's profile is measured on a worker) is set once they are.
+   */
+  usePlanner(planner: Planner | null): void {
+    this.control.planner = planner;
   }
 
   /**
@@ -341,7 +354,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
 
   /** Routes over the live workers. `hashes`: the prompt's full-block chain in its cache namespace; `place`: its session's. */
   private route(req: GenerateRequest, hashes: readonly number[], place: SessionPlace): { route: SessionRoute; cands: RouteCandidate[] } {
-    const live = this.set.all.filter((w) => w.engine.alive && !w.draining && (req.adapter === undefined || w.adapters.has(req.adapter)));
+    const live = this.set.all.filter((w) => w.engine.alive && !w.draining && !w.parked && (req.adapter === undefined || w.adapters.has(req.adapter)));
     if (live.length === 0) throw new NoWorkerError(req.adapter === undefined ? "No worker is running" : `No running worker has loaded the LoRA adapter "${req.adapter}" yet`);
     // A prompt scored whole (prompt log probabilities) takes nothing from any cache: route it as uncached.
     const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(hashes);

@@ -286,6 +286,8 @@ export interface WorkerStatus {
   sessions?: Record<string, number>;
   /** Leaving its cluster: no new requests, those in flight finish. */
   draining?: boolean;
+  /** Parked by the baseline planner's replica targets: no new requests until a target wants it again. */
+  parked?: boolean;
   /** False once its engine has failed or stopped (a worker process that died); absent: alive. */
   alive?: boolean;
 }
