@@ -74,7 +74,11 @@ const FLAGS = {
   "planner-log": { kind: "string", nonEmpty: true, help: "write each decision of the online planner (role flips, step mixing, local-prefill threshold, admission) as JSONL with its Unix time and whether it changed anything (with --workers)" },
   workers: { kind: "int", min: 1, help: "engines in this process behind our router and online role planner (default 1)" },
   roles: { kind: "string", help: "initial role of each worker, comma-separated: mixed|prefill|decode (default all mixed; with --workers)" },
-  planner: { kind: "string", help: "online|none: flip worker roles every second from measured load, or keep --roles (default online; with --workers)" },
+  planner: { kind: "string", help: "online|none|sla: flip worker roles every second from measured load, keep --roles, or run the baseline, Dynamo's SLA planner: every --sla-interval-s it sets how many workers prefill and decode from an offline profile of the workers (--sla-profile), parking the rest (default online; with --workers; sla starts half prefill, half decode unless --roles)" },
+  "sla-profile": { kind: "string", nonEmpty: true, help: "the SLA planner's offline profile (JSON: prefill tokens/s by ISL, decode tokens/s and ITL by context and batch): read when the file exists, else measured on the first worker at start-up and written there (default: measured, not kept; with --planner sla)" },
+  "sla-interval-s": { kind: "number", min: 1, help: "seconds between the SLA planner's decisions (default 180, Dynamo's; with --planner sla)" },
+  "sla-ttft-ms": { kind: "number", min: 1, help: "the SLA planner's TTFT target (default 500, Dynamo's; with --planner sla)" },
+  "sla-itl-ms": { kind: "number", min: 1, help: "the SLA planner's ITL target (default 50, Dynamo's; with --planner sla)" },
   "itl-admission-ms": { kind: "number", min: 1, help: "let a new session (new prompt_cache_key or user, or a keyless chat request with no answer in it yet) in only while the planner predicts the decode pool's ITL within this many ms; others wait to its next tick, then get in or get 503 with Retry-After (default off; with --workers, planner online)" },
   "local-prefill-tokens": { kind: "int", min: 0, help: "uncached prompt tokens a decode worker prefills itself; a longer prompt goes to a prefill worker and its KV moves (always with --router kv-aware; with ours when that beats prefilling locally) (default: the online planner adapts it from 512; 512 with --planner none; with --workers)" },
   router: { kind: "string", help: "session|kv-aware: our session/transfer-aware router or Dynamo's KV-aware cost (default session; with --workers)" },
@@ -169,8 +173,12 @@ async function main(): Promise<void> {
   if (badRole !== undefined) throw new ArgsError(`Unknown role "${badRole}" in --roles; choose mixed, prefill or decode`);
   if (roles !== undefined && roles.length !== workers) throw new ArgsError(`--roles names ${roles.length} roles for ${workers} workers (--workers ${workers})`);
   const planner = f.planner ?? "online";
-  if (planner !== "online" && planner !== "none") throw new ArgsError(`Unknown planner "${planner}"; choose online or none`);
-  if (planner === "none" && f["itl-admission-ms"] !== undefined) throw new ArgsError(`Flag --itl-admission-ms ${f["itl-admission-ms"]} needs the online planner, not --planner none`);
+  if (planner !== "online" && planner !== "none" && planner !== "sla") throw new ArgsError(`Unknown planner "${planner}"; choose online, none or sla`);
+  if (planner !== "online" && f["itl-admission-ms"] !== undefined) throw new ArgsError(`Flag --itl-admission-ms ${f["itl-admission-ms"]} needs the online planner, not --planner ${planner}`);
+  const slaFlag = (["sla-profile", "sla-interval-s", "sla-ttft-ms", "sla-itl-ms"] as const).find((k) => f[k] !== undefined);
+  if (slaFlag !== undefined && planner !== "sla") throw new ArgsError(`Flag --${slaFlag} ${f[slaFlag]} needs --planner sla`);
+  if (planner === "sla" && workers < 2 && f.nats === undefined) throw new ArgsError(`--planner sla needs at least 2 workers (a prefill and a decode pool); use --workers N`);
+  if (planner === "sla" && f.nats !== undefined) throw new ArgsError("--planner sla needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go");
   const router = f.router ?? "session";
   if (!isClusterRouter(router)) throw new ArgsError(`Unknown router "${router}"; choose ${CLUSTER_ROUTERS.join(" or ")}`);
   const peerTransfer = f["peer-transfer"];
@@ -231,6 +239,16 @@ async function main(): Promise<void> {
     maxWaiting: f["max-waiting"],
     ...(cluster ? { workers, roles: roles as Role[] | undefined, planner, router, transport, ...(peerTransfer !== undefined ? { peerTransfer } : {}), ...(workerAddrs ? { workerAddrs } : {}) } : { role: role as WorkerRole }),
     ...(f["itl-admission-ms"] !== undefined ? { itlAdmissionTargetS: f["itl-admission-ms"] / 1000 } : {}),
+    ...(planner === "sla"
+      ? {
+        sla: {
+          ...(f["sla-profile"] !== undefined ? { profilePath: f["sla-profile"] } : {}),
+          ...(f["sla-interval-s"] !== undefined ? { intervalS: f["sla-interval-s"] } : {}),
+          ...(f["sla-ttft-ms"] !== undefined ? { ttftTargetS: f["sla-ttft-ms"] / 1000 } : {}),
+          ...(f["sla-itl-ms"] !== undefined ? { itlTargetS: f["sla-itl-ms"] / 1000 } : {}),
+        },
+      }
+      : {}),
     ...(f["local-prefill-tokens"] !== undefined ? { localPrefillTokens: f["local-prefill-tokens"] } : {}),
     ...(workerToken !== undefined ? { workerToken } : {}),
     ...(nats !== undefined ? { nats, clusterName: f["cluster-name"], ...(f["drain-timeout"] !== undefined ? { drainMs: f["drain-timeout"] * 1000 } : {}) } : {}),
@@ -263,7 +281,7 @@ async function main(): Promise<void> {
   console.error(
     `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${speculative ? `, ${speculationLabel(speculative)}` : ""}, max model len ${s.serving.maxModelLen}` +
       (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${planner}` : "") +
-      (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}, ${transport}` : "") +
+      (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}, ${transport}` : "") +
       (loraModules.length > 0 ? `; LoRA adapters ${loraModules.map((m) => m.name).join(", ")}` : "") +
       (f["allow-runtime-lora-updating"] ? "; runtime LoRA loading on" : "") + "; " +
       `listening on ${s.url}${apiKey !== undefined ? ` (API key required${f["api-key"] === undefined ? ", from VLLM_API_KEY" : ""})` : ""}`,
@@ -279,7 +297,7 @@ async function main(): Promise<void> {
 function stepMixingLabel(flag: string | undefined, cluster: boolean, planner: string): string {
   if (!cluster) return flag ?? "mixed";
   if (flag !== undefined && flag !== "auto") return flag;
-  return planner === "none" ? "mixed" : "auto (the planner's, from mixed)";
+  return planner === "online" ? "auto (the planner's, from mixed)" : "mixed";
 }
 
 main().catch((e: unknown) => {

@@ -1,7 +1,7 @@
 /**
  * The server's cluster (`serve --workers N`): engines in this thread, in worker threads, or in worker
  * processes (at fixed addresses, or joining and leaving through NATS) behind the cluster's router,
- * with the role planner ticking every second.
+ * with its planner ticking at the planner's interval (the online planner's second, the SLA planner's 180 s).
  */
 import { type BackendChoice, selectBackend } from "../backend/select.ts";
 import type { Backend } from "../backend/types.ts";
@@ -12,6 +12,7 @@ import { splitCredentials } from "../cluster/nats-membership.ts";
 import { RemoteEngine } from "../cluster/remote-engine.ts";
 import type { LoadedModel } from "../model/config.ts";
 import type { Planner } from "../../planner/types.ts";
+import { setUpSlaPlanner, slaInitialRoles, type SlaServeOptions } from "./sla-planner-setup.ts";
 
 /** Where a server's workers run: this thread, worker threads, or worker processes reached over TCP. */
 export type ClusterTransport = "in-process" | "threads" | "tcp";
@@ -21,6 +22,8 @@ export interface ServingCluster {
   cluster: Cluster;
   /** How the backend was chosen (the first worker's, for threads). */
   backendReason: string;
+  /** With the SLA planner: where its offline profile came from. */
+  slaSource?: string;
   /** Stops the planner's ticks and, under NATS, the watch for joining and leaving workers. */
   stopControl(): Promise<void>;
   /** Releases the in-process backend (threads release their own). */
@@ -31,7 +34,9 @@ export interface ServingCluster {
 export async function startServingCluster(
   model: LoadedModel,
   o: Omit<CreateClusterOptions, "planner"> & {
-    modelPath: string; backend: BackendChoice; transport: ClusterTransport; planner: "online" | "none" | Planner;
+    modelPath: string; backend: BackendChoice; transport: ClusterTransport; planner: "online" | "none" | "sla" | Planner;
+    /** With planner "sla": its profile and settings (Dynamo's defaults where absent). */
+    sla?: SlaServeOptions;
     /** "host:port" of each worker process (`deno task worker`), for the "tcp" transport. */
     workerAddrs?: string[];
     /** NATS server whose announced workers join the cluster (the "tcp" transport, no `workerAddrs`). */
@@ -42,15 +47,20 @@ export async function startServingCluster(
   let backend: Backend | undefined;
   let backendReason: string;
   let stopWatching = async () => {};
+  const sla = o.planner === "sla";
+  if (sla && o.nats !== undefined) throw new RangeError("--planner sla needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go");
+  const fixedCount = o.workerAddrs?.length ?? o.workers ?? 1;
+  // The SLA planner starts disaggregated (Dynamo's prefill and decode pools) and decides after its first interval.
+  const co = { ...o, planner: o.planner === "sla" ? "none" as const : o.planner, roles: sla ? o.roles ?? slaInitialRoles(fixedCount) : o.roles };
   if (o.nats !== undefined) {
-    const n = await startNatsCluster(model, o.modelPath, o.backend, { ...o, natsUrl: o.nats.url, clusterName: o.nats.clusterName, drainMs: o.nats.drainMs });
+    const n = await startNatsCluster(model, o.modelPath, o.backend, { ...co, natsUrl: o.nats.url, clusterName: o.nats.clusterName, drainMs: o.nats.drainMs });
     cluster = n.cluster;
     stopWatching = n.stopWatching;
     backendReason = `backend ${o.backend} in each worker process that joins through NATS at ${splitCredentials(o.nats.url).server} (cluster "${o.nats.clusterName ?? "default"}")`;
   } else if (o.transport === "threads" || o.transport === "tcp") {
     cluster = o.transport === "threads"
-      ? await startThreadCluster(model, o.modelPath, o.backend, o)
-      : await startTcpCluster(model, o.modelPath, o.backend, o.workerAddrs ?? [], o);
+      ? await startThreadCluster(model, o.modelPath, o.backend, co)
+      : await startTcpCluster(model, o.modelPath, o.backend, o.workerAddrs ?? [], co);
     const first = cluster.workers[0].engine;
     const n = cluster.workers.length;
     const where = `${n} worker ${o.transport === "threads" ? "thread" : "process"}${n === 1 ? "" : o.transport === "threads" ? "s" : "es"}`;
@@ -59,19 +69,33 @@ export async function startServingCluster(
     const picked = await selectBackend(o.backend);
     backend = picked.backend;
     backendReason = picked.reason;
-    cluster = createCluster(backend, model, o);
+    cluster = createCluster(backend, model, co);
   }
   const c = cluster;
-  const ticker = o.planner === "none" ? undefined : setInterval(() => {
+  let slaSource: string | undefined;
+  if (sla) {
+    try {
+      const set = await setUpSlaPlanner(c, model.config.vocabSize, o.sla ?? {});
+      c.usePlanner(set.planner);
+      slaSource = set.source;
+    } catch (e) {
+      await c.stop();
+      backend?.destroy();
+      throw e;
+    }
+  }
+  const planner = c.planner;
+  // Each planner at its own interval: the online planner every second, the SLA planner every 180 s (Dynamo's).
+  const ticker = planner === null ? undefined : setInterval(() => {
     try {
       c.tick();
     } catch (e) {
       // A planner fault must not take the server down: roles stay as they are until the next tick.
       console.error(`Planner tick failed: ${e instanceof Error ? e.message : String(e)}`);
     }
-  }, 1000);
+  }, planner.intervalS * 1000);
   return {
-    cluster, backendReason,
+    cluster, backendReason, ...(slaSource !== undefined ? { slaSource } : {}),
     stopControl: async () => {
       clearInterval(ticker);
       await stopWatching();

@@ -14,6 +14,7 @@ import { type ClusterRouterName, type PeerTransferMode, peerTransferOptions } fr
 import type { Backend } from "../backend/types.ts";
 import type { CreateEngineOptions } from "../engine/engine-factory.ts";
 import { type ClusterTransport, type ServingCluster, startServingCluster } from "./serve-cluster.ts";
+import type { SlaServeOptions } from "./sla-planner-setup.ts";
 import type { Planner, Role } from "../../planner/types.ts";
 import type { KvRetention } from "../engine/engine-sessions.ts";
 import { createEngine } from "../engine/engine-factory.ts";
@@ -137,9 +138,13 @@ export interface ServerOptions {
   roles?: Role[];
   /**
    * "online" (default): the planner flips roles every second from what it measures; "none": roles
-   * stay; or a planner of your own, ticked every second.
+   * stay; "sla": the baseline, Dynamo's SLA planner, setting prefill and decode replica counts from an
+   * offline profile of the workers every `sla.intervalS` (sla-planner-setup.ts); or a planner of your
+   * own, ticked at its `intervalS`.
    */
-  planner?: "online" | "none" | Planner;
+  planner?: "online" | "none" | "sla" | Planner;
+  /** With planner "sla": its offline profile (read, or measured at start-up) and settings. */
+  sla?: SlaServeOptions;
   /** "session" (default, ours) or "kv-aware" (Dynamo's cost). */
   router?: ClusterRouterName;
   /** With the session router: pull a session's prefix from its holder ("host", default), device blocks only, or never. */
@@ -194,6 +199,8 @@ export interface RunningServer extends Listening {
   cluster: Cluster | undefined;
   modelName: string;
   backendReason: string;
+  /** With the SLA planner: where its offline profile came from (read from a file, or measured at start-up). */
+  slaProfileSource?: string;
   /** The `<think>`/`</think>` ids the engine tracks reasoning with; undefined when it does not. */
   reasoningTokens: ReasoningTokens | undefined;
   /** The sampling defaults requests get where they leave parameters out (`generationConfig`; empty: OpenAI's). */
@@ -234,10 +241,17 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   if (o.plannerLogPath !== undefined && !(workers > 1 || transport === "tcp")) {
     throw new RangeError(`--planner-log "${o.plannerLogPath}" needs --workers: one engine has no planner`);
   }
+  if (o.planner === "sla" && (workers < 2 || o.nats !== undefined)) {
+    throw new RangeError(o.nats !== undefined
+      ? "--planner sla needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go"
+      : `--planner sla needs at least 2 workers (a prefill and a decode pool), got ${workers}`);
+  }
+  if (o.sla !== undefined && o.planner !== "sla") throw new RangeError("The SLA planner's settings (--sla-*) need --planner sla");
+  if (o.planner === "sla" && o.itlAdmissionTargetS !== undefined) throw new RangeError("--itl-admission-ms is the online planner's; the SLA planner admits every request");
   // With several workers "auto" (their default) is the planner's to decide, for the whole cluster; an
   // engine's own "auto" would fight it. "mixed" or "split" given for them is kept: the planner leaves it.
-  if ((workers > 1 || transport === "tcp") && o.stepMixing === "auto" && o.planner === "none") {
-    throw new RangeError("--step-mixing auto with --workers is the planner's to decide, and --planner none runs none: choose mixed or split");
+  if ((workers > 1 || transport === "tcp") && o.stepMixing === "auto" && (o.planner === "none" || o.planner === "sla")) {
+    throw new RangeError(`--step-mixing auto with --workers is the online planner's to decide, and --planner ${o.planner} decides none: choose mixed or split`);
   }
   const onLoadNote = o.onLoadNote;
   const model = o.model ?? (await loadModel(o.modelPath, {
@@ -294,7 +308,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   let reason: string;
   if (workers > 1 || transport === "tcp") {
     cluster = await startServingCluster(model, {
-      modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: o.planner ?? "online", router: o.router,
+      modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: o.planner ?? "online", ...(o.sla ? { sla: o.sla } : {}), router: o.router,
       stepMixing: o.stepMixing === "split" ? "split" : "mixed", fixedStepMixing: o.stepMixing === "mixed" || o.stepMixing === "split",
       routerOptions: {
         ...(o.peerTransfer !== undefined ? peerTransferOptions(o.peerTransfer) : {}),
@@ -357,6 +371,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     cluster: cluster?.cluster,
     modelName,
     backendReason: reason,
+    ...(cluster?.slaSource !== undefined ? { slaProfileSource: cluster.slaSource } : {}),
     reasoningTokens,
     samplingDefaults: samplingDefaultsOf(model, o.generationConfig),
     drain: (graceMs, stopWaiting) => lifecycle.drain(graceMs, stopWaiting),

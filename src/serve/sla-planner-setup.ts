@@ -1,0 +1,69 @@
+/**
+ * The baseline planner in a real cluster (`serve --workers N --planner sla`): Dynamo's SLA planner
+ * (planner/sla-profile-planner.ts, the simulator's baseline) reading an offline profile of this
+ * cluster's own workers. As Dynamo's, the profile is taken before serving: read from `--sla-profile
+ * FILE` when it exists; otherwise measured on the first worker at start-up (engine-profiler.ts) and,
+ * with a path, written there for the next start. Its replica targets park and unpark workers of the
+ * fixed set (replica-targets.ts).
+ */
+import { SlaProfilePlanner } from "../../planner/sla-profile-planner.ts";
+import type { OfflineProfile } from "../../planner/profile.ts";
+import type { Role } from "../../planner/types.ts";
+import type { Cluster } from "../cluster/cluster.ts";
+import { parseOfflineProfile, profileEngine } from "../cluster/engine-profiler.ts";
+import { pathExists, readTextFile, writeFile } from "../runtime/fs.ts";
+
+/** The SLA planner's settings a server takes (Dynamo's defaults where absent). */
+export interface SlaServeOptions {
+  /** The offline profile's JSON file: read when it exists, else measured and written there. */
+  profilePath?: string;
+  /** Seconds between its decisions (Dynamo: 180). */
+  intervalS?: number;
+  /** Its SLA targets (Dynamo: TTFT 500 ms, ITL 50 ms). */
+  ttftTargetS?: number;
+  itlTargetS?: number;
+  /** No decisions before this much time has passed (Dynamo: 30 s). */
+  startupDelayS?: number;
+}
+
+/** The planner made, and where its profile came from (for the start-up line). */
+export interface SlaSetup {
+  planner: SlaProfilePlanner;
+  profile: OfflineProfile;
+  source: string;
+}
+
+/** Dynamo's disaggregated start: half the workers (rounded down, at least one) prefill, the rest decode. */
+export function slaInitialRoles(workers: number): Role[] {
+  if (!Number.isInteger(workers) || workers < 2) throw new RangeError(`The SLA planner needs at least 2 workers (a prefill and a decode pool), got ${workers}`);
+  const prefill = Math.max(1, Math.floor(workers / 2));
+  return Array.from({ length: workers }, (_, i): Role => (i < prefill ? "prefill" : "decode"));
+}
+
+/** Reads or measures the profile, then makes the planner for `cluster`'s workers. */
+export async function setUpSlaPlanner(cluster: Cluster, vocabSize: number, o: SlaServeOptions): Promise<SlaSetup> {
+  const workers = cluster.workers.length;
+  let profile: OfflineProfile;
+  let source: string;
+  if (o.profilePath !== undefined && await pathExists(o.profilePath)) {
+    profile = parseOfflineProfile(await readTextFile(o.profilePath), o.profilePath);
+    source = `profile read from ${o.profilePath}`;
+  } else {
+    const first = cluster.workers[0];
+    const t0 = performance.now();
+    profile = await profileEngine(first.engine, { vocabSize });
+    source = `profile measured on worker ${first.id} in ${((performance.now() - t0) / 1000).toFixed(1)} s`;
+    if (o.profilePath !== undefined) {
+      await writeFile(o.profilePath, JSON.stringify(profile, null, 2) + "\n");
+      source += `, written to ${o.profilePath}`;
+    }
+  }
+  const planner = new SlaProfilePlanner({
+    profile, maxWorkers: workers,
+    ...(o.intervalS !== undefined ? { intervalS: o.intervalS } : {}),
+    ...(o.ttftTargetS !== undefined ? { ttftTargetS: o.ttftTargetS } : {}),
+    ...(o.itlTargetS !== undefined ? { itlTargetS: o.itlTargetS } : {}),
+    ...(o.startupDelayS !== undefined ? { startupDelayS: o.startupDelayS } : {}),
+  });
+  return { planner, profile, source };
+}
