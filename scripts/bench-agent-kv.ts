@@ -39,6 +39,14 @@ export interface AgentKvOptions {
    * front door refuses new sessions (503) while the planner predicts the ITL above it; clients retry.
    */
   itlAdmissionMs?: number;
+  /**
+   * Instead: serve with this many worker threads and compare ours (agent retention, our router, the
+   * online planner) against the Dynamo-like baseline (LRU, Dynamo's KV-aware router, the SLA planner
+   * from an offline profile of the workers, measured once and kept for the later runs).
+   */
+  dynamoWorkers?: number;
+  /** With `dynamoWorkers`: the SLA planner's interval (s; default 30, as the workload lasts about 3 minutes; Dynamo's is 180). */
+  slaIntervalS: number;
   repeats: number;
   jsonPath?: string;
   /** The API the sessions speak (default chat). */
@@ -62,13 +70,16 @@ const USAGE = `bench-agent-kv: agent-aware vs LRU KV retention in the real serve
   --keyless-workers N: N worker threads; compare chat sessions under a prompt_cache_key against the same
     sessions naming no session (told apart by the cluster's keyless routing and the workers' session inference)
   --itl-admission-ms N (with --keyless-workers or --peer-host-workers): serve with the planner's front door at an
-    ITL target of N ms; a refused turn (503) is sent again after its Retry-After, its wait counted in its TTFT`;
+    ITL target of N ms; a refused turn (503) is sent again after its Retry-After, its wait counted in its TTFT
+  --dynamo-workers N: N worker threads; compare ours (agent retention, session router, online planner) against the
+    Dynamo-like baseline (lru, --router kv-aware, --planner sla from a profile of the workers measured once)
+  --sla-interval-s N (with --dynamo-workers): the SLA planner's interval (30; Dynamo's default is 180)`;
 
-const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1, "offload-blocks": 1, "peer-host-workers": 2, "keyless-workers": 2, "agent-start-s": 0, "itl-admission-ms": 1 } as const;
+const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1, "offload-blocks": 1, "peer-host-workers": 2, "keyless-workers": 2, "agent-start-s": 0, "itl-admission-ms": 1, "dynamo-workers": 2, "sla-interval-s": 1 } as const;
 
 /** Parses argv; throws AgentKvArgsError quoting the bad flag or value. */
 export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
-  const o: AgentKvOptions = { workload: { ...WORKLOAD_DEFAULTS }, kvBlocks: 256, repeats: 3, api: "chat" };
+  const o: AgentKvOptions = { workload: { ...WORKLOAD_DEFAULTS }, kvBlocks: 256, repeats: 3, api: "chat", slaIntervalS: 30 };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
     const name = flag.replace(/^--/, "");
@@ -92,10 +103,16 @@ export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
     else if (name === "keyless-workers") o.keylessWorkers = n;
     else if (name === "agent-start-s") o.workload.agentStartS = n;
     else if (name === "itl-admission-ms") o.itlAdmissionMs = n;
+    else if (name === "dynamo-workers") o.dynamoWorkers = n;
+    else if (name === "sla-interval-s") o.slaIntervalS = n;
     else o.workload[name as "sessions" | "turns" | "chats" | "seed"] = n;
   }
   if (o.peerHostWorkers !== undefined && o.offloadBlocks === undefined) throw new AgentKvArgsError("Flag --peer-host-workers needs --offload-blocks");
   if (o.keylessWorkers !== undefined && (o.offloadBlocks !== undefined || o.api !== "chat")) throw new AgentKvArgsError("Flag --keyless-workers compares chat sessions: it takes neither --offload-blocks nor --api");
+  if (o.dynamoWorkers !== undefined && (o.offloadBlocks !== undefined || o.keylessWorkers !== undefined || o.itlAdmissionMs !== undefined)) {
+    throw new AgentKvArgsError("Flag --dynamo-workers compares ours against the baseline as each is configured: it takes none of --offload-blocks, --keyless-workers, --itl-admission-ms");
+  }
+  if (o.dynamoWorkers === undefined && argv.includes("--sla-interval-s")) throw new AgentKvArgsError("Flag --sla-interval-s needs --dynamo-workers");
   if (o.itlAdmissionMs !== undefined && o.keylessWorkers === undefined && o.peerHostWorkers === undefined) {
     throw new AgentKvArgsError("Flag --itl-admission-ms needs worker threads (--keyless-workers or --peer-host-workers): the front door is the cluster's");
   }
@@ -192,7 +209,12 @@ async function main(): Promise<void> {
     const threads = ["--workers", String(o.peerHostWorkers), "--transport", "threads", ...offload, ...door];
     // Or, with worker threads, sessions under a key against the same sessions naming none.
     const keylessThreads = ["--workers", String(o.keylessWorkers), "--transport", "threads", ...door];
-    const configs: { name: string; retention: KvRetention; args: string[]; api?: AgentApi }[] = o.keylessWorkers !== undefined
+    // Or ours against the Dynamo-like baseline, each with its own retention, router and planner.
+    const dynamoThreads = ["--workers", String(o.dynamoWorkers), "--transport", "threads"];
+    const slaArgs = ["--router", "kv-aware", "--planner", "sla", "--sla-interval-s", String(o.slaIntervalS), "--sla-profile", `${dir}/sla-profile.json`];
+    const configs: { name: string; retention: KvRetention; args: string[]; api?: AgentApi }[] = o.dynamoWorkers !== undefined
+      ? [{ name: "ours", retention: "agent", args: dynamoThreads }, { name: "dynamo-sla", retention: "lru", args: [...dynamoThreads, ...slaArgs] }]
+      : o.keylessWorkers !== undefined
       ? [{ name: "keyed", retention: "agent", args: keylessThreads }, { name: "keyless", retention: "agent", args: keylessThreads, api: "chat-keyless" }]
       : o.offloadBlocks === undefined
       ? [{ name: "agent", retention: "agent", args: [] }, { name: "lru", retention: "lru", args: [] }]
@@ -210,7 +232,7 @@ async function main(): Promise<void> {
         runs[c].push(s);
         turns[c].push(result.turns);
         console.error(`repeat ${r + 1} ${name}: hit ${pct(s.hitRate)}, fast-return hit ${pct(s.fastHitRate)}, recomputed ${s.recomputedTokens}, ` +
-          `TTFT mean ${ms(s.ttftMeanMs)} ms, server CPU ${s.serverCpuS.toFixed(1)} s, ${s.wallS.toFixed(1)} s`);
+          `TTFT mean ${ms(s.ttftMeanMs)} ms, server CPU ${s.serverCpuS.toFixed(1)} s, ${s.wallS.toFixed(1)} s${result.rolesAtEnd ? `, roles at the end ${result.rolesAtEnd}` : ""}`);
       }
     }
     const a = medianSummary(runs[0]);

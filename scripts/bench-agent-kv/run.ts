@@ -38,8 +38,10 @@ export interface RunResult {
   turns: TurnRecord[];
   preemptions: number;
   wallS: number;
-  /** CPU seconds the server process used (Linux /proc; NaN elsewhere): work done, less noisy than latency. */
+  /** CPU seconds the server process used while the workload ran (Linux /proc; NaN elsewhere): work done, less noisy than latency. */
   serverCpuS: number;
+  /** Each worker's role when the workload ended, "(parked)" after those the SLA planner left out; empty for one engine. */
+  rolesAtEnd: string;
 }
 
 /** User + system CPU seconds of process `pid` from /proc/PID/stat (100 ticks per second). */
@@ -175,13 +177,19 @@ export async function runOnce(modelPath: string, kvBlocks: number, kvRetention: 
   try {
     const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0, timeout: 600_000 });
     const turns: TurnRecord[] = [];
+    // CPU from here on: the start-up (model load, an SLA planner's profiling sweep) is not the workload's.
+    const cpu0 = cpuSeconds(child.pid);
     const t0 = performance.now();
     const play = (p: SessionPlan) => api === "responses" ? playResponsesSession(client, MODEL_NAME, p, turns) : playSession(client, MODEL_NAME, p, turns, api === "chat");
     await Promise.all(plans.map(play));
     const wallS = (performance.now() - t0) / 1000;
     const metrics = await (await fetch(`${url}/metrics`)).text();
     const preemptions = Number(/^vllm:num_preemptions_total\S* (\S+)$/m.exec(metrics)?.[1] ?? NaN);
-    return { turns, preemptions, wallS, serverCpuS: cpuSeconds(child.pid) };
+    // Where the workers ended: their roles, and which the SLA planner's replica targets parked.
+    const roles = [...metrics.matchAll(/^evolving:worker_role\{[^}]*worker="([^"]+)",role="(\w+)"\} 1$/gm)].map((m) => ({ id: m[1], role: m[2] }));
+    const parked = new Set([...metrics.matchAll(/^evolving:worker_parked\{[^}]*worker="([^"]+)"\} 1$/gm)].map((m) => m[1]));
+    const rolesAtEnd = roles.map((r) => `${r.role}${parked.has(r.id) ? " (parked)" : ""}`).join(",");
+    return { turns, preemptions, wallS, serverCpuS: cpuSeconds(child.pid) - cpu0, rolesAtEnd };
   } finally {
     child.removeAllListeners("exit");
     child.kill("SIGTERM");
