@@ -76,8 +76,10 @@ export class SlaProfilePlanner implements Planner {
     if (done.length === 0) return [];
     const isl = done.reduce((a, c) => a + c.isl, 0) / done.length;
     const osl = done.reduce((a, c) => a + c.osl, 0) / done.length;
-    // Demand is measured as completions, as Dynamo's frontend metrics report it.
-    this.history.push({ requests: done.length * (this.o.intervalS / Math.max(1e-9, s.windowS)), isl, osl });
+    // Demand is measured as completions, as Dynamo's frontend metrics report it (all of them, where the
+    // snapshot's list is the latest only: a 180 s window at over 364 requests/s).
+    const finished = Math.max(done.length, s.completedRequests ?? 0);
+    this.history.push({ requests: finished * (this.o.intervalS / Math.max(1e-9, s.windowS)), isl, osl });
     if (this.history.length > HISTORY) this.history.shift();
     if (s.now - this.startedAt < this.o.startupDelayS) return [];
     const ttft = done.reduce((a, c) => a + c.ttftS, 0) / done.length;

@@ -60,7 +60,8 @@ export function cleanSnapshot(s: MetricsSnapshot, intervalS: number, lastNow: nu
   const minWindow = intervalS / 2;
   const windowOk = s.windowS >= minWindow && s.windowS < Infinity;
   const nowOk = Number.isFinite(s.now);
-  const countsOk = isGauge(s.arrivals) && isGauge(s.arrivedPromptTokens) && isGauge(s.arrivedUncachedTokens) && isGauge(s.arrivedOutputTokens);
+  const countsOk = isGauge(s.arrivals) && isGauge(s.arrivedPromptTokens) && isGauge(s.arrivedUncachedTokens) && isGauge(s.arrivedOutputTokens) &&
+    (s.completedRequests === undefined || isGauge(s.completedRequests));
   const workersOk = s.workers.every(workerOk);
   const doneOk = s.completions.every(isValidCompletion);
   if (windowOk && nowOk && countsOk && workersOk && doneOk) return s;
@@ -71,5 +72,6 @@ export function cleanSnapshot(s: MetricsSnapshot, intervalS: number, lastNow: nu
     arrivals: gauge(s.arrivals), arrivedPromptTokens: gauge(s.arrivedPromptTokens),
     arrivedUncachedTokens: gauge(s.arrivedUncachedTokens), arrivedOutputTokens: gauge(s.arrivedOutputTokens),
     completions: doneOk ? s.completions : s.completions.filter(isValidCompletion),
+    ...(s.completedRequests !== undefined ? { completedRequests: gauge(s.completedRequests) } : {}),
   };
 }

@@ -83,8 +83,10 @@ export interface MetricsSnapshot {
   arrivedPromptTokens: number;
   arrivedUncachedTokens: number;
   arrivedOutputTokens: number;
-  /** Requests that finished in the window. */
+  /** Requests that finished in the window (a real cluster keeps the latest 65,536: see completedRequests). */
   completions: CompletedRequest[];
+  /** How many requests finished in the window, where `completions` may hold only the latest (absent: all there). */
+  completedRequests?: number;
 }
 
 /** A planner decision. */

@@ -10,7 +10,8 @@ import { EngineOverloadedError, type GenerateResult } from "../engine/engine-typ
  * Completions a window keeps at most (the latest). Windows are emptied by the planner's tick, every
  * second; a cluster served with `--planner none` never ticks, and kept one record per request for
  * good (a week at 100 requests/s: 60M records, GBs). 65536 is far above a second's completions, so
- * a ticking planner sees them all.
+ * the online planner sees them all; the SLA planner's 180 s window may hold more, and it reads their
+ * count (`completedRequests`) for demand, the latest 65536 for lengths and latencies.
  */
 export const MAX_WINDOW_COMPLETIONS = 65536;
 
@@ -20,6 +21,8 @@ export class RequestWindow {
   private windowStartS: number;
   private arrivals = { count: 0, promptTokens: 0, uncachedTokens: 0, outputTokens: 0 };
   private completions: CompletedRequest[] = [];
+  /** Requests finished in this window, those cut from `completions` included. */
+  private completedRequests = 0;
 
   constructor(private readonly now: () => number) {
     this.windowStartS = now() / 1000;
@@ -61,6 +64,7 @@ export class RequestWindow {
       // The ITL histogram is fed gap by gap as tokens arrive (the workers' onTokenGap), not here.
       m.ttft.observe(ttft);
       this.completions.push({ isl: r.promptTokens, osl: n, ttftS: ttft, itlS: itl });
+      this.completedRequests++;
       // Cut to the latest once twice over, so the copy is paid once per MAX_WINDOW_COMPLETIONS requests.
       if (this.completions.length >= 2 * MAX_WINDOW_COMPLETIONS) this.completions = this.completions.slice(-MAX_WINDOW_COMPLETIONS);
     }
@@ -74,7 +78,9 @@ export class RequestWindow {
     const out = {
       now, windowS: Math.max(1e-3, now - this.windowStartS), arrivals: a.count, arrivedPromptTokens: a.promptTokens,
       arrivedUncachedTokens: a.uncachedTokens, arrivedOutputTokens: a.outputTokens, completions: this.completions.slice(-MAX_WINDOW_COMPLETIONS),
+      completedRequests: this.completedRequests,
     };
+    this.completedRequests = 0;
     this.windowStartS = now;
     this.arrivals = { count: 0, promptTokens: 0, uncachedTokens: 0, outputTokens: 0 };
     this.completions = [];

@@ -32,6 +32,15 @@ test("SlaProfilePlanner.tick() applies Dynamo's replica formulas with correction
   assert.equal(p.intervalS, 180);
 });
 
+test("SlaProfilePlanner.tick() counts demand from completedRequests where the snapshot lists only the latest completions", () => {
+  const p = new SlaProfilePlanner({ profile, maxWorkers: 100, startupDelayS: 0 });
+  // 3600 finished, 1800 listed (a real cluster's list is bounded): demand as in the test above at twice the load.
+  const acts = p.tick({ ...snapshot(180, 180, 1800, 1000, 100, 0.2, 0.04), completedRequests: 3600 });
+  assert.deepEqual(acts, [{ kind: "replicas", prefill: 2, decode: 3 }]);
+  const listed = new SlaProfilePlanner({ profile, maxWorkers: 100, startupDelayS: 0 });
+  assert.deepEqual(listed.tick(snapshot(180, 180, 1800, 1000, 100, 0.2, 0.04)), [{ kind: "replicas", prefill: 1, decode: 2 }], "without the count, the list is the demand");
+});
+
 test("SlaProfilePlanner.tick() waits out its start-up delay and caps at the budget", () => {
   const p = new SlaProfilePlanner({ profile, maxWorkers: 4, startupDelayS: 30 });
   assert.deepEqual(p.tick(snapshot(10, 180, 10, 1000, 100, 0.1, 0.04)), []);
