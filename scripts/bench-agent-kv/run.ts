@@ -71,10 +71,13 @@ function startServe(modelPath: string, kvBlocks: number, kvRetention: KvRetentio
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** Refusals of one turn after which the run fails (each waits its Retry-After, 1 s: about five minutes). */
+const MAX_REFUSALS = 300;
 
 /**
  * Sends a turn until the server takes it: a 503 (the cluster's front door turning a new session away) is
- * counted in `refused.n` and sent again after its Retry-After, as a client honouring it would.
+ * counted in `refused.n` and sent again after its Retry-After, as a client honouring it would. A turn
+ * refused `MAX_REFUSALS` times (a door shut for minutes: a planner bug, not a measurement) fails the run.
  */
 async function untilTaken<T>(send: () => Promise<T>, refused: { n: number }): Promise<T> {
   for (;;) {
@@ -82,7 +85,7 @@ async function untilTaken<T>(send: () => Promise<T>, refused: { n: number }): Pr
       return await send();
     } catch (e) {
       if (!(e instanceof OpenAI.APIError) || e.status !== 503) throw e;
-      refused.n++;
+      if (++refused.n >= MAX_REFUSALS) throw new Error(`A turn was refused ${refused.n} times in a row (503: ${e.message}); the front door seems shut for good`);
       await sleep(1000 * Number(e.headers?.get("retry-after") ?? 1));
     }
   }
