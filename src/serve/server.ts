@@ -15,6 +15,7 @@ import type { Backend } from "../backend/types.ts";
 import type { CreateEngineOptions } from "../engine/engine-factory.ts";
 import { type ClusterTransport, type ServingCluster, startServingCluster } from "./serve-cluster.ts";
 import type { SlaServeOptions } from "./sla-planner-setup.ts";
+import { checkClusterOptions } from "./cluster-options-check.ts";
 import type { Planner, Role } from "../../planner/types.ts";
 import type { KvRetention } from "../engine/engine-sessions.ts";
 import { createEngine } from "../engine/engine-factory.ts";
@@ -224,35 +225,7 @@ export function modelNameOf(path: string): string {
 
 /** Starts a server and resolves once it listens. */
 export async function startServer(o: ServerOptions): Promise<RunningServer> {
-  if (o.nats !== undefined && o.transport !== undefined && o.transport !== "tcp") throw new RangeError(`--nats needs --transport tcp (worker processes), not ${o.transport}`);
-  if (o.nats !== undefined && o.workerAddrs !== undefined) throw new RangeError("--nats and --worker-addrs do not go together: with --nats, workers announce their own addresses");
-  if (o.nats !== undefined && o.roles !== undefined) throw new RangeError("--roles needs a fixed worker set; with --nats, workers join as mixed and the planner sets their roles");
-  if (o.workerToken !== undefined && o.nats === undefined && o.transport !== "tcp") throw new RangeError("A worker token is for worker processes (--transport tcp or --nats)");
-  if (o.nats === undefined && o.clusterName !== undefined) throw new RangeError(`--cluster-name ${o.clusterName} needs --nats`);
-  const transport = o.nats !== undefined ? "tcp" : o.transport;
-  if (transport === "tcp" && !(o.workerAddrs?.length) && o.nats === undefined) throw new RangeError("--transport tcp needs --worker-addrs host:port,... or --nats URL");
-  if (o.workerAddrs !== undefined && o.transport !== "tcp") throw new RangeError("--worker-addrs needs --transport tcp");
-  if (o.workerAddrs !== undefined && o.workers !== undefined && o.workers !== o.workerAddrs.length) {
-    throw new RangeError(`--workers ${o.workers} does not match the ${o.workerAddrs.length} addresses of --worker-addrs`);
-  }
-  const workers = o.nats !== undefined ? 0 : o.workerAddrs?.length ?? o.workers ?? 1;
-  if (o.roles !== undefined && o.roles.length !== workers) throw new RangeError(`--roles names ${o.roles.length} roles for ${workers} workers`);
-  if (workers > 1 && o.role !== undefined) throw new RangeError(`--role ${o.role} sets one engine's role; with --workers ${workers} use --roles`);
-  if (o.plannerLogPath !== undefined && !(workers > 1 || transport === "tcp")) {
-    throw new RangeError(`--planner-log "${o.plannerLogPath}" needs --workers: one engine has no planner`);
-  }
-  if (o.planner === "sla" && (workers < 2 || o.nats !== undefined)) {
-    throw new RangeError(o.nats !== undefined
-      ? "--planner sla needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go"
-      : `--planner sla needs at least 2 workers (a prefill and a decode pool), got ${workers}`);
-  }
-  if (o.sla !== undefined && o.planner !== "sla") throw new RangeError("The SLA planner's settings (--sla-*) need --planner sla");
-  if (o.planner === "sla" && o.itlAdmissionTargetS !== undefined) throw new RangeError("--itl-admission-ms is the online planner's; the SLA planner admits every request");
-  // With several workers "auto" (their default) is the planner's to decide, for the whole cluster; an
-  // engine's own "auto" would fight it. "mixed" or "split" given for them is kept: the planner leaves it.
-  if ((workers > 1 || transport === "tcp") && o.stepMixing === "auto" && (o.planner === "none" || o.planner === "sla")) {
-    throw new RangeError(`--step-mixing auto with --workers is the online planner's to decide, and --planner ${o.planner} decides none: choose mixed or split`);
-  }
+  const { workers, transport } = checkClusterOptions(o);
   const onLoadNote = o.onLoadNote;
   const model = o.model ?? (await loadModel(o.modelPath, {
     ...(o.quantize ? { quantize: o.quantize } : {}),
