@@ -47,6 +47,11 @@ export interface AgentKvOptions {
   dynamoWorkers?: number;
   /** With `dynamoWorkers`: the SLA planner's interval (s; default 30, as the workload lasts about 3 minutes; Dynamo's is 180). */
   slaIntervalS: number;
+  /**
+   * With `dynamoWorkers`: the baseline's deployment, "sla" (disaggregated, the SLA planner, default) or
+   * "agg" (aggregated: every worker mixed, no planner; the simulator's dynamo-agg).
+   */
+  baseline: "sla" | "agg";
   repeats: number;
   jsonPath?: string;
   /** The API the sessions speak (default chat). */
@@ -73,13 +78,15 @@ const USAGE = `bench-agent-kv: agent-aware vs LRU KV retention in the real serve
     ITL target of N ms; a refused turn (503) is sent again after its Retry-After, its wait counted in its TTFT
   --dynamo-workers N: N worker threads; compare ours (agent retention, session router, online planner) against the
     Dynamo-like baseline (lru, --router kv-aware, --planner sla from a profile of the workers measured once)
-  --sla-interval-s N (with --dynamo-workers): the SLA planner's interval (30; Dynamo's default is 180)`;
+  --sla-interval-s N (with --dynamo-workers): the SLA planner's interval (30; Dynamo's default is 180)
+  --baseline sla|agg (with --dynamo-workers): the baseline disaggregated under the SLA planner (sla), or
+    aggregated, every worker mixed and no planner (agg)`;
 
 const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1, "offload-blocks": 1, "peer-host-workers": 2, "keyless-workers": 2, "agent-start-s": 0, "itl-admission-ms": 1, "dynamo-workers": 2, "sla-interval-s": 1 } as const;
 
 /** Parses argv; throws AgentKvArgsError quoting the bad flag or value. */
 export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
-  const o: AgentKvOptions = { workload: { ...WORKLOAD_DEFAULTS }, kvBlocks: 256, repeats: 3, api: "chat", slaIntervalS: 30 };
+  const o: AgentKvOptions = { workload: { ...WORKLOAD_DEFAULTS }, kvBlocks: 256, repeats: 3, api: "chat", slaIntervalS: 30, baseline: "sla" };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i];
     const name = flag.replace(/^--/, "");
@@ -87,6 +94,11 @@ export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
     const value = argv[++i];
     if (value === undefined) throw new AgentKvArgsError(`Flag "${flag}" needs a value`);
     if (name === "json") { o.jsonPath = value; continue; }
+    if (name === "baseline") {
+      if (value !== "sla" && value !== "agg") throw new AgentKvArgsError(`Flag "--baseline" takes sla or agg, got "${value}"`);
+      o.baseline = value;
+      continue;
+    }
     if (name === "api") {
       if (value !== "chat" && value !== "responses") throw new AgentKvArgsError(`Flag "--api" takes chat or responses, got "${value}"`);
       o.api = value;
@@ -112,7 +124,8 @@ export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
   if (o.dynamoWorkers !== undefined && (o.offloadBlocks !== undefined || o.keylessWorkers !== undefined || o.itlAdmissionMs !== undefined)) {
     throw new AgentKvArgsError("Flag --dynamo-workers compares ours against the baseline as each is configured: it takes none of --offload-blocks, --keyless-workers, --itl-admission-ms");
   }
-  if (o.dynamoWorkers === undefined && argv.includes("--sla-interval-s")) throw new AgentKvArgsError("Flag --sla-interval-s needs --dynamo-workers");
+  for (const flag of ["--sla-interval-s", "--baseline"]) if (o.dynamoWorkers === undefined && argv.includes(flag)) throw new AgentKvArgsError(`Flag ${flag} needs --dynamo-workers`);
+  if (o.baseline === "agg" && argv.includes("--sla-interval-s")) throw new AgentKvArgsError("Flag --sla-interval-s is the SLA planner's; --baseline agg runs none");
   if (o.itlAdmissionMs !== undefined && o.keylessWorkers === undefined && o.peerHostWorkers === undefined) {
     throw new AgentKvArgsError("Flag --itl-admission-ms needs worker threads (--keyless-workers or --peer-host-workers): the front door is the cluster's");
   }
@@ -211,9 +224,11 @@ async function main(): Promise<void> {
     const keylessThreads = ["--workers", String(o.keylessWorkers), "--transport", "threads", ...door];
     // Or ours against the Dynamo-like baseline, each with its own retention, router and planner.
     const dynamoThreads = ["--workers", String(o.dynamoWorkers), "--transport", "threads"];
-    const slaArgs = ["--router", "kv-aware", "--planner", "sla", "--sla-interval-s", String(o.slaIntervalS), "--sla-profile", `${dir}/sla-profile.json`];
+    const slaArgs = o.baseline === "agg"
+      ? ["--router", "kv-aware", "--planner", "none"]
+      : ["--router", "kv-aware", "--planner", "sla", "--sla-interval-s", String(o.slaIntervalS), "--sla-profile", `${dir}/sla-profile.json`];
     const configs: { name: string; retention: KvRetention; args: string[]; api?: AgentApi }[] = o.dynamoWorkers !== undefined
-      ? [{ name: "ours", retention: "agent", args: dynamoThreads }, { name: "dynamo-sla", retention: "lru", args: [...dynamoThreads, ...slaArgs] }]
+      ? [{ name: "ours", retention: "agent", args: dynamoThreads }, { name: `dynamo-${o.baseline}`, retention: "lru", args: [...dynamoThreads, ...slaArgs] }]
       : o.keylessWorkers !== undefined
       ? [{ name: "keyed", retention: "agent", args: keylessThreads }, { name: "keyless", retention: "agent", args: keylessThreads, api: "chat-keyless" }]
       : o.offloadBlocks === undefined
