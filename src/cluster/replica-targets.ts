@@ -33,9 +33,11 @@ export interface ReplicaPlace {
  * in the order given.
  */
 export function assignReplicas(workers: readonly ReplicaWorker[], prefill: number, decode: number): Map<string, ReplicaPlace> {
+  // A target that is not a number asks for none (decode still gets its one).
+  const count = (x: number) => (Number.isFinite(x) ? Math.floor(x) : Number.isNaN(x) ? 0 : x);
   const want: Record<"prefill" | "decode", number> = { decode: 0, prefill: 0 };
-  want.decode = Math.max(1, Math.min(Math.floor(decode), workers.length));
-  want.prefill = Math.max(0, Math.min(Math.floor(prefill), workers.length - want.decode));
+  want.decode = Math.max(1, Math.min(count(decode), workers.length));
+  want.prefill = Math.max(0, Math.min(count(prefill), workers.length - want.decode));
   const place = new Map<string, ReplicaPlace>(workers.map((w) => [w.id, { role: w.role, parked: w.parked || w.role === "mixed" }]));
   const serving = (role: Role) => workers.filter((w) => !place.get(w.id)!.parked && place.get(w.id)!.role === role);
   // Over target: park the least loaded (the busiest have the most to finish).

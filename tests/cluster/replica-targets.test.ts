@@ -28,6 +28,8 @@ test("assignReplicas() keeps at least one decoding worker and never more workers
   assert.deepEqual(show(assignReplicas(workers, 3, 0)), ["prefill", "prefill", "decode"], "decode 0 is clamped to 1; prefill to what is left");
   assert.deepEqual(show(assignReplicas(workers, 9, 9)), ["decode", "decode", "decode"], "decode first: all three decode, no prefill left");
   assert.deepEqual(show(assignReplicas([w("m", "mixed")], 1, 1)), ["decode"]);
+  assert.deepEqual(show(assignReplicas(workers, NaN, NaN)), ["prefill parked", "prefill parked", "decode"], "no number: none wanted, one decoding");
+  assert.deepEqual(show(assignReplicas(workers, Infinity, 1)), ["prefill", "prefill", "decode"]);
 });
 
 test("Cluster applies the SLA planner's replica targets: parked workers get no new request and serve again when wanted", async () => {
