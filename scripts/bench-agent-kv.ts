@@ -48,10 +48,11 @@ export interface AgentKvOptions {
   /** With `dynamoWorkers`: the SLA planner's interval (s; default 30, as the workload lasts about 3 minutes; Dynamo's is 180). */
   slaIntervalS: number;
   /**
-   * With `dynamoWorkers`: the baseline's deployment, "sla" (disaggregated, the SLA planner, default) or
-   * "agg" (aggregated: every worker mixed, no planner; the simulator's dynamo-agg).
+   * With `dynamoWorkers`: the baseline's deployment, "sla" (disaggregated, the SLA planner, default),
+   * "load" (disaggregated, its load-based mode: ±1 worker a pool every 5 s) or "agg" (aggregated: every
+   * worker mixed, no planner; the simulator's dynamo-agg).
    */
-  baseline: "sla" | "agg";
+  baseline: "sla" | "load" | "agg";
   repeats: number;
   jsonPath?: string;
   /** The API the sessions speak (default chat). */
@@ -79,8 +80,8 @@ const USAGE = `bench-agent-kv: agent-aware vs LRU KV retention in the real serve
   --dynamo-workers N: N worker threads; compare ours (agent retention, session router, online planner) against the
     Dynamo-like baseline (lru, --router kv-aware, --planner sla from a profile of the workers measured once)
   --sla-interval-s N (with --dynamo-workers): the SLA planner's interval (30; Dynamo's default is 180)
-  --baseline sla|agg (with --dynamo-workers): the baseline disaggregated under the SLA planner (sla), or
-    aggregated, every worker mixed and no planner (agg)`;
+  --baseline sla|load|agg (with --dynamo-workers): the baseline disaggregated under the SLA planner (sla) or
+    its load-based mode (load, every 5 s), or aggregated, every worker mixed and no planner (agg)`;
 
 const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1, "offload-blocks": 1, "peer-host-workers": 2, "keyless-workers": 2, "agent-start-s": 0, "itl-admission-ms": 1, "dynamo-workers": 2, "sla-interval-s": 1 } as const;
 
@@ -95,7 +96,7 @@ export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
     if (value === undefined) throw new AgentKvArgsError(`Flag "${flag}" needs a value`);
     if (name === "json") { o.jsonPath = value; continue; }
     if (name === "baseline") {
-      if (value !== "sla" && value !== "agg") throw new AgentKvArgsError(`Flag "--baseline" takes sla or agg, got "${value}"`);
+      if (value !== "sla" && value !== "load" && value !== "agg") throw new AgentKvArgsError(`Flag "--baseline" takes sla, load or agg, got "${value}"`);
       o.baseline = value;
       continue;
     }
@@ -125,7 +126,7 @@ export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
     throw new AgentKvArgsError("Flag --dynamo-workers compares ours against the baseline as each is configured: it takes none of --offload-blocks, --keyless-workers, --itl-admission-ms");
   }
   for (const flag of ["--sla-interval-s", "--baseline"]) if (o.dynamoWorkers === undefined && argv.includes(flag)) throw new AgentKvArgsError(`Flag ${flag} needs --dynamo-workers`);
-  if (o.baseline === "agg" && argv.includes("--sla-interval-s")) throw new AgentKvArgsError("Flag --sla-interval-s is the SLA planner's; --baseline agg runs none");
+  if (o.baseline !== "sla" && argv.includes("--sla-interval-s")) throw new AgentKvArgsError(`Flag --sla-interval-s is the SLA planner's throughput mode's; --baseline ${o.baseline} runs ${o.baseline === "agg" ? "no planner" : "its load mode (5 s)"}`);
   if (o.itlAdmissionMs !== undefined && o.keylessWorkers === undefined && o.peerHostWorkers === undefined) {
     throw new AgentKvArgsError("Flag --itl-admission-ms needs worker threads (--keyless-workers or --peer-host-workers): the front door is the cluster's");
   }
@@ -226,6 +227,8 @@ async function main(): Promise<void> {
     const dynamoThreads = ["--workers", String(o.dynamoWorkers), "--transport", "threads"];
     const slaArgs = o.baseline === "agg"
       ? ["--router", "kv-aware", "--planner", "none"]
+      : o.baseline === "load"
+      ? ["--router", "kv-aware", "--planner", "load", "--sla-profile", `${dir}/sla-profile.json`]
       : ["--router", "kv-aware", "--planner", "sla", "--sla-interval-s", String(o.slaIntervalS), "--sla-profile", `${dir}/sla-profile.json`];
     const configs: { name: string; retention: KvRetention; args: string[]; api?: AgentApi }[] = o.dynamoWorkers !== undefined
       ? [{ name: "ours", retention: "agent", args: dynamoThreads }, { name: `dynamo-${o.baseline}`, retention: "lru", args: [...dynamoThreads, ...slaArgs] }]

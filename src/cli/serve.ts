@@ -74,11 +74,11 @@ const FLAGS = {
   "planner-log": { kind: "string", nonEmpty: true, help: "write each decision of the online planner (role flips, step mixing, local-prefill threshold, admission) as JSONL with its Unix time and whether it changed anything (with --workers)" },
   workers: { kind: "int", min: 1, help: "engines in this process behind our router and online role planner (default 1)" },
   roles: { kind: "string", help: "initial role of each worker, comma-separated: mixed|prefill|decode (default all mixed; with --workers)" },
-  planner: { kind: "string", help: "online|none|sla: flip worker roles every second from measured load, keep --roles, or run the baseline, Dynamo's SLA planner: every --sla-interval-s it sets how many workers prefill and decode from an offline profile of the workers (--sla-profile), parking the rest (default online; with --workers; sla starts half prefill, half decode unless --roles)" },
-  "sla-profile": { kind: "string", nonEmpty: true, help: "the SLA planner's offline profile (JSON: prefill tokens/s by ISL, decode tokens/s and ITL by context and batch): read when the file exists, else measured on the first worker at start-up and written there (default: measured, not kept; with --planner sla)" },
-  "sla-interval-s": { kind: "number", min: 1, help: "seconds between the SLA planner's decisions (default 180, Dynamo's; with --planner sla)" },
-  "sla-ttft-ms": { kind: "number", min: 1, help: "the SLA planner's TTFT target (default 500, Dynamo's; with --planner sla)" },
-  "sla-itl-ms": { kind: "number", min: 1, help: "the SLA planner's ITL target (default 50, Dynamo's; with --planner sla)" },
+  planner: { kind: "string", help: "online|none|sla|load: flip worker roles every second from measured load, keep --roles, or run the baseline, Dynamo's SLA planner: every --sla-interval-s it sets how many workers prefill and decode from an offline profile of the workers (--sla-profile), parking the rest; load is its load-based mode, ±1 worker a pool every 5 s when queued work predicts the TTFT or ITL target missed (default online; with --workers; sla and load start half prefill, half decode unless --roles)" },
+  "sla-profile": { kind: "string", nonEmpty: true, help: "the SLA planner's offline profile (JSON: prefill tokens/s by ISL, decode tokens/s and ITL by context and batch): read when the file exists, else measured on the first worker at start-up and written there (default: measured, not kept; with --planner sla or load)" },
+  "sla-interval-s": { kind: "number", min: 1, help: "seconds between the SLA planner's decisions (default 180, Dynamo's; load mode 5; with --planner sla or load)" },
+  "sla-ttft-ms": { kind: "number", min: 1, help: "the SLA planner's TTFT target (default 500, Dynamo's; with --planner sla or load)" },
+  "sla-itl-ms": { kind: "number", min: 1, help: "the SLA planner's ITL target (default 50, Dynamo's; with --planner sla or load)" },
   "itl-admission-ms": { kind: "number", min: 1, help: "let a new session (new prompt_cache_key or user, or a keyless chat request with no answer in it yet) in only while the planner predicts the decode pool's ITL within this many ms; others wait to its next tick, then get in or get 503 with Retry-After (default off; with --workers, planner online)" },
   "local-prefill-tokens": { kind: "int", min: 0, help: "uncached prompt tokens a decode worker prefills itself; a longer prompt goes to a prefill worker and its KV moves (always with --router kv-aware; with ours when that beats prefilling locally) (default: the online planner adapts it from 512; 512 with --planner none; with --workers)" },
   router: { kind: "string", help: "session|kv-aware: our session/transfer-aware router or Dynamo's KV-aware cost (default session; with --workers)" },
@@ -173,12 +173,13 @@ async function main(): Promise<void> {
   if (badRole !== undefined) throw new ArgsError(`Unknown role "${badRole}" in --roles; choose mixed, prefill or decode`);
   if (roles !== undefined && roles.length !== workers) throw new ArgsError(`--roles names ${roles.length} roles for ${workers} workers (--workers ${workers})`);
   const planner = f.planner ?? "online";
-  if (planner !== "online" && planner !== "none" && planner !== "sla") throw new ArgsError(`Unknown planner "${planner}"; choose online, none or sla`);
+  if (planner !== "online" && planner !== "none" && planner !== "sla" && planner !== "load") throw new ArgsError(`Unknown planner "${planner}"; choose online, none, sla or load`);
+  const profiled = planner === "sla" || planner === "load";
   if (planner !== "online" && f["itl-admission-ms"] !== undefined) throw new ArgsError(`Flag --itl-admission-ms ${f["itl-admission-ms"]} needs the online planner, not --planner ${planner}`);
   const slaFlag = (["sla-profile", "sla-interval-s", "sla-ttft-ms", "sla-itl-ms"] as const).find((k) => f[k] !== undefined);
-  if (slaFlag !== undefined && planner !== "sla") throw new ArgsError(`Flag --${slaFlag} ${f[slaFlag]} needs --planner sla`);
-  if (planner === "sla" && workers < 2 && f.nats === undefined) throw new ArgsError(`--planner sla needs at least 2 workers (a prefill and a decode pool); use --workers N`);
-  if (planner === "sla" && f.nats !== undefined) throw new ArgsError("--planner sla needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go");
+  if (slaFlag !== undefined && !profiled) throw new ArgsError(`Flag --${slaFlag} ${f[slaFlag]} needs --planner sla or load`);
+  if (profiled && workers < 2 && f.nats === undefined) throw new ArgsError(`--planner ${planner} needs at least 2 workers (a prefill and a decode pool); use --workers N`);
+  if (profiled && f.nats !== undefined) throw new ArgsError(`--planner ${planner} needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go`);
   const router = f.router ?? "session";
   if (!isClusterRouter(router)) throw new ArgsError(`Unknown router "${router}"; choose ${CLUSTER_ROUTERS.join(" or ")}`);
   const peerTransfer = f["peer-transfer"];
@@ -239,7 +240,7 @@ async function main(): Promise<void> {
     maxWaiting: f["max-waiting"],
     ...(cluster ? { workers, roles: roles as Role[] | undefined, planner, router, transport, ...(peerTransfer !== undefined ? { peerTransfer } : {}), ...(workerAddrs ? { workerAddrs } : {}) } : { role: role as WorkerRole }),
     ...(f["itl-admission-ms"] !== undefined ? { itlAdmissionTargetS: f["itl-admission-ms"] / 1000 } : {}),
-    ...(planner === "sla"
+    ...(profiled
       ? {
         sla: {
           ...(f["sla-profile"] !== undefined ? { profilePath: f["sla-profile"] } : {}),

@@ -27,16 +27,17 @@ export function checkClusterOptions(o: ServerOptions): { workers: number; transp
   if (o.plannerLogPath !== undefined && !(workers > 1 || transport === "tcp")) {
     throw new RangeError(`--planner-log "${o.plannerLogPath}" needs --workers: one engine has no planner`);
   }
-  if (o.planner === "sla" && (workers < 2 || o.nats !== undefined)) {
+  const profiled = o.planner === "sla" || o.planner === "load";
+  if (profiled && (workers < 2 || o.nats !== undefined)) {
     throw new RangeError(o.nats !== undefined
-      ? "--planner sla needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go"
-      : `--planner sla needs at least 2 workers (a prefill and a decode pool), got ${workers}`);
+      ? `--planner ${o.planner} needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go`
+      : `--planner ${o.planner} needs at least 2 workers (a prefill and a decode pool), got ${workers}`);
   }
-  if (o.sla !== undefined && o.planner !== "sla") throw new RangeError("The SLA planner's settings (--sla-*) need --planner sla");
-  if (o.planner === "sla" && o.itlAdmissionTargetS !== undefined) throw new RangeError("--itl-admission-ms is the online planner's; the SLA planner admits every request");
+  if (o.sla !== undefined && !profiled) throw new RangeError("The SLA planner's settings (--sla-*) need --planner sla or load");
+  if (profiled && o.itlAdmissionTargetS !== undefined) throw new RangeError("--itl-admission-ms is the online planner's; the SLA planner admits every request");
   // With several workers "auto" (their default) is the planner's to decide, for the whole cluster; an
   // engine's own "auto" would fight it. "mixed" or "split" given for them is kept: the planner leaves it.
-  if ((workers > 1 || transport === "tcp") && o.stepMixing === "auto" && (o.planner === "none" || o.planner === "sla")) {
+  if ((workers > 1 || transport === "tcp") && o.stepMixing === "auto" && (o.planner === "none" || profiled)) {
     throw new RangeError(`--step-mixing auto with --workers is the online planner's to decide, and --planner ${o.planner} decides none: choose mixed or split`);
   }
   return { workers, transport };

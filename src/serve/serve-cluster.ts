@@ -12,7 +12,7 @@ import { splitCredentials } from "../cluster/nats-membership.ts";
 import { RemoteEngine } from "../cluster/remote-engine.ts";
 import type { LoadedModel } from "../model/config.ts";
 import type { Planner } from "../../planner/types.ts";
-import { setUpSlaPlanner, slaInitialRoles, type SlaServeOptions } from "./sla-planner-setup.ts";
+import { type ProfilePlannerName, setUpSlaPlanner, slaInitialRoles, type SlaServeOptions } from "./sla-planner-setup.ts";
 
 /** Where a server's workers run: this thread, worker threads, or worker processes reached over TCP. */
 export type ClusterTransport = "in-process" | "threads" | "tcp";
@@ -34,8 +34,8 @@ export interface ServingCluster {
 export async function startServingCluster(
   model: LoadedModel,
   o: Omit<CreateClusterOptions, "planner"> & {
-    modelPath: string; backend: BackendChoice; transport: ClusterTransport; planner: "online" | "none" | "sla" | Planner;
-    /** With planner "sla": its profile and settings (Dynamo's defaults where absent). */
+    modelPath: string; backend: BackendChoice; transport: ClusterTransport; planner: "online" | "none" | ProfilePlannerName | Planner;
+    /** With planner "sla" or "load": its profile and settings (Dynamo's defaults where absent). */
     sla?: SlaServeOptions;
     /** "host:port" of each worker process (`deno task worker`), for the "tcp" transport. */
     workerAddrs?: string[];
@@ -47,11 +47,11 @@ export async function startServingCluster(
   let backend: Backend | undefined;
   let backendReason: string;
   let stopWatching = async () => {};
-  const sla = o.planner === "sla";
-  if (sla && o.nats !== undefined) throw new RangeError("--planner sla needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go");
+  const sla = o.planner === "sla" || o.planner === "load";
+  if (sla && o.nats !== undefined) throw new RangeError(`--planner ${o.planner} needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go`);
   const fixedCount = o.workerAddrs?.length ?? o.workers ?? 1;
   // The SLA planner starts disaggregated (Dynamo's prefill and decode pools) and decides after its first interval.
-  const co = { ...o, planner: o.planner === "sla" ? "none" as const : o.planner, roles: sla ? o.roles ?? slaInitialRoles(fixedCount) : o.roles };
+  const co = { ...o, planner: o.planner === "sla" || o.planner === "load" ? "none" as const : o.planner, roles: sla ? o.roles ?? slaInitialRoles(fixedCount) : o.roles };
   if (o.nats !== undefined) {
     const n = await startNatsCluster(model, o.modelPath, o.backend, { ...co, natsUrl: o.nats.url, clusterName: o.nats.clusterName, drainMs: o.nats.drainMs });
     cluster = n.cluster;
@@ -75,7 +75,7 @@ export async function startServingCluster(
   let slaSource: string | undefined;
   if (sla) {
     try {
-      const set = await setUpSlaPlanner(c, model.config.vocabSize, o.sla ?? {});
+      const set = await setUpSlaPlanner(c, model.config.vocabSize, o.sla ?? {}, o.planner === "load" ? "load" : "sla");
       c.usePlanner(set.planner);
       slaSource = set.source;
     } catch (e) {

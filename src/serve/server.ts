@@ -14,7 +14,7 @@ import { type ClusterRouterName, type PeerTransferMode, peerTransferOptions } fr
 import type { Backend } from "../backend/types.ts";
 import type { CreateEngineOptions } from "../engine/engine-factory.ts";
 import { type ClusterTransport, type ServingCluster, startServingCluster } from "./serve-cluster.ts";
-import type { SlaServeOptions } from "./sla-planner-setup.ts";
+import type { ProfilePlannerName, SlaServeOptions } from "./sla-planner-setup.ts";
 import { checkClusterOptions } from "./cluster-options-check.ts";
 import type { Planner, Role } from "../../planner/types.ts";
 import type { KvRetention } from "../engine/engine-sessions.ts";
@@ -140,11 +140,12 @@ export interface ServerOptions {
   /**
    * "online" (default): the planner flips roles every second from what it measures; "none": roles
    * stay; "sla": the baseline, Dynamo's SLA planner, setting prefill and decode replica counts from an
-   * offline profile of the workers every `sla.intervalS` (sla-planner-setup.ts); or a planner of your
-   * own, ticked at its `intervalS`.
+   * offline profile of the workers every `sla.intervalS` (sla-planner-setup.ts); "load": its load
+   * mode, ±1 replica a pool every 5 s from queued work and the same profile; or a planner of your own,
+   * ticked at its `intervalS`.
    */
-  planner?: "online" | "none" | "sla" | Planner;
-  /** With planner "sla": its offline profile (read, or measured at start-up) and settings. */
+  planner?: "online" | "none" | ProfilePlannerName | Planner;
+  /** With planner "sla" or "load": its offline profile (read, or measured at start-up) and settings. */
   sla?: SlaServeOptions;
   /** "session" (default, ours) or "kv-aware" (Dynamo's cost). */
   router?: ClusterRouterName;

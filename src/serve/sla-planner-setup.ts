@@ -1,34 +1,39 @@
 /**
  * The baseline planner in a real cluster (`serve --workers N --planner sla`): Dynamo's SLA planner
- * (planner/sla-profile-planner.ts, the simulator's baseline) reading an offline profile of this
- * cluster's own workers. As Dynamo's, the profile is taken before serving: read from `--sla-profile
+ * (planner/sla-profile-planner.ts, the simulator's baseline), or its load-based mode (`--planner load`,
+ * planner/load-planner.ts: ±1 replica a pool every 5 s from queued work), reading an offline profile
+ * of this cluster's own workers. As Dynamo's, the profile is taken before serving: read from `--sla-profile
  * FILE` when it exists; otherwise measured on the first worker at start-up (engine-profiler.ts) and,
  * with a path, written there for the next start. Its replica targets park and unpark workers of the
  * fixed set (replica-targets.ts).
  */
 import { SlaProfilePlanner } from "../../planner/sla-profile-planner.ts";
+import { LoadPlanner } from "../../planner/load-planner.ts";
 import type { OfflineProfile } from "../../planner/profile.ts";
-import type { Role } from "../../planner/types.ts";
+import type { Planner, Role } from "../../planner/types.ts";
 import type { Cluster } from "../cluster/cluster.ts";
 import { parseOfflineProfile, profileEngine } from "../cluster/engine-profiler.ts";
 import { pathExists, readTextFile, writeFile } from "../runtime/fs.ts";
 
-/** The SLA planner's settings a server takes (Dynamo's defaults where absent). */
+/** The baseline planners that plan from an offline profile: Dynamo's SLA planner, in throughput or load mode. */
+export type ProfilePlannerName = "sla" | "load";
+
+/** The SLA planner's settings a server takes (Dynamo's defaults where absent; both modes). */
 export interface SlaServeOptions {
   /** The offline profile's JSON file: read when it exists, else measured and written there. */
   profilePath?: string;
-  /** Seconds between its decisions (Dynamo: 180). */
+  /** Seconds between its decisions (Dynamo: 180; load mode 5). */
   intervalS?: number;
   /** Its SLA targets (Dynamo: TTFT 500 ms, ITL 50 ms). */
   ttftTargetS?: number;
   itlTargetS?: number;
-  /** No decisions before this much time has passed (Dynamo: 30 s). */
+  /** No decisions before this much time has passed (Dynamo: 30 s; load mode has none). */
   startupDelayS?: number;
 }
 
 /** The planner made, and where its profile came from (for the start-up line). */
 export interface SlaSetup {
-  planner: SlaProfilePlanner;
+  planner: Planner;
   profile: OfflineProfile;
   source: string;
 }
@@ -40,8 +45,8 @@ export function slaInitialRoles(workers: number): Role[] {
   return Array.from({ length: workers }, (_, i): Role => (i < prefill ? "prefill" : "decode"));
 }
 
-/** Reads or measures the profile, then makes the planner for `cluster`'s workers. */
-export async function setUpSlaPlanner(cluster: Cluster, vocabSize: number, o: SlaServeOptions): Promise<SlaSetup> {
+/** Reads or measures the profile, then makes the planner (`name`'s mode) for `cluster`'s workers. */
+export async function setUpSlaPlanner(cluster: Cluster, vocabSize: number, o: SlaServeOptions, name: ProfilePlannerName = "sla"): Promise<SlaSetup> {
   const workers = cluster.workers.length;
   let profile: OfflineProfile;
   let source: string;
@@ -58,12 +63,15 @@ export async function setUpSlaPlanner(cluster: Cluster, vocabSize: number, o: Sl
       source += `, written to ${o.profilePath}`;
     }
   }
-  const planner = new SlaProfilePlanner({
+  const common = {
     profile, maxWorkers: workers,
     ...(o.intervalS !== undefined ? { intervalS: o.intervalS } : {}),
     ...(o.ttftTargetS !== undefined ? { ttftTargetS: o.ttftTargetS } : {}),
     ...(o.itlTargetS !== undefined ? { itlTargetS: o.itlTargetS } : {}),
-    ...(o.startupDelayS !== undefined ? { startupDelayS: o.startupDelayS } : {}),
-  });
+  };
+  // The load mode reads the profile at the ISL it was taken at until it has measured prompts.
+  const planner = name === "load"
+    ? new LoadPlanner({ ...common, isl: profile.profiledIsl })
+    : new SlaProfilePlanner({ ...common, ...(o.startupDelayS !== undefined ? { startupDelayS: o.startupDelayS } : {}) });
   return { planner, profile, source };
 }

@@ -10,6 +10,7 @@ import { startServer } from "../../src/serve/server.ts";
 import { parseOfflineProfile } from "../../src/cluster/engine-profiler.ts";
 import { slaInitialRoles } from "../../src/serve/sla-planner-setup.ts";
 import { SlaProfilePlanner } from "../../planner/sla-profile-planner.ts";
+import { LoadPlanner } from "../../planner/load-planner.ts";
 
 const modelPath = `${projectRoot}/models/stories260K.gguf`;
 const model = await loadModel(modelPath);
@@ -20,7 +21,7 @@ test("slaInitialRoles() starts half the workers prefilling and the rest decoding
   assert.throws(() => slaInitialRoles(1), /at least 2 workers .* got 1/);
 });
 
-test("startServer({ planner: \"sla\" }) measures and keeps the workers' profile, then parks the workers its replica targets leave out", async () => {
+test("startServer({ planner: \"sla\" }) measures and keeps the workers' profile, then parks the workers its replica targets leave out (and so does \"load\")", async () => {
   const dir = mkdtempSync(`${tmpdir()}/sla-server-`);
   const profilePath = `${dir}/profile.json`;
   const base = { modelPath, model, host: "127.0.0.1", port: 0, backend: "reference" as const, kvBlocks: 96, workers: 3, planner: "sla" as const };
@@ -53,10 +54,14 @@ test("startServer({ planner: \"sla\" }) measures and keeps the workers' profile,
     } finally {
       await s.shutdown();
     }
-    // The next start reads the profile instead of measuring again.
-    const again = await startServer({ ...base, sla: { profilePath } });
+    // The next start reads the profile instead of measuring again: here the load-based mode, which
+    // parks a decode worker once every decode worker is well under the ITL target, requests or not.
+    const again = await startServer({ ...base, planner: "load", sla: { profilePath, intervalS: 1 } });
     try {
       assert.equal(again.slaProfileSource, `profile read from ${profilePath}`);
+      assert.ok(again.cluster!.planner instanceof LoadPlanner);
+      const parked = await eventually(() => again.serving.workerStatuses().filter((w) => w.parked).map((w) => w.role), (p) => p.length > 0, 20_000, 100);
+      assert.deepEqual(parked, ["decode"]);
     } finally {
       await again.shutdown();
     }
