@@ -55,8 +55,10 @@ test("startServer({ planner: \"sla\" }) measures and keeps the workers' profile,
       await s.shutdown();
     }
     // The next start reads the profile instead of measuring again: here the load-based mode, which
-    // parks a decode worker once every decode worker is well under the ITL target, requests or not.
-    const again = await startServer({ ...base, planner: "load", sla: { profilePath, intervalS: 1 } });
+    // parks a decode worker once every decode worker is well under the ITL target, requests or not
+    // (a TTFT target far off: a slow machine's profile can put a long prompt's TTFT past 500 ms, and
+    // then this mode turns the decode worker it frees into a second prefill worker instead).
+    const again = await startServer({ ...base, planner: "load", sla: { profilePath, intervalS: 1, ttftTargetS: 30 } });
     try {
       assert.equal(again.slaProfileSource, `profile read from ${profilePath}`);
       assert.ok(again.cluster!.planner instanceof LoadPlanner);
