@@ -143,10 +143,12 @@ test("startServer() with workers keeps a stepMixing given, leaves auto (the defa
       await s.shutdown();
     }
   }
-  await assert.rejects(
-    startServer({ modelPath: "stories260K", model, host: "127.0.0.1", port: 0, backend: "reference", workers: 2, stepMixing: "auto", planner: "none" }),
-    /--step-mixing auto with --workers is the planner's to decide, and --planner none runs none/,
-  );
+  for (const planner of ["none", "sla"] as const) {
+    await assert.rejects(
+      startServer({ modelPath: "stories260K", model, host: "127.0.0.1", port: 0, backend: "reference", workers: 2, stepMixing: "auto", planner }),
+      new RegExp(`--step-mixing auto with --workers is the online planner's to decide, and --planner ${planner} decides none`),
+    );
+  }
 });
 
 test("AutoStepMixing prices a step by its cycle: a mixed step whose loop costs much more switches to split", async () => {
