@@ -79,6 +79,7 @@ const FLAGS = {
   "sla-interval-s": { kind: "number", min: 1, help: "seconds between the SLA planner's decisions (default 180, Dynamo's; load mode 5; with --planner sla or load)" },
   "sla-ttft-ms": { kind: "number", min: 1, help: "the SLA planner's TTFT target (default 500, Dynamo's; with --planner sla or load)" },
   "sla-itl-ms": { kind: "number", min: 1, help: "the SLA planner's ITL target (default 50, Dynamo's; with --planner sla or load)" },
+  "sla-worker-start-s": { kind: "number", min: 0, help: "seconds a parked worker takes to serve again when the planner wants it back, as a Dynamo worker's start-up (model load) would (default 0: the engine is loaded already; the simulator charges 60; with --planner sla or load)" },
   "itl-admission-ms": { kind: "number", min: 1, help: "let a new session (new prompt_cache_key or user, or a keyless chat request with no answer in it yet) in only while the planner predicts the decode pool's ITL within this many ms; others wait to its next tick, then get in or get 503 with Retry-After (default off; with --workers, planner online)" },
   "local-prefill-tokens": { kind: "int", min: 0, help: "uncached prompt tokens a decode worker prefills itself; a longer prompt goes to a prefill worker and its KV moves (always with --router kv-aware; with ours when that beats prefilling locally) (default: the online planner adapts it from 512; 512 with --planner none; with --workers)" },
   router: { kind: "string", help: "session|kv-aware: our session/transfer-aware router or Dynamo's KV-aware cost (default session; with --workers)" },
@@ -176,7 +177,7 @@ async function main(): Promise<void> {
   if (planner !== "online" && planner !== "none" && planner !== "sla" && planner !== "load") throw new ArgsError(`Unknown planner "${planner}"; choose online, none, sla or load`);
   const profiled = planner === "sla" || planner === "load";
   if (planner !== "online" && f["itl-admission-ms"] !== undefined) throw new ArgsError(`Flag --itl-admission-ms ${f["itl-admission-ms"]} needs the online planner, not --planner ${planner}`);
-  const slaFlag = (["sla-profile", "sla-interval-s", "sla-ttft-ms", "sla-itl-ms"] as const).find((k) => f[k] !== undefined);
+  const slaFlag = (["sla-profile", "sla-interval-s", "sla-ttft-ms", "sla-itl-ms", "sla-worker-start-s"] as const).find((k) => f[k] !== undefined);
   if (slaFlag !== undefined && !profiled) throw new ArgsError(`Flag --${slaFlag} ${f[slaFlag]} needs --planner sla or load`);
   if (profiled && workers < 2 && f.nats === undefined) throw new ArgsError(`--planner ${planner} needs at least 2 workers (a prefill and a decode pool); use --workers N`);
   if (profiled && f.nats !== undefined) throw new ArgsError(`--planner ${planner} needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go`);
@@ -247,6 +248,7 @@ async function main(): Promise<void> {
           ...(f["sla-interval-s"] !== undefined ? { intervalS: f["sla-interval-s"] } : {}),
           ...(f["sla-ttft-ms"] !== undefined ? { ttftTargetS: f["sla-ttft-ms"] / 1000 } : {}),
           ...(f["sla-itl-ms"] !== undefined ? { itlTargetS: f["sla-itl-ms"] / 1000 } : {}),
+          ...(f["sla-worker-start-s"] !== undefined ? { workerStartS: f["sla-worker-start-s"] } : {}),
         },
       }
       : {}),

@@ -45,7 +45,11 @@ export class ClusterControl {
     this.ticks++;
     // A worker that can serve no more (its thread died) is "off" to the planner until it is removed:
     // counted as serving, its role and stale queue would be planned with (and the live ones not flipped).
-    const workers = this.set.all.map((w): WorkerSnapshot => (w.engine.alive ? w.snapshot() : { ...w.snapshot(), state: "off" }));
+    const now = this.o.now?.() ?? performance.now();
+    const workers = this.set.all.map((w): WorkerSnapshot => {
+      const s = w.snapshot();
+      return !w.engine.alive ? { ...s, state: "off" } : s.state === "serving" && now < w.startsServingAt ? { ...s, state: "starting" } : s;
+    });
     const snap = { ...this.window.take(), workers };
     const actions = this.planner?.tick(snap) ?? [];
     for (const a of actions) this.apply(a);
@@ -61,11 +65,14 @@ export class ClusterControl {
     if (able.length === 0) return false;
     const places = assignReplicas(able.map((w) => ({ id: w.id, role: w.role, parked: w.parked, load: w.inFlight })), prefill, decode);
     let changed = false;
+    const now = this.o.now?.() ?? performance.now();
     for (const w of able) {
       const p = places.get(w.id)!;
       if (p.role !== w.role) this.counters.flips++;
       if (p.role === w.role && p.parked === w.parked) continue;
       changed = true;
+      // A worker taken back starts as a new Dynamo worker would, after its start-up (0 by default).
+      if (w.parked && !p.parked) w.startsServingAt = now + (this.o.replicaStartS ?? 0) * 1000;
       w.role = p.role;
       w.parked = p.parked;
     }

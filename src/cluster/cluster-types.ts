@@ -43,6 +43,12 @@ export interface ClusterOptions {
    * as unchanged). The operator chose the mode; the planner should then not adapt it (`adaptStepMixing`).
    */
   fixedStepMixing?: boolean;
+  /**
+   * Seconds a parked worker takes to serve again when a replica target wants it back (default 0): the
+   * start-up (model load) Dynamo's planner waits for when it adds a worker, which an already loaded
+   * engine does not need; set it to compare with the baseline on those terms.
+   */
+  replicaStartS?: number;
 }
 
 /** A planner decision the cluster applied, and whether it changed anything. */

@@ -23,6 +23,8 @@ export class ClusterWorker {
    * new, what it has finishes, and it stays in the cluster to serve again when a target wants it.
    */
   parked = false;
+  /** Until this time (the cluster's clock, ms) a worker a replica target took back is starting: routers skip it. */
+  startsServingAt = 0;
   /** Requests routed through this worker (decoding, prefilling or sending a prefix) not yet finished. */
   inFlight = 0;
   /**

@@ -322,7 +322,8 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
 
   /** Each worker's role and load. */
   workerStatuses(): WorkerStatus[] {
-    return this.set.all.map((w) => w.status());
+    const now = this.now();
+    return this.set.all.map((w) => (now < w.startsServingAt ? { ...w.status(), starting: true } : w.status()));
   }
 
   /**
@@ -354,7 +355,8 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
 
   /** Routes over the live workers. `hashes`: the prompt's full-block chain in its cache namespace; `place`: its session's. */
   private route(req: GenerateRequest, hashes: readonly number[], place: SessionPlace): { route: SessionRoute; cands: RouteCandidate[] } {
-    const live = this.set.all.filter((w) => w.engine.alive && !w.draining && !w.parked && (req.adapter === undefined || w.adapters.has(req.adapter)));
+    const now = this.now();
+    const live = this.set.all.filter((w) => w.engine.alive && !w.draining && !w.parked && now >= w.startsServingAt && (req.adapter === undefined || w.adapters.has(req.adapter)));
     if (live.length === 0) throw new NoWorkerError(req.adapter === undefined ? "No worker is running" : `No running worker has loaded the LoRA adapter "${req.adapter}" yet`);
     // A prompt scored whole (prompt log probabilities) takes nothing from any cache: route it as uncached.
     const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(hashes);

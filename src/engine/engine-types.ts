@@ -288,6 +288,8 @@ export interface WorkerStatus {
   draining?: boolean;
   /** Parked by the baseline planner's replica targets: no new requests until a target wants it again. */
   parked?: boolean;
+  /** Taken back by a replica target and still in its start-up (`--sla-worker-start-s`): no new requests yet. */
+  starting?: boolean;
   /** False once its engine has failed or stopped (a worker process that died); absent: alive. */
   alive?: boolean;
 }

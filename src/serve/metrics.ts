@@ -96,6 +96,7 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
     workers.map((w) => `evolving:worker_up{${wl(w)}} ${w.alive === false ? 0 : 1}`));
   metric("evolving:worker_draining", "gauge", "1 while a worker leaves the cluster (no new requests; those in flight finish).", workers.map((w) => `evolving:worker_draining{${wl(w)}} ${w.draining ? 1 : 0}`));
   metric("evolving:worker_parked", "gauge", "1 while the SLA planner's replica targets leave a worker out (no new requests; those in flight finish).", workers.map((w) => `evolving:worker_parked{${wl(w)}} ${w.parked ? 1 : 0}`));
+  metric("evolving:worker_starting", "gauge", "1 while a worker the SLA planner took back is in its start-up (--sla-worker-start-s; no new requests yet).", workers.map((w) => `evolving:worker_starting{${wl(w)}} ${w.starting ? 1 : 0}`));
   if (workers.some((w) => w.sessions)) {
     metric("evolving:worker_kv_sessions", "gauge", "Sessions each worker's agent-aware KV retention tracks, by status.",
       workers.flatMap((w) => Object.entries(w.sessions ?? {}).map(([st, n]) => `evolving:worker_kv_sessions{${wl(w)},status="${esc(st)}"} ${n}`)));

@@ -51,7 +51,9 @@ export async function startServingCluster(
   if (sla && o.nats !== undefined) throw new RangeError(`--planner ${o.planner} needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go`);
   const fixedCount = o.workerAddrs?.length ?? o.workers ?? 1;
   // The SLA planner starts disaggregated (Dynamo's prefill and decode pools) and decides after its first interval.
-  const co = { ...o, planner: o.planner === "sla" || o.planner === "load" ? "none" as const : o.planner, roles: sla ? o.roles ?? slaInitialRoles(fixedCount) : o.roles };
+  const co = { ...o, planner: o.planner === "sla" || o.planner === "load" ? "none" as const : o.planner, roles: sla ? o.roles ?? slaInitialRoles(fixedCount) : o.roles,
+    ...(sla && o.sla?.workerStartS !== undefined ? { replicaStartS: o.sla.workerStartS } : {}),
+  };
   if (o.nats !== undefined) {
     const n = await startNatsCluster(model, o.modelPath, o.backend, { ...co, natsUrl: o.nats.url, clusterName: o.nats.clusterName, drainMs: o.nats.drainMs });
     cluster = n.cluster;

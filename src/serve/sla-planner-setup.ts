@@ -29,6 +29,11 @@ export interface SlaServeOptions {
   itlTargetS?: number;
   /** No decisions before this much time has passed (Dynamo: 30 s; load mode has none). */
   startupDelayS?: number;
+  /**
+   * Seconds a parked worker takes to serve again when the planner wants it back (default 0: the engine
+   * is loaded already). Dynamo starts a worker process for it; the simulator charges 60 s.
+   */
+  workerStartS?: number;
 }
 
 /** The planner made, and where its profile came from (for the start-up line). */

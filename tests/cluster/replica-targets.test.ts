@@ -64,3 +64,30 @@ test("Cluster applies the SLA planner's replica targets: parked workers get no n
     await c.stop();
   }
 });
+
+test("Cluster with replicaStartS: a worker a replica target takes back starts first, and gets requests only after its start-up", async () => {
+  let nowMs = 0;
+  const planner = new ScriptedPlanner([[{ kind: "replicas", prefill: 0, decode: 1 }], [{ kind: "replicas", prefill: 0, decode: 2 }]]);
+  const c = createCluster(createReferenceBackend(), model, { workers: 2, roles: ["decode", "decode"], planner, engine: { numBlocks: 64 }, now: () => nowMs, replicaStartS: 60 });
+  try {
+    c.tick();
+    const parked = c.workers.find((x) => x.parked)!;
+    nowMs = 1000;
+    c.tick();
+    assert.equal(parked.parked, false);
+    assert.deepEqual(c.workerStatuses().map((s) => s.starting ?? false), c.workers.map((x) => x === parked), "the worker taken back is starting");
+    const busy = c.submit(greedy(STORY, 32));
+    const h = c.submit(greedy([...STORY.slice(0, 4), 300], 2));
+    assert.equal(parked.inFlight, 0, "a starting worker gets nothing, though the other is busy");
+    await Promise.all([busy.result, h.result]);
+    c.tick();
+    assert.equal(planner.seen.at(-1)!.workers.find((w) => w.id === parked.id)!.state, "starting", "the planner sees it starting");
+    nowMs = 61_000;
+    assert.equal(c.workerStatuses().find((s) => s.id === parked.id)!.starting, undefined);
+    const handles = [0, 1, 2, 3].map((i) => c.submit(greedy([...STORY.slice(0, 3), 400 + i], 24)));
+    assert.ok(parked.inFlight > 0, "after its start-up it serves");
+    await Promise.all(handles.map((x) => x.result));
+  } finally {
+    await c.stop();
+  }
+});
