@@ -21,10 +21,10 @@ test("slaInitialRoles() starts half the workers prefilling and the rest decoding
   assert.throws(() => slaInitialRoles(1), /at least 2 workers .* got 1/);
 });
 
-test("startServer({ planner: \"sla\" }) measures and keeps the workers' profile, then parks the workers its replica targets leave out (and so does \"load\")", async () => {
+for (const transport of ["in-process", "threads"] as const) test(`startServer({ planner: "sla", transport: "${transport}" }) measures and keeps the workers' profile, then parks the workers its replica targets leave out (and so does "load")`, async () => {
   const dir = mkdtempSync(`${tmpdir()}/sla-server-`);
   const profilePath = `${dir}/profile.json`;
-  const base = { modelPath, model, host: "127.0.0.1", port: 0, backend: "reference" as const, kvBlocks: 96, workers: 3, planner: "sla" as const };
+  const base = { modelPath, model, host: "127.0.0.1", port: 0, backend: "reference" as const, kvBlocks: 96, workers: 3, planner: "sla" as const, transport };
   try {
     const s = await startServer({ ...base, sla: { profilePath, intervalS: 1, startupDelayS: 0 } });
     try {
