@@ -250,7 +250,8 @@ async function main(): Promise<void> {
         runs[c].push(s);
         turns[c].push(result.turns);
         console.error(`repeat ${r + 1} ${name}: hit ${pct(s.hitRate)}, fast-return hit ${pct(s.fastHitRate)}, recomputed ${s.recomputedTokens}, ` +
-          `TTFT mean ${ms(s.ttftMeanMs)} ms, server CPU ${s.serverCpuS.toFixed(1)} s, ${s.wallS.toFixed(1)} s${result.rolesAtEnd ? `, roles at the end ${result.rolesAtEnd}` : ""}`);
+          `TTFT mean ${ms(s.ttftMeanMs)} ms, server CPU ${s.serverCpuS.toFixed(1)} s, ${s.wallS.toFixed(1)} s${result.rolesAtEnd ? `, roles at the end ${result.rolesAtEnd}` : ""}` +
+          (result.rolesAtEnd.includes(",") ? `, ${JSON.stringify(result.clusterMoves)}` : ""));
       }
     }
     const a = medianSummary(runs[0]);

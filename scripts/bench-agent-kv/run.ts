@@ -42,6 +42,8 @@ export interface RunResult {
   serverCpuS: number;
   /** Each worker's role when the workload ended, "(parked)" after those the SLA planner left out; empty for one engine. */
   rolesAtEnd: string;
+  /** A cluster's prefill hand-offs, prefix pulls, KV blocks moved and role flips over the run (zeros for one engine). */
+  clusterMoves: { handoffs: number; prefixMoves: number; movedBlocks: number; flips: number };
 }
 
 /** User + system CPU seconds of process `pid` from /proc/PID/stat (100 ticks per second). */
@@ -192,7 +194,10 @@ export async function runOnce(modelPath: string, kvBlocks: number, kvRetention: 
     const roles = [...metrics.matchAll(/^evolving:worker_role\{[^}]*worker="([^"]+)",role="(\w+)"\} 1$/gm)].map((m) => ({ id: m[1], role: m[2] }));
     const parked = new Set([...metrics.matchAll(/^evolving:worker_parked\{[^}]*worker="([^"]+)"\} 1$/gm)].map((m) => m[1]));
     const rolesAtEnd = roles.map((r) => `${r.role}${parked.has(r.id) ? " (parked)" : ""}`).join(",");
-    return { turns, preemptions, wallS, serverCpuS: cpuSeconds(child.pid) - cpu0, rolesAtEnd };
+    // What the cluster moved and changed: KV hand-offs and pulls cost work a single engine never does.
+    const counter = (name: string) => Number(new RegExp(`^evolving:${name}\\S* (\\S+)$`, "m").exec(metrics)?.[1] ?? 0);
+    const clusterMoves = { handoffs: counter("prefill_handoffs_total"), prefixMoves: counter("prefix_moves_total"), movedBlocks: counter("moved_kv_blocks_total"), flips: counter("role_flips_total") };
+    return { turns, preemptions, wallS, serverCpuS: cpuSeconds(child.pid) - cpu0, rolesAtEnd, clusterMoves };
   } finally {
     child.removeAllListeners("exit");
     child.kill("SIGTERM");
