@@ -42,8 +42,8 @@ export interface RunResult {
   serverCpuS: number;
   /** Each worker's role when the workload ended, "(parked)" after those the SLA planner left out; empty for one engine. */
   rolesAtEnd: string;
-  /** A cluster's prefill hand-offs, prefix pulls, KV blocks moved and role flips over the run (zeros for one engine). */
-  clusterMoves: { handoffs: number; prefixMoves: number; movedBlocks: number; flips: number };
+  /** A cluster's prefill hand-offs, prefix pulls, KV blocks moved, role flips and step-mixing switches over the run, and whether it ended on split steps. */
+  clusterMoves: { handoffs: number; prefixMoves: number; movedBlocks: number; flips: number; mixingChanges: number; split: boolean };
 }
 
 /** User + system CPU seconds of process `pid` from /proc/PID/stat (100 ticks per second). */
@@ -196,7 +196,8 @@ export async function runOnce(modelPath: string, kvBlocks: number, kvRetention: 
     const rolesAtEnd = roles.map((r) => `${r.role}${parked.has(r.id) ? " (parked)" : ""}`).join(",");
     // What the cluster moved and changed: KV hand-offs and pulls cost work a single engine never does.
     const counter = (name: string) => Number(new RegExp(`^evolving:${name}\\S* (\\S+)$`, "m").exec(metrics)?.[1] ?? 0);
-    const clusterMoves = { handoffs: counter("prefill_handoffs_total"), prefixMoves: counter("prefix_moves_total"), movedBlocks: counter("moved_kv_blocks_total"), flips: counter("role_flips_total") };
+    const clusterMoves = { handoffs: counter("prefill_handoffs_total"), prefixMoves: counter("prefix_moves_total"), movedBlocks: counter("moved_kv_blocks_total"), flips: counter("role_flips_total"),
+      mixingChanges: counter("step_mixing_changes_total"), split: /^evolving:step_mixing\{[^}]*mode="split"\} 1$/m.test(metrics) };
     return { turns, preemptions, wallS, serverCpuS: cpuSeconds(child.pid) - cpu0, rolesAtEnd, clusterMoves };
   } finally {
     child.removeAllListeners("exit");
