@@ -189,13 +189,15 @@ export async function runOnce(modelPath: string, kvBlocks: number, kvRetention: 
     await Promise.all(plans.map(play));
     const wallS = (performance.now() - t0) / 1000;
     const metrics = await (await fetch(`${url}/metrics`)).text();
-    const preemptions = Number(/^vllm:num_preemptions_total\S* (\S+)$/m.exec(metrics)?.[1] ?? NaN);
+    /** A metric's value by its full name (`missing` when the server does not print it). */
+    const value = (name: string, missing: number) => Number(new RegExp(`^${name}\\S* (\\S+)$`, "m").exec(metrics)?.[1] ?? missing);
+    const preemptions = value("vllm:num_preemptions_total", NaN);
     // Where the workers ended: their roles, and which the SLA planner's replica targets parked.
     const roles = [...metrics.matchAll(/^evolving:worker_role\{[^}]*worker="([^"]+)",role="(\w+)"\} 1$/gm)].map((m) => ({ id: m[1], role: m[2] }));
     const parked = new Set([...metrics.matchAll(/^evolving:worker_parked\{[^}]*worker="([^"]+)"\} 1$/gm)].map((m) => m[1]));
     const rolesAtEnd = roles.map((r) => `${r.role}${parked.has(r.id) ? " (parked)" : ""}`).join(",");
     // What the cluster moved and changed: KV hand-offs and pulls cost work a single engine never does.
-    const counter = (name: string) => Number(new RegExp(`^evolving:${name}\\S* (\\S+)$`, "m").exec(metrics)?.[1] ?? 0);
+    const counter = (name: string) => value(`evolving:${name}`, 0);
     const clusterMoves = { handoffs: counter("prefill_handoffs_total"), prefixMoves: counter("prefix_moves_total"), movedBlocks: counter("moved_kv_blocks_total"), flips: counter("role_flips_total"),
       mixingChanges: counter("step_mixing_changes_total"), split: /^evolving:step_mixing\{[^}]*mode="split"\} 1$/m.test(metrics) };
     return { turns, preemptions, wallS, serverCpuS: cpuSeconds(child.pid) - cpu0, rolesAtEnd, clusterMoves };

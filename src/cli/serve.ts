@@ -29,6 +29,7 @@ import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 import { checkSideFiles, hostFlag, probeListen } from "./preflight.ts";
 import { stopOnSignal } from "./serve-signals.ts";
 import { isQuantizeDType, QUANTIZE_DTYPES } from "../model/weights.ts";
+import { isProfilePlanner } from "../serve/sla-planner-setup.ts";
 
 const DEFAULT_MODEL = fileURLToPath(new URL("../../models/stories260K.gguf", import.meta.url));
 
@@ -174,8 +175,8 @@ async function main(): Promise<void> {
   if (badRole !== undefined) throw new ArgsError(`Unknown role "${badRole}" in --roles; choose mixed, prefill or decode`);
   if (roles !== undefined && roles.length !== workers) throw new ArgsError(`--roles names ${roles.length} roles for ${workers} workers (--workers ${workers})`);
   const planner = f.planner ?? "online";
-  if (planner !== "online" && planner !== "none" && planner !== "sla" && planner !== "load") throw new ArgsError(`Unknown planner "${planner}"; choose online, none, sla or load`);
-  const profiled = planner === "sla" || planner === "load";
+  const profiled = isProfilePlanner(planner);
+  if (planner !== "online" && planner !== "none" && !profiled) throw new ArgsError(`Unknown planner "${planner}"; choose online, none, sla or load`);
   if (planner !== "online" && f["itl-admission-ms"] !== undefined) throw new ArgsError(`Flag --itl-admission-ms ${f["itl-admission-ms"]} needs the online planner, not --planner ${planner}`);
   const slaFlag = (["sla-profile", "sla-interval-s", "sla-ttft-ms", "sla-itl-ms", "sla-worker-start-s"] as const).find((k) => f[k] !== undefined);
   if (slaFlag !== undefined && !profiled) throw new ArgsError(`Flag --${slaFlag} ${f[slaFlag]} needs --planner sla or load`);

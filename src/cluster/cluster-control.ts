@@ -34,6 +34,8 @@ export class ClusterControl {
 
   constructor(
     private readonly set: WorkerSet, private readonly window: RequestWindow, private readonly counters: ClusterCounters, private readonly o: ClusterOptions, mixing: StepMixing,
+    /** The cluster's clock (ms). */
+    private readonly now: () => number,
   ) {
     this.mixing = mixing;
     this.planner = o.planner ?? null;
@@ -45,11 +47,8 @@ export class ClusterControl {
     this.ticks++;
     // A worker that can serve no more (its thread died) is "off" to the planner until it is removed:
     // counted as serving, its role and stale queue would be planned with (and the live ones not flipped).
-    const now = this.o.now?.() ?? performance.now();
-    const workers = this.set.all.map((w): WorkerSnapshot => {
-      const s = w.snapshot();
-      return !w.engine.alive ? { ...s, state: "off" } : s.state === "serving" && now < w.startsServingAt ? { ...s, state: "starting" } : s;
-    });
+    const now = this.now();
+    const workers = this.set.all.map((w): WorkerSnapshot => (w.engine.alive ? w.snapshot(now) : { ...w.snapshot(now), state: "off" }));
     const snap = { ...this.window.take(), workers };
     const actions = this.planner?.tick(snap) ?? [];
     for (const a of actions) this.apply(a);
@@ -65,7 +64,7 @@ export class ClusterControl {
     if (able.length === 0) return false;
     const places = assignReplicas(able.map((w) => ({ id: w.id, role: w.role, parked: w.parked, load: w.inFlight })), prefill, decode);
     let changed = false;
-    const now = this.o.now?.() ?? performance.now();
+    const now = this.now();
     for (const w of able) {
       const p = places.get(w.id)!;
       if (p.role !== w.role) this.counters.flips++;

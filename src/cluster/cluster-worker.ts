@@ -68,24 +68,29 @@ export class ClusterWorker {
     };
   }
 
-  /** The planner's view of the last window; starts the next one. */
-  snapshot(): WorkerSnapshot {
+  /** Whether `now` (the cluster's clock, ms) falls in the start-up of a worker a replica target took back. */
+  starting(now: number): boolean {
+    return now < this.startsServingAt;
+  }
+
+  /** The planner's view of the last window at `now` (the cluster's clock, ms; absent: not starting); starts the next one. */
+  snapshot(now?: number): WorkerSnapshot {
     const q = this.engine.queueState();
     const s = this.engine.stats();
     return {
-      id: this.id, role: this.role, state: this.draining ? "draining" : this.parked ? "off" : "serving", waitingPrefillTokens: q.waitingPrefillTokens, queueDelayS: q.oldestWaitS,
+      id: this.id, role: this.role, state: this.draining ? "draining" : this.parked ? "off" : now !== undefined && this.starting(now) ? "starting" : "serving", waitingPrefillTokens: q.waitingPrefillTokens, queueDelayS: q.oldestWaitS,
       decodeBatch: q.decoding, waitingDecodes: q.waitingDecodes, kvUsage: s.kvUsedBlocks / Math.max(1, s.kvTotalBlocks),
       ...this.window.take(),
     };
   }
 
-  /** Role and load, for /metrics. */
-  status(): WorkerStatus {
+  /** Role and load at `now` (the cluster's clock, ms), for /metrics. */
+  status(now: number): WorkerStatus {
     const s = this.engine.stats();
     const sessions = this.engine.sessionStatusCounts();
     return {
       id: this.id, role: this.role, waiting: s.waiting, running: s.running, kvUsage: s.kvUsedBlocks / Math.max(1, s.kvTotalBlocks),
-      draining: this.draining, ...(this.parked ? { parked: true } : {}), alive: this.engine.alive, ...(sessions ? { sessions } : {}),
+      draining: this.draining, ...(this.parked ? { parked: true } : {}), ...(this.starting(now) ? { starting: true } : {}), alive: this.engine.alive, ...(sessions ? { sessions } : {}),
     };
   }
 }

@@ -65,7 +65,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     this.window = new RequestWindow(this.now);
     this.blockSize = o.shape?.blockSize ?? engines[0].blockSize;
     this.sessions = new ClusterSessions(this.blockSize, (w, s) => this.set.get(w)?.engine.sessionMovedAway(s));
-    this.control = new ClusterControl(this.set, this.window, this.counters, o, o.stepMixing ?? engines[0]?.stepMixing ?? "mixed");
+    this.control = new ClusterControl(this.set, this.window, this.counters, o, o.stepMixing ?? engines[0]?.stepMixing ?? "mixed", this.now);
     this.adapters = new ClusterAdapters(() => this.set.all);
     engines.forEach((e, i) => this.attach(e, roles[i]));
   }
@@ -323,7 +323,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
   /** Each worker's role and load. */
   workerStatuses(): WorkerStatus[] {
     const now = this.now();
-    return this.set.all.map((w) => (now < w.startsServingAt ? { ...w.status(), starting: true } : w.status()));
+    return this.set.all.map((w) => w.status(now));
   }
 
   /**
@@ -356,7 +356,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
   /** Routes over the live workers. `hashes`: the prompt's full-block chain in its cache namespace; `place`: its session's. */
   private route(req: GenerateRequest, hashes: readonly number[], place: SessionPlace): { route: SessionRoute; cands: RouteCandidate[] } {
     const now = this.now();
-    const live = this.set.all.filter((w) => w.engine.alive && !w.draining && !w.parked && now >= w.startsServingAt && (req.adapter === undefined || w.adapters.has(req.adapter)));
+    const live = this.set.all.filter((w) => w.engine.alive && !w.draining && !w.parked && !w.starting(now) && (req.adapter === undefined || w.adapters.has(req.adapter)));
     if (live.length === 0) throw new NoWorkerError(req.adapter === undefined ? "No worker is running" : `No running worker has loaded the LoRA adapter "${req.adapter}" yet`);
     // A prompt scored whole (prompt log probabilities) takes nothing from any cache: route it as uncached.
     const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(hashes);

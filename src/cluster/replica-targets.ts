@@ -3,7 +3,8 @@
  * prefill and D decode workers; Dynamo starts and stops worker processes to get them. A cluster here
  * holds its engines already loaded, so a worker the target has no use for is parked (routers send it
  * nothing; what it has in flight finishes there) and a parked one serves again at once, without the
- * start-up (model load) the simulator charges a new Dynamo worker. That favours the baseline.
+ * start-up (model load) the simulator charges a new Dynamo worker, unless the cluster is told to wait
+ * for one (`ClusterOptions.replicaStartS`, applied in cluster-control.ts). At once favours the baseline.
  *
  * Which workers move follows the simulator's rule (src/sim/actions.ts): a pool over its target parks
  * its least loaded workers; a pool under it takes back parked workers of its own role first (their

@@ -4,6 +4,7 @@
  * RangeError naming the flags, as the serve CLI prints it.
  */
 import type { ServerOptions } from "./server.ts";
+import { isProfilePlanner } from "./sla-planner-setup.ts";
 
 /**
  * Throws a RangeError for cluster options that do not go together; returns the fixed worker count (0
@@ -27,7 +28,7 @@ export function checkClusterOptions(o: ServerOptions): { workers: number; transp
   if (o.plannerLogPath !== undefined && !(workers > 1 || transport === "tcp")) {
     throw new RangeError(`--planner-log "${o.plannerLogPath}" needs --workers: one engine has no planner`);
   }
-  const profiled = o.planner === "sla" || o.planner === "load";
+  const profiled = isProfilePlanner(o.planner);
   if (profiled && (workers < 2 || o.nats !== undefined)) {
     throw new RangeError(o.nats !== undefined
       ? `--planner ${o.planner} needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go`

@@ -12,7 +12,7 @@ import { splitCredentials } from "../cluster/nats-membership.ts";
 import { RemoteEngine } from "../cluster/remote-engine.ts";
 import type { LoadedModel } from "../model/config.ts";
 import type { Planner } from "../../planner/types.ts";
-import { type ProfilePlannerName, setUpSlaPlanner, slaInitialRoles, type SlaServeOptions } from "./sla-planner-setup.ts";
+import { isProfilePlanner, type ProfilePlannerName, setUpSlaPlanner, slaInitialRoles, type SlaServeOptions } from "./sla-planner-setup.ts";
 
 /** Where a server's workers run: this thread, worker threads, or worker processes reached over TCP. */
 export type ClusterTransport = "in-process" | "threads" | "tcp";
@@ -47,12 +47,13 @@ export async function startServingCluster(
   let backend: Backend | undefined;
   let backendReason: string;
   let stopWatching = async () => {};
-  const sla = o.planner === "sla" || o.planner === "load";
-  if (sla && o.nats !== undefined) throw new RangeError(`--planner ${o.planner} needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go`);
-  const fixedCount = o.workerAddrs?.length ?? o.workers ?? 1;
-  // The SLA planner starts disaggregated (Dynamo's prefill and decode pools) and decides after its first interval.
-  const co = { ...o, planner: o.planner === "sla" || o.planner === "load" ? "none" as const : o.planner, roles: sla ? o.roles ?? slaInitialRoles(fixedCount) : o.roles,
-    ...(sla && o.sla?.workerStartS !== undefined ? { replicaStartS: o.sla.workerStartS } : {}),
+  // The SLA planner (a fixed worker set: server.ts refuses it under NATS) starts disaggregated, Dynamo's
+  // prefill and decode pools, and is made once the workers run (its profile is measured on one).
+  const chosen = o.planner;
+  const profiled = isProfilePlanner(chosen);
+  const co = {
+    ...o, planner: profiled ? "none" as const : chosen, roles: profiled ? o.roles ?? slaInitialRoles(o.workerAddrs?.length ?? o.workers ?? 1) : o.roles,
+    ...(profiled && o.sla?.workerStartS !== undefined ? { replicaStartS: o.sla.workerStartS } : {}),
   };
   if (o.nats !== undefined) {
     const n = await startNatsCluster(model, o.modelPath, o.backend, { ...co, natsUrl: o.nats.url, clusterName: o.nats.clusterName, drainMs: o.nats.drainMs });
@@ -75,9 +76,9 @@ export async function startServingCluster(
   }
   const c = cluster;
   let slaSource: string | undefined;
-  if (sla) {
+  if (profiled) {
     try {
-      const set = await setUpSlaPlanner(c, model.config.vocabSize, o.sla ?? {}, o.planner === "load" ? "load" : "sla");
+      const set = await setUpSlaPlanner(c, model.config.vocabSize, o.sla ?? {}, chosen);
       c.usePlanner(set.planner);
       slaSource = set.source;
     } catch (e) {

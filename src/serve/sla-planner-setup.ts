@@ -18,6 +18,11 @@ import { pathExists, readTextFile, writeFile } from "../runtime/fs.ts";
 /** The baseline planners that plan from an offline profile: Dynamo's SLA planner, in throughput or load mode. */
 export type ProfilePlannerName = "sla" | "load";
 
+/** True for a planner choice that plans from an offline profile. */
+export function isProfilePlanner(p: unknown): p is ProfilePlannerName {
+  return p === "sla" || p === "load";
+}
+
 /** The SLA planner's settings a server takes (Dynamo's defaults where absent; both modes). */
 export interface SlaServeOptions {
   /** The offline profile's JSON file: read when it exists, else measured and written there. */
@@ -39,14 +44,13 @@ export interface SlaServeOptions {
 /** The planner made, and where its profile came from (for the start-up line). */
 export interface SlaSetup {
   planner: Planner;
-  profile: OfflineProfile;
   source: string;
 }
 
-/** Dynamo's disaggregated start: half the workers (rounded down, at least one) prefill, the rest decode. */
+/** Dynamo's disaggregated start: half the workers (rounded down) prefill, the rest decode. */
 export function slaInitialRoles(workers: number): Role[] {
   if (!Number.isInteger(workers) || workers < 2) throw new RangeError(`The SLA planner needs at least 2 workers (a prefill and a decode pool), got ${workers}`);
-  const prefill = Math.max(1, Math.floor(workers / 2));
+  const prefill = Math.floor(workers / 2);
   return Array.from({ length: workers }, (_, i): Role => (i < prefill ? "prefill" : "decode"));
 }
 
@@ -78,5 +82,5 @@ export async function setUpSlaPlanner(cluster: Cluster, vocabSize: number, o: Sl
   const planner = name === "load"
     ? new LoadPlanner({ ...common, isl: profile.profiledIsl })
     : new SlaProfilePlanner({ ...common, ...(o.startupDelayS !== undefined ? { startupDelayS: o.startupDelayS } : {}) });
-  return { planner, profile, source };
+  return { planner, source };
 }
