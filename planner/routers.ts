@@ -24,6 +24,11 @@ export interface RouteCandidate {
   memoryQueue?: number;
   /** Device blocks free or evictable there now (optional; unknown = room enough). */
   freeBlocks?: number;
+  /**
+   * Sessions homed there that will be back (optional; 0 when unknown): running a turn, or waiting on a
+   * tool call. Each brings its next turn to this worker.
+   */
+  liveSessions?: number;
   /** Online estimate of its prefill speed (tokens/s) and current decode step (s). */
   prefillRate: number;
   decodeStepS: number;
@@ -140,6 +145,20 @@ export interface SessionRouterOptions {
    * move instead of being recomputed. Default off.
    */
   peerHostBlocks?: boolean;
+  /**
+   * Seconds a turn opening a session (`SessionRequest.newSession`) is charged per live session already
+   * homed on a worker (`RouteCandidate.liveSessions`; default 0: off). At the instant a session opens,
+   * workers between turns all look idle, and ties go to the first worker; but each session homed there
+   * comes back with a turn that will share its steps. A tie-breaker, not a load term: it is small next
+   * to queued prefill (0.05 s is 100 tokens at 2000 tokens/s), which says what is busy now.
+   */
+  sessionSpreadS?: number;
+  /**
+   * Never charge `peerMoveS` to a turn opening a session (default false: waived only while the holder
+   * has prefill queued). With it, a new session goes to an idle worker that lacks the shared system
+   * prompt as readily as to the idle one holding it, so `sessionSpreadS` can spread sessions from the start.
+   */
+  waiveOpeningPulls?: boolean;
 }
 
 /** Our router: the candidate with the lowest predicted TTFT plus a decode-load penalty. */
@@ -224,8 +243,9 @@ export function routeSession(
     // always, new sessions spread by pulls onto workers whose decode pools they later overloaded:
     // simulated computer-use at load 3, 5.5% less goodput over three seeds); once the holder has
     // prefill queued, charging it piled every new session sharing the prompt onto that one worker.
-    if (pulled > 0 && !(req.newSession === true && holder!.queuedPrefillTokens > 0)) cost += o.peerMoveS ?? 0;
+    if (pulled > 0 && !(req.newSession === true && (o.waiveOpeningPulls === true || holder!.queuedPrefillTokens > 0))) cost += o.peerMoveS ?? 0;
     if (o.memoryFullS && ((w.memoryQueue ?? 0) > 0 || promptBlocks - w.overlapDevice > (w.freeBlocks ?? Infinity))) cost += o.memoryFullS;
+    if (req.newSession === true) cost += (o.sessionSpreadS ?? 0) * (w.liveSessions ?? 0);
     if (w.id === req.lastWorker) cost -= o.affinityBonusS ?? 0;
     if (cost < bestCost) { bestCost = cost; best = route; }
   }

@@ -8,13 +8,14 @@
  *
  *   npx tsx scripts/bench-agent-kv.ts --repeats 3 --json tmp/akv-result.json
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { distribution } from "./bench-serve/report.ts";
 import { agentModel } from "./bench-agent-kv/agent-model.ts";
 import { type AgentApi, runOnce, type RunResult, type TurnRecord } from "./bench-agent-kv/run.ts";
 import { buildWorkload, WORKLOAD_DEFAULTS, type WorkloadOptions } from "./bench-agent-kv/workload.ts";
 import type { KvRetention } from "../src/engine/engine-sessions.ts";
+import { isPeerTransferMode, type PeerTransferMode } from "../src/cluster/cluster-router.ts";
 import { cliArgs, exitProcess } from "../src/runtime/env.ts";
 import { writeFile } from "../src/runtime/fs.ts";
 
@@ -50,9 +51,17 @@ export interface AgentKvOptions {
   /**
    * With `dynamoWorkers`: the baseline's deployment, "sla" (disaggregated, the SLA planner, default),
    * "load" (disaggregated, its load-based mode: ±1 worker a pool every 5 s) or "agg" (aggregated: every
-   * worker mixed, no planner; the simulator's dynamo-agg).
+   * worker mixed, no planner; the simulator's dynamo-agg), or "ours" (ours again, under
+   * `baselineRouterOptions`: an A/B of our router's tunables).
    */
-  baseline: "sla" | "load" | "agg";
+  baseline: "sla" | "load" | "agg" | "ours";
+  /** With `dynamoWorkers`: ours' `--router-options`, and with `--baseline ours` the second configuration's. */
+  oursRouterOptions?: string;
+  baselineRouterOptions?: string;
+  /** With `dynamoWorkers`: ours' `--peer-transfer` (default: the server's, host). */
+  oursPeerTransfer?: PeerTransferMode;
+  /** Write each run's step log, and with workers its route and planner logs, into this folder. */
+  logDir?: string;
   repeats: number;
   jsonPath?: string;
   /** The API the sessions speak (default chat). */
@@ -81,7 +90,11 @@ const USAGE = `bench-agent-kv: agent-aware vs LRU KV retention in the real serve
     Dynamo-like baseline (lru, --router kv-aware, --planner sla from a profile of the workers measured once)
   --sla-interval-s N (with --dynamo-workers): the SLA planner's interval (30; Dynamo's default is 180)
   --baseline sla|load|agg (with --dynamo-workers): the baseline disaggregated under the SLA planner (sla) or
-    its load-based mode (load, every 5 s), or aggregated, every worker mixed and no planner (agg)`;
+    its load-based mode (load, every 5 s), or aggregated, every worker mixed and no planner (agg)
+  --ours-peer-transfer off|device|host (with --dynamo-workers): ours' --peer-transfer (the server's default, host)
+  --ours-router-options S (with --dynamo-workers): ours' --router-options (NAME=VALUE,...)
+  --baseline ours --baseline-router-options S: instead of the Dynamo-like baseline, ours again under other router options (an A/B)
+  --log-dir DIR: write each run's --step-log (and with workers --route-log, --planner-log) as DIR/NAME-rN.*.jsonl`;
 
 const INT_FLAGS = { sessions: 1, turns: 0, chats: 0, seed: 0, "kv-blocks": 8, repeats: 1, "offload-blocks": 1, "peer-host-workers": 2, "keyless-workers": 2, "agent-start-s": 0, "itl-admission-ms": 1, "dynamo-workers": 2, "sla-interval-s": 1 } as const;
 
@@ -95,8 +108,16 @@ export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
     const value = argv[++i];
     if (value === undefined) throw new AgentKvArgsError(`Flag "${flag}" needs a value`);
     if (name === "json") { o.jsonPath = value; continue; }
+    if (name === "log-dir") { o.logDir = value; continue; }
+    if (name === "ours-peer-transfer") {
+      if (!isPeerTransferMode(value)) throw new AgentKvArgsError(`Flag "--ours-peer-transfer" takes off, device or host, got "${value}"`);
+      o.oursPeerTransfer = value;
+      continue;
+    }
+    if (name === "ours-router-options") { o.oursRouterOptions = value; continue; }
+    if (name === "baseline-router-options") { o.baselineRouterOptions = value; continue; }
     if (name === "baseline") {
-      if (value !== "sla" && value !== "load" && value !== "agg") throw new AgentKvArgsError(`Flag "--baseline" takes sla, load or agg, got "${value}"`);
+      if (value !== "sla" && value !== "load" && value !== "agg" && value !== "ours") throw new AgentKvArgsError(`Flag "--baseline" takes sla, load, agg or ours, got "${value}"`);
       o.baseline = value;
       continue;
     }
@@ -125,8 +146,9 @@ export function parseAgentKvArgs(argv: readonly string[]): AgentKvOptions {
   if (o.dynamoWorkers !== undefined && (o.offloadBlocks !== undefined || o.keylessWorkers !== undefined || o.itlAdmissionMs !== undefined)) {
     throw new AgentKvArgsError("Flag --dynamo-workers compares ours against the baseline as each is configured: it takes none of --offload-blocks, --keyless-workers, --itl-admission-ms");
   }
-  for (const flag of ["--sla-interval-s", "--baseline"]) if (o.dynamoWorkers === undefined && argv.includes(flag)) throw new AgentKvArgsError(`Flag ${flag} needs --dynamo-workers`);
-  if (o.baseline !== "sla" && argv.includes("--sla-interval-s")) throw new AgentKvArgsError(`Flag --sla-interval-s is the SLA planner's throughput mode's; --baseline ${o.baseline} runs ${o.baseline === "agg" ? "no planner" : "its load mode (5 s)"}`);
+  if (o.baselineRouterOptions !== undefined && o.baseline !== "ours") throw new AgentKvArgsError("Flag --baseline-router-options needs --baseline ours");
+  for (const flag of ["--sla-interval-s", "--baseline", "--ours-peer-transfer", "--ours-router-options"]) if (o.dynamoWorkers === undefined && argv.includes(flag)) throw new AgentKvArgsError(`Flag ${flag} needs --dynamo-workers`);
+  if (o.baseline !== "sla" && argv.includes("--sla-interval-s")) throw new AgentKvArgsError(`Flag --sla-interval-s is the SLA planner's throughput mode's; --baseline ${o.baseline} runs ${o.baseline === "load" ? "its load mode (5 s)" : o.baseline === "ours" ? "ours" : "no planner"}`);
   if (o.itlAdmissionMs !== undefined && o.keylessWorkers === undefined && o.peerHostWorkers === undefined) {
     throw new AgentKvArgsError("Flag --itl-admission-ms needs worker threads (--keyless-workers or --peer-host-workers): the front door is the cluster's");
   }
@@ -207,11 +229,23 @@ export function reportTable(agent: RunSummary, lru: RunSummary, repeats: number,
   return lines.join("\n");
 }
 
+/** Ours' serve flags beyond the worker threads: its peer-transfer mode and router options, where given. */
+function oursArgs(peerTransfer: PeerTransferMode | undefined, routerOptions: string | undefined): string[] {
+  return [...(peerTransfer ? ["--peer-transfer", peerTransfer] : []), ...(routerOptions ? ["--router-options", routerOptions] : [])];
+}
+
+/** Serve flags writing a run's step log, and with workers its route and planner logs, to `stem`.*.jsonl. */
+function logArgs(stem: string, cluster: boolean): string[] {
+  const step = ["--step-log", `${stem}.steps.jsonl`];
+  return cluster ? [...step, "--route-log", `${stem}.routes.jsonl`, "--planner-log", `${stem}.planner.jsonl`] : step;
+}
+
 async function main(): Promise<void> {
   const argv = cliArgs();
   if (argv.includes("--help")) return void console.log(USAGE);
   const o = parseAgentKvArgs(argv);
   const plans = buildWorkload(o.workload);
+  if (o.logDir !== undefined) mkdirSync(o.logDir, { recursive: true });
   const dir = mkdtempSync(`${tmpdir()}/bench-agent-kv-`);
   try {
     const modelPath = `${dir}/agent-scripted.gguf`;
@@ -231,7 +265,12 @@ async function main(): Promise<void> {
       ? ["--router", "kv-aware", "--planner", "load", "--sla-profile", `${dir}/sla-profile.json`]
       : ["--router", "kv-aware", "--planner", "sla", "--sla-interval-s", String(o.slaIntervalS), "--sla-profile", `${dir}/sla-profile.json`];
     const configs: { name: string; retention: KvRetention; args: string[]; api?: AgentApi }[] = o.dynamoWorkers !== undefined
-      ? [{ name: "ours", retention: "agent", args: dynamoThreads }, { name: `dynamo-${o.baseline}`, retention: "lru", args: [...dynamoThreads, ...slaArgs] }]
+      ? [
+        { name: "ours", retention: "agent", args: [...dynamoThreads, ...oursArgs(o.oursPeerTransfer, o.oursRouterOptions)] },
+        o.baseline === "ours"
+          ? { name: "ours-b", retention: "agent", args: [...dynamoThreads, ...oursArgs(o.oursPeerTransfer, o.baselineRouterOptions)] }
+          : { name: `dynamo-${o.baseline}`, retention: "lru", args: [...dynamoThreads, ...slaArgs] },
+      ]
       : o.keylessWorkers !== undefined
       ? [{ name: "keyed", retention: "agent", args: keylessThreads }, { name: "keyless", retention: "agent", args: keylessThreads, api: "chat-keyless" }]
       : o.offloadBlocks === undefined
@@ -245,7 +284,8 @@ async function main(): Promise<void> {
       // Alternate which configuration runs first, so a slow spell of the shared machine hits both alike.
       for (const c of r % 2 === 0 ? [0, 1] : [1, 0]) {
         const { name, retention, args, api } = configs[c];
-        const result = await runOnce(modelPath, o.kvBlocks, retention, plans, args, api ?? o.api);
+        const log = o.logDir === undefined ? [] : logArgs(`${o.logDir}/${name}-r${r + 1}`, args.includes("--workers"));
+        const result = await runOnce(modelPath, o.kvBlocks, retention, plans, [...args, ...log], api ?? o.api);
         const s = summarizeRun(result);
         runs[c].push(s);
         turns[c].push(result.turns);

@@ -12,6 +12,8 @@
  *   -swX             ours' router stall weight X
  *   -mwX             ours' router memoryWaitS X (s per turn waiting for KV memory there)
  *   -ptX             ours' router pulls a session's prefix from its holder (peer transfer), memoryFullS X
+ *   -ssX             ours' router charges a new session X s per live session homed on a worker (sessionSpreadS)
+ *   -wop             ours' router never charges a new session's pulls (waiveOpeningPulls)
  *   -pmX             ours' router charges X s for pulling a prefix from a peer
  *   -adm / -noadm    ours' planner holds new sessions while turns wait for KV memory on many workers (or never)
  *   -admhX           as -adm, a new session held at most X s (default 60)
@@ -77,6 +79,8 @@ function specOf(name: string): SystemSpec {
     else if ((x = /^mw([\d.]+)$/.exec(m))) s = { ...s, memoryWaitS: Number(x[1]) };
     else if ((x = /^pt([\d.]+)$/.exec(m))) s = { ...s, peerTransfer: true, memoryFullS: Number(x[1]) };
     else if ((x = /^pm([\d.]+)$/.exec(m))) s = { ...s, peerMoveS: Number(x[1]) };
+    else if ((x = /^ss([\d.]+)$/.exec(m))) s = { ...s, sessionSpreadS: Number(x[1]) };
+    else if (m === "wop") s = { ...s, waiveOpeningPulls: true };
     else if (m === "adm") s = { ...s, planner: oursPlanner({ sessionAdmission: true }) };
     else if ((x = /^admh([\d.]+)$/.exec(m))) s = { ...s, planner: oursPlanner({ sessionAdmission: { maxHoldS: Number(x[1]) } }) };
     else if ((x = /^itl(m|[\d.]+)(?:p([\d.]+))?$/.exec(m))) s = { ...s, planner: oursPlanner({ itlAdmission: { aim: x[1] === "m" ? "measured" : Number(x[1]), percentile: x[2] === undefined ? 0.9 : Number(x[2]) } }) };

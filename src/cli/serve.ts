@@ -20,7 +20,8 @@ import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
 import { isReasoningParser, REASONING_PARSER_ALIASES, REASONING_PARSERS, reasoningTags } from "../serve/reasoning.ts";
 import { startServer } from "../serve/server.ts";
 import { ListenError } from "../serve/listen.ts";
-import { CLUSTER_ROUTERS, isClusterRouter, isPeerTransferMode, PEER_TRANSFER_MODES } from "../cluster/cluster-router.ts";
+import { CLUSTER_ROUTERS, isClusterRouter, isPeerTransferMode, parseRouterOptions, PEER_TRANSFER_MODES, RouterOptionsError } from "../cluster/cluster-router.ts";
+import type { SessionRouterOptions } from "../../planner/routers.ts";
 import { RemoteWorkerError } from "../cluster/remote-engine.ts";
 import { ControlPlaneError, splitCredentials } from "../cluster/nats-membership.ts";
 import { WorkerAuthError } from "../cluster/worker-auth.ts";
@@ -73,6 +74,7 @@ const FLAGS = {
   "max-conversations": { kind: "int", min: 0, help: "conversations (/v1/conversations, the Responses API's conversation) kept in memory, least recently used dropped first; 0 keeps none (default 1024)" },
   "step-log": { kind: "string", nonEmpty: true, help: "write each engine step's shape and time as JSONL (input of: deno task sim --calibrate FILE)" },
   "planner-log": { kind: "string", nonEmpty: true, help: "write each decision of the cluster's planner (the online planner's role flips, step mixing, local-prefill threshold and admission; the SLA planner's replica targets) as JSONL with its Unix time and whether it changed anything (with --workers)" },
+  "route-log": { kind: "string", nonEmpty: true, help: "write each routing decision of the cluster (the request, every worker as the router priced it, the route taken) as JSONL with its Unix time (with --workers)" },
   workers: { kind: "int", min: 1, help: "engines in this process behind our router and online role planner (default 1)" },
   roles: { kind: "string", help: "initial role of each worker, comma-separated: mixed|prefill|decode (default all mixed; with --workers)" },
   planner: { kind: "string", help: "online|none|sla|load: flip worker roles every second from measured load, keep --roles, or run the baseline, Dynamo's SLA planner: every --sla-interval-s it sets how many workers prefill and decode from an offline profile of the workers (--sla-profile), parking the rest; load is its load-based mode, ±1 worker a pool every 5 s when queued work predicts the TTFT or ITL target missed (default online; with --workers; sla and load start half prefill, half decode unless --roles)" },
@@ -85,6 +87,7 @@ const FLAGS = {
   "local-prefill-tokens": { kind: "int", min: 0, help: "uncached prompt tokens a decode worker prefills itself; a longer prompt goes to a prefill worker and its KV moves (always with --router kv-aware; with ours when that beats prefilling locally) (default: the online planner adapts it from 512; 512 with --planner none; with --workers)" },
   router: { kind: "string", help: "session|kv-aware: our session/transfer-aware router or Dynamo's KV-aware cost (default session; with --workers)" },
   "peer-transfer": { kind: "string", help: "host|device|off: our router may pull a session's KV from the worker holding it, including what it offloaded to host memory (default host), its device blocks only, or never" },
+  "router-options": { kind: "string", nonEmpty: true, help: "NAME=VALUE,...: our router's tunables over the cluster's defaults (planner/routers.ts SessionRouterOptions: itlTargetS, loadWeightS, affinityBonusS, batchWeightS, prefillShortlist, interferenceWeight, memoryWaitS, memoryFullS, peerMoveS, sessionSpreadS, waiveOpeningPulls; with --workers)" },
   transport: { kind: "string", help: "in-process|threads|tcp: workers share this thread and one backend, each run in a worker thread, or are worker processes at --worker-addrs (default in-process; with --workers or --worker-addrs)" },
   "worker-addrs": { kind: "string", help: "host:port of each worker process (`deno task worker --listen host:port`), comma-separated; with --transport tcp" },
   nats: { kind: "string", nonEmpty: true, help: "NATS server (host:port or nats://host:port) where worker processes announce themselves (`deno task worker --nats URL`): they join and leave while the server runs (implies --transport tcp)" },
@@ -187,6 +190,16 @@ async function main(): Promise<void> {
   const peerTransfer = f["peer-transfer"];
   if (peerTransfer !== undefined && !isPeerTransferMode(peerTransfer)) throw new ArgsError(`Unknown peer transfer "${peerTransfer}"; choose ${PEER_TRANSFER_MODES.join(", ")}`);
   if (peerTransfer !== undefined && router !== "session") throw new ArgsError(`Flag --peer-transfer ${peerTransfer} is for our router (--router session), not --router ${router}`);
+  let routerOptions: Partial<SessionRouterOptions> | undefined;
+  if (f["router-options"] !== undefined) {
+    if (router !== "session") throw new ArgsError(`Flag --router-options ${f["router-options"]} is for our router (--router session), not --router ${router}`);
+    try {
+      routerOptions = parseRouterOptions(f["router-options"]);
+    } catch (e) {
+      if (e instanceof RouterOptionsError) throw new ArgsError(`Flag --router-options: ${e.message}`);
+      throw e;
+    }
+  }
   const nats = f.nats;
   if (nats !== undefined && f["worker-addrs"] !== undefined) throw new ArgsError("--nats and --worker-addrs do not go together: with --nats, workers announce their own addresses");
   if (nats !== undefined && f.transport !== undefined && f.transport !== "tcp") throw new ArgsError(`--nats needs worker processes (--transport tcp), not --transport ${f.transport}`);
@@ -205,7 +218,7 @@ async function main(): Promise<void> {
   const cluster = workers > 1 || transport === "tcp";
   const workerToken = f["worker-token"] ?? (transport === "tcp" ? nonEmpty(envVar("EVOLVING_WORKER_TOKEN")) : undefined);
   if (f["worker-token"] !== undefined && transport !== "tcp") throw new ArgsError("Flag --worker-token is for worker processes (--transport tcp or --nats)");
-  for (const flag of ["roles", "planner", "router", "transport", "peer-transfer", "itl-admission-ms", "local-prefill-tokens"] as const) {
+  for (const flag of ["roles", "planner", "router", "transport", "peer-transfer", "router-options", "itl-admission-ms", "local-prefill-tokens"] as const) {
     if (f[flag] !== undefined && !cluster) throw new ArgsError(`Flag --${flag} ${f[flag]} needs --workers 2 or more`);
   }
   if (f.role !== undefined && cluster) throw new ArgsError(`Flag --role ${f.role} sets one engine's role; with --workers ${workers} use --roles`);
@@ -240,7 +253,7 @@ async function main(): Promise<void> {
     maxBatchTokens: f["max-batch-tokens"],
     maxNumSeqs: f["max-num-seqs"],
     maxWaiting: f["max-waiting"],
-    ...(cluster ? { workers, roles: roles as Role[] | undefined, planner, router, transport, ...(peerTransfer !== undefined ? { peerTransfer } : {}), ...(workerAddrs ? { workerAddrs } : {}) } : { role: role as WorkerRole }),
+    ...(cluster ? { workers, roles: roles as Role[] | undefined, planner, router, transport, ...(peerTransfer !== undefined ? { peerTransfer } : {}), ...(routerOptions ? { routerOptions } : {}), ...(workerAddrs ? { workerAddrs } : {}) } : { role: role as WorkerRole }),
     ...(f["itl-admission-ms"] !== undefined ? { itlAdmissionTargetS: f["itl-admission-ms"] / 1000 } : {}),
     ...(profiled
       ? {
@@ -273,6 +286,7 @@ async function main(): Promise<void> {
     maxBodyBytes: f["max-body-bytes"],
     stepLogPath: f["step-log"],
     plannerLogPath: f["planner-log"],
+    routeLogPath: f["route-log"],
     ...(f["mixed-step-overhead-ms"] ? { mixedStepOverheadMs: f["mixed-step-overhead-ms"] } : {}),
   });
   const st = s.serving.stats();

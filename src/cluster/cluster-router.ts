@@ -66,3 +66,40 @@ export function routeRequest(
   const pre = dec.role === "decode" && uncached > o.localPrefillThreshold ? routeKvAware(prefillers, blocks, req.blockTokens, overlapWeight) : undefined;
   return { decodeWorker: dec.id, prefillWorker: pre?.id ?? null, prefixTransferBlocks: 0, predictedTtftS: 0 };
 }
+
+/** Our router's tunables `--router-options` may set: seconds or weights (numbers ≥ 0), and switches. */
+const NUMERIC_ROUTER_OPTIONS = [
+  "itlTargetS", "loadWeightS", "affinityBonusS", "batchWeightS", "prefillShortlist", "interferenceWeight", "memoryWaitS", "memoryFullS", "peerMoveS", "sessionSpreadS",
+] as const;
+const BOOLEAN_ROUTER_OPTIONS = ["waiveOpeningPulls"] as const;
+
+/** A `--router-options` value the router cannot take. */
+export class RouterOptionsError extends Error {
+  override name = "RouterOptionsError";
+}
+
+/**
+ * Parses `--router-options` ("sessionSpreadS=0.05,waiveOpeningPulls=true"): our router's tunables
+ * (planner/routers.ts `SessionRouterOptions`) over the cluster's defaults. Throws RouterOptionsError
+ * naming the bad pair. Peer transfer and the local-prefill threshold have flags of their own.
+ */
+export function parseRouterOptions(text: string): Partial<SessionRouterOptions> {
+  const out: Record<string, number | boolean> = {};
+  for (const pair of text.split(",")) {
+    const eq = pair.indexOf("=");
+    const key = pair.slice(0, eq).trim();
+    const value = pair.slice(eq + 1).trim();
+    if (eq < 0 || key === "" || value === "") throw new RouterOptionsError(`Router option "${pair}" is not NAME=VALUE`);
+    if ((NUMERIC_ROUTER_OPTIONS as readonly string[]).includes(key)) {
+      const n = Number(value);
+      if (!Number.isFinite(n) || n < 0 || (key === "itlTargetS" && n === 0)) throw new RouterOptionsError(`Router option ${key} needs a ${key === "itlTargetS" ? "positive" : "non-negative"} number, got "${value}"`);
+      out[key] = n;
+    } else if ((BOOLEAN_ROUTER_OPTIONS as readonly string[]).includes(key)) {
+      if (value !== "true" && value !== "false") throw new RouterOptionsError(`Router option ${key} takes true or false, got "${value}"`);
+      out[key] = value === "true";
+    } else {
+      throw new RouterOptionsError(`Unknown router option "${key}"; choose from ${[...NUMERIC_ROUTER_OPTIONS, ...BOOLEAN_ROUTER_OPTIONS].join(", ")}`);
+    }
+  }
+  return out as Partial<SessionRouterOptions>;
+}

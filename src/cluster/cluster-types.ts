@@ -2,7 +2,7 @@
  * What a {@link Cluster} is given and what it reports: its options, the planner decisions it applied
  * (for a planner log) and its counters.
  */
-import type { LinkModel, SessionRouterOptions } from "../../planner/routers.ts";
+import type { LinkModel, RouteCandidate, SessionRequest, SessionRoute, SessionRouterOptions } from "../../planner/routers.ts";
 import type { Planner, PlannerAction, Role } from "../../planner/types.ts";
 import type { StepMixing } from "../engine/scheduler-types.ts";
 import type { ClusterRouterName } from "./cluster-router.ts";
@@ -33,6 +33,8 @@ export interface ClusterOptions {
   shape?: { maxModelLen: number; blockSize: number };
   /** Called with each planner decision as it is applied (a planner log). */
   onDecision?: (d: ClusterDecision) => void;
+  /** Called with each routing decision: the request as the router saw it, every candidate, the route (a route log). */
+  onRoute?: (d: RouteDecision) => void;
   /**
    * Step mixing of the workers at the start, which each worker takes when it joins (default: the
    * first engine's, else "mixed"). The planner must be told the same (`initialSplitSteps`).
@@ -58,6 +60,16 @@ export interface ClusterDecision {
   changed: boolean;
   /** A flipped worker's role before the flip. */
   from?: Role;
+}
+
+/** One routing decision as the router made it (`serve --route-log`). */
+export interface RouteDecision {
+  /** The request's session (absent for a raw prompt the cluster tied to none). */
+  sessionId?: string;
+  request: SessionRequest;
+  /** Every live worker as the router priced it. */
+  candidates: readonly RouteCandidate[];
+  route: SessionRoute;
 }
 
 /** What the cluster has done so far. */

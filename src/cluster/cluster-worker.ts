@@ -63,7 +63,7 @@ export class ClusterWorker {
     return {
       id: this.id, role: this.role, overlapDevice: overlap?.device ?? 0, overlapHost: overlap?.deviceOrHost ?? 0,
       queuedPrefillTokens: (priority === undefined ? q.waitingPrefillTokens : queuedAhead(q, priority)) + this.handoffTokens, activeBlocks: s.kvUsedBlocks, decodeBatch: q.decoding,
-      decodeQueue: q.waitingDecodes, freeBlocks: this.engine.freeBlocks(),
+      decodeQueue: q.waitingDecodes, freeBlocks: this.engine.freeBlocks(), liveSessions: liveSessions(this.engine.sessionStatusCounts()),
       prefillRate: this.window.prefillRate, decodeStepS: this.window.decodeStepS, rack: 0,
     };
   }
@@ -101,4 +101,9 @@ export function queuedAhead(q: QueueState, priority: number): number {
   let n = 0;
   for (const [p, tokens] of q.prefillByPriority) if (p <= priority) n += tokens;
   return n;
+}
+
+/** Sessions that will bring another turn: running one, or waiting on a tool call (0 without agent retention, which tracks none). */
+function liveSessions(counts: Record<string, number> | undefined): number {
+  return (counts?.running ?? 0) + (counts?.["waiting-tool"] ?? 0);
 }

@@ -33,7 +33,7 @@ import { ClusterSessions, type SessionPlace } from "./cluster-sessions.ts";
 import { passFrontDoor } from "./front-door.ts";
 import { DoorQueue } from "./door-queue.ts";
 
-export type { ClusterCounters, ClusterDecision, ClusterOptions } from "./cluster-types.ts";
+export type { ClusterCounters, ClusterDecision, ClusterOptions, RouteDecision } from "./cluster-types.ts";
 
 /** Several engines serving as one. */
 export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
@@ -369,6 +369,8 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
       // are not charged as moves; unless its messages hold an answer, which makes it a returning one.
       newSession: last === undefined && req.openingTurn !== false,
     };
-    return { route: routeRequest(this.o.router ?? "session", sreq, cands, this.o.links ?? IN_PROCESS_LINK, this.control.routerOptions), cands };
+    const route = routeRequest(this.o.router ?? "session", sreq, cands, this.o.links ?? IN_PROCESS_LINK, this.control.routerOptions);
+    this.o.onRoute?.({ ...(req.sessionId !== undefined ? { sessionId: req.sessionId } : {}), request: sreq, candidates: cands, route });
+    return { route, cands };
   }
 }

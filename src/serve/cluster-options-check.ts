@@ -28,6 +28,9 @@ export function checkClusterOptions(o: ServerOptions): { workers: number; transp
   if (o.plannerLogPath !== undefined && !(workers > 1 || transport === "tcp")) {
     throw new RangeError(`--planner-log "${o.plannerLogPath}" needs --workers: one engine has no planner`);
   }
+  if (o.routeLogPath !== undefined && !(workers > 1 || transport === "tcp")) {
+    throw new RangeError(`--route-log "${o.routeLogPath}" needs --workers: one engine has no router`);
+  }
   const profiled = isProfilePlanner(o.planner);
   if (profiled && (workers < 2 || o.nats !== undefined)) {
     throw new RangeError(o.nats !== undefined

@@ -9,8 +9,9 @@ import { type BackendChoice, selectBackend } from "../backend/select.ts";
 import type { Engine } from "../engine/engine.ts";
 import type { ServingEngine } from "../engine/engine-types.ts";
 import type { JsonWhitespace, ToolCallFormat } from "../engine/grammar.ts";
-import type { Cluster, ClusterDecision } from "../cluster/cluster.ts";
+import type { Cluster, ClusterDecision, RouteDecision } from "../cluster/cluster.ts";
 import { type ClusterRouterName, type PeerTransferMode, peerTransferOptions } from "../cluster/cluster-router.ts";
+import type { SessionRouterOptions } from "../../planner/routers.ts";
 import type { Backend } from "../backend/types.ts";
 import type { CreateEngineOptions } from "../engine/engine-factory.ts";
 import { type ClusterTransport, type ServingCluster, startServingCluster } from "./serve-cluster.ts";
@@ -32,7 +33,7 @@ import { listen, type Listening } from "./listen.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
 import type { ReasoningParserName } from "./reasoning.ts";
 import { reasoningTokensOf } from "./harmony-prompt.ts";
-import { type PlannerLogRecord, plannerLogRecord, StepLogWriter } from "./step-log.ts";
+import { type PlannerLogRecord, plannerLogRecord, type RouteLogRecord, routeLogRecord, StepLogWriter } from "./step-log.ts";
 import { AGED_SHORT_FIRST, type PrefillOrderOptions } from "../../planner/prefill-order.ts";
 
 /** Everything `serve` can be told. */
@@ -131,6 +132,12 @@ export interface ServerOptions {
    */
   plannerLogPath?: string;
   /**
+   * Write each routing decision of the cluster to this JSONL file: `{"unixS", "sessionId", "request",
+   * "candidates", "route"}` (every live worker as the router priced it, and where the request went).
+   * Only with `workers`.
+   */
+  routeLogPath?: string;
+  /**
    * Engines in one process behind our router and role planner (src/cluster); 1 (default) serves one
    * engine. `kvBlocks` is per worker; `kvMemoryFraction` is shared among them.
    */
@@ -151,6 +158,8 @@ export interface ServerOptions {
   router?: ClusterRouterName;
   /** With the session router: pull a session's prefix from its holder ("host", default), device blocks only, or never. */
   peerTransfer?: PeerTransferMode;
+  /** Our router's tunables over the cluster's defaults (`--router-options`); `peerTransfer` and `localPrefillTokens` apply after them. */
+  routerOptions?: Partial<SessionRouterOptions>;
   /**
    * The planner lets a new session in only while the decode pool stays within this ITL (seconds): its
    * ITL admission (planner/itl-admission.ts); others wait at the door to its next tick, then get in or 503
@@ -276,6 +285,8 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   };
   const stepLog = o.stepLogPath === undefined ? null : await StepLogWriter.open(o.stepLogPath);
   const plannerLog = o.plannerLogPath === undefined ? null : await StepLogWriter.open<PlannerLogRecord>(o.plannerLogPath, "planner log");
+  const routeLog = o.routeLogPath === undefined ? null : await StepLogWriter.open<RouteLogRecord>(o.routeLogPath, "route log");
+  const unixS = () => (performance.timeOrigin + performance.now()) / 1000;
   let cluster: ServingCluster | undefined;
   let engine: Engine | undefined;
   let backend: Backend | undefined;
@@ -285,6 +296,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: o.planner ?? "online", ...(o.sla ? { sla: o.sla } : {}), router: o.router,
       stepMixing: o.stepMixing === "split" ? "split" : "mixed", fixedStepMixing: o.stepMixing === "mixed" || o.stepMixing === "split",
       routerOptions: {
+        ...o.routerOptions,
         ...(o.peerTransfer !== undefined ? peerTransferOptions(o.peerTransfer) : {}),
         ...(o.localPrefillTokens !== undefined ? { localPrefillThreshold: o.localPrefillTokens } : {}),
       },
@@ -293,7 +305,8 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...(o.nats !== undefined ? { nats: { url: o.nats, clusterName: o.clusterName, drainMs: o.drainMs } } : {}),
       ...(o.quantize ? { quantize: o.quantize } : {}), ...(draft ? { draft } : {}),
       ...(o.workerToken !== undefined ? { workerToken: o.workerToken } : {}), ...(stepLog ? { onStep: (id: string, r: StepRecord) => stepLog.record({ ...r, worker: id }) } : {}),
-      ...(plannerLog ? { onDecision: (d: ClusterDecision) => plannerLog.record(plannerLogRecord(d, (performance.timeOrigin + performance.now()) / 1000)) } : {}),
+      ...(plannerLog ? { onDecision: (d: ClusterDecision) => plannerLog.record(plannerLogRecord(d, unixS())) } : {}),
+      ...(routeLog ? { onRoute: (d: RouteDecision) => routeLog.record(routeLogRecord(d, unixS())) } : {}),
     });
     reason = cluster.backendReason;
   } else {
@@ -332,6 +345,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     cluster?.destroyBackend();
     await stepLog?.close();
     await plannerLog?.close();
+    await routeLog?.close();
     throw e;
   }
   return {
@@ -360,6 +374,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       cluster?.destroyBackend();
       await stepLog?.close();
       await plannerLog?.close();
+    await routeLog?.close();
     },
   };
 }

@@ -2,11 +2,11 @@
  * `--step-log FILE`: writes every engine step's shape and measured time as one JSON line, the format
  * `deno task sim --calibrate FILE` fits the simulator's cost model to. Lines are buffered and
  * appended in the background so a step never waits on the disk. `--planner-log FILE` writes the
- * planner's decisions with the same writer.
+ * planner's decisions, `--route-log FILE` the router's, with the same writer.
  */
 import { appendFile, writeFile } from "node:fs/promises";
 import type { PlannerAction } from "../../planner/types.ts";
-import type { ClusterDecision } from "../cluster/cluster.ts";
+import type { ClusterDecision, RouteDecision } from "../cluster/cluster.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 
 /** Buffered JSONL writer of step records (by default) or of any JSON-serialisable record. */
@@ -60,4 +60,12 @@ export type PlannerLogRecord = { unixS: number; changed: boolean; from?: string 
 /** The planner-log line of decision `d` applied at Unix time `unixS`. */
 export function plannerLogRecord(d: ClusterDecision, unixS: number): PlannerLogRecord {
   return { unixS, ...d.action, changed: d.changed, ...(d.from !== undefined ? { from: d.from } : {}) };
+}
+
+/** One line of `--route-log`: when, the request as the router saw it, every candidate worker and the route taken. */
+export type RouteLogRecord = { unixS: number } & RouteDecision;
+
+/** The route-log line of routing decision `d` made at Unix time `unixS`. */
+export function routeLogRecord(d: RouteDecision, unixS: number): RouteLogRecord {
+  return { unixS, ...d };
 }

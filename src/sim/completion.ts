@@ -52,6 +52,7 @@ export function reject(sim: ClusterSim, req: ReqState, reason: string): void {
   sim.sessions.forget(req.plan.id);
   sim.sessHashes.delete(req.plan.idx);
   sim.streamLen.delete(req.plan.idx);
+  sim.lastWorker.delete(req.plan.id);
 }
 
 /** Appends a request's outcome (and its completion to the planner window). */

@@ -45,6 +45,7 @@ function candidates(sim: ClusterSim, ov: Overlaps, pick: (w: SimWorker) => boole
     c.decodeQueue = w.decodeWait.length + w.kvWait.length + w.admitWait.length;
     c.prefillRate = w.prefillRate;
     c.decodeStepS = w.decodeStepEwma;
+    c.liveSessions = sim.lastWorker.count(w.id);
     views.push(c);
     workers.push(w);
   }
@@ -96,7 +97,8 @@ export function placeRequest(sim: ClusterSim, req: ReqState): Placement | null {
     { promptTokens: req.prompt, blockTokens: sim.bt, bytesPerBlock: sim.movedBytesPerBlock, lastWorker: last, newSession: last === undefined },
     dec.views, pre.views, sim.links,
     { localPrefillThreshold: sim.localThreshold, itlTargetS: 0.05, affinityBonusS: 0.01, interferenceWeight: sim.spec.stallWeight, memoryWaitS: sim.spec.memoryWaitS,
-      peerTransfer: sim.spec.peerTransfer, memoryFullS: sim.spec.memoryFullS, peerMoveS: sim.spec.peerMoveS, peerHostBlocks: sim.spec.peerHostBlocks },
+      peerTransfer: sim.spec.peerTransfer, memoryFullS: sim.spec.memoryFullS, peerMoveS: sim.spec.peerMoveS, peerHostBlocks: sim.spec.peerHostBlocks,
+      sessionSpreadS: sim.spec.sessionSpreadS, waiveOpeningPulls: sim.spec.waiveOpeningPulls },
   );
   if (route === undefined) {
     if (pre.workers.length === 0) return null;

@@ -7,6 +7,7 @@
 import { BlockPool } from "../../kv/block-pool.ts";
 import { GlobalBlockIndex } from "../../kv/global-index.ts";
 import { SessionTracker } from "../../kv/session-tracker.ts";
+import { SessionHomes } from "./session-homes.ts";
 import { TierCache } from "../../kv/tiers.ts";
 import type { KvEvent } from "../../kv/types.ts";
 import type { LinkModel } from "../../planner/routers.ts";
@@ -146,8 +147,8 @@ export class ClusterSim {
   readonly links: LinkModel;
   /** Per worker (by index): its slot in the global index's per-worker overlap arrays. */
   readonly indexSlots: number[] = [];
-  /** Per session id: the worker that decoded its last turn. */
-  readonly lastWorker = new Map<string, string>();
+  /** Per live session id: the worker that decoded its last turn (and live sessions per worker). */
+  readonly lastWorker = new SessionHomes();
   /** Scratch one-token block handed to commitBlock (copied there). */
   readonly tok = [0];
   /** Next request id and next content id for reasoning blocks (never reused). */

@@ -45,6 +45,10 @@ export interface SystemSpec {
   memoryFullS?: number;
   /** Ours: a peer pull also takes the holder's host-memory blocks (router option peerHostBlocks). */
   peerHostBlocks?: boolean;
+  /** Ours: seconds a new session is charged per live session homed on a worker (router option sessionSpreadS; off when absent). */
+  sessionSpreadS?: number;
+  /** Ours: never charge a new session's pulls (router option waiveOpeningPulls). */
+  waiveOpeningPulls?: boolean;
   /** Ours: tell the holder's retention policy that a session moved away with its prefix (its copy goes first). */
   demoteMovedSessions?: boolean;
   /**

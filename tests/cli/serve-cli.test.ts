@@ -40,7 +40,7 @@ test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retent
   }
 });
 
-test("serve CLI rejects bad cluster flags (--workers, --roles, --planner, --router, --peer-transfer, --local-prefill-tokens, --transport) with a one-line error and exit 2", () => {
+test("serve CLI rejects bad cluster flags (--workers, --roles, --planner, --router, --peer-transfer, --router-options, --local-prefill-tokens, --transport) with a one-line error and exit 2", () => {
   for (const [args, message] of [
     [["--workers", "2", "--roles", "prefill,leader"], /Unknown role "leader" in --roles; choose mixed, prefill or decode/],
     [["--workers", "3", "--roles", "prefill,decode"], /--roles names 2 roles for 3 workers/],
@@ -56,6 +56,9 @@ test("serve CLI rejects bad cluster flags (--workers, --roles, --planner, --rout
     [["--workers", "2", "--peer-transfer", "always"], /Unknown peer transfer "always"; choose off, device, host/],
     [["--workers", "2", "--router", "kv-aware", "--peer-transfer", "host"], /Flag --peer-transfer host is for our router \(--router session\), not --router kv-aware/],
     [["--peer-transfer", "off"], /Flag --peer-transfer off needs --workers 2 or more/],
+    [["--workers", "2", "--router-options", "sessionSpreadS=-1"], /Flag --router-options: Router option sessionSpreadS needs a non-negative number, got "-1"/],
+    [["--workers", "2", "--router", "kv-aware", "--router-options", "peerMoveS=0"], /Flag --router-options peerMoveS=0 is for our router \(--router session\), not --router kv-aware/],
+    [["--router-options", "peerMoveS=0"], /Flag --router-options peerMoveS=0 needs --workers 2 or more/],
     [["--local-prefill-tokens", "64"], /Flag --local-prefill-tokens 64 needs --workers 2 or more/],
     [["--workers", "2", "--local-prefill-tokens", "-1"], /--local-prefill-tokens/],
     [["--workers", "2", "--role", "decode"], /Flag --role decode sets one engine's role; with --workers 2 use --roles/],

@@ -9,7 +9,7 @@ import { createEngine } from "../../src/engine/engine-factory.ts";
 import type { StepRecord } from "../../src/engine/step-record.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
-import type { PlannerLogRecord } from "../../src/serve/step-log.ts";
+import type { PlannerLogRecord, RouteLogRecord } from "../../src/serve/step-log.ts";
 import type { Planner, PlannerAction } from "../../planner/types.ts";
 import { parseStepLog } from "../../src/sim/calibration.ts";
 
@@ -144,5 +144,44 @@ test("startServer() refuses plannerLogPath for one engine, naming the path", asy
   await assert.rejects(
     startServer({ modelPath: "stories260K", model, host: "127.0.0.1", port: 0, backend: "reference", plannerLogPath: "/tmp/x.jsonl" }),
     /--planner-log "\/tmp\/x.jsonl" needs --workers/,
+  );
+});
+
+test("startServer() with routeLogPath writes each routing decision with every candidate and the route", async () => {
+  const dir = await mkdtemp(join(os.tmpdir(), "routelog-"));
+  const path = join(dir, "routes.jsonl");
+  const before = Date.now() / 1000;
+  const s = await startServer({ modelPath: "stories260K", model, host: "127.0.0.1", port: 0, backend: "reference", workers: 2, planner: "none", routeLogPath: path });
+  try {
+    for (const key of ["s-1", "s-1"]) {
+      const res = await fetch(`${s.url}/v1/chat/completions`, {
+        method: "POST", headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: s.modelName, messages: [{ role: "user", content: "Once upon a time" }], max_tokens: 3, prompt_cache_key: key }),
+      });
+      assert.equal(res.status, 200, await res.text());
+    }
+  } finally {
+    await s.shutdown();
+  }
+  const after = Date.now() / 1000;
+  const lines = new TextDecoder().decode(await readFile(path)).trim().split("\n").map((l) => JSON.parse(l) as RouteLogRecord);
+  assert.equal(lines.length, 2);
+  for (const l of lines) {
+    assert.ok(l.unixS >= before && l.unixS <= after, `route time ${l.unixS} outside the run (${before}–${after})`);
+    assert.deepEqual(l.candidates.map((c) => c.id), ["worker-0", "worker-1"]);
+    assert.ok(l.candidates.some((c) => c.id === l.route.decodeWorker));
+    assert.ok(l.request.promptTokens > 0);
+  }
+  assert.equal(lines[0].request.newSession, true);
+  // The second turn of the session is routed knowing where the first went.
+  assert.equal(lines[1].request.lastWorker, lines[0].route.decodeWorker);
+  assert.equal(lines[1].request.newSession, false);
+  await rm(dir, { recursive: true });
+});
+
+test("startServer() refuses routeLogPath for one engine, naming the path", async () => {
+  await assert.rejects(
+    startServer({ modelPath: "stories260K", model, host: "127.0.0.1", port: 0, backend: "reference", routeLogPath: "/tmp/r.jsonl" }),
+    /--route-log "\/tmp\/r.jsonl" needs --workers: one engine has no router/,
   );
 });

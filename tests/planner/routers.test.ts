@@ -200,3 +200,34 @@ test("routeSession() charges peerMoveS for a pull except to a turn opening a ses
   assert.equal(routeSession(nsReq, [quiet, idle], [], links, o)!.decodeWorker, "quiet");
   assert.equal(routeSession(nsReq, [quiet, idle], [], links, { ...o, peerMoveS: 0 })!.decodeWorker, "idle", "uncharged, the pull would win");
 });
+
+test("routeSession() spreads turns opening sessions by the live sessions homed on each worker (sessionSpreadS)", () => {
+  // Both idle between turns; "home" holds the shared 3-block system prompt and four live sessions.
+  const home = cand("home", { role: "mixed", overlapDevice: 3, overlapHost: 3, liveSessions: 4 });
+  const empty = cand("empty", { role: "mixed" });
+  const o = { localPrefillThreshold: 4096, itlTargetS: 0.05, peerTransfer: true, peerMoveS: 0.5 };
+  const opening = { promptTokens: 3_000, blockTokens: 1024, bytesPerBlock: 1e6, newSession: true };
+  assert.equal(routeSession(opening, [home, empty], [], links, o)!.decodeWorker, "home", "off by default: the holder wins the tie");
+  const spread = { ...o, sessionSpreadS: 0.25 };
+  const r = routeSession(opening, [home, empty], [], links, spread)!;
+  assert.equal(r.decodeWorker, "empty", "4 × 0.25 s outweighs the 0.5 s pull charge");
+  assert.equal(r.prefixSource, "home", "the shared prompt is still pulled, not recomputed");
+  // Two live sessions (0.5 s) do not outweigh the charge plus the pull itself.
+  assert.equal(routeSession(opening, [{ ...home, liveSessions: 2 }, empty], [], links, spread)!.decodeWorker, "home");
+  // A returning turn is not spread: its context is where it was served.
+  const back = { promptTokens: 3_000, blockTokens: 1024, bytesPerBlock: 1e6, lastWorker: "home" };
+  assert.equal(routeSession(back, [home, empty], [], links, spread)!.decodeWorker, "home");
+});
+
+test("routeSession() with waiveOpeningPulls charges no pull of a turn opening a session, even from an idle holder", () => {
+  const holder = cand("holder", { role: "mixed", overlapDevice: 3, overlapHost: 3, liveSessions: 1 });
+  const empty = cand("empty", { role: "mixed" });
+  const o = { localPrefillThreshold: 4096, itlTargetS: 0.05, peerTransfer: true, peerMoveS: 0.5, sessionSpreadS: 0.05 };
+  const opening = { promptTokens: 3_000, blockTokens: 1024, bytesPerBlock: 1e6, newSession: true };
+  assert.equal(routeSession(opening, [holder, empty], [], links, o)!.decodeWorker, "holder", "charged, the idle holder keeps it");
+  const r = routeSession(opening, [holder, empty], [], links, { ...o, waiveOpeningPulls: true })!;
+  assert.deepEqual([r.decodeWorker, r.prefixSource], ["empty", "holder"], "waived, one live session (0.05 s) tips it to the empty worker");
+  // A returning turn's pull is charged all the same.
+  const back = { promptTokens: 3_000, blockTokens: 1024, bytesPerBlock: 1e6, lastWorker: "holder" };
+  assert.equal(routeSession(back, [{ ...holder, queuedPrefillTokens: 20_000 }, empty], [], links, { ...o, waiveOpeningPulls: true })!.decodeWorker, "holder");
+});
