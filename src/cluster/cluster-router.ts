@@ -70,8 +70,8 @@ export function routeRequest(
 /** Our router's tunables `--router-options` may set: seconds or weights (numbers ≥ 0), and switches. */
 const NUMERIC_ROUTER_OPTIONS = [
   "itlTargetS", "loadWeightS", "affinityBonusS", "batchWeightS", "prefillShortlist", "interferenceWeight", "memoryWaitS", "memoryFullS", "peerMoveS", "sessionSpreadS",
-] as const;
-const BOOLEAN_ROUTER_OPTIONS = ["waiveOpeningPulls"] as const;
+] as const satisfies readonly (keyof SessionRouterOptions)[];
+const BOOLEAN_ROUTER_OPTIONS = ["waiveOpeningPulls"] as const satisfies readonly (keyof SessionRouterOptions)[];
 
 /** A `--router-options` value the router cannot take. */
 export class RouterOptionsError extends Error {
@@ -92,7 +92,10 @@ export function parseRouterOptions(text: string): Partial<SessionRouterOptions> 
     if (eq < 0 || key === "" || value === "") throw new RouterOptionsError(`Router option "${pair}" is not NAME=VALUE`);
     if ((NUMERIC_ROUTER_OPTIONS as readonly string[]).includes(key)) {
       const n = Number(value);
-      if (!Number.isFinite(n) || n < 0 || (key === "itlTargetS" && n === 0)) throw new RouterOptionsError(`Router option ${key} needs a ${key === "itlTargetS" ? "positive" : "non-negative"} number, got "${value}"`);
+      // The shortlist is a count of prefill workers; the ITL target divides.
+      const need = key === "prefillShortlist" ? "a whole number ≥ 1" : key === "itlTargetS" ? "a positive number" : "a non-negative number";
+      const ok = Number.isFinite(n) && (key === "prefillShortlist" ? Number.isInteger(n) && n >= 1 : key === "itlTargetS" ? n > 0 : n >= 0);
+      if (!ok) throw new RouterOptionsError(`Router option ${key} needs ${need}, got "${value}"`);
       out[key] = n;
     } else if ((BOOLEAN_ROUTER_OPTIONS as readonly string[]).includes(key)) {
       if (value !== "true" && value !== "false") throw new RouterOptionsError(`Router option ${key} takes true or false, got "${value}"`);

@@ -2,13 +2,24 @@ import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createCluster } from "../../src/cluster/create-cluster.ts";
-import type { RouteDecision } from "../../src/cluster/cluster.ts";
+import type { Cluster, RouteDecision } from "../../src/cluster/cluster.ts";
+import { startServer } from "../../src/serve/server.ts";
 import type { SessionRouterOptions } from "../../planner/routers.ts";
 import { greedy, model, run } from "./fixtures.ts";
 
 const SYSTEM = "You are a helpful coding agent. You can read files and run commands in the shell. Always explain what you do. ";
 
-/** Opens `n` agent sessions one after another, each left waiting on a tool call; returns where each opened and the route log. */
+/** Opens `n` agent sessions on `cl` one after another, each left waiting on a tool call. */
+async function openOn(cl: Cluster, n: number): Promise<void> {
+  for (let i = 0; i < n; i++) {
+    const sessionId = `agent-${i}`;
+    // Each turn ends before the next session opens: every worker is idle when it is routed.
+    await run(cl, { ...greedy(model.tokenizer.encode(SYSTEM + `Task ${i}: fix the failing test in file ${i}.`, { addBos: true }), 4), sessionId });
+    cl.markToolWait(sessionId, "shell");
+  }
+}
+
+/** Opens `n` sessions on a fresh three-worker cluster; returns where each opened and the route log. */
 async function openSessions(n: number, routerOptions?: Partial<SessionRouterOptions>): Promise<{ homes: string[]; routes: RouteDecision[] }> {
   const routes: RouteDecision[] = [];
   const cl = createCluster(createReferenceBackend(), model, {
@@ -16,15 +27,8 @@ async function openSessions(n: number, routerOptions?: Partial<SessionRouterOpti
     ...(routerOptions !== undefined ? { routerOptions } : {}),
   });
   try {
-    const homes: string[] = [];
-    for (let i = 0; i < n; i++) {
-      const sessionId = `agent-${i}`;
-      // Each turn ends before the next session opens: every worker is idle when it is routed.
-      await run(cl, { ...greedy(model.tokenizer.encode(SYSTEM + `Task ${i}: fix the failing test in file ${i}.`, { addBos: true }), 4), sessionId });
-      cl.markToolWait(sessionId, "shell");
-      homes.push(routes.at(-1)!.route.decodeWorker);
-    }
-    return { homes, routes };
+    await openOn(cl, n);
+    return { homes: routes.map((r) => r.route.decodeWorker), routes };
   } finally {
     await cl.stop();
   }
@@ -45,4 +49,22 @@ test("Cluster without the spread opens every session on the worker holding the s
   // The failure the spread fixes: all idle at each arrival, the holder wins every tie.
   const { homes } = await openSessions(4, { sessionSpreadS: 0, waiveOpeningPulls: false });
   assert.deepEqual(homes, Array(4).fill(homes[0]), `every session on one worker: ${homes}`);
+});
+
+test("startServer() hands routerOptions (--router-options) to the cluster's router", async () => {
+  // Workers that served some prompt: with the spread and the waiver off, one; with the defaults, three.
+  const used = async (routerOptions?: Partial<SessionRouterOptions>) => {
+    const s = await startServer({
+      modelPath: "stories260K", model, host: "127.0.0.1", port: 0, backend: "reference", workers: 3, planner: "none", kvBlocks: 128, kvRetention: "agent",
+      ...(routerOptions !== undefined ? { routerOptions } : {}),
+    });
+    try {
+      await openOn(s.cluster!, 6);
+      return s.cluster!.workers.filter((w) => w.engine.stats().prefixQueriedTokens > 0).length;
+    } finally {
+      await s.shutdown();
+    }
+  };
+  assert.equal(await used({ sessionSpreadS: 0, waiveOpeningPulls: false }), 1);
+  assert.equal(await used(), 3);
 });
