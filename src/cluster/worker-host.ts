@@ -18,7 +18,7 @@ import { loadLoraAdapter } from "../model/lora-load.ts";
 import type { ThreadPort } from "../runtime/threads.ts";
 import type { KvEvent } from "../../kv/index.ts";
 import type { StepRecord } from "../engine/step-record.ts";
-import { type FromWorker, type LoadingStage, prefixBuffers, rejection, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
+import { type FromWorker, type LoadingStage, rejection, type WorkerReport, type ToWorker } from "./worker-protocol.ts";
 
 /** The least time between two progress messages of one stage of a start. */
 const PROGRESS_EVERY_MS = 1000;
@@ -45,7 +45,8 @@ function startReporter(say: (m: Extract<FromWorker, { op: "loading" }>) => void,
  * everything it held is released (a model still loading when it dropped included).
  */
 export function serveWorker(port: ThreadPort): Promise<void> {
-  const send = (m: FromWorker, transfer?: ArrayBuffer[]) => port.post(m, transfer);
+  // Never with a transfer list: a worker thread detaches none of its buffers (see "export" below).
+  const send = (m: FromWorker) => port.post(m);
   let engine: Engine | undefined;
   let backend: Backend | undefined;
   // What adapters are checked against (not the host weights: those are let go once uploaded).
@@ -180,8 +181,13 @@ export function serveWorker(port: ThreadPort): Promise<void> {
             e.unloadAdapter(m.name);
             send({ op: "reply", cid: m.cid });
           } else if (m.op === "export") {
+            // Copied, not transferred: detaching any ArrayBuffer in an isolate invalidates V8's
+            // ArrayBufferDetaching protector there for good, and every typed-array loop this
+            // thread's CPU kernels run is slower after (pagedAttention ~30 %, matmul ~20 %:
+            // scripts/bench-detach.ts). The copy costs a memcpy of the prefix; the server's side,
+            // which runs no kernels, still transfers what it imports.
             const p = await e.exportPrefix(m.tokens, m.handoff === true, m.root);
-            send({ op: "reply", cid: m.cid, value: p }, prefixBuffers(p));
+            send({ op: "reply", cid: m.cid, value: p });
             // A hand-off's export lets go of the last block held for it: the gauges changed.
             if (m.handoff === true) report();
           } else if (m.op === "import") {

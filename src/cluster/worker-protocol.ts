@@ -83,7 +83,11 @@ export type FromWorker =
   | { op: "reply"; cid: number; value?: unknown; error?: string }
   | { op: "state"; state: WorkerReport };
 
-/** ArrayBuffers of a moved prefix, to transfer instead of copy. */
+/**
+ * ArrayBuffers of a moved prefix, for the server to transfer to the importing worker instead of
+ * copying them. Only the server's side transfers: a worker replying with an export copies (a
+ * detach would slow its kernels; worker-host.ts).
+ */
 export function prefixBuffers(p: PrefixKv | null | undefined): ArrayBuffer[] {
   if (!p) return [];
   // A shared cache's values are its keys' arrays (MLA): each buffer may be listed once only.

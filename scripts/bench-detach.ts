@@ -1,0 +1,83 @@
+/**
+ * What one detached ArrayBuffer costs the reference backend's kernels. V8 keeps an
+ * "ArrayBufferDetaching" protector per isolate: while no buffer has ever been detached there, its
+ * optimized code may treat a typed array's length as fixed; the first detach (a `postMessage` or
+ * `structuredClone` with a transfer list, a byte stream's enqueue, a WebAssembly memory's growth)
+ * invalidates it for the isolate's whole life, and every typed-array loop is compiled with the
+ * checks put back. This times `pagedAttention` (one decode row over `--context` positions, the
+ * bench-agent-kv model's shape: 6 query heads of 64 over one KV head) and a 64×384×384 `matmul` in
+ * one isolate, before and after detaching one 16-byte buffer, and prints medians and their ratios.
+ * Why a worker thread never transfers what it sends (src/cluster/worker-host.ts). Figures:
+ * docs/results/bench-detach.md.
+ *
+ *   npx tsx scripts/bench-detach.ts [--context 1000] [--repeats 15]
+ */
+import { parseArgs } from "../src/cli/args.ts";
+import { pagedAttention } from "../src/backend/reference/attention.ts";
+import { matmul } from "../src/backend/reference/linear.ts";
+import { f32Tensor, i32Tensor, type RefTensor } from "../src/backend/reference/storage.ts";
+import { cliArgs, exitProcess } from "../src/runtime/env.ts";
+
+const BLOCK = 16;
+const HEAD_DIM = 64;
+const HEADS = 6;
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const random = (n: number, seed: number) => {
+  // A fixed LCG: the same values on every run, and no Math.random state to share.
+  let s = seed >>> 0;
+  return Float32Array.from({ length: n }, () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32) - 0.5);
+};
+
+/** Median ms of one call of `fn`, over `repeats` timings of `inner` calls each. */
+function time(fn: () => RefTensor, repeats: number, inner: number): number {
+  const ms: number[] = [];
+  for (let r = 0; r < repeats; r++) {
+    const t0 = performance.now();
+    for (let i = 0; i < inner; i++) fn();
+    ms.push((performance.now() - t0) / inner);
+  }
+  return median(ms);
+}
+
+function main(): void {
+  const f = parseArgs(cliArgs(), { context: { kind: "int", min: 1, help: "positions the decode row attends to (default 1000)" }, repeats: { kind: "int", min: 1, help: "timings per figure (default 15)" } });
+  const context = f.context ?? 1000;
+  const repeats = f.repeats ?? 15;
+  const blocks = Math.ceil(context / BLOCK);
+  const kCache = f32Tensor(random(blocks * BLOCK * HEAD_DIM, 1), [blocks, BLOCK, 1, HEAD_DIM]);
+  const vCache = f32Tensor(random(blocks * BLOCK * HEAD_DIM, 2), [blocks, BLOCK, 1, HEAD_DIM]);
+  const q = f32Tensor(random(HEADS * HEAD_DIM, 3), [1, HEADS, HEAD_DIM]);
+  const batch = {
+    tokenSeq: i32Tensor(Int32Array.of(0), [1]),
+    tokenPos: i32Tensor(Int32Array.of(context - 1), [1]),
+    blockTables: i32Tensor(Int32Array.from({ length: blocks }, (_, i) => i), [1, blocks]),
+    maxContext: context,
+  };
+  const x = f32Tensor(random(64 * 384, 4), [64, 384]);
+  const w = f32Tensor(random(384 * 384, 5), [384, 384]);
+  const attention = () => pagedAttention(q, kCache, vCache, batch, 0.125);
+  const project = () => matmul(x, w);
+  const measure = () => ({ attention: time(attention, repeats, 30), matmul: time(project, repeats, 5) });
+  measure(); // warm-up: both kernels optimized before the first figure
+  const before = measure();
+  const buffer = new ArrayBuffer(16);
+  structuredClone(buffer, { transfer: [buffer] });
+  if (buffer.byteLength !== 0) throw new Error("The buffer was not detached");
+  measure(); // the kernels' code deoptimized by the detach is optimized again
+  const after = measure();
+  console.log(`bench-detach: ${context} positions, ${HEADS} heads of ${HEAD_DIM}; medians of ${repeats}`);
+  console.log("| kernel | before a detach (ms) | after (ms) | after / before |");
+  console.log("|---|---|---|---|");
+  for (const k of ["attention", "matmul"] as const) {
+    const label = k === "attention" ? `pagedAttention, 1 row × ${context}` : "matmul 64×384×384";
+    console.log(`| ${label} | ${before[k].toFixed(3)} | ${after[k].toFixed(3)} | ${(after[k] / before[k]).toFixed(2)} |`);
+  }
+}
+
+try {
+  main();
+} catch (e) {
+  console.error(e instanceof Error ? e.message : String(e));
+  exitProcess(2);
+}
