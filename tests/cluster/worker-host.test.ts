@@ -4,15 +4,20 @@ import { serveWorker } from "../../src/cluster/worker-host.ts";
 import type { ThreadPort } from "../../src/runtime/threads.ts";
 import { modelPath } from "./fixtures.ts";
 
-/** A port whose peer is the test: what the worker posts is kept; `deliver` and `drop` act as the cluster. */
+/**
+ * A port whose peer is the test: what the worker posts is kept, with the ops of messages posted with
+ * a non-empty transfer list; `deliver` and `drop` act as the cluster.
+ */
 function fakePort() {
-  const posted: { op: string }[] = [];
+  const posted: { op: string; value?: unknown }[] = [];
+  const transferred: string[] = [];
   let seen: () => void = () => {};
   let onMessage: (m: unknown) => void = () => {};
   let onError: (e: Error) => void = () => {};
   const port: ThreadPort = {
-    post: (m) => {
+    post: (m, transfer) => {
       posted.push(m as { op: string });
+      if (transfer !== undefined && transfer.length > 0) transferred.push((m as { op: string }).op);
       seen();
     },
     onMessage: (fn) => void (onMessage = fn),
@@ -23,7 +28,7 @@ function fakePort() {
   const posts = async (ops: string[]) => {
     while (!posted.some((m) => ops.includes(m.op))) await new Promise<void>((r) => (seen = r));
   };
-  return { port, posted, posts, deliver: (m: unknown) => onMessage(m), drop: () => onError(new Error("The connection closed")) };
+  return { port, posted, transferred, posts, deliver: (m: unknown) => onMessage(m), drop: () => onError(new Error("The connection closed")) };
 }
 
 const init = { op: "init", modelPath, backend: "reference", workerId: "w0", engine: {} };
@@ -51,34 +56,18 @@ test("serveWorker() starts no engine for a cluster whose connection dropped whil
 test("serveWorker() answers an export with a copy of the prefix, transferring no buffer", async () => {
   // A transfer would detach the worker's own buffers, and one detach slows every CPU kernel its
   // thread runs from then on (V8's ArrayBufferDetaching protector; scripts/bench-detach.ts).
-  const posted: { m: { op: string; value?: unknown }; transfer: unknown }[] = [];
-  let seen: () => void = () => {};
-  let onMessage: (m: unknown) => void = () => {};
-  let onError: (e: Error) => void = () => {};
-  const port: ThreadPort = {
-    post: (m, transfer) => {
-      posted.push({ m: m as { op: string }, transfer });
-      seen();
-    },
-    onMessage: (fn) => void (onMessage = fn),
-    onError: (fn) => void (onError = fn),
-    close: () => Promise.resolve(),
-  };
-  const posts = async (op: string) => {
-    while (!posted.some((p) => p.m.op === op)) await new Promise<void>((r) => (seen = r));
-    return posted.find((p) => p.m.op === op)!;
-  };
-  const done = serveWorker(port);
-  onMessage(init);
-  await posts("ready");
+  const p = fakePort();
+  const done = serveWorker(p.port);
+  p.deliver(init);
+  await p.posts(["ready"]);
   const prompt = Array.from({ length: 40 }, (_, i) => 10 + i);
-  onMessage({ op: "submit", rid: 1, req: { prompt, maxTokens: 2, temperature: 0 } });
-  await posts("result");
-  onMessage({ op: "export", cid: 7, tokens: prompt });
-  const reply = await posts("reply");
-  const prefix = reply.m.value as { kv: { k: Float32Array[] } } | null;
+  p.deliver({ op: "submit", rid: 1, req: { prompt, maxTokens: 2, temperature: 0 } });
+  await p.posts(["result"]);
+  p.deliver({ op: "export", cid: 7, tokens: prompt });
+  await p.posts(["reply"]);
+  const prefix = p.posted.find((m) => m.op === "reply")!.value as { kv: { k: Float32Array[] } } | null;
   assert.ok(prefix && prefix.kv.k.length > 0 && prefix.kv.k[0].length > 0, "the cached prompt's blocks were exported");
-  assert.deepEqual(posted.filter((p) => p.transfer !== undefined && (p.transfer as unknown[]).length > 0).map((p) => p.m.op), [], "no message transfers a buffer");
-  onError(new Error("The connection closed"));
+  assert.deepEqual(p.transferred, [], "no message transfers a buffer");
+  p.drop();
   await done;
 });
