@@ -13,19 +13,27 @@ export const SERVE_COMMANDS: Record<"node" | "deno", [string, string[]]> = {
 /** How long {@link spawnServe} waits for `serve` to listen before it kills it and fails. */
 const START_DEADLINE_MS = 120_000;
 
-/** A running `serve`: its process, the URL it listens on, what it has written to stderr so far, and its exit. */
+/** A running `serve`: its process, the URL it listens on, what it has written to stderr and stdout so far, and its exit. */
 export interface ServeProcess {
   child: ChildProcess;
   url: string;
   stderr(): string;
+  stdout(): string;
   /** The exit code, or the signal that ended it. */
   exited: Promise<number | string | null>;
 }
 
-/** Starts `serve` with `args` (and `env` over this process's) and resolves once it says where it listens; rejects if it exits first. */
-export async function spawnServe(runtime: "node" | "deno", args: readonly string[], env: Record<string, string> = {}): Promise<ServeProcess> {
+/**
+ * Starts `serve` with `args` (and `env` over this process's) and resolves once it says where it listens;
+ * rejects if it exits first. `runtimeFlags` go to the runtime (`--v8-flags=…` under Deno).
+ */
+export async function spawnServe(runtime: "node" | "deno", args: readonly string[], env: Record<string, string> = {}, runtimeFlags: readonly string[] = []): Promise<ServeProcess> {
   const [cmd, script] = SERVE_COMMANDS[runtime];
-  const child = spawn(cmd, [...script, ...args], { cwd: projectRoot, env: { ...process.env, NO_COLOR: "1", NODE_OPTIONS: "", ...env }, stdio: ["ignore", "ignore", "pipe"] });
+  // Deno takes its flags after "run".
+  const before = runtime === "node" ? [...runtimeFlags, ...script] : [script[0], ...runtimeFlags, ...script.slice(1)];
+  const child = spawn(cmd, [...before, ...args], { cwd: projectRoot, env: { ...process.env, NO_COLOR: "1", NODE_OPTIONS: "", ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  let stdout = "";
+  child.stdout!.on("data", (d: Buffer) => (stdout += d.toString()));
   let stderr = "";
   const exited = new Promise<number | string | null>((r) => child.on("exit", (code, signal) => r(code ?? signal)));
   // The deadline only turns a start that hangs into a failure (loading a model and starting workers
@@ -43,5 +51,5 @@ export async function spawnServe(runtime: "node" | "deno", args: readonly string
       reject(new Error(`serve did not listen within ${START_DEADLINE_MS / 1000} s: ${stderr}`));
     }, START_DEADLINE_MS);
   }).finally(() => clearTimeout(timer));
-  return { child, url, stderr: () => stderr, exited };
+  return { child, url, stderr: () => stderr, stdout: () => stdout, exited };
 }

@@ -11,7 +11,6 @@
  * Missing heartbeats alone do not remove a worker: a NATS outage must not empty a serving cluster.
  */
 import type { NatsConnection } from "@nats-io/transport-node";
-import { connectNats } from "./nats-transport.ts";
 import type { Cluster } from "./cluster.ts";
 import { type WorkerAnnouncement, WorkerDirectory } from "./worker-directory.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
@@ -34,6 +33,10 @@ export function controlSubjects(name: string): { workers: string; discover: stri
  */
 export async function connectControlPlane(url: string, clientName: string): Promise<NatsConnection> {
   const { server, auth } = splitCredentials(url);
+  // Loaded here, not at start-up: a server without --nats never loads the NATS client, whose CommonJS,
+  // compiled under tsx, grows a WebAssembly memory and so detaches a buffer (see body-read.ts for why
+  // that matters on Node).
+  const { connectNats } = await import("./nats-transport.ts");
   try {
     return await connectNats({ servers: server, name: clientName, maxReconnectAttempts: -1, reconnectTimeWait: 500, timeout: 5000, ...auth });
   } catch (e) {

@@ -4,9 +4,9 @@
  * call `app.request()` in-process. The routes are grouped in app-*-routes.ts, their shared helpers in app-kit.ts, the settings in app-options.ts.
  */
 import { type Context, Hono } from "hono";
-import { cors } from "hono/cors";
 import { createHash, timingSafeEqual } from "node:crypto";
 import { DEFAULT_BODY_TIMEOUT_MS, readBodyFirst } from "./body-read.ts";
+import { corsHeaders } from "./cors.ts";
 import { ApiError } from "./errors.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
 import { ConversationStore } from "./conversation-store.ts";
@@ -53,7 +53,7 @@ export function createApp(o: AppOptions): Hono {
 
   // As vLLM's default: any origin may call (browser clients; --allowed-origins narrows it), and a preflight is answered before the key is asked for.
   const origins = o.allowedOrigins ?? ["*"];
-  app.use("*", cors({ origin: origins.includes("*") ? "*" : [...origins] }));
+  app.use("*", corsHeaders(origins));
   const checkKey = (c: Context, next: () => Promise<void>): Promise<Response | void> => {
     if (o.apiKey === undefined) return next();
     const auth = c.req.header("authorization") ?? "";

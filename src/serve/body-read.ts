@@ -77,7 +77,11 @@ export function readBodyFirst(o: BodyReadOptions): MiddlewareHandler {
       whole.set(chunk, at);
       at += chunk.length;
     }
-    c.req.raw = new Request(c.req.raw, { body: whole });
+    // A plain stream, not the bytes themselves: Node's fetch serves a byte array body through a byte
+    // stream, which detaches an ArrayBuffer as it is read, and on Node 20 one detach slows every
+    // typed-array kernel of the isolate for good (docs/results/bench-detach.md).
+    const once = new ReadableStream<Uint8Array>({ start: (ctl) => (ctl.enqueue(whole), ctl.close()) });
+    c.req.raw = new Request(c.req.raw, { body: once, duplex: "half" } as RequestInit);
     return next();
   };
 }

@@ -66,4 +66,14 @@ test("createApp() with allowedOrigins marks answers only for those origins", asy
   const get = await narrow.request("/v1/models", { headers: { origin: "https://evil.example.com" } });
   assert.equal(get.status, 200);
   assert.equal(get.headers.get("access-control-allow-origin"), null, "a browser on another origin cannot read it");
+  const mine = await narrow.request("/v1/models", { headers: { origin: "https://chat.example.com" } });
+  assert.equal(mine.headers.get("access-control-allow-origin"), "https://chat.example.com");
+  assert.match(mine.headers.get("vary") ?? "", /Origin/, "caches keep one answer per origin");
+  const stream = await narrow.request("/v1/completions", {
+    method: "POST", headers: { origin: "https://chat.example.com", "content-type": "application/json" },
+    body: JSON.stringify({ model: "stories260K", prompt: "Once", max_tokens: 2, stream: true }),
+  });
+  assert.equal(stream.status, 200);
+  assert.equal(stream.headers.get("access-control-allow-origin"), "https://chat.example.com", "a streamed answer is marked too");
+  await stream.text();
 });

@@ -1,0 +1,120 @@
+/**
+ * What a detached ArrayBuffer costs a single-engine server on Node: starts `serve` (reference backend,
+ * the bench-agent-kv scripted model) from each checkout given, under Node with V8's
+ * `--trace-protector-invalidation`, sends the same sequence of chat requests one at a time (distinct
+ * prompts of `--chars` characters: every one is prefilled whole), and prints the median latency of the
+ * first request and of the rest, and the protector invalidations V8 printed before the server listened
+ * and after. V8 prints one per isolate: tsx's loader thread prints one of its own while loading, which
+ * does not touch the main isolate, so more than one at start means the server's own isolate detached
+ * while starting, and one while serving that it detached then. Servers alternate between rounds. Why the body read
+ * and the CORS headers avoid byte streams (src/serve/body-read.ts, src/serve/cors.ts); figures:
+ * docs/results/bench-detach.md.
+ *
+ *   npx tsx scripts/bench-serve-detach.ts [--roots ../before,.] [--requests 30] [--chars 3000] [--rounds 2]
+ */
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { resolve } from "node:path";
+import { parseArgs } from "../src/cli/args.ts";
+import { cliArgs, exitProcess } from "../src/runtime/env.ts";
+import { agentModel, ENDING } from "./bench-agent-kv/agent-model.ts";
+import { seededRandom } from "./bench-serve/workload.ts";
+
+const INVALIDATED = "Invalidating protector cell ArrayBufferDetaching";
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+/** Lowercase pseudo-words (none of the scripted model's pieces), as bench-agent-kv's workload writes them. */
+function words(rnd: () => number, chars: number): string {
+  let s = "";
+  while (s.length < chars) {
+    const n = 2 + Math.floor(rnd() * 7);
+    for (let i = 0; i < n; i++) s += String.fromCharCode(97 + Math.floor(rnd() * 26));
+    s += " ";
+  }
+  return s.slice(0, chars).trimEnd();
+}
+
+interface ServerRun {
+  /** Milliseconds of each request, in order. */
+  ms: number[];
+  /** Invalidations printed before the server listened, and after. */
+  atStart: number;
+  whileServing: number;
+}
+
+/** One server from `root`: every prompt sent in turn, then stopped. */
+async function runServer(root: string, model: string, prompts: readonly string[]): Promise<ServerRun> {
+  const child = spawn("node", ["--trace-protector-invalidation", "--import", "tsx", `${root}/src/cli/serve.ts`, "--model", model, "--backend", "reference", "--port", "0", "--kv-blocks", "2048"], {
+    cwd: root, env: { ...process.env, NO_COLOR: "1", NODE_OPTIONS: "" }, stdio: ["ignore", "pipe", "pipe"],
+  });
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (d: Buffer) => (stdout += d.toString()));
+  const url = await new Promise<string>((ok, fail) => {
+    child.stderr.on("data", (d: Buffer) => {
+      stderr += d.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(stderr);
+      if (m) ok(m[1]);
+    });
+    child.on("exit", (code) => fail(new Error(`serve from ${root} exited with ${code} before listening: ${stderr}`)));
+  });
+  const count = () => stdout.split(INVALIDATED).length - 1;
+  const atStart = count();
+  const ms: number[] = [];
+  try {
+    for (const content of prompts) {
+      const t0 = performance.now();
+      const res = await fetch(`${url}/v1/chat/completions`, {
+        method: "POST", headers: { "content-type": "application/json" },
+        body: JSON.stringify({ model: "agent-scripted", messages: [{ role: "user", content }], max_tokens: 16 }),
+      });
+      if (res.status !== 200) throw new Error(`serve from ${root} answered ${res.status}: ${await res.text()}`);
+      await res.json();
+      ms.push(performance.now() - t0);
+    }
+  } finally {
+    child.kill("SIGKILL");
+  }
+  return { ms, atStart, whileServing: count() - atStart };
+}
+
+async function main(): Promise<void> {
+  const f = parseArgs(cliArgs(), {
+    roots: { kind: "string", help: "checkouts to start serve from, comma-separated (default .)" },
+    requests: { kind: "int", min: 2, help: "chat requests per server (default 30)" },
+    chars: { kind: "int", min: 10, help: "characters of each prompt (default 3000)" },
+    rounds: { kind: "int", min: 1, help: "servers started from each root, order alternated (default 2)" },
+  });
+  const roots = (f.roots ?? ".").split(",").map((r) => resolve(r));
+  const rnd = seededRandom(3);
+  const prompts = Array.from({ length: f.requests ?? 30 }, (_, i) => `task ${i} ${words(rnd, f.chars ?? 3000)}${ENDING.final}`);
+  const dir = mkdtempSync(`${tmpdir()}/bench-serve-detach-`);
+  try {
+    const model = `${dir}/agent-scripted.gguf`;
+    await agentModel(model);
+    const runs = new Map<string, ServerRun[]>(roots.map((r) => [r, []]));
+    for (let round = 0; round < (f.rounds ?? 2); round++) {
+      for (const root of round % 2 === 0 ? roots : [...roots].reverse()) {
+        const r = await runServer(root, model, prompts);
+        console.error(`round ${round + 1} ${root}: first ${r.ms[0].toFixed(0)} ms, later median ${median(r.ms.slice(1)).toFixed(1)} ms; invalidations at start ${r.atStart}, while serving ${r.whileServing}`);
+        runs.get(root)!.push(r);
+      }
+    }
+    console.log(`bench-serve-detach: ${prompts.length} chat requests of ${f.chars ?? 3000} characters, one at a time, per server; Node ${process.version}`);
+    console.log("| serve from | first request (ms) | later requests, median (ms) | invalidations at start, while serving (per server) |");
+    console.log("|---|---|---|---|");
+    for (const [root, rs] of runs) {
+      const first = median(rs.map((r) => r.ms[0]));
+      const later = median(rs.flatMap((r) => r.ms.slice(1)));
+      console.log(`| ${root} | ${first.toFixed(0)} | ${later.toFixed(1)} | ${rs.map((r) => `${r.atStart}, ${r.whileServing}`).join("; ")} |`);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((e: unknown) => {
+  console.error(e instanceof Error ? e.message : String(e));
+  exitProcess(2);
+});
