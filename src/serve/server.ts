@@ -374,7 +374,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       cluster?.destroyBackend();
       await stepLog?.close();
       await plannerLog?.close();
-    await routeLog?.close();
+      await routeLog?.close();
     },
   };
 }
