@@ -7,11 +7,13 @@
 import { decodeThroughput, expectedItl, type OfflineProfile, prefillThroughput } from "./profile.ts";
 import type { MetricsSnapshot, Planner, PlannerAction, WorkerSnapshot } from "./types.ts";
 import { cleanSnapshot } from "./snapshot-guard.ts";
+import { workerBudget } from "./sla-profile-planner.ts";
 
 /** Knobs of {@link LoadPlanner}; defaults follow Dynamo's documentation. */
 export interface LoadPlannerOptions {
   profile: OfflineProfile;
-  maxWorkers: number;
+  /** Worker budget, or "present": the snapshot's workers but draining ones (see SlaPlannerOptions). */
+  maxWorkers: number | "present";
   intervalS?: number;
   ttftTargetS?: number;
   itlTargetS?: number;
@@ -61,9 +63,10 @@ export class LoadPlanner implements Planner {
     const decode = this.step(dec.length, itls, this.o.itlTargetS);
     let p = prefill;
     let d = decode;
-    if (p + d > this.o.maxWorkers) {
+    const budget = workerBudget(this.o.maxWorkers, s);
+    if (p + d > budget) {
       if (p > pre.length) p = pre.length;
-      if (p + d > this.o.maxWorkers) d = this.o.maxWorkers - p;
+      if (p + d > budget) d = budget - p;
     }
     if (p === pre.length && d === dec.length) return [];
     return [{ kind: "replicas", prefill: p, decode: d }];

@@ -25,8 +25,12 @@ export interface SlaPlannerOptions {
   itlTargetS?: number;
   /** No decisions before this much time has passed (planner start-up delay; Dynamo: 30 s). */
   startupDelayS?: number;
-  /** Worker budget (GPU budget ÷ GPUs per worker) and per-pool minimums. */
-  maxWorkers: number;
+  /**
+   * Worker budget (GPU budget ÷ GPUs per worker), or "present": every worker the snapshot lists but
+   * draining ones (a cluster whose workers join and leave by themselves, `serve --nats`). And the
+   * per-pool minimums.
+   */
+  maxWorkers: number | "present";
   minPrefill?: number;
   minDecode?: number;
   /** Load predictor: "constant" (last interval) or "moving-average" over the last 3 intervals. */
@@ -53,7 +57,7 @@ export class SlaProfilePlanner implements Planner {
 
   /** Creates the planner; throws {@link PlannerConfigError} on an impossible budget. */
   constructor(opts: SlaPlannerOptions) {
-    if (opts.maxWorkers < 2) throw new PlannerConfigError(`Worker budget must be at least 2, got ${opts.maxWorkers}`);
+    if (opts.maxWorkers !== "present" && !(opts.maxWorkers >= 2)) throw new PlannerConfigError(`Worker budget must be at least 2, got ${opts.maxWorkers}`);
     this.o = {
       intervalS: 180, ttftTargetS: 0.5, itlTargetS: 0.05, startupDelayS: 30, minPrefill: 1, minDecode: 1,
       predictor: "constant", ...opts,
@@ -82,6 +86,9 @@ export class SlaProfilePlanner implements Planner {
     this.history.push({ requests: finished * (this.o.intervalS / Math.max(1e-9, s.windowS)), isl, osl });
     if (this.history.length > HISTORY) this.history.shift();
     if (s.now - this.startedAt < this.o.startupDelayS) return [];
+    const budget = workerBudget(this.o.maxWorkers, s);
+    // Fewer workers than a prefill and a decode pool need: nothing to plan until more join.
+    if (budget < this.o.minPrefill + this.o.minDecode) return [];
     const ttft = done.reduce((a, c) => a + c.ttftS, 0) / done.length;
     const itl = done.reduce((a, c) => a + c.itlS, 0) / done.length;
     this.ttftCorrection = ttft / Math.max(1e-9, expectedTtft(this.o.profile, isl));
@@ -95,11 +102,11 @@ export class SlaProfilePlanner implements Planner {
     let decode = Math.ceil((next.requests * next.osl / interval) / perWorkerDecode);
     prefill = Math.max(this.o.minPrefill, prefill);
     decode = Math.max(this.o.minDecode, decode);
-    if (prefill + decode > this.o.maxWorkers) {
+    if (prefill + decode > budget) {
       // Over budget: scale both pools down proportionally, as Dynamo does.
-      const f = this.o.maxWorkers / (prefill + decode);
+      const f = budget / (prefill + decode);
       prefill = Math.max(this.o.minPrefill, Math.floor(prefill * f));
-      decode = Math.max(this.o.minDecode, this.o.maxWorkers - prefill);
+      decode = Math.max(this.o.minDecode, budget - prefill);
     }
     return [{ kind: "replicas", prefill, decode }];
   }
@@ -111,4 +118,9 @@ export class SlaProfilePlanner implements Planner {
     const avg = (f: (x: IntervalObs) => number) => last.reduce((a, x) => a + f(x), 0) / last.length;
     return { requests: avg((x) => x.requests), isl: avg((x) => x.isl), osl: avg((x) => x.osl) };
   }
+}
+
+/** The workers a decision may place: the fixed budget, or those present and not leaving. */
+export function workerBudget(maxWorkers: number | "present", s: MetricsSnapshot): number {
+  return maxWorkers === "present" ? s.workers.filter((w) => w.state !== "draining").length : maxWorkers;
 }

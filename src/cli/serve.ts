@@ -77,7 +77,7 @@ const FLAGS = {
   "route-log": { kind: "string", nonEmpty: true, help: "write each routing decision of the cluster (the request, every worker as the router priced it, the route taken) as JSONL with its Unix time (with --workers)" },
   workers: { kind: "int", min: 1, help: "engines in this process behind our router and online role planner (default 1)" },
   roles: { kind: "string", help: "initial role of each worker, comma-separated: mixed|prefill|decode (default all mixed; with --workers)" },
-  planner: { kind: "string", help: "online|none|sla|load: flip worker roles every second from measured load, keep --roles, or run the baseline, Dynamo's SLA planner: every --sla-interval-s it sets how many workers prefill and decode from an offline profile of the workers (--sla-profile), parking the rest; load is its load-based mode, ±1 worker a pool every 5 s when queued work predicts the TTFT or ITL target missed (default online; with --workers; sla and load start half prefill, half decode unless --roles)" },
+  planner: { kind: "string", help: "online|none|sla|load: flip worker roles every second from measured load, keep --roles, or run the baseline, Dynamo's SLA planner: every --sla-interval-s it sets how many workers prefill and decode from an offline profile of the workers (--sla-profile), parking the rest; load is its load-based mode, ±1 worker a pool every 5 s when queued work predicts the TTFT or ITL target missed (default online; with --workers; sla and load start half prefill, half decode unless --roles; with --nats, workers join as mixed, the budget is those present and the profile must be given with --sla-profile)" },
   "sla-profile": { kind: "string", nonEmpty: true, help: "the SLA planner's offline profile (JSON: prefill tokens/s by ISL, decode tokens/s and ITL by context and batch): read when the file exists, else measured on the first worker at start-up and written there (default: measured, not kept; with --planner sla or load)" },
   "sla-interval-s": { kind: "number", min: 1, help: "seconds between the SLA planner's decisions (default 180, Dynamo's; load mode 5; with --planner sla or load)" },
   "sla-ttft-ms": { kind: "number", min: 1, help: "the SLA planner's TTFT target (default 500, Dynamo's; with --planner sla or load)" },
@@ -184,7 +184,9 @@ async function main(): Promise<void> {
   const slaFlag = (["sla-profile", "sla-interval-s", "sla-ttft-ms", "sla-itl-ms", "sla-worker-start-s"] as const).find((k) => f[k] !== undefined);
   if (slaFlag !== undefined && !profiled) throw new ArgsError(`Flag --${slaFlag} ${f[slaFlag]} needs --planner sla or load`);
   if (profiled && workers < 2 && f.nats === undefined) throw new ArgsError(`--planner ${planner} needs at least 2 workers (a prefill and a decode pool); use --workers N`);
-  if (profiled && f.nats !== undefined) throw new ArgsError(`--planner ${planner} needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go`);
+  if (profiled && f.nats !== undefined && f["sla-profile"] === undefined) {
+    throw new ArgsError(`--planner ${planner} with --nats reads its offline profile from --sla-profile FILE: no worker is there to measure at start-up (a server with --workers 2 --planner ${planner} --sla-profile FILE writes one)`);
+  }
   const router = f.router ?? "session";
   if (!isClusterRouter(router)) throw new ArgsError(`Unknown router "${router}"; choose ${CLUSTER_ROUTERS.join(" or ")}`);
   const peerTransfer = f["peer-transfer"];
@@ -298,7 +300,7 @@ async function main(): Promise<void> {
     : `; reasoning parser ${reasoningParser} (${tags.open}/${tags.close} are not single tokens: KV of reasoning not typed)`;
   console.error(
     `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${speculative ? `, ${speculationLabel(speculative)}` : ""}, max model len ${s.serving.maxModelLen}` +
-      (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${planner}` : "") +
+      (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}` : "") +
       (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}, ${transport}` : "") +
       (loraModules.length > 0 ? `; LoRA adapters ${loraModules.map((m) => m.name).join(", ")}` : "") +
       (f["allow-runtime-lora-updating"] ? "; runtime LoRA loading on" : "") + "; " +

@@ -32,10 +32,10 @@ export function checkClusterOptions(o: ServerOptions): { workers: number; transp
     throw new RangeError(`--route-log "${o.routeLogPath}" needs --workers: one engine has no router`);
   }
   const profiled = isProfilePlanner(o.planner);
-  if (profiled && (workers < 2 || o.nats !== undefined)) {
-    throw new RangeError(o.nats !== undefined
-      ? `--planner ${o.planner} needs a fixed worker set (its budget is the workers there are); with --nats, workers come and go`
-      : `--planner ${o.planner} needs at least 2 workers (a prefill and a decode pool), got ${workers}`);
+  if (profiled && workers < 2 && o.nats === undefined) throw new RangeError(`--planner ${o.planner} needs at least 2 workers (a prefill and a decode pool), got ${workers}`);
+  // Under NATS no worker is there to profile at start-up: the profile is taken beforehand, as Dynamo's is.
+  if (profiled && o.nats !== undefined && o.sla?.profilePath === undefined) {
+    throw new RangeError(`--planner ${o.planner} with --nats reads its offline profile from --sla-profile FILE: no worker is there to measure at start-up (a server with --workers 2 --planner ${o.planner} --sla-profile FILE writes one)`);
   }
   if (o.sla !== undefined && !profiled) throw new RangeError("The SLA planner's settings (--sla-*) need --planner sla or load");
   if (profiled && o.itlAdmissionTargetS !== undefined) throw new RangeError("--itl-admission-ms is the online planner's; the SLA planner admits every request");

@@ -47,12 +47,13 @@ export async function startServingCluster(
   let backend: Backend | undefined;
   let backendReason: string;
   let stopWatching = async () => {};
-  // The SLA planner (a fixed worker set: server.ts refuses it under NATS) starts disaggregated, Dynamo's
-  // prefill and decode pools, and is made once the workers run (its profile is measured on one).
+  // The SLA planner starts disaggregated, Dynamo's prefill and decode pools, and is made once the workers
+  // run (its profile is measured on one). Under NATS workers join as mixed, and its profile is read from a file.
   const chosen = o.planner;
   const profiled = isProfilePlanner(chosen);
+  const joining = o.nats !== undefined;
   const co = {
-    ...o, planner: profiled ? "none" as const : chosen, roles: profiled ? o.roles ?? slaInitialRoles(o.workerAddrs?.length ?? o.workers ?? 1) : o.roles,
+    ...o, planner: profiled ? "none" as const : chosen, roles: profiled && !joining ? o.roles ?? slaInitialRoles(o.workerAddrs?.length ?? o.workers ?? 1) : o.roles,
     ...(profiled && o.sla?.workerStartS !== undefined ? { replicaStartS: o.sla.workerStartS } : {}),
   };
   if (o.nats !== undefined) {
@@ -78,10 +79,11 @@ export async function startServingCluster(
   let slaSource: string | undefined;
   if (profiled) {
     try {
-      const set = await setUpSlaPlanner(c, model.config.vocabSize, o.sla ?? {}, chosen);
+      const set = await setUpSlaPlanner(c, model.config.vocabSize, o.sla ?? {}, chosen, joining);
       c.usePlanner(set.planner);
       slaSource = set.source;
     } catch (e) {
+      await stopWatching();
       await c.stop();
       backend?.destroy();
       throw e;

@@ -5,7 +5,8 @@
  * of this cluster's own workers. As Dynamo's, the profile is taken before serving: read from `--sla-profile
  * FILE` when it exists; otherwise measured on the first worker at start-up (engine-profiler.ts) and,
  * with a path, written there for the next start. Its replica targets park and unpark workers of the
- * fixed set (replica-targets.ts).
+ * fixed set (replica-targets.ts); under NATS, of the workers present at each decision (they join as
+ * mixed and serve so until the planner's first decision places them).
  */
 import { SlaProfilePlanner } from "../../planner/sla-profile-planner.ts";
 import { LoadPlanner } from "../../planner/load-planner.ts";
@@ -54,14 +55,19 @@ export function slaInitialRoles(workers: number): Role[] {
   return Array.from({ length: workers }, (_, i): Role => (i < prefill ? "prefill" : "decode"));
 }
 
-/** Reads or measures the profile, then makes the planner (`name`'s mode) for `cluster`'s workers. */
-export async function setUpSlaPlanner(cluster: Cluster, vocabSize: number, o: SlaServeOptions, name: ProfilePlannerName = "sla"): Promise<SlaSetup> {
-  const workers = cluster.workers.length;
+/**
+ * Reads or measures the profile, then makes the planner (`name`'s mode) for `cluster`'s workers. With
+ * `joining` (workers come and go through NATS) the budget is the workers present at each decision and
+ * the profile must be read from `o.profilePath` (a RangeError when there is none).
+ */
+export async function setUpSlaPlanner(cluster: Cluster, vocabSize: number, o: SlaServeOptions, name: ProfilePlannerName = "sla", joining = false): Promise<SlaSetup> {
   let profile: OfflineProfile;
   let source: string;
   if (o.profilePath !== undefined && await pathExists(o.profilePath)) {
     profile = parseOfflineProfile(await readTextFile(o.profilePath), o.profilePath);
     source = `profile read from ${o.profilePath}`;
+  } else if (joining) {
+    throw new RangeError(`--planner ${name} with --nats reads its offline profile from --sla-profile, and "${o.profilePath ?? ""}" does not exist (a server with --workers 2 --planner ${name} --sla-profile FILE writes one)`);
   } else {
     const first = cluster.workers[0];
     const t0 = performance.now();
@@ -73,7 +79,7 @@ export async function setUpSlaPlanner(cluster: Cluster, vocabSize: number, o: Sl
     }
   }
   const common = {
-    profile, maxWorkers: workers,
+    profile, maxWorkers: joining ? "present" as const : cluster.workers.length,
     ...(o.intervalS !== undefined ? { intervalS: o.intervalS } : {}),
     ...(o.ttftTargetS !== undefined ? { ttftTargetS: o.ttftTargetS } : {}),
     ...(o.itlTargetS !== undefined ? { itlTargetS: o.itlTargetS } : {}),

@@ -82,6 +82,7 @@ test("serve CLI rejects bad --nats combinations and an unreachable NATS server w
     [["--nats", "127.0.0.1:4222", "--worker-addrs", "127.0.0.1:9001"], /--nats and --worker-addrs do not go together/],
     [["--nats", "127.0.0.1:4222", "--transport", "threads"], /--nats needs worker processes \(--transport tcp\), not --transport threads/],
     [["--nats", "127.0.0.1:4222", "--workers", "2"], /Flag --workers needs a fixed worker set; with --nats, workers join by themselves/],
+    [["--nats", "127.0.0.1:4222", "--planner", "sla"], /--planner sla with --nats reads its offline profile from --sla-profile FILE: no worker is there to measure at start-up/],
     [["--cluster-name", "prod"], /Flag --cluster-name prod needs --nats/],
     [["--nats", "127.0.0.1:4222", "--cluster-name", "a.b"], /A cluster name must be 1-64 letters, digits, "_" or "-", got "a\.b"/],
     [["--nats", "127.0.0.1:9"], /Cannot reach the NATS server at "127\.0\.0\.1:9"/],

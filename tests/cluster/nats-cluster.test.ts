@@ -5,6 +5,8 @@
  */
 import assert from "node:assert/strict";
 import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { projectRoot, test } from "../harness.ts";
 import { connectControlPlane, ControlPlaneError } from "../../src/cluster/nats-membership.ts";
 import { runtimeName } from "../../src/runtime/env.ts";
@@ -102,6 +104,48 @@ test("startServer({ nats }) joins workers that announce themselves, serves the o
   } finally {
     for (const ch of children) ch.kill("SIGKILL");
     nats.stop();
+  }
+});
+
+test("startServer({ nats, planner: \"load\" }) plans the Dynamo-like pools over the workers that joined, from a profile file it needs", async () => {
+  const { startServer } = await import("../../src/serve/server.ts");
+  const dir = mkdtempSync(`${tmpdir()}/nats-sla-`);
+  const nats = await startNatsServer();
+  const children: ChildProcess[] = [];
+  try {
+    const missing = `${dir}/none.json`;
+    // No worker is there to measure a profile on: one that does not exist is refused, and nothing is left running.
+    await assert.rejects(
+      startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", nats: nats.url, clusterName: "nats-test", planner: "load", sla: { profilePath: missing } }),
+      (e: unknown) => e instanceof RangeError && e.message.includes(`--planner load with --nats reads its offline profile from --sla-profile, and "${missing}" does not exist`),
+    );
+    const profilePath = `${dir}/profile.json`;
+    writeFileSync(profilePath, JSON.stringify({
+      profiledIsl: 64, profiledOsl: 16,
+      prefill: [{ isl: 64, tokensPerS: 2000, ttftS: 0.03 }],
+      decode: [{ context: 64, batch: 1, itlS: 0.01, tokensPerS: 100 }, { context: 64, batch: 8, itlS: 0.02, tokensPerS: 400 }],
+    }));
+    const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, nats: nats.url, clusterName: "nats-test", planner: "load", sla: { profilePath } });
+    try {
+      assert.match(s.slaProfileSource ?? "", /profile read from/);
+      const cl = s.cluster!;
+      for (const id of ["w-a", "w-b", "w-c"]) children.push((await startWorker(nats.url, id)).child);
+      await until("three workers joined", () => cl.workers.length === 3);
+      // They join as mixed; the load mode's first decision (every 5 s) makes one prefill and one decode pool and parks the third.
+      await until("the planner placed them", () => cl.workers.some((w) => w.role === "prefill") && cl.workers.some((w) => w.role === "decode"), 30_000);
+      const places = cl.workers.map((w) => (w.parked ? "parked" : w.role)).sort();
+      assert.deepEqual(places, ["decode", "parked", "prefill"]);
+      const OpenAI = (await import("openai")).default;
+      const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+      const c = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 20, temperature: 0 });
+      assert.equal(c.choices[0].text, ", there was a little girl named Lily. She loved to play outsid", "the pools it made serve");
+    } finally {
+      await s.shutdown();
+    }
+  } finally {
+    for (const ch of children) ch.kill("SIGKILL");
+    nats.stop();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 

@@ -63,3 +63,32 @@ test("LoadPlanner.tick() adds a decode replica when sequences queue and removes 
   const hold = lp.tick({ ...base, workers: [worker("p", "prefill", 0, 0), worker("a", "decode", 0, 0.03), worker("b", "decode", 0, 0.01)] });
   assert.deepEqual(hold, []);
 });
+
+test("SlaProfilePlanner.tick() with maxWorkers \"present\" plans for the workers the snapshot lists, draining ones aside", () => {
+  const worker = (id: string, state: WorkerSnapshot["state"]): WorkerSnapshot => ({
+    id, role: "mixed", state, waitingPrefillTokens: 0, queueDelayS: 0, decodeBatch: 0, waitingDecodes: 0,
+    prefillTokens: 0, prefillBusyS: 0, decodeTokens: 0, decodeBusyS: 0, decodeStepS: 0, meanDecodeBatch: 0, kvUsage: 0,
+  });
+  const p = new SlaProfilePlanner({ profile, maxWorkers: "present", startupDelayS: 0 });
+  // The demand of the first test at ten times the load wants 5 prefill and 13 decode replicas; four
+  // workers are present (one parked, "off", counts: the planner may take it back), one more is leaving.
+  const load = snapshot(180, 180, 18_000, 1000, 100, 0.1, 0.04);
+  const four = ["a", "b", "c"].map((id) => worker(id, "serving")).concat(worker("d", "off"), worker("e", "draining"));
+  const acts = p.tick({ ...load, workers: four });
+  assert.deepEqual(acts, [{ kind: "replicas", prefill: 1, decode: 3 }]);
+  // One worker present: no prefill and decode pool to make, so no decision until more join.
+  assert.deepEqual(p.tick({ ...snapshot(360, 180, 18_000, 1000, 100, 0.1, 0.04), workers: [worker("a", "serving")] }), []);
+  assert.throws(() => new SlaProfilePlanner({ profile, maxWorkers: 1 }), /Worker budget must be at least 2, got 1/);
+});
+
+test("LoadPlanner.tick() with maxWorkers \"present\" starts a prefill and a decode pool out of mixed workers that joined, within those present", () => {
+  const worker = (id: string): WorkerSnapshot => ({
+    id, role: "mixed", state: "serving", waitingPrefillTokens: 0, queueDelayS: 0, decodeBatch: 0, waitingDecodes: 0,
+    prefillTokens: 0, prefillBusyS: 0, decodeTokens: 0, decodeBusyS: 0, decodeStepS: 0, meanDecodeBatch: 0, kvUsage: 0,
+  });
+  const lp = new LoadPlanner({ profile, maxWorkers: "present", isl: 1000 });
+  const base = snapshot(5, 5, 10, 1000, 100, 0.1, 0.04);
+  assert.deepEqual(lp.tick({ ...base, workers: [worker("a"), worker("b"), worker("c")] }), [{ kind: "replicas", prefill: 1, decode: 1 }]);
+  // One worker present: the decode pool first, as the budget allows.
+  assert.deepEqual(lp.tick({ ...base, workers: [worker("a")] }), [{ kind: "replicas", prefill: 0, decode: 1 }]);
+});
