@@ -6,7 +6,7 @@
  * FILE` when it exists; otherwise measured on the first worker at start-up (engine-profiler.ts) and,
  * with a path, written there for the next start. Its replica targets park and unpark workers of the
  * fixed set (replica-targets.ts); under NATS, of the workers present at each decision (they join as
- * mixed and serve so until the planner's first decision places them).
+ * mixed and serve so until the planner's next decision places them).
  */
 import { SlaProfilePlanner } from "../../planner/sla-profile-planner.ts";
 import { LoadPlanner } from "../../planner/load-planner.ts";
