@@ -25,6 +25,7 @@ import type { SessionRouterOptions } from "../../planner/routers.ts";
 import { RemoteWorkerError } from "../cluster/remote-engine.ts";
 import { ControlPlaneError, splitCredentials } from "../cluster/nats-membership.ts";
 import { WorkerAuthError } from "../cluster/worker-auth.ts";
+import { ProfileFormatError } from "../cluster/engine-profiler.ts";
 import type { Role } from "../../planner/types.ts";
 import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
 import { checkSideFiles, hostFlag, probeListen } from "./preflight.ts";
@@ -322,7 +323,7 @@ function stepMixingLabel(flag: string | undefined, cluster: boolean, planner: st
 
 main().catch((e: unknown) => {
   const known = e instanceof ArgsError || e instanceof ModelLoadError || e instanceof BackendUnavailableError || e instanceof RangeError ||
-    e instanceof ListenError || e instanceof RemoteWorkerError || e instanceof ControlPlaneError || e instanceof WorkerAuthError || e instanceof KvCapacityError;
+    e instanceof ListenError || e instanceof RemoteWorkerError || e instanceof ControlPlaneError || e instanceof WorkerAuthError || e instanceof KvCapacityError || e instanceof ProfileFormatError;
   console.error(known ? `serve: ${(e as Error).message}` : `serve: unexpected error: ${e instanceof Error ? e.stack : String(e)}`);
   // As generate: a mistake the user can fix exits 2, anything else 1.
   exitProcess(known ? 2 : 1);

@@ -161,8 +161,20 @@ export async function profileEngine(engine: ProfilableEngine, o: EngineProfileOp
   return { prefill, decode, profiledIsl: isls[isls.length >> 1], profiledOsl: decodeTokens };
 }
 
-/** Reads an {@link OfflineProfile} from JSON `text` (`source` names it in errors); throws {@link ProfileFormatError}. */
-export function parseOfflineProfile(text: string, source: string): OfflineProfile {
+/** The key a written profile names its model's fingerprint under. */
+export const PROFILE_MODEL_KEY = "modelFingerprint";
+
+/** The JSON a server writes for `profile` measured on the model whose fingerprint is `model`. */
+export function profileJson(profile: OfflineProfile, model: string): string {
+  return JSON.stringify({ [PROFILE_MODEL_KEY]: model, ...profile }, null, 2) + "\n";
+}
+
+/**
+ * Reads an {@link OfflineProfile} from JSON `text` (`source` names it in errors); throws {@link ProfileFormatError}.
+ * A profile the server measured names its model (`modelFingerprint`, src/model/fingerprint.ts): with
+ * `model` given, one measured on another model is refused (a hand-written one, naming none, is taken).
+ */
+export function parseOfflineProfile(text: string, source: string, model?: string): OfflineProfile {
   const fail = (what: string): never => {
     throw new ProfileFormatError(`Profile "${source}" ${what}`);
   };
@@ -198,6 +210,11 @@ export function parseOfflineProfile(text: string, source: string): OfflineProfil
     const at = `decode point ${i} `;
     return { context: num(p, "context", at), batch: num(p, "batch", at), itlS: num(p, "itlS", at), tokensPerS: num(p, "tokensPerS", at) };
   });
+  const measuredOn = raw[PROFILE_MODEL_KEY];
+  if (measuredOn !== undefined && typeof measuredOn !== "string") fail(`has ${PROFILE_MODEL_KEY} ${JSON.stringify(measuredOn)}; it must be a string`);
+  if (model !== undefined && measuredOn !== undefined && measuredOn !== model) {
+    fail(`was measured on another model (${PROFILE_MODEL_KEY} ${measuredOn}, this model's ${model}): its rates are not this model's; measure it again (a server with --workers 2 --planner sla --sla-profile FILE writes one where the file does not exist)`);
+  }
   const profile: OfflineProfile = { prefill, decode, profiledIsl: num(raw, "profiledIsl", ""), profiledOsl: num(raw, "profiledOsl", "") };
   if (raw.mixedChunk !== undefined) {
     const m = isObj(raw.mixedChunk) ? raw.mixedChunk : fail(`has mixedChunk ${JSON.stringify(raw.mixedChunk)}, not an object`);

@@ -11,6 +11,7 @@ import { startNatsCluster } from "../cluster/nats-cluster.ts";
 import { splitCredentials } from "../cluster/nats-membership.ts";
 import { RemoteEngine } from "../cluster/remote-engine.ts";
 import type { LoadedModel } from "../model/config.ts";
+import { modelFingerprint } from "../model/fingerprint.ts";
 import type { Planner } from "../../planner/types.ts";
 import { isProfilePlanner, type ProfilePlannerName, setUpSlaPlanner, slaInitialRoles, type SlaServeOptions } from "./sla-planner-setup.ts";
 
@@ -79,7 +80,7 @@ export async function startServingCluster(
   let slaSource: string | undefined;
   if (profiled) {
     try {
-      const set = await setUpSlaPlanner(c, model.config.vocabSize, o.sla ?? {}, chosen, joining);
+      const set = await setUpSlaPlanner(c, { vocabSize: model.config.vocabSize, fingerprint: modelFingerprint(model) }, o.sla ?? {}, chosen, joining);
       c.usePlanner(set.planner);
       slaSource = set.source;
     } catch (e) {

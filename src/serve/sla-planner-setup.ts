@@ -13,7 +13,7 @@ import { LoadPlanner } from "../../planner/load-planner.ts";
 import type { OfflineProfile } from "../../planner/profile.ts";
 import type { Planner, Role } from "../../planner/types.ts";
 import type { Cluster } from "../cluster/cluster.ts";
-import { parseOfflineProfile, profileEngine } from "../cluster/engine-profiler.ts";
+import { parseOfflineProfile, profileEngine, profileJson } from "../cluster/engine-profiler.ts";
 import { pathExists, readTextFile, writeFile } from "../runtime/fs.ts";
 
 /** The baseline planners that plan from an offline profile: Dynamo's SLA planner, in throughput or load mode. */
@@ -42,6 +42,12 @@ export interface SlaServeOptions {
   workerStartS?: number;
 }
 
+/** The model a profile is for: its vocabulary (for the random prompts that measure it) and its fingerprint (src/model/fingerprint.ts). */
+export interface ProfiledModel {
+  vocabSize: number;
+  fingerprint: string;
+}
+
 /** The planner made, and where its profile came from (for the start-up line). */
 export interface SlaSetup {
   planner: Planner;
@@ -60,21 +66,21 @@ export function slaInitialRoles(workers: number): Role[] {
  * `joining` (workers come and go through NATS) the budget is the workers present at each decision and
  * the profile must be read from `o.profilePath` (a RangeError when there is none).
  */
-export async function setUpSlaPlanner(cluster: Cluster, vocabSize: number, o: SlaServeOptions, name: ProfilePlannerName = "sla", joining = false): Promise<SlaSetup> {
+export async function setUpSlaPlanner(cluster: Cluster, model: ProfiledModel, o: SlaServeOptions, name: ProfilePlannerName = "sla", joining = false): Promise<SlaSetup> {
   let profile: OfflineProfile;
   let source: string;
   if (o.profilePath !== undefined && await pathExists(o.profilePath)) {
-    profile = parseOfflineProfile(await readTextFile(o.profilePath), o.profilePath);
+    profile = parseOfflineProfile(await readTextFile(o.profilePath), o.profilePath, model.fingerprint);
     source = `profile read from ${o.profilePath}`;
   } else if (joining) {
     throw new RangeError(`--planner ${name} with --nats reads its offline profile from --sla-profile, and "${o.profilePath ?? ""}" does not exist (a server with --workers 2 --planner ${name} --sla-profile FILE writes one)`);
   } else {
     const first = cluster.workers[0];
     const t0 = performance.now();
-    profile = await profileEngine(first.engine, { vocabSize });
+    profile = await profileEngine(first.engine, { vocabSize: model.vocabSize });
     source = `profile measured on worker ${first.id} in ${((performance.now() - t0) / 1000).toFixed(1)} s`;
     if (o.profilePath !== undefined) {
-      await writeFile(o.profilePath, JSON.stringify(profile, null, 2) + "\n");
+      await writeFile(o.profilePath, profileJson(profile, model.fingerprint));
       source += `, written to ${o.profilePath}`;
     }
   }

@@ -181,3 +181,17 @@ test("serve CLI says when the model's i-quant tensors are converted on the host 
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("serve CLI refuses an SLA profile measured on another model with a one-line error and exit 2", () => {
+  const dir = mkdtempSync(`${tmpdir()}/serve-cli-`);
+  try {
+    const profile = `${dir}/other.json`;
+    writeFileSync(profile, JSON.stringify({ modelFingerprint: "0123", profiledIsl: 64, profiledOsl: 16, prefill: [{ isl: 64, tokensPerS: 2000, ttftS: 0.03 }], decode: [{ context: 64, batch: 1, itlS: 0.01, tokensPerS: 100 }] }));
+    const r = serve(["--workers", "2", "--planner", "sla", "--sla-profile", profile, "--port", "0", "--backend", "reference", "--kv-blocks", "16"]);
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, /^serve: Profile ".*other\.json" was measured on another model \(modelFingerprint 0123, this model's [0-9a-f]{32}\)/);
+    assert.equal(r.stderr.trim().split("\n").length, 1, r.stderr);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

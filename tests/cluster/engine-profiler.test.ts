@@ -6,7 +6,7 @@ import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import type { GenerateRequest, RequestHandle, StreamDelta } from "../../src/engine/engine-types.ts";
 import { localWorkerEngine } from "../../src/cluster/worker-engine.ts";
-import { parseOfflineProfile, profileEngine, type ProfilableEngine, ProfileFormatError } from "../../src/cluster/engine-profiler.ts";
+import { parseOfflineProfile, PROFILE_MODEL_KEY, profileEngine, profileJson, type ProfilableEngine, ProfileFormatError } from "../../src/cluster/engine-profiler.ts";
 import { decodeThroughput, type OfflineProfile, prefillThroughput } from "../../planner/profile.ts";
 
 const vocabSize = model.config.vocabSize;
@@ -182,4 +182,18 @@ test("parseOfflineProfile rejects what is not a profile, naming the problem and 
   bad(JSON.stringify({ ...good, prefill: [{ isl: 64, ttftS: Infinity, tokensPerS: 1 }] }), /^Profile "x\.json" prefill point 0 has ttftS null; it must be a positive finite number$/);
   bad(JSON.stringify({ ...good, prefill: [{ isl: 64, tokensPerS: 1 }] }), /^Profile "x\.json" prefill point 0 has no "ttftS"$/);
   bad(JSON.stringify({ ...good, profiledOsl: undefined }), /^Profile "x\.json" has no "profiledOsl"$/);
+});
+
+test("parseOfflineProfile refuses a profile measured on another model, and profileJson() names the model it was measured on", () => {
+  const good = { prefill: [{ isl: 64, ttftS: 0.02, tokensPerS: 3200 }], decode: [{ context: 128, batch: 1, itlS: 0.001, tokensPerS: 1000 }], profiledIsl: 64, profiledOsl: 16 };
+  const written = profileJson(good, "aaaa");
+  assert.equal((JSON.parse(written) as Record<string, unknown>)[PROFILE_MODEL_KEY], "aaaa");
+  assert.deepEqual(parseOfflineProfile(written, "p.json", "aaaa"), good);
+  assert.throws(
+    () => parseOfflineProfile(written, "p.json", "bbbb"),
+    (e: Error) => e instanceof ProfileFormatError && /^Profile "p\.json" was measured on another model \(modelFingerprint aaaa, this model's bbbb\)/.test(e.message),
+  );
+  // One naming no model (hand-written, or written before profiles named theirs) is taken as it is.
+  assert.deepEqual(parseOfflineProfile(JSON.stringify(good), "hand.json", "bbbb"), good);
+  assert.throws(() => parseOfflineProfile(JSON.stringify({ ...good, [PROFILE_MODEL_KEY]: 7 }), "x.json", "bbbb"), /has modelFingerprint 7; it must be a string/);
 });

@@ -8,6 +8,7 @@ import { projectRoot, test } from "../harness.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
 import { parseOfflineProfile } from "../../src/cluster/engine-profiler.ts";
+import { modelFingerprint } from "../../src/model/fingerprint.ts";
 import { slaInitialRoles } from "../../src/serve/sla-planner-setup.ts";
 import { SlaProfilePlanner } from "../../planner/sla-profile-planner.ts";
 import { LoadPlanner } from "../../planner/load-planner.ts";
@@ -29,7 +30,8 @@ for (const transport of ["in-process", "threads"] as const) test(`startServer({ 
     const s = await startServer({ ...base, sla: { profilePath, intervalS: 1, startupDelayS: 0 } });
     try {
       assert.match(s.slaProfileSource ?? "", /^profile measured on worker worker-0 in [\d.]+ s, written to .*profile\.json$/);
-      const profile = parseOfflineProfile(readFileSync(profilePath, "utf8"), profilePath);
+      const profile = parseOfflineProfile(readFileSync(profilePath, "utf8"), profilePath, modelFingerprint(model));
+      assert.equal((JSON.parse(readFileSync(profilePath, "utf8")) as Record<string, unknown>).modelFingerprint, modelFingerprint(model), "the file names the model it was measured on");
       assert.ok(profile.prefill.length >= 2 && profile.decode.length >= 2, "the file holds the sweep");
       assert.ok(s.cluster!.planner instanceof SlaProfilePlanner);
       assert.deepEqual(s.serving.workerStatuses().map((w) => w.role), ["prefill", "decode", "decode"], "disaggregated from the start");
@@ -81,6 +83,9 @@ test("startServer({ planner: \"sla\" }) refuses one worker, a bad profile file, 
     const bad = `${dir}/bad.json`;
     writeFileSync(bad, JSON.stringify({ prefill: [], decode: [] }));
     await assert.rejects(startServer({ ...base, workers: 2, planner: "sla", sla: { profilePath: bad } }), /Profile ".*bad\.json" has no prefill points/);
+    const other = `${dir}/other.json`;
+    writeFileSync(other, JSON.stringify({ modelFingerprint: "0123456789abcdef", profiledIsl: 64, profiledOsl: 16, prefill: [{ isl: 64, tokensPerS: 2000, ttftS: 0.03 }], decode: [{ context: 64, batch: 1, itlS: 0.01, tokensPerS: 100 }] }));
+    await assert.rejects(startServer({ ...base, workers: 2, planner: "sla", sla: { profilePath: other } }), /Profile ".*other\.json" was measured on another model \(modelFingerprint 0123456789abcdef, this model's [0-9a-f]{32}\)/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
