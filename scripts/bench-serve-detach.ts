@@ -19,21 +19,11 @@ import { resolve } from "node:path";
 import { parseArgs } from "../src/cli/args.ts";
 import { cliArgs, exitProcess } from "../src/runtime/env.ts";
 import { agentModel, ENDING } from "./bench-agent-kv/agent-model.ts";
+import { words } from "./bench-agent-kv/workload.ts";
 import { seededRandom } from "./bench-serve/workload.ts";
 
 const INVALIDATED = "Invalidating protector cell ArrayBufferDetaching";
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-
-/** Lowercase pseudo-words (none of the scripted model's pieces), as bench-agent-kv's workload writes them. */
-function words(rnd: () => number, chars: number): string {
-  let s = "";
-  while (s.length < chars) {
-    const n = 2 + Math.floor(rnd() * 7);
-    for (let i = 0; i < n; i++) s += String.fromCharCode(97 + Math.floor(rnd() * 26));
-    s += " ";
-  }
-  return s.slice(0, chars).trimEnd();
-}
 
 interface ServerRun {
   /** Milliseconds of each request, in order. */

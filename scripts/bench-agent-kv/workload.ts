@@ -60,7 +60,7 @@ export const WORKLOAD_DEFAULTS: WorkloadOptions = {
 export const SYSTEM_PROMPT = `you are a coding agent ${words(seededRandom(7), 150)}`;
 
 /** Lowercase pseudo-words of about `chars` characters: no piece of the model's vocab, no ending mark. */
-function words(rnd: () => number, chars: number): string {
+export function words(rnd: () => number, chars: number): string {
   let s = "";
   while (s.length < chars) {
     const n = 2 + Math.floor(rnd() * 7);
