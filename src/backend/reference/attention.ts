@@ -109,11 +109,15 @@ export function pagedAttention(
         scores[i] = dot;
       }
       const weights = softmaxRow(scores, 0, len, scale, sinks?.[h]);
-      for (let d = 0; d < headDim; d++) {
-        let acc = 0;
-        for (let i = 0; i < len; i++) acc += weights[i] * vc[rowBase[i] + kvOff + d];
-        out[qb + d] = acc;
+      // Position by position, each V row read once along its length (not strided across rows per
+      // dimension); each dimension still sums its positions in order, in f64, as before.
+      const acc = new Float64Array(headDim);
+      for (let i = 0; i < len; i++) {
+        const w = weights[i];
+        const vb = rowBase[i] + kvOff;
+        for (let d = 0; d < headDim; d++) acc[d] += w * vc[vb + d];
       }
+      for (let d = 0; d < headDim; d++) out[qb + d] = acc[d];
     }
   }
   return f32Tensor(out, q.shape);
