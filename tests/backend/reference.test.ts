@@ -104,6 +104,25 @@ test("matmul() computes x·Wᵀ + bias", async () => {
   assert.throws(() => be.matmul(x, w, f32([1], [1])), BackendShapeError);
 });
 
+test("matmul() gives every output the bits of its own f64 dot product, across its row and column blocks and their remainders", async () => {
+  let seed = 99;
+  const rnd = (n: number) => Array.from({ length: n }, () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32) - 0.5);
+  // Rows in blocks of four with one to three left over; a single row's weights in blocks of four with some left over.
+  for (const [n, k, m] of [[1, 37, 11], [4, 16, 3], [6, 29, 5], [11, 8, 9]]) {
+    const xv = Float32Array.from(rnd(n * k)), wv = Float32Array.from(rnd(m * k)), bv = Float32Array.from(rnd(m));
+    const got = await read(be.matmul(f32([...xv], [n, k]), f32([...wv], [m, k]), f32([...bv], [m])));
+    const want: number[] = [];
+    for (let i = 0; i < n; i++) {
+      for (let j = 0; j < m; j++) {
+        let acc = 0;
+        for (let c = 0; c < k; c++) acc += xv[i * k + c] * wv[j * k + c];
+        want.push(Math.fround(acc + bv[j]));
+      }
+    }
+    assert.deepEqual(got, want, `${n}×${k} · ${m}×${k}`);
+  }
+});
+
 test("matmul() against a q8_0 weight matches hand-computed sums", async () => {
   const raw = new Uint8Array(68);
   raw[1] = 0x38; // row 0: scale 0.5, quants 0..31 → 0, 0.5, ..., 15.5
