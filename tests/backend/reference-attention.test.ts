@@ -106,3 +106,48 @@ test("pagedAttention() adds each head's sink to the softmax denominator, unscale
   close(await read(be.pagedAttention(f32([1, 1], [1, 2, 1]), kc, vc, batch, 0.5, { sinks })), [1.5, 3]);
   assert.throws(() => be.pagedAttention(f32([1, 1], [1, 2, 1]), kc, vc, batch, 0.5, { sinks: f32([0], [1]) }), /sinks \[1\] do not match 2/);
 });
+
+test("pagedAttention() gives each query head the bits of that head computed alone, for KV groups taken four heads at a time and the rest", async () => {
+  let seed = 5;
+  const rnd = (n: number) => Array.from({ length: n }, () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32) - 0.5);
+  // Groups of 6 (four, then two alone), 8 (four and four), 1 (plain multi-head), with and without sinks.
+  for (const [heads, kvHeads, withSinks] of [[6, 1, true], [16, 2, false], [3, 3, true]] as const) {
+    const headDim = 8, blockSize = 4, blocks = 6, n = 3, scale = 0.3;
+    const kv = blocks * blockSize * kvHeads * headDim;
+    const kc = rnd(kv), vc = rnd(kv), qv = rnd(n * heads * headDim), sinks = rnd(heads);
+    const table = [4, 0, 5, 2, 1, 3];
+    const positions = [9, 10, 17];
+    const batch: AttentionBatch = { tokenSeq: i32([0, 0, 0]), tokenPos: i32(positions), blockTables: i32(table, [1, blocks]), maxContext: 18 };
+    const got = await read(be.pagedAttention(
+      f32(qv, [n, heads, headDim]), f32(kc, [blocks, blockSize, kvHeads, headDim]), f32(vc, [blocks, blockSize, kvHeads, headDim]), batch, scale,
+      withSinks ? { sinks: f32(sinks, [heads]) } : undefined,
+    ));
+    // One head at a time, in f64 as the reference sums: dots in order, softmax with the sink, V summed by position.
+    const f = (x: number) => Math.fround(x);
+    const want: number[] = [];
+    positions.forEach((pos, t) => {
+      for (let h = 0; h < heads; h++) {
+        const g = Math.floor(h / (heads / kvHeads));
+        const rowOf = (p: number) => ((table[Math.floor(p / blockSize)] * blockSize + (p % blockSize)) * kvHeads + g) * headDim;
+        const scores = Array.from({ length: pos + 1 }, (_, p) => {
+          let dot = 0;
+          for (let d = 0; d < headDim; d++) dot += f(qv[(t * heads + h) * headDim + d]) * f(kc[rowOf(p) + d]);
+          return dot;
+        });
+        const sink = withSinks ? f(sinks[h]) : undefined;
+        let max = sink ?? -Infinity;
+        for (const s of scores) max = Math.max(max, s * scale);
+        const e = scores.map((s) => Math.exp(s * scale - max));
+        let sum = sink === undefined ? 0 : Math.exp(sink - max);
+        for (const x of e) sum += x;
+        const w = e.map((x) => x / sum);
+        for (let d = 0; d < headDim; d++) {
+          let acc = 0;
+          for (let p = 0; p <= pos; p++) acc += w[p] * f(vc[rowOf(p) + d]);
+          want.push(f(acc));
+        }
+      }
+    });
+    assert.deepEqual(got, want, `${heads} heads over ${kvHeads} KV heads`);
+  }
+});

@@ -98,27 +98,82 @@ export function pagedAttention(
       const block = tables[seq * maxBlocks + Math.floor(p / blockSize)];
       rowBase[i] = (block * blockSize + (p % blockSize)) * row;
     }
-    for (let h = 0; h < heads; h++) {
-      const qb = (t * heads + h) * headDim;
-      const kvOff = Math.floor(h / group) * headDim;
-      const scores = new Float64Array(len);
-      for (let i = 0; i < len; i++) {
-        const kb = rowBase[i] + kvOff;
-        let dot = 0;
-        for (let d = 0; d < headDim; d++) dot += qs[qb + d] * kc[kb + d];
-        scores[i] = dot;
-      }
-      const weights = softmaxRow(scores, 0, len, scale, sinks?.[h]);
-      // Position by position, each V row read once along its length (not strided across rows per
-      // dimension); each dimension still sums its positions in order, in f64, as before.
-      const acc = new Float64Array(headDim);
-      for (let i = 0; i < len; i++) {
-        const w = weights[i];
-        const vb = rowBase[i] + kvOff;
-        for (let d = 0; d < headDim; d++) acc[d] += w * vc[vb + d];
-      }
-      for (let d = 0; d < headDim; d++) out[qb + d] = acc[d];
+    // Query heads that share a KV head go four at a time, each K and V row read once for the four;
+    // every head's dots and sums keep their own order, so each output has the bits of one head alone.
+    for (let g = 0; g < kvHeads; g++) {
+      const kvOff = g * headDim;
+      let h = g * group;
+      const end = h + group;
+      for (; h + 4 <= end; h += 4) attendFour(qs, kc, vc, out, rowBase, len, (t * heads + h) * headDim, kvOff, headDim, scale, sinks, h);
+      for (; h < end; h++) attendOne(qs, kc, vc, out, rowBase, len, (t * heads + h) * headDim, kvOff, headDim, scale, sinks?.[h]);
     }
   }
   return f32Tensor(out, q.shape);
+}
+
+/** One query head (its row at `qb`) over the visible positions' K and V rows (`rowBase` + `kvOff`). */
+function attendOne(
+  qs: Float32Array, kc: Float32Array, vc: Float32Array, out: Float32Array, rowBase: Int32Array, len: number,
+  qb: number, kvOff: number, headDim: number, scale: number, sink: number | undefined,
+): void {
+  const scores = new Float64Array(len);
+  for (let i = 0; i < len; i++) {
+    const kb = rowBase[i] + kvOff;
+    let dot = 0;
+    for (let d = 0; d < headDim; d++) dot += qs[qb + d] * kc[kb + d];
+    scores[i] = dot;
+  }
+  const weights = softmaxRow(scores, 0, len, scale, sink);
+  // Position by position, each V row read along its length; each dimension sums its positions in order, in f64.
+  const acc = new Float64Array(headDim);
+  for (let i = 0; i < len; i++) {
+    const w = weights[i];
+    const vb = rowBase[i] + kvOff;
+    for (let d = 0; d < headDim; d++) acc[d] += w * vc[vb + d];
+  }
+  for (let d = 0; d < headDim; d++) out[qb + d] = acc[d];
+}
+
+/** Four query heads h..h+3 of one token (rows from `qb`, `headDim` apart) that share a KV head: {@link attendOne} for each. */
+function attendFour(
+  qs: Float32Array, kc: Float32Array, vc: Float32Array, out: Float32Array, rowBase: Int32Array, len: number,
+  qb: number, kvOff: number, headDim: number, scale: number, sinks: Float32Array | undefined, h: number,
+): void {
+  const q1 = qb + headDim, q2 = q1 + headDim, q3 = q2 + headDim;
+  const s0 = new Float64Array(len), s1 = new Float64Array(len), s2 = new Float64Array(len), s3 = new Float64Array(len);
+  for (let i = 0; i < len; i++) {
+    const kb = rowBase[i] + kvOff;
+    let d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+    for (let d = 0; d < headDim; d++) {
+      const kv = kc[kb + d];
+      d0 += qs[qb + d] * kv;
+      d1 += qs[q1 + d] * kv;
+      d2 += qs[q2 + d] * kv;
+      d3 += qs[q3 + d] * kv;
+    }
+    s0[i] = d0;
+    s1[i] = d1;
+    s2[i] = d2;
+    s3[i] = d3;
+  }
+  const w0 = softmaxRow(s0, 0, len, scale, sinks?.[h]), w1 = softmaxRow(s1, 0, len, scale, sinks?.[h + 1]);
+  const w2 = softmaxRow(s2, 0, len, scale, sinks?.[h + 2]), w3 = softmaxRow(s3, 0, len, scale, sinks?.[h + 3]);
+  const a0 = new Float64Array(headDim), a1 = new Float64Array(headDim), a2 = new Float64Array(headDim), a3 = new Float64Array(headDim);
+  for (let i = 0; i < len; i++) {
+    const x0 = w0[i], x1 = w1[i], x2 = w2[i], x3 = w3[i];
+    const vb = rowBase[i] + kvOff;
+    for (let d = 0; d < headDim; d++) {
+      const v = vc[vb + d];
+      a0[d] += x0 * v;
+      a1[d] += x1 * v;
+      a2[d] += x2 * v;
+      a3[d] += x3 * v;
+    }
+  }
+  for (let d = 0; d < headDim; d++) {
+    out[qb + d] = a0[d];
+    out[q1 + d] = a1[d];
+    out[q2 + d] = a2[d];
+    out[q3 + d] = a3[d];
+  }
 }
