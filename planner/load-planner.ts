@@ -63,7 +63,7 @@ export class LoadPlanner implements Planner {
     const decode = this.step(dec.length, itls, this.o.itlTargetS);
     let p = prefill;
     let d = decode;
-    const budget = workerBudget(this.o.maxWorkers, s);
+    const budget = workerBudget(this.o.maxWorkers, s.workers);
     if (p + d > budget) {
       if (p > pre.length) p = pre.length;
       if (p + d > budget) d = budget - p;

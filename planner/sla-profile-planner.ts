@@ -9,7 +9,7 @@
 import {
   decodeThroughput, expectedItl, expectedTtft, type OfflineProfile, prefillThroughput,
 } from "./profile.ts";
-import { type MetricsSnapshot, type Planner, type PlannerAction, PlannerConfigError } from "./types.ts";
+import { type MetricsSnapshot, type Planner, type PlannerAction, PlannerConfigError, type WorkerSnapshot } from "./types.ts";
 import { cleanSnapshot } from "./snapshot-guard.ts";
 
 /** Intervals of history the predictors read (the moving average reads the last 3). */
@@ -51,6 +51,8 @@ export class SlaProfilePlanner implements Planner {
   private readonly history: IntervalObs[] = [];
   private startedAt: number | null = null;
   private lastNow = 0;
+  /** The pools the last decision wanted before its budget cut them (null: no decision yet). */
+  private wanted: { prefill: number; decode: number } | null = null;
   /** Last correction factors, exposed for reports. */
   ttftCorrection = 1;
   itlCorrection = 1;
@@ -86,7 +88,7 @@ export class SlaProfilePlanner implements Planner {
     this.history.push({ requests: finished * (this.o.intervalS / Math.max(1e-9, s.windowS)), isl, osl });
     if (this.history.length > HISTORY) this.history.shift();
     if (s.now - this.startedAt < this.o.startupDelayS) return [];
-    const budget = workerBudget(this.o.maxWorkers, s);
+    const budget = workerBudget(this.o.maxWorkers, s.workers);
     // Fewer workers than a prefill and a decode pool need: nothing to plan until more join.
     if (budget < this.o.minPrefill + this.o.minDecode) return [];
     const ttft = done.reduce((a, c) => a + c.ttftS, 0) / done.length;
@@ -96,19 +98,37 @@ export class SlaProfilePlanner implements Planner {
     const next = this.predict();
     const interval = this.o.intervalS;
     const prefillDemand = (next.requests * next.isl / interval) * Math.min(1, this.ttftCorrection);
-    let prefill = Math.ceil(prefillDemand / prefillThroughput(this.o.profile, next.isl));
+    const prefill = Math.ceil(prefillDemand / prefillThroughput(this.o.profile, next.isl));
     const correctedItl = this.o.itlTargetS / Math.max(1e-9, this.itlCorrection);
     const perWorkerDecode = decodeThroughput(this.o.profile, next.isl + next.osl / 2, correctedItl);
-    let decode = Math.ceil((next.requests * next.osl / interval) / perWorkerDecode);
-    prefill = Math.max(this.o.minPrefill, prefill);
-    decode = Math.max(this.o.minDecode, decode);
+    const decode = Math.ceil((next.requests * next.osl / interval) / perWorkerDecode);
+    this.wanted = { prefill: Math.max(this.o.minPrefill, prefill), decode: Math.max(this.o.minDecode, decode) };
+    return [this.withinBudget(budget)];
+  }
+
+  /**
+   * With a budget of the workers present (`maxWorkers: "present"`), the last decision's pools cut to
+   * the workers there are now: a worker that joins is placed at once, as Dynamo starts each worker in
+   * its pool, instead of serving outside the pools until the next interval (up to 180 s later); a pool
+   * a leaver left short is refilled from the spare ones. Nothing before the first decision, with a
+   * fixed budget (it did not change), or with too few workers for both pools.
+   */
+  rebudget(workers: readonly WorkerSnapshot[]): PlannerAction[] {
+    if (this.wanted === null || this.o.maxWorkers !== "present") return [];
+    const budget = workerBudget(this.o.maxWorkers, workers);
+    if (budget < this.o.minPrefill + this.o.minDecode) return [];
+    return [this.withinBudget(budget)];
+  }
+
+  /** The wanted pools, scaled down together when they exceed `budget`, as Dynamo does. */
+  private withinBudget(budget: number): PlannerAction {
+    let { prefill, decode } = this.wanted!;
     if (prefill + decode > budget) {
-      // Over budget: scale both pools down proportionally, as Dynamo does.
       const f = budget / (prefill + decode);
       prefill = Math.max(this.o.minPrefill, Math.floor(prefill * f));
       decode = Math.max(this.o.minDecode, budget - prefill);
     }
-    return [{ kind: "replicas", prefill, decode }];
+    return { kind: "replicas", prefill, decode };
   }
 
   private predict(): IntervalObs {
@@ -121,6 +141,6 @@ export class SlaProfilePlanner implements Planner {
 }
 
 /** The workers a decision may place: the fixed budget, or those present and not leaving. */
-export function workerBudget(maxWorkers: number | "present", s: MetricsSnapshot): number {
-  return maxWorkers === "present" ? s.workers.filter((w) => w.state !== "draining").length : maxWorkers;
+export function workerBudget(maxWorkers: number | "present", workers: readonly WorkerSnapshot[]): number {
+  return maxWorkers === "present" ? workers.filter((w) => w.state !== "draining").length : maxWorkers;
 }

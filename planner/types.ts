@@ -109,6 +109,12 @@ export interface Planner {
   readonly name: string;
   readonly intervalS: number;
   tick(snapshot: MetricsSnapshot): PlannerAction[];
+  /**
+   * Decisions for a worker set that changed between ticks (a worker joined or left a cluster whose
+   * workers come and go by themselves), from what the planner last decided; optional, and only the
+   * workers are read. Without it a joiner serves as it joined until the next tick.
+   */
+  rebudget?(workers: readonly WorkerSnapshot[]): PlannerAction[];
 }
 
 /** Raised for a planner or router configured with impossible values. */

@@ -52,14 +52,27 @@ export class ClusterControl {
   /** One planner interval: snapshot, decisions, applied. Returns the decisions. */
   tick(): PlannerAction[] {
     this.ticks++;
-    // A worker that can serve no more (its thread died) is "off" to the planner until it is removed:
-    // counted as serving, its role and stale queue would be planned with (and the live ones not flipped).
-    const now = this.now();
-    const workers = this.set.all.map((w): WorkerSnapshot => (w.engine.alive ? w.snapshot(now) : { ...w.snapshot(now), state: "off" }));
-    const snap = { ...this.window.take(), workers };
+    const snap = { ...this.window.take(), workers: this.workerSnapshots() };
     const actions = this.planner?.tick(snap) ?? [];
     for (const a of actions) this.apply(a);
     return actions;
+  }
+
+  /**
+   * A worker joined or left between ticks: the planner's decisions for the new set, if it makes any
+   * (the SLA planner places a joiner in a pool at once: Planner.rebudget), applied. Returns them.
+   */
+  workersChanged(): PlannerAction[] {
+    const actions = this.planner?.rebudget?.(this.workerSnapshots()) ?? [];
+    for (const a of actions) this.apply(a);
+    return actions;
+  }
+
+  private workerSnapshots(): WorkerSnapshot[] {
+    // A worker that can serve no more (its thread died) is "off" to the planner until it is removed:
+    // counted as serving, its role and stale queue would be planned with (and the live ones not flipped).
+    const now = this.now();
+    return this.set.all.map((w): WorkerSnapshot => (w.engine.alive ? w.snapshot(now) : { ...w.snapshot(now), state: "off" }));
   }
 
   /**

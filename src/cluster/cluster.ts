@@ -124,6 +124,7 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     const w = this.attach(engine, role);
     this.counters.joined++;
     this.adapters.joined(w);
+    this.control.workersChanged();
     return w;
   }
 
@@ -167,7 +168,10 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
    */
   async removeWorker(id: string, drainMs = 0): Promise<boolean> {
     const gone = await this.set.remove(id, drainMs);
-    if (gone) this.counters.removed++;
+    if (gone) {
+      this.counters.removed++;
+      this.control.workersChanged();
+    }
     return gone;
   }
 

@@ -4,7 +4,10 @@ import { assignReplicas, type ReplicaWorker } from "../../src/cluster/replica-ta
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createCluster } from "../../src/cluster/create-cluster.ts";
 import type { Role } from "../../planner/types.ts";
-import { greedy, model, ScriptedPlanner, STORY } from "./fixtures.ts";
+import { greedy, model, run, ScriptedPlanner, STORY } from "./fixtures.ts";
+import { type OfflineProfile, SlaProfilePlanner } from "../../planner/index.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import { localWorkerEngine } from "../../src/cluster/worker-engine.ts";
 
 const w = (id: string, role: Role, load = 0, parked = false): ReplicaWorker => ({ id, role, parked, load });
 /** "role" or "role parked" for each worker, in order. */
@@ -87,6 +90,39 @@ test("Cluster with replicaStartS: a worker a replica target takes back starts fi
     const handles = [0, 1, 2, 3].map((i) => c.submit(greedy([...STORY.slice(0, 3), 400 + i], 24)));
     assert.ok(parked.inFlight > 0, "after its start-up it serves");
     await Promise.all(handles.map((x) => x.result));
+  } finally {
+    await c.stop();
+  }
+});
+
+test("Cluster.addWorker() and removeWorker() let an SLA planner with a budget of the workers present place joiners at once and refill a pool a leaver left short", async () => {
+  const profile: OfflineProfile = {
+    profiledIsl: 1000, profiledOsl: 70,
+    prefill: [{ isl: 1000, tokensPerS: 10_000, ttftS: 0.1 }],
+    decode: [{ context: 1000, batch: 32, itlS: 0.04, tokensPerS: 800 }],
+  };
+  const p = new SlaProfilePlanner({ profile, maxWorkers: "present", startupDelayS: 0 });
+  const c = createCluster(createReferenceBackend(), model, { workers: 2, roles: ["prefill", "decode"], planner: p, engine: { numBlocks: 64 } });
+  const joiner = (id: string) => localWorkerEngine(createEngine(createReferenceBackend(), model, { numBlocks: 64, workerId: id }));
+  const places = () => c.workers.map((w) => `${w.id}:${w.role}${w.parked ? " parked" : ""}`);
+  try {
+    // 3600 requests in 180 s at ISL 1000, OSL 70: 20k prefill tok/s and 1400 decode tok/s want two
+    // prefill and two decode workers; the two present get one of each.
+    const two = c.workers.map((w) => w.snapshot(0));
+    assert.deepEqual(p.tick({
+      now: 180, windowS: 180, workers: two, arrivals: 0, arrivedPromptTokens: 0, arrivedUncachedTokens: 0, arrivedOutputTokens: 0,
+      completions: Array.from({ length: 3600 }, () => ({ isl: 1000, osl: 70, ttftS: 0.2, itlS: 0.04 })),
+    }), [{ kind: "replicas", prefill: 1, decode: 1 }]);
+    const [a, b] = c.workers.map((w) => w.id);
+    c.addWorker(joiner("w-c"));
+    assert.deepEqual(places(), [`${a}:prefill`, `${b}:decode`, "w-c:decode"], "three present: the wanted 2 + 2 scaled to 1 + 2");
+    c.addWorker(joiner("w-d"));
+    assert.deepEqual(places().at(-1), "w-d:prefill", "four present: 2 + 2");
+    c.addWorker(joiner("w-e"));
+    assert.deepEqual(places().at(-1), "w-e:mixed parked", "a fifth is spare, as a fixed budget's would be");
+    assert.equal((await run(c, greedy(STORY, 4))).streamed.length, 4, "the pools serve");
+    assert.ok(await c.removeWorker(a));
+    assert.deepEqual(places(), [`${b}:decode`, "w-c:decode", "w-d:prefill", "w-e:prefill"], "the spare one refills the prefill pool");
   } finally {
     await c.stop();
   }

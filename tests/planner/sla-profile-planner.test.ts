@@ -70,7 +70,7 @@ test("SlaProfilePlanner.tick() with maxWorkers \"present\" plans for the workers
     prefillTokens: 0, prefillBusyS: 0, decodeTokens: 0, decodeBusyS: 0, decodeStepS: 0, meanDecodeBatch: 0, kvUsage: 0,
   });
   const p = new SlaProfilePlanner({ profile, maxWorkers: "present", startupDelayS: 0 });
-  // The demand of the first test at ten times the load wants 5 prefill and 13 decode replicas; four
+  // The demand of the first test at ten times the load wants 10 prefill and 13 decode replicas; four
   // workers are present (one parked, "off", counts: the planner may take it back), one more is leaving.
   const load = snapshot(180, 180, 18_000, 1000, 100, 0.1, 0.04);
   const four = ["a", "b", "c"].map((id) => worker(id, "serving")).concat(worker("d", "off"), worker("e", "draining"));
@@ -91,4 +91,24 @@ test("LoadPlanner.tick() with maxWorkers \"present\" starts a prefill and a deco
   assert.deepEqual(lp.tick({ ...base, workers: [worker("a"), worker("b"), worker("c")] }), [{ kind: "replicas", prefill: 1, decode: 1 }]);
   // One worker present: the decode pool first, as the budget allows.
   assert.deepEqual(lp.tick({ ...base, workers: [worker("a")] }), [{ kind: "replicas", prefill: 0, decode: 1 }]);
+});
+
+test("SlaProfilePlanner.rebudget() cuts the last decision's pools to the workers present now, and only for a budget of those present", () => {
+  const worker = (id: string, state: WorkerSnapshot["state"] = "serving"): WorkerSnapshot => ({
+    id, role: "mixed", state, waitingPrefillTokens: 0, queueDelayS: 0, decodeBatch: 0, waitingDecodes: 0,
+    prefillTokens: 0, prefillBusyS: 0, decodeTokens: 0, decodeBusyS: 0, decodeStepS: 0, meanDecodeBatch: 0, kvUsage: 0,
+  });
+  const present = (n: number) => Array.from({ length: n }, (_, i) => worker(`w${i}`));
+  const p = new SlaProfilePlanner({ profile, maxWorkers: "present", startupDelayS: 0 });
+  assert.deepEqual(p.rebudget(present(4)), [], "no decision yet: nothing to place by");
+  // 10 prefill and 13 decode wanted (the load of the "present" test above), cut to the four present.
+  const load = snapshot(180, 180, 18_000, 1000, 100, 0.1, 0.04);
+  assert.deepEqual(p.tick({ ...load, workers: present(4) }), [{ kind: "replicas", prefill: 1, decode: 3 }]);
+  assert.deepEqual(p.rebudget(present(9)), [{ kind: "replicas", prefill: 3, decode: 6 }], "9 / 23 of each, prefill rounded down");
+  assert.deepEqual(p.rebudget([...present(9), worker("x", "draining")]), [{ kind: "replicas", prefill: 3, decode: 6 }], "a leaving worker is no budget");
+  assert.deepEqual(p.rebudget(present(30)), [{ kind: "replicas", prefill: 10, decode: 13 }], "room for all it wanted");
+  assert.deepEqual(p.rebudget(present(1)), [], "too few for both pools");
+  const fixed = new SlaProfilePlanner({ profile, maxWorkers: 4, startupDelayS: 0 });
+  fixed.tick({ ...load, workers: present(4) });
+  assert.deepEqual(fixed.rebudget(present(9)), [], "a fixed budget did not change");
 });
