@@ -27,77 +27,15 @@ import { ControlPlaneError, splitCredentials } from "../cluster/nats-membership.
 import { WorkerAuthError } from "../cluster/worker-auth.ts";
 import { ProfileFormatError } from "../cluster/engine-profiler.ts";
 import type { Role } from "../../planner/types.ts";
-import { ArgsError, type FlagSpecs, parseArgs, usage } from "./args.ts";
+import { ArgsError, parseArgs, usage } from "./args.ts";
 import { checkSideFiles, hostFlag, probeListen } from "./preflight.ts";
 import { stopOnSignal } from "./serve-signals.ts";
 import { isQuantizeDType, QUANTIZE_DTYPES } from "../model/weights.ts";
 import { isProfilePlanner } from "../serve/sla-planner-setup.ts";
+import { SERVE_FLAGS } from "./serve-flags.ts";
 
 const DEFAULT_MODEL = fileURLToPath(new URL("../../models/stories260K.gguf", import.meta.url));
 
-const FLAGS = {
-  model: { kind: "string", nonEmpty: true, help: "GGUF file or Hugging Face directory (default: the bundled stories260K)" },
-  "served-model-name": { kind: "string", nonEmpty: true, help: "name clients use in 'model' (default: file name)" },
-  host: { kind: "string", nonEmpty: true, help: "address to listen on (default 127.0.0.1)" },
-  port: { kind: "int", min: 0, max: 65535, help: "TCP port (default 8000)" },
-  backend: { kind: "string", help: `${BACKEND_NAMES.join("|")} (default auto)` },
-  "api-key": { kind: "string", nonEmpty: true, help: "require 'Authorization: Bearer KEY' (or 'x-api-key: KEY') on /v1/*, /v2/*, /tokenize, /detokenize, /score and /rerank; /health, /metrics and /version stay open (default: $VLLM_API_KEY, as vLLM's, else none)" },
-  "allowed-origins": { kind: "string", nonEmpty: true, help: "origins browsers may call from (CORS), comma-separated, e.g. https://chat.example.com; * for any (default *, as vLLM's)" },
-  "max-model-len": { kind: "int", min: 2, help: "context limit, prompt + output: at most the model's context, and lowered to what the KV pool holds (default: the model's)" },
-  "kv-blocks": { kind: "int", min: 2, help: "KV cache blocks of 16 tokens" },
-  quantize: { kind: "string", help: "block format the model's f32/f16/bf16 matrices are quantized into at load (round to nearest; rows that are not whole blocks stay as stored): q8_0 halves a bf16 model's memory at little cost, q6_k/q5_k/q4_k/q4_0… go further (default: as stored)" },
-  "kv-offload-blocks": { kind: "int", min: 1, help: "host-memory KV tier in 16-token blocks (per worker): evicted cached KV moves there and back on a prefix hit (default: off)" },
-  "kv-cache-dtype": { kind: "string", help: "auto|f16|f32: element type of the KV cache; f16 halves its memory (twice the blocks for --kv-memory-fraction) and rounds keys and values as vLLM's and llama.cpp's default caches do (default auto: f16 where the backend's attention reads it — WebGPU and reference; CUDA's is f32 for now)" },
-  "kv-memory-fraction": { kind: "number", min: 0.0001, max: 0.95, help: "size the KV cache as this fraction of host memory (not with --kv-blocks)" },
-  "max-batch-tokens": { kind: "int", min: 1, help: "token budget per step (default 512)" },
-  "max-num-seqs": { kind: "int", min: 1, help: "sequences per step at most (default 64)" },
-  "max-waiting": { kind: "int", min: 1, help: "queue length before 429 (default 1024)" },
-  role: { kind: "string", help: "mixed|prefill|decode (default mixed)" },
-  preemption: { kind: "string", help: "recompute|swap: what a request preempted for KV loses (default recompute)" },
-  "prefill-order": { kind: "string", help: "fcfs|short-first: which waiting prompt is admitted first (default short-first: least uncached work, aged 2000 tokens/s)" },
-  "scheduling-policy": { kind: "string", help: "priority|fcfs: priority lets requests set vLLM's `priority` (an integer, default 0; lower is admitted first, preempted last, and preempts running requests of a higher value when it cannot otherwise get in; ties keep --prefill-order); fcfs refuses any priority but 0, as vLLM's default (default priority)" },
-  "lora-modules": { kind: "string", help: "LoRA adapters served as models of their own, name=path pairs separated by commas, or vLLM's JSON form ({\"name\": ..., \"path\": ...} or a list of them) (llama.cpp GGUF adapter files, as convert_lora_to_gguf.py writes them, or Hugging Face PEFT directories): a request whose model is a name runs the base model with that adapter, batched with every other; with workers each worker loads it from the same path (as the model) and must find the same adapter" },
-  "enable-lora": { kind: "boolean", help: "accepted for vLLM's command lines; adapters are on whenever --lora-modules or --allow-runtime-lora-updating is given" },
-  "allow-runtime-lora-updating": { kind: "boolean", help: "POST /v1/load_lora_adapter {lora_name, lora_path} and /v1/unload_lora_adapter {lora_name} load and unload adapters while serving (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING): they read files the server can reach, so give it only to trusted clients (default off)" },
-  "kv-retention": { kind: "string", help: "agent|lru: which cached KV goes first when memory runs short (default agent: keeps sessions waiting on a tool call; sessions come from prompt_cache_key or user)" },
-  "tool-call-parser": { kind: "string", help: "hermes|llama3_json|kimi_k2|deepseek_v31|deepseek_v3|glm45|qwen3_coder|minimax_m2|mistral|harmony: how the model writes tool calls, read out of chat answers and written by a forced tool_choice; hermes (Qwen 2.5/3) is <tool_call> blocks, llama3_json (Llama 3.1-3.3) {\"name\", \"parameters\"} objects separated by \"; \", kimi_k2 (Kimi K2) <|tool_call_begin|> blocks in a <|tool_calls_section_begin|> section, deepseek_v31 (DeepSeek V3.1) <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...} blocks, deepseek_v3 (DeepSeek V3, R1-0528) <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME and a ```json fence, glm45 (GLM 4.5-4.7) <tool_call>NAME with <arg_key>/<arg_value> pairs, qwen3_coder (Qwen3-Coder) <function=NAME> with <parameter=KEY> values, minimax_m2 (MiniMax M2) <invoke name=\"NAME\"> with <parameter name=\"KEY\"> values in a <minimax:tool_call> section, mistral (Mistral, Magistral, Devstral) [TOOL_CALLS]NAME[ARGS]{...} per call, or [TOOL_CALLS] [{...}] where the vocabulary has no [ARGS] token (tokenizers before v11), harmony (gpt-oss; vLLM's openai is accepted for it) a message to=functions.NAME whose body is the arguments, one per answer (default hermes)" },
-  "generation-config": { kind: "string", help: "auto|vllm: a request that leaves out temperature, top_p, top_k, min_p, repetition_penalty or max_tokens gets the model's generation_config.json values (auto, as vLLM's default; a Hugging Face directory's) or OpenAI's defaults (vllm)" },
-  "json-whitespace": { kind: "string", help: "any|compact: how JSON output (response_format, forced tool calls, structured_outputs json) may be spaced unless a request sets structured_outputs.disable_any_whitespace; compact is json.dumps's \", \" and \": \" only, which makes the separators forced text (default any)" },
-  "jump-forward": { kind: "string", help: "on|off: append text a request's output grammar forces (response_format json_schema, forced tool_choice) without sampling it, computed in one step (default on; off for requests asking for logprobs)" },
-  "speculative-config": { kind: "string", help: "vLLM's JSON, e.g. '{\"method\": \"ngram\", \"num_speculative_tokens\": 5, \"prompt_lookup_max\": 4}': each decode step also verifies up to that many tokens copied from where the context's last n tokens (prompt_lookup_max down to prompt_lookup_min, both 5 when neither is given) occurred before, keeping those the model's own samples agree with; or '{\"method\": \"suffix\"}' (suffix decoding: drafts from the longest recurring suffix in the context and in earlier requests' outputs, by frequency; vLLM's suffix_decoding_max_tree_depth 24, suffix_decoding_max_cached_requests 10000, suffix_decoding_max_spec_factor 1, suffix_decoding_min_token_prob 0.1 and num_speculative_tokens as the depth by default); or '{\"method\": \"draft_model\", \"model\": \"draft.gguf\", \"num_speculative_tokens\": 4}' (a smaller model with the same vocabulary proposes that many tokens greedily, with its own KV cache); outputs are those of decoding one token a step (default: off)" },
-  "reasoning-parser": { kind: "string", help: "think|mistral|harmony|none: return chat answers' <think>…</think> text (think; vLLM's deepseek_r1, qwen3 and glm45 are accepted for it), Magistral's [THINK]…[/THINK] (mistral) or gpt-oss's analysis channel (harmony; vLLM's openai_gptoss is accepted for it; its final channel is the content) as reasoning_content (default none: output as generated)" },
-  "step-mixing": { kind: "string", help: "auto|mixed|split: prefill chunks and decodes in one step, in separate alternating steps, or as priced cheaper online (one engine: default mixed, auto is the engine's own step model; with --workers: default auto, the planner's choice, and mixed or split stay as given)" },
-  "mixed-step-overhead-ms": { kind: "number", min: 0, help: "add this many ms to every step that mixes prefill chunks and decodes, as on GPUs where the two interfere (the simulator's flag of the same name; for trying the planner's answer to dear mixed steps on this backend) (default 0)" },
-  "swap-space-blocks": { kind: "int", min: 0, help: "host swap space in KV blocks for --preemption swap (default: the KV pool's size)" },
-  "max-body-bytes": { kind: "int", min: 1024, help: "largest request body (default 2 MiB)" },
-  "max-stored-responses": { kind: "int", min: 0, help: "Responses API responses kept for previous_response_id and GET /v1/responses/{id}, least recently used dropped first; 0 keeps none (default 4096)" },
-  "max-stored-mib": { kind: "number", min: 0.001, help: "MiB of JSON text each of the stored-response and conversation stores keeps, least recently used dropped first (default 512)" },
-  "max-conversations": { kind: "int", min: 0, help: "conversations (/v1/conversations, the Responses API's conversation) kept in memory, least recently used dropped first; 0 keeps none (default 1024)" },
-  "step-log": { kind: "string", nonEmpty: true, help: "write each engine step's shape and time as JSONL (input of: deno task sim --calibrate FILE)" },
-  "planner-log": { kind: "string", nonEmpty: true, help: "write each decision of the cluster's planner (the online planner's role flips, step mixing, local-prefill threshold and admission; the SLA planner's replica targets) as JSONL with its Unix time and whether it changed anything (with --workers)" },
-  "route-log": { kind: "string", nonEmpty: true, help: "write each routing decision of the cluster (the request, every worker as the router priced it, the route taken) as JSONL with its Unix time (with --workers)" },
-  workers: { kind: "int", min: 1, help: "engines in this process behind our router and online role planner (default 1)" },
-  roles: { kind: "string", help: "initial role of each worker, comma-separated: mixed|prefill|decode (default all mixed; with --workers)" },
-  planner: { kind: "string", help: "online|none|sla|load: flip worker roles every second from measured load, keep --roles, or run the baseline, Dynamo's SLA planner: every --sla-interval-s it sets how many workers prefill and decode from an offline profile of the workers (--sla-profile), parking the rest; load is its load-based mode, ±1 worker a pool every 5 s when queued work predicts the TTFT or ITL target missed (default online; with --workers; sla and load start half prefill, half decode unless --roles; with --nats, workers join as mixed, the budget is those present and the profile must be given with --sla-profile)" },
-  "sla-profile": { kind: "string", nonEmpty: true, help: "the SLA planner's offline profile (JSON: prefill tokens/s by ISL, decode tokens/s and ITL by context and batch): read when the file exists, else measured on the first worker at start-up and written there (default: measured, not kept; with --planner sla or load)" },
-  "sla-interval-s": { kind: "number", min: 1, help: "seconds between the SLA planner's decisions (default 180, Dynamo's; load mode 5; with --planner sla or load)" },
-  "sla-ttft-ms": { kind: "number", min: 1, help: "the SLA planner's TTFT target (default 500, Dynamo's; with --planner sla or load)" },
-  "sla-itl-ms": { kind: "number", min: 1, help: "the SLA planner's ITL target (default 50, Dynamo's; with --planner sla or load)" },
-  "sla-worker-start-s": { kind: "number", min: 0, help: "seconds a parked worker takes to serve again when the planner wants it back, as a Dynamo worker's start-up (model load) would (default 0: the engine is loaded already; the simulator charges 60; with --planner sla or load)" },
-  "itl-admission-ms": { kind: "number", min: 1, help: "let a new session (new prompt_cache_key or user, or a keyless chat request with no answer in it yet) in only while the planner predicts the decode pool's ITL within this many ms; others wait to its next tick, then get in or get 503 with Retry-After (default off; with --workers, planner online)" },
-  "local-prefill-tokens": { kind: "int", min: 0, help: "uncached prompt tokens a decode worker prefills itself; a longer prompt goes to a prefill worker and its KV moves (always with --router kv-aware; with ours when that beats prefilling locally) (default: the online planner adapts it from 512; 512 with --planner none; with --workers)" },
-  router: { kind: "string", help: "session|kv-aware: our session/transfer-aware router or Dynamo's KV-aware cost (default session; with --workers)" },
-  "peer-transfer": { kind: "string", help: "host|device|off: our router may pull a session's KV from the worker holding it, including what it offloaded to host memory (default host), its device blocks only, or never" },
-  "router-options": { kind: "string", nonEmpty: true, help: "NAME=VALUE,...: our router's tunables over the cluster's defaults (planner/routers.ts SessionRouterOptions: itlTargetS, loadWeightS, affinityBonusS, batchWeightS, prefillShortlist, interferenceWeight, memoryWaitS, memoryFullS, peerMoveS, sessionSpreadS, waiveOpeningPulls; with --workers)" },
-  transport: { kind: "string", help: "in-process|threads|tcp: workers share this thread and one backend, each run in a worker thread, or are worker processes at --worker-addrs (default in-process; with --workers or --worker-addrs)" },
-  "worker-addrs": { kind: "string", help: "host:port of each worker process (`deno task worker --listen host:port`), comma-separated; with --transport tcp" },
-  nats: { kind: "string", nonEmpty: true, help: "NATS server (host:port or nats://host:port) where worker processes announce themselves (`deno task worker --nats URL`): they join and leave while the server runs (implies --transport tcp)" },
-  "cluster-name": { kind: "string", nonEmpty: true, help: "the cluster's name on the NATS server, so several share one (default \"default\"; with --nats)" },
-  "drain-timeout": { kind: "number", min: 0, help: "seconds a leaving worker's requests may run before it is stopped (default 60; with --nats)" },
-  "worker-token": { kind: "string", nonEmpty: true, help: "shared secret of the worker processes (started with the same token): each side proves it knows it before any work (default: $EVOLVING_WORKER_TOKEN, else none; with --transport tcp or --nats)" },
-  "shutdown-timeout": { kind: "number", min: 0, help: "seconds the requests in flight may run after SIGINT or SIGTERM (new ones get 503 meanwhile) before the rest are cancelled and the server stops (default 30); a second signal stops at once" },
-  help: { kind: "boolean", help: "show this help" },
-} satisfies FlagSpecs;
 
 /** `--speculative-config`, its errors as the CLI's (one line naming the flag). */
 function parseSpeculation(text: string): Speculation {
@@ -122,9 +60,9 @@ function nonEmpty(v: string | undefined): string | undefined {
 }
 
 async function main(): Promise<void> {
-  const f = parseArgs(cliArgs(), FLAGS);
+  const f = parseArgs(cliArgs(), SERVE_FLAGS);
   if (f.help) {
-    console.log(usage("serve", FLAGS));
+    console.log(usage("serve", SERVE_FLAGS));
     return;
   }
   const backend = f.backend ?? "auto";

@@ -5,33 +5,31 @@
  * prefill may run on a prefill-role worker and its KV move to the worker that decodes, and a
  * session's cached prefix may move from a busy holder to a peer. `tick()` (every planner interval,
  * driven by the caller's timer) hands the planner a snapshot and applies its decisions
- * (cluster-control.ts); LoRA adapters are kept on every worker by cluster-adapters.ts.
+ * (cluster-control.ts); LoRA adapters are kept on every worker by cluster-adapters.ts. Requests past
+ * the front door are routed and queued by cluster-dispatch.ts.
  */
-import { chainHashes } from "../../kv/index.ts";
-import type { RouteCandidate, SessionRoute } from "../../planner/routers.ts";
 import type { Planner, PlannerAction, Role } from "../../planner/types.ts";
 import type { EngineMetrics } from "../engine/engine-metrics.ts";
 import {
-  type EngineStats, EngineOverloadedError, type GenerateRequest, NoWorkerError, outputBudget, type RequestHandle, type ServingEngine, SessionRefusedError, type WorkerStatus,
+  type EngineStats, type GenerateRequest, outputBudget, type RequestHandle, type ServingEngine, SessionRefusedError, type WorkerStatus,
 } from "../engine/engine-types.ts";
 import type { StepMixing } from "../engine/scheduler-types.ts";
 import type { ClusterWorker } from "./cluster-worker.ts";
 import type { ClusterCounters, ClusterOptions } from "./cluster-types.ts";
-import { IN_PROCESS_LINK, routeRequest } from "./cluster-router.ts";
 import { relayHandle } from "./relay-handle.ts";
 import { sumSessionCounts, sumStats } from "./cluster-stats.ts";
 import type { WorkerEngine } from "./worker-engine.ts";
 import { RequestWindow } from "./request-window.ts";
 import { WorkerSet } from "./worker-set.ts";
-import { handOff, type HandoffHop } from "./handoff.ts";
-import { cacheRootOf, LoraAdapterError } from "../engine/engine-adapters.ts";
+import { LoraAdapterError } from "../engine/engine-adapters.ts";
 import type { LoraAdapter } from "../model/lora.ts";
-import { adapterRequest, type AdapterEntry, ClusterAdapters, underClientName } from "./cluster-adapters.ts";
+import { type AdapterEntry, ClusterAdapters } from "./cluster-adapters.ts";
 import { ClusterControl } from "./cluster-control.ts";
 import type { AdapterReloader, ClusterFront } from "./cluster-front.ts";
-import { ClusterSessions, type SessionPlace } from "./cluster-sessions.ts";
+import { ClusterSessions } from "./cluster-sessions.ts";
 import { passFrontDoor } from "./front-door.ts";
 import { DoorQueue } from "./door-queue.ts";
+import { ClusterDispatch } from "./cluster-dispatch.ts";
 
 export type { ClusterCounters, ClusterDecision, ClusterOptions, RouteDecision } from "./cluster-types.ts";
 
@@ -44,12 +42,13 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
   private readonly sessions: ClusterSessions;
   private readonly now: () => number;
   private readonly blockSize: number;
-  private nextId = 0;
   /** The planner's settings (roles aside, which are on the workers) and their control loop. */
   private readonly control: ClusterControl;
   private readonly adapters: ClusterAdapters;
   /** New sessions waiting at the front door for room. */
   private readonly door = new DoorQueue();
+  /** Routing and queueing past the door. */
+  private readonly dispatch: ClusterDispatch;
 
   /**
    * Takes the workers' engines already started (local or in threads), their steps wired to
@@ -67,6 +66,9 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     this.sessions = new ClusterSessions(this.blockSize, (w, s) => this.set.get(w)?.engine.sessionMovedAway(s));
     this.control = new ClusterControl(this.set, this.window, this.counters, o, o.stepMixing ?? engines[0]?.stepMixing ?? "mixed", this.now);
     this.adapters = new ClusterAdapters(() => this.set.all);
+    this.dispatch = new ClusterDispatch({
+      set: this.set, window: this.window, sessions: this.sessions, control: this.control, counters: this.counters, options: o, blockSize: this.blockSize, now: this.now,
+    });
     engines.forEach((e, i) => this.attach(e, roles[i]));
   }
 
@@ -187,8 +189,8 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     // Another request of a session waiting at the door (the other choices of its first turn) waits with it.
     const at = this.now();
     const of = req.sessionId !== undefined ? { key: req.sessionId } : req.openingTurn === false ? { prompt: req.prompt } : undefined;
-    const follower = of && this.door.size > 0 ? this.door.follow(of, () => this.enter(req, maxTokens, lora, false, at)) : undefined;
-    if (follower) return relayHandle(this.nextId++, req.prompt.length, req.sessionId, follower.start, follower.cancel);
+    const follower = of && this.door.size > 0 ? this.door.follow(of, () => this.dispatch.enter(req, maxTokens, lora, false, at)) : undefined;
+    if (follower) return relayHandle(this.dispatch.newId(), req.prompt.length, req.sessionId, follower.start, follower.cancel);
     // The queue bound and the planner's new-session budget, before any routing work (front-door.ts).
     let newSession: boolean;
     try {
@@ -203,107 +205,14 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
       this.metrics.rejected++;
       throw e;
     }
-    return this.enter(req, maxTokens, lora, newSession, at);
+    return this.dispatch.enter(req, maxTokens, lora, newSession, at);
   }
 
   /** A new session without room waits at the door for a tick to let it in (or turn it away with `refusal`). */
   private holdAtDoor(req: GenerateRequest, maxTokens: number, lora: AdapterEntry | undefined, refusal: SessionRefusedError, at: number): RequestHandle {
     const opens = req.sessionId !== undefined ? { key: req.sessionId } : { prompt: req.prompt };
-    const { start, cancel } = this.door.hold(at, refusal, () => this.enter(req, maxTokens, lora, true, at), opens);
-    return relayHandle(this.nextId++, req.prompt.length, req.sessionId, start, cancel);
-  }
-
-  /** Routes and queues a request past the front door; `arrivedAt`: when the client sent it (the cluster's clock). */
-  private enter(req: GenerateRequest, maxTokens: number, lora: AdapterEntry | undefined, newSession: boolean, arrivedAt: number): RequestHandle {
-    const keyed = req.sessionId !== undefined;
-    const root = cacheRootOf(lora?.root, req.cacheSalt);
-    const hashes = chainHashes(req.prompt, this.blockSize, undefined, root ?? null);
-    // A request naming no session may continue a conversation whose turn ended here (keyless-turns.ts).
-    const place = this.sessions.locate(req.sessionId, req.prompt, hashes, root);
-    const { route, cands } = this.route(req, hashes, place);
-    // The continuation keeps the name its worker gave the conversation wherever it goes now: a worker
-    // it moves to would make up another (its pulled blocks hold no answer of that name's).
-    if (place.continuedAs !== undefined) req = { ...req, sessionId: place.continuedAs };
-    // The workers hold a reloaded adapter under a name of its own (cluster-adapters.ts); what they say comes back under the client's.
-    const asked = req.adapter;
-    if (lora && lora.workerName !== asked) req = { ...req, adapter: lora.workerName };
-    const dec = this.set.get(route.decodeWorker)!;
-    const id = this.nextId++;
-    const hop: HandoffHop = { cancel: () => {} };
-    let tStart = 0;
-    const direct = route.prefillWorker === null && route.prefixSource === undefined;
-    // A hand-off answers at once and submits to the decoding worker later: the client's mistakes are
-    // found now, before any KV moves (a worker's refusal then would reach the client as a 500).
-    if (!direct) dec.engine.check(req);
-    const settleHandoff = direct ? undefined : this.awaitingHandoff(req, route, cands, hop);
-    // Queued first: a request the worker refuses (the client's mistake, or a full queue) spends none of
-    // the planner's new-session budget, counts as no arrival and leaves the session unplaced.
-    const h: RequestHandle = underClientName(lora, asked, () => direct ? this.countingRejection(() => dec.engine.submit(req)) : relayHandle(
-      id, req.prompt.length, req.sessionId,
-      handOff(req, route, dec, this.set, this.counters, hop, root).then((inner) => {
-        tStart = this.now();
-        return inner;
-      }).finally(settleHandoff),
-      () => hop.cancel(),
-    ));
-    const refund = newSession ? this.control.spendNewSession() : undefined;
-    // Every worker the request touches stays in the cluster until it is done (see removeWorker).
-    const touched = [dec, ...[route.prefillWorker, route.prefixSource].flatMap((id) => (id == null ? [] : [this.set.get(id)!]))];
-    for (const w of touched) w.inFlight++;
-    const best = cands.reduce((a, c) => Math.max(a, c.overlapDevice), 0);
-    const arrive = () => this.window.arrived(req.prompt.length, Math.max(0, req.prompt.length - best * this.blockSize), maxTokens);
-    if (req.sessionId !== undefined) this.sessions.placed(req.sessionId, dec.id);
-    // A refusal only the worker finds comes later (a worker elsewhere, a hand-off's decoding worker): it gives back the new
-    // session's budget and place. A direct request counts as an arrival once taken; a hand-off's, whose prompt was prefilled, at once.
-    if (!(direct && h.refusal)) arrive();
-    void h.refusal?.then((refused) => {
-      if (!refused) return void (direct && arrive());
-      refund?.();
-      if (newSession && keyed) this.sessions.unplace(req.sessionId!, dec.id);
-    });
-    const t0 = arrivedAt;
-    if (direct) tStart = this.now();
-    const loraEnded = lora ? adapterRequest(lora) : undefined;
-    const release = () => {
-      for (const w of touched) w.inFlight--;
-      loraEnded?.();
-    };
-    const result = h.result.finally(release).then((r) => {
-      // The session the worker inferred is placed for its tool waits; the turn's end kept for the next turn's route.
-      if (!keyed) this.sessions.keylessEnded(req.prompt, hashes, root, h.sessionId, dec.id);
-      return this.window.finished(r, t0, tStart, maxTokens);
-    });
-    // The session may be known only later (inferred by a worker, or once a hand-off is done).
-    // A remote worker's refusal comes after this returns (see RemoteEngine.check): the server waits for it before a stream starts.
-    return { id, stream: h.stream, result, cancel: () => h.cancel(), ...(h.refusal ? { refusal: h.refusal } : {}), get sessionId() { return h.sessionId; } };
-  }
-
-  /**
-   * Counts a hand-off's prompt as queued on the worker that will prefill it (the prefill worker, or the
-   * decoding worker after a peer pull) until its engine has it: without this, every request routed while
-   * a first one's KV moved saw that worker idle and went there too. Returns what settles the count.
-   */
-  private awaitingHandoff(req: GenerateRequest, route: SessionRoute, cands: readonly RouteCandidate[], hop: HandoffHop): () => void {
-    const target = this.set.get(route.prefillWorker ?? route.decodeWorker)!;
-    const held = (cands.find((c) => c.id === target.id)?.overlapDevice ?? 0) + (route.prefixSource !== undefined ? route.prefixTransferBlocks : 0);
-    let tokens = Math.max(0, req.prompt.length - held * this.blockSize);
-    target.handoffTokens += tokens;
-    const settle = () => {
-      target.handoffTokens -= tokens;
-      tokens = 0;
-    };
-    hop.submitted = (w) => w === target && settle();
-    return settle;
-  }
-
-  /** `submit()`, with a worker's queue-full refusal counted as the cluster's own (vllm:request_rejected_total). */
-  private countingRejection(submit: () => RequestHandle): RequestHandle {
-    try {
-      return submit();
-    } catch (e) {
-      if (e instanceof EngineOverloadedError) this.metrics.rejected++;
-      throw e;
-    }
+    const { start, cancel } = this.door.hold(at, refusal, () => this.dispatch.enter(req, maxTokens, lora, true, at), opens);
+    return relayHandle(this.dispatch.newId(), req.prompt.length, req.sessionId, start, cancel);
   }
 
   /** Forwards a tool wait to the worker that served the session last (every worker when unknown). */
@@ -357,24 +266,4 @@ export class Cluster implements ServingEngine, ClusterFront, AdapterReloader {
     return w;
   }
 
-  /** Routes over the live workers. `hashes`: the prompt's full-block chain in its cache namespace; `place`: its session's. */
-  private route(req: GenerateRequest, hashes: readonly number[], place: SessionPlace): { route: SessionRoute; cands: RouteCandidate[] } {
-    const now = this.now();
-    const live = this.set.all.filter((w) => w.engine.alive && !w.draining && !w.parked && !w.starting(now) && (req.adapter === undefined || w.adapters.has(req.adapter)));
-    if (live.length === 0) throw new NoWorkerError(req.adapter === undefined ? "No worker is running" : `No running worker has loaded the LoRA adapter "${req.adapter}" yet`);
-    // A prompt scored whole (prompt log probabilities) takes nothing from any cache: route it as uncached.
-    const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(hashes);
-    const cands = live.map((w) => w.candidate(overlaps.get(w.id), req.priority));
-    const last = place.lastWorker;
-    const sreq = {
-      promptTokens: req.prompt.length, blockTokens: this.blockSize, bytesPerBlock: this.o.bytesPerBlock,
-      ...(last !== undefined ? { lastWorker: last } : {}),
-      // A session not seen before (a key, or a keyless prompt continuing no kept turn) opens here: its pulls
-      // are not charged as moves; unless its messages hold an answer, which makes it a returning one.
-      newSession: last === undefined && req.openingTurn !== false,
-    };
-    const route = routeRequest(this.o.router ?? "session", sreq, cands, this.o.links ?? IN_PROCESS_LINK, this.control.routerOptions);
-    this.o.onRoute?.({ ...(req.sessionId !== undefined ? { sessionId: req.sessionId } : {}), request: sreq, candidates: cands, route });
-    return { route, cands };
-  }
 }
