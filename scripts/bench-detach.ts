@@ -5,14 +5,14 @@
  * `structuredClone` with a transfer list, a byte stream's enqueue, a WebAssembly memory's growth)
  * invalidates it for the isolate's whole life, and every typed-array loop is compiled with the
  * checks put back. This times `pagedAttention` (one decode row over `--context` positions, the
- * bench-agent-kv model's shape: 6 query heads of 64 over one KV head) and a 64×384×384 `matmul` in
+ * bench-agent-kv model's shape by default: 6 query heads of 64 over one KV head) and a 64×384×384 `matmul` in
  * one isolate, before and after detaching one 16-byte buffer, and prints medians and their ratios.
  * Why a worker thread never transfers what it sends (src/cluster/worker-host.ts). Figures:
  * docs/results/bench-detach.md.
  *
- *   npx tsx scripts/bench-detach.ts [--context 1000] [--repeats 15]
+ *   npx tsx scripts/bench-detach.ts [--context 1000] [--repeats 15] [--heads 6 --kv-heads 1]
  */
-import { parseArgs } from "../src/cli/args.ts";
+import { ArgsError, parseArgs } from "../src/cli/args.ts";
 import { pagedAttention } from "../src/backend/reference/attention.ts";
 import { matmul } from "../src/backend/reference/linear.ts";
 import { f32Tensor, i32Tensor, type RefTensor } from "../src/backend/reference/storage.ts";
@@ -20,7 +20,6 @@ import { cliArgs, exitProcess } from "../src/runtime/env.ts";
 
 const BLOCK = 16;
 const HEAD_DIM = 64;
-const HEADS = 6;
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const random = (n: number, seed: number) => {
@@ -41,12 +40,20 @@ function time(fn: () => RefTensor, repeats: number, inner: number): number {
 }
 
 function main(): void {
-  const f = parseArgs(cliArgs(), { context: { kind: "int", min: 1, help: "positions the decode row attends to (default 1000)" }, repeats: { kind: "int", min: 1, help: "timings per figure (default 15)" } });
+  const f = parseArgs(cliArgs(), {
+    context: { kind: "int", min: 1, help: "positions the decode row attends to (default 1000)" },
+    repeats: { kind: "int", min: 1, help: "timings per figure (default 15)" },
+    heads: { kind: "int", min: 1, help: "query heads (default 6)" },
+    "kv-heads": { kind: "int", min: 1, help: "KV heads, dividing --heads (default 1)" },
+  });
   const context = f.context ?? 1000;
+  const HEADS = f.heads ?? 6;
+  const KV_HEADS = f["kv-heads"] ?? 1;
+  if (HEADS % KV_HEADS !== 0) throw new ArgsError(`--kv-heads ${KV_HEADS} does not divide --heads ${HEADS}`);
   const repeats = f.repeats ?? 15;
   const blocks = Math.ceil(context / BLOCK);
-  const kCache = f32Tensor(random(blocks * BLOCK * HEAD_DIM, 1), [blocks, BLOCK, 1, HEAD_DIM]);
-  const vCache = f32Tensor(random(blocks * BLOCK * HEAD_DIM, 2), [blocks, BLOCK, 1, HEAD_DIM]);
+  const kCache = f32Tensor(random(blocks * BLOCK * KV_HEADS * HEAD_DIM, 1), [blocks, BLOCK, KV_HEADS, HEAD_DIM]);
+  const vCache = f32Tensor(random(blocks * BLOCK * KV_HEADS * HEAD_DIM, 2), [blocks, BLOCK, KV_HEADS, HEAD_DIM]);
   const q = f32Tensor(random(HEADS * HEAD_DIM, 3), [1, HEADS, HEAD_DIM]);
   const batch = {
     tokenSeq: i32Tensor(Int32Array.of(0), [1]),
@@ -66,7 +73,7 @@ function main(): void {
   if (buffer.byteLength !== 0) throw new Error("The buffer was not detached");
   measure(); // the kernels' code deoptimized by the detach is optimized again
   const after = measure();
-  console.log(`bench-detach: ${context} positions, ${HEADS} heads of ${HEAD_DIM}; medians of ${repeats}`);
+  console.log(`bench-detach: ${context} positions, ${HEADS} heads of ${HEAD_DIM} over ${KV_HEADS} KV heads; medians of ${repeats}`);
   console.log("| kernel | before a detach (ms) | after (ms) | after / before |");
   console.log("|---|---|---|---|");
   for (const k of ["attention", "matmul"] as const) {

@@ -107,11 +107,12 @@ test("pagedAttention() adds each head's sink to the softmax denominator, unscale
   assert.throws(() => be.pagedAttention(f32([1, 1], [1, 2, 1]), kc, vc, batch, 0.5, { sinks: f32([0], [1]) }), /sinks \[1\] do not match 2/);
 });
 
-test("pagedAttention() gives each query head the bits of that head computed alone, for KV groups taken four heads at a time and the rest", async () => {
+test("pagedAttention() gives each query head the bits of that head computed alone, for KV groups taken four heads at a time, then two, then one", async () => {
   let seed = 5;
   const rnd = (n: number) => Array.from({ length: n }, () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32) - 0.5);
-  // Groups of 6 (four, then two alone), 8 (four and four), 1 (plain multi-head), with and without sinks.
-  for (const [heads, kvHeads, withSinks] of [[6, 1, true], [16, 2, false], [3, 3, true]] as const) {
+  // Groups of 6 (four, then two), 8 (four and four), 7 (four, two, one), 2 (stories260K's), 1 (plain
+  // multi-head), with and without sinks.
+  for (const [heads, kvHeads, withSinks] of [[6, 1, true], [16, 2, false], [14, 2, true], [8, 4, false], [3, 3, true]] as const) {
     const headDim = 8, blockSize = 4, blocks = 6, n = 3, scale = 0.3;
     const kv = blocks * blockSize * kvHeads * headDim;
     const kc = rnd(kv), vc = rnd(kv), qv = rnd(n * heads * headDim), sinks = rnd(heads);

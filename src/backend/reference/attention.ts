@@ -98,13 +98,14 @@ export function pagedAttention(
       const block = tables[seq * maxBlocks + Math.floor(p / blockSize)];
       rowBase[i] = (block * blockSize + (p % blockSize)) * row;
     }
-    // Query heads that share a KV head go four at a time, each K and V row read once for the four;
+    // Query heads that share a KV head go four at a time (the rest two, then one), each K and V row read once for them;
     // every head's dots and sums keep their own order, so each output has the bits of one head alone.
     for (let g = 0; g < kvHeads; g++) {
       const kvOff = g * headDim;
       let h = g * group;
       const end = h + group;
       for (; h + 4 <= end; h += 4) attendFour(qs, kc, vc, out, rowBase, len, (t * heads + h) * headDim, kvOff, headDim, scale, sinks, h);
+      for (; h + 2 <= end; h += 2) attendTwo(qs, kc, vc, out, rowBase, len, (t * heads + h) * headDim, kvOff, headDim, scale, sinks, h);
       for (; h < end; h++) attendOne(qs, kc, vc, out, rowBase, len, (t * heads + h) * headDim, kvOff, headDim, scale, sinks?.[h]);
     }
   }
@@ -175,5 +176,40 @@ function attendFour(
     out[q1 + d] = a1[d];
     out[q2 + d] = a2[d];
     out[q3 + d] = a3[d];
+  }
+}
+
+/** Two query heads h, h+1 of one token that share a KV head (a group of two, or what four left): {@link attendOne} for each. */
+function attendTwo(
+  qs: Float32Array, kc: Float32Array, vc: Float32Array, out: Float32Array, rowBase: Int32Array, len: number,
+  qb: number, kvOff: number, headDim: number, scale: number, sinks: Float32Array | undefined, h: number,
+): void {
+  const q1 = qb + headDim;
+  const s0 = new Float64Array(len), s1 = new Float64Array(len);
+  for (let i = 0; i < len; i++) {
+    const kb = rowBase[i] + kvOff;
+    let d0 = 0, d1 = 0;
+    for (let d = 0; d < headDim; d++) {
+      const kv = kc[kb + d];
+      d0 += qs[qb + d] * kv;
+      d1 += qs[q1 + d] * kv;
+    }
+    s0[i] = d0;
+    s1[i] = d1;
+  }
+  const w0 = softmaxRow(s0, 0, len, scale, sinks?.[h]), w1 = softmaxRow(s1, 0, len, scale, sinks?.[h + 1]);
+  const a0 = new Float64Array(headDim), a1 = new Float64Array(headDim);
+  for (let i = 0; i < len; i++) {
+    const x0 = w0[i], x1 = w1[i];
+    const vb = rowBase[i] + kvOff;
+    for (let d = 0; d < headDim; d++) {
+      const v = vc[vb + d];
+      a0[d] += x0 * v;
+      a1[d] += x1 * v;
+    }
+  }
+  for (let d = 0; d < headDim; d++) {
+    out[qb + d] = a0[d];
+    out[q1 + d] = a1[d];
   }
 }
