@@ -10,7 +10,7 @@
  * Why a worker thread never transfers what it sends (src/cluster/worker-host.ts). Figures:
  * docs/results/bench-detach.md.
  *
- *   npx tsx scripts/bench-detach.ts [--context 1000] [--repeats 15] [--heads 6 --kv-heads 1]
+ *   npx tsx scripts/bench-detach.ts [--context 1000] [--repeats 15] [--heads 6 --kv-heads 1] [--rows 1]
  */
 import { ArgsError, parseArgs } from "../src/cli/args.ts";
 import { pagedAttention } from "../src/backend/reference/attention.ts";
@@ -45,19 +45,22 @@ function main(): void {
     repeats: { kind: "int", min: 1, help: "timings per figure (default 15)" },
     heads: { kind: "int", min: 1, help: "query heads (default 6)" },
     "kv-heads": { kind: "int", min: 1, help: "KV heads, dividing --heads (default 1)" },
+    rows: { kind: "int", min: 1, help: "query rows: a prefill chunk of this many tokens ending at --context (default 1: one decode row)" },
   });
   const context = f.context ?? 1000;
   const HEADS = f.heads ?? 6;
   const KV_HEADS = f["kv-heads"] ?? 1;
   if (HEADS % KV_HEADS !== 0) throw new ArgsError(`--kv-heads ${KV_HEADS} does not divide --heads ${HEADS}`);
   const repeats = f.repeats ?? 15;
+  const rows = f.rows ?? 1;
+  if (rows > context) throw new ArgsError(`--rows ${rows} is more than --context ${context}`);
   const blocks = Math.ceil(context / BLOCK);
   const kCache = f32Tensor(random(blocks * BLOCK * KV_HEADS * HEAD_DIM, 1), [blocks, BLOCK, KV_HEADS, HEAD_DIM]);
   const vCache = f32Tensor(random(blocks * BLOCK * KV_HEADS * HEAD_DIM, 2), [blocks, BLOCK, KV_HEADS, HEAD_DIM]);
-  const q = f32Tensor(random(HEADS * HEAD_DIM, 3), [1, HEADS, HEAD_DIM]);
+  const q = f32Tensor(random(rows * HEADS * HEAD_DIM, 3), [rows, HEADS, HEAD_DIM]);
   const batch = {
-    tokenSeq: i32Tensor(Int32Array.of(0), [1]),
-    tokenPos: i32Tensor(Int32Array.of(context - 1), [1]),
+    tokenSeq: i32Tensor(new Int32Array(rows), [rows]),
+    tokenPos: i32Tensor(Int32Array.from({ length: rows }, (_, i) => context - rows + i), [rows]),
     blockTables: i32Tensor(Int32Array.from({ length: blocks }, (_, i) => i), [1, blocks]),
     maxContext: context,
   };
@@ -65,7 +68,7 @@ function main(): void {
   const w = f32Tensor(random(384 * 384, 5), [384, 384]);
   const attention = () => pagedAttention(q, kCache, vCache, batch, 0.125);
   const project = () => matmul(x, w);
-  const measure = () => ({ attention: time(attention, repeats, 30), matmul: time(project, repeats, 5) });
+  const measure = () => ({ attention: time(attention, repeats, Math.max(1, Math.round(30 / rows))), matmul: time(project, repeats, 5) });
   measure(); // warm-up: both kernels optimized before the first figure
   const before = measure();
   const buffer = new ArrayBuffer(16);
@@ -77,7 +80,7 @@ function main(): void {
   console.log("| kernel | before a detach (ms) | after (ms) | after / before |");
   console.log("|---|---|---|---|");
   for (const k of ["attention", "matmul"] as const) {
-    const label = k === "attention" ? `pagedAttention, 1 row × ${context}` : "matmul 64×384×384";
+    const label = k === "attention" ? `pagedAttention, ${rows} row${rows === 1 ? "" : "s"} × ${context}` : "matmul 64×384×384";
     console.log(`| ${label} | ${before[k].toFixed(3)} | ${after[k].toFixed(3)} | ${(after[k] / before[k]).toFixed(2)} |`);
   }
 }

@@ -152,3 +152,53 @@ test("pagedAttention() gives each query head the bits of that head computed alon
     assert.deepEqual(got, want, `${heads} heads over ${kvHeads} KV heads`);
   }
 });
+
+test("pagedAttention() gives each token's heads the bits of that row computed alone, for prefill runs of several tokens, sequences and windows", async () => {
+  let seed = 11;
+  const rnd = (n: number) => Array.from({ length: n }, () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32) - 0.5);
+  const headDim = 4, blockSize = 4, blocks = 8, scale = 0.7;
+  // Sequence 0: a run of seven tokens from position 0; sequence 1 (its blocks elsewhere) at 7, 8, 9,
+  // which would continue that run were it the same sequence; sequence 0 again at 12 and 14 (a run with
+  // a gap), then at 13 (going back: a run of its own).
+  const tokenSeq = [0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 0];
+  const tokenPos = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 14, 13];
+  const tables = [[5, 0, 7, 2], [1, 6, 3, 4]];
+  for (const [heads, kvHeads, window, withSinks] of [[1, 1, 0, false], [4, 2, 0, true], [6, 2, 0, false], [5, 5, 3, true], [8, 2, 5, false]] as const) {
+    const kv = blocks * blockSize * kvHeads * headDim;
+    const n = tokenSeq.length;
+    const kc = rnd(kv), vc = rnd(kv), qv = rnd(n * heads * headDim), sinks = rnd(heads);
+    const batch: AttentionBatch = { tokenSeq: i32(tokenSeq), tokenPos: i32(tokenPos), blockTables: i32(tables.flat(), [2, 4]), maxContext: 16 };
+    const got = await read(be.pagedAttention(
+      f32(qv, [n, heads, headDim]), f32(kc, [blocks, blockSize, kvHeads, headDim]), f32(vc, [blocks, blockSize, kvHeads, headDim]), batch, scale,
+      { ...(window > 0 ? { window } : {}), ...(withSinks ? { sinks: f32(sinks, [heads]) } : {}) },
+    ));
+    const f = (x: number) => Math.fround(x);
+    const want: number[] = [];
+    for (let t = 0; t < n; t++) {
+      const pos = tokenPos[t], table = tables[tokenSeq[t]];
+      const first = window > 0 ? Math.max(0, pos - window + 1) : 0;
+      for (let h = 0; h < heads; h++) {
+        const g = Math.floor(h / (heads / kvHeads));
+        const rowOf = (p: number) => ((table[Math.floor(p / blockSize)] * blockSize + (p % blockSize)) * kvHeads + g) * headDim;
+        const visible = Array.from({ length: pos + 1 - first }, (_, i) => first + i);
+        const scores = visible.map((p) => {
+          let dot = 0;
+          for (let d = 0; d < headDim; d++) dot += f(qv[(t * heads + h) * headDim + d]) * f(kc[rowOf(p) + d]);
+          return dot;
+        });
+        const sink = withSinks ? f(sinks[h]) : undefined;
+        let max = sink ?? -Infinity;
+        for (const s of scores) max = Math.max(max, s * scale);
+        const e = scores.map((s) => Math.exp(s * scale - max));
+        let sum = sink === undefined ? 0 : Math.exp(sink - max);
+        for (const x of e) sum += x;
+        for (let d = 0; d < headDim; d++) {
+          let acc = 0;
+          visible.forEach((p, i) => (acc += (e[i] / sum) * f(vc[rowOf(p) + d])));
+          want.push(f(acc));
+        }
+      }
+    }
+    assert.deepEqual(got, want, `${heads} heads over ${kvHeads} KV heads, window ${window}`);
+  }
+});

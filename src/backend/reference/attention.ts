@@ -85,34 +85,49 @@ export function pagedAttention(
   const seqs = seqT.i32, poss = posT.i32, tables = tablesT.i32;
   checkAttentionIndices(seqs, poss, tables, { numSeqs, maxBlocks, blockSize, numBlocks, maxContext: batch.maxContext, window });
   const out = new Float32Array(n * heads * headDim);
-  for (let t = 0; t < n; t++) {
+  const firstOf = (pos: number) => (window > 0 ? Math.max(0, pos - window + 1) : 0);
+  for (let t = 0; t < n;) {
+    // A run: tokens of one sequence at non-decreasing positions that all see from the same first
+    // position (a prefill chunk without a window cut). Its tokens' visible rows are prefixes of its last
+    // token's, so the row offsets are found once, and query rows of several tokens share each K and V read.
     const seq = seqs[t];
-    const pos = poss[t];
-    // Positions first..pos are visible; only their blocks are read.
-    const first = window > 0 ? Math.max(0, pos - window + 1) : 0;
-    const len = pos + 1 - first;
-    // Base offset (in floats) of each visible position's KV row.
-    const rowBase = new Int32Array(len);
-    for (let i = 0; i < len; i++) {
+    const first = firstOf(poss[t]);
+    let r = 1;
+    while (t + r < n && seqs[t + r] === seq && poss[t + r] >= poss[t + r - 1] && firstOf(poss[t + r]) === first) r++;
+    const maxLen = poss[t + r - 1] + 1 - first;
+    // Base offset (in floats) of each visible position's KV row; only the visible blocks are read.
+    const rowBase = new Int32Array(maxLen);
+    for (let i = 0; i < maxLen; i++) {
       const p = first + i;
       const block = tables[seq * maxBlocks + Math.floor(p / blockSize)];
       rowBase[i] = (block * blockSize + (p % blockSize)) * row;
     }
-    // Query heads that share a KV head go four at a time (the rest two, then one), each K and V row read once for them;
-    // every head's dots and sums keep their own order, so each output has the bits of one head alone.
-    for (let g = 0; g < kvHeads; g++) {
+    // The run's (token, query head) pairs of each KV group, token by token, four at a time (then two,
+    // then one): each K and V row is read once for the four. Every head keeps its own dots and sums in
+    // their own order, so each output has the bits of that token's head computed alone.
+    const pairs = r * group;
+    const qbOf = (x: number) => ((t + Math.floor(x / group)) * heads + g * group + (x % group)) * headDim;
+    const lenOf = (x: number) => poss[t + Math.floor(x / group)] + 1 - first;
+    const sinkOf = (x: number) => sinks?.[g * group + (x % group)];
+    let g = 0;
+    for (; g < kvHeads; g++) {
       const kvOff = g * headDim;
-      let h = g * group;
-      const end = h + group;
-      for (; h + 4 <= end; h += 4) attendFour(qs, kc, vc, out, rowBase, len, (t * heads + h) * headDim, kvOff, headDim, scale, sinks, h);
-      for (; h + 2 <= end; h += 2) attendTwo(qs, kc, vc, out, rowBase, len, (t * heads + h) * headDim, kvOff, headDim, scale, sinks, h);
-      for (; h < end; h++) attendOne(qs, kc, vc, out, rowBase, len, (t * heads + h) * headDim, kvOff, headDim, scale, sinks?.[h]);
+      let x = 0;
+      for (; x + 4 <= pairs; x += 4) {
+        attendFour(
+          qs, kc, vc, out, rowBase, kvOff, headDim, scale, qbOf(x), qbOf(x + 1), qbOf(x + 2), qbOf(x + 3),
+          lenOf(x), lenOf(x + 1), lenOf(x + 2), lenOf(x + 3), sinkOf(x), sinkOf(x + 1), sinkOf(x + 2), sinkOf(x + 3),
+        );
+      }
+      for (; x + 2 <= pairs; x += 2) attendTwo(qs, kc, vc, out, rowBase, kvOff, headDim, scale, qbOf(x), qbOf(x + 1), lenOf(x), lenOf(x + 1), sinkOf(x), sinkOf(x + 1));
+      for (; x < pairs; x++) attendOne(qs, kc, vc, out, rowBase, lenOf(x), qbOf(x), kvOff, headDim, scale, sinkOf(x));
     }
+    t += r;
   }
   return f32Tensor(out, q.shape);
 }
 
-/** One query head (its row at `qb`) over the visible positions' K and V rows (`rowBase` + `kvOff`). */
+/** One query row (at `qb`) over the first `len` visible positions' K and V rows (`rowBase` + `kvOff`). */
 function attendOne(
   qs: Float32Array, kc: Float32Array, vc: Float32Array, out: Float32Array, rowBase: Int32Array, len: number,
   qb: number, kvOff: number, headDim: number, scale: number, sink: number | undefined,
@@ -135,19 +150,33 @@ function attendOne(
   for (let d = 0; d < headDim; d++) out[qb + d] = acc[d];
 }
 
-/** Four query heads h..h+3 of one token (rows from `qb`, `headDim` apart) that share a KV head: {@link attendOne} for each. */
+/** Adds positions from..to-1 of V, weighted by `w`, to `acc` in order (a row's positions past another's). */
+function addTail(vc: Float32Array, rowBase: Int32Array, kvOff: number, headDim: number, w: Float64Array, acc: Float64Array, from: number, to: number): void {
+  for (let i = from; i < to; i++) {
+    const x = w[i];
+    const vb = rowBase[i] + kvOff;
+    for (let d = 0; d < headDim; d++) acc[d] += x * vc[vb + d];
+  }
+}
+
+/**
+ * Four query rows that share a KV head ({@link attendOne} for each): heads of one token, or of
+ * consecutive tokens of a run, with lengths l0 ≤ l1 ≤ l2 ≤ l3. The dots run to l3 for all four (each
+ * row's softmax reads only its own length); the V sums share positions below l0, then each row adds
+ * the rest of its own.
+ */
 function attendFour(
-  qs: Float32Array, kc: Float32Array, vc: Float32Array, out: Float32Array, rowBase: Int32Array, len: number,
-  qb: number, kvOff: number, headDim: number, scale: number, sinks: Float32Array | undefined, h: number,
+  qs: Float32Array, kc: Float32Array, vc: Float32Array, out: Float32Array, rowBase: Int32Array, kvOff: number, headDim: number, scale: number,
+  q0: number, q1: number, q2: number, q3: number, l0: number, l1: number, l2: number, l3: number,
+  k0: number | undefined, k1: number | undefined, k2: number | undefined, k3: number | undefined,
 ): void {
-  const q1 = qb + headDim, q2 = q1 + headDim, q3 = q2 + headDim;
-  const s0 = new Float64Array(len), s1 = new Float64Array(len), s2 = new Float64Array(len), s3 = new Float64Array(len);
-  for (let i = 0; i < len; i++) {
+  const s0 = new Float64Array(l3), s1 = new Float64Array(l3), s2 = new Float64Array(l3), s3 = new Float64Array(l3);
+  for (let i = 0; i < l3; i++) {
     const kb = rowBase[i] + kvOff;
     let d0 = 0, d1 = 0, d2 = 0, d3 = 0;
     for (let d = 0; d < headDim; d++) {
       const kv = kc[kb + d];
-      d0 += qs[qb + d] * kv;
+      d0 += qs[q0 + d] * kv;
       d1 += qs[q1 + d] * kv;
       d2 += qs[q2 + d] * kv;
       d3 += qs[q3 + d] * kv;
@@ -157,10 +186,10 @@ function attendFour(
     s2[i] = d2;
     s3[i] = d3;
   }
-  const w0 = softmaxRow(s0, 0, len, scale, sinks?.[h]), w1 = softmaxRow(s1, 0, len, scale, sinks?.[h + 1]);
-  const w2 = softmaxRow(s2, 0, len, scale, sinks?.[h + 2]), w3 = softmaxRow(s3, 0, len, scale, sinks?.[h + 3]);
+  const w0 = softmaxRow(s0, 0, l0, scale, k0), w1 = softmaxRow(s1, 0, l1, scale, k1);
+  const w2 = softmaxRow(s2, 0, l2, scale, k2), w3 = softmaxRow(s3, 0, l3, scale, k3);
   const a0 = new Float64Array(headDim), a1 = new Float64Array(headDim), a2 = new Float64Array(headDim), a3 = new Float64Array(headDim);
-  for (let i = 0; i < len; i++) {
+  for (let i = 0; i < l0; i++) {
     const x0 = w0[i], x1 = w1[i], x2 = w2[i], x3 = w3[i];
     const vb = rowBase[i] + kvOff;
     for (let d = 0; d < headDim; d++) {
@@ -171,35 +200,37 @@ function attendFour(
       a3[d] += x3 * v;
     }
   }
+  addTail(vc, rowBase, kvOff, headDim, w1, a1, l0, l1);
+  addTail(vc, rowBase, kvOff, headDim, w2, a2, l0, l2);
+  addTail(vc, rowBase, kvOff, headDim, w3, a3, l0, l3);
   for (let d = 0; d < headDim; d++) {
-    out[qb + d] = a0[d];
+    out[q0 + d] = a0[d];
     out[q1 + d] = a1[d];
     out[q2 + d] = a2[d];
     out[q3 + d] = a3[d];
   }
 }
 
-/** Two query heads h, h+1 of one token that share a KV head (a group of two, or what four left): {@link attendOne} for each. */
+/** Two query rows that share a KV head, lengths l0 ≤ l1: {@link attendFour} for two. */
 function attendTwo(
-  qs: Float32Array, kc: Float32Array, vc: Float32Array, out: Float32Array, rowBase: Int32Array, len: number,
-  qb: number, kvOff: number, headDim: number, scale: number, sinks: Float32Array | undefined, h: number,
+  qs: Float32Array, kc: Float32Array, vc: Float32Array, out: Float32Array, rowBase: Int32Array, kvOff: number, headDim: number, scale: number,
+  q0: number, q1: number, l0: number, l1: number, k0: number | undefined, k1: number | undefined,
 ): void {
-  const q1 = qb + headDim;
-  const s0 = new Float64Array(len), s1 = new Float64Array(len);
-  for (let i = 0; i < len; i++) {
+  const s0 = new Float64Array(l1), s1 = new Float64Array(l1);
+  for (let i = 0; i < l1; i++) {
     const kb = rowBase[i] + kvOff;
     let d0 = 0, d1 = 0;
     for (let d = 0; d < headDim; d++) {
       const kv = kc[kb + d];
-      d0 += qs[qb + d] * kv;
+      d0 += qs[q0 + d] * kv;
       d1 += qs[q1 + d] * kv;
     }
     s0[i] = d0;
     s1[i] = d1;
   }
-  const w0 = softmaxRow(s0, 0, len, scale, sinks?.[h]), w1 = softmaxRow(s1, 0, len, scale, sinks?.[h + 1]);
+  const w0 = softmaxRow(s0, 0, l0, scale, k0), w1 = softmaxRow(s1, 0, l1, scale, k1);
   const a0 = new Float64Array(headDim), a1 = new Float64Array(headDim);
-  for (let i = 0; i < len; i++) {
+  for (let i = 0; i < l0; i++) {
     const x0 = w0[i], x1 = w1[i];
     const vb = rowBase[i] + kvOff;
     for (let d = 0; d < headDim; d++) {
@@ -208,8 +239,9 @@ function attendTwo(
       a1[d] += x1 * v;
     }
   }
+  addTail(vc, rowBase, kvOff, headDim, w1, a1, l0, l1);
   for (let d = 0; d < headDim; d++) {
-    out[qb + d] = a0[d];
+    out[q0 + d] = a0[d];
     out[q1 + d] = a1[d];
   }
 }

@@ -21,7 +21,7 @@ export function matmul(x: RefTensor, w: RefTensor, bias?: RefTensor): RefTensor 
   const xs = x.f32;
   const ws = w.f32;
   const out = new Float32Array(n * m);
-  // Register-blocked (four input rows share each weight load; one row takes four weight rows at a
+  // Register-blocked (four input rows by two weight rows share their loads; one row takes four weight rows at a
   // time), every output still its own f64 sum over k in order: the same bits as one dot at a time.
   let i = 0;
   for (; i + 4 <= n; i += 4) matmulRows4(xs, ws, out, b, i, k, m);
@@ -29,10 +29,37 @@ export function matmul(x: RefTensor, w: RefTensor, bias?: RefTensor): RefTensor 
   return f32Tensor(out, [n, m]);
 }
 
-/** Rows i..i+3 of `out` = rows of `xs` · each weight row (+ bias). */
+/** Rows i..i+3 of `out` = rows of `xs` · each weight row (+ bias), two weight rows at a time (eight sums). */
 function matmulRows4(xs: Float32Array, ws: Float32Array, out: Float32Array, b: Float32Array | undefined, i: number, k: number, m: number): void {
   const x0 = i * k, x1 = x0 + k, x2 = x1 + k, x3 = x2 + k;
-  for (let j = 0; j < m; j++) {
+  const o0 = i * m, o1 = o0 + m, o2 = o1 + m, o3 = o2 + m;
+  let j = 0;
+  for (; j + 2 <= m; j += 2) {
+    const wa = j * k, wb = wa + k;
+    let a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+    for (let c = 0; c < k; c++) {
+      const va = ws[wa + c], vb = ws[wb + c];
+      const y0 = xs[x0 + c], y1 = xs[x1 + c], y2 = xs[x2 + c], y3 = xs[x3 + c];
+      a0 += y0 * va;
+      a1 += y1 * va;
+      a2 += y2 * va;
+      a3 += y3 * va;
+      b0 += y0 * vb;
+      b1 += y1 * vb;
+      b2 += y2 * vb;
+      b3 += y3 * vb;
+    }
+    const ba = b ? b[j] : 0, bb = b ? b[j + 1] : 0;
+    out[o0 + j] = b ? a0 + ba : a0;
+    out[o1 + j] = b ? a1 + ba : a1;
+    out[o2 + j] = b ? a2 + ba : a2;
+    out[o3 + j] = b ? a3 + ba : a3;
+    out[o0 + j + 1] = b ? b0 + bb : b0;
+    out[o1 + j + 1] = b ? b1 + bb : b1;
+    out[o2 + j + 1] = b ? b2 + bb : b2;
+    out[o3 + j + 1] = b ? b3 + bb : b3;
+  }
+  for (; j < m; j++) {
     const wb = j * k;
     let a0 = 0, a1 = 0, a2 = 0, a3 = 0;
     for (let c = 0; c < k; c++) {
@@ -43,10 +70,10 @@ function matmulRows4(xs: Float32Array, ws: Float32Array, out: Float32Array, b: F
       a3 += xs[x3 + c] * wv;
     }
     const bj = b ? b[j] : 0;
-    out[i * m + j] = b ? a0 + bj : a0;
-    out[(i + 1) * m + j] = b ? a1 + bj : a1;
-    out[(i + 2) * m + j] = b ? a2 + bj : a2;
-    out[(i + 3) * m + j] = b ? a3 + bj : a3;
+    out[o0 + j] = b ? a0 + bj : a0;
+    out[o1 + j] = b ? a1 + bj : a1;
+    out[o2 + j] = b ? a2 + bj : a2;
+    out[o3 + j] = b ? a3 + bj : a3;
   }
 }
 
