@@ -30,6 +30,8 @@ export class LoadPlanner implements Planner {
   private readonly o: Required<LoadPlannerOptions>;
   private islEwma: number;
   private lastNow = 0;
+  /** The pool sizes the last tick settled on (changed or kept); null before the first. */
+  private pools: { prefill: number; decode: number } | null = null;
 
   /** Creates the planner. */
   constructor(opts: LoadPlannerOptions) {
@@ -68,8 +70,20 @@ export class LoadPlanner implements Planner {
       if (p > pre.length) p = pre.length;
       if (p + d > budget) d = budget - p;
     }
+    this.pools = { prefill: p, decode: d };
     if (p === pre.length && d === dec.length) return [];
     return [{ kind: "replicas", prefill: p, decode: d }];
+  }
+
+  /**
+   * With a budget of the workers present, the pool sizes the last tick settled on, held as Dynamo's
+   * replica counts are held (a worker that leaves is replaced): a worker that joins is spare (parked)
+   * until a tick wants one more, rather than serving outside both pools, and a pool a leaver left
+   * short is refilled from the spare ones. Nothing before the first tick or with a fixed budget.
+   */
+  rebudget(_workers: readonly WorkerSnapshot[]): PlannerAction[] {
+    if (this.pools === null || this.o.maxWorkers !== "present") return [];
+    return [{ kind: "replicas", ...this.pools }];
   }
 
   private step(n: number, predicted: number[], target: number): number {

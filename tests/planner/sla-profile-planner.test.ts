@@ -112,3 +112,24 @@ test("SlaProfilePlanner.rebudget() cuts the last decision's pools to the workers
   fixed.tick({ ...load, workers: present(4) });
   assert.deepEqual(fixed.rebudget(present(9)), [], "a fixed budget did not change");
 });
+
+test("LoadPlanner.rebudget() holds the pool sizes its last tick settled on, and only for a budget of the workers present", () => {
+  const worker = (id: string, role: WorkerSnapshot["role"]): WorkerSnapshot => ({
+    id, role, state: "serving", waitingPrefillTokens: 0, queueDelayS: 0, decodeBatch: 0, waitingDecodes: 0,
+    prefillTokens: 0, prefillBusyS: 0, decodeTokens: 0, decodeBusyS: 0, decodeStepS: 0.01, meanDecodeBatch: 0, kvUsage: 0,
+  });
+  const lp = new LoadPlanner({ profile, maxWorkers: "present", isl: 1000 });
+  const base = snapshot(5, 5, 10, 1000, 100, 0.1, 0.04);
+  const three = [worker("p", "prefill"), worker("d", "decode"), worker("e", "decode")];
+  assert.deepEqual(lp.rebudget(three), [], "no tick yet");
+  // Nothing queued, decode steps fast: two decode workers are more than needed, one is let go.
+  assert.deepEqual(lp.tick({ ...base, workers: three }), [{ kind: "replicas", prefill: 1, decode: 1 }]);
+  assert.deepEqual(lp.rebudget([...three, worker("j", "mixed")]), [{ kind: "replicas", prefill: 1, decode: 1 }], "a joiner is placed by the sizes held");
+  // A tick that changes nothing still settles the sizes it kept.
+  const kept = [worker("p", "prefill"), worker("d", "decode")];
+  assert.deepEqual(lp.tick({ ...base, workers: kept }), []);
+  assert.deepEqual(lp.rebudget(kept), [{ kind: "replicas", prefill: 1, decode: 1 }]);
+  const fixed = new LoadPlanner({ profile, maxWorkers: 10, isl: 1000 });
+  fixed.tick({ ...base, workers: three });
+  assert.deepEqual(fixed.rebudget(three), [], "a fixed budget did not change");
+});
