@@ -5,7 +5,8 @@
  * `structuredClone` with a transfer list, a byte stream's enqueue, a WebAssembly memory's growth)
  * invalidates it for the isolate's whole life, and every typed-array loop is compiled with the
  * checks put back. This times `pagedAttention` (one decode row over `--context` positions, the
- * bench-agent-kv model's shape by default: 6 query heads of 64 over one KV head) and a 64×384×384 `matmul` in
+ * bench-agent-kv model's shape by default: 6 query heads of 64 over one KV head), a 64×384×384 `matmul` and an
+ * expert matmul (16 tokens, two of eight 512×256 experts each) in
  * one isolate, before and after detaching one 16-byte buffer, and prints medians and their ratios.
  * Why a worker thread never transfers what it sends (src/cluster/worker-host.ts). Figures:
  * docs/results/bench-detach.md.
@@ -15,6 +16,7 @@
 import { ArgsError, parseArgs } from "../src/cli/args.ts";
 import { pagedAttention } from "../src/backend/reference/attention.ts";
 import { matmul } from "../src/backend/reference/linear.ts";
+import { matmulExperts } from "../src/backend/reference/experts.ts";
 import { f32Tensor, i32Tensor, type RefTensor } from "../src/backend/reference/storage.ts";
 import { cliArgs, exitProcess } from "../src/runtime/env.ts";
 
@@ -68,7 +70,14 @@ function main(): void {
   const w = f32Tensor(random(384 * 384, 5), [384, 384]);
   const attention = () => pagedAttention(q, kCache, vCache, batch, 0.125);
   const project = () => matmul(x, w);
-  const measure = () => ({ attention: time(attention, repeats, Math.max(1, Math.round(30 / rows))), matmul: time(project, repeats, 5) });
+  // A mixture-of-experts projection: 16 tokens, two of eight experts each, 512×256 expert matrices.
+  const ex = f32Tensor(random(16 * 256, 6), [16, 256]);
+  const ew = f32Tensor(random(8 * 512 * 256, 7), [8, 512, 256]);
+  const ids = i32Tensor(Int32Array.from({ length: 32 }, (_, i) => (i * 5) % 8), [16, 2]);
+  const experts = () => matmulExperts(ex, ew, ids);
+  const measure = () => ({
+    attention: time(attention, repeats, Math.max(1, Math.round(30 / rows))), matmul: time(project, repeats, 5), experts: time(experts, repeats, 5),
+  });
   measure(); // warm-up: both kernels optimized before the first figure
   const before = measure();
   const buffer = new ArrayBuffer(16);
@@ -79,8 +88,8 @@ function main(): void {
   console.log(`bench-detach: ${context} positions, ${HEADS} heads of ${HEAD_DIM} over ${KV_HEADS} KV heads; medians of ${repeats}`);
   console.log("| kernel | before a detach (ms) | after (ms) | after / before |");
   console.log("|---|---|---|---|");
-  for (const k of ["attention", "matmul"] as const) {
-    const label = k === "attention" ? `pagedAttention, ${rows} row${rows === 1 ? "" : "s"} × ${context}` : "matmul 64×384×384";
+  for (const k of ["attention", "matmul", "experts"] as const) {
+    const label = k === "attention" ? `pagedAttention, ${rows} row${rows === 1 ? "" : "s"} × ${context}` : k === "matmul" ? "matmul 64×384×384" : "matmulExperts 16 tokens × 2 of 8, 512×256";
     console.log(`| ${label} | ${before[k].toFixed(3)} | ${after[k].toFixed(3)} | ${(after[k] / before[k]).toFixed(2)} |`);
   }
 }

@@ -120,6 +120,39 @@ test("matmul() gives every output the bits of its own f64 dot product, across it
       }
     }
     assert.deepEqual(got, want, `${n}×${k} · ${m}×${k}`);
+    const bare = await read(be.matmul(f32([...xv], [n, k]), f32([...wv], [m, k])));
+    assert.deepEqual(bare, want.map((_, o) => {
+      const i = Math.floor(o / m), j = o % m;
+      let acc = 0;
+      for (let c = 0; c < k; c++) acc += xv[i * k + c] * wv[j * k + c];
+      return Math.fround(acc);
+    }), `${n}×${k} · ${m}×${k} without a bias`);
+  }
+});
+
+test("matmulExperts() gives every output the bits of its own f64 dot product with its row's expert, shared or per-expert input", async () => {
+  let seed = 7;
+  const rnd = (n: number) => Array.from({ length: n }, () => ((seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0) / 2 ** 32) - 0.5);
+  const experts = 3, inner = 13;
+  // Expert rows in blocks of four with some left over (out 9), and fewer than four (out 3).
+  for (const out of [9, 3]) {
+    const wv = Float32Array.from(rnd(experts * out * inner));
+    const ids = [2, 0, 1, 2, 0, 0];
+    for (const perExpert of [false, true]) {
+      const rows = perExpert ? 6 : 3;
+      const xv = Float32Array.from(rnd(rows * inner));
+      const got = await read(be.matmulExperts(f32([...xv], [rows, inner]), f32([...wv], [experts, out, inner]), be.upload(new Int32Array(ids), [3, 2])));
+      const want: number[] = [];
+      ids.forEach((e, r) => {
+        const xb = (perExpert ? r : Math.floor(r / 2)) * inner;
+        for (let o = 0; o < out; o++) {
+          let acc = 0;
+          for (let c = 0; c < inner; c++) acc += xv[xb + c] * wv[(e * out + o) * inner + c];
+          want.push(Math.fround(acc));
+        }
+      });
+      assert.deepEqual(got, want, `out ${out}, ${perExpert ? "per-expert" : "shared"} input`);
+    }
   }
 });
 

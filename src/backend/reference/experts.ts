@@ -5,6 +5,7 @@
 import { expectExpertMatmulShapes, expectMoeCombineShapes, expectMoeRouteShapes } from "../shape-checks.ts";
 import { type ExpertGroups, MIN_ROUTE_SHARE, type MoeRouteOptions, type MoeRouting } from "../types.ts";
 import { f32Tensor, i32Tensor, type RefTensor } from "./storage.ts";
+import { matmulRow1 } from "./linear.ts";
 
 /**
  * Top-k experts of each row by selection score (ties to the lower index) and their weights; see
@@ -81,12 +82,8 @@ export function matmulExperts(x: RefTensor, w: RefTensor, ids: RefTensor): RefTe
     const e = ids.i32[r];
     if (e < 0 || e >= experts) throw new RangeError(`Expert id ${e} at position ${r} is outside 0..${experts - 1}`);
     const xb = (perExpertInput ? r : Math.floor(r / k)) * inner;
-    for (let o = 0; o < out; o++) {
-      const wb = (e * out + o) * inner;
-      let acc = 0;
-      for (let c = 0; c < inner; c++) acc += xs[xb + c] * ws[wb + c];
-      y[r * out + o] = acc;
-    }
+    // Four of the expert's rows at a time; each output still one f64 sum in order (the same bits).
+    matmulRow1(xs, xb, ws, e * out * inner, y, r * out, undefined, inner, out);
   }
   return f32Tensor(y, [n * k, out]);
 }

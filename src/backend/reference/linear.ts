@@ -25,7 +25,7 @@ export function matmul(x: RefTensor, w: RefTensor, bias?: RefTensor): RefTensor 
   // time), every output still its own f64 sum over k in order: the same bits as one dot at a time.
   let i = 0;
   for (; i + 4 <= n; i += 4) matmulRows4(xs, ws, out, b, i, k, m);
-  for (; i < n; i++) matmulRow1(xs, ws, out, b, i, k, m);
+  for (; i < n; i++) matmulRow1(xs, i * k, ws, 0, out, i * m, b, k, m);
   return f32Tensor(out, [n, m]);
 }
 
@@ -77,12 +77,15 @@ function matmulRows4(xs: Float32Array, ws: Float32Array, out: Float32Array, b: F
   }
 }
 
-/** Row i of `out` = row i of `xs` · each weight row (+ bias), four weight rows at a time. */
-function matmulRow1(xs: Float32Array, ws: Float32Array, out: Float32Array, b: Float32Array | undefined, i: number, k: number, m: number): void {
-  const xb = i * k;
+/**
+ * One output row (at `ob` in `out`) = the input row at `xb` · each of the `m` weight rows from `wb`
+ * (+ bias), four weight rows at a time; each output its own f64 sum over k in order. Also the
+ * reference expert matmul's (experts.ts).
+ */
+export function matmulRow1(xs: Float32Array, xb: number, ws: Float32Array, wb: number, out: Float32Array, ob: number, b: Float32Array | undefined, k: number, m: number): void {
   let j = 0;
   for (; j + 4 <= m; j += 4) {
-    const w0 = j * k, w1 = w0 + k, w2 = w1 + k, w3 = w2 + k;
+    const w0 = wb + j * k, w1 = w0 + k, w2 = w1 + k, w3 = w2 + k;
     let a0 = 0, a1 = 0, a2 = 0, a3 = 0;
     for (let c = 0; c < k; c++) {
       const xv = xs[xb + c];
@@ -91,16 +94,16 @@ function matmulRow1(xs: Float32Array, ws: Float32Array, out: Float32Array, b: Fl
       a2 += xv * ws[w2 + c];
       a3 += xv * ws[w3 + c];
     }
-    out[i * m + j] = b ? a0 + b[j] : a0;
-    out[i * m + j + 1] = b ? a1 + b[j + 1] : a1;
-    out[i * m + j + 2] = b ? a2 + b[j + 2] : a2;
-    out[i * m + j + 3] = b ? a3 + b[j + 3] : a3;
+    out[ob + j] = b ? a0 + b[j] : a0;
+    out[ob + j + 1] = b ? a1 + b[j + 1] : a1;
+    out[ob + j + 2] = b ? a2 + b[j + 2] : a2;
+    out[ob + j + 3] = b ? a3 + b[j + 3] : a3;
   }
   for (; j < m; j++) {
-    const wb = j * k;
+    const w0 = wb + j * k;
     let acc = 0;
-    for (let c = 0; c < k; c++) acc += xs[xb + c] * ws[wb + c];
-    out[i * m + j] = b ? acc + b[j] : acc;
+    for (let c = 0; c < k; c++) acc += xs[xb + c] * ws[w0 + c];
+    out[ob + j] = b ? acc + b[j] : acc;
   }
 }
 
