@@ -12,7 +12,8 @@
  */
 import net from "node:net";
 import os from "node:os";
-import { announceWorker, connectControlPlane, ControlPlaneError, controlSubjects, splitCredentials } from "../cluster/nats-membership.ts";
+import { ControlPlaneError, controlSubjects, splitCredentials } from "../cluster/nats-membership.ts";
+import { announceWorkerInThread } from "../cluster/nats-announcer.ts";
 import { socketPort } from "../cluster/tcp-port.ts";
 import { serveWorker } from "../cluster/worker-host.ts";
 import { parseAddress } from "../cluster/create-cluster.ts";
@@ -88,8 +89,8 @@ async function main(): Promise<void> {
   const anyHost = addr.host === "0.0.0.0" || addr.host === "::";
   const advertise = f.advertise ?? `${bracket(anyHost ? os.hostname() : addr.host)}:${bound.port}`;
   const id = f.id ?? `${os.hostname()}-${bound.port}`;
-  const nc = await connectControlPlane(f.nats, `evolving-worker ${id}`);
-  const announcer = announceWorker(nc, clusterName, { id, addr: advertise });
+  // From a thread: the NATS client never loads in this isolate, where the engines run (nats-announcer.ts).
+  const announcer = await announceWorkerInThread(f.nats, `evolving-worker ${id}`, clusterName, { id, addr: advertise });
   console.error(`worker: announced as "${id}" at ${advertise} on cluster "${clusterName}" (NATS ${splitCredentials(f.nats).server})`);
   let leaving = false;
   const leave = async () => {
