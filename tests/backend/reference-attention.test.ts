@@ -130,23 +130,9 @@ test("pagedAttention() gives each query head the bits of that head computed alon
       for (let h = 0; h < heads; h++) {
         const g = Math.floor(h / (heads / kvHeads));
         const rowOf = (p: number) => ((table[Math.floor(p / blockSize)] * blockSize + (p % blockSize)) * kvHeads + g) * headDim;
-        const scores = Array.from({ length: pos + 1 }, (_, p) => {
-          let dot = 0;
-          for (let d = 0; d < headDim; d++) dot += f(qv[(t * heads + h) * headDim + d]) * f(kc[rowOf(p) + d]);
-          return dot;
-        });
-        const sink = withSinks ? f(sinks[h]) : undefined;
-        let max = sink ?? -Infinity;
-        for (const s of scores) max = Math.max(max, s * scale);
-        const e = scores.map((s) => Math.exp(s * scale - max));
-        let sum = sink === undefined ? 0 : Math.exp(sink - max);
-        for (const x of e) sum += x;
-        const w = e.map((x) => x / sum);
-        for (let d = 0; d < headDim; d++) {
-          let acc = 0;
-          for (let p = 0; p <= pos; p++) acc += w[p] * f(vc[rowOf(p) + d]);
-          want.push(f(acc));
-        }
+        const visible = Array.from({ length: pos + 1 }, (_, p) => p);
+        const qb = (t * heads + h) * headDim;
+        attendAlone((d) => f(qv[qb + d]), (p, d) => f(kc[rowOf(p) + d]), (p, d) => f(vc[rowOf(p) + d]), visible, headDim, scale, withSinks ? f(sinks[h]) : undefined, want);
       }
     });
     assert.deepEqual(got, want, `${heads} heads over ${kvHeads} KV heads`);
@@ -181,24 +167,36 @@ test("pagedAttention() gives each token's heads the bits of that row computed al
         const g = Math.floor(h / (heads / kvHeads));
         const rowOf = (p: number) => ((table[Math.floor(p / blockSize)] * blockSize + (p % blockSize)) * kvHeads + g) * headDim;
         const visible = Array.from({ length: pos + 1 - first }, (_, i) => first + i);
-        const scores = visible.map((p) => {
-          let dot = 0;
-          for (let d = 0; d < headDim; d++) dot += f(qv[(t * heads + h) * headDim + d]) * f(kc[rowOf(p) + d]);
-          return dot;
-        });
-        const sink = withSinks ? f(sinks[h]) : undefined;
-        let max = sink ?? -Infinity;
-        for (const s of scores) max = Math.max(max, s * scale);
-        const e = scores.map((s) => Math.exp(s * scale - max));
-        let sum = sink === undefined ? 0 : Math.exp(sink - max);
-        for (const x of e) sum += x;
-        for (let d = 0; d < headDim; d++) {
-          let acc = 0;
-          visible.forEach((p, i) => (acc += (e[i] / sum) * f(vc[rowOf(p) + d])));
-          want.push(f(acc));
-        }
+        const qb = (t * heads + h) * headDim;
+        attendAlone((d) => f(qv[qb + d]), (p, d) => f(kc[rowOf(p) + d]), (p, d) => f(vc[rowOf(p) + d]), visible, headDim, scale, withSinks ? f(sinks[h]) : undefined, want);
       }
     }
     assert.deepEqual(got, want, `${heads} heads over ${kvHeads} KV heads, window ${window}`);
   }
 });
+
+/**
+ * One query row computed alone, in f64 as the reference sums: dots over the visible positions in
+ * order, a softmax with the sink, V summed position by position; each dimension pushed as f32.
+ */
+function attendAlone(
+  q: (d: number) => number, k: (p: number, d: number) => number, v: (p: number, d: number) => number,
+  visible: readonly number[], headDim: number, scale: number, sink: number | undefined, out: number[],
+): void {
+  const scores = visible.map((p) => {
+    let dot = 0;
+    for (let d = 0; d < headDim; d++) dot += q(d) * k(p, d);
+    return dot;
+  });
+  let max = sink ?? -Infinity;
+  for (const x of scores) max = Math.max(max, x * scale);
+  const e = scores.map((x) => Math.exp(x * scale - max));
+  let sum = sink === undefined ? 0 : Math.exp(sink - max);
+  for (const x of e) sum += x;
+  const w = e.map((x) => x / sum);
+  for (let d = 0; d < headDim; d++) {
+    let acc = 0;
+    visible.forEach((p, i) => (acc += w[i] * v(p, d)));
+    out.push(Math.fround(acc));
+  }
+}
