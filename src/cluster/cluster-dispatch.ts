@@ -47,8 +47,14 @@ export class ClusterDispatch {
   private readonly now: () => number;
 
   constructor(p: DispatchParts) {
-    ({ set: this.set, window: this.window, sessions: this.sessions, control: this.control, counters: this.counters, blockSize: this.blockSize, now: this.now } = p);
+    this.set = p.set;
+    this.window = p.window;
+    this.sessions = p.sessions;
+    this.control = p.control;
+    this.counters = p.counters;
     this.o = p.options;
+    this.blockSize = p.blockSize;
+    this.now = p.now;
   }
 
   /** A new handle id (ids are the cluster's, whichever worker serves). */
