@@ -90,7 +90,9 @@ async function main(): Promise<void> {
   const advertise = f.advertise ?? `${bracket(anyHost ? os.hostname() : addr.host)}:${bound.port}`;
   const id = f.id ?? `${os.hostname()}-${bound.port}`;
   // From a thread: the NATS client never loads in this isolate, where the engines run (nats-announcer.ts).
-  const announcer = await announceWorkerInThread(f.nats, `evolving-worker ${id}`, clusterName, { id, addr: advertise });
+  const announcer = await announceWorkerInThread(f.nats, `evolving-worker ${id}`, clusterName, { id, addr: advertise }, {
+    onLost: (e) => console.error(`worker: stopped announcing on NATS (${e.message}); servers keep this worker until its connection fails, but new servers will not find it`),
+  });
   console.error(`worker: announced as "${id}" at ${advertise} on cluster "${clusterName}" (NATS ${splitCredentials(f.nats).server})`);
   let leaving = false;
   const leave = async () => {

@@ -7,7 +7,7 @@
 import process from "node:process";
 import { announceWorkerInThread } from "../../src/cluster/nats-announcer.ts";
 
-const announcer = await announceWorkerInThread(process.argv[2], "driver", "driver", { id: "w-driver", addr: "127.0.0.1:9" }, 50);
+const announcer = await announceWorkerInThread(process.argv[2], "driver", "driver", { id: "w-driver", addr: "127.0.0.1:9" }, { intervalMs: 50 });
 if (process.argv[3] === "detach") {
   const buffer = new ArrayBuffer(8);
   structuredClone(buffer, { transfer: [buffer] });

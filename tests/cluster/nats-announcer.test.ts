@@ -28,7 +28,7 @@ test("announceWorkerInThread() announces a worker on NATS until it leaves, and n
         await new Promise<void>((r) => ((wake = r), setTimeout(r, 200)));
       }
     };
-    const announcer = await announceWorkerInThread(nats.url, "test-worker", "thread-test", { id: "w-t", addr: "127.0.0.1:9001" }, 50);
+    const announcer = await announceWorkerInThread(nats.url, "test-worker", "thread-test", { id: "w-t", addr: "127.0.0.1:9001" }, { intervalMs: 50 });
     await until("two heartbeats", () => heard.filter((a) => a.state === "ready").length >= 2);
     assert.deepEqual(heard[0], { id: "w-t", addr: "127.0.0.1:9001", state: "ready" });
     await announcer.leave();
