@@ -106,12 +106,12 @@ export function pagedAttention(
     // then one): each K and V row is read once for the four. Every head keeps its own dots and sums in
     // their own order, so each output has the bits of that token's head computed alone.
     const pairs = r * group;
-    const qbOf = (x: number) => ((t + Math.floor(x / group)) * heads + g * group + (x % group)) * headDim;
     const lenOf = (x: number) => poss[t + Math.floor(x / group)] + 1 - first;
-    const sinkOf = (x: number) => sinks?.[g * group + (x % group)];
-    let g = 0;
-    for (; g < kvHeads; g++) {
+    for (let g = 0; g < kvHeads; g++) {
       const kvOff = g * headDim;
+      // Pair x is token t + ⌊x / group⌋ with the group's head x mod group.
+      const qbOf = (x: number) => ((t + Math.floor(x / group)) * heads + g * group + (x % group)) * headDim;
+      const sinkOf = (x: number) => sinks?.[g * group + (x % group)];
       let x = 0;
       for (; x + 4 <= pairs; x += 4) {
         attendFour(
