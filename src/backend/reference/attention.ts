@@ -139,18 +139,13 @@ function attendOne(
     for (let d = 0; d < headDim; d++) dot += qs[qb + d] * kc[kb + d];
     scores[i] = dot;
   }
-  const weights = softmaxRow(scores, 0, len, scale, sink);
   // Position by position, each V row read along its length; each dimension sums its positions in order, in f64.
   const acc = new Float64Array(headDim);
-  for (let i = 0; i < len; i++) {
-    const w = weights[i];
-    const vb = rowBase[i] + kvOff;
-    for (let d = 0; d < headDim; d++) acc[d] += w * vc[vb + d];
-  }
+  addTail(vc, rowBase, kvOff, headDim, softmaxRow(scores, 0, len, scale, sink), acc, 0, len);
   for (let d = 0; d < headDim; d++) out[qb + d] = acc[d];
 }
 
-/** Adds positions from..to-1 of V, weighted by `w`, to `acc` in order (a row's positions past another's). */
+/** Adds positions from..to-1 of V, weighted by `w`, to `acc` in order (a whole row, or its positions past another's). */
 function addTail(vc: Float32Array, rowBase: Int32Array, kvOff: number, headDim: number, w: Float64Array, acc: Float64Array, from: number, to: number): void {
   for (let i = from; i < to; i++) {
     const x = w[i];
