@@ -1,13 +1,17 @@
 // Paged causal attention with GQA over a ragged batch, online softmax (flash-decoding style).
-// One workgroup of 64 per (query token, query head). Keys are visited in tiles of 64: thread j
-// scores key j of the tile; after the tile max, thread j turns its score into a weight; then
-// thread t accumulates output dims t, t+64, ... (DPT of them: head_dim <= 64·DPT).
+// One workgroup of 64 per (query token, HPG query heads of one KV group): each key and value row
+// is read once for the HPG heads that share it. Keys are visited in tiles of 64: thread j scores
+// key j of the tile for every head; after each head's tile max, thread j turns its scores into
+// weights; then thread t accumulates output dims t, t+64, ... (DPT of them: head_dim <= 64·DPT) of
+// every head. Each head's tile max and weight sum are taken over segments of 8 keys by the first
+// 8·HPG threads, then over the segments by every thread.
 // Used for decode (one row per sequence) and for prefill chunks over a cached prefix alike.
 // With a sliding window (window > 0) a row visits only its last `window` positions; with SINKS a
 // per-head logit starts the online softmax as a key with no value (it joins the denominator only).
 // With F16 the caches hold halves, widened to f32 as they are read.
 const WG = 64u;
 const DPT = ${DPT}u;
+const HPG = ${HPG}u;
 struct P {
   n: u32, heads: u32, kv_heads: u32, head_dim: u32,
   block_size: u32, max_blocks: u32, num_blocks: u32, scale: f32,
@@ -31,88 +35,127 @@ struct P {
 @group(0) @binding(8) var<storage, read> sinks: array<f32>;
 #endif
 
-var<workgroup> qs: array<f32, 576>; // MAX_HEAD_DIM in ops-attention.ts
-var<workgroup> sc: array<f32, 64>;
+var<workgroup> qs: array<f32, 2048>; // HPG · head_dim <= MAX_GROUP_QUERY in ops-attention.ts
+var<workgroup> sc: array<f32, WG * HPG>; // head hh's score (then weight) of key j at hh·64 + j
 var<workgroup> kbase: array<u32, 64>;
+const SEG = 8u; // keys per segment of a tile
+const SEGS = 8u; // segments per tile (SEG · SEGS = WG)
+var<workgroup> part_max: array<f32, SEGS * HPG>;
+var<workgroup> part_sum: array<f32, SEGS * HPG>;
 var<workgroup> ctx_shared: u32;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
   let g = wid.x + wid.y * nwg.x;
-  if (g >= p.n * p.heads) { return; }
-  let t = g / p.heads;
-  let h = g % p.heads;
-  let kvh = h / (p.heads / p.kv_heads);
+  let chunks = p.heads / HPG;
+  if (g >= p.n * chunks) { return; }
+  let t = g / chunks;
+  let h0 = (g % chunks) * HPG;
+  let kvh = h0 / (p.heads / p.kv_heads);
   let seq = u32(tseq[t]);
-  let qb = g * p.head_dim;
-  for (var d = lid; d < p.head_dim; d += WG) { qs[d] = q[qb + d] * p.scale; }
+  let hd = p.head_dim;
+  // The HPG heads' query rows lie next to each other, and so do their output rows.
+  let qb = (t * p.heads + h0) * hd;
+  for (var d = lid; d < HPG * hd; d += WG) { qs[d] = q[qb + d] * p.scale; }
   if (lid == 0u) { ctx_shared = u32(tpos[t] + 1); }
   // The context length comes from a storage buffer; loading it this way makes it workgroup-uniform.
   let ctx = workgroupUniformLoad(&ctx_shared);
-  let row = p.kv_heads * p.head_dim;
+  var m: array<f32, HPG>;
+  var l: array<f32, HPG>;
+  for (var hh = 0u; hh < HPG; hh += 1u) {
 #if ${SINKS}
-  var m = sinks[h];
-  var l = 1.0;
+    m[hh] = sinks[h0 + hh];
+    l[hh] = 1.0;
 #else
-  var m = -3.0e38;
-  var l = 0.0;
+    m[hh] = -3.0e38;
+    l[hh] = 0.0;
 #endif
-  var acc: array<f32, DPT>;
-  for (var i = 0u; i < DPT; i += 1u) { acc[i] = 0.0; }
+  }
+  var acc: array<f32, HPG * DPT>; // head hh's dim lid + i·64 at hh·DPT + i
+  for (var i = 0u; i < HPG * DPT; i += 1u) { acc[i] = 0.0; }
   var first = 0u;
   if (p.window > 0u && ctx > p.window) { first = ctx - p.window; }
   for (var start = first; start < ctx; start += WG) {
     let key = start + lid;
-    var s = -3.0e38;
+    var s: array<f32, HPG>;
+    for (var hh = 0u; hh < HPG; hh += 1u) { s[hh] = -3.0e38; }
     if (key < ctx) {
       let blk = u32(tables[seq * p.max_blocks + key / p.block_size]);
-      let base = ((blk * p.block_size + key % p.block_size) * p.kv_heads + kvh) * p.head_dim;
+      let base = ((blk * p.block_size + key % p.block_size) * p.kv_heads + kvh) * hd;
       kbase[lid] = base;
-      var dotv = 0.0;
+      for (var hh = 0u; hh < HPG; hh += 1u) { s[hh] = 0.0; }
 #if ${F16}
-      for (var d = 0u; d < p.head_dim; d += 2u) {
+      for (var d = 0u; d < hd; d += 2u) {
         let kk = unpack2x16float(kc[(base + d) / 2u]);
-        dotv += qs[d] * kk.x + qs[d + 1u] * kk.y;
+        for (var hh = 0u; hh < HPG; hh += 1u) { s[hh] += qs[hh * hd + d] * kk.x + qs[hh * hd + d + 1u] * kk.y; }
       }
 #else
-      for (var d = 0u; d < p.head_dim; d += 1u) { dotv += qs[d] * kc[base + d]; }
+      for (var d = 0u; d < hd; d += 1u) {
+        let kk = kc[base + d];
+        for (var hh = 0u; hh < HPG; hh += 1u) { s[hh] += qs[hh * hd + d] * kk; }
+      }
 #endif
-      s = dotv;
     }
-    sc[lid] = s;
+    for (var hh = 0u; hh < HPG; hh += 1u) { sc[hh * WG + lid] = s[hh]; }
     workgroupBarrier();
-    var tmax = m;
     let count = min(WG, ctx - start);
-    for (var j = 0u; j < count; j += 1u) { tmax = max(tmax, sc[j]); }
+    // The tile's max and weight sum per head in two levels: thread (hh, seg) of the first 8·HPG
+    // takes keys seg·8 … seg·8+7 of head hh, instead of every thread scanning every score.
+    let hs = lid / SEGS;
+    let j0 = (lid % SEGS) * SEG;
+    if (lid < SEGS * HPG) {
+      var mx = -3.0e38;
+      for (var j = j0; j < min(j0 + SEG, count); j += 1u) { mx = max(mx, sc[hs * WG + j]); }
+      part_max[lid] = mx;
+    }
     workgroupBarrier();
-    if (key < ctx) { sc[lid] = exp(s - tmax); }
+    var tmax: array<f32, HPG>;
+    for (var hh = 0u; hh < HPG; hh += 1u) {
+      var mx = m[hh];
+      for (var k = 0u; k < SEGS; k += 1u) { mx = max(mx, part_max[hh * SEGS + k]); }
+      tmax[hh] = mx;
+    }
+    if (lid < SEGS * HPG) {
+      var sum = 0.0;
+      for (var j = j0; j < min(j0 + SEG, count); j += 1u) {
+        let w = exp(sc[hs * WG + j] - tmax[hs]);
+        sc[hs * WG + j] = w;
+        sum += w;
+      }
+      part_sum[lid] = sum;
+    }
     workgroupBarrier();
-    let corr = exp(m - tmax);
-    l *= corr;
-    for (var i = 0u; i < DPT; i += 1u) { acc[i] *= corr; }
+    for (var hh = 0u; hh < HPG; hh += 1u) {
+      var sum = 0.0;
+      for (var k = 0u; k < SEGS; k += 1u) { sum += part_sum[hh * SEGS + k]; }
+      let corr = exp(m[hh] - tmax[hh]);
+      l[hh] = l[hh] * corr + sum;
+      for (var i = 0u; i < DPT; i += 1u) { acc[hh * DPT + i] *= corr; }
+    }
     for (var j = 0u; j < count; j += 1u) {
-      let w = sc[j];
-      l += w;
       let vb = kbase[j];
       for (var i = 0u; i < DPT; i += 1u) {
         let d = lid + i * WG;
+        if (d < hd) {
 #if ${F16}
-        if (d < p.head_dim) {
           let vv = unpack2x16float(vc[(vb + d) / 2u]);
-          acc[i] += w * select(vv.x, vv.y, (d & 1u) == 1u);
-        }
+          let v = select(vv.x, vv.y, (d & 1u) == 1u);
 #else
-        if (d < p.head_dim) { acc[i] += w * vc[vb + d]; }
+          let v = vc[vb + d];
 #endif
+          for (var hh = 0u; hh < HPG; hh += 1u) { acc[hh * DPT + i] += sc[hh * WG + j] * v; }
+        }
       }
     }
-    m = tmax;
+    for (var hh = 0u; hh < HPG; hh += 1u) { m[hh] = tmax[hh]; }
     workgroupBarrier();
   }
-  let inv = 1.0 / l;
-  for (var i = 0u; i < DPT; i += 1u) {
-    let d = lid + i * WG;
-    if (d < p.head_dim) { dst[qb + d] = acc[i] * inv; }
+  for (var hh = 0u; hh < HPG; hh += 1u) {
+    let inv = 1.0 / l[hh];
+    for (var i = 0u; i < DPT; i += 1u) {
+      let d = lid + i * WG;
+      if (d < hd) { dst[qb + hh * hd + d] = acc[hh * DPT + i] * inv; }
+    }
   }
 }

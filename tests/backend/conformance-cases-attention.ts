@@ -49,6 +49,11 @@ const GEOMETRIES: Geometry[] = [
   { heads: 8, kvHeads: 1, headDim: 576, blockSize: 16, kv: "f16", shared: true },
   { heads: 4, kvHeads: 2, headDim: 40, blockSize: 4, window: 6, sinks: true, kv: "f16" },
   { heads: 3, kvHeads: 1, headDim: 8, blockSize: 4, shared: true },
+  // Groups larger than one WebGPU workgroup serves (attentionHeadsPerGroup): 16 per KV head in
+  // workgroups of 8, 12 in workgroups of 6 (a divisor), 10 of width 256 in workgroups of 5.
+  { heads: 32, kvHeads: 2, headDim: 16, blockSize: 4, sinks: true },
+  { heads: 24, kvHeads: 2, headDim: 64, blockSize: 16, kv: "f16", window: 9 },
+  { heads: 10, kvHeads: 1, headDim: 256, blockSize: 5 },
 ];
 
 /** Sequences of one batch: (first new position, new tokens). */

@@ -17,6 +17,24 @@ import { checkIndexRange, expectAttentionOptions } from "../shape-checks.ts";
  */
 export const MAX_HEAD_DIM = 576;
 
+/** Most query floats one attention workgroup holds (kernels-wgsl/paged_attention.wgsl `qs`): 8 KiB. */
+const MAX_GROUP_QUERY = 2048;
+/** Most query heads one attention workgroup serves (registers: their sums and accumulators). */
+const MAX_GROUP_HEADS = 8;
+
+/**
+ * Query heads per attention workgroup: the most heads of one KV group (a divisor of the group, so
+ * no workgroup straddles two) that fit its query buffer and registers. Each key and value row is
+ * then read once for all of them instead of once per head.
+ */
+export function attentionHeadsPerGroup(heads: number, kvHeads: number, headDim: number): number {
+  const group = heads / kvHeads;
+  for (let h = Math.min(group, MAX_GROUP_HEADS); h > 1; h--) {
+    if (group % h === 0 && h * headDim <= MAX_GROUP_QUERY) return h;
+  }
+  return 1;
+}
+
 function caches(ctx: GpuContext, kT: Tensor, vT: Tensor): [GpuTensor, GpuTensor] {
   const k = asGpu(kT, "key cache", ctx);
   const v = asGpu(vT, "value cache", ctx);
@@ -103,15 +121,16 @@ export function pagedAttention(
   }
   const out = ctx.output(q.shape);
   const dpt = headDim <= 64 ? 1 : headDim <= 128 ? 2 : headDim <= 256 ? 4 : 9;
+  const hpg = attentionHeadsPerGroup(heads, kvHeads, headDim);
   ctx.recorder.dispatch(
     "paged_attention",
-    { DPT: dpt, SINKS: sinks !== undefined, F16: kc.dtype === "f16" },
+    { DPT: dpt, HPG: hpg, SINKS: sinks !== undefined, F16: kc.dtype === "f16" },
     [n, heads, kvHeads, headDim, blockSize, tables.shape[1], numBlocks, new F32(scale), window],
     [
       [1, q.buffer], [2, kc.buffer], [3, vc.buffer], [4, seq.buffer], [5, pos.buffer], [6, tables.buffer], [7, out.buffer],
       ...(sinks ? [[8, sinks.buffer] as [number, PooledBuffer]] : []),
     ],
-    n * heads,
+    (n * heads) / hpg,
   );
   return out;
 }
