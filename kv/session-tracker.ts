@@ -83,6 +83,11 @@ export interface SessionHandle {
 export class SessionTracker {
   private readonly sessions = new Map<string, SessionRecord>();
   private readonly tools = new Map<string, ToolRecord>();
+  /**
+   * Tracked sessions by status, kept as they change: a cluster's router reads them for every
+   * candidate worker of every request, where counting the records (100k sessions) cost O(sessions).
+   */
+  private readonly counts: Record<SessionStatus, number> = { running: 0, "waiting-tool": 0, idle: 0 };
   private readonly o: Required<SessionTrackerOptions>;
   /** log(priorToolGapS), computed once: gapOf() runs for every waiting session on every re-ranking. */
   private readonly logPriorToolGap: number;
@@ -123,8 +128,8 @@ export class SessionTracker {
       }
     }
     // Updated in place (not replaced) so handles stay valid; the fields are those a new record would get.
-    if (s !== undefined) { s.status = "running"; s.since = now; s.tool = null; return; }
-    this.sessions.set(sessionId, { gone: false, status: "running", since: now, tool: null, logGap: null, observations: 0 });
+    if (s !== undefined) { this.setStatus(s, "running"); s.since = now; s.tool = null; return; }
+    this.add(sessionId, { gone: false, status: "running", since: now, tool: null, logGap: null, observations: 0 });
   }
 
   /** A turn ended: with a tool call (`tool` names it) the session waits; with `null` it goes idle. */
@@ -133,8 +138,26 @@ export class SessionTracker {
     if (tool !== null && tool.length > MAX_TOOL_NAME_CHARS) tool = tool.slice(0, MAX_TOOL_NAME_CHARS);
     const s = this.sessions.get(sessionId);
     const status = tool === null ? "idle" : "waiting-tool";
-    if (s !== undefined) { s.status = status; s.since = now; s.tool = tool; return; }
-    this.sessions.set(sessionId, { gone: false, status, since: now, tool, logGap: null, observations: 0 });
+    if (s !== undefined) { this.setStatus(s, status); s.since = now; s.tool = tool; return; }
+    this.add(sessionId, { gone: false, status, since: now, tool, logGap: null, observations: 0 });
+  }
+
+  private setStatus(s: SessionRecord, status: SessionStatus): void {
+    this.counts[s.status]--;
+    this.counts[status]++;
+    s.status = status;
+  }
+
+  private add(sessionId: string, s: SessionRecord): void {
+    this.sessions.set(sessionId, s);
+    this.counts[s.status]++;
+  }
+
+  /** Forgets one record (its handles go stale). */
+  private drop(sessionId: string, s: SessionRecord): void {
+    s.gone = true;
+    this.sessions.delete(sessionId);
+    this.counts[s.status]--;
   }
 
   /** Sessions tracked now. */
@@ -147,11 +170,9 @@ export class SessionTracker {
     return this.tools.size;
   }
 
-  /** Tracked sessions by status (for metrics). */
+  /** Tracked sessions by status (for metrics and routers; a copy, kept as they change, so O(1)). */
   statusCounts(): Record<SessionStatus, number> {
-    const c: Record<SessionStatus, number> = { running: 0, "waiting-tool": 0, idle: 0 };
-    for (const s of this.sessions.values()) c[s.status]++;
-    return c;
+    return { ...this.counts };
   }
 
   /**
@@ -162,7 +183,7 @@ export class SessionTracker {
   prune(now: number, maxAgeS: number): number {
     let n = 0;
     for (const [id, s] of this.sessions) {
-      if (s.status !== "running" && now - s.since > maxAgeS) { s.gone = true; this.sessions.delete(id); n++; }
+      if (s.status !== "running" && now - s.since > maxAgeS) { this.drop(id, s); n++; }
     }
     return n;
   }
@@ -178,7 +199,7 @@ export class SessionTracker {
     if (excess <= 0) return 0;
     const quiet = [...this.sessions].filter(([, s]) => s.status !== "running").sort((a, b) => a[1].since - b[1].since);
     const drop = quiet.slice(0, excess);
-    for (const [id, s] of drop) { s.gone = true; this.sessions.delete(id); }
+    for (const [id, s] of drop) this.drop(id, s);
     return drop.length;
   }
 
@@ -186,8 +207,7 @@ export class SessionTracker {
   forget(sessionId: string): void {
     const s = this.sessions.get(sessionId);
     if (s === undefined) return;
-    s.gone = true;
-    this.sessions.delete(sessionId);
+    this.drop(sessionId, s);
   }
 
   /**

@@ -97,3 +97,31 @@ test("SessionTracker.handle() scores like returnProbability() and goes stale on 
   assert.equal(s.handle("a"), undefined);
   assert.equal(s.returnProbability("a", 12, 30), 0);
 });
+
+test("SessionTracker.statusCounts() kept as sessions change equals a count of the sessions under random calls", () => {
+  const op = fc.record({
+    kind: fc.constantFrom("start", "end-tool", "end-idle", "forget", "prune", "pruneToSize"),
+    session: fc.integer({ min: 0, max: 7 }),
+    dt: fc.integer({ min: 0, max: 50 }),
+  });
+  fc.assert(fc.property(fc.array(op, { maxLength: 80 }), (ops) => {
+    const t = new SessionTracker();
+    let now = 0;
+    for (const o of ops) {
+      now += o.dt;
+      const id = `s${o.session}`;
+      if (o.kind === "start") t.turnStarted(id, now);
+      else if (o.kind === "end-tool") t.turnEnded(id, now, "bash");
+      else if (o.kind === "end-idle") t.turnEnded(id, now, null);
+      else if (o.kind === "forget") t.forget(id);
+      else if (o.kind === "prune") t.prune(now, 60);
+      else t.pruneToSize(o.session);
+      const recount = { running: 0, "waiting-tool": 0, idle: 0 };
+      for (let k = 0; k < 8; k++) {
+        const s = t.status(`s${k}`);
+        if (s !== undefined) recount[s]++;
+      }
+      assert.deepEqual(t.statusCounts(), recount);
+    }
+  }));
+});
