@@ -9,6 +9,8 @@
 //         low half of word 27; see weight-layout.ts); values decoded as llama.cpp's dequantize_row_* does.
 //   q6_k  unpacked at upload into 69-word blocks of 256 values: [d as f32 bits, 16 int8 scales, 256 int8 codes].
 //   mxfp4 repacked at upload into 5-word blocks of 32 values: [4 words of FP4 codes, the E8M0 scale byte].
+//   iq2_xxs, iq3_xxs  the format's grid (2 and 1 KiB) ahead of the blocks in every chunk, then each
+//         block with its f16 d widened to a word (68 and 100 bytes; see weight-layout.ts).
 //   iq4_nl repacked as q4_0 (5 words: 4 of nibbles, the f16 scale); iq4_xs llama.cpp's 34-word blocks
 //         (f16 d and u16 scales_h, scales_l, then 8 sub-blocks of 4 words of nibbles laid out as iq4_nl's).
 // Every block format keeps a row's values in whole blocks, and w_at4's i is a multiple of 4, so the
@@ -88,6 +90,16 @@ fn iq4_values(q: vec4<u32>) -> vec4<f32> {
   let pos = select(vec4<u32>(0x26190d01u), vec4<u32>(0x71594535u), upper);
   let word = select(neg, pos, q >= vec4<u32>(8u));
   return vec4<f32>(bitcast<vec4<i32>>(word << ((vec4<u32>(3u) - (q & vec4<u32>(3u))) * vec4<u32>(8u))) >> vec4<u32>(24u));
+}
+#endif
+#if ${W_IQGRID}
+// ±1 for values 4·half … 4·half + 3 of group l from a word holding 4 × 7 sign bits (llama.cpp's
+// ksigns_iq2xs: bit 7 set where the 7 stored bits have an odd count, so minus signs are even).
+fn iq_signs(aux: u32, l: u32, half: u32) -> vec4<f32> {
+  let s7 = (aux >> (7u * l)) & 127u;
+  let signs = s7 | ((countOneBits(s7) & 1u) << 7u);
+  let bits = (vec4<u32>(signs) >> (vec4<u32>(0u, 1u, 2u, 3u) + vec4<u32>(4u * half))) & vec4<u32>(1u);
+  return vec4<f32>(1.0) - 2.0 * vec4<f32>(bits);
 }
 #endif
 fn w_at4(i: u32) -> vec4<f32> {
@@ -190,6 +202,33 @@ fn w_at4(i: u32) -> vec4<f32> {
   let ls = extractBits(wbuf[b + 1u], ib * 4u, 4u) | (extractBits(head, 16u + 2u * ib, 2u) << 4u);
   let dl = unpack2x16float(head).x * f32(i32(ls) - 32);
   return iq4_values(byte_bits(wbuf[b + 2u + ib * 4u + ((e & 15u) >> 2u)], ((e & 31u) >> 4u) * 4u, 15u)) * dl;
+#elif ${W_IQ2XXS}
+  // The 256-entry grid first (512 words: entry g's 8 magnitude bytes in words 2g, 2g + 1), then
+  // 17-word blocks: f16 d (low half), and per 32 values two words: four grid-index bytes, then 4 × 7
+  // sign bits (the 8th makes the count of minus signs even) under a 4-bit scale.
+  let b = 512u + (i >> 8u) * 17u;
+  let e = i & 255u;
+  let ib = e >> 5u;
+  let l = (e & 31u) >> 3u;
+  let half = (e >> 2u) & 1u;
+  let aux1 = wbuf[b + 2u + 2u * ib];
+  let g = extractBits(wbuf[b + 1u + 2u * ib], l * 8u, 8u);
+  let db = unpack2x16float(wbuf[b]).x * (0.5 + f32(aux1 >> 28u)) * 0.25;
+  return vec4<f32>(byte_bits(wbuf[2u * g + half], 0u, 255u)) * iq_signs(aux1, l, half) * db;
+#elif ${W_IQ3XXS}
+  // The 256-entry grid first (256 words: entry g's 4 magnitude bytes), then 25-word blocks: f16 d
+  // (low half), 16 words of grid-index bytes (two per 8 values), and per 32 values a word of 4 × 7
+  // sign bits under a 4-bit scale.
+  let b = 256u + (i >> 8u) * 25u;
+  let e = i & 255u;
+  let ib = e >> 5u;
+  let l = (e & 31u) >> 3u;
+  let half = (e >> 2u) & 1u;
+  let aux = wbuf[b + 17u + ib];
+  let q = 8u * ib + 2u * l + half;
+  let g = extractBits(wbuf[b + 1u + (q >> 2u)], (q & 3u) * 8u, 8u);
+  let db = unpack2x16float(wbuf[b]).x * (0.5 + f32(aux >> 28u)) * 0.5;
+  return vec4<f32>(byte_bits(wbuf[g], 0u, 255u)) * iq_signs(aux, l, half) * db;
 #elif ${W_MXFP4}
   // 5 words: 4 of E2M1 codes (value e low nibble of byte e, e + 16 high nibble), then the E8M0 byte.
   let b = (i >> 5u) * 5u;

@@ -3,16 +3,19 @@
  * iq3_xxs, iq3_s, iq1_s and iq1_m (GGUF types 16, 17, 22, 18, 21, 19, 29: what IQ1_S … IQ3_M
  * files and llama.cpp's low-bit Q2_K_S mixes hold). Each 256-value super-block stores, per group
  * of 8 (or 4) values, an index into a fixed grid of magnitudes (iq-grids.ts, iq1-grid.ts), sign
- * bits and small scales under one f16. No backend has kernels for them: loaders decode them here
- * and re-encode the weight in a format every backend computes with (gguf-reader.ts: q8_0).
+ * bits and small scales under one f16. iq2_xxs and iq3_xxs (IQ2_XXS and IQ3_XXS files' bulk) are
+ * weight dtypes too (quant-blocks.ts; WebGPU computes with them in place, the reference and CUDA
+ * decode them at upload), with a round-to-nearest encoder here for tests and writers; for the
+ * others no backend has kernels: loaders decode them here and re-encode the weight in a format
+ * every backend computes with (gguf-reader.ts: q8_0).
  * Decoding follows ggml-quants.c's `dequantize_row_*` operation for operation over
  * ggml-common.h's block layouts; every product there is exact in f32, so the values match bit for bit.
  */
-import { f16ToF32 } from "./half-float.ts";
+import { f16ToF32, f32ToF16 } from "./half-float.ts";
 import { IQ1S_GRID } from "./iq1-grid.ts";
 import { IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KMASK_IQ2XS, KSIGNS_IQ2XS } from "./iq-grids.ts";
 
-/** The i-quant dtypes decoded on the host (never a backend's weight dtype). */
+/** The lattice i-quant dtypes this module decodes (iq2_xxs and iq3_xxs are also weight dtypes: {@link IqWeightDType}). */
 export type IqDType = "iq2_xxs" | "iq2_xs" | "iq2_s" | "iq3_xxs" | "iq3_s" | "iq1_s" | "iq1_m";
 
 /** Values and bytes per super-block (ggml-common.h `block_iq*`; sizes as its static_asserts). */
@@ -141,4 +144,77 @@ export function decodeIqBlocks(raw: Uint8Array, dtype: IqDType, blocks: number, 
       }
     }
   }
+}
+
+/** The lattice formats a backend computes with (in place on WebGPU), with a round-to-nearest encoder. */
+export type IqWeightDType = "iq2_xxs" | "iq3_xxs";
+
+/** The grid entry of `grid` (entries of `width` magnitudes) nearest to mags[0…width) in squared error. */
+function nearestEntry(grid: Uint8Array, width: number, mags: ArrayLike<number>, from: number): number {
+  let best = 0;
+  let bestErr = Infinity;
+  for (let g = 0; g < grid.length / width; g++) {
+    let err = 0;
+    for (let j = 0; j < width; j++) err += (grid[g * width + j] - mags[from + j]) ** 2;
+    if (err < bestErr) { bestErr = err; best = g; }
+  }
+  return best;
+}
+
+/**
+ * Encodes `values` (a multiple of 256) as iq2_xxs or iq3_xxs super-blocks: per 32 values a 4-bit
+ * scale putting the largest magnitude near the grid's top under one f16 d, per 8 values the sign
+ * bits (the smallest magnitude's sign flipped where the minus signs are odd, as the format keeps
+ * their count even) and the nearest grid entries. Round to nearest, without llama.cpp's
+ * importance-weighted search: valid blocks for tests and writers, not a quantizer for models.
+ */
+export function encodeIqLattice(values: Float32Array, dtype: IqWeightDType, out: Uint8Array): void {
+  const xxs2 = dtype === "iq2_xxs";
+  const { bytes } = IQ_BLOCKS[dtype];
+  const grid = xxs2 ? IQ2XXS_GRID : IQ3XXS_GRID;
+  // value = d · (0.5 + s) · step · magnitude, s in 0…15.
+  const step = xxs2 ? 0.25 : 0.5;
+  const top = Math.max(...grid);
+  const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
+  const mags = new Float64Array(8);
+  for (let b = 0; b < values.length / 256; b++) {
+    const at = b * bytes;
+    const x = values.subarray(256 * b, 256 * b + 256);
+    let amax = 0;
+    for (const v of x) amax = Math.max(amax, Math.abs(v));
+    const d = f16ToF32(f32ToF16(amax / (15.5 * step * top)));
+    view.setUint16(at, f32ToF16(d), true);
+    for (let ib = 0; ib < 8; ib++) {
+      const sub = x.subarray(32 * ib, 32 * ib + 32);
+      let smax = 0;
+      for (const v of sub) smax = Math.max(smax, Math.abs(v));
+      const s = d === 0 ? 0 : Math.max(0, Math.min(15, Math.round(smax / (d * step * top) - 0.5)));
+      const db = f32(d * (0.5 + s) * step);
+      let aux = s << 28;
+      for (let l = 0; l < 4; l++) {
+        const group = sub.subarray(8 * l, 8 * l + 8);
+        let signs = 0;
+        let smallest = 0;
+        for (let j = 0; j < 8; j++) {
+          if (group[j] < 0) signs |= 1 << j;
+          if (Math.abs(group[j]) < Math.abs(group[smallest])) smallest = j;
+          mags[j] = db === 0 ? 0 : Math.abs(group[j]) / db;
+        }
+        if (popcount8(signs) % 2 === 1) signs ^= 1 << smallest;
+        aux |= (signs & 127) << (7 * l);
+        if (xxs2) out[at + 2 + 8 * ib + l] = nearestEntry(grid, 8, mags, 0);
+        else {
+          out[at + 2 + 8 * ib + 2 * l] = nearestEntry(grid, 4, mags, 0);
+          out[at + 2 + 8 * ib + 2 * l + 1] = nearestEntry(grid, 4, mags, 4);
+        }
+      }
+      view.setUint32(xxs2 ? at + 2 + 8 * ib + 4 : at + 66 + 4 * ib, aux >>> 0, true);
+    }
+  }
+}
+
+function popcount8(v: number): number {
+  let n = 0;
+  for (let j = 0; j < 8; j++) n += (v >> j) & 1;
+  return n;
 }

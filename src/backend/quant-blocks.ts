@@ -13,9 +13,10 @@
  * `llama-quantize` also uses), bit for bit.
  */
 import { f16ToF32, f32ToF16 } from "./half-float.ts";
+import { decodeIqBlocks, encodeIqLattice, IQ_BLOCKS, type IqWeightDType } from "./quant-blocks-iq.ts";
 
 /** The block-quantized dtypes of this module. */
-export type BlockQuantDType = "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" | "q6_k" | "iq4_nl" | "iq4_xs" | "mxfp4";
+export type BlockQuantDType = "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" | "q6_k" | "iq4_nl" | "iq4_xs" | "mxfp4" | IqWeightDType;
 
 /** Elements and bytes per block of each format. */
 export const QUANT_BLOCKS: Readonly<Record<BlockQuantDType, { values: number; bytes: number }>> = {
@@ -31,6 +32,8 @@ export const QUANT_BLOCKS: Readonly<Record<BlockQuantDType, { values: number; by
   iq4_nl: { values: 32, bytes: 18 },
   iq4_xs: { values: 256, bytes: 136 },
   mxfp4: { values: 32, bytes: 17 },
+  iq2_xxs: IQ_BLOCKS.iq2_xxs,
+  iq3_xxs: IQ_BLOCKS.iq3_xxs,
 };
 
 /** True when `dtype` is one of this module's formats. */
@@ -111,6 +114,7 @@ export function mxfp4FitsF16(raw: Uint8Array, blocks: number): boolean {
 
 /** Decodes `blocks` blocks of `dtype` from `raw` into `out`. */
 export function decodeBlocks(raw: Uint8Array, dtype: BlockQuantDType, blocks: number, out: Float32Array): void {
+  if (dtype === "iq2_xxs" || dtype === "iq3_xxs") return decodeIqBlocks(raw, dtype, blocks, out);
   const view = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
   const { bytes: bb, values: bv } = QUANT_BLOCKS[dtype];
   const half = (at: number) => f16ToF32(view.getUint16(at, true));
@@ -248,6 +252,7 @@ export function decodeBlocks(raw: Uint8Array, dtype: BlockQuantDType, blocks: nu
 
 /** Encodes `values` (a whole number of blocks) into `dtype` blocks written to `out`. */
 export function encodeBlocks(values: Float32Array, dtype: BlockQuantDType, out: Uint8Array): void {
+  if (dtype === "iq2_xxs" || dtype === "iq3_xxs") return encodeIqLattice(values, dtype, out);
   const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
   const { bytes: bb, values: bv } = QUANT_BLOCKS[dtype];
   for (let b = 0; b < values.length / bv; b++) {

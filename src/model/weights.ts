@@ -29,15 +29,15 @@ export interface LoadOptions {
 }
 
 /**
- * The formats `--quantize` writes: every block format but q2_k and q3_k, whose round-to-nearest
- * encoders (2 and 3 bits without llama.cpp's error-minimising search) lose too much to offer; files
- * that hold them still load.
+ * The formats `--quantize` writes: every block format but q2_k, q3_k, iq2_xxs and iq3_xxs, whose
+ * round-to-nearest encoders (2 and 3 bits without llama.cpp's error-minimising, importance-weighted
+ * search) lose too much to offer; files that hold them still load.
  */
-export type QuantizeDType = Exclude<WeightDType, "f32" | "f16" | "bf16" | "q2_k" | "q3_k">;
+export type QuantizeDType = Exclude<WeightDType, "f32" | "f16" | "bf16" | "q2_k" | "q3_k" | "iq2_xxs" | "iq3_xxs">;
 
 /** The `--quantize` choices, for CLIs and checks. */
 export const QUANTIZE_DTYPES: readonly QuantizeDType[] = WEIGHT_DTYPES.filter(
-  (d): d is QuantizeDType => blockValues(d) > 1 && d !== "q2_k" && d !== "q3_k",
+  (d): d is QuantizeDType => blockValues(d) > 1 && d !== "q2_k" && d !== "q3_k" && d !== "iq2_xxs" && d !== "iq3_xxs",
 );
 
 /** True when `s` names a `--quantize` format. */

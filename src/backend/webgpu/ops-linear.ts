@@ -31,6 +31,9 @@ export function weightParams(ctx: GpuContext, w: GpuTensor): KernelParams {
     W_IQ4NL: w.dtype === "iq4_nl",
     W_IQ4XS: w.dtype === "iq4_xs",
     W_IQ4: w.dtype === "iq4_nl" || w.dtype === "iq4_xs",
+    W_IQ2XXS: w.dtype === "iq2_xxs",
+    W_IQ3XXS: w.dtype === "iq3_xxs",
+    W_IQGRID: w.dtype === "iq2_xxs" || w.dtype === "iq3_xxs",
     W_KQ45: w.dtype === "q4_k" || w.dtype === "q5_k",
   };
 }

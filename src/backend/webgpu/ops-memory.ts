@@ -3,7 +3,7 @@
  */
 import { type GpuContext } from "./context.ts";
 import { asGpu, checkShape, fmt, GpuTensor, type RowChunk } from "./tensor.ts";
-import { deviceBytes, packWeight } from "./weight-layout.ts";
+import { packWeight } from "./weight-layout.ts";
 import { checkWeightShape } from "../shape-checks.ts";
 import { embeddingChunks } from "./ops-linear.ts";
 import { BackendShapeError, numel, type Tensor, type WeightDType } from "../types.ts";
@@ -29,7 +29,7 @@ export function uploadWeight(ctx: GpuContext, raw: Uint8Array, shape: readonly n
   const cols = shape.length ? shape[shape.length - 1] : 1;
   const rows = cols ? count / cols : 0;
   const chunks: RowChunk[] = packWeight(raw, rows, cols, dtype, ctx.gpu.maxBinding).map((c) => {
-    const pb = ctx.pool.acquire(Math.max(deviceBytes(dtype, c.rows * cols), 4));
+    const pb = ctx.pool.acquire(Math.max(c.bytes.byteLength, 4));
     ctx.write(pb, c.bytes);
     return { buffer: pb, rowStart: c.rowStart, rows: c.rows };
   });
