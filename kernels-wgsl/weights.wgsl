@@ -9,8 +9,8 @@
 //         low half of word 27; see weight-layout.ts); values decoded as llama.cpp's dequantize_row_* does.
 //   q6_k  unpacked at upload into 69-word blocks of 256 values: [d as f32 bits, 16 int8 scales, 256 int8 codes].
 //   mxfp4 repacked at upload into 5-word blocks of 32 values: [4 words of FP4 codes, the E8M0 scale byte].
-//   iq2_xxs, iq3_xxs  the format's grid (2 and 1 KiB) ahead of the blocks in every chunk, then each
-//         block with its f16 d widened to a word (68 and 100 bytes; see weight-layout.ts).
+//   iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s  the format's grid (2, 4, 8, 1, 2 KiB) ahead of the blocks
+//         in every chunk, then each block with its f16 d widened to a word (see weight-layout.ts).
 //   iq4_nl repacked as q4_0 (5 words: 4 of nibbles, the f16 scale); iq4_xs llama.cpp's 34-word blocks
 //         (f16 d and u16 scales_h, scales_l, then 8 sub-blocks of 4 words of nibbles laid out as iq4_nl's).
 // Every block format keeps a row's values in whole blocks, and w_at4's i is a multiple of 4, so the
@@ -97,7 +97,10 @@ fn iq4_values(q: vec4<u32>) -> vec4<f32> {
 // ksigns_iq2xs: bit 7 set where the 7 stored bits have an odd count, so minus signs are even).
 fn iq_signs(aux: u32, l: u32, half: u32) -> vec4<f32> {
   let s7 = (aux >> (7u * l)) & 127u;
-  let signs = s7 | ((countOneBits(s7) & 1u) << 7u);
+  return iq_signs8(s7 | ((countOneBits(s7) & 1u) << 7u), half);
+}
+// ±1 for values 4·half … 4·half + 3 of a group whose 8 sign bits are `signs` (bit j: value j negative).
+fn iq_signs8(signs: u32, half: u32) -> vec4<f32> {
   let bits = (vec4<u32>(signs) >> (vec4<u32>(0u, 1u, 2u, 3u) + vec4<u32>(4u * half))) & vec4<u32>(1u);
   return vec4<f32>(1.0) - 2.0 * vec4<f32>(bits);
 }
@@ -215,6 +218,47 @@ fn w_at4(i: u32) -> vec4<f32> {
   let g = extractBits(wbuf[b + 1u + 2u * ib], l * 8u, 8u);
   let db = unpack2x16float(wbuf[b]).x * (0.5 + f32(aux1 >> 28u)) * 0.25;
   return vec4<f32>(byte_bits(wbuf[2u * g + half], 0u, 255u)) * iq_signs(aux1, l, half) * db;
+#elif ${W_IQ2XS}
+  // The 512-entry grid first (1024 words), then 19-word blocks: f16 d (low half), per 8 values a
+  // u16 (9-bit grid index, 7 sign bits under the parity rule) in words 1–16, then per 16 values a
+  // 4-bit scale (two per byte, one byte per 32 values) in words 17–18.
+  let b = 1024u + (i >> 8u) * 19u;
+  let e = i & 255u;
+  let ib = e >> 5u;
+  let k = e >> 3u;
+  let half = (e >> 2u) & 1u;
+  let q = extractBits(wbuf[b + 1u + (k >> 1u)], (k & 1u) * 16u, 16u);
+  let sc = extractBits(wbuf[b + 17u + (ib >> 2u)], (ib & 3u) * 8u + ((e & 31u) >> 4u) * 4u, 4u);
+  let db = unpack2x16float(wbuf[b]).x * (0.5 + f32(sc)) * 0.25;
+  return vec4<f32>(byte_bits(wbuf[2u * (q & 511u) + half], 0u, 255u)) * iq_signs(q >> 9u, 0u, half) * db;
+#elif ${W_IQ2S}
+  // The 1024-entry grid first (2048 words), then 21-word blocks: f16 d (low half), grid-index low
+  // bytes (words 1–8, one per 8 values), sign bytes (words 9–16), the indices' high 2 bits (per 32
+  // values a byte, words 17–18), 4-bit scales per 16 values (words 19–20).
+  let b = 2048u + (i >> 8u) * 21u;
+  let e = i & 255u;
+  let ib = e >> 5u;
+  let l = (e & 31u) >> 3u;
+  let half = (e >> 2u) & 1u;
+  let g = extractBits(wbuf[b + 1u + ib], l * 8u, 8u) | (extractBits(wbuf[b + 17u + (ib >> 2u)], (ib & 3u) * 8u + 2u * l, 2u) << 8u);
+  let sc = extractBits(wbuf[b + 19u + (ib >> 2u)], (ib & 3u) * 8u + (l >> 1u) * 4u, 4u);
+  let db = unpack2x16float(wbuf[b]).x * (0.5 + f32(sc)) * 0.25;
+  let signs = extractBits(wbuf[b + 9u + ib], l * 8u, 8u);
+  return vec4<f32>(byte_bits(wbuf[2u * g + half], 0u, 255u)) * iq_signs8(signs, half) * db;
+#elif ${W_IQ3S}
+  // The 512-entry grid first (512 words), then 28-word blocks: f16 d (low half), grid-index low bytes
+  // (words 1–16, two per 8 values), their high bits (a byte per 32 values, words 17–18), sign bytes
+  // (words 19–26), and per 32 values a 4-bit scale s for d · (1 + 2s) (word 27).
+  let b = 512u + (i >> 8u) * 28u;
+  let e = i & 255u;
+  let ib = e >> 5u;
+  let l = (e & 31u) >> 3u;
+  let half = (e >> 2u) & 1u;
+  let q = 8u * ib + 2u * l + half;
+  let g = extractBits(wbuf[b + 1u + (q >> 2u)], (q & 3u) * 8u, 8u) | (extractBits(wbuf[b + 17u + (ib >> 2u)], (ib & 3u) * 8u + 2u * l + half, 1u) << 8u);
+  let db = unpack2x16float(wbuf[b]).x * f32(1u + 2u * extractBits(wbuf[b + 27u], ib * 4u, 4u));
+  let signs = extractBits(wbuf[b + 19u + ib], l * 8u, 8u);
+  return vec4<f32>(byte_bits(wbuf[g], 0u, 255u)) * iq_signs8(signs, half) * db;
 #elif ${W_IQ3XXS}
   // The 256-entry grid first (256 words: entry g's 4 magnitude bytes), then 25-word blocks: f16 d
   // (low half), 16 words of grid-index bytes (two per 8 values), and per 32 values a word of 4 × 7

@@ -3,11 +3,11 @@
  * iq3_xxs, iq3_s, iq1_s and iq1_m (GGUF types 16, 17, 22, 18, 21, 19, 29: what IQ1_S … IQ3_M
  * files and llama.cpp's low-bit Q2_K_S mixes hold). Each 256-value super-block stores, per group
  * of 8 (or 4) values, an index into a fixed grid of magnitudes (iq-grids.ts, iq1-grid.ts), sign
- * bits and small scales under one f16. iq2_xxs and iq3_xxs (IQ2_XXS and IQ3_XXS files' bulk) are
- * weight dtypes too (quant-blocks.ts; WebGPU computes with them in place, the reference and CUDA
- * decode them at upload), with a round-to-nearest encoder here for tests and writers; for the
- * others no backend has kernels: loaders decode them here and re-encode the weight in a format
- * every backend computes with (gguf-reader.ts: q8_0).
+ * bits and small scales under one f16. The 2–3-bit ones (iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s:
+ * the bulk of IQ2_* and IQ3_* files) are weight dtypes too (quant-blocks.ts; WebGPU computes with
+ * them in place, the reference and CUDA decode them at upload), with a round-to-nearest encoder
+ * here for tests and writers; for iq1_s and iq1_m no backend has kernels: loaders decode them here
+ * and re-encode the weight in a format every backend computes with (gguf-reader.ts: q8_0).
  * Decoding follows ggml-quants.c's `dequantize_row_*` operation for operation over
  * ggml-common.h's block layouts; every product there is exact in f32, so the values match bit for bit.
  */
@@ -15,7 +15,7 @@ import { f16ToF32, f32ToF16 } from "./half-float.ts";
 import { IQ1S_GRID } from "./iq1-grid.ts";
 import { IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KMASK_IQ2XS, KSIGNS_IQ2XS } from "./iq-grids.ts";
 
-/** The lattice i-quant dtypes this module decodes (iq2_xxs and iq3_xxs are also weight dtypes: {@link IqWeightDType}). */
+/** The lattice i-quant dtypes this module decodes (all but iq1_s and iq1_m are also weight dtypes: {@link IqWeightDType}). */
 export type IqDType = "iq2_xxs" | "iq2_xs" | "iq2_s" | "iq3_xxs" | "iq3_s" | "iq1_s" | "iq1_m";
 
 /** Values and bytes per super-block (ggml-common.h `block_iq*`; sizes as its static_asserts). */
@@ -147,9 +147,83 @@ export function decodeIqBlocks(raw: Uint8Array, dtype: IqDType, blocks: number, 
 }
 
 /** The lattice formats a backend computes with (in place on WebGPU), with a round-to-nearest encoder. */
-export type IqWeightDType = "iq2_xxs" | "iq3_xxs";
+export type IqWeightDType = "iq2_xxs" | "iq2_xs" | "iq2_s" | "iq3_xxs" | "iq3_s";
 
-/** The grid entry of `grid` (entries of `width` magnitudes) nearest to mags[0…width) in squared error. */
+/** True when `dtype` is one of the lattice formats a backend computes with. */
+export function isIqWeightDType(dtype: string): dtype is IqWeightDType {
+  return dtype === "iq2_xxs" || dtype === "iq2_xs" || dtype === "iq2_s" || dtype === "iq3_xxs" || dtype === "iq3_s";
+}
+
+/** What the encoder needs of a format: its grid, how a scale code becomes a multiplier of d, and where things go. */
+interface LatticeFormat {
+  grid: Uint8Array;
+  /** Magnitudes per grid entry: 8 (iq2) or 4 (iq3: two entries per 8 values). */
+  width: number;
+  /** Values per scale code: 32, or 16 (iq2_xs and iq2_s, two 4-bit codes per byte). */
+  scaleSpan: number;
+  /** The multiplier of d for scale code s (0…15). */
+  scale: (s: number) => number;
+  /** Sign bits: 7 stored with the 8th their parity (xxs, iq2_xs), or all 8 stored (iq2_s, iq3_s). */
+  paritySigns: boolean;
+  /** Writes one group of 8 values: its grid indices, its sign byte, at block `at`, sub-block ib, group l. */
+  put: (raw: Uint8Array, view: DataView, at: number, ib: number, l: number, g: number[], signs: number) => void;
+  /** Writes the scale code(s) of sub-block ib (`codes`: one per scale span). */
+  putScales: (raw: Uint8Array, view: DataView, at: number, ib: number, codes: number[]) => void;
+}
+
+const LATTICE: Record<IqWeightDType, LatticeFormat> = {
+  iq2_xxs: {
+    grid: IQ2XXS_GRID, width: 8, scaleSpan: 32, scale: (s) => (0.5 + s) * 0.25, paritySigns: true,
+    put: (raw, view, at, ib, l, g, signs) => {
+      raw[at + 2 + 8 * ib + l] = g[0];
+      const w = at + 2 + 8 * ib + 4;
+      view.setUint32(w, (view.getUint32(w, true) | ((signs & 127) << (7 * l))) >>> 0, true);
+    },
+    putScales: (_raw, view, at, ib, [s]) => {
+      const w = at + 2 + 8 * ib + 4;
+      view.setUint32(w, (view.getUint32(w, true) | (s << 28)) >>> 0, true);
+    },
+  },
+  iq2_xs: {
+    grid: IQ2XS_GRID, width: 8, scaleSpan: 16, scale: (s) => (0.5 + s) * 0.25, paritySigns: true,
+    put: (_raw, view, at, ib, l, g, signs) => view.setUint16(at + 2 + 2 * (4 * ib + l), g[0] | ((signs & 127) << 9), true),
+    putScales: (raw, _view, at, ib, [lo, hi]) => { raw[at + 66 + ib] = lo | (hi << 4); },
+  },
+  iq2_s: {
+    grid: IQ2S_GRID, width: 8, scaleSpan: 16, scale: (s) => (0.5 + s) * 0.25, paritySigns: false,
+    put: (raw, _view, at, ib, l, g, signs) => {
+      raw[at + 2 + 4 * ib + l] = g[0] & 255;
+      raw[at + 66 + ib] |= (g[0] >> 8) << (2 * l);
+      raw[at + 34 + 4 * ib + l] = signs;
+    },
+    putScales: (raw, _view, at, ib, [lo, hi]) => { raw[at + 74 + ib] = lo | (hi << 4); },
+  },
+  iq3_xxs: {
+    grid: IQ3XXS_GRID, width: 4, scaleSpan: 32, scale: (s) => (0.5 + s) * 0.5, paritySigns: true,
+    put: (raw, view, at, ib, l, g, signs) => {
+      raw[at + 2 + 8 * ib + 2 * l] = g[0];
+      raw[at + 2 + 8 * ib + 2 * l + 1] = g[1];
+      const w = at + 66 + 4 * ib;
+      view.setUint32(w, (view.getUint32(w, true) | ((signs & 127) << (7 * l))) >>> 0, true);
+    },
+    putScales: (_raw, view, at, ib, [s]) => {
+      const w = at + 66 + 4 * ib;
+      view.setUint32(w, (view.getUint32(w, true) | (s << 28)) >>> 0, true);
+    },
+  },
+  iq3_s: {
+    grid: IQ3S_GRID, width: 4, scaleSpan: 32, scale: (s) => 1 + 2 * s, paritySigns: false,
+    put: (raw, _view, at, ib, l, g, signs) => {
+      raw[at + 2 + 8 * ib + 2 * l] = g[0] & 255;
+      raw[at + 2 + 8 * ib + 2 * l + 1] = g[1] & 255;
+      raw[at + 66 + ib] |= ((g[0] >> 8) << (2 * l)) | ((g[1] >> 8) << (2 * l + 1));
+      raw[at + 74 + 4 * ib + l] = signs;
+    },
+    putScales: (raw, _view, at, ib, [s]) => { raw[at + 106 + (ib >> 1)] |= s << (4 * (ib & 1)); },
+  },
+};
+
+/** The grid entry of `grid` (entries of `width` magnitudes) nearest to mags[from…from+width) in squared error. */
 function nearestEntry(grid: Uint8Array, width: number, mags: ArrayLike<number>, from: number): number {
   let best = 0;
   let bestErr = Infinity;
@@ -162,37 +236,40 @@ function nearestEntry(grid: Uint8Array, width: number, mags: ArrayLike<number>, 
 }
 
 /**
- * Encodes `values` (a multiple of 256) as iq2_xxs or iq3_xxs super-blocks: per 32 values a 4-bit
- * scale putting the largest magnitude near the grid's top under one f16 d, per 8 values the sign
- * bits (the smallest magnitude's sign flipped where the minus signs are odd, as the format keeps
- * their count even) and the nearest grid entries. Round to nearest, without llama.cpp's
- * importance-weighted search: valid blocks for tests and writers, not a quantizer for models.
+ * Encodes `values` (a multiple of 256) as super-blocks of a lattice format: per 16 or 32 values a
+ * 4-bit scale code putting the largest magnitude near the grid's top under one f16 d, per 8 values
+ * the sign bits (where only 7 are stored, the smallest magnitude's sign flipped if the minus signs
+ * are odd, as those formats keep their count even) and the nearest grid entries. Round to nearest,
+ * without llama.cpp's importance-weighted search: valid blocks for tests and writers, not a
+ * quantizer for models.
  */
 export function encodeIqLattice(values: Float32Array, dtype: IqWeightDType, out: Uint8Array): void {
-  const xxs2 = dtype === "iq2_xxs";
+  const f = LATTICE[dtype];
   const { bytes } = IQ_BLOCKS[dtype];
-  const grid = xxs2 ? IQ2XXS_GRID : IQ3XXS_GRID;
-  // value = d · (0.5 + s) · step · magnitude, s in 0…15.
-  const step = xxs2 ? 0.25 : 0.5;
-  const top = Math.max(...grid);
+  const top = Math.max(...f.grid);
   const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
   const mags = new Float64Array(8);
+  out.fill(0, 0, (values.length / 256) * bytes);
   for (let b = 0; b < values.length / 256; b++) {
     const at = b * bytes;
     const x = values.subarray(256 * b, 256 * b + 256);
     let amax = 0;
     for (const v of x) amax = Math.max(amax, Math.abs(v));
-    const d = f16ToF32(f32ToF16(amax / (15.5 * step * top)));
+    const d = f16ToF32(f32ToF16(amax / (f.scale(15) * top)));
     view.setUint16(at, f32ToF16(d), true);
     for (let ib = 0; ib < 8; ib++) {
-      const sub = x.subarray(32 * ib, 32 * ib + 32);
-      let smax = 0;
-      for (const v of sub) smax = Math.max(smax, Math.abs(v));
-      const s = d === 0 ? 0 : Math.max(0, Math.min(15, Math.round(smax / (d * step * top) - 0.5)));
-      const db = f32(d * (0.5 + s) * step);
-      let aux = s << 28;
+      const codes: number[] = [];
+      for (let span = 0; span < 32; span += f.scaleSpan) {
+        let smax = 0;
+        for (const v of x.subarray(32 * ib + span, 32 * ib + span + f.scaleSpan)) smax = Math.max(smax, Math.abs(v));
+        let best = 0;
+        for (let s = 1; s < 16; s++) if (Math.abs(d * f.scale(s) * top - smax) < Math.abs(d * f.scale(best) * top - smax)) best = s;
+        codes.push(best);
+      }
+      f.putScales(out, view, at, ib, codes);
       for (let l = 0; l < 4; l++) {
-        const group = sub.subarray(8 * l, 8 * l + 8);
+        const db = f32(d * f.scale(codes[Math.floor((8 * l) / f.scaleSpan)]));
+        const group = x.subarray(32 * ib + 8 * l, 32 * ib + 8 * l + 8);
         let signs = 0;
         let smallest = 0;
         for (let j = 0; j < 8; j++) {
@@ -200,15 +277,10 @@ export function encodeIqLattice(values: Float32Array, dtype: IqWeightDType, out:
           if (Math.abs(group[j]) < Math.abs(group[smallest])) smallest = j;
           mags[j] = db === 0 ? 0 : Math.abs(group[j]) / db;
         }
-        if (popcount8(signs) % 2 === 1) signs ^= 1 << smallest;
-        aux |= (signs & 127) << (7 * l);
-        if (xxs2) out[at + 2 + 8 * ib + l] = nearestEntry(grid, 8, mags, 0);
-        else {
-          out[at + 2 + 8 * ib + 2 * l] = nearestEntry(grid, 4, mags, 0);
-          out[at + 2 + 8 * ib + 2 * l + 1] = nearestEntry(grid, 4, mags, 4);
-        }
+        if (f.paritySigns && popcount8(signs) % 2 === 1) signs ^= 1 << smallest;
+        const g = f.width === 8 ? [nearestEntry(f.grid, 8, mags, 0)] : [nearestEntry(f.grid, 4, mags, 0), nearestEntry(f.grid, 4, mags, 4)];
+        f.put(out, view, at, ib, l, g, signs);
       }
-      view.setUint32(xxs2 ? at + 2 + 8 * ib + 4 : at + 66 + 4 * ib, aux >>> 0, true);
     }
   }
 }

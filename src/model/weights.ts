@@ -5,6 +5,7 @@
  */
 import { blockValues, decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
 import { numel, WEIGHT_DTYPES, type WeightDType } from "../backend/types.ts";
+import { isIqWeightDType, type IqWeightDType } from "../backend/quant-blocks-iq.ts";
 import { type HostTensor, isMoeLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights, type MoeConfig } from "./config.ts";
 import { EXPERT } from "./expert-stack.ts";
 
@@ -29,15 +30,15 @@ export interface LoadOptions {
 }
 
 /**
- * The formats `--quantize` writes: every block format but q2_k, q3_k, iq2_xxs and iq3_xxs, whose
+ * The formats `--quantize` writes: every block format but q2_k, q3_k and the 2–3-bit lattice i-quants, whose
  * round-to-nearest encoders (2 and 3 bits without llama.cpp's error-minimising, importance-weighted
  * search) lose too much to offer; files that hold them still load.
  */
-export type QuantizeDType = Exclude<WeightDType, "f32" | "f16" | "bf16" | "q2_k" | "q3_k" | "iq2_xxs" | "iq3_xxs">;
+export type QuantizeDType = Exclude<WeightDType, "f32" | "f16" | "bf16" | "q2_k" | "q3_k" | IqWeightDType>;
 
 /** The `--quantize` choices, for CLIs and checks. */
 export const QUANTIZE_DTYPES: readonly QuantizeDType[] = WEIGHT_DTYPES.filter(
-  (d): d is QuantizeDType => blockValues(d) > 1 && d !== "q2_k" && d !== "q3_k" && d !== "iq2_xxs" && d !== "iq3_xxs",
+  (d): d is QuantizeDType => blockValues(d) > 1 && d !== "q2_k" && d !== "q3_k" && !isIqWeightDType(d),
 );
 
 /** True when `s` names a `--quantize` format. */

@@ -35,13 +35,29 @@ test("matmul() and embedding() on webgpu handle weights split into row chunks", 
       ["f16", 1, 70, 100], ["q8_0", 6, 64, 90], ["f32", 37, 40, 61], ["bf16", 2, 33, 77],
       ["q4_0", 3, 64, 90], ["q5_0", 9, 96, 70], ["q6_k", 5, 256, 40], ["q4_k", 2, 512, 30], ["q5_1", 1, 64, 80],
       ["mxfp4", 7, 96, 90], ["q3_k", 4, 256, 40], ["q2_k", 3, 512, 30], ["iq4_nl", 3, 96, 90], ["iq4_xs", 2, 512, 30],
-      // The grid formats start every chunk with their grid (2 and 1 KiB of the 4096-byte bindings).
-      ["iq2_xxs", 3, 512, 30], ["iq3_xxs", 2, 256, 40],
     ] as const;
     for (const [dtype, n, k, m] of cases) {
       const want = await linearOutputs(ref, new Rng(7), dtype, n, k, m);
       const got = await linearOutputs(gpu, new Rng(7), dtype, n, k, m);
       assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `${dtype} ${n}×${k}×${m}`);
+    }
+  } finally {
+    gpu.destroy();
+  }
+}, { ignore: skip });
+
+test("matmul(), embedding() and matmulExperts() on webgpu find a lattice i-quant's grid at the head of every chunk", async () => {
+  // 9216-byte bindings: the grid (1–8 KiB) and 6 to 52 rows of 512 values after it, so each weight
+  // spans 2 to 12 chunks, and every expert stack several too.
+  const gpu = await createWebGpuBackend({ poison: true, maxBindingBytes: 9216 });
+  try {
+    for (const dtype of ["iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s"] as const) {
+      const want = await linearOutputs(ref, new Rng(9), dtype, 3, 512, 70);
+      const got = await linearOutputs(gpu, new Rng(9), dtype, 3, 512, 70);
+      assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `${dtype} 3×512×70`);
+      const wantE = await expertOutputs(ref, new Rng(13), dtype, 3, 30, 512);
+      const gotE = await expertOutputs(gpu, new Rng(13), dtype, 3, 30, 512);
+      assert.equal(compareOutputs(gotE, wantE, { atol: 1e-4, rtol: 1e-4 }), undefined, `${dtype} experts 3×30×512`);
     }
   } finally {
     gpu.destroy();
@@ -68,8 +84,7 @@ test("matmulExperts() on webgpu reads experts whose rows straddle weight chunks,
     const gpu = await createWebGpuBackend({ poison: true, maxBindingBytes: 4096, gemvMaxRows });
     try {
       const stacks = [["f32", 4, 37, 40], ["q8_0", 3, 45, 64], ["q4_k", 3, 30, 256], ["f16", 5, 70, 33], ["mxfp4", 3, 37, 96],
-        ["q3_k", 3, 30, 256], ["q2_k", 3, 50, 256], ["iq4_xs", 3, 30, 256], ["iq4_nl", 3, 37, 96],
-        ["iq2_xxs", 3, 30, 256], ["iq3_xxs", 3, 20, 512]] as const;
+        ["q3_k", 3, 30, 256], ["q2_k", 3, 50, 256], ["iq4_xs", 3, 30, 256], ["iq4_nl", 3, 37, 96]] as const;
       for (const [dtype, experts, out, inner] of stacks) {
         const want = await expertOutputs(ref, new Rng(11), dtype, experts, out, inner);
         const got = await expertOutputs(gpu, new Rng(11), dtype, experts, out, inner);

@@ -1,6 +1,6 @@
 /**
  * GGUF files holding the 1–3-bit i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M)
- * load: iq2_xxs and iq3_xxs are weight dtypes and stay as stored; each tensor of the others, which
+ * load: the 2–3-bit ones are weight dtypes and stay as stored; each IQ1_S and IQ1_M tensor, which
  * no backend has kernels for, is decoded on the host and held as q8_0 (or as the `--quantize`
  * format), shapes and names kept, and the load's first progress call says how many tensors of
  * which types were converted. Before, such a file failed with "has type
@@ -65,18 +65,19 @@ async function fileValues(name: string, dtype: IqDType): Promise<Float32Array> {
   }
 }
 
-test("loadModel() keeps iq2_xxs and iq3_xxs matrices, holds the other i-quants as q8_0 of their decoded values, and says so once", async () => {
+test("loadModel() keeps 2–3-bit i-quant matrices, holds iq1_s and iq1_m as q8_0 of their decoded values, and says so once", async () => {
   const progress: LoadProgress[] = [];
   const m = await loadModel(PATH, { onProgress: (p) => progress.push(p) });
   const l = m.weights.layers[0];
-  for (const [name, dtype, t] of [["blk.0.attn_q.weight", "iq2_xxs", l.wq], ["output.weight", "iq3_xxs", m.weights.output!]] as const) {
+  const kept = [
+    ["blk.0.attn_q.weight", "iq2_xxs", l.wq], ["blk.0.attn_k.weight", "iq2_xs", l.wk!], ["blk.0.attn_v.weight", "iq3_s", l.wv!],
+    ["blk.0.attn_output.weight", "iq2_s", l.wo], ["output.weight", "iq3_xxs", m.weights.output!],
+  ] as const;
+  for (const [name, dtype, t] of kept) {
     assert.equal(t.dtype, dtype, name);
     assert.deepEqual(t.data, await fileBytes(name), `${name}: the file's bytes`);
   }
   const want: [string, IqDType, { dtype: WeightDType; shape: number[]; data: Uint8Array }][] = [
-    ["blk.0.attn_k.weight", "iq2_xs", l.wk!],
-    ["blk.0.attn_v.weight", "iq3_s", l.wv!],
-    ["blk.0.attn_output.weight", "iq2_s", l.wo],
     ["blk.0.ffn_down.weight", "iq1_s", l.wDown],
     ["token_embd.weight", "iq1_m", m.weights.tokenEmbedding],
   ];
@@ -89,7 +90,7 @@ test("loadModel() keeps iq2_xxs and iq3_xxs matrices, holds the other i-quants a
   assert.equal(l.attnNorm.dtype, "f32");
   const notes = progress.filter((p) => p.note !== undefined).map((p) => p.note);
   assert.deepEqual(notes, [
-    "the file holds 7 tensors of type IQ1_M, IQ2_XS, IQ3_S, IQ2_S, IQ1_S, which have no kernels: " +
+    "the file holds 4 tensors of type IQ1_M, IQ1_S, which have no kernels: " +
     "they are converted to q8_0 on the host as they load, taking more memory than in the file",
   ]);
   assert.equal(progress[0].note, notes[0], "on the first progress call");
@@ -97,12 +98,12 @@ test("loadModel() keeps iq2_xxs and iq3_xxs matrices, holds the other i-quants a
   assert.ok(Array.from(logits).every(Number.isFinite));
 });
 
-test("loadModel() with quantize q4_k re-encodes host-decoded i-quant matrices as q4_k instead, and keeps iq2_xxs", async () => {
+test("loadModel() with quantize q4_k re-encodes host-decoded i-quant matrices as q4_k instead, and keeps the 2–3-bit ones", async () => {
   const progress: LoadProgress[] = [];
   const m = await loadModel(PATH, { quantize: "q4_k", onProgress: (p) => progress.push(p) });
-  const wk = m.weights.layers[0].wk!;
-  assert.equal(wk.dtype, "q4_k");
-  assert.deepEqual(wk.data, encodeFromF32(await fileValues("blk.0.attn_k.weight", "iq2_xs"), "q4_k"));
+  const wDown = m.weights.layers[0].wDown;
+  assert.equal(wDown.dtype, "q4_k");
+  assert.deepEqual(wDown.data, encodeFromF32(await fileValues("blk.0.ffn_down.weight", "iq1_s"), "q4_k"));
   assert.equal(m.weights.layers[0].wq.dtype, "iq2_xxs", "a block format already: kept, as --quantize keeps every block format");
-  assert.match(progress[0].note ?? "", /^the file holds 7 tensors of type .* converted to q4_k on the host/);
+  assert.match(progress[0].note ?? "", /^the file holds 4 tensors of type .* converted to q4_k on the host/);
 });

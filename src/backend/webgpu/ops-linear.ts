@@ -6,6 +6,7 @@ import { type GpuContext } from "./context.ts";
 import type { KernelParams } from "./kernel-source.ts";
 import { asGpu, expectRank, fmt, type GpuTensor, rowsOf } from "./tensor.ts";
 import { isBlockQuant } from "../quant-blocks.ts";
+import { isIqWeightDType } from "../quant-blocks-iq.ts";
 import { checkIndexRange } from "../shape-checks.ts";
 import { BackendShapeError, type Tensor, WEIGHT_DTYPES } from "../types.ts";
 
@@ -32,8 +33,11 @@ export function weightParams(ctx: GpuContext, w: GpuTensor): KernelParams {
     W_IQ4XS: w.dtype === "iq4_xs",
     W_IQ4: w.dtype === "iq4_nl" || w.dtype === "iq4_xs",
     W_IQ2XXS: w.dtype === "iq2_xxs",
+    W_IQ2XS: w.dtype === "iq2_xs",
+    W_IQ2S: w.dtype === "iq2_s",
     W_IQ3XXS: w.dtype === "iq3_xxs",
-    W_IQGRID: w.dtype === "iq2_xxs" || w.dtype === "iq3_xxs",
+    W_IQ3S: w.dtype === "iq3_s",
+    W_IQGRID: isIqWeightDType(w.dtype),
     W_KQ45: w.dtype === "q4_k" || w.dtype === "q5_k",
   };
 }
