@@ -44,7 +44,7 @@ if (flags["kv-dtype"] !== undefined && flags["kv-dtype"] !== kvDtype) throw new 
 /** Bytes of each block that hold f16 scales (the rest are codes, any bits of which decode to finite values). */
 const SCALE_BYTES: Partial<Record<WeightDType, number[]>> = {
   q8_0: [0], q4_0: [0], q5_0: [0], q4_1: [0, 2], q5_1: [0, 2], q4_k: [0, 2], q5_k: [0, 2], q6_k: [208], iq4_nl: [0], iq4_xs: [0],
-  iq2_xxs: [0], iq3_xxs: [0],
+  iq2_xxs: [0], iq2_xs: [0], iq2_s: [0], iq3_xxs: [0], iq3_s: [0],
 };
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
