@@ -168,13 +168,13 @@ test("serve CLI takes its API key from VLLM_API_KEY when --api-key is not given,
 test("serve CLI says when the model's i-quant tensors are converted on the host as they load", async () => {
   const spec: ModelFileSpec = {
     architecture: "llama", hidden: 256, layers: 1, heads: 4, kvHeads: 2, headDim: 64, ffn: 256, vocab: 300, tied: false,
-    dtype: "q4_k", ggufDtype: (name) => (/attn_q/.test(name) ? "iq2_xxs" : "q4_k"), seed: 7,
+    dtype: "q4_k", ggufDtype: (name) => (/attn_q/.test(name) ? "iq1_s" : "q4_k"), seed: 7,
   };
   const dir = mkdtempSync(`${tmpdir()}/serve-iq-`);
   writeFileSync(`${dir}/iq.gguf`, ggufBytes(spec, randomHfWeights(spec)));
   const { child, stderr, exited } = await spawnServe("node", ["--model", `${dir}/iq.gguf`, "--port", "0", "--backend", "reference", "--kv-blocks", "16"]);
   try {
-    assert.match(stderr(), /serve: loading: the file holds 1 tensor of type IQ2_XXS, which have no kernels: they are converted to q8_0 on the host/);
+    assert.match(stderr(), /serve: loading: the file holds 1 tensor of type IQ1_S, which have no kernels: they are converted to q8_0 on the host/);
   } finally {
     child.kill("SIGKILL");
     await exited;
