@@ -9,8 +9,9 @@
 //         low half of word 27; see weight-layout.ts); values decoded as llama.cpp's dequantize_row_* does.
 //   q6_k  unpacked at upload into 69-word blocks of 256 values: [d as f32 bits, 16 int8 scales, 256 int8 codes].
 //   mxfp4 repacked at upload into 5-word blocks of 32 values: [4 words of FP4 codes, the E8M0 scale byte].
-//   iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s  the format's grid (2, 4, 8, 1, 2 KiB) ahead of the blocks
-//         in every chunk, then each block with its f16 d widened to a word (see weight-layout.ts).
+//   iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m  the format's grid (2, 4, 8, 1, 2, 4, 4 KiB)
+//         ahead of the blocks in every chunk, then each block with its f16 d widened to a word
+//         (iq1_m's blocks as stored; see weight-layout.ts).
 //   iq4_nl repacked as q4_0 (5 words: 4 of nibbles, the f16 scale); iq4_xs llama.cpp's 34-word blocks
 //         (f16 d and u16 scales_h, scales_l, then 8 sub-blocks of 4 words of nibbles laid out as iq4_nl's).
 // Every block format keeps a row's values in whole blocks, and w_at4's i is a multiple of 4, so the
@@ -103,6 +104,14 @@ fn iq_signs(aux: u32, l: u32, half: u32) -> vec4<f32> {
 fn iq_signs8(signs: u32, half: u32) -> vec4<f32> {
   let bits = (vec4<u32>(signs) >> (vec4<u32>(0u, 1u, 2u, 3u) + vec4<u32>(4u * half))) & vec4<u32>(1u);
   return vec4<f32>(1.0) - 2.0 * vec4<f32>(bits);
+}
+#endif
+#if ${W_IQ1}
+// Values 4·half … 4·half + 3 (−1, 0 or +1) of entry g of iq1's grid, held at the chunk's head as
+// 2-bit codes (value + 1), one u16 per entry (weight-layout.ts).
+fn iq1_values(g: u32, half: u32) -> vec4<f32> {
+  let entry = extractBits(wbuf[g >> 1u], (g & 1u) * 16u, 16u);
+  return vec4<f32>((vec4<u32>(entry) >> (vec4<u32>(0u, 2u, 4u, 6u) + vec4<u32>(8u * half))) & vec4<u32>(3u)) - 1.0;
 }
 #endif
 fn w_at4(i: u32) -> vec4<f32> {
@@ -259,6 +268,36 @@ fn w_at4(i: u32) -> vec4<f32> {
   let db = unpack2x16float(wbuf[b]).x * f32(1u + 2u * extractBits(wbuf[b + 27u], ib * 4u, 4u));
   let signs = extractBits(wbuf[b + 19u + ib], l * 8u, 8u);
   return vec4<f32>(byte_bits(wbuf[g], 0u, 255u)) * iq_signs8(signs, half) * db;
+#elif ${W_IQ1S}
+  // The grid first (1024 words), then 13-word blocks: f16 d (low half), grid-index low bytes (words
+  // 1–8, one per 8 values), and per 32 values a u16 qh (words 9–12): 4 × 3 high index bits, a 3-bit
+  // scale s for d · (2s + 1), and the sign of the ±1/8 every value is offset by.
+  let b = 1024u + (i >> 8u) * 13u;
+  let e = i & 255u;
+  let ib = e >> 5u;
+  let l = (e & 31u) >> 3u;
+  let half = (e >> 2u) & 1u;
+  let qh = extractBits(wbuf[b + 9u + (ib >> 1u)], (ib & 1u) * 16u, 16u);
+  let g = extractBits(wbuf[b + 1u + ib], l * 8u, 8u) | (extractBits(qh, 3u * l, 3u) << 8u);
+  let dl = unpack2x16float(wbuf[b]).x * f32(2u * extractBits(qh, 12u, 3u) + 1u);
+  return (iq1_values(g, half) + select(0.125, -0.125, (qh & 0x8000u) != 0u)) * dl;
+#elif ${W_IQ1M}
+  // The grid first (1024 words), then llama.cpp's 14-word blocks: grid-index low bytes (words 0–7),
+  // qh bytes (words 8–11: per 8 values 3 high index bits and the offset's sign, two per byte), four
+  // u16 of 3-bit scales per 16 values (words 12–13) whose top nibbles together are the f16 d.
+  let b = 1024u + (i >> 8u) * 14u;
+  let e = i & 255u;
+  let ib = e >> 5u;
+  let l = (e & 31u) >> 3u;
+  let half = (e >> 2u) & 1u;
+  let s01 = wbuf[b + 12u];
+  let s23 = wbuf[b + 13u];
+  let dbits = extractBits(s01, 12u, 4u) | (extractBits(s01, 28u, 4u) << 4u) | (extractBits(s23, 12u, 4u) << 8u) | (extractBits(s23, 28u, 4u) << 12u);
+  let sc = extractBits(select(s01, s23, ib >= 4u), ((ib >> 1u) & 1u) * 16u + 6u * (ib & 1u) + 3u * (l >> 1u), 3u);
+  let dl = unpack2x16float(dbits).x * f32(2u * sc + 1u);
+  let qh = extractBits(wbuf[b + 8u + (ib >> 1u)], ((2u * ib + (l >> 1u)) & 3u) * 8u + 4u * (l & 1u), 4u);
+  let g = extractBits(wbuf[b + ib], l * 8u, 8u) | ((qh & 7u) << 8u);
+  return (iq1_values(g, half) + select(0.125, -0.125, (qh & 8u) != 0u)) * dl;
 #elif ${W_IQ3XXS}
   // The 256-entry grid first (256 words: entry g's 4 magnitude bytes), then 25-word blocks: f16 d
   // (low half), 16 words of grid-index bytes (two per 8 values), and per 32 values a word of 4 × 7

@@ -40,7 +40,7 @@ export function byteSize(dtype: WeightDType | IqDType | "i32", count: number): n
   }
 }
 
-/** Decodes `raw` bytes of `dtype` (a weight dtype, or an i-quant decoded on the host only: quant-blocks-iq.ts) into f32. */
+/** Decodes `raw` bytes of `dtype` (a weight dtype; the i-quants through quant-blocks-iq.ts) into f32. */
 export function decodeToF32(raw: Uint8Array, dtype: WeightDType | IqDType, count: number): Float32Array {
   const view = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
   const need = byteSize(dtype, count);

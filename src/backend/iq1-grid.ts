@@ -139,3 +139,19 @@ const IQ1S_GRID_HEX = `
 
 /** `iq1s_grid`: 2048 entries × 8 values in {−1, 0, +1}. */
 export const IQ1S_GRID: Int8Array = new Int8Array(unpackHexWords(IQ1S_GRID_HEX, 8).buffer);
+
+/**
+ * `iq1s_grid` for a device: each entry's 8 values as 2-bit codes (value + 1: 0, 1, 2), value j in
+ * bits 2j, one u16 per entry, entries in order (4 KiB instead of 16). The WebGPU layout puts it
+ * ahead of every iq1_s / iq1_m chunk (weight-layout.ts).
+ */
+export const IQ1S_GRID_2BIT: Uint8Array = (() => {
+  const out = new Uint8Array(IQ1S_GRID.length / 4);
+  const view = new DataView(out.buffer);
+  for (let g = 0; g < IQ1S_GRID.length / 8; g++) {
+    let bits = 0;
+    for (let j = 0; j < 8; j++) bits |= (IQ1S_GRID[8 * g + j] + 1) << (2 * j);
+    view.setUint16(2 * g, bits, true);
+  }
+  return out;
+})();

@@ -3,11 +3,9 @@
  * iq3_xxs, iq3_s, iq1_s and iq1_m (GGUF types 16, 17, 22, 18, 21, 19, 29: what IQ1_S … IQ3_M
  * files and llama.cpp's low-bit Q2_K_S mixes hold). Each 256-value super-block stores, per group
  * of 8 (or 4) values, an index into a fixed grid of magnitudes (iq-grids.ts, iq1-grid.ts), sign
- * bits and small scales under one f16. The 2–3-bit ones (iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s:
- * the bulk of IQ2_* and IQ3_* files) are weight dtypes too (quant-blocks.ts; WebGPU computes with
- * them in place, the reference and CUDA decode them at upload), with a round-to-nearest encoder
- * here for tests and writers; for iq1_s and iq1_m no backend has kernels: loaders decode them here
- * and re-encode the weight in a format every backend computes with (gguf-reader.ts: q8_0).
+ * bits and small scales under one f16. They are weight dtypes (quant-blocks.ts delegates here;
+ * WebGPU computes with them in place, the reference and CUDA decode them at upload), with a
+ * round-to-nearest encoder here for tests and writers.
  * Decoding follows ggml-quants.c's `dequantize_row_*` operation for operation over
  * ggml-common.h's block layouts; every product there is exact in f32, so the values match bit for bit.
  */
@@ -15,7 +13,7 @@ import { f16ToF32, f32ToF16 } from "./half-float.ts";
 import { IQ1S_GRID } from "./iq1-grid.ts";
 import { IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KMASK_IQ2XS, KSIGNS_IQ2XS } from "./iq-grids.ts";
 
-/** The lattice i-quant dtypes this module decodes (all but iq1_s and iq1_m are also weight dtypes: {@link IqWeightDType}). */
+/** The lattice i-quant dtypes of this module (weight dtypes, as quant-blocks.ts's formats). */
 export type IqDType = "iq2_xxs" | "iq2_xs" | "iq2_s" | "iq3_xxs" | "iq3_s" | "iq1_s" | "iq1_m";
 
 /** Values and bytes per super-block (ggml-common.h `block_iq*`; sizes as its static_asserts). */
@@ -146,13 +144,6 @@ export function decodeIqBlocks(raw: Uint8Array, dtype: IqDType, blocks: number, 
   }
 }
 
-/** The lattice formats a backend computes with (in place on WebGPU), with a round-to-nearest encoder. */
-export type IqWeightDType = "iq2_xxs" | "iq2_xs" | "iq2_s" | "iq3_xxs" | "iq3_s";
-
-/** True when `dtype` is one of the lattice formats a backend computes with. */
-export function isIqWeightDType(dtype: string): dtype is IqWeightDType {
-  return dtype === "iq2_xxs" || dtype === "iq2_xs" || dtype === "iq2_s" || dtype === "iq3_xxs" || dtype === "iq3_s";
-}
 
 /** What the encoder needs of a format: its grid, how a scale code becomes a multiplier of d, and where things go. */
 interface LatticeFormat {
@@ -171,7 +162,7 @@ interface LatticeFormat {
   putScales: (raw: Uint8Array, view: DataView, at: number, ib: number, codes: number[]) => void;
 }
 
-const LATTICE: Record<IqWeightDType, LatticeFormat> = {
+const LATTICE: Record<Exclude<IqDType, "iq1_s" | "iq1_m">, LatticeFormat> = {
   iq2_xxs: {
     grid: IQ2XXS_GRID, width: 8, scaleSpan: 32, scale: (s) => (0.5 + s) * 0.25, paritySigns: true,
     put: (raw, view, at, ib, l, g, signs) => {
@@ -243,7 +234,8 @@ function nearestEntry(grid: Uint8Array, width: number, mags: ArrayLike<number>, 
  * without llama.cpp's importance-weighted search: valid blocks for tests and writers, not a
  * quantizer for models.
  */
-export function encodeIqLattice(values: Float32Array, dtype: IqWeightDType, out: Uint8Array): void {
+export function encodeIqLattice(values: Float32Array, dtype: IqDType, out: Uint8Array): void {
+  if (dtype === "iq1_s" || dtype === "iq1_m") return encodeIq1(values, dtype, out);
   const f = LATTICE[dtype];
   const { bytes } = IQ_BLOCKS[dtype];
   const top = Math.max(...f.grid);
@@ -289,4 +281,64 @@ function popcount8(v: number): number {
   let n = 0;
   for (let j = 0; j < 8; j++) n += (v >> j) & 1;
   return n;
+}
+
+/** The iq1 grid entry nearest to t[0…8) in squared error (grid values −1, 0, +1). */
+function nearestIq1(t: ArrayLike<number>): number {
+  let best = 0;
+  let bestErr = Infinity;
+  for (let g = 0; g < IQ1S_GRID.length / 8; g++) {
+    let err = 0;
+    for (let j = 0; j < 8; j++) err += (IQ1S_GRID[8 * g + j] - t[j]) ** 2;
+    if (err < bestErr) { bestErr = err; best = g; }
+  }
+  return best;
+}
+
+/**
+ * Encodes iq1_s / iq1_m super-blocks, round to nearest: value = dl · (grid + delta) with dl = d · (2s + 1),
+ * s a 3-bit code per 32 values (iq1_m: per 16), delta ±{@link IQ1_DELTA} with the sign of the values'
+ * sum per 32 (iq1_m: per 8), and the nearest of the 2048 grid entries per 8 values.
+ */
+function encodeIq1(values: Float32Array, dtype: "iq1_s" | "iq1_m", out: Uint8Array): void {
+  const m = dtype === "iq1_m";
+  const bytes = IQ_BLOCKS[dtype].bytes;
+  const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
+  const t = new Float64Array(8);
+  out.fill(0, 0, (values.length / 256) * bytes);
+  const code = (d: number, amax: number) => (d === 0 ? 0 : Math.max(0, Math.min(7, Math.round((amax / (d * (1 + IQ1_DELTA)) - 1) / 2))));
+  const sumOf = (x: Float32Array) => x.reduce((a, v) => a + v, 0);
+  const amaxOf = (x: Float32Array) => x.reduce((a, v) => Math.max(a, Math.abs(v)), 0);
+  for (let b = 0; b < values.length / 256; b++) {
+    const at = b * bytes;
+    const x = values.subarray(256 * b, 256 * b + 256);
+    const h = f32ToF16(amaxOf(x) / (15 * (1 + IQ1_DELTA)));
+    const d = f16ToF32(h);
+    if (!m) view.setUint16(at, h, true);
+    const scales = [0, 0, 0, 0];
+    for (let ib = 0; ib < 8; ib++) {
+      const sub = x.subarray(32 * ib, 32 * ib + 32);
+      const s1 = code(d, amaxOf(m ? sub.subarray(0, 16) : sub));
+      const s2 = m ? code(d, amaxOf(sub.subarray(16))) : s1;
+      let qh = 0;
+      const delta32 = sumOf(sub) < 0 ? -IQ1_DELTA : IQ1_DELTA;
+      for (let l = 0; l < 4; l++) {
+        const group = sub.subarray(8 * l, 8 * l + 8);
+        const dl = f32(d * (2 * (l < 2 ? s1 : s2) + 1));
+        const delta = m ? (sumOf(group) < 0 ? -IQ1_DELTA : IQ1_DELTA) : delta32;
+        for (let j = 0; j < 8; j++) t[j] = group[j] / dl - delta;
+        const g = nearestIq1(t);
+        if (m) {
+          out[at + 4 * ib + l] = g & 255;
+          out[at + 32 + 2 * ib + (l >> 1)] |= ((g >> 8) | (delta < 0 ? 8 : 0)) << (l & 1 ? 4 : 0);
+        } else {
+          out[at + 2 + 4 * ib + l] = g & 255;
+          qh |= (g >> 8) << (3 * l);
+        }
+      }
+      if (m) scales[ib >> 1] |= (s1 | (s2 << 3)) << (6 * (ib & 1));
+      else view.setUint16(at + 34 + 2 * ib, qh | (s1 << 12) | (delta32 < 0 ? 0x8000 : 0), true);
+    }
+    if (m) for (let i = 0; i < 4; i++) view.setUint16(at + 48 + 2 * i, scales[i] | (((h >> (4 * i)) & 0xf) << 12), true);
+  }
 }

@@ -13,10 +13,10 @@
  * `llama-quantize` also uses), bit for bit.
  */
 import { f16ToF32, f32ToF16 } from "./half-float.ts";
-import { decodeIqBlocks, encodeIqLattice, IQ_BLOCKS, isIqWeightDType, type IqWeightDType } from "./quant-blocks-iq.ts";
+import { decodeIqBlocks, encodeIqLattice, IQ_BLOCKS, isIqDType, type IqDType } from "./quant-blocks-iq.ts";
 
 /** The block-quantized dtypes of this module. */
-export type BlockQuantDType = "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" | "q6_k" | "iq4_nl" | "iq4_xs" | "mxfp4" | IqWeightDType;
+export type BlockQuantDType = "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" | "q6_k" | "iq4_nl" | "iq4_xs" | "mxfp4" | IqDType;
 
 /** Elements and bytes per block of each format. */
 export const QUANT_BLOCKS: Readonly<Record<BlockQuantDType, { values: number; bytes: number }>> = {
@@ -37,6 +37,8 @@ export const QUANT_BLOCKS: Readonly<Record<BlockQuantDType, { values: number; by
   iq2_s: IQ_BLOCKS.iq2_s,
   iq3_xxs: IQ_BLOCKS.iq3_xxs,
   iq3_s: IQ_BLOCKS.iq3_s,
+  iq1_s: IQ_BLOCKS.iq1_s,
+  iq1_m: IQ_BLOCKS.iq1_m,
 };
 
 /** True when `dtype` is one of this module's formats. */
@@ -117,7 +119,7 @@ export function mxfp4FitsF16(raw: Uint8Array, blocks: number): boolean {
 
 /** Decodes `blocks` blocks of `dtype` from `raw` into `out`. */
 export function decodeBlocks(raw: Uint8Array, dtype: BlockQuantDType, blocks: number, out: Float32Array): void {
-  if (isIqWeightDType(dtype)) return decodeIqBlocks(raw, dtype, blocks, out);
+  if (isIqDType(dtype)) return decodeIqBlocks(raw, dtype, blocks, out);
   const view = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
   const { bytes: bb, values: bv } = QUANT_BLOCKS[dtype];
   const half = (at: number) => f16ToF32(view.getUint16(at, true));
@@ -255,7 +257,7 @@ export function decodeBlocks(raw: Uint8Array, dtype: BlockQuantDType, blocks: nu
 
 /** Encodes `values` (a whole number of blocks) into `dtype` blocks written to `out`. */
 export function encodeBlocks(values: Float32Array, dtype: BlockQuantDType, out: Uint8Array): void {
-  if (isIqWeightDType(dtype)) return encodeIqLattice(values, dtype, out);
+  if (isIqDType(dtype)) return encodeIqLattice(values, dtype, out);
   const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
   const { bytes: bb, values: bv } = QUANT_BLOCKS[dtype];
   for (let b = 0; b < values.length / bv; b++) {

@@ -10,7 +10,6 @@ import { openRandomAccess, type RandomAccessFile } from "../runtime/fs.ts";
 import { type HostTensor, type LoadedModel, ModelLoadError } from "./config.ts";
 import { GgufMetadata } from "./gguf-metadata.ts";
 import { type GgufHeader, type GgufTensorInfo, readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
-import { GGML_TYPES } from "./gguf-types.ts";
 import { checkFreqFactors } from "./rope-scaling.ts";
 import { ggufConfig } from "./gguf-config.ts";
 import { ggufTokenizer } from "./gguf-tokenizer.ts";
@@ -46,31 +45,6 @@ function checkNotSplit(header: GgufHeader, path: string): void {
   );
 }
 
-/**
- * What the load says about i-quant tensors (IQ1_S … IQ3_S, gguf-types.ts `hostDecoded`): no backend
- * has kernels for them, so readGgufTensor decodes them on the host and holds them as `convertTo`.
- */
-function hostDecodedNote(header: GgufHeader, convertTo: string): string | undefined {
-  const types = header.tensors.map((t) => GGML_TYPES.get(t.ggmlType)).filter((t) => t?.hostDecoded !== undefined).map((t) => t!.name);
-  if (types.length === 0) return undefined;
-  return `the file holds ${types.length} tensor${types.length === 1 ? "" : "s"} of type ${[...new Set(types)].join(", ")}, which have no kernels: ` +
-    `they are converted to ${convertTo} on the host as they load, taking more memory than in the file`;
-}
-
-/** `options` whose progress callback carries `note` on its first call. */
-function withNote(options: LoadOptions, note: string | undefined): LoadOptions {
-  const onProgress = options.onProgress;
-  if (!note || !onProgress) return options;
-  let pending: string | undefined = note;
-  return {
-    ...options,
-    onProgress: (p) => {
-      onProgress(pending ? { ...p, note: pending } : p);
-      pending = undefined;
-    },
-  };
-}
-
 /** Loads a GGUF model file. */
 export async function loadGguf(path: string, options: LoadOptions = {}): Promise<LoadedModel> {
   const file = await openRandomAccess(path);
@@ -82,11 +56,10 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
     if (freqs) config.ropeFreqFactors = await readFreqFactors(file, freqs, config.rotaryDim ?? config.headDim, path);
     const tokenizer = ggufTokenizer(header, config, path);
     const infos = new Map<string, GgufTensorInfo>(header.tensors.map((t) => [t.name, t]));
-    const convertTo = options.quantize ?? "q8_0";
     const source = {
       has: (n: string) => infos.has(n),
       byteLength: (n: string) => infos.get(n)!.byteLength,
-      read: async (n: string) => sharedGateAsMatrix(await readGgufTensor(file, infos.get(n)!, convertTo)),
+      read: async (n: string) => sharedGateAsMatrix(await readGgufTensor(file, infos.get(n)!)),
     };
     const moe = config.moe;
     // Experts are stacked in current files; the first Mixtral conversions wrote one tensor per expert.
@@ -99,7 +72,7 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
     if (config.mla) {
       tensors = splittingKvB(tensors, config, names, (i) => `blk.${i}.${GGUF_KV_B}`, path);
     }
-    const weights = await assembleWeights(config, tensors, names, path, withNote(options, hostDecodedNote(header, convertTo)));
+    const weights = await assembleWeights(config, tensors, names, path, options);
     const template = header.metadata.get("tokenizer.chat_template")?.value;
     return {
       config,

@@ -3,8 +3,6 @@
  * start of the file; tensor data is read by range, one tensor at a time, so a multi-GB file is
  * never held in one buffer.
  */
-import { decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
-import type { WeightDType } from "../backend/types.ts";
 import type { RandomAccessFile } from "../runtime/fs.ts";
 import { type HostTensor, ModelLoadError } from "./config.ts";
 import {
@@ -273,25 +271,20 @@ export async function readGgufHeader(file: RandomAccessFile): Promise<GgufHeader
 
 /** Names of the ggml types we load. */
 function supportedGgmlTypes(): string[] {
-  return [...GGML_TYPES.values()].filter((t) => t.dtype !== undefined || t.hostDecoded !== undefined).map((t) => t.name);
+  return [...GGML_TYPES.values()].filter((t) => t.dtype !== undefined).map((t) => t.name);
 }
 
 /**
- * Reads one tensor's bytes; a type we cannot compute with (gguf-types.ts: no `dtype`) is refused with
- * the tensor's name, except the i-quants decoded on the host (`hostDecoded`), which come back
- * re-encoded as `convertTo` (q8_0 unless the loader's `--quantize` says otherwise).
+ * Reads one tensor's bytes as stored; a type we cannot compute with (gguf-types.ts: no `dtype`) is
+ * refused with the tensor's name.
  */
-export async function readGgufTensor(file: RandomAccessFile, info: GgufTensorInfo, convertTo: WeightDType = "q8_0"): Promise<HostTensor> {
-  const { dtype, hostDecoded } = GGML_TYPES.get(info.ggmlType) ?? {};
-  if (!dtype && !hostDecoded) {
+export async function readGgufTensor(file: RandomAccessFile, info: GgufTensorInfo): Promise<HostTensor> {
+  const { dtype } = GGML_TYPES.get(info.ggmlType) ?? {};
+  if (!dtype) {
     throw new ModelLoadError(
       `Tensor ${quoted(info.name)} in "${file.path}" has type ${info.typeName}; supported types are ${supportedGgmlTypes().join(", ")}`,
     );
   }
   const data = await file.read(info.offset, info.byteLength);
-  if (hostDecoded) {
-    const values = decodeToF32(data, hostDecoded, info.shape.reduce((a, b) => a * b, 1));
-    return { name: info.name, shape: info.shape.slice(), dtype: convertTo, data: encodeFromF32(values, convertTo) };
-  }
-  return { name: info.name, shape: info.shape.slice(), dtype: dtype!, data };
+  return { name: info.name, shape: info.shape.slice(), dtype, data };
 }

@@ -2,7 +2,6 @@
  * GGUF format constants and value types shared by the reader and the writer
  * (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md).
  */
-import type { IqDType } from "../backend/quant-blocks-iq.ts";
 import type { WeightDType } from "../backend/types.ts";
 
 /** "GGUF" read as a little-endian u32. */
@@ -47,8 +46,6 @@ export interface GgmlTypeInfo {
   blockBytes: number;
   /** Our weight dtype when the type is supported, else undefined. */
   dtype?: WeightDType;
-  /** An i-quant no backend computes with: decoded on the host at load and re-encoded (gguf-reader.ts). */
-  hostDecoded?: IqDType;
 }
 
 /** ggml tensor types by id (ggml.h `enum ggml_type`); sizes let us validate files we cannot load. */
@@ -70,7 +67,7 @@ export const GGML_TYPES: ReadonlyMap<number, GgmlTypeInfo> = new Map<number, Ggm
   [16, { name: "IQ2_XXS", blockSize: 256, blockBytes: 66, dtype: "iq2_xxs" }],
   [17, { name: "IQ2_XS", blockSize: 256, blockBytes: 74, dtype: "iq2_xs" }],
   [18, { name: "IQ3_XXS", blockSize: 256, blockBytes: 98, dtype: "iq3_xxs" }],
-  [19, { name: "IQ1_S", blockSize: 256, blockBytes: 50, hostDecoded: "iq1_s" }],
+  [19, { name: "IQ1_S", blockSize: 256, blockBytes: 50, dtype: "iq1_s" }],
   [20, { name: "IQ4_NL", blockSize: 32, blockBytes: 18, dtype: "iq4_nl" }],
   [21, { name: "IQ3_S", blockSize: 256, blockBytes: 110, dtype: "iq3_s" }],
   [22, { name: "IQ2_S", blockSize: 256, blockBytes: 82, dtype: "iq2_s" }],
@@ -80,7 +77,7 @@ export const GGML_TYPES: ReadonlyMap<number, GgmlTypeInfo> = new Map<number, Ggm
   [26, { name: "I32", blockSize: 1, blockBytes: 4 }],
   [27, { name: "I64", blockSize: 1, blockBytes: 8 }],
   [28, { name: "F64", blockSize: 1, blockBytes: 8 }],
-  [29, { name: "IQ1_M", blockSize: 256, blockBytes: 56, hostDecoded: "iq1_m" }],
+  [29, { name: "IQ1_M", blockSize: 256, blockBytes: 56, dtype: "iq1_m" }],
   [30, { name: "BF16", blockSize: 1, blockBytes: 2, dtype: "bf16" }],
   [34, { name: "TQ1_0", blockSize: 256, blockBytes: 54 }],
   [35, { name: "TQ2_0", blockSize: 256, blockBytes: 66 }],

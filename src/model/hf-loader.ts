@@ -19,7 +19,7 @@ import { checkOutputHead } from "./hf-defaults.ts";
 import { dequantizingFp8, fp8Scheme } from "./fp8.ts";
 import { readSafetensor } from "./safetensors.ts";
 import { HfTokenizer } from "./tokenizer-hf.ts";
-import { assembleWeights, checkLastExpert, type LoadOptions } from "./weights.ts";
+import { assembleWeights, checkLastExpert, type LoadOptions, withLoadNote } from "./weights.ts";
 import { stackingExperts } from "./expert-stack.ts";
 
 export { hfConfig } from "./hf-config.ts";
@@ -71,10 +71,20 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
       tensors = splittingKvB(tensors, config, names, (i) => `model.layers.${i}.${HF_KV_B}`, dir);
     }
     checkOutputHead(config.tiedEmbeddings, cfg, config.architecture, names.output, (n) => index.has(n), dir);
-    const assembled = await assembleWeights(config, tensors, names, dir, options);
+    const assembled = await assembleWeights(config, tensors, names, dir, withLoadNote(options, fp8 ? fp8Note(index, options) : undefined));
     const weights = config.architecture === "gemma3" ? gemmaNormsPlusOne(assembled) : assembled;
     return { config, weights, tokenizer, chatTemplate: await chatTemplate(dir, tokCfg), source: dir };
   } finally {
     await Promise.all(files.map((f) => f.close()));
   }
+}
+
+/** What the load says about an FP8 checkpoint's matrices (fp8.ts): no kernel reads FP8, so they are widened. */
+function fp8Note(index: ReadonlyMap<string, readonly [unknown, { dtype: string }]>, options: LoadOptions): string | undefined {
+  const n = [...index.values()].filter(([, info]) => info.dtype === "F8_E4M3").length;
+  if (n === 0) return undefined;
+  return `the checkpoint holds ${n} FP8 (F8_E4M3) matri${n === 1 ? "x" : "ces"}, which have no kernels: ` +
+    (options.quantize
+      ? `they are dequantized as they load and quantized to ${options.quantize}`
+      : "they are dequantized to bf16 as they load, twice their size in the file (--quantize q8_0 keeps them near 8 bits)");
 }

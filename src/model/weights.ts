@@ -5,7 +5,7 @@
  */
 import { blockValues, decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
 import { numel, WEIGHT_DTYPES, type WeightDType } from "../backend/types.ts";
-import { isIqWeightDType, type IqWeightDType } from "../backend/quant-blocks-iq.ts";
+import { isIqDType, type IqDType } from "../backend/quant-blocks-iq.ts";
 import { type HostTensor, isMoeLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights, type MoeConfig } from "./config.ts";
 import { EXPERT } from "./expert-stack.ts";
 
@@ -13,8 +13,22 @@ import { EXPERT } from "./expert-stack.ts";
 export interface LoadProgress {
   bytesRead: number;
   totalBytes: number;
-  /** A one-time remark on the first progress call, e.g. that i-quant tensors were re-encoded on the host (gguf-loader.ts). */
+  /** A one-time remark on the first progress call, e.g. that an FP8 checkpoint's matrices were widened to bf16 (hf-loader.ts). */
   note?: string;
+}
+
+/** `options` whose progress callback carries `note` on its first call (nothing changes without a note or a callback). */
+export function withLoadNote(options: LoadOptions, note: string | undefined): LoadOptions {
+  const onProgress = options.onProgress;
+  if (!note || !onProgress) return options;
+  let pending: string | undefined = note;
+  return {
+    ...options,
+    onProgress: (p) => {
+      onProgress(pending ? { ...p, note: pending } : p);
+      pending = undefined;
+    },
+  };
 }
 
 /** Options every loader accepts. */
@@ -34,11 +48,11 @@ export interface LoadOptions {
  * round-to-nearest encoders (2 and 3 bits without llama.cpp's error-minimising, importance-weighted
  * search) lose too much to offer; files that hold them still load.
  */
-export type QuantizeDType = Exclude<WeightDType, "f32" | "f16" | "bf16" | "q2_k" | "q3_k" | IqWeightDType>;
+export type QuantizeDType = Exclude<WeightDType, "f32" | "f16" | "bf16" | "q2_k" | "q3_k" | IqDType>;
 
 /** The `--quantize` choices, for CLIs and checks. */
 export const QUANTIZE_DTYPES: readonly QuantizeDType[] = WEIGHT_DTYPES.filter(
-  (d): d is QuantizeDType => blockValues(d) > 1 && d !== "q2_k" && d !== "q3_k" && !isIqWeightDType(d),
+  (d): d is QuantizeDType => blockValues(d) > 1 && d !== "q2_k" && d !== "q3_k" && !isIqDType(d),
 );
 
 /** True when `s` names a `--quantize` format. */

@@ -1,5 +1,5 @@
 /**
- * The 1–3-bit i-quants decoded on the host (quant-blocks-iq.ts; GGUF types 16–19, 21, 22, 29):
+ * The 1–3-bit i-quants' host codec (quant-blocks-iq.ts; GGUF types 16–19, 21, 22, 29):
  * block sizes as ggml-common.h's static_asserts; the grids' sizes and first/last (and a few chosen)
  * entries written out here from ggml-common.h; per format an all-zero block (grid entry 0, + signs,
  * the smallest scale) and one block with a chosen grid index, sign mask and scale, the values worked
@@ -12,7 +12,7 @@ import { test } from "../harness.ts";
 import { byteSize, decodeToF32 } from "../../src/backend/dtype-codec.ts";
 import { IQ1S_GRID } from "../../src/backend/iq1-grid.ts";
 import { IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KMASK_IQ2XS, KSIGNS_IQ2XS } from "../../src/backend/iq-grids.ts";
-import { IQ_BLOCKS, type IqDType, isIqWeightDType } from "../../src/backend/quant-blocks-iq.ts";
+import { IQ_BLOCKS, type IqDType } from "../../src/backend/quant-blocks-iq.ts";
 import { GGML_TYPES } from "../../src/model/gguf-types.ts";
 import { setIqScale } from "../model/iq-blocks.ts";
 import { Rng } from "./conformance-support.ts";
@@ -42,9 +42,8 @@ test("i-quant super-blocks are 256 values in ggml-common.h's sizes, as GGUF's ty
   };
   for (const [dtype, [id, bytes]] of Object.entries(want) as [IqDType, [number, number]][]) {
     assert.deepEqual(IQ_BLOCKS[dtype], { values: 256, bytes }, dtype);
-    // The 2–3-bit ones are weight dtypes (kept as they are); iq1_s and iq1_m are decoded on the host.
-    const t = GGML_TYPES.get(id);
-    assert.equal(isIqWeightDType(dtype) ? t?.dtype : t?.hostDecoded, dtype);
+    // Every one is a weight dtype, kept as stored.
+    assert.equal(GGML_TYPES.get(id)?.dtype, dtype);
     assert.equal(GGML_TYPES.get(id)?.blockBytes, bytes);
     assert.equal(byteSize(dtype, 512), 2 * bytes);
   }

@@ -51,7 +51,7 @@ test("matmul(), embedding() and matmulExperts() on webgpu find a lattice i-quant
   // spans 2 to 12 chunks, and every expert stack several too.
   const gpu = await createWebGpuBackend({ poison: true, maxBindingBytes: 9216 });
   try {
-    for (const dtype of ["iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s"] as const) {
+    for (const dtype of ["iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"] as const) {
       const want = await linearOutputs(ref, new Rng(9), dtype, 3, 512, 70);
       const got = await linearOutputs(gpu, new Rng(9), dtype, 3, 512, 70);
       assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `${dtype} 3×512×70`);

@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { projectRoot, test } from "../harness.ts";
 import { spawnServe } from "../serve-process.ts";
 import { ggufBytes, type ModelFileSpec, randomHfWeights } from "../model/model-files.ts";
+import { writePair } from "../model/fp8-files.ts";
 
 function serve(args: string[]) {
   const r = spawnSync("node", ["--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, `${projectRoot}/src/cli/serve.ts`, ...args], {
@@ -165,16 +166,13 @@ test("serve CLI takes its API key from VLLM_API_KEY when --api-key is not given,
   }
 });
 
-test("serve CLI says when the model's i-quant tensors are converted on the host as they load", async () => {
-  const spec: ModelFileSpec = {
-    architecture: "llama", hidden: 256, layers: 1, heads: 4, kvHeads: 2, headDim: 64, ffn: 256, vocab: 300, tied: false,
-    dtype: "q4_k", ggufDtype: (name) => (/attn_q/.test(name) ? "iq1_s" : "q4_k"), seed: 7,
-  };
-  const dir = mkdtempSync(`${tmpdir()}/serve-iq-`);
-  writeFileSync(`${dir}/iq.gguf`, ggufBytes(spec, randomHfWeights(spec)));
-  const { child, stderr, exited } = await spawnServe("node", ["--model", `${dir}/iq.gguf`, "--port", "0", "--backend", "reference", "--kv-blocks", "16"]);
+test("serve CLI says when an FP8 checkpoint's matrices are dequantized to bf16 as they load", async () => {
+  const spec: ModelFileSpec = { architecture: "llama", hidden: 48, layers: 1, heads: 4, kvHeads: 2, headDim: 12, ffn: 80, vocab: 300, tied: false, dtype: "f32", seed: 7 };
+  const dir = mkdtempSync(`${tmpdir()}/serve-fp8-`);
+  await writePair(spec, `${dir}/fp8`, `${dir}/ref`, randomHfWeights(spec), { quant_method: "fp8", weight_block_size: [32, 32] }, [32, 32]);
+  const { child, stderr, exited } = await spawnServe("node", ["--model", `${dir}/fp8`, "--port", "0", "--backend", "reference", "--kv-blocks", "16"]);
   try {
-    assert.match(stderr(), /serve: loading: the file holds 1 tensor of type IQ1_S, which have no kernels: they are converted to q8_0 on the host/);
+    assert.match(stderr(), /serve: loading: the checkpoint holds 7 FP8 \(F8_E4M3\) matrices, which have no kernels: they are dequantized to bf16 as they load/);
   } finally {
     child.kill("SIGKILL");
     await exited;

@@ -11,9 +11,11 @@ import { tmpdir } from "node:os";
 import { test } from "../harness.ts";
 import { decodeToF32, encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 import { loadModel } from "../../src/model/load.ts";
+import type { LoadProgress } from "../../src/model/weights.ts";
 import { ModelLoadError } from "../../src/model/config.ts";
 import { e4m3ToF32 } from "../../src/model/fp8.ts";
-import { type HfWeights, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
+import { type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
+import { writePair } from "./fp8-files.ts";
 
 const SPEC: ModelFileSpec = { architecture: "llama", hidden: 48, layers: 2, heads: 4, kvHeads: 2, headDim: 12, ffn: 80, vocab: 300, tied: false, dtype: "f32", seed: 81 };
 const dir = mkdtempSync(`${tmpdir()}/fp8-test-`);
@@ -24,85 +26,6 @@ test("e4m3ToF32() decodes E4M3: subnormals, the largest 448, signs, and NaN at 0
   assert.ok(Number.isNaN(e4m3ToF32(0x7f)) && Number.isNaN(e4m3ToF32(0xff)));
   assert.ok(Object.is(e4m3ToF32(0x80), -0));
 });
-
-/** The E4M3 byte nearest `v` (no NaN). */
-function nearestE4m3(v: number): number {
-  let best = 0;
-  for (let b = 0; b < 256; b++) {
-    if ((b & 0x7f) === 0x7f) continue;
-    if (Math.abs(e4m3ToF32(b) - v) < Math.abs(e4m3ToF32(best) - v)) best = b;
-  }
-  return best;
-}
-
-/** Codes and scales for `values` [rows, cols]: per block (amax / 448) or per row. */
-function quantize(values: Float32Array, rows: number, cols: number, block?: [number, number]) {
-  const [br, bc] = block ?? [1, cols];
-  const sr = Math.ceil(rows / br);
-  const sc = Math.ceil(cols / bc);
-  const scales = new Float32Array(sr * sc);
-  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) {
-    const s = Math.floor(r / br) * sc + Math.floor(c / bc);
-    scales[s] = Math.max(scales[s], Math.abs(values[r * cols + c]) / 448);
-  }
-  const codes = new Uint8Array(rows * cols);
-  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) {
-    codes[r * cols + c] = nearestE4m3(values[r * cols + c] / scales[Math.floor(r / br) * sc + Math.floor(c / bc)]);
-  }
-  return { codes, scales, scaleShape: block ? [sr, sc] : [rows, 1] };
-}
-
-/** A safetensors file of raw entries (F8_E4M3 codes, F32 scales, F32 others). */
-function safetensors(entries: { name: string; dtype: string; shape: number[]; data: Uint8Array }[]): Uint8Array {
-  const header: Record<string, unknown> = {};
-  let offset = 0;
-  for (const e of entries) {
-    header[e.name] = { dtype: e.dtype, shape: e.shape, data_offsets: [offset, offset + e.data.byteLength] };
-    offset += e.data.byteLength;
-  }
-  let json = JSON.stringify(header);
-  json += " ".repeat((8 - ((8 + json.length) % 8)) % 8);
-  const out = new Uint8Array(8 + json.length + offset);
-  new DataView(out.buffer).setBigUint64(0, BigInt(json.length), true);
-  out.set(new TextEncoder().encode(json), 8);
-  let at = 8 + json.length;
-  for (const e of entries) {
-    out.set(e.data, at);
-    at += e.data.byteLength;
-  }
-  return out;
-}
-
-const LINEAR = /(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.weight$/;
-
-/** Writes the FP8 checkpoint of `weights` to `fp8Dir` and the f32 values its codes stand for to `refDir`. */
-async function writePair(fp8Dir: string, refDir: string, weights: HfWeights, quantizationConfig: Record<string, unknown>, block?: [number, number], spec = SPEC) {
-  const entries = [];
-  const dequantized: HfWeights = new Map();
-  for (const [name, { shape, values }] of weights) {
-    if (!LINEAR.test(name)) {
-      entries.push({ name, dtype: "F32", shape, data: encodeFromF32(values, "f32") });
-      dequantized.set(name, { shape, values });
-      continue;
-    }
-    const [rows, cols] = shape;
-    const q = quantize(values, rows, cols, block);
-    entries.push({ name, dtype: "F8_E4M3", shape, data: q.codes });
-    entries.push({ name: `${name}${block ? "_scale_inv" : "_scale"}`, dtype: "F32", shape: q.scaleShape, data: new Uint8Array(q.scales.buffer) });
-    // What the codes stand for, computed here (not by the loader's dequantizeFp8): code × its block's scale.
-    const [br, bc] = block ?? [1, cols];
-    const scaleAt = (i: number) => q.scales[Math.floor(Math.floor(i / cols) / br) * Math.ceil(cols / bc) + Math.floor((i % cols) / bc)];
-    const stand = Float32Array.from({ length: rows * cols }, (_, i) => e4m3ToF32(q.codes[i]) * scaleAt(i));
-    // E4M3 keeps 3 mantissa bits: each value within 1/16 of itself, or half a subnormal step (2^-10) of its scale.
-    stand.forEach((v, i) => assert.ok(Math.abs(v - values[i]) <= Math.abs(values[i]) / 16 + 2 ** -10 * scaleAt(i), `${name}[${i}]`));
-    dequantized.set(name, { shape, values: stand });
-  }
-  await writeHfDirectory(fp8Dir, spec, weights);
-  await writeHfDirectory(refDir, spec, dequantized);
-  const config = JSON.parse(await readFile(`${fp8Dir}/config.json`, "utf8"));
-  await writeFile(`${fp8Dir}/config.json`, JSON.stringify({ ...config, quantization_config: quantizationConfig }));
-  await writeFile(`${fp8Dir}/model.safetensors`, safetensors(entries));
-}
 
 /** Asserts every layer matrix of the FP8 load is bf16 and equals the reference's values rounded to bf16. */
 async function assertSameWeights(fp8Dir: string, refDir: string, layers = SPEC.layers) {
@@ -124,7 +47,7 @@ async function assertSameWeights(fp8Dir: string, refDir: string, layers = SPEC.l
 test("loadModel() reads an FP8 checkpoint with 128×128-style block scales (weight_scale_inv) as its dequantized weights", async () => {
   // 32×32 blocks here, so the 48- and 80-wide matrices end in partial blocks.
   const weights = randomHfWeights(SPEC);
-  await writePair(`${dir}/block`, `${dir}/block-ref`, weights, { quant_method: "fp8", fmt: "e4m3", activation_scheme: "dynamic", weight_block_size: [32, 32] }, [32, 32]);
+  await writePair(SPEC, `${dir}/block`, `${dir}/block-ref`, weights, { quant_method: "fp8", fmt: "e4m3", activation_scheme: "dynamic", weight_block_size: [32, 32] }, [32, 32]);
   await assertSameWeights(`${dir}/block`, `${dir}/block-ref`);
   // The check can fail: scales read per row where the file has blocks.
   const config = JSON.parse(await readFile(`${dir}/block/config.json`, "utf8"));
@@ -134,13 +57,13 @@ test("loadModel() reads an FP8 checkpoint with 128×128-style block scales (weig
 
 test("loadModel() reads an FP8 mixture of experts (Qwen3-30B-A3B-FP8's shape): each expert dequantized, then stacked", async () => {
   const moe: ModelFileSpec = { ...SPEC, architecture: "qwen3moe", experts: { count: 4, used: 2 }, seed: 84 };
-  await writePair(`${dir}/moe`, `${dir}/moe-ref`, randomHfWeights(moe), { quant_method: "fp8", weight_block_size: [32, 32] }, [32, 32], moe);
+  await writePair(moe, `${dir}/moe`, `${dir}/moe-ref`, randomHfWeights(moe), { quant_method: "fp8", weight_block_size: [32, 32] }, [32, 32]);
   await assertSameWeights(`${dir}/moe`, `${dir}/moe-ref`, moe.layers);
 });
 
 test("loadModel() reads a compressed-tensors float-quantized checkpoint with per-row weight_scale", async () => {
   const weights = randomHfWeights({ ...SPEC, seed: 82 });
-  await writePair(`${dir}/row`, `${dir}/row-ref`, weights, { quant_method: "compressed-tensors", format: "float-quantized" });
+  await writePair(SPEC, `${dir}/row`, `${dir}/row-ref`, weights, { quant_method: "compressed-tensors", format: "float-quantized" });
   await assertSameWeights(`${dir}/row`, `${dir}/row-ref`);
 });
 
@@ -150,7 +73,7 @@ test("loadModel() refuses other quantization methods by name, and an FP8 matrix 
   const config = JSON.parse(await readFile(`${dir}/awq/config.json`, "utf8"));
   await writeFile(`${dir}/awq/config.json`, JSON.stringify({ ...config, quantization_config: { quant_method: "awq", bits: 4 } }));
   await assert.rejects(loadModel(`${dir}/awq`), (e: unknown) => e instanceof ModelLoadError && /holds a "awq"-quantized model; this loader reads FP8 checkpoints/.test(e.message));
-  await writePair(`${dir}/noscale`, `${dir}/noscale-ref`, weights, { quant_method: "fp8" });
+  await writePair(SPEC, `${dir}/noscale`, `${dir}/noscale-ref`, weights, { quant_method: "fp8" });
   const noScale = (await readFile(`${dir}/noscale/model.safetensors`));
   const text = new TextDecoder().decode(noScale.subarray(8, 8 + Number(new DataView(noScale.buffer, noScale.byteOffset).getBigUint64(0, true))));
   // Rename one scale tensor in the header (same length) so the matrix has none.
@@ -162,4 +85,20 @@ test("loadModel() refuses other quantization methods by name, and an FP8 matrix 
 
 test("fp8 test files are removed", () => {
   rmSync(dir, { recursive: true, force: true });
+});
+
+test("loadModel() says once that an FP8 checkpoint's matrices are dequantized, naming how many and what they become", async () => {
+  await writePair(SPEC, `${dir}/note`, `${dir}/note-ref`, randomHfWeights({ ...SPEC, seed: 85 }), { quant_method: "fp8", weight_block_size: [32, 32] }, [32, 32]);
+  for (const [quantize, becomes] of [[undefined, /they are dequantized to bf16 as they load, twice their size in the file/], ["q8_0", /they are dequantized as they load and quantized to q8_0$/]] as const) {
+    const progress: LoadProgress[] = [];
+    await loadModel(`${dir}/note`, { quantize, onProgress: (p) => progress.push(p) });
+    const notes = progress.flatMap((p) => (p.note === undefined ? [] : [p.note]));
+    assert.equal(notes.length, 1, `${quantize}: ${notes}`);
+    assert.equal(progress[0].note, notes[0], "on the first progress call");
+    assert.match(notes[0], /^the checkpoint holds 14 FP8 \(F8_E4M3\) matrices, which have no kernels: /);
+    assert.match(notes[0], becomes);
+  }
+  const plain: (string | undefined)[] = [];
+  await loadModel(`${dir}/note-ref`, { onProgress: (p) => plain.push(p.note) });
+  assert.ok(plain.length > 0 && plain.every((n) => n === undefined), "no note for a checkpoint without FP8");
 });

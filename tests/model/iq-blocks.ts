@@ -40,7 +40,7 @@ export function randomIqBlocks(dtype: IqDType, count: number, rms: number, rand:
 
 /** The ggml type id of an i-quant dtype. */
 export function iqGgmlType(dtype: IqDType): number {
-  for (const [id, t] of GGML_TYPES) if (t.hostDecoded === dtype || t.dtype === dtype) return id;
+  for (const [id, t] of GGML_TYPES) if (t.dtype === dtype) return id;
   throw new RangeError(`No ggml type is "${dtype}"`);
 }
 

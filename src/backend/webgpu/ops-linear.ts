@@ -6,7 +6,7 @@ import { type GpuContext } from "./context.ts";
 import type { KernelParams } from "./kernel-source.ts";
 import { asGpu, expectRank, fmt, type GpuTensor, rowsOf } from "./tensor.ts";
 import { isBlockQuant } from "../quant-blocks.ts";
-import { isIqWeightDType } from "../quant-blocks-iq.ts";
+import { isIqDType } from "../quant-blocks-iq.ts";
 import { checkIndexRange } from "../shape-checks.ts";
 import { BackendShapeError, type Tensor, WEIGHT_DTYPES } from "../types.ts";
 
@@ -37,7 +37,10 @@ export function weightParams(ctx: GpuContext, w: GpuTensor): KernelParams {
     W_IQ2S: w.dtype === "iq2_s",
     W_IQ3XXS: w.dtype === "iq3_xxs",
     W_IQ3S: w.dtype === "iq3_s",
-    W_IQGRID: isIqWeightDType(w.dtype),
+    W_IQ1S: w.dtype === "iq1_s",
+    W_IQ1M: w.dtype === "iq1_m",
+    W_IQ1: w.dtype === "iq1_s" || w.dtype === "iq1_m",
+    W_IQGRID: isIqDType(w.dtype),
     W_KQ45: w.dtype === "q4_k" || w.dtype === "q5_k",
   };
 }

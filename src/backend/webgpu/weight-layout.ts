@@ -15,10 +15,11 @@
  *   then the 256 codes − 32 as int8 (69 words instead of 52.5: 8.6 bits per value, below q8_0's 9).
  *   Its 6-bit codes split over two bit planes cost more to decode than the bytes saved: on lavapipe
  *   a 1B-shaped q6_k decode step took 4.7 s that way and 1.4 s unpacked (docs/bench-engine.md).
- * - The lattice i-quants iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s (66, 74, 82, 98, 110 bytes, an f16
- *   d ahead of the codes) widen d to a word: 68, 76, 84, 100, 112 bytes. Their values are entries of
- *   a fixed grid (256, 512 or 1024 entries of 8 magnitude bytes; 256 or 512 of 4: 2, 4, 8, 1, 2
- *   KiB): every chunk starts with its format's grid, and its blocks follow. A table in the shader would be
+ * - The lattice i-quants iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s (66, 74, 82, 98, 110, 50
+ *   bytes, an f16 d ahead of the codes) widen d to a word: 68, 76, 84, 100, 112, 52 bytes; iq1_m
+ *   (56 bytes, its d spread over its scales) is kept. Their values are entries of a fixed grid (256,
+ *   512 or 1024 entries of 8 magnitude bytes; 256 or 512 of 4; iq1's 2048 of 8 values −1/0/+1 as
+ *   2-bit codes: 2, 4, 8, 1, 2, 4 KiB): every chunk starts with its format's grid, and its blocks follow. A table in the shader would be
  *   copied per invocation wherever it is indexed at run time (naga and Tint both spill such arrays to
  *   function memory); a binding of its own would be one more for every weight-reading kernel.
  * - A weight bigger than the largest storage binding is split into row chunks, each packed into
@@ -27,25 +28,32 @@
 import { blockValues, byteSize, f16ToF32, Q8_0_BLOCK, Q8_0_BLOCK_BYTES } from "../dtype-codec.ts";
 import { QUANT_BLOCKS } from "../quant-blocks.ts";
 import { IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID } from "../iq-grids.ts";
-import { isIqWeightDType, type IqWeightDType } from "../quant-blocks-iq.ts";
+import { IQ1S_GRID_2BIT } from "../iq1-grid.ts";
+import { isIqDType, type IqDType } from "../quant-blocks-iq.ts";
 import { BackendShapeError, type WeightDType } from "../types.ts";
 
 /** Device bytes per block of the formats whose blocks are repacked (see above). */
 const REPACKED_BLOCK_BYTES: Partial<Record<WeightDType, number>> = {
   q8_0: 36, q4_0: 20, iq4_nl: 20, q5_0: 24, mxfp4: 20, q3_k: 112, q6_k: 276,
-  iq2_xxs: 68, iq2_xs: 76, iq2_s: 84, iq3_xxs: 100, iq3_s: 112,
+  iq2_xxs: 68, iq2_xs: 76, iq2_s: 84, iq3_xxs: 100, iq3_s: 112, iq1_s: 52,
 };
 
 /** The grid that heads every chunk of a grid format (see above), or none. */
 export function gridPrefix(dtype: WeightDType): Uint8Array | undefined {
   return dtype === "iq2_xxs" ? IQ2XXS_GRID : dtype === "iq2_xs" ? IQ2XS_GRID : dtype === "iq2_s" ? IQ2S_GRID
-    : dtype === "iq3_xxs" ? IQ3XXS_GRID : dtype === "iq3_s" ? IQ3S_GRID : undefined;
+    : dtype === "iq3_xxs" ? IQ3XXS_GRID : dtype === "iq3_s" ? IQ3S_GRID : dtype === "iq1_s" || dtype === "iq1_m" ? IQ1S_GRID_2BIT : undefined;
 }
 
-/** Widens each block's leading f16 d to a word (the lattice i-quants): [d, 0, 0, the rest], after `prefix`. */
-function widenScale(raw: Uint8Array, count: number, dtype: IqWeightDType, prefix: Uint8Array): Uint8Array {
+/** Widens each block's leading f16 d to a word (the lattice i-quants but iq1_m, kept): [d, 0, 0, the rest], after `prefix`. */
+function widenScale(raw: Uint8Array, count: number, dtype: IqDType, prefix: Uint8Array): Uint8Array {
   const { values, bytes } = QUANT_BLOCKS[dtype];
   const blocks = count / values;
+  if (dtype === "iq1_m") {
+    const kept = new Uint8Array(prefix.byteLength + blocks * bytes);
+    kept.set(prefix);
+    kept.set(raw.subarray(0, blocks * bytes), prefix.byteLength);
+    return kept;
+  }
   const out = new Uint8Array(prefix.byteLength + blocks * (bytes + 2));
   out.set(prefix);
   for (let b = 0; b < blocks; b++) {
@@ -176,7 +184,7 @@ export function packWeight(
       ? repackBlocks(slice, n * cols, dtype)
       : dtype === "q6_k"
       ? unpackQ6K(slice, n * cols)
-      : isIqWeightDType(dtype)
+      : isIqDType(dtype)
       ? widenScale(slice, n * cols, dtype, prefix!)
       : slice;
     chunks.push({ rowStart: r0, rows: n, bytes });
