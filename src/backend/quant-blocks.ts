@@ -13,7 +13,8 @@
  * `llama-quantize` also uses), bit for bit.
  */
 import { f16ToF32, f32ToF16 } from "./half-float.ts";
-import { decodeIqBlocks, encodeIqLattice, IQ_BLOCKS, isIqDType, type IqDType } from "./quant-blocks-iq.ts";
+import { decodeIqBlocks, IQ_BLOCKS, isIqDType, type IqDType } from "./quant-blocks-iq.ts";
+import { encodeIqLattice } from "./quant-blocks-iq-encode.ts";
 
 /** The block-quantized dtypes of this module. */
 export type BlockQuantDType = "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" | "q6_k" | "iq4_nl" | "iq4_xs" | "mxfp4" | IqDType;
