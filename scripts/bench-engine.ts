@@ -44,7 +44,7 @@ if (flags["kv-dtype"] !== undefined && flags["kv-dtype"] !== kvDtype) throw new 
 /** Bytes of each block that hold f16 scales (the rest are codes, any bits of which decode to finite values). */
 const SCALE_BYTES: Partial<Record<WeightDType, number[]>> = {
   q8_0: [0], q4_0: [0], q5_0: [0], q4_1: [0, 2], q5_1: [0, 2], q4_k: [0, 2], q5_k: [0, 2], q6_k: [208], iq4_nl: [0], iq4_xs: [0],
-  iq2_xxs: [0], iq2_xs: [0], iq2_s: [0], iq3_xxs: [0], iq3_s: [0],
+  iq2_xxs: [0], iq2_xs: [0], iq2_s: [0], iq3_xxs: [0], iq3_s: [0], iq1_s: [0],
 };
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -93,6 +93,15 @@ function llama1bModel(dtypeName: string): LoadedModel {
     for (let b = 0; b < n / values; b++) for (const at of SCALE_BYTES[dtype] ?? []) view.setUint16(b * bytes + at, small, true);
     // mxfp4's scale is one E8M0 byte, 2^(e − 128) as the codes are doubled: the same 2^-12.
     if (dtype === "mxfp4") for (let b = 0; b < n / values; b++) data[b * bytes] = 128 - 12;
+    // iq1_m's f16 d is the top nibbles of its four u16 scales (bytes 48–55).
+    if (dtype === "iq1_m") {
+      for (let b = 0; b < n / values; b++) {
+        for (let i = 0; i < 4; i++) {
+          const at = b * bytes + 48 + 2 * i;
+          view.setUint16(at, (view.getUint16(at, true) & 0x0fff) | (((small >> (4 * i)) & 0xf) << 12), true);
+        }
+      }
+    }
     return { name, shape, dtype, data };
   };
   const weight = (name: string, shape: number[], role: "q6" | "q4"): HostTensor => {
