@@ -10,7 +10,8 @@ import { envVar } from "../../src/runtime/env.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { AttentionIndexChecks, checkAttentionIndices } from "../../src/backend/shape-checks.ts";
 import { BackendShapeError, type SamplingRow, type Tensor } from "../../src/backend/types.ts";
-import { chunkRows, deviceBytes, MAX_CHUNK_ELEMENTS, packWeight } from "../../src/backend/webgpu/weight-layout.ts";
+import { chunkRows, deviceBytes, gridPrefix, MAX_CHUNK_ELEMENTS, packWeight } from "../../src/backend/webgpu/weight-layout.ts";
+import { byteSize } from "../../src/backend/dtype-codec.ts";
 import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
 
 const skipGpu = envVar("EVOLVING_ALLOW_NO_WEBGPU") === "1";
@@ -93,6 +94,20 @@ test("packWeight() splits by chunkRows()", () => {
   const raw = new Uint8Array(10 * 8 * 4);
   const chunks = packWeight(raw, 10, 8, "f32", 100);
   assert.deepEqual(chunks.map((c) => [c.rowStart, c.rows, c.bytes.byteLength]), [[0, 3, 96], [3, 3, 96], [6, 3, 96], [9, 1, 32]]);
+});
+
+test("packWeight() starts every chunk of a lattice i-quant with its grid, and names the grid when a row and it do not fit", () => {
+  // iq3_xxs: a 1 KiB grid, 100 device bytes per 256 values: rows of 512 take 200.
+  const raw = new Uint8Array(byteSize("iq3_xxs", 10 * 512));
+  for (let i = 0; i < raw.length; i++) raw[i] = (i * 37) & 255;
+  const chunks = packWeight(raw, 10, 512, "iq3_xxs", 1024 + 3 * 200);
+  assert.deepEqual(chunks.map((c) => [c.rowStart, c.rows, c.bytes.byteLength]), [[0, 3, 1624], [3, 3, 1624], [6, 3, 1624], [9, 1, 1224]]);
+  for (const c of chunks) assert.deepEqual(c.bytes.subarray(0, 1024), gridPrefix("iq3_xxs"));
+  // The first block of the second chunk: row 3's d (2 bytes), 2 bytes of padding, then its 96 bytes.
+  const at = 3 * byteSize("iq3_xxs", 512);
+  assert.deepEqual([...chunks[1].bytes.subarray(1024, 1028)], [raw[at], raw[at + 1], 0, 0]);
+  assert.deepEqual(chunks[1].bytes.subarray(1028, 1124), raw.subarray(at + 2, at + 98));
+  assert.throws(() => packWeight(raw, 10, 512, "iq3_xxs", 1024 + 199), /A iq3_xxs weight row of 200 bytes and the format's 1024-byte grid exceed the device's binding limit of 1223 bytes/);
 });
 
 test("WebGPU refuses out-of-range KV slots and attention indices with the reference's errors, from its host copies", async () => {

@@ -172,7 +172,13 @@ export function packWeight(
     throw new BackendShapeError(`uploadWeight needs ${need} bytes for ${rows}×${cols} ${dtype}, got ${raw.byteLength}`);
   }
   const prefix = gridPrefix(dtype);
-  const perChunk = chunkRows(rows, cols, deviceBytes(dtype, cols), maxBinding - (prefix?.byteLength ?? 0));
+  const grid = prefix?.byteLength ?? 0;
+  if (grid > 0 && grid + deviceBytes(dtype, cols) > maxBinding) {
+    throw new BackendShapeError(
+      `A ${dtype} weight row of ${deviceBytes(dtype, cols)} bytes and the format's ${grid}-byte grid exceed the device's binding limit of ${maxBinding} bytes`,
+    );
+  }
+  const perChunk = chunkRows(rows, cols, deviceBytes(dtype, cols), maxBinding - grid);
   const chunks: PackedChunk[] = [];
   for (let r0 = 0; r0 < Math.max(rows, 1); r0 += perChunk) {
     const n = Math.min(perChunk, rows - r0);
