@@ -2,9 +2,12 @@
 // One workgroup of 64 per (query token, HPG query heads of one KV group): each key and value row
 // is read once for the HPG heads that share it. Keys are visited in tiles of 64: thread j scores
 // key j of the tile for every head; after each head's tile max, thread j turns its scores into
-// weights; then thread t accumulates output dims t, t+64, ... (DPT of them: head_dim <= 64·DPT) of
-// every head. Each head's tile max and weight sum are taken over segments of 8 keys by the first
-// 8·HPG threads, then over the segments by every thread.
+// weights; then the value sums: with VEC (head_dim a power of two from 8 to 256) the threads form
+// 256/head_dim key groups of head_dim/4 lanes, each lane summing 4 dims (a vec4) over its group's
+// keys, the groups' partial sums added at the end; otherwise thread t accumulates output dims t,
+// t+64, ... (DPT of them: head_dim <= 64·DPT) over every key. Both for every head. Each head's
+// tile max and weight sum are taken over segments of 8 keys by the first 8·HPG threads, then over
+// the segments by every thread.
 // Used for decode (one row per sequence) and for prefill chunks over a cached prefix alike.
 // With a sliding window (window > 0) a row visits only its last `window` positions; with SINKS a
 // per-head logit starts the online softmax as a key with no value (it joins the denominator only).
@@ -12,6 +15,12 @@
 const WG = 64u;
 const DPT = ${DPT}u;
 const HPG = ${HPG}u;
+#if ${VEC}
+// Vector value sums (head_dim = 4·64/KG): the 64 threads form KG key groups of LANES lanes; lane
+// k of group g sums dims 4k … 4k+3 of keys g, g+KG, …; the groups' partial sums meet at the end.
+const KG = ${KG}u;
+const LANES = WG / KG;
+#endif
 struct P {
   n: u32, heads: u32, kv_heads: u32, head_dim: u32,
   block_size: u32, max_blocks: u32, num_blocks: u32, scale: f32,
@@ -72,8 +81,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     l[hh] = 0.0;
 #endif
   }
+#if ${VEC}
+  var acc4: array<vec4<f32>, HPG>; // head hh's dims 4·lane … 4·lane+3 over this thread's keys
+  for (var hh = 0u; hh < HPG; hh += 1u) { acc4[hh] = vec4<f32>(0.0); }
+  let kg = lid / LANES;
+  let d0 = (lid % LANES) * 4u;
+#else
   var acc: array<f32, HPG * DPT>; // head hh's dim lid + i·64 at hh·DPT + i
   for (var i = 0u; i < HPG * DPT; i += 1u) { acc[i] = 0.0; }
+#endif
   var first = 0u;
   if (p.window > 0u && ctx > p.window) { first = ctx - p.window; }
   for (var start = first; start < ctx; start += WG) {
@@ -131,8 +147,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       for (var k = 0u; k < SEGS; k += 1u) { sum += part_sum[hh * SEGS + k]; }
       let corr = exp(m[hh] - tmax[hh]);
       l[hh] = l[hh] * corr + sum;
+#if ${VEC}
+      acc4[hh] *= corr;
+#else
       for (var i = 0u; i < DPT; i += 1u) { acc[hh * DPT + i] *= corr; }
+#endif
     }
+#if ${VEC}
+    for (var j = kg; j < count; j += KG) {
+      let vb = kbase[j] + d0;
+#if ${F16}
+      let v = vec4<f32>(unpack2x16float(vc[vb / 2u]), unpack2x16float(vc[vb / 2u + 1u]));
+#else
+      let v = vec4<f32>(vc[vb], vc[vb + 1u], vc[vb + 2u], vc[vb + 3u]);
+#endif
+      for (var hh = 0u; hh < HPG; hh += 1u) { acc4[hh] += sc[hh * WG + j] * v; }
+    }
+#else
     for (var j = 0u; j < count; j += 1u) {
       let vb = kbase[j];
       for (var i = 0u; i < DPT; i += 1u) {
@@ -148,9 +179,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
       }
     }
+#endif
     for (var hh = 0u; hh < HPG; hh += 1u) { m[hh] = tmax[hh]; }
     workgroupBarrier();
   }
+#if ${VEC}
+  // The queries are no longer needed: their buffer takes the groups' partial sums (HPG · 64 vec4).
+  for (var hh = 0u; hh < HPG; hh += 1u) {
+    for (var c = 0u; c < 4u; c += 1u) { qs[(hh * WG + lid) * 4u + c] = acc4[hh][c]; }
+  }
+  workgroupBarrier();
+  for (var o = lid; o < HPG * hd; o += WG) {
+    let hh = o / hd;
+    let d = o % hd;
+    var sum = 0.0;
+    for (var g = 0u; g < KG; g += 1u) { sum += qs[(hh * WG + g * LANES + d / 4u) * 4u + (d & 3u)]; }
+    dst[qb + o] = sum * (1.0 / l[hh]);
+  }
+#else
   for (var hh = 0u; hh < HPG; hh += 1u) {
     let inv = 1.0 / l[hh];
     for (var i = 0u; i < DPT; i += 1u) {
@@ -158,4 +204,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       if (d < hd) { dst[qb + hh * hd + d] = acc[hh * DPT + i] * inv; }
     }
   }
+#endif
 }

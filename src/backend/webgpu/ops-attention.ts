@@ -122,9 +122,11 @@ export function pagedAttention(
   const out = ctx.output(q.shape);
   const dpt = headDim <= 64 ? 1 : headDim <= 128 ? 2 : headDim <= 256 ? 4 : 9;
   const hpg = attentionHeadsPerGroup(heads, kvHeads, headDim);
+  // Head dims 8 … 256 in powers of two take the vector value sums: 256 / headDim key groups of headDim / 4 lanes.
+  const keyGroups = [8, 16, 32, 64, 128, 256].includes(headDim) ? 256 / headDim : 0;
   ctx.recorder.dispatch(
     "paged_attention",
-    { DPT: dpt, HPG: hpg, SINKS: sinks !== undefined, F16: kc.dtype === "f16" },
+    { DPT: dpt, HPG: hpg, VEC: keyGroups > 0, KG: keyGroups, SINKS: sinks !== undefined, F16: kc.dtype === "f16" },
     [n, heads, kvHeads, headDim, blockSize, tables.shape[1], numBlocks, new F32(scale), window],
     [
       [1, q.buffer], [2, kc.buffer], [3, vc.buffer], [4, seq.buffer], [5, pos.buffer], [6, tables.buffer], [7, out.buffer],
