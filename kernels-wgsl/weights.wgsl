@@ -94,6 +94,14 @@ fn iq4_values(q: vec4<u32>) -> vec4<f32> {
 }
 #endif
 #if ${W_IQGRID}
+// Where value i of a lattice i-quant chunk lies: its block's first word (after the grid), its
+// place e in the block's 256, its 32-value sub-block ib, its 8-value group l in that, and which half
+// of the group (values 4·half … 4·half + 3) it starts.
+struct IqAt { b: u32, e: u32, ib: u32, l: u32, half: u32 }
+fn iq_at(i: u32) -> IqAt {
+  let e = i & 255u;
+  return IqAt(${IQ_GRID_WORDS}u + (i >> 8u) * ${IQ_BLOCK_WORDS}u, e, e >> 5u, (e & 31u) >> 3u, (e >> 2u) & 1u);
+}
 // ±1 for values 4·half … 4·half + 3 of group l from a word holding 4 × 7 sign bits (llama.cpp's
 // ksigns_iq2xs: bit 7 set where the 7 stored bits have an odd count, so minus signs are even).
 fn iq_signs(aux: u32, l: u32, half: u32) -> vec4<f32> {
@@ -218,100 +226,73 @@ fn w_at4(i: u32) -> vec4<f32> {
   // The 256-entry grid first (512 words: entry g's 8 magnitude bytes in words 2g, 2g + 1), then
   // 17-word blocks: f16 d (low half), and per 32 values two words: four grid-index bytes, then 4 × 7
   // sign bits (the 8th makes the count of minus signs even) under a 4-bit scale.
-  let b = 512u + (i >> 8u) * 17u;
-  let e = i & 255u;
-  let ib = e >> 5u;
-  let l = (e & 31u) >> 3u;
-  let half = (e >> 2u) & 1u;
-  let aux1 = wbuf[b + 2u + 2u * ib];
-  let g = extractBits(wbuf[b + 1u + 2u * ib], l * 8u, 8u);
-  let db = unpack2x16float(wbuf[b]).x * (0.5 + f32(aux1 >> 28u)) * 0.25;
-  return vec4<f32>(byte_bits(wbuf[2u * g + half], 0u, 255u)) * iq_signs(aux1, l, half) * db;
+  let at = iq_at(i);
+  let aux1 = wbuf[at.b + 2u + 2u * at.ib];
+  let g = extractBits(wbuf[at.b + 1u + 2u * at.ib], at.l * 8u, 8u);
+  let db = unpack2x16float(wbuf[at.b]).x * (0.5 + f32(aux1 >> 28u)) * 0.25;
+  return vec4<f32>(byte_bits(wbuf[2u * g + at.half], 0u, 255u)) * iq_signs(aux1, at.l, at.half) * db;
 #elif ${W_IQ2XS}
   // The 512-entry grid first (1024 words), then 19-word blocks: f16 d (low half), per 8 values a
   // u16 (9-bit grid index, 7 sign bits under the parity rule) in words 1–16, then per 16 values a
   // 4-bit scale (two per byte, one byte per 32 values) in words 17–18.
-  let b = 1024u + (i >> 8u) * 19u;
-  let e = i & 255u;
-  let ib = e >> 5u;
-  let k = e >> 3u;
-  let half = (e >> 2u) & 1u;
-  let q = extractBits(wbuf[b + 1u + (k >> 1u)], (k & 1u) * 16u, 16u);
-  let sc = extractBits(wbuf[b + 17u + (ib >> 2u)], (ib & 3u) * 8u + ((e & 31u) >> 4u) * 4u, 4u);
-  let db = unpack2x16float(wbuf[b]).x * (0.5 + f32(sc)) * 0.25;
-  return vec4<f32>(byte_bits(wbuf[2u * (q & 511u) + half], 0u, 255u)) * iq_signs(q >> 9u, 0u, half) * db;
+  let at = iq_at(i);
+  let k = at.e >> 3u;
+  let q = extractBits(wbuf[at.b + 1u + (k >> 1u)], (k & 1u) * 16u, 16u);
+  let sc = extractBits(wbuf[at.b + 17u + (at.ib >> 2u)], (at.ib & 3u) * 8u + ((at.e & 31u) >> 4u) * 4u, 4u);
+  let db = unpack2x16float(wbuf[at.b]).x * (0.5 + f32(sc)) * 0.25;
+  return vec4<f32>(byte_bits(wbuf[2u * (q & 511u) + at.half], 0u, 255u)) * iq_signs(q >> 9u, 0u, at.half) * db;
 #elif ${W_IQ2S}
   // The 1024-entry grid first (2048 words), then 21-word blocks: f16 d (low half), grid-index low
   // bytes (words 1–8, one per 8 values), sign bytes (words 9–16), the indices' high 2 bits (per 32
   // values a byte, words 17–18), 4-bit scales per 16 values (words 19–20).
-  let b = 2048u + (i >> 8u) * 21u;
-  let e = i & 255u;
-  let ib = e >> 5u;
-  let l = (e & 31u) >> 3u;
-  let half = (e >> 2u) & 1u;
-  let g = extractBits(wbuf[b + 1u + ib], l * 8u, 8u) | (extractBits(wbuf[b + 17u + (ib >> 2u)], (ib & 3u) * 8u + 2u * l, 2u) << 8u);
-  let sc = extractBits(wbuf[b + 19u + (ib >> 2u)], (ib & 3u) * 8u + (l >> 1u) * 4u, 4u);
-  let db = unpack2x16float(wbuf[b]).x * (0.5 + f32(sc)) * 0.25;
-  let signs = extractBits(wbuf[b + 9u + ib], l * 8u, 8u);
-  return vec4<f32>(byte_bits(wbuf[2u * g + half], 0u, 255u)) * iq_signs8(signs, half) * db;
+  let at = iq_at(i);
+  let g = extractBits(wbuf[at.b + 1u + at.ib], at.l * 8u, 8u) | (extractBits(wbuf[at.b + 17u + (at.ib >> 2u)], (at.ib & 3u) * 8u + 2u * at.l, 2u) << 8u);
+  let sc = extractBits(wbuf[at.b + 19u + (at.ib >> 2u)], (at.ib & 3u) * 8u + (at.l >> 1u) * 4u, 4u);
+  let db = unpack2x16float(wbuf[at.b]).x * (0.5 + f32(sc)) * 0.25;
+  let signs = extractBits(wbuf[at.b + 9u + at.ib], at.l * 8u, 8u);
+  return vec4<f32>(byte_bits(wbuf[2u * g + at.half], 0u, 255u)) * iq_signs8(signs, at.half) * db;
 #elif ${W_IQ3S}
   // The 512-entry grid first (512 words), then 28-word blocks: f16 d (low half), grid-index low bytes
   // (words 1–16, two per 8 values), their high bits (a byte per 32 values, words 17–18), sign bytes
   // (words 19–26), and per 32 values a 4-bit scale s for d · (1 + 2s) (word 27).
-  let b = 512u + (i >> 8u) * 28u;
-  let e = i & 255u;
-  let ib = e >> 5u;
-  let l = (e & 31u) >> 3u;
-  let half = (e >> 2u) & 1u;
-  let q = 8u * ib + 2u * l + half;
-  let g = extractBits(wbuf[b + 1u + (q >> 2u)], (q & 3u) * 8u, 8u) | (extractBits(wbuf[b + 17u + (ib >> 2u)], (ib & 3u) * 8u + 2u * l + half, 1u) << 8u);
-  let db = unpack2x16float(wbuf[b]).x * f32(1u + 2u * extractBits(wbuf[b + 27u], ib * 4u, 4u));
-  let signs = extractBits(wbuf[b + 19u + ib], l * 8u, 8u);
-  return vec4<f32>(byte_bits(wbuf[g], 0u, 255u)) * iq_signs8(signs, half) * db;
+  let at = iq_at(i);
+  let q = 8u * at.ib + 2u * at.l + at.half;
+  let g = extractBits(wbuf[at.b + 1u + (q >> 2u)], (q & 3u) * 8u, 8u) | (extractBits(wbuf[at.b + 17u + (at.ib >> 2u)], (at.ib & 3u) * 8u + 2u * at.l + at.half, 1u) << 8u);
+  let db = unpack2x16float(wbuf[at.b]).x * f32(1u + 2u * extractBits(wbuf[at.b + 27u], at.ib * 4u, 4u));
+  let signs = extractBits(wbuf[at.b + 19u + at.ib], at.l * 8u, 8u);
+  return vec4<f32>(byte_bits(wbuf[g], 0u, 255u)) * iq_signs8(signs, at.half) * db;
 #elif ${W_IQ1S}
   // The grid first (1024 words), then 13-word blocks: f16 d (low half), grid-index low bytes (words
   // 1–8, one per 8 values), and per 32 values a u16 qh (words 9–12): 4 × 3 high index bits, a 3-bit
   // scale s for d · (2s + 1), and the sign of the ±1/8 every value is offset by.
-  let b = 1024u + (i >> 8u) * 13u;
-  let e = i & 255u;
-  let ib = e >> 5u;
-  let l = (e & 31u) >> 3u;
-  let half = (e >> 2u) & 1u;
-  let qh = extractBits(wbuf[b + 9u + (ib >> 1u)], (ib & 1u) * 16u, 16u);
-  let g = extractBits(wbuf[b + 1u + ib], l * 8u, 8u) | (extractBits(qh, 3u * l, 3u) << 8u);
-  let dl = unpack2x16float(wbuf[b]).x * f32(2u * extractBits(qh, 12u, 3u) + 1u);
-  return (iq1_values(g, half) + select(0.125, -0.125, (qh & 0x8000u) != 0u)) * dl;
+  let at = iq_at(i);
+  let qh = extractBits(wbuf[at.b + 9u + (at.ib >> 1u)], (at.ib & 1u) * 16u, 16u);
+  let g = extractBits(wbuf[at.b + 1u + at.ib], at.l * 8u, 8u) | (extractBits(qh, 3u * at.l, 3u) << 8u);
+  let dl = unpack2x16float(wbuf[at.b]).x * f32(2u * extractBits(qh, 12u, 3u) + 1u);
+  return (iq1_values(g, at.half) + select(0.125, -0.125, (qh & 0x8000u) != 0u)) * dl;
 #elif ${W_IQ1M}
   // The grid first (1024 words), then llama.cpp's 14-word blocks: grid-index low bytes (words 0–7),
   // qh bytes (words 8–11: per 8 values 3 high index bits and the offset's sign, two per byte), four
   // u16 of 3-bit scales per 16 values (words 12–13) whose top nibbles together are the f16 d.
-  let b = 1024u + (i >> 8u) * 14u;
-  let e = i & 255u;
-  let ib = e >> 5u;
-  let l = (e & 31u) >> 3u;
-  let half = (e >> 2u) & 1u;
-  let s01 = wbuf[b + 12u];
-  let s23 = wbuf[b + 13u];
+  let at = iq_at(i);
+  let s01 = wbuf[at.b + 12u];
+  let s23 = wbuf[at.b + 13u];
   let dbits = extractBits(s01, 12u, 4u) | (extractBits(s01, 28u, 4u) << 4u) | (extractBits(s23, 12u, 4u) << 8u) | (extractBits(s23, 28u, 4u) << 12u);
-  let sc = extractBits(select(s01, s23, ib >= 4u), ((ib >> 1u) & 1u) * 16u + 6u * (ib & 1u) + 3u * (l >> 1u), 3u);
+  let sc = extractBits(select(s01, s23, at.ib >= 4u), ((at.ib >> 1u) & 1u) * 16u + 6u * (at.ib & 1u) + 3u * (at.l >> 1u), 3u);
   let dl = unpack2x16float(dbits).x * f32(2u * sc + 1u);
-  let qh = extractBits(wbuf[b + 8u + (ib >> 1u)], ((2u * ib + (l >> 1u)) & 3u) * 8u + 4u * (l & 1u), 4u);
-  let g = extractBits(wbuf[b + ib], l * 8u, 8u) | ((qh & 7u) << 8u);
-  return (iq1_values(g, half) + select(0.125, -0.125, (qh & 8u) != 0u)) * dl;
+  let qh = extractBits(wbuf[at.b + 8u + (at.ib >> 1u)], ((2u * at.ib + (at.l >> 1u)) & 3u) * 8u + 4u * (at.l & 1u), 4u);
+  let g = extractBits(wbuf[at.b + at.ib], at.l * 8u, 8u) | ((qh & 7u) << 8u);
+  return (iq1_values(g, at.half) + select(0.125, -0.125, (qh & 8u) != 0u)) * dl;
 #elif ${W_IQ3XXS}
   // The 256-entry grid first (256 words: entry g's 4 magnitude bytes), then 25-word blocks: f16 d
   // (low half), 16 words of grid-index bytes (two per 8 values), and per 32 values a word of 4 × 7
   // sign bits under a 4-bit scale.
-  let b = 256u + (i >> 8u) * 25u;
-  let e = i & 255u;
-  let ib = e >> 5u;
-  let l = (e & 31u) >> 3u;
-  let half = (e >> 2u) & 1u;
-  let aux = wbuf[b + 17u + ib];
-  let q = 8u * ib + 2u * l + half;
-  let g = extractBits(wbuf[b + 1u + (q >> 2u)], (q & 3u) * 8u, 8u);
-  let db = unpack2x16float(wbuf[b]).x * (0.5 + f32(aux >> 28u)) * 0.5;
-  return vec4<f32>(byte_bits(wbuf[g], 0u, 255u)) * iq_signs(aux, l, half) * db;
+  let at = iq_at(i);
+  let aux = wbuf[at.b + 17u + at.ib];
+  let q = 8u * at.ib + 2u * at.l + at.half;
+  let g = extractBits(wbuf[at.b + 1u + (q >> 2u)], (q & 3u) * 8u, 8u);
+  let db = unpack2x16float(wbuf[at.b]).x * (0.5 + f32(aux >> 28u)) * 0.5;
+  return vec4<f32>(byte_bits(wbuf[g], 0u, 255u)) * iq_signs(aux, at.l, at.half) * db;
 #elif ${W_MXFP4}
   // 5 words: 4 of E2M1 codes (value e low nibble of byte e, e + 16 high nibble), then the E8M0 byte.
   let b = (i >> 5u) * 5u;

@@ -4,7 +4,6 @@
  */
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from "./half-float.ts";
 import { decodeBlocks, encodeBlocks, isBlockQuant, mxfp4FitsF16, QUANT_BLOCKS } from "./quant-blocks.ts";
-import { decodeIqBlocks, IQ_BLOCKS, type IqDType, isIqDType } from "./quant-blocks-iq.ts";
 import type { WeightDType } from "./types.ts";
 
 export { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 };
@@ -18,10 +17,10 @@ export function blockValues(dtype: WeightDType | "i32"): number {
   return dtype === "q8_0" ? Q8_0_BLOCK : isBlockQuant(dtype) ? QUANT_BLOCKS[dtype].values : 1;
 }
 
-/** Bytes needed to store `count` elements of `dtype` (count must be a whole number of blocks for the block formats; the host-only i-quants too). */
-export function byteSize(dtype: WeightDType | IqDType | "i32", count: number): number {
-  if (isBlockQuant(dtype) || isIqDType(dtype)) {
-    const { values, bytes } = isIqDType(dtype) ? IQ_BLOCKS[dtype] : QUANT_BLOCKS[dtype];
+/** Bytes needed to store `count` elements of `dtype` (count must be a whole number of blocks for the block formats). */
+export function byteSize(dtype: WeightDType | "i32", count: number): number {
+  if (isBlockQuant(dtype)) {
+    const { values, bytes } = QUANT_BLOCKS[dtype];
     if (count % values !== 0) throw new RangeError(`A ${dtype} tensor needs a multiple of ${values} elements, got ${count}`);
     return (count / values) * bytes;
   }
@@ -40,18 +39,14 @@ export function byteSize(dtype: WeightDType | IqDType | "i32", count: number): n
   }
 }
 
-/** Decodes `raw` bytes of `dtype` (a weight dtype; the i-quants through quant-blocks-iq.ts) into f32. */
-export function decodeToF32(raw: Uint8Array, dtype: WeightDType | IqDType, count: number): Float32Array {
+/** Decodes `raw` bytes of `dtype` into f32. */
+export function decodeToF32(raw: Uint8Array, dtype: WeightDType, count: number): Float32Array {
   const view = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
   const need = byteSize(dtype, count);
   if (raw.byteLength < need) {
     throw new RangeError(`Need ${need} bytes for ${count} ${dtype} values, got ${raw.byteLength}`);
   }
   const out = new Float32Array(count);
-  if (isIqDType(dtype)) {
-    decodeIqBlocks(raw, dtype, count / IQ_BLOCKS[dtype].values, out);
-    return out;
-  }
   if (isBlockQuant(dtype)) {
     decodeBlocks(raw, dtype, count / QUANT_BLOCKS[dtype].values, out);
     return out;

@@ -33,13 +33,7 @@ export const QUANT_BLOCKS: Readonly<Record<BlockQuantDType, { values: number; by
   iq4_nl: { values: 32, bytes: 18 },
   iq4_xs: { values: 256, bytes: 136 },
   mxfp4: { values: 32, bytes: 17 },
-  iq2_xxs: IQ_BLOCKS.iq2_xxs,
-  iq2_xs: IQ_BLOCKS.iq2_xs,
-  iq2_s: IQ_BLOCKS.iq2_s,
-  iq3_xxs: IQ_BLOCKS.iq3_xxs,
-  iq3_s: IQ_BLOCKS.iq3_s,
-  iq1_s: IQ_BLOCKS.iq1_s,
-  iq1_m: IQ_BLOCKS.iq1_m,
+  ...IQ_BLOCKS, // the lattice i-quants (quant-blocks-iq.ts)
 };
 
 /** True when `dtype` is one of this module's formats. */

@@ -7,6 +7,7 @@ import type { KernelParams } from "./kernel-source.ts";
 import { asGpu, expectRank, fmt, type GpuTensor, rowsOf } from "./tensor.ts";
 import { isBlockQuant } from "../quant-blocks.ts";
 import { isIqDType } from "../quant-blocks-iq.ts";
+import { deviceBytes, gridPrefix } from "./weight-layout.ts";
 import { checkIndexRange } from "../shape-checks.ts";
 import { BackendShapeError, type Tensor, WEIGHT_DTYPES } from "../types.ts";
 
@@ -41,6 +42,10 @@ export function weightParams(ctx: GpuContext, w: GpuTensor): KernelParams {
     W_IQ1M: w.dtype === "iq1_m",
     W_IQ1: w.dtype === "iq1_s" || w.dtype === "iq1_m",
     W_IQGRID: isIqDType(w.dtype),
+    // The lattice i-quants' layout, as weight-layout.ts packs it: the grid's words ahead of each
+    // chunk, then blocks of this many words per 256 values.
+    IQ_GRID_WORDS: isIqDType(w.dtype) ? gridPrefix(w.dtype)!.byteLength / 4 : 0,
+    IQ_BLOCK_WORDS: isIqDType(w.dtype) ? deviceBytes(w.dtype, 256) / 4 : 0,
     W_KQ45: w.dtype === "q4_k" || w.dtype === "q5_k",
   };
 }

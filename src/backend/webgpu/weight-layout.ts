@@ -38,24 +38,27 @@ const REPACKED_BLOCK_BYTES: Partial<Record<WeightDType, number>> = {
   iq2_xxs: 68, iq2_xs: 76, iq2_s: 84, iq3_xxs: 100, iq3_s: 112, iq1_s: 52,
 };
 
+/** Each lattice i-quant's grid, as it heads every chunk (see above). */
+const IQ_GRIDS: Readonly<Record<IqDType, Uint8Array>> = {
+  iq2_xxs: IQ2XXS_GRID, iq2_xs: IQ2XS_GRID, iq2_s: IQ2S_GRID, iq3_xxs: IQ3XXS_GRID, iq3_s: IQ3S_GRID, iq1_s: IQ1S_GRID_2BIT, iq1_m: IQ1S_GRID_2BIT,
+};
+
 /** The grid that heads every chunk of a grid format (see above), or none. */
 export function gridPrefix(dtype: WeightDType): Uint8Array | undefined {
-  return dtype === "iq2_xxs" ? IQ2XXS_GRID : dtype === "iq2_xs" ? IQ2XS_GRID : dtype === "iq2_s" ? IQ2S_GRID
-    : dtype === "iq3_xxs" ? IQ3XXS_GRID : dtype === "iq3_s" ? IQ3S_GRID : dtype === "iq1_s" || dtype === "iq1_m" ? IQ1S_GRID_2BIT : undefined;
+  return isIqDType(dtype) ? IQ_GRIDS[dtype] : undefined;
 }
 
-/** Widens each block's leading f16 d to a word (the lattice i-quants but iq1_m, kept): [d, 0, 0, the rest], after `prefix`. */
-function widenScale(raw: Uint8Array, count: number, dtype: IqDType, prefix: Uint8Array): Uint8Array {
+/** A chunk of a lattice i-quant: its grid, then its blocks, each leading f16 d widened to a word ([d, 0, 0, the rest]) where the device block is larger (all but iq1_m, kept). */
+function latticeChunk(raw: Uint8Array, count: number, dtype: IqDType): Uint8Array {
+  const prefix = IQ_GRIDS[dtype];
   const { values, bytes } = QUANT_BLOCKS[dtype];
   const blocks = count / values;
-  if (dtype === "iq1_m") {
-    const kept = new Uint8Array(prefix.byteLength + blocks * bytes);
-    kept.set(prefix);
-    kept.set(raw.subarray(0, blocks * bytes), prefix.byteLength);
-    return kept;
-  }
-  const out = new Uint8Array(prefix.byteLength + blocks * (bytes + 2));
+  const out = new Uint8Array(prefix.byteLength + deviceBytes(dtype, count));
   out.set(prefix);
+  if (deviceBytes(dtype, values) === bytes) {
+    out.set(raw.subarray(0, blocks * bytes), prefix.byteLength);
+    return out;
+  }
   for (let b = 0; b < blocks; b++) {
     const s = b * bytes;
     const d = prefix.byteLength + b * (bytes + 2);
@@ -191,7 +194,7 @@ export function packWeight(
       : dtype === "q6_k"
       ? unpackQ6K(slice, n * cols)
       : isIqDType(dtype)
-      ? widenScale(slice, n * cols, dtype, prefix!)
+      ? latticeChunk(slice, n * cols, dtype)
       : slice;
     chunks.push({ rowStart: r0, rows: n, bytes });
     if (rows === 0) break;
