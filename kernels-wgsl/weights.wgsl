@@ -9,6 +9,7 @@
 //         low half of word 27; see weight-layout.ts); values decoded as llama.cpp's dequantize_row_* does.
 //   q6_k  unpacked at upload into 69-word blocks of 256 values: [d as f32 bits, 16 int8 scales, 256 int8 codes].
 //   mxfp4 repacked at upload into 5-word blocks of 32 values: [4 words of FP4 codes, the E8M0 scale byte].
+//   f8_e4m3 9-word blocks of 32 values as loaded: [the scale as f32 bits, 8 words of 4 E4M3 codes each].
 //   iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m  the format's grid (2, 4, 8, 1, 2, 4, 4 KiB)
 //         ahead of the blocks in every chunk, then each block with its f16 d widened to a word
 //         (iq1_m's blocks as stored; see weight-layout.ts).
@@ -305,6 +306,16 @@ fn w_at4(i: u32) -> vec4<f32> {
   // Half the scale, 2^(s − 128), built as f32 bits (GGML_E8M0_TO_FP32_HALF: s < 2 are subnormals).
   let s = wbuf[b + 4u] & 255u;
   return v * bitcast<f32>(select((s - 1u) << 23u, 0x00200000u << min(s, 1u), s < 2u));
+#elif ${W_F8E4M3}
+  // 9 words per 32 values, kept as loaded: the f32 scale, then 8 words of E4M3 codes.
+  let b = (i >> 5u) * 9u;
+  let q = byte_bits(wbuf[b + 1u + ((i & 31u) >> 2u)], 0u, 255u);
+  // Exponent and mantissa moved under f32's, the exponent rebiased by 127 − 7 = 120: exact for the
+  // normal codes. Exponent 0 codes are subnormals, m · 2^−9. The NaN codes are not decoded as NaN
+  // (the loader refuses them; the reference reads NaN).
+  let normal = bitcast<vec4<f32>>(((q & vec4<u32>(127u)) << vec4<u32>(20u)) + vec4<u32>(120u << 23u));
+  let mag = select(normal, vec4<f32>(q & vec4<u32>(7u)) * 0.001953125, (q & vec4<u32>(120u)) == vec4<u32>(0u));
+  return select(mag, -mag, (q & vec4<u32>(128u)) != vec4<u32>(0u)) * bitcast<f32>(wbuf[b]);
 #endif
 }
 fn w_at(i: u32) -> f32 { return w_at4(i & ~3u)[i & 3u]; }

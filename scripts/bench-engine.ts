@@ -18,7 +18,7 @@ import { parseArgs } from "../src/cli/args.ts";
 import { cliArgs, exitProcess } from "../src/runtime/env.ts";
 import { selectBackend } from "../src/backend/select.ts";
 import { type Backend, type KvDType, WEIGHT_DTYPES, type WeightDType } from "../src/backend/types.ts";
-import { blockValues, byteSize, f32ToF16 } from "../src/backend/dtype-codec.ts";
+import { blockValues, byteSize, f16ToF32, f32ToBf16, f32ToF16 } from "../src/backend/dtype-codec.ts";
 import type { HostTensor, LayerWeights, LoadedModel, ModelConfig } from "../src/model/config.ts";
 import { loadModel } from "../src/model/load.ts";
 import { freeDeviceModel, uploadModel } from "../src/model/device-weights.ts";
@@ -93,6 +93,8 @@ function llama1bModel(dtypeName: string): LoadedModel {
     for (let b = 0; b < n / values; b++) for (const at of SCALE_BYTES[dtype] ?? []) view.setUint16(b * bytes + at, small, true);
     // mxfp4's scale is one E8M0 byte, 2^(e − 128) as the codes are doubled: the same 2^-12.
     if (dtype === "mxfp4") for (let b = 0; b < n / values; b++) data[b * bytes] = 128 - 12;
+    // f8_e4m3's scale is an f32 (its codes reach 448: 2^-18 keeps values below 2^-9).
+    if (dtype === "f8_e4m3") for (let b = 0; b < n / values; b++) view.setFloat32(b * bytes, 2 ** -18, true);
     // iq1_m's f16 d is the top nibbles of its four u16 scales (bytes 48–55).
     if (dtype === "iq1_m") {
       for (let b = 0; b < n / values; b++) {
@@ -106,6 +108,13 @@ function llama1bModel(dtypeName: string): LoadedModel {
   };
   const weight = (name: string, shape: number[], role: "q6" | "q4"): HostTensor => {
     if (dtypeName === "f16") return f16(name, shape);
+    // bf16: the same magnitudes as f16's, each value's top half (its sign, exponent and 7 mantissa bits).
+    if (dtypeName === "bf16") {
+      const f16Bits = new Uint16Array(f16(name, shape).data.buffer);
+      const out = new Uint16Array(f16Bits.length);
+      for (let i = 0; i < out.length; i++) out[i] = f32ToBf16(f16ToF32(f16Bits[i]));
+      return { name, shape, dtype: "bf16", data: new Uint8Array(out.buffer) };
+    }
     return blocks(name, shape, mix ? (role === "q6" ? "q6_k" : "q4_k") : dtypeName as WeightDType);
   };
   const ones = (name: string, n: number): HostTensor =>

@@ -42,7 +42,7 @@ for ((k = 0; k < shards; k++)); do
   rc=$(cat "$dir/$k.rc")
   log="$dir/$k.log"
   if [ "$rc" -ne 0 ]; then
-    if { [ "$rc" -eq 134 ] || grep -Eq 'corrupted size|double free|malloc\(\)|free\(\): ' "$log"; } \
+    if { [ "$rc" -eq 134 ] || grep -Eq 'corrupted size|double free|malloc\(\)|malloc_consolidate|free\(\): ' "$log"; } \
       && grep -Eq '\| [0-9]+ passed \| 0 failed' "$log" && ! grep -Eq 'FAILED|[1-9][0-9]* failed' "$log"; then
       echo "WARNING: Deno shard $((k + 1)) aborted (exit $rc) at teardown after every test passed; known issue, not a test failure"
     else

@@ -1,6 +1,6 @@
 /**
  * Conversions between f32 and the packed weight formats (f16, bf16, GGUF q8_0 here; GGUF's other
- * block formats in quant-blocks.ts), on the host. Used by loaders, writers and the reference backend.
+ * block formats and f8_e4m3 in quant-blocks.ts), on the host. Used by loaders, writers and the reference backend.
  */
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from "./half-float.ts";
 import { decodeBlocks, encodeBlocks, isBlockQuant, mxfp4FitsF16, QUANT_BLOCKS } from "./quant-blocks.ts";
@@ -106,15 +106,20 @@ export function encodeFromF32(values: Float32Array, dtype: WeightDType): Uint8Ar
 }
 
 /**
- * How a backend that keeps GGUF's block formats (other than q8_0) dequantized stores a weight
+ * How a backend that keeps the block formats (other than q8_0) dequantized stores a weight
  * (`BackendInfo.denseBlockQuants`): as f16, or as bf16 for an mxfp4 weight whose power-of-two
- * scales leave f16's range (bf16 holds every mxfp4 value). Returns the dense dtype and its bytes;
- * other dtypes come back unchanged. The conformance suite gives the reference the same bytes.
+ * scales leave f16's range (bf16 holds every mxfp4 value) or an f8_e4m3 one with a value past f16's
+ * largest. Returns the dense dtype and its bytes; other dtypes come back unchanged. The conformance
+ * suite gives the reference the same bytes.
  */
 export function denseBlockQuantStorage(
   raw: Uint8Array, dtype: WeightDType, count: number,
 ): { raw: Uint8Array; dtype: WeightDType } {
   if (!isBlockQuant(dtype)) return { raw, dtype };
-  const dense = dtype === "mxfp4" && !mxfp4FitsF16(raw, count / QUANT_BLOCKS.mxfp4.values) ? "bf16" : "f16";
-  return { raw: encodeFromF32(decodeToF32(raw, dtype, count), dense), dtype: dense };
+  const values = decodeToF32(raw, dtype, count);
+  const pastF16 = dtype === "mxfp4"
+    ? !mxfp4FitsF16(raw, count / QUANT_BLOCKS.mxfp4.values)
+    : dtype === "f8_e4m3" && values.some((v) => Math.abs(v) > 65504);
+  const dense = pastF16 ? "bf16" : "f16";
+  return { raw: encodeFromF32(values, dense), dtype: dense };
 }

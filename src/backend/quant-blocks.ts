@@ -5,7 +5,8 @@
  * non-linear 4-bit formats iq4_nl and iq4_xs (IQ4_NL and IQ4_XS files: 4-bit codes into llama.cpp's
  * 16-value codebook `kvalues_iq4nl`, under one f16 scale per 32 values, or, for iq4_xs, a 6-bit scale
  * per 32 under an f16 per 256) and mxfp4 (OCP microscaling FP4: 32 E2M1 values under one E8M0
- * power-of-two scale; gpt-oss's expert matrices). Decoding follows
+ * power-of-two scale; gpt-oss's expert matrices); and, not a GGUF type, f8_e4m3 (FP8 checkpoints' codes
+ * with an f32 scale per 32, quant-blocks-fp8.ts). Decoding follows
  * llama.cpp's `dequantize_row_*` operation for operation (scale products rounded to f32 first), so
  * the reference backend reads a file's weights as llama.cpp does. Encoding is a plain
  * round-to-nearest quantizer (no error-minimising search, unlike llama.cpp's): it writes valid
@@ -15,9 +16,10 @@
 import { f16ToF32, f32ToF16 } from "./half-float.ts";
 import { decodeIqBlocks, IQ_BLOCKS, isIqDType, type IqDType } from "./quant-blocks-iq.ts";
 import { encodeIqLattice } from "./quant-blocks-iq-encode.ts";
+import { decodeFp8Blocks, encodeFp8Blocks, F8_E4M3_BLOCK } from "./quant-blocks-fp8.ts";
 
 /** The block-quantized dtypes of this module. */
-export type BlockQuantDType = "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" | "q6_k" | "iq4_nl" | "iq4_xs" | "mxfp4" | IqDType;
+export type BlockQuantDType = "q4_0" | "q4_1" | "q5_0" | "q5_1" | "q2_k" | "q3_k" | "q4_k" | "q5_k" | "q6_k" | "iq4_nl" | "iq4_xs" | "mxfp4" | "f8_e4m3" | IqDType;
 
 /** Elements and bytes per block of each format. */
 export const QUANT_BLOCKS: Readonly<Record<BlockQuantDType, { values: number; bytes: number }>> = {
@@ -33,6 +35,7 @@ export const QUANT_BLOCKS: Readonly<Record<BlockQuantDType, { values: number; by
   iq4_nl: { values: 32, bytes: 18 },
   iq4_xs: { values: 256, bytes: 136 },
   mxfp4: { values: 32, bytes: 17 },
+  f8_e4m3: F8_E4M3_BLOCK, // FP8 checkpoints' codes with an f32 scale per 32 (quant-blocks-fp8.ts)
   ...IQ_BLOCKS, // the lattice i-quants (quant-blocks-iq.ts)
 };
 
@@ -115,6 +118,7 @@ export function mxfp4FitsF16(raw: Uint8Array, blocks: number): boolean {
 /** Decodes `blocks` blocks of `dtype` from `raw` into `out`. */
 export function decodeBlocks(raw: Uint8Array, dtype: BlockQuantDType, blocks: number, out: Float32Array): void {
   if (isIqDType(dtype)) return decodeIqBlocks(raw, dtype, blocks, out);
+  if (dtype === "f8_e4m3") return decodeFp8Blocks(raw, blocks, out);
   const view = new DataView(raw.buffer, raw.byteOffset, raw.byteLength);
   const { bytes: bb, values: bv } = QUANT_BLOCKS[dtype];
   const half = (at: number) => f16ToF32(view.getUint16(at, true));
@@ -253,6 +257,7 @@ export function decodeBlocks(raw: Uint8Array, dtype: BlockQuantDType, blocks: nu
 /** Encodes `values` (a whole number of blocks) into `dtype` blocks written to `out`. */
 export function encodeBlocks(values: Float32Array, dtype: BlockQuantDType, out: Uint8Array): void {
   if (isIqDType(dtype)) return encodeIqLattice(values, dtype, out);
+  if (dtype === "f8_e4m3") return encodeFp8Blocks(values, out);
   const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
   const { bytes: bb, values: bv } = QUANT_BLOCKS[dtype];
   for (let b = 0; b < values.length / bv; b++) {

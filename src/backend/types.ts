@@ -35,6 +35,7 @@ export type KvDType = "f32" | "f16";
 
 /** Every weight dtype, for checks and listings. */
 export const WEIGHT_DTYPES: readonly WeightDType[] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m",
+  "f8_e4m3",
 ];
 
 /** An opaque device tensor. Its storage belongs to the backend that made it. */

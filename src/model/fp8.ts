@@ -2,13 +2,15 @@
  * FP8 checkpoints on Hugging Face (what vLLM users deploy: Qwen3-*-FP8, DeepSeek-V3/R1, GLM-4.5-FP8,
  * and compressed-tensors "float-quantized" models): matrices stored as F8_E4M3 with an f32 scale —
  * one per 128×128 block (`quantization_config.weight_block_size`, the scale tensor named
- * `<weight>_scale_inv`), or one per tensor or per output row (`<weight>_scale`). Our kernels have no
- * FP8 path, so each such matrix is dequantized as it loads (value × its block's scale) and kept as
- * bf16 — twice FP8's memory; `--quantize q8_0` brings it back to 8.5 bits per weight. Other
- * `quantization_config` methods (AWQ, GPTQ, bitsandbytes…) are refused by name; gpt-oss's "mxfp4"
- * has its own path (hf-gpt-oss.ts).
+ * `<weight>_scale_inv`), or one per tensor or per output row (`<weight>_scale`). Each such matrix
+ * loads as `f8_e4m3` blocks (backend/quant-blocks-fp8.ts: 32 codes under an f32 scale, 9 bits a
+ * weight), its codes and scales unchanged, wherever its rows are whole 32-column blocks and each scale
+ * spans whole blocks (every shape of the models named); any other is dequantized (value × its
+ * scale) to bf16, twice FP8's memory. Other `quantization_config` methods (AWQ, GPTQ,
+ * bitsandbytes…) are refused by name; gpt-oss's "mxfp4" has its own path (hf-gpt-oss.ts).
  */
 import { decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
+import { E4M3_VALUES, e4m3ToF32, fitsFp8Blocks, fp8Blocks } from "../backend/quant-blocks-fp8.ts";
 import { type HostTensor, ModelLoadError } from "./config.ts";
 import { isJsonObject, type Json } from "./hf-json.ts";
 import type { SafetensorsInfo } from "./safetensors.ts";
@@ -49,17 +51,7 @@ export function fp8Scheme(cfg: Json, path: string): Fp8Scheme | undefined {
   return { block: [block[0], block[1]] };
 }
 
-/** An FP8 E4M3 ("fn": no infinities) byte's value: 4 exponent bits (bias 7), 3 mantissa bits; 0x7f and 0xff are NaN. */
-export function e4m3ToF32(byte: number): number {
-  const sign = byte & 0x80 ? -1 : 1;
-  const exp = (byte >> 3) & 0xf;
-  const man = byte & 7;
-  if (exp === 0xf && man === 7) return NaN;
-  return sign * (exp === 0 ? man * 2 ** -9 : (1 + man / 8) * 2 ** (exp - 7));
-}
-
-/** All 256 E4M3 values, by byte. */
-const E4M3 = Float32Array.from({ length: 256 }, (_, b) => e4m3ToF32(b));
+export { e4m3ToF32 };
 
 /**
  * `codes` ([rows, cols] E4M3 bytes) times their scales: `scales` [⌈rows/br⌉, ⌈cols/bc⌉] for blocks
@@ -75,7 +67,7 @@ export function dequantizeFp8(codes: Uint8Array, rows: number, cols: number, sca
     for (let cb = 0; cb < scaleCols; cb++) {
       const s = block !== undefined ? scales[Math.floor(r / br) * scaleCols + cb] : perRow ? scales[r] : scales[0];
       const end = r * cols + Math.min(cols, (cb + 1) * bc);
-      for (let i = r * cols + cb * bc; i < end; i++) out[i] = E4M3[codes[i]] * s;
+      for (let i = r * cols + cb * bc; i < end; i++) out[i] = E4M3_VALUES[codes[i]] * s;
     }
   }
   return out;
@@ -88,10 +80,19 @@ export interface RawTensors {
 }
 
 /**
- * `source` with its F8_E4M3 matrices read as bf16, each dequantized with its scale tensor (named as
- * `scheme` says). Other tensors pass through.
+ * Whether a checkpoint's FP8 matrix of `shape` loads as f8_e4m3 blocks under `scheme` (else it is
+ * dequantized to bf16).
  */
-export function dequantizingFp8(source: TensorSource, raw: RawTensors, scheme: Fp8Scheme, path: string): TensorSource {
+export function fp8KeepsBlocks(shape: readonly number[], scheme: Fp8Scheme): boolean {
+  return shape.length === 2 && fitsFp8Blocks(shape[1], scheme.block);
+}
+
+/**
+ * `source` with its F8_E4M3 matrices read as f8_e4m3 blocks with their scale tensors (named as
+ * `scheme` says), or dequantized to bf16 where the blocks do not fit (`fp8KeepsBlocks`). A NaN code
+ * is refused, naming the tensor and its place. Other tensors pass through.
+ */
+export function readingFp8(source: TensorSource, raw: RawTensors, scheme: Fp8Scheme, path: string): TensorSource {
   const scaleName = (name: string) => `${name}${scheme.block ? "_scale_inv" : "_scale"}`;
   return {
     has: (name) => source.has(name),
@@ -108,8 +109,15 @@ export function dequantizingFp8(source: TensorSource, raw: RawTensors, scheme: F
           `FP8 tensor "${name}" in "${path}" has ${scales.length} scales in "${scaleName(name)}"; its [${rows}, ${cols}] shape needs ${want ?? `1 or ${rows}`}`,
         );
       }
-      const values = dequantizeFp8(await raw.bytes(name), rows, cols, scales, scheme.block);
-      return { name, shape: [rows, cols], dtype: "bf16", data: encodeFromF32(values, "bf16") };
+      const codes = await raw.bytes(name);
+      if (!fp8KeepsBlocks(info.shape, scheme)) {
+        const values = dequantizeFp8(codes, rows, cols, scales, scheme.block);
+        return { name, shape: [rows, cols], dtype: "bf16", data: encodeFromF32(values, "bf16") };
+      }
+      const data = fp8Blocks(codes, rows, cols, scales, scheme.block, (r, c) => {
+        throw new ModelLoadError(`FP8 tensor "${name}" in "${path}" holds a NaN code (0x7f or 0xff) at row ${r}, column ${c}`);
+      });
+      return { name, shape: [rows, cols], dtype: "f8_e4m3", data };
     },
   };
 }

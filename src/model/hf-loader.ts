@@ -16,7 +16,7 @@ import { gemmaNormsPlusOne } from "./hf-gemma3.ts";
 import { withHarmonyStops } from "./gguf-gpt-oss.ts";
 import { applyGenerationConfig } from "./hf-generation-config.ts";
 import { checkOutputHead } from "./hf-defaults.ts";
-import { dequantizingFp8, fp8Scheme } from "./fp8.ts";
+import { type Fp8Scheme, fp8KeepsBlocks, fp8Scheme, readingFp8 } from "./fp8.ts";
 import { readSafetensor } from "./safetensors.ts";
 import { HfTokenizer } from "./tokenizer-hf.ts";
 import { assembleWeights, checkLastExpert, type LoadOptions, withLoadNote } from "./weights.ts";
@@ -60,9 +60,9 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
       read: (n: string) => readSafetensor(index.get(n)![0], index.get(n)![1]),
     };
     const raw = { info: (n: string) => index.get(n)?.[1], bytes: (n: string) => index.get(n)![0].read(index.get(n)![1].begin, index.get(n)![1].end - index.get(n)![1].begin) };
-    // FP8 matrices are dequantized as they are read, before experts are stacked or kv_b split.
+    // FP8 matrices become f8_e4m3 blocks (or bf16) as they are read, before experts are stacked or kv_b split.
     const fp8 = fp8Scheme(cfg, `${dir}/config.json`);
-    const stored = fp8 ? dequantizingFp8(source, raw, fp8, dir) : source;
+    const stored = fp8 ? readingFp8(source, raw, fp8, dir) : source;
     const moe = config.moe;
     const names = hfTensorNames(config);
     if (moe && config.architecture !== "gpt-oss") checkLastExpert(names, moe, (n) => index.has(n), dir);
@@ -71,7 +71,7 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
       tensors = splittingKvB(tensors, config, names, (i) => `model.layers.${i}.${HF_KV_B}`, dir);
     }
     checkOutputHead(config.tiedEmbeddings, cfg, config.architecture, names.output, (n) => index.has(n), dir);
-    const assembled = await assembleWeights(config, tensors, names, dir, withLoadNote(options, fp8 ? fp8Note(index, options) : undefined));
+    const assembled = await assembleWeights(config, tensors, names, dir, withLoadNote(options, fp8 ? fp8Note(index, fp8, options) : undefined));
     const weights = config.architecture === "gemma3" ? gemmaNormsPlusOne(assembled) : assembled;
     return { config, weights, tokenizer, chatTemplate: await chatTemplate(dir, tokCfg), source: dir };
   } finally {
@@ -79,12 +79,14 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
   }
 }
 
-/** What the load says about an FP8 checkpoint's matrices (fp8.ts): no kernel reads FP8, so they are widened. */
-function fp8Note(index: ReadonlyMap<string, readonly [unknown, { dtype: string }]>, options: LoadOptions): string | undefined {
-  const n = [...index.values()].filter(([, info]) => info.dtype === "F8_E4M3").length;
-  if (n === 0) return undefined;
-  return `the checkpoint holds ${n} FP8 (F8_E4M3) matri${n === 1 ? "x" : "ces"}, which have no kernels: ` +
-    (options.quantize
-      ? `they are dequantized as they load and quantized to ${options.quantize}`
-      : "they are dequantized to bf16 as they load, twice their size in the file (--quantize q8_0 keeps them near 8 bits)");
+/** What the load says about an FP8 checkpoint's matrices (fp8.ts): how many, and what they are held as. */
+function fp8Note(index: ReadonlyMap<string, readonly [unknown, { dtype: string; shape: number[] }]>, scheme: Fp8Scheme, options: LoadOptions): string | undefined {
+  const fp8 = [...index.values()].filter(([, info]) => info.dtype === "F8_E4M3");
+  if (fp8.length === 0) return undefined;
+  const widened = fp8.filter(([, info]) => !fp8KeepsBlocks(info.shape, scheme)).length;
+  const head = `the checkpoint holds ${fp8.length} FP8 (F8_E4M3) matri${fp8.length === 1 ? "x" : "ces"}`;
+  const bf16 = `${widened} whose rows are not whole 32-value blocks dequantized to bf16`;
+  if (options.quantize && options.quantize !== "f8_e4m3") return `${head}, quantized to ${options.quantize} as they load` + (widened ? ` (${bf16} first)` : "");
+  if (widened === fp8.length) return `${head}, none with rows of whole 32-value blocks: dequantized to bf16 as they load, twice their size in the file`;
+  return `${head}: ${widened ? `${fp8.length - widened} ` : ""}kept as f8_e4m3 (their codes with an f32 scale per 32 values, 9 bits a weight)` + (widened ? `; ${bf16}` : "");
 }

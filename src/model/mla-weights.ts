@@ -14,7 +14,10 @@ export function splitKvB(t: HostTensor, mla: MlaConfig, heads: number, path: str
   if (t.shape.length !== 2 || t.shape[0] !== heads * (nope + v) || t.shape[1] !== r) {
     throw new ModelLoadError(`Tensor "${t.name}" in "${path}" has shape [${t.shape}], expected [${heads * (nope + v)}, ${r}]`);
   }
-  if (blockValues(t.dtype) > 1) {
+  // An FP8 checkpoint's kv_b (f8_e4m3): W_vb's rows are kv_b's, so its blocks are copied; W_kb's are
+  // columns, which would need new scales, so it is held as bf16.
+  const fp8 = t.dtype === "f8_e4m3";
+  if (blockValues(t.dtype) > 1 && !fp8) {
     throw new ModelLoadError(
       `Tensor "${t.name}" in "${path}" is ${t.dtype}; a combined kv_b must be f32, f16 or bf16 to be split (convert the model with a current llama.cpp, which writes attn_k_b and attn_v_b)`,
     );
@@ -28,8 +31,21 @@ export function splitKvB(t: HostTensor, mla: MlaConfig, heads: number, path: str
     vB.set(x.subarray(base + nope * r, base + (nope + v) * r), h * v * r);
   }
   // f16 and bf16 values survive the f32 round trip exactly.
-  const stored = (name: string, shape: number[], values: Float32Array): HostTensor => ({ name, shape, dtype: t.dtype, data: encodeFromF32(values, t.dtype) });
-  return { kB: stored(`${t.name}#k_b`, [heads, r, nope], kB), vB: stored(`${t.name}#v_b`, [heads, v, r], vB) };
+  const dtype = fp8 ? "bf16" : t.dtype;
+  const stored = (name: string, shape: number[], values: Float32Array): HostTensor => ({ name, shape, dtype, data: encodeFromF32(values, dtype) });
+  const vbName = `${t.name}#v_b`;
+  return { kB: stored(`${t.name}#k_b`, [heads, r, nope], kB), vB: fp8 ? { name: vbName, shape: [heads, v, r], dtype: t.dtype, data: vbBlocks(t, heads, nope, v) } : stored(vbName, [heads, v, r], vB) };
+}
+
+/** Each head's W_vb rows of a block-format kv_b, their bytes as stored. */
+function vbBlocks(t: HostTensor, heads: number, nope: number, v: number): Uint8Array {
+  const rowBytes = t.data.byteLength / t.shape[0];
+  const out = new Uint8Array(heads * v * rowBytes);
+  for (let h = 0; h < heads; h++) {
+    const from = (h * (nope + v) + nope) * rowBytes;
+    out.set(t.data.subarray(from, from + v * rowBytes), h * v * rowBytes);
+  }
+  return out;
 }
 
 /**

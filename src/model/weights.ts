@@ -36,9 +36,9 @@ export interface LoadOptions {
   /** Called after each tensor is read. */
   onProgress?: (progress: LoadProgress) => void;
   /**
-   * Quantize the matrices (embedding, projections, output) stored as f32, f16 or bf16 into this block
-   * format as they are read (`--quantize`); tensors already in a block format, norms and biases,
-   * and matrices whose rows are not whole blocks stay as stored.
+   * Quantize the matrices (embedding, projections, output) stored as f32, f16, bf16 or FP8 (an FP8
+   * checkpoint's) into this block format as they are read (`--quantize`); tensors already in a GGUF
+   * block format, norms and biases, and matrices whose rows are not whole blocks stay as stored.
    */
   quantize?: QuantizeDType;
 }
@@ -60,11 +60,15 @@ export function isQuantizeDType(s: string): s is QuantizeDType {
   return (QUANTIZE_DTYPES as readonly string[]).includes(s);
 }
 
-/** `t` in block format `dtype` when it is an f32/f16/bf16 matrix (or stack of experts' matrices) whose rows hold whole blocks; else `t`. */
+/**
+ * `t` in block format `dtype` when it is an f32/f16/bf16 or FP8 (f8_e4m3, an FP8 checkpoint's) matrix
+ * (or stack of experts' matrices) whose rows hold whole blocks; else `t`.
+ */
 export function quantizeTensor(t: HostTensor, dtype: QuantizeDType): HostTensor {
   const rows = t.shape[t.shape.length - 1] ?? 0;
   const matrix = t.shape.length === 2 || t.shape.length === 3; // a 3-D weight stacks experts' matrices
-  if (!matrix || (t.dtype !== "f32" && t.dtype !== "f16" && t.dtype !== "bf16") || rows % blockValues(dtype) !== 0) return t;
+  const float = t.dtype === "f32" || t.dtype === "f16" || t.dtype === "bf16" || t.dtype === "f8_e4m3";
+  if (!matrix || !float || t.dtype === dtype || rows % blockValues(dtype) !== 0) return t;
   const values = decodeToF32(t.data, t.dtype, numel(t.shape));
   return { name: t.name, shape: t.shape, dtype, data: encodeFromF32(values, dtype) };
 }

@@ -166,13 +166,14 @@ test("serve CLI takes its API key from VLLM_API_KEY when --api-key is not given,
   }
 });
 
-test("serve CLI says when an FP8 checkpoint's matrices are dequantized to bf16 as they load", async () => {
-  const spec: ModelFileSpec = { architecture: "llama", hidden: 48, layers: 1, heads: 4, kvHeads: 2, headDim: 12, ffn: 80, vocab: 300, tied: false, dtype: "f32", seed: 7 };
+test("serve CLI says how an FP8 checkpoint's matrices are held as they load", async () => {
+  // o_proj's rows (heads × headDim = 48) are not whole 32-value blocks; the other six matrices' are.
+  const spec: ModelFileSpec = { architecture: "llama", hidden: 64, layers: 1, heads: 4, kvHeads: 2, headDim: 12, ffn: 96, vocab: 300, tied: false, dtype: "f32", seed: 7 };
   const dir = mkdtempSync(`${tmpdir()}/serve-fp8-`);
   await writePair(spec, `${dir}/fp8`, `${dir}/ref`, randomHfWeights(spec), { quant_method: "fp8", weight_block_size: [32, 32] }, [32, 32]);
   const { child, stderr, exited } = await spawnServe("node", ["--model", `${dir}/fp8`, "--port", "0", "--backend", "reference", "--kv-blocks", "16"]);
   try {
-    assert.match(stderr(), /serve: loading: the checkpoint holds 7 FP8 \(F8_E4M3\) matrices, which have no kernels: they are dequantized to bf16 as they load/);
+    assert.match(stderr(), /serve: loading: the checkpoint holds 7 FP8 \(F8_E4M3\) matrices: 6 kept as f8_e4m3 \(their codes with an f32 scale per 32 values, 9 bits a weight\); 1 whose rows are not whole 32-value blocks dequantized to bf16\n/);
   } finally {
     child.kill("SIGKILL");
     await exited;

@@ -56,7 +56,7 @@ function safetensors(entries: { name: string; dtype: string; shape: number[]; da
   return out;
 }
 
-const LINEAR = /(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.weight$/;
+const LINEAR = /(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj)\.weight$/;
 
 /** Writes the FP8 checkpoint of `weights` to `fp8Dir` and the f32 values its codes stand for to `refDir`. */
 export async function writePair(spec: ModelFileSpec, fp8Dir: string, refDir: string, weights: HfWeights, quantizationConfig: Record<string, unknown>, block?: [number, number]) {

@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import process from "node:process";
 import { decodeToF32, encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 import { type HostTensor, ModelLoadError } from "../../src/model/config.ts";
-import { dequantizingFp8 } from "../../src/model/fp8.ts";
+import { readingFp8 } from "../../src/model/fp8.ts";
 import { type GgufEntry, GgufType } from "../../src/model/gguf-types.ts";
 import { gguf } from "../../src/model/gguf-writer.ts";
 import { loadModel } from "../../src/model/load.ts";
@@ -107,21 +107,28 @@ test("ggufMoe() rejects an expert_weights_scale that is not a finite positive nu
   }
 });
 
-test("dequantizingFp8() reads F16 scales, as compressed-tensors writes them for float16 models", async () => {
-  const codes = Uint8Array.from([0x38, 0x40, 0xb8, 0x00]); // 1, 2, -1, 0
-  const infos = new Map<string, SafetensorsInfo>([
-    ["w", { name: "w", dtype: "F8_E4M3", shape: [2, 2], begin: 0, end: 4 }],
-    ["w_scale", { name: "w_scale", dtype: "F16", shape: [2, 1], begin: 0, end: 4 }],
-  ]);
-  const bytes = new Map([["w", codes], ["w_scale", encodeFromF32(Float32Array.of(0.5, 4), "f16")]]);
-  const source = {
-    has: (n: string) => infos.has(n),
-    byteLength: (n: string) => infos.get(n)!.end,
-    read: (): Promise<HostTensor> => Promise.reject(new Error("not reached")),
-  };
-  const raw = { info: (n: string) => infos.get(n), bytes: (n: string) => Promise.resolve(bytes.get(n)!) };
-  const t = await dequantizingFp8(source, raw, {}, "fp16-fp8").read("w");
-  assert.deepEqual(Array.from(decodeToF32(t.data, t.dtype, 4)), [0.5, 1, -4, 0]);
+test("readingFp8() reads F16 scales, as compressed-tensors writes them for float16 models", async () => {
+  // [2, 2] rows are not whole 32-value blocks (dequantized to bf16); [2, 32] ones load as f8_e4m3.
+  for (const cols of [2, 32]) {
+    const codes = new Uint8Array(2 * cols);
+    codes.set([0x38, 0x40]); // 1, 2 in row 0
+    codes.set([0xb8, 0x00], cols); // -1, 0 in row 1
+    const infos = new Map<string, SafetensorsInfo>([
+      ["w", { name: "w", dtype: "F8_E4M3", shape: [2, cols], begin: 0, end: 2 * cols }],
+      ["w_scale", { name: "w_scale", dtype: "F16", shape: [2, 1], begin: 0, end: 4 }],
+    ]);
+    const bytes = new Map([["w", codes], ["w_scale", encodeFromF32(Float32Array.of(0.5, 4), "f16")]]);
+    const source = {
+      has: (n: string) => infos.has(n),
+      byteLength: (n: string) => infos.get(n)!.end,
+      read: (): Promise<HostTensor> => Promise.reject(new Error("not reached")),
+    };
+    const raw = { info: (n: string) => infos.get(n), bytes: (n: string) => Promise.resolve(bytes.get(n)!) };
+    const t = await readingFp8(source, raw, {}, "fp16-fp8").read("w");
+    assert.equal(t.dtype, cols === 2 ? "bf16" : "f8_e4m3");
+    const values = decodeToF32(t.data, t.dtype, 2 * cols);
+    assert.deepEqual([values[0], values[1], values[cols], values[cols + 1]], [0.5, 1, -4, 0], `${cols} columns`);
+  }
 });
 
 /** A PEFT adapter directory adapting layer 0's q_proj at rank 4 with B all ones. */

@@ -68,6 +68,18 @@ test("loadModel() with quantize mxfp4 stays close to the unquantized logits, fur
   assert.ok(e4.error > e8.error && e4.error < 0.25 * e4.spread, `mxfp4 ${e4.error} vs q8_0 ${e8.error} (spread ${e4.spread})`);
 });
 
+test("loadModel() with quantize f8_e4m3 stays close to the unquantized logits, further than q8_0 and nearer than q4_0", async () => {
+  const plain = await logProbs(await loadModel(STORIES));
+  const e8 = logProbError(await logProbs(await loadModel(STORIES, { quantize: "q8_0" })), plain);
+  const e4 = logProbError(await logProbs(await loadModel(STORIES, { quantize: "q4_0" })), plain);
+  const q = await loadModel(STORIES, { quantize: "f8_e4m3" });
+  assert.equal(q.weights.layers[0].wq.dtype, "f8_e4m3");
+  // 36 bytes per 32 values against f32's 128.
+  assert.equal(q.weights.tokenEmbedding.data.byteLength, (numel(q.weights.tokenEmbedding.shape) / 32) * 36);
+  const f8 = logProbError(await logProbs(q), plain);
+  assert.ok(f8.error > e8.error && f8.error < e4.error, `f8_e4m3 ${f8.error} vs q8_0 ${e8.error}, q4_0 ${e4.error} (spread ${f8.spread})`);
+});
+
 test("loadModel() reads a Qwen3-MoE GGUF whose expert stacks are mxfp4 (llama.cpp's MXFP4_MOE: q8_0 elsewhere) as stored", async () => {
   const dir = mkdtempSync(`${tmpdir()}/quantize-`);
   process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -113,10 +125,14 @@ test("quantizeTensor() leaves block formats, vectors and odd rows as they are", 
   const odd = hostTensorFromF32("o", [4, 16], v, "f16");
   assert.equal(quantizeTensor(odd, "q8_0"), odd);
   assert.equal(quantizeTensor(hostTensorFromF32("w", [2, 32], v, "f16"), "q8_0").dtype, "q8_0");
+  // An FP8 checkpoint's matrices (f8_e4m3) are re-encoded into another format, and kept for their own.
+  const fp8 = hostTensorFromF32("w", [2, 32], v, "f8_e4m3");
+  assert.equal(quantizeTensor(fp8, "f8_e4m3"), fp8);
+  assert.equal(quantizeTensor(fp8, "q8_0").dtype, "q8_0");
 });
 
 test("isQuantizeDType() accepts the block formats only", () => {
-  assert.deepEqual(QUANTIZE_DTYPES, ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4"]);
+  assert.deepEqual(QUANTIZE_DTYPES, ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "f8_e4m3"]);
   assert.equal(isQuantizeDType("q4_k"), true);
   assert.equal(isQuantizeDType("mxfp4"), true);
   assert.equal(isQuantizeDType("bf16"), false);

@@ -73,10 +73,11 @@ export class CudaBackend extends CudaExperts implements Backend {
     if (raw.byteLength < need) {
       throw new BackendShapeError(`uploadWeight needs ${need} bytes for ${dtype} ${fmt(shape)}, got ${raw.byteLength}`);
     }
-    // The kernels read f32/f16/bf16/q8_0 only: GGUF's other block formats are dequantized on the
-    // host and kept as f16 (16 bits per weight instead of 2.6–6.6; a product of a 2–6-bit code and
-    // an f16-range scale needs up to 17 significant bits, so f16 rounds it once more, declared as
-    // info.denseBlockQuants); mxfp4 weights with scales past f16's range are kept as bf16.
+    // The kernels read f32/f16/bf16/q8_0 only: GGUF's other block formats and f8_e4m3 are
+    // dequantized on the host and kept as f16 (16 bits per weight instead of 2.6–9; a product of a
+    // 2–6-bit code and an f16-range scale needs up to 17 significant bits, so f16 rounds it once more,
+    // declared as info.denseBlockQuants); mxfp4 weights with scales past f16's range, and f8_e4m3
+    // ones with a value past f16's largest, are kept as bf16.
     if (isBlockQuant(dtype)) {
       const dense = denseBlockQuantStorage(raw.subarray(0, need), dtype, count);
       return this.uploadWeight(dense.raw, shape, dense.dtype);

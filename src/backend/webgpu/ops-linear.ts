@@ -30,6 +30,7 @@ export function weightParams(ctx: GpuContext, w: GpuTensor): KernelParams {
     W_Q5K: w.dtype === "q5_k",
     W_Q6K: w.dtype === "q6_k",
     W_MXFP4: w.dtype === "mxfp4",
+    W_F8E4M3: w.dtype === "f8_e4m3",
     W_IQ4NL: w.dtype === "iq4_nl",
     W_IQ4XS: w.dtype === "iq4_xs",
     W_IQ4: w.dtype === "iq4_nl" || w.dtype === "iq4_xs",

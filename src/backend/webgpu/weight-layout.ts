@@ -7,7 +7,8 @@
  *   repacked into 36 bytes = 9 u32 words: the scale widened to f32, then the 32 int8 unchanged.
  *   Kernels then read whole words and extract bytes with extractBits (sign-extending).
  * - q4_1, q5_1, q2_k, q4_k, q5_k, iq4_xs: llama.cpp's blocks are whole words (20, 24, 84, 144, 176,
- *   136 bytes) and are kept as they are. q4_0 and iq4_nl (18 bytes), q5_0 (22) and mxfp4 (17) are
+ *   136 bytes) and are kept as they are; so is f8_e4m3 (36 bytes: an f32 scale, then 32 E4M3 codes,
+ *   the shape of q8_0's device blocks). q4_0 and iq4_nl (18 bytes), q5_0 (22) and mxfp4 (17) are
  *   not: they move their scale (an f16; mxfp4's one E8M0 byte) behind the codes and pad to 20 / 24 / 20 bytes. q3_k (110
  *   bytes: hmask[32], qs[64], scales[12], f16 d) already ends in its scale, so it is only padded to
  *   112 bytes = 28 words: hmask in words 0–7, qs in 8–23, scales in 24–26, d the low half of 27.
