@@ -55,8 +55,8 @@ test("download() of f16, bf16 and q8_0 weights equals the reference's dequantiza
   }
 }, skip);
 
-test("uploadWeight() keeps GGUF's other block formats as their f16 dequantization: matmul and download match the reference", async () => {
-  for (const dtype of ["q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4"] as const) {
+test("uploadWeight() keeps GGUF's other block formats and f8_e4m3 as their f16 dequantization: matmul and download match the reference", async () => {
+  for (const dtype of ["q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "f8_e4m3"] as const) {
     const [n, k, out] = [3, 512, 40];
     const [xc, xr] = both(rand(n * k, 21), [n, k]);
     const [wc, wr] = bothWeight(rand(out * k, 22), [out, k], dtype);
