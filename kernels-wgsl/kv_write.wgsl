@@ -2,19 +2,23 @@
 // F16: the caches hold two halves per u32 word (row is even) and each invocation writes one word,
 // rounded as ggml's f32 → f16 copy (llama.cpp's KV cache): from ±65520 on ±inf, NaN a quiet NaN.
 // pack2x16float leaves values past f16's range indeterminate, so those are written from their bits.
+// F8: the caches hold f8_e4m3 blocks (quant-blocks-fp8.ts), 9 words per 32 values of a row: the
+// scale 2^k (the smallest power of two within which 448 covers the block's largest magnitude; 0 for a
+// block below 2^-100), then the 32 E4M3 codes, each the value ÷ scale rounded to nearest, ties to even.
+// Each invocation encodes one block. Bit for bit the reference's encoder.
 // Without V_CACHE one cache serves keys and values (multi-head latent attention): only k and kc are bound.
 struct P { n: u32, row: u32, capacity: u32, _a: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
 @group(0) @binding(3) var<storage, read> slots: array<i32>;
-#if ${F16}
+#if ${WORDS}
 @group(0) @binding(4) var<storage, read_write> kc: array<u32>;
 #else
 @group(0) @binding(4) var<storage, read_write> kc: array<f32>;
 #endif
 #if ${V_CACHE}
 @group(0) @binding(2) var<storage, read> v: array<f32>;
-#if ${F16}
+#if ${WORDS}
 @group(0) @binding(5) var<storage, read_write> vc: array<u32>;
 #else
 @group(0) @binding(5) var<storage, read_write> vc: array<f32>;
@@ -36,6 +40,47 @@ fn half_bits(x: f32) -> u32 {
 fn pack_halves(a: f32, b: f32) -> u32 { return half_bits(a) | (half_bits(b) << 16u); }
 #if ${F16}
 const PER = 2u;
+#elif ${F8}
+const PER = 32u;
+// The E4M3 code of q (|q| <= 448), sign from `neg`: below 2^-6 the subnormal codes m · 2^-9 (m = 8 is
+// 2^-6's code), else f32's exponent rebiased from 127 to 7 over its mantissa rounded to 3 bits.
+fn e4m3_code(q: f32, neg: bool) -> u32 {
+  let a = abs(q);
+  var c: u32;
+  if (a < 0.015625) {
+    c = u32(round(a * 512.0)); // round() ties to even
+  } else {
+    let b = bitcast<u32>(a);
+    c = ((b + 0x7ffffu + ((b >> 20u) & 1u)) >> 20u) - (120u << 3u);
+  }
+  return select(c, c | 0x80u, neg);
+}
+// The block's scale exponent k (scale 2^k) from its largest magnitude's bits, or -1000 below 2^-100.
+fn scale_exp(amax: f32) -> i32 {
+  let b = bitcast<u32>(amax);
+  let e = i32((b >> 23u) & 0xffu);
+  if (e < 27) { return -1000; }
+  return e - select(134, 135, (b & 0x7fffffu) <= 0x600000u);
+}
+// One block's 9 words: the scale, then the codes four to a word, low byte first.
+fn encode_block(x: array<f32, 32>) -> array<u32, 9> {
+  var out: array<u32, 9>;
+  var amax = 0.0;
+  for (var j = 0u; j < 32u; j += 1u) { amax = max(amax, abs(x[j])); }
+  let k = scale_exp(amax);
+  if (k == -1000) { return out; } // zero-initialised: scale 0, codes 0
+  out[0] = bitcast<u32>(k + 127) << 23u;
+  let inv = bitcast<f32>(bitcast<u32>(127 - k) << 23u);
+  for (var w = 0u; w < 8u; w += 1u) {
+    var word = 0u;
+    for (var j = 0u; j < 4u; j += 1u) {
+      let v = x[4u * w + j];
+      word |= e4m3_code(v * inv, (bitcast<u32>(v) >> 31u) == 1u) << (8u * j);
+    }
+    out[1u + w] = word;
+  }
+  return out;
+}
 #else
 const PER = 1u;
 #endif
@@ -54,6 +99,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   kc[dst / 2u] = pack_halves(k[i], k[i + 1u]);
 #if ${V_CACHE}
   vc[dst / 2u] = pack_halves(v[i], v[i + 1u]);
+#endif
+#elif ${F8}
+  let b = (dst / 32u) * 9u;
+  var x: array<f32, 32>;
+  for (var j = 0u; j < 32u; j += 1u) { x[j] = k[i + j]; }
+  let kw = encode_block(x);
+  for (var j = 0u; j < 9u; j += 1u) { kc[b + j] = kw[j]; }
+#if ${V_CACHE}
+  for (var j = 0u; j < 32u; j += 1u) { x[j] = v[i + j]; }
+  let vw = encode_block(x);
+  for (var j = 0u; j < 9u; j += 1u) { vc[b + j] = vw[j]; }
 #endif
 #else
   kc[dst] = k[i];

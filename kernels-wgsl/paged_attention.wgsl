@@ -11,7 +11,9 @@
 // Used for decode (one row per sequence) and for prefill chunks over a cached prefix alike.
 // With a sliding window (window > 0) a row visits only its last `window` positions; with SINKS a
 // per-head logit starts the online softmax as a key with no value (it joins the denominator only).
-// With F16 the caches hold halves, widened to f32 as they are read.
+// With F16 the caches hold halves, widened to f32 as they are read; with F8, f8_e4m3 blocks of 32
+// values (9 words: a power-of-two scale, then four E4M3 codes a word; a head's row is whole blocks),
+// decoded four values at a time.
 const WG = 64u;
 const DPT = ${DPT}u;
 const HPG = ${HPG}u;
@@ -28,8 +30,8 @@ struct P {
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
-#if ${F16}
-// f16 caches: two halves per u32 word (head_dim is even, so a head's row starts on a word).
+#if ${WORDS}
+// f16 caches: two halves per u32 word (head_dim is even, so a head's row starts on a word); f8_e4m3 ones blocks of 9 words.
 @group(0) @binding(2) var<storage, read> kc: array<u32>;
 @group(0) @binding(3) var<storage, read> vc: array<u32>;
 #else
@@ -42,6 +44,25 @@ struct P {
 @group(0) @binding(7) var<storage, read_write> dst: array<f32>;
 #if ${SINKS}
 @group(0) @binding(8) var<storage, read> sinks: array<f32>;
+#endif
+
+#if ${F8}
+// Four E4M3 codes of a word, low byte first, as f32 (exponent-0 codes are subnormals m · 2^-9).
+fn e4m3x4(w: u32) -> vec4<f32> {
+  let c = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(255u);
+  let normal = bitcast<vec4<f32>>(((c & vec4<u32>(127u)) << vec4<u32>(20u)) + vec4<u32>(120u << 23u));
+  let mag = select(normal, vec4<f32>(c & vec4<u32>(7u)) * 0.001953125, (c & vec4<u32>(120u)) == vec4<u32>(0u));
+  return select(mag, -mag, (c & vec4<u32>(128u)) != vec4<u32>(0u));
+}
+// Values i … i+3 (i a multiple of 4) of the key and of the value cache.
+fn k4(i: u32) -> vec4<f32> {
+  let b = (i / 32u) * 9u;
+  return e4m3x4(kc[b + 1u + (i % 32u) / 4u]) * bitcast<f32>(kc[b]);
+}
+fn v4(i: u32) -> vec4<f32> {
+  let b = (i / 32u) * 9u;
+  return e4m3x4(vc[b + 1u + (i % 32u) / 4u]) * bitcast<f32>(vc[b]);
+}
 #endif
 
 var<workgroup> qs: array<f32, 2048>; // HPG · head_dim <= MAX_GROUP_QUERY in ops-attention.ts
@@ -106,6 +127,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let kk = unpack2x16float(kc[(base + d) / 2u]);
         for (var hh = 0u; hh < HPG; hh += 1u) { s[hh] += qs[hh * hd + d] * kk.x + qs[hh * hd + d + 1u] * kk.y; }
       }
+#elif ${F8}
+      for (var d = 0u; d < hd; d += 4u) {
+        let kk = k4(base + d);
+        for (var hh = 0u; hh < HPG; hh += 1u) {
+          let o = hh * hd + d;
+          s[hh] += qs[o] * kk.x + qs[o + 1u] * kk.y + qs[o + 2u] * kk.z + qs[o + 3u] * kk.w;
+        }
+      }
 #else
       for (var d = 0u; d < hd; d += 1u) {
         let kk = kc[base + d];
@@ -158,6 +187,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
       let vb = kbase[j] + d0;
 #if ${F16}
       let v = vec4<f32>(unpack2x16float(vc[vb / 2u]), unpack2x16float(vc[vb / 2u + 1u]));
+#elif ${F8}
+      let v = v4(vb);
 #else
       let v = vec4<f32>(vc[vb], vc[vb + 1u], vc[vb + 2u], vc[vb + 3u]);
 #endif
@@ -172,6 +203,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 #if ${F16}
           let vv = unpack2x16float(vc[(vb + d) / 2u]);
           let v = select(vv.x, vv.y, (d & 1u) == 1u);
+#elif ${F8}
+          let v = v4((vb + d) & ~3u)[d & 3u];
 #else
           let v = vc[vb + d];
 #endif

@@ -7,7 +7,7 @@
  * laptop's figures). Figures: docs/bench-engine.md "Attention on its own".
  *
  *   npx deno run -A scripts/bench-webgpu-attention.ts [--seqs 8] [--context 1024] [--rows 1]
- *     [--heads 32] [--kv-heads 8] [--head-dim 64] [--kv-dtype f16|f32] [--calls 5] [--repeats 7]
+ *     [--heads 32] [--kv-heads 8] [--head-dim 64] [--kv-dtype f16|f32|f8_e4m3] [--calls 5] [--repeats 7]
  */
 import { ArgsError, parseArgs } from "../src/cli/args.ts";
 import { cliArgs, exitProcess } from "../src/runtime/env.ts";
@@ -33,7 +33,7 @@ async function main(): Promise<void> {
     heads: { kind: "int", min: 1, help: "query heads (default 32)" },
     "kv-heads": { kind: "int", min: 1, help: "KV heads, dividing --heads (default 8)" },
     "head-dim": { kind: "int", min: 2, help: "head dimension (default 64)" },
-    "kv-dtype": { kind: "string", help: "f16 (default, the engine's) or f32" },
+    "kv-dtype": { kind: "string", help: "f16 (default, the engine's), f32 or f8_e4m3 (--kv-cache-dtype fp8)" },
     calls: { kind: "int", min: 1, help: "calls per timing, completed by one flush (default 5)" },
     repeats: { kind: "int", min: 1, help: "timings per figure (default 7)" },
   });
@@ -44,7 +44,7 @@ async function main(): Promise<void> {
   const kvHeads = f["kv-heads"] ?? 8;
   const headDim = f["head-dim"] ?? 64;
   const kvDtype = f["kv-dtype"] ?? "f16";
-  if (kvDtype !== "f16" && kvDtype !== "f32") throw new ArgsError(`Unknown --kv-dtype "${kvDtype}"; use f16 or f32`);
+  if (kvDtype !== "f16" && kvDtype !== "f32" && kvDtype !== "f8_e4m3") throw new ArgsError(`Unknown --kv-dtype "${kvDtype}"; use f16, f32 or f8_e4m3`);
   if (heads % kvHeads !== 0) throw new ArgsError(`--kv-heads ${kvHeads} does not divide --heads ${heads}`);
   if (rows > context) throw new ArgsError(`--rows ${rows} is more than --context ${context}`);
   const calls = f.calls ?? 5;
@@ -56,7 +56,7 @@ async function main(): Promise<void> {
   const cacheShape = [seqs * blocksPerSeq, BLOCK, kvHeads, headDim];
   const cacheLen = cacheShape.reduce((a, x) => a * x, 1);
   const cache = (seed: number): Tensor =>
-    kvDtype === "f32" ? b.upload(random(cacheLen, seed), cacheShape) : b.uploadWeight(encodeFromF32(random(cacheLen, seed), "f16"), cacheShape, "f16");
+    kvDtype === "f32" ? b.upload(random(cacheLen, seed), cacheShape) : b.uploadWeight(encodeFromF32(random(cacheLen, seed), kvDtype), cacheShape, kvDtype);
   const kc = cache(1);
   const vc = cache(2);
   const n = seqs * rows;
@@ -84,7 +84,7 @@ async function main(): Promise<void> {
     ms.push((performance.now() - t0) / calls);
   }
   const ceilings = await measureCeilings(b, { bytes: 32 << 20 });
-  const kvBytes = 2 * seqs * context * kvHeads * headDim * (kvDtype === "f16" ? 2 : 4);
+  const kvBytes = 2 * seqs * context * kvHeads * headDim * (kvDtype === "f16" ? 2 : kvDtype === "f8_e4m3" ? 36 / 32 : 4);
   const med = median(ms);
   console.log(`device: ${b.info.device}`);
   console.log(

@@ -7,8 +7,10 @@
  * values the checkpoint stands for: code × scale, rounded once to f32. The blocks are word-aligned,
  * as q8_0's device blocks are, so the WebGPU backend reads them as loaded. Not a GGUF type.
  *
- * The encoder (`--quantize f8_e4m3`, tests) scales each block by its largest magnitude ÷ 448 and
- * rounds to the nearest code, ties to even; it never writes the NaN codes 0x7f and 0xff.
+ * The encoder (`--quantize f8_e4m3`, an f8_e4m3 KV cache, tests) scales each block by the smallest
+ * power of two that brings its largest magnitude within 448 and rounds to the nearest code, ties to
+ * even; it never writes the NaN codes 0x7f and 0xff. A KV cache of this dtype holds each cache row
+ * (a token's kvHeads × headDim values) as such blocks, 9 bits a value against f16's 16.
  */
 
 /** Values and bytes per `f8_e4m3` block. */
@@ -62,17 +64,53 @@ function nearestCode(x: number): number {
   return sign | lo;
 }
 
-/** Encodes `values` (whole blocks) into f8_e4m3 blocks in `out`: scale = largest magnitude ÷ 448, codes rounded to nearest. */
+/**
+ * The scale of a block whose largest magnitude is `amax`: the smallest power of two 2^k with
+ * 448 · 2^k ≥ amax, so the block's values fit the codes (448 is the largest), or 0 for a block below
+ * 2^-100 (zeros, or values too small to matter; no subnormal scale). A power of two keeps the encoding
+ * idempotent: decoded values, encoded again, decode to themselves (every value is a code times 2^k,
+ * and the new scale is never larger), which moving KV out of a cache and back in relies on. Taken
+ * from amax's f32 bits (exact; kernels-wgsl/kv_write.wgsl computes the same): amax = 1.m · 2^(e − 127)
+ * needs k = e − 135 when 1.m ≤ 1.75 (that is, 448 = 1.75 · 2^8 covers it), else e − 134.
+ */
+export function fp8Scale(amax: number): number {
+  const bits = new Uint32Array(new Float32Array([amax]).buffer)[0];
+  const e = (bits >>> 23) & 0xff;
+  if (e < 27) return 0; // amax < 2^-100
+  const k = e - ((bits & 0x7fffff) <= 0x600000 ? 135 : 134);
+  return 2 ** k;
+}
+
+/** Encodes `values` (whole blocks) into f8_e4m3 blocks in `out`: a power-of-two scale (`fp8Scale`), codes rounded to nearest, ties to even. */
 export function encodeFp8Blocks(values: Float32Array, out: Uint8Array): void {
   const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
   const { values: bv, bytes } = F8_E4M3_BLOCK;
   for (let b = 0; b < values.length / bv; b++) {
     let amax = 0;
     for (let j = 0; j < bv; j++) amax = Math.max(amax, Math.abs(values[b * bv + j]));
-    const scale = Math.fround(amax / 448);
+    const scale = fp8Scale(amax);
     view.setFloat32(b * bytes, scale, true);
     for (let j = 0; j < bv; j++) out[b * bytes + 4 + j] = scale === 0 ? 0 : nearestCode(values[b * bv + j] / scale);
   }
+}
+
+/**
+ * Rounds each 32-value block of `x` (from `start`, `count` values, a whole number of blocks) to what
+ * f8_e4m3 holds of it, in place: a KV cache of that dtype on a backend that keeps f32 (the reference).
+ */
+export function roundToFp8Blocks(x: Float32Array, start: number, count: number): void {
+  const raw = new Uint8Array((count / F8_E4M3_BLOCK.values) * F8_E4M3_BLOCK.bytes);
+  encodeFp8Blocks(x.subarray(start, start + count), raw);
+  decodeFp8Blocks(raw, count / F8_E4M3_BLOCK.values, x.subarray(start, start + count));
+}
+
+/**
+ * True when a KV cache of `kvHeads` heads of `headDim` values can be f8_e4m3: a cache row (one
+ * token's heads) is whole 32-value blocks, and each head starts on a word (4 codes), where the
+ * attention kernels read it four values at a time. A block may hold several narrow heads under one scale.
+ */
+export function fp8KvFits(kvHeads: number, headDim: number): boolean {
+  return (kvHeads * headDim) % F8_E4M3_BLOCK.values === 0 && headDim % 4 === 0;
 }
 
 /**

@@ -28,10 +28,13 @@ export type DType = WeightDType | "i32";
 /**
  * Element types of a paged KV cache. f16 halves its memory (the default of vLLM, SGLang and
  * llama.cpp for 16-bit models): `kvWrite` rounds the f32 keys and values it is given to f16, and
- * `pagedAttention` widens them back to f32 as it reads. {@link BackendInfo.kvDtypes} says which a
- * backend takes.
+ * `pagedAttention` widens them back to f32 as it reads. f8_e4m3 (vLLM's `--kv-cache-dtype fp8`)
+ * holds each cache row as blocks of 32 E4M3 codes under a power-of-two f32 scale, 9 bits a value
+ * (the weight dtype's layout, quant-blocks-fp8.ts): `kvWrite` encodes each block as it writes; the
+ * head dimension must be a multiple of 32, so a head's values are whole blocks.
+ * {@link BackendInfo.kvDtypes} says which a backend takes.
  */
-export type KvDType = "f32" | "f16";
+export type KvDType = "f32" | "f16" | "f8_e4m3";
 
 /** Every weight dtype, for checks and listings. */
 export const WEIGHT_DTYPES: readonly WeightDType[] = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "mxfp4", "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m",
@@ -158,8 +161,8 @@ export interface Backend {
   upload(data: Float32Array | Int32Array, shape: readonly number[]): Tensor;
   /** Uploads a weight from its raw little-endian bytes in `dtype`'s GGUF/safetensors layout. */
   uploadWeight(raw: Uint8Array, shape: readonly number[], dtype: WeightDType): Tensor;
-  /** Allocates a tensor filled with zeros: f32 or i32, or f16 (a KV cache) where `info.kvDtypes` has it. */
-  zeros(shape: readonly number[], dtype: "f32" | "i32" | "f16"): Tensor;
+  /** Allocates a tensor filled with zeros: f32 or i32, or f16 or f8_e4m3 (a KV cache) where `info.kvDtypes` has it. */
+  zeros(shape: readonly number[], dtype: "i32" | KvDType): Tensor;
   /** Reads a tensor back (f32 → Float32Array, i32 → Int32Array; weights are dequantized to f32). */
   download(t: Tensor): Promise<Float32Array | Int32Array>;
   /** Same storage, new shape with the same element count (no copy). */

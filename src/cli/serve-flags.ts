@@ -18,7 +18,7 @@ export const SERVE_FLAGS = {
   "kv-blocks": { kind: "int", min: 2, help: "KV cache blocks of 16 tokens" },
   quantize: { kind: "string", help: "block format the model's f32/f16/bf16 matrices are quantized into at load (round to nearest; rows that are not whole blocks stay as stored): q8_0 halves a bf16 model's memory at little cost, q6_k/q5_k/q4_k/q4_0… go further (default: as stored)" },
   "kv-offload-blocks": { kind: "int", min: 1, help: "host-memory KV tier in 16-token blocks (per worker): evicted cached KV moves there and back on a prefix hit (default: off)" },
-  "kv-cache-dtype": { kind: "string", help: "auto|f16|f32: element type of the KV cache; f16 halves its memory (twice the blocks for --kv-memory-fraction) and rounds keys and values as vLLM's and llama.cpp's default caches do (default auto: f16 where the backend's attention reads it — WebGPU and reference; CUDA's is f32 for now)" },
+  "kv-cache-dtype": { kind: "string", help: "auto|f16|f32|fp8: element type of the KV cache; f16 halves its memory (twice the blocks for --kv-memory-fraction) and rounds keys and values as vLLM's and llama.cpp's default caches do; fp8 (f8_e4m3, vLLM's name too) holds 32 E4M3 codes under a power-of-two scale, 9 bits a value (1.78x f16's blocks), heads of a multiple of 32 dims (default auto: f16 where the backend's attention reads it — WebGPU and reference; CUDA's is f32 for now)" },
   "kv-memory-fraction": { kind: "number", min: 0.0001, max: 0.95, help: "size the KV cache as this fraction of host memory (not with --kv-blocks)" },
   "max-batch-tokens": { kind: "int", min: 1, help: "token budget per step (default 512)" },
   "max-num-seqs": { kind: "int", min: 1, help: "sequences per step at most (default 64)" },

@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { BACKEND_NAMES, isBackendChoice } from "../backend/select.ts";
 import { BackendUnavailableError } from "../backend/types.ts";
 import { isKvRetention, KV_RETENTIONS } from "../engine/engine-sessions.ts";
-import { KvCapacityError, isKvDtypeChoice } from "../engine/kv-cache.ts";
+import { KvCapacityError, kvDtypeChoice } from "../engine/kv-cache.ts";
 import { parseSpeculativeConfig, type Speculation, SpeculationConfigError } from "../engine/ngram-draft.ts";
 import { isToolCallFormat, TOOL_CALL_FORMAT_ALIASES, TOOL_CALL_FORMATS } from "../engine/grammar.ts";
 import { type PreemptionMode, SCHEDULING_POLICIES, STEP_MIXINGS, type StepMixing, type WorkerRole } from "../engine/scheduler-types.ts";
@@ -86,8 +86,9 @@ async function main(): Promise<void> {
     throw new ArgsError((e as Error).message);
   }
   if (!(SCHEDULING_POLICIES as readonly string[]).includes(schedulingPolicy)) throw new ArgsError(`Unknown scheduling policy "${schedulingPolicy}"; choose ${SCHEDULING_POLICIES.join(" or ")}`);
-  const kvCacheDtype = f["kv-cache-dtype"] ?? "auto";
-  if (!isKvDtypeChoice(kvCacheDtype)) throw new ArgsError(`Unknown KV cache dtype "${kvCacheDtype}"; choose auto, f16 or f32`);
+  const kvCacheDtypeArg = f["kv-cache-dtype"] ?? "auto";
+  const kvCacheDtype = kvDtypeChoice(kvCacheDtypeArg);
+  if (kvCacheDtype === undefined) throw new ArgsError(`Unknown KV cache dtype "${kvCacheDtypeArg}"; choose auto, f16, f32 or fp8 (f8_e4m3)`);
   const kvRetention = f["kv-retention"] ?? "agent";
   if (!isKvRetention(kvRetention)) throw new ArgsError(`Unknown KV retention "${kvRetention}"; choose ${KV_RETENTIONS.join(" or ")}`);
   const jumpForward = f["jump-forward"] ?? "on";

@@ -60,7 +60,7 @@ export function createCluster(backend: Backend, model: LoadedModel, o: CreateClu
       o.onStep?.(workerId, r);
     },
   })), o.draft);
-  const dtype = resolveKvDtype(backend, model.config, e.kvCacheDtype);
+  const dtype = movedKvDtype(resolveKvDtype(backend, model.config, e.kvCacheDtype));
   built.cluster = new Cluster(engines.map(localWorkerEngine), { ...o, planner: clusterPlanner(o), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize, dtype) });
   return built.cluster;
 }
@@ -143,7 +143,14 @@ export function remoteWorkerWiring(o: CreateClusterOptions | Omit<CreateClusterO
   };
 }
 
-/** Starts `o.workers` remote engines; if one cannot start, stops the others and throws its error. */
+/**
+ * The dtype a cache's blocks move in between workers (engine/kv-copy.ts): its own, but an f8_e4m3
+ * cache's host copies are the f32 values its blocks hold.
+ */
+function movedKvDtype(dtype: KvDType): KvDType {
+  return dtype === "f8_e4m3" ? "f32" : dtype;
+}
+
 /**
  * The KV dtype the router prices a block's move in, for workers that resolve their own (`backend` is
  * their choice): a stated dtype, else what "auto" picks on that backend (f16 where attention takes it:
@@ -151,10 +158,11 @@ export function remoteWorkerWiring(o: CreateClusterOptions | Omit<CreateClusterO
  * is not known here, so f32 (a move priced at most twice its cost, never under).
  */
 export function remoteKvDtype(config: LoadedModel["config"], choice: KvDTypeChoice | undefined, backend: BackendChoice): KvDType {
-  if (choice === "f32" || choice === "f16") return choice;
+  if (choice === "f32" || choice === "f16" || choice === "f8_e4m3") return movedKvDtype(choice);
   return (backend === "webgpu" || backend === "reference") && config.headDim % 2 === 0 ? "f16" : "f32";
 }
 
+/** Starts `o.workers` remote engines; if one cannot start, stops the others and throws its error. */
 async function startRemoteCluster(model: LoadedModel, o: CreateClusterOptions, start: StartWorker, backend: BackendChoice): Promise<Cluster> {
   const e = o.engine ?? {};
   const built: { cluster?: Cluster } = {};

@@ -3,6 +3,7 @@
  * `generate`. The scheduler's prefix-caching block pool lives in kv/.
  */
 import type { Backend, KvDType, Tensor } from "../backend/types.ts";
+import { fp8KvFits } from "../backend/quant-blocks-fp8.ts";
 import type { ModelConfig } from "../model/config.ts";
 import type { PagedKv } from "../model/forward.ts";
 
@@ -14,12 +15,21 @@ export class KvCapacityError extends Error {
   override name = "KvCapacityError";
 }
 
-/** The KV cache dtype asked for: one a backend takes, or "auto" for the smallest it takes. */
+/** The KV cache dtype asked for: one a backend takes, or "auto" for f16 where it takes it (else f32). */
 export type KvDTypeChoice = KvDType | "auto";
 
-/** Whether `s` names a KV cache dtype choice (`--kv-cache-dtype`). */
+/** Whether `s` names a KV cache dtype choice (`--kv-cache-dtype`; `kvDtypeChoice` also reads vLLM's "fp8" names). */
 export function isKvDtypeChoice(s: string): s is KvDTypeChoice {
-  return s === "auto" || s === "f16" || s === "f32";
+  return s === "auto" || s === "f16" || s === "f32" || s === "f8_e4m3";
+}
+
+/** vLLM's names for an E4M3 cache (`--kv-cache-dtype fp8`, `fp8_e4m3`), as ours. */
+const KV_DTYPE_ALIASES: Readonly<Record<string, KvDTypeChoice>> = { fp8: "f8_e4m3", fp8_e4m3: "f8_e4m3" };
+
+/** The choice `s` names (ours or vLLM's alias), or undefined. */
+export function kvDtypeChoice(s: string): KvDTypeChoice | undefined {
+  const choice = Object.hasOwn(KV_DTYPE_ALIASES, s) ? KV_DTYPE_ALIASES[s] : s;
+  return isKvDtypeChoice(choice) ? choice : undefined;
 }
 
 /** Thrown when a KV cache dtype is asked for that the backend or the model cannot hold. */
@@ -29,18 +39,24 @@ export class KvDTypeError extends RangeError {
 
 /**
  * The KV cache dtype to allocate: "auto" takes f16 where the backend's attention reads it and the
- * model's heads have an even width (two halves per word), else f32; an explicit choice the backend
- * cannot take is refused.
+ * model's heads have an even width (two halves per word), else f32 (f8_e4m3, which rounds keys and
+ * values to 4 significant bits, is only taken when asked); an explicit choice the backend or the
+ * model's head width cannot take is refused.
  */
 export function resolveKvDtype(backend: Backend, config: ModelConfig, choice: KvDTypeChoice = "auto"): KvDType {
   const takes = backend.info.kvDtypes ?? ["f32"];
   const f16 = takes.includes("f16") && config.headDim % 2 === 0;
   if (choice === "auto") return f16 ? "f16" : "f32";
-  if (!isKvDtypeChoice(choice)) throw new KvDTypeError(`Unknown KV cache dtype "${String(choice)}"; use auto, f16 or f32`);
+  if (!isKvDtypeChoice(choice)) throw new KvDTypeError(`Unknown KV cache dtype "${String(choice)}"; use auto, f16, f32 or fp8 (f8_e4m3)`);
   if (!takes.includes(choice)) {
     throw new KvDTypeError(`The ${backend.info.name} backend's attention takes ${takes.join(" or ")} KV caches, not ${choice}`);
   }
   if (choice === "f16" && !f16) throw new KvDTypeError(`An f16 KV cache needs an even head dimension; this model's is ${config.headDim}`);
+  if (choice === "f8_e4m3" && !fp8KvFits(config.numKvHeads, config.headDim)) {
+    throw new KvDTypeError(
+      `An fp8 (f8_e4m3) KV cache needs rows of whole 32-value blocks and heads of a multiple of 4 dims; this model's rows are ${config.numKvHeads} heads of ${config.headDim}`,
+    );
+  }
   return choice;
 }
 
@@ -96,7 +112,9 @@ export function freePagedKv(backend: Backend, kv: PagedKv): void {
 /** Bytes one block occupies across all layers (K and V, or MLA's one shared cache, in `dtype`). */
 export function kvBytesPerBlock(config: ModelConfig, blockSize = DEFAULT_BLOCK_SIZE, dtype: KvDType = "f32"): number {
   const caches = sharesKvCache(config) ? 1 : 2;
-  return caches * config.numLayers * blockSize * config.numKvHeads * config.headDim * (dtype === "f16" ? 2 : 4);
+  const values = caches * config.numLayers * blockSize * config.numKvHeads * config.headDim;
+  // f8_e4m3: 36 bytes per 32 values (an f32 scale, then the codes).
+  return dtype === "f8_e4m3" ? Math.ceil(values / 32) * 36 : values * (dtype === "f16" ? 2 : 4);
 }
 
 /** A free list of block ids; blocks are handed out lowest id first. */

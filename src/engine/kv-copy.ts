@@ -77,7 +77,9 @@ export function readSlots(backend: Backend, kv: PagedKv, slots: Int32Array): Pro
     try {
       const host = await Promise.all(gathered.map((t) => backend.download(t) as Promise<Float32Array>));
       const numTokens = slots.length;
-      if ((kv.dtype ?? "f32") === "f32") return { numTokens, dtype: "f32", ...perLayer(kv, host) };
+      // An f8_e4m3 cache's rows come back as the f32 values its blocks hold; written back, they encode
+      // to the same values (its power-of-two scales make the encoding idempotent: quant-blocks-fp8.ts).
+      if ((kv.dtype ?? "f32") !== "f16") return { numTokens, dtype: "f32", ...perLayer(kv, host) };
       return { numTokens, dtype: "f16", ...perLayer(kv, host.map((a) => f32ArrayToF16Bits(a))) };
     } finally {
       for (const t of gathered) backend.free(t);

@@ -54,7 +54,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   // known in advance) each worker gets the whole fraction.
   const kvShare = Math.max(1, workers);
   // Checked at the smallest dtype the choice allows; the engine refuses a budget short of 2 blocks in the dtype it takes.
-  const smallestDtype = o.kvCacheDtype === "f32" ? "f32" : "f16";
+  const smallestDtype = o.kvCacheDtype === "f32" ? "f32" : o.kvCacheDtype === "f8_e4m3" ? "f8_e4m3" : "f16";
   // A draft model's cache has as many blocks as the model's, from the same budget (engine-factory.ts kvBlockCount).
   const smallestKv = kvBytesPerBlock(model.config, undefined, smallestDtype) + (draft ? kvBytesPerBlock(draft.config, undefined, smallestDtype) : 0);
   if (o.kvBlocks === undefined && kvMemoryBytes !== undefined && kvMemoryBytes / kvShare < 2 * smallestKv) {

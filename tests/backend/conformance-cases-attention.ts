@@ -3,7 +3,8 @@
  *
  * Tolerances:
  * - kvWrite: exact (a scatter; untouched slots keep their random contents on both sides); into f16
- *   caches too (round to nearest even as ggml: from ±65520 on ±inf).
+ *   caches too (round to nearest even as ggml: from ±65520 on ±inf), and into f8_e4m3 ones (each
+ *   32 values encoded under a power-of-two scale, codes rounded to nearest even, as the reference).
  * - pagedAttention: atol 2e-5, rtol 1e-4 (f32 dot products over headDim ≤ 576 of values in [-1, 1]
  *   and an online softmax over ≤ 48 keys, against an f64 two-pass softmax).
  * - sample: the same token ids (the order of tokens is decided on the exact f32 logits, so only a
@@ -28,9 +29,32 @@ interface Geometry {
   shared?: boolean;
 }
 
-/** A cache of random values in `dtype` (f16: the same halves on every backend, written as raw bytes). */
+/** A cache of random values in `dtype` (f16, f8_e4m3: the same bytes on every backend, written raw). */
 function randomCache(b: Backend, values: Float32Array, shape: number[], dtype: KvDType = "f32"): Tensor {
-  return dtype === "f32" ? b.upload(values, shape) : b.uploadWeight(encodeFromF32(values, "f16"), shape, "f16");
+  if (dtype === "f32") return b.upload(values, shape);
+  // Uploaded as rows of slots (an f8_e4m3 weight's rows must be whole blocks; a row of narrow heads is).
+  const rows = b.uploadWeight(encodeFromF32(values, dtype), [shape[0] * shape[1], shape[2] * shape[3]], dtype);
+  return b.reshape(rows, shape);
+}
+
+/**
+ * KV rows for an f8_e4m3 cache, a 32-value block at a time in four kinds: values of every magnitude
+ * (subnormal codes among them); exact ties between codes under scale 2^-3 (448 · 2^-3 sets it; then
+ * halfway points of the subnormal and the normal codes); a block below 2^-100 (scale 0); zeros and −0.
+ */
+function fp8Values(rng: { f32(n: number): Float32Array }, count: number): Float32Array {
+  const x = rng.f32(count);
+  for (let b = 0; b < count / 32; b++) {
+    for (let j = 0; j < 32; j++) {
+      const i = b * 32 + j;
+      const kind = b % 4;
+      if (kind === 0) x[i] *= 2 ** (j % 23 - 12);
+      else if (kind === 1) x[i] = (j === 0 ? 448 : j < 16 ? (j - 0.5) * 2 ** -9 : (1 + (2 * (j - 16) + 1) / 16) * 2 ** ((j % 9) - 4)) * (j % 2 ? -1 : 1) * 2 ** -3;
+      else if (kind === 2) x[i] *= 1e-32;
+      else x[i] = j % 2 ? -0 : 0;
+    }
+  }
+  return x;
 }
 
 const GEOMETRIES: Geometry[] = [
@@ -54,6 +78,17 @@ const GEOMETRIES: Geometry[] = [
   { heads: 32, kvHeads: 2, headDim: 16, blockSize: 4, sinks: true },
   { heads: 24, kvHeads: 2, headDim: 64, blockSize: 16, kv: "f16", window: 9 },
   { heads: 10, kvHeads: 1, headDim: 256, blockSize: 5 },
+  // f8_e4m3 caches (--kv-cache-dtype fp8): GQA at head dims 64 and 128 (vector value sums), 96 and
+  // MLA's shared 576 (scalar ones), a window with sinks, a wide group.
+  { heads: 4, kvHeads: 2, headDim: 64, blockSize: 16, kv: "f8_e4m3" },
+  { heads: 8, kvHeads: 2, headDim: 128, blockSize: 16, kv: "f8_e4m3" },
+  { heads: 2, kvHeads: 1, headDim: 96, blockSize: 8, kv: "f8_e4m3" },
+  { heads: 8, kvHeads: 1, headDim: 576, blockSize: 16, kv: "f8_e4m3", shared: true },
+  { heads: 4, kvHeads: 2, headDim: 64, blockSize: 4, window: 6, sinks: true, kv: "f8_e4m3" },
+  { heads: 24, kvHeads: 2, headDim: 32, blockSize: 16, kv: "f8_e4m3", window: 9 },
+  // Narrow heads sharing a block's scale: stories260K's 4 × 8 (vector sums), 8 × 12 (scalar ones).
+  { heads: 8, kvHeads: 4, headDim: 8, blockSize: 4, kv: "f8_e4m3" },
+  { heads: 8, kvHeads: 8, headDim: 12, blockSize: 4, kv: "f8_e4m3", sinks: true },
 ];
 
 /** Sequences of one batch: (first new position, new tokens). */
@@ -133,7 +168,13 @@ function kvWriteCase(g: Geometry, n: number): Case {
       const vc = g.shared ? kc : randomCache(b, rng.f32(len), shape, g.kv);
       const slots = b.upload(Int32Array.from(rng.perm(numBlocks * g.blockSize).slice(0, n)), [n]);
       // Into f16: values of every magnitude, halfway cases among them, and some past f16's range.
-      const values = () => g.kv === "f16" ? Float32Array.from(rng.f32(n * g.kvHeads * g.headDim), (x, i) => i % 7 === 3 ? x * 1.5e5 : x * 2 ** (i % 23 - 12)) : rng.f32(n * g.kvHeads * g.headDim);
+      const count = n * g.kvHeads * g.headDim;
+      const values = () =>
+        g.kv === "f16"
+          ? Float32Array.from(rng.f32(count), (x, i) => i % 7 === 3 ? x * 1.5e5 : x * 2 ** (i % 23 - 12))
+          : g.kv === "f8_e4m3"
+          ? fp8Values(rng, count)
+          : rng.f32(count);
       const k = b.upload(values(), [n, g.kvHeads, g.headDim]);
       const v = g.shared ? k : b.upload(values(), [n, g.kvHeads, g.headDim]);
       b.kvWrite(k, v, kc, vc, slots);
@@ -188,6 +229,9 @@ export function attentionCases(): Case[] {
     kvWriteCase({ heads: 4, kvHeads: 2, headDim: 64, blockSize: 16, kv: "f16" }, 9),
     kvWriteCase({ heads: 8, kvHeads: 1, headDim: 576, blockSize: 16, kv: "f16", shared: true }, 5),
     kvWriteCase({ heads: 3, kvHeads: 1, headDim: 8, blockSize: 4, shared: true }, 6),
+    kvWriteCase({ heads: 4, kvHeads: 2, headDim: 64, blockSize: 16, kv: "f8_e4m3" }, 9),
+    kvWriteCase({ heads: 8, kvHeads: 1, headDim: 576, blockSize: 16, kv: "f8_e4m3", shared: true }, 5),
+    kvWriteCase({ heads: 8, kvHeads: 8, headDim: 12, blockSize: 4, kv: "f8_e4m3" }, 7),
     sampleCase(517, 3, false),
     sampleCase(37, 2, true),
     sampleCase(1, 1, false),

@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { byteSize, decodeToF32, denseBlockQuantStorage, encodeFromF32 } from "../../src/backend/dtype-codec.ts";
-import { E4M3_VALUES, fitsFp8Blocks, fp8Blocks } from "../../src/backend/quant-blocks-fp8.ts";
+import { E4M3_VALUES, fitsFp8Blocks, fp8Blocks, fp8Scale } from "../../src/backend/quant-blocks-fp8.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { dequantizeFp8 } from "../../src/model/fp8.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
@@ -27,7 +27,19 @@ test("f8_e4m3 blocks are 32 values in 36 bytes: an f32 scale, then the codes", (
   assert.ok(Object.is(values[5], -0));
 });
 
-test("encodeFromF32() f8_e4m3 scales by the block's largest magnitude ÷ 448 and rounds each value to the nearest code, ties to even", () => {
+test("fp8Scale() is the smallest power of two within which 448 covers a block's largest magnitude, 0 below 2^-100", () => {
+  assert.equal(fp8Scale(448), 1);
+  assert.equal(fp8Scale(448.00003), 2);
+  assert.equal(fp8Scale(224), 0.5);
+  assert.equal(fp8Scale(224.00002), 1);
+  assert.equal(fp8Scale(1.75), 2 ** -8);
+  assert.equal(fp8Scale(1.7500001), 2 ** -7);
+  assert.equal(fp8Scale(2 ** -100), 2 ** -108);
+  assert.equal(fp8Scale(2 ** -100.5), 0);
+  assert.equal(fp8Scale(0), 0);
+});
+
+test("encodeFromF32() f8_e4m3 scales by a power of two and rounds each value to the nearest code, ties to even", () => {
   // Scale 1 (448 in the block): values between codes go to the nearer one; halfway to the even code.
   // 1.0625 lies halfway between 1 (0x38) and 1.125 (0x39): 0x38. 1.1875 between 0x39 and 1.25 (0x3a): 0x3a.
   const x = new Float32Array(32);
@@ -43,6 +55,10 @@ test("encodeFromF32() f8_e4m3 scales by the block's largest magnitude ÷ 448 and
   const many = Float32Array.from({ length: 32 * 200 }, () => (rng() - 0.5) * 10 ** (rng() * 8 - 4));
   const enc = encodeFromF32(many, "f8_e4m3");
   for (let b = 0; b < 200; b++) for (let j = 0; j < 32; j++) assert.notEqual(enc[b * 36 + 4 + j] & 0x7f, 0x7f, `block ${b} value ${j}`);
+  // Decoded values encode to themselves (the power-of-two scale never grows): host copies of a KV
+  // cache rely on it.
+  const back0 = decodeToF32(enc, "f8_e4m3", many.length);
+  assert.deepEqual(decodeToF32(encodeFromF32(back0, "f8_e4m3"), "f8_e4m3", many.length), back0);
   // Decoded, each value is the nearest code × scale: within half a step of the E4M3 grid there.
   const back = decodeToF32(enc, "f8_e4m3", many.length);
   for (let i = 0; i < many.length; i++) {

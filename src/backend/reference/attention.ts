@@ -3,19 +3,26 @@
  */
 import { type AttentionBatch, BackendShapeError } from "../types.ts";
 import { f16ToF32, f32ToF16 } from "../half-float.ts";
+import { fp8KvFits, roundToFp8Blocks } from "../quant-blocks-fp8.ts";
+
+/** The KV cache dtypes the reference takes (f16 and f8_e4m3 held as f32, rounded as they are written). */
+const KV_DTYPES = ["f32", "f16", "f8_e4m3"] as const;
 import { checkAttentionIndices, checkIndexRange, expectAttentionOptions } from "../shape-checks.ts";
 import { softmaxRow } from "./elementwise.ts";
 import { asRef, expectRank, f32Tensor, fmt, type RefTensor } from "./storage.ts";
 
 function expectCaches(kCache: RefTensor, vCache: RefTensor): [number, number, number, number] {
-  expectRank(kCache, 4, "key cache", ["f32", "f16"]);
-  expectRank(vCache, 4, "value cache", ["f32", "f16"]);
+  expectRank(kCache, 4, "key cache", KV_DTYPES);
+  expectRank(vCache, 4, "value cache", KV_DTYPES);
   if (kCache.shape.some((d, i) => d !== vCache.shape[i]) || kCache.dtype !== vCache.dtype) {
     throw new BackendShapeError(
       `Key cache ${fmt(kCache.shape)} ${kCache.dtype} and value cache ${fmt(vCache.shape)} ${vCache.dtype} differ`,
     );
   }
   const [numBlocks, blockSize, kvHeads, headDim] = kCache.shape;
+  if (kCache.dtype === "f8_e4m3" && !fp8KvFits(kvHeads, headDim)) {
+    throw new BackendShapeError(`An f8_e4m3 KV cache needs rows of whole 32-value blocks and heads of a multiple of 4 dims, got cache ${fmt(kCache.shape)}`);
+  }
   return [numBlocks, blockSize, kvHeads, headDim];
 }
 
@@ -48,6 +55,9 @@ export function kvWrite(k: RefTensor, v: RefTensor, kCache: RefTensor, vCache: R
     if (kCache.dtype === "f16") {
       // Round to nearest even as ggml's f32 → f16 copy does: from ±65520 on a value is ±inf, NaN stays NaN.
       for (const c of kc === vc ? [kc] : [kc, vc]) for (let j = s * row; j < (s + 1) * row; j++) c[j] = f16ToF32(f32ToF16(c[j]));
+    } else if (kCache.dtype === "f8_e4m3") {
+      // Each 32 values of the row as their f8_e4m3 block holds them.
+      for (const c of kc === vc ? [kc] : [kc, vc]) roundToFp8Blocks(c, s * row, row);
     }
   }
 }

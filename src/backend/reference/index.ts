@@ -25,7 +25,7 @@ import { checkWeightShape } from "../shape-checks.ts";
 export function createReferenceBackend(): Backend {
   const r = (t: Tensor, what: string) => asRef(t, what);
   return {
-    info: { name: REFERENCE_NAME, device: "host CPU (TypeScript, f32 with f64 accumulation)", f16: true, kvDtypes: ["f32", "f16"] },
+    info: { name: REFERENCE_NAME, device: "host CPU (TypeScript, f32 with f64 accumulation)", f16: true, kvDtypes: ["f32", "f16", "f8_e4m3"] },
 
     upload(data, shape) {
       const count = checkShape(shape, "upload");
@@ -46,8 +46,11 @@ export function createReferenceBackend(): Backend {
       const count = checkShape(shape, "zeros");
       if (dtype === "i32") return i32Tensor(new Int32Array(count), shape);
       if (dtype === "f32") return f32Tensor(new Float32Array(count), shape);
-      // An f16 KV cache: held widened to f32 like every reference weight; kvWrite rounds what it stores.
-      if (dtype === "f16") return new RefTensor([...shape], "f16", { data: new Float32Array(count), freed: false });
+      // An f16 or f8_e4m3 KV cache: held widened to f32 like every reference weight; kvWrite rounds what it stores.
+      if (dtype === "f16" || dtype === "f8_e4m3") {
+        if (dtype === "f8_e4m3" && count % 32 !== 0) throw new BackendShapeError(`An f8_e4m3 KV cache needs whole 32-value blocks, got shape [${shape.join(", ")}]`);
+        return new RefTensor([...shape], dtype, { data: new Float32Array(count), freed: false });
+      }
       throw new BackendShapeError(`zeros accepts f32 or i32, got ${dtype}`);
     },
 

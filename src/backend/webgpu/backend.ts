@@ -18,6 +18,7 @@ import type {
   AttentionOptions,
   Backend,
   BackendInfo,
+  KvDType,
   MoeRouteOptions,
   MoeRouting,
   RopeLayout,
@@ -40,7 +41,7 @@ export class WebGpuBackend implements Backend {
 
   constructor(gpu: GpuDevice, options: { poison: boolean; gemvMaxRows: number }) {
     this.#ctx = new GpuContext(gpu, options.poison, options.gemvMaxRows);
-    this.info = { name: WEBGPU_NAME, device: gpu.description, f16: gpu.f16, kvDtypes: ["f32", "f16"], maxHeadDim: MAX_HEAD_DIM };
+    this.info = { name: WEBGPU_NAME, device: gpu.description, f16: gpu.f16, kvDtypes: ["f32", "f16", "f8_e4m3"], maxHeadDim: MAX_HEAD_DIM };
   }
 
   /** Byte counters of the buffer pool and dispatch/submit counts. */
@@ -75,7 +76,7 @@ export class WebGpuBackend implements Backend {
   uploadWeight(raw: Uint8Array, shape: readonly number[], dtype: WeightDType): Tensor {
     return uploadWeight(this.#live, raw, shape, dtype);
   }
-  zeros(shape: readonly number[], dtype: "f32" | "i32" | "f16"): Tensor {
+  zeros(shape: readonly number[], dtype: "i32" | KvDType): Tensor {
     return zeros(this.#live, shape, dtype);
   }
   async download(t: Tensor): Promise<Float32Array | Int32Array> {

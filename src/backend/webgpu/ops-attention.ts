@@ -1,7 +1,7 @@
 /**
- * Paged KV write and paged causal attention (GQA, block tables, online softmax), over f32 or f16
- * caches (f16: two halves per u32 word, packed and unpacked with WGSL's pack2x16float, so it needs
- * no shader-f16). Indices uploaded from the host (slots, the attention batch) are checked there
+ * Paged KV write and paged causal attention (GQA, block tables, online softmax), over f32, f16 or
+ * f8_e4m3 caches (f16: two halves per u32 word, packed and unpacked with WGSL's pack2x16float, so it
+ * needs no shader-f16; f8_e4m3: 9-word blocks of 32 values, encoded by kv_write as the reference does). Indices uploaded from the host (slots, the attention batch) are checked there
  * first, with the reference's errors; the kernels skip what is out of range in op results.
  */
 import type { PooledBuffer } from "./buffer-pool.ts";
@@ -10,6 +10,7 @@ import { F32 } from "./recorder.ts";
 import { asGpu, expectRank, fmt, type GpuTensor } from "./tensor.ts";
 import { type AttentionBatch, type AttentionOptions, BackendShapeError, type Tensor } from "../types.ts";
 import { checkIndexRange, expectAttentionOptions } from "../shape-checks.ts";
+import { fp8KvFits } from "../quant-blocks-fp8.ts";
 
 /**
  * Largest head dimension the attention kernel supports (9 dims per thread × 64 threads): multi-head
@@ -38,13 +39,16 @@ export function attentionHeadsPerGroup(heads: number, kvHeads: number, headDim: 
 function caches(ctx: GpuContext, kT: Tensor, vT: Tensor): [GpuTensor, GpuTensor] {
   const k = asGpu(kT, "key cache", ctx);
   const v = asGpu(vT, "value cache", ctx);
-  expectRank(k, 4, "key cache", ["f32", "f16"]);
-  expectRank(v, 4, "value cache", ["f32", "f16"]);
+  expectRank(k, 4, "key cache", ["f32", "f16", "f8_e4m3"]);
+  expectRank(v, 4, "value cache", ["f32", "f16", "f8_e4m3"]);
   if (k.shape.some((d, i) => d !== v.shape[i]) || k.dtype !== v.dtype) {
     throw new BackendShapeError(`Key cache ${fmt(k.shape)} ${k.dtype} and value cache ${fmt(v.shape)} ${v.dtype} differ`);
   }
   if (k.dtype === "f16" && k.shape[3] % 2 !== 0) {
     throw new BackendShapeError(`An f16 KV cache needs an even head dimension, got cache ${fmt(k.shape)}`);
+  }
+  if (k.dtype === "f8_e4m3" && !fp8KvFits(k.shape[2], k.shape[3])) {
+    throw new BackendShapeError(`An f8_e4m3 KV cache needs rows of whole 32-value blocks and heads of a multiple of 4 dims, got cache ${fmt(k.shape)}`);
   }
   return [k, v];
 }
@@ -76,12 +80,15 @@ export function kvWrite(ctx: GpuContext, kT: Tensor, vT: Tensor, kcT: Tensor, vc
   if (slots.host) checkIndexRange(slots.host, numBlocks * blockSize, "KV slot");
   const row = kvHeads * headDim;
   const f16 = kc.dtype === "f16";
+  const f8 = kc.dtype === "f8_e4m3";
+  // Values per invocation: one, a word of two halves, or a 32-value f8_e4m3 block.
+  const per = f16 ? 2 : f8 ? 32 : 1;
   ctx.recorder.dispatch(
     "kv_write",
-    { F16: f16, V_CACHE: !shared },
+    { F16: f16, F8: f8, WORDS: f16 || f8, V_CACHE: !shared },
     [n, row, numBlocks * blockSize, 0],
     [[1, k.buffer], [3, slots.buffer], [4, kc.buffer], ...(shared ? [] : [[2, v.buffer], [5, vc.buffer]] as [number, PooledBuffer][])],
-    Math.ceil((n * row) / (f16 ? 512 : 256)),
+    Math.ceil((n * row) / (256 * per)),
   );
 }
 
@@ -126,7 +133,7 @@ export function pagedAttention(
   const keyGroups = [8, 16, 32, 64, 128, 256].includes(headDim) ? 256 / headDim : 0;
   ctx.recorder.dispatch(
     "paged_attention",
-    { DPT: dpt, HPG: hpg, VEC: keyGroups > 0, KG: keyGroups, SINKS: sinks !== undefined, F16: kc.dtype === "f16" },
+    { DPT: dpt, HPG: hpg, VEC: keyGroups > 0, KG: keyGroups, SINKS: sinks !== undefined, F16: kc.dtype === "f16", F8: kc.dtype === "f8_e4m3", WORDS: kc.dtype !== "f32" },
     [n, heads, kvHeads, headDim, blockSize, tables.shape[1], numBlocks, new F32(scale), window],
     [
       [1, q.buffer], [2, kc.buffer], [3, vc.buffer], [4, seq.buffer], [5, pos.buffer], [6, tables.buffer], [7, out.buffer],

@@ -6,7 +6,7 @@ import { asGpu, checkShape, fmt, GpuTensor, type RowChunk } from "./tensor.ts";
 import { packWeight } from "./weight-layout.ts";
 import { checkWeightShape } from "../shape-checks.ts";
 import { embeddingChunks } from "./ops-linear.ts";
-import { BackendShapeError, numel, type Tensor, type WeightDType } from "../types.ts";
+import { BackendShapeError, type KvDType, numel, type Tensor, type WeightDType } from "../types.ts";
 
 /** Uploads f32 or i32 host data; i32 data keeps a host copy (indices) unless `hostCopy` is false (raw words). */
 export function upload(ctx: GpuContext, data: Float32Array | Int32Array, shape: readonly number[], hostCopy = true): Tensor {
@@ -37,10 +37,14 @@ export function uploadWeight(ctx: GpuContext, raw: Uint8Array, shape: readonly n
 }
 
 /** A zero-filled f32 or i32 tensor, or an f16 one (a KV cache: two halves per u32 word, as f16 weights). */
-export function zeros(ctx: GpuContext, shape: readonly number[], dtype: "f32" | "i32" | "f16"): Tensor {
+export function zeros(ctx: GpuContext, shape: readonly number[], dtype: "i32" | KvDType): Tensor {
   const count = checkShape(shape, "zeros");
-  if (dtype !== "f32" && dtype !== "i32" && dtype !== "f16") throw new BackendShapeError(`zeros accepts f32, i32 or f16, got ${dtype}`);
-  const bytes = dtype === "f16" ? Math.ceil(count / 2) * 4 : count * 4;
+  if (dtype !== "f32" && dtype !== "i32" && dtype !== "f16" && dtype !== "f8_e4m3") {
+    throw new BackendShapeError(`zeros accepts f32, i32, f16 or f8_e4m3, got ${dtype}`);
+  }
+  if (dtype === "f8_e4m3" && count % 32 !== 0) throw new BackendShapeError(`An f8_e4m3 tensor needs whole 32-value blocks, got shape ${fmt(shape)}`);
+  // f8_e4m3 zeros: every block's scale and codes 0.
+  const bytes = dtype === "f16" ? Math.ceil(count / 2) * 4 : dtype === "f8_e4m3" ? (count / 32) * 36 : count * 4;
   const pb = ctx.storage(shape, bytes);
   ctx.recorder.clear(pb, Math.max(bytes, 4));
   return ctx.wrap(shape, dtype, [{ buffer: pb, rowStart: 0, rows: 1 }]);
