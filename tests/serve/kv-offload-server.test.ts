@@ -29,3 +29,23 @@ for (const workers of [1, 2]) test(`startServer({ kvOffloadBlocks${workers > 1 ?
     await s.shutdown();
   }
 });
+
+test("startServer({ kvCacheDtype: \"f8_e4m3\", kvOffloadBlocks }) answers a returning prompt from host memory as it first did", async () => {
+  // stories260K's cache rows are 4 heads of 8: one f8_e4m3 block each. Its host copies are the f32
+  // values the blocks hold, and written back they encode to the same blocks, so the answer repeats.
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 12, kvOffloadBlocks: 64, kvCacheDtype: "f8_e4m3" });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const ask = (prompt: string, max_tokens = 8) => client.completions.create({ model: "stories260K", prompt, max_tokens, temperature: 0 });
+    const first = await ask(STORY);
+    for (let i = 0; i < 4; i++) await ask(`The dog number ${i} ran to the big red ball and the cat sat on the mat all day long. `.repeat(3), 4);
+    const again = await ask(STORY);
+    assert.equal(again.choices[0].text, first.choices[0].text);
+    assert.ok(again.usage!.prompt_tokens_details!.cached_tokens! >= 16, `cached ${again.usage!.prompt_tokens_details!.cached_tokens} tokens`);
+    const metrics = await (await fetch(`${s.url}/metrics`)).text();
+    assert.ok(Number(/evolving:kv_restored_blocks_total\{[^}]*\} (\d+)/.exec(metrics)?.[1]) >= 1, "restored from host memory");
+    assert.match(metrics, /vllm:cache_config_info\{model_name="stories260K",cache_dtype="f8_e4m3",num_gpu_blocks="12"\} 1/);
+  } finally {
+    await s.shutdown();
+  }
+});
