@@ -5,6 +5,7 @@
  *   deno task generate --prompt "Once upon a time" --max-tokens 20 --temperature 0 --json
  *   npx tsx src/cli/generate.ts --model models/stories260K.gguf --backend reference
  */
+import { kvDtypeChoice, KvDTypeError } from "../engine/kv-cache.ts";
 import { loadLoraAdapter } from "../model/lora-load.ts";
 import { uploadLoraSet } from "../model/lora-set.ts";
 import { fileURLToPath } from "node:url";
@@ -35,12 +36,13 @@ const FLAGS = {
   lora: { kind: "string", help: "a LoRA adapter to run with: a llama.cpp GGUF adapter file or a Hugging Face PEFT directory (default none)" },
   "lora-scale": { kind: "number", help: "multiplies the adapter's delta (llama.cpp's --lora-scaled; default 1)" },
   backend: { kind: "string", help: `${BACKEND_NAMES.join("|")} (default auto)` },
+  "kv-cache-dtype": { kind: "string", help: "auto|f16|f32|fp8: the KV cache's element type, as serve's flag (default auto: f16 where the backend's attention reads it)" },
   json: { kind: "boolean", help: 'print {"backend","prompt_ids","ids","text"}' },
   help: { kind: "boolean", help: "show this help" },
 } satisfies FlagSpecs;
 
 /** Errors the user can fix: reported in one line with exit code 2. */
-const USER_ERRORS = [ArgsError, ModelLoadError, GenerateInputError, BackendUnavailableError, ForwardInputError];
+const USER_ERRORS = [ArgsError, ModelLoadError, GenerateInputError, BackendUnavailableError, ForwardInputError, KvDTypeError];
 
 function write(stream: "stdout" | "stderr", text: string): void {
   (stream === "stdout" ? console.log : console.error)(text);
@@ -70,6 +72,8 @@ async function run(argv: readonly string[]): Promise<void> {
     throw new ArgsError(`Flag --backend expects one of ${BACKEND_NAMES.join(", ")}, got "${backendName}"`);
   }
   if (flags["top-p"] === 0) throw new ArgsError('Flag --top-p must be above 0, got "0"');
+  const kvCacheDtype = kvDtypeChoice(flags["kv-cache-dtype"] ?? "auto");
+  if (kvCacheDtype === undefined) throw new ArgsError(`Unknown KV cache dtype "${flags["kv-cache-dtype"]}"; choose auto, f16, f32 or fp8 (f8_e4m3)`);
   const quantize = flags.quantize;
   if (quantize !== undefined && !isQuantizeDType(quantize)) throw new ArgsError(`Unknown --quantize format "${quantize}"; choose ${QUANTIZE_DTYPES.join(", ")}`);
   await checkSideFiles({ lora: flags.lora === undefined ? [] : [{ name: "", path: flags.lora }] });
@@ -95,6 +99,7 @@ async function run(argv: readonly string[]): Promise<void> {
       topK: flags["top-k"] ?? 0,
       topP: flags["top-p"] ?? 1,
       seed: flags.seed ?? 0,
+      kvCacheDtype,
     });
     const text = model.tokenizer.decode(result.ids);
     if (flags.json) {

@@ -77,6 +77,21 @@ test("generate CLI exits 2 with one line for bad flags and values", () => {
   }
 });
 
+test("generate CLI --kv-cache-dtype fp8 generates through an f8_e4m3 cache, and refuses a dtype it does not know or the model cannot hold", () => {
+  const json = (args: string[]) => {
+    const r = runCli("node", [...args, "--max-tokens", "48", "--backend", "reference", "--json", "--prompt", "Once upon a time there was a little girl named Lily. She loved to play"]);
+    assert.equal(r.status, 0, r.stderr);
+    return JSON.parse(r.stdout) as { ids: number[]; text: string };
+  };
+  const [fp8, f16] = [json(["--kv-cache-dtype", "fp8"]), json(["--kv-cache-dtype", "f16"])];
+  // E4M3's rounding parts stories260K's greedy path from f16's after "… but it was too high." (docs/bench-engine.md).
+  assert.notDeepEqual(fp8.ids, f16.ids);
+  assert.equal(fp8.ids.slice(0, 20).join(), f16.ids.slice(0, 20).join());
+  const bad = runCli("node", ["--kv-cache-dtype", "fp4", "--backend", "reference"]);
+  assert.equal(bad.status, 2, bad.stderr);
+  assert.match(bad.stderr, /^error: Unknown KV cache dtype "fp4"; choose auto, f16, f32 or fp8 \(f8_e4m3\)\n$/);
+});
+
 test("generate CLI exits 2 for a prompt longer than the context", () => {
   const r = runCli("deno", ["--prompt", "Once upon a time ".repeat(700), "--backend", "reference"]);
   assert.equal(r.status, 2, r.stderr);
