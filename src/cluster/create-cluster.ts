@@ -145,10 +145,11 @@ export function remoteWorkerWiring(o: CreateClusterOptions | Omit<CreateClusterO
 
 /**
  * The dtype a cache's blocks move in between workers (engine/kv-copy.ts): its own, but an f8_e4m3
- * cache's host copies are the f32 values its blocks hold.
+ * cache's host copies are the values its blocks hold, as half bits where f16 holds them exactly (KV
+ * values do; a copy that f16 cannot hold goes as f32, twice the price).
  */
 function movedKvDtype(dtype: KvDType): KvDType {
-  return dtype === "f8_e4m3" ? "f32" : dtype;
+  return dtype === "f8_e4m3" ? "f16" : dtype;
 }
 
 /**

@@ -14,7 +14,8 @@ export type HostKvArray = Float32Array | Uint16Array;
 /**
  * KV of some cache slots on the host: per layer, [numTokens, kvHeads * headDim] for K and for V, in
  * the cache's dtype — an f16 cache's copies are half bits (`Uint16Array`), half the host memory and
- * half the bytes a peer is sent of f32. Where a layer's keys and values share one cache (MLA),
+ * half the bytes a peer is sent of f32; an f8_e4m3 cache's are half bits too where f16 holds its values
+ * exactly (else f32). Where a layer's keys and values share one cache (MLA),
  * `v[l]` is the same array as `k[l]`.
  */
 export type HostKv =
@@ -77,14 +78,32 @@ export function readSlots(backend: Backend, kv: PagedKv, slots: Int32Array): Pro
     try {
       const host = await Promise.all(gathered.map((t) => backend.download(t) as Promise<Float32Array>));
       const numTokens = slots.length;
-      // An f8_e4m3 cache's rows come back as the f32 values its blocks hold; written back, they encode
-      // to the same values (its power-of-two scales make the encoding idempotent: quant-blocks-fp8.ts).
-      if ((kv.dtype ?? "f32") !== "f16") return { numTokens, dtype: "f32", ...perLayer(kv, host) };
+      if ((kv.dtype ?? "f32") === "f32") return { numTokens, dtype: "f32", ...perLayer(kv, host) };
+      // An f8_e4m3 cache's rows come back as the values its blocks hold (written back, they encode to
+      // the same values: its power-of-two scales make the encoding idempotent, quant-blocks-fp8.ts):
+      // as half bits when f16 holds every one exactly (4 significant bits within f16's range, which
+      // KV values keep to), else as f32.
+      if (kv.dtype === "f8_e4m3") {
+        const halves = exactHalves(host);
+        return halves ? { numTokens, dtype: "f16", ...perLayer(kv, halves) } : { numTokens, dtype: "f32", ...perLayer(kv, host) };
+      }
       return { numTokens, dtype: "f16", ...perLayer(kv, host.map((a) => f32ArrayToF16Bits(a))) };
     } finally {
       for (const t of gathered) backend.free(t);
     }
   })();
+}
+
+/** `arrays` as half bits when every value survives the round trip through f16 exactly, else undefined. */
+function exactHalves(arrays: readonly Float32Array[]): Uint16Array[] | undefined {
+  const out: Uint16Array[] = [];
+  for (const a of arrays) {
+    const halves = f32ArrayToF16Bits(a);
+    const back = f16BitsToF32Array(halves);
+    for (let i = 0; i < a.length; i++) if (!Object.is(back[i], a[i])) return undefined;
+    out.push(halves);
+  }
+  return out;
 }
 
 /** Arrays read layer by layer (keys, then values unless the layer's cache is shared) as keys and values per layer. */

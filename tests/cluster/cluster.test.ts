@@ -290,6 +290,7 @@ test("remoteKvDtype() prices a block's move in the dtype the workers' caches wil
   assert.equal(remoteKvDtype(odd, "auto", "webgpu"), "f32", "f16 caches need an even head dimension");
   assert.equal(remoteKvDtype(even, "auto", "cuda"), "f32", "CUDA attention takes f32 caches");
   assert.equal(remoteKvDtype(even, "auto", "auto"), "f32", "unknown backend: never priced under its cost");
+  assert.equal(remoteKvDtype(even, "f8_e4m3", "webgpu"), "f16", "an fp8 cache's blocks move as the f16 values they hold");
 });
 
 test("createCluster() refuses roles that leave no worker to decode, and bad worker counts", () => {

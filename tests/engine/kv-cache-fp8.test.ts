@@ -2,7 +2,8 @@
  * The fp8 KV cache (`--kv-cache-dtype fp8`, f8_e4m3: 32 E4M3 codes under a power-of-two scale per 32
  * values, engine/kv-cache.ts): which models and backends take it, what it saves (32/9 the blocks of
  * f32 for a memory budget), that keys and values are really stored so (logits move, boundedly), that
- * host copies round-trip exactly (moves between workers, swap and the host tier rely on it), and that
+ * host copies round-trip exactly, as half bits where f16 holds them (moves between workers, swap and
+ * the host tier rely on it), and that
  * the WebGPU engine computes with it what the reference does.
  */
 import assert from "node:assert/strict";
@@ -15,7 +16,7 @@ import type { Backend, KvDType } from "../../src/backend/types.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { generate } from "../../src/engine/generate.ts";
 import { allocatePagedKv, freePagedKv, kvBytesPerBlock, kvDtypeChoice, KvDTypeError, resolveKvDtype } from "../../src/engine/kv-cache.ts";
-import { type HostKv, readSlots, slotsOf, writeSlots } from "../../src/engine/kv-copy.ts";
+import { asF32, type HostKv, hostKvBytes, readSlots, slotsOf, writeSlots } from "../../src/engine/kv-copy.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
 import { forward } from "../../src/model/forward.ts";
 import { loadModel } from "../../src/model/load.ts";
@@ -101,30 +102,35 @@ test("forward() with an f8_e4m3 KV cache moves logits by E4M3 rounding, more tha
   assert.ok(f8.diff < 0.05 * f8.spread, `f8_e4m3 KV moved a logit by ${f8.diff} (spread ${f8.spread})`);
 });
 
-test("readSlots() and writeSlots() copy an f8_e4m3 cache through the host exactly, as the f32 values it holds", async () => {
-  const src = allocatePagedKv(reference, model.config, 3, 4, "f8_e4m3");
-  const dst = allocatePagedKv(reference, model.config, 3, 4, "f8_e4m3");
-  try {
-    const width = model.config.numKvHeads * model.config.headDim;
-    const slots = slotsOf([2, 0], 7, 4);
-    const host: HostKv = {
-      numTokens: 7,
-      dtype: "f32",
-      k: src.k.map((_, l) => Float32Array.from({ length: 7 * width }, (_, i) => Math.sin(l * 1000 + i) * 3.3 * 2 ** ((i % 13) - 6))),
-      v: src.v.map((_, l) => Float32Array.from({ length: 7 * width }, (_, i) => Math.cos(l * 1000 + i) * 1.7)),
-    };
-    writeSlots(reference, src, slots, host);
-    const read = await readSlots(reference, src, slots);
-    assert.equal(read.dtype, "f32");
-    assert.notDeepEqual(read.k[0], host.k[0], "kvWrite rounded the values");
-    writeSlots(reference, dst, slots, read);
-    for (let l = 0; l < model.config.numLayers; l++) {
-      assert.deepEqual(await reference.download(dst.k[l]), await reference.download(src.k[l]), `layer ${l} keys`);
-      assert.deepEqual(await reference.download(dst.v[l]), await reference.download(src.v[l]), `layer ${l} values`);
+test("readSlots() and writeSlots() copy an f8_e4m3 cache through the host exactly: as half bits where f16 holds its values, else f32", async () => {
+  const width = model.config.numKvHeads * model.config.headDim;
+  // KV-sized values (f16 holds E4M3's 4 significant bits there), and a copy with a block of values
+  // around 1e-9, whose codes times their scale f16 cannot hold.
+  for (const tiny of [false, true]) {
+    const src = allocatePagedKv(reference, model.config, 3, 4, "f8_e4m3");
+    const dst = allocatePagedKv(reference, model.config, 3, 4, "f8_e4m3");
+    try {
+      const slots = slotsOf([2, 0], 7, 4);
+      const host: HostKv = {
+        numTokens: 7,
+        dtype: "f32",
+        k: src.k.map((_, l) => Float32Array.from({ length: 7 * width }, (_, i) => Math.sin(l * 1000 + i) * 3.3 * 2 ** ((i % 13) - 6) * (tiny && l === 1 && i < 32 ? 1e-9 : 1))),
+        v: src.v.map((_, l) => Float32Array.from({ length: 7 * width }, (_, i) => Math.cos(l * 1000 + i) * 1.7)),
+      };
+      writeSlots(reference, src, slots, host);
+      const read = await readSlots(reference, src, slots);
+      assert.equal(read.dtype, tiny ? "f32" : "f16");
+      assert.equal(hostKvBytes(read), 2 * model.config.numLayers * 7 * width * (tiny ? 4 : 2));
+      assert.notDeepEqual(asF32(read).k[0], host.k[0], "kvWrite rounded the values");
+      writeSlots(reference, dst, slots, read);
+      for (let l = 0; l < model.config.numLayers; l++) {
+        assert.deepEqual(await reference.download(dst.k[l]), await reference.download(src.k[l]), `layer ${l} keys`);
+        assert.deepEqual(await reference.download(dst.v[l]), await reference.download(src.v[l]), `layer ${l} values`);
+      }
+    } finally {
+      freePagedKv(reference, src);
+      freePagedKv(reference, dst);
     }
-  } finally {
-    freePagedKv(reference, src);
-    freePagedKv(reference, dst);
   }
 });
 
