@@ -28,6 +28,8 @@ export interface ThreadAnnouncerOptions {
   intervalMs?: number;
   /** Told once if the thread ends while announcing (no more heartbeats; servers keep the worker). */
   onLost?: (error: Error) => void;
+  /** The announcing thread's module (default nats-announcer-thread.ts; tests give one that fails). */
+  threadModule?: URL;
 }
 
 /**
@@ -38,7 +40,7 @@ export interface ThreadAnnouncerOptions {
 export async function announceWorkerInThread(
   url: string, clientName: string, clusterName: string, me: Omit<WorkerAnnouncement, "state">, o: ThreadAnnouncerOptions = {},
 ): Promise<WorkerAnnouncer> {
-  const port = await spawnThread(new URL("./nats-announcer-thread.ts", import.meta.url));
+  const port = await spawnThread(o.threadModule ?? new URL("./nats-announcer-thread.ts", import.meta.url));
   const waiting: ((r: AnnouncerReply) => void)[] = [];
   let lost: Error | undefined;
   port.onMessage((m) => waiting.shift()?.(m as AnnouncerReply));

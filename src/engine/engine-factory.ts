@@ -8,7 +8,7 @@ import { freeDeviceModel, uploadModel } from "../model/device-weights.ts";
 import { Engine, type EngineOptions } from "./engine.ts";
 import { modelStepRunner, type StepRunner } from "./engine-runner.ts";
 import { withMixedStepOverhead } from "./mixed-step-overhead.ts";
-import { allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock, type KvDTypeChoice, resolveKvDtype } from "./kv-cache.ts";
+import { allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock, type KvDTypeChoice, KvDTypeError, resolveKvDtype } from "./kv-cache.ts";
 import type { KvDType } from "../backend/types.ts";
 
 /** Options of `createEngine` beyond the model and backend. */
@@ -58,6 +58,16 @@ export function createEngine(backend: Backend, model: LoadedModel, o: CreateEngi
   return createEngines(backend, model, [o], draft)[0];
 }
 
+/** The draft model's KV dtype: the same choice as the model's, a refusal saying it is the draft's. */
+function draftKvDtype(backend: Backend, draft: LoadedModel, choice: KvDTypeChoice | undefined): KvDType {
+  try {
+    return resolveKvDtype(backend, draft.config, choice);
+  } catch (e) {
+    if (e instanceof KvDTypeError) throw new KvDTypeError(`The draft model's KV cache: ${e.message.replace("this model's", "the draft's")}`);
+    throw e;
+  }
+}
+
 /**
  * Engines sharing one upload of `model`'s weights on `backend`, each with its own KV cache and
  * options (the workers of an in-process cluster). The weights are freed when the last one stops.
@@ -66,7 +76,7 @@ export function createEngine(backend: Backend, model: LoadedModel, o: CreateEngi
  */
 export function createEngines(backend: Backend, model: LoadedModel, opts: readonly CreateEngineOptions[], draft?: LoadedModel): Engine[] {
   const dtypes = opts.map((o) => resolveKvDtype(backend, model.config, o.kvCacheDtype));
-  const drafts = opts.map((o) => (o.speculative?.method === "draft_model" && draft ? { config: draft.config, dtype: resolveKvDtype(backend, draft.config, o.kvCacheDtype) } : undefined));
+  const drafts = opts.map((o) => (o.speculative?.method === "draft_model" && draft ? { config: draft.config, dtype: draftKvDtype(backend, draft, o.kvCacheDtype) } : undefined));
   const sizes = opts.map((o, i) => {
     const numBlocks = kvBlockCount(model, o, dtypes[i], drafts[i]);
     if (!Number.isInteger(numBlocks) || numBlocks < 2) throw new RangeError(`The KV cache needs at least 2 blocks, got ${numBlocks}`);

@@ -47,6 +47,25 @@ test("announceWorkerInThread() announces a worker on NATS until it leaves, and n
   );
 });
 
+test("announceWorkerInThread() tells onLost once when its thread dies while announcing, and then refuses to leave, naming why", async () => {
+  const lost: Error[] = [];
+  let wake = () => {};
+  const announcer = await announceWorkerInThread("127.0.0.1:4222", "test-worker", "lost-test", { id: "w-l", addr: "127.0.0.1:9003" }, {
+    threadModule: new URL("./thread-fixtures/announces-then-dies.ts", import.meta.url),
+    onLost: (e) => {
+      lost.push(e);
+      wake();
+    },
+  });
+  const deadline = Date.now() + 20_000;
+  while (lost.length === 0 && Date.now() < deadline) await new Promise<void>((r) => ((wake = r), setTimeout(r, 200)));
+  assert.equal(lost.length, 1, "onLost told once");
+  assert.match(lost[0].message, /announcer bug/);
+  await assert.rejects(announcer.leave(), (e: unknown) => e instanceof ControlPlaneError && /^The NATS announcing thread stopped: .*announcer bug/.test(e.message));
+  await announcer.close();
+  assert.equal(lost.length, 1, "nothing more once closed");
+});
+
 test("announceWorkerInThread() on Node loads the NATS client outside the calling isolate, whose ArrayBuffers stay undetached", async () => {
   const nats = await startNatsServer();
   try {

@@ -65,6 +65,13 @@ test("createEngine() fits 32/9 the f32 cache's KV blocks in a memory budget with
   }
 });
 
+test("createEngine() with a draft model whose rows an fp8 cache cannot hold says it is the draft's", () => {
+  const draft = { ...stories, config: { ...stories.config, numKvHeads: 3 } };
+  const speculative = { method: "draft_model" as const, model: "draft.gguf", numTokens: 2 };
+  assert.throws(() => createEngine(reference, model, { kvCacheDtype: "f8_e4m3", speculative }, draft), (e: unknown) =>
+    e instanceof KvDTypeError && /^The draft model's KV cache: An fp8 \(f8_e4m3\) KV cache needs rows of whole 32-value blocks and heads of a multiple of 4 dims; the draft's rows are 3 heads of 8$/.test(e.message));
+});
+
 /** Logits of the prompt's last position with a KV cache of `dtype`: one prefill chunk, then one decode step through the cache. */
 async function logitsWith(backend: Backend, dtype: KvDType): Promise<Float32Array> {
   const dm = uploadModel(backend, model);
