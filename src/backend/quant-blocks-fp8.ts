@@ -74,7 +74,11 @@ function nearestCode(x: number): number {
  * needs k = e − 135 when 1.m ≤ 1.75 (that is, 448 = 1.75 · 2^8 covers it), else e − 134.
  */
 export function fp8Scale(amax: number): number {
-  const bits = new Uint32Array(new Float32Array([amax]).buffer)[0];
+  return scaleOfBits(new Uint32Array(new Float32Array([amax]).buffer)[0]);
+}
+
+/** {@link fp8Scale} of an f32's bits. */
+function scaleOfBits(bits: number): number {
   const e = (bits >>> 23) & 0xff;
   if (e < 27) return 0; // amax < 2^-100
   const k = e - ((bits & 0x7fffff) <= 0x600000 ? 135 : 134);
@@ -85,10 +89,14 @@ export function fp8Scale(amax: number): number {
 export function encodeFp8Blocks(values: Float32Array, out: Uint8Array): void {
   const view = new DataView(out.buffer, out.byteOffset, out.byteLength);
   const { values: bv, bytes } = F8_E4M3_BLOCK;
+  // One f32 and its bits for every block's scale (a load may quantize billions of weights).
+  const amaxF32 = new Float32Array(1);
+  const amaxBits = new Uint32Array(amaxF32.buffer);
   for (let b = 0; b < values.length / bv; b++) {
     let amax = 0;
     for (let j = 0; j < bv; j++) amax = Math.max(amax, Math.abs(values[b * bv + j]));
-    const scale = fp8Scale(amax);
+    amaxF32[0] = amax;
+    const scale = scaleOfBits(amaxBits[0]);
     view.setFloat32(b * bytes, scale, true);
     for (let j = 0; j < bv; j++) out[b * bytes + 4 + j] = scale === 0 ? 0 : nearestCode(values[b * bv + j] / scale);
   }
