@@ -10,6 +10,7 @@ import { E4M3_VALUES, fitsFp8Blocks, fp8Blocks, fp8Scale } from "../../src/backe
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { dequantizeFp8 } from "../../src/model/fp8.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
+import { seededRandom } from "../model/model-files.ts";
 
 /** One block: `scale` then 32 codes (the rest 0). */
 function block(scale: number, codes: number[]): Uint8Array {
@@ -51,7 +52,7 @@ test("encodeFromF32() f8_e4m3 scales by a power of two and rounds each value to 
   // A zero block: scale 0, codes 0. No block ever holds a NaN code.
   const zero = encodeFromF32(new Float32Array(32), "f8_e4m3");
   assert.ok(zero.every((b) => b === 0));
-  const rng = mulberry(7);
+  const rng = seededRandom(7);
   const many = Float32Array.from({ length: 32 * 200 }, () => (rng() - 0.5) * 10 ** (rng() * 8 - 4));
   const enc = encodeFromF32(many, "f8_e4m3");
   for (let b = 0; b < 200; b++) for (let j = 0; j < 32; j++) assert.notEqual(enc[b * 36 + 4 + j] & 0x7f, 0x7f, `block ${b} value ${j}`);
@@ -70,7 +71,7 @@ test("encodeFromF32() f8_e4m3 scales by a power of two and rounds each value to 
 });
 
 test("fp8Blocks() moves a checkpoint's codes and scales into blocks that decode to dequantizeFp8's values exactly", () => {
-  const rng = mulberry(11);
+  const rng = seededRandom(11);
   const [rows, cols] = [5, 96];
   const codes = Uint8Array.from({ length: rows * cols }, () => Math.floor(rng() * 256) & 0xfe | 0x10); // no NaN codes
   const cases: [Float32Array, [number, number] | undefined][] = [
@@ -126,15 +127,3 @@ test("embedding() on WebGPU decodes all 254 finite E4M3 codes of f8_e4m3 blocks 
   assert.equal(got.length, want.length);
   for (let i = 0; i < want.length; i++) assert.ok(Object.is(got[i], want[i]), `value ${i} (code 0x${(codes[i] ?? 0).toString(16)}, scale ${scales[i >> 5]}): ${got[i]} vs ${want[i]}`);
 }, { ignore: skip });
-
-/** A small seeded generator for test values. */
-function mulberry(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}

@@ -17,6 +17,7 @@ import { f16BitsToF32Array, f16ToF32, f32ToF16 } from "../../src/backend/half-fl
 import type { ModelConfig } from "../../src/model/config.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
 import { forward } from "../../src/model/forward.ts";
+import { lastLogitsThroughCache } from "../model/step-logits.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
 
@@ -66,23 +67,9 @@ test("createEngine() fits twice the KV blocks in a memory budget with an f16 cac
   }
 });
 
-/** Logits of the prompt's last position with a KV cache of `dtype`, one prefill chunk then one decode step. */
-async function logitsWith(backend: Backend, dtype: KvDType): Promise<Float32Array> {
-  const dm = uploadModel(backend, model);
-  const kv = allocatePagedKv(backend, model.config, 4, 16, dtype);
-  const table = [3, 1, 0, 2];
-  try {
-    const head = PROMPT.slice(0, -1);
-    backend.free(forward(backend, dm, kv, { entries: [{ tokens: head, startPos: 0, blockTable: table }] }));
-    // The last token attends to the cached rows only through the cache: its logits carry their rounding.
-    const out = forward(backend, dm, kv, { entries: [{ tokens: PROMPT.slice(-1), startPos: head.length, blockTable: table }] });
-    const data = (await backend.download(out)) as Float32Array;
-    backend.free(out);
-    return data;
-  } finally {
-    freePagedKv(backend, kv);
-    freeDeviceModel(backend, dm);
-  }
+/** Logits of the prompt's last position with a KV cache of `dtype` (step-logits.ts). */
+function logitsWith(backend: Backend, dtype: KvDType): Promise<Float32Array> {
+  return lastLogitsThroughCache(backend, model, PROMPT, dtype);
 }
 
 test("forward() with an f16 KV cache moves logits by f16 rounding only", async () => {

@@ -19,6 +19,7 @@ import { allocatePagedKv, freePagedKv, kvBytesPerBlock, kvDtypeChoice, KvDTypeEr
 import { asF32, type HostKv, hostKvBytes, readSlots, slotsOf, writeSlots } from "../../src/engine/kv-copy.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
 import { forward } from "../../src/model/forward.ts";
+import { lastLogitsThroughCache } from "../model/step-logits.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { type ModelFileSpec, randomHfWeights, writeHfDirectory } from "../model/model-files.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
@@ -72,22 +73,9 @@ test("createEngine() with a draft model whose rows an fp8 cache cannot hold says
     e instanceof KvDTypeError && /^The draft model's KV cache: An fp8 \(f8_e4m3\) KV cache needs rows of whole 32-value blocks and heads of a multiple of 4 dims; the draft's rows are 3 heads of 8$/.test(e.message));
 });
 
-/** Logits of the prompt's last position with a KV cache of `dtype`: one prefill chunk, then one decode step through the cache. */
-async function logitsWith(backend: Backend, dtype: KvDType): Promise<Float32Array> {
-  const dm = uploadModel(backend, model);
-  const kv = allocatePagedKv(backend, model.config, 4, 16, dtype);
-  const table = [3, 1, 0, 2];
-  try {
-    const head = PROMPT.slice(0, -1);
-    backend.free(forward(backend, dm, kv, { entries: [{ tokens: head, startPos: 0, blockTable: table }] }));
-    const out = forward(backend, dm, kv, { entries: [{ tokens: PROMPT.slice(-1), startPos: head.length, blockTable: table }] });
-    const data = (await backend.download(out)) as Float32Array;
-    backend.free(out);
-    return data;
-  } finally {
-    freePagedKv(backend, kv);
-    freeDeviceModel(backend, dm);
-  }
+/** Logits of the prompt's last position with a KV cache of `dtype` (step-logits.ts). */
+function logitsWith(backend: Backend, dtype: KvDType): Promise<Float32Array> {
+  return lastLogitsThroughCache(backend, model, PROMPT, dtype);
 }
 
 /** Largest |a − b| and the largest |b|. */
