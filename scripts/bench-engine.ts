@@ -35,11 +35,11 @@ const flags = parseArgs(cliArgs(), {
   "decode-steps": { kind: "int", min: 1, help: "decode steps timed (default 5 stories, 3 llama1b)" },
   repeats: { kind: "int", min: 1, help: "prefill repeats (default 3)" },
   dtype: { kind: "string", help: "the 1B model's matrices: f16 (default), a block format (q8_0, q4_k, q6_k, …) or q4_k_m (llama.cpp's mix)" },
-  "kv-dtype": { kind: "string", help: "KV cache element type: f32 or f16 (default f32; f16 where the backend takes it is the engine's default)" },
+  "kv-dtype": { kind: "string", help: "KV cache element type: f32, f16 or f8_e4m3 (default f32; f16 where the backend takes it is the engine's default)" },
   json: { kind: "boolean", help: "print one JSON object per row" },
 });
-const kvDtype: KvDType = flags["kv-dtype"] === "f16" ? "f16" : "f32";
-if (flags["kv-dtype"] !== undefined && flags["kv-dtype"] !== kvDtype) throw new Error(`Unknown --kv-dtype "${flags["kv-dtype"]}"; use f16 or f32`);
+const kvDtype: KvDType = flags["kv-dtype"] === "f16" ? "f16" : flags["kv-dtype"] === "f8_e4m3" ? "f8_e4m3" : "f32";
+if (flags["kv-dtype"] !== undefined && flags["kv-dtype"] !== kvDtype) throw new Error(`Unknown --kv-dtype "${flags["kv-dtype"]}"; use f16, f32 or f8_e4m3`);
 
 /** Bytes of each block that hold f16 scales (the rest are codes, any bits of which decode to finite values). */
 const SCALE_BYTES: Partial<Record<WeightDType, number[]>> = {
@@ -150,7 +150,7 @@ function sizes(m: LoadedModel) {
 function stepCost(m: LoadedModel, ctx: number[], fresh: number[]) {
   const c = m.config;
   const z = sizes(m);
-  const kvRow = c.numLayers * c.numKvHeads * c.headDim * (kvDtype === "f16" ? 2 : 4) * 2;
+  const kvRow = c.numLayers * c.numKvHeads * c.headDim * (kvDtype === "f16" ? 2 : kvDtype === "f8_e4m3" ? 36 / 32 : 4) * 2;
   const tokens = fresh.reduce((a, b) => a + b, 0);
   let attn = 0;
   ctx.forEach((end, i) => {
