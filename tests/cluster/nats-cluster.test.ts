@@ -149,6 +149,53 @@ test("startServer({ nats, planner: \"load\" }) plans the Dynamo-like pools over 
   }
 });
 
+test("startServer({ nats, planner: \"sla\" }) sizes the pools from measured demand over the workers that joined, every interval", async () => {
+  const { startServer } = await import("../../src/serve/server.ts");
+  const dir = mkdtempSync(`${tmpdir()}/nats-sla-`);
+  const nats = await startNatsServer();
+  const children: ChildProcess[] = [];
+  try {
+    // A profile whose prefill takes 40 tokens/s a worker: one ~25-token prompt a 1 s interval needs one
+    // prefill worker, two or more need two. Decode is never short, and the profile's TTFT is below any
+    // measured one, so the TTFT correction (capped at 1) leaves the demand as it is.
+    const profilePath = `${dir}/profile.json`;
+    writeFileSync(profilePath, JSON.stringify({
+      profiledIsl: 64, profiledOsl: 16,
+      prefill: [{ isl: 64, tokensPerS: 40, ttftS: 1e-4 }],
+      decode: [{ context: 64, batch: 1, itlS: 0.01, tokensPerS: 1e6 }],
+    }));
+    const s = await startServer({
+      modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, nats: nats.url, clusterName: "nats-test",
+      planner: "sla", sla: { profilePath, intervalS: 1, startupDelayS: 0 },
+    });
+    try {
+      const cl = s.cluster!;
+      const places = () => cl.workers.map((w) => (w.parked ? "parked" : w.role)).sort().join(",");
+      for (const w of await Promise.all(["w-a", "w-b", "w-c"].map((id) => startWorker(nats.url, id)))) children.push(w.child);
+      await until("three workers joined", () => cl.workers.length === 3);
+      assert.equal(places(), "mixed,mixed,mixed", "no decision before a request completes");
+      const OpenAI = (await import("openai")).default;
+      const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+      const prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+      const one = await client.completions.create({ model: "stories260K", prompt, max_tokens: 4, temperature: 0 });
+      assert.ok(one.usage!.prompt_tokens > 20 && one.usage!.prompt_tokens < 40, `a prompt of ${one.usage!.prompt_tokens} tokens`);
+      // One request in an interval: one prefill and one decode worker, the third parked.
+      await until("the planner sized the pools for one request", () => places() === "decode,parked,prefill", 30_000);
+      // A burst: the interval it completes in wants more prefill than one worker gives, and the parked worker prefills.
+      await Promise.all(Array.from({ length: 12 }, () => client.completions.create({ model: "stories260K", prompt, max_tokens: 4, temperature: 0 })));
+      await until("the planner gave prefill the parked worker", () => places() === "decode,prefill,prefill", 30_000);
+      const after = await client.completions.create({ model: "stories260K", prompt: "Once upon a time", max_tokens: 20, temperature: 0 });
+      assert.equal(after.choices[0].text, ", there was a little girl named Lily. She loved to play outsid", "the pools it made serve");
+    } finally {
+      await s.shutdown();
+    }
+  } finally {
+    for (const ch of children) ch.kill("SIGKILL");
+    nats.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test("startServer({ nats }) answers 503 until a worker joins, and names a NATS server it cannot reach", async () => {
   const { startServer } = await import("../../src/serve/server.ts");
   const nats = await startNatsServer();
