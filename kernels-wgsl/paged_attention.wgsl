@@ -9,6 +9,9 @@
 // tile max and weight sum are taken over segments of 8 keys by the first 8·HPG threads, then over
 // the segments by every thread.
 // Used for decode (one row per sequence) and for prefill chunks over a cached prefix alike.
+// With SPLIT (split-KV, flash-decoding's second half: few rows, long contexts) each row's keys are
+// cut into `splits` spans of `span` positions (the last open-ended), one workgroup each; a span's
+// unnormalised sums, max and weight sum go to dst as partials, which attention_combine.wgsl merges.
 // With a sliding window (window > 0) a row visits only its last `window` positions; with SINKS a
 // per-head logit starts the online softmax as a key with no value (it joins the denominator only).
 // With F16 the caches hold halves, widened to f32 as they are read; with F8, f8_e4m3 blocks of 32
@@ -26,7 +29,7 @@ const LANES = WG / KG;
 struct P {
   n: u32, heads: u32, kv_heads: u32, head_dim: u32,
   block_size: u32, max_blocks: u32, num_blocks: u32, scale: f32,
-  window: u32,
+  window: u32, splits: u32, span: u32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
@@ -77,7 +80,12 @@ var<workgroup> ctx_shared: u32;
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
+#if ${SPLIT}
+  let split = (wid.x + wid.y * nwg.x) % p.splits;
+  let g = (wid.x + wid.y * nwg.x) / p.splits;
+#else
   let g = wid.x + wid.y * nwg.x;
+#endif
   let chunks = p.heads / HPG;
   if (g >= p.n * chunks) { return; }
   let t = g / chunks;
@@ -113,11 +121,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 #endif
   var first = 0u;
   if (p.window > 0u && ctx > p.window) { first = ctx - p.window; }
-  for (var start = first; start < ctx; start += WG) {
+  var end = ctx;
+#if ${SPLIT}
+  // This workgroup's span of the row's keys; the last takes the rest, so a short maxContext loses nothing.
+  first = min(ctx, first + split * p.span);
+  if (split + 1u < p.splits) { end = min(ctx, first + p.span); }
+#endif
+  for (var start = first; start < end; start += WG) {
     let key = start + lid;
     var s: array<f32, HPG>;
     for (var hh = 0u; hh < HPG; hh += 1u) { s[hh] = -3.0e38; }
-    if (key < ctx) {
+    if (key < end) {
       let blk = u32(tables[seq * p.max_blocks + key / p.block_size]);
       let base = ((blk * p.block_size + key % p.block_size) * p.kv_heads + kvh) * hd;
       kbase[lid] = base;
@@ -144,7 +158,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     for (var hh = 0u; hh < HPG; hh += 1u) { sc[hh * WG + lid] = s[hh]; }
     workgroupBarrier();
-    let count = min(WG, ctx - start);
+    let count = min(WG, end - start);
     // The tile's max and weight sum per head in two levels: thread (hh, seg) of the first 8·HPG
     // takes keys seg·8 … seg·8+7 of head hh, instead of every thread scanning every score.
     let hs = lid / SEGS;
@@ -227,15 +241,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let d = o % hd;
     var sum = 0.0;
     for (var g = 0u; g < KG; g += 1u) { sum += qs[(hh * WG + g * LANES + d / 4u) * 4u + (d & 3u)]; }
+#if ${SPLIT}
+    dst[((t * p.heads + h0 + hh) * p.splits + split) * hd + d] = sum;
+#else
     dst[qb + o] = sum * (1.0 / l[hh]);
+#endif
   }
 #else
   for (var hh = 0u; hh < HPG; hh += 1u) {
     let inv = 1.0 / l[hh];
     for (var i = 0u; i < DPT; i += 1u) {
       let d = lid + i * WG;
+#if ${SPLIT}
+      if (d < hd) { dst[((t * p.heads + h0 + hh) * p.splits + split) * hd + d] = acc[hh * DPT + i]; }
+#else
       if (d < hd) { dst[qb + hh * hd + d] = acc[hh * DPT + i] * inv; }
+#endif
     }
+  }
+#endif
+#if ${SPLIT}
+  // Each head's running max and weight sum, after every span's sums.
+  for (var hh = lid; hh < HPG; hh += WG) {
+    let r = p.n * p.heads * p.splits * hd + ((t * p.heads + h0 + hh) * p.splits + split) * 2u;
+    dst[r] = m[hh];
+    dst[r + 1u] = l[hh];
   }
 #endif
 }

@@ -6,7 +6,8 @@
  *   caches too (round to nearest even as ggml: from ±65520 on ±inf), and into f8_e4m3 ones (each
  *   32 values encoded under a power-of-two scale, codes rounded to nearest even, as the reference).
  * - pagedAttention: atol 2e-5, rtol 1e-4 (f32 dot products over headDim ≤ 576 of values in [-1, 1]
- *   and an online softmax over ≤ 48 keys, against an f64 two-pass softmax).
+ *   and an online softmax over ≤ 48 keys, or ≤ 1900 in spans merged afterwards, against an f64
+ *   two-pass softmax).
  * - sample: the same token ids (the order of tokens is decided on the exact f32 logits, so only a
  *   cumulative sum that lands within rounding of uniform·mass could differ; inputs are random).
  */
@@ -99,6 +100,28 @@ const SEQS: [number, number][] = [
   [0, 1], // decode of the first token
 ];
 
+/**
+ * Few rows over long contexts: WebGPU cuts each row's keys into spans merged afterwards (split-KV,
+ * ops-attention.ts `attentionSplits`): two rows decoding at 1900 and 700 positions, one at its
+ * first (its later spans empty) and a 3-row prefill chunk over a cached prefix of 1000.
+ */
+const LONG_SEQS: [number, number][] = [
+  [1899, 1],
+  [699, 1],
+  [0, 1],
+  [1000, 3],
+];
+
+/** Geometries run over {@link LONG_SEQS}: vector and scalar value sums, every cache dtype, windows, sinks, wide groups. */
+const LONG_GEOMETRIES: Geometry[] = [
+  { heads: 3, kvHeads: 1, headDim: 8, blockSize: 16 },
+  { heads: 4, kvHeads: 1, headDim: 40, blockSize: 16, sinks: true },
+  { heads: 4, kvHeads: 2, headDim: 64, blockSize: 16, kv: "f16", window: 600, sinks: true },
+  { heads: 8, kvHeads: 2, headDim: 128, blockSize: 16, kv: "f8_e4m3" },
+  { heads: 8, kvHeads: 1, headDim: 576, blockSize: 16, kv: "f16", shared: true },
+  { heads: 10, kvHeads: 1, headDim: 256, blockSize: 16, window: 300 },
+];
+
 async function finish(b: Backend, outputs: Tensor[], temps: Tensor[]): Promise<Output[]> {
   const res: Output[] = [];
   for (const t of outputs) res.push(await b.download(t));
@@ -106,14 +129,15 @@ async function finish(b: Backend, outputs: Tensor[], temps: Tensor[]): Promise<O
   return res;
 }
 
-function attentionCase(g: Geometry): Case {
-  const maxCtx = Math.max(...SEQS.map(([s, n]) => s + n));
+function attentionCase(g: Geometry, seqs: [number, number][] = SEQS): Case {
+  const maxCtx = Math.max(...seqs.map(([s, n]) => s + n));
   const maxBlocks = Math.ceil(maxCtx / g.blockSize);
-  const numBlocks = maxBlocks * SEQS.length + 3;
+  const numBlocks = maxBlocks * seqs.length + 3;
   return {
     op: "pagedAttention",
     name: `heads=${g.heads} kvHeads=${g.kvHeads} headDim=${g.headDim} blockSize=${g.blockSize}` +
-      `${g.window ? ` window=${g.window}` : ""}${g.sinks ? " sinks" : ""}${g.kv ? ` ${g.kv} cache` : ""}${g.shared ? " shared" : ""}`,
+      `${g.window ? ` window=${g.window}` : ""}${g.sinks ? " sinks" : ""}${g.kv ? ` ${g.kv} cache` : ""}${g.shared ? " shared" : ""}` +
+      `${seqs === SEQS ? "" : ` contexts ${seqs.map(([s, n]) => s + n).join("/")}`}`,
     headDim: g.headDim,
     kvDtype: g.kv,
     tolerance: { atol: 2e-5, rtol: 1e-4 },
@@ -124,15 +148,15 @@ function attentionCase(g: Geometry): Case {
       const kc = randomCache(b, rng.f32(cacheLen), cacheShape, g.kv);
       const vc = g.shared ? kc : randomCache(b, rng.f32(cacheLen), cacheShape, g.kv);
       const order = rng.perm(numBlocks);
-      const tables = new Int32Array(SEQS.length * maxBlocks).fill(-7);
-      SEQS.forEach(([start, n], s) => {
+      const tables = new Int32Array(seqs.length * maxBlocks).fill(-7);
+      seqs.forEach(([start, n], s) => {
         // Blocks before every row's window stay invalid (-7): a windowed kernel must not read them.
         const seen = g.window ? Math.floor(Math.max(0, start - g.window + 1) / g.blockSize) : 0;
         for (let j = seen; j < Math.ceil((start + n) / g.blockSize); j++) tables[s * maxBlocks + j] = order[s * maxBlocks + j];
       });
       const seq: number[] = [];
       const pos: number[] = [];
-      SEQS.forEach(([start, n], s) => {
+      seqs.forEach(([start, n], s) => {
         for (let i = 0; i < n; i++) {
           seq.push(s);
           pos.push(start + i);
@@ -142,7 +166,7 @@ function attentionCase(g: Geometry): Case {
       const batch: AttentionBatch = {
         tokenSeq: b.upload(Int32Array.from(seq), [n]),
         tokenPos: b.upload(Int32Array.from(pos), [n]),
-        blockTables: b.upload(tables, [SEQS.length, maxBlocks]),
+        blockTables: b.upload(tables, [seqs.length, maxBlocks]),
         maxContext: maxCtx,
       };
       const q = b.upload(rng.f32(n * g.heads * g.headDim, -2, 2), [n, g.heads, g.headDim]);
@@ -222,7 +246,8 @@ function sampleCase(vocab: number, repeats: number, ties: boolean): Case {
 /** Every attention, KV and sampling case. */
 export function attentionCases(): Case[] {
   return [
-    ...GEOMETRIES.map(attentionCase),
+    ...GEOMETRIES.map((g) => attentionCase(g)),
+    ...LONG_GEOMETRIES.map((g) => attentionCase(g, LONG_SEQS)),
     kvWriteCase(GEOMETRIES[0], 37),
     kvWriteCase(GEOMETRIES[1], 1),
     kvWriteCase(GEOMETRIES[2], 9),

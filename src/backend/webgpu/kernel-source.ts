@@ -16,7 +16,7 @@ export type KernelParams = Readonly<Record<string, boolean | number | string>>;
 export const KERNEL_FILES = [
   "weights", "embedding", "gather_rows", "copy_columns", "fill", "elementwise", "rmsnorm", "softmax", "matmul_gemv",
   "matmul_tiled", "rope", "kv_write", "paged_attention", "argmax", "sample", "scatter_add", "mask_logits", "penalize_repeats", "bench_copy", "bench_fma",
-  "moe_route", "matmul_experts", "matmul_experts_tiled", "moe_group", "moe_combine",
+  "moe_route", "matmul_experts", "matmul_experts_tiled", "moe_group", "moe_combine", "attention_combine",
 ] as const;
 
 /** Name of one kernel source file (without `.wgsl`). */

@@ -24,6 +24,30 @@ const MAX_GROUP_QUERY = 2048;
 const MAX_GROUP_HEADS = 8;
 
 /**
+ * Split-KV (flash-decoding): below this many attention workgroups a dispatch leaves most of a GPU
+ * idle (a batch-1 decode of Llama 3's 32/8 heads is 8 workgroups, each scanning the whole context),
+ * so each row's keys are cut into spans with a workgroup each, up to about this many in all.
+ */
+const SPLIT_TARGET_GROUPS = 128;
+/** Fewest keys a span takes (a few 64-key tiles, so a span's fixed costs stay small beside its reads). */
+const SPLIT_MIN_KEYS = 256;
+/** Most spans per row (the merge reads each span's partial sums once per output dim). */
+const MAX_SPLITS = 32;
+
+/**
+ * How many spans each row's keys are cut into (1: one workgroup scans them all) and how many keys a
+ * span takes (a multiple of the 64-key tile), for `groups` workgroups over rows that see at most
+ * `reach` keys: enough spans to give about {@link SPLIT_TARGET_GROUPS} workgroups, none shorter
+ * than {@link SPLIT_MIN_KEYS}.
+ */
+export function attentionSplits(groups: number, reach: number): { splits: number; span: number } {
+  if (groups >= SPLIT_TARGET_GROUPS) return { splits: 1, span: reach };
+  const splits = Math.max(1, Math.min(MAX_SPLITS, Math.ceil(SPLIT_TARGET_GROUPS / groups), Math.floor(reach / SPLIT_MIN_KEYS)));
+  if (splits === 1) return { splits: 1, span: reach };
+  return { splits, span: Math.ceil(reach / splits / 64) * 64 };
+}
+
+/**
  * Query heads per attention workgroup: the most heads of one KV group (a divisor of the group, so
  * no workgroup straddles two) that fit its query buffer and registers. Each key and value row is
  * then read once for all of them instead of once per head.
@@ -131,15 +155,35 @@ export function pagedAttention(
   const hpg = attentionHeadsPerGroup(heads, kvHeads, headDim);
   // Head dims 8 … 256 in powers of two take the vector value sums: 256 / headDim key groups of headDim / 4 lanes.
   const keyGroups = [8, 16, 32, 64, 128, 256].includes(headDim) ? 256 / headDim : 0;
+  const groups = (n * heads) / hpg;
+  // A row sees at most maxContext keys, and at most the window's. (The last span takes whatever is
+  // past the others, so a maxContext too small costs balance, not keys.)
+  const { splits, span } = attentionSplits(groups, window > 0 ? Math.min(window, batch.maxContext) : batch.maxContext);
+  const split = splits > 1;
+  // Split, the spans' partials (sums, then max and weight sum per row, head and span) go to scratch and the sinks to the merge.
+  const partials = split ? ctx.scratch(n * heads * splits * (headDim + 2) * 4) : out.buffer;
   ctx.recorder.dispatch(
     "paged_attention",
-    { DPT: dpt, HPG: hpg, VEC: keyGroups > 0, KG: keyGroups, SINKS: sinks !== undefined, F16: kc.dtype === "f16", F8: kc.dtype === "f8_e4m3", WORDS: kc.dtype !== "f32" },
-    [n, heads, kvHeads, headDim, blockSize, tables.shape[1], numBlocks, new F32(scale), window],
+    {
+      DPT: dpt, HPG: hpg, VEC: keyGroups > 0, KG: keyGroups, SINKS: sinks !== undefined && !split, SPLIT: split,
+      F16: kc.dtype === "f16", F8: kc.dtype === "f8_e4m3", WORDS: kc.dtype !== "f32",
+    },
+    [n, heads, kvHeads, headDim, blockSize, tables.shape[1], numBlocks, new F32(scale), window, splits, span],
     [
-      [1, q.buffer], [2, kc.buffer], [3, vc.buffer], [4, seq.buffer], [5, pos.buffer], [6, tables.buffer], [7, out.buffer],
-      ...(sinks ? [[8, sinks.buffer] as [number, PooledBuffer]] : []),
+      [1, q.buffer], [2, kc.buffer], [3, vc.buffer], [4, seq.buffer], [5, pos.buffer], [6, tables.buffer], [7, partials],
+      ...(sinks && !split ? [[8, sinks.buffer] as [number, PooledBuffer]] : []),
     ],
-    (n * heads) / hpg,
+    groups * splits,
   );
+  if (split) {
+    ctx.recorder.dispatch(
+      "attention_combine",
+      { SINKS: sinks !== undefined },
+      [n, heads, headDim, splits],
+      [[1, partials], [2, out.buffer], ...(sinks ? [[3, sinks.buffer] as [number, PooledBuffer]] : [])],
+      n * heads,
+    );
+    ctx.pool.release(partials);
+  }
   return out;
 }
