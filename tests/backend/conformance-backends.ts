@@ -7,6 +7,7 @@ import { fileURLToPath } from "node:url";
 import { envVar } from "../../src/runtime/env.ts";
 import type { Backend } from "../../src/backend/types.ts";
 import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
+import { SPLIT_TARGET_GROUPS } from "../../src/backend/webgpu/ops-attention.ts";
 
 /** A backend the suite will run on, or why it cannot. */
 export interface Candidate {
@@ -25,7 +26,8 @@ function message(e: unknown): string {
 async function webgpu(): Promise<Candidate> {
   const required = envVar("EVOLVING_ALLOW_NO_WEBGPU") !== "1";
   try {
-    return { name: "webgpu", backend: await createWebGpuBackend({ poison: true }), required };
+    // Split-KV as on a hardware GPU (lavapipe's default, its thread count, would split the long-context cases less or not at all).
+    return { name: "webgpu", backend: await createWebGpuBackend({ poison: true, attentionSplitGroups: SPLIT_TARGET_GROUPS }), required };
   } catch (e) {
     return { name: "webgpu", reason: message(e), required };
   }

@@ -25,11 +25,14 @@ export class GpuContext {
   poison: boolean;
   /** Matmuls of up to this many rows use the GEMV kernel. */
   readonly gemvMaxRows: number;
+  /** Split-KV attention aims for about this many workgroups a dispatch (ops-attention.ts `attentionSplits`). */
+  readonly attentionSplitGroups: number;
 
-  constructor(gpu: GpuDevice, poison: boolean, gemvMaxRows: number) {
+  constructor(gpu: GpuDevice, poison: boolean, gemvMaxRows: number, attentionSplitGroups: number) {
     this.gpu = gpu;
     this.poison = poison;
     this.gemvMaxRows = gemvMaxRows;
+    this.attentionSplitGroups = attentionSplitGroups;
     const u = GPUBufferUsage;
     // Every storage buffer is bound whole by some kernel, so none may exceed the binding limit.
     this.pool = new BufferPool(gpu.device, u.STORAGE | u.COPY_SRC | u.COPY_DST, Math.min(gpu.deviceMaxBinding, gpu.maxBuffer));

@@ -2,7 +2,9 @@
  * WebGPU backend entry point: WGSL kernels from kernels-wgsl/, on Deno's built-in WebGPU or
  * Node's `webgpu` package (Dawn).
  */
+import { availableParallelism } from "node:os";
 import { WebGpuBackend } from "./backend.ts";
+import { SPLIT_TARGET_GROUPS } from "./ops-attention.ts";
 import { acquireDevice } from "./device.ts";
 
 export { WebGpuBackend, type WebGpuStats } from "./backend.ts";
@@ -21,6 +23,12 @@ export interface WebGpuOptions {
    * faster even for one row (docs/bench-engine.md).
    */
   gemvMaxRows?: number;
+  /**
+   * Split-KV attention cuts rows' keys into spans until a dispatch has about this many workgroups.
+   * Default 128 on hardware GPUs; on CPU adapters the CPU's threads, as llvmpipe runs a workgroup
+   * per thread at a time: more spans there only add the merge (docs/bench-engine.md).
+   */
+  attentionSplitGroups?: number;
 }
 
 /**
@@ -29,5 +37,9 @@ export interface WebGpuOptions {
  */
 export async function createWebGpuBackend(options: WebGpuOptions = {}): Promise<WebGpuBackend> {
   const gpu = await acquireDevice({ useF16: options.useF16, maxBindingBytes: options.maxBindingBytes });
-  return new WebGpuBackend(gpu, { poison: options.poison ?? false, gemvMaxRows: options.gemvMaxRows ?? (gpu.software ? 0 : 4) });
+  return new WebGpuBackend(gpu, {
+    poison: options.poison ?? false,
+    gemvMaxRows: options.gemvMaxRows ?? (gpu.software ? 0 : 4),
+    attentionSplitGroups: options.attentionSplitGroups ?? (gpu.software ? availableParallelism() : SPLIT_TARGET_GROUPS),
+  });
 }

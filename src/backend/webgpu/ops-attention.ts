@@ -26,9 +26,10 @@ const MAX_GROUP_HEADS = 8;
 /**
  * Split-KV (flash-decoding): below this many attention workgroups a dispatch leaves most of a GPU
  * idle (a batch-1 decode of Llama 3's 32/8 heads is 8 workgroups, each scanning the whole context),
- * so each row's keys are cut into spans with a workgroup each, up to about this many in all.
+ * so each row's keys are cut into spans with a workgroup each, up to about this many in all. The
+ * default on hardware GPUs (WebGpuOptions.attentionSplitGroups).
  */
-const SPLIT_TARGET_GROUPS = 128;
+export const SPLIT_TARGET_GROUPS = 128;
 /** Fewest keys a span takes (a few 64-key tiles, so a span's fixed costs stay small beside its reads). */
 const SPLIT_MIN_KEYS = 256;
 /** Most spans per row (the merge reads each span's partial sums once per output dim). */
@@ -37,14 +38,16 @@ const MAX_SPLITS = 32;
 /**
  * How many spans each row's keys are cut into (1: one workgroup scans them all) and how many keys a
  * span takes (a multiple of the 64-key tile), for `groups` workgroups over rows that see at most
- * `reach` keys: enough spans to give about {@link SPLIT_TARGET_GROUPS} workgroups, none shorter
- * than {@link SPLIT_MIN_KEYS}.
+ * `reach` keys: enough spans to give about `target` workgroups, none shorter than
+ * {@link SPLIT_MIN_KEYS}.
  */
-export function attentionSplits(groups: number, reach: number): { splits: number; span: number } {
-  if (groups >= SPLIT_TARGET_GROUPS) return { splits: 1, span: reach };
-  const splits = Math.max(1, Math.min(MAX_SPLITS, Math.ceil(SPLIT_TARGET_GROUPS / groups), Math.floor(reach / SPLIT_MIN_KEYS)));
+export function attentionSplits(groups: number, reach: number, target = SPLIT_TARGET_GROUPS): { splits: number; span: number } {
+  if (groups >= target) return { splits: 1, span: reach };
+  const splits = Math.max(1, Math.min(MAX_SPLITS, Math.ceil(target / groups), Math.floor(reach / SPLIT_MIN_KEYS)));
   if (splits === 1) return { splits: 1, span: reach };
-  return { splits, span: Math.ceil(reach / splits / 64) * 64 };
+  // Spans of whole tiles; rounding them up may leave the last one empty, so count them again.
+  const span = Math.ceil(reach / splits / 64) * 64;
+  return { splits: Math.ceil(reach / span), span };
 }
 
 /**
@@ -158,7 +161,7 @@ export function pagedAttention(
   const groups = (n * heads) / hpg;
   // A row sees at most maxContext keys, and at most the window's. (The last span takes whatever is
   // past the others, so a maxContext too small costs balance, not keys.)
-  const { splits, span } = attentionSplits(groups, window > 0 ? Math.min(window, batch.maxContext) : batch.maxContext);
+  const { splits, span } = attentionSplits(groups, window > 0 ? Math.min(window, batch.maxContext) : batch.maxContext, ctx.attentionSplitGroups);
   const split = splits > 1;
   // Split, the spans' partials (sums, then max and weight sum per row, head and span) go to scratch and the sinks to the merge.
   const partials = split ? ctx.scratch(n * heads * splits * (headDim + 2) * 4) : out.buffer;
