@@ -1,4 +1,4 @@
-// Decode matmul (few rows): y[r, o] = x[r, :] · W[o, :] (+ bias[o]).
+// Decode matmul (few rows): y[r, o] = x[r, :] · W[o, :] (+ bias[o]) (+ res[r, o] with HAS_RES).
 // One workgroup of 64 computes 4 outputs of one row; threads stride over k and reduce in shared
 // memory, so consecutive threads read consecutive weight words (coalesced on real GPUs).
 // The weight may be one row chunk of a larger matrix: outputs go to columns out_offset + o.
@@ -13,6 +13,9 @@ struct P { n: u32, k: u32, m_rows: u32, out_stride: u32, out_offset: u32, groups
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 #endif
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
+#if ${HAS_RES}
+@group(0) @binding(5) var<storage, read> res: array<f32>;
+#endif
 var<workgroup> red: array<vec4<f32>, 64>;
 
 @compute @workgroup_size(64)
@@ -52,6 +55,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var v = red[0][lid];
 #if ${HAS_BIAS}
     v += bias[o];
+#endif
+#if ${HAS_RES}
+    v += res[row * p.out_stride + o];
 #endif
     y[row * p.out_stride + o] = v;
   }

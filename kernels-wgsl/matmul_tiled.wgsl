@@ -15,15 +15,22 @@ struct P { n: u32, k: u32, m_rows: u32, out_stride: u32, out_offset: u32, groups
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 #endif
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
+#if ${HAS_RES}
+// A residual added as the outputs are written (Backend.matmulAdd), [n, out_stride] as y.
+@group(0) @binding(5) var<storage, read> res: array<f32>;
+#endif
 
 fn store(r: u32, o: u32, v: f32) {
   if (r < p.n && o < p.m_rows) {
     let col = p.out_offset + o;
+    var out = v;
 #if ${HAS_BIAS}
-    y[r * p.out_stride + col] = v + bias[col];
-#else
-    y[r * p.out_stride + col] = v;
+    out += bias[col];
 #endif
+#if ${HAS_RES}
+    out += res[r * p.out_stride + col];
+#endif
+    y[r * p.out_stride + col] = out;
   }
 }
 

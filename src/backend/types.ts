@@ -181,6 +181,12 @@ export interface Backend {
   rmsnorm(x: Tensor, weight: Tensor, eps: number): Tensor;
   /** y [n, out] = x [n, in] · Wᵀ, W [out, in] of any weight dtype; optional f32 bias [out]. */
   matmul(x: Tensor, w: Tensor, bias?: Tensor): Tensor;
+  /**
+   * Optional: {@link matmul} with a residual added as it is written, x · Wᵀ (+ bias) + residual,
+   * residual f32 [n, out] (a decoder layer's skip connection: one dispatch instead of two). Without
+   * it the forward adds the residual with {@link add}.
+   */
+  matmulAdd?(x: Tensor, w: Tensor, residual: Tensor, bias?: Tensor): Tensor;
   /** Rotary embedding on x f32 [n, heads, headDim] with positions i32 [n]; rotates the first
    * `rotaryDim` (default headDim) dims with frequencies theta^(-2i/rotaryDim).
    * `freqFactors` f32 [rotaryDim/2] (llama.cpp's `rope_freqs`, Llama 3.1+ frequency scaling) divides

@@ -62,8 +62,11 @@ export interface StepLora {
   slots: readonly number[];
 }
 
-/** A projection x · Wᵀ (+ bias) of one layer's `target`, plus each row's adapter delta where it has one. */
-type Project = (x: Tensor, w: Tensor, bias: Tensor | undefined, target: LoraTarget) => Tensor;
+/**
+ * A projection x · Wᵀ (+ bias) of one layer's `target`, plus each row's adapter delta where it has
+ * one, plus `residual` where given (a layer's skip connection).
+ */
+type Project = (x: Tensor, w: Tensor, bias: Tensor | undefined, target: LoraTarget, residual?: Tensor) => Tensor;
 
 /**
  * Layer `layer`'s projections: plain matmuls, or where `set` adapts the projection and `ids` (each
@@ -71,15 +74,25 @@ type Project = (x: Tensor, w: Tensor, bias: Tensor | undefined, target: LoraTarg
  * matmuls (slot 0's tables are zeros). Layer -1 is the output projection.
  */
 function projector(backend: Backend, set: DeviceLoraSet | undefined, ids: Tensor | undefined, layer: number, s: Scratch): Project {
-  return (x, w, bias, target) => {
-    const y = backend.matmul(x, w, bias);
+  return (x, w, bias, target, residual) => {
     const lw = ids && set?.weights.get(loraKey(layer, target));
-    if (!lw) return y;
-    s.keep(y);
+    if (!lw) return matmulPlus(backend, x, w, bias, residual, s);
+    const y = s.keep(backend.matmul(x, w, bias));
     const down = s.keep(backend.matmulExperts(x, lw.a, ids));
     const delta = s.keep(backend.matmulExperts(down, lw.b, ids));
-    return backend.add(y, delta);
+    const adapted = backend.add(y, delta);
+    return residual ? backend.add(residual, s.keep(adapted)) : adapted;
   };
+}
+
+/**
+ * x · Wᵀ (+ bias) (+ residual): the residual added in the matmul's epilogue where the backend has
+ * `matmulAdd` (a dispatch fewer per skip connection), else by `add`.
+ */
+function matmulPlus(backend: Backend, x: Tensor, w: Tensor, bias: Tensor | undefined, residual: Tensor | undefined, s: Scratch): Tensor {
+  if (!residual) return backend.matmul(x, w, bias);
+  if (backend.matmulAdd) return backend.matmulAdd(x, w, residual, bias);
+  return backend.add(residual, s.keep(backend.matmul(x, w, bias)));
 }
 
 /** Uploads slot ids i32 [rows.length, 1]; undefined when every row runs the base model. */
@@ -134,7 +147,10 @@ function attentionBlock(
   if (c.attentionSinks && !l.sinks) throw new ForwardInputError("The model config asks for attention sinks but the weights lack them");
   const scale = c.attentionScale ?? 1 / Math.sqrt(c.headDim);
   const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, scale, { window, sinks: l.sinks }));
-  const o = s.keep(project(backend.reshape(att, [n, c.numHeads * c.headDim]), l.wo, l.bo, "wo"));
+  const attFlat = backend.reshape(att, [n, c.numHeads * c.headDim]);
+  // Without a post-norm the skip connection joins the o projection (one dispatch with matmulAdd).
+  if (!c.postNorms) return project(attFlat, l.wo, l.bo, "wo", x);
+  const o = s.keep(project(attFlat, l.wo, l.bo, "wo"));
   return backend.add(x, postNorm(backend, model, l.attnPostNorm, o, s));
 }
 
@@ -146,20 +162,25 @@ function postNorm(backend: Backend, model: DeviceModel, weight: Tensor | undefin
 }
 
 /**
- * SwiGLU: down(silu(h · gateᵀ) ⊙ (h · upᵀ)), or GeGLU with `gelu`; `project` adds adapter deltas
- * (absent: plain matmuls, as the shared expert's).
+ * SwiGLU: down(silu(h · gateᵀ) ⊙ (h · upᵀ)), or GeGLU with `gelu`, plus `residual` where given;
+ * `project` adds adapter deltas (absent: plain matmuls, as the shared expert's).
  */
-function swiglu(backend: Backend, h: Tensor, wGate: Tensor, wUp: Tensor, wDown: Tensor, s: Scratch, project?: Project, gelu = false): Tensor {
-  const mm: Project = project ?? ((x, w) => backend.matmul(x, w));
+function swiglu(
+  backend: Backend, h: Tensor, wGate: Tensor, wUp: Tensor, wDown: Tensor, s: Scratch, project?: Project, gelu = false, residual?: Tensor,
+): Tensor {
+  const mm: Project = project ?? ((x, w, _bias, _target, r) => matmulPlus(backend, x, w, undefined, r, s));
   const gate = s.keep(mm(h, wGate, undefined, "wGate"));
   const up = s.keep(mm(h, wUp, undefined, "wUp"));
   const act = s.keep(gelu ? backend.geluMul(gate, up) : backend.siluMul(gate, up));
-  return mm(act, wDown, undefined, "wDown");
+  return mm(act, wDown, undefined, "wDown", residual);
 }
 
 function mlpBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch, project: Project): Tensor {
   const h = s.keep(backend.rmsnorm(x, l.ffnNorm, model.config.rmsNormEps));
-  const down = s.keep(swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project, model.config.ffnActivation === "gelu"));
+  const gelu = model.config.ffnActivation === "gelu";
+  // Without a post-norm the skip connection joins the down projection (one dispatch with matmulAdd).
+  if (!model.config.postNorms) return swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project, gelu, x);
+  const down = s.keep(swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project, gelu));
   return backend.add(x, postNorm(backend, model, l.ffnPostNorm, down, s));
 }
 

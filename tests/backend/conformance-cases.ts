@@ -172,6 +172,24 @@ function matmulCases(): Case[] {
       }
     }
   }
+  // The fused skip connection (Backend.matmulAdd), in a few formats: the residual added as each output is written.
+  for (const dtype of ["f32", "f16", "q8_0", "q4_k"] as const) {
+    for (const [n, k, m] of [[1, 256, 37], [3, 256, 45], [37, 512, 45]]) {
+      cases.push({
+        op: "matmulAdd",
+        optionalOp: "matmulAdd",
+        name: `${dtype} n=${n} k=${k} m=${m} +bias`,
+        tolerance: { atol: 1e-4, rtol: 1e-4 },
+        run: (b, rng) => {
+          const x = b.upload(rng.f32(n * k), [n, k]);
+          const w = b.uploadWeight(encodeFromF32(rng.f32(m * k), dtype), [m, k], dtype);
+          const bias = b.upload(rng.f32(m), [m]);
+          const residual = b.upload(rng.f32(n * m, -4, 4), [n, m]);
+          return finish(b, [b.matmulAdd!(x, w, residual, bias)], [x, w, bias, residual]);
+        },
+      });
+    }
+  }
   return cases;
 }
 

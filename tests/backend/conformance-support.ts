@@ -70,6 +70,8 @@ export interface Case {
   headDim?: number;
   /** The KV cache dtype the case needs: a backend whose `info.kvDtypes` lacks it skips it. */
   kvDtype?: KvDType;
+  /** An optional Backend op the case runs (a fused op): a backend without it skips the case. */
+  optionalOp?: "matmulAdd";
   run(b: Backend, rng: Rng): Promise<Output[]>;
 }
 

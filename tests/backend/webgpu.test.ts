@@ -178,6 +178,42 @@ test("matmul() on webgpu matches reference through both the GEMV and the registe
   }
 }, { ignore: skip });
 
+test("matmulAdd() on webgpu adds the residual in both matmul kernels, over weights split into row chunks", async () => {
+  const run = async (b: Backend, dtype: WeightDType, n: number, k: number, m: number, withBias: boolean) => {
+    const rng = new Rng(n * 7919 + k * 31 + m);
+    const w = b.uploadWeight(encodeFromF32(rng.f32(m * k), dtype), [m, k], dtype);
+    const x = b.upload(rng.f32(n * k), [n, k]);
+    const residual = b.upload(rng.f32(n * m, -4, 4), [n, m]);
+    const bias = withBias ? b.upload(rng.f32(m), [m]) : undefined;
+    const out = await b.download(b.matmulAdd!(x, w, residual, bias));
+    // The residual is read, not written.
+    const after = await b.download(residual);
+    for (const t of [w, x, residual, ...(bias ? [bias] : [])]) b.free(t);
+    return [out, after];
+  };
+  for (const gemvMaxRows of [0, 8]) {
+    // 4096-byte bindings: the weights below are several row chunks, each adding its columns' residuals.
+    const gpu = await createWebGpuBackend({ poison: true, gemvMaxRows, maxBindingBytes: 4096 });
+    try {
+      for (const [dtype, n, k, m] of [["f32", 1, 40, 61], ["f16", 3, 70, 100], ["q8_0", 6, 64, 90], ["q4_k", 2, 256, 30], ["f32", 37, 40, 61], ["q6_k", 9, 256, 40]] as const) {
+        for (const withBias of [false, true]) {
+          const want = await run(ref, dtype, n, k, m, withBias);
+          const got = await run(gpu, dtype, n, k, m, withBias);
+          assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `gemvMaxRows ${gemvMaxRows} ${dtype} ${n}×${k}×${m}${withBias ? " +bias" : ""}`);
+        }
+      }
+      const x = gpu.upload(new Float32Array(6), [2, 3]);
+      const w = gpu.upload(new Float32Array(12), [4, 3]);
+      const r = gpu.upload(new Float32Array(6), [2, 3]);
+      assert.throws(() => gpu.matmulAdd(x, w, r), /matmul residual \[2, 3\] does not fit input \[2, 3\] and weight \[4, 3\]/);
+      assert.throws(() => ref.matmulAdd!(ref.upload(new Float32Array(6), [2, 3]), ref.upload(new Float32Array(12), [4, 3]), ref.upload(new Float32Array(6), [2, 3])), /matmul residual \[2, 3\] does not fit input \[2, 3\] and weight \[4, 3\]/);
+      for (const t of [x, w, r]) gpu.free(t);
+    } finally {
+      gpu.destroy();
+    }
+  }
+}, { ignore: skip });
+
 let shared: WebGpuBackend | undefined;
 async function backend(): Promise<WebGpuBackend> {
   shared ??= await createWebGpuBackend({ poison: true });

@@ -29,6 +29,22 @@ export function matmul(x: RefTensor, w: RefTensor, bias?: RefTensor): RefTensor 
   return f32Tensor(out, [n, m]);
 }
 
+/**
+ * x · Wᵀ (+ bias) + residual [n, out]: the product rounded to f32 first, then the residual added,
+ * the order WebGPU's matmul epilogue adds them in.
+ */
+export function matmulAdd(x: RefTensor, w: RefTensor, residual: RefTensor, bias?: RefTensor): RefTensor {
+  const y = matmul(x, w, bias);
+  expectRank(residual, 2, "matmul residual", ["f32"]);
+  if (residual.shape[0] !== y.shape[0] || residual.shape[1] !== y.shape[1]) {
+    throw new BackendShapeError(`matmul residual ${fmt(residual.shape)} does not fit input ${fmt(x.shape)} and weight ${fmt(w.shape)}`);
+  }
+  const out = y.f32;
+  const r = residual.f32;
+  for (let i = 0; i < out.length; i++) out[i] += r[i];
+  return y;
+}
+
 /** Rows i..i+3 of `out` = rows of `xs` · each weight row (+ bias), two weight rows at a time (eight sums). */
 function matmulRows4(xs: Float32Array, ws: Float32Array, out: Float32Array, b: Float32Array | undefined, i: number, k: number, m: number): void {
   const x0 = i * k, x1 = x0 + k, x2 = x1 + k, x3 = x2 + k;

@@ -111,6 +111,11 @@ export class WebGpuBackend implements Backend {
   matmul(x: Tensor, w: Tensor, bias?: Tensor): Tensor {
     return matmul(this.#live, x, w, bias);
   }
+
+  /** x · Wᵀ (+ bias) + residual, the residual added in the matmul's epilogue (one dispatch a chunk). */
+  matmulAdd(x: Tensor, w: Tensor, residual: Tensor, bias?: Tensor): Tensor {
+    return matmul(this.#live, x, w, bias, residual);
+  }
   rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor): Tensor {
     return rope(this.#live, x, positions, theta, layout, rotaryDim, freqFactors);
   }

@@ -56,8 +56,8 @@ function rowThreads(n: number): number {
   return n <= 4 ? 1 : n <= 8 ? 2 : n <= 16 ? 4 : 8;
 }
 
-/** y [n, out] = x [n, in] · Wᵀ (+ bias). */
-export function matmul(ctx: GpuContext, xT: Tensor, wT: Tensor, biasT?: Tensor): Tensor {
+/** y [n, out] = x [n, in] · Wᵀ (+ bias) (+ residual [n, out], added as y is written). */
+export function matmul(ctx: GpuContext, xT: Tensor, wT: Tensor, biasT?: Tensor, residualT?: Tensor): Tensor {
   const x = asGpu(xT, "matmul input", ctx);
   const w = asGpu(wT, "matmul weight", ctx);
   expectRank(x, 2, "matmul input", ["f32"]);
@@ -70,17 +70,25 @@ export function matmul(ctx: GpuContext, xT: Tensor, wT: Tensor, biasT?: Tensor):
     expectRank(bias, 1, "matmul bias", ["f32"]);
     if (bias.shape[0] !== m) throw new BackendShapeError(`matmul bias ${fmt(bias.shape)} does not fit weight ${fmt(w.shape)}`);
   }
+  const residual = residualT && asGpu(residualT, "matmul residual", ctx);
+  if (residual) {
+    expectRank(residual, 2, "matmul residual", ["f32"]);
+    if (residual.shape[0] !== n || residual.shape[1] !== m) {
+      throw new BackendShapeError(`matmul residual ${fmt(residual.shape)} does not fit input ${fmt(x.shape)} and weight ${fmt(w.shape)}`);
+    }
+  }
   const y = ctx.output([n, m]);
   if (n === 0 || m === 0) return y;
   if (k === 0) {
     ctx.recorder.clear(y.buffer, n * m * 4);
-    if (!bias) return y;
+    if (!bias && !residual) return y;
   }
   const gemv = n <= ctx.gemvMaxRows;
-  const params = { ...weightParams(ctx, w), VEC4: k % 4 === 0, HAS_BIAS: bias !== undefined };
+  const params = { ...weightParams(ctx, w), VEC4: k % 4 === 0, HAS_BIAS: bias !== undefined, HAS_RES: residual !== undefined };
   for (const chunk of w.storage.chunks) {
     const bindings: [number, typeof chunk.buffer][] = [[1, chunk.buffer], [2, x.buffer], [4, y.buffer]];
     if (bias) bindings.push([3, bias.buffer]);
+    if (residual) bindings.push([5, residual.buffer]);
     if (gemv) {
       const perRow = Math.ceil(chunk.rows / 4);
       ctx.recorder.dispatch("matmul_gemv", params, [n, k, chunk.rows, m, chunk.rowStart, perRow, 0, 0], bindings, perRow * n);

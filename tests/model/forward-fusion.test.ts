@@ -1,0 +1,66 @@
+/**
+ * forward()'s fused ops: where the backend has them it records fewer ops for the same logits. A
+ * backend seen through a proxy counts its calls, and the same model run without the fused op (the
+ * proxy hides it, as a backend that lacks it) must give the same bits.
+ */
+import assert from "node:assert/strict";
+import { test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import type { Backend } from "../../src/backend/types.ts";
+import type { LoadedModel } from "../../src/model/config.ts";
+import { stepLogits } from "./step-logits.ts";
+import { randomModel, type RandomModelSpec } from "./forward-fixtures.ts";
+
+const SPEC: RandomModelSpec = {
+  architecture: "llama", hidden: 32, layers: 3, heads: 4, kvHeads: 2, headDim: 8, ffn: 40, vocab: 37,
+  ropeLayout: "normal", tied: false, dtype: "f32", seed: 11,
+};
+const ENTRIES = [{ tokens: [1, 5, 9, 30, 2, 17], startPos: 0, blockTable: [1, 0] }, { tokens: [4], startPos: 0, blockTable: [2] }];
+
+/** `b` with each op call counted, and the ops in `hidden` absent. */
+function counted(b: Backend, hidden: readonly string[] = []): { backend: Backend; calls: Map<string, number> } {
+  const calls = new Map<string, number>();
+  const backend = new Proxy(b, {
+    get(target, key) {
+      if (typeof key === "string" && hidden.includes(key)) return undefined;
+      const v = Reflect.get(target, key, target);
+      if (typeof v !== "function") return v;
+      return (...args: unknown[]) => {
+        calls.set(String(key), (calls.get(String(key)) ?? 0) + 1);
+        return (v as (...a: unknown[]) => unknown).apply(target, args);
+      };
+    },
+  });
+  return { backend, calls };
+}
+
+async function run(model: LoadedModel, hidden: readonly string[] = []): Promise<{ logits: Float32Array; calls: Map<string, number> }> {
+  const { backend, calls } = counted(createReferenceBackend(), hidden);
+  return { logits: await stepLogits(backend, model, ENTRIES), calls };
+}
+
+test("forward() adds each layer's two skip connections in the o and down projections with matmulAdd", async () => {
+  const model = randomModel(SPEC);
+  const fused = await run(model);
+  const plain = await run(model, ["matmulAdd"]);
+  assert.equal(fused.calls.get("matmulAdd"), 2 * SPEC.layers);
+  assert.equal(fused.calls.get("add") ?? 0, 0, "no separate residual add");
+  assert.equal(plain.calls.get("add"), 2 * SPEC.layers, "without matmulAdd, one add per skip connection");
+  assert.equal(fused.calls.get("matmul")! + 2 * SPEC.layers, plain.calls.get("matmul"));
+  assert.deepEqual(fused.logits, plain.logits, "the same bits either way");
+});
+
+test("forward() keeps the separate add where a post-norm comes between the projection and the skip connection", async () => {
+  const base = randomModel({ ...SPEC, seed: 12 });
+  // Gemma 3's sandwich norms: the o and down outputs are normed before they join the residual.
+  const model: LoadedModel = {
+    config: { ...base.config, postNorms: true },
+    weights: { ...base.weights, layers: base.weights.layers.map((l) => ({ ...l, attnPostNorm: l.ffnNorm, ffnPostNorm: l.attnNorm })) },
+  };
+  const fused = await run(model);
+  const plain = await run(model, ["matmulAdd"]);
+  assert.equal(fused.calls.get("matmulAdd") ?? 0, 0);
+  assert.equal(fused.calls.get("add"), 2 * SPEC.layers);
+  assert.equal(fused.calls.get("rmsnorm"), 4 * SPEC.layers + 1, "the post-norms ran");
+  assert.deepEqual(fused.logits, plain.logits);
+});
