@@ -7,7 +7,14 @@
 // block below 2^-100), then the 32 E4M3 codes, each the value ÷ scale rounded to nearest, ties to even.
 // Each invocation encodes one block. Bit for bit the reference's encoder.
 // Without V_CACHE one cache serves keys and values (multi-head latent attention): only k and kc are bound.
+// With ROPE (Backend.rotateAndWriteKv: rope(q), rope(k) and the write in one dispatch) the keys are
+// rotated as they are read (each value from its pair, as rope.wgsl computes it), and the invocations
+// past the cache writes rotate q in place, one pair each (rope.wgsl's threads, less its copies).
+#if ${ROPE}
+struct P { n: u32, row: u32, capacity: u32, head_dim: u32, rot: u32, q_heads: u32, log2_theta: f32, kv_work: u32 }
+#else
 struct P { n: u32, row: u32, capacity: u32, _a: u32 }
+#endif
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
 @group(0) @binding(3) var<storage, read> slots: array<i32>;
@@ -23,6 +30,49 @@ struct P { n: u32, row: u32, capacity: u32, _a: u32 }
 #else
 @group(0) @binding(5) var<storage, read_write> vc: array<f32>;
 #endif
+#endif
+
+#if ${ROPE}
+@group(0) @binding(6) var<storage, read> pos: array<i32>;
+@group(0) @binding(7) var<storage, read_write> q: array<f32>;
+#if ${FREQ_FACTORS}
+@group(0) @binding(8) var<storage, read> factors: array<f32>;
+#endif
+// Pair i's angle at token t, as rope.wgsl takes it.
+fn angle(t: u32, i: u32) -> f32 {
+#if ${FREQ_FACTORS}
+  return f32(pos[t]) * exp2(-f32(2u * i) / f32(p.rot) * p.log2_theta) / factors[i];
+#else
+  return f32(pos[t]) * exp2(-f32(2u * i) / f32(p.rot) * p.log2_theta);
+#endif
+}
+// Where dim d of a head sits in its pair: the pair, its two dims, and whether d is the first.
+fn pair_of(d: u32) -> vec4<u32> {
+  let half = p.rot / 2u;
+#if ${NEOX}
+  let i = d % half;
+  return vec4<u32>(i, i, i + half, select(0u, 1u, d < half));
+#else
+  let i = d / 2u;
+  return vec4<u32>(i, 2u * i, 2u * i + 1u, select(0u, 1u, (d & 1u) == 0u));
+#endif
+}
+// Key value i of k [n, row] rotated: dims past rot as they are.
+fn k_at(i: u32) -> f32 {
+  let t = i / p.row;
+  let d = (i % p.row) % p.head_dim;
+  if (d >= p.rot) { return k[i]; }
+  let base = i - d;
+  let pr = pair_of(d);
+  let a = angle(t, pr.x);
+  let c = cos(a);
+  let s = sin(a);
+  let x0 = k[base + pr.y];
+  let x1 = k[base + pr.z];
+  return select(x0 * s + x1 * c, x0 * c - x1 * s, pr.w == 1u);
+}
+#else
+fn k_at(i: u32) -> f32 { return k[i]; }
 #endif
 
 const F16_MAX = 65504.0;
@@ -89,6 +139,30 @@ const PER = 1u;
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
   let w = (wid.x + wid.y * nwg.x) * 256u + lid;
+#if ${ROPE}
+  if (w >= p.kv_work) {
+    // q [n, q_heads, head_dim]: pair i of head th rotated in place (each pair by one invocation).
+    let half = p.rot / 2u;
+    let id = w - p.kv_work;
+    if (id >= p.n * p.q_heads * half) { return; }
+    let th = id / half;
+    let i = id % half;
+    let base = th * p.head_dim;
+#if ${NEOX}
+    let pr = pair_of(i);
+#else
+    let pr = pair_of(2u * i);
+#endif
+    let a = angle(th / p.q_heads, i);
+    let c = cos(a);
+    let s = sin(a);
+    let x0 = q[base + pr.y];
+    let x1 = q[base + pr.z];
+    q[base + pr.y] = x0 * c - x1 * s;
+    q[base + pr.z] = x0 * s + x1 * c;
+    return;
+  }
+#endif
   let i = w * PER;
   if (i >= p.n * p.row) { return; }
   let t = i / p.row;
@@ -96,14 +170,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   if (s < 0 || u32(s) >= p.capacity) { return; }
   let dst = u32(s) * p.row + i % p.row;
 #if ${F16}
-  kc[dst / 2u] = pack_halves(k[i], k[i + 1u]);
+  kc[dst / 2u] = pack_halves(k_at(i), k_at(i + 1u));
 #if ${V_CACHE}
   vc[dst / 2u] = pack_halves(v[i], v[i + 1u]);
 #endif
 #elif ${F8}
   let b = (dst / 32u) * 9u;
   var x: array<f32, 32>;
-  for (var j = 0u; j < 32u; j += 1u) { x[j] = k[i + j]; }
+  for (var j = 0u; j < 32u; j += 1u) { x[j] = k_at(i + j); }
   let kw = encode_block(x);
   for (var j = 0u; j < 9u; j += 1u) { kc[b + j] = kw[j]; }
 #if ${V_CACHE}
@@ -112,7 +186,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   for (var j = 0u; j < 9u; j += 1u) { vc[b + j] = vw[j]; }
 #endif
 #else
-  kc[dst] = k[i];
+  kc[dst] = k_at(i);
 #if ${V_CACHE}
   vc[dst] = v[i];
 #endif

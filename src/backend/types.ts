@@ -53,6 +53,16 @@ export interface Tensor {
  * LLAMA_ROPE_TYPE_NORM); "neox" rotates pairs (i, i + d/2) (Qwen, HF Llama safetensors). */
 export type RopeLayout = "normal" | "neox";
 
+/** A rotary embedding's parameters, as {@link Backend.rope} takes them (for {@link Backend.rotateAndWriteKv}). */
+export interface RopeSpec {
+  theta: number;
+  layout: RopeLayout;
+  /** Dims rotated (default the head dimension). */
+  rotaryDim?: number;
+  /** f32 [rotaryDim / 2]: divides each pair's frequency. */
+  freqFactors?: Tensor;
+}
+
 /** Per-row sampling parameters. `uniform` is a random number in [0, 1) drawn on the CPU from a
  * seeded generator, so every backend samples the same token for the same inputs. */
 export interface SamplingRow {
@@ -193,6 +203,13 @@ export interface Backend {
    * pair i's frequency: angle = pos · theta^(-2i/rotaryDim) / freqFactors[i]. theta must be finite
    * and positive (shape-checks.ts `expectRopeArgs`, every backend's check). */
   rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor): Tensor;
+  /**
+   * Optional: rope(q) and rope(k) with `spec`, then kvWrite of the rotated k and v, in one pass: q
+   * f32 [n, heads, headDim] is rotated in place (it must be no other op's input afterwards but the
+   * caller's); k is left as it is, its rotation written to the cache. Separate key and value caches
+   * only. Without it the forward calls rope twice and kvWrite.
+   */
+  rotateAndWriteKv?(q: Tensor, k: Tensor, v: Tensor, positions: Tensor, spec: RopeSpec, kCache: Tensor, vCache: Tensor, slots: Tensor): void;
   /** Writes k, v f32 [n, kvHeads, headDim] into the caches [numBlocks, blockSize, kvHeads, headDim]
    * at flat slots i32 [n] (slot = block * blockSize + offset). Mutates the caches. The caches share
    * one dtype ({@link KvDType}; f16 rounds to nearest even as ggml's f32 → f16 copy: from ±65520 on

@@ -141,9 +141,15 @@ function attentionBlock(
   const ownRope = window !== undefined ? c.slidingWindow?.ropeTheta : undefined;
   const theta = ownRope ?? c.ropeTheta;
   const f = ownRope === undefined ? model.ropeFreqFactors : undefined;
-  const qr = s.keep(backend.rope(q, step.positions, theta, c.ropeLayout, c.rotaryDim, f));
-  const kr = s.keep(backend.rope(k, step.positions, theta, c.ropeLayout, c.rotaryDim, f));
-  backend.kvWrite(kr, v, kCache, vCache, step.slots);
+  let qr = q;
+  if (backend.rotateAndWriteKv && kCache !== vCache) {
+    // One dispatch for both rotations and the cache write; q (this block's own) is rotated in place.
+    backend.rotateAndWriteKv(q, k, v, step.positions, { theta, layout: c.ropeLayout, rotaryDim: c.rotaryDim, freqFactors: f }, kCache, vCache, step.slots);
+  } else {
+    qr = s.keep(backend.rope(q, step.positions, theta, c.ropeLayout, c.rotaryDim, f));
+    const kr = s.keep(backend.rope(k, step.positions, theta, c.ropeLayout, c.rotaryDim, f));
+    backend.kvWrite(kr, v, kCache, vCache, step.slots);
+  }
   if (c.attentionSinks && !l.sinks) throw new ForwardInputError("The model config asks for attention sinks but the weights lack them");
   const scale = c.attentionScale ?? 1 / Math.sqrt(c.headDim);
   const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, scale, { window, sinks: l.sinks }));

@@ -11,7 +11,7 @@
  * - sample: the same token ids (the order of tokens is decided on the exact f32 logits, so only a
  *   cumulative sum that lands within rounding of uniform·mass could differ; inputs are random).
  */
-import type { AttentionBatch, Backend, KvDType, SamplingRow, Tensor } from "../../src/backend/types.ts";
+import type { AttentionBatch, Backend, KvDType, RopeLayout, SamplingRow, Tensor } from "../../src/backend/types.ts";
 import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 import { type Case, EXACT, type Output } from "./conformance-support.ts";
 
@@ -207,6 +207,63 @@ function kvWriteCase(g: Geometry, n: number): Case {
   };
 }
 
+/** A fused rope and KV write's shape: query heads over the cache's, the rotation, and positions below `maxPos`. */
+interface RotateWrite {
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  layout: RopeLayout;
+  rotaryDim?: number;
+  factors?: boolean;
+  kv?: KvDType;
+  maxPos: number;
+}
+
+/**
+ * Backend.rotateAndWriteKv against the reference's rope, rope and kvWrite: q after (rotated in place)
+ * and both caches. An f8_e4m3 cache's codes may round the other way where the two sides' f32
+ * rotations differ in their last bits: its positions stay small (accurate angles) and its tolerance
+ * is one code step; kvWrite's own cases check its encoding exactly.
+ */
+function rotateWriteCase(g: RotateWrite, n: number): Case {
+  const blockSize = 4;
+  const numBlocks = Math.ceil((n * 2) / blockSize) + 1;
+  return {
+    op: "rotateAndWriteKv",
+    optionalOp: "rotateAndWriteKv",
+    name: `n=${n} heads=${g.heads}/${g.kvHeads} headDim=${g.headDim} ${g.layout}${g.rotaryDim ? ` rotaryDim=${g.rotaryDim}` : ""}` +
+      `${g.factors ? " freqFactors" : ""} ${g.kv ?? "f32"} cache`,
+    kvDtype: g.kv,
+    tolerance: g.kv === "f8_e4m3" ? { atol: 0.01, rtol: 0.13 } : g.kv === "f16" ? { atol: 1e-4, rtol: 1e-3 } : { atol: 1e-4, rtol: 0 },
+    run: (b, rng) => {
+      const shape = [numBlocks, blockSize, g.kvHeads, g.headDim];
+      const len = numBlocks * blockSize * g.kvHeads * g.headDim;
+      const kc = randomCache(b, rng.f32(len), shape, g.kv);
+      const vc = randomCache(b, rng.f32(len), shape, g.kv);
+      const slots = b.upload(Int32Array.from(rng.perm(numBlocks * blockSize).slice(0, n)), [n]);
+      const q = b.upload(rng.f32(n * g.heads * g.headDim), [n, g.heads, g.headDim]);
+      const k = b.upload(rng.f32(n * g.kvHeads * g.headDim), [n, g.kvHeads, g.headDim]);
+      const v = b.upload(rng.f32(n * g.kvHeads * g.headDim), [n, g.kvHeads, g.headDim]);
+      const positions = b.upload(rng.i32(n, g.maxPos), [n]);
+      const rd = g.rotaryDim ?? g.headDim;
+      const freqFactors = g.factors ? b.upload(rng.f32(rd / 2, 1, 8), [rd / 2]) : undefined;
+      const theta = rng.next() < 0.5 ? 10000 : 500000;
+      b.rotateAndWriteKv!(q, k, v, positions, { theta, layout: g.layout, rotaryDim: g.rotaryDim, freqFactors }, kc, vc, slots);
+      return finish(b, [q, kc, vc, k], [v, slots, positions, ...(freqFactors ? [freqFactors] : [])]);
+    },
+  };
+}
+
+const ROTATE_WRITES: [RotateWrite, number][] = [
+  [{ heads: 4, kvHeads: 2, headDim: 64, layout: "normal", maxPos: 300 }, 9],
+  [{ heads: 3, kvHeads: 1, headDim: 8, layout: "neox", maxPos: 300 }, 37],
+  [{ heads: 4, kvHeads: 2, headDim: 40, layout: "neox", rotaryDim: 16, factors: true, maxPos: 300 }, 5],
+  [{ heads: 8, kvHeads: 2, headDim: 64, layout: "normal", factors: true, kv: "f16", maxPos: 300 }, 7],
+  [{ heads: 6, kvHeads: 2, headDim: 12, layout: "neox", rotaryDim: 8, kv: "f16", maxPos: 300 }, 11],
+  [{ heads: 4, kvHeads: 2, headDim: 64, layout: "neox", kv: "f8_e4m3", maxPos: 8 }, 6],
+  [{ heads: 8, kvHeads: 4, headDim: 8, layout: "normal", kv: "f8_e4m3", maxPos: 8 }, 5],
+];
+
 const SAMPLING: Omit<SamplingRow, "uniform">[] = [
   { temperature: 0, topK: 0, topP: 1 },
   { temperature: 1, topK: 0, topP: 1 },
@@ -257,6 +314,7 @@ export function attentionCases(): Case[] {
     kvWriteCase({ heads: 4, kvHeads: 2, headDim: 64, blockSize: 16, kv: "f8_e4m3" }, 9),
     kvWriteCase({ heads: 8, kvHeads: 1, headDim: 576, blockSize: 16, kv: "f8_e4m3", shared: true }, 5),
     kvWriteCase({ heads: 8, kvHeads: 8, headDim: 12, blockSize: 4, kv: "f8_e4m3" }, 7),
+    ...ROTATE_WRITES.map(([g, n]) => rotateWriteCase(g, n)),
     sampleCase(517, 3, false),
     sampleCase(37, 2, true),
     sampleCase(1, 1, false),

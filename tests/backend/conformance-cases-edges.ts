@@ -174,6 +174,34 @@ function ropeRefusalCase(theta: number, factors = 2): Case {
   };
 }
 
+/**
+ * rotateAndWriteKv refused, with q and both caches untouched: a slot past the cache, one cache for
+ * keys and values, queries whose heads are wider than the keys'.
+ */
+function rotateWriteRefusalCase(what: "slot" | "shared" | "width"): Case {
+  const [numBlocks, blockSize, kvHeads, headDim] = [3, 2, 1, 4];
+  return {
+    op: "rotateAndWriteKv",
+    optionalOp: "rotateAndWriteKv",
+    name: what === "slot" ? "refuses slot 6 of a 6-slot cache" : what === "shared" ? "refuses one cache for keys and values" : "refuses queries wider than the keys",
+    tolerance: EXACT,
+    run: (b, rng) => {
+      const shape = [numBlocks, blockSize, kvHeads, headDim];
+      const len = numBlocks * blockSize * kvHeads * headDim;
+      const kc = b.upload(rng.f32(len), shape);
+      const vc = what === "shared" ? kc : b.upload(rng.f32(len), shape);
+      const qDim = what === "width" ? 2 * headDim : headDim;
+      const q = b.upload(rng.f32(2 * 2 * qDim), [2, 2, qDim]);
+      const k = b.upload(rng.f32(2 * kvHeads * headDim), [2, kvHeads, headDim]);
+      const v = b.upload(rng.f32(2 * kvHeads * headDim), [2, kvHeads, headDim]);
+      const pos = b.upload(Int32Array.of(3, 4), [2]);
+      const slots = b.upload(Int32Array.of(1, what === "slot" ? 6 : 2), [2]);
+      const why = refusal(() => b.rotateAndWriteKv!(q, k, v, pos, { theta: 10000, layout: "neox" }, kc, vc, slots));
+      return finish(b, what === "shared" ? [q, kc] : [q, kc, vc], [k, v, pos, slots]).then((outs) => [why, ...outs]);
+    },
+  };
+}
+
 /** Every edge case. */
 export function edgeCases(): Case[] {
   return [
@@ -195,5 +223,8 @@ export function edgeCases(): Case[] {
     ropeRefusalCase(NaN),
     ropeRefusalCase(Infinity),
     ropeRefusalCase(10000, 3),
+    rotateWriteRefusalCase("slot"),
+    rotateWriteRefusalCase("shared"),
+    rotateWriteRefusalCase("width"),
   ];
 }

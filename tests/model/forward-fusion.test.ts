@@ -34,7 +34,7 @@ function counted(b: Backend, hidden: readonly string[] = []): { backend: Backend
   return { backend, calls };
 }
 
-async function run(model: LoadedModel, hidden: readonly string[] = []): Promise<{ logits: Float32Array; calls: Map<string, number> }> {
+async function run(model: Pick<LoadedModel, "config" | "weights">, hidden: readonly string[] = []): Promise<{ logits: Float32Array; calls: Map<string, number> }> {
   const { backend, calls } = counted(createReferenceBackend(), hidden);
   return { logits: await stepLogits(backend, model, ENTRIES), calls };
 }
@@ -50,10 +50,24 @@ test("forward() adds each layer's two skip connections in the o and down project
   assert.deepEqual(fused.logits, plain.logits, "the same bits either way");
 });
 
+test("forward() rotates q and k and writes the cache in one rotateAndWriteKv call a layer", async () => {
+  for (const spec of [SPEC, { ...SPEC, architecture: "qwen3", ropeLayout: "neox", seed: 13 } as const]) {
+    const model = randomModel(spec);
+    const fused = await run(model);
+    const plain = await run(model, ["rotateAndWriteKv"]);
+    assert.equal(fused.calls.get("rotateAndWriteKv"), spec.layers);
+    assert.equal(fused.calls.get("rope") ?? 0, 0);
+    assert.equal(fused.calls.get("kvWrite") ?? 0, 0);
+    assert.equal(plain.calls.get("rope"), 2 * spec.layers);
+    assert.equal(plain.calls.get("kvWrite"), spec.layers);
+    assert.deepEqual(fused.logits, plain.logits, `${spec.architecture}: the same bits either way`);
+  }
+});
+
 test("forward() keeps the separate add where a post-norm comes between the projection and the skip connection", async () => {
   const base = randomModel({ ...SPEC, seed: 12 });
   // Gemma 3's sandwich norms: the o and down outputs are normed before they join the residual.
-  const model: LoadedModel = {
+  const model: Pick<LoadedModel, "config" | "weights"> = {
     config: { ...base.config, postNorms: true },
     weights: { ...base.weights, layers: base.weights.layers.map((l) => ({ ...l, attnPostNorm: l.ffnNorm, ffnPostNorm: l.attnNorm })) },
   };

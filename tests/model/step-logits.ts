@@ -10,7 +10,7 @@ import { type ForwardEntry, forward } from "../../src/model/forward.ts";
  * `allPositions`. The model is uploaded for the step and freed after it, with a paged KV cache of
  * 16-token blocks as many as the entries' block tables reach.
  */
-export async function stepLogits(backend: Backend, model: LoadedModel, entries: ForwardEntry[], allPositions = false): Promise<Float32Array> {
+export async function stepLogits(backend: Backend, model: Pick<LoadedModel, "config" | "weights">, entries: ForwardEntry[], allPositions = false): Promise<Float32Array> {
   const blocks = 1 + Math.max(0, ...entries.flatMap((e) => e.blockTable));
   const dm = uploadModel(backend, model);
   const kv = allocatePagedKv(backend, model.config, blocks, 16);

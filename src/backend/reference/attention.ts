@@ -1,7 +1,8 @@
 /**
  * Reference paged KV write and paged causal attention with GQA over a ragged batch.
  */
-import { type AttentionBatch, BackendShapeError } from "../types.ts";
+import { type AttentionBatch, BackendShapeError, type RopeSpec } from "../types.ts";
+import { rope } from "./linear.ts";
 import { f16ToF32, f32ToF16 } from "../half-float.ts";
 import { fp8KvFits, roundToFp8Blocks } from "../quant-blocks-fp8.ts";
 
@@ -24,6 +25,24 @@ function expectCaches(kCache: RefTensor, vCache: RefTensor): [number, number, nu
     throw new BackendShapeError(`An f8_e4m3 KV cache needs rows of whole 32-value blocks and heads of a multiple of 4 dims, got cache ${fmt(kCache.shape)}`);
   }
   return [numBlocks, blockSize, kvHeads, headDim];
+}
+
+/**
+ * rope(q) in place, and kvWrite of rope(k) and v (Backend.rotateAndWriteKv): the same values as the
+ * three ops one after another. Mutates q and the caches.
+ */
+export function rotateAndWriteKv(
+  q: RefTensor, k: RefTensor, v: RefTensor, positions: RefTensor, spec: RopeSpec, kCache: RefTensor, vCache: RefTensor, slots: RefTensor,
+): void {
+  if (kCache === vCache) throw new BackendShapeError("rotateAndWriteKv needs separate key and value caches");
+  const factors = spec.freqFactors === undefined ? undefined : asRef(spec.freqFactors, "rope freqFactors");
+  const qr = rope(q, positions, spec.theta, spec.layout, spec.rotaryDim, factors);
+  const kr = rope(k, positions, spec.theta, spec.layout, spec.rotaryDim, factors);
+  if (q.shape[0] !== k.shape[0] || q.shape[2] !== k.shape[2]) {
+    throw new BackendShapeError(`rotateAndWriteKv queries ${fmt(q.shape)} do not fit keys ${fmt(k.shape)}`);
+  }
+  kvWrite(kr, v, kCache, vCache, slots);
+  q.f32.set(qr.f32);
 }
 
 /** Writes k, v [n, kvHeads, headDim] into the caches at flat slots [n]. Mutates the caches. */

@@ -10,10 +10,11 @@ import {
   BackendShapeError,
   type MoeRouteOptions,
   type RopeLayout,
+  type RopeSpec,
   type SamplingRow,
   type Tensor,
 } from "../types.ts";
-import { pagedAttention, kvWrite } from "./attention.ts";
+import { pagedAttention, kvWrite, rotateAndWriteKv } from "./attention.ts";
 import { add, argmax, concatColumns, embedding, gatherRows, geluMul, maskLogits, penalizeRepeats, rmsnorm, scatterAdd, siluMul, sliceColumns, softmax, swigluOai } from "./elementwise.ts";
 import { matmul, matmulAdd, rope } from "./linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./experts.ts";
@@ -90,6 +91,10 @@ export function createReferenceBackend(): Backend {
       rope(r(x, "rope input"), r(positions, "rope positions"), theta, layout, rotaryDim, freqFactors && r(freqFactors, "rope freqFactors")),
     kvWrite: (k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor) =>
       kvWrite(r(k, "keys"), r(v, "values"), r(kCache, "key cache"), r(vCache, "value cache"), r(slots, "slots")),
+    rotateAndWriteKv: (q: Tensor, k: Tensor, v: Tensor, positions: Tensor, spec: RopeSpec, kCache: Tensor, vCache: Tensor, slots: Tensor) =>
+      rotateAndWriteKv(
+        r(q, "rotateAndWriteKv queries"), r(k, "keys"), r(v, "values"), r(positions, "rope positions"), spec, r(kCache, "key cache"), r(vCache, "value cache"), r(slots, "slots"),
+      ),
     pagedAttention: (q: Tensor, kCache: Tensor, vCache: Tensor, batch: AttentionBatch, scale: number, options?: AttentionOptions) =>
       pagedAttention(r(q, "queries"), r(kCache, "key cache"), r(vCache, "value cache"), batch, scale, {
         window: options?.window,

@@ -22,6 +22,7 @@ import type {
   MoeRouteOptions,
   MoeRouting,
   RopeLayout,
+  RopeSpec,
   SamplingRow,
   Tensor,
   WeightDType,
@@ -110,6 +111,11 @@ export class WebGpuBackend implements Backend {
   }
   matmul(x: Tensor, w: Tensor, bias?: Tensor): Tensor {
     return matmul(this.#live, x, w, bias);
+  }
+
+  /** rope(q) in place, rope(k) and kvWrite in one dispatch (kv_write.wgsl with ROPE). */
+  rotateAndWriteKv(q: Tensor, k: Tensor, v: Tensor, positions: Tensor, spec: RopeSpec, kCache: Tensor, vCache: Tensor, slots: Tensor): void {
+    kvWrite(this.#live, k, v, kCache, vCache, slots, { q, positions, spec });
   }
 
   /** x · Wᵀ (+ bias) + residual, the residual added in the matmul's epilogue (one dispatch a chunk). */

@@ -8,8 +8,8 @@ import type { PooledBuffer } from "./buffer-pool.ts";
 import { type GpuContext } from "./context.ts";
 import { F32 } from "./recorder.ts";
 import { asGpu, expectRank, fmt, type GpuTensor } from "./tensor.ts";
-import { type AttentionBatch, type AttentionOptions, BackendShapeError, type Tensor } from "../types.ts";
-import { checkIndexRange, expectAttentionOptions } from "../shape-checks.ts";
+import { type AttentionBatch, type AttentionOptions, BackendShapeError, type RopeSpec, type Tensor } from "../types.ts";
+import { checkIndexRange, expectAttentionOptions, expectRopeArgs } from "../shape-checks.ts";
 import { fp8KvFits } from "../quant-blocks-fp8.ts";
 
 /**
@@ -85,7 +85,7 @@ function caches(ctx: GpuContext, kT: Tensor, vT: Tensor): [GpuTensor, GpuTensor]
  * When both caches are one buffer (MLA) the values must be the keys, and they are written once:
  * WebGPU refuses a buffer bound writable twice in one dispatch.
  */
-export function kvWrite(ctx: GpuContext, kT: Tensor, vT: Tensor, kcT: Tensor, vcT: Tensor, slotsT: Tensor): void {
+export function kvWrite(ctx: GpuContext, kT: Tensor, vT: Tensor, kcT: Tensor, vcT: Tensor, slotsT: Tensor, rope?: QueryRope): void {
   const [kc, vc] = caches(ctx, kcT, vcT);
   const [numBlocks, blockSize, kvHeads, headDim] = kc.shape;
   const k = asGpu(kT, "kvWrite keys", ctx);
@@ -95,6 +95,7 @@ export function kvWrite(ctx: GpuContext, kT: Tensor, vT: Tensor, kcT: Tensor, vc
   expectRank(v, 3, "kvWrite values", ["f32"]);
   expectRank(slots, 1, "kvWrite slots", ["i32"]);
   const shared = kc.buffer === vc.buffer;
+  if (rope && shared) throw new BackendShapeError("rotateAndWriteKv needs separate key and value caches");
   if (shared && k.buffer !== v.buffer) {
     throw new BackendShapeError("kvWrite into one cache shared by keys and values needs the values to be the keys");
   }
@@ -110,13 +111,39 @@ export function kvWrite(ctx: GpuContext, kT: Tensor, vT: Tensor, kcT: Tensor, vc
   const f8 = kc.dtype === "f8_e4m3";
   // Values per invocation: one, a word of two halves, or a 32-value f8_e4m3 block.
   const per = f16 ? 2 : f8 ? 32 : 1;
+  const bindings: [number, PooledBuffer][] = [[1, k.buffer], [3, slots.buffer], [4, kc.buffer], ...(shared ? [] : [[2, v.buffer], [5, vc.buffer]] as [number, PooledBuffer][])];
+  if (!rope) {
+    ctx.recorder.dispatch("kv_write", { F16: f16, F8: f8, WORDS: f16 || f8, V_CACHE: !shared, ROPE: false, NEOX: false, FREQ_FACTORS: false }, [n, row, numBlocks * blockSize, 0], bindings, Math.ceil((n * row) / (256 * per)));
+    return;
+  }
+  const { spec } = rope;
+  const q = asGpu(rope.q, "rotateAndWriteKv queries", ctx);
+  const pos = asGpu(rope.positions, "rope positions", ctx);
+  const factors = spec.freqFactors && asGpu(spec.freqFactors, "rope freqFactors", ctx);
+  const qa = expectRopeArgs(q, pos, spec.theta, spec.layout, spec.rotaryDim, factors);
+  expectRopeArgs(k, pos, spec.theta, spec.layout, spec.rotaryDim, factors);
+  if (qa.n !== n || qa.headDim !== headDim) {
+    throw new BackendShapeError(`rotateAndWriteKv queries ${fmt(q.shape)} do not fit keys ${fmt(k.shape)}`);
+  }
+  // The cache writes' invocations first, then one per rotated pair of q.
+  const kvWork = (n * row) / per;
+  const qWork = n * qa.heads * (qa.rotaryDim / 2);
+  bindings.push([6, pos.buffer], [7, q.buffer]);
+  if (factors) bindings.push([8, factors.buffer]);
   ctx.recorder.dispatch(
     "kv_write",
-    { F16: f16, F8: f8, WORDS: f16 || f8, V_CACHE: !shared },
-    [n, row, numBlocks * blockSize, 0],
-    [[1, k.buffer], [3, slots.buffer], [4, kc.buffer], ...(shared ? [] : [[2, v.buffer], [5, vc.buffer]] as [number, PooledBuffer][])],
-    Math.ceil((n * row) / (256 * per)),
+    { F16: f16, F8: f8, WORDS: f16 || f8, V_CACHE: true, ROPE: true, NEOX: spec.layout === "neox", FREQ_FACTORS: factors !== undefined },
+    [n, row, numBlocks * blockSize, headDim, qa.rotaryDim, qa.heads, new F32(Math.log2(spec.theta)), kvWork],
+    bindings,
+    Math.ceil((kvWork + qWork) / 256),
   );
+}
+
+/** The queries and rotation of a fused rope and KV write (Backend.rotateAndWriteKv). */
+export interface QueryRope {
+  q: Tensor;
+  positions: Tensor;
+  spec: RopeSpec;
 }
 
 /** Paged causal attention (optionally windowed, with sinks); q [n, heads, headDim] → [n, heads, headDim]. */
