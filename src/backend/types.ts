@@ -53,6 +53,9 @@ export interface Tensor {
  * LLAMA_ROPE_TYPE_NORM); "neox" rotates pairs (i, i + d/2) (Qwen, HF Llama safetensors). */
 export type RopeLayout = "normal" | "neox";
 
+/** The gate's activation of a gated feed-forward (Backend.matmulGlu): SwiGLU's or GeGLU's. */
+export type GluActivation = "silu" | "gelu";
+
 /** A rotary embedding's parameters, as {@link Backend.rope} takes them (for {@link Backend.rotateAndWriteKv}). */
 export interface RopeSpec {
   theta: number;
@@ -197,6 +200,12 @@ export interface Backend {
    * it the forward adds the residual with {@link add}.
    */
   matmulAdd?(x: Tensor, w: Tensor, residual: Tensor, bias?: Tensor): Tensor;
+  /**
+   * Optional: a gated feed-forward's first half in one pass, act(x · Gᵀ) ⊙ (x · Uᵀ) → [n, out], with
+   * `activation` "silu" ({@link siluMul}) or "gelu" ({@link geluMul}); G and U of one dtype and shape
+   * [out, in]. Without it the forward runs two matmuls and the gated product.
+   */
+  matmulGlu?(x: Tensor, wGate: Tensor, wUp: Tensor, activation: GluActivation): Tensor;
   /** Rotary embedding on x f32 [n, heads, headDim] with positions i32 [n]; rotates the first
    * `rotaryDim` (default headDim) dims with frequencies theta^(-2i/rotaryDim).
    * `freqFactors` f32 [rotaryDim/2] (llama.cpp's `rope_freqs`, Llama 3.1+ frequency scaling) divides

@@ -66,7 +66,10 @@ export interface StepLora {
  * A projection x · Wᵀ (+ bias) of one layer's `target`, plus each row's adapter delta where it has
  * one, plus `residual` where given (a layer's skip connection).
  */
-type Project = (x: Tensor, w: Tensor, bias: Tensor | undefined, target: LoraTarget, residual?: Tensor) => Tensor;
+type Project = ((x: Tensor, w: Tensor, bias: Tensor | undefined, target: LoraTarget, residual?: Tensor) => Tensor) & {
+  /** True where an adapter adds a delta to `target`'s output (so the projection cannot be fused away). */
+  adapts?(target: LoraTarget): boolean;
+};
 
 /**
  * Layer `layer`'s projections: plain matmuls, or where `set` adapts the projection and `ids` (each
@@ -74,15 +77,18 @@ type Project = (x: Tensor, w: Tensor, bias: Tensor | undefined, target: LoraTarg
  * matmuls (slot 0's tables are zeros). Layer -1 is the output projection.
  */
 function projector(backend: Backend, set: DeviceLoraSet | undefined, ids: Tensor | undefined, layer: number, s: Scratch): Project {
-  return (x, w, bias, target, residual) => {
-    const lw = ids && set?.weights.get(loraKey(layer, target));
-    if (!lw) return matmulPlus(backend, x, w, bias, residual, s);
+  const adapter = (target: LoraTarget) => (ids ? set?.weights.get(loraKey(layer, target)) : undefined);
+  const project: Project = (x, w, bias, target, residual) => {
+    const lw = adapter(target);
+    if (!lw || !ids) return matmulPlus(backend, x, w, bias, residual, s);
     const y = s.keep(backend.matmul(x, w, bias));
     const down = s.keep(backend.matmulExperts(x, lw.a, ids));
     const delta = s.keep(backend.matmulExperts(down, lw.b, ids));
     const adapted = backend.add(y, delta);
     return residual ? backend.add(residual, s.keep(adapted)) : adapted;
   };
+  project.adapts = (target) => adapter(target) !== undefined;
+  return project;
 }
 
 /**
@@ -175,9 +181,16 @@ function swiglu(
   backend: Backend, h: Tensor, wGate: Tensor, wUp: Tensor, wDown: Tensor, s: Scratch, project?: Project, gelu = false, residual?: Tensor,
 ): Tensor {
   const mm: Project = project ?? ((x, w, _bias, _target, r) => matmulPlus(backend, x, w, undefined, r, s));
-  const gate = s.keep(mm(h, wGate, undefined, "wGate"));
-  const up = s.keep(mm(h, wUp, undefined, "wUp"));
-  const act = s.keep(gelu ? backend.geluMul(gate, up) : backend.siluMul(gate, up));
+  let act: Tensor;
+  // Both products and the gate's activation in one pass, where no adapter needs them apart.
+  const fusable = !mm.adapts?.("wGate") && !mm.adapts?.("wUp") && wGate.dtype === wUp.dtype && wGate.shape.every((d, i) => d === wUp.shape[i]);
+  if (backend.matmulGlu && fusable) {
+    act = s.keep(backend.matmulGlu(h, wGate, wUp, gelu ? "gelu" : "silu"));
+  } else {
+    const gate = s.keep(mm(h, wGate, undefined, "wGate"));
+    const up = s.keep(mm(h, wUp, undefined, "wUp"));
+    act = s.keep(gelu ? backend.geluMul(gate, up) : backend.siluMul(gate, up));
+  }
   return mm(act, wDown, undefined, "wDown", residual);
 }
 

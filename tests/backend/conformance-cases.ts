@@ -172,6 +172,27 @@ function matmulCases(): Case[] {
       }
     }
   }
+  // The fused gated feed-forward (Backend.matmulGlu) in every format: each weight through its own copy
+  // of the weights prelude (the second's names renamed), SiLU and GELU.
+  for (const dtype of DTYPES) {
+    const shapes = [[3, 512, 45, "gelu"], [1, 256, 37, "silu"], [37, 256, 45, "silu"]] as const;
+    // Every format at one shape; a few formats (one of them a lattice i-quant, whose grid functions the
+    // second prelude renames) also at the others (each shape is a pipeline to compile per format).
+    for (const [n, k, m, activation] of ["f32", "f16", "q8_0", "q4_k", "iq2_xxs"].includes(dtype) ? shapes : shapes.slice(0, 1)) {
+      cases.push({
+        op: "matmulGlu",
+        optionalOp: "matmulGlu",
+        name: `${dtype} n=${n} k=${k} m=${m} ${activation}`,
+        tolerance: { atol: 1e-4, rtol: 1e-4 },
+        run: (b, rng) => {
+          const x = b.upload(rng.f32(n * k), [n, k]);
+          const g = b.uploadWeight(encodeFromF32(rng.f32(m * k), dtype), [m, k], dtype);
+          const u = b.uploadWeight(encodeFromF32(rng.f32(m * k), dtype), [m, k], dtype);
+          return finish(b, [b.matmulGlu!(x, g, u, activation)], [x, g, u]);
+        },
+      });
+    }
+  }
   // The fused skip connection (Backend.matmulAdd), in a few formats: the residual added as each output is written.
   for (const dtype of ["f32", "f16", "q8_0", "q4_k"] as const) {
     for (const [n, k, m] of [[1, 256, 37], [3, 256, 45], [37, 512, 45]]) {

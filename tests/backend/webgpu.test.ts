@@ -214,6 +214,38 @@ test("matmulAdd() on webgpu adds the residual in both matmul kernels, over weigh
   }
 }, { ignore: skip });
 
+test("matmulGlu() on webgpu matches reference in both kernels, over weights split into row chunks, and refuses mismatched weights", async () => {
+  const run = async (b: Backend, dtype: WeightDType, n: number, k: number, m: number, activation: "silu" | "gelu") => {
+    const rng = new Rng(n * 7919 + k * 31 + m);
+    const g = b.uploadWeight(encodeFromF32(rng.f32(m * k), dtype), [m, k], dtype);
+    const u = b.uploadWeight(encodeFromF32(rng.f32(m * k), dtype), [m, k], dtype);
+    const x = b.upload(rng.f32(n * k, -2, 2), [n, k]);
+    const out = await b.download(b.matmulGlu!(x, g, u, activation));
+    for (const t of [g, u, x]) b.free(t);
+    return [out];
+  };
+  for (const gemvMaxRows of [0, 8]) {
+    // 4096-byte bindings: several row chunks per weight, gate and up chunk for chunk.
+    const gpu = await createWebGpuBackend({ poison: true, gemvMaxRows, maxBindingBytes: 4096 });
+    try {
+      for (const [dtype, n, k, m, act] of [["f32", 1, 40, 61, "silu"], ["f16", 3, 70, 100, "gelu"], ["q8_0", 6, 64, 90, "silu"], ["q4_k", 2, 256, 30, "gelu"], ["f32", 37, 40, 61, "gelu"], ["iq3_s", 9, 256, 40, "silu"]] as const) {
+        const want = await run(ref, dtype, n, k, m, act);
+        const got = await run(gpu, dtype, n, k, m, act);
+        assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `gemvMaxRows ${gemvMaxRows} ${dtype} ${n}×${k}×${m} ${act}`);
+      }
+    } finally {
+      gpu.destroy();
+    }
+  }
+  for (const b of [ref, await backend()]) {
+    const x = b.upload(new Float32Array(6), [2, 3]);
+    const g = b.upload(new Float32Array(12), [4, 3]);
+    const u = b.uploadWeight(new Uint8Array(24), [4, 3], "f16");
+    assert.throws(() => b.matmulGlu!(x, g, u, "silu"), /matmulGlu gate weight \[4, 3\] f32 and up weight \[4, 3\] f16 differ/);
+    for (const t of [x, g, u]) b.free(t);
+  }
+}, { ignore: skip });
+
 let shared: WebGpuBackend | undefined;
 async function backend(): Promise<WebGpuBackend> {
   shared ??= await createWebGpuBackend({ poison: true });

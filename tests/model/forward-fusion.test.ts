@@ -64,6 +64,19 @@ test("forward() rotates q and k and writes the cache in one rotateAndWriteKv cal
   }
 });
 
+test("forward() runs each gated feed-forward's two products and activation as one matmulGlu", async () => {
+  for (const spec of [SPEC, { ...SPEC, dtype: "q8_0", ffn: 64, seed: 14 } as const]) {
+    const model = randomModel(spec);
+    const fused = await run(model);
+    const plain = await run(model, ["matmulGlu"]);
+    assert.equal(fused.calls.get("matmulGlu"), spec.layers);
+    assert.equal(fused.calls.get("siluMul") ?? 0, 0);
+    assert.equal(plain.calls.get("siluMul"), spec.layers);
+    assert.equal(fused.calls.get("matmul")! + 2 * spec.layers, plain.calls.get("matmul"));
+    assert.deepEqual(fused.logits, plain.logits, `${spec.dtype}: the same bits either way`);
+  }
+});
+
 test("forward() keeps the separate add where a post-norm comes between the projection and the skip connection", async () => {
   const base = randomModel({ ...SPEC, seed: 12 });
   // Gemma 3's sandwich norms: the o and down outputs are normed before they join the residual.

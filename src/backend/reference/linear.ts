@@ -1,7 +1,8 @@
 /**
  * Reference matmul (y = x·Wᵀ + b against a dequantized weight) and rotary embedding.
  */
-import { BackendShapeError, type RopeLayout, WEIGHT_DTYPES } from "../types.ts";
+import { BackendShapeError, type GluActivation, type RopeLayout, WEIGHT_DTYPES } from "../types.ts";
+import { geluMul, siluMul } from "./elementwise.ts";
 import { expectRopeArgs } from "../shape-checks.ts";
 import { expectRank, f32Tensor, fmt, type RefTensor } from "./storage.ts";
 
@@ -43,6 +44,22 @@ export function matmulAdd(x: RefTensor, w: RefTensor, residual: RefTensor, bias?
   const r = residual.f32;
   for (let i = 0; i < out.length; i++) out[i] += r[i];
   return y;
+}
+
+/**
+ * act(x · Gᵀ) ⊙ (x · Uᵀ) (Backend.matmulGlu): the two products rounded to f32, then siluMul or
+ * geluMul, as the unfused ops give it.
+ */
+export function matmulGlu(x: RefTensor, wGate: RefTensor, wUp: RefTensor, activation: GluActivation): RefTensor {
+  expectRank(wGate, 2, "matmulGlu gate weight", WEIGHT_DTYPES);
+  expectRank(wUp, 2, "matmulGlu up weight", WEIGHT_DTYPES);
+  if (wGate.dtype !== wUp.dtype || wGate.shape[0] !== wUp.shape[0] || wGate.shape[1] !== wUp.shape[1]) {
+    throw new BackendShapeError(`matmulGlu gate weight ${fmt(wGate.shape)} ${wGate.dtype} and up weight ${fmt(wUp.shape)} ${wUp.dtype} differ`);
+  }
+  if (activation !== "silu" && activation !== "gelu") throw new BackendShapeError(`Unknown matmulGlu activation "${String(activation)}"`);
+  const gate = matmul(x, wGate);
+  const up = matmul(x, wUp);
+  return activation === "gelu" ? geluMul(gate, up) : siluMul(gate, up);
 }
 
 /** Rows i..i+3 of `out` = rows of `xs` · each weight row (+ bias), two weight rows at a time (eight sums). */

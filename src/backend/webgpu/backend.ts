@@ -6,7 +6,7 @@ import type { PoolStats } from "./buffer-pool.ts";
 import { GpuContext, POISON_BITS } from "./context.ts";
 import { type GpuDevice, WebGpuError } from "./device.ts";
 import { kvWrite, MAX_HEAD_DIM, pagedAttention } from "./ops-attention.ts";
-import { embedding, matmul } from "./ops-linear.ts";
+import { embedding, matmul, matmulGlu } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
 import { add, argmax, concatColumns, downloadHalfRows, gatherRows, geluMul, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softmax, swigluOai } from "./ops-rowwise.ts";
@@ -18,6 +18,7 @@ import type {
   AttentionOptions,
   Backend,
   BackendInfo,
+  GluActivation,
   KvDType,
   MoeRouteOptions,
   MoeRouting,
@@ -111,6 +112,11 @@ export class WebGpuBackend implements Backend {
   }
   matmul(x: Tensor, w: Tensor, bias?: Tensor): Tensor {
     return matmul(this.#live, x, w, bias);
+  }
+
+  /** act(x · Gᵀ) ⊙ (x · Uᵀ) in one dispatch a row chunk (matmul_glu_*.wgsl). */
+  matmulGlu(x: Tensor, wGate: Tensor, wUp: Tensor, activation: GluActivation): Tensor {
+    return matmulGlu(this.#live, x, wGate, wUp, activation);
   }
 
   /** rope(q) in place, rope(k) and kvWrite in one dispatch (kv_write.wgsl with ROPE). */

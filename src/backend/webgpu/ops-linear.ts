@@ -9,7 +9,7 @@ import { isBlockQuant } from "../quant-blocks.ts";
 import { isIqDType } from "../quant-blocks-iq.ts";
 import { deviceBytes, gridPrefix } from "./weight-layout.ts";
 import { checkIndexRange } from "../shape-checks.ts";
-import { BackendShapeError, type Tensor, WEIGHT_DTYPES } from "../types.ts";
+import { BackendShapeError, type GluActivation, type Tensor, WEIGHT_DTYPES } from "../types.ts";
 
 /** Template flags selecting the weight accessor for a dtype. */
 export function weightParams(ctx: GpuContext, w: GpuTensor): KernelParams {
@@ -104,6 +104,46 @@ export function matmul(ctx: GpuContext, xT: Tensor, wT: Tensor, biasT?: Tensor, 
       );
     }
   }
+  return y;
+}
+
+/**
+ * act(x · Gᵀ) ⊙ (x · Uᵀ) [n, out] in one dispatch per row chunk (matmul_glu_*.wgsl): G and U of one
+ * dtype and shape, so their row chunks match.
+ */
+export function matmulGlu(ctx: GpuContext, xT: Tensor, gT: Tensor, uT: Tensor, activation: GluActivation): Tensor {
+  const x = asGpu(xT, "matmulGlu input", ctx);
+  const g = asGpu(gT, "matmulGlu gate weight", ctx);
+  const u = asGpu(uT, "matmulGlu up weight", ctx);
+  expectRank(x, 2, "matmulGlu input", ["f32"]);
+  expectRank(g, 2, "matmulGlu gate weight", WEIGHT_DTYPES);
+  expectRank(u, 2, "matmulGlu up weight", WEIGHT_DTYPES);
+  if (g.dtype !== u.dtype || g.shape[0] !== u.shape[0] || g.shape[1] !== u.shape[1]) {
+    throw new BackendShapeError(`matmulGlu gate weight ${fmt(g.shape)} ${g.dtype} and up weight ${fmt(u.shape)} ${u.dtype} differ`);
+  }
+  if (activation !== "silu" && activation !== "gelu") throw new BackendShapeError(`Unknown matmulGlu activation "${String(activation)}"`);
+  const [n, k] = x.shape;
+  const [m, kw] = g.shape;
+  if (k !== kw) throw new BackendShapeError(`matmulGlu input ${fmt(x.shape)} does not fit weight ${fmt(g.shape)}`);
+  const y = ctx.output([n, m]);
+  if (n === 0 || m === 0) return y;
+  const chunks = g.storage.chunks;
+  if (chunks.length !== u.storage.chunks.length || chunks.some((c, i) => c.rows !== u.storage.chunks[i].rows)) {
+    throw new BackendShapeError(`matmulGlu gate and up weights ${fmt(g.shape)} are split into different row chunks`);
+  }
+  const gemv = n <= ctx.gemvMaxRows;
+  const params = { ...weightParams(ctx, g), VEC4: k % 4 === 0, GELU: activation === "gelu" };
+  chunks.forEach((chunk, i) => {
+    const bindings: [number, typeof chunk.buffer][] = [[1, chunk.buffer], [6, u.storage.chunks[i].buffer], [2, x.buffer], [4, y.buffer]];
+    if (gemv) {
+      const perRow = Math.ceil(chunk.rows / 4);
+      ctx.recorder.dispatch("matmul_glu_gemv", params, [n, k, chunk.rows, m, chunk.rowStart, perRow, 0, 0], bindings, perRow * n);
+    } else {
+      const rt = rowThreads(n);
+      const gm = Math.ceil(chunk.rows / ((64 / rt) * 4));
+      ctx.recorder.dispatch("matmul_glu_tiled", { ...params, RT: rt }, [n, k, chunk.rows, m, chunk.rowStart, gm, 0, 0], bindings, gm * Math.ceil(n / (4 * rt)));
+    }
+  });
   return y;
 }
 
