@@ -140,7 +140,8 @@ export function matmulGlu(ctx: GpuContext, xT: Tensor, gT: Tensor, uT: Tensor, a
       ctx.recorder.dispatch("matmul_glu_gemv", params, [n, k, chunk.rows, m, chunk.rowStart, perRow, 0, 0], bindings, perRow * n);
     } else {
       const rt = rowThreads(n);
-      const gm = Math.ceil(chunk.rows / ((64 / rt) * 4));
+      // Two outputs a thread (of G and of U each): matmul_glu_tiled.wgsl.
+      const gm = Math.ceil(chunk.rows / ((64 / rt) * 2));
       ctx.recorder.dispatch("matmul_glu_tiled", { ...params, RT: rt }, [n, k, chunk.rows, m, chunk.rowStart, gm, 0, 0], bindings, gm * Math.ceil(n / (4 * rt)));
     }
   });
