@@ -206,6 +206,11 @@ export interface Backend {
    * [out, in]. Without it the forward runs two matmuls and the gated product.
    */
   matmulGlu?(x: Tensor, wGate: Tensor, wUp: Tensor, activation: GluActivation): Tensor;
+  /**
+   * Optional: three matmuls of one input, [x · Wqᵀ, x · Wkᵀ, x · Wvᵀ] (an attention layer's q, k and
+   * v projections), the weights of one dtype and input width. Without it the forward runs three.
+   */
+  matmulQkv?(x: Tensor, wq: Tensor, wk: Tensor, wv: Tensor): [Tensor, Tensor, Tensor];
   /** Rotary embedding on x f32 [n, heads, headDim] with positions i32 [n]; rotates the first
    * `rotaryDim` (default headDim) dims with frequencies theta^(-2i/rotaryDim).
    * `freqFactors` f32 [rotaryDim/2] (llama.cpp's `rope_freqs`, Llama 3.1+ frequency scaling) divides

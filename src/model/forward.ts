@@ -135,9 +135,16 @@ function attentionBlock(
   const n = x.shape[0];
   if (!l.wk || !l.wv) throw new ForwardInputError("The model's attention weights lack the key and value projections");
   const h = s.keep(backend.rmsnorm(x, l.attnNorm, c.rmsNormEps));
-  let q = backend.reshape(s.keep(project(h, l.wq, l.bq, "wq")), [n, c.numHeads, c.headDim]);
-  let k = backend.reshape(s.keep(project(h, l.wk, l.bk, "wk")), [n, c.numKvHeads, c.headDim]);
-  const v = backend.reshape(s.keep(project(h, l.wv, l.bv, "wv")), [n, c.numKvHeads, c.headDim]);
+  const { wk, wv } = l;
+  // The three projections in one pass where nothing tells them apart (no biases, no adapters, one dtype).
+  const oneQkv = !l.bq && !l.bk && !l.bv && !project.adapts?.("wq") && !project.adapts?.("wk") && !project.adapts?.("wv") &&
+    l.wq.dtype === wk.dtype && wk.dtype === wv.dtype;
+  const [qFlat, kFlat, vFlat] = backend.matmulQkv && oneQkv
+    ? backend.matmulQkv(h, l.wq, wk, wv)
+    : [project(h, l.wq, l.bq, "wq"), project(h, wk, l.bk, "wk"), project(h, wv, l.bv, "wv")];
+  let q = backend.reshape(s.keep(qFlat), [n, c.numHeads, c.headDim]);
+  let k = backend.reshape(s.keep(kFlat), [n, c.numKvHeads, c.headDim]);
+  const v = backend.reshape(s.keep(vFlat), [n, c.numKvHeads, c.headDim]);
   if (c.qkNorm) {
     if (!l.qNorm || !l.kNorm) throw new ForwardInputError("The model config asks for q/k norm but the weights lack it");
     q = s.keep(backend.rmsnorm(q, l.qNorm, c.rmsNormEps));

@@ -193,6 +193,24 @@ function matmulCases(): Case[] {
       });
     }
   }
+  // Three projections of one input (Backend.matmulQkv): every format at a GQA shape, a few formats at
+  // more (the k and v weights read through the second and third prelude copies).
+  for (const dtype of DTYPES) {
+    const shapes = [[3, 256, [64, 16, 16]], [1, 512, [48, 24, 24]], [37, 256, [40, 8, 8]]] as const;
+    for (const [n, k, ms] of ["f32", "f16", "q8_0", "q4_k", "iq3_xxs"].includes(dtype) ? shapes : shapes.slice(0, 1)) {
+      cases.push({
+        op: "matmulQkv",
+        optionalOp: "matmulQkv",
+        name: `${dtype} n=${n} k=${k} m=${ms.join("/")}`,
+        tolerance: { atol: 1e-4, rtol: 1e-4 },
+        run: (b, rng) => {
+          const x = b.upload(rng.f32(n * k), [n, k]);
+          const ws = ms.map((m) => b.uploadWeight(encodeFromF32(rng.f32(m * k), dtype), [m, k], dtype));
+          return finish(b, b.matmulQkv!(x, ws[0], ws[1], ws[2]), [x, ...ws]);
+        },
+      });
+    }
+  }
   // The fused skip connection (Backend.matmulAdd), in a few formats: the residual added as each output is written.
   for (const dtype of ["f32", "f16", "q8_0", "q4_k"] as const) {
     for (const [n, k, m] of [[1, 256, 37], [3, 256, 45], [37, 512, 45]]) {

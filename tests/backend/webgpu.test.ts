@@ -246,6 +246,32 @@ test("matmulGlu() on webgpu matches reference in both kernels, over weights spli
   }
 }, { ignore: skip });
 
+test("matmulQkv() on webgpu matches reference in both kernels, and over weights split into row chunks", async () => {
+  const run = async (b: Backend, dtype: WeightDType, n: number, k: number, ms: readonly number[]) => {
+    const rng = new Rng(n * 7919 + k * 31 + ms[0]);
+    const ws = ms.map((m) => b.uploadWeight(encodeFromF32(rng.f32(m * k), dtype), [m, k], dtype));
+    const x = b.upload(rng.f32(n * k, -2, 2), [n, k]);
+    const outs = b.matmulQkv!(x, ws[0], ws[1], ws[2]);
+    const got = [];
+    for (const t of outs) got.push(await b.download(t));
+    for (const t of [...ws, x, ...outs]) b.free(t);
+    return got;
+  };
+  // 4096-byte bindings split the larger weights into row chunks (the op then runs three matmuls).
+  for (const [gemvMaxRows, maxBindingBytes] of [[0, undefined], [8, undefined], [8, 4096]] as const) {
+    const gpu = await createWebGpuBackend({ poison: true, gemvMaxRows, maxBindingBytes });
+    try {
+      for (const [dtype, n, k, ms] of [["f32", 1, 40, [24, 8, 8]], ["f16", 3, 70, [100, 20, 20]], ["q8_0", 6, 64, [90, 30, 30]], ["q4_k", 2, 256, [30, 10, 10]], ["f32", 37, 40, [61, 7, 7]]] as const) {
+        const want = await run(ref, dtype, n, k, ms);
+        const got = await run(gpu, dtype, n, k, ms);
+        assert.equal(compareOutputs(got, want, { atol: 1e-4, rtol: 1e-4 }), undefined, `gemvMaxRows ${gemvMaxRows} binding ${maxBindingBytes} ${dtype} ${n}×${k}×${ms.join("/")}`);
+      }
+    } finally {
+      gpu.destroy();
+    }
+  }
+}, { ignore: skip });
+
 let shared: WebGpuBackend | undefined;
 async function backend(): Promise<WebGpuBackend> {
   shared ??= await createWebGpuBackend({ poison: true });

@@ -77,6 +77,18 @@ test("forward() runs each gated feed-forward's two products and activation as on
   }
 });
 
+test("forward() runs each attention layer's q, k and v projections as one matmulQkv, except where biases tell them apart", async () => {
+  const model = randomModel(SPEC);
+  const fused = await run(model);
+  const plain = await run(model, ["matmulQkv"]);
+  assert.equal(fused.calls.get("matmulQkv"), SPEC.layers);
+  assert.equal(fused.calls.get("matmul")! + 3 * SPEC.layers, plain.calls.get("matmul"));
+  assert.deepEqual(fused.logits, plain.logits, "the same bits either way");
+  // Qwen2's q, k and v biases: three matmuls, each with its bias.
+  const biased = await run(randomModel({ ...SPEC, architecture: "qwen2", ropeLayout: "neox", seed: 15 }));
+  assert.equal(biased.calls.get("matmulQkv") ?? 0, 0);
+});
+
 test("forward() keeps the separate add where a post-norm comes between the projection and the skip connection", async () => {
   const base = randomModel({ ...SPEC, seed: 12 });
   // Gemma 3's sandwich norms: the o and down outputs are normed before they join the residual.

@@ -17,7 +17,7 @@ import {
 } from "../types.ts";
 import { pagedAttention, kvWrite, rotateAndWriteKv } from "./attention.ts";
 import { add, argmax, concatColumns, embedding, gatherRows, geluMul, maskLogits, penalizeRepeats, rmsnorm, scatterAdd, siluMul, sliceColumns, softmax, swigluOai } from "./elementwise.ts";
-import { matmul, matmulAdd, matmulGlu, rope } from "./linear.ts";
+import { matmul, matmulAdd, matmulGlu, matmulQkv, rope } from "./linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./experts.ts";
 import { sample } from "./sampling.ts";
 import { asRef, checkShape, f32Tensor, fmt, i32Tensor, REFERENCE_NAME, RefTensor } from "./storage.ts";
@@ -86,6 +86,8 @@ export function createReferenceBackend(): Backend {
     rmsnorm: (x: Tensor, weight: Tensor, eps: number) => rmsnorm(r(x, "rmsnorm input"), r(weight, "rmsnorm weight"), eps),
     matmul: (x: Tensor, w: Tensor, bias?: Tensor) =>
       matmul(r(x, "matmul input"), r(w, "matmul weight"), bias && r(bias, "matmul bias")),
+    matmulQkv: (x: Tensor, wq: Tensor, wk: Tensor, wv: Tensor) =>
+      matmulQkv(r(x, "matmulQkv input"), r(wq, "matmulQkv q weight"), r(wk, "matmulQkv k weight"), r(wv, "matmulQkv v weight")),
     matmulGlu: (x: Tensor, wGate: Tensor, wUp: Tensor, activation: GluActivation) =>
       matmulGlu(r(x, "matmulGlu input"), r(wGate, "matmulGlu gate weight"), r(wUp, "matmulGlu up weight"), activation),
     matmulAdd: (x: Tensor, w: Tensor, residual: Tensor, bias?: Tensor) =>

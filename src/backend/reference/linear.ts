@@ -46,6 +46,17 @@ export function matmulAdd(x: RefTensor, w: RefTensor, residual: RefTensor, bias?
   return y;
 }
 
+/** [x · Wqᵀ, x · Wkᵀ, x · Wvᵀ] (Backend.matmulQkv): three matmuls, the weights of one dtype and width. */
+export function matmulQkv(x: RefTensor, wq: RefTensor, wk: RefTensor, wv: RefTensor): [RefTensor, RefTensor, RefTensor] {
+  const ws = [wq, wk, wv];
+  for (const [w, what] of [[wq, "q"], [wk, "k"], [wv, "v"]] as const) expectRank(w, 2, `matmulQkv ${what} weight`, WEIGHT_DTYPES);
+  expectRank(x, 2, "matmulQkv input", ["f32"]);
+  if (ws.some((w) => w.dtype !== wq.dtype || w.shape[1] !== x.shape[1])) {
+    throw new BackendShapeError(`matmulQkv weights ${ws.map((w) => `${fmt(w.shape)} ${w.dtype}`).join(", ")} do not share a dtype and input ${fmt(x.shape)}'s width`);
+  }
+  return [matmul(x, wq), matmul(x, wk), matmul(x, wv)];
+}
+
 /**
  * act(x · Gᵀ) ⊙ (x · Uᵀ) (Backend.matmulGlu): the two products rounded to f32, then siluMul or
  * geluMul, as the unfused ops give it.

@@ -6,7 +6,7 @@ import type { PoolStats } from "./buffer-pool.ts";
 import { GpuContext, POISON_BITS } from "./context.ts";
 import { type GpuDevice, WebGpuError } from "./device.ts";
 import { kvWrite, MAX_HEAD_DIM, pagedAttention } from "./ops-attention.ts";
-import { embedding, matmul, matmulGlu } from "./ops-linear.ts";
+import { embedding, matmul, matmulGlu, matmulQkv } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
 import { add, argmax, concatColumns, downloadHalfRows, gatherRows, geluMul, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softmax, swigluOai } from "./ops-rowwise.ts";
@@ -112,6 +112,11 @@ export class WebGpuBackend implements Backend {
   }
   matmul(x: Tensor, w: Tensor, bias?: Tensor): Tensor {
     return matmul(this.#live, x, w, bias);
+  }
+
+  /** q, k and v projections of one input in one dispatch (matmul_qkv_*.wgsl). */
+  matmulQkv(x: Tensor, wq: Tensor, wk: Tensor, wv: Tensor): [Tensor, Tensor, Tensor] {
+    return matmulQkv(this.#live, x, wq, wk, wv);
   }
 
   /** act(x · Gᵀ) ⊙ (x · Uᵀ) in one dispatch a row chunk (matmul_glu_*.wgsl). */

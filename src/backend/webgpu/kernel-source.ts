@@ -17,6 +17,7 @@ export const KERNEL_FILES = [
   "weights", "embedding", "gather_rows", "copy_columns", "fill", "elementwise", "rmsnorm", "softmax", "matmul_gemv",
   "matmul_tiled", "rope", "kv_write", "paged_attention", "argmax", "sample", "scatter_add", "mask_logits", "penalize_repeats", "bench_copy", "bench_fma",
   "moe_route", "matmul_experts", "matmul_experts_tiled", "moe_group", "moe_combine", "attention_combine", "matmul_glu_gemv", "matmul_glu_tiled",
+  "matmul_qkv_gemv", "matmul_qkv_tiled",
 ] as const;
 
 /** Name of one kernel source file (without `.wgsl`). */
@@ -25,22 +26,28 @@ export type KernelName = (typeof KERNEL_FILES)[number];
 /** Kernels that read a weight through the `weights` prelude. */
 const USES_WEIGHTS: ReadonlySet<KernelName> = new Set([
   "embedding", "matmul_gemv", "matmul_tiled", "matmul_experts", "matmul_experts_tiled", "matmul_glu_gemv", "matmul_glu_tiled",
+  "matmul_qkv_gemv", "matmul_qkv_tiled",
 ]);
-/** Kernels that read a second weight of the first's dtype (binding 6) through {@link secondWeightPrelude}. */
-const TWO_WEIGHTS: ReadonlySet<KernelName> = new Set(["matmul_glu_gemv", "matmul_glu_tiled"]);
+/** Kernels that read more weights of the first's dtype: copies of the prelude with these suffixes, at these bindings ({@link secondWeightPrelude}). */
+const MORE_WEIGHTS: ReadonlyMap<KernelName, readonly [suffix: string, binding: number][]> = new Map([
+  ["matmul_glu_gemv", [["_u", 6]]],
+  ["matmul_glu_tiled", [["_u", 6]]],
+  ["matmul_qkv_gemv", [["_u", 6], ["_v", 7]]],
+  ["matmul_qkv_tiled", [["_u", 6], ["_v", 7]]],
+] as [KernelName, [string, number][]][]);
 
 /**
- * The specialised weights prelude again, for a second weight of the same dtype at binding 6: every
- * name it declares (its buffer, functions, structs, constants) gets the suffix `_u` (`w_at4_u`), and
- * its `enable` directives are dropped (the first copy holds them, at the top as WGSL requires).
+ * The specialised weights prelude again, for another weight of the same dtype at `binding`: every
+ * name it declares (its buffer, functions, structs, constants) gets `suffix` (`w_at4_u`), and its
+ * `enable` directives are dropped (the first copy holds them, at the top as WGSL requires).
  */
-export function secondWeightPrelude(prelude: string): string {
+export function secondWeightPrelude(prelude: string, suffix = "_u", binding = 6): string {
   const names = new Set<string>();
   // Module-scope declarations start their line (the prelude's style); locals stay as they are.
   for (const m of prelude.matchAll(/^(?:fn|struct|const|alias)\s+([A-Za-z_]\w*)/gm)) names.add(m[1]);
   for (const m of prelude.matchAll(/^(?:@group\(\d+\)\s*@binding\(\d+\)\s*)?var(?:<[^>]*>)?\s+([A-Za-z_]\w*)/gm)) names.add(m[1]);
-  let text = prelude.replace(/^\s*enable\s[^;]*;/gm, "").replace(/@binding\(1\)/g, "@binding(6)");
-  for (const name of names) text = text.replace(new RegExp(`\\b${name}\\b`, "g"), `${name}_u`);
+  let text = prelude.replace(/^\s*enable\s[^;]*;/gm, "").replace(/@binding\(1\)/g, `@binding(${binding})`);
+  for (const name of names) text = text.replace(new RegExp(`\\b${name}\\b`, "g"), `${name}${suffix}`);
   return text;
 }
 
@@ -83,8 +90,8 @@ export function specialiseKernel(
   const body = sources.get(name);
   if (body === undefined) throw new KernelTemplateError(`Unknown kernel "${name}"`);
   const prelude = USES_WEIGHTS.has(name) ? applyTemplate(sources.get("weights") ?? "", params, "weights") : "";
-  const second = TWO_WEIGHTS.has(name) ? secondWeightPrelude(prelude) : "";
-  return prelude + second + applyTemplate(body, params, name);
+  const more = (MORE_WEIGHTS.get(name) ?? []).map(([suffix, binding]) => secondWeightPrelude(prelude, suffix, binding)).join("");
+  return prelude + more + applyTemplate(body, params, name);
 }
 
 /** A stable cache key for a kernel variant: its name and its template parameters, never shapes. */

@@ -148,6 +148,46 @@ export function matmulGlu(ctx: GpuContext, xT: Tensor, gT: Tensor, uT: Tensor, a
   return y;
 }
 
+/**
+ * [x · Wqᵀ, x · Wkᵀ, x · Wvᵀ] in one dispatch (matmul_qkv_*.wgsl), the weights of one dtype and input
+ * width; as three matmuls where a weight is split into row chunks.
+ */
+export function matmulQkv(ctx: GpuContext, xT: Tensor, wqT: Tensor, wkT: Tensor, wvT: Tensor): [Tensor, Tensor, Tensor] {
+  const x = asGpu(xT, "matmulQkv input", ctx);
+  const ws = ([[wqT, "q"], [wkT, "k"], [wvT, "v"]] as const).map(([t, what]) => {
+    const w = asGpu(t, `matmulQkv ${what} weight`, ctx);
+    expectRank(w, 2, `matmulQkv ${what} weight`, WEIGHT_DTYPES);
+    return w;
+  });
+  expectRank(x, 2, "matmulQkv input", ["f32"]);
+  const [n, k] = x.shape;
+  if (ws.some((w) => w.dtype !== ws[0].dtype || w.shape[1] !== k)) {
+    throw new BackendShapeError(`matmulQkv weights ${ws.map((w) => `${fmt(w.shape)} ${w.dtype}`).join(", ")} do not share a dtype and input ${fmt(x.shape)}'s width`);
+  }
+  if (ws.some((w) => w.storage.chunks.length > 1)) return [matmul(ctx, x, ws[0]), matmul(ctx, x, ws[1]), matmul(ctx, x, ws[2])];
+  const ys = ws.map((w) => ctx.output([n, w.shape[0]])) as [GpuTensor, GpuTensor, GpuTensor];
+  const ms = ws.map((w) => w.shape[0]);
+  if (n === 0 || k === 0 || ms.some((m) => m === 0)) {
+    for (const [i, y] of ys.entries()) if (k === 0 && n > 0 && ms[i] > 0) ctx.recorder.clear(y.buffer, n * ms[i] * 4);
+    return ys;
+  }
+  const gemv = n <= ctx.gemvMaxRows;
+  const params = { ...weightParams(ctx, ws[0]), VEC4: k % 4 === 0 };
+  const bindings: [number, GpuTensor["buffer"]][] = [
+    [1, ws[0].storage.chunks[0].buffer], [6, ws[1].storage.chunks[0].buffer], [7, ws[2].storage.chunks[0].buffer],
+    [2, x.buffer], [4, ys[0].buffer], [8, ys[1].buffer], [9, ys[2].buffer],
+  ];
+  if (gemv) {
+    const gs = ms.map((m) => Math.ceil(m / 4));
+    ctx.recorder.dispatch("matmul_qkv_gemv", params, [n, k, ...ms, ...gs], bindings, (gs[0] + gs[1] + gs[2]) * n);
+  } else {
+    const rt = rowThreads(n);
+    const gs = ms.map((m) => Math.ceil(m / ((64 / rt) * 4)));
+    ctx.recorder.dispatch("matmul_qkv_tiled", { ...params, RT: rt }, [n, k, ...ms, ...gs], bindings, (gs[0] + gs[1] + gs[2]) * Math.ceil(n / (4 * rt)));
+  }
+  return ys;
+}
+
 /** Gathers rows `ids` of a (possibly chunked) [rows, cols] weight into a fresh f32 [n, cols]. */
 export function embeddingChunks(ctx: GpuContext, table: GpuTensor, ids: GpuTensor, n: number, cols: number): GpuTensor {
   const out = ctx.output([n, cols]);
