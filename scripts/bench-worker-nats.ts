@@ -18,6 +18,7 @@ import { parseArgs } from "../src/cli/args.ts";
 import { cliArgs, exitProcess } from "../src/runtime/env.ts";
 import { agentModel, ENDING } from "./bench-agent-kv/agent-model.ts";
 import { words } from "./bench-agent-kv/workload.ts";
+import { timeChats } from "./bench-serve/chat-timing.ts";
 import { seededRandom } from "./bench-serve/workload.ts";
 
 const INVALIDATED = "Invalidating protector cell ArrayBufferDetaching";
@@ -79,17 +80,7 @@ async function runOnce(root: string, transport: Transport, natsUrl: string, clus
     }
     const count = () => worker.out().split(INVALIDATED).length - 1;
     const atStart = count();
-    const ms: number[] = [];
-    for (const content of prompts) {
-      const t0 = performance.now();
-      const res = await fetch(`${url}/v1/chat/completions`, {
-        method: "POST", headers: { "content-type": "application/json" },
-        body: JSON.stringify({ model: "agent-scripted", messages: [{ role: "user", content }], max_tokens: 16 }),
-      });
-      if (res.status !== 200) throw new Error(`serve from ${root} answered ${res.status}: ${await res.text()}`);
-      await res.json();
-      ms.push(performance.now() - t0);
-    }
+    const ms = await timeChats(url, prompts, `serve from ${root}`);
     return { ms, atStart, whileServing: count() - atStart };
   } finally {
     server?.kill("SIGKILL");
