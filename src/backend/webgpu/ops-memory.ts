@@ -73,17 +73,22 @@ export async function download(ctx: GpuContext, t: Tensor): Promise<Float32Array
   if (temp) ctx.release(temp);
   await ctx.recorder.checkPipelines();
   ctx.recorder.submit();
+  // The queue wait that surfaces any validation error recorded with this batch, begun with the map:
+  // Deno answers each on a 10 ms poll (never sooner, however long ago the work finished), so one after
+  // the other cost two periods a download (docs/bench-engine.md "Deno's readback").
+  const settled = ctx.recorder.flush();
   try {
     await readback.mapAsync(GPUMapMode.READ);
   } catch (e) {
     readback.destroy();
+    await settled.catch(() => undefined);
     // On a lost device mapAsync rejects with an empty AbortError (Dawn) or a bare OperationError (Deno).
     throw await ctx.recorder.lostError() ?? e;
   }
   const copy = readback.getMappedRange().slice(0);
   readback.unmap();
   readback.destroy();
-  await ctx.recorder.flush(); // surfaces any validation error recorded with this batch
+  await settled;
   return isInt ? new Int32Array(copy) : new Float32Array(copy);
 }
 
