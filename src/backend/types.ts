@@ -211,6 +211,12 @@ export interface Backend {
    * v projections), the weights of one dtype and input width. Without it the forward runs three.
    */
   matmulQkv?(x: Tensor, wq: Tensor, wk: Tensor, wv: Tensor): [Tensor, Tensor, Tensor];
+  /**
+   * Optional: the routed experts' gated feed-forward first half in one pass, act(x · G[e]ᵀ) ⊙
+   * (x · U[e]ᵀ) per routed row ({@link matmulExperts}'s rows and ids), G and U stacked expert weights
+   * of one dtype and shape. Without it the forward runs two expert matmuls and the gated product.
+   */
+  matmulExpertsGlu?(x: Tensor, wGate: Tensor, wUp: Tensor, ids: Tensor, activation: GluActivation): Tensor;
   /** Rotary embedding on x f32 [n, heads, headDim] with positions i32 [n]; rotates the first
    * `rotaryDim` (default headDim) dims with frequencies theta^(-2i/rotaryDim).
    * `freqFactors` f32 [rotaryDim/2] (llama.cpp's `rope_freqs`, Llama 3.1+ frequency scaling) divides

@@ -243,10 +243,17 @@ function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>,
   s.keep(ids);
   s.keep(weights);
   const biased = expertBiasing(backend, moe, l, ids, s);
-  const gate = biased(s.keep(backend.matmulExperts(h, l.wGate, ids)), l.bGate);
-  const up = biased(s.keep(backend.matmulExperts(h, l.wUp, ids)), l.bUp);
   const a = moe.activation;
-  const act = s.keep(a ? backend.swigluOai(gate, up, a.alpha, a.limit) : backend.siluMul(gate, up));
+  let act: Tensor;
+  // The gate's and up projection's experts and SiLU in one pass, where no bias or clamped activation (GPT-OSS) comes between.
+  const fusable = !a && !moe.expertBiases && l.wGate.dtype === l.wUp.dtype && l.wGate.shape.every((d, i) => d === l.wUp.shape[i]);
+  if (backend.matmulExpertsGlu && fusable) {
+    act = s.keep(backend.matmulExpertsGlu(h, l.wGate, l.wUp, ids, "silu"));
+  } else {
+    const gate = biased(s.keep(backend.matmulExperts(h, l.wGate, ids)), l.bGate);
+    const up = biased(s.keep(backend.matmulExperts(h, l.wUp, ids)), l.bUp);
+    act = s.keep(a ? backend.swigluOai(gate, up, a.alpha, a.limit) : backend.siluMul(gate, up));
+  }
   const down = biased(s.keep(backend.matmulExperts(act, l.wDown, ids)), l.bDown);
   let mixed = s.keep(backend.moeCombine(down, weights));
   if (moe.sharedIntermediateSize > 0) {

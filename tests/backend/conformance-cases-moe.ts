@@ -112,6 +112,27 @@ function matmulExpertsCases(): Case[] {
         },
       });
     }
+    // The fused gate/up (Backend.matmulExpertsGlu): every format at two shapes (per-token and
+    // per-expert input), a few formats at all of them; SiLU and GELU.
+    const few = ["f32", "f16", "q8_0", "q4_k", "iq2_xs"].includes(dtype);
+    for (const [i, [n, k, experts, out, inner, perExpert]] of shapes.entries()) {
+      if (inner % blockValues(dtype) !== 0 || (!few && i !== 1 && i !== 2)) continue;
+      const activation = i % 2 === 0 ? "silu" : "gelu";
+      cases.push({
+        op: "matmulExpertsGlu",
+        optionalOp: "matmulExpertsGlu",
+        name: `${dtype} n=${n} k=${k} experts=${experts} out=${out} in=${inner}${perExpert ? " per-expert input" : ""} ${activation}`,
+        tolerance: { atol: 1e-4, rtol: 1e-4 },
+        run: (b, rng) => {
+          const rows = perExpert ? n * k : n;
+          const x = b.upload(rng.f32(rows * inner), [rows, inner]);
+          const g = b.uploadWeight(encodeFromF32(rng.f32(experts * out * inner), dtype), [experts, out, inner], dtype);
+          const u = b.uploadWeight(encodeFromF32(rng.f32(experts * out * inner), dtype), [experts, out, inner], dtype);
+          const ids = b.upload(rng.i32(n * k, experts), [n, k]);
+          return finish(b, [b.matmulExpertsGlu!(x, g, u, ids, activation)], [x, g, u, ids]);
+        },
+      });
+    }
   }
   return cases;
 }

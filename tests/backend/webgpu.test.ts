@@ -64,7 +64,10 @@ test("matmul(), embedding() and matmulExperts() on webgpu find a lattice i-quant
   }
 }, { ignore: skip });
 
-/** matmulExperts outputs for a stacked [experts, out, inner] weight, a token's input and each expert's own. */
+/**
+ * matmulExperts outputs for a stacked [experts, out, inner] weight, a token's input and each expert's
+ * own; then matmulExpertsGlu's with a second stack as the up projection (SiLU, then GELU).
+ */
 async function expertOutputs(b: Backend, rng: Rng, dtype: WeightDType, experts: number, out: number, inner: number) {
   const n = 3;
   const k = 2;
@@ -72,8 +75,12 @@ async function expertOutputs(b: Backend, rng: Rng, dtype: WeightDType, experts: 
   const ids = b.upload(Int32Array.from([0, experts - 1, 1, 2, experts - 1, 0]), [n, k]);
   const x = b.upload(rng.f32(n * inner), [n, inner]);
   const xe = b.upload(rng.f32(n * k * inner), [n * k, inner]);
-  const res = [await b.download(b.matmulExperts(x, w, ids)), await b.download(b.matmulExperts(xe, w, ids))];
-  for (const t of [w, ids, x, xe]) b.free(t);
+  const u = b.uploadWeight(encodeFromF32(rng.f32(experts * out * inner), dtype), [experts, out, inner], dtype);
+  const res = [
+    await b.download(b.matmulExperts(x, w, ids)), await b.download(b.matmulExperts(xe, w, ids)),
+    await b.download(b.matmulExpertsGlu!(x, w, u, ids, "silu")), await b.download(b.matmulExpertsGlu!(xe, w, u, ids, "gelu")),
+  ];
+  for (const t of [w, u, ids, x, xe]) b.free(t);
   return res;
 }
 

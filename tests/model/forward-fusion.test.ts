@@ -8,6 +8,11 @@ import { test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import type { Backend } from "../../src/backend/types.ts";
 import type { LoadedModel } from "../../src/model/config.ts";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { loadModel } from "../../src/model/load.ts";
+import { writeFile } from "../../src/runtime/fs.ts";
+import { ggufBytes, type ModelFileSpec, randomHfWeights } from "./model-files.ts";
 import { stepLogits } from "./step-logits.ts";
 import { randomModel, type RandomModelSpec } from "./forward-fixtures.ts";
 
@@ -87,6 +92,28 @@ test("forward() runs each attention layer's q, k and v projections as one matmul
   // Qwen2's q, k and v biases: three matmuls, each with its bias.
   const biased = await run(randomModel({ ...SPEC, architecture: "qwen2", ropeLayout: "neox", seed: 15 }));
   assert.equal(biased.calls.get("matmulQkv") ?? 0, 0);
+});
+
+test("forward() runs a mixture-of-experts layer's routed gate and up experts as one matmulExpertsGlu", async () => {
+  const dir = mkdtempSync(`${tmpdir()}/forward-fusion-`);
+  try {
+    // Qwen3-MoE (SiLU, no expert biases) fuses; GPT-OSS's clamped SwiGLU and expert biases do not.
+    for (const [architecture, fused] of [["qwen3moe", true], ["gpt-oss", false]] as const) {
+      const spec: ModelFileSpec = {
+        architecture, hidden: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32",
+        experts: { count: 4, used: 2 }, seed: 16,
+      };
+      await writeFile(`${dir}/${architecture}.gguf`, ggufBytes(spec, randomHfWeights(spec)));
+      const model = await loadModel(`${dir}/${architecture}.gguf`);
+      const both = await run(model);
+      const without = await run(model, ["matmulExpertsGlu"]);
+      assert.equal(both.calls.get("matmulExpertsGlu") ?? 0, fused ? spec.layers : 0, architecture);
+      assert.equal(both.calls.get("matmulExperts")! + (fused ? 2 * spec.layers : 0), without.calls.get("matmulExperts"), architecture);
+      assert.deepEqual(both.logits, without.logits, `${architecture}: the same bits either way`);
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test("forward() keeps the separate add where a post-norm comes between the projection and the skip connection", async () => {

@@ -3,8 +3,9 @@
  * (llama.cpp's mul_mat_id) and the weighted combine. f64 accumulation, as the other reference ops.
  */
 import { expectExpertMatmulShapes, expectMoeCombineShapes, expectMoeRouteShapes } from "../shape-checks.ts";
-import { type ExpertGroups, MIN_ROUTE_SHARE, type MoeRouteOptions, type MoeRouting } from "../types.ts";
-import { f32Tensor, i32Tensor, type RefTensor } from "./storage.ts";
+import { BackendShapeError, type ExpertGroups, type GluActivation, MIN_ROUTE_SHARE, type MoeRouteOptions, type MoeRouting } from "../types.ts";
+import { f32Tensor, fmt, i32Tensor, type RefTensor } from "./storage.ts";
+import { geluMul, siluMul } from "./elementwise.ts";
 import { matmulRow1 } from "./linear.ts";
 
 /**
@@ -70,6 +71,20 @@ function barGroups(score: Float64Array, groups: ExpertGroups, taken: Uint8Array)
   }
   const order = groupScore.map((s, g) => ({ s, g })).sort((a, b) => b.s - a.s || a.g - b.g);
   for (const { g } of order.slice(groups.used)) taken.fill(1, g * size, (g + 1) * size);
+}
+
+/**
+ * act(x · G[e]ᵀ) ⊙ (x · U[e]ᵀ) per routed row (Backend.matmulExpertsGlu): the two expert matmuls
+ * rounded to f32, then siluMul or geluMul, as the unfused ops give it.
+ */
+export function matmulExpertsGlu(x: RefTensor, wGate: RefTensor, wUp: RefTensor, ids: RefTensor, activation: GluActivation): RefTensor {
+  if (wUp.dtype !== wGate.dtype || wUp.shape.length !== wGate.shape.length || wUp.shape.some((d, i) => d !== wGate.shape[i])) {
+    throw new BackendShapeError(`matmulExpertsGlu gate weight ${fmt(wGate.shape)} ${wGate.dtype} and up weight ${fmt(wUp.shape)} ${wUp.dtype} differ`);
+  }
+  if (activation !== "silu" && activation !== "gelu") throw new BackendShapeError(`Unknown matmulExpertsGlu activation "${String(activation)}"`);
+  const gate = matmulExperts(x, wGate, ids);
+  const up = matmulExperts(x, wUp, ids);
+  return activation === "gelu" ? geluMul(gate, up) : siluMul(gate, up);
 }
 
 /** y [n·k, out]: each row through its expert's matrix; see Backend.matmulExperts. */

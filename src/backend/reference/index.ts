@@ -18,7 +18,7 @@ import {
 import { pagedAttention, kvWrite, rotateAndWriteKv } from "./attention.ts";
 import { add, argmax, concatColumns, embedding, gatherRows, geluMul, maskLogits, penalizeRepeats, rmsnorm, scatterAdd, siluMul, sliceColumns, softmax, swigluOai } from "./elementwise.ts";
 import { matmul, matmulAdd, matmulGlu, matmulQkv, rope } from "./linear.ts";
-import { matmulExperts, moeCombine, moeRoute } from "./experts.ts";
+import { matmulExperts, matmulExpertsGlu, moeCombine, moeRoute } from "./experts.ts";
 import { sample } from "./sampling.ts";
 import { asRef, checkShape, f32Tensor, fmt, i32Tensor, REFERENCE_NAME, RefTensor } from "./storage.ts";
 import { checkWeightShape } from "../shape-checks.ts";
@@ -86,6 +86,8 @@ export function createReferenceBackend(): Backend {
     rmsnorm: (x: Tensor, weight: Tensor, eps: number) => rmsnorm(r(x, "rmsnorm input"), r(weight, "rmsnorm weight"), eps),
     matmul: (x: Tensor, w: Tensor, bias?: Tensor) =>
       matmul(r(x, "matmul input"), r(w, "matmul weight"), bias && r(bias, "matmul bias")),
+    matmulExpertsGlu: (x: Tensor, wGate: Tensor, wUp: Tensor, ids: Tensor, activation: GluActivation) =>
+      matmulExpertsGlu(r(x, "matmulExperts input"), r(wGate, "matmulExperts weight"), r(wUp, "matmulExpertsGlu up weight"), r(ids, "matmulExperts ids"), activation),
     matmulQkv: (x: Tensor, wq: Tensor, wk: Tensor, wv: Tensor) =>
       matmulQkv(r(x, "matmulQkv input"), r(wq, "matmulQkv q weight"), r(wk, "matmulQkv k weight"), r(wv, "matmulQkv v weight")),
     matmulGlu: (x: Tensor, wGate: Tensor, wUp: Tensor, activation: GluActivation) =>

@@ -114,6 +114,11 @@ export class WebGpuBackend implements Backend {
     return matmul(this.#live, x, w, bias);
   }
 
+  /** The routed experts' act(x · G[e]) ⊙ (x · U[e]) in one pass (matmul_experts_glu*.wgsl). */
+  matmulExpertsGlu(x: Tensor, wGate: Tensor, wUp: Tensor, ids: Tensor, activation: GluActivation): Tensor {
+    return matmulExperts(this.#live, x, wGate, ids, { up: wUp, activation });
+  }
+
   /** q, k and v projections of one input in one dispatch (matmul_qkv_*.wgsl). */
   matmulQkv(x: Tensor, wq: Tensor, wk: Tensor, wv: Tensor): [Tensor, Tensor, Tensor] {
     return matmulQkv(this.#live, x, wq, wk, wv);

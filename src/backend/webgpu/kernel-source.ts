@@ -17,7 +17,7 @@ export const KERNEL_FILES = [
   "weights", "embedding", "gather_rows", "copy_columns", "fill", "elementwise", "rmsnorm", "softmax", "matmul_gemv",
   "matmul_tiled", "rope", "kv_write", "paged_attention", "argmax", "sample", "scatter_add", "mask_logits", "penalize_repeats", "bench_copy", "bench_fma",
   "moe_route", "matmul_experts", "matmul_experts_tiled", "moe_group", "moe_combine", "attention_combine", "matmul_glu_gemv", "matmul_glu_tiled",
-  "matmul_qkv_gemv", "matmul_qkv_tiled",
+  "matmul_qkv_gemv", "matmul_qkv_tiled", "matmul_experts_glu", "matmul_experts_glu_tiled",
 ] as const;
 
 /** Name of one kernel source file (without `.wgsl`). */
@@ -26,7 +26,7 @@ export type KernelName = (typeof KERNEL_FILES)[number];
 /** Kernels that read a weight through the `weights` prelude. */
 const USES_WEIGHTS: ReadonlySet<KernelName> = new Set([
   "embedding", "matmul_gemv", "matmul_tiled", "matmul_experts", "matmul_experts_tiled", "matmul_glu_gemv", "matmul_glu_tiled",
-  "matmul_qkv_gemv", "matmul_qkv_tiled",
+  "matmul_qkv_gemv", "matmul_qkv_tiled", "matmul_experts_glu", "matmul_experts_glu_tiled",
 ]);
 /** Kernels that read more weights of the first's dtype: copies of the prelude with these suffixes, at these bindings ({@link secondWeightPrelude}). */
 const MORE_WEIGHTS: ReadonlyMap<KernelName, readonly [suffix: string, binding: number][]> = new Map([
@@ -34,6 +34,8 @@ const MORE_WEIGHTS: ReadonlyMap<KernelName, readonly [suffix: string, binding: n
   ["matmul_glu_tiled", [["_u", 6]]],
   ["matmul_qkv_gemv", [["_u", 6], ["_v", 7]]],
   ["matmul_qkv_tiled", [["_u", 6], ["_v", 7]]],
+  ["matmul_experts_glu", [["_u", 6]]],
+  ["matmul_experts_glu_tiled", [["_u", 6]]],
 ] as [KernelName, [string, number][]][]);
 
 /**

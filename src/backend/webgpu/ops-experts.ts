@@ -9,9 +9,9 @@ import { type GpuContext } from "./context.ts";
 import { F32 } from "./recorder.ts";
 import { weightParams } from "./ops-linear.ts";
 import type { KernelParams } from "./kernel-source.ts";
-import { asGpu, type GpuTensor } from "./tensor.ts";
+import { asGpu, fmt, type GpuTensor } from "./tensor.ts";
 import { expectExpertMatmulShapes, expectMoeCombineShapes, expectMoeRouteShapes } from "../shape-checks.ts";
-import type { MoeRouteOptions, MoeRouting, Tensor } from "../types.ts";
+import { BackendShapeError, type GluActivation, type MoeRouteOptions, type MoeRouting, type Tensor } from "../types.ts";
 
 /** Top-k experts per row of router logits and their weights (Backend.moeRoute). */
 export function moeRoute(ctx: GpuContext, logitsT: Tensor, k: number, options: MoeRouteOptions): MoeRouting {
@@ -33,12 +33,31 @@ export function moeRoute(ctx: GpuContext, logitsT: Tensor, k: number, options: M
   return { ids, weights };
 }
 
-/** y [n·k, out]: each row through its expert's matrix (Backend.matmulExperts). */
-export function matmulExperts(ctx: GpuContext, xT: Tensor, wT: Tensor, idsT: Tensor): Tensor {
+/** The second weight and activation of the experts' fused gated feed-forward (Backend.matmulExpertsGlu). */
+export interface ExpertGlu {
+  up: Tensor;
+  activation: GluActivation;
+}
+
+/**
+ * y [n·k, out]: each row through its expert's matrix (Backend.matmulExperts); with `glu`, act(x · G[e])
+ * ⊙ (x · U[e]), the gate's and the up projection's experts read in the same pass (Backend.matmulExpertsGlu).
+ */
+export function matmulExperts(ctx: GpuContext, xT: Tensor, wT: Tensor, idsT: Tensor, glu?: ExpertGlu): Tensor {
   const x = asGpu(xT, "matmulExperts input", ctx);
   const w = asGpu(wT, "matmulExperts weight", ctx);
   const ids = asGpu(idsT, "matmulExperts ids", ctx);
   const { n, k, experts, out, inner, perExpertInput } = expectExpertMatmulShapes(x, w, ids);
+  const up = glu && asGpu(glu.up, "matmulExpertsGlu up weight", ctx);
+  if (glu && up) {
+    if (up.dtype !== w.dtype || up.shape.length !== w.shape.length || up.shape.some((d, i) => d !== w.shape[i])) {
+      throw new BackendShapeError(`matmulExpertsGlu gate weight ${fmt(w.shape)} ${w.dtype} and up weight ${fmt(up.shape)} ${up.dtype} differ`);
+    }
+    if (up.storage.chunks.length !== w.storage.chunks.length || up.storage.chunks.some((c, i) => c.rows !== w.storage.chunks[i].rows)) {
+      throw new BackendShapeError(`matmulExpertsGlu gate and up weights ${fmt(w.shape)} are split into different row chunks`);
+    }
+    if (glu.activation !== "silu" && glu.activation !== "gelu") throw new BackendShapeError(`Unknown matmulExpertsGlu activation "${String(glu.activation)}"`);
+  }
   const rows = n * k;
   const y = ctx.output([rows, out]);
   if (rows === 0 || out === 0) return y;
@@ -46,23 +65,23 @@ export function matmulExperts(ctx: GpuContext, xT: Tensor, wT: Tensor, idsT: Ten
     ctx.recorder.clear(y.buffer, rows * out * 4);
     return y;
   }
-  const params = { ...weightParams(ctx, w), VEC4: inner % 4 === 0 };
+  const params = { ...weightParams(ctx, w), VEC4: inner % 4 === 0, ...(glu ? { GELU: glu.activation === "gelu" } : {}) };
   // Few tokens: a GEMV per row. Many: rows grouped by expert, so each tile reads its expert's
   // weights once (the grouping keeps its counts in workgroup memory: 1024 experts at most).
   if (n > ctx.gemvMaxRows && experts <= MAX_GROUPED_EXPERTS) {
-    groupedExpertMatmul(ctx, x, w, ids, y, { rows, k, experts, out, inner, perExpertInput }, params);
+    groupedExpertMatmul(ctx, x, w, ids, y, { rows, k, experts, out, inner, perExpertInput }, params, up);
     return y;
   }
   const perRow = Math.ceil(out / 4);
-  for (const chunk of w.storage.chunks) {
+  w.storage.chunks.forEach((chunk, i) => {
     ctx.recorder.dispatch(
-      "matmul_experts",
+      up ? "matmul_experts_glu" : "matmul_experts",
       params,
       [rows, inner, out, k, perExpertInput ? 1 : 0, experts, chunk.rowStart, chunk.rows, perRow, 0, 0, 0],
-      [[1, chunk.buffer], [2, x.buffer], [3, ids.buffer], [4, y.buffer]],
+      [[1, chunk.buffer], [2, x.buffer], [3, ids.buffer], [4, y.buffer], ...(up ? [[6, up.storage.chunks[i].buffer] as [number, PooledBuffer]] : [])],
       perRow * rows,
     );
-  }
+  });
   return y;
 }
 
@@ -81,22 +100,23 @@ interface ExpertShape {
 }
 
 /** Sorts the rows by expert on the device (moe_group), then runs one register-blocked tile per ≤ 32 rows of an expert. */
-function groupedExpertMatmul(ctx: GpuContext, x: GpuTensor, w: GpuTensor, ids: GpuTensor, y: GpuTensor, s: ExpertShape, params: KernelParams): void {
+function groupedExpertMatmul(ctx: GpuContext, x: GpuTensor, w: GpuTensor, ids: GpuTensor, y: GpuTensor, s: ExpertShape, params: KernelParams, up?: GpuTensor): void {
   // Σ ceil(count_e / 32) ≤ rows / 32 + (experts that have rows): the dispatch's bound on tiles.
   const maxTiles = Math.floor(s.rows / TILE_ROWS) + Math.min(s.experts, s.rows);
   const perm = ctx.scratch(s.rows * 4);
   const tiles = ctx.scratch((1 + 3 * maxTiles) * 4);
   ctx.recorder.dispatch("moe_group", {}, [s.rows, s.experts, TILE_ROWS, 0], [[1, ids.buffer], [2, perm], [3, tiles]], 1);
-  const groupsM = Math.ceil(s.out / 32);
-  for (const chunk of w.storage.chunks) {
+  // A tile's workgroup covers 32 outputs, or 16 of the gated pair (matmul_experts_glu_tiled.wgsl).
+  const groupsM = Math.ceil(s.out / (up ? 16 : 32));
+  w.storage.chunks.forEach((chunk, i) => {
     ctx.recorder.dispatch(
-      "matmul_experts_tiled",
+      up ? "matmul_experts_glu_tiled" : "matmul_experts_tiled",
       params,
       [s.inner, s.out, s.k, s.perExpertInput ? 1 : 0, chunk.rowStart, chunk.rows, groupsM, 0],
-      [[1, chunk.buffer], [2, x.buffer], [3, perm], [4, y.buffer], [5, tiles]],
+      [[1, chunk.buffer], [2, x.buffer], [3, perm], [4, y.buffer], [5, tiles], ...(up ? [[6, up.storage.chunks[i].buffer] as [number, PooledBuffer]] : [])],
       maxTiles * groupsM,
     );
-  }
+  });
   ctx.pool.release(perm);
   ctx.pool.release(tiles);
 }
