@@ -3,7 +3,8 @@
  * experts of width 768, 8 per token): route, gate/up/down expert matmuls, combine. Times decode
  * (1 token) and prefill (TOKENS tokens) with WebGPU's two expert kernels forced in turn (the GEMV
  * per routed row, and rows grouped by expert into register-blocked tiles), plus, for scale, the
- * dense FFN of the same active width (8 × 768) on the same tokens. Medians of REPEATS runs.
+ * dense FFN of the same active width (8 × 768) on the same tokens; each as separate gate and up
+ * matmuls and SiLU product, and fused (matmulExpertsGlu, matmulGlu). Medians of REPEATS runs.
  *
  *   ./node_modules/.bin/deno run -A scripts/bench-moe.ts [--dtype q4_k|q8_0|f16] [--tokens 64] [--experts 128]
  */
@@ -45,7 +46,7 @@ async function time(b: Backend, run: () => Tensor[]): Promise<number> {
   return median(ms);
 }
 
-async function measure(gemvMaxRows: number, n: number): Promise<{ moe: number; dense: number }> {
+async function measure(gemvMaxRows: number, n: number): Promise<{ moe: number; moeFused: number; dense: number; denseFused: number }> {
   const b = await createWebGpuBackend({ gemvMaxRows });
   try {
     const router = b.upload(Float32Array.from({ length: experts * hidden }, (_, i) => Math.sin(i * 1.3) * 0.1), [experts, hidden]);
@@ -62,6 +63,13 @@ async function measure(gemvMaxRows: number, n: number): Promise<{ moe: number; d
       const d = b.matmulExperts(a, down, ids);
       return [logits, ids, weights, g, u, a, d, b.moeCombine(d, weights)];
     });
+    const moeFused = await time(b, () => {
+      const logits = b.matmul(x, router);
+      const { ids, weights } = b.moeRoute(logits, used, { normalize: true });
+      const a = b.matmulExpertsGlu(x, gate, up, ids, "silu");
+      const d = b.matmulExperts(a, down, ids);
+      return [logits, ids, weights, a, d, b.moeCombine(d, weights)];
+    });
     for (const t of [router, gate, up, down]) b.free(t);
     const dGate = b.uploadWeight(stacked(ff * used, hidden, 1, 1), [ff * used, hidden], dtype);
     const dUp = b.uploadWeight(stacked(ff * used, hidden, 1, 2), [ff * used, hidden], dtype);
@@ -72,19 +80,23 @@ async function measure(gemvMaxRows: number, n: number): Promise<{ moe: number; d
       const a = b.siluMul(g, u);
       return [g, u, a, b.matmul(a, dDown)];
     });
+    const denseFused = await time(b, () => {
+      const a = b.matmulGlu(x, dGate, dUp, "silu");
+      return [a, b.matmul(a, dDown)];
+    });
     for (const t of [dGate, dUp, dDown, x]) b.free(t);
-    return { moe, dense };
+    return { moe, moeFused, dense, denseFused };
   } finally {
     b.destroy();
   }
 }
 
 console.log(`MoE FFN: hidden ${hidden}, ${experts} experts × ${ff}, ${used} per token, ${dtype}; median of ${repeats} (ms)`);
-console.log("tokens | kernel                 | MoE FFN | dense FFN, same active width");
+console.log("tokens | kernel                 | MoE FFN | fused | dense FFN, same active width | fused");
 for (const n of [1, tokens]) {
   for (const [name, gemvMaxRows] of [["GEMV per routed row", 1 << 20], ["grouped tiles", 0]] as const) {
     const r = await measure(gemvMaxRows, n);
-    console.log(`${String(n).padStart(6)} | ${name.padEnd(22)} | ${r.moe.toFixed(0).padStart(7)} | ${r.dense.toFixed(0).padStart(7)}`);
+    console.log(`${String(n).padStart(6)} | ${name.padEnd(22)} | ${r.moe.toFixed(0).padStart(7)} | ${r.moeFused.toFixed(0).padStart(5)} | ${r.dense.toFixed(0).padStart(28)} | ${r.denseFused.toFixed(0).padStart(5)}`);
   }
 }
 exitProcess(0);
