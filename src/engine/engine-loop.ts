@@ -9,7 +9,7 @@ import type { EngineDrafts } from "./engine-drafts.ts";
 import type { EngineMetrics } from "./engine-metrics.ts";
 import type { EngineOptions } from "./engine-options.ts";
 import type { EngineOutput } from "./engine-output.ts";
-import { type Active, keepPromptLogprobs, samplingRow, stepExtras } from "./engine-request.ts";
+import { type Active, keepPromptLogprobs, runsAhead, samplingRow, stepExtras } from "./engine-request.ts";
 import type { StepOutput } from "./engine-runner.ts";
 import { stepLogprobs } from "./draft-extras.ts";
 import type { HandoffTails } from "./handoff-tails.ts";
@@ -48,8 +48,10 @@ export interface StepLoopParts {
   sessions: SessionTracker | undefined;
   /** Re-decides the step mixing from measured steps (undefined: autoStepMixing off). */
   mixing: AutoStepMixing | undefined;
-  /** Read when used: `runner`, `onStep`. */
-  opts: Pick<EngineOptions, "runner" | "onStep">;
+  /** Read when used: `runner`, `onStep`, `schedulerSteps`, `speculative`. */
+  opts: Pick<EngineOptions, "runner" | "onStep" | "schedulerSteps" | "speculative">;
+  /** Context limit (prompt + output) of every request. */
+  maxModelLen: number;
   /** Milliseconds on a monotonic clock. */
   now: () => number;
   /** Whether the engine is stopping: the loop ends once no request is left. */
@@ -108,26 +110,34 @@ export class StepLoop {
         const a = active.get(e.seqId);
         if (a && a.tScheduled === undefined) a.tScheduled = tPlanned;
       }
-      metrics.iterationTokens.observe(stepTokens);
+      const ahead = this.lookahead(plan);
+      for (let j = 0; j <= ahead; j++) metrics.iterationTokens.observe(stepTokens);
       // A draft's rows draw their uniforms before the entry's own row, in the order of the positions they sample.
       const draftRows = plan.entries.map((e) => (e.draft ? Array.from({ length: e.draft }, () => samplingRow(active.get(e.seqId)!, true)) : undefined));
       const rows = plan.entries.map((e) => samplingRow(active.get(e.seqId)!, e.sample));
       const asked = stepExtras(plan.entries.map((e) => active.get(e.seqId)!), plan.entries, (i, err) => this.parts.fail(plan.entries[i].seqId, err));
-      const extras = draftRows.some((d) => d) ? { ...asked, drafts: draftRows } : asked;
+      // Each further step's rows, drawn after the first's: a request's uniforms come in the order of its tokens.
+      const aheadRows = Array.from({ length: ahead }, () => plan.entries.map((e) => samplingRow(active.get(e.seqId)!, true)));
+      const extras = draftRows.some((d) => d) ? { ...asked, drafts: draftRows } : ahead > 0 ? { ...asked, lookahead: aheadRows } : asked;
       let sampled: StepOutput | undefined;
       let error: string | undefined;
-      let record: StepRecord | undefined;
+      let records: StepRecord[] = [];
       try {
         await this.swapKv(plan);
         const t0 = now();
         sampled = await this.parts.opts.runner.run(plan.entries, rows, extras);
-        const seconds = (now() - t0) / 1000;
+        // Steps run ahead share the time evenly: one read for all of them.
+        const seconds = (now() - t0) / 1000 / (ahead + 1);
         // What a draft token costs to verify, for a schedule that weighs it (draft-schedule.ts).
-        drafts.observeTargetStep(plan.entries, seconds);
+        if (ahead === 0) drafts.observeTargetStep(plan.entries, seconds);
         const mixing = this.parts.mixing;
         if (this.parts.opts.onStep || mixing) {
-          record = { ...stepShapeOf(plan.entries), seconds, startS: t0 / 1000 };
-          if (mixing) scheduler.stepMixing = mixing.observe(record);
+          for (let j = 0; j <= ahead; j++) {
+            const shape = stepShapeOf(j === 0 ? plan.entries : plan.entries.map((e) => ({ ...e, startPos: e.startPos + j })));
+            const record: StepRecord = { ...shape, seconds, startS: t0 / 1000 + j * seconds };
+            records.push(record);
+            if (mixing) scheduler.stepMixing = mixing.observe(record);
+          }
         }
       } catch (e) {
         error = errorText(e);
@@ -144,7 +154,12 @@ export class StepLoop {
           if (sampled?.promptLogprobs) keepPromptLogprobs(a, e.startPos, sampled.promptLogprobs[i]);
           if (!sampled || !e.sample) return;
           if (sampled.hidden?.[i]) a.embedding = sampled.hidden[i];
-          tokens.set(e.seqId, e.draft ? drafts.verify(e.seqId, e.tokens.slice(-e.draft), sampled.draftIds![i]!, sampled.ids[i], accepted) : sampled.ids[i]);
+          const more = e.lookahead ? sampled.lookaheadIds![i] : undefined;
+          if (more) {
+            // The steps run ahead fed all but the last token sampled; that one is pending, as any sample is.
+            tokens.set(e.seqId, more[more.length - 1]);
+            accepted.set(e.seqId, [sampled.ids[i], ...more.subarray(0, more.length - 1)]);
+          } else tokens.set(e.seqId, e.draft ? drafts.verify(e.seqId, e.tokens.slice(-e.draft), sampled.draftIds![i]!, sampled.ids[i], accepted) : sampled.ids[i]);
           const lps = stepLogprobs(sampled, i, accepted.get(e.seqId)?.length ?? 0);
           if (lps) a.pendingLogprobs = lps;
         } catch (err) {
@@ -168,7 +183,7 @@ export class StepLoop {
       // committing, streaming) in cycleSeconds; before the yield, so a request's last step is counted
       // by the time its caller resumes.
       tMark = now();
-      if (record) this.reportStep({ ...record, cycleSeconds: (tMark - tIter) / 1000 });
+      for (const record of records) this.reportStep({ ...record, cycleSeconds: (tMark - tIter) / 1000 / records.length });
       await yieldToEventLoop();
     }
   }
@@ -194,6 +209,27 @@ export class StepLoop {
       } catch { /* the request still ends */ }
       this.parts.output.finish(a, "abort");
     }
+  }
+
+  /**
+   * How many steps past its sample the plan runs before reading its tokens (multi-step decoding,
+   * EngineOptions.schedulerSteps; 0: none), with the blocks for them taken. Only a plan of plain
+   * decodes (runsAhead) looks ahead, and only while nothing waits to be admitted: a request that
+   * arrives meanwhile waits for the whole group. Never past a request's token budget or the context.
+   */
+  private lookahead(plan: StepPlan): number {
+    const { opts, scheduler, active, maxModelLen } = this.parts;
+    const steps = opts.schedulerSteps ?? 1;
+    if (steps <= 1 || !opts.runner.runsAhead || opts.speculative) return 0;
+    if (scheduler.waitingSequences.length > 0 || plan.swapIn.length + plan.swapOut.length > 0) return 0;
+    let k = steps - 1;
+    for (const e of plan.entries) {
+      const a = active.get(e.seqId);
+      if (!a || e.prefill || !e.sample || e.draft || e.tokens.length !== 1 || !runsAhead(a)) return 0;
+      const length = a.seq.tokens.length;
+      k = Math.min(k, a.maxTokens - (length - a.seq.promptLength) - 1, maxModelLen - length - 1);
+    }
+    return k > 0 ? scheduler.lookAhead(plan, k) : 0;
   }
 
   /** Hands a step's record to the step hook; a hook that throws (its log's disk full) is counted, and serving goes on. */

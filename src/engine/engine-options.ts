@@ -46,6 +46,13 @@ export interface EngineOptions {
    */
   speculative?: Speculation;
   /**
+   * Multi-step decoding (vLLM's `--num-scheduler-steps`; default 1: off): a step of plain decodes
+   * (engine-request.ts `runsAhead`) runs up to this many forward steps, each fed the token the one
+   * before sampled on the device, and reads their tokens back once (run-ahead.ts); the tokens are
+   * those of one-token steps. Only while nothing waits to be admitted; not with `speculative`.
+   */
+  schedulerSteps?: number;
+  /**
    * The draft model for `speculative.method` "draft_model": its step runner, over its own KV cache,
    * and the context it was trained for (engine-factory.ts builds it; the engine closes it when it stops).
    */

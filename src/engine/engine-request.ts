@@ -83,6 +83,17 @@ export function speculates(a: Active): boolean {
 }
 
 /**
+ * Whether the request's decode steps may run ahead of their reads (multi-step decoding,
+ * EngineOptions.schedulerSteps): nothing its rows take depends on the tokens before them (no
+ * grammar, penalties, biases, token rules, reasoning budget or min_tokens still to reach) and it
+ * wants nothing of a step but its token (no log probabilities, no embedding, no hand-off).
+ */
+export function runsAhead(a: Active): boolean {
+  const held = a.minTokens !== undefined && a.seq.numOutput < a.minTokens.count;
+  return !a.adjust && !a.constraint && !a.budget && !held && !a.rules && !a.repeats && !a.logprobs && !a.req.embed && !a.req.prefillOnly;
+}
+
+/**
  * Whether the request's forced text is written by jump-forward (EngineOptions.jumpForward, on unless
  * `false`): it has an output grammar and asks for no log probabilities (forced tokens have none).
  */

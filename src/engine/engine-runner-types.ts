@@ -49,6 +49,12 @@ export interface StepExtras {
   hidden?: readonly (boolean | undefined)[];
   /** Each entry's LoRA adapter slot ({@link StepRunner.setAdapters}; 0 or undefined: the base model). */
   adapters?: readonly (number | undefined)[];
+  /**
+   * For a step whose entries look ahead (StepEntry.lookahead = k, the same for all): the sampling rows
+   * of each further step, k of them, each one row per entry. Nothing else may be asked of such a step
+   * but `adapters`: its rows take no additions, masks or penalties and report no log probabilities.
+   */
+  lookahead?: readonly (readonly SamplingRow[])[];
 }
 
 /**
@@ -74,6 +80,8 @@ export interface StepOutput {
   draftLogprobs?: (TokenLogprob[] | undefined)[];
   /** For the entries that asked (StepExtras.hidden): their own row's hidden state after the output norm. */
   hidden?: (Float32Array | undefined)[];
+  /** For a step whose entries look ahead k steps: each entry's k further tokens, in order (`ids` holds the first). */
+  lookaheadIds?: Int32Array[];
 }
 
 /** Executes steps. */
@@ -82,6 +90,8 @@ export interface StepRunner {
   readonly blockSize: number;
   /** The KV cache's element type (absent: f32, or a runner without a device cache). */
   readonly kvDtype?: KvDType;
+  /** Whether `run` takes steps whose entries look ahead (StepEntry.lookahead, multi-step decoding). */
+  readonly runsAhead?: boolean;
   run(entries: readonly StepEntry[], rows: readonly SamplingRow[], extras?: StepExtras): Promise<StepOutput>;
   /**
    * Copies KV out to host memory, then back in (swap preemption). Must complete its swap-outs'

@@ -15,6 +15,7 @@ import { HostKvSwap } from "./kv-swap.ts";
 import { type TokenLogprob, tokenLogprob } from "./logprobs.ts";
 import { GREEDY_ROW, type StepRunner } from "./engine-runner-types.ts";
 import { addToLogits, gatherLogitRows, maskLogitRows, penalizeRepeatRows } from "./logit-rows.ts";
+import { lookaheadOf, runAhead } from "./run-ahead.ts";
 import { draftRows, promptRows, readPromptLogprobs, splitDraftRows } from "./step-rows.ts";
 
 export { GREEDY_ROW, type PromptLogprobAsk, type StepExtras, type StepOutput, type StepRunner } from "./engine-runner-types.ts";
@@ -33,9 +34,12 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     numBlocks: kv.numBlocks,
     blockSize: kv.blockSize,
     kvDtype: kv.dtype ?? "f32",
+    runsAhead: true,
     async run(entries, rows, extras) {
       freeRetired();
       const lora = stepLora(loras, extras?.adapters);
+      const ahead = lookaheadOf(entries, extras);
+      if (ahead > 0) return runAhead(backend, model, kv, entries, rows, extras!.lookahead!, lora);
       const scored = promptRows(entries, extras?.promptLogprobs);
       const drafts = draftRows(entries, extras?.drafts);
       const extraRows = [...scored, ...drafts.rows];

@@ -75,6 +75,8 @@ export class Engine implements ServingEngine {
       numBlocks: r.numBlocks, blockSize: r.blockSize, clock, events, workerId: opts.workerId, policy: this.turns?.policy,
       ...(offload ? { onEvict: (b: EvictedBlock) => offload.evicted(b) } : {}),
     });
+    const steps = opts.schedulerSteps ?? 1;
+    if (!Number.isInteger(steps) || steps < 1) throw new RangeError(`Scheduler steps must be a whole number of at least 1, got ${steps}`);
     if (opts.scheduler?.preemption === "swap" && !r.swap) throw new RangeError(`Preemption mode "swap" needs a runner that can copy KV to host memory`);
     // A hand-off's last block waits here between the prefill's end and the decode's admission: a
     // minute at most, and at most an eighth of the pool, so untaken ones never crowd the cache out.
@@ -93,7 +95,7 @@ export class Engine implements ServingEngine {
     const parts = { active, scheduler, metrics, drafts: this.drafts, offload, opts, now };
     this.output = new EngineOutput({ ...parts, turns: this.turns, maxModelLen, blockSize: r.blockSize });
     this.steps = new StepLoop({
-      ...parts, pool: this.pool, output: this.output, tails: this.tails, sessions: this.turns?.tracker, mixing,
+      ...parts, pool: this.pool, output: this.output, tails: this.tails, sessions: this.turns?.tracker, mixing, maxModelLen,
       stopped: () => this.stopped, fail: (id, e) => this.failRequest(id, e),
     });
   }

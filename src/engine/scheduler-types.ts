@@ -110,6 +110,12 @@ export interface StepEntry {
    * feeds its pending token and the draft, and samples after each of them. Absent: no draft.
    */
   draft?: number;
+  /**
+   * Multi-step decoding (`Scheduler.lookAhead`): after its sample, the entry runs this many more
+   * one-token steps, each fed the token the one before sampled without reading it back, and the step
+   * gives 1 + lookahead tokens. Absent: none.
+   */
+  lookahead?: number;
 }
 
 /** One step's work. */

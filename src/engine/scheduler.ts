@@ -235,7 +235,8 @@ export class Scheduler {
    * Records a finished step: advances computed tokens, registers newly full blocks in the prefix
    * cache and appends sampled tokens (`sampled` maps seqId → token for entries with `sample`).
    * An entry with a draft first appends the draft tokens `accepted` names (a prefix of its draft,
-   * none when absent), then its sampled token; the KV written for the rest is left to be overwritten,
+   * none when absent), then its sampled token (an entry that looked ahead: `accepted` names the
+   * `lookahead` tokens its steps fed, then its last sample); the KV written for the rest is left to be overwritten,
    * and blocks past the sequence's end go back to the pool. Returns the sequences that received
    * tokens. Aborts that arrived mid-step take effect here.
    */
@@ -254,7 +255,11 @@ export class Scheduler {
       // Positions computed before (and lost to a recompute preemption) are counted as recomputed.
       this.recomputed += Math.max(0, Math.min(seq.maxComputed, e.startPos + e.tokens.length) - e.startPos);
       const drafted = e.draft ?? 0;
-      const taken = drafted > 0 ? accepted?.get(seq.id) ?? [] : [];
+      const ahead = e.lookahead ?? 0;
+      const taken = drafted > 0 || ahead > 0 ? accepted?.get(seq.id) ?? [] : [];
+      if (ahead > 0 && taken.length !== ahead) {
+        throw new Error(`Step ${plan.step} gives sequence ${seq.id} ${taken.length} fed tokens; it looked ahead ${ahead}`);
+      }
       if (drafted > 0) {
         const draft = e.tokens.slice(e.tokens.length - drafted);
         if (taken.length > drafted || taken.some((t, j) => t !== draft[j])) {
@@ -286,6 +291,39 @@ export class Scheduler {
       }
     }
     return out;
+  }
+
+  /**
+   * Multi-step decoding: lets each entry of `plan`, the step in flight, run `steps` more one-token
+   * steps after its sample, each fed the token the one before sampled (StepEntry.lookahead), when the
+   * pool's free blocks above the watermark hold all of their KV; nobody is preempted for it. Only for
+   * a plan of plain decodes (each feeds its one pending token and samples). Returns the steps granted:
+   * `steps`, or 0 with nothing changed.
+   */
+  lookAhead(plan: StepPlan, steps: number): number {
+    if (this.inFlight !== plan) throw new Error(`Step ${plan.step} is not the step in flight`);
+    if (steps <= 0) return 0;
+    const bs = this.kv.blockSize;
+    const seqs = plan.entries.map((e) => {
+      const seq = this.seqs.get(e.seqId);
+      if (!seq || e.prefill || !e.sample || e.draft || e.tokens.length !== 1) throw new Error(`Step ${plan.step} has an entry (sequence ${e.seqId}) that is not a plain decode: it cannot look ahead`);
+      return seq;
+    });
+    const need = plan.entries.map((e, i) => Math.max(0, Math.ceil((e.startPos + 1 + steps) / bs) - seqs[i].blockTable.length));
+    const total = need.reduce((a, b) => a + b, 0);
+    if (total > this.kv.numAvailable() - this.config.watermarkBlocks) return 0;
+    const got = total > 0 ? this.kv.allocate(total) : [];
+    if (got === null) return 0;
+    let at = 0;
+    plan.entries.forEach((e, i) => {
+      if (need[i] > 0) {
+        seqs[i].blockTable.push(...got.slice(at, at + need[i]));
+        at += need[i];
+        e.blockTable = this.tables.of(seqs[i]);
+      }
+      e.lookahead = steps;
+    });
+    return steps;
   }
 
   /** Ends a sequence and frees its KV blocks (cached full blocks stay evictable in the prefix cache). */

@@ -1,0 +1,51 @@
+/**
+ * Multi-step decoding on a model (vLLM's `--num-scheduler-steps`): a step of plain decodes runs,
+ * samples, and then runs `lookahead` more one-token steps, each fed the token the one before sampled
+ * while it is still on the device, and reads every step's tokens back at once. A read costs a
+ * backend a round trip (Deno's WebGPU answers it on a 10 ms poll, however soon the work ended), so
+ * k + 1 steps share one instead of paying one each; the tokens are those one-token steps give.
+ */
+import type { Backend, SamplingRow, Tensor } from "../backend/types.ts";
+import type { DeviceModel } from "../model/device-weights.ts";
+import { forward, type PagedKv, type StepLora } from "../model/forward.ts";
+import type { StepExtras, StepOutput } from "./engine-runner-types.ts";
+import type { StepEntry } from "./scheduler-types.ts";
+
+/** The step a runner looks ahead from: its entries' common lookahead (0: none), checked against what the step asks. */
+export function lookaheadOf(entries: readonly StepEntry[], extras: StepExtras | undefined): number {
+  const k = entries[0]?.lookahead ?? 0;
+  if (entries.some((e) => (e.lookahead ?? 0) !== k)) throw new RangeError("A step's entries look ahead by different numbers of steps");
+  if (k === 0) return 0;
+  if (extras?.lookahead?.length !== k) throw new RangeError(`A step that looks ahead ${k} steps has ${extras?.lookahead?.length ?? 0} steps of sampling rows`);
+  const asks = Object.entries(extras).filter(([key, v]) => key !== "lookahead" && key !== "adapters" && v !== undefined && (!Array.isArray(v) || v.some((x) => x !== undefined)));
+  if (asks.length > 0) throw new RangeError(`A step that looks ahead cannot also ask for ${asks.map(([key]) => key).join(", ")}`);
+  return k;
+}
+
+/**
+ * Runs `entries` (plain decodes: one token each, sampling with `rows`), then `lookahead` one-token
+ * steps per entry fed the tokens sampled before them, and reads all of them back in one go.
+ */
+export async function runAhead(
+  backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly StepEntry[], rows: readonly SamplingRow[],
+  ahead: readonly (readonly SamplingRow[])[], lora: StepLora | undefined,
+): Promise<StepOutput> {
+  const sampled: Tensor[] = [];
+  try {
+    let step = entries;
+    for (let k = 0; k <= ahead.length; k++) {
+      const logits = forward(backend, model, kv, { entries: step, ...(k > 0 ? { tokenIds: sampled[k - 1] } : {}), ...(lora ? { lora } : {}) });
+      try {
+        sampled.push(backend.sample(logits, k === 0 ? rows : ahead[k - 1]));
+      } finally {
+        backend.free(logits);
+      }
+      // The placeholder token is never read: the forward takes the ids from the device.
+      step = step.map((e) => ({ ...e, tokens: [0], startPos: e.startPos + 1 }));
+    }
+    const read = await Promise.all(sampled.map(async (t) => (await backend.download(t)) as Int32Array));
+    return { ids: read[0], lookaheadIds: entries.map((_, i) => Int32Array.from(read.slice(1), (ids) => ids[i])) };
+  } finally {
+    for (const t of sampled) backend.free(t);
+  }
+}

@@ -1,0 +1,152 @@
+/**
+ * Multi-step decoding (EngineOptions.schedulerSteps, run-ahead.ts): a step of plain decodes runs
+ * several one-token steps, each fed the token the one before sampled without reading it back, and
+ * commits them together. The scheduler's side (Scheduler.lookAhead, commit) on a fake forward; the
+ * engine's on stories260K, on the reference backend and on WebGPU (poisoned outputs): the tokens must
+ * be those of one-token steps, greedy and seeded, through EOS, stop strings, max_tokens and the
+ * context's end, while requests that cannot run ahead (a grammar, log probabilities) and requests
+ * arriving mid-way are served as before.
+ */
+import assert from "node:assert/strict";
+import { projectRoot, test } from "../harness.ts";
+import type { Backend } from "../../src/backend/types.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { Engine } from "../../src/engine/engine.ts";
+import { modelStepRunner, type StepRunner } from "../../src/engine/engine-runner.ts";
+import type { GenerateRequest, GenerateResult } from "../../src/engine/engine-types.ts";
+import { allocatePagedKv } from "../../src/engine/kv-cache.ts";
+import { uploadModel } from "../../src/model/device-weights.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { poisonedWebGpu } from "../webgpu-fixture.ts";
+import { make, range } from "./scheduler-fixtures.ts";
+
+test("Scheduler.lookAhead() takes the blocks of the steps ahead and commit() keeps their tokens", () => {
+  const { sched } = make(16, 4);
+  sched.submit(0, range(6, 10));
+  sched.commit(sched.schedule(), new Map([[0, 50]]));
+  const seq = sched.get(0)!;
+  const step = sched.schedule();
+  assert.equal(seq.blockTable.length, 2, "positions 0..6");
+  assert.equal(sched.lookAhead(step, 3), 3);
+  // Positions 6..9 are fed (the pending token and three sampled ones): three blocks.
+  assert.equal(step.entries[0].lookahead, 3);
+  assert.equal(step.entries[0].blockTable.length, 3);
+  assert.equal(seq.blockTable.length, 3);
+  assert.throws(() => sched.commit(step, new Map([[0, 54]]), new Map([[0, [51, 52]]])), /gives sequence 0 2 fed tokens; it looked ahead 3/);
+});
+
+test("Scheduler.commit() of a step that looked ahead appends every token and computes all but the last", () => {
+  const { sched } = make(16, 4);
+  sched.submit(0, range(6, 10));
+  sched.commit(sched.schedule(), new Map([[0, 50]]));
+  const step = sched.schedule();
+  sched.lookAhead(step, 3);
+  const out = sched.commit(step, new Map([[0, 54]]), new Map([[0, [51, 52, 53]]]));
+  const seq = sched.get(0)!;
+  assert.deepEqual(out, [seq]);
+  assert.deepEqual(seq.tokens.slice(6), [50, 51, 52, 53, 54]);
+  assert.equal(seq.numComputed, 10);
+  const next = sched.schedule();
+  assert.deepEqual(next.entries[0].tokens, [54]);
+  assert.equal(next.entries[0].startPos, 10);
+  assert.equal(next.entries[0].lookahead, undefined, "a plan does not look ahead unless asked");
+});
+
+test("Scheduler.lookAhead() grants nothing when the free blocks fall short, and refuses a prefill", () => {
+  const { sched } = make(3, 4, { watermarkBlocks: 1 });
+  sched.submit(0, range(3, 10));
+  const prefill = sched.schedule();
+  assert.throws(() => sched.lookAhead(prefill, 2), /sequence 0\) that is not a plain decode/);
+  sched.commit(prefill, new Map([[0, 50]]));
+  const step = sched.schedule();
+  // Positions 3..8 need two blocks; one is free above the watermark of one.
+  assert.equal(sched.lookAhead(step, 5), 0);
+  assert.equal(step.entries[0].lookahead, undefined);
+  assert.equal(sched.get(0)!.blockTable.length, 1, "nothing taken");
+  assert.equal(sched.lookAhead(step, 4), 4, "positions 3..7 fit in the two blocks");
+  assert.equal(sched.get(0)!.blockTable.length, 2);
+});
+
+const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
+const tale = "Once upon a time, there was a little girl named Lily. She liked to play with her ball in the park.";
+const prompt = model.tokenizer.encode(tale, { addBos: true });
+
+/** An engine on `backend` whose runner notes how far each step looked ahead. */
+function engineOn(backend: Backend, schedulerSteps: number, maxModelLen?: number): { engine: Engine; aheads: number[] } {
+  const kv = allocatePagedKv(backend, model.config, 48, 16);
+  const inner = modelStepRunner(backend, uploadModel(backend, model), kv);
+  const aheads: number[] = [];
+  const runner: StepRunner = { ...inner, run: (entries, rows, extras) => (aheads.push(entries[0]?.lookahead ?? 0), inner.run(entries, rows, extras)) };
+  return { engine: new Engine({ runner, config: model.config, tokenizer: model.tokenizer, schedulerSteps, ...(maxModelLen ? { maxModelLen } : {}) }), aheads };
+}
+
+/** Results of `reqs` submitted together (`late` after the first step), and how far the steps looked ahead. */
+async function serve(backend: Backend, steps: number, reqs: Partial<GenerateRequest>[], late: Partial<GenerateRequest>[] = [], maxModelLen?: number) {
+  const { engine, aheads } = engineOn(backend, steps, maxModelLen);
+  try {
+    const handles = reqs.map((r) => engine.submit({ prompt, maxTokens: 40, temperature: 0, ...r }));
+    const lateHandles: Promise<GenerateResult>[] = [];
+    if (late.length > 0) {
+      // Arrives while the others decode, possibly mid-way through a group of steps.
+      await handles[0].stream[Symbol.asyncIterator]().next();
+      for (const r of late) lateHandles.push(engine.submit({ prompt: prompt.slice(0, 12), maxTokens: 20, temperature: 0, ...r }).result);
+    }
+    const results = await Promise.all([...handles.map((h) => h.result), ...lateHandles]);
+    return { results: results.map(({ text, tokenIds, finishReason, logprobs }) => ({ text, tokenIds, finishReason, logprobs })), aheads };
+  } finally {
+    await engine.stop();
+  }
+}
+
+const CASES: Partial<GenerateRequest>[] = [
+  {},
+  { temperature: 0.8, seed: 9, maxTokens: 37 },
+  { temperature: 1, topK: 5, topP: 0.9, seed: 4, maxTokens: 3 },
+  { temperature: 0.9, minP: 0.05, seed: 11, stop: [" the"] },
+];
+
+const webgpu = await poisonedWebGpu("the WebGPU multi-step tests");
+const BACKENDS: [string, Backend | undefined, boolean][] = [["the reference backend", createReferenceBackend(), false], ["WebGPU", webgpu.gpu, webgpu.skip]];
+
+for (const [name, backend, skip] of BACKENDS) {
+  const on = backend!;
+
+  test(`Engine schedulerSteps gives the tokens of one-token steps on ${name}, greedy and seeded`, async () => {
+    const plain = await serve(on, 1, CASES);
+    const ahead = await serve(on, 4, CASES);
+    assert.deepEqual(ahead.results, plain.results);
+    assert.ok(plain.aheads.every((k) => k === 0));
+    assert.ok(ahead.aheads.some((k) => k === 3), `looked ahead: ${ahead.aheads.join(",")}`);
+    // A request with 3 tokens to give never runs past them: its last steps look ahead less.
+    assert.equal(ahead.results[2].tokenIds.length, 3);
+    assert.ok(ahead.aheads.length < plain.aheads.length / 2, `${ahead.aheads.length} runs against ${plain.aheads.length}`);
+  }, { ignore: skip });
+
+  test(`Engine schedulerSteps serves grammar, log-probability and late requests one step at a time on ${name}`, async () => {
+    const reqs: Partial<GenerateRequest>[] = [{ maxTokens: 30 }, { temperature: 0.8, seed: 3, maxTokens: 24 }];
+    const late: Partial<GenerateRequest>[] = [{ logprobs: 2 }, { grammar: { kind: "regex", pattern: "[a-z ]*" }, temperature: 0.7, seed: 5 }];
+    const plain = await serve(on, 1, reqs, late);
+    const ahead = await serve(on, 6, reqs, late);
+    assert.deepEqual(ahead.results, plain.results);
+    assert.ok(ahead.aheads.some((k) => k > 0), "the two plain requests looked ahead before and after the others");
+    assert.equal(ahead.results[2].logprobs?.length, ahead.results[2].tokenIds.length);
+  }, { ignore: skip });
+
+  test(`Engine schedulerSteps never runs past a request's max_tokens on ${name}`, async () => {
+    const ahead = await serve(on, 8, [{ maxTokens: 5, temperature: 0.8, seed: 2 }]);
+    assert.deepEqual(ahead.results, (await serve(on, 1, [{ maxTokens: 5, temperature: 0.8, seed: 2 }])).results);
+    // The prefill samples the first token; one group gives the other four (1 + 3 ahead).
+    assert.deepEqual(ahead.aheads, [0, 3]);
+  }, { ignore: skip });
+
+  test(`Engine schedulerSteps stops at the context's end on ${name}`, async () => {
+    const limit = prompt.length + 10;
+    const plain = await serve(on, 1, [{ maxTokens: undefined }], [], limit);
+    const ahead = await serve(on, 8, [{ maxTokens: undefined }], [], limit);
+    assert.deepEqual(ahead.results, plain.results);
+    assert.equal(ahead.results[0].finishReason, "length");
+    assert.equal(ahead.results[0].tokenIds.length, 10);
+    // The prefill, 8 tokens in one group (1 + 7 ahead), then one step for the last token: never past the context.
+    assert.deepEqual(ahead.aheads, [0, 7, 0]);
+  }, { ignore: skip });
+}
