@@ -194,6 +194,7 @@ async function main(): Promise<void> {
     kvOffloadBlocks: f["kv-offload-blocks"],
     maxBatchTokens: f["max-batch-tokens"],
     maxNumSeqs: f["max-num-seqs"],
+    schedulerSteps: f["num-scheduler-steps"],
     maxWaiting: f["max-waiting"],
     ...(cluster ? { workers, roles: roles as Role[] | undefined, planner, router, transport, ...(peerTransfer !== undefined ? { peerTransfer } : {}), ...(routerOptions ? { routerOptions } : {}), ...(workerAddrs ? { workerAddrs } : {}) } : { role: role as WorkerRole }),
     ...(f["itl-admission-ms"] !== undefined ? { itlAdmissionTargetS: f["itl-admission-ms"] / 1000 } : {}),

@@ -236,8 +236,10 @@ export class RemoteEngine implements WorkerEngine {
       case "delta": {
         const p = this.requests.get(m.rid);
         if (!p) return;
-        const gap = m.delta.tokenIds.length > 0 ? p.clock.tokens() : undefined;
-        if (gap !== undefined) this.onTokenGap?.(gap);
+        const n = m.delta.tokenIds.length;
+        const gap = n > 0 ? p.clock.tokens() : undefined;
+        // A delta of n tokens (accepted drafts, steps run ahead) counts n gaps of a share each, as token-gaps.ts does.
+        if (gap !== undefined) for (let k = 0; k < n; k++) this.onTokenGap?.(gap / n);
         return p.queue.push(m.delta);
       }
       case "result":

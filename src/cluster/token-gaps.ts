@@ -50,7 +50,8 @@ export function reportTokenGaps(h: RequestHandle, sink: TokenGapSink): RequestHa
   q.observePush((d: StreamDelta) => {
     if (d.tokenIds.length === 0) return;
     const gap = clock.tokens();
-    if (gap !== undefined) sink.onTokenGap?.(gap);
+    // A delta of n tokens (accepted drafts, steps run ahead) counts n gaps of a share each.
+    if (gap !== undefined) for (let k = 0; k < d.tokenIds.length; k++) sink.onTokenGap?.(gap / d.tokenIds.length);
   });
   return h;
 }

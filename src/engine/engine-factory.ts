@@ -27,6 +27,16 @@ export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "con
   mixedStepOverheadMs?: number;
 }
 
+/**
+ * Scheduler steps an engine takes when none are asked (EngineOptions.schedulerSteps): 4 on WebGPU,
+ * where reading a step's tokens back costs a round trip (a 10 ms poll under Deno; a queue sync under
+ * Dawn) that steps run ahead share; 1 elsewhere (the reference backend reads host memory; CUDA's
+ * multi-step decoding is not measured on a GPU yet). Measured: docs/bench-engine.md "Multi-step decoding".
+ */
+export function defaultSchedulerSteps(backend: Backend): number {
+  return backend.info.name === "webgpu" ? 4 : 1;
+}
+
 /** A draft model's part of the KV cache: its config and the element type of its cache. */
 export interface DraftKvShape {
   config: ModelConfig;
@@ -106,7 +116,7 @@ export function createEngines(backend: Backend, model: LoadedModel, opts: readon
     }
     const { mixedStepOverheadMs, kvCacheDtype: _dtype, ...engine } = o;
     return new Engine({
-      ...engine, runner: withMixedStepOverhead(runner, mixedStepOverheadMs ?? 0), config: model.config, tokenizer: model.tokenizer, ...(draftRunner ? { draft: { runner: draftRunner, contextLength: draft!.config.contextLength } } : {}),
+      ...engine, schedulerSteps: engine.schedulerSteps ?? defaultSchedulerSteps(backend), runner: withMixedStepOverhead(runner, mixedStepOverheadMs ?? 0), config: model.config, tokenizer: model.tokenizer, ...(draftRunner ? { draft: { runner: draftRunner, contextLength: draft!.config.contextLength } } : {}),
     });
   });
 }

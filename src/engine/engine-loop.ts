@@ -121,7 +121,7 @@ export class StepLoop {
       const extras = draftRows.some((d) => d) ? { ...asked, drafts: draftRows } : ahead > 0 ? { ...asked, lookahead: aheadRows } : asked;
       let sampled: StepOutput | undefined;
       let error: string | undefined;
-      let records: StepRecord[] = [];
+      const records: StepRecord[] = [];
       try {
         await this.swapKv(plan);
         const t0 = now();

@@ -54,7 +54,10 @@ export class EngineOutput {
     if (start === seq.promptLength) {
       a.tFirst = t;
       metrics.ttft.observe((t - a.t0) / 1000);
-    } else metrics.itl.observe((t - a.tLast) / 1000);
+    } else {
+      // Tokens that come together (accepted drafts, steps run ahead) count a gap each, of a share of the wait.
+      for (let k = 0; k < count; k++) metrics.itl.observe((t - a.tLast) / 1000 / count);
+    }
     a.tLast = t;
     if (a.req.embed && !a.req.prefillOnly) {
       // An embedding request ends at its prompt's last row: the token sampled there is dropped. (A

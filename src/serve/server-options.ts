@@ -47,6 +47,8 @@ export interface ServerOptions {
   kvCacheDtype?: KvDTypeChoice;
   maxBatchTokens?: number;
   maxNumSeqs?: number;
+  /** Multi-step decoding (EngineOptions.schedulerSteps; default: engine-factory.ts `defaultSchedulerSteps`). */
+  schedulerSteps?: number;
   maxWaiting?: number;
   role?: WorkerRole;
   /** What a preempted request loses: its KV (recompute, the default) or nothing (swap to host). */

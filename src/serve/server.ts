@@ -72,6 +72,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     ...(o.kvOffloadBlocks ? { kvOffloadBlocks: o.kvOffloadBlocks } : {}),
     ...(o.jumpForward === false ? { jumpForward: false } : {}),
     ...(o.speculative ? { speculative: o.speculative } : {}),
+    ...(o.schedulerSteps !== undefined ? { schedulerSteps: o.schedulerSteps } : {}),
     ...(o.mixedStepOverheadMs ? { mixedStepOverheadMs: o.mixedStepOverheadMs } : {}),
     scheduler: {
       ...(o.maxBatchTokens ? { maxBatchTokens: o.maxBatchTokens } : {}),
