@@ -92,7 +92,7 @@ async function serve(backend: Backend, steps: number, reqs: Partial<GenerateRequ
       for (const r of late) lateHandles.push(engine.submit({ prompt: prompt.slice(0, 12), maxTokens: 20, temperature: 0, ...r }).result);
     }
     const results = await Promise.all([...handles.map((h) => h.result), ...lateHandles]);
-    return { results: results.map(({ text, tokenIds, finishReason, logprobs }) => ({ text, tokenIds, finishReason, logprobs })), aheads };
+    return { results: results.map(({ text, tokenIds, finishReason, logprobs }) => ({ text, tokenIds, finishReason, logprobs })), aheads, itl: engine.metrics.itl };
   } finally {
     await engine.stop();
   }
@@ -137,6 +137,9 @@ for (const [name, backend, skip] of BACKENDS) {
     assert.deepEqual(ahead.results, (await serve(on, 1, [{ maxTokens: 5, temperature: 0.8, seed: 2 }])).results);
     // The prefill samples the first token; one group gives the other four (1 + 3 ahead).
     assert.deepEqual(ahead.aheads, [0, 3]);
+    // The ITL histogram counts a gap per token after the first, each a share of the group's wait.
+    assert.equal(ahead.itl.count, 4);
+    assert.ok(ahead.itl.sum > 0);
   }, { ignore: skip });
 
   test(`Engine schedulerSteps stops at the context's end on ${name}`, async () => {
