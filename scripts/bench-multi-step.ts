@@ -7,7 +7,7 @@
  * Figures: docs/bench-engine.md "Multi-step decoding".
  *
  *   npx deno run -A --no-check scripts/bench-multi-step.ts [--model models/stories260K.gguf] [--backend webgpu]
- *     [--steps 1,2,4,8] [--requests 1] [--tokens 128] [--rounds 3]
+ *     [--steps 1,2,4,8] [--requests 1] [--tokens 128] [--rounds 3] [--window-ms 50]
  *   npx tsx scripts/bench-multi-step.ts ...
  */
 import { parseArgs } from "../src/cli/args.ts";
@@ -23,6 +23,7 @@ const f = parseArgs(cliArgs(), {
   requests: { kind: "int", min: 1, help: "requests decoding together (default 1)" },
   tokens: { kind: "int", min: 2, help: "tokens each generates (default 128)" },
   rounds: { kind: "int", min: 1, help: "rounds over the settings (default 3)" },
+  "window-ms": { kind: "number", min: 0, help: "EngineOptions.multiStepWindowMs (default the engine's)" },
 });
 const steps = (f.steps ?? "1,2,4,8").split(",").map(Number);
 const requests = f.requests ?? 1;
@@ -36,7 +37,7 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 /** One run: decode tokens per second after the last request's first token, and the whole run's seconds. */
 async function once(schedulerSteps: number): Promise<{ rate: number; seconds: number }> {
-  const engine = createEngine(backend, model, { numBlocks: Math.max(64, requests * Math.ceil((prompt.length + tokens) / 16) + 4), schedulerSteps });
+  const engine = createEngine(backend, model, { numBlocks: Math.max(64, requests * Math.ceil((prompt.length + tokens) / 16) + 4), schedulerSteps, ...(f["window-ms"] !== undefined ? { multiStepWindowMs: f["window-ms"] } : {}) });
   try {
     const t0 = performance.now();
     const results = await Promise.all(Array.from({ length: requests }, (_, i) =>

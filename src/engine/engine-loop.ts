@@ -19,6 +19,9 @@ import type { StepPlan } from "./scheduler-types.ts";
 import type { AutoStepMixing } from "./step-mixing-auto.ts";
 import { type StepRecord, stepShapeOf } from "./step-record.ts";
 
+/** EngineOptions.multiStepWindowMs's default. */
+export const DEFAULT_MULTI_STEP_WINDOW_MS = 100;
+
 /** Lets I/O callbacks run between steps (a CPU backend's forward never yields on its own). */
 const yieldToEventLoop = (): Promise<void> => {
   // setImmediate runs after pending I/O without setTimeout's 1 ms clamp; Deno and Node both have it.
@@ -48,8 +51,8 @@ export interface StepLoopParts {
   sessions: SessionTracker | undefined;
   /** Re-decides the step mixing from measured steps (undefined: autoStepMixing off). */
   mixing: AutoStepMixing | undefined;
-  /** Read when used: `runner`, `onStep`, `schedulerSteps`, `speculative`. */
-  opts: Pick<EngineOptions, "runner" | "onStep" | "schedulerSteps" | "speculative">;
+  /** Read when used: `runner`, `onStep`, `schedulerSteps`, `multiStepWindowMs`, `speculative`. */
+  opts: Pick<EngineOptions, "runner" | "onStep" | "schedulerSteps" | "multiStepWindowMs" | "speculative">;
   /** Context limit (prompt + output) of every request. */
   maxModelLen: number;
   /** Milliseconds on a monotonic clock. */
@@ -63,6 +66,8 @@ export interface StepLoopParts {
 /** One engine's worker loop, started on demand and restarted after a failure. */
 export class StepLoop {
   private wakeUp: (() => void) | undefined;
+  /** Seconds a decode-only forward takes (an EWMA; a group's read shared among its steps); undefined before one ran. */
+  private decodeStepS: number | undefined;
   private loopDone: Promise<void> | undefined;
 
   constructor(private readonly parts: StepLoopParts) {}
@@ -128,6 +133,7 @@ export class StepLoop {
         sampled = await this.parts.opts.runner.run(plan.entries, rows, extras);
         // Steps run ahead share the time evenly: one read for all of them.
         const seconds = (now() - t0) / 1000 / (ahead + 1);
+        if (plan.numPrefillTokens === 0) this.decodeStepS = this.decodeStepS === undefined ? seconds : 0.8 * this.decodeStepS + 0.2 * seconds;
         // What a draft token costs to verify, for a schedule that weighs it (draft-schedule.ts).
         if (ahead === 0) drafts.observeTargetStep(plan.entries, seconds);
         const mixing = this.parts.mixing;
@@ -215,14 +221,17 @@ export class StepLoop {
    * How many steps past its sample the plan runs before reading its tokens (multi-step decoding,
    * EngineOptions.schedulerSteps; 0: none), with the blocks for them taken. Only a plan of plain
    * decodes (runsAhead) looks ahead, and only while nothing waits to be admitted: a request that
-   * arrives meanwhile waits for the whole group. Never past a request's token budget or the context.
+   * arrives meanwhile waits for the whole group, which is kept within `multiStepWindowMs` of measured
+   * decode steps. Never past a request's token budget or the context.
    */
   private lookahead(plan: StepPlan): number {
     const { opts, scheduler, active, maxModelLen } = this.parts;
     const steps = opts.schedulerSteps ?? 1;
     if (steps <= 1 || !opts.runner.runsAhead || opts.speculative) return 0;
     if (scheduler.waitingSequences.length > 0 || plan.swapIn.length + plan.swapOut.length > 0) return 0;
-    let k = steps - 1;
+    const windowS = (opts.multiStepWindowMs ?? DEFAULT_MULTI_STEP_WINDOW_MS) / 1000;
+    const fit = this.decodeStepS === undefined ? steps : Math.floor(windowS / this.decodeStepS);
+    let k = Math.min(steps, fit) - 1;
     for (const e of plan.entries) {
       const a = active.get(e.seqId);
       if (!a || e.prefill || !e.sample || e.draft || e.tokens.length !== 1 || !runsAhead(a)) return 0;

@@ -53,6 +53,13 @@ export interface EngineOptions {
    */
   schedulerSteps?: number;
   /**
+   * The longest a group of steps run ahead may take, in milliseconds of measured decode steps (default
+   * 100): a request arriving meanwhile waits for the group, so where one decode step takes s ms a group
+   * holds at most floor(window / s) steps (one where a step takes longer than the window). Before any
+   * decode step is measured, `schedulerSteps` stands.
+   */
+  multiStepWindowMs?: number;
+  /**
    * The draft model for `speculative.method` "draft_model": its step runner, over its own KV cache,
    * and the context it was trained for (engine-factory.ts builds it; the engine closes it when it stops).
    */

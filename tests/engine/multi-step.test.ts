@@ -71,18 +71,31 @@ const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
 const tale = "Once upon a time, there was a little girl named Lily. She liked to play with her ball in the park.";
 const prompt = model.tokenizer.encode(tale, { addBos: true });
 
-/** An engine on `backend` whose runner notes how far each step looked ahead. */
-function engineOn(backend: Backend, schedulerSteps: number, maxModelLen?: number): { engine: Engine; aheads: number[] } {
+/**
+ * An engine on `backend` whose runner notes how far each step looked ahead. Its clock is fake: each
+ * forward takes `forwardMs` (so the group window, 100 ms, depends on nothing but the test).
+ */
+function engineOn(backend: Backend, schedulerSteps: number, maxModelLen?: number, forwardMs = 1): { engine: Engine; aheads: number[] } {
   const kv = allocatePagedKv(backend, model.config, 48, 16);
   const inner = modelStepRunner(backend, uploadModel(backend, model), kv);
   const aheads: number[] = [];
-  const runner: StepRunner = { ...inner, run: (entries, rows, extras) => (aheads.push(entries[0]?.lookahead ?? 0), inner.run(entries, rows, extras)) };
-  return { engine: new Engine({ runner, config: model.config, tokenizer: model.tokenizer, schedulerSteps, ...(maxModelLen ? { maxModelLen } : {}) }), aheads };
+  let ms = 0;
+  const runner: StepRunner = {
+    ...inner,
+    run: (entries, rows, extras) => {
+      const k = entries[0]?.lookahead ?? 0;
+      aheads.push(k);
+      ms += forwardMs * (k + 1);
+      return inner.run(entries, rows, extras);
+    },
+  };
+  const now = () => ms;
+  return { engine: new Engine({ runner, config: model.config, tokenizer: model.tokenizer, schedulerSteps, now, ...(maxModelLen ? { maxModelLen } : {}) }), aheads };
 }
 
 /** Results of `reqs` submitted together (`late` after the first step), and how far the steps looked ahead. */
-async function serve(backend: Backend, steps: number, reqs: Partial<GenerateRequest>[], late: Partial<GenerateRequest>[] = [], maxModelLen?: number) {
-  const { engine, aheads } = engineOn(backend, steps, maxModelLen);
+async function serve(backend: Backend, steps: number, reqs: Partial<GenerateRequest>[], late: Partial<GenerateRequest>[] = [], maxModelLen?: number, forwardMs?: number) {
+  const { engine, aheads } = engineOn(backend, steps, maxModelLen, forwardMs);
   try {
     const handles = reqs.map((r) => engine.submit({ prompt, maxTokens: 40, temperature: 0, ...r }));
     const lateHandles: Promise<GenerateResult>[] = [];
@@ -140,6 +153,16 @@ for (const [name, backend, skip] of BACKENDS) {
     // The ITL histogram counts a gap per token after the first, each a share of the group's wait.
     assert.equal(ahead.itl.count, 4);
     assert.ok(ahead.itl.sum > 0);
+  }, { ignore: skip });
+
+  test(`Engine schedulerSteps keeps a group within 100 ms of measured decode steps on ${name}`, async () => {
+    // Forwards of 30 ms: three fit the window, so groups look ahead 2 however many steps are allowed.
+    const slow = await serve(on, 8, [{ maxTokens: 20 }], [], undefined, 30);
+    assert.deepEqual(slow.results, (await serve(on, 1, [{ maxTokens: 20 }])).results);
+    // The prefill (a step of 30 ms, not a decode), the first decode group before any decode was measured (8), then threes, and two for the last two tokens.
+    assert.deepEqual(slow.aheads, [0, 7, 2, 2, 2, 1]);
+    // Forwards longer than the window: one step a read after the first measurement.
+    assert.deepEqual((await serve(on, 8, [{ maxTokens: 12 }], [], undefined, 120)).aheads, [0, 7, 0, 0, 0]);
   }, { ignore: skip });
 
   test(`Engine schedulerSteps stops at the context's end on ${name}`, async () => {
