@@ -240,7 +240,7 @@ async function main(): Promise<void> {
     ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
     : `; reasoning parser ${reasoningParser} (${tags.open}/${tags.close} are not single tokens: KV of reasoning not typed)`;
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${speculative ? `, ${speculationLabel(speculative)}` : ""}, max model len ${s.serving.maxModelLen}` +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${speculative ? `, ${speculationLabel(speculative)}` : ""}${schedulerStepsLabel(s.engine?.schedulerSteps ?? f["num-scheduler-steps"], speculative !== undefined)}, max model len ${s.serving.maxModelLen}` +
       (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}` : "") +
       (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}, ${transport}` : "") +
       (loraModules.length > 0 ? `; LoRA adapters ${loraModules.map((m) => m.name).join(", ")}` : "") +
@@ -248,6 +248,12 @@ async function main(): Promise<void> {
       `listening on ${s.url}${apiKey !== undefined ? ` (API key required${f["api-key"] === undefined ? ", from VLLM_API_KEY" : ""})` : ""}`,
   );
   stopOnSignal(s, f["shutdown-timeout"] ?? 30);
+}
+
+/** The log's word on multi-step decoding (empty where it is off: one step, or speculation on; with workers, each takes its backend's default unless given). */
+function schedulerStepsLabel(steps: number | undefined, speculating: boolean): string {
+  if (speculating) return "";
+  return steps === undefined ? ", scheduler steps as each worker's backend takes them" : steps > 1 ? `, ${steps} scheduler steps` : "";
 }
 
 /**

@@ -274,6 +274,11 @@ export class Engine implements ServingEngine {
     return this.opts.runner.kvDtype ?? "f32";
   }
 
+  /** The most forwards a step of plain decodes runs before it reads its tokens (EngineOptions.schedulerSteps). */
+  get schedulerSteps(): number {
+    return this.opts.schedulerSteps ?? 1;
+  }
+
   /** How steps run prefill chunks and decodes now. */
   get stepMixing(): StepMixing {
     return this.scheduler.stepMixing;
