@@ -12,6 +12,7 @@ import { fileURLToPath } from "node:url";
 import { isBackendChoice, selectBackend, BACKEND_NAMES } from "../backend/select.ts";
 import { BackendShapeError, BackendUnavailableError, type Backend } from "../backend/types.ts";
 import { generate, GenerateInputError } from "../engine/generate.ts";
+import { defaultSchedulerSteps } from "../engine/engine-factory.ts";
 import { ModelLoadError } from "../model/config.ts";
 import { uploadModel } from "../model/device-weights.ts";
 import { ForwardInputError } from "../model/forward.ts";
@@ -33,6 +34,7 @@ const FLAGS = {
   "top-k": { kind: "int", min: 0, help: "keep the k most likely tokens, 0 = off (default 0)" },
   "top-p": { kind: "number", min: 0, max: 1, help: "nucleus mass, 1 = off (default 1)" },
   seed: { kind: "int", help: "sampling seed (default 0)" },
+  "num-scheduler-steps": { kind: "int", min: 1, help: "decode forwards per read of their tokens, each fed the ids the one before sampled on the device: the same tokens (default 4 on WebGPU, else 1; serve's flag)" },
   lora: { kind: "string", help: "a LoRA adapter to run with: a llama.cpp GGUF adapter file or a Hugging Face PEFT directory (default none)" },
   "lora-scale": { kind: "number", help: "multiplies the adapter's delta (llama.cpp's --lora-scaled; default 1)" },
   backend: { kind: "string", help: `${BACKEND_NAMES.join("|")} (default auto)` },
@@ -100,6 +102,7 @@ async function run(argv: readonly string[]): Promise<void> {
       topP: flags["top-p"] ?? 1,
       seed: flags.seed ?? 0,
       kvCacheDtype,
+      schedulerSteps: flags["num-scheduler-steps"] ?? defaultSchedulerSteps(backend),
     });
     const text = model.tokenizer.decode(result.ids);
     if (flags.json) {

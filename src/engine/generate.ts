@@ -8,6 +8,7 @@ import type { Backend, SamplingRow } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import { forward, type ForwardEntry } from "../model/forward.ts";
 import { allocatePagedKv, BlockAllocator, DEFAULT_BLOCK_SIZE, freePagedKv, type KvDTypeChoice, resolveKvDtype } from "./kv-cache.ts";
+import { runAhead } from "./run-ahead.ts";
 import { seededUniforms, type UniformSource } from "./sampler-rng.ts";
 
 /** Sampling and stopping options of `generate`. */
@@ -29,6 +30,12 @@ export interface GenerateOptions {
   kvCacheDtype?: KvDTypeChoice;
   /** LoRA adapters on the device: every sequence runs with the one in slot 1. */
   lora?: DeviceLoraSet;
+  /**
+   * Multi-step decoding (EngineOptions.schedulerSteps; default 1): once every sequence decodes, a
+   * step runs up to this many forwards, each fed the ids the one before sampled on the device, and
+   * reads them back once (run-ahead.ts). The same tokens.
+   */
+  schedulerSteps?: number;
 }
 
 /** One prompt's outcome. */
@@ -67,6 +74,8 @@ function checkOptions(o: GenerateOptions): void {
   if (!(p > 0 && p <= 1)) throw bad("topP", p);
   const chunk = o.prefillChunk ?? 64;
   if (!Number.isInteger(chunk) || chunk <= 0) throw bad("prefillChunk", chunk);
+  const steps = o.schedulerSteps ?? 1;
+  if (!Number.isInteger(steps) || steps < 1) throw bad("schedulerSteps", steps);
 }
 
 /** Generates continuations of `prompts` (token ids) with `model` on `backend`. */
@@ -120,23 +129,39 @@ export async function generate(
         s.computed += tokens.length;
       }
       const lora = options.lora ? { set: options.lora, slots: entries.map(() => 1) } : undefined;
-      const logits = forward(backend, model, kv, { entries, ...(lora ? { lora } : {}) });
-      const picked = backend.sample(logits, rows);
-      backend.free(logits);
-      const ids = await backend.download(picked);
-      backend.free(picked);
-      active.forEach((s, i) => {
-        if (!sampling[i]) return;
-        const id = ids[i];
-        if (eos.has(id)) {
-          s.done = true;
-          s.finishReason = "stop";
-        } else {
-          s.out.push(id);
-          s.done = s.out.length >= s.budget;
-        }
-        if (s.done) alloc.release(s.blocks.splice(0));
-      });
+      // Every sequence decoding: up to schedulerSteps forwards, never past a sequence's budget.
+      const decoding = entries.every((e, i) => sampling[i] && e.tokens.length === 1 && active[i].out.length > 0);
+      const ahead = decoding ? Math.min((options.schedulerSteps ?? 1) - 1, ...active.map((s) => s.budget - s.out.length - 1)) : 0;
+      let sampled: ArrayLike<number>[];
+      if (ahead > 0) {
+        for (const s of active) alloc.ensure(s.blocks, s.computed + ahead, blockSize);
+        // Each sequence's uniforms in the order of its tokens: this step's rows, then each further step's.
+        const aheadRows = Array.from({ length: ahead }, () => active.map((s, i) => ({ ...rows[i], uniform: s.rng.next() })));
+        const out = await runAhead(backend, model, kv, entries, rows, aheadRows, lora);
+        sampled = [out.ids, ...aheadRows.map((_, j) => out.lookaheadIds!.map((ids) => ids[j]))];
+        for (const s of active) s.computed += ahead;
+      } else {
+        const logits = forward(backend, model, kv, { entries, ...(lora ? { lora } : {}) });
+        const picked = backend.sample(logits, rows);
+        backend.free(logits);
+        sampled = [await backend.download(picked)];
+        backend.free(picked);
+      }
+      // A sequence that ends mid-group drops the tokens after its end.
+      for (const ids of sampled) {
+        active.forEach((s, i) => {
+          if (!sampling[i] || s.done) return;
+          const id = ids[i];
+          if (eos.has(id)) {
+            s.done = true;
+            s.finishReason = "stop";
+          } else {
+            s.out.push(id);
+            s.done = s.out.length >= s.budget;
+          }
+          if (s.done) alloc.release(s.blocks.splice(0));
+        });
+      }
     }
   } finally {
     freePagedKv(backend, kv);

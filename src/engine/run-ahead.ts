@@ -7,7 +7,7 @@
  */
 import type { Backend, SamplingRow, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
-import { forward, type PagedKv, type StepLora } from "../model/forward.ts";
+import { forward, type ForwardEntry, type PagedKv, type StepLora } from "../model/forward.ts";
 import type { StepExtras, StepOutput } from "./engine-runner-types.ts";
 import type { StepEntry } from "./scheduler-types.ts";
 
@@ -27,7 +27,7 @@ export function lookaheadOf(entries: readonly StepEntry[], extras: StepExtras | 
  * steps per entry fed the tokens sampled before them, and reads all of them back in one go.
  */
 export async function runAhead(
-  backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly StepEntry[], rows: readonly SamplingRow[],
+  backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly ForwardEntry[], rows: readonly SamplingRow[],
   ahead: readonly (readonly SamplingRow[])[], lora: StepLora | undefined,
 ): Promise<StepOutput> {
   const sampled: Tensor[] = [];

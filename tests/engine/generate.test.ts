@@ -67,6 +67,24 @@ test("generate() stops at an EOS id and leaves it out of the output", async () =
   assert.deepEqual(ignored.ids, free.ids);
 });
 
+test("generate() with schedulerSteps gives the tokens of one-token steps, through EOS, budgets and the context", async () => {
+  const seeded = { maxTokens: 13, temperature: 1.5, topK: 20, topP: 0.95, seed: 1234 };
+  for (const opts of [{ maxTokens: 11 }, seeded]) {
+    const one = await generate(noEos, be, PROMPTS.slice(0, 3), opts);
+    for (const steps of [2, 4, 16]) assert.deepEqual(await generate(noEos, be, PROMPTS.slice(0, 3), { ...opts, schedulerSteps: steps }), one, `${steps} steps`);
+  }
+  // An EOS mid-group ends the sequence there; the others go on.
+  const [free] = await generate(noEos, be, [[1, 2, 3], [4, 5]], { maxTokens: 9 });
+  const eosModel = { ...model, config: { ...model.config, eosTokenIds: [free.ids[3]] } };
+  const want = await generate(eosModel, be, [[1, 2, 3], [4, 5]], { maxTokens: 9 });
+  assert.deepEqual(await generate(eosModel, be, [[1, 2, 3], [4, 5]], { maxTokens: 9, schedulerSteps: 4 }), want);
+  const prompt = new Array(host.config.contextLength - 6).fill(3);
+  const [r] = await generate(noEos, be, [prompt], { maxTokens: 10, prefillChunk: 128, schedulerSteps: 8 });
+  assert.deepEqual(r, (await generate(noEos, be, [prompt], { maxTokens: 10, prefillChunk: 128 }))[0]);
+  assert.equal(r.ids.length, 6);
+  await assert.rejects(() => generate(model, be, [[1]], { maxTokens: 1, schedulerSteps: 0 }), /Invalid schedulerSteps: 0/);
+});
+
 test("generate() rejects prompts longer than the context and bad options", async () => {
   const tooLong = new Array(host.config.contextLength + 1).fill(1);
   await assert.rejects(() => generate(model, be, [tooLong], { maxTokens: 1 }), GenerateInputError);
