@@ -8,7 +8,7 @@
  */
 import type { Backend, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
-import { forward, forwardWithHidden, type PagedKv, type StepLora } from "../model/forward.ts";
+import { forwardWithHidden, type PagedKv, type StepLora } from "../model/forward.ts";
 import { type DeviceLoraSet, freeLoraSet, uploadLoraSet } from "../model/lora-set.ts";
 import { readSlots, slotsOf, writeSlots } from "./kv-copy.ts";
 import { HostKvSwap } from "./kv-swap.ts";
@@ -113,23 +113,8 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     async draftGreedy(entries, steps) {
       freeRetired();
       const rows = entries.map(() => GREEDY_ROW);
-      const sampled: Tensor[] = [];
-      try {
-        let step = entries;
-        for (let k = 0; k < steps; k++) {
-          const logits = forward(backend, model, kv, { entries: step, ...(k > 0 ? { tokenIds: sampled[k - 1] } : {}) });
-          try {
-            sampled.push(backend.sample(logits, rows));
-          } finally {
-            backend.free(logits);
-          }
-          step = step.map((e) => ({ ...e, tokens: [0], startPos: e.startPos + e.tokens.length, prefill: false }));
-        }
-        const read = await Promise.all(sampled.map(async (t) => (await backend.download(t)) as Int32Array));
-        return entries.map((_, i) => Int32Array.from(read, (ids) => ids[i]));
-      } finally {
-        for (const t of sampled) backend.free(t);
-      }
+      const out = await runAhead(backend, model, kv, entries, rows, Array.from({ length: steps - 1 }, () => rows), undefined);
+      return entries.map((_, i) => Int32Array.from([out.ids[i], ...out.lookaheadIds![i]]));
     },
     setAdapters(adapters) {
       const next = adapters.some((a) => a !== undefined) ? uploadLoraSet(backend, model.config, adapters, model.weights.output !== undefined) : undefined;

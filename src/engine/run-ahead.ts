@@ -23,8 +23,9 @@ export function lookaheadOf(entries: readonly StepEntry[], extras: StepExtras | 
 }
 
 /**
- * Runs `entries` (plain decodes: one token each, sampling with `rows`), then `lookahead` one-token
- * steps per entry fed the tokens sampled before them, and reads all of them back in one go.
+ * Runs `entries` (each sampling its last row with `rows`: plain decodes, or a draft model's catch-up
+ * chunks), then `ahead.length` one-token steps per entry fed the tokens sampled before them, and
+ * reads all of them back in one go.
  */
 export async function runAhead(
   backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly ForwardEntry[], rows: readonly SamplingRow[],
@@ -41,7 +42,7 @@ export async function runAhead(
         backend.free(logits);
       }
       // The placeholder token is never read: the forward takes the ids from the device.
-      step = step.map((e) => ({ ...e, tokens: [0], startPos: e.startPos + 1 }));
+      step = step.map((e) => ({ ...e, tokens: [0], startPos: e.startPos + e.tokens.length }));
     }
     const read = await Promise.all(sampled.map(async (t) => (await backend.download(t)) as Int32Array));
     return { ids: read[0], lookaheadIds: entries.map((_, i) => Int32Array.from(read.slice(1), (ids) => ids[i])) };
