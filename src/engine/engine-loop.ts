@@ -234,7 +234,8 @@ export class StepLoop {
     let k = Math.min(steps, fit) - 1;
     for (const e of plan.entries) {
       const a = active.get(e.seqId);
-      if (!a || e.prefill || !e.sample || e.draft || e.tokens.length !== 1 || !runsAhead(a)) return 0;
+      // A first token comes alone (a hand-off's is fed as a decode): it is the request's time to first token.
+      if (!a || e.prefill || !e.sample || e.draft || e.tokens.length !== 1 || a.seq.numOutput === 0 || !runsAhead(a)) return 0;
       const length = a.seq.tokens.length;
       k = Math.min(k, a.maxTokens - (length - a.seq.promptLength) - 1, maxModelLen - length - 1);
     }

@@ -297,18 +297,21 @@ export class Scheduler {
    * Multi-step decoding: lets each entry of `plan`, the step in flight, run `steps` more one-token
    * steps after its sample, each fed the token the one before sampled (StepEntry.lookahead), when the
    * pool's free blocks above the watermark hold all of their KV; nobody is preempted for it. Only for
-   * a plan of plain decodes (each feeds its one pending token and samples). Returns the steps granted:
-   * `steps`, or 0 with nothing changed.
+   * a plan of plain decodes (each feeds its one pending token and samples). A sequence's first token
+   * comes alone (its time to first token; on a prefill worker, or for a hand-off, it ends the
+   * sequence), so a plan holding one — a handed-off prompt's last token is fed as a decode — and a
+   * prefill worker's plans get none. Returns the steps granted: `steps`, or 0 with nothing changed.
    */
   lookAhead(plan: StepPlan, steps: number): number {
     if (this.inFlight !== plan) throw new Error(`Step ${plan.step} is not the step in flight`);
-    if (steps <= 0) return 0;
+    if (steps <= 0 || this.config.role === "prefill") return 0;
     const bs = this.kv.blockSize;
     const seqs = plan.entries.map((e) => {
       const seq = this.seqs.get(e.seqId);
       if (!seq || e.prefill || !e.sample || e.draft || e.tokens.length !== 1) throw new Error(`Step ${plan.step} has an entry (sequence ${e.seqId}) that is not a plain decode: it cannot look ahead`);
       return seq;
     });
+    if (seqs.some((seq) => seq.numOutput === 0 || seq.hints.prefillOnly)) return 0;
     const need = plan.entries.map((e, i) => Math.max(0, Math.ceil((e.startPos + 1 + steps) / bs) - seqs[i].blockTable.length));
     const total = need.reduce((a, b) => a + b, 0);
     if (total > this.kv.numAvailable() - this.config.watermarkBlocks) return 0;

@@ -126,6 +126,21 @@ for (const length of [10, 12]) {
   });
 }
 
+test("Scheduler.lookAhead() leaves a handed-off prompt's first token alone", () => {
+  const prompt = range(10, 100);
+  const { sched } = handedOff(prompt);
+  sched.submit(1, prompt);
+  const first = sched.schedule();
+  assert.equal(first.entries[0].prefill, false, "fed as a decode");
+  assert.equal(sched.lookAhead(first, 3), 0, "its first token is its time to first token");
+  assert.equal(first.entries[0].lookahead, undefined);
+  sched.commit(first, new Map([[1, 5]]));
+  const next = sched.schedule();
+  assert.equal(sched.lookAhead(next, 3), 3, "a decode after it may");
+  sched.commit(next, new Map([[1, 9]]), new Map([[1, [6, 7, 8]]]));
+  assert.deepEqual(sched.get(1)!.tokens.slice(10), [5, 6, 7, 8, 9]);
+});
+
 test("Scheduler without the last block held prefills a handed-off prompt's end", () => {
   const prompt = range(10, 100);
   const { tails, sched, pool } = handedOff(prompt);

@@ -2,7 +2,7 @@
  * The scheduler fuzz test's driver: random operations on a {@link FuzzWorld} (submits with shared
  * prefixes, sessions, priorities and hand-offs; steps with a fake forward that writes every fed token
  * into its block; cancellations at any point, mid-step included; tool waits; speculative drafts and
- * jump-forward tokens; clock jumps; step-mixing switches), the invariants checked after each, then a
+ * jump-forward tokens; steps that look ahead (multi-step decoding); clock jumps; step-mixing switches), the invariants checked after each, then a
  * drain in which every request must end and the pool must come back whole.
  */
 import { SeededRng } from "../../kv/index.ts";
@@ -37,6 +37,7 @@ class Driver {
   private readonly maxPrompt: number;
   private handoffs = 0;
   private drafts = 0;
+  private lookaheads = 0;
   private truncated = 0;
 
   constructor(private readonly w: FuzzWorld, private readonly rng: SeededRng) {
@@ -211,7 +212,8 @@ class Driver {
       if (Math.ceil(seq.tokens.length / bs) <= w.shape.numBlocks) w.fail(`sequence ${id} of ${seq.tokens.length} tokens truncated though the pool holds it (${holds} hand-off holds)`);
       this.ended(id);
     }
-    w.forward(plan);
+    const ahead = this.lookAhead(plan);
+    w.forward(plan, ahead);
     checkPool(w);
     if (plan.entries.length === 0) return plan;
     if (chaos && rng.next() < 0.06) this.cancel(plan.entries[rng.int(0, plan.entries.length - 1)].seqId);
@@ -220,6 +222,12 @@ class Driver {
     const accepted = new Map<number, number[]>();
     for (const e of plan.entries) {
       if (!e.sample) continue;
+      const more = ahead.get(e.seqId);
+      if (more) {
+        sampled.set(e.seqId, more[more.length - 1]);
+        accepted.set(e.seqId, more.slice(0, -1));
+        continue;
+      }
       sampled.set(e.seqId, rng.int(0, VOCAB - 1));
       if (e.draft) accepted.set(e.seqId, e.tokens.slice(e.tokens.length - e.draft, e.tokens.length - e.draft + rng.int(0, e.draft)));
     }
@@ -234,6 +242,26 @@ class Driver {
     return plan;
   }
 
+  /**
+   * Multi-step decoding, now and then: a plan of plain decodes looks ahead 1 to 4 steps (never past a
+   * request's max tokens, and only while nothing waits, as the engine's loop) when the pool grants it. Each entry's tokens, sampled
+   * in order: the steps feed all but the last.
+   */
+  private lookAhead(plan: StepPlan): Map<number, number[]> {
+    const { w, rng } = this;
+    const plain = plan.entries.length > 0 && plan.entries.every((e) => !e.prefill && e.sample && !e.draft && e.tokens.length === 1);
+    // As the engine's loop: only while nothing waits to be admitted.
+    if (!plain || plan.swapIn.length + plan.swapOut.length > 0 || w.sched.waitingSequences.length > 0 || rng.next() >= 0.3) return new Map();
+    let k = rng.int(1, 4);
+    for (const e of plan.entries) {
+      const req = w.reqs.get(e.seqId)!;
+      k = Math.min(k, req.maxTokens - req.seq.numOutput - 1);
+    }
+    if (k <= 0 || w.sched.lookAhead(plan, k) === 0) return new Map();
+    this.lookaheads++;
+    return new Map(plan.entries.map((e) => [e.seqId, Array.from({ length: k + 1 }, () => rng.int(0, VOCAB - 1))]));
+  }
+
   /** First admissions: earlier, equally urgent requests still waiting were overtaken. */
   private noteAdmissions(plan: StepPlan): void {
     const { w } = this;
@@ -244,7 +272,8 @@ class Driver {
       if (req.seq.promptHandedOff) this.handoffs++;
       for (const id of w.live) {
         const other = w.reqs.get(id)!;
-        if (other.admittedAt === undefined && other.seq.arrival < req.seq.arrival && other.seq.priority <= req.seq.priority) other.overtaken++;
+        // A scored prompt waiting for a step with prompt rows left is passed over by design (scheduler-queue.ts admit).
+        if (other.admittedAt === undefined && other.seq.arrival < req.seq.arrival && other.seq.priority <= req.seq.priority && !other.seq.hints.wholePrompt) other.overtaken++;
       }
     }
   }
@@ -290,7 +319,7 @@ class Driver {
     return {
       ops, steps: w.step, requests: w.reqs.size, refused: this.refused, reasons, preemptions: st.preemptions, swapOuts: st.swapOuts,
       prefixHitTokens: st.prefixHitTokens, priorityPreemptions: st.priorityPreemptions, swappedInBlocks: st.swappedInBlocks,
-      handoffs: this.handoffs, drafts: this.drafts, truncated: this.truncated, maxOvertakenFcfs,
+      handoffs: this.handoffs, drafts: this.drafts, lookaheads: this.lookaheads, truncated: this.truncated, maxOvertakenFcfs,
     };
   }
 }

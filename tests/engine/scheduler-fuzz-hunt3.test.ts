@@ -20,18 +20,20 @@ const seeds = one !== undefined ? [Number(one)] : range(Number(envVar("SCHED_FUZ
 const ops = Number(envVar("SCHED_FUZZ_OPS") ?? 1200);
 
 test(`Scheduler fuzz: ${ops} random operations per seed, seeds ${seeds[0]}..${seeds[seeds.length - 1]}, keep every invariant and drain`, () => {
-  let requests = 0, preemptions = 0, hits = 0;
+  let requests = 0, preemptions = 0, hits = 0, lookaheads = 0;
   for (const seed of seeds) {
     const s = runFuzz(seed, ops);
     requests += s.requests;
     preemptions += s.preemptions;
     hits += s.prefixHitTokens;
-    // FCFS admits in arrival order within a priority: only a scored prompt waiting for prompt rows,
-    // or a hand-off admitted in a decode step, lets a later one by.
+    lookaheads += s.lookaheads;
+    // FCFS admits in arrival order within a priority: only a scored prompt waiting for prompt rows
+    // (passed over by design, so not counted), or a hand-off admitted in a decode step, lets a later one by.
     assert.ok(s.maxOvertakenFcfs <= 20, `Seed ${seed}: a waiting request was overtaken ${s.maxOvertakenFcfs} times under FCFS`);
   }
-  // The runs did what they are for: requests, preemptions under KV pressure, prefix-cache hits.
+  // The runs did what they are for: requests, preemptions under KV pressure, prefix-cache hits, steps run ahead.
   assert.ok(requests > 100 * seeds.length && preemptions > 0 && hits > 0, `${requests} requests, ${preemptions} preemptions, ${hits} hit tokens`);
+  assert.ok(seeds.length < 5 || lookaheads > seeds.length, `${lookaheads} steps looked ahead`);
 });
 
 /** Steps with a fixed sampled token per sequence. */

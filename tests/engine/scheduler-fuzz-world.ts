@@ -48,6 +48,8 @@ export interface FuzzSummary {
   /** Prompts admitted with their hand-off block, steps that verified a draft, sequences truncated. */
   handoffs: number;
   drafts: number;
+  /** Steps that looked ahead (multi-step decoding). */
+  lookaheads: number;
   truncated: number;
   /** Most later arrivals of equal or lower urgency admitted before one waiting request (FCFS runs only). */
   maxOvertakenFcfs: number;
@@ -206,9 +208,10 @@ export class FuzzWorld {
   /**
    * The runner's part of a step: swap-outs read the victims' blocks before anything else writes them,
    * then swap-ins, then the forward writes every fed token into its block (never changing a shared or
-   * cached one).
+   * cached one); an entry that looks ahead also writes the tokens its steps feed (`ahead`: the
+   * tokens it samples, in order, the last of them not fed).
    */
-  forward(plan: StepPlan): void {
+  forward(plan: StepPlan, ahead?: ReadonlyMap<number, readonly number[]>): void {
     const bs = this.shape.blockSize;
     for (const op of plan.swapOut) {
       const seq = this.reqs.get(op.seqId)!.seq;
@@ -225,7 +228,8 @@ export class FuzzWorld {
     }
     checkContent(this, false);
     for (const e of plan.entries) {
-      e.tokens.forEach((t, k) => {
+      const fed = e.lookahead ? [...e.tokens, ...ahead!.get(e.seqId)!.slice(0, e.lookahead)] : e.tokens;
+      fed.forEach((t, k) => {
         const p = e.startPos + k, b = e.blockTable[Math.floor(p / bs)];
         if (this.content[b][p % bs] !== t && (this.pool.refCount(b) > 1 || this.pool.hashOf(b) !== null)) {
           this.fail(`sequence ${e.seqId} overwrites position ${p} in shared or cached block ${b}`);
