@@ -153,7 +153,10 @@ export class WaitingQueue {
         this.kv.release(held);
         continue;
       }
-      const free = this.kv.numAvailable() - this.config.watermarkBlocks;
+      // The watermark is headroom for running sequences to grow into: with none running it holds back
+      // nothing. (A sequence preempted after growing past the pool less the watermark, its prefix
+      // cached, could otherwise never come back: its hit takes all the room and no token fits.)
+      const free = this.kv.numAvailable() - (running.length === 0 ? 0 : this.config.watermarkBlocks);
       const n = Math.min(seq.tokens.length - cached, room(seq), (held.length + free) * bs - cached);
       const got = n > 0 ? this.kv.allocate(Math.ceil((cached + n) / bs) - held.length) : null;
       if (got === null) {

@@ -358,3 +358,23 @@ test("Scheduler.queueState() stays exact through admissions, cancels, preemption
     { numRuns: 200, seed: 7 },
   );
 });
+
+test("Scheduler readmits a sequence preempted past the pool less the watermark, its prefix cached, once nothing runs", () => {
+  // Pool of 4 blocks, 2 kept as headroom at admission. B grows to 10 tokens while A runs, is
+  // preempted with two full blocks cached, and then needs a third: its hit took the room the
+  // watermark leaves, so before the fix no token of it ever fitted again (the fuzz's seed 558).
+  const { sched } = make(4, 4, { watermarkBlocks: 2, maxBatchTokens: 16 });
+  sched.submit(1, range(1, 10));
+  sched.submit(2, range(7, 20));
+  let preempted = false;
+  for (let i = 0; i < 20 && !preempted; i++) {
+    const plan = sched.schedule();
+    preempted = plan.preempted.includes(2);
+    if (plan.entries.length > 0) sched.commit(plan, fakeSample(plan));
+  }
+  assert.ok(preempted);
+  assert.equal(sched.get(2)!.tokens.length, 10);
+  sched.finish(1, "stop");
+  const plan = sched.schedule();
+  assert.deepEqual(plan.entries.map((e) => [e.seqId, e.startPos, e.tokens.length]), [[2, 8, 2]], "its cached 8 tokens and the 2 after them");
+});
