@@ -165,7 +165,11 @@ export class StepLoop {
             // The steps run ahead fed all but the last token sampled; that one is pending, as any sample is.
             tokens.set(e.seqId, more[more.length - 1]);
             accepted.set(e.seqId, [sampled.ids[i], ...more.subarray(0, more.length - 1)]);
-          } else tokens.set(e.seqId, e.draft ? drafts.verify(e.seqId, e.tokens.slice(-e.draft), sampled.draftIds![i]!, sampled.ids[i], accepted) : sampled.ids[i]);
+            const first = sampled.logprobs?.[i];
+            if (first) a.pendingLogprobs = [first, ...sampled.lookaheadLogprobs![i]!];
+            return;
+          }
+          tokens.set(e.seqId, e.draft ? drafts.verify(e.seqId, e.tokens.slice(-e.draft), sampled.draftIds![i]!, sampled.ids[i], accepted) : sampled.ids[i]);
           const lps = stepLogprobs(sampled, i, accepted.get(e.seqId)?.length ?? 0);
           if (lps) a.pendingLogprobs = lps;
         } catch (err) {

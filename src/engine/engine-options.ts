@@ -46,7 +46,8 @@ export interface EngineOptions {
    */
   speculative?: Speculation;
   /**
-   * Multi-step decoding (vLLM's `--num-scheduler-steps`; default 1: off): a step of plain decodes
+   * Multi-step decoding (vLLM's `--num-scheduler-steps`; default 1: off; `createEngine` takes 4 on
+   * WebGPU): a step of plain decodes
    * (engine-request.ts `runsAhead`) runs up to this many forward steps, each fed the token the one
    * before sampled on the device, and reads their tokens back once (run-ahead.ts); the tokens are
    * those of one-token steps. Only while nothing waits to be admitted; not with `speculative`.

@@ -52,7 +52,7 @@ export interface StepExtras {
   /**
    * For a step whose entries look ahead (StepEntry.lookahead = k, the same for all): the sampling rows
    * of each further step, k of them, each one row per entry. Nothing else may be asked of such a step
-   * but `adapters`: its rows take no additions, masks or penalties and report no log probabilities.
+   * but `adapters` and `logprobs`: its rows take no additions, masks or penalties.
    */
   lookahead?: readonly (readonly SamplingRow[])[];
 }
@@ -82,6 +82,8 @@ export interface StepOutput {
   hidden?: (Float32Array | undefined)[];
   /** For a step whose entries look ahead k steps: each entry's k further tokens, in order (`ids` holds the first). */
   lookaheadIds?: Int32Array[];
+  /** For a step whose entries look ahead, those that asked (StepExtras.logprobs): their k further tokens', in order (`logprobs` holds the first's). */
+  lookaheadLogprobs?: (TokenLogprob[] | undefined)[];
 }
 
 /** Executes steps. */

@@ -9,6 +9,8 @@ import type { Backend, SamplingRow, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import { forward, type ForwardEntry, type PagedKv, type StepLora } from "../model/forward.ts";
 import type { StepExtras, StepOutput } from "./engine-runner-types.ts";
+import { gatherLogitRows } from "./logit-rows.ts";
+import { type TokenLogprob, tokenLogprob } from "./logprobs.ts";
 import type { StepEntry } from "./scheduler-types.ts";
 
 /** The step a runner looks ahead from: its entries' common lookahead (0: none), checked against what the step asks. */
@@ -17,7 +19,8 @@ export function lookaheadOf(entries: readonly StepEntry[], extras: StepExtras | 
   if (entries.some((e) => (e.lookahead ?? 0) !== k)) throw new RangeError("A step's entries look ahead by different numbers of steps");
   if (k === 0) return 0;
   if (extras?.lookahead?.length !== k) throw new RangeError(`A step that looks ahead ${k} steps has ${extras?.lookahead?.length ?? 0} steps of sampling rows`);
-  const asks = Object.entries(extras).filter(([key, v]) => key !== "lookahead" && key !== "adapters" && v !== undefined && (!Array.isArray(v) || v.some((x) => x !== undefined)));
+  const allowed = new Set(["lookahead", "adapters", "logprobs"]);
+  const asks = Object.entries(extras).filter(([key, v]) => !allowed.has(key) && v !== undefined && (!Array.isArray(v) || v.some((x) => x !== undefined)));
   if (asks.length > 0) throw new RangeError(`A step that looks ahead cannot also ask for ${asks.map(([key]) => key).join(", ")}`);
   return k;
 }
@@ -25,18 +28,24 @@ export function lookaheadOf(entries: readonly StepEntry[], extras: StepExtras | 
 /**
  * Runs `entries` (each sampling its last row with `rows`: plain decodes, or a draft model's catch-up
  * chunks), then `ahead.length` one-token steps per entry fed the tokens sampled before them, and
- * reads all of them back in one go.
+ * reads all of them back in one go. Entries asking for log probabilities (`logprobs[i]`: top
+ * alternatives) get each of their tokens', from the raw logits of every step, copied out as they come.
  */
 export async function runAhead(
   backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly ForwardEntry[], rows: readonly SamplingRow[],
-  ahead: readonly (readonly SamplingRow[])[], lora: StepLora | undefined,
+  ahead: readonly (readonly SamplingRow[])[], lora: StepLora | undefined, logprobs?: readonly (number | undefined)[],
 ): Promise<StepOutput> {
+  const asking = entries.flatMap((_, i) => (logprobs?.[i] === undefined ? [] : [i]));
   const sampled: Tensor[] = [];
+  const raws: Tensor[] = [];
+  let vocab = 0;
   try {
     let step = entries;
     for (let k = 0; k <= ahead.length; k++) {
       const logits = forward(backend, model, kv, { entries: step, ...(k > 0 ? { tokenIds: sampled[k - 1] } : {}), ...(lora ? { lora } : {}) });
       try {
+        vocab = logits.shape[1];
+        if (asking.length > 0) raws.push(gatherLogitRows(backend, logits, asking));
         sampled.push(backend.sample(logits, k === 0 ? rows : ahead[k - 1]));
       } finally {
         backend.free(logits);
@@ -44,9 +53,20 @@ export async function runAhead(
       // The placeholder token is never read: the forward takes the ids from the device.
       step = step.map((e) => ({ ...e, tokens: [0], startPos: e.startPos + e.tokens.length }));
     }
-    const read = await Promise.all(sampled.map(async (t) => (await backend.download(t)) as Int32Array));
-    return { ids: read[0], lookaheadIds: entries.map((_, i) => Int32Array.from(read.slice(1), (ids) => ids[i])) };
+    const [read, rawRead] = await Promise.all([
+      Promise.all(sampled.map(async (t) => (await backend.download(t)) as Int32Array)),
+      Promise.all(raws.map(async (t) => (await backend.download(t)) as Float32Array)),
+    ]);
+    const ids = read[0];
+    const lookaheadIds = entries.map((_, i) => Int32Array.from(read.slice(1), (step) => step[i]));
+    if (asking.length === 0) return { ids, lookaheadIds };
+    // Each step's log probability of each asking entry's token, in step order.
+    const perEntry: (TokenLogprob[] | undefined)[] = entries.map(() => undefined);
+    asking.forEach((i, r) => {
+      perEntry[i] = read.map((stepIds, k) => tokenLogprob(rawRead[k].subarray(r * vocab, (r + 1) * vocab), stepIds[i], logprobs![i]!));
+    });
+    return { ids, lookaheadIds, logprobs: perEntry.map((lps) => lps?.[0]), lookaheadLogprobs: perEntry.map((lps) => lps?.slice(1)) };
   } finally {
-    for (const t of sampled) backend.free(t);
+    for (const t of [...sampled, ...raws]) backend.free(t);
   }
 }

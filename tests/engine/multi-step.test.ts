@@ -4,8 +4,8 @@
  * commits them together. The scheduler's side (Scheduler.lookAhead, commit) on a fake forward; the
  * engine's on stories260K, on the reference backend and on WebGPU (poisoned outputs): the tokens must
  * be those of one-token steps, greedy and seeded, through EOS, stop strings, max_tokens and the
- * context's end, while requests that cannot run ahead (a grammar, log probabilities) and requests
- * arriving mid-way are served as before.
+ * context's end, with log probabilities (each step's, from its raw logits), while requests that
+ * cannot run ahead (a grammar) and requests arriving mid-way are served as before.
  */
 import assert from "node:assert/strict";
 import { projectRoot, test } from "../harness.ts";
@@ -116,6 +116,7 @@ const CASES: Partial<GenerateRequest>[] = [
   { temperature: 0.8, seed: 9, maxTokens: 37 },
   { temperature: 1, topK: 5, topP: 0.9, seed: 4, maxTokens: 3 },
   { temperature: 0.9, minP: 0.05, seed: 11, stop: [" the"] },
+  { temperature: 0.7, seed: 5, logprobs: 3, maxTokens: 30 },
 ];
 
 const webgpu = await poisonedWebGpu("the WebGPU multi-step tests");
@@ -135,7 +136,7 @@ for (const [name, backend, skip] of BACKENDS) {
     assert.ok(ahead.aheads.length < plain.aheads.length / 2, `${ahead.aheads.length} runs against ${plain.aheads.length}`);
   }, { ignore: skip });
 
-  test(`Engine schedulerSteps serves grammar, log-probability and late requests one step at a time on ${name}`, async () => {
+  test(`Engine schedulerSteps serves grammar requests one step at a time, and log-probability and late requests as they come, on ${name}`, async () => {
     const reqs: Partial<GenerateRequest>[] = [{ maxTokens: 30 }, { temperature: 0.8, seed: 3, maxTokens: 24 }];
     const late: Partial<GenerateRequest>[] = [{ logprobs: 2 }, { grammar: { kind: "regex", pattern: "[a-z ]*" }, temperature: 0.7, seed: 5 }];
     const plain = await serve(on, 1, reqs, late);
