@@ -3,7 +3,7 @@
 # Deno and no network). Prepare on the build machine with scripts/device-prepare.sh and carry the
 # paths it lists. Steps (≈5 minutes in all): versions; build the addon for this GPU; conformance +
 # CUDA kernel tests; golden (and, where Node and node-llama-cpp exist, oracle) generation checks;
-# torch baselines; the CUDA timing table, printed last. Everything lands in $OUT.
+# torch baselines; the CUDA timing table, printed last; multi-step decoding's rates (CUDA, WebGPU). Everything lands in $OUT.
 #   JS_RUNTIME=/path/to/deno-or-node   use this runtime;   CUDA_ARCHS=90a   arch(s) to build here
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -141,6 +141,18 @@ else
   else
     note "cuda timing" "FAILED"
   fi
+
+  # Multi-step decoding on this GPU (docs/bench-engine.md "Multi-step decoding"): CUDA (off by default
+  # there, unmeasured) and, where Deno has the Vulkan adapter, WebGPU on a hardware GPU.
+  echo "== multi-step decoding ($(elapsed))"
+  for be in cuda webgpu; do
+    if timeout "$(limit 40)" bash -c "$(declare -f run_ts); RT='$RT' run_ts run scripts/bench-multi-step.ts --backend $be --steps 1,2,4,8 --requests 1 --tokens 96 --rounds 2" >"$OUT/multi-step-$be.txt" 2>&1; then
+      note "multi-step ($be)" "ok (multi-step-$be.txt)"
+    else
+      note "multi-step ($be)" "FAILED or no adapter (multi-step-$be.txt)"
+    fi
+    tail -6 "$OUT/multi-step-$be.txt"
+  done
 
   if [ "${DEVICE_SWEEP:-1}" = 1 ] && [ -x /tmp/evolving-sweep ]; then
     # The set-aside wgmma GEMM (kernels-cuda/bench/matmul_wgmma.cuh) against the built mma.sync one:
