@@ -116,6 +116,7 @@ export class StepLoop {
         if (a && a.tScheduled === undefined) a.tScheduled = tPlanned;
       }
       const ahead = this.lookahead(plan);
+      metrics.stepsRunAhead += ahead;
       for (let j = 0; j <= ahead; j++) metrics.iterationTokens.observe(stepTokens);
       // A draft's rows draw their uniforms before the entry's own row, in the order of the positions they sample.
       const draftRows = plan.entries.map((e) => (e.draft ? Array.from({ length: e.draft }, () => samplingRow(active.get(e.seqId)!, true)) : undefined));

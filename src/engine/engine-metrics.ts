@@ -78,6 +78,8 @@ export class EngineMetrics {
   specDrafts = 0;
   specDraftTokens = 0;
   specAcceptedTokens = 0;
+  /** Multi-step decoding: forwards run past a step's first before its read (EngineOptions.schedulerSteps). */
+  stepsRunAhead = 0;
   /** Entry i: drafts whose token at position i was accepted. */
   readonly specAcceptedPerPos: number[] = [];
   /** Finished requests by finish reason. */

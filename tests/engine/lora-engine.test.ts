@@ -39,8 +39,8 @@ const encode = (text: string) => model.tokenizer.encode(text, { addBos: true });
 const STORY = encode("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends.");
 const greedy = (extra: Partial<GenerateRequest> = {}): GenerateRequest => ({ prompt: STORY, maxTokens: 12, temperature: 0, ignoreEos: true, ...extra });
 
-async function withEngine<T>(fn: (e: Engine) => Promise<T>, m = model): Promise<T> {
-  const e = createEngine(createReferenceBackend(), m, { numBlocks: 128, blockSize: 4 });
+async function withEngine<T>(fn: (e: Engine) => Promise<T>, m = model, schedulerSteps = 1): Promise<T> {
+  const e = createEngine(createReferenceBackend(), m, { numBlocks: 128, blockSize: 4, schedulerSteps });
   try {
     return await fn(e);
   } finally {
@@ -69,6 +69,20 @@ test("Engine.submit() with an adapter generates what its weights merged into the
     assert.deepEqual(r0.tokenIds, baseAlone);
     assert.deepEqual(rb.tokenIds, mergedB);
   });
+});
+
+test("Engine.submit() with adapters runs steps ahead (schedulerSteps) each with its adapter", async () => {
+  await withEngine(async (e) => {
+    e.loadAdapter("a", A);
+    e.loadAdapter("b", B);
+    const [ra, r0, rb] = await Promise.all([
+      e.submit(greedy({ adapter: "a", sessionId: "1" })).result,
+      e.submit(greedy({ sessionId: "2" })).result,
+      e.submit(greedy({ adapter: "b", sessionId: "3" })).result,
+    ]);
+    assert.deepEqual([ra.tokenIds, r0.tokenIds, rb.tokenIds], [mergedA, baseAlone, mergedB]);
+    assert.ok(e.metrics.stepsRunAhead > 0, "steps ran ahead");
+  }, model, 4);
 });
 
 test("Engine.submit() reuses cached KV only within one adapter and one cache salt", async () => {
