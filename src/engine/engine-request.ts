@@ -85,12 +85,13 @@ export function speculates(a: Active): boolean {
 /**
  * Whether the request's decode steps may run ahead of their reads (multi-step decoding,
  * EngineOptions.schedulerSteps): nothing its rows take depends on the tokens before them (no
- * grammar, penalties, biases, token rules, reasoning budget or min_tokens still to reach) and it
+ * grammar, presence or frequency penalty, token rules, reasoning budget or min_tokens still to
+ * reach; a fixed logit bias is added at every step) and it
  * wants nothing of a step but its token and its log probabilities (no embedding, no hand-off).
  */
 export function runsAhead(a: Active): boolean {
   const held = a.minTokens !== undefined && a.seq.numOutput < a.minTokens.count;
-  return !a.adjust && !a.constraint && !a.budget && !held && !a.rules && !a.repeats && !a.req.embed && !a.req.prefillOnly;
+  return !a.adjust?.dependsOnOutput && !a.constraint && !a.budget && !held && !a.rules && !a.repeats && !a.req.embed && !a.req.prefillOnly;
 }
 
 /**

@@ -52,7 +52,8 @@ export interface StepExtras {
   /**
    * For a step whose entries look ahead (StepEntry.lookahead = k, the same for all): the sampling rows
    * of each further step, k of them, each one row per entry. Nothing else may be asked of such a step
-   * but `adapters` and `logprobs`: its rows take no additions, masks or penalties.
+   * but `adapters`, `logprobs` and `additions` (a fixed bias, added at every step): its rows take no
+   * masks or penalties.
    */
   lookahead?: readonly (readonly SamplingRow[])[];
 }

@@ -39,7 +39,7 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       freeRetired();
       const lora = stepLora(loras, extras?.adapters);
       const ahead = lookaheadOf(entries, extras);
-      if (ahead > 0) return runAhead(backend, model, kv, entries, rows, extras!.lookahead!, lora, extras!.logprobs);
+      if (ahead > 0) return runAhead(backend, model, kv, entries, rows, extras!.lookahead!, lora, extras!.logprobs, extras!.additions);
       const scored = promptRows(entries, extras?.promptLogprobs);
       const drafts = draftRows(entries, extras?.drafts);
       const extraRows = [...scored, ...drafts.rows];

@@ -9,7 +9,8 @@ import type { Backend, SamplingRow, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import { forward, type ForwardEntry, type PagedKv, type StepLora } from "../model/forward.ts";
 import type { StepExtras, StepOutput } from "./engine-runner-types.ts";
-import { gatherLogitRows } from "./logit-rows.ts";
+import type { LogitAdditions } from "./logit-adjust.ts";
+import { addToLogits, gatherLogitRows } from "./logit-rows.ts";
 import { type TokenLogprob, tokenLogprob } from "./logprobs.ts";
 import type { StepEntry } from "./scheduler-types.ts";
 
@@ -19,7 +20,7 @@ export function lookaheadOf(entries: readonly StepEntry[], extras: StepExtras | 
   if (entries.some((e) => (e.lookahead ?? 0) !== k)) throw new RangeError("A step's entries look ahead by different numbers of steps");
   if (k === 0) return 0;
   if (extras?.lookahead?.length !== k) throw new RangeError(`A step that looks ahead ${k} steps has ${extras?.lookahead?.length ?? 0} steps of sampling rows`);
-  const allowed = new Set(["lookahead", "adapters", "logprobs"]);
+  const allowed = new Set(["lookahead", "adapters", "logprobs", "additions"]);
   const asks = Object.entries(extras).filter(([key, v]) => !allowed.has(key) && v !== undefined && (!Array.isArray(v) || v.some((x) => x !== undefined)));
   if (asks.length > 0) throw new RangeError(`A step that looks ahead cannot also ask for ${asks.map(([key]) => key).join(", ")}`);
   return k;
@@ -29,11 +30,13 @@ export function lookaheadOf(entries: readonly StepEntry[], extras: StepExtras | 
  * Runs `entries` (each sampling its last row with `rows`: plain decodes, or a draft model's catch-up
  * chunks), then `ahead.length` one-token steps per entry fed the tokens sampled before them, and
  * reads all of them back in one go. Entries asking for log probabilities (`logprobs[i]`: top
- * alternatives) get each of their tokens', from the raw logits of every step, copied out as they come.
+ * alternatives) get each of their tokens', from the raw logits of every step, copied out as they come;
+ * `additions[i]` (a fixed logit bias, the same at every step) is added to each step's row after that.
  */
 export async function runAhead(
   backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly ForwardEntry[], rows: readonly SamplingRow[],
   ahead: readonly (readonly SamplingRow[])[], lora: StepLora | undefined, logprobs?: readonly (number | undefined)[],
+  additions?: readonly (LogitAdditions | undefined)[],
 ): Promise<StepOutput> {
   const asking = entries.flatMap((_, i) => (logprobs?.[i] === undefined ? [] : [i]));
   const sampled: Tensor[] = [];
@@ -46,6 +49,7 @@ export async function runAhead(
       try {
         vocab = logits.shape[1];
         if (asking.length > 0) raws.push(gatherLogitRows(backend, logits, asking));
+        if (additions) addToLogits(backend, logits, additions);
         sampled.push(backend.sample(logits, k === 0 ? rows : ahead[k - 1]));
       } finally {
         backend.free(logits);

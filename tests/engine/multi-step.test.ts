@@ -4,8 +4,8 @@
  * commits them together. The scheduler's side (Scheduler.lookAhead, commit) on a fake forward; the
  * engine's on stories260K, on the reference backend and on WebGPU (poisoned outputs): the tokens must
  * be those of one-token steps, greedy and seeded, through EOS, stop strings, max_tokens and the
- * context's end, with log probabilities (each step's, from its raw logits), while requests that
- * cannot run ahead (a grammar) and requests arriving mid-way are served as before.
+ * context's end, with log probabilities (each step's, from its raw logits) and a fixed logit bias,
+ * while requests that cannot run ahead (a grammar) and requests arriving mid-way are served as before.
  */
 import assert from "node:assert/strict";
 import { projectRoot, test } from "../harness.ts";
@@ -117,6 +117,8 @@ const CASES: Partial<GenerateRequest>[] = [
   { temperature: 1, topK: 5, topP: 0.9, seed: 4, maxTokens: 3 },
   { temperature: 0.9, minP: 0.05, seed: 11, stop: [" the"] },
   { temperature: 0.7, seed: 5, logprobs: 3, maxTokens: 30 },
+  // A fixed bias is added at every step run ahead: "." and "," barred, " the" favoured.
+  { maxTokens: 30, logitBias: [[model.tokenizer.encode(".", { addBos: false })[0], -100], [model.tokenizer.encode(",", { addBos: false })[0], -100], [model.tokenizer.encode(" the", { addBos: false })[0], 2]] },
 ];
 
 const webgpu = await poisonedWebGpu("the WebGPU multi-step tests");
