@@ -6,7 +6,7 @@
  * whole-run time. Run under Deno and under Node: Deno's WebGPU answers a read on a 10 ms poll.
  * Figures: docs/bench-engine.md "Multi-step decoding".
  *
- *   npx deno run -A --no-check scripts/bench-multi-step.ts [--model models/stories260K.gguf] [--backend webgpu]
+ *   npx deno run -A --no-check scripts/bench-multi-step.ts [--model models/stories260K.gguf] [--backend webgpu] [--backend webgpu]
  *     [--steps 1,2,4,8] [--requests 1] [--tokens 128] [--rounds 3] [--window-ms 50]
  *   npx tsx scripts/bench-multi-step.ts ...
  */
@@ -17,7 +17,7 @@ import { loadModel } from "../src/model/load.ts";
 import { cliArgs, exitProcess, runtimeName } from "../src/runtime/env.ts";
 
 const f = parseArgs(cliArgs(), {
-  model: { kind: "string", help: "GGUF file (default the shared stories260K)" },
+  model: { kind: "string", help: "GGUF file (default models/stories260K.gguf)" },
   backend: { kind: "string", help: "webgpu|reference|cuda|auto (default webgpu)" },
   steps: { kind: "string", help: "scheduler steps to compare (default 1,2,4,8)" },
   requests: { kind: "int", min: 1, help: "requests decoding together (default 1)" },
@@ -28,7 +28,7 @@ const f = parseArgs(cliArgs(), {
 const steps = (f.steps ?? "1,2,4,8").split(",").map(Number);
 const requests = f.requests ?? 1;
 const tokens = f.tokens ?? 128;
-const model = await loadModel(f.model ?? "../shared/models/stories260K.gguf");
+const model = await loadModel(f.model ?? "models/stories260K.gguf");
 const backendName = f.backend ?? "webgpu";
 if (!(BACKEND_NAMES as readonly string[]).includes(backendName)) throw new Error(`Unknown backend "${backendName}"; choose ${BACKEND_NAMES.join(", ")}`);
 const { backend, reason } = await selectBackend(backendName as BackendChoice);
