@@ -6,7 +6,7 @@
  * whole-run time. Run under Deno and under Node: Deno's WebGPU answers a read on a 10 ms poll.
  * Figures: docs/bench-engine.md "Multi-step decoding".
  *
- *   npx deno run -A --no-check scripts/bench-multi-step.ts [--model models/stories260K.gguf] [--backend webgpu] [--backend webgpu]
+ *   npx deno run -A --no-check scripts/bench-multi-step.ts [--model models/stories260K.gguf] [--backend webgpu]
  *     [--steps 1,2,4,8] [--requests 1] [--tokens 128] [--rounds 3] [--window-ms 50]
  *   npx tsx scripts/bench-multi-step.ts ...
  */
