@@ -10,7 +10,7 @@ import type { EngineMetrics } from "./engine-metrics.ts";
 import type { EngineOptions } from "./engine-options.ts";
 import type { EngineOutput } from "./engine-output.ts";
 import { type Active, keepPromptLogprobs, runsAhead, samplingRow, stepExtras } from "./engine-request.ts";
-import type { StepOutput } from "./engine-runner.ts";
+import type { StepExtras, StepOutput } from "./engine-runner.ts";
 import { stepLogprobs } from "./draft-extras.ts";
 import type { HandoffTails } from "./handoff-tails.ts";
 import type { HostKvOffload } from "./kv-offload.ts";
@@ -124,7 +124,7 @@ export class StepLoop {
       const asked = stepExtras(plan.entries.map((e) => active.get(e.seqId)!), plan.entries, (i, err) => this.parts.fail(plan.entries[i].seqId, err));
       // Each further step's rows, drawn after the first's: a request's uniforms come in the order of its tokens.
       const aheadRows = Array.from({ length: ahead }, () => plan.entries.map((e) => samplingRow(active.get(e.seqId)!, true)));
-      const extras = draftRows.some((d) => d) ? { ...asked, drafts: draftRows } : ahead > 0 ? { ...asked, lookahead: aheadRows } : asked;
+      const extras = draftRows.some((d) => d) ? { ...asked, drafts: draftRows } : ahead > 0 ? { ...asked, lookahead: aheadRows } : this.unread(plan, asked) ? { ...asked, unread: true } : asked;
       let sampled: StepOutput | undefined;
       let error: string | undefined;
       const records: StepRecord[] = [];
@@ -245,6 +245,17 @@ export class StepLoop {
       k = Math.min(k, a.maxTokens - (length - a.seq.promptLength) - 1, maxModelLen - length - 1);
     }
     return k > 0 ? scheduler.lookAhead(plan, k) : 0;
+  }
+
+  /**
+   * Whether nobody reads the plan's step: none of its entries samples (prompt chunks before their
+   * last) and none scores prompt tokens. Its forward is queued without waiting for it (under Deno a
+   * read costs a 10 ms poll, a long prompt's every chunk paid one), unless its time is measured
+   * (the step hook, `--step-mixing auto`): a step's time is its forward's end.
+   */
+  private unread(plan: StepPlan, asked: StepExtras | undefined): boolean {
+    if (this.parts.opts.onStep || this.parts.mixing || plan.swapOut.length + plan.swapIn.length > 0) return false;
+    return plan.entries.every((e) => !e.sample) && !asked?.promptLogprobs?.some((p) => p !== undefined);
   }
 
   /** Hands a step's record to the step hook; a hook that throws (its log's disk full) is counted, and serving goes on. */

@@ -56,6 +56,12 @@ export interface StepExtras {
    * masks or penalties.
    */
   lookahead?: readonly (readonly SamplingRow[])[];
+  /**
+   * Nothing of the step is read (no entry samples, nothing is scored): the runner returns once its
+   * work is queued, without waiting for the device (StepOutput.ids then holds nothing), and the next
+   * step is planned while it runs. An error of its device work surfaces at a later step's read.
+   */
+  unread?: boolean;
 }
 
 /**

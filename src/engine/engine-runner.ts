@@ -44,6 +44,11 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       const drafts = draftRows(entries, extras?.drafts);
       const extraRows = [...scored, ...drafts.rows];
       const hiddenRows = extras?.hidden ? entries.flatMap((_, i) => (extras.hidden![i] ? [i] : [])) : [];
+      if (extras?.unread) {
+        if (entries.some((e) => e.sample) || extraRows.length + hiddenRows.length > 0) throw new RangeError("A step nobody reads cannot sample, score prompt tokens or return hidden states");
+        backend.free(forwardWithHidden(backend, model, kv, { entries, ...(lora ? { lora } : {}) }).logits);
+        return { ids: new Int32Array(entries.length) };
+      }
       const out = forwardWithHidden(backend, model, kv, { entries, extraRows, hiddenRows, ...(lora ? { lora } : {}) });
       let logits = out.logits;
       let raw: Tensor | undefined;

@@ -178,4 +178,30 @@ for (const [name, backend, skip] of BACKENDS) {
     // The prefill, 8 tokens in one group (1 + 7 ahead), then one step for the last token: never past the context.
     assert.deepEqual(ahead.aheads, [0, 7, 0]);
   }, { ignore: skip });
+
+  test(`Engine queues prompt chunks nobody reads without waiting for them, and gives the same tokens, on ${name}`, async () => {
+    // A prompt of 4 chunks of 16 tokens: the first three sample nothing.
+    const long = model.tokenizer.encode(`${tale} ${tale} ${tale}`, { addBos: true }).slice(0, 60);
+    const run = async (onStep?: () => void) => {
+      const kv = allocatePagedKv(on, model.config, 48, 16);
+      const inner = modelStepRunner(on, uploadModel(on, model), kv);
+      const unread: boolean[] = [];
+      const runner: StepRunner = { ...inner, run: (entries, rows, extras) => (unread.push(extras?.unread === true), inner.run(entries, rows, extras)) };
+      const engine = new Engine({ runner, config: model.config, tokenizer: model.tokenizer, scheduler: { maxBatchTokens: 16 }, ...(onStep ? { onStep } : {}) });
+      try {
+        const reqs = [{ prompt: long, maxTokens: 6, temperature: 0.8, seed: 3 }, { prompt: long.slice(0, 40), maxTokens: 6, temperature: 0, promptLogprobs: 1 }];
+        const results = await Promise.all(reqs.map((r) => engine.submit(r).result));
+        return { results: results.map(({ tokenIds, promptLogprobs }) => ({ tokenIds, promptLogprobs })), unread };
+      } finally {
+        await engine.stop();
+      }
+    };
+    const unread = await run();
+    const read = await run(() => {});
+    assert.deepEqual(unread.results, read.results);
+    assert.ok(unread.unread.filter((u) => u).length >= 2, `unread steps: ${unread.unread}`);
+    assert.ok(read.unread.every((u) => !u), "a measured step is read");
+    // A chunk of the scored prompt is read (its rows are scored): only the steps of the other prompt's early chunks are not.
+    assert.ok(unread.unread.length === read.unread.length);
+  }, { ignore: skip });
 }
