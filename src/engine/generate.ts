@@ -140,6 +140,10 @@ export async function generate(
         const out = await runAhead(backend, model, kv, entries, rows, aheadRows, lora);
         sampled = [out.ids, ...aheadRows.map((_, j) => out.lookaheadIds!.map((ids) => ids[j]))];
         for (const s of active) s.computed += ahead;
+      } else if (!sampling.some((x) => x)) {
+        // Prompt chunks before their last: nothing to read, so nothing waits for the device.
+        backend.free(forward(backend, model, kv, { entries, ...(lora ? { lora } : {}) }));
+        sampled = [];
       } else {
         const logits = forward(backend, model, kv, { entries, ...(lora ? { lora } : {}) });
         const picked = backend.sample(logits, rows);
