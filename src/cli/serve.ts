@@ -33,6 +33,7 @@ import { stopOnSignal } from "./serve-signals.ts";
 import { isQuantizeDType, QUANTIZE_DTYPES } from "../model/weights.ts";
 import { isProfilePlanner } from "../serve/sla-planner-setup.ts";
 import { SERVE_FLAGS } from "./serve-flags.ts";
+import { DEFAULT_LOG_STATS_INTERVAL_S, startStatsLog } from "../serve/stats-log.ts";
 
 const DEFAULT_MODEL = fileURLToPath(new URL("../../models/stories260K.gguf", import.meta.url));
 
@@ -94,6 +95,7 @@ async function main(): Promise<void> {
   const jumpForward = f["jump-forward"] ?? "on";
   if (jumpForward !== "on" && jumpForward !== "off") throw new ArgsError(`Unknown jump-forward setting "${jumpForward}"; choose on or off`);
   const speculative = f["speculative-config"] === undefined ? undefined : parseSpeculation(f["speculative-config"]);
+  const statsIntervalS = f["disable-log-stats"] ? undefined : logStatsInterval(envVar("VLLM_LOG_STATS_INTERVAL"));
   const quantize = f.quantize;
   if (quantize !== undefined && !isQuantizeDType(quantize)) throw new ArgsError(`Unknown --quantize format "${quantize}"; choose ${QUANTIZE_DTYPES.join(", ")}`);
   const toolCallArg = f["tool-call-parser"] ?? "hermes";
@@ -247,7 +249,16 @@ async function main(): Promise<void> {
       (f["allow-runtime-lora-updating"] ? "; runtime LoRA loading on" : "") + "; " +
       `listening on ${s.url}${apiKey !== undefined ? ` (API key required${f["api-key"] === undefined ? ", from VLLM_API_KEY" : ""})` : ""}`,
   );
+  if (statsIntervalS !== undefined) startStatsLog(s.serving, statsIntervalS, (line) => console.error(`serve: ${line}`), () => performance.now() / 1000);
   stopOnSignal(s, f["shutdown-timeout"] ?? 30);
+}
+
+/** `VLLM_LOG_STATS_INTERVAL` (vLLM's variable): seconds between stats lines, 10 when unset. */
+function logStatsInterval(value: string | undefined): number {
+  if (value === undefined || value.trim() === "") return DEFAULT_LOG_STATS_INTERVAL_S;
+  const s = Number(value);
+  if (!(s > 0 && Number.isFinite(s))) throw new ArgsError(`VLLM_LOG_STATS_INTERVAL must be a positive number of seconds, got "${value}"`);
+  return s;
 }
 
 /** The log's word on multi-step decoding (empty where it is off: one step, or speculation on; with workers, each takes its backend's default unless given). */

@@ -167,6 +167,34 @@ test("serve CLI takes its API key from VLLM_API_KEY when --api-key is not given,
   }
 });
 
+test("serve CLI prints vLLM's stats line every VLLM_LOG_STATS_INTERVAL seconds while it works, and none with --disable-log-stats", async () => {
+  const ask = (url: string) => fetch(`${url}/v1/completions`, {
+    method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "stories260K", prompt: "Once upon a time", max_tokens: 40, temperature: 0, ignore_eos: true }),
+  }).then((r) => r.json());
+  const line = /serve: Avg prompt throughput: [\d.]+ tokens\/s, Avg generation throughput: ([\d.]+) tokens\/s, Running: \d+ reqs, Waiting: \d+ reqs, KV cache usage: [\d.]+%, Prefix cache hit rate: [\d.]+%/g;
+  for (const quiet of [false, true]) {
+    const { child, url, stderr, exited } = await spawnServe("node", ["--port", "0", "--backend", "reference", "--kv-blocks", "16", ...(quiet ? ["--disable-log-stats"] : [])], { VLLM_LOG_STATS_INTERVAL: "0.2" });
+    try {
+      await new Promise((r) => setTimeout(r, 600));
+      assert.equal([...stderr().matchAll(line)].length, 0, "an idle server prints none");
+      await ask(url);
+      await new Promise((r) => setTimeout(r, 600));
+      const seen = [...stderr().matchAll(line)];
+      if (quiet) assert.equal(seen.length, 0, stderr());
+      else assert.ok(seen.some((m) => Number(m[1]) > 0), stderr());
+    } finally {
+      child.kill("SIGKILL");
+      await exited;
+    }
+  }
+  const bad = spawnSync("node", ["--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, `${projectRoot}/src/cli/serve.ts`, "--port", "0", "--backend", "reference"], {
+    cwd: projectRoot, encoding: "utf8", env: { ...process.env, NO_COLOR: "1", NODE_OPTIONS: "", VLLM_LOG_STATS_INTERVAL: "soon" }, timeout: 120_000,
+  });
+  assert.equal(bad.status, 2, bad.stderr);
+  assert.match(bad.stderr, /VLLM_LOG_STATS_INTERVAL must be a positive number of seconds, got "soon"/);
+});
+
 test("serve CLI says how an FP8 checkpoint's matrices are held as they load", async () => {
   // o_proj's rows (heads × headDim = 48) are not whole 32-value blocks; the other six matrices' are.
   const spec: ModelFileSpec = { architecture: "llama", hidden: 64, layers: 1, heads: 4, kvHeads: 2, headDim: 12, ffn: 96, vocab: 300, tied: false, dtype: "f32", seed: 7 };

@@ -1,0 +1,68 @@
+/**
+ * The periodic stats line `serve` prints while it works, as vLLM's engine does (its wording, so log
+ * readers built for vLLM's lines read ours): prompt and generation throughput since the last line,
+ * requests running and waiting, KV cache usage and the prefix cache's hit rate since the last line.
+ * Quiet while idle. `--disable-log-stats` turns it off; `VLLM_LOG_STATS_INTERVAL` sets the period
+ * (seconds, default 10), as in vLLM.
+ */
+import type { ServingEngine } from "../engine/engine-types.ts";
+
+/** vLLM's default period between stats lines (`VLLM_LOG_STATS_INTERVAL`), seconds. */
+export const DEFAULT_LOG_STATS_INTERVAL_S = 10;
+
+/** The counters one line compares with the last's, and when they were read (s). */
+export interface StatsSnapshot {
+  atS: number;
+  promptTokens: number;
+  generationTokens: number;
+  prefixQueriedTokens: number;
+  prefixHitTokens: number;
+}
+
+/** The engine's counters now. */
+export function statsSnapshot(engine: ServingEngine, atS: number): StatsSnapshot {
+  const s = engine.stats();
+  return { atS, promptTokens: engine.metrics.promptTokens, generationTokens: engine.metrics.generationTokens, prefixQueriedTokens: s.prefixQueriedTokens, prefixHitTokens: s.prefixHitTokens };
+}
+
+/** The gauges a line shows as they are now. */
+export interface StatsGauges {
+  running: number;
+  waiting: number;
+  kvUsedBlocks: number;
+  kvTotalBlocks: number;
+}
+
+/**
+ * The line for the period from `prev` to `now`; undefined when nothing was computed in it and
+ * nothing runs or waits (an idle server prints nothing).
+ */
+export function statsLine(prev: StatsSnapshot, now: StatsSnapshot, g: StatsGauges): string | undefined {
+  const prompt = now.promptTokens - prev.promptTokens;
+  const generated = now.generationTokens - prev.generationTokens;
+  if (prompt === 0 && generated === 0 && g.running === 0 && g.waiting === 0) return undefined;
+  const seconds = Math.max(now.atS - prev.atS, 1e-9);
+  const queried = now.prefixQueriedTokens - prev.prefixQueriedTokens;
+  const hit = now.prefixHitTokens - prev.prefixHitTokens;
+  const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+  return `Avg prompt throughput: ${(prompt / seconds).toFixed(1)} tokens/s, Avg generation throughput: ${(generated / seconds).toFixed(1)} tokens/s, ` +
+    `Running: ${g.running} reqs, Waiting: ${g.waiting} reqs, KV cache usage: ${pct(g.kvTotalBlocks > 0 ? g.kvUsedBlocks / g.kvTotalBlocks : 0)}, ` +
+    `Prefix cache hit rate: ${pct(queried > 0 ? hit / queried : 0)}`;
+}
+
+/**
+ * Prints `engine`'s stats line to `write` every `intervalS` seconds while it works; returns what stops
+ * it. `nowS` is a monotonic clock in seconds.
+ */
+export function startStatsLog(engine: ServingEngine, intervalS: number, write: (line: string) => void, nowS: () => number): () => void {
+  if (!(intervalS > 0 && Number.isFinite(intervalS))) throw new RangeError(`The stats interval must be a positive number of seconds, got ${intervalS}`);
+  let prev = statsSnapshot(engine, nowS());
+  const timer = setInterval(() => {
+    const now = statsSnapshot(engine, nowS());
+    const s = engine.stats();
+    const line = statsLine(prev, now, s);
+    prev = now;
+    if (line !== undefined) write(line);
+  }, intervalS * 1000);
+  return () => clearInterval(timer);
+}
