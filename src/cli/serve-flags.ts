@@ -67,6 +67,7 @@ export const SERVE_FLAGS = {
   "cluster-name": { kind: "string", nonEmpty: true, help: "the cluster's name on the NATS server, so several share one (default \"default\"; with --nats)" },
   "drain-timeout": { kind: "number", min: 0, help: "seconds a leaving worker's requests may run before it is stopped (default 60; with --nats)" },
   "worker-token": { kind: "string", nonEmpty: true, help: "shared secret of the worker processes (started with the same token): each side proves it knows it before any work (default: $EVOLVING_WORKER_TOKEN, else none; with --transport tcp or --nats)" },
+  "no-warmup": { kind: "boolean", help: "start listening without first running a prompt and a decode step once (llama.cpp's flag; the warm-up compiles the backend's kernels, so the first request does not pay for it, and a device that cannot run them fails at start)" },
   "disable-log-stats": { kind: "boolean", help: "print no stats line (vLLM's: every VLLM_LOG_STATS_INTERVAL seconds, default 10, while the server works: prompt and generation throughput, requests running and waiting, KV cache usage, prefix cache hit rate)" },
   "shutdown-timeout": { kind: "number", min: 0, help: "seconds the requests in flight may run after SIGINT or SIGTERM (new ones get 503 meanwhile) before the rest are cancelled and the server stops (default 30); a second signal stops at once" },
   help: { kind: "boolean", help: "show this help" },

@@ -80,6 +80,8 @@ export interface ServerOptions {
   reasoningParser?: ReasoningParserName;
   /** Jump-forward decoding under output grammars (EngineOptions.jumpForward; default true). */
   jumpForward?: boolean;
+  /** One engine: run its step kinds once before listening (Engine.warmUp; default true, `--no-warmup` off). */
+  warmUp?: boolean;
   /** N-gram speculative decoding (EngineOptions.speculative; default off). */
   speculative?: Speculation;
   /**
@@ -201,6 +203,8 @@ export interface RunningServer extends Listening {
   cluster: Cluster | undefined;
   modelName: string;
   backendReason: string;
+  /** Milliseconds the engine's warm-up took (Engine.warmUp; undefined: none ran). */
+  warmUpMs?: number;
   /** With the SLA planner: where its offline profile came from (read from a file, or measured at start-up). */
   slaProfileSource?: string;
   /** The `<think>`/`</think>` ids the engine tracks reasoning with; undefined when it does not. */

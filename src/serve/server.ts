@@ -93,6 +93,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   let engine: Engine | undefined;
   let backend: Backend | undefined;
   let reason: string;
+  let warmUpMs: number | undefined;
   if (workers > 1 || transport === "tcp") {
     cluster = await startServingCluster(model, {
       modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: o.planner ?? "online", ...(o.sla ? { sla: o.sla } : {}), router: o.router,
@@ -118,6 +119,11 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...(stepLog ? { onStep: (r: StepRecord) => stepLog.record(r) } : {}),
       ...(o.stepMixing === "auto" ? { autoStepMixing: true } : {}),
     }, draft);
+    if (o.warmUp !== false) {
+      const t0 = performance.now();
+      await engine.warmUp();
+      warmUpMs = performance.now() - t0;
+    }
   }
   const serving: ServingEngine = cluster?.cluster ?? engine!;
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
@@ -161,6 +167,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     cluster: cluster?.cluster,
     modelName,
     backendReason: reason,
+    ...(warmUpMs !== undefined ? { warmUpMs } : {}),
     ...(cluster?.slaSource !== undefined ? { slaProfileSource: cluster.slaSource } : {}),
     reasoningTokens,
     samplingDefaults: samplingDefaultsOf(model, o.generationConfig),

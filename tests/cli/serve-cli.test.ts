@@ -167,15 +167,16 @@ test("serve CLI takes its API key from VLLM_API_KEY when --api-key is not given,
   }
 });
 
-test("serve CLI prints vLLM's stats line every VLLM_LOG_STATS_INTERVAL seconds while it works, and none with --disable-log-stats", async () => {
+test("serve CLI prints vLLM's stats line every VLLM_LOG_STATS_INTERVAL seconds while it works, and none with --disable-log-stats; it warms up unless --no-warmup", async () => {
   const ask = (url: string) => fetch(`${url}/v1/completions`, {
     method: "POST", headers: { "content-type": "application/json" },
     body: JSON.stringify({ model: "stories260K", prompt: "Once upon a time", max_tokens: 40, temperature: 0, ignore_eos: true }),
   }).then((r) => r.json());
   const line = /serve: Avg prompt throughput: [\d.]+ tokens\/s, Avg generation throughput: ([\d.]+) tokens\/s, Running: \d+ reqs, Waiting: \d+ reqs, KV cache usage: [\d.]+%, Prefix cache hit rate: [\d.]+%/g;
   for (const quiet of [false, true]) {
-    const { child, url, stderr, exited } = await spawnServe("node", ["--port", "0", "--backend", "reference", "--kv-blocks", "16", ...(quiet ? ["--disable-log-stats"] : [])], { VLLM_LOG_STATS_INTERVAL: "0.2" });
+    const { child, url, stderr, exited } = await spawnServe("node", ["--port", "0", "--backend", "reference", "--kv-blocks", "16", ...(quiet ? ["--disable-log-stats", "--no-warmup"] : [])], { VLLM_LOG_STATS_INTERVAL: "0.2" });
     try {
+      assert.equal(/, warmed up in \d+ ms;/.test(stderr()), !quiet, stderr());
       await new Promise((r) => setTimeout(r, 600));
       assert.equal([...stderr().matchAll(line)].length, 0, "an idle server prints none");
       await ask(url);

@@ -204,4 +204,20 @@ for (const [name, backend, skip] of BACKENDS) {
     // A chunk of the scored prompt is read (its rows are scored): only the steps of the other prompt's early chunks are not.
     assert.ok(unread.unread.length === read.unread.length);
   }, { ignore: skip });
+
+  test(`Engine.warmUp() runs a prompt, a decode and a decode run ahead, and leaves nothing behind, on ${name}`, async () => {
+    const { engine, aheads } = engineOn(on, 4);
+    try {
+      await engine.warmUp();
+      assert.deepEqual(aheads, [0, 0, 1]);
+      const st = engine.stats();
+      assert.deepEqual([st.kvUsedBlocks, st.prefixQueriedTokens, engine.metrics.promptTokens, engine.metrics.generationTokens], [0, 0, 0, 0]);
+      const after = await engine.submit({ prompt, maxTokens: 12, temperature: 0.8, seed: 4 }).result;
+      assert.deepEqual(after.tokenIds, (await serve(on, 1, [{ maxTokens: 12, temperature: 0.8, seed: 4 }])).results[0].tokenIds);
+      assert.equal(after.cachedTokens, 0, "nothing was cached");
+      await assert.rejects(() => engine.warmUp(), /warms up only before its first request/);
+    } finally {
+      await engine.stop();
+    }
+  }, { ignore: skip });
 }
