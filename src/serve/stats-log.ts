@@ -5,7 +5,7 @@
  * Quiet while idle. `--disable-log-stats` turns it off; `VLLM_LOG_STATS_INTERVAL` sets the period
  * (seconds, default 10), as in vLLM.
  */
-import type { ServingEngine } from "../engine/engine-types.ts";
+import type { EngineStats, ServingEngine } from "../engine/engine-types.ts";
 
 /** vLLM's default period between stats lines (`VLLM_LOG_STATS_INTERVAL`), seconds. */
 export const DEFAULT_LOG_STATS_INTERVAL_S = 10;
@@ -19,9 +19,8 @@ export interface StatsSnapshot {
   prefixHitTokens: number;
 }
 
-/** The engine's counters now. */
-export function statsSnapshot(engine: ServingEngine, atS: number): StatsSnapshot {
-  const s = engine.stats();
+/** The engine's counters now (`s`: its stats, when already read). */
+export function statsSnapshot(engine: ServingEngine, atS: number, s: EngineStats = engine.stats()): StatsSnapshot {
   return { atS, promptTokens: engine.metrics.promptTokens, generationTokens: engine.metrics.generationTokens, prefixQueriedTokens: s.prefixQueriedTokens, prefixHitTokens: s.prefixHitTokens };
 }
 
@@ -58,8 +57,9 @@ export function startStatsLog(engine: ServingEngine, intervalS: number, write: (
   if (!(intervalS > 0 && Number.isFinite(intervalS))) throw new RangeError(`The stats interval must be a positive number of seconds, got ${intervalS}`);
   let prev = statsSnapshot(engine, nowS());
   const timer = setInterval(() => {
-    const now = statsSnapshot(engine, nowS());
+    // One read of the stats a line (a cluster's sum its workers').
     const s = engine.stats();
+    const now = statsSnapshot(engine, nowS(), s);
     const line = statsLine(prev, now, s);
     prev = now;
     if (line !== undefined) write(line);
