@@ -90,6 +90,26 @@ export function expectRepeatShapes(logits: Tensor, rows: Tensor, bits: Tensor, f
 }
 
 /**
+ * The shapes of a `penalizeSampled` call: logits f32 [n, vocab], rows i32 [m], sampled i32 [n],
+ * history i32 [m, h] with 1 ≤ count ≤ h, seen and present as maskLogits' bits, params f32 [m, 3].
+ */
+export function expectSampledPenaltyShapes(
+  logits: Tensor, rows: Tensor, sampled: Tensor, history: Tensor, count: number, seen: Tensor, present: Tensor, params: Tensor,
+): { n: number; vocab: number; m: number; words: number; h: number } {
+  const shapes = expectMaskShapes(logits, rows, seen, "penalizeSampled");
+  expectMaskShapes(logits, rows, present, "penalizeSampled");
+  expectRank(sampled, 1, "penalizeSampled sampled", ["i32"]);
+  expectRank(history, 2, "penalizeSampled history", ["i32"]);
+  expectRank(params, 2, "penalizeSampled params", ["f32"]);
+  if (sampled.shape[0] !== shapes.n) throw new BackendShapeError(`penalizeSampled sampled ${fmt(sampled.shape)} does not match ${shapes.n} logit rows`);
+  if (history.shape[0] !== shapes.m) throw new BackendShapeError(`penalizeSampled history ${fmt(history.shape)} does not match ${shapes.m} rows`);
+  const h = history.shape[1];
+  if (!Number.isInteger(count) || count < 1 || count > h) throw new BackendShapeError(`penalizeSampled count must be an integer from 1 to ${h} (the history's columns), got ${count}`);
+  if (params.shape[0] !== shapes.m || params.shape[1] !== 3) throw new BackendShapeError(`penalizeSampled params ${fmt(params.shape)} are not [${shapes.m}, 3]`);
+  return { ...shapes, h };
+}
+
+/**
  * The shapes of a `moeRoute` call: logits f32 [n, experts], 1 ≤ k ≤ experts, a selection bias f32
  * [experts], a known gating and a finite scale.
  */

@@ -309,6 +309,21 @@ export interface Backend {
    * Mutates logits.
    */
   penalizeRepeats(logits: Tensor, rows: Tensor, bits: Tensor, factors: Tensor): void;
+  /**
+   * Optional (multi-step decoding with penalties): the penalties of the tokens a request sampled on
+   * the device since the host last counted its tokens. First history[k, count - 1] = sampled[rows[k]]
+   * (the ids the step before sampled, one per logits row), then for each distinct token t of
+   * history[k, 0..count-1] (ids outside the vocabulary skipped), with c its occurrences there, on
+   * logits row rows[k]: where bit t of `seen` row k is 0 (not among the prompt and output tokens
+   * the host counted) the repetition penalty params[k, 0] as {@link penalizeRepeats} applies it;
+   * then params[k, 2] · c is subtracted (frequency), and params[k, 1] too where bit t of `present`
+   * row k is 0 (presence: not in the output the host counted). Goes after `penalizeRepeats` with the
+   * host's mask and before the host's additions (the scaling precedes them, as in one step).
+   * logits f32 [n, vocab]; rows i32 [m] distinct; sampled i32 [n]; history i32 [m, h] with
+   * 1 ≤ count ≤ h; seen, present i32 [m, ceil(vocab / 32)]; params f32 [m, 3], factors > 0.
+   * Mutates logits and history.
+   */
+  penalizeSampled?(logits: Tensor, rows: Tensor, sampled: Tensor, history: Tensor, count: number, seen: Tensor, present: Tensor, params: Tensor): void;
 
   // --- mixture of experts -------------------------------------------------------------------
   /**

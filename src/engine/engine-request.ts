@@ -84,14 +84,22 @@ export function speculates(a: Active): boolean {
 
 /**
  * Whether the request's decode steps may run ahead of their reads (multi-step decoding,
- * EngineOptions.schedulerSteps): nothing its rows take depends on the tokens before them (no
- * grammar, presence or frequency penalty, token rules, reasoning budget or min_tokens still to
- * reach; a fixed logit bias is added at every step) and it
- * wants nothing of a step but its token and its log probabilities (no embedding, no hand-off).
+ * EngineOptions.schedulerSteps): nothing its rows take depends on the tokens before them but
+ * penalties the runner applies on the device (`penalizes`: repetition, presence and frequency), so
+ * no grammar, token rules, reasoning budget or min_tokens still to reach (a fixed logit bias is
+ * added at every step), and it wants nothing of a step but its token and its log probabilities (no
+ * embedding, no hand-off).
  */
-export function runsAhead(a: Active): boolean {
+export function runsAhead(a: Active, penalizes = false): boolean {
   const held = a.minTokens !== undefined && a.seq.numOutput < a.minTokens.count;
-  return !a.adjust?.dependsOnOutput && !a.constraint && !a.budget && !held && !a.rules && !a.repeats && !a.req.embed && !a.req.prefillOnly;
+  const penalized = a.adjust?.dependsOnOutput || a.repeats !== undefined;
+  return (penalizes || !penalized) && !a.constraint && !a.budget && !held && !a.rules && !a.req.embed && !a.req.prefillOnly;
+}
+
+/** The entries' presence and frequency penalties for a step that looks ahead (StepExtras.outputPenalties), where any has them. */
+export function outputPenalties(active: readonly Active[]): Pick<StepExtras, "outputPenalties"> {
+  const out = active.map((a) => a.adjust?.outputPenalty());
+  return out.some((p) => p !== undefined) ? { outputPenalties: out } : {};
 }
 
 /**

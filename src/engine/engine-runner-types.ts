@@ -7,6 +7,7 @@ import type { KvDType, SamplingRow } from "../backend/types.ts";
 import type { LoraAdapter } from "../model/lora.ts";
 import type { HostKv } from "./kv-copy.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
+import type { OutputPenalty } from "./ahead-penalties.ts";
 import type { TokenMask } from "./output-constraint.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { RepeatPenalty } from "./repeat-penalty.ts";
@@ -52,10 +53,13 @@ export interface StepExtras {
   /**
    * For a step whose entries look ahead (StepEntry.lookahead = k, the same for all): the sampling rows
    * of each further step, k of them, each one row per entry. Nothing else may be asked of such a step
-   * but `adapters`, `logprobs` and `additions` (a fixed bias, added at every step): its rows take no
-   * masks or penalties.
+   * but `adapters`, `logprobs`, `additions` and `repeats` (the host's, applied at every step) and
+   * `outputPenalties` (those of the tokens the group samples, applied on the device where the runner
+   * {@link StepRunner.penalizesAhead}): its rows take no masks.
    */
   lookahead?: readonly (readonly SamplingRow[])[];
+  /** For a step whose entries look ahead: each entry's presence and frequency penalties, with the output the host counted. */
+  outputPenalties?: readonly (OutputPenalty | undefined)[];
   /**
    * Nothing of the step is read (no entry samples, nothing is scored): the runner returns once its
    * work is queued, without waiting for the device (StepOutput.ids then holds nothing), and the next
@@ -101,6 +105,8 @@ export interface StepRunner {
   readonly kvDtype?: KvDType;
   /** Whether `run` takes steps whose entries look ahead (StepEntry.lookahead, multi-step decoding). */
   readonly runsAhead?: boolean;
+  /** Whether steps that look ahead take penalties (StepExtras.repeats, outputPenalties): the backend applies those of sampled tokens on the device. */
+  readonly penalizesAhead?: boolean;
   run(entries: readonly StepEntry[], rows: readonly SamplingRow[], extras?: StepExtras): Promise<StepOutput>;
   /**
    * Copies KV out to host memory, then back in (swap preemption). Must complete its swap-outs'

@@ -35,11 +35,12 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     blockSize: kv.blockSize,
     kvDtype: kv.dtype ?? "f32",
     runsAhead: true,
+    penalizesAhead: backend.penalizeSampled !== undefined,
     async run(entries, rows, extras) {
       freeRetired();
       const lora = stepLora(loras, extras?.adapters);
       const ahead = lookaheadOf(entries, extras);
-      if (ahead > 0) return runAhead(backend, model, kv, entries, rows, extras!.lookahead!, lora, extras!.logprobs, extras!.additions);
+      if (ahead > 0) return runAhead(backend, model, kv, entries, rows, extras!.lookahead!, lora, extras!);
       const scored = promptRows(entries, extras?.promptLogprobs);
       const drafts = draftRows(entries, extras?.drafts);
       const extraRows = [...scored, ...drafts.rows];

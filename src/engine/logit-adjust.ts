@@ -4,6 +4,7 @@
  * penalty once the token has appeared in this request's output and the frequency penalty per
  * appearance (OpenAI's formula; vLLM counts output tokens too, not the prompt's).
  */
+import type { OutputPenalty } from "./ahead-penalties.ts";
 import { type GenerateRequest, RequestParamError } from "./engine-types.ts";
 import { MAX_TOP_LOGPROBS } from "./logprobs.ts";
 
@@ -80,6 +81,15 @@ export class LogitAdjuster {
   /** True when the additions change with the output (a presence or frequency penalty), not a fixed bias only. */
   get dependsOnOutput(): boolean {
     return this.#presence !== 0 || this.#frequency !== 0;
+  }
+
+  /**
+   * The presence and frequency penalties with the distinct output tokens counted so far (by the last
+   * {@link next}), for the tokens a multi-step group samples on the device; undefined without them.
+   */
+  outputPenalty(): OutputPenalty | undefined {
+    if (!this.dependsOnOutput) return undefined;
+    return { presence: this.#presence, frequency: this.#frequency, present: [...this.#counts.keys()] };
   }
 
   /**

@@ -9,9 +9,11 @@ import type { Backend, SamplingRow, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import { forward, type ForwardEntry, type PagedKv, type StepLora } from "../model/forward.ts";
 import type { StepExtras, StepOutput } from "./engine-runner-types.ts";
+import { AheadPenalties, type OutputPenalty } from "./ahead-penalties.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
 import { addToLogits, gatherLogitRows } from "./logit-rows.ts";
 import { type TokenLogprob, tokenLogprob } from "./logprobs.ts";
+import type { RepeatPenalty } from "./repeat-penalty.ts";
 import type { StepEntry } from "./scheduler-types.ts";
 
 /** The step a runner looks ahead from: its entries' common lookahead (0: none), checked against what the step asks. */
@@ -20,28 +22,42 @@ export function lookaheadOf(entries: readonly StepEntry[], extras: StepExtras | 
   if (entries.some((e) => (e.lookahead ?? 0) !== k)) throw new RangeError("A step's entries look ahead by different numbers of steps");
   if (k === 0) return 0;
   if (extras?.lookahead?.length !== k) throw new RangeError(`A step that looks ahead ${k} steps has ${extras?.lookahead?.length ?? 0} steps of sampling rows`);
-  const allowed = new Set(["lookahead", "adapters", "logprobs", "additions"]);
+  const allowed = new Set(["lookahead", "adapters", "logprobs", "additions", "repeats", "outputPenalties"]);
   const asks = Object.entries(extras).filter(([key, v]) => !allowed.has(key) && v !== undefined && (!Array.isArray(v) || v.some((x) => x !== undefined)));
   if (asks.length > 0) throw new RangeError(`A step that looks ahead cannot also ask for ${asks.map(([key]) => key).join(", ")}`);
   return k;
 }
 
+/** What the steps of a group ask beyond their tokens, per entry (undefined: nothing). */
+export interface AheadAsks {
+  /** Log probabilities: each token's, with this many top alternatives, from the raw logits of every step. */
+  readonly logprobs?: readonly (number | undefined)[];
+  /** A fixed logit bias (and the presence and frequency penalties of the output before the group), added at every step. */
+  readonly additions?: readonly (LogitAdditions | undefined)[];
+  /** The repetition penalty of the prompt and output before the group, at every step. */
+  readonly repeats?: readonly (RepeatPenalty | undefined)[];
+  /** Presence and frequency penalties: those of the tokens the group samples are applied on the device. */
+  readonly outputPenalties?: readonly (OutputPenalty | undefined)[];
+}
+
 /**
  * Runs `entries` (each sampling its last row with `rows`: plain decodes, or a draft model's catch-up
  * chunks), then `ahead.length` one-token steps per entry fed the tokens sampled before them, and
- * reads all of them back in one go. Entries asking for log probabilities (`logprobs[i]`: top
- * alternatives) get each of their tokens', from the raw logits of every step, copied out as they come;
- * `additions[i]` (a fixed logit bias, the same at every step) is added to each step's row after that.
+ * reads all of them back in one go. Entries asking for log probabilities get each of their tokens',
+ * from the raw logits of every step, copied out as they come; penalties and additions
+ * ({@link AheadAsks}) change each step's rows after that, in a one-token step's order: the
+ * repetition penalty, the additive ones and biases; those of tokens sampled in the group on the device.
  */
 export async function runAhead(
   backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly ForwardEntry[], rows: readonly SamplingRow[],
-  ahead: readonly (readonly SamplingRow[])[], lora: StepLora | undefined, logprobs?: readonly (number | undefined)[],
-  additions?: readonly (LogitAdditions | undefined)[],
+  ahead: readonly (readonly SamplingRow[])[], lora: StepLora | undefined, asks: AheadAsks = {},
 ): Promise<StepOutput> {
+  const { logprobs, additions } = asks;
   const asking = entries.flatMap((_, i) => (logprobs?.[i] === undefined ? [] : [i]));
   const sampled: Tensor[] = [];
   const raws: Tensor[] = [];
   let vocab = 0;
+  let penalties: AheadPenalties | undefined;
   try {
     let step = entries;
     for (let k = 0; k <= ahead.length; k++) {
@@ -49,6 +65,8 @@ export async function runAhead(
       try {
         vocab = logits.shape[1];
         if (asking.length > 0) raws.push(gatherLogitRows(backend, logits, asking));
+        if (k === 0) penalties = AheadPenalties.of(backend, vocab, ahead.length, asks.repeats, asks.outputPenalties);
+        penalties?.apply(logits, k, sampled[k - 1]);
         if (additions) addToLogits(backend, logits, additions);
         sampled.push(backend.sample(logits, k === 0 ? rows : ahead[k - 1]));
       } finally {
@@ -72,5 +90,6 @@ export async function runAhead(
     return { ids, lookaheadIds, logprobs: perEntry.map((lps) => lps?.[0]), lookaheadLogprobs: perEntry.map((lps) => lps?.slice(1)) };
   } finally {
     for (const t of [...sampled, ...raws]) backend.free(t);
+    penalties?.free();
   }
 }

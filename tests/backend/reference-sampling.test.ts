@@ -118,3 +118,20 @@ test("penalizeRepeats() divides a marked positive logit by the factor and multip
   assert.deepEqual(Array.from(await be.download(x)), [2, -2, 0.5, -1, 3, 1, -4, 0.5, -2, 3]);
   assert.throws(() => be.penalizeRepeats(x, be.upload(new Int32Array([0]), [1]), be.upload(new Int32Array([1]), [1, 1]), be.upload(new Float32Array([0]), [1])), /factor 0 at 0 must be positive/);
 });
+
+test("penalizeSampled() records the last sampled token and penalizes each distinct token of the history once", async () => {
+  const x = be.upload(new Float32Array([2, -2, 0.5, -1, 3, 2, -2, 0.5, -1, 3]), [2, 5]);
+  // Row 1 sampled token 1; its history already holds 0, 1, 0: token 0 twice, token 1 twice with the new one.
+  const history = be.upload(new Int32Array([0, 1, 0, -1]), [1, 4]);
+  // Token 0 was seen by the host (no repetition penalty) but not yet present in the output; token 1 the other way round.
+  const seen = be.upload(new Int32Array([0b01]), [1, 1]);
+  const present = be.upload(new Int32Array([0b10]), [1, 1]);
+  const params = be.upload(new Float32Array([2, 0.5, 0.25]), [1, 3]);
+  be.penalizeSampled!(x, be.upload(new Int32Array([1]), [1]), be.upload(new Int32Array([3, 1]), [2]), history, 4, seen, present, params);
+  // Token 0: 2 − 0.25·2 − 0.5 = 1; token 1: −2·2 − 0.25·2 = −4.5; the others and row 0 untouched.
+  assert.deepEqual(Array.from(await be.download(x)), [2, -2, 0.5, -1, 3, 1, -4.5, 0.5, -1, 3]);
+  assert.deepEqual(Array.from(await be.download(history)), [0, 1, 0, 1]);
+  const call = (count: number) => be.penalizeSampled!(x, be.upload(new Int32Array([1]), [1]), be.upload(new Int32Array([3, 1]), [2]), history, count, seen, present, params);
+  assert.throws(() => call(0), /penalizeSampled count must be an integer from 1 to 4 \(the history's columns\), got 0/);
+  assert.throws(() => call(5), /got 5/);
+});

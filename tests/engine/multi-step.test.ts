@@ -4,7 +4,8 @@
  * commits them together. The scheduler's side (Scheduler.lookAhead, commit) on a fake forward; the
  * engine's on stories260K, on the reference backend and on WebGPU (poisoned outputs): the tokens must
  * be those of one-token steps, greedy and seeded, through EOS, stop strings, max_tokens and the
- * context's end, with log probabilities (each step's, from its raw logits) and a fixed logit bias,
+ * context's end, with log probabilities (each step's, from its raw logits), a fixed logit bias and
+ * repetition, presence and frequency penalties (those of the group's own tokens applied on the device),
  * while requests that cannot run ahead (a grammar) and requests arriving mid-way are served as before.
  */
 import assert from "node:assert/strict";
@@ -75,9 +76,9 @@ const prompt = model.tokenizer.encode(tale, { addBos: true });
  * An engine on `backend` whose runner notes how far each step looked ahead. Its clock is fake: each
  * forward takes `forwardMs` (so the group window, 100 ms, depends on nothing but the test).
  */
-function engineOn(backend: Backend, schedulerSteps: number, maxModelLen?: number, forwardMs = 1): { engine: Engine; aheads: number[] } {
+function engineOn(backend: Backend, schedulerSteps: number, maxModelLen?: number, forwardMs = 1, penalizesAhead?: false): { engine: Engine; aheads: number[] } {
   const kv = allocatePagedKv(backend, model.config, 48, 16);
-  const inner = modelStepRunner(backend, uploadModel(backend, model), kv);
+  const inner = { ...modelStepRunner(backend, uploadModel(backend, model), kv), ...(penalizesAhead === false ? { penalizesAhead } : {}) };
   const aheads: number[] = [];
   let ms = 0;
   const runner: StepRunner = {
@@ -94,8 +95,10 @@ function engineOn(backend: Backend, schedulerSteps: number, maxModelLen?: number
 }
 
 /** Results of `reqs` submitted together (`late` after the first step), and how far the steps looked ahead. */
-async function serve(backend: Backend, steps: number, reqs: Partial<GenerateRequest>[], late: Partial<GenerateRequest>[] = [], maxModelLen?: number, forwardMs?: number) {
-  const { engine, aheads } = engineOn(backend, steps, maxModelLen, forwardMs);
+async function serve(
+  backend: Backend, steps: number, reqs: Partial<GenerateRequest>[], late: Partial<GenerateRequest>[] = [], maxModelLen?: number, forwardMs?: number, penalizesAhead?: false,
+) {
+  const { engine, aheads } = engineOn(backend, steps, maxModelLen, forwardMs, penalizesAhead);
   try {
     const handles = reqs.map((r) => engine.submit({ prompt, maxTokens: 40, temperature: 0, ...r }));
     const lateHandles: Promise<GenerateResult>[] = [];
@@ -121,6 +124,15 @@ const CASES: Partial<GenerateRequest>[] = [
   { maxTokens: 30, logitBias: [[model.tokenizer.encode(".", { addBos: false })[0], -100], [model.tokenizer.encode(",", { addBos: false })[0], -100], [model.tokenizer.encode(" the", { addBos: false })[0], 2]] },
 ];
 
+// Penalties of quarter multiples: a group's device sums round as one step's host sums (exactly).
+const PENALIZED: Partial<GenerateRequest>[] = [
+  { repetitionPenalty: 1.5 },
+  { frequencyPenalty: 0.75, presencePenalty: 0.5, temperature: 0.8, seed: 6 },
+  { repetitionPenalty: 1.25, presencePenalty: 1.5, logprobs: 2, logitBias: [[model.tokenizer.encode(",", { addBos: false })[0], -2.5]], temperature: 0.7, seed: 8, maxTokens: 30 },
+  // A plain request in the same groups.
+  { maxTokens: 30 },
+];
+
 const webgpu = await poisonedWebGpu("the WebGPU multi-step tests");
 const BACKENDS: [string, Backend | undefined, boolean][] = [["the reference backend", createReferenceBackend(), false], ["WebGPU", webgpu.gpu, webgpu.skip]];
 
@@ -136,6 +148,20 @@ for (const [name, backend, skip] of BACKENDS) {
     // A request with 3 tokens to give never runs past them: its last steps look ahead less.
     assert.equal(ahead.results[2].tokenIds.length, 3);
     assert.ok(ahead.aheads.length < plain.aheads.length / 2, `${ahead.aheads.length} runs against ${plain.aheads.length}`);
+  }, { ignore: skip });
+
+  test(`Engine schedulerSteps applies repetition, presence and frequency penalties to the tokens a group samples on ${name}`, async () => {
+    const plain = await serve(on, 1, PENALIZED);
+    const ahead = await serve(on, 4, PENALIZED);
+    assert.deepEqual(ahead.results, plain.results);
+    assert.ok(ahead.aheads.some((k) => k === 3), `looked ahead: ${ahead.aheads.join(",")}`);
+    // The penalties change the tokens, so a group that missed those of its own tokens would differ.
+    const unpenalized = await serve(on, 1, PENALIZED.map(({ repetitionPenalty: _r, presencePenalty: _p, frequencyPenalty: _f, ...r }) => r));
+    for (let i = 0; i < 3; i++) assert.notDeepEqual(unpenalized.results[i].tokenIds, plain.results[i].tokenIds, `request ${i}`);
+    // A runner whose backend cannot apply them on the device decodes penalized requests a step a read.
+    const stepwise = await serve(on, 4, PENALIZED.slice(0, 3), [], undefined, undefined, false);
+    assert.deepEqual(stepwise.results, plain.results.slice(0, 3));
+    assert.ok(stepwise.aheads.every((k) => k === 0), `looked ahead: ${stepwise.aheads.join(",")}`);
   }, { ignore: skip });
 
   test(`Engine schedulerSteps serves grammar requests one step at a time, and log-probability and late requests as they come, on ${name}`, async () => {

@@ -3,7 +3,7 @@
  * softmax, argmax, scatter-add, token masks. Reductions accumulate in f64.
  */
 import { BackendShapeError, MASKED_LOGIT, WEIGHT_DTYPES } from "../types.ts";
-import { expectConcatColumnsShapes, expectMaskShapes, expectRepeatShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
+import { expectConcatColumnsShapes, expectMaskShapes, expectRepeatShapes, expectSampledPenaltyShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
 import {
   expectF32,
   expectRank,
@@ -233,6 +233,34 @@ export function penalizeRepeats(logits: RefTensor, rows: RefTensor, bits: RefTen
       const x = dst[row * vocab + v];
       dst[row * vocab + v] = x > 0 ? x / f[k] : x * f[k];
     }
+  }
+}
+
+/**
+ * Backend.penalizeSampled: records sampled[rows[k]] as history[k, count - 1], then penalizes each
+ * distinct token of history row k on logits row rows[k]. The arithmetic is f32 in the order the
+ * kernels use: the scaling, then delta = −frequency · c (− presence), then logit + delta.
+ */
+export function penalizeSampled(
+  logits: RefTensor, rows: RefTensor, sampled: RefTensor, history: RefTensor, count: number, seen: RefTensor, present: RefTensor, params: RefTensor,
+): void {
+  const { n, vocab, m, words, h } = expectSampledPenaltyShapes(logits, rows, sampled, history, count, seen, present, params);
+  const dst = logits.f32, r = rows.i32, hist = history.i32, p = params.f32;
+  checkRows("penalizeSampled", r, n, Float32Array.from({ length: m }, (_, k) => p[k * 3]));
+  const bit = (bits: Int32Array, k: number, t: number) => ((bits[k * words + (t >> 5)] >>> (t & 31)) & 1) === 1;
+  for (let k = 0; k < m; k++) {
+    const row = r[k];
+    hist[k * h + count - 1] = sampled.i32[row];
+    const tokens = hist.subarray(k * h, k * h + count);
+    tokens.forEach((t, j) => {
+      if (t < 0 || t >= vocab || tokens.indexOf(t) < j) return;
+      const c = tokens.filter((u) => u === t).length;
+      let x = dst[row * vocab + t];
+      if (!bit(seen.i32, k, t)) x = Math.fround(x > 0 ? x / p[k * 3] : x * p[k * 3]);
+      let delta = Math.fround(-Math.fround(p[k * 3 + 2] * c));
+      if (!bit(present.i32, k, t)) delta = Math.fround(delta - p[k * 3 + 1]);
+      dst[row * vocab + t] = Math.fround(x + delta);
+    });
   }
 }
 

@@ -16,7 +16,7 @@ import {
   type Tensor,
 } from "../types.ts";
 import { pagedAttention, kvWrite, rotateAndWriteKv } from "./attention.ts";
-import { add, argmax, concatColumns, embedding, gatherRows, geluMul, maskLogits, penalizeRepeats, rmsnorm, scatterAdd, siluMul, sliceColumns, softmax, swigluOai } from "./elementwise.ts";
+import { add, argmax, concatColumns, embedding, gatherRows, geluMul, maskLogits, penalizeRepeats, penalizeSampled, rmsnorm, scatterAdd, siluMul, sliceColumns, softmax, swigluOai } from "./elementwise.ts";
 import { matmul, matmulAdd, matmulGlu, matmulQkv, rope } from "./linear.ts";
 import { matmulExperts, matmulExpertsGlu, moeCombine, moeRoute } from "./experts.ts";
 import { sample } from "./sampling.ts";
@@ -124,6 +124,11 @@ export function createReferenceBackend(): Backend {
       maskLogits(r(logits, "maskLogits logits"), r(rows, "maskLogits rows"), r(bits, "maskLogits bits")),
     penalizeRepeats: (logits: Tensor, rows: Tensor, bits: Tensor, factors: Tensor) =>
       penalizeRepeats(r(logits, "penalizeRepeats logits"), r(rows, "penalizeRepeats rows"), r(bits, "penalizeRepeats bits"), r(factors, "penalizeRepeats factors")),
+    penalizeSampled: (logits: Tensor, rows: Tensor, sampled: Tensor, history: Tensor, count: number, seen: Tensor, present: Tensor, params: Tensor) =>
+      penalizeSampled(
+        r(logits, "penalizeSampled logits"), r(rows, "penalizeSampled rows"), r(sampled, "penalizeSampled sampled"), r(history, "penalizeSampled history"),
+        count, r(seen, "penalizeSampled seen"), r(present, "penalizeSampled present"), r(params, "penalizeSampled params"),
+      ),
     moeRoute: (logits: Tensor, k: number, options: MoeRouteOptions) =>
       moeRoute(r(logits, "moeRoute logits"), k, {
         ...options,

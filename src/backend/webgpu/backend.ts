@@ -10,7 +10,7 @@ import { embedding, matmul, matmulGlu, matmulQkv } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
 import { add, argmax, concatColumns, downloadHalfRows, gatherRows, geluMul, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softmax, swigluOai } from "./ops-rowwise.ts";
-import { maskLogits, penalizeRepeats, sample, scatterAdd } from "./ops-sample.ts";
+import { maskLogits, penalizeRepeats, penalizeSampled, sample, scatterAdd } from "./ops-sample.ts";
 import type { RecorderStats } from "./recorder.ts";
 import { asGpu, WEBGPU_NAME } from "./tensor.ts";
 import type {
@@ -179,6 +179,10 @@ export class WebGpuBackend implements Backend {
 
   penalizeRepeats(logits: Tensor, rows: Tensor, bits: Tensor, factors: Tensor): void {
     penalizeRepeats(this.#live, logits, rows, bits, factors);
+  }
+
+  penalizeSampled(logits: Tensor, rows: Tensor, sampled: Tensor, history: Tensor, count: number, seen: Tensor, present: Tensor, params: Tensor): void {
+    penalizeSampled(this.#live, logits, rows, sampled, history, count, seen, present, params);
   }
   gatherRows(x: Tensor, idx: Tensor): Tensor {
     return gatherRows(this.#live, x, idx);

@@ -4,7 +4,7 @@
  */
 import { type GpuContext } from "./context.ts";
 import { asGpu, expectActivation, expectRank, fmt } from "./tensor.ts";
-import { expectMaskShapes, expectRepeatShapes } from "../shape-checks.ts";
+import { expectMaskShapes, expectRepeatShapes, expectSampledPenaltyShapes } from "../shape-checks.ts";
 import { BackendShapeError, checkSamplingRow, effectiveTemperature, numel, type SamplingRow, type Tensor } from "../types.ts";
 
 /** Row-wise sampling from logits [rows, vocab] → i32 [rows]. */
@@ -85,5 +85,23 @@ export function penalizeRepeats(ctx: GpuContext, logitsT: Tensor, rowsT: Tensor,
     [m, n, vocab, words],
     [[1, logits.buffer], [2, rows.buffer], [3, bits.buffer], [4, factors.buffer]],
     Math.ceil((m * words) / 256),
+  );
+}
+
+/** Backend.penalizeSampled: records each row's last sampled token, then penalizes its distinct tokens sampled on the device. Mutates logits and history. */
+export function penalizeSampled(
+  ctx: GpuContext, logitsT: Tensor, rowsT: Tensor, sampledT: Tensor, historyT: Tensor, count: number, seenT: Tensor, presentT: Tensor, paramsT: Tensor,
+): void {
+  const [logits, rows, sampled, history, seen, present, params] = ([
+    [logitsT, "logits"], [rowsT, "rows"], [sampledT, "sampled"], [historyT, "history"], [seenT, "seen"], [presentT, "present"], [paramsT, "params"],
+  ] as const).map(([t, what]) => asGpu(t, `penalizeSampled ${what}`, ctx));
+  const { n, vocab, m, words, h } = expectSampledPenaltyShapes(logits, rows, sampled, history, count, seen, present, params);
+  if (m === 0) return;
+  ctx.recorder.dispatch(
+    "penalize_sampled",
+    {},
+    [m, n, vocab, words, h, count],
+    [[1, logits.buffer], [2, rows.buffer], [3, sampled.buffer], [4, history.buffer], [5, seen.buffer], [6, present.buffer], [7, params.buffer]],
+    Math.ceil(m / 64),
   );
 }
