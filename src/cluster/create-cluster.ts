@@ -33,6 +33,12 @@ export interface CreateClusterOptions extends Omit<ClusterOptions, "bytesPerBloc
   plannerOptions?: OnlinePlannerOptions;
   /** Options of every engine (the cluster sets `workerId` and `onStep`). */
   engine?: Omit<CreateEngineOptions, "workerId" | "onStep">;
+  /**
+   * Each worker runs its step kinds once before it serves (Engine.warmUp: kernels compiled at start,
+   * not at a user's first request), its time reported in {@link WorkerEngine.warmUpMs}; default off
+   * (`serve` turns it on unless `--no-warmup`).
+   */
+  warmUp?: boolean;
   /** Also called with every engine step, with the worker's id (a step log). */
   onStep?: (workerId: string, r: StepRecord) => void;
   /** Shared secret of TCP workers started with the same token (worker-auth.ts); none: no check. */
@@ -133,14 +139,25 @@ type StartWorker = (id: string, engine: PortableEngineOptions, onStep: (id: stri
 export function remoteWorkerWiring(o: CreateClusterOptions | Omit<CreateClusterOptions, "workers">, cluster: () => Cluster | undefined): {
   portable: PortableEngineOptions; onStep: (id: string, r: StepRecord) => void;
 } {
-  const { now: _now, ...portable } = o.engine ?? {};
+  const { now: _now, ...engine } = o.engine ?? {};
   return {
-    portable,
+    portable: o.warmUp ? { ...engine, warmUp: true } : engine,
     onStep: (id, r) => {
       cluster()?.observeStep(id, r);
       o.onStep?.(id, r);
     },
   };
+}
+
+/**
+ * Warms up the cluster's workers in this thread, one after another (Engine.warmUp; workers elsewhere
+ * warmed up before they reported ready, with CreateClusterOptions.warmUp), and returns the longest
+ * warm-up any worker took in milliseconds (undefined: none ran).
+ */
+export async function warmUpWorkers(cluster: Cluster): Promise<number | undefined> {
+  for (const w of cluster.workers) await w.engine.warmUp?.();
+  const times = cluster.workers.flatMap((w) => (w.engine.warmUpMs === undefined ? [] : [w.engine.warmUpMs]));
+  return times.length === 0 ? undefined : Math.max(...times);
 }
 
 /**

@@ -46,6 +46,8 @@ export class RemoteEngine implements WorkerEngine {
   vocabSize: number | undefined;
   /** How the worker's backend was chosen. */
   backendReason = "";
+  /** Milliseconds the worker's warm-up took before it reported ready (undefined: none ran). */
+  warmUpMs: number | undefined;
   /** The worker's model identity (src/model/fingerprint.ts), to compare with the server's. */
   modelFingerprint = "";
   /** Called with each gap between a request's tokens as they arrive here (the cluster's ITL histogram). */
@@ -88,6 +90,7 @@ export class RemoteEngine implements WorkerEngine {
     try {
       const msg = await ready;
       [t.maxModelLen, t.blockSize, t.vocabSize, t.backendReason, t.modelFingerprint] = [msg.maxModelLen, msg.blockSize, msg.vocabSize, msg.backend, msg.fingerprint];
+      t.warmUpMs = msg.warmUpMs;
       t.absorb(msg.state);
     } catch (e) {
       t.fail(e as Error);

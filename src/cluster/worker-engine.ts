@@ -57,6 +57,14 @@ export interface WorkerEngine extends TokenGapSink {
   importPrefix(prefix: PrefixKv, sessionId?: string): Promise<number>;
   stats(): EngineStats;
   queueState(): QueueState;
+  /**
+   * Milliseconds the worker's warm-up took before it served (Engine.warmUp; undefined: none ran). A
+   * worker elsewhere warms up before it reports ready (CreateClusterOptions.warmUp); one in this
+   * thread when {@link warmUp} is called.
+   */
+  readonly warmUpMs?: number;
+  /** An engine in this thread: warms it up (Engine.warmUp), before its first request. */
+  warmUp?(): Promise<void>;
   /** Device blocks free or evictable now. */
   freeBlocks(): number;
   sessionStatusCounts(): Record<string, number> | undefined;
@@ -67,6 +75,7 @@ export interface WorkerEngine extends TokenGapSink {
 export function localWorkerEngine(engine: Engine): WorkerEngine {
   // Stopping (or stopped), it serves no more: the router must not pick it.
   let stopped = false;
+  let warmUpMs: number | undefined;
   const w: WorkerEngine = {
     onTokenGap: undefined,
     id: engine.pool.workerId,
@@ -82,6 +91,14 @@ export function localWorkerEngine(engine: Engine): WorkerEngine {
     },
     set stepMixing(m: StepMixing) {
       engine.scheduler.stepMixing = m;
+    },
+    get warmUpMs() {
+      return warmUpMs;
+    },
+    async warmUp() {
+      const t0 = performance.now();
+      await engine.warmUp();
+      warmUpMs = performance.now() - t0;
     },
     submit: (req) => reportTokenGaps(engine.submit(req), w),
     check: (req) => engine.checkRequest(req),

@@ -103,8 +103,9 @@ export function serveWorker(port: ThreadPort): Promise<void> {
       backend = picked.backend;
       const reason = picked.reason;
       stage("engine");
+      const { warmUp, ...options } = m.engine;
       const e = createEngine(picked.backend, model, {
-        ...m.engine, workerId: m.workerId,
+        ...options, workerId: m.workerId,
         onStep: (r) => {
           steps.push(r);
           report();
@@ -114,8 +115,18 @@ export function serveWorker(port: ThreadPort): Promise<void> {
         events.push(ev);
         report();
       });
+      let warmUpMs: number | undefined;
+      if (warmUp) {
+        stage("warm-up");
+        const t0 = performance.now();
+        await e.warmUp();
+        warmUpMs = performance.now() - t0;
+      }
       engine = e;
-      send({ op: "ready", maxModelLen: e.maxModelLen, blockSize: e.pool.blockSize, vocabSize: model.config.vocabSize, backend: reason, fingerprint: modelFingerprint(model), state: state(e) });
+      send({
+        op: "ready", maxModelLen: e.maxModelLen, blockSize: e.pool.blockSize, vocabSize: model.config.vocabSize, backend: reason, fingerprint: modelFingerprint(model),
+        state: state(e), ...(warmUpMs !== undefined ? { warmUpMs } : {}),
+      });
     } catch (err) {
       send({ op: "failed", message: err instanceof Error ? err.message : String(err) });
     }

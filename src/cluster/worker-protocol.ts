@@ -16,7 +16,10 @@ import type { StepRecord } from "../engine/step-record.ts";
 import type { QuantizeDType } from "../model/weights.ts";
 
 /** Engine options that cross to a worker (no callbacks). */
-export type PortableEngineOptions = Omit<CreateEngineOptions, "onStep" | "now" | "workerId">;
+export type PortableEngineOptions = Omit<CreateEngineOptions, "onStep" | "now" | "workerId"> & {
+  /** The worker warms its engine up before it reports ready (Engine.warmUp; "ready" then says how long it took). */
+  warmUp?: boolean;
+};
 
 /** Where a worker loads its model from, and how (`--quantize`). */
 export interface ModelLoad {
@@ -59,7 +62,7 @@ export interface WorkerReport {
  * A step of a worker's start ("init"), in order: reading the model's weights, the speculative draft
  * model's, starting the backend, creating the engine (uploading the weights).
  */
-export type LoadingStage = "model" | "draft" | "backend" | "engine";
+export type LoadingStage = "model" | "draft" | "backend" | "engine" | "warm-up";
 
 /** From a worker to the cluster. */
 export type FromWorker =
@@ -70,7 +73,7 @@ export type FromWorker =
    */
   | { op: "loading"; stage: LoadingStage; done?: number; total?: number }
   /** `vocabSize`: what the cluster checks a request's token ids against before sending it (absent from an older worker). */
-  | { op: "ready"; maxModelLen: number; blockSize: number; vocabSize?: number; backend: string; fingerprint: string; state: WorkerReport }
+  | { op: "ready"; maxModelLen: number; blockSize: number; vocabSize?: number; backend: string; fingerprint: string; state: WorkerReport; warmUpMs?: number }
   | { op: "failed"; message: string }
   | { op: "accepted"; rid: number; sessionId?: string }
   /**

@@ -6,7 +6,7 @@
 import { type BackendChoice, selectBackend } from "../backend/select.ts";
 import type { Backend } from "../backend/types.ts";
 import type { Cluster } from "../cluster/cluster.ts";
-import { createCluster, type CreateClusterOptions, startTcpCluster, startThreadCluster } from "../cluster/create-cluster.ts";
+import { createCluster, type CreateClusterOptions, startTcpCluster, startThreadCluster, warmUpWorkers } from "../cluster/create-cluster.ts";
 import { startNatsCluster } from "../cluster/nats-cluster.ts";
 import { splitCredentials } from "../cluster/nats-membership.ts";
 import { RemoteEngine } from "../cluster/remote-engine.ts";
@@ -25,6 +25,8 @@ export interface ServingCluster {
   backendReason: string;
   /** With the SLA planner: where its offline profile came from. */
   slaSource?: string;
+  /** With `warmUp`: the longest warm-up a worker took, in milliseconds (workers joining later through NATS not counted). */
+  warmUpMs?: number;
   /** Stops the planner's ticks and, under NATS, the watch for joining and leaving workers. */
   stopControl(): Promise<void>;
   /** Releases the in-process backend (threads release their own). */
@@ -77,6 +79,15 @@ export async function startServingCluster(
     cluster = createCluster(backend, model, co);
   }
   const c = cluster;
+  let warmUpMs: number | undefined;
+  try {
+    if (o.warmUp) warmUpMs = await warmUpWorkers(c);
+  } catch (e) {
+    await stopWatching();
+    await c.stop();
+    backend?.destroy();
+    throw e;
+  }
   let slaSource: string | undefined;
   if (profiled) {
     try {
@@ -101,7 +112,7 @@ export async function startServingCluster(
     }
   }, planner.intervalS * 1000);
   return {
-    cluster, backendReason, ...(slaSource !== undefined ? { slaSource } : {}),
+    cluster, backendReason, ...(slaSource !== undefined ? { slaSource } : {}), ...(warmUpMs !== undefined ? { warmUpMs } : {}),
     stopControl: async () => {
       clearInterval(ticker);
       await stopWatching();

@@ -80,7 +80,7 @@ export interface ServerOptions {
   reasoningParser?: ReasoningParserName;
   /** Jump-forward decoding under output grammars (EngineOptions.jumpForward; default true). */
   jumpForward?: boolean;
-  /** One engine: run its step kinds once before listening (Engine.warmUp; default true, `--no-warmup` off). */
+  /** Run each engine's step kinds once before listening (Engine.warmUp; default true, `--no-warmup` off): a cluster's workers each before they serve. */
   warmUp?: boolean;
   /** N-gram speculative decoding (EngineOptions.speculative; default off). */
   speculative?: Speculation;
@@ -203,7 +203,7 @@ export interface RunningServer extends Listening {
   cluster: Cluster | undefined;
   modelName: string;
   backendReason: string;
-  /** Milliseconds the engine's warm-up took (Engine.warmUp; undefined: none ran). */
+  /** Milliseconds the engine's warm-up took, a cluster's the longest of its workers' (Engine.warmUp; undefined: none ran). */
   warmUpMs?: number;
   /** With the SLA planner: where its offline profile came from (read from a file, or measured at start-up). */
   slaProfileSource?: string;

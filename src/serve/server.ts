@@ -104,7 +104,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
         ...(o.localPrefillTokens !== undefined ? { localPrefillThreshold: o.localPrefillTokens } : {}),
       },
       ...(o.itlAdmissionTargetS !== undefined ? { plannerOptions: { itlTargetS: o.itlAdmissionTargetS, itlAdmission: true } } : {}),
-      transport: transport ?? "in-process", workerAddrs: o.workerAddrs, engine: engineOptions,
+      transport: transport ?? "in-process", workerAddrs: o.workerAddrs, engine: engineOptions, warmUp: o.warmUp !== false,
       ...(o.nats !== undefined ? { nats: { url: o.nats, clusterName: o.clusterName, drainMs: o.drainMs } } : {}),
       ...(o.quantize ? { quantize: o.quantize } : {}), ...(draft ? { draft } : {}),
       ...(o.workerToken !== undefined ? { workerToken: o.workerToken } : {}), ...(stepLog ? { onStep: (id: string, r: StepRecord) => stepLog.record({ ...r, worker: id }) } : {}),
@@ -112,6 +112,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...(routeLog ? { onRoute: (d: RouteDecision) => routeLog.record(routeLogRecord(d, unixS())) } : {}),
     });
     reason = cluster.backendReason;
+    warmUpMs = cluster.warmUpMs;
   } else {
     ({ backend, reason } = await selectBackend(o.backend));
     engine = createEngine(backend, model, {

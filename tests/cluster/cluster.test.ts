@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { sharedRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
-import { clusterPlanner, createCluster, type CreateClusterOptions, remoteKvDtype } from "../../src/cluster/create-cluster.ts";
+import { clusterPlanner, createCluster, type CreateClusterOptions, remoteKvDtype, warmUpWorkers } from "../../src/cluster/create-cluster.ts";
 import { type PeerTransferMode, peerTransferOptions } from "../../src/cluster/cluster-router.ts";
 import type { Cluster, ClusterDecision } from "../../src/cluster/cluster.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
@@ -364,4 +364,21 @@ test("clusterPlanner() starts the planner at the cluster's step mixing and leave
   assert.deepEqual(switches(clusterPlanner({ workers: 16, engine: { scheduler: { stepMixing: "split" } } }) as OnlinePlanner), [false], "from the engines' setting");
   assert.deepEqual(switches(clusterPlanner({ workers: 16 }) as OnlinePlanner), [], "already mixed");
   assert.deepEqual(switches(clusterPlanner({ workers: 16, stepMixing: "split", fixedStepMixing: true }) as OnlinePlanner), [], "fixed");
+});
+
+test("warmUpWorkers() warms up each engine of an in-process cluster once, counting nothing, and returns the longest", async () => {
+  const expected = await oneEngine(greedy(STORY, 8));
+  const cl = createCluster(createReferenceBackend(), model, { workers: 2, planner: "none", engine: { numBlocks: 64 } });
+  try {
+    assert.equal(await warmUpWorkers(cl), Math.max(...cl.workers.map((w) => w.engine.warmUpMs!)));
+    for (const w of cl.workers) {
+      assert.equal(typeof w.engine.warmUpMs, "number", w.engine.id);
+      assert.deepEqual([w.engine.stats().kvUsedBlocks, w.engine.metrics.promptTokens, w.engine.metrics.generationTokens], [0, 0, 0]);
+    }
+    assert.deepEqual((await run(cl, greedy(STORY, 8))).streamed, expected);
+    // A worker that has served no longer warms up.
+    await assert.rejects(() => warmUpWorkers(cl), /warms up only before its first request/);
+  } finally {
+    await cl.stop();
+  }
 });

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { projectRoot, test } from "../harness.ts";
-import { startThreadCluster } from "../../src/cluster/create-cluster.ts";
+import { startThreadCluster, warmUpWorkers } from "../../src/cluster/create-cluster.ts";
 import { RemoteEngine, RemoteWorkerError } from "../../src/cluster/remote-engine.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
@@ -76,9 +76,27 @@ test("RemoteEngine.dropHandoff() lets go of the block a worker thread holds for 
   }
 });
 
+test("startThreadCluster() with warmUp has each worker thread warm its engine up before it serves, and leave nothing behind", async () => {
+  const expected = await oneEngine(greedy(STORY, 8));
+  const cl = await startThreadCluster(model, modelPath, "reference", { workers: 2, planner: "none", warmUp: true, engine: { numBlocks: 64, schedulerSteps: 2 } });
+  try {
+    for (const w of cl.workers) {
+      assert.equal(typeof w.engine.warmUpMs, "number", `${w.engine.id} reported its warm-up`);
+      const st = w.engine.stats();
+      assert.deepEqual([st.kvUsedBlocks, st.prefixQueriedTokens, w.engine.metrics.promptTokens, w.engine.metrics.generationTokens], [0, 0, 0, 0]);
+    }
+    assert.equal(await warmUpWorkers(cl), Math.max(...cl.workers.map((w) => w.engine.warmUpMs!)), "the longest of the workers'");
+    const results = await Promise.all(cl.workers.map(() => run(cl, greedy(STORY, 8))));
+    for (const r of results) assert.deepEqual(r.streamed, expected);
+  } finally {
+    await cl.stop();
+  }
+});
+
 test("Cluster routes around a worker thread that has stopped", async () => {
   const cl = await startThreadCluster(model, modelPath, "reference", { workers: 2, planner: "none", engine: { numBlocks: 64 } });
   try {
+    assert.deepEqual(cl.workers.map((w) => w.engine.warmUpMs), [undefined, undefined], "no warm-up unless asked");
     await cl.workers[1].engine.stop();
     assert.equal(cl.workers[1].engine.alive, false);
     const results = await Promise.all(Array.from({ length: 4 }, (_, i) => run(cl, greedy(STORY.slice(0, 12 + i), 4))));

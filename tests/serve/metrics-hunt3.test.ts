@@ -230,6 +230,8 @@ test("after real traffic, one engine's /metrics counts what happened (streamed, 
 test("a two-worker server's /metrics: cluster-wide vLLM figures from real traffic, per-worker series that add up to them", async () => {
   const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, workers: 2 });
   try {
+    // Both workers warmed up before the server listened (startServer's default), counting nothing in the figures below.
+    assert.equal(typeof s.warmUpMs, "number");
     const t = await traffic(s.url, "stories260K");
     const f = await settled(s.url);
     checkFigures(f, t);
