@@ -23,6 +23,7 @@ import {
   type EngineStats, EngineOverloadedError, type GenerateRequest, type GenerateResult, type RequestHandle, type ServingEngine, type WorkerStatus,
 } from "./engine-types.ts";
 import { EventChannel } from "./events.ts";
+import { warmUpRunner } from "./engine-warmup.ts";
 import { Scheduler } from "./scheduler.ts";
 import { countKvEvents, poolBlockManager } from "./scheduler-kv-adapter.ts";
 import type { StepMixing } from "./scheduler-types.ts";
@@ -275,22 +276,15 @@ export class Engine implements ServingEngine {
   }
 
   /**
-   * Runs the kinds of step serving runs (a prompt, a decode, and with scheduler steps a decode that
-   * runs ahead) once on a free KV block before the first request, so that a backend's kernels are
-   * compiled, and a device that cannot run them fails, at start rather than at a user's request.
-   * Nothing is committed or counted: the block stays free. Only before the first request.
+   * Runs the kinds of step serving runs once on a free KV block before the first request
+   * (engine-warmup.ts), so that a backend's kernels are compiled, and a device that cannot run them
+   * fails, at start rather than at a user's request. Nothing is committed or counted: the block
+   * stays free. Only before the first request.
    */
   async warmUp(): Promise<void> {
     // Before any request, no block is used or cached: block 0 holds nothing anyone reads.
     if (this.nextId > 0 || this.pool.numUsedBlocks() > 0) throw new Error("An engine warms up only before its first request");
-    const r = this.opts.runner;
-    if (r.blockSize < 4) return;
-    const tok = Math.min(1, this.opts.config.vocabSize - 1);
-    const row = { temperature: 0.7, topK: 0, topP: 1, uniform: 0.5 };
-    const entry = (tokens: number[], startPos: number) => ({ seqId: -1, tokens, startPos, blockTable: [0], sample: true, prefill: startPos === 0 });
-    await r.run([entry([tok, tok], 0)], [row]);
-    await r.run([entry([tok], 2)], [row]);
-    if (this.schedulerSteps > 1 && r.runsAhead) await r.run([{ ...entry([tok], 2), lookahead: 1 }], [row], { lookahead: [[row]] });
+    await warmUpRunner(this.opts.runner, this.opts.config.vocabSize, this.maxModelLen, this.schedulerSteps);
   }
 
   /** The most forwards a step of plain decodes runs before it reads its tokens (EngineOptions.schedulerSteps). */

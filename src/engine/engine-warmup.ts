@@ -1,0 +1,49 @@
+/**
+ * An engine's warm-up (Engine.warmUp): the kinds of step serving runs, once each, on KV block 0
+ * before anything is cached there, so that a backend's kernels are compiled — and a device that
+ * cannot run them fails — at start rather than at a user's first request. Kernels are chosen by
+ * shape (WebGPU's matmul by row count, its attention split by context length) and by what a step
+ * asks (biases, masks, penalties, log probabilities), so the steps cover those. Every position a
+ * step feeds maps to block 0 (a table of it repeated): the keys and values written there, racing
+ * each other, are never read for anything kept.
+ */
+import type { SamplingRow } from "../backend/types.ts";
+import type { StepExtras, StepRunner } from "./engine-runner-types.ts";
+import { TokenMask } from "./output-constraint.ts";
+import type { StepEntry } from "./scheduler-types.ts";
+
+/** Decodes a warm-up step batches: one row count for each of WebGPU's tiled matmul widths past one (2, 4 and 8 row threads), the output matmul's included. */
+const DECODE_BATCHES = [8, 16, 24];
+/** A context long enough for WebGPU's attention to split its keys (two spans of 256). */
+const SPLIT_CONTEXT = 512;
+
+/**
+ * Runs the warm-up steps on `runner` for a model of `vocabSize` tokens: a prompt, decodes of each
+ * batch in {@link DECODE_BATCHES}, a decode asking for everything a row can ask
+ * (a bias, a mask, a repetition penalty, log probabilities), with `schedulerSteps` > 1 a decode run
+ * ahead (with penalties where the runner takes them), and a decode at the end of a long context.
+ */
+export async function warmUpRunner(runner: StepRunner, vocabSize: number, maxModelLen: number, schedulerSteps: number): Promise<void> {
+  const bs = runner.blockSize;
+  if (bs < 4) return;
+  const tok = Math.min(1, vocabSize - 1);
+  const row: SamplingRow = { temperature: 0.7, topK: 0, topP: 1, uniform: 0.5 };
+  const entry = (tokens: number[], startPos: number): StepEntry => {
+    const blocks = Math.ceil((startPos + tokens.length) / bs);
+    return { seqId: -1, tokens, startPos, blockTable: new Array<number>(blocks).fill(0), sample: true, prefill: startPos === 0 };
+  };
+  await runner.run([entry([tok, tok], 0)], [row]);
+  for (const n of DECODE_BATCHES) await runner.run(new Array<StepEntry>(n).fill(entry([tok], 2)), new Array<SamplingRow>(n).fill(row));
+  const all = TokenMask.allBut(vocabSize, []);
+  const asks: StepExtras = {
+    additions: [new Map([[tok, 0.5]])], masks: [all], repeats: [{ seen: all, factor: 1.1 }], logprobs: [1],
+  };
+  await runner.run([entry([tok], 2)], [row], asks);
+  if (schedulerSteps > 1 && runner.runsAhead) {
+    const penalties: StepExtras = runner.penalizesAhead
+      ? { repeats: [{ seen: all, factor: 1.1 }], outputPenalties: [{ presence: 0.5, frequency: 0.5, present: [tok] }] }
+      : {};
+    await runner.run([{ ...entry([tok], 2), lookahead: 1 }], [row], { lookahead: [[row]], ...penalties });
+  }
+  if (maxModelLen >= SPLIT_CONTEXT) await runner.run([entry([tok], SPLIT_CONTEXT - 1)], [row]);
+}
