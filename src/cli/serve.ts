@@ -287,11 +287,12 @@ main().catch((e: unknown) => {
   exitProcess(known ? 2 : 1);
 });
 
-/** The start-up line saying which generation_config.json defaults requests get (undefined: the model has none). */
+/** The start-up line saying which of the model's sampling defaults requests get (undefined: the model has none). */
 function samplingNote(d: SamplingDefaults, choice: "auto" | "vllm"): string | undefined {
   if (choice === "vllm") return "serve: requests get OpenAI's sampling defaults (--generation-config vllm)";
   if (Object.keys(d).length === 0) return undefined;
   const set = [["temperature", d.temperature], ["top_p", d.topP], ["top_k", d.topK], ["min_p", d.minP], ["repetition_penalty", d.repetitionPenalty], ["max_tokens", d.maxTokens]].filter(([, v]) => v !== undefined).map(([k, v]) => `${k} ${v}`);
   const skipped = d.unsupported?.length ? `; not applied (unsupported here): ${d.unsupported.join(", ")}` : "";
-  return `serve: requests that leave them out get the model's generation_config.json defaults: ${set.length ? set.join(", ") : "none that apply"}${skipped} (--generation-config vllm for OpenAI's)`;
+  const source = d.source === "GGUF general.sampling" ? "GGUF's general.sampling.*" : "generation_config.json";
+  return `serve: requests that leave them out get the model's ${source} defaults: ${set.length ? set.join(", ") : "none that apply"}${skipped} (--generation-config vllm for OpenAI's)`;
 }

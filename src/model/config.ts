@@ -219,7 +219,7 @@ export interface ModelConfig {
    * none, mean, cls, last, rank). /v1/embeddings pools the last token, so it refuses mean, cls and rank.
    */
   poolingType?: PoolingType;
-  /** The sampling defaults the model ships (a Hugging Face directory's generation_config.json); absent: none. */
+  /** The sampling defaults the model ships (a Hugging Face directory's generation_config.json, a GGUF's `general.sampling.*`); absent: none. */
   samplingDefaults?: SamplingDefaults;
 }
 
@@ -237,6 +237,8 @@ export interface SamplingDefaults {
   maxTokens?: number;
   /** Keys it sets that this server cannot apply (`typical_p`, `no_repeat_ngram_size`), for a note at start-up. */
   unsupported?: string[];
+  /** Where they came from, for that note (absent: a Hugging Face directory's generation_config.json). */
+  source?: "GGUF general.sampling";
 }
 
 /** A tensor as read from a file, before upload: raw little-endian bytes in its dtype's layout. */

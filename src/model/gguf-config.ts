@@ -5,6 +5,7 @@
  */
 import { type Architecture, ARCHITECTURES, type ModelConfig, ModelLoadError, POOLING_TYPES } from "./config.ts";
 import { GgufMetadata, perLayerNumber, positiveInteger } from "./gguf-metadata.ts";
+import { ggufSamplingDefaults } from "./gguf-sampling.ts";
 import type { GgufHeader } from "./gguf-reader.ts";
 import { ggufMagnitudeYarn, ggufSlidingWindow, withHarmonyStops } from "./gguf-gpt-oss.ts";
 import { ggufGemma3 } from "./gguf-gemma3.ts";
@@ -95,6 +96,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   if (architecture !== "gpt-oss" && architecture !== "gemma3" && meta.has(`${arch}.attention.sliding_window`)) {
     throw new ModelLoadError(`Model "${path}" declares a sliding window, which the "${arch}" architecture does not support`);
   }
+  const sampling = ggufSamplingDefaults(meta, path);
   return {
     architecture,
     vocabSize: embd.shape[0],
@@ -125,5 +127,6 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama" || (tokModel === "gpt2" && preAddsBos(meta.string("tokenizer.ggml.pre", "default")))),
     ...(meta.bool("tokenizer.ggml.add_eos_token", false) && validId(optionalId("tokenizer.ggml.eos_token_id")) ? { appendEosTokenId: optionalId("tokenizer.ggml.eos_token_id") } : {}),
     ...(pooling !== undefined ? { poolingType: pooling } : {}),
+    ...(sampling ? { samplingDefaults: sampling } : {}),
   };
 }

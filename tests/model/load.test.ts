@@ -184,6 +184,26 @@ test("loadModel() takes a directory's generation_config.json: its end-of-turn to
   await assert.rejects(loadModel(`${dir}/gen`), /eos_token_id must be token ids of the vocabulary of 300, got 300/);
 });
 
+test("loadModel() takes a GGUF's general.sampling.* defaults, reporting those it cannot apply, and refuses values out of range", async () => {
+  const w = randomHfWeights(LLAMA);
+  const write = async (name: string, metadata: [string, ReturnType<typeof gguf.f32>][]) => {
+    await writeFile(`${dir}/${name}.gguf`, ggufBytes(LLAMA, w, undefined, { metadata }));
+    return `${dir}/${name}.gguf`;
+  };
+  assert.equal((await loadModel(await write("sampling-none", []))).config.samplingDefaults, undefined);
+  const m = await loadModel(await write("sampling", [
+    ["general.sampling.temp", gguf.f32(0.6)], ["general.sampling.top_p", gguf.f32(0.95)], ["general.sampling.top_k", gguf.i32(20)],
+    ["general.sampling.min_p", gguf.f32(0)], ["general.sampling.penalty_repeat", gguf.f32(1.05)], ["general.sampling.penalty_last_n", gguf.i32(64)],
+    ["general.sampling.mirostat", gguf.u32(0)], ["general.sampling.xtc_probability", gguf.f32(0.5)], ["general.sampling.sequence", gguf.str("penalties;top_k;top_p;temp")],
+  ]));
+  assert.deepEqual(m.config.samplingDefaults, {
+    temperature: 0.6, topP: 0.95, topK: 20, repetitionPenalty: 1.05, unsupported: ["xtc_probability", "penalty_last_n", "sequence"], source: "GGUF general.sampling",
+  }, "min_p 0 and mirostat 0 change nothing; f32 values as their shortest decimals");
+  await assert.rejects(loadModel(await write("sampling-bad", [["general.sampling.top_p", gguf.f32(1.5)]])), (e: unknown) =>
+    e instanceof ModelLoadError && /GGUF metadata "general\.sampling\.top_p" in ".*sampling-bad\.gguf" should be a number above 0 and at most 1, got 1\.5/.test(e.message));
+  await assert.rejects(loadModel(await write("sampling-str", [["general.sampling.temp", gguf.str("hot")]])), /"general\.sampling\.temp" .* should be a number from 0, got "hot"/);
+});
+
 test("decodeToF32() of loaded norm weights equals the written values", async () => {
   const spec = { ...LLAMA, dtype: "q8_0", ffn: 64, seed: 19 } as ModelFileSpec;
   const w = randomHfWeights(spec);

@@ -14,7 +14,9 @@ import { writeFile } from "../../src/runtime/fs.ts";
 import type { GenerationConfigChoice } from "../../src/serve/app.ts";
 import { startServer } from "../../src/serve/server.ts";
 import { test } from "../harness.ts";
-import { type ModelFileSpec, randomHfWeights, writeHfDirectory } from "../model/model-files.ts";
+import { gguf } from "../../src/model/gguf-writer.ts";
+import type { LoadedModel } from "../../src/model/config.ts";
+import { ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "../model/model-files.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/generation-config-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -25,8 +27,15 @@ await writeHfDirectory(modelPath, SPEC, randomHfWeights(SPEC));
 await writeFile(`${modelPath}/generation_config.json`, JSON.stringify({ top_k: 1, max_new_tokens: 5, repetition_penalty: 1.1 }));
 const model = await loadModel(modelPath);
 
-async function withServer(generationConfig: GenerationConfigChoice | undefined, fn: (ask: (body: Record<string, unknown>) => Promise<OpenAI.ChatCompletion>) => Promise<void>) {
-  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, ...(generationConfig ? { generationConfig } : {}) });
+// The same weights as a GGUF whose converter recorded top_k 1 (llama.cpp's general.sampling.* keys).
+const ggufPath = `${dir}/tiny.gguf`;
+await writeFile(ggufPath, ggufBytes(SPEC, randomHfWeights(SPEC), undefined, { metadata: [["general.sampling.top_k", gguf.u32(1)], ["general.sampling.top_p", gguf.f32(0.95)]] }));
+
+async function withServer(
+  generationConfig: GenerationConfigChoice | undefined, fn: (ask: (body: Record<string, unknown>) => Promise<OpenAI.ChatCompletion>) => Promise<void>,
+  served: { modelPath: string; model: LoadedModel } = { modelPath, model },
+) {
+  const s = await startServer({ ...served, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, ...(generationConfig ? { generationConfig } : {}) });
   try {
     const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
     await fn((body) => client.chat.completions.create({ model: "tiny", messages: [{ role: "user", content: "Hello there" }], ...body } as OpenAI.ChatCompletionCreateParamsNonStreaming));
@@ -57,6 +66,18 @@ test("startServer() applies generation_config.json's top_k and max_new_tokens wh
     const long = await ask({ temperature: 0 });
     assert.ok(long.usage!.completion_tokens > 5 || long.choices[0].finish_reason === "stop", "no max_new_tokens: up to the context");
   });
+});
+
+test("startServer() applies a GGUF's general.sampling.* defaults where a request leaves them out", async () => {
+  const fromGguf = { modelPath: ggufPath, model: await loadModel(ggufPath) };
+  // The f32 0.95 of the file is said as 0.95.
+  assert.deepEqual(fromGguf.model.config.samplingDefaults, { topK: 1, topP: 0.95, source: "GGUF general.sampling" });
+  await withServer(undefined, async (ask) => {
+    const greedy = (await ask({ temperature: 0, max_tokens: 6 })).choices[0].message.content;
+    for (const seed of [1, 2]) assert.equal((await ask({ temperature: 1, seed, max_tokens: 6 })).choices[0].message.content, greedy, `seed ${seed}: top_k 1 from the file`);
+    const own = await Promise.all([1, 2, 3].map(async (seed) => (await ask({ temperature: 1, seed, max_tokens: 6, top_k: -1 })).choices[0].message.content));
+    assert.ok(own.some((t) => t !== greedy), "a request's own top_k wins");
+  }, fromGguf);
 });
 
 test("chat completions take vLLM's min_p (at 1 only the most likely token is sampled, whatever the seed) and refuse bad min_p and repetition_penalty", async () => {
