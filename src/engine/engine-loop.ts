@@ -9,7 +9,7 @@ import type { EngineDrafts } from "./engine-drafts.ts";
 import type { EngineMetrics } from "./engine-metrics.ts";
 import type { EngineOptions } from "./engine-options.ts";
 import type { EngineOutput } from "./engine-output.ts";
-import { type Active, keepPromptLogprobs, outputPenalties, runsAhead, samplingRow, stepExtras } from "./engine-request.ts";
+import { type Active, aheadExtras, keepPromptLogprobs, runsAhead, samplingRow, stepExtras } from "./engine-request.ts";
 import type { StepExtras, StepOutput } from "./engine-runner.ts";
 import { stepLogprobs } from "./draft-extras.ts";
 import type { HandoffTails } from "./handoff-tails.ts";
@@ -124,7 +124,7 @@ export class StepLoop {
       const asked = stepExtras(plan.entries.map((e) => active.get(e.seqId)!), plan.entries, (i, err) => this.parts.fail(plan.entries[i].seqId, err));
       // Each further step's rows, drawn after the first's: a request's uniforms come in the order of its tokens.
       const aheadRows = Array.from({ length: ahead }, () => plan.entries.map((e) => samplingRow(active.get(e.seqId)!, true)));
-      const extras = draftRows.some((d) => d) ? { ...asked, drafts: draftRows } : ahead > 0 ? { ...asked, lookahead: aheadRows, ...outputPenalties(plan.entries.map((e) => active.get(e.seqId)!)) } : this.unread(plan, asked) ? { ...asked, unread: true } : asked;
+      const extras = draftRows.some((d) => d) ? { ...asked, drafts: draftRows } : ahead > 0 ? { ...asked, lookahead: aheadRows, ...aheadExtras(plan.entries.map((e) => active.get(e.seqId)!), ahead) } : this.unread(plan, asked) ? { ...asked, unread: true } : asked;
       let sampled: StepOutput | undefined;
       let error: string | undefined;
       const records: StepRecord[] = [];

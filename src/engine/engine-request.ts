@@ -11,7 +11,7 @@ import type { LogitAdjuster } from "./logit-adjust.ts";
 import { sampledRowAsks } from "./draft-extras.ts";
 import type { TokenLogprob } from "./logprobs.ts";
 import type { AsyncQueue } from "./events.ts";
-import type { OutputConstraint, TokenMask } from "./output-constraint.ts";
+import { intersectMasks, type OutputConstraint, type TokenMask } from "./output-constraint.ts";
 import type { RepeatTracker } from "./repeat-penalty.ts";
 import type { TokenRules } from "./token-rules.ts";
 import type { BudgetMasks, TokenBytesOf } from "./reasoning-budget.ts";
@@ -86,20 +86,39 @@ export function speculates(a: Active): boolean {
  * Whether the request's decode steps may run ahead of their reads (multi-step decoding,
  * EngineOptions.schedulerSteps): nothing its rows take depends on the tokens before them but
  * penalties the runner applies on the device (`penalizes`: repetition, presence and frequency), so
- * no grammar, token rules, reasoning budget or min_tokens still to reach (a fixed logit bias is
- * added at every step), and it wants nothing of a step but its token and its log probabilities (no
- * embedding, no hand-off).
+ * no grammar, reasoning budget or bad words of more than one token (a fixed logit bias is added at
+ * every step; `allowed_token_ids`, one-token bad words and min_tokens' stop-token bar are masks the
+ * host knows for each step ahead, {@link aheadMask}), and it wants nothing of a step but its token
+ * and its log probabilities (no embedding, no hand-off).
  */
 export function runsAhead(a: Active, penalizes = false): boolean {
-  const held = a.minTokens !== undefined && a.seq.numOutput < a.minTokens.count;
   const penalized = a.adjust?.dependsOnOutput || a.repeats !== undefined;
-  return (penalizes || !penalized) && !a.constraint && !a.budget && !held && !a.rules && !a.req.embed && !a.req.prefillOnly;
+  const rulesFixed = !a.rules || a.rules.lookBack === 0;
+  return (penalizes || !penalized) && !a.constraint && !a.budget && rulesFixed && !a.req.embed && !a.req.prefillOnly;
 }
 
-/** The entries' presence and frequency penalties for a step that looks ahead (StepExtras.outputPenalties), where any has them. */
-export function outputPenalties(active: readonly Active[]): Pick<StepExtras, "outputPenalties"> {
+/**
+ * The mask of the row a request samples `j` steps into a group that runs ahead (0: the step's own):
+ * min_tokens' bar on stop tokens while that row's output token is below the count, and its
+ * `allowed_token_ids` and one-token bad words (runsAhead takes no other rules). Undefined: none.
+ */
+export function aheadMask(a: Active, j: number): TokenMask | undefined {
+  const held = a.minTokens && a.seq.numOutput + j < a.minTokens.count ? a.minTokens.mask : undefined;
+  return a.rules ? intersectMasks(held, a.rules.maskAfter([])) : held;
+}
+
+/**
+ * What a step that looks ahead `ahead` steps asks beyond the step's own extras: the entries'
+ * presence and frequency penalties (StepExtras.outputPenalties) and each further step's masks
+ * (StepExtras.aheadMasks), where any entry has them.
+ */
+export function aheadExtras(active: readonly Active[], ahead: number): Pick<StepExtras, "outputPenalties" | "aheadMasks"> {
   const out = active.map((a) => a.adjust?.outputPenalty());
-  return out.some((p) => p !== undefined) ? { outputPenalties: out } : {};
+  const masks = Array.from({ length: ahead }, (_, k) => active.map((a) => aheadMask(a, k + 1)));
+  return {
+    ...(out.some((p) => p !== undefined) ? { outputPenalties: out } : {}),
+    ...(masks.some((step) => step.some((m) => m !== undefined)) ? { aheadMasks: masks } : {}),
+  };
 }
 
 /**

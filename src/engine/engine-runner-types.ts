@@ -53,13 +53,15 @@ export interface StepExtras {
   /**
    * For a step whose entries look ahead (StepEntry.lookahead = k, the same for all): the sampling rows
    * of each further step, k of them, each one row per entry. Nothing else may be asked of such a step
-   * but `adapters`, `logprobs`, `additions` and `repeats` (the host's, applied at every step) and
+   * but `adapters`, `logprobs`, `additions` and `repeats` (the host's, applied at every step),
    * `outputPenalties` (those of the tokens the group samples, applied on the device where the runner
-   * {@link StepRunner.penalizesAhead}): its rows take no masks.
+   * {@link StepRunner.penalizesAhead}), and masks the host knows for each step (`masks`, `aheadMasks`).
    */
   lookahead?: readonly (readonly SamplingRow[])[];
   /** For a step whose entries look ahead: each entry's presence and frequency penalties, with the output the host counted. */
   outputPenalties?: readonly (OutputPenalty | undefined)[];
+  /** For a step whose entries look ahead k steps: each further step's masks, one per entry (`masks` holds the step's own). */
+  aheadMasks?: readonly (readonly (TokenMask | undefined)[])[];
   /**
    * Nothing of the step is read (no entry samples, nothing is scored): the runner returns once its
    * work is queued, without waiting for the device (StepOutput.ids then holds nothing), and the next

@@ -11,8 +11,9 @@ import { forward, type ForwardEntry, type PagedKv, type StepLora } from "../mode
 import type { StepExtras, StepOutput } from "./engine-runner-types.ts";
 import { AheadPenalties, type OutputPenalty } from "./ahead-penalties.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
-import { addToLogits, gatherLogitRows } from "./logit-rows.ts";
+import { addToLogits, gatherLogitRows, maskLogitRows } from "./logit-rows.ts";
 import { type TokenLogprob, tokenLogprob } from "./logprobs.ts";
+import type { TokenMask } from "./output-constraint.ts";
 import type { RepeatPenalty } from "./repeat-penalty.ts";
 import type { StepEntry } from "./scheduler-types.ts";
 
@@ -22,7 +23,7 @@ export function lookaheadOf(entries: readonly StepEntry[], extras: StepExtras | 
   if (entries.some((e) => (e.lookahead ?? 0) !== k)) throw new RangeError("A step's entries look ahead by different numbers of steps");
   if (k === 0) return 0;
   if (extras?.lookahead?.length !== k) throw new RangeError(`A step that looks ahead ${k} steps has ${extras?.lookahead?.length ?? 0} steps of sampling rows`);
-  const allowed = new Set(["lookahead", "adapters", "logprobs", "additions", "repeats", "outputPenalties"]);
+  const allowed = new Set(["lookahead", "adapters", "logprobs", "additions", "repeats", "outputPenalties", "masks", "aheadMasks"]);
   const asks = Object.entries(extras).filter(([key, v]) => !allowed.has(key) && v !== undefined && (!Array.isArray(v) || v.some((x) => x !== undefined)));
   if (asks.length > 0) throw new RangeError(`A step that looks ahead cannot also ask for ${asks.map(([key]) => key).join(", ")}`);
   return k;
@@ -38,6 +39,9 @@ export interface AheadAsks {
   readonly repeats?: readonly (RepeatPenalty | undefined)[];
   /** Presence and frequency penalties: those of the tokens the group samples are applied on the device. */
   readonly outputPenalties?: readonly (OutputPenalty | undefined)[];
+  /** The first step's masks, then each further step's (`aheadMasks[k - 1]` for step k): masks the host knows ahead. */
+  readonly masks?: readonly (TokenMask | undefined)[];
+  readonly aheadMasks?: readonly (readonly (TokenMask | undefined)[])[];
 }
 
 /**
@@ -46,7 +50,8 @@ export interface AheadAsks {
  * reads all of them back in one go. Entries asking for log probabilities get each of their tokens',
  * from the raw logits of every step, copied out as they come; penalties and additions
  * ({@link AheadAsks}) change each step's rows after that, in a one-token step's order: the
- * repetition penalty, the additive ones and biases; those of tokens sampled in the group on the device.
+ * repetition penalty (and on the device those of tokens sampled in the group), the additive ones
+ * and biases, then the masks.
  */
 export async function runAhead(
   backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly ForwardEntry[], rows: readonly SamplingRow[],
@@ -68,6 +73,8 @@ export async function runAhead(
         if (k === 0) penalties = AheadPenalties.of(backend, vocab, ahead.length, asks.repeats, asks.outputPenalties);
         penalties?.apply(logits, k, sampled[k - 1]);
         if (additions) addToLogits(backend, logits, additions);
+        const masks = k === 0 ? asks.masks : asks.aheadMasks?.[k - 1];
+        if (masks) maskLogitRows(backend, logits, masks);
         sampled.push(backend.sample(logits, k === 0 ? rows : ahead[k - 1]));
       } finally {
         backend.free(logits);

@@ -133,6 +133,16 @@ const PENALIZED: Partial<GenerateRequest>[] = [
   { maxTokens: 30 },
 ];
 
+// The last token: the tokenizer puts a "▁" before a text's first word.
+const tokenOf = (text: string) => model.tokenizer.encode(text, { addBos: false }).at(-1)!;
+// Masks the host knows for every step ahead: allowed tokens, one-token bad words, min_tokens' bar on stop tokens.
+const MASKED: Partial<GenerateRequest>[] = [
+  { allowedTokenIds: [...new Set(prompt.slice(1))], temperature: 0.9, seed: 3 },
+  { badWords: [[tokenOf("the")], [tokenOf("was")], [tokenOf(".")]], temperature: 0.7, seed: 4 },
+  // Stops at the first "." but for min_tokens, which bars it (a stop token) for the first 20 tokens.
+  { stopTokenIds: [tokenOf(".")], minTokens: 20, temperature: 0.8, seed: 5 },
+];
+
 const webgpu = await poisonedWebGpu("the WebGPU multi-step tests");
 const BACKENDS: [string, Backend | undefined, boolean][] = [["the reference backend", createReferenceBackend(), false], ["WebGPU", webgpu.gpu, webgpu.skip]];
 
@@ -162,6 +172,19 @@ for (const [name, backend, skip] of BACKENDS) {
     const stepwise = await serve(on, 4, PENALIZED.slice(0, 3), [], undefined, undefined, false);
     assert.deepEqual(stepwise.results, plain.results.slice(0, 3));
     assert.ok(stepwise.aheads.every((k) => k === 0), `looked ahead: ${stepwise.aheads.join(",")}`);
+  }, { ignore: skip });
+
+  test(`Engine schedulerSteps applies allowed_token_ids, one-token bad words and min_tokens to the steps a group runs ahead on ${name}`, async () => {
+    const plain = await serve(on, 1, MASKED);
+    const ahead = await serve(on, 4, MASKED);
+    assert.deepEqual(ahead.results, plain.results);
+    assert.ok(ahead.aheads.some((k) => k === 3), `looked ahead: ${ahead.aheads.join(",")}`);
+    // The masks change the tokens, so a group that missed them at its further steps would differ.
+    const unmasked = await serve(on, 1, MASKED.map(({ allowedTokenIds: _a, badWords: _b, minTokens: _m, ...r }) => r));
+    for (let i = 0; i < MASKED.length; i++) assert.notDeepEqual(unmasked.results[i].tokenIds, plain.results[i].tokenIds, `request ${i}`);
+    const allowed = new Set(MASKED[0].allowedTokenIds);
+    assert.ok(plain.results[0].tokenIds.every((t) => allowed.has(t)));
+    assert.ok(plain.results[2].tokenIds.length >= 20 && plain.results[2].finishReason === "stop", `${plain.results[2].tokenIds.length} ${plain.results[2].finishReason}`);
   }, { ignore: skip });
 
   test(`Engine schedulerSteps serves grammar requests one step at a time, and log-probability and late requests as they come, on ${name}`, async () => {
