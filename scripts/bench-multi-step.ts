@@ -8,7 +8,7 @@
  * Figures: docs/bench-engine.md "Multi-step decoding".
  *
  *   npx deno run -A --no-check scripts/bench-multi-step.ts [--model models/stories260K.gguf] [--backend webgpu]
- *     [--steps 1,2,4,8] [--requests 1] [--tokens 128] [--rounds 3] [--window-ms 50] [--penalties]
+ *     [--steps 1,2,4,8] [--requests 1] [--tokens 128] [--rounds 3] [--window-ms 50] [--penalties] [--max-running N]
  *   npx tsx scripts/bench-multi-step.ts ...
  */
 import { parseArgs } from "../src/cli/args.ts";
@@ -26,6 +26,7 @@ const f = parseArgs(cliArgs(), {
   rounds: { kind: "int", min: 1, help: "rounds over the settings (default 3)" },
   "window-ms": { kind: "number", min: 0, help: "EngineOptions.multiStepWindowMs (default the engine's)" },
   penalties: { kind: "boolean", help: "requests with repetition_penalty 1.1 and frequency_penalty 0.25" },
+  "max-running": { kind: "int", min: 1, help: "the scheduler's running slots (default the engine's): fewer than --requests keeps some waiting" },
 });
 const steps = (f.steps ?? "1,2,4,8").split(",").map(Number);
 const requests = f.requests ?? 1;
@@ -40,7 +41,9 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 
 /** One run: decode tokens per second after the last request's first token, and the whole run's seconds. */
 async function once(schedulerSteps: number): Promise<{ rate: number; seconds: number }> {
-  const engine = createEngine(backend, model, { numBlocks: Math.max(64, requests * Math.ceil((prompt.length + tokens) / 16) + 4), schedulerSteps, ...(f["window-ms"] !== undefined ? { multiStepWindowMs: f["window-ms"] } : {}) });
+  const engine = createEngine(backend, model, { numBlocks: Math.max(64, requests * Math.ceil((prompt.length + tokens) / 16) + 4), schedulerSteps, ...(f["window-ms"] !== undefined ? { multiStepWindowMs: f["window-ms"] } : {}),
+    ...(f["max-running"] !== undefined ? { scheduler: { maxRunning: f["max-running"] } } : {}),
+  });
   try {
     const t0 = performance.now();
     const results = await Promise.all(Array.from({ length: requests }, (_, i) =>

@@ -90,6 +90,14 @@ export class Scheduler {
     return this.running.length;
   }
 
+  /**
+   * True when no waiting sequence can get in before a running one ends: every running slot is taken
+   * (`maxRunning`) and no sequence carries a priority that could preempt one.
+   */
+  get slotsFull(): boolean {
+    return this.running.length >= this.config.maxRunning && this.prioritized === 0;
+  }
+
   /** True when nothing waits or runs. */
   get idle(): boolean {
     return this.waiting.length === 0 && this.running.length === 0;

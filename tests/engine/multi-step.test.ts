@@ -76,7 +76,17 @@ const prompt = model.tokenizer.encode(tale, { addBos: true });
  * An engine on `backend` whose runner notes how far each step looked ahead. Its clock is fake: each
  * forward takes `forwardMs` (so the group window, 100 ms, depends on nothing but the test).
  */
-function engineOn(backend: Backend, schedulerSteps: number, maxModelLen?: number, forwardMs = 1, penalizesAhead?: false): { engine: Engine; aheads: number[] } {
+interface EngineSetup {
+  maxModelLen?: number;
+  /** Each forward's time on the fake clock (default 1 ms). */
+  forwardMs?: number;
+  /** false: a runner whose backend cannot apply penalties on the device. */
+  penalizesAhead?: false;
+  maxRunning?: number;
+}
+
+function engineOn(backend: Backend, schedulerSteps: number, o: EngineSetup = {}): { engine: Engine; aheads: number[] } {
+  const { maxModelLen, forwardMs = 1, penalizesAhead, maxRunning } = o;
   const kv = allocatePagedKv(backend, model.config, 48, 16);
   const inner = { ...modelStepRunner(backend, uploadModel(backend, model), kv), ...(penalizesAhead === false ? { penalizesAhead } : {}) };
   const aheads: number[] = [];
@@ -91,14 +101,13 @@ function engineOn(backend: Backend, schedulerSteps: number, maxModelLen?: number
     },
   };
   const now = () => ms;
-  return { engine: new Engine({ runner, config: model.config, tokenizer: model.tokenizer, schedulerSteps, now, ...(maxModelLen ? { maxModelLen } : {}) }), aheads };
+  const scheduler = maxRunning ? { scheduler: { maxRunning } } : {};
+  return { engine: new Engine({ runner, config: model.config, tokenizer: model.tokenizer, schedulerSteps, now, ...(maxModelLen ? { maxModelLen } : {}), ...scheduler }), aheads };
 }
 
 /** Results of `reqs` submitted together (`late` after the first step), and how far the steps looked ahead. */
-async function serve(
-  backend: Backend, steps: number, reqs: Partial<GenerateRequest>[], late: Partial<GenerateRequest>[] = [], maxModelLen?: number, forwardMs?: number, penalizesAhead?: false,
-) {
-  const { engine, aheads } = engineOn(backend, steps, maxModelLen, forwardMs, penalizesAhead);
+async function serve(backend: Backend, steps: number, reqs: Partial<GenerateRequest>[], late: Partial<GenerateRequest>[] = [], o: EngineSetup = {}) {
+  const { engine, aheads } = engineOn(backend, steps, o);
   try {
     const handles = reqs.map((r) => engine.submit({ prompt, maxTokens: 40, temperature: 0, ...r }));
     const lateHandles: Promise<GenerateResult>[] = [];
@@ -169,7 +178,7 @@ for (const [name, backend, skip] of BACKENDS) {
     const unpenalized = await serve(on, 1, PENALIZED.map(({ repetitionPenalty: _r, presencePenalty: _p, frequencyPenalty: _f, ...r }) => r));
     for (let i = 0; i < 3; i++) assert.notDeepEqual(unpenalized.results[i].tokenIds, plain.results[i].tokenIds, `request ${i}`);
     // A runner whose backend cannot apply them on the device decodes penalized requests a step a read.
-    const stepwise = await serve(on, 4, PENALIZED.slice(0, 3), [], undefined, undefined, false);
+    const stepwise = await serve(on, 4, PENALIZED.slice(0, 3), [], { penalizesAhead: false });
     assert.deepEqual(stepwise.results, plain.results.slice(0, 3));
     assert.ok(stepwise.aheads.every((k) => k === 0), `looked ahead: ${stepwise.aheads.join(",")}`);
   }, { ignore: skip });
@@ -197,6 +206,15 @@ for (const [name, backend, skip] of BACKENDS) {
     assert.equal(ahead.results[2].logprobs?.length, ahead.results[2].tokenIds.length);
   }, { ignore: skip });
 
+  test(`Engine schedulerSteps looks ahead while requests wait for a running slot on ${name}`, async () => {
+    const reqs: Partial<GenerateRequest>[] = [{ maxTokens: 9 }, { maxTokens: 14, temperature: 0.8, seed: 1 }, { maxTokens: 7 }, { maxTokens: 10, temperature: 0.9, seed: 2 }];
+    const plain = await serve(on, 1, reqs, [], { maxRunning: 2 });
+    const ahead = await serve(on, 4, reqs, [], { maxRunning: 2 });
+    assert.deepEqual(ahead.results, plain.results);
+    // The first two decode in groups while the other two wait for their slots (the first ends at its 9th token).
+    assert.ok(ahead.aheads.slice(0, 3).includes(3), `looked ahead: ${ahead.aheads.join(",")}`);
+  }, { ignore: skip });
+
   test(`Engine schedulerSteps never runs past a request's max_tokens on ${name}`, async () => {
     const ahead = await serve(on, 8, [{ maxTokens: 5, temperature: 0.8, seed: 2 }]);
     assert.deepEqual(ahead.results, (await serve(on, 1, [{ maxTokens: 5, temperature: 0.8, seed: 2 }])).results);
@@ -209,18 +227,18 @@ for (const [name, backend, skip] of BACKENDS) {
 
   test(`Engine schedulerSteps keeps a group within 100 ms of measured decode steps on ${name}`, async () => {
     // Forwards of 30 ms: three fit the window, so groups look ahead 2 however many steps are allowed.
-    const slow = await serve(on, 8, [{ maxTokens: 20 }], [], undefined, 30);
+    const slow = await serve(on, 8, [{ maxTokens: 20 }], [], { forwardMs: 30 });
     assert.deepEqual(slow.results, (await serve(on, 1, [{ maxTokens: 20 }])).results);
     // The prefill (a step of 30 ms, not a decode), the first decode group before any decode was measured (8), then threes, and two for the last two tokens.
     assert.deepEqual(slow.aheads, [0, 7, 2, 2, 2, 1]);
     // Forwards longer than the window: one step a read after the first measurement.
-    assert.deepEqual((await serve(on, 8, [{ maxTokens: 12 }], [], undefined, 120)).aheads, [0, 7, 0, 0, 0]);
+    assert.deepEqual((await serve(on, 8, [{ maxTokens: 12 }], [], { forwardMs: 120 })).aheads, [0, 7, 0, 0, 0]);
   }, { ignore: skip });
 
   test(`Engine schedulerSteps stops at the context's end on ${name}`, async () => {
     const limit = prompt.length + 10;
-    const plain = await serve(on, 1, [{ maxTokens: undefined }], [], limit);
-    const ahead = await serve(on, 8, [{ maxTokens: undefined }], [], limit);
+    const plain = await serve(on, 1, [{ maxTokens: undefined }], [], { maxModelLen: limit });
+    const ahead = await serve(on, 8, [{ maxTokens: undefined }], [], { maxModelLen: limit });
     assert.deepEqual(ahead.results, plain.results);
     assert.equal(ahead.results[0].finishReason, "length");
     assert.equal(ahead.results[0].tokenIds.length, 10);
