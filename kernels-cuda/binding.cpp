@@ -55,6 +55,7 @@ class Context : public Napi::ObjectWrap<Context> {
                            InstanceMethod<&Context::ScatterAdd>("scatterAdd"),
                            InstanceMethod<&Context::MaskLogits>("maskLogits"),
                            InstanceMethod<&Context::PenalizeRepeats>("penalizeRepeats"),
+                           InstanceMethod<&Context::PenalizeSampled>("penalizeSampled"),
                            InstanceMethod<&Context::Add>("add"),
                            InstanceMethod<&Context::SiluMul>("siluMul"),
                            InstanceMethod<&Context::GeluMul>("geluMul"),

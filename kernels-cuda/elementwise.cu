@@ -228,6 +228,51 @@ __global__ void penalize_repeats_kernel(float* logits, const int32_t* rows, cons
     if (((word >> (v - first)) & 1u) != 0u) out[v] = out[v] > 0.f ? out[v] / f : out[v] * f;
 }
 
+// Penalties of the tokens a multi-step group sampled on the device (Backend.penalizeSampled): one
+// thread per row records the token the step before sampled in its history, then scales (repetition,
+// where the host's `seen` lacks it) and lowers (frequency per occurrence; presence where `present`
+// lacks it) each distinct token of the history. A row holds at most a few tokens.
+__global__ void penalize_sampled_kernel(float* logits, const int32_t* rows, const int32_t* sampled, int32_t* history,
+                                        const uint32_t* seen, const uint32_t* present, const float* params, int m, int n,
+                                        int vocab, int words, int h, int count) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= m) return;
+  const int32_t row = rows[k];
+  if (row < 0 || row >= n) return;
+  int32_t* hist = history + (size_t)k * h;
+  hist[count - 1] = sampled[row];
+  const float factor = params[k * 3], presence = params[k * 3 + 1], frequency = params[k * 3 + 2];
+  float* out = logits + (size_t)row * vocab;
+  for (int j = 0; j < count; j++) {
+    const int32_t t = hist[j];
+    if (t < 0 || t >= vocab) continue;
+    bool first = true;
+    int c = 0;
+    for (int i = 0; i < count; i++)
+      if (hist[i] == t) {
+        if (i < j) first = false;
+        c++;
+      }
+    if (!first) continue;
+    const size_t word = (size_t)k * words + (t >> 5);
+    const uint32_t bit = 1u << (t & 31);
+    float x = out[t];
+    if ((seen[word] & bit) == 0u) x = x > 0.f ? x / factor : x * factor;
+    float delta = -(frequency * float(c));
+    if ((present[word] & bit) == 0u) delta = delta - presence;
+    out[t] = x + delta;
+  }
+}
+
+cudaError_t penalize_sampled(float* logits, const int32_t* rows, const int32_t* sampled, int32_t* history,
+                             const uint32_t* seen, const uint32_t* present, const float* params, int m, int n, int vocab,
+                             int h, int count, cudaStream_t s) {
+  if (m == 0) return cudaSuccess;
+  penalize_sampled_kernel<<<unsigned((m + 63) / 64), 64, 0, s>>>(logits, rows, sampled, history, seen, present, params, m,
+                                                                 n, vocab, (vocab + 31) / 32, h, count);
+  return cudaGetLastError();
+}
+
 cudaError_t penalize_repeats(float* logits, const int32_t* rows, const uint32_t* bits, const float* factors, int m, int n,
                              int vocab, cudaStream_t s) {
   const int words = (vocab + 31) / 32;

@@ -35,6 +35,9 @@ cudaError_t mask_logits(float* logits, const int32_t* rows, const uint32_t* bits
 /** Where bit v of row k is set: logits[rows[k] * vocab + v] /= factors[k] if positive, else *= it; rows distinct. */
 cudaError_t penalize_repeats(float* logits, const int32_t* rows, const uint32_t* bits, const float* factors, int m, int n,
                              int vocab, cudaStream_t s);
+cudaError_t penalize_sampled(float* logits, const int32_t* rows, const int32_t* sampled, int32_t* history,
+                             const uint32_t* seen, const uint32_t* present, const float* params, int m, int n, int vocab,
+                             int h, int count, cudaStream_t s);
 cudaError_t add(const float* a, const float* b, size_t count, float* out, cudaStream_t s);
 cudaError_t silu_mul(const float* gate, const float* up, size_t count, float* out, cudaStream_t s);
 // gelu(gate) * up (tanh approximation, ggml's gelu).

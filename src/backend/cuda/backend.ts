@@ -21,7 +21,7 @@ import type { DevicePtr, NativeContext } from "./native-types.ts";
 import { PlanCache } from "./plan-cache.ts";
 import { packSamplingRows } from "./sampling-params.ts";
 import { checkShape, CUDA_WEIGHT_DTYPES, CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
-import { AttentionIndexChecks, checkWeightShape, expectAttentionOptions, expectConcatColumnsShapes, expectMaskShapes, expectRepeatShapes, expectRopeArgs, expectSliceColumnsShapes } from "../shape-checks.ts";
+import { AttentionIndexChecks, checkWeightShape, expectAttentionOptions, expectConcatColumnsShapes, expectMaskShapes, expectRepeatShapes, expectSampledPenaltyShapes, expectRopeArgs, expectSliceColumnsShapes } from "../shape-checks.ts";
 
 /**
  * Backend implementation on one CUDA device; the mixture-of-experts ops come from CudaExperts.
@@ -328,6 +328,19 @@ export class CudaBackend extends CudaExperts implements Backend {
       if (new Set(r.host).size !== m) throw new BackendShapeError("penalizeRepeats rows must be distinct");
     }
     this.ctx.penalizeRepeats(l.ptr, r.ptr, b.ptr, f.ptr, m, n, vocab);
+  }
+
+  penalizeSampled(logits: Tensor, rows: Tensor, sampled: Tensor, history: Tensor, count: number, seen: Tensor, present: Tensor, params: Tensor): void {
+    const [l, r, sa, hi, se, pr, pa] = ([
+      [logits, "logits", ["f32"]], [rows, "rows", ["i32"]], [sampled, "sampled", ["i32"]], [history, "history", ["i32"]],
+      [seen, "seen", ["i32"]], [present, "present", ["i32"]], [params, "params", ["f32"]],
+    ] as const).map(([t, what, dtypes]) => expect(t, undefined, `penalizeSampled ${what}`, dtypes));
+    const { n, vocab, m, h } = expectSampledPenaltyShapes(l, r, sa, hi, count, se, pr, pa);
+    if (r.host) {
+      this.checkIndices(r.host, n, "penalizeSampled row");
+      if (new Set(r.host).size !== m) throw new BackendShapeError("penalizeSampled rows must be distinct");
+    }
+    this.ctx.penalizeSampled(l.ptr, r.ptr, sa.ptr, hi.ptr, se.ptr, pr.ptr, pa.ptr, m, n, vocab, h, count);
   }
 
   private same(a: Tensor, b: Tensor, op: string): [CudaTensor, CudaTensor] {

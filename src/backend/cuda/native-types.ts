@@ -48,6 +48,10 @@ export interface NativeContext {
   scatterAdd(x: DevicePtr, index: DevicePtr, values: DevicePtr, m: number, size: number): void;
   maskLogits(logits: DevicePtr, rows: DevicePtr, bits: DevicePtr, m: number, n: number, vocab: number): void;
   penalizeRepeats(logits: DevicePtr, rows: DevicePtr, bits: DevicePtr, factors: DevicePtr, m: number, n: number, vocab: number): void;
+  penalizeSampled(
+    logits: DevicePtr, rows: DevicePtr, sampled: DevicePtr, history: DevicePtr, seen: DevicePtr, present: DevicePtr, params: DevicePtr,
+    m: number, n: number, vocab: number, h: number, count: number,
+  ): void;
   add(a: DevicePtr, b: DevicePtr, count: number): DevicePtr;
   siluMul(gate: DevicePtr, up: DevicePtr, count: number): DevicePtr;
   /** gelu(gate) * up, GELU's tanh approximation. */
