@@ -227,15 +227,15 @@ export class StepLoop {
    * EngineOptions.schedulerSteps; 0: none), with the blocks for them taken. Only a plan of plain
    * decodes (runsAhead) looks ahead, and only while nothing waits that could be admitted: a request
    * that arrives meanwhile waits for the whole group, which is kept within `multiStepWindowMs` of
-   * measured decode steps. While every running slot is taken (Scheduler.slotsFull), waiting requests
-   * cannot get in before a running one ends, so the steps look ahead (one that ends mid-group frees
-   * its slot at the group's end, within the window). Never past a request's token budget or the context.
+   * measured decode steps. While waiting requests cannot get in before a running one ends (every
+   * running slot taken, or too few KV blocks: Scheduler.admitsNone), the steps look ahead (one that
+   * ends mid-group frees its slot and blocks at the group's end, within the window). Never past a request's token budget or the context.
    */
   private lookahead(plan: StepPlan): number {
     const { opts, scheduler, active, maxModelLen } = this.parts;
     const steps = opts.schedulerSteps ?? 1;
     if (steps <= 1 || !opts.runner.runsAhead || opts.speculative) return 0;
-    if ((scheduler.waitingSequences.length > 0 && !scheduler.slotsFull) || plan.swapIn.length + plan.swapOut.length > 0) return 0;
+    if ((scheduler.waitingSequences.length > 0 && !scheduler.admitsNone) || plan.swapIn.length + plan.swapOut.length > 0) return 0;
     const windowS = (opts.multiStepWindowMs ?? DEFAULT_MULTI_STEP_WINDOW_MS) / 1000;
     const fit = this.decodeStepS === undefined ? steps : Math.floor(windowS / this.decodeStepS);
     let k = Math.min(steps, fit) - 1;

@@ -43,6 +43,8 @@ export class WaitingQueue {
   /** Sum of `probed` over every waiting sequence, or undefined until all are probed again. */
   private uncachedSum: number | undefined;
   private decodes = 0;
+  /** Whether the last admission stopped at a sequence for want of free KV blocks. */
+  private kvStopped = false;
   /** Earliest first-queued time of a waiting sequence (Infinity: none), or undefined until recomputed. */
   private oldestAt: number | undefined = Infinity;
   /** Prompt tokens looked up in the prefix cache at first admission, and how many hit. */
@@ -116,6 +118,7 @@ export class WaitingQueue {
     running: Sequence[], budget: () => number, room: (seq: Sequence) => number, add: (seq: Sequence, n: number) => void, swapIn: SwapOp[], work: StepWork = "all",
     skip?: ReadonlySet<Sequence>,
   ): void {
+    this.kvStopped = false;
     // A decode step admits only handed-off prompts; without one waiting, skip the ordering too.
     // Which waiting prompts count as decodes, probed once per step that tells them apart.
     const handed = work === "all" ? null : new Set(this.seqs.filter((s) => this.handedOff(s)));
@@ -162,6 +165,7 @@ export class WaitingQueue {
       if (got === null) {
         this.kv.release(hit);
         if (tail !== null) this.kv.keepHandoffTail!(seq.tokens, tail, seq.hints.cacheRoot);
+        this.kvStopped = true;
         break;
       }
       admitted.add(seq);
@@ -182,6 +186,14 @@ export class WaitingQueue {
     if (admitted.size === 0) return;
     this.seqs = this.seqs.filter((s) => !admitted.has(s));
     for (const s of admitted) this.left(s);
+  }
+
+  /**
+   * Whether the last {@link admit} stopped at a sequence whose first chunk found too few free KV
+   * blocks (no overtaking: nothing behind it came in either).
+   */
+  get stoppedOnKv(): boolean {
+    return this.kvStopped;
   }
 
   /**

@@ -31,6 +31,8 @@ export class Scheduler {
   private readonly waiting: WaitingQueue;
   private running: Sequence[] = [];
   private inFlight: StepPlan | undefined;
+  /** The last plan's admission stopped for want of KV blocks (false where it preempted and admitted nothing). */
+  private admissionStoppedOnKv = false;
   private arrivals = 0;
   private stepNo = 0;
   private preemptions = 0;
@@ -91,11 +93,12 @@ export class Scheduler {
   }
 
   /**
-   * True when no waiting sequence can get in before a running one ends: every running slot is taken
-   * (`maxRunning`) and no sequence carries a priority that could preempt one.
+   * True when no waiting sequence can get in before a running one ends (blocks and slots are freed
+   * only then): every running slot is taken (`maxRunning`), or the last plan's admission stopped for
+   * want of free KV blocks; never while a sequence carries a priority that could preempt one.
    */
-  get slotsFull(): boolean {
-    return this.running.length >= this.config.maxRunning && this.prioritized === 0;
+  get admitsNone(): boolean {
+    return this.prioritized === 0 && (this.running.length >= this.config.maxRunning || this.admissionStoppedOnKv);
   }
 
   /** True when nothing waits or runs. */
@@ -190,6 +193,8 @@ export class Scheduler {
 
     // Out of KV for the running ones: nothing new comes in. Priority's victims wait out this step.
     if (!pressed) this.waiting.admit(this.running, () => budget, room, (seq, n) => add(seq, n), swapIn, work, demoted.length > 0 ? new Set(demoted) : undefined);
+    // A preempted sequence's blocks are free again next step: that is no stop on KV.
+    this.admissionStoppedOnKv = !pressed && this.waiting.stoppedOnKv;
 
     const numTokens = entries.reduce((a, e) => a + e.tokens.length, 0);
     return { step: -1, entries, numTokens, numPrefillTokens: prefill, numDecodeTokens: numTokens - prefill, preempted, truncated, swapOut, swapIn };

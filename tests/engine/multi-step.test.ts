@@ -83,11 +83,13 @@ interface EngineSetup {
   /** false: a runner whose backend cannot apply penalties on the device. */
   penalizesAhead?: false;
   maxRunning?: number;
+  /** KV blocks of 16 tokens (default 48). */
+  numBlocks?: number;
 }
 
 function engineOn(backend: Backend, schedulerSteps: number, o: EngineSetup = {}): { engine: Engine; aheads: number[] } {
-  const { maxModelLen, forwardMs = 1, penalizesAhead, maxRunning } = o;
-  const kv = allocatePagedKv(backend, model.config, 48, 16);
+  const { maxModelLen, forwardMs = 1, penalizesAhead, maxRunning, numBlocks = 48 } = o;
+  const kv = allocatePagedKv(backend, model.config, numBlocks, 16);
   const inner = { ...modelStepRunner(backend, uploadModel(backend, model), kv), ...(penalizesAhead === false ? { penalizesAhead } : {}) };
   const aheads: number[] = [];
   let ms = 0;
@@ -213,6 +215,17 @@ for (const [name, backend, skip] of BACKENDS) {
     assert.deepEqual(ahead.results, plain.results);
     // The first two decode in groups while the other two wait for their slots (the first ends at its 9th token).
     assert.ok(ahead.aheads.slice(0, 3).includes(3), `looked ahead: ${ahead.aheads.join(",")}`);
+  }, { ignore: skip });
+
+  test(`Engine schedulerSteps looks ahead while requests wait for KV blocks on ${name}`, async () => {
+    // 7 blocks: three prompts of 17 tokens (2 blocks, none shared) get in, the fourth finds none free
+    // above the watermark (1) and waits; the three decode within their second blocks.
+    const reqs = [{ maxTokens: 12 }, { maxTokens: 14, temperature: 0.8, seed: 1 }, { maxTokens: 10 }, { maxTokens: 12, temperature: 0.9, seed: 2 }]
+      .map((r, i): Partial<GenerateRequest> => ({ ...r, prompt: prompt.slice(3 * i, 3 * i + 17) }));
+    const plain = await serve(on, 1, reqs, [], { numBlocks: 7 });
+    const ahead = await serve(on, 4, reqs, [], { numBlocks: 7 });
+    assert.deepEqual(ahead.results, plain.results);
+    assert.ok(ahead.aheads.slice(0, 3).some((k) => k > 0), `looked ahead: ${ahead.aheads.join(",")}`);
   }, { ignore: skip });
 
   test(`Engine schedulerSteps never runs past a request's max_tokens on ${name}`, async () => {
