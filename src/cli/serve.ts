@@ -250,7 +250,11 @@ async function main(): Promise<void> {
       (f["allow-runtime-lora-updating"] ? "; runtime LoRA loading on" : "") + "; " +
       `listening on ${s.url}${apiKey !== undefined ? ` (API key required${f["api-key"] === undefined ? ", from VLLM_API_KEY" : ""})` : ""}`,
   );
-  if (statsIntervalS !== undefined) startStatsLog(s.serving, statsIntervalS, (line) => console.error(`serve: ${line}`), () => performance.now() / 1000);
+  if (statsIntervalS !== undefined) {
+    const cluster = s.cluster;
+    const workers = cluster ? () => cluster.workers.map((w) => ({ id: w.engine.id, role: w.role, engine: w.engine })) : undefined;
+    startStatsLog(s.serving, statsIntervalS, (line) => console.error(`serve: ${line}`), () => performance.now() / 1000, workers);
+  }
   stopOnSignal(s, f["shutdown-timeout"] ?? 30);
 }
 

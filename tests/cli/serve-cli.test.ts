@@ -1,5 +1,6 @@
 /** The serve CLI's flag checks as a user meets them: spawned under Node (tsx), one-line errors, exit 2. */
 import assert from "node:assert/strict";
+import { eventually } from "../eventually.ts";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -194,6 +195,22 @@ test("serve CLI prints vLLM's stats line every VLLM_LOG_STATS_INTERVAL seconds w
   });
   assert.equal(bad.status, 2, bad.stderr);
   assert.match(bad.stderr, /VLLM_LOG_STATS_INTERVAL must be a positive number of seconds, got "soon"/);
+});
+
+test("serve CLI with --workers 2 prints a stats line per worker that works, and its workers warm up", async () => {
+  const { child, url, stderr, exited } = await spawnServe("node", ["--port", "0", "--backend", "reference", "--kv-blocks", "16", "--workers", "2"], { VLLM_LOG_STATS_INTERVAL: "0.2" });
+  try {
+    assert.match(stderr(), /, warmed up in \d+ ms;/);
+    await fetch(`${url}/v1/completions`, {
+      method: "POST", headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: "stories260K", prompt: "Once upon a time", max_tokens: 40, temperature: 0, ignore_eos: true }),
+    }).then((r) => r.json());
+    const line = /serve: Engine 00(\d) \(worker-\1, mixed\): Avg prompt throughput: [\d.]+ tokens\/s, Avg generation throughput: ([\d.]+) tokens\/s/g;
+    await eventually(() => [...stderr().matchAll(line)], (seen) => seen.some((m) => Number(m[2]) > 0));
+  } finally {
+    child.kill("SIGKILL");
+    await exited;
+  }
 });
 
 test("serve CLI says how an FP8 checkpoint's matrices are held as they load", async () => {
