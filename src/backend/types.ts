@@ -160,6 +160,12 @@ export interface BackendInfo {
   denseBlockQuants?: boolean;
   /** The largest head dimension `pagedAttention` takes; undefined for any. */
   maxHeadDim?: number;
+  /**
+   * True where a kernel is made ready at its first use, per variant (WebGPU compiles a pipeline for
+   * each shape class and option set; CUDA loads a kernel's module at its first launch): an engine's
+   * warm-up then runs every shape serving uses (engine-warmup.ts). Absent: nothing to warm.
+   */
+  preparesKernelsLazily?: boolean;
   /** Peak figures for reports, when known (undefined on software devices). */
   peakGflops?: number;
   peakGBps?: number;

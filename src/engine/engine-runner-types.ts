@@ -107,6 +107,8 @@ export interface StepRunner {
   readonly kvDtype?: KvDType;
   /** Whether `run` takes steps whose entries look ahead (StepEntry.lookahead, multi-step decoding). */
   readonly runsAhead?: boolean;
+  /** Whether the backend makes kernels ready at their first use (BackendInfo.preparesKernelsLazily): the warm-up then runs every shape. */
+  readonly preparesKernelsLazily?: boolean;
   /** Whether steps that look ahead take penalties (StepExtras.repeats, outputPenalties): the backend applies those of sampled tokens on the device. */
   readonly penalizesAhead?: boolean;
   run(entries: readonly StepEntry[], rows: readonly SamplingRow[], extras?: StepExtras): Promise<StepOutput>;

@@ -36,6 +36,7 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     kvDtype: kv.dtype ?? "f32",
     runsAhead: true,
     penalizesAhead: backend.penalizeSampled !== undefined,
+    preparesKernelsLazily: backend.info.preparesKernelsLazily === true,
     async run(entries, rows, extras) {
       freeRetired();
       const lora = stepLora(loras, extras?.adapters);

@@ -18,10 +18,12 @@ const DECODE_BATCHES = [8, 16, 24];
 const SPLIT_CONTEXT = 512;
 
 /**
- * Runs the warm-up steps on `runner` for a model of `vocabSize` tokens: a prompt, decodes of each
- * batch in {@link DECODE_BATCHES}, a decode asking for everything a row can ask
- * (a bias, a mask, a repetition penalty, log probabilities), with `schedulerSteps` > 1 a decode run
- * ahead (with penalties where the runner takes them), and a decode at the end of a long context.
+ * Runs the warm-up steps on `runner` for a model of `vocabSize` tokens: a prompt, a decode asking
+ * for everything a row can ask (a bias, a mask, a repetition penalty, log probabilities), with
+ * `schedulerSteps` > 1 a decode run ahead (with penalties where the runner takes them); where the
+ * backend readies kernels at first use, also decodes of each batch in {@link DECODE_BATCHES} and a
+ * decode at the end of a long context (on the reference backend, with nothing to ready, those would
+ * only cost time: a 1B model's batch of 24 takes it many seconds).
  */
 export async function warmUpRunner(runner: StepRunner, vocabSize: number, maxModelLen: number, schedulerSteps: number): Promise<void> {
   const bs = runner.blockSize;
@@ -33,7 +35,8 @@ export async function warmUpRunner(runner: StepRunner, vocabSize: number, maxMod
     return { seqId: -1, tokens, startPos, blockTable: new Array<number>(blocks).fill(0), sample: true, prefill: startPos === 0 };
   };
   await runner.run([entry([tok, tok], 0)], [row]);
-  for (const n of DECODE_BATCHES) await runner.run(new Array<StepEntry>(n).fill(entry([tok], 2)), new Array<SamplingRow>(n).fill(row));
+  const shapes = runner.preparesKernelsLazily === true;
+  if (shapes) for (const n of DECODE_BATCHES) await runner.run(new Array<StepEntry>(n).fill(entry([tok], 2)), new Array<SamplingRow>(n).fill(row));
   const all = TokenMask.allBut(vocabSize, []);
   const asks: StepExtras = {
     additions: [new Map([[tok, 0.5]])], masks: [all], repeats: [{ seen: all, factor: 1.1 }], logprobs: [1],
@@ -45,5 +48,5 @@ export async function warmUpRunner(runner: StepRunner, vocabSize: number, maxMod
       : {};
     await runner.run([{ ...entry([tok], 2), lookahead: 1 }], [row], { lookahead: [[row]], ...penalties });
   }
-  if (maxModelLen >= SPLIT_CONTEXT) await runner.run([entry([tok], SPLIT_CONTEXT - 1)], [row]);
+  if (shapes && maxModelLen >= SPLIT_CONTEXT) await runner.run([entry([tok], SPLIT_CONTEXT - 1)], [row]);
 }

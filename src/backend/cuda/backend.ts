@@ -49,6 +49,8 @@ export class CudaBackend extends CudaExperts implements Backend {
       maxHeadDim: 256,
       // kv_write and attention.cu read and write f32 caches; their f16 variants are not written (no GPU to run them here).
       kvDtypes: ["f32"],
+      // CUDA 12's default lazy module loading loads each kernel at its first launch.
+      preparesKernelsLazily: true,
       peakGBps: d.peakGBps > 0 ? d.peakGBps : undefined,
     };
   }

@@ -43,7 +43,7 @@ export class WebGpuBackend implements Backend {
 
   constructor(gpu: GpuDevice, options: { poison: boolean; gemvMaxRows: number; attentionSplitGroups: number }) {
     this.#ctx = new GpuContext(gpu, options.poison, options.gemvMaxRows, options.attentionSplitGroups);
-    this.info = { name: WEBGPU_NAME, device: gpu.description, f16: gpu.f16, kvDtypes: ["f32", "f16", "f8_e4m3"], maxHeadDim: MAX_HEAD_DIM };
+    this.info = { name: WEBGPU_NAME, device: gpu.description, f16: gpu.f16, kvDtypes: ["f32", "f16", "f8_e4m3"], maxHeadDim: MAX_HEAD_DIM, preparesKernelsLazily: true };
   }
 
   /** Byte counters of the buffer pool and dispatch/submit counts. */
