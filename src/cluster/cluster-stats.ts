@@ -6,12 +6,13 @@ export function sumStats(all: readonly EngineStats[]): EngineStats {
   const out: EngineStats = {
     waiting: 0, running: 0, kvUsedBlocks: 0, kvTotalBlocks: 0, prefixQueriedTokens: 0, prefixHitTokens: 0, preemptions: 0, priorityPreemptions: 0,
     swapOuts: 0, swappedOutBlocks: 0, swappedInBlocks: 0, swapUsedBlocks: 0, swapTotalBlocks: 0, recomputedTokens: 0, steps: 0,
-    kvHostBlocks: 0, kvHostCapacityBlocks: 0, kvHostBytes: 0, kvOffloadedBlocks: 0, kvRestoredBlocks: 0, kvPrefetchedBlocks: 0, jumpForwardTokens: 0,
+    kvHostBlocks: 0, kvHostCapacityBlocks: 0, kvHostBytes: 0, kvOffloadedBlocks: 0, kvRestoredBlocks: 0, kvPrefetchedBlocks: 0, jumpForwardTokens: 0, stepsRunAhead: 0,
     specDrafts: 0, specDraftTokens: 0, specAcceptedTokens: 0, specAcceptedPerPos: [],
   };
   const keys = (Object.keys(out) as (keyof EngineStats)[]).filter((k): k is Exclude<keyof EngineStats, "specAcceptedPerPos"> => k !== "specAcceptedPerPos");
   for (const s of all) {
-    for (const k of keys) out[k] += s[k];
+    // (Fields a worker of an older build does not report count nothing.)
+    for (const k of keys) out[k] += s[k] ?? 0;
     // A worker from before the field (a protocol peer of an older build) reports none.
     (s.specAcceptedPerPos ?? []).forEach((n, i) => (out.specAcceptedPerPos[i] = (out.specAcceptedPerPos[i] ?? 0) + n));
   }

@@ -121,7 +121,7 @@ export function engineStats(scheduler: SchedulerStats, o: KvOffloadStats | undef
   return {
     ...scheduler, kvHostBlocks: o?.hostBlocks ?? 0, kvHostCapacityBlocks: o?.hostCapacityBlocks ?? 0, kvHostBytes: o?.hostBytes ?? 0,
     kvOffloadedBlocks: o?.offloadedBlocks ?? 0, kvRestoredBlocks: o?.restoredBlocks ?? 0, kvPrefetchedBlocks: o?.prefetchedBlocks ?? 0,
-    jumpForwardTokens: metrics.jumpForwardTokens,
+    jumpForwardTokens: metrics.jumpForwardTokens, stepsRunAhead: metrics.stepsRunAhead,
     specDrafts: metrics.specDrafts, specDraftTokens: metrics.specDraftTokens, specAcceptedTokens: metrics.specAcceptedTokens,
     specAcceptedPerPos: [...metrics.specAcceptedPerPos],
   };

@@ -266,6 +266,8 @@ export interface EngineStats extends SchedulerStats {
   kvPrefetchedBlocks: number;
   /** Generated tokens appended by jump-forward decoding, unsampled (EngineOptions.jumpForward). */
   jumpForwardTokens: number;
+  /** Forwards run ahead of a read (multi-step decoding, EngineOptions.schedulerSteps): each a read saved. */
+  stepsRunAhead: number;
   /** Speculative decoding (EngineOptions.speculative): drafts verified, their tokens, and the tokens accepted. */
   specDrafts: number;
   specDraftTokens: number;

@@ -67,6 +67,7 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   simple("vllm:prompt_tokens_total", "counter", "Prompt tokens received.", m.promptTokens);
   simple("vllm:generation_tokens_total", "counter", "Tokens generated.", m.generationTokens);
   simple("evolving:jump_forward_tokens_total", "counter", "Of the generated tokens, those an output grammar forced, appended without sampling (jump-forward decoding).", s.jumpForwardTokens);
+  simple("evolving:steps_run_ahead_total", "counter", "Forwards run ahead of a read of their tokens (multi-step decoding, --num-scheduler-steps): each a read saved.", s.stepsRunAhead);
   simple("vllm:spec_decode_num_drafts_total", "counter", "Decode steps that verified a speculative draft.", s.specDrafts);
   simple("vllm:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified (speculative decoding).", s.specDraftTokens);
   simple("vllm:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens the model's own samples agreed with, kept without a step of their own.", s.specAcceptedTokens);
