@@ -145,6 +145,11 @@ const PENALIZED: Partial<GenerateRequest>[] = [
 ];
 
 // The last token: the tokenizer puts a "▁" before a text's first word.
+/** Waits (with a deadline only against a hang) until the engine holds no request. */
+async function eventuallyIdle(engine: Engine): Promise<void> {
+  for (let i = 0; i < 3000 && engine.activeRequests > 0; i++) await new Promise((r) => setTimeout(r, 10));
+}
+
 const tokenOf = (text: string) => model.tokenizer.encode(text, { addBos: false }).at(-1)!;
 // Masks the host knows for every step ahead: allowed tokens, one-token bad words, min_tokens' bar on stop tokens.
 const MASKED: Partial<GenerateRequest>[] = [
@@ -226,6 +231,29 @@ for (const [name, backend, skip] of BACKENDS) {
     const ahead = await serve(on, 4, reqs, [], { numBlocks: 7 });
     assert.deepEqual(ahead.results, plain.results);
     assert.ok(ahead.aheads.slice(0, 3).some((k) => k > 0), `looked ahead: ${ahead.aheads.join(",")}`);
+  }, { ignore: skip });
+
+  test(`Engine schedulerSteps lets a request be cancelled mid-group, the others unchanged and every block back, on ${name}`, async () => {
+    const reqs: Partial<GenerateRequest>[] = [{ maxTokens: 30 }, { maxTokens: 30, temperature: 0.8, seed: 6, repetitionPenalty: 1.25 }, { maxTokens: 30, temperature: 0.9, seed: 7 }];
+    const plain = await serve(on, 1, reqs);
+    const { engine, aheads } = engineOn(on, 4);
+    try {
+      const handles = reqs.map((r) => engine.submit({ prompt, maxTokens: 40, temperature: 0, ...r }));
+      // Cancel the second once it has streamed a few tokens (some of them from a group).
+      let seen = 0;
+      for await (const d of handles[1].stream) {
+        seen += d.tokenIds.length;
+        if (seen >= 6) break;
+      }
+      const results = await Promise.all(handles.map((h) => h.result));
+      assert.equal(results[1].finishReason, "abort");
+      assert.deepEqual([results[0].tokenIds, results[2].tokenIds], [plain.results[0].tokenIds, plain.results[2].tokenIds]);
+      assert.ok(aheads.some((k) => k > 0), `looked ahead: ${aheads.join(",")}`);
+      await eventuallyIdle(engine);
+      assert.equal(engine.pool.numUsedBlocks(), 0);
+    } finally {
+      await engine.stop();
+    }
   }, { ignore: skip });
 
   test(`Engine schedulerSteps never runs past a request's max_tokens on ${name}`, async () => {
