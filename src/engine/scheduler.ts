@@ -308,12 +308,13 @@ export class Scheduler {
 
   /**
    * Multi-step decoding: lets each entry of `plan`, the step in flight, run `steps` more one-token
-   * steps after its sample, each fed the token the one before sampled (StepEntry.lookahead), when the
-   * pool's free blocks above the watermark hold all of their KV; nobody is preempted for it. Only for
+   * steps after its sample, each fed the token the one before sampled (StepEntry.lookahead), or as
+   * many as the pool's free blocks above the watermark hold the KV of (a full pool still leaves the
+   * slots of the entries' last blocks); nobody is preempted for it. Only for
    * a plan of plain decodes (each feeds its one pending token and samples). A sequence's first token
    * comes alone (its time to first token; on a prefill worker, or for a hand-off, it ends the
    * sequence), so a plan holding one — a handed-off prompt's last token is fed as a decode — and a
-   * prefill worker's plans get none. Returns the steps granted: `steps`, or 0 with nothing changed.
+   * prefill worker's plans get none. Returns the steps granted, at most `steps` (0: nothing changed).
    */
   lookAhead(plan: StepPlan, steps: number): number {
     if (this.inFlight !== plan) throw new Error(`Step ${plan.step} is not the step in flight`);
@@ -325,9 +326,15 @@ export class Scheduler {
       return seq;
     });
     if (seqs.some((seq) => seq.numOutput === 0 || seq.hints.prefillOnly)) return 0;
-    const need = plan.entries.map((e, i) => Math.max(0, Math.ceil((e.startPos + 1 + steps) / bs) - seqs[i].blockTable.length));
+    const needFor = (k: number) => plan.entries.map((e, i) => Math.max(0, Math.ceil((e.startPos + 1 + k) / bs) - seqs[i].blockTable.length));
+    const room = this.kv.numAvailable() - this.config.watermarkBlocks;
+    // The most steps whose new blocks fit (the blocks each needs grow with the steps).
+    let granted = steps;
+    while (granted > 0 && needFor(granted).reduce((a, b) => a + b, 0) > room) granted--;
+    if (granted === 0) return 0;
+    steps = granted;
+    const need = needFor(steps);
     const total = need.reduce((a, b) => a + b, 0);
-    if (total > this.kv.numAvailable() - this.config.watermarkBlocks) return 0;
     const got = total > 0 ? this.kv.allocate(total) : [];
     if (got === null) return 0;
     let at = 0;

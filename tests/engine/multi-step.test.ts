@@ -53,19 +53,28 @@ test("Scheduler.commit() of a step that looked ahead appends every token and com
   assert.equal(next.entries[0].lookahead, undefined, "a plan does not look ahead unless asked");
 });
 
-test("Scheduler.lookAhead() grants nothing when the free blocks fall short, and refuses a prefill", () => {
+test("Scheduler.lookAhead() grants the most steps the free blocks hold, and refuses a prefill", () => {
   const { sched } = make(3, 4, { watermarkBlocks: 1 });
   sched.submit(0, range(3, 10));
   const prefill = sched.schedule();
   assert.throws(() => sched.lookAhead(prefill, 2), /sequence 0\) that is not a plain decode/);
   sched.commit(prefill, new Map([[0, 50]]));
   const step = sched.schedule();
-  // Positions 3..8 need two blocks; one is free above the watermark of one.
-  assert.equal(sched.lookAhead(step, 5), 0);
-  assert.equal(step.entries[0].lookahead, undefined);
-  assert.equal(sched.get(0)!.blockTable.length, 1, "nothing taken");
-  assert.equal(sched.lookAhead(step, 4), 4, "positions 3..7 fit in the two blocks");
+  // Positions 3..8 need three blocks; one is free above the watermark of one: positions 3..7 fit in two.
+  assert.equal(sched.lookAhead(step, 5), 4);
+  assert.equal(step.entries[0].lookahead, 4);
   assert.equal(sched.get(0)!.blockTable.length, 2);
+});
+
+test("Scheduler.lookAhead() on a full pool grants the steps the entries' last blocks still hold", () => {
+  const { sched } = make(3, 4, { watermarkBlocks: 1 });
+  sched.submit(0, range(5, 10));
+  sched.commit(sched.schedule(), new Map([[0, 50]]));
+  // Positions 0..5 in two blocks; the third block is the watermark.
+  const step = sched.schedule();
+  assert.equal(sched.get(0)!.blockTable.length, 2);
+  assert.equal(sched.lookAhead(step, 4), 2, "positions 6 and 7 are the second block's last slots");
+  assert.equal(sched.get(0)!.blockTable.length, 2, "no block taken");
 });
 
 const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);

@@ -244,22 +244,25 @@ class Driver {
 
   /**
    * Multi-step decoding, now and then: a plan of plain decodes looks ahead 1 to 4 steps (never past a
-   * request's max tokens, and only while nothing waits, as the engine's loop) when the pool grants it. Each entry's tokens, sampled
-   * in order: the steps feed all but the last.
+   * request's max tokens, and only while nothing waits that could be admitted, as the engine's loop),
+   * as many as the pool grants. Each entry's tokens, sampled in order: the steps feed all but the last.
    */
   private lookAhead(plan: StepPlan): Map<number, number[]> {
     const { w, rng } = this;
     const plain = plan.entries.length > 0 && plan.entries.every((e) => !e.prefill && e.sample && !e.draft && e.tokens.length === 1);
-    // As the engine's loop: only while nothing waits to be admitted.
-    if (!plain || plan.swapIn.length + plan.swapOut.length > 0 || w.sched.waitingSequences.length > 0 || rng.next() >= 0.3) return new Map();
+    // As the engine's loop: only while nothing waits that could be admitted.
+    const blocked = w.sched.waitingSequences.length > 0 && !w.sched.admitsNone;
+    if (!plain || plan.swapIn.length + plan.swapOut.length > 0 || blocked || rng.next() >= 0.3) return new Map();
     let k = rng.int(1, 4);
     for (const e of plan.entries) {
       const req = w.reqs.get(e.seqId)!;
       k = Math.min(k, req.maxTokens - req.seq.numOutput - 1);
     }
-    if (k <= 0 || w.sched.lookAhead(plan, k) === 0) return new Map();
+    const granted = k <= 0 ? 0 : w.sched.lookAhead(plan, k);
+    if (granted === 0) return new Map();
+    if (granted > k) w.fail(`lookAhead granted ${granted} steps of ${k} asked`);
     this.lookaheads++;
-    return new Map(plan.entries.map((e) => [e.seqId, Array.from({ length: k + 1 }, () => rng.int(0, VOCAB - 1))]));
+    return new Map(plan.entries.map((e) => [e.seqId, Array.from({ length: granted + 1 }, () => rng.int(0, VOCAB - 1))]));
   }
 
   /** First admissions: earlier, equally urgent requests still waiting were overtaken. */
