@@ -11,9 +11,8 @@ export function sumStats(all: readonly EngineStats[]): EngineStats {
   };
   const keys = (Object.keys(out) as (keyof EngineStats)[]).filter((k): k is Exclude<keyof EngineStats, "specAcceptedPerPos"> => k !== "specAcceptedPerPos");
   for (const s of all) {
-    // (Fields a worker of an older build does not report count nothing.)
+    // A worker from before a field (a protocol peer of an older build) reports none: it counts nothing.
     for (const k of keys) out[k] += s[k] ?? 0;
-    // A worker from before the field (a protocol peer of an older build) reports none.
     (s.specAcceptedPerPos ?? []).forEach((n, i) => (out.specAcceptedPerPos[i] = (out.specAcceptedPerPos[i] ?? 0) + n));
   }
   return out;

@@ -115,13 +115,8 @@ export function serveWorker(port: ThreadPort): Promise<void> {
         events.push(ev);
         report();
       });
-      let warmUpMs: number | undefined;
-      if (warmUp) {
-        stage("warm-up");
-        const t0 = performance.now();
-        await e.warmUp();
-        warmUpMs = performance.now() - t0;
-      }
+      if (warmUp) stage("warm-up");
+      const warmUpMs = warmUp ? await e.warmUp() : undefined;
       engine = e;
       send({
         op: "ready", maxModelLen: e.maxModelLen, blockSize: e.pool.blockSize, vocabSize: model.config.vocabSize, backend: reason, fingerprint: modelFingerprint(model),

@@ -279,12 +279,14 @@ export class Engine implements ServingEngine {
    * Runs the kinds of step serving runs once on a free KV block before the first request
    * (engine-warmup.ts), so that a backend's kernels are compiled, and a device that cannot run them
    * fails, at start rather than at a user's request. Nothing is committed or counted: the block
-   * stays free. Only before the first request.
+   * stays free. Only before the first request. Resolves to the wall-clock milliseconds it took.
    */
-  async warmUp(): Promise<void> {
+  async warmUp(): Promise<number> {
     // Before any request, no block is used or cached: block 0 holds nothing anyone reads.
     if (this.nextId > 0 || this.pool.numUsedBlocks() > 0) throw new Error("An engine warms up only before its first request");
+    const t0 = performance.now();
     await warmUpRunner(this.opts.runner, this.opts.config.vocabSize, this.maxModelLen, this.schedulerSteps);
+    return performance.now() - t0;
   }
 
   /** The most forwards a step of plain decodes runs before it reads its tokens (EngineOptions.schedulerSteps). */

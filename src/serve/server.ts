@@ -120,11 +120,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...(stepLog ? { onStep: (r: StepRecord) => stepLog.record(r) } : {}),
       ...(o.stepMixing === "auto" ? { autoStepMixing: true } : {}),
     }, draft);
-    if (o.warmUp !== false) {
-      const t0 = performance.now();
-      await engine.warmUp();
-      warmUpMs = performance.now() - t0;
-    }
+    if (o.warmUp !== false) warmUpMs = await engine.warmUp();
   }
   const serving: ServingEngine = cluster?.cluster ?? engine!;
   const modelName = o.servedModelName ?? modelNameOf(o.modelPath);
