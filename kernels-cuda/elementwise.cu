@@ -76,8 +76,9 @@ __device__ __forceinline__ void rope_pair(float& a, float& b, int pos, int i, in
 }
 
 // One thread per (token, head, pair); dims beyond rot_dim are copied through.
+// `magnitude` multiplies the rotated pairs only (LongRoPE's attention factor on a partial rotation).
 __global__ void rope_kernel(const float* x, const int32_t* pos, int n, int heads, int D, int rot, float theta,
-                            int neox, const float* factors, float* out) {
+                            int neox, const float* factors, float magnitude, float* out) {
   const int half = rot / 2, pass = D - rot;
   const int per_head = half + pass;
   const size_t total = size_t(n) * heads * per_head;
@@ -90,8 +91,8 @@ __global__ void rope_kernel(const float* x, const int32_t* pos, int n, int heads
       const int i0 = neox ? j : 2 * j, i1 = neox ? j + half : 2 * j + 1;
       float a = x[base + i0], b = x[base + i1];
       rope_pair(a, b, pos[t], j, rot, theta, factors);
-      out[base + i0] = a;
-      out[base + i1] = b;
+      out[base + i0] = a * magnitude;
+      out[base + i1] = b * magnitude;
     } else {
       const int d = rot + (j - half);
       out[base + d] = x[base + d];
@@ -317,10 +318,10 @@ cudaError_t swiglu_oai(const float* g, const float* u, size_t count, float alpha
 }
 
 cudaError_t rope(const float* x, const int32_t* pos, int n, int heads, int D, int rot, float theta, int neox,
-                 const float* factors, float* out, cudaStream_t s) {
+                 const float* factors, float magnitude, float* out, cudaStream_t s) {
   const size_t total = size_t(n) * heads * (rot / 2 + D - rot);
   if (total == 0) return cudaSuccess;
-  rope_kernel<<<grid_for(total, 256), 256, 0, s>>>(x, pos, n, heads, D, rot, theta, neox, factors, out);
+  rope_kernel<<<grid_for(total, 256), 256, 0, s>>>(x, pos, n, heads, D, rot, theta, neox, factors, magnitude, out);
   return cudaGetLastError();
 }
 

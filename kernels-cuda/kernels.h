@@ -50,9 +50,10 @@ cudaError_t add_rmsnorm(const float* x, const float* r, const float* w, int rows
                         float* norm, cudaStream_t s);
 cudaError_t softmax(const float* x, int rows, int cols, float* out, cudaStream_t s);
 cudaError_t argmax(const float* x, int rows, int cols, int32_t* out, cudaStream_t s);
-/** `factors` (nullable) f32 [rot_dim / 2] divides each pair's frequency (Llama 3.1+ rope_freqs). */
+/** `factors` (nullable) f32 [rot_dim / 2] divides each pair's frequency (Llama 3.1+ rope_freqs);
+ * `magnitude` multiplies each rotated pair (LongRoPE's attention factor), not the dims past rot_dim. */
 cudaError_t rope(const float* x, const int32_t* pos, int n, int heads, int head_dim, int rot_dim, float theta,
-                 int neox, const float* factors, float* out, cudaStream_t s);
+                 int neox, const float* factors, float magnitude, float* out, cudaStream_t s);
 cudaError_t kv_write(const float* k, const float* v, float* kc, float* vc, const int32_t* slots, int n,
                      int row_elems, int capacity, cudaStream_t s);
 /** Fused: qkv [n, (H + 2*Hkv) * D] → rope(q) into q_out [n, H, D]; rope(k), v into the caches.

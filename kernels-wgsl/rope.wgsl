@@ -1,6 +1,7 @@
 // Rotary embedding on x [n, heads, head_dim]. One thread per (token, head, i) where i < half rotates
-// one pair and half <= i < half + (head_dim - rot) copies an unrotated dim.
-struct P { n: u32, heads: u32, head_dim: u32, rot: u32, log2_theta: f32, _a: u32, _b: u32, _c: u32 }
+// one pair and half <= i < half + (head_dim - rot) copies an unrotated dim. `magnitude` multiplies the
+// rotated pairs only (LongRoPE's attention factor; 1 elsewhere).
+struct P { n: u32, heads: u32, head_dim: u32, rot: u32, log2_theta: f32, magnitude: f32, _b: u32, _c: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> pos: array<i32>;
@@ -30,8 +31,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 #else
   let angle = f32(pos[th / p.heads]) * exp2(-f32(2u * i) / f32(p.rot) * p.log2_theta);
 #endif
-  let c = cos(angle);
-  let s = sin(angle);
+  let c = cos(angle) * p.magnitude;
+  let s = sin(angle) * p.magnitude;
 #if ${NEOX}
   let i0 = base + i;
   let i1 = base + i + half;

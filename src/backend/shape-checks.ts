@@ -317,6 +317,7 @@ export function expectRopeArgs(
   layout: string,
   rotaryDim: number | undefined,
   freqFactors: Tensor | undefined,
+  magnitude = 1,
 ): { n: number; heads: number; headDim: number; rotaryDim: number } {
   expectRank(x, 3, "rope input", ["f32"]);
   expectRank(positions, 1, "rope positions", ["i32"]);
@@ -328,6 +329,7 @@ export function expectRopeArgs(
     throw new BackendShapeError(`rope rotaryDim ${rd} must be even and within headDim ${headDim}`);
   }
   if (layout !== "normal" && layout !== "neox") throw new BackendShapeError(`Unknown rope layout "${layout}"`);
+  if (!(Number.isFinite(magnitude) && magnitude > 0)) throw new BackendShapeError(`rope magnitude ${magnitude} must be a positive number`);
   if (freqFactors) {
     expectRank(freqFactors, 1, "rope freqFactors", ["f32"]);
     if (freqFactors.shape[0] !== rd / 2) {

@@ -226,9 +226,11 @@ export interface Backend {
   /** Rotary embedding on x f32 [n, heads, headDim] with positions i32 [n]; rotates the first
    * `rotaryDim` (default headDim) dims with frequencies theta^(-2i/rotaryDim).
    * `freqFactors` f32 [rotaryDim/2] (llama.cpp's `rope_freqs`, Llama 3.1+ frequency scaling) divides
-   * pair i's frequency: angle = pos · theta^(-2i/rotaryDim) / freqFactors[i]. theta must be finite
-   * and positive (shape-checks.ts `expectRopeArgs`, every backend's check). */
-  rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor): Tensor;
+   * pair i's frequency: angle = pos · theta^(-2i/rotaryDim) / freqFactors[i]. `magnitude` (default 1)
+   * multiplies each rotated pair, cos and sin alike, and leaves the dims past `rotaryDim` as they are
+   * (llama.cpp's `attn_factor`, transformers' `attention_factor`: LongRoPE's). theta and magnitude must
+   * be finite and positive (shape-checks.ts `expectRopeArgs`, every backend's check). */
+  rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor, magnitude?: number): Tensor;
   /**
    * Optional: rope(q) and rope(k) with `spec`, then kvWrite of the rotated k and v, in one pass: q
    * f32 [n, heads, headDim] is rotated in place (it must be no other op's input afterwards but the

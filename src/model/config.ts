@@ -9,10 +9,10 @@ import { type ExpertGroups, MAX_EXPERT_GROUPS, type MoeGating, type RopeLayout, 
  * "glm4moe" is GLM-4.5/4.6/4.7's, "qwen2moe" Qwen1.5/Qwen2-MoE's and "deepseek2" DeepSeek V2/V3/R1's and
  * Kimi K2's, with {@link MlaConfig multi-head latent attention}; "gemma3" Gemma 3's text model).
  */
-export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3";
+export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3";
 
 /** Every {@link Architecture}, by the name GGUF files give it (`general.architecture`). */
-export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3"];
+export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3"];
 
 /**
  * Multi-head latent attention (DeepSeek V2/V3, Kimi K2). Each token's keys and values are one
@@ -177,6 +177,11 @@ export interface ModelConfig {
   /** Per-pair RoPE frequency divisors, length rotaryDim/2 (Llama 3.1+ "llama3" scaling; llama.cpp's
    * `rope_freqs.weight`): pair i turns at pos · ropeTheta^(-2i/rotaryDim) / ropeFreqFactors[i]. */
   ropeFreqFactors?: number[];
+  /**
+   * Multiplies RoPE's rotated pairs of q and k, leaving the dims past `rotaryDim` as they are
+   * (LongRoPE's attention factor: Phi-3's 128K models, Phi-4-mini; Backend.rope's `magnitude`); absent: 1.
+   */
+  ropeMagnitude?: number;
   /** Maximum context the model was trained for. */
   contextLength: number;
   /** True when the output projection reuses the token embedding. */

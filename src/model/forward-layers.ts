@@ -101,12 +101,13 @@ export function attentionBlock(
   const theta = ownRope ?? c.ropeTheta;
   const f = ownRope === undefined ? model.ropeFreqFactors : undefined;
   let qr = q;
-  if (backend.rotateAndWriteKv && kCache !== vCache) {
+  // The fused op turns without a magnitude (none of its users needs one).
+  if (backend.rotateAndWriteKv && kCache !== vCache && c.ropeMagnitude === undefined) {
     // One dispatch for both rotations and the cache write; q (this block's own) is rotated in place.
     backend.rotateAndWriteKv(q, k, v, step.positions, { theta, layout: c.ropeLayout, rotaryDim: c.rotaryDim, freqFactors: f }, kCache, vCache, step.slots);
   } else {
-    qr = s.keep(backend.rope(q, step.positions, theta, c.ropeLayout, c.rotaryDim, f));
-    const kr = s.keep(backend.rope(k, step.positions, theta, c.ropeLayout, c.rotaryDim, f));
+    qr = s.keep(backend.rope(q, step.positions, theta, c.ropeLayout, c.rotaryDim, f, c.ropeMagnitude));
+    const kr = s.keep(backend.rope(k, step.positions, theta, c.ropeLayout, c.rotaryDim, f, c.ropeMagnitude));
     backend.kvWrite(kr, v, kCache, vCache, step.slots);
   }
   if (c.attentionSinks && !l.sinks) throw new ForwardInputError("The model config asks for attention sinks but the weights lack them");

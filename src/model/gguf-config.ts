@@ -60,8 +60,10 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   if (vocabTokens && vocabTokens.length > embd.shape[0]) {
     throw new ModelLoadError(`Model "${path}" has ${vocabTokens.length} tokens (tokenizer.ggml.tokens) but its "${GGUF_TENSOR_NAMES.tokenEmbedding}" has only ${embd.shape[0]} rows`);
   }
-  // Gemma's chat turns end with <end_of_turn>, which its files need not name as EOT (llama.cpp finds it by its text).
-  const endOfTurn = architecture === "gemma3" ? vocabTokens?.indexOf("<end_of_turn>") ?? -1 : -1;
+  // Gemma's chat turns end with <end_of_turn>, Phi-3's with <|end|>, which their files need not name as EOT
+  // (llama.cpp finds them by their text).
+  const turnEnd = architecture === "gemma3" ? "<end_of_turn>" : architecture === "phi3" ? "<|end|>" : undefined;
+  const endOfTurn = turnEnd === undefined ? -1 : vocabTokens?.indexOf(turnEnd) ?? -1;
   const eosTokenIds = withHarmonyStops(
     [
       ...new Set(
@@ -93,7 +95,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const numLayers = blocks - nextn;
   const slidingWindow = architecture === "gpt-oss" ? ggufSlidingWindow(meta, arch, numLayers, ropeTheta, path) : undefined;
   const gemma3 = architecture === "gemma3" ? ggufGemma3(meta, arch, { hiddenSize, numHeads, headDim, rotaryDim: ropeDim, numLayers, ropeTheta }, path) : undefined;
-  if (architecture !== "gpt-oss" && architecture !== "gemma3" && meta.has(`${arch}.attention.sliding_window`)) {
+  // Phi-3's window is not applied, as llama.cpp does not apply it (phi3.ts).
+  if (architecture !== "gpt-oss" && architecture !== "gemma3" && architecture !== "phi3" && meta.has(`${arch}.attention.sliding_window`)) {
     throw new ModelLoadError(`Model "${path}" declares a sliding window, which the "${arch}" architecture does not support`);
   }
   const sampling = ggufSamplingDefaults(meta, path);

@@ -7,7 +7,7 @@
  */
 import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { openRandomAccess, type RandomAccessFile } from "../runtime/fs.ts";
-import { type HostTensor, type LoadedModel, ModelLoadError } from "./config.ts";
+import { type HostTensor, type LoadedModel, type ModelConfig, ModelLoadError } from "./config.ts";
 import { GgufMetadata } from "./gguf-metadata.ts";
 import { type GgufHeader, type GgufTensorInfo, readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
 import { checkFreqFactors } from "./rope-scaling.ts";
@@ -17,6 +17,7 @@ import { GGUF_KV_B, GGUF_LAYER_NAMES, GGUF_ROPE_FREQS, GGUF_TENSOR_NAMES, ggufMo
 import { splittingKvB } from "./mla-weights.ts";
 import { assembleWeights, checkLastExpert, type LoadOptions } from "./weights.ts";
 import { EXPERT, stackingExperts } from "./expert-stack.ts";
+import { longRopeFields, ropeMagnitude, splittingPhi3Fused } from "./phi3.ts";
 
 export { ggufConfig } from "./gguf-config.ts";
 export { ggufTokenizer } from "./gguf-tokenizer.ts";
@@ -27,6 +28,27 @@ async function readFreqFactors(file: RandomAccessFile, info: GgufTensorInfo, rot
   const count = t.shape.reduce((a, b) => a * b, 1);
   if (t.shape.length !== 1) throw new ModelLoadError(`Tensor "${GGUF_ROPE_FREQS}" in "${path}" should be 1-D, got [${t.shape.join(", ")}]`);
   return checkFreqFactors(Array.from(decodeToF32(t.data, t.dtype, count)), rotaryDim, path);
+}
+
+/**
+ * Phi-3's LongRoPE from a GGUF (phi3.ts): `rope_factors_long`/`rope_factors_short` and
+ * `rope.scaling.attn_factor`, as convert_hf_to_gguf.py writes them; nothing for a file without them.
+ */
+async function ggufLongRope(file: RandomAccessFile, header: GgufHeader, config: ModelConfig, path: string): Promise<Partial<ModelConfig>> {
+  const meta = new GgufMetadata(header.metadata, path);
+  const arch = config.architecture;
+  const attnFactor = meta.number(`${arch}.rope.scaling.attn_factor`, 1);
+  const long = header.tensors.find((t) => t.name === "rope_factors_long.weight");
+  const short = header.tensors.find((t) => t.name === "rope_factors_short.weight");
+  const rotaryDim = config.rotaryDim ?? config.headDim;
+  if (!long && !short) return ropeMagnitude(attnFactor, path);
+  if (!long || !short) throw new ModelLoadError(`Model "${path}" has ${long ? "long" : "short"} RoPE factors but no ${long ? "short" : "long"} ones`);
+  const read = async (info: GgufTensorInfo) => {
+    const t = await readGgufTensor(file, info);
+    return Array.from(decodeToF32(t.data, t.dtype, t.shape.reduce((a, b) => a * b, 1)));
+  };
+  const originalContext = meta.number(`${arch}.rope.scaling.original_context_length`, config.contextLength);
+  return longRopeFields({ long: await read(long), short: await read(short), originalContext, attnFactor }, config.contextLength, rotaryDim, path);
 }
 
 /** llama.cpp stores Qwen2-MoE's shared-expert gate as a vector [hidden]; the forward multiplies by it as a [1, hidden] matrix. */
@@ -54,6 +76,7 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
     const config = ggufConfig(header, path);
     const freqs = header.tensors.find((t) => t.name === GGUF_ROPE_FREQS);
     if (freqs) config.ropeFreqFactors = await readFreqFactors(file, freqs, config.rotaryDim ?? config.headDim, path);
+    if (config.architecture === "phi3") Object.assign(config, await ggufLongRope(file, header, config, path));
     const tokenizer = ggufTokenizer(header, config, path);
     const infos = new Map<string, GgufTensorInfo>(header.tensors.map((t) => [t.name, t]));
     const source = {
@@ -71,6 +94,10 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
     let tensors = moe ? stackingExperts(source, moe.numExperts, path) : source;
     if (config.mla) {
       tensors = splittingKvB(tensors, config, names, (i) => `blk.${i}.${GGUF_KV_B}`, path);
+    }
+    if (config.architecture === "phi3") {
+      const rowsOf = (n: string) => infos.get(n)?.shape[0];
+      tensors = splittingPhi3Fused(tensors, config, names, { qkv: (i) => `blk.${i}.attn_qkv.weight`, gateUp: (i) => names.layer(i, "wUp") }, rowsOf, path);
     }
     const weights = await assembleWeights(config, tensors, names, path, options);
     const template = header.metadata.get("tokenizer.chat_template")?.value;

@@ -1,7 +1,7 @@
 /**
  * config.json's `tie_word_embeddings` as transformers reads it: absent (or null), each config class's
  * own default, which differs by architecture (PretrainedConfig's is true; LlamaConfig, MixtralConfig,
- * Qwen2/Qwen3 (MoE) configs, Glm4MoeConfig, DeepseekV3Config and GptOssConfig set false;
+ * Qwen2/Qwen3 (MoE) configs, Glm4MoeConfig, DeepseekV3Config, GptOssConfig and Phi3Config set false;
  * Gemma3TextConfig true); and the check that an untied checkpoint has its output projection.
  */
 import { type Architecture, ModelLoadError } from "./config.ts";
@@ -21,6 +21,7 @@ export const HF_TIE_WORD_EMBEDDINGS: Readonly<Record<Architecture, boolean>> = {
   deepseek2: false,
   "gpt-oss": false,
   gemma3: true,
+  phi3: false,
 };
 
 /** Whether the output projection is the token embedding: config.json's boolean, else the architecture's default; anything else is an error quoting it. */

@@ -158,17 +158,17 @@ function attentionRefusalCase(what: string, edit: (a: { seq: Int32Array; pos: In
   };
 }
 
-function ropeRefusalCase(theta: number, factors = 2): Case {
+function ropeRefusalCase(theta: number, factors = 2, magnitude = 1): Case {
   return {
     op: "rope",
-    name: `refuses theta ${theta}${factors !== 2 ? ` and ${factors} freqFactors for rotaryDim 4` : ""}`,
+    name: `refuses theta ${theta}${factors !== 2 ? ` and ${factors} freqFactors for rotaryDim 4` : ""}${magnitude !== 1 ? ` magnitude ${magnitude}` : ""}`,
     tolerance: EXACT,
     run: (b, rng) => {
       const x = b.upload(rng.f32(2 * 1 * 4), [2, 1, 4]);
       const pos = b.upload(Int32Array.of(0, 7), [2]);
       const f = b.upload(rng.f32(factors, 1, 8), [factors]);
       let out: Tensor | undefined;
-      const why = refusal(() => (out = b.rope(x, pos, theta, "neox", 4, f)));
+      const why = refusal(() => (out = b.rope(x, pos, theta, "neox", 4, f, magnitude)));
       return finish(b, out ? [out] : [], [x, pos, f]).then((outs) => [why, ...outs]);
     },
   };
@@ -223,6 +223,8 @@ export function edgeCases(): Case[] {
     ropeRefusalCase(NaN),
     ropeRefusalCase(Infinity),
     ropeRefusalCase(10000, 3),
+    ropeRefusalCase(10000, 2, 0),
+    ropeRefusalCase(10000, 2, NaN),
     rotateWriteRefusalCase("slot"),
     rotateWriteRefusalCase("shared"),
     rotateWriteRefusalCase("width"),

@@ -348,6 +348,21 @@ function ropeCases(): Case[] {
         },
       });
     }
+    // LongRoPE (Phi-3, Phi-4-mini): divisors and a magnitude on the rotated pairs only, partial rotations included.
+    for (const [n, heads, dim, rot] of shapes.slice(1)) {
+      cases.push({
+        op: "rope",
+        name: `${layout} with freqFactors and magnitude n=${n} heads=${heads} headDim=${dim}${rot ? ` rotaryDim=${rot}` : ""}`,
+        tolerance: { atol: 1e-4, rtol: 0 },
+        run: (b, rng) => {
+          const half = (rot ?? dim) / 2;
+          const x = b.upload(rng.f32(n * heads * dim), [n, heads, dim]);
+          const pos = b.upload(rng.i32(n, 300), [n]);
+          const factors = b.upload(rng.f32(half, 1, 8), [half]);
+          return finish(b, [b.rope(x, pos, 10000, layout, rot, factors, 1 + rng.next())], [x, pos, factors]);
+        },
+      });
+    }
   }
   return cases;
 }

@@ -196,6 +196,14 @@ test("rope() divides each pair's frequency by its freqFactors entry", async () =
     (e: unknown) => e instanceof BackendShapeError && /freqFactors \[3\]/.test(e.message));
 });
 
+test("rope() multiplies the rotated pairs by its magnitude and leaves the unrotated dims", async () => {
+  // neox, rotaryDim 2, pos 3, factor 4: pair (0, 1) turned by 0.75 rad then times 1.5; dims 2, 3 pass through.
+  const z = be.rope(f32([1, 0, 5, 6], [1, 1, 4]), i32([3]), 10000, "neox", 2, f32([4], [1]), 1.5);
+  close(await read(z), [0.7316889 * 1.5, 0.6816388 * 1.5, 5, 6]);
+  assert.throws(() => be.rope(f32([1, 0, 0, 1], [1, 1, 4]), i32([2]), 10000, "normal", undefined, undefined, -1),
+    (e: unknown) => e instanceof BackendShapeError && /rope magnitude -1 must be a positive number/.test(e.message));
+});
+
 test("ops reject tensors from another backend", () => {
   const foreign: Tensor = { shape: [1], dtype: "f32", backend: "webgpu" };
   assert.throws(() => be.add(foreign, foreign), /belongs to backend "webgpu"/);

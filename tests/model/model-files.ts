@@ -15,6 +15,7 @@ import { GGUF_ROPE_FREQS } from "../../src/model/gguf-loader.ts";
 import { type Llama3RopeScaling, llama3FreqFactors } from "../../src/model/rope-scaling.ts";
 import { encodeSafetensors, type SafetensorsEntry } from "../../src/model/safetensors.ts";
 import { gptOssHfConfig, gptOssHfTensors } from "./gpt-oss-files.ts";
+import { fusePhi3Gguf, fusePhi3Hf, phi3GgufMetadata, phi3HfConfig, phi3Vocab } from "./phi3-files.ts";
 import { randomIqTensor } from "./iq-blocks.ts";
 import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
@@ -71,6 +72,10 @@ export interface ModelFileSpec {
   slidingWindow?: number;
   /** Gemma 3's linear RoPE scaling of its global layers (GGUF `rope.scaling.type` "linear"). */
   ropeLinearFactor?: number;
+  /** Phi-3's LongRoPE (phi3-files.ts): per-pair divisors for contexts past `originalContext` and up to it. */
+  longRope?: { originalContext: number; long: number[]; short: number[] };
+  /** phi3: write q/k/v and gate/up apart instead of fused (as no converter does; the loader takes both). */
+  unfused?: boolean;
 }
 
 /** The RoPE base a spec's files declare. */
@@ -335,11 +340,12 @@ const isVector = (shape: number[]) => shape.length === 1;
 
 /** The vocab a test model's GGUF carries: SentencePiece-style for llama, byte-level BPE for Qwen. */
 export function vocabFor(spec: ModelFileSpec): TestVocab {
-  return tokenizerKind(spec) === "spm" ? spmVocab(spec.vocab) : bpeVocab(spec.vocab);
+  const vocab = tokenizerKind(spec) === "spm" ? spmVocab(spec.vocab) : bpeVocab(spec.vocab);
+  return spec.architecture === "phi3" ? phi3Vocab(vocab) : vocab;
 }
 
 function tokenizerKind(spec: ModelFileSpec): NonNullable<ModelFileSpec["tokenizer"]> {
-  return spec.tokenizer ?? (spec.architecture === "llama" || spec.architecture === "gemma3" ? "spm" : "qwen2");
+  return spec.tokenizer ?? (spec.architecture === "llama" || spec.architecture === "gemma3" || spec.architecture === "phi3" ? "spm" : "qwen2");
 }
 
 /** GGUF metadata for `spec` (what llama.cpp needs to load it). */
@@ -384,6 +390,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     }
   }
   if (spec.slidingWindow) meta.push([`${a}.attention.sliding_window`, gguf.u32(spec.slidingWindow)]);
+  if (a === "phi3") meta.push(...phi3GgufMetadata(spec));
   if (spec.ropeLinearFactor) meta.push([`${a}.rope.scaling.type`, gguf.str("linear")], [`${a}.rope.scaling.factor`, gguf.f32(spec.ropeLinearFactor)]);
   const y = spec.yarn;
   if (y && !spec.mla) {
@@ -461,7 +468,8 @@ export interface GgufExtras {
 export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocabFor(spec), extras: GgufExtras = {}): Uint8Array {
   const tensors: (HostTensor | RawGgufTensor)[] = [];
   const iqRand = seededRandom(spec.seed ^ 0x5eed);
-  for (const { name, shape, values, hf } of ggufTensors(spec, weights, extras.splitExperts ?? false)) {
+  const parts = ggufTensors(spec, weights, extras.splitExperts ?? false);
+  for (const { name, shape, values, hf } of spec.architecture === "phi3" && !spec.unfused ? fusePhi3Gguf(parts) : parts) {
     let v = values;
     if (spec.architecture === "llama" && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf)) {
       const heads = hf.includes(".q_proj.") ? spec.heads : spec.kvHeads;
@@ -472,6 +480,8 @@ export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocab
     const dtype = isVector(shape) || name.endsWith(".bias") || name.endsWith("ffn_gate_inp.weight") ? "f32" : spec.ggufDtype?.(name) ?? spec.dtype;
     tensors.push(isIqDType(dtype) ? randomIqTensor(name, shape, v, dtype, iqRand) : { name, shape, dtype, data: encodeFromF32(v, dtype) });
   }
+  const r = spec.longRope;
+  if (r) for (const [name, f] of [["rope_factors_long.weight", r.long], ["rope_factors_short.weight", r.short]] as const) tensors.push({ name, shape: [f.length], dtype: "f32", data: encodeFromF32(Float32Array.from(f), "f32") });
   const freqs = ropeFreqsOf(spec);
   if (freqs) tensors.push({ name: GGUF_ROPE_FREQS, shape: [freqs.length], dtype: "f32", data: encodeFromF32(Float32Array.from(freqs), "f32") });
   tensors.push(...(extras.tensors ?? []));
@@ -552,7 +562,8 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
   const gptOss = spec.architecture === "gpt-oss";
   // Gemma's checkpoints store w where its norms weigh by 1 + w (the GGUF stores 1 + w).
   const gemma = spec.architecture === "gemma3";
-  const tensors: SafetensorsEntry[] = gptOss ? gptOssHfTensors(spec, weights, dtype) : [...weights].map(([name, { shape, values }]) => {
+  const hfWeights = spec.architecture === "phi3" && !spec.unfused ? fusePhi3Hf(weights) : weights;
+  const tensors: SafetensorsEntry[] = gptOss ? gptOssHfTensors(spec, weights, dtype) : [...hfWeights].map(([name, { shape, values }]) => {
     const dt = isVector(shape) ? "f32" : dtype;
     const v = gemma && name.endsWith("norm.weight") ? values.map((x) => x - 1) : values;
     return { name, shape, dtype: dt, data: encodeFromF32(v, dt) };
@@ -569,6 +580,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     deepseek2: ["DeepseekV3ForCausalLM", "kimi_k2"],
     "gpt-oss": ["GptOssForCausalLM", "gpt_oss"],
     gemma3: ["Gemma3ForCausalLM", "gemma3_text"],
+    phi3: ["Phi3ForCausalLM", "phi3"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {
@@ -585,6 +597,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     ...(spec.rotaryDim !== undefined ? { partial_rotary_factor: spec.rotaryDim / spec.headDim } : {}),
     ...(spec.architecture === "glm4moe" ? { attention_bias: true, use_qk_norm: false } : {}),
     ...(gemma ? gemma3HfConfig(spec) : {}),
+    ...(spec.architecture === "phi3" ? phi3HfConfig(spec) : {}),
     rms_norm_eps: 1e-5,
     rope_theta: ropeThetaOf(spec),
     ...(spec.ropeScaling ? { rope_scaling: hfRopeScaling(spec.ropeScaling) } : {}),

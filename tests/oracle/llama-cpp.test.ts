@@ -1,5 +1,5 @@
 /**
- * Independent oracle: random-weight Llama / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Mixtral / GLM-4.5 / DeepSeek V3 / GPT-OSS / Gemma 3 GGUFs (MXFP4 experts among the quantized ones) written by our own writer are run
+ * Independent oracle: random-weight Llama / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Mixtral / GLM-4.5 / DeepSeek V3 / GPT-OSS / Gemma 3 / Phi-3 GGUFs (MXFP4 experts among the quantized ones) written by our own writer are run
  * through llama.cpp (node-llama-cpp 3.21.1, CPU, offline, in a Node child process) and through our
  * loader + forward on every available backend. Per model: next-token log-probabilities after the
  * prompt and at each of 32 greedy steps, and the 32 greedy tokens. The same weights as a
@@ -232,6 +232,27 @@ const CASES: OracleCase[] = [
     tol: 2e-2,
     hf: false,
     kv: "f16",
+  },
+  // Phi-3: q/k/v and gate/up fused in the file; Phi-4-mini's partial RoPE (12 of 16 dims) with
+  // LongRoPE past an original context of 64 (llama.cpp's context is 256: the long divisors, and the
+  // magnitude factor on q and k); then a quantized file within its original context (short divisors).
+  {
+    name: "phi3 fused qkv and gate_up, partial RoPE, LongRoPE long factors, f32",
+    spec: {
+      ...BASE, architecture: "phi3", hidden: 64, headDim: 16, rotaryDim: 12, seed: 170, ropeTheta: 10000,
+      longRope: { originalContext: 64, long: [1, 1.5, 2, 4, 8, 16], short: [1, 1, 1.25, 1.5, 2, 3] },
+    },
+    tol: 1e-4,
+    hf: false,
+  },
+  {
+    name: "phi3 q8_0, LongRoPE short factors, tied",
+    spec: {
+      ...BASE, architecture: "phi3", tied: true, dtype: "q8_0", seed: 171, ropeTheta: 10000,
+      longRope: { originalContext: 512, long: [2, 4, 8, 16], short: [1, 2, 3, 5] },
+    },
+    tol: 2e-2,
+    hf: false,
   },
   { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
   // Llama 3.1 frequency scaling: the GGUF carries rope_freqs.weight, the HF dir llama3 rope_scaling.

@@ -168,15 +168,15 @@ export class CudaBackend extends CudaExperts implements Backend {
     return this.f32(this.ctx.matmul(xs.ptr, ws.ptr, code, b, n, k, out, this.exactMatmul), [n, out]);
   }
 
-  rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor): Tensor {
-    expectRopeArgs(x, positions, theta, layout, rotaryDim, freqFactors);
+  rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor, magnitude = 1): Tensor {
+    expectRopeArgs(x, positions, theta, layout, rotaryDim, freqFactors, magnitude);
     const xs = expect(x, 3, "rope input", ["f32"]);
     const p = expect(positions, 1, "rope positions", ["i32"]);
     const [n, heads, headDim] = xs.shape;
     if (p.shape[0] !== n) throw new BackendShapeError(`rope positions ${fmt(p.shape)} do not match input ${fmt(xs.shape)}`);
     const rd = this.rotaryDim(rotaryDim, headDim, layout);
     const f = this.freqFactors(freqFactors, rd);
-    return this.f32(this.ctx.rope(xs.ptr, p.ptr, n, heads, headDim, rd, theta, layout === "neox" ? 1 : 0, f), xs.shape);
+    return this.f32(this.ctx.rope(xs.ptr, p.ptr, n, heads, headDim, rd, theta, layout === "neox" ? 1 : 0, f, magnitude), xs.shape);
   }
 
   kvWrite(k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor): void {

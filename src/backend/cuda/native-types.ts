@@ -61,10 +61,10 @@ export interface NativeContext {
   addRmsnorm(x: DevicePtr, r: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): [DevicePtr, DevicePtr];
   softmax(x: DevicePtr, rows: number, cols: number): DevicePtr;
   argmax(x: DevicePtr, rows: number, cols: number): DevicePtr;
-  /** `factors` is an f32 [rotDim / 2] frequency-divisor buffer, or 0n for none. */
+  /** `factors` is an f32 [rotDim / 2] frequency-divisor buffer, or 0n for none; `magnitude` multiplies the rotated pairs. */
   rope(
     x: DevicePtr, pos: DevicePtr, n: number, heads: number, headDim: number, rotDim: number, theta: number,
-    neox: number, factors: DevicePtr,
+    neox: number, factors: DevicePtr, magnitude: number,
   ): DevicePtr;
   kvWrite(
     k: DevicePtr, v: DevicePtr, kc: DevicePtr, vc: DevicePtr, slots: DevicePtr, n: number, row: number,

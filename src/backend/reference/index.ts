@@ -94,8 +94,8 @@ export function createReferenceBackend(): Backend {
       matmulGlu(r(x, "matmulGlu input"), r(wGate, "matmulGlu gate weight"), r(wUp, "matmulGlu up weight"), activation),
     matmulAdd: (x: Tensor, w: Tensor, residual: Tensor, bias?: Tensor) =>
       matmulAdd(r(x, "matmul input"), r(w, "matmul weight"), r(residual, "matmul residual"), bias && r(bias, "matmul bias")),
-    rope: (x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor) =>
-      rope(r(x, "rope input"), r(positions, "rope positions"), theta, layout, rotaryDim, freqFactors && r(freqFactors, "rope freqFactors")),
+    rope: (x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor, magnitude?: number) =>
+      rope(r(x, "rope input"), r(positions, "rope positions"), theta, layout, rotaryDim, freqFactors && r(freqFactors, "rope freqFactors"), magnitude),
     kvWrite: (k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor) =>
       kvWrite(r(k, "keys"), r(v, "values"), r(kCache, "key cache"), r(vCache, "value cache"), r(slots, "slots")),
     rotateAndWriteKv: (q: Tensor, k: Tensor, v: Tensor, positions: Tensor, spec: RopeSpec, kCache: Tensor, vCache: Tensor, slots: Tensor) =>

@@ -159,8 +159,9 @@ export function rope(
   layout: RopeLayout,
   rotaryDim?: number,
   freqFactors?: RefTensor,
+  magnitude = 1,
 ): RefTensor {
-  const { n, heads, headDim, rotaryDim: rd } = expectRopeArgs(x, positions, theta, layout, rotaryDim, freqFactors);
+  const { n, heads, headDim, rotaryDim: rd } = expectRopeArgs(x, positions, theta, layout, rotaryDim, freqFactors, magnitude);
   const factors = freqFactors?.f32;
   const src = x.f32;
   const pos = positions.i32;
@@ -169,8 +170,8 @@ export function rope(
   for (let t = 0; t < n; t++) {
     for (let i = 0; i < half; i++) {
       const angle = (pos[t] * Math.pow(theta, (-2 * i) / rd)) / (factors ? factors[i] : 1);
-      const cos = Math.cos(angle);
-      const sin = Math.sin(angle);
+      const cos = Math.cos(angle) * magnitude;
+      const sin = Math.sin(angle) * magnitude;
       // normal pairs adjacent dims (2i, 2i+1); neox pairs dim i with dim i + rd/2.
       const i0 = layout === "normal" ? 2 * i : i;
       const i1 = layout === "normal" ? 2 * i + 1 : i + half;

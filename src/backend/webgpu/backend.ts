@@ -138,8 +138,8 @@ export class WebGpuBackend implements Backend {
   matmulAdd(x: Tensor, w: Tensor, residual: Tensor, bias?: Tensor): Tensor {
     return matmul(this.#live, x, w, bias, residual);
   }
-  rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor): Tensor {
-    return rope(this.#live, x, positions, theta, layout, rotaryDim, freqFactors);
+  rope(x: Tensor, positions: Tensor, theta: number, layout: RopeLayout, rotaryDim?: number, freqFactors?: Tensor, magnitude?: number): Tensor {
+    return rope(this.#live, x, positions, theta, layout, rotaryDim, freqFactors, magnitude);
   }
   kvWrite(k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, slots: Tensor): void {
     kvWrite(this.#live, k, v, kCache, vCache, slots);

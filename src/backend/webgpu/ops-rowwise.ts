@@ -170,11 +170,12 @@ export function rope(
   layout: RopeLayout,
   rotaryDim?: number,
   freqFactorsT?: Tensor,
+  magnitude = 1,
 ): Tensor {
   const x = asGpu(xT, "rope input", ctx);
   const pos = asGpu(posT, "rope positions", ctx);
   const f = freqFactorsT && asGpu(freqFactorsT, "rope freqFactors", ctx);
-  const { n, heads, headDim, rotaryDim: rd } = expectRopeArgs(x, pos, theta, layout, rotaryDim, f);
+  const { n, heads, headDim, rotaryDim: rd } = expectRopeArgs(x, pos, theta, layout, rotaryDim, f, magnitude);
   const bindings: [number, PooledBuffer][] = [[1, x.buffer], [2, pos.buffer]];
   if (f) bindings.push([4, f.buffer]);
   const out = ctx.output(x.shape);
@@ -183,7 +184,7 @@ export function rope(
   ctx.recorder.dispatch(
     "rope",
     { NEOX: layout === "neox", FREQ_FACTORS: freqFactorsT !== undefined },
-    [n, heads, headDim, rd, new F32(Math.log2(theta)), 0, 0, 0],
+    [n, heads, headDim, rd, new F32(Math.log2(theta)), new F32(magnitude), 0, 0],
     bindings,
     Math.ceil(threads / 256),
   );

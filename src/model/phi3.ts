@@ -1,0 +1,129 @@
+/**
+ * Phi-3 (llama.cpp's `phi3` architecture: Phi-3-mini/medium, Phi-3.5-mini, Phi-4, Phi-4-mini) as
+ * llama.cpp runs it (its phi3 graph): a Llama-shaped decoder with NeoX RoPE (partial on Phi-4-mini)
+ * whose checkpoints fuse the q, k and v projections into one matrix (`attn_qkv`, HF `qkv_proj`) and
+ * the gate and up projections into one (`ffn_up` of 2·ffn rows, gate first; HF `gate_up_proj`).
+ * The fused matrices are cut into the plain roles as they are read, so the forward is Llama's.
+ *
+ * LongRoPE (the 128K models): per-pair frequency divisors, `rope_factors_long` or
+ * `rope_factors_short`, chosen once for the context served (llama.cpp: the long ones when its
+ * per-sequence context passes the original 4K; here the model's context, which the server serves),
+ * and a magnitude factor on RoPE's rotation (`rope.scaling.attn_factor`, √(1 + ln s / ln original))
+ * on q's and k's rotated dims (ModelConfig.ropeMagnitude; the dims a partial rotation leaves keep theirs).
+ *
+ * Phi-3's sliding window (`attention.sliding_window`, 2047 on Phi-3-mini) is not applied: llama.cpp
+ * disables it for this architecture (its converters do not say which layers slide), and so do we, to
+ * run what it runs.
+ */
+import { type HostTensor, ModelLoadError } from "./config.ts";
+import { checkFreqFactors } from "./rope-scaling.ts";
+import type { TensorNames, TensorSource } from "./weights.ts";
+
+/** What LongRoPE needs at load: both factor sets, the context they switch at, and the magnitude factor. */
+export interface LongRope {
+  long: readonly number[];
+  short: readonly number[];
+  /** The context the model was first trained at (`original_max_position_embeddings`). */
+  originalContext: number;
+  /** The magnitude factor on q and k (1 where absent). */
+  attnFactor: number;
+}
+
+/** The fields LongRoPE sets on a config: the divisors for `contextLength`, and the rotation's magnitude. */
+export function longRopeFields(rope: LongRope, contextLength: number, rotaryDim: number, path: string): { ropeFreqFactors: number[]; ropeMagnitude?: number } {
+  if (!(Number.isInteger(rope.originalContext) && rope.originalContext > 0)) {
+    throw new ModelLoadError(`Model "${path}" has an original context length of ${rope.originalContext}; expected a positive integer`);
+  }
+  const chosen = contextLength > rope.originalContext ? rope.long : rope.short;
+  return { ropeFreqFactors: checkFreqFactors(chosen, rotaryDim, path), ...ropeMagnitude(rope.attnFactor, path) };
+}
+
+/**
+ * LongRoPE's magnitude factor as a config field: it multiplies the rotated dims only (not the scores:
+ * with Phi-4-mini's partial rotation the last quarter of each head is not scaled); none for 1.
+ */
+export function ropeMagnitude(attnFactor: number, path: string): { ropeMagnitude?: number } {
+  if (!(attnFactor > 0 && Number.isFinite(attnFactor))) {
+    throw new ModelLoadError(`Model "${path}" has a RoPE attention factor of ${attnFactor}; expected a positive number`);
+  }
+  return attnFactor === 1 ? {} : { ropeMagnitude: attnFactor };
+}
+
+/** Where each plain role's rows lie in a fused tensor. */
+interface FusedPart {
+  fused: string;
+  firstRow: number;
+  rows: number;
+}
+
+/** Rows `first..first+count-1` of a matrix (any storage: a row of a block format is whole blocks). */
+function sliceRows(t: HostTensor, first: number, count: number, name: string, path: string): HostTensor {
+  const rows = t.shape[0];
+  if (t.shape.length !== 2 || first + count > rows || t.data.byteLength % rows !== 0) {
+    throw new ModelLoadError(`Tensor "${t.name}" in "${path}" has shape [${t.shape.join(", ")}]; cannot take rows ${first} to ${first + count - 1} of it for "${name}"`);
+  }
+  const rowBytes = t.data.byteLength / rows;
+  return { name, shape: [count, t.shape[1]], dtype: t.dtype, data: t.data.subarray(first * rowBytes, (first + count) * rowBytes) };
+}
+
+/** The shape a fused Phi-3 checkpoint declares, for cutting its fused tensors. */
+export interface Phi3Shape {
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  headDim: number;
+  intermediateSize: number;
+}
+
+/**
+ * A tensor source that serves q, k, v, gate and up under `names` from Phi-3's fused tensors
+ * (`qkv(i)`: [(heads + 2·kvHeads)·headDim, hidden]; `gateUp(i)`: [2·ffn, hidden], gate first) where
+ * the plain ones are absent. `gateUp` may share its name with the plain up role (GGUF's `ffn_up`):
+ * a tensor of 2·ffn rows under that name is the fused one. The last fused tensor read is kept, so
+ * each is read once for its parts.
+ */
+export function splittingPhi3Fused(
+  source: TensorSource,
+  shape: Phi3Shape,
+  names: TensorNames,
+  fusedNames: { qkv: (layer: number) => string; gateUp: (layer: number) => string },
+  rowsOf: (name: string) => number | undefined,
+  path: string,
+): TensorSource {
+  const parts = new Map<string, FusedPart>();
+  const q = shape.numHeads * shape.headDim;
+  const kv = shape.numKvHeads * shape.headDim;
+  const ffn = shape.intermediateSize;
+  for (let i = 0; i < shape.numLayers; i++) {
+    const qkv = fusedNames.qkv(i);
+    if (!source.has(names.layer(i, "wq")) && source.has(qkv)) {
+      parts.set(names.layer(i, "wq"), { fused: qkv, firstRow: 0, rows: q });
+      parts.set(names.layer(i, "wk"), { fused: qkv, firstRow: q, rows: kv });
+      parts.set(names.layer(i, "wv"), { fused: qkv, firstRow: q + kv, rows: kv });
+    }
+    const gateUp = fusedNames.gateUp(i);
+    if (!source.has(names.layer(i, "wGate")) && source.has(gateUp) && rowsOf(gateUp) === 2 * ffn) {
+      parts.set(names.layer(i, "wGate"), { fused: gateUp, firstRow: 0, rows: ffn });
+      parts.set(names.layer(i, "wUp"), { fused: gateUp, firstRow: ffn, rows: ffn });
+    }
+  }
+  let last: { name: string; tensor: Promise<HostTensor> } | undefined;
+  const readFused = (name: string) => {
+    if (last?.name !== name) last = { name, tensor: source.read(name) };
+    return last.tensor;
+  };
+  return {
+    has: (name) => parts.has(name) || source.has(name),
+    byteLength: (name) => {
+      const p = parts.get(name);
+      if (!p) return source.byteLength(name);
+      const rows = rowsOf(p.fused) ?? 1;
+      return Math.ceil((source.byteLength(p.fused) * p.rows) / rows);
+    },
+    async read(name) {
+      const p = parts.get(name);
+      if (!p) return source.read(name);
+      return sliceRows(await readFused(p.fused), p.firstRow, p.rows, name, path);
+    },
+  };
+}

@@ -1,0 +1,118 @@
+/**
+ * Loading Phi-3 (phi3) GGUFs: the fused q/k/v and gate/up matrices cut into the plain roles (any
+ * storage), LongRoPE's long or short divisors and its magnitude factor in the scores' scale, partial
+ * RoPE, `<|end|>` as a stop, the window llama.cpp does not apply, and refusals. The forward is
+ * checked against llama.cpp in tests/oracle/llama-cpp.test.ts.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import { decodeToF32 } from "../../src/backend/dtype-codec.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { numel } from "../../src/backend/types.ts";
+import { type HostTensor, layerWindow } from "../../src/model/config.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { writeFile } from "../../src/runtime/fs.ts";
+import { test } from "../harness.ts";
+import { expectLoadError, type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, vocabFor } from "./model-files.ts";
+import { longRopeAttnFactor } from "./phi3-files.ts";
+import { stepLogits } from "./step-logits.ts";
+
+const dir = mkdtempSync(`${tmpdir()}/phi3-`);
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+
+/** Phi-4-mini's shape in small: GQA, three quarters of each head turned, LongRoPE from a 64-token original context. */
+const SPEC: ModelFileSpec = {
+  hidden: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 16, rotaryDim: 12, ffn: 48, vocab: 300, tied: false, dtype: "f32", architecture: "phi3", seed: 91,
+  longRope: { originalContext: 64, long: [1, 1.5, 2, 4, 8, 16], short: [1, 1, 1.25, 1.5, 2, 3] },
+};
+
+async function write(name: string, spec: ModelFileSpec, extras?: GgufExtras): Promise<string> {
+  await writeFile(`${dir}/${name}.gguf`, ggufBytes(spec, randomHfWeights(spec), undefined, extras));
+  return `${dir}/${name}.gguf`;
+}
+
+const values = (t: HostTensor) => decodeToF32(t.data, t.dtype, numel(t.shape));
+
+test("loadModel() cuts a phi3 GGUF's fused attn_qkv and ffn_up into q, k, v, gate and up", async () => {
+  const hf = randomHfWeights(SPEC);
+  const m = await loadModel(await write("fused", SPEC));
+  const l = m.weights.layers[1];
+  const expect = (role: "wq" | "wk" | "wv" | "wGate" | "wUp", hfName: string) => {
+    const t = l[role] as HostTensor;
+    const want = hf.get(`model.layers.1.${hfName}.weight`)!;
+    assert.deepEqual(t.shape, want.shape, role);
+    assert.deepEqual(values(t), want.values, role);
+  };
+  expect("wq", "self_attn.q_proj");
+  expect("wk", "self_attn.k_proj");
+  expect("wv", "self_attn.v_proj");
+  expect("wGate", "mlp.gate_proj");
+  expect("wUp", "mlp.up_proj");
+  const c = m.config;
+  assert.deepEqual([c.architecture, c.ropeLayout, c.rotaryDim, c.qkvBias, c.qkNorm, c.tiedEmbeddings], ["phi3", "neox", 12, false, false, false]);
+});
+
+test("loadModel() cuts fused phi3 rows of a block format at row boundaries (q8_0)", async () => {
+  const spec: ModelFileSpec = { ...SPEC, hidden: 64, heads: 4, headDim: 16, ffn: 64, dtype: "q8_0", seed: 92 };
+  const fused = await loadModel(await write("q8-fused", spec));
+  const plain = await loadModel(await write("q8-plain", { ...spec, unfused: true }));
+  for (const role of ["wq", "wk", "wv", "wGate", "wUp"] as const) {
+    const a = fused.weights.layers[0][role] as HostTensor;
+    const b = plain.weights.layers[0][role] as HostTensor;
+    assert.equal(a.dtype, "q8_0", role);
+    assert.deepEqual([a.shape, a.data], [b.shape, b.data], role);
+  }
+});
+
+test("a fused phi3 GGUF runs as the same weights written apart (forward logits equal)", async () => {
+  const backend = createReferenceBackend();
+  const fused = await loadModel(await write("run-fused", SPEC));
+  const plain = await loadModel(await write("run-plain", { ...SPEC, unfused: true }));
+  const prompt = [1, 17, 120, 255, 3, 42];
+  const entries = [{ tokens: prompt, startPos: 0, blockTable: [0] }];
+  const a = await stepLogits(backend, fused, entries);
+  assert.ok(a.some((x) => x !== 0));
+  assert.deepEqual(a, await stepLogits(backend, plain, entries));
+});
+
+test("loadModel() takes phi3's long RoPE factors past the original context, its short ones within, and the magnitude factor for the rotation", async () => {
+  const long = (await loadModel(await write("long", SPEC))).config;
+  assert.deepEqual(long.ropeFreqFactors, SPEC.longRope!.long);
+  // The magnitude turns with the rotated dims (Backend.rope), so the scores keep 1/√headDim.
+  assert.ok(Math.abs(long.ropeMagnitude! - longRopeAttnFactor(256, 64)) < 1e-6, `${long.ropeMagnitude}`);
+  assert.equal(long.attentionScale, undefined);
+  // An original context at the file's 256 (no extension): the short factors, and the file's factor 1.
+  const short = (await loadModel(await write("short", { ...SPEC, longRope: { ...SPEC.longRope!, originalContext: 256 } }))).config;
+  assert.deepEqual(short.ropeFreqFactors, SPEC.longRope!.short);
+  assert.equal(short.ropeMagnitude, undefined);
+  // Phi-3-mini-4k: no LongRoPE at all.
+  const plain = (await loadModel(await write("no-longrope", { ...SPEC, longRope: undefined }))).config;
+  assert.deepEqual([plain.ropeFreqFactors, plain.ropeMagnitude], [undefined, undefined]);
+});
+
+test("loadModel() leaves phi3's declared sliding window unapplied, as llama.cpp does", async () => {
+  const c = (await loadModel(await write("window", SPEC))).config;
+  assert.equal(c.slidingWindow, undefined);
+  assert.equal(layerWindow(c, 0), undefined);
+});
+
+test("loadModel() stops phi3 at <|end|> though the file names no EOT", async () => {
+  const vocab = vocabFor(SPEC);
+  const end = vocab.tokens.indexOf("<|end|>");
+  assert.ok(end > vocab.eosId);
+  const c = (await loadModel(await write("end", SPEC))).config;
+  assert.deepEqual(c.eosTokenIds.toSorted((a, b) => a - b), [vocab.eosId, end]);
+});
+
+test("loadModel() refuses phi3 files whose LongRoPE it would run wrongly, naming the problem", async () => {
+  const shortOnly = await write("short-only", { ...SPEC, longRope: undefined }, {
+    tensors: [{ name: "rope_factors_short.weight", shape: [6], dtype: "f32", data: new Uint8Array(Float32Array.from([1, 1, 1, 1, 1, 1]).buffer) }],
+  });
+  await expectLoadError(loadModel(shortOnly), /has short RoPE factors but no long ones/);
+  const wrongLength = await write("wrong-length", { ...SPEC, longRope: { ...SPEC.longRope!, long: [1, 2, 3, 4] } });
+  await expectLoadError(loadModel(wrongLength), /has 4 RoPE frequency factors; head dim 12 needs 6/);
+  const zero = await write("zero", { ...SPEC, longRope: { ...SPEC.longRope!, long: [1, 0, 1, 1, 1, 1] } });
+  await expectLoadError(loadModel(zero), /RoPE frequency factor 0 at index 1/);
+});
