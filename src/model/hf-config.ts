@@ -1,6 +1,6 @@
 /**
  * A Hugging Face checkpoint's ModelConfig from config.json (+ tokenizer_config.json for BOS
- * handling); DeepSeek's, GPT-OSS's and Gemma 3's additions: hf-deepseek.ts, hf-gpt-oss.ts, hf-gemma3.ts.
+ * handling); DeepSeek's, GPT-OSS's, Gemma 3's and Phi-3's additions: hf-deepseek.ts, hf-gpt-oss.ts, hf-gemma3.ts, phi3.ts.
  * HF checkpoints keep q/k rows in the half-split order, so RoPE is "neox" for every architecture.
  */
 import { type Architecture, ARCHITECTURES, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
@@ -10,6 +10,7 @@ import { hfHeadDim, isJsonObject, type Json, num, positiveInt } from "./hf-json.
 import { hfGptOss } from "./hf-gpt-oss.ts";
 import { hfGemma3 } from "./hf-gemma3.ts";
 import { hfTiedEmbeddings } from "./hf-defaults.ts";
+import { hfLongRope } from "./phi3.ts";
 
 /** config.json's `architectures[0]` (or `model_type`) → our architecture. */
 const HF_ARCHITECTURES: Record<string, Architecture> = {
@@ -22,6 +23,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   DeepseekV3ForCausalLM: "deepseek2",
   GptOssForCausalLM: "gpt-oss",
   Gemma3ForCausalLM: "gemma3",
+  Phi3ForCausalLM: "phi3",
   MixtralForCausalLM: "llama",
   // config.json's model_type, for files without `architectures`
   qwen2_moe: "qwen2moe",
@@ -31,6 +33,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   kimi_k2: "deepseek2",
   gpt_oss: "gpt-oss",
   gemma3_text: "gemma3",
+  phi3: "phi3",
   mixtral: "llama",
 };
 
@@ -65,7 +68,9 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const gptOss = architecture === "gpt-oss" ? hfGptOss(cfg, ropeTheta, headDim, numLayers, path) : undefined;
   const rotaryDim = mla ? mla.ropeDim : hfRotaryDim(cfg, architecture, headDim, path);
   const gemma3 = architecture === "gemma3" ? hfGemma3(cfg, hiddenSize, headDim, rotaryDim ?? headDim, numLayers, path) : undefined;
-  const ownRope = deepseek ?? gptOss ?? gemma3;
+  const contextLength = positiveInt(cfg, "max_position_embeddings", path, 2048);
+  const phi3 = architecture === "phi3" ? hfLongRope(cfg, contextLength, rotaryDim ?? headDim, path) : undefined;
+  const ownRope = deepseek ?? gptOss ?? gemma3 ?? phi3;
   const ropeFreqFactors = ownRope ? ownRope.ropeFreqFactors : hfRopeFreqFactors(cfg, ropeTheta, rotaryDim ?? headDim, path);
   const moe = deepseek ? hfDeepseekMoe(cfg, path) : gptOss ? gptOss.moe : hfMoe(cfg, archName, architecture, path);
   const attentionScale = deepseek?.attentionScale ?? gptOss?.attentionScale ?? gemma3?.attentionScale;
@@ -89,7 +94,8 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ropeLayout: deepseek?.ropeLayout ?? "neox",
     ...(rotaryDim !== undefined ? { rotaryDim } : {}),
     ...(ropeFreqFactors ? { ropeFreqFactors } : {}),
-    contextLength: positiveInt(cfg, "max_position_embeddings", path, 2048),
+    ...(phi3?.ropeMagnitude !== undefined ? { ropeMagnitude: phi3.ropeMagnitude } : {}),
+    contextLength,
     tiedEmbeddings: hfTiedEmbeddings(cfg, architecture, path),
     qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
     qkNorm: architecture === "qwen3" || architecture === "qwen3moe" || architecture === "gemma3" || (architecture === "glm4moe" && cfg.use_qk_norm === true),

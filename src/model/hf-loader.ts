@@ -13,6 +13,7 @@ import { appendedToken, chatTemplate, tokenString } from "./hf-tokenizer-config.
 import { splittingKvB } from "./mla-weights.ts";
 import { gptOssExperts } from "./hf-gpt-oss.ts";
 import { gemmaNormsPlusOne } from "./hf-gemma3.ts";
+import { splittingPhi3Fused } from "./phi3.ts";
 import { withHarmonyStops } from "./gguf-gpt-oss.ts";
 import { applyGenerationConfig } from "./hf-generation-config.ts";
 import { checkOutputHead } from "./hf-defaults.ts";
@@ -46,8 +47,9 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
       if (id !== undefined) config.eosTokenIds.push(id);
     }
     if (config.architecture === "gpt-oss") config.eosTokenIds = withHarmonyStops(config.eosTokenIds, (t) => tokenizer.tokenId(t));
-    // Gemma's chat turns end with <end_of_turn> (generation_config.json lists it; a config.json alone may not).
-    const endOfTurn = config.architecture === "gemma3" ? tokenizer.tokenId("<end_of_turn>") : undefined;
+    // Gemma's chat turns end with <end_of_turn>, Phi-3's with <|end|> (generation_config.json lists it; a config.json alone may not).
+    const turnEnd = config.architecture === "gemma3" ? "<end_of_turn>" : config.architecture === "phi3" ? "<|end|>" : undefined;
+    const endOfTurn = turnEnd === undefined ? undefined : tokenizer.tokenId(turnEnd);
     if (endOfTurn !== undefined && !config.eosTokenIds.includes(endOfTurn)) config.eosTokenIds.push(endOfTurn);
     const appended = appendedToken(tokenizerJson, tokCfg);
     const appendedId = appended === undefined ? undefined : tokenizer.tokenId(appended);
@@ -69,6 +71,10 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     let tensors = !moe ? stored : config.architecture === "gpt-oss" ? gptOssExperts(stored, raw, dir) : stackingExperts(stored, moe.numExperts, dir);
     if (config.mla) {
       tensors = splittingKvB(tensors, config, names, (i) => `model.layers.${i}.${HF_KV_B}`, dir);
+    }
+    if (config.architecture === "phi3") {
+      const fused = { qkv: (i: number) => `model.layers.${i}.self_attn.qkv_proj.weight`, gateUp: (i: number) => `model.layers.${i}.mlp.gate_up_proj.weight` };
+      tensors = splittingPhi3Fused(tensors, config, names, fused, (n) => index.get(n)?.[1].shape[0], dir);
     }
     checkOutputHead(config.tiedEmbeddings, cfg, config.architecture, names.output, (n) => index.has(n), dir);
     const assembled = await assembleWeights(config, tensors, names, dir, withLoadNote(options, fp8 ? fp8Note(index, fp8, options) : undefined));

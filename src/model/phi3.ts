@@ -16,6 +16,7 @@
  * run what it runs.
  */
 import { type HostTensor, ModelLoadError } from "./config.ts";
+import { isJsonObject, type Json } from "./hf-json.ts";
 import { checkFreqFactors } from "./rope-scaling.ts";
 import type { TensorNames, TensorSource } from "./weights.ts";
 
@@ -47,6 +48,44 @@ export function ropeMagnitude(attnFactor: number, path: string): { ropeMagnitude
     throw new ModelLoadError(`Model "${path}" has a RoPE attention factor of ${attnFactor}; expected a positive number`);
   }
   return attnFactor === 1 ? {} : { ropeMagnitude: attnFactor };
+}
+
+/** A config.json list of positive numbers, or an error naming the key. */
+function factorList(v: unknown, key: string, path: string): number[] {
+  if (!Array.isArray(v) || !v.every((x) => typeof x === "number")) {
+    throw new ModelLoadError(`"rope_scaling.${key}" in "${path}" should be a list of numbers, got ${JSON.stringify(v)}`);
+  }
+  return v as number[];
+}
+
+/**
+ * Phi3Config's LongRoPE (`rope_scaling` type "longrope", or "su" as the first Phi-3 configs wrote it;
+ * transformers 5's `rope_parameters`): `long_factor`, `short_factor`, `original_max_position_embeddings`
+ * (config.json's own, or the scaling's), and `attention_factor` where given, else transformers' and the
+ * GGUF converter's √(1 + ln s / ln original) for s = max_position_embeddings / original (1 for s ≤ 1).
+ * Nothing for a config without scaling (Phi-3-mini-4k, Phi-4); another scaling type is refused.
+ */
+export function hfLongRope(cfg: Json, contextLength: number, rotaryDim: number, path: string): { ropeFreqFactors?: number[]; ropeMagnitude?: number } {
+  const raw = cfg.rope_scaling ?? cfg.rope_parameters;
+  if (raw === undefined || raw === null) return {};
+  if (!isJsonObject(raw)) throw new ModelLoadError(`"rope_scaling" in "${path}" should be an object, got ${JSON.stringify(raw)}`);
+  const type = raw.rope_type ?? raw.type ?? "default";
+  if (type === "default" && raw.long_factor === undefined) return {};
+  if (type !== "longrope" && type !== "su") {
+    throw new ModelLoadError(`Model "${path}" uses rope_scaling type ${JSON.stringify(type)}; Phi-3 checkpoints use "longrope"`);
+  }
+  const original = cfg.original_max_position_embeddings ?? raw.original_max_position_embeddings;
+  if (typeof original !== "number") throw new ModelLoadError(`Model "${path}" uses LongRoPE but gives no original_max_position_embeddings`);
+  const scale = contextLength / original;
+  const given = raw.attention_factor;
+  if (given !== undefined && given !== null && typeof given !== "number") {
+    throw new ModelLoadError(`"rope_scaling.attention_factor" in "${path}" should be a number, got ${JSON.stringify(given)}`);
+  }
+  const attnFactor = typeof given === "number" ? given : scale > 1 ? Math.sqrt(1 + Math.log(scale) / Math.log(original)) : 1;
+  return longRopeFields(
+    { long: factorList(raw.long_factor, "long_factor", path), short: factorList(raw.short_factor, "short_factor", path), originalContext: original, attnFactor },
+    contextLength, rotaryDim, path,
+  );
 }
 
 /** Where each plain role's rows lie in a fused tensor. */

@@ -1,11 +1,12 @@
 /**
  * Loading Phi-3 (phi3) GGUFs: the fused q/k/v and gate/up matrices cut into the plain roles (any
  * storage), LongRoPE's long or short divisors and its magnitude factor in the scores' scale, partial
- * RoPE, `<|end|>` as a stop, the window llama.cpp does not apply, and refusals. The forward is
+ * RoPE, `<|end|>` as a stop, the window llama.cpp does not apply, Phi3ForCausalLM checkpoints
+ * (`qkv_proj`, `gate_up_proj`, `rope_scaling` "longrope") read as their GGUFs, and refusals. The forward is
  * checked against llama.cpp in tests/oracle/llama-cpp.test.ts.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { decodeToF32 } from "../../src/backend/dtype-codec.ts";
@@ -15,7 +16,7 @@ import { type HostTensor, layerWindow } from "../../src/model/config.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
-import { expectLoadError, type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, vocabFor } from "./model-files.ts";
+import { expectLoadError, type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, vocabFor, writeHfDirectory } from "./model-files.ts";
 import { longRopeAttnFactor } from "./phi3-files.ts";
 import { stepLogits } from "./step-logits.ts";
 
@@ -115,4 +116,43 @@ test("loadModel() refuses phi3 files whose LongRoPE it would run wrongly, naming
   await expectLoadError(loadModel(wrongLength), /has 4 RoPE frequency factors; head dim 12 needs 6/);
   const zero = await write("zero", { ...SPEC, longRope: { ...SPEC.longRope!, long: [1, 0, 1, 1, 1, 1] } });
   await expectLoadError(loadModel(zero), /RoPE frequency factor 0 at index 1/);
+});
+
+/** An HF directory of `spec` with config.json edited by `edit`. */
+async function hfDir(name: string, spec: ModelFileSpec, edit: (cfg: Record<string, unknown>) => Record<string, unknown> = (c) => c): Promise<string> {
+  const path = `${dir}/${name}`;
+  await writeHfDirectory(path, spec, randomHfWeights(spec));
+  const cfgPath = `${path}/config.json`;
+  await writeFile(cfgPath, JSON.stringify(edit(JSON.parse(readFileSync(cfgPath, "utf8")))));
+  return path;
+}
+
+test("loadModel() reads a Phi3ForCausalLM checkpoint (fused qkv_proj and gate_up_proj, longrope) as its GGUF", async () => {
+  const gguf = await loadModel(await write("hf-twin", SPEC));
+  const hf = await loadModel(await hfDir("hf", SPEC));
+  const c = hf.config;
+  assert.deepEqual([c.architecture, c.rotaryDim, c.ropeFreqFactors, c.slidingWindow], ["phi3", 12, SPEC.longRope!.long, undefined]);
+  assert.ok(Math.abs(c.ropeMagnitude! - gguf.config.ropeMagnitude!) < 1e-6, `${c.ropeMagnitude} vs ${gguf.config.ropeMagnitude}`);
+  for (const role of ["wq", "wk", "wv", "wGate", "wUp"] as const) {
+    assert.deepEqual(values(hf.weights.layers[1][role] as HostTensor), values(gguf.weights.layers[1][role] as HostTensor), role);
+  }
+  const backend = createReferenceBackend();
+  const entries = [{ tokens: [1, 17, 120, 255, 3, 42], startPos: 0, blockTable: [0] }];
+  const a = await stepLogits(backend, hf, entries);
+  const b = await stepLogits(backend, gguf, entries);
+  assert.ok(a.every((x, i) => Math.abs(x - b[i]) < 1e-4), "the same logits as the GGUF's");
+  // An attention_factor given in the config wins over the computed one; within the original context the short factors.
+  const given = await loadModel(await hfDir("hf-given", SPEC, (cfg) => ({ ...cfg, rope_scaling: { ...(cfg.rope_scaling as object), attention_factor: 1.25 } })));
+  assert.equal(given.config.ropeMagnitude, 1.25);
+  const short = await loadModel(await hfDir("hf-short", SPEC, (cfg) => ({ ...cfg, original_max_position_embeddings: 256 })));
+  assert.deepEqual([short.config.ropeFreqFactors, short.config.ropeMagnitude], [SPEC.longRope!.short, undefined]);
+});
+
+test("loadModel() refuses a Phi3ForCausalLM config whose RoPE scaling it cannot run, naming it", async () => {
+  const yarn = await hfDir("hf-yarn", SPEC, (cfg) => ({ ...cfg, rope_scaling: { type: "yarn", factor: 4 } }));
+  await expectLoadError(loadModel(yarn), /uses rope_scaling type "yarn"; Phi-3 checkpoints use "longrope"/);
+  const noOriginal = await hfDir("hf-no-original", SPEC, ({ original_max_position_embeddings: _, ...cfg }) => cfg);
+  await expectLoadError(loadModel(noOriginal), /gives no original_max_position_embeddings/);
+  const badList = await hfDir("hf-bad-list", SPEC, (cfg) => ({ ...cfg, rope_scaling: { type: "longrope", long_factor: "1,2", short_factor: [1] } }));
+  await expectLoadError(loadModel(badList), /"rope_scaling.long_factor" in ".*" should be a list of numbers, got "1,2"/);
 });

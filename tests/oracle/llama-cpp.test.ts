@@ -243,7 +243,7 @@ const CASES: OracleCase[] = [
       longRope: { originalContext: 64, long: [1, 1.5, 2, 4, 8, 16], short: [1, 1, 1.25, 1.5, 2, 3] },
     },
     tol: 1e-4,
-    hf: false,
+    hf: true,
   },
   {
     name: "phi3 q8_0, LongRoPE short factors, tied",
