@@ -10,7 +10,7 @@ import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { openRandomAccess, pathExists, readTextFile } from "../runtime/fs.ts";
 import { ModelLoadError, type ModelConfig } from "./config.ts";
 import { isJsonObject, type Json } from "./hf-json.ts";
-import { assembleAdapter, checkPair, type LoraAdapter, type LoraLoadOptions, type LoraTarget, type LoraWeight } from "./lora.ts";
+import { assembleAdapter, checkPair, type LoraAdapter, type LoraLoadOptions, type LoraTarget, type LoraWeight, targetDims } from "./lora.ts";
 import { readSafetensor, readSafetensorsHeader } from "./safetensors.ts";
 
 /** Hugging Face module names of the targets (`model.layers.N.<module>`). */
@@ -19,14 +19,31 @@ const MODULES: Readonly<Record<string, LoraTarget>> = {
   "mlp.gate_proj": "wGate", "mlp.up_proj": "wUp", "mlp.down_proj": "wDown",
 };
 
-/** Layer, target and side of a PEFT tensor name; undefined when it names none we can adapt. */
-function parsePeftName(name: string): { layer: number; target: LoraTarget; side: "A" | "B" } | undefined {
+/**
+ * Phi-3's fused modules (phi3.ts): one lora_A for the parts, lora_B's rows the parts' in order, so each
+ * part is an adapter of its own with the shared A and its rows of B.
+ */
+const FUSED_MODULES: Readonly<Record<string, readonly LoraTarget[]>> = {
+  "self_attn.qkv_proj": ["wq", "wk", "wv"],
+  "mlp.gate_up_proj": ["wGate", "wUp"],
+};
+
+/** Layer, module, targets (several for a fused module) and side of a PEFT tensor name; undefined when it names none we can adapt. */
+function parsePeftName(name: string): { layer: number; module: string; targets: readonly LoraTarget[]; side: "A" | "B" } | undefined {
   const m = /^(?:base_model\.model\.)?(?:model\.layers\.(\d+)\.([a-z_.]+)|(lm_head))\.lora_([AB])(?:\.default)?\.weight$/.exec(name);
   if (!m) return undefined;
   const side = m[4] as "A" | "B";
-  if (m[3] === "lm_head") return { layer: -1, target: "output", side };
-  const target = MODULES[m[2]];
-  return target === undefined ? undefined : { layer: Number(m[1]), target, side };
+  if (m[3] === "lm_head") return { layer: -1, module: "lm_head", targets: ["output"], side };
+  const targets = MODULES[m[2]] !== undefined ? [MODULES[m[2]]] : FUSED_MODULES[m[2]];
+  return targets === undefined ? undefined : { layer: Number(m[1]), module: `model.layers.${m[1]}.${m[2]}`, targets, side };
+}
+
+/** The rows of lora_B each target of a module takes, in order. */
+function partRows(config: ModelConfig, targets: readonly LoraTarget[], layer: number, hasOutput: boolean): number[] {
+  return targets.map((t) => {
+    const dims = targetDims(config, layer, t, hasOutput);
+    return typeof dims === "string" ? 0 : dims[1];
+  });
 }
 
 /** llama.cpp's q/k row permutation (convert_hf_to_gguf.py `permute`) of a [rows, cols] matrix with `heads` heads. */
@@ -89,12 +106,12 @@ export async function loadPeftLora(dir: string, config: ModelConfig, options: Lo
   const file = await openRandomAccess(filePath);
   try {
     const header = await readSafetensorsHeader(file);
-    const pairs = new Map<string, { layer: number; target: LoraTarget; A?: string; B?: string }>();
+    const pairs = new Map<string, { layer: number; module: string; targets: readonly LoraTarget[]; A?: string; B?: string }>();
     for (const name of header.tensors.keys()) {
       const p = parsePeftName(name);
-      if (!p) throw new ModelLoadError(`PEFT adapter "${dir}" has tensor "${name}", which names no projection we can adapt (q/k/v/o_proj, gate/up/down_proj, lm_head)`);
-      const key = `${p.layer}.${p.target}`;
-      const pair = pairs.get(key) ?? { layer: p.layer, target: p.target };
+      if (!p) throw new ModelLoadError(`PEFT adapter "${dir}" has tensor "${name}", which names no projection we can adapt (q/k/v/o_proj, gate/up/down_proj, lm_head; Phi-3's qkv_proj, gate_up_proj)`);
+      const key = p.module;
+      const pair = pairs.get(key) ?? { layer: p.layer, module: p.module, targets: p.targets };
       // `…lora_A.weight` and `…lora_A.default.weight` name the same matrix: which one is meant is unknown.
       const other = pair[p.side];
       if (other !== undefined) throw new ModelLoadError(`PEFT adapter "${dir}" has both "${other}" and "${name}" for one matrix`);
@@ -103,21 +120,35 @@ export async function loadPeftLora(dir: string, config: ModelConfig, options: Lo
     }
     if (pairs.size === 0) throw new ModelLoadError(`PEFT adapter "${dir}" has no lora_A/lora_B tensors`);
     const weights: LoraWeight[] = [];
-    for (const { layer, target, A, B } of pairs.values()) {
-      const module = layer < 0 ? "lm_head" : `model.layers.${layer}.${Object.keys(MODULES).find((m) => MODULES[m] === target)}`;
+    const hasOutput = options.hasOutput ?? !config.tiedEmbeddings;
+    for (const { layer, module, targets, A, B } of pairs.values()) {
       const a = A === undefined ? undefined : header.tensors.get(A)!, b = B === undefined ? undefined : header.tensors.get(B)!;
-      const { rank, inDim, outDim } = checkPair(`PEFT adapter "${dir}"`, module, ["lora_A", "lora_B"], layer, target, a?.shape, b?.shape, config, options.hasOutput ?? !config.tiedEmbeddings);
-      // PEFT scales by alpha / r with r from the config: tensors of another rank would be scaled wrong (PEFT itself cannot load them).
-      if (cfg.r !== undefined && cfg.r !== rank) {
-        throw new ModelLoadError(`PEFT adapter "${dir}" has "${module}" of rank ${rank}, but its adapter_config.json gives r ${JSON.stringify(cfg.r)}`);
+      const rows = partRows(config, targets, layer, hasOutput);
+      // A fused module's B holds its parts' rows one after another: each part is checked with its own.
+      if (targets.length > 1 && b && a && (b.shape.length !== 2 || b.shape[0] !== rows.reduce((x, y) => x + y, 0))) {
+        throw new ModelLoadError(`PEFT adapter "${dir}" has "${module}" lora_B of shape [${b.shape}]; expected [${rows.join(" + ")}, rank] (rows outermost)`);
       }
-      const at = await readSafetensor(file, a!), bt = await readSafetensor(file, b!);
-      const av = decodeToF32(at.data, at.dtype, rank * inDim);
-      let bv = decodeToF32(bt.data, bt.dtype, outDim * rank);
-      const s = scale * (rslora ? alpha / Math.sqrt(rank) : alpha / rank);
-      for (let i = 0; i < bv.length; i++) bv[i] *= s;
-      if (permute && (target === "wq" || target === "wk")) bv = permuteRowsForGguf(bv, outDim, rank, target === "wq" ? config.numHeads : config.numKvHeads);
-      weights.push({ layer, target, rank, inDim, outDim, a: av, b: bv });
+      let first = 0;
+      let read: { av: Float32Array; bAll: Float32Array } | undefined;
+      for (const [part, target] of targets.entries()) {
+        const bShape = targets.length > 1 && b ? [rows[part], b.shape[1]] : b?.shape;
+        const { rank, inDim, outDim } = checkPair(`PEFT adapter "${dir}"`, module, ["lora_A", "lora_B"], layer, target, a?.shape, bShape, config, hasOutput);
+        // PEFT scales by alpha / r with r from the config: tensors of another rank would be scaled wrong (PEFT itself cannot load them).
+        if (cfg.r !== undefined && cfg.r !== rank) {
+          throw new ModelLoadError(`PEFT adapter "${dir}" has "${module}" of rank ${rank}, but its adapter_config.json gives r ${JSON.stringify(cfg.r)}`);
+        }
+        if (!read) {
+          const at = await readSafetensor(file, a!), bt = await readSafetensor(file, b!);
+          read = { av: decodeToF32(at.data, at.dtype, rank * inDim), bAll: decodeToF32(bt.data, bt.dtype, b!.shape[0] * rank) };
+        }
+        const av = read.av;
+        let bv: Float32Array = read.bAll.slice(first * rank, (first + outDim) * rank);
+        first += outDim;
+        const s = scale * (rslora ? alpha / Math.sqrt(rank) : alpha / rank);
+        for (let i = 0; i < bv.length; i++) bv[i] *= s;
+        if (permute && (target === "wq" || target === "wk")) bv = permuteRowsForGguf(bv, outDim, rank, target === "wq" ? config.numHeads : config.numKvHeads);
+        weights.push({ layer, target, rank, inDim, outDim, a: av, b: bv });
+      }
     }
     return assembleAdapter(dir, alpha, scale, weights);
   } finally {

@@ -6,17 +6,20 @@
  * checked against llama.cpp in tests/oracle/llama-cpp.test.ts.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { decodeToF32 } from "../../src/backend/dtype-codec.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { numel } from "../../src/backend/types.ts";
 import { type HostTensor, layerWindow } from "../../src/model/config.ts";
+import { hostTensorFromF32 } from "../../src/model/gguf-writer.ts";
 import { loadModel } from "../../src/model/load.ts";
+import { loadLoraAdapter } from "../../src/model/lora-load.ts";
+import { encodeSafetensors } from "../../src/model/safetensors.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
-import { expectLoadError, type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, vocabFor, writeHfDirectory } from "./model-files.ts";
+import { expectLoadError, type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, seededRandom, vocabFor, writeHfDirectory } from "./model-files.ts";
 import { longRopeAttnFactor } from "./phi3-files.ts";
 import { stepLogits } from "./step-logits.ts";
 
@@ -155,4 +158,45 @@ test("loadModel() refuses a Phi3ForCausalLM config whose RoPE scaling it cannot 
   await expectLoadError(loadModel(noOriginal), /gives no original_max_position_embeddings/);
   const badList = await hfDir("hf-bad-list", SPEC, (cfg) => ({ ...cfg, rope_scaling: { type: "longrope", long_factor: "1,2", short_factor: [1] } }));
   await expectLoadError(loadModel(badList), /"rope_scaling.long_factor" in ".*" should be a list of numbers, got "1,2"/);
+});
+
+/** A PEFT adapter directory of `tensors` (rank 4, alpha 8). */
+async function peftDir(name: string, tensors: HostTensor[]): Promise<string> {
+  const path = `${dir}/${name}`;
+  mkdirSync(path, { recursive: true });
+  await writeFile(`${path}/adapter_config.json`, JSON.stringify({ peft_type: "LORA", r: 4, lora_alpha: 8, bias: "none" }));
+  await writeFile(`${path}/adapter_model.safetensors`, encodeSafetensors(tensors));
+  return path;
+}
+
+test("loadLoraAdapter() takes a Phi-3 PEFT adapter on the fused qkv_proj and gate_up_proj as adapters of their parts", async () => {
+  const base = await loadModel(await write("lora-base", SPEC));
+  const rand = seededRandom(7);
+  const draw = (n: number) => Float32Array.from({ length: n }, () => (rand() * 2 - 1) * 0.4);
+  const fused: HostTensor[] = [];
+  const apart: HostTensor[] = [];
+  const t = (name: string, shape: number[], v: Float32Array) => hostTensorFromF32(`base_model.model.model.layers.0.${name}`, shape, v, "f32");
+  // q 64 rows, k and v 32 each; gate and up 48 each.
+  for (const [module, parts] of [["self_attn.qkv_proj", [["self_attn.q_proj", 64], ["self_attn.k_proj", 32], ["self_attn.v_proj", 32]]], ["mlp.gate_up_proj", [["mlp.gate_proj", 48], ["mlp.up_proj", 48]]]] as const) {
+    const rows = parts.reduce((a, [, r]) => a + r, 0);
+    const a = draw(4 * 32), b = draw(rows * 4);
+    fused.push(t(`${module}.lora_A.weight`, [4, 32], a), t(`${module}.lora_B.weight`, [rows, 4], b));
+    let first = 0;
+    for (const [name, r] of parts) {
+      apart.push(t(`${name}.lora_A.weight`, [4, 32], a), t(`${name}.lora_B.weight`, [r, 4], b.slice(first * 4, (first + r) * 4)));
+      first += r;
+    }
+  }
+  const fromFused = await loadLoraAdapter(await peftDir("lora-fused", fused), base.config);
+  const fromApart = await loadLoraAdapter(await peftDir("lora-apart", apart), base.config);
+  const key = (w: { layer: number; target: string }) => `${w.layer}.${w.target}`;
+  const byKey = new Map(fromApart.weights.map((w) => [key(w), w]));
+  assert.deepEqual(fromFused.weights.map(key).sort(), ["0.wGate", "0.wUp", "0.wk", "0.wq", "0.wv"]);
+  for (const w of fromFused.weights) {
+    const other = byKey.get(key(w))!;
+    assert.deepEqual([w.rank, w.inDim, w.outDim, w.a, w.b], [other.rank, other.inDim, other.outDim, other.a, other.b], key(w));
+  }
+  // A fused B whose rows are not its parts' sum is refused, naming the shape wanted.
+  const short = [fused[0], t("self_attn.qkv_proj.lora_B.weight", [100, 4], draw(400))];
+  await expectLoadError(loadLoraAdapter(await peftDir("lora-short", short), base.config), /"model\.layers\.0\.self_attn\.qkv_proj" lora_B of shape \[100,4\]; expected \[64 \+ 32 \+ 32, rank\]/);
 });
