@@ -9,21 +9,24 @@ import { openRandomAccess } from "../runtime/fs.ts";
 import { ModelLoadError, type ModelConfig } from "./config.ts";
 import { GgufMetadata, showGgufValue } from "./gguf-metadata.ts";
 import { readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
-import { assembleAdapter, checkPair, type LoraAdapter, loraKey, type LoraLoadOptions, type LoraTarget, type LoraWeight } from "./lora.ts";
+import { assembleAdapter, checkFusedPair, fusedParts, type LoraAdapter, type LoraLoadOptions, type LoraTarget, type LoraWeight } from "./lora.ts";
 
 /** GGUF tensor stems of the per-layer targets (`blk.N.<stem>.weight`). */
 const LAYER_STEMS: Readonly<Record<string, LoraTarget>> = {
   attn_q: "wq", attn_k: "wk", attn_v: "wv", attn_output: "wo", ffn_gate: "wGate", ffn_up: "wUp", ffn_down: "wDown",
 };
 
-/** Splits `blk.N.<stem>.weight.lora_a` (or `output.weight.lora_b`) into layer, target and side; undefined when it is none of them. */
-function parseName(name: string): { layer: number; target: LoraTarget; side: "a" | "b" } | undefined {
+/** Phi-3's fused q/k/v (`attn_qkv`); its fused gate/up shares `ffn_up` with the plain up (told apart by B's height). */
+const FUSED_STEMS: Readonly<Record<string, readonly LoraTarget[]>> = { attn_qkv: ["wq", "wk", "wv"] };
+
+/** Splits `blk.N.<stem>.weight.lora_a` (or `output.weight.lora_b`) into layer, stem, targets and side; undefined when it is none of them. */
+function parseName(name: string): { layer: number; stem: string; targets: readonly LoraTarget[]; side: "a" | "b" } | undefined {
   const m = /^(?:blk\.(\d+)\.([a-z_]+)|(output))\.weight\.lora_([ab])$/.exec(name);
   if (!m) return undefined;
   const side = m[4] as "a" | "b";
-  if (m[3] === "output") return { layer: -1, target: "output", side };
-  const target = LAYER_STEMS[m[2]];
-  return target === undefined ? undefined : { layer: Number(m[1]), target, side };
+  if (m[3] === "output") return { layer: -1, stem: "output", targets: ["output"], side };
+  const targets = LAYER_STEMS[m[2]] !== undefined ? [LAYER_STEMS[m[2]]] : FUSED_STEMS[m[2]];
+  return targets === undefined ? undefined : { layer: Number(m[1]), stem: m[2], targets, side };
 }
 
 /**
@@ -51,29 +54,31 @@ export async function loadGgufLora(path: string, config: ModelConfig, options: L
     }
     const alpha = meta.number("adapter.lora.alpha", 0);
     if (!Number.isFinite(alpha)) throw new ModelLoadError(`LoRA adapter "${path}" has adapter.lora.alpha ${alpha}; expected a finite number`);
-    const pairs = new Map<string, { layer: number; target: LoraTarget; a?: (typeof header.tensors)[number]; b?: (typeof header.tensors)[number] }>();
+    const pairs = new Map<string, { layer: number; stem: string; targets: readonly LoraTarget[]; a?: (typeof header.tensors)[number]; b?: (typeof header.tensors)[number] }>();
     for (const t of header.tensors) {
       // llama.cpp skips norm deltas (it cannot apply them); so do we.
       if (/_norm\.weight\.lora_[ab]$/.test(t.name)) continue;
       const p = parseName(t.name);
-      if (!p) throw new ModelLoadError(`LoRA adapter "${path}" has tensor "${t.name}", which names no projection we can adapt (attn_q/k/v/output, ffn_gate/up/down, output)`);
-      const key = loraKey(p.layer, p.target);
-      const pair = pairs.get(key) ?? { layer: p.layer, target: p.target };
+      if (!p) throw new ModelLoadError(`LoRA adapter "${path}" has tensor "${t.name}", which names no projection we can adapt (attn_q/k/v/output, ffn_gate/up/down, output; Phi-3's attn_qkv)`);
+      const key = `${p.layer}.${p.stem}`;
+      const pair = pairs.get(key) ?? { layer: p.layer, stem: p.stem, targets: p.targets };
       pair[p.side] = t;
       pairs.set(key, pair);
     }
     if (pairs.size === 0) throw new ModelLoadError(`LoRA adapter "${path}" has no lora_a/lora_b tensors`);
     const weights: LoraWeight[] = [];
-    for (const { layer, target, a, b } of pairs.values()) {
-      const name = layer < 0 ? "output.weight" : `blk.${layer}.${Object.keys(LAYER_STEMS).find((s) => LAYER_STEMS[s] === target)}.weight`;
-      const { rank, inDim, outDim } = checkPair(`LoRA adapter "${path}"`, name, ["lora_a", "lora_b"], layer, target, a?.shape, b?.shape, config, options.hasOutput ?? !config.tiedEmbeddings);
+    for (const { layer, stem, targets: named, a, b } of pairs.values()) {
+      const name = layer < 0 ? "output.weight" : `blk.${layer}.${stem}.weight`;
+      // Phi-3's ffn_up holds gate and up (2·ffn rows), as its base's does.
+      const targets = config.architecture === "phi3" && stem === "ffn_up" && b?.shape[0] === 2 * config.intermediateSize ? ["wGate", "wUp"] as const : named;
+      const { rank, inDim, rows } = checkFusedPair(`LoRA adapter "${path}"`, name, ["lora_a", "lora_b"], layer, targets, a?.shape, b?.shape, config, options.hasOutput ?? !config.tiedEmbeddings);
       const at = await readGgufTensor(file, a!);
       const av = decodeToF32(at.data, at.dtype, rank * inDim);
       const bt = await readGgufTensor(file, b!);
-      const bv = decodeToF32(bt.data, bt.dtype, outDim * rank);
+      const bv = decodeToF32(bt.data, bt.dtype, b!.shape[0] * rank);
       const s = alpha !== 0 ? scale * alpha / rank : scale;
       for (let i = 0; i < bv.length; i++) bv[i] *= s;
-      weights.push({ layer, target, rank, inDim, outDim, a: av, b: bv });
+      weights.push(...fusedParts(layer, targets, rows, rank, inDim, av, bv));
     }
     return assembleAdapter(path, alpha, scale, weights);
   } finally {

@@ -10,7 +10,7 @@ import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { openRandomAccess, pathExists, readTextFile } from "../runtime/fs.ts";
 import { ModelLoadError, type ModelConfig } from "./config.ts";
 import { isJsonObject, type Json } from "./hf-json.ts";
-import { assembleAdapter, checkPair, type LoraAdapter, type LoraLoadOptions, type LoraTarget, type LoraWeight, targetDims } from "./lora.ts";
+import { assembleAdapter, checkFusedPair, fusedParts, type LoraAdapter, type LoraLoadOptions, type LoraTarget, type LoraWeight } from "./lora.ts";
 import { readSafetensor, readSafetensorsHeader } from "./safetensors.ts";
 
 /** Hugging Face module names of the targets (`model.layers.N.<module>`). */
@@ -36,14 +36,6 @@ function parsePeftName(name: string): { layer: number; module: string; targets: 
   if (m[3] === "lm_head") return { layer: -1, module: "lm_head", targets: ["output"], side };
   const targets = MODULES[m[2]] !== undefined ? [MODULES[m[2]]] : FUSED_MODULES[m[2]];
   return targets === undefined ? undefined : { layer: Number(m[1]), module: `model.layers.${m[1]}.${m[2]}`, targets, side };
-}
-
-/** The rows of lora_B each target of a module takes, in order. */
-function partRows(config: ModelConfig, targets: readonly LoraTarget[], layer: number, hasOutput: boolean): number[] {
-  return targets.map((t) => {
-    const dims = targetDims(config, layer, t, hasOutput);
-    return typeof dims === "string" ? 0 : dims[1];
-  });
 }
 
 /** llama.cpp's q/k row permutation (convert_hf_to_gguf.py `permute`) of a [rows, cols] matrix with `heads` heads. */
@@ -123,31 +115,19 @@ export async function loadPeftLora(dir: string, config: ModelConfig, options: Lo
     const hasOutput = options.hasOutput ?? !config.tiedEmbeddings;
     for (const { layer, module, targets, A, B } of pairs.values()) {
       const a = A === undefined ? undefined : header.tensors.get(A)!, b = B === undefined ? undefined : header.tensors.get(B)!;
-      const rows = partRows(config, targets, layer, hasOutput);
-      // A fused module's B holds its parts' rows one after another: each part is checked with its own.
-      if (targets.length > 1 && b && a && (b.shape.length !== 2 || b.shape[0] !== rows.reduce((x, y) => x + y, 0))) {
-        throw new ModelLoadError(`PEFT adapter "${dir}" has "${module}" lora_B of shape [${b.shape}]; expected [${rows.join(" + ")}, rank] (rows outermost)`);
+      const { rank, inDim, rows } = checkFusedPair(`PEFT adapter "${dir}"`, module, ["lora_A", "lora_B"], layer, targets, a?.shape, b?.shape, config, hasOutput);
+      // PEFT scales by alpha / r with r from the config: tensors of another rank would be scaled wrong (PEFT itself cannot load them).
+      if (cfg.r !== undefined && cfg.r !== rank) {
+        throw new ModelLoadError(`PEFT adapter "${dir}" has "${module}" of rank ${rank}, but its adapter_config.json gives r ${JSON.stringify(cfg.r)}`);
       }
-      let first = 0;
-      let read: { av: Float32Array; bAll: Float32Array } | undefined;
-      for (const [part, target] of targets.entries()) {
-        const bShape = targets.length > 1 && b ? [rows[part], b.shape[1]] : b?.shape;
-        const { rank, inDim, outDim } = checkPair(`PEFT adapter "${dir}"`, module, ["lora_A", "lora_B"], layer, target, a?.shape, bShape, config, hasOutput);
-        // PEFT scales by alpha / r with r from the config: tensors of another rank would be scaled wrong (PEFT itself cannot load them).
-        if (cfg.r !== undefined && cfg.r !== rank) {
-          throw new ModelLoadError(`PEFT adapter "${dir}" has "${module}" of rank ${rank}, but its adapter_config.json gives r ${JSON.stringify(cfg.r)}`);
-        }
-        if (!read) {
-          const at = await readSafetensor(file, a!), bt = await readSafetensor(file, b!);
-          read = { av: decodeToF32(at.data, at.dtype, rank * inDim), bAll: decodeToF32(bt.data, bt.dtype, b!.shape[0] * rank) };
-        }
-        const av = read.av;
-        let bv: Float32Array = read.bAll.slice(first * rank, (first + outDim) * rank);
-        first += outDim;
-        const s = scale * (rslora ? alpha / Math.sqrt(rank) : alpha / rank);
-        for (let i = 0; i < bv.length; i++) bv[i] *= s;
-        if (permute && (target === "wq" || target === "wk")) bv = permuteRowsForGguf(bv, outDim, rank, target === "wq" ? config.numHeads : config.numKvHeads);
-        weights.push({ layer, target, rank, inDim, outDim, a: av, b: bv });
+      const at = await readSafetensor(file, a!), bt = await readSafetensor(file, b!);
+      const av = decodeToF32(at.data, at.dtype, rank * inDim);
+      const bv = decodeToF32(bt.data, bt.dtype, b!.shape[0] * rank);
+      const s = scale * (rslora ? alpha / Math.sqrt(rank) : alpha / rank);
+      for (let i = 0; i < bv.length; i++) bv[i] *= s;
+      for (const w of fusedParts(layer, targets, rows, rank, inDim, av, bv)) {
+        const permuted = permute && (w.target === "wq" || w.target === "wk");
+        weights.push(permuted ? { ...w, b: permuteRowsForGguf(w.b, w.outDim, rank, w.target === "wq" ? config.numHeads : config.numKvHeads) } : w);
       }
     }
     return assembleAdapter(dir, alpha, scale, weights);

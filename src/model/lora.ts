@@ -77,6 +77,42 @@ export function assembleAdapter(source: string, alpha: number, scale: number, we
 }
 
 /**
+ * Checks a fused module's pair (Phi-3's q/k/v or gate/up in one matrix: one A shared by the parts,
+ * B's rows the parts' in order) as {@link checkPair} checks each part with its rows of B. Returns the
+ * rank, the input width and each part's height (B's rows to give it, in order).
+ */
+export function checkFusedPair(
+  adapter: string, name: string, sides: [string, string], layer: number, targets: readonly LoraTarget[],
+  a: readonly number[] | undefined, b: readonly number[] | undefined, config: ModelConfig, hasOutput: boolean,
+): { rank: number; inDim: number; rows: number[] } {
+  if (targets.length === 1) {
+    const { rank, inDim, outDim } = checkPair(adapter, name, sides, layer, targets[0], a, b, config, hasOutput);
+    return { rank, inDim, rows: [outDim] };
+  }
+  const rows = targets.map((t) => {
+    const dims = targetDims(config, layer, t, hasOutput);
+    return typeof dims === "string" ? 0 : dims[1];
+  });
+  const total = rows.reduce((x, y) => x + y, 0);
+  if (a && b && (b.length !== 2 || b[0] !== total)) {
+    throw new ModelLoadError(`${adapter} has "${name}" ${sides[1]} of shape [${b}]; expected [${rows.join(" + ")}, rank] (rows outermost)`);
+  }
+  let out = { rank: 0, inDim: 0 };
+  targets.forEach((t, i) => (out = checkPair(adapter, name, sides, layer, t, a, b && [rows[i], b[1]], config, hasOutput)));
+  return { ...out, rows };
+}
+
+/** A fused module's parts as adapters of their own: `a` shared, `b` ([sum of rows, rank], scaled) split by `rows`. */
+export function fusedParts(layer: number, targets: readonly LoraTarget[], rows: readonly number[], rank: number, inDim: number, a: Float32Array, b: Float32Array): LoraWeight[] {
+  let first = 0;
+  return targets.map((target, i) => {
+    const w = { layer, target, rank, inDim, outDim: rows[i], a, b: b.slice(first * rank, (first + rows[i]) * rank) };
+    first += rows[i];
+    return w;
+  });
+}
+
+/**
  * Checks one adapted projection's pair against the base: both sides given (`sides` names them as the
  * file does), a projection the base lets be adapted, A [rank, in] and B [out, rank]. Returns the
  * rank and widths; throws ModelLoadError naming `adapter` (how the file is named) and `name` (the projection).

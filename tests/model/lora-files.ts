@@ -29,6 +29,8 @@ export interface LoraFileSpec {
   magnitude?: number;
   /** Extra metadata entries, or ones replacing the defaults (tests of refusals). */
   metadata?: [string, ReturnType<typeof gguf.str>][];
+  /** Phi-3's fused matrices adapted whole (`blk.N.<stem>.weight`, B of `rows` rows), after `targets`. */
+  fused?: readonly { layer: number; stem: "attn_qkv" | "ffn_up"; rows: number }[];
 }
 
 /** A GGUF LoRA adapter for a base model with `config`. */
@@ -44,6 +46,11 @@ export function loraGgufBytes(config: ModelConfig, spec: LoraFileSpec): Uint8Arr
     const draw = (n: number) => Float32Array.from({ length: n }, () => (rand() * 2 - 1) * m);
     tensors.push(hostTensorFromF32(`${name}.lora_a`, [spec.rank, inDim], draw(spec.rank * inDim), spec.dtype ?? "f32"));
     tensors.push(hostTensorFromF32(`${name}.lora_b`, [outDim, spec.rank], draw(outDim * spec.rank), spec.dtype ?? "f32"));
+  }
+  for (const { layer, stem, rows } of spec.fused ?? []) {
+    const draw = (n: number) => Float32Array.from({ length: n }, () => (rand() * 2 - 1) * m);
+    tensors.push(hostTensorFromF32(`blk.${layer}.${stem}.weight.lora_a`, [spec.rank, config.hiddenSize], draw(spec.rank * config.hiddenSize), spec.dtype ?? "f32"));
+    tensors.push(hostTensorFromF32(`blk.${layer}.${stem}.weight.lora_b`, [rows, spec.rank], draw(rows * spec.rank), spec.dtype ?? "f32"));
   }
   const meta = new Map<string, ReturnType<typeof gguf.str>>([
     ["general.architecture", gguf.str(config.architecture)],

@@ -1,7 +1,7 @@
 /**
  * Independent oracle for LoRA adapters: random-weight base GGUFs (a llama, a qwen2 with qkv biases
- * and tied embeddings, a Qwen3-MoE) and random GGUF adapters for them, both written by our own
- * writers, are run through llama.cpp (node-llama-cpp 3.21.1's context `lora` option, CPU, offline,
+ * and tied embeddings, a Qwen3-MoE, a Phi-3 whose adapter changes its fused matrices whole) and
+ * random GGUF adapters for them, both written by our own writers, are run through llama.cpp (node-llama-cpp 3.21.1's context `lora` option, CPU, offline,
  * in a Node child process) and through our loader + forward() with the adapter in slot 1 of a
  * device set, on every available backend. Per case: next-token log-probabilities after the prompt
  * and at each of 16 greedy steps, and the 16 greedy tokens. llama.cpp's run of the base model alone
@@ -73,6 +73,18 @@ const CASES: LoraCase[] = [
     name: "qwen3moe 8 experts / 2 used, f32: rank 4, alpha 4, on the attention projections",
     spec: { ...BASE, architecture: "qwen3moe", experts: { count: 8, used: 2 }, seed: 203 },
     adapter: (config) => ({ seed: 303, rank: 4, alpha: 4, magnitude: 0.5, targets: eachLayer(config, ATTENTION) }),
+    scale: 1,
+  },
+  {
+    name: "phi3 fused, f32: rank 4, alpha 8, on attn_qkv and the fused ffn_up (gate and up) of every layer, and o",
+    spec: { ...BASE, architecture: "phi3", seed: 204, ropeTheta: 10000 },
+    adapter: (config) => ({
+      seed: 304, rank: 4, alpha: 8, magnitude: 0.3, targets: eachLayer(config, ["wo"]),
+      fused: Array.from({ length: config.numLayers }, (_, layer) => [
+        { layer, stem: "attn_qkv" as const, rows: (config.numHeads + 2 * config.numKvHeads) * config.headDim },
+        { layer, stem: "ffn_up" as const, rows: 2 * config.intermediateSize },
+      ]).flat(),
+    }),
     scale: 1,
   },
 ];
