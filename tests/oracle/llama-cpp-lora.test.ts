@@ -1,8 +1,8 @@
 /**
  * Independent oracle for LoRA adapters: random-weight base GGUFs (a llama, a qwen2 with qkv biases
  * and tied embeddings, a Qwen3-MoE, a Phi-3 whose adapter changes its fused matrices whole) and
- * random GGUF adapters for them, both written by our own writers, are run through llama.cpp (node-llama-cpp 3.21.1's context `lora` option, CPU, offline,
- * in a Node child process) and through our loader + forward() with the adapter in slot 1 of a
+ * random GGUF adapters for them, both written by our own writers, are run through llama.cpp
+ * (node-llama-cpp 3.21.1's context `lora` option, CPU, offline, in a Node child process) and through our loader + forward() with the adapter in slot 1 of a
  * device set, on every available backend. Per case: next-token log-probabilities after the prompt
  * and at each of 16 greedy steps, and the 16 greedy tokens. llama.cpp's run of the base model alone
  * must differ, so the adapters are seen to matter.
