@@ -9,10 +9,10 @@ import { type ExpertGroups, MAX_EXPERT_GROUPS, type MoeGating, type RopeLayout, 
  * "glm4moe" is GLM-4.5/4.6/4.7's, "qwen2moe" Qwen1.5/Qwen2-MoE's and "deepseek2" DeepSeek V2/V3/R1's and
  * Kimi K2's, with {@link MlaConfig multi-head latent attention}; "gemma3" Gemma 3's text model).
  */
-export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3";
+export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3";
 
 /** Every {@link Architecture}, by the name GGUF files give it (`general.architecture`). */
-export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3"];
+export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3"];
 
 /**
  * Multi-head latent attention (DeepSeek V2/V3, Kimi K2). Each token's keys and values are one
@@ -113,6 +113,11 @@ export function slidingLayers(numLayers: number, pattern: number): boolean[] {
   return Array.from({ length: numLayers }, (_, i) => pattern === 0 || i % pattern < pattern - 1);
 }
 
+/** NoPE layers every `interval`-th (layer i when (i + 1) % interval is 0), as SmolLM3 has them. */
+export function nopeEvery(numLayers: number, interval: number): boolean[] {
+  return Array.from({ length: numLayers }, (_, i) => (i + 1) % interval === 0);
+}
+
 /**
  * The expert groups a file declares (`count` groups, experts chosen within the `used` best), checked
  * against the routing: undefined for one group; a clear error where Backend.moeRoute could not route them.
@@ -182,6 +187,8 @@ export interface ModelConfig {
    * (LongRoPE's attention factor: Phi-3's 128K models, Phi-4-mini; Backend.rope's `magnitude`); absent: 1.
    */
   ropeMagnitude?: number;
+  /** Layers that turn neither q nor k (NoPE: SmolLM3's every fourth); absent: every layer turns. */
+  nopeLayers?: boolean[];
   /** Maximum context the model was trained for. */
   contextLength: number;
   /** True when the output projection reuses the token embedding. */

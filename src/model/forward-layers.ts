@@ -65,6 +65,10 @@ export class Scratch {
   }
 }
 
+/**
+ * One layer's attention with its residual add: norm, q/k/v, RoPE (unless `rotates` is false: a NoPE
+ * layer), the KV write, paged attention over `window` (or all), the o projection.
+ */
 export function attentionBlock(
   backend: Backend,
   model: DeviceModel,
@@ -74,6 +78,7 @@ export function attentionBlock(
   kCache: Tensor,
   vCache: Tensor,
   window: number | undefined,
+  rotates: boolean,
   s: Scratch,
   project: Project,
 ): Tensor {
@@ -101,8 +106,10 @@ export function attentionBlock(
   const theta = ownRope ?? c.ropeTheta;
   const f = ownRope === undefined ? model.ropeFreqFactors : undefined;
   let qr = q;
-  // The fused op turns without a magnitude (none of its users needs one).
-  if (backend.rotateAndWriteKv && kCache !== vCache && c.ropeMagnitude === undefined) {
+  if (!rotates) {
+    backend.kvWrite(k, v, kCache, vCache, step.slots);
+  } else if (backend.rotateAndWriteKv && kCache !== vCache && c.ropeMagnitude === undefined) {
+    // The fused op turns without a magnitude (none of its users needs one).
     // One dispatch for both rotations and the cache write; q (this block's own) is rotated in place.
     backend.rotateAndWriteKv(q, k, v, step.positions, { theta, layout: c.ropeLayout, rotaryDim: c.rotaryDim, freqFactors: f }, kCache, vCache, step.slots);
   } else {

@@ -136,7 +136,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       const project = projector(backend, lora?.set, slotIds, i, s);
       const afterAttn = heads
         ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], heads, keep)
-        : attentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], layerWindow(c, i), s, project);
+        : attentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], layerWindow(c, i), !c.nopeLayers?.[i], s, project);
       backend.free(x);
       x = isMoeLayer(c, i) ? moeBlock(backend, model, l, afterAttn, s) : mlpBlock(backend, model, l, afterAttn, s, project);
       backend.free(afterAttn);

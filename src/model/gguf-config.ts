@@ -3,7 +3,7 @@
  * (experts: gguf-moe.ts; DeepSeek's latent attention: gguf-deepseek.ts; GPT-OSS's and Gemma 3's
  * additions: gguf-gpt-oss.ts, gguf-gemma3.ts).
  */
-import { type Architecture, ARCHITECTURES, type ModelConfig, ModelLoadError, POOLING_TYPES } from "./config.ts";
+import { type Architecture, ARCHITECTURES, type ModelConfig, ModelLoadError, nopeEvery, POOLING_TYPES } from "./config.ts";
 import { GgufMetadata, perLayerNumber, positiveInteger } from "./gguf-metadata.ts";
 import { ggufSamplingDefaults } from "./gguf-sampling.ts";
 import type { GgufHeader } from "./gguf-reader.ts";
@@ -13,6 +13,9 @@ import { ggufMla, ggufYarn } from "./gguf-deepseek.ts";
 import { ggufMoe } from "./gguf-moe.ts";
 import { GGUF_TENSOR_NAMES } from "./gguf-names.ts";
 import { preAddsBos } from "./tokenizer-bpe.ts";
+
+/** SmolLM3's NoPE period: llama.cpp fixes it at 4 (no GGUF key), as transformers' default `no_rope_layer_interval`. */
+const SMOLLM3_NOPE_INTERVAL = 4;
 
 /** Builds the ModelConfig from GGUF metadata and the tensors present. */
 export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
@@ -116,7 +119,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     rmsNormEps,
     ropeTheta,
     // llama.cpp turns DeepSeek's RoPE dims in adjacent pairs, as it does Llama's permuted ones.
-    ropeLayout: architecture === "llama" || architecture === "deepseek2" ? "normal" : "neox",
+    ropeLayout: architecture === "llama" || architecture === "smollm3" || architecture === "deepseek2" ? "normal" : "neox",
     ...(ropeDim !== headDim || mla ? { rotaryDim: ropeDim } : {}),
     contextLength: positiveInteger(meta.number(`${arch}.context_length`, 2048), `${arch}.context_length`, path),
     tiedEmbeddings: !tensors.has(GGUF_TENSOR_NAMES.output),
@@ -125,6 +128,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...(architecture === "gpt-oss" ? { outputBias: true, attentionSinks: true } : {}),
     ...(slidingWindow ? { slidingWindow } : {}),
     ...gemma3,
+    ...(architecture === "smollm3" ? { nopeLayers: nopeEvery(numLayers, SMOLLM3_NOPE_INTERVAL) } : {}),
     bosTokenId: validId(bos) ? bos : undefined,
     eosTokenIds,
     addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama" || (tokModel === "gpt2" && preAddsBos(meta.string("tokenizer.ggml.pre", "default")))),

@@ -3,7 +3,7 @@
  * handling); DeepSeek's, GPT-OSS's, Gemma 3's and Phi-3's additions: hf-deepseek.ts, hf-gpt-oss.ts, hf-gemma3.ts, phi3.ts.
  * HF checkpoints keep q/k rows in the half-split order, so RoPE is "neox" for every architecture.
  */
-import { type Architecture, ARCHITECTURES, type ModelConfig, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
+import { type Architecture, ARCHITECTURES, type ModelConfig, ModelLoadError, type MoeConfig, nopeEvery, plainMoe } from "./config.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
 import { GLM4_MOE_DEFAULTS, hfDeepseekAttention, hfDeepseekMoe } from "./hf-deepseek.ts";
 import { hfHeadDim, isJsonObject, type Json, num, positiveInt } from "./hf-json.ts";
@@ -24,6 +24,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   GptOssForCausalLM: "gpt-oss",
   Gemma3ForCausalLM: "gemma3",
   Phi3ForCausalLM: "phi3",
+  SmolLM3ForCausalLM: "smollm3",
   MixtralForCausalLM: "llama",
   // config.json's model_type, for files without `architectures`
   qwen2_moe: "qwen2moe",
@@ -34,6 +35,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   gpt_oss: "gpt-oss",
   gemma3_text: "gemma3",
   phi3: "phi3",
+  smollm3: "smollm3",
   mixtral: "llama",
 };
 
@@ -95,6 +97,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(rotaryDim !== undefined ? { rotaryDim } : {}),
     ...(ropeFreqFactors ? { ropeFreqFactors } : {}),
     ...(phi3?.ropeMagnitude !== undefined ? { ropeMagnitude: phi3.ropeMagnitude } : {}),
+    ...(architecture === "smollm3" ? { nopeLayers: hfNopeLayers(cfg, numLayers, path) } : {}),
     contextLength,
     tiedEmbeddings: hfTiedEmbeddings(cfg, architecture, path),
     qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
@@ -157,6 +160,25 @@ function hfMoe(cfg: Json, archName: string, architecture: Architecture, path: st
   const moe = plainMoe(numExperts, numExpertsUsed, mixtral || cfg.norm_topk_prob === true);
   if (architecture !== "qwen2moe") return moe;
   return { ...moe, sharedIntermediateSize: num(cfg, "shared_expert_intermediate_size", path), sharedGate: true };
+}
+
+/**
+ * SmolLM3Config's NoPE layers: `no_rope_layers` (1 turns, 0 does not, one per layer), else every
+ * `no_rope_layer_interval`-th (default 4). Its sliding window (`use_sliding_window`, off in the
+ * released model) is refused rather than run without it.
+ */
+function hfNopeLayers(cfg: Json, numLayers: number, path: string): boolean[] {
+  if (cfg.use_sliding_window === true) throw new ModelLoadError(`Model "${path}" sets use_sliding_window, which SmolLM3 support here does not run`);
+  const flags = cfg.no_rope_layers;
+  if (flags === undefined || flags === null) {
+    const interval = num(cfg, "no_rope_layer_interval", path, 4);
+    if (!Number.isInteger(interval) || interval < 1) throw new ModelLoadError(`"no_rope_layer_interval" in "${path}" should be a whole number from 1, got ${interval}`);
+    return nopeEvery(numLayers, interval);
+  }
+  if (!Array.isArray(flags) || flags.length < numLayers || !flags.every((f) => f === 0 || f === 1)) {
+    throw new ModelLoadError(`"no_rope_layers" in "${path}" should list 0 or 1 for each of the ${numLayers} layers, got ${JSON.stringify(flags)}`);
+  }
+  return flags.slice(0, numLayers).map((f) => f === 0);
 }
 
 /** transformers 5 moves rope_theta into `rope_parameters`. */

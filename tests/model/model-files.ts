@@ -471,7 +471,7 @@ export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocab
   const parts = ggufTensors(spec, weights, extras.splitExperts ?? false);
   for (const { name, shape, values, hf } of spec.architecture === "phi3" && !spec.unfused ? fusePhi3Gguf(parts) : parts) {
     let v = values;
-    if (spec.architecture === "llama" && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf)) {
+    if ((spec.architecture === "llama" || spec.architecture === "smollm3") && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf)) {
       const heads = hf.includes(".q_proj.") ? spec.heads : spec.kvHeads;
       v = permuteForGguf(values, shape[0], shape[1] ?? 1, heads);
     }
@@ -581,6 +581,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     "gpt-oss": ["GptOssForCausalLM", "gpt_oss"],
     gemma3: ["Gemma3ForCausalLM", "gemma3_text"],
     phi3: ["Phi3ForCausalLM", "phi3"],
+    smollm3: ["SmolLM3ForCausalLM", "smollm3"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {

@@ -254,6 +254,14 @@ const CASES: OracleCase[] = [
     tol: 2e-2,
     hf: false,
   },
+  // SmolLM3: Llama's layout (q/k permuted in the GGUF) with every fourth layer turning nothing (NoPE);
+  // 8 layers, so layers 3 and 7 skip RoPE. The safetensors form states no_rope_layers' default.
+  {
+    name: "smollm3 NoPE every fourth layer, tied, f32",
+    spec: { ...BASE, architecture: "smollm3", layers: 8, tied: true, seed: 172, tokenizer: "llama-bpe" },
+    tol: 1e-4,
+    hf: true,
+  },
   { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
   // Llama 3.1 frequency scaling: the GGUF carries rope_freqs.weight, the HF dir llama3 rope_scaling.
   // Base 100 and an original context of 128 give a 16-wide head divisors from ~1.5 to 8 on every
