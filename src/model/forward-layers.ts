@@ -121,6 +121,7 @@ export function attentionBlock(
   const scale = c.attentionScale ?? 1 / Math.sqrt(c.headDim);
   const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, scale, { window, sinks: l.sinks }));
   const attFlat = backend.reshape(att, [n, c.numHeads * c.headDim]);
+  if (c.residualScale !== undefined) return backend.add(x, s.keep(scaled(backend, s.keep(project(attFlat, l.wo, l.bo, "wo")), c.residualScale)));
   // Without a post-norm the skip connection joins the o projection (one dispatch with matmulAdd).
   if (!c.postNorms) return project(attFlat, l.wo, l.bo, "wo", x);
   const o = s.keep(project(attFlat, l.wo, l.bo, "wo"));
@@ -158,6 +159,8 @@ function swiglu(
 export function mlpBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch, project: Project): Tensor {
   const h = s.keep(backend.rmsnorm(x, l.ffnNorm, model.config.rmsNormEps));
   const gelu = model.config.ffnActivation === "gelu";
+  const r = model.config.residualScale;
+  if (r !== undefined) return backend.add(x, s.keep(scaled(backend, s.keep(swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project, gelu)), r)));
   // Without a post-norm the skip connection joins the down projection (one dispatch with matmulAdd).
   if (!model.config.postNorms) return swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project, gelu, x);
   const down = s.keep(swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project, gelu));

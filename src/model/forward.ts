@@ -161,9 +161,14 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
     const outSlots = rowSlots && w.output && lora!.set.weights.has(loraKey(-1, "output"))
       ? uploadSlots(backend, step.allPositions ? rowSlots : resultRows(flat, step.extraRows).map((r) => rowSlots[r]))
       : undefined;
-    const logits = projector(backend, lora?.set, outSlots, -1, s)(normed, w.output ?? w.tokenEmbedding, undefined, "output");
+    let logits = projector(backend, lora?.set, outSlots, -1, s)(normed, w.output ?? w.tokenEmbedding, undefined, "output");
     if (outSlots) backend.free(outSlots);
     backend.free(normed);
+    if (c.logitScale !== undefined && c.logitScale !== 1) {
+      const raw = logits;
+      logits = scaled(backend, raw, 1 / c.logitScale);
+      backend.free(raw);
+    }
     return { logits, hidden };
   } finally {
     s.release();

@@ -9,6 +9,7 @@ import { ggufSamplingDefaults } from "./gguf-sampling.ts";
 import type { GgufHeader } from "./gguf-reader.ts";
 import { ggufMagnitudeYarn, ggufSlidingWindow, withHarmonyStops } from "./gguf-gpt-oss.ts";
 import { ggufGemma3 } from "./gguf-gemma3.ts";
+import { ggufGranite } from "./granite.ts";
 import { ggufMla, ggufYarn } from "./gguf-deepseek.ts";
 import { ggufMoe } from "./gguf-moe.ts";
 import { GGUF_TENSOR_NAMES } from "./gguf-names.ts";
@@ -119,7 +120,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     rmsNormEps,
     ropeTheta,
     // llama.cpp turns DeepSeek's RoPE dims in adjacent pairs, as it does Llama's permuted ones.
-    ropeLayout: architecture === "llama" || architecture === "smollm3" || architecture === "deepseek2" ? "normal" : "neox",
+    ropeLayout: architecture === "llama" || architecture === "smollm3" || architecture === "granite" || architecture === "deepseek2" ? "normal" : "neox",
     ...(ropeDim !== headDim || mla ? { rotaryDim: ropeDim } : {}),
     contextLength: positiveInteger(meta.number(`${arch}.context_length`, 2048), `${arch}.context_length`, path),
     tiedEmbeddings: !tensors.has(GGUF_TENSOR_NAMES.output),
@@ -129,6 +130,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...(slidingWindow ? { slidingWindow } : {}),
     ...gemma3,
     ...(architecture === "smollm3" ? { nopeLayers: nopeEvery(numLayers, SMOLLM3_NOPE_INTERVAL) } : {}),
+    ...(architecture === "granite" ? ggufGranite(meta, arch, path) : {}),
     bosTokenId: validId(bos) ? bos : undefined,
     eosTokenIds,
     addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama" || (tokModel === "gpt2" && preAddsBos(meta.string("tokenizer.ggml.pre", "default")))),

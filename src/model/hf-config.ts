@@ -11,6 +11,7 @@ import { hfGptOss } from "./hf-gpt-oss.ts";
 import { hfGemma3 } from "./hf-gemma3.ts";
 import { hfTiedEmbeddings } from "./hf-defaults.ts";
 import { hfLongRope } from "./phi3.ts";
+import { hfGranite } from "./granite.ts";
 
 /** config.json's `architectures[0]` (or `model_type`) → our architecture. */
 const HF_ARCHITECTURES: Record<string, Architecture> = {
@@ -25,6 +26,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Gemma3ForCausalLM: "gemma3",
   Phi3ForCausalLM: "phi3",
   SmolLM3ForCausalLM: "smollm3",
+  GraniteForCausalLM: "granite",
   MixtralForCausalLM: "llama",
   // config.json's model_type, for files without `architectures`
   qwen2_moe: "qwen2moe",
@@ -36,6 +38,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   gemma3_text: "gemma3",
   phi3: "phi3",
   smollm3: "smollm3",
+  granite: "granite",
   mixtral: "llama",
 };
 
@@ -98,6 +101,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(ropeFreqFactors ? { ropeFreqFactors } : {}),
     ...(phi3?.ropeMagnitude !== undefined ? { ropeMagnitude: phi3.ropeMagnitude } : {}),
     ...(architecture === "smollm3" ? { nopeLayers: hfNopeLayers(cfg, numLayers, path) } : {}),
+    ...(architecture === "granite" ? hfGranite(cfg, path) : {}),
     contextLength,
     tiedEmbeddings: hfTiedEmbeddings(cfg, architecture, path),
     qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,

@@ -76,6 +76,8 @@ export interface ModelFileSpec {
   longRope?: { originalContext: number; long: number[]; short: number[] };
   /** phi3: write q/k/v and gate/up apart instead of fused (as no converter does; the loader takes both). */
   unfused?: boolean;
+  /** Granite's four multipliers (GGUF `embedding_scale`, `attention.scale`, `residual_scale`, `logit_scale`; HF `*_multiplier`, `logits_scaling`). */
+  granite?: { embedding: number; attention: number; residual: number; logit: number };
 }
 
 /** The RoPE base a spec's files declare. */
@@ -391,6 +393,13 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   }
   if (spec.slidingWindow) meta.push([`${a}.attention.sliding_window`, gguf.u32(spec.slidingWindow)]);
   if (a === "phi3") meta.push(...phi3GgufMetadata(spec));
+  const gr = spec.granite;
+  if (gr) {
+    meta.push(
+      [`${a}.embedding_scale`, gguf.f32(gr.embedding)], [`${a}.attention.scale`, gguf.f32(gr.attention)],
+      [`${a}.residual_scale`, gguf.f32(gr.residual)], [`${a}.logit_scale`, gguf.f32(gr.logit)],
+    );
+  }
   if (spec.ropeLinearFactor) meta.push([`${a}.rope.scaling.type`, gguf.str("linear")], [`${a}.rope.scaling.factor`, gguf.f32(spec.ropeLinearFactor)]);
   const y = spec.yarn;
   if (y && !spec.mla) {
@@ -471,7 +480,7 @@ export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocab
   const parts = ggufTensors(spec, weights, extras.splitExperts ?? false);
   for (const { name, shape, values, hf } of spec.architecture === "phi3" && !spec.unfused ? fusePhi3Gguf(parts) : parts) {
     let v = values;
-    if ((spec.architecture === "llama" || spec.architecture === "smollm3") && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf)) {
+    if ((spec.architecture === "llama" || spec.architecture === "smollm3" || spec.architecture === "granite") && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf)) {
       const heads = hf.includes(".q_proj.") ? spec.heads : spec.kvHeads;
       v = permuteForGguf(values, shape[0], shape[1] ?? 1, heads);
     }
@@ -582,6 +591,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     gemma3: ["Gemma3ForCausalLM", "gemma3_text"],
     phi3: ["Phi3ForCausalLM", "phi3"],
     smollm3: ["SmolLM3ForCausalLM", "smollm3"],
+    granite: ["GraniteForCausalLM", "granite"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {
@@ -599,6 +609,9 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     ...(spec.architecture === "glm4moe" ? { attention_bias: true, use_qk_norm: false } : {}),
     ...(gemma ? gemma3HfConfig(spec) : {}),
     ...(spec.architecture === "phi3" ? phi3HfConfig(spec) : {}),
+    ...(spec.granite
+      ? { embedding_multiplier: spec.granite.embedding, attention_multiplier: spec.granite.attention, residual_multiplier: spec.granite.residual, logits_scaling: spec.granite.logit }
+      : {}),
     rms_norm_eps: 1e-5,
     rope_theta: ropeThetaOf(spec),
     ...(spec.ropeScaling ? { rope_scaling: hfRopeScaling(spec.ropeScaling) } : {}),

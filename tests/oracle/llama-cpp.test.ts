@@ -262,6 +262,14 @@ const CASES: OracleCase[] = [
     tol: 1e-4,
     hf: true,
   },
+  // Granite 3.x: Llama's layout with its four multipliers (embeddings ×2, scores ×0.9 instead of
+  // 1/√8, each block's output ×0.6 before its residual add, logits ÷2.5), as in its GGUF and config.json.
+  {
+    name: "granite multipliers (embedding, attention, residual, logit), f32",
+    spec: { ...BASE, architecture: "granite", seed: 173, granite: { embedding: 2, attention: 0.9, residual: 0.6, logit: 2.5 } },
+    tol: 1e-4,
+    hf: true,
+  },
   { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
   // Llama 3.1 frequency scaling: the GGUF carries rope_freqs.weight, the HF dir llama3 rope_scaling.
   // Base 100 and an original context of 128 give a 16-wide head divisors from ~1.5 to 8 on every
