@@ -107,6 +107,9 @@ export const MINIMAX_PAIRS: PairFormat = {
   freeKey: { open: '<parameter name="', end: '"', then: '">' },
 };
 
+/** The marker Granite's and Phi-4-mini's lists of calls follow (what grammars write). */
+export const LIST_MARKERS = { granite: "<|tool_call|>", phi4_mini_json: "functools" } as const;
+
 /** A Kimi call's index (`functions.NAME:INDEX`; the model counts calls across the conversation): digits, no sign or leading zero. */
 const CALL_INDEX: StringNode = { t: "string", min: 1, max: 9, patterns: [compilePattern("0|[1-9][0-9]*", true)] };
 /** A Mistral call id: nine letters or digits, as mistral-common checks them. */
@@ -132,11 +135,14 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
       return sectioned(`${MINIMAX.sectionBegin}\n`, `\n${MINIMAX.sectionEnd}`, false, [[{ group: pairCalls(MINIMAX_PAIRS, g) }]]);
     case "mistral":
       return indexGroup({ alts: g.tools.map((t): Piece[] => [{ lit: `${MISTRAL.calls}${t.name}` }, optional([{ lit: MISTRAL.callId }, { raw: MISTRAL_CALL_ID, end: MISTRAL.args }]), { lit: MISTRAL.args }, { node: args(t) }]), repeat: g.parallel, sep: "" });
-    case "mistral_pre_v11": {
-      // One JSON list of calls; SentencePiece tokenizers (v3) write a space before it, Tekken (v7) none.
+    case "mistral_pre_v11":
+    case "granite":
+    case "phi4_mini_json": {
+      // One JSON list of calls after the marker; Mistral's SentencePiece tokenizers (v3) write a space before it, Tekken (v7) none.
       const options = g.tools.map((t): SchemaNode => callObject(t.name, "arguments", args(t)));
       const list: SchemaNode = { t: "array", prefix: [], items: anyCall(options), min: 1, max: g.parallel ? Infinity : 1, unique: false };
-      return { alts: [[{ lit: MISTRAL.calls }, optional([{ lit: " " }]), { node: list }]], repeat: false, sep: "" };
+      const marker: Piece[] = g.format === "mistral_pre_v11" ? [{ lit: MISTRAL.calls }, optional([{ lit: " " }])] : [{ lit: LIST_MARKERS[g.format] }];
+      return { alts: [[...marker, { node: list }]], repeat: false, sep: "" };
     }
     case "harmony": {
       // The prompt ends with `<|start|>assistant`. gpt-oss reasons first, so an analysis message may
@@ -177,6 +183,8 @@ export function toolCallTrigger(format = "hermes"): string {
     case "minimax_m2": return MINIMAX.sectionBegin;
     case "mistral":
     case "mistral_pre_v11": return MISTRAL.calls;
+    case "granite":
+    case "phi4_mini_json": return LIST_MARKERS[format];
     // Llama 3 writes a bare object; its first key is the one text that tells it from prose.
     case "llama3_json": return '{"name"';
     case "harmony": throw new SchemaError("The harmony format's calls begin in a message header, not amid text: tool calls amid free text cannot be constrained in it");

@@ -1,5 +1,7 @@
 /**
- * Tool calls in Mistral's formats (vLLM's `mistral` parser), each call after the control token
+ * Tool calls after a marker: Mistral's formats (vLLM's `mistral` parser), Granite 3.x's (`granite`)
+ * and Phi-4-mini's (`phi4_mini_json`), the latter two a JSON list like Mistral's older one
+ * ({@link MarkedCallFormat}). Mistral's: each call after the control token
  * `[TOOL_CALLS]`. Tokenizers v11 and later (Mistral Small 3.1+, Magistral, Devstral) write
  * `[TOOL_CALLS]NAME[ARGS]{...}` per call, some with the call's id: `[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}`;
  * older ones (v3, v7: Mistral 7B v0.3, Mixtral 8x22B, Mistral Large 2407–2411) one JSON list,
@@ -35,17 +37,48 @@ const V11_HEAD = /^\s*([\p{L}\p{N}_.-]+)(?:\[CALL_ID\]([A-Za-z0-9]+))?(?:\[ARGS\
 /** What may still grow into a v11 head. */
 const V11_HEAD_SO_FAR = /^\s*[\p{L}\p{N}_.-]*(?:\[CALL_ID\][A-Za-z0-9]*)?(?:\[ARGS\])?\s*$/u;
 
+/**
+ * A format whose runs of calls follow a marker: Mistral's (`[TOOL_CALLS]`, a v11 call or a JSON list),
+ * Granite 3.x's (`<|tool_call|>` or `<tool_call>`, then a JSON list: vLLM's `granite`) and Phi-4-mini's
+ * (`functools`, then a JSON list: vLLM's `phi4_mini_json`).
+ */
+export interface MarkedCallFormat {
+  /** The texts a run of calls begins with (grammars write the first). */
+  readonly markers: readonly string[];
+  /** Calls may also come one a marker as `NAME[CALL_ID]ID[ARGS]{...}` (Mistral's tokenizers v11 and later). */
+  readonly v11: boolean;
+  /** A list item's call id from the `id` it wrote (undefined there if none): Mistral's nine characters; undefined leaves it to the server. */
+  id(written: unknown): string | undefined;
+}
+
+/** Mistral's calls, each with a nine-character id (the model's where it wrote one). */
+export const MISTRAL_CALLS: MarkedCallFormat = {
+  markers: [MISTRAL.calls],
+  v11: true,
+  id: (written) => (typeof written === "string" && MISTRAL_CALL_ID.test(written) ? written : mistralCallId()),
+};
+
+/** Granite 3.x's list of calls after `<|tool_call|>` (or, as vLLM also reads it, `<tool_call>`). */
+export const GRANITE_CALLS: MarkedCallFormat = { markers: ["<|tool_call|>", "<tool_call>"], v11: false, id: () => undefined };
+
+/** Phi-4-mini's list of calls after `functools`. */
+export const PHI4_MINI_CALLS: MarkedCallFormat = { markers: ["functools"], v11: false, id: () => undefined };
+
 /** What reading the text after one `[TOOL_CALLS]` came to ("open": a JSON value began and is still open, scanned to the text's end). */
 type Read = { kind: "wait" } | { kind: "open" } | { kind: "bad" } | { kind: "calls"; calls: ParsedToolCall[]; used: number };
 
 /**
- * Incremental splitter for Mistral's calls. Text is released as soon as it cannot be the start of
- * `[TOOL_CALLS]`; a call (or, in the older format, the list) is released whole when its JSON closes.
+ * Incremental splitter for calls after a marker (Mistral's by default). Text is released as soon as
+ * it cannot be the start of a marker; a call (or a list of calls) is released whole when its JSON closes.
  */
 export class MistralToolStream {
   private buf = "";
-  /** "text": passing text through; "call": just after a `[TOOL_CALLS]`. */
+  /** "text": passing text through; "call": just after a marker. */
   private mode: "text" | "call" = "text";
+  /** The marker the run of calls being read began with. */
+  private marker = "";
+
+  constructor(private readonly format: MarkedCallFormat = MISTRAL_CALLS) {}
   /** The arguments (or the list) being read, held while they are open. */
   private readonly json = new HeldJsonValue();
 
@@ -67,19 +100,21 @@ export class MistralToolStream {
     const out: ToolStreamPart[] = [];
     for (;;) {
       if (this.mode === "text") {
-        const at = this.buf.indexOf(MISTRAL.calls);
-        if (at < 0) {
-          const keep = final ? 0 : partialTagSuffix(this.buf, MISTRAL.calls);
+        const found = this.nextMarker(this.buf);
+        if (found === undefined) {
+          const keep = final ? 0 : Math.max(...this.format.markers.map((m) => partialTagSuffix(this.buf, m)));
           const text = this.buf.slice(0, this.buf.length - keep);
           if (text) out.push({ kind: "text", text });
           this.buf = this.buf.slice(this.buf.length - keep);
           return out;
         }
+        const { at, marker } = found;
         if (at > 0) out.push({ kind: "text", text: this.buf.slice(0, at) });
-        this.buf = this.buf.slice(at + MISTRAL.calls.length);
+        this.buf = this.buf.slice(at + marker.length);
+        this.marker = marker;
         this.mode = "call";
       }
-      const r = readCalls(this.buf, final, this.json);
+      const r = readCalls(this.buf, final, this.json, this.format);
       if (r.kind === "wait") return out;
       if (r.kind === "open") {
         this.json.hold(this.buf);
@@ -88,10 +123,9 @@ export class MistralToolStream {
       }
       this.mode = "text";
       if (r.kind === "bad") {
-        // The tag and what follows it up to the next tag are text as written.
-        const next = this.buf.indexOf(MISTRAL.calls);
-        const upTo = next < 0 ? this.buf.length : next;
-        out.push({ kind: "text", text: MISTRAL.calls + this.buf.slice(0, upTo) });
+        // The marker and what follows it up to the next marker are text as written.
+        const upTo = this.nextMarker(this.buf)?.at ?? this.buf.length;
+        out.push({ kind: "text", text: this.marker + this.buf.slice(0, upTo) });
         this.buf = this.buf.slice(upTo);
         continue;
       }
@@ -99,13 +133,25 @@ export class MistralToolStream {
       this.buf = this.buf.slice(r.used);
     }
   }
+
+  /** The first marker in `s` and where it stands (the longest where two begin at one place), or undefined. */
+  private nextMarker(s: string): { at: number; marker: string } | undefined {
+    let best: { at: number; marker: string } | undefined;
+    for (const marker of this.format.markers) {
+      const at = s.indexOf(marker);
+      if (at >= 0 && (best === undefined || at < best.at || (at === best.at && marker.length > best.marker.length))) best = { at, marker };
+    }
+    return best;
+  }
 }
 
-/** Reads what follows one `[TOOL_CALLS]`: a v11 call, or the older format's list. */
-function readCalls(s: string, final: boolean, json: HeldJsonValue): Read {
+/** Reads what follows one marker: a v11 call (where the format has them), or a list of calls. */
+function readCalls(s: string, final: boolean, json: HeldJsonValue, format: MarkedCallFormat): Read {
   const lead = s.length - s.trimStart().length;
   if (lead === s.length) return final ? { kind: "bad" } : { kind: "wait" };
-  return s[lead] === "[" && !s.startsWith(MISTRAL.callId, lead) && !s.startsWith(MISTRAL.args, lead) ? readList(s, lead, final, json) : readV11(s, final, json);
+  const list = s[lead] === "[" && !s.startsWith(MISTRAL.callId, lead) && !s.startsWith(MISTRAL.args, lead);
+  if (list) return readList(s, lead, final, json, format);
+  return format.v11 ? readV11(s, final, json) : { kind: "bad" };
 }
 
 /** `NAME[CALL_ID]ID[ARGS]{...}`, the id and `[ARGS]` optional. */
@@ -127,7 +173,7 @@ function readV11(s: string, final: boolean, json: HeldJsonValue): Read {
 }
 
 /** `[{"name": ..., "arguments": {...}, "id"?: ...}, ...]`: every item a call, or none is. */
-function readList(s: string, at: number, final: boolean, json: HeldJsonValue): Read {
+function readList(s: string, at: number, final: boolean, json: HeldJsonValue, format: MarkedCallFormat): Read {
   const end = json.end(s, at);
   if (end < 0) return final ? { kind: "bad" } : { kind: "open" };
   let list: unknown;
@@ -144,10 +190,10 @@ function readList(s: string, at: number, final: boolean, json: HeldJsonValue): R
     if (o === null || typeof o.name !== "string" || !FUNCTION_NAME.test(o.name)) return { kind: "bad" };
     const args = o.arguments ?? {};
     if (typeof args !== "object" || args === null || Array.isArray(args)) return { kind: "bad" };
-    const id = typeof o.id === "string" && MISTRAL_CALL_ID.test(o.id) ? o.id : mistralCallId();
+    const id = format.id(o.id);
     // The arguments as written (tool-calls.ts compactJson: numbers not rounded).
     const raw = o.arguments == null ? "{}" : jsonParts(items[i].raw).findLast((p) => p.key === "arguments")!.raw;
-    calls.push({ id, name: o.name, arguments: compactJson(raw) });
+    calls.push({ ...(id !== undefined ? { id } : {}), name: o.name, arguments: compactJson(raw) });
   }
   return { kind: "calls", calls, used: end };
 }

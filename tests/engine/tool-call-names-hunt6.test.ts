@@ -44,6 +44,8 @@ function callText(format: ToolCallSyntax, name: string, args: Args): string {
     case "mistral": return `${MISTRAL.calls}${name}${MISTRAL.args}${json}`;
     case "mistral_pre_v11": return `${MISTRAL.calls}[{"name": ${JSON.stringify(name)}, "arguments": ${json}}]`;
     case "harmony": return ` to=functions.${name}${HARMONY.channel}commentary json${HARMONY.message}${json}`;
+    case "granite": return `<|tool_call|>[{"name": ${JSON.stringify(name)}, "arguments": ${json}}]`;
+    case "phi4_mini_json": return `functools[{"name": ${JSON.stringify(name)}, "arguments": ${json}}]`;
   }
 }
 
