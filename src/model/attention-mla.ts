@@ -46,6 +46,7 @@ export function mlaAttentionBlock(
   const h = c.numHeads;
   const eps = c.rmsNormEps;
   const rope = (t: Tensor) => backend.rope(t, step.positions, c.ropeTheta, c.ropeLayout, m.ropeDim, model.ropeFreqFactors);
+  if (!l.attnNorm) throw new ForwardInputError("The model's weights lack a layer's attention norm");
   const normed = keep(backend.rmsnorm(x, l.attnNorm, eps));
   // Queries: [n·heads, nope + rope], through q's low-rank bottleneck where the model has one.
   const qIn = l.wqA ? keep(backend.rmsnorm(keep(backend.matmul(normed, l.wqA)), l.qANorm!, eps)) : normed;

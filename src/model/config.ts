@@ -9,10 +9,10 @@ import { type ExpertGroups, MAX_EXPERT_GROUPS, type MoeGating, type RopeLayout, 
  * "glm4moe" is GLM-4.5/4.6/4.7's, "qwen2moe" Qwen1.5/Qwen2-MoE's and "deepseek2" DeepSeek V2/V3/R1's and
  * Kimi K2's, with {@link MlaConfig multi-head latent attention}; "gemma3" Gemma 3's text model).
  */
-export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3" | "granite";
+export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3" | "granite" | "olmo2";
 
 /** Every {@link Architecture}, by the name GGUF files give it (`general.architecture`). */
-export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3", "granite"];
+export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3", "granite", "olmo2"];
 
 /**
  * Multi-head latent attention (DeepSeek V2/V3, Kimi K2). Each token's keys and values are one
@@ -197,6 +197,13 @@ export interface ModelConfig {
   qkvBias: boolean;
   /** Qwen3 normalises q and k per head before RoPE. */
   qkNorm: boolean;
+  /** The q/k norms span each token's whole projection ([heads·headDim]) instead of each head (OLMo 2). */
+  qkNormPerRow?: boolean;
+  /**
+   * The blocks read the residual stream unnormed: no `attnNorm` or `ffnNorm`, only the norms of the
+   * blocks' outputs (OLMo 2; with `postNorms`).
+   */
+  noPreNorms?: boolean;
   /** The output projection has a bias, `LayerWeights.bo` (GPT-OSS). */
   outputBias?: boolean;
   /** Each layer has a learned sink logit per query head, `LayerWeights.sinks` (GPT-OSS; AttentionOptions.sinks). */
@@ -276,7 +283,8 @@ export interface HostTensor {
  * `router` [experts, hidden] scores the experts; a model's leading dense layers hold plain matrices.
  */
 export interface LayerWeights<T> {
-  attnNorm: T;
+  /** The norm before the attention; absent where the model has none ({@link ModelConfig.noPreNorms}). */
+  attnNorm?: T;
   /** The query projection [heads·headDim, hidden]; with MLA [heads·(nope + rope), qLoraRank or hidden]. */
   wq: T;
   /** Key and value projections; absent with MLA, whose keys and values come from `wkvA`. */
@@ -300,7 +308,8 @@ export interface LayerWeights<T> {
   /** [hidden]: the norms of the attention's and the feed-forward's outputs ({@link ModelConfig.postNorms}). */
   attnPostNorm?: T;
   ffnPostNorm?: T;
-  ffnNorm: T;
+  /** The norm before the feed-forward; absent where the model has none ({@link ModelConfig.noPreNorms}). */
+  ffnNorm?: T;
   wGate: T;
   wUp: T;
   wDown: T;

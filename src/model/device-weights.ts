@@ -40,7 +40,7 @@ function uploadOptionalF32(backend: Backend, t: HostTensor | undefined): Tensor 
 
 function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeights<Tensor> {
   return {
-    attnNorm: uploadVector(backend, l.attnNorm),
+    attnNorm: uploadOptional(backend, l.attnNorm),
     wq: uploadMatrix(backend, l.wq),
     wk: uploadOptionalMatrix(backend, l.wk),
     wv: uploadOptionalMatrix(backend, l.wv),
@@ -58,7 +58,7 @@ function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeight
     kNorm: uploadOptional(backend, l.kNorm),
     attnPostNorm: uploadOptional(backend, l.attnPostNorm),
     ffnPostNorm: uploadOptional(backend, l.ffnPostNorm),
-    ffnNorm: uploadVector(backend, l.ffnNorm),
+    ffnNorm: uploadOptional(backend, l.ffnNorm),
     wGate: uploadMatrix(backend, l.wGate),
     wUp: uploadMatrix(backend, l.wUp),
     wDown: uploadMatrix(backend, l.wDown),

@@ -85,7 +85,7 @@ export function attentionBlock(
   const c = model.config;
   const n = x.shape[0];
   if (!l.wk || !l.wv) throw new ForwardInputError("The model's attention weights lack the key and value projections");
-  const h = s.keep(backend.rmsnorm(x, l.attnNorm, c.rmsNormEps));
+  const h = preNorm(backend, model, l.attnNorm, x, s);
   const { wk, wv } = l;
   // The three projections in one pass where nothing tells them apart (no biases, no adapters, one dtype).
   const oneQkv = !l.bq && !l.bk && !l.bv && !project.adapts?.("wq") && !project.adapts?.("wk") && !project.adapts?.("wv") &&
@@ -93,10 +93,17 @@ export function attentionBlock(
   const [qFlat, kFlat, vFlat] = backend.matmulQkv && oneQkv
     ? backend.matmulQkv(h, l.wq, wk, wv)
     : [project(h, l.wq, l.bq, "wq"), project(h, wk, l.bk, "wk"), project(h, wv, l.bv, "wv")];
-  let q = backend.reshape(s.keep(qFlat), [n, c.numHeads, c.headDim]);
-  let k = backend.reshape(s.keep(kFlat), [n, c.numKvHeads, c.headDim]);
+  s.keep(qFlat);
+  s.keep(kFlat);
+  let q = backend.reshape(qFlat, [n, c.numHeads, c.headDim]);
+  let k = backend.reshape(kFlat, [n, c.numKvHeads, c.headDim]);
   const v = backend.reshape(s.keep(vFlat), [n, c.numKvHeads, c.headDim]);
-  if (c.qkNorm) {
+  if (c.qkNorm && c.qkNormPerRow) {
+    // OLMo 2: one norm over each token's whole projection, before the heads are split.
+    if (!l.qNorm || !l.kNorm) throw new ForwardInputError("The model config asks for q/k norm but the weights lack it");
+    q = backend.reshape(s.keep(backend.rmsnorm(qFlat, l.qNorm, c.rmsNormEps)), [n, c.numHeads, c.headDim]);
+    k = backend.reshape(s.keep(backend.rmsnorm(kFlat, l.kNorm, c.rmsNormEps)), [n, c.numKvHeads, c.headDim]);
+  } else if (c.qkNorm) {
     if (!l.qNorm || !l.kNorm) throw new ForwardInputError("The model config asks for q/k norm but the weights lack it");
     q = s.keep(backend.rmsnorm(q, l.qNorm, c.rmsNormEps));
     k = s.keep(backend.rmsnorm(k, l.kNorm, c.rmsNormEps));
@@ -128,6 +135,13 @@ export function attentionBlock(
   return backend.add(x, postNorm(backend, model, l.attnPostNorm, o, s));
 }
 
+/** A block's input: the residual stream normed, or as it is where the model has no pre-norms (ModelConfig.noPreNorms). */
+function preNorm(backend: Backend, model: DeviceModel, weight: Tensor | undefined, x: Tensor, s: Scratch): Tensor {
+  if (weight) return s.keep(backend.rmsnorm(x, weight, model.config.rmsNormEps));
+  if (!model.config.noPreNorms) throw new ForwardInputError("The model's weights lack a layer's pre-norm");
+  return x;
+}
+
 /** A block's output normed before the residual add where the model has sandwich norms (ModelConfig.postNorms). */
 function postNorm(backend: Backend, model: DeviceModel, weight: Tensor | undefined, y: Tensor, s: Scratch): Tensor {
   if (!model.config.postNorms) return y;
@@ -157,7 +171,7 @@ function swiglu(
 }
 
 export function mlpBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch, project: Project): Tensor {
-  const h = s.keep(backend.rmsnorm(x, l.ffnNorm, model.config.rmsNormEps));
+  const h = preNorm(backend, model, l.ffnNorm, x, s);
   const gelu = model.config.ffnActivation === "gelu";
   const r = model.config.residualScale;
   if (r !== undefined) return backend.add(x, s.keep(scaled(backend, s.keep(swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project, gelu)), r)));
@@ -188,7 +202,7 @@ export function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<T
   if (!l.router) throw new ForwardInputError("The model config asks for experts but the weights lack a router");
   if (moe.selectionBias && !l.routerBias) throw new ForwardInputError("The model config asks for a router selection bias but the weights lack it");
   if (moe.routerLogitBias && !l.routerLogitBias) throw new ForwardInputError("The model config asks for a router logit bias but the weights lack it");
-  const h = s.keep(backend.rmsnorm(x, l.ffnNorm, c.rmsNormEps));
+  const h = preNorm(backend, model, l.ffnNorm, x, s);
   const logits = s.keep(backend.matmul(h, l.router, l.routerLogitBias));
   const { ids, weights } = backend.moeRoute(logits, moe.numExpertsUsed, {
     normalize: moe.normalizeTopK,

@@ -97,10 +97,15 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     throw new ModelLoadError(`Model "${path}" has ${nextn} next-token-prediction layers of its ${blocks} blocks`);
   }
   const numLayers = blocks - nextn;
-  const slidingWindow = architecture === "gpt-oss" ? ggufSlidingWindow(meta, arch, numLayers, ropeTheta, path) : undefined;
+  // OLMo 3 (llama.cpp's olmo2 with a window): three layers of four slide, by default with the others' RoPE base.
+  const slidingWindow = architecture === "gpt-oss"
+    ? ggufSlidingWindow(meta, arch, numLayers, ropeTheta, path)
+    : architecture === "olmo2"
+    ? ggufSlidingWindow(meta, arch, numLayers, ropeTheta, path, { pattern: 4, swaTheta: ropeTheta })
+    : undefined;
   const gemma3 = architecture === "gemma3" ? ggufGemma3(meta, arch, { hiddenSize, numHeads, headDim, rotaryDim: ropeDim, numLayers, ropeTheta }, path) : undefined;
   // Phi-3's window is not applied, as llama.cpp does not apply it (phi3.ts).
-  if (architecture !== "gpt-oss" && architecture !== "gemma3" && architecture !== "phi3" && meta.has(`${arch}.attention.sliding_window`)) {
+  if (!["gpt-oss", "gemma3", "phi3", "olmo2"].includes(architecture) && meta.has(`${arch}.attention.sliding_window`)) {
     throw new ModelLoadError(`Model "${path}" declares a sliding window, which the "${arch}" architecture does not support`);
   }
   const sampling = ggufSamplingDefaults(meta, path);
@@ -131,6 +136,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...gemma3,
     ...(architecture === "smollm3" ? { nopeLayers: nopeEvery(numLayers, SMOLLM3_NOPE_INTERVAL) } : {}),
     ...(architecture === "granite" ? ggufGranite(meta, arch, path) : {}),
+    // OLMo 2: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection.
+    ...(architecture === "olmo2" ? { noPreNorms: true, postNorms: true, qkNormPerRow: tensors.get(GGUF_TENSOR_NAMES.layer(0, "qNorm"))?.shape[0] === numHeads * headDim } : {}),
     bosTokenId: validId(bos) ? bos : undefined,
     eosTokenIds,
     addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama" || (tokModel === "gpt2" && preAddsBos(meta.string("tokenizer.ggml.pre", "default")))),

@@ -7,7 +7,7 @@ import { type Architecture, ARCHITECTURES, type ModelConfig, ModelLoadError, typ
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
 import { GLM4_MOE_DEFAULTS, hfDeepseekAttention, hfDeepseekMoe } from "./hf-deepseek.ts";
 import { hfHeadDim, isJsonObject, type Json, num, positiveInt } from "./hf-json.ts";
-import { hfGptOss } from "./hf-gpt-oss.ts";
+import { hfGptOss, hfSlidingWindow } from "./hf-gpt-oss.ts";
 import { hfGemma3 } from "./hf-gemma3.ts";
 import { hfTiedEmbeddings } from "./hf-defaults.ts";
 import { hfLongRope } from "./phi3.ts";
@@ -27,6 +27,8 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Phi3ForCausalLM: "phi3",
   SmolLM3ForCausalLM: "smollm3",
   GraniteForCausalLM: "granite",
+  Olmo2ForCausalLM: "olmo2",
+  Olmo3ForCausalLM: "olmo2",
   MixtralForCausalLM: "llama",
   // config.json's model_type, for files without `architectures`
   qwen2_moe: "qwen2moe",
@@ -39,6 +41,8 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   phi3: "phi3",
   smollm3: "smollm3",
   granite: "granite",
+  olmo2: "olmo2",
+  olmo3: "olmo2",
   mixtral: "llama",
 };
 
@@ -102,10 +106,12 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(phi3?.ropeMagnitude !== undefined ? { ropeMagnitude: phi3.ropeMagnitude } : {}),
     ...(architecture === "smollm3" ? { nopeLayers: hfNopeLayers(cfg, numLayers, path) } : {}),
     ...(architecture === "granite" ? hfGranite(cfg, path) : {}),
+    // OLMo 2 and 3: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection; OLMo 3's three layers of four slide.
+    ...(architecture === "olmo2" ? { noPreNorms: true, postNorms: true, qkNormPerRow: true, ...hfSlidingWindow(cfg, numLayers, path, (i) => i % 4 < 3) } : {}),
     contextLength,
     tiedEmbeddings: hfTiedEmbeddings(cfg, architecture, path),
     qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
-    qkNorm: architecture === "qwen3" || architecture === "qwen3moe" || architecture === "gemma3" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
+    qkNorm: architecture === "qwen3" || architecture === "qwen3moe" || architecture === "gemma3" || architecture === "olmo2" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
     bosTokenId: bos,
     eosTokenIds,
     addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",

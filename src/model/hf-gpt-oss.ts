@@ -42,14 +42,18 @@ export function hfGptOss(cfg: Json, theta: number, headDim: number, numLayers: n
   return { moe, ...hfSlidingWindow(cfg, numLayers, path), ...hfGptOssYarn(cfg, theta, headDim, path) };
 }
 
-function hfSlidingWindow(cfg: Json, numLayers: number, path: string): { slidingWindow?: SlidingWindow } {
+/**
+ * config.json's `sliding_window` on the layers `layer_types` marks "sliding_attention", or where it
+ * lists none, on those `slides` picks (GPT-OSS's even layers by default); none for a window of 0 or null.
+ */
+export function hfSlidingWindow(cfg: Json, numLayers: number, path: string, slides: (layer: number) => boolean = (i) => i % 2 === 0): { slidingWindow?: SlidingWindow } {
   const size = cfg.sliding_window;
   if (size === undefined || size === null || size === 0) return {};
   if (typeof size !== "number" || !Number.isInteger(size) || size < 1) {
     throw new ModelLoadError(`"sliding_window" in "${path}" should be a positive whole number of positions, got ${JSON.stringify(size)}`);
   }
   const types = cfg.layer_types;
-  if (types === undefined) return { slidingWindow: { size, layers: Array.from({ length: numLayers }, (_, i) => i % 2 === 0) } };
+  if (types === undefined) return { slidingWindow: { size, layers: Array.from({ length: numLayers }, (_, i) => slides(i)) } };
   if (!Array.isArray(types) || types.length !== numLayers || !types.every((t) => t === "sliding_attention" || t === "full_attention")) {
     throw new ModelLoadError(`"layer_types" in "${path}" should list "sliding_attention" or "full_attention" for each of its ${numLayers} layers, got ${JSON.stringify(types)}`);
   }

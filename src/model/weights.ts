@@ -156,8 +156,9 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): num
     case "bv":
       return [kv];
     case "qNorm":
+      return [c.qkNormPerRow ? q : c.headDim];
     case "kNorm":
-      return [c.headDim];
+      return [c.qkNormPerRow ? kv : c.headDim];
     case "wGate":
     case "wUp":
       return [...experts, ff, c.hiddenSize];
@@ -196,7 +197,7 @@ export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
   const attention: LayerRole[] = !mla
     ? ["wq", "wk", "wv"]
     : [...(mla.qLoraRank > 0 ? ["wqA", "qANorm"] as const : []), "wq", "wkvA", "kvANorm", "wkB", "wvB"];
-  const roles: LayerRole[] = ["attnNorm", ...attention, "wo", "ffnNorm", "wGate", "wUp", "wDown"];
+  const roles: LayerRole[] = config.noPreNorms ? [...attention, "wo", "wGate", "wUp", "wDown"] : ["attnNorm", ...attention, "wo", "ffnNorm", "wGate", "wUp", "wDown"];
   if (config.qkvBias) roles.push("bq", "bk", "bv");
   if (config.outputBias) roles.push("bo");
   if (config.attentionSinks) roles.push("sinks");

@@ -121,7 +121,7 @@ export function naiveLogits(model: HostModel, tokens: readonly number[]): Float6
     const vals: Float64Array[][] = [];
     const queries: Float64Array[][] = [];
     xs.forEach((x, pos) => {
-      const h = rms(x, f(l.attnNorm), c.rmsNormEps);
+      const h = rms(x, f(l.attnNorm!), c.rmsNormEps);
       const q = linear(h, f(l.wq), c.numHeads * D, l.bq && f(l.bq));
       const k = linear(h, f(l.wk!), c.numKvHeads * D, l.bk && f(l.bk));
       const v = linear(h, f(l.wv!), c.numKvHeads * D, l.bv && f(l.bv));
@@ -148,7 +148,7 @@ export function naiveLogits(model: HostModel, tokens: readonly number[]): Float6
       }
       const o = linear(att, f(l.wo), c.hiddenSize);
       const x2 = x.map((v, i) => v + o[i]);
-      const h2 = rms(x2, f(l.ffnNorm), c.rmsNormEps);
+      const h2 = rms(x2, f(l.ffnNorm!), c.rmsNormEps);
       const g = linear(h2, f(l.wGate), c.intermediateSize);
       const u = linear(h2, f(l.wUp), c.intermediateSize);
       const act = g.map((gv, i) => (gv / (1 + Math.exp(-gv))) * u[i]);

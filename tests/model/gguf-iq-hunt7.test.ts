@@ -67,7 +67,7 @@ test("loadModel() keeps every i-quant matrix as the file stores it, names and sh
   }
   assert.deepEqual(l.wq.shape, [256, 256]);
   assert.deepEqual(m.weights.tokenEmbedding.shape, [300, 256]);
-  assert.equal(l.attnNorm.dtype, "f32");
+  assert.equal(l.attnNorm?.dtype, "f32");
   assert.deepEqual(progress.filter((p) => p.note !== undefined), []);
   const logits = await stepLogits(createReferenceBackend(), m, [{ tokens: [1, 5, 9], startPos: 0, blockTable: [0] }]);
   assert.ok(Array.from(logits).every(Number.isFinite));

@@ -56,7 +56,7 @@ test("loadModel() reads stories260K's config and reports progress up to the tota
   assert.equal(c.ropeLayout, "normal");
   assert.deepEqual([c.bosTokenId, c.eosTokenIds, c.addBos, c.qkvBias, c.qkNorm], [1, [2], true, false, false]);
   assert.equal(m.weights.layers.length, 5);
-  assert.equal(m.weights.layers[0].attnNorm.dtype, "f32");
+  assert.equal(m.weights.layers[0].attnNorm?.dtype, "f32");
   assert.ok(progress.length > 10);
   for (let i = 1; i < progress.length; i++) assert.ok(progress[i].bytesRead > progress[i - 1].bytesRead);
   const last = progress[progress.length - 1];
@@ -210,7 +210,7 @@ test("decodeToF32() of loaded norm weights equals the written values", async () 
   await writeFile(`${dir}/q8.gguf`, ggufBytes(spec, w));
   const m = await loadModel(`${dir}/q8.gguf`);
   assert.equal(m.weights.layers[0].wUp.dtype, "q8_0");
-  const norm = m.weights.layers[1].ffnNorm;
+  const norm = m.weights.layers[1].ffnNorm!;
   assert.deepEqual(decodeToF32(norm.data, "f32", spec.hidden), w.get("model.layers.1.post_attention_layernorm.weight")!.values);
 });
 

@@ -68,7 +68,7 @@ export interface ModelFileSpec {
    * (GGUF `yarn_log_multiplier`); gpt-oss without (RoPE's magnitude scaled by 0.1·ln(factor) + 1).
    */
   yarn?: { factor: number; originalContext: number; betaFast: number; betaSlow: number; mscaleAllDim?: number };
-  /** The sliding window in positions: GPT-OSS's every other layer, from layer 0; Gemma 3's five layers of six. */
+  /** The sliding window in positions: GPT-OSS's every other layer, from layer 0; Gemma 3's five layers of six; OLMo 3's three of four. */
   slidingWindow?: number;
   /** Gemma 3's linear RoPE scaling of its global layers (GGUF `rope.scaling.type` "linear"). */
   ropeLinearFactor?: number;
@@ -132,7 +132,9 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
       put(p + "hnorm.weight", [hidden], 0.2, 1);
       put(p + "shared_head.norm.weight", [hidden], 0.2, 1);
     }
-    put(p + "input_layernorm.weight", [hidden], 0.2, 1);
+    // OLMo 2 norms only its blocks' outputs.
+    const olmo = spec.architecture === "olmo2";
+    if (!olmo) put(p + "input_layernorm.weight", [hidden], 0.2, 1);
     const mla = spec.mla;
     if (mla) {
       // DeepSeek V3's attention: q through a low-rank bottleneck, one latent + RoPE key per token.
@@ -164,17 +166,16 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
       put(p + "self_attn.sinks", [heads], 3);
     }
     const gemma = spec.architecture === "gemma3";
-    if (spec.architecture === "qwen3" || spec.architecture === "qwen3moe" || gemma) {
-      put(p + "self_attn.q_norm.weight", [hd], 0.2, 1);
-      put(p + "self_attn.k_norm.weight", [hd], 0.2, 1);
+    if (spec.architecture === "qwen3" || spec.architecture === "qwen3moe" || gemma || olmo) {
+      // OLMo 2's norms span the whole projection.
+      put(p + "self_attn.q_norm.weight", [olmo ? heads * hd : hd], 0.2, 1);
+      put(p + "self_attn.k_norm.weight", [olmo ? kvHeads * hd : hd], 0.2, 1);
     }
     // Gemma's post_attention_layernorm norms the attention's output; its feed-forward has a norm on
     // each side. As llama.cpp's converter writes them: Gemma's 1 + w already added.
     put(p + "post_attention_layernorm.weight", [hidden], 0.2, 1);
-    if (gemma) {
-      put(p + "pre_feedforward_layernorm.weight", [hidden], 0.2, 1);
-      put(p + "post_feedforward_layernorm.weight", [hidden], 0.2, 1);
-    }
+    if (gemma) put(p + "pre_feedforward_layernorm.weight", [hidden], 0.2, 1);
+    if (gemma || olmo) put(p + "post_feedforward_layernorm.weight", [hidden], 0.2, 1);
     const experts = spec.experts;
     if (experts && i >= (experts.denseLayers ?? 0)) {
       const mixtral = spec.architecture === "llama";
@@ -331,7 +332,7 @@ function ggufName(spec: ModelFileSpec, hf: string): string {
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
   if (!m || !GGUF_LAYER[m[2]]) throw new Error(`No GGUF name for ${hf}`);
   // GLM-4.5's converter names the pre-feed-forward norm after HF's; Gemma's is the attention's post-norm.
-  if ((spec.architecture === "glm4moe" || spec.architecture === "gpt-oss" || spec.architecture === "gemma3") && m[2] === "post_attention_layernorm.weight") {
+  if (["glm4moe", "gpt-oss", "gemma3", "olmo2"].includes(spec.architecture) && m[2] === "post_attention_layernorm.weight") {
     return `blk.${m[1]}.post_attention_norm.weight`;
   }
   return `blk.${m[1]}.${GGUF_LAYER[m[2]]}`;
@@ -592,6 +593,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     phi3: ["Phi3ForCausalLM", "phi3"],
     smollm3: ["SmolLM3ForCausalLM", "smollm3"],
     granite: ["GraniteForCausalLM", "granite"],
+    olmo2: ["Olmo2ForCausalLM", "olmo2"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {
@@ -609,6 +611,9 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     ...(spec.architecture === "glm4moe" ? { attention_bias: true, use_qk_norm: false } : {}),
     ...(gemma ? gemma3HfConfig(spec) : {}),
     ...(spec.architecture === "phi3" ? phi3HfConfig(spec) : {}),
+    ...(spec.architecture === "olmo2" && spec.slidingWindow
+      ? { architectures: ["Olmo3ForCausalLM"], model_type: "olmo3", sliding_window: spec.slidingWindow, layer_types: Array.from({ length: spec.layers }, (_, i) => (i % 4 < 3 ? "sliding_attention" : "full_attention")) }
+      : {}),
     ...(spec.granite
       ? { embedding_multiplier: spec.granite.embedding, attention_multiplier: spec.granite.attention, residual_multiplier: spec.granite.residual, logits_scaling: spec.granite.logit }
       : {}),

@@ -270,6 +270,15 @@ const CASES: OracleCase[] = [
     tol: 1e-4,
     hf: true,
   },
+  // OLMo 2: no pre-norms, the blocks' outputs normed before their residual adds, q and k normed over
+  // the whole projection; OLMo 3 (same architecture in llama.cpp): three layers of four slide (window 5).
+  { name: "olmo2 post-norms only, row-wide q/k norms, f32", spec: { ...BASE, architecture: "olmo2", seed: 174, ropeTheta: 10000 }, tol: 1e-4, hf: true },
+  {
+    name: "olmo2 (OLMo 3) sliding window 5 on three layers of four, f32",
+    spec: { ...BASE, architecture: "olmo2", layers: 8, seed: 175, ropeTheta: 10000, slidingWindow: 5 },
+    tol: 1e-4,
+    hf: true,
+  },
   { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
   // Llama 3.1 frequency scaling: the GGUF carries rope_freqs.weight, the HF dir llama3 rope_scaling.
   // Base 100 and an original context of 128 give a 16-wide head divisors from ~1.5 to 8 on every

@@ -1,0 +1,58 @@
+/**
+ * Loading OLMo 2 and 3 (olmo2): no pre-norms, the blocks' outputs normed, q/k norms over the whole
+ * projection, OLMo 3's three sliding layers of four, from GGUFs and from Olmo2/Olmo3ForCausalLM
+ * checkpoints, and what is refused. The forward is checked against llama.cpp in
+ * tests/oracle/llama-cpp.test.ts.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import { gguf as g } from "../../src/model/gguf-writer.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { writeFile } from "../../src/runtime/fs.ts";
+import { test } from "../harness.ts";
+import { expectLoadError, type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
+
+const dir = mkdtempSync(`${tmpdir()}/olmo2-`);
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+
+const SPEC: ModelFileSpec = { architecture: "olmo2", hidden: 32, layers: 8, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 95 };
+const THREE_OF_FOUR = [true, true, true, false, true, true, true, false];
+
+async function write(name: string, spec: ModelFileSpec, extras?: GgufExtras): Promise<string> {
+  await writeFile(`${dir}/${name}.gguf`, ggufBytes(spec, randomHfWeights(spec), undefined, extras));
+  return `${dir}/${name}.gguf`;
+}
+
+async function hfDir(name: string, spec: ModelFileSpec, edit: (cfg: Record<string, unknown>) => Record<string, unknown> = (c) => c): Promise<string> {
+  const path = `${dir}/${name}`;
+  await writeHfDirectory(path, spec, randomHfWeights(spec));
+  const cfgPath = `${path}/config.json`;
+  await writeFile(cfgPath, JSON.stringify(edit(JSON.parse(readFileSync(cfgPath, "utf8")))));
+  return path;
+}
+
+test("loadModel() reads an olmo2 GGUF: no pre-norms, output norms, q/k norms over the whole projection", async () => {
+  const m = await loadModel(await write("m", SPEC));
+  const c = m.config;
+  assert.deepEqual([c.architecture, c.noPreNorms, c.postNorms, c.qkNorm, c.qkNormPerRow, c.slidingWindow], ["olmo2", true, true, true, true, undefined]);
+  const l = m.weights.layers[0];
+  assert.deepEqual([l.attnNorm, l.ffnNorm, l.qNorm?.shape, l.kNorm?.shape, l.attnPostNorm?.shape, l.ffnPostNorm?.shape], [undefined, undefined, [32], [16], [32], [32]]);
+});
+
+test("loadModel() reads OLMo 3's sliding layers (three of four) from its GGUF and from Olmo3ForCausalLM's layer_types", async () => {
+  const spec = { ...SPEC, slidingWindow: 5 };
+  assert.deepEqual((await loadModel(await write("sw", spec))).config.slidingWindow, { size: 5, layers: THREE_OF_FOUR });
+  const patterned = await loadModel(await write("sw2", spec, { metadata: [["olmo2.attention.sliding_window_pattern", g.u32(2)]] }));
+  assert.deepEqual(patterned.config.slidingWindow?.layers, [true, false, true, false, true, false, true, false]);
+  const hf = await loadModel(await hfDir("hf3", spec));
+  assert.deepEqual([hf.config.noPreNorms, hf.config.qkNormPerRow, hf.config.slidingWindow], [true, true, { size: 5, layers: THREE_OF_FOUR }]);
+  assert.equal((await loadModel(await hfDir("hf2", SPEC))).config.slidingWindow, undefined, "OLMo 2's config.json has no window");
+});
+
+test("loadModel() refuses OLMo configs it would run wrongly, naming the problem", async () => {
+  await expectLoadError(loadModel(await write("yarn", SPEC, { metadata: [["olmo2.rope.scaling.type", g.str("yarn")], ["olmo2.rope.scaling.factor", g.f32(8)]] })), /uses RoPE scaling type "yarn"/);
+  await expectLoadError(loadModel(await hfDir("hf-yarn", SPEC, (c) => ({ ...c, rope_scaling: { rope_type: "yarn", factor: 8 } }))), /uses rope_scaling type "yarn"/);
+  await expectLoadError(loadModel(await hfDir("hf-types", { ...SPEC, slidingWindow: 5 }, (c) => ({ ...c, layer_types: ["sliding_attention"] }))), /"layer_types" in ".*" should list/);
+});
