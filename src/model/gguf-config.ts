@@ -3,7 +3,7 @@
  * (experts: gguf-moe.ts; DeepSeek's latent attention: gguf-deepseek.ts; GPT-OSS's and Gemma 3's
  * additions: gguf-gpt-oss.ts, gguf-gemma3.ts).
  */
-import { type Architecture, ARCHITECTURES, type ModelConfig, ModelLoadError, nopeEvery, POOLING_TYPES } from "./config.ts";
+import { type Architecture, ARCHITECTURES, type ModelConfig, ModelLoadError, nopeEvery, POOLING_TYPES, type SlidingWindow, slidingLayers } from "./config.ts";
 import { GgufMetadata, perLayerNumber, positiveInteger } from "./gguf-metadata.ts";
 import { ggufSamplingDefaults } from "./gguf-sampling.ts";
 import type { GgufHeader } from "./gguf-reader.ts";
@@ -17,6 +17,15 @@ import { preAddsBos } from "./tokenizer-bpe.ts";
 
 /** SmolLM3's NoPE period: llama.cpp fixes it at 4 (no GGUF key), as transformers' default `no_rope_layer_interval`. */
 const SMOLLM3_NOPE_INTERVAL = 4;
+
+/**
+ * EXAONE 4's window as llama.cpp reads it: only the 64-layer 32B slides (three layers of four, window
+ * `attention.sliding_window` or 4096); the 1.2B's every layer sees the whole context, whatever the file says.
+ */
+function exaone4Window(meta: GgufMetadata, arch: string, numLayers: number): SlidingWindow | undefined {
+  if (numLayers !== 64) return undefined;
+  return { size: meta.number(`${arch}.attention.sliding_window`, 4096), layers: slidingLayers(numLayers, 4) };
+}
 
 /** Builds the ModelConfig from GGUF metadata and the tensors present. */
 export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
@@ -102,10 +111,12 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ? ggufSlidingWindow(meta, arch, numLayers, ropeTheta, path)
     : architecture === "olmo2"
     ? ggufSlidingWindow(meta, arch, numLayers, ropeTheta, path, { pattern: 4, swaTheta: ropeTheta })
+    : architecture === "exaone4"
+    ? exaone4Window(meta, arch, numLayers)
     : undefined;
   const gemma3 = architecture === "gemma3" ? ggufGemma3(meta, arch, { hiddenSize, numHeads, headDim, rotaryDim: ropeDim, numLayers, ropeTheta }, path) : undefined;
   // Phi-3's window is not applied, as llama.cpp does not apply it (phi3.ts).
-  if (!["gpt-oss", "gemma3", "phi3", "olmo2"].includes(architecture) && meta.has(`${arch}.attention.sliding_window`)) {
+  if (!["gpt-oss", "gemma3", "phi3", "olmo2", "exaone4"].includes(architecture) && meta.has(`${arch}.attention.sliding_window`)) {
     throw new ModelLoadError(`Model "${path}" declares a sliding window, which the "${arch}" architecture does not support`);
   }
   const sampling = ggufSamplingDefaults(meta, path);
@@ -136,6 +147,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...gemma3,
     ...(architecture === "smollm3" ? { nopeLayers: nopeEvery(numLayers, SMOLLM3_NOPE_INTERVAL) } : {}),
     ...(architecture === "granite" ? ggufGranite(meta, arch, path) : {}),
+    // EXAONE 4: OLMo 2's norms with per-head q/k norms; its global layers (the 32B's every fourth) turn nothing.
+    ...(architecture === "exaone4" ? { noPreNorms: true, postNorms: true, ...(slidingWindow ? { nopeLayers: slidingWindow.layers.map((s) => !s) } : {}) } : {}),
     // OLMo 2: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection.
     ...(architecture === "olmo2" ? { noPreNorms: true, postNorms: true, qkNormPerRow: tensors.get(GGUF_TENSOR_NAMES.layer(0, "qNorm"))?.shape[0] === numHeads * headDim } : {}),
     bosTokenId: validId(bos) ? bos : undefined,

@@ -29,6 +29,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   GraniteForCausalLM: "granite",
   Olmo2ForCausalLM: "olmo2",
   Olmo3ForCausalLM: "olmo2",
+  Exaone4ForCausalLM: "exaone4",
   MixtralForCausalLM: "llama",
   // config.json's model_type, for files without `architectures`
   qwen2_moe: "qwen2moe",
@@ -43,6 +44,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   granite: "granite",
   olmo2: "olmo2",
   olmo3: "olmo2",
+  exaone4: "exaone4",
   mixtral: "llama",
 };
 
@@ -108,10 +110,11 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(architecture === "granite" ? hfGranite(cfg, path) : {}),
     // OLMo 2 and 3: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection; OLMo 3's three layers of four slide.
     ...(architecture === "olmo2" ? { noPreNorms: true, postNorms: true, qkNormPerRow: true, ...hfSlidingWindow(cfg, numLayers, path, (i) => i % 4 < 3) } : {}),
+    ...(architecture === "exaone4" ? hfExaone4(cfg, numLayers, path) : {}),
     contextLength,
     tiedEmbeddings: hfTiedEmbeddings(cfg, architecture, path),
     qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
-    qkNorm: architecture === "qwen3" || architecture === "qwen3moe" || architecture === "gemma3" || architecture === "olmo2" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
+    qkNorm: architecture === "qwen3" || architecture === "qwen3moe" || architecture === "gemma3" || architecture === "olmo2" || architecture === "exaone4" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
     bosTokenId: bos,
     eosTokenIds,
     addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",
@@ -189,6 +192,17 @@ function hfNopeLayers(cfg: Json, numLayers: number, path: string): boolean[] {
     throw new ModelLoadError(`"no_rope_layers" in "${path}" should list 0 or 1 for each of the ${numLayers} layers, got ${JSON.stringify(flags)}`);
   }
   return flags.slice(0, numLayers).map((f) => f === 0);
+}
+
+/**
+ * Exaone4Config's layers: OLMo 2's norms with per-head q/k norms; `sliding_window` on the layers
+ * `layer_types` marks (transformers' default: every fourth global), the global ones turning nothing
+ * (no RoPE where the model slides); none for a null window (the 1.2B).
+ */
+function hfExaone4(cfg: Json, numLayers: number, path: string): Partial<ModelConfig> {
+  const window = hfSlidingWindow({ ...cfg, sliding_window: cfg.sliding_window === undefined ? 4096 : cfg.sliding_window }, numLayers, path, (i) => (i + 1) % 4 !== 0);
+  const w = window.slidingWindow;
+  return { noPreNorms: true, postNorms: true, ...(w ? { slidingWindow: w, nopeLayers: w.layers.map((s) => !s) } : {}) };
 }
 
 /** transformers 5 moves rope_theta into `rope_parameters`. */

@@ -132,9 +132,10 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
       put(p + "hnorm.weight", [hidden], 0.2, 1);
       put(p + "shared_head.norm.weight", [hidden], 0.2, 1);
     }
-    // OLMo 2 norms only its blocks' outputs.
+    // OLMo 2 and EXAONE 4 norm only their blocks' outputs.
     const olmo = spec.architecture === "olmo2";
-    if (!olmo) put(p + "input_layernorm.weight", [hidden], 0.2, 1);
+    const postOnly = olmo || spec.architecture === "exaone4";
+    if (!postOnly) put(p + "input_layernorm.weight", [hidden], 0.2, 1);
     const mla = spec.mla;
     if (mla) {
       // DeepSeek V3's attention: q through a low-rank bottleneck, one latent + RoPE key per token.
@@ -166,7 +167,7 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
       put(p + "self_attn.sinks", [heads], 3);
     }
     const gemma = spec.architecture === "gemma3";
-    if (spec.architecture === "qwen3" || spec.architecture === "qwen3moe" || gemma || olmo) {
+    if (spec.architecture === "qwen3" || spec.architecture === "qwen3moe" || gemma || postOnly) {
       // OLMo 2's norms span the whole projection.
       put(p + "self_attn.q_norm.weight", [olmo ? heads * hd : hd], 0.2, 1);
       put(p + "self_attn.k_norm.weight", [olmo ? kvHeads * hd : hd], 0.2, 1);
@@ -175,7 +176,7 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
     // each side. As llama.cpp's converter writes them: Gemma's 1 + w already added.
     put(p + "post_attention_layernorm.weight", [hidden], 0.2, 1);
     if (gemma) put(p + "pre_feedforward_layernorm.weight", [hidden], 0.2, 1);
-    if (gemma || olmo) put(p + "post_feedforward_layernorm.weight", [hidden], 0.2, 1);
+    if (gemma || postOnly) put(p + "post_feedforward_layernorm.weight", [hidden], 0.2, 1);
     const experts = spec.experts;
     if (experts && i >= (experts.denseLayers ?? 0)) {
       const mixtral = spec.architecture === "llama";
@@ -332,7 +333,7 @@ function ggufName(spec: ModelFileSpec, hf: string): string {
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
   if (!m || !GGUF_LAYER[m[2]]) throw new Error(`No GGUF name for ${hf}`);
   // GLM-4.5's converter names the pre-feed-forward norm after HF's; Gemma's is the attention's post-norm.
-  if (["glm4moe", "gpt-oss", "gemma3", "olmo2"].includes(spec.architecture) && m[2] === "post_attention_layernorm.weight") {
+  if (["glm4moe", "gpt-oss", "gemma3", "olmo2", "exaone4"].includes(spec.architecture) && m[2] === "post_attention_layernorm.weight") {
     return `blk.${m[1]}.post_attention_norm.weight`;
   }
   return `blk.${m[1]}.${GGUF_LAYER[m[2]]}`;
@@ -594,6 +595,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     smollm3: ["SmolLM3ForCausalLM", "smollm3"],
     granite: ["GraniteForCausalLM", "granite"],
     olmo2: ["Olmo2ForCausalLM", "olmo2"],
+    exaone4: ["Exaone4ForCausalLM", "exaone4"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {
@@ -616,6 +618,9 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
       : {}),
     ...(spec.granite
       ? { embedding_multiplier: spec.granite.embedding, attention_multiplier: spec.granite.attention, residual_multiplier: spec.granite.residual, logits_scaling: spec.granite.logit }
+      : {}),
+    ...(spec.architecture === "exaone4"
+      ? { sliding_window: spec.slidingWindow ?? null, layer_types: Array.from({ length: spec.layers }, (_, i) => (spec.slidingWindow && (i + 1) % 4 !== 0 ? "sliding_attention" : "full_attention")) }
       : {}),
     rms_norm_eps: 1e-5,
     rope_theta: ropeThetaOf(spec),

@@ -1,5 +1,5 @@
 /**
- * Loading OLMo 2 and 3 (olmo2): no pre-norms, the blocks' outputs normed, q/k norms over the whole
+ * Loading OLMo 2 and 3 (olmo2) and EXAONE 4 (exaone4): no pre-norms, the blocks' outputs normed, q/k norms over the whole
  * projection, OLMo 3's three sliding layers of four, from GGUFs and from Olmo2/Olmo3ForCausalLM
  * checkpoints, and what is refused. The forward is checked against llama.cpp in
  * tests/oracle/llama-cpp.test.ts.
@@ -55,4 +55,21 @@ test("loadModel() refuses OLMo configs it would run wrongly, naming the problem"
   await expectLoadError(loadModel(await write("yarn", SPEC, { metadata: [["olmo2.rope.scaling.type", g.str("yarn")], ["olmo2.rope.scaling.factor", g.f32(8)]] })), /uses RoPE scaling type "yarn"/);
   await expectLoadError(loadModel(await hfDir("hf-yarn", SPEC, (c) => ({ ...c, rope_scaling: { rope_type: "yarn", factor: 8 } }))), /uses rope_scaling type "yarn"/);
   await expectLoadError(loadModel(await hfDir("hf-types", { ...SPEC, slidingWindow: 5 }, (c) => ({ ...c, layer_types: ["sliding_attention"] }))), /"layer_types" in ".*" should list/);
+});
+
+const EXAONE: ModelFileSpec = { ...SPEC, architecture: "exaone4", layers: 64 };
+
+test("loadModel() reads EXAONE 4: OLMo 2's norms with per-head q/k norms; only the 64-layer 32B slides, its global layers without RoPE", async () => {
+  const big = (await loadModel(await write("exaone-32b", { ...EXAONE, slidingWindow: 5 }))).config;
+  const slides = Array.from({ length: 64 }, (_, i) => i % 4 < 3);
+  assert.deepEqual([big.noPreNorms, big.postNorms, big.qkNorm, big.qkNormPerRow], [true, true, true, undefined]);
+  assert.deepEqual([big.slidingWindow, big.nopeLayers], [{ size: 5, layers: slides }, slides.map((s) => !s)]);
+  // llama.cpp slides the 32B at 4096 where its file names no window, and never the 1.2B (30 layers).
+  assert.equal((await loadModel(await write("exaone-32b-default", EXAONE))).config.slidingWindow?.size, 4096);
+  const small = (await loadModel(await write("exaone-small", { ...EXAONE, layers: 30, slidingWindow: 5 }))).config;
+  assert.deepEqual([small.slidingWindow, small.nopeLayers], [undefined, undefined]);
+  const hf = (await loadModel(await hfDir("exaone-hf", { ...EXAONE, slidingWindow: 5 }))).config;
+  assert.deepEqual([hf.slidingWindow, hf.nopeLayers], [{ size: 5, layers: slides }, slides.map((s) => !s)]);
+  const hfSmall = (await loadModel(await hfDir("exaone-hf-small", { ...EXAONE, layers: 30 }))).config;
+  assert.deepEqual([hfSmall.slidingWindow, hfSmall.nopeLayers], [undefined, undefined], "sliding_window null: every layer global, with RoPE");
 });

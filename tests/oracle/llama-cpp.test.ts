@@ -279,6 +279,15 @@ const CASES: OracleCase[] = [
     tol: 1e-4,
     hf: true,
   },
+  // EXAONE 4: OLMo 2's norms with per-head q/k norms. Only the 64-layer 32B slides (llama.cpp tells it by
+  // its layer count): three layers of four with RoPE and a window, every fourth global without RoPE.
+  { name: "exaone4 1.2B layout (no window), f32", spec: { ...BASE, architecture: "exaone4", seed: 176, ropeTheta: 10000 }, tol: 1e-4, hf: true },
+  {
+    name: "exaone4 32B layout: 64 layers, window 5 on three of four, global layers without RoPE, f32",
+    spec: { ...BASE, architecture: "exaone4", layers: 64, seed: 177, ropeTheta: 10000, slidingWindow: 5 },
+    tol: 1e-4,
+    hf: true,
+  },
   { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
   // Llama 3.1 frequency scaling: the GGUF carries rope_freqs.weight, the HF dir llama3 rope_scaling.
   // Base 100 and an original context of 128 give a 16-wide head divisors from ~1.5 to 8 on every
