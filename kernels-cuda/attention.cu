@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(32 * DEC_WARPS, 2) decode_kernel(AttnArgs a, c
         float s = 0.f;
 #pragma unroll
         for (int e = 0; e < EPL; e++) s = fmaf(q[j][e], k[u][e], s);
-        s = warp_sum(s);
+        s = soft_capped(warp_sum(s), a.softcap);
         const float mn = fmaxf(m[j], s);
         const float corr = exp2f(m[j] - mn), pe = exp2f(s - mn);
         l[j] = l[j] * corr + pe;

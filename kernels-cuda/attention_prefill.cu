@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(32 * PF_WARPS) prefill_kernel(AttnArgs a, cons
       const int row = warp * PF_RPW + r;
       const int pos = s_pos[row];
       const bool valid = row < count && k0 + lane <= pos && (a.window <= 0 || pos - (k0 + lane) < a.window);
-      const float sv = valid ? s[r] : -INFINITY;
+      const float sv = valid ? soft_capped(s[r], a.softcap) : -INFINITY;
       const float mn = fmaxf(m[r], warp_max(sv));
       float pe = 0.f, corr = 1.f;
       if (mn != -INFINITY) {

@@ -60,6 +60,7 @@ class Context : public Napi::ObjectWrap<Context> {
                            InstanceMethod<&Context::SiluMul>("siluMul"),
                            InstanceMethod<&Context::GeluMul>("geluMul"),
                            InstanceMethod<&Context::SwigluOai>("swigluOai"),
+                           InstanceMethod<&Context::Softcap>("softcap"),
                            InstanceMethod<&Context::Rmsnorm>("rmsnorm"),
                            InstanceMethod<&Context::AddRmsnorm>("addRmsnorm"),
                            InstanceMethod<&Context::Softmax>("softmax"),

@@ -63,3 +63,10 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 
 // Accurate expf: conformance holds silu·mul to 1e-5 relative.
 __device__ __forceinline__ float silu(float x) { return x / (1.f + expf(-x)); }
+
+/** A score in log2 units (scale·LOG2E already in it), soft-capped where `cap` > 0: cap·tanh(s/cap) in natural units (Gemma 2). */
+__device__ __forceinline__ float soft_capped(float s, float cap) {
+  if (cap <= 0.f) return s;
+  constexpr float L2E = 1.4426950408889634f;
+  return cap * L2E * tanhf(s / (cap * L2E));
+}

@@ -305,6 +305,18 @@ cudaError_t silu_mul(const float* g, const float* u, size_t count, float* out, c
   return cudaGetLastError();
 }
 
+__global__ void softcap_kernel(const float* x, size_t count, float cap, float* out) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    out[i] = cap * tanhf(x[i] / cap);
+  }
+}
+
+cudaError_t softcap(const float* x, size_t count, float cap, float* out, cudaStream_t s) {
+  if (count == 0) return cudaSuccess;
+  softcap_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, cap, out);
+  return cudaGetLastError();
+}
+
 cudaError_t gelu_mul(const float* g, const float* u, size_t count, float* out, cudaStream_t s) {
   if (count == 0) return cudaSuccess;
   gelu_mul_kernel<<<grid_for(count, 256), 256, 0, s>>>(g, u, count, out);

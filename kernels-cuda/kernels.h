@@ -42,6 +42,8 @@ cudaError_t add(const float* a, const float* b, size_t count, float* out, cudaSt
 cudaError_t silu_mul(const float* gate, const float* up, size_t count, float* out, cudaStream_t s);
 // gelu(gate) * up (tanh approximation, ggml's gelu).
 cudaError_t gelu_mul(const float* gate, const float* up, size_t count, float* out, cudaStream_t s);
+/** cap·tanh(x/cap) elementwise (Gemma 2's final logit soft-capping). */
+cudaError_t softcap(const float* x, size_t count, float cap, float* out, cudaStream_t s);
 /** GPT-OSS's clamped SwiGLU: g = min(gate, limit), u = clamp(up, ±limit); g·sigmoid(alpha·g)·(u + 1). */
 cudaError_t swiglu_oai(const float* gate, const float* up, size_t count, float alpha, float limit, float* out, cudaStream_t s);
 cudaError_t rmsnorm(const float* x, const float* w, int rows, int cols, float eps, float* out, cudaStream_t s);
@@ -101,6 +103,7 @@ struct AttnArgs {
   float scale;
   int window;            // sliding window in positions; 0 for none
   const float* sinks;    // [heads] logits that join each softmax's denominator; null for none
+  float softcap;         // scores s become softcap·tanh(s/softcap) (Gemma 2); 0 for none
 };
 /** Split-KV attention for every row in `rows` (null: all n rows). `ws` is attention_workspace bytes. */
 cudaError_t attention_decode(const AttnArgs& a, const int32_t* rows, int row_count, int sm_count, void* ws,

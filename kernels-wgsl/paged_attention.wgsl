@@ -30,6 +30,8 @@ struct P {
   n: u32, heads: u32, kv_heads: u32, head_dim: u32,
   block_size: u32, max_blocks: u32, num_blocks: u32, scale: f32,
   window: u32, splits: u32, span: u32,
+  // Scores s become softcap · tanh(s / softcap) (Gemma 2); 0: none.
+  softcap: f32,
 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
@@ -155,6 +157,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var hh = 0u; hh < HPG; hh += 1u) { s[hh] += qs[hh * hd + d] * kk; }
       }
 #endif
+    }
+    if (p.softcap > 0.0 && key < end) {
+      // tanh(y) = 1 - 2 / (exp(2y) + 1), y clamped: no tanh of a large argument (NaN on some drivers).
+      for (var hh = 0u; hh < HPG; hh += 1u) {
+        let y = clamp(s[hh] / p.softcap, -15.0, 15.0);
+        s[hh] = p.softcap * (1.0 - 2.0 / (exp(2.0 * y) + 1.0));
+      }
     }
     for (var hh = 0u; hh < HPG; hh += 1u) { sc[hh * WG + lid] = s[hh]; }
     workgroupBarrier();

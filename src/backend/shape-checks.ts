@@ -216,7 +216,21 @@ export function expectAttentionOptions(options: AttentionOptions | undefined, he
     expectRank(sinks, 1, "attention sinks", ["f32"]);
     if (sinks.shape[0] !== heads) throw new BackendShapeError(`Attention sinks ${fmt(sinks.shape)} do not match ${heads} query heads`);
   }
+  attentionSoftcap(options);
   return window;
+}
+
+/** The attention's soft cap (AttentionOptions.softcap), 0 for none; a cap that is not a positive finite number is refused. */
+export function attentionSoftcap(options: AttentionOptions | undefined): number {
+  const cap = options?.softcap;
+  if (cap === undefined) return 0;
+  if (!(Number.isFinite(cap) && cap > 0)) throw new BackendShapeError(`Attention softcap ${cap} must be a positive number`);
+  return cap;
+}
+
+/** Checks softcap's cap (Backend.softcap). */
+export function expectSoftcap(cap: number): void {
+  if (!(Number.isFinite(cap) && cap > 0)) throw new BackendShapeError(`softcap cap ${cap} must be a positive number`);
 }
 
 /**

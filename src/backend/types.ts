@@ -131,10 +131,13 @@ export interface AttentionBatch {
  * - `sinks`: f32 [heads], one logit per query head that joins its softmax's denominator and
  *   carries no value (GPT-OSS's learned attention sinks), so a head may attend to little. It is not
  *   multiplied by `scale`.
+ * - `softcap`: each scaled score s becomes softcap · tanh(s / softcap) before the softmax (Gemma 2's
+ *   `attn_logit_softcapping`, 50); a positive number.
  */
 export interface AttentionOptions {
   window?: number;
   sinks?: Tensor;
+  softcap?: number;
 }
 
 /** Geometry of one layer's paged KV cache: tensor shape [numBlocks, blockSize, kvHeads, headDim]. */
@@ -266,6 +269,8 @@ export interface Backend {
    * limit), g · sigmoid(alpha · g) · (u + 1) (ggml's `swiglu_oai`).
    */
   swigluOai(gate: Tensor, up: Tensor, alpha: number, limit: number): Tensor;
+  /** cap · tanh(x / cap), elementwise, f32, for a positive finite cap (Gemma 2's final logit soft-capping). */
+  softcap(x: Tensor, cap: number): Tensor;
   /** a + b, elementwise, f32, same shape. */
   add(a: Tensor, b: Tensor): Tensor;
   /** Row-wise softmax over the last dim, f32. */

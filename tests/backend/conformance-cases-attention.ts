@@ -24,6 +24,8 @@ interface Geometry {
   window?: number;
   /** Attention sinks, one random logit per query head (AttentionOptions.sinks). */
   sinks?: boolean;
+  /** Soft-capped scores (AttentionOptions.softcap). */
+  softcap?: number;
   /** The caches' dtype (default f32). */
   kv?: KvDType;
   /** One cache passed as keys and values (multi-head latent attention's shared cache). */
@@ -90,6 +92,9 @@ const GEOMETRIES: Geometry[] = [
   // Narrow heads sharing a block's scale: stories260K's 4 × 8 (vector sums), 8 × 12 (scalar ones).
   { heads: 8, kvHeads: 4, headDim: 8, blockSize: 4, kv: "f8_e4m3" },
   { heads: 8, kvHeads: 8, headDim: 12, blockSize: 4, kv: "f8_e4m3", sinks: true },
+  // Gemma 2's soft-capped scores (a cap small enough to bend these scores), windowed and not, f16.
+  { heads: 8, kvHeads: 4, headDim: 32, blockSize: 16, window: 9, softcap: 0.75 },
+  { heads: 4, kvHeads: 2, headDim: 16, blockSize: 4, softcap: 0.5, kv: "f16" },
 ];
 
 /** Sequences of one batch: (first new position, new tokens). */
@@ -120,6 +125,7 @@ const LONG_GEOMETRIES: Geometry[] = [
   { heads: 8, kvHeads: 2, headDim: 128, blockSize: 16, kv: "f8_e4m3" },
   { heads: 8, kvHeads: 1, headDim: 576, blockSize: 16, kv: "f16", shared: true },
   { heads: 10, kvHeads: 1, headDim: 256, blockSize: 16, window: 300 },
+  { heads: 4, kvHeads: 2, headDim: 64, blockSize: 16, softcap: 0.75 },
 ];
 
 async function finish(b: Backend, outputs: Tensor[], temps: Tensor[]): Promise<Output[]> {
@@ -136,7 +142,7 @@ function attentionCase(g: Geometry, seqs: [number, number][] = SEQS): Case {
   return {
     op: "pagedAttention",
     name: `heads=${g.heads} kvHeads=${g.kvHeads} headDim=${g.headDim} blockSize=${g.blockSize}` +
-      `${g.window ? ` window=${g.window}` : ""}${g.sinks ? " sinks" : ""}${g.kv ? ` ${g.kv} cache` : ""}${g.shared ? " shared" : ""}` +
+      `${g.window ? ` window=${g.window}` : ""}${g.sinks ? " sinks" : ""}${g.softcap ? ` softcap=${g.softcap}` : ""}${g.kv ? ` ${g.kv} cache` : ""}${g.shared ? " shared" : ""}` +
       `${seqs === SEQS ? "" : ` contexts ${seqs.map(([s, n]) => s + n).join("/")}`}`,
     headDim: g.headDim,
     kvDtype: g.kv,
@@ -172,7 +178,7 @@ function attentionCase(g: Geometry, seqs: [number, number][] = SEQS): Case {
       const q = b.upload(rng.f32(n * g.heads * g.headDim, -2, 2), [n, g.heads, g.headDim]);
       // Sinks from -3 to 3: some heads put most of their weight on the sink, some little.
       const sinks = g.sinks ? b.upload(rng.f32(g.heads, -3, 3), [g.heads]) : undefined;
-      const out = b.pagedAttention(q, kc, vc, batch, 1 / Math.sqrt(g.headDim), { window: g.window, sinks });
+      const out = b.pagedAttention(q, kc, vc, batch, 1 / Math.sqrt(g.headDim), { window: g.window, sinks, softcap: g.softcap });
       return finish(b, [out], [...new Set([kc, vc]), q, batch.tokenSeq, batch.tokenPos, batch.blockTables, ...(sinks ? [sinks] : [])]);
     },
   };

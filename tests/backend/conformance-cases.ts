@@ -246,6 +246,15 @@ function rowCases(): Case[] {
       },
     });
     cases.push({
+      op: "softcap",
+      name: `[${rows}, ${cols}], cap 30 over logits of ±100 (Gemma 2's final soft-capping)`,
+      tolerance: { atol: 1e-4, rtol: 1e-5 },
+      run: (b, rng) => {
+        const x = b.upload(rng.f32(rows * cols, -100, 100), [rows, cols]);
+        return finish(b, [b.softcap(x, 30)], [x]);
+      },
+    });
+    cases.push({
       op: "softmax",
       name: `[${rows}, ${cols}]`,
       tolerance: { atol: 1e-6, rtol: 1e-5 },

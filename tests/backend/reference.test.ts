@@ -274,3 +274,32 @@ test("moeRoute() renormalises by at least MIN_ROUTE_SHARE, so vanishing sigmoids
   const weights = await read(r.weights);
   weights.forEach((w, j) => assert.ok(Math.abs(w - sig(logits[j]) / MIN_ROUTE_SHARE) <= 1e-6 * Math.abs(w), `${w}`));
 });
+
+test("pagedAttention() soft-caps the scaled scores before the softmax, and softcap() is cap · tanh(x / cap)", async () => {
+  // One sequence of three positions, one head of 4 dims: each output checked against the definition.
+  const q = [1, 2, -1, 0.5, 0.3, -0.2, 0.9, 1.1, -0.7, 0.4, 0.2, 0.8];
+  const k = Array.from({ length: 16 }, (_, i) => (i < 12 ? Math.sin(i + 1) * 2 : 0));
+  const v = Array.from({ length: 16 }, (_, i) => (i < 12 ? Math.cos(i * 0.7) : 0));
+  const batch = { tokenSeq: be.upload(Int32Array.from([0, 0, 0]), [3]), tokenPos: be.upload(Int32Array.from([0, 1, 2]), [3]), blockTables: be.upload(Int32Array.from([0]), [1, 1]), maxContext: 3 };
+  const expected = (cap: number) => {
+    const out: number[] = [];
+    for (let t = 0; t < 3; t++) {
+      const s = Array.from({ length: t + 1 }, (_, j) => {
+        const dot = 0.5 * [0, 1, 2, 3].reduce((a, e) => a + q[t * 4 + e] * k[j * 4 + e], 0);
+        return cap ? cap * Math.tanh(dot / cap) : dot;
+      });
+      const m = Math.max(...s);
+      const w = s.map((x) => Math.exp(x - m));
+      const z = w.reduce((a, b) => a + b);
+      for (let e = 0; e < 4; e++) out.push(w.reduce((a, x, j) => a + (x / z) * v[j * 4 + e], 0));
+    }
+    return out;
+  };
+  const run = (softcap?: number) => read(be.pagedAttention(f32(q, [3, 1, 4]), f32(k, [1, 4, 1, 4]), f32(v, [1, 4, 1, 4]), batch, 0.5, { softcap }));
+  close(await run(), expected(0), 1e-6);
+  close(await run(0.5), expected(0.5), 1e-6);
+  assert.ok(Math.abs((await run(0.5))[4] - (await run())[4]) > 0.1, "the cap bends these scores");
+  close(await read(be.softcap(f32([0, 30, -300, 3], [4]), 30)), [0, 30 * Math.tanh(1), -30 * Math.tanh(10), 30 * Math.tanh(0.1)], 1e-5);
+  assert.throws(() => be.softcap(f32([1], [1]), 0), (e: unknown) => e instanceof BackendShapeError && /softcap cap 0 must be a positive number/.test(e.message));
+  assert.throws(() => be.pagedAttention(f32(q, [3, 1, 4]), f32(k, [1, 4, 1, 4]), f32(v, [1, 4, 1, 4]), batch, 0.5, { softcap: -1 }), /Attention softcap -1 must be a positive number/);
+});

@@ -21,7 +21,10 @@ import type { DevicePtr, NativeContext } from "./native-types.ts";
 import { PlanCache } from "./plan-cache.ts";
 import { packSamplingRows } from "./sampling-params.ts";
 import { checkShape, CUDA_WEIGHT_DTYPES, CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
-import { AttentionIndexChecks, checkWeightShape, expectAttentionOptions, expectConcatColumnsShapes, expectMaskShapes, expectRepeatShapes, expectSampledPenaltyShapes, expectRopeArgs, expectSliceColumnsShapes } from "../shape-checks.ts";
+import {
+  AttentionIndexChecks, attentionSoftcap, checkWeightShape, expectAttentionOptions, expectConcatColumnsShapes, expectMaskShapes, expectRepeatShapes, expectRopeArgs,
+  expectSampledPenaltyShapes, expectSliceColumnsShapes, expectSoftcap,
+} from "../shape-checks.ts";
 
 /**
  * Backend implementation on one CUDA device; the mixture-of-experts ops come from CudaExperts.
@@ -222,7 +225,7 @@ export class CudaBackend extends CudaExperts implements Backend {
     return this.f32(
       this.ctx.attention(
         qs.ptr, kc.ptr, vc.ptr, seq.ptr, pos.ptr, tables.ptr, n, heads, kvHeads, headDim, blockSize, maxBlocks,
-        numBlocks, batch.maxContext, scale, plan.rows, plan.rowCount, plan.tiles, plan.tileCount, window, sinks,
+        numBlocks, batch.maxContext, scale, plan.rows, plan.rowCount, plan.tiles, plan.tileCount, window, sinks, attentionSoftcap(options),
       ),
       qs.shape,
     );
@@ -236,6 +239,12 @@ export class CudaBackend extends CudaExperts implements Backend {
   geluMul(gate: Tensor, up: Tensor): Tensor {
     const [g, u] = this.same(gate, up, "geluMul");
     return this.f32(this.ctx.geluMul(g.ptr, u.ptr, checkShape(g.shape, "geluMul")), g.shape);
+  }
+
+  softcap(x: Tensor, cap: number): Tensor {
+    const xs = expect(x, undefined, "softcap input", ["f32"]);
+    expectSoftcap(cap);
+    return this.f32(this.ctx.softcap(xs.ptr, checkShape(xs.shape, "softcap"), cap), xs.shape);
   }
 
   swigluOai(gate: Tensor, up: Tensor, alpha: number, limit: number): Tensor {

@@ -57,6 +57,7 @@ export interface NativeContext {
   /** gelu(gate) * up, GELU's tanh approximation. */
   geluMul(gate: DevicePtr, up: DevicePtr, count: number): DevicePtr;
   swigluOai(gate: DevicePtr, up: DevicePtr, count: number, alpha: number, limit: number): DevicePtr;
+  softcap(x: DevicePtr, count: number, cap: number): DevicePtr;
   rmsnorm(x: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): DevicePtr;
   addRmsnorm(x: DevicePtr, r: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): [DevicePtr, DevicePtr];
   softmax(x: DevicePtr, rows: number, cols: number): DevicePtr;
@@ -82,8 +83,8 @@ export interface NativeContext {
     q: DevicePtr, kc: DevicePtr, vc: DevicePtr, seq: DevicePtr, pos: DevicePtr, tables: DevicePtr, n: number,
     heads: number, kvHeads: number, headDim: number, blockSize: number, maxBlocks: number, numBlocks: number,
     maxContext: number, scale: number, rows: DevicePtr, rowCount: number, tiles: DevicePtr, tileCount: number,
-    /** Sliding window in positions, 0 for none; `sinks` f32 [heads] or 0n. */
-    window: number, sinks: DevicePtr,
+    /** Sliding window in positions, 0 for none; `sinks` f32 [heads] or 0n; `softcap` 0 for none. */
+    window: number, sinks: DevicePtr, softcap: number,
   ): DevicePtr;
   sample(logits: DevicePtr, rows: number, vocab: number, params: Float32Array): DevicePtr;
   /**

@@ -8,7 +8,7 @@ import { fp8KvFits, roundToFp8Blocks } from "../quant-blocks-fp8.ts";
 
 /** The KV cache dtypes the reference takes (f16 and f8_e4m3 held as f32, rounded as they are written). */
 const KV_DTYPES = ["f32", "f16", "f8_e4m3"] as const;
-import { checkAttentionIndices, checkIndexRange, expectAttentionOptions } from "../shape-checks.ts";
+import { attentionSoftcap, checkAttentionIndices, checkIndexRange, expectAttentionOptions } from "../shape-checks.ts";
 import { softmaxRow } from "./elementwise.ts";
 import { asRef, expectRank, f32Tensor, fmt, type RefTensor } from "./storage.ts";
 
@@ -88,7 +88,7 @@ export function pagedAttention(
   vCache: RefTensor,
   batch: AttentionBatch,
   scale: number,
-  options?: { window?: number; sinks?: RefTensor },
+  options?: { window?: number; sinks?: RefTensor; softcap?: number },
 ): RefTensor {
   const [numBlocks, blockSize, kvHeads, headDim] = expectCaches(kCache, vCache);
   expectRank(q, 3, "attention queries", ["f32"]);
@@ -97,6 +97,7 @@ export function pagedAttention(
     throw new BackendShapeError(`Attention queries ${fmt(q.shape)} do not fit cache ${fmt(kCache.shape)}`);
   }
   const window = expectAttentionOptions(options, heads);
+  const cap = attentionSoftcap(options);
   const sinks = options?.sinks?.f32;
   const seqT = asRef(batch.tokenSeq, "tokenSeq");
   const posT = asRef(batch.tokenPos, "tokenPos");
@@ -144,12 +145,12 @@ export function pagedAttention(
       let x = 0;
       for (; x + 4 <= pairs; x += 4) {
         attendFour(
-          qs, kc, vc, out, rowBase, kvOff, headDim, scale, qbOf(x), qbOf(x + 1), qbOf(x + 2), qbOf(x + 3),
+          qs, kc, vc, out, rowBase, kvOff, headDim, scale, cap, qbOf(x), qbOf(x + 1), qbOf(x + 2), qbOf(x + 3),
           lenOf(x), lenOf(x + 1), lenOf(x + 2), lenOf(x + 3), sinkOf(x), sinkOf(x + 1), sinkOf(x + 2), sinkOf(x + 3),
         );
       }
-      for (; x + 2 <= pairs; x += 2) attendTwo(qs, kc, vc, out, rowBase, kvOff, headDim, scale, qbOf(x), qbOf(x + 1), lenOf(x), lenOf(x + 1), sinkOf(x), sinkOf(x + 1));
-      for (; x < pairs; x++) attendOne(qs, kc, vc, out, rowBase, lenOf(x), qbOf(x), kvOff, headDim, scale, sinkOf(x));
+      for (; x + 2 <= pairs; x += 2) attendTwo(qs, kc, vc, out, rowBase, kvOff, headDim, scale, cap, qbOf(x), qbOf(x + 1), lenOf(x), lenOf(x + 1), sinkOf(x), sinkOf(x + 1));
+      for (; x < pairs; x++) attendOne(qs, kc, vc, out, rowBase, lenOf(x), qbOf(x), kvOff, headDim, scale, cap, sinkOf(x));
     }
     t += r;
   }
@@ -159,7 +160,7 @@ export function pagedAttention(
 /** One query row (at `qb`) over the first `len` visible positions' K and V rows (`rowBase` + `kvOff`). */
 function attendOne(
   qs: Float32Array, kc: Float32Array, vc: Float32Array, out: Float32Array, rowBase: Int32Array, len: number,
-  qb: number, kvOff: number, headDim: number, scale: number, sink: number | undefined,
+  qb: number, kvOff: number, headDim: number, scale: number, cap: number, sink: number | undefined,
 ): void {
   const scores = new Float64Array(len);
   for (let i = 0; i < len; i++) {
@@ -168,10 +169,20 @@ function attendOne(
     for (let d = 0; d < headDim; d++) dot += qs[qb + d] * kc[kb + d];
     scores[i] = dot;
   }
+  capScores(scores, scale, cap);
   // Position by position, each V row read along its length; each dimension sums its positions in order, in f64.
   const acc = new Float64Array(headDim);
   addTail(vc, rowBase, kvOff, headDim, softmaxRow(scores, 0, len, scale, sink), acc, 0, len);
   for (let d = 0; d < headDim; d++) out[qb + d] = acc[d];
+}
+
+/**
+ * Soft-caps dot products in place (AttentionOptions.softcap; nothing for 0): the softmax scales them by
+ * `scale`, so each becomes cap · tanh(dot · scale / cap) / scale.
+ */
+function capScores(dots: Float64Array, scale: number, cap: number): void {
+  if (cap === 0) return;
+  for (let i = 0; i < dots.length; i++) dots[i] = (cap * Math.tanh((dots[i] * scale) / cap)) / scale;
 }
 
 /** Adds positions from..to-1 of V, weighted by `w`, to `acc` in order (a whole row, or its positions past another's). */
@@ -190,7 +201,7 @@ function addTail(vc: Float32Array, rowBase: Int32Array, kvOff: number, headDim: 
  * the rest of its own.
  */
 function attendFour(
-  qs: Float32Array, kc: Float32Array, vc: Float32Array, out: Float32Array, rowBase: Int32Array, kvOff: number, headDim: number, scale: number,
+  qs: Float32Array, kc: Float32Array, vc: Float32Array, out: Float32Array, rowBase: Int32Array, kvOff: number, headDim: number, scale: number, cap: number,
   q0: number, q1: number, q2: number, q3: number, l0: number, l1: number, l2: number, l3: number,
   k0: number | undefined, k1: number | undefined, k2: number | undefined, k3: number | undefined,
 ): void {
@@ -210,6 +221,7 @@ function attendFour(
     s2[i] = d2;
     s3[i] = d3;
   }
+  for (const x of [s0, s1, s2, s3]) capScores(x, scale, cap);
   const w0 = softmaxRow(s0, 0, l0, scale, k0), w1 = softmaxRow(s1, 0, l1, scale, k1);
   const w2 = softmaxRow(s2, 0, l2, scale, k2), w3 = softmaxRow(s3, 0, l3, scale, k3);
   const a0 = new Float64Array(headDim), a1 = new Float64Array(headDim), a2 = new Float64Array(headDim), a3 = new Float64Array(headDim);
@@ -237,7 +249,7 @@ function attendFour(
 
 /** Two query rows that share a KV head, lengths l0 ≤ l1: {@link attendFour} for two. */
 function attendTwo(
-  qs: Float32Array, kc: Float32Array, vc: Float32Array, out: Float32Array, rowBase: Int32Array, kvOff: number, headDim: number, scale: number,
+  qs: Float32Array, kc: Float32Array, vc: Float32Array, out: Float32Array, rowBase: Int32Array, kvOff: number, headDim: number, scale: number, cap: number,
   q0: number, q1: number, l0: number, l1: number, k0: number | undefined, k1: number | undefined,
 ): void {
   const s0 = new Float64Array(l1), s1 = new Float64Array(l1);
@@ -252,6 +264,7 @@ function attendTwo(
     s0[i] = d0;
     s1[i] = d1;
   }
+  for (const x of [s0, s1]) capScores(x, scale, cap);
   const w0 = softmaxRow(s0, 0, l0, scale, k0), w1 = softmaxRow(s1, 0, l1, scale, k1);
   const a0 = new Float64Array(headDim), a1 = new Float64Array(headDim);
   for (let i = 0; i < l0; i++) {

@@ -3,7 +3,7 @@
  * softmax, argmax, scatter-add, token masks. Reductions accumulate in f64.
  */
 import { BackendShapeError, MASKED_LOGIT, WEIGHT_DTYPES } from "../types.ts";
-import { expectConcatColumnsShapes, expectMaskShapes, expectRepeatShapes, expectSampledPenaltyShapes, expectSliceColumnsShapes } from "../shape-checks.ts";
+import { expectConcatColumnsShapes, expectMaskShapes, expectRepeatShapes, expectSampledPenaltyShapes, expectSliceColumnsShapes, expectSoftcap } from "../shape-checks.ts";
 import {
   expectF32,
   expectRank,
@@ -107,6 +107,13 @@ const GELU_C = Math.sqrt(2 / Math.PI);
 /** gelu(gate) * up with GELU's tanh approximation (Backend.geluMul). */
 export function geluMul(gate: RefTensor, up: RefTensor): RefTensor {
   return gated(gate, up, "geluMul", (x) => 0.5 * x * (1 + Math.tanh(GELU_C * (x + 0.044715 * x * x * x))));
+}
+
+/** cap · tanh(x / cap) (Backend.softcap). */
+export function softcap(x: RefTensor, cap: number): RefTensor {
+  expectF32(x, "softcap input");
+  expectSoftcap(cap);
+  return f32Tensor(x.f32.map((v) => cap * Math.tanh(v / cap)), x.shape);
 }
 
 /** GPT-OSS's clamped SwiGLU (Backend.swigluOai). */

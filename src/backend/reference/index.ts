@@ -16,7 +16,9 @@ import {
   type Tensor,
 } from "../types.ts";
 import { pagedAttention, kvWrite, rotateAndWriteKv } from "./attention.ts";
-import { add, argmax, concatColumns, embedding, gatherRows, geluMul, maskLogits, penalizeRepeats, penalizeSampled, rmsnorm, scatterAdd, siluMul, sliceColumns, softmax, swigluOai } from "./elementwise.ts";
+import {
+  add, argmax, concatColumns, embedding, gatherRows, geluMul, maskLogits, penalizeRepeats, penalizeSampled, rmsnorm, scatterAdd, siluMul, sliceColumns, softcap, softmax, swigluOai,
+} from "./elementwise.ts";
 import { matmul, matmulAdd, matmulGlu, matmulQkv, rope } from "./linear.ts";
 import { matmulExperts, matmulExpertsGlu, moeCombine, moeRoute } from "./experts.ts";
 import { sample } from "./sampling.ts";
@@ -106,11 +108,13 @@ export function createReferenceBackend(): Backend {
       pagedAttention(r(q, "queries"), r(kCache, "key cache"), r(vCache, "value cache"), batch, scale, {
         window: options?.window,
         sinks: options?.sinks && r(options.sinks, "attention sinks"),
+        softcap: options?.softcap,
       }),
     siluMul: (gate: Tensor, up: Tensor) => siluMul(r(gate, "siluMul gate"), r(up, "siluMul up")),
     geluMul: (gate: Tensor, up: Tensor) => geluMul(r(gate, "geluMul gate"), r(up, "geluMul up")),
     swigluOai: (gate: Tensor, up: Tensor, alpha: number, limit: number) =>
       swigluOai(r(gate, "swigluOai gate"), r(up, "swigluOai up"), alpha, limit),
+    softcap: (x: Tensor, cap: number) => softcap(r(x, "softcap input"), cap),
     add: (a: Tensor, b: Tensor) => add(r(a, "add left operand"), r(b, "add right operand")),
     softmax: (x: Tensor) => softmax(r(x, "softmax input")),
     argmax: (x: Tensor) => argmax(r(x, "argmax input")),

@@ -9,7 +9,7 @@ import { kvWrite, MAX_HEAD_DIM, pagedAttention } from "./ops-attention.ts";
 import { embedding, matmul, matmulGlu, matmulQkv } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
-import { add, argmax, concatColumns, downloadHalfRows, gatherRows, geluMul, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softmax, swigluOai } from "./ops-rowwise.ts";
+import { add, argmax, concatColumns, downloadHalfRows, gatherRows, geluMul, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softcap, softmax, swigluOai } from "./ops-rowwise.ts";
 import { maskLogits, penalizeRepeats, penalizeSampled, sample, scatterAdd } from "./ops-sample.ts";
 import type { RecorderStats } from "./recorder.ts";
 import { asGpu, WEBGPU_NAME } from "./tensor.ts";
@@ -149,6 +149,10 @@ export class WebGpuBackend implements Backend {
   }
   siluMul(gate: Tensor, up: Tensor): Tensor {
     return siluMul(this.#live, gate, up);
+  }
+
+  softcap(x: Tensor, cap: number): Tensor {
+    return softcap(this.#live, x, cap);
   }
 
   geluMul(gate: Tensor, up: Tensor): Tensor {

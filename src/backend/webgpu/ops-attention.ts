@@ -9,7 +9,7 @@ import { type GpuContext } from "./context.ts";
 import { F32 } from "./recorder.ts";
 import { asGpu, expectRank, fmt, type GpuTensor } from "./tensor.ts";
 import { type AttentionBatch, type AttentionOptions, BackendShapeError, type RopeSpec, type Tensor } from "../types.ts";
-import { checkIndexRange, expectAttentionOptions, expectRopeArgs } from "../shape-checks.ts";
+import { attentionSoftcap, checkIndexRange, expectAttentionOptions, expectRopeArgs } from "../shape-checks.ts";
 import { fp8KvFits } from "../quant-blocks-fp8.ts";
 
 /**
@@ -198,7 +198,7 @@ export function pagedAttention(
       DPT: dpt, HPG: hpg, VEC: keyGroups > 0, KG: keyGroups, SINKS: sinks !== undefined && !split, SPLIT: split,
       F16: kc.dtype === "f16", F8: kc.dtype === "f8_e4m3", WORDS: kc.dtype !== "f32",
     },
-    [n, heads, kvHeads, headDim, blockSize, tables.shape[1], numBlocks, new F32(scale), window, splits, span],
+    [n, heads, kvHeads, headDim, blockSize, tables.shape[1], numBlocks, new F32(scale), window, splits, span, new F32(attentionSoftcap(options))],
     [
       [1, q.buffer], [2, kc.buffer], [3, vc.buffer], [4, seq.buffer], [5, pos.buffer], [6, tables.buffer], [7, partials],
       ...(sinks && !split ? [[8, sinks.buffer] as [number, PooledBuffer]] : []),

@@ -8,7 +8,7 @@ import { F32 } from "./recorder.ts";
 import { download, upload } from "./ops-memory.ts";
 import { asGpu, expectActivation, expectRank, expectSameShape, fmt, type GpuTensor, rowsOf } from "./tensor.ts";
 import { BackendShapeError, numel, type RopeLayout, type Tensor } from "../types.ts";
-import { checkIndexRange, expectConcatColumnsShapes, expectRopeArgs, expectSliceColumnsShapes } from "../shape-checks.ts";
+import { checkIndexRange, expectConcatColumnsShapes, expectRopeArgs, expectSliceColumnsShapes, expectSoftcap } from "../shape-checks.ts";
 
 /** x / sqrt(mean(x²) + eps) * weight over the last dim. */
 export function rmsnorm(ctx: GpuContext, xT: Tensor, wT: Tensor, eps: number): Tensor {
@@ -64,9 +64,26 @@ function binary(ctx: GpuContext, aT: Tensor, bT: Tensor, op: BinaryOp, alpha = 0
   const out = ctx.output(a.shape);
   ctx.recorder.dispatch(
     "elementwise",
-    { OP_ADD: op === "add", OP_OAI: op === "swigluOai", OP_GELU: op === "geluMul" },
+    { OP_ADD: op === "add", OP_OAI: op === "swigluOai", OP_GELU: op === "geluMul", OP_SOFTCAP: false },
     [n, new F32(alpha), new F32(limit), 0],
     [[1, a.buffer], [2, b.buffer], [3, out.buffer]],
+    Math.ceil(n / 256),
+  );
+  return out;
+}
+
+/** cap · tanh(x / cap) (Backend.softcap): the elementwise kernel's one unary op, x bound as both operands. */
+export function softcap(ctx: GpuContext, xT: Tensor, cap: number): Tensor {
+  const x = asGpu(xT, "softcap input", ctx);
+  expectActivation(x, "softcap input");
+  expectSoftcap(cap);
+  const n = numel(x.shape);
+  const out = ctx.output(x.shape);
+  ctx.recorder.dispatch(
+    "elementwise",
+    { OP_ADD: false, OP_OAI: false, OP_GELU: false, OP_SOFTCAP: true },
+    [n, new F32(cap), new F32(0), 0],
+    [[1, x.buffer], [2, x.buffer], [3, out.buffer]],
     Math.ceil(n / 256),
   );
   return out;
