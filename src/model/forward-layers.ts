@@ -126,7 +126,7 @@ export function attentionBlock(
   }
   if (c.attentionSinks && !l.sinks) throw new ForwardInputError("The model config asks for attention sinks but the weights lack them");
   const scale = c.attentionScale ?? 1 / Math.sqrt(c.headDim);
-  const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, scale, { window, sinks: l.sinks }));
+  const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, scale, { window, sinks: l.sinks, softcap: c.attnSoftcap }));
   const attFlat = backend.reshape(att, [n, c.numHeads * c.headDim]);
   if (c.residualScale !== undefined) return backend.add(x, s.keep(scaled(backend, s.keep(project(attFlat, l.wo, l.bo, "wo")), c.residualScale)));
   // Without a post-norm the skip connection joins the o projection (one dispatch with matmulAdd).

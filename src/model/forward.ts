@@ -169,6 +169,11 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       logits = scaled(backend, raw, 1 / c.logitScale);
       backend.free(raw);
     }
+    if (c.finalSoftcap !== undefined) {
+      const raw = logits;
+      logits = backend.softcap(raw, c.finalSoftcap);
+      backend.free(raw);
+    }
     return { logits, hidden };
   } finally {
     s.release();

@@ -8,7 +8,7 @@ import { GgufMetadata, perLayerNumber, positiveInteger } from "./gguf-metadata.t
 import { ggufSamplingDefaults } from "./gguf-sampling.ts";
 import type { GgufHeader } from "./gguf-reader.ts";
 import { ggufMagnitudeYarn, ggufSlidingWindow, withHarmonyStops } from "./gguf-gpt-oss.ts";
-import { ggufGemma3 } from "./gguf-gemma3.ts";
+import { ggufGemma2, ggufGemma3 } from "./gguf-gemma3.ts";
 import { ggufGranite } from "./granite.ts";
 import { ggufMla, ggufYarn } from "./gguf-deepseek.ts";
 import { ggufMoe } from "./gguf-moe.ts";
@@ -75,7 +75,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   }
   // Gemma's chat turns end with <end_of_turn>, Phi-3's with <|end|>, which their files need not name as EOT
   // (llama.cpp finds them by their text).
-  const turnEnd = architecture === "gemma3" ? "<end_of_turn>" : architecture === "phi3" ? "<|end|>" : undefined;
+  const turnEnd = architecture === "gemma3" || architecture === "gemma2" ? "<end_of_turn>" : architecture === "phi3" ? "<|end|>" : undefined;
   const endOfTurn = turnEnd === undefined ? -1 : vocabTokens?.indexOf(turnEnd) ?? -1;
   const eosTokenIds = withHarmonyStops(
     [
@@ -114,9 +114,10 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     : architecture === "exaone4"
     ? exaone4Window(meta, arch, numLayers)
     : undefined;
-  const gemma3 = architecture === "gemma3" ? ggufGemma3(meta, arch, { hiddenSize, numHeads, headDim, rotaryDim: ropeDim, numLayers, ropeTheta }, path) : undefined;
+  const gemmaShape = { hiddenSize, numHeads, headDim, rotaryDim: ropeDim, numLayers, ropeTheta };
+  const gemma3 = architecture === "gemma3" ? ggufGemma3(meta, arch, gemmaShape, path) : architecture === "gemma2" ? ggufGemma2(meta, arch, gemmaShape, path) : undefined;
   // Phi-3's window is not applied, as llama.cpp does not apply it (phi3.ts).
-  if (!["gpt-oss", "gemma3", "phi3", "olmo2", "exaone4"].includes(architecture) && meta.has(`${arch}.attention.sliding_window`)) {
+  if (!["gpt-oss", "gemma3", "gemma2", "phi3", "olmo2", "exaone4"].includes(architecture) && meta.has(`${arch}.attention.sliding_window`)) {
     throw new ModelLoadError(`Model "${path}" declares a sliding window, which the "${arch}" architecture does not support`);
   }
   const sampling = ggufSamplingDefaults(meta, path);

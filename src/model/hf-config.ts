@@ -8,7 +8,7 @@ import { hfRopeFreqFactors } from "./rope-scaling.ts";
 import { GLM4_MOE_DEFAULTS, hfDeepseekAttention, hfDeepseekMoe } from "./hf-deepseek.ts";
 import { hfHeadDim, isJsonObject, type Json, num, positiveInt } from "./hf-json.ts";
 import { hfGptOss, hfSlidingWindow } from "./hf-gpt-oss.ts";
-import { hfGemma3 } from "./hf-gemma3.ts";
+import { hfGemma2, hfGemma3 } from "./hf-gemma3.ts";
 import { hfTiedEmbeddings } from "./hf-defaults.ts";
 import { hfLongRope } from "./phi3.ts";
 import { hfGranite } from "./granite.ts";
@@ -24,6 +24,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   DeepseekV3ForCausalLM: "deepseek2",
   GptOssForCausalLM: "gpt-oss",
   Gemma3ForCausalLM: "gemma3",
+  Gemma2ForCausalLM: "gemma2",
   Phi3ForCausalLM: "phi3",
   SmolLM3ForCausalLM: "smollm3",
   GraniteForCausalLM: "granite",
@@ -39,6 +40,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   kimi_k2: "deepseek2",
   gpt_oss: "gpt-oss",
   gemma3_text: "gemma3",
+  gemma2: "gemma2",
   phi3: "phi3",
   smollm3: "smollm3",
   granite: "granite",
@@ -78,7 +80,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const numLayers = positiveInt(cfg, "num_hidden_layers", path);
   const gptOss = architecture === "gpt-oss" ? hfGptOss(cfg, ropeTheta, headDim, numLayers, path) : undefined;
   const rotaryDim = mla ? mla.ropeDim : hfRotaryDim(cfg, architecture, headDim, path);
-  const gemma3 = architecture === "gemma3" ? hfGemma3(cfg, hiddenSize, headDim, rotaryDim ?? headDim, numLayers, path) : undefined;
+  const gemma3 = architecture === "gemma3" ? hfGemma3(cfg, hiddenSize, headDim, rotaryDim ?? headDim, numLayers, path) : architecture === "gemma2" ? hfGemma2(cfg, hiddenSize, numLayers, path) : undefined;
   const contextLength = positiveInt(cfg, "max_position_embeddings", path, 2048);
   const phi3 = architecture === "phi3" ? hfLongRope(cfg, contextLength, rotaryDim ?? headDim, path) : undefined;
   const ownRope = deepseek ?? gptOss ?? gemma3 ?? phi3;

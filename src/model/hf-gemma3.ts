@@ -6,11 +6,42 @@
  * both formats run through the same plain RMS norms (gguf-gemma3.ts has the rest of the model).
  */
 import { type HostTensor, type LayerWeights, ModelLoadError, type ModelWeights, type SlidingWindow, slidingLayers } from "./config.ts";
-import type { Gemma3Fields } from "./gguf-gemma3.ts";
+import type { Gemma2Fields, Gemma3Fields } from "./gguf-gemma3.ts";
+import { hfSlidingWindow } from "./hf-gpt-oss.ts";
 import { type Json, num } from "./hf-json.ts";
 
 /** The config fields a Gemma 3 config.json sets beyond the common ones, as a GGUF's (tied embeddings: hf-defaults.ts). */
 export type HfGemma3 = Gemma3Fields;
+
+/**
+ * Reads config.json's Gemma 2 fields (Gemma2ForCausalLM), with transformers' Gemma2Config defaults:
+ * `sliding_window` (4096) on the layers `layer_types` marks (older configs: the even ones), at the
+ * model's RoPE base; `query_pre_attn_scalar` (256); the scores' and logits' soft-capping
+ * (`attn_logit_softcapping` 50, `final_logit_softcapping` 30; null turns one off).
+ */
+export function hfGemma2(cfg: Json, hiddenSize: number, numLayers: number, path: string): Gemma2Fields {
+  const act = cfg.hidden_activation ?? cfg.hidden_act ?? "gelu_pytorch_tanh";
+  if (act !== "gelu_pytorch_tanh") throw new ModelLoadError(`"hidden_activation" in "${path}" is ${JSON.stringify(act)}; Gemma 2 runs "gelu_pytorch_tanh"`);
+  const cap = (key: string, fallback: number) => {
+    if (cfg[key] === null) return undefined;
+    const v = num(cfg, key, path, fallback);
+    if (!(Number.isFinite(v) && v > 0)) throw new ModelLoadError(`"${key}" in "${path}" should be a positive number or null, got ${v}`);
+    return v;
+  };
+  const attnSoftcap = cap("attn_logit_softcapping", 50);
+  const finalSoftcap = cap("final_logit_softcapping", 30);
+  const { slidingWindow } = hfSlidingWindow({ ...cfg, sliding_window: cfg.sliding_window === undefined ? 4096 : cfg.sliding_window }, numLayers, path);
+  return {
+    ...(slidingWindow ? { slidingWindow } : {}),
+    embeddingScale: Math.sqrt(hiddenSize),
+    postNorms: true,
+    ffnActivation: "gelu",
+    attentionScale: 1 / Math.sqrt(num(cfg, "query_pre_attn_scalar", path, 256)),
+    ...(attnSoftcap !== undefined ? { attnSoftcap } : {}),
+    ...(finalSoftcap !== undefined ? { finalSoftcap } : {}),
+    tiedEmbeddings: true,
+  };
+}
 
 /** transformers' Gemma3TextConfig defaults where config.json leaves a field out. */
 const DEFAULTS = { slidingWindowPattern: 6, ropeLocalBaseFreq: 10_000 };
@@ -26,7 +57,7 @@ export function hfGemma3(cfg: Json, hiddenSize: number, headDim: number, rotaryD
   if (act !== "gelu_pytorch_tanh") throw new ModelLoadError(`"hidden_activation" in "${path}" is ${JSON.stringify(act)}; Gemma 3 runs "gelu_pytorch_tanh"`);
   for (const key of ["final_logit_softcapping", "attn_logit_softcapping"]) {
     const v = cfg[key];
-    if (v !== undefined && v !== null) throw new ModelLoadError(`"${key}" in "${path}" is ${JSON.stringify(v)}; soft-capping (Gemma 2's) is not supported`);
+    if (v !== undefined && v !== null) throw new ModelLoadError(`"${key}" in "${path}" is ${JSON.stringify(v)}; Gemma 3 does not soft-cap (Gemma 2 does: its checkpoints are Gemma2ForCausalLM)`);
   }
   return {
     ...hfSlidingLayers(cfg, numLayers, path),

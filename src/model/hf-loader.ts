@@ -48,7 +48,8 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     }
     if (config.architecture === "gpt-oss") config.eosTokenIds = withHarmonyStops(config.eosTokenIds, (t) => tokenizer.tokenId(t));
     // Gemma's chat turns end with <end_of_turn>, Phi-3's with <|end|> (generation_config.json lists it; a config.json alone may not).
-    const turnEnd = config.architecture === "gemma3" ? "<end_of_turn>" : config.architecture === "phi3" ? "<|end|>" : undefined;
+    const gemma = config.architecture === "gemma3" || config.architecture === "gemma2";
+    const turnEnd = gemma ? "<end_of_turn>" : config.architecture === "phi3" ? "<|end|>" : undefined;
     const endOfTurn = turnEnd === undefined ? undefined : tokenizer.tokenId(turnEnd);
     if (endOfTurn !== undefined && !config.eosTokenIds.includes(endOfTurn)) config.eosTokenIds.push(endOfTurn);
     const appended = appendedToken(tokenizerJson, tokCfg);
@@ -78,7 +79,7 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     }
     checkOutputHead(config.tiedEmbeddings, cfg, config.architecture, names.output, (n) => index.has(n), dir);
     const assembled = await assembleWeights(config, tensors, names, dir, withLoadNote(options, fp8 ? fp8Note(index, fp8, options) : undefined));
-    const weights = config.architecture === "gemma3" ? gemmaNormsPlusOne(assembled) : assembled;
+    const weights = gemma ? gemmaNormsPlusOne(assembled) : assembled;
     return { config, weights, tokenizer, chatTemplate: await chatTemplate(dir, tokCfg), source: dir };
   } finally {
     await Promise.all(files.map((f) => f.close()));

@@ -106,5 +106,5 @@ function moeTensorNames(config: ModelConfig): TensorNames {
 
 /** The names a checkpoint's weights are read under: Gemma 3's, a model with experts', or the plain ones. */
 export function hfTensorNames(config: ModelConfig): TensorNames {
-  return config.architecture === "gemma3" ? GEMMA3_TENSOR_NAMES : !config.moe ? HF_TENSOR_NAMES : moeTensorNames(config);
+  return config.architecture === "gemma3" || config.architecture === "gemma2" ? GEMMA3_TENSOR_NAMES : !config.moe ? HF_TENSOR_NAMES : moeTensorNames(config);
 }

@@ -72,6 +72,8 @@ export interface ModelFileSpec {
   slidingWindow?: number;
   /** Gemma 3's linear RoPE scaling of its global layers (GGUF `rope.scaling.type` "linear"). */
   ropeLinearFactor?: number;
+  /** Gemma 2's soft-capping of the scores and of the logits (absent: not written, so the defaults apply). */
+  softcaps?: { attn: number; final: number };
   /** Phi-3's LongRoPE (phi3-files.ts): per-pair divisors for contexts past `originalContext` and up to it. */
   longRope?: { originalContext: number; long: number[]; short: number[] };
   /** phi3: write q/k/v and gate/up apart instead of fused (as no converter does; the loader takes both). */
@@ -166,8 +168,10 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
       // Sinks from -3 to 3: some heads mostly attend to nothing, some hardly notice theirs.
       put(p + "self_attn.sinks", [heads], 3);
     }
-    const gemma = spec.architecture === "gemma3";
-    if (spec.architecture === "qwen3" || spec.architecture === "qwen3moe" || gemma || postOnly) {
+    const gemma3 = spec.architecture === "gemma3";
+    // Gemma 2 has Gemma 3's norms but no q/k norms.
+    const gemma = gemma3 || spec.architecture === "gemma2";
+    if (spec.architecture === "qwen3" || spec.architecture === "qwen3moe" || gemma3 || postOnly) {
       // OLMo 2's norms span the whole projection.
       put(p + "self_attn.q_norm.weight", [olmo ? heads * hd : hd], 0.2, 1);
       put(p + "self_attn.k_norm.weight", [olmo ? kvHeads * hd : hd], 0.2, 1);
@@ -333,7 +337,7 @@ function ggufName(spec: ModelFileSpec, hf: string): string {
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
   if (!m || !GGUF_LAYER[m[2]]) throw new Error(`No GGUF name for ${hf}`);
   // GLM-4.5's converter names the pre-feed-forward norm after HF's; Gemma's is the attention's post-norm.
-  if (["glm4moe", "gpt-oss", "gemma3", "olmo2", "exaone4"].includes(spec.architecture) && m[2] === "post_attention_layernorm.weight") {
+  if (["glm4moe", "gpt-oss", "gemma3", "gemma2", "olmo2", "exaone4"].includes(spec.architecture) && m[2] === "post_attention_layernorm.weight") {
     return `blk.${m[1]}.post_attention_norm.weight`;
   }
   return `blk.${m[1]}.${GGUF_LAYER[m[2]]}`;
@@ -349,7 +353,7 @@ export function vocabFor(spec: ModelFileSpec): TestVocab {
 }
 
 function tokenizerKind(spec: ModelFileSpec): NonNullable<ModelFileSpec["tokenizer"]> {
-  return spec.tokenizer ?? (spec.architecture === "llama" || spec.architecture === "gemma3" || spec.architecture === "phi3" ? "spm" : "qwen2");
+  return spec.tokenizer ?? (["llama", "gemma3", "gemma2", "phi3"].includes(spec.architecture) ? "spm" : "qwen2");
 }
 
 /** GGUF metadata for `spec` (what llama.cpp needs to load it). */
@@ -395,6 +399,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   }
   if (spec.slidingWindow) meta.push([`${a}.attention.sliding_window`, gguf.u32(spec.slidingWindow)]);
   if (a === "phi3") meta.push(...phi3GgufMetadata(spec));
+  if (a === "gemma2" && spec.softcaps) meta.push([`${a}.attn_logit_softcapping`, gguf.f32(spec.softcaps.attn)], [`${a}.final_logit_softcapping`, gguf.f32(spec.softcaps.final)]);
   const gr = spec.granite;
   if (gr) {
     meta.push(
@@ -572,7 +577,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
   const dtype = spec.dtype === "f16" || spec.dtype === "bf16" ? spec.dtype : "f32";
   const gptOss = spec.architecture === "gpt-oss";
   // Gemma's checkpoints store w where its norms weigh by 1 + w (the GGUF stores 1 + w).
-  const gemma = spec.architecture === "gemma3";
+  const gemma = spec.architecture === "gemma3" || spec.architecture === "gemma2";
   const hfWeights = spec.architecture === "phi3" && !spec.unfused ? fusePhi3Hf(weights) : weights;
   const tensors: SafetensorsEntry[] = gptOss ? gptOssHfTensors(spec, weights, dtype) : [...hfWeights].map(([name, { shape, values }]) => {
     const dt = isVector(shape) ? "f32" : dtype;
@@ -596,6 +601,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     granite: ["GraniteForCausalLM", "granite"],
     olmo2: ["Olmo2ForCausalLM", "olmo2"],
     exaone4: ["Exaone4ForCausalLM", "exaone4"],
+    gemma2: ["Gemma2ForCausalLM", "gemma2"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {
@@ -612,6 +618,9 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     ...(spec.rotaryDim !== undefined ? { partial_rotary_factor: spec.rotaryDim / spec.headDim } : {}),
     ...(spec.architecture === "glm4moe" ? { attention_bias: true, use_qk_norm: false } : {}),
     ...(gemma ? gemma3HfConfig(spec) : {}),
+    ...(spec.architecture === "gemma2"
+      ? { sliding_window: spec.slidingWindow ?? 4096, attn_logit_softcapping: spec.softcaps?.attn ?? null, final_logit_softcapping: spec.softcaps?.final ?? null, rope_local_base_freq: undefined }
+      : {}),
     ...(spec.architecture === "phi3" ? phi3HfConfig(spec) : {}),
     ...(spec.architecture === "olmo2" && spec.slidingWindow
       ? { architectures: ["Olmo3ForCausalLM"], model_type: "olmo3", sliding_window: spec.slidingWindow, layer_types: Array.from({ length: spec.layers }, (_, i) => (i % 4 < 3 ? "sliding_attention" : "full_attention")) }

@@ -288,6 +288,21 @@ const CASES: OracleCase[] = [
     tol: 1e-4,
     hf: true,
   },
+  // Gemma 2: Gemma 3's sandwich norms and GeGLU without q/k norms, even layers sliding (window 5), and
+  // soft-capping small enough to bend these scores and logits (llama.cpp's 50 and 30 would not).
+  {
+    name: "gemma2 soft-capped scores (2) and logits (3), window 5 on even layers, tied, f32",
+    spec: { ...BASE, architecture: "gemma2", layers: 4, tied: true, seed: 178, ropeTheta: 10000, slidingWindow: 5, softcaps: { attn: 2, final: 3 } },
+    tol: 3e-4,
+    hf: true,
+  },
+  {
+    name: "gemma2 q8_0, head_dim 16, f16 KV cache",
+    spec: { ...BASE, architecture: "gemma2", layers: 3, headDim: 16, tied: true, dtype: "q8_0", seed: 179, ropeTheta: 10000, slidingWindow: 7, softcaps: { attn: 1.5, final: 4 } },
+    tol: 2e-2,
+    hf: false,
+    kv: "f16",
+  },
   { name: "llama with a Llama-3 BPE vocab, f32", spec: { ...BASE, architecture: "llama", tokenizer: "llama-bpe", seed: 108 }, tol: 1e-4, hf: false },
   // Llama 3.1 frequency scaling: the GGUF carries rope_freqs.weight, the HF dir llama3 rope_scaling.
   // Base 100 and an original context of 128 give a 16-wide head divisors from ~1.5 to 8 on every
