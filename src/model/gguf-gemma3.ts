@@ -73,16 +73,27 @@ export function ggufGemma2(meta: GgufMetadata, arch: string, shape: Gemma3Shape,
   const slidingWindow = named
     ? ggufSlidingWindow(meta, arch, shape.numLayers, shape.ropeTheta, path, { pattern: 2, swaTheta: shape.ropeTheta })
     : { size: 4096, layers: slidingLayers(shape.numLayers, meta.number(`${arch}.attention.sliding_window_pattern`, 2)) };
-  const scoreWidth = shape.numLayers === 46 ? shape.hiddenSize / shape.numHeads : shape.headDim;
+  return {
+    ...gemmaFields(shape, slidingWindow, 46),
+    ...(attnSoftcap !== undefined ? { attnSoftcap } : {}),
+    ...(finalSoftcap !== undefined ? { finalSoftcap } : {}),
+    tiedEmbeddings: true,
+  };
+}
+
+/**
+ * What Gemma 2 and 3 share: embeddings scaled by √hidden, sandwich norms, GeGLU, the window, and the
+ * scores' scale: Google's query_pre_attn_scalar, the head width but hidden / heads for the 27B (its
+ * head is narrower; llama.cpp tells it by its layer count, `layers27B`).
+ */
+function gemmaFields(shape: Gemma3Shape, slidingWindow: SlidingWindow | undefined, layers27B: number): Gemma3Fields {
+  const scoreWidth = shape.numLayers === layers27B ? shape.hiddenSize / shape.numHeads : shape.headDim;
   return {
     ...(slidingWindow ? { slidingWindow } : {}),
     embeddingScale: Math.sqrt(shape.hiddenSize),
     postNorms: true,
     ffnActivation: "gelu",
     attentionScale: 1 / Math.sqrt(scoreWidth),
-    ...(attnSoftcap !== undefined ? { attnSoftcap } : {}),
-    ...(finalSoftcap !== undefined ? { finalSoftcap } : {}),
-    tiedEmbeddings: true,
   };
 }
 
@@ -99,14 +110,8 @@ export function ggufGemma3(meta: GgufMetadata, arch: string, shape: Gemma3Shape,
     throw new ModelLoadError(`Model "${path}" uses RoPE scaling type "${scaling}"; Gemma 3 files use "linear"`);
   }
   if (!(factor > 0)) throw new ModelLoadError(`Model "${path}" has a RoPE scaling factor of ${factor}; expected a positive number`);
-  // Google's query_pre_attn_scalar: the head width, but hidden / heads for the 27B (its head is narrower).
-  const scoreWidth = shape.numLayers === 62 ? shape.hiddenSize / shape.numHeads : shape.headDim;
   return {
-    ...(slidingWindow ? { slidingWindow } : {}),
-    embeddingScale: Math.sqrt(shape.hiddenSize),
-    postNorms: true,
-    ffnActivation: "gelu",
-    attentionScale: 1 / Math.sqrt(scoreWidth),
+    ...gemmaFields(shape, slidingWindow, 62),
     ...(scaling === "linear" && factor !== 1 ? { ropeFreqFactors: new Array(shape.rotaryDim / 2).fill(factor) } : {}),
   };
 }

@@ -342,35 +342,24 @@ function ropeCases(): Case[] {
         },
       });
     }
-    // Llama 3.1+ frequency scaling: divisors in [1, 8] per rotated pair, as rope_freqs holds.
-    for (const [n, heads, dim, rot] of shapes.slice(1)) {
-      cases.push({
-        op: "rope",
-        name: `${layout} with freqFactors n=${n} heads=${heads} headDim=${dim}${rot ? ` rotaryDim=${rot}` : ""}`,
-        tolerance: { atol: 1e-4, rtol: 0 },
-        run: (b, rng) => {
-          const half = (rot ?? dim) / 2;
-          const x = b.upload(rng.f32(n * heads * dim), [n, heads, dim]);
-          const pos = b.upload(rng.i32(n, 300), [n]);
-          const factors = b.upload(rng.f32(half, 1, 8), [half]);
-          return finish(b, [b.rope(x, pos, rng.next() < 0.5 ? 10000 : 500000, layout, rot, factors)], [x, pos, factors]);
-        },
-      });
-    }
-    // LongRoPE (Phi-3, Phi-4-mini): divisors and a magnitude on the rotated pairs only, partial rotations included.
-    for (const [n, heads, dim, rot] of shapes.slice(1)) {
-      cases.push({
-        op: "rope",
-        name: `${layout} with freqFactors and magnitude n=${n} heads=${heads} headDim=${dim}${rot ? ` rotaryDim=${rot}` : ""}`,
-        tolerance: { atol: 1e-4, rtol: 0 },
-        run: (b, rng) => {
-          const half = (rot ?? dim) / 2;
-          const x = b.upload(rng.f32(n * heads * dim), [n, heads, dim]);
-          const pos = b.upload(rng.i32(n, 300), [n]);
-          const factors = b.upload(rng.f32(half, 1, 8), [half]);
-          return finish(b, [b.rope(x, pos, 10000, layout, rot, factors, 1 + rng.next())], [x, pos, factors]);
-        },
-      });
+    // Llama 3.1+ frequency scaling: divisors in [1, 8] per rotated pair, as rope_freqs holds; and
+    // LongRoPE's (Phi-3, Phi-4-mini): divisors and a magnitude on the rotated pairs only, partial rotations included.
+    for (const magnitude of [false, true]) {
+      for (const [n, heads, dim, rot] of shapes.slice(1)) {
+        cases.push({
+          op: "rope",
+          name: `${layout} with freqFactors${magnitude ? " and magnitude" : ""} n=${n} heads=${heads} headDim=${dim}${rot ? ` rotaryDim=${rot}` : ""}`,
+          tolerance: { atol: 1e-4, rtol: 0 },
+          run: (b, rng) => {
+            const half = (rot ?? dim) / 2;
+            const x = b.upload(rng.f32(n * heads * dim), [n, heads, dim]);
+            const pos = b.upload(rng.i32(n, 300), [n]);
+            const factors = b.upload(rng.f32(half, 1, 8), [half]);
+            const theta = rng.next() < 0.5 ? 10000 : 500000;
+            return finish(b, [b.rope(x, pos, theta, layout, rot, factors, magnitude ? 1 + rng.next() : undefined)], [x, pos, factors]);
+          },
+        });
+      }
     }
   }
   return cases;

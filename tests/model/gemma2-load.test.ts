@@ -5,14 +5,13 @@
  * GGUF. The forward is checked against llama.cpp in tests/oracle/llama-cpp.test.ts.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { gguf as g } from "../../src/model/gguf-writer.ts";
 import { loadModel } from "../../src/model/load.ts";
-import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
-import { expectLoadError, type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
+import { expectLoadError, type GgufExtras, type ModelFileSpec, writeTestGguf, writeTestHfDirectory } from "./model-files.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/gemma2-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -22,18 +21,9 @@ const SPEC: ModelFileSpec = {
   ropeTheta: 10000, slidingWindow: 5, softcaps: { attn: 50, final: 30 },
 };
 
-async function write(name: string, spec: ModelFileSpec, extras?: GgufExtras): Promise<string> {
-  await writeFile(`${dir}/${name}.gguf`, ggufBytes(spec, randomHfWeights(spec), undefined, extras));
-  return `${dir}/${name}.gguf`;
-}
+const write = (name: string, spec: ModelFileSpec, extras?: GgufExtras) => writeTestGguf(dir, name, spec, extras);
 
-async function hfDir(name: string, spec: ModelFileSpec, edit: (cfg: Record<string, unknown>) => Record<string, unknown> = (c) => c): Promise<string> {
-  const path = `${dir}/${name}`;
-  await writeHfDirectory(path, spec, randomHfWeights(spec));
-  const cfgPath = `${path}/config.json`;
-  await writeFile(cfgPath, JSON.stringify(edit(JSON.parse(readFileSync(cfgPath, "utf8")))));
-  return path;
-}
+const hfDir = (name: string, spec: ModelFileSpec, edit?: (cfg: Record<string, unknown>) => Record<string, unknown>) => writeTestHfDirectory(dir, name, spec, edit);
 
 test("loadModel() reads a gemma2 GGUF: soft-capping, even layers sliding, no q/k norms, the embedding as output", async () => {
   const m = await loadModel(await write("m", SPEC));

@@ -4,14 +4,13 @@
  * llama.cpp in tests/oracle/llama-cpp.test.ts.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { gguf as g } from "../../src/model/gguf-writer.ts";
 import { loadModel } from "../../src/model/load.ts";
-import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
-import { expectLoadError, type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
+import { expectLoadError, type GgufExtras, type ModelFileSpec, writeTestGguf, writeTestHfDirectory } from "./model-files.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/granite-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -21,18 +20,9 @@ const SPEC: ModelFileSpec = {
   granite: { embedding: 12, attention: 0.015625, residual: 0.22, logit: 8 },
 };
 
-async function write(name: string, spec: ModelFileSpec, extras?: GgufExtras): Promise<string> {
-  await writeFile(`${dir}/${name}.gguf`, ggufBytes(spec, randomHfWeights(spec), undefined, extras));
-  return `${dir}/${name}.gguf`;
-}
+const write = (name: string, spec: ModelFileSpec, extras?: GgufExtras) => writeTestGguf(dir, name, spec, extras);
 
-async function hfDir(name: string, edit: (cfg: Record<string, unknown>) => Record<string, unknown> = (c) => c): Promise<string> {
-  const path = `${dir}/${name}`;
-  await writeHfDirectory(path, SPEC, randomHfWeights(SPEC));
-  const cfgPath = `${path}/config.json`;
-  await writeFile(cfgPath, JSON.stringify(edit(JSON.parse(readFileSync(cfgPath, "utf8")))));
-  return path;
-}
+const hfDir = (name: string, edit?: (cfg: Record<string, unknown>) => Record<string, unknown>) => writeTestHfDirectory(dir, name, SPEC, edit);
 
 test("loadModel() reads a granite GGUF's multipliers (Granite-3.0-2B's values) and Llama's layout", async () => {
   const c = (await loadModel(await write("m", SPEC))).config;

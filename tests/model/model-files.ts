@@ -4,7 +4,7 @@
  * does) and as a safetensors directory (config.json, model.safetensors, tokenizer.json).
  */
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, readFileSync } from "node:fs";
 import { encodeFromF32 } from "../../src/backend/dtype-codec.ts";
 import type { WeightDType } from "../../src/backend/types.ts";
 import { type IqDType, isIqDType } from "../../src/backend/quant-blocks-iq.ts";
@@ -661,6 +661,23 @@ function gemma3HfConfig(spec: ModelFileSpec): Record<string, unknown> {
     final_logit_softcapping: null,
     attn_logit_softcapping: null,
   };
+}
+
+/** Writes `spec`'s random weights as a GGUF at `${dir}/${name}.gguf` (with `extras`) and returns its path. */
+export async function writeTestGguf(dir: string, name: string, spec: ModelFileSpec, extras?: GgufExtras): Promise<string> {
+  await writeFile(`${dir}/${name}.gguf`, ggufBytes(spec, randomHfWeights(spec), undefined, extras));
+  return `${dir}/${name}.gguf`;
+}
+
+/** Writes `spec`'s random weights as a Hugging Face directory `${dir}/${name}`, its config.json edited by `edit`, and returns its path. */
+export async function writeTestHfDirectory(
+  dir: string, name: string, spec: ModelFileSpec, edit: (cfg: Record<string, unknown>) => Record<string, unknown> = (c) => c,
+): Promise<string> {
+  const path = `${dir}/${name}`;
+  await writeHfDirectory(path, spec, randomHfWeights(spec));
+  const cfgPath = `${path}/config.json`;
+  await writeFile(cfgPath, JSON.stringify(edit(JSON.parse(readFileSync(cfgPath, "utf8")) as Record<string, unknown>)));
+  return path;
 }
 
 /** `model` cut to its first `n` layers: a cheap draft that agrees with the whole model often, not always. */

@@ -5,14 +5,13 @@
  * tests/oracle/llama-cpp.test.ts.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { gguf as g } from "../../src/model/gguf-writer.ts";
 import { loadModel } from "../../src/model/load.ts";
-import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
-import { expectLoadError, type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
+import { expectLoadError, type GgufExtras, type ModelFileSpec, writeTestGguf, writeTestHfDirectory } from "./model-files.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/olmo2-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -20,18 +19,9 @@ process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 const SPEC: ModelFileSpec = { architecture: "olmo2", hidden: 32, layers: 8, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 95 };
 const THREE_OF_FOUR = [true, true, true, false, true, true, true, false];
 
-async function write(name: string, spec: ModelFileSpec, extras?: GgufExtras): Promise<string> {
-  await writeFile(`${dir}/${name}.gguf`, ggufBytes(spec, randomHfWeights(spec), undefined, extras));
-  return `${dir}/${name}.gguf`;
-}
+const write = (name: string, spec: ModelFileSpec, extras?: GgufExtras) => writeTestGguf(dir, name, spec, extras);
 
-async function hfDir(name: string, spec: ModelFileSpec, edit: (cfg: Record<string, unknown>) => Record<string, unknown> = (c) => c): Promise<string> {
-  const path = `${dir}/${name}`;
-  await writeHfDirectory(path, spec, randomHfWeights(spec));
-  const cfgPath = `${path}/config.json`;
-  await writeFile(cfgPath, JSON.stringify(edit(JSON.parse(readFileSync(cfgPath, "utf8")))));
-  return path;
-}
+const hfDir = (name: string, spec: ModelFileSpec, edit?: (cfg: Record<string, unknown>) => Record<string, unknown>) => writeTestHfDirectory(dir, name, spec, edit);
 
 test("loadModel() reads an olmo2 GGUF: no pre-norms, output norms, q/k norms over the whole projection", async () => {
   const m = await loadModel(await write("m", SPEC));

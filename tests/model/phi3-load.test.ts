@@ -6,7 +6,7 @@
  * checked against llama.cpp in tests/oracle/llama-cpp.test.ts.
  */
 import assert from "node:assert/strict";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { decodeToF32 } from "../../src/backend/dtype-codec.ts";
@@ -19,7 +19,7 @@ import { loadLoraAdapter } from "../../src/model/lora-load.ts";
 import { encodeSafetensors } from "../../src/model/safetensors.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
-import { expectLoadError, type GgufExtras, ggufBytes, type ModelFileSpec, randomHfWeights, seededRandom, vocabFor, writeHfDirectory } from "./model-files.ts";
+import { expectLoadError, type GgufExtras, type ModelFileSpec, randomHfWeights, seededRandom, vocabFor, writeTestGguf, writeTestHfDirectory } from "./model-files.ts";
 import { longRopeAttnFactor } from "./phi3-files.ts";
 import { stepLogits } from "./step-logits.ts";
 
@@ -32,10 +32,7 @@ const SPEC: ModelFileSpec = {
   longRope: { originalContext: 64, long: [1, 1.5, 2, 4, 8, 16], short: [1, 1, 1.25, 1.5, 2, 3] },
 };
 
-async function write(name: string, spec: ModelFileSpec, extras?: GgufExtras): Promise<string> {
-  await writeFile(`${dir}/${name}.gguf`, ggufBytes(spec, randomHfWeights(spec), undefined, extras));
-  return `${dir}/${name}.gguf`;
-}
+const write = (name: string, spec: ModelFileSpec, extras?: GgufExtras) => writeTestGguf(dir, name, spec, extras);
 
 const values = (t: HostTensor) => decodeToF32(t.data, t.dtype, numel(t.shape));
 
@@ -121,14 +118,7 @@ test("loadModel() refuses phi3 files whose LongRoPE it would run wrongly, naming
   await expectLoadError(loadModel(zero), /RoPE frequency factor 0 at index 1/);
 });
 
-/** An HF directory of `spec` with config.json edited by `edit`. */
-async function hfDir(name: string, spec: ModelFileSpec, edit: (cfg: Record<string, unknown>) => Record<string, unknown> = (c) => c): Promise<string> {
-  const path = `${dir}/${name}`;
-  await writeHfDirectory(path, spec, randomHfWeights(spec));
-  const cfgPath = `${path}/config.json`;
-  await writeFile(cfgPath, JSON.stringify(edit(JSON.parse(readFileSync(cfgPath, "utf8")))));
-  return path;
-}
+const hfDir = (name: string, spec: ModelFileSpec, edit?: (cfg: Record<string, unknown>) => Record<string, unknown>) => writeTestHfDirectory(dir, name, spec, edit);
 
 test("loadModel() reads a Phi3ForCausalLM checkpoint (fused qkv_proj and gate_up_proj, longrope) as its GGUF", async () => {
   const gguf = await loadModel(await write("hf-twin", SPEC));

@@ -5,14 +5,14 @@
  * tests/oracle/llama-cpp.test.ts.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
-import { expectLoadError, ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "./model-files.ts";
+import { expectLoadError, ggufBytes, type ModelFileSpec, randomHfWeights, writeTestHfDirectory } from "./model-files.ts";
 import { stepLogits } from "./step-logits.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/smollm3-`);
@@ -21,13 +21,7 @@ process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 const SPEC: ModelFileSpec = { architecture: "smollm3", hidden: 32, layers: 8, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: true, dtype: "f32", seed: 93 };
 const NOPE_3_7 = [false, false, false, true, false, false, false, true];
 
-async function hfDir(name: string, edit: (cfg: Record<string, unknown>) => Record<string, unknown> = (c) => c): Promise<string> {
-  const path = `${dir}/${name}`;
-  await writeHfDirectory(path, SPEC, randomHfWeights(SPEC));
-  const cfgPath = `${path}/config.json`;
-  await writeFile(cfgPath, JSON.stringify(edit(JSON.parse(readFileSync(cfgPath, "utf8")))));
-  return path;
-}
+const hfDir = (name: string, edit?: (cfg: Record<string, unknown>) => Record<string, unknown>) => writeTestHfDirectory(dir, name, SPEC, edit);
 
 test("loadModel() reads a smollm3 GGUF as Llama's layout with layers 3 and 7 of 8 turning nothing", async () => {
   await writeFile(`${dir}/m.gguf`, ggufBytes(SPEC, randomHfWeights(SPEC)));
