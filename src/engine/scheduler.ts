@@ -20,6 +20,7 @@ import { StepMixer, type StepWork } from "./scheduler-mixing.ts";
 import { WaitingQueue } from "./scheduler-queue.ts";
 import { SwapSpace } from "./scheduler-swap.ts";
 import { TableViews } from "./scheduler-tables.ts";
+import { lookAheadBlocks, queueStateOf } from "./scheduler-state.ts";
 import { type FinishReason, Sequence, type SequenceHints } from "./sequence.ts";
 
 /** The scheduler of one worker. */
@@ -326,14 +327,11 @@ export class Scheduler {
       return seq;
     });
     if (seqs.some((seq) => seq.numOutput === 0 || seq.hints.prefillOnly)) return 0;
-    const needFor = (k: number) => plan.entries.map((e, i) => Math.max(0, Math.ceil((e.startPos + 1 + k) / bs) - seqs[i].blockTable.length));
     const room = this.kv.numAvailable() - this.config.watermarkBlocks;
-    // The most steps whose new blocks fit (the blocks each needs grow with the steps).
-    let granted = steps;
-    while (granted > 0 && needFor(granted).reduce((a, b) => a + b, 0) > room) granted--;
-    if (granted === 0) return 0;
-    steps = granted;
-    const need = needFor(steps);
+    const ahead = lookAheadBlocks(plan.entries.map((e, i) => ({ startPos: e.startPos, tableLength: seqs[i].blockTable.length })), bs, room, steps);
+    if (ahead.steps === 0) return 0;
+    steps = ahead.steps;
+    const need = ahead.need;
     const total = need.reduce((a, b) => a + b, 0);
     const got = total > 0 ? this.kv.allocate(total) : [];
     if (got === null) return 0;
@@ -430,27 +428,7 @@ export class Scheduler {
    * most `maxRunning` sequences.
    */
   queueState(): QueueState {
-    const w = this.waiting.gauges();
-    let tokens = w.uncachedTokens;
-    let prefilling = 0;
-    for (const seq of this.running) {
-      if (!seq.inPrefill) continue;
-      prefilling++;
-      tokens += Math.max(0, seq.promptLength - seq.numComputed);
-    }
-    const out: QueueState = { waitingPrefillTokens: tokens, oldestWaitS: w.oldestWaitS, decoding: this.running.length - prefilling, prefilling, waitingDecodes: w.waitingDecodes };
-    const split = this.prefillByPriority();
-    return split ? { ...out, prefillByPriority: split } : out;
-  }
-
-  /** Uncached prompt tokens by priority (QueueState.prefillByPriority); undefined when every sequence is at 0. */
-  private prefillByPriority(): [number, number][] | undefined {
-    if (this.prioritized === 0) return undefined;
-    const by = new Map<number, number>();
-    const add = (p: number, n: number) => by.set(p, (by.get(p) ?? 0) + n);
-    for (const seq of this.running) if (seq.inPrefill) add(seq.hints.priority ?? 0, Math.max(0, seq.promptLength - seq.numComputed));
-    for (const [seq, n] of this.waiting.uncachedBySequence()) add(seq.hints.priority ?? 0, n);
-    return [...by].sort((a, b) => a[0] - b[0]);
+    return queueStateOf(this.running, this.waiting, this.prioritized);
   }
 
   /** Gauges and counters for metrics; a read that changes nothing (a hand-off hold past its TTL goes at the next `schedule`). */
