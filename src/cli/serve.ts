@@ -12,7 +12,8 @@ import { BackendUnavailableError } from "../backend/types.ts";
 import { isKvRetention, KV_RETENTIONS } from "../engine/engine-sessions.ts";
 import { KvCapacityError, kvDtypeChoice } from "../engine/kv-cache.ts";
 import { parseSpeculativeConfig, type Speculation, SpeculationConfigError } from "../engine/ngram-draft.ts";
-import { isToolCallFormat, TOOL_CALL_FORMAT_ALIASES, TOOL_CALL_FORMATS } from "../engine/grammar.ts";
+import { TOOL_CALL_FORMAT_ALIASES, TOOL_CALL_FORMATS } from "../engine/grammar.ts";
+import { toolCallChoice } from "../serve/tool-call-detect.ts";
 import { type PreemptionMode, SCHEDULING_POLICIES, STEP_MIXINGS, type StepMixing, type WorkerRole } from "../engine/scheduler-types.ts";
 import { ModelLoadError, type SamplingDefaults } from "../model/config.ts";
 import { cliArgs, envVar, exitProcess, runtimeName } from "../runtime/env.ts";
@@ -98,9 +99,11 @@ async function main(): Promise<void> {
   const statsIntervalS = f["disable-log-stats"] ? undefined : logStatsInterval(envVar("VLLM_LOG_STATS_INTERVAL"));
   const quantize = f.quantize;
   if (quantize !== undefined && !isQuantizeDType(quantize)) throw new ArgsError(`Unknown --quantize format "${quantize}"; choose ${QUANTIZE_DTYPES.join(", ")}`);
-  const toolCallArg = f["tool-call-parser"] ?? "hermes";
-  const toolCallParser = TOOL_CALL_FORMAT_ALIASES[toolCallArg] ?? toolCallArg;
-  if (!isToolCallFormat(toolCallParser)) throw new ArgsError(`Unknown tool call parser "${toolCallArg}"; choose ${[...TOOL_CALL_FORMATS, ...Object.keys(TOOL_CALL_FORMAT_ALIASES)].join(", ")}`);
+  const toolCallArg = f["tool-call-parser"] ?? "auto";
+  const toolCallParser = toolCallChoice(toolCallArg);
+  if (toolCallParser === undefined) {
+    throw new ArgsError(`Unknown tool call parser "${toolCallArg}"; choose auto, ${[...TOOL_CALL_FORMATS, ...Object.keys(TOOL_CALL_FORMAT_ALIASES)].join(", ")}`);
+  }
   const generationConfig = f["generation-config"] ?? "auto";
   if (generationConfig !== "auto" && generationConfig !== "vllm") throw new ArgsError(`Unknown generation config "${generationConfig}"; choose auto or vllm`);
   const jsonWhitespace = f["json-whitespace"] ?? "any";
@@ -228,7 +231,7 @@ async function main(): Promise<void> {
     ...(speculative ? { speculative } : {}),
     ...(jsonWhitespace === "compact" ? { jsonWhitespace: "compact" as const } : {}),
     ...(generationConfig === "vllm" ? { generationConfig: "vllm" as const } : {}),
-    ...(toolCallParser !== "hermes" ? { toolCallParser } : {}),
+    toolCallParser,
     maxBodyBytes: f["max-body-bytes"],
     stepLogPath: f["step-log"],
     plannerLogPath: f["planner-log"],
@@ -239,11 +242,12 @@ async function main(): Promise<void> {
   const sampling = samplingNote(s.samplingDefaults, generationConfig);
   if (sampling) console.error(sampling);
   const tags = reasoningTags(reasoningParser);
+  const tools = `; tool calls ${s.toolCallParser}${toolCallParser === "auto" ? " (auto, from the chat template)" : ""}`;
   const reasoning = !tags ? "" : s.reasoningTokens
     ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
     : `; reasoning parser ${reasoningParser} (${tags.open}/${tags.close} are not single tokens: KV of reasoning not typed)`;
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${speculative ? `, ${speculationLabel(speculative)}` : ""}${schedulerStepsLabel(s.cluster ? f["num-scheduler-steps"] : s.engine.schedulerSteps, speculative !== undefined)}, max model len ${s.serving.maxModelLen}${s.warmUpMs !== undefined ? `, warmed up in ${Math.round(s.warmUpMs)} ms` : ""}` +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}${tools}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${speculative ? `, ${speculationLabel(speculative)}` : ""}${schedulerStepsLabel(s.cluster ? f["num-scheduler-steps"] : s.engine.schedulerSteps, speculative !== undefined)}, max model len ${s.serving.maxModelLen}${s.warmUpMs !== undefined ? `, warmed up in ${Math.round(s.warmUpMs)} ms` : ""}` +
       (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}` : "") +
       (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}, ${transport}` : "") +
       (loraModules.length > 0 ? `; LoRA adapters ${loraModules.map((m) => m.name).join(", ")}` : "") +

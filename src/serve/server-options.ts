@@ -8,6 +8,7 @@ import type { BackendChoice } from "../backend/select.ts";
 import type { Engine } from "../engine/engine.ts";
 import type { ServingEngine } from "../engine/engine-types.ts";
 import type { JsonWhitespace, ToolCallFormat } from "../engine/grammar.ts";
+import type { ToolCallChoice } from "./tool-call-detect.ts";
 import type { Cluster } from "../cluster/cluster.ts";
 import type { ClusterRouterName, PeerTransferMode } from "../cluster/cluster-router.ts";
 import type { SessionRouterOptions } from "../../planner/routers.ts";
@@ -103,9 +104,10 @@ export interface ServerOptions {
    * "deepseek_v31" (DeepSeek V3.1), "deepseek_v3" (DeepSeek V3, R1-0528), "glm45" (GLM 4.5–4.7),
    * "qwen3_coder" (Qwen3-Coder), "minimax_m2" (MiniMax M2), "mistral" (Mistral, Magistral,
    * Devstral; the shape by the tokenizer's version), "harmony" (gpt-oss), "granite" (Granite 3.x) or
-   * "phi4_mini_json" (Phi-4-mini). vLLM's parser names, but "harmony" (vLLM's "openai").
+   * "phi4_mini_json" (Phi-4-mini). vLLM's parser names, but "harmony" (vLLM's "openai"). "auto": the
+   * format the model's chat template tells (tool-call-detect.ts), Hermes where it tells none.
    */
-  toolCallParser?: ToolCallFormat;
+  toolCallParser?: ToolCallChoice;
   maxBodyBytes?: number;
   /** Longest wait for the next bytes of a request body, in ms (408 after; default 30 s). */
   bodyTimeoutMs?: number;
@@ -209,6 +211,8 @@ export interface RunningServer extends Listening {
   slaProfileSource?: string;
   /** The `<think>`/`</think>` ids the engine tracks reasoning with; undefined when it does not. */
   reasoningTokens: ReasoningTokens | undefined;
+  /** How chat answers' tool calls are read and forced ones written (`toolCallParser`, "auto" resolved). */
+  toolCallParser: ToolCallFormat;
   /** The sampling defaults requests get where they leave parameters out (`generationConfig`; empty: OpenAI's). */
   samplingDefaults: SamplingDefaults;
   /**

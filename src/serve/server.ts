@@ -2,6 +2,7 @@
  * Puts a server together: load the model, pick the backend, build the engine and the app, listen.
  * Used by `src/cli/serve.ts` and by the tests that drive a real server over sockets.
  */
+import { detectToolCallFormat } from "./tool-call-detect.ts";
 import { loadAdapterInto } from "./lora.ts";
 import os from "node:os";
 import { selectBackend } from "../backend/select.ts";
@@ -138,7 +139,8 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     loraSources.set(m.name, m.path);
   }
   const lifecycle = new ServerLifecycle();
-  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, ...(o.allowedOrigins ? { allowedOrigins: o.allowedOrigins } : {}), maxBodyBytes: o.maxBodyBytes, bodyTimeoutMs: o.bodyTimeoutMs, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser: o.toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle, loraSources, allowRuntimeLora: o.allowRuntimeLora });
+  const toolCallParser = o.toolCallParser === "auto" ? detectToolCallFormat(model.chatTemplate, model.config.architecture) : o.toolCallParser ?? "hermes";
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, ...(o.allowedOrigins ? { allowedOrigins: o.allowedOrigins } : {}), maxBodyBytes: o.maxBodyBytes, bodyTimeoutMs: o.bodyTimeoutMs, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle, loraSources, allowRuntimeLora: o.allowRuntimeLora });
   let l: Listening;
   try {
     l = await listen(app.fetch, o.host, o.port);
@@ -166,6 +168,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     backendReason: reason,
     ...(warmUpMs !== undefined ? { warmUpMs } : {}),
     ...(cluster?.slaSource !== undefined ? { slaProfileSource: cluster.slaSource } : {}),
+    toolCallParser,
     reasoningTokens,
     samplingDefaults: samplingDefaultsOf(model, o.generationConfig),
     drain: (graceMs, stopWaiting) => lifecycle.drain(graceMs, stopWaiting),

@@ -2,7 +2,7 @@
  * Granite 3.x's (`--tool-call-parser granite`) and Phi-4-mini's (`phi4_mini_json`) tool calls: a JSON
  * list of calls after `<|tool_call|>` (or `<tool_call>`) and after `functools`. The parser on its own,
  * whole and streamed, what stays text, the grammars that write forced calls, and a server with the
- * real openai client forcing a call through each.
+ * real openai client forcing a call through each (and through `auto`, told from a Granite-like template).
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -90,15 +90,18 @@ test("parseChatOutput() with granite also reads the list after <tool_call>, as v
 const dir = mkdtempSync(`${tmpdir()}/list-tools-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 
-for (const [format, marker] of FORMATS) {
+for (const [format, marker] of [...FORMATS, ["auto", "<|tool_call|>"] as const]) {
   test(`chat completions with --tool-call-parser ${format}: a forced call comes back as a tool call, not content`, async () => {
     const tags = ["<|user|>", "<|assistant|>", "<|end|>"];
-    const template = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}<|assistant|>";
+    // For auto, a template that writes calls back as Granite's does, so the server reads Granite's format.
+    const writesCalls = format === "auto" ? "{% if m.tool_calls %}<|tool_call|>{{ m.tool_calls | tojson }}{% endif %}" : "";
+    const template = `{% for m in messages %}<|{{ m.role }}|>{{ m.content }}${writesCalls}<|end|>{% endfor %}<|assistant|>`;
     const path = `${dir}/${format}.gguf`;
     await writeScriptedModel(path, { pieces: [...tags, "Sunny."], next: [["<|assistant|>", "Sunny."], ["Sunny.", "<eos>"]], chatTemplate: template, literalPieces: true, controlPieces: tags, contextLength: 2048 });
     const model = await loadModel(path);
     const s = await startServer({ modelPath: path, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 128, toolCallParser: format });
     try {
+      assert.equal(s.toolCallParser, format === "auto" ? "granite" : format);
       const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
       const plain = await client.chat.completions.create({ model: format, messages: [{ role: "user", content: "Weather." }], temperature: 0, max_tokens: 20 });
       assert.equal(plain.choices[0].message.content, "Sunny.");
