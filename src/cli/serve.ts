@@ -18,7 +18,7 @@ import { type PreemptionMode, SCHEDULING_POLICIES, STEP_MIXINGS, type StepMixing
 import { ModelLoadError, type SamplingDefaults } from "../model/config.ts";
 import { cliArgs, envVar, exitProcess, runtimeName } from "../runtime/env.ts";
 import { AGED_SHORT_FIRST, FCFS } from "../../planner/prefill-order.ts";
-import { isReasoningParser, REASONING_PARSER_ALIASES, REASONING_PARSERS, reasoningTags } from "../serve/reasoning.ts";
+import { isReasoningParser, REASONING_PARSER_ALIASES, REASONING_PARSERS, type ReasoningParserChoice, reasoningTags } from "../serve/reasoning.ts";
 import { startServer } from "../serve/server.ts";
 import { ListenError } from "../serve/listen.ts";
 import { CLUSTER_ROUTERS, isClusterRouter, isPeerTransferMode, parseRouterOptions, PEER_TRANSFER_MODES, RouterOptionsError } from "../cluster/cluster-router.ts";
@@ -108,11 +108,12 @@ async function main(): Promise<void> {
   if (generationConfig !== "auto" && generationConfig !== "vllm") throw new ArgsError(`Unknown generation config "${generationConfig}"; choose auto or vllm`);
   const jsonWhitespace = f["json-whitespace"] ?? "any";
   if (jsonWhitespace !== "any" && jsonWhitespace !== "compact") throw new ArgsError(`Unknown JSON whitespace "${jsonWhitespace}"; choose any or compact`);
-  const reasoningArg = f["reasoning-parser"] ?? "none";
-  const reasoningParser = REASONING_PARSER_ALIASES[reasoningArg] ?? reasoningArg;
-  if (!isReasoningParser(reasoningParser)) {
-    throw new ArgsError(`Unknown reasoning parser "${reasoningArg}"; choose ${[...REASONING_PARSERS, ...Object.keys(REASONING_PARSER_ALIASES)].join(", ")}`);
+  const reasoningArg = f["reasoning-parser"] ?? "auto";
+  const reasoningName: string = Object.hasOwn(REASONING_PARSER_ALIASES, reasoningArg) ? REASONING_PARSER_ALIASES[reasoningArg] : reasoningArg;
+  if (reasoningName !== "auto" && !isReasoningParser(reasoningName)) {
+    throw new ArgsError(`Unknown reasoning parser "${reasoningArg}"; choose auto, ${[...REASONING_PARSERS, ...Object.keys(REASONING_PARSER_ALIASES)].join(", ")}`);
   }
+  const reasoningParser = reasoningName as ReasoningParserChoice;
   const stepMixing = f["step-mixing"];
   if (stepMixing !== undefined && stepMixing !== "auto" && !STEP_MIXINGS.includes(stepMixing as StepMixing)) throw new ArgsError(`Unknown step mixing "${stepMixing}"; choose auto, ${STEP_MIXINGS.join(" or ")}`);
   if (f["swap-space-blocks"] !== undefined && preemption !== "swap") throw new ArgsError(`Flag --swap-space-blocks ${f["swap-space-blocks"]} needs --preemption swap`);
@@ -241,11 +242,12 @@ async function main(): Promise<void> {
   const st = s.serving.stats();
   const sampling = samplingNote(s.samplingDefaults, generationConfig);
   if (sampling) console.error(sampling);
-  const tags = reasoningTags(reasoningParser);
+  const tags = reasoningTags(s.reasoningParser);
+  const auto = reasoningParser === "auto" ? "auto, from the chat template; " : "";
   const tools = `; tool calls ${s.toolCallParser}${toolCallParser === "auto" ? " (auto, from the chat template)" : ""}`;
   const reasoning = !tags ? "" : s.reasoningTokens
-    ? `; reasoning parser ${reasoningParser} (KV of reasoning typed)`
-    : `; reasoning parser ${reasoningParser} (${tags.open}/${tags.close} are not single tokens: KV of reasoning not typed)`;
+    ? `; reasoning parser ${s.reasoningParser} (${auto}KV of reasoning typed)`
+    : `; reasoning parser ${s.reasoningParser} (${auto}${tags.open}/${tags.close} are not single tokens: KV of reasoning not typed)`;
   console.error(
     `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}${tools}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${speculative ? `, ${speculationLabel(speculative)}` : ""}${schedulerStepsLabel(s.cluster ? f["num-scheduler-steps"] : s.engine.schedulerSteps, speculative !== undefined)}, max model len ${s.serving.maxModelLen}${s.warmUpMs !== undefined ? `, warmed up in ${Math.round(s.warmUpMs)} ms` : ""}` +
       (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}` : "") +

@@ -18,7 +18,7 @@
  * - Whitespace right after `</think>` is dropped: templates put a blank line between the blocks.
  */
 import type { ReasoningTokens } from "../engine/reasoning-spans.ts";
-import type { Tokenizer } from "../model/config.ts";
+import type { Architecture, Tokenizer } from "../model/config.ts";
 import { partialTagSuffix } from "./tool-calls.ts";
 
 /**
@@ -38,6 +38,20 @@ export const REASONING_PARSER_ALIASES: Readonly<Record<string, ReasoningParserNa
   glm45: "think",
   openai_gptoss: "harmony",
 };
+
+/** A `--reasoning-parser` choice: a parser, or "auto" (told from the model, {@link detectReasoningParser}). */
+export type ReasoningParserChoice = ReasoningParserName | "auto";
+
+/**
+ * `--reasoning-parser auto`: gpt-oss's harmony by its architecture; Magistral's `[THINK]` or the
+ * `<think>` of DeepSeek-R1, QwQ, Qwen3 and GLM-4.5 where the chat template writes or opens it; else none.
+ */
+export function detectReasoningParser(template: string | undefined, architecture: Architecture): ReasoningParserName {
+  if (architecture === "gpt-oss") return "harmony";
+  if (template === undefined) return "none";
+  if (template.includes("[THINK]")) return "mistral";
+  return template.includes(THINK_OPEN) ? "think" : "none";
+}
 
 /** True when `s` names a reasoning parser. */
 export function isReasoningParser(s: string): s is ReasoningParserName {

@@ -23,7 +23,7 @@ import type { LoadedModel, SamplingDefaults } from "../model/config.ts";
 import type { QuantizeDType } from "../model/weights.ts";
 import type { GenerationConfigChoice } from "./app.ts";
 import type { Listening } from "./listen.ts";
-import type { ReasoningParserName } from "./reasoning.ts";
+import type { ReasoningParserChoice, ReasoningParserName } from "./reasoning.ts";
 import type { PrefillOrderOptions } from "../../planner/prefill-order.ts";
 
 /** Everything `serve` can be told. */
@@ -76,9 +76,10 @@ export interface ServerOptions {
   /**
    * "think": chat answers' `<think>…</think>` text is returned as `reasoning_content`, and the engine
    * types KV blocks of reasoning "reasoning" when both tags are single tokens (default "none");
-   * "mistral" the same for `[THINK]…[/THINK]`, "harmony" for gpt-oss's analysis messages.
+   * "mistral" the same for `[THINK]…[/THINK]`, "harmony" for gpt-oss's analysis messages; "auto" the one
+   * the model's chat template (gpt-oss: its architecture) tells, none where it tells none.
    */
-  reasoningParser?: ReasoningParserName;
+  reasoningParser?: ReasoningParserChoice;
   /** Jump-forward decoding under output grammars (EngineOptions.jumpForward; default true). */
   jumpForward?: boolean;
   /** Run each engine's step kinds once before listening (Engine.warmUp; default true, `--no-warmup` off): a cluster's workers each before they serve. */
@@ -211,6 +212,8 @@ export interface RunningServer extends Listening {
   slaProfileSource?: string;
   /** The `<think>`/`</think>` ids the engine tracks reasoning with; undefined when it does not. */
   reasoningTokens: ReasoningTokens | undefined;
+  /** How chat answers' reasoning is read (`reasoningParser`, "auto" resolved). */
+  reasoningParser: ReasoningParserName;
   /** How chat answers' tool calls are read and forced ones written (`toolCallParser`, "auto" resolved). */
   toolCallParser: ToolCallFormat;
   /** The sampling defaults requests get where they leave parameters out (`generationConfig`; empty: OpenAI's). */

@@ -24,6 +24,7 @@ import { createApp, samplingDefaultsOf } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
 import { ServerLifecycle } from "./lifecycle.ts";
 import { reasoningTokensOf } from "./harmony-prompt.ts";
+import { detectReasoningParser } from "./reasoning.ts";
 import type { RunningServer, ServerOptions } from "./server-options.ts";
 import { type PlannerLogRecord, plannerLogRecord, type RouteLogRecord, routeLogRecord, StepLogWriter } from "./step-log.ts";
 import { AGED_SHORT_FIRST } from "../../planner/prefill-order.ts";
@@ -62,7 +63,8 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     throw new RangeError(`--kv-memory-fraction ${o.kvMemoryFraction} leaves room for fewer than 2 KV blocks per worker`);
   }
   // Tags that are not single tokens are still parsed from the text; only KV typing and budgets need the ids.
-  const reasoningTokens = reasoningTokensOf(o.reasoningParser ?? "none", model.tokenizer);
+  const reasoningParser = o.reasoningParser === "auto" ? detectReasoningParser(model.chatTemplate, model.config.architecture) : o.reasoningParser ?? "none";
+  const reasoningTokens = reasoningTokensOf(reasoningParser, model.tokenizer);
   const engineOptions: CreateEngineOptions = {
     numBlocks: o.kvBlocks,
     kvMemoryBytes: kvMemoryBytes === undefined ? undefined : kvMemoryBytes / kvShare,
@@ -140,7 +142,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   }
   const lifecycle = new ServerLifecycle();
   const toolCallParser = o.toolCallParser === "auto" ? detectToolCallFormat(model.chatTemplate, model.config.architecture) : o.toolCallParser ?? "hermes";
-  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, ...(o.allowedOrigins ? { allowedOrigins: o.allowedOrigins } : {}), maxBodyBytes: o.maxBodyBytes, bodyTimeoutMs: o.bodyTimeoutMs, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser: o.reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle, loraSources, allowRuntimeLora: o.allowRuntimeLora });
+  const app = createApp({ engine: serving, model, modelName, apiKey: o.apiKey, ...(o.allowedOrigins ? { allowedOrigins: o.allowedOrigins } : {}), maxBodyBytes: o.maxBodyBytes, bodyTimeoutMs: o.bodyTimeoutMs, maxStoredResponses: o.maxStoredResponses, maxConversations: o.maxConversations, maxStoredMiB: o.maxStoredMiB, reasoningParser, jsonWhitespace: o.jsonWhitespace, toolCallParser, generationConfig: o.generationConfig, schedulingPolicy: o.schedulingPolicy, lifecycle, loraSources, allowRuntimeLora: o.allowRuntimeLora });
   let l: Listening;
   try {
     l = await listen(app.fetch, o.host, o.port);
@@ -169,6 +171,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     ...(warmUpMs !== undefined ? { warmUpMs } : {}),
     ...(cluster?.slaSource !== undefined ? { slaProfileSource: cluster.slaSource } : {}),
     toolCallParser,
+    reasoningParser,
     reasoningTokens,
     samplingDefaults: samplingDefaultsOf(model, o.generationConfig),
     drain: (graceMs, stopWaiting) => lifecycle.drain(graceMs, stopWaiting),

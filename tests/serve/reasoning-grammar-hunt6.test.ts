@@ -75,3 +75,15 @@ test("grammarStart() with MAY_THINK takes the grammar at once or after a whole <
   assert.ok(!whole("<think>done</think>\n\n"), "a reasoning block alone does not end the answer");
   assert.ok(!alive('{"ok":true}<think>'), "no reasoning after the answer");
 });
+
+test("a server with reasoningParser auto reads <think> reasoning where the chat template opens <think>, as with think", async () => {
+  const s = await startServer({ modelPath, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 128, reasoningParser: "auto" });
+  try {
+    assert.equal(s.reasoningParser, "think");
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+    const r = await client.chat.completions.create({ model: "reasoner", messages: [{ role: "user", content: "What is the weather?" }], max_tokens: 200, temperature: 0 });
+    assert.equal((r.choices[0].message as OpenAI.ChatCompletionMessage & WithReasoning).reasoning_content, REASONING);
+  } finally {
+    await s.shutdown();
+  }
+});

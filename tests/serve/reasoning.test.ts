@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { type ChatOutputOptions, ChatOutputStream, type ChatPart, parseChatOutput } from "../../src/serve/chat-output.ts";
-import { promptOpensReasoning, type ReasoningPart, reasoningTokenIds, ReasoningStream, splitReasoning } from "../../src/serve/reasoning.ts";
+import { detectReasoningParser, promptOpensReasoning, type ReasoningPart, ReasoningStream, reasoningTokenIds, splitReasoning } from "../../src/serve/reasoning.ts";
 import { parseToolCalls } from "../../src/serve/tool-calls.ts";
 import { test } from "../harness.ts";
 
@@ -108,4 +108,14 @@ test("ChatOutputStream with parallelToolCalls false releases only the first call
     assert.equal(parts.flatMap((p) => (p.kind === "content" ? [p.text] : [])).join(""), "Both.  end");
     assert.equal(parts.flatMap((p) => (p.kind === "reasoning" ? [p.text] : [])).join(""), "plan");
   }
+});
+
+test("detectReasoningParser() tells think, mistral and harmony from the chat template (gpt-oss from its architecture), none where nothing tells", () => {
+  const qwen3 = "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}";
+  const r1 = "{{'<｜Assistant｜><think>\\n'}}";
+  const magistral = "{{- '[THINK]' + thinking + '[/THINK]' }}";
+  assert.deepEqual([qwen3, r1, magistral].map((t) => detectReasoningParser(t, "qwen3")), ["think", "think", "mistral"]);
+  assert.equal(detectReasoningParser("{% for m in messages %}{{ m.content }}{% endfor %}", "llama"), "none");
+  assert.equal(detectReasoningParser(undefined, "llama"), "none");
+  assert.equal(detectReasoningParser(undefined, "gpt-oss"), "harmony");
 });
