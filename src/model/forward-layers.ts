@@ -128,11 +128,17 @@ export function attentionBlock(
   const scale = c.attentionScale ?? 1 / Math.sqrt(c.headDim);
   const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, scale, { window, sinks: l.sinks, softcap: c.attnSoftcap }));
   const attFlat = backend.reshape(att, [n, c.numHeads * c.headDim]);
-  if (c.residualScale !== undefined) return backend.add(x, s.keep(scaled(backend, s.keep(project(attFlat, l.wo, l.bo, "wo")), c.residualScale)));
-  // Without a post-norm the skip connection joins the o projection (one dispatch with matmulAdd).
-  if (!c.postNorms) return project(attFlat, l.wo, l.bo, "wo", x);
+  // Without a post-norm or a residual scale the skip connection joins the o projection (one dispatch with matmulAdd).
+  if (!c.postNorms && c.residualScale === undefined) return project(attFlat, l.wo, l.bo, "wo", x);
   const o = s.keep(project(attFlat, l.wo, l.bo, "wo"));
-  return backend.add(x, postNorm(backend, model, l.attnPostNorm, o, s));
+  return backend.add(x, blockOutput(backend, model, l.attnPostNorm, o, s));
+}
+
+/** What a block adds to the residual stream: its output post-normed (ModelConfig.postNorms), then scaled (ModelConfig.residualScale). */
+function blockOutput(backend: Backend, model: DeviceModel, weight: Tensor | undefined, y: Tensor, s: Scratch): Tensor {
+  const normed = postNorm(backend, model, weight, y, s);
+  const r = model.config.residualScale;
+  return r === undefined ? normed : s.keep(scaled(backend, normed, r));
 }
 
 /** A block's input: the residual stream normed, or as it is where the model has no pre-norms (ModelConfig.noPreNorms). */
@@ -173,12 +179,10 @@ function swiglu(
 export function mlpBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch, project: Project): Tensor {
   const h = preNorm(backend, model, l.ffnNorm, x, s);
   const gelu = model.config.ffnActivation === "gelu";
-  const r = model.config.residualScale;
-  if (r !== undefined) return backend.add(x, s.keep(scaled(backend, s.keep(swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project, gelu)), r)));
-  // Without a post-norm the skip connection joins the down projection (one dispatch with matmulAdd).
-  if (!model.config.postNorms) return swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project, gelu, x);
+  // Without a post-norm or a residual scale the skip connection joins the down projection (one dispatch with matmulAdd).
+  if (!model.config.postNorms && model.config.residualScale === undefined) return swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project, gelu, x);
   const down = s.keep(swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project, gelu));
-  return backend.add(x, postNorm(backend, model, l.ffnPostNorm, down, s));
+  return backend.add(x, blockOutput(backend, model, l.ffnPostNorm, down, s));
 }
 
 /** x scaled by `scale`, row by row (a one-expert combine: every backend has it). */
@@ -242,7 +246,7 @@ export function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<T
     }
     mixed = s.keep(backend.add(mixed, shared));
   }
-  return backend.add(x, postNorm(backend, model, l.ffnPostNorm, mixed, s));
+  return backend.add(x, blockOutput(backend, model, l.ffnPostNorm, mixed, s));
 }
 
 /**
