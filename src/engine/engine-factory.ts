@@ -2,6 +2,7 @@
  * Builds an Engine from a loaded model on a backend: uploads the weights, allocates the paged KV
  * cache, and sizes the block pool from a block count or a memory budget.
  */
+import { longRopeFor } from "../model/phi3.ts";
 import type { Backend } from "../backend/types.ts";
 import type { LoadedModel, ModelConfig } from "../model/config.ts";
 import { freeDeviceModel, uploadModel } from "../model/device-weights.ts";
@@ -84,7 +85,11 @@ function draftKvDtype(backend: Backend, draft: LoadedModel, choice: KvDTypeChoic
  * Those speculating with a draft model share one upload of `draft` too, each with its own draft KV
  * cache of as many blocks as its own (a `kvMemoryBytes` budget covers both caches).
  */
-export function createEngines(backend: Backend, model: LoadedModel, opts: readonly CreateEngineOptions[], draft?: LoadedModel): Engine[] {
+export function createEngines(backend: Backend, loaded: LoadedModel, opts: readonly CreateEngineOptions[], draft?: LoadedModel): Engine[] {
+  // LongRoPE's divisors for the context served (phi3.ts): the engines share one upload, so the longest of theirs.
+  const served = Math.max(...opts.map((o) => Math.min(o.maxModelLen ?? loaded.config.contextLength, loaded.config.contextLength)));
+  const config = longRopeFor(loaded.config, served);
+  const model = config === loaded.config ? loaded : { ...loaded, config };
   const dtypes = opts.map((o) => resolveKvDtype(backend, model.config, o.kvCacheDtype));
   const drafts = opts.map((o) => (o.speculative?.method === "draft_model" && draft ? { config: draft.config, dtype: draftKvDtype(backend, draft, o.kvCacheDtype) } : undefined));
   const sizes = opts.map((o, i) => {

@@ -187,6 +187,12 @@ export interface ModelConfig {
    * (LongRoPE's attention factor: Phi-3's 128K models, Phi-4-mini; Backend.rope's `magnitude`); absent: 1.
    */
   ropeMagnitude?: number;
+  /**
+   * LongRoPE's two sets of divisors (Phi-3's 128K models): `ropeFreqFactors` holds the long ones where
+   * the context served passes `originalContext`, the short ones within it, as llama.cpp chooses by its
+   * context; a loader chooses by the model's context, an engine again by its own (phi3.ts `longRopeFor`).
+   */
+  longRope?: { long: number[]; short: number[]; originalContext: number };
   /** Layers that turn neither q nor k (NoPE: SmolLM3's every fourth); absent: every layer turns. */
   nopeLayers?: boolean[];
   /** Maximum context the model was trained for. */

@@ -108,6 +108,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(rotaryDim !== undefined ? { rotaryDim } : {}),
     ...(ropeFreqFactors ? { ropeFreqFactors } : {}),
     ...(phi3?.ropeMagnitude !== undefined ? { ropeMagnitude: phi3.ropeMagnitude } : {}),
+    ...(phi3?.longRope ? { longRope: phi3.longRope } : {}),
     ...(architecture === "smollm3" ? { nopeLayers: hfNopeLayers(cfg, numLayers, path) } : {}),
     ...(architecture === "granite" ? hfGranite(cfg, path) : {}),
     // OLMo 2 and 3: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection; OLMo 3's three layers of four slide.

@@ -15,7 +15,7 @@
  * disables it for this architecture (its converters do not say which layers slide), and so do we, to
  * run what it runs.
  */
-import { type HostTensor, ModelLoadError } from "./config.ts";
+import { type HostTensor, type ModelConfig, ModelLoadError } from "./config.ts";
 import { isJsonObject, type Json } from "./hf-json.ts";
 import { checkFreqFactors } from "./rope-scaling.ts";
 import type { TensorNames, TensorSource } from "./weights.ts";
@@ -31,12 +31,26 @@ export interface LongRope {
 }
 
 /** The fields LongRoPE sets on a config: the divisors for `contextLength`, and the rotation's magnitude. */
-export function longRopeFields(rope: LongRope, contextLength: number, rotaryDim: number, path: string): { ropeFreqFactors: number[]; ropeMagnitude?: number } {
+export function longRopeFields(
+  rope: LongRope, contextLength: number, rotaryDim: number, path: string,
+): { ropeFreqFactors: number[]; ropeMagnitude?: number; longRope: NonNullable<ModelConfig["longRope"]> } {
   if (!(Number.isInteger(rope.originalContext) && rope.originalContext > 0)) {
     throw new ModelLoadError(`Model "${path}" has an original context length of ${rope.originalContext}; expected a positive integer`);
   }
-  const chosen = contextLength > rope.originalContext ? rope.long : rope.short;
-  return { ropeFreqFactors: checkFreqFactors(chosen, rotaryDim, path), ...ropeMagnitude(rope.attnFactor, path) };
+  const longRope = { long: checkFreqFactors(rope.long, rotaryDim, path), short: checkFreqFactors(rope.short, rotaryDim, path), originalContext: rope.originalContext };
+  return { ropeFreqFactors: contextLength > rope.originalContext ? longRope.long : longRope.short, ...ropeMagnitude(rope.attnFactor, path), longRope };
+}
+
+/**
+ * `config` with LongRoPE's divisors for a context of `context` positions (the long ones past the
+ * original context, else the short ones), as llama.cpp chooses them by its context; `config` itself
+ * where it has no LongRoPE or already holds that set.
+ */
+export function longRopeFor(config: ModelConfig, context: number): ModelConfig {
+  const r = config.longRope;
+  if (!r) return config;
+  const factors = context > r.originalContext ? r.long : r.short;
+  return factors === config.ropeFreqFactors ? config : { ...config, ropeFreqFactors: factors };
 }
 
 /**
@@ -65,7 +79,7 @@ function factorList(v: unknown, key: string, path: string): number[] {
  * GGUF converter's √(1 + ln s / ln original) for s = max_position_embeddings / original (1 for s ≤ 1).
  * Nothing for a config without scaling (Phi-3-mini-4k, Phi-4); another scaling type is refused.
  */
-export function hfLongRope(cfg: Json, contextLength: number, rotaryDim: number, path: string): { ropeFreqFactors?: number[]; ropeMagnitude?: number } {
+export function hfLongRope(cfg: Json, contextLength: number, rotaryDim: number, path: string): Partial<Pick<ModelConfig, "ropeFreqFactors" | "ropeMagnitude" | "longRope">> {
   const raw = cfg.rope_scaling ?? cfg.rope_parameters;
   if (raw === undefined || raw === null) return {};
   if (!isJsonObject(raw)) throw new ModelLoadError(`"rope_scaling" in "${path}" should be an object, got ${JSON.stringify(raw)}`);

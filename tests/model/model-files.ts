@@ -15,7 +15,7 @@ import { GGUF_ROPE_FREQS } from "../../src/model/gguf-loader.ts";
 import { type Llama3RopeScaling, llama3FreqFactors } from "../../src/model/rope-scaling.ts";
 import { encodeSafetensors, type SafetensorsEntry } from "../../src/model/safetensors.ts";
 import { gptOssHfConfig, gptOssHfTensors } from "./gpt-oss-files.ts";
-import { fusePhi3Gguf, fusePhi3Hf, phi3GgufMetadata, phi3HfConfig, phi3Vocab } from "./phi3-files.ts";
+import { fusePhi3Gguf, fusePhi3Hf, phi3GgufMetadata, phi3HfConfig, phi3Vocab, TEST_CONTEXT } from "./phi3-files.ts";
 import { randomIqTensor } from "./iq-blocks.ts";
 import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
@@ -76,6 +76,8 @@ export interface ModelFileSpec {
   softcaps?: { attn: number; final: number };
   /** Phi-3's LongRoPE (phi3-files.ts): per-pair divisors for contexts past `originalContext` and up to it. */
   longRope?: { originalContext: number; long: number[]; short: number[] };
+  /** The context the files declare (default 256). */
+  contextLength?: number;
   /** phi3: write q/k/v and gate/up apart instead of fused (as no converter does; the loader takes both). */
   unfused?: boolean;
   /** Granite's four multipliers (GGUF `embedding_scale`, `attention.scale`, `residual_scale`, `logit_scale`; HF `*_multiplier`, `logits_scaling`). */
@@ -362,7 +364,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   const meta: [string, GgufEntry][] = [
     ["general.architecture", gguf.str(a)],
     ["general.name", gguf.str(`random-${a}`)],
-    [`${a}.context_length`, gguf.u32(256)],
+    [`${a}.context_length`, gguf.u32(spec.contextLength ?? TEST_CONTEXT)],
     [`${a}.embedding_length`, gguf.u32(spec.hidden)],
     [`${a}.block_count`, gguf.u32(spec.layers + (spec.nextn ?? 0))],
     [`${a}.feed_forward_length`, gguf.u32(spec.experts && a !== "llama" ? spec.ffn * 3 : spec.ffn)],
@@ -635,7 +637,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     rope_theta: ropeThetaOf(spec),
     ...(spec.ropeScaling ? { rope_scaling: hfRopeScaling(spec.ropeScaling) } : {}),
     ...(spec.mla ? hfMlaConfig(spec) : {}),
-    max_position_embeddings: 256,
+    max_position_embeddings: spec.contextLength ?? TEST_CONTEXT,
     tie_word_embeddings: spec.tied,
     vocab_size: spec.vocab,
     bos_token_id: vocab.bosId,

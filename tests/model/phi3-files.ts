@@ -10,7 +10,7 @@ import { gguf } from "../../src/model/gguf-writer.ts";
 import type { ModelFileSpec } from "./model-files.ts";
 import type { TestVocab } from "./test-vocab.ts";
 
-/** The context a test file declares (model-files.ts writes 256 everywhere). */
+/** The context a test file declares where its spec names none (ModelFileSpec.contextLength). */
 export const TEST_CONTEXT = 256;
 
 /** A tensor on its way into a test GGUF. */
@@ -66,7 +66,7 @@ export function phi3GgufMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
   if (!r) return [];
   return [
     ["phi3.rope.scaling.original_context_length", gguf.u32(r.originalContext)],
-    ["phi3.rope.scaling.attn_factor", gguf.f32(longRopeAttnFactor(TEST_CONTEXT, r.originalContext))],
+    ["phi3.rope.scaling.attn_factor", gguf.f32(longRopeAttnFactor(spec.contextLength ?? TEST_CONTEXT, r.originalContext))],
     // As the converter writes every phi3 file (0 for Phi-4); llama.cpp does not apply it.
     ["phi3.attention.sliding_window", gguf.u32(2047)],
   ];
@@ -98,7 +98,7 @@ export function phi3HfConfig(spec: ModelFileSpec): Record<string, unknown> {
   const r = spec.longRope;
   return {
     sliding_window: 2047,
-    original_max_position_embeddings: r?.originalContext ?? TEST_CONTEXT,
+    original_max_position_embeddings: r?.originalContext ?? spec.contextLength ?? TEST_CONTEXT,
     rope_scaling: r ? { type: "longrope", long_factor: r.long, short_factor: r.short } : null,
   };
 }

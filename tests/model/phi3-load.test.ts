@@ -21,6 +21,8 @@ import { writeFile } from "../../src/runtime/fs.ts";
 import { test } from "../harness.ts";
 import { expectLoadError, type GgufExtras, type ModelFileSpec, randomHfWeights, seededRandom, vocabFor, writeTestGguf, writeTestHfDirectory } from "./model-files.ts";
 import { longRopeAttnFactor } from "./phi3-files.ts";
+import { longRopeFor } from "../../src/model/phi3.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
 import { stepLogits } from "./step-logits.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/phi3-`);
@@ -189,4 +191,36 @@ test("loadLoraAdapter() takes a Phi-3 PEFT adapter on the fused qkv_proj and gat
   // A fused B whose rows are not its parts' sum is refused, naming the shape wanted.
   const short = [fused[0], t("self_attn.qkv_proj.lora_B.weight", [100, 4], draw(400))];
   await expectLoadError(loadLoraAdapter(await peftDir("lora-short", short), base.config), /"model\.layers\.0\.self_attn\.qkv_proj" lora_B of shape \[100,4\]; expected \[64 \+ 32 \+ 32, rank\]/);
+});
+
+test("longRopeFor() and an engine take LongRoPE's short divisors for a context within the original, its long ones past it (llama.cpp's choice by its context)", async () => {
+  const m = await loadModel(await write("engine-ctx", SPEC));
+  assert.deepEqual(longRopeFor(m.config, 64).ropeFreqFactors, SPEC.longRope!.short);
+  assert.deepEqual(longRopeFor(m.config, 65).ropeFreqFactors, SPEC.longRope!.long);
+  assert.equal(longRopeFor(m.config, 256), m.config, "the loaded choice kept as it is");
+  // An engine serving 64 positions runs the short divisors: its first token's log probability is the
+  // forward's with them, not with the long ones.
+  // 40 positions: enough for the two sets' angles to part.
+  const prompt = Array.from({ length: 40 }, (_, i) => (i * 37 + 5) % 290 + 3);
+  const entries = [{ tokens: prompt, startPos: 0, blockTable: [0, 1, 2] }];
+  const backend = createReferenceBackend();
+  const logSoftmax = (x: Float32Array) => {
+    const max = Math.max(...x);
+    const z = Math.log(x.reduce((a, v) => a + Math.exp(v - max), 0)) + max;
+    return Array.from(x, (v) => v - z);
+  };
+  const short = logSoftmax(await stepLogits(backend, { ...m, config: longRopeFor(m.config, 64) }, entries));
+  const long = logSoftmax(await stepLogits(backend, m, entries));
+  for (const [maxModelLen, want, other] of [[64, short, long], [256, long, short]] as const) {
+    const e = createEngine(createReferenceBackend(), m, { numBlocks: 32, maxModelLen });
+    try {
+      const r = await e.submit({ prompt, maxTokens: 1, temperature: 0, logprobs: 0 }).result;
+      const lp = r.logprobs![0].logprob;
+      const token = r.tokenIds[0];
+      assert.ok(Math.abs(lp - want[token]) < 1e-4, `maxModelLen ${maxModelLen}: ${lp} vs ${want[token]}`);
+      assert.ok(Math.abs(lp - other[token]) > 1e-3, `maxModelLen ${maxModelLen}: the other set gives another log probability`);
+    } finally {
+      await e.stop();
+    }
+  }
 });

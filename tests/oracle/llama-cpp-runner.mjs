@@ -4,7 +4,7 @@
 // the oracle tests call it the same way from Deno and from Node (node-llama-cpp is a Node addon).
 //
 // Usage: node tests/oracle/llama-cpp-runner.mjs job.json
-//   job.json: {"models": [{"path": "...gguf", "prompt": [ids], "steps": 32, "texts": ["..."], "kvType": "F32"|"F16",
+//   job.json: {"models": [{"path": "...gguf", "prompt": [ids], "steps": 32, "texts": ["..."], "kvType": "F32"|"F16", "contextSize": 256,
 //                          "lora": [{"path": "...gguf", "scale": 1}]}]}
 //   `lora` (optional): LoRA adapter files applied to the context, each at its scale (default 1).
 import { readFileSync } from "node:fs";
@@ -19,7 +19,7 @@ for (const m of job.models) {
   // comparison should see only weight/activation rounding.
   // One thread: ggml's spinning thread barrier is ~1000x slower on a busy 2-core machine.
   const context = await model.createContext({
-    contextSize: 256,
+    contextSize: m.contextSize ?? 256,
     sequences: 1,
     threads: 1,
     flashAttention: false,

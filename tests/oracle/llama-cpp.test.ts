@@ -15,6 +15,7 @@ import { allocatePagedKv, freePagedKv } from "../../src/engine/kv-cache.ts";
 import type { LoadedModel } from "../../src/model/config.ts";
 import { freeDeviceModel, uploadModel } from "../../src/model/device-weights.ts";
 import { loadModel } from "../../src/model/load.ts";
+import { longRopeFor } from "../../src/model/phi3.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 import { projectRoot, test } from "../harness.ts";
 import { ggufBytes, type ModelFileSpec, randomHfWeights, writeHfDirectory } from "../model/model-files.ts";
@@ -78,6 +79,8 @@ interface OracleCase {
   hf: boolean;
   /** KV cache dtype on both sides (default f32; llama.cpp's default, f16, rounds as our f16 cache does). */
   kv?: KvDType;
+  /** llama.cpp's context (default 256), and ours: where it is within Phi-3's original context, LongRoPE's short divisors. */
+  context?: number;
 }
 
 // llama.cpp rounds activations to the weight type for f16/bf16/q8_0 dot products; we keep them
@@ -254,6 +257,18 @@ const CASES: OracleCase[] = [
     tol: 2e-2,
     hf: false,
   },
+  // A phi3 file of context 1024 served at 256, within its original 256: llama.cpp (whose context is a
+  // multiple of 256) and we both take the short divisors, where loading alone would take the long ones.
+  {
+    name: "phi3 LongRoPE served within the original context (short factors), f32",
+    spec: {
+      ...BASE, architecture: "phi3", hidden: 64, headDim: 16, rotaryDim: 12, seed: 180, ropeTheta: 10000, contextLength: 1024,
+      longRope: { originalContext: 256, long: [1, 1.5, 2, 4, 8, 16], short: [1, 1, 1.25, 1.5, 2, 3] },
+    },
+    tol: 1e-4,
+    hf: false,
+    context: 256,
+  },
   // SmolLM3: Llama's layout (q/k permuted in the GGUF) with every fourth layer turning nothing (NoPE);
   // 8 layers, so layers 3 and 7 skip RoPE. The safetensors form states no_rope_layers' default.
   {
@@ -359,7 +374,7 @@ for (const c of CASES) {
   const weights = randomHfWeights(c.spec);
   await writeFile(`${dir}/${c.spec.seed}.gguf`, ggufBytes(c.spec, weights));
   if (c.hf) await writeHfDirectory(`${dir}/${c.spec.seed}`, c.spec, weights);
-  jobModels.push({ path: `${dir}/${c.spec.seed}.gguf`, prompt: PROMPT, steps: STEPS, texts: TEXTS, kvType: c.kv === "f16" ? "F16" : "F32" });
+  jobModels.push({ path: `${dir}/${c.spec.seed}.gguf`, prompt: PROMPT, steps: STEPS, texts: TEXTS, kvType: c.kv === "f16" ? "F16" : "F32", contextSize: c.context ?? 256 });
 }
 /** llama.cpp run once for every case; a failure is kept and reported by each test. */
 const oracle = await runLlamaCpp(dir, jobModels, projectRoot);
@@ -402,7 +417,8 @@ CASES.forEach((c, i) => {
       test(`forward() on ${b.name} matches llama.cpp for ${c.name} (${source}): logits and ${STEPS} greedy tokens`, async () => {
         assert.ok(oracle.results, oracle.error);
         assert.ok(b.backend, `${b.name} is unavailable: ${b.why}`);
-        const host = await loadModel(source === "gguf" ? `${dir}/${c.spec.seed}.gguf` : `${dir}/${c.spec.seed}`);
+        const loaded = await loadModel(source === "gguf" ? `${dir}/${c.spec.seed}.gguf` : `${dir}/${c.spec.seed}`);
+        const host = c.context === undefined ? loaded : { ...loaded, config: longRopeFor(loaded.config, c.context) };
         const theirs = oracle.results[i];
         assert.equal(theirs.steps.length, STEPS);
         compare(await ourRun(b.backend, host, c.kv), theirs, c.tol, c.spec.dtype === "f32" && c.kv === undefined);
