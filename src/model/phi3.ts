@@ -6,8 +6,9 @@
  * The fused matrices are cut into the plain roles as they are read, so the forward is Llama's.
  *
  * LongRoPE (the 128K models): per-pair frequency divisors, `rope_factors_long` or
- * `rope_factors_short`, chosen once for the context served (llama.cpp: the long ones when its
- * per-sequence context passes the original 4K; here the model's context, which the server serves),
+ * `rope_factors_short`, chosen for the context served as llama.cpp chooses them (the long ones when
+ * its per-sequence context passes the original 4K): at load by the model's context, then by each
+ * engine's (`longRopeFor`, engine-factory.ts; `--max-model-len` 4096 takes the short ones),
  * and a magnitude factor on RoPE's rotation (`rope.scaling.attn_factor`, √(1 + ln s / ln original))
  * on q's and k's rotated dims (ModelConfig.ropeMagnitude; the dims a partial rotation leaves keep theirs).
  *
