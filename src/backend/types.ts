@@ -140,6 +140,36 @@ export interface AttentionOptions {
   softcap?: number;
 }
 
+/**
+ * The sequences of a step whose layers carry recurrent state (Gated DeltaNet: Qwen3.5, Qwen3-Next).
+ * Each sequence's rows are contiguous in the step's flat batch and in position order; its state lives
+ * in one slot of each recurrent layer's state tensors.
+ */
+export interface RecurrentBatch {
+  /**
+   * i32 [numSeqs, 4], per sequence: its first row, its row count (at least 1), its state slot, and 1
+   * where it starts from a zero state (its first tokens: the slot's old contents are ignored), else 0.
+   */
+  seqs: Tensor;
+  numSeqs: number;
+}
+
+/** A Gated DeltaNet layer's geometry ({@link Backend.gatedDeltaNet}). */
+export interface DeltaNetSpec {
+  numKHeads: number;
+  numVHeads: number;
+  headKDim: number;
+  headVDim: number;
+  /**
+   * Which key head value head h reads (numVHeads is a multiple of numKHeads): "tiled", h mod
+   * numKHeads (llama.cpp's GGUF order, whose converter permutes the value heads), or "grouped",
+   * floor(h / (numVHeads / numKHeads)) (Hugging Face's).
+   */
+  vHeadOrder: "tiled" | "grouped";
+  /** The L2 norm's floor: q and k are divided by max(‖x‖, eps) (ggml's `l2_norm`). */
+  eps: number;
+}
+
 /** Geometry of one layer's paged KV cache: tensor shape [numBlocks, blockSize, kvHeads, headDim]. */
 export interface KvGeometry {
   numBlocks: number;
@@ -269,6 +299,28 @@ export interface Backend {
    * limit), g · sigmoid(alpha · g) · (u + 1) (ggml's `swiglu_oai`).
    */
   swigluOai(gate: Tensor, up: Tensor, alpha: number, limit: number): Tensor;
+  /** Optional: sigmoid(gate) * x, elementwise, f32, same shape (Qwen3.5's gated attention output). */
+  sigmoidMul?(gate: Tensor, x: Tensor): Tensor;
+  /**
+   * Optional: a depthwise causal convolution with SiLU over each sequence's rows, carrying the last
+   * inputs across steps. x f32 [n, channels], weight f32 [channels, K], state f32 [slots, K - 1,
+   * channels] → f32 [n, channels]: y[t, c] = silu(Σ_j weight[c, j] · u[t - (K - 1) + j, c]), where u
+   * is the sequence's inputs preceded by its slot's state (zeros for a fresh sequence). The slot then
+   * holds the sequence's last K - 1 inputs (older state where it has fewer rows). A slot outside
+   * 0..slots-1 or a row range outside x is a RangeError naming it, before anything is written.
+   */
+  causalConv1d?(x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch): Tensor;
+  /**
+   * Optional: the gated delta rule over each sequence's rows, its state carried across steps. x f32
+   * [n, 2·numKHeads·headKDim + numVHeads·headVDim] holds each row's q, k and v (a causal
+   * convolution's output); alpha and beta f32 [n, numVHeads]; decay f32 [numVHeads] (−exp(A_log), the
+   * negative rate) and dtBias f32 [numVHeads]; state f32 [slots, numVHeads, headKDim, headVDim].
+   * Per row and value head h (key head by `spec.vHeadOrder`): q and k L2-normed, q scaled by
+   * 1/√headKDim; g = decay[h] · softplus(alpha + dtBias[h]); S ← S · exp(g); u = (v − Sᵀk) ·
+   * sigmoid(beta); S ← S + k uᵀ; out = Sᵀq → f32 [n, numVHeads · headVDim]. A fresh sequence's S
+   * starts at zero; the slot then holds the last S. Range errors as {@link causalConv1d}.
+   */
+  gatedDeltaNet?(x: Tensor, alpha: Tensor, beta: Tensor, decay: Tensor, dtBias: Tensor, state: Tensor, batch: RecurrentBatch, spec: DeltaNetSpec): Tensor;
   /** cap · tanh(x / cap), elementwise, f32, for a positive finite cap (Gemma 2's final logit soft-capping). */
   softcap(x: Tensor, cap: number): Tensor;
   /** a + b, elementwise, f32, same shape. */

@@ -18,11 +18,12 @@ import { attentionCases } from "./conformance-cases-attention.ts";
 import { denseCases } from "./conformance-cases.ts";
 import { edgeCases } from "./conformance-cases-edges.ts";
 import { moeCases } from "./conformance-cases-moe.ts";
+import { recurrentCases } from "./conformance-cases-recurrent.ts";
 import { samplingCases } from "./conformance-cases-sampling.ts";
 import { type Case, compareOutputs, poisonRecycled, Rng, seedFor } from "./conformance-support.ts";
 
 const baseSeed = Number(envVar("CONFORMANCE_SEED") ?? 20240601);
-const cases: Case[] = [...denseCases(), ...attentionCases(), ...moeCases(), ...edgeCases(), ...samplingCases()];
+const cases: Case[] = [...denseCases(), ...attentionCases(), ...moeCases(), ...edgeCases(), ...samplingCases(), ...recurrentCases()];
 const ops = [...new Set(cases.map((c) => c.op))];
 const reference = createReferenceBackend();
 

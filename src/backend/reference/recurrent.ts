@@ -1,0 +1,110 @@
+/**
+ * Reference recurrent-state ops: the causal convolution and the gated delta rule of Gated DeltaNet
+ * layers (Qwen3.5, Qwen3-Next), and sigmoid(gate)·x. Sequential over each sequence's rows, f64
+ * accumulation; the state tensors are updated in place.
+ */
+import type { DeltaNetSpec, RecurrentBatch } from "../types.ts";
+import { checkRecurrentSeqs, expectConv1dShapes, expectDeltaNetShapes } from "../shape-checks-recurrent.ts";
+import { expectF32, expectSameShape, f32Tensor, type RefTensor } from "./storage.ts";
+
+const silu = (v: number) => v / (1 + Math.exp(-v));
+const sigmoid = (v: number) => 1 / (1 + Math.exp(-v));
+/** ggml's softplus: the identity past 20, where log(1 + eˣ) equals x in f32. */
+const softplus = (v: number) => (v > 20 ? v : Math.log1p(Math.exp(v)));
+
+/** sigmoid(gate) · x (Backend.sigmoidMul). */
+export function sigmoidMul(gate: RefTensor, x: RefTensor): RefTensor {
+  expectF32(gate, "sigmoidMul gate");
+  expectF32(x, "sigmoidMul input");
+  expectSameShape(gate, x, "sigmoidMul");
+  const g = gate.f32;
+  const v = x.f32;
+  const out = new Float32Array(v.length);
+  for (let i = 0; i < v.length; i++) out[i] = sigmoid(g[i]) * v[i];
+  return f32Tensor(out, x.shape);
+}
+
+/** Backend.causalConv1d. */
+export function causalConv1d(x: RefTensor, weight: RefTensor, state: RefTensor, batch: RecurrentBatch, seqs: Int32Array): RefTensor {
+  const { n, channels: c, kernel: k, slots } = expectConv1dShapes(x, weight, state, batch);
+  checkRecurrentSeqs(seqs, n, slots);
+  const xs = x.f32;
+  const w = weight.f32;
+  const st = state.f32;
+  const out = new Float32Array(n * c);
+  const past = k - 1;
+  for (let s = 0; s < batch.numSeqs; s++) {
+    const [first, count, slot, fresh] = seqs.subarray(s * 4, s * 4 + 4);
+    const base = slot * past * c;
+    for (let ch = 0; ch < c; ch++) {
+      // The window of inputs: the slot's last K - 1, then this step's rows.
+      const u = new Float64Array(past + count);
+      for (let j = 0; j < past; j++) u[j] = fresh ? 0 : st[base + j * c + ch];
+      for (let t = 0; t < count; t++) u[past + t] = xs[(first + t) * c + ch];
+      for (let t = 0; t < count; t++) {
+        let acc = 0;
+        for (let j = 0; j < k; j++) acc += w[ch * k + j] * u[t + j];
+        out[(first + t) * c + ch] = silu(acc);
+      }
+      for (let j = 0; j < past; j++) st[base + j * c + ch] = u[count + j];
+    }
+  }
+  return f32Tensor(out, [n, c]);
+}
+
+/** Backend.gatedDeltaNet. */
+export function gatedDeltaNet(
+  x: RefTensor, alpha: RefTensor, beta: RefTensor, decay: RefTensor, dtBias: RefTensor, state: RefTensor, batch: RecurrentBatch, seqs: Int32Array, spec: DeltaNetSpec,
+): RefTensor {
+  const { n, width, slots } = expectDeltaNetShapes(x, alpha, beta, decay, dtBias, state, batch, spec);
+  checkRecurrentSeqs(seqs, n, slots);
+  const { numKHeads: nk, numVHeads: nv, headKDim: dk, headVDim: dv } = spec;
+  const xs = x.f32;
+  const st = state.f32;
+  const out = new Float32Array(n * nv * dv);
+  const group = nv / nk;
+  const scale = 1 / Math.sqrt(dk);
+  const unit = (row: number, at: number, times: number): Float64Array => {
+    const v = new Float64Array(dk);
+    let sum = 0;
+    for (let i = 0; i < dk; i++) {
+      v[i] = xs[row * width + at + i];
+      sum += v[i] * v[i];
+    }
+    const inv = times / Math.max(Math.sqrt(sum), spec.eps);
+    for (let i = 0; i < dk; i++) v[i] *= inv;
+    return v;
+  };
+  for (let s = 0; s < batch.numSeqs; s++) {
+    const [first, count, slot, fresh] = seqs.subarray(s * 4, s * 4 + 4);
+    for (let h = 0; h < nv; h++) {
+      const kh = spec.vHeadOrder === "tiled" ? h % nk : Math.floor(h / group);
+      const base = (slot * nv + h) * dk * dv;
+      const S = new Float64Array(dk * dv);
+      if (!fresh) for (let i = 0; i < dk * dv; i++) S[i] = st[base + i];
+      for (let t = 0; t < count; t++) {
+        const row = first + t;
+        const q = unit(row, kh * dk, scale);
+        const k = unit(row, nk * dk + kh * dk, 1);
+        const vAt = row * width + 2 * nk * dk + h * dv;
+        const g = decay.f32[h] * softplus(alpha.f32[row * nv + h] + dtBias.f32[h]);
+        const b = sigmoid(beta.f32[row * nv + h]);
+        const d = Math.exp(g);
+        for (let i = 0; i < dk * dv; i++) S[i] *= d;
+        for (let j = 0; j < dv; j++) {
+          let kv = 0;
+          for (let i = 0; i < dk; i++) kv += S[i * dv + j] * k[i];
+          const u = (xs[vAt + j] - kv) * b;
+          let o = 0;
+          for (let i = 0; i < dk; i++) {
+            S[i * dv + j] += k[i] * u;
+            o += S[i * dv + j] * q[i];
+          }
+          out[row * nv * dv + h * dv + j] = o;
+        }
+      }
+      for (let i = 0; i < dk * dv; i++) st[base + i] = S[i];
+    }
+  }
+  return f32Tensor(out, [n, nv * dv]);
+}

@@ -1,0 +1,106 @@
+/**
+ * Conformance cases of the recurrent-state ops (Gated DeltaNet layers: Qwen3.5, Qwen3-Next):
+ * sigmoidMul, causalConv1d and gatedDeltaNet over ragged steps — sequences of several rows and of
+ * one (decode), fresh ones (whose slot holds stale values that must be ignored) and carried ones,
+ * slots out of order, both value-head orders. Each checks the output and the updated state.
+ */
+import type { Backend, DeltaNetSpec, Tensor } from "../../src/backend/types.ts";
+import type { Case, Output, Rng, Tolerance } from "./conformance-support.ts";
+
+const CLOSE: Tolerance = { atol: 2e-5, rtol: 2e-4 };
+
+/** A sequence of a step: its rows, its slot, whether it starts fresh. */
+interface Seq {
+  rows: number;
+  slot: number;
+  fresh: boolean;
+}
+
+function seqTable(b: Backend, seqs: readonly Seq[]): { t: Tensor; n: number } {
+  const v = new Int32Array(seqs.length * 4);
+  let row = 0;
+  seqs.forEach((s, i) => {
+    v.set([row, s.rows, s.slot, s.fresh ? 1 : 0], i * 4);
+    row += s.rows;
+  });
+  return { t: b.upload(v, [seqs.length, 4]), n: row };
+}
+
+async function finish(b: Backend, outputs: Tensor[], temps: Tensor[]): Promise<Output[]> {
+  const res: Output[] = [];
+  for (const t of outputs) res.push(await b.download(t));
+  for (const t of [...new Set([...outputs, ...temps])]) b.free(t);
+  return res;
+}
+
+function sigmoidMulCase(rows: number, cols: number): Case {
+  return {
+    op: "sigmoidMul",
+    name: `[${rows}, ${cols}]`,
+    tolerance: CLOSE,
+    optionalOp: "sigmoidMul",
+    run: (b, rng) => {
+      const g = b.upload(rng.f32(rows * cols, -6, 6), [rows, cols]);
+      const x = b.upload(rng.f32(rows * cols, -3, 3), [rows, cols]);
+      return finish(b, [b.sigmoidMul!(g, x)], [g, x]);
+    },
+  };
+}
+
+function conv1dCase(channels: number, kernel: number, slots: number, seqs: readonly Seq[]): Case {
+  return {
+    op: "causalConv1d",
+    name: `channels=${channels} K=${kernel} seqs=${seqs.map((s) => `${s.rows}@${s.slot}${s.fresh ? "*" : ""}`).join(",")}`,
+    tolerance: CLOSE,
+    optionalOp: "causalConv1d",
+    run: (b, rng) => {
+      const { t: table, n } = seqTable(b, seqs);
+      const x = b.upload(rng.f32(n * channels, -2, 2), [n, channels]);
+      const w = b.upload(rng.f32(channels * kernel, -1, 1), [channels, kernel]);
+      const state = b.upload(rng.f32(slots * (kernel - 1) * channels, -2, 2), [slots, kernel - 1, channels]);
+      const y = b.causalConv1d!(x, w, state, { seqs: table, numSeqs: seqs.length });
+      return finish(b, [y, state], [table, x, w]);
+    },
+  };
+}
+
+function deltaNetCase(spec: DeltaNetSpec, slots: number, seqs: readonly Seq[]): Case {
+  const { numKHeads: nk, numVHeads: nv, headKDim: dk, headVDim: dv } = spec;
+  return {
+    op: "gatedDeltaNet",
+    name: `kHeads=${nk} vHeads=${nv} dk=${dk} dv=${dv} ${spec.vHeadOrder} seqs=${seqs.map((s) => `${s.rows}@${s.slot}${s.fresh ? "*" : ""}`).join(",")}`,
+    tolerance: CLOSE,
+    optionalOp: "gatedDeltaNet",
+    run: (b, rng: Rng) => {
+      const { t: table, n } = seqTable(b, seqs);
+      const width = 2 * nk * dk + nv * dv;
+      const x = b.upload(rng.f32(n * width, -1, 1), [n, width]);
+      const alpha = b.upload(rng.f32(n * nv, -3, 3), [n, nv]);
+      const beta = b.upload(rng.f32(n * nv, -3, 3), [n, nv]);
+      const decay = b.upload(rng.f32(nv, -2, -0.05), [nv]);
+      const dtBias = b.upload(rng.f32(nv, -1, 1), [nv]);
+      const state = b.upload(rng.f32(slots * nv * dk * dv, -0.5, 0.5), [slots, nv, dk, dv]);
+      const o = b.gatedDeltaNet!(x, alpha, beta, decay, dtBias, state, { seqs: table, numSeqs: seqs.length }, spec);
+      return finish(b, [o, state], [table, x, alpha, beta, decay, dtBias]);
+    },
+  };
+}
+
+/** The recurrent ops' cases. */
+export function recurrentCases(): Case[] {
+  const prefill: Seq[] = [{ rows: 5, slot: 2, fresh: true }, { rows: 1, slot: 0, fresh: false }, { rows: 2, slot: 3, fresh: false }];
+  const decode: Seq[] = [{ rows: 1, slot: 1, fresh: false }, { rows: 1, slot: 3, fresh: false }, { rows: 1, slot: 0, fresh: true }];
+  const spec = (nk: number, nv: number, dk: number, dv: number, vHeadOrder: "tiled" | "grouped"): DeltaNetSpec => ({ numKHeads: nk, numVHeads: nv, headKDim: dk, headVDim: dv, vHeadOrder, eps: 1e-6 });
+  return [
+    sigmoidMulCase(37, 53),
+    sigmoidMulCase(1, 7),
+    conv1dCase(40, 4, 4, prefill),
+    conv1dCase(40, 4, 4, decode),
+    conv1dCase(33, 2, 3, [{ rows: 3, slot: 1, fresh: false }]),
+    conv1dCase(8, 4, 2, [{ rows: 9, slot: 0, fresh: false }, { rows: 2, slot: 1, fresh: true }]),
+    deltaNetCase(spec(2, 4, 16, 16, "tiled"), 4, prefill),
+    deltaNetCase(spec(2, 4, 16, 16, "grouped"), 4, prefill),
+    deltaNetCase(spec(1, 2, 32, 16, "grouped"), 4, decode),
+    deltaNetCase(spec(2, 2, 128, 128, "tiled"), 2, [{ rows: 3, slot: 1, fresh: false }, { rows: 1, slot: 0, fresh: true }]),
+  ];
+}
