@@ -305,6 +305,17 @@ cudaError_t silu_mul(const float* g, const float* u, size_t count, float* out, c
   return cudaGetLastError();
 }
 
+__global__ void sigmoid_mul_kernel(const float* g, const float* x, size_t count, float* out) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x)
+    out[i] = x[i] / (1.f + expf(-g[i]));
+}
+
+cudaError_t sigmoid_mul(const float* g, const float* x, size_t count, float* out, cudaStream_t s) {
+  if (count == 0) return cudaSuccess;
+  sigmoid_mul_kernel<<<grid_for(count, 256), 256, 0, s>>>(g, x, count, out);
+  return cudaGetLastError();
+}
+
 __global__ void softcap_kernel(const float* x, size_t count, float cap, float* out) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
     out[i] = cap * tanhf(x[i] / cap);

@@ -42,6 +42,8 @@ cudaError_t add(const float* a, const float* b, size_t count, float* out, cudaSt
 cudaError_t silu_mul(const float* gate, const float* up, size_t count, float* out, cudaStream_t s);
 // gelu(gate) * up (tanh approximation, ggml's gelu).
 cudaError_t gelu_mul(const float* gate, const float* up, size_t count, float* out, cudaStream_t s);
+/** sigmoid(gate)·x elementwise (Qwen3.5's gated attention output). */
+cudaError_t sigmoid_mul(const float* gate, const float* x, size_t count, float* out, cudaStream_t s);
 /** cap·tanh(x/cap) elementwise (Gemma 2's final logit soft-capping). */
 cudaError_t softcap(const float* x, size_t count, float cap, float* out, cudaStream_t s);
 /** GPT-OSS's clamped SwiGLU: g = min(gate, limit), u = clamp(up, ±limit); g·sigmoid(alpha·g)·(u + 1). */
@@ -89,6 +91,33 @@ cudaError_t matmul_experts(const float* x, const void* w, int dtype, const int32
                            int K, int N, int x_per_row, float* y, cudaStream_t s);
 /** out [n, d] = Σ_j weights[t, j] · y[t·k + j, :], j in order. */
 cudaError_t moe_combine(const float* y, const float* weights, int n, int k, int d, float* out, cudaStream_t s);
+
+// --- recurrent state (recurrent.cu) --------------------------------------------------------
+/** The most taps causal_conv1d takes: its window lives in registers. */
+constexpr int CONV1D_MAX_KERNEL = 8;
+/** The largest key head dimension gated_delta_net takes: a state column spans at most 8 threads' registers. */
+constexpr int DELTA_NET_MAX_KEY_DIM = 256;
+/** Depthwise causal convolution with SiLU over each sequence's rows (Backend.causalConv1d): x [n, C],
+ * w [C, K] (2 ≤ K ≤ CONV1D_MAX_KERNEL), state [slots, K - 1, C] updated in place, seqs i32 [num_seqs, 4]
+ * = (first row, row count, slot, fresh) → y [n, C]. A sequence whose rows or slot are out of range is
+ * skipped. */
+cudaError_t causal_conv1d(const float* x, const float* w, float* state, const int32_t* seqs, int num_seqs, int n, int C,
+                          int K, int slots, float* y, cudaStream_t s);
+struct DeltaNetArgs {
+  const float* x;        // [n, 2·nk·dk + nv·dv]: q, k, v
+  const float* alpha;    // [n, nv]
+  const float* beta;     // [n, nv]
+  const float* decay;    // [nv]
+  const float* dt_bias;  // [nv]
+  float* state;          // [slots, nv, dk, dv], updated in place
+  const int32_t* seqs;   // [num_seqs, 4] as for causal_conv1d
+  float* out;            // [n, nv·dv]
+  int n, nk, nv, dk, dv, slots;
+  int grouped;           // value head h reads key head h / (nv / nk); else h % nk
+  float eps;             // floor of the q and k L2 norms
+};
+/** The gated delta rule over each sequence's rows (Backend.gatedDeltaNet); dk ≤ DELTA_NET_MAX_KEY_DIM. */
+cudaError_t gated_delta_net(const DeltaNetArgs& a, int num_seqs, cudaStream_t s);
 
 // --- attention (attention.cu) --------------------------------------------------------------
 struct AttnArgs {

@@ -16,7 +16,7 @@ import {
   type Tensor,
   type WeightDType,
 } from "../types.ts";
-import { CudaExperts } from "./experts.ts";
+import { CudaRecurrent } from "./recurrent.ts";
 import type { DevicePtr, NativeContext } from "./native-types.ts";
 import { PlanCache } from "./plan-cache.ts";
 import { packSamplingRows } from "./sampling-params.ts";
@@ -27,10 +27,10 @@ import {
 } from "../shape-checks.ts";
 
 /**
- * Backend implementation on one CUDA device; the mixture-of-experts ops come from CudaExperts.
- * Also offers fused ops and benchmark helpers.
+ * Backend implementation on one CUDA device; the mixture-of-experts ops come from CudaExperts, the
+ * recurrent-state ops from CudaRecurrent. Also offers fused ops and benchmark helpers.
  */
-export class CudaBackend extends CudaExperts implements Backend {
+export class CudaBackend extends CudaRecurrent implements Backend {
   readonly info: BackendInfo;
   private readonly plans: PlanCache;
   private readonly exactMatmul: number;
@@ -239,6 +239,11 @@ export class CudaBackend extends CudaExperts implements Backend {
   geluMul(gate: Tensor, up: Tensor): Tensor {
     const [g, u] = this.same(gate, up, "geluMul");
     return this.f32(this.ctx.geluMul(g.ptr, u.ptr, checkShape(g.shape, "geluMul")), g.shape);
+  }
+
+  sigmoidMul(gate: Tensor, x: Tensor): Tensor {
+    const [g, v] = this.same(gate, x, "sigmoidMul");
+    return this.f32(this.ctx.sigmoidMul(g.ptr, v.ptr, checkShape(g.shape, "sigmoidMul")), v.shape);
   }
 
   softcap(x: Tensor, cap: number): Tensor {

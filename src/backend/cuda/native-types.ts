@@ -58,6 +58,26 @@ export interface NativeContext {
   geluMul(gate: DevicePtr, up: DevicePtr, count: number): DevicePtr;
   swigluOai(gate: DevicePtr, up: DevicePtr, count: number, alpha: number, limit: number): DevicePtr;
   softcap(x: DevicePtr, count: number, cap: number): DevicePtr;
+  /** sigmoid(gate) * x. */
+  sigmoidMul(gate: DevicePtr, x: DevicePtr, count: number): DevicePtr;
+  /**
+   * Causal convolution with SiLU → y f32 [n, channels]; `state` f32 [slots, kernel - 1, channels] is
+   * updated in place; `seqs` i32 [numSeqs, 4] (first row, rows, slot, fresh); kernel 2..8; `zero` 1
+   * clears y first (rows no sequence covers).
+   */
+  causalConv1d(
+    x: DevicePtr, w: DevicePtr, state: DevicePtr, seqs: DevicePtr, numSeqs: number, n: number, channels: number, kernel: number,
+    slots: number, zero: number,
+  ): DevicePtr;
+  /**
+   * The gated delta rule → out f32 [n, nv · dv]; `state` f32 [slots, nv, dk, dv] is updated in place;
+   * `seqs` and `zero` as for causalConv1d; `grouped` 1 for the "grouped" value-head order; dk ≤ 256.
+   */
+  gatedDeltaNet(
+    x: DevicePtr, alpha: DevicePtr, beta: DevicePtr, decay: DevicePtr, dtBias: DevicePtr, state: DevicePtr, seqs: DevicePtr,
+    numSeqs: number, n: number, nk: number, nv: number, dk: number, dv: number, grouped: number, eps: number, slots: number,
+    zero: number,
+  ): DevicePtr;
   rmsnorm(x: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): DevicePtr;
   addRmsnorm(x: DevicePtr, r: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): [DevicePtr, DevicePtr];
   softmax(x: DevicePtr, rows: number, cols: number): DevicePtr;

@@ -10,6 +10,7 @@ import { embedding, matmul, matmulGlu, matmulQkv } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
 import { add, argmax, concatColumns, downloadHalfRows, gatherRows, geluMul, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softcap, softmax, swigluOai } from "./ops-rowwise.ts";
+import { causalConv1d, gatedDeltaNet, sigmoidMul } from "./ops-recurrent.ts";
 import { maskLogits, penalizeRepeats, penalizeSampled, sample, scatterAdd } from "./ops-sample.ts";
 import type { RecorderStats } from "./recorder.ts";
 import { asGpu, WEBGPU_NAME } from "./tensor.ts";
@@ -18,10 +19,12 @@ import type {
   AttentionOptions,
   Backend,
   BackendInfo,
+  DeltaNetSpec,
   GluActivation,
   KvDType,
   MoeRouteOptions,
   MoeRouting,
+  RecurrentBatch,
   RopeLayout,
   RopeSpec,
   SamplingRow,
@@ -149,6 +152,21 @@ export class WebGpuBackend implements Backend {
   }
   siluMul(gate: Tensor, up: Tensor): Tensor {
     return siluMul(this.#live, gate, up);
+  }
+
+  /** sigmoid(gate) · x, elementwise (sigmoid_mul.wgsl). */
+  sigmoidMul(gate: Tensor, x: Tensor): Tensor {
+    return sigmoidMul(this.#live, gate, x);
+  }
+
+  /** The causal convolution of Gated DeltaNet layers, its state updated in place (causal_conv1d.wgsl). */
+  causalConv1d(x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch): Tensor {
+    return causalConv1d(this.#live, x, weight, state, batch);
+  }
+
+  /** The gated delta rule, its state updated in place (gated_delta_net.wgsl). */
+  gatedDeltaNet(x: Tensor, alpha: Tensor, beta: Tensor, decay: Tensor, dtBias: Tensor, state: Tensor, batch: RecurrentBatch, spec: DeltaNetSpec): Tensor {
+    return gatedDeltaNet(this.#live, x, alpha, beta, decay, dtBias, state, batch, spec);
   }
 
   softcap(x: Tensor, cap: number): Tensor {
