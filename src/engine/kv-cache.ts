@@ -4,8 +4,8 @@
  */
 import type { Backend, KvDType, Tensor } from "../backend/types.ts";
 import { fp8KvFits } from "../backend/quant-blocks-fp8.ts";
-import type { ModelConfig } from "../model/config.ts";
-import type { PagedKv } from "../model/forward.ts";
+import { attentionLayers, type ModelConfig } from "../model/config.ts";
+import type { PagedKv, RecurrentState } from "../model/forward.ts";
 
 /** Default tokens per KV block. */
 export const DEFAULT_BLOCK_SIZE = 16;
@@ -66,8 +66,10 @@ export function sharesKvCache(config: ModelConfig): boolean {
 }
 
 /**
- * Allocates zeroed K and V caches for every layer of `config`, in `dtype` (f32 unless asked). A
- * multi-head latent attention model gets one cache per layer, serving as both (`v[i]` is `k[i]`).
+ * Allocates zeroed K and V caches for every attention layer of `config`, in `dtype` (f32 unless
+ * asked). A multi-head latent attention model gets one cache per layer, serving as both (`v[i]` is
+ * `k[i]`). A model with Gated DeltaNet layers also gets their recurrent state, f32, for `stateSlots`
+ * sequences at once (forward.ts {@link RecurrentState}).
  */
 export function allocatePagedKv(
   backend: Backend,
@@ -75,6 +77,7 @@ export function allocatePagedKv(
   numBlocks: number,
   blockSize = DEFAULT_BLOCK_SIZE,
   dtype: KvDType = "f32",
+  stateSlots = 1,
 ): PagedKv {
   if (!Number.isInteger(numBlocks) || numBlocks <= 0) throw new RangeError(`Invalid KV block count ${numBlocks}`);
   if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`Invalid KV block size ${blockSize}`);
@@ -87,32 +90,52 @@ export function allocatePagedKv(
   const shared = sharesKvCache(config);
   const k: Tensor[] = [];
   const v: Tensor[] = [];
+  const state: RecurrentState | undefined = config.deltaNet ? { conv: [], ssm: [], slots: stateSlots } : undefined;
+  if (state && (!Number.isInteger(stateSlots) || stateSlots < 1)) throw new RangeError(`Invalid recurrent state slot count ${stateSlots}`);
   try {
-    for (let i = 0; i < config.numLayers; i++) {
+    for (const _ of attentionLayers(config)) {
       const kc = backend.zeros(shape, dtype);
       k.push(kc);
       v.push(shared ? kc : backend.zeros(shape, dtype));
     }
+    const d = config.deltaNet;
+    if (state && d) {
+      const channels = 2 * d.numKHeads * d.headKDim + d.numVHeads * d.headVDim;
+      for (const on of d.layers) {
+        if (!on) continue;
+        state.conv.push(backend.zeros([stateSlots, d.convKernel - 1, channels], "f32"));
+        state.ssm.push(backend.zeros([stateSlots, d.numVHeads, d.headKDim, d.headVDim], "f32"));
+      }
+    }
   } catch (e) {
     // What was allocated goes back; the error says how much was asked for, and of what.
-    for (const t of new Set([...k, ...v])) backend.free(t);
+    for (const t of new Set([...k, ...v, ...(state?.conv ?? []), ...(state?.ssm ?? [])])) backend.free(t);
     const gib = (kvBytesPerBlock(config, blockSize, dtype) * numBlocks) / 2 ** 30;
     throw new KvCapacityError(
       `A KV cache of ${numBlocks} blocks (${gib.toFixed(2)} GiB in ${dtype}) could not be allocated on the ${backend.info.name} backend (${e instanceof Error ? e.message : String(e)}); ask for fewer blocks (--kv-blocks, --kv-memory-fraction)`,
     );
   }
-  return { k, v, numBlocks, blockSize, dtype };
+  return { k, v, numBlocks, blockSize, dtype, ...(state ? { state } : {}) };
 }
 
-/** Frees every layer's caches (a cache shared by keys and values once). */
+/** Frees every layer's caches (a cache shared by keys and values once) and recurrent state. */
 export function freePagedKv(backend: Backend, kv: PagedKv): void {
-  for (const t of new Set([...kv.k, ...kv.v])) backend.free(t);
+  for (const t of new Set([...kv.k, ...kv.v, ...(kv.state?.conv ?? []), ...(kv.state?.ssm ?? [])])) backend.free(t);
+}
+
+/** Bytes one sequence's recurrent state occupies across the Gated DeltaNet layers (f32); 0 without them. */
+export function stateBytesPerSlot(config: ModelConfig): number {
+  const d = config.deltaNet;
+  if (!d) return 0;
+  const channels = 2 * d.numKHeads * d.headKDim + d.numVHeads * d.headVDim;
+  const perLayer = (d.convKernel - 1) * channels + d.numVHeads * d.headKDim * d.headVDim;
+  return 4 * perLayer * d.layers.filter((x) => x).length;
 }
 
 /** Bytes one block occupies across all layers (K and V, or MLA's one shared cache, in `dtype`). */
 export function kvBytesPerBlock(config: ModelConfig, blockSize = DEFAULT_BLOCK_SIZE, dtype: KvDType = "f32"): number {
   const caches = sharesKvCache(config) ? 1 : 2;
-  const values = caches * config.numLayers * blockSize * config.numKvHeads * config.headDim;
+  const values = caches * attentionLayers(config).length * blockSize * config.numKvHeads * config.headDim;
   // f8_e4m3: 36 bytes per 32 values (an f32 scale, then the codes).
   return dtype === "f8_e4m3" ? Math.ceil(values / 32) * 36 : values * (dtype === "f16" ? 2 : 4);
 }

@@ -47,10 +47,12 @@ export function mlaAttentionBlock(
   const eps = c.rmsNormEps;
   const rope = (t: Tensor) => backend.rope(t, step.positions, c.ropeTheta, c.ropeLayout, m.ropeDim, model.ropeFreqFactors);
   if (!l.attnNorm) throw new ForwardInputError("The model's weights lack a layer's attention norm");
+  if (!l.wq || !l.wo) throw new ForwardInputError("The model's attention weights lack the query or output projection");
+  const { wq, wo } = l;
   const normed = keep(backend.rmsnorm(x, l.attnNorm, eps));
   // Queries: [n·heads, nope + rope], through q's low-rank bottleneck where the model has one.
   const qIn = l.wqA ? keep(backend.rmsnorm(keep(backend.matmul(normed, l.wqA)), l.qANorm!, eps)) : normed;
-  const q = backend.reshape(keep(backend.matmul(qIn, l.wq)), [n * h, m.nopeDim + m.ropeDim]);
+  const q = backend.reshape(keep(backend.matmul(qIn, wq)), [n * h, m.nopeDim + m.ropeDim]);
   const qLatent = keep(backend.matmulExperts(keep(backend.sliceColumns(q, 0, m.nopeDim)), l.wkB, heads));
   const qRope = keep(rope(backend.reshape(keep(backend.sliceColumns(q, m.nopeDim, m.ropeDim)), [n, h, m.ropeDim])));
   const query = keep(backend.concatColumns(backend.reshape(qLatent, [n, h, m.kvLoraRank]), qRope));
@@ -65,6 +67,6 @@ export function mlaAttentionBlock(
   // Each head's output is a weighted sum of whole keys: its first kvLoraRank dims are the latent's.
   const attLatent = keep(backend.sliceColumns(backend.reshape(att, [n * h, m.kvLoraRank + m.ropeDim]), 0, m.kvLoraRank));
   const values = keep(backend.matmulExperts(attLatent, l.wvB, heads));
-  const o = keep(backend.matmul(backend.reshape(values, [n, h * m.vHeadDim]), l.wo));
+  const o = keep(backend.matmul(backend.reshape(values, [n, h * m.vHeadDim]), wo));
   return backend.add(x, o);
 }

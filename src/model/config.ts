@@ -9,10 +9,10 @@ import { type ExpertGroups, MAX_EXPERT_GROUPS, type MoeGating, type RopeLayout, 
  * "glm4moe" is GLM-4.5/4.6/4.7's, "qwen2moe" Qwen1.5/Qwen2-MoE's and "deepseek2" DeepSeek V2/V3/R1's and
  * Kimi K2's, with {@link MlaConfig multi-head latent attention}; "gemma3" Gemma 3's text model).
  */
-export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3" | "granite" | "olmo2" | "exaone4" | "gemma2";
+export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3" | "granite" | "olmo2" | "exaone4" | "gemma2" | "qwen35";
 
 /** Every {@link Architecture}, by the name GGUF files give it (`general.architecture`). */
-export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3", "granite", "olmo2", "exaone4", "gemma2"];
+export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3", "granite", "olmo2", "exaone4", "gemma2", "qwen35"];
 
 /**
  * Multi-head latent attention (DeepSeek V2/V3, Kimi K2). Each token's keys and values are one
@@ -152,6 +152,34 @@ export function plainMoe(numExperts: number, numExpertsUsed: number, normalizeTo
   };
 }
 
+/**
+ * Gated DeltaNet (Qwen3.5, Qwen3-Next): linear attention whose state per sequence, a causal
+ * convolution's last inputs and a [headKDim, headVDim] matrix per value head, replaces the KV cache on
+ * its layers (Backend.causalConv1d, Backend.gatedDeltaNet).
+ */
+export interface DeltaNetConfig {
+  /** One entry per layer: true where the layer is a Gated DeltaNet layer. */
+  layers: readonly boolean[];
+  numKHeads: number;
+  numVHeads: number;
+  headKDim: number;
+  headVDim: number;
+  /** The causal convolution's width (`linear_conv_kernel_dim`, 4). */
+  convKernel: number;
+  /** Which key head a value head reads (DeltaNetSpec.vHeadOrder): GGUF files are "tiled", Hugging Face's "grouped". */
+  vHeadOrder: "tiled" | "grouped";
+}
+
+/** True when layer `i` is a Gated DeltaNet layer. */
+export function isDeltaNetLayer(config: ModelConfig, i: number): boolean {
+  return config.deltaNet?.layers[i] === true;
+}
+
+/** The layers that attend over a KV cache, in order (all of them but Gated DeltaNet layers). */
+export function attentionLayers(config: ModelConfig): number[] {
+  return Array.from({ length: config.numLayers }, (_, i) => i).filter((i) => !isDeltaNetLayer(config, i));
+}
+
 /** True when layer `i` of a model runs experts (an MoE model past its leading dense layers). */
 export function isMoeLayer(config: ModelConfig, i: number): boolean {
   return config.moe !== undefined && i >= config.moe.denseLayers;
@@ -195,6 +223,13 @@ export interface ModelConfig {
   longRope?: { long: number[]; short: number[]; originalContext: number };
   /** Layers that turn neither q nor k (NoPE: SmolLM3's every fourth); absent: every layer turns. */
   nopeLayers?: boolean[];
+  /** Gated DeltaNet layers in place of some attention layers (Qwen3.5: three of four; delta-net.ts). */
+  deltaNet?: DeltaNetConfig;
+  /**
+   * The query projection gives each head its query and then as many gate values; the attention's
+   * output is multiplied by their sigmoid before `wo` (Qwen3.5's gated attention).
+   */
+  attnOutputGate?: boolean;
   /** Maximum context the model was trained for. */
   contextLength: number;
   /** True when the output projection reuses the token embedding. */
@@ -295,12 +330,13 @@ export interface HostTensor {
 export interface LayerWeights<T> {
   /** The norm before the attention; absent where the model has none ({@link ModelConfig.noPreNorms}). */
   attnNorm?: T;
-  /** The query projection [heads·headDim, hidden]; with MLA [heads·(nope + rope), qLoraRank or hidden]. */
-  wq: T;
+  /** The query projection [heads·headDim, hidden]; with MLA [heads·(nope + rope), qLoraRank or hidden]. Absent on Gated DeltaNet layers. */
+  wq?: T;
   /** Key and value projections; absent with MLA, whose keys and values come from `wkvA`. */
   wk?: T;
   wv?: T;
-  wo: T;
+  /** The attention's output projection; absent on Gated DeltaNet layers. */
+  wo?: T;
   /** MLA: q's down-projection [qLoraRank, hidden] and the norm after it [qLoraRank]. */
   wqA?: T;
   qANorm?: T;
@@ -342,6 +378,21 @@ export interface LayerWeights<T> {
   bGate?: T;
   bUp?: T;
   bDown?: T;
+  /**
+   * A Gated DeltaNet layer's ({@link DeltaNetConfig}): q, k and v's projection [2·kHeads·dk + vHeads·dv,
+   * hidden], the output gate's [vHeads·dv, hidden], beta's and alpha's [vHeads, hidden], the causal
+   * convolution [2·kHeads·dk + vHeads·dv, K], dt's bias and the decay rates −exp(A_log) [vHeads], the
+   * gated norm [dv] and the output projection [hidden, vHeads·dv]. Such a layer has no wq, wk, wv or wo.
+   */
+  ssmQkv?: T;
+  ssmZ?: T;
+  ssmBeta?: T;
+  ssmAlpha?: T;
+  ssmConv?: T;
+  ssmDtBias?: T;
+  ssmDecay?: T;
+  ssmNorm?: T;
+  ssmOut?: T;
 }
 
 /** All weights of a model, generic over host (HostTensor) or device (Tensor) storage. */

@@ -41,10 +41,10 @@ function uploadOptionalF32(backend: Backend, t: HostTensor | undefined): Tensor 
 function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeights<Tensor> {
   return {
     attnNorm: uploadOptional(backend, l.attnNorm),
-    wq: uploadMatrix(backend, l.wq),
+    wq: uploadOptionalMatrix(backend, l.wq),
     wk: uploadOptionalMatrix(backend, l.wk),
     wv: uploadOptionalMatrix(backend, l.wv),
-    wo: uploadMatrix(backend, l.wo),
+    wo: uploadOptionalMatrix(backend, l.wo),
     wqA: uploadOptionalMatrix(backend, l.wqA),
     qANorm: uploadOptional(backend, l.qANorm),
     wkvA: uploadOptionalMatrix(backend, l.wkvA),
@@ -74,6 +74,15 @@ function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeight
     bGate: uploadOptionalF32(backend, l.bGate),
     bUp: uploadOptionalF32(backend, l.bUp),
     bDown: uploadOptionalF32(backend, l.bDown),
+    ssmQkv: uploadOptionalMatrix(backend, l.ssmQkv),
+    ssmZ: uploadOptionalMatrix(backend, l.ssmZ),
+    ssmBeta: uploadOptionalMatrix(backend, l.ssmBeta),
+    ssmAlpha: uploadOptionalMatrix(backend, l.ssmAlpha),
+    ssmConv: uploadOptionalF32(backend, l.ssmConv),
+    ssmDtBias: uploadOptional(backend, l.ssmDtBias),
+    ssmDecay: uploadOptional(backend, l.ssmDecay),
+    ssmNorm: uploadOptional(backend, l.ssmNorm),
+    ssmOut: uploadOptionalMatrix(backend, l.ssmOut),
   };
 }
 

@@ -12,6 +12,11 @@ export interface ForwardEntry {
   startPos: number;
   /** Block ids covering positions 0 .. startPos + tokens.length - 1, in order. */
   blockTable: readonly number[];
+  /**
+   * The recurrent state slot of the sequence (models with Gated DeltaNet layers; PagedKv.state): it
+   * holds the state after positions 0..startPos-1, and is started afresh where startPos is 0.
+   */
+  stateSlot?: number;
 }
 
 /** Thrown when a forward step's entries do not fit the model or the KV cache. */

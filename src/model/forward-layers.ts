@@ -46,7 +46,7 @@ export function projector(backend: Backend, set: DeviceLoraSet | undefined, ids:
  * x · Wᵀ (+ bias) (+ residual): the residual added in the matmul's epilogue where the backend has
  * `matmulAdd` (a dispatch fewer per skip connection), else by `add`.
  */
-function matmulPlus(backend: Backend, x: Tensor, w: Tensor, bias: Tensor | undefined, residual: Tensor | undefined, s: Scratch): Tensor {
+export function matmulPlus(backend: Backend, x: Tensor, w: Tensor, bias: Tensor | undefined, residual: Tensor | undefined, s: Scratch): Tensor {
   if (!residual) return backend.matmul(x, w, bias);
   if (backend.matmulAdd) return backend.matmulAdd(x, w, residual, bias);
   return backend.add(residual, s.keep(backend.matmul(x, w, bias)));
@@ -84,16 +84,17 @@ export function attentionBlock(
 ): Tensor {
   const c = model.config;
   const n = x.shape[0];
-  if (!l.wk || !l.wv) throw new ForwardInputError("The model's attention weights lack the key and value projections");
+  if (!l.wq || !l.wk || !l.wv || !l.wo) throw new ForwardInputError("The model's attention weights lack the query, key, value or output projection");
   const h = preNorm(backend, model, l.attnNorm, x, s);
-  const { wk, wv } = l;
+  const { wq, wk, wv, wo } = l;
   // The three projections in one pass where nothing tells them apart (no biases, no adapters, one dtype).
-  const oneQkv = !l.bq && !l.bk && !l.bv && !project.adapts?.("wq") && !project.adapts?.("wk") && !project.adapts?.("wv") &&
-    l.wq.dtype === wk.dtype && wk.dtype === wv.dtype;
-  const [qFlat, kFlat, vFlat] = backend.matmulQkv && oneQkv
-    ? backend.matmulQkv(h, l.wq, wk, wv)
-    : [project(h, l.wq, l.bq, "wq"), project(h, wk, l.bk, "wk"), project(h, wv, l.bv, "wv")];
-  s.keep(qFlat);
+  const oneQkv = !c.attnOutputGate && !l.bq && !l.bk && !l.bv && !project.adapts?.("wq") && !project.adapts?.("wk") && !project.adapts?.("wv") &&
+    wq.dtype === wk.dtype && wk.dtype === wv.dtype;
+  const [qProjected, kFlat, vFlat] = backend.matmulQkv && oneQkv
+    ? backend.matmulQkv(h, wq, wk, wv)
+    : [project(h, wq, l.bq, "wq"), project(h, wk, l.bk, "wk"), project(h, wv, l.bv, "wv")];
+  s.keep(qProjected);
+  const { qFlat, gate } = c.attnOutputGate ? splitQueryGate(backend, qProjected, n, c.numHeads, c.headDim, s) : { qFlat: qProjected, gate: undefined };
   s.keep(kFlat);
   let q = backend.reshape(qFlat, [n, c.numHeads, c.headDim]);
   let k = backend.reshape(kFlat, [n, c.numKvHeads, c.headDim]);
@@ -127,11 +128,25 @@ export function attentionBlock(
   if (c.attentionSinks && !l.sinks) throw new ForwardInputError("The model config asks for attention sinks but the weights lack them");
   const scale = c.attentionScale ?? 1 / Math.sqrt(c.headDim);
   const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, scale, { window, sinks: l.sinks, softcap: c.attnSoftcap }));
-  const attFlat = backend.reshape(att, [n, c.numHeads * c.headDim]);
+  const attRows = backend.reshape(att, [n, c.numHeads * c.headDim]);
+  // Qwen3.5: each head's output weighed by the sigmoid of its gate.
+  const attFlat = gate ? s.keep(backend.sigmoidMul!(gate, attRows)) : attRows;
   // Without a post-norm or a residual scale the skip connection joins the o projection (one dispatch with matmulAdd).
-  if (!c.postNorms && c.residualScale === undefined) return project(attFlat, l.wo, l.bo, "wo", x);
-  const o = s.keep(project(attFlat, l.wo, l.bo, "wo"));
+  if (!c.postNorms && c.residualScale === undefined) return project(attFlat, wo, l.bo, "wo", x);
+  const o = s.keep(project(attFlat, wo, l.bo, "wo"));
   return backend.add(x, blockOutput(backend, model, l.attnPostNorm, o, s));
+}
+
+/**
+ * Qwen3.5's query projection, [n, heads · 2 · headDim]: each head's query, then its output gate. Both
+ * come back [n, heads · headDim].
+ */
+function splitQueryGate(backend: Backend, projected: Tensor, n: number, heads: number, headDim: number, s: Scratch): { qFlat: Tensor; gate: Tensor } {
+  if (!backend.sigmoidMul) throw new ForwardInputError(`The ${backend.info.name} backend lacks sigmoidMul, which gated attention needs`);
+  const rows = backend.reshape(projected, [n * heads, 2 * headDim]);
+  const q = s.keep(backend.sliceColumns(rows, 0, headDim));
+  const gate = s.keep(backend.sliceColumns(rows, headDim, headDim));
+  return { qFlat: backend.reshape(q, [n, heads * headDim]), gate: backend.reshape(gate, [n, heads * headDim]) };
 }
 
 /** What a block adds to the residual stream: its output post-normed (ModelConfig.postNorms), then scaled (ModelConfig.residualScale). */
@@ -142,7 +157,7 @@ function blockOutput(backend: Backend, model: DeviceModel, weight: Tensor | unde
 }
 
 /** A block's input: the residual stream normed, or as it is where the model has no pre-norms (ModelConfig.noPreNorms). */
-function preNorm(backend: Backend, model: DeviceModel, weight: Tensor | undefined, x: Tensor, s: Scratch): Tensor {
+export function preNorm(backend: Backend, model: DeviceModel, weight: Tensor | undefined, x: Tensor, s: Scratch): Tensor {
   if (weight) return s.keep(backend.rmsnorm(x, weight, model.config.rmsNormEps));
   if (!model.config.noPreNorms) throw new ForwardInputError("The model's weights lack a layer's pre-norm");
   return x;

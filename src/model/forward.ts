@@ -8,7 +8,8 @@
  * layers' blocks are in forward-layers.ts.
  */
 import type { Backend, KvDType, Tensor } from "../backend/types.ts";
-import { isMoeLayer, layerWindow } from "./config.ts";
+import { attentionLayers, isDeltaNetLayer, isMoeLayer, layerWindow, type ModelConfig } from "./config.ts";
+import { deltaNetBlock, deltaNetOps, recurrentSeqTable } from "./forward-delta-net.ts";
 import { headIndices, type KeepTemp, mlaAttentionBlock } from "./attention-mla.ts";
 import type { DeviceModel } from "./device-weights.ts";
 import type { DeviceLoraSet } from "./lora-set.ts";
@@ -23,12 +24,26 @@ export { type ForwardEntry, ForwardInputError } from "./forward-batch.ts";
  * latent attention model's value is part of its key: `v[i]` is `k[i]`, one cache (attention-mla.ts).
  */
 export interface PagedKv {
+  /** One per attention layer, in layer order (Gated DeltaNet layers have none: `state` holds theirs). */
   k: Tensor[];
   v: Tensor[];
   numBlocks: number;
   blockSize: number;
   /** f32 unless the engine chose f16 (engine/kv-cache.ts `resolveKvDtype`); absent means f32. */
   dtype?: KvDType;
+  /** The Gated DeltaNet layers' state ({@link ModelConfig.deltaNet}); absent for other models. */
+  state?: RecurrentState;
+}
+
+/**
+ * Gated DeltaNet layers' per-sequence state, one tensor of each per such layer in layer order: the
+ * convolution's last inputs f32 [slots, K - 1, channels] and the delta rule's matrices f32 [slots,
+ * vHeads, dk, dv]. A step's entries name their slot (ForwardEntry.stateSlot).
+ */
+export interface RecurrentState {
+  conv: Tensor[];
+  ssm: Tensor[];
+  slots: number;
 }
 
 /** One step: the entries, and whether to return logits for every position or only the last. */
@@ -107,9 +122,11 @@ export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step:
 export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: PagedKv, step: ForwardStep): { logits: Tensor; hidden: Tensor | undefined } {
   const c = model.config;
   const w = model.weights;
-  if (kv.k.length !== c.numLayers || kv.v.length !== c.numLayers) {
-    throw new ForwardInputError(`The KV cache has ${kv.k.length} layers, the model ${c.numLayers}`);
+  const attending = attentionLayers(c).length;
+  if (kv.k.length !== attending || kv.v.length !== attending) {
+    throw new ForwardInputError(`The KV cache has ${kv.k.length} layers, the model ${attending} attention layers`);
   }
+  const recurrentPlan = recurrentStep(backend, c, kv, step);
   if (c.ropeFreqFactors !== undefined && model.ropeFreqFactors === undefined) {
     throw new ForwardInputError("The model config has RoPE frequency factors but the device model lacks them (use uploadModel)");
   }
@@ -121,6 +138,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
   const lora = step.lora;
   const rowSlots = lora ? rowSlotsOf(step.entries, lora.slots, lora.set.slots) : undefined;
   const slotIds = rowSlots && uploadSlots(backend, rowSlots);
+  const recurrent = recurrentPlan && { ops: recurrentPlan.ops, batch: { seqs: backend.upload(recurrentPlan.table, [step.entries.length, 4]), numSeqs: step.entries.length } };
   try {
     if (step.tokenIds && step.tokenIds.shape[0] !== flat.ids.length) {
       throw new ForwardInputError(`The step's device token ids hold ${step.tokenIds.shape[0]} rows, its entries ${flat.ids.length}`);
@@ -131,12 +149,17 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       x = scaled(backend, raw, c.embeddingScale);
       backend.free(raw);
     }
+    // The caches of attention layers and the states of DeltaNet layers, each in layer order.
+    let cache = 0;
+    let state = 0;
     for (let i = 0; i < c.numLayers; i++) {
       const l = w.layers[i];
       const project = projector(backend, lora?.set, slotIds, i, s);
-      const afterAttn = heads
-        ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], heads, keep)
-        : attentionBlock(backend, model, l, x, tensors, kv.k[i], kv.v[i], layerWindow(c, i), !c.nopeLayers?.[i], s, project);
+      const afterAttn = recurrent && isDeltaNetLayer(c, i)
+        ? deltaNetBlock(backend, recurrent.ops, model, l, x, recurrent.batch, kv.state!.conv[state], kv.state!.ssm[state++], s)
+        : heads
+        ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], heads, keep)
+        : attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], layerWindow(c, i), !c.nopeLayers?.[i], s, project);
       backend.free(x);
       x = isMoeLayer(c, i) ? moeBlock(backend, model, l, afterAttn, s) : mlpBlock(backend, model, l, afterAttn, s, project);
       backend.free(afterAttn);
@@ -180,7 +203,19 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
     tensors.free();
     if (heads) backend.free(heads);
     if (slotIds) backend.free(slotIds);
+    if (recurrent) backend.free(recurrent.batch.seqs);
   }
+}
+
+/** The step's recurrent batch and the backend's ops for a model with Gated DeltaNet layers; undefined for others. */
+function recurrentStep(backend: Backend, c: ModelConfig, kv: PagedKv, step: ForwardStep): { ops: ReturnType<typeof deltaNetOps>; table: Int32Array } | undefined {
+  if (!c.deltaNet) return undefined;
+  const ops = deltaNetOps(backend);
+  const count = c.deltaNet.layers.filter((x) => x).length;
+  if (!kv.state || kv.state.conv.length !== count || kv.state.ssm.length !== count) {
+    throw new ForwardInputError(`The model has ${count} Gated DeltaNet layers but the KV cache holds state for ${kv.state?.conv.length ?? 0}`);
+  }
+  return { ops, table: recurrentSeqTable(step.entries, kv.state.slots) };
 }
 
 /** Each flat row's adapter slot: its entry's. */

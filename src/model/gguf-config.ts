@@ -10,6 +10,7 @@ import type { GgufHeader } from "./gguf-reader.ts";
 import { ggufMagnitudeYarn, ggufSlidingWindow, withHarmonyStops } from "./gguf-gpt-oss.ts";
 import { ggufGemma2, ggufGemma3 } from "./gguf-gemma3.ts";
 import { ggufGranite } from "./granite.ts";
+import { ggufQwen35 } from "./qwen35.ts";
 import { ggufMla, ggufYarn } from "./gguf-deepseek.ts";
 import { ggufMoe } from "./gguf-moe.ts";
 import { GGUF_TENSOR_NAMES } from "./gguf-names.ts";
@@ -47,7 +48,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   if (!Number.isInteger(ropeDim) || ropeDim <= 0 || ropeDim % 2 !== 0 || ropeDim > headDim) {
     throw new ModelLoadError(`Model "${path}" rotates ${ropeDim} of ${headDim} head dims; expected an even count from 2 to ${headDim}`);
   }
-  if (meta.has(`${arch}.rope.dimension_sections`)) {
+  // Qwen3.5's sections turn text as one NeoX rotation (qwen35.ts).
+  if (meta.has(`${arch}.rope.dimension_sections`) && architecture !== "qwen35") {
     throw new ModelLoadError(`Model "${path}" uses multimodal RoPE sections ("${arch}.rope.dimension_sections"), which are not supported`);
   }
   const scalingType = meta.string(`${arch}.rope.scaling.type`, "none");
@@ -148,6 +150,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...gemma3,
     ...(architecture === "smollm3" ? { nopeLayers: nopeEvery(numLayers, SMOLLM3_NOPE_INTERVAL) } : {}),
     ...(architecture === "granite" ? ggufGranite(meta, arch, path) : {}),
+    // After qkNorm: Qwen3.5's first layer, which the check reads, is a DeltaNet layer without q/k norms.
+    ...(architecture === "qwen35" ? ggufQwen35(meta, arch, numLayers, path) : {}),
     // EXAONE 4: OLMo 2's norms with per-head q/k norms; its global layers (the 32B's every fourth) turn nothing.
     ...(architecture === "exaone4" ? { noPreNorms: true, postNorms: true, ...(slidingWindow ? { nopeLayers: slidingWindow.layers.map((s) => !s) } : {}) } : {}),
     // OLMo 2: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection.

@@ -13,7 +13,7 @@ import { type GgufHeader, type GgufTensorInfo, readGgufHeader, readGgufTensor } 
 import { checkFreqFactors } from "./rope-scaling.ts";
 import { ggufConfig } from "./gguf-config.ts";
 import { ggufTokenizer } from "./gguf-tokenizer.ts";
-import { GGUF_KV_B, GGUF_LAYER_NAMES, GGUF_ROPE_FREQS, GGUF_TENSOR_NAMES, ggufMoeTensorNames } from "./gguf-names.ts";
+import { GGUF_KV_B, GGUF_LAYER_NAMES, GGUF_ROPE_FREQS, ggufMoeTensorNames } from "./gguf-names.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { assembleWeights, checkLastExpert, type LoadOptions } from "./weights.ts";
 import { EXPERT, stackingExperts } from "./expert-stack.ts";
@@ -89,7 +89,7 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
     const first = moe?.denseLayers ?? 0;
     const split = moe !== undefined && !infos.has(ggufMoeTensorNames(config, false).layer(first, "wGate")) &&
       infos.has(ggufMoeTensorNames(config, true).layer(first, "wGate").replace(EXPERT, "0"));
-    const names = moe ? ggufMoeTensorNames(config, split) : GGUF_TENSOR_NAMES;
+    const names = ggufMoeTensorNames(config, split);
     if (moe) checkLastExpert(names, moe, (n) => infos.has(n), path);
     let tensors = moe ? stackingExperts(source, moe.numExperts, path) : source;
     if (config.mla) {

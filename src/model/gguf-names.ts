@@ -42,6 +42,15 @@ export const GGUF_LAYER_NAMES: Readonly<Record<LayerRole, string>> = {
   bGate: "ffn_gate.bias",
   bUp: "ffn_up.bias",
   bDown: "ffn_down.bias",
+  ssmQkv: "attn_qkv.weight",
+  ssmZ: "attn_gate.weight",
+  ssmBeta: "ssm_beta.weight",
+  ssmAlpha: "ssm_alpha.weight",
+  ssmConv: "ssm_conv1d.weight",
+  ssmDtBias: "ssm_dt.bias",
+  ssmDecay: "ssm_a",
+  ssmNorm: "ssm_norm.weight",
+  ssmOut: "ssm_out.weight",
 };
 
 /** The combined kv_b of GGUFs converted before llama.cpp split it into attn_k_b and attn_v_b. */
@@ -52,7 +61,8 @@ const GLM4MOE_NAMES: Partial<Record<LayerRole, string>> = { ffnNorm: "post_atten
 
 /** Each architecture's own names: GLM-4.5's and GPT-OSS's norm; DeepSeek's q up-projection after its low-rank bottleneck. */
 function ownNames(config: ModelConfig): Partial<Record<LayerRole, string>> {
-  if (config.architecture === "glm4moe" || config.architecture === "gpt-oss") return GLM4MOE_NAMES;
+  // Qwen3.5 too names its pre-feed-forward norm after HF's `post_attention_layernorm`.
+  if (config.architecture === "glm4moe" || config.architecture === "gpt-oss" || config.architecture === "qwen35") return GLM4MOE_NAMES;
   return config.mla && config.mla.qLoraRank > 0 ? { wq: "attn_q_b.weight" } : {};
 }
 

@@ -46,6 +46,17 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   bGate: "mlp.experts.gate_proj_bias",
   bUp: "mlp.experts.up_proj_bias",
   bDown: "mlp.experts.down_proj_bias",
+  ssmQkv: "linear_attn.in_proj_qkv.weight",
+  ssmZ: "linear_attn.in_proj_z.weight",
+  ssmBeta: "linear_attn.in_proj_b.weight",
+  ssmAlpha: "linear_attn.in_proj_a.weight",
+  // [channels, 1, K] in the checkpoint, read as [channels, K].
+  ssmConv: "linear_attn.conv1d.weight",
+  ssmDtBias: "linear_attn.dt_bias",
+  // A_log in the checkpoint, read as −exp(A_log).
+  ssmDecay: "linear_attn.A_log",
+  ssmNorm: "linear_attn.norm.weight",
+  ssmOut: "linear_attn.out_proj.weight",
 };
 
 /** DeepSeek's combined latent up-projection, split into W_kb and W_vb on load. */

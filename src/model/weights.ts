@@ -6,7 +6,7 @@
 import { blockValues, decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
 import { numel, WEIGHT_DTYPES, type WeightDType } from "../backend/types.ts";
 import { isIqDType, type IqDType } from "../backend/quant-blocks-iq.ts";
-import { type HostTensor, isMoeLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights, type MoeConfig } from "./config.ts";
+import { type HostTensor, isDeltaNetLayer, isMoeLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights, type MoeConfig } from "./config.ts";
 import { EXPERT } from "./expert-stack.ts";
 
 /** Progress of a load: bytes of tensor data read so far out of the total. */
@@ -93,7 +93,7 @@ export interface TensorNames {
 }
 
 const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>([
-  "attnNorm", "ffnNorm", "attnPostNorm", "ffnPostNorm", "qNorm", "kNorm", "qANorm", "kvANorm", "bq", "bk", "bv", "routerBias",
+  "ssmConv", "ssmDtBias", "ssmDecay", "ssmNorm", "attnNorm", "ffnNorm", "attnPostNorm", "ffnPostNorm", "qNorm", "kNorm", "qANorm", "kvANorm", "bq", "bk", "bv", "routerBias",
   "bo", "sinks", "routerLogitBias", "bGate", "bUp", "bDown",
 ]);
 
@@ -127,8 +127,36 @@ function mlaShape(c: ModelConfig, role: LayerRole): number[] | undefined {
   }
 }
 
+/** Shapes of the Gated DeltaNet roles ({@link DeltaNetConfig}). */
+function deltaNetShape(c: ModelConfig, role: LayerRole): number[] | undefined {
+  const d = c.deltaNet;
+  if (!d) return undefined;
+  const keys = d.numKHeads * d.headKDim;
+  const values = d.numVHeads * d.headVDim;
+  switch (role) {
+    case "ssmQkv":
+      return [2 * keys + values, c.hiddenSize];
+    case "ssmZ":
+      return [values, c.hiddenSize];
+    case "ssmBeta":
+    case "ssmAlpha":
+      return [d.numVHeads, c.hiddenSize];
+    case "ssmConv":
+      return [2 * keys + values, d.convKernel];
+    case "ssmDtBias":
+    case "ssmDecay":
+      return [d.numVHeads];
+    case "ssmNorm":
+      return [d.headVDim];
+    case "ssmOut":
+      return [c.hiddenSize, values];
+    default:
+      return undefined;
+  }
+}
+
 function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): number[] {
-  const mla = mlaShape(c, role);
+  const mla = mlaShape(c, role) ?? deltaNetShape(c, role);
   if (mla) return mla;
   const q = c.numHeads * c.headDim;
   const kv = c.numKvHeads * c.headDim;
@@ -144,7 +172,8 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): num
     case "ffnPostNorm":
       return [c.hiddenSize];
     case "wq":
-      return [q, c.hiddenSize];
+      // Qwen3.5's gated attention: each head's query, then its gate.
+      return [c.attnOutputGate ? 2 * q : q, c.hiddenSize];
     case "wk":
     case "wv":
       return [kv, c.hiddenSize];
@@ -193,6 +222,7 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): num
 
 /** The roles layer `i` of a model has, in the order they are read. */
 export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
+  if (isDeltaNetLayer(config, i)) return [...DELTA_NET_ROLES, ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];
   const mla = config.mla;
   const attention: LayerRole[] = !mla
     ? ["wq", "wk", "wv"]
@@ -203,6 +233,14 @@ export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
   if (config.attentionSinks) roles.push("sinks");
   if (config.qkNorm) roles.push("qNorm", "kNorm");
   if (config.postNorms) roles.push("attnPostNorm", "ffnPostNorm");
+  return feedForwardRoles(config, i, roles);
+}
+
+/** A Gated DeltaNet layer's own roles. */
+const DELTA_NET_ROLES: readonly LayerRole[] = ["ssmQkv", "ssmZ", "ssmBeta", "ssmAlpha", "ssmConv", "ssmDtBias", "ssmDecay", "ssmNorm", "ssmOut"];
+
+/** `roles` and the mixture-of-experts roles layer `i` adds. */
+function feedForwardRoles(config: ModelConfig, i: number, roles: LayerRole[]): LayerRole[] {
   const moe = config.moe;
   if (moe && isMoeLayer(config, i)) {
     roles.push("router");

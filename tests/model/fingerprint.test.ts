@@ -8,7 +8,7 @@ test("modelFingerprint() is the same for the same file and changes with a weight
   const b = await loadModel(`${projectRoot}/models/stories260K.gguf`);
   assert.equal(modelFingerprint(a), modelFingerprint(b));
   assert.match(modelFingerprint(a), /^[0-9a-f]{32}$/);
-  const wq = a.weights.layers[0].wq;
+  const wq = a.weights.layers[0].wq!;
   const data = wq.data.slice();
   data[data.length - 1] ^= 1;
   const layers = [{ ...a.weights.layers[0], wq: { ...wq, data } }, ...a.weights.layers.slice(1)];

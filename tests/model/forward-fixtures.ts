@@ -122,7 +122,7 @@ export function naiveLogits(model: HostModel, tokens: readonly number[]): Float6
     const queries: Float64Array[][] = [];
     xs.forEach((x, pos) => {
       const h = rms(x, f(l.attnNorm!), c.rmsNormEps);
-      const q = linear(h, f(l.wq), c.numHeads * D, l.bq && f(l.bq));
+      const q = linear(h, f(l.wq!), c.numHeads * D, l.bq && f(l.bq));
       const k = linear(h, f(l.wk!), c.numKvHeads * D, l.bk && f(l.bk));
       const v = linear(h, f(l.wv!), c.numKvHeads * D, l.bv && f(l.bv));
       const split = (a: Float64Array, n: number) => Array.from({ length: n }, (_, i) => a.slice(i * D, (i + 1) * D));
@@ -146,7 +146,7 @@ export function naiveLogits(model: HostModel, tokens: readonly number[]): Float6
         const z = e.reduce((a, b) => a + b, 0);
         for (let p = 0; p <= pos; p++) for (let d = 0; d < D; d++) att[h * D + d] += (e[p] / z) * vals[p][kvh][d];
       }
-      const o = linear(att, f(l.wo), c.hiddenSize);
+      const o = linear(att, f(l.wo!), c.hiddenSize);
       const x2 = x.map((v, i) => v + o[i]);
       const h2 = rms(x2, f(l.ffnNorm!), c.rmsNormEps);
       const g = linear(h2, f(l.wGate), c.intermediateSize);

@@ -111,13 +111,13 @@ test("loadModel() says once how an FP8 checkpoint's matrices are held, naming ho
     assert.equal(notes.length, 1, `${quantize}: ${notes}`);
     assert.equal(progress[0].note, notes[0], "on the first progress call");
     assert.match(notes[0], note);
-    assert.equal(model.weights.layers[0].wq.dtype, wq, `${quantize}: q_proj`);
-    assert.equal(model.weights.layers[0].wo.dtype, "bf16", `${quantize}: o_proj's 48-value rows`);
+    assert.equal(model.weights.layers[0].wq!.dtype, wq, `${quantize}: q_proj`);
+    assert.equal(model.weights.layers[0].wo!.dtype, "bf16", `${quantize}: o_proj's 48-value rows`);
   }
   const plain: (string | undefined)[] = [];
   const ref = await loadModel(`${dir}/note-ref`, { quantize: "f8_e4m3", onProgress: (p) => plain.push(p.note) });
   assert.ok(plain.length > 0 && plain.every((n) => n === undefined), "no note for a checkpoint without FP8");
-  assert.equal(ref.weights.layers[0].wq.dtype, "f8_e4m3", "--quantize f8_e4m3 on an f32 checkpoint");
+  assert.equal(ref.weights.layers[0].wq!.dtype, "f8_e4m3", "--quantize f8_e4m3 on an f32 checkpoint");
 });
 
 test("loadModel() reads an FP8 DeepSeek-V3-layout checkpoint: the latent projections kept as f8_e4m3, kv_b's W_vb copied, W_kb in bf16", async () => {

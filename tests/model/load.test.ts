@@ -72,7 +72,7 @@ test("loadModel() maps GGUF metadata for Qwen2 and Qwen3 (bias, q/k norm, tied, 
   const m3 = await loadModel(`${dir}/q3.gguf`);
   assert.deepEqual([m2.config.qkvBias, m2.config.qkNorm, m2.config.tiedEmbeddings, m2.config.ropeLayout], [true, false, true, "neox"]);
   assert.equal(m2.weights.output, undefined);
-  assert.equal(m2.weights.layers[0].wq.dtype, "f16");
+  assert.equal(m2.weights.layers[0].wq!.dtype, "f16");
   assert.equal(m2.weights.layers[0].bq?.dtype, "f32");
   assert.deepEqual([m3.config.qkvBias, m3.config.qkNorm, m3.config.numHeads, m3.config.numKvHeads, m3.config.headDim], [false, true, 3, 1, 16]);
   assert.deepEqual(m3.weights.layers[1].qNorm?.shape, [16]);
@@ -120,7 +120,7 @@ for (const spec of [
     assert.deepEqual(shapeOnly, { ...shapeOnly2, contextLength: shapeOnly.contextLength });
     if (spec.architecture === "llama") {
       // The q rows really differ between the files: the permutation is exercised, not bypassed.
-      assert.notDeepEqual(fromHf.weights.layers[0].wq.data, fromGguf.weights.layers[0].wq.data);
+      assert.notDeepEqual(fromHf.weights.layers[0].wq!.data, fromGguf.weights.layers[0].wq!.data);
     }
     const tokens = [5, 77, 200, 3, 3, 150, 299, 42, 18];
     const a = await lastLogits(fromGguf, tokens);

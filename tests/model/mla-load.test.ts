@@ -58,7 +58,7 @@ test("loadModel() reads a Kimi K2-layout GGUF and directory alike: latent sizes,
     });
     const l = m.weights.layers[1];
     assert.deepEqual(
-      [l.wqA?.shape, l.qANorm?.shape, l.wq.shape, l.wkvA?.shape, l.kvANorm?.shape, l.wkB?.shape, l.wvB?.shape, l.wo.shape],
+      [l.wqA?.shape, l.qANorm?.shape, l.wq!.shape, l.wkvA?.shape, l.kvANorm?.shape, l.wkB?.shape, l.wvB?.shape, l.wo!.shape],
       [[24, 32], [24], [96, 24], [48, 32], [40], [4, 40, 16], [4, 12, 40], [32, 48]],
     );
     assert.equal(l.wk, undefined);
@@ -114,7 +114,7 @@ test("loadModel() --quantize quantizes latent attention's projections and keeps 
   const m = await loadModel((await write("kimi-q", { ...KIMI, seed: 64 })).gguf, { quantize: "q8_0" });
   const l = m.weights.layers[1];
   // Rows of 32 values are whole q8_0 blocks; wq's rows of 24 (the q rank) stay as stored.
-  assert.deepEqual([l.wqA?.dtype, l.wkvA?.dtype, l.wGate.dtype, l.wq.dtype], ["q8_0", "q8_0", "q8_0", "f32"]);
+  assert.deepEqual([l.wqA?.dtype, l.wkvA?.dtype, l.wGate.dtype, l.wq!.dtype], ["q8_0", "q8_0", "q8_0", "f32"]);
   assert.deepEqual([l.qANorm?.dtype, l.kvANorm?.dtype, l.router?.dtype], ["f32", "f32", "f32"]);
 });
 

@@ -17,6 +17,7 @@ import { encodeSafetensors, type SafetensorsEntry } from "../../src/model/safete
 import { gptOssHfConfig, gptOssHfTensors } from "./gpt-oss-files.ts";
 import { fusePhi3Gguf, fusePhi3Hf, phi3GgufMetadata, phi3HfConfig, phi3Vocab, TEST_CONTEXT } from "./phi3-files.ts";
 import { randomIqTensor } from "./iq-blocks.ts";
+import { qwen35GgufMetadata, qwen35GgufPart, qwen35HfLayer } from "./qwen35-files.ts";
 import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 
@@ -82,6 +83,8 @@ export interface ModelFileSpec {
   unfused?: boolean;
   /** Granite's four multipliers (GGUF `embedding_scale`, `attention.scale`, `residual_scale`, `logit_scale`; HF `*_multiplier`, `logits_scaling`). */
   granite?: { embedding: number; attention: number; residual: number; logit: number };
+  /** Qwen3.5's Gated DeltaNet layers (qwen35-files.ts): all but every `interval`-th; key and value heads of `dim` each, a convolution of `conv`. */
+  deltaNet?: { kHeads: number; vHeads: number; dim: number; conv: number; interval: number };
 }
 
 /** The RoPE base a spec's files declare. */
@@ -129,6 +132,11 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
   put("model.embed_tokens.weight", [vocab, hidden], 1);
   for (let i = 0; i < spec.layers + (spec.nextn ?? 0); i++) {
     const p = `model.layers.${i}.`;
+    if (spec.deltaNet) {
+      qwen35HfLayer(spec, i, put);
+      swiglu(p + "mlp.", ffn);
+      continue;
+    }
     if (i >= spec.layers) {
       // A GLM-4.5 NextN block: its own input projection and norms, then a whole MoE layer.
       put(p + "eh_proj.weight", [hidden, 2 * hidden], 1 / Math.sqrt(hidden));
@@ -290,6 +298,11 @@ function ggufTensors(
   const out: { name: string; shape: number[]; values: Float32Array; hf: string }[] = [];
   const stacks = new Map<string, { shape: number[]; parts: Float32Array[]; hf: string }>();
   for (const [hf, { shape, values }] of weights) {
+    const own = spec.deltaNet ? qwen35GgufPart(spec, hf, shape, values) : undefined;
+    if (own) {
+      out.push(own);
+      continue;
+    }
     const part = EXPERT_PART.exec(hf);
     const router = ROUTER.exec(hf);
     if (router) out.push({ name: `blk.${router[1]}.ffn_gate_inp.weight`, shape, values, hf });
@@ -339,7 +352,7 @@ function ggufName(spec: ModelFileSpec, hf: string): string {
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
   if (!m || !GGUF_LAYER[m[2]]) throw new Error(`No GGUF name for ${hf}`);
   // GLM-4.5's converter names the pre-feed-forward norm after HF's; Gemma's is the attention's post-norm.
-  if (["glm4moe", "gpt-oss", "gemma3", "gemma2", "olmo2", "exaone4"].includes(spec.architecture) && m[2] === "post_attention_layernorm.weight") {
+  if (["glm4moe", "gpt-oss", "gemma3", "gemma2", "olmo2", "exaone4", "qwen35"].includes(spec.architecture) && m[2] === "post_attention_layernorm.weight") {
     return `blk.${m[1]}.post_attention_norm.weight`;
   }
   return `blk.${m[1]}.${GGUF_LAYER[m[2]]}`;
@@ -401,6 +414,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   }
   if (spec.slidingWindow) meta.push([`${a}.attention.sliding_window`, gguf.u32(spec.slidingWindow)]);
   if (a === "phi3") meta.push(...phi3GgufMetadata(spec));
+  if (a === "qwen35") meta.push(...qwen35GgufMetadata(spec));
   if (a === "gemma2" && spec.softcaps) meta.push([`${a}.attn_logit_softcapping`, gguf.f32(spec.softcaps.attn)], [`${a}.final_logit_softcapping`, gguf.f32(spec.softcaps.final)]);
   const gr = spec.granite;
   if (gr) {
@@ -495,7 +509,8 @@ export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocab
     }
     // Routers stay f32, as llama.cpp's quantizer leaves them.
     // Biases too (GPT-OSS's stacked expert biases are 2-D).
-    const dtype = isVector(shape) || name.endsWith(".bias") || name.endsWith("ffn_gate_inp.weight") ? "f32" : spec.ggufDtype?.(name) ?? spec.dtype;
+    // Qwen3.5's convolution too, as convert_hf_to_gguf.py keeps it.
+    const dtype = isVector(shape) || name.endsWith(".bias") || name.endsWith("ffn_gate_inp.weight") || name.endsWith("ssm_conv1d.weight") ? "f32" : spec.ggufDtype?.(name) ?? spec.dtype;
     tensors.push(isIqDType(dtype) ? randomIqTensor(name, shape, v, dtype, iqRand) : { name, shape, dtype, data: encodeFromF32(v, dtype) });
   }
   const r = spec.longRope;
@@ -604,6 +619,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     olmo2: ["Olmo2ForCausalLM", "olmo2"],
     exaone4: ["Exaone4ForCausalLM", "exaone4"],
     gemma2: ["Gemma2ForCausalLM", "gemma2"],
+    qwen35: ["Qwen3_5ForCausalLM", "qwen3_5_text"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {

@@ -41,7 +41,7 @@ test("loadModel() with quantize q8_0 re-encodes whole-block matrices and keeps n
   const plain = await loadModel(STORIES);
   const q = await loadModel(STORIES, { quantize: "q8_0" });
   const l = q.weights.layers[0];
-  for (const t of [l.wq, l.wk!, l.wv!, l.wo, l.wGate, l.wUp, q.weights.tokenEmbedding]) assert.equal(t.dtype, "q8_0", t.name);
+  for (const t of [l.wq!, l.wk!, l.wv!, l.wo!, l.wGate, l.wUp, q.weights.tokenEmbedding]) assert.equal(t.dtype, "q8_0", t.name);
   assert.equal(l.attnNorm?.dtype, "f32");
   // stories260K's FFN is 172 wide: ffn_down's rows are not whole 32-value blocks.
   assert.deepEqual([l.wDown.dtype, l.wDown.shape], ["f32", [64, 172]]);
@@ -61,7 +61,7 @@ test("loadModel() with quantize mxfp4 stays close to the unquantized logits, fur
   const plain = await logProbs(await loadModel(STORIES));
   const e8 = logProbError(await logProbs(await loadModel(STORIES, { quantize: "q8_0" })), plain);
   const q = await loadModel(STORIES, { quantize: "mxfp4" });
-  assert.equal(q.weights.layers[0].wq.dtype, "mxfp4");
+  assert.equal(q.weights.layers[0].wq!.dtype, "mxfp4");
   // 17 bytes per 32 values against f32's 128.
   assert.equal(q.weights.tokenEmbedding.data.byteLength, (numel(q.weights.tokenEmbedding.shape) / 32) * 17);
   const e4 = logProbError(await logProbs(q), plain);
@@ -73,7 +73,7 @@ test("loadModel() with quantize f8_e4m3 stays close to the unquantized logits, f
   const e8 = logProbError(await logProbs(await loadModel(STORIES, { quantize: "q8_0" })), plain);
   const e4 = logProbError(await logProbs(await loadModel(STORIES, { quantize: "q4_0" })), plain);
   const q = await loadModel(STORIES, { quantize: "f8_e4m3" });
-  assert.equal(q.weights.layers[0].wq.dtype, "f8_e4m3");
+  assert.equal(q.weights.layers[0].wq!.dtype, "f8_e4m3");
   // 36 bytes per 32 values against f32's 128.
   assert.equal(q.weights.tokenEmbedding.data.byteLength, (numel(q.weights.tokenEmbedding.shape) / 32) * 36);
   const f8 = logProbError(await logProbs(q), plain);
@@ -94,7 +94,7 @@ test("loadModel() reads a Qwen3-MoE GGUF whose expert stacks are mxfp4 (llama.cp
   for (const t of [l.wGate, l.wUp, l.wDown]) assert.equal(t.dtype, "mxfp4", t.name);
   assert.deepEqual([l.wGate.shape, l.wDown.shape], [[4, 64, 32], [4, 32, 64]]);
   assert.equal(l.wDown.data.byteLength, (4 * 32 * 64 / 32) * 17);
-  for (const t of [l.wq, l.wo, m.weights.output!]) assert.equal(t.dtype, "q8_0", t.name);
+  for (const t of [l.wq!, l.wo!, m.weights.output!]) assert.equal(t.dtype, "q8_0", t.name);
   // Expert 1's down projection, as written: the HF tensor quantized by llama.cpp's rounding.
   const down1 = weights.get("model.layers.0.mlp.experts.1.down_proj.weight")!.values;
   assert.deepEqual(l.wDown.data.subarray(32 * 64 / 32 * 17, 2 * 32 * 64 / 32 * 17), encodeFromF32(down1, "mxfp4"));
@@ -112,7 +112,7 @@ test("loadModel() quantizes a bf16 Hugging Face directory's matrices into q4_k",
   await writeHfDirectory(dir, spec, randomHfWeights(spec));
   const m = await loadModel(dir, { quantize: "q4_k" });
   const l = m.weights.layers[0];
-  for (const t of [l.wq, l.wk!, l.wv!, l.wo, l.wGate, l.wUp, l.wDown, m.weights.tokenEmbedding]) assert.equal(t.dtype, "q4_k", t.name);
+  for (const t of [l.wq!, l.wk!, l.wv!, l.wo!, l.wGate, l.wUp, l.wDown, m.weights.tokenEmbedding]) assert.equal(t.dtype, "q4_k", t.name);
   assert.equal(l.qNorm?.dtype, "f32");
 });
 

@@ -1,5 +1,5 @@
 /**
- * Independent oracle: random-weight Llama / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Mixtral / GLM-4.5 / DeepSeek V3 / GPT-OSS / Gemma 3 / Phi-3 GGUFs (MXFP4 experts among the quantized ones) written by our own writer are run
+ * Independent oracle: random-weight Llama / Qwen2 / Qwen3 / Qwen2-MoE / Qwen3-MoE / Mixtral / GLM-4.5 / DeepSeek V3 / GPT-OSS / Gemma 3 / Phi-3 / Qwen3.5 GGUFs (MXFP4 experts among the quantized ones) written by our own writer are run
  * through llama.cpp (node-llama-cpp 3.21.1, CPU, offline, in a Node child process) and through our
  * loader + forward on every available backend. Per model: next-token log-probabilities after the
  * prompt and at each of 32 greedy steps, and the 32 greedy tokens. The same weights as a
@@ -305,6 +305,22 @@ const CASES: OracleCase[] = [
   },
   // Gemma 2: Gemma 3's sandwich norms and GeGLU without q/k norms, even layers sliding (window 5), and
   // soft-capping small enough to bend these scores and logits (llama.cpp's 50 and 30 would not).
+  // Qwen3.5: Gated DeltaNet layers (2 value heads per key head, tiled in the GGUF) and gated attention
+  // every third layer, RoPE on a quarter of each head.
+  {
+    name: "qwen35 Gated DeltaNet (4 value heads over 2 key heads) and gated attention, f32",
+    spec: { ...BASE, architecture: "qwen35", layers: 6, headDim: 16, rotaryDim: 4, seed: 190, deltaNet: { kHeads: 2, vHeads: 4, dim: 8, conv: 4, interval: 3 } },
+    tol: 1e-4,
+    hf: false,
+  },
+  {
+    name: "qwen35 q8_0, one value head per key head, head_dim 32, f16 KV cache",
+    spec: { ...BASE, architecture: "qwen35", layers: 4, headDim: 32, rotaryDim: 8, dtype: "q8_0", seed: 191, deltaNet: { kHeads: 2, vHeads: 2, dim: 16, conv: 4, interval: 4 } },
+    // llama.cpp rounds activations to Q8_0 blocks for q8_0 matrices: q8_0's tolerance.
+    tol: 1.5e-2,
+    hf: false,
+    kv: "f16",
+  },
   {
     name: "gemma2 soft-capped scores (2) and logits (3), window 5 on even layers, tied, f32",
     spec: { ...BASE, architecture: "gemma2", layers: 4, tied: true, seed: 178, ropeTheta: 10000, slidingWindow: 5, softcaps: { attn: 2, final: 3 } },

@@ -58,7 +58,7 @@ export async function greedySteps(
 ): Promise<{ logProbs: Float64Array[]; tokens: number[] }> {
   const logProbs: Float64Array[] = [];
   const tokens: number[] = [];
-  let entry = { tokens: prompt, startPos: 0, blockTable: table };
+  let entry = { tokens: prompt, startPos: 0, blockTable: table, stateSlot: 0 };
   for (let step = 0; step < steps; step++) {
     const out = forward(backend, model, kv, { entries: [entry], ...(lora ? { lora } : {}) });
     const logits = (await backend.download(out)) as Float32Array;
@@ -68,7 +68,7 @@ export async function greedySteps(
     for (let i = 1; i < lp.length; i++) if (lp[i] > lp[best]) best = i;
     logProbs.push(lp);
     tokens.push(best);
-    entry = { tokens: [best], startPos: prompt.length + step, blockTable: table };
+    entry = { tokens: [best], startPos: prompt.length + step, blockTable: table, stateSlot: 0 };
   }
   return { logProbs, tokens };
 }

@@ -1,0 +1,64 @@
+/**
+ * A Gated DeltaNet layer's mixing block with its residual add (Qwen3.5; ModelConfig.deltaNet): norm;
+ * q, k and v projected together, then the causal convolution with SiLU over each sequence's recent
+ * inputs (Backend.causalConv1d); the gated delta rule over each value head's state matrix
+ * (Backend.gatedDeltaNet, with beta and the decay's alpha projected from the same input); each value
+ * head's output RMS-normed and gated by SiLU of its own projection (z); the output projection. The
+ * state tensors carry each sequence's convolution inputs and matrices from step to step.
+ */
+import type { Backend, DeltaNetSpec, RecurrentBatch, Tensor } from "../backend/types.ts";
+import type { LayerWeights } from "./config.ts";
+import type { DeviceModel } from "./device-weights.ts";
+import { ForwardInputError } from "./forward-batch.ts";
+import { matmulPlus, preNorm, type Scratch } from "./forward-layers.ts";
+
+/** The Gated DeltaNet ops a backend must have to run such a layer. */
+type DeltaNetOps = Required<Pick<Backend, "causalConv1d" | "gatedDeltaNet">>;
+
+/** `backend`'s Gated DeltaNet ops, or an error naming what it lacks. */
+export function deltaNetOps(backend: Backend): DeltaNetOps {
+  const { causalConv1d, gatedDeltaNet } = backend;
+  if (!causalConv1d || !gatedDeltaNet) throw new ForwardInputError(`The ${backend.info.name} backend lacks the Gated DeltaNet ops (causalConv1d, gatedDeltaNet) this model needs`);
+  return { causalConv1d: causalConv1d.bind(backend), gatedDeltaNet: gatedDeltaNet.bind(backend) };
+}
+
+/** The step's sequences as the recurrent ops read them: each entry's rows, state slot, and whether it starts at position 0. */
+export function recurrentSeqTable(entries: readonly { tokens: readonly number[]; startPos: number; stateSlot?: number }[], slots: number): Int32Array {
+  const table = new Int32Array(entries.length * 4);
+  let row = 0;
+  entries.forEach((e, i) => {
+    const slot = e.stateSlot;
+    if (slot === undefined || !Number.isInteger(slot) || slot < 0 || slot >= slots) {
+      throw new ForwardInputError(`Entry ${i} needs a recurrent state slot in 0..${slots - 1} (this model has Gated DeltaNet layers), got ${slot}`);
+    }
+    table.set([row, e.tokens.length, slot, e.startPos === 0 ? 1 : 0], i * 4);
+    row += e.tokens.length;
+  });
+  return table;
+}
+
+/** One Gated DeltaNet layer over the step, plus the residual `x`. */
+export function deltaNetBlock(
+  backend: Backend, ops: DeltaNetOps, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, batch: RecurrentBatch, conv: Tensor, ssm: Tensor, s: Scratch,
+): Tensor {
+  const c = model.config;
+  const d = c.deltaNet!;
+  const { ssmQkv, ssmZ, ssmBeta, ssmAlpha, ssmConv, ssmDtBias, ssmDecay, ssmNorm, ssmOut } = l;
+  if (!ssmQkv || !ssmZ || !ssmBeta || !ssmAlpha || !ssmConv || !ssmDtBias || !ssmDecay || !ssmNorm || !ssmOut) {
+    throw new ForwardInputError("The model config asks for a Gated DeltaNet layer but the weights lack it");
+  }
+  const n = x.shape[0];
+  const h = preNorm(backend, model, l.attnNorm, x, s);
+  const qkv = s.keep(backend.matmul(h, ssmQkv));
+  const z = s.keep(backend.matmul(h, ssmZ));
+  const beta = s.keep(backend.matmul(h, ssmBeta));
+  const alpha = s.keep(backend.matmul(h, ssmAlpha));
+  const mixed = s.keep(ops.causalConv1d(qkv, ssmConv, conv, batch));
+  const spec: DeltaNetSpec = { numKHeads: d.numKHeads, numVHeads: d.numVHeads, headKDim: d.headKDim, headVDim: d.headVDim, vHeadOrder: d.vHeadOrder, eps: c.rmsNormEps };
+  const o = s.keep(ops.gatedDeltaNet(mixed, alpha, beta, ssmDecay, ssmDtBias, ssm, batch, spec));
+  // Each value head's output normed over its own dims, then gated by SiLU of z.
+  const heads = [n * d.numVHeads, d.headVDim];
+  const normed = s.keep(backend.rmsnorm(backend.reshape(o, heads), ssmNorm, c.rmsNormEps));
+  const gated = s.keep(backend.siluMul(backend.reshape(z, heads), normed));
+  return matmulPlus(backend, backend.reshape(gated, [n, d.numVHeads * d.headVDim]), ssmOut, undefined, x, s);
+}

@@ -1,0 +1,142 @@
+/**
+ * Qwen3.5 test files as its checkpoints and llama.cpp's converter have them. Hugging Face: Gated
+ * DeltaNet layers under `linear_attn.` (value heads grouped by key head, `A_log`, conv1d [C, 1, K]),
+ * gated attention (q_proj giving each head its query, then its gate), zero-centred norms (weighing by
+ * 1 + w) but for `linear_attn.norm`. GGUF (convert_hf_to_gguf.py): the norms' 1 + w stored, value
+ * heads reordered to tiled order in every tensor that carries them, `ssm_a` = −exp(A_log), conv1d as
+ * [C, K], the qwen35 metadata (`ssm.*`, `full_attention_interval`, RoPE sections).
+ */
+import type { GgufEntry } from "../../src/model/gguf-types.ts";
+import { gguf } from "../../src/model/gguf-writer.ts";
+import { GgufType } from "../../src/model/gguf-types.ts";
+import type { ModelFileSpec } from "./model-files.ts";
+
+/** A tensor on its way into a test GGUF. */
+interface GgufPart {
+  name: string;
+  shape: number[];
+  values: Float32Array;
+  hf: string;
+}
+
+/** Whether layer i of `spec` is a Gated DeltaNet layer (all but every `interval`-th). */
+export function isLinearLayer(spec: ModelFileSpec, i: number): boolean {
+  return (i + 1) % spec.deltaNet!.interval !== 0;
+}
+
+/** Draws a Qwen3.5's weights in HF naming with `put` (name, shape, scale, offset). */
+export function qwen35HfLayer(spec: ModelFileSpec, i: number, put: (name: string, shape: number[], scale: number, offset?: number) => void): void {
+  const d = spec.deltaNet!;
+  const { hidden, heads, kvHeads, headDim: hd } = spec;
+  const p = `model.layers.${i}.`;
+  // Zero-centred norms: the checkpoint's w, weighing by 1 + w.
+  put(p + "input_layernorm.weight", [hidden], 0.2);
+  put(p + "post_attention_layernorm.weight", [hidden], 0.2);
+  if (isLinearLayer(spec, i)) {
+    const keys = d.kHeads * d.dim;
+    const values = d.vHeads * d.dim;
+    const a = p + "linear_attn.";
+    put(a + "in_proj_qkv.weight", [2 * keys + values, hidden], 1 / Math.sqrt(hidden));
+    put(a + "in_proj_z.weight", [values, hidden], 1 / Math.sqrt(hidden));
+    // Beta's and alpha's projections sharp enough that the gates differ token to token.
+    put(a + "in_proj_b.weight", [d.vHeads, hidden], 3 / Math.sqrt(hidden));
+    put(a + "in_proj_a.weight", [d.vHeads, hidden], 3 / Math.sqrt(hidden));
+    put(a + "conv1d.weight", [2 * keys + values, 1, d.conv], 0.6);
+    put(a + "dt_bias", [d.vHeads], 1);
+    put(a + "A_log", [d.vHeads], 1);
+    put(a + "norm.weight", [d.dim], 0.2, 1);
+    put(a + "out_proj.weight", [hidden, values], 1 / Math.sqrt(values));
+  } else {
+    put(p + "self_attn.q_proj.weight", [heads * hd * 2, hidden], 1 / Math.sqrt(hidden));
+    put(p + "self_attn.k_proj.weight", [kvHeads * hd, hidden], 1 / Math.sqrt(hidden));
+    put(p + "self_attn.v_proj.weight", [kvHeads * hd, hidden], 1 / Math.sqrt(hidden));
+    put(p + "self_attn.o_proj.weight", [hidden, heads * hd], 1 / Math.sqrt(heads * hd));
+    put(p + "self_attn.q_norm.weight", [hd], 0.2);
+    put(p + "self_attn.k_norm.weight", [hd], 0.2);
+  }
+}
+
+/** Blocks of `width` along a row range: value heads from grouped (by key head) to tiled order (the converter's `_reorder_v_heads`). */
+function tileHeads(values: Float32Array, rows: number, cols: number, from: number, spec: ModelFileSpec, width: number, alongColumns: boolean): Float32Array {
+  const d = spec.deltaNet!;
+  const per = d.vHeads / d.kHeads;
+  const out = new Float32Array(values);
+  for (let k = 0; k < d.kHeads; k++) {
+    for (let j = 0; j < per; j++) {
+      const g = from + (k * per + j) * width;
+      const t = from + (j * d.kHeads + k) * width;
+      for (let x = 0; x < width; x++) {
+        if (alongColumns) for (let r = 0; r < rows; r++) out[r * cols + t + x] = values[r * cols + g + x];
+        else out.set(values.subarray((g + x) * cols, (g + x + 1) * cols), (t + x) * cols);
+      }
+    }
+  }
+  return out;
+}
+
+const GGUF_LINEAR: Record<string, string> = {
+  "in_proj_qkv.weight": "attn_qkv.weight",
+  "in_proj_z.weight": "attn_gate.weight",
+  "in_proj_b.weight": "ssm_beta.weight",
+  "in_proj_a.weight": "ssm_alpha.weight",
+  "conv1d.weight": "ssm_conv1d.weight",
+  "dt_bias": "ssm_dt.bias",
+  "A_log": "ssm_a",
+  "norm.weight": "ssm_norm.weight",
+  "out_proj.weight": "ssm_out.weight",
+};
+
+/**
+ * One Qwen3.5 weight as convert_hf_to_gguf.py writes it, or undefined where the generic naming
+ * applies (with the norms' 1 + w added here).
+ */
+export function qwen35GgufPart(spec: ModelFileSpec, hf: string, shape: number[], values: Float32Array): GgufPart | undefined {
+  const d = spec.deltaNet!;
+  const m = /^model\.layers\.(\d+)\.linear_attn\.(.+)$/.exec(hf);
+  if (!m) {
+    if (!/(layernorm|_norm|model\.norm)\.weight$/.test(hf)) return undefined;
+    const name = hf === "model.norm.weight" ? "output_norm.weight" : hf.replace(/^model\.layers\.(\d+)\./, "blk.$1.")
+      .replace("input_layernorm", "attn_norm").replace("post_attention_layernorm", "post_attention_norm")
+      .replace("self_attn.q_norm", "attn_q_norm").replace("self_attn.k_norm", "attn_k_norm");
+    return { name, shape, values: values.map((v) => v + 1), hf };
+  }
+  const name = `blk.${m[1]}.${GGUF_LINEAR[m[2]]}`;
+  const keys = d.kHeads * d.dim;
+  const rowsOf = shape[0];
+  switch (m[2]) {
+    case "in_proj_qkv.weight":
+      return { name, shape, values: tileHeads(values, rowsOf, shape[1], 2 * keys, spec, d.dim, false), hf };
+    case "in_proj_z.weight":
+      return { name, shape, values: tileHeads(values, rowsOf, shape[1], 0, spec, d.dim, false), hf };
+    case "in_proj_b.weight":
+    case "in_proj_a.weight":
+      return { name, shape, values: tileHeads(values, rowsOf, shape[1], 0, spec, 1, false), hf };
+    case "conv1d.weight":
+      return { name, shape: [shape[0], shape[2]], values: tileHeads(values, rowsOf, shape[2], 2 * keys, spec, d.dim, false), hf };
+    case "dt_bias":
+      return { name, shape, values: tileHeads(values, rowsOf, 1, 0, spec, 1, false), hf };
+    case "A_log":
+      return { name, shape, values: tileHeads(values.map((v) => -Math.exp(v)), rowsOf, 1, 0, spec, 1, false), hf };
+    case "out_proj.weight":
+      return { name, shape, values: tileHeads(values, rowsOf, shape[1], 0, spec, d.dim, true), hf };
+    default:
+      return { name, shape, values, hf };
+  }
+}
+
+/** A qwen35 GGUF's own metadata: the DeltaNet sizes and the RoPE sections (text turns every section by its position). */
+export function qwen35GgufMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
+  const d = spec.deltaNet!;
+  // As Qwen3.5's [11, 11, 10, 0] for 32 pairs: interleaved, the three sections cover every pair.
+  const pairs = (spec.rotaryDim ?? spec.headDim) / 2;
+  const sections = [Math.ceil(pairs / 3), Math.ceil((pairs - 1) / 3), Math.floor(pairs / 3), 0];
+  return [
+    ["qwen35.ssm.conv_kernel", gguf.u32(d.conv)],
+    ["qwen35.ssm.inner_size", gguf.u32(d.vHeads * d.dim)],
+    ["qwen35.ssm.state_size", gguf.u32(d.dim)],
+    ["qwen35.ssm.time_step_rank", gguf.u32(d.vHeads)],
+    ["qwen35.ssm.group_count", gguf.u32(d.kHeads)],
+    ["qwen35.full_attention_interval", gguf.u32(d.interval)],
+    ["qwen35.rope.dimension_sections", gguf.arr(GgufType.INT32, sections)],
+  ];
+}
