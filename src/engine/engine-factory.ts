@@ -9,7 +9,8 @@ import { freeDeviceModel, uploadModel } from "../model/device-weights.ts";
 import { Engine, type EngineOptions } from "./engine.ts";
 import { modelStepRunner, type StepRunner } from "./engine-runner.ts";
 import { withMixedStepOverhead } from "./mixed-step-overhead.ts";
-import { allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock, type KvDTypeChoice, KvDTypeError, resolveKvDtype } from "./kv-cache.ts";
+import { allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock, type KvDTypeChoice, KvDTypeError, resolveKvDtype, stateBytesPerSlot } from "./kv-cache.ts";
+import { DEFAULT_SCHEDULER_CONFIG } from "./scheduler-types.ts";
 import type { KvDType } from "../backend/types.ts";
 
 /** Options of `createEngine` beyond the model and backend. */
@@ -55,10 +56,34 @@ export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: 
   if (o.numBlocks !== undefined) return o.numBlocks;
   if (o.kvMemoryBytes !== undefined) {
     const perBlock = kvBytesPerBlock(model.config, bs, dtype) + (draft ? kvBytesPerBlock(draft.config, bs, draft.dtype) : 0);
-    return Math.max(1, Math.floor(o.kvMemoryBytes / perBlock));
+    // A Gated DeltaNet model's recurrent state for every sequence that may run comes out of the budget first.
+    const states = stateSlotsOf(model.config, o) * stateBytesPerSlot(model.config);
+    return Math.max(1, Math.floor((o.kvMemoryBytes - states) / perBlock));
   }
   const ctx = Math.min(o.maxModelLen ?? model.config.contextLength, model.config.contextLength);
   return Math.ceil(ctx / bs) * 64 + 1;
+}
+
+/** Recurrent state slots an engine of `config` holds: one per sequence that may run (`--max-num-seqs`); 0 without Gated DeltaNet layers. */
+export function stateSlotsOf(config: ModelConfig, o: CreateEngineOptions): number {
+  return config.deltaNet ? o.scheduler?.maxRunning ?? DEFAULT_SCHEDULER_CONFIG.maxRunning : 0;
+}
+
+/**
+ * Refuses what a model with Gated DeltaNet layers cannot do: its recurrent state is not in the KV
+ * cache's blocks, so nothing may resume a sequence from blocks alone (swap preemption, KV offload, a
+ * prefill handed to a decode worker) or roll its state back (speculative decoding). Prefix caching is
+ * off for it (engine.ts).
+ */
+export function checkRecurrentOptions(config: ModelConfig, o: CreateEngineOptions): void {
+  if (!config.deltaNet) return;
+  const refuse = (what: string) => {
+    throw new RangeError(`${what} is not supported for models with Gated DeltaNet layers (${config.architecture}), whose recurrent state is not kept in KV blocks`);
+  };
+  if (o.speculative) refuse("Speculative decoding");
+  if (o.scheduler?.preemption === "swap") refuse(`Preemption mode "swap"`);
+  if (o.kvOffloadBlocks) refuse("KV offload (--kv-offload-blocks)");
+  if (o.scheduler?.role !== undefined && o.scheduler.role !== "mixed") refuse(`The "${o.scheduler.role}" worker role (disaggregated prefill)`);
 }
 
 /**
@@ -90,6 +115,8 @@ export function createEngines(backend: Backend, loaded: LoadedModel, opts: reado
   const served = Math.max(...opts.map((o) => Math.min(o.maxModelLen ?? loaded.config.contextLength, loaded.config.contextLength)));
   const config = longRopeFor(loaded.config, served);
   const model = config === loaded.config ? loaded : { ...loaded, config };
+  for (const o of opts) checkRecurrentOptions(model.config, o);
+  if (draft?.config.deltaNet) throw new RangeError(`A draft model with Gated DeltaNet layers (${draft.config.architecture}) is not supported`);
   const dtypes = opts.map((o) => resolveKvDtype(backend, model.config, o.kvCacheDtype));
   const drafts = opts.map((o) => (o.speculative?.method === "draft_model" && draft ? { config: draft.config, dtype: draftKvDtype(backend, draft, o.kvCacheDtype) } : undefined));
   const sizes = opts.map((o, i) => {
@@ -106,7 +133,7 @@ export function createEngines(backend: Backend, loaded: LoadedModel, opts: reado
   let openDrafts = drafting;
   return opts.map((o, i) => {
     const blockSize = o.blockSize ?? DEFAULT_BLOCK_SIZE;
-    const kv = allocatePagedKv(backend, model.config, sizes[i], blockSize, dtypes[i]);
+    const kv = allocatePagedKv(backend, model.config, sizes[i], blockSize, dtypes[i], Math.max(1, stateSlotsOf(model.config, o)));
     const runner = modelStepRunner(backend, device, kv, () => {
       freePagedKv(backend, kv);
       if (--open === 0) freeDeviceModel(backend, device);

@@ -97,6 +97,8 @@ export class StepLoop {
       this.parts.offload?.beforeStep(this.parts.pool, scheduler.waitingSequences, this.parts.sessions, now() / 1000);
       const plan = scheduler.schedule();
       for (const id of plan.truncated) output.finishById(id, "length");
+      // A preempted sequence computes again from position 0: its recurrent state slot (if any) goes back.
+      for (const id of plan.preempted) this.parts.opts.runner.endSequence?.(id);
       const moved = plan.preempted.length + plan.truncated.length > 0;
       if (plan.entries.length === 0) {
         // A step that only preempted or truncated changed the state: plan again instead of sleeping.

@@ -128,6 +128,7 @@ export class EngineOutput {
     this.parts.drafts.keepOutput(a);
     scheduler.finish(a.seq.id, reason);
     this.parts.opts.runner.discardSwap?.(a.seq.id);
+    this.parts.opts.runner.endSequence?.(a.seq.id);
     this.parts.drafts.release(a.seq.id);
     this.parts.active.delete(a.seq.id);
     a.queue.close();

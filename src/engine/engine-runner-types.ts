@@ -119,6 +119,13 @@ export interface StepRunner {
   swap?(out: readonly SwapOp[], into: readonly SwapOp[]): Promise<void>;
   /** Forgets a sequence's host KV (it ended while swapped out). */
   discardSwap?(seqId: number): void;
+  /**
+   * Lets go of what the runner holds for a sequence besides its KV blocks (a Gated DeltaNet model's
+   * recurrent state slot): it ended, or was preempted and computes again from position 0.
+   */
+  endSequence?(seqId: number): void;
+  /** Sequences the runner holds state for at once (a Gated DeltaNet model's state slots); absent: no such limit. */
+  stateSlots?: number;
   /** Reads whole KV blocks to the host (moving a cached prefix to another worker). */
   readBlocks?(blockIds: readonly number[]): Promise<HostKv>;
   /** Writes `data`, from block `fromBlock` of it on, into whole KV blocks (a prefix from another worker). */

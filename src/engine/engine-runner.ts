@@ -6,16 +6,18 @@
  * cached blocks out of and into the cache when a prefix moves between workers. The seam's types are
  * engine-runner-types.ts; the logits' per-row operations logit-rows.ts; where extra rows sit step-rows.ts.
  */
-import type { Backend, Tensor } from "../backend/types.ts";
+import type { Backend, SamplingRow, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import { forwardWithHidden, type PagedKv, type StepLora } from "../model/forward.ts";
 import { type DeviceLoraSet, freeLoraSet, uploadLoraSet } from "../model/lora-set.ts";
 import { readSlots, slotsOf, writeSlots } from "./kv-copy.ts";
 import { HostKvSwap } from "./kv-swap.ts";
 import { type TokenLogprob, tokenLogprob } from "./logprobs.ts";
-import { GREEDY_ROW, type StepRunner } from "./engine-runner-types.ts";
+import { GREEDY_ROW, type StepExtras, type StepOutput, type StepRunner } from "./engine-runner-types.ts";
+import type { StepEntry } from "./scheduler-types.ts";
 import { addToLogits, gatherLogitRows, maskLogitRows, penalizeRepeatRows } from "./logit-rows.ts";
 import { lookaheadOf, runAhead } from "./run-ahead.ts";
+import { StateSlots } from "./state-slots.ts";
 import { draftRows, promptRows, readPromptLogprobs, splitDraftRows } from "./step-rows.ts";
 
 export { GREEDY_ROW, type PromptLogprobAsk, type StepExtras, type StepOutput, type StepRunner } from "./engine-runner-types.ts";
@@ -24,11 +26,86 @@ export { addToLogits, maskLogitRows, penalizeRepeatRows } from "./logit-rows.ts"
 /** A runner over a backend, an uploaded model and its paged KV cache. */
 export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedKv, release: () => void = () => {}): StepRunner {
   const host = new HostKvSwap(backend, kv);
+  // Gated DeltaNet models: each sequence's recurrent state slot.
+  const slots = kv.state ? new StateSlots(kv.state.slots) : undefined;
   let loras: DeviceLoraSet | undefined;
   // A replaced set is freed when the next step starts: the step in flight may still be using it.
   const retired: DeviceLoraSet[] = [];
   const freeRetired = () => {
     for (const set of retired.splice(0)) freeLoraSet(backend, set);
+  };
+  const runStep = async (entries: readonly StepEntry[], rows: readonly SamplingRow[], extras?: StepExtras): Promise<StepOutput> => {
+    freeRetired();
+    const lora = stepLora(loras, extras?.adapters);
+    const ahead = lookaheadOf(entries, extras);
+    if (ahead > 0) return runAhead(backend, model, kv, entries, rows, extras!.lookahead!, lora, extras!);
+    const scored = promptRows(entries, extras?.promptLogprobs);
+    const drafts = draftRows(entries, extras?.drafts);
+    const extraRows = [...scored, ...drafts.rows];
+    const hiddenRows = extras?.hidden ? entries.flatMap((_, i) => (extras.hidden![i] ? [i] : [])) : [];
+    if (extras?.unread) {
+      if (entries.some((e) => e.sample) || extraRows.length + hiddenRows.length > 0) throw new RangeError("A step nobody reads cannot sample, score prompt tokens or return hidden states");
+      backend.free(forwardWithHidden(backend, model, kv, { entries, ...(lora ? { lora } : {}) }).logits);
+      return { ids: new Int32Array(entries.length) };
+    }
+    const out = forwardWithHidden(backend, model, kv, { entries, extraRows, hiddenRows, ...(lora ? { lora } : {}) });
+    let logits = out.logits;
+    let raw: Tensor | undefined;
+    let promptLogprobs: (TokenLogprob[] | undefined)[] | undefined;
+    let hidden: (Float32Array | undefined)[] | undefined;
+    try {
+      if (out.hidden) {
+        const data = (await backend.download(out.hidden)) as Float32Array;
+        const size = out.hidden.shape[1];
+        hidden = new Array(entries.length);
+        hiddenRows.forEach((i, k) => (hidden![i] = data.slice(k * size, (k + 1) * size)));
+      }
+      if (extraRows.length > 0) {
+        // The prompt rows, then the draft rows follow the entries' last rows: read the prompt rows
+        // out, then sample from the entries' rows and the draft rows.
+        const all = logits;
+        try {
+          if (scored.length > 0) promptLogprobs = await readPromptLogprobs(backend, all, entries.length, scored.length, extras!.promptLogprobs!);
+          const first = entries.length + scored.length;
+          logits = gatherLogitRows(backend, all, [...entries.keys(), ...drafts.rows.map((_, k) => first + k)]);
+        } finally {
+          backend.free(all);
+        }
+      }
+      // Rows: the entries', then the draft rows (draftRows' order). The raw rows are copied out
+      // before the additions change them.
+      const n = entries.length;
+      const lpTop = [...entries.map((_, i) => extras?.logprobs?.[i]), ...drafts.entry.map((i) => extras?.logprobs?.[i])];
+      const asking = lpTop.flatMap((top, row) => (top === undefined ? [] : [row]));
+      if (asking.length > 0) raw = gatherLogitRows(backend, logits, asking);
+      const perDraftRow = <T>(asks: readonly (readonly (T | undefined)[] | undefined)[] | undefined) => drafts.entry.map((i, k) => asks?.[i]?.[drafts.pos[k]]);
+      penalizeRepeatRows(backend, logits, [...entries.map((_, i) => extras?.repeats?.[i]), ...perDraftRow(extras?.draftRepeats)]);
+      addToLogits(backend, logits, [...entries.map((_, i) => extras?.additions?.[i]), ...perDraftRow(extras?.draftAdditions)]);
+      maskLogitRows(backend, logits, [...entries.map((_, i) => extras?.masks?.[i]), ...perDraftRow(extras?.draftMasks)]);
+      const idsT = backend.sample(logits, [...rows, ...drafts.sampling]);
+      let all: Int32Array;
+      try {
+        all = (await backend.download(idsT)) as Int32Array;
+      } finally {
+        backend.free(idsT);
+      }
+      const ids = all.subarray(0, n);
+      const draftIds = drafts.rows.length === 0 ? undefined : splitDraftRows(Array.from(all.subarray(n)), entries, (xs) => Int32Array.from(xs));
+      const more = { ...(promptLogprobs ? { promptLogprobs } : {}), ...(draftIds ? { draftIds } : {}), ...(hidden ? { hidden } : {}) };
+      if (!raw) return { ids, ...more };
+      const data = (await backend.download(raw)) as Float32Array;
+      const vocab = logits.shape[1];
+      const rowLogprobs: (TokenLogprob | undefined)[] = new Array(lpTop.length);
+      asking.forEach((row, k) => (rowLogprobs[row] = tokenLogprob(data.subarray(k * vocab, (k + 1) * vocab), all[row], lpTop[row]!)));
+      const logprobs = rowLogprobs.slice(0, n);
+      if (drafts.rows.length === 0 || asking[asking.length - 1] < n) return { ids, logprobs, ...more };
+      const draftLogprobs = splitDraftRows(rowLogprobs.slice(n), entries, (xs) => (xs.every((x) => x !== undefined) ? xs as TokenLogprob[] : undefined));
+      return { ids, logprobs, draftLogprobs, ...more };
+    } finally {
+      backend.free(logits);
+      if (raw) backend.free(raw);
+      if (out.hidden) backend.free(out.hidden);
+    }
   };
   return {
     numBlocks: kv.numBlocks,
@@ -37,79 +114,15 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     runsAhead: true,
     penalizesAhead: backend.penalizeSampled !== undefined,
     preparesKernelsLazily: backend.info.preparesKernelsLazily === true,
-    async run(entries, rows, extras) {
-      freeRetired();
-      const lora = stepLora(loras, extras?.adapters);
-      const ahead = lookaheadOf(entries, extras);
-      if (ahead > 0) return runAhead(backend, model, kv, entries, rows, extras!.lookahead!, lora, extras!);
-      const scored = promptRows(entries, extras?.promptLogprobs);
-      const drafts = draftRows(entries, extras?.drafts);
-      const extraRows = [...scored, ...drafts.rows];
-      const hiddenRows = extras?.hidden ? entries.flatMap((_, i) => (extras.hidden![i] ? [i] : [])) : [];
-      if (extras?.unread) {
-        if (entries.some((e) => e.sample) || extraRows.length + hiddenRows.length > 0) throw new RangeError("A step nobody reads cannot sample, score prompt tokens or return hidden states");
-        backend.free(forwardWithHidden(backend, model, kv, { entries, ...(lora ? { lora } : {}) }).logits);
-        return { ids: new Int32Array(entries.length) };
-      }
-      const out = forwardWithHidden(backend, model, kv, { entries, extraRows, hiddenRows, ...(lora ? { lora } : {}) });
-      let logits = out.logits;
-      let raw: Tensor | undefined;
-      let promptLogprobs: (TokenLogprob[] | undefined)[] | undefined;
-      let hidden: (Float32Array | undefined)[] | undefined;
+    async run(stepEntries, rows, extras) {
+      const entries = slots ? slots.assign(stepEntries) : stepEntries;
       try {
-        if (out.hidden) {
-          const data = (await backend.download(out.hidden)) as Float32Array;
-          const size = out.hidden.shape[1];
-          hidden = new Array(entries.length);
-          hiddenRows.forEach((i, k) => (hidden![i] = data.slice(k * size, (k + 1) * size)));
-        }
-        if (extraRows.length > 0) {
-          // The prompt rows, then the draft rows follow the entries' last rows: read the prompt rows
-          // out, then sample from the entries' rows and the draft rows.
-          const all = logits;
-          try {
-            if (scored.length > 0) promptLogprobs = await readPromptLogprobs(backend, all, entries.length, scored.length, extras!.promptLogprobs!);
-            const first = entries.length + scored.length;
-            logits = gatherLogitRows(backend, all, [...entries.keys(), ...drafts.rows.map((_, k) => first + k)]);
-          } finally {
-            backend.free(all);
-          }
-        }
-        // Rows: the entries', then the draft rows (draftRows' order). The raw rows are copied out
-        // before the additions change them.
-        const n = entries.length;
-        const lpTop = [...entries.map((_, i) => extras?.logprobs?.[i]), ...drafts.entry.map((i) => extras?.logprobs?.[i])];
-        const asking = lpTop.flatMap((top, row) => (top === undefined ? [] : [row]));
-        if (asking.length > 0) raw = gatherLogitRows(backend, logits, asking);
-        const perDraftRow = <T>(asks: readonly (readonly (T | undefined)[] | undefined)[] | undefined) => drafts.entry.map((i, k) => asks?.[i]?.[drafts.pos[k]]);
-        penalizeRepeatRows(backend, logits, [...entries.map((_, i) => extras?.repeats?.[i]), ...perDraftRow(extras?.draftRepeats)]);
-        addToLogits(backend, logits, [...entries.map((_, i) => extras?.additions?.[i]), ...perDraftRow(extras?.draftAdditions)]);
-        maskLogitRows(backend, logits, [...entries.map((_, i) => extras?.masks?.[i]), ...perDraftRow(extras?.draftMasks)]);
-        const idsT = backend.sample(logits, [...rows, ...drafts.sampling]);
-        let all: Int32Array;
-        try {
-          all = (await backend.download(idsT)) as Int32Array;
-        } finally {
-          backend.free(idsT);
-        }
-        const ids = all.subarray(0, n);
-        const draftIds = drafts.rows.length === 0 ? undefined : splitDraftRows(Array.from(all.subarray(n)), entries, (xs) => Int32Array.from(xs));
-        const more = { ...(promptLogprobs ? { promptLogprobs } : {}), ...(draftIds ? { draftIds } : {}), ...(hidden ? { hidden } : {}) };
-        if (!raw) return { ids, ...more };
-        const data = (await backend.download(raw)) as Float32Array;
-        const vocab = logits.shape[1];
-        const rowLogprobs: (TokenLogprob | undefined)[] = new Array(lpTop.length);
-        asking.forEach((row, k) => (rowLogprobs[row] = tokenLogprob(data.subarray(k * vocab, (k + 1) * vocab), all[row], lpTop[row]!)));
-        const logprobs = rowLogprobs.slice(0, n);
-        if (drafts.rows.length === 0 || asking[asking.length - 1] < n) return { ids, logprobs, ...more };
-        const draftLogprobs = splitDraftRows(rowLogprobs.slice(n), entries, (xs) => (xs.every((x) => x !== undefined) ? xs as TokenLogprob[] : undefined));
-        return { ids, logprobs, draftLogprobs, ...more };
+        return await runStep(entries, rows, extras);
       } finally {
-        backend.free(logits);
-        if (raw) backend.free(raw);
-        if (out.hidden) backend.free(out.hidden);
+        slots?.endStep();
       }
     },
+    ...(slots ? { endSequence: (seqId: number) => slots.release(seqId), stateSlots: slots.slots } : {}),
     async swap(out, into) {
       for (const op of out) host.save(op);
       for (const op of into) await host.restore(op);

@@ -36,7 +36,8 @@ export async function warmUpRunner(runner: StepRunner, vocabSize: number, maxMod
   };
   await runner.run([entry([tok, tok], 0)], [row]);
   const shapes = runner.preparesKernelsLazily === true;
-  if (shapes) for (const n of DECODE_BATCHES) await runner.run(new Array<StepEntry>(n).fill(entry([tok], 2)), new Array<SamplingRow>(n).fill(row));
+  // A Gated DeltaNet model's steps hold at most its state slots' sequences (each warm-up entry takes one).
+  if (shapes) for (const n of DECODE_BATCHES.filter((n) => n <= (runner.stateSlots ?? Infinity))) await runner.run(new Array<StepEntry>(n).fill(entry([tok], 2)), new Array<SamplingRow>(n).fill(row));
   const all = TokenMask.allBut(vocabSize, []);
   const asks: StepExtras = {
     additions: [new Map([[tok, 0.5]])], masks: [all], repeats: [{ seen: all, factor: 1.1 }], logprobs: [1],

@@ -25,7 +25,7 @@ import {
 import { EventChannel } from "./events.ts";
 import { warmUpRunner } from "./engine-warmup.ts";
 import { Scheduler } from "./scheduler.ts";
-import { countKvEvents, poolBlockManager } from "./scheduler-kv-adapter.ts";
+import { countKvEvents, poolBlockManager, withoutPrefixHits } from "./scheduler-kv-adapter.ts";
 import type { StepMixing } from "./scheduler-types.ts";
 import type { KvDType } from "../backend/types.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
@@ -83,7 +83,9 @@ export class Engine implements ServingEngine {
     // minute at most, and at most an eighth of the pool, so untaken ones never crowd the cache out.
     this.tails = new HandoffTails((ids) => this.pool.release(ids), clock, { maxBlocks: Math.floor(r.numBlocks / 8), ttlS: 60 });
     const maxPromptLogprobRows = promptLogprobRowLimit(opts.config.vocabSize);
-    this.scheduler = new Scheduler(poolBlockManager(this.pool, kvEventCount, this.tails), { maxPromptLogprobRows, ...opts.scheduler }, () => this.now() / 1000);
+    const blocks = poolBlockManager(this.pool, kvEventCount, this.tails);
+    // A Gated DeltaNet model's state after a prefix is not in the prefix's blocks: no prefix hits.
+    this.scheduler = new Scheduler(opts.config.deltaNet ? withoutPrefixHits(blocks) : blocks, { maxPromptLogprobRows, ...opts.scheduler }, () => this.now() / 1000);
     const auto = opts.autoStepMixing;
     const mixing = auto ? new AutoStepMixing(this.scheduler.stepMixing, this.scheduler.config.maxBatchTokens, auto === true ? {} : auto) : undefined;
     const poolTokens = (r.numBlocks - this.scheduler.config.watermarkBlocks) * r.blockSize;

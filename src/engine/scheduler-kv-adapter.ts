@@ -94,3 +94,13 @@ export function countKvEvents(next?: KvEventSink): { sink: KvEventSink; count: (
     count: () => n,
   };
 }
+
+/**
+ * `manager` without prefix hits: nothing cached is offered to a new sequence, so every prompt computes
+ * from position 0 (a Gated DeltaNet model's state after a prefix is not kept with its blocks).
+ * Blocks are still committed, so sessions and metrics see them as before.
+ */
+export function withoutPrefixHits(manager: KvBlockManager): KvBlockManager {
+  const { keepHandoffTail: _keep, takeHandoffTail: _take, hasHandoffTail: _has, ...rest } = manager;
+  return { ...rest, acquirePrefix: () => [], cachedPrefixTokens: () => 0 };
+}

@@ -44,6 +44,11 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     ...(o.quantize ? { quantize: o.quantize } : {}),
     ...(onLoadNote ? { onProgress: (p: LoadProgress) => p.note !== undefined && onLoadNote(p.note) } : {}),
   }));
+  // A cluster hands prefills to decode workers and moves cached prefixes between workers, none of
+  // which carries a Gated DeltaNet model's recurrent state.
+  if (model.config.deltaNet && (workers > 1 || transport === "tcp")) {
+    throw new RangeError(`A cluster (--workers, --nats) is not supported for models with Gated DeltaNet layers (${model.config.architecture}); serve it with one worker`);
+  }
   // As vLLM: a limit past the model's context is refused, not quietly lowered to it.
   if (o.maxModelLen !== undefined && o.maxModelLen > model.config.contextLength) {
     throw new RangeError(`--max-model-len ${o.maxModelLen} is more than the model's context length ${model.config.contextLength}`);

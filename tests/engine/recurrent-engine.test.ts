@@ -1,0 +1,94 @@
+/**
+ * An engine serving a model with Gated DeltaNet layers (a random Qwen3.5): each sequence keeps its
+ * recurrent state in its own slot through chunked prefills, concurrent decodes, multi-step decoding
+ * and recompute preemption, so every output is the one a lone forward gives; slots go back when
+ * sequences end; what cannot carry the state is refused.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import { test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createEngine, type CreateEngineOptions } from "../../src/engine/engine-factory.ts";
+import { allocatePagedKv } from "../../src/engine/kv-cache.ts";
+import { StateSlotError, StateSlots } from "../../src/engine/state-slots.ts";
+import { uploadModel } from "../../src/model/device-weights.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { greedySteps } from "../oracle/oracle-compare.ts";
+import { type ModelFileSpec, writeTestGguf } from "../model/model-files.ts";
+
+const SPEC: ModelFileSpec = {
+  architecture: "qwen35", hidden: 32, layers: 4, heads: 4, kvHeads: 2, headDim: 16, rotaryDim: 4, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 301,
+  deltaNet: { kHeads: 2, vHeads: 4, dim: 8, conv: 4, interval: 4 },
+};
+const dir = mkdtempSync(`${tmpdir()}/recurrent-engine-`);
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+const model = await loadModel(await writeTestGguf(dir, "qwen35", SPEC));
+const backend = createReferenceBackend();
+const PROMPTS = [[5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61, 2, 17, 33, 140, 71, 8, 200, 4, 11, 99], [7, 7, 1, 254], [13, 42, 2, 5, 77, 160, 31, 9, 12, 290, 6, 48, 3]];
+const MAX_TOKENS = 10;
+
+/** Each prompt's greedy tokens from a lone forward over its own state. */
+const alone = await Promise.all(PROMPTS.map(async (prompt) => {
+  const kv = allocatePagedKv(backend, model.config, 4, 16);
+  return (await greedySteps(backend, uploadModel(backend, model), kv, prompt, MAX_TOKENS, [0, 1, 2, 3])).tokens;
+}));
+
+async function runAll(o: CreateEngineOptions, prompts = PROMPTS): Promise<{ outputs: number[][]; preemptions: number }> {
+  const e = createEngine(backend, model, o);
+  try {
+    const rs = await Promise.all(prompts.map((prompt) => e.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result));
+    for (const r of rs) assert.equal(r.finishReason, "length", r.error);
+    return { outputs: rs.map((r) => r.tokenIds), preemptions: e.stats().preemptions };
+  } finally {
+    await e.stop();
+  }
+}
+
+test("Engine with Gated DeltaNet layers: concurrent chunked prefills and decodes give each prompt's lone greedy tokens", async () => {
+  assert.ok(alone.some((t, i) => t.join() !== alone[(i + 1) % alone.length].join()), "the prompts' outputs differ");
+  // A 5-token budget cuts every prompt into chunks that carry the state from step to step.
+  const chunked = await runAll({ numBlocks: 32, scheduler: { maxBatchTokens: 5, maxRunning: 3 } });
+  assert.deepEqual(chunked.outputs, alone);
+  // Three slots held by three sequences at once, then reused by the same prompts again (no prefix hit).
+  const again = await runAll({ numBlocks: 32, scheduler: { maxRunning: 3 } }, [...PROMPTS, ...PROMPTS]);
+  assert.deepEqual(again.outputs, [...alone, ...alone]);
+});
+
+test("Engine with Gated DeltaNet layers: multi-step decoding and recompute preemption keep every sequence's state", async () => {
+  const ahead = await runAll({ numBlocks: 32, schedulerSteps: 4 });
+  assert.deepEqual(ahead.outputs, alone);
+  // The three sequences end at 31, 14 and 23 tokens: 18 blocks of 4 in all; a pool of 10 preempts.
+  const tight = await runAll({ numBlocks: 10, blockSize: 4, scheduler: { maxBatchTokens: 8, preemption: "recompute" } });
+  assert.ok(tight.preemptions > 0, "the small pool forced preemption");
+  assert.deepEqual(tight.outputs, alone);
+});
+
+test("createEngine() refuses what cannot carry a Gated DeltaNet model's state, naming it", () => {
+  const refused: [CreateEngineOptions, RegExp][] = [
+    [{ speculative: { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } }, /Speculative decoding is not supported for models with Gated DeltaNet layers \(qwen35\)/],
+    [{ scheduler: { preemption: "swap" } }, /Preemption mode "swap" is not supported/],
+    [{ kvOffloadBlocks: 8 }, /KV offload \(--kv-offload-blocks\) is not supported/],
+    [{ scheduler: { role: "prefill" } }, /The "prefill" worker role \(disaggregated prefill\) is not supported/],
+  ];
+  for (const [o, pattern] of refused) assert.throws(() => createEngine(backend, model, { numBlocks: 8, ...o }), pattern);
+});
+
+test("StateSlots assigns a slot at position 0, keeps it, refuses a sequence resuming without one, and frees it", () => {
+  const slots = new StateSlots(2);
+  const [a, b] = slots.assign([{ seqId: 4, startPos: 0 }, { seqId: 9, startPos: 0 }]);
+  assert.notEqual(a.stateSlot, b.stateSlot);
+  assert.equal(slots.assign([{ seqId: 4, startPos: 12 }])[0].stateSlot, a.stateSlot);
+  assert.throws(() => slots.assign([{ seqId: 5, startPos: 0 }]), (e: unknown) => e instanceof StateSlotError && /All 2 recurrent state slots are held/.test(e.message));
+  assert.throws(() => slots.assign([{ seqId: 6, startPos: 3 }]), /Sequence 6 continues at position 3 without its recurrent state/);
+  slots.release(9);
+  assert.equal(slots.held, 1);
+  assert.equal(slots.assign([{ seqId: 5, startPos: 0 }])[0].stateSlot, b.stateSlot);
+  // The warm-up's entries (negative ids) hold a slot for their step only.
+  slots.release(5);
+  slots.assign([{ seqId: -1, startPos: 2 }]);
+  assert.equal(slots.held, 1);
+  slots.endStep();
+  assert.equal(slots.assign([{ seqId: 7, startPos: 0 }]).length, 1);
+});
