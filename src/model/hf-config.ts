@@ -12,6 +12,7 @@ import { hfGemma2, hfGemma3 } from "./hf-gemma3.ts";
 import { hfTiedEmbeddings } from "./hf-defaults.ts";
 import { hfLongRope } from "./phi3.ts";
 import { hfGranite } from "./granite.ts";
+import { hfQwen35 } from "./qwen35.ts";
 
 /** config.json's `architectures[0]` (or `model_type`) → our architecture. */
 const HF_ARCHITECTURES: Record<string, Architecture> = {
@@ -31,6 +32,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Olmo2ForCausalLM: "olmo2",
   Olmo3ForCausalLM: "olmo2",
   Exaone4ForCausalLM: "exaone4",
+  Qwen3_5ForCausalLM: "qwen35",
   MixtralForCausalLM: "llama",
   // config.json's model_type, for files without `architectures`
   qwen2_moe: "qwen2moe",
@@ -47,6 +49,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   olmo2: "olmo2",
   olmo3: "olmo2",
   exaone4: "exaone4",
+  qwen3_5_text: "qwen35",
   mixtral: "llama",
 };
 
@@ -114,10 +117,11 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     // OLMo 2 and 3: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection; OLMo 3's three layers of four slide.
     ...(architecture === "olmo2" ? { noPreNorms: true, postNorms: true, qkNormPerRow: true, ...hfSlidingWindow(cfg, numLayers, path, (i) => i % 4 < 3) } : {}),
     ...(architecture === "exaone4" ? hfExaone4(cfg, numLayers, path) : {}),
+    ...(architecture === "qwen35" ? hfQwen35(cfg, numLayers, path) : {}),
     contextLength,
     tiedEmbeddings: hfTiedEmbeddings(cfg, architecture, path),
     qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
-    qkNorm: architecture === "qwen3" || architecture === "qwen3moe" || architecture === "gemma3" || architecture === "olmo2" || architecture === "exaone4" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
+    qkNorm: architecture === "qwen3" || architecture === "qwen35" || architecture === "qwen3moe" || architecture === "gemma3" || architecture === "olmo2" || architecture === "exaone4" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
     bosTokenId: bos,
     eosTokenIds,
     addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",
@@ -147,7 +151,9 @@ function nonNegative(cfg: Json, key: string, path: string, fallback: number): nu
  * default is a half); undefined for all of them.
  */
 function hfRotaryDim(cfg: Json, architecture: Architecture, headDim: number, path: string): number | undefined {
-  const factor = num(cfg, "partial_rotary_factor", path, architecture === "glm4moe" ? 0.5 : 1);
+  // transformers 5 moves it into `rope_parameters` (Qwen3.5's configs).
+  const params = isJsonObject(cfg.rope_parameters) ? cfg.rope_parameters : {};
+  const factor = num(cfg, "partial_rotary_factor", path, num(params, "partial_rotary_factor", path, architecture === "glm4moe" ? 0.5 : 1));
   const dims = Math.floor(headDim * factor);
   if (!(factor > 0 && factor <= 1) || dims % 2 !== 0 || dims === 0) {
     throw new ModelLoadError(`"partial_rotary_factor" in "${path}" should give an even number of a head's ${headDim} dims, got ${factor}`);

@@ -8,7 +8,8 @@ import { pathExists } from "../runtime/fs.ts";
 import { type LoadedModel, ModelLoadError } from "./config.ts";
 import { hfConfig } from "./hf-config.ts";
 import { openShards, readJson } from "./hf-files.ts";
-import { HF_KV_B, HF_TENSOR_NAMES, hfTensorNames } from "./hf-names.ts";
+import { HF_KV_B, HF_TENSOR_NAMES, hfTensorNames, prefixed } from "./hf-names.ts";
+import { hfTextModel, qwen35HfTensors } from "./qwen35.ts";
 import { appendedToken, chatTemplate, tokenString } from "./hf-tokenizer-config.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { gptOssExperts } from "./hf-gpt-oss.ts";
@@ -29,14 +30,16 @@ export { HF_TENSOR_NAMES } from "./hf-names.ts";
 
 /** Loads a Hugging Face model directory. */
 export async function loadHfDirectory(dir: string, options: LoadOptions = {}): Promise<LoadedModel> {
-  const cfg = await readJson(`${dir}/config.json`, "config.json");
+  // Qwen3.5 as released: its text model's config and weights inside a vision-language checkpoint.
+  const { cfg, prefix } = hfTextModel(await readJson(`${dir}/config.json`, "config.json"));
+  const tokenEmbedding = prefixed(HF_TENSOR_NAMES, prefix).tokenEmbedding;
   const tokCfgPath = `${dir}/tokenizer_config.json`;
   const tokCfg = (await pathExists(tokCfgPath)) ? await readJson(tokCfgPath, "tokenizer_config.json") : {};
   const tokenizerJson = await readJson(`${dir}/tokenizer.json`, "tokenizer.json");
   const { files, index } = await openShards(dir);
   try {
-    const embd = index.get(HF_TENSOR_NAMES.tokenEmbedding);
-    if (!embd) throw new ModelLoadError(`Model "${dir}" lacks the tensor "${HF_TENSOR_NAMES.tokenEmbedding}"`);
+    const embd = index.get(tokenEmbedding);
+    if (!embd) throw new ModelLoadError(`Model "${dir}" lacks the tensor "${tokenEmbedding}"`);
     const config = hfConfig(cfg, tokCfg, embd[1].shape[0], dir);
     const tokenizer = new HfTokenizer(tokenizerJson, tokCfg, config.bosTokenId ?? tokenString(tokCfg.bos_token), dir, config.vocabSize);
     config.bosTokenId = tokenizer.bosId;
@@ -65,9 +68,10 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     const raw = { info: (n: string) => index.get(n)?.[1], bytes: (n: string) => index.get(n)![0].read(index.get(n)![1].begin, index.get(n)![1].end - index.get(n)![1].begin) };
     // FP8 matrices become f8_e4m3 blocks (or bf16) as they are read, before experts are stacked or kv_b split.
     const fp8 = fp8Scheme(cfg, `${dir}/config.json`);
-    const stored = fp8 ? readingFp8(source, raw, fp8, dir) : source;
+    const read = fp8 ? readingFp8(source, raw, fp8, dir) : source;
+    const stored = config.deltaNet ? qwen35HfTensors(read) : read;
     const moe = config.moe;
-    const names = hfTensorNames(config);
+    const names = prefixed(hfTensorNames(config), prefix);
     if (moe && config.architecture !== "gpt-oss") checkLastExpert(names, moe, (n) => index.has(n), dir);
     let tensors = !moe ? stored : config.architecture === "gpt-oss" ? gptOssExperts(stored, raw, dir) : stackingExperts(stored, moe.numExperts, dir);
     if (config.mla) {
@@ -79,7 +83,8 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     }
     checkOutputHead(config.tiedEmbeddings, cfg, config.architecture, names.output, (n) => index.has(n), dir);
     const assembled = await assembleWeights(config, tensors, names, dir, withLoadNote(options, fp8 ? fp8Note(index, fp8, options) : undefined));
-    const weights = gemma ? gemmaNormsPlusOne(assembled) : assembled;
+    // Gemma's and Qwen3.5's norms weigh by 1 + w (Qwen3.5's gated DeltaNet norm, another role, by w).
+    const weights = gemma || config.architecture === "qwen35" ? gemmaNormsPlusOne(assembled) : assembled;
     return { config, weights, tokenizer, chatTemplate: await chatTemplate(dir, tokCfg), source: dir };
   } finally {
     await Promise.all(files.map((f) => f.close()));

@@ -119,3 +119,10 @@ function moeTensorNames(config: ModelConfig): TensorNames {
 export function hfTensorNames(config: ModelConfig): TensorNames {
   return config.architecture === "gemma3" || config.architecture === "gemma2" ? GEMMA3_TENSOR_NAMES : !config.moe ? HF_TENSOR_NAMES : moeTensorNames(config);
 }
+
+/** `names` with the leading `model.` of each replaced by `prefix` (a text model inside a vision-language checkpoint: `model.language_model.`). */
+export function prefixed(names: TensorNames, prefix: string): TensorNames {
+  if (prefix === "model.") return names;
+  const re = (n: string) => (n.startsWith("model.") ? prefix + n.slice("model.".length) : n);
+  return { tokenEmbedding: re(names.tokenEmbedding), outputNorm: re(names.outputNorm), output: re(names.output), layer: (i, role) => re(names.layer(i, role)) };
+}

@@ -17,7 +17,7 @@ import { encodeSafetensors, type SafetensorsEntry } from "../../src/model/safete
 import { gptOssHfConfig, gptOssHfTensors } from "./gpt-oss-files.ts";
 import { fusePhi3Gguf, fusePhi3Hf, phi3GgufMetadata, phi3HfConfig, phi3Vocab, TEST_CONTEXT } from "./phi3-files.ts";
 import { randomIqTensor } from "./iq-blocks.ts";
-import { qwen35GgufMetadata, qwen35GgufPart, qwen35HfLayer } from "./qwen35-files.ts";
+import { qwen35GgufMetadata, qwen35GgufPart, qwen35HfCheckpoint, qwen35HfConfig, qwen35HfLayer } from "./qwen35-files.ts";
 import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 
@@ -84,7 +84,7 @@ export interface ModelFileSpec {
   /** Granite's four multipliers (GGUF `embedding_scale`, `attention.scale`, `residual_scale`, `logit_scale`; HF `*_multiplier`, `logits_scaling`). */
   granite?: { embedding: number; attention: number; residual: number; logit: number };
   /** Qwen3.5's Gated DeltaNet layers (qwen35-files.ts): all but every `interval`-th; key and value heads of `dim` each, a convolution of `conv`. */
-  deltaNet?: { kHeads: number; vHeads: number; dim: number; conv: number; interval: number };
+  deltaNet?: { kHeads: number; vHeads: number; dim: number; conv: number; interval: number; unwrapped?: boolean };
 }
 
 /** The RoPE base a spec's files declare. */
@@ -646,6 +646,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     ...(spec.granite
       ? { embedding_multiplier: spec.granite.embedding, attention_multiplier: spec.granite.attention, residual_multiplier: spec.granite.residual, logits_scaling: spec.granite.logit }
       : {}),
+    ...(spec.deltaNet ? qwen35HfConfig(spec) : {}),
     ...(spec.architecture === "exaone4"
       ? { sliding_window: spec.slidingWindow ?? null, layer_types: Array.from({ length: spec.layers }, (_, i) => (spec.slidingWindow && (i + 1) % 4 !== 0 ? "sliding_attention" : "full_attention")) }
       : {}),
@@ -659,8 +660,9 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     bos_token_id: vocab.bosId,
     eos_token_id: vocab.eosId,
   };
-  await writeFile(`${dir}/config.json`, JSON.stringify(config, null, 2));
-  await writeFile(`${dir}/model.safetensors`, encodeSafetensors(tensors, { format: "pt" }));
+  const checkpoint = spec.deltaNet ? qwen35HfCheckpoint(spec, config, tensors) : { config, tensors };
+  await writeFile(`${dir}/config.json`, JSON.stringify(checkpoint.config, null, 2));
+  await writeFile(`${dir}/model.safetensors`, encodeSafetensors(checkpoint.tensors, { format: "pt" }));
   await writeFile(`${dir}/tokenizer.json`, JSON.stringify(tokenizerJson(vocab)));
   await writeFile(`${dir}/tokenizer_config.json`, JSON.stringify({
     add_bos_token: spec.architecture === "llama",

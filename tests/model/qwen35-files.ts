@@ -7,6 +7,7 @@
  * [C, K], the qwen35 metadata (`ssm.*`, `full_attention_interval`, RoPE sections).
  */
 import type { GgufEntry } from "../../src/model/gguf-types.ts";
+import type { SafetensorsEntry } from "../../src/model/safetensors.ts";
 import { gguf } from "../../src/model/gguf-writer.ts";
 import { GgufType } from "../../src/model/gguf-types.ts";
 import type { ModelFileSpec } from "./model-files.ts";
@@ -139,4 +140,43 @@ export function qwen35GgufMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
     ["qwen35.full_attention_interval", gguf.u32(d.interval)],
     ["qwen35.rope.dimension_sections", gguf.arr(GgufType.INT32, sections)],
   ];
+}
+
+/** config.json's Qwen3.5 fields: the linear attention's sizes, its layer types, the gated attention. */
+export function qwen35HfConfig(spec: ModelFileSpec): Record<string, unknown> {
+  const d = spec.deltaNet!;
+  return {
+    linear_num_key_heads: d.kHeads,
+    linear_num_value_heads: d.vHeads,
+    linear_key_head_dim: d.dim,
+    linear_value_head_dim: d.dim,
+    linear_conv_kernel_dim: d.conv,
+    layer_types: Array.from({ length: spec.layers }, (_, i) => (isLinearLayer(spec, i) ? "linear_attention" : "full_attention")),
+    attn_output_gate: true,
+  };
+}
+
+/**
+ * A Qwen3.5 checkpoint as released (unless `deltaNet.unwrapped`): Qwen3_5ForConditionalGeneration,
+ * the text config under `text_config` (RoPE's base and partial factor under `rope_parameters`, as
+ * transformers 5 writes them), the text model's weights under `model.language_model.`, and a vision
+ * tower's config and a weight of it that the loader leaves alone.
+ */
+export function qwen35HfCheckpoint(spec: ModelFileSpec, config: Record<string, unknown>, tensors: SafetensorsEntry[]): { config: Record<string, unknown>; tensors: SafetensorsEntry[] } {
+  if (spec.deltaNet!.unwrapped) return { config, tensors };
+  const { rope_theta: theta, partial_rotary_factor: factor, tie_word_embeddings: tied, ...text } = config;
+  const vision: SafetensorsEntry = { name: "model.visual.patch_embed.proj.weight", shape: [4, 3], dtype: "f32", data: new Uint8Array(48) };
+  return {
+    config: {
+      architectures: ["Qwen3_5ForConditionalGeneration"],
+      model_type: "qwen3_5",
+      tie_word_embeddings: tied,
+      text_config: {
+        ...text, model_type: "qwen3_5_text",
+        rope_parameters: { rope_type: "default", rope_theta: theta, partial_rotary_factor: factor, mrope_section: [1, 1, 0], mrope_interleaved: true },
+      },
+      vision_config: { model_type: "qwen3_5", depth: 1 },
+    },
+    tensors: [...tensors.map((t) => ({ ...t, name: t.name.replace(/^model\./, "model.language_model.") })), vision],
+  };
 }

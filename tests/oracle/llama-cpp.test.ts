@@ -311,7 +311,7 @@ const CASES: OracleCase[] = [
     name: "qwen35 Gated DeltaNet (4 value heads over 2 key heads) and gated attention, f32",
     spec: { ...BASE, architecture: "qwen35", layers: 6, headDim: 16, rotaryDim: 4, seed: 190, deltaNet: { kHeads: 2, vHeads: 4, dim: 8, conv: 4, interval: 3 } },
     tol: 1e-4,
-    hf: false,
+    hf: true,
   },
   {
     name: "qwen35 q8_0, one value head per key head, head_dim 32, f16 KV cache",
