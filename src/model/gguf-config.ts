@@ -49,7 +49,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     throw new ModelLoadError(`Model "${path}" rotates ${ropeDim} of ${headDim} head dims; expected an even count from 2 to ${headDim}`);
   }
   // Qwen3.5's sections turn text as one NeoX rotation (qwen35.ts).
-  if (meta.has(`${arch}.rope.dimension_sections`) && architecture !== "qwen35") {
+  if (meta.has(`${arch}.rope.dimension_sections`) && architecture !== "qwen35" && architecture !== "qwen35moe") {
     throw new ModelLoadError(`Model "${path}" uses multimodal RoPE sections ("${arch}.rope.dimension_sections"), which are not supported`);
   }
   const scalingType = meta.string(`${arch}.rope.scaling.type`, "none");
@@ -151,7 +151,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...(architecture === "smollm3" ? { nopeLayers: nopeEvery(numLayers, SMOLLM3_NOPE_INTERVAL) } : {}),
     ...(architecture === "granite" ? ggufGranite(meta, arch, path) : {}),
     // After qkNorm: Qwen3.5's first layer, which the check reads, is a DeltaNet layer without q/k norms.
-    ...(architecture === "qwen35" ? ggufQwen35(meta, arch, numLayers, path) : {}),
+    ...(architecture === "qwen35" || architecture === "qwen35moe" ? ggufQwen35(meta, arch, numLayers, path) : {}),
     // EXAONE 4: OLMo 2's norms with per-head q/k norms; its global layers (the 32B's every fourth) turn nothing.
     ...(architecture === "exaone4" ? { noPreNorms: true, postNorms: true, ...(slidingWindow ? { nopeLayers: slidingWindow.layers.map((s) => !s) } : {}) } : {}),
     // OLMo 2: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection.

@@ -8,7 +8,7 @@ import { GGUF_LAYER_NAMES } from "./gguf-names.ts";
 import { gptOssMoe } from "./gguf-gpt-oss.ts";
 
 /** Architectures whose every file has experts. */
-const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss"];
+const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "qwen35moe"];
 
 /**
  * The experts of a Mixtral (`llama` with `llama.expert_count`), Qwen2-MoE, Qwen3-MoE or GLM-4.5 file,
@@ -44,6 +44,14 @@ export function ggufMoe(meta: GgufMetadata, arch: string, has: (tensor: string) 
     throw new ModelLoadError(`Model "${path}" routes within expert groups, which the "${arch}" architecture does not support`);
   }
   switch (arch) {
+    case "qwen35moe":
+      // Qwen3.5's experts: Qwen2-MoE's sigmoid-gated shared expert, the chosen experts' weights renormalised.
+      return {
+        ...plainMoe(numExperts, numExpertsUsed, true),
+        routedScale,
+        sharedIntermediateSize: meta.optionalNumber(`${arch}.expert_shared_feed_forward_length`) ?? perLayerNumber(meta, `${arch}.expert_feed_forward_length`, path),
+        sharedGate: true,
+      };
     case "qwen2moe":
       return {
         ...plainMoe(numExperts, numExpertsUsed, false),

@@ -12,7 +12,7 @@ import { hfGemma2, hfGemma3 } from "./hf-gemma3.ts";
 import { hfTiedEmbeddings } from "./hf-defaults.ts";
 import { hfLongRope } from "./phi3.ts";
 import { hfGranite } from "./granite.ts";
-import { hfQwen35 } from "./qwen35.ts";
+import { hfQwen35 } from "./hf-qwen35.ts";
 
 /** config.json's `architectures[0]` (or `model_type`) → our architecture. */
 const HF_ARCHITECTURES: Record<string, Architecture> = {
@@ -33,6 +33,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Olmo3ForCausalLM: "olmo2",
   Exaone4ForCausalLM: "exaone4",
   Qwen3_5ForCausalLM: "qwen35",
+  Qwen3_5MoeForCausalLM: "qwen35moe",
   MixtralForCausalLM: "llama",
   // config.json's model_type, for files without `architectures`
   qwen2_moe: "qwen2moe",
@@ -50,6 +51,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   olmo3: "olmo2",
   exaone4: "exaone4",
   qwen3_5_text: "qwen35",
+  qwen3_5_moe_text: "qwen35moe",
   mixtral: "llama",
 };
 
@@ -117,11 +119,11 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     // OLMo 2 and 3: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection; OLMo 3's three layers of four slide.
     ...(architecture === "olmo2" ? { noPreNorms: true, postNorms: true, qkNormPerRow: true, ...hfSlidingWindow(cfg, numLayers, path, (i) => i % 4 < 3) } : {}),
     ...(architecture === "exaone4" ? hfExaone4(cfg, numLayers, path) : {}),
-    ...(architecture === "qwen35" ? hfQwen35(cfg, numLayers, path) : {}),
+    ...(architecture === "qwen35" || architecture === "qwen35moe" ? hfQwen35(cfg, numLayers, path) : {}),
     contextLength,
     tiedEmbeddings: hfTiedEmbeddings(cfg, architecture, path),
     qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
-    qkNorm: architecture === "qwen3" || architecture === "qwen35" || architecture === "qwen3moe" || architecture === "gemma3" || architecture === "olmo2" || architecture === "exaone4" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
+    qkNorm: architecture === "qwen3" || architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3moe" || architecture === "gemma3" || architecture === "olmo2" || architecture === "exaone4" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
     bosTokenId: bos,
     eosTokenIds,
     addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",
@@ -166,7 +168,7 @@ function hfMoe(cfg: Json, archName: string, architecture: Architecture, path: st
   const mixtral = archName === "MixtralForCausalLM" || archName === "mixtral";
   // GLM-4.5's experts are DeepSeek V3's design, with transformers' Glm4MoeConfig defaults.
   if (architecture === "glm4moe") return hfDeepseekMoe(cfg, path, GLM4_MOE_DEFAULTS);
-  if (!mixtral && architecture !== "qwen2moe" && architecture !== "qwen3moe") return undefined;
+  if (!mixtral && architecture !== "qwen2moe" && architecture !== "qwen3moe" && architecture !== "qwen35moe") return undefined;
   const numExperts = num(cfg, mixtral ? "num_local_experts" : "num_experts", path);
   const numExpertsUsed = num(cfg, "num_experts_per_tok", path);
   if (!Number.isInteger(numExpertsUsed) || numExpertsUsed < 1 || numExpertsUsed > numExperts) {
@@ -179,8 +181,9 @@ function hfMoe(cfg: Json, archName: string, architecture: Architecture, path: st
   }
   // Mixtral always renormalises (softmax over the chosen logits); Qwen2- and Qwen3-MoE per their
   // config (transformers' default false; true in every released Qwen3-MoE, false in Qwen2-MoE's).
-  const moe = plainMoe(numExperts, numExpertsUsed, mixtral || cfg.norm_topk_prob === true);
-  if (architecture !== "qwen2moe") return moe;
+  // Qwen3.5-MoE's config leaves it out: transformers' Qwen3_5MoeTextConfig renormalises.
+  const moe = plainMoe(numExperts, numExpertsUsed, mixtral || cfg.norm_topk_prob === true || (architecture === "qwen35moe" && cfg.norm_topk_prob !== false));
+  if (architecture !== "qwen2moe" && architecture !== "qwen35moe") return moe;
   return { ...moe, sharedIntermediateSize: num(cfg, "shared_expert_intermediate_size", path), sharedGate: true };
 }
 

@@ -9,7 +9,7 @@ import { type LoadedModel, ModelLoadError } from "./config.ts";
 import { hfConfig } from "./hf-config.ts";
 import { openShards, readJson } from "./hf-files.ts";
 import { HF_KV_B, HF_TENSOR_NAMES, hfTensorNames, prefixed } from "./hf-names.ts";
-import { hfTextModel, qwen35HfTensors } from "./qwen35.ts";
+import { fusedQwenExperts, hfTextModel, qwen35HfTensors } from "./hf-qwen35.ts";
 import { appendedToken, chatTemplate, tokenString } from "./hf-tokenizer-config.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { gptOssExperts } from "./hf-gpt-oss.ts";
@@ -72,8 +72,11 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     const stored = config.deltaNet ? qwen35HfTensors(read) : read;
     const moe = config.moe;
     const names = prefixed(hfTensorNames(config), prefix);
-    if (moe && config.architecture !== "gpt-oss") checkLastExpert(names, moe, (n) => index.has(n), dir);
+    // Qwen3.5-MoE's experts may be fused per layer (hf-qwen35.ts), with no per-expert names to check.
+    const fused = config.architecture === "qwen35moe";
+    if (moe && config.architecture !== "gpt-oss" && !fused) checkLastExpert(names, moe, (n) => index.has(n), dir);
     let tensors = !moe ? stored : config.architecture === "gpt-oss" ? gptOssExperts(stored, raw, dir) : stackingExperts(stored, moe.numExperts, dir);
+    if (fused) tensors = fusedQwenExperts(tensors, stored);
     if (config.mla) {
       tensors = splittingKvB(tensors, config, names, (i) => `model.layers.${i}.${HF_KV_B}`, dir);
     }
@@ -84,7 +87,7 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     checkOutputHead(config.tiedEmbeddings, cfg, config.architecture, names.output, (n) => index.has(n), dir);
     const assembled = await assembleWeights(config, tensors, names, dir, withLoadNote(options, fp8 ? fp8Note(index, fp8, options) : undefined));
     // Gemma's and Qwen3.5's norms weigh by 1 + w (Qwen3.5's gated DeltaNet norm, another role, by w).
-    const weights = gemma || config.architecture === "qwen35" ? gemmaNormsPlusOne(assembled) : assembled;
+    const weights = gemma || config.deltaNet ? gemmaNormsPlusOne(assembled) : assembled;
     return { config, weights, tokenizer, chatTemplate: await chatTemplate(dir, tokCfg), source: dir };
   } finally {
     await Promise.all(files.map((f) => f.close()));

@@ -84,7 +84,7 @@ export interface ModelFileSpec {
   /** Granite's four multipliers (GGUF `embedding_scale`, `attention.scale`, `residual_scale`, `logit_scale`; HF `*_multiplier`, `logits_scaling`). */
   granite?: { embedding: number; attention: number; residual: number; logit: number };
   /** Qwen3.5's Gated DeltaNet layers (qwen35-files.ts): all but every `interval`-th; key and value heads of `dim` each, a convolution of `conv`. */
-  deltaNet?: { kHeads: number; vHeads: number; dim: number; conv: number; interval: number; unwrapped?: boolean };
+  deltaNet?: { kHeads: number; vHeads: number; dim: number; conv: number; interval: number; unwrapped?: boolean; fusedExperts?: boolean };
 }
 
 /** The RoPE base a spec's files declare. */
@@ -134,7 +134,16 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
     const p = `model.layers.${i}.`;
     if (spec.deltaNet) {
       qwen35HfLayer(spec, i, put);
-      swiglu(p + "mlp.", ffn);
+      const moe = spec.experts;
+      if (!moe) {
+        swiglu(p + "mlp.", ffn);
+        continue;
+      }
+      // Qwen3.5-MoE: Qwen2-MoE's experts and sigmoid-gated shared expert.
+      put(p + "mlp.gate.weight", [moe.count, hidden], 4 / Math.sqrt(hidden));
+      for (let e = 0; e < moe.count; e++) swiglu(`${p}mlp.experts.${e}.`, ffn);
+      swiglu(p + "mlp.shared_expert.", moe.sharedFfn ?? ffn);
+      put(p + "mlp.shared_expert_gate.weight", [1, hidden], 4 / Math.sqrt(hidden));
       continue;
     }
     if (i >= spec.layers) {
@@ -352,7 +361,7 @@ function ggufName(spec: ModelFileSpec, hf: string): string {
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
   if (!m || !GGUF_LAYER[m[2]]) throw new Error(`No GGUF name for ${hf}`);
   // GLM-4.5's converter names the pre-feed-forward norm after HF's; Gemma's is the attention's post-norm.
-  if (["glm4moe", "gpt-oss", "gemma3", "gemma2", "olmo2", "exaone4", "qwen35"].includes(spec.architecture) && m[2] === "post_attention_layernorm.weight") {
+  if (["glm4moe", "gpt-oss", "gemma3", "gemma2", "olmo2", "exaone4", "qwen35", "qwen35moe"].includes(spec.architecture) && m[2] === "post_attention_layernorm.weight") {
     return `blk.${m[1]}.post_attention_norm.weight`;
   }
   return `blk.${m[1]}.${GGUF_LAYER[m[2]]}`;
@@ -399,7 +408,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     // MoE files carry a dense width too; a loader that read it would size the experts wrong.
     if (a !== "llama") meta.push([`${a}.expert_feed_forward_length`, gguf.u32(spec.ffn)]);
     const shared = spec.experts.sharedFfn ?? 0;
-    if (a === "qwen2moe") meta.push([`${a}.expert_shared_feed_forward_length`, gguf.u32(shared)]);
+    if (a === "qwen2moe" || a === "qwen35moe") meta.push([`${a}.expert_shared_feed_forward_length`, gguf.u32(a === "qwen35moe" ? spec.experts.sharedFfn ?? spec.ffn : shared)]);
     if (a === "glm4moe" || a === "deepseek2") {
       // As convert_hf_to_gguf.py writes GLM-4.5 and DeepSeek V3 (gating 2 = sigmoid).
       meta.push(
@@ -414,7 +423,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   }
   if (spec.slidingWindow) meta.push([`${a}.attention.sliding_window`, gguf.u32(spec.slidingWindow)]);
   if (a === "phi3") meta.push(...phi3GgufMetadata(spec));
-  if (a === "qwen35") meta.push(...qwen35GgufMetadata(spec));
+  if (a === "qwen35" || a === "qwen35moe") meta.push(...qwen35GgufMetadata(spec));
   if (a === "gemma2" && spec.softcaps) meta.push([`${a}.attn_logit_softcapping`, gguf.f32(spec.softcaps.attn)], [`${a}.final_logit_softcapping`, gguf.f32(spec.softcaps.final)]);
   const gr = spec.granite;
   if (gr) {
@@ -557,6 +566,9 @@ function hfExpertConfig(spec: ModelFileSpec): Record<string, unknown> {
         first_k_dense_replace: e.denseLayers ?? 0, routed_scaling_factor: e.scale ?? 1, norm_topk_prob: true, n_group: 1, topk_group: 1,
         num_nextn_predict_layers: spec.nextn ?? 0,
       };
+    case "qwen35moe":
+      // Qwen3_5MoeTextConfig: no norm_topk_prob (renormalised), no sparse-step keys.
+      return { num_experts: e.count, ...used, moe_intermediate_size: spec.ffn, shared_expert_intermediate_size: e.sharedFfn ?? spec.ffn };
     default:
       return {
         num_experts: e.count, ...used, moe_intermediate_size: spec.ffn,
@@ -620,6 +632,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     exaone4: ["Exaone4ForCausalLM", "exaone4"],
     gemma2: ["Gemma2ForCausalLM", "gemma2"],
     qwen35: ["Qwen3_5ForCausalLM", "qwen3_5_text"],
+    qwen35moe: ["Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {

@@ -131,14 +131,15 @@ export function qwen35GgufMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
   // As Qwen3.5's [11, 11, 10, 0] for 32 pairs: interleaved, the three sections cover every pair.
   const pairs = (spec.rotaryDim ?? spec.headDim) / 2;
   const sections = [Math.ceil(pairs / 3), Math.ceil((pairs - 1) / 3), Math.floor(pairs / 3), 0];
+  const a = spec.architecture;
   return [
-    ["qwen35.ssm.conv_kernel", gguf.u32(d.conv)],
-    ["qwen35.ssm.inner_size", gguf.u32(d.vHeads * d.dim)],
-    ["qwen35.ssm.state_size", gguf.u32(d.dim)],
-    ["qwen35.ssm.time_step_rank", gguf.u32(d.vHeads)],
-    ["qwen35.ssm.group_count", gguf.u32(d.kHeads)],
-    ["qwen35.full_attention_interval", gguf.u32(d.interval)],
-    ["qwen35.rope.dimension_sections", gguf.arr(GgufType.INT32, sections)],
+    [`${a}.ssm.conv_kernel`, gguf.u32(d.conv)],
+    [`${a}.ssm.inner_size`, gguf.u32(d.vHeads * d.dim)],
+    [`${a}.ssm.state_size`, gguf.u32(d.dim)],
+    [`${a}.ssm.time_step_rank`, gguf.u32(d.vHeads)],
+    [`${a}.ssm.group_count`, gguf.u32(d.kHeads)],
+    [`${a}.full_attention_interval`, gguf.u32(d.interval)],
+    [`${a}.rope.dimension_sections`, gguf.arr(GgufType.INT32, sections)],
   ];
 }
 
@@ -163,20 +164,48 @@ export function qwen35HfConfig(spec: ModelFileSpec): Record<string, unknown> {
  * tower's config and a weight of it that the loader leaves alone.
  */
 export function qwen35HfCheckpoint(spec: ModelFileSpec, config: Record<string, unknown>, tensors: SafetensorsEntry[]): { config: Record<string, unknown>; tensors: SafetensorsEntry[] } {
+  if (spec.deltaNet!.fusedExperts) tensors = fuseExperts(spec, tensors);
   if (spec.deltaNet!.unwrapped) return { config, tensors };
   const { rope_theta: theta, partial_rotary_factor: factor, tie_word_embeddings: tied, ...text } = config;
   const vision: SafetensorsEntry = { name: "model.visual.patch_embed.proj.weight", shape: [4, 3], dtype: "f32", data: new Uint8Array(48) };
+  const moe = spec.architecture === "qwen35moe";
   return {
     config: {
-      architectures: ["Qwen3_5ForConditionalGeneration"],
-      model_type: "qwen3_5",
+      architectures: [moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration"],
+      model_type: moe ? "qwen3_5_moe" : "qwen3_5",
       tie_word_embeddings: tied,
       text_config: {
-        ...text, model_type: "qwen3_5_text",
+        ...text, model_type: moe ? "qwen3_5_moe_text" : "qwen3_5_text",
         rope_parameters: { rope_type: "default", rope_theta: theta, partial_rotary_factor: factor, mrope_section: [1, 1, 0], mrope_interleaved: true },
       },
       vision_config: { model_type: "qwen3_5", depth: 1 },
     },
     tensors: [...tensors.map((t) => ({ ...t, name: t.name.replace(/^model\./, "model.language_model.") })), vision],
   };
+}
+
+/** Each layer's per-expert matrices fused as transformers 5 saves Qwen3.5-MoE: `mlp.experts.gate_up_proj` [E, 2·ff, H] (gate rows first) and `mlp.experts.down_proj` [E, H, ff]. */
+function fuseExperts(spec: ModelFileSpec, tensors: SafetensorsEntry[]): SafetensorsEntry[] {
+  const count = spec.experts!.count;
+  const per = /^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$/;
+  const byName = new Map(tensors.map((t) => [t.name, t]));
+  const out = tensors.filter((t) => !per.test(t.name));
+  for (let i = 0; i < spec.layers; i++) {
+    const get = (e: number, role: string) => byName.get(`model.layers.${i}.mlp.experts.${e}.${role}_proj.weight`)!;
+    const first = get(0, "gate");
+    const cat = (parts: Uint8Array[]) => {
+      const data = new Uint8Array(parts.reduce((a, p) => a + p.length, 0));
+      let at = 0;
+      for (const p of parts) {
+        data.set(p, at);
+        at += p.length;
+      }
+      return data;
+    };
+    const experts = Array.from({ length: count }, (_, e) => e);
+    out.push({ name: `model.layers.${i}.mlp.experts.gate_up_proj`, shape: [count, 2 * first.shape[0], first.shape[1]], dtype: first.dtype, data: cat(experts.flatMap((e) => [get(e, "gate").data, get(e, "up").data])) });
+    const down = get(0, "down");
+    out.push({ name: `model.layers.${i}.mlp.experts.down_proj`, shape: [count, ...down.shape], dtype: down.dtype, data: cat(experts.map((e) => get(e, "down").data)) });
+  }
+  return out;
 }

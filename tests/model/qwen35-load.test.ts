@@ -4,6 +4,7 @@
  * cannot run is refused by name (llama.cpp's check of the same weights: tests/oracle/llama-cpp.test.ts).
  */
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
@@ -64,4 +65,15 @@ test("forward() names the Gated DeltaNet ops a backend lacks, and a step entry w
   const kv = allocatePagedKv(be, m.config, 1, 16);
   assert.throws(() => forward(lacking, uploadModel(be, m), kv, { entries: [{ tokens: PROMPT, startPos: 0, blockTable: [0], stateSlot: 0 }] }), /The partial backend lacks the Gated DeltaNet ops \(causalConv1d, gatedDeltaNet\)/);
   assert.throws(() => forward(be, uploadModel(be, m), kv, { entries: [{ tokens: PROMPT, startPos: 0, blockTable: [0] }] }), /Entry 0 needs a recurrent state slot in 0\.\.0 \(this model has Gated DeltaNet layers\), got undefined/);
+});
+
+test("loadModel() reads Qwen3.5-MoE's experts fused per layer (gate_up_proj, down_proj) as the per-expert ones", async () => {
+  const moe: ModelFileSpec = { ...SPEC, architecture: "qwen35moe", tied: false, seed: 312, experts: { count: 4, used: 2, sharedFfn: 24 } };
+  const fromGguf = await logits(await writeTestGguf(dir, "moe", moe));
+  const fused = await writeTestHfDirectory(dir, "fused", { ...moe, deltaNet: { ...moe.deltaNet!, fusedExperts: true } });
+  assert.ok(readFileSync(`${fused}/model.safetensors`).includes(Buffer.from("mlp.experts.gate_up_proj")), "the checkpoint holds fused experts");
+  const m = await loadModel(fused);
+  assert.deepEqual([m.config.moe?.numExperts, m.config.moe?.normalizeTopK, m.config.moe?.sharedGate, m.config.moe?.sharedIntermediateSize], [4, true, true, 24]);
+  const got = await logits(fused);
+  for (let i = 0; i < fromGguf.length; i++) assert.ok(Math.abs(got[i] - fromGguf[i]) < 1e-4, `logit ${i}: ${got[i]} vs GGUF ${fromGguf[i]}`);
 });

@@ -322,6 +322,15 @@ const CASES: OracleCase[] = [
     kv: "f16",
   },
   {
+    name: "qwen35moe 8 experts / 2 used (renormalised), sigmoid-gated shared expert, f32",
+    spec: {
+      ...BASE, architecture: "qwen35moe", layers: 4, headDim: 16, rotaryDim: 4, seed: 192, deltaNet: { kHeads: 2, vHeads: 4, dim: 8, conv: 4, interval: 2 },
+      experts: { count: 8, used: 2, sharedFfn: 48 },
+    },
+    tol: 1e-4,
+    hf: true,
+  },
+  {
     name: "gemma2 soft-capped scores (2) and logits (3), window 5 on even layers, tied, f32",
     spec: { ...BASE, architecture: "gemma2", layers: 4, tied: true, seed: 178, ropeTheta: 10000, slidingWindow: 5, softcaps: { attn: 2, final: 3 } },
     tol: 3e-4,
