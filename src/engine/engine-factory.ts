@@ -21,6 +21,12 @@ export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "con
   kvMemoryBytes?: number;
   blockSize?: number;
   /**
+   * A Gated DeltaNet model's state checkpoints for prefix reuse (state-checkpoints.ts; default: one
+   * per `scheduler.maxRunning`; 0: none, every prompt computes from its start). Each is a sequence's
+   * whole recurrent state, taken from the KV budget.
+   */
+  stateCheckpoints?: number;
+  /**
    * The KV cache's element type (`--kv-cache-dtype`): "auto" (default) takes f16 where the backend's
    * attention reads it (half the memory, so twice the blocks for `kvMemoryBytes`), else f32.
    */
@@ -57,7 +63,7 @@ export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: 
   if (o.kvMemoryBytes !== undefined) {
     const perBlock = kvBytesPerBlock(model.config, bs, dtype) + (draft ? kvBytesPerBlock(draft.config, bs, draft.dtype) : 0);
     // A Gated DeltaNet model's recurrent state for every sequence that may run comes out of the budget first.
-    const states = stateSlotsOf(model.config, o) * stateBytesPerSlot(model.config);
+    const states = (stateSlotsOf(model.config, o) + stateCheckpointsOf(model.config, o)) * stateBytesPerSlot(model.config);
     return Math.max(1, Math.floor((o.kvMemoryBytes - states) / perBlock));
   }
   const ctx = Math.min(o.maxModelLen ?? model.config.contextLength, model.config.contextLength);
@@ -67,6 +73,11 @@ export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: 
 /** Recurrent state slots an engine of `config` holds: one per sequence that may run (`--max-num-seqs`); 0 without Gated DeltaNet layers. */
 export function stateSlotsOf(config: ModelConfig, o: CreateEngineOptions): number {
   return config.deltaNet ? o.scheduler?.maxRunning ?? DEFAULT_SCHEDULER_CONFIG.maxRunning : 0;
+}
+
+/** State checkpoints an engine of `config` keeps for prefix reuse (state-checkpoints.ts): `o.stateCheckpoints`, by default one per running slot. */
+export function stateCheckpointsOf(config: ModelConfig, o: CreateEngineOptions): number {
+  return config.deltaNet ? o.stateCheckpoints ?? stateSlotsOf(config, o) : 0;
 }
 
 /**
@@ -133,7 +144,7 @@ export function createEngines(backend: Backend, loaded: LoadedModel, opts: reado
   let openDrafts = drafting;
   return opts.map((o, i) => {
     const blockSize = o.blockSize ?? DEFAULT_BLOCK_SIZE;
-    const kv = allocatePagedKv(backend, model.config, sizes[i], blockSize, dtypes[i], Math.max(1, stateSlotsOf(model.config, o)));
+    const kv = allocatePagedKv(backend, model.config, sizes[i], blockSize, dtypes[i], Math.max(1, stateSlotsOf(model.config, o)), stateCheckpointsOf(model.config, o));
     const runner = modelStepRunner(backend, device, kv, () => {
       freePagedKv(backend, kv);
       if (--open === 0) freeDeviceModel(backend, device);

@@ -126,6 +126,8 @@ export interface StepRunner {
   endSequence?(seqId: number): void;
   /** Sequences the runner holds state for at once (a Gated DeltaNet model's state slots); absent: no such limit. */
   stateSlots?: number;
+  /** State checkpoints the runner keeps besides (StepEntry.checkpoint, .restore; state-checkpoints.ts); absent: none. */
+  stateCheckpoints?: number;
   /** Reads whole KV blocks to the host (moving a cached prefix to another worker). */
   readBlocks?(blockIds: readonly number[]): Promise<HostKv>;
   /** Writes `data`, from block `fromBlock` of it on, into whole KV blocks (a prefix from another worker). */

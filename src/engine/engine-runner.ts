@@ -18,6 +18,7 @@ import type { StepEntry } from "./scheduler-types.ts";
 import { addToLogits, gatherLogitRows, maskLogitRows, penalizeRepeatRows } from "./logit-rows.ts";
 import { lookaheadOf, runAhead } from "./run-ahead.ts";
 import { StateSlots } from "./state-slots.ts";
+import { copyStateSlot } from "./state-copy.ts";
 import { draftRows, promptRows, readPromptLogprobs, splitDraftRows } from "./step-rows.ts";
 
 export { GREEDY_ROW, type PromptLogprobAsk, type StepExtras, type StepOutput, type StepRunner } from "./engine-runner-types.ts";
@@ -27,7 +28,8 @@ export { addToLogits, maskLogitRows, penalizeRepeatRows } from "./logit-rows.ts"
 export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedKv, release: () => void = () => {}): StepRunner {
   const host = new HostKvSwap(backend, kv);
   // Gated DeltaNet models: each sequence's recurrent state slot.
-  const slots = kv.state ? new StateSlots(kv.state.slots) : undefined;
+  // Gated DeltaNet models: each running sequence's slot, then the checkpoints' (state-checkpoints.ts).
+  const slots = kv.state ? new StateSlots(kv.state.slots - (kv.state.checkpoints ?? 0)) : undefined;
   let loras: DeviceLoraSet | undefined;
   // A replaced set is freed when the next step starts: the step in flight may still be using it.
   const retired: DeviceLoraSet[] = [];
@@ -115,14 +117,21 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     penalizesAhead: backend.penalizeSampled !== undefined,
     preparesKernelsLazily: backend.info.preparesKernelsLazily === true,
     async run(stepEntries, rows, extras) {
-      const entries = slots ? slots.assign(stepEntries) : stepEntries;
+      if (!slots || !kv.state) return runStep(stepEntries, rows, extras);
+      const state = kv.state;
+      // A prompt resuming from a checkpoint starts from a copy of it in its own slot.
+      for (const e of stepEntries) if (e.restore !== undefined) copyStateSlot(backend, state, slots.slots + e.restore, slots.claim(e.seqId));
+      const entries = slots.assign(stepEntries);
       try {
-        return await runStep(entries, rows, extras);
+        const out = await runStep(entries, rows, extras);
+        // Queued after the step's forward: the state where the prompt's last whole block ends.
+        for (const e of entries) if (e.checkpoint !== undefined) copyStateSlot(backend, state, e.stateSlot, slots.slots + e.checkpoint);
+        return out;
       } finally {
-        slots?.endStep();
+        slots.endStep();
       }
     },
-    ...(slots ? { endSequence: (seqId: number) => slots.release(seqId), stateSlots: slots.slots } : {}),
+    ...(slots ? { endSequence: (seqId: number) => slots.release(seqId), stateSlots: slots.slots, stateCheckpoints: kv.state?.checkpoints ?? 0 } : {}),
     async swap(out, into) {
       for (const op of out) host.save(op);
       for (const op of into) await host.restore(op);

@@ -25,7 +25,8 @@ import {
 import { EventChannel } from "./events.ts";
 import { warmUpRunner } from "./engine-warmup.ts";
 import { Scheduler } from "./scheduler.ts";
-import { countKvEvents, poolBlockManager, withoutPrefixHits } from "./scheduler-kv-adapter.ts";
+import { countKvEvents, poolBlockManager, withoutHandoffTails, withoutPrefixHits } from "./scheduler-kv-adapter.ts";
+import { StateCheckpoints } from "./state-checkpoints.ts";
 import type { StepMixing } from "./scheduler-types.ts";
 import type { KvDType } from "../backend/types.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
@@ -53,6 +54,8 @@ export class Engine implements ServingEngine {
   private readonly offload: HostKvOffload | undefined;
   private readonly tails: HandoffTails;
   private readonly adapters: EngineAdapters;
+  /** A Gated DeltaNet model's state checkpoints (prefix reuse), if its runner keeps any. */
+  readonly checkpoints: StateCheckpoints | undefined;
   private readonly checks: RequestChecks;
   private readonly drafts: EngineDrafts;
   private readonly output: EngineOutput;
@@ -84,8 +87,13 @@ export class Engine implements ServingEngine {
     this.tails = new HandoffTails((ids) => this.pool.release(ids), clock, { maxBlocks: Math.floor(r.numBlocks / 8), ttlS: 60 });
     const maxPromptLogprobRows = promptLogprobRowLimit(opts.config.vocabSize);
     const blocks = poolBlockManager(this.pool, kvEventCount, this.tails);
-    // A Gated DeltaNet model's state after a prefix is not in the prefix's blocks: no prefix hits.
-    this.scheduler = new Scheduler(opts.config.deltaNet ? withoutPrefixHits(blocks) : blocks, { maxPromptLogprobRows, ...opts.scheduler }, () => this.now() / 1000);
+    // A Gated DeltaNet model's state after a prefix is not in the prefix's blocks: its hits reach only
+    // as far as a state checkpoint the runner keeps (none without any), and no hand-off tails.
+    const recurrent = opts.config.deltaNet !== undefined;
+    const checkpoints = recurrent && r.stateCheckpoints ? new StateCheckpoints(r.stateCheckpoints, r.blockSize) : undefined;
+    this.checkpoints = checkpoints;
+    const manager = !recurrent ? blocks : withoutHandoffTails(checkpoints ? blocks : withoutPrefixHits(blocks));
+    this.scheduler = new Scheduler(manager, { maxPromptLogprobRows, ...opts.scheduler }, () => this.now() / 1000, checkpoints);
     const auto = opts.autoStepMixing;
     const mixing = auto ? new AutoStepMixing(this.scheduler.stepMixing, this.scheduler.config.maxBatchTokens, auto === true ? {} : auto) : undefined;
     const poolTokens = (r.numBlocks - this.scheduler.config.watermarkBlocks) * r.blockSize;

@@ -69,7 +69,7 @@ export function sharesKvCache(config: ModelConfig): boolean {
  * Allocates zeroed K and V caches for every attention layer of `config`, in `dtype` (f32 unless
  * asked). A multi-head latent attention model gets one cache per layer, serving as both (`v[i]` is
  * `k[i]`). A model with Gated DeltaNet layers also gets their recurrent state, f32, for `stateSlots`
- * sequences at once (forward.ts {@link RecurrentState}).
+ * sequences at once and `stateCheckpoints` kept states (forward.ts {@link RecurrentState}).
  */
 export function allocatePagedKv(
   backend: Backend,
@@ -78,6 +78,7 @@ export function allocatePagedKv(
   blockSize = DEFAULT_BLOCK_SIZE,
   dtype: KvDType = "f32",
   stateSlots = 1,
+  stateCheckpoints = 0,
 ): PagedKv {
   if (!Number.isInteger(numBlocks) || numBlocks <= 0) throw new RangeError(`Invalid KV block count ${numBlocks}`);
   if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`Invalid KV block size ${blockSize}`);
@@ -90,8 +91,9 @@ export function allocatePagedKv(
   const shared = sharesKvCache(config);
   const k: Tensor[] = [];
   const v: Tensor[] = [];
-  const state: RecurrentState | undefined = config.deltaNet ? { conv: [], ssm: [], slots: stateSlots } : undefined;
+  const state: RecurrentState | undefined = config.deltaNet ? { conv: [], ssm: [], slots: stateSlots + stateCheckpoints, checkpoints: stateCheckpoints } : undefined;
   if (state && (!Number.isInteger(stateSlots) || stateSlots < 1)) throw new RangeError(`Invalid recurrent state slot count ${stateSlots}`);
+  if (state && (!Number.isInteger(stateCheckpoints) || stateCheckpoints < 0)) throw new RangeError(`Invalid recurrent state checkpoint count ${stateCheckpoints}`);
   try {
     for (const _ of attentionLayers(config)) {
       const kc = backend.zeros(shape, dtype);
@@ -103,8 +105,8 @@ export function allocatePagedKv(
       const channels = 2 * d.numKHeads * d.headKDim + d.numVHeads * d.headVDim;
       for (const on of d.layers) {
         if (!on) continue;
-        state.conv.push(backend.zeros([stateSlots, d.convKernel - 1, channels], "f32"));
-        state.ssm.push(backend.zeros([stateSlots, d.numVHeads, d.headKDim, d.headVDim], "f32"));
+        state.conv.push(backend.zeros([state.slots, d.convKernel - 1, channels], "f32"));
+        state.ssm.push(backend.zeros([state.slots, d.numVHeads, d.headKDim, d.headVDim], "f32"));
       }
     }
   } catch (e) {

@@ -101,6 +101,11 @@ export function countKvEvents(next?: KvEventSink): { sink: KvEventSink; count: (
  * Blocks are still committed, so sessions and metrics see them as before.
  */
 export function withoutPrefixHits(manager: KvBlockManager): KvBlockManager {
-  const { keepHandoffTail: _keep, takeHandoffTail: _take, hasHandoffTail: _has, ...rest } = manager;
-  return { ...rest, acquirePrefix: () => [], cachedPrefixTokens: () => 0 };
+  return { ...manager, acquirePrefix: () => [], cachedPrefixTokens: () => 0 };
+}
+
+/** `manager` holding no hand-off tails (a prompt's last block kept for a decode worker's admission). */
+export function withoutHandoffTails(manager: KvBlockManager): KvBlockManager {
+  const { keepHandoffTail: _keep, takeHandoffTail: _take, hasHandoffTail: _has, releaseHandoffTails: _release, pruneHandoffTails: _prune, ...rest } = manager;
+  return rest;
 }

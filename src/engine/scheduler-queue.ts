@@ -21,6 +21,7 @@ import type { StepWork } from "./scheduler-mixing.ts";
 import type { SchedulerConfig, SwapOp } from "./scheduler-types.ts";
 import type { SwapSpace } from "./scheduler-swap.ts";
 import type { Sequence } from "./sequence.ts";
+import { checkpointChunk, type StateCheckpoints } from "./state-checkpoints.ts";
 
 /** The waiting sequences' part of a `QueueState`. */
 export interface WaitingGauges {
@@ -53,8 +54,20 @@ export class WaitingQueue {
 
   constructor(
     private readonly kv: KvBlockManager, private readonly config: SchedulerConfig, private readonly swap: SwapSpace,
-    private readonly clock: () => number,
+    private readonly clock: () => number, private readonly checkpoints?: StateCheckpoints,
   ) {}
+
+  /**
+   * A prefix-cache hit as far as a Gated DeltaNet model can take it: up to the longest state
+   * checkpoint within it (the blocks past it go back), or none without one. Other models take it whole.
+   */
+  private checkpointed(seq: Sequence, probe: number[]): { hit: number[]; restore?: number } {
+    if (!this.checkpoints || probe.length === 0) return { hit: probe };
+    const cp = this.checkpoints.longest(seq.tokens, probe.length * this.kv.blockSize);
+    const keep = cp ? cp.length / this.kv.blockSize : 0;
+    if (keep < probe.length) this.kv.release(probe.slice(keep));
+    return cp ? { hit: probe.slice(0, keep), restore: cp.id } : { hit: [] };
+  }
 
   /** Waiting sequences, in queue order. */
   get sequences(): readonly Sequence[] {
@@ -112,10 +125,11 @@ export class WaitingQueue {
    * (`room` 0: the step's prompt log-probability rows are spent). A swapped-out sequence gets fresh blocks for its
    * saved KV (pushed onto `swapIn`). A handed-off prompt whose last block this worker holds
    * (handoff-tails.ts) starts with all but its last token computed, as a decode: `work` "decode"
-   * admits only those, "prefill" all others, "all" every sequence.
+   * admits only those, "prefill" all others, "all" every sequence. A Gated DeltaNet model's prompt
+   * takes its hit only as far as a state checkpoint reaches (`add`'s `restore`), else none.
    */
   admit(
-    running: Sequence[], budget: () => number, room: (seq: Sequence) => number, add: (seq: Sequence, n: number) => void, swapIn: SwapOp[], work: StepWork = "all",
+    running: Sequence[], budget: () => number, room: (seq: Sequence) => number, add: (seq: Sequence, n: number, restore?: number) => void, swapIn: SwapOp[], work: StepWork = "all",
     skip?: ReadonlySet<Sequence>,
   ): void {
     this.kvStopped = false;
@@ -137,7 +151,8 @@ export class WaitingQueue {
       // Swapped KV is restored whole into fresh blocks: no prefix probe, nothing shared.
       const swapped = seq.numSwapped;
       // A sequence asking for its prompt's log probabilities computes every prompt row: no hit taken.
-      const hit = swapped > 0 || seq.hints.wholePrompt ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
+      const probe = swapped > 0 || seq.hints.wholePrompt ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
+      const { hit, restore } = this.checkpointed(seq, probe);
       // The hit reaching the last block is the cached run a held last block needs (handedOff's probe).
       const tail = swapped > 0 || seq.hints.wholePrompt || hit.length !== tailBlockIndex(seq.tokens.length, bs) || !isFresh(seq) ? null : this.kv.takeHandoffTail?.(seq.tokens, seq.hints.cacheRoot) ?? null;
       // A block held for it behind a run evicted since is of no use: the prompt is prefilled as any
@@ -160,7 +175,8 @@ export class WaitingQueue {
       // nothing. (A sequence preempted after growing past the pool less the watermark, its prefix
       // cached, could otherwise never come back: its hit takes all the room and no token fits.)
       const free = this.kv.numAvailable() - (running.length === 0 ? 0 : this.config.watermarkBlocks);
-      const n = Math.min(seq.tokens.length - cached, room(seq), (held.length + free) * bs - cached);
+      const most = Math.min(seq.tokens.length - cached, room(seq), (held.length + free) * bs - cached);
+      const n = this.checkpoints ? checkpointChunk(seq.promptLength, cached, most, bs).n : most;
       const got = n > 0 ? this.kv.allocate(Math.ceil((cached + n) / bs) - held.length) : null;
       if (got === null) {
         this.kv.release(hit);
@@ -181,7 +197,8 @@ export class WaitingQueue {
         this.prefixHit += seq.numCachedPrompt;
       }
       running.push(seq);
-      add(seq, n);
+      if (restore !== undefined) this.checkpoints!.touch(restore);
+      add(seq, n, restore);
     }
     if (admitted.size === 0) return;
     this.seqs = this.seqs.filter((s) => !admitted.has(s));
@@ -251,7 +268,9 @@ export class WaitingQueue {
   private uncached(seq: Sequence): number {
     let n = this.probed.get(seq);
     if (n === undefined) {
-      const cached = seq.numSwapped > 0 ? seq.numSwapped : seq.hints.wholePrompt ? 0 : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1), seq.hints.cacheRoot);
+      const probe = seq.numSwapped > 0 ? seq.numSwapped : seq.hints.wholePrompt ? 0 : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1), seq.hints.cacheRoot);
+      // A Gated DeltaNet model's hit reaches only as far as a state checkpoint.
+      const cached = this.checkpoints && seq.numSwapped === 0 ? this.checkpoints.longest(seq.tokens, probe)?.length ?? 0 : probe;
       n = this.handedOff(seq, cached) ? 1 : seq.tokens.length - cached;
       this.probed.set(seq, n);
     }

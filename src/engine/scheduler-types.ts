@@ -116,6 +116,13 @@ export interface StepEntry {
    * gives 1 + lookahead tokens. Absent: none.
    */
   lookahead?: number;
+  /**
+   * A Gated DeltaNet model's prompt resuming from state checkpoint `restore` (state-checkpoints.ts):
+   * its prefix-cache hit ends where the checkpoint's tokens end, at `startPos`.
+   */
+  restore?: number;
+  /** The entry ends where its prompt's last whole block ends: the state after it is kept as checkpoint `checkpoint`. */
+  checkpoint?: number;
 }
 
 /** One step's work. */

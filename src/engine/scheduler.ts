@@ -19,6 +19,7 @@ import {
 import { StepMixer, type StepWork } from "./scheduler-mixing.ts";
 import { WaitingQueue } from "./scheduler-queue.ts";
 import { SwapSpace } from "./scheduler-swap.ts";
+import { checkpointChunk, type StateCheckpoints } from "./state-checkpoints.ts";
 import { TableViews } from "./scheduler-tables.ts";
 import { lookAheadBlocks, queueStateOf } from "./scheduler-state.ts";
 import { type FinishReason, Sequence, type SequenceHints } from "./sequence.ts";
@@ -44,14 +45,17 @@ export class Scheduler {
   /** The block tables plans hand out, copied only when they change. */
   private readonly tables = new TableViews();
 
-  /** `clock` (seconds) only ages waiting sequences under config.prefillOrder; FCFS never reads it. */
-  constructor(private readonly kv: KvBlockManager, config: Partial<SchedulerConfig> = {}, clock: () => number = () => 0) {
+  /**
+   * `clock` (seconds) only ages waiting sequences under config.prefillOrder; FCFS never reads it.
+   * `checkpoints`: a Gated DeltaNet model's state checkpoints, its only way to a prefix hit.
+   */
+  constructor(private readonly kv: KvBlockManager, config: Partial<SchedulerConfig> = {}, clock: () => number = () => 0, private readonly checkpoints?: StateCheckpoints) {
     this.config = { ...DEFAULT_SCHEDULER_CONFIG, ...config };
     const mode = this.config.preemption;
     if (mode !== "recompute" && mode !== "swap") throw new RangeError(`Unknown preemption mode "${mode}"; choose recompute or swap`);
     this.swap = new SwapSpace(mode === "swap" ? this.config.swapSpaceBlocks ?? kv.totalBlocks : 0, kv.blockSize, kv.totalBlocks - this.config.watermarkBlocks);
     this.mixer = new StepMixer(this.config.stepMixing ?? "mixed");
-    this.waiting = new WaitingQueue(kv, this.config, this.swap, clock);
+    this.waiting = new WaitingQueue(kv, this.config, this.swap, clock, checkpoints);
   }
 
   /** The current step mixing: config.stepMixing until set (an engine deciding online sets it between steps). */
@@ -134,13 +138,19 @@ export class Scheduler {
     const swapOut: SwapOp[] = [];
     const swapIn: SwapOp[] = [];
     let prefill = 0;
-    const add = (seq: Sequence, n: number, drafted = 0) => {
+    const add = (seq: Sequence, n: number, drafted = 0, restore?: number) => {
       const start = seq.numComputed;
       const tokens = seq.tokens.slice(start, start + n);
       if (drafted > 0) tokens.push(...seq.draft.slice(0, drafted));
+      // A prefill chunk ending where the prompt's last whole block ends keeps the state there.
+      const checkpoint = this.checkpoints && seq.inPrefill && checkpointChunk(seq.promptLength, start, n, bs).atBoundary
+        ? this.checkpoints.reserve(seq.tokens.slice(0, start + n))
+        : undefined;
       entries.push({
         seqId: seq.id, tokens, startPos: start, blockTable: this.tables.of(seq), sample: start + n === seq.tokens.length, prefill: seq.inPrefill,
         ...(drafted > 0 ? { draft: drafted } : {}),
+        ...(restore !== undefined ? { restore } : {}),
+        ...(checkpoint !== undefined ? { checkpoint } : {}),
       });
       if (seq.inPrefill) prefill += n;
       if (seq.hints.wholePrompt && seq.inPrefill) promptRows -= n;
@@ -159,7 +169,9 @@ export class Scheduler {
     for (let i = 0; i < this.running.length && budget > 0; i++) {
       const seq = this.running[i];
       if (work !== "all" && seq.inPrefill !== (work === "prefill")) continue;
-      const n = Math.min(seq.numPending, room(seq));
+      const most = Math.min(seq.numPending, room(seq));
+      // A Gated DeltaNet model's prefill chunk stops where its prompt's last whole block ends (a checkpoint).
+      const n = this.checkpoints && seq.inPrefill ? checkpointChunk(seq.promptLength, seq.numComputed, most, bs).n : most;
       if (n === 0) continue;
       // A decode verifies its draft in the same step while the budget lasts; a draft never preempts.
       let drafted = seq.inPrefill || seq.numPending !== 1 ? 0 : Math.min(seq.draft.length, budget - n);
@@ -193,7 +205,7 @@ export class Scheduler {
     }
 
     // Out of KV for the running ones: nothing new comes in. Priority's victims wait out this step.
-    if (!pressed) this.waiting.admit(this.running, () => budget, room, (seq, n) => add(seq, n), swapIn, work, demoted.length > 0 ? new Set(demoted) : undefined);
+    if (!pressed) this.waiting.admit(this.running, () => budget, room, (seq, n, restore) => add(seq, n, 0, restore), swapIn, work, demoted.length > 0 ? new Set(demoted) : undefined);
     // A preempted sequence's blocks are free again next step: that is no stop on KV.
     this.admissionStoppedOnKv = !pressed && this.waiting.stoppedOnKv;
 
@@ -259,6 +271,12 @@ export class Scheduler {
     this.inFlight = undefined;
     const bs = this.kv.blockSize;
     const out: Sequence[] = [];
+    // The step's checkpoints are written, but for sequences that failed (or were cancelled) in it.
+    for (const e of plan.entries) {
+      if (e.checkpoint === undefined) continue;
+      if (this.seqs.get(e.seqId)?.abortRequested === false) this.checkpoints?.settle(e.checkpoint);
+      else this.checkpoints?.drop(e.checkpoint);
+    }
     for (const e of plan.entries) {
       const seq = this.seqs.get(e.seqId);
       if (!seq || seq.status !== "running") continue;
@@ -410,7 +428,10 @@ export class Scheduler {
     const plan = this.inFlight;
     if (!plan) return;
     this.inFlight = undefined;
-    for (const e of plan.entries) this.finish(e.seqId, "abort");
+    for (const e of plan.entries) {
+      if (e.checkpoint !== undefined) this.checkpoints?.drop(e.checkpoint);
+      this.finish(e.seqId, "abort");
+    }
   }
 
   /** Cancels a request; if it is part of the step in flight its blocks are freed at `commit`. */

@@ -58,6 +58,19 @@ export class StateSlots {
 
   readonly #transient: number[] = [];
 
+  /**
+   * A free slot for `seqId`, which resumes from a copy of a state kept elsewhere (a checkpoint): its
+   * steps then run from any position. Its own slot where it already holds one.
+   */
+  claim(seqId: number): number {
+    const held = this.#bySeq.get(seqId);
+    if (held !== undefined) return held;
+    const slot = this.#free.pop();
+    if (slot === undefined) throw new StateSlotError(`All ${this.slots} recurrent state slots are held; a step cannot run more sequences than --max-num-seqs`);
+    this.#bySeq.set(seqId, slot);
+    return slot;
+  }
+
   /** Returns the slots of a step's negative-seqId entries. */
   endStep(): void {
     for (const s of this.#transient.splice(0)) this.#free.push(s);

@@ -43,7 +43,9 @@ export interface PagedKv {
 export interface RecurrentState {
   conv: Tensor[];
   ssm: Tensor[];
+  /** Slots in all: the running sequences' first, then `checkpoints` kept states (engine/state-checkpoints.ts). */
   slots: number;
+  checkpoints?: number;
 }
 
 /** One step: the entries, and whether to return logits for every position or only the last. */

@@ -13,6 +13,7 @@ import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine, type CreateEngineOptions } from "../../src/engine/engine-factory.ts";
 import { allocatePagedKv } from "../../src/engine/kv-cache.ts";
 import { StateSlotError, StateSlots } from "../../src/engine/state-slots.ts";
+import { checkpointChunk, StateCheckpoints } from "../../src/engine/state-checkpoints.ts";
 import { uploadModel } from "../../src/model/device-weights.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { greedySteps } from "../oracle/oracle-compare.ts";
@@ -91,4 +92,61 @@ test("StateSlots assigns a slot at position 0, keeps it, refuses a sequence resu
   assert.equal(slots.held, 1);
   slots.endStep();
   assert.equal(slots.assign([{ seqId: 7, startPos: 0 }]).length, 1);
+});
+
+test("Engine with Gated DeltaNet layers: an agent's next turn resumes from the state checkpoint where its last prompt's whole blocks end", async () => {
+  // Blocks of 4: the first prompt's 21 tokens keep a checkpoint after 20; the next turn holds the
+  // first prompt, its output and a tool result, and computes only what follows those 20 tokens.
+  const turn1 = PROMPTS[0];
+  const e = createEngine(backend, model, { numBlocks: 64, blockSize: 4 });
+  const e0 = createEngine(backend, model, { numBlocks: 64, blockSize: 4, stateCheckpoints: 0 });
+  try {
+    const out1 = (await e.submit({ prompt: turn1, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds;
+    assert.deepEqual(out1, alone[0]);
+    assert.equal(e.checkpoints?.taken, 1);
+    const turn2 = [...turn1, ...out1, 150, 151, 152, 153, 154, 155, 156];
+    const kv = allocatePagedKv(backend, model.config, 16, 4);
+    const want = (await greedySteps(backend, uploadModel(backend, model), kv, turn2, MAX_TOKENS, Array.from({ length: 16 }, (_, i) => i))).tokens;
+    const before = e.stats().prefixHitTokens;
+    const out2 = (await e.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds;
+    assert.deepEqual(out2, want, "resumed from the checkpoint, the tokens are those of a whole prefill");
+    assert.equal(e.stats().prefixHitTokens - before, 20, "the hit reaches the checkpoint: 5 blocks of 4");
+    assert.equal(e.checkpoints?.restores, 1);
+    // Without checkpoints nothing is reused, and the tokens are the same.
+    const plain = (await e0.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds;
+    assert.deepEqual(plain, want);
+    assert.equal(e0.stats().prefixHitTokens, 0);
+    // A prompt that leaves the first one's tokens early finds no checkpoint: no hit, still right.
+    const other = [...turn1.slice(0, 10), 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3];
+    const kv2 = allocatePagedKv(backend, model.config, 16, 4);
+    const wantOther = (await greedySteps(backend, uploadModel(backend, model), kv2, other, MAX_TOKENS, Array.from({ length: 16 }, (_, i) => i))).tokens;
+    const hits = e.stats().prefixHitTokens;
+    assert.deepEqual((await e.submit({ prompt: other, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds, wantOther);
+    assert.equal(e.stats().prefixHitTokens, hits, "blocks cached but no checkpoint among them: nothing taken");
+  } finally {
+    await e.stop();
+    await e0.stop();
+  }
+});
+
+test("StateCheckpoints matches whole tokens, keeps pending ones out until settled, and evicts the least recently used", () => {
+  const cps = new StateCheckpoints(2, 4);
+  const a = cps.reserve([1, 2, 3, 4])!;
+  assert.equal(cps.longest([1, 2, 3, 4, 5], 4), undefined, "pending until its step has run");
+  cps.settle(a);
+  assert.deepEqual(cps.longest([1, 2, 3, 4, 5], 4), { id: a, length: 4 });
+  assert.equal(cps.longest([1, 2, 3, 9, 5], 4), undefined, "a token differs");
+  assert.equal(cps.longest([1, 2, 3, 4, 5], 3), undefined, "longer than the hit");
+  assert.equal(cps.reserve([1, 2, 3, 4]), undefined, "the same tokens are kept once");
+  const b = cps.reserve([1, 2, 3, 4, 5, 6, 7, 8])!;
+  cps.settle(b);
+  assert.deepEqual(cps.longest([1, 2, 3, 4, 5, 6, 7, 8, 9], 8), { id: b, length: 8 });
+  cps.touch(a);
+  const c = cps.reserve([9, 9, 9, 9])!;
+  assert.equal(c, b, "b was used least recently");
+  assert.throws(() => cps.reserve([1, 2, 3]), /A state checkpoint needs whole blocks of 4 tokens, got 3/);
+  assert.deepEqual(checkpointChunk(21, 0, 64, 4), { n: 20, atBoundary: true });
+  assert.deepEqual(checkpointChunk(21, 20, 1, 4), { n: 1, atBoundary: false });
+  assert.deepEqual(checkpointChunk(21, 8, 12, 4), { n: 12, atBoundary: true });
+  assert.deepEqual(checkpointChunk(3, 0, 3, 4), { n: 3, atBoundary: false });
 });
