@@ -58,15 +58,18 @@ export class WaitingQueue {
   ) {}
 
   /**
-   * A prefix-cache hit as far as a Gated DeltaNet model can take it: up to the longest state
-   * checkpoint within it (the blocks past it go back), or none without one. Other models take it whole.
+   * Where a prompt with a prefix-cache hit starts computing: at the hit's end, or for a Gated DeltaNet
+   * model at the longest state checkpoint within the hit (0 without one), which `restore` names. Such
+   * a prompt keeps the whole hit in its table and computes again the positions past the checkpoint
+   * into those cached blocks (the same keys and values, up to rounding): were they released, it would
+   * compute them into blocks of its own, which the cache refuses as duplicates, and nothing it commits
+   * after them would be cached.
    */
-  private checkpointed(seq: Sequence, probe: number[]): { hit: number[]; restore?: number } {
-    if (!this.checkpoints || probe.length === 0) return { hit: probe };
-    const cp = this.checkpoints.longest(seq.tokens, probe.length * this.kv.blockSize);
-    const keep = cp ? cp.length / this.kv.blockSize : 0;
-    if (keep < probe.length) this.kv.release(probe.slice(keep));
-    return cp ? { hit: probe.slice(0, keep), restore: cp.id } : { hit: [] };
+  private checkpointed(seq: Sequence, probe: number[]): { from: number; restore?: number } {
+    const bs = this.kv.blockSize;
+    if (!this.checkpoints || probe.length === 0) return { from: probe.length * bs };
+    const cp = this.checkpoints.longest(seq.tokens, probe.length * bs);
+    return cp ? { from: cp.length, restore: cp.id } : { from: 0 };
   }
 
   /** Waiting sequences, in queue order. */
@@ -151,8 +154,8 @@ export class WaitingQueue {
       // Swapped KV is restored whole into fresh blocks: no prefix probe, nothing shared.
       const swapped = seq.numSwapped;
       // A sequence asking for its prompt's log probabilities computes every prompt row: no hit taken.
-      const probe = swapped > 0 || seq.hints.wholePrompt ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
-      const { hit, restore } = this.checkpointed(seq, probe);
+      const hit = swapped > 0 || seq.hints.wholePrompt ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
+      const { from, restore } = this.checkpointed(seq, hit);
       // The hit reaching the last block is the cached run a held last block needs (handedOff's probe).
       const tail = swapped > 0 || seq.hints.wholePrompt || hit.length !== tailBlockIndex(seq.tokens.length, bs) || !isFresh(seq) ? null : this.kv.takeHandoffTail?.(seq.tokens, seq.hints.cacheRoot) ?? null;
       // A block held for it behind a run evicted since is of no use: the prompt is prefilled as any
@@ -162,7 +165,7 @@ export class WaitingQueue {
         if (stale !== null) this.kv.release([stale]);
       }
       const held = tail === null ? hit : [...hit, tail];
-      const cached = swapped > 0 ? swapped : tail !== null ? seq.tokens.length - 1 : hit.length * bs;
+      const cached = swapped > 0 ? swapped : tail !== null ? seq.tokens.length - 1 : from;
       // A handed-off prompt's last token is computed again as a decode is, whatever the role allows.
       const uncachedPrompt = tail !== null ? 0 : Math.max(0, seq.promptLength - cached);
       // The limit is for prompts arriving here. A sequence preempted here recomputes here whatever its
@@ -177,7 +180,7 @@ export class WaitingQueue {
       const free = this.kv.numAvailable() - (running.length === 0 ? 0 : this.config.watermarkBlocks);
       const most = Math.min(seq.tokens.length - cached, room(seq), (held.length + free) * bs - cached);
       const n = this.checkpoints ? checkpointChunk(seq.promptLength, cached, most, bs).n : most;
-      const got = n > 0 ? this.kv.allocate(Math.ceil((cached + n) / bs) - held.length) : null;
+      const got = n > 0 ? this.kv.allocate(Math.max(0, Math.ceil((cached + n) / bs) - held.length)) : null;
       if (got === null) {
         this.kv.release(hit);
         if (tail !== null) this.kv.keepHandoffTail!(seq.tokens, tail, seq.hints.cacheRoot);

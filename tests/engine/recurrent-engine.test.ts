@@ -112,6 +112,15 @@ test("Engine with Gated DeltaNet layers: an agent's next turn resumes from the s
     assert.deepEqual(out2, want, "resumed from the checkpoint, the tokens are those of a whole prefill");
     assert.equal(e.stats().prefixHitTokens - before, 20, "the hit reaches the checkpoint: 5 blocks of 4");
     assert.equal(e.checkpoints?.restores, 1);
+    // The third turn: its hit runs past the second prompt's checkpoint (36) into the second answer's
+    // blocks, which the second turn computed again into the cached blocks it kept (had it released them,
+    // its own would be refused as duplicates and nothing after them cached): it resumes at 36.
+    const turn3 = [...turn2, ...out2, 160, 161, 162, 163, 164, 165, 166];
+    const kv3 = allocatePagedKv(backend, model.config, 16, 4);
+    const want3 = (await greedySteps(backend, uploadModel(backend, model), kv3, turn3, MAX_TOKENS, Array.from({ length: 16 }, (_, i) => i))).tokens;
+    const hits2 = e.stats().prefixHitTokens;
+    assert.deepEqual((await e.submit({ prompt: turn3, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds, want3);
+    assert.equal(e.stats().prefixHitTokens - hits2, 36, "resumed where the second prompt's whole blocks end");
     // Without checkpoints nothing is reused, and the tokens are the same.
     const plain = (await e0.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds;
     assert.deepEqual(plain, want);
