@@ -63,7 +63,15 @@ export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: 
   if (o.kvMemoryBytes !== undefined) {
     const perBlock = kvBytesPerBlock(model.config, bs, dtype) + (draft ? kvBytesPerBlock(draft.config, bs, draft.dtype) : 0);
     // A Gated DeltaNet model's recurrent state for every sequence that may run comes out of the budget first.
-    const states = (stateSlotsOf(model.config, o) + stateCheckpointsOf(model.config, o)) * stateBytesPerSlot(model.config);
+    const slots = stateSlotsOf(model.config, o);
+    const checkpoints = stateCheckpointsOf(model.config, o);
+    const states = (slots + checkpoints) * stateBytesPerSlot(model.config);
+    if (states > o.kvMemoryBytes / 2) {
+      const gib = (b: number) => (b / 2 ** 30).toFixed(2);
+      throw new RangeError(
+        `The recurrent state of ${slots} sequences and ${checkpoints} checkpoints (${gib(states)} GiB) takes more than half the KV memory budget (${gib(o.kvMemoryBytes)} GiB); lower --max-num-seqs or raise --kv-memory-fraction`,
+      );
+    }
     return Math.max(1, Math.floor((o.kvMemoryBytes - states) / perBlock));
   }
   const ctx = Math.min(o.maxModelLen ?? model.config.contextLength, model.config.contextLength);

@@ -11,7 +11,7 @@ import process from "node:process";
 import { test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine, type CreateEngineOptions } from "../../src/engine/engine-factory.ts";
-import { allocatePagedKv } from "../../src/engine/kv-cache.ts";
+import { allocatePagedKv, kvBytesPerBlock, stateBytesPerSlot } from "../../src/engine/kv-cache.ts";
 import { StateSlotError, StateSlots } from "../../src/engine/state-slots.ts";
 import { checkpointChunk, StateCheckpoints } from "../../src/engine/state-checkpoints.ts";
 import { uploadModel } from "../../src/model/device-weights.ts";
@@ -158,4 +158,17 @@ test("StateCheckpoints matches whole tokens, keeps pending ones out until settle
   assert.deepEqual(checkpointChunk(21, 20, 1, 4), { n: 1, atBoundary: false });
   assert.deepEqual(checkpointChunk(21, 8, 12, 4), { n: 12, atBoundary: true });
   assert.deepEqual(checkpointChunk(3, 0, 3, 4), { n: 3, atBoundary: false });
+});
+
+test("createEngine() sizes a Gated DeltaNet model's KV blocks after its state, and refuses a budget the state would mostly take", () => {
+  const perSlot = stateBytesPerSlot(model.config);
+  const perBlock = kvBytesPerBlock(model.config, 16, "f32");
+  // 4 running slots and 4 checkpoints, then 100 blocks.
+  const e = createEngine(backend, model, { kvMemoryBytes: 8 * perSlot + 100 * perBlock, kvCacheDtype: "f32", scheduler: { maxRunning: 4 } });
+  assert.equal(e.pool.numBlocks, 100);
+  void e.stop();
+  assert.throws(
+    () => createEngine(backend, model, { kvMemoryBytes: 12 * perSlot, kvCacheDtype: "f32", scheduler: { maxRunning: 4 } }),
+    /The recurrent state of 4 sequences and 4 checkpoints \(.* GiB\) takes more than half the KV memory budget/,
+  );
 });
