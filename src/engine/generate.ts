@@ -103,7 +103,8 @@ export async function generate(
   });
   // Enough blocks for every sequence's worst case, so the loop never runs out.
   const numBlocks = Math.max(1, seqs.reduce((n, s) => n + Math.ceil((s.prompt.length + s.budget) / blockSize), 0));
-  const kv = allocatePagedKv(backend, model.config, numBlocks, blockSize, resolveKvDtype(backend, model.config, options.kvCacheDtype));
+  // A Gated DeltaNet model's state: one slot per sequence (sequence i's is slot i).
+  const kv = allocatePagedKv(backend, model.config, numBlocks, blockSize, resolveKvDtype(backend, model.config, options.kvCacheDtype), Math.max(1, seqs.length));
   const alloc = new BlockAllocator(numBlocks);
   try {
     for (;;) {
@@ -113,11 +114,12 @@ export async function generate(
       const rows: SamplingRow[] = [];
       const sampling: boolean[] = [];
       for (const s of active) {
+        const slot = seqs.indexOf(s);
         const all = [...s.prompt, ...s.out];
         // The last sampled token has no KV yet; a prompt feeds the next chunk of its tokens.
         const tokens = all.slice(s.computed, Math.min(all.length, s.computed + chunk));
         alloc.ensure(s.blocks, s.computed + tokens.length, blockSize);
-        entries.push({ tokens, startPos: s.computed, blockTable: s.blocks });
+        entries.push({ tokens, startPos: s.computed, blockTable: s.blocks, stateSlot: slot });
         const finishesPrompt = s.computed + tokens.length === all.length;
         sampling.push(finishesPrompt);
         rows.push({

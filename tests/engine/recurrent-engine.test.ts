@@ -17,6 +17,7 @@ import { checkpointChunk, StateCheckpoints } from "../../src/engine/state-checkp
 import { uploadModel } from "../../src/model/device-weights.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { greedySteps } from "../oracle/oracle-compare.ts";
+import { generate } from "../../src/engine/generate.ts";
 import { type ModelFileSpec, writeTestGguf } from "../model/model-files.ts";
 
 const SPEC: ModelFileSpec = {
@@ -171,4 +172,9 @@ test("createEngine() sizes a Gated DeltaNet model's KV blocks after its state, a
     () => createEngine(backend, model, { kvMemoryBytes: 12 * perSlot, kvCacheDtype: "f32", scheduler: { maxRunning: 4 } }),
     /The recurrent state of 4 sequences and 4 checkpoints \(.* GiB\) takes more than half the KV memory budget/,
   );
+});
+
+test("generate() runs a Gated DeltaNet model's prompts together in chunks, each in its own state slot", async () => {
+  const results = await generate(uploadModel(backend, model), backend, PROMPTS, { maxTokens: MAX_TOKENS, blockSize: 4, prefillChunk: 3, stopAtEos: false, schedulerSteps: 3 });
+  assert.deepEqual(results.map((r) => r.ids), alone);
 });
