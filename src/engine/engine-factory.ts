@@ -91,8 +91,8 @@ export function stateCheckpointsOf(config: ModelConfig, o: CreateEngineOptions):
 /**
  * Refuses what a model with Gated DeltaNet layers cannot do: its recurrent state is not in the KV
  * cache's blocks, so nothing may resume a sequence from blocks alone (swap preemption, KV offload, a
- * prefill handed to a decode worker) or roll its state back (speculative decoding). Prefix caching is
- * off for it (engine.ts).
+ * prefill handed to a decode worker) or roll its state back (speculative decoding). Its prefix hits
+ * reach only as far as a state checkpoint (state-checkpoints.ts).
  */
 export function checkRecurrentOptions(config: ModelConfig, o: CreateEngineOptions): void {
   if (!config.deltaNet) return;

@@ -27,7 +27,6 @@ export { addToLogits, maskLogitRows, penalizeRepeatRows } from "./logit-rows.ts"
 /** A runner over a backend, an uploaded model and its paged KV cache. */
 export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedKv, release: () => void = () => {}): StepRunner {
   const host = new HostKvSwap(backend, kv);
-  // Gated DeltaNet models: each sequence's recurrent state slot.
   // Gated DeltaNet models: each running sequence's slot, then the checkpoints' (state-checkpoints.ts).
   const slots = kv.state ? new StateSlots(kv.state.slots - (kv.state.checkpoints ?? 0)) : undefined;
   let loras: DeviceLoraSet | undefined;

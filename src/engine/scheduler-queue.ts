@@ -129,7 +129,8 @@ export class WaitingQueue {
    * saved KV (pushed onto `swapIn`). A handed-off prompt whose last block this worker holds
    * (handoff-tails.ts) starts with all but its last token computed, as a decode: `work` "decode"
    * admits only those, "prefill" all others, "all" every sequence. A Gated DeltaNet model's prompt
-   * takes its hit only as far as a state checkpoint reaches (`add`'s `restore`), else none.
+   * holds its whole hit but computes from the longest state checkpoint within it (`add`'s `restore`;
+   * {@link checkpointed}), from 0 without one.
    */
   admit(
     running: Sequence[], budget: () => number, room: (seq: Sequence) => number, add: (seq: Sequence, n: number, restore?: number) => void, swapIn: SwapOp[], work: StepWork = "all",
