@@ -1,10 +1,11 @@
 /**
  * Which recurrent state slot each sequence holds, for models with Gated DeltaNet layers (PagedKv.state;
- * ForwardEntry.stateSlot). A sequence takes a slot at its first step (position 0) and keeps it until
- * the engine lets it go (it ended, or was preempted and will compute again from position 0). The
- * state is not in the KV cache's blocks, so nothing can resume a sequence mid-way without its slot:
- * such models run without prefix caching, swap preemption, KV offload or speculative decoding
- * (engine-factory.ts `checkRecurrentOptions`).
+ * ForwardEntry.stateSlot). A sequence takes a slot at its first step (position 0, or where a state
+ * checkpoint's copy starts it: `claim`) and keeps it until the engine lets it go (it ended, or was
+ * preempted and will compute again). The state is not in the KV cache's blocks, so nothing can resume
+ * a sequence mid-way without its slot or a checkpoint: such models run without swap preemption, KV
+ * offload or speculative decoding (engine-factory.ts `checkRecurrentOptions`), and their prefix hits
+ * reach only as far as a checkpoint (state-checkpoints.ts).
  */
 
 /** Thrown when a step's sequence has no slot to run with. */
