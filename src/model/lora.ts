@@ -5,7 +5,7 @@
  * (forward.ts, lora-set.ts) adds B·(A·x) as it is.
  */
 import { createHash } from "node:crypto";
-import { isMoeLayer, ModelLoadError, type ModelConfig } from "./config.ts";
+import { isDeltaNetLayer, isMoeLayer, ModelLoadError, type ModelConfig } from "./config.ts";
 
 /** The projections an adapter may change (LayerWeights' names; "output" is the model's output projection). */
 export type LoraTarget = "wq" | "wk" | "wv" | "wo" | "wGate" | "wUp" | "wDown" | "output";
@@ -55,13 +55,15 @@ export function targetDims(config: ModelConfig, layer: number, target: LoraTarge
   if (target === "output") return hasOutput ? [config.hiddenSize, config.vocabSize] : "the base model's output projection is its token embedding (tied)";
   if (layer < 0 || layer >= config.numLayers) return `the base model has ${config.numLayers} layers`;
   if (config.mla && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "latent attention projections cannot be adapted";
+  if (isDeltaNetLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a Gated DeltaNet layer, which has no attention projections";
   if (target === "wGate" || target === "wUp" || target === "wDown") {
     if (isMoeLayer(config, layer)) return "expert feed-forwards cannot be adapted";
     const ffn = config.moe ? config.moe.denseIntermediateSize : config.intermediateSize;
     return target === "wDown" ? [ffn, config.hiddenSize] : [config.hiddenSize, ffn];
   }
   if (target === "wo") return [q, config.hiddenSize];
-  return [config.hiddenSize, target === "wq" ? q : kv];
+  // Qwen3.5's gated attention: the query projection gives each head its query and its gate.
+  return [config.hiddenSize, target === "wq" ? (config.attnOutputGate ? 2 * q : q) : kv];
 }
 
 /** An adapter of `weights` (B already scaled), in a fixed order, with its fingerprint. */
