@@ -35,6 +35,9 @@ export type { EngineOptions } from "./engine-options.ts";
 // Imported from here by a cluster's remote engine and by tests (engine-admission.ts defines them).
 export { checkPromptTokens, promptLogprobRowLimit };
 
+/** How far ahead a state checkpoint's session is asked to return (s) for it to be kept (StateCheckpoints' worth). */
+const CHECKPOINT_HORIZON_S = 60;
+
 /** One worker: a scheduler, a KV block pool and a model runner driven by one loop. */
 export class Engine implements ServingEngine {
   readonly kvEvents: EventChannel<KvEvent> = new EventChannel<KvEvent>();
@@ -90,7 +93,9 @@ export class Engine implements ServingEngine {
     // A Gated DeltaNet model's state after a prefix is not in the prefix's blocks: its hits reach only
     // as far as a state checkpoint the runner keeps (none without any), and no hand-off tails.
     const recurrent = opts.config.deltaNet !== undefined;
-    const checkpoints = recurrent && r.stateCheckpoints ? new StateCheckpoints(r.stateCheckpoints, r.blockSize) : undefined;
+    // Under agent-aware retention a checkpoint is worth its session's chance of returning within a minute.
+    const worth = this.turns && ((sessionId: string | undefined) => sessionId === undefined ? 0 : this.turns!.tracker.returnProbability(sessionId, clock(), CHECKPOINT_HORIZON_S));
+    const checkpoints = recurrent && r.stateCheckpoints ? new StateCheckpoints(r.stateCheckpoints, r.blockSize, worth) : undefined;
     this.checkpoints = checkpoints;
     const manager = !recurrent ? blocks : withoutHandoffTails(checkpoints ? blocks : withoutPrefixHits(blocks));
     this.scheduler = new Scheduler(manager, { maxPromptLogprobRows, ...opts.scheduler }, () => this.now() / 1000, checkpoints);

@@ -144,7 +144,7 @@ export class Scheduler {
       if (drafted > 0) tokens.push(...seq.draft.slice(0, drafted));
       // A prefill chunk ending where the prompt's last whole block ends keeps the state there.
       const checkpoint = this.checkpoints && seq.inPrefill && checkpointChunk(seq.promptLength, start, n, bs).atBoundary
-        ? this.checkpoints.reserve(seq.tokens.slice(0, start + n))
+        ? this.checkpoints.reserve(seq.tokens.slice(0, start + n), seq.hints.sessionId)
         : undefined;
       entries.push({
         seqId: seq.id, tokens, startPos: start, blockTable: this.tables.of(seq), sample: start + n === seq.tokens.length, prefill: seq.inPrefill,

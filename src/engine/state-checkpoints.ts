@@ -5,13 +5,18 @@
  * {@link checkpointChunk}), and a later prompt that begins with those tokens — an agent's next turn,
  * whose prompt holds the last one's — takes the prefix-cache hit up to the longest such checkpoint
  * and starts from a copy of it (StepEntry.restore), computing only what follows. Checkpoints are
- * matched by their tokens, compared whole, and the least recently used one makes room for a new one.
- * Pure CPU bookkeeping; the runner copies the states (state-slots.ts).
+ * matched by their tokens, compared whole. The one a new checkpoint replaces is the least worth keeping:
+ * by default the least recently used; under agent-aware retention the one whose session is least
+ * likely to send its next turn soon (a session waiting on a tool call keeps its checkpoint over one
+ * that gave its final answer), then the least recently used. Pure CPU bookkeeping (the worth is
+ * injected); the runner copies the states (state-slots.ts).
  */
 
 /** One checkpoint: the tokens its state follows, and whether its state has been written yet. */
 interface Checkpoint {
   tokens: readonly number[];
+  /** The session whose prompt it follows (SequenceHints.sessionId), if any. */
+  sessionId: string | undefined;
   lastUse: number;
   /** Reserved in a step whose forward has not run yet: not to be restored from until it has. */
   pending: boolean;
@@ -25,7 +30,11 @@ export class StateCheckpoints {
   restores = 0;
   taken = 0;
 
-  constructor(readonly capacity: number, readonly blockSize: number) {
+  /**
+   * `worth`: how much a checkpoint of a session is worth keeping (higher is kept; absent: all alike, so
+   * the least recently used goes), e.g. the probability that the session returns soon.
+   */
+  constructor(readonly capacity: number, readonly blockSize: number, private readonly worth?: (sessionId: string | undefined) => number) {
     if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`Invalid state checkpoint count ${capacity}`);
     this.#entries = new Array<Checkpoint | undefined>(capacity).fill(undefined);
   }
@@ -61,7 +70,7 @@ export class StateCheckpoints {
    * forward (pending until {@link settle}): a free one, else the least recently used; undefined when
    * one already holds exactly these tokens.
    */
-  reserve(tokens: readonly number[]): number | undefined {
+  reserve(tokens: readonly number[], sessionId?: string): number | undefined {
     if (tokens.length === 0 || tokens.length % this.blockSize !== 0) throw new RangeError(`A state checkpoint needs whole blocks of ${this.blockSize} tokens, got ${tokens.length}`);
     const same = this.#entries.findIndex((e) => e !== undefined && e.tokens.length === tokens.length && e.tokens.every((t, i) => t === tokens[i]));
     if (same >= 0) {
@@ -69,15 +78,25 @@ export class StateCheckpoints {
       return undefined;
     }
     let id = this.#entries.indexOf(undefined);
-    if (id < 0) {
-      id = 0;
-      this.#entries.forEach((e, i) => {
-        if (e!.lastUse < this.#entries[id]!.lastUse) id = i;
-      });
-    }
-    this.#entries[id] = { tokens: tokens.slice(), lastUse: ++this.#tick, pending: true };
+    if (id < 0) id = this.#victim();
+    this.#entries[id] = { tokens: tokens.slice(), sessionId, lastUse: ++this.#tick, pending: true };
     this.taken++;
     return id;
+  }
+
+  /** The checkpoint least worth keeping (written ones before pending ones), then least recently used. */
+  #victim(): number {
+    const key = (e: Checkpoint) => [e.pending ? 1 : 0, this.worth?.(e.sessionId) ?? 0, e.lastUse];
+    let best = 0;
+    let bestKey = key(this.#entries[0]!);
+    this.#entries.forEach((e, i) => {
+      const k = key(e!);
+      if (k[0] < bestKey[0] || (k[0] === bestKey[0] && (k[1] < bestKey[1] || (k[1] === bestKey[1] && k[2] < bestKey[2])))) {
+        best = i;
+        bestKey = k;
+      }
+    });
+    return best;
   }
 
   /** The step that wrote checkpoint `id` has run: it may be restored from. */

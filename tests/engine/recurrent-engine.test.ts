@@ -178,3 +178,41 @@ test("generate() runs a Gated DeltaNet model's prompts together in chunks, each 
   const results = await generate(uploadModel(backend, model), backend, PROMPTS, { maxTokens: MAX_TOKENS, blockSize: 4, prefillChunk: 3, stopAtEos: false, schedulerSteps: 3 });
   assert.deepEqual(results.map((r) => r.ids), alone);
 });
+
+test("StateCheckpoints makes room by worth first (a session waiting on a tool keeps its checkpoint), then by last use", () => {
+  const worth = new Map<string, number>([["waiting-tool", 0.9], ["answered", 0.1]]);
+  const cps = new StateCheckpoints(2, 4, (s) => (s === undefined ? 0 : worth.get(s) ?? 0));
+  const a = cps.reserve([1, 1, 1, 1], "waiting-tool")!;
+  const b = cps.reserve([2, 2, 2, 2], "answered")!;
+  cps.settle(a);
+  cps.settle(b);
+  cps.touch(b); // b used last: LRU alone would evict a
+  const c = cps.reserve([3, 3, 3, 3], "answered")!;
+  assert.equal(c, b, "the answered session's checkpoint goes, though used more recently");
+  cps.settle(c);
+  assert.deepEqual(cps.longest([1, 1, 1, 1, 5], 4), { id: a, length: 4 });
+  // Equal worth: the least recently used goes; a pending one only when nothing else can.
+  worth.set("waiting-tool", 0.1);
+  assert.equal(cps.reserve([4, 4, 4, 4], "answered"), a);
+  assert.equal(cps.reserve([5, 5, 5, 5]), c, "the written checkpoint before the one still pending");
+});
+
+test("Engine with Gated DeltaNet layers keeps the checkpoint of a session waiting on a tool over one that answered (agent-aware retention)", async () => {
+  const prompts = [PROMPTS[0], PROMPTS[2], [...PROMPTS[2].slice(0, 3), ...PROMPTS[0].slice(3)]];
+  const run = async (kvRetention: "agent" | "lru") => {
+    const e = createEngine(backend, model, { numBlocks: 64, blockSize: 4, stateCheckpoints: 2, scheduler: { maxRunning: 2 }, kvRetention });
+    try {
+      const turn = (prompt: number[], sessionId: string) => e.submit({ prompt, maxTokens: 4, temperature: 0, ignoreEos: true, sessionId }).result;
+      const first = await turn(prompts[0], "s1");
+      e.markToolWait("s1", "grep"); // s1's turn ended in a tool call: it will be back
+      await turn(prompts[1], "s2"); // s2 answered
+      await turn(prompts[2], "s3"); // a third checkpoint: one of the two goes
+      const next = await turn([...prompts[0], ...first.tokenIds, 7, 8, 9], "s1");
+      return next.cachedTokens;
+    } finally {
+      await e.stop();
+    }
+  };
+  assert.equal(await run("agent"), 20, "s1's checkpoint was kept: its next turn resumes after 20 tokens");
+  assert.equal(await run("lru"), 0, "least recently used, s1's checkpoint went first");
+});
