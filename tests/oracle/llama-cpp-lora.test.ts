@@ -1,6 +1,6 @@
 /**
  * Independent oracle for LoRA adapters: random-weight base GGUFs (a llama, a qwen2 with qkv biases
- * and tied embeddings, a Qwen3-MoE, a Phi-3 whose adapter changes its fused matrices whole) and
+ * and tied embeddings, a Qwen3-MoE, a Phi-3 whose adapter changes its fused matrices whole, a Qwen3.5) and
  * random GGUF adapters for them, both written by our own writers, are run through llama.cpp
  * (node-llama-cpp 3.21.1's context `lora` option, CPU, offline, in a Node child process) and through our loader + forward() with the adapter in slot 1 of a
  * device set, on every available backend. Per case: next-token log-probabilities after the prompt
@@ -84,6 +84,16 @@ const CASES: LoraCase[] = [
         { layer, stem: "attn_qkv" as const, rows: (config.numHeads + 2 * config.numKvHeads) * config.headDim },
         { layer, stem: "ffn_up" as const, rows: 2 * config.intermediateSize },
       ]).flat(),
+    }),
+    scale: 1,
+  },
+  {
+    // Qwen3.5's gated attention: the query projection's adapter spans each head's query and its gate.
+    name: "qwen35 Gated DeltaNet and gated attention, f32: rank 4, alpha 8, on the attention layers' projections and every feed-forward",
+    spec: { ...BASE, architecture: "qwen35", layers: 4, headDim: 16, rotaryDim: 4, seed: 205, deltaNet: { kHeads: 2, vHeads: 4, dim: 8, conv: 4, interval: 2 } },
+    adapter: (config) => ({
+      seed: 305, rank: 4, alpha: 8, magnitude: 0.3,
+      targets: [...[1, 3].flatMap((layer) => ATTENTION.map((target) => ({ layer, target }))), ...eachLayer(config, ["wGate", "wUp", "wDown"])],
     }),
     scale: 1,
   },
