@@ -27,6 +27,7 @@ import { warmUpRunner } from "./engine-warmup.ts";
 import { Scheduler } from "./scheduler.ts";
 import { countKvEvents, poolBlockManager, withoutHandoffTails, withoutPrefixHits } from "./scheduler-kv-adapter.ts";
 import { StateCheckpoints } from "./state-checkpoints.ts";
+import { stateBytesPerSlot } from "./kv-cache.ts";
 import type { StepMixing } from "./scheduler-types.ts";
 import type { KvDType } from "../backend/types.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
@@ -114,6 +115,14 @@ export class Engine implements ServingEngine {
       ...parts, pool: this.pool, output: this.output, tails: this.tails, sessions: this.turns?.tracker, mixing, maxModelLen,
       stopped: () => this.stopped, fail: (id, e) => this.failRequest(id, e),
     });
+  }
+
+  /** A Gated DeltaNet model's recurrent state: slots for running sequences, checkpoints, and their bytes in all; undefined for other models. */
+  recurrentState(): { slots: number; checkpoints: number; bytes: number } | undefined {
+    const r = this.opts.runner;
+    if (!this.opts.config.deltaNet || r.stateSlots === undefined) return undefined;
+    const checkpoints = r.stateCheckpoints ?? 0;
+    return { slots: r.stateSlots, checkpoints, bytes: (r.stateSlots + checkpoints) * stateBytesPerSlot(this.opts.config) };
   }
 
   /**

@@ -243,3 +243,27 @@ test("serve CLI refuses an SLA profile measured on another model with a one-line
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test("serve CLI names a Qwen3.5's recurrent state (sequences, checkpoints, MiB) in its startup line and refuses --workers 2 for it", async () => {
+  const dir = mkdtempSync(`${tmpdir()}/serve-qwen35-`);
+  try {
+    const spec: ModelFileSpec = {
+      architecture: "qwen35", hidden: 32, layers: 4, heads: 4, kvHeads: 2, headDim: 16, rotaryDim: 4, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 401,
+      deltaNet: { kHeads: 2, vHeads: 4, dim: 8, conv: 4, interval: 4 },
+    };
+    writeFileSync(`${dir}/q.gguf`, ggufBytes(spec, randomHfWeights(spec)));
+    const { child, stderr, exited } = await spawnServe("node", ["--model", `${dir}/q.gguf`, "--port", "0", "--backend", "reference", "--kv-blocks", "16", "--max-num-seqs", "3", "--no-warmup"]);
+    try {
+      // 3 layers of 4 state matrices of 8 × 8 and 3 × 64 convolution inputs, f32: 5,376 bytes a sequence.
+      assert.match(stderr(), /; recurrent state 3 sequences \+ 3 checkpoints \(0\.0 MiB\);/, stderr());
+    } finally {
+      child.kill("SIGKILL");
+      await exited;
+    }
+    const r = serve(["--model", `${dir}/q.gguf`, "--port", "0", "--backend", "reference", "--kv-blocks", "16", "--workers", "2"]);
+    assert.notEqual(r.status, 0);
+    assert.match(r.stderr, /A cluster \(--workers, --nats\) is not supported for models with Gated DeltaNet layers \(qwen35\)/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
