@@ -35,11 +35,12 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
   const freeRetired = () => {
     for (const set of retired.splice(0)) freeLoraSet(backend, set);
   };
-  const runStep = async (entries: readonly StepEntry[], rows: readonly SamplingRow[], extras?: StepExtras): Promise<StepOutput> => {
+  // `afterForward`: called with each forward's entries once it is queued (state checkpoints).
+  const runStep = async <E extends StepEntry>(entries: readonly E[], rows: readonly SamplingRow[], extras?: StepExtras, afterForward?: (step: readonly E[]) => void): Promise<StepOutput> => {
     freeRetired();
     const lora = stepLora(loras, extras?.adapters);
     const ahead = lookaheadOf(entries, extras);
-    if (ahead > 0) return runAhead(backend, model, kv, entries, rows, extras!.lookahead!, lora, extras!);
+    if (ahead > 0) return runAhead(backend, model, kv, entries, rows, extras!.lookahead!, lora, extras!, afterForward);
     const scored = promptRows(entries, extras?.promptLogprobs);
     const drafts = draftRows(entries, extras?.drafts);
     const extraRows = [...scored, ...drafts.rows];
@@ -47,9 +48,11 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     if (extras?.unread) {
       if (entries.some((e) => e.sample) || extraRows.length + hiddenRows.length > 0) throw new RangeError("A step nobody reads cannot sample, score prompt tokens or return hidden states");
       backend.free(forwardWithHidden(backend, model, kv, { entries, ...(lora ? { lora } : {}) }).logits);
+      afterForward?.(entries);
       return { ids: new Int32Array(entries.length) };
     }
     const out = forwardWithHidden(backend, model, kv, { entries, extraRows, hiddenRows, ...(lora ? { lora } : {}) });
+    afterForward?.(entries);
     let logits = out.logits;
     let raw: Tensor | undefined;
     let promptLogprobs: (TokenLogprob[] | undefined)[] | undefined;
@@ -121,11 +124,12 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       // A prompt resuming from a checkpoint starts from a copy of it in its own slot.
       for (const e of stepEntries) if (e.restore !== undefined) copyStateSlot(backend, state, slots.slots + e.restore, slots.claim(e.seqId));
       const entries = slots.assign(stepEntries);
+      // Queued after each forward (a look-ahead group runs several): the states checkpoints keep.
+      const keep = (step: readonly (StepEntry & { stateSlot: number })[]) => {
+        for (const e of step) if (e.checkpoint?.after === e.startPos + e.tokens.length) copyStateSlot(backend, state, e.stateSlot, slots.slots + e.checkpoint.id);
+      };
       try {
-        const out = await runStep(entries, rows, extras);
-        // Queued after the step's forward: the state where the prompt's last whole block ends.
-        for (const e of entries) if (e.checkpoint !== undefined) copyStateSlot(backend, state, e.stateSlot, slots.slots + e.checkpoint);
-        return out;
+        return await runStep(entries, rows, extras, keep);
       } finally {
         slots.endStep();
       }

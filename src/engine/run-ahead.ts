@@ -47,15 +47,16 @@ export interface AheadAsks {
 /**
  * Runs `entries` (each sampling its last row with `rows`: plain decodes, or a draft model's catch-up
  * chunks), then `ahead.length` one-token steps per entry fed the tokens sampled before them, and
- * reads all of them back in one go. Entries asking for log probabilities get each of their tokens',
+ * reads all of them back in one go (`afterForward` sees each step's entries once its forward is
+ * queued: where each is, for work queued after it). Entries asking for log probabilities get each of their tokens',
  * from the raw logits of every step, copied out as they come; penalties and additions
  * ({@link AheadAsks}) change each step's rows after that, in a one-token step's order: the
  * repetition penalty (and on the device those of tokens sampled in the group), the additive ones
  * and biases, then the masks.
  */
-export async function runAhead(
-  backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly ForwardEntry[], rows: readonly SamplingRow[],
-  ahead: readonly (readonly SamplingRow[])[], lora: StepLora | undefined, asks: AheadAsks = {},
+export async function runAhead<E extends ForwardEntry>(
+  backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly E[], rows: readonly SamplingRow[],
+  ahead: readonly (readonly SamplingRow[])[], lora: StepLora | undefined, asks: AheadAsks = {}, afterForward?: (step: readonly E[]) => void,
 ): Promise<StepOutput> {
   const { logprobs, additions } = asks;
   const asking = entries.flatMap((_, i) => (logprobs?.[i] === undefined ? [] : [i]));
@@ -67,6 +68,7 @@ export async function runAhead(
     let step = entries;
     for (let k = 0; k <= ahead.length; k++) {
       const logits = forward(backend, model, kv, { entries: step, ...(k > 0 ? { tokenIds: sampled[k - 1] } : {}), ...(lora ? { lora } : {}) });
+      afterForward?.(step);
       try {
         vocab = logits.shape[1];
         if (asking.length > 0) raws.push(gatherLogitRows(backend, logits, asking));

@@ -121,8 +121,12 @@ export interface StepEntry {
    * its prefix-cache hit ends where the checkpoint's tokens end, at `startPos`.
    */
   restore?: number;
-  /** The entry ends where its prompt's last whole block ends: the state after it is kept as checkpoint `checkpoint`. */
-  checkpoint?: number;
+  /**
+   * The state after the sequence's first `after` tokens is kept as state checkpoint `id`
+   * (state-checkpoints.ts): where a prefill chunk ends at its prompt's last whole block, or where a
+   * decode (one of its look-ahead steps included) ends a block.
+   */
+  checkpoint?: { id: number; after: number };
 }
 
 /** One step's work. */

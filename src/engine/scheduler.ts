@@ -142,10 +142,13 @@ export class Scheduler {
       const start = seq.numComputed;
       const tokens = seq.tokens.slice(start, start + n);
       if (drafted > 0) tokens.push(...seq.draft.slice(0, drafted));
-      // A prefill chunk ending where the prompt's last whole block ends keeps the state there.
-      const checkpoint = this.checkpoints && seq.inPrefill && checkpointChunk(seq.promptLength, start, n, bs).atBoundary
-        ? this.checkpoints.reserve(seq.tokens.slice(0, start + n), seq.hints.sessionId)
-        : undefined;
+      // A prefill chunk ending where the prompt's last whole block ends keeps the state there, and so
+      // does a decode ending a block (the sequence's one decode checkpoint moves on to it).
+      const cps = this.checkpoints;
+      const id = !cps ? undefined : seq.inPrefill
+        ? checkpointChunk(seq.promptLength, start, n, bs).atBoundary ? cps.reserve(seq.tokens.slice(0, start + n), seq.hints.sessionId) : undefined
+        : drafted === 0 && (start + n) % bs === 0 ? cps.reserveDecode(seq.id, start + n, seq.hints.sessionId) : undefined;
+      const checkpoint = id === undefined ? undefined : { id, after: start + n };
       entries.push({
         seqId: seq.id, tokens, startPos: start, blockTable: this.tables.of(seq), sample: start + n === seq.tokens.length, prefill: seq.inPrefill,
         ...(drafted > 0 ? { draft: drafted } : {}),
@@ -271,11 +274,11 @@ export class Scheduler {
     this.inFlight = undefined;
     const bs = this.kv.blockSize;
     const out: Sequence[] = [];
-    // The step's checkpoints are written, but for sequences that failed (or were cancelled) in it.
+    // The step's checkpoints are written, but for sequences that failed (or were cancelled) in it; the
+    // others settle once their tokens are in (a decode's may have been sampled in this step).
     for (const e of plan.entries) {
-      if (e.checkpoint === undefined) continue;
-      if (this.seqs.get(e.seqId)?.abortRequested === false) this.checkpoints?.settle(e.checkpoint);
-      else this.checkpoints?.drop(e.checkpoint);
+      const seq = this.seqs.get(e.seqId);
+      if (e.checkpoint !== undefined && (!seq || seq.status !== "running" || seq.abortRequested)) this.checkpoints?.drop(e.checkpoint.id);
     }
     for (const e of plan.entries) {
       const seq = this.seqs.get(e.seqId);
@@ -321,6 +324,11 @@ export class Scheduler {
         }
         if ((this.config.role === "prefill" || seq.hints.prefillOnly) && seq.numOutput === 1) this.finish(seq.id, "prefill_done");
       }
+      if (e.checkpoint) {
+        const { id, after } = e.checkpoint;
+        if (seq.tokens.length >= after) this.checkpoints?.settle(id, seq.tokens.slice(0, after));
+        else this.checkpoints?.drop(id);
+      }
     }
     return out;
   }
@@ -361,6 +369,13 @@ export class Scheduler {
         e.blockTable = this.tables.of(seqs[i]);
       }
       e.lookahead = steps;
+      // The decode checkpoint moves to the last block the entry's steps end, if one is past its own.
+      const last = Math.floor((e.startPos + 1 + steps) / bs) * bs;
+      if (this.checkpoints && last > e.startPos + 1) {
+        const id = this.checkpoints.reserveDecode(seqs[i].id, last, seqs[i].hints.sessionId);
+        if (id !== undefined) e.checkpoint = { id, after: last };
+        else delete e.checkpoint;
+      }
     });
     return steps;
   }
@@ -388,6 +403,7 @@ export class Scheduler {
       this.kv.release(seq.blockTable.filter((_, i) => i !== tailAt), seq.hints);
     } else this.kv.release(seq.blockTable, seq.hints);
     this.swap.drop(seq);
+    this.checkpoints?.disown(id);
     seq.blockTable = [];
     seq.status = "finished";
     seq.finishReason = reason;
@@ -429,7 +445,7 @@ export class Scheduler {
     if (!plan) return;
     this.inFlight = undefined;
     for (const e of plan.entries) {
-      if (e.checkpoint !== undefined) this.checkpoints?.drop(e.checkpoint);
+      if (e.checkpoint !== undefined) this.checkpoints?.drop(e.checkpoint.id);
       this.finish(e.seqId, "abort");
     }
   }

@@ -2,9 +2,11 @@
  * Prefix reuse for models with Gated DeltaNet layers. Their state after a prefix is not in the
  * prefix's KV blocks, so a prefix-cache hit alone cannot resume a prompt. The scheduler keeps a
  * checkpoint of the state where a prompt's last whole block ends (its prefill chunk stops there: see
- * {@link checkpointChunk}), and a later prompt that begins with those tokens — an agent's next turn,
- * whose prompt holds the last one's — takes the prefix-cache hit up to the longest such checkpoint
- * and starts from a copy of it (StepEntry.restore), computing only what follows. Checkpoints are
+ * {@link checkpointChunk}), and one where a decoding sequence's last whole block ends (each sequence
+ * keeps one such, moved on a block at a time: when it ends, the state after its answer but the last
+ * block's tokens). A later prompt that begins with a checkpoint's tokens — an agent's next turn,
+ * whose prompt holds the last prompt and answer — takes the prefix-cache hit up to the longest such
+ * checkpoint and starts from a copy of it (StepEntry.restore), computing only what follows. Checkpoints are
  * matched by their tokens, compared whole. The one a new checkpoint replaces is the least worth keeping:
  * by default the least recently used; under agent-aware retention the one whose session is least
  * likely to send its next turn soon (a session waiting on a tool call keeps its checkpoint over one
@@ -14,7 +16,10 @@
 
 /** One checkpoint: the tokens its state follows, and whether its state has been written yet. */
 interface Checkpoint {
+  /** The tokens its state follows; a decoding sequence's pending one learns them when it settles. */
   tokens: readonly number[];
+  /** A decoding sequence's own checkpoint (see {@link StateCheckpoints.reserveDecode}): the sequence's id. */
+  owner?: number;
   /** The session whose prompt it follows (SequenceHints.sessionId), if any. */
   sessionId: string | undefined;
   lastUse: number;
@@ -67,8 +72,8 @@ export class StateCheckpoints {
 
   /**
    * A checkpoint id for the state after `tokens` (block-aligned), to be written after this step's
-   * forward (pending until {@link settle}): a free one, else the least recently used; undefined when
-   * one already holds exactly these tokens.
+   * forward (pending until {@link settle}): a free one, else the one least worth keeping; undefined when
+   * one already holds exactly these tokens, or when every one is pending.
    */
   reserve(tokens: readonly number[], sessionId?: string): number | undefined {
     if (tokens.length === 0 || tokens.length % this.blockSize !== 0) throw new RangeError(`A state checkpoint needs whole blocks of ${this.blockSize} tokens, got ${tokens.length}`);
@@ -77,32 +82,74 @@ export class StateCheckpoints {
       this.#entries[same]!.lastUse = ++this.#tick;
       return undefined;
     }
-    let id = this.#entries.indexOf(undefined);
-    if (id < 0) id = this.#victim();
+    const id = this.#free() ?? this.#victim();
+    if (id === undefined) return undefined;
     this.#entries[id] = { tokens: tokens.slice(), sessionId, lastUse: ++this.#tick, pending: true };
     this.taken++;
     return id;
   }
 
-  /** The checkpoint least worth keeping (written ones before pending ones), then least recently used. */
-  #victim(): number {
-    const key = (e: Checkpoint) => [e.pending ? 1 : 0, this.worth?.(e.sessionId) ?? 0, e.lastUse];
-    let best = 0;
-    let bestKey = key(this.#entries[0]!);
+  /**
+   * The written checkpoint least worth keeping, then least recently used; undefined when all are
+   * pending (each is some entry's of the step being planned, which will write it).
+   */
+  #victim(): number | undefined {
+    let best: number | undefined;
+    let bestKey: [number, number] = [Infinity, Infinity];
     this.#entries.forEach((e, i) => {
-      const k = key(e!);
-      if (k[0] < bestKey[0] || (k[0] === bestKey[0] && (k[1] < bestKey[1] || (k[1] === bestKey[1] && k[2] < bestKey[2])))) {
+      if (!e || e.pending) return;
+      const worth = this.worth?.(e.sessionId) ?? 0;
+      if (worth < bestKey[0] || (worth === bestKey[0] && e.lastUse < bestKey[1])) {
         best = i;
-        bestKey = k;
+        bestKey = [worth, e.lastUse];
       }
     });
     return best;
   }
 
-  /** The step that wrote checkpoint `id` has run: it may be restored from. */
-  settle(id: number): void {
+  /**
+   * A checkpoint id for decoding sequence `seqId`'s state after its first `length` tokens (block-aligned;
+   * some of them may be sampled in the step that writes it, so the tokens come with {@link settle}).
+   * Each sequence keeps one such: its earlier one is replaced in place, else a free id or the one least
+   * worth keeping is taken.
+   */
+  reserveDecode(seqId: number, length: number, sessionId?: string): number | undefined {
+    if (length <= 0 || length % this.blockSize !== 0) throw new RangeError(`A state checkpoint needs whole blocks of ${this.blockSize} tokens, got ${length}`);
+    const own = this.#entries.findIndex((e) => e?.owner === seqId);
+    const id = own >= 0 ? own : this.#free() ?? this.#victim();
+    if (id === undefined) return undefined;
+    this.#entries[id] = { tokens: [], owner: seqId, sessionId, lastUse: ++this.#tick, pending: true };
+    this.taken++;
+    return id;
+  }
+
+  #free(): number | undefined {
+    const id = this.#entries.indexOf(undefined);
+    return id < 0 ? undefined : id;
+  }
+
+  /** Sequence `seqId` has ended: its decode checkpoint stays, but is its own no more. */
+  disown(seqId: number): void {
+    const e = this.#entries.find((x) => x?.owner === seqId);
+    if (e) e.owner = undefined;
+  }
+
+  /**
+   * The step that wrote checkpoint `id` has run: it may be restored from. `tokens`: those its state
+   * follows, for a decode checkpoint (one already holding exactly them makes it go).
+   */
+  settle(id: number, tokens?: readonly number[]): void {
     const e = this.#entries[id];
-    if (e) e.pending = false;
+    if (!e) return;
+    if (tokens) {
+      const same = this.#entries.some((x, i) => i !== id && x !== undefined && !x.pending && x.tokens.length === tokens.length && x.tokens.every((t, j) => t === tokens[j]));
+      if (same) {
+        this.#entries[id] = undefined;
+        return;
+      }
+      e.tokens = tokens.slice();
+    }
+    e.pending = false;
   }
 
   /** Forgets checkpoint `id` (its write failed). */

@@ -95,49 +95,59 @@ test("StateSlots assigns a slot at position 0, keeps it, refuses a sequence resu
   assert.equal(slots.assign([{ seqId: 7, startPos: 0 }]).length, 1);
 });
 
-test("Engine with Gated DeltaNet layers: an agent's next turn resumes from the state checkpoint where its last prompt's whole blocks end", async () => {
-  // Blocks of 4: the first prompt's 21 tokens keep a checkpoint after 20; the next turn holds the
-  // first prompt, its output and a tool result, and computes only what follows those 20 tokens.
-  const turn1 = PROMPTS[0];
-  const e = createEngine(backend, model, { numBlocks: 64, blockSize: 4 });
-  const e0 = createEngine(backend, model, { numBlocks: 64, blockSize: 4, stateCheckpoints: 0 });
-  try {
-    const out1 = (await e.submit({ prompt: turn1, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds;
-    assert.deepEqual(out1, alone[0]);
-    assert.equal(e.checkpoints?.taken, 1);
-    const turn2 = [...turn1, ...out1, 150, 151, 152, 153, 154, 155, 156];
-    const kv = allocatePagedKv(backend, model.config, 16, 4);
-    const want = (await greedySteps(backend, uploadModel(backend, model), kv, turn2, MAX_TOKENS, Array.from({ length: 16 }, (_, i) => i))).tokens;
-    const before = e.stats().prefixHitTokens;
-    const out2 = (await e.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds;
-    assert.deepEqual(out2, want, "resumed from the checkpoint, the tokens are those of a whole prefill");
-    assert.equal(e.stats().prefixHitTokens - before, 20, "the hit reaches the checkpoint: 5 blocks of 4");
-    assert.equal(e.checkpoints?.restores, 1);
-    // The third turn: its hit runs past the second prompt's checkpoint (36) into the second answer's
-    // blocks, which the second turn computed again into the cached blocks it kept (had it released them,
-    // its own would be refused as duplicates and nothing after them cached): it resumes at 36.
-    const turn3 = [...turn2, ...out2, 160, 161, 162, 163, 164, 165, 166];
-    const kv3 = allocatePagedKv(backend, model.config, 16, 4);
-    const want3 = (await greedySteps(backend, uploadModel(backend, model), kv3, turn3, MAX_TOKENS, Array.from({ length: 16 }, (_, i) => i))).tokens;
-    const hits2 = e.stats().prefixHitTokens;
-    assert.deepEqual((await e.submit({ prompt: turn3, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds, want3);
-    assert.equal(e.stats().prefixHitTokens - hits2, 36, "resumed where the second prompt's whole blocks end");
-    // Without checkpoints nothing is reused, and the tokens are the same.
-    const plain = (await e0.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds;
-    assert.deepEqual(plain, want);
-    assert.equal(e0.stats().prefixHitTokens, 0);
-    // A prompt that leaves the first one's tokens early finds no checkpoint: no hit, still right.
-    const other = [...turn1.slice(0, 10), 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3];
-    const kv2 = allocatePagedKv(backend, model.config, 16, 4);
-    const wantOther = (await greedySteps(backend, uploadModel(backend, model), kv2, other, MAX_TOKENS, Array.from({ length: 16 }, (_, i) => i))).tokens;
-    const hits = e.stats().prefixHitTokens;
-    assert.deepEqual((await e.submit({ prompt: other, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds, wantOther);
-    assert.equal(e.stats().prefixHitTokens, hits, "blocks cached but no checkpoint among them: nothing taken");
-  } finally {
-    await e.stop();
-    await e0.stop();
-  }
-});
+/** The greedy tokens of `prompt` from a lone forward. */
+async function loneGreedy(prompt: number[]): Promise<number[]> {
+  const kv = allocatePagedKv(backend, model.config, 24, 4);
+  return (await greedySteps(backend, uploadModel(backend, model), kv, prompt, MAX_TOKENS, Array.from({ length: 24 }, (_, i) => i))).tokens;
+}
+
+for (const schedulerSteps of [1, 3]) {
+  test(`Engine with Gated DeltaNet layers: an agent's next turn resumes from the state checkpoint where its last answer's whole blocks end (${schedulerSteps === 1 ? "one-step" : "multi-step"} decoding)`, async () => {
+    // Blocks of 4: the first prompt's 21 tokens keep a checkpoint after 20, and its decodes one that
+    // moves on a block at a time: 30 tokens computed (the last sampled is never fed), the last after 28.
+    // The next turn holds the first prompt, its output and a tool result, and computes only what
+    // follows those 28 tokens. Three look-ahead steps a group cross blocks inside groups.
+    const turn1 = PROMPTS[0];
+    const e = createEngine(backend, model, { numBlocks: 64, blockSize: 4, schedulerSteps });
+    const e0 = createEngine(backend, model, { numBlocks: 64, blockSize: 4, stateCheckpoints: 0, schedulerSteps });
+    try {
+      const out1 = (await e.submit({ prompt: turn1, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds;
+      assert.deepEqual(out1, alone[0]);
+      assert.equal(e.checkpoints?.size, 2, "the prompt's checkpoint and the answer's");
+      const turn2 = [...turn1, ...out1, 150, 151, 152, 153, 154, 155, 156];
+      const want = await loneGreedy(turn2);
+      const before = e.stats().prefixHitTokens;
+      const out2 = (await e.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds;
+      assert.deepEqual(out2, want, "resumed from the checkpoint, the tokens are those of a whole prefill");
+      assert.equal(e.stats().prefixHitTokens - before, 28, "the hit reaches the answer's checkpoint: 7 blocks of 4");
+      assert.equal(e.checkpoints?.restores, 1);
+      // The third turn: the second computed 47 tokens (again into the cached blocks it kept past 28:
+      // had it released them, its own would be refused as duplicates and nothing after them cached).
+      const turn3 = [...turn2, ...out2, 160, 161, 162, 163, 164, 165, 166];
+      const want3 = await loneGreedy(turn3);
+      const hits2 = e.stats().prefixHitTokens;
+      assert.deepEqual((await e.submit({ prompt: turn3, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds, want3);
+      assert.equal(e.stats().prefixHitTokens - hits2, 44, "resumed where the second answer's whole blocks end");
+      // A prompt that repeats the second turn's prompt but not its answer resumes at its prompt's checkpoint (36).
+      const retry = [...turn2, 170, 171];
+      const hits3 = e.stats().prefixHitTokens;
+      assert.deepEqual((await e.submit({ prompt: retry, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds, await loneGreedy(retry));
+      assert.equal(e.stats().prefixHitTokens - hits3, 36);
+      // Without checkpoints nothing is reused, and the tokens are the same.
+      const plain = (await e0.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds;
+      assert.deepEqual(plain, want);
+      assert.equal(e0.stats().prefixHitTokens, 0);
+      // A prompt that leaves the first one's tokens early finds no checkpoint: no hit, still right.
+      const other = [...turn1.slice(0, 10), 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3];
+      const hits = e.stats().prefixHitTokens;
+      assert.deepEqual((await e.submit({ prompt: other, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result).tokenIds, await loneGreedy(other));
+      assert.equal(e.stats().prefixHitTokens, hits, "blocks cached but no checkpoint among them: nothing taken");
+    } finally {
+      await e.stop();
+      await e0.stop();
+    }
+  });
+}
 
 test("StateCheckpoints matches whole tokens, keeps pending ones out until settled, and evicts the least recently used", () => {
   const cps = new StateCheckpoints(2, 4);
@@ -159,6 +169,35 @@ test("StateCheckpoints matches whole tokens, keeps pending ones out until settle
   assert.deepEqual(checkpointChunk(21, 20, 1, 4), { n: 1, atBoundary: false });
   assert.deepEqual(checkpointChunk(21, 8, 12, 4), { n: 12, atBoundary: true });
   assert.deepEqual(checkpointChunk(3, 0, 3, 4), { n: 3, atBoundary: false });
+});
+
+test("StateCheckpoints.reserveDecode() keeps one checkpoint per decoding sequence, learns its tokens when settled, and never takes a pending one", () => {
+  const cps = new StateCheckpoints(2, 4);
+  const p = cps.reserve([1, 2, 3, 4])!;
+  cps.settle(p);
+  const d = cps.reserveDecode(7, 8)!;
+  assert.notEqual(d, p);
+  assert.equal(cps.longest([1, 2, 3, 4, 5, 6, 7, 8, 9], 8)?.id, p, "pending: its tokens are not known yet");
+  cps.settle(d, [1, 2, 3, 4, 5, 6, 7, 8]);
+  assert.deepEqual(cps.longest([1, 2, 3, 4, 5, 6, 7, 8, 9], 8), { id: d, length: 8 });
+  // The sequence's next block: the same checkpoint moves on, the prompt's stays.
+  assert.equal(cps.reserveDecode(7, 12), d);
+  cps.settle(d, [1, 2, 3, 4, 5, 6, 7, 8, 5, 5, 5, 5]);
+  assert.equal(cps.longest([1, 2, 3, 4, 5, 6, 7, 8, 9], 8)?.id, p);
+  assert.equal(cps.longest([1, 2, 3, 4, 5, 6, 7, 8, 5, 5, 5, 5, 0], 12)?.id, d);
+  // Once the sequence has ended, its checkpoint is one like any other: a new one takes the least recently used.
+  cps.disown(7);
+  const e = cps.reserveDecode(7, 4)!;
+  assert.equal(e, p);
+  // Every checkpoint pending (both written in the step being planned): no room, nothing shared.
+  assert.equal(cps.reserveDecode(8, 4), d, "the written one goes");
+  assert.equal(cps.reserveDecode(9, 4), undefined);
+  assert.equal(cps.reserve([6, 6, 6, 6]), undefined);
+  // A settled decode checkpoint whose tokens another holds already goes.
+  cps.settle(e, [3, 3, 3, 3]);
+  cps.settle(d, [3, 3, 3, 3]);
+  assert.equal(cps.size, 1);
+  assert.throws(() => cps.reserveDecode(3, 6), /A state checkpoint needs whole blocks of 4 tokens, got 6/);
 });
 
 test("createEngine() sizes a Gated DeltaNet model's KV blocks after its state, and refuses a budget the state would mostly take", () => {
@@ -200,19 +239,20 @@ test("StateCheckpoints makes room by worth first (a session waiting on a tool ke
 test("Engine with Gated DeltaNet layers keeps the checkpoint of a session waiting on a tool over one that answered (agent-aware retention)", async () => {
   const prompts = [PROMPTS[0], PROMPTS[2], [...PROMPTS[2].slice(0, 3), ...PROMPTS[0].slice(3)]];
   const run = async (kvRetention: "agent" | "lru") => {
-    const e = createEngine(backend, model, { numBlocks: 64, blockSize: 4, stateCheckpoints: 2, scheduler: { maxRunning: 2 }, kvRetention });
+    // Each turn keeps two checkpoints (its prompt's and its answer's) in a room of three.
+    const e = createEngine(backend, model, { numBlocks: 64, blockSize: 4, stateCheckpoints: 3, scheduler: { maxRunning: 2 }, kvRetention });
     try {
       const turn = (prompt: number[], sessionId: string) => e.submit({ prompt, maxTokens: 4, temperature: 0, ignoreEos: true, sessionId }).result;
       const first = await turn(prompts[0], "s1");
       e.markToolWait("s1", "grep"); // s1's turn ended in a tool call: it will be back
       await turn(prompts[1], "s2"); // s2 answered
-      await turn(prompts[2], "s3"); // a third checkpoint: one of the two goes
+      await turn(prompts[2], "s3"); // a third session: two of the others' checkpoints go
       const next = await turn([...prompts[0], ...first.tokenIds, 7, 8, 9], "s1");
       return next.cachedTokens;
     } finally {
       await e.stop();
     }
   };
-  assert.equal(await run("agent"), 20, "s1's checkpoint was kept: its next turn resumes after 20 tokens");
+  assert.equal(await run("agent"), 24, "s1's checkpoint was kept: its next turn resumes after its answer's 24 tokens");
   assert.equal(await run("lru"), 0, "least recently used, s1's checkpoint went first");
 });
