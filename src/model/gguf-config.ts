@@ -151,7 +151,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...(architecture === "smollm3" ? { nopeLayers: nopeEvery(numLayers, SMOLLM3_NOPE_INTERVAL) } : {}),
     ...(architecture === "granite" ? ggufGranite(meta, arch, path) : {}),
     // After qkNorm: Qwen3.5's first layer, which the check reads, is a DeltaNet layer without q/k norms.
-    ...(architecture === "qwen35" || architecture === "qwen35moe" ? ggufQwen35(meta, arch, numLayers, path) : {}),
+    ...(architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" ? ggufQwen35(meta, arch, numLayers, path) : {}),
     // EXAONE 4: OLMo 2's norms with per-head q/k norms; its global layers (the 32B's every fourth) turn nothing.
     ...(architecture === "exaone4" ? { noPreNorms: true, postNorms: true, ...(slidingWindow ? { nopeLayers: slidingWindow.layers.map((s) => !s) } : {}) } : {}),
     // OLMo 2: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection.

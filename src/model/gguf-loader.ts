@@ -18,6 +18,7 @@ import { splittingKvB } from "./mla-weights.ts";
 import { assembleWeights, checkLastExpert, type LoadOptions } from "./weights.ts";
 import { EXPERT, stackingExperts } from "./expert-stack.ts";
 import { longRopeFields, ropeMagnitude, splittingPhi3Fused } from "./phi3.ts";
+import { GGUF_QWEN3NEXT_FUSED, splittingQwen3NextFused } from "./qwen3next.ts";
 
 export { ggufConfig } from "./gguf-config.ts";
 export { ggufTokenizer } from "./gguf-tokenizer.ts";
@@ -98,6 +99,9 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
     if (config.architecture === "phi3") {
       const rowsOf = (n: string) => infos.get(n)?.shape[0];
       tensors = splittingPhi3Fused(tensors, config, names, { qkv: (i) => `blk.${i}.attn_qkv.weight`, gateUp: (i) => names.layer(i, "wUp") }, rowsOf, path);
+    }
+    if (config.architecture === "qwen3next" && config.deltaNet) {
+      tensors = splittingQwen3NextFused(tensors, config.deltaNet, names, GGUF_QWEN3NEXT_FUSED, (n) => infos.get(n)?.shape[0], path);
     }
     const weights = await assembleWeights(config, tensors, names, path, options);
     const template = header.metadata.get("tokenizer.chat_template")?.value;

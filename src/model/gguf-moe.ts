@@ -8,7 +8,7 @@ import { GGUF_LAYER_NAMES } from "./gguf-names.ts";
 import { gptOssMoe } from "./gguf-gpt-oss.ts";
 
 /** Architectures whose every file has experts. */
-const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "qwen35moe"];
+const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "qwen35moe", "qwen3next"];
 
 /**
  * The experts of a Mixtral (`llama` with `llama.expert_count`), Qwen2-MoE, Qwen3-MoE or GLM-4.5 file,
@@ -45,7 +45,8 @@ export function ggufMoe(meta: GgufMetadata, arch: string, has: (tensor: string) 
   }
   switch (arch) {
     case "qwen35moe":
-      // Qwen3.5's experts: Qwen2-MoE's sigmoid-gated shared expert, the chosen experts' weights renormalised.
+    case "qwen3next":
+      // Qwen3.5's (and Qwen3-Next's) experts: Qwen2-MoE's sigmoid-gated shared expert, the chosen experts' weights renormalised.
       return {
         ...plainMoe(numExperts, numExpertsUsed, true),
         routedScale,

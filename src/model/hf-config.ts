@@ -34,6 +34,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Exaone4ForCausalLM: "exaone4",
   Qwen3_5ForCausalLM: "qwen35",
   Qwen3_5MoeForCausalLM: "qwen35moe",
+  Qwen3NextForCausalLM: "qwen3next",
   MixtralForCausalLM: "llama",
   // config.json's model_type, for files without `architectures`
   qwen2_moe: "qwen2moe",
@@ -52,6 +53,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   exaone4: "exaone4",
   qwen3_5_text: "qwen35",
   qwen3_5_moe_text: "qwen35moe",
+  qwen3_next: "qwen3next",
   mixtral: "llama",
 };
 
@@ -119,11 +121,11 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     // OLMo 2 and 3: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection; OLMo 3's three layers of four slide.
     ...(architecture === "olmo2" ? { noPreNorms: true, postNorms: true, qkNormPerRow: true, ...hfSlidingWindow(cfg, numLayers, path, (i) => i % 4 < 3) } : {}),
     ...(architecture === "exaone4" ? hfExaone4(cfg, numLayers, path) : {}),
-    ...(architecture === "qwen35" || architecture === "qwen35moe" ? hfQwen35(cfg, numLayers, path) : {}),
+    ...(architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" ? hfQwen35(cfg, numLayers, path) : {}),
     contextLength,
     tiedEmbeddings: hfTiedEmbeddings(cfg, architecture, path),
     qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
-    qkNorm: architecture === "qwen3" || architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3moe" || architecture === "gemma3" || architecture === "olmo2" || architecture === "exaone4" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
+    qkNorm: architecture === "qwen3" || architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" || architecture === "qwen3moe" || architecture === "gemma3" || architecture === "olmo2" || architecture === "exaone4" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
     bosTokenId: bos,
     eosTokenIds,
     addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",
@@ -168,7 +170,7 @@ function hfMoe(cfg: Json, archName: string, architecture: Architecture, path: st
   const mixtral = archName === "MixtralForCausalLM" || archName === "mixtral";
   // GLM-4.5's experts are DeepSeek V3's design, with transformers' Glm4MoeConfig defaults.
   if (architecture === "glm4moe") return hfDeepseekMoe(cfg, path, GLM4_MOE_DEFAULTS);
-  if (!mixtral && architecture !== "qwen2moe" && architecture !== "qwen3moe" && architecture !== "qwen35moe") return undefined;
+  if (!mixtral && architecture !== "qwen2moe" && architecture !== "qwen3moe" && architecture !== "qwen35moe" && architecture !== "qwen3next") return undefined;
   const numExperts = num(cfg, mixtral ? "num_local_experts" : "num_experts", path);
   const numExpertsUsed = num(cfg, "num_experts_per_tok", path);
   if (!Number.isInteger(numExpertsUsed) || numExpertsUsed < 1 || numExpertsUsed > numExperts) {
@@ -181,9 +183,10 @@ function hfMoe(cfg: Json, archName: string, architecture: Architecture, path: st
   }
   // Mixtral always renormalises (softmax over the chosen logits); Qwen2- and Qwen3-MoE per their
   // config (transformers' default false; true in every released Qwen3-MoE, false in Qwen2-MoE's).
-  // Qwen3.5-MoE's config leaves it out: transformers' Qwen3_5MoeTextConfig renormalises.
+  // Qwen3.5-MoE's config leaves it out: transformers' Qwen3_5MoeTextConfig renormalises. (Qwen3-Next's
+  // sets it true, as llama.cpp runs it whatever the file says.)
   const moe = plainMoe(numExperts, numExpertsUsed, mixtral || cfg.norm_topk_prob === true || (architecture === "qwen35moe" && cfg.norm_topk_prob !== false));
-  if (architecture !== "qwen2moe" && architecture !== "qwen35moe") return moe;
+  if (architecture !== "qwen2moe" && architecture !== "qwen35moe" && architecture !== "qwen3next") return moe;
   return { ...moe, sharedIntermediateSize: num(cfg, "shared_expert_intermediate_size", path), sharedGate: true };
 }
 

@@ -29,6 +29,7 @@ export const HF_TIE_WORD_EMBEDDINGS: Readonly<Record<Architecture, boolean>> = {
   gemma2: true,
   qwen35: false,
   qwen35moe: false,
+  qwen3next: false,
 };
 
 /** Whether the output projection is the token embedding: config.json's boolean, else the architecture's default; anything else is an error quoting it. */

@@ -10,6 +10,7 @@ import { hfConfig } from "./hf-config.ts";
 import { openShards, readJson } from "./hf-files.ts";
 import { HF_KV_B, HF_TENSOR_NAMES, hfTensorNames, prefixed } from "./hf-names.ts";
 import { fusedQwenExperts, hfTextModel, qwen35HfTensors } from "./hf-qwen35.ts";
+import { hfQwen3NextFused, splittingQwen3NextFused } from "./qwen3next.ts";
 import { appendedToken, chatTemplate, tokenString } from "./hf-tokenizer-config.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { gptOssExperts } from "./hf-gpt-oss.ts";
@@ -73,7 +74,7 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     const moe = config.moe;
     const names = prefixed(hfTensorNames(config), prefix);
     // Qwen3.5-MoE's experts may be fused per layer (hf-qwen35.ts), with no per-expert names to check.
-    const fused = config.architecture === "qwen35moe";
+    const fused = config.architecture === "qwen35moe" || config.architecture === "qwen3next";
     if (moe && config.architecture !== "gpt-oss" && !fused) checkLastExpert(names, moe, (n) => index.has(n), dir);
     let tensors = !moe ? stored : config.architecture === "gpt-oss" ? gptOssExperts(stored, raw, dir) : stackingExperts(stored, moe.numExperts, dir);
     if (fused) tensors = fusedQwenExperts(tensors, stored);
@@ -83,6 +84,9 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     if (config.architecture === "phi3") {
       const fused = { qkv: (i: number) => `model.layers.${i}.self_attn.qkv_proj.weight`, gateUp: (i: number) => `model.layers.${i}.mlp.gate_up_proj.weight` };
       tensors = splittingPhi3Fused(tensors, config, names, fused, (n) => index.get(n)?.[1].shape[0], dir);
+    }
+    if (config.architecture === "qwen3next" && config.deltaNet) {
+      tensors = splittingQwen3NextFused(tensors, config.deltaNet, names, hfQwen3NextFused(prefix), (n) => index.get(n)?.[1].shape[0], dir);
     }
     checkOutputHead(config.tiedEmbeddings, cfg, config.architecture, names.output, (n) => index.has(n), dir);
     const assembled = await assembleWeights(config, tensors, names, dir, withLoadNote(options, fp8 ? fp8Note(index, fp8, options) : undefined));

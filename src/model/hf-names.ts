@@ -70,7 +70,7 @@ const QWEN_EXPERTS: Partial<Record<LayerRole, string>> = {
 };
 
 /** Per-expert names of an MoE layer, stacked on load (expert-stack.ts), and each family's other MoE names. */
-const EXPERT_NAMES: Record<"qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "mixtral" | "qwen35moe", Partial<Record<LayerRole, string>>> = {
+const EXPERT_NAMES: Record<"qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "mixtral" | "qwen35moe" | "qwen3next", Partial<Record<LayerRole, string>>> = {
   qwen2moe: {
     ...QWEN_EXPERTS,
     wGateShared: "mlp.shared_expert.gate_proj.weight",
@@ -79,6 +79,12 @@ const EXPERT_NAMES: Record<"qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "
   },
   qwen3moe: QWEN_EXPERTS,
   qwen35moe: {
+    ...QWEN_EXPERTS,
+    wGateShared: "mlp.shared_expert.gate_proj.weight",
+    wUpShared: "mlp.shared_expert.up_proj.weight",
+    wDownShared: "mlp.shared_expert.down_proj.weight",
+  },
+  qwen3next: {
     ...QWEN_EXPERTS,
     wGateShared: "mlp.shared_expert.gate_proj.weight",
     wUpShared: "mlp.shared_expert.up_proj.weight",
@@ -112,7 +118,7 @@ const GEMMA3_TENSOR_NAMES: TensorNames = {
 function moeTensorNames(config: ModelConfig): TensorNames {
   const a = config.architecture;
   if (a === "gpt-oss") return { ...HF_TENSOR_NAMES, layer: (i, role) => `model.layers.${i}.${GPT_OSS_NAMES[role] ?? LAYER_NAMES[role]}` };
-  const experts = EXPERT_NAMES[a === "qwen2moe" || a === "qwen3moe" || a === "glm4moe" || a === "deepseek2" || a === "qwen35moe" ? a : "mixtral"];
+  const experts = EXPERT_NAMES[a === "qwen2moe" || a === "qwen3moe" || a === "glm4moe" || a === "deepseek2" || a === "qwen35moe" || a === "qwen3next" ? a : "mixtral"];
   // DeepSeek's q up-projection follows its low-rank bottleneck.
   const own: Partial<Record<LayerRole, string>> = config.mla && config.mla.qLoraRank > 0 ? { wq: "self_attn.q_b_proj.weight" } : {};
   return {

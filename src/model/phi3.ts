@@ -16,9 +16,10 @@
  * disables it for this architecture (its converters do not say which layers slide), and so do we, to
  * run what it runs.
  */
-import { type HostTensor, type ModelConfig, ModelLoadError } from "./config.ts";
+import { type ModelConfig, ModelLoadError } from "./config.ts";
 import { isJsonObject, type Json } from "./hf-json.ts";
 import { checkFreqFactors } from "./rope-scaling.ts";
+import { type FusedPart, splittingFused } from "./fused-rows.ts";
 import type { TensorNames, TensorSource } from "./weights.ts";
 
 /** What LongRoPE needs at load: both factor sets, the context they switch at, and the magnitude factor. */
@@ -103,23 +104,6 @@ export function hfLongRope(cfg: Json, contextLength: number, rotaryDim: number, 
   );
 }
 
-/** Where each plain role's rows lie in a fused tensor. */
-interface FusedPart {
-  fused: string;
-  firstRow: number;
-  rows: number;
-}
-
-/** Rows `first..first+count-1` of a matrix (any storage: a row of a block format is whole blocks). */
-function sliceRows(t: HostTensor, first: number, count: number, name: string, path: string): HostTensor {
-  const rows = t.shape[0];
-  if (t.shape.length !== 2 || first + count > rows || t.data.byteLength % rows !== 0) {
-    throw new ModelLoadError(`Tensor "${t.name}" in "${path}" has shape [${t.shape.join(", ")}]; cannot take rows ${first} to ${first + count - 1} of it for "${name}"`);
-  }
-  const rowBytes = t.data.byteLength / rows;
-  return { name, shape: [count, t.shape[1]], dtype: t.dtype, data: t.data.subarray(first * rowBytes, (first + count) * rowBytes) };
-}
-
 /** The shape a fused Phi-3 checkpoint declares, for cutting its fused tensors. */
 export interface Phi3Shape {
   numLayers: number;
@@ -151,33 +135,15 @@ export function splittingPhi3Fused(
   for (let i = 0; i < shape.numLayers; i++) {
     const qkv = fusedNames.qkv(i);
     if (!source.has(names.layer(i, "wq")) && source.has(qkv)) {
-      parts.set(names.layer(i, "wq"), { fused: qkv, firstRow: 0, rows: q });
-      parts.set(names.layer(i, "wk"), { fused: qkv, firstRow: q, rows: kv });
-      parts.set(names.layer(i, "wv"), { fused: qkv, firstRow: q + kv, rows: kv });
+      parts.set(names.layer(i, "wq"), { fused: qkv, ranges: [[0, q]] });
+      parts.set(names.layer(i, "wk"), { fused: qkv, ranges: [[q, kv]] });
+      parts.set(names.layer(i, "wv"), { fused: qkv, ranges: [[q + kv, kv]] });
     }
     const gateUp = fusedNames.gateUp(i);
     if (!source.has(names.layer(i, "wGate")) && source.has(gateUp) && rowsOf(gateUp) === 2 * ffn) {
-      parts.set(names.layer(i, "wGate"), { fused: gateUp, firstRow: 0, rows: ffn });
-      parts.set(names.layer(i, "wUp"), { fused: gateUp, firstRow: ffn, rows: ffn });
+      parts.set(names.layer(i, "wGate"), { fused: gateUp, ranges: [[0, ffn]] });
+      parts.set(names.layer(i, "wUp"), { fused: gateUp, ranges: [[ffn, ffn]] });
     }
   }
-  let last: { name: string; tensor: Promise<HostTensor> } | undefined;
-  const readFused = (name: string) => {
-    if (last?.name !== name) last = { name, tensor: source.read(name) };
-    return last.tensor;
-  };
-  return {
-    has: (name) => parts.has(name) || source.has(name),
-    byteLength: (name) => {
-      const p = parts.get(name);
-      if (!p) return source.byteLength(name);
-      const rows = rowsOf(p.fused) ?? 1;
-      return Math.ceil((source.byteLength(p.fused) * p.rows) / rows);
-    },
-    async read(name) {
-      const p = parts.get(name);
-      if (!p) return source.read(name);
-      return sliceRows(await readFused(p.fused), p.firstRow, p.rows, name, path);
-    },
-  };
+  return splittingFused(source, parts, rowsOf, path);
 }

@@ -6,7 +6,8 @@
  * quarter of each head). Its multimodal RoPE sections turn text alike: every section takes the token's
  * position, so the rotation is NeoX's over `rope.dimension_count` dims. Qwen3.5-MoE (`qwen35moe`)
  * has Qwen2-MoE's experts with a sigmoid-gated shared expert, renormalised (gguf-moe.ts). Hugging
- * Face checkpoints: hf-qwen35.ts.
+ * Face checkpoints: hf-qwen35.ts. Qwen3-Next (`qwen3next`) is Qwen3.5-MoE's text model before it, with
+ * fused input projections (qwen3next.ts).
  */
 import type { DeltaNetConfig, ModelConfig } from "./config.ts";
 import { ModelLoadError } from "./config.ts";
@@ -43,7 +44,8 @@ function size(meta: GgufMetadata, key: string, path: string, fallback?: number):
  * A qwen35 GGUF's Gated DeltaNet geometry, as llama.cpp reads it: `ssm.group_count` key heads of
  * `ssm.state_size` dims, `ssm.time_step_rank` value heads sharing `ssm.inner_size`, a convolution of
  * `ssm.conv_kernel`; the recurrent layers from `attention.recurrent_layers` or, absent, all but every
- * `full_attention_interval`-th (4). The converter lays value heads out tiled over the key heads.
+ * `full_attention_interval`-th (4). Qwen3.5's converter lays value heads out tiled over the key heads,
+ * Qwen3-Next's leaves them grouped by key head.
  */
 export function ggufQwen35(meta: GgufMetadata, arch: string, numLayers: number, path: string): Qwen35Fields {
   const numKHeads = size(meta, `${arch}.ssm.group_count`, path);
@@ -70,7 +72,8 @@ export function ggufQwen35(meta: GgufMetadata, arch: string, numLayers: number, 
     headKDim,
     headVDim: inner / numVHeads,
     convKernel: size(meta, `${arch}.ssm.conv_kernel`, path),
-    vHeadOrder: "tiled",
+    // Qwen3-Next's converter keeps Hugging Face's grouped order (qwen3next.ts).
+    vHeadOrder: arch === "qwen3next" ? "grouped" : "tiled",
   };
   return { deltaNet, attnOutputGate: true, qkNorm: true };
 }

@@ -18,6 +18,7 @@ import { gptOssHfConfig, gptOssHfTensors } from "./gpt-oss-files.ts";
 import { fusePhi3Gguf, fusePhi3Hf, phi3GgufMetadata, phi3HfConfig, phi3Vocab, TEST_CONTEXT } from "./phi3-files.ts";
 import { randomIqTensor } from "./iq-blocks.ts";
 import { qwen35GgufMetadata, qwen35GgufPart, qwen35HfCheckpoint, qwen35HfConfig, qwen35HfLayer } from "./qwen35-files.ts";
+import { qwen3nextGgufMetadata, qwen3nextGgufParts } from "./qwen3next-files.ts";
 import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 
@@ -84,7 +85,7 @@ export interface ModelFileSpec {
   /** Granite's four multipliers (GGUF `embedding_scale`, `attention.scale`, `residual_scale`, `logit_scale`; HF `*_multiplier`, `logits_scaling`). */
   granite?: { embedding: number; attention: number; residual: number; logit: number };
   /** Qwen3.5's Gated DeltaNet layers (qwen35-files.ts): all but every `interval`-th; key and value heads of `dim` each, a convolution of `conv`. */
-  deltaNet?: { kHeads: number; vHeads: number; dim: number; conv: number; interval: number; unwrapped?: boolean; fusedExperts?: boolean };
+  deltaNet?: { kHeads: number; vHeads: number; dim: number; conv: number; interval: number; unwrapped?: boolean; fusedExperts?: boolean; legacySsmIn?: boolean };
 }
 
 /** The RoPE base a spec's files declare. */
@@ -307,9 +308,10 @@ function ggufTensors(
   const out: { name: string; shape: number[]; values: Float32Array; hf: string }[] = [];
   const stacks = new Map<string, { shape: number[]; parts: Float32Array[]; hf: string }>();
   for (const [hf, { shape, values }] of weights) {
-    const own = spec.deltaNet ? qwen35GgufPart(spec, hf, shape, values) : undefined;
+    const next = spec.architecture === "qwen3next" ? qwen3nextGgufParts(spec, hf, shape, values) : undefined;
+    const own = next ?? (spec.deltaNet ? qwen35GgufPart(spec, hf, shape, values) : undefined);
     if (own) {
-      out.push(own);
+      out.push(...(Array.isArray(own) ? own : [own]));
       continue;
     }
     const part = EXPERT_PART.exec(hf);
@@ -361,7 +363,7 @@ function ggufName(spec: ModelFileSpec, hf: string): string {
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
   if (!m || !GGUF_LAYER[m[2]]) throw new Error(`No GGUF name for ${hf}`);
   // GLM-4.5's converter names the pre-feed-forward norm after HF's; Gemma's is the attention's post-norm.
-  if (["glm4moe", "gpt-oss", "gemma3", "gemma2", "olmo2", "exaone4", "qwen35", "qwen35moe"].includes(spec.architecture) && m[2] === "post_attention_layernorm.weight") {
+  if (["glm4moe", "gpt-oss", "gemma3", "gemma2", "olmo2", "exaone4", "qwen35", "qwen35moe", "qwen3next"].includes(spec.architecture) && m[2] === "post_attention_layernorm.weight") {
     return `blk.${m[1]}.post_attention_norm.weight`;
   }
   return `blk.${m[1]}.${GGUF_LAYER[m[2]]}`;
@@ -408,7 +410,9 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     // MoE files carry a dense width too; a loader that read it would size the experts wrong.
     if (a !== "llama") meta.push([`${a}.expert_feed_forward_length`, gguf.u32(spec.ffn)]);
     const shared = spec.experts.sharedFfn ?? 0;
-    if (a === "qwen2moe" || a === "qwen35moe") meta.push([`${a}.expert_shared_feed_forward_length`, gguf.u32(a === "qwen35moe" ? spec.experts.sharedFfn ?? spec.ffn : shared)]);
+    if (a === "qwen2moe" || a === "qwen35moe" || a === "qwen3next") {
+      meta.push([`${a}.expert_shared_feed_forward_length`, gguf.u32(a === "qwen2moe" ? shared : spec.experts.sharedFfn ?? spec.ffn)]);
+    }
     if (a === "glm4moe" || a === "deepseek2") {
       // As convert_hf_to_gguf.py writes GLM-4.5 and DeepSeek V3 (gating 2 = sigmoid).
       meta.push(
@@ -424,6 +428,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   if (spec.slidingWindow) meta.push([`${a}.attention.sliding_window`, gguf.u32(spec.slidingWindow)]);
   if (a === "phi3") meta.push(...phi3GgufMetadata(spec));
   if (a === "qwen35" || a === "qwen35moe") meta.push(...qwen35GgufMetadata(spec));
+  if (a === "qwen3next") meta.push(...qwen3nextGgufMetadata(spec));
   if (a === "gemma2" && spec.softcaps) meta.push([`${a}.attn_logit_softcapping`, gguf.f32(spec.softcaps.attn)], [`${a}.final_logit_softcapping`, gguf.f32(spec.softcaps.final)]);
   const gr = spec.granite;
   if (gr) {
@@ -569,6 +574,11 @@ function hfExpertConfig(spec: ModelFileSpec): Record<string, unknown> {
     case "qwen35moe":
       // Qwen3_5MoeTextConfig: no norm_topk_prob (renormalised), no sparse-step keys.
       return { num_experts: e.count, ...used, moe_intermediate_size: spec.ffn, shared_expert_intermediate_size: e.sharedFfn ?? spec.ffn };
+    case "qwen3next":
+      return {
+        num_experts: e.count, ...used, moe_intermediate_size: spec.ffn, shared_expert_intermediate_size: e.sharedFfn ?? spec.ffn, norm_topk_prob: true,
+        decoder_sparse_step: 1, mlp_only_layers: [],
+      };
     default:
       return {
         num_experts: e.count, ...used, moe_intermediate_size: spec.ffn,
@@ -633,6 +643,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     gemma2: ["Gemma2ForCausalLM", "gemma2"],
     qwen35: ["Qwen3_5ForCausalLM", "qwen3_5_text"],
     qwen35moe: ["Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"],
+    qwen3next: ["Qwen3NextForCausalLM", "qwen3_next"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {

@@ -13,7 +13,7 @@ import { GgufType } from "../../src/model/gguf-types.ts";
 import type { ModelFileSpec } from "./model-files.ts";
 
 /** A tensor on its way into a test GGUF. */
-interface GgufPart {
+export interface GgufPart {
   name: string;
   shape: number[];
   values: Float32Array;
@@ -37,11 +37,17 @@ export function qwen35HfLayer(spec: ModelFileSpec, i: number, put: (name: string
     const keys = d.kHeads * d.dim;
     const values = d.vHeads * d.dim;
     const a = p + "linear_attn.";
-    put(a + "in_proj_qkv.weight", [2 * keys + values, hidden], 1 / Math.sqrt(hidden));
-    put(a + "in_proj_z.weight", [values, hidden], 1 / Math.sqrt(hidden));
-    // Beta's and alpha's projections sharp enough that the gates differ token to token.
-    put(a + "in_proj_b.weight", [d.vHeads, hidden], 3 / Math.sqrt(hidden));
-    put(a + "in_proj_a.weight", [d.vHeads, hidden], 3 / Math.sqrt(hidden));
+    if (spec.architecture === "qwen3next") {
+      // Qwen3-Next fuses them per key head (qwen3next-files.ts).
+      put(a + "in_proj_qkvz.weight", [2 * keys + 2 * values, hidden], 1 / Math.sqrt(hidden));
+      put(a + "in_proj_ba.weight", [2 * d.vHeads, hidden], 3 / Math.sqrt(hidden));
+    } else {
+      put(a + "in_proj_qkv.weight", [2 * keys + values, hidden], 1 / Math.sqrt(hidden));
+      put(a + "in_proj_z.weight", [values, hidden], 1 / Math.sqrt(hidden));
+      // Beta's and alpha's projections sharp enough that the gates differ token to token.
+      put(a + "in_proj_b.weight", [d.vHeads, hidden], 3 / Math.sqrt(hidden));
+      put(a + "in_proj_a.weight", [d.vHeads, hidden], 3 / Math.sqrt(hidden));
+    }
     put(a + "conv1d.weight", [2 * keys + values, 1, d.conv], 0.6);
     put(a + "dt_bias", [d.vHeads], 1);
     put(a + "A_log", [d.vHeads], 1);
@@ -60,6 +66,8 @@ export function qwen35HfLayer(spec: ModelFileSpec, i: number, put: (name: string
 /** Blocks of `width` along a row range: value heads from grouped (by key head) to tiled order (the converter's `_reorder_v_heads`). */
 function tileHeads(values: Float32Array, rows: number, cols: number, from: number, spec: ModelFileSpec, width: number, alongColumns: boolean): Float32Array {
   const d = spec.deltaNet!;
+  // Qwen3-Next's converter leaves them grouped.
+  if (spec.architecture === "qwen3next") return values;
   const per = d.vHeads / d.kHeads;
   const out = new Float32Array(values);
   for (let k = 0; k < d.kHeads; k++) {
@@ -152,8 +160,10 @@ export function qwen35HfConfig(spec: ModelFileSpec): Record<string, unknown> {
     linear_key_head_dim: d.dim,
     linear_value_head_dim: d.dim,
     linear_conv_kernel_dim: d.conv,
-    layer_types: Array.from({ length: spec.layers }, (_, i) => (isLinearLayer(spec, i) ? "linear_attention" : "full_attention")),
-    attn_output_gate: true,
+    // Qwen3NextConfig: an interval (its layer_types derive from it), the output gate implied.
+    ...(spec.architecture === "qwen3next"
+      ? { full_attention_interval: d.interval }
+      : { layer_types: Array.from({ length: spec.layers }, (_, i) => (isLinearLayer(spec, i) ? "linear_attention" : "full_attention")), attn_output_gate: true }),
   };
 }
 
@@ -165,7 +175,8 @@ export function qwen35HfConfig(spec: ModelFileSpec): Record<string, unknown> {
  */
 export function qwen35HfCheckpoint(spec: ModelFileSpec, config: Record<string, unknown>, tensors: SafetensorsEntry[]): { config: Record<string, unknown>; tensors: SafetensorsEntry[] } {
   if (spec.deltaNet!.fusedExperts) tensors = fuseExperts(spec, tensors);
-  if (spec.deltaNet!.unwrapped) return { config, tensors };
+  // Qwen3-Next is a text model: no wrapper.
+  if (spec.deltaNet!.unwrapped || spec.architecture === "qwen3next") return { config, tensors };
   const { rope_theta: theta, partial_rotary_factor: factor, tie_word_embeddings: tied, ...text } = config;
   const vision: SafetensorsEntry = { name: "model.visual.patch_embed.proj.weight", shape: [4, 3], dtype: "f32", data: new Uint8Array(48) };
   const moe = spec.architecture === "qwen35moe";

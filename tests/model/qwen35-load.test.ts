@@ -77,3 +77,20 @@ test("loadModel() reads Qwen3.5-MoE's experts fused per layer (gate_up_proj, dow
   const got = await logits(fused);
   for (let i = 0; i < fromGguf.length; i++) assert.ok(Math.abs(got[i] - fromGguf[i]) < 1e-4, `logit ${i}: ${got[i]} vs GGUF ${fromGguf[i]}`);
 });
+
+test("loadModel() reads Qwen3-Next alike from its GGUFs (attn_qkv/attn_gate or the first conversions' ssm_in, ssm_ba) and a Qwen3NextForCausalLM checkpoint", async () => {
+  const next: ModelFileSpec = { ...SPEC, architecture: "qwen3next", tied: false, seed: 313, experts: { count: 4, used: 2, sharedFfn: 24 } };
+  const fromGguf = await logits(await writeTestGguf(dir, "next", next));
+  const m = await loadModel(`${dir}/next.gguf`);
+  assert.equal(m.config.deltaNet?.vHeadOrder, "grouped", "Qwen3-Next's converter keeps the heads grouped");
+  assert.ok(m.weights.layers[0].ssmBeta && m.weights.layers[0].ssmAlpha, "beta and alpha cut from ssm_ba");
+  const hf = await writeTestHfDirectory(dir, "next-hf", next);
+  const cfg = JSON.parse(readFileSync(`${hf}/config.json`, "utf8"));
+  assert.equal(cfg.architectures[0], "Qwen3NextForCausalLM");
+  assert.ok(readFileSync(`${hf}/model.safetensors`).includes(Buffer.from("linear_attn.in_proj_qkvz")), "the checkpoint holds the fused projections");
+  const legacy = await writeTestGguf(dir, "next-legacy", { ...next, deltaNet: { ...next.deltaNet!, legacySsmIn: true } });
+  // The same weights, cut three ways: the logits agree, and a wrong cut would not (q, k, v and z differ).
+  for (const got of [await logits(hf), await logits(legacy)]) {
+    for (let i = 0; i < fromGguf.length; i++) assert.ok(Math.abs(got[i] - fromGguf[i]) < 1e-4, `logit ${i}: ${got[i]} vs GGUF ${fromGguf[i]}`);
+  }
+});

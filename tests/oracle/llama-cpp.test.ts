@@ -330,6 +330,27 @@ const CASES: OracleCase[] = [
     tol: 1e-4,
     hf: true,
   },
+  // Qwen3-Next: Qwen3.5-MoE's layers with fused DeltaNet input projections, value heads grouped
+  // (not tiled) in its GGUF, plain NeoX RoPE on a quarter of each head.
+  {
+    name: "qwen3next fused qkvz/ba (4 value heads over 2 key heads), 8 experts / 2 used, shared expert, f32",
+    spec: {
+      ...BASE, architecture: "qwen3next", layers: 4, headDim: 16, rotaryDim: 4, seed: 193, deltaNet: { kHeads: 2, vHeads: 4, dim: 8, conv: 4, interval: 2 },
+      experts: { count: 8, used: 2, sharedFfn: 48 },
+    },
+    tol: 1e-4,
+    hf: true,
+  },
+  {
+    name: "qwen3next q8_0 with its first conversions' whole ssm_in, 3 value heads per key head, f16 KV cache",
+    spec: {
+      ...BASE, architecture: "qwen3next", layers: 4, headDim: 32, rotaryDim: 8, dtype: "q8_0", seed: 194,
+      deltaNet: { kHeads: 1, vHeads: 3, dim: 32, conv: 4, interval: 4, legacySsmIn: true }, experts: { count: 4, used: 2, sharedFfn: 32 },
+    },
+    tol: 1.5e-2,
+    hf: false,
+    kv: "f16",
+  },
   {
     name: "gemma2 soft-capped scores (2) and logits (3), window 5 on even layers, tied, f32",
     spec: { ...BASE, architecture: "gemma2", layers: 4, tied: true, seed: 178, ropeTheta: 10000, slidingWindow: 5, softcaps: { attn: 2, final: 3 } },
