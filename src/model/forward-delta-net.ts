@@ -10,7 +10,7 @@ import type { Backend, DeltaNetSpec, RecurrentBatch, Tensor } from "../backend/t
 import type { LayerWeights } from "./config.ts";
 import type { DeviceModel } from "./device-weights.ts";
 import { ForwardInputError } from "./forward-batch.ts";
-import { matmulPlus, preNorm, type Scratch } from "./forward-layers.ts";
+import { matmulPlus, preNorm, type Project, type Scratch } from "./forward-layers.ts";
 
 /** The Gated DeltaNet ops a backend must have to run such a layer. */
 type DeltaNetOps = Required<Pick<Backend, "causalConv1d" | "gatedDeltaNet">>;
@@ -37,9 +37,10 @@ export function recurrentSeqTable(entries: readonly { tokens: readonly number[];
   return table;
 }
 
-/** One Gated DeltaNet layer over the step, plus the residual `x`. */
+/** One Gated DeltaNet layer over the step, plus the residual `x`; `project` adds the projections' adapter deltas. */
 export function deltaNetBlock(
   backend: Backend, ops: DeltaNetOps, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, batch: RecurrentBatch, conv: Tensor, ssm: Tensor, s: Scratch,
+  project?: Project,
 ): Tensor {
   const c = model.config;
   const d = c.deltaNet!;
@@ -48,11 +49,12 @@ export function deltaNetBlock(
     throw new ForwardInputError("The model config asks for a Gated DeltaNet layer but the weights lack it");
   }
   const n = x.shape[0];
+  const mm: Project = project ?? ((a, w, _bias, _target, r) => matmulPlus(backend, a, w, undefined, r, s));
   const h = preNorm(backend, model, l.attnNorm, x, s);
-  const qkv = s.keep(backend.matmul(h, ssmQkv));
-  const z = s.keep(backend.matmul(h, ssmZ));
-  const beta = s.keep(backend.matmul(h, ssmBeta));
-  const alpha = s.keep(backend.matmul(h, ssmAlpha));
+  const qkv = s.keep(mm(h, ssmQkv, undefined, "ssmQkv"));
+  const z = s.keep(mm(h, ssmZ, undefined, "ssmZ"));
+  const beta = s.keep(mm(h, ssmBeta, undefined, "ssmBeta"));
+  const alpha = s.keep(mm(h, ssmAlpha, undefined, "ssmAlpha"));
   const mixed = s.keep(ops.causalConv1d(qkv, ssmConv, conv, batch));
   const spec: DeltaNetSpec = { numKHeads: d.numKHeads, numVHeads: d.numVHeads, headKDim: d.headKDim, headVDim: d.headVDim, vHeadOrder: d.vHeadOrder, eps: c.rmsNormEps };
   const o = s.keep(ops.gatedDeltaNet(mixed, alpha, beta, ssmDecay, ssmDtBias, ssm, batch, spec));
@@ -60,5 +62,5 @@ export function deltaNetBlock(
   const heads = [n * d.numVHeads, d.headVDim];
   const normed = s.keep(backend.rmsnorm(backend.reshape(o, heads), ssmNorm, c.rmsNormEps));
   const gated = s.keep(backend.siluMul(backend.reshape(z, heads), normed));
-  return matmulPlus(backend, backend.reshape(gated, [n, d.numVHeads * d.headVDim]), ssmOut, undefined, x, s);
+  return mm(backend.reshape(gated, [n, d.numVHeads * d.headVDim]), ssmOut, undefined, "ssmOut", x);
 }

@@ -158,7 +158,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       const l = w.layers[i];
       const project = projector(backend, lora?.set, slotIds, i, s);
       const afterAttn = recurrent && isDeltaNetLayer(c, i)
-        ? deltaNetBlock(backend, recurrent.ops, model, l, x, recurrent.batch, kv.state!.conv[state], kv.state!.ssm[state++], s)
+        ? deltaNetBlock(backend, recurrent.ops, model, l, x, recurrent.batch, kv.state!.conv[state], kv.state!.ssm[state++], s, project)
         : heads
         ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], heads, keep)
         : attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], layerWindow(c, i), !c.nopeLayers?.[i], s, project);

@@ -3,13 +3,17 @@
  * directory): `general.type` "adapter", `adapter.type` "lora", `adapter.lora.alpha`, and per adapted
  * projection `<base tensor>.lora_a` (ne [in, rank]) and `.lora_b` (ne [rank, out]), already in the
  * base GGUF's row order. llama.cpp's scale: scale · alpha / rank, or the scale alone where alpha is 0.
+ * A Gated DeltaNet model's projections (`attn_qkv`, `attn_gate`, `ssm_beta`, `ssm_alpha`, `ssm_out`;
+ * Qwen3-Next's `ssm_ba` and first conversions' `ssm_in`, fused per key head) have their value heads in
+ * its GGUF's order (tiled for Qwen3.5, grouped for Qwen3-Next), moved to the base's where it differs.
  */
 import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { openRandomAccess } from "../runtime/fs.ts";
 import { ModelLoadError, type ModelConfig } from "./config.ts";
 import { GgufMetadata, showGgufValue } from "./gguf-metadata.ts";
 import { readGgufHeader, readGgufTensor } from "./gguf-reader.ts";
-import { assembleAdapter, checkFusedPair, fusedParts, type LoraAdapter, type LoraLoadOptions, type LoraTarget, type LoraWeight } from "./lora.ts";
+import { assembleAdapter, checkFusedPair, fusedParts, gatheredParts, type LoraAdapter, type LoraLoadOptions, type LoraTarget, type LoraWeight, reorderValueHeads } from "./lora.ts";
+import { qwen3nextFusedRanges } from "./qwen3next.ts";
 
 /** GGUF tensor stems of the per-layer targets (`blk.N.<stem>.weight`). */
 const LAYER_STEMS: Readonly<Record<string, LoraTarget>> = {
@@ -19,13 +23,19 @@ const LAYER_STEMS: Readonly<Record<string, LoraTarget>> = {
 /** Phi-3's fused q/k/v (`attn_qkv`); its fused gate/up shares `ffn_up` with the plain up (told apart by B's height). */
 const FUSED_STEMS: Readonly<Record<string, readonly LoraTarget[]>> = { attn_qkv: ["wq", "wk", "wv"] };
 
+/** A Gated DeltaNet model's stems (its `attn_qkv` is the DeltaNet q/k/v); Qwen3-Next's fused per key head. */
+const DELTA_NET_STEMS: Readonly<Record<string, readonly LoraTarget[]>> = {
+  attn_qkv: ["ssmQkv"], attn_gate: ["ssmZ"], ssm_beta: ["ssmBeta"], ssm_alpha: ["ssmAlpha"], ssm_out: ["ssmOut"], ssm_ba: ["ssmBeta", "ssmAlpha"], ssm_in: ["ssmQkv", "ssmZ"],
+};
+
 /** Splits `blk.N.<stem>.weight.lora_a` (or `output.weight.lora_b`) into layer, stem, targets and side; undefined when it is none of them. */
-function parseName(name: string): { layer: number; stem: string; targets: readonly LoraTarget[]; side: "a" | "b" } | undefined {
+function parseName(name: string, config: ModelConfig): { layer: number; stem: string; targets: readonly LoraTarget[]; side: "a" | "b" } | undefined {
   const m = /^(?:blk\.(\d+)\.([a-z_]+)|(output))\.weight\.lora_([ab])$/.exec(name);
   if (!m) return undefined;
   const side = m[4] as "a" | "b";
   if (m[3] === "output") return { layer: -1, stem: "output", targets: ["output"], side };
-  const targets = LAYER_STEMS[m[2]] !== undefined ? [LAYER_STEMS[m[2]]] : FUSED_STEMS[m[2]];
+  const own = config.deltaNet ? DELTA_NET_STEMS[m[2]] : undefined;
+  const targets = own ?? (LAYER_STEMS[m[2]] !== undefined ? [LAYER_STEMS[m[2]]] : FUSED_STEMS[m[2]]);
   return targets === undefined ? undefined : { layer: Number(m[1]), stem: m[2], targets, side };
 }
 
@@ -58,8 +68,11 @@ export async function loadGgufLora(path: string, config: ModelConfig, options: L
     for (const t of header.tensors) {
       // llama.cpp skips norm deltas (it cannot apply them); so do we.
       if (/_norm\.weight\.lora_[ab]$/.test(t.name)) continue;
-      const p = parseName(t.name);
-      if (!p) throw new ModelLoadError(`LoRA adapter "${path}" has tensor "${t.name}", which names no projection we can adapt (attn_q/k/v/output, ffn_gate/up/down, output; Phi-3's attn_qkv)`);
+      const p = parseName(t.name, config);
+      if (!p) {
+        const own = config.deltaNet ? "; Gated DeltaNet's attn_qkv, attn_gate, ssm_beta/alpha/out, ssm_ba, ssm_in" : "; Phi-3's attn_qkv";
+        throw new ModelLoadError(`LoRA adapter "${path}" has tensor "${t.name}", which names no projection we can adapt (attn_q/k/v/output, ffn_gate/up/down, output${own})`);
+      }
       const key = `${p.layer}.${p.stem}`;
       const pair = pairs.get(key) ?? { layer: p.layer, stem: p.stem, targets: p.targets };
       pair[p.side] = t;
@@ -78,9 +91,14 @@ export async function loadGgufLora(path: string, config: ModelConfig, options: L
       const bv = decodeToF32(bt.data, bt.dtype, b!.shape[0] * rank);
       const s = alpha !== 0 ? scale * alpha / rank : scale;
       for (let i = 0; i < bv.length; i++) bv[i] *= s;
-      weights.push(...fusedParts(layer, targets, rows, rank, inDim, av, bv));
+      // Qwen3-Next's ssm_ba and ssm_in hold their parts' rows per key head.
+      const r = config.deltaNet && (stem === "ssm_ba" || stem === "ssm_in") ? qwen3nextFusedRanges(config.deltaNet) : undefined;
+      weights.push(...(r ? gatheredParts(layer, targets, stem === "ssm_ba" ? [r.beta, r.alpha] : [r.qkv, r.z], rank, inDim, av, bv) : fusedParts(layer, targets, rows, rank, inDim, av, bv)));
     }
-    return assembleAdapter(path, alpha, scale, weights);
+    const d = config.deltaNet;
+    // llama.cpp's Qwen3.5 GGUFs hold value heads tiled, its Qwen3-Next ones grouped.
+    const order = config.architecture === "qwen3next" ? "grouped" : "tiled";
+    return assembleAdapter(path, alpha, scale, d ? weights.map((w) => reorderValueHeads(w, config, order, d.vHeadOrder)) : weights);
   } finally {
     await file.close();
   }

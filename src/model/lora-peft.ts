@@ -5,19 +5,28 @@
  * [out, rank] name the projections in Hugging Face's row order. PEFT's scale: alpha / rank (alpha /
  * √rank with rsLoRA), times the loader's. A Llama base read from GGUF has its q and k rows permuted
  * for llama.cpp's interleaved RoPE (convert_hf_to_gguf.py), so B's rows of q and k are permuted the same.
+ * Gated DeltaNet projections (`linear_attn.*`; Qwen3-Next's fused per key head) hold value heads
+ * grouped, as Hugging Face's do: moved to tiled order for a Qwen3.5 GGUF base. The released Qwen3.5
+ * checkpoints' text model is under `model.language_model.`, and so are adapters trained on them.
  */
 import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { openRandomAccess, pathExists, readTextFile } from "../runtime/fs.ts";
 import { ModelLoadError, type ModelConfig } from "./config.ts";
 import { isJsonObject, type Json } from "./hf-json.ts";
-import { assembleAdapter, checkFusedPair, fusedParts, type LoraAdapter, type LoraLoadOptions, type LoraTarget, type LoraWeight } from "./lora.ts";
+import { assembleAdapter, checkFusedPair, fusedParts, gatheredParts, type LoraAdapter, type LoraLoadOptions, type LoraTarget, type LoraWeight, reorderValueHeads } from "./lora.ts";
+import { qwen3nextFusedRanges } from "./qwen3next.ts";
 import { readSafetensor, readSafetensorsHeader } from "./safetensors.ts";
 
 /** Hugging Face module names of the targets (`model.layers.N.<module>`). */
 const MODULES: Readonly<Record<string, LoraTarget>> = {
   "self_attn.q_proj": "wq", "self_attn.k_proj": "wk", "self_attn.v_proj": "wv", "self_attn.o_proj": "wo",
   "mlp.gate_proj": "wGate", "mlp.up_proj": "wUp", "mlp.down_proj": "wDown",
+  "linear_attn.in_proj_qkv": "ssmQkv", "linear_attn.in_proj_z": "ssmZ", "linear_attn.in_proj_b": "ssmBeta", "linear_attn.in_proj_a": "ssmAlpha",
+  "linear_attn.out_proj": "ssmOut",
 };
+
+/** Qwen3-Next's projections fused per key head (qwen3next.ts): B's rows gathered per part. */
+const PER_KEY_HEAD: ReadonlySet<string> = new Set(["linear_attn.in_proj_qkvz", "linear_attn.in_proj_ba"]);
 
 /**
  * Phi-3's fused modules (phi3.ts): one lora_A for the parts, lora_B's rows the parts' in order, so each
@@ -26,16 +35,18 @@ const MODULES: Readonly<Record<string, LoraTarget>> = {
 const FUSED_MODULES: Readonly<Record<string, readonly LoraTarget[]>> = {
   "self_attn.qkv_proj": ["wq", "wk", "wv"],
   "mlp.gate_up_proj": ["wGate", "wUp"],
+  "linear_attn.in_proj_qkvz": ["ssmQkv", "ssmZ"],
+  "linear_attn.in_proj_ba": ["ssmBeta", "ssmAlpha"],
 };
 
 /** Layer, module, targets (several for a fused module) and side of a PEFT tensor name; undefined when it names none we can adapt. */
 function parsePeftName(name: string): { layer: number; module: string; targets: readonly LoraTarget[]; side: "A" | "B" } | undefined {
-  const m = /^(?:base_model\.model\.)?(?:model\.layers\.(\d+)\.([a-z_.]+)|(lm_head))\.lora_([AB])(?:\.default)?\.weight$/.exec(name);
+  const m = /^(?:base_model\.model\.)?(?:model\.(language_model\.)?layers\.(\d+)\.([a-z_.]+)|(lm_head))\.lora_([AB])(?:\.default)?\.weight$/.exec(name);
   if (!m) return undefined;
-  const side = m[4] as "A" | "B";
-  if (m[3] === "lm_head") return { layer: -1, module: "lm_head", targets: ["output"], side };
-  const targets = MODULES[m[2]] !== undefined ? [MODULES[m[2]]] : FUSED_MODULES[m[2]];
-  return targets === undefined ? undefined : { layer: Number(m[1]), module: `model.layers.${m[1]}.${m[2]}`, targets, side };
+  const side = m[5] as "A" | "B";
+  if (m[4] === "lm_head") return { layer: -1, module: "lm_head", targets: ["output"], side };
+  const targets = MODULES[m[3]] !== undefined ? [MODULES[m[3]]] : FUSED_MODULES[m[3]];
+  return targets === undefined ? undefined : { layer: Number(m[2]), module: `model.${m[1] ?? ""}layers.${m[2]}.${m[3]}`, targets, side };
 }
 
 /** llama.cpp's q/k row permutation (convert_hf_to_gguf.py `permute`) of a [rows, cols] matrix with `heads` heads. */
@@ -101,7 +112,11 @@ export async function loadPeftLora(dir: string, config: ModelConfig, options: Lo
     const pairs = new Map<string, { layer: number; module: string; targets: readonly LoraTarget[]; A?: string; B?: string }>();
     for (const name of header.tensors.keys()) {
       const p = parsePeftName(name);
-      if (!p) throw new ModelLoadError(`PEFT adapter "${dir}" has tensor "${name}", which names no projection we can adapt (q/k/v/o_proj, gate/up/down_proj, lm_head; Phi-3's qkv_proj, gate_up_proj)`);
+      if (!p) {
+        throw new ModelLoadError(
+          `PEFT adapter "${dir}" has tensor "${name}", which names no projection we can adapt (q/k/v/o_proj, gate/up/down_proj, lm_head; Phi-3's qkv_proj, gate_up_proj; Gated DeltaNet's linear_attn in_proj_qkv/z/b/a, out_proj, in_proj_qkvz/ba)`,
+        );
+      }
       const key = p.module;
       const pair = pairs.get(key) ?? { layer: p.layer, module: p.module, targets: p.targets };
       // `…lora_A.weight` and `…lora_A.default.weight` name the same matrix: which one is meant is unknown.
@@ -125,9 +140,13 @@ export async function loadPeftLora(dir: string, config: ModelConfig, options: Lo
       const bv = decodeToF32(bt.data, bt.dtype, b!.shape[0] * rank);
       const s = scale * (rslora ? alpha / Math.sqrt(rank) : alpha / rank);
       for (let i = 0; i < bv.length; i++) bv[i] *= s;
-      for (const w of fusedParts(layer, targets, rows, rank, inDim, av, bv)) {
+      const d = config.deltaNet;
+      const stem = module.replace(/^model\.(?:language_model\.)?layers\.\d+\./, "");
+      const r = d && PER_KEY_HEAD.has(stem) ? qwen3nextFusedRanges(d) : undefined;
+      const parts = r ? gatheredParts(layer, targets, stem.endsWith("qkvz") ? [r.qkv, r.z] : [r.beta, r.alpha], rank, inDim, av, bv) : fusedParts(layer, targets, rows, rank, inDim, av, bv);
+      for (const w of parts) {
         const permuted = permute && (w.target === "wq" || w.target === "wk");
-        weights.push(permuted ? { ...w, b: permuteRowsForGguf(w.b, w.outDim, rank, w.target === "wq" ? config.numHeads : config.numKvHeads) } : w);
+        weights.push(permuted ? { ...w, b: permuteRowsForGguf(w.b, w.outDim, rank, w.target === "wq" ? config.numHeads : config.numKvHeads) } : d ? reorderValueHeads(w, config, "grouped", d.vHeadOrder) : w);
       }
     }
     return assembleAdapter(dir, alpha, scale, weights);

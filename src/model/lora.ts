@@ -7,8 +7,16 @@
 import { createHash } from "node:crypto";
 import { isDeltaNetLayer, isMoeLayer, ModelLoadError, type ModelConfig } from "./config.ts";
 
-/** The projections an adapter may change (LayerWeights' names; "output" is the model's output projection). */
-export type LoraTarget = "wq" | "wk" | "wv" | "wo" | "wGate" | "wUp" | "wDown" | "output";
+/**
+ * The projections an adapter may change (LayerWeights' names; "output" is the model's output
+ * projection; the `ssm*` ones a Gated DeltaNet layer's).
+ */
+export type LoraTarget = "wq" | "wk" | "wv" | "wo" | "wGate" | "wUp" | "wDown" | "output" | DeltaNetLoraTarget;
+
+/** A Gated DeltaNet layer's projections: q/k/v together, z (the output gate), beta, alpha, and the output. */
+export type DeltaNetLoraTarget = "ssmQkv" | "ssmZ" | "ssmBeta" | "ssmAlpha" | "ssmOut";
+
+const DELTA_NET_TARGETS: readonly LoraTarget[] = ["ssmQkv", "ssmZ", "ssmBeta", "ssmAlpha", "ssmOut"];
 
 /** One adapted projection: A [rank, in] and B [out, rank] (B scaled), both f32 row-major. */
 export interface LoraWeight {
@@ -56,6 +64,14 @@ export function targetDims(config: ModelConfig, layer: number, target: LoraTarge
   if (layer < 0 || layer >= config.numLayers) return `the base model has ${config.numLayers} layers`;
   if (config.mla && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "latent attention projections cannot be adapted";
   if (isDeltaNetLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a Gated DeltaNet layer, which has no attention projections";
+  if (DELTA_NET_TARGETS.includes(target)) {
+    const d = config.deltaNet;
+    if (!d || !isDeltaNetLayer(config, layer)) return "it is not a Gated DeltaNet layer";
+    const values = d.numVHeads * d.headVDim;
+    if (target === "ssmOut") return [values, config.hiddenSize];
+    const out = target === "ssmQkv" ? 2 * d.numKHeads * d.headKDim + values : target === "ssmZ" ? values : d.numVHeads;
+    return [config.hiddenSize, out];
+  }
   if (target === "wGate" || target === "wUp" || target === "wDown") {
     if (isMoeLayer(config, layer)) return "expert feed-forwards cannot be adapted";
     const ffn = config.moe ? config.moe.denseIntermediateSize : config.intermediateSize;
@@ -132,4 +148,53 @@ export function checkPair(
     throw new ModelLoadError(`${adapter} has "${name}" ${sides[0]} of shape [${a}] and ${sides[1]} of shape [${b}]; expected [rank, ${inDim}] and [${outDim}, rank] (rows outermost)`);
   }
   return { rank, inDim, outDim };
+}
+
+/**
+ * A fused module's parts as adapters of their own, each part's rows of B gathered from `ranges`
+ * (`[first row, count]`, in order): Qwen3-Next's projections fused per key head (qwen3next.ts).
+ */
+export function gatheredParts(
+  layer: number, targets: readonly LoraTarget[], ranges: readonly (readonly (readonly [number, number])[])[], rank: number, inDim: number, a: Float32Array, b: Float32Array,
+): LoraWeight[] {
+  return targets.map((target, i) => {
+    const rows = ranges[i].reduce((n, [, count]) => n + count, 0);
+    const part = new Float32Array(rows * rank);
+    let at = 0;
+    for (const [first, count] of ranges[i]) {
+      part.set(b.subarray(first * rank, (first + count) * rank), at * rank);
+      at += count;
+    }
+    return { layer, target, rank, inDim, outDim: rows, a, b: part };
+  });
+}
+
+/**
+ * `w` with a Gated DeltaNet projection's value heads moved from `from` order to `to` (DeltaNetConfig.vHeadOrder):
+ * B's rows of the v part of q/k/v, of z, beta and alpha; A's columns of the output projection. An
+ * adapter's order is its format's (PEFT: grouped; llama.cpp's Qwen3.5: tiled), the base's its file's.
+ */
+export function reorderValueHeads(w: LoraWeight, config: ModelConfig, from: "tiled" | "grouped", to: "tiled" | "grouped"): LoraWeight {
+  const d = config.deltaNet;
+  if (!d || from === to || !DELTA_NET_TARGETS.includes(w.target) || d.numKHeads === d.numVHeads) return w;
+  const per = d.numVHeads / d.numKHeads;
+  // Where value head h (in `from` order) goes in `to` order.
+  const grouped = (k: number, j: number) => k * per + j, tiled = (k: number, j: number) => j * d.numKHeads + k;
+  const dest = new Array<number>(d.numVHeads);
+  for (let k = 0; k < d.numKHeads; k++) for (let j = 0; j < per; j++) dest[(from === "grouped" ? grouped : tiled)(k, j)] = (to === "grouped" ? grouped : tiled)(k, j);
+  const width = w.target === "ssmBeta" || w.target === "ssmAlpha" ? 1 : d.headVDim;
+  if (w.target === "ssmOut") {
+    // A [rank, values]: columns per head.
+    const a = new Float32Array(w.a.length);
+    for (let r = 0; r < w.rank; r++) {
+      for (let h = 0; h < d.numVHeads; h++) a.set(w.a.subarray(r * w.inDim + h * width, r * w.inDim + (h + 1) * width), r * w.inDim + dest[h] * width);
+    }
+    return { ...w, a };
+  }
+  const first = w.target === "ssmQkv" ? 2 * d.numKHeads * d.headKDim : 0;
+  const b = new Float32Array(w.b);
+  for (let h = 0; h < d.numVHeads; h++) {
+    b.set(w.b.subarray((first + h * width) * w.rank, (first + (h + 1) * width) * w.rank), (first + dest[h] * width) * w.rank);
+  }
+  return { ...w, b };
 }

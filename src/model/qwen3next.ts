@@ -32,6 +32,26 @@ function perKeyHead(groups: number, stride: number, offset: number, count: numbe
   return Array.from({ length: groups }, (_, g): [number, number] => [g * stride + offset, count]);
 }
 
+/** Row ranges of a fused matrix, `[first row, count]` in order. */
+type Ranges = [number, number][];
+
+/**
+ * Where the plain roles' rows lie in the fused matrices: in `qkvz` (rows per key head: q, k, then its
+ * value heads' v, then their z) those of q/k/v (every q, every k, every v) and of z; in `ba` (per key
+ * head: its value heads' beta, then their alpha) those of beta and of alpha.
+ */
+export function qwen3nextFusedRanges(delta: DeltaNetConfig): { qkv: Ranges; z: Ranges; beta: Ranges; alpha: Ranges } {
+  const { numKHeads: nk, numVHeads: nv, headKDim: dk, headVDim: dv } = delta;
+  const perK = nv / nk;
+  const stride = 2 * dk + 2 * perK * dv;
+  return {
+    qkv: [...perKeyHead(nk, stride, 0, dk), ...perKeyHead(nk, stride, dk, dk), ...perKeyHead(nk, stride, 2 * dk, perK * dv)],
+    z: perKeyHead(nk, stride, 2 * dk + perK * dv, perK * dv),
+    beta: perKeyHead(nk, 2 * perK, 0, perK),
+    alpha: perKeyHead(nk, 2 * perK, perK, perK),
+  };
+}
+
 /**
  * `source` serving each DeltaNet layer's `ssmQkv`, `ssmZ`, `ssmBeta` and `ssmAlpha` under `names` from
  * the fused tensors where the plain ones are absent.
@@ -39,24 +59,19 @@ function perKeyHead(groups: number, stride: number, offset: number, count: numbe
 export function splittingQwen3NextFused(
   source: TensorSource, delta: DeltaNetConfig, names: TensorNames, fused: Qwen3NextFusedNames, rowsOf: (name: string) => number | undefined, path: string,
 ): TensorSource {
-  const { numKHeads: nk, numVHeads: nv, headKDim: dk, headVDim: dv } = delta;
-  const perK = nv / nk;
-  const qkvzStride = 2 * dk + 2 * perK * dv;
+  const r = qwen3nextFusedRanges(delta);
   const parts = new Map<string, FusedPart>();
   delta.layers.forEach((linear, i) => {
     if (!linear) return;
     const qkvz = fused.qkvz(i);
     if (!source.has(names.layer(i, "ssmQkv")) && source.has(qkvz)) {
-      parts.set(names.layer(i, "ssmQkv"), {
-        fused: qkvz,
-        ranges: [...perKeyHead(nk, qkvzStride, 0, dk), ...perKeyHead(nk, qkvzStride, dk, dk), ...perKeyHead(nk, qkvzStride, 2 * dk, perK * dv)],
-      });
-      parts.set(names.layer(i, "ssmZ"), { fused: qkvz, ranges: perKeyHead(nk, qkvzStride, 2 * dk + perK * dv, perK * dv) });
+      parts.set(names.layer(i, "ssmQkv"), { fused: qkvz, ranges: r.qkv });
+      parts.set(names.layer(i, "ssmZ"), { fused: qkvz, ranges: r.z });
     }
     const ba = fused.ba(i);
     if (!source.has(names.layer(i, "ssmBeta")) && source.has(ba)) {
-      parts.set(names.layer(i, "ssmBeta"), { fused: ba, ranges: perKeyHead(nk, 2 * perK, 0, perK) });
-      parts.set(names.layer(i, "ssmAlpha"), { fused: ba, ranges: perKeyHead(nk, 2 * perK, perK, perK) });
+      parts.set(names.layer(i, "ssmBeta"), { fused: ba, ranges: r.beta });
+      parts.set(names.layer(i, "ssmAlpha"), { fused: ba, ranges: r.alpha });
     }
   });
   return splittingFused(source, parts, rowsOf, path);

@@ -13,6 +13,7 @@ import { seededRandom } from "./model-files.ts";
 /** GGUF stems of the targets. */
 const STEMS: Record<LoraTarget, string> = {
   wq: "attn_q", wk: "attn_k", wv: "attn_v", wo: "attn_output", wGate: "ffn_gate", wUp: "ffn_up", wDown: "ffn_down", output: "output",
+  ssmQkv: "attn_qkv", ssmZ: "attn_gate", ssmBeta: "ssm_beta", ssmAlpha: "ssm_alpha", ssmOut: "ssm_out",
 };
 
 /** What a random adapter holds. */
@@ -29,8 +30,8 @@ export interface LoraFileSpec {
   magnitude?: number;
   /** Extra metadata entries, or ones replacing the defaults (tests of refusals). */
   metadata?: [string, ReturnType<typeof gguf.str>][];
-  /** Phi-3's fused matrices adapted whole (`blk.N.<stem>.weight`, B of `rows` rows), after `targets`. */
-  fused?: readonly { layer: number; stem: "attn_qkv" | "ffn_up"; rows: number }[];
+  /** Fused matrices adapted whole (`blk.N.<stem>.weight`, B of `rows` rows), after `targets`: Phi-3's, Qwen3-Next's. */
+  fused?: readonly { layer: number; stem: "attn_qkv" | "ffn_up" | "ssm_ba" | "ssm_in"; rows: number }[];
 }
 
 /** A GGUF LoRA adapter for a base model with `config`. */

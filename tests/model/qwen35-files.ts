@@ -64,7 +64,7 @@ export function qwen35HfLayer(spec: ModelFileSpec, i: number, put: (name: string
 }
 
 /** Blocks of `width` along a row range: value heads from grouped (by key head) to tiled order (the converter's `_reorder_v_heads`). */
-function tileHeads(values: Float32Array, rows: number, cols: number, from: number, spec: ModelFileSpec, width: number, alongColumns: boolean): Float32Array {
+export function tileHeads(values: Float32Array, rows: number, cols: number, from: number, spec: ModelFileSpec, width: number, alongColumns: boolean): Float32Array {
   const d = spec.deltaNet!;
   // Qwen3-Next's converter leaves them grouped.
   if (spec.architecture === "qwen3next") return values;

@@ -1,6 +1,7 @@
 /**
  * Independent oracle for LoRA adapters: random-weight base GGUFs (a llama, a qwen2 with qkv biases
- * and tied embeddings, a Qwen3-MoE, a Phi-3 whose adapter changes its fused matrices whole, a Qwen3.5) and
+ * and tied embeddings, a Qwen3-MoE, a Phi-3 whose adapter changes its fused matrices whole, Qwen3.5 and
+ * Qwen3-Next, on their attention and their Gated DeltaNet projections) and
  * random GGUF adapters for them, both written by our own writers, are run through llama.cpp
  * (node-llama-cpp 3.21.1's context `lora` option, CPU, offline, in a Node child process) and through our loader + forward() with the adapter in slot 1 of a
  * device set, on every available backend. Per case: next-token log-probabilities after the prompt
@@ -39,6 +40,7 @@ const ATTENTION: readonly LoraTarget[] = ["wq", "wk", "wv", "wo"];
 const EVERY: readonly LoraTarget[] = [...ATTENTION, "wGate", "wUp", "wDown"];
 const eachLayer = (config: ModelConfig, targets: readonly LoraTarget[]) =>
   Array.from({ length: config.numLayers }, (_, layer) => targets.map((target) => ({ layer, target }))).flat();
+const deltaNetLayers = (config: ModelConfig) => config.deltaNet!.layers.flatMap((linear, layer) => (linear ? [layer] : []));
 
 interface LoraCase {
   name: string;
@@ -94,6 +96,30 @@ const CASES: LoraCase[] = [
     adapter: (config) => ({
       seed: 305, rank: 4, alpha: 8, magnitude: 0.3,
       targets: [...[1, 3].flatMap((layer) => ATTENTION.map((target) => ({ layer, target }))), ...eachLayer(config, ["wGate", "wUp", "wDown"])],
+    }),
+    scale: 1,
+  },
+  {
+    // Value heads tiled in the GGUF, as in the adapter: 2 per key head, so a wrong order would show.
+    name: "qwen35 f32: rank 4, alpha 8, on every Gated DeltaNet projection (q/k/v, z, beta, alpha, out)",
+    spec: { ...BASE, architecture: "qwen35", layers: 4, headDim: 16, rotaryDim: 4, seed: 206, deltaNet: { kHeads: 2, vHeads: 4, dim: 8, conv: 4, interval: 2 } },
+    adapter: (config) => ({
+      seed: 306, rank: 4, alpha: 8, magnitude: 0.3,
+      targets: deltaNetLayers(config).flatMap((layer) => (["ssmQkv", "ssmZ", "ssmBeta", "ssmAlpha", "ssmOut"] as const).map((target) => ({ layer, target }))),
+    }),
+    scale: 1,
+  },
+  {
+    // Qwen3-Next's adapter holds beta and alpha fused per key head (ssm_ba), as its base does.
+    name: "qwen3next f32: rank 4, alpha 8, on attn_qkv, attn_gate, ssm_out and the fused ssm_ba of every Gated DeltaNet layer",
+    spec: {
+      ...BASE, architecture: "qwen3next", layers: 4, headDim: 16, rotaryDim: 4, seed: 207, deltaNet: { kHeads: 2, vHeads: 4, dim: 8, conv: 4, interval: 2 },
+      experts: { count: 4, used: 2, sharedFfn: 48 },
+    },
+    adapter: (config) => ({
+      seed: 307, rank: 4, alpha: 8, magnitude: 0.3,
+      targets: deltaNetLayers(config).flatMap((layer) => (["ssmQkv", "ssmZ", "ssmOut"] as const).map((target) => ({ layer, target }))),
+      fused: deltaNetLayers(config).map((layer) => ({ layer, stem: "ssm_ba" as const, rows: 2 * config.deltaNet!.numVHeads })),
     }),
     scale: 1,
   },
