@@ -203,7 +203,8 @@ async function main(): Promise<void> {
     schedulerSteps: f["num-scheduler-steps"],
     ...(f["no-warmup"] ? { warmUp: false } : {}),
     maxWaiting: f["max-waiting"],
-    ...(cluster ? { workers, roles: roles as Role[] | undefined, planner, router, transport, ...(peerTransfer !== undefined ? { peerTransfer } : {}), ...(routerOptions ? { routerOptions } : {}), ...(workerAddrs ? { workerAddrs } : {}) } : { role: role as WorkerRole }),
+    // The planner only where given: the server's default depends on the model (none for one with recurrent state).
+    ...(cluster ? { workers, roles: roles as Role[] | undefined, ...(f.planner !== undefined ? { planner } : {}), router, transport, ...(peerTransfer !== undefined ? { peerTransfer } : {}), ...(routerOptions ? { routerOptions } : {}), ...(workerAddrs ? { workerAddrs } : {}) } : { role: role as WorkerRole }),
     ...(f["itl-admission-ms"] !== undefined ? { itlAdmissionTargetS: f["itl-admission-ms"] / 1000 } : {}),
     ...(profiled
       ? {
@@ -249,9 +250,9 @@ async function main(): Promise<void> {
     ? `; reasoning parser ${s.reasoningParser} (${auto}KV of reasoning typed)`
     : `; reasoning parser ${s.reasoningParser} (${auto}${tags.open}/${tags.close} are not single tokens: KV of reasoning not typed)`;
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}${tools}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${speculative ? `, ${speculationLabel(speculative)}` : ""}${schedulerStepsLabel(s.cluster ? f["num-scheduler-steps"] : s.engine.schedulerSteps, speculative !== undefined)}, max model len ${s.serving.maxModelLen}${s.warmUpMs !== undefined ? `, warmed up in ${Math.round(s.warmUpMs)} ms` : ""}` +
-      (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}` : "") +
-      (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}, ${transport}` : "") +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}${tools}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, s.planner ?? planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${speculative ? `, ${speculationLabel(speculative)}` : ""}${schedulerStepsLabel(s.cluster ? f["num-scheduler-steps"] : s.engine.schedulerSteps, speculative !== undefined)}, max model len ${s.serving.maxModelLen}${s.warmUpMs !== undefined ? `, warmed up in ${Math.round(s.warmUpMs)} ms` : ""}` +
+      (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${s.planner ?? planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}` : "") +
+      (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${s.planner ?? planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}, ${transport}` : "") +
       recurrentLabel(s.cluster ? undefined : s.engine.recurrentState()) +
       (loraModules.length > 0 ? `; LoRA adapters ${loraModules.map((m) => m.name).join(", ")}` : "") +
       (f["allow-runtime-lora-updating"] ? "; runtime LoRA loading on" : "") + "; " +

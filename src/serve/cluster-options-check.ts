@@ -46,3 +46,27 @@ export function checkClusterOptions(o: ServerOptions): { workers: number; transp
   }
   return { workers, transport };
 }
+
+/**
+ * A cluster's settings for a model with Gated DeltaNet layers, or a RangeError naming the flag that
+ * cannot go with one. Each sequence's recurrent state lives in a slot of the worker running it, and a
+ * prefix's only in that worker's state checkpoints: nothing may hand a sequence to another worker (a
+ * prefill worker's hand-off, the planners' role flips and pools) or pull a cached prefix from a peer
+ * (its blocks would come without the state, so the pull would buy nothing). The workers stay mixed, the
+ * planner none, peer transfer off; an agent's session keeps to the worker holding its checkpoints by
+ * the router's session affinity.
+ */
+export function recurrentClusterOptions(o: ServerOptions, architecture: string): { planner: "none"; peerTransfer: "off" } {
+  const why = `a model with Gated DeltaNet layers (${architecture}) keeps each sequence's recurrent state on the worker running it`;
+  const planner = typeof o.planner === "object" ? "(a planner object)" : o.planner;
+  if (planner !== undefined && planner !== "none") {
+    throw new RangeError(`--planner ${planner} moves sequences between prefill and decode workers, and ${why}: serve it with --planner none (its default for such a model)`);
+  }
+  const role = o.roles?.find((r) => r !== "mixed");
+  if (role !== undefined) throw new RangeError(`--roles ${o.roles!.join(",")} gives a worker the "${role}" role, whose sequences are handed on, and ${why}: its workers are all mixed`);
+  if (o.peerTransfer !== undefined && o.peerTransfer !== "off") {
+    throw new RangeError(`--peer-transfer ${o.peerTransfer} pulls cached prefixes from other workers without their recurrent state, and ${why}: serve it with --peer-transfer off (its default for such a model)`);
+  }
+  if (o.itlAdmissionTargetS !== undefined) throw new RangeError(`--itl-admission-ms is the online planner's, and ${why}: the planner is none`);
+  return { planner: "none", peerTransfer: "off" };
+}

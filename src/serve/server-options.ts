@@ -210,6 +210,8 @@ export interface RunningServer extends Listening {
   warmUpMs?: number;
   /** With the SLA planner: where its offline profile came from (read from a file, or measured at start-up). */
   slaProfileSource?: string;
+  /** A cluster's planner as it runs (online, none, sla, load; "custom" for a Planner given as an object); undefined for one engine. */
+  planner?: string;
   /** The `<think>`/`</think>` ids the engine tracks reasoning with; undefined when it does not. */
   reasoningTokens: ReasoningTokens | undefined;
   /** How chat answers' reasoning is read (`reasoningParser`, "auto" resolved). */

@@ -13,7 +13,7 @@ import { peerTransferOptions } from "../cluster/cluster-router.ts";
 import type { Backend } from "../backend/types.ts";
 import type { CreateEngineOptions } from "../engine/engine-factory.ts";
 import { type ServingCluster, startServingCluster } from "./serve-cluster.ts";
-import { checkClusterOptions } from "./cluster-options-check.ts";
+import { checkClusterOptions, recurrentClusterOptions } from "./cluster-options-check.ts";
 import { createEngine } from "../engine/engine-factory.ts";
 import { kvBytesPerBlock } from "../engine/kv-cache.ts";
 import type { StepRecord } from "../engine/step-record.ts";
@@ -44,11 +44,9 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     ...(o.quantize ? { quantize: o.quantize } : {}),
     ...(onLoadNote ? { onProgress: (p: LoadProgress) => p.note !== undefined && onLoadNote(p.note) } : {}),
   }));
-  // A cluster hands prefills to decode workers and moves cached prefixes between workers, none of
-  // which carries a Gated DeltaNet model's recurrent state.
-  if (model.config.deltaNet && (workers > 1 || transport === "tcp")) {
-    throw new RangeError(`A cluster (--workers, --nats) is not supported for models with Gated DeltaNet layers (${model.config.architecture}); serve it with one worker`);
-  }
+  // A Gated DeltaNet model's cluster moves no sequence and no cached prefix between workers: neither
+  // would carry its recurrent state (cluster-options-check.ts).
+  const recurrentCluster = model.config.deltaNet && (workers > 1 || transport === "tcp") ? recurrentClusterOptions(o, model.config.architecture) : undefined;
   // As vLLM: a limit past the model's context is refused, not quietly lowered to it.
   if (o.maxModelLen !== undefined && o.maxModelLen > model.config.contextLength) {
     throw new RangeError(`--max-model-len ${o.maxModelLen} is more than the model's context length ${model.config.contextLength}`);
@@ -104,11 +102,11 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   let warmUpMs: number | undefined;
   if (workers > 1 || transport === "tcp") {
     cluster = await startServingCluster(model, {
-      modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: o.planner ?? "online", ...(o.sla ? { sla: o.sla } : {}), router: o.router,
+      modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: recurrentCluster?.planner ?? o.planner ?? "online", ...(o.sla ? { sla: o.sla } : {}), router: o.router,
       stepMixing: o.stepMixing === "split" ? "split" : "mixed", fixedStepMixing: o.stepMixing === "mixed" || o.stepMixing === "split",
       routerOptions: {
         ...o.routerOptions,
-        ...(o.peerTransfer !== undefined ? peerTransferOptions(o.peerTransfer) : {}),
+        ...(recurrentCluster ? peerTransferOptions(recurrentCluster.peerTransfer) : o.peerTransfer !== undefined ? peerTransferOptions(o.peerTransfer) : {}),
         ...(o.localPrefillTokens !== undefined ? { localPrefillThreshold: o.localPrefillTokens } : {}),
       },
       ...(o.itlAdmissionTargetS !== undefined ? { plannerOptions: { itlTargetS: o.itlAdmissionTargetS, itlAdmission: true } } : {}),
@@ -175,6 +173,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     backendReason: reason,
     ...(warmUpMs !== undefined ? { warmUpMs } : {}),
     ...(cluster?.slaSource !== undefined ? { slaProfileSource: cluster.slaSource } : {}),
+    ...(cluster ? { planner: recurrentCluster?.planner ?? (typeof o.planner === "object" ? "custom" : o.planner ?? "online") } : {}),
     toolCallParser,
     reasoningParser,
     reasoningTokens,
