@@ -4,7 +4,8 @@
  * answer (`--answer` tokens) and a tool result (`--tool` tokens), the first `--prompt` tokens long.
  * Each turn runs with state checkpoints (the default: it resumes where the last prompt's whole blocks
  * end) and without (`stateCheckpoints: 0`: every turn prefills its whole history), alternating over
- * `--rounds`; prints per turn the median time to first token of each and the prompt tokens computed.
+ * `--rounds`; prints per turn the median time to first token of each, the prompt tokens computed, and
+ * the median time per output token after the first (what each answer's own checkpoint copies cost).
  * Figures: docs/bench-engine.md "Recurrent state checkpoints".
  *
  *   npx deno run -A --no-check scripts/bench-recurrent-turns.ts [--backend webgpu] [--turns 6] [--prompt 512]
@@ -44,23 +45,25 @@ rmSync(dir, { recursive: true, force: true });
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const ids = (n: number, seed: number) => Array.from({ length: n }, (_, i) => (seed * 7919 + i * 104729) % 2000 + 10);
 
-/** One session: each turn's seconds to first token and prompt tokens computed. */
-async function session(checkpoints: boolean): Promise<{ ttft: number[]; computed: number[] }> {
+/** One session: each turn's seconds to first token, prompt tokens computed, and seconds per output token after the first. */
+async function session(checkpoints: boolean): Promise<{ ttft: number[]; computed: number[]; tpot: number[] }> {
   const engine = createEngine(backend, model, { numBlocks: 1024, scheduler: { maxRunning: 4, maxBatchTokens: 512 }, ...(checkpoints ? {} : { stateCheckpoints: 0 }) });
   const ttft: number[] = [];
   const computed: number[] = [];
+  const tpot: number[] = [];
   try {
     let prompt = ids(promptLen, 1);
     for (let t = 0; t < turns; t++) {
       const r = await engine.submit({ prompt, maxTokens: answer, temperature: 0, ignoreEos: true }).result;
       ttft.push(r.firstTokenS ?? NaN);
+      tpot.push(((r.lastTokenS ?? NaN) - (r.firstTokenS ?? NaN)) / Math.max(1, r.tokenIds.length - 1));
       computed.push(prompt.length - r.cachedTokens);
       prompt = [...prompt, ...r.tokenIds, ...ids(tool, t + 2)];
     }
   } finally {
     await engine.stop();
   }
-  return { ttft, computed };
+  return { ttft, computed, tpot };
 }
 
 const runs = { with: [] as Awaited<ReturnType<typeof session>>[], without: [] as Awaited<ReturnType<typeof session>>[] };
@@ -70,11 +73,13 @@ for (let r = 0; r < rounds; r++) {
   runs.without.push(await session(false));
 }
 console.log(`# ${runtimeName()}, ${backend.info.name} (${reason}); Qwen3.5 random f16, hidden ${hidden}, ${model.config.numLayers} layers; ${turns} turns: prompt ${promptLen}, +${answer} answer +${tool} tool each; medians of ${rounds}`);
-console.log("turn  prompt  computed(with)  computed(without)  ttft_ms(with)  ttft_ms(without)  ratio");
+console.log("turn  prompt  computed(with)  computed(without)  ttft_ms(with)  ttft_ms(without)  ratio  tpot_ms(with)  tpot_ms(without)");
 for (let t = 0; t < turns; t++) {
   const w = median(runs.with.map((s) => s.ttft[t])) * 1000;
   const wo = median(runs.without.map((s) => s.ttft[t])) * 1000;
   const len = promptLen + t * (answer + tool);
-  console.log(`${t + 1}  ${len}  ${runs.with[0].computed[t]}  ${runs.without[0].computed[t]}  ${w.toFixed(0)}  ${wo.toFixed(0)}  ${(wo / w).toFixed(2)}`);
+  const tw = median(runs.with.map((s) => s.tpot[t])) * 1000;
+  const two = median(runs.without.map((s) => s.tpot[t])) * 1000;
+  console.log(`${t + 1}  ${len}  ${runs.with[0].computed[t]}  ${runs.without[0].computed[t]}  ${w.toFixed(0)}  ${wo.toFixed(0)}  ${(wo / w).toFixed(2)}  ${tw.toFixed(1)}  ${two.toFixed(1)}`);
 }
 exitProcess(0);
