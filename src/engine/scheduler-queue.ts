@@ -68,7 +68,7 @@ export class WaitingQueue {
   private checkpointed(seq: Sequence, probe: number[]): { from: number; restore?: number } {
     const bs = this.kv.blockSize;
     if (!this.checkpoints || probe.length === 0) return { from: probe.length * bs };
-    const cp = this.checkpoints.longest(seq.tokens, probe.length * bs);
+    const cp = this.checkpoints.longest(seq.tokens, probe.length * bs, seq.hints.cacheRoot ?? null);
     return cp ? { from: cp.length, restore: cp.id } : { from: 0 };
   }
 
@@ -274,7 +274,7 @@ export class WaitingQueue {
     if (n === undefined) {
       const probe = seq.numSwapped > 0 ? seq.numSwapped : seq.hints.wholePrompt ? 0 : this.kv.cachedPrefixTokens(seq.tokens.slice(0, -1), seq.hints.cacheRoot);
       // A Gated DeltaNet model's hit reaches only as far as a state checkpoint.
-      const cached = this.checkpoints && seq.numSwapped === 0 ? this.checkpoints.longest(seq.tokens, probe)?.length ?? 0 : probe;
+      const cached = this.checkpoints && seq.numSwapped === 0 ? this.checkpoints.longest(seq.tokens, probe, seq.hints.cacheRoot ?? null)?.length ?? 0 : probe;
       n = this.handedOff(seq, cached) ? 1 : seq.tokens.length - cached;
       this.probed.set(seq, n);
     }

@@ -146,8 +146,8 @@ export class Scheduler {
       // does a decode ending a block (the sequence's one decode checkpoint moves on to it).
       const cps = this.checkpoints;
       const id = !cps ? undefined : seq.inPrefill
-        ? checkpointChunk(seq.promptLength, start, n, bs).atBoundary ? cps.reserve(seq.tokens.slice(0, start + n), seq.hints.sessionId) : undefined
-        : drafted === 0 && (start + n) % bs === 0 ? cps.reserveDecode(seq.id, start + n, seq.hints.sessionId) : undefined;
+        ? checkpointChunk(seq.promptLength, start, n, bs).atBoundary ? cps.reserve(seq.tokens.slice(0, start + n), seq.hints.sessionId, seq.hints.cacheRoot ?? null) : undefined
+        : drafted === 0 && (start + n) % bs === 0 ? cps.reserveDecode(seq.id, start + n, seq.hints.sessionId, seq.hints.cacheRoot ?? null) : undefined;
       const checkpoint = id === undefined ? undefined : { id, after: start + n };
       entries.push({
         seqId: seq.id, tokens, startPos: start, blockTable: this.tables.of(seq), sample: start + n === seq.tokens.length, prefill: seq.inPrefill,
@@ -372,7 +372,7 @@ export class Scheduler {
       // The decode checkpoint moves to the last block the entry's steps end, if one is past its own.
       const last = Math.floor((e.startPos + 1 + steps) / bs) * bs;
       if (this.checkpoints && last > e.startPos + 1) {
-        const id = this.checkpoints.reserveDecode(seqs[i].id, last, seqs[i].hints.sessionId);
+        const id = this.checkpoints.reserveDecode(seqs[i].id, last, seqs[i].hints.sessionId, seqs[i].hints.cacheRoot ?? null);
         if (id !== undefined) e.checkpoint = { id, after: last };
         else delete e.checkpoint;
       }

@@ -7,7 +7,8 @@
  * block's tokens). A later prompt that begins with a checkpoint's tokens — an agent's next turn,
  * whose prompt holds the last prompt and answer — takes the prefix-cache hit up to the longest such
  * checkpoint and starts from a copy of it (StepEntry.restore), computing only what follows. Checkpoints are
- * matched by their tokens, compared whole. The one a new checkpoint replaces is the least worth keeping:
+ * matched by their tokens, compared whole, within their cache namespace (SequenceHints.cacheRoot: the
+ * adapter and cache salt, whose state differs, or must not be shared). The one a new checkpoint replaces is the least worth keeping:
  * by default the least recently used; under agent-aware retention the one whose session is least
  * likely to send its next turn soon (a session waiting on a tool call keeps its checkpoint over one
  * that gave its final answer), then the least recently used. Pure CPU bookkeeping (the worth is
@@ -20,6 +21,8 @@ interface Checkpoint {
   tokens: readonly number[];
   /** A decoding sequence's own checkpoint (see {@link StateCheckpoints.reserveDecode}): the sequence's id. */
   owner?: number;
+  /** The cache namespace of the sequence it follows (SequenceHints.cacheRoot; null: none). */
+  root: number | null;
   /** The session whose prompt it follows (SequenceHints.sessionId), if any. */
   sessionId: string | undefined;
   lastUse: number;
@@ -50,13 +53,13 @@ export class StateCheckpoints {
   }
 
   /**
-   * The longest written checkpoint whose tokens begin `tokens` and number at most `maxTokens` (a
-   * prefix-cache hit's length), or undefined.
+   * The longest written checkpoint of namespace `root` whose tokens begin `tokens` and number at most
+   * `maxTokens` (a prefix-cache hit's length), or undefined.
    */
-  longest(tokens: readonly number[], maxTokens: number): { id: number; length: number } | undefined {
+  longest(tokens: readonly number[], maxTokens: number, root: number | null = null): { id: number; length: number } | undefined {
     let best: { id: number; length: number } | undefined;
     this.#entries.forEach((e, id) => {
-      if (!e || e.pending || e.tokens.length > maxTokens || e.tokens.length > tokens.length || (best && e.tokens.length <= best.length)) return;
+      if (!e || e.pending || e.root !== root || e.tokens.length > maxTokens || e.tokens.length > tokens.length || (best && e.tokens.length <= best.length)) return;
       for (let i = e.tokens.length - 1; i >= 0; i--) if (e.tokens[i] !== tokens[i]) return;
       best = { id, length: e.tokens.length };
     });
@@ -75,16 +78,16 @@ export class StateCheckpoints {
    * forward (pending until {@link settle}): a free one, else the one least worth keeping; undefined when
    * one already holds exactly these tokens, or when every one is pending.
    */
-  reserve(tokens: readonly number[], sessionId?: string): number | undefined {
+  reserve(tokens: readonly number[], sessionId?: string, root: number | null = null): number | undefined {
     if (tokens.length === 0 || tokens.length % this.blockSize !== 0) throw new RangeError(`A state checkpoint needs whole blocks of ${this.blockSize} tokens, got ${tokens.length}`);
-    const same = this.#entries.findIndex((e) => e !== undefined && e.tokens.length === tokens.length && e.tokens.every((t, i) => t === tokens[i]));
+    const same = this.#entries.findIndex((e) => e !== undefined && e.root === root && e.tokens.length === tokens.length && e.tokens.every((t, i) => t === tokens[i]));
     if (same >= 0) {
       this.#entries[same]!.lastUse = ++this.#tick;
       return undefined;
     }
     const id = this.#free() ?? this.#victim();
     if (id === undefined) return undefined;
-    this.#entries[id] = { tokens: tokens.slice(), sessionId, lastUse: ++this.#tick, pending: true };
+    this.#entries[id] = { tokens: tokens.slice(), root, sessionId, lastUse: ++this.#tick, pending: true };
     this.taken++;
     return id;
   }
@@ -113,12 +116,12 @@ export class StateCheckpoints {
    * Each sequence keeps one such: its earlier one is replaced in place, else a free id or the one least
    * worth keeping is taken.
    */
-  reserveDecode(seqId: number, length: number, sessionId?: string): number | undefined {
+  reserveDecode(seqId: number, length: number, sessionId?: string, root: number | null = null): number | undefined {
     if (length <= 0 || length % this.blockSize !== 0) throw new RangeError(`A state checkpoint needs whole blocks of ${this.blockSize} tokens, got ${length}`);
     const own = this.#entries.findIndex((e) => e?.owner === seqId);
     const id = own >= 0 ? own : this.#free() ?? this.#victim();
     if (id === undefined) return undefined;
-    this.#entries[id] = { tokens: [], owner: seqId, sessionId, lastUse: ++this.#tick, pending: true };
+    this.#entries[id] = { tokens: [], owner: seqId, root, sessionId, lastUse: ++this.#tick, pending: true };
     this.taken++;
     return id;
   }
@@ -142,7 +145,7 @@ export class StateCheckpoints {
     const e = this.#entries[id];
     if (!e) return;
     if (tokens) {
-      const same = this.#entries.some((x, i) => i !== id && x !== undefined && !x.pending && x.tokens.length === tokens.length && x.tokens.every((t, j) => t === tokens[j]));
+      const same = this.#entries.some((x, i) => i !== id && x !== undefined && !x.pending && x.root === e.root && x.tokens.length === tokens.length && x.tokens.every((t, j) => t === tokens[j]));
       if (same) {
         this.#entries[id] = undefined;
         return;

@@ -5,7 +5,7 @@
  * sequences end; what cannot carry the state is refused.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { test } from "../harness.ts";
@@ -19,6 +19,8 @@ import { loadModel } from "../../src/model/load.ts";
 import { greedySteps } from "../oracle/oracle-compare.ts";
 import { generate } from "../../src/engine/generate.ts";
 import { type ModelFileSpec, writeTestGguf } from "../model/model-files.ts";
+import { loraGgufBytes } from "../model/lora-files.ts";
+import { loadLoraAdapter } from "../../src/model/lora-load.ts";
 
 const SPEC: ModelFileSpec = {
   architecture: "qwen35", hidden: 32, layers: 4, heads: 4, kvHeads: 2, headDim: 16, rotaryDim: 4, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 301,
@@ -165,6 +167,14 @@ test("StateCheckpoints matches whole tokens, keeps pending ones out until settle
   const c = cps.reserve([9, 9, 9, 9])!;
   assert.equal(c, b, "b was used least recently");
   assert.throws(() => cps.reserve([1, 2, 3]), /A state checkpoint needs whole blocks of 4 tokens, got 3/);
+  // Another cache namespace (an adapter, a cache salt) keeps its own, and finds only its own.
+  const ns = new StateCheckpoints(2, 4);
+  ns.settle(ns.reserve([1, 2, 3, 4])!);
+  assert.equal(ns.longest([1, 2, 3, 4, 5], 4, 7), undefined, "the base's checkpoint is not namespace 7's");
+  const own = ns.reserve([1, 2, 3, 4], undefined, 7);
+  assert.notEqual(own, undefined, "the same tokens in namespace 7 are another checkpoint");
+  ns.settle(own!);
+  assert.deepEqual(ns.longest([1, 2, 3, 4, 5], 4, 7), { id: own, length: 4 });
   assert.deepEqual(checkpointChunk(21, 0, 64, 4), { n: 20, atBoundary: true });
   assert.deepEqual(checkpointChunk(21, 20, 1, 4), { n: 1, atBoundary: false });
   assert.deepEqual(checkpointChunk(21, 8, 12, 4), { n: 12, atBoundary: true });
@@ -255,4 +265,38 @@ test("Engine with Gated DeltaNet layers keeps the checkpoint of a session waitin
   };
   assert.equal(await run("agent"), 24, "s1's checkpoint was kept: its next turn resumes after its answer's 24 tokens");
   assert.equal(await run("lru"), 0, "least recently used, s1's checkpoint went first");
+});
+
+test("Engine with Gated DeltaNet layers keeps state checkpoints apart by adapter: a LoRA request never resumes from the base model's state", async () => {
+  const dir2 = mkdtempSync(`${tmpdir()}/recurrent-lora-`);
+  try {
+    // An adapter on the first DeltaNet layer's projections and the attention layer's q and o.
+    const lora = `${dir2}/a.gguf`;
+    writeFileSync(lora, loraGgufBytes(model.config, {
+      seed: 9, rank: 4, alpha: 8, magnitude: 0.4,
+      targets: [{ layer: 0, target: "ssmQkv" }, { layer: 0, target: "ssmZ" }, { layer: 0, target: "ssmOut" }, { layer: 3, target: "wq" }, { layer: 3, target: "wo" }],
+    }));
+    const adapter = await loadLoraAdapter(lora, model.config);
+    const e = createEngine(backend, model, { numBlocks: 64, blockSize: 4 });
+    const fresh = createEngine(backend, model, { numBlocks: 64, blockSize: 4, stateCheckpoints: 0 });
+    try {
+      e.loadAdapter("a", adapter);
+      fresh.loadAdapter("a", adapter);
+      const ask = (engine: typeof e, prompt: number[], a?: string) => engine.submit({ prompt, maxTokens: 6, temperature: 0, ignoreEos: true, ...(a ? { adapter: a } : {}) }).result;
+      const turn1 = PROMPTS[0];
+      const turn2 = [...turn1, 150, 151, 152, 153, 154, 155, 156];
+      await ask(e, turn1); // the base model's checkpoints
+      await ask(e, turn1, "a"); // the adapter's blocks (and, kept apart, its checkpoints)
+      const got = await ask(e, turn2, "a");
+      const want = await ask(fresh, turn2, "a");
+      assert.ok(got.cachedTokens > 0, "the adapter's own checkpoint is used");
+      assert.deepEqual(got.tokenIds, want.tokenIds, "the adapter's tokens, not the base state's");
+      assert.notDeepEqual((await ask(fresh, turn2)).tokenIds, want.tokenIds, "the adapter changes the tokens");
+    } finally {
+      await e.stop();
+      await fresh.stop();
+    }
+  } finally {
+    rmSync(dir2, { recursive: true, force: true });
+  }
 });
