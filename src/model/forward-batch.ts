@@ -107,13 +107,17 @@ export interface StepTensors {
   slots: Tensor;
   attention: AttentionBatch;
   lastRows: Tensor;
+  /** Each row's query scale under Llama 4's attention temperature tuning (ModelConfig.attnTemperature), f32 [n, 1]. */
+  attnTemperature?: Tensor;
   free(): void;
 }
 
-/** Uploads a flattened step to the backend. */
-export function uploadBatch(backend: Backend, flat: FlatBatch): StepTensors {
+/** Uploads a flattened step to the backend (with `temperature`, each row's query scale for it). */
+export function uploadBatch(backend: Backend, flat: FlatBatch, temperature?: { beta: number; originalContext: number }): StepTensors {
   const n = flat.ids.length;
+  const scales = temperature && Float32Array.from(flat.positions, (p) => 1 + temperature.beta * Math.log(1 + Math.floor(p / temperature.originalContext)));
   const tensors = {
+    ...(scales ? { attnTemperature: backend.upload(scales, [n, 1]) } : {}),
     ids: backend.upload(flat.ids, [n]),
     positions: backend.upload(flat.positions, [n]),
     slots: backend.upload(flat.slots, [n]),
@@ -126,6 +130,7 @@ export function uploadBatch(backend: Backend, flat: FlatBatch): StepTensors {
     positions: tensors.positions,
     slots: tensors.slots,
     lastRows: tensors.lastRows,
+    ...(tensors.attnTemperature ? { attnTemperature: tensors.attnTemperature } : {}),
     attention: {
       tokenSeq: tensors.tokenSeq,
       tokenPos: tensors.positions,

@@ -125,6 +125,8 @@ export function attentionBlock(
     const kr = s.keep(backend.rope(k, step.positions, theta, c.ropeLayout, c.rotaryDim, f, c.ropeMagnitude));
     backend.kvWrite(kr, v, kCache, vCache, step.slots);
   }
+  // Ministral 3: each turned query scaled by its position's temperature (a one-expert weighted sum per row).
+  if (step.attnTemperature) qr = backend.reshape(s.keep(backend.moeCombine(backend.reshape(qr, [n, c.numHeads * c.headDim]), step.attnTemperature)), [n, c.numHeads, c.headDim]);
   if (c.attentionSinks && !l.sinks) throw new ForwardInputError("The model config asks for attention sinks but the weights lack them");
   const scale = c.attentionScale ?? 1 / Math.sqrt(c.headDim);
   const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, scale, { window, sinks: l.sinks, softcap: c.attnSoftcap }));

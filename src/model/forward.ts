@@ -133,7 +133,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
     throw new ForwardInputError("The model config has RoPE frequency factors but the device model lacks them (use uploadModel)");
   }
   const flat = planStep(model, kv, step);
-  const tensors = uploadBatch(backend, flat);
+  const tensors = uploadBatch(backend, flat, model.config.attnTemperature);
   const s = new Scratch(backend);
   const keep: KeepTemp = (t) => s.keep(t);
   const heads = c.mla ? headIndices(backend, flat.ids.length, c.numHeads) : undefined;

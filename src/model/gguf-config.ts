@@ -11,6 +11,7 @@ import { ggufMagnitudeYarn, ggufSlidingWindow, withHarmonyStops } from "./gguf-g
 import { ggufGemma2, ggufGemma3 } from "./gguf-gemma3.ts";
 import { ggufGranite } from "./granite.ts";
 import { ggufQwen35 } from "./qwen35.ts";
+import { ggufMistral3 } from "./mistral3.ts";
 import { ggufMla, ggufYarn } from "./gguf-deepseek.ts";
 import { ggufMoe } from "./gguf-moe.ts";
 import { GGUF_TENSOR_NAMES } from "./gguf-names.ts";
@@ -55,8 +56,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const scalingType = meta.string(`${arch}.rope.scaling.type`, "none");
   // Gemma 3's linear scaling is its global layers' (gguf-gemma3.ts).
   const yarn = scalingType !== "none" && meta.number(`${arch}.rope.scaling.factor`, 1) !== 1 && architecture !== "gemma3";
-  if (yarn && (scalingType !== "yarn" || (architecture !== "deepseek2" && architecture !== "gpt-oss"))) {
-    throw new ModelLoadError(`Model "${path}" uses RoPE scaling type "${scalingType}"; only rope_freqs factors (and YaRN for deepseek2 and gpt-oss) are supported`);
+  if (yarn && (scalingType !== "yarn" || (architecture !== "deepseek2" && architecture !== "gpt-oss" && architecture !== "mistral3"))) {
+    throw new ModelLoadError(`Model "${path}" uses RoPE scaling type "${scalingType}"; only rope_freqs factors (and YaRN for deepseek2, gpt-oss and mistral3) are supported`);
   }
   if (numHeads % numKvHeads !== 0) {
     throw new ModelLoadError(`Model "${path}" has ${numHeads} heads, not a multiple of its ${numKvHeads} KV heads`);
@@ -99,7 +100,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   if (!(Number.isFinite(rmsNormEps) && rmsNormEps >= 0)) {
     throw new ModelLoadError(`GGUF metadata "${arch}.attention.layer_norm_rms_epsilon" in "${path}" should be a number from 0, got ${rmsNormEps}`);
   }
-  const scaled = !yarn ? undefined : mla ? ggufYarn(meta, arch, ropeTheta, mla, path) : ggufMagnitudeYarn(meta, arch, ropeTheta, ropeDim, headDim, path);
+  // Ministral 3's YaRN and attention temperature: mistral3.ts.
+  const scaled = !yarn || architecture === "mistral3" ? undefined : mla ? ggufYarn(meta, arch, ropeTheta, mla, path) : ggufMagnitudeYarn(meta, arch, ropeTheta, ropeDim, headDim, path);
   const ffnKey = moe ? `${arch}.expert_feed_forward_length` : `${arch}.feed_forward_length`;
   // GLM-4.5 files end with multi-token-prediction blocks (NextN) that llama.cpp loads but never runs.
   const blocks = positiveInteger(meta.number(`${arch}.block_count`), `${arch}.block_count`, path);
@@ -139,7 +141,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     rmsNormEps,
     ropeTheta,
     // llama.cpp turns DeepSeek's RoPE dims in adjacent pairs, as it does Llama's permuted ones.
-    ropeLayout: architecture === "llama" || architecture === "smollm3" || architecture === "granite" || architecture === "deepseek2" ? "normal" : "neox",
+    ropeLayout: architecture === "llama" || architecture === "smollm3" || architecture === "granite" || architecture === "deepseek2" || architecture === "mistral3" ? "normal" : "neox",
+    ...(architecture === "mistral3" ? ggufMistral3(meta, arch, ropeTheta, ropeDim, headDim, path) : {}),
     ...(ropeDim !== headDim || mla ? { rotaryDim: ropeDim } : {}),
     contextLength: positiveInteger(meta.number(`${arch}.context_length`, 2048), `${arch}.context_length`, path),
     tiedEmbeddings: !tensors.has(GGUF_TENSOR_NAMES.output),

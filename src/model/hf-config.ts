@@ -13,6 +13,7 @@ import { hfTiedEmbeddings } from "./hf-defaults.ts";
 import { hfLongRope } from "./phi3.ts";
 import { hfGranite } from "./granite.ts";
 import { hfQwen35 } from "./hf-qwen35.ts";
+import { hfMistral3 } from "./mistral3.ts";
 
 /** config.json's `architectures[0]` (or `model_type`) → our architecture. */
 const HF_ARCHITECTURES: Record<string, Architecture> = {
@@ -35,6 +36,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Qwen3_5ForCausalLM: "qwen35",
   Qwen3_5MoeForCausalLM: "qwen35moe",
   Qwen3NextForCausalLM: "qwen3next",
+  Ministral3ForCausalLM: "mistral3",
   MixtralForCausalLM: "llama",
   // config.json's model_type, for files without `architectures`
   qwen2_moe: "qwen2moe",
@@ -54,6 +56,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   qwen3_5_text: "qwen35",
   qwen3_5_moe_text: "qwen35moe",
   qwen3_next: "qwen3next",
+  ministral3: "mistral3",
   mixtral: "llama",
 };
 
@@ -90,10 +93,11 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const gemma3 = architecture === "gemma3" ? hfGemma3(cfg, hiddenSize, headDim, rotaryDim ?? headDim, numLayers, path) : architecture === "gemma2" ? hfGemma2(cfg, hiddenSize, numLayers, path) : undefined;
   const contextLength = positiveInt(cfg, "max_position_embeddings", path, 2048);
   const phi3 = architecture === "phi3" ? hfLongRope(cfg, contextLength, rotaryDim ?? headDim, path) : undefined;
-  const ownRope = deepseek ?? gptOss ?? gemma3 ?? phi3;
+  const mistral3 = architecture === "mistral3" ? hfMistral3(cfg, ropeTheta, headDim, path) : undefined;
+  const ownRope = deepseek ?? gptOss ?? gemma3 ?? phi3 ?? mistral3;
   const ropeFreqFactors = ownRope ? ownRope.ropeFreqFactors : hfRopeFreqFactors(cfg, ropeTheta, rotaryDim ?? headDim, path);
   const moe = deepseek ? hfDeepseekMoe(cfg, path) : gptOss ? gptOss.moe : hfMoe(cfg, archName, architecture, path);
-  const attentionScale = deepseek?.attentionScale ?? gptOss?.attentionScale ?? gemma3?.attentionScale;
+  const attentionScale = deepseek?.attentionScale ?? gptOss?.attentionScale ?? gemma3?.attentionScale ?? mistral3?.attentionScale;
   return {
     architecture,
     vocabSize,
@@ -121,6 +125,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     // OLMo 2 and 3: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection; OLMo 3's three layers of four slide.
     ...(architecture === "olmo2" ? { noPreNorms: true, postNorms: true, qkNormPerRow: true, ...hfSlidingWindow(cfg, numLayers, path, (i) => i % 4 < 3) } : {}),
     ...(architecture === "exaone4" ? hfExaone4(cfg, numLayers, path) : {}),
+    ...(mistral3?.attnTemperature ? { attnTemperature: mistral3.attnTemperature } : {}),
     ...(architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" ? hfQwen35(cfg, numLayers, path) : {}),
     contextLength,
     tiedEmbeddings: hfTiedEmbeddings(cfg, architecture, path),

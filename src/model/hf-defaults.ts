@@ -30,6 +30,7 @@ export const HF_TIE_WORD_EMBEDDINGS: Readonly<Record<Architecture, boolean>> = {
   qwen35: false,
   qwen35moe: false,
   qwen3next: false,
+  mistral3: false,
 };
 
 /** Whether the output projection is the token embedding: config.json's boolean, else the architecture's default; anything else is an error quoting it. */

@@ -18,13 +18,16 @@ import type { TensorSource } from "./weights.ts";
 /**
  * The model_types and architectures whose config.json nests the text model's sizes under
  * `text_config` and its weights under `model.language_model.` (the checkpoints as released, with
- * their vision tower, which is not loaded).
+ * their vision tower, which is not loaded): Qwen3.5's, and Ministral 3's (mistral3.ts).
  */
 const WRAPPED: ReadonlyMap<string, string> = new Map([
   ["Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"],
   ["qwen3_5", "Qwen3_5ForCausalLM"],
   ["Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"],
   ["qwen3_5_moe", "Qwen3_5MoeForCausalLM"],
+  // Ministral 3 (mistral3.ts) as transformers 5 saves it; Mistral Small 3.x's text model ("mistral") is not run.
+  ["Mistral3ForConditionalGeneration", "Ministral3ForCausalLM"],
+  ["mistral3", "Ministral3ForCausalLM"],
 ]);
 
 /**
@@ -34,8 +37,10 @@ const WRAPPED: ReadonlyMap<string, string> = new Map([
  */
 export function hfTextModel(cfg: Json): { cfg: Json; prefix: string } {
   const arch = Array.isArray(cfg.architectures) ? String(cfg.architectures[0]) : String(cfg.model_type ?? "");
-  const text = WRAPPED.get(arch);
+  let text = WRAPPED.get(arch);
   if (text === undefined || !isJsonObject(cfg.text_config)) return { cfg, prefix: "model." };
+  // A Mistral3 checkpoint's text model is named by its own model_type: Ministral 3's "ministral3" only.
+  if (text === "Ministral3ForCausalLM" && cfg.text_config.model_type !== "ministral3") text = `${String(cfg.text_config.model_type)} (the text model of ${arch})`;
   return {
     // The outer config's token ids and tying apply where the text config leaves them out.
     cfg: { eos_token_id: cfg.eos_token_id, bos_token_id: cfg.bos_token_id, tie_word_embeddings: cfg.tie_word_embeddings, ...cfg.text_config, architectures: [text] },

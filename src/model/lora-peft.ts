@@ -105,7 +105,7 @@ export async function loadPeftLora(dir: string, config: ModelConfig, options: Lo
     throw new ModelLoadError(`PEFT adapter "${dir}": lora_alpha should be a finite number, got ${shown}`);
   }
   const rslora = cfg.use_rslora === true;
-  const permute = (config.architecture === "llama" || config.architecture === "smollm3" || config.architecture === "granite") && config.ropeLayout === "normal";
+  const permute = (config.architecture === "llama" || config.architecture === "smollm3" || config.architecture === "granite" || config.architecture === "mistral3") && config.ropeLayout === "normal";
   const file = await openRandomAccess(filePath);
   try {
     const header = await readSafetensorsHeader(file);

@@ -70,6 +70,10 @@ export interface ModelFileSpec {
    * (GGUF `yarn_log_multiplier`); gpt-oss without (RoPE's magnitude scaled by 0.1·ln(factor) + 1).
    */
   yarn?: { factor: number; originalContext: number; betaFast: number; betaSlow: number; mscaleAllDim?: number };
+  /** Ministral 3's attention temperature (GGUF `attention.temperature_scale`, HF `llama_4_scaling_beta`), floored by the YaRN original context. */
+  attnTemperature?: number;
+  /** Ministral 3's HF checkpoint as released: Mistral3ForConditionalGeneration, the text model under `model.language_model.`. */
+  wrapped?: boolean;
   /** The sliding window in positions: GPT-OSS's every other layer, from layer 0; Gemma 3's five layers of six; OLMo 3's three of four. */
   slidingWindow?: number;
   /** Gemma 3's linear RoPE scaling of its global layers (GGUF `rope.scaling.type` "linear"). */
@@ -446,7 +450,16 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
       [`${a}.rope.scaling.factor`, gguf.f32(y.factor)],
       [`${a}.rope.scaling.original_context_length`, gguf.u32(y.originalContext)],
     );
+    // Ministral 3's: the betas, mscale_all_dim as the log multiplier (unscaled, unlike DeepSeek's).
+    if (a === "mistral3") {
+      meta.push(
+        [`${a}.rope.scaling.yarn_beta_fast`, gguf.f32(y.betaFast)],
+        [`${a}.rope.scaling.yarn_beta_slow`, gguf.f32(y.betaSlow)],
+        [`${a}.rope.scaling.yarn_log_multiplier`, gguf.f32(y.mscaleAllDim ?? 1)],
+      );
+    }
   }
+  if (spec.attnTemperature !== undefined) meta.push([`${a}.attention.temperature_scale`, gguf.f32(spec.attnTemperature)]);
   if (vocab.kind === "spm") meta.push(["tokenizer.ggml.scores", gguf.arr(GgufType.FLOAT32, vocab.scores)]);
   else {
     meta.push(["tokenizer.ggml.merges", gguf.arr(GgufType.STRING, vocab.merges)]);
@@ -517,7 +530,7 @@ export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocab
   const parts = ggufTensors(spec, weights, extras.splitExperts ?? false);
   for (const { name, shape, values, hf } of spec.architecture === "phi3" && !spec.unfused ? fusePhi3Gguf(parts) : parts) {
     let v = values;
-    if ((spec.architecture === "llama" || spec.architecture === "smollm3" || spec.architecture === "granite") && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf)) {
+    if ((spec.architecture === "llama" || spec.architecture === "smollm3" || spec.architecture === "granite" || spec.architecture === "mistral3") && /self_attn\.[qk]_proj\.(weight|bias)$/.test(hf)) {
       const heads = hf.includes(".q_proj.") ? spec.heads : spec.kvHeads;
       v = permuteForGguf(values, shape[0], shape[1] ?? 1, heads);
     }
@@ -644,6 +657,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     qwen35: ["Qwen3_5ForCausalLM", "qwen3_5_text"],
     qwen35moe: ["Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"],
     qwen3next: ["Qwen3NextForCausalLM", "qwen3_next"],
+    mistral3: ["Ministral3ForCausalLM", "ministral3"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {
@@ -678,13 +692,14 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     rope_theta: ropeThetaOf(spec),
     ...(spec.ropeScaling ? { rope_scaling: hfRopeScaling(spec.ropeScaling) } : {}),
     ...(spec.mla ? hfMlaConfig(spec) : {}),
+    ...(spec.architecture === "mistral3" ? ministral3RopeParameters(spec) : {}),
     max_position_embeddings: spec.contextLength ?? TEST_CONTEXT,
     tie_word_embeddings: spec.tied,
     vocab_size: spec.vocab,
     bos_token_id: vocab.bosId,
     eos_token_id: vocab.eosId,
   };
-  const checkpoint = spec.deltaNet ? qwen35HfCheckpoint(spec, config, tensors) : { config, tensors };
+  const checkpoint = spec.deltaNet ? qwen35HfCheckpoint(spec, config, tensors) : spec.wrapped ? mistral3Wrapped(config, tensors) : { config, tensors };
   await writeFile(`${dir}/config.json`, JSON.stringify(checkpoint.config, null, 2));
   await writeFile(`${dir}/model.safetensors`, encodeSafetensors(checkpoint.tensors, { format: "pt" }));
   await writeFile(`${dir}/tokenizer.json`, JSON.stringify(tokenizerJson(vocab)));
@@ -692,6 +707,27 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     add_bos_token: spec.architecture === "llama",
     chat_template: "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}",
   }));
+}
+
+/** Ministral3Config's `rope_parameters`: YaRN (mscale 1) and Llama 4's temperature. */
+function ministral3RopeParameters(spec: ModelFileSpec): Record<string, unknown> {
+  const y = spec.yarn;
+  return {
+    rope_parameters: {
+      rope_type: y ? "yarn" : "default", rope_theta: ropeThetaOf(spec),
+      ...(y ? { factor: y.factor, original_max_position_embeddings: y.originalContext, beta_fast: y.betaFast, beta_slow: y.betaSlow, mscale: 1, mscale_all_dim: y.mscaleAllDim ?? 1 } : {}),
+      ...(spec.attnTemperature !== undefined ? { llama_4_scaling_beta: spec.attnTemperature } : {}),
+    },
+  };
+}
+
+/** A Ministral 3 checkpoint as released: Mistral3ForConditionalGeneration, text config nested, its weights under `model.language_model.`, a vision weight left alone. */
+function mistral3Wrapped(config: Record<string, unknown>, tensors: SafetensorsEntry[]): { config: Record<string, unknown>; tensors: SafetensorsEntry[] } {
+  const vision: SafetensorsEntry = { name: "model.vision_tower.patch_conv.weight", shape: [4, 3], dtype: "f32", data: new Uint8Array(48) };
+  return {
+    config: { architectures: ["Mistral3ForConditionalGeneration"], model_type: "mistral3", text_config: { ...config, model_type: "ministral3" }, vision_config: { model_type: "pixtral" } },
+    tensors: [...tensors.map((t) => ({ ...t, name: t.name.replace(/^model\./, "model.language_model.") })), vision],
+  };
 }
 
 /** Gemma 3's config.json fields as transformers' Gemma3TextConfig writes them (pattern 6 left to its default). */

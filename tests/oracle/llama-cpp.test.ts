@@ -330,6 +330,24 @@ const CASES: OracleCase[] = [
     tol: 1e-4,
     hf: true,
   },
+  // Ministral 3: Llama's layout (q/k permuted for the interleaved RoPE) with YaRN over an original
+  // context of 16 and Llama 4's attention temperature, whose ⌊position / 16⌋ steps within the test.
+  {
+    name: "mistral3 YaRN (factor 4 over 16), attention temperature 0.3, f32",
+    spec: { ...BASE, architecture: "mistral3", seed: 195, yarn: { factor: 4, originalContext: 16, betaFast: 32, betaSlow: 1 }, attnTemperature: 0.3 },
+    tol: 1e-4,
+    hf: true,
+  },
+  {
+    name: "mistral3 YaRN with mscale_all_dim 0.5 (a magnitude on q and k), attention temperature 0.5, q8_0, f16 KV cache",
+    spec: {
+      ...BASE, architecture: "mistral3", headDim: 32, dtype: "q8_0", seed: 196, yarn: { factor: 8, originalContext: 16, betaFast: 16, betaSlow: 2, mscaleAllDim: 0.5 },
+      attnTemperature: 0.5,
+    },
+    tol: 1.5e-2,
+    hf: false,
+    kv: "f16",
+  },
   // Qwen3-Next: Qwen3.5-MoE's layers with fused DeltaNet input projections, value heads grouped
   // (not tiled) in its GGUF, plain NeoX RoPE on a quarter of each head.
   {
