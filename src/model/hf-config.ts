@@ -37,6 +37,8 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Qwen3_5MoeForCausalLM: "qwen35moe",
   Qwen3NextForCausalLM: "qwen3next",
   Ministral3ForCausalLM: "mistral3",
+  // Mistral 7B, Mistral Small 3.x's and Devstral's text models: Llama's layout (and a window on every layer where set).
+  MistralForCausalLM: "llama",
   MixtralForCausalLM: "llama",
   // config.json's model_type, for files without `architectures`
   qwen2_moe: "qwen2moe",
@@ -57,6 +59,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   qwen3_5_moe_text: "qwen35moe",
   qwen3_next: "qwen3next",
   ministral3: "mistral3",
+  mistral: "llama",
   mixtral: "llama",
 };
 
@@ -126,6 +129,8 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(architecture === "olmo2" ? { noPreNorms: true, postNorms: true, qkNormPerRow: true, ...hfSlidingWindow(cfg, numLayers, path, (i) => i % 4 < 3) } : {}),
     ...(architecture === "exaone4" ? hfExaone4(cfg, numLayers, path) : {}),
     ...(mistral3?.attnTemperature ? { attnTemperature: mistral3.attnTemperature } : {}),
+    // MistralConfig's `sliding_window` (4096 in Mistral 7B v0.1, null since) masks every layer, as transformers and vLLM apply it.
+    ...(archName === "MistralForCausalLM" || archName === "mistral" ? hfSlidingWindow(cfg, numLayers, path, () => true) : {}),
     ...(architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" ? hfQwen35(cfg, numLayers, path) : {}),
     contextLength,
     tiedEmbeddings: hfTiedEmbeddings(cfg, architecture, path),

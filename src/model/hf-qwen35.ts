@@ -25,7 +25,7 @@ const WRAPPED: ReadonlyMap<string, string> = new Map([
   ["qwen3_5", "Qwen3_5ForCausalLM"],
   ["Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM"],
   ["qwen3_5_moe", "Qwen3_5MoeForCausalLM"],
-  // Ministral 3 (mistral3.ts) as transformers 5 saves it; Mistral Small 3.x's text model ("mistral") is not run.
+  // Ministral 3 (mistral3.ts) and Mistral Small 3.x / Devstral ("mistral" text) as transformers 5 saves them.
   ["Mistral3ForConditionalGeneration", "Ministral3ForCausalLM"],
   ["mistral3", "Ministral3ForCausalLM"],
 ]);
@@ -39,8 +39,11 @@ export function hfTextModel(cfg: Json): { cfg: Json; prefix: string } {
   const arch = Array.isArray(cfg.architectures) ? String(cfg.architectures[0]) : String(cfg.model_type ?? "");
   let text = WRAPPED.get(arch);
   if (text === undefined || !isJsonObject(cfg.text_config)) return { cfg, prefix: "model." };
-  // A Mistral3 checkpoint's text model is named by its own model_type: Ministral 3's "ministral3" only.
-  if (text === "Ministral3ForCausalLM" && cfg.text_config.model_type !== "ministral3") text = `${String(cfg.text_config.model_type)} (the text model of ${arch})`;
+  // A Mistral3 checkpoint's text model is named by its own model_type: Ministral 3's "ministral3", or
+  // Mistral Small 3.x's and Devstral's "mistral" (Llama's layout).
+  if (text === "Ministral3ForCausalLM" && cfg.text_config.model_type !== "ministral3") {
+    text = cfg.text_config.model_type === "mistral" ? "MistralForCausalLM" : `${String(cfg.text_config.model_type)} (the text model of ${arch})`;
+  }
   return {
     // The outer config's token ids and tying apply where the text config leaves them out.
     cfg: { eos_token_id: cfg.eos_token_id, bos_token_id: cfg.bos_token_id, tie_word_embeddings: cfg.tie_word_embeddings, ...cfg.text_config, architectures: [text] },

@@ -1,9 +1,9 @@
 /**
  * Ministral 3 (src/model/mistral3.ts) loads alike from a `mistral3` GGUF and from its released
  * Mistral3ForConditionalGeneration checkpoint (text model under `model.language_model.`, YaRN and
- * Llama 4's temperature under `rope_parameters`); a Mistral3 checkpoint whose text model is another
- * (Mistral Small 3.x's "mistral") is refused by name (llama.cpp's check of the same weights:
- * tests/oracle/llama-cpp.test.ts).
+ * Llama 4's temperature under `rope_parameters`); Mistral Small 3.x's and Devstral's checkpoints (a
+ * "mistral" text model, Llama's layout) load as Llama, and another text model is refused by name
+ * (llama.cpp's check of the same weights: tests/oracle/llama-cpp.test.ts).
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -53,7 +53,19 @@ test("loadModel() reads Ministral 3 alike from a mistral3 GGUF and a Mistral3For
   assert.ok(Math.max(...last(without).map((v, i) => Math.abs(v - last(want)[i]))) > 1e-3, "the temperature changes the last position's logits");
 });
 
-test("loadModel() refuses a Mistral3 checkpoint whose text model is not Ministral 3's, naming it", async () => {
-  const other = await writeTestHfDirectory(dir, "small", { ...SPEC, wrapped: true }, (c) => ({ ...c, text_config: { ...(c.text_config as Record<string, unknown>), model_type: "mistral" } }));
-  await expectLoadError(loadModel(other), /Unknown architecture "mistral \(the text model of Mistral3ForConditionalGeneration\)"/);
+test("loadModel() reads Mistral Small 3.x's and Devstral's checkpoints (Mistral3 with a \"mistral\" text model, MistralForCausalLM) as Llama, and refuses another text model by name", async () => {
+  const llama: ModelFileSpec = { ...SPEC, architecture: "llama", yarn: undefined, attnTemperature: undefined, seed: 342 };
+  const want = await logits(await writeTestGguf(dir, "llama", llama));
+  const small = await writeTestHfDirectory(dir, "small", { ...llama, wrapped: true }, (c) => ({ ...c, text_config: { ...(c.text_config as Record<string, unknown>), model_type: "mistral" } }));
+  const plain = await writeTestHfDirectory(dir, "mistral", llama, (c) => ({ ...c, architectures: ["MistralForCausalLM"], model_type: "mistral", sliding_window: null }));
+  for (const path of [small, plain]) {
+    assert.equal((await loadModel(path)).config.architecture, "llama");
+    const got = await logits(path);
+    for (let i = 0; i < want.length; i++) assert.ok(Math.abs(got[i] - want[i]) < 1e-4, `${path} logit ${i}: ${got[i]} vs GGUF ${want[i]}`);
+  }
+  // Mistral 7B v0.1's window masks every layer.
+  const windowed = await writeTestHfDirectory(dir, "windowed", llama, (c) => ({ ...c, architectures: ["MistralForCausalLM"], model_type: "mistral", sliding_window: 4 }));
+  assert.deepEqual((await loadModel(windowed)).config.slidingWindow, { size: 4, layers: [true, true] });
+  const other = await writeTestHfDirectory(dir, "other", { ...SPEC, wrapped: true }, (c) => ({ ...c, text_config: { ...(c.text_config as Record<string, unknown>), model_type: "pixtral_text" } }));
+  await expectLoadError(loadModel(other), /Unknown architecture "pixtral_text \(the text model of Mistral3ForConditionalGeneration\)"/);
 });
