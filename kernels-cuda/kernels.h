@@ -100,9 +100,10 @@ constexpr int DELTA_NET_MAX_KEY_DIM = 256;
 /** Depthwise causal convolution with SiLU over each sequence's rows (Backend.causalConv1d): x [n, C],
  * w [C, K] (2 ≤ K ≤ CONV1D_MAX_KERNEL), state [slots, K - 1, C] updated in place, seqs i32 [num_seqs, 4]
  * = (first row, row count, slot, fresh) → y [n, C]. A sequence whose rows or slot are out of range is
- * skipped. */
+ * skipped. `gated`: LFM2's short convolution (Backend.shortConv), x [n, 3C] holding B, C and x: the
+ * window takes B·x and y is C times the sum, with no SiLU. */
 cudaError_t causal_conv1d(const float* x, const float* w, float* state, const int32_t* seqs, int num_seqs, int n, int C,
-                          int K, int slots, float* y, cudaStream_t s);
+                          int K, int slots, bool gated, float* y, cudaStream_t s);
 struct DeltaNetArgs {
   const float* x;        // [n, 2·nk·dk + nv·dv]: q, k, v
   const float* alpha;    // [n, nv]

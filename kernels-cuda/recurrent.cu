@@ -24,8 +24,9 @@ __device__ __forceinline__ SeqRow load_seq(const int32_t* seqs, int seq, int n, 
 
 // One thread per (sequence, channel): the K taps and the K - 1 previous inputs live in registers; each
 // row's input enters the window once. Threads of a block hold consecutive channels, so every row's
-// loads and stores, and the state's, are coalesced.
-template <int K>
+// loads and stores, and the state's, are coalesced. GATED: LFM2's short convolution, x [n, 3C] holding
+// each row's B, C and x; the window takes B·x, the output is C times the sum, with no activation.
+template <int K, bool GATED>
 __global__ void __launch_bounds__(128) causal_conv1d_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ state,
                                      const int32_t* __restrict__ seqs, int n, int C, int slots, float* __restrict__ y) {
   const int c = blockIdx.y * blockDim.x + threadIdx.x;
@@ -42,12 +43,13 @@ __global__ void __launch_bounds__(128) causal_conv1d_kernel(const float* __restr
 #pragma unroll 1
   for (int t = 0; t < s.count; t++) {
     const size_t at = size_t(s.first + t) * C + c;
-    const float xv = x[at];
+    const size_t row = size_t(s.first + t) * 3 * C + c;
+    const float xv = GATED ? x[row] * x[row + 2 * size_t(C)] : x[at];
     float acc = 0.f;
 #pragma unroll
     for (int j = 0; j < K - 1; j++) acc = fmaf(tap[j], win[j], acc);
     acc = fmaf(tap[K - 1], xv, acc);
-    y[at] = silu(acc);
+    y[at] = GATED ? x[row + C] * acc : silu(acc);
 #pragma unroll
     for (int j = 0; j < K - 2; j++) win[j] = win[j + 1];
     win[K - 2] = xv;
@@ -169,22 +171,31 @@ __global__ void __launch_bounds__(128) gated_delta_net_kernel(DeltaNetArgs a) {
 
 }  // namespace
 
-cudaError_t causal_conv1d(const float* x, const float* w, float* state, const int32_t* seqs, int num_seqs, int n, int C,
-                          int K, int slots, float* y, cudaStream_t s) {
-  if (num_seqs == 0 || C == 0) return cudaSuccess;
+namespace {
+template <bool GATED>
+cudaError_t launch_conv1d(const float* x, const float* w, float* state, const int32_t* seqs, int num_seqs, int n, int C, int K, int slots,
+                          float* y, cudaStream_t s) {
   const int threads = C >= 128 ? 128 : (C + 31) / 32 * 32;
   const dim3 grid(unsigned(num_seqs), unsigned((C + threads - 1) / threads));
   switch (K) {
-    case 2: causal_conv1d_kernel<2><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
-    case 3: causal_conv1d_kernel<3><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
-    case 4: causal_conv1d_kernel<4><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
-    case 5: causal_conv1d_kernel<5><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
-    case 6: causal_conv1d_kernel<6><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
-    case 7: causal_conv1d_kernel<7><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
-    case 8: causal_conv1d_kernel<8><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
+    case 2: causal_conv1d_kernel<2, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
+    case 3: causal_conv1d_kernel<3, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
+    case 4: causal_conv1d_kernel<4, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
+    case 5: causal_conv1d_kernel<5, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
+    case 6: causal_conv1d_kernel<6, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
+    case 7: causal_conv1d_kernel<7, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
+    case 8: causal_conv1d_kernel<8, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
+}
+}  // namespace
+
+cudaError_t causal_conv1d(const float* x, const float* w, float* state, const int32_t* seqs, int num_seqs, int n, int C,
+                          int K, int slots, bool gated, float* y, cudaStream_t s) {
+  if (num_seqs == 0 || C == 0) return cudaSuccess;
+  return gated ? launch_conv1d<true>(x, w, state, seqs, num_seqs, n, C, K, slots, y, s)
+               : launch_conv1d<false>(x, w, state, seqs, num_seqs, n, C, K, slots, y, s);
 }
 
 cudaError_t gated_delta_net(const DeltaNetArgs& a, int num_seqs, cudaStream_t s) {

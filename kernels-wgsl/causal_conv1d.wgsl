@@ -1,4 +1,6 @@
-// Depthwise causal convolution with SiLU over each sequence's rows (Backend.causalConv1d).
+// Depthwise causal convolution with SiLU over each sequence's rows (Backend.causalConv1d), or with
+// GATED LFM2's short convolution (Backend.shortConv): x [n, 3C] holds each row's B, C and x, the
+// convolution (no activation) runs over B ⊙ x and its output is gated by C.
 // x [n, C], w [C, K], state [slots, K - 1, C] (read and written in place), seqs [numSeqs, 4] =
 // (first row, row count, slot, fresh), y [n, C]. One invocation per (sequence, channel): it keeps the
 // channel's window of the last K - 1 inputs in registers (the slot's, or zeros when fresh), walks the
@@ -38,10 +40,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
   let newest = wk[past];
   for (var t = 0u; t < u32(count); t += 1u) {
     let at = (u32(first) + t) * C + c;
+#if ${GATED}
+    let row = (u32(first) + t) * 3u * C + c;
+    let xv = x[row] * x[row + 2u * C];
+#else
     let xv = x[at];
+#endif
     var acc = newest * xv;
     for (var j = 0u; j < past; j += 1u) { acc += wk[j] * win[j]; }
+#if ${GATED}
+    dst[at] = x[row + C] * acc;
+#else
     dst[at] = acc / (1.0 + exp(-acc));
+#endif
     for (var j = 1u; j < past; j += 1u) { win[j - 1u] = win[j]; }
     win[past - 1u] = xv;
   }

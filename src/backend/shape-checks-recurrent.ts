@@ -22,6 +22,23 @@ export function expectConv1dShapes(x: Tensor, weight: Tensor, state: Tensor, bat
   return { n, channels, kernel, slots: state.shape[0] };
 }
 
+/** The shapes of a shortConv call: bcx [n, 3·C], weight [C, K], state [slots, K - 1, C]. */
+export function expectShortConvShapes(bcx: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch): { n: number; channels: number; kernel: number; slots: number } {
+  expectRank(bcx, 2, "shortConv input", ["f32"]);
+  expectRank(weight, 2, "shortConv weight", ["f32"]);
+  expectRank(state, 3, "shortConv state", ["f32"]);
+  const [n, width] = bcx.shape;
+  const [channels, kernel] = weight.shape;
+  if (width !== 3 * channels || kernel < 2) {
+    throw new BackendShapeError(`shortConv input ${fmt(bcx.shape)} must be [n, 3 × ${channels}] (B, C and x) for weight ${fmt(weight.shape)} of K at least 2`);
+  }
+  if (state.shape[1] !== kernel - 1 || state.shape[2] !== channels) {
+    throw new BackendShapeError(`shortConv state ${fmt(state.shape)} must be [slots, ${kernel - 1}, ${channels}]`);
+  }
+  expectSeqTable(batch);
+  return { n, channels, kernel, slots: state.shape[0] };
+}
+
 /** The shapes of a gatedDeltaNet call ({@link DeltaNetSpec}); returns the width of x's rows and the slot count. */
 export function expectDeltaNetShapes(
   x: Tensor, alpha: Tensor, beta: Tensor, decay: Tensor, dtBias: Tensor, state: Tensor, batch: RecurrentBatch, spec: DeltaNetSpec,

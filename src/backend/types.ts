@@ -311,6 +311,15 @@ export interface Backend {
    */
   causalConv1d?(x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch): Tensor;
   /**
+   * Optional: LFM2's gated short convolution. bcx f32 [n, 3·channels] holds each row's B, C and x
+   * (in that order); the depthwise causal convolution, with no activation, runs over B ⊙ x, carrying
+   * each sequence's last K - 1 of them in its slot: y[t, c] = C[t, c] · Σ_j weight[c, j] ·
+   * u[t - (K - 1) + j, c] with u = B ⊙ x preceded by the slot's state (zeros for a fresh sequence) →
+   * f32 [n, channels]. weight [channels, K], state [slots, K - 1, channels]. Range errors as
+   * {@link causalConv1d}.
+   */
+  shortConv?(bcx: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch): Tensor;
+  /**
    * Optional: the gated delta rule over each sequence's rows, its state carried across steps. x f32
    * [n, 2·numKHeads·headKDim + numVHeads·headVDim] holds each row's q, k and v (a causal
    * convolution's output); alpha and beta f32 [n, numVHeads]; decay f32 [numVHeads] (−exp(A_log), the

@@ -1,6 +1,6 @@
 /**
- * Conformance cases of the recurrent-state ops (Gated DeltaNet layers: Qwen3.5, Qwen3-Next):
- * sigmoidMul, causalConv1d and gatedDeltaNet over ragged steps — sequences of several rows and of
+ * Conformance cases of the recurrent-state ops (Gated DeltaNet layers: Qwen3.5, Qwen3-Next; LFM2's
+ * short convolutions): sigmoidMul, causalConv1d, shortConv and gatedDeltaNet over ragged steps — sequences of several rows and of
  * one (decode), fresh ones (whose slot holds stale values that must be ignored) and carried ones,
  * slots out of order, both value-head orders. Each checks the output and the updated state.
  */
@@ -64,6 +64,23 @@ function conv1dCase(channels: number, kernel: number, slots: number, seqs: reado
   };
 }
 
+function shortConvCase(channels: number, kernel: number, slots: number, seqs: readonly Seq[]): Case {
+  return {
+    op: "shortConv",
+    name: `channels=${channels} K=${kernel} seqs=${seqs.map((s) => `${s.rows}@${s.slot}${s.fresh ? "*" : ""}`).join(",")}`,
+    tolerance: CLOSE,
+    optionalOp: "shortConv",
+    run: (b, rng) => {
+      const { t: table, n } = seqTable(b, seqs);
+      const bcx = b.upload(rng.f32(n * 3 * channels, -2, 2), [n, 3 * channels]);
+      const w = b.upload(rng.f32(channels * kernel, -1, 1), [channels, kernel]);
+      const state = b.upload(rng.f32(slots * (kernel - 1) * channels, -2, 2), [slots, kernel - 1, channels]);
+      const y = b.shortConv!(bcx, w, state, { seqs: table, numSeqs: seqs.length });
+      return finish(b, [y, state], [table, bcx, w]);
+    },
+  };
+}
+
 function deltaNetCase(spec: DeltaNetSpec, slots: number, seqs: readonly Seq[]): Case {
   const { numKHeads: nk, numVHeads: nv, headKDim: dk, headVDim: dv } = spec;
   return {
@@ -98,6 +115,9 @@ export function recurrentCases(): Case[] {
     conv1dCase(40, 4, 4, decode),
     conv1dCase(33, 2, 3, [{ rows: 3, slot: 1, fresh: false }]),
     conv1dCase(8, 4, 2, [{ rows: 9, slot: 0, fresh: false }, { rows: 2, slot: 1, fresh: true }]),
+    shortConvCase(40, 3, 4, prefill),
+    shortConvCase(40, 3, 4, decode),
+    shortConvCase(24, 4, 2, [{ rows: 1, slot: 1, fresh: false }, { rows: 7, slot: 0, fresh: true }]),
     deltaNetCase(spec(2, 4, 16, 16, "tiled"), 4, prefill),
     deltaNetCase(spec(2, 4, 16, 16, "grouped"), 4, prefill),
     deltaNetCase(spec(1, 2, 32, 16, "grouped"), 4, decode),

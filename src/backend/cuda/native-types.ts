@@ -63,11 +63,12 @@ export interface NativeContext {
   /**
    * Causal convolution with SiLU → y f32 [n, channels]; `state` f32 [slots, kernel - 1, channels] is
    * updated in place; `seqs` i32 [numSeqs, 4] (first row, rows, slot, fresh); kernel 2..8; `zero` 1
-   * clears y first (rows no sequence covers).
+   * clears y first (rows no sequence covers); `gated` 1: LFM2's short convolution, x [n, 3·channels]
+   * holding B, C and x (Backend.shortConv).
    */
   causalConv1d(
     x: DevicePtr, w: DevicePtr, state: DevicePtr, seqs: DevicePtr, numSeqs: number, n: number, channels: number, kernel: number,
-    slots: number, zero: number,
+    slots: number, zero: number, gated: number,
   ): DevicePtr;
   /**
    * The gated delta rule → out f32 [n, nv · dv]; `state` f32 [slots, nv, dk, dv] is updated in place;

@@ -4,7 +4,7 @@
  * order and update their state tensors in place; the sequence table's values are range-checked on the
  * host where an `upload`ed table keeps a copy, and the kernels skip a sequence out of range otherwise.
  */
-import { checkRecurrentSeqs, expectConv1dShapes, expectDeltaNetShapes } from "../shape-checks-recurrent.ts";
+import { checkRecurrentSeqs, expectConv1dShapes, expectDeltaNetShapes, expectShortConvShapes } from "../shape-checks-recurrent.ts";
 import { BackendShapeError, type DeltaNetSpec, type RecurrentBatch, type Tensor } from "../types.ts";
 import { CudaExperts } from "./experts.ts";
 import { type CudaTensor, expect, fmt } from "./tensor.ts";
@@ -38,7 +38,24 @@ export class CudaRecurrent extends CudaExperts {
       throw new BackendShapeError(`causalConv1d on CUDA takes at most ${MAX_GRID_Y * 128} channels, got input ${fmt(xs.shape)}`);
     }
     const zero = this.uncovered(seqs, n, slots);
-    return this.f32(this.ctx.causalConv1d(xs.ptr, w.ptr, st.ptr, seqs.ptr, batch.numSeqs, n, channels, kernel, slots, zero), [n, channels]);
+    return this.f32(this.ctx.causalConv1d(xs.ptr, w.ptr, st.ptr, seqs.ptr, batch.numSeqs, n, channels, kernel, slots, zero, 0), [n, channels]);
+  }
+
+  /** Backend.shortConv: the causal convolution's kernel, gated (B·x in, C times the sum out). */
+  shortConv(bcx: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch): Tensor {
+    const { n, channels, kernel, slots } = expectShortConvShapes(bcx, weight, state, batch);
+    const xs = expect(bcx, 2, "shortConv input", ["f32"]);
+    const w = expect(weight, 2, "shortConv weight", ["f32"]);
+    const st = expect(state, 3, "shortConv state", ["f32"]);
+    const seqs = expect(batch.seqs, 2, "recurrent sequence table", ["i32"]);
+    if (kernel > CUDA_MAX_CONV1D_KERNEL) {
+      throw new BackendShapeError(`shortConv on CUDA takes at most ${CUDA_MAX_CONV1D_KERNEL} taps, got weight ${fmt(w.shape)}`);
+    }
+    if (Math.ceil(channels / 128) > MAX_GRID_Y) {
+      throw new BackendShapeError(`shortConv on CUDA takes at most ${MAX_GRID_Y * 128} channels, got input ${fmt(xs.shape)}`);
+    }
+    const zero = this.uncovered(seqs, n, slots);
+    return this.f32(this.ctx.causalConv1d(xs.ptr, w.ptr, st.ptr, seqs.ptr, batch.numSeqs, n, channels, kernel, slots, zero, 1), [n, channels]);
   }
 
   /**

@@ -24,7 +24,7 @@ import {
 import { matmul, matmulAdd, matmulGlu, matmulQkv, rope } from "./linear.ts";
 import { matmulExperts, matmulExpertsGlu, moeCombine, moeRoute } from "./experts.ts";
 import { sample } from "./sampling.ts";
-import { causalConv1d, gatedDeltaNet, sigmoidMul } from "./recurrent.ts";
+import { causalConv1d, gatedDeltaNet, shortConv, sigmoidMul } from "./recurrent.ts";
 import { asRef, checkShape, f32Tensor, fmt, i32Tensor, REFERENCE_NAME, RefTensor } from "./storage.ts";
 import { checkWeightShape } from "../shape-checks.ts";
 
@@ -121,6 +121,8 @@ export function createReferenceBackend(): Backend {
     sigmoidMul: (gate: Tensor, x: Tensor) => sigmoidMul(r(gate, "sigmoidMul gate"), r(x, "sigmoidMul input")),
     causalConv1d: (x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch) =>
       causalConv1d(r(x, "causalConv1d input"), r(weight, "causalConv1d weight"), r(state, "causalConv1d state"), batch, r(batch.seqs, "recurrent sequence table").i32),
+    shortConv: (bcx: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch) =>
+      shortConv(r(bcx, "shortConv input"), r(weight, "shortConv weight"), r(state, "shortConv state"), batch, r(batch.seqs, "recurrent sequence table").i32),
     gatedDeltaNet: (x: Tensor, alpha: Tensor, beta: Tensor, decay: Tensor, dtBias: Tensor, state: Tensor, batch: RecurrentBatch, spec: DeltaNetSpec) =>
       gatedDeltaNet(
         r(x, "gatedDeltaNet input"), r(alpha, "gatedDeltaNet alpha"), r(beta, "gatedDeltaNet beta"), r(decay, "gatedDeltaNet decay"), r(dtBias, "gatedDeltaNet dtBias"),

@@ -4,7 +4,7 @@
  * accumulation; the state tensors are updated in place.
  */
 import type { DeltaNetSpec, RecurrentBatch } from "../types.ts";
-import { checkRecurrentSeqs, expectConv1dShapes, expectDeltaNetShapes } from "../shape-checks-recurrent.ts";
+import { checkRecurrentSeqs, expectConv1dShapes, expectDeltaNetShapes, expectShortConvShapes } from "../shape-checks-recurrent.ts";
 import { expectF32, expectSameShape, f32Tensor, type RefTensor } from "./storage.ts";
 
 const silu = (v: number) => v / (1 + Math.exp(-v));
@@ -45,6 +45,34 @@ export function causalConv1d(x: RefTensor, weight: RefTensor, state: RefTensor, 
         let acc = 0;
         for (let j = 0; j < k; j++) acc += w[ch * k + j] * u[t + j];
         out[(first + t) * c + ch] = silu(acc);
+      }
+      for (let j = 0; j < past; j++) st[base + j * c + ch] = u[count + j];
+    }
+  }
+  return f32Tensor(out, [n, c]);
+}
+
+/** Backend.shortConv. */
+export function shortConv(bcx: RefTensor, weight: RefTensor, state: RefTensor, batch: RecurrentBatch, seqs: Int32Array): RefTensor {
+  const { n, channels: c, kernel: k, slots } = expectShortConvShapes(bcx, weight, state, batch);
+  checkRecurrentSeqs(seqs, n, slots);
+  const xs = bcx.f32;
+  const w = weight.f32;
+  const st = state.f32;
+  const out = new Float32Array(n * c);
+  const past = k - 1;
+  for (let s = 0; s < batch.numSeqs; s++) {
+    const [first, count, slot, fresh] = seqs.subarray(s * 4, s * 4 + 4);
+    const base = slot * past * c;
+    for (let ch = 0; ch < c; ch++) {
+      // The window: the slot's last K - 1 products B ⊙ x, then this step's rows'.
+      const u = new Float64Array(past + count);
+      for (let j = 0; j < past; j++) u[j] = fresh ? 0 : st[base + j * c + ch];
+      for (let t = 0; t < count; t++) u[past + t] = xs[(first + t) * 3 * c + ch] * xs[(first + t) * 3 * c + 2 * c + ch];
+      for (let t = 0; t < count; t++) {
+        let acc = 0;
+        for (let j = 0; j < k; j++) acc += w[ch * k + j] * u[t + j];
+        out[(first + t) * c + ch] = xs[(first + t) * 3 * c + c + ch] * acc;
       }
       for (let j = 0; j < past; j++) st[base + j * c + ch] = u[count + j];
     }

@@ -10,7 +10,7 @@ import { embedding, matmul, matmulGlu, matmulQkv } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
 import { add, argmax, concatColumns, downloadHalfRows, gatherRows, geluMul, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softcap, softmax, swigluOai } from "./ops-rowwise.ts";
-import { causalConv1d, gatedDeltaNet, sigmoidMul } from "./ops-recurrent.ts";
+import { causalConv1d, gatedDeltaNet, shortConv, sigmoidMul } from "./ops-recurrent.ts";
 import { maskLogits, penalizeRepeats, penalizeSampled, sample, scatterAdd } from "./ops-sample.ts";
 import type { RecorderStats } from "./recorder.ts";
 import { asGpu, WEBGPU_NAME } from "./tensor.ts";
@@ -162,6 +162,11 @@ export class WebGpuBackend implements Backend {
   /** The causal convolution of Gated DeltaNet layers, its state updated in place (causal_conv1d.wgsl). */
   causalConv1d(x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch): Tensor {
     return causalConv1d(this.#live, x, weight, state, batch);
+  }
+
+  /** LFM2's gated short convolution, its state updated in place (causal_conv1d.wgsl with GATED). */
+  shortConv(bcx: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch): Tensor {
+    return shortConv(this.#live, bcx, weight, state, batch);
   }
 
   /** The gated delta rule, its state updated in place (gated_delta_net.wgsl). */

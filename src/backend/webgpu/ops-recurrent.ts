@@ -8,7 +8,7 @@ import { type GpuContext } from "./context.ts";
 import { F32 } from "./recorder.ts";
 import { asGpu, expectActivation, expectSameShape, fmt, type GpuTensor } from "./tensor.ts";
 import { BackendShapeError, type DeltaNetSpec, numel, type RecurrentBatch, type Tensor } from "../types.ts";
-import { checkRecurrentSeqs, expectConv1dShapes, expectDeltaNetShapes } from "../shape-checks-recurrent.ts";
+import { checkRecurrentSeqs, expectConv1dShapes, expectDeltaNetShapes, expectShortConvShapes } from "../shape-checks-recurrent.ts";
 
 /** Widest convolution causal_conv1d.wgsl supports (its window and weights live in registers). */
 export const MAX_CONV_KERNEL = 8;
@@ -55,9 +55,33 @@ export function causalConv1d(ctx: GpuContext, xT: Tensor, weightT: Tensor, state
   const out = ctx.output([n, channels]);
   ctx.recorder.dispatch(
     "causal_conv1d",
-    {},
+    { GATED: 0 },
     [n, channels, kernel, slots, batch.numSeqs, 0, 0, 0],
     [[1, x.buffer], [2, weight.buffer], [3, state.buffer], [4, seqs.buffer], [5, out.buffer]],
+    Math.ceil((batch.numSeqs * channels) / CONV_WG),
+  );
+  return out;
+}
+
+/**
+ * LFM2's gated short convolution (Backend.shortConv): bcx [n, 3C] (B, C, x), weight [C, K], state
+ * [slots, K - 1, C] (updated) → [n, C]; causal_conv1d.wgsl with GATED.
+ */
+export function shortConv(ctx: GpuContext, bcxT: Tensor, weightT: Tensor, stateT: Tensor, batch: RecurrentBatch): Tensor {
+  const bcx = asGpu(bcxT, "shortConv input", ctx);
+  const weight = asGpu(weightT, "shortConv weight", ctx);
+  const state = asGpu(stateT, "shortConv state", ctx);
+  const { n, channels, kernel, slots } = expectShortConvShapes(bcx, weight, state, batch);
+  if (kernel > MAX_CONV_KERNEL) {
+    throw new BackendShapeError(`shortConv kernel width ${kernel} (weight ${fmt(weight.shape)}) exceeds the webgpu backend's ${MAX_CONV_KERNEL}`);
+  }
+  const seqs = seqTable(ctx, batch, n, slots);
+  const out = ctx.output([n, channels]);
+  ctx.recorder.dispatch(
+    "causal_conv1d",
+    { GATED: 1 },
+    [n, channels, kernel, slots, batch.numSeqs, 0, 0, 0],
+    [[1, bcx.buffer], [2, weight.buffer], [3, state.buffer], [4, seqs.buffer], [5, out.buffer]],
     Math.ceil((batch.numSeqs * channels) / CONV_WG),
   );
   return out;
