@@ -4,7 +4,7 @@
  */
 import { longRopeFor } from "../model/phi3.ts";
 import type { Backend } from "../backend/types.ts";
-import type { LoadedModel, ModelConfig } from "../model/config.ts";
+import { hasRecurrentState, type LoadedModel, type ModelConfig, recurrentKind } from "../model/config.ts";
 import { freeDeviceModel, uploadModel } from "../model/device-weights.ts";
 import { Engine, type EngineOptions } from "./engine.ts";
 import { modelStepRunner, type StepRunner } from "./engine-runner.ts";
@@ -80,12 +80,12 @@ export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: 
 
 /** Recurrent state slots an engine of `config` holds: one per sequence that may run (`--max-num-seqs`); 0 without Gated DeltaNet layers. */
 export function stateSlotsOf(config: ModelConfig, o: CreateEngineOptions): number {
-  return config.deltaNet ? o.scheduler?.maxRunning ?? DEFAULT_SCHEDULER_CONFIG.maxRunning : 0;
+  return hasRecurrentState(config) ? o.scheduler?.maxRunning ?? DEFAULT_SCHEDULER_CONFIG.maxRunning : 0;
 }
 
 /** State checkpoints an engine of `config` keeps for prefix reuse (state-checkpoints.ts): `o.stateCheckpoints`, by default one per running slot. */
 export function stateCheckpointsOf(config: ModelConfig, o: CreateEngineOptions): number {
-  return config.deltaNet ? o.stateCheckpoints ?? stateSlotsOf(config, o) : 0;
+  return hasRecurrentState(config) ? o.stateCheckpoints ?? stateSlotsOf(config, o) : 0;
 }
 
 /**
@@ -95,9 +95,9 @@ export function stateCheckpointsOf(config: ModelConfig, o: CreateEngineOptions):
  * reach only as far as a state checkpoint (state-checkpoints.ts).
  */
 export function checkRecurrentOptions(config: ModelConfig, o: CreateEngineOptions): void {
-  if (!config.deltaNet) return;
+  if (!hasRecurrentState(config)) return;
   const refuse = (what: string) => {
-    throw new RangeError(`${what} is not supported for models with Gated DeltaNet layers (${config.architecture}), whose recurrent state is not kept in KV blocks`);
+    throw new RangeError(`${what} is not supported for models with ${recurrentKind(config)} (${config.architecture}), whose recurrent state is not kept in KV blocks`);
   };
   if (o.speculative) refuse("Speculative decoding");
   if (o.scheduler?.preemption === "swap") refuse(`Preemption mode "swap"`);
@@ -135,7 +135,7 @@ export function createEngines(backend: Backend, loaded: LoadedModel, opts: reado
   const config = longRopeFor(loaded.config, served);
   const model = config === loaded.config ? loaded : { ...loaded, config };
   for (const o of opts) checkRecurrentOptions(model.config, o);
-  if (draft?.config.deltaNet) throw new RangeError(`A draft model with Gated DeltaNet layers (${draft.config.architecture}) is not supported`);
+  if (draft && hasRecurrentState(draft.config)) throw new RangeError(`A draft model with ${recurrentKind(draft.config)} (${draft.config.architecture}) is not supported`);
   const dtypes = opts.map((o) => resolveKvDtype(backend, model.config, o.kvCacheDtype));
   const drafts = opts.map((o) => (o.speculative?.method === "draft_model" && draft ? { config: draft.config, dtype: draftKvDtype(backend, draft, o.kvCacheDtype) } : undefined));
   const sizes = opts.map((o, i) => {

@@ -5,6 +5,7 @@
  * EOS / stop strings / max tokens / context limits (engine-output.ts), free their KV on finish or
  * cancel, and publish KV events and metrics.
  */
+import { hasRecurrentState } from "../model/config.ts";
 import { BlockPool, type EvictedBlock, type KvEvent, type SessionTracker } from "../../kv/index.ts";
 import type { LoraAdapter } from "../model/lora.ts";
 import { checkPromptTokens, endTokensOf, newActive, promptLogprobRowLimit, RequestChecks } from "./engine-admission.ts";
@@ -93,7 +94,7 @@ export class Engine implements ServingEngine {
     const blocks = poolBlockManager(this.pool, kvEventCount, this.tails);
     // A Gated DeltaNet model's state after a prefix is not in the prefix's blocks: its hits reach only
     // as far as a state checkpoint the runner keeps (none without any), and no hand-off tails.
-    const recurrent = opts.config.deltaNet !== undefined;
+    const recurrent = hasRecurrentState(opts.config);
     // Under agent-aware retention a checkpoint is worth its session's chance of returning within a minute.
     const worth = this.turns && ((sessionId: string | undefined) => sessionId === undefined ? 0 : this.turns!.tracker.returnProbability(sessionId, clock(), CHECKPOINT_HORIZON_S));
     const checkpoints = recurrent && r.stateCheckpoints ? new StateCheckpoints(r.stateCheckpoints, r.blockSize, worth) : undefined;
@@ -120,7 +121,7 @@ export class Engine implements ServingEngine {
   /** A Gated DeltaNet model's recurrent state: slots for running sequences, checkpoints, and their bytes in all; undefined for other models. */
   recurrentState(): { slots: number; checkpoints: number; bytes: number } | undefined {
     const r = this.opts.runner;
-    if (!this.opts.config.deltaNet || r.stateSlots === undefined) return undefined;
+    if (!hasRecurrentState(this.opts.config) || r.stateSlots === undefined) return undefined;
     const checkpoints = r.stateCheckpoints ?? 0;
     return { slots: r.stateSlots, checkpoints, bytes: (r.stateSlots + checkpoints) * stateBytesPerSlot(this.opts.config) };
   }

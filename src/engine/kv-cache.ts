@@ -4,7 +4,7 @@
  */
 import type { Backend, KvDType, Tensor } from "../backend/types.ts";
 import { fp8KvFits } from "../backend/quant-blocks-fp8.ts";
-import { attentionLayers, type ModelConfig } from "../model/config.ts";
+import { attentionLayers, hasRecurrentState, isDeltaNetLayer, isShortConvLayer, type ModelConfig } from "../model/config.ts";
 import type { PagedKv, RecurrentState } from "../model/forward.ts";
 
 /** Default tokens per KV block. */
@@ -91,7 +91,7 @@ export function allocatePagedKv(
   const shared = sharesKvCache(config);
   const k: Tensor[] = [];
   const v: Tensor[] = [];
-  const state: RecurrentState | undefined = config.deltaNet ? { conv: [], ssm: [], slots: stateSlots + stateCheckpoints, checkpoints: stateCheckpoints } : undefined;
+  const state: RecurrentState | undefined = hasRecurrentState(config) ? { conv: [], ssm: [], slots: stateSlots + stateCheckpoints, checkpoints: stateCheckpoints } : undefined;
   if (state && (!Number.isInteger(stateSlots) || stateSlots < 1)) throw new RangeError(`Invalid recurrent state slot count ${stateSlots}`);
   if (state && (!Number.isInteger(stateCheckpoints) || stateCheckpoints < 0)) throw new RangeError(`Invalid recurrent state checkpoint count ${stateCheckpoints}`);
   try {
@@ -101,12 +101,14 @@ export function allocatePagedKv(
       v.push(shared ? kc : backend.zeros(shape, dtype));
     }
     const d = config.deltaNet;
-    if (state && d) {
-      const channels = 2 * d.numKHeads * d.headKDim + d.numVHeads * d.headVDim;
-      for (const on of d.layers) {
-        if (!on) continue;
+    // A convolution state per recurrent layer, and a delta rule's per Gated DeltaNet layer, in layer order.
+    for (let i = 0; state && i < config.numLayers; i++) {
+      if (d && isDeltaNetLayer(config, i)) {
+        const channels = 2 * d.numKHeads * d.headKDim + d.numVHeads * d.headVDim;
         state.conv.push(backend.zeros([state.slots, d.convKernel - 1, channels], "f32"));
         state.ssm.push(backend.zeros([state.slots, d.numVHeads, d.headKDim, d.headVDim], "f32"));
+      } else if (isShortConvLayer(config, i)) {
+        state.conv.push(backend.zeros([state.slots, config.shortConv!.kernel - 1, config.hiddenSize], "f32"));
       }
     }
   } catch (e) {
@@ -125,13 +127,14 @@ export function freePagedKv(backend: Backend, kv: PagedKv): void {
   for (const t of new Set([...kv.k, ...kv.v, ...(kv.state?.conv ?? []), ...(kv.state?.ssm ?? [])])) backend.free(t);
 }
 
-/** Bytes one sequence's recurrent state occupies across the Gated DeltaNet layers (f32); 0 without them. */
+/** Bytes one sequence's recurrent state occupies across the Gated DeltaNet and short convolution layers (f32); 0 without them. */
 export function stateBytesPerSlot(config: ModelConfig): number {
   const d = config.deltaNet;
-  if (!d) return 0;
-  const channels = 2 * d.numKHeads * d.headKDim + d.numVHeads * d.headVDim;
-  const perLayer = (d.convKernel - 1) * channels + d.numVHeads * d.headKDim * d.headVDim;
-  return 4 * perLayer * d.layers.filter((x) => x).length;
+  const deltaNet = !d ? 0 : ((d.convKernel - 1) * (2 * d.numKHeads * d.headKDim + d.numVHeads * d.headVDim) + d.numVHeads * d.headKDim * d.headVDim) *
+    d.layers.filter((x) => x).length;
+  const sc = config.shortConv;
+  const shortConv = !sc ? 0 : (sc.kernel - 1) * config.hiddenSize * sc.layers.filter((x) => x).length;
+  return 4 * (deltaNet + shortConv);
 }
 
 /** Bytes one block occupies across all layers (K and V, or MLA's one shared cache, in `dtype`). */

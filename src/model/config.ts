@@ -9,10 +9,10 @@ import { type ExpertGroups, MAX_EXPERT_GROUPS, type MoeGating, type RopeLayout, 
  * "glm4moe" is GLM-4.5/4.6/4.7's, "qwen2moe" Qwen1.5/Qwen2-MoE's and "deepseek2" DeepSeek V2/V3/R1's and
  * Kimi K2's, with {@link MlaConfig multi-head latent attention}; "gemma3" Gemma 3's text model).
  */
-export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3" | "granite" | "olmo2" | "exaone4" | "gemma2" | "qwen35" | "qwen35moe" | "qwen3next" | "mistral3";
+export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3" | "granite" | "olmo2" | "exaone4" | "gemma2" | "qwen35" | "qwen35moe" | "qwen3next" | "mistral3" | "lfm2";
 
 /** Every {@link Architecture}, by the name GGUF files give it (`general.architecture`). */
-export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3", "granite", "olmo2", "exaone4", "gemma2", "qwen35", "qwen35moe", "qwen3next", "mistral3"];
+export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3", "granite", "olmo2", "exaone4", "gemma2", "qwen35", "qwen35moe", "qwen3next", "mistral3", "lfm2"];
 
 /**
  * Multi-head latent attention (DeepSeek V2/V3, Kimi K2). Each token's keys and values are one
@@ -175,9 +175,35 @@ export function isDeltaNetLayer(config: ModelConfig, i: number): boolean {
   return config.deltaNet?.layers[i] === true;
 }
 
-/** The layers that attend over a KV cache, in order (all of them but Gated DeltaNet layers). */
+/** LFM2's gated short convolution layers (Backend.shortConv): which layers, and the convolution's width (`conv_L_cache`, 3). */
+export interface ShortConvConfig {
+  layers: boolean[];
+  kernel: number;
+}
+
+/** True when layer `i` is a short convolution layer (LFM2). */
+export function isShortConvLayer(config: ModelConfig, i: number): boolean {
+  return config.shortConv?.layers[i] === true;
+}
+
+/** True when layer `i` keeps recurrent state instead of KV (a Gated DeltaNet or a short convolution layer). */
+export function isRecurrentLayer(config: ModelConfig, i: number): boolean {
+  return isDeltaNetLayer(config, i) || isShortConvLayer(config, i);
+}
+
+/** True when the model has layers with recurrent state (ModelConfig.deltaNet or .shortConv): state slots, checkpoints and their limits apply. */
+export function hasRecurrentState(config: ModelConfig): boolean {
+  return config.deltaNet !== undefined || config.shortConv !== undefined;
+}
+
+/** The kind of recurrent layers a model has, for messages: "Gated DeltaNet layers" or "short convolution layers". */
+export function recurrentKind(config: ModelConfig): string {
+  return config.deltaNet ? "Gated DeltaNet layers" : "short convolution layers";
+}
+
+/** The layers that attend over a KV cache, in order (all of them but those with recurrent state). */
 export function attentionLayers(config: ModelConfig): number[] {
-  return Array.from({ length: config.numLayers }, (_, i) => i).filter((i) => !isDeltaNetLayer(config, i));
+  return Array.from({ length: config.numLayers }, (_, i) => i).filter((i) => !isRecurrentLayer(config, i));
 }
 
 /** True when layer `i` of a model runs experts (an MoE model past its leading dense layers). */
@@ -230,6 +256,8 @@ export interface ModelConfig {
   nopeLayers?: boolean[];
   /** Gated DeltaNet layers in place of some attention layers (Qwen3.5: three of four; delta-net.ts). */
   deltaNet?: DeltaNetConfig;
+  /** LFM2's short convolution layers; absent for other models. */
+  shortConv?: ShortConvConfig;
   /**
    * The query projection gives each head its query and then as many gate values; the attention's
    * output is multiplied by their sigmoid before `wo` (Qwen3.5's gated attention).
@@ -398,6 +426,14 @@ export interface LayerWeights<T> {
   ssmDecay?: T;
   ssmNorm?: T;
   ssmOut?: T;
+  /**
+   * A short convolution layer's ({@link ShortConvConfig}, LFM2): the input projection [3·hidden,
+   * hidden] (B, C and x), the depthwise convolution [hidden, K] and the output projection [hidden,
+   * hidden]. Such a layer has no wq, wk, wv or wo.
+   */
+  convIn?: T;
+  convWeight?: T;
+  convOut?: T;
 }
 
 /** All weights of a model, generic over host (HostTensor) or device (Tensor) storage. */

@@ -83,6 +83,9 @@ function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeight
     ssmDecay: uploadOptional(backend, l.ssmDecay),
     ssmNorm: uploadOptional(backend, l.ssmNorm),
     ssmOut: uploadOptionalMatrix(backend, l.ssmOut),
+    convIn: uploadOptionalMatrix(backend, l.convIn),
+    convWeight: uploadOptionalF32(backend, l.convWeight),
+    convOut: uploadOptionalMatrix(backend, l.convOut),
   };
 }
 

@@ -1,10 +1,12 @@
 /**
- * A Gated DeltaNet layer's mixing block with its residual add (Qwen3.5; ModelConfig.deltaNet): norm;
+ * The mixing blocks of layers with recurrent state. A Gated DeltaNet layer's with its residual add (Qwen3.5; ModelConfig.deltaNet): norm;
  * q, k and v projected together, then the causal convolution with SiLU over each sequence's recent
  * inputs (Backend.causalConv1d); the gated delta rule over each value head's state matrix
  * (Backend.gatedDeltaNet, with beta and the decay's alpha projected from the same input); each value
  * head's output RMS-normed and gated by SiLU of its own projection (z); the output projection. The
- * state tensors carry each sequence's convolution inputs and matrices from step to step.
+ * state tensors carry each sequence's convolution inputs and matrices from step to step. LFM2's short
+ * convolution block (ModelConfig.shortConv): norm; B, C and x projected together; Backend.shortConv
+ * (C ⊙ conv(B ⊙ x), its last inputs carried in the state); the output projection.
  */
 import type { Backend, DeltaNetSpec, RecurrentBatch, Tensor } from "../backend/types.ts";
 import type { LayerWeights } from "./config.ts";
@@ -63,4 +65,23 @@ export function deltaNetBlock(
   const normed = s.keep(backend.rmsnorm(backend.reshape(o, heads), ssmNorm, c.rmsNormEps));
   const gated = s.keep(backend.siluMul(backend.reshape(z, heads), normed));
   return mm(backend.reshape(gated, [n, d.numVHeads * d.headVDim]), ssmOut, undefined, "ssmOut", x);
+}
+
+/** `backend`'s short convolution, or an error naming what it lacks. */
+export function shortConvOp(backend: Backend): NonNullable<Backend["shortConv"]> {
+  if (!backend.shortConv) throw new ForwardInputError(`The ${backend.info.name} backend lacks the short convolution op (shortConv) this model needs`);
+  return backend.shortConv.bind(backend);
+}
+
+/** One short convolution layer (LFM2) over the step, plus the residual `x`; `project` adds the projections' adapter deltas. */
+export function shortConvBlock(
+  backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, batch: RecurrentBatch, conv: Tensor, s: Scratch, project?: Project,
+): Tensor {
+  const { convIn, convWeight, convOut } = l;
+  if (!convIn || !convWeight || !convOut) throw new ForwardInputError("The model config asks for a short convolution layer but the weights lack it");
+  const mm: Project = project ?? ((a, w, _bias, _target, r) => matmulPlus(backend, a, w, undefined, r, s));
+  const h = preNorm(backend, model, l.attnNorm, x, s);
+  const bcx = s.keep(mm(h, convIn, undefined, "convIn"));
+  const y = s.keep(shortConvOp(backend)(bcx, convWeight, conv, batch));
+  return mm(y, convOut, undefined, "convOut", x);
 }

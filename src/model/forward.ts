@@ -8,8 +8,8 @@
  * layers' blocks are in forward-layers.ts.
  */
 import type { Backend, KvDType, Tensor } from "../backend/types.ts";
-import { attentionLayers, isDeltaNetLayer, isMoeLayer, layerWindow, type ModelConfig } from "./config.ts";
-import { deltaNetBlock, deltaNetOps, recurrentSeqTable } from "./forward-delta-net.ts";
+import { attentionLayers, hasRecurrentState, isDeltaNetLayer, isMoeLayer, isRecurrentLayer, isShortConvLayer, layerWindow, type ModelConfig } from "./config.ts";
+import { deltaNetBlock, deltaNetOps, recurrentSeqTable, shortConvBlock, shortConvOp } from "./forward-delta-net.ts";
 import { headIndices, type KeepTemp, mlaAttentionBlock } from "./attention-mla.ts";
 import type { DeviceModel } from "./device-weights.ts";
 import type { DeviceLoraSet } from "./lora-set.ts";
@@ -31,14 +31,15 @@ export interface PagedKv {
   blockSize: number;
   /** f32 unless the engine chose f16 (engine/kv-cache.ts `resolveKvDtype`); absent means f32. */
   dtype?: KvDType;
-  /** The Gated DeltaNet layers' state ({@link ModelConfig.deltaNet}); absent for other models. */
+  /** The recurrent layers' state ({@link ModelConfig.deltaNet}, {@link ModelConfig.shortConv}); absent for other models. */
   state?: RecurrentState;
 }
 
 /**
- * Gated DeltaNet layers' per-sequence state, one tensor of each per such layer in layer order: the
- * convolution's last inputs f32 [slots, K - 1, channels] and the delta rule's matrices f32 [slots,
- * vHeads, dk, dv]. A step's entries name their slot (ForwardEntry.stateSlot).
+ * Recurrent layers' per-sequence state, in layer order: each Gated DeltaNet or short convolution
+ * layer's convolution inputs f32 [slots, K - 1, channels] (`conv`, one per such layer), and each Gated
+ * DeltaNet layer's delta rule matrices f32 [slots, vHeads, dk, dv] (`ssm`). A step's entries name their
+ * slot (ForwardEntry.stateSlot).
  */
 export interface RecurrentState {
   conv: Tensor[];
@@ -140,7 +141,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
   const lora = step.lora;
   const rowSlots = lora ? rowSlotsOf(step.entries, lora.slots, lora.set.slots) : undefined;
   const slotIds = rowSlots && uploadSlots(backend, rowSlots);
-  const recurrent = recurrentPlan && { ops: recurrentPlan.ops, batch: { seqs: backend.upload(recurrentPlan.table, [step.entries.length, 4]), numSeqs: step.entries.length } };
+  const recurrent = recurrentPlan && { batch: { seqs: backend.upload(recurrentPlan.table, [step.entries.length, 4]), numSeqs: step.entries.length } };
   try {
     if (step.tokenIds && step.tokenIds.shape[0] !== flat.ids.length) {
       throw new ForwardInputError(`The step's device token ids hold ${step.tokenIds.shape[0]} rows, its entries ${flat.ids.length}`);
@@ -151,14 +152,17 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       x = scaled(backend, raw, c.embeddingScale);
       backend.free(raw);
     }
-    // The caches of attention layers and the states of DeltaNet layers, each in layer order.
+    // The caches of attention layers and the states of recurrent layers, each in layer order.
     let cache = 0;
-    let state = 0;
+    let conv = 0;
+    let ssm = 0;
     for (let i = 0; i < c.numLayers; i++) {
       const l = w.layers[i];
       const project = projector(backend, lora?.set, slotIds, i, s);
       const afterAttn = recurrent && isDeltaNetLayer(c, i)
-        ? deltaNetBlock(backend, recurrent.ops, model, l, x, recurrent.batch, kv.state!.conv[state], kv.state!.ssm[state++], s, project)
+        ? deltaNetBlock(backend, deltaNetOps(backend), model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project)
+        : recurrent && isShortConvLayer(c, i)
+        ? shortConvBlock(backend, model, l, x, recurrent.batch, kv.state!.conv[conv++], s, project)
         : heads
         ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], heads, keep)
         : attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], layerWindow(c, i), !c.nopeLayers?.[i], s, project);
@@ -209,15 +213,21 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
   }
 }
 
-/** The step's recurrent batch and the backend's ops for a model with Gated DeltaNet layers; undefined for others. */
-function recurrentStep(backend: Backend, c: ModelConfig, kv: PagedKv, step: ForwardStep): { ops: ReturnType<typeof deltaNetOps>; table: Int32Array } | undefined {
-  if (!c.deltaNet) return undefined;
-  const ops = deltaNetOps(backend);
-  const count = c.deltaNet.layers.filter((x) => x).length;
-  if (!kv.state || kv.state.conv.length !== count || kv.state.ssm.length !== count) {
-    throw new ForwardInputError(`The model has ${count} Gated DeltaNet layers but the KV cache holds state for ${kv.state?.conv.length ?? 0}`);
+/**
+ * The step's recurrent sequence table for a model with recurrent layers (undefined for others), once
+ * the backend is seen to have their ops and the KV cache to hold their state.
+ */
+function recurrentStep(backend: Backend, c: ModelConfig, kv: PagedKv, step: ForwardStep): { table: Int32Array } | undefined {
+  if (!hasRecurrentState(c)) return undefined;
+  if (c.deltaNet) deltaNetOps(backend);
+  if (c.shortConv) shortConvOp(backend);
+  const layers = Array.from({ length: c.numLayers }, (_, i) => i);
+  const recurrent = layers.filter((i) => isRecurrentLayer(c, i)).length;
+  const deltaNet = layers.filter((i) => isDeltaNetLayer(c, i)).length;
+  if (!kv.state || kv.state.conv.length !== recurrent || kv.state.ssm.length !== deltaNet) {
+    throw new ForwardInputError(`The model has ${recurrent} layers with recurrent state but the KV cache holds state for ${kv.state?.conv.length ?? 0}`);
   }
-  return { ops, table: recurrentSeqTable(step.entries, kv.state.slots) };
+  return { table: recurrentSeqTable(step.entries, kv.state.slots) };
 }
 
 /** Each flat row's adapter slot: its entry's. */

@@ -12,6 +12,7 @@ import { ggufGemma2, ggufGemma3 } from "./gguf-gemma3.ts";
 import { ggufGranite } from "./granite.ts";
 import { ggufQwen35 } from "./qwen35.ts";
 import { ggufMistral3 } from "./mistral3.ts";
+import { ggufLfm2 } from "./lfm2.ts";
 import { ggufMla, ggufYarn } from "./gguf-deepseek.ts";
 import { ggufMoe } from "./gguf-moe.ts";
 import { GGUF_TENSOR_NAMES } from "./gguf-names.ts";
@@ -42,7 +43,9 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   if (!embd) throw new ModelLoadError(`Model "${path}" lacks the tensor "${GGUF_TENSOR_NAMES.tokenEmbedding}"`);
   const hiddenSize = positiveInteger(meta.number(`${arch}.embedding_length`), `${arch}.embedding_length`, path);
   const numHeads = positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count`, path), `${arch}.attention.head_count`, path);
-  const numKvHeads = positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads), `${arch}.attention.head_count_kv`, path);
+  // LFM2's convolution layers have no KV heads (0 in its per-layer array).
+  const lfm2 = architecture === "lfm2" ? ggufLfm2(meta, arch, path) : undefined;
+  const numKvHeads = lfm2?.numKvHeads ?? positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads), `${arch}.attention.head_count_kv`, path);
   const keyLength = `${arch}.attention.key_length`;
   const headDim = meta.has(keyLength) ? positiveInteger(meta.number(keyLength), keyLength, path) : Math.floor(hiddenSize / numHeads);
   const ropeDim = meta.number(`${arch}.rope.dimension_count`, headDim);
@@ -155,6 +158,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...(architecture === "granite" ? ggufGranite(meta, arch, path) : {}),
     // After qkNorm: Qwen3.5's first layer, which the check reads, is a DeltaNet layer without q/k norms.
     ...(architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" ? ggufQwen35(meta, arch, numLayers, path) : {}),
+    // After qkNorm: LFM2's first layer, which the check reads, is a convolution layer.
+    ...(lfm2 ? { shortConv: lfm2.shortConv, qkNorm: true } : {}),
     // EXAONE 4: OLMo 2's norms with per-head q/k norms; its global layers (the 32B's every fourth) turn nothing.
     ...(architecture === "exaone4" ? { noPreNorms: true, postNorms: true, ...(slidingWindow ? { nopeLayers: slidingWindow.layers.map((s) => !s) } : {}) } : {}),
     // OLMo 2: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection.

@@ -51,6 +51,9 @@ export const GGUF_LAYER_NAMES: Readonly<Record<LayerRole, string>> = {
   ssmDecay: "ssm_a",
   ssmNorm: "ssm_norm.weight",
   ssmOut: "ssm_out.weight",
+  convIn: "shortconv.in_proj.weight",
+  convWeight: "shortconv.conv.weight",
+  convOut: "shortconv.out_proj.weight",
 };
 
 /** The combined kv_b of GGUFs converted before llama.cpp split it into attn_k_b and attn_v_b. */
@@ -100,6 +103,8 @@ export function ggufMoeTensorNames(config: ModelConfig, split: boolean): TensorN
   const own = ownNames(config);
   return {
     ...GGUF_TENSOR_NAMES,
+    // LFM2's final norm (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2).
+    ...(config.architecture === "lfm2" ? { outputNorm: "token_embd_norm.weight" } : {}),
     layer: (i, role) => `blk.${i}.${own[role] ?? (isMoeLayer(config, i) ? experts[role] : undefined) ?? GGUF_LAYER_NAMES[role]}`,
   };
 }

@@ -14,6 +14,7 @@ import { hfLongRope } from "./phi3.ts";
 import { hfGranite } from "./granite.ts";
 import { hfQwen35 } from "./hf-qwen35.ts";
 import { hfMistral3 } from "./mistral3.ts";
+import { hfLfm2, lfm2FeedForward } from "./lfm2.ts";
 
 /** config.json's `architectures[0]` (or `model_type`) → our architecture. */
 const HF_ARCHITECTURES: Record<string, Architecture> = {
@@ -37,6 +38,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Qwen3_5MoeForCausalLM: "qwen35moe",
   Qwen3NextForCausalLM: "qwen3next",
   Ministral3ForCausalLM: "mistral3",
+  Lfm2ForCausalLM: "lfm2",
   // Mistral 7B, Mistral Small 3.x's and Devstral's text models: Llama's layout (and a window on every layer where set).
   MistralForCausalLM: "llama",
   MixtralForCausalLM: "llama",
@@ -59,6 +61,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   qwen3_5_moe_text: "qwen35moe",
   qwen3_next: "qwen3next",
   ministral3: "mistral3",
+  lfm2: "lfm2",
   mistral: "llama",
   mixtral: "llama",
 };
@@ -110,13 +113,14 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     numKvHeads: mla ? 1 : numKvHeads,
     headDim,
     // Mixtral's and GPT-OSS's experts have the plain width; the others name theirs apart.
-    intermediateSize: num(cfg, moe && architecture !== "llama" && !gptOss ? "moe_intermediate_size" : "intermediate_size", path),
+    intermediateSize: architecture === "lfm2" ? lfm2FeedForward(cfg, path) : num(cfg, moe && architecture !== "llama" && !gptOss ? "moe_intermediate_size" : "intermediate_size", path),
     ...(moe ? { moe } : {}),
     ...(deepseek ? { mla: deepseek.mla } : {}),
     ...(attentionScale !== undefined ? { attentionScale } : {}),
     ...(gptOss ? { outputBias: true, attentionSinks: true, ...(gptOss.slidingWindow ? { slidingWindow: gptOss.slidingWindow } : {}) } : {}),
     ...(gemma3 ?? {}),
-    rmsNormEps: nonNegative(cfg, "rms_norm_eps", path, 1e-6),
+    // LFM2 names it norm_eps.
+    rmsNormEps: nonNegative(cfg, architecture === "lfm2" && cfg.rms_norm_eps === undefined ? "norm_eps" : "rms_norm_eps", path, 1e-6),
     ropeTheta,
     ropeLayout: deepseek?.ropeLayout ?? "neox",
     ...(rotaryDim !== undefined ? { rotaryDim } : {}),
@@ -129,13 +133,15 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(architecture === "olmo2" ? { noPreNorms: true, postNorms: true, qkNormPerRow: true, ...hfSlidingWindow(cfg, numLayers, path, (i) => i % 4 < 3) } : {}),
     ...(architecture === "exaone4" ? hfExaone4(cfg, numLayers, path) : {}),
     ...(mistral3?.attnTemperature ? { attnTemperature: mistral3.attnTemperature } : {}),
+    ...(architecture === "lfm2" ? hfLfm2(cfg, numLayers, path) : {}),
     // MistralConfig's `sliding_window` (4096 in Mistral 7B v0.1, null since) masks every layer, as transformers and vLLM apply it.
     ...(archName === "MistralForCausalLM" || archName === "mistral" ? hfSlidingWindow(cfg, numLayers, path, () => true) : {}),
     ...(architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" ? hfQwen35(cfg, numLayers, path) : {}),
     contextLength,
-    tiedEmbeddings: hfTiedEmbeddings(cfg, architecture, path),
+    // LFM2's configs name it tie_embedding.
+    tiedEmbeddings: hfTiedEmbeddings(architecture === "lfm2" && cfg.tie_word_embeddings === undefined ? { ...cfg, tie_word_embeddings: cfg.tie_embedding } : cfg, architecture, path),
     qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
-    qkNorm: architecture === "qwen3" || architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" || architecture === "qwen3moe" || architecture === "gemma3" || architecture === "olmo2" || architecture === "exaone4" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
+    qkNorm: architecture === "lfm2" || architecture === "qwen3" || architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" || architecture === "qwen3moe" || architecture === "gemma3" || architecture === "olmo2" || architecture === "exaone4" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
     bosTokenId: bos,
     eosTokenIds,
     addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",

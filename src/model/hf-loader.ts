@@ -11,6 +11,7 @@ import { openShards, readJson } from "./hf-files.ts";
 import { HF_KV_B, HF_TENSOR_NAMES, hfTensorNames, prefixed } from "./hf-names.ts";
 import { fusedQwenExperts, hfTextModel, qwen35HfTensors } from "./hf-qwen35.ts";
 import { hfQwen3NextFused, splittingQwen3NextFused } from "./qwen3next.ts";
+import { lfm2HfTensors } from "./lfm2.ts";
 import { appendedToken, chatTemplate, tokenString } from "./hf-tokenizer-config.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { gptOssExperts } from "./hf-gpt-oss.ts";
@@ -70,7 +71,7 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     // FP8 matrices become f8_e4m3 blocks (or bf16) as they are read, before experts are stacked or kv_b split.
     const fp8 = fp8Scheme(cfg, `${dir}/config.json`);
     const read = fp8 ? readingFp8(source, raw, fp8, dir) : source;
-    const stored = config.deltaNet ? qwen35HfTensors(read) : read;
+    const stored = config.deltaNet ? qwen35HfTensors(read) : config.shortConv ? lfm2HfTensors(read) : read;
     const moe = config.moe;
     const names = prefixed(hfTensorNames(config), prefix);
     // Qwen3.5-MoE's experts may be fused per layer (hf-qwen35.ts), with no per-expert names to check.

@@ -4,6 +4,7 @@
  */
 import { isMoeLayer, type ModelConfig } from "./config.ts";
 import { GPT_OSS_NAMES } from "./hf-gpt-oss.ts";
+import { LFM2_HF_NAMES } from "./lfm2.ts";
 import type { LayerRole, TensorNames } from "./weights.ts";
 import { EXPERT } from "./expert-stack.ts";
 
@@ -57,6 +58,9 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   ssmDecay: "linear_attn.A_log",
   ssmNorm: "linear_attn.norm.weight",
   ssmOut: "linear_attn.out_proj.weight",
+  convIn: "conv.in_proj.weight",
+  convWeight: "conv.conv.weight",
+  convOut: "conv.out_proj.weight",
 };
 
 /** DeepSeek's combined latent up-projection, split into W_kb and W_vb on load. */
@@ -129,8 +133,16 @@ function moeTensorNames(config: ModelConfig): TensorNames {
 
 /** The names a checkpoint's weights are read under: Gemma 3's, a model with experts', or the plain ones. */
 export function hfTensorNames(config: ModelConfig): TensorNames {
+  if (config.architecture === "lfm2") return LFM2_TENSOR_NAMES;
   return config.architecture === "gemma3" || config.architecture === "gemma2" ? GEMMA3_TENSOR_NAMES : !config.moe ? HF_TENSOR_NAMES : moeTensorNames(config);
 }
+
+/** LFM2's: its norms, output projection, q/k norms and feed-forward named its own way, the final norm `embedding_norm`. */
+const LFM2_TENSOR_NAMES: TensorNames = {
+  ...HF_TENSOR_NAMES,
+  outputNorm: "model.embedding_norm.weight",
+  layer: (i, role) => `model.layers.${i}.${LFM2_HF_NAMES[role] ?? LAYER_NAMES[role]}`,
+};
 
 /** `names` with the leading `model.` of each replaced by `prefix` (a text model inside a vision-language checkpoint: `model.language_model.`). */
 export function prefixed(names: TensorNames, prefix: string): TensorNames {

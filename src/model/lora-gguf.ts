@@ -28,13 +28,16 @@ const DELTA_NET_STEMS: Readonly<Record<string, readonly LoraTarget[]>> = {
   attn_qkv: ["ssmQkv"], attn_gate: ["ssmZ"], ssm_beta: ["ssmBeta"], ssm_alpha: ["ssmAlpha"], ssm_out: ["ssmOut"], ssm_ba: ["ssmBeta", "ssmAlpha"], ssm_in: ["ssmQkv", "ssmZ"],
 };
 
+/** LFM2's short convolution layers' projections. */
+const SHORT_CONV_STEMS: Readonly<Record<string, readonly LoraTarget[]>> = { "shortconv.in_proj": ["convIn"], "shortconv.out_proj": ["convOut"] };
+
 /** Splits `blk.N.<stem>.weight.lora_a` (or `output.weight.lora_b`) into layer, stem, targets and side; undefined when it is none of them. */
 function parseName(name: string, config: ModelConfig): { layer: number; stem: string; targets: readonly LoraTarget[]; side: "a" | "b" } | undefined {
-  const m = /^(?:blk\.(\d+)\.([a-z_]+)|(output))\.weight\.lora_([ab])$/.exec(name);
+  const m = /^(?:blk\.(\d+)\.([a-z_.]+)|(output))\.weight\.lora_([ab])$/.exec(name);
   if (!m) return undefined;
   const side = m[4] as "a" | "b";
   if (m[3] === "output") return { layer: -1, stem: "output", targets: ["output"], side };
-  const own = config.deltaNet ? DELTA_NET_STEMS[m[2]] : undefined;
+  const own = config.deltaNet ? DELTA_NET_STEMS[m[2]] : config.shortConv ? SHORT_CONV_STEMS[m[2]] : undefined;
   const targets = own ?? (LAYER_STEMS[m[2]] !== undefined ? [LAYER_STEMS[m[2]]] : FUSED_STEMS[m[2]]);
   return targets === undefined ? undefined : { layer: Number(m[1]), stem: m[2], targets, side };
 }

@@ -25,6 +25,11 @@ const MODULES: Readonly<Record<string, LoraTarget>> = {
   "linear_attn.out_proj": "ssmOut",
 };
 
+/** LFM2's module names (lfm2.ts): its attention output, feed-forward and short convolution projections. */
+const LFM2_MODULES: Readonly<Record<string, LoraTarget>> = {
+  "self_attn.out_proj": "wo", "feed_forward.w1": "wGate", "feed_forward.w3": "wUp", "feed_forward.w2": "wDown", "conv.in_proj": "convIn", "conv.out_proj": "convOut",
+};
+
 /** Qwen3-Next's projections fused per key head (qwen3next.ts): B's rows gathered per part. */
 const PER_KEY_HEAD: ReadonlySet<string> = new Set(["linear_attn.in_proj_qkvz", "linear_attn.in_proj_ba"]);
 
@@ -45,7 +50,8 @@ function parsePeftName(name: string): { layer: number; module: string; targets: 
   if (!m) return undefined;
   const side = m[5] as "A" | "B";
   if (m[4] === "lm_head") return { layer: -1, module: "lm_head", targets: ["output"], side };
-  const targets = MODULES[m[3]] !== undefined ? [MODULES[m[3]]] : FUSED_MODULES[m[3]];
+  const one = MODULES[m[3]] ?? LFM2_MODULES[m[3]];
+  const targets = one !== undefined ? [one] : FUSED_MODULES[m[3]];
   return targets === undefined ? undefined : { layer: Number(m[2]), module: `model.${m[1] ?? ""}layers.${m[2]}.${m[3]}`, targets, side };
 }
 

@@ -6,7 +6,7 @@
 import { blockValues, decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
 import { numel, WEIGHT_DTYPES, type WeightDType } from "../backend/types.ts";
 import { isIqDType, type IqDType } from "../backend/quant-blocks-iq.ts";
-import { type HostTensor, isDeltaNetLayer, isMoeLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights, type MoeConfig } from "./config.ts";
+import { type HostTensor, isDeltaNetLayer, isMoeLayer, isShortConvLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights, type MoeConfig } from "./config.ts";
 import { EXPERT } from "./expert-stack.ts";
 
 /** Progress of a load: bytes of tensor data read so far out of the total. */
@@ -155,8 +155,18 @@ function deltaNetShape(c: ModelConfig, role: LayerRole): number[] | undefined {
   }
 }
 
+/** Shapes of a short convolution layer's roles ({@link ShortConvConfig}). */
+function shortConvShape(c: ModelConfig, role: LayerRole): number[] | undefined {
+  const k = c.shortConv?.kernel;
+  if (k === undefined) return undefined;
+  if (role === "convIn") return [3 * c.hiddenSize, c.hiddenSize];
+  if (role === "convWeight") return [c.hiddenSize, k];
+  if (role === "convOut") return [c.hiddenSize, c.hiddenSize];
+  return undefined;
+}
+
 function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): number[] {
-  const mla = mlaShape(c, role) ?? deltaNetShape(c, role);
+  const mla = mlaShape(c, role) ?? deltaNetShape(c, role) ?? shortConvShape(c, role);
   if (mla) return mla;
   const q = c.numHeads * c.headDim;
   const kv = c.numKvHeads * c.headDim;
@@ -223,6 +233,7 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): num
 /** The roles layer `i` of a model has, in the order they are read. */
 export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
   if (isDeltaNetLayer(config, i)) return [...DELTA_NET_ROLES, ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];
+  if (isShortConvLayer(config, i)) return ["convIn", "convWeight", "convOut", ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];
   const mla = config.mla;
   const attention: LayerRole[] = !mla
     ? ["wq", "wk", "wv"]

@@ -4,6 +4,7 @@
  * RangeError naming the flags, as the serve CLI prints it.
  */
 import type { ServerOptions } from "./server.ts";
+import { type ModelConfig, recurrentKind } from "../model/config.ts";
 import { isProfilePlanner } from "./sla-planner-setup.ts";
 
 /**
@@ -56,8 +57,8 @@ export function checkClusterOptions(o: ServerOptions): { workers: number; transp
  * planner none, peer transfer off; an agent's session keeps to the worker holding its checkpoints by
  * the router's session affinity.
  */
-export function recurrentClusterOptions(o: ServerOptions, architecture: string): { planner: "none"; peerTransfer: "off" } {
-  const why = `a model with Gated DeltaNet layers (${architecture}) keeps each sequence's recurrent state on the worker running it`;
+export function recurrentClusterOptions(o: ServerOptions, config: ModelConfig): { planner: "none"; peerTransfer: "off" } {
+  const why = `a model with ${recurrentKind(config)} (${config.architecture}) keeps each sequence's recurrent state on the worker running it`;
   const planner = typeof o.planner === "object" ? "(a planner object)" : o.planner;
   if (planner !== undefined && planner !== "none") {
     throw new RangeError(`--planner ${planner} moves sequences between prefill and decode workers, and ${why}: serve it with --planner none (its default for such a model)`);

@@ -18,6 +18,7 @@ import { createEngine } from "../engine/engine-factory.ts";
 import { kvBytesPerBlock } from "../engine/kv-cache.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import { loadModel } from "../model/load.ts";
+import { hasRecurrentState } from "../model/config.ts";
 import { loadDraftModel } from "../engine/draft-model.ts";
 import type { LoadProgress } from "../model/weights.ts";
 import { createApp, samplingDefaultsOf } from "./app.ts";
@@ -46,7 +47,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   }));
   // A Gated DeltaNet model's cluster moves no sequence and no cached prefix between workers: neither
   // would carry its recurrent state (cluster-options-check.ts).
-  const recurrentCluster = model.config.deltaNet && (workers > 1 || transport === "tcp") ? recurrentClusterOptions(o, model.config.architecture) : undefined;
+  const recurrentCluster = hasRecurrentState(model.config) && (workers > 1 || transport === "tcp") ? recurrentClusterOptions(o, model.config) : undefined;
   // As vLLM: a limit past the model's context is refused, not quietly lowered to it.
   if (o.maxModelLen !== undefined && o.maxModelLen > model.config.contextLength) {
     throw new RangeError(`--max-model-len ${o.maxModelLen} is more than the model's context length ${model.config.contextLength}`);

@@ -300,3 +300,35 @@ test("Engine with Gated DeltaNet layers keeps state checkpoints apart by adapter
     rmSync(dir2, { recursive: true, force: true });
   }
 });
+
+test("Engine with short convolution layers (LFM2): chunked prefills, multi-step decoding and a next turn from a checkpoint give the lone greedy tokens", async () => {
+  const dir3 = mkdtempSync(`${tmpdir()}/recurrent-lfm2-`);
+  try {
+    const spec: ModelFileSpec = {
+      architecture: "lfm2", hidden: 32, layers: 4, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 302,
+      shortConv: { kernel: 3, attention: [1, 3] },
+    };
+    const lfm2 = await loadModel(await writeTestGguf(dir3, "lfm2", spec));
+    assert.deepEqual(lfm2.config.shortConv, { layers: [true, false, true, false], kernel: 3 });
+    const lone = async (prompt: number[]) => {
+      const kv = allocatePagedKv(backend, lfm2.config, 24, 4);
+      return (await greedySteps(backend, uploadModel(backend, lfm2), kv, prompt, MAX_TOKENS, Array.from({ length: 24 }, (_, i) => i))).tokens;
+    };
+    const want = await Promise.all(PROMPTS.map(lone));
+    const e = createEngine(backend, lfm2, { numBlocks: 64, blockSize: 4, schedulerSteps: 3, scheduler: { maxBatchTokens: 5, maxRunning: 3 } });
+    try {
+      const ask = (prompt: number[]) => e.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+      assert.deepEqual((await Promise.all(PROMPTS.map(ask))).map((r) => r.tokenIds), want);
+      // The first prompt's next turn resumes after its answer's last whole block (28 of its 31 tokens).
+      const turn2 = [...PROMPTS[0], ...want[0], 150, 151, 152, 153, 154];
+      const r = await ask(turn2);
+      assert.equal(r.cachedTokens, 28);
+      assert.deepEqual(r.tokenIds, await lone(turn2));
+    } finally {
+      await e.stop();
+    }
+    assert.throws(() => createEngine(backend, lfm2, { numBlocks: 8, speculative: { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } }), /Speculative decoding is not supported for models with short convolution layers \(lfm2\)/);
+  } finally {
+    rmSync(dir3, { recursive: true, force: true });
+  }
+});

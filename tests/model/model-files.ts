@@ -19,6 +19,7 @@ import { fusePhi3Gguf, fusePhi3Hf, phi3GgufMetadata, phi3HfConfig, phi3Vocab, TE
 import { randomIqTensor } from "./iq-blocks.ts";
 import { qwen35GgufMetadata, qwen35GgufPart, qwen35HfCheckpoint, qwen35HfConfig, qwen35HfLayer } from "./qwen35-files.ts";
 import { qwen3nextGgufMetadata, qwen3nextGgufParts } from "./qwen3next-files.ts";
+import { lfm2GgufMetadata, lfm2GgufPart, lfm2HfConfig, lfm2HfLayer } from "./lfm2-files.ts";
 import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 
@@ -74,6 +75,8 @@ export interface ModelFileSpec {
   attnTemperature?: number;
   /** Ministral 3's HF checkpoint as released: Mistral3ForConditionalGeneration, the text model under `model.language_model.`. */
   wrapped?: boolean;
+  /** LFM2's short convolution layers (lfm2-files.ts): all but the `attention` ones, of width `kernel`. */
+  shortConv?: { kernel: number; attention: number[] };
   /** The sliding window in positions: GPT-OSS's every other layer, from layer 0; Gemma 3's five layers of six; OLMo 3's three of four. */
   slidingWindow?: number;
   /** Gemma 3's linear RoPE scaling of its global layers (GGUF `rope.scaling.type` "linear"). */
@@ -137,6 +140,10 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
   put("model.embed_tokens.weight", [vocab, hidden], 1);
   for (let i = 0; i < spec.layers + (spec.nextn ?? 0); i++) {
     const p = `model.layers.${i}.`;
+    if (spec.shortConv) {
+      lfm2HfLayer(spec, i, put);
+      continue;
+    }
     if (spec.deltaNet) {
       qwen35HfLayer(spec, i, put);
       const moe = spec.experts;
@@ -237,7 +244,7 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
   }
   // Signed final-norm weights: with tied embeddings a positive norm makes every token predict
   // itself, and greedy decoding would repeat one token (a weak check).
-  put("model.norm.weight", [hidden], 1.5);
+  put(spec.shortConv ? "model.embedding_norm.weight" : "model.norm.weight", [hidden], 1.5);
   if (!spec.tied) put("lm_head.weight", [spec.vocab, hidden], 1 / Math.sqrt(hidden));
   return w;
 }
@@ -312,7 +319,7 @@ function ggufTensors(
   const out: { name: string; shape: number[]; values: Float32Array; hf: string }[] = [];
   const stacks = new Map<string, { shape: number[]; parts: Float32Array[]; hf: string }>();
   for (const [hf, { shape, values }] of weights) {
-    const next = spec.architecture === "qwen3next" ? qwen3nextGgufParts(spec, hf, shape, values) : undefined;
+    const next = spec.architecture === "qwen3next" ? qwen3nextGgufParts(spec, hf, shape, values) : spec.shortConv ? lfm2GgufPart(hf, shape, values) : undefined;
     const own = next ?? (spec.deltaNet ? qwen35GgufPart(spec, hf, shape, values) : undefined);
     if (own) {
       out.push(...(Array.isArray(own) ? own : [own]));
@@ -433,6 +440,15 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   if (a === "phi3") meta.push(...phi3GgufMetadata(spec));
   if (a === "qwen35" || a === "qwen35moe") meta.push(...qwen35GgufMetadata(spec));
   if (a === "qwen3next") meta.push(...qwen3nextGgufMetadata(spec));
+  if (spec.shortConv) {
+    // The per-layer KV heads replace the uniform count.
+    const own = lfm2GgufMetadata(spec);
+    for (const [k, v] of own) {
+      const at = meta.findIndex(([key]) => key === k);
+      if (at >= 0) meta[at] = [k, v];
+      else meta.push([k, v]);
+    }
+  }
   if (a === "gemma2" && spec.softcaps) meta.push([`${a}.attn_logit_softcapping`, gguf.f32(spec.softcaps.attn)], [`${a}.final_logit_softcapping`, gguf.f32(spec.softcaps.final)]);
   const gr = spec.granite;
   if (gr) {
@@ -537,7 +553,9 @@ export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocab
     // Routers stay f32, as llama.cpp's quantizer leaves them.
     // Biases too (GPT-OSS's stacked expert biases are 2-D).
     // Qwen3.5's convolution too, as convert_hf_to_gguf.py keeps it.
-    const dtype = isVector(shape) || name.endsWith(".bias") || name.endsWith("ffn_gate_inp.weight") || name.endsWith("ssm_conv1d.weight") ? "f32" : spec.ggufDtype?.(name) ?? spec.dtype;
+    const dtype = isVector(shape) || name.endsWith(".bias") || name.endsWith("ffn_gate_inp.weight") || name.endsWith("ssm_conv1d.weight") || name.endsWith("shortconv.conv.weight")
+      ? "f32"
+      : spec.ggufDtype?.(name) ?? spec.dtype;
     tensors.push(isIqDType(dtype) ? randomIqTensor(name, shape, v, dtype, iqRand) : { name, shape, dtype, data: encodeFromF32(v, dtype) });
   }
   const r = spec.longRope;
@@ -658,6 +676,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     qwen35moe: ["Qwen3_5MoeForCausalLM", "qwen3_5_moe_text"],
     qwen3next: ["Qwen3NextForCausalLM", "qwen3_next"],
     mistral3: ["Ministral3ForCausalLM", "ministral3"],
+    lfm2: ["Lfm2ForCausalLM", "lfm2"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {
@@ -685,6 +704,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
       ? { embedding_multiplier: spec.granite.embedding, attention_multiplier: spec.granite.attention, residual_multiplier: spec.granite.residual, logits_scaling: spec.granite.logit }
       : {}),
     ...(spec.deltaNet ? qwen35HfConfig(spec) : {}),
+    ...(spec.shortConv ? lfm2HfConfig(spec) : {}),
     ...(spec.architecture === "exaone4"
       ? { sliding_window: spec.slidingWindow ?? null, layer_types: Array.from({ length: spec.layers }, (_, i) => (spec.slidingWindow && (i + 1) % 4 !== 0 ? "sliding_attention" : "full_attention")) }
       : {}),

@@ -1,7 +1,8 @@
 /**
  * Independent oracle for LoRA adapters: random-weight base GGUFs (a llama, a qwen2 with qkv biases
  * and tied embeddings, a Qwen3-MoE, a Phi-3 whose adapter changes its fused matrices whole, Qwen3.5 and
- * Qwen3-Next, on their attention and their Gated DeltaNet projections) and
+ * Qwen3-Next, on their attention and their Gated DeltaNet projections, an LFM2 on its short
+ * convolutions' projections) and
  * random GGUF adapters for them, both written by our own writers, are run through llama.cpp
  * (node-llama-cpp 3.21.1's context `lora` option, CPU, offline, in a Node child process) and through our loader + forward() with the adapter in slot 1 of a
  * device set, on every available backend. Per case: next-token log-probabilities after the prompt
@@ -120,6 +121,18 @@ const CASES: LoraCase[] = [
       seed: 307, rank: 4, alpha: 8, magnitude: 0.3,
       targets: deltaNetLayers(config).flatMap((layer) => (["ssmQkv", "ssmZ", "ssmOut"] as const).map((target) => ({ layer, target }))),
       fused: deltaNetLayers(config).map((layer) => ({ layer, stem: "ssm_ba" as const, rows: 2 * config.deltaNet!.numVHeads })),
+    }),
+    scale: 1,
+  },
+  {
+    name: "lfm2 f32: rank 4, alpha 8, on the short convolutions' in and out projections, the attention layer's q and o, and every feed-forward",
+    spec: { ...BASE, architecture: "lfm2", layers: 3, seed: 208, shortConv: { kernel: 3, attention: [1] } },
+    adapter: (config) => ({
+      seed: 308, rank: 4, alpha: 8, magnitude: 0.3,
+      targets: [
+        ...[0, 2].flatMap((layer) => (["convIn", "convOut"] as const).map((target) => ({ layer, target }))),
+        { layer: 1, target: "wq" }, { layer: 1, target: "wo" }, ...eachLayer(config, ["wGate", "wUp", "wDown"]),
+      ],
     }),
     scale: 1,
   },

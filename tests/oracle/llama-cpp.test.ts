@@ -330,6 +330,20 @@ const CASES: OracleCase[] = [
     tol: 1e-4,
     hf: true,
   },
+  // LFM2: gated short convolution layers (width 3) with attention layers between them.
+  {
+    name: "lfm2 short convolutions (layers 0, 2, 3) and attention (1, 4), f32",
+    spec: { ...BASE, architecture: "lfm2", layers: 5, seed: 197, shortConv: { kernel: 3, attention: [1, 4] } },
+    tol: 1e-4,
+    hf: true,
+  },
+  {
+    name: "lfm2 q8_0, tied, f16 KV cache",
+    spec: { ...BASE, architecture: "lfm2", layers: 4, tied: true, dtype: "q8_0", seed: 198, shortConv: { kernel: 3, attention: [2] } },
+    tol: 1.5e-2,
+    hf: false,
+    kv: "f16",
+  },
   // Ministral 3: Llama's layout (q/k permuted for the interleaved RoPE) with YaRN over an original
   // context of 16 and Llama 4's attention temperature, whose ⌊position / 16⌋ steps within the test.
   {
