@@ -19,6 +19,8 @@ export function ggufLfm2(meta: GgufMetadata, arch: string, path: string): { shor
   const raw = meta.entries.get(key)?.value;
   if (!Array.isArray(raw) || raw.length === 0) throw new ModelLoadError(`Model "${path}" is lfm2 but "${key}" is not a per-layer array (0 for its convolution layers)`);
   const heads = raw.map(Number);
+  const blocks = meta.number(`${arch}.block_count`);
+  if (heads.length !== blocks) throw new ModelLoadError(`Model "${path}" lists "${key}" for ${heads.length} layers of its ${blocks}`);
   const attention = [...new Set(heads.filter((h) => h !== 0))];
   if (attention.length !== 1 || !Number.isInteger(attention[0]) || attention[0] < 1) {
     throw new ModelLoadError(`Model "${path}" has "${key}" [${heads.join(", ")}]; expected 0 for each convolution layer and one KV head count for the attention layers`);
