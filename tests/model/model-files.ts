@@ -18,7 +18,7 @@ import { gptOssHfConfig, gptOssHfTensors } from "./gpt-oss-files.ts";
 import { fusePhi3Gguf, fusePhi3Hf, phi3GgufMetadata, phi3HfConfig, phi3Vocab, TEST_CONTEXT } from "./phi3-files.ts";
 import { randomIqTensor } from "./iq-blocks.ts";
 import { qwen35GgufMetadata, qwen35GgufPart, qwen35HfCheckpoint, qwen35HfConfig, qwen35HfLayer } from "./qwen35-files.ts";
-import { qwen3nextGgufMetadata, qwen3nextGgufParts } from "./qwen3next-files.ts";
+import { qwen3nextGgufParts } from "./qwen3next-files.ts";
 import { lfm2GgufMetadata, lfm2GgufPart, lfm2HfConfig, lfm2HfLayer } from "./lfm2-files.ts";
 import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
@@ -438,8 +438,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   }
   if (spec.slidingWindow) meta.push([`${a}.attention.sliding_window`, gguf.u32(spec.slidingWindow)]);
   if (a === "phi3") meta.push(...phi3GgufMetadata(spec));
-  if (a === "qwen35" || a === "qwen35moe") meta.push(...qwen35GgufMetadata(spec));
-  if (a === "qwen3next") meta.push(...qwen3nextGgufMetadata(spec));
+  if (a === "qwen35" || a === "qwen35moe" || a === "qwen3next") meta.push(...qwen35GgufMetadata(spec));
   if (spec.shortConv) {
     // The per-layer KV heads replace the uniform count.
     const own = lfm2GgufMetadata(spec);

@@ -133,7 +133,7 @@ export function qwen35GgufPart(spec: ModelFileSpec, hf: string, shape: number[],
   }
 }
 
-/** A qwen35 GGUF's own metadata: the DeltaNet sizes and the RoPE sections (text turns every section by its position). */
+/** A qwen35 (or qwen3next) GGUF's own metadata: the DeltaNet sizes and the RoPE sections (text turns every section by its position; Qwen3-Next has none). */
 export function qwen35GgufMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
   const d = spec.deltaNet!;
   // As Qwen3.5's [11, 11, 10, 0] for 32 pairs: interleaved, the three sections cover every pair.
@@ -147,7 +147,8 @@ export function qwen35GgufMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
     [`${a}.ssm.time_step_rank`, gguf.u32(d.vHeads)],
     [`${a}.ssm.group_count`, gguf.u32(d.kHeads)],
     [`${a}.full_attention_interval`, gguf.u32(d.interval)],
-    [`${a}.rope.dimension_sections`, gguf.arr(GgufType.INT32, sections)],
+    // Qwen3-Next turns by plain NeoX RoPE: no sections.
+    ...(a === "qwen3next" ? [] : [[`${a}.rope.dimension_sections`, gguf.arr(GgufType.INT32, sections)] as [string, GgufEntry]]),
   ];
 }
 

@@ -5,8 +5,6 @@
  * kept whole as `ssm_in` (`deltaNet.legacySsmIn`); `in_proj_ba` kept whole as `ssm_ba`; value heads
  * left grouped by key head; the other DeltaNet tensors as Qwen3.5's converter writes them untiled.
  */
-import type { GgufEntry } from "../../src/model/gguf-types.ts";
-import { gguf } from "../../src/model/gguf-writer.ts";
 import type { ModelFileSpec } from "./model-files.ts";
 import type { GgufPart } from "./qwen35-files.ts";
 
@@ -41,19 +39,5 @@ export function qwen3nextGgufParts(spec: ModelFileSpec, hf: string, shape: numbe
   return [
     { name: blk + "attn_qkv.weight", shape: [qkv.length / cols, cols], values: qkv, hf },
     { name: blk + "attn_gate.weight", shape: [d.kHeads * perK, cols], values: groupRows(values, cols, d.kHeads, stride, 2 * d.dim + perK, perK), hf },
-  ];
-}
-
-/** A qwen3next GGUF's own metadata: the DeltaNet sizes (no RoPE sections: its rotation is plain NeoX). */
-export function qwen3nextGgufMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
-  const d = spec.deltaNet!;
-  const a = spec.architecture;
-  return [
-    [`${a}.ssm.conv_kernel`, gguf.u32(d.conv)],
-    [`${a}.ssm.inner_size`, gguf.u32(d.vHeads * d.dim)],
-    [`${a}.ssm.state_size`, gguf.u32(d.dim)],
-    [`${a}.ssm.time_step_rank`, gguf.u32(d.vHeads)],
-    [`${a}.ssm.group_count`, gguf.u32(d.kHeads)],
-    [`${a}.full_attention_interval`, gguf.u32(d.interval)],
   ];
 }

@@ -25,37 +25,29 @@ export class CudaRecurrent extends CudaExperts {
    * registers; K at most {@link CUDA_MAX_CONV1D_KERNEL}.
    */
   causalConv1d(x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch): Tensor {
-    // The shared checks first, so a bad call reads the same on every backend.
-    const { n, channels, kernel, slots } = expectConv1dShapes(x, weight, state, batch);
-    const xs = expect(x, 2, "causalConv1d input", ["f32"]);
-    const w = expect(weight, 2, "causalConv1d weight", ["f32"]);
-    const st = expect(state, 3, "causalConv1d state", ["f32"]);
-    const seqs = expect(batch.seqs, 2, "recurrent sequence table", ["i32"]);
-    if (kernel > CUDA_MAX_CONV1D_KERNEL) {
-      throw new BackendShapeError(`causalConv1d on CUDA takes at most ${CUDA_MAX_CONV1D_KERNEL} taps, got weight ${fmt(w.shape)}`);
-    }
-    if (Math.ceil(channels / 128) > MAX_GRID_Y) {
-      throw new BackendShapeError(`causalConv1d on CUDA takes at most ${MAX_GRID_Y * 128} channels, got input ${fmt(xs.shape)}`);
-    }
-    const zero = this.uncovered(seqs, n, slots);
-    return this.f32(this.ctx.causalConv1d(xs.ptr, w.ptr, st.ptr, seqs.ptr, batch.numSeqs, n, channels, kernel, slots, zero, 0), [n, channels]);
+    return this.#conv1d("causalConv1d", x, weight, state, batch, false);
   }
 
   /** Backend.shortConv: the causal convolution's kernel, gated (B·x in, C times the sum out). */
   shortConv(bcx: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch): Tensor {
-    const { n, channels, kernel, slots } = expectShortConvShapes(bcx, weight, state, batch);
-    const xs = expect(bcx, 2, "shortConv input", ["f32"]);
-    const w = expect(weight, 2, "shortConv weight", ["f32"]);
-    const st = expect(state, 3, "shortConv state", ["f32"]);
+    return this.#conv1d("shortConv", bcx, weight, state, batch, true);
+  }
+
+  #conv1d(op: "causalConv1d" | "shortConv", x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch, gated: boolean): Tensor {
+    // The shared checks first, so a bad call reads the same on every backend.
+    const { n, channels, kernel, slots } = (gated ? expectShortConvShapes : expectConv1dShapes)(x, weight, state, batch);
+    const xs = expect(x, 2, `${op} input`, ["f32"]);
+    const w = expect(weight, 2, `${op} weight`, ["f32"]);
+    const st = expect(state, 3, `${op} state`, ["f32"]);
     const seqs = expect(batch.seqs, 2, "recurrent sequence table", ["i32"]);
     if (kernel > CUDA_MAX_CONV1D_KERNEL) {
-      throw new BackendShapeError(`shortConv on CUDA takes at most ${CUDA_MAX_CONV1D_KERNEL} taps, got weight ${fmt(w.shape)}`);
+      throw new BackendShapeError(`${op} on CUDA takes at most ${CUDA_MAX_CONV1D_KERNEL} taps, got weight ${fmt(w.shape)}`);
     }
     if (Math.ceil(channels / 128) > MAX_GRID_Y) {
-      throw new BackendShapeError(`shortConv on CUDA takes at most ${MAX_GRID_Y * 128} channels, got input ${fmt(xs.shape)}`);
+      throw new BackendShapeError(`${op} on CUDA takes at most ${MAX_GRID_Y * 128} channels, got input ${fmt(xs.shape)}`);
     }
     const zero = this.uncovered(seqs, n, slots);
-    return this.f32(this.ctx.causalConv1d(xs.ptr, w.ptr, st.ptr, seqs.ptr, batch.numSeqs, n, channels, kernel, slots, zero, 1), [n, channels]);
+    return this.f32(this.ctx.causalConv1d(xs.ptr, w.ptr, st.ptr, seqs.ptr, batch.numSeqs, n, channels, kernel, slots, zero, gated ? 1 : 0), [n, channels]);
   }
 
   /**

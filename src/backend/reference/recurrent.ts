@@ -27,36 +27,27 @@ export function sigmoidMul(gate: RefTensor, x: RefTensor): RefTensor {
 /** Backend.causalConv1d. */
 export function causalConv1d(x: RefTensor, weight: RefTensor, state: RefTensor, batch: RecurrentBatch, seqs: Int32Array): RefTensor {
   const { n, channels: c, kernel: k, slots } = expectConv1dShapes(x, weight, state, batch);
-  checkRecurrentSeqs(seqs, n, slots);
   const xs = x.f32;
-  const w = weight.f32;
-  const st = state.f32;
-  const out = new Float32Array(n * c);
-  const past = k - 1;
-  for (let s = 0; s < batch.numSeqs; s++) {
-    const [first, count, slot, fresh] = seqs.subarray(s * 4, s * 4 + 4);
-    const base = slot * past * c;
-    for (let ch = 0; ch < c; ch++) {
-      // The window of inputs: the slot's last K - 1, then this step's rows.
-      const u = new Float64Array(past + count);
-      for (let j = 0; j < past; j++) u[j] = fresh ? 0 : st[base + j * c + ch];
-      for (let t = 0; t < count; t++) u[past + t] = xs[(first + t) * c + ch];
-      for (let t = 0; t < count; t++) {
-        let acc = 0;
-        for (let j = 0; j < k; j++) acc += w[ch * k + j] * u[t + j];
-        out[(first + t) * c + ch] = silu(acc);
-      }
-      for (let j = 0; j < past; j++) st[base + j * c + ch] = u[count + j];
-    }
-  }
-  return f32Tensor(out, [n, c]);
+  return conv1d(weight, state, batch, seqs, n, c, k, slots, (row, ch) => xs[row * c + ch], (_row, _ch, acc) => silu(acc));
 }
 
-/** Backend.shortConv. */
+/** Backend.shortConv: the window takes B ⊙ x, the output is C times the sum. */
 export function shortConv(bcx: RefTensor, weight: RefTensor, state: RefTensor, batch: RecurrentBatch, seqs: Int32Array): RefTensor {
   const { n, channels: c, kernel: k, slots } = expectShortConvShapes(bcx, weight, state, batch);
-  checkRecurrentSeqs(seqs, n, slots);
   const xs = bcx.f32;
+  return conv1d(weight, state, batch, seqs, n, c, k, slots, (row, ch) => xs[row * 3 * c + ch] * xs[row * 3 * c + 2 * c + ch], (row, ch, acc) => xs[row * 3 * c + c + ch] * acc);
+}
+
+/**
+ * The depthwise causal convolution both ops share: per sequence and channel, the window of the slot's
+ * last K - 1 inputs then this step's rows' (`input`), each row's sum turned into its output by `output`;
+ * the slot then holds the last K - 1 inputs.
+ */
+function conv1d(
+  weight: RefTensor, state: RefTensor, batch: RecurrentBatch, seqs: Int32Array, n: number, c: number, k: number, slots: number,
+  input: (row: number, ch: number) => number, output: (row: number, ch: number, acc: number) => number,
+): RefTensor {
+  checkRecurrentSeqs(seqs, n, slots);
   const w = weight.f32;
   const st = state.f32;
   const out = new Float32Array(n * c);
@@ -65,14 +56,13 @@ export function shortConv(bcx: RefTensor, weight: RefTensor, state: RefTensor, b
     const [first, count, slot, fresh] = seqs.subarray(s * 4, s * 4 + 4);
     const base = slot * past * c;
     for (let ch = 0; ch < c; ch++) {
-      // The window: the slot's last K - 1 products B ⊙ x, then this step's rows'.
       const u = new Float64Array(past + count);
       for (let j = 0; j < past; j++) u[j] = fresh ? 0 : st[base + j * c + ch];
-      for (let t = 0; t < count; t++) u[past + t] = xs[(first + t) * 3 * c + ch] * xs[(first + t) * 3 * c + 2 * c + ch];
+      for (let t = 0; t < count; t++) u[past + t] = input(first + t, ch);
       for (let t = 0; t < count; t++) {
         let acc = 0;
         for (let j = 0; j < k; j++) acc += w[ch * k + j] * u[t + j];
-        out[(first + t) * c + ch] = xs[(first + t) * 3 * c + c + ch] * acc;
+        out[(first + t) * c + ch] = output(first + t, ch, acc);
       }
       for (let j = 0; j < past; j++) st[base + j * c + ch] = u[count + j];
     }

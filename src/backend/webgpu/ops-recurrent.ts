@@ -44,23 +44,7 @@ function seqTable(ctx: GpuContext, batch: RecurrentBatch, rows: number, slots: n
  * slot (Backend.causalConv1d): x [n, C], weight [C, K], state [slots, K - 1, C] (updated) → [n, C].
  */
 export function causalConv1d(ctx: GpuContext, xT: Tensor, weightT: Tensor, stateT: Tensor, batch: RecurrentBatch): Tensor {
-  const x = asGpu(xT, "causalConv1d input", ctx);
-  const weight = asGpu(weightT, "causalConv1d weight", ctx);
-  const state = asGpu(stateT, "causalConv1d state", ctx);
-  const { n, channels, kernel, slots } = expectConv1dShapes(x, weight, state, batch);
-  if (kernel > MAX_CONV_KERNEL) {
-    throw new BackendShapeError(`causalConv1d kernel width ${kernel} (weight ${fmt(weight.shape)}) exceeds the webgpu backend's ${MAX_CONV_KERNEL}`);
-  }
-  const seqs = seqTable(ctx, batch, n, slots);
-  const out = ctx.output([n, channels]);
-  ctx.recorder.dispatch(
-    "causal_conv1d",
-    { GATED: 0 },
-    [n, channels, kernel, slots, batch.numSeqs, 0, 0, 0],
-    [[1, x.buffer], [2, weight.buffer], [3, state.buffer], [4, seqs.buffer], [5, out.buffer]],
-    Math.ceil((batch.numSeqs * channels) / CONV_WG),
-  );
-  return out;
+  return conv1d(ctx, "causalConv1d", xT, weightT, stateT, batch, false);
 }
 
 /**
@@ -68,20 +52,25 @@ export function causalConv1d(ctx: GpuContext, xT: Tensor, weightT: Tensor, state
  * [slots, K - 1, C] (updated) → [n, C]; causal_conv1d.wgsl with GATED.
  */
 export function shortConv(ctx: GpuContext, bcxT: Tensor, weightT: Tensor, stateT: Tensor, batch: RecurrentBatch): Tensor {
-  const bcx = asGpu(bcxT, "shortConv input", ctx);
-  const weight = asGpu(weightT, "shortConv weight", ctx);
-  const state = asGpu(stateT, "shortConv state", ctx);
-  const { n, channels, kernel, slots } = expectShortConvShapes(bcx, weight, state, batch);
+  return conv1d(ctx, "shortConv", bcxT, weightT, stateT, batch, true);
+}
+
+/** Both convolutions: causal_conv1d.wgsl, GATED or not. */
+function conv1d(ctx: GpuContext, op: "causalConv1d" | "shortConv", xT: Tensor, weightT: Tensor, stateT: Tensor, batch: RecurrentBatch, gated: boolean): Tensor {
+  const x = asGpu(xT, `${op} input`, ctx);
+  const weight = asGpu(weightT, `${op} weight`, ctx);
+  const state = asGpu(stateT, `${op} state`, ctx);
+  const { n, channels, kernel, slots } = (gated ? expectShortConvShapes : expectConv1dShapes)(x, weight, state, batch);
   if (kernel > MAX_CONV_KERNEL) {
-    throw new BackendShapeError(`shortConv kernel width ${kernel} (weight ${fmt(weight.shape)}) exceeds the webgpu backend's ${MAX_CONV_KERNEL}`);
+    throw new BackendShapeError(`${op} kernel width ${kernel} (weight ${fmt(weight.shape)}) exceeds the webgpu backend's ${MAX_CONV_KERNEL}`);
   }
   const seqs = seqTable(ctx, batch, n, slots);
   const out = ctx.output([n, channels]);
   ctx.recorder.dispatch(
     "causal_conv1d",
-    { GATED: 1 },
+    { GATED: gated ? 1 : 0 },
     [n, channels, kernel, slots, batch.numSeqs, 0, 0, 0],
-    [[1, bcx.buffer], [2, weight.buffer], [3, state.buffer], [4, seqs.buffer], [5, out.buffer]],
+    [[1, x.buffer], [2, weight.buffer], [3, state.buffer], [4, seqs.buffer], [5, out.buffer]],
     Math.ceil((batch.numSeqs * channels) / CONV_WG),
   );
   return out;
