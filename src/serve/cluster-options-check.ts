@@ -49,7 +49,7 @@ export function checkClusterOptions(o: ServerOptions): { workers: number; transp
 }
 
 /**
- * A cluster's settings for a model with Gated DeltaNet layers, or a RangeError naming the flag that
+ * A cluster's settings for a model with recurrent state (Gated DeltaNet or short convolution layers), or a RangeError naming the flag that
  * cannot go with one. Each sequence's recurrent state lives in a slot of the worker running it, and a
  * prefix's only in that worker's state checkpoints: nothing may hand a sequence to another worker (a
  * prefill worker's hand-off, the planners' role flips and pools) or pull a cached prefix from a peer

@@ -45,8 +45,8 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     ...(o.quantize ? { quantize: o.quantize } : {}),
     ...(onLoadNote ? { onProgress: (p: LoadProgress) => p.note !== undefined && onLoadNote(p.note) } : {}),
   }));
-  // A Gated DeltaNet model's cluster moves no sequence and no cached prefix between workers: neither
-  // would carry its recurrent state (cluster-options-check.ts).
+  // A cluster of a model with recurrent state moves no sequence and no cached prefix between workers:
+  // neither would carry the state (cluster-options-check.ts).
   const recurrentCluster = hasRecurrentState(model.config) && (workers > 1 || transport === "tcp") ? recurrentClusterOptions(o, model.config) : undefined;
   // As vLLM: a limit past the model's context is refused, not quietly lowered to it.
   if (o.maxModelLen !== undefined && o.maxModelLen > model.config.contextLength) {
