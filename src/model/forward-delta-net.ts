@@ -15,7 +15,7 @@ import { ForwardInputError } from "./forward-batch.ts";
 import { matmulPlus, preNorm, type Project, type Scratch } from "./forward-layers.ts";
 
 /** The Gated DeltaNet ops a backend must have to run such a layer. */
-type DeltaNetOps = Required<Pick<Backend, "causalConv1d" | "gatedDeltaNet">>;
+export type DeltaNetOps = Required<Pick<Backend, "causalConv1d" | "gatedDeltaNet">>;
 
 /** `backend`'s Gated DeltaNet ops, or an error naming what it lacks. */
 export function deltaNetOps(backend: Backend): DeltaNetOps {
@@ -67,21 +67,24 @@ export function deltaNetBlock(
   return mm(backend.reshape(gated, [n, d.numVHeads * d.headVDim]), ssmOut, undefined, "ssmOut", x);
 }
 
+/** The short convolution op a backend must have to run LFM2's layers. */
+export type ShortConvOp = NonNullable<Backend["shortConv"]>;
+
 /** `backend`'s short convolution, or an error naming what it lacks. */
-export function shortConvOp(backend: Backend): NonNullable<Backend["shortConv"]> {
+export function shortConvOp(backend: Backend): ShortConvOp {
   if (!backend.shortConv) throw new ForwardInputError(`The ${backend.info.name} backend lacks the short convolution op (shortConv) this model needs`);
   return backend.shortConv.bind(backend);
 }
 
 /** One short convolution layer (LFM2) over the step, plus the residual `x`; `project` adds the projections' adapter deltas. */
 export function shortConvBlock(
-  backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, batch: RecurrentBatch, conv: Tensor, s: Scratch, project?: Project,
+  backend: Backend, op: ShortConvOp, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, batch: RecurrentBatch, conv: Tensor, s: Scratch, project?: Project,
 ): Tensor {
   const { convIn, convWeight, convOut } = l;
   if (!convIn || !convWeight || !convOut) throw new ForwardInputError("The model config asks for a short convolution layer but the weights lack it");
   const mm: Project = project ?? ((a, w, _bias, _target, r) => matmulPlus(backend, a, w, undefined, r, s));
   const h = preNorm(backend, model, l.attnNorm, x, s);
   const bcx = s.keep(mm(h, convIn, undefined, "convIn"));
-  const y = s.keep(shortConvOp(backend)(bcx, convWeight, conv, batch));
+  const y = s.keep(op(bcx, convWeight, conv, batch));
   return mm(y, convOut, undefined, "convOut", x);
 }

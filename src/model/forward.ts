@@ -9,7 +9,7 @@
  */
 import type { Backend, KvDType, Tensor } from "../backend/types.ts";
 import { attentionLayers, hasRecurrentState, isDeltaNetLayer, isMoeLayer, isRecurrentLayer, isShortConvLayer, layerWindow, type ModelConfig } from "./config.ts";
-import { deltaNetBlock, deltaNetOps, recurrentSeqTable, shortConvBlock, shortConvOp } from "./forward-delta-net.ts";
+import { deltaNetBlock, deltaNetOps, type DeltaNetOps, recurrentSeqTable, shortConvBlock, shortConvOp, type ShortConvOp } from "./forward-delta-net.ts";
 import { headIndices, type KeepTemp, mlaAttentionBlock } from "./attention-mla.ts";
 import type { DeviceModel } from "./device-weights.ts";
 import type { DeviceLoraSet } from "./lora-set.ts";
@@ -141,7 +141,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
   const lora = step.lora;
   const rowSlots = lora ? rowSlotsOf(step.entries, lora.slots, lora.set.slots) : undefined;
   const slotIds = rowSlots && uploadSlots(backend, rowSlots);
-  const recurrent = recurrentPlan && { batch: { seqs: backend.upload(recurrentPlan.table, [step.entries.length, 4]), numSeqs: step.entries.length } };
+  const recurrent = recurrentPlan && { ...recurrentPlan, batch: { seqs: backend.upload(recurrentPlan.table, [step.entries.length, 4]), numSeqs: step.entries.length } };
   try {
     if (step.tokenIds && step.tokenIds.shape[0] !== flat.ids.length) {
       throw new ForwardInputError(`The step's device token ids hold ${step.tokenIds.shape[0]} rows, its entries ${flat.ids.length}`);
@@ -159,10 +159,10 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
     for (let i = 0; i < c.numLayers; i++) {
       const l = w.layers[i];
       const project = projector(backend, lora?.set, slotIds, i, s);
-      const afterAttn = recurrent && isDeltaNetLayer(c, i)
-        ? deltaNetBlock(backend, deltaNetOps(backend), model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project)
-        : recurrent && isShortConvLayer(c, i)
-        ? shortConvBlock(backend, model, l, x, recurrent.batch, kv.state!.conv[conv++], s, project)
+      const afterAttn = recurrent?.deltaNet && isDeltaNetLayer(c, i)
+        ? deltaNetBlock(backend, recurrent.deltaNet, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project)
+        : recurrent?.shortConv && isShortConvLayer(c, i)
+        ? shortConvBlock(backend, recurrent.shortConv, model, l, x, recurrent.batch, kv.state!.conv[conv++], s, project)
         : heads
         ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], heads, keep)
         : attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], layerWindow(c, i), !c.nopeLayers?.[i], s, project);
@@ -214,20 +214,21 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
 }
 
 /**
- * The step's recurrent sequence table for a model with recurrent layers (undefined for others), once
- * the backend is seen to have their ops and the KV cache to hold their state.
+ * The step's recurrent sequence table and the backend's ops for a model with recurrent layers
+ * (undefined for others), once the KV cache is seen to hold their state.
  */
-function recurrentStep(backend: Backend, c: ModelConfig, kv: PagedKv, step: ForwardStep): { table: Int32Array } | undefined {
+function recurrentStep(
+  backend: Backend, c: ModelConfig, kv: PagedKv, step: ForwardStep,
+): { table: Int32Array; deltaNet?: DeltaNetOps; shortConv?: ShortConvOp } | undefined {
   if (!hasRecurrentState(c)) return undefined;
-  if (c.deltaNet) deltaNetOps(backend);
-  if (c.shortConv) shortConvOp(backend);
+  const ops = { ...(c.deltaNet ? { deltaNet: deltaNetOps(backend) } : {}), ...(c.shortConv ? { shortConv: shortConvOp(backend) } : {}) };
   const layers = Array.from({ length: c.numLayers }, (_, i) => i);
   const recurrent = layers.filter((i) => isRecurrentLayer(c, i)).length;
   const deltaNet = layers.filter((i) => isDeltaNetLayer(c, i)).length;
   if (!kv.state || kv.state.conv.length !== recurrent || kv.state.ssm.length !== deltaNet) {
     throw new ForwardInputError(`The model has ${recurrent} layers with recurrent state but the KV cache holds state for ${kv.state?.conv.length ?? 0}`);
   }
-  return { table: recurrentSeqTable(step.entries, kv.state.slots) };
+  return { table: recurrentSeqTable(step.entries, kv.state.slots), ...ops };
 }
 
 /** Each flat row's adapter slot: its entry's. */
