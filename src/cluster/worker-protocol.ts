@@ -87,14 +87,15 @@ export type FromWorker =
   | { op: "state"; state: WorkerReport };
 
 /**
- * ArrayBuffers of a moved prefix, for the server to transfer to the importing worker instead of
+ * ArrayBuffers of a moved prefix (its KV, and its recurrent state if any), for the server to transfer to the importing worker instead of
  * copying them. Only the server's side transfers: a worker replying with an export copies (a
  * detach would slow its kernels; worker-host.ts).
  */
 export function prefixBuffers(p: PrefixKv | null | undefined): ArrayBuffer[] {
   if (!p) return [];
   // A shared cache's values are its keys' arrays (MLA): each buffer may be listed once only.
-  return [...new Set([...p.kv.k, ...p.kv.v].map((a) => a.buffer as ArrayBuffer))];
+  const state = p.state ? [...p.state.values.conv, ...p.state.values.ssm] : [];
+  return [...new Set([...p.kv.k, ...p.kv.v, ...state].map((a) => a.buffer as ArrayBuffer))];
 }
 
 /** The typed refusals a worker's engine throws at submit, by name: the cluster's side throws the same classes. */

@@ -61,6 +61,8 @@ export interface StepLoopParts {
   stopped: () => boolean;
   /** Ends one request whose own host-side work threw (its grammar's mask, its text). */
   fail: (id: number, e: unknown) => void;
+  /** Run at the top of each turn, before it plans, where no planned step is yet to run (recurrent states moved here: state-import.ts). */
+  beforeSchedule?: () => void;
 }
 
 /** One engine's worker loop, started on demand and restarted after a failure. */
@@ -95,6 +97,12 @@ export class StepLoop {
     while (!this.parts.stopped() || active.size > 0) {
       const tIter = tMark ?? now();
       this.parts.offload?.beforeStep(this.parts.pool, scheduler.waitingSequences, this.parts.sessions, now() / 1000);
+      try {
+        this.parts.beforeSchedule?.();
+      } catch {
+        // A state that failed to write is not kept: the prompts it would have resumed compute more.
+        metrics.stepErrors++;
+      }
       const plan = scheduler.schedule();
       for (const id of plan.truncated) output.finishById(id, "length");
       // A preempted sequence computes again from position 0: its recurrent state slot (if any) goes back.

@@ -6,6 +6,7 @@
 import type { KvDType, SamplingRow } from "../backend/types.ts";
 import type { LoraAdapter } from "../model/lora.ts";
 import type { HostKv } from "./kv-copy.ts";
+import type { HostState } from "./state-copy.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
 import type { OutputPenalty } from "./ahead-penalties.ts";
 import type { TokenMask } from "./output-constraint.ts";
@@ -128,6 +129,10 @@ export interface StepRunner {
   stateSlots?: number;
   /** State checkpoints the runner keeps besides (StepEntry.checkpoint, .restore; state-checkpoints.ts); absent: none. */
   stateCheckpoints?: number;
+  /** Reads state checkpoint `id`'s state to the host (moved with a cached prefix to another worker); queued before it returns. */
+  readState?(id: number): Promise<HostState>;
+  /** Writes `state` into state checkpoint `id` (one moved from another worker); a StateShapeError where it does not fit. */
+  writeState?(id: number, state: HostState): void;
   /** Reads whole KV blocks to the host (moving a cached prefix to another worker). */
   readBlocks?(blockIds: readonly number[]): Promise<HostKv>;
   /** Writes `data`, from block `fromBlock` of it on, into whole KV blocks (a prefix from another worker). */

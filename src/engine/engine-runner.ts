@@ -8,7 +8,7 @@
  */
 import type { Backend, SamplingRow, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
-import { forwardWithHidden, type PagedKv, type StepLora } from "../model/forward.ts";
+import { forwardWithHidden, type PagedKv, type RecurrentState, type StepLora } from "../model/forward.ts";
 import { type DeviceLoraSet, freeLoraSet, uploadLoraSet } from "../model/lora-set.ts";
 import { readSlots, slotsOf, writeSlots } from "./kv-copy.ts";
 import { HostKvSwap } from "./kv-swap.ts";
@@ -18,7 +18,7 @@ import type { StepEntry } from "./scheduler-types.ts";
 import { addToLogits, gatherLogitRows, maskLogitRows, penalizeRepeatRows } from "./logit-rows.ts";
 import { lookaheadOf, runAhead } from "./run-ahead.ts";
 import { StateSlots } from "./state-slots.ts";
-import { copyStateSlot } from "./state-copy.ts";
+import { copyStateSlot, readStateSlot, writeStateSlot } from "./state-copy.ts";
 import { draftRows, promptRows, readPromptLogprobs, splitDraftRows } from "./step-rows.ts";
 
 export { GREEDY_ROW, type PromptLogprobAsk, type StepExtras, type StepOutput, type StepRunner } from "./engine-runner-types.ts";
@@ -134,7 +134,7 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
         slots.endStep();
       }
     },
-    ...(slots ? { endSequence: (seqId: number) => slots.release(seqId), stateSlots: slots.slots, stateCheckpoints: kv.state?.checkpoints ?? 0 } : {}),
+    ...(slots && kv.state ? runnerStates(backend, kv.state, slots) : {}),
     async swap(out, into) {
       for (const op of out) host.save(op);
       for (const op of into) await host.restore(op);
@@ -167,4 +167,20 @@ function stepLora(set: DeviceLoraSet | undefined, slots: readonly (number | unde
   if (!slots?.some((s) => s)) return undefined;
   if (!set) throw new RangeError("A step asks for LoRA adapters but none are loaded");
   return { set, slots: slots.map((s) => s ?? 0) };
+}
+
+/** What a runner of a model with recurrent state adds: its slots, its checkpoints, and their host copies. */
+function runnerStates(backend: Backend, state: RecurrentState, slots: StateSlots): Pick<StepRunner, "endSequence" | "stateSlots" | "stateCheckpoints" | "readState" | "writeState"> {
+  const checkpoints = state.checkpoints ?? 0;
+  const slotOf = (id: number) => {
+    if (!Number.isInteger(id) || id < 0 || id >= checkpoints) throw new RangeError(`State checkpoint ${id} is not one of this runner's ${checkpoints}`);
+    return slots.slots + id;
+  };
+  return {
+    endSequence: (seqId: number) => slots.release(seqId),
+    stateSlots: slots.slots,
+    stateCheckpoints: checkpoints,
+    readState: (id) => readStateSlot(backend, state, slotOf(id)),
+    writeState: (id, host) => writeStateSlot(backend, state, slotOf(id), host),
+  };
 }

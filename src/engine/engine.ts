@@ -28,7 +28,8 @@ import { warmUpRunner } from "./engine-warmup.ts";
 import { Scheduler } from "./scheduler.ts";
 import { countKvEvents, poolBlockManager, withoutHandoffTails, withoutPrefixHits } from "./scheduler-kv-adapter.ts";
 import { StateCheckpoints } from "./state-checkpoints.ts";
-import { stateBytesPerSlot } from "./kv-cache.ts";
+import { exportState, StateImports } from "./state-import.ts";
+import { stateBytesPerSlot, stateShapes } from "./kv-cache.ts";
 import type { StepMixing } from "./scheduler-types.ts";
 import type { KvDType } from "../backend/types.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
@@ -61,6 +62,8 @@ export class Engine implements ServingEngine {
   private readonly adapters: EngineAdapters;
   /** A Gated DeltaNet model's state checkpoints (prefix reuse), if its runner keeps any. */
   readonly checkpoints: StateCheckpoints | undefined;
+  /** States moved here with prefixes, on their way into checkpoints (undefined without checkpoints). */
+  private readonly stateImports: StateImports | undefined;
   private readonly checks: RequestChecks;
   private readonly drafts: EngineDrafts;
   private readonly output: EngineOutput;
@@ -99,6 +102,7 @@ export class Engine implements ServingEngine {
     const worth = this.turns && ((sessionId: string | undefined) => sessionId === undefined ? 0 : this.turns!.tracker.returnProbability(sessionId, clock(), CHECKPOINT_HORIZON_S));
     const checkpoints = recurrent && r.stateCheckpoints ? new StateCheckpoints(r.stateCheckpoints, r.blockSize, worth) : undefined;
     this.checkpoints = checkpoints;
+    this.stateImports = checkpoints && r.writeState ? new StateImports(checkpoints, r, stateShapes(opts.config)) : undefined;
     const manager = !recurrent ? blocks : withoutHandoffTails(checkpoints ? blocks : withoutPrefixHits(blocks));
     this.scheduler = new Scheduler(manager, { maxPromptLogprobRows, ...opts.scheduler }, () => this.now() / 1000, checkpoints);
     const auto = opts.autoStepMixing;
@@ -115,6 +119,7 @@ export class Engine implements ServingEngine {
     this.steps = new StepLoop({
       ...parts, pool: this.pool, output: this.output, tails: this.tails, sessions: this.turns?.tracker, mixing, maxModelLen,
       stopped: () => this.stopped, fail: (id, e) => this.failRequest(id, e),
+      ...(this.stateImports ? { beforeSchedule: () => this.stateImports!.apply() } : {}),
     });
   }
 
@@ -200,9 +205,19 @@ export class Engine implements ServingEngine {
    * this worker just prefilled, sent with the block it ended in (prefix-transfer.ts `exportHandoff`).
    * `root`: the cache namespace of the prompt (SequenceHints.cacheRoot, engine-adapters.ts `cacheRootOf`).
    */
-  exportPrefix(tokens: readonly number[], handoff = false, root?: number): Promise<PrefixKv | null> {
-    if (handoff) return exportHandoff(this.pool, this.opts.runner, tokens, this.tails, this.offload, root);
-    return exportPrefix(this.pool, this.opts.runner, tokens, Infinity, this.offload, root);
+  async exportPrefix(tokens: readonly number[], handoff = false, root?: number): Promise<PrefixKv | null> {
+    // A model with recurrent state sends its longest checkpoint within the cached blocks too, read
+    // before anything is awaited: the blocks' reads are queued in the same turn, so both are of now.
+    const state = exportState(this.checkpoints, this.opts.runner, tokens, this.pool.cachedPrefixTokens(tokens, Infinity, root ?? null), root ?? null);
+    let prefix: PrefixKv | null;
+    try {
+      prefix = await (handoff ? exportHandoff(this.pool, this.opts.runner, tokens, this.tails, this.offload, root) : exportPrefix(this.pool, this.opts.runner, tokens, Infinity, this.offload, root));
+    } finally {
+      // Settled either way: a failed block read leaves no state read unawaited.
+      await state?.catch(() => undefined);
+    }
+    const s = await state;
+    return prefix === null || s === undefined || s.tokens > prefix.tokens.length ? prefix : { ...prefix, state: s };
   }
 
   /**
@@ -222,7 +237,14 @@ export class Engine implements ServingEngine {
    * for the request with that prompt. Returns the blocks written.
    */
   importPrefix(prefix: PrefixKv, sessionId?: string): number {
-    return importPrefix(this.pool, this.opts.runner, prefix, sessionId === undefined ? undefined : { sessionId }, Infinity, this.tails);
+    // A recurrent state is checked before any block is written, and written at the loop's next turn (state-import.ts).
+    const queued = this.stateImports?.queue(prefix, sessionId) ?? false;
+    const written = importPrefix(this.pool, this.opts.runner, prefix, sessionId === undefined ? undefined : { sessionId }, Infinity, this.tails);
+    if (queued) {
+      this.steps.start();
+      this.steps.wake();
+    }
+    return written;
   }
 
   /** Loads a LoRA adapter as `name` (engine-adapters.ts); requests name it in GenerateRequest.adapter. */

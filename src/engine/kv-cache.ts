@@ -100,17 +100,9 @@ export function allocatePagedKv(
       k.push(kc);
       v.push(shared ? kc : backend.zeros(shape, dtype));
     }
-    const d = config.deltaNet;
-    // A convolution state per recurrent layer, and a delta rule's per Gated DeltaNet layer, in layer order.
-    for (let i = 0; state && i < config.numLayers; i++) {
-      if (d && isDeltaNetLayer(config, i)) {
-        const channels = 2 * d.numKHeads * d.headKDim + d.numVHeads * d.headVDim;
-        state.conv.push(backend.zeros([state.slots, d.convKernel - 1, channels], "f32"));
-        state.ssm.push(backend.zeros([state.slots, d.numVHeads, d.headKDim, d.headVDim], "f32"));
-      } else if (isShortConvLayer(config, i)) {
-        state.conv.push(backend.zeros([state.slots, config.shortConv!.kernel - 1, config.hiddenSize], "f32"));
-      }
-    }
+    const shapes = stateShapes(config);
+    for (const shape of shapes.conv) state?.conv.push(backend.zeros([state.slots, ...shape], "f32"));
+    for (const shape of shapes.ssm) state?.ssm.push(backend.zeros([state.slots, ...shape], "f32"));
   } catch (e) {
     // What was allocated goes back; the error says how much was asked for, and of what.
     for (const t of new Set([...k, ...v, ...(state?.conv ?? []), ...(state?.ssm ?? [])])) backend.free(t);
@@ -127,14 +119,30 @@ export function freePagedKv(backend: Backend, kv: PagedKv): void {
   for (const t of new Set([...kv.k, ...kv.v, ...(kv.state?.conv ?? []), ...(kv.state?.ssm ?? [])])) backend.free(t);
 }
 
+/**
+ * One sequence's recurrent state tensors, less their slot dimension, in RecurrentState's order: a
+ * convolution state [kernel - 1, channels] per recurrent layer (Gated DeltaNet or short convolution),
+ * a delta rule state [value heads, key dim, value dim] per Gated DeltaNet layer, each in layer order.
+ */
+export function stateShapes(config: ModelConfig): { conv: number[][]; ssm: number[][] } {
+  const conv: number[][] = [];
+  const ssm: number[][] = [];
+  const d = config.deltaNet;
+  for (let i = 0; i < config.numLayers; i++) {
+    if (d && isDeltaNetLayer(config, i)) {
+      conv.push([d.convKernel - 1, 2 * d.numKHeads * d.headKDim + d.numVHeads * d.headVDim]);
+      ssm.push([d.numVHeads, d.headKDim, d.headVDim]);
+    } else if (isShortConvLayer(config, i)) {
+      conv.push([config.shortConv!.kernel - 1, config.hiddenSize]);
+    }
+  }
+  return { conv, ssm };
+}
+
 /** Bytes one sequence's recurrent state occupies across the Gated DeltaNet and short convolution layers (f32); 0 without them. */
 export function stateBytesPerSlot(config: ModelConfig): number {
-  const d = config.deltaNet;
-  const deltaNet = !d ? 0 : ((d.convKernel - 1) * (2 * d.numKHeads * d.headKDim + d.numVHeads * d.headVDim) + d.numVHeads * d.headKDim * d.headVDim) *
-    d.layers.filter((x) => x).length;
-  const sc = config.shortConv;
-  const shortConv = !sc ? 0 : (sc.kernel - 1) * config.hiddenSize * sc.layers.filter((x) => x).length;
-  return 4 * (deltaNet + shortConv);
+  const { conv, ssm } = stateShapes(config);
+  return 4 * [...conv, ...ssm].reduce((a, shape) => a + shape.reduce((x, y) => x * y, 1), 0);
 }
 
 /** Bytes one block occupies across all layers (K and V, or MLA's one shared cache, in `dtype`). */

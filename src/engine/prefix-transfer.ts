@@ -9,6 +9,7 @@ import type { BlockMeta, BlockPool } from "../../kv/index.ts";
 import type { StepRunner } from "./engine-runner.ts";
 import { type HandoffTails, tailBlockIndex } from "./handoff-tails.ts";
 import { concatKv, headOfKv, type HostKv } from "./kv-copy.ts";
+import type { HostState } from "./state-copy.ts";
 
 /** A cached prefix's KV on the host, on its way to another worker (or back from host memory). */
 export interface PrefixKv {
@@ -27,6 +28,12 @@ export interface PrefixKv {
   tail?: boolean;
   /** The cache namespace its blocks chain from (SequenceHints.cacheRoot); absent: none. */
   root?: number;
+  /**
+   * A model with recurrent state: the state after the first `tokens` tokens (whole blocks), from the
+   * sender's longest state checkpoint within the prefix (state-checkpoints.ts); without it the
+   * receiver's hit on these blocks reaches only as far as a checkpoint of its own.
+   */
+  state?: { tokens: number; values: HostState };
 }
 
 /** Thrown when a prefix cannot move: a runner without block copies, or mismatched block sizes. */

@@ -21,7 +21,7 @@ import type { StepWork } from "./scheduler-mixing.ts";
 import type { SchedulerConfig, SwapOp } from "./scheduler-types.ts";
 import type { SwapSpace } from "./scheduler-swap.ts";
 import type { Sequence } from "./sequence.ts";
-import { checkpointChunk, type StateCheckpoints } from "./state-checkpoints.ts";
+import { checkpointChunk, checkpointLimit, type StateCheckpoints } from "./state-checkpoints.ts";
 
 /** The waiting sequences' part of a `QueueState`. */
 export interface WaitingGauges {
@@ -180,7 +180,7 @@ export class WaitingQueue {
       // cached, could otherwise never come back: its hit takes all the room and no token fits.)
       const free = this.kv.numAvailable() - (running.length === 0 ? 0 : this.config.watermarkBlocks);
       const most = Math.min(seq.tokens.length - cached, room(seq), (held.length + free) * bs - cached);
-      const n = this.checkpoints ? checkpointChunk(seq.promptLength, cached, most, bs).n : most;
+      const n = this.checkpoints ? checkpointChunk(checkpointLimit(seq), cached, most, bs).n : most;
       const got = n > 0 ? this.kv.allocate(Math.max(0, Math.ceil((cached + n) / bs) - held.length)) : null;
       if (got === null) {
         this.kv.release(hit);

@@ -171,3 +171,12 @@ export function checkpointChunk(promptLength: number, start: number, n: number, 
   if (boundary === 0 || start >= boundary || start + n < boundary) return { n, atBoundary: false };
   return { n: boundary - start, atBoundary: true };
 }
+
+/**
+ * How far into its prompt a sequence's prompt checkpoint may reach: the whole prompt, or all but its
+ * last token for a prompt prefilled to be handed off (the decoding worker computes that token again
+ * for its logits, so it can resume only from a checkpoint before it).
+ */
+export function checkpointLimit(seq: { promptLength: number; hints: { prefillOnly?: boolean } }): number {
+  return seq.hints.prefillOnly ? seq.promptLength - 1 : seq.promptLength;
+}

@@ -1,8 +1,9 @@
 /**
- * Copies one sequence's recurrent state (every Gated DeltaNet layer's convolution inputs and delta
- * rule matrices) from one slot to another on the device, exactly, with ops every backend has: the
- * slot's values gathered as rows (Backend.gatherRows) and written at the other slot's rows by
- * Backend.kvWrite, each state tensor viewed as an f32 cache of one-head rows.
+ * Copies one sequence's recurrent state (every recurrent layer's convolution inputs and each Gated
+ * DeltaNet layer's delta rule matrices) from one slot to another on the device, exactly, with ops
+ * every backend has: the slot's values gathered as rows (Backend.gatherRows) and written at the other
+ * slot's rows by Backend.kvWrite, each state tensor viewed as an f32 cache of one-head rows. A slot's
+ * state also goes to the host and back the same way (a state checkpoint moved to another worker).
  */
 import type { Backend, Tensor } from "../backend/types.ts";
 import type { RecurrentState } from "../model/forward.ts";
@@ -13,21 +14,50 @@ function rowWidth(n: number): number {
   return 1;
 }
 
-/** Copies slot `from` of `t` [slots, ...] to slot `to`. */
-function copySlot(backend: Backend, t: Tensor, from: number, to: number): void {
+/** One slot of `t` [slots, ...] as `rows` rows of `width` values. */
+function slotRows(t: Tensor): { slots: number; rows: number; width: number } {
   const [slots, ...rest] = t.shape;
   const per = rest.reduce((a, d) => a * d, 1);
-  const w = rowWidth(per);
-  const rows = per / w;
-  const src = backend.upload(Int32Array.from({ length: rows }, (_, r) => from * rows + r), [rows]);
-  const dst = backend.upload(Int32Array.from({ length: rows }, (_, r) => to * rows + r), [rows]);
-  const values = backend.gatherRows(backend.reshape(t, [slots * rows, w]), src);
+  const width = rowWidth(per);
+  return { slots, rows: per / width, width };
+}
+
+/** The row indices of slot `slot`. */
+function rowIndices(backend: Backend, slot: number, rows: number): Tensor {
+  return backend.upload(Int32Array.from({ length: rows }, (_, r) => slot * rows + r), [rows]);
+}
+
+/** Writes `values` [rows, width] over slot `to` of `t`. */
+function writeRows(backend: Backend, t: Tensor, values: Tensor, to: number): void {
+  const { slots, rows, width } = slotRows(t);
+  const dst = rowIndices(backend, to, rows);
   try {
-    const asRows = backend.reshape(values, [rows, 1, w]);
-    const cache = backend.reshape(t, [slots, rows, 1, w]);
+    const asRows = backend.reshape(values, [rows, 1, width]);
+    const cache = backend.reshape(t, [slots, rows, 1, width]);
     backend.kvWrite(asRows, asRows, cache, cache, dst);
   } finally {
-    for (const x of [src, dst, values]) backend.free(x);
+    backend.free(dst);
+  }
+}
+
+/** Slot `from` of `t` as a tensor [rows, width] of its own (the caller frees it). */
+function gatherSlot(backend: Backend, t: Tensor, from: number): Tensor {
+  const { slots, rows, width } = slotRows(t);
+  const src = rowIndices(backend, from, rows);
+  try {
+    return backend.gatherRows(backend.reshape(t, [slots * rows, width]), src);
+  } finally {
+    backend.free(src);
+  }
+}
+
+/** Copies slot `from` of `t` [slots, ...] to slot `to`. */
+function copySlot(backend: Backend, t: Tensor, from: number, to: number): void {
+  const values = gatherSlot(backend, t, from);
+  try {
+    writeRows(backend, t, values, to);
+  } finally {
+    backend.free(values);
   }
 }
 
@@ -35,4 +65,52 @@ function copySlot(backend: Backend, t: Tensor, from: number, to: number): void {
 export function copyStateSlot(backend: Backend, state: RecurrentState, from: number, to: number): void {
   if (from === to) return;
   for (const t of [...state.conv, ...state.ssm]) copySlot(backend, t, from, to);
+}
+
+/** One slot's recurrent state on the host: each state tensor's values, in RecurrentState's order. */
+export interface HostState {
+  conv: Float32Array[];
+  ssm: Float32Array[];
+}
+
+/** Thrown when a host state does not fit this model's state tensors (a peer's bad message). */
+export class StateShapeError extends RangeError {
+  override name = "StateShapeError";
+}
+
+/**
+ * Reads slot `slot`'s state to the host. Every read is queued before this returns, so a later
+ * write over the slot cannot reach what is read.
+ */
+export function readStateSlot(backend: Backend, state: RecurrentState, slot: number): Promise<HostState> {
+  const read = (t: Tensor) => {
+    const values = gatherSlot(backend, t, slot);
+    return backend.download(values).then((d) => (d instanceof Float32Array ? d : Float32Array.from(d))).finally(() => backend.free(values));
+  };
+  const conv = state.conv.map(read);
+  const ssm = state.ssm.map(read);
+  return Promise.all([Promise.all(conv), Promise.all(ssm)]).then(([c, s]) => ({ conv: c, ssm: s }));
+}
+
+/** Writes `host` over slot `slot`'s state; a StateShapeError, before anything is written, where it does not fit. */
+export function writeStateSlot(backend: Backend, state: RecurrentState, slot: number, host: HostState): void {
+  const pairs = [...state.conv.map((t, i) => [t, host.conv[i]] as const), ...state.ssm.map((t, i) => [t, host.ssm[i]] as const)];
+  if (host.conv.length !== state.conv.length || host.ssm.length !== state.ssm.length) {
+    throw new StateShapeError(`A recurrent state of ${host.conv.length} convolution and ${host.ssm.length} delta rule tensors does not fit this model's ${state.conv.length} and ${state.ssm.length}`);
+  }
+  for (const [t, values] of pairs) {
+    const { rows, width } = slotRows(t);
+    if (!(values instanceof Float32Array) || values.length !== rows * width) {
+      throw new StateShapeError(`A recurrent state tensor of ${values?.length ?? "no"} values does not fit this model's slot of ${rows * width} (shape [${t.shape.slice(1).join(", ")}])`);
+    }
+  }
+  for (const [t, values] of pairs) {
+    const { rows, width } = slotRows(t);
+    const up = backend.upload(values, [rows, width]);
+    try {
+      writeRows(backend, t, up, slot);
+    } finally {
+      backend.free(up);
+    }
+  }
 }
