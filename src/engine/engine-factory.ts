@@ -89,10 +89,10 @@ export function stateCheckpointsOf(config: ModelConfig, o: CreateEngineOptions):
 }
 
 /**
- * Refuses what a model with Gated DeltaNet layers cannot do: its recurrent state is not in the KV
- * cache's blocks, so nothing may resume a sequence from blocks alone (swap preemption, KV offload, a
- * prefill handed to a decode worker) or roll its state back (speculative decoding). Its prefix hits
- * reach only as far as a state checkpoint (state-checkpoints.ts).
+ * Refuses what a model with recurrent state cannot do: its state is not in the KV cache's blocks, so
+ * nothing may resume a sequence from blocks alone (swap preemption, KV offload) or roll its state back
+ * (speculative decoding). Its prefix hits reach only as far as a state checkpoint
+ * (state-checkpoints.ts), which moves between workers with the prefix (state-import.ts).
  */
 export function checkRecurrentOptions(config: ModelConfig, o: CreateEngineOptions): void {
   if (!hasRecurrentState(config)) return;
@@ -102,7 +102,6 @@ export function checkRecurrentOptions(config: ModelConfig, o: CreateEngineOption
   if (o.speculative) refuse("Speculative decoding");
   if (o.scheduler?.preemption === "swap") refuse(`Preemption mode "swap"`);
   if (o.kvOffloadBlocks) refuse("KV offload (--kv-offload-blocks)");
-  if (o.scheduler?.role !== undefined && o.scheduler.role !== "mixed") refuse(`The "${o.scheduler.role}" worker role (disaggregated prefill)`);
 }
 
 /**

@@ -208,7 +208,7 @@ export class Engine implements ServingEngine {
   async exportPrefix(tokens: readonly number[], handoff = false, root?: number): Promise<PrefixKv | null> {
     // A model with recurrent state sends its longest checkpoint within the cached blocks too, read
     // before anything is awaited: the blocks' reads are queued in the same turn, so both are of now.
-    const state = exportState(this.checkpoints, this.opts.runner, tokens, this.pool.cachedPrefixTokens(tokens, Infinity, root ?? null), root ?? null);
+    const state = this.checkpoints && exportState(this.checkpoints, this.opts.runner, tokens, this.pool.cachedPrefixTokens(tokens, Infinity, root ?? null), root ?? null);
     let prefix: PrefixKv | null;
     try {
       prefix = await (handoff ? exportHandoff(this.pool, this.opts.runner, tokens, this.tails, this.offload, root) : exportPrefix(this.pool, this.opts.runner, tokens, Infinity, this.offload, root));

@@ -41,6 +41,8 @@ export class WaitingQueue {
   /** Uncached tokens of sequences probed while the prefix cache was at `probedVersion`. */
   private readonly probed = new Map<Sequence, number>();
   private probedVersion: number | undefined;
+  /** What lets go of the state checkpoint each waiting sequence would resume from (StateCheckpoints.hold). */
+  private readonly holds = new Map<Sequence, () => void>();
   /** Sum of `probed` over every waiting sequence, or undefined until all are probed again. */
   private uncachedSum: number | undefined;
   private decodes = 0;
@@ -294,8 +296,13 @@ export class WaitingQueue {
     this.uncachedSum = undefined;
   }
 
-  /** Counts a sequence that joined the queue in the kept gauges (probing it now keeps the sum whole). */
+  /**
+   * Counts a sequence that joined the queue in the kept gauges (probing it now keeps the sum whole),
+   * and holds the state checkpoint it would resume from, so that no step takes it before it is admitted.
+   */
   private joined(seq: Sequence): void {
+    const cp = this.checkpoints && seq.numSwapped === 0 && !seq.hints.wholePrompt ? this.checkpoints.longest(seq.tokens, seq.tokens.length - 1, seq.hints.cacheRoot ?? null) : undefined;
+    if (cp) this.holds.set(seq, this.checkpoints!.hold(cp.id));
     if (seq.numOutput > 0) this.decodes++;
     if (this.oldestAt !== undefined) this.oldestAt = Math.min(this.oldestAt, this.queuedAt.get(seq) ?? Infinity);
     this.sync();
@@ -304,6 +311,8 @@ export class WaitingQueue {
 
   /** Takes a sequence that left the queue out of the kept gauges. */
   private left(seq: Sequence): void {
+    this.holds.get(seq)?.();
+    this.holds.delete(seq);
     if (seq.numOutput > 0) this.decodes--;
     if (this.oldestAt !== undefined && (this.queuedAt.get(seq) ?? Infinity) <= this.oldestAt) this.oldestAt = undefined;
     this.sync();

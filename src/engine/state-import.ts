@@ -84,7 +84,8 @@ export class StateImports {
     let n = 0;
     let failed: unknown;
     for (const p of pending) {
-      const id = this.checkpoints.reserve(p.tokens, p.sessionId, p.root);
+      // Pinned: the request resuming from it comes next (a hand-off, a pulled prefix).
+      const id = this.checkpoints.reserve(p.tokens, p.sessionId, p.root, true);
       if (id === undefined) {
         this.dropped++;
         continue;

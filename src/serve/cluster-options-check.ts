@@ -4,7 +4,6 @@
  * RangeError naming the flags, as the serve CLI prints it.
  */
 import type { ServerOptions } from "./server.ts";
-import { type ModelConfig, recurrentKind } from "../model/config.ts";
 import { isProfilePlanner } from "./sla-planner-setup.ts";
 
 /**
@@ -46,28 +45,4 @@ export function checkClusterOptions(o: ServerOptions): { workers: number; transp
     throw new RangeError(`--step-mixing auto with --workers is the online planner's to decide, and --planner ${o.planner} decides none: choose mixed or split`);
   }
   return { workers, transport };
-}
-
-/**
- * A cluster's settings for a model with recurrent state (Gated DeltaNet or short convolution layers), or a RangeError naming the flag that
- * cannot go with one. Each sequence's recurrent state lives in a slot of the worker running it, and a
- * prefix's only in that worker's state checkpoints: nothing may hand a sequence to another worker (a
- * prefill worker's hand-off, the planners' role flips and pools) or pull a cached prefix from a peer
- * (its blocks would come without the state, so the pull would buy nothing). The workers stay mixed, the
- * planner none, peer transfer off; an agent's session keeps to the worker holding its checkpoints by
- * the router's session affinity.
- */
-export function recurrentClusterOptions(o: ServerOptions, config: ModelConfig): { planner: "none"; peerTransfer: "off" } {
-  const why = `a model with ${recurrentKind(config)} (${config.architecture}) keeps each sequence's recurrent state on the worker running it`;
-  const planner = typeof o.planner === "object" ? "(a planner object)" : o.planner;
-  if (planner !== undefined && planner !== "none") {
-    throw new RangeError(`--planner ${planner} moves sequences between prefill and decode workers, and ${why}: serve it with --planner none (its default for such a model)`);
-  }
-  const role = o.roles?.find((r) => r !== "mixed");
-  if (role !== undefined) throw new RangeError(`--roles ${o.roles!.join(",")} gives a worker the "${role}" role, whose sequences are handed on, and ${why}: its workers are all mixed`);
-  if (o.peerTransfer !== undefined && o.peerTransfer !== "off") {
-    throw new RangeError(`--peer-transfer ${o.peerTransfer} pulls cached prefixes from other workers without their recurrent state, and ${why}: serve it with --peer-transfer off (its default for such a model)`);
-  }
-  if (o.itlAdmissionTargetS !== undefined) throw new RangeError(`--itl-admission-ms is the online planner's, and ${why}: the planner is none`);
-  return { planner: "none", peerTransfer: "off" };
 }

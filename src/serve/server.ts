@@ -13,12 +13,11 @@ import { peerTransferOptions } from "../cluster/cluster-router.ts";
 import type { Backend } from "../backend/types.ts";
 import type { CreateEngineOptions } from "../engine/engine-factory.ts";
 import { type ServingCluster, startServingCluster } from "./serve-cluster.ts";
-import { checkClusterOptions, recurrentClusterOptions } from "./cluster-options-check.ts";
+import { checkClusterOptions } from "./cluster-options-check.ts";
 import { createEngine } from "../engine/engine-factory.ts";
 import { kvBytesPerBlock } from "../engine/kv-cache.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import { loadModel } from "../model/load.ts";
-import { hasRecurrentState } from "../model/config.ts";
 import { loadDraftModel } from "../engine/draft-model.ts";
 import type { LoadProgress } from "../model/weights.ts";
 import { createApp, samplingDefaultsOf } from "./app.ts";
@@ -45,9 +44,6 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     ...(o.quantize ? { quantize: o.quantize } : {}),
     ...(onLoadNote ? { onProgress: (p: LoadProgress) => p.note !== undefined && onLoadNote(p.note) } : {}),
   }));
-  // A cluster of a model with recurrent state moves no sequence and no cached prefix between workers:
-  // neither would carry the state (cluster-options-check.ts).
-  const recurrentCluster = hasRecurrentState(model.config) && (workers > 1 || transport === "tcp") ? recurrentClusterOptions(o, model.config) : undefined;
   // As vLLM: a limit past the model's context is refused, not quietly lowered to it.
   if (o.maxModelLen !== undefined && o.maxModelLen > model.config.contextLength) {
     throw new RangeError(`--max-model-len ${o.maxModelLen} is more than the model's context length ${model.config.contextLength}`);
@@ -103,11 +99,11 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   let warmUpMs: number | undefined;
   if (workers > 1 || transport === "tcp") {
     cluster = await startServingCluster(model, {
-      modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: recurrentCluster?.planner ?? o.planner ?? "online", ...(o.sla ? { sla: o.sla } : {}), router: o.router,
+      modelPath: o.modelPath, backend: o.backend, workers, roles: o.roles, planner: o.planner ?? "online", ...(o.sla ? { sla: o.sla } : {}), router: o.router,
       stepMixing: o.stepMixing === "split" ? "split" : "mixed", fixedStepMixing: o.stepMixing === "mixed" || o.stepMixing === "split",
       routerOptions: {
         ...o.routerOptions,
-        ...(recurrentCluster ? peerTransferOptions(recurrentCluster.peerTransfer) : o.peerTransfer !== undefined ? peerTransferOptions(o.peerTransfer) : {}),
+        ...(o.peerTransfer !== undefined ? peerTransferOptions(o.peerTransfer) : {}),
         ...(o.localPrefillTokens !== undefined ? { localPrefillThreshold: o.localPrefillTokens } : {}),
       },
       ...(o.itlAdmissionTargetS !== undefined ? { plannerOptions: { itlTargetS: o.itlAdmissionTargetS, itlAdmission: true } } : {}),
@@ -174,7 +170,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     backendReason: reason,
     ...(warmUpMs !== undefined ? { warmUpMs } : {}),
     ...(cluster?.slaSource !== undefined ? { slaProfileSource: cluster.slaSource } : {}),
-    ...(cluster ? { planner: recurrentCluster?.planner ?? (typeof o.planner === "object" ? "custom" : o.planner ?? "online") } : {}),
+    ...(cluster ? { planner: typeof o.planner === "object" ? "custom" : o.planner ?? "online" } : {}),
     toolCallParser,
     reasoningParser,
     reasoningTokens,

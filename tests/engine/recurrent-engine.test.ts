@@ -74,7 +74,6 @@ test("createEngine() refuses what cannot carry a Gated DeltaNet model's state, n
     [{ speculative: { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } }, /Speculative decoding is not supported for models with Gated DeltaNet layers \(qwen35\)/],
     [{ scheduler: { preemption: "swap" } }, /Preemption mode "swap" is not supported/],
     [{ kvOffloadBlocks: 8 }, /KV offload \(--kv-offload-blocks\) is not supported/],
-    [{ scheduler: { role: "prefill" } }, /The "prefill" worker role \(disaggregated prefill\) is not supported/],
   ];
   for (const [o, pattern] of refused) assert.throws(() => createEngine(backend, model, { numBlocks: 8, ...o }), pattern);
 });

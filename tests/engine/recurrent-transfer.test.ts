@@ -14,6 +14,7 @@ import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { allocatePagedKv, stateShapes } from "../../src/engine/kv-cache.ts";
 import { type PrefixKv, PrefixTransferError } from "../../src/engine/prefix-transfer.ts";
+import { StateCheckpoints } from "../../src/engine/state-checkpoints.ts";
 import { uploadModel } from "../../src/model/device-weights.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { greedySteps } from "../oracle/oracle-compare.ts";
@@ -119,4 +120,29 @@ test("Engine.importPrefix() refuses a recurrent state that does not fit the mode
     await sender.stop();
     await receiver.stop();
   }
+});
+
+test("StateCheckpoints.reserve() with a pin, and hold(), keep a checkpoint from being taken until it is used or let go", () => {
+  const cps = new StateCheckpoints(2, 4);
+  const pinned = cps.reserve([1, 2, 3, 4], undefined, null, true)!;
+  cps.settle(pinned);
+  const other = cps.reserve([5, 6, 7, 8])!;
+  cps.settle(other);
+  // The pinned one is older, but the unpinned one goes first.
+  assert.equal(cps.reserve([9, 9, 9, 9]), other);
+  cps.settle(other);
+  // Where every written one is pinned or held, the least recently used of them goes.
+  const release = cps.hold(other);
+  assert.equal(cps.reserve([8, 8, 8, 8]), pinned, "all are kept: the oldest goes");
+  cps.settle(pinned);
+  // A restore ends a pin; letting go ends a hold (once, however often it is called).
+  const again = cps.reserve([1, 2, 3, 4], undefined, null, true)!;
+  cps.settle(again);
+  release();
+  release();
+  assert.equal(cps.reserve([7, 7, 7, 7]), other, "held no more: it goes before the pinned one");
+  cps.settle(other);
+  cps.touch(again);
+  cps.touch(other);
+  assert.equal(cps.reserve([6, 6, 6, 6]), again, "restored, its pin ended: the least recently used goes");
 });
