@@ -107,6 +107,9 @@ export const MINIMAX_PAIRS: PairFormat = {
   freeKey: { open: '<parameter name="', end: '"', then: '">' },
 };
 
+/** LFM2's tags around a list of Python calls (llama.cpp's LFM2 format reads the same). */
+export const LFM2 = { open: "<|tool_call_start|>", close: "<|tool_call_end|>" } as const;
+
 /** The marker Granite's and Phi-4-mini's lists of calls follow (what grammars write). */
 export const LIST_MARKERS = { granite: "<|tool_call|>", phi4_mini_json: "functools" } as const;
 
@@ -117,6 +120,8 @@ const MISTRAL_CALL_ID: StringNode = { t: "string", min: 9, max: 9, patterns: [co
 /** Any raw text (a free key or value; its end tag never inside). */
 const RAW_TEXT: StringNode = { t: "string", min: 0, max: Infinity, patterns: [] };
 const RAW_KEY: StringNode = { ...RAW_TEXT, min: 1 };
+/** A Python keyword argument's name (an undeclared one). */
+const KEYWORD: StringNode = { t: "string", min: 1, max: 64, patterns: [compilePattern("[A-Za-z_][A-Za-z0-9_]*", true)] };
 
 /** The top-level group of a `tool_calls` grammar; throws SchemaError for parameters it cannot follow. */
 export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
@@ -154,6 +159,9 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
       const call = g.tools.map((t): Piece[] => [{ lit: ` to=functions.${t.name}${h.channel}commentary json${h.message}` }, { node: args(t) }]);
       return { alts: [[analysis, { group: indexGroup({ alts: call, repeat: false, sep: "" }) }]], repeat: false, sep: "" };
     }
+    case "lfm2":
+      // `[NAME(KEY=VALUE, ...), ...]`: each value JSON, which LFM2's readers (llama.cpp's, ours) take for Python's.
+      return sectioned(`${LFM2.open}[`, `]${LFM2.close}`, g.parallel, g.tools.map((t): Piece[] => [{ lit: `${t.name}(` }, ...keywordArguments(t.parameters), { lit: ")" }]), ", ");
     case "glm45":
       return pairCalls(GLM_PAIRS, g);
     case "qwen3_coder":
@@ -185,6 +193,7 @@ export function toolCallTrigger(format = "hermes"): string {
     case "mistral_pre_v11": return MISTRAL.calls;
     case "granite":
     case "phi4_mini_json": return LIST_MARKERS[format];
+    case "lfm2": return LFM2.open;
     // Llama 3 writes a bare object; its first key is the one text that tells it from prose.
     case "llama3_json": return '{"name"';
     case "harmony": throw new SchemaError("The harmony format's calls begin in a message header, not amid text: tool calls amid free text cannot be constrained in it");
@@ -240,6 +249,29 @@ function pairArguments(f: PairFormat, parameters: JsonSchema | undefined): Piece
     else out.push(optional(pair));
   }
   return out;
+}
+
+/**
+ * A Python call's keyword arguments: each declared property in declared order (an optional one may be
+ * left out), `, ` between those written; with no declared properties, any number of free ones.
+ */
+function keywordArguments(parameters: JsonSchema | undefined): Piece[] {
+  const node = parameters === undefined ? ANY_OBJECT : resolve(compileSchema(parameters));
+  if (node.t === "any") return keywordArguments(undefined);
+  if (node.t !== "object") throw new SchemaError(`The lfm2 tool-call format writes arguments as keywords, so the parameters must be an object schema, not ${JSON.stringify(node.t)}`);
+  if (node.props.size === 0) {
+    if (node.extra === null) return [];
+    return [optional([{ group: { alts: [[{ raw: KEYWORD, end: "=" }, { lit: "=" }, { node: node.extra }]], repeat: true, sep: ", " } }])];
+  }
+  const pairs = [...node.props].map(([key, value]) => ({ required: node.required.has(key), pieces: (sep: string): Piece[] => [{ lit: `${sep}${key}=` }, { node: value }] }));
+  const after = (i: number): Piece[] => pairs.slice(i).flatMap((p) => (p.required ? p.pieces(", ") : [optional(p.pieces(", "))]));
+  // The first pair written has no separator: an optional one may give way to the next.
+  const from = (i: number): Piece[] => {
+    if (i === pairs.length) return [];
+    const first = [...pairs[i].pieces(""), ...after(i + 1)];
+    return pairs[i].required ? first : [{ group: { alts: [first, from(i + 1)], repeat: false, sep: "" } }];
+  };
+  return from(0);
 }
 
 /** A pair's value: raw text (ended by `end`) when the property admits only strings, else JSON. */

@@ -82,7 +82,7 @@ export interface TagStructure {
 export type ToolCallFormat = (typeof TOOL_CALL_FORMATS)[number];
 /** Every {@link ToolCallFormat}, for checking a name from the command line. */
 export const TOOL_CALL_FORMATS = [
-  "hermes", "llama3_json", "kimi_k2", "deepseek_v31", "deepseek_v3", "glm45", "qwen3_coder", "minimax_m2", "mistral", "harmony", "granite", "phi4_mini_json",
+  "hermes", "llama3_json", "kimi_k2", "deepseek_v31", "deepseek_v3", "glm45", "qwen3_coder", "minimax_m2", "mistral", "harmony", "granite", "phi4_mini_json", "lfm2",
 ] as const;
 /** vLLM's names for formats we name otherwise (`--tool-call-parser openai`), accepted too. */
 export const TOOL_CALL_FORMAT_ALIASES: Readonly<Record<string, ToolCallFormat>> = { openai: "harmony" };

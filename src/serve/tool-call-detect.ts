@@ -27,6 +27,8 @@ const MARKERS: readonly [test: (t: string) => boolean, format: ToolCallFormat][]
   [(t) => t.includes("<｜tool▁calls▁begin｜>"), "deepseek_v31"],
   [(t) => t.includes("[TOOL_CALLS]"), "mistral"],
   [(t) => t.includes("<|tool_call|>"), "granite"],
+  // LFM2 hands the tools over in <|tool_list_start|>…<|tool_list_end|>, LFM2.5 after "List of tools: [" (llama.cpp tells them so).
+  [(t) => t.includes("<|tool_list_start|>") || t.includes("<|tool_call_start|>") || t.includes("List of tools: ["), "lfm2"],
   // Phi-4-mini's template hands the tools over in <|tool|>…<|/tool|>; it answers with functools[…].
   [(t) => t.includes("functools") || (t.includes("<|tool|>") && t.includes("<|/tool|>")), "phi4_mini_json"],
   [(t) => t.includes("<function=") && t.includes("<parameter="), "qwen3_coder"],

@@ -27,8 +27,8 @@ export interface CallSyntax {
   readonly close: string;
   /** Tags that belong to the format, not the text, dropped where they stand outside a call (Kimi K2's section tags). */
   readonly drop?: readonly string[];
-  /** The call in a body (between the tags, untrimmed), or null when the body is not a call. */
-  parse(body: string): ParsedToolCall | null;
+  /** The call in a body (between the tags, untrimmed), or the calls where a body holds a list (LFM2's), or null when the body is not a call. */
+  parse(body: string): ParsedToolCall | readonly ParsedToolCall[] | null;
   /** Whether the body so far is still open, so a closing tag after it is the body's text (in a JSON string, a raw value), not the tag; tried only where the longer body is then a call. */
   unclosed?(body: string): boolean;
 }
@@ -139,7 +139,8 @@ export class ToolCallStream {
       const call = this.syntax.parse(this.buf.slice(0, end));
       // Not a call even with the tags in its strings: the block is text up to the first closing tag.
       if (call === null) end = first;
-      out.push(call ? { kind: "call", call } : { kind: "text", text: open + this.buf.slice(0, end) + close });
+      if (call) out.push(...callParts(call));
+      else out.push({ kind: "text", text: open + this.buf.slice(0, end) + close });
       this.buf = this.buf.slice(end + close.length);
       this.inCall = false;
     }
@@ -153,13 +154,18 @@ export class ToolCallStream {
     if (!this.inCall) return rest ? [{ kind: "text", text: rest }] : [];
     this.inCall = false;
     const call = this.syntax.parse(rest);
-    if (call) return [{ kind: "call", call }];
+    if (call) return callParts(call);
     // A closing tag was passed over as the body's text, but no call came of it: the block ends there after all.
     const first = rest.indexOf(this.syntax.close);
     if (first < 0) return [{ kind: "text", text: this.syntax.open + rest }];
     const block = this.syntax.open + rest.slice(0, first + this.syntax.close.length);
     return [{ kind: "text", text: block }, ...this.push(rest.slice(first + this.syntax.close.length)), ...this.end()];
   }
+}
+
+/** A body's call, or its list of calls, as stream parts. */
+function callParts(call: ParsedToolCall | readonly ParsedToolCall[]): ToolStreamPart[] {
+  return (Array.isArray(call) ? call as readonly ParsedToolCall[] : [call as ParsedToolCall]).map((c) => ({ kind: "call", call: c }));
 }
 
 /** The last `n` characters of `s` (none for `n` 0). */

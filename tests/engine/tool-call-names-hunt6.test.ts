@@ -10,7 +10,7 @@ import { test } from "../harness.ts";
 import { grammarComplete, grammarStart, grammarStep, type GrammarState } from "../../src/engine/grammar.ts";
 import { grammarForcedText } from "../../src/engine/grammar-forced.ts";
 import { startGroup } from "../../src/engine/grammar-step.ts";
-import { DEEPSEEK, HARMONY, KIMI, MINIMAX, MISTRAL, toolCallGroup } from "../../src/engine/grammar-tool-calls.ts";
+import { DEEPSEEK, HARMONY, KIMI, MINIMAX, MISTRAL, toolCallGroup, LFM2 } from "../../src/engine/grammar-tool-calls.ts";
 import type { Piece, SeqGroup } from "../../src/engine/grammar-frames.ts";
 import type { SchemaNode } from "../../src/engine/json-schema.ts";
 import { TOOL_CALL_FORMATS, type ToolCallSyntax } from "../../src/engine/grammar-types.ts";
@@ -46,6 +46,7 @@ function callText(format: ToolCallSyntax, name: string, args: Args): string {
     case "harmony": return ` to=functions.${name}${HARMONY.channel}commentary json${HARMONY.message}${json}`;
     case "granite": return `<|tool_call|>[{"name": ${JSON.stringify(name)}, "arguments": ${json}}]`;
     case "phi4_mini_json": return `functools[{"name": ${JSON.stringify(name)}, "arguments": ${json}}]`;
+    case "lfm2": return `${LFM2.open}[${name}(${args.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ")})]${LFM2.close}`;
   }
 }
 
