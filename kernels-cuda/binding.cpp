@@ -64,6 +64,7 @@ class Context : public Napi::ObjectWrap<Context> {
                            InstanceMethod<&Context::SigmoidMul>("sigmoidMul"),
                            InstanceMethod<&Context::CausalConv1d>("causalConv1d"),
                            InstanceMethod<&Context::GatedDeltaNet>("gatedDeltaNet"),
+                           InstanceMethod<&Context::SsmScan>("ssmScan"),
                            InstanceMethod<&Context::Rmsnorm>("rmsnorm"),
                            InstanceMethod<&Context::AddRmsnorm>("addRmsnorm"),
                            InstanceMethod<&Context::Softmax>("softmax"),

@@ -101,9 +101,10 @@ constexpr int DELTA_NET_MAX_KEY_DIM = 256;
  * w [C, K] (2 ≤ K ≤ CONV1D_MAX_KERNEL), state [slots, K - 1, C] updated in place, seqs i32 [num_seqs, 4]
  * = (first row, row count, slot, fresh) → y [n, C]. A sequence whose rows or slot are out of range is
  * skipped. `gated`: LFM2's short convolution (Backend.shortConv), x [n, 3C] holding B, C and x: the
- * window takes B·x and y is C times the sum, with no SiLU. */
+ * window takes B·x and y is C times the sum, with no SiLU. `bias` [C] (nullable; not with `gated`) is added
+ * to each sum before SiLU (Mamba-2's). */
 cudaError_t causal_conv1d(const float* x, const float* w, float* state, const int32_t* seqs, int num_seqs, int n, int C,
-                          int K, int slots, bool gated, float* y, cudaStream_t s);
+                          int K, int slots, bool gated, const float* bias, float* y, cudaStream_t s);
 struct DeltaNetArgs {
   const float* x;        // [n, 2·nk·dk + nv·dv]: q, k, v
   const float* alpha;    // [n, nv]
@@ -119,6 +120,21 @@ struct DeltaNetArgs {
 };
 /** The gated delta rule over each sequence's rows (Backend.gatedDeltaNet); dk ≤ DELTA_NET_MAX_KEY_DIM. */
 cudaError_t gated_delta_net(const DeltaNetArgs& a, int num_seqs, cudaStream_t s);
+/** The largest state dimension ssm_scan takes: a state row spans one warp's registers, 8 values a lane. */
+constexpr int SSM_MAX_STATE_DIM = 256;
+struct SsmArgs {
+  const float* xbc;      // [n, heads·hd + 2·groups·ds]: x, B, C
+  const float* dt;       // [n, heads]
+  const float* a;        // [heads], negative
+  const float* d;        // [heads]
+  const float* dt_bias;  // [heads]
+  float* state;          // [slots, heads, hd, ds], updated in place
+  const int32_t* seqs;   // [num_seqs, 4] as for causal_conv1d
+  float* out;            // [n, heads·hd]
+  int n, heads, hd, ds, groups, slots;
+};
+/** Mamba-2's selective scan over each sequence's rows (Backend.ssmScan); ds ≤ SSM_MAX_STATE_DIM. */
+cudaError_t ssm_scan(const SsmArgs& a, int num_seqs, cudaStream_t s);
 
 // --- attention (attention.cu) --------------------------------------------------------------
 struct AttnArgs {

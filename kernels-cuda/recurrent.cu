@@ -28,11 +28,12 @@ __device__ __forceinline__ SeqRow load_seq(const int32_t* seqs, int seq, int n, 
 // each row's B, C and x; the window takes B·x, the output is C times the sum, with no activation.
 template <int K, bool GATED>
 __global__ void __launch_bounds__(128) causal_conv1d_kernel(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ state,
-                                     const int32_t* __restrict__ seqs, int n, int C, int slots, float* __restrict__ y) {
+                                     const int32_t* __restrict__ seqs, int n, int C, int slots, const float* __restrict__ bias, float* __restrict__ y) {
   const int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const SeqRow s = load_seq(seqs, blockIdx.x, n, slots);
   if (s.count == 0) return;
+  const float b = bias != nullptr ? __ldg(bias + c) : 0.f;
   float tap[K];
 #pragma unroll
   for (int j = 0; j < K; j++) tap[j] = __ldg(w + size_t(c) * K + j);
@@ -49,7 +50,7 @@ __global__ void __launch_bounds__(128) causal_conv1d_kernel(const float* __restr
 #pragma unroll
     for (int j = 0; j < K - 1; j++) acc = fmaf(tap[j], win[j], acc);
     acc = fmaf(tap[K - 1], xv, acc);
-    y[at] = GATED ? x[row + C] * acc : silu(acc);
+    y[at] = GATED ? x[row + C] * acc : silu(acc + b);
 #pragma unroll
     for (int j = 0; j < K - 2; j++) win[j] = win[j + 1];
     win[K - 2] = xv;
@@ -174,17 +175,17 @@ __global__ void __launch_bounds__(128) gated_delta_net_kernel(DeltaNetArgs a) {
 namespace {
 template <bool GATED>
 cudaError_t launch_conv1d(const float* x, const float* w, float* state, const int32_t* seqs, int num_seqs, int n, int C, int K, int slots,
-                          float* y, cudaStream_t s) {
+                          const float* bias, float* y, cudaStream_t s) {
   const int threads = C >= 128 ? 128 : (C + 31) / 32 * 32;
   const dim3 grid(unsigned(num_seqs), unsigned((C + threads - 1) / threads));
   switch (K) {
-    case 2: causal_conv1d_kernel<2, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
-    case 3: causal_conv1d_kernel<3, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
-    case 4: causal_conv1d_kernel<4, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
-    case 5: causal_conv1d_kernel<5, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
-    case 6: causal_conv1d_kernel<6, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
-    case 7: causal_conv1d_kernel<7, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
-    case 8: causal_conv1d_kernel<8, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, y); break;
+    case 2: causal_conv1d_kernel<2, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, bias, y); break;
+    case 3: causal_conv1d_kernel<3, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, bias, y); break;
+    case 4: causal_conv1d_kernel<4, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, bias, y); break;
+    case 5: causal_conv1d_kernel<5, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, bias, y); break;
+    case 6: causal_conv1d_kernel<6, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, bias, y); break;
+    case 7: causal_conv1d_kernel<7, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, bias, y); break;
+    case 8: causal_conv1d_kernel<8, GATED><<<grid, threads, 0, s>>>(x, w, state, seqs, n, C, slots, bias, y); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -192,10 +193,10 @@ cudaError_t launch_conv1d(const float* x, const float* w, float* state, const in
 }  // namespace
 
 cudaError_t causal_conv1d(const float* x, const float* w, float* state, const int32_t* seqs, int num_seqs, int n, int C,
-                          int K, int slots, bool gated, float* y, cudaStream_t s) {
+                          int K, int slots, bool gated, const float* bias, float* y, cudaStream_t s) {
   if (num_seqs == 0 || C == 0) return cudaSuccess;
-  return gated ? launch_conv1d<true>(x, w, state, seqs, num_seqs, n, C, K, slots, y, s)
-               : launch_conv1d<false>(x, w, state, seqs, num_seqs, n, C, K, slots, y, s);
+  return gated ? launch_conv1d<true>(x, w, state, seqs, num_seqs, n, C, K, slots, nullptr, y, s)
+               : launch_conv1d<false>(x, w, state, seqs, num_seqs, n, C, K, slots, bias, y, s);
 }
 
 cudaError_t gated_delta_net(const DeltaNetArgs& a, int num_seqs, cudaStream_t s) {
@@ -213,6 +214,69 @@ cudaError_t gated_delta_net(const DeltaNetArgs& a, int num_seqs, cudaStream_t s)
     case 4: gated_delta_net_kernel<4><<<grid, threads, 0, s>>>(a); break;
     default: gated_delta_net_kernel<8><<<grid, threads, 0, s>>>(a); break;
   }
+  return cudaGetLastError();
+}
+
+namespace {
+// Mamba-2's scan (Backend.ssmScan): one warp per (sequence, head, state row i); the row's stateDim
+// values spread over the warp's lanes (SSM_PER_LANE each), so each step is a fused multiply-add per
+// value and one warp sum. Rows of a head sit in consecutive warps of a block.
+constexpr int SSM_PER_LANE = 8;
+__global__ void __launch_bounds__(128) ssm_scan_kernel(SsmArgs a) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int i = blockIdx.z * (blockDim.x / 32) + warp;
+  const int h = blockIdx.y;
+  const SeqRow s = load_seq(a.seqs, blockIdx.x, a.n, a.slots);
+  if (s.count == 0 || i >= a.hd) return;
+  const int ds = a.ds;
+  const int g = h / (a.heads / a.groups);
+  const size_t width = size_t(a.heads) * a.hd + 2 * size_t(a.groups) * ds;
+  float* st = a.state + ((size_t(s.slot) * a.heads + h) * a.hd + i) * ds;
+  float S[SSM_PER_LANE];
+#pragma unroll
+  for (int r = 0; r < SSM_PER_LANE; r++) {
+    const int j = lane + 32 * r;
+    S[r] = (j < ds && !s.fresh) ? st[j] : 0.f;
+  }
+  const float rate = __ldg(a.a + h), bias = __ldg(a.dt_bias + h), skip = __ldg(a.d + h);
+#pragma unroll 1
+  for (int t = 0; t < s.count; t++) {
+    const size_t row = size_t(s.first) + t;
+    const float* xr = a.xbc + row * width;
+    const float v = __ldg(a.dt + row * a.heads + h) + bias;
+    const float delta = v > 20.f ? v : log1pf(expf(v));
+    const float decay = expf(delta * rate);
+    const float x = __ldg(xr + size_t(h) * a.hd + i);
+    const float xd = x * delta;
+    const float* B = xr + size_t(a.heads) * a.hd + size_t(g) * ds;
+    const float* Cv = B + size_t(a.groups) * ds;
+    float y = 0.f;
+#pragma unroll
+    for (int r = 0; r < SSM_PER_LANE; r++) {
+      const int j = lane + 32 * r;
+      if (j < ds) {
+        S[r] = fmaf(S[r], decay, __ldg(B + j) * xd);
+        y = fmaf(S[r], __ldg(Cv + j), y);
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) y += __shfl_xor_sync(0xffffffffu, y, o);
+    if (lane == 0) a.out[row * a.heads * a.hd + size_t(h) * a.hd + i] = fmaf(skip, x, y);
+  }
+#pragma unroll
+  for (int r = 0; r < SSM_PER_LANE; r++) {
+    const int j = lane + 32 * r;
+    if (j < ds) st[j] = S[r];
+  }
+}
+}  // namespace
+
+cudaError_t ssm_scan(const SsmArgs& a, int num_seqs, cudaStream_t s) {
+  if (num_seqs == 0 || a.heads == 0 || a.hd == 0) return cudaSuccess;
+  if (a.ds < 1 || a.ds > SSM_MAX_STATE_DIM || a.groups < 1 || a.heads % a.groups != 0) return cudaErrorInvalidValue;
+  const int rows_per_block = 4;
+  const dim3 grid(unsigned(num_seqs), unsigned(a.heads), unsigned((a.hd + rows_per_block - 1) / rows_per_block));
+  ssm_scan_kernel<<<grid, 32 * rows_per_block, 0, s>>>(a);
   return cudaGetLastError();
 }
 

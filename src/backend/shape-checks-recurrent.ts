@@ -2,11 +2,11 @@
  * Shape checks of the recurrent-state ops (Backend.causalConv1d, Backend.gatedDeltaNet), shared by
  * every backend, and the host-side check of a step's sequence table.
  */
-import { BackendShapeError, type DeltaNetSpec, type RecurrentBatch, type Tensor } from "./types.ts";
+import { BackendShapeError, type DeltaNetSpec, type RecurrentBatch, type SsmSpec, type Tensor } from "./types.ts";
 import { expectRank, fmt } from "./shape-checks.ts";
 
 /** The shapes of a causalConv1d call: x f32 [n, channels], weight f32 [channels, K], state f32 [slots, K - 1, channels]. */
-export function expectConv1dShapes(x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch): { n: number; channels: number; kernel: number; slots: number } {
+export function expectConv1dShapes(x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch, bias?: Tensor): { n: number; channels: number; kernel: number; slots: number } {
   expectRank(x, 2, "causalConv1d input", ["f32"]);
   expectRank(weight, 2, "causalConv1d weight", ["f32"]);
   expectRank(state, 3, "causalConv1d state", ["f32"]);
@@ -17,6 +17,10 @@ export function expectConv1dShapes(x: Tensor, weight: Tensor, state: Tensor, bat
   }
   if (state.shape[1] !== kernel - 1 || state.shape[2] !== channels) {
     throw new BackendShapeError(`causalConv1d state ${fmt(state.shape)} must be [slots, ${kernel - 1}, ${channels}]`);
+  }
+  if (bias !== undefined) {
+    expectRank(bias, 1, "causalConv1d bias", ["f32"]);
+    if (bias.shape[0] !== channels) throw new BackendShapeError(`causalConv1d bias ${fmt(bias.shape)} must be [${channels}]`);
   }
   expectSeqTable(batch);
   return { n, channels, kernel, slots: state.shape[0] };
@@ -63,6 +67,31 @@ export function expectDeltaNetShapes(
   expectRank(state, 4, "gatedDeltaNet state", ["f32"]);
   if (state.shape[1] !== nv || state.shape[2] !== dk || state.shape[3] !== dv) {
     throw new BackendShapeError(`gatedDeltaNet state ${fmt(state.shape)} must be [slots, ${nv}, ${dk}, ${dv}]`);
+  }
+  expectSeqTable(batch);
+  return { n, width, slots: state.shape[0] };
+}
+
+/** The shapes of an ssmScan call ({@link SsmSpec}); returns the width of xbc's rows and the slot count. */
+export function expectSsmShapes(
+  xbc: Tensor, dt: Tensor, a: Tensor, d: Tensor, dtBias: Tensor, state: Tensor, batch: RecurrentBatch, spec: SsmSpec,
+): { n: number; width: number; slots: number } {
+  const { heads, headDim, stateDim, groups } = spec;
+  const bad = Object.entries({ heads, headDim, stateDim, groups }).find(([, v]) => !Number.isInteger(v) || v < 1);
+  if (bad) throw new BackendShapeError(`ssmScan ${bad[0]} ${bad[1]} must be a positive integer`);
+  if (heads % groups !== 0) throw new BackendShapeError(`ssmScan heads ${heads} must be a multiple of groups ${groups}`);
+  expectRank(xbc, 2, "ssmScan input", ["f32"]);
+  const [n, width] = xbc.shape;
+  if (width !== heads * headDim + 2 * groups * stateDim) throw new BackendShapeError(`ssmScan input ${fmt(xbc.shape)} must have ${heads * headDim + 2 * groups * stateDim} columns (x, B and C)`);
+  expectRank(dt, 2, "ssmScan dt", ["f32"]);
+  if (dt.shape[0] !== n || dt.shape[1] !== heads) throw new BackendShapeError(`ssmScan dt ${fmt(dt.shape)} must be [${n}, ${heads}]`);
+  for (const [t, what] of [[a, "a"], [d, "d"], [dtBias, "dtBias"]] as const) {
+    expectRank(t, 1, `ssmScan ${what}`, ["f32"]);
+    if (t.shape[0] !== heads) throw new BackendShapeError(`ssmScan ${what} ${fmt(t.shape)} must be [${heads}]`);
+  }
+  expectRank(state, 4, "ssmScan state", ["f32"]);
+  if (state.shape[1] !== heads || state.shape[2] !== headDim || state.shape[3] !== stateDim) {
+    throw new BackendShapeError(`ssmScan state ${fmt(state.shape)} must be [slots, ${heads}, ${headDim}, ${stateDim}]`);
   }
   expectSeqTable(batch);
   return { n, width, slots: state.shape[0] };

@@ -154,6 +154,15 @@ export interface RecurrentBatch {
   numSeqs: number;
 }
 
+/** A Mamba-2 layer's geometry ({@link Backend.ssmScan}). */
+export interface SsmSpec {
+  heads: number;
+  headDim: number;
+  stateDim: number;
+  /** Groups of heads sharing one B and C (heads is a multiple of it). */
+  groups: number;
+}
+
 /** A Gated DeltaNet layer's geometry ({@link Backend.gatedDeltaNet}). */
 export interface DeltaNetSpec {
   numKHeads: number;
@@ -304,12 +313,13 @@ export interface Backend {
   /**
    * Optional: a depthwise causal convolution with SiLU over each sequence's rows, carrying the last
    * inputs across steps. x f32 [n, channels], weight f32 [channels, K], state f32 [slots, K - 1,
-   * channels] → f32 [n, channels]: y[t, c] = silu(Σ_j weight[c, j] · u[t - (K - 1) + j, c]), where u
-   * is the sequence's inputs preceded by its slot's state (zeros for a fresh sequence). The slot then
-   * holds the sequence's last K - 1 inputs (older state where it has fewer rows). A slot outside
-   * 0..slots-1 or a row range outside x is a RangeError naming it, before anything is written.
+   * channels] → f32 [n, channels]: y[t, c] = silu(Σ_j weight[c, j] · u[t - (K - 1) + j, c] + bias[c]),
+   * where u is the sequence's inputs preceded by its slot's state (zeros for a fresh sequence) and
+   * bias f32 [channels] is optional (Mamba-2's; 0 without). The slot then holds the sequence's last
+   * K - 1 inputs (older state where it has fewer rows). A slot outside 0..slots-1 or a row range
+   * outside x is a RangeError naming it, before anything is written.
    */
-  causalConv1d?(x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch): Tensor;
+  causalConv1d?(x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch, bias?: Tensor): Tensor;
   /**
    * Optional: LFM2's gated short convolution. bcx f32 [n, 3·channels] holds each row's B, C and x
    * (in that order); the depthwise causal convolution, with no activation, runs over B ⊙ x, carrying
@@ -330,6 +340,16 @@ export interface Backend {
    * starts at zero; the slot then holds the last S. Range errors as {@link causalConv1d}.
    */
   gatedDeltaNet?(x: Tensor, alpha: Tensor, beta: Tensor, decay: Tensor, dtBias: Tensor, state: Tensor, batch: RecurrentBatch, spec: DeltaNetSpec): Tensor;
+  /**
+   * Optional: Mamba-2's selective state-space scan over each sequence's rows, its state carried
+   * across steps. xbc f32 [n, heads·headDim + 2·groups·stateDim] holds each row's x, B and C (a
+   * causal convolution's output); dt f32 [n, heads]; a (the negative rate, −exp(A_log)), d and dtBias
+   * f32 [heads]; state f32 [slots, heads, headDim, stateDim]. Per row and head h (group g = h /
+   * (heads / groups)): δ = softplus(dt + dtBias[h]); S ← S · exp(δ · a[h]) + δ · x_h B_gᵀ; out_h =
+   * S C_g + d[h] · x_h → f32 [n, heads · headDim]. A fresh sequence's S starts at zero; the slot then
+   * holds the last S. Range errors as {@link causalConv1d}.
+   */
+  ssmScan?(xbc: Tensor, dt: Tensor, a: Tensor, d: Tensor, dtBias: Tensor, state: Tensor, batch: RecurrentBatch, spec: SsmSpec): Tensor;
   /** cap · tanh(x / cap), elementwise, f32, for a positive finite cap (Gemma 2's final logit soft-capping). */
   softcap(x: Tensor, cap: number): Tensor;
   /** a + b, elementwise, f32, same shape. */

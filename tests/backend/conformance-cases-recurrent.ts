@@ -1,10 +1,10 @@
 /**
  * Conformance cases of the recurrent-state ops (Gated DeltaNet layers: Qwen3.5, Qwen3-Next; LFM2's
- * short convolutions): sigmoidMul, causalConv1d, shortConv and gatedDeltaNet over ragged steps — sequences of several rows and of
+ * short convolutions; Mamba-2 layers: the convolution's bias and ssmScan): sigmoidMul, causalConv1d, shortConv, gatedDeltaNet and ssmScan over ragged steps — sequences of several rows and of
  * one (decode), fresh ones (whose slot holds stale values that must be ignored) and carried ones,
  * slots out of order, both value-head orders. Each checks the output and the updated state.
  */
-import type { Backend, DeltaNetSpec, Tensor } from "../../src/backend/types.ts";
+import type { Backend, DeltaNetSpec, SsmSpec, Tensor } from "../../src/backend/types.ts";
 import type { Case, Output, Rng, Tolerance } from "./conformance-support.ts";
 
 const CLOSE: Tolerance = { atol: 2e-5, rtol: 2e-4 };
@@ -47,10 +47,10 @@ function sigmoidMulCase(rows: number, cols: number): Case {
   };
 }
 
-function conv1dCase(channels: number, kernel: number, slots: number, seqs: readonly Seq[]): Case {
+function conv1dCase(channels: number, kernel: number, slots: number, seqs: readonly Seq[], withBias = false): Case {
   return {
     op: "causalConv1d",
-    name: `channels=${channels} K=${kernel} seqs=${seqs.map((s) => `${s.rows}@${s.slot}${s.fresh ? "*" : ""}`).join(",")}`,
+    name: `channels=${channels} K=${kernel}${withBias ? " bias" : ""} seqs=${seqs.map((s) => `${s.rows}@${s.slot}${s.fresh ? "*" : ""}`).join(",")}`,
     tolerance: CLOSE,
     optionalOp: "causalConv1d",
     run: (b, rng) => {
@@ -58,8 +58,32 @@ function conv1dCase(channels: number, kernel: number, slots: number, seqs: reado
       const x = b.upload(rng.f32(n * channels, -2, 2), [n, channels]);
       const w = b.upload(rng.f32(channels * kernel, -1, 1), [channels, kernel]);
       const state = b.upload(rng.f32(slots * (kernel - 1) * channels, -2, 2), [slots, kernel - 1, channels]);
-      const y = b.causalConv1d!(x, w, state, { seqs: table, numSeqs: seqs.length });
-      return finish(b, [y, state], [table, x, w]);
+      const bias = withBias ? b.upload(rng.f32(channels, -2, 2), [channels]) : undefined;
+      const y = b.causalConv1d!(x, w, state, { seqs: table, numSeqs: seqs.length }, bias);
+      return finish(b, [y, state], [table, x, w, ...(bias ? [bias] : [])]);
+    },
+  };
+}
+
+function ssmCase(spec: SsmSpec, slots: number, seqs: readonly Seq[]): Case {
+  const { heads, headDim, stateDim, groups } = spec;
+  return {
+    op: "ssmScan",
+    name: `heads=${heads} headDim=${headDim} stateDim=${stateDim} groups=${groups} seqs=${seqs.map((s) => `${s.rows}@${s.slot}${s.fresh ? "*" : ""}`).join(",")}`,
+    tolerance: CLOSE,
+    optionalOp: "ssmScan",
+    run: (b, rng: Rng) => {
+      const { t: table, n } = seqTable(b, seqs);
+      const width = heads * headDim + 2 * groups * stateDim;
+      const xbc = b.upload(rng.f32(n * width, -1, 1), [n, width]);
+      const dt = b.upload(rng.f32(n * heads, -4, 3), [n, heads]);
+      // dt up to 25 with the bias: softplus's identity branch past 20 is taken too.
+      const dtBias = b.upload(rng.f32(heads, -1, 22), [heads]);
+      const a = b.upload(rng.f32(heads, -2, -0.05), [heads]);
+      const d = b.upload(rng.f32(heads, -1, 1), [heads]);
+      const state = b.upload(rng.f32(slots * heads * headDim * stateDim, -0.5, 0.5), [slots, heads, headDim, stateDim]);
+      const o = b.ssmScan!(xbc, dt, a, d, dtBias, state, { seqs: table, numSeqs: seqs.length }, spec);
+      return finish(b, [o, state], [table, xbc, dt, a, d, dtBias]);
     },
   };
 }
@@ -115,6 +139,11 @@ export function recurrentCases(): Case[] {
     conv1dCase(40, 4, 4, decode),
     conv1dCase(33, 2, 3, [{ rows: 3, slot: 1, fresh: false }]),
     conv1dCase(8, 4, 2, [{ rows: 9, slot: 0, fresh: false }, { rows: 2, slot: 1, fresh: true }]),
+    conv1dCase(40, 4, 4, prefill, true),
+    conv1dCase(40, 4, 4, decode, true),
+    ssmCase({ heads: 4, headDim: 16, stateDim: 16, groups: 1 }, 4, prefill),
+    ssmCase({ heads: 4, headDim: 8, stateDim: 32, groups: 2 }, 4, decode),
+    ssmCase({ heads: 2, headDim: 80, stateDim: 128, groups: 1 }, 2, [{ rows: 3, slot: 1, fresh: false }, { rows: 1, slot: 0, fresh: true }]),
     shortConvCase(40, 3, 4, prefill),
     shortConvCase(40, 3, 4, decode),
     shortConvCase(24, 4, 2, [{ rows: 1, slot: 1, fresh: false }, { rows: 7, slot: 0, fresh: true }]),

@@ -64,11 +64,11 @@ export interface NativeContext {
    * Causal convolution with SiLU → y f32 [n, channels]; `state` f32 [slots, kernel - 1, channels] is
    * updated in place; `seqs` i32 [numSeqs, 4] (first row, rows, slot, fresh); kernel 2..8; `zero` 1
    * clears y first (rows no sequence covers); `gated` 1: LFM2's short convolution, x [n, 3·channels]
-   * holding B, C and x (Backend.shortConv).
+   * holding B, C and x (Backend.shortConv); `bias` f32 [channels] added before SiLU, or 0n for none.
    */
   causalConv1d(
     x: DevicePtr, w: DevicePtr, state: DevicePtr, seqs: DevicePtr, numSeqs: number, n: number, channels: number, kernel: number,
-    slots: number, zero: number, gated: number,
+    slots: number, zero: number, gated: number, bias: DevicePtr,
   ): DevicePtr;
   /**
    * The gated delta rule → out f32 [n, nv · dv]; `state` f32 [slots, nv, dk, dv] is updated in place;
@@ -78,6 +78,11 @@ export interface NativeContext {
     x: DevicePtr, alpha: DevicePtr, beta: DevicePtr, decay: DevicePtr, dtBias: DevicePtr, state: DevicePtr, seqs: DevicePtr,
     numSeqs: number, n: number, nk: number, nv: number, dk: number, dv: number, grouped: number, eps: number, slots: number,
     zero: number,
+  ): DevicePtr;
+  /** Mamba-2's scan → out f32 [n, heads · hd]; `state` f32 [slots, heads, hd, ds] is updated in place; `seqs` and `zero` as for causalConv1d; ds ≤ 256. */
+  ssmScan(
+    xbc: DevicePtr, dt: DevicePtr, a: DevicePtr, d: DevicePtr, dtBias: DevicePtr, state: DevicePtr, seqs: DevicePtr,
+    numSeqs: number, n: number, heads: number, hd: number, ds: number, groups: number, slots: number, zero: number,
   ): DevicePtr;
   rmsnorm(x: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): DevicePtr;
   addRmsnorm(x: DevicePtr, r: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): [DevicePtr, DevicePtr];

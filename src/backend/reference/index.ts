@@ -8,6 +8,7 @@ import {
   type AttentionOptions,
   type Backend,
   type DeltaNetSpec,
+  type SsmSpec,
   type GluActivation,
   BackendShapeError,
   type MoeRouteOptions,
@@ -24,7 +25,7 @@ import {
 import { matmul, matmulAdd, matmulGlu, matmulQkv, rope } from "./linear.ts";
 import { matmulExperts, matmulExpertsGlu, moeCombine, moeRoute } from "./experts.ts";
 import { sample } from "./sampling.ts";
-import { causalConv1d, gatedDeltaNet, shortConv, sigmoidMul } from "./recurrent.ts";
+import { causalConv1d, gatedDeltaNet, shortConv, sigmoidMul, ssmScan } from "./recurrent.ts";
 import { asRef, checkShape, f32Tensor, fmt, i32Tensor, REFERENCE_NAME, RefTensor } from "./storage.ts";
 import { checkWeightShape } from "../shape-checks.ts";
 
@@ -119,14 +120,22 @@ export function createReferenceBackend(): Backend {
       swigluOai(r(gate, "swigluOai gate"), r(up, "swigluOai up"), alpha, limit),
     softcap: (x: Tensor, cap: number) => softcap(r(x, "softcap input"), cap),
     sigmoidMul: (gate: Tensor, x: Tensor) => sigmoidMul(r(gate, "sigmoidMul gate"), r(x, "sigmoidMul input")),
-    causalConv1d: (x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch) =>
-      causalConv1d(r(x, "causalConv1d input"), r(weight, "causalConv1d weight"), r(state, "causalConv1d state"), batch, r(batch.seqs, "recurrent sequence table").i32),
+    causalConv1d: (x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch, bias?: Tensor) =>
+      causalConv1d(
+        r(x, "causalConv1d input"), r(weight, "causalConv1d weight"), r(state, "causalConv1d state"), batch, r(batch.seqs, "recurrent sequence table").i32,
+        bias === undefined ? undefined : r(bias, "causalConv1d bias"),
+      ),
     shortConv: (bcx: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch) =>
       shortConv(r(bcx, "shortConv input"), r(weight, "shortConv weight"), r(state, "shortConv state"), batch, r(batch.seqs, "recurrent sequence table").i32),
     gatedDeltaNet: (x: Tensor, alpha: Tensor, beta: Tensor, decay: Tensor, dtBias: Tensor, state: Tensor, batch: RecurrentBatch, spec: DeltaNetSpec) =>
       gatedDeltaNet(
         r(x, "gatedDeltaNet input"), r(alpha, "gatedDeltaNet alpha"), r(beta, "gatedDeltaNet beta"), r(decay, "gatedDeltaNet decay"), r(dtBias, "gatedDeltaNet dtBias"),
         r(state, "gatedDeltaNet state"), batch, r(batch.seqs, "recurrent sequence table").i32, spec,
+      ),
+    ssmScan: (xbc: Tensor, dt: Tensor, a: Tensor, d: Tensor, dtBias: Tensor, state: Tensor, batch: RecurrentBatch, spec: SsmSpec) =>
+      ssmScan(
+        r(xbc, "ssmScan input"), r(dt, "ssmScan dt"), r(a, "ssmScan a"), r(d, "ssmScan d"), r(dtBias, "ssmScan dtBias"), r(state, "ssmScan state"), batch,
+        r(batch.seqs, "recurrent sequence table").i32, spec,
       ),
     add: (a: Tensor, b: Tensor) => add(r(a, "add left operand"), r(b, "add right operand")),
     softmax: (x: Tensor) => softmax(r(x, "softmax input")),

@@ -3,8 +3,8 @@
  * layers (Qwen3.5, Qwen3-Next), and sigmoid(gate)·x. Sequential over each sequence's rows, f64
  * accumulation; the state tensors are updated in place.
  */
-import type { DeltaNetSpec, RecurrentBatch } from "../types.ts";
-import { checkRecurrentSeqs, expectConv1dShapes, expectDeltaNetShapes, expectShortConvShapes } from "../shape-checks-recurrent.ts";
+import type { DeltaNetSpec, RecurrentBatch, SsmSpec } from "../types.ts";
+import { checkRecurrentSeqs, expectConv1dShapes, expectDeltaNetShapes, expectShortConvShapes, expectSsmShapes } from "../shape-checks-recurrent.ts";
 import { expectF32, expectSameShape, f32Tensor, type RefTensor } from "./storage.ts";
 
 const silu = (v: number) => v / (1 + Math.exp(-v));
@@ -25,10 +25,11 @@ export function sigmoidMul(gate: RefTensor, x: RefTensor): RefTensor {
 }
 
 /** Backend.causalConv1d. */
-export function causalConv1d(x: RefTensor, weight: RefTensor, state: RefTensor, batch: RecurrentBatch, seqs: Int32Array): RefTensor {
-  const { n, channels: c, kernel: k, slots } = expectConv1dShapes(x, weight, state, batch);
+export function causalConv1d(x: RefTensor, weight: RefTensor, state: RefTensor, batch: RecurrentBatch, seqs: Int32Array, bias?: RefTensor): RefTensor {
+  const { n, channels: c, kernel: k, slots } = expectConv1dShapes(x, weight, state, batch, bias);
   const xs = x.f32;
-  return conv1d(weight, state, batch, seqs, n, c, k, slots, (row, ch) => xs[row * c + ch], (_row, _ch, acc) => silu(acc));
+  const b = bias?.f32;
+  return conv1d(weight, state, batch, seqs, n, c, k, slots, (row, ch) => xs[row * c + ch], (_row, ch, acc) => silu(acc + (b ? b[ch] : 0)));
 }
 
 /** Backend.shortConv: the window takes B ⊙ x, the output is C times the sum. */
@@ -125,4 +126,45 @@ export function gatedDeltaNet(
     }
   }
   return f32Tensor(out, [n, nv * dv]);
+}
+
+/** Backend.ssmScan: Mamba-2's scan, each head's state [headDim, stateDim] in f64 through the sequence's rows. */
+export function ssmScan(
+  xbc: RefTensor, dt: RefTensor, a: RefTensor, d: RefTensor, dtBias: RefTensor, state: RefTensor, batch: RecurrentBatch, seqs: Int32Array, spec: SsmSpec,
+): RefTensor {
+  const { n, width, slots } = expectSsmShapes(xbc, dt, a, d, dtBias, state, batch, spec);
+  checkRecurrentSeqs(seqs, n, slots);
+  const { heads: nh, headDim: hd, stateDim: ds, groups: ng } = spec;
+  const xs = xbc.f32;
+  const st = state.f32;
+  const out = new Float32Array(n * nh * hd);
+  const perGroup = nh / ng;
+  for (let s = 0; s < batch.numSeqs; s++) {
+    const [first, count, slot, fresh] = seqs.subarray(s * 4, s * 4 + 4);
+    for (let h = 0; h < nh; h++) {
+      const g = Math.floor(h / perGroup);
+      const base = (slot * nh + h) * hd * ds;
+      const S = new Float64Array(hd * ds);
+      if (!fresh) for (let i = 0; i < hd * ds; i++) S[i] = st[base + i];
+      for (let t = 0; t < count; t++) {
+        const row = first + t;
+        const delta = softplus(dt.f32[row * nh + h] + dtBias.f32[h]);
+        const decay = Math.exp(delta * a.f32[h]);
+        const bAt = row * width + nh * hd + g * ds;
+        const cAt = row * width + nh * hd + ng * ds + g * ds;
+        for (let i = 0; i < hd; i++) {
+          const x = xs[row * width + h * hd + i];
+          let y = 0;
+          for (let j = 0; j < ds; j++) {
+            const v = S[i * ds + j] * decay + xs[bAt + j] * x * delta;
+            S[i * ds + j] = v;
+            y += v * xs[cAt + j];
+          }
+          out[row * nh * hd + h * hd + i] = y + d.f32[h] * x;
+        }
+      }
+      for (let i = 0; i < hd * ds; i++) st[base + i] = S[i];
+    }
+  }
+  return f32Tensor(out, [n, nh * hd]);
 }

@@ -10,7 +10,7 @@ import { embedding, matmul, matmulGlu, matmulQkv } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
 import { add, argmax, concatColumns, downloadHalfRows, gatherRows, geluMul, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softcap, softmax, swigluOai } from "./ops-rowwise.ts";
-import { causalConv1d, gatedDeltaNet, shortConv, sigmoidMul } from "./ops-recurrent.ts";
+import { causalConv1d, gatedDeltaNet, shortConv, sigmoidMul, ssmScan } from "./ops-recurrent.ts";
 import { maskLogits, penalizeRepeats, penalizeSampled, sample, scatterAdd } from "./ops-sample.ts";
 import type { RecorderStats } from "./recorder.ts";
 import { asGpu, WEBGPU_NAME } from "./tensor.ts";
@@ -20,6 +20,7 @@ import type {
   Backend,
   BackendInfo,
   DeltaNetSpec,
+  SsmSpec,
   GluActivation,
   KvDType,
   MoeRouteOptions,
@@ -160,8 +161,8 @@ export class WebGpuBackend implements Backend {
   }
 
   /** The causal convolution of Gated DeltaNet layers, its state updated in place (causal_conv1d.wgsl). */
-  causalConv1d(x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch): Tensor {
-    return causalConv1d(this.#live, x, weight, state, batch);
+  causalConv1d(x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch, bias?: Tensor): Tensor {
+    return causalConv1d(this.#live, x, weight, state, batch, bias);
   }
 
   /** LFM2's gated short convolution, its state updated in place (causal_conv1d.wgsl with GATED). */
@@ -172,6 +173,9 @@ export class WebGpuBackend implements Backend {
   /** The gated delta rule, its state updated in place (gated_delta_net.wgsl). */
   gatedDeltaNet(x: Tensor, alpha: Tensor, beta: Tensor, decay: Tensor, dtBias: Tensor, state: Tensor, batch: RecurrentBatch, spec: DeltaNetSpec): Tensor {
     return gatedDeltaNet(this.#live, x, alpha, beta, decay, dtBias, state, batch, spec);
+  }
+  ssmScan(xbc: Tensor, dt: Tensor, a: Tensor, d: Tensor, dtBias: Tensor, state: Tensor, batch: RecurrentBatch, spec: SsmSpec): Tensor {
+    return ssmScan(this.#live, xbc, dt, a, d, dtBias, state, batch, spec);
   }
 
   softcap(x: Tensor, cap: number): Tensor {

@@ -17,7 +17,7 @@ export const KERNEL_FILES = [
   "weights", "embedding", "gather_rows", "copy_columns", "fill", "elementwise", "rmsnorm", "softmax", "matmul_gemv",
   "matmul_tiled", "rope", "kv_write", "paged_attention", "argmax", "sample", "scatter_add", "mask_logits", "penalize_repeats", "penalize_sampled", "bench_copy", "bench_fma",
   "moe_route", "matmul_experts", "matmul_experts_tiled", "moe_group", "moe_combine", "attention_combine", "matmul_glu_gemv", "matmul_glu_tiled",
-  "matmul_qkv_gemv", "matmul_qkv_tiled", "matmul_experts_glu", "matmul_experts_glu_tiled", "sigmoid_mul", "causal_conv1d", "gated_delta_net",
+  "matmul_qkv_gemv", "matmul_qkv_tiled", "matmul_experts_glu", "matmul_experts_glu_tiled", "sigmoid_mul", "causal_conv1d", "gated_delta_net", "ssm_scan",
 ] as const;
 
 /** Name of one kernel source file (without `.wgsl`). */

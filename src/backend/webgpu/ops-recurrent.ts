@@ -7,13 +7,15 @@
 import { type GpuContext } from "./context.ts";
 import { F32 } from "./recorder.ts";
 import { asGpu, expectActivation, expectSameShape, fmt, type GpuTensor } from "./tensor.ts";
-import { BackendShapeError, type DeltaNetSpec, numel, type RecurrentBatch, type Tensor } from "../types.ts";
-import { checkRecurrentSeqs, expectConv1dShapes, expectDeltaNetShapes, expectShortConvShapes } from "../shape-checks-recurrent.ts";
+import { BackendShapeError, type DeltaNetSpec, numel, type RecurrentBatch, type SsmSpec, type Tensor } from "../types.ts";
+import { checkRecurrentSeqs, expectConv1dShapes, expectDeltaNetShapes, expectShortConvShapes, expectSsmShapes } from "../shape-checks-recurrent.ts";
 
 /** Widest convolution causal_conv1d.wgsl supports (its window and weights live in registers). */
 export const MAX_CONV_KERNEL = 8;
 /** Widest key head gated_delta_net.wgsl supports (each invocation holds a state column of this many values). */
 export const MAX_DELTA_NET_KEY_DIM = 256;
+/** Widest state ssm_scan.wgsl supports (each invocation holds a state row of this many values). */
+export const MAX_SSM_STATE_DIM = 256;
 /** Columns of the delta rule's state one workgroup updates (gated_delta_net.wgsl `WG`). */
 const DELTA_NET_WG = 64;
 /** Invocations per workgroup of causal_conv1d.wgsl. */
@@ -43,8 +45,8 @@ function seqTable(ctx: GpuContext, batch: RecurrentBatch, rows: number, slots: n
  * Depthwise causal convolution with SiLU, carrying each sequence's last K - 1 inputs in its state
  * slot (Backend.causalConv1d): x [n, C], weight [C, K], state [slots, K - 1, C] (updated) → [n, C].
  */
-export function causalConv1d(ctx: GpuContext, xT: Tensor, weightT: Tensor, stateT: Tensor, batch: RecurrentBatch): Tensor {
-  return conv1d(ctx, "causalConv1d", xT, weightT, stateT, batch, false);
+export function causalConv1d(ctx: GpuContext, xT: Tensor, weightT: Tensor, stateT: Tensor, batch: RecurrentBatch, biasT?: Tensor): Tensor {
+  return conv1d(ctx, "causalConv1d", xT, weightT, stateT, batch, false, biasT);
 }
 
 /**
@@ -56,11 +58,12 @@ export function shortConv(ctx: GpuContext, bcxT: Tensor, weightT: Tensor, stateT
 }
 
 /** Both convolutions: causal_conv1d.wgsl, GATED or not. */
-function conv1d(ctx: GpuContext, op: "causalConv1d" | "shortConv", xT: Tensor, weightT: Tensor, stateT: Tensor, batch: RecurrentBatch, gated: boolean): Tensor {
+function conv1d(ctx: GpuContext, op: "causalConv1d" | "shortConv", xT: Tensor, weightT: Tensor, stateT: Tensor, batch: RecurrentBatch, gated: boolean, biasT?: Tensor): Tensor {
   const x = asGpu(xT, `${op} input`, ctx);
   const weight = asGpu(weightT, `${op} weight`, ctx);
   const state = asGpu(stateT, `${op} state`, ctx);
-  const { n, channels, kernel, slots } = (gated ? expectShortConvShapes : expectConv1dShapes)(x, weight, state, batch);
+  const bias = biasT === undefined ? undefined : asGpu(biasT, `${op} bias`, ctx);
+  const { n, channels, kernel, slots } = gated ? expectShortConvShapes(x, weight, state, batch) : expectConv1dShapes(x, weight, state, batch, bias);
   if (kernel > MAX_CONV_KERNEL) {
     throw new BackendShapeError(`${op} kernel width ${kernel} (weight ${fmt(weight.shape)}) exceeds the webgpu backend's ${MAX_CONV_KERNEL}`);
   }
@@ -69,8 +72,9 @@ function conv1d(ctx: GpuContext, op: "causalConv1d" | "shortConv", xT: Tensor, w
   ctx.recorder.dispatch(
     "causal_conv1d",
     { GATED: gated ? 1 : 0 },
-    [n, channels, kernel, slots, batch.numSeqs, 0, 0, 0],
-    [[1, x.buffer], [2, weight.buffer], [3, state.buffer], [4, seqs.buffer], [5, out.buffer]],
+    [n, channels, kernel, slots, batch.numSeqs, bias ? 1 : 0, 0, 0],
+    // Without a bias its binding takes the weights (never read then).
+    [[1, x.buffer], [2, weight.buffer], [3, state.buffer], [4, seqs.buffer], [5, out.buffer], [6, (bias ?? weight).buffer]],
     Math.ceil((batch.numSeqs * channels) / CONV_WG),
   );
   return out;
@@ -120,6 +124,35 @@ export function gatedDeltaNet(
       [6, state.buffer], [7, seqs.buffer], [8, out.buffer],
     ],
     batch.numSeqs * nv * blocks,
+  );
+  return out;
+}
+
+/**
+ * Mamba-2's scan over each sequence's rows, its state [slots, heads, headDim, stateDim] updated in
+ * place (Backend.ssmScan) → [n, heads · headDim].
+ */
+export function ssmScan(
+  ctx: GpuContext, xbcT: Tensor, dtT: Tensor, aT: Tensor, dT: Tensor, dtBiasT: Tensor, stateT: Tensor, batch: RecurrentBatch, spec: SsmSpec,
+): Tensor {
+  const xbc = asGpu(xbcT, "ssmScan input", ctx);
+  const dt = asGpu(dtT, "ssmScan dt", ctx);
+  const a = asGpu(aT, "ssmScan a", ctx);
+  const d = asGpu(dT, "ssmScan d", ctx);
+  const dtBias = asGpu(dtBiasT, "ssmScan dtBias", ctx);
+  const state = asGpu(stateT, "ssmScan state", ctx);
+  const { n, width, slots } = expectSsmShapes(xbc, dt, a, d, dtBias, state, batch, spec);
+  const { heads, headDim, stateDim, groups } = spec;
+  if (stateDim > MAX_SSM_STATE_DIM) throw new BackendShapeError(`ssmScan state dimension ${stateDim} exceeds the webgpu backend's ${MAX_SSM_STATE_DIM}`);
+  const seqs = seqTable(ctx, batch, n, slots);
+  const out = ctx.output([n, heads * headDim]);
+  const blocks = Math.ceil(headDim / DELTA_NET_WG);
+  ctx.recorder.dispatch(
+    "ssm_scan",
+    { DSM: keyDimBucket(stateDim) },
+    [n, width, heads, headDim, stateDim, groups, slots, batch.numSeqs, blocks, 0, 0, 0],
+    [[1, xbc.buffer], [2, dt.buffer], [3, a.buffer], [4, d.buffer], [5, dtBias.buffer], [6, state.buffer], [7, seqs.buffer], [8, out.buffer]],
+    batch.numSeqs * heads * blocks,
   );
   return out;
 }
