@@ -4,7 +4,7 @@
  */
 import type { Backend, KvDType, Tensor } from "../backend/types.ts";
 import { fp8KvFits } from "../backend/quant-blocks-fp8.ts";
-import { attentionLayers, hasRecurrentState, isDeltaNetLayer, isShortConvLayer, type ModelConfig } from "../model/config.ts";
+import { attentionLayers, hasRecurrentState, isDeltaNetLayer, isMamba2Layer, isShortConvLayer, type ModelConfig } from "../model/config.ts";
 import type { PagedKv, RecurrentState } from "../model/forward.ts";
 
 /** Default tokens per KV block. */
@@ -134,6 +134,10 @@ export function stateShapes(config: ModelConfig): { conv: number[][]; ssm: numbe
       ssm.push([d.numVHeads, d.headKDim, d.headVDim]);
     } else if (isShortConvLayer(config, i)) {
       conv.push([config.shortConv!.kernel - 1, config.hiddenSize]);
+    } else if (isMamba2Layer(config, i)) {
+      const m = config.mamba2!;
+      conv.push([m.convKernel - 1, m.innerSize + 2 * m.groups * m.stateSize]);
+      ssm.push([m.heads, m.innerSize / m.heads, m.stateSize]);
     }
   }
   return { conv, ssm };

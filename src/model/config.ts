@@ -9,10 +9,10 @@ import { type ExpertGroups, MAX_EXPERT_GROUPS, type MoeGating, type RopeLayout, 
  * "glm4moe" is GLM-4.5/4.6/4.7's, "qwen2moe" Qwen1.5/Qwen2-MoE's and "deepseek2" DeepSeek V2/V3/R1's and
  * Kimi K2's, with {@link MlaConfig multi-head latent attention}; "gemma3" Gemma 3's text model).
  */
-export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3" | "granite" | "olmo2" | "exaone4" | "gemma2" | "qwen35" | "qwen35moe" | "qwen3next" | "mistral3" | "lfm2";
+export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3" | "granite" | "olmo2" | "exaone4" | "gemma2" | "qwen35" | "qwen35moe" | "qwen3next" | "mistral3" | "lfm2" | "granitehybrid";
 
 /** Every {@link Architecture}, by the name GGUF files give it (`general.architecture`). */
-export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3", "granite", "olmo2", "exaone4", "gemma2", "qwen35", "qwen35moe", "qwen3next", "mistral3", "lfm2"];
+export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3", "granite", "olmo2", "exaone4", "gemma2", "qwen35", "qwen35moe", "qwen3next", "mistral3", "lfm2", "granitehybrid"];
 
 /**
  * Multi-head latent attention (DeepSeek V2/V3, Kimi K2). Each token's keys and values are one
@@ -186,19 +186,45 @@ export function isShortConvLayer(config: ModelConfig, i: number): boolean {
   return config.shortConv?.layers[i] === true;
 }
 
-/** True when layer `i` keeps recurrent state instead of KV (a Gated DeltaNet or a short convolution layer). */
+/**
+ * Mamba-2 layers (Granite 4.0-H): one input projection gives z (the output gate, innerSize), x, B and
+ * C (innerSize + 2·groups·stateSize, through a causal convolution with a bias and SiLU) and dt (heads);
+ * the selective scan keeps a [headDim, stateSize] state per head (Backend.ssmScan); its output, gated
+ * by SiLU of z, is RMS-normed (per group) before the output projection.
+ */
+export interface Mamba2Config {
+  /** One entry per layer: true where the layer is a Mamba-2 layer. */
+  layers: readonly boolean[];
+  /** The scan's width, heads · headDim (`ssm.inner_size`, `mamba_expand` · hidden). */
+  innerSize: number;
+  /** Each head's state columns (`ssm.state_size`, `mamba_d_state`). */
+  stateSize: number;
+  /** Heads (`ssm.time_step_rank`, `mamba_n_heads`): dt and the decay are per head. */
+  heads: number;
+  /** Groups of heads sharing B and C (`ssm.group_count`, `mamba_n_groups`). */
+  groups: number;
+  /** The convolution's width (`ssm.conv_kernel`, `mamba_d_conv`). */
+  convKernel: number;
+}
+
+/** True when layer `i` is a Mamba-2 layer. */
+export function isMamba2Layer(config: ModelConfig, i: number): boolean {
+  return config.mamba2?.layers[i] === true;
+}
+
+/** True when layer `i` keeps recurrent state instead of KV (a Gated DeltaNet, short convolution or Mamba-2 layer). */
 export function isRecurrentLayer(config: ModelConfig, i: number): boolean {
-  return isDeltaNetLayer(config, i) || isShortConvLayer(config, i);
+  return isDeltaNetLayer(config, i) || isShortConvLayer(config, i) || isMamba2Layer(config, i);
 }
 
-/** True when the model has layers with recurrent state (ModelConfig.deltaNet or .shortConv): state slots, checkpoints and their limits apply. */
+/** True when the model has layers with recurrent state (ModelConfig.deltaNet, .shortConv or .mamba2): state slots, checkpoints and their limits apply. */
 export function hasRecurrentState(config: ModelConfig): boolean {
-  return config.deltaNet !== undefined || config.shortConv !== undefined;
+  return config.deltaNet !== undefined || config.shortConv !== undefined || config.mamba2 !== undefined;
 }
 
-/** The kind of recurrent layers a model has, for messages: "Gated DeltaNet layers" or "short convolution layers". */
+/** The kind of recurrent layers a model has, for messages: "Gated DeltaNet layers", "short convolution layers" or "Mamba-2 layers". */
 export function recurrentKind(config: ModelConfig): string {
-  return config.deltaNet ? "Gated DeltaNet layers" : "short convolution layers";
+  return config.deltaNet ? "Gated DeltaNet layers" : config.mamba2 ? "Mamba-2 layers" : "short convolution layers";
 }
 
 /** The layers that attend over a KV cache, in order (all of them but those with recurrent state). */
@@ -258,6 +284,8 @@ export interface ModelConfig {
   deltaNet?: DeltaNetConfig;
   /** LFM2's short convolution layers; absent for other models. */
   shortConv?: ShortConvConfig;
+  /** Granite 4.0-H's Mamba-2 layers; absent for other models. */
+  mamba2?: Mamba2Config;
   /**
    * The query projection gives each head its query and then as many gate values; the attention's
    * output is multiplied by their sigmoid before `wo` (Qwen3.5's gated attention).
@@ -434,6 +462,15 @@ export interface LayerWeights<T> {
   convIn?: T;
   convWeight?: T;
   convOut?: T;
+  /**
+   * A Mamba-2 layer's ({@link Mamba2Config}), besides ssmConv [channels, K], ssmDtBias [heads],
+   * ssmDecay (−exp(A_log)) [heads, 1], ssmNorm [groups, innerSize / groups] and ssmOut [hidden,
+   * innerSize]: the input projection [2·innerSize + 2·groups·stateSize + heads, hidden] (z, then x, B
+   * and C, then dt), the convolution's bias [channels] and the skip D [heads, 1].
+   */
+  ssmIn?: T;
+  ssmConvBias?: T;
+  ssmD?: T;
 }
 
 /** All weights of a model, generic over host (HostTensor) or device (Tensor) storage. */

@@ -86,6 +86,9 @@ function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeight
     convIn: uploadOptionalMatrix(backend, l.convIn),
     convWeight: uploadOptionalF32(backend, l.convWeight),
     convOut: uploadOptionalMatrix(backend, l.convOut),
+    ssmIn: uploadOptionalMatrix(backend, l.ssmIn),
+    ssmConvBias: uploadOptional(backend, l.ssmConvBias),
+    ssmD: uploadOptional(backend, l.ssmD),
   };
 }
 

@@ -6,13 +6,14 @@
  * head's output RMS-normed and gated by SiLU of its own projection (z); the output projection. The
  * state tensors carry each sequence's convolution inputs and matrices from step to step. LFM2's short
  * convolution block (ModelConfig.shortConv): norm; B, C and x projected together; Backend.shortConv
- * (C ⊙ conv(B ⊙ x), its last inputs carried in the state); the output projection.
+ * (C ⊙ conv(B ⊙ x), its last inputs carried in the state); the output projection. Granite 4.0-H's
+ * Mamba-2 block (ModelConfig.mamba2): the selective scan over a [headDim, stateDim] state per head.
  */
 import type { Backend, DeltaNetSpec, RecurrentBatch, Tensor } from "../backend/types.ts";
 import type { LayerWeights } from "./config.ts";
 import type { DeviceModel } from "./device-weights.ts";
 import { ForwardInputError } from "./forward-batch.ts";
-import { matmulPlus, preNorm, type Project, type Scratch } from "./forward-layers.ts";
+import { matmulPlus, preNorm, type Project, scaled, type Scratch } from "./forward-layers.ts";
 
 /** The Gated DeltaNet ops a backend must have to run such a layer. */
 export type DeltaNetOps = Required<Pick<Backend, "causalConv1d" | "gatedDeltaNet">>;
@@ -87,4 +88,48 @@ export function shortConvBlock(
   const bcx = s.keep(mm(h, convIn, undefined, "convIn"));
   const y = s.keep(op(bcx, convWeight, conv, batch));
   return mm(y, convOut, undefined, "convOut", x);
+}
+
+/** The Mamba-2 ops a backend must have to run such a layer. */
+export type Mamba2Ops = Required<Pick<Backend, "causalConv1d" | "ssmScan">>;
+
+/** `backend`'s Mamba-2 ops, or an error naming what it lacks. */
+export function mamba2Ops(backend: Backend): Mamba2Ops {
+  const { causalConv1d, ssmScan } = backend;
+  if (!causalConv1d || !ssmScan) throw new ForwardInputError(`The ${backend.info.name} backend lacks the Mamba-2 ops (causalConv1d, ssmScan) this model needs`);
+  return { causalConv1d: causalConv1d.bind(backend), ssmScan: ssmScan.bind(backend) };
+}
+
+/**
+ * One Mamba-2 layer (Granite 4.0-H) over the step, plus the residual `x`: norm; z, x·B·C and dt from
+ * one projection; the causal convolution with its bias and SiLU over x·B·C; the scan (Backend.ssmScan,
+ * D's skip included); SiLU(z) times its output, RMS-normed; the output projection, scaled where the
+ * model scales blocks before the residual (ModelConfig.residualScale).
+ */
+export function mamba2Block(
+  backend: Backend, ops: Mamba2Ops, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, batch: RecurrentBatch, conv: Tensor, ssm: Tensor, s: Scratch,
+  project?: Project,
+): Tensor {
+  const c = model.config;
+  const m = c.mamba2!;
+  const { ssmIn, ssmConv, ssmConvBias, ssmDtBias, ssmDecay, ssmD, ssmNorm, ssmOut } = l;
+  if (!ssmIn || !ssmConv || !ssmConvBias || !ssmDtBias || !ssmDecay || !ssmD || !ssmNorm || !ssmOut) {
+    throw new ForwardInputError("The model config asks for a Mamba-2 layer but the weights lack it");
+  }
+  const mm: Project = project ?? ((a, w, _bias, _target, r) => matmulPlus(backend, a, w, undefined, r, s));
+  const h = preNorm(backend, model, l.attnNorm, x, s);
+  const channels = m.innerSize + 2 * m.groups * m.stateSize;
+  const zxbcdt = s.keep(mm(h, ssmIn, undefined, "ssmIn"));
+  const z = s.keep(backend.sliceColumns(zxbcdt, 0, m.innerSize));
+  const xbc = s.keep(backend.sliceColumns(zxbcdt, m.innerSize, channels));
+  const dt = s.keep(backend.sliceColumns(zxbcdt, m.innerSize + channels, m.heads));
+  const mixed = s.keep(ops.causalConv1d(xbc, ssmConv, conv, batch, ssmConvBias));
+  const spec = { heads: m.heads, headDim: m.innerSize / m.heads, stateDim: m.stateSize, groups: m.groups };
+  const y = s.keep(ops.ssmScan(mixed, dt, backend.reshape(ssmDecay, [m.heads]), backend.reshape(ssmD, [m.heads]), ssmDtBias, ssm, batch, spec));
+  const gated = s.keep(backend.siluMul(z, y));
+  // One group (granite-hybrid.ts refuses more): the norm spans the whole scan's width.
+  const normed = s.keep(backend.rmsnorm(gated, backend.reshape(ssmNorm, [m.innerSize]), c.rmsNormEps));
+  if (c.residualScale === undefined) return mm(normed, ssmOut, undefined, "ssmOut", x);
+  const o = s.keep(mm(normed, ssmOut, undefined, "ssmOut"));
+  return backend.add(x, s.keep(scaled(backend, o, c.residualScale)));
 }

@@ -8,8 +8,10 @@
  * layers' blocks are in forward-layers.ts.
  */
 import type { Backend, KvDType, Tensor } from "../backend/types.ts";
-import { attentionLayers, hasRecurrentState, isDeltaNetLayer, isMoeLayer, isRecurrentLayer, isShortConvLayer, layerWindow, type ModelConfig } from "./config.ts";
-import { deltaNetBlock, deltaNetOps, type DeltaNetOps, recurrentSeqTable, shortConvBlock, shortConvOp, type ShortConvOp } from "./forward-delta-net.ts";
+import { attentionLayers, hasRecurrentState, isDeltaNetLayer, isMamba2Layer, isMoeLayer, isRecurrentLayer, isShortConvLayer, layerWindow, type ModelConfig } from "./config.ts";
+import {
+  deltaNetBlock, deltaNetOps, type DeltaNetOps, mamba2Block, mamba2Ops, type Mamba2Ops, recurrentSeqTable, shortConvBlock, shortConvOp, type ShortConvOp,
+} from "./forward-delta-net.ts";
 import { headIndices, type KeepTemp, mlaAttentionBlock } from "./attention-mla.ts";
 import type { DeviceModel } from "./device-weights.ts";
 import type { DeviceLoraSet } from "./lora-set.ts";
@@ -163,6 +165,8 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
         ? deltaNetBlock(backend, recurrent.deltaNet, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project)
         : recurrent?.shortConv && isShortConvLayer(c, i)
         ? shortConvBlock(backend, recurrent.shortConv, model, l, x, recurrent.batch, kv.state!.conv[conv++], s, project)
+        : recurrent?.mamba2 && isMamba2Layer(c, i)
+        ? mamba2Block(backend, recurrent.mamba2, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project)
         : heads
         ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], heads, keep)
         : attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], layerWindow(c, i), !c.nopeLayers?.[i], s, project);
@@ -219,12 +223,17 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
  */
 function recurrentStep(
   backend: Backend, c: ModelConfig, kv: PagedKv, step: ForwardStep,
-): { table: Int32Array; deltaNet?: DeltaNetOps; shortConv?: ShortConvOp } | undefined {
+): { table: Int32Array; deltaNet?: DeltaNetOps; shortConv?: ShortConvOp; mamba2?: Mamba2Ops } | undefined {
   if (!hasRecurrentState(c)) return undefined;
-  const ops = { ...(c.deltaNet ? { deltaNet: deltaNetOps(backend) } : {}), ...(c.shortConv ? { shortConv: shortConvOp(backend) } : {}) };
+  const ops = {
+    ...(c.deltaNet ? { deltaNet: deltaNetOps(backend) } : {}),
+    ...(c.shortConv ? { shortConv: shortConvOp(backend) } : {}),
+    ...(c.mamba2 ? { mamba2: mamba2Ops(backend) } : {}),
+  };
   const layers = Array.from({ length: c.numLayers }, (_, i) => i);
   const recurrent = layers.filter((i) => isRecurrentLayer(c, i)).length;
-  const deltaNet = layers.filter((i) => isDeltaNetLayer(c, i)).length;
+  // A delta rule's or a scan's state matrices: one per Gated DeltaNet or Mamba-2 layer.
+  const deltaNet = layers.filter((i) => isDeltaNetLayer(c, i) || isMamba2Layer(c, i)).length;
   if (!kv.state || kv.state.conv.length !== recurrent || kv.state.ssm.length !== deltaNet) {
     throw new ForwardInputError(`The model has ${recurrent} layers with recurrent state but the KV cache holds state for ${kv.state?.conv.length ?? 0}`);
   }

@@ -13,6 +13,7 @@ import { ggufGranite } from "./granite.ts";
 import { ggufQwen35 } from "./qwen35.ts";
 import { ggufMistral3 } from "./mistral3.ts";
 import { ggufLfm2 } from "./lfm2.ts";
+import { ggufGraniteHybrid } from "./granite-hybrid.ts";
 import { ggufMla, ggufYarn } from "./gguf-deepseek.ts";
 import { ggufMoe } from "./gguf-moe.ts";
 import { GGUF_TENSOR_NAMES } from "./gguf-names.ts";
@@ -45,7 +46,9 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const numHeads = positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count`, path), `${arch}.attention.head_count`, path);
   // LFM2's convolution layers have no KV heads (0 in its per-layer array).
   const lfm2 = architecture === "lfm2" ? ggufLfm2(meta, arch, path) : undefined;
-  const numKvHeads = lfm2?.numKvHeads ?? positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads), `${arch}.attention.head_count_kv`, path);
+  // Granite 4.0-H's Mamba-2 layers too (granite-hybrid.ts).
+  const hybrid = architecture === "granitehybrid" ? ggufGraniteHybrid(meta, arch, hiddenSize, path) : undefined;
+  const numKvHeads = lfm2?.numKvHeads ?? hybrid?.numKvHeads ?? positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads), `${arch}.attention.head_count_kv`, path);
   const keyLength = `${arch}.attention.key_length`;
   const headDim = meta.has(keyLength) ? positiveInteger(meta.number(keyLength), keyLength, path) : Math.floor(hiddenSize / numHeads);
   const ropeDim = meta.number(`${arch}.rope.dimension_count`, headDim);
@@ -144,7 +147,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     rmsNormEps,
     ropeTheta,
     // llama.cpp turns DeepSeek's RoPE dims in adjacent pairs, as it does Llama's permuted ones.
-    ropeLayout: architecture === "llama" || architecture === "smollm3" || architecture === "granite" || architecture === "deepseek2" || architecture === "mistral3" ? "normal" : "neox",
+    ropeLayout: architecture === "llama" || architecture === "smollm3" || architecture === "granite" || architecture === "granitehybrid" || architecture === "deepseek2" || architecture === "mistral3" ? "normal" : "neox",
     ...(architecture === "mistral3" ? ggufMistral3(meta, arch, ropeTheta, ropeDim, headDim, path) : {}),
     ...(ropeDim !== headDim || mla ? { rotaryDim: ropeDim } : {}),
     contextLength: positiveInteger(meta.number(`${arch}.context_length`, 2048), `${arch}.context_length`, path),
@@ -156,6 +159,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...gemma3,
     ...(architecture === "smollm3" ? { nopeLayers: nopeEvery(numLayers, SMOLLM3_NOPE_INTERVAL) } : {}),
     ...(architecture === "granite" ? ggufGranite(meta, arch, path) : {}),
+    ...(hybrid ? { ...ggufGranite(meta, arch, path, true), mamba2: hybrid.mamba2, ...(hybrid.rotates ? {} : { nopeLayers: Array<boolean>(numLayers).fill(true) }) } : {}),
     // After qkNorm: Qwen3.5's first layer, which the check reads, is a DeltaNet layer without q/k norms.
     ...(architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" ? ggufQwen35(meta, arch, numLayers, path) : {}),
     // After qkNorm: LFM2's first layer, which the check reads, is a convolution layer.

@@ -35,9 +35,10 @@ function fields(embedding: number, attention: number | undefined, residual: numb
  * attention scale of 0 means 1/√headDim). A file that says its RoPE was not fine-tuned
  * (`rope.scaling.finetuned` false), which llama.cpp runs without any rotation, is refused.
  */
-export function ggufGranite(meta: GgufMetadata, arch: string, path: string): GraniteFields {
-  if (!meta.has(`${arch}.logit_scale`)) throw new ModelLoadError(`Model "${path}" lacks "${arch}.logit_scale", which Granite files carry`);
-  if (meta.has(`${arch}.rope.scaling.finetuned`) && !meta.bool(`${arch}.rope.scaling.finetuned`, true)) {
+export function ggufGranite(meta: GgufMetadata, arch: string, path: string, hybrid = false): GraniteFields {
+  // Granite 4.0-H (granitehybrid): the logit scale optional, and its files without RoPE (granite-hybrid.ts) read.
+  if (!hybrid && !meta.has(`${arch}.logit_scale`)) throw new ModelLoadError(`Model "${path}" lacks "${arch}.logit_scale", which Granite files carry`);
+  if (!hybrid && meta.has(`${arch}.rope.scaling.finetuned`) && !meta.bool(`${arch}.rope.scaling.finetuned`, true)) {
     throw new ModelLoadError(`Model "${path}" sets "${arch}.rope.scaling.finetuned" false (run without RoPE by llama.cpp), which is not supported`);
   }
   const attention = meta.number(`${arch}.attention.scale`, 0);
@@ -45,7 +46,7 @@ export function ggufGranite(meta: GgufMetadata, arch: string, path: string): Gra
     positive(meta.number(`${arch}.embedding_scale`, 1), `${arch}.embedding_scale`, path),
     attention === 0 ? undefined : positive(attention, `${arch}.attention.scale`, path),
     positive(meta.number(`${arch}.residual_scale`, 1), `${arch}.residual_scale`, path),
-    positive(meta.number(`${arch}.logit_scale`), `${arch}.logit_scale`, path),
+    positive(meta.number(`${arch}.logit_scale`, 1), `${arch}.logit_scale`, path),
   );
 }
 

@@ -32,6 +32,7 @@ export const HF_TIE_WORD_EMBEDDINGS: Readonly<Record<Architecture, boolean>> = {
   qwen3next: false,
   mistral3: false,
   lfm2: true,
+  granitehybrid: false,
 };
 
 /** Whether the output projection is the token embedding: config.json's boolean, else the architecture's default; anything else is an error quoting it. */

@@ -61,6 +61,9 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   convIn: "conv.in_proj.weight",
   convWeight: "conv.conv.weight",
   convOut: "conv.out_proj.weight",
+  ssmIn: "mamba.in_proj.weight",
+  ssmConvBias: "mamba.conv1d.bias",
+  ssmD: "mamba.D",
 };
 
 /** DeepSeek's combined latent up-projection, split into W_kb and W_vb on load. */

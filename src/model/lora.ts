@@ -5,13 +5,13 @@
  * (forward.ts, lora-set.ts) adds B·(A·x) as it is.
  */
 import { createHash } from "node:crypto";
-import { isDeltaNetLayer, isMoeLayer, isShortConvLayer, ModelLoadError, type ModelConfig } from "./config.ts";
+import { isDeltaNetLayer, isMamba2Layer, isMoeLayer, isShortConvLayer, ModelLoadError, type ModelConfig } from "./config.ts";
 
 /**
  * The projections an adapter may change (LayerWeights' names; "output" is the model's output
  * projection; the `ssm*` ones a Gated DeltaNet layer's).
  */
-export type LoraTarget = "wq" | "wk" | "wv" | "wo" | "wGate" | "wUp" | "wDown" | "output" | DeltaNetLoraTarget | "convIn" | "convOut";
+export type LoraTarget = "wq" | "wk" | "wv" | "wo" | "wGate" | "wUp" | "wDown" | "output" | DeltaNetLoraTarget | "convIn" | "convOut" | "ssmIn";
 
 /** A Gated DeltaNet layer's projections: q/k/v together, z (the output gate), beta, alpha, and the output. */
 export type DeltaNetLoraTarget = "ssmQkv" | "ssmZ" | "ssmBeta" | "ssmAlpha" | "ssmOut";
@@ -65,6 +65,8 @@ export function targetDims(config: ModelConfig, layer: number, target: LoraTarge
   if (config.mla && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "latent attention projections cannot be adapted";
   if (isDeltaNetLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a Gated DeltaNet layer, which has no attention projections";
   if (isShortConvLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a short convolution layer, which has no attention projections";
+  if (isMamba2Layer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a Mamba-2 layer, which has no attention projections";
+  if (target === "ssmIn" || (target === "ssmOut" && isMamba2Layer(config, layer))) return "Mamba-2 projections cannot be adapted";
   if (target === "convIn" || target === "convOut") {
     if (!isShortConvLayer(config, layer)) return "it is not a short convolution layer";
     return target === "convIn" ? [config.hiddenSize, 3 * config.hiddenSize] : [config.hiddenSize, config.hiddenSize];

@@ -6,7 +6,7 @@
 import { blockValues, decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
 import { numel, WEIGHT_DTYPES, type WeightDType } from "../backend/types.ts";
 import { isIqDType, type IqDType } from "../backend/quant-blocks-iq.ts";
-import { type HostTensor, isDeltaNetLayer, isMoeLayer, isShortConvLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights, type MoeConfig } from "./config.ts";
+import { type HostTensor, isDeltaNetLayer, isMamba2Layer, isMoeLayer, isShortConvLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights, type MoeConfig } from "./config.ts";
 import { EXPERT } from "./expert-stack.ts";
 
 /** Progress of a load: bytes of tensor data read so far out of the total. */
@@ -93,7 +93,7 @@ export interface TensorNames {
 }
 
 const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>([
-  "ssmConv", "ssmDtBias", "ssmDecay", "ssmNorm", "attnNorm", "ffnNorm", "attnPostNorm", "ffnPostNorm", "qNorm", "kNorm", "qANorm", "kvANorm", "bq", "bk", "bv", "routerBias",
+  "ssmConv", "ssmDtBias", "ssmDecay", "ssmNorm", "ssmConvBias", "ssmD", "attnNorm", "ffnNorm", "attnPostNorm", "ffnPostNorm", "qNorm", "kNorm", "qANorm", "kvANorm", "bq", "bk", "bv", "routerBias",
   "bo", "sinks", "routerLogitBias", "bGate", "bUp", "bDown",
 ]);
 
@@ -155,6 +155,32 @@ function deltaNetShape(c: ModelConfig, role: LayerRole): number[] | undefined {
   }
 }
 
+/** Shapes of a Mamba-2 layer's roles ({@link Mamba2Config}). */
+function mamba2Shape(c: ModelConfig, role: LayerRole): number[] | undefined {
+  const m = c.mamba2;
+  if (!m) return undefined;
+  const channels = m.innerSize + 2 * m.groups * m.stateSize;
+  switch (role) {
+    case "ssmIn":
+      return [m.innerSize + channels + m.heads, c.hiddenSize];
+    case "ssmConv":
+      return [channels, m.convKernel];
+    case "ssmConvBias":
+      return [channels];
+    case "ssmDtBias":
+      return [m.heads];
+    case "ssmDecay":
+    case "ssmD":
+      return [m.heads, 1];
+    case "ssmNorm":
+      return [m.groups, m.innerSize / m.groups];
+    case "ssmOut":
+      return [c.hiddenSize, m.innerSize];
+    default:
+      return undefined;
+  }
+}
+
 /** Shapes of a short convolution layer's roles ({@link ShortConvConfig}). */
 function shortConvShape(c: ModelConfig, role: LayerRole): number[] | undefined {
   const k = c.shortConv?.kernel;
@@ -166,7 +192,7 @@ function shortConvShape(c: ModelConfig, role: LayerRole): number[] | undefined {
 }
 
 function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): number[] {
-  const mla = mlaShape(c, role) ?? deltaNetShape(c, role) ?? shortConvShape(c, role);
+  const mla = mlaShape(c, role) ?? deltaNetShape(c, role) ?? shortConvShape(c, role) ?? mamba2Shape(c, role);
   if (mla) return mla;
   const q = c.numHeads * c.headDim;
   const kv = c.numKvHeads * c.headDim;
@@ -234,6 +260,7 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): num
 export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
   if (isDeltaNetLayer(config, i)) return [...DELTA_NET_ROLES, ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];
   if (isShortConvLayer(config, i)) return ["convIn", "convWeight", "convOut", ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];
+  if (isMamba2Layer(config, i)) return [...MAMBA2_ROLES, ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];
   const mla = config.mla;
   const attention: LayerRole[] = !mla
     ? ["wq", "wk", "wv"]
@@ -246,6 +273,9 @@ export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
   if (config.postNorms) roles.push("attnPostNorm", "ffnPostNorm");
   return feedForwardRoles(config, i, roles);
 }
+
+/** A Mamba-2 layer's own roles. */
+const MAMBA2_ROLES: readonly LayerRole[] = ["ssmIn", "ssmConv", "ssmConvBias", "ssmDtBias", "ssmDecay", "ssmD", "ssmNorm", "ssmOut"];
 
 /** A Gated DeltaNet layer's own roles. */
 const DELTA_NET_ROLES: readonly LayerRole[] = ["ssmQkv", "ssmZ", "ssmBeta", "ssmAlpha", "ssmConv", "ssmDtBias", "ssmDecay", "ssmNorm", "ssmOut"];

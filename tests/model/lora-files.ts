@@ -14,7 +14,7 @@ import { seededRandom } from "./model-files.ts";
 const STEMS: Record<LoraTarget, string> = {
   wq: "attn_q", wk: "attn_k", wv: "attn_v", wo: "attn_output", wGate: "ffn_gate", wUp: "ffn_up", wDown: "ffn_down", output: "output",
   ssmQkv: "attn_qkv", ssmZ: "attn_gate", ssmBeta: "ssm_beta", ssmAlpha: "ssm_alpha", ssmOut: "ssm_out",
-  convIn: "shortconv.in_proj", convOut: "shortconv.out_proj",
+  convIn: "shortconv.in_proj", convOut: "shortconv.out_proj", ssmIn: "ssm_in",
 };
 
 /** What a random adapter holds. */

@@ -20,6 +20,7 @@ import { randomIqTensor } from "./iq-blocks.ts";
 import { qwen35GgufMetadata, qwen35GgufPart, qwen35HfCheckpoint, qwen35HfConfig, qwen35HfLayer } from "./qwen35-files.ts";
 import { qwen3nextGgufParts } from "./qwen3next-files.ts";
 import { lfm2GgufMetadata, lfm2GgufPart, lfm2HfConfig, lfm2HfLayer } from "./lfm2-files.ts";
+import { isMambaLayer, mamba2GgufMetadata, mamba2GgufPart, mamba2HfLayer } from "./granite-hybrid-files.ts";
 import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 
@@ -75,6 +76,12 @@ export interface ModelFileSpec {
   attnTemperature?: number;
   /** Ministral 3's HF checkpoint as released: Mistral3ForConditionalGeneration, the text model under `model.language_model.`. */
   wrapped?: boolean;
+  /**
+   * Granite 4.0-H's Mamba-2 layers (granite-hybrid-files.ts): all but the `attention` ones; `heads`
+   * scan heads over an inner size of twice the hidden size, states of `stateSize`, a convolution of
+   * `conv`; `rope` keeps RoPE on the attention layers (Bamba-style; default off, as Granite 4.0-H).
+   */
+  mamba2?: { attention: number[]; heads: number; stateSize: number; conv: number; rope?: boolean };
   /** LFM2's short convolution layers (lfm2-files.ts): all but the `attention` ones, of width `kernel`. */
   shortConv?: { kernel: number; attention: number[] };
   /** The sliding window in positions: GPT-OSS's every other layer, from layer 0; Gemma 3's five layers of six; OLMo 3's three of four. */
@@ -142,6 +149,13 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
     const p = `model.layers.${i}.`;
     if (spec.shortConv) {
       lfm2HfLayer(spec, i, put);
+      continue;
+    }
+    if (spec.mamba2 && isMambaLayer(spec, i)) {
+      put(p + "input_layernorm.weight", [hidden], 0.2, 1);
+      mamba2HfLayer(spec, i, put);
+      put(p + "post_attention_layernorm.weight", [hidden], 0.2, 1);
+      swiglu(p + "mlp.", ffn);
       continue;
     }
     if (spec.deltaNet) {
@@ -320,7 +334,7 @@ function ggufTensors(
   const stacks = new Map<string, { shape: number[]; parts: Float32Array[]; hf: string }>();
   for (const [hf, { shape, values }] of weights) {
     const next = spec.architecture === "qwen3next" ? qwen3nextGgufParts(spec, hf, shape, values) : spec.shortConv ? lfm2GgufPart(hf, shape, values) : undefined;
-    const own = next ?? (spec.deltaNet ? qwen35GgufPart(spec, hf, shape, values) : undefined);
+    const own = next ?? (spec.deltaNet ? qwen35GgufPart(spec, hf, shape, values) : spec.mamba2 ? mamba2GgufPart(hf, shape, values) : undefined);
     if (own) {
       out.push(...(Array.isArray(own) ? own : [own]));
       continue;
@@ -439,9 +453,9 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   if (spec.slidingWindow) meta.push([`${a}.attention.sliding_window`, gguf.u32(spec.slidingWindow)]);
   if (a === "phi3") meta.push(...phi3GgufMetadata(spec));
   if (a === "qwen35" || a === "qwen35moe" || a === "qwen3next") meta.push(...qwen35GgufMetadata(spec));
-  if (spec.shortConv) {
+  if (spec.shortConv || spec.mamba2) {
     // The per-layer KV heads replace the uniform count.
-    const own = lfm2GgufMetadata(spec);
+    const own = spec.shortConv ? lfm2GgufMetadata(spec) : mamba2GgufMetadata(spec);
     for (const [k, v] of own) {
       const at = meta.findIndex(([key]) => key === k);
       if (at >= 0) meta[at] = [k, v];
@@ -551,8 +565,9 @@ export function ggufBytes(spec: ModelFileSpec, weights: HfWeights, vocab = vocab
     }
     // Routers stay f32, as llama.cpp's quantizer leaves them.
     // Biases too (GPT-OSS's stacked expert biases are 2-D).
-    // Qwen3.5's convolution too, as convert_hf_to_gguf.py keeps it.
-    const dtype = isVector(shape) || name.endsWith(".bias") || name.endsWith("ffn_gate_inp.weight") || name.endsWith("ssm_conv1d.weight") || name.endsWith("shortconv.conv.weight")
+    // Qwen3.5's convolution too, as convert_hf_to_gguf.py keeps it; and Mamba-2's per-head A and D ([heads, 1]) and its norm ([1, inner]).
+    const ssmSmall = /\.(ssm_a|ssm_d|ssm_norm\.weight)$/.test(name);
+    const dtype = isVector(shape) || ssmSmall || name.endsWith(".bias") || name.endsWith("ffn_gate_inp.weight") || name.endsWith("ssm_conv1d.weight") || name.endsWith("shortconv.conv.weight")
       ? "f32"
       : spec.ggufDtype?.(name) ?? spec.dtype;
     tensors.push(isIqDType(dtype) ? randomIqTensor(name, shape, v, dtype, iqRand) : { name, shape, dtype, data: encodeFromF32(v, dtype) });
@@ -676,6 +691,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     qwen3next: ["Qwen3NextForCausalLM", "qwen3_next"],
     mistral3: ["Ministral3ForCausalLM", "ministral3"],
     lfm2: ["Lfm2ForCausalLM", "lfm2"],
+    granitehybrid: ["GraniteMoeHybridForCausalLM", "granitemoehybrid"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {

@@ -344,6 +344,27 @@ const CASES: OracleCase[] = [
     hf: false,
     kv: "f16",
   },
+  // Granite 4.0-H: Mamba-2 layers (inner 64 = 4 heads of 16, states of 16, a convolution of 4 with a
+  // bias) around NoPE attention layers, with Granite's four multipliers.
+  {
+    name: "granitehybrid Mamba-2 (layers 0, 1, 3) and NoPE attention (2), Granite multipliers, f32",
+    spec: {
+      ...BASE, architecture: "granitehybrid", layers: 4, seed: 199, mamba2: { attention: [2], heads: 4, stateSize: 16, conv: 4 },
+      granite: { embedding: 2, attention: 0.2, residual: 0.5, logit: 3 },
+    },
+    tol: 1e-4,
+    hf: false,
+  },
+  {
+    name: "granitehybrid q8_0, 8 heads of 8, states of 32, attention with RoPE (Bamba-style), f16 KV cache",
+    spec: {
+      ...BASE, architecture: "granitehybrid", layers: 3, dtype: "q8_0", seed: 200, mamba2: { attention: [1], heads: 8, stateSize: 32, conv: 3, rope: true },
+      granite: { embedding: 1.5, attention: 0.25, residual: 0.7, logit: 2 },
+    },
+    tol: 1.5e-2,
+    hf: false,
+    kv: "f16",
+  },
   // Ministral 3: Llama's layout (q/k permuted for the interleaved RoPE) with YaRN over an original
   // context of 16 and Llama 4's attention temperature, whose ⌊position / 16⌋ steps within the test.
   {
