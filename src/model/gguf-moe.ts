@@ -85,6 +85,14 @@ export function ggufMoe(meta: GgufMetadata, arch: string, has: (tensor: string) 
         ...(groups ? { groups } : {}),
       };
     }
+    case "granitehybrid":
+      // Granite's experts (llama.cpp's build_moe_ffn: softmax, the chosen weights renormalised) and an ungated shared one.
+      return {
+        ...plainMoe(numExperts, numExpertsUsed, true),
+        routedScale,
+        sharedIntermediateSize: meta.optionalNumber(`${arch}.expert_shared_feed_forward_length`) ?? 0,
+        sharedGate: false,
+      };
     case "gpt-oss":
       if (shared > 0) throw new ModelLoadError(`Model "${path}" has shared experts, which the "${arch}" architecture does not support`);
       return gptOssMoe(numExperts, numExpertsUsed);

@@ -145,6 +145,39 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
     put(prefix + "down_proj.weight", [hidden, width], 1 / Math.sqrt(width));
   };
   put("model.embed_tokens.weight", [vocab, hidden], 1);
+  /** Layer i's feed-forward: its experts (router, each expert, shared ones) where it has them, else a SwiGLU. */
+  const feedForward = (i: number, p: string) => {
+    const gptOss = spec.architecture === "gpt-oss";
+    const experts = spec.experts;
+    if (experts && i >= (experts.denseLayers ?? 0)) {
+      const mixtral = spec.architecture === "llama";
+      const m = mixtral ? "block_sparse_moe." : "mlp.";
+      // A sharper router than the projections, so tokens disagree about their experts.
+      put(p + m + "gate.weight", [experts.count, hidden], 4 / Math.sqrt(hidden));
+      // GLM-4.5's selection bias, large enough next to the sigmoids to change which experts win.
+      if (spec.architecture === "glm4moe" || spec.architecture === "deepseek2") put(p + "mlp.gate.e_score_correction_bias", [experts.count], 0.5);
+      if (gptOss) put(p + "mlp.gate.bias", [experts.count], 1);
+      for (let e = 0; e < experts.count; e++) {
+        const x = `${p}${m}experts.${e}.`;
+        if (gptOss) {
+          // Gate and up biases up to ±8, past the activation's ±7 clamp for some units.
+          put(x + "gate_proj.bias", [ffn], 8);
+          put(x + "up_proj.bias", [ffn], 8);
+          put(x + "down_proj.bias", [hidden], 0.5);
+        }
+        if (!mixtral) swiglu(x, ffn);
+        else {
+          put(x + "w1.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
+          put(x + "w3.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
+          put(x + "w2.weight", [hidden, ffn], 1 / Math.sqrt(ffn));
+        }
+      }
+      if (experts.sharedFfn) swiglu(p + (spec.architecture === "qwen2moe" ? "mlp.shared_expert." : "mlp.shared_experts."), experts.sharedFfn);
+      if (spec.architecture === "qwen2moe") put(p + "mlp.shared_expert_gate.weight", [1, hidden], 4 / Math.sqrt(hidden));
+      return;
+    }
+    swiglu(p + "mlp.", experts ? 3 * ffn : ffn);
+  };
   for (let i = 0; i < spec.layers + (spec.nextn ?? 0); i++) {
     const p = `model.layers.${i}.`;
     if (spec.shortConv) {
@@ -155,7 +188,7 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
       put(p + "input_layernorm.weight", [hidden], 0.2, 1);
       mamba2HfLayer(spec, i, put);
       put(p + "post_attention_layernorm.weight", [hidden], 0.2, 1);
-      swiglu(p + "mlp.", ffn);
+      feedForward(i, p);
       continue;
     }
     if (spec.deltaNet) {
@@ -226,35 +259,7 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
     put(p + "post_attention_layernorm.weight", [hidden], 0.2, 1);
     if (gemma) put(p + "pre_feedforward_layernorm.weight", [hidden], 0.2, 1);
     if (gemma || postOnly) put(p + "post_feedforward_layernorm.weight", [hidden], 0.2, 1);
-    const experts = spec.experts;
-    if (experts && i >= (experts.denseLayers ?? 0)) {
-      const mixtral = spec.architecture === "llama";
-      const m = mixtral ? "block_sparse_moe." : "mlp.";
-      // A sharper router than the projections, so tokens disagree about their experts.
-      put(p + m + "gate.weight", [experts.count, hidden], 4 / Math.sqrt(hidden));
-      // GLM-4.5's selection bias, large enough next to the sigmoids to change which experts win.
-      if (spec.architecture === "glm4moe" || spec.architecture === "deepseek2") put(p + "mlp.gate.e_score_correction_bias", [experts.count], 0.5);
-      if (gptOss) put(p + "mlp.gate.bias", [experts.count], 1);
-      for (let e = 0; e < experts.count; e++) {
-        const x = `${p}${m}experts.${e}.`;
-        if (gptOss) {
-          // Gate and up biases up to ±8, past the activation's ±7 clamp for some units.
-          put(x + "gate_proj.bias", [ffn], 8);
-          put(x + "up_proj.bias", [ffn], 8);
-          put(x + "down_proj.bias", [hidden], 0.5);
-        }
-        if (!mixtral) swiglu(x, ffn);
-        else {
-          put(x + "w1.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
-          put(x + "w3.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
-          put(x + "w2.weight", [hidden, ffn], 1 / Math.sqrt(ffn));
-        }
-      }
-      if (experts.sharedFfn) swiglu(p + (spec.architecture === "qwen2moe" ? "mlp.shared_expert." : "mlp.shared_experts."), experts.sharedFfn);
-      if (spec.architecture === "qwen2moe") put(p + "mlp.shared_expert_gate.weight", [1, hidden], 4 / Math.sqrt(hidden));
-      continue;
-    }
-    swiglu(p + "mlp.", experts ? 3 * ffn : ffn);
+    feedForward(i, p);
   }
   // Signed final-norm weights: with tied embeddings a positive norm makes every token predict
   // itself, and greedy decoding would repeat one token (a weak check).
@@ -416,7 +421,8 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     [`${a}.context_length`, gguf.u32(spec.contextLength ?? TEST_CONTEXT)],
     [`${a}.embedding_length`, gguf.u32(spec.hidden)],
     [`${a}.block_count`, gguf.u32(spec.layers + (spec.nextn ?? 0))],
-    [`${a}.feed_forward_length`, gguf.u32(spec.experts && a !== "llama" ? spec.ffn * 3 : spec.ffn)],
+    // Granite's experts are sized by the dense key (llama.cpp's granitehybrid reads no other).
+    [`${a}.feed_forward_length`, gguf.u32(spec.experts && a !== "llama" && a !== "granitehybrid" ? spec.ffn * 3 : spec.ffn)],
     [`${a}.attention.head_count`, gguf.u32(spec.heads)],
     ...(spec.mla ? mlaMetadata(spec) : [
       [`${a}.attention.head_count_kv`, gguf.u32(spec.kvHeads)],
@@ -435,6 +441,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     // MoE files carry a dense width too; a loader that read it would size the experts wrong.
     if (a !== "llama") meta.push([`${a}.expert_feed_forward_length`, gguf.u32(spec.ffn)]);
     const shared = spec.experts.sharedFfn ?? 0;
+    if (a === "granitehybrid" && shared > 0) meta.push([`${a}.expert_shared_feed_forward_length`, gguf.u32(shared)]);
     if (a === "qwen2moe" || a === "qwen35moe" || a === "qwen3next") {
       meta.push([`${a}.expert_shared_feed_forward_length`, gguf.u32(a === "qwen2moe" ? shared : spec.experts.sharedFfn ?? spec.ffn)]);
     }

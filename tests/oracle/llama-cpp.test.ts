@@ -356,6 +356,15 @@ const CASES: OracleCase[] = [
     hf: false,
   },
   {
+    name: "granitehybrid 4 experts / 2 used (softmax, renormalised) with an ungated shared expert (Granite 4.0-H Tiny's layout), f32",
+    spec: {
+      ...BASE, architecture: "granitehybrid", layers: 3, seed: 201, mamba2: { attention: [1], heads: 4, stateSize: 8, conv: 4 }, experts: { count: 4, used: 2, sharedFfn: 48 },
+      granite: { embedding: 1, attention: 0.3, residual: 0.6, logit: 2 },
+    },
+    tol: 1e-4,
+    hf: false,
+  },
+  {
     name: "granitehybrid q8_0, 8 heads of 8, states of 32, attention with RoPE (Bamba-style), f16 KV cache",
     spec: {
       ...BASE, architecture: "granitehybrid", layers: 3, dtype: "q8_0", seed: 200, mamba2: { attention: [1], heads: 8, stateSize: 32, conv: 3, rope: true },
