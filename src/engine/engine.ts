@@ -208,7 +208,10 @@ export class Engine implements ServingEngine {
   async exportPrefix(tokens: readonly number[], handoff = false, root?: number): Promise<PrefixKv | null> {
     // A model with recurrent state sends its longest checkpoint within the cached blocks too, read
     // before anything is awaited: the blocks' reads are queued in the same turn, so both are of now.
-    const state = this.checkpoints && exportState(this.checkpoints, this.opts.runner, tokens, this.pool.cachedPrefixTokens(tokens, Infinity, root ?? null), root ?? null);
+    // One before the last token: the request the move is for computes that token (for its logits), so
+    // only a checkpoint before it can start it.
+    const reach = this.checkpoints ? Math.min(this.pool.cachedPrefixTokens(tokens, Infinity, root ?? null), tokens.length - 1) : 0;
+    const state = this.checkpoints && exportState(this.checkpoints, this.opts.runner, tokens, reach, root ?? null);
     let prefix: PrefixKv | null;
     try {
       prefix = await (handoff ? exportHandoff(this.pool, this.opts.runner, tokens, this.tails, this.offload, root) : exportPrefix(this.pool, this.opts.runner, tokens, Infinity, this.offload, root));

@@ -1,0 +1,45 @@
+/**
+ * Granite 4.0-H (src/model/granite-hybrid.ts) loads from a `granitehybrid` GGUF — its Mamba-2 layers
+ * told apart by a KV head count of 0, the scan's geometry, NoPE attention unless the file keeps RoPE,
+ * Granite's multipliers — and what llama.cpp would not run is refused by name (llama.cpp's check of
+ * the same weights: tests/oracle/llama-cpp.test.ts).
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import { test } from "../harness.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { gguf } from "../../src/model/gguf-writer.ts";
+import { GgufType } from "../../src/model/gguf-types.ts";
+import { expectLoadError, type ModelFileSpec, writeTestGguf } from "./model-files.ts";
+
+const SPEC: ModelFileSpec = {
+  architecture: "granitehybrid", hidden: 32, layers: 3, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 352,
+  mamba2: { attention: [1], heads: 4, stateSize: 16, conv: 4 }, granite: { embedding: 2, attention: 0.2, residual: 0.5, logit: 3 },
+};
+const dir = mkdtempSync(`${tmpdir()}/granite-hybrid-load-`);
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+
+test("loadModel() reads Granite 4.0-H's Mamba-2 layers, NoPE attention and multipliers from a granitehybrid GGUF", async () => {
+  const m = await loadModel(await writeTestGguf(dir, "g", SPEC));
+  assert.deepEqual(m.config.mamba2, { layers: [true, false, true], innerSize: 64, stateSize: 16, heads: 4, groups: 1, convKernel: 4 });
+  assert.deepEqual([m.config.numKvHeads, m.config.nopeLayers, m.config.embeddingScale, m.config.attentionScale, m.config.residualScale, m.config.logitScale], [2, [true, true, true], 2, 0.2, 0.5, 3]);
+  assert.deepEqual(m.weights.layers[0].ssmIn?.shape, [2 * 64 + 2 * 16 + 4, 32]);
+  assert.deepEqual(m.weights.layers[0].ssmDecay?.shape, [4, 1]);
+  assert.ok(m.weights.layers[0].wq === undefined && m.weights.layers[1].wq !== undefined, "Mamba-2 layers have no attention projections");
+  const roped = await loadModel(await writeTestGguf(dir, "r", { ...SPEC, mamba2: { ...SPEC.mamba2!, rope: true } }));
+  assert.equal(roped.config.nopeLayers, undefined, "a file that keeps RoPE rotates as Granite 3.x");
+});
+
+test("loadModel() refuses a granitehybrid file llama.cpp would not run, naming why", async () => {
+  const cases: [string, [string, ReturnType<typeof gguf.u32>][], RegExp][] = [
+    ["kvshort", [["granitehybrid.attention.head_count_kv", gguf.arr(GgufType.UINT32, [0, 2])]], /"granitehybrid\.attention\.head_count_kv" is not a per-layer array of its 3 layers/],
+    ["kvmixed", [["granitehybrid.attention.head_count_kv", gguf.arr(GgufType.UINT32, [0, 2, 4])]], /expected 0 for each Mamba-2 layer and one KV head count/],
+    ["groups", [["granitehybrid.ssm.group_count", gguf.u32(2)]], /has 2 SSM groups; only one \(every Granite 4\.0-H model's\) is supported/],
+    ["inner", [["granitehybrid.ssm.inner_size", gguf.u32(96)]], /has an SSM inner size 96, not twice its hidden size 32/],
+    ["heads", [["granitehybrid.ssm.time_step_rank", gguf.u32(5)]], /SSM inner size 64 that its 5 heads do not divide/],
+    ["conv", [["granitehybrid.ssm.conv_kernel", gguf.u32(1)]], /"granitehybrid\.ssm\.conv_kernel" in ".*" should be a whole number of at least 2, got 1/],
+  ];
+  for (const [name, metadata, pattern] of cases) await expectLoadError(loadModel(await writeTestGguf(dir, name, SPEC, { metadata })), pattern);
+});
