@@ -14,6 +14,8 @@ export interface TransferQuery {
   recomputeS: number;
   /** Seconds before the source can start sending (busy NIC, host→device staging). */
   sourceDelayS?: number;
+  /** Bytes that go with any move besides the blocks (a recurrent model's state after the prefix). */
+  extraBytes?: number;
 }
 
 /** Outcome with both costs, for logging and tests. */
@@ -30,6 +32,7 @@ export function transferSeconds(bytes: number, bandwidthBytesPerS: number, laten
 
 /** Decides transfer vs recompute for one request's cached blocks. */
 export function decideTransfer(q: TransferQuery): TransferDecision {
-  const transferS = (q.sourceDelayS ?? 0) + transferSeconds(q.blocks * q.bytesPerBlock, q.linkBandwidthBytesPerS, q.linkLatencyS);
+  const bytes = q.blocks * q.bytesPerBlock + (q.blocks > 0 ? q.extraBytes ?? 0 : 0);
+  const transferS = (q.sourceDelayS ?? 0) + transferSeconds(bytes, q.linkBandwidthBytesPerS, q.linkLatencyS);
   return { choice: transferS < q.recomputeS ? "transfer" : "recompute", transferS, recomputeS: q.recomputeS };
 }

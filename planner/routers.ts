@@ -65,6 +65,11 @@ export interface SessionRequest {
   promptTokens: number;
   blockTokens: number;
   bytesPerBlock: number;
+  /**
+   * Bytes every move of a prefix carries besides its blocks: a model with recurrent state sends the
+   * state after the prefix (one sequence's, engine/state-import.ts); absent: none.
+   */
+  stateBytes?: number;
   /** Worker that served this session last (affinity), if any. */
   lastWorker?: string;
   /**
@@ -207,7 +212,7 @@ export function routeSession(
       const readS = (fromHostBlocks * req.bytesPerBlock) / links.hostBandwidth;
       const d = decideTransfer({
         blocks: missing, bytesPerBlock: req.bytesPerBlock, linkBandwidthBytesPerS: links.bandwidth(holder.rack, w.rack),
-        linkLatencyS: links.latency(holder.rack, w.rack) + readS, recomputeS: Math.min(uncached, missing * bt) / rate,
+        linkLatencyS: links.latency(holder.rack, w.rack) + readS, recomputeS: Math.min(uncached, missing * bt) / rate, extraBytes: req.stateBytes,
       });
       if (d.choice === "transfer") {
         pullS = d.transferS;
@@ -286,12 +291,12 @@ function bestRemote(
     const missing = Math.max(0, held - p.overlapDevice);
     const d = decideTransfer({
       blocks: missing, bytesPerBlock: req.bytesPerBlock, linkBandwidthBytesPerS: links.bandwidth(w.rack, p.rack),
-      linkLatencyS: links.latency(w.rack, p.rack), recomputeS: (missing * bt) / rate,
+      linkLatencyS: links.latency(w.rack, p.rack), recomputeS: (missing * bt) / rate, extraBytes: req.stateBytes,
     });
     const prefixS = Math.min(d.transferS, d.recomputeS);
     // Past what either holds, the prompt is computed on p.
     const computed = Math.max(0, req.promptTokens - Math.max(held, p.overlapDevice) * bt);
-    const backS = links.latency(p.rack, w.rack) + (backBlocks * req.bytesPerBlock) / links.bandwidth(p.rack, w.rack);
+    const backS = links.latency(p.rack, w.rack) + (backBlocks * req.bytesPerBlock + (req.stateBytes ?? 0)) / links.bandwidth(p.rack, w.rack);
     const ttft = p.queuedPrefillTokens / rate + prefixS + computed / rate + backS;
     if (best === undefined || ttft < best.predictedTtftS) {
       best = {

@@ -166,6 +166,7 @@ export class ClusterDispatch {
     const last = place.lastWorker;
     const sreq = {
       promptTokens: req.prompt.length, blockTokens: this.blockSize, bytesPerBlock: this.o.bytesPerBlock,
+      ...(this.o.stateBytes ? { stateBytes: this.o.stateBytes } : {}),
       ...(last !== undefined ? { lastWorker: last } : {}),
       // A session not seen before (a key, or a keyless prompt continuing no kept turn) opens here: its pulls
       // are not charged as moves; unless its messages hold an answer, which makes it a returning one.

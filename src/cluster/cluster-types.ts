@@ -18,6 +18,8 @@ export interface ClusterOptions {
   routerOptions?: Partial<SessionRouterOptions>;
   /** KV bytes per block (what a moved block costs on the link). */
   bytesPerBlock: number;
+  /** Bytes of one sequence's recurrent state, which every prefix move carries besides its blocks (engine/kv-cache.ts `stateBytesPerSlot`; 0 or absent: none). */
+  stateBytes?: number;
   links?: LinkModel;
   /** Requests waiting across the cluster at most before `submit` refuses (default 1024 per worker). */
   maxWaiting?: number;

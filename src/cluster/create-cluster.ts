@@ -8,7 +8,7 @@ import type { Planner, Role } from "../../planner/types.ts";
 import type { BackendChoice } from "../backend/select.ts";
 import type { Backend, KvDType } from "../backend/types.ts";
 import { type CreateEngineOptions, createEngines } from "../engine/engine-factory.ts";
-import { kvBytesPerBlock, type KvDTypeChoice, resolveKvDtype } from "../engine/kv-cache.ts";
+import { kvBytesPerBlock, type KvDTypeChoice, resolveKvDtype, stateBytesPerSlot } from "../engine/kv-cache.ts";
 import { DEFAULT_SCHEDULER_CONFIG } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import type { QuantizeDType } from "../model/weights.ts";
@@ -22,7 +22,7 @@ import type { PortableEngineOptions } from "./worker-protocol.ts";
 import { localWorkerEngine } from "./worker-engine.ts";
 
 /** Options of {@link createCluster}. */
-export interface CreateClusterOptions extends Omit<ClusterOptions, "bytesPerBlock" | "planner" | "roles"> {
+export interface CreateClusterOptions extends Omit<ClusterOptions, "bytesPerBlock" | "stateBytes" | "planner" | "roles"> {
   /** Workers (engines); at least 1. */
   workers: number;
   /** Initial roles, one per worker (default all "mixed"). */
@@ -67,7 +67,7 @@ export function createCluster(backend: Backend, model: LoadedModel, o: CreateClu
     },
   })), o.draft);
   const dtype = movedKvDtype(resolveKvDtype(backend, model.config, e.kvCacheDtype));
-  built.cluster = new Cluster(engines.map(localWorkerEngine), { ...o, planner: clusterPlanner(o), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize, dtype) });
+  built.cluster = new Cluster(engines.map(localWorkerEngine), { ...o, planner: clusterPlanner(o), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize, dtype), stateBytes: stateBytesPerSlot(model.config) });
   return built.cluster;
 }
 
@@ -195,7 +195,7 @@ async function startRemoteCluster(model: LoadedModel, o: CreateClusterOptions, s
     throw failed ? failed.reason : otherModelError(other!, expected);
   }
   const bytesPerBlock = kvBytesPerBlock(model.config, e.blockSize, remoteKvDtype(model.config, e.kvCacheDtype, backend));
-  built.cluster = new Cluster(engines, { ...o, planner: clusterPlanner(o), bytesPerBlock });
+  built.cluster = new Cluster(engines, { ...o, planner: clusterPlanner(o), bytesPerBlock, stateBytes: stateBytesPerSlot(model.config) });
   return built.cluster;
 }
 

@@ -231,3 +231,18 @@ test("routeSession() with waiveOpeningPulls charges no pull of a turn opening a 
   const back = { promptTokens: 3_000, blockTokens: 1024, bytesPerBlock: 1e6, lastWorker: "holder" };
   assert.equal(routeSession(back, [{ ...holder, queuedPrefillTokens: 20_000 }, empty], [], links, { ...o, waiveOpeningPulls: true })!.decodeWorker, "holder");
 });
+
+test("routeSession() prices a pulled prefix's recurrent state with its blocks: a state too large to move keeps the work where it is", () => {
+  const req = { promptTokens: 60_000, blockTokens: 2048, bytesPerBlock: 70e6, lastWorker: "holder" };
+  const o = { localPrefillThreshold: 1_000_000, itlTargetS: 0.05, peerTransfer: true };
+  const holder = cand("holder", { role: "mixed", overlapDevice: 28, overlapHost: 28, queuedPrefillTokens: 1_000_000 });
+  const idle = cand("idle", { role: "mixed" });
+  // 60 MiB of state (a 9B hybrid's) adds ~60 µs over 1 TB/s: still pulled.
+  const small = routeSession({ ...req, stateBytes: 60 * 2 ** 20 }, [holder, idle], [], links, o)!;
+  assert.deepEqual([small.decodeWorker, small.prefixSource], ["idle", "holder"]);
+  assert.ok(small.predictedTtftS > routeSession(req, [holder, idle], [], links, o)!.predictedTtftS, "the state's bytes are in the pull's time");
+  // A state that takes longer to move than the 57k tokens take to compute (0.57 s) is not pulled.
+  const huge = routeSession({ ...req, stateBytes: 1e12 }, [holder, idle], [], links, o)!;
+  assert.equal(huge.prefixTransferBlocks, 0);
+  assert.equal(huge.prefixSource, undefined);
+});
