@@ -28,6 +28,9 @@ const DELTA_NET_STEMS: Readonly<Record<string, readonly LoraTarget[]>> = {
   attn_qkv: ["ssmQkv"], attn_gate: ["ssmZ"], ssm_beta: ["ssmBeta"], ssm_alpha: ["ssmAlpha"], ssm_out: ["ssmOut"], ssm_ba: ["ssmBeta", "ssmAlpha"], ssm_in: ["ssmQkv", "ssmZ"],
 };
 
+/** Granite 4.0-H's Mamba-2 layers' projections. */
+const MAMBA2_STEMS: Readonly<Record<string, readonly LoraTarget[]>> = { ssm_in: ["ssmIn"], ssm_out: ["ssmOut"] };
+
 /** LFM2's short convolution layers' projections. */
 const SHORT_CONV_STEMS: Readonly<Record<string, readonly LoraTarget[]>> = { "shortconv.in_proj": ["convIn"], "shortconv.out_proj": ["convOut"] };
 
@@ -37,7 +40,7 @@ function parseName(name: string, config: ModelConfig): { layer: number; stem: st
   if (!m) return undefined;
   const side = m[4] as "a" | "b";
   if (m[3] === "output") return { layer: -1, stem: "output", targets: ["output"], side };
-  const own = config.deltaNet ? DELTA_NET_STEMS[m[2]] : config.shortConv ? SHORT_CONV_STEMS[m[2]] : undefined;
+  const own = config.deltaNet ? DELTA_NET_STEMS[m[2]] : config.shortConv ? SHORT_CONV_STEMS[m[2]] : config.mamba2 ? MAMBA2_STEMS[m[2]] : undefined;
   const targets = own ?? (LAYER_STEMS[m[2]] !== undefined ? [LAYER_STEMS[m[2]]] : FUSED_STEMS[m[2]]);
   return targets === undefined ? undefined : { layer: Number(m[1]), stem: m[2], targets, side };
 }
@@ -73,7 +76,7 @@ export async function loadGgufLora(path: string, config: ModelConfig, options: L
       if (/_norm\.weight\.lora_[ab]$/.test(t.name)) continue;
       const p = parseName(t.name, config);
       if (!p) {
-        const own = config.deltaNet ? "; Gated DeltaNet's attn_qkv, attn_gate, ssm_beta/alpha/out, ssm_ba, ssm_in" : "; Phi-3's attn_qkv";
+        const own = config.deltaNet ? "; Gated DeltaNet's attn_qkv, attn_gate, ssm_beta/alpha/out, ssm_ba, ssm_in" : config.mamba2 ? "; Mamba-2's ssm_in, ssm_out" : "; Phi-3's attn_qkv";
         throw new ModelLoadError(`LoRA adapter "${path}" has tensor "${t.name}", which names no projection we can adapt (attn_q/k/v/output, ffn_gate/up/down, output${own})`);
       }
       const key = `${p.layer}.${p.stem}`;

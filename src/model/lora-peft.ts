@@ -23,6 +23,8 @@ const MODULES: Readonly<Record<string, LoraTarget>> = {
   "mlp.gate_proj": "wGate", "mlp.up_proj": "wUp", "mlp.down_proj": "wDown",
   "linear_attn.in_proj_qkv": "ssmQkv", "linear_attn.in_proj_z": "ssmZ", "linear_attn.in_proj_b": "ssmBeta", "linear_attn.in_proj_a": "ssmAlpha",
   "linear_attn.out_proj": "ssmOut",
+  // Granite 4.0-H's Mamba-2 mixer (on a granitehybrid base).
+  "mamba.in_proj": "ssmIn", "mamba.out_proj": "ssmOut",
 };
 
 /** LFM2's module names (lfm2.ts): its attention output, feed-forward and short convolution projections. */

@@ -66,7 +66,12 @@ export function targetDims(config: ModelConfig, layer: number, target: LoraTarge
   if (isDeltaNetLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a Gated DeltaNet layer, which has no attention projections";
   if (isShortConvLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a short convolution layer, which has no attention projections";
   if (isMamba2Layer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a Mamba-2 layer, which has no attention projections";
-  if (target === "ssmIn" || (target === "ssmOut" && isMamba2Layer(config, layer))) return "Mamba-2 projections cannot be adapted";
+  if (target === "ssmIn" || (target === "ssmOut" && config.mamba2)) {
+    const m = config.mamba2;
+    if (!m || !isMamba2Layer(config, layer)) return "it is not a Mamba-2 layer";
+    // The input projection gives z, then x, B and C, then dt.
+    return target === "ssmIn" ? [config.hiddenSize, 2 * m.innerSize + 2 * m.groups * m.stateSize + m.heads] : [m.innerSize, config.hiddenSize];
+  }
   if (target === "convIn" || target === "convOut") {
     if (!isShortConvLayer(config, layer)) return "it is not a short convolution layer";
     return target === "convIn" ? [config.hiddenSize, 3 * config.hiddenSize] : [config.hiddenSize, config.hiddenSize];

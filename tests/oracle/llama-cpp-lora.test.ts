@@ -136,6 +136,21 @@ const CASES: LoraCase[] = [
     }),
     scale: 1,
   },
+  {
+    name: "granitehybrid f32: rank 4, alpha 8, on the Mamba-2 layers' in and out projections, the attention layer's q and o, and every feed-forward",
+    spec: {
+      ...BASE, architecture: "granitehybrid", layers: 3, seed: 209, mamba2: { attention: [1], heads: 4, stateSize: 16, conv: 4 },
+      granite: { embedding: 2, attention: 0.2, residual: 0.5, logit: 3 },
+    },
+    adapter: (config) => ({
+      seed: 309, rank: 4, alpha: 8, magnitude: 0.3,
+      targets: [
+        ...[0, 2].flatMap((layer) => (["ssmIn", "ssmOut"] as const).map((target) => ({ layer, target }))),
+        { layer: 1, target: "wq" }, { layer: 1, target: "wo" }, ...eachLayer(config, ["wGate", "wUp", "wDown"]),
+      ],
+    }),
+    scale: 1,
+  },
 ];
 
 const dir = mkdtempSync(`${tmpdir()}/oracle-lora-`);
