@@ -102,7 +102,7 @@ export class Engine implements ServingEngine {
     const worth = this.turns && ((sessionId: string | undefined) => sessionId === undefined ? 0 : this.turns!.tracker.returnProbability(sessionId, clock(), CHECKPOINT_HORIZON_S));
     const checkpoints = recurrent && r.stateCheckpoints ? new StateCheckpoints(r.stateCheckpoints, r.blockSize, worth) : undefined;
     this.checkpoints = checkpoints;
-    this.stateImports = checkpoints && r.writeState ? new StateImports(checkpoints, r, stateShapes(opts.config)) : undefined;
+    this.stateImports = checkpoints && r.writeState ? new StateImports(checkpoints, r, stateShapes(opts.config), () => this.scheduler.refreshCheckpointHolds()) : undefined;
     const manager = !recurrent ? blocks : withoutHandoffTails(checkpoints ? blocks : withoutPrefixHits(blocks));
     this.scheduler = new Scheduler(manager, { maxPromptLogprobRows, ...opts.scheduler }, () => this.now() / 1000, checkpoints);
     const auto = opts.autoStepMixing;

@@ -41,8 +41,8 @@ export class WaitingQueue {
   /** Uncached tokens of sequences probed while the prefix cache was at `probedVersion`. */
   private readonly probed = new Map<Sequence, number>();
   private probedVersion: number | undefined;
-  /** What lets go of the state checkpoint each waiting sequence would resume from (StateCheckpoints.hold). */
-  private readonly holds = new Map<Sequence, () => void>();
+  /** The state checkpoint each waiting sequence would resume from, and what lets go of it (StateCheckpoints.hold). */
+  private readonly holds = new Map<Sequence, { id: number; release: () => void }>();
   /** Sum of `probed` over every waiting sequence, or undefined until all are probed again. */
   private uncachedSum: number | undefined;
   private decodes = 0;
@@ -296,13 +296,28 @@ export class WaitingQueue {
     this.uncachedSum = undefined;
   }
 
+  /** Holds the longest state checkpoint `seq` would resume from now, in place of the one it held. */
+  private holdCheckpoint(seq: Sequence): void {
+    if (!this.checkpoints || seq.numSwapped > 0 || seq.hints.wholePrompt) return;
+    const cp = this.checkpoints.longest(seq.tokens, seq.tokens.length - 1, seq.hints.cacheRoot ?? null);
+    const had = this.holds.get(seq);
+    if (had?.id === cp?.id) return;
+    had?.release();
+    this.holds.delete(seq);
+    if (cp) this.holds.set(seq, { id: cp.id, release: this.checkpoints.hold(cp.id) });
+  }
+
+  /** New checkpoints were written (states moved here): each waiting sequence holds the longest it would resume from now. */
+  refreshHolds(): void {
+    for (const seq of this.seqs) this.holdCheckpoint(seq);
+  }
+
   /**
    * Counts a sequence that joined the queue in the kept gauges (probing it now keeps the sum whole),
    * and holds the state checkpoint it would resume from, so that no step takes it before it is admitted.
    */
   private joined(seq: Sequence): void {
-    const cp = this.checkpoints && seq.numSwapped === 0 && !seq.hints.wholePrompt ? this.checkpoints.longest(seq.tokens, seq.tokens.length - 1, seq.hints.cacheRoot ?? null) : undefined;
-    if (cp) this.holds.set(seq, this.checkpoints!.hold(cp.id));
+    this.holdCheckpoint(seq);
     if (seq.numOutput > 0) this.decodes++;
     if (this.oldestAt !== undefined) this.oldestAt = Math.min(this.oldestAt, this.queuedAt.get(seq) ?? Infinity);
     this.sync();
@@ -311,7 +326,7 @@ export class WaitingQueue {
 
   /** Takes a sequence that left the queue out of the kept gauges. */
   private left(seq: Sequence): void {
-    this.holds.get(seq)?.();
+    this.holds.get(seq)?.release();
     this.holds.delete(seq);
     if (seq.numOutput > 0) this.decodes--;
     if (this.oldestAt !== undefined && (this.queuedAt.get(seq) ?? Infinity) <= this.oldestAt) this.oldestAt = undefined;

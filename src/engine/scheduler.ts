@@ -58,6 +58,11 @@ export class Scheduler {
     this.waiting = new WaitingQueue(kv, this.config, this.swap, clock, checkpoints);
   }
 
+  /** New state checkpoints were written (states moved here): each waiting prompt holds the one it would resume from (scheduler-queue.ts). */
+  refreshCheckpointHolds(): void {
+    this.waiting.refreshHolds();
+  }
+
   /** The current step mixing: config.stepMixing until set (an engine deciding online sets it between steps). */
   get stepMixing(): StepMixing {
     return this.mixer.mode;

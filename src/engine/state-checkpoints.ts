@@ -11,9 +11,8 @@
  * adapter and cache salt, whose state differs, or must not be shared). The one a new checkpoint replaces is the least worth keeping:
  * by default the least recently used; under agent-aware retention the one whose session is least
  * likely to send its next turn soon (a session waiting on a tool call keeps its checkpoint over one
- * that gave its final answer), then the least recently used; one pinned (moved here from another
- * worker for a request about to come) or held (a waiting sequence would resume from it) goes only
- * where every written one is. Pure CPU bookkeeping (the worth is injected); the runner copies the
+ * that gave its final answer), then the least recently used; one held (a waiting sequence would resume
+ * from it) goes only where every written one is. Pure CPU bookkeeping (the worth is injected); the runner copies the
  * states (state-copy.ts), and a checkpoint moves between workers with its prefix (state-import.ts).
  */
 
@@ -30,12 +29,7 @@ interface Checkpoint {
   lastUse: number;
   /** Reserved in a step whose forward has not run yet: not to be restored from until it has. */
   pending: boolean;
-  /**
-   * Moved here for a request about to come (a hand-off, a pulled prefix): taken for another only
-   * when every written one is, until a restore uses it.
-   */
-  pinned?: boolean;
-  /** Waiting sequences that would resume from it (see {@link StateCheckpoints.hold}). */
+  /** Holders keeping it (see {@link StateCheckpoints.hold}): waiting sequences that would resume from it, a batch of moved states being written. */
   holds?: number;
 }
 
@@ -75,20 +69,17 @@ export class StateCheckpoints {
     return best;
   }
 
-  /** Marks checkpoint `id` used now (a restore), so it is evicted last; a pin (see {@link reserve}) ends. */
+  /** Marks checkpoint `id` used now (a restore), so it is evicted last. */
   touch(id: number): void {
     const e = this.#entries[id];
-    if (e) {
-      e.lastUse = ++this.#tick;
-      e.pinned = undefined;
-    }
+    if (e) e.lastUse = ++this.#tick;
     this.restores++;
   }
 
   /**
    * Keeps checkpoint `id` from being taken for another while a waiting sequence would resume from it
-   * (else the step admitting the sequences before it could take it for theirs), as a pin does; returns
-   * what lets go of it, once.
+   * (else the step admitting the sequences before it could take it for theirs), unless every written
+   * one is held; returns what lets go of it, once.
    */
   hold(id: number): () => void {
     const e = this.#entries[id];
@@ -104,28 +95,25 @@ export class StateCheckpoints {
   /**
    * A checkpoint id for the state after `tokens` (block-aligned), to be written after this step's
    * forward (pending until {@link settle}): a free one, else the one least worth keeping; undefined when
-   * one already holds exactly these tokens, or when every one is pending. `pin`: a state moved here for
-   * a request about to resume from it, kept over unpinned ones until a restore uses it (else the
-   * decode checkpoints of the sequences running here, or the next state moved here, could take it first).
+   * one already holds exactly these tokens (returned by {@link find}), or when every one is pending.
    */
-  reserve(tokens: readonly number[], sessionId?: string, root: number | null = null, pin = false): number | undefined {
+  reserve(tokens: readonly number[], sessionId?: string, root: number | null = null): number | undefined {
     if (tokens.length === 0 || tokens.length % this.blockSize !== 0) throw new RangeError(`A state checkpoint needs whole blocks of ${this.blockSize} tokens, got ${tokens.length}`);
     const same = this.#entries.findIndex((e) => e !== undefined && e.root === root && e.tokens.length === tokens.length && e.tokens.every((t, i) => t === tokens[i]));
     if (same >= 0) {
       this.#entries[same]!.lastUse = ++this.#tick;
-      if (pin) this.#entries[same]!.pinned = true;
       return undefined;
     }
     const id = this.#free() ?? this.#victim();
     if (id === undefined) return undefined;
-    this.#entries[id] = { tokens: tokens.slice(), root, sessionId, lastUse: ++this.#tick, pending: true, ...(pin ? { pinned: true } : {}) };
+    this.#entries[id] = { tokens: tokens.slice(), root, sessionId, lastUse: ++this.#tick, pending: true };
     this.taken++;
     return id;
   }
 
   /**
-   * The written checkpoint least worth keeping, then least recently used, a pinned or held one only
-   * where all written ones are; undefined when all are pending (each is some entry's of the step being planned,
+   * The written checkpoint least worth keeping, then least recently used, a held one only where all
+   * written ones are; undefined when all are pending (each is some entry's of the step being planned,
    * which will write it).
    */
   #victim(): number | undefined {
@@ -133,7 +121,7 @@ export class StateCheckpoints {
     let bestKey: [number, number, number] = [Infinity, Infinity, Infinity];
     this.#entries.forEach((e, i) => {
       if (!e || e.pending) return;
-      const key: [number, number, number] = [e.pinned || (e.holds ?? 0) > 0 ? 1 : 0, this.worth?.(e.sessionId) ?? 0, e.lastUse];
+      const key: [number, number, number] = [(e.holds ?? 0) > 0 ? 1 : 0, this.worth?.(e.sessionId) ?? 0, e.lastUse];
       if (key[0] < bestKey[0] || (key[0] === bestKey[0] && (key[1] < bestKey[1] || (key[1] === bestKey[1] && key[2] < bestKey[2])))) {
         best = i;
         bestKey = key;

@@ -35,7 +35,12 @@ interface PendingState {
   values: HostState;
 }
 
-/** States moved here, waiting for the worker loop's next turn to become checkpoints. */
+/**
+ * States moved here, waiting for the worker loop's next turn to become checkpoints. A batch's
+ * checkpoints are held while it is written (one written later cannot take an earlier one's place), then
+ * `applied` runs (the scheduler's waiting prompts hold those they would resume from), then they are let
+ * go: one no waiting prompt wants is an ordinary checkpoint from then on.
+ */
 export class StateImports {
   #pending: PendingState[] = [];
   /** States written into checkpoints, and those dropped (a checkpoint already held the same tokens, or every one was pending). */
@@ -45,6 +50,7 @@ export class StateImports {
   /** `shapes`: this model's state tensors less their slot dimension (kv-cache.ts `stateShapes`). */
   constructor(
     private readonly checkpoints: StateCheckpoints, private readonly runner: StepRunner, private readonly shapes: { conv: number[][]; ssm: number[][] },
+    private readonly applied?: () => void,
   ) {}
 
   /** States waiting to be written. */
@@ -83,23 +89,29 @@ export class StateImports {
     this.#pending = [];
     let n = 0;
     let failed: unknown;
-    for (const p of pending) {
-      // Pinned: the request resuming from it comes next (a hand-off, a pulled prefix).
-      const id = this.checkpoints.reserve(p.tokens, p.sessionId, p.root, true);
-      if (id === undefined) {
-        this.dropped++;
-        continue;
+    const batch: (() => void)[] = [];
+    try {
+      for (const p of pending) {
+        const id = this.checkpoints.reserve(p.tokens, p.sessionId, p.root);
+        if (id === undefined) {
+          this.dropped++;
+          continue;
+        }
+        try {
+          this.runner.writeState!(id, p.values);
+          this.checkpoints.settle(id);
+          batch.push(this.checkpoints.hold(id));
+          n++;
+        } catch (e) {
+          // The device's error: that checkpoint goes, the others are still written; the first error is thrown after.
+          this.checkpoints.drop(id);
+          this.dropped++;
+          failed ??= e;
+        }
       }
-      try {
-        this.runner.writeState!(id, p.values);
-        this.checkpoints.settle(id);
-        n++;
-      } catch (e) {
-        // The device's error: that checkpoint goes, the others are still written; the first error is thrown after.
-        this.checkpoints.drop(id);
-        this.dropped++;
-        failed ??= e;
-      }
+      if (n > 0) this.applied?.();
+    } finally {
+      for (const release of batch) release();
     }
     this.written += n;
     if (failed !== undefined) throw failed;

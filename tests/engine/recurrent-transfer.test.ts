@@ -15,6 +15,8 @@ import { createEngine } from "../../src/engine/engine-factory.ts";
 import { allocatePagedKv, stateShapes } from "../../src/engine/kv-cache.ts";
 import { type PrefixKv, PrefixTransferError } from "../../src/engine/prefix-transfer.ts";
 import { StateCheckpoints } from "../../src/engine/state-checkpoints.ts";
+import { StateImports } from "../../src/engine/state-import.ts";
+import type { StepRunner } from "../../src/engine/engine-runner-types.ts";
 import { uploadModel } from "../../src/model/device-weights.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { greedySteps } from "../oracle/oracle-compare.ts";
@@ -122,27 +124,49 @@ test("Engine.importPrefix() refuses a recurrent state that does not fit the mode
   }
 });
 
-test("StateCheckpoints.reserve() with a pin, and hold(), keep a checkpoint from being taken until it is used or let go", () => {
+test("StateCheckpoints.hold() keeps a checkpoint from being taken until let go, unless every written one is held", () => {
   const cps = new StateCheckpoints(2, 4);
-  const pinned = cps.reserve([1, 2, 3, 4], undefined, null, true)!;
-  cps.settle(pinned);
-  const other = cps.reserve([5, 6, 7, 8])!;
-  cps.settle(other);
-  // The pinned one is older, but the unpinned one goes first.
-  assert.equal(cps.reserve([9, 9, 9, 9]), other);
-  cps.settle(other);
-  // Where every written one is pinned or held, the least recently used of them goes.
-  const release = cps.hold(other);
-  assert.equal(cps.reserve([8, 8, 8, 8]), pinned, "all are kept: the oldest goes");
-  cps.settle(pinned);
-  // A restore ends a pin; letting go ends a hold (once, however often it is called).
-  const again = cps.reserve([1, 2, 3, 4], undefined, null, true)!;
-  cps.settle(again);
+  const a = cps.reserve([1, 2, 3, 4])!;
+  cps.settle(a);
+  const b = cps.reserve([5, 6, 7, 8])!;
+  cps.settle(b);
+  // a is the older, but held: b goes first.
+  const release = cps.hold(a);
+  assert.equal(cps.reserve([9, 9, 9, 9]), b);
+  cps.settle(b);
+  // Where every written one is held, the least recently used of them goes.
+  const releaseB = cps.hold(b);
+  assert.equal(cps.reserve([8, 8, 8, 8]), a, "all are held: the oldest goes");
+  cps.settle(a);
+  // Let go (once, however often it is called), a checkpoint is an ordinary one again.
+  releaseB();
+  releaseB();
   release();
-  release();
-  assert.equal(cps.reserve([7, 7, 7, 7]), other, "held no more: it goes before the pinned one");
-  cps.settle(other);
-  cps.touch(again);
-  cps.touch(other);
-  assert.equal(cps.reserve([6, 6, 6, 6]), again, "restored, its pin ended: the least recently used goes");
+  cps.touch(a);
+  assert.equal(cps.reserve([7, 7, 7, 7]), b, "held no more: the least recently used goes");
+});
+
+test("StateImports.apply() writes a batch of moved states without one taking another's place, and waiting prompts keep theirs", () => {
+  const cps = new StateCheckpoints(2, 4);
+  const written: number[] = [];
+  const runner = { writeState: (id: number) => void written.push(id) } as unknown as StepRunner;
+  const shapes = { conv: [[3, 2]], ssm: [] };
+  const state = (tokens: number) => ({ tokens, values: { conv: [new Float32Array(6)], ssm: [] } });
+  let held: (() => void) | undefined;
+  // A waiting prompt holds the checkpoint it would resume from once the batch is written.
+  const imports = new StateImports(cps, runner, shapes, () => (held = cps.hold(cps.longest([1, 2, 3, 4, 5], 4)!.id)));
+  const old = cps.reserve([9, 9, 9, 9])!;
+  cps.settle(old);
+  imports.queue({ tokens: [1, 2, 3, 4], blockSize: 4, kv: { numTokens: 0, k: [], v: [] } as unknown as PrefixKv["kv"], state: state(4) });
+  imports.queue({ tokens: [5, 6, 7, 8], blockSize: 4, kv: { numTokens: 0, k: [], v: [] } as unknown as PrefixKv["kv"], state: state(4) });
+  assert.equal(imports.apply(), 2);
+  assert.deepEqual(cps.longest([1, 2, 3, 4, 5], 4)?.length, 4, "the first of the batch was not taken by the second");
+  assert.equal(cps.longest([9, 9, 9, 9, 9], 4), undefined, "the old one made room");
+  // The second is wanted by no waiting prompt: a new checkpoint takes it, not the held first one.
+  const next = cps.reserve([7, 7, 7, 7])!;
+  assert.equal(cps.longest([5, 6, 7, 8, 9], 4), undefined);
+  cps.settle(next);
+  assert.equal(cps.longest([1, 2, 3, 4, 5], 4)?.length, 4);
+  held!();
+  assert.throws(() => imports.queue({ tokens: [1, 2, 3, 4], blockSize: 4, kv: { numTokens: 0, k: [], v: [] } as unknown as PrefixKv["kv"], state: { tokens: 4, values: { conv: [new Float32Array(5)], ssm: [] } } }), PrefixTransferError);
 });
