@@ -68,7 +68,7 @@ export function sharesKvCache(config: ModelConfig): boolean {
 /**
  * Allocates zeroed K and V caches for every attention layer of `config`, in `dtype` (f32 unless
  * asked). A multi-head latent attention model gets one cache per layer, serving as both (`v[i]` is
- * `k[i]`). A model with Gated DeltaNet layers also gets their recurrent state, f32, for `stateSlots`
+ * `k[i]`). A model with recurrent layers also gets their state, f32, for `stateSlots`
  * sequences at once and `stateCheckpoints` kept states (forward.ts {@link RecurrentState}).
  */
 export function allocatePagedKv(
@@ -121,8 +121,9 @@ export function freePagedKv(backend: Backend, kv: PagedKv): void {
 
 /**
  * One sequence's recurrent state tensors, less their slot dimension, in RecurrentState's order: a
- * convolution state [kernel - 1, channels] per recurrent layer (Gated DeltaNet or short convolution),
- * a delta rule state [value heads, key dim, value dim] per Gated DeltaNet layer, each in layer order.
+ * convolution state [kernel - 1, channels] per recurrent layer (Gated DeltaNet, short convolution or
+ * Mamba-2), a delta rule state [value heads, key dim, value dim] per Gated DeltaNet layer or a scan state
+ * [heads, head dim, state dim] per Mamba-2 layer, each in layer order.
  */
 export function stateShapes(config: ModelConfig): { conv: number[][]; ssm: number[][] } {
   const conv: number[][] = [];
@@ -143,7 +144,7 @@ export function stateShapes(config: ModelConfig): { conv: number[][]; ssm: numbe
   return { conv, ssm };
 }
 
-/** Bytes one sequence's recurrent state occupies across the Gated DeltaNet and short convolution layers (f32); 0 without them. */
+/** Bytes one sequence's recurrent state occupies across the recurrent layers (f32); 0 without them. */
 export function stateBytesPerSlot(config: ModelConfig): number {
   const { conv, ssm } = stateShapes(config);
   return 4 * [...conv, ...ssm].reduce((a, shape) => a + shape.reduce((x, y) => x * y, 1), 0);

@@ -95,7 +95,7 @@ export class StateCheckpoints {
   /**
    * A checkpoint id for the state after `tokens` (block-aligned), to be written after this step's
    * forward (pending until {@link settle}): a free one, else the one least worth keeping; undefined when
-   * one already holds exactly these tokens (returned by {@link find}), or when every one is pending.
+   * one already holds exactly these tokens, or when every one is pending.
    */
   reserve(tokens: readonly number[], sessionId?: string, root: number | null = null): number | undefined {
     if (tokens.length === 0 || tokens.length % this.blockSize !== 0) throw new RangeError(`A state checkpoint needs whole blocks of ${this.blockSize} tokens, got ${tokens.length}`);

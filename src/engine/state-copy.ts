@@ -1,6 +1,6 @@
 /**
  * Copies one sequence's recurrent state (every recurrent layer's convolution inputs and each Gated
- * DeltaNet layer's delta rule matrices) from one slot to another on the device, exactly, with ops
+ * DeltaNet or Mamba-2 layer's state matrices) from one slot to another on the device, exactly, with ops
  * every backend has: the slot's values gathered as rows (Backend.gatherRows) and written at the other
  * slot's rows by Backend.kvWrite, each state tensor viewed as an f32 cache of one-head rows. A slot's
  * state also goes to the host and back the same way (a state checkpoint moved to another worker).
@@ -96,7 +96,7 @@ export function readStateSlot(backend: Backend, state: RecurrentState, slot: num
 export function writeStateSlot(backend: Backend, state: RecurrentState, slot: number, host: HostState): void {
   const pairs = [...state.conv.map((t, i) => [t, host.conv[i]] as const), ...state.ssm.map((t, i) => [t, host.ssm[i]] as const)];
   if (host.conv.length !== state.conv.length || host.ssm.length !== state.ssm.length) {
-    throw new StateShapeError(`A recurrent state of ${host.conv.length} convolution and ${host.ssm.length} delta rule tensors does not fit this model's ${state.conv.length} and ${state.ssm.length}`);
+    throw new StateShapeError(`A recurrent state of ${host.conv.length} convolution and ${host.ssm.length} delta rule or scan tensors does not fit this model's ${state.conv.length} and ${state.ssm.length}`);
   }
   for (const [t, values] of pairs) {
     const { rows, width } = slotRows(t);

@@ -1,6 +1,6 @@
 /**
  * Recurrent state moved between workers with a cached prefix (PrefixKv.state). A model with Gated
- * DeltaNet or short convolution layers resumes a prefix only from a state checkpoint
+ * DeltaNet, short convolution or Mamba-2 layers resumes a prefix only from a state checkpoint
  * (state-checkpoints.ts), so a prefix pulled from a peer or handed over by a prefill worker brings the
  * sender's checkpoint within it: {@link exportState} reads it as the blocks are read, and
  * {@link StateImports} writes it into a checkpoint of the receiver's. The write waits for the worker
@@ -53,11 +53,6 @@ export class StateImports {
     private readonly applied?: () => void,
   ) {}
 
-  /** States waiting to be written. */
-  get size(): number {
-    return this.#pending.length;
-  }
-
   /**
    * Queues `prefix.state` (if any) to become a checkpoint ranked as `sessionId`'s; a
    * PrefixTransferError, queueing nothing, where it does not fit this model or the prefix.
@@ -79,7 +74,7 @@ export class StateImports {
       Array.isArray(got) && got.length === shapes.length && shapes.every((shape, i) => got[i] instanceof Float32Array && got[i].length === shape.reduce((a, d) => a * d, 1));
     if (!fits(values?.conv, this.shapes.conv) || !fits(values?.ssm, this.shapes.ssm)) {
       const sizes = (xs: number[][]) => xs.map((x) => x.reduce((a, d) => a * d, 1)).join(", ");
-      throw new PrefixTransferError(`The recurrent state sent does not fit this model's: convolution states of [${sizes(this.shapes.conv)}] values and delta rule states of [${sizes(this.shapes.ssm)}] expected`);
+      throw new PrefixTransferError(`The recurrent state sent does not fit this model's: convolution states of [${sizes(this.shapes.conv)}] values and delta rule or scan states of [${sizes(this.shapes.ssm)}] expected`);
     }
   }
 
