@@ -16,6 +16,7 @@ import { StateSlotError, StateSlots } from "../../src/engine/state-slots.ts";
 import { checkpointChunk, StateCheckpoints } from "../../src/engine/state-checkpoints.ts";
 import { uploadModel } from "../../src/model/device-weights.ts";
 import { loadModel } from "../../src/model/load.ts";
+import type { LoadedModel } from "../../src/model/config.ts";
 import { greedySteps } from "../oracle/oracle-compare.ts";
 import { generate } from "../../src/engine/generate.ts";
 import { type ModelFileSpec, writeTestGguf } from "../model/model-files.ts";
@@ -96,10 +97,10 @@ test("StateSlots assigns a slot at position 0, keeps it, refuses a sequence resu
   assert.equal(slots.assign([{ seqId: 7, startPos: 0 }]).length, 1);
 });
 
-/** The greedy tokens of `prompt` from a lone forward. */
-async function loneGreedy(prompt: number[]): Promise<number[]> {
-  const kv = allocatePagedKv(backend, model.config, 24, 4);
-  return (await greedySteps(backend, uploadModel(backend, model), kv, prompt, MAX_TOKENS, Array.from({ length: 24 }, (_, i) => i))).tokens;
+/** The greedy tokens of `prompt` from a lone forward (of `of`, the Qwen3.5 by default). */
+async function loneGreedy(prompt: number[], of: LoadedModel = model): Promise<number[]> {
+  const kv = allocatePagedKv(backend, of.config, 24, 4);
+  return (await greedySteps(backend, uploadModel(backend, of), kv, prompt, MAX_TOKENS, Array.from({ length: 24 }, (_, i) => i))).tokens;
 }
 
 for (const schedulerSteps of [1, 3]) {
@@ -309,10 +310,7 @@ test("Engine with short convolution layers (LFM2): chunked prefills, multi-step 
     };
     const lfm2 = await loadModel(await writeTestGguf(dir3, "lfm2", spec));
     assert.deepEqual(lfm2.config.shortConv, { layers: [true, false, true, false], kernel: 3 });
-    const lone = async (prompt: number[]) => {
-      const kv = allocatePagedKv(backend, lfm2.config, 24, 4);
-      return (await greedySteps(backend, uploadModel(backend, lfm2), kv, prompt, MAX_TOKENS, Array.from({ length: 24 }, (_, i) => i))).tokens;
-    };
+    const lone = (prompt: number[]) => loneGreedy(prompt, lfm2);
     const want = await Promise.all(PROMPTS.map(lone));
     const e = createEngine(backend, lfm2, { numBlocks: 64, blockSize: 4, schedulerSteps: 3, scheduler: { maxBatchTokens: 5, maxRunning: 3 } });
     try {
@@ -344,10 +342,7 @@ test("Engine with Mamba-2 layers (Granite 4.0-H): chunked prefills, multi-step d
     assert.deepEqual(granite.config.nopeLayers, [true, true, true, true]);
     // Per sequence: 3 convolution states of 3 × 96 and 3 scan states of 4 heads × 16 × 16, f32.
     assert.equal(stateBytesPerSlot(granite.config), 4 * 3 * (3 * 96 + 4 * 16 * 16));
-    const lone = async (prompt: number[]) => {
-      const kv = allocatePagedKv(backend, granite.config, 24, 4);
-      return (await greedySteps(backend, uploadModel(backend, granite), kv, prompt, MAX_TOKENS, Array.from({ length: 24 }, (_, i) => i))).tokens;
-    };
+    const lone = (prompt: number[]) => loneGreedy(prompt, granite);
     const want = await Promise.all(PROMPTS.map(lone));
     const e = createEngine(backend, granite, { numBlocks: 64, blockSize: 4, schedulerSteps: 3, scheduler: { maxBatchTokens: 5, maxRunning: 3 } });
     const peer = createEngine(backend, granite, { numBlocks: 64, blockSize: 4 });
