@@ -15,6 +15,7 @@ import { hfGranite } from "./granite.ts";
 import { hfQwen35 } from "./hf-qwen35.ts";
 import { hfMistral3 } from "./mistral3.ts";
 import { hfLfm2, lfm2FeedForward } from "./lfm2.ts";
+import { hfGraniteHybrid } from "./granite-hybrid.ts";
 
 /** config.json's `architectures[0]` (or `model_type`) → our architecture. */
 const HF_ARCHITECTURES: Record<string, Architecture> = {
@@ -39,6 +40,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Qwen3NextForCausalLM: "qwen3next",
   Ministral3ForCausalLM: "mistral3",
   Lfm2ForCausalLM: "lfm2",
+  GraniteMoeHybridForCausalLM: "granitehybrid",
   // Mistral 7B, Mistral Small 3.x's and Devstral's text models: Llama's layout (and a window on every layer where set).
   MistralForCausalLM: "llama",
   MixtralForCausalLM: "llama",
@@ -62,6 +64,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   qwen3_next: "qwen3next",
   ministral3: "mistral3",
   lfm2: "lfm2",
+  granitemoehybrid: "granitehybrid",
   mistral: "llama",
   mixtral: "llama",
 };
@@ -102,7 +105,9 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const mistral3 = architecture === "mistral3" ? hfMistral3(cfg, ropeTheta, headDim, path) : undefined;
   const ownRope = deepseek ?? gptOss ?? gemma3 ?? phi3 ?? mistral3;
   const ropeFreqFactors = ownRope ? ownRope.ropeFreqFactors : hfRopeFreqFactors(cfg, ropeTheta, rotaryDim ?? headDim, path);
-  const moe = deepseek ? hfDeepseekMoe(cfg, path) : gptOss ? gptOss.moe : hfMoe(cfg, archName, architecture, path);
+  // Granite 4.0-H: its Mamba-2 layers, its experts (or dense shared_mlp), NoPE (granite-hybrid.ts).
+  const granite4 = architecture === "granitehybrid" ? hfGraniteHybrid(cfg, hiddenSize, numLayers, path) : undefined;
+  const moe = deepseek ? hfDeepseekMoe(cfg, path) : gptOss ? gptOss.moe : granite4 ? granite4.moe : hfMoe(cfg, archName, architecture, path);
   const attentionScale = deepseek?.attentionScale ?? gptOss?.attentionScale ?? gemma3?.attentionScale ?? mistral3?.attentionScale;
   return {
     architecture,
@@ -113,7 +118,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     numKvHeads: mla ? 1 : numKvHeads,
     headDim,
     // Mixtral's and GPT-OSS's experts have the plain width; the others name theirs apart.
-    intermediateSize: architecture === "lfm2" ? lfm2FeedForward(cfg, path) : num(cfg, moe && architecture !== "llama" && !gptOss ? "moe_intermediate_size" : "intermediate_size", path),
+    intermediateSize: granite4 ? granite4.intermediateSize : architecture === "lfm2" ? lfm2FeedForward(cfg, path) : num(cfg, moe && architecture !== "llama" && !gptOss ? "moe_intermediate_size" : "intermediate_size", path),
     ...(moe ? { moe } : {}),
     ...(deepseek ? { mla: deepseek.mla } : {}),
     ...(attentionScale !== undefined ? { attentionScale } : {}),
@@ -129,6 +134,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(phi3?.longRope ? { longRope: phi3.longRope } : {}),
     ...(architecture === "smollm3" ? { nopeLayers: hfNopeLayers(cfg, numLayers, path) } : {}),
     ...(architecture === "granite" ? hfGranite(cfg, path) : {}),
+    ...(granite4 ? { ...hfGranite(cfg, path), mamba2: granite4.mamba2, ...(granite4.nopeLayers ? { nopeLayers: granite4.nopeLayers } : {}) } : {}),
     // OLMo 2 and 3: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection; OLMo 3's three layers of four slide.
     ...(architecture === "olmo2" ? { noPreNorms: true, postNorms: true, qkNormPerRow: true, ...hfSlidingWindow(cfg, numLayers, path, (i) => i % 4 < 3) } : {}),
     ...(architecture === "exaone4" ? hfExaone4(cfg, numLayers, path) : {}),

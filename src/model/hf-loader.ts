@@ -12,6 +12,7 @@ import { HF_KV_B, HF_TENSOR_NAMES, hfTensorNames, prefixed } from "./hf-names.ts
 import { fusedQwenExperts, hfTextModel, qwen35HfTensors } from "./hf-qwen35.ts";
 import { hfQwen3NextFused, splittingQwen3NextFused } from "./qwen3next.ts";
 import { lfm2HfTensors } from "./lfm2.ts";
+import { graniteHybridHfTensors } from "./granite-hybrid.ts";
 import { appendedToken, chatTemplate, tokenString } from "./hf-tokenizer-config.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { gptOssExperts } from "./hf-gpt-oss.ts";
@@ -71,13 +72,15 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     // FP8 matrices become f8_e4m3 blocks (or bf16) as they are read, before experts are stacked or kv_b split.
     const fp8 = fp8Scheme(cfg, `${dir}/config.json`);
     const read = fp8 ? readingFp8(source, raw, fp8, dir) : source;
-    const stored = config.deltaNet ? qwen35HfTensors(read) : config.shortConv ? lfm2HfTensors(read) : read;
+    const stored = config.deltaNet ? qwen35HfTensors(read) : config.shortConv ? lfm2HfTensors(read) : config.mamba2 ? graniteHybridHfTensors(read) : read;
     const moe = config.moe;
     const names = prefixed(hfTensorNames(config), prefix);
     // Qwen3.5-MoE's experts may be fused per layer (hf-qwen35.ts), with no per-expert names to check.
     const fused = config.architecture === "qwen35moe" || config.architecture === "qwen3next";
-    if (moe && config.architecture !== "gpt-oss" && !fused) checkLastExpert(names, moe, (n) => index.has(n), dir);
-    let tensors = !moe ? stored : config.architecture === "gpt-oss" ? gptOssExperts(stored, raw, dir) : stackingExperts(stored, moe.numExperts, dir);
+    // Granite 4.0-H's experts are stacked already (`block_sparse_moe.input_linear` [E, 2·ff, H]).
+    const stacked = config.architecture === "gpt-oss" || config.architecture === "granitehybrid";
+    if (moe && !stacked && !fused) checkLastExpert(names, moe, (n) => index.has(n), dir);
+    let tensors = !moe || config.architecture === "granitehybrid" ? stored : config.architecture === "gpt-oss" ? gptOssExperts(stored, raw, dir) : stackingExperts(stored, moe.numExperts, dir);
     if (fused) tensors = fusedQwenExperts(tensors, stored);
     if (config.mla) {
       tensors = splittingKvB(tensors, config, names, (i) => `model.layers.${i}.${HF_KV_B}`, dir);

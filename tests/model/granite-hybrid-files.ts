@@ -10,7 +10,7 @@
 import type { GgufEntry } from "../../src/model/gguf-types.ts";
 import { gguf } from "../../src/model/gguf-writer.ts";
 import { GgufType } from "../../src/model/gguf-types.ts";
-import type { ModelFileSpec } from "./model-files.ts";
+import type { HfWeights, ModelFileSpec } from "./model-files.ts";
 import type { GgufPart } from "./qwen35-files.ts";
 
 /** Whether layer i of `spec` is a Mamba-2 layer. */
@@ -66,4 +66,71 @@ export function mamba2GgufMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
     [`${a}.ssm.group_count`, gguf.u32(1)],
     [`${a}.rope.scaling.finetuned`, gguf.bool(m.rope === true)],
   ];
+}
+
+/**
+ * GraniteMoeHybridConfig's own fields: layer types, the Mamba-2 geometry (expansion 2), the experts
+ * (`num_local_experts` 0 for a dense model, whose `shared_mlp` is its feed-forward) and RoPE only where
+ * the spec keeps it.
+ */
+export function graniteHybridHfConfig(spec: ModelFileSpec): Record<string, unknown> {
+  const m = spec.mamba2!;
+  const e = spec.experts;
+  return {
+    layer_types: Array.from({ length: spec.layers }, (_, i) => (isMambaLayer(spec, i) ? "mamba" : "attention")),
+    mamba_n_heads: m.heads, mamba_d_head: (2 * spec.hidden) / m.heads, mamba_d_state: m.stateSize, mamba_d_conv: m.conv, mamba_expand: 2, mamba_n_groups: 1,
+    mamba_conv_bias: true, mamba_proj_bias: false,
+    num_local_experts: e?.count ?? 0, num_experts_per_tok: e?.used ?? 2, intermediate_size: spec.ffn, shared_intermediate_size: e ? e.sharedFfn ?? 0 : spec.ffn,
+    position_embedding_type: m.rope ? "rope" : "nope",
+  };
+}
+
+/**
+ * `weights` (Llama-style feed-forward names) as a GraniteMoeHybridForCausalLM checkpoint names them:
+ * gate and up fused per layer into `shared_mlp.input_linear` [2·ff, H] (gate rows first) with
+ * `shared_mlp.output_linear`; experts stacked into `block_sparse_moe.input_linear` [E, 2·ff, H] and
+ * `output_linear` [E, H, ff], the router as `block_sparse_moe.router.layer`; the shared expert as the
+ * `shared_mlp`.
+ */
+export function graniteHybridHfWeights(spec: ModelFileSpec, weights: HfWeights): HfWeights {
+  const out: HfWeights = new Map();
+  const cat = (...parts: Float32Array[]) => {
+    const v = new Float32Array(parts.reduce((a, p) => a + p.length, 0));
+    let at = 0;
+    for (const p of parts) {
+      v.set(p, at);
+      at += p.length;
+    }
+    return v;
+  };
+  for (const [name, t] of weights) {
+    const m = /^model\.layers\.(\d+)\.mlp\.(.+)$/.exec(name);
+    if (!m) {
+      out.set(name, t);
+      continue;
+    }
+    const p = `model.layers.${m[1]}.`;
+    const get = (n: string) => weights.get(`${p}mlp.${n}`)!;
+    const mlp = m[2];
+    // The dense feed-forward, or the shared expert beside the experts: one shared_mlp.
+    const dense = /^(gate|up|down)_proj\.weight$/.exec(mlp) ? "" : /^shared_experts\.(gate|up|down)_proj\.weight$/.exec(mlp) ? "shared_experts." : undefined;
+    if (dense !== undefined) {
+      if (mlp.endsWith("gate_proj.weight")) {
+        const gate = get(`${dense}gate_proj.weight`), up = get(`${dense}up_proj.weight`);
+        out.set(`${p}shared_mlp.input_linear.weight`, { shape: [2 * gate.shape[0], gate.shape[1]], values: cat(gate.values, up.values) });
+      } else if (mlp.endsWith("down_proj.weight")) out.set(`${p}shared_mlp.output_linear.weight`, t);
+      continue;
+    }
+    if (mlp === "gate.weight") {
+      out.set(`${p}block_sparse_moe.router.layer.weight`, t);
+      const count = spec.experts!.count;
+      const gates = Array.from({ length: count }, (_, e) => get(`experts.${e}.gate_proj.weight`));
+      const ups = Array.from({ length: count }, (_, e) => get(`experts.${e}.up_proj.weight`));
+      const downs = Array.from({ length: count }, (_, e) => get(`experts.${e}.down_proj.weight`));
+      const [ff, hidden] = gates[0].shape;
+      out.set(`${p}block_sparse_moe.input_linear.weight`, { shape: [count, 2 * ff, hidden], values: cat(...gates.flatMap((g, e) => [g.values, ups[e].values])) });
+      out.set(`${p}block_sparse_moe.output_linear.weight`, { shape: [count, hidden, ff], values: cat(...downs.map((d) => d.values)) });
+    }
+  }
+  return out;
 }

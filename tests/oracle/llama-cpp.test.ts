@@ -353,7 +353,7 @@ const CASES: OracleCase[] = [
       granite: { embedding: 2, attention: 0.2, residual: 0.5, logit: 3 },
     },
     tol: 1e-4,
-    hf: false,
+    hf: true,
   },
   {
     name: "granitehybrid 4 experts / 2 used (softmax, renormalised) with an ungated shared expert (Granite 4.0-H Tiny's layout), f32",
@@ -362,7 +362,7 @@ const CASES: OracleCase[] = [
       granite: { embedding: 1, attention: 0.3, residual: 0.6, logit: 2 },
     },
     tol: 1e-4,
-    hf: false,
+    hf: true,
   },
   {
     name: "granitehybrid q8_0, 8 heads of 8, states of 32, attention with RoPE (Bamba-style), f16 KV cache",
