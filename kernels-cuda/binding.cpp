@@ -62,6 +62,7 @@ class Context : public Napi::ObjectWrap<Context> {
                            InstanceMethod<&Context::SwigluOai>("swigluOai"),
                            InstanceMethod<&Context::Softcap>("softcap"),
                            InstanceMethod<&Context::SigmoidMul>("sigmoidMul"),
+                           InstanceMethod<&Context::ReluSquared>("reluSquared"),
                            InstanceMethod<&Context::CausalConv1d>("causalConv1d"),
                            InstanceMethod<&Context::GatedDeltaNet>("gatedDeltaNet"),
                            InstanceMethod<&Context::SsmScan>("ssmScan"),

@@ -328,6 +328,19 @@ cudaError_t softcap(const float* x, size_t count, float cap, float* out, cudaStr
   return cudaGetLastError();
 }
 
+__global__ void relu_squared_kernel(const float* x, size_t count, float* out) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    const float r = fmaxf(x[i], 0.f);
+    out[i] = r * r;
+  }
+}
+
+cudaError_t relu_squared(const float* x, size_t count, float* out, cudaStream_t s) {
+  if (count == 0) return cudaSuccess;
+  relu_squared_kernel<<<grid_for(count, 256), 256, 0, s>>>(x, count, out);
+  return cudaGetLastError();
+}
+
 cudaError_t gelu_mul(const float* g, const float* u, size_t count, float* out, cudaStream_t s) {
   if (count == 0) return cudaSuccess;
   gelu_mul_kernel<<<grid_for(count, 256), 256, 0, s>>>(g, u, count, out);

@@ -46,9 +46,11 @@ cudaError_t gelu_mul(const float* gate, const float* up, size_t count, float* ou
 cudaError_t sigmoid_mul(const float* gate, const float* x, size_t count, float* out, cudaStream_t s);
 /** cap·tanh(x/cap) elementwise (Gemma 2's final logit soft-capping). */
 cudaError_t softcap(const float* x, size_t count, float cap, float* out, cudaStream_t s);
+/** max(x, 0)² elementwise (Nemotron-H's feed-forward activation). */
+cudaError_t relu_squared(const float* x, size_t count, float* out, cudaStream_t s);
 /** GPT-OSS's clamped SwiGLU: g = min(gate, limit), u = clamp(up, ±limit); g·sigmoid(alpha·g)·(u + 1). */
 cudaError_t swiglu_oai(const float* gate, const float* up, size_t count, float alpha, float limit, float* out, cudaStream_t s);
-cudaError_t rmsnorm(const float* x, const float* w, int rows, int cols, float eps, float* out, cudaStream_t s);
+cudaError_t rmsnorm(const float* x, const float* w, int rows, int cols, float eps, int groups, float* out, cudaStream_t s);
 /** Fused residual add + rmsnorm: sum = x + r; norm = rmsnorm(sum). One read of x and r. */
 cudaError_t add_rmsnorm(const float* x, const float* r, const float* w, int rows, int cols, float eps, float* sum,
                         float* norm, cudaStream_t s);

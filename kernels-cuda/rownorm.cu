@@ -5,14 +5,16 @@
 namespace ek {
 namespace {
 
-__global__ void rmsnorm_kernel(const float* x, const float* w, int cols, float eps, float* out) {
+// `groups` weight rows: row r takes row r mod groups (a grouped norm, each token's width viewed as rows).
+__global__ void rmsnorm_kernel(const float* x, const float* w, int cols, int groups, float eps, float* out) {
   __shared__ float scratch[32];
   const float* row = x + size_t(blockIdx.x) * cols;
   float ss = 0.f;
   for (int c = threadIdx.x; c < cols; c += blockDim.x) ss = fmaf(row[c], row[c], ss);
   const float inv = rsqrtf(block_sum(ss, scratch) / cols + eps);
   float* o = out + size_t(blockIdx.x) * cols;
-  for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = row[c] * inv * w[c];
+  const float* wr = w + size_t(blockIdx.x % groups) * cols;
+  for (int c = threadIdx.x; c < cols; c += blockDim.x) o[c] = row[c] * inv * wr[c];
 }
 
 // The sum goes to `sum` (the next residual) and stays in registers for the norm: x and r are read
@@ -91,9 +93,10 @@ inline int row_threads(int cols) { return cols >= 4096 ? 1024 : cols >= 1024 ? 2
 
 }  // namespace
 
-cudaError_t rmsnorm(const float* x, const float* w, int rows, int cols, float eps, float* out, cudaStream_t s) {
+cudaError_t rmsnorm(const float* x, const float* w, int rows, int cols, float eps, int groups, float* out, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  rmsnorm_kernel<<<rows, row_threads(cols) > 256 ? 256 : row_threads(cols), 0, s>>>(x, w, cols, eps, out);
+  if (groups < 1) return cudaErrorInvalidValue;
+  rmsnorm_kernel<<<rows, row_threads(cols) > 256 ? 256 : row_threads(cols), 0, s>>>(x, w, cols, groups, eps, out);
   return cudaGetLastError();
 }
 

@@ -1,5 +1,6 @@
-// Row-wise RMS norm: one workgroup of 64 per row, tree reduction of the sum of squares.
-struct P { rows: u32, cols: u32, eps: f32, _pad: u32 }
+// Row-wise RMS norm: one workgroup of 64 per row, tree reduction of the sum of squares. With `groups`
+// weight rows, row r takes weight row r mod groups (a grouped norm).
+struct P { rows: u32, cols: u32, eps: f32, groups: u32 }
 @group(0) @binding(0) var<uniform> p: P;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> w: array<f32>;
@@ -21,5 +22,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     workgroupBarrier();
   }
   let inv = 1.0 / sqrt(red[0] / f32(p.cols) + p.eps);
-  for (var c = lid; c < p.cols; c += 64u) { dst[base + c] = x[base + c] * inv * w[c]; }
+  let wBase = (row % p.groups) * p.cols;
+  for (var c = lid; c < p.cols; c += 64u) { dst[base + c] = x[base + c] * inv * w[wBase + c]; }
 }

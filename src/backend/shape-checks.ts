@@ -228,6 +228,23 @@ export function attentionSoftcap(options: AttentionOptions | undefined): number 
   return cap;
 }
 
+/**
+ * Checks rmsnorm's shapes (Backend.rmsnorm): x [..., d] f32 and a weight [d] or [g, d] whose g rows
+ * take x's rows in turn (so g divides the row count). Returns the rows, d and g.
+ */
+export function expectRmsnormShapes(x: { shape: readonly number[] }, weight: { shape: readonly number[]; dtype: DType }): { rows: number; cols: number; groups: number } {
+  const cols = x.shape.length === 0 ? 1 : x.shape[x.shape.length - 1];
+  const rows = cols === 0 ? 0 : numel(x.shape) / cols;
+  if (weight.dtype !== "f32" || (weight.shape.length !== 1 && weight.shape.length !== 2)) {
+    throw new BackendShapeError(`rmsnorm weight must be f32 [d] or [groups, d], got ${weight.dtype} ${fmt(weight.shape)}`);
+  }
+  const groups = weight.shape.length === 2 ? weight.shape[0] : 1;
+  if (weight.shape[weight.shape.length - 1] !== cols || groups < 1 || rows % groups !== 0) {
+    throw new BackendShapeError(`rmsnorm weight ${fmt(weight.shape)} does not match input ${fmt(x.shape)}`);
+  }
+  return { rows, cols, groups };
+}
+
 /** Checks softcap's cap (Backend.softcap). */
 export function expectSoftcap(cap: number): void {
   if (!(Number.isFinite(cap) && cap > 0)) throw new BackendShapeError(`softcap cap ${cap} must be a positive number`);

@@ -238,7 +238,11 @@ export interface Backend {
   // --- ops ----------------------------------------------------------------------------------
   /** out[i, :] = table[ids[i], :] as f32. table [vocab, dim] (any weight dtype), ids i32 [n]. */
   embedding(table: Tensor, ids: Tensor): Tensor;
-  /** Row-wise RMS norm over the last dim: x / sqrt(mean(x²) + eps) * weight. x f32 [..., d], weight f32 [d]. */
+  /**
+   * Row-wise RMS norm over the last dim: x / sqrt(mean(x²) + eps) * weight. x f32 [..., d], weight f32
+   * [d], or [g, d] where row r takes weight row r mod g (a grouped norm: Mamba-2's with several groups
+   * views each token's width as g rows of d).
+   */
   rmsnorm(x: Tensor, weight: Tensor, eps: number): Tensor;
   /** y [n, out] = x [n, in] · Wᵀ, W [out, in] of any weight dtype; optional f32 bias [out]. */
   matmul(x: Tensor, w: Tensor, bias?: Tensor): Tensor;
@@ -310,6 +314,8 @@ export interface Backend {
   swigluOai(gate: Tensor, up: Tensor, alpha: number, limit: number): Tensor;
   /** Optional: sigmoid(gate) * x, elementwise, f32, same shape (Qwen3.5's gated attention output). */
   sigmoidMul?(gate: Tensor, x: Tensor): Tensor;
+  /** Optional: max(x, 0)², elementwise, f32 (Nemotron-H's feed-forward activation, ggml's `relu` then `sqr`). */
+  reluSquared?(x: Tensor): Tensor;
   /**
    * Optional: a depthwise causal convolution with SiLU over each sequence's rows, carrying the last
    * inputs across steps. x f32 [n, channels], weight f32 [channels, K], state f32 [slots, K - 1,

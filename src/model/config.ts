@@ -9,10 +9,10 @@ import { type ExpertGroups, MAX_EXPERT_GROUPS, type MoeGating, type RopeLayout, 
  * "glm4moe" is GLM-4.5/4.6/4.7's, "qwen2moe" Qwen1.5/Qwen2-MoE's and "deepseek2" DeepSeek V2/V3/R1's and
  * Kimi K2's, with {@link MlaConfig multi-head latent attention}; "gemma3" Gemma 3's text model).
  */
-export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3" | "granite" | "olmo2" | "exaone4" | "gemma2" | "qwen35" | "qwen35moe" | "qwen3next" | "mistral3" | "lfm2" | "granitehybrid";
+export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3" | "granite" | "olmo2" | "exaone4" | "gemma2" | "qwen35" | "qwen35moe" | "qwen3next" | "mistral3" | "lfm2" | "granitehybrid" | "nemotron_h";
 
 /** Every {@link Architecture}, by the name GGUF files give it (`general.architecture`). */
-export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3", "granite", "olmo2", "exaone4", "gemma2", "qwen35", "qwen35moe", "qwen3next", "mistral3", "lfm2", "granitehybrid"];
+export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3", "granite", "olmo2", "exaone4", "gemma2", "qwen35", "qwen35moe", "qwen3next", "mistral3", "lfm2", "granitehybrid", "nemotron_h"];
 
 /**
  * Multi-head latent attention (DeepSeek V2/V3, Kimi K2). Each token's keys and values are one
@@ -227,9 +227,22 @@ export function recurrentKind(config: ModelConfig): string {
   return config.deltaNet ? "Gated DeltaNet layers" : config.mamba2 ? "Mamba-2 layers" : "short convolution layers";
 }
 
-/** The layers that attend over a KV cache, in order (all of them but those with recurrent state). */
+/** The one block of a layer that has one ({@link ModelConfig.layerBlocks}). */
+export type LayerBlock = "mixer" | "ffn";
+
+/** True when layer `i` is a feed-forward block alone, with neither attention nor a recurrent mixer (Nemotron-H's MLP layers). */
+export function isFeedForwardOnlyLayer(config: ModelConfig, i: number): boolean {
+  return config.layerBlocks?.[i] === "ffn";
+}
+
+/** True when layer `i` has a feed-forward block (all but Nemotron-H's mixer layers). */
+export function hasFeedForward(config: ModelConfig, i: number): boolean {
+  return config.layerBlocks?.[i] !== "mixer";
+}
+
+/** The layers that attend over a KV cache, in order (all of them but those with recurrent state or a feed-forward alone). */
 export function attentionLayers(config: ModelConfig): number[] {
-  return Array.from({ length: config.numLayers }, (_, i) => i).filter((i) => !isRecurrentLayer(config, i));
+  return Array.from({ length: config.numLayers }, (_, i) => i).filter((i) => !isRecurrentLayer(config, i) && !isFeedForwardOnlyLayer(config, i));
 }
 
 /** True when layer `i` of a model runs experts (an MoE model past its leading dense layers). */
@@ -284,7 +297,7 @@ export interface ModelConfig {
   deltaNet?: DeltaNetConfig;
   /** LFM2's short convolution layers; absent for other models. */
   shortConv?: ShortConvConfig;
-  /** Granite 4.0-H's Mamba-2 layers; absent for other models. */
+  /** Granite 4.0-H's and Nemotron-H's Mamba-2 layers; absent for other models. */
   mamba2?: Mamba2Config;
   /**
    * The query projection gives each head its query and then as many gate values; the attention's
@@ -328,10 +341,19 @@ export interface ModelConfig {
    */
   postNorms?: boolean;
   /**
-   * The dense feed-forward's gate activation: "silu" (SwiGLU, absent) or "gelu" (GeGLU with GELU's
-   * tanh approximation, Backend.geluMul: Gemma).
+   * The dense feed-forward's activation: "silu" (SwiGLU, absent), "gelu" (GeGLU with GELU's tanh
+   * approximation, Backend.geluMul: Gemma), or "relu2", an ungated feed-forward down(max(up·x, 0)²)
+   * with no `wGate` (Backend.reluSquared: Nemotron-H).
    */
-  ffnActivation?: "silu" | "gelu";
+  ffnActivation?: "silu" | "gelu" | "relu2";
+  /** The dense feed-forward's up and down projections have biases, `LayerWeights.bUp` and `bDown` (Nemotron-H's `mlp_bias`). */
+  ffnBias?: boolean;
+  /**
+   * Per layer, the one block a layer has where it has only one: "mixer" (attention or a recurrent
+   * mixer, no feed-forward) or "ffn" (a feed-forward alone, normed by `attnNorm`); absent, or an
+   * undefined entry: both, as most models (Nemotron-H: each layer is a Mamba-2, attention or MLP block).
+   */
+  layerBlocks?: readonly (LayerBlock | undefined)[];
   bosTokenId?: number;
   eosTokenIds: number[];
   /** Whether prompts start with BOS (GGUF tokenizer.ggml.add_bos_token; Llama yes, Qwen no). */
@@ -417,9 +439,10 @@ export interface LayerWeights<T> {
   ffnPostNorm?: T;
   /** The norm before the feed-forward; absent where the model has none ({@link ModelConfig.noPreNorms}). */
   ffnNorm?: T;
-  wGate: T;
-  wUp: T;
-  wDown: T;
+  /** The feed-forward's gate (absent for an ungated one, ffnActivation "relu2"), up and down projections; all absent on a layer without a feed-forward ({@link ModelConfig.layerBlocks}). */
+  wGate?: T;
+  wUp?: T;
+  wDown?: T;
   router?: T;
   /** [experts]: added to the router's probabilities to choose experts ({@link MoeConfig.selectionBias}). */
   routerBias?: T;

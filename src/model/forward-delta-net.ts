@@ -101,7 +101,7 @@ export function mamba2Ops(backend: Backend): Mamba2Ops {
 }
 
 /**
- * One Mamba-2 layer (Granite 4.0-H) over the step, plus the residual `x`: norm; z, x·B·C and dt from
+ * One Mamba-2 layer (Granite 4.0-H, Nemotron-H) over the step, plus the residual `x`: norm; z, x·B·C and dt from
  * one projection; the causal convolution with its bias and SiLU over x·B·C; the scan (Backend.ssmScan,
  * D's skip included); SiLU(z) times its output, RMS-normed; the output projection, scaled where the
  * model scales blocks before the residual (ModelConfig.residualScale).
@@ -127,8 +127,12 @@ export function mamba2Block(
   const spec = { heads: m.heads, headDim: m.innerSize / m.heads, stateDim: m.stateSize, groups: m.groups };
   const y = s.keep(ops.ssmScan(mixed, dt, backend.reshape(ssmDecay, [m.heads]), backend.reshape(ssmD, [m.heads]), ssmDtBias, ssm, batch, spec));
   const gated = s.keep(backend.siluMul(z, y));
-  // One group (granite-hybrid.ts refuses more): the norm spans the whole scan's width.
-  const normed = s.keep(backend.rmsnorm(gated, backend.reshape(ssmNorm, [m.innerSize]), c.rmsNormEps));
+  // The gated norm runs per group (llama.cpp's grouped RMS norm): each token's width as `groups` rows, weighed by its group's row of ssmNorm.
+  const n = gated.shape[0];
+  const width = m.innerSize / m.groups;
+  const normed = m.groups === 1
+    ? s.keep(backend.rmsnorm(gated, backend.reshape(ssmNorm, [m.innerSize]), c.rmsNormEps))
+    : backend.reshape(s.keep(backend.rmsnorm(backend.reshape(gated, [n * m.groups, width]), backend.reshape(ssmNorm, [m.groups, width]), c.rmsNormEps)), [n, m.innerSize]);
   if (c.residualScale === undefined) return mm(normed, ssmOut, undefined, "ssmOut", x);
   const o = s.keep(mm(normed, ssmOut, undefined, "ssmOut"));
   return backend.add(x, s.keep(scaled(backend, o, c.residualScale)));

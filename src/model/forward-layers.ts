@@ -193,12 +193,25 @@ function swiglu(
   return mm(act, wDown, undefined, "wDown", residual);
 }
 
-export function mlpBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch, project: Project): Tensor {
-  const h = preNorm(backend, model, l.ffnNorm, x, s);
+/**
+ * The dense feed-forward with its residual add: `norm` (the layer's ffnNorm; attnNorm where a layer is
+ * a feed-forward alone), then SwiGLU or GeGLU, or Nemotron-H's ungated down(max(up·h + bUp, 0)²) + bDown.
+ */
+export function mlpBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch, project: Project, norm: Tensor | undefined = l.ffnNorm): Tensor {
+  const h = preNorm(backend, model, norm, x, s);
+  const { wGate, wUp, wDown } = l;
+  if (model.config.ffnActivation === "relu2") {
+    if (!backend.reluSquared) throw new ForwardInputError(`The ${backend.info.name} backend lacks reluSquared, which this model's feed-forward needs`);
+    if (!wUp || !wDown) throw new ForwardInputError("The model's feed-forward weights lack the up or down projection");
+    if (model.config.ffnBias && (!l.bUp || !l.bDown)) throw new ForwardInputError("The model config asks for feed-forward biases but the weights lack them");
+    const act = s.keep(backend.reluSquared(s.keep(project(h, wUp, l.bUp, "wUp"))));
+    return project(act, wDown, l.bDown, "wDown", x);
+  }
+  if (!wGate || !wUp || !wDown) throw new ForwardInputError("The model's feed-forward weights lack the gate, up or down projection");
   const gelu = model.config.ffnActivation === "gelu";
   // Without a post-norm or a residual scale the skip connection joins the down projection (one dispatch with matmulAdd).
-  if (!model.config.postNorms && model.config.residualScale === undefined) return swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project, gelu, x);
-  const down = s.keep(swiglu(backend, h, l.wGate, l.wUp, l.wDown, s, project, gelu));
+  if (!model.config.postNorms && model.config.residualScale === undefined) return swiglu(backend, h, wGate, wUp, wDown, s, project, gelu, x);
+  const down = s.keep(swiglu(backend, h, wGate, wUp, wDown, s, project, gelu));
   return backend.add(x, blockOutput(backend, model, l.ffnPostNorm, down, s));
 }
 
@@ -236,17 +249,19 @@ export function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<T
   s.keep(weights);
   const biased = expertBiasing(backend, moe, l, ids, s);
   const a = moe.activation;
+  const { wGate, wUp, wDown } = l;
+  if (!wGate || !wUp || !wDown) throw new ForwardInputError("The model's expert weights lack the gate, up or down projections");
   let act: Tensor;
   // The gate's and up projection's experts and SiLU in one pass, where no bias or clamped activation (GPT-OSS) comes between.
-  const fusable = !a && !moe.expertBiases && l.wGate.dtype === l.wUp.dtype && l.wGate.shape.every((d, i) => d === l.wUp.shape[i]);
+  const fusable = !a && !moe.expertBiases && wGate.dtype === wUp.dtype && wGate.shape.every((d, i) => d === wUp.shape[i]);
   if (backend.matmulExpertsGlu && fusable) {
-    act = s.keep(backend.matmulExpertsGlu(h, l.wGate, l.wUp, ids, "silu"));
+    act = s.keep(backend.matmulExpertsGlu(h, wGate, wUp, ids, "silu"));
   } else {
-    const gate = biased(s.keep(backend.matmulExperts(h, l.wGate, ids)), l.bGate);
-    const up = biased(s.keep(backend.matmulExperts(h, l.wUp, ids)), l.bUp);
+    const gate = biased(s.keep(backend.matmulExperts(h, wGate, ids)), l.bGate);
+    const up = biased(s.keep(backend.matmulExperts(h, wUp, ids)), l.bUp);
     act = s.keep(a ? backend.swigluOai(gate, up, a.alpha, a.limit) : backend.siluMul(gate, up));
   }
-  const down = biased(s.keep(backend.matmulExperts(act, l.wDown, ids)), l.bDown);
+  const down = biased(s.keep(backend.matmulExperts(act, wDown, ids)), l.bDown);
   let mixed = s.keep(backend.moeCombine(down, weights));
   if (moe.sharedIntermediateSize > 0) {
     if (!l.wGateShared || !l.wUpShared || !l.wDownShared) throw new ForwardInputError("The model config asks for a shared expert but the weights lack it");

@@ -161,18 +161,27 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
     for (let i = 0; i < c.numLayers; i++) {
       const l = w.layers[i];
       const project = projector(backend, lora?.set, slotIds, i, s);
-      const afterAttn = recurrent?.deltaNet && isDeltaNetLayer(c, i)
-        ? deltaNetBlock(backend, recurrent.deltaNet, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project)
-        : recurrent?.shortConv && isShortConvLayer(c, i)
-        ? shortConvBlock(backend, recurrent.shortConv, model, l, x, recurrent.batch, kv.state!.conv[conv++], s, project)
-        : recurrent?.mamba2 && isMamba2Layer(c, i)
-        ? mamba2Block(backend, recurrent.mamba2, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project)
-        : heads
-        ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], heads, keep)
-        : attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], layerWindow(c, i), !c.nopeLayers?.[i], s, project);
-      backend.free(x);
-      x = isMoeLayer(c, i) ? moeBlock(backend, model, l, afterAttn, s) : mlpBlock(backend, model, l, afterAttn, s, project);
-      backend.free(afterAttn);
+      // Nemotron-H's layers have one block each: a mixer (attention or Mamba-2) or a feed-forward normed by attnNorm.
+      const blocks = c.layerBlocks?.[i];
+      let afterAttn = x;
+      if (blocks !== "ffn") {
+        afterAttn = recurrent?.deltaNet && isDeltaNetLayer(c, i)
+          ? deltaNetBlock(backend, recurrent.deltaNet, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project)
+          : recurrent?.shortConv && isShortConvLayer(c, i)
+          ? shortConvBlock(backend, recurrent.shortConv, model, l, x, recurrent.batch, kv.state!.conv[conv++], s, project)
+          : recurrent?.mamba2 && isMamba2Layer(c, i)
+          ? mamba2Block(backend, recurrent.mamba2, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project)
+          : heads
+          ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], heads, keep)
+          : attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], layerWindow(c, i), !c.nopeLayers?.[i], s, project);
+        backend.free(x);
+      }
+      if (blocks === "mixer") {
+        x = afterAttn;
+      } else {
+        x = isMoeLayer(c, i) ? moeBlock(backend, model, l, afterAttn, s) : mlpBlock(backend, model, l, afterAttn, s, project, blocks === "ffn" ? l.attnNorm : l.ffnNorm);
+        backend.free(afterAttn);
+      }
       s.release();
     }
     if (!step.allPositions) {

@@ -14,9 +14,11 @@ import { ggufQwen35 } from "./qwen35.ts";
 import { ggufMistral3 } from "./mistral3.ts";
 import { ggufLfm2 } from "./lfm2.ts";
 import { ggufGraniteHybrid } from "./granite-hybrid.ts";
+import { ggufNemotronH } from "./nemotron-h.ts";
 import { ggufMla, ggufYarn } from "./gguf-deepseek.ts";
 import { ggufMoe } from "./gguf-moe.ts";
 import { GGUF_TENSOR_NAMES } from "./gguf-names.ts";
+import type { LayerRole } from "./weights.ts";
 import { preAddsBos } from "./tokenizer-bpe.ts";
 
 /** SmolLM3's NoPE period: llama.cpp fixes it at 4 (no GGUF key), as transformers' default `no_rope_layer_interval`. */
@@ -31,6 +33,35 @@ function exaone4Window(meta: GgufMetadata, arch: string, numLayers: number): Sli
   return { size: meta.number(`${arch}.attention.sliding_window`, 4096), layers: slidingLayers(numLayers, 4) };
 }
 
+/** Nemotron-H's query heads: a number, or a per-layer array whose attention layers share one (0 elsewhere). */
+function nemotronHeads(meta: GgufMetadata, key: string, path: string): number {
+  const raw = meta.entries.get(key)?.value;
+  if (!Array.isArray(raw)) return meta.number(key);
+  const heads = [...new Set(raw.map(Number).filter((h) => h !== 0))];
+  if (heads.length !== 1) throw new ModelLoadError(`Model "${path}" has "${key}" [${raw.join(", ")}]; expected one head count for its attention layers`);
+  return heads[0];
+}
+
+/**
+ * The config fields a nemotron_h GGUF sets: its layers' blocks and Mamba-2 geometry, NoPE attention
+ * (its attention layers turn nothing), the ReLU² feed-forward, biases where its first attention or
+ * feed-forward layer has them. No `attention.scale`: llama.cpp's nemotron_h reads none (1/√headDim).
+ */
+function nemotronHConfig(n: NonNullable<ReturnType<typeof ggufNemotronH>>, has: (layer: number, role: LayerRole) => boolean, numLayers: number): Partial<ModelConfig> {
+  const attention = n.layerBlocks.findIndex((b, i) => b === "mixer" && !n.mamba2.layers[i]);
+  const ffn = n.layerBlocks.indexOf("ffn");
+  return {
+    mamba2: n.mamba2,
+    layerBlocks: n.layerBlocks,
+    ffnActivation: "relu2",
+    nopeLayers: Array<boolean>(numLayers).fill(true),
+    qkvBias: attention >= 0 && has(attention, "bq"),
+    qkNorm: false,
+    ...(attention >= 0 && has(attention, "bo") ? { outputBias: true } : {}),
+    ...(ffn >= 0 && has(ffn, "bUp") ? { ffnBias: true } : {}),
+  };
+}
+
 /** Builds the ModelConfig from GGUF metadata and the tensors present. */
 export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const meta = new GgufMetadata(header.metadata, path);
@@ -43,12 +74,14 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const embd = tensors.get(GGUF_TENSOR_NAMES.tokenEmbedding);
   if (!embd) throw new ModelLoadError(`Model "${path}" lacks the tensor "${GGUF_TENSOR_NAMES.tokenEmbedding}"`);
   const hiddenSize = positiveInteger(meta.number(`${arch}.embedding_length`), `${arch}.embedding_length`, path);
-  const numHeads = positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count`, path), `${arch}.attention.head_count`, path);
+  // Nemotron-H's layers are each a Mamba-2, attention or feed-forward block (nemotron-h.ts).
+  const nemotron = architecture === "nemotron_h" ? ggufNemotronH(meta, arch, path) : undefined;
+  const numHeads = positiveInteger(nemotron ? nemotronHeads(meta, `${arch}.attention.head_count`, path) : perLayerNumber(meta, `${arch}.attention.head_count`, path), `${arch}.attention.head_count`, path);
   // LFM2's convolution layers have no KV heads (0 in its per-layer array).
   const lfm2 = architecture === "lfm2" ? ggufLfm2(meta, arch, path) : undefined;
   // Granite 4.0-H's Mamba-2 layers too (granite-hybrid.ts).
   const hybrid = architecture === "granitehybrid" ? ggufGraniteHybrid(meta, arch, hiddenSize, path) : undefined;
-  const numKvHeads = lfm2?.numKvHeads ?? hybrid?.numKvHeads ?? positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads), `${arch}.attention.head_count_kv`, path);
+  const numKvHeads = lfm2?.numKvHeads ?? hybrid?.numKvHeads ?? nemotron?.numKvHeads ?? positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads), `${arch}.attention.head_count_kv`, path);
   const keyLength = `${arch}.attention.key_length`;
   const headDim = meta.has(keyLength) ? positiveInteger(meta.number(keyLength), keyLength, path) : Math.floor(hiddenSize / numHeads);
   const ropeDim = meta.number(`${arch}.rope.dimension_count`, headDim);
@@ -140,7 +173,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     // Latent attention caches one head: the latent and the shared RoPE key.
     numKvHeads: mla ? 1 : numKvHeads,
     headDim: mla ? mla.kvLoraRank + mla.ropeDim : headDim,
-    intermediateSize: meta.entries.has(ffnKey) ? perLayerNumber(meta, ffnKey, path) : perLayerNumber(meta, `${arch}.feed_forward_length`, path),
+    intermediateSize: nemotron?.intermediateSize ?? (meta.entries.has(ffnKey) ? perLayerNumber(meta, ffnKey, path) : perLayerNumber(meta, `${arch}.feed_forward_length`, path)),
     ...(moe ? { moe } : {}),
     ...(mla ? { mla } : {}),
     ...(scaled ? { attentionScale: scaled.attentionScale, ropeFreqFactors: scaled.freqFactors } : {}),
@@ -159,6 +192,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...gemma3,
     ...(architecture === "smollm3" ? { nopeLayers: nopeEvery(numLayers, SMOLLM3_NOPE_INTERVAL) } : {}),
     ...(architecture === "granite" ? ggufGranite(meta, arch, path) : {}),
+    ...(nemotron ? nemotronHConfig(nemotron, (i, role) => tensors.has(GGUF_TENSOR_NAMES.layer(i, role)), numLayers) : {}),
     ...(hybrid ? { ...ggufGranite(meta, arch, path, true), mamba2: hybrid.mamba2, ...(hybrid.rotates ? {} : { nopeLayers: Array<boolean>(numLayers).fill(true) }) } : {}),
     // After qkNorm: Qwen3.5's first layer, which the check reads, is a DeltaNet layer without q/k norms.
     ...(architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" ? ggufQwen35(meta, arch, numLayers, path) : {}),

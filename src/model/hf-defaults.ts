@@ -1,7 +1,7 @@
 /**
  * config.json's `tie_word_embeddings` as transformers reads it: absent (or null), each config class's
  * own default, which differs by architecture (PretrainedConfig's is true; LlamaConfig, MixtralConfig,
- * Qwen2/Qwen3 (MoE) configs, Glm4MoeConfig, DeepseekV3Config, GptOssConfig, Phi3Config, GraniteConfig, Olmo2Config, Exaone4Config and Qwen3_5TextConfig set false;
+ * Qwen2/Qwen3 (MoE) configs, Glm4MoeConfig, DeepseekV3Config, GptOssConfig, Phi3Config, GraniteConfig, Olmo2Config, Exaone4Config, Qwen3_5TextConfig and NemotronHConfig set false;
  * Gemma2Config, Gemma3TextConfig and SmolLM3Config true); and the check that an untied checkpoint has its output projection.
  */
 import { type Architecture, ModelLoadError } from "./config.ts";
@@ -33,6 +33,7 @@ export const HF_TIE_WORD_EMBEDDINGS: Readonly<Record<Architecture, boolean>> = {
   mistral3: false,
   lfm2: true,
   granitehybrid: false,
+  nemotron_h: false,
 };
 
 /** Whether the output projection is the token embedding: config.json's boolean, else the architecture's default; anything else is an error quoting it. */

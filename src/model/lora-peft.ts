@@ -25,6 +25,9 @@ const MODULES: Readonly<Record<string, LoraTarget>> = {
   "linear_attn.out_proj": "ssmOut",
   // Granite 4.0-H's Mamba-2 mixer (on a granitehybrid base).
   "mamba.in_proj": "ssmIn", "mamba.out_proj": "ssmOut",
+  // Nemotron-H's one block per layer, whichever it is (`backbone.layers.N.mixer.*`).
+  "mixer.in_proj": "ssmIn", "mixer.out_proj": "ssmOut", "mixer.q_proj": "wq", "mixer.k_proj": "wk", "mixer.v_proj": "wv", "mixer.o_proj": "wo",
+  "mixer.up_proj": "wUp", "mixer.down_proj": "wDown",
 };
 
 /** LFM2's module names (lfm2.ts): its attention output, feed-forward and short convolution projections. */
@@ -48,13 +51,14 @@ const FUSED_MODULES: Readonly<Record<string, readonly LoraTarget[]>> = {
 
 /** Layer, module, targets (several for a fused module) and side of a PEFT tensor name; undefined when it names none we can adapt. */
 function parsePeftName(name: string): { layer: number; module: string; targets: readonly LoraTarget[]; side: "A" | "B" } | undefined {
-  const m = /^(?:base_model\.model\.)?(?:model\.(language_model\.)?layers\.(\d+)\.([a-z_.]+)|(lm_head))\.lora_([AB])(?:\.default)?\.weight$/.exec(name);
+  const m = /^(?:base_model\.model\.)?(?:(model|backbone)\.(language_model\.)?layers\.(\d+)\.([a-z_.]+)|(lm_head))\.lora_([AB])(?:\.default)?\.weight$/.exec(name);
   if (!m) return undefined;
-  const side = m[5] as "A" | "B";
-  if (m[4] === "lm_head") return { layer: -1, module: "lm_head", targets: ["output"], side };
-  const one = MODULES[m[3]] ?? LFM2_MODULES[m[3]];
-  const targets = one !== undefined ? [one] : FUSED_MODULES[m[3]];
-  return targets === undefined ? undefined : { layer: Number(m[2]), module: `model.${m[1] ?? ""}layers.${m[2]}.${m[3]}`, targets, side };
+  const side = m[6] as "A" | "B";
+  if (m[5] === "lm_head") return { layer: -1, module: "lm_head", targets: ["output"], side };
+  const one = MODULES[m[4]] ?? LFM2_MODULES[m[4]];
+  const targets = one !== undefined ? [one] : FUSED_MODULES[m[4]];
+  // Nemotron-H's checkpoints name their layers under `backbone.` (its PEFT adapters under either).
+  return targets === undefined ? undefined : { layer: Number(m[3]), module: `${m[1]}.${m[2] ?? ""}layers.${m[3]}.${m[4]}`, targets, side };
 }
 
 /** llama.cpp's q/k row permutation (convert_hf_to_gguf.py `permute`) of a [rows, cols] matrix with `heads` heads. */

@@ -5,7 +5,7 @@
  * (forward.ts, lora-set.ts) adds B·(A·x) as it is.
  */
 import { createHash } from "node:crypto";
-import { isDeltaNetLayer, isMamba2Layer, isMoeLayer, isShortConvLayer, ModelLoadError, type ModelConfig } from "./config.ts";
+import { hasFeedForward, isDeltaNetLayer, isFeedForwardOnlyLayer, isMamba2Layer, isMoeLayer, isShortConvLayer, ModelLoadError, type ModelConfig } from "./config.ts";
 
 /**
  * The projections an adapter may change (LayerWeights' names; "output" is the model's output
@@ -66,6 +66,10 @@ export function targetDims(config: ModelConfig, layer: number, target: LoraTarge
   if (isDeltaNetLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a Gated DeltaNet layer, which has no attention projections";
   if (isShortConvLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a short convolution layer, which has no attention projections";
   if (isMamba2Layer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a Mamba-2 layer, which has no attention projections";
+  if (isFeedForwardOnlyLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a feed-forward layer, which has no attention projections";
+  const ffnTarget = target === "wGate" || target === "wUp" || target === "wDown";
+  if (ffnTarget && !hasFeedForward(config, layer)) return "it is an attention or Mamba-2 layer alone, which has no feed-forward";
+  if (target === "wGate" && config.ffnActivation === "relu2") return "the model's feed-forward is ungated (no gate projection)";
   if (target === "ssmIn" || (target === "ssmOut" && config.mamba2)) {
     const m = config.mamba2;
     if (!m || !isMamba2Layer(config, layer)) return "it is not a Mamba-2 layer";

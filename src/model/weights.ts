@@ -6,7 +6,7 @@
 import { blockValues, decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
 import { numel, WEIGHT_DTYPES, type WeightDType } from "../backend/types.ts";
 import { isIqDType, type IqDType } from "../backend/quant-blocks-iq.ts";
-import { type HostTensor, isDeltaNetLayer, isMamba2Layer, isMoeLayer, isShortConvLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights, type MoeConfig } from "./config.ts";
+import { type HostTensor, isDeltaNetLayer, isFeedForwardOnlyLayer, isMamba2Layer, isMoeLayer, isShortConvLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights, type MoeConfig } from "./config.ts";
 import { EXPERT } from "./expert-stack.ts";
 
 /** Progress of a load: bytes of tensor data read so far out of the total. */
@@ -258,6 +258,12 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): num
 
 /** The roles layer `i` of a model has, in the order they are read. */
 export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
+  // Nemotron-H: a layer is one block behind attnNorm.
+  if (isFeedForwardOnlyLayer(config, i)) return ["attnNorm", "wUp", "wDown", ...(config.ffnBias ? ["bUp", "bDown"] as const : [])];
+  if (config.layerBlocks?.[i] === "mixer") {
+    if (isMamba2Layer(config, i)) return ["attnNorm", ...MAMBA2_ROLES];
+    return ["attnNorm", "wq", "wk", "wv", "wo", ...(config.qkvBias ? ["bq", "bk", "bv"] as const : []), ...(config.outputBias ? ["bo"] as const : [])];
+  }
   if (isDeltaNetLayer(config, i)) return [...DELTA_NET_ROLES, ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];
   if (isShortConvLayer(config, i)) return ["convIn", "convWeight", "convOut", ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];
   if (isMamba2Layer(config, i)) return [...MAMBA2_ROLES, ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];

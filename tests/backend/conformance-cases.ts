@@ -1,6 +1,6 @@
 /**
- * Conformance cases for the dense ops: embedding, gatherRows, sliceColumns, concatColumns, scatterAdd, maskLogits, penalizeRepeats, matmul, rmsnorm, rope,
- * siluMul, geluMul, swigluOai, add, softmax, argmax. Each case draws fresh inputs from the seeded generator it is given.
+ * Conformance cases for the dense ops: embedding, gatherRows, sliceColumns, concatColumns, scatterAdd, maskLogits, penalizeRepeats, matmul, rmsnorm (grouped too), rope,
+ * reluSquared, siluMul, geluMul, swigluOai, add, softmax, argmax. Each case draws fresh inputs from the seeded generator it is given.
  *
  * Tolerances (|x - ref| <= atol + rtol·|ref|; the reference accumulates in f64):
  * - embedding, gatherRows, sliceColumns, concatColumns, scatterAdd, maskLogits, add, argmax: exact. Decoding f16/bf16/q8_0 to f32 is exact (a q8_0 value
@@ -234,6 +234,19 @@ function matmulCases(): Case[] {
 
 function rowCases(): Case[] {
   const cases: Case[] = [];
+  // A grouped norm (Mamba-2 with several groups, Nemotron-H's 8): tokens × groups rows, one weight row per group.
+  for (const [tokens, groups, width] of [[3, 8, 16], [5, 2, 100]]) {
+    cases.push({
+      op: "rmsnorm",
+      name: `grouped: [${tokens * groups}, ${width}] over weight [${groups}, ${width}]`,
+      tolerance: { atol: 1e-5, rtol: 1e-5 },
+      run: (b, rng) => {
+        const x = b.upload(rng.f32(tokens * groups * width, -3, 3), [tokens * groups, width]);
+        const w = b.upload(rng.f32(groups * width), [groups, width]);
+        return finish(b, [b.rmsnorm(x, w, 1e-5)], [x, w]);
+      },
+    });
+  }
   for (const [rows, cols] of [[1, 64], [37, 37], [4, 517]]) {
     cases.push({
       op: "rmsnorm",
@@ -243,6 +256,16 @@ function rowCases(): Case[] {
         const x = b.upload(rng.f32(rows * cols, -3, 3), [rows, cols]);
         const w = b.upload(rng.f32(cols), [cols]);
         return finish(b, [b.rmsnorm(x, w, 1e-5)], [x, w]);
+      },
+    });
+    cases.push({
+      op: "reluSquared",
+      name: `[${rows}, ${cols}]`,
+      tolerance: { atol: 0, rtol: 1e-7 },
+      optionalOp: "reluSquared",
+      run: (b, rng) => {
+        const x = b.upload(rng.f32(rows * cols, -3, 3), [rows, cols]);
+        return finish(b, [b.reluSquared!(x)], [x]);
       },
     });
     cases.push({

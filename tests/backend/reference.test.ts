@@ -303,3 +303,19 @@ test("pagedAttention() soft-caps the scaled scores before the softmax, and softc
   assert.throws(() => be.softcap(f32([1], [1]), 0), (e: unknown) => e instanceof BackendShapeError && /softcap cap 0 must be a positive number/.test(e.message));
   assert.throws(() => be.pagedAttention(f32(q, [3, 1, 4]), f32(k, [1, 4, 1, 4]), f32(v, [1, 4, 1, 4]), batch, 0.5, { softcap: -1 }), /Attention softcap -1 must be a positive number/);
 });
+
+test("rmsnorm() with a weight [groups, d] norms each row alone and weighs row r by weight row r mod groups; reluSquared() is max(x, 0)²", async () => {
+  // Two tokens of two groups of 3: rows 0 and 2 take weight row 0, rows 1 and 3 weight row 1.
+  const x = [1, 2, 3, -4, 0, 4, 0.5, 0.5, 0.5, 2, -2, 1];
+  const w = [1, 2, 3, -1, 0.5, 2];
+  const want: number[] = [];
+  for (let r = 0; r < 4; r++) {
+    const row = x.slice(r * 3, r * 3 + 3);
+    const inv = 1 / Math.sqrt(row.reduce((a, v) => a + v * v, 0) / 3 + 1e-6);
+    row.forEach((v, c) => want.push(v * inv * w[(r % 2) * 3 + c]));
+  }
+  close(await read(be.rmsnorm(f32(x, [4, 3]), f32(w, [2, 3]), 1e-6)), want, 1e-6);
+  assert.throws(() => be.rmsnorm(f32(x, [3, 4]), f32(w, [2, 3]), 1e-6), (e: unknown) => e instanceof BackendShapeError && /rmsnorm weight \[2, 3\] does not match input \[3, 4\]/.test(e.message));
+  assert.throws(() => be.rmsnorm(f32(x.slice(0, 9), [3, 3]), f32(w, [2, 3]), 1e-6), /rmsnorm weight \[2, 3\] does not match input \[3, 3\]/);
+  close(await read(be.reluSquared!(f32([-2, 0, 0.5, 3], [2, 2]))), [0, 0, 0.25, 9], 0);
+});

@@ -149,10 +149,10 @@ export function naiveLogits(model: HostModel, tokens: readonly number[]): Float6
       const o = linear(att, f(l.wo!), c.hiddenSize);
       const x2 = x.map((v, i) => v + o[i]);
       const h2 = rms(x2, f(l.ffnNorm!), c.rmsNormEps);
-      const g = linear(h2, f(l.wGate), c.intermediateSize);
-      const u = linear(h2, f(l.wUp), c.intermediateSize);
+      const g = linear(h2, f(l.wGate!), c.intermediateSize);
+      const u = linear(h2, f(l.wUp!), c.intermediateSize);
       const act = g.map((gv, i) => (gv / (1 + Math.exp(-gv))) * u[i]);
-      const down = linear(act, f(l.wDown), c.hiddenSize);
+      const down = linear(act, f(l.wDown!), c.hiddenSize);
       return x2.map((v, i) => v + down[i]);
     });
   }

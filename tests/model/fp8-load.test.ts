@@ -157,7 +157,7 @@ test("forward() on WebGPU over an FP8 checkpoint's f8_e4m3 matrices gives the re
   assert.ok(gpu, why);
   await writePair(SPEC, `${dir}/fwd`, `${dir}/fwd-ref`, randomHfWeights({ ...SPEC, seed: 88 }), { quant_method: "fp8", weight_block_size: [32, 32] }, [32, 32]);
   const fp8 = await loadModel(`${dir}/fwd`);
-  assert.equal(fp8.weights.layers[0].wGate.dtype, "f8_e4m3");
+  assert.equal(fp8.weights.layers[0].wGate!.dtype, "f8_e4m3");
   const entry = { tokens: [1, 17, 120, 255, 3, 42, 299], startPos: 0, blockTable: [0] };
   const got = await stepLogits(gpu, fp8, [entry], true);
   // The reference reads the directory of the values the codes stand for (o_proj rounded to bf16, as loaded).

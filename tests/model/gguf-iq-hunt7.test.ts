@@ -59,7 +59,7 @@ test("loadModel() keeps every i-quant matrix as the file stores it, names and sh
   const kept = [
     ["blk.0.attn_q.weight", "iq2_xxs", l.wq!], ["blk.0.attn_k.weight", "iq2_xs", l.wk!], ["blk.0.attn_v.weight", "iq3_s", l.wv!],
     ["blk.0.attn_output.weight", "iq2_s", l.wo!], ["output.weight", "iq3_xxs", m.weights.output!],
-    ["blk.0.ffn_down.weight", "iq1_s", l.wDown], ["token_embd.weight", "iq1_m", m.weights.tokenEmbedding],
+    ["blk.0.ffn_down.weight", "iq1_s", l.wDown!], ["token_embd.weight", "iq1_m", m.weights.tokenEmbedding],
   ] as const;
   for (const [name, dtype, t] of kept) {
     assert.equal(t.dtype, dtype, name);
@@ -76,6 +76,6 @@ test("loadModel() keeps every i-quant matrix as the file stores it, names and sh
 test("loadModel() with quantize q4_k keeps i-quant matrices, as it keeps every block format", async () => {
   const m = await loadModel(PATH, { quantize: "q4_k" });
   assert.equal(m.weights.layers[0].wq!.dtype, "iq2_xxs");
-  assert.equal(m.weights.layers[0].wDown.dtype, "iq1_s");
+  assert.equal(m.weights.layers[0].wDown!.dtype, "iq1_s");
   assert.equal(m.weights.tokenEmbedding.dtype, "iq1_m");
 });

@@ -49,9 +49,9 @@ const expertsOnly = (dtype: WeightDType) => (name: string): WeightDType => (/_ex
 
 test("loadModel() reads gpt-oss's MXFP4 gate_up_proj/down_proj blocks into the GGUF's expert bytes, bit for bit", async () => {
   const { gguf, hf } = await both("mxfp4", { ...SPEC, dtype: "mxfp4", ggufDtype: expertsOnly("mxfp4") });
-  assert.equal(hf.weights.layers[0].wGate.dtype, "mxfp4");
-  assert.deepEqual(hf.weights.layers[0].wGate.shape, [4, 64, 32]);
-  assert.deepEqual(hf.weights.layers[0].wDown.shape, [4, 32, 64]);
+  assert.equal(hf.weights.layers[0].wGate!.dtype, "mxfp4");
+  assert.deepEqual(hf.weights.layers[0].wGate!.shape, [4, 64, 32]);
+  assert.deepEqual(hf.weights.layers[0].wDown!.shape, [4, 32, 64]);
   sameLayers(gguf, hf);
   const c = hf.config;
   for (const key of ["slidingWindow", "moe", "attentionScale", "ropeFreqFactors", "outputBias", "attentionSinks", "qkvBias", "ropeLayout", "intermediateSize"] as const) {
@@ -62,7 +62,7 @@ test("loadModel() reads gpt-oss's MXFP4 gate_up_proj/down_proj blocks into the G
 
 test("loadModel() reads a dequantized gpt-oss checkpoint (float gate_up_proj [experts, in, 2·width]) as the GGUF's experts", async () => {
   const { gguf, hf } = await both("bf16", { ...SPEC, dtype: "bf16", seed: 73 });
-  assert.equal(hf.weights.layers[1].wUp.dtype, "bf16");
+  assert.equal(hf.weights.layers[1].wUp!.dtype, "bf16");
   sameLayers(gguf, hf);
 });
 

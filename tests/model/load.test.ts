@@ -209,7 +209,7 @@ test("decodeToF32() of loaded norm weights equals the written values", async () 
   const w = randomHfWeights(spec);
   await writeFile(`${dir}/q8.gguf`, ggufBytes(spec, w));
   const m = await loadModel(`${dir}/q8.gguf`);
-  assert.equal(m.weights.layers[0].wUp.dtype, "q8_0");
+  assert.equal(m.weights.layers[0].wUp!.dtype, "q8_0");
   const norm = m.weights.layers[1].ffnNorm!;
   assert.deepEqual(decodeToF32(norm.data, "f32", spec.hidden), w.get("model.layers.1.post_attention_layernorm.weight")!.values);
 });

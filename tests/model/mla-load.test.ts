@@ -114,7 +114,7 @@ test("loadModel() --quantize quantizes latent attention's projections and keeps 
   const m = await loadModel((await write("kimi-q", { ...KIMI, seed: 64 })).gguf, { quantize: "q8_0" });
   const l = m.weights.layers[1];
   // Rows of 32 values are whole q8_0 blocks; wq's rows of 24 (the q rank) stay as stored.
-  assert.deepEqual([l.wqA?.dtype, l.wkvA?.dtype, l.wGate.dtype, l.wq!.dtype], ["q8_0", "q8_0", "q8_0", "f32"]);
+  assert.deepEqual([l.wqA?.dtype, l.wkvA?.dtype, l.wGate!.dtype, l.wq!.dtype], ["q8_0", "q8_0", "q8_0", "f32"]);
   assert.deepEqual([l.qANorm?.dtype, l.kvANorm?.dtype, l.router?.dtype], ["f32", "f32", "f32"]);
 });
 

@@ -20,6 +20,7 @@ import { randomIqTensor } from "./iq-blocks.ts";
 import { qwen35GgufMetadata, qwen35GgufPart, qwen35HfCheckpoint, qwen35HfConfig, qwen35HfLayer } from "./qwen35-files.ts";
 import { qwen3nextGgufParts } from "./qwen3next-files.ts";
 import { lfm2GgufMetadata, lfm2GgufPart, lfm2HfConfig, lfm2HfLayer } from "./lfm2-files.ts";
+import { nemotronHGgufMetadata, nemotronHGgufPart, nemotronHHfLayer, type NemotronHSpec } from "./nemotron-h-files.ts";
 import { graniteHybridHfConfig, graniteHybridHfWeights, isMambaLayer, mamba2GgufMetadata, mamba2GgufPart, mamba2HfLayer } from "./granite-hybrid-files.ts";
 import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
@@ -82,6 +83,8 @@ export interface ModelFileSpec {
    * `conv`; `rope` keeps RoPE on the attention layers (Bamba-style; default off, as Granite 4.0-H).
    */
   mamba2?: { attention: number[]; heads: number; stateSize: number; conv: number; rope?: boolean };
+  /** Nemotron-H's layers (nemotron-h-files.ts): each a Mamba-2, attention or feed-forward block, as its pattern says. */
+  nemotronH?: NemotronHSpec;
   /** LFM2's short convolution layers (lfm2-files.ts): all but the `attention` ones, of width `kernel`. */
   shortConv?: { kernel: number; attention: number[] };
   /** The sliding window in positions: GPT-OSS's every other layer, from layer 0; Gemma 3's five layers of six; OLMo 3's three of four. */
@@ -182,6 +185,10 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
     const p = `model.layers.${i}.`;
     if (spec.shortConv) {
       lfm2HfLayer(spec, i, put);
+      continue;
+    }
+    if (spec.nemotronH) {
+      nemotronHHfLayer(spec, i, put);
       continue;
     }
     if (spec.mamba2 && isMambaLayer(spec, i)) {
@@ -338,7 +345,7 @@ function ggufTensors(
   const out: { name: string; shape: number[]; values: Float32Array; hf: string }[] = [];
   const stacks = new Map<string, { shape: number[]; parts: Float32Array[]; hf: string }>();
   for (const [hf, { shape, values }] of weights) {
-    const next = spec.architecture === "qwen3next" ? qwen3nextGgufParts(spec, hf, shape, values) : spec.shortConv ? lfm2GgufPart(hf, shape, values) : undefined;
+    const next = spec.architecture === "qwen3next" ? qwen3nextGgufParts(spec, hf, shape, values) : spec.shortConv ? lfm2GgufPart(hf, shape, values) : spec.nemotronH ? nemotronHGgufPart(spec, hf, shape, values) : undefined;
     const own = next ?? (spec.deltaNet ? qwen35GgufPart(spec, hf, shape, values) : spec.mamba2 ? mamba2GgufPart(hf, shape, values) : undefined);
     if (own) {
       out.push(...(Array.isArray(own) ? own : [own]));
@@ -460,9 +467,9 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   if (spec.slidingWindow) meta.push([`${a}.attention.sliding_window`, gguf.u32(spec.slidingWindow)]);
   if (a === "phi3") meta.push(...phi3GgufMetadata(spec));
   if (a === "qwen35" || a === "qwen35moe" || a === "qwen3next") meta.push(...qwen35GgufMetadata(spec));
-  if (spec.shortConv || spec.mamba2) {
+  if (spec.shortConv || spec.mamba2 || spec.nemotronH) {
     // The per-layer KV heads replace the uniform count.
-    const own = spec.shortConv ? lfm2GgufMetadata(spec) : mamba2GgufMetadata(spec);
+    const own = spec.shortConv ? lfm2GgufMetadata(spec) : spec.nemotronH ? nemotronHGgufMetadata(spec) : mamba2GgufMetadata(spec);
     for (const [k, v] of own) {
       const at = meta.findIndex(([key]) => key === k);
       if (at >= 0) meta[at] = [k, v];
@@ -699,6 +706,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     mistral3: ["Ministral3ForCausalLM", "ministral3"],
     lfm2: ["Lfm2ForCausalLM", "lfm2"],
     granitehybrid: ["GraniteMoeHybridForCausalLM", "granitemoehybrid"],
+    nemotron_h: ["NemotronHForCausalLM", "nemotron_h"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {

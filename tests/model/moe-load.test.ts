@@ -48,9 +48,9 @@ test("loadModel() reads a Qwen3-MoE GGUF: expert counts, the experts' width, sta
   assert.equal(m.config.qkNorm, true);
   assert.equal(m.config.ropeLayout, "neox");
   const l = m.weights.layers[1];
-  assert.deepEqual(l.wGate.shape, [8, 64, 32]);
-  assert.deepEqual(l.wUp.shape, [8, 64, 32]);
-  assert.deepEqual(l.wDown.shape, [8, 32, 64]);
+  assert.deepEqual(l.wGate!.shape, [8, 64, 32]);
+  assert.deepEqual(l.wUp!.shape, [8, 64, 32]);
+  assert.deepEqual(l.wDown!.shape, [8, 32, 64]);
   assert.deepEqual(l.router?.shape, [8, 32]);
 });
 
@@ -78,7 +78,7 @@ test("loadModel() reads Mixtral GGUFs whose experts are split into one tensor ea
   const stacked = await write("stacked", spec);
   const split = await write("split", spec, { splitExperts: true });
   const [a, b] = [await loadModel(stacked.gguf), await loadModel(split.gguf)];
-  assert.deepEqual(b.weights.layers[1].wDown.data, a.weights.layers[1].wDown.data);
+  assert.deepEqual(b.weights.layers[1].wDown!.data, a.weights.layers[1].wDown!.data);
   assert.deepEqual(await logits(b, [5, 9, 2]), await logits(a, [5, 9, 2]));
 });
 
@@ -86,9 +86,9 @@ test("loadModel() quantizes stacked experts with --quantize and leaves the route
   const { gguf } = await write("quantize", { ...QWEN3_MOE, seed: 34 });
   const m = await loadModel(gguf, { quantize: "q8_0" });
   const l = m.weights.layers[0];
-  assert.equal(l.wGate.dtype, "q8_0");
-  assert.deepEqual(l.wGate.shape, [8, 64, 32]);
-  assert.equal(l.wDown.dtype, "q8_0");
+  assert.equal(l.wGate!.dtype, "q8_0");
+  assert.deepEqual(l.wGate!.shape, [8, 64, 32]);
+  assert.equal(l.wDown!.dtype, "q8_0");
   assert.equal(l.router?.dtype, "f32");
   const [q, f] = [await logits(m, [3, 4, 5]), await logits(await loadModel(gguf), [3, 4, 5])];
   assert.notDeepEqual(q, f);

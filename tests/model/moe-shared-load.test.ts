@@ -65,9 +65,9 @@ test("loadModel() reads a GLM-4.5 GGUF and directory alike: routing, shared expe
     assert.equal(m.config.qkvBias, true);
     assert.equal(m.config.ropeLayout, "neox");
     const [dense, sparse] = m.weights.layers;
-    assert.deepEqual(dense.wGate.shape, [192, 32]);
+    assert.deepEqual(dense.wGate!.shape, [192, 32]);
     assert.equal(dense.router, undefined);
-    assert.deepEqual(sparse.wGate.shape, [8, 64, 32]);
+    assert.deepEqual(sparse.wGate!.shape, [8, 64, 32]);
     assert.deepEqual(sparse.routerBias?.shape, [8]);
     assert.equal(sparse.routerBias?.dtype, "f32");
     assert.deepEqual(sparse.wDownShared?.shape, [32, 64]);
@@ -94,8 +94,8 @@ test("loadModel() --quantize quantizes GLM-4.5's experts and shared expert but k
   const glm = await write("glm-q", { ...GLM, seed: 53 });
   const m = await loadModel(glm.gguf, { quantize: "q8_0" });
   const [dense, sparse] = m.weights.layers;
-  assert.equal(dense.wGate.dtype, "q8_0");
-  assert.equal(sparse.wGate.dtype, "q8_0");
+  assert.equal(dense.wGate!.dtype, "q8_0");
+  assert.equal(sparse.wGate!.dtype, "q8_0");
   assert.equal(sparse.wUpShared?.dtype, "q8_0");
   assert.equal(sparse.router?.dtype, "f32");
   assert.equal(sparse.routerBias?.dtype, "f32");

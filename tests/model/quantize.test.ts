@@ -41,10 +41,10 @@ test("loadModel() with quantize q8_0 re-encodes whole-block matrices and keeps n
   const plain = await loadModel(STORIES);
   const q = await loadModel(STORIES, { quantize: "q8_0" });
   const l = q.weights.layers[0];
-  for (const t of [l.wq!, l.wk!, l.wv!, l.wo!, l.wGate, l.wUp, q.weights.tokenEmbedding]) assert.equal(t.dtype, "q8_0", t.name);
+  for (const t of [l.wq!, l.wk!, l.wv!, l.wo!, l.wGate!, l.wUp!, q.weights.tokenEmbedding]) assert.equal(t.dtype, "q8_0", t.name);
   assert.equal(l.attnNorm?.dtype, "f32");
   // stories260K's FFN is 172 wide: ffn_down's rows are not whole 32-value blocks.
-  assert.deepEqual([l.wDown.dtype, l.wDown.shape], ["f32", [64, 172]]);
+  assert.deepEqual([l.wDown!.dtype, l.wDown!.shape], ["f32", [64, 172]]);
   assert.ok(q.weights.tokenEmbedding.data.byteLength < plain.weights.tokenEmbedding.data.byteLength / 3);
   const { error, spread } = logProbError(await logProbs(q), await logProbs(plain));
   assert.ok(error > 0 && error < 0.02 * spread, `q8_0 log-prob error ${error} (spread ${spread})`);
@@ -91,18 +91,18 @@ test("loadModel() reads a Qwen3-MoE GGUF whose expert stacks are mxfp4 (llama.cp
   await writeFile(`${dir}/mxfp4.gguf`, ggufBytes(spec, weights));
   const m = await loadModel(`${dir}/mxfp4.gguf`);
   const l = m.weights.layers[0];
-  for (const t of [l.wGate, l.wUp, l.wDown]) assert.equal(t.dtype, "mxfp4", t.name);
-  assert.deepEqual([l.wGate.shape, l.wDown.shape], [[4, 64, 32], [4, 32, 64]]);
-  assert.equal(l.wDown.data.byteLength, (4 * 32 * 64 / 32) * 17);
+  for (const t of [l.wGate!, l.wUp!, l.wDown!]) assert.equal(t.dtype, "mxfp4", t.name);
+  assert.deepEqual([l.wGate!.shape, l.wDown!.shape], [[4, 64, 32], [4, 32, 64]]);
+  assert.equal(l.wDown!.data.byteLength, (4 * 32 * 64 / 32) * 17);
   for (const t of [l.wq!, l.wo!, m.weights.output!]) assert.equal(t.dtype, "q8_0", t.name);
   // Expert 1's down projection, as written: the HF tensor quantized by llama.cpp's rounding.
   const down1 = weights.get("model.layers.0.mlp.experts.1.down_proj.weight")!.values;
-  assert.deepEqual(l.wDown.data.subarray(32 * 64 / 32 * 17, 2 * 32 * 64 / 32 * 17), encodeFromF32(down1, "mxfp4"));
+  assert.deepEqual(l.wDown!.data.subarray(32 * 64 / 32 * 17, 2 * 32 * 64 / 32 * 17), encodeFromF32(down1, "mxfp4"));
   // And `quantize: "mxfp4"` turns a bf16 directory's expert stacks (3-D) into mxfp4 as well.
   await writeHfDirectory(`${dir}/hf`, { ...spec, dtype: "bf16" }, weights);
   const hf = await loadModel(`${dir}/hf`, { quantize: "mxfp4" });
-  assert.equal(hf.weights.layers[0].wDown.dtype, "mxfp4");
-  assert.equal(hf.weights.layers[0].wDown.data.byteLength, l.wDown.data.byteLength);
+  assert.equal(hf.weights.layers[0].wDown!.dtype, "mxfp4");
+  assert.equal(hf.weights.layers[0].wDown!.data.byteLength, l.wDown!.data.byteLength);
 });
 
 test("loadModel() quantizes a bf16 Hugging Face directory's matrices into q4_k", async () => {
@@ -112,7 +112,7 @@ test("loadModel() quantizes a bf16 Hugging Face directory's matrices into q4_k",
   await writeHfDirectory(dir, spec, randomHfWeights(spec));
   const m = await loadModel(dir, { quantize: "q4_k" });
   const l = m.weights.layers[0];
-  for (const t of [l.wq!, l.wk!, l.wv!, l.wo!, l.wGate, l.wUp, l.wDown, m.weights.tokenEmbedding]) assert.equal(t.dtype, "q4_k", t.name);
+  for (const t of [l.wq!, l.wk!, l.wv!, l.wo!, l.wGate!, l.wUp!, l.wDown!, m.weights.tokenEmbedding]) assert.equal(t.dtype, "q4_k", t.name);
   assert.equal(l.qNorm?.dtype, "f32");
 });
 

@@ -109,7 +109,7 @@ CASES.forEach((c, i) => {
       assert.ok(b.backend, `${b.name} is unavailable: ${b.why}`);
       const host = await loadModel(`${dir}/${c.spec.seed}.gguf`);
       const l0 = host.weights.layers[0];
-      assert.deepEqual([l0.wq!.dtype, l0.wk?.dtype, l0.wDown.dtype], c.held, "i-quants kept as stored");
+      assert.deepEqual([l0.wq!.dtype, l0.wk?.dtype, l0.wDown!.dtype], c.held, "i-quants kept as stored");
       const theirs = oracle.results[i];
       assert.equal(theirs.steps.length, STEPS);
       compare(await ourRun(b.backend, host), theirs, c.tol);

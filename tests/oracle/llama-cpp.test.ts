@@ -374,6 +374,24 @@ const CASES: OracleCase[] = [
     hf: false,
     kv: "f16",
   },
+  // Nemotron-H: each layer one block — Mamba-2 with grouped B/C and a grouped gated norm, attention
+  // without positions, or an ungated ReLU² feed-forward.
+  {
+    name: "nemotron_h Mamba-2 (3 groups over 6 heads of 8: an inner size of 1.5 hidden), NoPE attention and ReLU² feed-forward layers (M-M*-M), f32",
+    spec: { ...BASE, architecture: "nemotron_h", layers: 6, seed: 211, nemotronH: { pattern: "M-M*-M", heads: 6, headDim: 8, stateSize: 16, groups: 3, conv: 4 } },
+    tol: 1e-4,
+    hf: false,
+  },
+  {
+    name: "nemotron_h q8_0, 4 groups over 8 heads of 8, biased attention and feed-forward, f16 KV cache",
+    spec: {
+      ...BASE, architecture: "nemotron_h", layers: 5, dtype: "q8_0", seed: 212,
+      nemotronH: { pattern: "M*-M-", heads: 8, headDim: 8, stateSize: 8, groups: 4, conv: 3, attnBias: true, mlpBias: true },
+    },
+    tol: 1.5e-2,
+    hf: false,
+    kv: "f16",
+  },
   // Ministral 3: Llama's layout (q/k permuted for the interleaved RoPE) with YaRN over an original
   // context of 16 and Llama 4's attention temperature, whose ⌊position / 16⌋ steps within the test.
   {

@@ -23,7 +23,7 @@ import { packSamplingRows } from "./sampling-params.ts";
 import { checkShape, CUDA_WEIGHT_DTYPES, CudaTensor, type CudaWeightDType, DTYPE_CODE, expect, fmt, rowsOf } from "./tensor.ts";
 import {
   AttentionIndexChecks, attentionSoftcap, checkWeightShape, expectAttentionOptions, expectConcatColumnsShapes, expectMaskShapes, expectRepeatShapes, expectRopeArgs,
-  expectSampledPenaltyShapes, expectSliceColumnsShapes, expectSoftcap,
+  expectRmsnormShapes, expectSampledPenaltyShapes, expectSliceColumnsShapes, expectSoftcap,
 } from "../shape-checks.ts";
 
 /**
@@ -147,12 +147,9 @@ export class CudaBackend extends CudaRecurrent implements Backend {
 
   rmsnorm(x: Tensor, weight: Tensor, eps: number): Tensor {
     const xs = expect(x, undefined, "rmsnorm input", ["f32"]);
-    const w = expect(weight, 1, "rmsnorm weight", ["f32"]);
-    const { rows, cols } = rowsOf(xs.shape, "rmsnorm input");
-    if (w.shape[0] !== cols) {
-      throw new BackendShapeError(`rmsnorm weight ${fmt(w.shape)} does not match input ${fmt(xs.shape)}`);
-    }
-    return this.f32(this.ctx.rmsnorm(xs.ptr, w.ptr, rows, cols, eps), xs.shape);
+    const w = expect(weight, undefined, "rmsnorm weight", ["f32"]);
+    const { rows, cols, groups } = expectRmsnormShapes(xs, w);
+    return this.f32(this.ctx.rmsnorm(xs.ptr, w.ptr, rows, cols, eps, groups), xs.shape);
   }
 
   matmul(x: Tensor, w: Tensor, bias?: Tensor): Tensor {
@@ -244,6 +241,11 @@ export class CudaBackend extends CudaRecurrent implements Backend {
   sigmoidMul(gate: Tensor, x: Tensor): Tensor {
     const [g, v] = this.same(gate, x, "sigmoidMul");
     return this.f32(this.ctx.sigmoidMul(g.ptr, v.ptr, checkShape(g.shape, "sigmoidMul")), v.shape);
+  }
+
+  reluSquared(x: Tensor): Tensor {
+    const xs = expect(x, undefined, "reluSquared input", ["f32"]);
+    return this.f32(this.ctx.reluSquared(xs.ptr, checkShape(xs.shape, "reluSquared")), xs.shape);
   }
 
   softcap(x: Tensor, cap: number): Tensor {

@@ -58,6 +58,8 @@ export interface NativeContext {
   geluMul(gate: DevicePtr, up: DevicePtr, count: number): DevicePtr;
   swigluOai(gate: DevicePtr, up: DevicePtr, count: number, alpha: number, limit: number): DevicePtr;
   softcap(x: DevicePtr, count: number, cap: number): DevicePtr;
+  /** max(x, 0)² elementwise. */
+  reluSquared(x: DevicePtr, count: number): DevicePtr;
   /** sigmoid(gate) * x. */
   sigmoidMul(gate: DevicePtr, x: DevicePtr, count: number): DevicePtr;
   /**
@@ -84,7 +86,8 @@ export interface NativeContext {
     xbc: DevicePtr, dt: DevicePtr, a: DevicePtr, d: DevicePtr, dtBias: DevicePtr, state: DevicePtr, seqs: DevicePtr,
     numSeqs: number, n: number, heads: number, hd: number, ds: number, groups: number, slots: number, zero: number,
   ): DevicePtr;
-  rmsnorm(x: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): DevicePtr;
+  /** `groups` weight rows of `cols`: row r takes weight row r mod groups. */
+  rmsnorm(x: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number, groups: number): DevicePtr;
   addRmsnorm(x: DevicePtr, r: DevicePtr, w: DevicePtr, rows: number, cols: number, eps: number): [DevicePtr, DevicePtr];
   softmax(x: DevicePtr, rows: number, cols: number): DevicePtr;
   argmax(x: DevicePtr, rows: number, cols: number): DevicePtr;

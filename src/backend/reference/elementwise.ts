@@ -3,7 +3,7 @@
  * softmax, argmax, scatter-add, token masks. Reductions accumulate in f64.
  */
 import { BackendShapeError, MASKED_LOGIT, WEIGHT_DTYPES } from "../types.ts";
-import { expectConcatColumnsShapes, expectMaskShapes, expectRepeatShapes, expectSampledPenaltyShapes, expectSliceColumnsShapes, expectSoftcap } from "../shape-checks.ts";
+import { expectConcatColumnsShapes, expectRmsnormShapes, expectMaskShapes, expectRepeatShapes, expectSampledPenaltyShapes, expectSliceColumnsShapes, expectSoftcap } from "../shape-checks.ts";
 import {
   expectF32,
   expectRank,
@@ -63,25 +63,28 @@ export function concatColumns(a: RefTensor, b: RefTensor): RefTensor {
   return f32Tensor(out, shape);
 }
 
-/** x / sqrt(mean(x²) + eps) * weight over the last dim. */
+/** x / sqrt(mean(x²) + eps) * weight over the last dim; a weight [g, d] gives row r its row r mod g (Backend.rmsnorm). */
 export function rmsnorm(x: RefTensor, weight: RefTensor, eps: number): RefTensor {
   expectF32(x, "rmsnorm input");
-  expectRank(weight, 1, "rmsnorm weight", ["f32"]);
-  const { rows, cols } = rowsOf(x.shape);
-  if (weight.shape[0] !== cols) {
-    throw new BackendShapeError(`rmsnorm weight ${fmt(weight.shape)} does not match input ${fmt(x.shape)}`);
-  }
+  const { rows, cols, groups } = expectRmsnormShapes(x, weight);
   const src = x.f32;
   const w = weight.f32;
   const out = new Float32Array(src.length);
   for (let r = 0; r < rows; r++) {
     const base = r * cols;
+    const wBase = (r % groups) * cols;
     let ss = 0;
     for (let c = 0; c < cols; c++) ss += src[base + c] * src[base + c];
     const inv = 1 / Math.sqrt(ss / cols + eps);
-    for (let c = 0; c < cols; c++) out[base + c] = src[base + c] * inv * w[c];
+    for (let c = 0; c < cols; c++) out[base + c] = src[base + c] * inv * w[wBase + c];
   }
   return f32Tensor(out, x.shape);
+}
+
+/** max(x, 0)² elementwise (Backend.reluSquared). */
+export function reluSquared(x: RefTensor): RefTensor {
+  expectF32(x, "reluSquared input");
+  return f32Tensor(x.f32.map((v) => (v > 0 ? v * v : 0)), x.shape);
 }
 
 /** act(gate) * up elementwise, after checking both are f32 of one shape (`op` names them in errors). */

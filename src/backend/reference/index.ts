@@ -20,7 +20,7 @@ import {
 } from "../types.ts";
 import { pagedAttention, kvWrite, rotateAndWriteKv } from "./attention.ts";
 import {
-  add, argmax, concatColumns, embedding, gatherRows, geluMul, maskLogits, penalizeRepeats, penalizeSampled, rmsnorm, scatterAdd, siluMul, sliceColumns, softcap, softmax, swigluOai,
+  add, argmax, concatColumns, embedding, gatherRows, geluMul, maskLogits, penalizeRepeats, penalizeSampled, reluSquared, rmsnorm, scatterAdd, siluMul, sliceColumns, softcap, softmax, swigluOai,
 } from "./elementwise.ts";
 import { matmul, matmulAdd, matmulGlu, matmulQkv, rope } from "./linear.ts";
 import { matmulExperts, matmulExpertsGlu, moeCombine, moeRoute } from "./experts.ts";
@@ -120,6 +120,7 @@ export function createReferenceBackend(): Backend {
       swigluOai(r(gate, "swigluOai gate"), r(up, "swigluOai up"), alpha, limit),
     softcap: (x: Tensor, cap: number) => softcap(r(x, "softcap input"), cap),
     sigmoidMul: (gate: Tensor, x: Tensor) => sigmoidMul(r(gate, "sigmoidMul gate"), r(x, "sigmoidMul input")),
+    reluSquared: (x: Tensor) => reluSquared(r(x, "reluSquared input")),
     causalConv1d: (x: Tensor, weight: Tensor, state: Tensor, batch: RecurrentBatch, bias?: Tensor) =>
       causalConv1d(
         r(x, "causalConv1d input"), r(weight, "causalConv1d weight"), r(state, "causalConv1d state"), batch, r(batch.seqs, "recurrent sequence table").i32,

@@ -9,7 +9,7 @@ import { kvWrite, MAX_HEAD_DIM, pagedAttention } from "./ops-attention.ts";
 import { embedding, matmul, matmulGlu, matmulQkv } from "./ops-linear.ts";
 import { matmulExperts, moeCombine, moeRoute } from "./ops-experts.ts";
 import { download, reshape, upload, uploadWeight, zeros } from "./ops-memory.ts";
-import { add, argmax, concatColumns, downloadHalfRows, gatherRows, geluMul, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softcap, softmax, swigluOai } from "./ops-rowwise.ts";
+import { add, argmax, concatColumns, downloadHalfRows, gatherRows, geluMul, reluSquared, writeHalfRows, rmsnorm, rope, siluMul, sliceColumns, softcap, softmax, swigluOai } from "./ops-rowwise.ts";
 import { causalConv1d, gatedDeltaNet, shortConv, sigmoidMul, ssmScan } from "./ops-recurrent.ts";
 import { maskLogits, penalizeRepeats, penalizeSampled, sample, scatterAdd } from "./ops-sample.ts";
 import type { RecorderStats } from "./recorder.ts";
@@ -176,6 +176,10 @@ export class WebGpuBackend implements Backend {
   }
   ssmScan(xbc: Tensor, dt: Tensor, a: Tensor, d: Tensor, dtBias: Tensor, state: Tensor, batch: RecurrentBatch, spec: SsmSpec): Tensor {
     return ssmScan(this.#live, xbc, dt, a, d, dtBias, state, batch, spec);
+  }
+
+  reluSquared(x: Tensor): Tensor {
+    return reluSquared(this.#live, x);
   }
 
   softcap(x: Tensor, cap: number): Tensor {

@@ -1,5 +1,5 @@
 /**
- * Row-wise and elementwise ops: rmsnorm, softmax, argmax, add, siluMul, geluMul, swigluOai, gatherRows, sliceColumns,
+ * Row-wise and elementwise ops: rmsnorm, softmax, argmax, add, siluMul, geluMul, swigluOai, softcap, reluSquared, gatherRows, sliceColumns,
  * concatColumns, rope.
  */
 import type { PooledBuffer } from "./buffer-pool.ts";
@@ -8,18 +8,16 @@ import { F32 } from "./recorder.ts";
 import { download, upload } from "./ops-memory.ts";
 import { asGpu, expectActivation, expectRank, expectSameShape, fmt, type GpuTensor, rowsOf } from "./tensor.ts";
 import { BackendShapeError, numel, type RopeLayout, type Tensor } from "../types.ts";
-import { checkIndexRange, expectConcatColumnsShapes, expectRopeArgs, expectSliceColumnsShapes, expectSoftcap } from "../shape-checks.ts";
+import { checkIndexRange, expectConcatColumnsShapes, expectRmsnormShapes, expectRopeArgs, expectSliceColumnsShapes, expectSoftcap } from "../shape-checks.ts";
 
-/** x / sqrt(mean(x²) + eps) * weight over the last dim. */
+/** x / sqrt(mean(x²) + eps) * weight over the last dim; a weight [g, d] gives row r its row r mod g. */
 export function rmsnorm(ctx: GpuContext, xT: Tensor, wT: Tensor, eps: number): Tensor {
   const x = asGpu(xT, "rmsnorm input", ctx);
   const w = asGpu(wT, "rmsnorm weight", ctx);
   expectActivation(x, "rmsnorm input");
-  expectRank(w, 1, "rmsnorm weight", ["f32"]);
-  const { rows, cols } = rowsOf(x.shape);
-  if (w.shape[0] !== cols) throw new BackendShapeError(`rmsnorm weight ${fmt(w.shape)} does not match input ${fmt(x.shape)}`);
+  const { rows, cols, groups } = expectRmsnormShapes(x, w);
   const out = ctx.output(x.shape);
-  ctx.recorder.dispatch("rmsnorm", {}, [rows, cols, new F32(eps), 0], [[1, x.buffer], [2, w.buffer], [3, out.buffer]], rows);
+  ctx.recorder.dispatch("rmsnorm", {}, [rows, cols, new F32(eps), groups], [[1, x.buffer], [2, w.buffer], [3, out.buffer]], rows);
   return out;
 }
 
@@ -64,7 +62,7 @@ function binary(ctx: GpuContext, aT: Tensor, bT: Tensor, op: BinaryOp, alpha = 0
   const out = ctx.output(a.shape);
   ctx.recorder.dispatch(
     "elementwise",
-    { OP_ADD: op === "add", OP_OAI: op === "swigluOai", OP_GELU: op === "geluMul", OP_SOFTCAP: false },
+    { OP_ADD: op === "add", OP_OAI: op === "swigluOai", OP_GELU: op === "geluMul", OP_SOFTCAP: false, OP_RELU2: false },
     [n, new F32(alpha), new F32(limit), 0],
     [[1, a.buffer], [2, b.buffer], [3, out.buffer]],
     Math.ceil(n / 256),
@@ -72,22 +70,30 @@ function binary(ctx: GpuContext, aT: Tensor, bT: Tensor, op: BinaryOp, alpha = 0
   return out;
 }
 
-/** cap · tanh(x / cap) (Backend.softcap): the elementwise kernel's one unary op, x bound as both operands. */
-export function softcap(ctx: GpuContext, xT: Tensor, cap: number): Tensor {
-  const x = asGpu(xT, "softcap input", ctx);
-  expectActivation(x, "softcap input");
-  expectSoftcap(cap);
+/** The elementwise kernel's unary ops, x bound as both operands: soft-capping, or max(x, 0)². */
+function unary(ctx: GpuContext, xT: Tensor, op: "softcap" | "reluSquared", alpha = 0): Tensor {
+  const x = asGpu(xT, `${op} input`, ctx);
+  expectActivation(x, `${op} input`);
   const n = numel(x.shape);
   const out = ctx.output(x.shape);
   ctx.recorder.dispatch(
     "elementwise",
-    { OP_ADD: false, OP_OAI: false, OP_GELU: false, OP_SOFTCAP: true },
-    [n, new F32(cap), new F32(0), 0],
+    { OP_ADD: false, OP_OAI: false, OP_GELU: false, OP_SOFTCAP: op === "softcap", OP_RELU2: op === "reluSquared" },
+    [n, new F32(alpha), new F32(0), 0],
     [[1, x.buffer], [2, x.buffer], [3, out.buffer]],
     Math.ceil(n / 256),
   );
   return out;
 }
+
+/** cap · tanh(x / cap) (Backend.softcap). */
+export function softcap(ctx: GpuContext, xT: Tensor, cap: number): Tensor {
+  expectSoftcap(cap);
+  return unary(ctx, xT, "softcap", cap);
+}
+
+/** max(x, 0)² (Backend.reluSquared). */
+export const reluSquared = (ctx: GpuContext, x: Tensor): Tensor => unary(ctx, x, "reluSquared");
 
 /** a + b. */
 export const add = (ctx: GpuContext, a: Tensor, b: Tensor): Tensor => binary(ctx, a, b, "add");
