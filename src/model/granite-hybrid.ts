@@ -126,12 +126,14 @@ export function graniteHybridHfName(role: LayerRole, moeLayer: boolean): string 
 }
 
 /**
- * A Granite 4.0-H checkpoint's tensors as the forward takes them: a fused gate/up (`…:gate`, `…:up`;
- * [2·ff, H], or [E, 2·ff, H] for the experts) cut in halves, A_log read as −exp(A_log) [heads, 1], D
- * as [heads, 1], the gated norm as [1, inner], the convolution [C, 1, K] as [C, K].
+ * A Granite 4.0-H or Nemotron-H checkpoint's tensors as the forward takes them: a fused gate/up
+ * (`…:gate`, `…:up`; [2·ff, H], or [E, 2·ff, H] for the experts) cut in halves, A_log (under `mamba.`,
+ * Nemotron-H's `mixer.`) read as −exp(A_log) [heads, 1], D as [heads, 1], the gated norm as [groups,
+ * inner / groups], the convolution [C, 1, K] as [C, K].
  */
-export function graniteHybridHfTensors(source: TensorSource): TensorSource {
+export function graniteHybridHfTensors(source: TensorSource, groups = 1): TensorSource {
   const fused = (name: string) => (name.endsWith(GATE) || name.endsWith(UP) ? name.slice(0, name.lastIndexOf(":")) : undefined);
+  const mixer = (name: string, part: string) => name.endsWith(`mamba.${part}`) || name.endsWith(`mixer.${part}`);
   return {
     has: (name) => source.has(fused(name) ?? name),
     byteLength: (name) => (fused(name) ? source.byteLength(fused(name)!) / 2 : source.byteLength(name)),
@@ -149,13 +151,13 @@ export function graniteHybridHfTensors(source: TensorSource): TensorSource {
         return { name, shape: [...t.shape.slice(0, -2), rows / 2, t.shape[t.shape.length - 1]], dtype: t.dtype, data };
       }
       const t = await source.read(name);
-      if (name.endsWith("mamba.A_log") || name.endsWith("mamba.D")) {
+      if (mixer(name, "A_log") || mixer(name, "D")) {
         const v = decodeToF32(t.data, t.dtype, numel(t.shape));
         const out = name.endsWith("A_log") ? v.map((x) => -Math.exp(x)) : v;
         return { name, shape: [v.length, 1], dtype: "f32", data: new Uint8Array(out.buffer) };
       }
-      if (name.endsWith("mamba.norm.weight") && t.shape.length === 1) return { ...t, shape: [1, t.shape[0]] };
-      if (name.endsWith("mamba.conv1d.weight") && t.shape.length === 3 && t.shape[1] === 1) return { ...t, shape: [t.shape[0], t.shape[2]] };
+      if (mixer(name, "norm.weight") && t.shape.length === 1 && t.shape[0] % groups === 0) return { ...t, shape: [groups, t.shape[0] / groups] };
+      if (mixer(name, "conv1d.weight") && t.shape.length === 3 && t.shape[1] === 1) return { ...t, shape: [t.shape[0], t.shape[2]] };
       return t;
     },
   };

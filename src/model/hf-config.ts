@@ -16,6 +16,7 @@ import { hfQwen35 } from "./hf-qwen35.ts";
 import { hfMistral3 } from "./mistral3.ts";
 import { hfLfm2, lfm2FeedForward } from "./lfm2.ts";
 import { hfGraniteHybrid } from "./granite-hybrid.ts";
+import { hfNemotronH } from "./nemotron-h.ts";
 
 /** config.json's `architectures[0]` (or `model_type`) → our architecture. */
 const HF_ARCHITECTURES: Record<string, Architecture> = {
@@ -41,6 +42,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Ministral3ForCausalLM: "mistral3",
   Lfm2ForCausalLM: "lfm2",
   GraniteMoeHybridForCausalLM: "granitehybrid",
+  NemotronHForCausalLM: "nemotron_h",
   // Mistral 7B, Mistral Small 3.x's and Devstral's text models: Llama's layout (and a window on every layer where set).
   MistralForCausalLM: "llama",
   MixtralForCausalLM: "llama",
@@ -65,6 +67,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   ministral3: "mistral3",
   lfm2: "lfm2",
   granitemoehybrid: "granitehybrid",
+  nemotron_h: "nemotron_h",
   mistral: "llama",
   mixtral: "llama",
 };
@@ -95,7 +98,9 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const deepseek = architecture === "deepseek2" ? hfDeepseekAttention(cfg, ropeTheta, path) : undefined;
   const mla = deepseek?.mla;
   // Latent attention caches one head: the latent and the shared RoPE key.
-  const headDim = mla ? mla.kvLoraRank + mla.ropeDim : hfHeadDim(cfg, hiddenSize, numHeads, path);
+  // NemotronHConfig named it attention_head_dim before head_dim.
+  const headCfg = architecture === "nemotron_h" && cfg.head_dim === undefined && cfg.attention_head_dim !== undefined ? { ...cfg, head_dim: cfg.attention_head_dim } : cfg;
+  const headDim = mla ? mla.kvLoraRank + mla.ropeDim : hfHeadDim(headCfg, hiddenSize, numHeads, path);
   const numLayers = positiveInt(cfg, "num_hidden_layers", path);
   const gptOss = architecture === "gpt-oss" ? hfGptOss(cfg, ropeTheta, headDim, numLayers, path) : undefined;
   const rotaryDim = mla ? mla.ropeDim : hfRotaryDim(cfg, architecture, headDim, path);
@@ -109,6 +114,8 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const granite4 = architecture === "granitehybrid" ? hfGraniteHybrid(cfg, hiddenSize, numLayers, path) : undefined;
   const moe = deepseek ? hfDeepseekMoe(cfg, path) : gptOss ? gptOss.moe : granite4 ? granite4.moe : hfMoe(cfg, archName, architecture, path);
   const attentionScale = deepseek?.attentionScale ?? gptOss?.attentionScale ?? gemma3?.attentionScale ?? mistral3?.attentionScale;
+  // Nemotron-H: one block a layer (nemotron-h.ts).
+  const nemotron = architecture === "nemotron_h" ? hfNemotronH(cfg, numLayers, path) : undefined;
   return {
     architecture,
     vocabSize,
@@ -151,6 +158,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     bosTokenId: bos,
     eosTokenIds,
     addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",
+    ...nemotron,
   };
 }
 

@@ -13,6 +13,7 @@ import { fusedQwenExperts, hfTextModel, qwen35HfTensors } from "./hf-qwen35.ts";
 import { hfQwen3NextFused, splittingQwen3NextFused } from "./qwen3next.ts";
 import { lfm2HfTensors } from "./lfm2.ts";
 import { graniteHybridHfTensors } from "./granite-hybrid.ts";
+import { NEMOTRON_H_HF_NAMES } from "./nemotron-h.ts";
 import { appendedToken, chatTemplate, tokenString } from "./hf-tokenizer-config.ts";
 import { splittingKvB } from "./mla-weights.ts";
 import { gptOssExperts } from "./hf-gpt-oss.ts";
@@ -35,12 +36,14 @@ export { HF_TENSOR_NAMES } from "./hf-names.ts";
 export async function loadHfDirectory(dir: string, options: LoadOptions = {}): Promise<LoadedModel> {
   // Qwen3.5 as released: its text model's config and weights inside a vision-language checkpoint.
   const { cfg, prefix } = hfTextModel(await readJson(`${dir}/config.json`, "config.json"));
-  const tokenEmbedding = prefixed(HF_TENSOR_NAMES, prefix).tokenEmbedding;
+  const plainEmbedding = prefixed(HF_TENSOR_NAMES, prefix).tokenEmbedding;
   const tokCfgPath = `${dir}/tokenizer_config.json`;
   const tokCfg = (await pathExists(tokCfgPath)) ? await readJson(tokCfgPath, "tokenizer_config.json") : {};
   const tokenizerJson = await readJson(`${dir}/tokenizer.json`, "tokenizer.json");
   const { files, index } = await openShards(dir);
   try {
+    // Nemotron-H's checkpoints keep theirs under `backbone.`.
+    const tokenEmbedding = !index.has(plainEmbedding) && index.has(NEMOTRON_H_HF_NAMES.tokenEmbedding) ? NEMOTRON_H_HF_NAMES.tokenEmbedding : plainEmbedding;
     const embd = index.get(tokenEmbedding);
     if (!embd) throw new ModelLoadError(`Model "${dir}" lacks the tensor "${tokenEmbedding}"`);
     const config = hfConfig(cfg, tokCfg, embd[1].shape[0], dir);
@@ -72,7 +75,7 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     // FP8 matrices become f8_e4m3 blocks (or bf16) as they are read, before experts are stacked or kv_b split.
     const fp8 = fp8Scheme(cfg, `${dir}/config.json`);
     const read = fp8 ? readingFp8(source, raw, fp8, dir) : source;
-    const stored = config.deltaNet ? qwen35HfTensors(read) : config.shortConv ? lfm2HfTensors(read) : config.mamba2 ? graniteHybridHfTensors(read) : read;
+    const stored = config.deltaNet ? qwen35HfTensors(read) : config.shortConv ? lfm2HfTensors(read) : config.mamba2 ? graniteHybridHfTensors(read, config.mamba2.groups) : read;
     const moe = config.moe;
     const names = prefixed(hfTensorNames(config), prefix);
     // Qwen3.5-MoE's experts may be fused per layer (hf-qwen35.ts), with no per-expert names to check.

@@ -4,10 +4,13 @@
  * with groups: the gated norm runs per group), grouped query attention without positions (NoPE), or an
  * ungated feed-forward down(max(up·x, 0)²) (ModelConfig.ffnActivation "relu2") — told apart as llama.cpp
  * tells them: a per-layer `attention.head_count_kv` and `feed_forward_length` of 0 and 0 for a Mamba-2
- * layer, a KV head count alone for attention, a width alone for a feed-forward.
+ * layer, a KV head count alone for attention, a width alone for a feed-forward. Its Hugging Face
+ * checkpoints (NemotronHForCausalLM) name the same in `hybrid_override_pattern`.
  */
-import { type LayerBlock, type Mamba2Config, ModelLoadError } from "./config.ts";
+import { type LayerBlock, type Mamba2Config, ModelLoadError, type ModelConfig } from "./config.ts";
 import type { GgufMetadata } from "./gguf-metadata.ts";
+import { type Json, num } from "./hf-json.ts";
+import type { LayerRole, TensorNames } from "./weights.ts";
 
 /** What a nemotron_h GGUF adds to the config. */
 export interface NemotronHConfig {
@@ -67,3 +70,77 @@ export function ggufNemotronH(meta: GgufMetadata, arch: string, path: string): N
     intermediateSize: shared(ff, ffKey, "feed-forward layers", path, 1),
   };
 }
+
+/** The layer kinds of NemotronHConfig's `hybrid_override_pattern` and `layers_block_type`. */
+const PATTERN_KINDS: Readonly<Record<string, "mamba" | "attention" | "mlp" | "moe">> = { M: "mamba", "*": "attention", "-": "mlp", E: "moe" };
+
+/**
+ * NemotronHConfig's layers (`hybrid_override_pattern`: M, * and -; or `layers_block_type`: mamba,
+ * attention, mlp), Mamba-2 geometry (`mamba_num_heads` × `mamba_head_dim` wide, `ssm_state_size`,
+ * `mamba_n_groups`, `mamba_d_conv`; transformers' defaults where absent), ReLU² feed-forward width
+ * (`intermediate_size`), biases (`attention_bias` on q, k, v and o; `mlp_bias`) and norm epsilon
+ * (`layer_norm_epsilon`). Experts (E, "moe"), another activation, a convolution without a bias or
+ * projections with one are refused by name.
+ */
+export function hfNemotronH(cfg: Json, numLayers: number, path: string): Partial<ModelConfig> {
+  const raw = cfg.hybrid_override_pattern ?? cfg.layers_block_type;
+  const known = new Set<string>(Object.values(PATTERN_KINDS));
+  const kinds: (string | undefined)[] | undefined = typeof raw === "string" ? [...raw].map((c) => PATTERN_KINDS[c]) : Array.isArray(raw) ? raw.map((k) => (typeof k === "string" && known.has(k) ? k : undefined)) : undefined;
+  if (!kinds || kinds.length !== numLayers || kinds.some((k) => k === undefined)) {
+    throw new ModelLoadError(`"hybrid_override_pattern" in "${path}" should name each of the ${numLayers} layers (M, * or -; or layers_block_type's mamba, attention, mlp), got ${JSON.stringify(raw)}`);
+  }
+  if (kinds.includes("moe")) throw new ModelLoadError(`Model "${path}" has mixture-of-experts layers (Nemotron 3's "E"/"moe"), which are not supported; dense Nemotron-H models (M, * and -) are`);
+  const activation = cfg.mlp_hidden_act ?? "relu2";
+  if (activation !== "relu2") throw new ModelLoadError(`"mlp_hidden_act" in "${path}" is ${JSON.stringify(activation)}; only relu2 (Nemotron-H's) is supported`);
+  if (cfg.mamba_conv_bias === false) throw new ModelLoadError(`Model "${path}" sets mamba_conv_bias false; only a convolution with a bias (Nemotron-H's) is supported`);
+  if (cfg.mamba_proj_bias === true) throw new ModelLoadError(`Model "${path}" sets mamba_proj_bias; Mamba-2 projections with biases are not supported`);
+  const whole = (key: string, fallback: number, least = 1) => {
+    const v = num(cfg, key, path, fallback);
+    if (!Number.isInteger(v) || v < least) throw new ModelLoadError(`"${key}" in "${path}" should be a whole number of at least ${least}, got ${v}`);
+    return v;
+  };
+  const heads = whole("mamba_num_heads", 128);
+  const groups = whole("mamba_n_groups", 8);
+  if (heads % groups !== 0) throw new ModelLoadError(`"mamba_n_groups" ${groups} in "${path}" does not divide its ${heads} Mamba-2 heads`);
+  const mamba2: Mamba2Config = {
+    layers: kinds.map((k) => k === "mamba"),
+    innerSize: heads * whole("mamba_head_dim", 64),
+    stateSize: whole("ssm_state_size", 128),
+    heads,
+    groups,
+    convKernel: whole("mamba_d_conv", 4, 2),
+  };
+  const bias = cfg.attention_bias === true;
+  const eps = num(cfg, "layer_norm_epsilon", path, 1e-5);
+  if (!(Number.isFinite(eps) && eps >= 0)) throw new ModelLoadError(`"layer_norm_epsilon" in "${path}" should be a number from 0, got ${eps}`);
+  return {
+    mamba2,
+    layerBlocks: kinds.map((k) => (k === "mlp" ? "ffn" : "mixer")),
+    nopeLayers: Array<boolean>(numLayers).fill(true),
+    ffnActivation: "relu2",
+    ...(cfg.mlp_bias === true ? { ffnBias: true } : {}),
+    qkvBias: bias,
+    ...(bias ? { outputBias: true } : {}),
+    qkNorm: false,
+    intermediateSize: whole("intermediate_size", 21504),
+    rmsNormEps: eps,
+  };
+}
+
+/** Nemotron-H's checkpoint names (`backbone.layers.N.` then its one norm and `mixer.*`). */
+const HF_NAMES: Partial<Record<LayerRole, string>> = {
+  attnNorm: "norm.weight",
+  wq: "mixer.q_proj.weight", wk: "mixer.k_proj.weight", wv: "mixer.v_proj.weight", wo: "mixer.o_proj.weight",
+  bq: "mixer.q_proj.bias", bk: "mixer.k_proj.bias", bv: "mixer.v_proj.bias", bo: "mixer.o_proj.bias",
+  wUp: "mixer.up_proj.weight", wDown: "mixer.down_proj.weight", bUp: "mixer.up_proj.bias", bDown: "mixer.down_proj.bias",
+  ssmIn: "mixer.in_proj.weight", ssmConv: "mixer.conv1d.weight", ssmConvBias: "mixer.conv1d.bias", ssmDtBias: "mixer.dt_bias",
+  ssmDecay: "mixer.A_log", ssmD: "mixer.D", ssmNorm: "mixer.norm.weight", ssmOut: "mixer.out_proj.weight",
+};
+
+/** A Nemotron-H checkpoint's tensor names: `backbone.embeddings`, `backbone.norm_f`, `lm_head`. */
+export const NEMOTRON_H_HF_NAMES: TensorNames = {
+  tokenEmbedding: "backbone.embeddings.weight",
+  outputNorm: "backbone.norm_f.weight",
+  output: "lm_head.weight",
+  layer: (i, role) => `backbone.layers.${i}.${HF_NAMES[role] ?? role}`,
+};

@@ -330,44 +330,69 @@ test("Engine with short convolution layers (LFM2): chunked prefills, multi-step 
   }
 });
 
-test("Engine with Mamba-2 layers (Granite 4.0-H): chunked prefills, multi-step decoding, a next turn from a checkpoint and a checkpoint moved to another engine give the lone greedy tokens", async () => {
-  const dir4 = mkdtempSync(`${tmpdir()}/recurrent-granite-`);
-  try {
-    const spec: ModelFileSpec = {
+/** The Mamba-2 models: Granite 4.0-H's layers (each with a feed-forward) and Nemotron-H's (one block each, B and C in groups). */
+const MAMBA2_MODELS: { name: string; spec: ModelFileSpec; check(m: LoadedModel): void }[] = [
+  {
+    name: "Granite 4.0-H",
+    spec: {
       architecture: "granitehybrid", hidden: 32, layers: 4, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 304,
       mamba2: { attention: [2], heads: 4, stateSize: 16, conv: 4 }, granite: { embedding: 2, attention: 0.2, residual: 0.5, logit: 3 },
-    };
-    const granite = await loadModel(await writeTestGguf(dir4, "granitehybrid", spec));
-    assert.deepEqual(granite.config.mamba2, { layers: [true, true, false, true], innerSize: 64, stateSize: 16, heads: 4, groups: 1, convKernel: 4 });
-    assert.deepEqual(granite.config.nopeLayers, [true, true, true, true]);
-    // Per sequence: 3 convolution states of 3 × 96 and 3 scan states of 4 heads × 16 × 16, f32.
-    assert.equal(stateBytesPerSlot(granite.config), 4 * 3 * (3 * 96 + 4 * 16 * 16));
-    const lone = (prompt: number[]) => loneGreedy(prompt, granite);
-    const want = await Promise.all(PROMPTS.map(lone));
-    const e = createEngine(backend, granite, { numBlocks: 64, blockSize: 4, schedulerSteps: 3, scheduler: { maxBatchTokens: 5, maxRunning: 3 } });
-    const peer = createEngine(backend, granite, { numBlocks: 64, blockSize: 4 });
+    },
+    check(granite) {
+      assert.deepEqual(granite.config.mamba2, { layers: [true, true, false, true], innerSize: 64, stateSize: 16, heads: 4, groups: 1, convKernel: 4 });
+      assert.deepEqual(granite.config.nopeLayers, [true, true, true, true]);
+      // Per sequence: 3 convolution states of 3 × 96 and 3 scan states of 4 heads × 16 × 16, f32.
+      assert.equal(stateBytesPerSlot(granite.config), 4 * 3 * (3 * 96 + 4 * 16 * 16));
+    },
+  },
+  {
+    name: "Nemotron-H",
+    spec: {
+      architecture: "nemotron_h", hidden: 32, layers: 5, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 305,
+      nemotronH: { pattern: "M*-M-", heads: 4, headDim: 16, stateSize: 8, groups: 2, conv: 4 },
+    },
+    check(nemotron) {
+      assert.deepEqual(nemotron.config.mamba2, { layers: [true, false, false, true, false], innerSize: 64, stateSize: 8, heads: 4, groups: 2, convKernel: 4 });
+      assert.deepEqual(nemotron.config.layerBlocks, ["mixer", "mixer", "ffn", "mixer", "ffn"]);
+      // Per sequence: 2 convolution states of 3 × (64 + 2·2·8) and 2 scan states of 4 heads × 16 × 8, f32.
+      assert.equal(stateBytesPerSlot(nemotron.config), 4 * 2 * (3 * 96 + 4 * 16 * 8));
+    },
+  },
+];
+
+for (const { name, spec, check } of MAMBA2_MODELS) {
+  test(`Engine with Mamba-2 layers (${name}): chunked prefills, multi-step decoding, a next turn from a checkpoint and a checkpoint moved to another engine give the lone greedy tokens`, async () => {
+    const dir4 = mkdtempSync(`${tmpdir()}/recurrent-mamba2-`);
     try {
-      const ask = (prompt: number[]) => e.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
-      assert.deepEqual((await Promise.all(PROMPTS.map(ask))).map((r) => r.tokenIds), want);
-      // The first prompt's next turn resumes after its answer's last whole block (28 of its 31 tokens).
-      const turn2 = [...PROMPTS[0], ...want[0], 150, 151, 152, 153, 154];
-      const r = await ask(turn2);
-      assert.equal(r.cachedTokens, 28);
-      const want2 = await lone(turn2);
-      assert.deepEqual(r.tokenIds, want2);
-      // The same turn on another engine, from the blocks and the scan and convolution states moved there.
-      const moved = await e.exportPrefix(turn2);
-      assert.equal(moved?.state?.tokens, 28);
-      peer.importPrefix(moved!);
-      const p = await peer.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
-      assert.equal(p.cachedTokens, 28);
-      assert.deepEqual(p.tokenIds, want2);
+      const m = await loadModel(await writeTestGguf(dir4, spec.architecture, spec));
+      check(m);
+      const lone = (prompt: number[]) => loneGreedy(prompt, m);
+      const want = await Promise.all(PROMPTS.map(lone));
+      const e = createEngine(backend, m, { numBlocks: 64, blockSize: 4, schedulerSteps: 3, scheduler: { maxBatchTokens: 5, maxRunning: 3 } });
+      const peer = createEngine(backend, m, { numBlocks: 64, blockSize: 4 });
+      try {
+        const ask = (prompt: number[]) => e.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+        assert.deepEqual((await Promise.all(PROMPTS.map(ask))).map((r) => r.tokenIds), want);
+        // The first prompt's next turn resumes after its answer's last whole block (28 of its 31 tokens).
+        const turn2 = [...PROMPTS[0], ...want[0], 150, 151, 152, 153, 154];
+        const r = await ask(turn2);
+        assert.equal(r.cachedTokens, 28);
+        const want2 = await lone(turn2);
+        assert.deepEqual(r.tokenIds, want2);
+        // The same turn on another engine, from the blocks and the scan and convolution states moved there.
+        const moved = await e.exportPrefix(turn2);
+        assert.equal(moved?.state?.tokens, 28);
+        peer.importPrefix(moved!);
+        const p = await peer.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+        assert.equal(p.cachedTokens, 28);
+        assert.deepEqual(p.tokenIds, want2);
+      } finally {
+        await e.stop();
+        await peer.stop();
+      }
+      assert.throws(() => createEngine(backend, m, { numBlocks: 8, speculative: { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } }), new RegExp(`Speculative decoding is not supported for models with Mamba-2 layers \\(${spec.architecture}\\)`));
     } finally {
-      await e.stop();
-      await peer.stop();
+      rmSync(dir4, { recursive: true, force: true });
     }
-    assert.throws(() => createEngine(backend, granite, { numBlocks: 8, speculative: { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } }), /Speculative decoding is not supported for models with Mamba-2 layers \(granitehybrid\)/);
-  } finally {
-    rmSync(dir4, { recursive: true, force: true });
-  }
-});
+  });
+}

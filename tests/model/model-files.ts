@@ -20,7 +20,7 @@ import { randomIqTensor } from "./iq-blocks.ts";
 import { qwen35GgufMetadata, qwen35GgufPart, qwen35HfCheckpoint, qwen35HfConfig, qwen35HfLayer } from "./qwen35-files.ts";
 import { qwen3nextGgufParts } from "./qwen3next-files.ts";
 import { lfm2GgufMetadata, lfm2GgufPart, lfm2HfConfig, lfm2HfLayer } from "./lfm2-files.ts";
-import { nemotronHGgufMetadata, nemotronHGgufPart, nemotronHHfLayer, type NemotronHSpec } from "./nemotron-h-files.ts";
+import { nemotronHGgufMetadata, nemotronHGgufPart, nemotronHHfConfig, nemotronHHfLayer, nemotronHHfWeights, type NemotronHSpec } from "./nemotron-h-files.ts";
 import { graniteHybridHfConfig, graniteHybridHfWeights, isMambaLayer, mamba2GgufMetadata, mamba2GgufPart, mamba2HfLayer } from "./granite-hybrid-files.ts";
 import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
@@ -676,7 +676,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
   const gptOss = spec.architecture === "gpt-oss";
   // Gemma's checkpoints store w where its norms weigh by 1 + w (the GGUF stores 1 + w).
   const gemma = spec.architecture === "gemma3" || spec.architecture === "gemma2";
-  const hfWeights = spec.architecture === "phi3" && !spec.unfused ? fusePhi3Hf(weights) : spec.mamba2 ? graniteHybridHfWeights(spec, weights) : weights;
+  const hfWeights = spec.architecture === "phi3" && !spec.unfused ? fusePhi3Hf(weights) : spec.mamba2 ? graniteHybridHfWeights(spec, weights) : spec.nemotronH ? nemotronHHfWeights(weights) : weights;
   const tensors: SafetensorsEntry[] = gptOss ? gptOssHfTensors(spec, weights, dtype) : [...hfWeights].map(([name, { shape, values }]) => {
     const dt = isVector(shape) ? "f32" : dtype;
     const v = gemma && name.endsWith("norm.weight") ? values.map((x) => x - 1) : values;
@@ -736,6 +736,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     ...(spec.deltaNet ? qwen35HfConfig(spec) : {}),
     ...(spec.shortConv ? lfm2HfConfig(spec) : {}),
     ...(spec.mamba2 ? graniteHybridHfConfig(spec) : {}),
+    ...(spec.nemotronH ? nemotronHHfConfig(spec) : {}),
     ...(spec.architecture === "exaone4"
       ? { sliding_window: spec.slidingWindow ?? null, layer_types: Array.from({ length: spec.layers }, (_, i) => (spec.slidingWindow && (i + 1) % 4 !== 0 ? "sliding_attention" : "full_attention")) }
       : {}),

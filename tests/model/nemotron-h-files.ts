@@ -9,7 +9,7 @@
 import type { GgufEntry } from "../../src/model/gguf-types.ts";
 import { gguf } from "../../src/model/gguf-writer.ts";
 import { GgufType } from "../../src/model/gguf-types.ts";
-import type { ModelFileSpec } from "./model-files.ts";
+import type { HfWeights, ModelFileSpec } from "./model-files.ts";
 import type { GgufPart } from "./qwen35-files.ts";
 
 /** Nemotron-H's layers, as its `hybrid_override_pattern` writes them: M (Mamba-2), * (attention), - (feed-forward). */
@@ -125,4 +125,28 @@ export function nemotronHGgufMetadata(spec: ModelFileSpec): [string, GgufEntry][
     // The (MTP head's) layer norm epsilon, which llama.cpp requires of every nemotron_h file.
     [`${a}.attention.layer_norm_epsilon`, gguf.f32(1e-5)],
   ];
+}
+
+/** The weights under a Nemotron-H checkpoint's names: `backbone.embeddings`, `backbone.layers.N.`, `backbone.norm_f`. */
+export function nemotronHHfWeights(weights: HfWeights): HfWeights {
+  const renamed = (name: string) =>
+    name === "model.embed_tokens.weight" ? "backbone.embeddings.weight" : name === "model.norm.weight" ? "backbone.norm_f.weight" : name.replace(/^model\.layers\./, "backbone.layers.");
+  return new Map([...weights].map(([name, w]) => [renamed(name), w]));
+}
+
+/** NemotronHConfig's own fields: the pattern, the Mamba-2 geometry, biases, the norm epsilon (not rms_norm_eps). */
+export function nemotronHHfConfig(spec: ModelFileSpec): Record<string, unknown> {
+  const n = spec.nemotronH!;
+  return {
+    hybrid_override_pattern: n.pattern,
+    mamba_num_heads: n.heads,
+    mamba_head_dim: n.headDim,
+    ssm_state_size: n.stateSize,
+    mamba_n_groups: n.groups,
+    mamba_d_conv: n.conv,
+    mlp_hidden_act: "relu2",
+    attention_bias: n.attnBias === true,
+    mlp_bias: n.mlpBias === true,
+    layer_norm_epsilon: 1e-5,
+  };
 }

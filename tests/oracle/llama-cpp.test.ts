@@ -380,7 +380,7 @@ const CASES: OracleCase[] = [
     name: "nemotron_h Mamba-2 (3 groups over 6 heads of 8: an inner size of 1.5 hidden), NoPE attention and ReLU² feed-forward layers (M-M*-M), f32",
     spec: { ...BASE, architecture: "nemotron_h", layers: 6, seed: 211, nemotronH: { pattern: "M-M*-M", heads: 6, headDim: 8, stateSize: 16, groups: 3, conv: 4 } },
     tol: 1e-4,
-    hf: false,
+    hf: true,
   },
   {
     name: "nemotron_h q8_0, 4 groups over 8 heads of 8, biased attention and feed-forward, f16 KV cache",
