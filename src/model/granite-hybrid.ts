@@ -5,8 +5,8 @@
  * one), with Granite 3.x's four multipliers (granite.ts). Its files tell the layers apart by a
  * per-layer `attention.head_count_kv` of 0 (a Mamba-2 layer), as LFM2's do. Granite 4.0-H's
  * attention layers turn nothing (`rope.scaling.finetuned` false: NoPE on every layer); Bamba-style
- * files that keep it true rotate as Granite 3.x's. The grouped norm is refused past one group (all
- * Granite 4.0-H models have one), as is an expansion other than llama.cpp's 2.
+ * files that keep it true rotate as Granite 3.x's. An expansion other than llama.cpp's 2 is refused
+ * (all Granite 4.0-H models have one group; more run as Nemotron-H's, the norm per group).
  */
 import { byteSize, decodeToF32 } from "../backend/dtype-codec.ts";
 import { numel } from "../backend/types.ts";
@@ -41,7 +41,7 @@ export function ggufGraniteHybrid(meta: GgufMetadata, arch: string, hiddenSize: 
   };
   if (mamba2.innerSize % mamba2.heads !== 0) throw new ModelLoadError(`Model "${path}" has an SSM inner size ${mamba2.innerSize} that its ${mamba2.heads} heads do not divide`);
   if (mamba2.innerSize !== 2 * hiddenSize) throw new ModelLoadError(`Model "${path}" has an SSM inner size ${mamba2.innerSize}, not twice its hidden size ${hiddenSize} (the only expansion llama.cpp runs)`);
-  if (mamba2.groups !== 1) throw new ModelLoadError(`Model "${path}" has ${mamba2.groups} SSM groups; only one (every Granite 4.0-H model's) is supported`);
+  if (mamba2.heads % mamba2.groups !== 0) throw new ModelLoadError(`Model "${path}" has ${mamba2.groups} SSM groups, which do not divide its ${mamba2.heads} heads`);
   const rotates = meta.bool(`${arch}.rope.scaling.finetuned`, true);
   // A model of Mamba-2 layers alone has no attention layer, and no KV head count to give: 1 keeps the shapes whole.
   return { mamba2, numKvHeads: attention[0] ?? 1, rotates };
@@ -80,7 +80,7 @@ export function hfGraniteHybrid(cfg: Json, hiddenSize: number, numLayers: number
     throw new ModelLoadError(`"mamba_d_head" ${cfg.mamba_d_head} in "${path}" times ${heads} heads is not the Mamba-2 width ${innerSize}`);
   }
   const groups = whole("mamba_n_groups", 1);
-  if (groups !== 1) throw new ModelLoadError(`Model "${path}" has ${groups} Mamba-2 groups; only one (every Granite 4.0-H model's) is supported`);
+  if (heads % groups !== 0) throw new ModelLoadError(`"mamba_n_groups" ${groups} in "${path}" does not divide its ${heads} Mamba-2 heads`);
   if (cfg.mamba_conv_bias === false) throw new ModelLoadError(`Model "${path}" sets mamba_conv_bias false; only a convolution with a bias (Granite 4.0-H's) is supported`);
   if (cfg.mamba_proj_bias === true) throw new ModelLoadError(`Model "${path}" sets mamba_proj_bias; projections with biases are not supported`);
   const mamba2: Mamba2Config = {

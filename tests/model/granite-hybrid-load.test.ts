@@ -37,7 +37,7 @@ test("loadModel() refuses a granitehybrid file llama.cpp would not run, naming w
   const cases: [string, [string, ReturnType<typeof gguf.u32>][], RegExp][] = [
     ["kvshort", [["granitehybrid.attention.head_count_kv", gguf.arr(GgufType.UINT32, [0, 2])]], /"granitehybrid\.attention\.head_count_kv" is not a per-layer array of its 3 layers/],
     ["kvmixed", [["granitehybrid.attention.head_count_kv", gguf.arr(GgufType.UINT32, [0, 2, 4])]], /expected 0 for each Mamba-2 layer and one KV head count/],
-    ["groups", [["granitehybrid.ssm.group_count", gguf.u32(2)]], /has 2 SSM groups; only one \(every Granite 4\.0-H model's\) is supported/],
+    ["groups", [["granitehybrid.ssm.group_count", gguf.u32(3)]], /has 3 SSM groups, which do not divide its 4 heads/],
     ["inner", [["granitehybrid.ssm.inner_size", gguf.u32(96)]], /has an SSM inner size 96, not twice its hidden size 32/],
     ["heads", [["granitehybrid.ssm.time_step_rank", gguf.u32(5)]], /SSM inner size 64 that its 5 heads do not divide/],
     ["conv", [["granitehybrid.ssm.conv_kernel", gguf.u32(1)]], /"granitehybrid\.ssm\.conv_kernel" in ".*" should be a whole number of at least 2, got 1/],
@@ -55,7 +55,7 @@ test("loadModel() reads a GraniteMoeHybridForCausalLM checkpoint as its GGUF, de
   assert.deepEqual([moe.config.moe?.numExperts, moe.config.moe?.numExpertsUsed, moe.config.moe?.normalizeTopK, moe.config.moe?.sharedIntermediateSize, moe.config.moe?.sharedGate], [4, 2, true, 48, false]);
   assert.deepEqual(moe.weights.layers[0].wGate?.shape, [4, 64, 32], "the fused input_linear's gate half, per expert");
   const refused: [string, (c: Record<string, unknown>) => Record<string, unknown>, RegExp][] = [
-    ["groups", (c) => ({ ...c, mamba_n_groups: 2 }), /has 2 Mamba-2 groups; only one/],
+    ["groups", (c) => ({ ...c, mamba_n_groups: 3 }), /"mamba_n_groups" 3 in ".*" does not divide its 4 Mamba-2 heads/],
     ["nobias", (c) => ({ ...c, mamba_conv_bias: false }), /sets mamba_conv_bias false/],
     ["projbias", (c) => ({ ...c, mamba_proj_bias: true }), /sets mamba_proj_bias/],
     ["types", (c) => ({ ...c, layer_types: ["mamba", "conv", "mamba"] }), /"layer_types" in ".*" should name mamba or attention for each of the 3 layers/],
