@@ -230,13 +230,13 @@ export function scaled(backend: Backend, x: Tensor, scale: number): Tensor {
  * The mixture-of-experts feed-forward: route each token, run its experts' SwiGLU, sum them by
  * weight, and add the shared expert where the model has one.
  */
-export function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch): Tensor {
+export function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, s: Scratch, norm: Tensor | undefined = l.ffnNorm): Tensor {
   const c = model.config;
   const moe = c.moe!;
   if (!l.router) throw new ForwardInputError("The model config asks for experts but the weights lack a router");
   if (moe.selectionBias && !l.routerBias) throw new ForwardInputError("The model config asks for a router selection bias but the weights lack it");
   if (moe.routerLogitBias && !l.routerLogitBias) throw new ForwardInputError("The model config asks for a router logit bias but the weights lack it");
-  const h = preNorm(backend, model, l.ffnNorm, x, s);
+  const h = preNorm(backend, model, norm, x, s);
   const logits = s.keep(backend.matmul(h, l.router, l.routerLogitBias));
   const { ids, weights } = backend.moeRoute(logits, moe.numExpertsUsed, {
     normalize: moe.normalizeTopK,
@@ -250,6 +250,7 @@ export function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<T
   const biased = expertBiasing(backend, moe, l, ids, s);
   const a = moe.activation;
   const { wGate, wUp, wDown } = l;
+  if (c.ffnActivation === "relu2") return backend.add(x, s.keep(reluSquaredExperts(backend, l, h, ids, weights, moe, s)));
   if (!wGate || !wUp || !wDown) throw new ForwardInputError("The model's expert weights lack the gate, up or down projections");
   let act: Tensor;
   // The gate's and up projection's experts and SiLU in one pass, where no bias or clamped activation (GPT-OSS) comes between.
@@ -279,6 +280,22 @@ export function moeBlock(backend: Backend, model: DeviceModel, l: LayerWeights<T
     mixed = s.keep(backend.add(mixed, shared));
   }
   return backend.add(x, blockOutput(backend, model, l.ffnPostNorm, mixed, s));
+}
+
+/**
+ * Nemotron 3's experts: each token's chosen experts' down(max(up·h, 0)²) summed by weight, plus the
+ * shared expert's, as ungated.
+ */
+function reluSquaredExperts(backend: Backend, l: LayerWeights<Tensor>, h: Tensor, ids: Tensor, weights: Tensor, moe: MoeConfig, s: Scratch): Tensor {
+  if (!backend.reluSquared) throw new ForwardInputError(`The ${backend.info.name} backend lacks reluSquared, which this model's experts need`);
+  if (!l.wUp || !l.wDown) throw new ForwardInputError("The model's expert weights lack the up or down projections");
+  const act = s.keep(backend.reluSquared(s.keep(backend.matmulExperts(h, l.wUp, ids))));
+  const mixed = backend.moeCombine(s.keep(backend.matmulExperts(act, l.wDown, ids)), weights);
+  if (moe.sharedIntermediateSize === 0) return mixed;
+  s.keep(mixed);
+  if (!l.wUpShared || !l.wDownShared) throw new ForwardInputError("The model config asks for a shared expert but the weights lack it");
+  const shared = s.keep(backend.matmul(s.keep(backend.reluSquared(s.keep(backend.matmul(h, l.wUpShared)))), l.wDownShared));
+  return backend.add(mixed, shared);
 }
 
 /**

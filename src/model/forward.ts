@@ -179,7 +179,8 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       if (blocks === "mixer") {
         x = afterAttn;
       } else {
-        x = isMoeLayer(c, i) ? moeBlock(backend, model, l, afterAttn, s) : mlpBlock(backend, model, l, afterAttn, s, project, blocks === "ffn" ? l.attnNorm : l.ffnNorm);
+        const norm = blocks === "ffn" ? l.attnNorm : l.ffnNorm;
+        x = isMoeLayer(c, i) ? moeBlock(backend, model, l, afterAttn, s, norm) : mlpBlock(backend, model, l, afterAttn, s, project, norm);
         backend.free(afterAttn);
       }
       s.release();

@@ -75,7 +75,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   if (!embd) throw new ModelLoadError(`Model "${path}" lacks the tensor "${GGUF_TENSOR_NAMES.tokenEmbedding}"`);
   const hiddenSize = positiveInteger(meta.number(`${arch}.embedding_length`), `${arch}.embedding_length`, path);
   // Nemotron-H's layers are each a Mamba-2, attention or feed-forward block (nemotron-h.ts).
-  const nemotron = architecture === "nemotron_h" ? ggufNemotronH(meta, arch, path) : undefined;
+  const nemotron = architecture === "nemotron_h" || architecture === "nemotron_h_moe" ? ggufNemotronH(meta, arch, path) : undefined;
   const numHeads = positiveInteger(nemotron ? nemotronHeads(meta, `${arch}.attention.head_count`, path) : perLayerNumber(meta, `${arch}.attention.head_count`, path), `${arch}.attention.head_count`, path);
   // LFM2's convolution layers have no KV heads (0 in its per-layer array).
   const lfm2 = architecture === "lfm2" ? ggufLfm2(meta, arch, path) : undefined;

@@ -1,6 +1,7 @@
 /**
  * A GGUF's experts as llama.cpp routes each architecture's: Mixtral (`llama` with
- * `llama.expert_count`), Qwen2-MoE, Qwen3-MoE, GLM-4.5, DeepSeek (deepseek2) and GPT-OSS.
+ * `llama.expert_count`), Qwen2-MoE, Qwen3-MoE, GLM-4.5, DeepSeek (deepseek2), GPT-OSS, Granite 4.0-H and Nemotron 3
+ * (nemotron_h_moe).
  */
 import { expertGroups, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
 import { type GgufMetadata, perLayerNumber } from "./gguf-metadata.ts";
@@ -8,7 +9,7 @@ import { GGUF_LAYER_NAMES } from "./gguf-names.ts";
 import { gptOssMoe } from "./gguf-gpt-oss.ts";
 
 /** Architectures whose every file has experts. */
-const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "qwen35moe", "qwen3next"];
+const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "qwen35moe", "qwen3next", "nemotron_h_moe"];
 
 /**
  * The experts of a Mixtral (`llama` with `llama.expert_count`), Qwen2-MoE, Qwen3-MoE or GLM-4.5 file,
@@ -93,6 +94,25 @@ export function ggufMoe(meta: GgufMetadata, arch: string, has: (tensor: string) 
         sharedIntermediateSize: meta.optionalNumber(`${arch}.expert_shared_feed_forward_length`) ?? 0,
         sharedGate: false,
       };
+    case "nemotron_h_moe": {
+      // Nemotron 3's experts (llama.cpp's build_moe_ffn): sigmoid scores, chosen with a selection bias, weights renormalised
+      // per `expert_weights_norm` and scaled; ungated ReLU² experts and one ungated shared expert of its own width.
+      if (meta.has(`${arch}.moe_latent_size`)) {
+        throw new ModelLoadError(`Model "${path}" runs its experts in a latent space ("${arch}.moe_latent_size", Nemotron 3 Super's), which is not supported`);
+      }
+      return {
+        numExperts,
+        numExpertsUsed,
+        normalizeTopK: meta.bool(`${arch}.expert_weights_norm`, false),
+        gating: "sigmoid",
+        selectionBias: true,
+        routedScale,
+        denseLayers: 0,
+        denseIntermediateSize: 0,
+        sharedIntermediateSize: meta.optionalNumber(`${arch}.expert_shared_feed_forward_length`) ?? 0,
+        sharedGate: false,
+      };
+    }
     case "gpt-oss":
       if (shared > 0) throw new ModelLoadError(`Model "${path}" has shared experts, which the "${arch}" architecture does not support`);
       return gptOssMoe(numExperts, numExpertsUsed);

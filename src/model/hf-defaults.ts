@@ -34,6 +34,7 @@ export const HF_TIE_WORD_EMBEDDINGS: Readonly<Record<Architecture, boolean>> = {
   lfm2: true,
   granitehybrid: false,
   nemotron_h: false,
+  nemotron_h_moe: false,
 };
 
 /** Whether the output projection is the token embedding: config.json's boolean, else the architecture's default; anything else is an error quoting it. */

@@ -6,7 +6,7 @@ import { isMoeLayer, type ModelConfig } from "./config.ts";
 import { GPT_OSS_NAMES } from "./hf-gpt-oss.ts";
 import { LFM2_HF_NAMES } from "./lfm2.ts";
 import { graniteHybridHfName } from "./granite-hybrid.ts";
-import { NEMOTRON_H_HF_NAMES } from "./nemotron-h.ts";
+import { nemotronHHfNames } from "./nemotron-h.ts";
 import type { LayerRole, TensorNames } from "./weights.ts";
 import { EXPERT } from "./expert-stack.ts";
 
@@ -139,7 +139,7 @@ function moeTensorNames(config: ModelConfig): TensorNames {
 /** The names a checkpoint's weights are read under: Gemma 3's, a model with experts', or the plain ones. */
 export function hfTensorNames(config: ModelConfig): TensorNames {
   if (config.architecture === "lfm2") return LFM2_TENSOR_NAMES;
-  if (config.architecture === "nemotron_h") return NEMOTRON_H_HF_NAMES;
+  if (config.architecture === "nemotron_h" || config.architecture === "nemotron_h_moe") return nemotronHHfNames(config);
   if (config.architecture === "granitehybrid") {
     return { ...HF_TENSOR_NAMES, layer: (i, role) => `model.layers.${i}.${graniteHybridHfName(role, isMoeLayer(config, i)) ?? LAYER_NAMES[role]}` };
   }

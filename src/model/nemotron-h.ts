@@ -7,7 +7,8 @@
  * layer, a KV head count alone for attention, a width alone for a feed-forward. Its Hugging Face
  * checkpoints (NemotronHForCausalLM) name the same in `hybrid_override_pattern`.
  */
-import { type LayerBlock, type Mamba2Config, ModelLoadError, type ModelConfig } from "./config.ts";
+import { isFeedForwardOnlyLayer, isMoeLayer, type LayerBlock, type Mamba2Config, ModelLoadError, type ModelConfig, type MoeConfig } from "./config.ts";
+import { EXPERT } from "./expert-stack.ts";
 import type { GgufMetadata } from "./gguf-metadata.ts";
 import { type Json, num } from "./hf-json.ts";
 import type { LayerRole, TensorNames } from "./weights.ts";
@@ -79,8 +80,8 @@ const PATTERN_KINDS: Readonly<Record<string, "mamba" | "attention" | "mlp" | "mo
  * attention, mlp), Mamba-2 geometry (`mamba_num_heads` × `mamba_head_dim` wide, `ssm_state_size`,
  * `mamba_n_groups`, `mamba_d_conv`; transformers' defaults where absent), ReLU² feed-forward width
  * (`intermediate_size`), biases (`attention_bias` on q, k, v and o; `mlp_bias`) and norm epsilon
- * (`layer_norm_epsilon`). Experts (E, "moe"), another activation, a convolution without a bias or
- * projections with one are refused by name.
+ * (`layer_norm_epsilon`); Nemotron 3's experts (E, "moe") make it `nemotron_h_moe`. Another
+ * activation, a convolution without a bias or projections with one are refused by name.
  */
 export function hfNemotronH(cfg: Json, numLayers: number, path: string): Partial<ModelConfig> {
   const raw = cfg.hybrid_override_pattern ?? cfg.layers_block_type;
@@ -89,7 +90,8 @@ export function hfNemotronH(cfg: Json, numLayers: number, path: string): Partial
   if (!kinds || kinds.length !== numLayers || kinds.some((k) => k === undefined)) {
     throw new ModelLoadError(`"hybrid_override_pattern" in "${path}" should name each of the ${numLayers} layers (M, * or -; or layers_block_type's mamba, attention, mlp), got ${JSON.stringify(raw)}`);
   }
-  if (kinds.includes("moe")) throw new ModelLoadError(`Model "${path}" has mixture-of-experts layers (Nemotron 3's "E"/"moe"), which are not supported; dense Nemotron-H models (M, * and -) are`);
+  const moe = kinds.includes("moe") ? hfNemotronMoe(cfg, path) : undefined;
+  if (moe && kinds.includes("mlp")) throw new ModelLoadError(`Model "${path}" has both dense (-) and expert (E) feed-forward layers; a Nemotron-H has one kind`);
   const activation = cfg.mlp_hidden_act ?? "relu2";
   if (activation !== "relu2") throw new ModelLoadError(`"mlp_hidden_act" in "${path}" is ${JSON.stringify(activation)}; only relu2 (Nemotron-H's) is supported`);
   if (cfg.mamba_conv_bias === false) throw new ModelLoadError(`Model "${path}" sets mamba_conv_bias false; only a convolution with a bias (Nemotron-H's) is supported`);
@@ -115,15 +117,52 @@ export function hfNemotronH(cfg: Json, numLayers: number, path: string): Partial
   if (!(Number.isFinite(eps) && eps >= 0)) throw new ModelLoadError(`"layer_norm_epsilon" in "${path}" should be a number from 0, got ${eps}`);
   return {
     mamba2,
-    layerBlocks: kinds.map((k) => (k === "mlp" ? "ffn" : "mixer")),
+    layerBlocks: kinds.map((k) => (k === "mlp" || k === "moe" ? "ffn" : "mixer")),
     nopeLayers: Array<boolean>(numLayers).fill(true),
     ffnActivation: "relu2",
     ...(cfg.mlp_bias === true ? { ffnBias: true } : {}),
     qkvBias: bias,
     ...(bias ? { outputBias: true } : {}),
     qkNorm: false,
-    intermediateSize: whole("intermediate_size", 21504),
+    intermediateSize: moe ? whole("moe_intermediate_size", 1856) : whole("intermediate_size", 21504),
     rmsNormEps: eps,
+    ...(moe ? { architecture: "nemotron_h_moe" as const, moe } : {}),
+  };
+}
+
+/**
+ * Nemotron 3's experts as NemotronHConfig names them (`n_routed_experts`, `num_experts_per_tok`,
+ * `norm_topk_prob`, `routed_scaling_factor`, one shared expert of `moe_shared_expert_intermediate_size`):
+ * sigmoid scores chosen with the router's `e_score_correction_bias`, as llama.cpp's nemotron_h_moe.
+ * Expert groups past one and latent experts (`moe_latent_size`, Nemotron 3 Super) are refused.
+ */
+function hfNemotronMoe(cfg: Json, path: string): MoeConfig {
+  const whole = (key: string, fallback: number, least: number) => {
+    const v = num(cfg, key, path, fallback);
+    if (!Number.isInteger(v) || v < least) throw new ModelLoadError(`"${key}" in "${path}" should be a whole number of at least ${least}, got ${v}`);
+    return v;
+  };
+  const numExperts = whole("n_routed_experts", 128, 1);
+  const numExpertsUsed = whole("num_experts_per_tok", 6, 1);
+  if (numExpertsUsed > numExperts) throw new ModelLoadError(`"num_experts_per_tok" in "${path}" should be 1 to ${numExperts}, got ${numExpertsUsed}`);
+  if (whole("n_group", 1, 1) > 1) throw new ModelLoadError(`Model "${path}" routes within expert groups ("n_group" ${cfg.n_group}), which Nemotron-H does not support`);
+  if (cfg.moe_latent_size !== undefined && cfg.moe_latent_size !== null) {
+    throw new ModelLoadError(`Model "${path}" runs its experts in a latent space ("moe_latent_size", Nemotron 3 Super's), which is not supported`);
+  }
+  const scale = num(cfg, "routed_scaling_factor", path, 1);
+  if (!(Number.isFinite(scale) && scale > 0)) throw new ModelLoadError(`"routed_scaling_factor" in "${path}" should be a positive number, got ${scale}`);
+  const shared = whole("n_shared_experts", 1, 0);
+  return {
+    numExperts,
+    numExpertsUsed,
+    normalizeTopK: cfg.norm_topk_prob !== false,
+    gating: "sigmoid",
+    selectionBias: true,
+    routedScale: scale,
+    denseLayers: 0,
+    denseIntermediateSize: 0,
+    sharedIntermediateSize: shared * whole("moe_shared_expert_intermediate_size", 3712, 0),
+    sharedGate: false,
   };
 }
 
@@ -137,10 +176,23 @@ const HF_NAMES: Partial<Record<LayerRole, string>> = {
   ssmDecay: "mixer.A_log", ssmD: "mixer.D", ssmNorm: "mixer.norm.weight", ssmOut: "mixer.out_proj.weight",
 };
 
-/** A Nemotron-H checkpoint's tensor names: `backbone.embeddings`, `backbone.norm_f`, `lm_head`. */
+/** Nemotron 3's expert layers' names (each routed expert's, stacked as read: expert-stack.ts). */
+const HF_EXPERT_NAMES: Partial<Record<LayerRole, string>> = {
+  router: "mixer.gate.weight", routerBias: "mixer.gate.e_score_correction_bias",
+  wUp: `mixer.experts.${EXPERT}.up_proj.weight`, wDown: `mixer.experts.${EXPERT}.down_proj.weight`,
+  wUpShared: "mixer.shared_experts.up_proj.weight", wDownShared: "mixer.shared_experts.down_proj.weight",
+};
+
+/** A Nemotron-H checkpoint's tensor names: `backbone.embeddings`, `backbone.layers.N.`, `backbone.norm_f`, `lm_head`. */
 export const NEMOTRON_H_HF_NAMES: TensorNames = {
   tokenEmbedding: "backbone.embeddings.weight",
   outputNorm: "backbone.norm_f.weight",
   output: "lm_head.weight",
   layer: (i, role) => `backbone.layers.${i}.${HF_NAMES[role] ?? role}`,
 };
+
+/** The names `config`'s weights are read under: an expert layer's its own. */
+export function nemotronHHfNames(config: ModelConfig): TensorNames {
+  if (!config.moe) return NEMOTRON_H_HF_NAMES;
+  return { ...NEMOTRON_H_HF_NAMES, layer: (i, role) => `backbone.layers.${i}.${(isMoeLayer(config, i) && isFeedForwardOnlyLayer(config, i) ? HF_EXPERT_NAMES[role] : undefined) ?? HF_NAMES[role] ?? role}` };
+}

@@ -259,7 +259,12 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): num
 /** The roles layer `i` of a model has, in the order they are read. */
 export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
   // Nemotron-H: a layer is one block behind attnNorm.
-  if (isFeedForwardOnlyLayer(config, i)) return ["attnNorm", "wUp", "wDown", ...(config.ffnBias ? ["bUp", "bDown"] as const : [])];
+  if (isFeedForwardOnlyLayer(config, i)) {
+    const moe = config.moe;
+    if (!moe || !isMoeLayer(config, i)) return ["attnNorm", "wUp", "wDown", ...(config.ffnBias ? ["bUp", "bDown"] as const : [])];
+    // Nemotron 3's experts: ungated, as its shared expert.
+    return ["attnNorm", "router", ...(moe.selectionBias ? ["routerBias"] as const : []), "wUp", "wDown", ...(moe.sharedIntermediateSize > 0 ? ["wUpShared", "wDownShared"] as const : [])];
+  }
   if (config.layerBlocks?.[i] === "mixer") {
     if (isMamba2Layer(config, i)) return ["attnNorm", ...MAMBA2_ROLES];
     return ["attnNorm", "wq", "wk", "wv", "wo", ...(config.qkvBias ? ["bq", "bk", "bv"] as const : []), ...(config.outputBias ? ["bo"] as const : [])];

@@ -330,7 +330,7 @@ test("Engine with short convolution layers (LFM2): chunked prefills, multi-step 
   }
 });
 
-/** The Mamba-2 models: Granite 4.0-H's layers (each with a feed-forward) and Nemotron-H's (one block each, B and C in groups). */
+/** The Mamba-2 models: Granite 4.0-H's layers (each with a feed-forward) and Nemotron-H's (one block each, B and C in groups; Nemotron 3's with experts). */
 const MAMBA2_MODELS: { name: string; spec: ModelFileSpec; check(m: LoadedModel): void }[] = [
   {
     name: "Granite 4.0-H",
@@ -356,6 +356,16 @@ const MAMBA2_MODELS: { name: string; spec: ModelFileSpec; check(m: LoadedModel):
       assert.deepEqual(nemotron.config.layerBlocks, ["mixer", "mixer", "ffn", "mixer", "ffn"]);
       // Per sequence: 2 convolution states of 3 × (64 + 2·2·8) and 2 scan states of 4 heads × 16 × 8, f32.
       assert.equal(stateBytesPerSlot(nemotron.config), 4 * 2 * (3 * 96 + 4 * 16 * 8));
+    },
+  },
+  {
+    name: "Nemotron 3, with experts",
+    spec: {
+      architecture: "nemotron_h_moe", hidden: 32, layers: 5, heads: 4, kvHeads: 2, headDim: 8, ffn: 32, vocab: 300, tied: false, dtype: "f32", seed: 306,
+      experts: { count: 4, used: 2, sharedFfn: 48, scale: 2.5 }, nemotronH: { pattern: "ME*ME", heads: 4, headDim: 16, stateSize: 8, groups: 2, conv: 4 },
+    },
+    check(nemotron) {
+      assert.deepEqual([nemotron.config.moe?.numExperts, nemotron.config.layerBlocks], [4, ["mixer", "ffn", "mixer", "mixer", "ffn"]]);
     },
   },
 ];

@@ -332,7 +332,7 @@ const GGUF_LAYER: Record<string, string> = {
 };
 
 /** HF per-expert names → the stacked GGUF tensor they join, and the router's name. */
-const EXPERT_PART = /^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.(weight|bias)$/;
+const EXPERT_PART = /^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe|mixer)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.(weight|bias)$/;
 const EXPERT_ROLE: Record<string, string> = { gate_proj: "gate", w1: "gate", up_proj: "up", w3: "up", down_proj: "down", w2: "down" };
 const ROUTER = /^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.gate\.weight$/;
 
@@ -707,6 +707,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     lfm2: ["Lfm2ForCausalLM", "lfm2"],
     granitehybrid: ["GraniteMoeHybridForCausalLM", "granitemoehybrid"],
     nemotron_h: ["NemotronHForCausalLM", "nemotron_h"],
+    nemotron_h_moe: ["NemotronHForCausalLM", "nemotron_h"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {

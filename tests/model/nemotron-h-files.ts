@@ -12,7 +12,7 @@ import { GgufType } from "../../src/model/gguf-types.ts";
 import type { HfWeights, ModelFileSpec } from "./model-files.ts";
 import type { GgufPart } from "./qwen35-files.ts";
 
-/** Nemotron-H's layers, as its `hybrid_override_pattern` writes them: M (Mamba-2), * (attention), - (feed-forward). */
+/** Nemotron-H's layers, as its `hybrid_override_pattern` writes them: M (Mamba-2), * (attention), - (feed-forward), E (experts: the spec's `experts`, Nemotron 3). */
 export interface NemotronHSpec {
   pattern: string;
   /** Mamba-2 heads, each of `headDim` (inner size heads · headDim), states of `stateSize`, B and C in `groups`. */
@@ -61,6 +61,20 @@ export function nemotronHHfLayer(spec: ModelFileSpec, i: number, put: (name: str
       put(m + "v_proj.bias", [kvHeads * hd], 0.5);
       put(m + "o_proj.bias", [hidden], 0.5);
     }
+  } else if (kind === "E") {
+    const e = spec.experts!;
+    // A sharper router than the projections, and a selection bias that changes which experts win.
+    put(m + "gate.weight", [e.count, hidden], 4 / Math.sqrt(hidden));
+    put(m + "gate.e_score_correction_bias", [e.count], 0.5);
+    for (let x = 0; x < e.count; x++) {
+      put(`${m}experts.${x}.up_proj.weight`, [ffn, hidden], 2 / Math.sqrt(hidden));
+      put(`${m}experts.${x}.down_proj.weight`, [hidden, ffn], 2 / Math.sqrt(ffn));
+    }
+    const shared = e.sharedFfn ?? 0;
+    if (shared > 0) {
+      put(m + "shared_experts.up_proj.weight", [shared, hidden], 2 / Math.sqrt(hidden));
+      put(m + "shared_experts.down_proj.weight", [hidden, shared], 2 / Math.sqrt(shared));
+    }
   } else {
     // Larger than a SwiGLU's draw: ReLU² squares what passes, and half of it does not.
     put(m + "up_proj.weight", [ffn, hidden], 2 / Math.sqrt(hidden));
@@ -89,6 +103,10 @@ const MIXER_NAMES: Record<string, string> = {
   "conv1d.bias": "ssm_conv1d.bias",
   "dt_bias": "ssm_dt.bias",
   "out_proj.weight": "ssm_out.weight",
+  "gate.weight": "ffn_gate_inp.weight",
+  "gate.e_score_correction_bias": "exp_probs_b.bias",
+  "shared_experts.up_proj.weight": "ffn_up_shexp.weight",
+  "shared_experts.down_proj.weight": "ffn_down_shexp.weight",
 };
 
 /** One Nemotron-H layer weight as the converter writes it, or undefined for the other names. */
@@ -98,6 +116,8 @@ export function nemotronHGgufPart(spec: ModelFileSpec, hf: string, shape: number
   const at = `blk.${m[1]}.`;
   if (m[2] === "norm.weight") return { name: at + "attn_norm.weight", shape, values, hf };
   const groups = spec.nemotronH!.groups;
+  // The routed experts are stacked as every model's are (model-files.ts).
+  if (m[3].startsWith("experts.")) return undefined;
   switch (m[3]) {
     case "conv1d.weight": return { name: at + "ssm_conv1d.weight", shape: [shape[0], shape[2]], values, hf };
     case "A_log": return { name: at + "ssm_a", shape: [shape[0], 1], values: values.map((v) => -Math.exp(v)), hf };
@@ -113,10 +133,22 @@ export function nemotronHGgufPart(spec: ModelFileSpec, hf: string, shape: number
 export function nemotronHGgufMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
   const a = spec.architecture;
   const n = spec.nemotronH!;
-  const perLayer = (kind: string, v: number) => gguf.arr(GgufType.UINT32, Array.from({ length: spec.layers }, (_, i) => (nemotronKind(spec, i) === kind ? v : 0)));
+  const perLayer = (kinds: string, v: number) => gguf.arr(GgufType.UINT32, Array.from({ length: spec.layers }, (_, i) => (kinds.includes(nemotronKind(spec, i)) ? v : 0)));
+  const e = spec.experts;
+  // As the converter writes Nemotron 3's experts (nemotron_h_moe): one shared expert of its own width, sigmoid scores renormalised.
+  const experts: [string, GgufEntry][] = e
+    ? [
+      [`${a}.expert_shared_feed_forward_length`, gguf.u32(e.sharedFfn ?? 0)],
+      [`${a}.expert_shared_count`, gguf.u32(e.sharedFfn ? 1 : 0)],
+      [`${a}.expert_weights_norm`, gguf.bool(true)],
+      [`${a}.expert_weights_scale`, gguf.f32(e.scale ?? 1)],
+      [`${a}.expert_group_count`, gguf.u32(1)],
+    ]
+    : [];
   return [
+    ...experts,
     [`${a}.attention.head_count_kv`, perLayer("*", spec.kvHeads)],
-    [`${a}.feed_forward_length`, perLayer("-", spec.ffn)],
+    [`${a}.feed_forward_length`, perLayer("-E", spec.ffn)],
     [`${a}.ssm.conv_kernel`, gguf.u32(n.conv)],
     [`${a}.ssm.inner_size`, gguf.u32(n.heads * n.headDim)],
     [`${a}.ssm.state_size`, gguf.u32(n.stateSize)],
@@ -148,5 +180,13 @@ export function nemotronHHfConfig(spec: ModelFileSpec): Record<string, unknown> 
     attention_bias: n.attnBias === true,
     mlp_bias: n.mlpBias === true,
     layer_norm_epsilon: 1e-5,
+    // Nemotron 3's experts, as NemotronHConfig names them.
+    ...(spec.experts
+      ? {
+        n_routed_experts: spec.experts.count, num_experts_per_tok: spec.experts.used, moe_intermediate_size: spec.ffn,
+        moe_shared_expert_intermediate_size: spec.experts.sharedFfn ?? 0, n_shared_experts: spec.experts.sharedFfn ? 1 : 0,
+        norm_topk_prob: true, routed_scaling_factor: spec.experts.scale ?? 1, n_group: 1, topk_group: 1,
+      }
+      : {}),
   };
 }

@@ -67,7 +67,7 @@ test("loadModel() reads a NemotronHForCausalLM checkpoint as its GGUF, from hybr
   const biased = await loadModel(await writeTestHfDirectory(dir, "hfbias", { ...SPEC, nemotronH: { ...SPEC.nemotronH!, attnBias: true, mlpBias: true } }));
   assert.deepEqual([biased.config.qkvBias, biased.config.outputBias, biased.config.ffnBias, biased.weights.layers[4].bDown?.shape], [true, true, true, [32]]);
   const refused: [string, (c: Record<string, unknown>) => Record<string, unknown>, RegExp][] = [
-    ["moe", (c) => ({ ...c, hybrid_override_pattern: "ME*M-" }), /has mixture-of-experts layers \(Nemotron 3's "E"\/"moe"\), which are not supported/],
+    ["mixed", (c) => ({ ...c, hybrid_override_pattern: "ME*M-" }), /has both dense \(-\) and expert \(E\) feed-forward layers/],
     ["pattern", (c) => ({ ...c, hybrid_override_pattern: "M-*M" }), /"hybrid_override_pattern" in ".*" should name each of the 5 layers/],
     ["letter", (c) => ({ ...c, hybrid_override_pattern: "M-*MX" }), /should name each of the 5 layers \(M, \* or -/],
     ["act", (c) => ({ ...c, mlp_hidden_act: "gelu" }), /"mlp_hidden_act" in ".*" is "gelu"; only relu2/],
@@ -85,4 +85,29 @@ test("targetDims() refuses LoRA targets a Nemotron-H layer does not have", async
   assert.match(String(targetDims(c, 0, "wDown", true)), /which has no feed-forward/);
   assert.match(String(targetDims(c, 1, "wGate", true)), /the model's feed-forward is ungated/);
   assert.deepEqual([targetDims(c, 1, "wUp", true), targetDims(c, 2, "wq", true), targetDims(c, 0, "ssmIn", true)], [[32, 48], [32, 32], [32, 2 * 48 + 2 * 3 * 16 + 6]]);
+});
+
+const MOE: ModelFileSpec = {
+  ...SPEC, architecture: "nemotron_h_moe", ffn: 32, seed: 362, experts: { count: 4, used: 2, sharedFfn: 48, scale: 2.5 },
+  nemotronH: { ...SPEC.nemotronH!, pattern: "ME*ME" },
+};
+
+test("loadModel() reads Nemotron 3's experts (nemotron_h_moe) from a GGUF and a checkpoint alike, and refuses latent or grouped experts", async () => {
+  const g = await loadModel(await writeTestGguf(dir, "moe", MOE));
+  assert.deepEqual(g.config.moe, {
+    numExperts: 4, numExpertsUsed: 2, normalizeTopK: true, gating: "sigmoid", selectionBias: true, routedScale: 2.5,
+    denseLayers: 0, denseIntermediateSize: 0, sharedIntermediateSize: 48, sharedGate: false,
+  });
+  assert.deepEqual([g.config.layerBlocks, g.config.intermediateSize], [["mixer", "ffn", "mixer", "mixer", "ffn"], 32]);
+  const l = g.weights.layers[1];
+  assert.deepEqual([l.wUp?.shape, l.wDown?.shape, l.router?.shape, l.routerBias?.shape, l.wUpShared?.shape, l.wGate, l.wGateShared], [[4, 32, 32], [4, 32, 32], [4, 32], [4], [48, 32], undefined, undefined]);
+  const h = await loadModel(await writeTestHfDirectory(dir, "hfmoe", MOE));
+  assert.deepEqual([h.config.architecture, h.config.moe, h.config.layerBlocks], ["nemotron_h_moe", g.config.moe, g.config.layerBlocks]);
+  assert.deepEqual(h.weights.layers[4].wUp?.shape, [4, 32, 32], "each expert's up_proj stacked");
+  await expectLoadError(loadModel(await writeTestGguf(dir, "latent", MOE, { metadata: [["nemotron_h_moe.moe_latent_size", gguf.u32(16)]] })), /runs its experts in a latent space \("nemotron_h_moe\.moe_latent_size", Nemotron 3 Super's\)/);
+  for (const [name, edit, pattern] of [
+    ["latent", (c: Record<string, unknown>) => ({ ...c, moe_latent_size: 16 }), /runs its experts in a latent space \("moe_latent_size"/],
+    ["group", (c: Record<string, unknown>) => ({ ...c, n_group: 2 }), /routes within expert groups \("n_group" 2\)/],
+    ["used", (c: Record<string, unknown>) => ({ ...c, num_experts_per_tok: 5 }), /"num_experts_per_tok" in ".*" should be 1 to 4, got 5/],
+  ] as const) await expectLoadError(loadModel(await writeTestHfDirectory(dir, `rm-${name}`, MOE, edit)), pattern);
 });

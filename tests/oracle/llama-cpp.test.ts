@@ -392,6 +392,15 @@ const CASES: OracleCase[] = [
     hf: false,
     kv: "f16",
   },
+  {
+    name: "nemotron_h_moe 4 experts / 2 used (sigmoid, selection bias, renormalised, scale 2.5), ungated ReLU² experts and shared expert (Nemotron 3's layout), f32",
+    spec: {
+      ...BASE, architecture: "nemotron_h_moe", layers: 5, ffn: 32, seed: 213, experts: { count: 4, used: 2, sharedFfn: 48, scale: 2.5 },
+      nemotronH: { pattern: "ME*ME", heads: 4, headDim: 16, stateSize: 8, groups: 2, conv: 4 },
+    },
+    tol: 1e-4,
+    hf: true,
+  },
   // Ministral 3: Llama's layout (q/k permuted for the interleaved RoPE) with YaRN over an original
   // context of 16 and Llama 4's attention temperature, whose ⌊position / 16⌋ steps within the test.
   {
