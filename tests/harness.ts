@@ -17,13 +17,20 @@ interface DenoTestApi {
 const denoApi = (globalThis as unknown as { Deno?: DenoTestApi }).Deno;
 const nodeTest = denoApi ? undefined : (await import("node:test")).test;
 
+/**
+ * Where scripts/node-tests.ts collects the Node tests a file registers, so that it can await them
+ * before it takes the next file (absent under `node --test` and Deno).
+ */
+export const NODE_PENDING_TESTS: unique symbol = Symbol.for("evolving.nodePendingTests") as never;
+
 /** Registers a test on the current runtime's test runner. */
 export function test(name: string, fn: TestFn, options: TestOptions = {}): void {
   if (denoApi) {
     // WebGPU devices and servers hold resources across tests by design; leak checks stay off.
     denoApi.test({ name, fn, ignore: options.ignore, sanitizeOps: false, sanitizeResources: false });
   } else {
-    nodeTest!(name, { skip: options.ignore ?? false }, fn);
+    const done = nodeTest!(name, { skip: options.ignore ?? false }, fn);
+    (globalThis as { [NODE_PENDING_TESTS]?: Promise<unknown>[] })[NODE_PENDING_TESTS]?.push(done);
   }
 }
 

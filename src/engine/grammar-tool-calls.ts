@@ -110,8 +110,10 @@ export const MINIMAX_PAIRS: PairFormat = {
 /** LFM2's tags around a list of Python calls (llama.cpp's LFM2 format reads the same). */
 export const LFM2 = { open: "<|tool_call_start|>", close: "<|tool_call_end|>" } as const;
 
-/** The marker Granite's and Phi-4-mini's lists of calls follow (what grammars write). */
-export const LIST_MARKERS = { granite: "<|tool_call|>", phi4_mini_json: "functools" } as const;
+/** The marker Granite's, Phi-4-mini's and Nemotron Nano 2's lists of calls follow (what grammars write). */
+export const LIST_MARKERS = { granite: "<|tool_call|>", phi4_mini_json: "functools", nemotron_json: "<TOOLCALL>" } as const;
+/** The tag that closes Nemotron Nano 2's list of calls. */
+export const NEMOTRON_CLOSE = "</TOOLCALL>";
 
 /** A Kimi call's index (`functions.NAME:INDEX`; the model counts calls across the conversation): digits, no sign or leading zero. */
 const CALL_INDEX: StringNode = { t: "string", min: 1, max: 9, patterns: [compilePattern("0|[1-9][0-9]*", true)] };
@@ -142,12 +144,14 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
       return indexGroup({ alts: g.tools.map((t): Piece[] => [{ lit: `${MISTRAL.calls}${t.name}` }, optional([{ lit: MISTRAL.callId }, { raw: MISTRAL_CALL_ID, end: MISTRAL.args }]), { lit: MISTRAL.args }, { node: args(t) }]), repeat: g.parallel, sep: "" });
     case "mistral_pre_v11":
     case "granite":
-    case "phi4_mini_json": {
+    case "phi4_mini_json":
+    case "nemotron_json": {
       // One JSON list of calls after the marker; Mistral's SentencePiece tokenizers (v3) write a space before it, Tekken (v7) none.
       const options = g.tools.map((t): SchemaNode => callObject(t.name, "arguments", args(t)));
       const list: SchemaNode = { t: "array", prefix: [], items: anyCall(options), min: 1, max: g.parallel ? Infinity : 1, unique: false };
       const marker: Piece[] = g.format === "mistral_pre_v11" ? [{ lit: MISTRAL.calls }, optional([{ lit: " " }])] : [{ lit: LIST_MARKERS[g.format] }];
-      return { alts: [[...marker, { node: list }]], repeat: false, sep: "" };
+      const close: Piece[] = g.format === "nemotron_json" ? [{ lit: NEMOTRON_CLOSE }] : [];
+      return { alts: [[...marker, { node: list }, ...close]], repeat: false, sep: "" };
     }
     case "harmony": {
       // The prompt ends with `<|start|>assistant`. gpt-oss reasons first, so an analysis message may
@@ -192,7 +196,8 @@ export function toolCallTrigger(format = "hermes"): string {
     case "mistral":
     case "mistral_pre_v11": return MISTRAL.calls;
     case "granite":
-    case "phi4_mini_json": return LIST_MARKERS[format];
+    case "phi4_mini_json":
+    case "nemotron_json": return LIST_MARKERS[format];
     case "lfm2": return LFM2.open;
     // Llama 3 writes a bare object; its first key is the one text that tells it from prose.
     case "llama3_json": return '{"name"';

@@ -77,12 +77,13 @@ export interface TagStructure {
  * `<|channel|>analysis<|message|>...<|end|><|start|>assistant`.
  * "granite" (Granite 3.x): `<|tool_call|>` then one JSON list `[{"name": ..., "arguments": {...}}, ...]`
  * (read after `<tool_call>` too). "phi4_mini_json" (Phi-4-mini): `functools` then such a list.
+ * "nemotron_json" (Nemotron Nano 2): such a list between `<TOOLCALL>` and `</TOOLCALL>` (NVIDIA's vLLM plugin's name).
  * vLLM's parser names (but "harmony"); grammar-tool-calls.ts builds each.
  */
 export type ToolCallFormat = (typeof TOOL_CALL_FORMATS)[number];
 /** Every {@link ToolCallFormat}, for checking a name from the command line. */
 export const TOOL_CALL_FORMATS = [
-  "hermes", "llama3_json", "kimi_k2", "deepseek_v31", "deepseek_v3", "glm45", "qwen3_coder", "minimax_m2", "mistral", "harmony", "granite", "phi4_mini_json", "lfm2",
+  "hermes", "llama3_json", "kimi_k2", "deepseek_v31", "deepseek_v3", "glm45", "qwen3_coder", "minimax_m2", "mistral", "harmony", "granite", "phi4_mini_json", "lfm2", "nemotron_json",
 ] as const;
 /** vLLM's names for formats we name otherwise (`--tool-call-parser openai`), accepted too. */
 export const TOOL_CALL_FORMAT_ALIASES: Readonly<Record<string, ToolCallFormat>> = { openai: "harmony" };

@@ -13,7 +13,7 @@ import type { ToolCallSyntax } from "../engine/grammar.ts";
 import { toolCallTrigger } from "../engine/grammar-tool-calls.ts";
 import { HERMES, type ParsedToolCall, ToolCallStream, type ToolStreamPart } from "./tool-calls.ts";
 import { Llama3JsonStream } from "./tool-calls-llama3.ts";
-import { GRANITE_CALLS, MistralToolStream, PHI4_MINI_CALLS } from "./tool-calls-mistral.ts";
+import { GRANITE_CALLS, MistralToolStream, NEMOTRON_CALLS, PHI4_MINI_CALLS } from "./tool-calls-mistral.ts";
 import { DEEPSEEK_SYNTAX, DEEPSEEK_V3_SYNTAX, KIMI_SYNTAX } from "./tool-calls-sections.ts";
 import { LFM2_SYNTAX } from "./tool-calls-pythonic.ts";
 import { glmSyntax, minimaxSyntax, qwen3CoderSyntax, type ToolSpec } from "./tool-calls-pairs.ts";
@@ -169,6 +169,7 @@ function toolStream(o: ChatOutputOptions): ToolCallStream | Llama3JsonStream | M
     case "mistral_pre_v11": return new MistralToolStream();
     case "granite": return new MistralToolStream(GRANITE_CALLS);
     case "phi4_mini_json": return new MistralToolStream(PHI4_MINI_CALLS);
+    case "nemotron_json": return new MistralToolStream(NEMOTRON_CALLS);
     case "lfm2": return new ToolCallStream(LFM2_SYNTAX);
     default: return new ToolCallStream(HERMES);
   }

@@ -27,6 +27,8 @@ const MARKERS: readonly [test: (t: string) => boolean, format: ToolCallFormat][]
   [(t) => t.includes("<｜tool▁calls▁begin｜>"), "deepseek_v31"],
   [(t) => t.includes("[TOOL_CALLS]"), "mistral"],
   [(t) => t.includes("<|tool_call|>"), "granite"],
+  // Nemotron Nano 2 hands the tools over in <AVAILABLE_TOOLS>…</AVAILABLE_TOOLS> and answers with <TOOLCALL>[…]</TOOLCALL>.
+  [(t) => t.includes("<TOOLCALL>") || t.includes("<AVAILABLE_TOOLS>"), "nemotron_json"],
   // LFM2 hands the tools over in <|tool_list_start|>…<|tool_list_end|>, LFM2.5 after "List of tools: [" (llama.cpp tells them so).
   [(t) => t.includes("<|tool_list_start|>") || t.includes("<|tool_call_start|>") || t.includes("List of tools: ["), "lfm2"],
   // Phi-4-mini's template hands the tools over in <|tool|>…<|/tool|>; it answers with functools[…].

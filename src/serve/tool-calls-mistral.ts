@@ -1,6 +1,7 @@
 /**
- * Tool calls after a marker: Mistral's formats (vLLM's `mistral` parser), Granite 3.x's (`granite`)
- * and Phi-4-mini's (`phi4_mini_json`), the latter two a JSON list like Mistral's older one
+ * Tool calls after a marker: Mistral's formats (vLLM's `mistral` parser), Granite 3.x's (`granite`),
+ * Phi-4-mini's (`phi4_mini_json`) and Nemotron Nano 2's (`nemotron_json`, the list closed by
+ * `</TOOLCALL>`), the latter three a JSON list like Mistral's older one
  * ({@link MarkedCallFormat}). Mistral's: each call after the control token
  * `[TOOL_CALLS]`. Tokenizers v11 and later (Mistral Small 3.1+, Magistral, Devstral) write
  * `[TOOL_CALLS]NAME[ARGS]{...}` per call, some with the call's id: `[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}`;
@@ -15,7 +16,7 @@
  * fresh one; {@link mistralMessageIds} shortens longer ids that clients send back, as vLLM does.
  */
 import type { ToolCallFormat, ToolCallSyntax } from "../engine/grammar.ts";
-import { MISTRAL } from "../engine/grammar-tool-calls.ts";
+import { LIST_MARKERS, MISTRAL, NEMOTRON_CLOSE } from "../engine/grammar-tool-calls.ts";
 import type { Tokenizer } from "../model/config.ts";
 import type { ChatMessageIn } from "./schemas.ts";
 import { FUNCTION_NAME, type ParsedToolCall, partialTagSuffix, type ToolStreamPart } from "./tool-calls.ts";
@@ -49,6 +50,8 @@ export interface MarkedCallFormat {
   readonly v11: boolean;
   /** A list item's call id from the `id` it wrote (undefined there if none): Mistral's nine characters; undefined leaves it to the server. */
   id(written: unknown): string | undefined;
+  /** The tag that closes a list (Nemotron Nano 2's `</TOOLCALL>`), taken with it where it follows; absent: none. */
+  readonly close?: string;
 }
 
 /** Mistral's calls, each with a nine-character id (the model's where it wrote one). */
@@ -63,6 +66,9 @@ export const GRANITE_CALLS: MarkedCallFormat = { markers: ["<|tool_call|>", "<to
 
 /** Phi-4-mini's list of calls after `functools`. */
 export const PHI4_MINI_CALLS: MarkedCallFormat = { markers: ["functools"], v11: false, id: () => undefined };
+
+/** Nemotron Nano 2's list of calls between `<TOOLCALL>` and `</TOOLCALL>`. */
+export const NEMOTRON_CALLS: MarkedCallFormat = { markers: [LIST_MARKERS.nemotron_json], v11: false, id: () => undefined, close: NEMOTRON_CLOSE };
 
 /** What reading the text after one `[TOOL_CALLS]` came to ("open": a JSON value began and is still open, scanned to the text's end). */
 type Read = { kind: "wait" } | { kind: "open" } | { kind: "bad" } | { kind: "calls"; calls: ParsedToolCall[]; used: number };
@@ -115,7 +121,7 @@ export class MistralToolStream {
         this.mode = "call";
       }
       const r = readCalls(this.buf, final, this.json, this.format);
-      if (r.kind === "wait") return out;
+      if (r.kind === "wait" || (r.kind === "calls" && r.used < 0)) return out;
       if (r.kind === "open") {
         this.json.hold(this.buf);
         this.buf = "";
@@ -195,7 +201,19 @@ function readList(s: string, at: number, final: boolean, json: HeldJsonValue, fo
     const raw = o.arguments == null ? "{}" : jsonParts(items[i].raw).findLast((p) => p.key === "arguments")!.raw;
     calls.push({ ...(id !== undefined ? { id } : {}), name: o.name, arguments: compactJson(raw) });
   }
-  return { kind: "calls", calls, used: end };
+  return { kind: "calls", calls, used: closing(s, end, final, format.close) };
+}
+
+/**
+ * Where the text after a list ends: past its closing tag (and the whitespace before it) where one
+ * follows; -1 (wait) while what follows could still become it; else the list's own end.
+ */
+function closing(s: string, end: number, final: boolean, close: string | undefined): number {
+  if (close === undefined) return end;
+  const rest = s.slice(end);
+  const lead = rest.length - rest.trimStart().length;
+  if (rest.startsWith(close, lead)) return end + lead + close.length;
+  return !final && close.startsWith(rest.slice(lead)) ? -1 : end;
 }
 
 /**

@@ -25,7 +25,7 @@ test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retent
     [["--reasoning-parser", "r1"], /Unknown reasoning parser "r1"; choose auto, think, mistral, harmony, none, deepseek_r1, qwen3, glm45, openai_gptoss/],
     [["--step-mixing", "chunked"], /Unknown step mixing "chunked"; choose auto, mixed or split/],
     [["--quantize", "q4_k_m"], /Unknown --quantize format "q4_k_m"; choose q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, iq4_nl, iq4_xs, mxfp4, f8_e4m3/],
-    [["--tool-call-parser", "pythonic"], /Unknown tool call parser "pythonic"; choose auto, hermes, llama3_json, kimi_k2, deepseek_v31, deepseek_v3, glm45, qwen3_coder, minimax_m2, mistral, harmony, granite, phi4_mini_json, lfm2, openai/],
+    [["--tool-call-parser", "pythonic"], /Unknown tool call parser "pythonic"; choose auto, hermes, llama3_json, kimi_k2, deepseek_v31, deepseek_v3, glm45, qwen3_coder, minimax_m2, mistral, harmony, granite, phi4_mini_json, lfm2, nemotron_json, openai/],
     [["--json-whitespace", "none"], /Unknown JSON whitespace "none"; choose any or compact/],
     [["--jump-forward", "yes"], /Unknown jump-forward setting "yes"; choose on or off/],
     [["--kv-cache-dtype", "fp8_e5m2"], /Unknown KV cache dtype "fp8_e5m2"; choose auto, f16, f32 or fp8 \(f8_e4m3\)/],

@@ -47,6 +47,7 @@ function callText(format: ToolCallSyntax, name: string, args: Args): string {
     case "granite": return `<|tool_call|>[{"name": ${JSON.stringify(name)}, "arguments": ${json}}]`;
     case "phi4_mini_json": return `functools[{"name": ${JSON.stringify(name)}, "arguments": ${json}}]`;
     case "lfm2": return `${LFM2.open}[${name}(${args.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ")})]${LFM2.close}`;
+    case "nemotron_json": return `<TOOLCALL>[{"name": ${JSON.stringify(name)}, "arguments": ${json}}]</TOOLCALL>`;
   }
 }
 

@@ -6,14 +6,17 @@
  * tests/oracle/llama-cpp.test.ts).
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { test } from "../harness.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { attentionLayers } from "../../src/model/config.ts";
 import { targetDims } from "../../src/model/lora.ts";
-import { gguf } from "../../src/model/gguf-writer.ts";
+import { loadLoraAdapter } from "../../src/model/lora-load.ts";
+import { encodeSafetensors } from "../../src/model/safetensors.ts";
+import { gguf, hostTensorFromF32 } from "../../src/model/gguf-writer.ts";
+import { writeFile } from "../../src/runtime/fs.ts";
 import { GgufType } from "../../src/model/gguf-types.ts";
 import { expectLoadError, type ModelFileSpec, writeTestGguf, writeTestHfDirectory } from "./model-files.ts";
 
@@ -110,4 +113,27 @@ test("loadModel() reads Nemotron 3's experts (nemotron_h_moe) from a GGUF and a 
     ["group", (c: Record<string, unknown>) => ({ ...c, n_group: 2 }), /routes within expert groups \("n_group" 2\)/],
     ["used", (c: Record<string, unknown>) => ({ ...c, num_experts_per_tok: 5 }), /"num_experts_per_tok" in ".*" should be 1 to 4, got 5/],
   ] as const) await expectLoadError(loadModel(await writeTestHfDirectory(dir, `rm-${name}`, MOE, edit)), pattern);
+});
+
+test("loadLoraAdapter() maps a PEFT adapter's Nemotron-H mixer modules (under backbone. or model.) to each layer's block, and refuses one the layer lacks", async () => {
+  const c = (await loadModel(await writeTestGguf(dir, "peftbase", SPEC))).config;
+  const rank = 2;
+  const peft = async (name: string, modules: [string, number, number][]) => {
+    const path = `${dir}/${name}`;
+    mkdirSync(path, { recursive: true });
+    await writeFile(`${path}/adapter_config.json`, JSON.stringify({ peft_type: "LORA", r: rank, lora_alpha: 4, target_modules: ["in_proj"], bias: "none" }));
+    const tensors = modules.flatMap(([m, inDim, outDim]) => [
+      hostTensorFromF32(`base_model.model.${m}.lora_A.weight`, [rank, inDim], new Float32Array(rank * inDim).fill(0.1), "f32"),
+      hostTensorFromF32(`base_model.model.${m}.lora_B.weight`, [outDim, rank], new Float32Array(outDim * rank).fill(0.1), "f32"),
+    ]);
+    await writeFile(`${path}/adapter_model.safetensors`, encodeSafetensors(tensors));
+    return path;
+  };
+  const ssmIn = 2 * 48 + 2 * 3 * 16 + 6;
+  const a = await loadLoraAdapter(await peft("peft-ok", [
+    ["backbone.layers.0.mixer.in_proj", 32, ssmIn], ["backbone.layers.3.mixer.out_proj", 48, 32], ["model.layers.2.mixer.q_proj", 32, 32],
+    ["backbone.layers.2.mixer.o_proj", 32, 32], ["backbone.layers.1.mixer.up_proj", 32, 48], ["backbone.layers.4.mixer.down_proj", 48, 32],
+  ]), c);
+  assert.deepEqual(a.weights.map((w) => `${w.layer}.${w.target}`).sort(), ["0.ssmIn", "1.wUp", "2.wo", "2.wq", "3.ssmOut", "4.wDown"]);
+  await assert.rejects(loadLoraAdapter(await peft("peft-bad", [["backbone.layers.0.mixer.up_proj", 32, 48]]), c), /it is an attention or Mamba-2 layer alone, which has no feed-forward/);
 });

@@ -137,6 +137,19 @@ const CASES: LoraCase[] = [
     scale: 1,
   },
   {
+    name: "nemotron_h f32: rank 4, alpha 8, on the Mamba-2 layers' in and out projections (2 groups), the attention layer's q and o, and the ReLU² feed-forward's up and down",
+    spec: { ...BASE, architecture: "nemotron_h", layers: 4, seed: 210, nemotronH: { pattern: "M*-M", heads: 4, headDim: 16, stateSize: 8, groups: 2, conv: 4 } },
+    adapter: () => ({
+      // As Granite's: the Mamba-2 layers' norm after the scan damps what the in-projection's delta moves.
+      seed: 310, rank: 4, alpha: 8, magnitude: 0.6,
+      targets: [
+        ...[0, 3].flatMap((layer) => (["ssmIn", "ssmOut"] as const).map((target) => ({ layer, target }))),
+        { layer: 1, target: "wq" }, { layer: 1, target: "wo" }, { layer: 2, target: "wUp" }, { layer: 2, target: "wDown" },
+      ],
+    }),
+    scale: 1,
+  },
+  {
     name: "granitehybrid f32: rank 4, alpha 8, on the Mamba-2 layers' in and out projections, the attention layer's q and o, and every feed-forward",
     spec: {
       ...BASE, architecture: "granitehybrid", layers: 3, seed: 209, mamba2: { attention: [1], heads: 4, stateSize: 16, conv: 4 },

@@ -1,6 +1,7 @@
 /**
- * Granite 3.x's (`--tool-call-parser granite`) and Phi-4-mini's (`phi4_mini_json`) tool calls: a JSON
- * list of calls after `<|tool_call|>` (or `<tool_call>`) and after `functools`. The parser on its own,
+ * Granite 3.x's (`--tool-call-parser granite`), Phi-4-mini's (`phi4_mini_json`) and Nemotron Nano 2's
+ * (`nemotron_json`) tool calls: a JSON list of calls after `<|tool_call|>` (or `<tool_call>`), after
+ * `functools`, and between `<TOOLCALL>` and `</TOOLCALL>`. The parser on its own,
  * whole and streamed, what stays text, the grammars that write forced calls, and a server with the
  * real openai client forcing a call through each (and through `auto`, told from a Granite-like template).
  */
@@ -25,19 +26,20 @@ const WEATHER = {
 const SET_UNIT: OpenAI.ChatCompletionTool = { type: "function", function: { name: "set_unit", parameters: { type: "object", properties: { unit: { enum: ["c", "f"] }, days: { type: "integer", maximum: 9 } }, required: ["unit", "days"] } } };
 const PARIS = '{"name": "get_weather", "arguments": {"city": "Paris", "days": 12345678901234567890}}';
 const NOW = '{"name": "now", "arguments": {}}';
-const FORMATS = [["granite", "<|tool_call|>"], ["phi4_mini_json", "functools"]] as const;
-const optsOf = (format: "granite" | "phi4_mini_json"): ChatOutputOptions => ({ reasoning: false, startsInReasoning: false, toolCalls: true, parallelToolCalls: true, toolCallFormat: format });
+const FORMATS = [["granite", "<|tool_call|>", ""], ["phi4_mini_json", "functools", ""], ["nemotron_json", "<TOOLCALL>", "</TOOLCALL>"]] as const;
+const optsOf = (format: "granite" | "phi4_mini_json" | "nemotron_json"): ChatOutputOptions => ({ reasoning: false, startsInReasoning: false, toolCalls: true, parallelToolCalls: true, toolCallFormat: format });
 
-for (const [format, marker] of FORMATS) {
+for (const [format, marker, close] of FORMATS) {
   const opts = optsOf(format);
 
   test(`parseChatOutput() with ${format} reads the list after ${marker}, arguments as written, text before it as content`, () => {
-    const one = parseChatOutput(`${marker}[${PARIS}]`, opts);
+    const one = parseChatOutput(`${marker}[${PARIS}]${close}`, opts);
     assert.equal(one.content, null);
     assert.deepEqual(one.calls.map((c) => [c.name, c.arguments, c.id]), [["get_weather", '{"city":"Paris","days":12345678901234567890}', undefined]], "the server makes the ids");
-    const two = parseChatOutput(`Checking. ${marker} [${PARIS}, ${NOW}]`, opts);
+    const two = parseChatOutput(`Checking. ${marker} [${PARIS}, ${NOW}]${close ? ` ${close}` : ""}`, opts);
     assert.deepEqual([two.content, two.calls.map((c) => c.name)], ["Checking. ", ["get_weather", "now"]]);
-    assert.deepEqual(parseChatOutput(`${marker}[{"name": "now"}]`, opts).calls.map((c) => [c.name, c.arguments]), [["now", "{}"]], "no arguments");
+    assert.deepEqual(parseChatOutput(`${marker}[{"name": "now"}]${close}`, opts).calls.map((c) => [c.name, c.arguments]), [["now", "{}"]], "no arguments");
+    if (close) assert.deepEqual(parseChatOutput(`${marker}[${NOW}] then`, opts), { reasoning: null, content: " then", calls: [parseChatOutput(`${marker}[${NOW}]`, opts).calls[0]] }, "a list without its closing tag is still calls");
   });
 
   test(`parseChatOutput() with ${format} returns what is not a list of calls as text, marker and all`, () => {
@@ -48,7 +50,7 @@ for (const [format, marker] of FORMATS) {
   });
 
   test(`ChatOutputStream with ${format} gives the same text and calls as parseChatOutput() whatever the delta boundaries`, () => {
-    const text = `Let me look: ${marker}[${PARIS}, ${NOW}] and ${marker}[{bad}] tail`;
+    const text = `Let me look: ${marker}[${PARIS}, ${NOW}]${close} and ${marker}[{bad}] tail`;
     const whole = parseChatOutput(text, opts);
     for (const size of [1, 2, 3, 7, 13]) {
       const s = new ChatOutputStream(opts);
@@ -72,10 +74,11 @@ for (const [format, marker] of FORMATS) {
   test(`grammarStart() writes forced tool calls in the ${format} format: ${marker} and one JSON list`, () => {
     const g: OutputGrammar = { kind: "tool_calls", format, parallel: true, tools: [WEATHER, { name: "now" }] };
     const fits = (text: string, grammar = g) => grammarComplete(grammarFeed(grammarStart(grammar), text));
-    assert.ok(fits(`${marker}[{"name": "get_weather", "arguments": {"city": "Paris"}}]`));
-    assert.ok(fits(`${marker}[{"name": "get_weather", "arguments": {"city": "Paris"}}, ${NOW}]`), "two calls");
-    assert.ok(!fits(`${marker}[${NOW}, ${NOW}]`, { ...g, parallel: false }), "one call when not parallel");
-    for (const bad of [`${marker}[]`, `${marker} [${NOW}]`, `[${NOW}]`, `${marker}[{"name": "get_weather", "arguments": {"city": "Paris", "days": 0}}]`, `${marker}[{"name": "get_weather"}]`]) {
+    assert.ok(fits(`${marker}[{"name": "get_weather", "arguments": {"city": "Paris"}}]${close}`));
+    assert.ok(fits(`${marker}[{"name": "get_weather", "arguments": {"city": "Paris"}}, ${NOW}]${close}`), "two calls");
+    assert.ok(!fits(`${marker}[${NOW}, ${NOW}]${close}`, { ...g, parallel: false }), "one call when not parallel");
+    if (close) assert.ok(!fits(`${marker}[${NOW}]`), "the list is closed");
+    for (const bad of [`${marker}[]${close}`, `${marker} [${NOW}]${close}`, `[${NOW}]${close}`, `${marker}[{"name": "get_weather", "arguments": {"city": "Paris", "days": 0}}]${close}`, `${marker}[{"name": "get_weather"}]${close}`]) {
       assert.ok(!fits(bad), `accepted ${JSON.stringify(bad)}`);
     }
     assert.equal(grammarForcedText(grammarStart(g), 200).text.startsWith(marker), true, "jump-forward writes the marker");
@@ -90,7 +93,7 @@ test("parseChatOutput() with granite also reads the list after <tool_call>, as v
 const dir = mkdtempSync(`${tmpdir()}/list-tools-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 
-for (const [format, marker] of [...FORMATS, ["auto", "<|tool_call|>"] as const]) {
+for (const [format, marker] of [...FORMATS, ["auto", "<|tool_call|>", ""] as const]) {
   test(`chat completions with --tool-call-parser ${format}: a forced call comes back as a tool call, not content`, async () => {
     const tags = ["<|user|>", "<|assistant|>", "<|end|>"];
     // For auto, a template that writes calls back as Granite's does, so the server reads Granite's format.
