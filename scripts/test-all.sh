@@ -54,23 +54,47 @@ done
 rm -rf "$dir"
 if [ "$failed" -ne 0 ]; then exit "$failed"; fi
 echo "== Node ($(node --version))"
-# A file whose process dies by a signal mid-run (a native crash: Dawn's WebGPU on lavapipe crashed in
-# webgpu-hunt2 until each backend stopped making its own Dawn instance; docs/modules.md "Known issues")
-# is run once more alone; it must pass then. Any failing test, or a second crash, still fails here.
-# A file that stops answering (Dawn deadlocked once) fails after 15 minutes instead of holding the run.
-log=$(mktemp)
-set +e
-node --import tsx --test --test-concurrency=2 --test-timeout=900000 "${files[@]}" 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
-set -e
-if [ "$rc" -ne 0 ]; then
-  if crashed=$(node scripts/node-crashed-files.mjs "$log"); then
-    rm -f "$log"
-    mapfile -t again <<< "$crashed"
-    echo "WARNING: a Node test process died by a signal (${again[*]}); running it once more alone"
-    node --import tsx --test "${again[@]}"
+# The files run in NODE_SHARDS processes at once (default 2), each importing files and running their
+# tests in-process (scripts/node-tests.ts), taking the next file no other process has claimed: Node 20's
+# `--test` starts a process per file, whose tsx and module loading cost ~1.7 s a file (773 s for the suite
+# against ~520 s so, on this 2-core machine; docs/modules.md "Known issues"). A shard that stops
+# answering is ended after 30 minutes and fails. A shard whose process dies by a signal (a native crash:
+# Dawn's WebGPU on lavapipe crashed in webgpu-hunt2 until each backend stopped making its own Dawn
+# instance) has its unfinished files run again one process a file, as `node --test` runs them; a failing
+# test there, or a second crash, still fails here.
+shards="${NODE_SHARDS:-2}"
+dir=$(mktemp -d)
+claims="$dir/claims"
+mkdir "$claims"
+pids=()
+for ((k = 0; k < shards; k++)); do
+  ( set +e; NODE_TESTS_CLAIMS="$claims" timeout -k 10 1800 node --import tsx --test-reporter=tap scripts/node-tests.ts "${files[@]}" > "$dir/$k.log" 2>&1; echo $? > "$dir/$k.rc" ) &
+  pids+=($!)
+done
+wait "${pids[@]}"
+failed=0
+crashed=0
+for ((k = 0; k < shards; k++)); do
+  echo "-- Node shard $((k + 1)) of $shards"
+  cat "$dir/$k.log"
+  rc=$(cat "$dir/$k.rc")
+  if [ "$rc" -eq 0 ]; then continue; fi
+  # 124: the timeout; 128 + n: killed by signal n (SIGSEGV 139, SIGABRT 134, SIGBUS 135, SIGILL 132).
+  if [ "$rc" -gt 128 ] && [ "$rc" -ne 137 ] && ! grep -Eq '^not ok ' "$dir/$k.log"; then
+    echo "WARNING: Node shard $((k + 1)) died by a signal (exit $rc)"
+    crashed=1
   else
-    rm -f "$log"; exit "$rc"
+    echo "Node shard $((k + 1)) of $shards failed (exit $rc)"
+    failed=$rc
   fi
+done
+if [ "$failed" -ne 0 ]; then rm -rf "$dir"; exit "$failed"; fi
+if [ "$crashed" -ne 0 ]; then
+  # What a crashed shard was running: files claimed whose tests did not end (and any never claimed).
+  mapfile -t again < <(for ((i = 0; i < ${#files[@]}; i++)); do [ -d "$claims/$i/done" ] || echo "${files[$i]}"; done)
+  echo "WARNING: running once more, one process a file: ${again[*]}"
+  rm -rf "$dir"
+  node --import tsx --test --test-concurrency=2 --test-timeout=900000 "${again[@]}"
+  exit $?
 fi
-rm -f "$log"
+rm -rf "$dir"
