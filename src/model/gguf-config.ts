@@ -78,7 +78,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const nemotron = architecture === "nemotron_h" || architecture === "nemotron_h_moe" ? ggufNemotronH(meta, arch, path) : undefined;
   const numHeads = positiveInteger(nemotron ? nemotronHeads(meta, `${arch}.attention.head_count`, path) : perLayerNumber(meta, `${arch}.attention.head_count`, path), `${arch}.attention.head_count`, path);
   // LFM2's convolution layers have no KV heads (0 in its per-layer array).
-  const lfm2 = architecture === "lfm2" ? ggufLfm2(meta, arch, path) : undefined;
+  const lfm2 = architecture === "lfm2" || architecture === "lfm2moe" ? ggufLfm2(meta, arch, path) : undefined;
   // Granite 4.0-H's Mamba-2 layers too (granite-hybrid.ts).
   const hybrid = architecture === "granitehybrid" ? ggufGraniteHybrid(meta, arch, hiddenSize, path) : undefined;
   const numKvHeads = lfm2?.numKvHeads ?? hybrid?.numKvHeads ?? nemotron?.numKvHeads ?? positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads), `${arch}.attention.head_count_kv`, path);

@@ -9,7 +9,7 @@ import { GGUF_LAYER_NAMES } from "./gguf-names.ts";
 import { gptOssMoe } from "./gguf-gpt-oss.ts";
 
 /** Architectures whose every file has experts. */
-const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "qwen35moe", "qwen3next", "nemotron_h_moe"];
+const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "qwen35moe", "qwen3next", "nemotron_h_moe", "lfm2moe"];
 
 /**
  * The experts of a Mixtral (`llama` with `llama.expert_count`), Qwen2-MoE, Qwen3-MoE or GLM-4.5 file,
@@ -94,6 +94,25 @@ export function ggufMoe(meta: GgufMetadata, arch: string, has: (tensor: string) 
         sharedIntermediateSize: meta.optionalNumber(`${arch}.expert_shared_feed_forward_length`) ?? 0,
         sharedGate: false,
       };
+    case "lfm2moe": {
+      // LFM2-MoE's experts (llama.cpp's lfm2moe): sigmoid scores (its gating function), chosen with a selection bias, the
+      // chosen weights renormalised, never scaled (llama.cpp reads no scale for it); leading dense layers.
+      const gatingFunc = meta.optionalNumber(`${arch}.expert_gating_func`) ?? 2;
+      if (gatingFunc !== 2) throw new ModelLoadError(`Model "${path}" uses expert gating function ${gatingFunc}; LFM2-MoE's is 2 (sigmoid)`);
+      const denseLayers = meta.optionalNumber(`${arch}.leading_dense_block_count`) ?? 0;
+      return {
+        numExperts,
+        numExpertsUsed,
+        normalizeTopK: true,
+        gating: "sigmoid",
+        selectionBias: true,
+        routedScale: 1,
+        denseLayers,
+        denseIntermediateSize: denseLayers > 0 ? perLayerNumber(meta, `${arch}.feed_forward_length`, path) : 0,
+        sharedIntermediateSize: 0,
+        sharedGate: false,
+      };
+    }
     case "nemotron_h_moe": {
       // Nemotron 3's experts (llama.cpp's build_moe_ffn): sigmoid scores, chosen with a selection bias, weights renormalised
       // per `expert_weights_norm` and scaled; ungated ReLU² experts and one ungated shared expert of its own width.

@@ -107,7 +107,7 @@ export function ggufMoeTensorNames(config: ModelConfig, split: boolean): TensorN
   return {
     ...GGUF_TENSOR_NAMES,
     // LFM2's final norm (llama.cpp's LLM_TENSOR_OUTPUT_NORM_LFM2).
-    ...(config.architecture === "lfm2" ? { outputNorm: "token_embd_norm.weight" } : {}),
+    ...(config.architecture === "lfm2" || config.architecture === "lfm2moe" ? { outputNorm: "token_embd_norm.weight" } : {}),
     layer: (i, role) => `blk.${i}.${own[role] ?? (isMoeLayer(config, i) ? experts[role] : undefined) ?? GGUF_LAYER_NAMES[role]}`,
   };
 }

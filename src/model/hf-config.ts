@@ -14,7 +14,7 @@ import { hfLongRope } from "./phi3.ts";
 import { hfGranite } from "./granite.ts";
 import { hfQwen35 } from "./hf-qwen35.ts";
 import { hfMistral3 } from "./mistral3.ts";
-import { hfLfm2, lfm2FeedForward } from "./lfm2.ts";
+import { hfLfm2, hfLfm2Moe, lfm2FeedForward } from "./lfm2.ts";
 import { hfGraniteHybrid } from "./granite-hybrid.ts";
 import { hfNemotronH } from "./nemotron-h.ts";
 
@@ -41,6 +41,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Qwen3NextForCausalLM: "qwen3next",
   Ministral3ForCausalLM: "mistral3",
   Lfm2ForCausalLM: "lfm2",
+  Lfm2MoeForCausalLM: "lfm2moe",
   GraniteMoeHybridForCausalLM: "granitehybrid",
   NemotronHForCausalLM: "nemotron_h",
   // Mistral 7B, Mistral Small 3.x's and Devstral's text models: Llama's layout (and a window on every layer where set).
@@ -66,6 +67,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   qwen3_next: "qwen3next",
   ministral3: "mistral3",
   lfm2: "lfm2",
+  lfm2_moe: "lfm2moe",
   granitemoehybrid: "granitehybrid",
   nemotron_h: "nemotron_h",
   mistral: "llama",
@@ -112,7 +114,9 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const ropeFreqFactors = ownRope ? ownRope.ropeFreqFactors : hfRopeFreqFactors(cfg, ropeTheta, rotaryDim ?? headDim, path);
   // Granite 4.0-H: its Mamba-2 layers, its experts (or dense shared_mlp), NoPE (granite-hybrid.ts).
   const granite4 = architecture === "granitehybrid" ? hfGraniteHybrid(cfg, hiddenSize, numLayers, path) : undefined;
-  const moe = deepseek ? hfDeepseekMoe(cfg, path) : gptOss ? gptOss.moe : granite4 ? granite4.moe : hfMoe(cfg, archName, architecture, path);
+  // LFM2 and LFM2-MoE (lfm2.ts): the same layers, LFM2-MoE's feed-forwards past its leading dense ones experts.
+  const lfm2 = architecture === "lfm2" || architecture === "lfm2moe";
+  const moe = deepseek ? hfDeepseekMoe(cfg, path) : gptOss ? gptOss.moe : granite4 ? granite4.moe : architecture === "lfm2moe" ? hfLfm2Moe(cfg, lfm2FeedForward(cfg, path), path) : hfMoe(cfg, archName, architecture, path);
   const attentionScale = deepseek?.attentionScale ?? gptOss?.attentionScale ?? gemma3?.attentionScale ?? mistral3?.attentionScale;
   // Nemotron-H: one block a layer (nemotron-h.ts).
   const nemotron = architecture === "nemotron_h" ? hfNemotronH(cfg, numLayers, path) : undefined;
@@ -132,7 +136,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(gptOss ? { outputBias: true, attentionSinks: true, ...(gptOss.slidingWindow ? { slidingWindow: gptOss.slidingWindow } : {}) } : {}),
     ...(gemma3 ?? {}),
     // LFM2 names it norm_eps.
-    rmsNormEps: nonNegative(cfg, architecture === "lfm2" && cfg.rms_norm_eps === undefined ? "norm_eps" : "rms_norm_eps", path, 1e-6),
+    rmsNormEps: nonNegative(cfg, lfm2 && cfg.rms_norm_eps === undefined ? "norm_eps" : "rms_norm_eps", path, 1e-6),
     ropeTheta,
     ropeLayout: deepseek?.ropeLayout ?? "neox",
     ...(rotaryDim !== undefined ? { rotaryDim } : {}),
@@ -146,15 +150,15 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(architecture === "olmo2" ? { noPreNorms: true, postNorms: true, qkNormPerRow: true, ...hfSlidingWindow(cfg, numLayers, path, (i) => i % 4 < 3) } : {}),
     ...(architecture === "exaone4" ? hfExaone4(cfg, numLayers, path) : {}),
     ...(mistral3?.attnTemperature ? { attnTemperature: mistral3.attnTemperature } : {}),
-    ...(architecture === "lfm2" ? hfLfm2(cfg, numLayers, path) : {}),
+    ...(lfm2 ? hfLfm2(cfg, numLayers, path) : {}),
     // MistralConfig's `sliding_window` (4096 in Mistral 7B v0.1, null since) masks every layer, as transformers and vLLM apply it.
     ...(archName === "MistralForCausalLM" || archName === "mistral" ? hfSlidingWindow(cfg, numLayers, path, () => true) : {}),
     ...(architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" ? hfQwen35(cfg, numLayers, path) : {}),
     contextLength,
     // LFM2's configs name it tie_embedding.
-    tiedEmbeddings: hfTiedEmbeddings(architecture === "lfm2" && cfg.tie_word_embeddings === undefined ? { ...cfg, tie_word_embeddings: cfg.tie_embedding } : cfg, architecture, path),
+    tiedEmbeddings: hfTiedEmbeddings(lfm2 && cfg.tie_word_embeddings === undefined ? { ...cfg, tie_word_embeddings: cfg.tie_embedding } : cfg, architecture, path),
     qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
-    qkNorm: architecture === "lfm2" || architecture === "qwen3" || architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" || architecture === "qwen3moe" || architecture === "gemma3" || architecture === "olmo2" || architecture === "exaone4" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
+    qkNorm: lfm2 || architecture === "qwen3" || architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" || architecture === "qwen3moe" || architecture === "gemma3" || architecture === "olmo2" || architecture === "exaone4" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
     bosTokenId: bos,
     eosTokenIds,
     addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",

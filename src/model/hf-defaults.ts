@@ -35,6 +35,7 @@ export const HF_TIE_WORD_EMBEDDINGS: Readonly<Record<Architecture, boolean>> = {
   granitehybrid: false,
   nemotron_h: false,
   nemotron_h_moe: false,
+  lfm2moe: true,
 };
 
 /** Whether the output projection is the token embedding: config.json's boolean, else the architecture's default; anything else is an error quoting it. */

@@ -4,7 +4,7 @@
  */
 import { isMoeLayer, type ModelConfig } from "./config.ts";
 import { GPT_OSS_NAMES } from "./hf-gpt-oss.ts";
-import { LFM2_HF_NAMES } from "./lfm2.ts";
+import { lfm2HfName } from "./lfm2.ts";
 import { graniteHybridHfName } from "./granite-hybrid.ts";
 import { nemotronHHfNames } from "./nemotron-h.ts";
 import type { LayerRole, TensorNames } from "./weights.ts";
@@ -138,7 +138,7 @@ function moeTensorNames(config: ModelConfig): TensorNames {
 
 /** The names a checkpoint's weights are read under: Gemma 3's, a model with experts', or the plain ones. */
 export function hfTensorNames(config: ModelConfig): TensorNames {
-  if (config.architecture === "lfm2") return LFM2_TENSOR_NAMES;
+  if (config.architecture === "lfm2" || config.architecture === "lfm2moe") return lfm2TensorNames(config);
   if (config.architecture === "nemotron_h" || config.architecture === "nemotron_h_moe") return nemotronHHfNames(config);
   if (config.architecture === "granitehybrid") {
     return { ...HF_TENSOR_NAMES, layer: (i, role) => `model.layers.${i}.${graniteHybridHfName(role, isMoeLayer(config, i)) ?? LAYER_NAMES[role]}` };
@@ -146,12 +146,10 @@ export function hfTensorNames(config: ModelConfig): TensorNames {
   return config.architecture === "gemma3" || config.architecture === "gemma2" ? GEMMA3_TENSOR_NAMES : !config.moe ? HF_TENSOR_NAMES : moeTensorNames(config);
 }
 
-/** LFM2's: its norms, output projection, q/k norms and feed-forward named its own way, the final norm `embedding_norm`. */
-const LFM2_TENSOR_NAMES: TensorNames = {
-  ...HF_TENSOR_NAMES,
-  outputNorm: "model.embedding_norm.weight",
-  layer: (i, role) => `model.layers.${i}.${LFM2_HF_NAMES[role] ?? LAYER_NAMES[role]}`,
-};
+/** LFM2's: its norms, output projection, q/k norms and feed-forward (LFM2-MoE's experts) named its own way, the final norm `embedding_norm`. */
+function lfm2TensorNames(config: ModelConfig): TensorNames {
+  return { ...HF_TENSOR_NAMES, outputNorm: "model.embedding_norm.weight", layer: (i, role) => `model.layers.${i}.${lfm2HfName(config, i, role) ?? LAYER_NAMES[role]}` };
+}
 
 /** `names` with the leading `model.` of each replaced by `prefix` (a text model inside a vision-language checkpoint: `model.language_model.`). */
 export function prefixed(names: TensorNames, prefix: string): TensorNames {

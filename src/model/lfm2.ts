@@ -7,8 +7,11 @@
  * (engine/state-slots.ts, state-checkpoints.ts). GGUF files tell the layers apart by a per-layer
  * `attention.head_count_kv` of 0; configs by `layer_types` ("conv" or "full_attention") or
  * `full_attn_idxs`. The final norm is `token_embd_norm` (GGUF) / `model.embedding_norm` (HF).
+ * LFM2-MoE (`lfm2moe`, Lfm2MoeForCausalLM: LFM2-8B-A1B) has the same layers, its feed-forwards past the
+ * leading dense ones routed experts (sigmoid scores chosen with a selection bias, renormalised).
  */
-import { ModelLoadError, type ShortConvConfig } from "./config.ts";
+import { isMoeLayer, ModelLoadError, type ModelConfig, type MoeConfig, type ShortConvConfig } from "./config.ts";
+import { EXPERT } from "./expert-stack.ts";
 import type { GgufMetadata } from "./gguf-metadata.ts";
 import { type Json, num } from "./hf-json.ts";
 import type { LayerRole, TensorSource } from "./weights.ts";
@@ -91,4 +94,45 @@ export function lfm2HfTensors(source: TensorSource): TensorSource {
       return name.endsWith("conv.conv.weight") && t.shape.length === 3 && t.shape[1] === 1 ? { ...t, shape: [t.shape[0], t.shape[2]] } : t;
     },
   };
+}
+
+/**
+ * Lfm2MoeConfig's experts: `num_experts`, `num_experts_per_tok`, `num_dense_layers` leading dense
+ * layers of `dense` width, sigmoid scores chosen with the router's `expert_bias` (`use_expert_bias`),
+ * renormalised (`norm_topk_prob`), as llama.cpp's lfm2moe runs them; experts of `moe_intermediate_size`
+ * (ModelConfig.intermediateSize). A `routed_scaling_factor` other than 1, which llama.cpp does not
+ * apply, or an unbiased or unnormalised router, are refused by name.
+ */
+export function hfLfm2Moe(cfg: Json, dense: number, path: string): MoeConfig {
+  const whole = (key: string, fallback: number, least: number) => {
+    const v = num(cfg, key, path, fallback);
+    if (!Number.isInteger(v) || v < least) throw new ModelLoadError(`"${key}" in "${path}" should be a whole number of at least ${least}, got ${v}`);
+    return v;
+  };
+  const numExperts = whole("num_experts", 32, 1);
+  const numExpertsUsed = whole("num_experts_per_tok", 4, 1);
+  if (numExpertsUsed > numExperts) throw new ModelLoadError(`"num_experts_per_tok" in "${path}" should be 1 to ${numExperts}, got ${numExpertsUsed}`);
+  if (num(cfg, "routed_scaling_factor", path, 1) !== 1) throw new ModelLoadError(`Model "${path}" sets routed_scaling_factor ${cfg.routed_scaling_factor}; LFM2-MoE's experts run unscaled (as llama.cpp runs them)`);
+  if (cfg.use_expert_bias === false || cfg.norm_topk_prob === false) {
+    throw new ModelLoadError(`Model "${path}" sets ${cfg.use_expert_bias === false ? "use_expert_bias" : "norm_topk_prob"} false; only LFM2-MoE's router (biased selection, renormalised weights) is supported`);
+  }
+  const denseLayers = whole("num_dense_layers", 2, 0);
+  return {
+    numExperts, numExpertsUsed, normalizeTopK: true, gating: "sigmoid", selectionBias: true, routedScale: 1,
+    denseLayers, denseIntermediateSize: denseLayers > 0 ? dense : 0, sharedIntermediateSize: 0, sharedGate: false,
+  };
+}
+
+/** LFM2-MoE's expert layers' names (`feed_forward.gate`, `feed_forward.expert_bias`, each expert's w1/w3/w2, stacked as read). */
+const LFM2_EXPERT_NAMES: Partial<Record<LayerRole, string>> = {
+  router: "feed_forward.gate.weight",
+  routerBias: "feed_forward.expert_bias",
+  wGate: `feed_forward.experts.${EXPERT}.w1.weight`,
+  wUp: `feed_forward.experts.${EXPERT}.w3.weight`,
+  wDown: `feed_forward.experts.${EXPERT}.w2.weight`,
+};
+
+/** An LFM2 (or LFM2-MoE) layer role's name under `model.layers.N.`: an expert layer's its own, else LFM2's, else `fallback`'s. */
+export function lfm2HfName(config: ModelConfig, layer: number, role: LayerRole): string | undefined {
+  return (config.moe && isMoeLayer(config, layer) ? LFM2_EXPERT_NAMES[role] : undefined) ?? LFM2_HF_NAMES[role];
 }

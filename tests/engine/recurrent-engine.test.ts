@@ -301,39 +301,37 @@ test("Engine with Gated DeltaNet layers keeps state checkpoints apart by adapter
   }
 });
 
-test("Engine with short convolution layers (LFM2): chunked prefills, multi-step decoding and a next turn from a checkpoint give the lone greedy tokens", async () => {
-  const dir3 = mkdtempSync(`${tmpdir()}/recurrent-lfm2-`);
-  try {
-    const spec: ModelFileSpec = {
+/**
+ * Models of short convolution layers (LFM2, LFM2-MoE with experts) and of Mamba-2 layers: Granite
+ * 4.0-H's layers (each with a feed-forward) and Nemotron-H's (one block each, B and C in groups;
+ * Nemotron 3's with experts).
+ */
+const RECURRENT_MODELS: { name: string; kind: string; spec: ModelFileSpec; check(m: LoadedModel): void }[] = [
+  {
+    name: "LFM2",
+    kind: "short convolution layers",
+    spec: {
       architecture: "lfm2", hidden: 32, layers: 4, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 302,
       shortConv: { kernel: 3, attention: [1, 3] },
-    };
-    const lfm2 = await loadModel(await writeTestGguf(dir3, "lfm2", spec));
-    assert.deepEqual(lfm2.config.shortConv, { layers: [true, false, true, false], kernel: 3 });
-    const lone = (prompt: number[]) => loneGreedy(prompt, lfm2);
-    const want = await Promise.all(PROMPTS.map(lone));
-    const e = createEngine(backend, lfm2, { numBlocks: 64, blockSize: 4, schedulerSteps: 3, scheduler: { maxBatchTokens: 5, maxRunning: 3 } });
-    try {
-      const ask = (prompt: number[]) => e.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
-      assert.deepEqual((await Promise.all(PROMPTS.map(ask))).map((r) => r.tokenIds), want);
-      // The first prompt's next turn resumes after its answer's last whole block (28 of its 31 tokens).
-      const turn2 = [...PROMPTS[0], ...want[0], 150, 151, 152, 153, 154];
-      const r = await ask(turn2);
-      assert.equal(r.cachedTokens, 28);
-      assert.deepEqual(r.tokenIds, await lone(turn2));
-    } finally {
-      await e.stop();
-    }
-    assert.throws(() => createEngine(backend, lfm2, { numBlocks: 8, speculative: { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } }), /Speculative decoding is not supported for models with short convolution layers \(lfm2\)/);
-  } finally {
-    rmSync(dir3, { recursive: true, force: true });
-  }
-});
-
-/** The Mamba-2 models: Granite 4.0-H's layers (each with a feed-forward) and Nemotron-H's (one block each, B and C in groups; Nemotron 3's with experts). */
-const MAMBA2_MODELS: { name: string; spec: ModelFileSpec; check(m: LoadedModel): void }[] = [
+    },
+    check(lfm2) {
+      assert.deepEqual(lfm2.config.shortConv, { layers: [true, false, true, false], kernel: 3 });
+    },
+  },
+  {
+    name: "LFM2-MoE",
+    kind: "short convolution layers",
+    spec: {
+      architecture: "lfm2moe", hidden: 32, layers: 4, heads: 4, kvHeads: 2, headDim: 8, ffn: 32, vocab: 300, tied: false, dtype: "f32", seed: 303,
+      shortConv: { kernel: 3, attention: [2] }, experts: { count: 4, used: 2, denseLayers: 1 },
+    },
+    check(lfm2) {
+      assert.deepEqual([lfm2.config.moe?.numExperts, lfm2.config.moe?.denseLayers], [4, 1]);
+    },
+  },
   {
     name: "Granite 4.0-H",
+    kind: "Mamba-2 layers",
     spec: {
       architecture: "granitehybrid", hidden: 32, layers: 4, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 304,
       mamba2: { attention: [2], heads: 4, stateSize: 16, conv: 4 }, granite: { embedding: 2, attention: 0.2, residual: 0.5, logit: 3 },
@@ -347,6 +345,7 @@ const MAMBA2_MODELS: { name: string; spec: ModelFileSpec; check(m: LoadedModel):
   },
   {
     name: "Nemotron-H",
+    kind: "Mamba-2 layers",
     spec: {
       architecture: "nemotron_h", hidden: 32, layers: 5, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 305,
       nemotronH: { pattern: "M*-M-", heads: 4, headDim: 16, stateSize: 8, groups: 2, conv: 4 },
@@ -360,6 +359,7 @@ const MAMBA2_MODELS: { name: string; spec: ModelFileSpec; check(m: LoadedModel):
   },
   {
     name: "Nemotron 3, with experts",
+    kind: "Mamba-2 layers",
     spec: {
       architecture: "nemotron_h_moe", hidden: 32, layers: 5, heads: 4, kvHeads: 2, headDim: 8, ffn: 32, vocab: 300, tied: false, dtype: "f32", seed: 306,
       experts: { count: 4, used: 2, sharedFfn: 48, scale: 2.5 }, nemotronH: { pattern: "ME*ME", heads: 4, headDim: 16, stateSize: 8, groups: 2, conv: 4 },
@@ -370,9 +370,9 @@ const MAMBA2_MODELS: { name: string; spec: ModelFileSpec; check(m: LoadedModel):
   },
 ];
 
-for (const { name, spec, check } of MAMBA2_MODELS) {
-  test(`Engine with Mamba-2 layers (${name}): chunked prefills, multi-step decoding, a next turn from a checkpoint and a checkpoint moved to another engine give the lone greedy tokens`, async () => {
-    const dir4 = mkdtempSync(`${tmpdir()}/recurrent-mamba2-`);
+for (const { name, kind, spec, check } of RECURRENT_MODELS) {
+  test(`Engine with ${kind} (${name}): chunked prefills, multi-step decoding, a next turn from a checkpoint and a checkpoint moved to another engine give the lone greedy tokens`, async () => {
+    const dir4 = mkdtempSync(`${tmpdir()}/recurrent-model-`);
     try {
       const m = await loadModel(await writeTestGguf(dir4, spec.architecture, spec));
       check(m);
@@ -400,7 +400,7 @@ for (const { name, spec, check } of MAMBA2_MODELS) {
         await e.stop();
         await peer.stop();
       }
-      assert.throws(() => createEngine(backend, m, { numBlocks: 8, speculative: { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } }), new RegExp(`Speculative decoding is not supported for models with Mamba-2 layers \\(${spec.architecture}\\)`));
+      assert.throws(() => createEngine(backend, m, { numBlocks: 8, speculative: { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } }), new RegExp(`Speculative decoding is not supported for models with ${kind} \\(${spec.architecture}\\)`));
     } finally {
       rmSync(dir4, { recursive: true, force: true });
     }

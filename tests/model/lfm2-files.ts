@@ -37,9 +37,23 @@ export function lfm2HfLayer(spec: ModelFileSpec, i: number, put: (name: string, 
     put(p + "self_attn.q_layernorm.weight", [hd], 0.2, 1);
     put(p + "self_attn.k_layernorm.weight", [hd], 0.2, 1);
   }
-  put(p + "feed_forward.w1.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
-  put(p + "feed_forward.w3.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
-  put(p + "feed_forward.w2.weight", [hidden, ffn], 1 / Math.sqrt(ffn));
+  const e = spec.experts;
+  if (e && i >= (e.denseLayers ?? 0)) {
+    // LFM2-MoE: a sharper router than the projections, a selection bias that changes which experts win, each expert's SwiGLU.
+    put(p + "feed_forward.gate.weight", [e.count, hidden], 4 / Math.sqrt(hidden));
+    put(p + "feed_forward.expert_bias", [e.count], 0.5);
+    for (let x = 0; x < e.count; x++) {
+      put(`${p}feed_forward.experts.${x}.w1.weight`, [ffn, hidden], 1 / Math.sqrt(hidden));
+      put(`${p}feed_forward.experts.${x}.w3.weight`, [ffn, hidden], 1 / Math.sqrt(hidden));
+      put(`${p}feed_forward.experts.${x}.w2.weight`, [hidden, ffn], 1 / Math.sqrt(ffn));
+    }
+    return;
+  }
+  // LFM2-MoE's leading dense layers are three experts wide, as other MoE test models' are.
+  const width = e ? 3 * ffn : ffn;
+  put(p + "feed_forward.w1.weight", [width, hidden], 1 / Math.sqrt(hidden));
+  put(p + "feed_forward.w3.weight", [width, hidden], 1 / Math.sqrt(hidden));
+  put(p + "feed_forward.w2.weight", [hidden, width], 1 / Math.sqrt(width));
 }
 
 const GGUF_LFM2: Record<string, string> = {
@@ -57,6 +71,8 @@ const GGUF_LFM2: Record<string, string> = {
   "feed_forward.w1.weight": "ffn_gate.weight",
   "feed_forward.w3.weight": "ffn_up.weight",
   "feed_forward.w2.weight": "ffn_down.weight",
+  "feed_forward.gate.weight": "ffn_gate_inp.weight",
+  "feed_forward.expert_bias": "exp_probs_b.bias",
 };
 
 /** One LFM2 weight as the converter writes it, or undefined for the generic names (embeddings, output). */
@@ -64,6 +80,8 @@ export function lfm2GgufPart(hf: string, shape: number[], values: Float32Array):
   if (hf === "model.embedding_norm.weight") return { name: "token_embd_norm.weight", shape, values, hf };
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
   if (!m) return undefined;
+  // LFM2-MoE's experts are stacked as every model's are (model-files.ts).
+  if (m[2].startsWith("feed_forward.experts.")) return undefined;
   const name = GGUF_LFM2[m[2]];
   if (!name) throw new Error(`No GGUF name for ${hf}`);
   return { name: `blk.${m[1]}.${name}`, shape: m[2] === "conv.conv.weight" ? [shape[0], shape[2]] : shape, values, hf };
@@ -75,6 +93,10 @@ export function lfm2GgufMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
   return [
     [`${a}.attention.head_count_kv`, gguf.arr(GgufType.UINT32, Array.from({ length: spec.layers }, (_, i) => (isConvLayer(spec, i) ? 0 : spec.kvHeads)))],
     [`${a}.shortconv.l_cache`, gguf.u32(spec.shortConv!.kernel)],
+    // As the converter writes LFM2-MoE: leading dense layers of the dense width, sigmoid gating (2).
+    ...(spec.experts
+      ? [[`${a}.leading_dense_block_count`, gguf.u32(spec.experts.denseLayers ?? 0)], [`${a}.expert_gating_func`, gguf.u32(2)], [`${a}.feed_forward_length`, gguf.u32(3 * spec.ffn)]] as [string, GgufEntry][]
+      : []),
   ];
 }
 
@@ -84,7 +106,9 @@ export function lfm2HfConfig(spec: ModelFileSpec): Record<string, unknown> {
     layer_types: Array.from({ length: spec.layers }, (_, i) => (isConvLayer(spec, i) ? "conv" : "full_attention")),
     conv_L_cache: spec.shortConv!.kernel,
     conv_bias: false,
-    block_ff_dim: spec.ffn,
+    block_ff_dim: spec.experts ? 3 * spec.ffn : spec.ffn,
+    // Lfm2MoeConfig's experts.
+    ...(spec.experts ? { num_experts: spec.experts.count, num_experts_per_tok: spec.experts.used, moe_intermediate_size: spec.ffn, num_dense_layers: spec.experts.denseLayers ?? 0, norm_topk_prob: true, use_expert_bias: true, routed_scaling_factor: 1 } : {}),
     block_auto_adjust_ff_dim: false,
     norm_eps: 1e-5,
     tie_embedding: spec.tied,

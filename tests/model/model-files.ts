@@ -332,7 +332,7 @@ const GGUF_LAYER: Record<string, string> = {
 };
 
 /** HF per-expert names → the stacked GGUF tensor they join, and the router's name. */
-const EXPERT_PART = /^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe|mixer)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.(weight|bias)$/;
+const EXPERT_PART = /^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe|mixer|feed_forward)\.experts\.(\d+)\.(gate_proj|up_proj|down_proj|w1|w3|w2)\.(weight|bias)$/;
 const EXPERT_ROLE: Record<string, string> = { gate_proj: "gate", w1: "gate", up_proj: "up", w3: "up", down_proj: "down", w2: "down" };
 const ROUTER = /^model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.gate\.weight$/;
 
@@ -708,6 +708,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     granitehybrid: ["GraniteMoeHybridForCausalLM", "granitemoehybrid"],
     nemotron_h: ["NemotronHForCausalLM", "nemotron_h"],
     nemotron_h_moe: ["NemotronHForCausalLM", "nemotron_h"],
+    lfm2moe: ["Lfm2MoeForCausalLM", "lfm2_moe"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {

@@ -344,6 +344,12 @@ const CASES: OracleCase[] = [
     hf: false,
     kv: "f16",
   },
+  {
+    name: "lfm2moe 4 experts / 2 used (sigmoid, selection bias, renormalised) after a leading dense layer, short convolutions and attention, f32",
+    spec: { ...BASE, architecture: "lfm2moe", layers: 4, ffn: 32, seed: 214, shortConv: { kernel: 3, attention: [2] }, experts: { count: 4, used: 2, denseLayers: 1 } },
+    tol: 1e-4,
+    hf: true,
+  },
   // Granite 4.0-H: Mamba-2 layers (inner 64 = 4 heads of 16, states of 16, a convolution of 4 with a
   // bias) around NoPE attention layers, with Granite's four multipliers.
   {
