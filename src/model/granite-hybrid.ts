@@ -12,8 +12,31 @@ import { byteSize, decodeToF32 } from "../backend/dtype-codec.ts";
 import { numel } from "../backend/types.ts";
 import { type Mamba2Config, ModelLoadError, type MoeConfig, plainMoe } from "./config.ts";
 import type { GgufMetadata } from "./gguf-metadata.ts";
-import { type Json, num } from "./hf-json.ts";
+import { type Json, wholeAtLeast } from "./hf-json.ts";
 import type { LayerRole, TensorSource } from "./weights.ts";
+
+/**
+ * A GGUF's Mamba-2 geometry (`ssm.inner_size`, `state_size`, `time_step_rank` — the heads —,
+ * `group_count`, `conv_kernel`) for `layers`, the heads dividing the width and the groups the heads.
+ */
+export function ggufMamba2(meta: GgufMetadata, arch: string, layers: boolean[], path: string): Mamba2Config {
+  const whole = (name: string, least = 1) => {
+    const v = meta.number(`${arch}.ssm.${name}`);
+    if (!Number.isInteger(v) || v < least) throw new ModelLoadError(`GGUF metadata "${arch}.ssm.${name}" in "${path}" should be a whole number of at least ${least}, got ${v}`);
+    return v;
+  };
+  const m: Mamba2Config = {
+    layers,
+    innerSize: whole("inner_size"),
+    stateSize: whole("state_size"),
+    heads: whole("time_step_rank"),
+    groups: whole("group_count"),
+    convKernel: whole("conv_kernel", 2),
+  };
+  if (m.innerSize % m.heads !== 0) throw new ModelLoadError(`Model "${path}" has an SSM inner size ${m.innerSize} that its ${m.heads} heads do not divide`);
+  if (m.heads % m.groups !== 0) throw new ModelLoadError(`Model "${path}" has ${m.groups} SSM groups, which do not divide its ${m.heads} heads`);
+  return m;
+}
 
 /** A granitehybrid GGUF's Mamba-2 geometry, its attention layers' KV heads, and whether those rotate. */
 export function ggufGraniteHybrid(meta: GgufMetadata, arch: string, hiddenSize: number, path: string): { mamba2: Mamba2Config; numKvHeads: number; rotates: boolean } {
@@ -26,22 +49,8 @@ export function ggufGraniteHybrid(meta: GgufMetadata, arch: string, hiddenSize: 
   if (attention.length > 1 || (attention.length === 1 && !(Number.isInteger(attention[0]) && attention[0] >= 1))) {
     throw new ModelLoadError(`Model "${path}" has "${key}" [${heads.join(", ")}]; expected 0 for each Mamba-2 layer and one KV head count for the attention layers`);
   }
-  const whole = (name: string, least = 1) => {
-    const v = meta.number(`${arch}.ssm.${name}`);
-    if (!Number.isInteger(v) || v < least) throw new ModelLoadError(`GGUF metadata "${arch}.ssm.${name}" in "${path}" should be a whole number of at least ${least}, got ${v}`);
-    return v;
-  };
-  const mamba2: Mamba2Config = {
-    layers: heads.map((h) => h === 0),
-    innerSize: whole("inner_size"),
-    stateSize: whole("state_size"),
-    heads: whole("time_step_rank"),
-    groups: whole("group_count"),
-    convKernel: whole("conv_kernel", 2),
-  };
-  if (mamba2.innerSize % mamba2.heads !== 0) throw new ModelLoadError(`Model "${path}" has an SSM inner size ${mamba2.innerSize} that its ${mamba2.heads} heads do not divide`);
+  const mamba2 = ggufMamba2(meta, arch, heads.map((h) => h === 0), path);
   if (mamba2.innerSize !== 2 * hiddenSize) throw new ModelLoadError(`Model "${path}" has an SSM inner size ${mamba2.innerSize}, not twice its hidden size ${hiddenSize} (the only expansion llama.cpp runs)`);
-  if (mamba2.heads % mamba2.groups !== 0) throw new ModelLoadError(`Model "${path}" has ${mamba2.groups} SSM groups, which do not divide its ${mamba2.heads} heads`);
   const rotates = meta.bool(`${arch}.rope.scaling.finetuned`, true);
   // A model of Mamba-2 layers alone has no attention layer, and no KV head count to give: 1 keeps the shapes whole.
   return { mamba2, numKvHeads: attention[0] ?? 1, rotates };
@@ -68,11 +77,7 @@ export function hfGraniteHybrid(cfg: Json, hiddenSize: number, numLayers: number
   if (types !== undefined && types !== null && (!Array.isArray(types) || types.length !== numLayers || !types.every((t) => t === "mamba" || t === "attention"))) {
     throw new ModelLoadError(`"layer_types" in "${path}" should name mamba or attention for each of the ${numLayers} layers, got ${JSON.stringify(types)}`);
   }
-  const whole = (key: string, fallback: number, least = 1) => {
-    const v = num(cfg, key, path, fallback);
-    if (!Number.isInteger(v) || v < least) throw new ModelLoadError(`"${key}" in "${path}" should be a whole number of at least ${least}, got ${v}`);
-    return v;
-  };
+  const whole = (key: string, fallback: number, least = 1) => wholeAtLeast(cfg, key, path, fallback, least);
   const heads = whole("mamba_n_heads", 128);
   const innerSize = whole("mamba_expand", 2) * hiddenSize;
   if (innerSize % heads !== 0) throw new ModelLoadError(`"mamba_n_heads" ${heads} in "${path}" does not divide the Mamba-2 width ${innerSize}`);

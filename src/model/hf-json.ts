@@ -22,6 +22,13 @@ export function positiveInt(cfg: Json, key: string, path: string, fallback?: num
   return v;
 }
 
+/** `cfg[key]` as a whole number of at least `least` (`fallback` when absent); a clear error otherwise. */
+export function wholeAtLeast(cfg: Json, key: string, path: string, fallback: number, least: number): number {
+  const v = num(cfg, key, path, fallback);
+  if (!Number.isInteger(v) || v < least) throw new ModelLoadError(`"${key}" in "${path}" should be a whole number of at least ${least}, got ${v}`);
+  return v;
+}
+
 /** True when `v` is a JSON object (not null, not an array). */
 export function isJsonObject(v: unknown): v is Json {
   return typeof v === "object" && v !== null && !Array.isArray(v);

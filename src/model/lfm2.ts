@@ -13,7 +13,7 @@
 import { isMoeLayer, ModelLoadError, type ModelConfig, type MoeConfig, type ShortConvConfig } from "./config.ts";
 import { EXPERT } from "./expert-stack.ts";
 import type { GgufMetadata } from "./gguf-metadata.ts";
-import { type Json, num } from "./hf-json.ts";
+import { type Json, num, wholeAtLeast } from "./hf-json.ts";
 import type { LayerRole, TensorSource } from "./weights.ts";
 
 /** A per-layer `head_count_kv` array's layers (0: a convolution layer) and the attention layers' KV heads. */
@@ -104,11 +104,7 @@ export function lfm2HfTensors(source: TensorSource): TensorSource {
  * apply, or an unbiased or unnormalised router, are refused by name.
  */
 export function hfLfm2Moe(cfg: Json, dense: number, path: string): MoeConfig {
-  const whole = (key: string, fallback: number, least: number) => {
-    const v = num(cfg, key, path, fallback);
-    if (!Number.isInteger(v) || v < least) throw new ModelLoadError(`"${key}" in "${path}" should be a whole number of at least ${least}, got ${v}`);
-    return v;
-  };
+  const whole = (key: string, fallback: number, least: number) => wholeAtLeast(cfg, key, path, fallback, least);
   const numExperts = whole("num_experts", 32, 1);
   const numExpertsUsed = whole("num_experts_per_tok", 4, 1);
   if (numExpertsUsed > numExperts) throw new ModelLoadError(`"num_experts_per_tok" in "${path}" should be 1 to ${numExperts}, got ${numExpertsUsed}`);

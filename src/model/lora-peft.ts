@@ -126,7 +126,7 @@ export async function loadPeftLora(dir: string, config: ModelConfig, options: Lo
       const p = parsePeftName(name);
       if (!p) {
         throw new ModelLoadError(
-          `PEFT adapter "${dir}" has tensor "${name}", which names no projection we can adapt (q/k/v/o_proj, gate/up/down_proj, lm_head; Phi-3's qkv_proj, gate_up_proj; Gated DeltaNet's linear_attn in_proj_qkv/z/b/a, out_proj, in_proj_qkvz/ba)`,
+          `PEFT adapter "${dir}" has tensor "${name}", which names no projection we can adapt (q/k/v/o_proj, gate/up/down_proj, lm_head; Phi-3's qkv_proj, gate_up_proj; Gated DeltaNet's linear_attn in_proj_qkv/z/b/a, out_proj, in_proj_qkvz/ba; LFM2's conv.in_proj/out_proj; Mamba-2's mamba.in_proj/out_proj; Nemotron-H's mixer.* of each)`,
         );
       }
       const key = p.module;

@@ -1,5 +1,6 @@
 /**
- * NVIDIA Nemotron-H (llama.cpp's `nemotron_h` GGUFs: Nemotron-H 8B/47B, Nemotron Nano 9B/12B v2) as
+ * NVIDIA Nemotron-H (llama.cpp's `nemotron_h` GGUFs: Nemotron-H 8B/47B, Nemotron Nano 9B/12B v2;
+ * `nemotron_h_moe`: Nemotron 3 Nano, whose feed-forwards are experts) as
  * llama.cpp runs it: each layer is one block behind one RMS norm — a Mamba-2 mixer (ModelConfig.mamba2,
  * with groups: the gated norm runs per group), grouped query attention without positions (NoPE), or an
  * ungated feed-forward down(max(up·x, 0)²) (ModelConfig.ffnActivation "relu2") — told apart as llama.cpp
@@ -10,7 +11,8 @@
 import { isFeedForwardOnlyLayer, isMoeLayer, type LayerBlock, type Mamba2Config, ModelLoadError, type ModelConfig, type MoeConfig } from "./config.ts";
 import { EXPERT } from "./expert-stack.ts";
 import type { GgufMetadata } from "./gguf-metadata.ts";
-import { type Json, num } from "./hf-json.ts";
+import { type Json, num, wholeAtLeast } from "./hf-json.ts";
+import { ggufMamba2 } from "./granite-hybrid.ts";
 import type { LayerRole, TensorNames } from "./weights.ts";
 
 /** What a nemotron_h GGUF adds to the config. */
@@ -28,7 +30,7 @@ function perLayer(meta: GgufMetadata, key: string, blocks: number, path: string)
   const raw = meta.entries.get(key)?.value;
   const values = Array.isArray(raw) ? raw.map(Number) : meta.has(key) ? Array<number>(blocks).fill(meta.number(key)) : undefined;
   if (!values || values.length !== blocks || !values.every((v) => Number.isInteger(v) && v >= 0)) {
-    throw new ModelLoadError(`Model "${path}" is nemotron_h but "${key}" is not a whole number from 0 for each of its ${blocks} layers`);
+    throw new ModelLoadError(`Model "${path}" has "${key}" that is not a whole number from 0 for each of its ${blocks} layers`);
   }
   return values;
 }
@@ -49,21 +51,7 @@ export function ggufNemotronH(meta: GgufMetadata, arch: string, path: string): N
   const ff = perLayer(meta, ffKey, blocks, path);
   const both = kv.findIndex((h, i) => h !== 0 && ff[i] !== 0);
   if (both >= 0) throw new ModelLoadError(`Model "${path}" gives layer ${both} both KV heads and a feed-forward width; a nemotron_h layer has one block`);
-  const whole = (name: string, least = 1) => {
-    const v = meta.number(`${arch}.ssm.${name}`);
-    if (!Number.isInteger(v) || v < least) throw new ModelLoadError(`GGUF metadata "${arch}.ssm.${name}" in "${path}" should be a whole number of at least ${least}, got ${v}`);
-    return v;
-  };
-  const mamba2: Mamba2Config = {
-    layers: kv.map((h, i) => h === 0 && ff[i] === 0),
-    innerSize: whole("inner_size"),
-    stateSize: whole("state_size"),
-    heads: whole("time_step_rank"),
-    groups: whole("group_count"),
-    convKernel: whole("conv_kernel", 2),
-  };
-  if (mamba2.innerSize % mamba2.heads !== 0) throw new ModelLoadError(`Model "${path}" has an SSM inner size ${mamba2.innerSize} that its ${mamba2.heads} heads do not divide`);
-  if (mamba2.heads % mamba2.groups !== 0) throw new ModelLoadError(`Model "${path}" has ${mamba2.groups} SSM groups, which do not divide its ${mamba2.heads} heads`);
+  const mamba2 = ggufMamba2(meta, arch, kv.map((h, i) => h === 0 && ff[i] === 0), path);
   return {
     mamba2,
     layerBlocks: ff.map((w) => (w !== 0 ? "ffn" : "mixer")),
@@ -96,11 +84,7 @@ export function hfNemotronH(cfg: Json, numLayers: number, path: string): Partial
   if (activation !== "relu2") throw new ModelLoadError(`"mlp_hidden_act" in "${path}" is ${JSON.stringify(activation)}; only relu2 (Nemotron-H's) is supported`);
   if (cfg.mamba_conv_bias === false) throw new ModelLoadError(`Model "${path}" sets mamba_conv_bias false; only a convolution with a bias (Nemotron-H's) is supported`);
   if (cfg.mamba_proj_bias === true) throw new ModelLoadError(`Model "${path}" sets mamba_proj_bias; Mamba-2 projections with biases are not supported`);
-  const whole = (key: string, fallback: number, least = 1) => {
-    const v = num(cfg, key, path, fallback);
-    if (!Number.isInteger(v) || v < least) throw new ModelLoadError(`"${key}" in "${path}" should be a whole number of at least ${least}, got ${v}`);
-    return v;
-  };
+  const whole = (key: string, fallback: number, least = 1) => wholeAtLeast(cfg, key, path, fallback, least);
   const heads = whole("mamba_num_heads", 128);
   const groups = whole("mamba_n_groups", 8);
   if (heads % groups !== 0) throw new ModelLoadError(`"mamba_n_groups" ${groups} in "${path}" does not divide its ${heads} Mamba-2 heads`);
@@ -137,11 +121,7 @@ export function hfNemotronH(cfg: Json, numLayers: number, path: string): Partial
  * Expert groups past one and latent experts (`moe_latent_size`, Nemotron 3 Super) are refused.
  */
 function hfNemotronMoe(cfg: Json, path: string): MoeConfig {
-  const whole = (key: string, fallback: number, least: number) => {
-    const v = num(cfg, key, path, fallback);
-    if (!Number.isInteger(v) || v < least) throw new ModelLoadError(`"${key}" in "${path}" should be a whole number of at least ${least}, got ${v}`);
-    return v;
-  };
+  const whole = (key: string, fallback: number, least: number) => wholeAtLeast(cfg, key, path, fallback, least);
   const numExperts = whole("n_routed_experts", 128, 1);
   const numExpertsUsed = whole("num_experts_per_tok", 6, 1);
   if (numExpertsUsed > numExperts) throw new ModelLoadError(`"num_experts_per_tok" in "${path}" should be 1 to ${numExperts}, got ${numExpertsUsed}`);

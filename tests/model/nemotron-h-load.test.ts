@@ -48,7 +48,7 @@ test("loadModel() refuses a nemotron_h file whose layers it cannot tell apart or
   const perLayer = (v: number[]) => gguf.arr(GgufType.UINT32, v);
   const cases: [string, [string, ReturnType<typeof gguf.u32>][], RegExp][] = [
     ["both", [["nemotron_h.attention.head_count_kv", perLayer([0, 2, 2, 0, 0])]], /gives layer 1 both KV heads and a feed-forward width; a nemotron_h layer has one block/],
-    ["short", [["nemotron_h.feed_forward_length", perLayer([0, 48])]], /"nemotron_h\.feed_forward_length" is not a whole number from 0 for each of its 5 layers/],
+    ["short", [["nemotron_h.feed_forward_length", perLayer([0, 48])]], /has "nemotron_h\.feed_forward_length" that is not a whole number from 0 for each of its 5 layers/],
     ["widths", [["nemotron_h.feed_forward_length", perLayer([0, 48, 0, 0, 64])]], /has feed-forward layers of differing "nemotron_h\.feed_forward_length" \(48, 64\); only uniform layers are supported/],
     ["groups", [["nemotron_h.ssm.group_count", gguf.u32(4)]], /has 4 SSM groups, which do not divide its 6 heads/],
     ["heads", [["nemotron_h.ssm.time_step_rank", gguf.u32(5)]], /SSM inner size 48 that its 5 heads do not divide/],
