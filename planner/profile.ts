@@ -40,7 +40,9 @@ function interp(xs: number[], ys: number[], x: number): number {
   if (xs.length === 0) throw new PlannerConfigError("Offline profile is empty");
   if (x <= xs[0]) return ys[0];
   for (let i = 1; i < xs.length; i++) {
-    if (x <= xs[i]) {
+    // At a profiled point, its value exactly (ys[i-1] + 1·(ys[i] − ys[i-1]) can miss it by a rounding).
+    if (x === xs[i]) return ys[i];
+    if (x < xs[i]) {
       const f = (x - xs[i - 1]) / (xs[i] - xs[i - 1]);
       return ys[i - 1] + f * (ys[i] - ys[i - 1]);
     }
