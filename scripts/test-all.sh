@@ -67,8 +67,8 @@ if [ "$failed" -ne 0 ]; then exit "$failed"; fi
 echo "== Node ($(node --version))"
 # The files run in NODE_SHARDS processes at once (default 2), each importing files and running their
 # tests in-process (scripts/node-tests.ts), taking the next file no other process has claimed: Node 20's
-# `--test` starts a process per file, whose tsx and module loading cost ~1.7 s a file (773 s for the suite
-# against ~520 s so, on this 2-core machine; docs/modules.md "Known issues"). A shard that stops
+# `--test` starts a process per file, whose tsx and module loading cost ~1.7 s a file (845 s for the suite
+# that way against 587 s so in CI at aaf95ff, on this 2-core machine; docs/modules.md "Known issues"). A shard that stops
 # answering is ended after 30 minutes and fails. A shard whose process dies by a signal (a native crash:
 # Dawn's WebGPU on lavapipe crashed in webgpu-hunt2 until each backend stopped making its own Dawn
 # instance) has its unfinished files run again one process a file, as `node --test` runs them; a failing
