@@ -33,6 +33,12 @@ export class GlobalBlockIndex {
   private found = new Int32Array(64); // scan()'s holder-table slots, block by block
   private outDev = new Int32Array(0);
   private outAny = new Int32Array(0);
+  // hash → slots of the workers keeping the recurrent state after its chain (KvStateEvent): few, as a
+  // worker keeps a handful of state checkpoints, so a plain map beside the holder table.
+  private readonly states = new Map<BlockHash, number[]>();
+  private inRun = new Uint8Array(0); // cutToStates()'s scratch: workers of the scan, their deepest states
+  private stateDev = new Int32Array(0);
+  private stateAny = new Int32Array(0);
 
   /** Number of distinct hashes known. */
   get size(): number {
@@ -46,6 +52,7 @@ export class GlobalBlockIndex {
    */
   apply(e: KvEvent): void {
     const w = this.intern(e.workerId);
+    if (e.kind === "state") return void (e.hash >= 0 && this.setState(e.hash, w, e.kept));
     const bit = TIER_BIT[e.kind === "moved" ? e.to : e.tier];
     const on = e.kind !== "removed";
     for (const h of e.hashes) if (h >= 0) this.set(h, w, bit, on);
@@ -60,6 +67,7 @@ export class GlobalBlockIndex {
     const w = this.idx.get(workerId);
     if (w === undefined) return;
     for (const h of this.holders.keyList()) this.set(h, w, 7, false);
+    for (const h of [...this.states.keys()]) this.setState(h, w, false);
     this.idx.delete(workerId);
     this.ids[w] = "";
     this.freeSlots.push(w);
@@ -84,12 +92,14 @@ export class GlobalBlockIndex {
 
   /**
    * Leading blocks of `hashes` each worker holds contiguously. Workers absent from the result hold
-   * none. Cost is O(blocks × holders) with early exit once no worker still matches.
+   * none. Cost is O(blocks × holders) with early exit once no worker still matches. `stateful` (a
+   * model with recurrent state): each run is cut back to the deepest block after which the worker
+   * keeps the state, as that worker can resume no further.
    */
-  overlaps(hashes: readonly BlockHash[]): Map<string, WorkerOverlap> {
+  overlaps(hashes: readonly BlockHash[], stateful = false): Map<string, WorkerOverlap> {
     const out = new Map<string, WorkerOverlap>();
-    const ws = this.scan(hashes);
-    for (const w of ws) out.set(this.ids[w], { device: this.dev[w], deviceOrHost: this.any[w] });
+    const ws = this.scan(hashes, stateful);
+    for (const w of ws) if (this.any[w] > 0) out.set(this.ids[w], { device: this.dev[w], deviceOrHost: this.any[w] });
     return out;
   }
 
@@ -106,18 +116,18 @@ export class GlobalBlockIndex {
    * device-or-host overlap, 0 for workers holding none (covers slots assigned before the call). The
    * arrays are reused: valid until the next call.
    */
-  overlapsBySlot(hashes: readonly BlockHash[]): { device: Int32Array; deviceOrHost: Int32Array } {
+  overlapsBySlot(hashes: readonly BlockHash[], stateful = false): { device: Int32Array; deviceOrHost: Int32Array } {
     const n = this.ids.length;
     if (this.outDev.length < n) { this.outDev = new Int32Array(n); this.outAny = new Int32Array(n); }
     const { outDev, outAny } = this;
     outDev.fill(0);
     outAny.fill(0);
-    for (const w of this.scan(hashes)) { outDev[w] = this.dev[w]; outAny[w] = this.any[w]; }
+    for (const w of this.scan(hashes, stateful)) { outDev[w] = this.dev[w]; outAny[w] = this.any[w]; }
     return { device: outDev, deviceOrHost: outAny };
   }
 
   /** Runs the overlap walk into the scratch arrays; returns the workers holding the first block. */
-  private scan(hashes: readonly BlockHash[]): number[] {
+  private scan(hashes: readonly BlockHash[], stateful = false): number[] {
     const ws = this.ws;
     ws.length = 0;
     // Every block's holders are looked up before the runs are extended: the lookups do not depend on
@@ -145,7 +155,26 @@ export class GlobalBlockIndex {
       alive = 0;
       for (let i = 0; i < t.length(slot); i++) alive += extend(t.get(slot, i), b, onDev, dev, any, seen);
     }
+    if (stateful) this.cutToStates(hashes, blocks, ws);
     return ws;
+  }
+
+  /** Cuts each worker's runs in `ws` back to the deepest block within them after which it keeps the state. */
+  private cutToStates(hashes: readonly BlockHash[], blocks: number, ws: readonly number[]): void {
+    const n = this.ids.length;
+    if (this.inRun.length < n) { this.inRun = new Uint8Array(n); this.stateDev = new Int32Array(n); this.stateAny = new Int32Array(n); }
+    const { dev, any, inRun, stateDev, stateAny } = this;
+    for (const w of ws) { inRun[w] = 1; stateDev[w] = 0; stateAny[w] = 0; }
+    for (let b = 0; b < blocks && this.states.size > 0; b++) {
+      const holders = this.states.get(hashes[b]);
+      if (holders === undefined) continue;
+      for (const w of holders) {
+        if (inRun[w] !== 1) continue; // holds no run of these blocks
+        if (b < dev[w]) stateDev[w] = b + 1;
+        if (b < any[w]) stateAny[w] = b + 1;
+      }
+    }
+    for (const w of ws) { dev[w] = stateDev[w]; any[w] = stateAny[w]; inRun[w] = 0; }
   }
 
   private scratch(n: number): void {
@@ -163,6 +192,18 @@ export class GlobalBlockIndex {
       this.idx.set(id, w);
     }
     return w;
+  }
+
+  private setState(h: BlockHash, w: number, kept: boolean): void {
+    const ws = this.states.get(h);
+    const at = ws?.indexOf(w) ?? -1;
+    if (kept && at < 0) {
+      if (ws) ws.push(w);
+      else this.states.set(h, [w]);
+    } else if (!kept && at >= 0) {
+      ws!.splice(at, 1);
+      if (ws!.length === 0) this.states.delete(h);
+    }
   }
 
   private set(h: BlockHash, w: number, bit: number, on: boolean): void {

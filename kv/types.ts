@@ -64,8 +64,24 @@ export interface KvMovedEvent {
   hashes: BlockHash[];
 }
 
+/**
+ * A worker of a model with recurrent state (Gated DeltaNet, Mamba-2, short convolutions) began or
+ * ceased to keep the state after the block chain ending at `hash` (a state checkpoint, engine/
+ * state-checkpoints.ts). Such a worker resumes a prefix only from a checkpoint, so its blocks beyond
+ * its deepest checkpoint within a prompt are no hit: routers count its overlap only that far.
+ */
+export interface KvStateEvent {
+  kind: "state";
+  workerId: string;
+  time: number;
+  /** The last block hash of the chain the state follows (its tokens are whole blocks). */
+  hash: BlockHash;
+  /** true: the state is kept from now on; false: it is gone. */
+  kept: boolean;
+}
+
 /** Any KV event. */
-export type KvEvent = KvStoredEvent | KvRemovedEvent | KvMovedEvent;
+export type KvEvent = KvStoredEvent | KvRemovedEvent | KvMovedEvent | KvStateEvent;
 
 /** Subscriber for KV events (a typed channel: the engine publishes, the control plane consumes). */
 export type KvEventSink = (event: KvEvent) => void;

@@ -161,7 +161,9 @@ export class ClusterDispatch {
     const live = this.set.all.filter((w) => w.engine.alive && !w.draining && !w.parked && !w.starting(now) && (req.adapter === undefined || w.adapters.has(req.adapter)));
     if (live.length === 0) throw new NoWorkerError(req.adapter === undefined ? "No worker is running" : `No running worker has loaded the LoRA adapter "${req.adapter}" yet`);
     // A prompt scored whole (prompt log probabilities) takes nothing from any cache: route it as uncached.
-    const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(hashes);
+    // A model with recurrent state resumes a prefix only from a state checkpoint: a worker's hit reaches
+    // only as far as its deepest one within the prompt, however many more of its blocks it holds.
+    const overlaps = req.promptLogprobs !== undefined ? new Map<string, never>() : this.set.index.overlaps(hashes, (this.o.stateBytes ?? 0) > 0);
     const cands = live.map((w) => w.candidate(overlaps.get(w.id), req.priority));
     const last = place.lastWorker;
     const sreq = {

@@ -27,7 +27,7 @@ import { EventChannel } from "./events.ts";
 import { warmUpRunner } from "./engine-warmup.ts";
 import { Scheduler } from "./scheduler.ts";
 import { countKvEvents, poolBlockManager, withoutHandoffTails, withoutPrefixHits } from "./scheduler-kv-adapter.ts";
-import { StateCheckpoints } from "./state-checkpoints.ts";
+import { publishStateChanges, StateCheckpoints } from "./state-checkpoints.ts";
 import { exportState, StateImports } from "./state-import.ts";
 import { stateBytesPerSlot, stateShapes } from "./kv-cache.ts";
 import type { StepMixing } from "./scheduler-types.ts";
@@ -100,7 +100,9 @@ export class Engine implements ServingEngine {
     const recurrent = hasRecurrentState(opts.config);
     // Under agent-aware retention a checkpoint is worth its session's chance of returning within a minute.
     const worth = this.turns && ((sessionId: string | undefined) => sessionId === undefined ? 0 : this.turns!.tracker.returnProbability(sessionId, clock(), CHECKPOINT_HORIZON_S));
-    const checkpoints = recurrent && r.stateCheckpoints ? new StateCheckpoints(r.stateCheckpoints, r.blockSize, worth) : undefined;
+    const checkpoints = recurrent && r.stateCheckpoints
+      ? new StateCheckpoints(r.stateCheckpoints, r.blockSize, worth, publishStateChanges(events, this.pool.workerId, clock))
+      : undefined;
     this.checkpoints = checkpoints;
     this.stateImports = checkpoints && r.writeState ? new StateImports(checkpoints, r, stateShapes(opts.config), () => this.scheduler.refreshCheckpointHolds()) : undefined;
     const manager = !recurrent ? blocks : withoutHandoffTails(checkpoints ? blocks : withoutPrefixHits(blocks));

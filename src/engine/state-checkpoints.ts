@@ -16,6 +16,8 @@
  * states (state-copy.ts), and a checkpoint moves between workers with its prefix (state-import.ts).
  */
 
+import { type BlockHash, hashBlock, type KvEventSink } from "../../kv/index.ts";
+
 /** One checkpoint: the tokens its state follows, and whether its state has been written yet. */
 interface Checkpoint {
   /** The tokens its state follows; a decoding sequence's pending one learns them when it settles. */
@@ -31,6 +33,10 @@ interface Checkpoint {
   pending: boolean;
   /** Holders keeping it (see {@link StateCheckpoints.hold}): waiting sequences that would resume from it, a batch of moved states being written. */
   holds?: number;
+  /** The last block hash of `tokens` in namespace `root`, once written (kept only where changes are told: see `onChange`). */
+  hash?: BlockHash;
+  /** A decoding sequence's checkpoint: its previous one's length and hash, which its tokens extend (hashing only the blocks after). */
+  from?: { length: number; hash: BlockHash };
 }
 
 /** The checkpoints of one engine: `capacity` of them, ids 0..capacity-1. */
@@ -43,9 +49,16 @@ export class StateCheckpoints {
 
   /**
    * `worth`: how much a checkpoint of a session is worth keeping (higher is kept; absent: all alike, so
-   * the least recently used goes), e.g. the probability that the session returns soon.
+   * the least recently used goes), e.g. the probability that the session returns soon. `onChange`: told
+   * when a written checkpoint is there to restore from (`kept` true) and when it goes, by the last block
+   * hash of its tokens in its namespace (kv/hash.ts `chainHashes`, as routers hash prompts), so a router
+   * can count this engine's prefix hits only as far as its checkpoints reach (engine.ts publishes
+   * KvStateEvents).
    */
-  constructor(readonly capacity: number, readonly blockSize: number, private readonly worth?: (sessionId: string | undefined) => number) {
+  constructor(
+    readonly capacity: number, readonly blockSize: number, private readonly worth?: (sessionId: string | undefined) => number,
+    private readonly onChange?: (hash: BlockHash, kept: boolean) => void,
+  ) {
     if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`Invalid state checkpoint count ${capacity}`);
     this.#entries = new Array<Checkpoint | undefined>(capacity).fill(undefined);
   }
@@ -106,6 +119,7 @@ export class StateCheckpoints {
     }
     const id = this.#free() ?? this.#victim();
     if (id === undefined) return undefined;
+    this.#gone(id);
     this.#entries[id] = { tokens: tokens.slice(), root, sessionId, lastUse: ++this.#tick, pending: true };
     this.taken++;
     return id;
@@ -141,9 +155,28 @@ export class StateCheckpoints {
     const own = this.#entries.findIndex((e) => e?.owner === seqId);
     const id = own >= 0 ? own : this.#free() ?? this.#victim();
     if (id === undefined) return undefined;
-    this.#entries[id] = { tokens: [], owner: seqId, root, sessionId, lastUse: ++this.#tick, pending: true };
+    const old = this.#entries[id];
+    // The sequence's tokens only grow: its next checkpoint's hash chains on from its last one's.
+    const from = own < 0 || !old ? undefined : old.hash !== undefined ? { length: old.tokens.length, hash: old.hash } : old.from;
+    this.#gone(id);
+    this.#entries[id] = { tokens: [], owner: seqId, root, sessionId, lastUse: ++this.#tick, pending: true, ...(from ? { from } : {}) };
     this.taken++;
     return id;
+  }
+
+  /** Tells `onChange` that checkpoint `id`, if written, is going. */
+  #gone(id: number): void {
+    const e = this.#entries[id];
+    if (e?.hash !== undefined) this.onChange?.(e.hash, false);
+  }
+
+  /** The last block hash of `e`'s tokens, from its previous checkpoint's where it has one: O(blocks since). */
+  #hashOf(e: Checkpoint): BlockHash {
+    const bs = this.blockSize;
+    const from = e.from && e.from.length <= e.tokens.length ? e.from : undefined;
+    let h: BlockHash | null = from ? from.hash : e.root;
+    for (let b = from ? from.length : 0; b < e.tokens.length; b += bs) h = hashBlock(h, e.tokens.slice(b, b + bs));
+    return h!;
   }
 
   #free(): number | undefined {
@@ -173,10 +206,15 @@ export class StateCheckpoints {
       e.tokens = tokens.slice();
     }
     e.pending = false;
+    e.from = undefined;
+    if (!this.onChange) return;
+    e.hash = this.#hashOf(e);
+    this.onChange(e.hash, true);
   }
 
   /** Forgets checkpoint `id` (its write failed). */
   drop(id: number): void {
+    this.#gone(id);
     this.#entries[id] = undefined;
   }
 }
@@ -199,4 +237,9 @@ export function checkpointChunk(promptLength: number, start: number, n: number, 
  */
 export function checkpointLimit(seq: { promptLength: number; hints: { prefillOnly?: boolean } }): number {
   return seq.hints.prefillOnly ? seq.promptLength - 1 : seq.promptLength;
+}
+
+/** A {@link StateCheckpoints} `onChange` that publishes each change as a KvStateEvent of `workerId`. */
+export function publishStateChanges(sink: KvEventSink, workerId: string, clock: () => number): (hash: BlockHash, kept: boolean) => void {
+  return (hash, kept) => sink({ kind: "state", workerId, time: clock(), hash, kept });
 }

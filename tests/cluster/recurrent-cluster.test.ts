@@ -11,7 +11,7 @@ import process from "node:process";
 import { test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createCluster, type CreateClusterOptions, startThreadCluster } from "../../src/cluster/create-cluster.ts";
-import type { Cluster } from "../../src/cluster/cluster.ts";
+import type { Cluster, RouteDecision } from "../../src/cluster/cluster.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import type { GenerateRequest } from "../../src/engine/engine-types.ts";
 import { loadModel } from "../../src/model/load.ts";
@@ -86,14 +86,46 @@ test("Cluster pulls a Qwen3.5 session's prefix and its state checkpoint from the
 
 test("startThreadCluster() hands a Qwen3.5's prompt between worker threads with its state checkpoint", async () => {
   const want = (await alone([greedy(PROMPT)]))[0];
+  const routes: RouteDecision[] = [];
   const cl = await startThreadCluster(model, modelPath, "reference", {
     workers: 2, roles: ["prefill", "decode"], planner: "none", router: "kv-aware", routerOptions: { localPrefillThreshold: 0 }, engine: ENGINE,
+    onRoute: (d) => routes.push(d),
   });
   try {
     const { streamed } = await run(cl, greedy(PROMPT));
     assert.deepEqual(streamed, want);
     assert.equal(cl.counters.prefillHandoffs, 1);
     assert.equal(cl.workers[1].engine.stats().prefixHitTokens, 32, "the decode thread resumed after 32 tokens, from the moved checkpoint");
+    // Both threads told the router of their checkpoints after 32 tokens (the state events crossed): the
+    // next turn's candidates count those 2 blocks, where without them a recurrent model counts none.
+    await run(cl, greedy([...PROMPT, ...streamed, 40, 41, 42]));
+    assert.deepEqual(routes.at(-1)!.candidates.map((c) => c.overlapDevice), [2, 2]);
+  } finally {
+    await cl.stop();
+  }
+});
+
+test("Cluster's router counts a Qwen3.5 worker's cached prefix only as far as its state checkpoints reach", async () => {
+  const routes: RouteDecision[] = [];
+  // One checkpoint a worker: each turn's replaces the one before.
+  const cl = cluster({ workers: 1, engine: { ...ENGINE, stateCheckpoints: 1 }, onRoute: (d) => routes.push(d) });
+  try {
+    const turn = async (prompt: number[], sessionId: string) => {
+      const { streamed, result } = await run(cl, { ...greedy(prompt), sessionId });
+      const seen = routes.at(-1)!.candidates[0].overlapDevice;
+      // What the router took for cached is what the worker resumed from.
+      assert.equal(seen * 16, result.cachedTokens, `${sessionId}: the router saw ${seen} blocks cached, the worker resumed after ${result.cachedTokens} tokens`);
+      return { streamed, cached: result.cachedTokens };
+    };
+    const first = await turn(PROMPT, "s1");
+    const turn2 = [...PROMPT, ...first.streamed, 40, 41, 42, 43, 44, 45];
+    const other = await turn(PROMPT.map((t) => t + 1), "s2");
+    // s1's blocks are still cached (64 blocks, 6 in use), its checkpoint is not: s2's took its place.
+    const second = await turn(turn2, "s1");
+    assert.equal(second.cached, 0);
+    // Its turn's checkpoint after 48 tokens: the next turn resumes there, and s2's from nothing.
+    assert.equal((await turn([...turn2, ...second.streamed, 9, 9, 9], "s1")).cached, 48);
+    assert.equal((await turn([...PROMPT.map((t) => t + 1), ...other.streamed, 7], "s2")).cached, 0);
   } finally {
     await cl.stop();
   }
