@@ -9,10 +9,10 @@ import { type ExpertGroups, MAX_EXPERT_GROUPS, type MoeGating, type RopeLayout, 
  * "glm4moe" is GLM-4.5/4.6/4.7's, "qwen2moe" Qwen1.5/Qwen2-MoE's and "deepseek2" DeepSeek V2/V3/R1's and
  * Kimi K2's, with {@link MlaConfig multi-head latent attention}; "gemma3" Gemma 3's text model).
  */
-export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3" | "granite" | "olmo2" | "exaone4" | "gemma2" | "qwen35" | "qwen35moe" | "qwen3next" | "mistral3" | "lfm2" | "granitehybrid" | "nemotron_h" | "nemotron_h_moe" | "lfm2moe";
+export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3" | "granite" | "olmo2" | "exaone4" | "gemma2" | "qwen35" | "qwen35moe" | "qwen3next" | "mistral3" | "lfm2" | "granitehybrid" | "nemotron_h" | "nemotron_h_moe" | "lfm2moe" | "falcon-h1";
 
 /** Every {@link Architecture}, by the name GGUF files give it (`general.architecture`). */
-export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3", "granite", "olmo2", "exaone4", "gemma2", "qwen35", "qwen35moe", "qwen3next", "mistral3", "lfm2", "granitehybrid", "nemotron_h", "nemotron_h_moe", "lfm2moe"];
+export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3", "granite", "olmo2", "exaone4", "gemma2", "qwen35", "qwen35moe", "qwen3next", "mistral3", "lfm2", "granitehybrid", "nemotron_h", "nemotron_h_moe", "lfm2moe", "falcon-h1"];
 
 /**
  * Multi-head latent attention (DeepSeek V2/V3, Kimi K2). Each token's keys and values are one
@@ -205,6 +205,15 @@ export interface Mamba2Config {
   groups: number;
   /** The convolution's width (`ssm.conv_kernel`, `mamba_d_conv`). */
   convKernel: number;
+  /**
+   * Every Mamba-2 layer also attends, in parallel: attention and the scan read the same normed input
+   * and both outputs join the residual (Falcon-H1). Such layers have KV caches and states both.
+   */
+  parallelAttention?: boolean;
+  /** The gated output reaches the output projection unnormed: no `ssmNorm` (Falcon-H1 without `mamba_rms_norm`). */
+  unnormed?: boolean;
+  /** The scan's output is normed before SiLU(z) gates it, not after (Falcon-H1 checkpoints' `mamba_norm_before_gate`). */
+  normBeforeGate?: boolean;
 }
 
 /** True when layer `i` is a Mamba-2 layer. */
@@ -240,9 +249,14 @@ export function hasFeedForward(config: ModelConfig, i: number): boolean {
   return config.layerBlocks?.[i] !== "mixer";
 }
 
-/** The layers that attend over a KV cache, in order (all of them but those with recurrent state or a feed-forward alone). */
+/** The layers that attend over a KV cache, in order (all of them but those with recurrent state or a feed-forward alone; Falcon-H1's Mamba-2 layers attend too). */
 export function attentionLayers(config: ModelConfig): number[] {
-  return Array.from({ length: config.numLayers }, (_, i) => i).filter((i) => !isRecurrentLayer(config, i) && !isFeedForwardOnlyLayer(config, i));
+  return Array.from({ length: config.numLayers }, (_, i) => i).filter((i) => (!isRecurrentLayer(config, i) || attendsInParallel(config, i)) && !isFeedForwardOnlyLayer(config, i));
+}
+
+/** True when layer `i` is a Mamba-2 layer that also attends, in parallel (Mamba2Config.parallelAttention: Falcon-H1). */
+export function attendsInParallel(config: ModelConfig, i: number): boolean {
+  return config.mamba2?.parallelAttention === true && isMamba2Layer(config, i);
 }
 
 /** True when layer `i` of a model runs experts (an MoE model past its leading dense layers). */

@@ -101,19 +101,20 @@ export function mamba2Ops(backend: Backend): Mamba2Ops {
 }
 
 /**
- * One Mamba-2 layer (Granite 4.0-H, Nemotron-H) over the step, plus the residual `x`: norm; z, x·B·C and dt from
- * one projection; the causal convolution with its bias and SiLU over x·B·C; the scan (Backend.ssmScan,
- * D's skip included); SiLU(z) times its output, RMS-normed; the output projection, scaled where the
- * model scales blocks before the residual (ModelConfig.residualScale).
+ * One Mamba-2 layer (Granite 4.0-H, Nemotron-H, Falcon-H1) over the step, plus `residual` (by default
+ * `x`; Falcon-H1's: `x` with its attention's output added): norm; z, x·B·C and dt from one projection;
+ * the causal convolution with its bias and SiLU over x·B·C; the scan (Backend.ssmScan, D's skip
+ * included); SiLU(z) times its output, RMS-normed (unless Mamba2Config.unnormed); the output
+ * projection, scaled where the model scales blocks before the residual (ModelConfig.residualScale).
  */
 export function mamba2Block(
   backend: Backend, ops: Mamba2Ops, model: DeviceModel, l: LayerWeights<Tensor>, x: Tensor, batch: RecurrentBatch, conv: Tensor, ssm: Tensor, s: Scratch,
-  project?: Project,
+  project?: Project, residual: Tensor = x,
 ): Tensor {
   const c = model.config;
   const m = c.mamba2!;
   const { ssmIn, ssmConv, ssmConvBias, ssmDtBias, ssmDecay, ssmD, ssmNorm, ssmOut } = l;
-  if (!ssmIn || !ssmConv || !ssmConvBias || !ssmDtBias || !ssmDecay || !ssmD || !ssmNorm || !ssmOut) {
+  if (!ssmIn || !ssmConv || !ssmConvBias || !ssmDtBias || !ssmDecay || !ssmD || (!ssmNorm && !m.unnormed) || !ssmOut) {
     throw new ForwardInputError("The model config asks for a Mamba-2 layer but the weights lack it");
   }
   const mm: Project = project ?? ((a, w, _bias, _target, r) => matmulPlus(backend, a, w, undefined, r, s));
@@ -126,14 +127,16 @@ export function mamba2Block(
   const mixed = s.keep(ops.causalConv1d(xbc, ssmConv, conv, batch, ssmConvBias));
   const spec = { heads: m.heads, headDim: m.innerSize / m.heads, stateDim: m.stateSize, groups: m.groups };
   const y = s.keep(ops.ssmScan(mixed, dt, backend.reshape(ssmDecay, [m.heads]), backend.reshape(ssmD, [m.heads]), ssmDtBias, ssm, batch, spec));
-  const gated = s.keep(backend.siluMul(z, y));
   // The gated norm runs per group (llama.cpp's grouped RMS norm): each token's width as `groups` rows, weighed by its group's row of ssmNorm.
-  const n = gated.shape[0];
   const width = m.innerSize / m.groups;
-  const normed = m.groups === 1
-    ? s.keep(backend.rmsnorm(gated, backend.reshape(ssmNorm, [m.innerSize]), c.rmsNormEps))
-    : backend.reshape(s.keep(backend.rmsnorm(backend.reshape(gated, [n * m.groups, width]), backend.reshape(ssmNorm, [m.groups, width]), c.rmsNormEps)), [n, m.innerSize]);
-  if (c.residualScale === undefined) return mm(normed, ssmOut, undefined, "ssmOut", x);
+  const norm = (t: Tensor) =>
+    !ssmNorm
+      ? t
+      : m.groups === 1
+      ? s.keep(backend.rmsnorm(t, backend.reshape(ssmNorm, [m.innerSize]), c.rmsNormEps))
+      : backend.reshape(s.keep(backend.rmsnorm(backend.reshape(t, [t.shape[0] * m.groups, width]), backend.reshape(ssmNorm, [m.groups, width]), c.rmsNormEps)), [t.shape[0], m.innerSize]);
+  const normed = m.normBeforeGate ? s.keep(backend.siluMul(z, norm(y))) : norm(s.keep(backend.siluMul(z, y)));
+  if (c.residualScale === undefined) return mm(normed, ssmOut, undefined, "ssmOut", residual);
   const o = s.keep(mm(normed, ssmOut, undefined, "ssmOut"));
-  return backend.add(x, s.keep(scaled(backend, o, c.residualScale)));
+  return backend.add(residual, s.keep(scaled(backend, o, c.residualScale)));
 }

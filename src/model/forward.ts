@@ -8,7 +8,7 @@
  * layers' blocks are in forward-layers.ts.
  */
 import type { Backend, KvDType, Tensor } from "../backend/types.ts";
-import { attentionLayers, hasRecurrentState, isDeltaNetLayer, isMamba2Layer, isMoeLayer, isRecurrentLayer, isShortConvLayer, layerWindow, type ModelConfig } from "./config.ts";
+import { attendsInParallel, attentionLayers, hasRecurrentState, isDeltaNetLayer, isMamba2Layer, isMoeLayer, isRecurrentLayer, isShortConvLayer, layerWindow, type ModelConfig } from "./config.ts";
 import {
   deltaNetBlock, deltaNetOps, type DeltaNetOps, mamba2Block, mamba2Ops, type Mamba2Ops, recurrentSeqTable, shortConvBlock, shortConvOp, type ShortConvOp,
 } from "./forward-delta-net.ts";
@@ -164,13 +164,15 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       // Nemotron-H's layers have one block each: a mixer (attention or Mamba-2) or a feed-forward normed by attnNorm.
       const blocks = c.layerBlocks?.[i];
       let afterAttn = x;
+      // Falcon-H1: attention beside the scan, both from x's norm; the scan adds its output to x plus attention's.
+      const parallel = () => attendsInParallel(c, i) ? s.keep(attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], undefined, true, s, project)) : x;
       if (blocks !== "ffn") {
         afterAttn = recurrent?.deltaNet && isDeltaNetLayer(c, i)
           ? deltaNetBlock(backend, recurrent.deltaNet, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project)
           : recurrent?.shortConv && isShortConvLayer(c, i)
           ? shortConvBlock(backend, recurrent.shortConv, model, l, x, recurrent.batch, kv.state!.conv[conv++], s, project)
           : recurrent?.mamba2 && isMamba2Layer(c, i)
-          ? mamba2Block(backend, recurrent.mamba2, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project)
+          ? mamba2Block(backend, recurrent.mamba2, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project, parallel())
           : heads
           ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], heads, keep)
           : attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], layerWindow(c, i), !c.nopeLayers?.[i], s, project);

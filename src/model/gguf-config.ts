@@ -14,6 +14,7 @@ import { ggufQwen35 } from "./qwen35.ts";
 import { ggufMistral3 } from "./mistral3.ts";
 import { ggufLfm2 } from "./lfm2.ts";
 import { ggufGraniteHybrid } from "./granite-hybrid.ts";
+import { ggufFalconH1 } from "./falcon-h1.ts";
 import { ggufNemotronH } from "./nemotron-h.ts";
 import { ggufMla, ggufYarn } from "./gguf-deepseek.ts";
 import { ggufMoe } from "./gguf-moe.ts";
@@ -81,6 +82,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const lfm2 = architecture === "lfm2" || architecture === "lfm2moe" ? ggufLfm2(meta, arch, path) : undefined;
   // Granite 4.0-H's Mamba-2 layers too (granite-hybrid.ts).
   const hybrid = architecture === "granitehybrid" ? ggufGraniteHybrid(meta, arch, hiddenSize, path) : undefined;
+  // Falcon-H1: every layer a Mamba-2 layer that also attends (its scan's gated norm optional).
+  const falconH1 = architecture === "falcon-h1" ? ggufFalconH1(meta, arch, tensors.has(GGUF_TENSOR_NAMES.layer(0, "ssmNorm")), path) : undefined;
   const numKvHeads = lfm2?.numKvHeads ?? hybrid?.numKvHeads ?? nemotron?.numKvHeads ?? positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads), `${arch}.attention.head_count_kv`, path);
   const keyLength = `${arch}.attention.key_length`;
   const headDim = meta.has(keyLength) ? positiveInteger(meta.number(keyLength), keyLength, path) : Math.floor(hiddenSize / numHeads);
@@ -194,6 +197,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...(architecture === "granite" ? ggufGranite(meta, arch, path) : {}),
     ...(nemotron ? nemotronHConfig(nemotron, (i, role) => tensors.has(GGUF_TENSOR_NAMES.layer(i, role)), numLayers) : {}),
     ...(hybrid ? { ...ggufGranite(meta, arch, path, true), mamba2: hybrid.mamba2, ...(hybrid.rotates ? {} : { nopeLayers: Array<boolean>(numLayers).fill(true) }) } : {}),
+    ...(falconH1 ? { mamba2: falconH1, ...(tensors.has(GGUF_TENSOR_NAMES.layer(0, "bo")) ? { outputBias: true } : {}) } : {}),
     // After qkNorm: Qwen3.5's first layer, which the check reads, is a DeltaNet layer without q/k norms.
     ...(architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" ? ggufQwen35(meta, arch, numLayers, path) : {}),
     // After qkNorm: LFM2's first layer, which the check reads, is a convolution layer.

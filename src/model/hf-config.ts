@@ -3,6 +3,7 @@
  * handling); DeepSeek's, GPT-OSS's, Gemma 3's and Phi-3's additions: hf-deepseek.ts, hf-gpt-oss.ts, hf-gemma3.ts, phi3.ts.
  * HF checkpoints keep q/k rows in the half-split order, so RoPE is "neox" for every architecture.
  */
+import { hfFalconH1 } from "./falcon-h1.ts";
 import { type Architecture, ARCHITECTURES, type ModelConfig, ModelLoadError, type MoeConfig, nopeEvery, plainMoe } from "./config.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
 import { GLM4_MOE_DEFAULTS, hfDeepseekAttention, hfDeepseekMoe } from "./hf-deepseek.ts";
@@ -44,6 +45,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   Lfm2MoeForCausalLM: "lfm2moe",
   GraniteMoeHybridForCausalLM: "granitehybrid",
   NemotronHForCausalLM: "nemotron_h",
+  FalconH1ForCausalLM: "falcon-h1",
   // Mistral 7B, Mistral Small 3.x's and Devstral's text models: Llama's layout (and a window on every layer where set).
   MistralForCausalLM: "llama",
   MixtralForCausalLM: "llama",
@@ -70,6 +72,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   lfm2_moe: "lfm2moe",
   granitemoehybrid: "granitehybrid",
   nemotron_h: "nemotron_h",
+  falcon_h1: "falcon-h1",
   mistral: "llama",
   mixtral: "llama",
 };
@@ -120,6 +123,8 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const attentionScale = deepseek?.attentionScale ?? gptOss?.attentionScale ?? gemma3?.attentionScale ?? mistral3?.attentionScale;
   // Nemotron-H: one block a layer (nemotron-h.ts).
   const nemotron = architecture === "nemotron_h" ? hfNemotronH(cfg, numLayers, path) : undefined;
+  // Falcon-H1: attention beside each Mamba-2 scan; its embedding and logit multipliers (the others fold into the weights: falcon-h1.ts).
+  const falconH1 = architecture === "falcon-h1" ? hfFalconH1(cfg, hiddenSize, numLayers, path) : undefined;
   return {
     architecture,
     vocabSize,
@@ -151,6 +156,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(architecture === "exaone4" ? hfExaone4(cfg, numLayers, path) : {}),
     ...(mistral3?.attnTemperature ? { attnTemperature: mistral3.attnTemperature } : {}),
     ...(lfm2 ? hfLfm2(cfg, numLayers, path) : {}),
+    ...(falconH1 ? { mamba2: falconH1.mamba2, embeddingScale: falconH1.embeddingScale, logitScale: falconH1.logitScale } : {}),
     // MistralConfig's `sliding_window` (4096 in Mistral 7B v0.1, null since) masks every layer, as transformers and vLLM apply it.
     ...(archName === "MistralForCausalLM" || archName === "mistral" ? hfSlidingWindow(cfg, numLayers, path, () => true) : {}),
     ...(architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" ? hfQwen35(cfg, numLayers, path) : {}),

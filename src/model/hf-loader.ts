@@ -4,6 +4,7 @@
  * (chat template; hf-tokenizer-config.ts), weights under transformers' names (hf-names.ts).
  * HF checkpoints keep q/k rows in the half-split order, so RoPE is "neox" for every architecture.
  */
+import { falconH1HfTensors, hfFalconH1 } from "./falcon-h1.ts";
 import { pathExists } from "../runtime/fs.ts";
 import { type LoadedModel, ModelLoadError } from "./config.ts";
 import { hfConfig } from "./hf-config.ts";
@@ -75,7 +76,10 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     // FP8 matrices become f8_e4m3 blocks (or bf16) as they are read, before experts are stacked or kv_b split.
     const fp8 = fp8Scheme(cfg, `${dir}/config.json`);
     const read = fp8 ? readingFp8(source, raw, fp8, dir) : source;
-    const stored = config.deltaNet ? qwen35HfTensors(read) : config.shortConv ? lfm2HfTensors(read) : config.mamba2 ? graniteHybridHfTensors(read, config.mamba2.groups) : read;
+    const mamba2 = config.mamba2 ? graniteHybridHfTensors(read, config.mamba2.groups) : undefined;
+    // Falcon-H1's multipliers fold into its weights as they are read (falcon-h1.ts).
+    const falconH1 = mamba2 && config.architecture === "falcon-h1" ? falconH1HfTensors(mamba2, hfFalconH1(cfg, config.hiddenSize, config.numLayers, dir).multipliers, config.mamba2!) : undefined;
+    const stored = config.deltaNet ? qwen35HfTensors(read) : config.shortConv ? lfm2HfTensors(read) : falconH1 ?? mamba2 ?? read;
     const moe = config.moe;
     const names = prefixed(hfTensorNames(config), prefix);
     // Qwen3.5-MoE's experts may be fused per layer (hf-qwen35.ts), with no per-expert names to check.

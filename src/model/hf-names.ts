@@ -2,6 +2,7 @@
  * Hugging Face transformers' tensor names: each layer role's, each MoE family's experts (stacked on
  * load by expert-stack.ts), Gemma 3's feed-forward norm, DeepSeek's q up-projection and combined kv_b.
  */
+import { falconH1HfName } from "./falcon-h1.ts";
 import { isMoeLayer, type ModelConfig } from "./config.ts";
 import { GPT_OSS_NAMES } from "./hf-gpt-oss.ts";
 import { lfm2HfName } from "./lfm2.ts";
@@ -140,6 +141,9 @@ function moeTensorNames(config: ModelConfig): TensorNames {
 export function hfTensorNames(config: ModelConfig): TensorNames {
   if (config.architecture === "lfm2" || config.architecture === "lfm2moe") return lfm2TensorNames(config);
   if (config.architecture === "nemotron_h" || config.architecture === "nemotron_h_moe") return nemotronHHfNames(config);
+  if (config.architecture === "falcon-h1") {
+    return { ...HF_TENSOR_NAMES, outputNorm: "model.final_layernorm.weight", layer: (i, role) => `model.layers.${i}.${falconH1HfName(role) ?? graniteHybridHfName(role, false) ?? LAYER_NAMES[role]}` };
+  }
   if (config.architecture === "granitehybrid") {
     return { ...HF_TENSOR_NAMES, layer: (i, role) => `model.layers.${i}.${graniteHybridHfName(role, isMoeLayer(config, i)) ?? LAYER_NAMES[role]}` };
   }

@@ -5,7 +5,7 @@
  * (forward.ts, lora-set.ts) adds B·(A·x) as it is.
  */
 import { createHash } from "node:crypto";
-import { hasFeedForward, isDeltaNetLayer, isFeedForwardOnlyLayer, isMamba2Layer, isMoeLayer, isShortConvLayer, ModelLoadError, type ModelConfig } from "./config.ts";
+import { attendsInParallel, hasFeedForward, isDeltaNetLayer, isFeedForwardOnlyLayer, isMamba2Layer, isMoeLayer, isShortConvLayer, ModelLoadError, type ModelConfig } from "./config.ts";
 
 /**
  * The projections an adapter may change (LayerWeights' names; "output" is the model's output
@@ -65,7 +65,7 @@ export function targetDims(config: ModelConfig, layer: number, target: LoraTarge
   if (config.mla && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "latent attention projections cannot be adapted";
   if (isDeltaNetLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a Gated DeltaNet layer, which has no attention projections";
   if (isShortConvLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a short convolution layer, which has no attention projections";
-  if (isMamba2Layer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a Mamba-2 layer, which has no attention projections";
+  if (isMamba2Layer(config, layer) && !attendsInParallel(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a Mamba-2 layer, which has no attention projections";
   if (isFeedForwardOnlyLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a feed-forward layer, which has no attention projections";
   const ffnTarget = target === "wGate" || target === "wUp" || target === "wDown";
   if (ffnTarget && !hasFeedForward(config, layer)) return "it is an attention or Mamba-2 layer alone, which has no feed-forward";

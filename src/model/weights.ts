@@ -271,7 +271,12 @@ export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
   }
   if (isDeltaNetLayer(config, i)) return [...DELTA_NET_ROLES, ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];
   if (isShortConvLayer(config, i)) return ["convIn", "convWeight", "convOut", ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];
-  if (isMamba2Layer(config, i)) return [...MAMBA2_ROLES, ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];
+  if (isMamba2Layer(config, i)) {
+    const mamba2 = config.mamba2?.unnormed ? MAMBA2_ROLES.filter((r) => r !== "ssmNorm") : MAMBA2_ROLES;
+    // Falcon-H1: attention beside the scan, from the same norm.
+    const attention: LayerRole[] = config.mamba2?.parallelAttention ? ["wq", "wk", "wv", "wo", ...(config.qkvBias ? ["bq", "bk", "bv"] as const : []), ...(config.outputBias ? ["bo"] as const : [])] : [];
+    return [...mamba2, ...attention, ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];
+  }
   const mla = config.mla;
   const attention: LayerRole[] = !mla
     ? ["wq", "wk", "wv"]

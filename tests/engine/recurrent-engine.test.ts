@@ -16,7 +16,7 @@ import { StateSlotError, StateSlots } from "../../src/engine/state-slots.ts";
 import { checkpointChunk, StateCheckpoints } from "../../src/engine/state-checkpoints.ts";
 import { uploadModel } from "../../src/model/device-weights.ts";
 import { loadModel } from "../../src/model/load.ts";
-import type { LoadedModel } from "../../src/model/config.ts";
+import { attentionLayers, type LoadedModel } from "../../src/model/config.ts";
 import { greedySteps } from "../oracle/oracle-compare.ts";
 import { generate } from "../../src/engine/generate.ts";
 import { type ModelFileSpec, writeTestGguf } from "../model/model-files.ts";
@@ -303,8 +303,8 @@ test("Engine with Gated DeltaNet layers keeps state checkpoints apart by adapter
 
 /**
  * Models of short convolution layers (LFM2, LFM2-MoE with experts) and of Mamba-2 layers: Granite
- * 4.0-H's layers (each with a feed-forward) and Nemotron-H's (one block each, B and C in groups;
- * Nemotron 3's with experts).
+ * 4.0-H's layers (each with a feed-forward), Nemotron-H's (one block each, B and C in groups;
+ * Nemotron 3's with experts) and Falcon-H1's (attention beside the scan in every layer).
  */
 const RECURRENT_MODELS: { name: string; kind: string; spec: ModelFileSpec; check(m: LoadedModel): void }[] = [
   {
@@ -366,6 +366,20 @@ const RECURRENT_MODELS: { name: string; kind: string; spec: ModelFileSpec; check
     },
     check(nemotron) {
       assert.deepEqual([nemotron.config.moe?.numExperts, nemotron.config.layerBlocks], [4, ["mixer", "ffn", "mixer", "mixer", "ffn"]]);
+    },
+  },
+  {
+    name: "Falcon-H1, attention beside every scan",
+    kind: "Mamba-2 layers",
+    spec: {
+      architecture: "falcon-h1", hidden: 32, layers: 3, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 307,
+      falconH1: { heads: 4, headDim: 12, stateSize: 8, groups: 2, conv: 4, normed: true },
+    },
+    check(falcon) {
+      assert.deepEqual(falcon.config.mamba2, { layers: [true, true, true], innerSize: 48, stateSize: 8, heads: 4, groups: 2, convKernel: 4, parallelAttention: true });
+      // Every layer attends (a KV cache each) and scans (a state each): 3 convolution states of 3 × (48 + 2·2·8), 3 scan states of 4 heads × 12 × 8.
+      assert.deepEqual(attentionLayers(falcon.config), [0, 1, 2]);
+      assert.equal(stateBytesPerSlot(falcon.config), 4 * 3 * (3 * 80 + 4 * 12 * 8));
     },
   },
 ];

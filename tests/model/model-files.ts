@@ -20,6 +20,7 @@ import { randomIqTensor } from "./iq-blocks.ts";
 import { qwen35GgufMetadata, qwen35GgufPart, qwen35HfCheckpoint, qwen35HfConfig, qwen35HfLayer } from "./qwen35-files.ts";
 import { qwen3nextGgufParts } from "./qwen3next-files.ts";
 import { lfm2GgufMetadata, lfm2GgufPart, lfm2HfConfig, lfm2HfLayer } from "./lfm2-files.ts";
+import { falconH1GgufMetadata, falconH1GgufPart, falconH1HfConfig, falconH1HfLayer, falconH1HfWeights, type FalconH1Spec } from "./falcon-h1-files.ts";
 import { nemotronHGgufMetadata, nemotronHGgufPart, nemotronHHfConfig, nemotronHHfLayer, nemotronHHfWeights, type NemotronHSpec } from "./nemotron-h-files.ts";
 import { graniteHybridHfConfig, graniteHybridHfWeights, isMambaLayer, mamba2GgufMetadata, mamba2GgufPart, mamba2HfLayer } from "./granite-hybrid-files.ts";
 import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
@@ -85,6 +86,8 @@ export interface ModelFileSpec {
   mamba2?: { attention: number[]; heads: number; stateSize: number; conv: number; rope?: boolean };
   /** Nemotron-H's layers (nemotron-h-files.ts): each a Mamba-2, attention or feed-forward block, as its pattern says. */
   nemotronH?: NemotronHSpec;
+  /** Falcon-H1's scan beside every layer's attention, and its multipliers (falcon-h1-files.ts). */
+  falconH1?: FalconH1Spec;
   /** LFM2's short convolution layers (lfm2-files.ts): all but the `attention` ones, of width `kernel`. */
   shortConv?: { kernel: number; attention: number[] };
   /** The sliding window in positions: GPT-OSS's every other layer, from layer 0; Gemma 3's five layers of six; OLMo 3's three of four. */
@@ -189,6 +192,10 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
     }
     if (spec.nemotronH) {
       nemotronHHfLayer(spec, i, put);
+      continue;
+    }
+    if (spec.falconH1) {
+      falconH1HfLayer(spec, i, put);
       continue;
     }
     if (spec.mamba2 && isMambaLayer(spec, i)) {
@@ -345,7 +352,7 @@ function ggufTensors(
   const out: { name: string; shape: number[]; values: Float32Array; hf: string }[] = [];
   const stacks = new Map<string, { shape: number[]; parts: Float32Array[]; hf: string }>();
   for (const [hf, { shape, values }] of weights) {
-    const next = spec.architecture === "qwen3next" ? qwen3nextGgufParts(spec, hf, shape, values) : spec.shortConv ? lfm2GgufPart(hf, shape, values) : spec.nemotronH ? nemotronHGgufPart(spec, hf, shape, values) : undefined;
+    const next = spec.architecture === "qwen3next" ? qwen3nextGgufParts(spec, hf, shape, values) : spec.shortConv ? lfm2GgufPart(hf, shape, values) : spec.nemotronH ? nemotronHGgufPart(spec, hf, shape, values) : spec.falconH1 ? falconH1GgufPart(spec, hf, shape, values) : undefined;
     const own = next ?? (spec.deltaNet ? qwen35GgufPart(spec, hf, shape, values) : spec.mamba2 ? mamba2GgufPart(hf, shape, values) : undefined);
     if (own) {
       out.push(...(Array.isArray(own) ? own : [own]));
@@ -467,6 +474,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   if (spec.slidingWindow) meta.push([`${a}.attention.sliding_window`, gguf.u32(spec.slidingWindow)]);
   if (a === "phi3") meta.push(...phi3GgufMetadata(spec));
   if (a === "qwen35" || a === "qwen35moe" || a === "qwen3next") meta.push(...qwen35GgufMetadata(spec));
+  if (spec.falconH1) meta.push(...falconH1GgufMetadata(spec));
   if (spec.shortConv || spec.mamba2 || spec.nemotronH) {
     // The per-layer KV heads replace the uniform count.
     const own = spec.shortConv ? lfm2GgufMetadata(spec) : spec.nemotronH ? nemotronHGgufMetadata(spec) : mamba2GgufMetadata(spec);
@@ -676,7 +684,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
   const gptOss = spec.architecture === "gpt-oss";
   // Gemma's checkpoints store w where its norms weigh by 1 + w (the GGUF stores 1 + w).
   const gemma = spec.architecture === "gemma3" || spec.architecture === "gemma2";
-  const hfWeights = spec.architecture === "phi3" && !spec.unfused ? fusePhi3Hf(weights) : spec.mamba2 ? graniteHybridHfWeights(spec, weights) : spec.nemotronH ? nemotronHHfWeights(weights) : weights;
+  const hfWeights = spec.architecture === "phi3" && !spec.unfused ? fusePhi3Hf(weights) : spec.mamba2 ? graniteHybridHfWeights(spec, weights) : spec.nemotronH ? nemotronHHfWeights(weights) : spec.falconH1 ? falconH1HfWeights(weights) : weights;
   const tensors: SafetensorsEntry[] = gptOss ? gptOssHfTensors(spec, weights, dtype) : [...hfWeights].map(([name, { shape, values }]) => {
     const dt = isVector(shape) ? "f32" : dtype;
     const v = gemma && name.endsWith("norm.weight") ? values.map((x) => x - 1) : values;
@@ -709,6 +717,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     nemotron_h: ["NemotronHForCausalLM", "nemotron_h"],
     nemotron_h_moe: ["NemotronHForCausalLM", "nemotron_h"],
     lfm2moe: ["Lfm2MoeForCausalLM", "lfm2_moe"],
+    "falcon-h1": ["FalconH1ForCausalLM", "falcon_h1"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {
@@ -739,6 +748,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     ...(spec.shortConv ? lfm2HfConfig(spec) : {}),
     ...(spec.mamba2 ? graniteHybridHfConfig(spec) : {}),
     ...(spec.nemotronH ? nemotronHHfConfig(spec) : {}),
+    ...(spec.falconH1 ? falconH1HfConfig(spec) : {}),
     ...(spec.architecture === "exaone4"
       ? { sliding_window: spec.slidingWindow ?? null, layer_types: Array.from({ length: spec.layers }, (_, i) => (spec.slidingWindow && (i + 1) % 4 !== 0 ? "sliding_attention" : "full_attention")) }
       : {}),

@@ -407,6 +407,27 @@ const CASES: OracleCase[] = [
     tol: 1e-4,
     hf: true,
   },
+  // Falcon-H1: attention and a Mamba-2 scan side by side in every layer, from the same norm; its µP
+  // multipliers folded into the GGUF's weights by the converter, applied to the checkpoint's as it loads.
+  {
+    name: "falcon-h1 attention beside a grouped Mamba-2 scan (2 groups over 4 heads of 12: an inner size of 1.5 hidden) with its gated norm, every multiplier off 1, f32",
+    spec: {
+      ...BASE, architecture: "falcon-h1", layers: 3, seed: 214,
+      falconH1: {
+        heads: 4, headDim: 12, stateSize: 8, groups: 2, conv: 4, normed: true,
+        multipliers: { embedding: 1.7, lmHead: 0.6, attentionIn: 1.3, attentionOut: 0.8, key: 0.7, ssmIn: 1.2, ssmOut: 0.9, ssm: [1.4, 0.8, 1.1, 0.7, 1.5], mlp: [1.3, 0.75] },
+      },
+    },
+    tol: 1e-4,
+    hf: true,
+  },
+  {
+    name: "falcon-h1 q8_0 without the scan's norm (mamba_rms_norm false), 8 heads of 8, f16 KV cache",
+    spec: { ...BASE, architecture: "falcon-h1", layers: 2, dtype: "q8_0", seed: 215, falconH1: { heads: 8, headDim: 8, stateSize: 16, groups: 1, conv: 3, normed: false } },
+    tol: 1.5e-2,
+    hf: false,
+    kv: "f16",
+  },
   // Ministral 3: Llama's layout (q/k permuted for the interleaved RoPE) with YaRN over an original
   // context of 16 and Llama 4's attention temperature, whose ⌊position / 16⌋ steps within the test.
   {
