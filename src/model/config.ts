@@ -345,6 +345,12 @@ export interface ModelConfig {
   residualScale?: number;
   /** Divides the logits (Granite's `logits_scaling`); absent: 1. */
   logitScale?: number;
+  /**
+   * Multipliers are folded into the projections' weights (Falcon-H1's µP multipliers: a GGUF's always,
+   * as its converter folds them unrecorded; a checkpoint's where any is not 1), so a PEFT adapter's
+   * deltas, trained against the unscaled projections, would not apply as given.
+   */
+  foldedMultipliers?: boolean;
   /** Soft-caps the attention's scaled scores: cap · tanh(s / cap) (Gemma 2's `attn_logit_softcapping`); absent: none. */
   attnSoftcap?: number;
   /** Soft-caps the logits (Gemma 2's `final_logit_softcapping`); absent: none. */

@@ -95,6 +95,11 @@ export function hfFalconH1(cfg: Json, hiddenSize: number, numLayers: number, pat
   };
 }
 
+/** Whether any of the multipliers that fold into the weights is not 1. */
+export function falconH1Folds(m: FalconH1Multipliers): boolean {
+  return [m.attentionIn, m.attentionOut, m.key, m.ssmIn, m.ssmOut, ...m.ssm, ...m.mlp].some((x) => x !== 1);
+}
+
 /** FalconH1ForCausalLM's names for the roles other models name otherwise (under `model.layers.N.`); the scan's as Granite 4.0-H's (`mamba.*`). */
 export function falconH1HfName(role: LayerRole): string | undefined {
   switch (role) {

@@ -197,7 +197,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...(architecture === "granite" ? ggufGranite(meta, arch, path) : {}),
     ...(nemotron ? nemotronHConfig(nemotron, (i, role) => tensors.has(GGUF_TENSOR_NAMES.layer(i, role)), numLayers) : {}),
     ...(hybrid ? { ...ggufGranite(meta, arch, path, true), mamba2: hybrid.mamba2, ...(hybrid.rotates ? {} : { nopeLayers: Array<boolean>(numLayers).fill(true) }) } : {}),
-    ...(falconH1 ? { mamba2: falconH1, ...(tensors.has(GGUF_TENSOR_NAMES.layer(0, "bo")) ? { outputBias: true } : {}) } : {}),
+    ...(falconH1 ? { mamba2: falconH1, foldedMultipliers: true, ...(tensors.has(GGUF_TENSOR_NAMES.layer(0, "bo")) ? { outputBias: true } : {}) } : {}),
     // After qkNorm: Qwen3.5's first layer, which the check reads, is a DeltaNet layer without q/k norms.
     ...(architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" ? ggufQwen35(meta, arch, numLayers, path) : {}),
     // After qkNorm: LFM2's first layer, which the check reads, is a convolution layer.

@@ -3,7 +3,7 @@
  * handling); DeepSeek's, GPT-OSS's, Gemma 3's and Phi-3's additions: hf-deepseek.ts, hf-gpt-oss.ts, hf-gemma3.ts, phi3.ts.
  * HF checkpoints keep q/k rows in the half-split order, so RoPE is "neox" for every architecture.
  */
-import { hfFalconH1 } from "./falcon-h1.ts";
+import { falconH1Folds, hfFalconH1 } from "./falcon-h1.ts";
 import { type Architecture, ARCHITECTURES, type ModelConfig, ModelLoadError, type MoeConfig, nopeEvery, plainMoe } from "./config.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
 import { GLM4_MOE_DEFAULTS, hfDeepseekAttention, hfDeepseekMoe } from "./hf-deepseek.ts";
@@ -156,7 +156,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     ...(architecture === "exaone4" ? hfExaone4(cfg, numLayers, path) : {}),
     ...(mistral3?.attnTemperature ? { attnTemperature: mistral3.attnTemperature } : {}),
     ...(lfm2 ? hfLfm2(cfg, numLayers, path) : {}),
-    ...(falconH1 ? { mamba2: falconH1.mamba2, embeddingScale: falconH1.embeddingScale, logitScale: falconH1.logitScale } : {}),
+    ...(falconH1 ? { mamba2: falconH1.mamba2, embeddingScale: falconH1.embeddingScale, logitScale: falconH1.logitScale, ...(falconH1Folds(falconH1.multipliers) ? { foldedMultipliers: true } : {}) } : {}),
     // MistralConfig's `sliding_window` (4096 in Mistral 7B v0.1, null since) masks every layer, as transformers and vLLM apply it.
     ...(archName === "MistralForCausalLM" || archName === "mistral" ? hfSlidingWindow(cfg, numLayers, path, () => true) : {}),
     ...(architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" ? hfQwen35(cfg, numLayers, path) : {}),

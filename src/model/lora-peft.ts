@@ -23,6 +23,8 @@ const MODULES: Readonly<Record<string, LoraTarget>> = {
   "mlp.gate_proj": "wGate", "mlp.up_proj": "wUp", "mlp.down_proj": "wDown",
   "linear_attn.in_proj_qkv": "ssmQkv", "linear_attn.in_proj_z": "ssmZ", "linear_attn.in_proj_b": "ssmBeta", "linear_attn.in_proj_a": "ssmAlpha",
   "linear_attn.out_proj": "ssmOut",
+  // Falcon-H1's feed-forward (its scan's mamba.* as Granite's, its attention as every model's).
+  "feed_forward.gate_proj": "wGate", "feed_forward.up_proj": "wUp", "feed_forward.down_proj": "wDown",
   // Granite 4.0-H's Mamba-2 mixer (on a granitehybrid base).
   "mamba.in_proj": "ssmIn", "mamba.out_proj": "ssmOut",
   // Nemotron-H's one block per layer, whichever it is (`backbone.layers.N.mixer.*`).
@@ -110,6 +112,11 @@ export async function loadPeftLora(dir: string, config: ModelConfig, options: Lo
   if (!isJsonObject(parsed)) throw new ModelLoadError(`"${cfgPath}" should hold a JSON object, got ${Array.isArray(parsed) ? "an array" : JSON.stringify(parsed)}`);
   const cfg: Json = parsed;
   checkPeftConfig(cfg, dir);
+  if (config.foldedMultipliers) {
+    throw new ModelLoadError(
+      `PEFT adapter "${dir}" cannot run on this ${config.architecture} base: its multipliers are folded into the base's weights, and the adapter's deltas would need the same scaling (a GGUF adapter converted for the GGUF base applies as llama.cpp applies it)`,
+    );
+  }
   const alpha = typeof cfg.lora_alpha === "number" ? cfg.lora_alpha : undefined;
   if (alpha === undefined || !Number.isFinite(alpha)) {
     // JSON.stringify would quote an Infinity (1e400 in the file) as null.

@@ -5,7 +5,7 @@
  * what it does not run is refused by name (llama.cpp's check of the same weights: tests/oracle/llama-cpp.test.ts).
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { test } from "../harness.ts";
@@ -14,6 +14,10 @@ import { attentionLayers, type HostTensor } from "../../src/model/config.ts";
 import { decodeToF32 } from "../../src/backend/dtype-codec.ts";
 import { numel } from "../../src/backend/types.ts";
 import { targetDims } from "../../src/model/lora.ts";
+import { loadLoraAdapter } from "../../src/model/lora-load.ts";
+import { encodeSafetensors } from "../../src/model/safetensors.ts";
+import { hostTensorFromF32 } from "../../src/model/gguf-writer.ts";
+import { writeFile } from "../../src/runtime/fs.ts";
 import { expectLoadError, type ModelFileSpec, writeTestGguf, writeTestHfDirectory } from "./model-files.ts";
 
 const SPEC: ModelFileSpec = {
@@ -71,4 +75,32 @@ test("targetDims() lets LoRA adapt a Falcon-H1 layer's attention and scan both",
   assert.deepEqual([targetDims(c, 0, "wq", true), targetDims(c, 1, "wo", true), targetDims(c, 1, "ssmIn", true), targetDims(c, 0, "wDown", true)], [
     [32, 32], [32, 32], [32, 2 * 48 + 2 * 2 * 8 + 4], [48, 32],
   ]);
+});
+
+test("loadLoraAdapter() maps a PEFT adapter's Falcon-H1 modules where no multiplier is folded into the base, and refuses it where one is", async () => {
+  const rank = 2;
+  const peft = async (name: string, modules: [string, number, number][]) => {
+    const path = `${dir}/${name}`;
+    mkdirSync(path, { recursive: true });
+    await writeFile(`${path}/adapter_config.json`, JSON.stringify({ peft_type: "LORA", r: rank, lora_alpha: 4, target_modules: ["q_proj"], bias: "none" }));
+    const tensors = modules.flatMap(([m, inDim, outDim]) => [
+      hostTensorFromF32(`base_model.model.${m}.lora_A.weight`, [rank, inDim], new Float32Array(rank * inDim).fill(0.1), "f32"),
+      hostTensorFromF32(`base_model.model.${m}.lora_B.weight`, [outDim, rank], new Float32Array(outDim * rank).fill(0.1), "f32"),
+    ]);
+    await writeFile(`${path}/adapter_model.safetensors`, encodeSafetensors(tensors));
+    return path;
+  };
+  const adapter = await peft("peft", [
+    ["model.layers.0.self_attn.q_proj", 32, 32], ["model.layers.1.mamba.in_proj", 32, 2 * 48 + 2 * 2 * 8 + 4], ["model.layers.1.mamba.out_proj", 48, 32],
+    ["model.layers.0.feed_forward.gate_proj", 32, 48], ["model.layers.1.feed_forward.down_proj", 48, 32],
+  ]);
+  const plain = await loadModel(await writeTestHfDirectory(dir, "plain", { ...SPEC, falconH1: { ...SPEC.falconH1!, multipliers: undefined } }));
+  assert.equal(plain.config.foldedMultipliers, undefined);
+  const a = await loadLoraAdapter(adapter, plain.config);
+  assert.deepEqual(a.weights.map((w) => `${w.layer}.${w.target}`).sort(), ["0.wGate", "0.wq", "1.ssmIn", "1.ssmOut", "1.wDown"]);
+  // The checkpoint's multipliers, and a GGUF's (folded by its converter, unrecorded), scale the base's projections the adapter was not trained against.
+  for (const base of [await loadModel(await writeTestHfDirectory(dir, "scaled", SPEC)), await loadModel(await writeTestGguf(dir, "peftgguf", SPEC))]) {
+    assert.equal(base.config.foldedMultipliers, true);
+    await assert.rejects(loadLoraAdapter(adapter, base.config), /PEFT adapter ".*" cannot run on this falcon-h1 base: its multipliers are folded into the base's weights/);
+  }
 });

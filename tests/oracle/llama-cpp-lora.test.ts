@@ -2,7 +2,7 @@
  * Independent oracle for LoRA adapters: random-weight base GGUFs (a llama, a qwen2 with qkv biases
  * and tied embeddings, a Qwen3-MoE, a Phi-3 whose adapter changes its fused matrices whole, Qwen3.5 and
  * Qwen3-Next, on their attention and their Gated DeltaNet projections, an LFM2 on its short
- * convolutions' projections) and
+ * convolutions' projections, a Falcon-H1 on its attention beside its scan) and
  * random GGUF adapters for them, both written by our own writers, are run through llama.cpp
  * (node-llama-cpp 3.21.1's context `lora` option, CPU, offline, in a Node child process) and through our loader + forward() with the adapter in slot 1 of a
  * device set, on every available backend. Per case: next-token log-probabilities after the prompt
@@ -133,6 +133,21 @@ const CASES: LoraCase[] = [
         ...[0, 2].flatMap((layer) => (["convIn", "convOut"] as const).map((target) => ({ layer, target }))),
         { layer: 1, target: "wq" }, { layer: 1, target: "wo" }, ...eachLayer(config, ["wGate", "wUp", "wDown"]),
       ],
+    }),
+    scale: 1,
+  },
+  {
+    name: "falcon-h1 f32 (multipliers folded into the base): rank 4, alpha 8, on each layer's q, k and o beside its scan's in and out projections, and the feed-forward's gate and down",
+    spec: {
+      ...BASE, architecture: "falcon-h1", layers: 2, seed: 216,
+      falconH1: {
+        heads: 4, headDim: 12, stateSize: 8, groups: 2, conv: 4, normed: true,
+        multipliers: { embedding: 1.5, lmHead: 0.7, attentionIn: 1.2, attentionOut: 0.8, key: 0.6, ssmIn: 1.1, ssmOut: 0.9, ssm: [1.2, 0.9, 1.1, 0.8, 1.3], mlp: [1.2, 0.8] },
+      },
+    },
+    adapter: (config) => ({
+      seed: 311, rank: 4, alpha: 8, magnitude: 0.6,
+      targets: eachLayer(config, ["wq", "wk", "wo", "ssmIn", "ssmOut", "wGate", "wDown"]),
     }),
     scale: 1,
   },
