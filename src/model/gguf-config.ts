@@ -204,6 +204,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...(lfm2 ? { shortConv: lfm2.shortConv, qkNorm: true } : {}),
     // EXAONE 4: OLMo 2's norms with per-head q/k norms; its global layers (the 32B's every fourth) turn nothing.
     ...(architecture === "exaone4" ? { noPreNorms: true, postNorms: true, ...(slidingWindow ? { nopeLayers: slidingWindow.layers.map((s) => !s) } : {}) } : {}),
+    // MiniMax-M2: q/k norms over the whole projection (llama.cpp's attn_q_norm [heads·headDim]).
+    ...(architecture === "minimax-m2" ? { qkNormPerRow: tensors.get(GGUF_TENSOR_NAMES.layer(0, "qNorm"))?.shape[0] === numHeads * headDim } : {}),
     // OLMo 2: no pre-norms, norms of the blocks' outputs, q/k norms over the whole projection.
     ...(architecture === "olmo2" ? { noPreNorms: true, postNorms: true, qkNormPerRow: tensors.get(GGUF_TENSOR_NAMES.layer(0, "qNorm"))?.shape[0] === numHeads * headDim } : {}),
     bosTokenId: validId(bos) ? bos : undefined,

@@ -9,7 +9,7 @@ import { GGUF_LAYER_NAMES } from "./gguf-names.ts";
 import { gptOssMoe } from "./gguf-gpt-oss.ts";
 
 /** Architectures whose every file has experts. */
-const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "qwen35moe", "qwen3next", "nemotron_h_moe", "lfm2moe"];
+const MOE_ARCHITECTURES: readonly string[] = ["qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "qwen35moe", "qwen3next", "nemotron_h_moe", "lfm2moe", "minimax-m2"];
 
 /**
  * The experts of a Mixtral (`llama` with `llama.expert_count`), Qwen2-MoE, Qwen3-MoE or GLM-4.5 file,
@@ -131,6 +131,16 @@ export function ggufMoe(meta: GgufMetadata, arch: string, has: (tensor: string) 
         sharedIntermediateSize: meta.optionalNumber(`${arch}.expert_shared_feed_forward_length`) ?? 0,
         sharedGate: false,
       };
+    }
+    case "minimax-m2": {
+      // MiniMax-M2's experts (llama.cpp's minimax-m2): scored by the file's gating function (sigmoid in the released
+      // models), chosen with a selection bias, the chosen weights renormalised, never scaled (llama.cpp reads no scale for it).
+      const gatingFunc = meta.optionalNumber(`${arch}.expert_gating_func`);
+      if (gatingFunc !== 1 && gatingFunc !== 2) {
+        throw new ModelLoadError(`Model "${path}" has "${arch}.expert_gating_func" ${gatingFunc ?? "absent"}; MiniMax-M2's experts are scored by 1 (softmax) or 2 (sigmoid)`);
+      }
+      if (shared > 0) throw new ModelLoadError(`Model "${path}" has shared experts, which the "${arch}" architecture does not support`);
+      return { ...plainMoe(numExperts, numExpertsUsed, true), gating: gatingFunc === 1 ? "softmax" : "sigmoid", selectionBias: true };
     }
     case "gpt-oss":
       if (shared > 0) throw new ModelLoadError(`Model "${path}" has shared experts, which the "${arch}" architecture does not support`);

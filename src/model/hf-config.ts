@@ -3,6 +3,7 @@
  * handling); DeepSeek's, GPT-OSS's, Gemma 3's and Phi-3's additions: hf-deepseek.ts, hf-gpt-oss.ts, hf-gemma3.ts, phi3.ts.
  * HF checkpoints keep q/k rows in the half-split order, so RoPE is "neox" for every architecture.
  */
+import { hfMinimaxM2 } from "./minimax-m2.ts";
 import { falconH1Folds, hfFalconH1 } from "./falcon-h1.ts";
 import { type Architecture, ARCHITECTURES, type ModelConfig, ModelLoadError, type MoeConfig, nopeEvery, plainMoe } from "./config.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
@@ -46,6 +47,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   GraniteMoeHybridForCausalLM: "granitehybrid",
   NemotronHForCausalLM: "nemotron_h",
   FalconH1ForCausalLM: "falcon-h1",
+  MiniMaxM2ForCausalLM: "minimax-m2",
   // Mistral 7B, Mistral Small 3.x's and Devstral's text models: Llama's layout (and a window on every layer where set).
   MistralForCausalLM: "llama",
   MixtralForCausalLM: "llama",
@@ -73,6 +75,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   granitemoehybrid: "granitehybrid",
   nemotron_h: "nemotron_h",
   falcon_h1: "falcon-h1",
+  minimax_m2: "minimax-m2",
   mistral: "llama",
   mixtral: "llama",
 };
@@ -108,7 +111,9 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const headDim = mla ? mla.kvLoraRank + mla.ropeDim : hfHeadDim(headCfg, hiddenSize, numHeads, path);
   const numLayers = positiveInt(cfg, "num_hidden_layers", path);
   const gptOss = architecture === "gpt-oss" ? hfGptOss(cfg, ropeTheta, headDim, numLayers, path) : undefined;
-  const rotaryDim = mla ? mla.ropeDim : hfRotaryDim(cfg, architecture, headDim, path);
+  // MiniMax-M2: its experts, its q/k norms and rotary_dim (minimax-m2.ts).
+  const minimax = architecture === "minimax-m2" ? hfMinimaxM2(cfg, headDim, path) : undefined;
+  const rotaryDim = mla ? mla.ropeDim : minimax ? minimax.rotaryDim : hfRotaryDim(cfg, architecture, headDim, path);
   const gemma3 = architecture === "gemma3" ? hfGemma3(cfg, hiddenSize, headDim, rotaryDim ?? headDim, numLayers, path) : architecture === "gemma2" ? hfGemma2(cfg, hiddenSize, numLayers, path) : undefined;
   const contextLength = positiveInt(cfg, "max_position_embeddings", path, 2048);
   const phi3 = architecture === "phi3" ? hfLongRope(cfg, contextLength, rotaryDim ?? headDim, path) : undefined;
@@ -119,7 +124,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const granite4 = architecture === "granitehybrid" ? hfGraniteHybrid(cfg, hiddenSize, numLayers, path) : undefined;
   // LFM2 and LFM2-MoE (lfm2.ts): the same layers, LFM2-MoE's feed-forwards past its leading dense ones experts.
   const lfm2 = architecture === "lfm2" || architecture === "lfm2moe";
-  const moe = deepseek ? hfDeepseekMoe(cfg, path) : gptOss ? gptOss.moe : granite4 ? granite4.moe : architecture === "lfm2moe" ? hfLfm2Moe(cfg, lfm2FeedForward(cfg, path), path) : hfMoe(cfg, archName, architecture, path);
+  const moe = deepseek ? hfDeepseekMoe(cfg, path) : minimax ? minimax.moe : gptOss ? gptOss.moe : granite4 ? granite4.moe : architecture === "lfm2moe" ? hfLfm2Moe(cfg, lfm2FeedForward(cfg, path), path) : hfMoe(cfg, archName, architecture, path);
   const attentionScale = deepseek?.attentionScale ?? gptOss?.attentionScale ?? gemma3?.attentionScale ?? mistral3?.attentionScale;
   // Nemotron-H: one block a layer (nemotron-h.ts).
   const nemotron = architecture === "nemotron_h" ? hfNemotronH(cfg, numLayers, path) : undefined;
@@ -134,7 +139,7 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     numKvHeads: mla ? 1 : numKvHeads,
     headDim,
     // Mixtral's and GPT-OSS's experts have the plain width; the others name theirs apart.
-    intermediateSize: granite4 ? granite4.intermediateSize : architecture === "lfm2" ? lfm2FeedForward(cfg, path) : num(cfg, moe && architecture !== "llama" && !gptOss ? "moe_intermediate_size" : "intermediate_size", path),
+    intermediateSize: granite4 ? granite4.intermediateSize : architecture === "lfm2" ? lfm2FeedForward(cfg, path) : num(cfg, moe && architecture !== "llama" && architecture !== "minimax-m2" && !gptOss ? "moe_intermediate_size" : "intermediate_size", path),
     ...(moe ? { moe } : {}),
     ...(deepseek ? { mla: deepseek.mla } : {}),
     ...(attentionScale !== undefined ? { attentionScale } : {}),
@@ -165,6 +170,8 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     tiedEmbeddings: hfTiedEmbeddings(lfm2 && cfg.tie_word_embeddings === undefined ? { ...cfg, tie_word_embeddings: cfg.tie_embedding } : cfg, architecture, path),
     qkvBias: architecture === "qwen2" || architecture === "qwen2moe" || architecture === "gpt-oss" || cfg.attention_bias === true,
     qkNorm: lfm2 || architecture === "qwen3" || architecture === "qwen35" || architecture === "qwen35moe" || architecture === "qwen3next" || architecture === "qwen3moe" || architecture === "gemma3" || architecture === "olmo2" || architecture === "exaone4" || (architecture === "glm4moe" && cfg.use_qk_norm === true),
+    // After qkNorm: MiniMax-M2's follow its config.
+    ...(minimax ? { qkNorm: minimax.qkNorm, ...(minimax.qkNormPerRow ? { qkNormPerRow: true } : {}) } : {}),
     bosTokenId: bos,
     eosTokenIds,
     addBos: typeof addBosSetting === "boolean" ? addBosSetting : architecture === "llama",

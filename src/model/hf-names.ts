@@ -2,6 +2,7 @@
  * Hugging Face transformers' tensor names: each layer role's, each MoE family's experts (stacked on
  * load by expert-stack.ts), Gemma 3's feed-forward norm, DeepSeek's q up-projection and combined kv_b.
  */
+import { MINIMAX_M2_EXPERT_NAMES } from "./minimax-m2.ts";
 import { falconH1HfName } from "./falcon-h1.ts";
 import { isMoeLayer, type ModelConfig } from "./config.ts";
 import { GPT_OSS_NAMES } from "./hf-gpt-oss.ts";
@@ -128,6 +129,7 @@ const GEMMA3_TENSOR_NAMES: TensorNames = {
 function moeTensorNames(config: ModelConfig): TensorNames {
   const a = config.architecture;
   if (a === "gpt-oss") return { ...HF_TENSOR_NAMES, layer: (i, role) => `model.layers.${i}.${GPT_OSS_NAMES[role] ?? LAYER_NAMES[role]}` };
+  if (a === "minimax-m2") return { ...HF_TENSOR_NAMES, layer: (i, role) => `model.layers.${i}.${MINIMAX_M2_EXPERT_NAMES[role] ?? LAYER_NAMES[role]}` };
   const experts = EXPERT_NAMES[a === "qwen2moe" || a === "qwen3moe" || a === "glm4moe" || a === "deepseek2" || a === "qwen35moe" || a === "qwen3next" ? a : "mixtral"];
   // DeepSeek's q up-projection follows its low-rank bottleneck.
   const own: Partial<Record<LayerRole, string>> = config.mla && config.mla.qLoraRank > 0 ? { wq: "self_attn.q_b_proj.weight" } : {};

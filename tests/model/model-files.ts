@@ -156,12 +156,14 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
     const gptOss = spec.architecture === "gpt-oss";
     const experts = spec.experts;
     if (experts && i >= (experts.denseLayers ?? 0)) {
-      const mixtral = spec.architecture === "llama";
+      // MiniMax-M2 names its experts as Mixtral does.
+      const mixtral = spec.architecture === "llama" || spec.architecture === "minimax-m2";
       const m = mixtral ? "block_sparse_moe." : "mlp.";
       // A sharper router than the projections, so tokens disagree about their experts.
       put(p + m + "gate.weight", [experts.count, hidden], 4 / Math.sqrt(hidden));
       // GLM-4.5's selection bias, large enough next to the sigmoids to change which experts win.
       if (spec.architecture === "glm4moe" || spec.architecture === "deepseek2") put(p + "mlp.gate.e_score_correction_bias", [experts.count], 0.5);
+      if (spec.architecture === "minimax-m2") put(p + "block_sparse_moe.e_score_correction_bias", [experts.count], 0.5);
       if (gptOss) put(p + "mlp.gate.bias", [experts.count], 1);
       for (let e = 0; e < experts.count; e++) {
         const x = `${p}${m}experts.${e}.`;
@@ -263,10 +265,11 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
     const gemma3 = spec.architecture === "gemma3";
     // Gemma 2 has Gemma 3's norms but no q/k norms.
     const gemma = gemma3 || spec.architecture === "gemma2";
-    if (spec.architecture === "qwen3" || spec.architecture === "qwen3moe" || gemma3 || postOnly) {
-      // OLMo 2's norms span the whole projection.
-      put(p + "self_attn.q_norm.weight", [olmo ? heads * hd : hd], 0.2, 1);
-      put(p + "self_attn.k_norm.weight", [olmo ? kvHeads * hd : hd], 0.2, 1);
+    if (spec.architecture === "qwen3" || spec.architecture === "qwen3moe" || gemma3 || postOnly || spec.architecture === "minimax-m2") {
+      // OLMo 2's and MiniMax-M2's norms span the whole projection.
+      const whole = olmo || spec.architecture === "minimax-m2";
+      put(p + "self_attn.q_norm.weight", [whole ? heads * hd : hd], 0.2, 1);
+      put(p + "self_attn.k_norm.weight", [whole ? kvHeads * hd : hd], 0.2, 1);
     }
     // Gemma's post_attention_layernorm norms the attention's output; its feed-forward has a norm on
     // each side. As llama.cpp's converter writes them: Gemma's 1 + w already added.
@@ -325,6 +328,7 @@ const GGUF_LAYER: Record<string, string> = {
   "mlp.up_proj.weight": "ffn_up.weight",
   "mlp.down_proj.weight": "ffn_down.weight",
   "mlp.gate.e_score_correction_bias": "exp_probs_b.bias",
+  "block_sparse_moe.e_score_correction_bias": "exp_probs_b.bias",
   "mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
   "mlp.shared_experts.up_proj.weight": "ffn_up_shexp.weight",
   "mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
@@ -435,8 +439,9 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     [`${a}.context_length`, gguf.u32(spec.contextLength ?? TEST_CONTEXT)],
     [`${a}.embedding_length`, gguf.u32(spec.hidden)],
     [`${a}.block_count`, gguf.u32(spec.layers + (spec.nextn ?? 0))],
-    // Granite's experts are sized by the dense key (llama.cpp's granitehybrid reads no other).
-    [`${a}.feed_forward_length`, gguf.u32(spec.experts && a !== "llama" && a !== "granitehybrid" ? spec.ffn * 3 : spec.ffn)],
+    // Granite's experts are sized by the dense key (llama.cpp's granitehybrid reads no other);
+    // MiniMax-M2's converter writes its experts' width there too (llama.cpp sizes them by it).
+    [`${a}.feed_forward_length`, gguf.u32(spec.experts && a !== "llama" && a !== "granitehybrid" && a !== "minimax-m2" ? spec.ffn * 3 : spec.ffn)],
     [`${a}.attention.head_count`, gguf.u32(spec.heads)],
     ...(spec.mla ? mlaMetadata(spec) : [
       [`${a}.attention.head_count_kv`, gguf.u32(spec.kvHeads)],
@@ -456,6 +461,8 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     if (a !== "llama") meta.push([`${a}.expert_feed_forward_length`, gguf.u32(spec.ffn)]);
     const shared = spec.experts.sharedFfn ?? 0;
     if (a === "granitehybrid" && shared > 0) meta.push([`${a}.expert_shared_feed_forward_length`, gguf.u32(shared)]);
+    // MiniMax-M2's sigmoid scores, as its converter writes scoring_func.
+    if (a === "minimax-m2") meta.push([`${a}.expert_gating_func`, gguf.u32(2)]);
     if (a === "qwen2moe" || a === "qwen35moe" || a === "qwen3next") {
       meta.push([`${a}.expert_shared_feed_forward_length`, gguf.u32(a === "qwen2moe" ? shared : spec.experts.sharedFfn ?? spec.ffn)]);
     }
@@ -624,6 +631,12 @@ function hfExpertConfig(spec: ModelFileSpec): Record<string, unknown> {
   switch (spec.architecture) {
     case "llama":
       return { num_local_experts: e.count, ...used };
+    case "minimax-m2":
+      // MiniMaxM2Config: sigmoid scores with a routing bias, q/k norms over the whole projection, RoPE on rotary_dim.
+      return {
+        num_local_experts: e.count, ...used, scoring_func: "sigmoid", use_routing_bias: true, use_qk_norm: true, qk_norm_type: "per_layer",
+        rotary_dim: spec.rotaryDim ?? spec.headDim, shared_intermediate_size: 0,
+      };
     case "gpt-oss":
       return {}; // gpt-oss-files.ts gptOssHfConfig
     case "deepseek2":
@@ -718,6 +731,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     nemotron_h_moe: ["NemotronHForCausalLM", "nemotron_h"],
     lfm2moe: ["Lfm2MoeForCausalLM", "lfm2_moe"],
     "falcon-h1": ["FalconH1ForCausalLM", "falcon_h1"],
+    "minimax-m2": ["MiniMaxM2ForCausalLM", "minimax_m2"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {
@@ -729,7 +743,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     num_attention_heads: spec.heads,
     num_key_value_heads: spec.kvHeads,
     head_dim: spec.headDim,
-    intermediate_size: spec.experts && !mixtral ? spec.ffn * 3 : spec.ffn,
+    intermediate_size: spec.experts && !mixtral && spec.architecture !== "minimax-m2" ? spec.ffn * 3 : spec.ffn,
     ...(gptOss ? gptOssHfConfig(spec) : {}),
     ...(spec.rotaryDim !== undefined ? { partial_rotary_factor: spec.rotaryDim / spec.headDim } : {}),
     ...(spec.architecture === "glm4moe" ? { attention_bias: true, use_qk_norm: false } : {}),

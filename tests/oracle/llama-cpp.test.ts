@@ -407,6 +407,21 @@ const CASES: OracleCase[] = [
     tol: 1e-4,
     hf: true,
   },
+  // MiniMax-M2: q/k normed over the whole projection, RoPE on half of each head, sigmoid-scored experts
+  // chosen with a selection bias (Mixtral's block_sparse_moe names in the checkpoint).
+  {
+    name: "minimax-m2 4 experts / 2 used (sigmoid, selection bias, renormalised), q/k norms over the whole projection, RoPE on 8 of 16 dims, f32",
+    spec: { ...BASE, architecture: "minimax-m2", headDim: 16, rotaryDim: 8, ffn: 32, seed: 217, experts: { count: 4, used: 2 } },
+    tol: 1e-4,
+    hf: true,
+  },
+  {
+    name: "minimax-m2 q8_0, 8 experts / 3 used, f16 KV cache",
+    spec: { ...BASE, architecture: "minimax-m2", layers: 3, rotaryDim: 4, ffn: 32, dtype: "q8_0", seed: 218, experts: { count: 8, used: 3 } },
+    tol: 1.5e-2,
+    hf: false,
+    kv: "f16",
+  },
   // Falcon-H1: attention and a Mamba-2 scan side by side in every layer, from the same norm; its µP
   // multipliers folded into the GGUF's weights by the converter, applied to the checkpoint's as it loads.
   {
