@@ -94,6 +94,20 @@ export const QWEN3_CODER: PairFormat = {
 };
 
 /**
+ * Seed-OSS (vLLM's `seed_oss`): Qwen3-Coder's `<function=NAME>` and `<parameter=KEY>` inside
+ * `<seed:tool_call>\n` … `\n</seed:tool_call>`, a value between its tags as written.
+ */
+export const SEED_OSS = { open: "<seed:tool_call>", close: "</seed:tool_call>" } as const;
+const SEED_OSS_PAIRS: PairFormat = {
+  callOpen: (name) => `${SEED_OSS.open}\n<function=${name}>\n`,
+  callClose: `</function>\n${SEED_OSS.close}`,
+  pairOpen: (key) => `<parameter=${key}>`,
+  valueEnd: "</parameter>",
+  pairClose: "</parameter>\n",
+  freeKey: { open: "<parameter=", end: ">", then: ">" },
+};
+
+/**
  * MiniMax M2 (vLLM's `minimax_m2`): inside `<minimax:tool_call>\n` … `\n</minimax:tool_call>`,
  * `<invoke name="NAME">\n` then `<parameter name="KEY">VALUE</parameter>\n` per argument, then
  * `</invoke>`, calls separated by a newline.
@@ -170,6 +184,8 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
       return pairCalls(GLM_PAIRS, g);
     case "qwen3_coder":
       return pairCalls(QWEN3_CODER, g);
+    case "seed_oss":
+      return pairCalls(SEED_OSS_PAIRS, g);
     default: {
       // Hermes and Llama 3: one JSON object naming the tool, its arguments under "arguments" or "parameters".
       const llama = g.format === "llama3_json";
@@ -199,6 +215,7 @@ export function toolCallTrigger(format = "hermes"): string {
     case "phi4_mini_json":
     case "nemotron_json": return LIST_MARKERS[format];
     case "lfm2": return LFM2.open;
+    case "seed_oss": return SEED_OSS.open;
     // Llama 3 writes a bare object; its first key is the one text that tells it from prose.
     case "llama3_json": return '{"name"';
     case "harmony": throw new SchemaError("The harmony format's calls begin in a message header, not amid text: tool calls amid free text cannot be constrained in it");

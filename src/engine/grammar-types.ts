@@ -64,6 +64,8 @@ export interface TagStructure {
  * per call `<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>`, then `<｜tool▁calls▁end｜>`.
  * "qwen3_coder" (Qwen3-Coder): `<tool_call>\n<function=NAME>\n` then per argument
  * `<parameter=KEY>\nVALUE\n</parameter>\n` (a string value raw, others JSON), then `</function>\n</tool_call>`.
+ * "seed_oss" (ByteDance Seed-OSS): as "qwen3_coder" inside `<seed:tool_call>` … `</seed:tool_call>`, a value
+ * written between its tags without the newlines (the parser takes either).
  * "deepseek_v3" (DeepSeek V3, R1-0528): as "deepseek_v31", but each call is
  * `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>`, calls a newline apart.
  * "minimax_m2" (MiniMax M2): `<minimax:tool_call>\n` then per call `<invoke name="NAME">\n` and per
@@ -83,7 +85,7 @@ export interface TagStructure {
 export type ToolCallFormat = (typeof TOOL_CALL_FORMATS)[number];
 /** Every {@link ToolCallFormat}, for checking a name from the command line. */
 export const TOOL_CALL_FORMATS = [
-  "hermes", "llama3_json", "kimi_k2", "deepseek_v31", "deepseek_v3", "glm45", "qwen3_coder", "minimax_m2", "mistral", "harmony", "granite", "phi4_mini_json", "lfm2", "nemotron_json",
+  "hermes", "llama3_json", "kimi_k2", "deepseek_v31", "deepseek_v3", "glm45", "qwen3_coder", "minimax_m2", "mistral", "harmony", "granite", "phi4_mini_json", "lfm2", "nemotron_json", "seed_oss",
 ] as const;
 /** vLLM's names for formats we name otherwise (`--tool-call-parser openai`), accepted too. */
 export const TOOL_CALL_FORMAT_ALIASES: Readonly<Record<string, ToolCallFormat>> = { openai: "harmony" };

@@ -68,7 +68,8 @@ const GLM4MOE_NAMES: Partial<Record<LayerRole, string>> = { ffnNorm: "post_atten
 /** Each architecture's own names: GLM-4.5's and GPT-OSS's norm; DeepSeek's q up-projection after its low-rank bottleneck. */
 function ownNames(config: ModelConfig): Partial<Record<LayerRole, string>> {
   // Qwen3.5 and Qwen3-Next too name their pre-feed-forward norm after HF's `post_attention_layernorm`.
-  if (config.architecture === "glm4moe" || config.architecture === "gpt-oss" || config.architecture === "qwen35" || config.architecture === "qwen35moe" || config.architecture === "qwen3next") return GLM4MOE_NAMES;
+  // Seed-OSS's converter gives it the attention's post-norm name as well (llama.cpp's attn_post_norm).
+  if (config.architecture === "glm4moe" || config.architecture === "gpt-oss" || config.architecture === "qwen35" || config.architecture === "qwen35moe" || config.architecture === "qwen3next" || config.architecture === "seed_oss") return GLM4MOE_NAMES;
   // llama.cpp's falcon-h1 loader asks for its pre-feed-forward norm without the ".weight" suffix.
   if (config.architecture === "falcon-h1") return { ffnNorm: "ffn_norm" };
   return config.mla && config.mla.qLoraRank > 0 ? { wq: "attn_q_b.weight" } : {};

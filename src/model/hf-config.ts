@@ -48,6 +48,8 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   NemotronHForCausalLM: "nemotron_h",
   FalconH1ForCausalLM: "falcon-h1",
   MiniMaxM2ForCausalLM: "minimax-m2",
+  // ByteDance's Seed-OSS: Llama's layout with q/k/v biases and NeoX RoPE.
+  SeedOssForCausalLM: "seed_oss",
   // Mistral 7B, Mistral Small 3.x's and Devstral's text models: Llama's layout (and a window on every layer where set).
   MistralForCausalLM: "llama",
   MixtralForCausalLM: "llama",
@@ -76,6 +78,7 @@ const HF_ARCHITECTURES: Record<string, Architecture> = {
   nemotron_h: "nemotron_h",
   falcon_h1: "falcon-h1",
   minimax_m2: "minimax-m2",
+  seed_oss: "seed_oss",
   mistral: "llama",
   mixtral: "llama",
 };
@@ -113,6 +116,9 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
   const gptOss = architecture === "gpt-oss" ? hfGptOss(cfg, ropeTheta, headDim, numLayers, path) : undefined;
   // MiniMax-M2: its experts, its q/k norms and rotary_dim (minimax-m2.ts).
   const minimax = architecture === "minimax-m2" ? hfMinimaxM2(cfg, headDim, path) : undefined;
+  if (architecture === "seed_oss" && (cfg.attention_out_bias === true || cfg.mlp_bias === true)) {
+    throw new ModelLoadError(`Model "${path}" sets ${cfg.attention_out_bias === true ? "attention_out_bias" : "mlp_bias"}; Seed-OSS with an output or feed-forward bias is not supported`);
+  }
   const rotaryDim = mla ? mla.ropeDim : minimax ? minimax.rotaryDim : hfRotaryDim(cfg, architecture, headDim, path);
   const gemma3 = architecture === "gemma3" ? hfGemma3(cfg, hiddenSize, headDim, rotaryDim ?? headDim, numLayers, path) : architecture === "gemma2" ? hfGemma2(cfg, hiddenSize, numLayers, path) : undefined;
   const contextLength = positiveInt(cfg, "max_position_embeddings", path, 2048);

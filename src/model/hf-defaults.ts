@@ -1,7 +1,7 @@
 /**
  * config.json's `tie_word_embeddings` as transformers reads it: absent (or null), each config class's
  * own default, which differs by architecture (PretrainedConfig's is true; LlamaConfig, MixtralConfig,
- * Qwen2/Qwen3 (MoE) configs, Glm4MoeConfig, DeepseekV3Config, GptOssConfig, Phi3Config, GraniteConfig, Olmo2Config, Exaone4Config, Qwen3_5TextConfig, NemotronHConfig, FalconH1Config and MiniMaxM2Config set false;
+ * Qwen2/Qwen3 (MoE) configs, Glm4MoeConfig, DeepseekV3Config, GptOssConfig, Phi3Config, GraniteConfig, Olmo2Config, Exaone4Config, Qwen3_5TextConfig, NemotronHConfig, FalconH1Config, MiniMaxM2Config and SeedOssConfig set false;
  * Gemma2Config, Gemma3TextConfig and SmolLM3Config true); and the check that an untied checkpoint has its output projection.
  */
 import { type Architecture, ModelLoadError } from "./config.ts";
@@ -38,6 +38,7 @@ export const HF_TIE_WORD_EMBEDDINGS: Readonly<Record<Architecture, boolean>> = {
   lfm2moe: true,
   "falcon-h1": false,
   "minimax-m2": false,
+  seed_oss: false,
 };
 
 /** Whether the output projection is the token embedding: config.json's boolean, else the architecture's default; anything else is an error quoting it. */

@@ -23,13 +23,13 @@ import { partialTagSuffix } from "./tool-calls.ts";
 
 /**
  * The reasoning parsers `--reasoning-parser` accepts: "think" reads `<think>…</think>`, "mistral"
- * Magistral's `[THINK]…[/THINK]` control tokens, "harmony" gpt-oss's analysis channel (harmony.ts);
- * "none" leaves output as it is.
+ * Magistral's `[THINK]…[/THINK]` control tokens, "harmony" gpt-oss's analysis channel (harmony.ts),
+ * "seed_oss" Seed-OSS's `<seed:think>…</seed:think>` (vLLM's name); "none" leaves output as it is.
  */
-export type ReasoningParserName = "think" | "mistral" | "harmony" | "none";
+export type ReasoningParserName = "think" | "mistral" | "harmony" | "seed_oss" | "none";
 
 /** The reasoning parser names, for CLIs and checks. */
-export const REASONING_PARSERS: readonly ReasoningParserName[] = ["think", "mistral", "harmony", "none"];
+export const REASONING_PARSERS: readonly ReasoningParserName[] = ["think", "mistral", "harmony", "seed_oss", "none"];
 
 /** vLLM's names for the same parsers (`--reasoning-parser deepseek_r1` etc.), accepted too. */
 export const REASONING_PARSER_ALIASES: Readonly<Record<string, ReasoningParserName>> = {
@@ -43,13 +43,14 @@ export const REASONING_PARSER_ALIASES: Readonly<Record<string, ReasoningParserNa
 export type ReasoningParserChoice = ReasoningParserName | "auto";
 
 /**
- * `--reasoning-parser auto`: gpt-oss's harmony by its architecture; Magistral's `[THINK]` or the
+ * `--reasoning-parser auto`: gpt-oss's harmony by its architecture; Magistral's `[THINK]`, Seed-OSS's `<seed:think>` or the
  * `<think>` of DeepSeek-R1, QwQ, Qwen3 and GLM-4.5 where the chat template writes or opens it; else none.
  */
 export function detectReasoningParser(template: string | undefined, architecture: Architecture): ReasoningParserName {
   if (architecture === "gpt-oss") return "harmony";
   if (template === undefined) return "none";
   if (template.includes("[THINK]")) return "mistral";
+  if (template.includes(SEED_THINK_TAGS.open)) return "seed_oss";
   return template.includes(THINK_OPEN) ? "think" : "none";
 }
 
@@ -71,6 +72,8 @@ export interface ReasoningTags {
 
 /** DeepSeek-R1's, QwQ's, Qwen3's and GLM-4.5's tags. */
 export const THINK_TAGS: ReasoningTags = { open: THINK_OPEN, close: THINK_CLOSE };
+/** Seed-OSS's: added tokens of its vocabulary, kept in the text as Magistral's are. */
+export const SEED_THINK_TAGS: ReasoningTags = { open: "<seed:think>", close: "</seed:think>" };
 /** Magistral's (Mistral's reasoning models'): control tokens, so they reach the text only with special tokens kept. */
 export const MISTRAL_THINK_TAGS: ReasoningTags = { open: "[THINK]", close: "[/THINK]" };
 
@@ -85,6 +88,7 @@ export function reasoningTags(parser: ReasoningParserName): ReasoningTags | unde
   switch (parser) {
     case "think": return THINK_TAGS;
     case "mistral": return MISTRAL_THINK_TAGS;
+    case "seed_oss": return SEED_THINK_TAGS;
     case "harmony": return HARMONY_ANALYSIS_TAGS;
     case "none": return undefined;
   }

@@ -33,6 +33,8 @@ const MARKERS: readonly [test: (t: string) => boolean, format: ToolCallFormat][]
   [(t) => t.includes("<|tool_list_start|>") || t.includes("<|tool_call_start|>") || t.includes("List of tools: ["), "lfm2"],
   // Phi-4-mini's template hands the tools over in <|tool|>…<|/tool|>; it answers with functools[…].
   [(t) => t.includes("functools") || (t.includes("<|tool|>") && t.includes("<|/tool|>")), "phi4_mini_json"],
+  // Seed-OSS writes Qwen3-Coder's calls inside its own tags.
+  [(t) => t.includes("<seed:tool_call>"), "seed_oss"],
   [(t) => t.includes("<function=") && t.includes("<parameter="), "qwen3_coder"],
   [(t) => t.includes("<arg_key>"), "glm45"],
   [(t) => t.includes("<|python_tag|>") || (t.includes("<|start_header_id|>") && t.includes('"parameters"')), "llama3_json"],

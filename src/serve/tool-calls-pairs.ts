@@ -5,14 +5,15 @@
  * `qwen3_coder`): `<tool_call>` then `<function=NAME>`, `<parameter=KEY>` VALUE `</parameter>` per
  * argument, `</function>`, `</tool_call>`; MiniMax M2's (vLLM's `minimax_m2`): inside `<minimax:tool_call>` …
  * `</minimax:tool_call>`, `<invoke name="NAME">` then `<parameter name="KEY">VALUE</parameter>` per
- * argument, then `</invoke>`. A value is raw text where the schema makes the argument a
+ * argument, then `</invoke>`; Seed-OSS's (vLLM's `seed_oss`): Qwen3-Coder's inside `<seed:tool_call>` …
+ * `</seed:tool_call>`. A value is raw text where the schema makes the argument a
  * string (grammar-tool-calls.ts `rawStringArgument`), else JSON — read as text when it does not
  * parse, as vLLM does. Unlike vLLM's GLM parser, a GLM raw string keeps its leading and trailing
  * whitespace (a file's trailing newline is the file's); Qwen3-Coder's template puts a newline on
  * each side of a value, and exactly those two are taken off. A MiniMax raw string is kept whole, as
  * GLM's (vLLM strips its whitespace).
  */
-import { GLM, MINIMAX, rawStringArgument } from "../engine/grammar-tool-calls.ts";
+import { GLM, MINIMAX, rawStringArgument, SEED_OSS } from "../engine/grammar-tool-calls.ts";
 import { compileSchema, type JsonSchema, resolve, type SchemaNode } from "../engine/json-schema.ts";
 import { type CallSyntax, FUNCTION_NAME, type ParsedToolCall } from "./tool-calls.ts";
 import { compactJson } from "./tool-calls-json.ts";
@@ -50,6 +51,12 @@ export function glmSyntax(tools: readonly ToolSpec[]): CallSyntax {
 export function qwen3CoderSyntax(tools: readonly ToolSpec[]): CallSyntax {
   const props = toolProps(tools);
   return { open: "<tool_call>", close: "</tool_call>", parse: (body) => parseQwen3CoderBody(body, props), unclosed: inValue("<parameter=", "</parameter>") };
+}
+
+/** The Seed-OSS syntax for `ToolCallStream`: Qwen3-Coder's calls inside `<seed:tool_call>` … `</seed:tool_call>`. */
+export function seedOssSyntax(tools: readonly ToolSpec[]): CallSyntax {
+  const props = toolProps(tools);
+  return { open: SEED_OSS.open, close: SEED_OSS.close, parse: (body) => parseQwen3CoderBody(body, props), unclosed: inValue("<parameter=", "</parameter>") };
 }
 
 /** The MiniMax M2 syntax for `ToolCallStream` (each `<invoke>` a call, the section tags dropped), reading argument types from `tools`. */

@@ -48,6 +48,7 @@ function callText(format: ToolCallSyntax, name: string, args: Args): string {
     case "phi4_mini_json": return `functools[{"name": ${JSON.stringify(name)}, "arguments": ${json}}]`;
     case "lfm2": return `${LFM2.open}[${name}(${args.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ")})]${LFM2.close}`;
     case "nemotron_json": return `<TOOLCALL>[{"name": ${JSON.stringify(name)}, "arguments": ${json}}]</TOOLCALL>`;
+    case "seed_oss": return `<seed:tool_call>\n<function=${name}>\n${args.map(([k, v]) => `<parameter=${k}>${raw(v)}</parameter>\n`).join("")}</function>\n</seed:tool_call>`;
   }
 }
 

@@ -39,8 +39,8 @@ const withoutTie = ({ tie_word_embeddings: _, ...cfg }: Record<string, unknown>)
 
 test("HF_TIE_WORD_EMBEDDINGS holds transformers' default for every architecture (Gemma 2 and 3 and SmolLM3 tied, the rest untied)", () => {
   // LlamaConfig, MixtralConfig, Qwen2Config, Qwen3Config, Qwen2MoeConfig, Qwen3MoeConfig, Glm4MoeConfig,
-  // DeepseekV3Config, GptOssConfig, Phi3Config, GraniteConfig, Olmo2Config, Exaone4Config, Qwen3_5TextConfig, Qwen3NextConfig, Ministral3Config, GraniteMoeHybridConfig, NemotronHConfig, FalconH1Config, MiniMaxM2Config: tie_word_embeddings False; Gemma2Config, Gemma3TextConfig, SmolLM3Config, Lfm2Config, Lfm2MoeConfig: True.
-  const expected = { llama: false, qwen2: false, qwen3: false, qwen2moe: false, qwen3moe: false, glm4moe: false, deepseek2: false, "gpt-oss": false, gemma3: true, phi3: false, smollm3: true, granite: false, olmo2: false, exaone4: false, gemma2: true, qwen35: false, qwen35moe: false, qwen3next: false, mistral3: false, lfm2: true, granitehybrid: false, nemotron_h: false, nemotron_h_moe: false, lfm2moe: true, "falcon-h1": false, "minimax-m2": false };
+  // DeepseekV3Config, GptOssConfig, Phi3Config, GraniteConfig, Olmo2Config, Exaone4Config, Qwen3_5TextConfig, Qwen3NextConfig, Ministral3Config, GraniteMoeHybridConfig, NemotronHConfig, FalconH1Config, MiniMaxM2Config, SeedOssConfig: tie_word_embeddings False; Gemma2Config, Gemma3TextConfig, SmolLM3Config, Lfm2Config, Lfm2MoeConfig: True.
+  const expected = { llama: false, qwen2: false, qwen3: false, qwen2moe: false, qwen3moe: false, glm4moe: false, deepseek2: false, "gpt-oss": false, gemma3: true, phi3: false, smollm3: true, granite: false, olmo2: false, exaone4: false, gemma2: true, qwen35: false, qwen35moe: false, qwen3next: false, mistral3: false, lfm2: true, granitehybrid: false, nemotron_h: false, nemotron_h_moe: false, lfm2moe: true, "falcon-h1": false, "minimax-m2": false, seed_oss: false };
   assert.deepEqual(Object.keys(HF_TIE_WORD_EMBEDDINGS).sort(), [...ARCHITECTURES].sort());
   assert.deepEqual(HF_TIE_WORD_EMBEDDINGS, expected);
   for (const a of ARCHITECTURES) {

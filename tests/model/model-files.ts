@@ -134,7 +134,7 @@ export function seededRandom(seed: number): () => number {
 }
 
 /** Whether a spec's attention projections have biases (Qwen2's and GLM-4.5's). */
-const hasQkvBias = (spec: ModelFileSpec) => ["qwen2", "qwen2moe", "glm4moe", "gpt-oss"].includes(spec.architecture);
+const hasQkvBias = (spec: ModelFileSpec) => ["qwen2", "qwen2moe", "glm4moe", "gpt-oss", "seed_oss"].includes(spec.architecture);
 
 /** Draws the weights of `spec` in HF naming. */
 export function randomHfWeights(spec: ModelFileSpec): HfWeights {
@@ -411,7 +411,7 @@ function ggufName(spec: ModelFileSpec, hf: string): string {
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
   if (!m || !GGUF_LAYER[m[2]]) throw new Error(`No GGUF name for ${hf}`);
   // GLM-4.5's converter names the pre-feed-forward norm after HF's; Gemma's is the attention's post-norm.
-  if (["glm4moe", "gpt-oss", "gemma3", "gemma2", "olmo2", "exaone4", "qwen35", "qwen35moe", "qwen3next"].includes(spec.architecture) && m[2] === "post_attention_layernorm.weight") {
+  if (["glm4moe", "gpt-oss", "gemma3", "gemma2", "olmo2", "exaone4", "qwen35", "qwen35moe", "qwen3next", "seed_oss"].includes(spec.architecture) && m[2] === "post_attention_layernorm.weight") {
     return `blk.${m[1]}.post_attention_norm.weight`;
   }
   return `blk.${m[1]}.${GGUF_LAYER[m[2]]}`;
@@ -732,6 +732,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     lfm2moe: ["Lfm2MoeForCausalLM", "lfm2_moe"],
     "falcon-h1": ["FalconH1ForCausalLM", "falcon_h1"],
     "minimax-m2": ["MiniMaxM2ForCausalLM", "minimax_m2"],
+    seed_oss: ["SeedOssForCausalLM", "seed_oss"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {
@@ -747,6 +748,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     ...(gptOss ? gptOssHfConfig(spec) : {}),
     ...(spec.rotaryDim !== undefined ? { partial_rotary_factor: spec.rotaryDim / spec.headDim } : {}),
     ...(spec.architecture === "glm4moe" ? { attention_bias: true, use_qk_norm: false } : {}),
+    ...(spec.architecture === "seed_oss" ? { attention_bias: true, attention_out_bias: false, mlp_bias: false } : {}),
     ...(gemma ? gemma3HfConfig(spec) : {}),
     ...(spec.architecture === "gemma2"
       ? { sliding_window: spec.slidingWindow ?? 4096, attn_logit_softcapping: spec.softcaps?.attn ?? null, final_logit_softcapping: spec.softcaps?.final ?? null, rope_local_base_freq: undefined }

@@ -407,6 +407,9 @@ const CASES: OracleCase[] = [
     tol: 1e-4,
     hf: true,
   },
+  // Seed-OSS: Llama's layout with q/k/v biases, NeoX RoPE, the pre-feed-forward norm under llama.cpp's attn_post_norm name.
+  { name: "seed_oss q/k/v biases, 4/2 heads of 16, f32", spec: { ...BASE, architecture: "seed_oss", headDim: 16, seed: 219 }, tol: 1e-4, hf: true },
+  { name: "seed_oss q8_0, f16 KV cache", spec: { ...BASE, architecture: "seed_oss", layers: 3, dtype: "q8_0", seed: 220 }, tol: 1.5e-2, hf: false, kv: "f16" },
   // MiniMax-M2: q/k normed over the whole projection, RoPE on half of each head, sigmoid-scored experts
   // chosen with a selection bias (Mixtral's block_sparse_moe names in the checkpoint).
   {

@@ -18,6 +18,8 @@ const TEMPLATES: [string, string, string][] = [
   ["GLM-4.5", "<tool_call>{{ tc.name }}\n{% for k, v in tc.arguments.items() %}<arg_key>{{ k }}</arg_key>\n<arg_value>{{ v }}</arg_value>\n{% endfor %}</tool_call>", "glm45"],
   ["Qwen3-Coder", "{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}{{- '<parameter=' + args_name + '>\\n' }}", "qwen3_coder"],
   ["MiniMax M2", "{{- '<minimax:tool_call>' + '\\n' }}<invoke name=\"{{ tool_call.name }}\">", "minimax_m2"],
+  // Seed-OSS writes Qwen3-Coder's function and parameter tags, inside its own.
+  ["Seed-OSS", "{{- '<seed:tool_call>\\n<function=' + tool_call.name + '>\\n' }}{{- '<parameter=' + k + '>' }}", "seed_oss"],
   ["Granite 3.x", "{%- if message['role'] == 'assistant_tool_call' %}{{- '<|start_of_role|>assistant<|end_of_role|><|tool_call|>' + message['content'] }}", "granite"],
   ["Nemotron Nano 2", "{%- if tools %}<AVAILABLE_TOOLS>{{ tools | tojson }}</AVAILABLE_TOOLS>{%- endif %}{%- for m in messages %}{%- if m.tool_calls %}<TOOLCALL>{{ m.tool_calls | tojson }}</TOOLCALL>{%- endif %}{%- endfor %}", "nemotron_json"],
   ["Phi-4-mini", "{% if message['role'] == 'system' and 'tools' in message and message['tools'] is not none %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' + '<|end|>' }}", "phi4_mini_json"],

@@ -282,13 +282,33 @@ test("grammarStart() writes forced tool calls in the deepseek_v31 and qwen3_code
   assert.deepEqual(parseChatOutput(qText, opts("qwen3_coder")).calls.map((c) => JSON.parse(c.arguments)), [{ city: "two\nlines <b>", days: 3, unit: "c" }, { x: 1 }]);
 });
 
+test("seed_oss: grammarStart() writes Qwen3-Coder's calls inside <seed:tool_call>, and parseChatOutput() reads them whole, streamed, or with the values on lines of their own", () => {
+  const qw: OutputGrammar = { kind: "tool_calls", format: "seed_oss", parallel: true, tools: [WEATHER, { name: "now" }] };
+  const fits = (g: OutputGrammar, text: string) => grammarComplete(grammarFeed(grammarStart(g), text));
+  const call = (name: string, ...ps: [string, string][]) => `<seed:tool_call>\n<function=${name}>\n${ps.map(([k, v]) => `<parameter=${k}>${v}</parameter>\n`).join("")}</function>\n</seed:tool_call>`;
+  const text = `${call("get_weather", ["city", "two\nlines <b>"], ["days", "3"], ["unit", "c"])}\n${call("now", ["x", "1"])}`;
+  assert.ok(fits(qw, text));
+  assert.ok(!fits({ ...qw, parallel: false }, text), "one call when not parallel");
+  assert.ok(!fits(qw, call("get_weather", ["days", "3"])), "the required city");
+  assert.ok(!fits(qw, text.replaceAll("seed:tool_call", "tool_call")), "Qwen3-Coder's own tags are not Seed-OSS's");
+  assert.equal(grammarForcedText(grammarStart({ ...qw, tools: [WEATHER] }), 200).text, "<seed:tool_call>\n<function=get_weather>\n<parameter=city>");
+  const read = (t: string) => parseChatOutput(t, opts("seed_oss"));
+  assert.deepEqual(read(`Let me check.\n${text}`).calls.map((c) => [c.name, JSON.parse(c.arguments)]), [["get_weather", { city: "two\nlines <b>", days: 3, unit: "c" }], ["now", { x: 1 }]]);
+  assert.equal(read(`Let me check.\n${text}`).content?.trim(), "Let me check.");
+  // Qwen3-Coder's layout (a newline on each side of a value) reads the same.
+  assert.deepEqual(JSON.parse(read("<seed:tool_call>\n<function=now>\n<parameter=x>\n1\n</parameter>\n</function>\n</seed:tool_call>").calls[0].arguments), { x: 1 });
+  // Qwen3-Coder's tags are not Seed-OSS's: such a block stays text.
+  assert.deepEqual(read("<tool_call>\n<function=now>\n</function>\n</tool_call>").calls, []);
+  for (const size of [1, 3, 17]) assert.deepEqual(streamed(text, opts("seed_oss"), size).calls, read(text).calls, `in deltas of ${size}`);
+});
+
 test("chat completions with --tool-call-parser deepseek_v31 and qwen3_coder: a forced call is written in the format and read back", async () => {
   // DeepSeek's tags are tokens of its vocabulary, as here: their fullwidth bars exist only as byte pieces otherwise.
   const path = `${dir}/deepseek.gguf`;
   const tags = ["<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"];
   await writeScriptedModel(path, { pieces: ["Sunny.", ...tags], literalPieces: true, next: [[".", "Sunny."], ["Sunny.", "<eos>"]], chatTemplate: KIMI_TEMPLATE, contextLength: 2048 });
   const model = await loadModel(path);
-  for (const toolCallParser of ["deepseek_v31", "qwen3_coder"] as const) {
+  for (const toolCallParser of ["deepseek_v31", "qwen3_coder", "seed_oss"] as const) {
     const s = await startServer({ modelPath: path, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 128, toolCallParser });
     try {
       const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
