@@ -4,7 +4,7 @@
  */
 import type { Backend, KvDType, Tensor } from "../backend/types.ts";
 import { fp8KvFits } from "../backend/quant-blocks-fp8.ts";
-import { attentionLayers, hasRecurrentState, isDeltaNetLayer, isMamba2Layer, isShortConvLayer, type ModelConfig } from "../model/config.ts";
+import { attentionGeometries, attentionLayers, hasRecurrentState, layerAttention, isDeltaNetLayer, isMamba2Layer, isShortConvLayer, type ModelConfig } from "../model/config.ts";
 import type { PagedKv, RecurrentState } from "../model/forward.ts";
 
 /** Default tokens per KV block. */
@@ -45,14 +45,15 @@ export class KvDTypeError extends RangeError {
  */
 export function resolveKvDtype(backend: Backend, config: ModelConfig, choice: KvDTypeChoice = "auto"): KvDType {
   const takes = backend.info.kvDtypes ?? ["f32"];
-  const f16 = takes.includes("f16") && config.headDim % 2 === 0;
+  const geometries = attentionGeometries(config);
+  const f16 = takes.includes("f16") && geometries.every((g) => g.headDim % 2 === 0);
   if (choice === "auto") return f16 ? "f16" : "f32";
   if (!isKvDtypeChoice(choice)) throw new KvDTypeError(`Unknown KV cache dtype "${String(choice)}"; use auto, f16, f32 or fp8 (f8_e4m3)`);
   if (!takes.includes(choice)) {
     throw new KvDTypeError(`The ${backend.info.name} backend's attention takes ${takes.join(" or ")} KV caches, not ${choice}`);
   }
   if (choice === "f16" && !f16) throw new KvDTypeError(`An f16 KV cache needs an even head dimension; this model's is ${config.headDim}`);
-  if (choice === "f8_e4m3" && !fp8KvFits(config.numKvHeads, config.headDim)) {
+  if (choice === "f8_e4m3" && !geometries.every((g) => fp8KvFits(g.numKvHeads, g.headDim))) {
     throw new KvDTypeError(
       `An fp8 (f8_e4m3) KV cache needs rows of whole 32-value blocks and heads of a multiple of 4 dims; this model's rows are ${config.numKvHeads} heads of ${config.headDim}`,
     );
@@ -83,11 +84,11 @@ export function allocatePagedKv(
   if (!Number.isInteger(numBlocks) || numBlocks <= 0) throw new RangeError(`Invalid KV block count ${numBlocks}`);
   if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`Invalid KV block size ${blockSize}`);
   const max = backend.info.maxHeadDim;
-  if (max !== undefined && config.headDim > max) {
-    throw new RangeError(`The ${backend.info.name} backend's attention takes heads of up to ${max} dims; this model's KV heads have ${config.headDim}`);
+  const widest = Math.max(...attentionGeometries(config).map((g) => g.headDim));
+  if (max !== undefined && widest > max) {
+    throw new RangeError(`The ${backend.info.name} backend's attention takes heads of up to ${max} dims; this model's KV heads have ${widest}`);
   }
   if (dtype !== "f32") resolveKvDtype(backend, config, dtype);
-  const shape = [numBlocks, blockSize, config.numKvHeads, config.headDim];
   const shared = sharesKvCache(config);
   const k: Tensor[] = [];
   const v: Tensor[] = [];
@@ -95,7 +96,10 @@ export function allocatePagedKv(
   if (state && (!Number.isInteger(stateSlots) || stateSlots < 1)) throw new RangeError(`Invalid recurrent state slot count ${stateSlots}`);
   if (state && (!Number.isInteger(stateCheckpoints) || stateCheckpoints < 0)) throw new RangeError(`Invalid recurrent state checkpoint count ${stateCheckpoints}`);
   try {
-    for (const _ of attentionLayers(config)) {
+    for (const i of attentionLayers(config)) {
+      // Gemma 4's sliding layers have heads of their own size.
+      const g = layerAttention(config, i);
+      const shape = [numBlocks, blockSize, g.numKvHeads, g.headDim];
       const kc = backend.zeros(shape, dtype);
       k.push(kc);
       v.push(shared ? kc : backend.zeros(shape, dtype));
@@ -153,7 +157,10 @@ export function stateBytesPerSlot(config: ModelConfig): number {
 /** Bytes one block occupies across all layers (K and V, or MLA's one shared cache, in `dtype`). */
 export function kvBytesPerBlock(config: ModelConfig, blockSize = DEFAULT_BLOCK_SIZE, dtype: KvDType = "f32"): number {
   const caches = sharesKvCache(config) ? 1 : 2;
-  const values = caches * attentionLayers(config).length * blockSize * config.numKvHeads * config.headDim;
+  const values = caches * blockSize * attentionLayers(config).reduce((sum, i) => {
+    const g = layerAttention(config, i);
+    return sum + g.numKvHeads * g.headDim;
+  }, 0);
   // f8_e4m3: 36 bytes per 32 values (an f32 scale, then the codes).
   return dtype === "f8_e4m3" ? Math.ceil(values / 32) * 36 : values * (dtype === "f16" ? 2 : 4);
 }

@@ -47,8 +47,9 @@ export function slotsOf(blockTable: readonly number[], numTokens: number, blockS
   return slots;
 }
 
-function kvWidth(kv: PagedKv): [heads: number, dim: number] {
-  const shape = kv.k[0]?.shape ?? [kv.numBlocks, kv.blockSize, 0, 0];
+/** Layer `l`'s KV heads and head size (Gemma 4's sliding layers' differ from its others'). */
+function kvWidth(kv: PagedKv, l = 0): [heads: number, dim: number] {
+  const shape = kv.k[l]?.shape ?? [kv.numBlocks, kv.blockSize, 0, 0];
   return [shape[2], shape[3]];
 }
 
@@ -60,12 +61,12 @@ function kvWidth(kv: PagedKv): [heads: number, dim: number] {
  * a forward enqueued afterwards may overwrite those slots; the bytes arrive on the host later.
  */
 export function readSlots(backend: Backend, kv: PagedKv, slots: Int32Array): Promise<HostKv> {
-  const [heads, dim] = kvWidth(kv);
   const rows = kv.numBlocks * kv.blockSize;
-  if ((kv.dtype ?? "f32") === "f16" && backend.downloadHalfRows && (heads * dim) % 2 === 0) return readHalfSlots(backend, kv, slots, rows, heads * dim);
+  const widthOf = (cache: Tensor) => cache.shape[2] * cache.shape[3];
+  if ((kv.dtype ?? "f32") === "f16" && backend.downloadHalfRows && kv.k.every((c) => widthOf(c) % 2 === 0)) return readHalfSlots(backend, kv, slots, rows);
   const idx = backend.upload(slots, [slots.length]);
   const gather = (cache: Tensor): Tensor => {
-    const table = backend.reshape(cache, [rows, heads * dim]);
+    const table = backend.reshape(cache, [rows, widthOf(cache)]);
     return cache.dtype === "f32" ? backend.gatherRows(table, idx) : backend.embedding(table, idx);
   };
   const gathered: Tensor[] = [];
@@ -119,10 +120,10 @@ function perLayer<T extends HostKvArray>(kv: PagedKv, arrays: readonly T[]): { k
 }
 
 /** readSlots of an f16 cache on a backend that downloads half bits (Backend.downloadHalfRows): no f32 on the way. */
-async function readHalfSlots(backend: Backend, kv: PagedKv, slots: Int32Array, rows: number, width: number): Promise<HostKv> {
+async function readHalfSlots(backend: Backend, kv: PagedKv, slots: Int32Array, rows: number): Promise<HostKv> {
   const idx = backend.upload(slots, [slots.length]);
   try {
-    const read = (cache: Tensor) => backend.downloadHalfRows!(backend.reshape(cache, [rows, width]), idx);
+    const read = (cache: Tensor) => backend.downloadHalfRows!(backend.reshape(cache, [rows, cache.shape[2] * cache.shape[3]]), idx);
     const pending: Promise<Uint16Array>[] = [];
     for (let l = 0; l < kv.k.length; l++) {
       pending.push(read(kv.k[l]));
@@ -140,29 +141,31 @@ async function readHalfSlots(backend: Backend, kv: PagedKv, slots: Int32Array, r
  * on a backend with `writeHalfRows` they go as they are).
  */
 export function writeSlots(backend: Backend, kv: PagedKv, slots: Int32Array, data: HostKv, offset = 0): void {
-  const [heads, dim] = kvWidth(kv);
-  const width = heads * dim;
   const n = slots.length;
-  const shape = [n, heads, dim];
   const idx = backend.upload(slots, [n]);
-  if (data.dtype === "f16" && (kv.dtype ?? "f32") === "f16" && backend.writeHalfRows && width % 2 === 0) {
+  const widthOf = (l: number) => kvWidth(kv, l)[0] * kvWidth(kv, l)[1];
+  if (data.dtype === "f16" && (kv.dtype ?? "f32") === "f16" && backend.writeHalfRows && kv.k.every((_, l) => widthOf(l) % 2 === 0)) {
     // Half bits into an f16 cache, word for word: no f32 on the way.
     const tableRows = kv.numBlocks * kv.blockSize;
     for (let l = 0; l < kv.k.length; l++) {
+      const width = widthOf(l);
       backend.writeHalfRows(backend.reshape(kv.k[l], [tableRows, width]), idx, data.k[l].subarray(offset * width, (offset + n) * width));
       if (kv.v[l] !== kv.k[l]) backend.writeHalfRows(backend.reshape(kv.v[l], [tableRows, width]), idx, data.v[l].subarray(offset * width, (offset + n) * width));
     }
     backend.free(idx);
     return;
   }
-  const rows = (a: HostKvArray) => {
+  const rows = (a: HostKvArray, width: number) => {
     const part = a.subarray(offset * width, (offset + n) * width);
     return part instanceof Float32Array ? part : f16BitsToF32Array(part);
   };
   for (let l = 0; l < kv.k.length; l++) {
-    const k = backend.upload(rows(data.k[l]), shape);
+    const [heads, dim] = kvWidth(kv, l);
+    const width = heads * dim;
+    const shape = [n, heads, dim];
+    const k = backend.upload(rows(data.k[l], width), shape);
     // One shared cache takes the keys once (they hold the values).
-    const v = kv.v[l] === kv.k[l] ? k : backend.upload(rows(data.v[l]), shape);
+    const v = kv.v[l] === kv.k[l] ? k : backend.upload(rows(data.v[l], width), shape);
     backend.kvWrite(k, v, kv.k[l], kv.v[l], idx);
     backend.free(k);
     if (v !== k) backend.free(v);

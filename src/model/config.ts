@@ -9,10 +9,10 @@ import { type ExpertGroups, MAX_EXPERT_GROUPS, type MoeGating, type RopeLayout, 
  * "glm4moe" is GLM-4.5/4.6/4.7's, "qwen2moe" Qwen1.5/Qwen2-MoE's and "deepseek2" DeepSeek V2/V3/R1's and
  * Kimi K2's, with {@link MlaConfig multi-head latent attention}; "gemma3" Gemma 3's text model).
  */
-export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3" | "granite" | "olmo2" | "exaone4" | "gemma2" | "qwen35" | "qwen35moe" | "qwen3next" | "mistral3" | "lfm2" | "granitehybrid" | "nemotron_h" | "nemotron_h_moe" | "lfm2moe" | "falcon-h1" | "minimax-m2" | "seed_oss";
+export type Architecture = "llama" | "qwen2" | "qwen3" | "qwen2moe" | "qwen3moe" | "glm4moe" | "deepseek2" | "gpt-oss" | "gemma3" | "phi3" | "smollm3" | "granite" | "olmo2" | "exaone4" | "gemma2" | "qwen35" | "qwen35moe" | "qwen3next" | "mistral3" | "lfm2" | "granitehybrid" | "nemotron_h" | "nemotron_h_moe" | "lfm2moe" | "falcon-h1" | "minimax-m2" | "seed_oss" | "gemma4";
 
 /** Every {@link Architecture}, by the name GGUF files give it (`general.architecture`). */
-export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3", "granite", "olmo2", "exaone4", "gemma2", "qwen35", "qwen35moe", "qwen3next", "mistral3", "lfm2", "granitehybrid", "nemotron_h", "nemotron_h_moe", "lfm2moe", "falcon-h1", "minimax-m2", "seed_oss"];
+export const ARCHITECTURES: readonly Architecture[] = ["llama", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "glm4moe", "deepseek2", "gpt-oss", "gemma3", "phi3", "smollm3", "granite", "olmo2", "exaone4", "gemma2", "qwen35", "qwen35moe", "qwen3next", "mistral3", "lfm2", "granitehybrid", "nemotron_h", "nemotron_h_moe", "lfm2moe", "falcon-h1", "minimax-m2", "seed_oss", "gemma4"];
 
 /**
  * Multi-head latent attention (DeepSeek V2/V3, Kimi K2). Each token's keys and values are one
@@ -97,6 +97,30 @@ export interface SlidingWindow {
    * layers turn with `ropeTheta` and, from 4B up, linear scaling); absent: as every layer.
    */
   ropeTheta?: number;
+  /**
+   * The sliding layers' own head size, KV heads and rotated dims, where they differ from the other
+   * layers' (ModelConfig.headDim, numKvHeads, rotaryDim: Gemma 4's full-attention layers' larger heads).
+   */
+  headDim?: number;
+  numKvHeads?: number;
+  rotaryDim?: number;
+}
+
+/** Layer `i`'s attention geometry: its KV heads, head size and rotated dims (undefined: all); Gemma 4's sliding layers have their own. */
+export function layerAttention(config: ModelConfig, i: number): { numKvHeads: number; headDim: number; rotaryDim: number | undefined } {
+  const w = config.slidingWindow;
+  if (!w || !w.layers[i] || (w.headDim === undefined && w.numKvHeads === undefined)) return { numKvHeads: config.numKvHeads, headDim: config.headDim, rotaryDim: config.rotaryDim };
+  return { numKvHeads: w.numKvHeads ?? config.numKvHeads, headDim: w.headDim ?? config.headDim, rotaryDim: w.headDim === undefined ? config.rotaryDim : w.rotaryDim };
+}
+
+/** Each distinct attention geometry of the model's attending layers (one for most models; Gemma 4's two). */
+export function attentionGeometries(config: ModelConfig): { numKvHeads: number; headDim: number }[] {
+  const seen = new Map<string, { numKvHeads: number; headDim: number }>();
+  for (const i of attentionLayers(config)) {
+    const g = layerAttention(config, i);
+    seen.set(`${g.numKvHeads}x${g.headDim}`, { numKvHeads: g.numKvHeads, headDim: g.headDim });
+  }
+  return seen.size > 0 ? [...seen.values()] : [{ numKvHeads: config.numKvHeads, headDim: config.headDim }];
 }
 
 /** The window of layer `i`'s attention, or undefined where it sees the whole context. */
@@ -353,6 +377,12 @@ export interface ModelConfig {
   foldedMultipliers?: boolean;
   /** Soft-caps the attention's scaled scores: cap · tanh(s / cap) (Gemma 2's `attn_logit_softcapping`); absent: none. */
   attnSoftcap?: number;
+  /** The values are RMS-normed per head, without a weight, before the cache (Gemma 4). */
+  valueNorm?: boolean;
+  /** One entry per layer: true where the layer has no value projection and its values are its keys' projection, before their norm (Gemma 4's). */
+  keyAsValue?: readonly boolean[];
+  /** One entry per layer: the scalar its output (the residual stream after it) is multiplied by (Gemma 4's `layer_output_scale`, read from the weights). */
+  layerOutputScales?: readonly number[];
   /** Soft-caps the logits (Gemma 2's `final_logit_softcapping`); absent: none. */
   finalSoftcap?: number;
   /**

@@ -7,7 +7,7 @@
  * in the projection before it (`matmulAdd`).
  */
 import type { Backend, Tensor } from "../backend/types.ts";
-import type { LayerWeights, MoeConfig } from "./config.ts";
+import { layerAttention, type LayerWeights, type MoeConfig } from "./config.ts";
 import type { DeviceModel } from "./device-weights.ts";
 import type { DeviceLoraSet } from "./lora-set.ts";
 import { loraKey, type LoraTarget } from "./lora.ts";
@@ -81,29 +81,36 @@ export function attentionBlock(
   rotates: boolean,
   s: Scratch,
   project: Project,
+  layer = 0,
 ): Tensor {
   const c = model.config;
   const n = x.shape[0];
-  if (!l.wq || !l.wk || !l.wv || !l.wo) throw new ForwardInputError("The model's attention weights lack the query, key, value or output projection");
+  // Gemma 4's sliding layers have heads of their own size; its layers without a value projection take the keys'.
+  const { headDim, numKvHeads, rotaryDim } = layerAttention(c, layer);
+  const keyAsValue = c.keyAsValue?.[layer] === true;
+  if (!l.wq || !l.wk || (!l.wv && !keyAsValue) || !l.wo) throw new ForwardInputError("The model's attention weights lack the query, key, value or output projection");
   const h = preNorm(backend, model, l.attnNorm, x, s);
   const { wq, wk, wv, wo } = l;
   // The three projections in one pass where nothing tells them apart (no biases, no adapters, one dtype).
-  const oneQkv = !c.attnOutputGate && !l.bq && !l.bk && !l.bv && !project.adapts?.("wq") && !project.adapts?.("wk") && !project.adapts?.("wv") &&
+  const oneQkv = wv !== undefined && !c.attnOutputGate && !l.bq && !l.bk && !l.bv && !project.adapts?.("wq") && !project.adapts?.("wk") && !project.adapts?.("wv") &&
     wq.dtype === wk.dtype && wk.dtype === wv.dtype;
-  const [qProjected, kFlat, vFlat] = backend.matmulQkv && oneQkv
+  const [qProjected, kFlat, vProjected] = backend.matmulQkv && oneQkv
     ? backend.matmulQkv(h, wq, wk, wv)
-    : [project(h, wq, l.bq, "wq"), project(h, wk, l.bk, "wk"), project(h, wv, l.bv, "wv")];
+    : [project(h, wq, l.bq, "wq"), project(h, wk, l.bk, "wk"), keyAsValue ? undefined : project(h, wv!, l.bv, "wv")];
   s.keep(qProjected);
-  const { qFlat, gate } = c.attnOutputGate ? splitQueryGate(backend, qProjected, n, c.numHeads, c.headDim, s) : { qFlat: qProjected, gate: undefined };
+  const { qFlat, gate } = c.attnOutputGate ? splitQueryGate(backend, qProjected, n, c.numHeads, headDim, s) : { qFlat: qProjected, gate: undefined };
   s.keep(kFlat);
-  let q = backend.reshape(qFlat, [n, c.numHeads, c.headDim]);
-  let k = backend.reshape(kFlat, [n, c.numKvHeads, c.headDim]);
-  const v = backend.reshape(s.keep(vFlat), [n, c.numKvHeads, c.headDim]);
+  const vFlat = vProjected ?? kFlat;
+  let q = backend.reshape(qFlat, [n, c.numHeads, headDim]);
+  let k = backend.reshape(kFlat, [n, numKvHeads, headDim]);
+  let v = backend.reshape(vProjected ? s.keep(vFlat) : vFlat, [n, numKvHeads, headDim]);
+  // Gemma 4: each value head RMS-normed without a weight (the keys' own norm comes after, on k).
+  if (c.valueNorm) v = s.keep(backend.rmsnorm(v, unitWeight(backend, headDim, s), c.rmsNormEps));
   if (c.qkNorm && c.qkNormPerRow) {
     // OLMo 2: one norm over each token's whole projection, before the heads are split.
     if (!l.qNorm || !l.kNorm) throw new ForwardInputError("The model config asks for q/k norm but the weights lack it");
-    q = backend.reshape(s.keep(backend.rmsnorm(qFlat, l.qNorm, c.rmsNormEps)), [n, c.numHeads, c.headDim]);
-    k = backend.reshape(s.keep(backend.rmsnorm(kFlat, l.kNorm, c.rmsNormEps)), [n, c.numKvHeads, c.headDim]);
+    q = backend.reshape(s.keep(backend.rmsnorm(qFlat, l.qNorm, c.rmsNormEps)), [n, c.numHeads, headDim]);
+    k = backend.reshape(s.keep(backend.rmsnorm(kFlat, l.kNorm, c.rmsNormEps)), [n, numKvHeads, headDim]);
   } else if (c.qkNorm) {
     if (!l.qNorm || !l.kNorm) throw new ForwardInputError("The model config asks for q/k norm but the weights lack it");
     q = s.keep(backend.rmsnorm(q, l.qNorm, c.rmsNormEps));
@@ -119,24 +126,29 @@ export function attentionBlock(
   } else if (backend.rotateAndWriteKv && kCache !== vCache && c.ropeMagnitude === undefined) {
     // The fused op turns without a magnitude (none of its users needs one).
     // One dispatch for both rotations and the cache write; q (this block's own) is rotated in place.
-    backend.rotateAndWriteKv(q, k, v, step.positions, { theta, layout: c.ropeLayout, rotaryDim: c.rotaryDim, freqFactors: f }, kCache, vCache, step.slots);
+    backend.rotateAndWriteKv(q, k, v, step.positions, { theta, layout: c.ropeLayout, rotaryDim, freqFactors: f }, kCache, vCache, step.slots);
   } else {
-    qr = s.keep(backend.rope(q, step.positions, theta, c.ropeLayout, c.rotaryDim, f, c.ropeMagnitude));
-    const kr = s.keep(backend.rope(k, step.positions, theta, c.ropeLayout, c.rotaryDim, f, c.ropeMagnitude));
+    qr = s.keep(backend.rope(q, step.positions, theta, c.ropeLayout, rotaryDim, f, c.ropeMagnitude));
+    const kr = s.keep(backend.rope(k, step.positions, theta, c.ropeLayout, rotaryDim, f, c.ropeMagnitude));
     backend.kvWrite(kr, v, kCache, vCache, step.slots);
   }
   // Ministral 3: each turned query scaled by its position's temperature (a one-expert weighted sum per row).
-  if (step.attnTemperature) qr = backend.reshape(s.keep(backend.moeCombine(backend.reshape(qr, [n, c.numHeads * c.headDim]), step.attnTemperature)), [n, c.numHeads, c.headDim]);
+  if (step.attnTemperature) qr = backend.reshape(s.keep(backend.moeCombine(backend.reshape(qr, [n, c.numHeads * headDim]), step.attnTemperature)), [n, c.numHeads, headDim]);
   if (c.attentionSinks && !l.sinks) throw new ForwardInputError("The model config asks for attention sinks but the weights lack them");
-  const scale = c.attentionScale ?? 1 / Math.sqrt(c.headDim);
+  const scale = c.attentionScale ?? 1 / Math.sqrt(headDim);
   const att = s.keep(backend.pagedAttention(qr, kCache, vCache, step.attention, scale, { window, sinks: l.sinks, softcap: c.attnSoftcap }));
-  const attRows = backend.reshape(att, [n, c.numHeads * c.headDim]);
+  const attRows = backend.reshape(att, [n, c.numHeads * headDim]);
   // Qwen3.5: each head's output weighed by the sigmoid of its gate.
   const attFlat = gate ? s.keep(backend.sigmoidMul!(gate, attRows)) : attRows;
   // Without a post-norm or a residual scale the skip connection joins the o projection (one dispatch with matmulAdd).
   if (!c.postNorms && c.residualScale === undefined) return project(attFlat, wo, l.bo, "wo", x);
   const o = s.keep(project(attFlat, wo, l.bo, "wo"));
   return backend.add(x, blockOutput(backend, model, l.attnPostNorm, o, s));
+}
+
+/** A weight of ones [width], for a norm without one (Gemma 4's values'), held for the step. */
+function unitWeight(backend: Backend, width: number, s: Scratch): Tensor {
+  return s.keep(backend.upload(new Float32Array(width).fill(1), [width]));
 }
 
 /**

@@ -175,7 +175,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
           ? mamba2Block(backend, recurrent.mamba2, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project, parallel())
           : heads
           ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], heads, keep)
-          : attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], layerWindow(c, i), !c.nopeLayers?.[i], s, project);
+          : attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], layerWindow(c, i), !c.nopeLayers?.[i], s, project, i);
         backend.free(x);
       }
       if (blocks === "mixer") {
@@ -184,6 +184,13 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
         const norm = blocks === "ffn" ? l.attnNorm : l.ffnNorm;
         x = isMoeLayer(c, i) ? moeBlock(backend, model, l, afterAttn, s, norm) : mlpBlock(backend, model, l, afterAttn, s, project, norm);
         backend.free(afterAttn);
+      }
+      // Gemma 4: the layer's whole output scaled by its scalar.
+      const outScale = c.layerOutputScales?.[i];
+      if (outScale !== undefined && outScale !== 1) {
+        const raw = x;
+        x = scaled(backend, raw, outScale);
+        backend.free(raw);
       }
       s.release();
     }

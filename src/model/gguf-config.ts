@@ -15,6 +15,7 @@ import { ggufMistral3 } from "./mistral3.ts";
 import { ggufLfm2 } from "./lfm2.ts";
 import { ggufGraniteHybrid } from "./granite-hybrid.ts";
 import { ggufFalconH1 } from "./falcon-h1.ts";
+import { ggufGemma4 } from "./gguf-gemma4.ts";
 import { ggufNemotronH } from "./nemotron-h.ts";
 import { ggufMla, ggufYarn } from "./gguf-deepseek.ts";
 import { ggufMoe } from "./gguf-moe.ts";
@@ -84,7 +85,11 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const hybrid = architecture === "granitehybrid" ? ggufGraniteHybrid(meta, arch, hiddenSize, path) : undefined;
   // Falcon-H1: every layer a Mamba-2 layer that also attends (its scan's gated norm optional).
   const falconH1 = architecture === "falcon-h1" ? ggufFalconH1(meta, arch, tensors.has(GGUF_TENSOR_NAMES.layer(0, "ssmNorm")), path) : undefined;
-  const numKvHeads = lfm2?.numKvHeads ?? hybrid?.numKvHeads ?? nemotron?.numKvHeads ?? positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads), `${arch}.attention.head_count_kv`, path);
+  // Gemma 4: its full-attention and sliding layers' KV heads differ (gguf-gemma4.ts).
+  const gemma4 = architecture === "gemma4"
+    ? ggufGemma4(meta, arch, { hiddenSize, numLayers: meta.number(`${arch}.block_count`), ropeTheta: meta.number(`${arch}.rope.freq_base`, 10000) }, (name) => tensors.has(name), path)
+    : undefined;
+  const numKvHeads = gemma4?.numKvHeads ?? lfm2?.numKvHeads ?? hybrid?.numKvHeads ?? nemotron?.numKvHeads ?? positiveInteger(perLayerNumber(meta, `${arch}.attention.head_count_kv`, path, numHeads), `${arch}.attention.head_count_kv`, path);
   const keyLength = `${arch}.attention.key_length`;
   const headDim = meta.has(keyLength) ? positiveInteger(meta.number(keyLength), keyLength, path) : Math.floor(hiddenSize / numHeads);
   const ropeDim = meta.number(`${arch}.rope.dimension_count`, headDim);
@@ -120,12 +125,13 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   }
   // Gemma's chat turns end with <end_of_turn>, Phi-3's with <|end|>, which their files need not name as EOT
   // (llama.cpp finds them by their text).
-  const turnEnd = architecture === "gemma3" || architecture === "gemma2" ? "<end_of_turn>" : architecture === "phi3" ? "<|end|>" : undefined;
-  const endOfTurn = turnEnd === undefined ? -1 : vocabTokens?.indexOf(turnEnd) ?? -1;
+  // Gemma 4's turns end with <turn|>, and a tool call's answer stops at <|tool_response>, as llama.cpp stops.
+  const turnEnds = architecture === "gemma3" || architecture === "gemma2" ? ["<end_of_turn>"] : architecture === "phi3" ? ["<|end|>"] : architecture === "gemma4" ? ["<turn|>", "<|tool_response>"] : [];
+  const endsOfTurn = turnEnds.map((t) => vocabTokens?.indexOf(t) ?? -1);
   const eosTokenIds = withHarmonyStops(
     [
       ...new Set(
-        [...["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"].map(optionalId), endOfTurn]
+        [...["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"].map(optionalId), ...endsOfTurn]
           .filter(validId),
       ),
     ],
@@ -163,7 +169,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
   const gemmaShape = { hiddenSize, numHeads, headDim, rotaryDim: ropeDim, numLayers, ropeTheta };
   const gemma3 = architecture === "gemma3" ? ggufGemma3(meta, arch, gemmaShape, path) : architecture === "gemma2" ? ggufGemma2(meta, arch, gemmaShape, path) : undefined;
   // Phi-3's window is not applied, as llama.cpp does not apply it (phi3.ts).
-  if (!["gpt-oss", "gemma3", "gemma2", "phi3", "olmo2", "exaone4"].includes(architecture) && meta.has(`${arch}.attention.sliding_window`)) {
+  if (!["gpt-oss", "gemma3", "gemma2", "phi3", "olmo2", "exaone4", "gemma4"].includes(architecture) && meta.has(`${arch}.attention.sliding_window`)) {
     throw new ModelLoadError(`Model "${path}" declares a sliding window, which the "${arch}" architecture does not support`);
   }
   const sampling = ggufSamplingDefaults(meta, path);
@@ -193,6 +199,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...(architecture === "gpt-oss" ? { outputBias: true, attentionSinks: true } : {}),
     ...(slidingWindow ? { slidingWindow } : {}),
     ...gemma3,
+    ...gemma4,
     ...(architecture === "smollm3" ? { nopeLayers: nopeEvery(numLayers, SMOLLM3_NOPE_INTERVAL) } : {}),
     ...(architecture === "granite" ? ggufGranite(meta, arch, path) : {}),
     ...(nemotron ? nemotronHConfig(nemotron, (i, role) => tensors.has(GGUF_TENSOR_NAMES.layer(i, role)), numLayers) : {}),
@@ -210,7 +217,8 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     ...(architecture === "olmo2" ? { noPreNorms: true, postNorms: true, qkNormPerRow: tensors.get(GGUF_TENSOR_NAMES.layer(0, "qNorm"))?.shape[0] === numHeads * headDim } : {}),
     bosTokenId: validId(bos) ? bos : undefined,
     eosTokenIds,
-    addBos: meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama" || (tokModel === "gpt2" && preAddsBos(meta.string("tokenizer.ggml.pre", "default")))),
+    // llama.cpp always adds Gemma 4's BOS, whatever its file says.
+    addBos: tokModel === "gemma4" || meta.bool("tokenizer.ggml.add_bos_token", tokModel === "llama" || (tokModel === "gpt2" && preAddsBos(meta.string("tokenizer.ggml.pre", "default")))),
     ...(meta.bool("tokenizer.ggml.add_eos_token", false) && validId(optionalId("tokenizer.ggml.eos_token_id")) ? { appendEosTokenId: optionalId("tokenizer.ggml.eos_token_id") } : {}),
     ...(pooling !== undefined ? { poolingType: pooling } : {}),
     ...(sampling ? { samplingDefaults: sampling } : {}),

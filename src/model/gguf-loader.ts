@@ -52,6 +52,23 @@ async function ggufLongRope(file: RandomAccessFile, header: GgufHeader, config: 
   return longRopeFields({ long: await read(long), short: await read(short), originalContext, attnFactor }, config.contextLength, rotaryDim, path);
 }
 
+/** Gemma 4's per-layer output scalars (`blk.N.layer_output_scale.weight`, one value each), where the file has them. */
+async function ggufLayerOutputScales(file: RandomAccessFile, header: GgufHeader, numLayers: number, path: string): Promise<Partial<ModelConfig>> {
+  const infos = new Map(header.tensors.map((t) => [t.name, t]));
+  const name = (i: number) => `blk.${i}.layer_output_scale.weight`;
+  if (!infos.has(name(0))) return {};
+  const scales: number[] = [];
+  for (let i = 0; i < numLayers; i++) {
+    const info = infos.get(name(i));
+    if (!info) throw new ModelLoadError(`Model "${path}" lacks the tensor "${name(i)}" that its first layer has`);
+    const t = await readGgufTensor(file, info);
+    const v = decodeToF32(t.data, t.dtype, t.shape.reduce((a, b) => a * b, 1));
+    if (v.length !== 1 || !Number.isFinite(v[0])) throw new ModelLoadError(`Model "${path}" has "${name(i)}" of shape [${t.shape}]; expected one finite value`);
+    scales.push(v[0]);
+  }
+  return { layerOutputScales: scales };
+}
+
 /** llama.cpp stores Qwen2-MoE's shared-expert gate as a vector [hidden]; the forward multiplies by it as a [1, hidden] matrix. */
 function sharedGateAsMatrix(t: HostTensor): HostTensor {
   return t.name.endsWith(GGUF_LAYER_NAMES.sharedGate) && t.shape.length === 1 ? { ...t, shape: [1, t.shape[0]] } : t;
@@ -78,6 +95,7 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
     const freqs = header.tensors.find((t) => t.name === GGUF_ROPE_FREQS);
     if (freqs) config.ropeFreqFactors = await readFreqFactors(file, freqs, config.rotaryDim ?? config.headDim, path);
     if (config.architecture === "phi3") Object.assign(config, await ggufLongRope(file, header, config, path));
+    if (config.architecture === "gemma4") Object.assign(config, await ggufLayerOutputScales(file, header, config.numLayers, path));
     const tokenizer = ggufTokenizer(header, config, path);
     const infos = new Map<string, GgufTensorInfo>(header.tensors.map((t) => [t.name, t]));
     const source = {

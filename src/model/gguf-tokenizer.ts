@@ -4,6 +4,7 @@ import { GgufMetadata, showGgufValue } from "./gguf-metadata.ts";
 import type { GgufHeader } from "./gguf-reader.ts";
 import { BpeTokenizer } from "./tokenizer-bpe.ts";
 import { SpmTokenizer } from "./tokenizer-spm.ts";
+import { SpmBpeTokenizer } from "./tokenizer-spm-bpe.ts";
 
 /** Builds the GGUF's own tokenizer (SentencePiece-style "llama" or byte-level BPE "gpt2"). */
 export function ggufTokenizer(header: GgufHeader, config: ModelConfig, path: string): Tokenizer {
@@ -50,7 +51,10 @@ export function ggufTokenizer(header: GgufHeader, config: ModelConfig, path: str
         pre: meta.string("tokenizer.ggml.pre", "default"),
         bosId: config.bosTokenId,
       });
+    case "gemma4":
+      // Gemma 4's SentencePiece-style BPE (tokenizer-spm-bpe.ts).
+      return new SpmBpeTokenizer({ tokens: tokenStrings, types, merges: (meta.array("tokenizer.ggml.merges") ?? []).map(String), bosId: config.bosTokenId });
     default:
-      throw new ModelLoadError(`Model "${path}" uses tokenizer "${model}"; supported GGUF tokenizers are "llama" and "gpt2"`);
+      throw new ModelLoadError(`Model "${path}" uses tokenizer "${model}"; supported GGUF tokenizers are "llama", "gpt2" and "gemma4"`);
   }
 }

@@ -39,6 +39,7 @@ export const HF_TIE_WORD_EMBEDDINGS: Readonly<Record<Architecture, boolean>> = {
   "falcon-h1": false,
   "minimax-m2": false,
   seed_oss: false,
+  gemma4: true,
 };
 
 /** Whether the output projection is the token embedding: config.json's boolean, else the architecture's default; anything else is an error quoting it. */

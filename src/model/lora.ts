@@ -5,7 +5,7 @@
  * (forward.ts, lora-set.ts) adds B·(A·x) as it is.
  */
 import { createHash } from "node:crypto";
-import { attendsInParallel, hasFeedForward, isDeltaNetLayer, isFeedForwardOnlyLayer, isMamba2Layer, isMoeLayer, isShortConvLayer, ModelLoadError, type ModelConfig } from "./config.ts";
+import { attendsInParallel, hasFeedForward, layerAttention, isDeltaNetLayer, isFeedForwardOnlyLayer, isMamba2Layer, isMoeLayer, isShortConvLayer, ModelLoadError, type ModelConfig } from "./config.ts";
 
 /**
  * The projections an adapter may change (LayerWeights' names; "output" is the model's output
@@ -59,9 +59,12 @@ export interface LoraLoadOptions {
 
 /** The [in, out] widths the base model's projection `target` of layer `layer` has, or an error naming why none can be adapted. */
 export function targetDims(config: ModelConfig, layer: number, target: LoraTarget, hasOutput: boolean): [number, number] | string {
-  const q = config.numHeads * config.headDim, kv = config.numKvHeads * config.headDim;
   if (target === "output") return hasOutput ? [config.hiddenSize, config.vocabSize] : "the base model's output projection is its token embedding (tied)";
   if (layer < 0 || layer >= config.numLayers) return `the base model has ${config.numLayers} layers`;
+  // Gemma 4's sliding layers have heads of their own size; its layers without a value projection have none to adapt.
+  const geometry = layerAttention(config, layer);
+  const q = config.numHeads * geometry.headDim, kv = geometry.numKvHeads * geometry.headDim;
+  if (target === "wv" && config.keyAsValue?.[layer]) return "it has no value projection (its values are its keys')";
   if (config.mla && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "latent attention projections cannot be adapted";
   if (isDeltaNetLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a Gated DeltaNet layer, which has no attention projections";
   if (isShortConvLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a short convolution layer, which has no attention projections";

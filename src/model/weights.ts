@@ -6,7 +6,7 @@
 import { blockValues, decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
 import { numel, WEIGHT_DTYPES, type WeightDType } from "../backend/types.ts";
 import { isIqDType, type IqDType } from "../backend/quant-blocks-iq.ts";
-import { type HostTensor, isDeltaNetLayer, isFeedForwardOnlyLayer, isMamba2Layer, isMoeLayer, isShortConvLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights, type MoeConfig } from "./config.ts";
+import { type HostTensor, isDeltaNetLayer, layerAttention, isFeedForwardOnlyLayer, isMamba2Layer, isMoeLayer, isShortConvLayer, type LayerWeights, type ModelConfig, ModelLoadError, type ModelWeights, type MoeConfig } from "./config.ts";
 import { EXPERT } from "./expert-stack.ts";
 
 /** Progress of a load: bytes of tensor data read so far out of the total. */
@@ -194,8 +194,10 @@ function shortConvShape(c: ModelConfig, role: LayerRole): number[] | undefined {
 function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): number[] {
   const mla = mlaShape(c, role) ?? deltaNetShape(c, role) ?? shortConvShape(c, role) ?? mamba2Shape(c, role);
   if (mla) return mla;
-  const q = c.numHeads * c.headDim;
-  const kv = c.numKvHeads * c.headDim;
+  // Gemma 4's sliding layers have heads of their own size.
+  const { headDim, numKvHeads } = layerAttention(c, layer);
+  const q = c.numHeads * headDim;
+  const kv = numKvHeads * headDim;
   // An MoE layer stacks its experts' feed-forward matrices; a leading dense layer has its own width.
   const sparse = isMoeLayer(c, layer);
   const experts = sparse ? [c.moe!.numExperts] : [];
@@ -221,9 +223,9 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): num
     case "bv":
       return [kv];
     case "qNorm":
-      return [c.qkNormPerRow ? q : c.headDim];
+      return [c.qkNormPerRow ? q : headDim];
     case "kNorm":
-      return [c.qkNormPerRow ? kv : c.headDim];
+      return [c.qkNormPerRow ? kv : headDim];
     case "wGate":
     case "wUp":
       return [...experts, ff, c.hiddenSize];
@@ -278,8 +280,9 @@ export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
     return [...mamba2, ...attention, ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];
   }
   const mla = config.mla;
+  // Gemma 4's layers without a value projection take their keys' as values.
   const attention: LayerRole[] = !mla
-    ? ["wq", "wk", "wv"]
+    ? (config.keyAsValue?.[i] ? ["wq", "wk"] : ["wq", "wk", "wv"])
     : [...(mla.qLoraRank > 0 ? ["wqA", "qANorm"] as const : []), "wq", "wkvA", "kvANorm", "wkB", "wvB"];
   const roles: LayerRole[] = config.noPreNorms ? [...attention, "wo", "wGate", "wUp", "wDown"] : ["attnNorm", ...attention, "wo", "ffnNorm", "wGate", "wUp", "wDown"];
   if (config.qkvBias) roles.push("bq", "bk", "bv");

@@ -20,10 +20,11 @@ import { randomIqTensor } from "./iq-blocks.ts";
 import { qwen35GgufMetadata, qwen35GgufPart, qwen35HfCheckpoint, qwen35HfConfig, qwen35HfLayer } from "./qwen35-files.ts";
 import { qwen3nextGgufParts } from "./qwen3next-files.ts";
 import { lfm2GgufMetadata, lfm2GgufPart, lfm2HfConfig, lfm2HfLayer } from "./lfm2-files.ts";
+import { gemma4GgufMetadata, gemma4GgufPart, gemma4HfLayer, gemma4RopeFreqs, type Gemma4Spec } from "./gemma4-files.ts";
 import { falconH1GgufMetadata, falconH1GgufPart, falconH1HfConfig, falconH1HfLayer, falconH1HfWeights, type FalconH1Spec } from "./falcon-h1-files.ts";
 import { nemotronHGgufMetadata, nemotronHGgufPart, nemotronHHfConfig, nemotronHHfLayer, nemotronHHfWeights, type NemotronHSpec } from "./nemotron-h-files.ts";
 import { graniteHybridHfConfig, graniteHybridHfWeights, isMambaLayer, mamba2GgufMetadata, mamba2GgufPart, mamba2HfLayer } from "./granite-hybrid-files.ts";
-import { bpeVocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
+import { bpeVocab, gemma4Vocab, spmVocab, tokenizerJson, type TestVocab } from "./test-vocab.ts";
 import { writeFile } from "../../src/runtime/fs.ts";
 
 /** Shape and storage of a random test model. */
@@ -46,7 +47,7 @@ export interface ModelFileSpec {
   ggufDtype?: (ggufName: string) => WeightDType | IqDType;
   seed: number;
   /** GGUF vocab: default SentencePiece-style for llama, Qwen2 byte-level BPE otherwise. */
-  tokenizer?: "spm" | "qwen2" | "llama-bpe" | "deepseek-v3" | "gpt-4o" | "kimi-k2";
+  tokenizer?: "spm" | "qwen2" | "llama-bpe" | "deepseek-v3" | "gpt-4o" | "kimi-k2" | "gemma4";
   /** RoPE base; default 10000 for llama, 1e6 for Qwen. */
   ropeTheta?: number;
   /**
@@ -86,6 +87,8 @@ export interface ModelFileSpec {
   mamba2?: { attention: number[]; heads: number; stateSize: number; conv: number; rope?: boolean };
   /** Nemotron-H's layers (nemotron-h-files.ts): each a Mamba-2, attention or feed-forward block, as its pattern says. */
   nemotronH?: NemotronHSpec;
+  /** Gemma 4's sliding and full-attention layers of their own head sizes (gemma4-files.ts). */
+  gemma4?: Gemma4Spec;
   /** Falcon-H1's scan beside every layer's attention, and its multipliers (falcon-h1-files.ts). */
   falconH1?: FalconH1Spec;
   /** LFM2's short convolution layers (lfm2-files.ts): all but the `attention` ones, of width `kernel`. */
@@ -115,6 +118,7 @@ export function ropeThetaOf(spec: ModelFileSpec): number {
 
 /** The `rope_freqs.weight` values a spec's GGUF carries, if any. */
 export function ropeFreqsOf(spec: ModelFileSpec): number[] | undefined {
+  if (spec.gemma4) return gemma4RopeFreqs(spec);
   return spec.ropeScaling && llama3FreqFactors(ropeThetaOf(spec), spec.headDim, spec.ropeScaling);
 }
 
@@ -198,6 +202,10 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
     }
     if (spec.falconH1) {
       falconH1HfLayer(spec, i, put);
+      continue;
+    }
+    if (spec.gemma4) {
+      gemma4HfLayer(spec, i, put);
       continue;
     }
     if (spec.mamba2 && isMambaLayer(spec, i)) {
@@ -356,7 +364,7 @@ function ggufTensors(
   const out: { name: string; shape: number[]; values: Float32Array; hf: string }[] = [];
   const stacks = new Map<string, { shape: number[]; parts: Float32Array[]; hf: string }>();
   for (const [hf, { shape, values }] of weights) {
-    const next = spec.architecture === "qwen3next" ? qwen3nextGgufParts(spec, hf, shape, values) : spec.shortConv ? lfm2GgufPart(hf, shape, values) : spec.nemotronH ? nemotronHGgufPart(spec, hf, shape, values) : spec.falconH1 ? falconH1GgufPart(spec, hf, shape, values) : undefined;
+    const next = spec.architecture === "qwen3next" ? qwen3nextGgufParts(spec, hf, shape, values) : spec.shortConv ? lfm2GgufPart(hf, shape, values) : spec.nemotronH ? nemotronHGgufPart(spec, hf, shape, values) : spec.falconH1 ? falconH1GgufPart(spec, hf, shape, values) : spec.gemma4 ? gemma4GgufPart(hf, shape, values) : undefined;
     const own = next ?? (spec.deltaNet ? qwen35GgufPart(spec, hf, shape, values) : spec.mamba2 ? mamba2GgufPart(hf, shape, values) : undefined);
     if (own) {
       out.push(...(Array.isArray(own) ? own : [own]));
@@ -422,7 +430,8 @@ const isVector = (shape: number[]) => shape.length === 1;
 
 /** The vocab a test model's GGUF carries: SentencePiece-style for llama, byte-level BPE for Qwen. */
 export function vocabFor(spec: ModelFileSpec): TestVocab {
-  const vocab = tokenizerKind(spec) === "spm" ? spmVocab(spec.vocab) : bpeVocab(spec.vocab);
+  const kind = tokenizerKind(spec);
+  const vocab = kind === "spm" ? spmVocab(spec.vocab) : kind === "gemma4" ? gemma4Vocab(spec.vocab) : bpeVocab(spec.vocab);
   return spec.architecture === "phi3" ? phi3Vocab(vocab) : vocab;
 }
 
@@ -451,7 +460,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
     ] as [string, GgufEntry][]),
     [`${a}.attention.layer_norm_rms_epsilon`, gguf.f32(1e-5)],
     [`${a}.rope.freq_base`, gguf.f32(ropeThetaOf(spec))],
-    ["tokenizer.ggml.model", gguf.str(vocab.kind === "spm" ? "llama" : "gpt2")],
+    ["tokenizer.ggml.model", gguf.str(vocab.kind === "spm" ? "llama" : vocab.kind === "gemma4" ? "gemma4" : "gpt2")],
     ["tokenizer.ggml.tokens", gguf.arr(GgufType.STRING, vocab.tokens)],
     ["tokenizer.ggml.token_type", gguf.arr(GgufType.INT32, vocab.types)],
   ];
@@ -482,6 +491,13 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   if (a === "phi3") meta.push(...phi3GgufMetadata(spec));
   if (a === "qwen35" || a === "qwen35moe" || a === "qwen3next") meta.push(...qwen35GgufMetadata(spec));
   if (spec.falconH1) meta.push(...falconH1GgufMetadata(spec));
+  if (spec.gemma4) {
+    for (const [k, v] of gemma4GgufMetadata(spec)) {
+      const at = meta.findIndex(([key]) => key === k);
+      if (at >= 0) meta[at] = [k, v];
+      else meta.push([k, v]);
+    }
+  }
   if (spec.shortConv || spec.mamba2 || spec.nemotronH) {
     // The per-layer KV heads replace the uniform count.
     const own = spec.shortConv ? lfm2GgufMetadata(spec) : spec.nemotronH ? nemotronHGgufMetadata(spec) : mamba2GgufMetadata(spec);
@@ -521,7 +537,7 @@ export function ggufMetadata(spec: ModelFileSpec, vocab: TestVocab): [string, Gg
   if (vocab.kind === "spm") meta.push(["tokenizer.ggml.scores", gguf.arr(GgufType.FLOAT32, vocab.scores)]);
   else {
     meta.push(["tokenizer.ggml.merges", gguf.arr(GgufType.STRING, vocab.merges)]);
-    meta.push(["tokenizer.ggml.pre", gguf.str(tokenizerKind(spec))]);
+    if (vocab.kind !== "gemma4") meta.push(["tokenizer.ggml.pre", gguf.str(tokenizerKind(spec))]);
   }
   meta.push(["tokenizer.ggml.bos_token_id", gguf.u32(vocab.bosId)]);
   meta.push(["tokenizer.ggml.eos_token_id", gguf.u32(vocab.eosId)]);
@@ -733,6 +749,7 @@ export async function writeHfDirectory(dir: string, spec: ModelFileSpec, weights
     "falcon-h1": ["FalconH1ForCausalLM", "falcon_h1"],
     "minimax-m2": ["MiniMaxM2ForCausalLM", "minimax_m2"],
     seed_oss: ["SeedOssForCausalLM", "seed_oss"],
+    gemma4: ["Gemma4ForCausalLM", "gemma4_text"],
   };
   const [archName, modelType] = mixtral ? ["MixtralForCausalLM", "mixtral"] : names[spec.architecture];
   const config = {

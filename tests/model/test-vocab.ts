@@ -7,7 +7,7 @@ import { bytesToUnicode } from "../../src/model/tokenizer-bpe.ts";
 
 /** A vocab as written into GGUF metadata. */
 export interface TestVocab {
-  kind: "spm" | "bpe";
+  kind: "spm" | "bpe" | "gemma4";
   tokens: string[];
   types: number[];
   scores: number[];
@@ -87,6 +87,43 @@ export function bpeVocab(size: number): TestVocab {
   types.push(3);
   const eos = tokens.length - 1;
   return { kind: "bpe", tokens, types, scores: [], merges, bosId: eos, eosId: eos };
+}
+
+/**
+ * Gemma 4-style vocab (tokenizer.ggml.model "gemma4") of exactly `size` tokens: <pad>, <eos>, <bos>,
+ * <unk>, its turn tokens, newline runs, 256 byte tokens, single characters (spaces as "▁"), then
+ * pieces merged from them, in merge order.
+ */
+export function gemma4Vocab(size: number): TestVocab {
+  const tokens = ["<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>", "\n", "\n\n"];
+  const types = [3, 3, 3, 2, 3, 3, 1, 1];
+  for (let b = 0; b < 256; b++) {
+    tokens.push(`<0x${b.toString(16).toUpperCase().padStart(2, "0")}>`);
+    types.push(6);
+  }
+  const seen = new Set(tokens);
+  const merges: string[] = [];
+  const add = (t: string) => {
+    if (tokens.length < size && !seen.has(t)) {
+      seen.add(t);
+      tokens.push(t);
+      types.push(1);
+      return true;
+    }
+    return false;
+  };
+  for (const ch of "\u2581abcdefghijklmnopqrstuvwxyzTHELO,.'!0123456789") add(ch);
+  outer: for (const w of [...WORDS.map((x) => "\u2581" + x), ...WORDS]) {
+    let cur = w[0];
+    for (let k = 1; k < w.length; k++) {
+      if (tokens.length >= size) break outer;
+      const next = cur + w[k];
+      if (add(next)) merges.push(`${cur} ${w[k]}`);
+      cur = next;
+    }
+  }
+  for (let i = 0; tokens.length < size; i++) add(`<unused${i}>`) && (types[types.length - 1] = 5);
+  return { kind: "gemma4", tokens, types, scores: [], merges, bosId: 2, eosId: 1 };
 }
 
 /** Qwen2's pre-tokenizer regex, as its tokenizer.json writes it. */

@@ -407,6 +407,29 @@ const CASES: OracleCase[] = [
     tol: 1e-4,
     hf: true,
   },
+  // Gemma 4 (dense): sliding layers with heads of their own size and KV heads, full layers turning a
+  // quarter of their heads (proportional RoPE through rope_freqs) and taking their keys as values,
+  // values normed, scores unscaled, each layer's output scaled, the logits soft-capped.
+  {
+    name: "gemma4 sliding layers of 2 KV heads of 8 (window 5, the full layers' RoPE base without their rope_freqs), full layers of 1 KV head of 16 with keys as values and a quarter turning, soft-capped, tied, f32",
+    spec: {
+      ...BASE, architecture: "gemma4", layers: 4, heads: 4, kvHeads: 1, headDim: 16, tied: true, seed: 221,
+      gemma4: { pattern: [true, true, false, true], window: 5, swaHeadDim: 8, swaKvHeads: 2, swaTheta: 1000000, partialFull: 0.25, keyAsValue: true, softcap: 30 },
+    },
+    // As Gemma 3's: llama.cpp's CPU GELU reads its input through an f16 table.
+    tol: 3e-4,
+    hf: false,
+  },
+  {
+    name: "gemma4 q8_0 with value projections on every layer, f16 KV cache, Gemma 4's SentencePiece-style BPE vocab",
+    spec: {
+      ...BASE, architecture: "gemma4", layers: 3, heads: 4, kvHeads: 2, headDim: 16, dtype: "q8_0", seed: 222, tokenizer: "gemma4",
+      gemma4: { pattern: [true, false, true], window: 4, swaHeadDim: 8, swaKvHeads: 2, swaTheta: 5000, partialFull: 0.5 },
+    },
+    tol: 1.5e-2,
+    hf: false,
+    kv: "f16",
+  },
   // Seed-OSS: Llama's layout with q/k/v biases, NeoX RoPE, the pre-feed-forward norm under llama.cpp's attn_post_norm name.
   { name: "seed_oss q/k/v biases, 4/2 heads of 16, f32", spec: { ...BASE, architecture: "seed_oss", headDim: 16, seed: 219 }, tol: 1e-4, hf: true },
   { name: "seed_oss q8_0, f16 KV cache", spec: { ...BASE, architecture: "seed_oss", layers: 3, dtype: "q8_0", seed: 220 }, tol: 1.5e-2, hf: false, kv: "f16" },

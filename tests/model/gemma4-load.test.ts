@@ -1,0 +1,58 @@
+/**
+ * Gemma 4 (src/model/gguf-gemma4.ts) loads from a `gemma4` GGUF: sliding layers with heads and KV heads
+ * of their own, full layers taking their keys as values where they have no value projection, the
+ * per-layer output scales read with the weights, Gemma 4's SentencePiece-style BPE vocab; the E2B/E4B
+ * and 26B-A4B layouts refused by name (llama.cpp's check of the same weights: tests/oracle/llama-cpp.test.ts).
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import { test } from "../harness.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { attentionLayers, layerAttention } from "../../src/model/config.ts";
+import { gguf } from "../../src/model/gguf-writer.ts";
+import { kvBytesPerBlock } from "../../src/engine/kv-cache.ts";
+import { targetDims } from "../../src/model/lora.ts";
+import { expectLoadError, type ModelFileSpec, writeTestGguf } from "./model-files.ts";
+
+const SPEC: ModelFileSpec = {
+  architecture: "gemma4", hidden: 32, layers: 3, heads: 4, kvHeads: 1, headDim: 16, ffn: 48, vocab: 400, tied: true, dtype: "f32", seed: 391, tokenizer: "gemma4",
+  gemma4: { pattern: [true, false, true], window: 6, swaHeadDim: 8, swaKvHeads: 2, swaTheta: 10000, partialFull: 0.25, keyAsValue: true, softcap: 25 },
+};
+const dir = mkdtempSync(`${tmpdir()}/gemma4-load-`);
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+
+test("loadModel() reads a gemma4 GGUF: each layer's own attention geometry, keys as values, output scales, proportional RoPE", async () => {
+  const m = await loadModel(await writeTestGguf(dir, "g", SPEC));
+  const c = m.config;
+  assert.deepEqual([c.headDim, c.numKvHeads, c.rotaryDim, c.attentionScale, c.valueNorm, c.finalSoftcap, c.embeddingScale], [16, 1, undefined, 1, true, 25, Math.sqrt(32)]);
+  assert.deepEqual(c.slidingWindow, { size: 6, layers: [true, false, true], ropeTheta: 10000, headDim: 8, numKvHeads: 2 });
+  assert.deepEqual([0, 1, 2].map((i) => layerAttention(c, i)), [{ numKvHeads: 2, headDim: 8, rotaryDim: undefined }, { numKvHeads: 1, headDim: 16, rotaryDim: undefined }, { numKvHeads: 2, headDim: 8, rotaryDim: undefined }]);
+  assert.deepEqual(c.keyAsValue, [false, true, false]);
+  assert.equal(c.layerOutputScales?.length, 3);
+  assert.ok(c.layerOutputScales!.every((x) => x > 0.5 && x < 1.3), "the scalars the file holds");
+  // The full layer's rope_freqs: 2 of 8 pairs turn, the rest are divided by 1e30.
+  assert.deepEqual(c.ropeFreqFactors?.map((f) => f > 1e29), [false, false, true, true, true, true, true, true]);
+  assert.deepEqual([m.weights.layers[1].wv, m.weights.layers[0].wq?.shape, m.weights.layers[1].wq?.shape, m.weights.layers[1].qNorm?.shape], [undefined, [32, 32], [64, 32], [16]]);
+  // KV per block: K and V of 2 × 8 on two sliding layers and of 1 × 16 on the full one.
+  assert.deepEqual(attentionLayers(c), [0, 1, 2]);
+  assert.equal(kvBytesPerBlock(c, 16, "f32"), 2 * 16 * (2 * 16 + 16) * 4);
+  assert.deepEqual([targetDims(c, 1, "wk", true), targetDims(c, 0, "wk", true), targetDims(c, 1, "wv", true)], [[32, 16], [32, 16], "it has no value projection (its values are its keys')"]);
+  // Gemma 4's vocab: spaces as ▁, bytes as <0xXX>, BOS always added, <turn|> ends a turn.
+  const text = "hello world  it's\n\nthe 🙂 agent";
+  const ids = m.tokenizer.encode(text, { addBos: true });
+  assert.equal(ids[0], 2);
+  assert.equal(m.tokenizer.decode(ids.slice(1)), text);
+  assert.equal(c.addBos, true);
+  assert.ok(c.eosTokenIds.includes(5), "<turn|>");
+});
+
+test("loadModel() refuses Gemma 4's per-layer embeddings, shared KV layers and experts by name", async () => {
+  const cases: [string, string, number, RegExp][] = [
+    ["ple", "gemma4.embedding_length_per_layer_input", 8, /has per-layer embeddings \("gemma4\.embedding_length_per_layer_input", Gemma 4 E2B\/E4B's\), which are not supported/],
+    ["shared", "gemma4.attention.shared_kv_layers", 1, /shares KV caches between layers \("gemma4\.attention\.shared_kv_layers"\), which is not supported/],
+    ["moe", "gemma4.expert_count", 8, /has experts \(Gemma 4 26B-A4B's\), which are not supported for gemma4 yet/],
+  ];
+  for (const [name, key, value, pattern] of cases) await expectLoadError(loadModel(await writeTestGguf(dir, name, SPEC, { metadata: [[key, gguf.u32(value)]] })), pattern);
+});
