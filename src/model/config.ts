@@ -69,6 +69,12 @@ export interface MoeConfig {
   routerLogitBias?: boolean;
   /** Each expert's gate, up and down projections have biases, `LayerWeights.bGate`/`bUp`/`bDown` (GPT-OSS). */
   expertBiases?: boolean;
+  /**
+   * Gemma 4's: a dense GeGLU feed-forward (the shared roles, `sharedIntermediateSize` wide) beside the
+   * GELU experts, each normed before and after on its own; the router reads the residual RMS-normed by
+   * `LayerWeights.routerNorm`; each expert's output is scaled by its `LayerWeights.expertScale`.
+   */
+  gemma4?: boolean;
   /** The experts' activation: SwiGLU (absent), or GPT-OSS's clamped one (Backend.swigluOai). */
   activation?: ExpertActivation;
 }
@@ -487,6 +493,14 @@ export interface LayerWeights<T> {
   /** [hidden]: the norms of the attention's and the feed-forward's outputs ({@link ModelConfig.postNorms}). */
   attnPostNorm?: T;
   ffnPostNorm?: T;
+  /** [hidden]: Gemma 4's experts' layer: the dense feed-forward's output norm, the experts' input and output norms ({@link MoeConfig.gemma4}). */
+  ffnPostNorm1?: T;
+  ffnPreNorm2?: T;
+  ffnPostNorm2?: T;
+  /** [hidden]: the weight of the router's own RMS norm of the residual (Gemma 4's router scale over √hidden). */
+  routerNorm?: T;
+  /** [experts]: each expert's output scale (Gemma 4's per-expert scale). */
+  expertScale?: T;
   /** The norm before the feed-forward; absent where the model has none ({@link ModelConfig.noPreNorms}). */
   ffnNorm?: T;
   /** The feed-forward's gate (absent for an ungated one, ffnActivation "relu2"), up and down projections; all absent on a layer without a feed-forward ({@link ModelConfig.layerBlocks}). */

@@ -188,7 +188,7 @@ function postNorm(backend: Backend, model: DeviceModel, weight: Tensor | undefin
  * SwiGLU: down(silu(h · gateᵀ) ⊙ (h · upᵀ)), or GeGLU with `gelu`, plus `residual` where given;
  * `project` adds adapter deltas (absent: plain matmuls, as the shared expert's).
  */
-function swiglu(
+export function swiglu(
   backend: Backend, h: Tensor, wGate: Tensor, wUp: Tensor, wDown: Tensor, s: Scratch, project?: Project, gelu = false, residual?: Tensor,
 ): Tensor {
   const mm: Project = project ?? ((x, w, _bias, _target, r) => matmulPlus(backend, x, w, undefined, r, s));

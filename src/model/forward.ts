@@ -18,6 +18,7 @@ import type { DeviceLoraSet } from "./lora-set.ts";
 import { loraKey } from "./lora.ts";
 import { type FlatBatch, flattenBatch, type ForwardEntry, ForwardInputError, uploadBatch } from "./forward-batch.ts";
 import { attentionBlock, mlpBlock, moeBlock, projector, scaled, Scratch } from "./forward-layers.ts";
+import { gemma4MoeBlock } from "./forward-gemma4.ts";
 
 export { type ForwardEntry, ForwardInputError } from "./forward-batch.ts";
 
@@ -182,7 +183,11 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
         x = afterAttn;
       } else {
         const norm = blocks === "ffn" ? l.attnNorm : l.ffnNorm;
-        x = isMoeLayer(c, i) ? moeBlock(backend, model, l, afterAttn, s, norm) : mlpBlock(backend, model, l, afterAttn, s, project, norm);
+        x = !isMoeLayer(c, i)
+          ? mlpBlock(backend, model, l, afterAttn, s, project, norm)
+          : c.moe?.gemma4
+          ? gemma4MoeBlock(backend, model, l, afterAttn, s)
+          : moeBlock(backend, model, l, afterAttn, s, norm);
         backend.free(afterAttn);
       }
       // Gemma 4: the layer's whole output scaled by its scalar.

@@ -13,11 +13,11 @@
  *   a layer without `attn_v` taking its keys' projection as values;
  * - each layer's output multiplied by its `layer_output_scale` (read with the weights: gguf-loader.ts);
  * - the logits soft-capped where `final_logit_softcapping` says.
- * The E2B/E4B models' per-layer embeddings and shared KV layers and the 26B-A4B's experts are refused
- * by name.
+ * - the 26B-A4B's experts beside a dense feed-forward ({@link gemma4Moe}).
+ * The E2B/E4B models' per-layer embeddings and shared KV layers are refused by name.
  */
-import { ModelLoadError, type SlidingWindow } from "./config.ts";
-import type { GgufMetadata } from "./gguf-metadata.ts";
+import { ModelLoadError, type MoeConfig, plainMoe, type SlidingWindow } from "./config.ts";
+import { type GgufMetadata, perLayerNumber } from "./gguf-metadata.ts";
 
 /** The config fields a Gemma 4 GGUF sets beyond the common ones. */
 export interface Gemma4Fields {
@@ -33,6 +33,19 @@ export interface Gemma4Fields {
   qkNorm: true;
   keyAsValue: boolean[];
   finalSoftcap?: number;
+  moe?: MoeConfig;
+}
+
+/**
+ * The 26B-A4B's experts as llama.cpp's gemma4 graph runs them: softmax scores, the chosen weights
+ * renormalised, GELU experts beside a dense GeGLU feed-forward (`feed_forward_length` wide), the router
+ * reading its own norm of the residual, each expert's output scaled (MoeConfig.gemma4).
+ */
+function gemma4Moe(meta: GgufMetadata, arch: string, experts: number, path: string): MoeConfig {
+  const used = meta.number(`${arch}.expert_used_count`);
+  if (!Number.isInteger(used) || used < 1 || used > experts) throw new ModelLoadError(`Model "${path}" uses ${used} of its ${experts} experts per token; expected 1 to ${experts}`);
+  const dense = perLayerNumber(meta, `${arch}.feed_forward_length`, path);
+  return { ...plainMoe(experts, used, true), sharedIntermediateSize: dense, gemma4: true };
 }
 
 /** Reads Gemma 4's own fields (see the module comment); `has` tells which tensors the file holds. */
@@ -49,7 +62,8 @@ export function ggufGemma4(meta: GgufMetadata, arch: string, shape: { hiddenSize
   if (whole("attention.shared_kv_layers", 0) > 0) {
     throw new ModelLoadError(`Model "${path}" shares KV caches between layers ("${arch}.attention.shared_kv_layers"), which is not supported`);
   }
-  if (whole("expert_count", 0) > 0) throw new ModelLoadError(`Model "${path}" has experts (Gemma 4 26B-A4B's), which are not supported for gemma4 yet`);
+  const experts = whole("expert_count", 0);
+  const moe = experts > 0 ? gemma4Moe(meta, arch, experts, path) : undefined;
   const patternKey = `${arch}.attention.sliding_window_pattern`;
   const flags = meta.entries.get(patternKey)?.value;
   if (!Array.isArray(flags) || flags.length < n) throw new ModelLoadError(`Model "${path}" has no per-layer "${patternKey}" for its ${n} layers`);
@@ -96,5 +110,6 @@ export function ggufGemma4(meta: GgufMetadata, arch: string, shape: { hiddenSize
     qkNorm: true,
     keyAsValue: Array.from({ length: n }, (_, i) => !has(`blk.${i}.attn_v.weight`)),
     ...(cap !== undefined && cap > 0 ? { finalSoftcap: cap } : {}),
+    ...(moe ? { moe } : {}),
   };
 }

@@ -5,6 +5,7 @@
  * converter for the "normal" (interleaved) RoPE, which DeepSeek's (deepseek2) use unpermuted;
  * Qwen2/Qwen3/GLM keep the "neox" (half-split) order.
  */
+import { gemma4ExpertTensors } from "./gemma4-tensors.ts";
 import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { openRandomAccess, type RandomAccessFile } from "../runtime/fs.ts";
 import { type HostTensor, type LoadedModel, type ModelConfig, ModelLoadError } from "./config.ts";
@@ -98,11 +99,13 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
     if (config.architecture === "gemma4") Object.assign(config, await ggufLayerOutputScales(file, header, config.numLayers, path));
     const tokenizer = ggufTokenizer(header, config, path);
     const infos = new Map<string, GgufTensorInfo>(header.tensors.map((t) => [t.name, t]));
-    const source = {
+    const plain = {
       has: (n: string) => infos.has(n),
       byteLength: (n: string) => infos.get(n)!.byteLength,
       read: async (n: string) => sharedGateAsMatrix(await readGgufTensor(file, infos.get(n)!)),
     };
+    // Gemma 4's experts: the router's scale as its norm's weight, fused gate/up experts in halves (gemma4-tensors.ts).
+    const source = config.architecture === "gemma4" && config.moe ? gemma4ExpertTensors(plain, config.hiddenSize) : plain;
     const moe = config.moe;
     // Experts are stacked in current files; the first Mixtral conversions wrote one tensor per expert.
     const first = moe?.denseLayers ?? 0;

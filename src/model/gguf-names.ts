@@ -38,6 +38,11 @@ export const GGUF_LAYER_NAMES: Readonly<Record<LayerRole, string>> = {
   wvB: "attn_v_b.weight",
   bo: "attn_output.bias",
   sinks: "attn_sinks.weight",
+  ffnPostNorm1: "post_ffw_norm_1.weight",
+  ffnPreNorm2: "pre_ffw_norm_2.weight",
+  ffnPostNorm2: "post_ffw_norm_2.weight",
+  routerNorm: "ffn_gate_inp.scale",
+  expertScale: "ffn_down_exps.scale",
   routerLogitBias: "ffn_gate_inp.bias",
   bGate: "ffn_gate.bias",
   bUp: "ffn_up.bias",
@@ -70,6 +75,8 @@ function ownNames(config: ModelConfig): Partial<Record<LayerRole, string>> {
   // Qwen3.5 and Qwen3-Next too name their pre-feed-forward norm after HF's `post_attention_layernorm`.
   // Seed-OSS's converter gives it the attention's post-norm name as well (llama.cpp's attn_post_norm).
   if (config.architecture === "glm4moe" || config.architecture === "gpt-oss" || config.architecture === "qwen35" || config.architecture === "qwen35moe" || config.architecture === "qwen3next" || config.architecture === "seed_oss") return GLM4MOE_NAMES;
+  // Gemma 4's dense feed-forward beside its experts keeps the plain names.
+  if (config.architecture === "gemma4") return { wGateShared: "ffn_gate.weight", wUpShared: "ffn_up.weight", wDownShared: "ffn_down.weight" };
   // llama.cpp's falcon-h1 loader asks for its pre-feed-forward norm without the ".weight" suffix.
   if (config.architecture === "falcon-h1") return { ffnNorm: "ffn_norm" };
   return config.mla && config.mla.qLoraRank > 0 ? { wq: "attn_q_b.weight" } : {};

@@ -47,6 +47,11 @@ const LAYER_NAMES: Record<LayerRole, string> = {
   // GPT-OSS's roles; its experts' are read from fused tensors (hf-gpt-oss.ts GPT_OSS_NAMES).
   bo: "self_attn.o_proj.bias",
   sinks: "self_attn.sinks",
+  ffnPostNorm1: "post_feedforward_layernorm_1.weight",
+  ffnPreNorm2: "pre_feedforward_layernorm_2.weight",
+  ffnPostNorm2: "post_feedforward_layernorm_2.weight",
+  routerNorm: "router.scale",
+  expertScale: "router.per_expert_scale",
   routerLogitBias: "mlp.router.bias",
   bGate: "mlp.experts.gate_proj_bias",
   bUp: "mlp.experts.up_proj_bias",

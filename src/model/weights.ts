@@ -94,7 +94,7 @@ export interface TensorNames {
 
 const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>([
   "ssmConv", "ssmDtBias", "ssmDecay", "ssmNorm", "ssmConvBias", "ssmD", "attnNorm", "ffnNorm", "attnPostNorm", "ffnPostNorm", "qNorm", "kNorm", "qANorm", "kvANorm", "bq", "bk", "bv", "routerBias",
-  "bo", "sinks", "routerLogitBias", "bGate", "bUp", "bDown",
+  "bo", "sinks", "routerLogitBias", "bGate", "bUp", "bDown", "ffnPostNorm1", "ffnPreNorm2", "ffnPostNorm2", "routerNorm", "expertScale",
 ]);
 
 /** Small tensors kept as stored (not quantized): llama.cpp's quantizer leaves them too, and their rounding would change which experts run. */
@@ -246,6 +246,13 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): num
       return [c.hiddenSize];
     case "sinks":
       return [c.numHeads];
+    case "ffnPostNorm1":
+    case "ffnPreNorm2":
+    case "ffnPostNorm2":
+    case "routerNorm":
+      return [c.hiddenSize];
+    case "expertScale":
+      return [c.moe?.numExperts ?? 0];
     case "routerLogitBias":
       return [c.moe?.numExperts ?? 0];
     case "bGate":
@@ -309,6 +316,7 @@ function feedForwardRoles(config: ModelConfig, i: number, roles: LayerRole[]): L
     if (moe.expertBiases) roles.push("bGate", "bUp", "bDown");
     if (moe.sharedIntermediateSize > 0) roles.push("wGateShared", "wUpShared", "wDownShared");
     if (moe.sharedGate) roles.push("sharedGate");
+    if (moe.gemma4) roles.push("ffnPostNorm1", "ffnPreNorm2", "ffnPostNorm2", "routerNorm", "expertScale");
   }
   return roles;
 }

@@ -50,9 +50,26 @@ export function gemma4HfLayer(spec: ModelFileSpec, i: number, put: (name: string
   put(p + "post_attention_layernorm.weight", [hidden], 0.2, 1);
   put(p + "pre_feedforward_layernorm.weight", [hidden], 0.2, 1);
   put(p + "post_feedforward_layernorm.weight", [hidden], 0.2, 1);
-  put(p + "mlp.gate_proj.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
-  put(p + "mlp.up_proj.weight", [ffn, hidden], 1 / Math.sqrt(hidden));
-  put(p + "mlp.down_proj.weight", [hidden, ffn], 1 / Math.sqrt(ffn));
+  // With experts (the 26B-A4B) the dense feed-forward is three expert widths wide, as the writer's GGUF says.
+  const e = spec.experts;
+  const dense = e ? 3 * ffn : ffn;
+  put(p + "mlp.gate_proj.weight", [dense, hidden], 1 / Math.sqrt(hidden));
+  put(p + "mlp.up_proj.weight", [dense, hidden], 1 / Math.sqrt(hidden));
+  put(p + "mlp.down_proj.weight", [hidden, dense], 1 / Math.sqrt(dense));
+  if (e) {
+    put(p + "post_feedforward_layernorm_1.weight", [hidden], 0.2, 1);
+    put(p + "pre_feedforward_layernorm_2.weight", [hidden], 0.2, 1);
+    put(p + "post_feedforward_layernorm_2.weight", [hidden], 0.2, 1);
+    // A sharper router than the projections, and per-expert scales far from 1.
+    put(p + "router.proj.weight", [e.count, hidden], 4 / Math.sqrt(hidden));
+    put(p + "router.scale", [hidden], 0.5, 1);
+    put(p + "router.per_expert_scale", [e.count], 0.6, 1);
+    for (let x = 0; x < e.count; x++) {
+      put(`${p}mlp.experts.${x}.gate_proj.weight`, [ffn, hidden], 1 / Math.sqrt(hidden));
+      put(`${p}mlp.experts.${x}.up_proj.weight`, [ffn, hidden], 1 / Math.sqrt(hidden));
+      put(`${p}mlp.experts.${x}.down_proj.weight`, [hidden, ffn], 1 / Math.sqrt(ffn));
+    }
+  }
   put(p + "layer_scalar", [1], 0.3, 0.9);
 }
 
@@ -71,12 +88,19 @@ const LAYER_NAMES: Record<string, string> = {
   "mlp.up_proj.weight": "ffn_up.weight",
   "mlp.down_proj.weight": "ffn_down.weight",
   "layer_scalar": "layer_output_scale.weight",
+  "post_feedforward_layernorm_1.weight": "post_ffw_norm_1.weight",
+  "pre_feedforward_layernorm_2.weight": "pre_ffw_norm_2.weight",
+  "post_feedforward_layernorm_2.weight": "post_ffw_norm_2.weight",
+  "router.proj.weight": "ffn_gate_inp.weight",
+  "router.scale": "ffn_gate_inp.scale",
+  "router.per_expert_scale": "ffn_down_exps.scale",
 };
 
 /** One Gemma 4 layer weight as the converter writes it, or undefined for the others. */
 export function gemma4GgufPart(hf: string, shape: number[], values: Float32Array): GgufPart | undefined {
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
-  if (!m) return undefined;
+  // The routed experts are stacked as every model's are (model-files.ts).
+  if (!m || m[2].startsWith("mlp.experts.")) return undefined;
   const name = LAYER_NAMES[m[2]];
   if (!name) throw new Error(`No GGUF name for ${hf}`);
   return { name: `blk.${m[1]}.${name}`, shape, values, hf };

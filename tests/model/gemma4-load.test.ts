@@ -48,11 +48,22 @@ test("loadModel() reads a gemma4 GGUF: each layer's own attention geometry, keys
   assert.ok(c.eosTokenIds.includes(5), "<turn|>");
 });
 
-test("loadModel() refuses Gemma 4's per-layer embeddings, shared KV layers and experts by name", async () => {
+test("loadModel() refuses Gemma 4's per-layer embeddings and shared KV layers by name", async () => {
   const cases: [string, string, number, RegExp][] = [
     ["ple", "gemma4.embedding_length_per_layer_input", 8, /has per-layer embeddings \("gemma4\.embedding_length_per_layer_input", Gemma 4 E2B\/E4B's\), which are not supported/],
     ["shared", "gemma4.attention.shared_kv_layers", 1, /shares KV caches between layers \("gemma4\.attention\.shared_kv_layers"\), which is not supported/],
-    ["moe", "gemma4.expert_count", 8, /has experts \(Gemma 4 26B-A4B's\), which are not supported for gemma4 yet/],
   ];
   for (const [name, key, value, pattern] of cases) await expectLoadError(loadModel(await writeTestGguf(dir, name, SPEC, { metadata: [[key, gguf.u32(value)]] })), pattern);
+});
+
+test("loadModel() reads Gemma 4's experts (the 26B-A4B's layout): a dense feed-forward beside them, the router's norm weight its scale over √hidden", async () => {
+  const spec: ModelFileSpec = { ...SPEC, ffn: 16, experts: { count: 4, used: 2 } };
+  const m = await loadModel(await writeTestGguf(dir, "moe", spec));
+  const moe = m.config.moe!;
+  assert.deepEqual([moe.numExperts, moe.numExpertsUsed, moe.gating, moe.normalizeTopK, moe.gemma4, moe.sharedIntermediateSize, m.config.intermediateSize], [4, 2, "softmax", true, true, 48, 16]);
+  const l = m.weights.layers[1];
+  assert.deepEqual([l.wGate?.shape, l.wGateShared?.shape, l.routerNorm?.shape, l.expertScale?.shape, l.ffnPostNorm1?.shape], [[4, 16, 32], [48, 32], [32], [4], [32]]);
+  // The file's scale over √32: its values are near 1 (drawn in 0.5..1.5), the weight's near 0.18.
+  const norm = new Float32Array(l.routerNorm!.data.slice().buffer);
+  assert.ok(norm.every((x) => x > 0.5 / Math.sqrt(32) - 1e-6 && x < 1.5 / Math.sqrt(32) + 1e-6), `${norm}`);
 });

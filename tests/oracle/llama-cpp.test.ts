@@ -430,6 +430,15 @@ const CASES: OracleCase[] = [
     hf: false,
     kv: "f16",
   },
+  {
+    name: "gemma4 experts (the 26B-A4B's layout): 4 GELU experts / 2 beside a dense GeGLU, the router's own norm, per-expert scales, f32",
+    spec: {
+      ...BASE, architecture: "gemma4", layers: 3, heads: 4, kvHeads: 2, headDim: 16, ffn: 24, tied: true, seed: 223, experts: { count: 4, used: 2 },
+      gemma4: { pattern: [true, false, true], window: 5, swaHeadDim: 8, swaKvHeads: 2, swaTheta: 10000, partialFull: 0.5, softcap: 30 },
+    },
+    tol: 3e-4,
+    hf: false,
+  },
   // Seed-OSS: Llama's layout with q/k/v biases, NeoX RoPE, the pre-feed-forward norm under llama.cpp's attn_post_norm name.
   { name: "seed_oss q/k/v biases, 4/2 heads of 16, f32", spec: { ...BASE, architecture: "seed_oss", headDim: 16, seed: 219 }, tol: 1e-4, hf: true },
   { name: "seed_oss q8_0, f16 KV cache", spec: { ...BASE, architecture: "seed_oss", layers: 3, dtype: "q8_0", seed: 220 }, tol: 1.5e-2, hf: false, kv: "f16" },
