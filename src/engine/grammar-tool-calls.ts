@@ -186,6 +186,9 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
       return pairCalls(QWEN3_CODER, g);
     case "seed_oss":
       return pairCalls(SEED_OSS_PAIRS, g);
+    case "gemma4":
+      // Gemma's own notation (bare keys, <|"|>-delimited strings) is not JSON: no grammar writes it yet.
+      throw new SchemaError("Tool calls in Gemma 4's format cannot be constrained (tool_choice \"required\", a named function, or strict tools) yet; use tool_choice \"auto\"");
     default: {
       // Hermes and Llama 3: one JSON object naming the tool, its arguments under "arguments" or "parameters".
       const llama = g.format === "llama3_json";
@@ -216,6 +219,7 @@ export function toolCallTrigger(format = "hermes"): string {
     case "nemotron_json": return LIST_MARKERS[format];
     case "lfm2": return LFM2.open;
     case "seed_oss": return SEED_OSS.open;
+    case "gemma4": throw new SchemaError("Tool calls in Gemma 4's format cannot be constrained amid text yet");
     // Llama 3 writes a bare object; its first key is the one text that tells it from prose.
     case "llama3_json": return '{"name"';
     case "harmony": throw new SchemaError("The harmony format's calls begin in a message header, not amid text: tool calls amid free text cannot be constrained in it");

@@ -66,6 +66,8 @@ export interface TagStructure {
  * `<parameter=KEY>\nVALUE\n</parameter>\n` (a string value raw, others JSON), then `</function>\n</tool_call>`.
  * "seed_oss" (ByteDance Seed-OSS): as "qwen3_coder" inside `<seed:tool_call>` … `</seed:tool_call>`, a value
  * written between its tags without the newlines (the parser takes either).
+ * "gemma4" (Gemma 4): `<|tool_call>call:NAME{key:value,...}<tool_call|>` per call, its strings between
+ * `<|"|>` tokens; read only (forced calls are not written in it: toolCallGroup refuses).
  * "deepseek_v3" (DeepSeek V3, R1-0528): as "deepseek_v31", but each call is
  * `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>`, calls a newline apart.
  * "minimax_m2" (MiniMax M2): `<minimax:tool_call>\n` then per call `<invoke name="NAME">\n` and per
@@ -85,7 +87,7 @@ export interface TagStructure {
 export type ToolCallFormat = (typeof TOOL_CALL_FORMATS)[number];
 /** Every {@link ToolCallFormat}, for checking a name from the command line. */
 export const TOOL_CALL_FORMATS = [
-  "hermes", "llama3_json", "kimi_k2", "deepseek_v31", "deepseek_v3", "glm45", "qwen3_coder", "minimax_m2", "mistral", "harmony", "granite", "phi4_mini_json", "lfm2", "nemotron_json", "seed_oss",
+  "hermes", "llama3_json", "kimi_k2", "deepseek_v31", "deepseek_v3", "glm45", "qwen3_coder", "minimax_m2", "mistral", "harmony", "granite", "phi4_mini_json", "lfm2", "nemotron_json", "seed_oss", "gemma4",
 ] as const;
 /** vLLM's names for formats we name otherwise (`--tool-call-parser openai`), accepted too. */
 export const TOOL_CALL_FORMAT_ALIASES: Readonly<Record<string, ToolCallFormat>> = { openai: "harmony" };

@@ -16,6 +16,7 @@ import { Llama3JsonStream } from "./tool-calls-llama3.ts";
 import { GRANITE_CALLS, MistralToolStream, NEMOTRON_CALLS, PHI4_MINI_CALLS } from "./tool-calls-mistral.ts";
 import { DEEPSEEK_SYNTAX, DEEPSEEK_V3_SYNTAX, KIMI_SYNTAX } from "./tool-calls-sections.ts";
 import { LFM2_SYNTAX } from "./tool-calls-pythonic.ts";
+import { GEMMA4_SYNTAX } from "./tool-calls-gemma4.ts";
 import { glmSyntax, minimaxSyntax, qwen3CoderSyntax, seedOssSyntax, type ToolSpec } from "./tool-calls-pairs.ts";
 
 /** How to read one chat answer. */
@@ -166,6 +167,7 @@ function toolStream(o: ChatOutputOptions): ToolCallStream | Llama3JsonStream | M
     case "glm45": return new ToolCallStream(glmSyntax(o.tools ?? []));
     case "qwen3_coder": return new ToolCallStream(qwen3CoderSyntax(o.tools ?? []));
     case "seed_oss": return new ToolCallStream(seedOssSyntax(o.tools ?? []));
+    case "gemma4": return new ToolCallStream(GEMMA4_SYNTAX);
     case "mistral":
     case "mistral_pre_v11": return new MistralToolStream();
     case "granite": return new MistralToolStream(GRANITE_CALLS);

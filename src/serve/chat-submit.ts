@@ -99,8 +99,8 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   // reasoning: its answers always keep them (the parser consumes them), whatever skip_special_tokens says.
   // So do answers that may call tools: skipped, the calls could not be read (vLLM's parsers force it too).
   const toolCalls = (tools?.length ?? 0) > 0;
-  // Seed-OSS's <seed:think> tags may be special tokens of its vocabulary, as Magistral's [THINK] are.
-  const skipSpecial = !toolCalls && ctx.reasoningParser !== "mistral" && ctx.reasoningParser !== "seed_oss";
+  // Seed-OSS's <seed:think> tags may be special tokens of its vocabulary, as Magistral's [THINK] and Gemma 4's channel tokens are.
+  const skipSpecial = !toolCalls && ctx.reasoningParser !== "mistral" && ctx.reasoningParser !== "seed_oss" && ctx.reasoningParser !== "gemma4";
   const budget = body.thinking_token_budget ?? undefined;
   if (budget !== undefined && !ctx.tracksReasoning) {
     throw new ApiError(400, `A thinking_token_budget needs a reasoning parser whose tags are single tokens of this model, got thinking_token_budget = ${budget} with --reasoning-parser ${ctx.reasoningParser}`, "thinking_token_budget", "unsupported_parameter");

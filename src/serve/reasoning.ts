@@ -24,12 +24,13 @@ import { partialTagSuffix } from "./tool-calls.ts";
 /**
  * The reasoning parsers `--reasoning-parser` accepts: "think" reads `<think>…</think>`, "mistral"
  * Magistral's `[THINK]…[/THINK]` control tokens, "harmony" gpt-oss's analysis channel (harmony.ts),
- * "seed_oss" Seed-OSS's `<seed:think>…</seed:think>` (vLLM's name); "none" leaves output as it is.
+ * "seed_oss" Seed-OSS's `<seed:think>…</seed:think>` (vLLM's name), "gemma4" Gemma 4's thought channel
+ * `<|channel>thought…<channel|>`; "none" leaves output as it is.
  */
-export type ReasoningParserName = "think" | "mistral" | "harmony" | "seed_oss" | "none";
+export type ReasoningParserName = "think" | "mistral" | "harmony" | "seed_oss" | "gemma4" | "none";
 
 /** The reasoning parser names, for CLIs and checks. */
-export const REASONING_PARSERS: readonly ReasoningParserName[] = ["think", "mistral", "harmony", "seed_oss", "none"];
+export const REASONING_PARSERS: readonly ReasoningParserName[] = ["think", "mistral", "harmony", "seed_oss", "gemma4", "none"];
 
 /** vLLM's names for the same parsers (`--reasoning-parser deepseek_r1` etc.), accepted too. */
 export const REASONING_PARSER_ALIASES: Readonly<Record<string, ReasoningParserName>> = {
@@ -51,6 +52,8 @@ export function detectReasoningParser(template: string | undefined, architecture
   if (template === undefined) return "none";
   if (template.includes("[THINK]")) return "mistral";
   if (template.includes(SEED_THINK_TAGS.open)) return "seed_oss";
+  // Gemma 4's channel tokens (harmony's are `<|channel|>`, told by gpt-oss's architecture above).
+  if (template.includes("<|channel>")) return "gemma4";
   return template.includes(THINK_OPEN) ? "think" : "none";
 }
 
@@ -74,6 +77,8 @@ export interface ReasoningTags {
 export const THINK_TAGS: ReasoningTags = { open: THINK_OPEN, close: THINK_CLOSE };
 /** Seed-OSS's: added tokens of its vocabulary, kept in the text as Magistral's are. */
 export const SEED_THINK_TAGS: ReasoningTags = { open: "<seed:think>", close: "</seed:think>" };
+/** Gemma 4's thought channel: its channel tokens (control tokens, kept in the text as Magistral's are), the open one followed by "thought". */
+export const GEMMA4_THOUGHT_TAGS: ReasoningTags = { open: "<|channel>thought", close: "<channel|>" };
 /** Magistral's (Mistral's reasoning models'): control tokens, so they reach the text only with special tokens kept. */
 export const MISTRAL_THINK_TAGS: ReasoningTags = { open: "[THINK]", close: "[/THINK]" };
 
@@ -89,6 +94,7 @@ export function reasoningTags(parser: ReasoningParserName): ReasoningTags | unde
     case "think": return THINK_TAGS;
     case "mistral": return MISTRAL_THINK_TAGS;
     case "seed_oss": return SEED_THINK_TAGS;
+    case "gemma4": return GEMMA4_THOUGHT_TAGS;
     case "harmony": return HARMONY_ANALYSIS_TAGS;
     case "none": return undefined;
   }

@@ -106,7 +106,8 @@ export interface ServerOptions {
    * "qwen3_coder" (Qwen3-Coder), "minimax_m2" (MiniMax M2), "mistral" (Mistral, Magistral,
    * Devstral; the shape by the tokenizer's version), "harmony" (gpt-oss), "granite" (Granite 3.x),
    * "phi4_mini_json" (Phi-4-mini), "lfm2" (LFM2, LFM2.5: Python calls; llama.cpp's format) or
-   * "nemotron_json" (Nemotron Nano 2) or "seed_oss" (Seed-OSS: Qwen3-Coder's calls in `<seed:tool_call>`). vLLM's parser names, but "harmony" (vLLM's "openai"), "lfm2"
+   * "nemotron_json" (Nemotron Nano 2), "seed_oss" (Seed-OSS: Qwen3-Coder's calls in `<seed:tool_call>`) or
+   * "gemma4" (Gemma 4, read only). vLLM's parser names, but "harmony" (vLLM's "openai"), "lfm2"
    * (which vLLM has not) and "nemotron_json" (NVIDIA's plugin for vLLM). "auto": the
    * format the model's chat template tells (tool-call-detect.ts), Hermes where it tells none.
    */

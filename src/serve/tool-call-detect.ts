@@ -21,6 +21,8 @@ export function toolCallChoice(s: string): ToolCallChoice | undefined {
 const MARKERS: readonly [test: (t: string) => boolean, format: ToolCallFormat][] = [
   [(t) => t.includes("<|channel|>") && t.includes("<|start|>"), "harmony"],
   [(t) => t.includes("<minimax:tool_call>"), "minimax_m2"],
+  // Gemma 4 writes <|tool_call>call:NAME{...}<tool_call|>.
+  [(t) => t.includes("<|tool_call>"), "gemma4"],
   [(t) => t.includes("<|tool_calls_section_begin|>") || t.includes("<|tool_call_begin|>"), "kimi_k2"],
   // DeepSeek V3 and R1-0528 write a call's arguments in a json code fence; V3.1 bare.
   [(t) => t.includes("<｜tool▁calls▁begin｜>") && t.includes("```json"), "deepseek_v3"],
