@@ -4,7 +4,7 @@
  */
 import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { type Backend, numel, type Tensor } from "../backend/types.ts";
-import type { HostTensor, LayerWeights, LoadedModel, ModelConfig, ModelWeights } from "./config.ts";
+import { attentionGeometries, type HostTensor, type LayerWeights, type LoadedModel, type ModelConfig, type ModelWeights } from "./config.ts";
 
 /** A model whose weights live on a backend: what `forward` consumes. */
 export interface DeviceModel {
@@ -12,6 +12,8 @@ export interface DeviceModel {
   weights: ModelWeights<Tensor>;
   /** config.ropeFreqFactors as f32 [rotaryDim / 2], uploaded once for every layer's rope. */
   ropeFreqFactors?: Tensor;
+  /** Weights of ones [headDim] for each head size, where values are normed without a weight (ModelConfig.valueNorm: Gemma 4). */
+  unitNorms?: ReadonlyMap<number, Tensor>;
 }
 
 /** Uploads a matrix in its own dtype. */
@@ -109,7 +111,15 @@ export function uploadModel(backend: Backend, model: Pick<LoadedModel, "config" 
       output: w.output === undefined ? undefined : uploadMatrix(backend, w.output),
     },
     ropeFreqFactors: uploadFreqFactors(backend, model.config),
+    ...(model.config.valueNorm ? { unitNorms: uploadUnitNorms(backend, model.config) } : {}),
   };
+}
+
+/** A weight of ones for each head size of the model's attending layers. */
+function uploadUnitNorms(backend: Backend, config: ModelConfig): Map<number, Tensor> {
+  const out = new Map<number, Tensor>();
+  for (const { headDim } of attentionGeometries(config)) if (!out.has(headDim)) out.set(headDim, backend.upload(new Float32Array(headDim).fill(1), [headDim]));
+  return out;
 }
 
 function uploadFreqFactors(backend: Backend, config: ModelConfig): Tensor | undefined {
@@ -120,7 +130,7 @@ function uploadFreqFactors(backend: Backend, config: ModelConfig): Tensor | unde
 /** Frees every device weight of a model uploaded with `uploadModel`. */
 export function freeDeviceModel(backend: Backend, model: DeviceModel): void {
   const w = model.weights;
-  const all: (Tensor | undefined)[] = [w.tokenEmbedding, w.outputNorm, w.output, model.ropeFreqFactors];
+  const all: (Tensor | undefined)[] = [w.tokenEmbedding, w.outputNorm, w.output, model.ropeFreqFactors, ...(model.unitNorms?.values() ?? [])];
   for (const l of w.layers) all.push(...Object.values(l));
   for (const t of all) if (t !== undefined) backend.free(t);
 }

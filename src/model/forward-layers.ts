@@ -105,7 +105,7 @@ export function attentionBlock(
   let k = backend.reshape(kFlat, [n, numKvHeads, headDim]);
   let v = backend.reshape(vProjected ? s.keep(vFlat) : vFlat, [n, numKvHeads, headDim]);
   // Gemma 4: each value head RMS-normed without a weight (the keys' own norm comes after, on k).
-  if (c.valueNorm) v = s.keep(backend.rmsnorm(v, unitWeight(backend, headDim, s), c.rmsNormEps));
+  if (c.valueNorm) v = s.keep(backend.rmsnorm(v, model.unitNorms?.get(headDim) ?? unitWeight(backend, headDim, s), c.rmsNormEps));
   if (c.qkNorm && c.qkNormPerRow) {
     // OLMo 2: one norm over each token's whole projection, before the heads are split.
     if (!l.qNorm || !l.kNorm) throw new ForwardInputError("The model config asks for q/k norm but the weights lack it");
@@ -146,7 +146,7 @@ export function attentionBlock(
   return backend.add(x, blockOutput(backend, model, l.attnPostNorm, o, s));
 }
 
-/** A weight of ones [width], for a norm without one (Gemma 4's values'), held for the step. */
+/** A weight of ones [width], for a norm without one (Gemma 4's values'), held for the step (where the device model has none uploaded). */
 function unitWeight(backend: Backend, width: number, s: Scratch): Tensor {
   return s.keep(backend.upload(new Float32Array(width).fill(1), [width]));
 }
