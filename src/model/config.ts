@@ -279,9 +279,11 @@ export function hasFeedForward(config: ModelConfig, i: number): boolean {
   return config.layerBlocks?.[i] !== "mixer";
 }
 
-/** The layers that attend over a KV cache, in order (all of them but those with recurrent state or a feed-forward alone; Falcon-H1's Mamba-2 layers attend too). */
+/** The layers with a KV cache of their own, in order (all of them but those with recurrent state or a feed-forward alone, or that read another's cache; Falcon-H1's Mamba-2 layers attend too). */
 export function attentionLayers(config: ModelConfig): number[] {
-  return Array.from({ length: config.numLayers }, (_, i) => i).filter((i) => (!isRecurrentLayer(config, i) || attendsInParallel(config, i)) && !isFeedForwardOnlyLayer(config, i));
+  return Array.from({ length: config.numLayers }, (_, i) => i).filter((i) =>
+    (!isRecurrentLayer(config, i) || attendsInParallel(config, i)) && !isFeedForwardOnlyLayer(config, i) && config.kvShareFrom?.[i] === undefined
+  );
 }
 
 /** True when layer `i` is a Mamba-2 layer that also attends, in parallel (Mamba2Config.parallelAttention: Falcon-H1). */
@@ -389,6 +391,18 @@ export interface ModelConfig {
   keyAsValue?: readonly boolean[];
   /** One entry per layer: the scalar its output (the residual stream after it) is multiplied by (Gemma 4's `layer_output_scale`, read from the weights). */
   layerOutputScales?: readonly number[];
+  /**
+   * One entry per layer: the earlier layer whose KV cache it attends over instead of its own (Gemma 4
+   * E2B/E4B's last layers: no key or value projection, no cache); undefined where it has its own.
+   */
+  kvShareFrom?: readonly (number | undefined)[];
+  /** One entry per layer where the feed-forward widths differ (Gemma 4 E2B/E4B's double-wide shared layers); else intermediateSize. */
+  layerIntermediateSizes?: readonly number[];
+  /**
+   * Gemma 4 E2B/E4B's per-layer inputs: each token's own `width` values per layer (ModelWeights.perLayer*),
+   * gated into each layer's output (LayerWeights.pleGate, pleProj, plePostNorm).
+   */
+  perLayerInput?: { width: number };
   /** Soft-caps the logits (Gemma 2's `final_logit_softcapping`); absent: none. */
   finalSoftcap?: number;
   /**
@@ -501,6 +515,10 @@ export interface LayerWeights<T> {
   routerNorm?: T;
   /** [experts]: each expert's output scale (Gemma 4's per-expert scale). */
   expertScale?: T;
+  /** Gemma 4 E2B/E4B's per-layer input: gate [width, hidden], projection [hidden, width], output norm [hidden] ({@link ModelConfig.perLayerInput}). */
+  pleGate?: T;
+  pleProj?: T;
+  plePostNorm?: T;
   /** The norm before the feed-forward; absent where the model has none ({@link ModelConfig.noPreNorms}). */
   ffnNorm?: T;
   /** The feed-forward's gate (absent for an ungated one, ffnActivation "relu2"), up and down projections; all absent on a layer without a feed-forward ({@link ModelConfig.layerBlocks}). */
@@ -567,6 +585,10 @@ export interface ModelWeights<T> {
   outputNorm: T;
   /** Absent when tied to the token embedding. */
   output?: T;
+  /** Gemma 4 E2B/E4B's per-layer inputs ({@link ModelConfig.perLayerInput}): a table [vocab, layers · width], a projection [layers · width, hidden] of the embedding, its norm [width]. */
+  perLayerEmbedding?: T;
+  perLayerModelProj?: T;
+  perLayerProjNorm?: T;
 }
 
 /** The tokenizer contract the engine and server use. */

@@ -66,6 +66,9 @@ function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeight
     ffnPostNorm2: uploadOptional(backend, l.ffnPostNorm2),
     routerNorm: uploadOptional(backend, l.routerNorm),
     expertScale: uploadOptionalF32(backend, l.expertScale),
+    pleGate: uploadOptionalMatrix(backend, l.pleGate),
+    pleProj: uploadOptionalMatrix(backend, l.pleProj),
+    plePostNorm: uploadOptional(backend, l.plePostNorm),
     wGate: uploadOptionalMatrix(backend, l.wGate),
     wUp: uploadOptionalMatrix(backend, l.wUp),
     wDown: uploadOptionalMatrix(backend, l.wDown),
@@ -109,6 +112,9 @@ export function uploadModel(backend: Backend, model: Pick<LoadedModel, "config" 
       layers: w.layers.map((l) => uploadLayer(backend, l)),
       outputNorm: uploadVector(backend, w.outputNorm),
       output: w.output === undefined ? undefined : uploadMatrix(backend, w.output),
+      ...(w.perLayerEmbedding && w.perLayerModelProj && w.perLayerProjNorm
+        ? { perLayerEmbedding: uploadMatrix(backend, w.perLayerEmbedding), perLayerModelProj: uploadMatrix(backend, w.perLayerModelProj), perLayerProjNorm: uploadVector(backend, w.perLayerProjNorm) }
+        : {}),
     },
     ropeFreqFactors: uploadFreqFactors(backend, model.config),
     ...(model.config.valueNorm ? { unitNorms: uploadUnitNorms(backend, model.config) } : {}),
@@ -130,7 +136,7 @@ function uploadFreqFactors(backend: Backend, config: ModelConfig): Tensor | unde
 /** Frees every device weight of a model uploaded with `uploadModel`. */
 export function freeDeviceModel(backend: Backend, model: DeviceModel): void {
   const w = model.weights;
-  const all: (Tensor | undefined)[] = [w.tokenEmbedding, w.outputNorm, w.output, model.ropeFreqFactors, ...(model.unitNorms?.values() ?? [])];
+  const all: (Tensor | undefined)[] = [w.tokenEmbedding, w.outputNorm, w.output, w.perLayerEmbedding, w.perLayerModelProj, w.perLayerProjNorm, model.ropeFreqFactors, ...(model.unitNorms?.values() ?? [])];
   for (const l of w.layers) all.push(...Object.values(l));
   for (const t of all) if (t !== undefined) backend.free(t);
 }

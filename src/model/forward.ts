@@ -18,7 +18,7 @@ import type { DeviceLoraSet } from "./lora-set.ts";
 import { loraKey } from "./lora.ts";
 import { type FlatBatch, flattenBatch, type ForwardEntry, ForwardInputError, uploadBatch } from "./forward-batch.ts";
 import { attentionBlock, mlpBlock, moeBlock, projector, scaled, Scratch } from "./forward-layers.ts";
-import { gemma4MoeBlock } from "./forward-gemma4.ts";
+import { gemma4MoeBlock, perLayerBlock, perLayerInputs, sharedKvAttention } from "./forward-gemma4.ts";
 
 export { type ForwardEntry, ForwardInputError } from "./forward-batch.ts";
 
@@ -145,6 +145,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
   const rowSlots = lora ? rowSlotsOf(step.entries, lora.slots, lora.set.slots) : undefined;
   const slotIds = rowSlots && uploadSlots(backend, rowSlots);
   const recurrent = recurrentPlan && { ...recurrentPlan, batch: { seqs: backend.upload(recurrentPlan.table, [step.entries.length, 4]), numSeqs: step.entries.length } };
+  let perLayer: Tensor | undefined;
   try {
     if (step.tokenIds && step.tokenIds.shape[0] !== flat.ids.length) {
       throw new ForwardInputError(`The step's device token ids hold ${step.tokenIds.shape[0]} rows, its entries ${flat.ids.length}`);
@@ -155,6 +156,10 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       x = scaled(backend, raw, c.embeddingScale);
       backend.free(raw);
     }
+    // Gemma 4 E2B/E4B: each token's per-layer inputs, from the scaled embedding.
+    perLayer = c.perLayerInput ? perLayerInputs(backend, model, x, step.tokenIds ?? tensors.ids, s) : undefined;
+    // A layer that reads another's cache (Gemma 4 E2B/E4B) finds it by that layer's place among the caches.
+    const cacheOf = c.kvShareFrom ? new Map(attentionLayers(c).map((layer, at) => [layer, at])) : undefined;
     // The caches of attention layers and the states of recurrent layers, each in layer order.
     let cache = 0;
     let conv = 0;
@@ -176,6 +181,8 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
           ? mamba2Block(backend, recurrent.mamba2, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project, parallel())
           : heads
           ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], heads, keep)
+          : c.kvShareFrom?.[i] !== undefined
+          ? sharedKvAttention(backend, model, l, x, tensors, kv.k[cacheOf!.get(c.kvShareFrom[i]!)!], kv.v[cacheOf!.get(c.kvShareFrom[i]!)!], layerWindow(c, i), s, project, i)
           : attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], layerWindow(c, i), !c.nopeLayers?.[i], s, project, i);
         backend.free(x);
       }
@@ -189,6 +196,11 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
           ? gemma4MoeBlock(backend, model, l, afterAttn, s)
           : moeBlock(backend, model, l, afterAttn, s, norm);
         backend.free(afterAttn);
+      }
+      if (perLayer) {
+        const raw = x;
+        x = perLayerBlock(backend, model, l, raw, perLayer, i, s);
+        backend.free(raw);
       }
       // Gemma 4: the layer's whole output scaled by its scalar.
       const outScale = c.layerOutputScales?.[i];
@@ -238,6 +250,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
     if (heads) backend.free(heads);
     if (slotIds) backend.free(slotIds);
     if (recurrent) backend.free(recurrent.batch.seqs);
+    if (perLayer) backend.free(perLayer);
   }
 }
 

@@ -182,7 +182,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     // Latent attention caches one head: the latent and the shared RoPE key.
     numKvHeads: mla ? 1 : numKvHeads,
     headDim: mla ? mla.kvLoraRank + mla.ropeDim : headDim,
-    intermediateSize: nemotron?.intermediateSize ?? (meta.entries.has(ffnKey) ? perLayerNumber(meta, ffnKey, path) : perLayerNumber(meta, `${arch}.feed_forward_length`, path)),
+    intermediateSize: gemma4?.intermediateSize ?? nemotron?.intermediateSize ?? (meta.entries.has(ffnKey) ? perLayerNumber(meta, ffnKey, path) : perLayerNumber(meta, `${arch}.feed_forward_length`, path)),
     ...(moe ? { moe } : {}),
     ...(mla ? { mla } : {}),
     ...(scaled ? { attentionScale: scaled.attentionScale, ropeFreqFactors: scaled.freqFactors } : {}),

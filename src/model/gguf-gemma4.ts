@@ -13,8 +13,10 @@
  *   a layer without `attn_v` taking its keys' projection as values;
  * - each layer's output multiplied by its `layer_output_scale` (read with the weights: gguf-loader.ts);
  * - the logits soft-capped where `final_logit_softcapping` says.
- * - the 26B-A4B's experts beside a dense feed-forward ({@link gemma4Moe}).
- * The E2B/E4B models' per-layer embeddings and shared KV layers are refused by name.
+ * - the 26B-A4B's experts beside a dense feed-forward ({@link gemma4Moe});
+ * - E2B/E4B's per-layer inputs (`embedding_length_per_layer_input`: forward-gemma4.ts), their last
+ *   `attention.shared_kv_layers` layers reading the cache of the last sliding or full layer before
+ *   them, and per-layer feed-forward widths (the shared layers' double-wide).
  */
 import { ModelLoadError, type MoeConfig, plainMoe, type SlidingWindow } from "./config.ts";
 import { type GgufMetadata, perLayerNumber } from "./gguf-metadata.ts";
@@ -34,6 +36,10 @@ export interface Gemma4Fields {
   keyAsValue: boolean[];
   finalSoftcap?: number;
   moe?: MoeConfig;
+  perLayerInput?: { width: number };
+  kvShareFrom?: (number | undefined)[];
+  intermediateSize?: number;
+  layerIntermediateSizes?: number[];
 }
 
 /**
@@ -56,12 +62,8 @@ export function ggufGemma4(meta: GgufMetadata, arch: string, shape: { hiddenSize
     if (!Number.isInteger(v) || v < 0) throw new ModelLoadError(`GGUF metadata "${arch}.${key}" in "${path}" should be a whole number, got ${v}`);
     return v;
   };
-  if (whole("embedding_length_per_layer_input", 0) > 0) {
-    throw new ModelLoadError(`Model "${path}" has per-layer embeddings ("${arch}.embedding_length_per_layer_input", Gemma 4 E2B/E4B's), which are not supported`);
-  }
-  if (whole("attention.shared_kv_layers", 0) > 0) {
-    throw new ModelLoadError(`Model "${path}" shares KV caches between layers ("${arch}.attention.shared_kv_layers"), which is not supported`);
-  }
+  const ple = whole("embedding_length_per_layer_input", 0);
+  const shared = whole("attention.shared_kv_layers", 0);
   const experts = whole("expert_count", 0);
   const moe = experts > 0 ? gemma4Moe(meta, arch, experts, path) : undefined;
   const patternKey = `${arch}.attention.sliding_window_pattern`;
@@ -92,6 +94,15 @@ export function ggufGemma4(meta: GgufMetadata, arch: string, shape: { hiddenSize
     throw new ModelLoadError(`Model "${path}" rotates ${rot} of ${headDim} and ${rotSwa} of ${swaHeadDim} head dims; expected even counts within the heads`);
   }
   const swaTheta = meta.number(`${arch}.rope.freq_base_swa`, shape.ropeTheta);
+  // E2B/E4B: the last `shared` layers read the cache of the last sliding or full layer before them (llama.cpp's reuse).
+  const firstShared = n - shared;
+  if (shared > 0 && (firstShared < 2 || layers[firstShared - 2] !== true || layers[firstShared - 1] !== false)) {
+    throw new ModelLoadError(`Model "${path}" shares the KV caches of its last ${shared} layers, but the two layers before them are not a sliding and a full-attention one`);
+  }
+  const kvShareFrom = shared > 0 ? layers.map((sliding, i) => (i < firstShared ? undefined : firstShared - (sliding ? 2 : 1))) : undefined;
+  const ffKey = `${arch}.feed_forward_length`;
+  const ffRaw = meta.entries.get(ffKey)?.value;
+  const widths = Array.isArray(ffRaw) && !experts ? ffRaw.map(Number).slice(0, n) : undefined;
   const cap = meta.optionalNumber(`${arch}.final_logit_softcapping`);
   return {
     numKvHeads: fullKv,
@@ -111,5 +122,8 @@ export function ggufGemma4(meta: GgufMetadata, arch: string, shape: { hiddenSize
     keyAsValue: Array.from({ length: n }, (_, i) => !has(`blk.${i}.attn_v.weight`)),
     ...(cap !== undefined && cap > 0 ? { finalSoftcap: cap } : {}),
     ...(moe ? { moe } : {}),
+    ...(ple > 0 ? { perLayerInput: { width: ple } } : {}),
+    ...(kvShareFrom ? { kvShareFrom } : {}),
+    ...(widths ? { intermediateSize: Math.max(...widths), ...(new Set(widths).size > 1 ? { layerIntermediateSizes: widths } : {}) } : {}),
   };
 }

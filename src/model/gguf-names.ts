@@ -43,6 +43,9 @@ export const GGUF_LAYER_NAMES: Readonly<Record<LayerRole, string>> = {
   ffnPostNorm2: "post_ffw_norm_2.weight",
   routerNorm: "ffn_gate_inp.scale",
   expertScale: "ffn_down_exps.scale",
+  pleGate: "inp_gate.weight",
+  pleProj: "proj.weight",
+  plePostNorm: "post_norm.weight",
   routerLogitBias: "ffn_gate_inp.bias",
   bGate: "ffn_gate.bias",
   bUp: "ffn_up.bias",
@@ -104,6 +107,7 @@ export const GGUF_TENSOR_NAMES: TensorNames = {
   tokenEmbedding: "token_embd.weight",
   outputNorm: "output_norm.weight",
   output: "output.weight",
+  perLayer: { embedding: "per_layer_token_embd.weight", modelProj: "per_layer_model_proj.weight", projNorm: "per_layer_proj_norm.weight" },
   layer: (i, role) => `blk.${i}.${GGUF_LAYER_NAMES[role]}`,
 };
 

@@ -64,6 +64,7 @@ export function targetDims(config: ModelConfig, layer: number, target: LoraTarge
   // Gemma 4's sliding layers have heads of their own size; its layers without a value projection have none to adapt.
   const geometry = layerAttention(config, layer);
   const q = config.numHeads * geometry.headDim, kv = geometry.numKvHeads * geometry.headDim;
+  if ((target === "wk" || target === "wv") && config.kvShareFrom?.[layer] !== undefined) return `it reads layer ${config.kvShareFrom[layer]}'s KV cache and projects no keys or values`;
   if (target === "wv" && config.keyAsValue?.[layer]) return "it has no value projection (its values are its keys')";
   if (config.mla && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "latent attention projections cannot be adapted";
   if (isDeltaNetLayer(config, layer) && (target === "wq" || target === "wk" || target === "wv" || target === "wo")) return "it is a Gated DeltaNet layer, which has no attention projections";

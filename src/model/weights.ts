@@ -89,12 +89,14 @@ export interface TensorNames {
   tokenEmbedding: string;
   outputNorm: string;
   output: string;
+  /** Gemma 4 E2B/E4B's per-layer input tensors (ModelWeights.perLayer*), where the format names them. */
+  perLayer?: { embedding: string; modelProj: string; projNorm: string };
   layer(index: number, role: LayerRole): string;
 }
 
 const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>([
   "ssmConv", "ssmDtBias", "ssmDecay", "ssmNorm", "ssmConvBias", "ssmD", "attnNorm", "ffnNorm", "attnPostNorm", "ffnPostNorm", "qNorm", "kNorm", "qANorm", "kvANorm", "bq", "bk", "bv", "routerBias",
-  "bo", "sinks", "routerLogitBias", "bGate", "bUp", "bDown", "ffnPostNorm1", "ffnPreNorm2", "ffnPostNorm2", "routerNorm", "expertScale",
+  "bo", "sinks", "routerLogitBias", "bGate", "bUp", "bDown", "ffnPostNorm1", "ffnPreNorm2", "ffnPostNorm2", "routerNorm", "expertScale", "plePostNorm",
 ]);
 
 /** Small tensors kept as stored (not quantized): llama.cpp's quantizer leaves them too, and their rounding would change which experts run. */
@@ -201,7 +203,7 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): num
   // An MoE layer stacks its experts' feed-forward matrices; a leading dense layer has its own width.
   const sparse = isMoeLayer(c, layer);
   const experts = sparse ? [c.moe!.numExperts] : [];
-  const ff = c.moe && !sparse ? c.moe.denseIntermediateSize : c.intermediateSize;
+  const ff = c.moe && !sparse ? c.moe.denseIntermediateSize : c.layerIntermediateSizes?.[layer] ?? c.intermediateSize;
   const shared = c.moe?.sharedIntermediateSize ?? 0;
   switch (role) {
     case "attnNorm":
@@ -253,6 +255,12 @@ function expectedLayerShape(c: ModelConfig, role: LayerRole, layer: number): num
       return [c.hiddenSize];
     case "expertScale":
       return [c.moe?.numExperts ?? 0];
+    case "pleGate":
+      return [c.perLayerInput?.width ?? 0, c.hiddenSize];
+    case "pleProj":
+      return [c.hiddenSize, c.perLayerInput?.width ?? 0];
+    case "plePostNorm":
+      return [c.hiddenSize];
     case "routerLogitBias":
       return [c.moe?.numExperts ?? 0];
     case "bGate":
@@ -287,16 +295,18 @@ export function layerRoles(config: ModelConfig, i: number): LayerRole[] {
     return [...mamba2, ...attention, ...feedForwardRoles(config, i, ["attnNorm", "ffnNorm", "wGate", "wUp", "wDown"])];
   }
   const mla = config.mla;
-  // Gemma 4's layers without a value projection take their keys' as values.
+  // Gemma 4's layers without a value projection take their keys' as values; those reading another's cache project queries alone.
+  const shared = config.kvShareFrom?.[i] !== undefined;
   const attention: LayerRole[] = !mla
-    ? (config.keyAsValue?.[i] ? ["wq", "wk"] : ["wq", "wk", "wv"])
+    ? (shared ? ["wq"] : config.keyAsValue?.[i] ? ["wq", "wk"] : ["wq", "wk", "wv"])
     : [...(mla.qLoraRank > 0 ? ["wqA", "qANorm"] as const : []), "wq", "wkvA", "kvANorm", "wkB", "wvB"];
   const roles: LayerRole[] = config.noPreNorms ? [...attention, "wo", "wGate", "wUp", "wDown"] : ["attnNorm", ...attention, "wo", "ffnNorm", "wGate", "wUp", "wDown"];
   if (config.qkvBias) roles.push("bq", "bk", "bv");
   if (config.outputBias) roles.push("bo");
   if (config.attentionSinks) roles.push("sinks");
-  if (config.qkNorm) roles.push("qNorm", "kNorm");
+  if (config.qkNorm) roles.push(...(shared ? ["qNorm"] as const : ["qNorm", "kNorm"] as const));
   if (config.postNorms) roles.push("attnPostNorm", "ffnPostNorm");
+  if (config.perLayerInput) roles.push("pleGate", "pleProj", "plePostNorm");
   return feedForwardRoles(config, i, roles);
 }
 
@@ -350,6 +360,9 @@ export async function assembleWeights(
   want(names.tokenEmbedding);
   want(names.outputNorm);
   if (!config.tiedEmbeddings) want(names.output);
+  const ple = config.perLayerInput;
+  if (ple && !names.perLayer) throw new ModelLoadError(`Model "${sourcePath}" has per-layer inputs, which its format's names do not cover`);
+  if (ple) for (const n of [names.perLayer!.embedding, names.perLayer!.modelProj, names.perLayer!.projNorm]) want(n);
   for (let i = 0; i < config.numLayers; i++) for (const r of layerRoles(config, i)) want(names.layer(i, r));
   const totalBytes = wanted.reduce((a, n) => a + source.byteLength(n), 0);
   let bytesRead = 0;
@@ -374,6 +387,12 @@ export async function assembleWeights(
   }
   const outputNorm = await read(names.outputNorm, [config.hiddenSize], true);
   const weights: ModelWeights<HostTensor> = { tokenEmbedding, layers, outputNorm };
+  if (ple) {
+    const all = ple.width * config.numLayers;
+    weights.perLayerEmbedding = await read(names.perLayer!.embedding, [config.vocabSize, all], false);
+    weights.perLayerModelProj = await read(names.perLayer!.modelProj, [all, config.hiddenSize], false);
+    weights.perLayerProjNorm = await read(names.perLayer!.projNorm, [ple.width], true);
+  }
   if (!config.tiedEmbeddings) weights.output = await read(names.output, [config.vocabSize, config.hiddenSize], false);
   return weights;
 }

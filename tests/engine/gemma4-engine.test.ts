@@ -1,6 +1,7 @@
 /**
- * An engine serving a Gemma 4 layout (src/model/gguf-gemma4.ts): KV caches of two widths (sliding
- * layers' 2 heads of 8, a full layer's 2 of 16), on the reference backend and WebGPU, through chunked
+ * An engine serving Gemma 4's layouts (src/model/gguf-gemma4.ts): KV caches of two widths (sliding
+ * layers' 2 heads of 8, a full layer's 2 of 16; E2B/E4B's last layers reading the caches before them,
+ * with per-layer inputs), on the reference backend and WebGPU, through chunked
  * prefills, multi-step decoding, a prefix-cache hit and a prefix moved to another engine (the host copy
  * per layer width): every output is the one a lone forward gives.
  */
@@ -25,14 +26,20 @@ const SPEC: ModelFileSpec = {
 };
 const dir = mkdtempSync(`${tmpdir()}/gemma4-engine-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
-const model = await loadModel(await writeTestGguf(dir, "gemma4", SPEC));
+const denseModel = await loadModel(await writeTestGguf(dir, "gemma4", SPEC));
+/** E2B/E4B's layout: per-layer inputs, the last 2 of 5 layers reading the caches of the two before them. */
+const E_SPEC: ModelFileSpec = {
+  ...SPEC, layers: 5, seed: 393,
+  gemma4: { ...SPEC.gemma4!, pattern: [true, true, false, true, false], ple: 4, sharedKv: 2, doubleWide: true },
+};
+const eModel = await loadModel(await writeTestGguf(dir, "gemma4-e", E_SPEC));
 const PROMPTS = [[5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61, 2, 17, 33, 140, 71, 8, 200, 4, 11, 99], [7, 7, 1, 254], [13, 42, 2, 5, 77, 160, 31, 9, 12, 290, 6, 48, 3]];
 const MAX_TOKENS = 10;
 const webgpu = await poisonedWebGpu("Gemma 4's engine test on WebGPU");
 const backends: [string, Backend | undefined, boolean][] = [["reference", createReferenceBackend(), false], ["webgpu", webgpu.gpu, webgpu.skip]];
 
-for (const [name, backend, skip] of backends) {
-  test(`Engine on ${name} with Gemma 4's two KV widths: chunked prefills, multi-step decoding, a prefix hit and a moved prefix give the lone greedy tokens`, async () => {
+for (const [name, backend, skip] of backends) for (const [layout, model, widths] of [["the 31B's", denseModel, [16, 32, 16]], ["E2B/E4B's", eModel, [16, 16, 32]]] as const) {
+  test(`Engine on ${name} with Gemma 4's two KV widths (${layout} layout): chunked prefills, multi-step decoding, a prefix hit and a moved prefix give the lone greedy tokens`, async () => {
     const b = backend!;
     const lone = async (prompt: number[]) => (await greedySteps(b, uploadModel(b, model), allocatePagedKv(b, model.config, 24, 4), prompt, MAX_TOKENS, Array.from({ length: 24 }, (_, i) => i))).tokens;
     const want = await Promise.all(PROMPTS.map(lone));
@@ -48,8 +55,9 @@ for (const [name, backend, skip] of backends) {
       assert.deepEqual(r.tokenIds, want2);
       // The same turn on another engine, from the blocks of both widths moved there.
       const moved = await e.exportPrefix(turn2);
+      // One cache a layer that has its own (E2B/E4B's sharing layers have none), each at its width.
       assert.ok(moved && moved.kv.k.length === 3);
-      assert.deepEqual(moved.kv.k.map((a) => a.length / moved.kv.numTokens), [16, 32, 16], "2 × 8, 2 × 16, 2 × 8 values a token");
+      assert.deepEqual(moved.kv.k.map((a) => a.length / moved.kv.numTokens), widths);
       peer.importPrefix(moved);
       const p = await ask(peer, turn2);
       assert.ok(p.cachedTokens > 0);

@@ -26,6 +26,30 @@ export interface Gemma4Spec {
   /** Full-attention layers take their keys as values (no v_proj). */
   keyAsValue?: boolean;
   softcap?: number;
+  /** E2B/E4B: per-layer inputs of this width, the last `sharedKv` layers reading earlier caches, those layers' feed-forwards double-wide. */
+  ple?: number;
+  sharedKv?: number;
+  doubleWide?: boolean;
+}
+
+/** Whether layer i reads another's cache. */
+function sharesKv(spec: ModelFileSpec, i: number): boolean {
+  const g = spec.gemma4!;
+  return i >= spec.layers - (g.sharedKv ?? 0);
+}
+
+/** Layer i's feed-forward width. */
+export function gemma4Ffn(spec: ModelFileSpec, i: number): number {
+  return spec.gemma4!.doubleWide && sharesKv(spec, i) ? 2 * spec.ffn : spec.ffn;
+}
+
+/** The model-level per-layer input tensors in HF naming (E2B/E4B). */
+export function gemma4PerLayerWeights(spec: ModelFileSpec, put: (name: string, shape: number[], scale: number, offset?: number) => void): void {
+  const d = spec.gemma4!.ple;
+  if (!d) return;
+  put("model.embed_tokens_per_layer.weight", [spec.vocab, spec.layers * d], 1);
+  put("model.per_layer_model_projection.weight", [spec.layers * d, spec.hidden], 1 / Math.sqrt(spec.hidden));
+  put("model.per_layer_projection_norm.weight", [d], 0.2, 1);
 }
 
 /** Layer i's head size and KV heads. */
@@ -42,17 +66,23 @@ export function gemma4HfLayer(spec: ModelFileSpec, i: number, put: (name: string
   const p = `model.layers.${i}.`;
   put(p + "input_layernorm.weight", [hidden], 0.2, 1);
   put(p + "self_attn.q_proj.weight", [heads * hd, hidden], 1 / Math.sqrt(hidden));
-  put(p + "self_attn.k_proj.weight", [kv * hd, hidden], 1 / Math.sqrt(hidden));
-  if (g.pattern[i] || !g.keyAsValue) put(p + "self_attn.v_proj.weight", [kv * hd, hidden], 1 / Math.sqrt(hidden));
+  const shared = sharesKv(spec, i);
+  if (!shared) put(p + "self_attn.k_proj.weight", [kv * hd, hidden], 1 / Math.sqrt(hidden));
+  if (!shared && (g.pattern[i] || !g.keyAsValue)) put(p + "self_attn.v_proj.weight", [kv * hd, hidden], 1 / Math.sqrt(hidden));
   put(p + "self_attn.o_proj.weight", [hidden, heads * hd], 1 / Math.sqrt(heads * hd));
   put(p + "self_attn.q_norm.weight", [hd], 0.2, 1);
-  put(p + "self_attn.k_norm.weight", [hd], 0.2, 1);
+  if (!shared) put(p + "self_attn.k_norm.weight", [hd], 0.2, 1);
+  if (g.ple) {
+    put(p + "per_layer_input_gate.weight", [g.ple, hidden], 1 / Math.sqrt(hidden));
+    put(p + "per_layer_projection.weight", [hidden, g.ple], 1 / Math.sqrt(g.ple));
+    put(p + "post_per_layer_input_norm.weight", [hidden], 0.2, 1);
+  }
   put(p + "post_attention_layernorm.weight", [hidden], 0.2, 1);
   put(p + "pre_feedforward_layernorm.weight", [hidden], 0.2, 1);
   put(p + "post_feedforward_layernorm.weight", [hidden], 0.2, 1);
   // With experts (the 26B-A4B) the dense feed-forward is three expert widths wide, as the writer's GGUF says.
   const e = spec.experts;
-  const dense = e ? 3 * ffn : ffn;
+  const dense = e ? 3 * ffn : gemma4Ffn(spec, i);
   put(p + "mlp.gate_proj.weight", [dense, hidden], 1 / Math.sqrt(hidden));
   put(p + "mlp.up_proj.weight", [dense, hidden], 1 / Math.sqrt(hidden));
   put(p + "mlp.down_proj.weight", [hidden, dense], 1 / Math.sqrt(dense));
@@ -94,10 +124,20 @@ const LAYER_NAMES: Record<string, string> = {
   "router.proj.weight": "ffn_gate_inp.weight",
   "router.scale": "ffn_gate_inp.scale",
   "router.per_expert_scale": "ffn_down_exps.scale",
+  "per_layer_input_gate.weight": "inp_gate.weight",
+  "per_layer_projection.weight": "proj.weight",
+  "post_per_layer_input_norm.weight": "post_norm.weight",
+};
+
+const MODEL_NAMES: Record<string, string> = {
+  "model.embed_tokens_per_layer.weight": "per_layer_token_embd.weight",
+  "model.per_layer_model_projection.weight": "per_layer_model_proj.weight",
+  "model.per_layer_projection_norm.weight": "per_layer_proj_norm.weight",
 };
 
 /** One Gemma 4 layer weight as the converter writes it, or undefined for the others. */
 export function gemma4GgufPart(hf: string, shape: number[], values: Float32Array): GgufPart | undefined {
+  if (MODEL_NAMES[hf]) return { name: MODEL_NAMES[hf], shape, values, hf };
   const m = /^model\.layers\.(\d+)\.(.+)$/.exec(hf);
   // The routed experts are stacked as every model's are (model-files.ts).
   if (!m || m[2].startsWith("mlp.experts.")) return undefined;
@@ -126,8 +166,9 @@ export function gemma4GgufMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
     [`${a}.rope.dimension_count`, gguf.u32(spec.headDim)],
     [`${a}.rope.dimension_count_swa`, gguf.u32(g.swaHeadDim)],
     [`${a}.rope.freq_base_swa`, gguf.f32(g.swaTheta)],
-    [`${a}.embedding_length_per_layer_input`, gguf.u32(0)],
-    [`${a}.attention.shared_kv_layers`, gguf.u32(0)],
+    [`${a}.embedding_length_per_layer_input`, gguf.u32(g.ple ?? 0)],
+    [`${a}.attention.shared_kv_layers`, gguf.u32(g.sharedKv ?? 0)],
+    ...(g.doubleWide ? [[`${a}.feed_forward_length`, gguf.arr(GgufType.UINT32, Array.from({ length: spec.layers }, (_, i) => gemma4Ffn(spec, i)))] as [string, GgufEntry]] : []),
     ...(g.softcap ? [[`${a}.final_logit_softcapping`, gguf.f32(g.softcap)] as [string, GgufEntry]] : []),
   ];
 }

@@ -1,8 +1,8 @@
 /**
  * Gemma 4 (src/model/gguf-gemma4.ts) loads from a `gemma4` GGUF: sliding layers with heads and KV heads
  * of their own, full layers taking their keys as values where they have no value projection, the
- * per-layer output scales read with the weights, Gemma 4's SentencePiece-style BPE vocab; the E2B/E4B
- * and 26B-A4B layouts refused by name (llama.cpp's check of the same weights: tests/oracle/llama-cpp.test.ts).
+ * per-layer output scales read with the weights, Gemma 4's SentencePiece-style BPE vocab, the E2B/E4B
+ * and 26B-A4B layouts (llama.cpp's check of the same weights: tests/oracle/llama-cpp.test.ts).
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -11,7 +11,6 @@ import process from "node:process";
 import { test } from "../harness.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { attentionLayers, layerAttention } from "../../src/model/config.ts";
-import { gguf } from "../../src/model/gguf-writer.ts";
 import { kvBytesPerBlock } from "../../src/engine/kv-cache.ts";
 import { targetDims } from "../../src/model/lora.ts";
 import { expectLoadError, type ModelFileSpec, writeTestGguf } from "./model-files.ts";
@@ -48,12 +47,19 @@ test("loadModel() reads a gemma4 GGUF: each layer's own attention geometry, keys
   assert.ok(c.eosTokenIds.includes(5), "<turn|>");
 });
 
-test("loadModel() refuses Gemma 4's per-layer embeddings and shared KV layers by name", async () => {
-  const cases: [string, string, number, RegExp][] = [
-    ["ple", "gemma4.embedding_length_per_layer_input", 8, /has per-layer embeddings \("gemma4\.embedding_length_per_layer_input", Gemma 4 E2B\/E4B's\), which are not supported/],
-    ["shared", "gemma4.attention.shared_kv_layers", 1, /shares KV caches between layers \("gemma4\.attention\.shared_kv_layers"\), which is not supported/],
-  ];
-  for (const [name, key, value, pattern] of cases) await expectLoadError(loadModel(await writeTestGguf(dir, name, SPEC, { metadata: [[key, gguf.u32(value)]] })), pattern);
+test("loadModel() reads Gemma 4 E2B/E4B's per-layer inputs, KV-sharing layers and double-wide feed-forwards, and refuses a sharing it cannot place", async () => {
+  const spec: ModelFileSpec = { ...SPEC, layers: 5, gemma4: { ...SPEC.gemma4!, pattern: [true, true, false, true, false], ple: 4, sharedKv: 2, doubleWide: true } };
+  const m = await loadModel(await writeTestGguf(dir, "e2b", spec));
+  const c = m.config;
+  assert.deepEqual([c.perLayerInput, c.kvShareFrom, c.layerIntermediateSizes, c.intermediateSize], [{ width: 4 }, [undefined, undefined, undefined, 1, 2], [48, 48, 48, 96, 96], 96]);
+  assert.deepEqual(attentionLayers(c), [0, 1, 2], "the sharing layers have no cache of their own");
+  assert.deepEqual([m.weights.perLayerEmbedding?.shape, m.weights.perLayerModelProj?.shape, m.weights.perLayerProjNorm?.shape], [[400, 20], [20, 32], [4]]);
+  const l = m.weights.layers[3];
+  assert.deepEqual([l.wk, l.wv, l.kNorm, l.wq?.shape, l.wGate?.shape, l.pleGate?.shape, l.pleProj?.shape], [undefined, undefined, undefined, [32, 32], [96, 32], [4, 32], [32, 4]]);
+  assert.match(String(targetDims(c, 4, "wk", true)), /it reads layer 2's KV cache and projects no keys or values/);
+  // Sharing needs a sliding and a full-attention layer right before the sharing ones.
+  const bad: ModelFileSpec = { ...spec, gemma4: { ...spec.gemma4!, pattern: [true, false, true, true, false] } };
+  await expectLoadError(loadModel(await writeTestGguf(dir, "badshare", bad)), /shares the KV caches of its last 2 layers, but the two layers before them are not a sliding and a full-attention one/);
 });
 
 test("loadModel() reads Gemma 4's experts (the 26B-A4B's layout): a dense feed-forward beside them, the router's norm weight its scale over √hidden", async () => {

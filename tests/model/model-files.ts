@@ -20,7 +20,7 @@ import { randomIqTensor } from "./iq-blocks.ts";
 import { qwen35GgufMetadata, qwen35GgufPart, qwen35HfCheckpoint, qwen35HfConfig, qwen35HfLayer } from "./qwen35-files.ts";
 import { qwen3nextGgufParts } from "./qwen3next-files.ts";
 import { lfm2GgufMetadata, lfm2GgufPart, lfm2HfConfig, lfm2HfLayer } from "./lfm2-files.ts";
-import { gemma4GgufMetadata, gemma4GgufPart, gemma4HfLayer, gemma4RopeFreqs, type Gemma4Spec } from "./gemma4-files.ts";
+import { gemma4GgufMetadata, gemma4GgufPart, gemma4HfLayer, gemma4PerLayerWeights, gemma4RopeFreqs, type Gemma4Spec } from "./gemma4-files.ts";
 import { falconH1GgufMetadata, falconH1GgufPart, falconH1HfConfig, falconH1HfLayer, falconH1HfWeights, type FalconH1Spec } from "./falcon-h1-files.ts";
 import { nemotronHGgufMetadata, nemotronHGgufPart, nemotronHHfConfig, nemotronHHfLayer, nemotronHHfWeights, type NemotronHSpec } from "./nemotron-h-files.ts";
 import { graniteHybridHfConfig, graniteHybridHfWeights, isMambaLayer, mamba2GgufMetadata, mamba2GgufPart, mamba2HfLayer } from "./granite-hybrid-files.ts";
@@ -206,6 +206,7 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
     }
     if (spec.gemma4) {
       gemma4HfLayer(spec, i, put);
+      if (i === spec.layers - 1) gemma4PerLayerWeights(spec, put);
       continue;
     }
     if (spec.mamba2 && isMambaLayer(spec, i)) {

@@ -439,6 +439,16 @@ const CASES: OracleCase[] = [
     tol: 3e-4,
     hf: false,
   },
+  {
+    name: "gemma4 E2B/E4B layout: per-layer inputs of 4, the last 2 of 5 layers reading the caches before them, their feed-forwards double-wide, f32",
+    spec: {
+      ...BASE, architecture: "gemma4", layers: 5, heads: 4, kvHeads: 2, headDim: 16, ffn: 32, tied: true, seed: 224,
+      gemma4: { pattern: [true, true, false, true, false], window: 5, swaHeadDim: 8, swaKvHeads: 2, swaTheta: 10000, partialFull: 0.5, softcap: 30, ple: 4, sharedKv: 2, doubleWide: true },
+    },
+    // Its per-layer gate is one more GELU through llama.cpp's f16 table: errors of 1 to 3.4e-4 over the steps.
+    tol: 5e-4,
+    hf: false,
+  },
   // Seed-OSS: Llama's layout with q/k/v biases, NeoX RoPE, the pre-feed-forward norm under llama.cpp's attn_post_norm name.
   { name: "seed_oss q/k/v biases, 4/2 heads of 16, f32", spec: { ...BASE, architecture: "seed_oss", headDim: 16, seed: 219 }, tol: 1e-4, hf: true },
   { name: "seed_oss q8_0, f16 KV cache", spec: { ...BASE, architecture: "seed_oss", layers: 3, dtype: "q8_0", seed: 220 }, tol: 1.5e-2, hf: false, kv: "f16" },
