@@ -171,7 +171,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       const blocks = c.layerBlocks?.[i];
       let afterAttn = x;
       // Falcon-H1: attention beside the scan, both from x's norm; the scan adds its output to x plus attention's.
-      const parallel = () => attendsInParallel(c, i) ? s.keep(attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], undefined, true, s, project)) : x;
+      const parallel = () => attendsInParallel(c, i) ? s.keep(attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], undefined, true, s, project, i)) : x;
       if (blocks !== "ffn") {
         afterAttn = recurrent?.deltaNet && isDeltaNetLayer(c, i)
           ? deltaNetBlock(backend, recurrent.deltaNet, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project)

@@ -94,7 +94,7 @@ export function targetDims(config: ModelConfig, layer: number, target: LoraTarge
   }
   if (target === "wGate" || target === "wUp" || target === "wDown") {
     if (isMoeLayer(config, layer)) return "expert feed-forwards cannot be adapted";
-    const ffn = config.moe ? config.moe.denseIntermediateSize : config.intermediateSize;
+    const ffn = config.moe ? config.moe.denseIntermediateSize : config.layerIntermediateSizes?.[layer] ?? config.intermediateSize;
     return target === "wDown" ? [ffn, config.hiddenSize] : [config.hiddenSize, ffn];
   }
   if (target === "wo") return [q, config.hiddenSize];

@@ -57,6 +57,7 @@ test("loadModel() reads Gemma 4 E2B/E4B's per-layer inputs, KV-sharing layers an
   const l = m.weights.layers[3];
   assert.deepEqual([l.wk, l.wv, l.kNorm, l.wq?.shape, l.wGate?.shape, l.pleGate?.shape, l.pleProj?.shape], [undefined, undefined, undefined, [32, 32], [96, 32], [4, 32], [32, 4]]);
   assert.match(String(targetDims(c, 4, "wk", true)), /it reads layer 2's KV cache and projects no keys or values/);
+  assert.deepEqual([targetDims(c, 0, "wUp", true), targetDims(c, 4, "wUp", true)], [[32, 48], [32, 96]], "each layer's own feed-forward width");
   // Sharing needs a sliding and a full-attention layer right before the sharing ones.
   const bad: ModelFileSpec = { ...spec, gemma4: { ...spec.gemma4!, pattern: [true, false, true, true, false] } };
   await expectLoadError(loadModel(await writeTestGguf(dir, "badshare", bad)), /shares the KV caches of its last 2 layers, but the two layers before them are not a sliding and a full-attention one/);
