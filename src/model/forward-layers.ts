@@ -105,7 +105,11 @@ export function attentionBlock(
   let k = backend.reshape(kFlat, [n, numKvHeads, headDim]);
   let v = backend.reshape(vProjected ? s.keep(vFlat) : vFlat, [n, numKvHeads, headDim]);
   // Gemma 4: each value head RMS-normed without a weight (the keys' own norm comes after, on k).
-  if (c.valueNorm) v = s.keep(backend.rmsnorm(v, model.unitNorms?.get(headDim) ?? unitWeight(backend, headDim, s), c.rmsNormEps));
+  if (c.valueNorm) {
+    const ones = model.unitNorms?.get(headDim);
+    if (!ones) throw new ForwardInputError("The model config norms its values but the device model lacks their weight of ones (use uploadModel)");
+    v = s.keep(backend.rmsnorm(v, ones, c.rmsNormEps));
+  }
   if (c.qkNorm && c.qkNormPerRow) {
     // OLMo 2: one norm over each token's whole projection, before the heads are split.
     if (!l.qNorm || !l.kNorm) throw new ForwardInputError("The model config asks for q/k norm but the weights lack it");
@@ -144,11 +148,6 @@ export function attentionBlock(
   if (!c.postNorms && c.residualScale === undefined) return project(attFlat, wo, l.bo, "wo", x);
   const o = s.keep(project(attFlat, wo, l.bo, "wo"));
   return backend.add(x, blockOutput(backend, model, l.attnPostNorm, o, s));
-}
-
-/** A weight of ones [width], for a norm without one (Gemma 4's values'), held for the step (where the device model has none uploaded). */
-function unitWeight(backend: Backend, width: number, s: Scratch): Tensor {
-  return s.keep(backend.upload(new Float32Array(width).fill(1), [width]));
 }
 
 /**
