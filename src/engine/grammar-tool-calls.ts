@@ -188,7 +188,7 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
       return pairCalls(SEED_OSS_PAIRS, g);
     case "gemma4":
       // Gemma's own notation (bare keys, <|"|>-delimited strings) is not JSON: no grammar writes it yet.
-      throw new SchemaError("Tool calls in Gemma 4's format cannot be constrained (tool_choice \"required\", a named function, or strict tools) yet; use tool_choice \"auto\"");
+      throw new SchemaError("Tool calls in Gemma 4's format cannot be constrained (tool_choice \"required\" or a named function) yet; use tool_choice \"auto\"");
     default: {
       // Hermes and Llama 3: one JSON object naming the tool, its arguments under "arguments" or "parameters".
       const llama = g.format === "llama3_json";

@@ -5,7 +5,13 @@
  * both told from a template; forced calls refused with a 400 that says so.
  */
 import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import OpenAI from "openai";
 import { test } from "../harness.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { startServer } from "../../src/serve/server.ts";
+import { writeScriptedModel } from "../model/scripted-model.ts";
 import { type ChatOutputOptions, ChatOutputStream, parseChatOutput } from "../../src/serve/chat-output.ts";
 import { parseGemma4Body } from "../../src/serve/tool-calls-gemma4.ts";
 import { detectToolCallFormat } from "../../src/serve/tool-call-detect.ts";
@@ -53,4 +59,46 @@ test("detectToolCallFormat() and detectReasoningParser() tell Gemma 4 from its t
 
 test("toolCallGroup() refuses to force calls in Gemma 4's notation, saying to use tool_choice auto", () => {
   assert.throws(() => toolCallGroup({ format: "gemma4", tools: [{ name: "get_weather" }], parallel: false }), /Tool calls in Gemma 4's format cannot be constrained .* use tool_choice "auto"/);
+});
+
+test("chat completions with --tool-call-parser gemma4: a model's call comes back as tool_calls (whole and streamed); a forced one is a 400, strict tools go free", async () => {
+  const dir = mkdtempSync(`${tmpdir()}/gemma4-calls-`);
+  try {
+    // The call tags and the string delimiter are control tokens of the scripted vocabulary, as in Gemma 4's.
+    // The closing delimiter comes as a piece of its own with the brace (the scripted model follows one piece to the next).
+    const pieces = ["<|tool_call>", "call:get_weather{city:", Q, "Paris", `${Q}}`, "<tool_call|>"];
+    const next: [string, string][] = [["!", pieces[0]], [pieces[0], pieces[1]], [pieces[1], Q], [Q, "Paris"], ["Paris", pieces[4]], [pieces[4], pieces[5]], [pieces[5], "<eos>"]];
+    const path = `${dir}/gemma4.gguf`;
+    await writeScriptedModel(path, {
+      pieces, next, literalPieces: true, controlPieces: ["<|tool_call>", "<tool_call|>", Q],
+      chatTemplate: "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}model{{ messages[-1].content[-1:] }}{% endif %}{# <|tool_call> #}",
+      contextLength: 2048,
+    });
+    const model = await loadModel(path);
+    const s = await startServer({ modelPath: path, model, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, toolCallParser: "auto" });
+    try {
+      const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "none", maxRetries: 0 });
+      const tools: OpenAI.ChatCompletionTool[] = [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } } } } }];
+      const body = { model: "gemma4", messages: [{ role: "user" as const, content: "Weather in Paris!" }], tools, temperature: 0, max_tokens: 16 };
+      const r = await client.chat.completions.create(body);
+      assert.equal(r.choices[0].finish_reason, "tool_calls", JSON.stringify(r.choices[0].message));
+      const call = r.choices[0].message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
+      assert.deepEqual([call.function.name, JSON.parse(call.function.arguments)], ["get_weather", { city: "Paris" }]);
+      let args = "";
+      for await (const c of await client.chat.completions.create({ ...body, stream: true })) for (const t of c.choices[0]?.delta.tool_calls ?? []) args += t.function?.arguments ?? "";
+      assert.deepEqual(JSON.parse(args), { city: "Paris" });
+      await assert.rejects(client.chat.completions.create({ ...body, tool_choice: "required" }), (e: unknown) => {
+        assert.ok(e instanceof OpenAI.APIError && e.status === 400, String(e));
+        assert.match(e.message, /Tool calls in Gemma 4's format cannot be constrained/);
+        return true;
+      });
+      const strictTools: OpenAI.ChatCompletionTool[] = [{ type: "function", function: { name: "get_weather", strict: true, parameters: { type: "object", properties: { city: { type: "string" } } } } }];
+      const strict = await client.chat.completions.create({ ...body, tools: strictTools });
+      assert.equal(strict.choices[0].finish_reason, "tool_calls");
+    } finally {
+      await s.shutdown();
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
