@@ -7,8 +7,8 @@ import { OnlinePlanner, type OnlinePlannerOptions } from "../../planner/online-p
 import type { Planner, Role } from "../../planner/types.ts";
 import type { BackendChoice } from "../backend/select.ts";
 import type { Backend, KvDType } from "../backend/types.ts";
-import { type CreateEngineOptions, createEngines } from "../engine/engine-factory.ts";
-import { kvBytesPerBlock, type KvDTypeChoice, resolveKvDtype, stateBytesPerSlot } from "../engine/kv-cache.ts";
+import { type CreateEngineOptions, createEngines, movedKvBytes } from "../engine/engine-factory.ts";
+import { type KvDTypeChoice, resolveKvDtype } from "../engine/kv-cache.ts";
 import { DEFAULT_SCHEDULER_CONFIG } from "../engine/scheduler-types.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import type { QuantizeDType } from "../model/weights.ts";
@@ -67,7 +67,7 @@ export function createCluster(backend: Backend, model: LoadedModel, o: CreateClu
     },
   })), o.draft);
   const dtype = movedKvDtype(resolveKvDtype(backend, model.config, e.kvCacheDtype));
-  built.cluster = new Cluster(engines.map(localWorkerEngine), { ...o, planner: clusterPlanner(o), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize, dtype), stateBytes: stateBytesPerSlot(model.config) });
+  built.cluster = new Cluster(engines.map(localWorkerEngine), { ...o, planner: clusterPlanner(o), ...movedKvBytes(model.config, e, dtype) });
   return built.cluster;
 }
 
@@ -194,8 +194,7 @@ async function startRemoteCluster(model: LoadedModel, o: CreateClusterOptions, s
     await Promise.all(engines.map((t) => t.stop()));
     throw failed ? failed.reason : otherModelError(other!, expected);
   }
-  const bytesPerBlock = kvBytesPerBlock(model.config, e.blockSize, remoteKvDtype(model.config, e.kvCacheDtype, backend));
-  built.cluster = new Cluster(engines, { ...o, planner: clusterPlanner(o), bytesPerBlock, stateBytes: stateBytesPerSlot(model.config) });
+  built.cluster = new Cluster(engines, { ...o, planner: clusterPlanner(o), ...movedKvBytes(model.config, e, remoteKvDtype(model.config, e.kvCacheDtype, backend)) });
   return built.cluster;
 }
 

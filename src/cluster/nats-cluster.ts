@@ -5,7 +5,8 @@
  * that announces it is leaving is drained and stopped. See nats-membership.ts for the protocol.
  */
 import type { BackendChoice } from "../backend/select.ts";
-import { DEFAULT_BLOCK_SIZE, kvBytesPerBlock, stateBytesPerSlot } from "../engine/kv-cache.ts";
+import { DEFAULT_BLOCK_SIZE } from "../engine/kv-cache.ts";
+import { movedKvBytes } from "../engine/engine-factory.ts";
 import type { LoadedModel } from "../model/config.ts";
 import { Cluster } from "./cluster.ts";
 import { modelFingerprint } from "../model/fingerprint.ts";
@@ -33,7 +34,7 @@ export async function startNatsCluster(
   const e = o.engine ?? {};
   // Until a worker joins, the context limit is what the engines are asked for.
   const shape = { maxModelLen: Math.min(e.maxModelLen ?? model.config.contextLength, model.config.contextLength), blockSize: e.blockSize ?? DEFAULT_BLOCK_SIZE };
-  const c = new Cluster([], { ...o, shape, planner: clusterPlanner({ ...o, workers: 0 }), bytesPerBlock: kvBytesPerBlock(model.config, e.blockSize, remoteKvDtype(model.config, e.kvCacheDtype, backend)), stateBytes: stateBytesPerSlot(model.config) });
+  const c = new Cluster([], { ...o, shape, planner: clusterPlanner({ ...o, workers: 0 }), ...movedKvBytes(model.config, e, remoteKvDtype(model.config, e.kvCacheDtype, backend)) });
   const { portable, onStep } = remoteWorkerWiring(o, () => c);
   const fingerprint = modelFingerprint(model);
   const watch = watchWorkers(nc, c, {

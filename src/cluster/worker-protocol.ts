@@ -94,7 +94,7 @@ export type FromWorker =
 export function prefixBuffers(p: PrefixKv | null | undefined): ArrayBuffer[] {
   if (!p) return [];
   // A shared cache's values are its keys' arrays (MLA): each buffer may be listed once only.
-  const state = p.state ? [...p.state.values.conv, ...p.state.values.ssm] : [];
+  const state = p.state ? [...p.state.values.conv, ...p.state.values.ssm, ...(p.state.values.window ?? [])] : [];
   return [...new Set([...p.kv.k, ...p.kv.v, ...state].map((a) => a.buffer as ArrayBuffer))];
 }
 

@@ -4,12 +4,14 @@
  */
 import { longRopeFor } from "../model/phi3.ts";
 import type { Backend } from "../backend/types.ts";
-import { hasRecurrentState, type LoadedModel, type ModelConfig, recurrentKind } from "../model/config.ts";
+import { hasRecurrentState, type LoadedModel, type ModelConfig, recurrentKind, windowedLayers } from "../model/config.ts";
 import { freeDeviceModel, uploadModel } from "../model/device-weights.ts";
 import { Engine, type EngineOptions } from "./engine.ts";
 import { modelStepRunner, type StepRunner } from "./engine-runner.ts";
 import { withMixedStepOverhead } from "./mixed-step-overhead.ts";
-import { allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock, type KvDTypeChoice, KvDTypeError, resolveKvDtype, stateBytesPerSlot } from "./kv-cache.ts";
+import {
+  allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock, type KvDTypeChoice, KvDTypeError, resolveKvDtype, stateBytesPerSlot, windowBlocksFor, windowBytesPerSlot,
+} from "./kv-cache.ts";
 import { DEFAULT_SCHEDULER_CONFIG } from "./scheduler-types.ts";
 import type { KvDType } from "../backend/types.ts";
 
@@ -33,6 +35,45 @@ export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "con
   kvCacheDtype?: KvDTypeChoice;
   /** Milliseconds added to every step that mixes prefill and decode (mixed-step-overhead.ts; default 0). */
   mixedStepOverheadMs?: number;
+  /**
+   * What a sliding-window layer's cache keeps (`--sliding-window-kv`): "paged" (default) every
+   * position in the pool's blocks, as the other layers; "window" only each sequence's last window, in
+   * a ring per state slot (forward.ts WindowKv), so a block of the pool holds the other layers alone
+   * and a long context takes that much less. Its state goes as a recurrent model's does: a slot per
+   * running sequence, checkpoints for prefix hits (`stateCheckpoints`), no swap, offload or speculation.
+   */
+  slidingWindowKv?: SlidingWindowKv;
+}
+
+/** What a sliding-window layer's cache keeps: every position ("paged") or the window ("window"). */
+export type SlidingWindowKv = "paged" | "window";
+
+/** Ring blocks per state slot of the sliding layers' windows under `o` (0: they keep paged blocks); refuses a model without sliding layers. */
+export function windowBlocksOf(config: ModelConfig, o: CreateEngineOptions): number {
+  const mode = o.slidingWindowKv ?? "paged";
+  if (mode !== "paged" && mode !== "window") throw new RangeError(`Unknown sliding window KV mode "${String(mode)}"; use paged or window`);
+  if (mode === "paged") return 0;
+  if (windowedLayers(config).length === 0) throw new RangeError(`Sliding window KV "window" needs sliding-window layers; model ${config.architecture} has none`);
+  return windowBlocksFor(config, o.blockSize ?? DEFAULT_BLOCK_SIZE, o.scheduler?.maxBatchTokens ?? DEFAULT_SCHEDULER_CONFIG.maxBatchTokens);
+}
+
+/**
+ * What moving a prefix off an engine of `config` under `o` carries, for routers pricing it: bytes per
+ * block in `dtype` (the paged layers'), and the bytes of the state checkpoint that goes with it (its
+ * host copy, f32: a recurrent state, the sliding layers' windows; 0 for other models).
+ */
+export function movedKvBytes(config: ModelConfig, o: CreateEngineOptions, dtype: KvDType): { bytesPerBlock: number; stateBytes: number } {
+  const bs = o.blockSize ?? DEFAULT_BLOCK_SIZE;
+  const windowBlocks = windowBlocksOf(config, o);
+  return {
+    bytesPerBlock: kvBytesPerBlock(config, bs, dtype, windowBlocks > 0),
+    stateBytes: stateBytesPerSlot(config) + (windowBlocks > 0 ? windowBytesPerSlot(config, bs, "f32", windowBlocks) : 0),
+  };
+}
+
+/** Whether an engine of `config` under `o` keeps per-sequence state apart from its blocks: recurrent layers, or sliding layers keeping their windows only. */
+function keepsState(config: ModelConfig, o: CreateEngineOptions): boolean {
+  return hasRecurrentState(config) || windowBlocksOf(config, o) > 0;
 }
 
 /**
@@ -61,15 +102,18 @@ export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: 
   const bs = o.blockSize ?? DEFAULT_BLOCK_SIZE;
   if (o.numBlocks !== undefined) return o.numBlocks;
   if (o.kvMemoryBytes !== undefined) {
-    const perBlock = kvBytesPerBlock(model.config, bs, dtype) + (draft ? kvBytesPerBlock(draft.config, bs, draft.dtype) : 0);
-    // A Gated DeltaNet model's recurrent state for every sequence that may run comes out of the budget first.
+    const windowBlocks = windowBlocksOf(model.config, o);
+    const perBlock = kvBytesPerBlock(model.config, bs, dtype, windowBlocks > 0) + (draft ? kvBytesPerBlock(draft.config, bs, draft.dtype) : 0);
+    // A Gated DeltaNet model's recurrent state (and the sliding layers' windows, where they keep only
+    // those) for every sequence that may run comes out of the budget first.
     const slots = stateSlotsOf(model.config, o);
     const checkpoints = stateCheckpointsOf(model.config, o);
-    const states = (slots + checkpoints) * stateBytesPerSlot(model.config);
+    const perSlot = stateBytesPerSlot(model.config) + (windowBlocks > 0 ? windowBytesPerSlot(model.config, bs, dtype, windowBlocks) : 0);
+    const states = (slots + checkpoints) * perSlot;
     if (states > o.kvMemoryBytes / 2) {
       const gib = (b: number) => (b / 2 ** 30).toFixed(2);
       throw new RangeError(
-        `The recurrent state of ${slots} sequences and ${checkpoints} checkpoints (${gib(states)} GiB) takes more than half the KV memory budget (${gib(o.kvMemoryBytes)} GiB); lower --max-num-seqs or raise --kv-memory-fraction`,
+        `The ${windowBlocks > 0 ? "state (sliding windows included)" : "recurrent state"} of ${slots} sequences and ${checkpoints} checkpoints (${gib(states)} GiB) takes more than half the KV memory budget (${gib(o.kvMemoryBytes)} GiB); lower --max-num-seqs or raise --kv-memory-fraction`,
       );
     }
     return Math.max(1, Math.floor((o.kvMemoryBytes - states) / perBlock));
@@ -78,14 +122,14 @@ export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: 
   return Math.ceil(ctx / bs) * 64 + 1;
 }
 
-/** Recurrent state slots an engine of `config` holds: one per sequence that may run (`--max-num-seqs`); 0 without Gated DeltaNet layers. */
+/** State slots an engine of `config` holds: one per sequence that may run (`--max-num-seqs`); 0 without recurrent layers or windowed sliding ones. */
 export function stateSlotsOf(config: ModelConfig, o: CreateEngineOptions): number {
-  return hasRecurrentState(config) ? o.scheduler?.maxRunning ?? DEFAULT_SCHEDULER_CONFIG.maxRunning : 0;
+  return keepsState(config, o) ? o.scheduler?.maxRunning ?? DEFAULT_SCHEDULER_CONFIG.maxRunning : 0;
 }
 
 /** State checkpoints an engine of `config` keeps for prefix reuse (state-checkpoints.ts): `o.stateCheckpoints`, by default one per running slot. */
 export function stateCheckpointsOf(config: ModelConfig, o: CreateEngineOptions): number {
-  return hasRecurrentState(config) ? o.stateCheckpoints ?? stateSlotsOf(config, o) : 0;
+  return keepsState(config, o) ? o.stateCheckpoints ?? stateSlotsOf(config, o) : 0;
 }
 
 /**
@@ -95,9 +139,14 @@ export function stateCheckpointsOf(config: ModelConfig, o: CreateEngineOptions):
  * (state-checkpoints.ts), which moves between workers with the prefix (state-import.ts).
  */
 export function checkRecurrentOptions(config: ModelConfig, o: CreateEngineOptions): void {
-  if (!hasRecurrentState(config)) return;
+  const recurrent = hasRecurrentState(config);
+  if (!recurrent && windowBlocksOf(config, o) === 0) return;
   const refuse = (what: string) => {
-    throw new RangeError(`${what} is not supported for models with ${recurrentKind(config)} (${config.architecture}), whose recurrent state is not kept in KV blocks`);
+    throw new RangeError(
+      recurrent
+        ? `${what} is not supported for models with ${recurrentKind(config)} (${config.architecture}), whose recurrent state is not kept in KV blocks`
+        : `${what} is not supported with --sliding-window-kv window, whose sliding layers' windows are not kept in KV blocks`,
+    );
   };
   if (o.speculative) refuse("Speculative decoding");
   if (o.scheduler?.preemption === "swap") refuse(`Preemption mode "swap"`);
@@ -151,7 +200,7 @@ export function createEngines(backend: Backend, loaded: LoadedModel, opts: reado
   let openDrafts = drafting;
   return opts.map((o, i) => {
     const blockSize = o.blockSize ?? DEFAULT_BLOCK_SIZE;
-    const kv = allocatePagedKv(backend, model.config, sizes[i], blockSize, dtypes[i], Math.max(1, stateSlotsOf(model.config, o)), stateCheckpointsOf(model.config, o));
+    const kv = allocatePagedKv(backend, model.config, sizes[i], blockSize, dtypes[i], Math.max(1, stateSlotsOf(model.config, o)), stateCheckpointsOf(model.config, o), windowBlocksOf(model.config, o));
     const runner = modelStepRunner(backend, device, kv, () => {
       freePagedKv(backend, kv);
       if (--open === 0) freeDeviceModel(backend, device);
@@ -164,7 +213,7 @@ export function createEngines(backend: Backend, loaded: LoadedModel, opts: reado
         if (--openDrafts === 0) freeDeviceModel(backend, draftDevice!);
       });
     }
-    const { mixedStepOverheadMs, kvCacheDtype: _dtype, ...engine } = o;
+    const { mixedStepOverheadMs, kvCacheDtype: _dtype, slidingWindowKv: _window, ...engine } = o;
     return new Engine({
       ...engine, schedulerSteps: engine.schedulerSteps ?? defaultSchedulerSteps(backend), runner: withMixedStepOverhead(runner, mixedStepOverheadMs ?? 0), config: model.config, tokenizer: model.tokenizer, ...(draftRunner ? { draft: { runner: draftRunner, contextLength: draft!.config.contextLength } } : {}),
     });

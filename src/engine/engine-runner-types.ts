@@ -129,6 +129,10 @@ export interface StepRunner {
   stateSlots?: number;
   /** State checkpoints the runner keeps besides (StepEntry.checkpoint, .restore; state-checkpoints.ts); absent: none. */
   stateCheckpoints?: number;
+  /** Device bytes of the state slots and checkpoints together (recurrent states, the sliding layers' windows). */
+  stateBytes?: number;
+  /** Values of each sliding layer's ring in a state (HostState.window: keys, then values, per layer); absent where the sliding layers keep paged blocks. */
+  windowSizes?: readonly number[];
   /** Reads state checkpoint `id`'s state to the host (moved with a cached prefix to another worker); queued before it returns. */
   readState?(id: number): Promise<HostState>;
   /** Writes `state` into state checkpoint `id` (one moved from another worker); a StateShapeError where it does not fit. */

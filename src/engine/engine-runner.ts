@@ -6,7 +6,7 @@
  * cached blocks out of and into the cache when a prefix moves between workers. The seam's types are
  * engine-runner-types.ts; the logits' per-row operations logit-rows.ts; where extra rows sit step-rows.ts.
  */
-import type { Backend, SamplingRow, Tensor } from "../backend/types.ts";
+import { type Backend, numel, type SamplingRow, type Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import { forwardWithHidden, type PagedKv, type RecurrentState, type StepLora } from "../model/forward.ts";
 import { type DeviceLoraSet, freeLoraSet, uploadLoraSet } from "../model/lora-set.ts";
@@ -170,7 +170,10 @@ function stepLora(set: DeviceLoraSet | undefined, slots: readonly (number | unde
 }
 
 /** What a runner of a model with recurrent state adds: its slots, its checkpoints, and their host copies. */
-function runnerStates(backend: Backend, state: RecurrentState, slots: StateSlots): Pick<StepRunner, "endSequence" | "stateSlots" | "stateCheckpoints" | "readState" | "writeState"> {
+function runnerStates(
+  backend: Backend, state: RecurrentState, slots: StateSlots,
+): Pick<StepRunner, "endSequence" | "stateSlots" | "stateCheckpoints" | "readState" | "writeState" | "windowSizes" | "stateBytes"> {
+  const w = state.window;
   const checkpoints = state.checkpoints ?? 0;
   const slotOf = (id: number) => {
     if (!Number.isInteger(id) || id < 0 || id >= checkpoints) throw new RangeError(`State checkpoint ${id} is not one of this runner's ${checkpoints}`);
@@ -180,6 +183,9 @@ function runnerStates(backend: Backend, state: RecurrentState, slots: StateSlots
     endSequence: (seqId: number) => slots.release(seqId),
     stateSlots: slots.slots,
     stateCheckpoints: checkpoints,
+    stateBytes: [...state.conv, ...state.ssm].reduce((a, t) => a + 4 * numel(t.shape), 0) +
+      [...(w?.k ?? []), ...(w?.v ?? [])].reduce((a, t) => a + (t.dtype === "f16" ? 2 : t.dtype === "f32" ? 4 : 36 / 32) * numel(t.shape), 0),
+    ...(w ? { windowSizes: w.k.flatMap((k) => [w.blocksPerSlot * k.shape[1] * k.shape[2] * k.shape[3], w.blocksPerSlot * k.shape[1] * k.shape[2] * k.shape[3]]) } : {}),
     readState: (id) => readStateSlot(backend, state, slotOf(id)),
     writeState: (id, host) => writeStateSlot(backend, state, slotOf(id), host),
   };

@@ -95,16 +95,17 @@ export class Engine implements ServingEngine {
     this.tails = new HandoffTails((ids) => this.pool.release(ids), clock, { maxBlocks: Math.floor(r.numBlocks / 8), ttlS: 60 });
     const maxPromptLogprobRows = promptLogprobRowLimit(opts.config.vocabSize);
     const blocks = poolBlockManager(this.pool, kvEventCount, this.tails);
-    // A Gated DeltaNet model's state after a prefix is not in the prefix's blocks: its hits reach only
-    // as far as a state checkpoint the runner keeps (none without any), and no hand-off tails.
-    const recurrent = hasRecurrentState(opts.config);
+    // A Gated DeltaNet model's state after a prefix is not in the prefix's blocks (nor, where the
+    // sliding layers keep only their windows, are those): its hits reach only as far as a state
+    // checkpoint the runner keeps (none without any), and no hand-off tails.
+    const recurrent = hasRecurrentState(opts.config) || r.stateSlots !== undefined;
     // Under agent-aware retention a checkpoint is worth its session's chance of returning within a minute.
     const worth = this.turns && ((sessionId: string | undefined) => sessionId === undefined ? 0 : this.turns!.tracker.returnProbability(sessionId, clock(), CHECKPOINT_HORIZON_S));
     const checkpoints = recurrent && r.stateCheckpoints
       ? new StateCheckpoints(r.stateCheckpoints, r.blockSize, worth, publishStateChanges(events, this.pool.workerId, clock))
       : undefined;
     this.checkpoints = checkpoints;
-    this.stateImports = checkpoints && r.writeState ? new StateImports(checkpoints, r, stateShapes(opts.config), () => this.scheduler.refreshCheckpointHolds()) : undefined;
+    this.stateImports = checkpoints && r.writeState ? new StateImports(checkpoints, r, { ...stateShapes(opts.config), ...(r.windowSizes ? { window: r.windowSizes } : {}) }, () => this.scheduler.refreshCheckpointHolds()) : undefined;
     const manager = !recurrent ? blocks : withoutHandoffTails(checkpoints ? blocks : withoutPrefixHits(blocks));
     this.scheduler = new Scheduler(manager, { maxPromptLogprobRows, ...opts.scheduler }, () => this.now() / 1000, checkpoints);
     const auto = opts.autoStepMixing;
@@ -125,12 +126,16 @@ export class Engine implements ServingEngine {
     });
   }
 
-  /** A Gated DeltaNet model's recurrent state: slots for running sequences, checkpoints, and their bytes in all; undefined for other models. */
+  /**
+   * The per-sequence state a runner keeps apart from KV blocks (a recurrent model's state; the sliding
+   * layers' windows where they keep no more): slots for running sequences, checkpoints, and their bytes
+   * in all; undefined where it keeps none.
+   */
   recurrentState(): { slots: number; checkpoints: number; bytes: number } | undefined {
     const r = this.opts.runner;
-    if (!hasRecurrentState(this.opts.config) || r.stateSlots === undefined) return undefined;
+    if (r.stateSlots === undefined) return undefined;
     const checkpoints = r.stateCheckpoints ?? 0;
-    return { slots: r.stateSlots, checkpoints, bytes: (r.stateSlots + checkpoints) * stateBytesPerSlot(this.opts.config) };
+    return { slots: r.stateSlots, checkpoints, bytes: r.stateBytes ?? (r.stateSlots + checkpoints) * stateBytesPerSlot(this.opts.config) };
   }
 
   /**

@@ -4,8 +4,8 @@
  */
 import type { Backend, KvDType, Tensor } from "../backend/types.ts";
 import { fp8KvFits } from "../backend/quant-blocks-fp8.ts";
-import { attentionGeometries, attentionLayers, hasRecurrentState, layerAttention, isDeltaNetLayer, isMamba2Layer, isShortConvLayer, type ModelConfig } from "../model/config.ts";
-import type { PagedKv, RecurrentState } from "../model/forward.ts";
+import { attentionGeometries, attentionLayers, hasRecurrentState, isDeltaNetLayer, isMamba2Layer, isShortConvLayer, layerAttention, type ModelConfig, windowedLayers } from "../model/config.ts";
+import type { PagedKv, RecurrentState, WindowKv } from "../model/forward.ts";
 
 /** Default tokens per KV block. */
 export const DEFAULT_BLOCK_SIZE = 16;
@@ -70,7 +70,9 @@ export function sharesKvCache(config: ModelConfig): boolean {
  * Allocates zeroed K and V caches for every attention layer of `config`, in `dtype` (f32 unless
  * asked). A multi-head latent attention model gets one cache per layer, serving as both (`v[i]` is
  * `k[i]`). A model with recurrent layers also gets their state, f32, for `stateSlots`
- * sequences at once and `stateCheckpoints` kept states (forward.ts {@link RecurrentState}).
+ * sequences at once and `stateCheckpoints` kept states (forward.ts {@link RecurrentState}). With
+ * `windowBlocks`, the sliding layers keep only their window, in rings of that many blocks per state
+ * slot ({@link windowBlocksFor}; forward.ts `WindowKv`), and `numBlocks` are the other layers'.
  */
 export function allocatePagedKv(
   backend: Backend,
@@ -80,6 +82,7 @@ export function allocatePagedKv(
   dtype: KvDType = "f32",
   stateSlots = 1,
   stateCheckpoints = 0,
+  windowBlocks = 0,
 ): PagedKv {
   if (!Number.isInteger(numBlocks) || numBlocks <= 0) throw new RangeError(`Invalid KV block count ${numBlocks}`);
   if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`Invalid KV block size ${blockSize}`);
@@ -92,13 +95,25 @@ export function allocatePagedKv(
   const shared = sharesKvCache(config);
   const k: Tensor[] = [];
   const v: Tensor[] = [];
-  const state: RecurrentState | undefined = hasRecurrentState(config) ? { conv: [], ssm: [], slots: stateSlots + stateCheckpoints, checkpoints: stateCheckpoints } : undefined;
+  const windowed = new Set(windowBlocks > 0 ? windowedLayers(config) : []);
+  if (windowBlocks !== 0 && (!Number.isInteger(windowBlocks) || windowBlocks < 0)) throw new RangeError(`Invalid sliding window ring of ${windowBlocks} blocks`);
+  if (windowBlocks > 0 && windowed.size === 0) throw new RangeError(`Model ${config.architecture} has no sliding-window layers to keep windows of`);
+  const window: WindowKv | undefined = windowed.size > 0 ? { k: [], v: [], blocksPerSlot: windowBlocks, window: config.slidingWindow!.size } : undefined;
+  const state: RecurrentState | undefined = hasRecurrentState(config) || window
+    ? { conv: [], ssm: [], slots: stateSlots + stateCheckpoints, checkpoints: stateCheckpoints, ...(window ? { window } : {}) }
+    : undefined;
   if (state && (!Number.isInteger(stateSlots) || stateSlots < 1)) throw new RangeError(`Invalid recurrent state slot count ${stateSlots}`);
   if (state && (!Number.isInteger(stateCheckpoints) || stateCheckpoints < 0)) throw new RangeError(`Invalid recurrent state checkpoint count ${stateCheckpoints}`);
   try {
     for (const i of attentionLayers(config)) {
       // Gemma 4's sliding layers have heads of their own size.
       const g = layerAttention(config, i);
+      if (windowed.has(i)) {
+        const ring = [state!.slots * windowBlocks, blockSize, g.numKvHeads, g.headDim];
+        window!.k.push(backend.zeros(ring, dtype));
+        window!.v.push(backend.zeros(ring, dtype));
+        continue;
+      }
       const shape = [numBlocks, blockSize, g.numKvHeads, g.headDim];
       const kc = backend.zeros(shape, dtype);
       k.push(kc);
@@ -109,8 +124,8 @@ export function allocatePagedKv(
     for (const shape of shapes.ssm) state?.ssm.push(backend.zeros([state.slots, ...shape], "f32"));
   } catch (e) {
     // What was allocated goes back; the error says how much was asked for, and of what.
-    for (const t of new Set([...k, ...v, ...(state?.conv ?? []), ...(state?.ssm ?? [])])) backend.free(t);
-    const gib = (kvBytesPerBlock(config, blockSize, dtype) * numBlocks) / 2 ** 30;
+    for (const t of new Set([...k, ...v, ...(state?.conv ?? []), ...(state?.ssm ?? []), ...(window?.k ?? []), ...(window?.v ?? [])])) backend.free(t);
+    const gib = (kvBytesPerBlock(config, blockSize, dtype, windowed.size > 0) * numBlocks) / 2 ** 30;
     throw new KvCapacityError(
       `A KV cache of ${numBlocks} blocks (${gib.toFixed(2)} GiB in ${dtype}) could not be allocated on the ${backend.info.name} backend (${e instanceof Error ? e.message : String(e)}); ask for fewer blocks (--kv-blocks, --kv-memory-fraction)`,
     );
@@ -120,7 +135,28 @@ export function allocatePagedKv(
 
 /** Frees every layer's caches (a cache shared by keys and values once) and recurrent state. */
 export function freePagedKv(backend: Backend, kv: PagedKv): void {
-  for (const t of new Set([...kv.k, ...kv.v, ...(kv.state?.conv ?? []), ...(kv.state?.ssm ?? [])])) backend.free(t);
+  const w = kv.state?.window;
+  for (const t of new Set([...kv.k, ...kv.v, ...(kv.state?.conv ?? []), ...(kv.state?.ssm ?? []), ...(w?.k ?? []), ...(w?.v ?? [])])) backend.free(t);
+}
+
+/**
+ * Blocks of a sliding layers' ring (forward.ts `WindowKv`) for steps of at most `stepTokens` tokens
+ * per sequence: the window and a step's tokens, less one (a step's first row sees window − 1 rows
+ * before it, its last row all of the step's).
+ */
+export function windowBlocksFor(config: ModelConfig, blockSize: number, stepTokens: number): number {
+  const w = config.slidingWindow;
+  if (!w) throw new RangeError(`Model ${config.architecture} has no sliding-window layers to keep windows of`);
+  return Math.ceil((stepTokens + w.size - 1) / blockSize);
+}
+
+/** Bytes one state slot's rings take across the windowed sliding layers (K and V in `dtype`). */
+export function windowBytesPerSlot(config: ModelConfig, blockSize: number, dtype: KvDType, windowBlocks: number): number {
+  const values = 2 * blockSize * windowBlocks * windowedLayers(config).reduce((sum, i) => {
+    const g = layerAttention(config, i);
+    return sum + g.numKvHeads * g.headDim;
+  }, 0);
+  return bytesOfValues(values, dtype);
 }
 
 /**
@@ -154,14 +190,23 @@ export function stateBytesPerSlot(config: ModelConfig): number {
   return 4 * [...conv, ...ssm].reduce((a, shape) => a + shape.reduce((x, y) => x * y, 1), 0);
 }
 
-/** Bytes one block occupies across all layers (K and V, or MLA's one shared cache, in `dtype`). */
-export function kvBytesPerBlock(config: ModelConfig, blockSize = DEFAULT_BLOCK_SIZE, dtype: KvDType = "f32"): number {
+/**
+ * Bytes one block occupies across all layers (K and V, or MLA's one shared cache, in `dtype`); with
+ * `windowed`, across the layers that keep paged blocks when the sliding ones keep their windows only.
+ */
+export function kvBytesPerBlock(config: ModelConfig, blockSize = DEFAULT_BLOCK_SIZE, dtype: KvDType = "f32", windowed = false): number {
   const caches = sharesKvCache(config) ? 1 : 2;
+  const skip = new Set(windowed ? windowedLayers(config) : []);
   const values = caches * blockSize * attentionLayers(config).reduce((sum, i) => {
+    if (skip.has(i)) return sum;
     const g = layerAttention(config, i);
     return sum + g.numKvHeads * g.headDim;
   }, 0);
-  // f8_e4m3: 36 bytes per 32 values (an f32 scale, then the codes).
+  return bytesOfValues(values, dtype);
+}
+
+/** Bytes `values` cache values take in `dtype` (f8_e4m3: 36 bytes per 32 values, an f32 scale, then the codes). */
+function bytesOfValues(values: number, dtype: KvDType): number {
   return dtype === "f8_e4m3" ? Math.ceil(values / 32) * 36 : values * (dtype === "f16" ? 2 : 4);
 }
 

@@ -1,12 +1,13 @@
 /**
  * Copies one sequence's recurrent state (every recurrent layer's convolution inputs and each Gated
- * DeltaNet or Mamba-2 layer's state matrices) from one slot to another on the device, exactly, with ops
+ * DeltaNet or Mamba-2 layer's state matrices, and the sliding layers' windows where they keep only
+ * those) from one slot to another on the device, exactly, with ops
  * every backend has: the slot's values gathered as rows (Backend.gatherRows) and written at the other
  * slot's rows by Backend.kvWrite, each state tensor viewed as an f32 cache of one-head rows. A slot's
  * state also goes to the host and back the same way (a state checkpoint moved to another worker).
  */
 import type { Backend, Tensor } from "../backend/types.ts";
-import type { RecurrentState } from "../model/forward.ts";
+import type { RecurrentState, WindowKv } from "../model/forward.ts";
 
 /** The widest row of at most 128 values that divides `n` (the rows kvWrite copies). */
 function rowWidth(n: number): number {
@@ -61,16 +62,57 @@ function copySlot(backend: Backend, t: Tensor, from: number, to: number): void {
   }
 }
 
-/** Copies every recurrent layer's state of slot `from` to slot `to`. */
+/** The cache rows of slot `slot` of a sliding layers' ring (forward.ts WindowKv). */
+function windowRows(backend: Backend, window: WindowKv, slot: number): Tensor {
+  const rows = window.blocksPerSlot * window.k[0].shape[1];
+  return backend.upload(Int32Array.from({ length: rows }, (_, r) => slot * rows + r), [rows]);
+}
+
+/** One ring's slot as f32 rows [rows, kvHeads · headDim] (an f16 or fp8 cache's values read by `embedding`, exactly). */
+function gatherWindow(backend: Backend, cache: Tensor, idx: Tensor): Tensor {
+  const [blocks, bs, heads, dim] = cache.shape;
+  const table = backend.reshape(cache, [blocks * bs, heads * dim]);
+  return cache.dtype === "f32" ? backend.gatherRows(table, idx) : backend.embedding(table, idx);
+}
+
+/** Writes f32 rows of keys and values over one ring's slot (rounded to the cache's dtype: f16 or fp8 values written back are the same values). */
+function writeWindow(backend: Backend, k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, idx: Tensor): void {
+  const [, , heads, dim] = kCache.shape;
+  const rows = idx.shape[0];
+  backend.kvWrite(backend.reshape(k, [rows, heads, dim]), backend.reshape(v, [rows, heads, dim]), kCache, vCache, idx);
+}
+
+/** Copies every recurrent layer's state of slot `from` to slot `to` (and the sliding layers' windows, where they keep only those). */
 export function copyStateSlot(backend: Backend, state: RecurrentState, from: number, to: number): void {
   if (from === to) return;
   for (const t of [...state.conv, ...state.ssm]) copySlot(backend, t, from, to);
+  const w = state.window;
+  if (!w) return;
+  const src = windowRows(backend, w, from);
+  const dst = windowRows(backend, w, to);
+  try {
+    for (let l = 0; l < w.k.length; l++) {
+      const k = gatherWindow(backend, w.k[l], src);
+      const v = gatherWindow(backend, w.v[l], src);
+      writeWindow(backend, k, v, w.k[l], w.v[l], dst);
+      backend.free(k);
+      backend.free(v);
+    }
+  } finally {
+    backend.free(src);
+    backend.free(dst);
+  }
 }
 
-/** One slot's recurrent state on the host: each state tensor's values, in RecurrentState's order. */
+/**
+ * One slot's recurrent state on the host: each state tensor's values, in RecurrentState's order; where
+ * the sliding layers keep only their windows, each windowed layer's ring of the slot, keys then values,
+ * f32 [blocksPerSlot · blockSize, kvHeads · headDim].
+ */
 export interface HostState {
   conv: Float32Array[];
   ssm: Float32Array[];
+  window?: Float32Array[];
 }
 
 /** Thrown when a host state does not fit this model's state tensors (a peer's bad message). */
@@ -83,13 +125,21 @@ export class StateShapeError extends RangeError {
  * write over the slot cannot reach what is read.
  */
 export function readStateSlot(backend: Backend, state: RecurrentState, slot: number): Promise<HostState> {
-  const read = (t: Tensor) => {
-    const values = gatherSlot(backend, t, slot);
-    return backend.download(values).then((d) => (d instanceof Float32Array ? d : Float32Array.from(d))).finally(() => backend.free(values));
-  };
+  const download = (values: Tensor) => backend.download(values).then((d) => (d instanceof Float32Array ? d : Float32Array.from(d))).finally(() => backend.free(values));
+  const read = (t: Tensor) => download(gatherSlot(backend, t, slot));
   const conv = state.conv.map(read);
   const ssm = state.ssm.map(read);
-  return Promise.all([Promise.all(conv), Promise.all(ssm)]).then(([c, s]) => ({ conv: c, ssm: s }));
+  const w = state.window;
+  let window: Promise<Float32Array>[] = [];
+  if (w) {
+    const idx = windowRows(backend, w, slot);
+    try {
+      window = w.k.flatMap((k, l) => [download(gatherWindow(backend, k, idx)), download(gatherWindow(backend, w.v[l], idx))]);
+    } finally {
+      backend.free(idx);
+    }
+  }
+  return Promise.all([Promise.all(conv), Promise.all(ssm), Promise.all(window)]).then(([c, s, win]) => ({ conv: c, ssm: s, ...(w ? { window: win } : {}) }));
 }
 
 /** Writes `host` over slot `slot`'s state; a StateShapeError, before anything is written, where it does not fit. */
@@ -104,6 +154,18 @@ export function writeStateSlot(backend: Backend, state: RecurrentState, slot: nu
       throw new StateShapeError(`A recurrent state tensor of ${values?.length ?? "no"} values does not fit this model's slot of ${rows * width} (shape [${t.shape.slice(1).join(", ")}])`);
     }
   }
+  const w = state.window;
+  const caches = w ? w.k.flatMap((k, l) => [k, w.v[l]]) : [];
+  if ((host.window?.length ?? 0) !== caches.length) {
+    throw new StateShapeError(`A state with the windows of ${(host.window?.length ?? 0) / 2} sliding layers does not fit this model's ${caches.length / 2}`);
+  }
+  caches.forEach((cache, i) => {
+    const values = host.window![i];
+    const size = w!.blocksPerSlot * cache.shape[1] * cache.shape[2] * cache.shape[3];
+    if (!(values instanceof Float32Array) || values.length !== size) {
+      throw new StateShapeError(`A sliding layer's window of ${values?.length ?? "no"} values does not fit this model's ring of ${size}`);
+    }
+  });
   for (const [t, values] of pairs) {
     const { rows, width } = slotRows(t);
     const up = backend.upload(values, [rows, width]);
@@ -112,5 +174,20 @@ export function writeStateSlot(backend: Backend, state: RecurrentState, slot: nu
     } finally {
       backend.free(up);
     }
+  }
+  if (!w) return;
+  const idx = windowRows(backend, w, slot);
+  try {
+    for (let l = 0; l < w.k.length; l++) {
+      const width = w.k[l].shape[2] * w.k[l].shape[3];
+      const rows = idx.shape[0];
+      const k = backend.upload(host.window![2 * l], [rows, width]);
+      const v = backend.upload(host.window![2 * l + 1], [rows, width]);
+      writeWindow(backend, k, v, w.k[l], w.v[l], idx);
+      backend.free(k);
+      backend.free(v);
+    }
+  } finally {
+    backend.free(idx);
   }
 }

@@ -47,9 +47,12 @@ export class StateImports {
   written = 0;
   dropped = 0;
 
-  /** `shapes`: this model's state tensors less their slot dimension (kv-cache.ts `stateShapes`). */
+  /**
+   * `shapes`: this model's state tensors less their slot dimension (kv-cache.ts `stateShapes`), and
+   * the values of each ring where the sliding layers keep only their windows (StepRunner.windowSizes).
+   */
   constructor(
-    private readonly checkpoints: StateCheckpoints, private readonly runner: StepRunner, private readonly shapes: { conv: number[][]; ssm: number[][] },
+    private readonly checkpoints: StateCheckpoints, private readonly runner: StepRunner, private readonly shapes: { conv: number[][]; ssm: number[][]; window?: readonly number[] },
     private readonly applied?: () => void,
   ) {}
 
@@ -75,6 +78,11 @@ export class StateImports {
     if (!fits(values?.conv, this.shapes.conv) || !fits(values?.ssm, this.shapes.ssm)) {
       const sizes = (xs: number[][]) => xs.map((x) => x.reduce((a, d) => a * d, 1)).join(", ");
       throw new PrefixTransferError(`The recurrent state sent does not fit this model's: convolution states of [${sizes(this.shapes.conv)}] values and delta rule or scan states of [${sizes(this.shapes.ssm)}] expected`);
+    }
+    const window = this.shapes.window ?? [];
+    const got: unknown = values.window ?? [];
+    if (!Array.isArray(got) || got.length !== window.length || window.some((n, i) => !(got[i] instanceof Float32Array) || got[i].length !== n)) {
+      throw new PrefixTransferError(`The sliding layers' windows sent do not fit this model's: ${window.length === 0 ? "none" : `rings of [${window.join(", ")}] values`} expected`);
     }
   }
 

@@ -286,6 +286,15 @@ export function attentionLayers(config: ModelConfig): number[] {
   );
 }
 
+/**
+ * The attention layers whose cache may hold only each sequence's window: those with a cache of their
+ * own ({@link attentionLayers}) that slide. With the engine's `slidingWindowKv: "window"` they keep
+ * their window in per-sequence slots (RecurrentState.window) instead of paged blocks.
+ */
+export function windowedLayers(config: ModelConfig): number[] {
+  return attentionLayers(config).filter((i) => layerWindow(config, i) !== undefined);
+}
+
 /** True when layer `i` is a Mamba-2 layer that also attends, in parallel (Mamba2Config.parallelAttention: Falcon-H1). */
 export function attendsInParallel(config: ModelConfig, i: number): boolean {
   return config.mamba2?.parallelAttention === true && isMamba2Layer(config, i);

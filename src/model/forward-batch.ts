@@ -36,6 +36,16 @@ export interface FlatBatch {
   maxContext: number;
   /** Row of each entry's last token in the flat batch. */
   lastRows: Int32Array;
+  /** Where the windowed sliding layers (RecurrentState.window) write and read: each row's cache slot, each entry's ring of blocks [entries, maxBlocks]. */
+  window?: { slots: Int32Array; blockTables: Int32Array };
+}
+
+/** What the windowed sliding layers' caches hold (forward.ts WindowKv), as flattenBatch needs it. */
+export interface WindowGeometry {
+  blocksPerSlot: number;
+  window: number;
+  /** State slots in all (RecurrentState.slots). */
+  slots: number;
 }
 
 /** Flattens and validates the entries of a step. */
@@ -44,6 +54,7 @@ export function flattenBatch(
   blockSize: number,
   numBlocks: number,
   vocabSize: number,
+  window?: WindowGeometry,
 ): FlatBatch {
   if (entries.length === 0) throw new ForwardInputError("A forward step needs at least one entry");
   let total = 0;
@@ -66,6 +77,7 @@ export function flattenBatch(
         throw new ForwardInputError(`Entry ${i} uses block ${b}, outside 0..${numBlocks - 1}`);
       }
     }
+    if (window) checkWindowEntry(e, i, blockSize, window);
     total += e.tokens.length;
     maxBlocks = Math.max(maxBlocks, needed);
     maxContext = Math.max(maxContext, end);
@@ -79,11 +91,15 @@ export function flattenBatch(
     maxBlocks,
     maxContext,
     lastRows: new Int32Array(entries.length),
+    ...(window ? { window: { slots: new Int32Array(total), blockTables: new Int32Array(entries.length * maxBlocks) } } : {}),
   };
   let row = 0;
   entries.forEach((e, i) => {
     const needed = Math.ceil((e.startPos + e.tokens.length) / blockSize);
     for (let b = 0; b < needed; b++) flat.blockTables[i * maxBlocks + b] = e.blockTable[b];
+    // The windowed layers' logical block b is block b mod blocksPerSlot of the sequence's slot.
+    const ring = window && flat.window && ((b: number) => e.stateSlot! * window.blocksPerSlot + (b % window.blocksPerSlot));
+    if (ring) for (let b = 0; b < needed; b++) flat.window!.blockTables[i * maxBlocks + b] = ring(b);
     e.tokens.forEach((id, j) => {
       if (!Number.isInteger(id) || id < 0 || id >= vocabSize) {
         throw new ForwardInputError(`Entry ${i} has token id ${id}, outside the vocabulary 0..${vocabSize - 1}`);
@@ -93,11 +109,30 @@ export function flattenBatch(
       flat.positions[row] = pos;
       flat.tokenSeq[row] = i;
       flat.slots[row] = e.blockTable[Math.floor(pos / blockSize)] * blockSize + (pos % blockSize);
+      if (ring) flat.window!.slots[row] = ring(Math.floor(pos / blockSize)) * blockSize + (pos % blockSize);
       row++;
     });
     flat.lastRows[i] = row - 1;
   });
   return flat;
+}
+
+/**
+ * Refuses an entry the windowed layers' rings cannot take: one without its state slot, or with more
+ * tokens than its ring holds beyond the window (a row would read a position another row of the step
+ * overwrote).
+ */
+function checkWindowEntry(e: ForwardEntry, i: number, blockSize: number, w: WindowGeometry): void {
+  const slot = e.stateSlot;
+  if (slot === undefined || !Number.isInteger(slot) || slot < 0 || slot >= w.slots) {
+    throw new ForwardInputError(`Entry ${i} has state slot ${slot}, outside the ${w.slots} slots of the sliding layers' windows`);
+  }
+  const most = w.blocksPerSlot * blockSize - w.window + 1;
+  if (e.tokens.length > most) {
+    throw new ForwardInputError(
+      `Entry ${i} has ${e.tokens.length} tokens; a sliding window of ${w.window} in a ring of ${w.blocksPerSlot} blocks of ${blockSize} takes at most ${most} a step`,
+    );
+  }
 }
 
 /** The uploaded index tensors of one step; `free` releases them all. */
@@ -109,6 +144,8 @@ export interface StepTensors {
   lastRows: Tensor;
   /** Each row's query scale under Llama 4's attention temperature tuning (ModelConfig.attnTemperature), f32 [n, 1]. */
   attnTemperature?: Tensor;
+  /** The same step as the windowed sliding layers see it: their slots and block tables (FlatBatch.window); `free` frees it with the rest. */
+  window?: StepTensors;
   free(): void;
 }
 
@@ -124,8 +161,14 @@ export function uploadBatch(backend: Backend, flat: FlatBatch, temperature?: { b
     lastRows: backend.upload(flat.lastRows, [flat.lastRows.length]),
     tokenSeq: backend.upload(flat.tokenSeq, [n]),
     blockTables: backend.upload(flat.blockTables, [flat.lastRows.length, flat.maxBlocks]),
+    ...(flat.window
+      ? {
+        windowSlots: backend.upload(flat.window.slots, [n]),
+        windowTables: backend.upload(flat.window.blockTables, [flat.lastRows.length, flat.maxBlocks]),
+      }
+      : {}),
   };
-  return {
+  const step: StepTensors = {
     ids: tensors.ids,
     positions: tensors.positions,
     slots: tensors.slots,
@@ -139,4 +182,8 @@ export function uploadBatch(backend: Backend, flat: FlatBatch, temperature?: { b
     },
     free: () => Object.values(tensors).forEach((t) => backend.free(t)),
   };
+  const { windowSlots, windowTables } = tensors;
+  if (!windowSlots || !windowTables) return step;
+  const window: StepTensors = { ...step, slots: windowSlots, attention: { ...step.attention, blockTables: windowTables }, free: () => {} };
+  return { ...step, window };
 }

@@ -8,7 +8,7 @@
  * layers' blocks are in forward-layers.ts.
  */
 import type { Backend, KvDType, Tensor } from "../backend/types.ts";
-import { attendsInParallel, attentionLayers, hasRecurrentState, isDeltaNetLayer, isMamba2Layer, isMoeLayer, isRecurrentLayer, isShortConvLayer, layerWindow, type ModelConfig } from "./config.ts";
+import { attendsInParallel, attentionLayers, hasRecurrentState, windowedLayers, isDeltaNetLayer, isMamba2Layer, isMoeLayer, isRecurrentLayer, isShortConvLayer, layerWindow, type ModelConfig } from "./config.ts";
 import {
   deltaNetBlock, deltaNetOps, type DeltaNetOps, mamba2Block, mamba2Ops, type Mamba2Ops, recurrentSeqTable, shortConvBlock, shortConvOp, type ShortConvOp,
 } from "./forward-delta-net.ts";
@@ -27,7 +27,10 @@ export { type ForwardEntry, ForwardInputError } from "./forward-batch.ts";
  * latent attention model's value is part of its key: `v[i]` is `k[i]`, one cache (attention-mla.ts).
  */
 export interface PagedKv {
-  /** One per attention layer, in layer order (Gated DeltaNet layers have none: `state` holds theirs). */
+  /**
+   * One per attention layer, in layer order (Gated DeltaNet layers have none: `state` holds theirs;
+   * with `state.window`, the sliding layers' caches are there, and these are the other layers').
+   */
   k: Tensor[];
   v: Tensor[];
   numBlocks: number;
@@ -50,6 +53,25 @@ export interface RecurrentState {
   /** Slots in all: the running sequences' first, then `checkpoints` kept states (engine/state-checkpoints.ts). */
   slots: number;
   checkpoints?: number;
+  /** The sliding layers' windows, where they keep no more (engine option `slidingWindowKv: "window"`). */
+  window?: WindowKv;
+}
+
+/**
+ * Sliding layers' caches that keep each sequence's last tokens only: per windowed layer
+ * (config.ts `windowedLayers`, in layer order) K and V [slots × blocksPerSlot, blockSize, kvHeads,
+ * headDim]. Slot s owns blocks s·blocksPerSlot.. and holds position p in its block
+ * ⌊p / blockSize⌋ mod blocksPerSlot, a ring: a step's rows overwrite positions blocksPerSlot·blockSize
+ * back, which no row of the step still sees while the step's tokens of one sequence number at most
+ * blocksPerSlot·blockSize − window + 1 (forward-batch.ts checks it). Attention reads a row's window
+ * only, so the ring's other positions are never read.
+ */
+export interface WindowKv {
+  k: Tensor[];
+  v: Tensor[];
+  blocksPerSlot: number;
+  /** The widest window of the layers (ModelConfig.slidingWindow.size). */
+  window: number;
 }
 
 /** One step: the entries, and whether to return logits for every position or only the last. */
@@ -109,7 +131,8 @@ function gatherLast(backend: Backend, x: Tensor, lastRows: Tensor, flat: FlatBat
 
 /** Builds the flat batch for a step (validating it against the model and cache). */
 export function planStep(model: DeviceModel, kv: PagedKv, step: ForwardStep): FlatBatch {
-  return flattenBatch(step.entries, kv.blockSize, kv.numBlocks, model.config.vocabSize);
+  const w = kv.state?.window;
+  return flattenBatch(step.entries, kv.blockSize, kv.numBlocks, model.config.vocabSize, w && { blocksPerSlot: w.blocksPerSlot, window: w.window, slots: kv.state!.slots });
 }
 
 /**
@@ -128,10 +151,7 @@ export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step:
 export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: PagedKv, step: ForwardStep): { logits: Tensor; hidden: Tensor | undefined } {
   const c = model.config;
   const w = model.weights;
-  const attending = attentionLayers(c).length;
-  if (kv.k.length !== attending || kv.v.length !== attending) {
-    throw new ForwardInputError(`The KV cache has ${kv.k.length} layers, the model ${attending} attention layers`);
-  }
+  const caches = layerCaches(c, kv);
   const recurrentPlan = recurrentStep(backend, c, kv, step);
   if (c.ropeFreqFactors !== undefined && model.ropeFreqFactors === undefined) {
     throw new ForwardInputError("The model config has RoPE frequency factors but the device model lacks them (use uploadModel)");
@@ -158,10 +178,12 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
     }
     // Gemma 4 E2B/E4B: each token's per-layer inputs, from the scaled embedding.
     perLayer = c.perLayerInput ? perLayerInputs(backend, model, x, step.tokenIds ?? tensors.ids, s) : undefined;
-    // A layer that reads another's cache (Gemma 4 E2B/E4B) finds it by that layer's place among the caches.
-    const cacheOf = c.kvShareFrom ? new Map(attentionLayers(c).map((layer, at) => [layer, at])) : undefined;
-    // The caches of attention layers and the states of recurrent layers, each in layer order.
-    let cache = 0;
+    // Each attention layer's cache, and the step as it sees the cache (a windowed one through its ring).
+    const cacheOf = (layer: number) => {
+      const at = caches.get(layer)!;
+      return { ...at, step: at.windowed ? tensors.window! : tensors };
+    };
+    // The states of recurrent layers, in layer order.
     let conv = 0;
     let ssm = 0;
     for (let i = 0; i < c.numLayers; i++) {
@@ -171,7 +193,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       const blocks = c.layerBlocks?.[i];
       let afterAttn = x;
       // Falcon-H1: attention beside the scan, both from x's norm; the scan adds its output to x plus attention's.
-      const parallel = () => attendsInParallel(c, i) ? s.keep(attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], undefined, true, s, project, i)) : x;
+      const parallel = () => attendsInParallel(c, i) ? s.keep(attentionBlock(backend, model, l, x, tensors, cacheOf(i).k, cacheOf(i).v, undefined, true, s, project, i)) : x;
       if (blocks !== "ffn") {
         afterAttn = recurrent?.deltaNet && isDeltaNetLayer(c, i)
           ? deltaNetBlock(backend, recurrent.deltaNet, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project)
@@ -180,10 +202,10 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
           : recurrent?.mamba2 && isMamba2Layer(c, i)
           ? mamba2Block(backend, recurrent.mamba2, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project, parallel())
           : heads
-          ? mlaAttentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], heads, keep)
+          ? mlaAttentionBlock(backend, model, l, x, tensors, cacheOf(i).k, cacheOf(i).v, heads, keep)
           : c.kvShareFrom?.[i] !== undefined
-          ? sharedKvAttention(backend, model, l, x, tensors, kv.k[cacheOf!.get(c.kvShareFrom[i]!)!], kv.v[cacheOf!.get(c.kvShareFrom[i]!)!], layerWindow(c, i), s, project, i)
-          : attentionBlock(backend, model, l, x, tensors, kv.k[cache], kv.v[cache++], layerWindow(c, i), !c.nopeLayers?.[i], s, project, i);
+          ? sharedKvAttention(backend, model, l, x, cacheOf(c.kvShareFrom[i]!).step, cacheOf(c.kvShareFrom[i]!).k, cacheOf(c.kvShareFrom[i]!).v, layerWindow(c, i), s, project, i)
+          : attentionBlock(backend, model, l, x, cacheOf(i).step, cacheOf(i).k, cacheOf(i).v, layerWindow(c, i), !c.nopeLayers?.[i], s, project, i);
         backend.free(x);
       }
       if (blocks === "mixer") {
@@ -252,6 +274,36 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
     if (recurrent) backend.free(recurrent.batch.seqs);
     if (perLayer) backend.free(perLayer);
   }
+}
+
+/**
+ * Each attention layer's K and V caches, by layer: the paged ones in order, a windowed sliding layer's
+ * from RecurrentState.window (`windowed`); refuses a cache of another model's layers.
+ */
+function layerCaches(c: ModelConfig, kv: PagedKv): Map<number, { k: Tensor; v: Tensor; windowed: boolean }> {
+  const layers = attentionLayers(c);
+  const window = kv.state?.window;
+  const windowed = new Set(window ? windowedLayers(c) : []);
+  const paged = layers.length - windowed.size;
+  if (kv.k.length !== paged || kv.v.length !== paged) {
+    throw new ForwardInputError(`The KV cache has ${kv.k.length} layers, the model ${paged} ${window ? "paged " : ""}attention layers`);
+  }
+  if (window && (window.k.length !== windowed.size || window.v.length !== windowed.size)) {
+    throw new ForwardInputError(`The KV cache holds the windows of ${window.k.length} layers, the model has ${windowed.size} sliding layers`);
+  }
+  const out = new Map<number, { k: Tensor; v: Tensor; windowed: boolean }>();
+  let p = 0, w = 0;
+  for (const i of layers) {
+    if (windowed.has(i)) out.set(i, { k: window!.k[w], v: window!.v[w++], windowed: true });
+    else out.set(i, { k: kv.k[p], v: kv.v[p++], windowed: false });
+  }
+  // A layer reading another's cache (Gemma 4 E2B/E4B) sees no more of it than that layer keeps.
+  c.kvShareFrom?.forEach((from, i) => {
+    if (from !== undefined && windowed.has(from) && layerWindow(c, i) === undefined) {
+      throw new ForwardInputError(`Layer ${i} attends over all of layer ${from}'s cache, which keeps only its window`);
+    }
+  });
+  return out;
 }
 
 /**

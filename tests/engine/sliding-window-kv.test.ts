@@ -1,0 +1,204 @@
+/**
+ * `slidingWindowKv: "window"`: the sliding layers keep each sequence's last window in a ring per state
+ * slot instead of paged blocks (forward.ts WindowKv). On the reference backend and WebGPU, for
+ * GPT-OSS's layout (every other layer slides) and Gemma 4 E2B/E4B's (sliding layers of their own width,
+ * layers reading another's ring): chunked prefills that wrap the ring, multi-step decoding, recompute
+ * preemption, a next turn from a state checkpoint and a prefix moved to another engine with its windows
+ * all give the tokens a lone forward over paged caches gives; a block of the pool holds the other
+ * layers alone; what cannot carry the windows is refused.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import { test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import type { Backend } from "../../src/backend/types.ts";
+import { createCluster, startThreadCluster } from "../../src/cluster/create-cluster.ts";
+import { createEngine, type CreateEngineOptions, kvBlockCount, movedKvBytes, windowBlocksOf } from "../../src/engine/engine-factory.ts";
+import { allocatePagedKv, freePagedKv, kvBytesPerBlock, windowBlocksFor, windowBytesPerSlot } from "../../src/engine/kv-cache.ts";
+import { PrefixTransferError } from "../../src/engine/prefix-transfer.ts";
+import { uploadModel } from "../../src/model/device-weights.ts";
+import { forward } from "../../src/model/forward.ts";
+import { ForwardInputError } from "../../src/model/forward-batch.ts";
+import { type LoadedModel, windowedLayers } from "../../src/model/config.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { greedySteps } from "../oracle/oracle-compare.ts";
+import { poisonedWebGpu } from "../webgpu-fixture.ts";
+import { type ModelFileSpec, writeTestGguf } from "../model/model-files.ts";
+
+const dir = mkdtempSync(`${tmpdir()}/sliding-window-kv-`);
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+const GPT_OSS: ModelFileSpec = {
+  hidden: 32, layers: 3, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", architecture: "gpt-oss",
+  ropeTheta: 10000, seed: 811, slidingWindow: 5, experts: { count: 4, used: 2 },
+};
+/** E2B/E4B's layout: sliding layers 2 heads of 8, full ones 2 of 16, the last 2 of 5 layers reading the caches of the two before them. */
+const GEMMA4: ModelFileSpec = {
+  architecture: "gemma4", hidden: 32, layers: 5, heads: 4, kvHeads: 2, headDim: 16, ffn: 48, vocab: 300, tied: true, dtype: "f32", seed: 812,
+  gemma4: { pattern: [true, true, false, true, false], window: 6, swaHeadDim: 8, swaKvHeads: 2, swaTheta: 10000, partialFull: 0.25, keyAsValue: true, softcap: 25, ple: 4, sharedKv: 2, doubleWide: true },
+};
+const gptOssPath = await writeTestGguf(dir, "gpt-oss", GPT_OSS);
+const gptOss = await loadModel(gptOssPath);
+const gemma4 = await loadModel(await writeTestGguf(dir, "gemma4", GEMMA4));
+const llama = await loadModel(await writeTestGguf(dir, "llama", { ...GPT_OSS, architecture: "llama", slidingWindow: undefined, experts: undefined }));
+const PROMPTS = [[5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61, 2, 17, 33, 140, 71, 8, 200, 4, 11, 99], [7, 7, 1, 254], [13, 42, 2, 5, 77, 160, 31, 9, 12, 290, 6, 48, 3]];
+const MAX_TOKENS = 10;
+const webgpu = await poisonedWebGpu("the sliding-window KV test on WebGPU");
+const backends: [string, Backend | undefined, boolean][] = [["reference", createReferenceBackend(), false], ["webgpu", webgpu.gpu, webgpu.skip]];
+const WINDOWED: CreateEngineOptions = { slidingWindowKv: "window", blockSize: 4, scheduler: { maxBatchTokens: 5, maxRunning: 3 } };
+
+/** Each prompt's greedy tokens from a lone forward over paged caches (every position kept). */
+function loneTokens(b: Backend, model: LoadedModel): (prompt: number[]) => Promise<number[]> {
+  const device = uploadModel(b, model);
+  return async (prompt) => {
+    const kv = allocatePagedKv(b, model.config, 24, 4);
+    try {
+      return (await greedySteps(b, device, kv, prompt, MAX_TOKENS, Array.from({ length: 24 }, (_, i) => i))).tokens;
+    } finally {
+      freePagedKv(b, kv);
+    }
+  };
+}
+
+for (const [name, backend, skip] of backends) for (const [layout, model] of [["GPT-OSS's", gptOss], ["Gemma 4 E2B/E4B's", gemma4]] as const) {
+  test(`Engine on ${name} with slidingWindowKv "window" (${layout} layout): ring-wrapping chunks, multi-step decoding, a next turn from a checkpoint and a moved prefix give the paged greedy tokens`, async () => {
+    const b = backend!;
+    const lone = loneTokens(b, model);
+    const want = await Promise.all(PROMPTS.map(lone));
+    // A window of 5 or 6 and chunks of 5 in rings of 3 blocks of 4: every prompt wraps its ring.
+    assert.equal(windowBlocksOf(model.config, WINDOWED), 3);
+    const e = createEngine(b, model, { ...WINDOWED, numBlocks: 64, schedulerSteps: 3 });
+    const peer = createEngine(b, model, { ...WINDOWED, numBlocks: 64 });
+    try {
+      const ask = (engine: typeof e, prompt: number[]) => engine.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+      assert.deepEqual((await Promise.all(PROMPTS.map((p) => ask(e, p)))).map((r) => r.tokenIds), want);
+      const turn2 = [...PROMPTS[0], ...want[0], 150, 151, 152];
+      const want2 = await lone(turn2);
+      const r = await ask(e, turn2);
+      // The first turn's answer ends at 30 tokens: its checkpoint after 28 (whole blocks of 4).
+      assert.equal(r.cachedTokens, 28);
+      assert.deepEqual(r.tokenIds, want2);
+      // The prefix moves with its checkpoint's windows: the blocks hold the full layers only.
+      const moved = await e.exportPrefix(turn2);
+      assert.ok(moved?.state?.values.window, "the windows went with the prefix");
+      assert.equal(moved.kv.k.length, 1);
+      assert.equal(moved.state.values.window.length, 2 * windowedLayers(model.config).length);
+      peer.importPrefix(moved);
+      const p = await ask(peer, turn2);
+      // The second turn left a checkpoint after its prompt's 32 tokens (whole blocks of its 34).
+      assert.equal(p.cachedTokens, 32);
+      assert.deepEqual(p.tokenIds, want2);
+    } finally {
+      await e.stop();
+      await peer.stop();
+    }
+  }, { ignore: skip });
+}
+
+test(`Engine with slidingWindowKv "window": recompute preemption and many sequences through few slots give the paged greedy tokens`, async () => {
+  const b = createReferenceBackend();
+  const lone = loneTokens(b, gptOss);
+  const want = await Promise.all(PROMPTS.map(lone));
+  // 18 blocks of 4 for the three sequences' 31, 14 and 23 tokens; a pool of 10 preempts.
+  const e = createEngine(b, gptOss, { ...WINDOWED, numBlocks: 10, scheduler: { maxBatchTokens: 8, maxRunning: 3, preemption: "recompute" } });
+  try {
+    const rs = await Promise.all([...PROMPTS, ...PROMPTS].map((prompt) => e.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result));
+    assert.deepEqual(rs.map((r) => r.tokenIds), [...want, ...want]);
+    assert.ok(e.stats().preemptions > 0, "the small pool forced preemption");
+    assert.equal(e.recurrentState()?.slots, 3);
+  } finally {
+    await e.stop();
+  }
+});
+
+test("kvBlockCount() gives the pool what the windows leave of a budget, and a block the full layers' bytes only", () => {
+  const c = gptOss.config;
+  // GPT-OSS's layers 0 and 2 slide: a block holds layer 1 alone.
+  assert.equal(kvBytesPerBlock(c, 16, "f16", true) * 3, kvBytesPerBlock(c, 16, "f16"));
+  const budget = 64 * 2 ** 20;
+  const o: CreateEngineOptions = { kvMemoryBytes: budget, kvCacheDtype: "f16", scheduler: { maxRunning: 8 } };
+  const paged = kvBlockCount(gptOss, o, "f16");
+  const ring = windowBlocksFor(c, 16, 512);
+  assert.equal(ring, Math.ceil((512 + 5 - 1) / 16));
+  const states = 16 * windowBytesPerSlot(c, 16, "f16", ring);
+  const windowed = kvBlockCount(gptOss, { ...o, slidingWindowKv: "window" }, "f16");
+  assert.equal(windowed, Math.floor((budget - states) / kvBytesPerBlock(c, 16, "f16", true)));
+  assert.ok(windowed > 2.5 * paged, `${windowed} blocks windowed, ${paged} paged`);
+});
+
+test(`createEngine() refuses what cannot carry the sliding layers' windows, a model without sliding layers and an unknown mode, naming each`, () => {
+  const b = createReferenceBackend();
+  const refused: [LoadedModel, CreateEngineOptions, RegExp][] = [
+    [gptOss, { speculative: { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } }, /Speculative decoding is not supported with --sliding-window-kv window/],
+    [gptOss, { scheduler: { preemption: "swap" } }, /Preemption mode "swap" is not supported with --sliding-window-kv window/],
+    [gptOss, { kvOffloadBlocks: 8 }, /KV offload \(--kv-offload-blocks\) is not supported with --sliding-window-kv window/],
+    [llama, {}, /Sliding window KV "window" needs sliding-window layers; model llama has none/],
+    [gptOss, { slidingWindowKv: "ring" as "window" }, /Unknown sliding window KV mode "ring"; use paged or window/],
+  ];
+  for (const [model, o, pattern] of refused) assert.throws(() => createEngine(b, model, { numBlocks: 8, slidingWindowKv: "window", ...o }), pattern);
+});
+
+test("forward() refuses a step whose tokens overrun a sliding layer's ring, or an entry without a state slot", () => {
+  const b = createReferenceBackend();
+  const device = uploadModel(b, gptOss);
+  // Rings of 2 blocks of 4 with a window of 5: at most 4 tokens a step.
+  const kv = allocatePagedKv(b, gptOss.config, 8, 4, "f32", 2, 0, 2);
+  try {
+    const table = [0, 1];
+    assert.throws(() => forward(b, device, kv, { entries: [{ tokens: [1, 2, 3, 4, 5], startPos: 0, blockTable: table, stateSlot: 0 }] }), (e: unknown) =>
+      e instanceof ForwardInputError && /Entry 0 has 5 tokens; a sliding window of 5 in a ring of 2 blocks of 4 takes at most 4 a step/.test(e.message));
+    assert.throws(() => forward(b, device, kv, { entries: [{ tokens: [1, 2], startPos: 0, blockTable: table }] }), /Entry 0 has state slot undefined, outside the 2 slots/);
+    b.free(forward(b, device, kv, { entries: [{ tokens: [1, 2, 3, 4], startPos: 0, blockTable: table, stateSlot: 1 }] }));
+  } finally {
+    freePagedKv(b, kv);
+  }
+});
+
+test("Engine.importPrefix() refuses a state whose windows do not fit this engine's rings, importing nothing", async () => {
+  const b = createReferenceBackend();
+  const e = createEngine(b, gptOss, { ...WINDOWED, numBlocks: 64 });
+  const paged = createEngine(b, gptOss, { ...WINDOWED, numBlocks: 64, scheduler: { maxBatchTokens: 9, maxRunning: 3 } });
+  try {
+    const prompt = PROMPTS[0];
+    await e.submit({ prompt, maxTokens: 4, temperature: 0, ignoreEos: true }).result;
+    const moved = await e.exportPrefix(prompt);
+    assert.ok(moved?.state?.values.window);
+    // Chunks of 9 need rings of 4 blocks: a state of rings of 3 does not fit.
+    assert.throws(() => paged.importPrefix(moved), (err: unknown) => err instanceof PrefixTransferError && /The sliding layers' windows sent do not fit this model's: rings of \[256, 256, 256, 256\] values expected/.test(err.message));
+    const { window: _w, ...noWindows } = moved.state.values;
+    assert.throws(() => e.importPrefix({ ...moved, state: { tokens: moved.state!.tokens, values: noWindows } }), /The sliding layers' windows sent do not fit this model's: rings of \[192, 192, 192, 192\] values expected/);
+  } finally {
+    await e.stop();
+    await paged.stop();
+  }
+});
+
+test("Cluster hands a prompt from its prefill worker to its decode worker with its windows, in-process and between threads, answering as paged caches do", async () => {
+  const b = createReferenceBackend();
+  const prompt = Array.from({ length: 37 }, (_, i) => (i * 37 + 11) % 290 + 5);
+  const want = await loneTokens(b, gptOss)(prompt);
+  const engine: CreateEngineOptions = { ...WINDOWED, numBlocks: 64 };
+  const o = { workers: 2, roles: ["prefill", "decode"] as ("prefill" | "decode")[], planner: "none" as const, router: "kv-aware" as const, routerOptions: { localPrefillThreshold: 0 }, engine };
+  const inProcess = createCluster(b, gptOss, o);
+  try {
+    // A hand-off resumes before the prompt's last token: from the checkpoint after 36 (whole blocks of 4).
+    const r = await inProcess.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+    assert.deepEqual(r.tokenIds, want);
+    assert.equal(inProcess.counters.prefillHandoffs, 1);
+    assert.equal(inProcess.workers[1].engine.stats().prefixHitTokens, 36);
+  } finally {
+    await inProcess.stop();
+  }
+  const threads = await startThreadCluster(gptOss, gptOssPath, "reference", o);
+  try {
+    const r = await threads.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+    assert.deepEqual(r.tokenIds, want);
+    assert.equal(threads.workers[1].engine.stats().prefixHitTokens, 36, "the decode thread resumed from the windows sent");
+  } finally {
+    await threads.stop();
+  }
+  // Routers price a move by the full layer's blocks and the windows' f32 host copy.
+  const moved = movedKvBytes(gptOss.config, engine, "f16");
+  assert.deepEqual(moved, { bytesPerBlock: 2 * 4 * 16 * 2, stateBytes: 2 * 2 * 3 * 4 * 16 * 4 });
+});
