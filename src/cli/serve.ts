@@ -91,6 +91,8 @@ async function main(): Promise<void> {
   const kvCacheDtypeArg = f["kv-cache-dtype"] ?? "auto";
   const kvCacheDtype = kvDtypeChoice(kvCacheDtypeArg);
   if (kvCacheDtype === undefined) throw new ArgsError(`Unknown KV cache dtype "${kvCacheDtypeArg}"; choose auto, f16, f32 or fp8 (f8_e4m3)`);
+  const slidingWindowKv = f["sliding-window-kv"] ?? "paged";
+  if (slidingWindowKv !== "paged" && slidingWindowKv !== "window") throw new ArgsError(`Unknown sliding window KV mode "${slidingWindowKv}"; choose paged or window`);
   const kvRetention = f["kv-retention"] ?? "agent";
   if (!isKvRetention(kvRetention)) throw new ArgsError(`Unknown KV retention "${kvRetention}"; choose ${KV_RETENTIONS.join(" or ")}`);
   const jumpForward = f["jump-forward"] ?? "on";
@@ -197,6 +199,7 @@ async function main(): Promise<void> {
     kvBlocks: f["kv-blocks"],
     kvMemoryFraction: f["kv-memory-fraction"],
     kvCacheDtype,
+    ...(slidingWindowKv === "window" ? { slidingWindowKv } : {}),
     kvOffloadBlocks: f["kv-offload-blocks"],
     maxBatchTokens: f["max-batch-tokens"],
     maxNumSeqs: f["max-num-seqs"],
@@ -253,7 +256,7 @@ async function main(): Promise<void> {
     `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}${tools}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, s.planner ?? planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${speculative ? `, ${speculationLabel(speculative)}` : ""}${schedulerStepsLabel(s.cluster ? f["num-scheduler-steps"] : s.engine.schedulerSteps, speculative !== undefined)}, max model len ${s.serving.maxModelLen}${s.warmUpMs !== undefined ? `, warmed up in ${Math.round(s.warmUpMs)} ms` : ""}` +
       (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${s.planner ?? planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}` : "") +
       (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${s.planner ?? planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}, ${transport}` : "") +
-      recurrentLabel(s.cluster ? undefined : s.engine.recurrentState()) +
+      recurrentLabel(s.cluster ? undefined : s.engine.recurrentState(), slidingWindowKv === "window") +
       (loraModules.length > 0 ? `; LoRA adapters ${loraModules.map((m) => m.name).join(", ")}` : "") +
       (f["allow-runtime-lora-updating"] ? "; runtime LoRA loading on" : "") + "; " +
       `listening on ${s.url}${apiKey !== undefined ? ` (API key required${f["api-key"] === undefined ? ", from VLLM_API_KEY" : ""})` : ""}`,
@@ -267,9 +270,9 @@ async function main(): Promise<void> {
 }
 
 /** The log's word on a Gated DeltaNet model's recurrent state (empty for other models). */
-function recurrentLabel(state: { slots: number; checkpoints: number; bytes: number } | undefined): string {
+function recurrentLabel(state: { slots: number; checkpoints: number; bytes: number } | undefined, windowsOnly: boolean): string {
   if (!state) return "";
-  return `; recurrent state ${state.slots} sequences + ${state.checkpoints} checkpoints (${(state.bytes / 2 ** 20).toFixed(1)} MiB)`;
+  return `; ${windowsOnly ? "sliding windows of" : "recurrent state"} ${state.slots} sequences + ${state.checkpoints} checkpoints (${(state.bytes / 2 ** 20).toFixed(1)} MiB)`;
 }
 
 /** `VLLM_LOG_STATS_INTERVAL` (vLLM's variable): seconds between stats lines, 10 when unset. */

@@ -3,6 +3,7 @@
  * (`RunningServer`); server.ts re-exports both.
  */
 import type { LoraModule } from "./lora.ts";
+import type { SlidingWindowKv } from "../engine/engine-factory.ts";
 import type { Speculation } from "../engine/ngram-draft.ts";
 import type { BackendChoice } from "../backend/select.ts";
 import type { Engine } from "../engine/engine.ts";
@@ -46,6 +47,8 @@ export interface ServerOptions {
   kvMemoryFraction?: number;
   /** The KV cache's element type: auto (default: f16 where the backend takes it), f16 or f32. */
   kvCacheDtype?: KvDTypeChoice;
+  /** What a sliding-window layer's cache keeps: every position (paged, default) or the window only (engine-factory.ts CreateEngineOptions.slidingWindowKv). */
+  slidingWindowKv?: SlidingWindowKv;
   maxBatchTokens?: number;
   maxNumSeqs?: number;
   /** Multi-step decoding (EngineOptions.schedulerSteps; default: engine-factory.ts `defaultSchedulerSteps`). */

@@ -69,6 +69,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     numBlocks: o.kvBlocks,
     kvMemoryBytes: kvMemoryBytes === undefined ? undefined : kvMemoryBytes / kvShare,
     ...(o.kvCacheDtype ? { kvCacheDtype: o.kvCacheDtype } : {}),
+    ...(o.slidingWindowKv ? { slidingWindowKv: o.slidingWindowKv } : {}),
     maxModelLen: o.maxModelLen,
     maxWaiting: o.maxWaiting,
     kvRetention: o.kvRetention,

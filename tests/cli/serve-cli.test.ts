@@ -2,6 +2,7 @@
 import assert from "node:assert/strict";
 import { eventually } from "../eventually.ts";
 import { spawnSync } from "node:child_process";
+import OpenAI from "openai";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { projectRoot, test } from "../harness.ts";
@@ -267,6 +268,40 @@ test("serve CLI names a Qwen3.5's recurrent state (sequences, checkpoints, MiB) 
     } finally {
       two.child.kill("SIGKILL");
       await two.exited;
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("serve CLI keeps only GPT-OSS's sliding windows with --sliding-window-kv window, names them in its startup line, answers the openai client, and refuses an unknown mode", async () => {
+  const dir = mkdtempSync(`${tmpdir()}/serve-window-`);
+  try {
+    const spec: ModelFileSpec = {
+      architecture: "gpt-oss", hidden: 32, layers: 3, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 402,
+      ropeTheta: 10000, slidingWindow: 5, experts: { count: 4, used: 2 },
+    };
+    writeFileSync(`${dir}/w.gguf`, ggufBytes(spec, randomHfWeights(spec)));
+    const bad = serve(["--model", `${dir}/w.gguf`, "--sliding-window-kv", "ring", "--port", "0", "--backend", "reference"]);
+    assert.equal(bad.status, 2, bad.stderr);
+    assert.match(bad.stderr, /^serve: Unknown sliding window KV mode "ring"; choose paged or window/);
+    const args = ["--model", `${dir}/w.gguf`, "--port", "0", "--backend", "reference", "--kv-blocks", "16", "--max-num-seqs", "2", "--max-batch-tokens", "16", "--no-warmup"];
+    const { child, url, stderr, exited } = await spawnServe("node", [...args, "--sliding-window-kv", "window"]);
+    try {
+      // Two layers' rings of ⌈(16 + 5 − 1) / 16⌉ = 2 blocks of 16, 2 heads of 8, K and V in f16, for 2 sequences and 2 checkpoints.
+      assert.match(stderr(), /; sliding windows of 2 sequences \+ 2 checkpoints \(0\.0 MiB\);/, stderr());
+      const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
+      const prompt = Array.from({ length: 40 }, (_, i) => (i * 7 + 3) % 290 + 5);
+      const ask = () => client.completions.create({ model: "w", prompt, max_tokens: 6, temperature: 0 });
+      const first = await ask();
+      const again = await ask();
+      assert.equal(again.choices[0].text, first.choices[0].text);
+      assert.equal(first.usage?.completion_tokens, 6);
+      // The second resumed from the checkpoint where the first prompt's whole blocks end.
+      assert.equal(again.usage?.prompt_tokens_details?.cached_tokens, 32);
+    } finally {
+      child.kill("SIGKILL");
+      await exited;
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
