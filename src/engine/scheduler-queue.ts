@@ -182,7 +182,10 @@ export class WaitingQueue {
       // cached, could otherwise never come back: its hit takes all the room and no token fits.)
       const free = this.kv.numAvailable() - (running.length === 0 ? 0 : this.config.watermarkBlocks);
       const most = Math.min(seq.tokens.length - cached, room(seq), (held.length + free) * bs - cached);
-      const n = this.checkpoints ? checkpointChunk(checkpointLimit(seq), cached, most, bs).n : most;
+      // Cached blocks past the checkpoint resumed from: a prefix computed before without a checkpoint
+      // at its end (a prompt others share). This prompt keeps one there on its way.
+      seq.branchCheckpoint = this.checkpoints && swapped === 0 && tail === null && hit.length * bs > cached ? hit.length * bs : undefined;
+      const n = this.checkpoints ? checkpointChunk(checkpointLimit(seq), cached, most, bs, seq.branchCheckpoint).n : most;
       const got = n > 0 ? this.kv.allocate(Math.max(0, Math.ceil((cached + n) / bs) - held.length)) : null;
       if (got === null) {
         this.kv.release(hit);

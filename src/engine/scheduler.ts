@@ -151,7 +151,7 @@ export class Scheduler {
       // does a decode ending a block (the sequence's one decode checkpoint moves on to it).
       const cps = this.checkpoints;
       const id = !cps ? undefined : seq.inPrefill
-        ? checkpointChunk(checkpointLimit(seq), start, n, bs).atBoundary ? cps.reserve(seq.tokens.slice(0, start + n), seq.hints.sessionId, seq.hints.cacheRoot ?? null) : undefined
+        ? checkpointChunk(checkpointLimit(seq), start, n, bs, seq.branchCheckpoint).atBoundary ? cps.reserve(seq.tokens.slice(0, start + n), seq.hints.sessionId, seq.hints.cacheRoot ?? null) : undefined
         : drafted === 0 && (start + n) % bs === 0 ? cps.reserveDecode(seq.id, start + n, seq.hints.sessionId, seq.hints.cacheRoot ?? null) : undefined;
       const checkpoint = id === undefined ? undefined : { id, after: start + n };
       entries.push({
@@ -179,7 +179,7 @@ export class Scheduler {
       if (work !== "all" && seq.inPrefill !== (work === "prefill")) continue;
       const most = Math.min(seq.numPending, room(seq));
       // A Gated DeltaNet model's prefill chunk stops where its prompt's last whole block ends (a checkpoint).
-      const n = this.checkpoints && seq.inPrefill ? checkpointChunk(checkpointLimit(seq), seq.numComputed, most, bs).n : most;
+      const n = this.checkpoints && seq.inPrefill ? checkpointChunk(checkpointLimit(seq), seq.numComputed, most, bs, seq.branchCheckpoint).n : most;
       if (n === 0) continue;
       // A decode verifies its draft in the same step while the budget lasts; a draft never preempts.
       let drafted = seq.inPrefill || seq.numPending !== 1 ? 0 : Math.min(seq.draft.length, budget - n);

@@ -55,6 +55,12 @@ export class Sequence {
   numComputed = 0;
   /** Prompt tokens served from the prefix cache at the latest admission. */
   numCachedPrompt = 0;
+  /**
+   * Where this prompt's cached prefix (its prefix-cache hit at admission) ends when no state
+   * checkpoint reaches that far (a model whose state is kept apart from its blocks): its prefill keeps
+   * a checkpoint there (state-checkpoints.ts `checkpointChunk`). Undefined otherwise.
+   */
+  branchCheckpoint: number | undefined = undefined;
   /** Block ids, in position order. */
   blockTable: number[] = [];
   /** Leading blocks already registered in the prefix cache. */

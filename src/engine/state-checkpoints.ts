@@ -223,9 +223,13 @@ export class StateCheckpoints {
  * A prefill chunk's length with a checkpoint in mind: a chunk from `start` that would pass the prompt's
  * last whole-block boundary stops there, and the entry reaching it carries `checkpoint`. `n` as it is
  * where there is nothing to stop at (a prompt shorter than a block, or already past its boundary).
+ * `branch` (block-aligned; Sequence.branchCheckpoint) is a boundary before that one to stop at too: where
+ * the prompt leaves a cached prefix that no checkpoint reaches (a system prompt other sessions share),
+ * so the prompts after it that share the prefix resume there.
  */
-export function checkpointChunk(promptLength: number, start: number, n: number, blockSize: number): { n: number; atBoundary: boolean } {
+export function checkpointChunk(promptLength: number, start: number, n: number, blockSize: number, branch?: number): { n: number; atBoundary: boolean } {
   const boundary = Math.floor(promptLength / blockSize) * blockSize;
+  if (branch !== undefined && branch > start && branch < boundary && start + n >= branch) return { n: branch - start, atBoundary: true };
   if (boundary === 0 || start >= boundary || start + n < boundary) return { n, atBoundary: false };
   return { n: boundary - start, atBoundary: true };
 }

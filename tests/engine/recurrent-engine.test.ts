@@ -420,3 +420,21 @@ for (const { name, kind, spec, check } of RECURRENT_MODELS) {
     }
   });
 }
+
+test("Engine with Gated DeltaNet layers keeps a checkpoint where a prompt leaves a shared prefix no checkpoint reaches, and the next prompt sharing it resumes there", async () => {
+  const system = Array.from({ length: 22 }, (_, i) => (i * 13 + 7) % 290 + 5);
+  const prompts = [[...system, 31, 32, 33, 34, 35, 36], [...system, 41, 42, 43], [...system, 51, 52, 53, 54, 55]];
+  const want = await Promise.all(prompts.map(async (prompt) => {
+    const kv = allocatePagedKv(backend, model.config, 4, 16);
+    return (await greedySteps(backend, uploadModel(backend, model), kv, prompt, MAX_TOKENS, [0, 1, 2, 3])).tokens;
+  }));
+  const e = createEngine(backend, model, { numBlocks: 64, blockSize: 4 });
+  try {
+    const rs = [];
+    for (const prompt of prompts) rs.push(await e.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result);
+    assert.deepEqual(rs.map((r) => r.tokenIds), want);
+    assert.deepEqual(rs.map((r) => r.cachedTokens), [0, 0, 20]);
+  } finally {
+    await e.stop();
+  }
+});

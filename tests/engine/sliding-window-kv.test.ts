@@ -202,3 +202,22 @@ test("Cluster hands a prompt from its prefill worker to its decode worker with i
   const moved = movedKvBytes(gptOss.config, engine, "f16");
   assert.deepEqual(moved, { bytesPerBlock: 2 * 4 * 16 * 2, stateBytes: 2 * 2 * 3 * 4 * 16 * 4 });
 });
+
+test("Engine with slidingWindowKv \"window\": a prompt leaving a shared prefix no checkpoint reaches keeps one where it branches, and the next prompt sharing it resumes there", async () => {
+  const b = createReferenceBackend();
+  const lone = loneTokens(b, gptOss);
+  // A system prompt of 22 tokens (5 whole blocks of 4) that three sessions share, then their own turns.
+  const system = Array.from({ length: 22 }, (_, i) => (i * 13 + 7) % 290 + 5);
+  const prompts = [[...system, 31, 32, 33, 34, 35, 36], [...system, 41, 42, 43], [...system, 51, 52, 53, 54, 55]];
+  const e = createEngine(b, gptOss, { ...WINDOWED, numBlocks: 64 });
+  try {
+    const rs = [];
+    for (const prompt of prompts) rs.push(await e.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result);
+    assert.deepEqual(rs.map((r) => r.tokenIds), await Promise.all(prompts.map(lone)));
+    // The first computes all (nothing cached); the second finds 5 cached blocks but no checkpoint in
+    // them, so computes all and keeps one after 20 tokens; the third resumes from it.
+    assert.deepEqual(rs.map((r) => r.cachedTokens), [0, 0, 20]);
+  } finally {
+    await e.stop();
+  }
+});
