@@ -11,6 +11,7 @@ import { modelStepRunner, type StepRunner } from "./engine-runner.ts";
 import { withMixedStepOverhead } from "./mixed-step-overhead.ts";
 import {
   allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock, type KvDTypeChoice, KvDTypeError, resolveKvDtype, stateBytesPerSlot, windowBlocksFor, windowBytesPerSlot,
+  windowCheckpointBlocks,
 } from "./kv-cache.ts";
 import { DEFAULT_SCHEDULER_CONFIG } from "./scheduler-types.ts";
 import type { KvDType } from "../backend/types.ts";
@@ -67,7 +68,7 @@ export function movedKvBytes(config: ModelConfig, o: CreateEngineOptions, dtype:
   const windowBlocks = windowBlocksOf(config, o);
   return {
     bytesPerBlock: kvBytesPerBlock(config, bs, dtype, windowBlocks > 0),
-    stateBytes: stateBytesPerSlot(config) + (windowBlocks > 0 ? windowBytesPerSlot(config, bs, "f32", windowBlocks) : 0),
+    stateBytes: stateBytesPerSlot(config) + (windowBlocks > 0 ? windowBytesPerSlot(config, bs, "f32", windowCheckpointBlocks(config.slidingWindow!.size, bs)) : 0),
   };
 }
 
@@ -108,8 +109,9 @@ export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: 
     // those) for every sequence that may run comes out of the budget first.
     const slots = stateSlotsOf(model.config, o);
     const checkpoints = stateCheckpointsOf(model.config, o);
-    const perSlot = stateBytesPerSlot(model.config) + (windowBlocks > 0 ? windowBytesPerSlot(model.config, bs, dtype, windowBlocks) : 0);
-    const states = (slots + checkpoints) * perSlot;
+    const ring = (blocks: number) => (windowBlocks > 0 ? windowBytesPerSlot(model.config, bs, dtype, blocks) : 0);
+    const checkpointRing = ring(windowCheckpointBlocks(model.config.slidingWindow?.size ?? 0, bs));
+    const states = (slots + checkpoints) * stateBytesPerSlot(model.config) + slots * ring(windowBlocks) + checkpoints * checkpointRing;
     if (states > o.kvMemoryBytes / 2) {
       const gib = (b: number) => (b / 2 ** 30).toFixed(2);
       throw new RangeError(

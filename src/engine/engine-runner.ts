@@ -122,11 +122,11 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       if (!slots || !kv.state) return runStep(stepEntries, rows, extras);
       const state = kv.state;
       // A prompt resuming from a checkpoint starts from a copy of it in its own slot.
-      for (const e of stepEntries) if (e.restore !== undefined) copyStateSlot(backend, state, slots.slots + e.restore, slots.claim(e.seqId));
+      for (const e of stepEntries) if (e.restore !== undefined) copyStateSlot(backend, state, slots.slots + e.restore, slots.claim(e.seqId), e.startPos);
       const entries = slots.assign(stepEntries);
       // Queued after each forward (a look-ahead group runs several): the states checkpoints keep.
       const keep = (step: readonly (StepEntry & { stateSlot: number })[]) => {
-        for (const e of step) if (e.checkpoint?.after === e.startPos + e.tokens.length) copyStateSlot(backend, state, e.stateSlot, slots.slots + e.checkpoint.id);
+        for (const e of step) if (e.checkpoint?.after === e.startPos + e.tokens.length) copyStateSlot(backend, state, e.stateSlot, slots.slots + e.checkpoint.id, e.checkpoint.after);
       };
       try {
         return await runStep(entries, rows, extras, keep);
@@ -185,7 +185,7 @@ function runnerStates(
     stateCheckpoints: checkpoints,
     stateBytes: [...state.conv, ...state.ssm].reduce((a, t) => a + 4 * numel(t.shape), 0) +
       [...(w?.k ?? []), ...(w?.v ?? [])].reduce((a, t) => a + (t.dtype === "f16" ? 2 : t.dtype === "f32" ? 4 : 36 / 32) * numel(t.shape), 0),
-    ...(w ? { windowSizes: w.k.flatMap((k) => [w.blocksPerSlot * k.shape[1] * k.shape[2] * k.shape[3], w.blocksPerSlot * k.shape[1] * k.shape[2] * k.shape[3]]) } : {}),
+    ...(w ? { windowSizes: w.k.flatMap((k) => [w.checkpointBlocks * k.shape[1] * k.shape[2] * k.shape[3], w.checkpointBlocks * k.shape[1] * k.shape[2] * k.shape[3]]) } : {}),
     readState: (id) => readStateSlot(backend, state, slotOf(id)),
     writeState: (id, host) => writeStateSlot(backend, state, slotOf(id), host),
   };

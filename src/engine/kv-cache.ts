@@ -98,7 +98,10 @@ export function allocatePagedKv(
   const windowed = new Set(windowBlocks > 0 ? windowedLayers(config) : []);
   if (windowBlocks !== 0 && (!Number.isInteger(windowBlocks) || windowBlocks < 0)) throw new RangeError(`Invalid sliding window ring of ${windowBlocks} blocks`);
   if (windowBlocks > 0 && windowed.size === 0) throw new RangeError(`Model ${config.architecture} has no sliding-window layers to keep windows of`);
-  const window: WindowKv | undefined = windowed.size > 0 ? { k: [], v: [], blocksPerSlot: windowBlocks, window: config.slidingWindow!.size } : undefined;
+  const size = config.slidingWindow?.size ?? 0;
+  const window: WindowKv | undefined = windowed.size > 0
+    ? { k: [], v: [], blocksPerSlot: windowBlocks, checkpointBlocks: windowCheckpointBlocks(size, blockSize), runningSlots: stateSlots, window: size }
+    : undefined;
   const state: RecurrentState | undefined = hasRecurrentState(config) || window
     ? { conv: [], ssm: [], slots: stateSlots + stateCheckpoints, checkpoints: stateCheckpoints, ...(window ? { window } : {}) }
     : undefined;
@@ -109,7 +112,7 @@ export function allocatePagedKv(
       // Gemma 4's sliding layers have heads of their own size.
       const g = layerAttention(config, i);
       if (windowed.has(i)) {
-        const ring = [state!.slots * windowBlocks, blockSize, g.numKvHeads, g.headDim];
+        const ring = [stateSlots * windowBlocks + stateCheckpoints * window!.checkpointBlocks, blockSize, g.numKvHeads, g.headDim];
         window!.k.push(backend.zeros(ring, dtype));
         window!.v.push(backend.zeros(ring, dtype));
         continue;
@@ -150,7 +153,15 @@ export function windowBlocksFor(config: ModelConfig, blockSize: number, stepToke
   return Math.ceil((stepTokens + w.size - 1) / blockSize);
 }
 
-/** Bytes one state slot's rings take across the windowed sliding layers (K and V in `dtype`). */
+/**
+ * Blocks of a checkpoint's ring: the positions a sequence resuming after a block boundary still sees,
+ * window − 1 of them, in whole blocks.
+ */
+export function windowCheckpointBlocks(window: number, blockSize: number): number {
+  return Math.max(1, Math.ceil((window - 1) / blockSize));
+}
+
+/** Bytes a ring of `windowBlocks` blocks takes across the windowed sliding layers (K and V in `dtype`). */
 export function windowBytesPerSlot(config: ModelConfig, blockSize: number, dtype: KvDType, windowBlocks: number): number {
   const values = 2 * blockSize * windowBlocks * windowedLayers(config).reduce((sum, i) => {
     const g = layerAttention(config, i);

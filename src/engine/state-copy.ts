@@ -7,7 +7,7 @@
  * state also goes to the host and back the same way (a state checkpoint moved to another worker).
  */
 import type { Backend, Tensor } from "../backend/types.ts";
-import type { RecurrentState, WindowKv } from "../model/forward.ts";
+import { type RecurrentState, type WindowKv, windowRing } from "../model/forward.ts";
 
 /** The widest row of at most 128 values that divides `n` (the rows kvWrite copies). */
 function rowWidth(n: number): number {
@@ -62,52 +62,77 @@ function copySlot(backend: Backend, t: Tensor, from: number, to: number): void {
   }
 }
 
-/** The cache rows of slot `slot` of a sliding layers' ring (forward.ts WindowKv). */
-function windowRows(backend: Backend, window: WindowKv, slot: number): Tensor {
-  const rows = window.blocksPerSlot * window.k[0].shape[1];
-  return backend.upload(Int32Array.from({ length: rows }, (_, r) => slot * rows + r), [rows]);
+/** The cache rows of blocks `blocks` of a windowed cache, each block's rows in order. */
+function blockRows(backend: Backend, window: WindowKv, blocks: readonly number[]): Tensor {
+  const bs = window.k[0].shape[1];
+  return backend.upload(Int32Array.from({ length: blocks.length * bs }, (_, r) => blocks[Math.floor(r / bs)] * bs + (r % bs)), [blocks.length * bs]);
 }
 
-/** One ring's slot as f32 rows [rows, kvHeads · headDim] (an f16 or fp8 cache's values read by `embedding`, exactly). */
+/** Every block of slot `slot`'s ring, in order. */
+function ringBlocks(window: WindowKv, slot: number): number[] {
+  const { base, blocks } = windowRing(window, slot);
+  return Array.from({ length: blocks }, (_, i) => base + i);
+}
+
+/** One ring's rows as f32 rows [rows, kvHeads · headDim] (an f16 or fp8 cache's values read by `embedding`, exactly). */
 function gatherWindow(backend: Backend, cache: Tensor, idx: Tensor): Tensor {
   const [blocks, bs, heads, dim] = cache.shape;
   const table = backend.reshape(cache, [blocks * bs, heads * dim]);
   return cache.dtype === "f32" ? backend.gatherRows(table, idx) : backend.embedding(table, idx);
 }
 
-/** Writes f32 rows of keys and values over one ring's slot (rounded to the cache's dtype: f16 or fp8 values written back are the same values). */
+/** Writes f32 rows of keys and values over a ring's rows (rounded to the cache's dtype: f16 or fp8 values written back are the same values). */
 function writeWindow(backend: Backend, k: Tensor, v: Tensor, kCache: Tensor, vCache: Tensor, idx: Tensor): void {
   const [, , heads, dim] = kCache.shape;
   const rows = idx.shape[0];
   backend.kvWrite(backend.reshape(k, [rows, heads, dim]), backend.reshape(v, [rows, heads, dim]), kCache, vCache, idx);
 }
 
-/** Copies every recurrent layer's state of slot `from` to slot `to` (and the sliding layers' windows, where they keep only those). */
-export function copyStateSlot(backend: Backend, state: RecurrentState, from: number, to: number): void {
-  if (from === to) return;
-  for (const t of [...state.conv, ...state.ssm]) copySlot(backend, t, from, to);
-  const w = state.window;
-  if (!w) return;
-  const src = windowRows(backend, w, from);
-  const dst = windowRows(backend, w, to);
+/**
+ * Copies the window before position `tokens` (block-aligned) from slot `from`'s ring to slot `to`'s:
+ * the last WindowKv.checkpointBlocks logical blocks before it, each from its place in one ring to its
+ * place in the other (block j sits at j mod the ring's blocks).
+ */
+function copyWindow(backend: Backend, w: WindowKv, from: number, to: number, tokens: number): void {
+  const bs = w.k[0].shape[1];
+  if (!Number.isInteger(tokens) || tokens <= 0 || tokens % bs !== 0) throw new RangeError(`A sliding window is copied up to a block boundary, not ${tokens} (blocks of ${bs})`);
+  const end = tokens / bs;
+  const src = windowRing(w, from);
+  const dst = windowRing(w, to);
+  const logical = Array.from({ length: Math.min(end, w.checkpointBlocks) }, (_, i) => end - Math.min(end, w.checkpointBlocks) + i);
+  const srcRows = blockRows(backend, w, logical.map((j) => src.base + (j % src.blocks)));
+  const dstRows = blockRows(backend, w, logical.map((j) => dst.base + (j % dst.blocks)));
   try {
     for (let l = 0; l < w.k.length; l++) {
-      const k = gatherWindow(backend, w.k[l], src);
-      const v = gatherWindow(backend, w.v[l], src);
-      writeWindow(backend, k, v, w.k[l], w.v[l], dst);
+      const k = gatherWindow(backend, w.k[l], srcRows);
+      const v = gatherWindow(backend, w.v[l], srcRows);
+      writeWindow(backend, k, v, w.k[l], w.v[l], dstRows);
       backend.free(k);
       backend.free(v);
     }
   } finally {
-    backend.free(src);
-    backend.free(dst);
+    backend.free(srcRows);
+    backend.free(dstRows);
   }
 }
 
 /**
+ * Copies every recurrent layer's state of slot `from` to slot `to`, and where the sliding layers keep
+ * only their windows, the window before position `tokens` (the checkpoint's end; block-aligned).
+ */
+export function copyStateSlot(backend: Backend, state: RecurrentState, from: number, to: number, tokens?: number): void {
+  if (from === to) return;
+  for (const t of [...state.conv, ...state.ssm]) copySlot(backend, t, from, to);
+  if (!state.window) return;
+  if (tokens === undefined) throw new RangeError("Copying a sliding layers' window needs the position it ends at");
+  copyWindow(backend, state.window, from, to, tokens);
+}
+
+/**
  * One slot's recurrent state on the host: each state tensor's values, in RecurrentState's order; where
- * the sliding layers keep only their windows, each windowed layer's ring of the slot, keys then values,
- * f32 [blocksPerSlot · blockSize, kvHeads · headDim].
+ * the sliding layers keep only their windows, each windowed layer's ring of the slot (a checkpoint's:
+ * WindowKv.checkpointBlocks blocks, block j of the sequence at j mod their number), keys then values,
+ * f32 [blocks · blockSize, kvHeads · headDim].
  */
 export interface HostState {
   conv: Float32Array[];
@@ -132,7 +157,7 @@ export function readStateSlot(backend: Backend, state: RecurrentState, slot: num
   const w = state.window;
   let window: Promise<Float32Array>[] = [];
   if (w) {
-    const idx = windowRows(backend, w, slot);
+    const idx = blockRows(backend, w, ringBlocks(w, slot));
     try {
       window = w.k.flatMap((k, l) => [download(gatherWindow(backend, k, idx)), download(gatherWindow(backend, w.v[l], idx))]);
     } finally {
@@ -161,7 +186,7 @@ export function writeStateSlot(backend: Backend, state: RecurrentState, slot: nu
   }
   caches.forEach((cache, i) => {
     const values = host.window![i];
-    const size = w!.blocksPerSlot * cache.shape[1] * cache.shape[2] * cache.shape[3];
+    const size = windowRing(w!, slot).blocks * cache.shape[1] * cache.shape[2] * cache.shape[3];
     if (!(values instanceof Float32Array) || values.length !== size) {
       throw new StateShapeError(`A sliding layer's window of ${values?.length ?? "no"} values does not fit this model's ring of ${size}`);
     }
@@ -176,7 +201,7 @@ export function writeStateSlot(backend: Backend, state: RecurrentState, slot: nu
     }
   }
   if (!w) return;
-  const idx = windowRows(backend, w, slot);
+  const idx = blockRows(backend, w, ringBlocks(w, slot));
   try {
     for (let l = 0; l < w.k.length; l++) {
       const width = w.k[l].shape[2] * w.k[l].shape[3];

@@ -44,7 +44,7 @@ export interface FlatBatch {
 export interface WindowGeometry {
   blocksPerSlot: number;
   window: number;
-  /** State slots in all (RecurrentState.slots). */
+  /** Running sequences' state slots (WindowKv.runningSlots). */
   slots: number;
 }
 

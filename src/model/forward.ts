@@ -59,19 +59,33 @@ export interface RecurrentState {
 
 /**
  * Sliding layers' caches that keep each sequence's last tokens only: per windowed layer
- * (config.ts `windowedLayers`, in layer order) K and V [slots × blocksPerSlot, blockSize, kvHeads,
- * headDim]. Slot s owns blocks s·blocksPerSlot.. and holds position p in its block
- * ⌊p / blockSize⌋ mod blocksPerSlot, a ring: a step's rows overwrite positions blocksPerSlot·blockSize
- * back, which no row of the step still sees while the step's tokens of one sequence number at most
- * blocksPerSlot·blockSize − window + 1 (forward-batch.ts checks it). Attention reads a row's window
- * only, so the ring's other positions are never read.
+ * (config.ts `windowedLayers`, in layer order) K and V [runningSlots × blocksPerSlot + checkpoints ×
+ * checkpointBlocks, blockSize, kvHeads, headDim]. Running slot s owns blocks s·blocksPerSlot.. and
+ * holds position p in its block ⌊p / blockSize⌋ mod blocksPerSlot, a ring: a step's rows overwrite
+ * positions blocksPerSlot·blockSize back, which no row of the step still sees while the step's tokens
+ * of one sequence number at most blocksPerSlot·blockSize − window + 1 (forward-batch.ts checks it).
+ * Attention reads a row's window only, so the ring's other positions are never read. A checkpoint (the
+ * slots after the running ones, RecurrentState.checkpoints) keeps the window before its end only, in
+ * a ring of checkpointBlocks (engine/state-copy.ts copies the blocks between the two rings).
  */
 export interface WindowKv {
   k: Tensor[];
   v: Tensor[];
+  /** Blocks of a running sequence's ring. */
   blocksPerSlot: number;
+  /** Blocks of a checkpoint's ring: the window before a block boundary (engine/kv-cache.ts `windowCheckpointBlocks`). */
+  checkpointBlocks: number;
+  /** Running sequences' slots, the first of RecurrentState.slots (the rest are checkpoints'). */
+  runningSlots: number;
   /** The widest window of the layers (ModelConfig.slidingWindow.size). */
   window: number;
+}
+
+/** Where slot `slot`'s ring starts among a windowed cache's blocks, and its blocks. */
+export function windowRing(w: WindowKv, slot: number): { base: number; blocks: number } {
+  return slot < w.runningSlots
+    ? { base: slot * w.blocksPerSlot, blocks: w.blocksPerSlot }
+    : { base: w.runningSlots * w.blocksPerSlot + (slot - w.runningSlots) * w.checkpointBlocks, blocks: w.checkpointBlocks };
 }
 
 /** One step: the entries, and whether to return logits for every position or only the last. */
@@ -132,7 +146,7 @@ function gatherLast(backend: Backend, x: Tensor, lastRows: Tensor, flat: FlatBat
 /** Builds the flat batch for a step (validating it against the model and cache). */
 export function planStep(model: DeviceModel, kv: PagedKv, step: ForwardStep): FlatBatch {
   const w = kv.state?.window;
-  return flattenBatch(step.entries, kv.blockSize, kv.numBlocks, model.config.vocabSize, w && { blocksPerSlot: w.blocksPerSlot, window: w.window, slots: kv.state!.slots });
+  return flattenBatch(step.entries, kv.blockSize, kv.numBlocks, model.config.vocabSize, w && { blocksPerSlot: w.blocksPerSlot, window: w.window, slots: w.runningSlots });
 }
 
 /**

@@ -16,7 +16,7 @@ import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import type { Backend } from "../../src/backend/types.ts";
 import { createCluster, startThreadCluster } from "../../src/cluster/create-cluster.ts";
 import { createEngine, type CreateEngineOptions, kvBlockCount, movedKvBytes, windowBlocksOf } from "../../src/engine/engine-factory.ts";
-import { allocatePagedKv, freePagedKv, kvBytesPerBlock, windowBlocksFor, windowBytesPerSlot } from "../../src/engine/kv-cache.ts";
+import { allocatePagedKv, freePagedKv, kvBytesPerBlock, windowBlocksFor, windowBytesPerSlot, windowCheckpointBlocks } from "../../src/engine/kv-cache.ts";
 import { PrefixTransferError } from "../../src/engine/prefix-transfer.ts";
 import { uploadModel } from "../../src/model/device-weights.ts";
 import { forward } from "../../src/model/forward.ts";
@@ -121,7 +121,9 @@ test("kvBlockCount() gives the pool what the windows leave of a budget, and a bl
   const paged = kvBlockCount(gptOss, o, "f16");
   const ring = windowBlocksFor(c, 16, 512);
   assert.equal(ring, Math.ceil((512 + 5 - 1) / 16));
-  const states = 16 * windowBytesPerSlot(c, 16, "f16", ring);
+  // A running sequence's ring holds a step and its window; a checkpoint's the 4 positions before its end, in 1 block.
+  assert.equal(windowCheckpointBlocks(5, 16), 1);
+  const states = 8 * windowBytesPerSlot(c, 16, "f16", ring) + 8 * windowBytesPerSlot(c, 16, "f16", 1);
   const windowed = kvBlockCount(gptOss, { ...o, slidingWindowKv: "window" }, "f16");
   assert.equal(windowed, Math.floor((budget - states) / kvBytesPerBlock(c, 16, "f16", true)));
   assert.ok(windowed > 2.5 * paged, `${windowed} blocks windowed, ${paged} paged`);
@@ -155,22 +157,33 @@ test("forward() refuses a step whose tokens overrun a sliding layer's ring, or a
   }
 });
 
-test("Engine.importPrefix() refuses a state whose windows do not fit this engine's rings, importing nothing", async () => {
+test("Engine.importPrefix() takes windows from an engine of other step sizes, and refuses, importing nothing, windows that do not fit", async () => {
   const b = createReferenceBackend();
   const e = createEngine(b, gptOss, { ...WINDOWED, numBlocks: 64 });
-  const paged = createEngine(b, gptOss, { ...WINDOWED, numBlocks: 64, scheduler: { maxBatchTokens: 9, maxRunning: 3 } });
+  // Steps of 9 tokens need rings of 4 blocks, where e's are 3: a checkpoint's ring (1 block) is the same.
+  const other = createEngine(b, gptOss, { ...WINDOWED, numBlocks: 64, scheduler: { maxBatchTokens: 9, maxRunning: 3 } });
   try {
     const prompt = PROMPTS[0];
-    await e.submit({ prompt, maxTokens: 4, temperature: 0, ignoreEos: true }).result;
-    const moved = await e.exportPrefix(prompt);
+    const first = await e.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+    const turn2 = [...prompt, ...first.tokenIds, 150, 151];
+    const moved = await e.exportPrefix(turn2);
     assert.ok(moved?.state?.values.window);
-    // Chunks of 9 need rings of 4 blocks: a state of rings of 3 does not fit.
-    assert.throws(() => paged.importPrefix(moved), (err: unknown) => err instanceof PrefixTransferError && /The sliding layers' windows sent do not fit this model's: rings of \[256, 256, 256, 256\] values expected/.test(err.message));
-    const { window: _w, ...noWindows } = moved.state.values;
-    assert.throws(() => e.importPrefix({ ...moved, state: { tokens: moved.state!.tokens, values: noWindows } }), /The sliding layers' windows sent do not fit this model's: rings of \[192, 192, 192, 192\] values expected/);
+    // 2 sliding layers' keys and values, each a ring of 1 block of 4 positions of 2 heads of 8.
+    assert.deepEqual(moved.state.values.window.map((a) => a.length), [64, 64, 64, 64]);
+    const { window, ...noWindows } = moved.state.values;
+    const refused = [{ ...moved.state.values, window: window.map((a) => a.subarray(1)) }, noWindows];
+    for (const values of refused) {
+      assert.throws(() => other.importPrefix({ ...moved, state: { tokens: moved.state!.tokens, values } }), (err: unknown) =>
+        err instanceof PrefixTransferError && /The sliding layers' windows sent do not fit this model's: rings of \[64, 64, 64, 64\] values expected/.test(err.message));
+    }
+    assert.equal(await other.exportPrefix(turn2), null, "no block of a refused prefix was written");
+    other.importPrefix(moved);
+    const r = await other.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+    assert.equal(r.cachedTokens, moved.state.tokens);
+    assert.deepEqual(r.tokenIds, await loneTokens(b, gptOss)(turn2));
   } finally {
     await e.stop();
-    await paged.stop();
+    await other.stop();
   }
 });
 
@@ -200,7 +213,7 @@ test("Cluster hands a prompt from its prefill worker to its decode worker with i
   }
   // Routers price a move by the full layer's blocks and the windows' f32 host copy.
   const moved = movedKvBytes(gptOss.config, engine, "f16");
-  assert.deepEqual(moved, { bytesPerBlock: 2 * 4 * 16 * 2, stateBytes: 2 * 2 * 3 * 4 * 16 * 4 });
+  assert.deepEqual(moved, { bytesPerBlock: 2 * 4 * 16 * 2, stateBytes: 2 * 2 * 1 * 4 * 16 * 4 });
 });
 
 test("Engine with slidingWindowKv \"window\": a prompt leaving a shared prefix no checkpoint reaches keeps one where it branches, and the next prompt sharing it resumes there", async () => {
