@@ -22,7 +22,7 @@ import { parseArgs } from "../src/cli/args.ts";
 import { BACKEND_NAMES, type BackendChoice, selectBackend } from "../src/backend/select.ts";
 import { createEngine, type CreateEngineOptions, kvBlockCount } from "../src/engine/engine-factory.ts";
 import type { LoadedModel, ModelConfig } from "../src/model/config.ts";
-import { windowBlocksFor, windowBytesPerSlot } from "../src/engine/kv-cache.ts";
+import { windowBlocksFor, windowBytesPerSlot, windowCheckpointBlocks } from "../src/engine/kv-cache.ts";
 import { loadModel } from "../src/model/load.ts";
 import { cliArgs, exitProcess, runtimeName } from "../src/runtime/env.ts";
 import { writeTestGguf } from "../tests/model/model-files.ts";
@@ -82,11 +82,19 @@ const sizing: CreateEngineOptions = { kvMemoryBytes: budget, scheduler: { maxRun
 for (const s of SHAPES) {
   const m = shaped(s);
   const paged = kvBlockCount(m, sizing, "f16") * 16;
-  const windowed = kvBlockCount(m, { ...sizing, slidingWindowKv: "window" }, "f16") * 16;
   const sliding = m.config.slidingWindow!.layers.filter(Boolean).length;
-  // What the windows take out of the budget first: a ring per running sequence and per checkpoint.
-  const windows = 2 * maxRunning * windowBytesPerSlot(m.config, 16, "f16", windowBlocksFor(m.config, 16, 512));
-  console.log(`${s.name}  ${sliding}/${s.layers}  ${s.window}  ${paged}  ${windowed}  ${(windowed / paged).toFixed(2)}  ${(windows / 2 ** 30).toFixed(2)}`);
+  // What the windows take out of the budget first: a ring per running sequence, a smaller one per checkpoint.
+  const windows = maxRunning * (windowBytesPerSlot(m.config, 16, "f16", windowBlocksFor(m.config, 16, 512)) +
+    windowBytesPerSlot(m.config, 16, "f16", windowCheckpointBlocks(s.window, 16)));
+  let windowed: number | undefined;
+  try {
+    windowed = kvBlockCount(m, { ...sizing, slidingWindowKv: "window" }, "f16") * 16;
+  } catch (e) {
+    // The windows would take more than half the budget: createEngine refuses it so.
+    if (!(e instanceof RangeError)) throw e;
+  }
+  const ratio = windowed === undefined ? "refused" : (windowed / paged).toFixed(2);
+  console.log(`${s.name}  ${sliding}/${s.layers}  ${s.window}  ${paged}  ${windowed ?? "-"}  ${ratio}  ${(windows / 2 ** 30).toFixed(2)}`);
 }
 
 const { backend, reason } = await selectBackend(backendName as BackendChoice);

@@ -41,7 +41,7 @@ export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "con
    * position in the pool's blocks, as the other layers; "window" only each sequence's last window, in
    * a ring per state slot (forward.ts WindowKv), so a block of the pool holds the other layers alone
    * and a long context takes that much less. Its state goes as a recurrent model's does: a slot per
-   * running sequence, checkpoints for prefix hits (`stateCheckpoints`), no swap, offload or speculation.
+   * running sequence, checkpoints for prefix hits (`stateCheckpoints`), no swap or offload.
    */
   slidingWindowKv?: SlidingWindowKv;
 }
@@ -137,7 +137,7 @@ export function stateCheckpointsOf(config: ModelConfig, o: CreateEngineOptions):
 /**
  * Refuses what a model with recurrent state cannot do: its state is not in the KV cache's blocks, so
  * nothing may resume a sequence from blocks alone (swap preemption, KV offload) or roll its state back
- * (speculative decoding). Its prefix hits reach only as far as a state checkpoint
+ * (speculative decoding; sliding layers' windows can). Its prefix hits reach only as far as a state checkpoint
  * (state-checkpoints.ts), which moves between workers with the prefix (state-import.ts).
  */
 export function checkRecurrentOptions(config: ModelConfig, o: CreateEngineOptions): void {
@@ -150,7 +150,9 @@ export function checkRecurrentOptions(config: ModelConfig, o: CreateEngineOption
         : `${what} is not supported with --sliding-window-kv window, whose sliding layers' windows are not kept in KV blocks`,
     );
   };
-  if (o.speculative) refuse("Speculative decoding");
+  // A ring's rejected draft rows are only written past the sequence's end, and written over before any
+  // row reads them: windows roll back as blocks do. A recurrent state cannot.
+  if (o.speculative && recurrent) refuse("Speculative decoding");
   if (o.scheduler?.preemption === "swap") refuse(`Preemption mode "swap"`);
   if (o.kvOffloadBlocks) refuse("KV offload (--kv-offload-blocks)");
 }

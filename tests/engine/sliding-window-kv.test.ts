@@ -129,10 +129,9 @@ test("kvBlockCount() gives the pool what the windows leave of a budget, and a bl
   assert.ok(windowed > 2.5 * paged, `${windowed} blocks windowed, ${paged} paged`);
 });
 
-test(`createEngine() refuses what cannot carry the sliding layers' windows, a model without sliding layers and an unknown mode, naming each`, () => {
+test(`createEngine() refuses what cannot carry the sliding layers' windows (swap, offload), a model without sliding layers and an unknown mode, naming each`, () => {
   const b = createReferenceBackend();
   const refused: [LoadedModel, CreateEngineOptions, RegExp][] = [
-    [gptOss, { speculative: { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } }, /Speculative decoding is not supported with --sliding-window-kv window/],
     [gptOss, { scheduler: { preemption: "swap" } }, /Preemption mode "swap" is not supported with --sliding-window-kv window/],
     [gptOss, { kvOffloadBlocks: 8 }, /KV offload \(--kv-offload-blocks\) is not supported with --sliding-window-kv window/],
     [llama, {}, /Sliding window KV "window" needs sliding-window layers; model llama has none/],
@@ -230,6 +229,24 @@ test("Engine with slidingWindowKv \"window\": a prompt leaving a shared prefix n
     // The first computes all (nothing cached); the second finds 5 cached blocks but no checkpoint in
     // them, so computes all and keeps one after 20 tokens; the third resumes from it.
     assert.deepEqual(rs.map((r) => r.cachedTokens), [0, 0, 20]);
+  } finally {
+    await e.stop();
+  }
+});
+
+test("Engine with slidingWindowKv \"window\" and n-gram speculation: rejected drafts' rows in the ring are written over before they are read, so outputs are the paged greedy tokens", async () => {
+  const b = createReferenceBackend();
+  const lone = loneTokens(b, gptOss);
+  // Repeating prompts, so drafts are proposed from the first decode on.
+  const prompts = [[5, 9, 44, 120, 7, 5, 9, 44, 120, 7, 5, 9, 44], [13, 42, 2, 13, 42, 2, 13, 42, 2, 13, 42]];
+  const want = await Promise.all(prompts.map(lone));
+  const e = createEngine(b, gptOss, { ...WINDOWED, numBlocks: 64, speculative: { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } });
+  try {
+    const rs = await Promise.all(prompts.map((prompt) => e.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result));
+    assert.deepEqual(rs.map((r) => r.tokenIds), want);
+    const st = e.stats();
+    assert.ok(st.specDraftTokens > 0, "drafts were verified");
+    assert.ok(st.specAcceptedTokens > 0 && st.specAcceptedTokens < st.specDraftTokens, `some drafts were taken, some rejected (${st.specAcceptedTokens} of ${st.specDraftTokens})`);
   } finally {
     await e.stop();
   }
