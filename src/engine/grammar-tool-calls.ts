@@ -4,12 +4,13 @@
  * value following the tool's parameters (Mistral's older format: one JSON list of calls) — or, in
  * GLM's and Qwen3-Coder's formats, as one key-value pair per declared property, in declared order, a
  * string-typed value written raw; in harmony's (gpt-oss), one message to the function, optionally after
- * an analysis message. The calls' alternatives are indexed by the text that names the tool
+ * an analysis message; in Gemma 4's, its own notation (grammar-gemma4.ts). The calls' alternatives are indexed by the text that names the tool
  * (grammar-pick.ts), so a mask's cost does not grow with the tool count.
  */
 import type { Piece, SeqGroup, StringNode } from "./grammar-frames.ts";
 import { compilePattern } from "./regex-nfa.ts";
 import { indexGroup, objectPick } from "./grammar-pick.ts";
+import { GEMMA4_CALL, gemma4Calls } from "./grammar-gemma4.ts";
 import { ANY_OBJECT, compileSchema, type JsonSchema, literalNode, resolve, SchemaError, type SchemaNode } from "./json-schema.ts";
 
 /** What grammar.ts needs of a `tool_calls` grammar. */
@@ -187,8 +188,8 @@ export function toolCallGroup(g: ToolCallsSpec): SeqGroup {
     case "seed_oss":
       return pairCalls(SEED_OSS_PAIRS, g);
     case "gemma4":
-      // Gemma's own notation (bare keys, <|"|>-delimited strings) is not JSON: no grammar writes it yet.
-      throw new SchemaError("Tool calls in Gemma 4's format cannot be constrained (tool_choice \"required\" or a named function) yet; use tool_choice \"auto\"");
+      // Gemma's own notation (bare keys, <|"|>-delimited strings), not JSON: grammar-gemma4.ts.
+      return gemma4Calls(g.tools, g.parallel);
     default: {
       // Hermes and Llama 3: one JSON object naming the tool, its arguments under "arguments" or "parameters".
       const llama = g.format === "llama3_json";
@@ -219,7 +220,7 @@ export function toolCallTrigger(format = "hermes"): string {
     case "nemotron_json": return LIST_MARKERS[format];
     case "lfm2": return LFM2.open;
     case "seed_oss": return SEED_OSS.open;
-    case "gemma4": throw new SchemaError("Tool calls in Gemma 4's format cannot be constrained amid text yet");
+    case "gemma4": return GEMMA4_CALL.open;
     // Llama 3 writes a bare object; its first key is the one text that tells it from prose.
     case "llama3_json": return '{"name"';
     case "harmony": throw new SchemaError("The harmony format's calls begin in a message header, not amid text: tool calls amid free text cannot be constrained in it");

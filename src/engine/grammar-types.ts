@@ -67,7 +67,7 @@ export interface TagStructure {
  * "seed_oss" (ByteDance Seed-OSS): as "qwen3_coder" inside `<seed:tool_call>` … `</seed:tool_call>`, a value
  * written between its tags without the newlines (the parser takes either).
  * "gemma4" (Gemma 4): `<|tool_call>call:NAME{key:value,...}<tool_call|>` per call, its strings between
- * `<|"|>` tokens; read only (forced calls are not written in it: toolCallGroup refuses).
+ * `<|"|>` tokens, calls back to back (grammar-gemma4.ts).
  * "deepseek_v3" (DeepSeek V3, R1-0528): as "deepseek_v31", but each call is
  * `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>`, calls a newline apart.
  * "minimax_m2" (MiniMax M2): `<minimax:tool_call>\n` then per call `<invoke name="NAME">\n` and per

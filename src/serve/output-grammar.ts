@@ -74,13 +74,11 @@ export function chatGrammar(body: ChatRequest, whitespace: JsonWhitespace = "any
  * where a call, once opened, names one of `tools`, a strict one's arguments following its schema (one
  * the decoder cannot follow: a 400 naming the tool), a non-strict one's any object (grammar.ts
  * `tool_calls` with `amidText`). Undefined (no grammar, as before) without a strict tool, in
- * harmony (gpt-oss), whose calls begin in a message header, not amid text, and in Gemma 4's notation,
- * which no grammar writes yet.
+ * harmony (gpt-oss), whose calls begin in a message header, not amid text.
  */
 function strictCalls(tools: NonNullable<ChatRequest["tools"]>, parallel: boolean, structured: Structured, format: ToolCallSyntax): OutputGrammar | undefined {
   const isStrict = (t: (typeof tools)[number]) => t.function.strict === true;
-  // Gemma 4's call notation has no grammar yet: its strict tools go unconstrained, as harmony's.
-  if (format === "harmony" || format === "gemma4" || !tools.some(isStrict)) return undefined;
+  if (format === "harmony" || !tools.some(isStrict)) return undefined;
   const held = tools.map((t) => (isStrict(t) ? callableTools([t])[0] : { name: t.function.name }));
   return { kind: "tool_calls", tools: held, parallel, amidText: true, ...spacing(structured.whitespace), ...(format === "hermes" ? {} : { format }) };
 }
@@ -94,7 +92,7 @@ function strictCalls(tools: NonNullable<ChatRequest["tools"]>, parallel: boolean
  * in a message header while its answer's format starts in the final message's body.
  */
 function callsOrAnswer(tools: NonNullable<ChatRequest["tools"]>, parallel: boolean, answer: OutputGrammar, structured: Structured, format: ToolCallSyntax): OutputGrammar {
-  if (answer.kind !== "json" || structured.grammar !== undefined || format === "harmony" || format === "gemma4") return answer;
+  if (answer.kind !== "json" || structured.grammar !== undefined || format === "harmony") return answer;
   const calls: OutputGrammar = { kind: "tool_calls", tools: callableTools(tools), parallel, ...spacing(structured.whitespace), ...(format === "hermes" ? {} : { format }) };
   return { kind: "union", options: [calls, answer] };
 }

@@ -5,10 +5,10 @@
  * and arrays `[v,...]` nested the same way — read into JSON arguments. A body that is not such a call
  * stays text.
  */
+import { GEMMA4_CALL } from "../engine/grammar-gemma4.ts";
 import { type CallSyntax, FUNCTION_NAME, type ParsedToolCall } from "./tool-calls.ts";
 
-/** Gemma 4's call tags and its string delimiter (single tokens of its vocabulary). */
-export const GEMMA4_CALL = { open: "<|tool_call>", close: "<tool_call|>", string: '<|"|>' } as const;
+export { GEMMA4_CALL };
 
 const NUMBER = /^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?/;
 const WS = /^\s*/;

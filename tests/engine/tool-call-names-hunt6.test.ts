@@ -14,6 +14,7 @@ import { DEEPSEEK, HARMONY, KIMI, MINIMAX, MISTRAL, toolCallGroup, LFM2 } from "
 import type { Piece, SeqGroup } from "../../src/engine/grammar-frames.ts";
 import type { SchemaNode } from "../../src/engine/json-schema.ts";
 import { TOOL_CALL_FORMATS, type ToolCallSyntax } from "../../src/engine/grammar-types.ts";
+import { GEMMA4_CALL } from "../../src/engine/grammar-gemma4.ts";
 
 const BASES = ["get", "set", "list", "find", "search", "create", "update", "delete", "fetch", "send"];
 const SUFFIXES = ["", "_weather", "_weather_v2", "_weather_v2_beta", "_weather_forecast", "_user", "_user_id", "_user_profile", "_file", "_file_info", "_file_info_v2", "_item", "_items", "_item_count", "_status"];
@@ -24,8 +25,7 @@ const TOOLS = NAMES.map((name, i) => ({
     type: "object", properties: { city: { type: "string" }, days: { type: "integer" }, [`opt_${i}`]: { type: "boolean" } }, required: ["city"], additionalProperties: false,
   },
 }));
-// Gemma 4's notation has no grammar yet (toolCallGroup refuses it: tests/serve/tool-calls-gemma4.test.ts).
-const SYNTAXES: readonly ToolCallSyntax[] = [...TOOL_CALL_FORMATS.filter((f) => f !== "gemma4"), "mistral_pre_v11"];
+const SYNTAXES: readonly ToolCallSyntax[] = [...TOOL_CALL_FORMATS, "mistral_pre_v11"];
 
 type Args = readonly (readonly [string, string | number | boolean])[];
 
@@ -50,7 +50,10 @@ function callText(format: ToolCallSyntax, name: string, args: Args): string {
     case "lfm2": return `${LFM2.open}[${name}(${args.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ")})]${LFM2.close}`;
     case "nemotron_json": return `<TOOLCALL>[{"name": ${JSON.stringify(name)}, "arguments": ${json}}]</TOOLCALL>`;
     case "seed_oss": return `<seed:tool_call>\n<function=${name}>\n${args.map(([k, v]) => `<parameter=${k}>${raw(v)}</parameter>\n`).join("")}</function>\n</seed:tool_call>`;
-    case "gemma4": throw new Error("Gemma 4 calls have no grammar to take them");
+    case "gemma4": {
+      const q = GEMMA4_CALL.string;
+      return `${GEMMA4_CALL.open}call:${name}{${args.map(([k, v]) => `${k}:${typeof v === "string" ? `${q}${v}${q}` : JSON.stringify(v)}`).join(",")}}${GEMMA4_CALL.close}`;
+    }
   }
 }
 

@@ -2,7 +2,7 @@
  * Gemma 4's tool calls and thought channel (`--tool-call-parser gemma4`, `--reasoning-parser gemma4`),
  * as llama.cpp's chat parser reads them: `<|tool_call>call:NAME{...}<tool_call|>` with bare keys and
  * `<|"|>`-delimited strings, read into JSON arguments, whole and streamed; malformed blocks stay text;
- * both told from a template; forced calls refused with a 400 that says so.
+ * both told from a template; forced calls written in its notation by the tools' parameters.
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -16,7 +16,9 @@ import { type ChatOutputOptions, ChatOutputStream, parseChatOutput } from "../..
 import { parseGemma4Body } from "../../src/serve/tool-calls-gemma4.ts";
 import { detectToolCallFormat } from "../../src/serve/tool-call-detect.ts";
 import { detectReasoningParser, GEMMA4_THOUGHT_TAGS, splitReasoning } from "../../src/serve/reasoning.ts";
-import { toolCallGroup } from "../../src/engine/grammar-tool-calls.ts";
+import { toolCallGroup, toolCallTrigger } from "../../src/engine/grammar-tool-calls.ts";
+import { grammarComplete, grammarFeed, grammarStart, type OutputGrammar } from "../../src/engine/grammar.ts";
+import { grammarForcedText } from "../../src/engine/grammar-forced.ts";
 
 const Q = '<|"|>';
 const opts: ChatOutputOptions = { reasoning: false, startsInReasoning: false, toolCalls: true, parallelToolCalls: true, toolCallFormat: "gemma4", tools: [{ name: "get_weather" }] };
@@ -57,11 +59,38 @@ test("detectToolCallFormat() and detectReasoningParser() tell Gemma 4 from its t
   assert.deepEqual(splitReasoning("<|channel>thought\nIt is July.<channel|>Sunny.", false, GEMMA4_THOUGHT_TAGS), { reasoning: "\nIt is July.", content: "Sunny." });
 });
 
-test("toolCallGroup() refuses to force calls in Gemma 4's notation, saying to use tool_choice auto", () => {
-  assert.throws(() => toolCallGroup({ format: "gemma4", tools: [{ name: "get_weather" }], parallel: false }), /Tool calls in Gemma 4's format cannot be constrained .* use tool_choice "auto"/);
+test("grammarStart() writes Gemma 4's calls in its notation by the tools' parameters, and parseChatOutput() reads what it accepts", () => {
+  const weather = {
+    name: "get_weather",
+    parameters: {
+      type: "object",
+      properties: { city: { type: "string" }, days: { type: "integer", minimum: 1 }, unit: { enum: ["c", "f"] }, note: { type: "string", maxLength: 3 }, tags: { type: "array", items: { type: "string" } } },
+      required: ["city"],
+    },
+  };
+  const g: OutputGrammar = { kind: "tool_calls", format: "gemma4", parallel: true, tools: [weather, { name: "now" }] };
+  const fits = (grammar: OutputGrammar, text: string) => grammarComplete(grammarFeed(grammarStart(grammar), text));
+  const paris = call("get_weather", `{city:${Q}Paris, "the" {city}${Q},days:3,unit:${Q}c${Q},tags:[${Q}a${Q},${Q}b,c${Q}]}`);
+  const free = call("now", `{x:1,deep:{k:[null,true,-2.5e3,${Q}s${Q}]},e:[]}`);
+  assert.ok(fits(g, paris));
+  assert.ok(fits(g, `${paris}${free}`), "calls back to back");
+  assert.ok(fits(g, call("now", "{}")));
+  assert.ok(!fits({ ...g, parallel: false }, `${paris}${free}`), "one call when not parallel");
+  for (const bad of [`{days:3}`, `{city:${Q}P${Q},days:0}`, `{city:${Q}P${Q},unit:${Q}k${Q}}`, `{city:${Q}P${Q},note:${Q}abcd${Q}}`, `{city:${Q}P${Q},other:1}`, `{city: ${Q}P${Q}}`, `{days:3,city:${Q}P${Q}}`]) {
+    assert.ok(!fits(g, call("get_weather", bad)), `refused: ${bad}`);
+  }
+  const read = parseChatOutput(`${paris}${free}`, { ...opts, tools: [weather, { name: "now" }] }).calls;
+  assert.deepEqual(read.map((c) => [c.name, JSON.parse(c.arguments)]), [
+    ["get_weather", { city: 'Paris, "the" {city}', days: 3, unit: "c", tags: ["a", "b,c"] }],
+    ["now", { x: 1, deep: { k: [null, true, -2500, "s"] }, e: [] }],
+  ]);
+  assert.equal(grammarForcedText(grammarStart({ ...g, tools: [weather] }), 200).text, `<|tool_call>call:get_weather{city:${Q}`);
+  assert.equal(toolCallTrigger("gemma4"), "<|tool_call>");
+  const bounded = { name: "f", parameters: { type: "object", properties: { xs: { type: "array", items: { type: "integer" }, maxItems: 2 } } } };
+  assert.throws(() => toolCallGroup({ format: "gemma4", tools: [bounded], parallel: false }), /Gemma 4's tool-call notation can be constrained to arrays of any length only/);
 });
 
-test("chat completions with --tool-call-parser gemma4: a model's call comes back as tool_calls (whole and streamed); a forced one is a 400, strict tools go free", async () => {
+test("chat completions with --tool-call-parser gemma4: a model's call comes back as tool_calls (whole and streamed), forced ones are written in its notation, strict tools follow their schema", async () => {
   const dir = mkdtempSync(`${tmpdir()}/gemma4-calls-`);
   try {
     // The call tags and the string delimiter are control tokens of the scripted vocabulary, as in Gemma 4's.
@@ -87,11 +116,14 @@ test("chat completions with --tool-call-parser gemma4: a model's call comes back
       let args = "";
       for await (const c of await client.chat.completions.create({ ...body, stream: true })) for (const t of c.choices[0]?.delta.tool_calls ?? []) args += t.function?.arguments ?? "";
       assert.deepEqual(JSON.parse(args), { city: "Paris" });
-      await assert.rejects(client.chat.completions.create({ ...body, tool_choice: "required" }), (e: unknown) => {
-        assert.ok(e instanceof OpenAI.APIError && e.status === 400, String(e));
-        assert.match(e.message, /Tool calls in Gemma 4's format cannot be constrained/);
-        return true;
-      });
+      // Forced: the grammar writes `<|tool_call>call:get_weather{city:<|"|>` (city required), the model the rest.
+      const requiredCity: OpenAI.ChatCompletionTool[] = [{ type: "function", function: { name: "get_weather", parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+      for (const tool_choice of ["required", { type: "function", function: { name: "get_weather" } }] as const) {
+        const forced = await client.chat.completions.create({ ...body, tools: requiredCity, tool_choice });
+        assert.equal(forced.choices[0].finish_reason, "tool_calls", JSON.stringify(forced.choices[0].message));
+        const f = forced.choices[0].message.tool_calls![0] as OpenAI.ChatCompletionMessageFunctionToolCall;
+        assert.deepEqual([f.function.name, JSON.parse(f.function.arguments)], ["get_weather", { city: "Paris" }]);
+      }
       const strictTools: OpenAI.ChatCompletionTool[] = [{ type: "function", function: { name: "get_weather", strict: true, parameters: { type: "object", properties: { city: { type: "string" } } } } }];
       const strict = await client.chat.completions.create({ ...body, tools: strictTools });
       assert.equal(strict.choices[0].finish_reason, "tool_calls");
