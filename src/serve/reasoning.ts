@@ -71,6 +71,8 @@ export const THINK_CLOSE = "</think>";
 export interface ReasoningTags {
   readonly open: string;
   readonly close: string;
+  /** Whitespace right after the open tag is not reasoning (Gemma 4's `<|channel>thought\n`, as llama.cpp reads it). */
+  readonly trimAfterOpen?: boolean;
 }
 
 /** DeepSeek-R1's, QwQ's, Qwen3's and GLM-4.5's tags. */
@@ -78,7 +80,7 @@ export const THINK_TAGS: ReasoningTags = { open: THINK_OPEN, close: THINK_CLOSE 
 /** Seed-OSS's: added tokens of its vocabulary, kept in the text as Magistral's are. */
 export const SEED_THINK_TAGS: ReasoningTags = { open: "<seed:think>", close: "</seed:think>" };
 /** Gemma 4's thought channel: its channel tokens (control tokens, kept in the text as Magistral's are), the open one followed by "thought". */
-export const GEMMA4_THOUGHT_TAGS: ReasoningTags = { open: "<|channel>thought", close: "<channel|>" };
+export const GEMMA4_THOUGHT_TAGS: ReasoningTags = { open: "<|channel>thought", close: "<channel|>", trimAfterOpen: true };
 /** Magistral's (Mistral's reasoning models'): control tokens, so they reach the text only with special tokens kept. */
 export const MISTRAL_THINK_TAGS: ReasoningTags = { open: "[THINK]", close: "[/THINK]" };
 
@@ -137,7 +139,7 @@ export type ReasoningPart = { kind: "reasoning"; text: string } | { kind: "conte
 export class ReasoningStream {
   private buf = "";
   private inside: boolean;
-  /** Just after `</think>`: whitespace is dropped until the answer starts. */
+  /** Just after `</think>` (or an open tag that trims after it): whitespace is dropped until the answer (or reasoning) starts. */
   private afterClose = false;
   private everInside: boolean;
 
@@ -179,7 +181,7 @@ export class ReasoningStream {
       }
       if (at > 0) out.push({ kind, text: this.buf.slice(0, at) });
       this.buf = this.buf.slice(at + tag.length);
-      this.afterClose = this.inside;
+      this.afterClose = this.inside || this.tags.trimAfterOpen === true;
       this.inside = !this.inside;
       this.everInside ||= this.inside;
     }
