@@ -19,6 +19,7 @@ import { createEngine } from "../src/engine/engine-factory.ts";
 import { loadModel } from "../src/model/load.ts";
 import { cliArgs, exitProcess, runtimeName } from "../src/runtime/env.ts";
 import { writeTestGguf } from "../tests/model/model-files.ts";
+import { median, timeAgentSession } from "./agent-session-timing.ts";
 
 const f = parseArgs(cliArgs(), {
   backend: { kind: "string", help: "webgpu|reference|cuda|auto (default webgpu)" },
@@ -42,29 +43,10 @@ const path = await writeTestGguf(dir, "qwen35", {
 });
 const model = await loadModel(path);
 rmSync(dir, { recursive: true, force: true });
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const ids = (n: number, seed: number) => Array.from({ length: n }, (_, i) => (seed * 7919 + i * 104729) % 2000 + 10);
-
-/** One session: each turn's seconds to first token, prompt tokens computed, and seconds per output token after the first. */
-async function session(checkpoints: boolean): Promise<{ ttft: number[]; computed: number[]; tpot: number[] }> {
-  const engine = createEngine(backend, model, { numBlocks: 1024, scheduler: { maxRunning: 4, maxBatchTokens: 512 }, ...(checkpoints ? {} : { stateCheckpoints: 0 }) });
-  const ttft: number[] = [];
-  const computed: number[] = [];
-  const tpot: number[] = [];
-  try {
-    let prompt = ids(promptLen, 1);
-    for (let t = 0; t < turns; t++) {
-      const r = await engine.submit({ prompt, maxTokens: answer, temperature: 0, ignoreEos: true }).result;
-      ttft.push(r.firstTokenS ?? NaN);
-      tpot.push(((r.lastTokenS ?? NaN) - (r.firstTokenS ?? NaN)) / Math.max(1, r.tokenIds.length - 1));
-      computed.push(prompt.length - r.cachedTokens);
-      prompt = [...prompt, ...r.tokenIds, ...ids(tool, t + 2)];
-    }
-  } finally {
-    await engine.stop();
-  }
-  return { ttft, computed, tpot };
-}
+const shape = { turns, prompt: promptLen, answer, tool };
+/** One session, with the default state checkpoints or without any. */
+const session = (checkpoints: boolean) =>
+  timeAgentSession(createEngine(backend, model, { numBlocks: 1024, scheduler: { maxRunning: 4, maxBatchTokens: 512 }, ...(checkpoints ? {} : { stateCheckpoints: 0 }) }), shape);
 
 const runs = { with: [] as Awaited<ReturnType<typeof session>>[], without: [] as Awaited<ReturnType<typeof session>>[] };
 await session(true); // warm-up: compiles what both settings run

@@ -26,6 +26,7 @@ import { windowBlocksFor, windowBytesPerSlot, windowCheckpointBlocks } from "../
 import { loadModel } from "../src/model/load.ts";
 import { cliArgs, exitProcess, runtimeName } from "../src/runtime/env.ts";
 import { writeTestGguf } from "../tests/model/model-files.ts";
+import { median, timeAgentSession } from "./agent-session-timing.ts";
 
 const f = parseArgs(cliArgs(), {
   backend: { kind: "string", help: "webgpu|reference|cuda|auto (default webgpu)" },
@@ -98,8 +99,6 @@ for (const s of SHAPES) {
 }
 
 const { backend, reason } = await selectBackend(backendName as BackendChoice);
-const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const ids = (n: number, seed: number) => Array.from({ length: n }, (_, i) => (seed * 7919 + i * 104729) % 2000 + 10);
 const small = 64 * 2 ** 20;
 const engineOptions = (windowed: boolean): CreateEngineOptions => ({
   kvMemoryBytes: small, kvCacheDtype: "f16", scheduler: { maxRunning: 4, maxBatchTokens: 512 }, ...(windowed ? { slidingWindowKv: "window" } : {}),
@@ -110,26 +109,8 @@ for (const windowed of [false, true]) {
   await e.stop();
 }
 
-/** One session: each turn's seconds to first token, prompt tokens computed, and seconds per output token after the first. */
-async function session(windowed: boolean): Promise<{ ttft: number[]; computed: number[]; tpot: number[] }> {
-  const engine = createEngine(backend, model, { ...engineOptions(windowed), numBlocks: 512 });
-  const ttft: number[] = [];
-  const computed: number[] = [];
-  const tpot: number[] = [];
-  try {
-    let prompt = ids(promptLen, 1);
-    for (let t = 0; t < turns; t++) {
-      const r = await engine.submit({ prompt, maxTokens: answer, temperature: 0, ignoreEos: true }).result;
-      ttft.push(r.firstTokenS ?? NaN);
-      tpot.push(((r.lastTokenS ?? NaN) - (r.firstTokenS ?? NaN)) / Math.max(1, r.tokenIds.length - 1));
-      computed.push(prompt.length - r.cachedTokens);
-      prompt = [...prompt, ...r.tokenIds, ...ids(tool, t + 2)];
-    }
-  } finally {
-    await engine.stop();
-  }
-  return { ttft, computed, tpot };
-}
+/** One session, the sliding layers paged or windowed. */
+const session = (windowed: boolean) => timeAgentSession(createEngine(backend, model, { ...engineOptions(windowed), numBlocks: 512 }), { turns, prompt: promptLen, answer, tool });
 
 const runs = { paged: [] as Awaited<ReturnType<typeof session>>[], windowed: [] as Awaited<ReturnType<typeof session>>[] };
 await session(true); // warm-up: compiles what both settings run
