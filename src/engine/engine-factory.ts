@@ -41,7 +41,7 @@ export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "con
    * position in the pool's blocks, as the other layers; "window" only each sequence's last window, in
    * a ring per state slot (forward.ts WindowKv), so a block of the pool holds the other layers alone
    * and a long context takes that much less. Its state goes as a recurrent model's does: a slot per
-   * running sequence, checkpoints for prefix hits (`stateCheckpoints`), no swap or offload.
+   * running sequence, checkpoints for prefix hits (`stateCheckpoints`), no swap preemption.
    */
   slidingWindowKv?: SlidingWindowKv;
 }
@@ -136,9 +136,10 @@ export function stateCheckpointsOf(config: ModelConfig, o: CreateEngineOptions):
 
 /**
  * Refuses what a model with recurrent state cannot do: its state is not in the KV cache's blocks, so
- * nothing may resume a sequence from blocks alone (swap preemption, KV offload) or roll its state back
- * (speculative decoding; sliding layers' windows can). Its prefix hits reach only as far as a state checkpoint
- * (state-checkpoints.ts), which moves between workers with the prefix (state-import.ts).
+ * nothing may resume a running sequence from blocks alone (swap preemption) or roll its state back
+ * (speculative decoding; sliding layers' windows can). Its prefix hits reach only as far as a state
+ * checkpoint (state-checkpoints.ts), which moves between workers with the prefix (state-import.ts); a
+ * host KV tier (`kvOffloadBlocks`) brings evicted blocks back to a device checkpoint's prefix.
  */
 export function checkRecurrentOptions(config: ModelConfig, o: CreateEngineOptions): void {
   const recurrent = hasRecurrentState(config);
@@ -154,7 +155,6 @@ export function checkRecurrentOptions(config: ModelConfig, o: CreateEngineOption
   // row reads them: windows roll back as blocks do. A recurrent state cannot.
   if (o.speculative && recurrent) refuse("Speculative decoding");
   if (o.scheduler?.preemption === "swap") refuse(`Preemption mode "swap"`);
-  if (o.kvOffloadBlocks) refuse("KV offload (--kv-offload-blocks)");
 }
 
 /**

@@ -74,7 +74,6 @@ test("createEngine() refuses what cannot carry a Gated DeltaNet model's state, n
   const refused: [CreateEngineOptions, RegExp][] = [
     [{ speculative: { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } }, /Speculative decoding is not supported for models with Gated DeltaNet layers \(qwen35\)/],
     [{ scheduler: { preemption: "swap" } }, /Preemption mode "swap" is not supported/],
-    [{ kvOffloadBlocks: 8 }, /KV offload \(--kv-offload-blocks\) is not supported/],
   ];
   for (const [o, pattern] of refused) assert.throws(() => createEngine(backend, model, { numBlocks: 8, ...o }), pattern);
 });
@@ -437,4 +436,31 @@ test("Engine with Gated DeltaNet layers keeps a checkpoint where a prompt leaves
   } finally {
     await e.stop();
   }
+});
+
+test("Engine with Gated DeltaNet layers and a host KV tier: a session's blocks evicted to host memory come back to its checkpoint, so its next turn resumes there", async () => {
+  const first = [5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61, 2, 17, 33, 140, 71, 8, 200, 4, 11, 99, 23, 45, 67];
+  const fillers = [0, 1, 2, 3].map((i) => Array.from({ length: 30 }, (_, j) => ((i + 1) * 31 + j * 7) % 290 + 5));
+  const run = async (kvOffloadBlocks: number) => {
+    // 12 blocks of 4: each filler's 34 tokens push the session's blocks out of the device cache.
+    const e = createEngine(backend, model, { numBlocks: 12, blockSize: 4, kvOffloadBlocks, stateCheckpoints: 16, scheduler: { maxRunning: 2 } });
+    try {
+      const a = await e.submit({ prompt: first, maxTokens: 4, temperature: 0, ignoreEos: true }).result;
+      for (const f of fillers) await e.submit({ prompt: f, maxTokens: 4, temperature: 0, ignoreEos: true }).result;
+      const turn2 = [...first, ...a.tokenIds, 150, 151, 152];
+      const b = await e.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+      return { turn2, b, stats: e.stats() };
+    } finally {
+      await e.stop();
+    }
+  };
+  const without = await run(0);
+  assert.equal(without.b.cachedTokens, 0, "without a host tier the evicted blocks are gone, and the checkpoint with them");
+  const withHost = await run(64);
+  assert.ok(withHost.stats.kvRestoredBlocks > 0, "blocks came back from host memory");
+  // The first turn's answer ends at 28 tokens: its checkpoint after 24 (whole blocks of 4, before the last token's).
+  assert.equal(withHost.b.cachedTokens, 24);
+  const lone = (await greedySteps(backend, uploadModel(backend, model), allocatePagedKv(backend, model.config, 16, 4), withHost.turn2, MAX_TOKENS, Array.from({ length: 16 }, (_, i) => i))).tokens;
+  assert.deepEqual(withHost.b.tokenIds, lone);
+  assert.deepEqual(without.b.tokenIds, lone);
 });

@@ -129,11 +129,10 @@ test("kvBlockCount() gives the pool what the windows leave of a budget, and a bl
   assert.ok(windowed > 2.5 * paged, `${windowed} blocks windowed, ${paged} paged`);
 });
 
-test(`createEngine() refuses what cannot carry the sliding layers' windows (swap, offload), a model without sliding layers and an unknown mode, naming each`, () => {
+test(`createEngine() refuses what cannot carry the sliding layers' windows (swap), a model without sliding layers and an unknown mode, naming each`, () => {
   const b = createReferenceBackend();
   const refused: [LoadedModel, CreateEngineOptions, RegExp][] = [
     [gptOss, { scheduler: { preemption: "swap" } }, /Preemption mode "swap" is not supported with --sliding-window-kv window/],
-    [gptOss, { kvOffloadBlocks: 8 }, /KV offload \(--kv-offload-blocks\) is not supported with --sliding-window-kv window/],
     [llama, {}, /Sliding window KV "window" needs sliding-window layers; model llama has none/],
     [gptOss, { slidingWindowKv: "ring" as "window" }, /Unknown sliding window KV mode "ring"; use paged or window/],
   ];
@@ -247,6 +246,24 @@ test("Engine with slidingWindowKv \"window\" and n-gram speculation: rejected dr
     const st = e.stats();
     assert.ok(st.specDraftTokens > 0, "drafts were verified");
     assert.ok(st.specAcceptedTokens > 0 && st.specAcceptedTokens < st.specDraftTokens, `some drafts were taken, some rejected (${st.specAcceptedTokens} of ${st.specDraftTokens})`);
+  } finally {
+    await e.stop();
+  }
+});
+
+test("Engine with slidingWindowKv \"window\" and a host KV tier: a session's blocks evicted to host memory come back to its checkpoint, windows and all", async () => {
+  const b = createReferenceBackend();
+  const first = [5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61, 2, 17, 33, 140, 71, 8, 200, 4, 11, 99, 23, 45, 67];
+  const fillers = [0, 1, 2, 3].map((i) => Array.from({ length: 30 }, (_, j) => ((i + 1) * 31 + j * 7) % 290 + 5));
+  const e = createEngine(b, gptOss, { ...WINDOWED, numBlocks: 12, kvOffloadBlocks: 64, stateCheckpoints: 16 });
+  try {
+    const a = await e.submit({ prompt: first, maxTokens: 4, temperature: 0, ignoreEos: true }).result;
+    for (const f of fillers) await e.submit({ prompt: f, maxTokens: 4, temperature: 0, ignoreEos: true }).result;
+    const turn2 = [...first, ...a.tokenIds, 150, 151, 152];
+    const r = await e.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+    assert.ok(e.stats().kvRestoredBlocks > 0, "blocks came back from host memory");
+    assert.equal(r.cachedTokens, 24);
+    assert.deepEqual(r.tokenIds, await loneTokens(b, gptOss)(turn2));
   } finally {
     await e.stop();
   }
