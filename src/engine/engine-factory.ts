@@ -135,26 +135,20 @@ export function stateCheckpointsOf(config: ModelConfig, o: CreateEngineOptions):
 }
 
 /**
- * Refuses what a model with recurrent state cannot do: its state is not in the KV cache's blocks, so
- * nothing may resume a running sequence from blocks alone (swap preemption) or roll its state back
- * (speculative decoding; sliding layers' windows can). Its prefix hits reach only as far as a state
- * checkpoint (state-checkpoints.ts), which moves between workers with the prefix (state-import.ts); a
- * host KV tier (`kvOffloadBlocks`) brings evicted blocks back to a device checkpoint's prefix.
+ * Refuses what a model with recurrent state cannot do: its state is not in the KV cache's blocks and
+ * cannot be rolled back (speculative decoding; sliding layers' windows can). Its prefix hits reach only
+ * as far as a state checkpoint (state-checkpoints.ts), which moves between workers with the prefix
+ * (state-import.ts); a host KV tier (`kvOffloadBlocks`) brings evicted blocks back to a device
+ * checkpoint's prefix; swap preemption takes a sequence's state to host memory with its blocks.
  */
 export function checkRecurrentOptions(config: ModelConfig, o: CreateEngineOptions): void {
-  const recurrent = hasRecurrentState(config);
-  if (!recurrent && windowBlocksOf(config, o) === 0) return;
-  const refuse = (what: string) => {
-    throw new RangeError(
-      recurrent
-        ? `${what} is not supported for models with ${recurrentKind(config)} (${config.architecture}), whose recurrent state is not kept in KV blocks`
-        : `${what} is not supported with --sliding-window-kv window, whose sliding layers' windows are not kept in KV blocks`,
-    );
-  };
+  // A bad sliding-window mode, or one the model has no sliding layers for, is refused before anything is allocated.
+  windowBlocksOf(config, o);
   // A ring's rejected draft rows are only written past the sequence's end, and written over before any
   // row reads them: windows roll back as blocks do. A recurrent state cannot.
-  if (o.speculative && recurrent) refuse("Speculative decoding");
-  if (o.scheduler?.preemption === "swap") refuse(`Preemption mode "swap"`);
+  if (o.speculative && hasRecurrentState(config)) {
+    throw new RangeError(`Speculative decoding is not supported for models with ${recurrentKind(config)} (${config.architecture}), whose recurrent state cannot be rolled back to a draft's accepted tokens`);
+  }
 }
 
 /**

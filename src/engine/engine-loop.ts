@@ -106,7 +106,9 @@ export class StepLoop {
       const plan = scheduler.schedule();
       for (const id of plan.truncated) output.finishById(id, "length");
       // A preempted sequence computes again from position 0: its recurrent state slot (if any) goes back.
-      for (const id of plan.preempted) this.parts.opts.runner.endSequence?.(id);
+      // One swapped out keeps it until the runner has read it to the host with its blocks (runner.swap).
+      const swapped = new Set(plan.swapOut.map((op) => op.seqId));
+      for (const id of plan.preempted) if (!swapped.has(id)) this.parts.opts.runner.endSequence?.(id);
       const moved = plan.preempted.length + plan.truncated.length > 0;
       if (plan.entries.length === 0) {
         // A step that only preempted or truncated changed the state: plan again instead of sleeping.

@@ -11,14 +11,14 @@ import type { DeviceModel } from "../model/device-weights.ts";
 import { forwardWithHidden, type PagedKv, type RecurrentState, type StepLora } from "../model/forward.ts";
 import { type DeviceLoraSet, freeLoraSet, uploadLoraSet } from "../model/lora-set.ts";
 import { readSlots, slotsOf, writeSlots } from "./kv-copy.ts";
-import { HostKvSwap } from "./kv-swap.ts";
+import { HostKvSwap, KvSwapError } from "./kv-swap.ts";
 import { type TokenLogprob, tokenLogprob } from "./logprobs.ts";
 import { GREEDY_ROW, type StepExtras, type StepOutput, type StepRunner } from "./engine-runner-types.ts";
 import type { StepEntry } from "./scheduler-types.ts";
 import { addToLogits, gatherLogitRows, maskLogitRows, penalizeRepeatRows } from "./logit-rows.ts";
 import { lookaheadOf, runAhead } from "./run-ahead.ts";
 import { StateSlots } from "./state-slots.ts";
-import { copyStateSlot, readStateSlot, writeStateSlot } from "./state-copy.ts";
+import { copyStateSlot, type HostState, readStateSlot, writeStateSlot } from "./state-copy.ts";
 import { draftRows, promptRows, readPromptLogprobs, splitDraftRows } from "./step-rows.ts";
 
 export { GREEDY_ROW, type PromptLogprobAsk, type StepExtras, type StepOutput, type StepRunner } from "./engine-runner-types.ts";
@@ -29,6 +29,8 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
   const host = new HostKvSwap(backend, kv);
   // Gated DeltaNet models: each running sequence's slot, then the checkpoints' (state-checkpoints.ts).
   const slots = kv.state ? new StateSlots(kv.state.slots - (kv.state.checkpoints ?? 0)) : undefined;
+  // Swapped-out sequences' states on their way to (then in) host memory, by sequence.
+  const swappedStates = new Map<number, Promise<HostState>>();
   let loras: DeviceLoraSet | undefined;
   // A replaced set is freed when the next step starts: the step in flight may still be using it.
   const retired: DeviceLoraSet[] = [];
@@ -136,10 +138,30 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     },
     ...(slots && kv.state ? runnerStates(backend, kv.state, slots) : {}),
     async swap(out, into) {
-      for (const op of out) host.save(op);
-      for (const op of into) await host.restore(op);
+      for (const op of out) {
+        host.save(op);
+        // A sequence's recurrent state (or sliding windows) goes with its blocks, and its slot with it.
+        const slot = slots?.slotOf(op.seqId);
+        if (slots && kv.state && slot !== undefined) {
+          const saved = readStateSlot(backend, kv.state, slot);
+          saved.catch(() => {});
+          swappedStates.set(op.seqId, saved);
+          slots.release(op.seqId);
+        }
+      }
+      for (const op of into) {
+        await host.restore(op);
+        if (!slots || !kv.state) continue;
+        const saved = swappedStates.get(op.seqId);
+        if (!saved) throw new KvSwapError(`No swapped state is held for sequence ${op.seqId}`);
+        swappedStates.delete(op.seqId);
+        writeStateSlot(backend, kv.state, slots.claim(op.seqId), await saved);
+      }
     },
-    discardSwap: (seqId) => host.discard(seqId),
+    discardSwap: (seqId) => {
+      host.discard(seqId);
+      swappedStates.delete(seqId);
+    },
     readBlocks: (ids) => readSlots(backend, kv, slotsOf(ids, ids.length * kv.blockSize, kv.blockSize)),
     writeBlocks: (ids, data, from) => writeSlots(backend, kv, slotsOf(ids, ids.length * kv.blockSize, kv.blockSize), data, from * kv.blockSize),
     async draftGreedy(entries, steps) {

@@ -3,9 +3,10 @@
  * ForwardEntry.stateSlot). A sequence takes a slot at its first step (position 0, or where a state
  * checkpoint's copy starts it: `claim`) and keeps it until the engine lets it go (it ended, or was
  * preempted and will compute again). The state is not in the KV cache's blocks, so nothing can resume
- * a sequence mid-way without its slot or a checkpoint: such models run without swap preemption, KV
- * offload or speculative decoding (engine-factory.ts `checkRecurrentOptions`), and their prefix hits
- * reach only as far as a checkpoint (state-checkpoints.ts).
+ * a sequence mid-way without its slot, a checkpoint or a host copy of its state (swap preemption:
+ * engine-runner.ts saves the slot with the blocks); such models run without speculative decoding
+ * (engine-factory.ts `checkRecurrentOptions`), and their prefix hits reach only as far as a checkpoint
+ * (state-checkpoints.ts).
  */
 
 /** Thrown when a step's sequence has no slot to run with. */
@@ -70,6 +71,11 @@ export class StateSlots {
     if (slot === undefined) throw new StateSlotError(`All ${this.slots} recurrent state slots are held; a step cannot run more sequences than --max-num-seqs`);
     this.#bySeq.set(seqId, slot);
     return slot;
+  }
+
+  /** The slot `seqId` holds, if any. */
+  slotOf(seqId: number): number | undefined {
+    return this.#bySeq.get(seqId);
   }
 
   /** Returns the slots of a step's negative-seqId entries. */

@@ -112,6 +112,20 @@ test(`Engine with slidingWindowKv "window": recompute preemption and many sequen
   }
 });
 
+test(`Engine with slidingWindowKv "window": swap preemption takes each sequence's ring to host memory with its blocks and back`, async () => {
+  const b = createReferenceBackend();
+  const want = await Promise.all(PROMPTS.map(loneTokens(b, gptOss)));
+  const e = createEngine(b, gptOss, { ...WINDOWED, numBlocks: 10, scheduler: { maxBatchTokens: 8, maxRunning: 3, preemption: "swap" } });
+  try {
+    const rs = await Promise.all(PROMPTS.map((prompt) => e.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result));
+    assert.deepEqual(rs.map((r) => r.tokenIds), want);
+    const st = e.stats();
+    assert.ok(st.swapOuts > 0 && st.swappedInBlocks > 0, `sequences went out and came back (${st.swapOuts} swap-outs)`);
+  } finally {
+    await e.stop();
+  }
+});
+
 test("kvBlockCount() gives the pool what the windows leave of a budget, and a block the full layers' bytes only", () => {
   const c = gptOss.config;
   // GPT-OSS's layers 0 and 2 slide: a block holds layer 1 alone.
@@ -129,10 +143,9 @@ test("kvBlockCount() gives the pool what the windows leave of a budget, and a bl
   assert.ok(windowed > 2.5 * paged, `${windowed} blocks windowed, ${paged} paged`);
 });
 
-test(`createEngine() refuses what cannot carry the sliding layers' windows (swap), a model without sliding layers and an unknown mode, naming each`, () => {
+test(`createEngine() refuses sliding-window KV "window" for a model without sliding layers and an unknown mode, naming each`, () => {
   const b = createReferenceBackend();
   const refused: [LoadedModel, CreateEngineOptions, RegExp][] = [
-    [gptOss, { scheduler: { preemption: "swap" } }, /Preemption mode "swap" is not supported with --sliding-window-kv window/],
     [llama, {}, /Sliding window KV "window" needs sliding-window layers; model llama has none/],
     [gptOss, { slidingWindowKv: "ring" as "window" }, /Unknown sliding window KV mode "ring"; use paged or window/],
   ];
