@@ -98,15 +98,15 @@ export class Engine implements ServingEngine {
     // A Gated DeltaNet model's state after a prefix is not in the prefix's blocks (nor, where the
     // sliding layers keep only their windows, are those): its hits reach only as far as a state
     // checkpoint the runner keeps (none without any), and no hand-off tails.
-    const recurrent = hasRecurrentState(opts.config) || r.stateSlots !== undefined;
+    const stateful = hasRecurrentState(opts.config) || r.stateSlots !== undefined;
     // Under agent-aware retention a checkpoint is worth its session's chance of returning within a minute.
     const worth = this.turns && ((sessionId: string | undefined) => sessionId === undefined ? 0 : this.turns!.tracker.returnProbability(sessionId, clock(), CHECKPOINT_HORIZON_S));
-    const checkpoints = recurrent && r.stateCheckpoints
+    const checkpoints = stateful && r.stateCheckpoints
       ? new StateCheckpoints(r.stateCheckpoints, r.blockSize, worth, publishStateChanges(events, this.pool.workerId, clock))
       : undefined;
     this.checkpoints = checkpoints;
     this.stateImports = checkpoints && r.writeState ? new StateImports(checkpoints, r, { ...stateShapes(opts.config), ...(r.windowSizes ? { window: r.windowSizes } : {}) }, () => this.scheduler.refreshCheckpointHolds()) : undefined;
-    const manager = !recurrent ? blocks : withoutHandoffTails(checkpoints ? blocks : withoutPrefixHits(blocks));
+    const manager = !stateful ? blocks : withoutHandoffTails(checkpoints ? blocks : withoutPrefixHits(blocks));
     this.scheduler = new Scheduler(manager, { maxPromptLogprobRows, ...opts.scheduler }, () => this.now() / 1000, checkpoints);
     const auto = opts.autoStepMixing;
     const mixing = auto ? new AutoStepMixing(this.scheduler.stepMixing, this.scheduler.config.maxBatchTokens, auto === true ? {} : auto) : undefined;

@@ -13,8 +13,9 @@ export interface ForwardEntry {
   /** Block ids covering positions 0 .. startPos + tokens.length - 1, in order. */
   blockTable: readonly number[];
   /**
-   * The recurrent state slot of the sequence (models with Gated DeltaNet layers; PagedKv.state): it
-   * holds the state after positions 0..startPos-1, and is started afresh where startPos is 0.
+   * The recurrent state slot of the sequence (models with Gated DeltaNet layers, or sliding layers
+   * keeping their windows only; PagedKv.state): it holds the state after positions 0..startPos-1, and
+   * is started afresh where startPos is 0.
    */
   stateSlot?: number;
 }

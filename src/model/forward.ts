@@ -44,8 +44,9 @@ export interface PagedKv {
 /**
  * Recurrent layers' per-sequence state, in layer order: each Gated DeltaNet or short convolution
  * layer's convolution inputs f32 [slots, K - 1, channels] (`conv`, one per such layer), and each Gated
- * DeltaNet layer's delta rule matrices f32 [slots, vHeads, dk, dv] (`ssm`). A step's entries name their
- * slot (ForwardEntry.stateSlot).
+ * DeltaNet layer's delta rule matrices f32 [slots, vHeads, dk, dv] (`ssm`); and where the sliding
+ * layers keep only their windows, those (`window`: per-sequence state of the same kind, none of it in
+ * the KV blocks). A step's entries name their slot (ForwardEntry.stateSlot).
  */
 export interface RecurrentState {
   conv: Tensor[];
