@@ -23,6 +23,7 @@ export const SERVE_FLAGS = {
   "kv-memory-fraction": { kind: "number", min: 0.0001, max: 0.95, help: "size the KV cache as this fraction of host memory (not with --kv-blocks)" },
   "max-batch-tokens": { kind: "int", min: 1, help: "token budget per step (default 512)" },
   "max-num-seqs": { kind: "int", min: 1, help: "sequences per step at most (default 64)" },
+  "state-checkpoints": { kind: "int", min: 0, help: "states kept for prefix hits by a model whose state is not in its KV blocks (recurrent layers, or --sliding-window-kv window): an agent's next turn resumes from its last answer's; each taken from the KV budget (default: --max-num-seqs; 0: none, every prompt computes from its start)" },
   "num-scheduler-steps": { kind: "int", min: 1, help: "multi-step decoding: a step of plain decodes (no grammar, penalties or token rules) runs up to this many forwards, each fed the token the one before sampled on the device, and reads their tokens once; the same tokens, streamed in groups; only while no request waits (default 4 on WebGPU, where a read costs a round trip — 10 ms under Deno — and 1 elsewhere)" },
   "max-waiting": { kind: "int", min: 1, help: "queue length before 429 (default 1024)" },
   role: { kind: "string", help: "mixed|prefill|decode (default mixed)" },

@@ -203,6 +203,7 @@ async function main(): Promise<void> {
     kvOffloadBlocks: f["kv-offload-blocks"],
     maxBatchTokens: f["max-batch-tokens"],
     maxNumSeqs: f["max-num-seqs"],
+    ...(f["state-checkpoints"] !== undefined ? { stateCheckpoints: f["state-checkpoints"] } : {}),
     schedulerSteps: f["num-scheduler-steps"],
     ...(f["no-warmup"] ? { warmUp: false } : {}),
     maxWaiting: f["max-waiting"],

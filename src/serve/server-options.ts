@@ -51,6 +51,8 @@ export interface ServerOptions {
   slidingWindowKv?: SlidingWindowKv;
   maxBatchTokens?: number;
   maxNumSeqs?: number;
+  /** State checkpoints a model with state outside its KV blocks keeps (engine-factory.ts CreateEngineOptions.stateCheckpoints; default: maxNumSeqs). */
+  stateCheckpoints?: number;
   /** Multi-step decoding (EngineOptions.schedulerSteps; default: engine-factory.ts `defaultSchedulerSteps`). */
   schedulerSteps?: number;
   maxWaiting?: number;

@@ -70,6 +70,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     kvMemoryBytes: kvMemoryBytes === undefined ? undefined : kvMemoryBytes / kvShare,
     ...(o.kvCacheDtype ? { kvCacheDtype: o.kvCacheDtype } : {}),
     ...(o.slidingWindowKv ? { slidingWindowKv: o.slidingWindowKv } : {}),
+    ...(o.stateCheckpoints !== undefined ? { stateCheckpoints: o.stateCheckpoints } : {}),
     maxModelLen: o.maxModelLen,
     maxWaiting: o.maxWaiting,
     kvRetention: o.kvRetention,
