@@ -204,6 +204,7 @@ async function main(): Promise<void> {
     maxBatchTokens: f["max-batch-tokens"],
     maxNumSeqs: f["max-num-seqs"],
     ...(f["state-checkpoints"] !== undefined ? { stateCheckpoints: f["state-checkpoints"] } : {}),
+    ...(f["host-state-checkpoints"] ? { hostStateCheckpoints: f["host-state-checkpoints"] } : {}),
     schedulerSteps: f["num-scheduler-steps"],
     ...(f["no-warmup"] ? { warmUp: false } : {}),
     maxWaiting: f["max-waiting"],
@@ -271,9 +272,10 @@ async function main(): Promise<void> {
 }
 
 /** The log's word on a Gated DeltaNet model's recurrent state (empty for other models). */
-function recurrentLabel(state: { slots: number; checkpoints: number; bytes: number } | undefined, windowsOnly: boolean): string {
+function recurrentLabel(state: { slots: number; checkpoints: number; bytes: number; host?: { capacity: number } } | undefined, windowsOnly: boolean): string {
   if (!state) return "";
-  return `; ${windowsOnly ? "sliding windows of" : "recurrent state"} ${state.slots} sequences + ${state.checkpoints} checkpoints (${(state.bytes / 2 ** 20).toFixed(1)} MiB)`;
+  const host = state.host ? `, ${state.host.capacity} more in host memory` : "";
+  return `; ${windowsOnly ? "sliding windows of" : "recurrent state"} ${state.slots} sequences + ${state.checkpoints} checkpoints${host} (${(state.bytes / 2 ** 20).toFixed(1)} MiB)`;
 }
 
 /** `VLLM_LOG_STATS_INTERVAL` (vLLM's variable): seconds between stats lines, 10 when unset. */

@@ -67,4 +67,9 @@ export interface EngineOptions {
   draft?: { runner: StepRunner; contextLength: number };
   /** Blocks of host memory that evicted cached KV moves to, and comes back from (default 0: dropped). */
   kvOffloadBlocks?: number;
+  /**
+   * State checkpoints kept in host memory once the device's are taken for others (state-offload.ts), for
+   * a model whose state is not in its KV blocks (default 0: a taken checkpoint is lost).
+   */
+  hostStateCheckpoints?: number;
 }

@@ -30,6 +30,7 @@ import { countKvEvents, poolBlockManager, withoutHandoffTails, withoutPrefixHits
 import { publishStateChanges, StateCheckpoints } from "./state-checkpoints.ts";
 import { exportState, StateImports } from "./state-import.ts";
 import { stateBytesPerSlot, stateShapes } from "./kv-cache.ts";
+import { HostStateTier, type HostStateStats } from "./state-offload.ts";
 import type { StepMixing } from "./scheduler-types.ts";
 import type { KvDType } from "../backend/types.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
@@ -64,6 +65,7 @@ export class Engine implements ServingEngine {
   readonly checkpoints: StateCheckpoints | undefined;
   /** States moved here with prefixes, on their way into checkpoints (undefined without checkpoints). */
   private readonly stateImports: StateImports | undefined;
+  private readonly hostStates: HostStateTier | undefined;
   private readonly checks: RequestChecks;
   private readonly drafts: EngineDrafts;
   private readonly output: EngineOutput;
@@ -106,6 +108,11 @@ export class Engine implements ServingEngine {
       : undefined;
     this.checkpoints = checkpoints;
     this.stateImports = checkpoints && r.writeState ? new StateImports(checkpoints, r, { ...stateShapes(opts.config), ...(r.windowSizes ? { window: r.windowSizes } : {}) }, () => this.scheduler.refreshCheckpointHolds()) : undefined;
+    // Checkpoints taken for others go to host memory, and come back for a waiting prompt they fit.
+    const hostStates = opts.hostStateCheckpoints ?? 0;
+    if (!Number.isInteger(hostStates) || hostStates < 0) throw new RangeError(`Host state checkpoints must be a whole number of at least 0, got ${hostStates}`);
+    this.hostStates = checkpoints && this.stateImports && r.readState && hostStates > 0 ? new HostStateTier(hostStates, r, worth) : undefined;
+    if (this.hostStates && checkpoints) checkpoints.onEvict = (id, cp) => this.hostStates!.evicted(id, cp);
     const manager = !stateful ? blocks : withoutHandoffTails(checkpoints ? blocks : withoutPrefixHits(blocks));
     this.scheduler = new Scheduler(manager, { maxPromptLogprobRows, ...opts.scheduler }, () => this.now() / 1000, checkpoints);
     const auto = opts.autoStepMixing;
@@ -122,8 +129,17 @@ export class Engine implements ServingEngine {
     this.steps = new StepLoop({
       ...parts, pool: this.pool, output: this.output, tails: this.tails, sessions: this.turns?.tracker, mixing, maxModelLen,
       stopped: () => this.stopped, fail: (id, e) => this.failRequest(id, e),
-      ...(this.stateImports ? { beforeSchedule: () => this.stateImports!.apply() } : {}),
+      ...(this.stateImports ? { beforeSchedule: () => this.beforeSchedule() } : {}),
     });
+  }
+
+  /** States moved here, or held in host memory for waiting prompts, become checkpoints (the loop calls it before it plans). */
+  private beforeSchedule(): void {
+    const { hostStates, stateImports, checkpoints } = this;
+    if (hostStates && stateImports && checkpoints) {
+      hostStates.restoreFor(this.scheduler.waitingSequences, checkpoints, stateImports, (tokens, root) => this.pool.cachedPrefixTokens(tokens, Infinity, root));
+    }
+    stateImports?.apply();
   }
 
   /**
@@ -131,11 +147,12 @@ export class Engine implements ServingEngine {
    * layers' windows where they keep no more): slots for running sequences, checkpoints, and their bytes
    * in all; undefined where it keeps none.
    */
-  recurrentState(): { slots: number; checkpoints: number; bytes: number } | undefined {
+  recurrentState(): { slots: number; checkpoints: number; bytes: number; host?: HostStateStats } | undefined {
     const r = this.opts.runner;
     if (r.stateSlots === undefined) return undefined;
     const checkpoints = r.stateCheckpoints ?? 0;
-    return { slots: r.stateSlots, checkpoints, bytes: r.stateBytes ?? (r.stateSlots + checkpoints) * stateBytesPerSlot(this.opts.config) };
+    const host = this.hostStates?.stats();
+    return { slots: r.stateSlots, checkpoints, bytes: r.stateBytes ?? (r.stateSlots + checkpoints) * stateBytesPerSlot(this.opts.config), ...(host ? { host } : {}) };
   }
 
   /**

@@ -39,6 +39,13 @@ interface Checkpoint {
   from?: { length: number; hash: BlockHash };
 }
 
+/** A written checkpoint taken for another: what its state follows. */
+export interface EvictedCheckpoint {
+  tokens: readonly number[];
+  root: number | null;
+  sessionId: string | undefined;
+}
+
 /** The checkpoints of one engine: `capacity` of them, ids 0..capacity-1. */
 export class StateCheckpoints {
   readonly #entries: (Checkpoint | undefined)[];
@@ -55,6 +62,12 @@ export class StateCheckpoints {
    * can count this engine's prefix hits only as far as its checkpoints reach (engine.ts publishes
    * KvStateEvents).
    */
+  /**
+   * Told of a written checkpoint taken for another (not one a sequence moves on from, nor one dropped),
+   * while its state is still in place: a host tier copies it out then (state-offload.ts).
+   */
+  onEvict?: (id: number, evicted: EvictedCheckpoint) => void;
+
   constructor(
     readonly capacity: number, readonly blockSize: number, private readonly worth?: (sessionId: string | undefined) => number,
     private readonly onChange?: (hash: BlockHash, kept: boolean) => void,
@@ -117,7 +130,7 @@ export class StateCheckpoints {
       this.#entries[same]!.lastUse = ++this.#tick;
       return undefined;
     }
-    const id = this.#free() ?? this.#victim();
+    const id = this.#free() ?? this.#evict(this.#victim());
     if (id === undefined) return undefined;
     this.#gone(id);
     this.#entries[id] = { tokens: tokens.slice(), root, sessionId, lastUse: ++this.#tick, pending: true };
@@ -153,7 +166,7 @@ export class StateCheckpoints {
   reserveDecode(seqId: number, length: number, sessionId?: string, root: number | null = null): number | undefined {
     if (length <= 0 || length % this.blockSize !== 0) throw new RangeError(`A state checkpoint needs whole blocks of ${this.blockSize} tokens, got ${length}`);
     const own = this.#entries.findIndex((e) => e?.owner === seqId);
-    const id = own >= 0 ? own : this.#free() ?? this.#victim();
+    const id = own >= 0 ? own : this.#free() ?? this.#evict(this.#victim());
     if (id === undefined) return undefined;
     const old = this.#entries[id];
     // The sequence's tokens only grow: its next checkpoint's hash chains on from its last one's.
@@ -161,6 +174,13 @@ export class StateCheckpoints {
     this.#gone(id);
     this.#entries[id] = { tokens: [], owner: seqId, root, sessionId, lastUse: ++this.#tick, pending: true, ...(from ? { from } : {}) };
     this.taken++;
+    return id;
+  }
+
+  /** `id` (a victim, written), after telling `onEvict` it is taken. */
+  #evict(id: number | undefined): number | undefined {
+    const e = id === undefined ? undefined : this.#entries[id];
+    if (e && !e.pending && this.onEvict) this.onEvict(id!, { tokens: e.tokens, root: e.root, sessionId: e.sessionId });
     return id;
   }
 

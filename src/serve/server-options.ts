@@ -53,6 +53,8 @@ export interface ServerOptions {
   maxNumSeqs?: number;
   /** State checkpoints a model with state outside its KV blocks keeps (engine-factory.ts CreateEngineOptions.stateCheckpoints; default: maxNumSeqs). */
   stateCheckpoints?: number;
+  /** State checkpoints kept in host memory once the device's are taken (EngineOptions.hostStateCheckpoints; default 0). */
+  hostStateCheckpoints?: number;
   /** Multi-step decoding (EngineOptions.schedulerSteps; default: engine-factory.ts `defaultSchedulerSteps`). */
   schedulerSteps?: number;
   maxWaiting?: number;

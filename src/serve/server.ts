@@ -71,6 +71,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     ...(o.kvCacheDtype ? { kvCacheDtype: o.kvCacheDtype } : {}),
     ...(o.slidingWindowKv ? { slidingWindowKv: o.slidingWindowKv } : {}),
     ...(o.stateCheckpoints !== undefined ? { stateCheckpoints: o.stateCheckpoints } : {}),
+    ...(o.hostStateCheckpoints ? { hostStateCheckpoints: o.hostStateCheckpoints } : {}),
     maxModelLen: o.maxModelLen,
     maxWaiting: o.maxWaiting,
     kvRetention: o.kvRetention,

@@ -286,10 +286,10 @@ test("serve CLI keeps only GPT-OSS's sliding windows with --sliding-window-kv wi
     assert.equal(bad.status, 2, bad.stderr);
     assert.match(bad.stderr, /^serve: Unknown sliding window KV mode "ring"; choose paged or window/);
     const args = ["--model", `${dir}/w.gguf`, "--port", "0", "--backend", "reference", "--kv-blocks", "16", "--max-num-seqs", "2", "--max-batch-tokens", "16", "--no-warmup"];
-    const { child, url, stderr, exited } = await spawnServe("node", [...args, "--sliding-window-kv", "window", "--state-checkpoints", "5"]);
+    const { child, url, stderr, exited } = await spawnServe("node", [...args, "--sliding-window-kv", "window", "--state-checkpoints", "5", "--host-state-checkpoints", "7"]);
     try {
       // Two layers' rings of ⌈(16 + 5 − 1) / 16⌉ = 2 blocks of 16, 2 heads of 8, K and V in f16, for 2 sequences, and 5 checkpoints of 1 block.
-      assert.match(stderr(), /; sliding windows of 2 sequences \+ 5 checkpoints \(0\.0 MiB\);/, stderr());
+      assert.match(stderr(), /; sliding windows of 2 sequences \+ 5 checkpoints, 7 more in host memory \(0\.0 MiB\);/, stderr());
       const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
       const prompt = Array.from({ length: 40 }, (_, i) => (i * 7 + 3) % 290 + 5);
       const ask = () => client.completions.create({ model: "w", prompt, max_tokens: 6, temperature: 0 });

@@ -476,3 +476,30 @@ test("Engine with Gated DeltaNet layers and a host KV tier: a session's blocks e
   assert.deepEqual(withHost.b.tokenIds, lone);
   assert.deepEqual(without.b.tokenIds, lone);
 });
+
+test("Engine with Gated DeltaNet layers and host state checkpoints: a session's checkpoint taken for others' goes to host memory and comes back for its next turn", async () => {
+  const first = [5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61, 2, 17, 33, 140, 71, 8, 200, 4, 11, 99, 23, 45, 67];
+  const others = [0, 1].map((i) => Array.from({ length: 30 }, (_, j) => ((i + 1) * 31 + j * 7) % 290 + 5));
+  const run = async (hostStateCheckpoints: number) => {
+    // One device checkpoint: each other prompt's takes the session's place.
+    const e = createEngine(backend, model, { numBlocks: 64, blockSize: 4, stateCheckpoints: 1, hostStateCheckpoints });
+    try {
+      const a = await e.submit({ prompt: first, maxTokens: 4, temperature: 0, ignoreEos: true }).result;
+      for (const o of others) await e.submit({ prompt: o, maxTokens: 4, temperature: 0, ignoreEos: true }).result;
+      const turn2 = [...first, ...a.tokenIds, 150, 151, 152];
+      const b = await e.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+      return { turn2, b, host: e.recurrentState()?.host };
+    } finally {
+      await e.stop();
+    }
+  };
+  const without = await run(0);
+  assert.equal(without.b.cachedTokens, 0, "without a host tier the session's checkpoint is gone");
+  assert.equal(without.host, undefined);
+  const withHost = await run(4);
+  assert.equal(withHost.b.cachedTokens, 24, "resumed from the checkpoint brought back from host memory");
+  assert.ok(withHost.host && withHost.host.offloaded >= 2 && withHost.host.restored === 1, JSON.stringify(withHost.host));
+  const lone = (await greedySteps(backend, uploadModel(backend, model), allocatePagedKv(backend, model.config, 16, 4), withHost.turn2, MAX_TOKENS, Array.from({ length: 16 }, (_, i) => i))).tokens;
+  assert.deepEqual(withHost.b.tokenIds, lone);
+  assert.deepEqual(without.b.tokenIds, lone);
+});

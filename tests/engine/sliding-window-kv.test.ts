@@ -281,3 +281,21 @@ test("Engine with slidingWindowKv \"window\" and a host KV tier: a session's blo
     await e.stop();
   }
 });
+
+test("Engine with slidingWindowKv \"window\" and host state checkpoints: a session's windows taken for others' come back from host memory for its next turn", async () => {
+  const b = createReferenceBackend();
+  const first = [5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61, 2, 17, 33, 140, 71, 8, 200, 4, 11, 99, 23, 45, 67];
+  const others = [0, 1].map((i) => Array.from({ length: 30 }, (_, j) => ((i + 1) * 31 + j * 7) % 290 + 5));
+  const e = createEngine(b, gptOss, { ...WINDOWED, numBlocks: 64, stateCheckpoints: 1, hostStateCheckpoints: 4 });
+  try {
+    const a = await e.submit({ prompt: first, maxTokens: 4, temperature: 0, ignoreEos: true }).result;
+    for (const o of others) await e.submit({ prompt: o, maxTokens: 4, temperature: 0, ignoreEos: true }).result;
+    const turn2 = [...first, ...a.tokenIds, 150, 151, 152];
+    const r = await e.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+    assert.equal(r.cachedTokens, 24);
+    assert.equal(e.recurrentState()?.host?.restored, 1);
+    assert.deepEqual(r.tokenIds, await loneTokens(b, gptOss)(turn2));
+  } finally {
+    await e.stop();
+  }
+});

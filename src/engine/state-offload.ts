@@ -1,0 +1,126 @@
+/**
+ * Host-memory tier under a worker's state checkpoints (state-checkpoints.ts), for models whose state is
+ * not in their KV blocks (recurrent layers, sliding layers keeping their windows): a written checkpoint
+ * taken for another is read to host memory instead of being lost, and a waiting prompt whose cached
+ * blocks reach past every device checkpoint within them gets the longest such state written back before
+ * the loop plans (StateImports), so an agent's session that waited on a tool while others took its
+ * checkpoint still resumes where its last answer ended. The tier keeps `capacity` states, making room
+ * as the device does: the one least worth keeping (its session least likely to return soon), then the
+ * least recently used.
+ */
+import type { StepRunner } from "./engine-runner-types.ts";
+import type { Sequence } from "./sequence.ts";
+import type { HostState } from "./state-copy.ts";
+import type { EvictedCheckpoint, StateCheckpoints } from "./state-checkpoints.ts";
+import type { StateImports } from "./state-import.ts";
+
+/** One state held on the host: what it follows, and its values once the read has arrived. */
+interface HostCheckpoint {
+  tokens: readonly number[];
+  root: number | null;
+  sessionId: string | undefined;
+  values: HostState | undefined;
+  /** Its read failed: never restored, and the first to go. */
+  failed: boolean;
+  lastUse: number;
+}
+
+/** Counters of a host state tier. */
+export interface HostStateStats {
+  held: number;
+  capacity: number;
+  /** States read to the host, and written back to a device checkpoint, since start. */
+  offloaded: number;
+  restored: number;
+}
+
+/** A worker's host tier of state checkpoints. */
+export class HostStateTier {
+  readonly #entries: HostCheckpoint[] = [];
+  #tick = 0;
+  #offloaded = 0;
+  #restored = 0;
+
+  /** `worth`: as StateCheckpoints' (a session's chance of returning soon; absent: all alike). */
+  constructor(readonly capacity: number, private readonly runner: Pick<StepRunner, "readState">, private readonly worth?: (sessionId: string | undefined) => number) {
+    if (!Number.isInteger(capacity) || capacity < 1) throw new RangeError(`Invalid host state checkpoint count ${capacity}`);
+  }
+
+  /** StateCheckpoints.onEvict: reads checkpoint `id`'s state to the host (queued now, before any write over it). */
+  evicted(id: number, cp: EvictedCheckpoint): void {
+    if (!this.runner.readState) return;
+    const same = this.#find(cp.tokens, cp.root);
+    if (same) {
+      same.lastUse = ++this.#tick;
+      return;
+    }
+    const entry: HostCheckpoint = { tokens: cp.tokens.slice(), root: cp.root, sessionId: cp.sessionId, values: undefined, failed: false, lastUse: ++this.#tick };
+    this.runner.readState(id).then((v) => (entry.values = v), () => (entry.failed = true));
+    this.#entries.push(entry);
+    this.#offloaded++;
+    while (this.#entries.length > this.capacity) this.#entries.splice(this.#victim(), 1);
+  }
+
+  /**
+   * Queues, for each waiting prompt, the longest held state within its cached blocks (`cachedTokens`)
+   * that reaches past its longest device checkpoint, to be written back (call before `imports.apply()`);
+   * how many were queued.
+   */
+  restoreFor(
+    waiting: readonly Sequence[], checkpoints: StateCheckpoints, imports: StateImports,
+    cachedTokens: (tokens: readonly number[], root: number | null) => number,
+  ): number {
+    if (this.#entries.length === 0) return 0;
+    let n = 0;
+    for (const seq of waiting) {
+      // Swapped sequences bring their own state; a whole-prompt request computes every row.
+      if (seq.numSwapped > 0 || seq.hints.wholePrompt || seq.numComputed > 0) continue;
+      const root = seq.hints.cacheRoot ?? null;
+      const prompt = seq.tokens.slice(0, -1);
+      const limit = cachedTokens(prompt, root);
+      const device = checkpoints.longest(seq.tokens, limit, root)?.length ?? 0;
+      const best = this.#longest(seq.tokens, limit, root, device);
+      if (!best || imports.isQueued(best.tokens, root)) continue;
+      best.lastUse = ++this.#tick;
+      imports.queueOwn(best.tokens, root, best.sessionId, best.values!);
+      this.#restored++;
+      n++;
+    }
+    return n;
+  }
+
+  stats(): HostStateStats {
+    return { held: this.#entries.length, capacity: this.capacity, offloaded: this.#offloaded, restored: this.#restored };
+  }
+
+  /** The longest held state with values whose tokens begin `tokens`, number at most `limit` and more than `beyond`. */
+  #longest(tokens: readonly number[], limit: number, root: number | null, beyond: number): HostCheckpoint | undefined {
+    let best: HostCheckpoint | undefined;
+    for (const e of this.#entries) {
+      const len = e.tokens.length;
+      if (!e.values || e.root !== root || len > limit || len <= beyond || (best && len <= best.tokens.length)) continue;
+      let i = len - 1;
+      while (i >= 0 && e.tokens[i] === tokens[i]) i--;
+      if (i < 0) best = e;
+    }
+    return best;
+  }
+
+  #find(tokens: readonly number[], root: number | null): HostCheckpoint | undefined {
+    return this.#entries.find((e) => e.root === root && e.tokens.length === tokens.length && e.tokens.every((t, i) => t === tokens[i]));
+  }
+
+  /** The entry to let go: one whose read failed first, then the least worth keeping, then the least recently used. */
+  #victim(): number {
+    let best = 0;
+    let bestKey: [number, number, number] = [Infinity, Infinity, Infinity];
+    this.#entries.forEach((e, i) => {
+      const key: [number, number, number] = [e.failed ? 0 : 1, this.worth?.(e.sessionId) ?? 0, e.lastUse];
+      if (key[0] < bestKey[0] || (key[0] === bestKey[0] && (key[1] < bestKey[1] || (key[1] === bestKey[1] && key[2] < bestKey[2])))) {
+        best = i;
+        bestKey = key;
+      }
+    });
+    return best;
+  }
+}
