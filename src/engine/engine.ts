@@ -235,7 +235,10 @@ export class Engine implements ServingEngine {
     // One before the last token: the request the move is for computes that token (for its logits), so
     // only a checkpoint before it can start it.
     const reach = this.checkpoints ? Math.min(this.pool.cachedPrefixTokens(tokens, Infinity, root ?? null), tokens.length - 1) : 0;
-    const state = this.checkpoints && exportState(this.checkpoints, this.opts.runner, tokens, reach, root ?? null);
+    // A longer state in the host tier than any on the device goes instead.
+    const device = this.checkpoints?.longest(tokens, reach, root ?? null)?.length ?? 0;
+    const held = this.hostStates?.held(tokens, reach, root ?? null, device);
+    const state = held ? Promise.resolve(held) : this.checkpoints && exportState(this.checkpoints, this.opts.runner, tokens, reach, root ?? null);
     let prefix: PrefixKv | null;
     try {
       prefix = await (handoff ? exportHandoff(this.pool, this.opts.runner, tokens, this.tails, this.offload, root) : exportPrefix(this.pool, this.opts.runner, tokens, Infinity, this.offload, root));

@@ -89,6 +89,17 @@ export class HostStateTier {
     return n;
   }
 
+  /**
+   * The longest held state (values arrived) whose tokens begin `tokens`, number at most `limit` and more
+   * than `beyond` (a device checkpoint's length), for a prefix moving to another worker; undefined without one.
+   */
+  held(tokens: readonly number[], limit: number, root: number | null, beyond: number): { tokens: number; values: HostState } | undefined {
+    const e = this.#longest(tokens, limit, root, beyond);
+    if (!e) return undefined;
+    e.lastUse = ++this.#tick;
+    return { tokens: e.tokens.length, values: e.values! };
+  }
+
   stats(): HostStateStats {
     return { held: this.#entries.length, capacity: this.capacity, offloaded: this.#offloaded, restored: this.#restored };
   }

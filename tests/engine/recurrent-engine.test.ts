@@ -503,3 +503,26 @@ test("Engine with Gated DeltaNet layers and host state checkpoints: a session's 
   assert.deepEqual(withHost.b.tokenIds, lone);
   assert.deepEqual(without.b.tokenIds, lone);
 });
+
+test("Engine.exportPrefix() sends a state from the host tier when it reaches further than any device checkpoint, and a peer resumes from it", async () => {
+  const first = [5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61, 2, 17, 33, 140, 71, 8, 200, 4, 11, 99, 23, 45, 67];
+  const other = Array.from({ length: 30 }, (_, j) => (31 + j * 7) % 290 + 5);
+  const e = createEngine(backend, model, { numBlocks: 64, blockSize: 4, stateCheckpoints: 1, hostStateCheckpoints: 4 });
+  const peer = createEngine(backend, model, { numBlocks: 64, blockSize: 4 });
+  try {
+    const a = await e.submit({ prompt: first, maxTokens: 4, temperature: 0, ignoreEos: true }).result;
+    // Another session's turn takes the one device checkpoint: the first's state is in host memory only.
+    await e.submit({ prompt: other, maxTokens: 4, temperature: 0, ignoreEos: true }).result;
+    const turn2 = [...first, ...a.tokenIds, 150, 151, 152];
+    const moved = await e.exportPrefix(turn2);
+    assert.equal(moved?.state?.tokens, 24, "the host tier's state went with the blocks");
+    peer.importPrefix(moved!);
+    const r = await peer.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+    assert.equal(r.cachedTokens, 24);
+    const lone = (await greedySteps(backend, uploadModel(backend, model), allocatePagedKv(backend, model.config, 16, 4), turn2, MAX_TOKENS, Array.from({ length: 16 }, (_, i) => i))).tokens;
+    assert.deepEqual(r.tokenIds, lone);
+  } finally {
+    await e.stop();
+    await peer.stop();
+  }
+});
