@@ -31,6 +31,7 @@ import { publishStateChanges, StateCheckpoints } from "./state-checkpoints.ts";
 import { exportState, StateImports } from "./state-import.ts";
 import { stateBytesPerSlot, stateShapes } from "./kv-cache.ts";
 import { HostStateTier, type HostStateStats } from "./state-offload.ts";
+import type { StateRestore } from "./scheduler-queue.ts";
 import type { StepMixing } from "./scheduler-types.ts";
 import type { KvDType } from "../backend/types.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
@@ -114,7 +115,11 @@ export class Engine implements ServingEngine {
     this.hostStates = checkpoints && this.stateImports && r.readState && hostStates > 0 ? new HostStateTier(hostStates, r, worth) : undefined;
     if (this.hostStates && checkpoints) checkpoints.onEvict = (id, cp) => this.hostStates!.evicted(id, cp);
     const manager = !stateful ? blocks : withoutHandoffTails(checkpoints ? blocks : withoutPrefixHits(blocks));
-    this.scheduler = new Scheduler(manager, { maxPromptLogprobRows, ...opts.scheduler }, () => this.now() / 1000, checkpoints);
+    const tier = this.hostStates;
+    const restore: StateRestore | undefined = tier && checkpoints && r.writeState
+      ? (seq, limit, beyond, avoid) => tier.restore(seq, limit, beyond, avoid, checkpoints, (id, v) => r.writeState!(id, v))
+      : undefined;
+    this.scheduler = new Scheduler(manager, { maxPromptLogprobRows, ...opts.scheduler }, () => this.now() / 1000, checkpoints, restore);
     const auto = opts.autoStepMixing;
     const mixing = auto ? new AutoStepMixing(this.scheduler.stepMixing, this.scheduler.config.maxBatchTokens, auto === true ? {} : auto) : undefined;
     const poolTokens = (r.numBlocks - this.scheduler.config.watermarkBlocks) * r.blockSize;
@@ -129,17 +134,8 @@ export class Engine implements ServingEngine {
     this.steps = new StepLoop({
       ...parts, pool: this.pool, output: this.output, tails: this.tails, sessions: this.turns?.tracker, mixing, maxModelLen,
       stopped: () => this.stopped, fail: (id, e) => this.failRequest(id, e),
-      ...(this.stateImports ? { beforeSchedule: () => this.beforeSchedule() } : {}),
+      ...(this.stateImports ? { beforeSchedule: () => this.stateImports!.apply() } : {}),
     });
-  }
-
-  /** States moved here, or held in host memory for waiting prompts, become checkpoints (the loop calls it before it plans). */
-  private beforeSchedule(): void {
-    const { hostStates, stateImports, checkpoints } = this;
-    if (hostStates && stateImports && checkpoints) {
-      hostStates.restoreFor(this.scheduler.waitingSequences, checkpoints, stateImports, (tokens, root) => this.pool.cachedPrefixTokens(tokens, Infinity, root));
-    }
-    stateImports?.apply();
   }
 
   /**

@@ -23,6 +23,13 @@ import type { SwapSpace } from "./scheduler-swap.ts";
 import type { Sequence } from "./sequence.ts";
 import { checkpointChunk, checkpointLimit, type StateCheckpoints } from "./state-checkpoints.ts";
 
+
+/**
+ * Brings a state kept in host memory (state-offload.ts) for `seq` back into a device checkpoint: the
+ * longest within its first `limit` tokens that reaches past `beyond` (its longest device checkpoint's
+ * end), written into a checkpoint none of `avoid` (this step's restores); its id and length, or undefined.
+ */
+export type StateRestore = (seq: Sequence, limit: number, beyond: number, avoid: ReadonlySet<number>) => { id: number; length: number } | undefined;
 /** The waiting sequences' part of a `QueueState`. */
 export interface WaitingGauges {
   /** Tokens of waiting sequences that neither the prefix cache nor swap space holds. */
@@ -56,7 +63,7 @@ export class WaitingQueue {
 
   constructor(
     private readonly kv: KvBlockManager, private readonly config: SchedulerConfig, private readonly swap: SwapSpace,
-    private readonly clock: () => number, private readonly checkpoints?: StateCheckpoints,
+    private readonly clock: () => number, private readonly checkpoints?: StateCheckpoints, private readonly restoreState?: StateRestore,
   ) {}
 
   /**
@@ -67,11 +74,14 @@ export class WaitingQueue {
    * compute them into blocks of its own, which the cache refuses as duplicates, and nothing it commits
    * after them would be cached.
    */
-  private checkpointed(seq: Sequence, probe: number[]): { from: number; restore?: number } {
+  private checkpointed(seq: Sequence, probe: number[], avoid: ReadonlySet<number>): { from: number; restore?: number } {
     const bs = this.kv.blockSize;
     if (!this.checkpoints || probe.length === 0) return { from: probe.length * bs };
     const cp = this.checkpoints.longest(seq.tokens, probe.length * bs, seq.hints.cacheRoot ?? null);
-    return cp ? { from: cp.length, restore: cp.id } : { from: 0 };
+    // A longer state in host memory comes back into a device checkpoint, written before this step's forward.
+    const back = this.restoreState?.(seq, probe.length * bs, cp?.length ?? 0, avoid);
+    const best = back ?? cp;
+    return best ? { from: best.length, restore: best.id } : { from: 0 };
   }
 
   /** Waiting sequences, in queue order. */
@@ -146,6 +156,8 @@ export class WaitingQueue {
     const bs = this.kv.blockSize;
     const order = this.admissionOrder();
     const admitted = new Set<Sequence>();
+    // Checkpoints this step's prompts restore from: a state brought back from host memory is written over none of them.
+    const restoring = new Set<number>();
     for (let o = 0; o < order.length && budget() > 0 && running.length < this.config.maxRunning; o++) {
       const seq = this.seqs[order[o]];
       if (handed !== null && handed.has(seq) !== (work === "decode")) continue;
@@ -158,7 +170,7 @@ export class WaitingQueue {
       const swapped = seq.numSwapped;
       // A sequence asking for its prompt's log probabilities computes every prompt row: no hit taken.
       const hit = swapped > 0 || seq.hints.wholePrompt ? [] : this.kv.acquirePrefix(seq.tokens.slice(0, -1), seq.hints);
-      const { from, restore } = this.checkpointed(seq, hit);
+      const { from, restore } = this.checkpointed(seq, hit, restoring);
       // The hit reaching the last block is the cached run a held last block needs (handedOff's probe).
       const tail = swapped > 0 || seq.hints.wholePrompt || hit.length !== tailBlockIndex(seq.tokens.length, bs) || !isFresh(seq) ? null : this.kv.takeHandoffTail?.(seq.tokens, seq.hints.cacheRoot) ?? null;
       // A block held for it behind a run evicted since is of no use: the prompt is prefilled as any
@@ -206,7 +218,10 @@ export class WaitingQueue {
         this.prefixHit += seq.numCachedPrompt;
       }
       running.push(seq);
-      if (restore !== undefined) this.checkpoints!.touch(restore);
+      if (restore !== undefined) {
+        this.checkpoints!.touch(restore);
+        restoring.add(restore);
+      }
       add(seq, n, restore);
     }
     if (admitted.size === 0) return;

@@ -17,7 +17,7 @@ import {
   type StepPlan, type SwapOp,
 } from "./scheduler-types.ts";
 import { StepMixer, type StepWork } from "./scheduler-mixing.ts";
-import { WaitingQueue } from "./scheduler-queue.ts";
+import { type StateRestore, WaitingQueue } from "./scheduler-queue.ts";
 import { SwapSpace } from "./scheduler-swap.ts";
 import { checkpointChunk, checkpointLimit, type StateCheckpoints } from "./state-checkpoints.ts";
 import { TableViews } from "./scheduler-tables.ts";
@@ -47,15 +47,19 @@ export class Scheduler {
 
   /**
    * `clock` (seconds) only ages waiting sequences under config.prefillOrder; FCFS never reads it.
-   * `checkpoints`: a Gated DeltaNet model's state checkpoints, its only way to a prefix hit.
+   * `checkpoints`: a Gated DeltaNet model's state checkpoints, its only way to a prefix hit;
+   * `restoreState`: what brings one back from host memory at admission (state-offload.ts).
    */
-  constructor(private readonly kv: KvBlockManager, config: Partial<SchedulerConfig> = {}, clock: () => number = () => 0, private readonly checkpoints?: StateCheckpoints) {
+  constructor(
+    private readonly kv: KvBlockManager, config: Partial<SchedulerConfig> = {}, clock: () => number = () => 0, private readonly checkpoints?: StateCheckpoints,
+    restoreState?: StateRestore,
+  ) {
     this.config = { ...DEFAULT_SCHEDULER_CONFIG, ...config };
     const mode = this.config.preemption;
     if (mode !== "recompute" && mode !== "swap") throw new RangeError(`Unknown preemption mode "${mode}"; choose recompute or swap`);
     this.swap = new SwapSpace(mode === "swap" ? this.config.swapSpaceBlocks ?? kv.totalBlocks : 0, kv.blockSize, kv.totalBlocks - this.config.watermarkBlocks);
     this.mixer = new StepMixer(this.config.stepMixing ?? "mixed");
-    this.waiting = new WaitingQueue(kv, this.config, this.swap, clock, checkpoints);
+    this.waiting = new WaitingQueue(kv, this.config, this.swap, clock, checkpoints, restoreState);
   }
 
   /** New state checkpoints were written (states moved here): each waiting prompt holds the one it would resume from (scheduler-queue.ts). */

@@ -120,17 +120,19 @@ export class StateCheckpoints {
 
   /**
    * A checkpoint id for the state after `tokens` (block-aligned), to be written after this step's
-   * forward (pending until {@link settle}): a free one, else the one least worth keeping; undefined when
-   * one already holds exactly these tokens, or when every one is pending.
+   * forward (pending until {@link settle}): a free one, else the one least worth keeping (never one of
+   * `avoid`: checkpoints entries of the step being planned restore from, where the new one is written
+   * before they are read); undefined when one already holds exactly these tokens, or when every one is
+   * pending or avoided.
    */
-  reserve(tokens: readonly number[], sessionId?: string, root: number | null = null): number | undefined {
+  reserve(tokens: readonly number[], sessionId?: string, root: number | null = null, avoid?: ReadonlySet<number>): number | undefined {
     if (tokens.length === 0 || tokens.length % this.blockSize !== 0) throw new RangeError(`A state checkpoint needs whole blocks of ${this.blockSize} tokens, got ${tokens.length}`);
     const same = this.#entries.findIndex((e) => e !== undefined && e.root === root && e.tokens.length === tokens.length && e.tokens.every((t, i) => t === tokens[i]));
     if (same >= 0) {
       this.#entries[same]!.lastUse = ++this.#tick;
       return undefined;
     }
-    const id = this.#free() ?? this.#evict(this.#victim());
+    const id = this.#free() ?? this.#evict(this.#victim(avoid));
     if (id === undefined) return undefined;
     this.#gone(id);
     this.#entries[id] = { tokens: tokens.slice(), root, sessionId, lastUse: ++this.#tick, pending: true };
@@ -143,11 +145,11 @@ export class StateCheckpoints {
    * written ones are; undefined when all are pending (each is some entry's of the step being planned,
    * which will write it).
    */
-  #victim(): number | undefined {
+  #victim(avoid?: ReadonlySet<number>): number | undefined {
     let best: number | undefined;
     let bestKey: [number, number, number] = [Infinity, Infinity, Infinity];
     this.#entries.forEach((e, i) => {
-      if (!e || e.pending) return;
+      if (!e || e.pending || avoid?.has(i)) return;
       const key: [number, number, number] = [(e.holds ?? 0) > 0 ? 1 : 0, this.worth?.(e.sessionId) ?? 0, e.lastUse];
       if (key[0] < bestKey[0] || (key[0] === bestKey[0] && (key[1] < bestKey[1] || (key[1] === bestKey[1] && key[2] < bestKey[2])))) {
         best = i;

@@ -72,16 +72,6 @@ export class StateImports {
     return true;
   }
 
-  /** Queues a state of this engine's own kept in host memory (state-offload.ts) to become a checkpoint again. */
-  queueOwn(tokens: readonly number[], root: number | null, sessionId: string | undefined, values: HostState): void {
-    this.#pending.push({ tokens: tokens.slice(), root, sessionId, values });
-  }
-
-  /** Whether a state for exactly `tokens` in namespace `root` waits to be written. */
-  isQueued(tokens: readonly number[], root: number | null): boolean {
-    return this.#pending.some((p) => p.root === root && p.tokens.length === tokens.length && p.tokens.every((t, i) => t === tokens[i]));
-  }
-
   private check(values: HostState): void {
     const fits = (got: unknown, shapes: number[][]) =>
       Array.isArray(got) && got.length === shapes.length && shapes.every((shape, i) => got[i] instanceof Float32Array && got[i].length === shape.reduce((a, d) => a * d, 1));

@@ -1,10 +1,13 @@
 /**
  * Host-memory tier under a worker's state checkpoints (state-checkpoints.ts), for models whose state is
  * not in their KV blocks (recurrent layers, sliding layers keeping their windows): a written checkpoint
- * taken for another is read to host memory instead of being lost, and a waiting prompt whose cached
- * blocks reach past every device checkpoint within them gets the longest such state written back before
- * the loop plans (StateImports), so an agent's session that waited on a tool while others took its
- * checkpoint still resumes where its last answer ended. The tier keeps `capacity` states, making room
+ * taken for another is read to host memory instead of being lost, and a prompt admitted with cached
+ * blocks reaching past every device checkpoint within them gets the longest such state written back
+ * into a checkpoint as the scheduler admits it (scheduler-queue.ts `StateRestore`: written before the
+ * step's forward, never over a checkpoint another of the step's prompts restores from), so an agent's
+ * session that waited on a tool while others took its checkpoint still resumes where its last answer
+ * ended. (Restoring for every waiting prompt before planning, as first written, let prompts take each
+ * other's restored checkpoint when they outnumbered the device's: states copied back, no hit.) The tier keeps `capacity` states, making room
  * as the device does: the one least worth keeping (its session least likely to return soon), then the
  * least recently used.
  */
@@ -12,7 +15,6 @@ import type { StepRunner } from "./engine-runner-types.ts";
 import type { Sequence } from "./sequence.ts";
 import type { HostState } from "./state-copy.ts";
 import type { EvictedCheckpoint, StateCheckpoints } from "./state-checkpoints.ts";
-import type { StateImports } from "./state-import.ts";
 
 /** One state held on the host: what it follows, and its values once the read has arrived. */
 interface HostCheckpoint {
@@ -62,34 +64,6 @@ export class HostStateTier {
   }
 
   /**
-   * Queues, for each waiting prompt, the longest held state within its cached blocks (`cachedTokens`)
-   * that reaches past its longest device checkpoint, to be written back (call before `imports.apply()`);
-   * how many were queued.
-   */
-  restoreFor(
-    waiting: readonly Sequence[], checkpoints: StateCheckpoints, imports: StateImports,
-    cachedTokens: (tokens: readonly number[], root: number | null) => number,
-  ): number {
-    if (this.#entries.length === 0) return 0;
-    let n = 0;
-    for (const seq of waiting) {
-      // Swapped sequences bring their own state; a whole-prompt request computes every row.
-      if (seq.numSwapped > 0 || seq.hints.wholePrompt || seq.numComputed > 0) continue;
-      const root = seq.hints.cacheRoot ?? null;
-      const prompt = seq.tokens.slice(0, -1);
-      const limit = cachedTokens(prompt, root);
-      const device = checkpoints.longest(seq.tokens, limit, root)?.length ?? 0;
-      const best = this.#longest(seq.tokens, limit, root, device);
-      if (!best || imports.isQueued(best.tokens, root)) continue;
-      best.lastUse = ++this.#tick;
-      imports.queueOwn(best.tokens, root, best.sessionId, best.values!);
-      this.#restored++;
-      n++;
-    }
-    return n;
-  }
-
-  /**
    * The longest held state (values arrived) whose tokens begin `tokens`, number at most `limit` and more
    * than `beyond` (a device checkpoint's length), for a prefix moving to another worker; undefined without one.
    */
@@ -98,6 +72,30 @@ export class HostStateTier {
     if (!e) return undefined;
     e.lastUse = ++this.#tick;
     return { tokens: e.tokens.length, values: e.values! };
+  }
+
+  /**
+   * Writes the longest held state for `seq` (as {@link held}) into a device checkpoint reserved from
+   * `checkpoints` (none of `avoid`) by `write` (StepRunner.writeState), settled at once: its id and
+   * length, or undefined (none held, every checkpoint pending or avoided, or the write refused).
+   */
+  restore(
+    seq: Sequence, limit: number, beyond: number, avoid: ReadonlySet<number>, checkpoints: StateCheckpoints, write: (id: number, values: HostState) => void,
+  ): { id: number; length: number } | undefined {
+    const root = seq.hints.cacheRoot ?? null;
+    const held = this.held(seq.tokens, limit, root, beyond);
+    if (!held) return undefined;
+    const id = checkpoints.reserve(seq.tokens.slice(0, held.tokens), seq.hints.sessionId, root, avoid);
+    if (id === undefined) return undefined;
+    try {
+      write(id, held.values);
+    } catch {
+      checkpoints.drop(id);
+      return undefined;
+    }
+    checkpoints.settle(id);
+    this.#restored++;
+    return { id, length: held.tokens };
   }
 
   stats(): HostStateStats {

@@ -1,15 +1,15 @@
 /**
  * HostStateTier (state-offload.ts) on its own: StateCheckpoints tells it of checkpoints taken for others
  * (not of one a decoding sequence moves on from); it reads them to the host, keeps `capacity` of them by
- * worth then last use, never restores one whose read failed, and queues for a waiting prompt the longest
- * held state within its cached blocks that reaches past its device checkpoints.
+ * worth then last use, never restores one whose read failed, and writes back for an admitted prompt the
+ * longest held state within its cached blocks that reaches past its device checkpoints, never over a
+ * checkpoint the step's other prompts restore from.
  */
 import assert from "node:assert/strict";
 import { test } from "../harness.ts";
 import { StateCheckpoints } from "../../src/engine/state-checkpoints.ts";
 import { HostStateTier } from "../../src/engine/state-offload.ts";
 import type { HostState } from "../../src/engine/state-copy.ts";
-import type { StateImports } from "../../src/engine/state-import.ts";
 import { Sequence } from "../../src/engine/sequence.ts";
 
 const state = (x: number): HostState => ({ conv: [Float32Array.of(x)], ssm: [] });
@@ -30,7 +30,7 @@ test("StateCheckpoints.onEvict is told of a checkpoint taken for another, not of
   assert.deepEqual(told, [[1, 2, 3, 4, 5, 6, 7, 8]]);
 });
 
-test("HostStateTier keeps its capacity by worth then last use, restores the longest state a waiting prompt's blocks reach, and never one whose read failed", async () => {
+test("HostStateTier keeps its capacity by worth then last use, restores the longest state a prompt's blocks reach, never one whose read failed, never over a checkpoint being restored from", async () => {
   const reads = new Map<number, Promise<HostState>>([[0, Promise.resolve(state(0))], [1, Promise.resolve(state(1))], [2, Promise.reject(new Error("lost"))], [3, Promise.resolve(state(3))]]);
   const tier = new HostStateTier(2, { readState: (id) => reads.get(id)! }, (s) => (s === "keep" ? 1 : 0));
   tier.evicted(0, { tokens: [1, 2, 3, 4], root: null, sessionId: "keep" });
@@ -39,17 +39,25 @@ test("HostStateTier keeps its capacity by worth then last use, restores the long
   await settled();
   // Three for two places: the one of no worth went (the failed read is worth keeping until it is known to have failed).
   assert.equal(tier.stats().held, 2);
-  const queued: [number[], unknown][] = [];
-  const imports = { queueOwn: (tokens: readonly number[], _root: number | null, _s: string | undefined, v: HostState) => queued.push([[...tokens], v.conv[0][0]]), isQueued: () => false } as unknown as StateImports;
-  const device = new StateCheckpoints(1, 4);
+  const written: [number, unknown][] = [];
+  const write = (id: number, v: HostState) => written.push([id, v.conv[0][0]]);
+  const device = new StateCheckpoints(2, 4);
   const seq = new Sequence(1, [1, 2, 3, 4, 5, 6, 7, 8, 9, 9, 9, 9, 10], 0);
   // Blocks cached through 12 tokens: the 12-token state's read failed, the 8-token one went: the 4-token one comes back.
-  assert.equal(tier.restoreFor([seq], device, imports, () => 12), 1);
-  assert.deepEqual(queued, [[[1, 2, 3, 4], 0]]);
+  assert.deepEqual(tier.restore(seq, 12, 0, new Set(), device, write), { id: 0, length: 4 });
+  assert.deepEqual(written, [[0, 0]]);
+  assert.deepEqual(device.longest(seq.tokens, 12), { id: 0, length: 4 }, "written into a device checkpoint, settled");
+  // Nothing longer than the device's own: none.
+  assert.equal(tier.restore(seq, 12, 4, new Set(), device, write), undefined);
   // A failed read goes first when room is needed.
   tier.evicted(3, { tokens: [5, 5, 5, 5], root: null, sessionId: undefined });
   await settled();
-  assert.equal(tier.restoreFor([new Sequence(2, [5, 5, 5, 5, 6], 1)], device, imports, () => 4), 1);
-  assert.deepEqual(queued.at(-1), [[5, 5, 5, 5], 3]);
+  // Never over a checkpoint this step's prompts restore from: with both avoided, none.
+  const other = new Sequence(2, [5, 5, 5, 5, 6], 1);
+  device.reserve([7, 7, 7, 7]);
+  device.settle(1);
+  assert.equal(tier.restore(other, 4, 0, new Set([0, 1]), device, write), undefined);
+  assert.deepEqual(tier.restore(other, 4, 0, new Set([0]), device, write), { id: 1, length: 4 });
+  assert.deepEqual(written.at(-1), [1, 3]);
   assert.deepEqual(tier.stats(), { held: 2, capacity: 2, offloaded: 4, restored: 2 });
 });
