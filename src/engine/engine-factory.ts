@@ -41,7 +41,8 @@ export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "con
    * position in the pool's blocks, as the other layers; "window" only each sequence's last window, in
    * a ring per state slot (forward.ts WindowKv), so a block of the pool holds the other layers alone
    * and a long context takes that much less. Its state goes as a recurrent model's does: a slot per
-   * running sequence, checkpoints for prefix hits (`stateCheckpoints`), no swap preemption.
+   * running sequence, checkpoints for prefix hits (`stateCheckpoints`), moved with a prefix, swapped
+   * with a preempted sequence's blocks.
    */
   slidingWindowKv?: SlidingWindowKv;
 }

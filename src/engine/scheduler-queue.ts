@@ -23,13 +23,13 @@ import type { SwapSpace } from "./scheduler-swap.ts";
 import type { Sequence } from "./sequence.ts";
 import { checkpointChunk, checkpointLimit, type StateCheckpoints } from "./state-checkpoints.ts";
 
-
 /**
  * Brings a state kept in host memory (state-offload.ts) for `seq` back into a device checkpoint: the
  * longest within its first `limit` tokens that reaches past `beyond` (its longest device checkpoint's
  * end), written into a checkpoint none of `avoid` (this step's restores); its id and length, or undefined.
  */
 export type StateRestore = (seq: Sequence, limit: number, beyond: number, avoid: ReadonlySet<number>) => { id: number; length: number } | undefined;
+
 /** The waiting sequences' part of a `QueueState`. */
 export interface WaitingGauges {
   /** Tokens of waiting sequences that neither the prefix cache nor swap space holds. */

@@ -55,6 +55,12 @@ export class StateCheckpoints {
   taken = 0;
 
   /**
+   * Told of a written checkpoint taken for another (not one a sequence moves on from, nor one dropped),
+   * while its state is still in place: a host tier copies it out then (state-offload.ts).
+   */
+  onEvict?: (id: number, evicted: EvictedCheckpoint) => void;
+
+  /**
    * `worth`: how much a checkpoint of a session is worth keeping (higher is kept; absent: all alike, so
    * the least recently used goes), e.g. the probability that the session returns soon. `onChange`: told
    * when a written checkpoint is there to restore from (`kept` true) and when it goes, by the last block
@@ -62,12 +68,6 @@ export class StateCheckpoints {
    * can count this engine's prefix hits only as far as its checkpoints reach (engine.ts publishes
    * KvStateEvents).
    */
-  /**
-   * Told of a written checkpoint taken for another (not one a sequence moves on from, nor one dropped),
-   * while its state is still in place: a host tier copies it out then (state-offload.ts).
-   */
-  onEvict?: (id: number, evicted: EvictedCheckpoint) => void;
-
   constructor(
     readonly capacity: number, readonly blockSize: number, private readonly worth?: (sessionId: string | undefined) => number,
     private readonly onChange?: (hash: BlockHash, kept: boolean) => void,

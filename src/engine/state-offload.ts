@@ -7,9 +7,9 @@
  * step's forward, never over a checkpoint another of the step's prompts restores from), so an agent's
  * session that waited on a tool while others took its checkpoint still resumes where its last answer
  * ended. (Restoring for every waiting prompt before planning, as first written, let prompts take each
- * other's restored checkpoint when they outnumbered the device's: states copied back, no hit.) The tier keeps `capacity` states, making room
- * as the device does: the one least worth keeping (its session least likely to return soon), then the
- * least recently used.
+ * other's restored checkpoint when they outnumbered the device's: states copied back, no hit.) The
+ * tier keeps `capacity` states, making room as the device does: one whose read failed first, then the
+ * one least worth keeping (its session least likely to return soon), then the least recently used.
  */
 import type { StepRunner } from "./engine-runner-types.ts";
 import type { Sequence } from "./sequence.ts";
