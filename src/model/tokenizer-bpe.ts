@@ -3,8 +3,8 @@
  * pre-tokenizer regex chosen from tokenizer.ggml.pre, each piece's UTF-8 bytes are mapped to
  * printable characters (GPT-2's bytes_to_unicode), then merged by merge rank (lowest first).
  */
-import type { DecodeOptions, Tokenizer } from "./config.ts";
-import { mergeSymbols, SpecialSplitter, TokenType, utf8, wellFormed } from "./tokenizer-special.ts";
+import type { Tokenizer } from "./config.ts";
+import { mergeSymbols, PieceBytesDecoder, SpecialSplitter, TokenType, wellFormed } from "./tokenizer-special.ts";
 
 /** The vocab fields a byte-level BPE tokenizer needs. */
 export interface BpeVocab {
@@ -134,7 +134,7 @@ export function bytesToUnicode(): string[] {
 }
 
 /** Byte-level BPE tokenizer over a GGUF vocab. */
-export class BpeTokenizer implements Tokenizer {
+export class BpeTokenizer extends PieceBytesDecoder implements Tokenizer {
   readonly vocabSize: number;
   private readonly ids = new Map<string, number>();
   private readonly ranks = new Map<string, number>();
@@ -148,6 +148,7 @@ export class BpeTokenizer implements Tokenizer {
   private readonly missingBytes: boolean;
 
   constructor(private readonly vocab: BpeVocab) {
+    super(vocab);
     this.vocabSize = vocab.tokens.length;
     vocab.tokens.forEach((t, i) => {
       if (!this.ids.has(t)) this.ids.set(t, i);
@@ -211,40 +212,12 @@ export class BpeTokenizer implements Tokenizer {
     });
   }
 
-  decode(ids: readonly number[], options?: DecodeOptions): string {
-    const bytes: number[] = [];
-    for (const id of ids) for (const b of this.pieceBytes(id, options?.special === true)) bytes.push(b);
-    return utf8(bytes);
+  protected override dropsBytes(): boolean {
+    return this.missingBytes;
   }
 
-  tokenText(id: number, options?: DecodeOptions): string {
-    return utf8(this.pieceBytes(id, options?.special === true));
-  }
-
-  tokenBytes(id: number): Uint8Array {
-    return Uint8Array.from(this.pieceBytes(id));
-  }
-
-  private maxChars: number | undefined;
-  /**
-   * A byte-level token's string has one character per byte of text it stands for (and a UTF-16
-   * code unit takes at least one byte); a special token stands for its own string. No bound holds
-   * when some byte has no token (it is dropped).
-   */
-  maxCharsPerToken(): number | undefined {
-    if (this.missingBytes) return undefined; // dropped bytes stand for no token
-    this.maxChars ??= this.vocab.tokens.reduce((m, t) => Math.max(m, t.length), 1);
-    return this.maxChars;
-  }
-
-  /** A token's bytes; a control or unknown token's string only with `special`. */
-  private pieceBytes(id: number, special = false): number[] {
-    const t = this.vocab.tokens[id];
-    if (t === undefined) return [];
-    const type = this.vocab.types[id] ?? TokenType.NORMAL;
-    const control = type === TokenType.CONTROL || type === TokenType.UNKNOWN; // llama.cpp's attr_special
-    if ((control && !special) || type === TokenType.UNUSED) return [];
-    if (type === TokenType.USER_DEFINED || control) return Array.from(new TextEncoder().encode(t));
+  /** Byte-level characters, one a byte (a character outside the table as its own UTF-8). */
+  protected override textBytes(t: string): number[] {
     const out: number[] = [];
     for (const ch of t) {
       const b = this.charByte.get(ch);

@@ -1,7 +1,9 @@
 /**
  * Pieces shared by the GGUF tokenizers: token types and splitting text at special-token strings
- * (chat templates put "<|im_start|>" etc. in the text; they must become one id, as in llama.cpp).
+ * (chat templates put "<|im_start|>" etc. in the text; they must become one id, as in llama.cpp),
+ * and decoding by each token's bytes.
  */
+import type { DecodeOptions } from "./config.ts";
 
 /** GGUF `tokenizer.ggml.token_type` values (llama.cpp `llama_token_type`). */
 export const TokenType = {
@@ -89,6 +91,59 @@ interface TrieNode {
 /** Decodes collected bytes as UTF-8 (invalid sequences become U+FFFD). */
 export function utf8(bytes: readonly number[]): string {
   return new TextDecoder("utf-8").decode(new Uint8Array(bytes));
+}
+
+/**
+ * What tokenizers whose every token stands for bytes share (byte-level BPE, Gemma 4's SentencePiece-style
+ * BPE): each token's bytes by its type (a control or unknown token's string only with `special`, unused
+ * ones none, user-defined ones their text, the rest as the subclass reads its strings: `textBytes`), and
+ * decoding by them.
+ */
+export abstract class PieceBytesDecoder {
+  #maxChars: number | undefined;
+
+  constructor(private readonly pieces: { readonly tokens: readonly string[]; readonly types: readonly number[] }) {}
+
+  /** A normal or byte token's bytes, from its string as the vocabulary writes it. */
+  protected abstract textBytes(text: string, type: number): number[];
+
+  /** Whether some byte has no token (it is dropped): then nothing bounds the text a token stands for. */
+  protected abstract dropsBytes(): boolean;
+
+  /** A token's bytes; a control or unknown token's string only with `special`. */
+  protected pieceBytes(id: number, special = false): number[] {
+    const t = this.pieces.tokens[id];
+    if (t === undefined) return [];
+    const type = this.pieces.types[id] ?? TokenType.NORMAL;
+    const control = type === TokenType.CONTROL || type === TokenType.UNKNOWN; // llama.cpp's attr_special
+    if ((control && !special) || type === TokenType.UNUSED) return [];
+    if (type === TokenType.USER_DEFINED || control) return Array.from(new TextEncoder().encode(t));
+    return this.textBytes(t, type);
+  }
+
+  /**
+   * A token's string is at least as long as the text it stands for (a byte-level character or "▁" per
+   * byte, `<0xXX>` for one; a special token its own string), unless some byte has no token.
+   */
+  maxCharsPerToken(): number | undefined {
+    if (this.dropsBytes()) return undefined;
+    this.#maxChars ??= this.pieces.tokens.reduce((m, t) => Math.max(m, t.length), 1);
+    return this.#maxChars;
+  }
+
+  decode(ids: readonly number[], options?: DecodeOptions): string {
+    const bytes: number[] = [];
+    for (const id of ids) for (const b of this.pieceBytes(id, options?.special === true)) bytes.push(b);
+    return utf8(bytes);
+  }
+
+  tokenText(id: number, options?: DecodeOptions): string {
+    return utf8(this.pieceBytes(id, options?.special === true));
+  }
+
+  tokenBytes(id: number): Uint8Array {
+    return Uint8Array.from(this.pieceBytes(id));
+  }
 }
 
 /**

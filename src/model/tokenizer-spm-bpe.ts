@@ -5,8 +5,8 @@
  * and a piece the vocab lacks is written byte by byte as `<0xXX>` tokens. A run of newlines that is a
  * token is taken whole. Decoding turns "▁" back into spaces and byte tokens into their bytes.
  */
-import type { DecodeOptions, Tokenizer } from "./config.ts";
-import { mergeSymbols, SpecialSplitter, TokenType, utf8, wellFormed } from "./tokenizer-special.ts";
+import type { Tokenizer } from "./config.ts";
+import { mergeSymbols, PieceBytesDecoder, SpecialSplitter, TokenType, wellFormed } from "./tokenizer-special.ts";
 
 /** The vocab fields the tokenizer needs. */
 export interface SpmBpeVocab {
@@ -21,16 +21,16 @@ const SPACE = "\u2581";
 const BYTE_TOKEN = /^<0x([0-9A-Fa-f]{2})>$/;
 
 /** Gemma 4's tokenizer over a GGUF vocab (see the module comment). */
-export class SpmBpeTokenizer implements Tokenizer {
+export class SpmBpeTokenizer extends PieceBytesDecoder implements Tokenizer {
   readonly vocabSize: number;
   private readonly ids = new Map<string, number>();
   private readonly ranks = new Map<string, number>();
   private readonly specials: SpecialSplitter;
   private readonly cache = new Map<string, number[]>();
   private readonly byteIds: (number | undefined)[];
-  private maxChars: number | undefined;
 
   constructor(private readonly vocab: SpmBpeVocab) {
+    super(vocab);
     this.vocabSize = vocab.tokens.length;
     vocab.tokens.forEach((t, i) => {
       if (!this.ids.has(t)) this.ids.set(t, i);
@@ -81,35 +81,12 @@ export class SpmBpeTokenizer implements Tokenizer {
     return result;
   }
 
-  decode(ids: readonly number[], options?: DecodeOptions): string {
-    const bytes: number[] = [];
-    for (const id of ids) for (const b of this.pieceBytes(id, options?.special === true)) bytes.push(b);
-    return utf8(bytes);
+  protected override dropsBytes(): boolean {
+    return this.byteIds.some((b) => b === undefined);
   }
 
-  tokenText(id: number, options?: DecodeOptions): string {
-    return utf8(this.pieceBytes(id, options?.special === true));
-  }
-
-  tokenBytes(id: number): Uint8Array {
-    return Uint8Array.from(this.pieceBytes(id));
-  }
-
-  /** A token's string is at least as long as the text it stands for ("▁" for a space, `<0xXX>` for a byte). */
-  maxCharsPerToken(): number | undefined {
-    if (this.byteIds.some((b) => b === undefined)) return undefined; // dropped bytes stand for no token
-    this.maxChars ??= this.vocab.tokens.reduce((m, t) => Math.max(m, t.length), 1);
-    return this.maxChars;
-  }
-
-  /** A token's bytes; a control or unknown token's string only with `special`. */
-  private pieceBytes(id: number, special = false): number[] {
-    const t = this.vocab.tokens[id];
-    if (t === undefined) return [];
-    const type = this.vocab.types[id] ?? TokenType.NORMAL;
-    const control = type === TokenType.CONTROL || type === TokenType.UNKNOWN;
-    if ((control && !special) || type === TokenType.UNUSED) return [];
-    if (type === TokenType.USER_DEFINED || control) return Array.from(new TextEncoder().encode(t));
+  /** "▁" for a space, `<0xXX>` for a byte. */
+  protected override textBytes(t: string, type: number): number[] {
     const byte = type === TokenType.BYTE ? BYTE_TOKEN.exec(t) : null;
     if (byte) return [parseInt(byte[1], 16)];
     return Array.from(new TextEncoder().encode(t.replaceAll(SPACE, " ")));
