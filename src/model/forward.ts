@@ -193,11 +193,8 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
     }
     // Gemma 4 E2B/E4B: each token's per-layer inputs, from the scaled embedding.
     perLayer = c.perLayerInput ? perLayerInputs(backend, model, x, step.tokenIds ?? tensors.ids, s) : undefined;
-    // Each attention layer's cache, and the step as it sees the cache (a windowed one through its ring).
-    const cacheOf = (layer: number) => {
-      const at = caches.get(layer)!;
-      return { ...at, step: at.windowed ? tensors.window! : tensors };
-    };
+    // The step as a layer's cache sees it: a windowed one through its ring.
+    const stepOf = (at: LayerCache) => (at.windowed ? tensors.window! : tensors);
     // The states of recurrent layers, in layer order.
     let conv = 0;
     let ssm = 0;
@@ -206,9 +203,13 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       const project = projector(backend, lora?.set, slotIds, i, s);
       // Nemotron-H's layers have one block each: a mixer (attention or Mamba-2) or a feed-forward normed by attnNorm.
       const blocks = c.layerBlocks?.[i];
+      // This layer's cache, or (Gemma 4 E2B/E4B) the one it reads of an earlier layer's.
+      const own = caches.get(i);
+      const from = c.kvShareFrom?.[i];
+      const read = from === undefined ? undefined : caches.get(from)!;
       let afterAttn = x;
       // Falcon-H1: attention beside the scan, both from x's norm; the scan adds its output to x plus attention's.
-      const parallel = () => attendsInParallel(c, i) ? s.keep(attentionBlock(backend, model, l, x, tensors, cacheOf(i).k, cacheOf(i).v, undefined, true, s, project, i)) : x;
+      const parallel = () => attendsInParallel(c, i) ? s.keep(attentionBlock(backend, model, l, x, tensors, own!.k, own!.v, undefined, true, s, project, i)) : x;
       if (blocks !== "ffn") {
         afterAttn = recurrent?.deltaNet && isDeltaNetLayer(c, i)
           ? deltaNetBlock(backend, recurrent.deltaNet, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project)
@@ -217,10 +218,10 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
           : recurrent?.mamba2 && isMamba2Layer(c, i)
           ? mamba2Block(backend, recurrent.mamba2, model, l, x, recurrent.batch, kv.state!.conv[conv++], kv.state!.ssm[ssm++], s, project, parallel())
           : heads
-          ? mlaAttentionBlock(backend, model, l, x, tensors, cacheOf(i).k, cacheOf(i).v, heads, keep)
-          : c.kvShareFrom?.[i] !== undefined
-          ? sharedKvAttention(backend, model, l, x, cacheOf(c.kvShareFrom[i]!).step, cacheOf(c.kvShareFrom[i]!).k, cacheOf(c.kvShareFrom[i]!).v, layerWindow(c, i), s, project, i)
-          : attentionBlock(backend, model, l, x, cacheOf(i).step, cacheOf(i).k, cacheOf(i).v, layerWindow(c, i), !c.nopeLayers?.[i], s, project, i);
+          ? mlaAttentionBlock(backend, model, l, x, tensors, own!.k, own!.v, heads, keep)
+          : read
+          ? sharedKvAttention(backend, model, l, x, stepOf(read), read.k, read.v, layerWindow(c, i), s, project, i)
+          : attentionBlock(backend, model, l, x, stepOf(own!), own!.k, own!.v, layerWindow(c, i), !c.nopeLayers?.[i], s, project, i);
         backend.free(x);
       }
       if (blocks === "mixer") {
@@ -291,11 +292,18 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
   }
 }
 
+/** One attention layer's K and V caches; `windowed`: a sliding layer's ring (RecurrentState.window). */
+interface LayerCache {
+  k: Tensor;
+  v: Tensor;
+  windowed: boolean;
+}
+
 /**
  * Each attention layer's K and V caches, by layer: the paged ones in order, a windowed sliding layer's
  * from RecurrentState.window (`windowed`); refuses a cache of another model's layers.
  */
-function layerCaches(c: ModelConfig, kv: PagedKv): Map<number, { k: Tensor; v: Tensor; windowed: boolean }> {
+function layerCaches(c: ModelConfig, kv: PagedKv): Map<number, LayerCache> {
   const layers = attentionLayers(c);
   const window = kv.state?.window;
   const windowed = new Set(window ? windowedLayers(c) : []);
@@ -306,7 +314,7 @@ function layerCaches(c: ModelConfig, kv: PagedKv): Map<number, { k: Tensor; v: T
   if (window && (window.k.length !== windowed.size || window.v.length !== windowed.size)) {
     throw new ForwardInputError(`The KV cache holds the windows of ${window.k.length} layers, the model has ${windowed.size} sliding layers`);
   }
-  const out = new Map<number, { k: Tensor; v: Tensor; windowed: boolean }>();
+  const out = new Map<number, LayerCache>();
   let p = 0, w = 0;
   for (const i of layers) {
     if (windowed.has(i)) out.set(i, { k: window!.k[w], v: window!.v[w++], windowed: true });
