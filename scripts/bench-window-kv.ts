@@ -5,7 +5,8 @@
  * Gemma 3 12B and 27B: layers, which slide, window, KV heads and head size as their config.json
  * states them), the tokens a KV budget (`--budget-gib`, f16) holds with paged sliding layers and with
  * windowed ones, as createEngine's own sizing (kvBlockCount) counts them, `--max-num-seqs` sequences
- * and as many checkpoints taken from the budget first. Measured: an engine of a random gpt-oss-shaped
+ * and as many checkpoints taken from the budget first, rings sized for steps of `--max-batch-tokens`
+ * (or `--long-prefill-token-threshold` below it: one sequence's most a step). Measured: an engine of a random gpt-oss-shaped
  * model on `--backend` given the budget reports the blocks it allocated (`stats().kvTotalBlocks`).
  *
  * Time: one agent session of `--turns` turns on that model (each prompt the last prompt, its answer
@@ -14,6 +15,7 @@
  * windows into its checkpoint each time it ends a block). Figures: docs/bench-engine.md "Sliding-window KV".
  *
  *   npx deno run -A --no-check scripts/bench-window-kv.ts [--backend webgpu] [--budget-gib 40] [--max-num-seqs 64]
+ *     [--max-batch-tokens 512] [--long-prefill-token-threshold N] [--memory-only]
  *     [--turns 4] [--prompt 512] [--answer 32] [--tool 96] [--rounds 3]
  */
 import { mkdtempSync, rmSync } from "node:fs";
@@ -32,6 +34,9 @@ const f = parseArgs(cliArgs(), {
   backend: { kind: "string", help: "webgpu|reference|cuda|auto (default webgpu)" },
   "budget-gib": { kind: "number", min: 0.01, help: "KV budget for the published shapes, GiB (default 40)" },
   "max-num-seqs": { kind: "int", min: 1, help: "running sequences (and checkpoints) the windows are kept for (default 64)" },
+  "max-batch-tokens": { kind: "int", min: 1, help: "step budget the rings are sized for (default 512)" },
+  "long-prefill-token-threshold": { kind: "int", min: 1, help: "one sequence's most tokens a step (default: the step budget)" },
+  "memory-only": { kind: "boolean", help: "count memory only: no engine, no timed session" },
   turns: { kind: "int", min: 2, help: "turns of the session (default 4)" },
   prompt: { kind: "int", min: 16, help: "the first prompt's tokens (default 512)" },
   answer: { kind: "int", min: 1, help: "tokens each turn generates (default 32)" },
@@ -42,6 +47,9 @@ const backendName = f.backend ?? "webgpu";
 if (!(BACKEND_NAMES as readonly string[]).includes(backendName)) throw new Error(`Unknown backend "${backendName}"; choose ${BACKEND_NAMES.join(", ")}`);
 const budget = (f["budget-gib"] ?? 40) * 2 ** 30;
 const maxRunning = f["max-num-seqs"] ?? 64;
+const maxBatchTokens = f["max-batch-tokens"] ?? 512;
+const threshold = f["long-prefill-token-threshold"];
+const stepTokens = Math.min(maxBatchTokens, threshold ?? maxBatchTokens);
 const [turns, promptLen, answer, tool, rounds] = [f.turns ?? 4, f.prompt ?? 512, f.answer ?? 32, f.tool ?? 96, f.rounds ?? 3];
 
 const dir = mkdtempSync(`${tmpdir()}/bench-window-kv-`);
@@ -77,15 +85,15 @@ function shaped(s: Shape): LoadedModel {
   return { ...model, config };
 }
 
-console.log(`# ${runtimeName()}; KV budget ${(budget / 2 ** 30).toFixed(1)} GiB f16, ${maxRunning} sequences + ${maxRunning} checkpoints, steps of 512 tokens, blocks of 16`);
+console.log(`# ${runtimeName()}; KV budget ${(budget / 2 ** 30).toFixed(1)} GiB f16, ${maxRunning} sequences + ${maxRunning} checkpoints, steps of ${maxBatchTokens} tokens${threshold !== undefined ? ` (${threshold} a sequence)` : ""}, blocks of 16`);
 console.log("model  sliding/layers  window  tokens(paged)  tokens(window)  ratio  windows_gib");
-const sizing: CreateEngineOptions = { kvMemoryBytes: budget, scheduler: { maxRunning, maxBatchTokens: 512 } };
+const sizing: CreateEngineOptions = { kvMemoryBytes: budget, scheduler: { maxRunning, maxBatchTokens, ...(threshold !== undefined ? { longPrefillTokenThreshold: threshold } : {}) } };
 for (const s of SHAPES) {
   const m = shaped(s);
   const paged = kvBlockCount(m, sizing, "f16") * 16;
   const sliding = m.config.slidingWindow!.layers.filter(Boolean).length;
   // What the windows take out of the budget first: a ring per running sequence, a smaller one per checkpoint.
-  const windows = maxRunning * (windowBytesPerSlot(m.config, 16, "f16", windowBlocksFor(m.config, 16, 512)) +
+  const windows = maxRunning * (windowBytesPerSlot(m.config, 16, "f16", windowBlocksFor(m.config, 16, stepTokens)) +
     windowBytesPerSlot(m.config, 16, "f16", windowCheckpointBlocks(s.window, 16)));
   let windowed: number | undefined;
   try {
@@ -97,6 +105,7 @@ for (const s of SHAPES) {
   const ratio = windowed === undefined ? "refused" : (windowed / paged).toFixed(2);
   console.log(`${s.name}  ${sliding}/${s.layers}  ${s.window}  ${paged}  ${windowed ?? "-"}  ${ratio}  ${(windows / 2 ** 30).toFixed(2)}`);
 }
+if (f["memory-only"]) exitProcess(0);
 
 const { backend, reason } = await selectBackend(backendName as BackendChoice);
 const small = 64 * 2 ** 20;

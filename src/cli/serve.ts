@@ -203,6 +203,7 @@ async function main(): Promise<void> {
     kvOffloadBlocks: f["kv-offload-blocks"],
     maxBatchTokens: f["max-batch-tokens"],
     maxNumSeqs: f["max-num-seqs"],
+    ...(f["long-prefill-token-threshold"] !== undefined ? { longPrefillTokenThreshold: f["long-prefill-token-threshold"] } : {}),
     ...(f["state-checkpoints"] !== undefined ? { stateCheckpoints: f["state-checkpoints"] } : {}),
     ...(f["host-state-checkpoints"] ? { hostStateCheckpoints: f["host-state-checkpoints"] } : {}),
     schedulerSteps: f["num-scheduler-steps"],
@@ -255,7 +256,7 @@ async function main(): Promise<void> {
     ? `; reasoning parser ${s.reasoningParser} (${auto}KV of reasoning typed)`
     : `; reasoning parser ${s.reasoningParser} (${auto}${tags.open}/${tags.close} are not single tokens: KV of reasoning not typed)`;
   console.error(
-    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}${tools}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, s.planner ?? planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${speculative ? `, ${speculationLabel(speculative)}` : ""}${schedulerStepsLabel(s.cluster ? f["num-scheduler-steps"] : s.engine.schedulerSteps, speculative !== undefined)}, max model len ${s.serving.maxModelLen}${s.warmUpMs !== undefined ? `, warmed up in ${Math.round(s.warmUpMs)} ms` : ""}` +
+    `serve: ${s.modelName} on ${s.backendReason}; ${runtimeName()}; KV ${nats !== undefined ? "sized by each worker" : `${st.kvTotalBlocks} blocks`} ${s.cluster ? `dtype ${kvCacheDtype}` : s.engine.kvCacheDtype} (${kvRetention} retention${st.kvHostCapacityBlocks ? `, ${st.kvHostCapacityBlocks} more in host memory` : ""})${reasoning}${tools}, step mixing ${stepMixingLabel(stepMixing, s.cluster !== undefined, s.planner ?? planner)}${f["mixed-step-overhead-ms"] ? ` (mixed steps ${f["mixed-step-overhead-ms"]} ms dearer)` : ""}${speculative ? `, ${speculationLabel(speculative)}` : ""}${schedulerStepsLabel(s.cluster ? f["num-scheduler-steps"] : s.engine.schedulerSteps, speculative !== undefined)}, max model len ${s.serving.maxModelLen}${f["long-prefill-token-threshold"] !== undefined ? `, a sequence's step at most ${f["long-prefill-token-threshold"]} tokens` : ""}${s.warmUpMs !== undefined ? `, warmed up in ${Math.round(s.warmUpMs)} ms` : ""}` +
       (s.cluster && nats !== undefined ? `; workers join through NATS at ${splitCredentials(nats).server}, ${router} router, planner ${s.planner ?? planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}` : "") +
       (s.cluster && nats === undefined ? `; ${workers} worker${workers === 1 ? "" : "s"} (${s.serving.workerStatuses().map((w) => w.role).join(",")}), ${router} router, planner ${s.planner ?? planner}${s.slaProfileSource ? ` (${s.slaProfileSource})` : ""}, ${transport}` : "") +
       recurrentLabel(s.cluster ? undefined : s.engine.recurrentState(), slidingWindowKv === "window") +

@@ -50,13 +50,18 @@ export interface CreateEngineOptions extends Omit<EngineOptions, "runner" | "con
 /** What a sliding-window layer's cache keeps: every position ("paged") or the window ("window"). */
 export type SlidingWindowKv = "paged" | "window";
 
-/** Ring blocks per state slot of the sliding layers' windows under `o` (0: they keep paged blocks); refuses a model without sliding layers. */
+/**
+ * Ring blocks per state slot of the sliding layers' windows under `o` (0: they keep paged blocks), for
+ * the most tokens one sequence feeds in a step (`maxBatchTokens`, or the scheduler's
+ * `longPrefillTokenThreshold` below it); refuses a model without sliding layers.
+ */
 export function windowBlocksOf(config: ModelConfig, o: CreateEngineOptions): number {
   const mode = o.slidingWindowKv ?? "paged";
   if (mode !== "paged" && mode !== "window") throw new RangeError(`Unknown sliding window KV mode "${String(mode)}"; use paged or window`);
   if (mode === "paged") return 0;
   if (windowedLayers(config).length === 0) throw new RangeError(`Sliding window KV "window" needs sliding-window layers; model ${config.architecture} has none`);
-  return windowBlocksFor(config, o.blockSize ?? DEFAULT_BLOCK_SIZE, o.scheduler?.maxBatchTokens ?? DEFAULT_SCHEDULER_CONFIG.maxBatchTokens);
+  const batch = o.scheduler?.maxBatchTokens ?? DEFAULT_SCHEDULER_CONFIG.maxBatchTokens;
+  return windowBlocksFor(config, o.blockSize ?? DEFAULT_BLOCK_SIZE, Math.min(batch, o.scheduler?.longPrefillTokenThreshold ?? batch));
 }
 
 /**
@@ -116,7 +121,7 @@ export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: 
     if (states > o.kvMemoryBytes / 2) {
       const gib = (b: number) => (b / 2 ** 30).toFixed(2);
       throw new RangeError(
-        `The ${windowBlocks > 0 ? "state (sliding windows included)" : "recurrent state"} of ${slots} sequences and ${checkpoints} checkpoints (${gib(states)} GiB) takes more than half the KV memory budget (${gib(o.kvMemoryBytes)} GiB); lower --max-num-seqs or raise --kv-memory-fraction`,
+        `The ${windowBlocks > 0 ? "state (sliding windows included)" : "recurrent state"} of ${slots} sequences and ${checkpoints} checkpoints (${gib(states)} GiB) takes more than half the KV memory budget (${gib(o.kvMemoryBytes)} GiB); lower --max-num-seqs${windowBlocks > 0 ? `, --state-checkpoints or --long-prefill-token-threshold (each ring holds the window and a step's tokens: ${windowBlocks} blocks)` : ""} or raise --kv-memory-fraction`,
       );
     }
     return Math.max(1, Math.floor((o.kvMemoryBytes - states) / perBlock));

@@ -72,6 +72,14 @@ export interface SchedulerConfig {
    * limit but `maxBatchTokens`.
    */
   maxPromptLogprobRows?: number;
+  /**
+   * Tokens one sequence feeds in one step at most (vLLM's `--long-prefill-token-threshold`, which caps
+   * every request's new tokens alike): a long prompt is prefilled in chunks of at most this many, the
+   * rest of the budget going to other sequences; forced tokens and drafts are held to it too. Where the
+   * sliding layers keep only their windows, each running sequence's ring is sized by it (window − 1 plus
+   * this, not plus the whole `maxBatchTokens`). Undefined: no limit but `maxBatchTokens`.
+   */
+  longPrefillTokenThreshold?: number;
 }
 
 /** Defaults close to vLLM's for a small model. */

@@ -56,6 +56,8 @@ export class Scheduler {
   ) {
     this.config = { ...DEFAULT_SCHEDULER_CONFIG, ...config };
     const mode = this.config.preemption;
+    const cap = this.config.longPrefillTokenThreshold;
+    if (cap !== undefined && (!Number.isInteger(cap) || cap < 1)) throw new RangeError(`Invalid long prefill token threshold ${cap}; give a positive whole number of tokens`);
     if (mode !== "recompute" && mode !== "swap") throw new RangeError(`Unknown preemption mode "${mode}"; choose recompute or swap`);
     this.swap = new SwapSpace(mode === "swap" ? this.config.swapSpaceBlocks ?? kv.totalBlocks : 0, kv.blockSize, kv.totalBlocks - this.config.watermarkBlocks);
     this.mixer = new StepMixer(this.config.stepMixing ?? "mixed");
@@ -139,8 +141,10 @@ export class Scheduler {
     const bs = this.kv.blockSize;
     let budget = this.config.maxBatchTokens;
     let promptRows = this.config.maxPromptLogprobRows ?? Infinity;
-    // What a sequence may feed this step: a scored prompt also counts against the prompt-row limit.
-    const room = (seq: Sequence) => (seq.hints.wholePrompt && seq.inPrefill ? Math.min(budget, promptRows) : budget);
+    const perSequence = this.config.longPrefillTokenThreshold ?? Infinity;
+    // What a sequence may feed this step: at most the per-sequence limit; a scored prompt also counts
+    // against the prompt-row limit.
+    const room = (seq: Sequence) => Math.min(perSequence, seq.hints.wholePrompt && seq.inPrefill ? Math.min(budget, promptRows) : budget);
     const entries: StepEntry[] = [];
     const preempted: number[] = [];
     const truncated: number[] = [];
@@ -186,7 +190,7 @@ export class Scheduler {
       const n = this.checkpoints && seq.inPrefill ? checkpointChunk(checkpointLimit(seq), seq.numComputed, most, bs, seq.branchCheckpoint).n : most;
       if (n === 0) continue;
       // A decode verifies its draft in the same step while the budget lasts; a draft never preempts.
-      let drafted = seq.inPrefill || seq.numPending !== 1 ? 0 : Math.min(seq.draft.length, budget - n);
+      let drafted = seq.inPrefill || seq.numPending !== 1 ? 0 : Math.min(seq.draft.length, budget - n, perSequence - n);
       let extra = Math.ceil((seq.numComputed + n + drafted) / bs) - seq.blockTable.length;
       let got = extra > 0 ? this.kv.allocate(extra) : [];
       if (got === null && drafted > 0) {

@@ -51,6 +51,8 @@ export interface ServerOptions {
   slidingWindowKv?: SlidingWindowKv;
   maxBatchTokens?: number;
   maxNumSeqs?: number;
+  /** Tokens one sequence feeds per step at most (scheduler-types.ts SchedulerConfig.longPrefillTokenThreshold). */
+  longPrefillTokenThreshold?: number;
   /** State checkpoints a model with state outside its KV blocks keeps (engine-factory.ts CreateEngineOptions.stateCheckpoints; default: maxNumSeqs). */
   stateCheckpoints?: number;
   /** State checkpoints kept in host memory once the device's are taken (EngineOptions.hostStateCheckpoints; default 0). */

@@ -83,6 +83,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
     scheduler: {
       ...(o.maxBatchTokens ? { maxBatchTokens: o.maxBatchTokens } : {}),
       ...(o.maxNumSeqs ? { maxRunning: o.maxNumSeqs } : {}),
+      ...(o.longPrefillTokenThreshold ? { longPrefillTokenThreshold: o.longPrefillTokenThreshold } : {}),
       ...(o.role ? { role: o.role } : {}),
       ...(o.preemption ? { preemption: o.preemption } : {}),
       ...(o.swapSpaceBlocks !== undefined ? { swapSpaceBlocks: o.swapSpaceBlocks } : {}),

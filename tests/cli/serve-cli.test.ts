@@ -274,7 +274,7 @@ test("serve CLI names a Qwen3.5's recurrent state (sequences, checkpoints, MiB) 
   }
 });
 
-test("serve CLI keeps only GPT-OSS's sliding windows with --sliding-window-kv window (and --state-checkpoints of them), names them in its startup line, answers the openai client, and refuses an unknown mode", async () => {
+test("serve CLI keeps only GPT-OSS's sliding windows with --sliding-window-kv window (and --state-checkpoints of them, rings sized by --long-prefill-token-threshold), names them in its startup line, answers the openai client, and refuses an unknown mode", async () => {
   const dir = mkdtempSync(`${tmpdir()}/serve-window-`);
   try {
     const spec: ModelFileSpec = {
@@ -286,10 +286,14 @@ test("serve CLI keeps only GPT-OSS's sliding windows with --sliding-window-kv wi
     assert.equal(bad.status, 2, bad.stderr);
     assert.match(bad.stderr, /^serve: Unknown sliding window KV mode "ring"; choose paged or window/);
     const args = ["--model", `${dir}/w.gguf`, "--port", "0", "--backend", "reference", "--kv-blocks", "16", "--max-num-seqs", "2", "--max-batch-tokens", "16", "--no-warmup"];
-    const { child, url, stderr, exited } = await spawnServe("node", [...args, "--sliding-window-kv", "window", "--state-checkpoints", "5", "--host-state-checkpoints", "7"]);
+    const zero = serve([...args, "--long-prefill-token-threshold", "0"]);
+    assert.equal(zero.status, 2, zero.stderr);
+    assert.match(zero.stderr, /--long-prefill-token-threshold/);
+    const { child, url, stderr, exited } = await spawnServe("node", [...args, "--sliding-window-kv", "window", "--state-checkpoints", "5", "--host-state-checkpoints", "7", "--long-prefill-token-threshold", "12"]);
     try {
-      // Two layers' rings of ⌈(16 + 5 − 1) / 16⌉ = 2 blocks of 16, 2 heads of 8, K and V in f16, for 2 sequences, and 5 checkpoints of 1 block.
+      // Two layers' rings of ⌈(12 + 5 − 1) / 16⌉ = 1 block of 16, 2 heads of 8, K and V in f16, for 2 sequences, and 5 checkpoints of 1 block.
       assert.match(stderr(), /; sliding windows of 2 sequences \+ 5 checkpoints, 7 more in host memory \(0\.0 MiB\);/, stderr());
+      assert.match(stderr(), /, a sequence's step at most 12 tokens/, stderr());
       const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "none", maxRetries: 0 });
       const prompt = Array.from({ length: 40 }, (_, i) => (i * 7 + 3) % 290 + 5);
       const ask = () => client.completions.create({ model: "w", prompt, max_tokens: 6, temperature: 0 });

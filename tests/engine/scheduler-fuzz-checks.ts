@@ -91,6 +91,7 @@ export function checkPlan(w: FuzzWorld, plan: StepPlan): void {
     if (e.blockTable.length * bs < e.startPos + e.tokens.length) w.fail(`entry of ${e.seqId} writes past its ${e.blockTable.length} blocks`);
     if (e.blockTable.join() !== seq.blockTable.join()) w.fail(`entry of ${e.seqId} has table [${e.blockTable}], the sequence [${seq.blockTable}]`);
     if (cfg.role === "prefill" && seq.numOutput > 0) w.fail(`prefill worker decodes sequence ${e.seqId}`);
+    if (e.tokens.length > (cfg.longPrefillTokenThreshold ?? Infinity)) w.fail(`entry of ${e.seqId} feeds ${e.tokens.length} tokens, the per-sequence limit is ${cfg.longPrefillTokenThreshold}`);
     total += e.tokens.length;
     if (e.prefill) prefill += e.tokens.length;
     if (e.prefill && seq.hints.wholePrompt) rows += e.tokens.length;

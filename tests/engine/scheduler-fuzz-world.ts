@@ -96,7 +96,10 @@ export function drawShape(rng: SeededRng): FuzzShape {
   if (rng.next() < 0.4) config.prefillOrder = { order: "short-first", agingTokensPerS: pick([20, 200]) };
   if (rng.next() < 0.4) config.maxPromptLogprobRows = rng.int(1, 16);
   const tails = rng.next() < 0.8 ? { maxBlocks: rng.int(0, Math.max(1, numBlocks >> 2)), ttlS: pick([0.5, 2, 5]) } : undefined;
-  return { blockSize, numBlocks, config, agentRetention: rng.next() < 0.5, versioned: rng.next() < 0.8, tails, weakHash: rng.next() < 0.3, bounded: rng.next() < 0.7 };
+  const world = { blockSize, numBlocks, config, agentRetention: rng.next() < 0.5, versioned: rng.next() < 0.8, tails, weakHash: rng.next() < 0.3, bounded: rng.next() < 0.7 };
+  // Drawn last, so the earlier draws of a seed stay what they were.
+  if (rng.next() < 0.3) config.longPrefillTokenThreshold = rng.int(1, 12);
+  return world;
 }
 
 /** Scheduler, pool and the content model of one fuzz run. */

@@ -49,6 +49,20 @@ test("Scheduler.schedule() feeds a scored prompt at most maxPromptLogprobRows to
   assert.deepEqual(fed(2), [3, 3], "sequence 2 gets what sequence 1 leaves of each step's rows");
 });
 
+test("Scheduler.schedule() feeds one sequence at most longPrefillTokenThreshold tokens per step, the budget's rest to others", () => {
+  const { sched } = make(32, 4, { maxBatchTokens: 16, longPrefillTokenThreshold: 6 });
+  sched.submit(1, range(20));
+  sched.submit(2, range(8, 30));
+  sched.submit(3, range(3, 50));
+  const plans = drain(sched, new Map([[1, 2], [2, 2], [3, 2]]));
+  // Step 1: 6 + 6 + 3 of 16; without the limit sequence 1 would take all 16.
+  assert.deepEqual(plans[0].entries.map((e) => [e.seqId, e.tokens.length]), [[1, 6], [2, 6], [3, 3]]);
+  const fed = (id: number) => plans.flatMap((p) => p.entries.filter((e) => e.seqId === id && e.prefill).map((e) => e.tokens.length));
+  assert.deepEqual(fed(1), [6, 6, 6, 2]);
+  assert.deepEqual(fed(2), [6, 2]);
+  assert.throws(() => make(32, 4, { longPrefillTokenThreshold: 0 }), /Invalid long prefill token threshold 0/);
+});
+
 test("Scheduler.schedule() marks a prompt's one-token last chunk as prefill, and stepShapeOf() counts it so", () => {
   const { sched } = make(16, 4, { maxBatchTokens: 8 });
   sched.submit(1, range(17));

@@ -126,6 +126,30 @@ test(`Engine with slidingWindowKv "window": swap preemption takes each sequence'
   }
 });
 
+test(`Engine with slidingWindowKv "window" and longPrefillTokenThreshold: rings sized by one sequence's step, not the step's budget, and drafts held to it`, async () => {
+  const b = createReferenceBackend();
+  const lone = loneTokens(b, gptOss);
+  const want = await Promise.all(PROMPTS.map(lone));
+  const wide: CreateEngineOptions = { ...WINDOWED, scheduler: { maxBatchTokens: 16, maxRunning: 5 } };
+  const capped: CreateEngineOptions = { ...WINDOWED, scheduler: { maxBatchTokens: 16, maxRunning: 5, longPrefillTokenThreshold: 4 } };
+  // Window 5 in blocks of 4: ⌈(16 + 4) / 4⌉ = 5 blocks a ring at the budget, ⌈(4 + 4) / 4⌉ = 2 at the threshold.
+  assert.equal(windowBlocksOf(gptOss.config, wide), 5);
+  assert.equal(windowBlocksOf(gptOss.config, capped), 2);
+  // Suffix drafts from the first round's answers (up to 7 in the second): 7 would make a decode of 8
+  // tokens, 12 rows with the window's 4 before it, past a ring's 8. They are cut to 3.
+  const suffix = { method: "suffix", numTokens: 8, maxDepth: 24, maxCachedRequests: 100, maxSpecFactor: 4, minTokenProb: 0.1 } as const;
+  const e = createEngine(b, gptOss, { ...capped, numBlocks: 64, speculative: suffix });
+  try {
+    const ask = (prompt: number[]) => e.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+    assert.deepEqual((await Promise.all(PROMPTS.map(ask))).map((r) => r.tokenIds), want);
+    for (const [i, prompt] of PROMPTS.entries()) assert.deepEqual((await ask(prompt)).tokenIds, want[i]);
+    const st = e.stats();
+    assert.ok(st.specAcceptedTokens > 0, "drafts were taken");
+  } finally {
+    await e.stop();
+  }
+});
+
 test("kvBlockCount() gives the pool what the windows leave of a budget, and a block the full layers' bytes only", () => {
   const c = gptOss.config;
   // GPT-OSS's layers 0 and 2 slide: a block holds layer 1 alone.
