@@ -7,6 +7,8 @@ export function sumStats(all: readonly EngineStats[]): EngineStats {
     waiting: 0, running: 0, kvUsedBlocks: 0, kvTotalBlocks: 0, prefixQueriedTokens: 0, prefixHitTokens: 0, preemptions: 0, priorityPreemptions: 0,
     swapOuts: 0, swappedOutBlocks: 0, swappedInBlocks: 0, swapUsedBlocks: 0, swapTotalBlocks: 0, recomputedTokens: 0, steps: 0,
     kvHostBlocks: 0, kvHostCapacityBlocks: 0, kvHostBytes: 0, kvOffloadedBlocks: 0, kvRestoredBlocks: 0, kvPrefetchedBlocks: 0, jumpForwardTokens: 0, stepsRunAhead: 0,
+    stateCheckpoints: 0, stateCheckpointCapacity: 0, stateCheckpointsWritten: 0, stateCheckpointResumes: 0, hostStateCheckpoints: 0, hostStateCapacity: 0,
+    hostStatesOffloaded: 0, hostStatesRestored: 0,
     specDrafts: 0, specDraftTokens: 0, specAcceptedTokens: 0, specAcceptedPerPos: [],
   };
   const keys = (Object.keys(out) as (keyof EngineStats)[]).filter((k): k is Exclude<keyof EngineStats, "specAcceptedPerPos"> => k !== "specAcceptedPerPos");
@@ -21,6 +23,7 @@ export function sumStats(all: readonly EngineStats[]): EngineStats {
 /** The fields of EngineStats that are gauges (what a worker holds now), not counters. */
 const GAUGES = [
   "waiting", "running", "kvUsedBlocks", "kvTotalBlocks", "swapUsedBlocks", "swapTotalBlocks", "kvHostBlocks", "kvHostCapacityBlocks", "kvHostBytes",
+  "stateCheckpoints", "stateCheckpointCapacity", "hostStateCheckpoints", "hostStateCapacity",
 ] as const satisfies readonly (keyof EngineStats)[];
 
 /**

@@ -6,6 +6,7 @@
 import type { EngineStats } from "./engine-types.ts";
 import type { KvOffloadStats } from "./kv-offload.ts";
 import type { SchedulerStats } from "./scheduler-types.ts";
+import type { HostStateStats } from "./state-offload.ts";
 
 /** A cumulative histogram with fixed upper bounds (seconds), as Prometheus expects. */
 export class Histogram {
@@ -113,14 +114,24 @@ export class EngineMetrics {
   }
 }
 
+/** What an engine's state checkpoints report for its stats (state-checkpoints.ts, state-offload.ts). */
+export interface StateStatsSource {
+  checkpoints?: { size: number; capacity: number; taken: number; restores: number };
+  host?: HostStateStats;
+}
+
 /**
  * An engine's stats: its scheduler's gauges and counters, its host tier's (`o`; zeros without one),
- * and the jump-forward and speculative decoding counters of `metrics`.
+ * its state checkpoints' (`states`; zeros without), and the jump-forward and speculative decoding
+ * counters of `metrics`.
  */
-export function engineStats(scheduler: SchedulerStats, o: KvOffloadStats | undefined, metrics: EngineMetrics): EngineStats {
+export function engineStats(scheduler: SchedulerStats, o: KvOffloadStats | undefined, metrics: EngineMetrics, states: StateStatsSource = {}): EngineStats {
+  const { checkpoints: c, host: h } = states;
   return {
     ...scheduler, kvHostBlocks: o?.hostBlocks ?? 0, kvHostCapacityBlocks: o?.hostCapacityBlocks ?? 0, kvHostBytes: o?.hostBytes ?? 0,
     kvOffloadedBlocks: o?.offloadedBlocks ?? 0, kvRestoredBlocks: o?.restoredBlocks ?? 0, kvPrefetchedBlocks: o?.prefetchedBlocks ?? 0,
+    stateCheckpoints: c?.size ?? 0, stateCheckpointCapacity: c?.capacity ?? 0, stateCheckpointsWritten: c?.taken ?? 0, stateCheckpointResumes: c?.restores ?? 0,
+    hostStateCheckpoints: h?.held ?? 0, hostStateCapacity: h?.capacity ?? 0, hostStatesOffloaded: h?.offloaded ?? 0, hostStatesRestored: h?.restored ?? 0,
     jumpForwardTokens: metrics.jumpForwardTokens, stepsRunAhead: metrics.stepsRunAhead,
     specDrafts: metrics.specDrafts, specDraftTokens: metrics.specDraftTokens, specAcceptedTokens: metrics.specAcceptedTokens,
     specAcceptedPerPos: [...metrics.specAcceptedPerPos],

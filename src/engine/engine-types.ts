@@ -264,6 +264,20 @@ export interface EngineStats extends SchedulerStats {
   kvRestoredBlocks: number;
   /** Of those, written back ahead of a tool-waiting session's predicted return. */
   kvPrefetchedBlocks: number;
+  /**
+   * State checkpoints (a model whose state is not in its KV blocks: recurrent layers, windowed sliding
+   * layers; zeros for others): held and kept at most on the device, written since start, and prompts
+   * that resumed from one.
+   */
+  stateCheckpoints: number;
+  stateCheckpointCapacity: number;
+  stateCheckpointsWritten: number;
+  stateCheckpointResumes: number;
+  /** The host tier of state checkpoints (`hostStateCheckpoints`; zeros without one): held, kept at most, read to the host, written back. */
+  hostStateCheckpoints: number;
+  hostStateCapacity: number;
+  hostStatesOffloaded: number;
+  hostStatesRestored: number;
   /** Generated tokens appended by jump-forward decoding, unsampled (EngineOptions.jumpForward). */
   jumpForwardTokens: number;
   /** Forwards run ahead of a read (multi-step decoding, EngineOptions.schedulerSteps): each a read saved. */

@@ -340,7 +340,7 @@ export class Engine implements ServingEngine {
   /** Scheduler gauges and counters (queue, running, KV blocks, prefix hits) and the host tier's. */
   stats(): EngineStats {
     const o = this.offload?.stats();
-    return engineStats(this.scheduler.stats(), o, this.metrics);
+    return engineStats(this.scheduler.stats(), o, this.metrics, { checkpoints: this.checkpoints, host: this.hostStates?.stats() });
   }
 
   /** The element type of this engine's KV cache (f16 halves its memory; engine-factory.ts `kvCacheDtype`). */

@@ -64,6 +64,17 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   simple("evolving:kv_offloaded_blocks_total", "counter", "Evicted cached KV blocks copied to host memory.", s.kvOffloadedBlocks);
   simple("evolving:kv_restored_blocks_total", "counter", "KV blocks written back from host memory for a prefix hit.", s.kvRestoredBlocks);
   simple("evolving:kv_prefetched_blocks_total", "counter", "Of the restored blocks, those written back before a tool-waiting session's predicted return.", s.kvPrefetchedBlocks);
+  if (s.stateCheckpointCapacity > 0) {
+    // A model whose state is not in its KV blocks (recurrent layers, windowed sliding layers) resumes a prompt only at a state checkpoint.
+    simple("evolving:state_checkpoints", "gauge", "State checkpoints held on the device (prefix hits of a model whose state is not in its KV blocks reach only as far as one).", s.stateCheckpoints);
+    simple("evolving:state_checkpoint_capacity", "gauge", "State checkpoints the device keeps at most (--state-checkpoints).", s.stateCheckpointCapacity);
+    simple("evolving:state_checkpoints_written_total", "counter", "State checkpoints written (a prompt's last whole block, an answer's, where a prompt leaves a shared prefix).", s.stateCheckpointsWritten);
+    simple("evolving:state_checkpoint_resumes_total", "counter", "Prompts that resumed from a state checkpoint instead of computing their cached prefix again.", s.stateCheckpointResumes);
+    simple("evolving:host_state_checkpoints", "gauge", "State checkpoints held in host memory (--host-state-checkpoints).", s.hostStateCheckpoints);
+    simple("evolving:host_state_capacity", "gauge", "State checkpoints host memory keeps at most (0 = off).", s.hostStateCapacity);
+    simple("evolving:host_states_offloaded_total", "counter", "State checkpoints read to host memory as the device's were taken for others.", s.hostStatesOffloaded);
+    simple("evolving:host_states_restored_total", "counter", "State checkpoints written back from host memory for a waiting prompt.", s.hostStatesRestored);
+  }
   simple("vllm:prompt_tokens_total", "counter", "Prompt tokens received.", m.promptTokens);
   simple("vllm:generation_tokens_total", "counter", "Tokens generated.", m.generationTokens);
   simple("evolving:jump_forward_tokens_total", "counter", "Of the generated tokens, those an output grammar forced, appended without sampling (jump-forward decoding).", s.jumpForwardTokens);

@@ -303,6 +303,11 @@ test("serve CLI keeps only GPT-OSS's sliding windows with --sliding-window-kv wi
       assert.equal(first.usage?.completion_tokens, 6);
       // The second resumed from the checkpoint where the first prompt's whole blocks end.
       assert.equal(again.usage?.prompt_tokens_details?.cached_tokens, 32);
+      // /metrics counts the resume and the checkpoints kept.
+      const metrics = await (await fetch(`${url}/metrics`)).text();
+      assert.match(metrics, /^evolving:state_checkpoint_resumes_total\{[^}]*\} 1$/m, metrics);
+      assert.match(metrics, /^evolving:state_checkpoint_capacity\{[^}]*\} 5$/m);
+      assert.match(metrics, /^evolving:host_state_capacity\{[^}]*\} 7$/m);
     } finally {
       child.kill("SIGKILL");
       await exited;

@@ -488,7 +488,7 @@ test("Engine with Gated DeltaNet layers and host state checkpoints: a session's 
       for (const o of others) await e.submit({ prompt: o, maxTokens: 4, temperature: 0, ignoreEos: true }).result;
       const turn2 = [...first, ...a.tokenIds, 150, 151, 152];
       const b = await e.submit({ prompt: turn2, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
-      return { turn2, b, host: e.recurrentState()?.host };
+      return { turn2, b, host: e.recurrentState()?.host, stats: e.stats() };
     } finally {
       await e.stop();
     }
@@ -499,6 +499,11 @@ test("Engine with Gated DeltaNet layers and host state checkpoints: a session's 
   const withHost = await run(4);
   assert.equal(withHost.b.cachedTokens, 24, "resumed from the checkpoint brought back from host memory");
   assert.ok(withHost.host && withHost.host.offloaded >= 2 && withHost.host.restored === 1, JSON.stringify(withHost.host));
+  // The same in stats() (and so in /metrics): one resume, from the state host memory wrote back.
+  const st = withHost.stats;
+  assert.deepEqual([st.stateCheckpointCapacity, st.stateCheckpoints, st.hostStateCapacity, st.hostStatesOffloaded, st.hostStatesRestored, st.stateCheckpointResumes], [1, 1, 4, withHost.host.offloaded, 1, 1]);
+  assert.ok(st.stateCheckpointsWritten >= 3, `a checkpoint written for each prompt (${st.stateCheckpointsWritten})`);
+  assert.deepEqual([without.stats.hostStateCapacity, without.stats.stateCheckpointResumes], [0, 0]);
   const lone = (await greedySteps(backend, uploadModel(backend, model), allocatePagedKv(backend, model.config, 16, 4), withHost.turn2, MAX_TOKENS, Array.from({ length: 16 }, (_, i) => i))).tokens;
   assert.deepEqual(withHost.b.tokenIds, lone);
   assert.deepEqual(without.b.tokenIds, lone);
