@@ -63,10 +63,13 @@ function combo(rng: SeededRng, windowed: boolean): CreateEngineOptions {
 }
 
 for (const [name, model, base] of models) {
-  test(`Engine with ${name}: random combinations of chunking, multi-step, preemption, host tiers, few checkpoints and speculation give the lone greedy tokens`, async () => {
+  test(`Engine with ${name}: random combinations of chunking, per-sequence step limits, multi-step, preemption, host tiers, few checkpoints and speculation give the lone greedy tokens`, async () => {
     for (let seed = 1; seed <= 12; seed++) {
       const rng = new SeededRng(seed * 7919);
       const o = { ...base, ...combo(rng, base.slidingWindowKv === "window") };
+      // A per-sequence step limit (and, windowed, rings sized by it) from a generator of its own, so the draws above stay the seed's.
+      const cap = new SeededRng(seed * 104729);
+      if (cap.next() < 0.5) o.scheduler = { ...o.scheduler, longPrefillTokenThreshold: cap.int(1, 5) };
       const system = Array.from({ length: rng.int(6, 14) }, () => rng.int(5, 290));
       const sessions = Array.from({ length: 3 }, () => [...system, ...Array.from({ length: rng.int(2, 9) }, () => rng.int(5, 290))]);
       const e = createEngine(backend, model, o);
