@@ -117,7 +117,7 @@ export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: 
     const checkpoints = stateCheckpointsOf(model.config, o);
     const ring = (blocks: number) => (windowBlocks > 0 ? windowBytesPerSlot(model.config, bs, dtype, blocks) : 0);
     const checkpointRing = ring(windowCheckpointBlocks(model.config.slidingWindow?.size ?? 0, bs));
-    const states = (slots + checkpoints) * stateBytesPerSlot(model.config) + slots * ring(windowBlocks) + checkpoints * checkpointRing;
+    const states = (slots + checkpoints + scratchSlotsOf(model.config, o)) * stateBytesPerSlot(model.config) + slots * ring(windowBlocks) + checkpoints * checkpointRing;
     if (states > o.kvMemoryBytes / 2) {
       const gib = (b: number) => (b / 2 ** 30).toFixed(2);
       throw new RangeError(
@@ -141,20 +141,28 @@ export function stateCheckpointsOf(config: ModelConfig, o: CreateEngineOptions):
 }
 
 /**
- * Refuses what a model with recurrent state cannot do: its state is not in the KV cache's blocks and
- * cannot be rolled back (speculative decoding; sliding layers' windows can). Its prefix hits reach only
- * as far as a state checkpoint (state-checkpoints.ts), which moves between workers with the prefix
+ * Scratch state slots an engine of `config` under `o` keeps: with speculative decoding on a model with
+ * recurrent layers, one per sequence that may verify a draft in a step (`--max-num-seqs`, or
+ * `disable_by_batch_size` below it: no drafts beyond that batch), each holding a drafted sequence's
+ * state from before the step for when its draft is not all taken (engine-runner.ts `rollbackState`).
+ */
+export function scratchSlotsOf(config: ModelConfig, o: CreateEngineOptions): number {
+  if (!o.speculative || !hasRecurrentState(config)) return 0;
+  return Math.min(stateSlotsOf(config, o), o.speculative.disableByBatchSize ?? Infinity);
+}
+
+/**
+ * Checks what a model keeping state outside its KV blocks is asked for. Its prefix hits reach only as
+ * far as a state checkpoint (state-checkpoints.ts), which moves between workers with the prefix
  * (state-import.ts); a host KV tier (`kvOffloadBlocks`) brings evicted blocks back to a device
- * checkpoint's prefix; swap preemption takes a sequence's state to host memory with its blocks.
+ * checkpoint's prefix; swap preemption takes a sequence's state to host memory with its blocks;
+ * speculative decoding keeps a drafted sequence's recurrent state from before its draft
+ * ({@link scratchSlotsOf}), to go back to where the draft is not all taken (sliding windows need
+ * none: a ring's rejected draft rows are written over before any row reads them).
  */
 export function checkRecurrentOptions(config: ModelConfig, o: CreateEngineOptions): void {
   // A bad sliding-window mode, or one the model has no sliding layers for, is refused before anything is allocated.
   windowBlocksOf(config, o);
-  // A ring's rejected draft rows are only written past the sequence's end, and written over before any
-  // row reads them: windows roll back as blocks do. A recurrent state cannot.
-  if (o.speculative && hasRecurrentState(config)) {
-    throw new RangeError(`Speculative decoding is not supported for models with ${recurrentKind(config)} (${config.architecture}), whose recurrent state cannot be rolled back to a draft's accepted tokens`);
-  }
 }
 
 /**
@@ -187,7 +195,10 @@ export function createEngines(backend: Backend, loaded: LoadedModel, opts: reado
   const config = longRopeFor(loaded.config, served);
   const model = config === loaded.config ? loaded : { ...loaded, config };
   for (const o of opts) checkRecurrentOptions(model.config, o);
-  if (draft && hasRecurrentState(draft.config)) throw new RangeError(`A draft model with ${recurrentKind(draft.config)} (${draft.config.architecture}) is not supported`);
+  // The draft model's own cache follows its drafts by position: a recurrent state there would keep its rejected tokens.
+  if (draft && hasRecurrentState(draft.config)) {
+    throw new RangeError(`A draft model with ${recurrentKind(draft.config)} (${draft.config.architecture}) is not supported: its state cannot follow its rejected tokens back; use one with attention only, or the ngram or suffix method`);
+  }
   const dtypes = opts.map((o) => resolveKvDtype(backend, model.config, o.kvCacheDtype));
   const drafts = opts.map((o) => (o.speculative?.method === "draft_model" && draft ? { config: draft.config, dtype: draftKvDtype(backend, draft, o.kvCacheDtype) } : undefined));
   const sizes = opts.map((o, i) => {
@@ -204,7 +215,10 @@ export function createEngines(backend: Backend, loaded: LoadedModel, opts: reado
   let openDrafts = drafting;
   return opts.map((o, i) => {
     const blockSize = o.blockSize ?? DEFAULT_BLOCK_SIZE;
-    const kv = allocatePagedKv(backend, model.config, sizes[i], blockSize, dtypes[i], Math.max(1, stateSlotsOf(model.config, o)), stateCheckpointsOf(model.config, o), windowBlocksOf(model.config, o));
+    const kv = allocatePagedKv(
+      backend, model.config, sizes[i], blockSize, dtypes[i], Math.max(1, stateSlotsOf(model.config, o)), stateCheckpointsOf(model.config, o), windowBlocksOf(model.config, o),
+      scratchSlotsOf(model.config, o),
+    );
     const runner = modelStepRunner(backend, device, kv, () => {
       freePagedKv(backend, kv);
       if (--open === 0) freeDeviceModel(backend, device);

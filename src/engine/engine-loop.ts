@@ -189,7 +189,8 @@ export class StepLoop {
           this.parts.fail(e.seqId, err);
         }
       });
-      const advanced = scheduler.commit(plan, tokens, accepted);
+      const runner = this.parts.opts.runner;
+      const advanced = scheduler.commit(plan, tokens, accepted, runner.rollbackState ? (id) => runner.rollbackState!(id) : undefined);
       for (const seq of advanced) {
         try {
           output.onTokens(seq, 1 + (accepted.get(seq.id)?.length ?? 0));

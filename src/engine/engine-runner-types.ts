@@ -125,6 +125,13 @@ export interface StepRunner {
    * recurrent state slot): it ended, or was preempted and computes again from position 0.
    */
   endSequence?(seqId: number): void;
+  /**
+   * Puts sequence `seqId`'s recurrent state back to what it was before the last step, whose draft it
+   * verified: that step ran the state through every draft token, and some were not taken (the
+   * scheduler feeds the taken ones again: Scheduler.commit's `rollBack`). Absent: the runner keeps no
+   * state a draft could spoil (none, or sliding windows, whose rejected rows are written over).
+   */
+  rollbackState?(seqId: number): void;
   /** Sequences the runner holds state for at once (a Gated DeltaNet model's state slots); absent: no such limit. */
   stateSlots?: number;
   /** State checkpoints the runner keeps besides (StepEntry.checkpoint, .restore; state-checkpoints.ts); absent: none. */

@@ -18,7 +18,7 @@ import type { StepEntry } from "./scheduler-types.ts";
 import { addToLogits, gatherLogitRows, maskLogitRows, penalizeRepeatRows } from "./logit-rows.ts";
 import { lookaheadOf, runAhead } from "./run-ahead.ts";
 import { StateSlots } from "./state-slots.ts";
-import { copyStateSlot, type HostState, readStateSlot, writeStateSlot } from "./state-copy.ts";
+import { copyRecurrentSlot, copyStateSlot, type HostState, readStateSlot, writeStateSlot } from "./state-copy.ts";
 import { draftRows, promptRows, readPromptLogprobs, splitDraftRows } from "./step-rows.ts";
 
 export { GREEDY_ROW, type PromptLogprobAsk, type StepExtras, type StepOutput, type StepRunner } from "./engine-runner-types.ts";
@@ -27,8 +27,11 @@ export { addToLogits, maskLogitRows, penalizeRepeatRows } from "./logit-rows.ts"
 /** A runner over a backend, an uploaded model and its paged KV cache. */
 export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedKv, release: () => void = () => {}): StepRunner {
   const host = new HostKvSwap(backend, kv);
-  // Gated DeltaNet models: each running sequence's slot, then the checkpoints' (state-checkpoints.ts).
-  const slots = kv.state ? new StateSlots(kv.state.slots - (kv.state.checkpoints ?? 0)) : undefined;
+  // Gated DeltaNet models: each running sequence's slot, then the checkpoints' (state-checkpoints.ts),
+  // then the scratch slots drafted sequences' states wait in for their drafts' verdict.
+  const slots = kv.state ? new StateSlots(kv.state.slots - (kv.state.checkpoints ?? 0) - (kv.state.scratch ?? 0)) : undefined;
+  // The last step's drafted sequences, by sequence: the scratch slot holding their state from before it.
+  const beforeDrafts = new Map<number, number>();
   // Swapped-out sequences' states on their way to (then in) host memory, by sequence.
   const swappedStates = new Map<number, Promise<HostState>>();
   let loras: DeviceLoraSet | undefined;
@@ -126,6 +129,19 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       // A prompt resuming from a checkpoint starts from a copy of it in its own slot.
       for (const e of stepEntries) if (e.restore !== undefined) copyStateSlot(backend, state, slots.slots + e.restore, slots.claim(e.seqId), e.startPos);
       const entries = slots.assign(stepEntries);
+      // A recurrent state runs through every draft token; kept from before the step, it is what a
+      // sequence goes back to when its draft is not all taken (rollbackState).
+      beforeDrafts.clear();
+      const drafted = entries.filter((e) => (e.draft ?? 0) > 0);
+      if (drafted.length > 0 && state.conv.length + state.ssm.length > 0) {
+        const scratch = state.scratch ?? 0;
+        if (drafted.length > scratch) throw new RangeError(`A step verifies drafts of ${drafted.length} sequences; this model's recurrent state keeps ${scratch} from before a draft`);
+        const first = slots.slots + (state.checkpoints ?? 0);
+        drafted.forEach((e, k) => {
+          copyRecurrentSlot(backend, state, e.stateSlot, first + k);
+          beforeDrafts.set(e.seqId, first + k);
+        });
+      }
       // Queued after each forward (a look-ahead group runs several): the states checkpoints keep.
       const keep = (step: readonly (StepEntry & { stateSlot: number })[]) => {
         for (const e of step) if (e.checkpoint?.after === e.startPos + e.tokens.length) copyStateSlot(backend, state, e.stateSlot, slots.slots + e.checkpoint.id, e.checkpoint.after);
@@ -137,6 +153,17 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       }
     },
     ...(slots && kv.state ? runnerStates(backend, kv.state, slots) : {}),
+    ...(slots && kv.state?.scratch
+      ? {
+        rollbackState(seqId: number) {
+          const from = beforeDrafts.get(seqId);
+          const to = slots.slotOf(seqId);
+          if (from === undefined || to === undefined) throw new RangeError(`Sequence ${seqId} verified no draft in the last step: there is no state to roll it back to`);
+          copyRecurrentSlot(backend, kv.state!, from, to);
+          beforeDrafts.delete(seqId);
+        },
+      }
+      : {}),
     async swap(out, into) {
       for (const op of out) {
         host.save(op);

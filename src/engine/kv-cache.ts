@@ -83,6 +83,7 @@ export function allocatePagedKv(
   stateSlots = 1,
   stateCheckpoints = 0,
   windowBlocks = 0,
+  scratchSlots = 0,
 ): PagedKv {
   if (!Number.isInteger(numBlocks) || numBlocks <= 0) throw new RangeError(`Invalid KV block count ${numBlocks}`);
   if (!Number.isInteger(blockSize) || blockSize <= 0) throw new RangeError(`Invalid KV block size ${blockSize}`);
@@ -103,8 +104,11 @@ export function allocatePagedKv(
     ? { k: [], v: [], blocksPerSlot: windowBlocks, checkpointBlocks: windowCheckpointBlocks(size, blockSize), runningSlots: stateSlots, window: size }
     : undefined;
   const state: RecurrentState | undefined = hasRecurrentState(config) || window
-    ? { conv: [], ssm: [], slots: stateSlots + stateCheckpoints, checkpoints: stateCheckpoints, ...(window ? { window } : {}) }
+    ? { conv: [], ssm: [], slots: stateSlots + stateCheckpoints + scratchSlots, checkpoints: stateCheckpoints, ...(scratchSlots > 0 ? { scratch: scratchSlots } : {}), ...(window ? { window } : {}) }
     : undefined;
+  if (scratchSlots !== 0 && (!Number.isInteger(scratchSlots) || scratchSlots < 0 || !hasRecurrentState(config))) {
+    throw new RangeError(`Invalid scratch state slot count ${scratchSlots} (only a model with recurrent layers keeps any)`);
+  }
   if (state && (!Number.isInteger(stateSlots) || stateSlots < 1)) throw new RangeError(`Invalid recurrent state slot count ${stateSlots}`);
   if (state && (!Number.isInteger(stateCheckpoints) || stateCheckpoints < 0)) throw new RangeError(`Invalid recurrent state checkpoint count ${stateCheckpoints}`);
   try {

@@ -280,9 +280,11 @@ export class Scheduler {
    * none when absent), then its sampled token (an entry that looked ahead: `accepted` names the
    * `lookahead` tokens its steps fed, then its last sample); the KV written for the rest is left to be overwritten,
    * and blocks past the sequence's end go back to the pool. Returns the sequences that received
-   * tokens. Aborts that arrived mid-step take effect here.
+   * tokens. Aborts that arrived mid-step take effect here. `rollBack` (a model whose recurrent state
+   * ran through the whole draft): an entry whose draft was not all taken gets its state put back to
+   * before the step by it, and computes the step's fed and taken tokens again with its next one.
    */
-  commit(plan: StepPlan, sampled: ReadonlyMap<number, number>, accepted?: ReadonlyMap<number, readonly number[]>): Sequence[] {
+  commit(plan: StepPlan, sampled: ReadonlyMap<number, number>, accepted?: ReadonlyMap<number, readonly number[]>, rollBack?: (seqId: number) => void): Sequence[] {
     if (this.inFlight !== plan) throw new Error(`Step ${plan.step} is not the step in flight`);
     this.inFlight = undefined;
     const bs = this.kv.blockSize;
@@ -316,8 +318,14 @@ export class Scheduler {
       }
       // Any draft was for the tokens before this step (one left out of it for budget or blocks too).
       if (seq.draft.length > 0) seq.draft = [];
-      seq.numComputed += e.tokens.length - drafted + taken.length;
-      seq.maxComputed = Math.max(seq.maxComputed, seq.numComputed);
+      if (rollBack !== undefined && drafted > 0 && taken.length < drafted) {
+        // Computed again from the step's start with the next step (not counted as recomputed: no
+        // preemption lost it, so maxComputed stays where it was).
+        rollBack(seq.id);
+      } else {
+        seq.numComputed += e.tokens.length - drafted + taken.length;
+        seq.maxComputed = Math.max(seq.maxComputed, seq.numComputed);
+      }
       for (const t of taken) seq.append(t);
       const full = Math.floor(seq.numComputed / bs);
       if (full > seq.numCommittedBlocks) {

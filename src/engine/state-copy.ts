@@ -122,10 +122,16 @@ function copyWindow(backend: Backend, w: WindowKv, from: number, to: number, tok
  */
 export function copyStateSlot(backend: Backend, state: RecurrentState, from: number, to: number, tokens?: number): void {
   if (from === to) return;
-  for (const t of [...state.conv, ...state.ssm]) copySlot(backend, t, from, to);
+  copyRecurrentSlot(backend, state, from, to);
   if (!state.window) return;
   if (tokens === undefined) throw new RangeError("Copying a sliding layers' window needs the position it ends at");
   copyWindow(backend, state.window, from, to, tokens);
+}
+
+/** Copies every recurrent layer's state (convolution inputs, delta rule or scan matrices) of slot `from` to slot `to`; the windows stay. */
+export function copyRecurrentSlot(backend: Backend, state: RecurrentState, from: number, to: number): void {
+  if (from === to) return;
+  for (const t of [...state.conv, ...state.ssm]) copySlot(backend, t, from, to);
 }
 
 /**

@@ -4,9 +4,9 @@
  * checkpoint's copy starts it: `claim`) and keeps it until the engine lets it go (it ended, or was
  * preempted and will compute again). The state is not in the KV cache's blocks, so nothing can resume
  * a sequence mid-way without its slot, a checkpoint or a host copy of its state (swap preemption:
- * engine-runner.ts saves the slot with the blocks); such models run without speculative decoding
- * (engine-factory.ts `checkRecurrentOptions`), and their prefix hits reach only as far as a checkpoint
- * (state-checkpoints.ts).
+ * engine-runner.ts saves the slot with the blocks); a draft's verification keeps the state from before
+ * it in a scratch slot to go back to (engine-runner.ts `rollbackState`), and prefix hits reach only as
+ * far as a checkpoint (state-checkpoints.ts).
  */
 
 /** Thrown when a step's sequence has no slot to run with. */

@@ -51,9 +51,15 @@ export interface PagedKv {
 export interface RecurrentState {
   conv: Tensor[];
   ssm: Tensor[];
-  /** Slots in all: the running sequences' first, then `checkpoints` kept states (engine/state-checkpoints.ts). */
+  /**
+   * Slots in all: the running sequences' first, then `checkpoints` kept states
+   * (engine/state-checkpoints.ts), then `scratch` ones a step's drafted sequences' recurrent states are
+   * copied to before it runs (speculative decoding: engine-runner.ts rolls a sequence whose draft was
+   * not all taken back to it).
+   */
   slots: number;
   checkpoints?: number;
+  scratch?: number;
   /** The sliding layers' windows, where they keep no more (engine option `slidingWindowKv: "window"`). */
   window?: WindowKv;
 }

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import process from "node:process";
 import { test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
-import { createEngine, type CreateEngineOptions } from "../../src/engine/engine-factory.ts";
+import { createEngine, type CreateEngineOptions, kvBlockCount, scratchSlotsOf } from "../../src/engine/engine-factory.ts";
 import { allocatePagedKv, kvBytesPerBlock, stateBytesPerSlot } from "../../src/engine/kv-cache.ts";
 import { StateSlotError, StateSlots } from "../../src/engine/state-slots.ts";
 import { checkpointChunk, StateCheckpoints } from "../../src/engine/state-checkpoints.ts";
@@ -83,10 +83,46 @@ test("Engine with Gated DeltaNet layers: swap preemption takes each sequence's s
   }
 });
 
-test("createEngine() refuses what cannot carry a Gated DeltaNet model's state, naming it", () => {
+/** Suffix drafts from earlier answers: a second round of the same prompts drafts from the first's. */
+const SUFFIX = { method: "suffix", numTokens: 4, maxDepth: 24, maxCachedRequests: 100, maxSpecFactor: 4, minTokenProb: 0.1 } as const;
+
+/** Each prompt twice, the second round after the first, on an engine with `speculative`; its outputs and stats. */
+async function twoRounds(m: LoadedModel, o: CreateEngineOptions): Promise<{ outputs: number[][]; stats: ReturnType<ReturnType<typeof createEngine>["stats"]> }> {
+  const e = createEngine(backend, m, o);
+  try {
+    const ask = (prompt: number[]) => e.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
+    const first = await Promise.all(PROMPTS.map(ask));
+    const second = await Promise.all(PROMPTS.map(ask));
+    for (const r of [...first, ...second]) assert.equal(r.finishReason, "length", r.error);
+    return { outputs: [...first, ...second].map((r) => r.tokenIds), stats: e.stats() };
+  } finally {
+    await e.stop();
+  }
+}
+
+test("Engine with Gated DeltaNet layers and speculative decoding: a draft not all taken puts the state back and feeds the taken tokens again, so outputs are the lone greedy tokens", async () => {
+  // Blocks of 4 and a 6-token budget: drafts verified beside chunked prefills and block-ending decodes.
+  for (const speculative of [SUFFIX, { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } as const]) {
+    const { outputs, stats } = await twoRounds(model, { numBlocks: 64, blockSize: 4, speculative, scheduler: { maxBatchTokens: 6, maxRunning: 3 } });
+    assert.deepEqual(outputs, [...alone, ...alone], speculative.method);
+    assert.ok(stats.specAcceptedTokens > 0, `${speculative.method}: some drafts were taken`);
+    assert.ok(stats.specAcceptedTokens < stats.specDraftTokens, `${speculative.method}: some were not (${stats.specAcceptedTokens} of ${stats.specDraftTokens}), so states went back`);
+  }
+});
+
+test("scratchSlotsOf() keeps a state from before a draft for every sequence that may verify one, and createEngine() refuses a draft model with recurrent layers", () => {
+  const ngram = { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } as const;
+  assert.equal(scratchSlotsOf(model.config, { scheduler: { maxRunning: 5 }, speculative: ngram }), 5);
+  assert.equal(scratchSlotsOf(model.config, { scheduler: { maxRunning: 5 }, speculative: { ...ngram, disableByBatchSize: 2 } }), 2);
+  assert.equal(scratchSlotsOf(model.config, { scheduler: { maxRunning: 5 } }), 0);
+  // Their states come out of the budget with the slots and checkpoints: 5 + 5 + 5 states against 5 + 5.
+  const budget = { kvMemoryBytes: 64 * stateBytesPerSlot(model.config), blockSize: 4, scheduler: { maxRunning: 5 } };
+  const perBlock = kvBytesPerBlock(model.config, 4, "f32");
+  assert.equal(kvBlockCount(model, budget, "f32"), Math.floor(54 * stateBytesPerSlot(model.config) / perBlock));
+  assert.equal(kvBlockCount(model, { ...budget, speculative: ngram }, "f32"), Math.floor(49 * stateBytesPerSlot(model.config) / perBlock));
   assert.throws(
-    () => createEngine(backend, model, { numBlocks: 8, speculative: { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } }),
-    /Speculative decoding is not supported for models with Gated DeltaNet layers \(qwen35\), whose recurrent state cannot be rolled back/,
+    () => createEngine(backend, model, { numBlocks: 8, speculative: { method: "draft_model", model: "draft.gguf", numTokens: 3 } }, model),
+    /A draft model with Gated DeltaNet layers \(qwen35\) is not supported: its state cannot follow its rejected tokens back/,
   );
 });
 
@@ -396,7 +432,7 @@ const RECURRENT_MODELS: { name: string; kind: string; spec: ModelFileSpec; check
 ];
 
 for (const { name, kind, spec, check } of RECURRENT_MODELS) {
-  test(`Engine with ${kind} (${name}): chunked prefills, multi-step decoding, a next turn from a checkpoint and a checkpoint moved to another engine give the lone greedy tokens`, async () => {
+  test(`Engine with ${kind} (${name}): chunked prefills, multi-step decoding, a next turn from a checkpoint, a checkpoint moved to another engine and speculative decoding give the lone greedy tokens`, async () => {
     const dir4 = mkdtempSync(`${tmpdir()}/recurrent-model-`);
     try {
       const m = await loadModel(await writeTestGguf(dir4, spec.architecture, spec));
@@ -425,7 +461,15 @@ for (const { name, kind, spec, check } of RECURRENT_MODELS) {
         await e.stop();
         await peer.stop();
       }
-      assert.throws(() => createEngine(backend, m, { numBlocks: 8, speculative: { method: "ngram", numTokens: 3, maxN: 3, minN: 1 } }), new RegExp(`Speculative decoding is not supported for models with ${kind} \\(${spec.architecture}\\)`));
+      // Suffix drafts of the second round (taken) and n-gram drafts (mostly not): the state goes back for each one not all taken.
+      let [taken, verified] = [0, 0];
+      for (const speculative of [SUFFIX, { method: "ngram", numTokens: 3, maxN: 2, minN: 1 } as const]) {
+        const drafted = await twoRounds(m, { numBlocks: 64, blockSize: 4, speculative, scheduler: { maxBatchTokens: 6, maxRunning: 3 } });
+        assert.deepEqual(drafted.outputs, [...want, ...want], speculative.method);
+        taken += drafted.stats.specAcceptedTokens;
+        verified += drafted.stats.specDraftTokens;
+      }
+      assert.ok(taken > 0 && taken < verified, `drafts taken and not (${taken} of ${verified})`);
     } finally {
       rmSync(dir4, { recursive: true, force: true });
     }

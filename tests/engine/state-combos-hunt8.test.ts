@@ -47,7 +47,7 @@ async function lone(model: LoadedModel, prompt: number[]): Promise<number[]> {
   }
 }
 
-/** Random engine options for `seed` (speculation only where the state can roll back). */
+/** Random engine options for `seed` (speculation for the windowed model here; the recurrent one's is drawn beside). */
 function combo(rng: SeededRng, windowed: boolean): CreateEngineOptions {
   const maxBatchTokens = rng.int(5, 12);
   return {
@@ -70,6 +70,8 @@ for (const [name, model, base] of models) {
       // A per-sequence step limit (and, windowed, rings sized by it) from a generator of its own, so the draws above stay the seed's.
       const cap = new SeededRng(seed * 104729);
       if (cap.next() < 0.5) o.scheduler = { ...o.scheduler, longPrefillTokenThreshold: cap.int(1, 5) };
+      // Speculation for the recurrent model too (its state put back where a draft is not all taken), drawn there as well.
+      if (base.slidingWindowKv !== "window" && cap.next() < 0.5) o.speculative = { method: "ngram", numTokens: cap.int(1, 3), maxN: 3, minN: 1 };
       const system = Array.from({ length: rng.int(6, 14) }, () => rng.int(5, 290));
       const sessions = Array.from({ length: 3 }, () => [...system, ...Array.from({ length: rng.int(2, 9) }, () => rng.int(5, 290))]);
       const e = createEngine(backend, model, o);

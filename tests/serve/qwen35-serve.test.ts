@@ -4,7 +4,8 @@
  * cached_tokens), streamed and whole alike, on the reference and WebGPU backends; two workers serve
  * its sessions as one engine does, under the online planner and with every prompt handed from a
  * prefill worker to a decode worker (its state checkpoint moved with its blocks), each next turn
- * resuming from a checkpoint; speculative decoding is refused at start with its reason.
+ * resuming from a checkpoint; speculative decoding answers as a server without it, one engine and a
+ * prefill/decode pair alike.
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -87,10 +88,38 @@ for (const c of CLUSTERS) {
   });
 }
 
-test("startServer() refuses speculative decoding for a Qwen3.5, naming why", async () => {
-  const base = { modelPath, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64 } as const;
-  await assert.rejects(
-    startServer({ ...base, speculative: { method: "ngram", numTokens: 2, maxN: 3, minN: 1 } }),
-    /Speculative decoding is not supported for models with Gated DeltaNet layers/,
-  );
+test("serve with speculative decoding for a Qwen3.5, one engine and a prefill/decode pair: the openai client gets the answers of a server without it, drafts taken and not", async () => {
+  const base = { modelPath, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, maxNumSeqs: 4 } as const;
+  const prompts = [TURN1, "the agent writes the patch and runs the tests"];
+  // Greedy twice, then seeded: suffix drafts in the second round (the first's answers, taken), n-gram drafts throughout (mostly not).
+  const rounds = [{ temperature: 0 }, { temperature: 0 }, { temperature: 0.9, seed: 5 }];
+  const run = async (o: Partial<Parameters<typeof startServer>[0]>) => {
+    const s = await startServer({ ...base, ...o });
+    try {
+      const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "unused", maxRetries: 0 });
+      const texts: string[] = [];
+      for (const r of rounds) {
+        const answers = await Promise.all(prompts.map((prompt) => client.completions.create({ model: "qwen35", prompt, max_tokens: 12, ...r })));
+        texts.push(...answers.map((a) => a.choices[0].text));
+      }
+      const metrics = await (await fetch(`${s.url}/metrics`)).text();
+      const count = (name: string) => Number(new RegExp(`^${name}\\{[^}]*\\} (\\d+)$`, "m").exec(metrics)?.[1] ?? NaN);
+      return { texts, drafted: count("vllm:spec_decode_num_draft_tokens_total"), taken: count("vllm:spec_decode_num_accepted_tokens_total") };
+    } finally {
+      await s.shutdown();
+    }
+  };
+  const plain = await run({});
+  const suffix = { method: "suffix", numTokens: 4, maxDepth: 24, maxCachedRequests: 100, maxSpecFactor: 4, minTokenProb: 0.1 } as const;
+  const ngram = { method: "ngram", numTokens: 3, maxN: 2, minN: 1 } as const;
+  for (const o of [{}, { workers: 2, roles: ["prefill", "decode"], planner: "none", router: "kv-aware", localPrefillTokens: 0 }] as Partial<Parameters<typeof startServer>[0]>[]) {
+    let [taken, drafted] = [0, 0];
+    for (const speculative of [suffix, ngram]) {
+      const spec = await run({ ...o, speculative });
+      assert.deepEqual(spec.texts, plain.texts, `${JSON.stringify(o)} ${speculative.method}`);
+      taken += spec.taken;
+      drafted += spec.drafted;
+    }
+    assert.ok(taken > 0 && taken < drafted, `${JSON.stringify(o)}: drafts taken and not (${taken} of ${drafted})`);
+  }
 });
