@@ -5,7 +5,7 @@ import type { EngineStats } from "../engine/engine-types.ts";
 export function sumStats(all: readonly EngineStats[]): EngineStats {
   const out: EngineStats = {
     waiting: 0, running: 0, kvUsedBlocks: 0, kvTotalBlocks: 0, prefixQueriedTokens: 0, prefixHitTokens: 0, preemptions: 0, priorityPreemptions: 0,
-    swapOuts: 0, swappedOutBlocks: 0, swappedInBlocks: 0, swapUsedBlocks: 0, swapTotalBlocks: 0, recomputedTokens: 0, steps: 0,
+    swapOuts: 0, swappedOutBlocks: 0, swappedInBlocks: 0, swapUsedBlocks: 0, swapTotalBlocks: 0, recomputedTokens: 0, specStateRollbacks: 0, specRefedTokens: 0, steps: 0,
     kvHostBlocks: 0, kvHostCapacityBlocks: 0, kvHostBytes: 0, kvOffloadedBlocks: 0, kvRestoredBlocks: 0, kvPrefetchedBlocks: 0, jumpForwardTokens: 0, stepsRunAhead: 0,
     stateCheckpoints: 0, stateCheckpointCapacity: 0, stateCheckpointsWritten: 0, stateCheckpointResumes: 0, hostStateCheckpoints: 0, hostStateCapacity: 0,
     hostStatesOffloaded: 0, hostStatesRestored: 0,

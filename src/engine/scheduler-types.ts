@@ -193,6 +193,12 @@ export interface SchedulerStats {
   swapTotalBlocks: number;
   /** Tokens whose KV was computed again after a recompute preemption (prefix hits excluded). */
   recomputedTokens: number;
+  /**
+   * Drafts not all taken whose sequence's recurrent state was put back (Scheduler.commit's `rollBack`),
+   * and the tokens those sequences feed again in their next step (the step's own and the taken drafts).
+   */
+  specStateRollbacks: number;
+  specRefedTokens: number;
   steps: number;
 }
 

@@ -40,6 +40,8 @@ export class Scheduler {
   private preemptions = 0;
   private priorityPreemptions = 0;
   private recomputed = 0;
+  private rollbacks = 0;
+  private refed = 0;
   private readonly swap: SwapSpace;
   private readonly mixer: StepMixer;
   /** The block tables plans hand out, copied only when they change. */
@@ -322,6 +324,8 @@ export class Scheduler {
         // Computed again from the step's start with the next step (not counted as recomputed: no
         // preemption lost it, so maxComputed stays where it was).
         rollBack(seq.id);
+        this.rollbacks++;
+        this.refed += e.tokens.length - drafted + taken.length;
       } else {
         seq.numComputed += e.tokens.length - drafted + taken.length;
         seq.maxComputed = Math.max(seq.maxComputed, seq.numComputed);
@@ -502,6 +506,8 @@ export class Scheduler {
       priorityPreemptions: this.priorityPreemptions,
       ...this.swap.stats(),
       recomputedTokens: this.recomputed,
+      specStateRollbacks: this.rollbacks,
+      specRefedTokens: this.refed,
       steps: this.stepNo,
     };
   }

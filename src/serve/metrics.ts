@@ -82,6 +82,8 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
   simple("vllm:spec_decode_num_drafts_total", "counter", "Decode steps that verified a speculative draft.", s.specDrafts);
   simple("vllm:spec_decode_num_draft_tokens_total", "counter", "Draft tokens verified (speculative decoding).", s.specDraftTokens);
   simple("vllm:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens the model's own samples agreed with, kept without a step of their own.", s.specAcceptedTokens);
+  simple("evolving:spec_decode_state_rollbacks_total", "counter", "Drafts not all taken whose sequence's recurrent state was put back to before the draft (a model with recurrent layers; 0 for others).", s.specStateRollbacks);
+  simple("evolving:spec_decode_refed_tokens_total", "counter", "Tokens fed again after a state rollback (the step's token and the taken drafts, in the sequence's next step).", s.specRefedTokens);
   metric("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Drafts whose token at this position (0 first) was accepted.",
     s.specAcceptedPerPos.map((n, i) => `vllm:spec_decode_num_accepted_tokens_per_pos_total{${label},position="${i}"} ${n}`));
   simple("vllm:request_rejected_total", "counter", "Requests refused for load: the queue was full (429), or a cluster had no room for a new session (503).", m.rejected);

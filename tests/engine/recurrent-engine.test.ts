@@ -107,6 +107,8 @@ test("Engine with Gated DeltaNet layers and speculative decoding: a draft not al
     assert.deepEqual(outputs, [...alone, ...alone], speculative.method);
     assert.ok(stats.specAcceptedTokens > 0, `${speculative.method}: some drafts were taken`);
     assert.ok(stats.specAcceptedTokens < stats.specDraftTokens, `${speculative.method}: some were not (${stats.specAcceptedTokens} of ${stats.specDraftTokens}), so states went back`);
+    // Each put back feeds its step's token and the drafts taken again: one token at least.
+    assert.ok(stats.specStateRollbacks > 0 && stats.specRefedTokens >= stats.specStateRollbacks, JSON.stringify([stats.specStateRollbacks, stats.specRefedTokens]));
   }
 });
 

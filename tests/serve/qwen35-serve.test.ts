@@ -104,7 +104,7 @@ test("serve with speculative decoding for a Qwen3.5, one engine and a prefill/de
       }
       const metrics = await (await fetch(`${s.url}/metrics`)).text();
       const count = (name: string) => Number(new RegExp(`^${name}\\{[^}]*\\} (\\d+)$`, "m").exec(metrics)?.[1] ?? NaN);
-      return { texts, drafted: count("vllm:spec_decode_num_draft_tokens_total"), taken: count("vllm:spec_decode_num_accepted_tokens_total") };
+      return { texts, drafted: count("vllm:spec_decode_num_draft_tokens_total"), taken: count("vllm:spec_decode_num_accepted_tokens_total"), rollbacks: count("evolving:spec_decode_state_rollbacks_total") };
     } finally {
       await s.shutdown();
     }
@@ -113,13 +113,15 @@ test("serve with speculative decoding for a Qwen3.5, one engine and a prefill/de
   const suffix = { method: "suffix", numTokens: 4, maxDepth: 24, maxCachedRequests: 100, maxSpecFactor: 4, minTokenProb: 0.1 } as const;
   const ngram = { method: "ngram", numTokens: 3, maxN: 2, minN: 1 } as const;
   for (const o of [{}, { workers: 2, roles: ["prefill", "decode"], planner: "none", router: "kv-aware", localPrefillTokens: 0 }] as Partial<Parameters<typeof startServer>[0]>[]) {
-    let [taken, drafted] = [0, 0];
+    let [taken, drafted, rollbacks] = [0, 0, 0];
     for (const speculative of [suffix, ngram]) {
       const spec = await run({ ...o, speculative });
       assert.deepEqual(spec.texts, plain.texts, `${JSON.stringify(o)} ${speculative.method}`);
       taken += spec.taken;
       drafted += spec.drafted;
+      rollbacks += spec.rollbacks;
     }
     assert.ok(taken > 0 && taken < drafted, `${JSON.stringify(o)}: drafts taken and not (${taken} of ${drafted})`);
+    assert.ok(rollbacks > 0, "/metrics counts the states put back");
   }
 });
