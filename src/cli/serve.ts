@@ -287,10 +287,10 @@ function logStatsInterval(value: string | undefined): number {
   return s;
 }
 
-/** The log's word on multi-step decoding (empty where it is off: one step, or speculation on; with workers, each takes its backend's default unless given). */
+/** The log's word on multi-step decoding (empty where it is off: one step; with workers, each takes its backend's default unless given; with speculation, for steps without drafts). */
 function schedulerStepsLabel(steps: number | undefined, speculating: boolean): string {
-  if (speculating) return "";
-  return steps === undefined ? ", scheduler steps as each worker's backend takes them" : steps > 1 ? `, ${steps} scheduler steps` : "";
+  const where = speculating ? " where no draft is verified" : "";
+  return steps === undefined ? `, scheduler steps as each worker's backend takes them${where}` : steps > 1 ? `, ${steps} scheduler steps${where}` : "";
 }
 
 /**

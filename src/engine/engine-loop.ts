@@ -51,8 +51,8 @@ export interface StepLoopParts {
   sessions: SessionTracker | undefined;
   /** Re-decides the step mixing from measured steps (undefined: autoStepMixing off). */
   mixing: AutoStepMixing | undefined;
-  /** Read when used: `runner`, `onStep`, `schedulerSteps`, `multiStepWindowMs`, `speculative`. */
-  opts: Pick<EngineOptions, "runner" | "onStep" | "schedulerSteps" | "multiStepWindowMs" | "speculative">;
+  /** Read when used: `runner`, `onStep`, `schedulerSteps`, `multiStepWindowMs`. */
+  opts: Pick<EngineOptions, "runner" | "onStep" | "schedulerSteps" | "multiStepWindowMs">;
   /** Context limit (prompt + output) of every request. */
   maxModelLen: number;
   /** Milliseconds on a monotonic clock. */
@@ -247,7 +247,9 @@ export class StepLoop {
   private lookahead(plan: StepPlan): number {
     const { opts, scheduler, active, maxModelLen } = this.parts;
     const steps = opts.schedulerSteps ?? 1;
-    if (steps <= 1 || !opts.runner.runsAhead || opts.speculative) return 0;
+    // With speculation too: a step of plain decodes has no draft to verify (e.draft below), and drafts
+    // are proposed again after the group from all its tokens.
+    if (steps <= 1 || !opts.runner.runsAhead) return 0;
     if ((scheduler.waitingSequences.length > 0 && !scheduler.admitsNone) || plan.swapIn.length + plan.swapOut.length > 0) return 0;
     const windowS = (opts.multiStepWindowMs ?? DEFAULT_MULTI_STEP_WINDOW_MS) / 1000;
     const fit = this.decodeStepS === undefined ? steps : Math.floor(windowS / this.decodeStepS);

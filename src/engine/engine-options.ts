@@ -50,7 +50,9 @@ export interface EngineOptions {
    * WebGPU): a step of plain decodes
    * (engine-request.ts `runsAhead`) runs up to this many forward steps, each fed the token the one
    * before sampled on the device, and reads their tokens back once (run-ahead.ts); the tokens are
-   * those of one-token steps. Only while nothing waits to be admitted; not with `speculative`.
+   * those of one-token steps. Only while nothing waits to be admitted; with `speculative`, only for a
+   * step in which no sequence verifies a draft (n-gram and suffix drafts come only where the context
+   * repeats itself; a draft model's, every step).
    */
   schedulerSteps?: number;
   /**

@@ -187,6 +187,24 @@ test("Engine speculative decoding gives the greedy tokens of one-token steps, in
   assert.ok(specGreedy.deltas.some((d) => d.tokenIds.length > 1), "accepted tokens arrive in one delta with their step's sample");
 });
 
+test("Engine speculative decoding with multi-step decoding runs steps ahead where no sequence verifies a draft, and gives the tokens of one-token steps", async () => {
+  for (const req of [{}, { temperature: 0.9, seed: 11 }]) {
+    const e = createEngine(createReferenceBackend(), model, { numBlocks: 64, schedulerSteps: 4, speculative: NGRAM });
+    try {
+      // The retold tale (drafts taken) and a fresh opening (few drafts: its steps run ahead), side by side.
+      const story = model.tokenizer.encode("Tom had a red kite.", { addBos: true });
+      const [retold, fresh] = await Promise.all([prompt, story].map((p) => e.submit({ prompt: p, maxTokens: 80, temperature: 0, ...req }).result));
+      const s = e.stats();
+      assert.deepEqual(retold.tokenIds, (await run(req, undefined, prompt)).result.tokenIds, JSON.stringify(req));
+      assert.deepEqual(fresh.tokenIds, (await run(req, undefined, story)).result.tokenIds, JSON.stringify(req));
+      assert.ok(s.specAcceptedTokens > 0, `drafts taken (${s.specAcceptedTokens})`);
+      assert.ok(s.stepsRunAhead > 0, `steps ran ahead (${s.stepsRunAhead})`);
+    } finally {
+      await e.stop();
+    }
+  }
+});
+
 test("Engine speculative decoding keeps seeded sampling's tokens (temperature, top-p, top-k)", async () => {
   for (const req of [{ temperature: 0.9, seed: 11 }, { temperature: 0.7, topP: 0.9, seed: 5 }, { temperature: 1, topK: 3, seed: 2 }]) {
     const [plain, spec] = [await run(req), await run(req, NGRAM)];
