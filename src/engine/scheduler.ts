@@ -158,9 +158,10 @@ export class Scheduler {
       const tokens = seq.tokens.slice(start, start + n);
       if (drafted > 0) tokens.push(...seq.draft.slice(0, drafted));
       // A prefill chunk ending where the prompt's last whole block ends keeps the state there, and so
-      // does a decode ending a block (the sequence's one decode checkpoint moves on to it).
+      // does a decode ending a block (the sequence's one decode checkpoint moves on to it), one that
+      // feeds several tokens past its prompt too (forced tokens, a draft's taken tokens fed again).
       const cps = this.checkpoints;
-      const id = !cps ? undefined : seq.inPrefill
+      const id = !cps ? undefined : !decoding(seq)
         ? checkpointChunk(checkpointLimit(seq), start, n, bs, seq.branchCheckpoint).atBoundary ? cps.reserve(seq.tokens.slice(0, start + n), seq.hints.sessionId, seq.hints.cacheRoot ?? null) : undefined
         : drafted === 0 && (start + n) % bs === 0 ? cps.reserveDecode(seq.id, start + n, seq.hints.sessionId, seq.hints.cacheRoot ?? null) : undefined;
       const checkpoint = id === undefined ? undefined : { id, after: start + n };
@@ -192,7 +193,8 @@ export class Scheduler {
       const n = this.checkpoints && seq.inPrefill ? checkpointChunk(checkpointLimit(seq), seq.numComputed, most, bs, seq.branchCheckpoint).n : most;
       if (n === 0) continue;
       // A decode verifies its draft in the same step while the budget lasts; a draft never preempts.
-      let drafted = seq.inPrefill || seq.numPending !== 1 ? 0 : Math.min(seq.draft.length, budget - n, perSequence - n);
+      // It follows every pending token (one, or forced tokens, or a draft's taken tokens fed again).
+      let drafted = !decoding(seq) || n !== seq.numPending ? 0 : Math.min(seq.draft.length, budget - n, perSequence - n);
       let extra = Math.ceil((seq.numComputed + n + drafted) / bs) - seq.blockTable.length;
       let got = extra > 0 ? this.kv.allocate(extra) : [];
       if (got === null && drafted > 0) {
@@ -452,11 +454,11 @@ export class Scheduler {
   /**
    * Proposes tokens to follow a decoding sequence (speculative decoding): its next step feeds them
    * after its pending token, budget and free blocks allowing, and `commit` takes the accepted ones.
-   * Replaces an earlier proposal; ignored unless the sequence decodes with one token pending.
+   * Replaces an earlier proposal; ignored unless the sequence decodes (past its prompt: {@link decoding}).
    */
   propose(id: number, draft: readonly number[]): void {
     const seq = this.seqs.get(id);
-    if (!seq || seq.status !== "running" || seq.inPrefill || seq.numPending !== 1) return;
+    if (!seq || seq.status !== "running" || !decoding(seq)) return;
     if (this.inFlight?.entries.some((e) => e.seqId === id)) throw new Error(`Sequence ${id} is part of step ${this.inFlight.step}, still in flight`);
     seq.draft = [...draft];
   }
@@ -511,4 +513,14 @@ export class Scheduler {
       steps: this.stepNo,
     };
   }
+}
+
+/**
+ * Whether a sequence decodes: one token pending after its first output (or a handed-off prompt's last
+ * token), or several past its prompt (forced tokens appended by jump-forward, or a draft's taken tokens
+ * to feed again after its state was put back). Such a step may verify a draft after them, and ending a
+ * block it moves the sequence's decode checkpoint on.
+ */
+function decoding(seq: Sequence): boolean {
+  return !seq.inPrefill || seq.numComputed >= seq.promptLength;
 }

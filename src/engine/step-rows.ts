@@ -24,8 +24,9 @@ export function promptRows(entries: readonly StepEntry[], asks: readonly (Prompt
 }
 
 /**
- * The flat rows of the entries' draft positions (each entry's first `draft` rows), in entry order,
- * with the entry each belongs to, its position in the draft and its sampling row.
+ * The flat rows of the entries' draft positions (the `draft` rows before each entry's last: the row of
+ * its last pending token, which predicts the draft's first, and those of all but the last draft token),
+ * in entry order, with the entry each belongs to, its position in the draft and its sampling row.
  */
 export function draftRows(entries: readonly StepEntry[], asks: readonly (readonly SamplingRow[] | undefined)[] | undefined) {
   const rows: number[] = [], entry: number[] = [], pos: number[] = [], sampling: SamplingRow[] = [];
@@ -33,8 +34,9 @@ export function draftRows(entries: readonly StepEntry[], asks: readonly (readonl
   entries.forEach((e, i) => {
     const d = e.draft ?? 0;
     if (d > 0 && asks?.[i]?.length !== d) throw new RangeError(`Entry ${i} drafts ${d} tokens but has ${asks?.[i]?.length ?? 0} draft sampling rows`);
+    const first = offset + e.tokens.length - d - 1;
     for (let j = 0; j < d; j++) {
-      rows.push(offset + j);
+      rows.push(first + j);
       entry.push(i);
       pos.push(j);
       sampling.push(asks![i]![j]);

@@ -8,7 +8,10 @@ import { projectRoot, test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine } from "../../src/engine/engine-factory.ts";
 import { Engine } from "../../src/engine/engine.ts";
-import type { StepRunner } from "../../src/engine/engine-runner.ts";
+import { GREEDY_ROW, modelStepRunner, type StepRunner } from "../../src/engine/engine-runner.ts";
+import { allocatePagedKv } from "../../src/engine/kv-cache.ts";
+import { uploadModel } from "../../src/model/device-weights.ts";
+import { forward } from "../../src/model/forward.ts";
 import type { GenerateRequest, GenerateResult, StreamDelta } from "../../src/engine/engine-types.ts";
 import type { OutputGrammar } from "../../src/engine/grammar.ts";
 import type { TokenMask } from "../../src/engine/output-constraint.ts";
@@ -97,6 +100,32 @@ test("Scheduler.propose() feeds a decode's draft after its token and commit() ke
   assert.deepEqual(next.entries[0].tokens, [60]);
   assert.equal(next.entries[0].draft, undefined);
   sched.commit(next, new Map([[0, 61]]));
+});
+
+test("Scheduler.commit() with rollBack feeds a draft's taken tokens again with the step's token and the new sample, and that step verifies the next draft", () => {
+  const { sched } = make(16, 4);
+  sched.submit(0, range(6, 10));
+  sched.commit(sched.schedule(), new Map([[0, 50]]));
+  const seq = sched.get(0)!;
+  sched.propose(0, [51, 52, 53]);
+  const step = sched.schedule();
+  const rolledBack: number[] = [];
+  // One of three taken, then 60 sampled: the state ran through all three, so it goes back.
+  sched.commit(step, new Map([[0, 60]]), new Map([[0, [51]]]), (id) => rolledBack.push(id));
+  assert.deepEqual(rolledBack, [0]);
+  assert.deepEqual(seq.tokens.slice(6), [50, 51, 60]);
+  assert.equal(seq.numComputed, 6, "computed again from the step's start");
+  assert.deepEqual([sched.stats().specStateRollbacks, sched.stats().specRefedTokens], [1, 2]);
+  // A draft proposed now follows all three pending tokens, and the next step verifies it after them.
+  sched.propose(0, [61, 62]);
+  const again = sched.schedule();
+  assert.deepEqual(again.entries[0].tokens, [50, 51, 60, 61, 62]);
+  assert.deepEqual([again.entries[0].startPos, again.entries[0].draft], [6, 2]);
+  // Both taken, then 63: nothing to put back, and the sequence is computed through 62.
+  sched.commit(again, new Map([[0, 63]]), new Map([[0, [61, 62]]]), (id) => rolledBack.push(id));
+  assert.deepEqual(rolledBack, [0]);
+  assert.deepEqual(seq.tokens.slice(6), [50, 51, 60, 61, 62, 63]);
+  assert.equal(seq.numComputed, 11);
 });
 
 test("Scheduler.commit() returns the blocks of rejected draft tokens and refuses a non-prefix", () => {
@@ -203,6 +232,33 @@ test("Engine speculative decoding with multi-step decoding runs steps ahead wher
       await e.stop();
     }
   }
+});
+
+test("modelStepRunner() samples a draft's rows after all of an entry's pending tokens: each row the greedy token of a lone forward there", async () => {
+  const backend = createReferenceBackend();
+  const device = uploadModel(backend, model);
+  const table = [0, 1, 2, 3, 4, 5, 6, 7];
+  const tokens = prompt.slice(0, 30);
+  // Every position's greedy token, from one forward over all of them.
+  const lone = allocatePagedKv(backend, model.config, 8, 16);
+  const logits = await backend.download(forward(backend, device, lone, { entries: [{ tokens, startPos: 0, blockTable: table }], allPositions: true })) as Float32Array;
+  const vocab = model.config.vocabSize;
+  const argmax = (row: number) => {
+    let best = 0;
+    for (let v = 1; v < vocab; v++) if (logits[row * vocab + v] > logits[row * vocab + best]) best = v;
+    return best;
+  };
+  // A sequence computed through 24 feeds 3 pending tokens (24..26), then a draft of 3 (27..29).
+  const kv = allocatePagedKv(backend, model.config, 8, 16);
+  const runner = modelStepRunner(backend, device, kv);
+  await runner.run([{ seqId: 1, tokens: tokens.slice(0, 24), startPos: 0, blockTable: table, sample: true, prefill: true }], [GREEDY_ROW]);
+  const out = await runner.run(
+    [{ seqId: 1, tokens: tokens.slice(24), startPos: 24, blockTable: table, sample: true, prefill: false, draft: 3 }],
+    [GREEDY_ROW], { drafts: [[GREEDY_ROW, GREEDY_ROW, GREEDY_ROW]] },
+  );
+  // Draft row j is the row of position 26 + j (it predicts draft token j); the entry's row is the last.
+  assert.deepEqual(Array.from(out.draftIds![0]!), [26, 27, 28].map(argmax));
+  assert.equal(out.ids[0], argmax(29));
 });
 
 test("Engine speculative decoding keeps seeded sampling's tokens (temperature, top-p, top-k)", async () => {
