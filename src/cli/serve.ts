@@ -273,10 +273,11 @@ async function main(): Promise<void> {
 }
 
 /** The log's word on a Gated DeltaNet model's recurrent state (empty for other models). */
-function recurrentLabel(state: { slots: number; checkpoints: number; bytes: number; host?: { capacity: number } } | undefined, windowsOnly: boolean): string {
+function recurrentLabel(state: { slots: number; checkpoints: number; scratch: number; bytes: number; host?: { capacity: number } } | undefined, windowsOnly: boolean): string {
   if (!state) return "";
   const host = state.host ? `, ${state.host.capacity} more in host memory` : "";
-  return `; ${windowsOnly ? "sliding windows of" : "recurrent state"} ${state.slots} sequences + ${state.checkpoints} checkpoints${host} (${(state.bytes / 2 ** 20).toFixed(1)} MiB)`;
+  const scratch = state.scratch > 0 ? ` + ${state.scratch} before drafts` : "";
+  return `; ${windowsOnly ? "sliding windows of" : "recurrent state"} ${state.slots} sequences + ${state.checkpoints} checkpoints${scratch}${host} (${(state.bytes / 2 ** 20).toFixed(1)} MiB)`;
 }
 
 /** `VLLM_LOG_STATS_INTERVAL` (vLLM's variable): seconds between stats lines, 10 when unset. */

@@ -136,6 +136,8 @@ export interface StepRunner {
   stateSlots?: number;
   /** State checkpoints the runner keeps besides (StepEntry.checkpoint, .restore; state-checkpoints.ts); absent: none. */
   stateCheckpoints?: number;
+  /** Scratch states it keeps drafted sequences' states in for their verify step ({@link rollbackState}); absent: none. */
+  stateScratch?: number;
   /** Device bytes of the state slots and checkpoints together (recurrent states, the sliding layers' windows). */
   stateBytes?: number;
   /** Values of each sliding layer's ring in a state (HostState.window: keys, then values, per layer); absent where the sliding layers keep paged blocks. */

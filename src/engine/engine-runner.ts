@@ -221,7 +221,7 @@ function stepLora(set: DeviceLoraSet | undefined, slots: readonly (number | unde
 /** What a runner of a model with recurrent state adds: its slots, its checkpoints, and their host copies. */
 function runnerStates(
   backend: Backend, state: RecurrentState, slots: StateSlots,
-): Pick<StepRunner, "endSequence" | "stateSlots" | "stateCheckpoints" | "readState" | "writeState" | "windowSizes" | "stateBytes"> {
+): Pick<StepRunner, "endSequence" | "stateSlots" | "stateCheckpoints" | "stateScratch" | "readState" | "writeState" | "windowSizes" | "stateBytes"> {
   const w = state.window;
   const checkpoints = state.checkpoints ?? 0;
   const slotOf = (id: number) => {
@@ -232,6 +232,7 @@ function runnerStates(
     endSequence: (seqId: number) => slots.release(seqId),
     stateSlots: slots.slots,
     stateCheckpoints: checkpoints,
+    ...(state.scratch ? { stateScratch: state.scratch } : {}),
     stateBytes: [...state.conv, ...state.ssm].reduce((a, t) => a + 4 * numel(t.shape), 0) +
       [...(w?.k ?? []), ...(w?.v ?? [])].reduce((a, t) => a + (t.dtype === "f16" ? 2 : t.dtype === "f32" ? 4 : 36 / 32) * numel(t.shape), 0),
     ...(w ? { windowSizes: w.k.flatMap((k) => [w.checkpointBlocks * k.shape[1] * k.shape[2] * k.shape[3], w.checkpointBlocks * k.shape[1] * k.shape[2] * k.shape[3]]) } : {}),

@@ -143,12 +143,13 @@ export class Engine implements ServingEngine {
    * layers' windows where they keep no more): slots for running sequences, checkpoints, and their bytes
    * in all; undefined where it keeps none.
    */
-  recurrentState(): { slots: number; checkpoints: number; bytes: number; host?: HostStateStats } | undefined {
+  recurrentState(): { slots: number; checkpoints: number; scratch: number; bytes: number; host?: HostStateStats } | undefined {
     const r = this.opts.runner;
     if (r.stateSlots === undefined) return undefined;
     const checkpoints = r.stateCheckpoints ?? 0;
+    const scratch = r.stateScratch ?? 0;
     const host = this.hostStates?.stats();
-    return { slots: r.stateSlots, checkpoints, bytes: r.stateBytes ?? (r.stateSlots + checkpoints) * stateBytesPerSlot(this.opts.config), ...(host ? { host } : {}) };
+    return { slots: r.stateSlots, checkpoints, scratch, bytes: r.stateBytes ?? (r.stateSlots + checkpoints + scratch) * stateBytesPerSlot(this.opts.config), ...(host ? { host } : {}) };
   }
 
   /**

@@ -245,7 +245,7 @@ test("serve CLI refuses an SLA profile measured on another model with a one-line
   }
 });
 
-test("serve CLI names a Qwen3.5's recurrent state (sequences, checkpoints, MiB) in its startup line, and runs two workers of it under the online planner", async () => {
+test("serve CLI names a Qwen3.5's recurrent state (sequences, checkpoints, states kept before drafts, MiB) in its startup line, and runs two workers of it under the online planner", async () => {
   const dir = mkdtempSync(`${tmpdir()}/serve-qwen35-`);
   try {
     const spec: ModelFileSpec = {
@@ -260,6 +260,15 @@ test("serve CLI names a Qwen3.5's recurrent state (sequences, checkpoints, MiB) 
     } finally {
       child.kill("SIGKILL");
       await exited;
+    }
+    // With speculation, each sequence that may verify a draft keeps its state from before it (disable_by_batch_size 2 of 3).
+    const speculation = JSON.stringify({ method: "ngram", num_speculative_tokens: 3, prompt_lookup_max: 3, prompt_lookup_min: 1, disable_by_batch_size: 2 });
+    const drafting = await spawnServe("node", ["--model", `${dir}/q.gguf`, "--port", "0", "--backend", "reference", "--kv-blocks", "16", "--max-num-seqs", "3", "--no-warmup", "--speculative-config", speculation]);
+    try {
+      assert.match(drafting.stderr(), /; recurrent state 3 sequences \+ 3 checkpoints \+ 2 before drafts \(0\.0 MiB\);/, drafting.stderr());
+    } finally {
+      drafting.child.kill("SIGKILL");
+      await drafting.exited;
     }
     // Two workers run the online planner, as any model's: hand-offs and pulls move a sequence's state checkpoint with its blocks.
     const two = await spawnServe("node", ["--model", `${dir}/q.gguf`, "--port", "0", "--backend", "reference", "--kv-blocks", "16", "--workers", "2", "--no-warmup"]);
