@@ -119,7 +119,9 @@ export class Engine implements ServingEngine {
     const restore: StateRestore | undefined = tier && checkpoints && r.writeState
       ? (seq, limit, beyond, avoid) => tier.restore(seq, limit, beyond, avoid, checkpoints, (id, v) => r.writeState!(id, v))
       : undefined;
-    this.scheduler = new Scheduler(manager, { maxPromptLogprobRows, ...opts.scheduler }, () => this.now() / 1000, checkpoints, restore);
+    // A model with recurrent layers verifies as many drafts a step as it keeps states from before them.
+    const drafting = r.rollbackState ? { maxDraftingSequences: r.stateScratch ?? 0 } : {};
+    this.scheduler = new Scheduler(manager, { maxPromptLogprobRows, ...drafting, ...opts.scheduler }, () => this.now() / 1000, checkpoints, restore);
     const auto = opts.autoStepMixing;
     const mixing = auto ? new AutoStepMixing(this.scheduler.stepMixing, this.scheduler.config.maxBatchTokens, auto === true ? {} : auto) : undefined;
     const poolTokens = (r.numBlocks - this.scheduler.config.watermarkBlocks) * r.blockSize;

@@ -80,6 +80,12 @@ export interface SchedulerConfig {
    * this, not plus the whole `maxBatchTokens`). Undefined: no limit but `maxBatchTokens`.
    */
   longPrefillTokenThreshold?: number;
+  /**
+   * Sequences that verify a draft in one step at most (a model with recurrent layers keeps each one's
+   * state from before the step in one of this many scratch slots: engine-runner.ts `rollbackState`);
+   * the others decode without theirs. Undefined: no limit.
+   */
+  maxDraftingSequences?: number;
 }
 
 /** Defaults close to vLLM's for a small model. */

@@ -144,6 +144,7 @@ export class Scheduler {
     let budget = this.config.maxBatchTokens;
     let promptRows = this.config.maxPromptLogprobRows ?? Infinity;
     const perSequence = this.config.longPrefillTokenThreshold ?? Infinity;
+    let drafting = this.config.maxDraftingSequences ?? Infinity;
     // What a sequence may feed this step: at most the per-sequence limit; a scored prompt also counts
     // against the prompt-row limit.
     const room = (seq: Sequence) => Math.min(perSequence, seq.hints.wholePrompt && seq.inPrefill ? Math.min(budget, promptRows) : budget);
@@ -194,7 +195,7 @@ export class Scheduler {
       if (n === 0) continue;
       // A decode verifies its draft in the same step while the budget lasts; a draft never preempts.
       // It follows every pending token (one, or forced tokens, or a draft's taken tokens fed again).
-      let drafted = !decoding(seq) || n !== seq.numPending ? 0 : Math.min(seq.draft.length, budget - n, perSequence - n);
+      let drafted = !decoding(seq) || n !== seq.numPending || drafting === 0 ? 0 : Math.min(seq.draft.length, budget - n, perSequence - n);
       let extra = Math.ceil((seq.numComputed + n + drafted) / bs) - seq.blockTable.length;
       let got = extra > 0 ? this.kv.allocate(extra) : [];
       if (got === null && drafted > 0) {
@@ -221,6 +222,7 @@ export class Scheduler {
       }
       if (got === null) break;
       seq.blockTable.push(...got);
+      if (drafted > 0) drafting--;
       add(seq, n, drafted);
     }
 

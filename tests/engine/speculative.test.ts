@@ -128,6 +128,19 @@ test("Scheduler.commit() with rollBack feeds a draft's taken tokens again with t
   assert.equal(seq.numComputed, 11);
 });
 
+test("Scheduler verifies drafts of at most maxDraftingSequences sequences a step; the others decode without theirs", () => {
+  const { sched } = make(16, 4, { maxDraftingSequences: 1 });
+  sched.submit(0, range(5, 10));
+  sched.submit(1, range(5, 30));
+  sched.commit(sched.schedule(), new Map([[0, 50], [1, 60]]));
+  sched.propose(0, [51, 52]);
+  sched.propose(1, [61, 62]);
+  const step = sched.schedule();
+  assert.deepEqual(step.entries.map((e) => [e.seqId, e.tokens.length, e.draft ?? 0]), [[0, 3, 2], [1, 1, 0]]);
+  sched.commit(step, new Map([[0, 53], [1, 63]]), new Map([[0, [51, 52]]]));
+  assert.deepEqual(sched.get(1)!.tokens.slice(5), [60, 63], "the draft left out is dropped");
+});
+
 test("Scheduler.commit() returns the blocks of rejected draft tokens and refuses a non-prefix", () => {
   const { sched } = make(16, 4);
   sched.submit(0, range(4, 10));
