@@ -455,7 +455,7 @@ export class Scheduler {
 
   /**
    * Proposes tokens to follow a decoding sequence (speculative decoding): its next step feeds them
-   * after its pending token, budget and free blocks allowing, and `commit` takes the accepted ones.
+   * after its pending tokens, budget and free blocks allowing, and `commit` takes the accepted ones.
    * Replaces an earlier proposal; ignored unless the sequence decodes (past its prompt: {@link decoding}).
    */
   propose(id: number, draft: readonly number[]): void {

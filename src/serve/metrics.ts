@@ -68,7 +68,7 @@ export function renderMetrics(engine: ServingEngine, modelName: string): string 
     // A model whose state is not in its KV blocks (recurrent layers, windowed sliding layers) resumes a prompt only at a state checkpoint.
     simple("evolving:state_checkpoints", "gauge", "State checkpoints held on the device (prefix hits of a model whose state is not in its KV blocks reach only as far as one).", s.stateCheckpoints);
     simple("evolving:state_checkpoint_capacity", "gauge", "State checkpoints the device keeps at most (--state-checkpoints).", s.stateCheckpointCapacity);
-    simple("evolving:state_checkpoints_written_total", "counter", "State checkpoints written (a prompt's last whole block, an answer's, where a prompt leaves a shared prefix).", s.stateCheckpointsWritten);
+    simple("evolving:state_checkpoints_written_total", "counter", "State checkpoints taken for a state to keep (a prompt's last whole block, an answer's, where a prompt leaves a shared prefix; one dropped before its step wrote it counts too).", s.stateCheckpointsWritten);
     simple("evolving:state_checkpoint_resumes_total", "counter", "Prompts that resumed from a state checkpoint instead of computing their cached prefix again.", s.stateCheckpointResumes);
     simple("evolving:host_state_checkpoints", "gauge", "State checkpoints held in host memory (--host-state-checkpoints).", s.hostStateCheckpoints);
     simple("evolving:host_state_capacity", "gauge", "State checkpoints host memory keeps at most (0 = off).", s.hostStateCapacity);
