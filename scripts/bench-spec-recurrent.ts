@@ -40,8 +40,6 @@ const model = await loadModel(await writeTestGguf(dir, "qwen35", {
 }));
 rmSync(dir, { recursive: true, force: true });
 
-/** A 128-token prompt of a 16-token phrase said eight times: n-gram drafts from the first decode on. */
-const repeating = (seed: number) => Array.from({ length: 8 }, () => sessionIds(16, seed)).flat();
 const WORKLOADS: Record<string, { prompt: number[]; temperature: number; seed?: number }[]> = {
   "repeated, in turn": Array.from({ length: requests }, () => ({ prompt: sessionIds(128, 3), temperature: 0 })),
   "repeated sampled, in turn": Array.from({ length: requests }, (_, i) => ({ prompt: sessionIds(128, 3), temperature: 0.7, seed: i + 1 })),
