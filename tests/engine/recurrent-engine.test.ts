@@ -1,8 +1,9 @@
 /**
  * An engine serving a model with Gated DeltaNet layers (a random Qwen3.5): each sequence keeps its
- * recurrent state in its own slot through chunked prefills, concurrent decodes, multi-step decoding
- * and recompute preemption, so every output is the one a lone forward gives; slots go back when
- * sequences end; what cannot carry the state is refused.
+ * recurrent state in its own slot through chunked prefills, concurrent decodes, multi-step decoding,
+ * preemption and speculative decoding (the state put back where a draft is not all taken), so every
+ * output is the one a lone forward gives; slots go back when sequences end; what cannot carry the state
+ * is refused.
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
