@@ -53,6 +53,7 @@ function parseSpeculation(text: string): Speculation {
 function speculationLabel(s: Speculation): string {
   if (s.method === "ngram") return `ngram speculation (${s.numTokens} tokens, n ${s.maxN}..${s.minN})`;
   if (s.method === "suffix") return `suffix speculation (${s.numTokens} tokens, depth ${s.maxDepth}, ${s.maxCachedRequests} outputs kept)`;
+  if (s.method === "mtp") return `multi-token-prediction speculation (${s.numTokens} token${s.numTokens === 1 ? "" : "s"} from the model's own block)`;
   return `draft model speculation (${s.numTokens} tokens from "${s.model}")`;
 }
 

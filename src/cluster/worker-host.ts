@@ -89,8 +89,8 @@ export function serveWorker(port: ThreadPort): Promise<void> {
     });
     try {
       const quantize = m.quantize ? { quantize: m.quantize } : {};
-      const model = await loadModel(m.modelPath, { ...quantize, onProgress: stage("model") });
       const spec = m.engine.speculative;
+      const model = await loadModel(m.modelPath, { ...quantize, ...(spec?.method === "mtp" ? { mtp: true } : {}), onProgress: stage("model") });
       const draft = spec?.method === "draft_model" ? await loadDraftModel(spec, model, { ...quantize, onProgress: stage("draft") }) : undefined;
       base = { config: model.config, hasOutput: model.weights.output !== undefined };
       stage("backend");

@@ -5,7 +5,7 @@
  */
 import type { EngineMetrics } from "./engine-metrics.ts";
 import type { EngineOptions } from "./engine-options.ts";
-import { type Active, jumpsForward } from "./engine-request.ts";
+import { type Active, jumpsForward, speculates } from "./engine-request.ts";
 import { verifiableDraftLength } from "./draft-extras.ts";
 import { DraftModelProposer } from "./draft-model.ts";
 import { checkSpeculation, ngramDraft } from "./ngram-draft.ts";
@@ -61,6 +61,8 @@ export class EngineDrafts {
       this.wanted.add(seq.id);
       return;
     }
+    // The model's multi-token-prediction block drafts in the step itself (offerMtp).
+    if (spec.method === "mtp") return;
     const room = this.draftRoom(a);
     // A salted request neither drafts from other requests' outputs nor leaves its own for them: how
     // often drafts are accepted would tell one tenant about another's text, as cache hits would.
@@ -91,6 +93,21 @@ export class EngineDrafts {
       // A request cancelled or preempted while the draft model ran takes no draft.
       if (a && !a.done && a.seq.status === "running") this.offerDraft(a, draft);
     }
+  }
+
+  /**
+   * Whether the request takes a draft from the multi-token-prediction block's pass after this step
+   * (MtpAsk.draft): it speculates, and the batch is within `disableByBatchSize`.
+   */
+  wantsMtp(a: Active): boolean {
+    const spec = this.opts.speculative;
+    return spec?.method === "mtp" && speculates(a) && this.scheduler.numRunning <= (spec.disableByBatchSize ?? Infinity) && this.draftRoom(a) > 0;
+  }
+
+  /** Offers the multi-token-prediction block's draft (StepOutput.mtpDrafts) to a request still decoding, cut as any draft is. */
+  offerMtp(a: Active, draft: Int32Array): void {
+    if (a.done || a.seq.status !== "running") return;
+    this.offerDraft(a, Array.from(draft.subarray(0, Math.max(0, this.draftRoom(a)))));
   }
 
   /**

@@ -9,6 +9,7 @@ import { freeDeviceModel, uploadModel } from "../model/device-weights.ts";
 import { Engine, type EngineOptions } from "./engine.ts";
 import { modelStepRunner, type StepRunner } from "./engine-runner.ts";
 import { withMixedStepOverhead } from "./mixed-step-overhead.ts";
+import { mtpBlocksPerSequence } from "./mtp-drafts.ts";
 import {
   allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock, type KvDTypeChoice, KvDTypeError, resolveKvDtype, stateBytesPerSlot, windowBlocksFor, windowBytesPerSlot,
   windowCheckpointBlocks,
@@ -124,7 +125,8 @@ export function kvBlockCount(model: LoadedModel, o: CreateEngineOptions, dtype: 
         `The ${windowBlocks > 0 ? "state (sliding windows included)" : "recurrent state"} of ${slots} sequences and ${checkpoints} checkpoints (${gib(states)} GiB) takes more than half the KV memory budget (${gib(o.kvMemoryBytes)} GiB); lower --max-num-seqs${windowBlocks > 0 ? `, --state-checkpoints or --long-prefill-token-threshold (each ring holds the window and a step's tokens: ${windowBlocks} blocks)` : ""} or raise --kv-memory-fraction`,
       );
     }
-    return Math.max(1, Math.floor((o.kvMemoryBytes - states) / perBlock));
+    // Blocks reserved for chained multi-token-prediction drafts come out of it too.
+    return Math.max(1, Math.floor((o.kvMemoryBytes - states) / perBlock) - mtpReservedBlocksOf(o));
   }
   const ctx = Math.min(o.maxModelLen ?? model.config.contextLength, model.config.contextLength);
   return Math.ceil(ctx / bs) * 64 + 1;
@@ -149,6 +151,18 @@ export function stateCheckpointsOf(config: ModelConfig, o: CreateEngineOptions):
 export function scratchSlotsOf(config: ModelConfig, o: CreateEngineOptions): number {
   if (!o.speculative || !hasRecurrentState(config)) return 0;
   return Math.min(stateSlotsOf(config, o), o.speculative.disableByBatchSize ?? Infinity);
+}
+
+/**
+ * KV blocks an engine reserves past its pool for chained multi-token-prediction drafts
+ * (mtp-drafts.ts): a drafting sequence's positions past its own blocks, for each sequence that may
+ * draft at once (`--max-num-seqs`, or `disable_by_batch_size` below it); none for one draft token.
+ */
+export function mtpReservedBlocksOf(o: CreateEngineOptions): number {
+  const s = o.speculative;
+  if (s?.method !== "mtp") return 0;
+  const seqs = Math.min(o.scheduler?.maxRunning ?? DEFAULT_SCHEDULER_CONFIG.maxRunning, s.disableByBatchSize ?? Infinity);
+  return seqs * mtpBlocksPerSequence(s.numTokens, o.blockSize ?? DEFAULT_BLOCK_SIZE);
 }
 
 /**
@@ -195,6 +209,10 @@ export function createEngines(backend: Backend, loaded: LoadedModel, opts: reado
   const config = longRopeFor(loaded.config, served);
   const model = config === loaded.config ? loaded : { ...loaded, config };
   for (const o of opts) checkRecurrentOptions(model.config, o);
+  if (opts.some((o) => o.speculative?.method === "mtp") && !model.config.mtp) {
+    const has = model.config.nextnLayers ? "its multi-token-prediction block was not loaded (load the model with the mtp option)" : "the model has no multi-token-prediction block";
+    throw new RangeError(`Speculative method "mtp" drafts with the model's own multi-token-prediction block, but ${has}`);
+  }
   // The draft model's own cache follows its drafts by position: a recurrent state there would keep its rejected tokens.
   if (draft && hasRecurrentState(draft.config)) {
     throw new RangeError(`A draft model with ${recurrentKind(draft.config)} (${draft.config.architecture}) is not supported: its state cannot follow its rejected tokens back; use one with attention only, or the ngram or suffix method`);
@@ -215,10 +233,12 @@ export function createEngines(backend: Backend, loaded: LoadedModel, opts: reado
   let openDrafts = drafting;
   return opts.map((o, i) => {
     const blockSize = o.blockSize ?? DEFAULT_BLOCK_SIZE;
+    const reserved = mtpReservedBlocksOf(o);
     const kv = allocatePagedKv(
-      backend, model.config, sizes[i], blockSize, dtypes[i], Math.max(1, stateSlotsOf(model.config, o)), stateCheckpointsOf(model.config, o), windowBlocksOf(model.config, o),
+      backend, model.config, sizes[i] + reserved, blockSize, dtypes[i], Math.max(1, stateSlotsOf(model.config, o)), stateCheckpointsOf(model.config, o), windowBlocksOf(model.config, o),
       scratchSlotsOf(model.config, o),
     );
+    if (reserved > 0) kv.reserved = reserved;
     const runner = modelStepRunner(backend, device, kv, () => {
       freePagedKv(backend, kv);
       if (--open === 0) freeDeviceModel(backend, device);

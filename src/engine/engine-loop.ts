@@ -10,7 +10,7 @@ import type { EngineMetrics } from "./engine-metrics.ts";
 import type { EngineOptions } from "./engine-options.ts";
 import type { EngineOutput } from "./engine-output.ts";
 import { type Active, aheadExtras, keepPromptLogprobs, runsAhead, samplingRow, stepExtras } from "./engine-request.ts";
-import type { StepExtras, StepOutput } from "./engine-runner.ts";
+import type { MtpAsk, StepExtras, StepOutput } from "./engine-runner-types.ts";
 import { stepLogprobs } from "./draft-extras.ts";
 import type { HandoffTails } from "./handoff-tails.ts";
 import type { HostKvOffload } from "./kv-offload.ts";
@@ -52,7 +52,7 @@ export interface StepLoopParts {
   /** Re-decides the step mixing from measured steps (undefined: autoStepMixing off). */
   mixing: AutoStepMixing | undefined;
   /** Read when used: `runner`, `onStep`, `schedulerSteps`, `multiStepWindowMs`. */
-  opts: Pick<EngineOptions, "runner" | "onStep" | "schedulerSteps" | "multiStepWindowMs">;
+  opts: Pick<EngineOptions, "runner" | "onStep" | "schedulerSteps" | "multiStepWindowMs" | "speculative">;
   /** Context limit (prompt + output) of every request. */
   maxModelLen: number;
   /** Milliseconds on a monotonic clock. */
@@ -136,7 +136,9 @@ export class StepLoop {
       const asked = stepExtras(plan.entries.map((e) => active.get(e.seqId)!), plan.entries, (i, err) => this.parts.fail(plan.entries[i].seqId, err));
       // Each further step's rows, drawn after the first's: a request's uniforms come in the order of its tokens.
       const aheadRows = Array.from({ length: ahead }, () => plan.entries.map((e) => samplingRow(active.get(e.seqId)!, true)));
-      const extras = draftRows.some((d) => d) ? { ...asked, drafts: draftRows } : ahead > 0 ? { ...asked, lookahead: aheadRows, ...aheadExtras(plan.entries.map((e) => active.get(e.seqId)!), ahead) } : this.unread(plan, asked) ? { ...asked, unread: true } : asked;
+      const mtp = this.mtpAsk(plan);
+      const withMtp = mtp ? { ...asked, mtp } : asked;
+      const extras = draftRows.some((d) => d) ? { ...withMtp, drafts: draftRows } : ahead > 0 ? { ...asked, lookahead: aheadRows, ...aheadExtras(plan.entries.map((e) => active.get(e.seqId)!), ahead) } : this.unread(plan, asked) ? { ...withMtp, unread: true } : withMtp;
       let sampled: StepOutput | undefined;
       let error: string | undefined;
       const records: StepRecord[] = [];
@@ -202,6 +204,11 @@ export class StepLoop {
         const a = active.get(e.seqId);
         if (a && !a.done && a.seq.status === "finished") output.finish(a, a.seq.finishReason ?? "abort", error);
       }
+      // The multi-token-prediction block's drafts, for the sequences' next steps.
+      sampled?.mtpDrafts?.forEach((draft, i) => {
+        const a = draft && active.get(plan.entries[i].seqId);
+        if (a) drafts.offerMtp(a, draft);
+      });
       if (drafts.pending) await drafts.proposeFromModel();
       // Reported once the step's tokens are out, with the loop's own time (the last yield, planning,
       // committing, streaming) in cycleSeconds; before the yield, so a request's last step is counted
@@ -249,7 +256,8 @@ export class StepLoop {
     const steps = opts.schedulerSteps ?? 1;
     // With speculation too: a step of plain decodes has no draft to verify (e.draft below), and drafts
     // are proposed again after the group from all its tokens.
-    if (steps <= 1 || !opts.runner.runsAhead) return 0;
+    // The multi-token-prediction block runs after every step: none runs ahead of it.
+    if (steps <= 1 || !opts.runner.runsAhead || opts.speculative?.method === "mtp") return 0;
     if ((scheduler.waitingSequences.length > 0 && !scheduler.admitsNone) || plan.swapIn.length + plan.swapOut.length > 0) return 0;
     const windowS = (opts.multiStepWindowMs ?? DEFAULT_MULTI_STEP_WINDOW_MS) / 1000;
     const fit = this.decodeStepS === undefined ? steps : Math.floor(windowS / this.decodeStepS);
@@ -262,6 +270,25 @@ export class StepLoop {
       k = Math.min(k, a.maxTokens - (length - a.seq.promptLength) - 1, maxModelLen - length - 1);
     }
     return k > 0 ? scheduler.lookAhead(plan, k) : 0;
+  }
+
+  /**
+   * What the multi-token-prediction block's pass after the plan's step does (speculative method
+   * "mtp"; undefined otherwise): which sequences take a draft from it, and each prompt chunk's next
+   * token (the block at a row takes the token after it).
+   */
+  private mtpAsk(plan: StepPlan): MtpAsk | undefined {
+    const { opts, active, drafts } = this.parts;
+    const spec = opts.speculative;
+    if (spec?.method !== "mtp") return undefined;
+    return {
+      tokens: spec.numTokens,
+      draft: plan.entries.map((e) => {
+        const a = active.get(e.seqId);
+        return a !== undefined && e.sample && drafts.wantsMtp(a);
+      }),
+      next: plan.entries.map((e) => (e.sample ? undefined : active.get(e.seqId)?.seq.tokens[e.startPos + e.tokens.length])),
+    };
   }
 
   /**

@@ -49,6 +49,8 @@ export interface StepExtras {
   draftRepeats?: readonly (readonly (RepeatPenalty | undefined)[] | undefined)[];
   /** Entries whose own row's hidden state after the output norm is returned (StepOutput.hidden: embeddings). */
   hidden?: readonly (boolean | undefined)[];
+  /** A model with a multi-token-prediction block: what its pass after the step does (mtp-drafts.ts). */
+  mtp?: MtpAsk;
   /** Each entry's LoRA adapter slot ({@link StepRunner.setAdapters}; 0 or undefined: the base model). */
   adapters?: readonly (number | undefined)[];
   /**
@@ -94,10 +96,25 @@ export interface StepOutput {
   draftLogprobs?: (TokenLogprob[] | undefined)[];
   /** For the entries that asked (StepExtras.hidden): their own row's hidden state after the output norm. */
   hidden?: (Float32Array | undefined)[];
+  /** For the entries that asked (MtpAsk.draft): the multi-token-prediction block's draft for the sequence's next step. */
+  mtpDrafts?: (Int32Array | undefined)[];
   /** For a step whose entries look ahead k steps: each entry's k further tokens, in order (`ids` holds the first). */
   lookaheadIds?: Int32Array[];
   /** For a step whose entries look ahead, those that asked (StepExtras.logprobs): their k further tokens', in order (`logprobs` holds the first's). */
   lookaheadLogprobs?: (TokenLogprob[] | undefined)[];
+}
+
+/**
+ * The multi-token-prediction block's pass after a step (StepExtras.mtp): it runs over every row of
+ * the step, writing its own KV, and drafts for the sequences that ask.
+ */
+export interface MtpAsk {
+  /** Draft tokens per asking sequence: the block's prediction from the step, then `tokens - 1` more, each from the one before. */
+  tokens: number;
+  /** Per entry: whether its sequence takes a draft from this step (it samples, and drafts). */
+  draft: readonly boolean[];
+  /** Per entry that does not sample (a prompt chunk before its last): the token after its chunk. */
+  next: readonly (number | undefined)[];
 }
 
 /** Executes steps. */

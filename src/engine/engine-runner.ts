@@ -19,6 +19,7 @@ import { addToLogits, gatherLogitRows, maskLogitRows, penalizeRepeatRows } from 
 import { lookaheadOf, runAhead } from "./run-ahead.ts";
 import { StateSlots } from "./state-slots.ts";
 import { copyRecurrentSlot, copyStateSlot, type HostState, readStateSlot, writeStateSlot } from "./state-copy.ts";
+import { mtpPass } from "./mtp-drafts.ts";
 import { draftRows, promptRows, readPromptLogprobs, splitDraftRows } from "./step-rows.ts";
 
 export { GREEDY_ROW, type PromptLogprobAsk, type StepExtras, type StepOutput, type StepRunner } from "./engine-runner-types.ts";
@@ -45,18 +46,30 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     freeRetired();
     const lora = stepLora(loras, extras?.adapters);
     const ahead = lookaheadOf(entries, extras);
+    if (ahead > 0 && extras?.mtp) throw new RangeError("A step that runs ahead cannot take multi-token-prediction drafts");
     if (ahead > 0) return runAhead(backend, model, kv, entries, rows, extras!.lookahead!, lora, extras!, afterForward);
     const scored = promptRows(entries, extras?.promptLogprobs);
     const drafts = draftRows(entries, extras?.drafts);
     const extraRows = [...scored, ...drafts.rows];
     const hiddenRows = extras?.hidden ? entries.flatMap((_, i) => (extras.hidden![i] ? [i] : [])) : [];
+    // A multi-token-prediction block runs after every step, over every row's hidden state (mtp-drafts.ts).
+    const mtp = extras?.mtp;
+    if (mtp && !model.config.mtp) throw new RangeError("A step asks for multi-token-prediction drafts but the model has no such block loaded");
     if (extras?.unread) {
       if (entries.some((e) => e.sample) || extraRows.length + hiddenRows.length > 0) throw new RangeError("A step nobody reads cannot sample, score prompt tokens or return hidden states");
-      backend.free(forwardWithHidden(backend, model, kv, { entries, ...(lora ? { lora } : {}) }).logits);
+      const out = forwardWithHidden(backend, model, kv, { entries, allHidden: mtp !== undefined, ...(lora ? { lora } : {}) });
+      backend.free(out.logits);
       afterForward?.(entries);
+      if (out.allHidden) {
+        try {
+          await mtpPass(backend, model, kv, entries, out.allHidden, mtp!);
+        } finally {
+          backend.free(out.allHidden);
+        }
+      }
       return { ids: new Int32Array(entries.length) };
     }
-    const out = forwardWithHidden(backend, model, kv, { entries, extraRows, hiddenRows, ...(lora ? { lora } : {}) });
+    const out = forwardWithHidden(backend, model, kv, { entries, extraRows, hiddenRows, allHidden: mtp !== undefined, ...(lora ? { lora } : {}) });
     afterForward?.(entries);
     let logits = out.logits;
     let raw: Tensor | undefined;
@@ -100,7 +113,8 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       }
       const ids = all.subarray(0, n);
       const draftIds = drafts.rows.length === 0 ? undefined : splitDraftRows(Array.from(all.subarray(n)), entries, (xs) => Int32Array.from(xs));
-      const more = { ...(promptLogprobs ? { promptLogprobs } : {}), ...(draftIds ? { draftIds } : {}), ...(hidden ? { hidden } : {}) };
+      const mtpDrafts = out.allHidden ? await mtpPass(backend, model, kv, entries, out.allHidden, mtp!, { ids, ...(draftIds ? { draftIds } : {}) }) : undefined;
+      const more = { ...(promptLogprobs ? { promptLogprobs } : {}), ...(draftIds ? { draftIds } : {}), ...(hidden ? { hidden } : {}), ...(mtpDrafts ? { mtpDrafts } : {}) };
       if (!raw) return { ids, ...more };
       const data = (await backend.download(raw)) as Float32Array;
       const vocab = logits.shape[1];
@@ -114,10 +128,12 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       backend.free(logits);
       if (raw) backend.free(raw);
       if (out.hidden) backend.free(out.hidden);
+      if (out.allHidden) backend.free(out.allHidden);
     }
   };
   return {
-    numBlocks: kv.numBlocks,
+    // Blocks the cache reserves (chained drafts' positions past a sequence's blocks) are no table's.
+    numBlocks: kv.numBlocks - (kv.reserved ?? 0),
     blockSize: kv.blockSize,
     kvDtype: kv.dtype ?? "f32",
     runsAhead: true,

@@ -4,7 +4,7 @@
  */
 import type { Backend, KvDType, Tensor } from "../backend/types.ts";
 import { fp8KvFits } from "../backend/quant-blocks-fp8.ts";
-import { attentionGeometries, attentionLayers, hasRecurrentState, isDeltaNetLayer, isMamba2Layer, isShortConvLayer, layerAttention, type ModelConfig, windowedLayers } from "../model/config.ts";
+import { attentionGeometries, cachedLayers, hasRecurrentState, isDeltaNetLayer, isMamba2Layer, isShortConvLayer, layerAttention, type ModelConfig, windowedLayers } from "../model/config.ts";
 import type { PagedKv, RecurrentState, WindowKv } from "../model/forward.ts";
 
 /** Default tokens per KV block. */
@@ -112,7 +112,7 @@ export function allocatePagedKv(
   if (state && (!Number.isInteger(stateSlots) || stateSlots < 1)) throw new RangeError(`Invalid recurrent state slot count ${stateSlots}`);
   if (state && (!Number.isInteger(stateCheckpoints) || stateCheckpoints < 0)) throw new RangeError(`Invalid recurrent state checkpoint count ${stateCheckpoints}`);
   try {
-    for (const i of attentionLayers(config)) {
+    for (const i of cachedLayers(config)) {
       // Gemma 4's sliding layers have heads of their own size.
       const g = layerAttention(config, i);
       if (windowed.has(i)) {
@@ -212,7 +212,7 @@ export function stateBytesPerSlot(config: ModelConfig): number {
 export function kvBytesPerBlock(config: ModelConfig, blockSize = DEFAULT_BLOCK_SIZE, dtype: KvDType = "f32", windowed = false): number {
   const caches = sharesKvCache(config) ? 1 : 2;
   const skip = new Set(windowed ? windowedLayers(config) : []);
-  const values = caches * blockSize * attentionLayers(config).reduce((sum, i) => {
+  const values = caches * blockSize * cachedLayers(config).reduce((sum, i) => {
     if (skip.has(i)) return sum;
     const g = layerAttention(config, i);
     return sum + g.numKvHeads * g.headDim;

@@ -7,6 +7,7 @@
  * Pure CPU code.
  */
 import type { DraftModelSpeculation } from "./draft-model.ts";
+import type { MtpSpeculation } from "./mtp-drafts.ts";
 import type { SuffixSpeculation } from "./suffix-draft.ts";
 
 /** How drafts are proposed (the engine's `speculative` option; vLLM's `--speculative-config` names in comments). */
@@ -25,8 +26,11 @@ export interface NgramSpeculation {
   disableByBatchSize?: number;
 }
 
-/** A speculation setting: n-gram (prompt lookup), suffix drafts (suffix-draft.ts) or a draft model (draft-model.ts). */
-export type Speculation = NgramSpeculation | SuffixSpeculation | DraftModelSpeculation;
+/**
+ * A speculation setting: n-gram (prompt lookup), suffix drafts (suffix-draft.ts), a draft model
+ * (draft-model.ts) or the model's own multi-token-prediction block (mtp-drafts.ts).
+ */
+export type Speculation = NgramSpeculation | SuffixSpeculation | DraftModelSpeculation | MtpSpeculation;
 
 /** vLLM's suffix length when neither prompt_lookup_max nor prompt_lookup_min is given. */
 export const NGRAM_DEFAULT_N = 5;
@@ -39,7 +43,11 @@ const CONFIG_KEYS: Record<Speculation["method"], readonly string[]> = {
     "suffix_decoding_min_token_prob", "disable_by_batch_size",
   ],
   draft_model: ["method", "model", "num_speculative_tokens", "num_speculative_tokens_schedule", "disable_by_batch_size"],
+  mtp: ["method", "num_speculative_tokens", "disable_by_batch_size"],
 };
+
+/** vLLM's older per-model names of the multi-token-prediction method, all read as "mtp". */
+const MTP_NAMES: readonly unknown[] = ["mtp", "deepseek_mtp", "glm4_moe_mtp", "qwen3_next_mtp"];
 
 /** Longest suffix draft: vLLM drafts up to its tree depth when num_speculative_tokens is absent, this engine up to this many. */
 const SUFFIX_MAX_TOKENS = 64;
@@ -75,7 +83,12 @@ export function checkSpeculation<S extends Speculation>(s: S): S {
     }
     return s;
   }
-  if (s.method !== "ngram") throw new SpeculationConfigError(`Speculative method must be "ngram", "suffix" or "draft_model", got ${JSON.stringify((s as { method: unknown }).method)}`);
+  if (s.method === "mtp") {
+    whole("num_speculative_tokens", s.numTokens, 1, 32);
+    if (s.disableByBatchSize !== undefined) whole("disable_by_batch_size", s.disableByBatchSize, 1, 1 << 20);
+    return s;
+  }
+  if (s.method !== "ngram") throw new SpeculationConfigError(`Speculative method must be "ngram", "suffix", "draft_model" or "mtp", got ${JSON.stringify((s as { method: unknown }).method)}`);
   whole("num_speculative_tokens", s.numTokens, 1, 32);
   whole("prompt_lookup_max", s.maxN, 1, 64);
   whole("prompt_lookup_min", s.minN, 1, 64);
@@ -114,8 +127,10 @@ export function ngramDraft(tokens: readonly number[], s: Pick<NgramSpeculation, 
  * value, both missing take 5 (vLLM's defaults); or for suffix drafts, e.g. `{"method": "suffix"}`
  * (vLLM's `suffix_decoding_*` keys and defaults); or for a draft model, e.g. `{"method": "draft_model",
  * "model": "draft.gguf", "num_speculative_tokens": 4}` (as in vLLM, a `model` without a `method` means
- * one, unless it is `"ngram"` or `"[ngram]"`, vLLM's older spelling of the n-gram method). EAGLE and
- * MTP methods are refused: they need trained draft heads this engine does not run.
+ * one, unless it is `"ngram"` or `"[ngram]"`, vLLM's older spelling of the n-gram method); or for the
+ * model's own multi-token-prediction block, `{"method": "mtp", "num_speculative_tokens": 2}` (one token
+ * by default; vLLM's older "deepseek_mtp", "glm4_moe_mtp" and "qwen3_next_mtp" are read as "mtp"). EAGLE
+ * methods are refused: they need trained draft heads this engine does not run.
  */
 export function parseSpeculativeConfig(text: string): Speculation {
   let v: unknown;
@@ -127,9 +142,10 @@ export function parseSpeculativeConfig(text: string): Speculation {
   if (typeof v !== "object" || v === null || Array.isArray(v)) throw new SpeculationConfigError(`The speculative config must be a JSON object, got ${JSON.stringify(text)}`);
   const o = v as Record<string, unknown>;
   // As vLLM: a `model` without a `method` is a draft model, unless it names the n-gram method.
-  const method = NGRAM_NAMES.includes(o.method ?? o.model) ? "ngram" : o.method ?? (o.model !== undefined ? "draft_model" : undefined);
-  if (method !== "ngram" && method !== "suffix" && method !== "draft_model") {
-    throw new SpeculationConfigError(`Speculative method ${JSON.stringify(method ?? null)} is not supported; "ngram" (prompt lookup), "suffix" (suffix decoding) and "draft_model" are`);
+  const named = NGRAM_NAMES.includes(o.method ?? o.model) ? "ngram" : o.method ?? (o.model !== undefined ? "draft_model" : undefined);
+  const method = MTP_NAMES.includes(named) ? "mtp" : named;
+  if (method !== "ngram" && method !== "suffix" && method !== "draft_model" && method !== "mtp") {
+    throw new SpeculationConfigError(`Speculative method ${JSON.stringify(method ?? null)} is not supported; "ngram" (prompt lookup), "suffix" (suffix decoding), "draft_model" and "mtp" (the model's own multi-token-prediction block) are`);
   }
   const keys = CONFIG_KEYS[method];
   // A `model` naming the n-gram method is that method's spelling, not a key of its own.
@@ -149,6 +165,8 @@ export function parseSpeculativeConfig(text: string): Speculation {
     const schedule = o.num_speculative_tokens_schedule as DraftModelSpeculation["schedule"];
     return checkSpeculation({ method, model: o.model, numTokens, ...(batch !== undefined ? { disableByBatchSize: batch } : {}), ...(schedule !== undefined ? { schedule } : {}) });
   }
+  // As vLLM: one draft token by default, the block's own prediction (DeepSeek V3 and GLM-4.5 train one).
+  if (method === "mtp") return checkSpeculation({ method, numTokens: numTokens ?? 1, ...(batch !== undefined ? { disableByBatchSize: batch } : {}) });
   if (method === "suffix") {
     // vLLM's defaults; the draft length defaults to the depth (within this engine's longest draft,
     // so a deep tree alone is not refused for a num_speculative_tokens nobody gave).

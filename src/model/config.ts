@@ -287,6 +287,15 @@ export function attentionLayers(config: ModelConfig): number[] {
 }
 
 /**
+ * The layers with a KV cache of their own, in the order PagedKv holds them: the attention layers
+ * ({@link attentionLayers}), then a loaded multi-token-prediction block's (ModelConfig.mtp).
+ */
+export function cachedLayers(config: ModelConfig): number[] {
+  const layers = attentionLayers(config);
+  return config.mtp ? [...layers, config.mtp.layer] : layers;
+}
+
+/**
  * The attention layers whose cache may hold only each sequence's window: those with a cache of their
  * own ({@link attentionLayers}) that slide. With the engine's `slidingWindowKv: "window"` they keep
  * their window in per-sequence slots (RecurrentState.window) instead of paged blocks.
@@ -320,6 +329,16 @@ export interface ModelConfig {
   moe?: MoeConfig;
   /** Present for multi-head latent attention; `numKvHeads` is then 1 and `headDim` the cached latent + RoPE width. */
   mla?: MlaConfig;
+  /**
+   * Multi-token-prediction blocks the file holds after its layers (GGUF `nextn_predict_layers`:
+   * GLM-4.5's and DeepSeek V3's NextN), loaded or not; absent for none.
+   */
+  nextnLayers?: number;
+  /**
+   * Present when the first of them is loaded (LoadOptions.mtp, ModelWeights.mtp): its layer is layer
+   * `numLayers`, with a KV cache of its own beside the others' (forward-mtp.ts).
+   */
+  mtp?: { layer: number };
   /** The attention scores' scale; absent for 1/√headDim (MLA: 1/√(nope + rope), times YaRN's mscale²). */
   attentionScale?: number;
   rmsNormEps: number;
@@ -598,6 +617,24 @@ export interface ModelWeights<T> {
   perLayerEmbedding?: T;
   perLayerModelProj?: T;
   perLayerProjNorm?: T;
+  /** The multi-token-prediction block (ModelConfig.mtp). */
+  mtp?: MtpWeights<T>;
+}
+
+/**
+ * A multi-token-prediction block: from the model's normed hidden state at a position and the next
+ * token's embedding it predicts the token after (forward-mtp.ts). `ehProj` [hidden, 2·hidden] takes
+ * [enorm(embedding); hnorm(hidden)]; then one whole layer; then `headNorm` and `head`, or the model's
+ * output norm and head where the file has none of its own; `embedding` likewise.
+ */
+export interface MtpWeights<T> {
+  layer: LayerWeights<T>;
+  ehProj: T;
+  enorm: T;
+  hnorm: T;
+  headNorm?: T;
+  head?: T;
+  embedding?: T;
 }
 
 /** The tokenizer contract the engine and server use. */

@@ -4,7 +4,7 @@
  */
 import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { type Backend, numel, type Tensor } from "../backend/types.ts";
-import { attentionGeometries, type HostTensor, type LayerWeights, type LoadedModel, type ModelConfig, type ModelWeights } from "./config.ts";
+import { attentionGeometries, type HostTensor, type LayerWeights, type LoadedModel, type ModelConfig, type ModelWeights, type MtpWeights } from "./config.ts";
 
 /** A model whose weights live on a backend: what `forward` consumes. */
 export interface DeviceModel {
@@ -115,9 +115,23 @@ export function uploadModel(backend: Backend, model: Pick<LoadedModel, "config" 
       ...(w.perLayerEmbedding && w.perLayerModelProj && w.perLayerProjNorm
         ? { perLayerEmbedding: uploadMatrix(backend, w.perLayerEmbedding), perLayerModelProj: uploadMatrix(backend, w.perLayerModelProj), perLayerProjNorm: uploadVector(backend, w.perLayerProjNorm) }
         : {}),
+      ...(w.mtp ? { mtp: uploadMtp(backend, w.mtp) } : {}),
     },
     ropeFreqFactors: uploadFreqFactors(backend, model.config),
     ...(model.config.valueNorm ? { unitNorms: uploadUnitNorms(backend, model.config) } : {}),
+  };
+}
+
+/** Uploads a multi-token-prediction block. */
+function uploadMtp(backend: Backend, m: MtpWeights<HostTensor>): MtpWeights<Tensor> {
+  return {
+    layer: uploadLayer(backend, m.layer),
+    ehProj: uploadMatrix(backend, m.ehProj),
+    enorm: uploadVector(backend, m.enorm),
+    hnorm: uploadVector(backend, m.hnorm),
+    ...(m.headNorm ? { headNorm: uploadVector(backend, m.headNorm) } : {}),
+    ...(m.head ? { head: uploadMatrix(backend, m.head) } : {}),
+    ...(m.embedding ? { embedding: uploadMatrix(backend, m.embedding) } : {}),
   };
 }
 
@@ -138,5 +152,6 @@ export function freeDeviceModel(backend: Backend, model: DeviceModel): void {
   const w = model.weights;
   const all: (Tensor | undefined)[] = [w.tokenEmbedding, w.outputNorm, w.output, w.perLayerEmbedding, w.perLayerModelProj, w.perLayerProjNorm, model.ropeFreqFactors, ...(model.unitNorms?.values() ?? [])];
   for (const l of w.layers) all.push(...Object.values(l));
+  if (w.mtp) all.push(...Object.values(w.mtp.layer), w.mtp.ehProj, w.mtp.enorm, w.mtp.hnorm, w.mtp.headNorm, w.mtp.head, w.mtp.embedding);
   for (const t of all) if (t !== undefined) backend.free(t);
 }

@@ -8,7 +8,7 @@
  * layers' blocks are in forward-layers.ts.
  */
 import type { Backend, KvDType, Tensor } from "../backend/types.ts";
-import { attendsInParallel, attentionLayers, hasRecurrentState, windowedLayers, isDeltaNetLayer, isMamba2Layer, isMoeLayer, isRecurrentLayer, isShortConvLayer, layerWindow, type ModelConfig } from "./config.ts";
+import { attendsInParallel, cachedLayers, hasRecurrentState, windowedLayers, isDeltaNetLayer, isMamba2Layer, isMoeLayer, isRecurrentLayer, isShortConvLayer, layerWindow, type ModelConfig } from "./config.ts";
 import {
   deltaNetBlock, deltaNetOps, type DeltaNetOps, mamba2Block, mamba2Ops, type Mamba2Ops, recurrentSeqTable, shortConvBlock, shortConvOp, type ShortConvOp,
 } from "./forward-delta-net.ts";
@@ -35,6 +35,11 @@ export interface PagedKv {
   v: Tensor[];
   numBlocks: number;
   blockSize: number;
+  /**
+   * Blocks at the end that no block table holds (absent: none): where a multi-token-prediction
+   * block's chained drafts write past a sequence's blocks (engine/mtp-drafts.ts).
+   */
+  reserved?: number;
   /** f32 unless the engine chose f16 (engine/kv-cache.ts `resolveKvDtype`); absent means f32. */
   dtype?: KvDType;
   /** The recurrent layers' state ({@link ModelConfig.deltaNet}, {@link ModelConfig.shortConv}); absent for other models. */
@@ -111,6 +116,11 @@ export interface ForwardStep {
    * norm is returned too ({@link forwardWithHidden}; embeddings are the last prompt token's).
    */
   hiddenRows?: readonly number[];
+  /**
+   * Return every row's hidden state after the output norm too, [rows, hidden] in the flat batch's
+   * order (`allHidden`): a multi-token-prediction block reads them (forward-mtp.ts).
+   */
+  allHidden?: boolean;
   /** LoRA adapters: the device set and each entry's slot in it (0: the base model). Absent: none. */
   lora?: StepLora;
   /**
@@ -169,7 +179,7 @@ export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step:
  * {@link forward}, and the rows `step.hiddenRows` of the hidden state after the output norm,
  * [hiddenRows.length, hidden] (undefined without them). The caller owns (and frees) both.
  */
-export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: PagedKv, step: ForwardStep): { logits: Tensor; hidden: Tensor | undefined } {
+export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: PagedKv, step: ForwardStep): { logits: Tensor; hidden: Tensor | undefined; allHidden?: Tensor } {
   const c = model.config;
   const w = model.weights;
   const caches = layerCaches(c, kv);
@@ -255,13 +265,22 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       }
       s.release();
     }
-    if (!step.allPositions) {
-      const last = gatherLast(backend, x, tensors.lastRows, flat, step.extraRows);
+    if (step.allHidden && step.allPositions) throw new ForwardInputError("A step returns every row's hidden state or every row's logits, not both");
+    // The norm is row by row: the rows asked for, gathered from every row's, are their own.
+    const allHidden = step.allHidden ? backend.rmsnorm(x, w.outputNorm, c.rmsNormEps) : undefined;
+    let normed: Tensor;
+    if (allHidden) {
       backend.free(x);
-      x = last;
+      normed = gatherLast(backend, allHidden, tensors.lastRows, flat, step.extraRows);
+    } else {
+      if (!step.allPositions) {
+        const last = gatherLast(backend, x, tensors.lastRows, flat, step.extraRows);
+        backend.free(x);
+        x = last;
+      }
+      normed = backend.rmsnorm(x, w.outputNorm, c.rmsNormEps);
+      backend.free(x);
     }
-    const normed = backend.rmsnorm(x, w.outputNorm, c.rmsNormEps);
-    backend.free(x);
     let hidden: Tensor | undefined;
     const rows = step.hiddenRows ?? [];
     if (rows.length > 0) {
@@ -287,7 +306,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       logits = backend.softcap(raw, c.finalSoftcap);
       backend.free(raw);
     }
-    return { logits, hidden };
+    return { logits, hidden, ...(allHidden ? { allHidden } : {}) };
   } finally {
     s.release();
     tensors.free();
@@ -299,7 +318,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
 }
 
 /** One attention layer's K and V caches; `windowed`: a sliding layer's ring (RecurrentState.window). */
-interface LayerCache {
+export interface LayerCache {
   k: Tensor;
   v: Tensor;
   windowed: boolean;
@@ -309,8 +328,8 @@ interface LayerCache {
  * Each attention layer's K and V caches, by layer: the paged ones in order, a windowed sliding layer's
  * from RecurrentState.window (`windowed`); refuses a cache of another model's layers.
  */
-function layerCaches(c: ModelConfig, kv: PagedKv): Map<number, LayerCache> {
-  const layers = attentionLayers(c);
+export function layerCaches(c: ModelConfig, kv: PagedKv): Map<number, LayerCache> {
+  const layers = cachedLayers(c);
   const window = kv.state?.window;
   const windowed = new Set(window ? windowedLayers(c) : []);
   const paged = layers.length - windowed.size;

@@ -185,6 +185,7 @@ export function ggufConfig(header: GgufHeader, path: string): ModelConfig {
     intermediateSize: gemma4?.intermediateSize ?? nemotron?.intermediateSize ?? (meta.entries.has(ffnKey) ? perLayerNumber(meta, ffnKey, path) : perLayerNumber(meta, `${arch}.feed_forward_length`, path)),
     ...(moe ? { moe } : {}),
     ...(mla ? { mla } : {}),
+    ...(nextn > 0 ? { nextnLayers: nextn } : {}),
     ...(scaled ? { attentionScale: scaled.attentionScale, ropeFreqFactors: scaled.freqFactors } : {}),
     rmsNormEps,
     ropeTheta,

@@ -125,6 +125,7 @@ export async function loadGguf(path: string, options: LoadOptions = {}): Promise
       tensors = splittingQwen3NextFused(tensors, config.deltaNet, names, GGUF_QWEN3NEXT_FUSED, (n) => infos.get(n)?.shape[0], path);
     }
     const weights = await assembleWeights(config, tensors, names, path, options);
+    if (weights.mtp) config.mtp = { layer: config.numLayers };
     const template = header.metadata.get("tokenizer.chat_template")?.value;
     return {
       config,

@@ -3,7 +3,7 @@
  * GPT-OSS's pre-feed-forward norm, DeepSeek's q up-projection), experts stacked or split.
  */
 import { isMoeLayer, type ModelConfig } from "./config.ts";
-import type { LayerRole, TensorNames } from "./weights.ts";
+import type { LayerRole, NextnPart, TensorNames } from "./weights.ts";
 import { EXPERT } from "./expert-stack.ts";
 
 /** Each layer role's tensor name under `blk.N.`. */
@@ -109,6 +109,17 @@ export const GGUF_TENSOR_NAMES: TensorNames = {
   output: "output.weight",
   perLayer: { embedding: "per_layer_token_embd.weight", modelProj: "per_layer_model_proj.weight", projNorm: "per_layer_proj_norm.weight" },
   layer: (i, role) => `blk.${i}.${GGUF_LAYER_NAMES[role]}`,
+  nextn: (i, part) => `blk.${i}.nextn.${GGUF_NEXTN_NAMES[part]}`,
+};
+
+/** llama.cpp's names of a multi-token-prediction block's own tensors (`blk.N.nextn.*`). */
+const GGUF_NEXTN_NAMES: Record<NextnPart, string> = {
+  ehProj: "eh_proj.weight",
+  enorm: "enorm.weight",
+  hnorm: "hnorm.weight",
+  headNorm: "shared_head_norm.weight",
+  head: "shared_head_head.weight",
+  embedding: "embed_tokens.weight",
 };
 
 /**

@@ -41,6 +41,11 @@ export interface LoadOptions {
    * block format, norms and biases, and matrices whose rows are not whole blocks stay as stored.
    */
   quantize?: QuantizeDType;
+  /**
+   * Loads the model's first multi-token-prediction block too (ModelConfig.mtp), for speculative
+   * decoding's "mtp" method; a model without one is refused.
+   */
+  mtp?: boolean;
 }
 
 /**
@@ -92,7 +97,15 @@ export interface TensorNames {
   /** Gemma 4 E2B/E4B's per-layer input tensors (ModelWeights.perLayer*), where the format names them. */
   perLayer?: { embedding: string; modelProj: string; projNorm: string };
   layer(index: number, role: LayerRole): string;
+  /** A multi-token-prediction block's own tensors (MtpWeights), where the format names them (GGUF's `blk.N.nextn.*`). */
+  nextn?(index: number, part: NextnPart): string;
 }
+
+/** A multi-token-prediction block's own tensors, besides its layer's. */
+export type NextnPart = "ehProj" | "enorm" | "hnorm" | "headNorm" | "head" | "embedding";
+
+/** Architectures whose multi-token-prediction block the engine runs (LoadOptions.mtp). */
+export const MTP_ARCHITECTURES: readonly string[] = ["glm4moe", "deepseek2"];
 
 const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>([
   "ssmConv", "ssmDtBias", "ssmDecay", "ssmNorm", "ssmConvBias", "ssmD", "attnNorm", "ffnNorm", "attnPostNorm", "ffnPostNorm", "qNorm", "kNorm", "qANorm", "kvANorm", "bq", "bk", "bv", "routerBias",
@@ -364,6 +377,12 @@ export async function assembleWeights(
   if (ple && !names.perLayer) throw new ModelLoadError(`Model "${sourcePath}" has per-layer inputs, which its format's names do not cover`);
   if (ple) for (const n of [names.perLayer!.embedding, names.perLayer!.modelProj, names.perLayer!.projNorm]) want(n);
   for (let i = 0; i < config.numLayers; i++) for (const r of layerRoles(config, i)) want(names.layer(i, r));
+  const mtp = options.mtp ? mtpNames(config, names, sourcePath) : undefined;
+  if (mtp) {
+    for (const r of layerRoles(config, config.numLayers)) want(names.layer(config.numLayers, r));
+    for (const part of ["ehProj", "enorm", "hnorm"] as const) want(mtp(part));
+    for (const part of ["headNorm", "head", "embedding"] as const) if (source.has(mtp(part))) wanted.push(mtp(part));
+  }
   const totalBytes = wanted.reduce((a, n) => a + source.byteLength(n), 0);
   let bytesRead = 0;
   // Norms and biases become f32; routers and the shared-expert gate stay as stored.
@@ -394,7 +413,34 @@ export async function assembleWeights(
     weights.perLayerProjNorm = await read(names.perLayer!.projNorm, [ple.width], true);
   }
   if (!config.tiedEmbeddings) weights.output = await read(names.output, [config.vocabSize, config.hiddenSize], false);
+  if (mtp) {
+    const at = config.numLayers, h = config.hiddenSize;
+    const layer: Partial<LayerWeights<HostTensor>> = {};
+    for (const r of layerRoles(config, at)) layer[r] = await read(names.layer(at, r), expectedLayerShape(config, r, at), NORM_OR_BIAS.has(r), KEEP_AS_STORED.has(r));
+    const optional = async (part: NextnPart, shape: number[], f32: boolean) => (source.has(mtp(part)) ? await read(mtp(part), shape, f32) : undefined);
+    const headNorm = await optional("headNorm", [h], true), head = await optional("head", [config.vocabSize, h], false), embedding = await optional("embedding", [config.vocabSize, h], false);
+    weights.mtp = {
+      layer: layer as LayerWeights<HostTensor>,
+      ehProj: await read(mtp("ehProj"), [h, 2 * h], false),
+      enorm: await read(mtp("enorm"), [h], true),
+      hnorm: await read(mtp("hnorm"), [h], true),
+      ...(headNorm ? { headNorm } : {}),
+      ...(head ? { head } : {}),
+      ...(embedding ? { embedding } : {}),
+    };
+  }
   return weights;
+}
+
+/** The names of the first multi-token-prediction block's own tensors, once the model is seen to have one the engine runs. */
+function mtpNames(config: ModelConfig, names: TensorNames, path: string): (part: NextnPart) => string {
+  const nextn = names.nextn;
+  if (!nextn) throw new ModelLoadError(`Model "${path}": multi-token-prediction blocks are read from GGUF files only (convert it with llama.cpp's convert_hf_to_gguf.py)`);
+  if (!config.nextnLayers) throw new ModelLoadError(`Model "${path}" has no multi-token-prediction layers (GGUF nextn_predict_layers), which speculative method "mtp" needs`);
+  if (!MTP_ARCHITECTURES.includes(config.architecture)) {
+    throw new ModelLoadError(`Model "${path}" has multi-token-prediction layers, but those of the "${config.architecture}" architecture are not run; ${MTP_ARCHITECTURES.join(" and ")} ones are`);
+  }
+  return (part) => nextn(config.numLayers, part);
 }
 
 /**

@@ -42,6 +42,8 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const onLoadNote = o.onLoadNote;
   const model = o.model ?? (await loadModel(o.modelPath, {
     ...(o.quantize ? { quantize: o.quantize } : {}),
+    // Speculative method "mtp" drafts with the model's own multi-token-prediction block.
+    ...(o.speculative?.method === "mtp" ? { mtp: true } : {}),
     ...(onLoadNote ? { onProgress: (p: LoadProgress) => p.note !== undefined && onLoadNote(p.note) } : {}),
   }));
   // As vLLM: a limit past the model's context is refused, not quietly lowered to it.

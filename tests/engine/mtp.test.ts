@@ -1,0 +1,173 @@
+/**
+ * Speculative decoding with the model's own multi-token-prediction block (GLM-4.5's NextN, a random
+ * GGUF): the block loads only when asked, its forward is the composition it claims to be (checked
+ * against a one-layer model built from its weights and inputs computed on the host), and an engine
+ * drafting with it gives the outputs it gives without drafts; a block that predicts exactly (built so)
+ * has every draft token taken, chained ones included.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import { test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createEngine, type CreateEngineOptions } from "../../src/engine/engine-factory.ts";
+import { allocatePagedKv } from "../../src/engine/kv-cache.ts";
+import { parseSpeculativeConfig } from "../../src/engine/ngram-draft.ts";
+import { type HostTensor, type LoadedModel, ModelLoadError } from "../../src/model/config.ts";
+import { uploadModel } from "../../src/model/device-weights.ts";
+import { forward, forwardWithHidden } from "../../src/model/forward.ts";
+import { mtpForward } from "../../src/model/forward-mtp.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { toF32 } from "../../src/model/weights.ts";
+import { type ModelFileSpec, writeTestGguf, writeTestHfDirectory } from "../model/model-files.ts";
+
+const SPEC: ModelFileSpec = {
+  architecture: "glm4moe", hidden: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 16, rotaryDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 601,
+  nextn: 1, experts: { count: 4, used: 2, sharedFfn: 64, denseLayers: 1, scale: 2.5 },
+};
+const dir = mkdtempSync(`${tmpdir()}/mtp-`);
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+const path = await writeTestGguf(dir, "glm", SPEC);
+const model = await loadModel(path, { mtp: true });
+const backend = createReferenceBackend();
+
+const values = (t: HostTensor) => new Float32Array(toF32(t).data.buffer.slice(0));
+const tensor = (name: string, shape: number[], v: Float32Array): HostTensor => ({ name, shape, dtype: "f32", data: new Uint8Array(v.buffer.slice(0)) });
+
+/** x / rms(x) · weight, as the backends' rmsnorm. */
+function rmsnorm(x: Float32Array, weight: Float32Array, eps: number): Float32Array {
+  const ms = x.reduce((a, v) => a + v * v, 0) / x.length;
+  const r = 1 / Math.sqrt(ms + eps);
+  return x.map((v, i) => v * r * weight[i]);
+}
+
+test("loadModel() loads the multi-token-prediction block only when asked, and refuses files without one", async () => {
+  assert.deepEqual(model.config.mtp, { layer: 2 });
+  assert.equal(model.config.nextnLayers, 1);
+  const m = model.weights.mtp!;
+  assert.deepEqual(m.ehProj.shape, [32, 64]);
+  assert.ok(m.layer.router && m.layer.wGate, "its layer is a whole MoE layer");
+  assert.ok(m.headNorm && !m.head && !m.embedding, "the file's shared head norm; the model's head and embedding");
+  const plain = await loadModel(path);
+  assert.equal(plain.config.mtp, undefined);
+  assert.equal(plain.weights.mtp, undefined);
+  const none = await writeTestGguf(dir, "plain", { ...SPEC, nextn: 0, seed: 602 });
+  await assert.rejects(loadModel(none, { mtp: true }), (e: unknown) => e instanceof ModelLoadError && /has no multi-token-prediction layers/.test(e.message));
+  const hf = await writeTestHfDirectory(dir, "glm-hf", SPEC);
+  await assert.rejects(loadModel(hf, { mtp: true }), (e: unknown) => e instanceof ModelLoadError && /read from GGUF files only/.test(e.message));
+});
+
+test("mtpForward() is eh_proj([enorm(embedding); hnorm(hidden)]), then its layer and head, over a paged cache", async () => {
+  const c = model.config;
+  const device = uploadModel(backend, model);
+  const kv = allocatePagedKv(backend, c, 8, 4);
+  const prompt = [5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61];
+  const n = prompt.length;
+  const entries = [{ tokens: prompt, startPos: 0, blockTable: [0, 1, 2] }];
+  const target = forwardWithHidden(backend, device, kv, { entries, allHidden: true });
+  backend.free(target.logits);
+  const hidden = (await backend.download(target.allHidden!)) as Float32Array;
+  // Row j takes the token after position j; the last row a token of our choosing.
+  const next = [...prompt.slice(1), 77];
+  // The block's rows in two steps, so the second reads K/V the first wrote.
+  const split = 6;
+  const rowsOf = (from: number, to: number) => ({ tokens: next.slice(from, to), startPos: from, blockTable: [0, 1, 2] });
+  const h1 = backend.upload(hidden.slice(0, split * 32), [split, 32]);
+  const h2 = backend.upload(hidden.slice(split * 32), [n - split, 32]);
+  const a = mtpForward(backend, device, kv, { entries: [rowsOf(0, split)], hidden: h1, rows: Array.from({ length: split }, (_, i) => i) })!;
+  const b = mtpForward(backend, device, kv, { entries: [rowsOf(split, n)], hidden: h2, rows: Array.from({ length: n - split }, (_, i) => i) })!;
+  const got = [...(await backend.download(a.logits)), ...(await backend.download(b.logits))];
+  // The same computation as a one-layer model: its "token" j embeds as the block's input at row j.
+  const m = model.weights.mtp!;
+  const emb = values(model.weights.tokenEmbedding), eh = values(m.ehProj), en = values(m.enorm), hn = values(m.hnorm);
+  const table = new Float32Array(c.vocabSize * 32);
+  for (let j = 0; j < n; j++) {
+    const joined = [...rmsnorm(emb.subarray(next[j] * 32, next[j] * 32 + 32), en, c.rmsNormEps), ...rmsnorm(hidden.subarray(j * 32, j * 32 + 32), hn, c.rmsNormEps)];
+    for (let o = 0; o < 32; o++) table[j * 32 + o] = joined.reduce((acc, v, i) => acc + v * eh[o * 64 + i], 0);
+  }
+  const one: LoadedModel = {
+    ...model,
+    config: { ...c, numLayers: 1, moe: { ...c.moe!, denseLayers: 0 }, mtp: undefined, nextnLayers: undefined },
+    weights: { tokenEmbedding: tensor("table", [c.vocabSize, 32], table), layers: [m.layer], outputNorm: m.headNorm!, output: model.weights.output },
+  };
+  const oneKv = allocatePagedKv(backend, one.config, 8, 4);
+  const want = await backend.download(forward(backend, uploadModel(backend, one), oneKv, { entries: [{ tokens: next.map((_, j) => j), startPos: 0, blockTable: [0, 1, 2] }], allPositions: true }));
+  assert.equal(got.length, want.length);
+  let worst = 0;
+  for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i] - want[i]));
+  assert.ok(worst < 1e-4, `largest difference ${worst}`);
+  // The hidden rows it returns are the head's input: the head over them gives the logits.
+  const rows = (await backend.download(a.hidden)) as Float32Array;
+  const head = values(model.weights.output!);
+  const logit = (r: number, t: number) => rows.subarray(r * 32, r * 32 + 32).reduce((acc, v, i) => acc + v * head[t * 32 + i], 0);
+  assert.ok(Math.abs(logit(2, 11) - got[2 * c.vocabSize + 11]) < 1e-4);
+});
+
+const PROMPTS = [[5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61, 2, 17, 33], [7, 7, 1, 254], [13, 42, 2, 5, 77, 160, 31, 9, 12, 290, 6, 48, 3, 8, 8, 100, 21, 4]];
+
+async function outputs(m: LoadedModel, o: CreateEngineOptions, maxTokens = 20): Promise<{ tokens: number[][]; drafted: number; accepted: number }> {
+  const e = createEngine(backend, m, o);
+  try {
+    const rs = await Promise.all(PROMPTS.map((prompt) => e.submit({ prompt, maxTokens, temperature: 0, ignoreEos: true }).result));
+    for (const r of rs) assert.equal(r.finishReason, "length", r.error);
+    const s = e.stats();
+    return { tokens: rs.map((r) => r.tokenIds), drafted: s.specDraftTokens, accepted: s.specAcceptedTokens };
+  } finally {
+    await e.stop();
+  }
+}
+
+test("Engine with speculative method mtp gives the tokens it gives without drafts", async () => {
+  const base = { numBlocks: 40, blockSize: 4, scheduler: { maxRunning: 3, maxBatchTokens: 9 } };
+  const plain = await outputs(model, base);
+  for (const numTokens of [1, 3]) {
+    const spec = await outputs(model, { ...base, speculative: { method: "mtp", numTokens } });
+    assert.deepEqual(spec.tokens, plain.tokens, `${numTokens} draft tokens`);
+    assert.ok(spec.drafted > 0, "drafts were verified");
+    assert.ok(spec.accepted <= spec.drafted);
+  }
+  // A model loaded without its block is refused by name.
+  const without = await loadModel(path);
+  assert.throws(() => createEngine(backend, without, { ...base, speculative: { method: "mtp", numTokens: 1 } }), /block was not loaded/);
+});
+
+test("Engine with speculative method mtp takes every draft token of a block that predicts exactly", async () => {
+  // A one-layer target whose attention adds nothing predicts from the last token alone; a block
+  // that is that layer, fed the next token's embedding (rows of RMS 1, so enorm keeps them), predicts
+  // the target's token after it, chained drafts too.
+  const c = model.config;
+  const emb = values(model.weights.tokenEmbedding);
+  for (let t = 0; t < c.vocabSize; t++) {
+    const row = emb.subarray(t * 32, t * 32 + 32);
+    const r = Math.sqrt(row.reduce((a, v) => a + v * v, 0) / 32);
+    for (let i = 0; i < 32; i++) row[i] /= r;
+  }
+  const layer = { ...model.weights.mtp!.layer, wo: tensor("wo", model.weights.mtp!.layer.wo!.shape, new Float32Array(32 * 64)) };
+  const eh = new Float32Array(32 * 64);
+  for (let i = 0; i < 32; i++) eh[i * 64 + i] = 1;
+  const exact: LoadedModel = {
+    ...model,
+    config: { ...c, numLayers: 1, moe: { ...c.moe!, denseLayers: 0 }, mtp: { layer: 1 } },
+    weights: {
+      ...model.weights,
+      tokenEmbedding: tensor("embd", [c.vocabSize, 32], emb),
+      layers: [layer],
+      mtp: { ...model.weights.mtp!, layer, ehProj: tensor("eh", [32, 64], eh), enorm: tensor("en", [32], new Float32Array(32).fill(1)), headNorm: model.weights.outputNorm },
+    },
+  };
+  const base = { numBlocks: 40, blockSize: 4, scheduler: { maxRunning: 3 } };
+  const plain = await outputs(exact, base, 16);
+  const spec = await outputs(exact, { ...base, speculative: { method: "mtp", numTokens: 3 } }, 16);
+  assert.deepEqual(spec.tokens, plain.tokens);
+  assert.ok(spec.drafted >= 20, `${spec.drafted} draft tokens`);
+  assert.equal(spec.accepted, spec.drafted);
+});
+
+test("parseSpeculativeConfig() reads the mtp method and vLLM's older names of it", () => {
+  assert.deepEqual(parseSpeculativeConfig('{"method": "mtp"}'), { method: "mtp", numTokens: 1 });
+  assert.deepEqual(parseSpeculativeConfig('{"method": "deepseek_mtp", "num_speculative_tokens": 3, "disable_by_batch_size": 8}'), { method: "mtp", numTokens: 3, disableByBatchSize: 8 });
+  assert.deepEqual(parseSpeculativeConfig('{"method": "glm4_moe_mtp", "num_speculative_tokens": 2}'), { method: "mtp", numTokens: 2 });
+  assert.throws(() => parseSpeculativeConfig('{"method": "mtp", "model": "x.gguf"}'), /Unknown speculative config key "model" for method "mtp"/);
+  assert.throws(() => parseSpeculativeConfig('{"method": "mtp", "num_speculative_tokens": 0}'), /num_speculative_tokens must be an integer from 1 to 32, got 0/);
+});
