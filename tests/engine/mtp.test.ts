@@ -14,33 +14,19 @@ import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine, type CreateEngineOptions } from "../../src/engine/engine-factory.ts";
 import { allocatePagedKv } from "../../src/engine/kv-cache.ts";
 import { parseSpeculativeConfig } from "../../src/engine/ngram-draft.ts";
-import { type HostTensor, type LoadedModel, ModelLoadError } from "../../src/model/config.ts";
+import { type LoadedModel, ModelLoadError } from "../../src/model/config.ts";
 import { uploadModel } from "../../src/model/device-weights.ts";
 import { forward, forwardWithHidden } from "../../src/model/forward.ts";
 import { mtpForward } from "../../src/model/forward-mtp.ts";
 import { loadModel } from "../../src/model/load.ts";
-import { toF32 } from "../../src/model/weights.ts";
-import { type ModelFileSpec, writeTestGguf, writeTestHfDirectory } from "../model/model-files.ts";
+import { writeTestGguf, writeTestHfDirectory } from "../model/model-files.ts";
+import { exactMtpModel, MTP_SPEC, rmsnorm, tensor, values } from "./mtp-fixtures.ts";
 
-const SPEC: ModelFileSpec = {
-  architecture: "glm4moe", hidden: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 16, rotaryDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 601,
-  nextn: 1, experts: { count: 4, used: 2, sharedFfn: 64, denseLayers: 1, scale: 2.5 },
-};
 const dir = mkdtempSync(`${tmpdir()}/mtp-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
-const path = await writeTestGguf(dir, "glm", SPEC);
+const path = await writeTestGguf(dir, "glm", MTP_SPEC);
 const model = await loadModel(path, { mtp: true });
 const backend = createReferenceBackend();
-
-const values = (t: HostTensor) => new Float32Array(toF32(t).data.buffer.slice(0));
-const tensor = (name: string, shape: number[], v: Float32Array): HostTensor => ({ name, shape, dtype: "f32", data: new Uint8Array(v.buffer.slice(0)) });
-
-/** x / rms(x) · weight, as the backends' rmsnorm. */
-function rmsnorm(x: Float32Array, weight: Float32Array, eps: number): Float32Array {
-  const ms = x.reduce((a, v) => a + v * v, 0) / x.length;
-  const r = 1 / Math.sqrt(ms + eps);
-  return x.map((v, i) => v * r * weight[i]);
-}
 
 test("loadModel() loads the multi-token-prediction block only when asked, and refuses files without one", async () => {
   assert.deepEqual(model.config.mtp, { layer: 2 });
@@ -52,9 +38,9 @@ test("loadModel() loads the multi-token-prediction block only when asked, and re
   const plain = await loadModel(path);
   assert.equal(plain.config.mtp, undefined);
   assert.equal(plain.weights.mtp, undefined);
-  const none = await writeTestGguf(dir, "plain", { ...SPEC, nextn: 0, seed: 602 });
+  const none = await writeTestGguf(dir, "plain", { ...MTP_SPEC, nextn: 0, seed: 602 });
   await assert.rejects(loadModel(none, { mtp: true }), (e: unknown) => e instanceof ModelLoadError && /has no multi-token-prediction layers/.test(e.message));
-  const hf = await writeTestHfDirectory(dir, "glm-hf", SPEC);
+  const hf = await writeTestHfDirectory(dir, "glm-hf", MTP_SPEC);
   await assert.rejects(loadModel(hf, { mtp: true }), (e: unknown) => e instanceof ModelLoadError && /read from GGUF files only/.test(e.message));
 });
 
@@ -133,29 +119,7 @@ test("Engine with speculative method mtp gives the tokens it gives without draft
 });
 
 test("Engine with speculative method mtp takes every draft token of a block that predicts exactly", async () => {
-  // A one-layer target whose attention adds nothing predicts from the last token alone; a block
-  // that is that layer, fed the next token's embedding (rows of RMS 1, so enorm keeps them), predicts
-  // the target's token after it, chained drafts too.
-  const c = model.config;
-  const emb = values(model.weights.tokenEmbedding);
-  for (let t = 0; t < c.vocabSize; t++) {
-    const row = emb.subarray(t * 32, t * 32 + 32);
-    const r = Math.sqrt(row.reduce((a, v) => a + v * v, 0) / 32);
-    for (let i = 0; i < 32; i++) row[i] /= r;
-  }
-  const layer = { ...model.weights.mtp!.layer, wo: tensor("wo", model.weights.mtp!.layer.wo!.shape, new Float32Array(32 * 64)) };
-  const eh = new Float32Array(32 * 64);
-  for (let i = 0; i < 32; i++) eh[i * 64 + i] = 1;
-  const exact: LoadedModel = {
-    ...model,
-    config: { ...c, numLayers: 1, moe: { ...c.moe!, denseLayers: 0 }, mtp: { layer: 1 } },
-    weights: {
-      ...model.weights,
-      tokenEmbedding: tensor("embd", [c.vocabSize, 32], emb),
-      layers: [layer],
-      mtp: { ...model.weights.mtp!, layer, ehProj: tensor("eh", [32, 64], eh), enorm: tensor("en", [32], new Float32Array(32).fill(1)), headNorm: model.weights.outputNorm },
-    },
-  };
+  const exact = exactMtpModel(model);
   const base = { numBlocks: 40, blockSize: 4, scheduler: { maxRunning: 3 } };
   const plain = await outputs(exact, base, 16);
   const spec = await outputs(exact, { ...base, speculative: { method: "mtp", numTokens: 3 } }, 16);

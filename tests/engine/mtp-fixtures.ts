@@ -1,0 +1,53 @@
+/**
+ * A random GLM-4.5 GGUF with a multi-token-prediction block (NextN) for the mtp tests, and models
+ * built from its weights.
+ */
+import type { HostTensor, LoadedModel } from "../../src/model/config.ts";
+import { toF32 } from "../../src/model/weights.ts";
+import type { ModelFileSpec } from "../model/model-files.ts";
+
+export const MTP_SPEC: ModelFileSpec = {
+  architecture: "glm4moe", hidden: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 16, rotaryDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 601,
+  nextn: 1, experts: { count: 4, used: 2, sharedFfn: 64, denseLayers: 1, scale: 2.5 },
+};
+
+/** A host tensor's values as f32. */
+export const values = (t: HostTensor) => new Float32Array(toF32(t).data.buffer.slice(0));
+/** An f32 host tensor of `v`. */
+export const tensor = (name: string, shape: number[], v: Float32Array): HostTensor => ({ name, shape, dtype: "f32", data: new Uint8Array(v.buffer.slice(0)) });
+
+/** x / rms(x) · weight, as the backends' rmsnorm. */
+export function rmsnorm(x: Float32Array, weight: Float32Array, eps: number): Float32Array {
+  const ms = x.reduce((a, v) => a + v * v, 0) / x.length;
+  const r = 1 / Math.sqrt(ms + eps);
+  return x.map((v, i) => v * r * weight[i]);
+}
+
+/**
+ * A one-layer target whose attention adds nothing (its output projection is zeros), so it predicts
+ * from the last token alone, and a block that is that layer fed the next token's embedding (rows of
+ * RMS 1, so enorm keeps them): the block predicts the target's token after the next, exactly, and
+ * chained drafts too.
+ */
+export function exactMtpModel(model: LoadedModel): LoadedModel {
+  const c = model.config;
+  const emb = values(model.weights.tokenEmbedding);
+  for (let t = 0; t < c.vocabSize; t++) {
+    const row = emb.subarray(t * 32, t * 32 + 32);
+    const r = Math.sqrt(row.reduce((a, v) => a + v * v, 0) / 32);
+    for (let i = 0; i < 32; i++) row[i] /= r;
+  }
+  const layer = { ...model.weights.mtp!.layer, wo: tensor("wo", model.weights.mtp!.layer.wo!.shape, new Float32Array(32 * 64)) };
+  const eh = new Float32Array(32 * 64);
+  for (let i = 0; i < 32; i++) eh[i * 64 + i] = 1;
+  return {
+    ...model,
+    config: { ...c, numLayers: 1, moe: { ...c.moe!, denseLayers: 0 }, mtp: { layer: 1 } },
+    weights: {
+      ...model.weights,
+      tokenEmbedding: tensor("embd", [c.vocabSize, 32], emb),
+      layers: [layer],
+      mtp: { ...model.weights.mtp!, layer, ehProj: tensor("eh", [32, 64], eh), enorm: tensor("en", [32], new Float32Array(32).fill(1)), headNorm: model.weights.outputNorm },
+    },
+  };
+}
