@@ -1,0 +1,63 @@
+/**
+ * `serve --speculative-config '{"method": "mtp"}'` through the real openai client, on a random GLM-4.5
+ * GGUF with a NextN block: the server loads the block (worker threads load their own), answers as
+ * without drafts (greedy), and counts the block's drafts in /metrics; on WebGPU too.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import OpenAI from "openai";
+import { test } from "../harness.ts";
+import type { Speculation } from "../../src/engine/ngram-draft.ts";
+import { startServer } from "../../src/serve/server.ts";
+import { writeTestGguf } from "../model/model-files.ts";
+import { MTP_SPEC } from "../engine/mtp-fixtures.ts";
+import { poisonedWebGpu } from "../webgpu-fixture.ts";
+
+const dir = mkdtempSync(`${tmpdir()}/mtp-serve-`);
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+const modelPath = await writeTestGguf(dir, "glm", MTP_SPEC);
+const probe = await poisonedWebGpu("the multi-token-prediction serving test");
+probe.gpu?.destroy();
+const PROMPT = "the agent reads the file, then it calls a tool and waits";
+const MTP: Speculation = { method: "mtp", numTokens: 2 };
+
+type Options = Partial<Parameters<typeof startServer>[0]>;
+
+async function answers(o: Options) {
+  const s = await startServer({ modelPath, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, maxNumSeqs: 4, ...o });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    const texts = await Promise.all([PROMPT, `${PROMPT} for the result`].map(async (prompt) => (await client.completions.create({ model: "glm", prompt, max_tokens: 24, temperature: 0 })).choices[0].text));
+    let streamed = "";
+    for await (const c of await client.completions.create({ model: "glm", prompt: PROMPT, max_tokens: 24, temperature: 0, stream: true })) streamed += c.choices[0]?.text ?? "";
+    const metrics = await (await fetch(`${s.url}/metrics`)).text();
+    const count = (name: string) => Number(new RegExp(`vllm:spec_decode_${name}_total\\{[^}]*\\} (\\d+)`).exec(metrics)?.[1]);
+    return { texts, streamed, drafted: count("num_draft_tokens"), accepted: count("num_accepted_tokens") };
+  } finally {
+    await s.shutdown();
+  }
+}
+
+const cases: { name: string; o: Options; ignore?: boolean }[] = [
+  { name: "one engine", o: {} },
+  { name: "--workers 2 as worker threads", o: { workers: 2, planner: "none", transport: "threads" } },
+  { name: "one engine on WebGPU", o: { backend: "webgpu" }, ignore: probe.skip },
+];
+
+for (const c of cases) {
+  test(`startServer({ speculative: mtp }) with ${c.name} answers as without drafts and counts them`, async () => {
+    const off = await answers(c.o);
+    const on = await answers({ ...c.o, speculative: MTP });
+    assert.deepEqual(on.texts, off.texts);
+    assert.equal(on.streamed, off.texts[0]);
+    assert.equal(off.drafted, 0);
+    assert.ok(on.drafted > 0 && on.accepted <= on.drafted, `draft tokens ${on.drafted}, accepted ${on.accepted}`);
+  }, { ignore: c.ignore === true });
+}
+
+test("startServer({ speculative: mtp }) refuses a model without a multi-token-prediction block by name", async () => {
+  const plain = await writeTestGguf(dir, "plain", { ...MTP_SPEC, nextn: 0, seed: 603 });
+  await assert.rejects(startServer({ modelPath: plain, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, speculative: MTP }), /has no multi-token-prediction layers/);
+});
