@@ -30,7 +30,7 @@ test("serve CLI rejects a bad --prefill-order, --role, --preemption, --kv-retent
     [["--json-whitespace", "none"], /Unknown JSON whitespace "none"; choose any or compact/],
     [["--jump-forward", "yes"], /Unknown jump-forward setting "yes"; choose on or off/],
     [["--kv-cache-dtype", "fp8_e5m2"], /Unknown KV cache dtype "fp8_e5m2"; choose auto, f16, f32 or fp8 \(f8_e4m3\)/],
-    [["--speculative-config", '{"method": "eagle", "num_speculative_tokens": 3}'], /--speculative-config: Speculative method "eagle" is not supported; "ngram" \(prompt lookup\), "suffix" \(suffix decoding\) and "draft_model" are/],
+    [["--speculative-config", '{"method": "eagle", "num_speculative_tokens": 3}'], /--speculative-config: Speculative method "eagle" is not supported; "ngram" \(prompt lookup\), "suffix" \(suffix decoding\), "draft_model" and "mtp" \(the model.s own multi-token-prediction block\) are/],
     [["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 64}'], /--speculative-config: The speculative num_speculative_tokens must be an integer from 1 to 32, got 64/],
     [["--max-stored-responses", "-1"], /Flag --max-stored-responses must be at least 0, got "-1"/],
     [["--max-conversations", "1.5"], /Flag --max-conversations/],

@@ -11,6 +11,13 @@ export const MTP_SPEC: ModelFileSpec = {
   nextn: 1, experts: { count: 4, used: 2, sharedFfn: 64, denseLayers: 1, scale: 2.5 },
 };
 
+/** DeepSeek V3's layout (latent attention, grouped routing) with one MTP block. */
+export const DEEPSEEK_MTP_SPEC: ModelFileSpec = {
+  architecture: "deepseek2", hidden: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 610, ropeTheta: 10000,
+  tokenizer: "deepseek-v3", mla: { qLora: 24, kvLora: 32, nope: 16, rope: 8, v: 16 }, nextn: 1,
+  experts: { count: 16, used: 4, sharedFfn: 64, denseLayers: 1, scale: 2.5, groups: { count: 4, used: 2 } },
+};
+
 /** A host tensor's values as f32. */
 export const values = (t: HostTensor) => new Float32Array(toF32(t).data.buffer.slice(0));
 /** An f32 host tensor of `v`. */

@@ -20,12 +20,14 @@ import { forward, forwardWithHidden } from "../../src/model/forward.ts";
 import { mtpForward } from "../../src/model/forward-mtp.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { writeTestGguf, writeTestHfDirectory } from "../model/model-files.ts";
-import { exactMtpModel, MTP_SPEC, rmsnorm, tensor, values } from "./mtp-fixtures.ts";
+import { DEEPSEEK_MTP_SPEC, exactMtpModel, MTP_SPEC, rmsnorm, tensor, values } from "./mtp-fixtures.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/mtp-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 const path = await writeTestGguf(dir, "glm", MTP_SPEC);
 const model = await loadModel(path, { mtp: true });
+// DeepSeek V3's block: latent attention.
+const deepseek = await loadModel(await writeTestGguf(dir, "deepseek", DEEPSEEK_MTP_SPEC), { mtp: true });
 const backend = createReferenceBackend();
 
 test("loadModel() loads the multi-token-prediction block only when asked, and refuses files without one", async () => {
@@ -44,51 +46,54 @@ test("loadModel() loads the multi-token-prediction block only when asked, and re
   await assert.rejects(loadModel(hf, { mtp: true }), (e: unknown) => e instanceof ModelLoadError && /read from GGUF files only/.test(e.message));
 });
 
-test("mtpForward() is eh_proj([enorm(embedding); hnorm(hidden)]), then its layer and head, over a paged cache", async () => {
-  const c = model.config;
-  const device = uploadModel(backend, model);
-  const kv = allocatePagedKv(backend, c, 8, 4);
-  const prompt = [5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61];
-  const n = prompt.length;
-  const entries = [{ tokens: prompt, startPos: 0, blockTable: [0, 1, 2] }];
-  const target = forwardWithHidden(backend, device, kv, { entries, allHidden: true });
-  backend.free(target.logits);
-  const hidden = (await backend.download(target.allHidden!)) as Float32Array;
-  // Row j takes the token after position j; the last row a token of our choosing.
-  const next = [...prompt.slice(1), 77];
-  // The block's rows in two steps, so the second reads K/V the first wrote.
-  const split = 6;
-  const rowsOf = (from: number, to: number) => ({ tokens: next.slice(from, to), startPos: from, blockTable: [0, 1, 2] });
-  const h1 = backend.upload(hidden.slice(0, split * 32), [split, 32]);
-  const h2 = backend.upload(hidden.slice(split * 32), [n - split, 32]);
-  const a = mtpForward(backend, device, kv, { entries: [rowsOf(0, split)], hidden: h1, rows: Array.from({ length: split }, (_, i) => i) })!;
-  const b = mtpForward(backend, device, kv, { entries: [rowsOf(split, n)], hidden: h2, rows: Array.from({ length: n - split }, (_, i) => i) })!;
-  const got = [...(await backend.download(a.logits)), ...(await backend.download(b.logits))];
-  // The same computation as a one-layer model: its "token" j embeds as the block's input at row j.
-  const m = model.weights.mtp!;
-  const emb = values(model.weights.tokenEmbedding), eh = values(m.ehProj), en = values(m.enorm), hn = values(m.hnorm);
-  const table = new Float32Array(c.vocabSize * 32);
-  for (let j = 0; j < n; j++) {
-    const joined = [...rmsnorm(emb.subarray(next[j] * 32, next[j] * 32 + 32), en, c.rmsNormEps), ...rmsnorm(hidden.subarray(j * 32, j * 32 + 32), hn, c.rmsNormEps)];
-    for (let o = 0; o < 32; o++) table[j * 32 + o] = joined.reduce((acc, v, i) => acc + v * eh[o * 64 + i], 0);
-  }
-  const one: LoadedModel = {
-    ...model,
-    config: { ...c, numLayers: 1, moe: { ...c.moe!, denseLayers: 0 }, mtp: undefined, nextnLayers: undefined },
-    weights: { tokenEmbedding: tensor("table", [c.vocabSize, 32], table), layers: [m.layer], outputNorm: m.headNorm!, output: model.weights.output },
-  };
-  const oneKv = allocatePagedKv(backend, one.config, 8, 4);
-  const want = await backend.download(forward(backend, uploadModel(backend, one), oneKv, { entries: [{ tokens: next.map((_, j) => j), startPos: 0, blockTable: [0, 1, 2] }], allPositions: true }));
-  assert.equal(got.length, want.length);
-  let worst = 0;
-  for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i] - want[i]));
-  assert.ok(worst < 1e-4, `largest difference ${worst}`);
-  // The hidden rows it returns are the head's input: the head over them gives the logits.
-  const rows = (await backend.download(a.hidden)) as Float32Array;
-  const head = values(model.weights.output!);
-  const logit = (r: number, t: number) => rows.subarray(r * 32, r * 32 + 32).reduce((acc, v, i) => acc + v * head[t * 32 + i], 0);
-  assert.ok(Math.abs(logit(2, 11) - got[2 * c.vocabSize + 11]) < 1e-4);
-});
+for (const [name, loaded] of [["GLM-4.5", model], ["DeepSeek V3", deepseek]] as const) {
+  test(`mtpForward() on a ${name} is eh_proj([enorm(embedding); hnorm(hidden)]), then its layer and head, over a paged cache`, async () => {
+    const model = loaded;
+    const c = model.config;
+    const device = uploadModel(backend, model);
+    const kv = allocatePagedKv(backend, c, 8, 4);
+    const prompt = [5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61];
+    const n = prompt.length;
+    const entries = [{ tokens: prompt, startPos: 0, blockTable: [0, 1, 2] }];
+    const target = forwardWithHidden(backend, device, kv, { entries, allHidden: true });
+    backend.free(target.logits);
+    const hidden = (await backend.download(target.allHidden!)) as Float32Array;
+    // Row j takes the token after position j; the last row a token of our choosing.
+    const next = [...prompt.slice(1), 77];
+    // The block's rows in two steps, so the second reads K/V the first wrote.
+    const split = 6;
+    const rowsOf = (from: number, to: number) => ({ tokens: next.slice(from, to), startPos: from, blockTable: [0, 1, 2] });
+    const h1 = backend.upload(hidden.slice(0, split * 32), [split, 32]);
+    const h2 = backend.upload(hidden.slice(split * 32), [n - split, 32]);
+    const a = mtpForward(backend, device, kv, { entries: [rowsOf(0, split)], hidden: h1, rows: Array.from({ length: split }, (_, i) => i) })!;
+    const b = mtpForward(backend, device, kv, { entries: [rowsOf(split, n)], hidden: h2, rows: Array.from({ length: n - split }, (_, i) => i) })!;
+    const got = [...(await backend.download(a.logits)), ...(await backend.download(b.logits))];
+    // The same computation as a one-layer model: its "token" j embeds as the block's input at row j.
+    const m = model.weights.mtp!;
+    const emb = values(model.weights.tokenEmbedding), eh = values(m.ehProj), en = values(m.enorm), hn = values(m.hnorm);
+    const table = new Float32Array(c.vocabSize * 32);
+    for (let j = 0; j < n; j++) {
+      const joined = [...rmsnorm(emb.subarray(next[j] * 32, next[j] * 32 + 32), en, c.rmsNormEps), ...rmsnorm(hidden.subarray(j * 32, j * 32 + 32), hn, c.rmsNormEps)];
+      for (let o = 0; o < 32; o++) table[j * 32 + o] = joined.reduce((acc, v, i) => acc + v * eh[o * 64 + i], 0);
+    }
+    const one: LoadedModel = {
+      ...model,
+      config: { ...c, numLayers: 1, moe: { ...c.moe!, denseLayers: 0 }, mtp: undefined, nextnLayers: undefined },
+      weights: { tokenEmbedding: tensor("table", [c.vocabSize, 32], table), layers: [m.layer], outputNorm: m.headNorm!, output: model.weights.output },
+    };
+    const oneKv = allocatePagedKv(backend, one.config, 8, 4);
+    const want = await backend.download(forward(backend, uploadModel(backend, one), oneKv, { entries: [{ tokens: next.map((_, j) => j), startPos: 0, blockTable: [0, 1, 2] }], allPositions: true }));
+    assert.equal(got.length, want.length);
+    let worst = 0;
+    for (let i = 0; i < want.length; i++) worst = Math.max(worst, Math.abs(got[i] - want[i]));
+    assert.ok(worst < 1e-4, `largest difference ${worst}`);
+    // The hidden rows it returns are the head's input: the head over them gives the logits.
+    const rows = (await backend.download(a.hidden)) as Float32Array;
+    const head = values(model.weights.output!);
+    const logit = (r: number, t: number) => rows.subarray(r * 32, r * 32 + 32).reduce((acc, v, i) => acc + v * head[t * 32 + i], 0);
+    assert.ok(Math.abs(logit(2, 11) - got[2 * c.vocabSize + 11]) < 1e-4);
+  });
+}
 
 const PROMPTS = [[5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61, 2, 17, 33], [7, 7, 1, 254], [13, 42, 2, 5, 77, 160, 31, 9, 12, 290, 6, 48, 3, 8, 8, 100, 21, 4]];
 
@@ -104,14 +109,16 @@ async function outputs(m: LoadedModel, o: CreateEngineOptions, maxTokens = 20): 
   }
 }
 
-test("Engine with speculative method mtp gives the tokens it gives without drafts", async () => {
+test("Engine with speculative method mtp gives the tokens it gives without drafts (GLM-4.5, DeepSeek V3)", async () => {
   const base = { numBlocks: 40, blockSize: 4, scheduler: { maxRunning: 3, maxBatchTokens: 9 } };
-  const plain = await outputs(model, base);
-  for (const numTokens of [1, 3]) {
-    const spec = await outputs(model, { ...base, speculative: { method: "mtp", numTokens } });
-    assert.deepEqual(spec.tokens, plain.tokens, `${numTokens} draft tokens`);
-    assert.ok(spec.drafted > 0, "drafts were verified");
-    assert.ok(spec.accepted <= spec.drafted);
+  for (const m of [model, deepseek]) {
+    const plain = await outputs(m, base);
+    for (const numTokens of [1, 3]) {
+      const spec = await outputs(m, { ...base, speculative: { method: "mtp", numTokens } });
+      assert.deepEqual(spec.tokens, plain.tokens, `${m.config.architecture}, ${numTokens} draft tokens`);
+      assert.ok(spec.drafted > 0, "drafts were verified");
+      assert.ok(spec.accepted <= spec.drafted);
+    }
   }
   // A model loaded without its block is refused by name.
   const without = await loadModel(path);
