@@ -19,7 +19,7 @@ import { addToLogits, gatherLogitRows, maskLogitRows, penalizeRepeatRows } from 
 import { lookaheadOf, runAhead } from "./run-ahead.ts";
 import { StateSlots } from "./state-slots.ts";
 import { copyRecurrentSlot, copyStateSlot, type HostState, readStateSlot, writeStateSlot } from "./state-copy.ts";
-import { mtpPass } from "./mtp-drafts.ts";
+import { finishMtpPass, queueMtpPass, type QueuedMtp } from "./mtp-drafts.ts";
 import { draftRows, promptRows, readPromptLogprobs, splitDraftRows } from "./step-rows.ts";
 
 export { GREEDY_ROW, type PromptLogprobAsk, type StepExtras, type StepOutput, type StepRunner } from "./engine-runner-types.ts";
@@ -62,7 +62,8 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       afterForward?.(entries);
       if (out.allHidden) {
         try {
-          await mtpPass(backend, model, kv, entries, out.allHidden, mtp!);
+          // No entry samples, so none drafts: the pass only writes the block's cache.
+          queueMtpPass(backend, model, kv, entries, out.allHidden, mtp!);
         } finally {
           backend.free(out.allHidden);
         }
@@ -106,14 +107,22 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       maskLogitRows(backend, logits, [...entries.map((_, i) => extras?.masks?.[i]), ...perDraftRow(extras?.draftMasks)]);
       const idsT = backend.sample(logits, [...rows, ...drafts.sampling]);
       let all: Int32Array;
+      // The block's pass is queued before the read: its candidate drafts are read with the step's tokens.
+      let queued: QueuedMtp | undefined;
+      let picks: Int32Array | undefined;
       try {
-        all = (await backend.download(idsT)) as Int32Array;
+        queued = out.allHidden ? queueMtpPass(backend, model, kv, entries, out.allHidden, mtp!, idsT) : undefined;
+        [all, picks] = await Promise.all([backend.download(idsT) as Promise<Int32Array>, queued && (backend.download(queued.picks) as Promise<Int32Array>)]);
+      } catch (e) {
+        if (queued) backend.free(queued.hidden);
+        throw e;
       } finally {
         backend.free(idsT);
+        if (queued) backend.free(queued.picks);
       }
       const ids = all.subarray(0, n);
       const draftIds = drafts.rows.length === 0 ? undefined : splitDraftRows(Array.from(all.subarray(n)), entries, (xs) => Int32Array.from(xs));
-      const mtpDrafts = out.allHidden ? await mtpPass(backend, model, kv, entries, out.allHidden, mtp!, { ids, ...(draftIds ? { draftIds } : {}) }) : undefined;
+      const mtpDrafts = queued ? await finishMtpPass(backend, model, kv, entries, queued, picks!, mtp!, { ids, ...(draftIds ? { draftIds } : {}) }) : undefined;
       const more = { ...(promptLogprobs ? { promptLogprobs } : {}), ...(draftIds ? { draftIds } : {}), ...(hidden ? { hidden } : {}), ...(mtpDrafts ? { mtpDrafts } : {}) };
       if (!raw) return { ids, ...more };
       const data = (await backend.download(raw)) as Float32Array;

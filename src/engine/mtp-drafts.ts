@@ -18,6 +18,7 @@ import type { Backend, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import type { ForwardEntry, PagedKv } from "../model/forward.ts";
 import { mtpForward } from "../model/forward-mtp.ts";
+import { scaled } from "../model/forward-layers.ts";
 import type { MtpAsk } from "./engine-runner-types.ts";
 import type { StepEntry } from "./scheduler-types.ts";
 
@@ -41,65 +42,151 @@ export function mtpBlocksPerSequence(tokens: number, blockSize: number): number 
   return Math.ceil(Math.max(0, tokens - 1) / blockSize);
 }
 
+/** The block's pass queued with the step, before its tokens are read (see {@link queueMtpPass}). */
+export interface QueuedMtp {
+  /** i32 [candidates]: the block's token at every candidate row (each drafting entry's draft rows and last row). */
+  picks: Tensor;
+  /** f32 [candidates, hidden]: the head's input at those rows, what a chained pass takes. */
+  hidden: Tensor;
+  /** Per drafting entry: its index, and where its candidates start in `picks`. */
+  drafting: { entry: number; first: number }[];
+}
+
 /**
- * Runs the block over the step's rows (writing its cache) and, for the entries that ask, their drafts.
- * `hidden`: the model's hidden state after its output norm at every row (forwardWithHidden `allHidden`).
- * Without `samples` (a step nobody reads: no entry samples) the pass is queued and nothing is read.
+ * Queues the block's pass over the step's rows, writing its cache, and its tokens at the rows a
+ * draft may start from: at a drafting entry's draft rows and last row, one of which will be its last
+ * kept token's (known once the step's samples are read). The rows' tokens come from the entries and
+ * `ask.next`, and the rows that sampled take their tokens from `sampled` (the step's sample, i32
+ * [entries + draft rows], on the device), so the pass is queued before anything is read and its
+ * candidates read with the step's tokens. `hidden`: the model's hidden state after its output norm at
+ * every row (forwardWithHidden `allHidden`). Undefined where no entry drafts (then nothing is to read).
  */
-export async function mtpPass(
-  backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly StepEntry[], hidden: Tensor, ask: MtpAsk, samples?: StepSamples,
-): Promise<(Int32Array | undefined)[] | undefined> {
+export function queueMtpPass(
+  backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly StepEntry[], hidden: Tensor, ask: MtpAsk, sampled?: Tensor,
+): QueuedMtp | undefined {
+  const n = entries.length;
   const rows: ForwardEntry[] = [];
-  const sources: { entry: number; row: number; pos: number }[] = [];
+  // Rows whose token the step sampled: flat row, and index into `sampled`.
+  const patched: { row: number; from: number }[] = [];
+  const candidates: number[] = [];
+  const drafting: QueuedMtp["drafting"] = [];
   let offset = 0;
+  let draftRow = n;
   entries.forEach((e, i) => {
-    const n = e.tokens.length;
+    const len = e.tokens.length;
     const k = e.draft ?? 0;
-    const drafted = samples?.draftIds?.[i];
-    const next = e.sample ? samples?.ids[i] : ask.next[i];
-    // Row j is fed token j + 1, and the last row what comes after the entry's tokens; a draft row what was sampled there.
-    const tokens = e.tokens.map((_, j) => (j === n - 1 ? next ?? e.tokens[j] : drafted && j >= n - 1 - k ? drafted[j - (n - 1 - k)] : e.tokens[j + 1]));
-    rows.push({ tokens, startPos: e.startPos, blockTable: e.blockTable });
-    if (samples && e.sample && ask.draft[i]) {
-      // The draft's kept tokens: the model's samples at its rows, up to the first that differs.
-      let kept = 0;
-      while (drafted && kept < k && drafted[kept] === e.tokens[n - k + kept]) kept++;
-      const row = n - 1 - k + kept;
-      sources.push({ entry: i, row: offset + row, pos: e.startPos + row });
+    // Row j is fed token j + 1, the last row what comes after the entry's tokens: known, or sampled.
+    rows.push({ tokens: e.tokens.map((_, j) => (j === len - 1 ? (e.sample ? 0 : ask.next[i] ?? e.tokens[j]) : e.tokens[j + 1])), startPos: e.startPos, blockTable: e.blockTable });
+    if (sampled && e.sample) {
+      for (let m = 0; m < k; m++) patched.push({ row: offset + len - 1 - k + m, from: draftRow + m });
+      patched.push({ row: offset + len - 1, from: i });
+      if (ask.draft[i]) {
+        drafting.push({ entry: i, first: candidates.length });
+        for (let m = 0; m <= k; m++) candidates.push(offset + len - 1 - k + m);
+      }
     }
-    offset += n;
+    draftRow += k;
+    offset += len;
   });
-  const first = mtpForward(backend, model, kv, { entries: rows, hidden, rows: sources.map((s) => s.row) });
-  if (!first) return undefined;
+  const embedded = patched.length > 0 ? embedRows(backend, model, rows, patched, sampled!) : undefined;
+  try {
+    const out = mtpForward(backend, model, kv, { entries: rows, hidden, rows: candidates, ...(embedded ? { embedded } : {}) });
+    if (!out) return undefined;
+    try {
+      return { picks: backend.argmax(out.logits), hidden: out.hidden, drafting };
+    } finally {
+      backend.free(out.logits);
+    }
+  } finally {
+    if (embedded) backend.free(embedded);
+  }
+}
+
+/**
+ * The rows' token embeddings: the entries' tokens, and at the `patched` rows the tokens the step
+ * sampled (rows of `sampled`), written over the rows' placeholders on the device.
+ */
+function embedRows(backend: Backend, model: DeviceModel, rows: readonly ForwardEntry[], patched: readonly { row: number; from: number }[], sampled: Tensor): Tensor {
+  const table = model.weights.mtp?.embedding ?? model.weights.tokenEmbedding;
+  const h = model.config.hiddenSize;
+  const temps: Tensor[] = [];
+  const keep = (t: Tensor) => (temps.push(t), t);
+  const ids = keep(backend.upload(Int32Array.from(rows.flatMap((r) => r.tokens)), [rows.reduce((a, r) => a + r.tokens.length, 0)]));
+  const out = backend.embedding(table, ids);
+  try {
+    const from = keep(backend.upload(Int32Array.from(patched, (p) => p.from), [patched.length]));
+    const to = keep(backend.upload(Int32Array.from(patched, (p) => p.row), [patched.length]));
+    const wanted = keep(backend.gatherRows(keep(backend.embedding(table, sampled)), from));
+    // out[row] += wanted − out[row]: the placeholder's embedding replaced by the sampled token's.
+    const delta = keep(backend.add(wanted, keep(scaled(backend, keep(backend.gatherRows(out, to)), -1))));
+    const offsets = keep(backend.upload(Int32Array.from(patched.flatMap((p) => Array.from({ length: h }, (_, c) => p.row * h + c))), [patched.length * h]));
+    backend.scatterAdd(out, offsets, backend.reshape(delta, [patched.length * h]));
+    return out;
+  } catch (e) {
+    backend.free(out);
+    throw e;
+  } finally {
+    for (const t of temps) backend.free(t);
+  }
+}
+
+/**
+ * Each drafting entry's draft, once the step's samples and the queued candidates' tokens are read:
+ * the candidate at its last kept token's row, then `ask.tokens - 1` more chained from it (their
+ * tokens on the device, read once at the end). Frees the queued tensors.
+ */
+export async function finishMtpPass(
+  backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly StepEntry[], queued: QueuedMtp, picks: Int32Array, ask: MtpAsk, samples: StepSamples,
+): Promise<(Int32Array | undefined)[]> {
+  const out: (Int32Array | undefined)[] = new Array(entries.length);
+  const sources = queued.drafting.map(({ entry, first }) => {
+    const e = entries[entry];
+    const n = e.tokens.length, k = e.draft ?? 0;
+    const drafted = samples.draftIds?.[entry];
+    // The draft's kept tokens: the model's samples at its rows, up to the first that differs.
+    let kept = 0;
+    while (drafted && kept < k && drafted[kept] === e.tokens[n - k + kept]) kept++;
+    return { entry, candidate: first + kept, pos: e.startPos + n - 1 - k + kept, pick: picks[first + kept] };
+  });
+  if (ask.tokens <= 1 || sources.length === 0) {
+    backend.free(queued.hidden);
+    for (const s of sources) out[s.entry] = Int32Array.of(s.pick);
+    return out;
+  }
   const bs = kv.blockSize;
   const perSequence = mtpBlocksPerSequence(ask.tokens, bs);
   const reserved = kv.reserved ?? 0;
-  if (perSequence > 0 && sources.length * perSequence > reserved) {
-    backend.free(first.logits);
-    backend.free(first.hidden);
+  if (sources.length * perSequence > reserved) {
+    backend.free(queued.hidden);
     throw new RangeError(`A step drafts for ${sources.length} sequences from the multi-token-prediction block; its cache reserves blocks for ${Math.floor(reserved / perSequence)}`);
   }
-  const picks: Tensor[] = [];
-  let last = first;
+  const chainedPicks: Tensor[] = [];
+  let hidden = queued.hidden;
   try {
-    for (let j = 1; ; j++) {
-      const ids = backend.argmax(last.logits);
-      picks.push(ids);
-      backend.free(last.logits);
-      if (j >= ask.tokens) break;
-      // One row a sequence, at the position after the last: the token just drafted, the block's own hidden state.
-      const chained = sources.map((s, k) => ({ tokens: [0], startPos: s.pos + j, blockTable: tableFor(entries[s.entry].blockTable, s.pos + j, bs, kv.numBlocks - reserved + k * perSequence) }));
-      const next = mtpForward(backend, model, kv, { entries: chained, hidden: last.hidden, rows: sources.map((_, k) => k), tokenIds: ids })!;
-      backend.free(last.hidden);
-      last = next;
+    const idx = backend.upload(Int32Array.from(sources, (s) => s.candidate), [sources.length]);
+    try {
+      hidden = backend.gatherRows(queued.hidden, idx);
+    } finally {
+      backend.free(idx);
+      backend.free(queued.hidden);
     }
-    const read = await Promise.all(picks.map((t) => backend.download(t) as Promise<Int32Array>));
-    const out: (Int32Array | undefined)[] = new Array(entries.length);
-    sources.forEach((s, k) => (out[s.entry] = Int32Array.from(read, (ids) => ids[k])));
+    let ids: Tensor | undefined;
+    for (let j = 1; j < ask.tokens; j++) {
+      // One row a sequence, at the position after the last: the token just drafted, the block's own hidden state.
+      const chained = sources.map((s, k) => ({ tokens: [s.pick], startPos: s.pos + j, blockTable: tableFor(entries[s.entry].blockTable, s.pos + j, bs, kv.numBlocks - reserved + k * perSequence) }));
+      const next = mtpForward(backend, model, kv, { entries: chained, hidden, rows: sources.map((_, k) => k), ...(ids ? { tokenIds: ids } : {}) })!;
+      backend.free(hidden);
+      hidden = next.hidden;
+      ids = backend.argmax(next.logits);
+      backend.free(next.logits);
+      chainedPicks.push(ids);
+    }
+    const read = await Promise.all(chainedPicks.map((t) => backend.download(t) as Promise<Int32Array>));
+    sources.forEach((s, k) => (out[s.entry] = Int32Array.from([s.pick, ...read.map((r) => r[k])])));
     return out;
   } finally {
-    backend.free(last.hidden);
-    for (const t of picks) backend.free(t);
+    if (hidden !== queued.hidden) backend.free(hidden);
+    for (const t of chainedPicks) backend.free(t);
   }
 }
 

@@ -34,6 +34,8 @@ export interface MtpStep {
   rows: readonly number[];
   /** The rows' token ids already on the device, i32 [rows] (the entries' own `tokens` are then placeholders). */
   tokenIds?: Tensor;
+  /** The rows' token embeddings already on the device, f32 [rows, hidden] (instead of `tokenIds` or the entries' `tokens`). */
+  embedded?: Tensor;
 }
 
 /**
@@ -54,6 +56,9 @@ export function mtpForward(backend: Backend, model: DeviceModel, kv: PagedKv, st
   if (step.hidden.shape[0] !== n || step.hidden.shape[1] !== c.hiddenSize) {
     throw new ForwardInputError(`The block's input hidden states are [${step.hidden.shape}]; its step has ${n} rows of ${c.hiddenSize}`);
   }
+  if (step.embedded && (step.embedded.shape[0] !== n || step.embedded.shape[1] !== c.hiddenSize)) {
+    throw new ForwardInputError(`The block's input embeddings are [${step.embedded.shape}]; its step has ${n} rows of ${c.hiddenSize}`);
+  }
   if (step.tokenIds && step.tokenIds.shape[0] !== n) throw new ForwardInputError(`The step's device token ids hold ${step.tokenIds.shape[0]} rows, its entries ${n}`);
   const bad = step.rows.find((r) => !Number.isInteger(r) || r < 0 || r >= n);
   if (bad !== undefined) throw new ForwardInputError(`Row ${bad} is outside the step's ${n} rows`);
@@ -61,7 +66,7 @@ export function mtpForward(backend: Backend, model: DeviceModel, kv: PagedKv, st
   const s = new Scratch(backend);
   try {
     const eps = c.rmsNormEps;
-    const embedded = s.keep(backend.embedding(m.embedding ?? w.tokenEmbedding, step.tokenIds ?? tensors.ids));
+    const embedded = step.embedded ?? s.keep(backend.embedding(m.embedding ?? w.tokenEmbedding, step.tokenIds ?? tensors.ids));
     const joined = s.keep(backend.concatColumns(s.keep(backend.rmsnorm(embedded, m.enorm, eps)), s.keep(backend.rmsnorm(step.hidden, m.hnorm, eps))));
     const x = s.keep(backend.matmul(joined, m.ehProj));
     const l = m.layer;

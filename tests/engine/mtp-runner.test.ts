@@ -2,7 +2,8 @@
  * The multi-token-prediction block's pass after each step (mtp-drafts.ts), through the model's step
  * runner: its cache after a prompt in chunks is its cache after the prompt in one step (each chunk's
  * last row takes the next chunk's first token), and a sequence's draft starts at the row of its last
- * kept token, chained from there, past the sequence's blocks into the reserved ones.
+ * kept token, chained from there (from that row's hidden state: as if the kept tokens were fed plainly),
+ * past the sequence's blocks into the reserved ones.
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -16,6 +17,7 @@ import type { StepEntry } from "../../src/engine/scheduler-types.ts";
 import { uploadModel } from "../../src/model/device-weights.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { writeTestGguf } from "../model/model-files.ts";
+import { greedySteps } from "../oracle/oracle-compare.ts";
 import { exactMtpModel, MTP_SPEC } from "./mtp-fixtures.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/mtp-runner-`);
@@ -90,4 +92,27 @@ test("modelStepRunner() drafts from the row of a sequence's last kept token, cha
   assert.deepEqual(next, [far.ids[0], ...far.mtpDrafts![0]!], "the chain the next token alone gives");
   const over = await runner.run([entry([chain[2]], 15, true)], [GREEDY_ROW], { mtp: { tokens: 6, draft: [true], next: [undefined] } }).catch((e) => e);
   assert.ok(over instanceof RangeError && /reserves blocks for 0/.test(over.message), "six tokens reach two blocks past a table: more than is reserved");
+});
+
+test("modelStepRunner() drafts after a partly kept draft as after the kept tokens fed plainly", async () => {
+  // A random block: its chained drafts follow the hidden state of the row they start from.
+  const device = uploadModel(backend, model);
+  const prompt = PROMPT.slice(0, 13);
+  const greedy = (await greedySteps(backend, device, allocatePagedKv(backend, model.config, 5, 4), prompt, 3, [0, 1, 2, 3, 4])).tokens;
+  const [t, d1, after] = greedy;
+  const ask = { mtp: { tokens: 3, draft: [true], next: [undefined] } };
+  const runnerWith = () => {
+    const kv = allocatePagedKv(backend, model.config, 5, 4);
+    kv.reserved = 1;
+    return modelStepRunner(backend, device, kv);
+  };
+  const [a, b] = [runnerWith(), runnerWith()];
+  for (const r of [a, b]) assert.equal((await r.run([entry(prompt, 0, true)], [GREEDY_ROW], ask)).ids[0], t);
+  // A verifies [d1, wrong]: d1 is kept, `after` is its next token; B feeds t and d1 as a plain chunk.
+  const verified = await a.run([entry([t, d1, (after + 1) % 300], 13, true, 2)], [GREEDY_ROW], { ...ask, drafts: [[GREEDY_ROW, GREEDY_ROW]] });
+  const plain = await b.run([entry([t, d1], 13, true)], [GREEDY_ROW], ask);
+  assert.deepEqual(Array.from(verified.draftIds![0]!), [d1, after]);
+  assert.equal(plain.ids[0], after);
+  assert.equal(verified.mtpDrafts![0]!.length, 3);
+  assert.deepEqual(Array.from(verified.mtpDrafts![0]!), Array.from(plain.mtpDrafts![0]!));
 });
