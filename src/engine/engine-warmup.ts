@@ -20,12 +20,13 @@ const SPLIT_CONTEXT = 512;
 /**
  * Runs the warm-up steps on `runner` for a model of `vocabSize` tokens: a prompt, a decode asking
  * for everything a row can ask (a bias, a mask, a repetition penalty, log probabilities), with
- * `schedulerSteps` > 1 a decode run ahead (with penalties where the runner takes them); where the
+ * `schedulerSteps` > 1 a decode run ahead (with penalties where the runner takes them), with
+ * `mtpTokens` a verify step and the multi-token-prediction block's drafts after it; where the
  * backend readies kernels at first use, also decodes of each batch in {@link DECODE_BATCHES} and a
  * decode at the end of a long context (on the reference backend, with nothing to ready, those would
  * only cost time: a 1B model's batch of 24 takes it many seconds).
  */
-export async function warmUpRunner(runner: StepRunner, vocabSize: number, maxModelLen: number, schedulerSteps: number): Promise<void> {
+export async function warmUpRunner(runner: StepRunner, vocabSize: number, maxModelLen: number, schedulerSteps: number, mtpTokens = 0): Promise<void> {
   const bs = runner.blockSize;
   if (bs < 4) return;
   const tok = Math.min(1, vocabSize - 1);
@@ -49,5 +50,7 @@ export async function warmUpRunner(runner: StepRunner, vocabSize: number, maxMod
       : {};
     await runner.run([{ ...entry([tok], 2), lookahead: 1 }], [row], { lookahead: [[row]], ...penalties });
   }
+  // The multi-token-prediction block's pass after a verify step, its chained drafts included (mtp-drafts.ts).
+  if (mtpTokens > 0) await runner.run([{ ...entry([tok, tok], 2), draft: 1 }], [row], { drafts: [[row]], mtp: { tokens: mtpTokens, draft: [true], next: [undefined] } });
   if (shapes && maxModelLen >= SPLIT_CONTEXT) await runner.run([entry([tok], SPLIT_CONTEXT - 1)], [row]);
 }

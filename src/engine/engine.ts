@@ -361,7 +361,8 @@ export class Engine implements ServingEngine {
     // Before any request, no block is used or cached: block 0 holds nothing anyone reads.
     if (this.nextId > 0 || this.pool.numUsedBlocks() > 0) throw new Error("An engine warms up only before its first request");
     const t0 = performance.now();
-    await warmUpRunner(this.opts.runner, this.opts.config.vocabSize, this.maxModelLen, this.schedulerSteps);
+    const spec = this.opts.speculative;
+    await warmUpRunner(this.opts.runner, this.opts.config.vocabSize, this.maxModelLen, this.schedulerSteps, spec?.method === "mtp" ? spec.numTokens : 0);
     return performance.now() - t0;
   }
 

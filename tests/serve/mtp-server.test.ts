@@ -1,7 +1,8 @@
 /**
  * `serve --speculative-config '{"method": "mtp"}'` through the real openai client, on a random GLM-4.5
  * GGUF with a NextN block: the server loads the block (worker threads load their own), answers as
- * without drafts (greedy), and counts the block's drafts in /metrics; on WebGPU too.
+ * without drafts (greedy), and counts the block's drafts in /metrics; on WebGPU too, where the warm-up
+ * compiles the block's kernels.
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -10,6 +11,9 @@ import process from "node:process";
 import OpenAI from "openai";
 import { test } from "../harness.ts";
 import type { Speculation } from "../../src/engine/ngram-draft.ts";
+import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
 import { writeTestGguf } from "../model/model-files.ts";
 import { MTP_SPEC } from "../engine/mtp-fixtures.ts";
@@ -61,3 +65,20 @@ test("startServer({ speculative: mtp }) refuses a model without a multi-token-pr
   const plain = await writeTestGguf(dir, "plain", { ...MTP_SPEC, nextn: 0, seed: 603 });
   await assert.rejects(startServer({ modelPath: plain, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, speculative: MTP }), /has no multi-token-prediction layers/);
 });
+
+test("Engine.warmUp() with speculative method mtp compiles the block's WebGPU kernels", async () => {
+  const backend = await createWebGpuBackend({ poison: true });
+  const model = await loadModel(modelPath, { mtp: true });
+  const engine = createEngine(backend, model, { numBlocks: 64, speculative: MTP });
+  try {
+    await engine.warmUp();
+    const compiled = backend.stats().recorder.pipelines;
+    const ids = model.tokenizer.encode(PROMPT, { addBos: false });
+    await Promise.all([0, 1, 2].map((i) => engine.submit({ prompt: ids.slice(i), maxTokens: 12, temperature: i === 0 ? 0 : 0.8, seed: i }).result));
+    assert.ok(engine.stats().specDraftTokens > 0);
+    assert.equal(backend.stats().recorder.pipelines, compiled, "no kernel was compiled after the warm-up");
+  } finally {
+    await engine.stop();
+    backend.destroy();
+  }
+}, { ignore: probe.skip });
