@@ -148,6 +148,8 @@ export function hfConfig(cfg: Json, tokCfg: Json, vocabSize: number, path: strin
     intermediateSize: granite4 ? granite4.intermediateSize : architecture === "lfm2" ? lfm2FeedForward(cfg, path) : num(cfg, moe && architecture !== "llama" && architecture !== "minimax-m2" && !gptOss ? "moe_intermediate_size" : "intermediate_size", path),
     ...(moe ? { moe } : {}),
     ...(deepseek ? { mla: deepseek.mla } : {}),
+    // DeepSeek V3's and GLM-4.5's multi-token-prediction layers follow the others (model.layers.N).
+    ...hfNextn(cfg, architecture, path),
     ...(attentionScale !== undefined ? { attentionScale } : {}),
     ...(gptOss ? { outputBias: true, attentionSinks: true, ...(gptOss.slidingWindow ? { slidingWindow: gptOss.slidingWindow } : {}) } : {}),
     ...(gemma3 ?? {}),
@@ -279,4 +281,12 @@ function ropeParametersTheta(cfg: Json, path: string): number | undefined {
   const theta = isJsonObject(p) ? p.rope_theta : undefined;
   if (theta === undefined || theta === null || typeof theta === "number") return theta ?? undefined;
   throw new ModelLoadError(`"rope_parameters.rope_theta" in "${path}" should be a number, got ${JSON.stringify(theta)}`);
+}
+
+/** ModelConfig.nextnLayers from config.json's `num_nextn_predict_layers` (DeepSeek V3, GLM-4.5). */
+function hfNextn(cfg: Record<string, unknown>, architecture: Architecture, path: string): Partial<ModelConfig> {
+  if (architecture !== "deepseek2" && architecture !== "glm4moe") return {};
+  const n = num(cfg, "num_nextn_predict_layers", path, 0);
+  if (!Number.isInteger(n) || n < 0) throw new ModelLoadError(`config.json "num_nextn_predict_layers" in "${path}" should be a whole number from 0, got ${n}`);
+  return n > 0 ? { nextnLayers: n } : {};
 }

@@ -101,6 +101,7 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     }
     checkOutputHead(config.tiedEmbeddings, cfg, config.architecture, names.output, (n) => index.has(n), dir);
     const assembled = await assembleWeights(config, tensors, names, dir, withLoadNote(options, fp8 ? fp8Note(index, fp8, options) : undefined));
+    if (assembled.mtp) config.mtp = { layer: config.numLayers };
     // Gemma's and Qwen3.5's norms weigh by 1 + w (Qwen3.5's gated DeltaNet norm, another role, by w).
     const weights = gemma || config.deltaNet ? gemmaNormsPlusOne(assembled) : assembled;
     return { config, weights, tokenizer, chatTemplate: await chatTemplate(dir, tokCfg), source: dir };

@@ -9,7 +9,7 @@ import { GPT_OSS_NAMES } from "./hf-gpt-oss.ts";
 import { lfm2HfName } from "./lfm2.ts";
 import { graniteHybridHfName } from "./granite-hybrid.ts";
 import { nemotronHHfNames } from "./nemotron-h.ts";
-import type { LayerRole, TensorNames } from "./weights.ts";
+import type { LayerRole, NextnPart, TensorNames } from "./weights.ts";
 import { EXPERT } from "./expert-stack.ts";
 
 /** Each layer role's tensor name under `model.layers.N.`. */
@@ -144,8 +144,19 @@ function moeTensorNames(config: ModelConfig): TensorNames {
   return {
     ...HF_TENSOR_NAMES,
     layer: (i, role) => `model.layers.${i}.${own[role] ?? (isMoeLayer(config, i) ? experts[role] : undefined) ?? LAYER_NAMES[role]}`,
+    ...(a === "glm4moe" || a === "deepseek2" ? { nextn: (i: number, part: NextnPart) => `model.layers.${i}.${NEXTN_NAMES[part]}` } : {}),
   };
 }
+
+/** DeepSeek V3's and GLM-4.5's names of a multi-token-prediction layer's own tensors (beside its layer's, in `model.layers.N`). */
+const NEXTN_NAMES: Record<NextnPart, string> = {
+  ehProj: "eh_proj.weight",
+  enorm: "enorm.weight",
+  hnorm: "hnorm.weight",
+  headNorm: "shared_head.norm.weight",
+  head: "shared_head.head.weight",
+  embedding: "embed_tokens.weight",
+};
 
 /** The names a checkpoint's weights are read under: Gemma 3's, a model with experts', or the plain ones. */
 export function hfTensorNames(config: ModelConfig): TensorNames {
@@ -169,5 +180,9 @@ function lfm2TensorNames(config: ModelConfig): TensorNames {
 export function prefixed(names: TensorNames, prefix: string): TensorNames {
   if (prefix === "model.") return names;
   const re = (n: string) => (n.startsWith("model.") ? prefix + n.slice("model.".length) : n);
-  return { tokenEmbedding: re(names.tokenEmbedding), outputNorm: re(names.outputNorm), output: re(names.output), layer: (i, role) => re(names.layer(i, role)) };
+  const nextn = names.nextn;
+  return {
+    tokenEmbedding: re(names.tokenEmbedding), outputNorm: re(names.outputNorm), output: re(names.output), layer: (i, role) => re(names.layer(i, role)),
+    ...(nextn ? { nextn: (i: number, part: NextnPart) => re(nextn(i, part)) } : {}),
+  };
 }

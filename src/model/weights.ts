@@ -418,7 +418,11 @@ export async function assembleWeights(
     const layer: Partial<LayerWeights<HostTensor>> = {};
     for (const r of layerRoles(config, at)) layer[r] = await read(names.layer(at, r), expectedLayerShape(config, r, at), NORM_OR_BIAS.has(r), KEEP_AS_STORED.has(r));
     const optional = async (part: NextnPart, shape: number[], f32: boolean) => (source.has(mtp(part)) ? await read(mtp(part), shape, f32) : undefined);
-    const headNorm = await optional("headNorm", [h], true), head = await optional("head", [config.vocabSize, h], false), embedding = await optional("embedding", [config.vocabSize, h], false);
+    // DeepSeek V3's checkpoints repeat the model's embedding and head in the block: one copy is kept.
+    const unlessSame = (t: HostTensor | undefined, model: HostTensor | undefined) => (t && model && sameTensor(t, model) ? undefined : t);
+    const headNorm = await optional("headNorm", [h], true);
+    const head = unlessSame(await optional("head", [config.vocabSize, h], false), weights.output ?? tokenEmbedding);
+    const embedding = unlessSame(await optional("embedding", [config.vocabSize, h], false), tokenEmbedding);
     weights.mtp = {
       layer: layer as LayerWeights<HostTensor>,
       ehProj: await read(mtp("ehProj"), [h, 2 * h], false),
@@ -432,12 +436,18 @@ export async function assembleWeights(
   return weights;
 }
 
+/** Whether two host tensors hold the same values in the same storage. */
+function sameTensor(a: HostTensor, b: HostTensor): boolean {
+  if (a.dtype !== b.dtype || a.data.length !== b.data.length || a.shape.some((d, i) => d !== b.shape[i])) return false;
+  for (let i = 0; i < a.data.length; i++) if (a.data[i] !== b.data[i]) return false;
+  return true;
+}
+
 /** The names of the first multi-token-prediction block's own tensors, once the model is seen to have one the engine runs. */
 function mtpNames(config: ModelConfig, names: TensorNames, path: string): (part: NextnPart) => string {
+  if (!config.nextnLayers) throw new ModelLoadError(`Model "${path}" has no multi-token-prediction layers (GGUF nextn_predict_layers, config.json num_nextn_predict_layers), which speculative method "mtp" needs`);
   const nextn = names.nextn;
-  if (!nextn) throw new ModelLoadError(`Model "${path}": multi-token-prediction blocks are read from GGUF files only (convert it with llama.cpp's convert_hf_to_gguf.py)`);
-  if (!config.nextnLayers) throw new ModelLoadError(`Model "${path}" has no multi-token-prediction layers (GGUF nextn_predict_layers), which speculative method "mtp" needs`);
-  if (!MTP_ARCHITECTURES.includes(config.architecture)) {
+  if (!MTP_ARCHITECTURES.includes(config.architecture) || !nextn) {
     throw new ModelLoadError(`Model "${path}" has multi-token-prediction layers, but those of the "${config.architecture}" architecture are not run; ${MTP_ARCHITECTURES.join(" and ")} ones are`);
   }
   return (part) => nextn(config.numLayers, part);

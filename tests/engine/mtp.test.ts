@@ -14,7 +14,8 @@ import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import { createEngine, type CreateEngineOptions } from "../../src/engine/engine-factory.ts";
 import { allocatePagedKv } from "../../src/engine/kv-cache.ts";
 import { parseSpeculativeConfig } from "../../src/engine/ngram-draft.ts";
-import { type LoadedModel, ModelLoadError } from "../../src/model/config.ts";
+import { type HostTensor, type LoadedModel, ModelLoadError } from "../../src/model/config.ts";
+import { gguf } from "../../src/model/gguf-writer.ts";
 import { uploadModel } from "../../src/model/device-weights.ts";
 import { forward, forwardWithHidden } from "../../src/model/forward.ts";
 import { mtpForward } from "../../src/model/forward-mtp.ts";
@@ -42,8 +43,24 @@ test("loadModel() loads the multi-token-prediction block only when asked, and re
   assert.equal(plain.weights.mtp, undefined);
   const none = await writeTestGguf(dir, "plain", { ...MTP_SPEC, nextn: 0, seed: 602 });
   await assert.rejects(loadModel(none, { mtp: true }), (e: unknown) => e instanceof ModelLoadError && /has no multi-token-prediction layers/.test(e.message));
-  const hf = await writeTestHfDirectory(dir, "glm-hf", MTP_SPEC);
-  await assert.rejects(loadModel(hf, { mtp: true }), (e: unknown) => e instanceof ModelLoadError && /read from GGUF files only/.test(e.message));
+  // The same weights as a Hugging Face checkpoint (model.layers.2.eh_proj …): the same block.
+  const hf = await loadModel(await writeTestHfDirectory(dir, "glm-hf", MTP_SPEC), { mtp: true });
+  assert.deepEqual(hf.config.mtp, { layer: 2 });
+  const same = (a: HostTensor, b: HostTensor) => assert.deepEqual(values(a), values(b));
+  same(hf.weights.mtp!.ehProj, m.ehProj);
+  same(hf.weights.mtp!.hnorm, m.hnorm);
+  same(hf.weights.mtp!.headNorm!, m.headNorm!);
+  same(hf.weights.mtp!.layer.wq!, m.layer.wq!);
+  same(hf.weights.mtp!.layer.wGate!, m.layer.wGate!);
+  // A block with the model's embedding repeated (DeepSeek V3's checkpoints) keeps one copy; a head of its own is its own.
+  const ownHead = new Float32Array(300 * 32).map((_, i) => Math.sin(i));
+  const extras = { tensors: [{ ...model.weights.tokenEmbedding, name: "blk.2.nextn.embed_tokens.weight" }, tensor("blk.2.nextn.shared_head_head.weight", [300, 32], ownHead)] };
+  const both = (await loadModel(await writeTestGguf(dir, "glm-own", MTP_SPEC, extras), { mtp: true })).weights.mtp!;
+  assert.equal(both.embedding, undefined);
+  assert.deepEqual(values(both.head!), ownHead);
+  // Another architecture's block is refused by name.
+  const qwen = await writeTestGguf(dir, "qwen3", { ...MTP_SPEC, architecture: "qwen3", experts: undefined, nextn: undefined, seed: 604 }, { metadata: [["qwen3.nextn_predict_layers", gguf.u32(1)], ["qwen3.block_count", gguf.u32(3)]] });
+  await assert.rejects(loadModel(qwen, { mtp: true }), (e: unknown) => e instanceof ModelLoadError && /those of the "qwen3" architecture are not run; glm4moe and deepseek2 ones are/.test(e.message));
 });
 
 for (const [name, loaded] of [["GLM-4.5", model], ["DeepSeek V3", deepseek]] as const) {

@@ -661,6 +661,7 @@ function hfExpertConfig(spec: ModelFileSpec): Record<string, unknown> {
         n_routed_experts: e.count, ...used, moe_intermediate_size: spec.ffn, n_shared_experts: (e.sharedFfn ?? 0) / spec.ffn,
         first_k_dense_replace: e.denseLayers ?? 0, routed_scaling_factor: e.scale ?? 1, norm_topk_prob: true,
         n_group: e.groups?.count ?? 1, topk_group: e.groups?.used ?? 1, scoring_func: "sigmoid", topk_method: "noaux_tc",
+        num_nextn_predict_layers: spec.nextn ?? 0,
       };
     case "glm4moe":
       return {
