@@ -283,10 +283,11 @@ function ropeParametersTheta(cfg: Json, path: string): number | undefined {
   throw new ModelLoadError(`"rope_parameters.rope_theta" in "${path}" should be a number, got ${JSON.stringify(theta)}`);
 }
 
-/** ModelConfig.nextnLayers from config.json's `num_nextn_predict_layers` (DeepSeek V3, GLM-4.5). */
+/** ModelConfig.nextnLayers from config.json's `num_nextn_predict_layers` (DeepSeek V3, GLM-4.5) or `mtp_num_hidden_layers` (Qwen3.5). */
 function hfNextn(cfg: Record<string, unknown>, architecture: Architecture, path: string): Partial<ModelConfig> {
-  if (architecture !== "deepseek2" && architecture !== "glm4moe") return {};
-  const n = num(cfg, "num_nextn_predict_layers", path, 0);
-  if (!Number.isInteger(n) || n < 0) throw new ModelLoadError(`config.json "num_nextn_predict_layers" in "${path}" should be a whole number from 0, got ${n}`);
+  const key = architecture === "deepseek2" || architecture === "glm4moe" ? "num_nextn_predict_layers" : architecture === "qwen35" || architecture === "qwen35moe" ? "mtp_num_hidden_layers" : undefined;
+  if (!key) return {};
+  const n = num(cfg, key, path, 0);
+  if (!Number.isInteger(n) || n < 0) throw new ModelLoadError(`config.json "${key}" in "${path}" should be a whole number from 0, got ${n}`);
   return n > 0 ? { nextnLayers: n } : {};
 }

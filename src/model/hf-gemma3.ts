@@ -105,12 +105,15 @@ function hfLinearRope(cfg: Json, rotaryDim: number, path: string): { ropeFreqFac
 /** Gemma's norms weigh by 1 + w: the stored w's of every norm, layers' and final, with 1 added (f32, as norms are loaded). */
 export function gemmaNormsPlusOne(weights: ModelWeights<HostTensor>): ModelWeights<HostTensor> {
   const roles = ["attnNorm", "ffnNorm", "attnPostNorm", "ffnPostNorm", "qNorm", "kNorm"] as const;
-  const layers = weights.layers.map((l) => {
+  const layerPlusOne = (l: LayerWeights<HostTensor>) => {
     const out: LayerWeights<HostTensor> = { ...l };
     for (const r of roles) if (l[r]) out[r] = plusOne(l[r]!);
     return out;
-  });
-  return { ...weights, layers, outputNorm: plusOne(weights.outputNorm) };
+  };
+  // Qwen3.5's multi-token-prediction block weighs its norms by 1 + w too.
+  const m = weights.mtp;
+  const mtp = m && { ...m, layer: layerPlusOne(m.layer), enorm: plusOne(m.enorm), hnorm: plusOne(m.hnorm), ...(m.headNorm ? { headNorm: plusOne(m.headNorm) } : {}) };
+  return { ...weights, layers: weights.layers.map(layerPlusOne), outputNorm: plusOne(weights.outputNorm), ...(mtp ? { mtp } : {}) };
 }
 
 function plusOne(t: HostTensor): HostTensor {

@@ -158,8 +158,33 @@ const NEXTN_NAMES: Record<NextnPart, string> = {
   embedding: "embed_tokens.weight",
 };
 
+/** Qwen3.5's names of its multi-token-prediction block's own tensors (`mtp.`; it has no embedding or head of its own). */
+const QWEN35_NEXTN_NAMES: Record<NextnPart, string> = {
+  ehProj: "mtp.fc.weight",
+  enorm: "mtp.pre_fc_norm_embedding.weight",
+  hnorm: "mtp.pre_fc_norm_hidden.weight",
+  headNorm: "mtp.norm.weight",
+  head: "mtp.lm_head.weight",
+  embedding: "mtp.embed_tokens.weight",
+};
+
+/** `names` with Qwen3.5's multi-token-prediction block: its layer (the one after the last) under `mtp.layers.0.`. */
+function withQwen35Mtp(names: TensorNames, config: ModelConfig): TensorNames {
+  const at = config.numLayers;
+  return {
+    ...names,
+    layer: (i, role) => (i === at ? names.layer(i, role).replace(/^model\.layers\.\d+\./, "mtp.layers.0.") : names.layer(i, role)),
+    nextn: (_i, part) => QWEN35_NEXTN_NAMES[part],
+  };
+}
+
 /** The names a checkpoint's weights are read under: Gemma 3's, a model with experts', or the plain ones. */
 export function hfTensorNames(config: ModelConfig): TensorNames {
+  const names = hfArchitectureNames(config);
+  return config.architecture === "qwen35" || config.architecture === "qwen35moe" ? withQwen35Mtp(names, config) : names;
+}
+
+function hfArchitectureNames(config: ModelConfig): TensorNames {
   if (config.architecture === "lfm2" || config.architecture === "lfm2moe") return lfm2TensorNames(config);
   if (config.architecture === "nemotron_h" || config.architecture === "nemotron_h_moe") return nemotronHHfNames(config);
   if (config.architecture === "falcon-h1") {

@@ -105,7 +105,7 @@ export interface TensorNames {
 export type NextnPart = "ehProj" | "enorm" | "hnorm" | "headNorm" | "head" | "embedding";
 
 /** Architectures whose multi-token-prediction block the engine runs (LoadOptions.mtp). */
-export const MTP_ARCHITECTURES: readonly string[] = ["glm4moe", "deepseek2"];
+export const MTP_ARCHITECTURES: readonly string[] = ["glm4moe", "deepseek2", "qwen35", "qwen35moe"];
 
 const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>([
   "ssmConv", "ssmDtBias", "ssmDecay", "ssmNorm", "ssmConvBias", "ssmD", "attnNorm", "ffnNorm", "attnPostNorm", "ffnPostNorm", "qNorm", "kNorm", "qANorm", "kvANorm", "bq", "bk", "bv", "routerBias",
@@ -448,7 +448,7 @@ function mtpNames(config: ModelConfig, names: TensorNames, path: string): (part:
   if (!config.nextnLayers) throw new ModelLoadError(`Model "${path}" has no multi-token-prediction layers (GGUF nextn_predict_layers, config.json num_nextn_predict_layers), which speculative method "mtp" needs`);
   const nextn = names.nextn;
   if (!MTP_ARCHITECTURES.includes(config.architecture) || !nextn) {
-    throw new ModelLoadError(`Model "${path}" has multi-token-prediction layers, but those of the "${config.architecture}" architecture are not run; ${MTP_ARCHITECTURES.join(" and ")} ones are`);
+    throw new ModelLoadError(`Model "${path}" has multi-token-prediction layers, but those of the "${config.architecture}" architecture are not run; ${MTP_ARCHITECTURES.slice(0, -1).join(", ")} and ${MTP_ARCHITECTURES[MTP_ARCHITECTURES.length - 1]} ones are`);
   }
   return (part) => nextn(config.numLayers, part);
 }

@@ -18,6 +18,12 @@ export const DEEPSEEK_MTP_SPEC: ModelFileSpec = {
   experts: { count: 16, used: 4, sharedFfn: 64, denseLayers: 1, scale: 2.5, groups: { count: 4, used: 2 } },
 };
 
+/** Qwen3.5 (Gated DeltaNet layers, gated attention, zero-centred norms in its checkpoints) with its MTP block. */
+export const QWEN35_MTP_SPEC: ModelFileSpec = {
+  architecture: "qwen35", hidden: 32, layers: 4, heads: 4, kvHeads: 2, headDim: 16, rotaryDim: 4, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 620,
+  deltaNet: { kHeads: 2, vHeads: 4, dim: 8, conv: 4, interval: 4 }, nextn: 1,
+};
+
 /** A host tensor's values as f32. */
 export const values = (t: HostTensor) => new Float32Array(toF32(t).data.buffer.slice(0));
 /** An f32 host tensor of `v`. */

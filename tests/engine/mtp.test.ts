@@ -21,7 +21,7 @@ import { forward, forwardWithHidden } from "../../src/model/forward.ts";
 import { mtpForward } from "../../src/model/forward-mtp.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { writeTestGguf, writeTestHfDirectory } from "../model/model-files.ts";
-import { DEEPSEEK_MTP_SPEC, exactMtpModel, MTP_SPEC, rmsnorm, tensor, values } from "./mtp-fixtures.ts";
+import { DEEPSEEK_MTP_SPEC, exactMtpModel, MTP_SPEC, QWEN35_MTP_SPEC, rmsnorm, tensor, values } from "./mtp-fixtures.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/mtp-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -29,6 +29,8 @@ const path = await writeTestGguf(dir, "glm", MTP_SPEC);
 const model = await loadModel(path, { mtp: true });
 // DeepSeek V3's block: latent attention.
 const deepseek = await loadModel(await writeTestGguf(dir, "deepseek", DEEPSEEK_MTP_SPEC), { mtp: true });
+// Qwen3.5's: gated attention after Gated DeltaNet layers.
+const qwen35 = await loadModel(await writeTestGguf(dir, "qwen35", QWEN35_MTP_SPEC), { mtp: true });
 const backend = createReferenceBackend();
 
 test("loadModel() loads the multi-token-prediction block only when asked, and refuses files without one", async () => {
@@ -58,12 +60,21 @@ test("loadModel() loads the multi-token-prediction block only when asked, and re
   const both = (await loadModel(await writeTestGguf(dir, "glm-own", MTP_SPEC, extras), { mtp: true })).weights.mtp!;
   assert.equal(both.embedding, undefined);
   assert.deepEqual(values(both.head!), ownHead);
+  // Qwen3.5's block from its checkpoint (`mtp.fc`, `mtp.layers.0.`, norms weighing by 1 + w) is the GGUF's (1 + w stored).
+  const q = qwen35.weights.mtp!;
+  const qhf = (await loadModel(await writeTestHfDirectory(dir, "qwen35-hf", QWEN35_MTP_SPEC), { mtp: true })).weights.mtp!;
+  assert.deepEqual(qwen35.config.mtp, { layer: 4 });
+  for (const [a, b] of [[qhf.ehProj, q.ehProj], [qhf.enorm, q.enorm], [qhf.hnorm, q.hnorm], [qhf.headNorm!, q.headNorm!], [qhf.layer.wq!, q.layer.wq!], [qhf.layer.attnNorm!, q.layer.attnNorm!], [qhf.layer.qNorm!, q.layer.qNorm!]] as const) {
+    const [x, y] = [values(a), values(b)];
+    assert.ok(x.every((v, i) => Math.abs(v - y[i]) < 1e-6), a.name);
+  }
+  assert.ok(values(q.enorm).every((v) => v > 0.5), "the norms weigh by 1 + w");
   // Another architecture's block is refused by name.
   const qwen = await writeTestGguf(dir, "qwen3", { ...MTP_SPEC, architecture: "qwen3", experts: undefined, nextn: undefined, seed: 604 }, { metadata: [["qwen3.nextn_predict_layers", gguf.u32(1)], ["qwen3.block_count", gguf.u32(3)]] });
-  await assert.rejects(loadModel(qwen, { mtp: true }), (e: unknown) => e instanceof ModelLoadError && /those of the "qwen3" architecture are not run; glm4moe and deepseek2 ones are/.test(e.message));
+  await assert.rejects(loadModel(qwen, { mtp: true }), (e: unknown) => e instanceof ModelLoadError && /those of the "qwen3" architecture are not run; glm4moe, deepseek2, qwen35 and qwen35moe ones are/.test(e.message));
 });
 
-for (const [name, loaded] of [["GLM-4.5", model], ["DeepSeek V3", deepseek]] as const) {
+for (const [name, loaded] of [["GLM-4.5", model], ["DeepSeek V3", deepseek], ["Qwen3.5", qwen35]] as const) {
   test(`mtpForward() on a ${name} is eh_proj([enorm(embedding); hnorm(hidden)]), then its layer and head, over a paged cache`, async () => {
     const model = loaded;
     const c = model.config;
@@ -71,7 +82,7 @@ for (const [name, loaded] of [["GLM-4.5", model], ["DeepSeek V3", deepseek]] as 
     const kv = allocatePagedKv(backend, c, 8, 4);
     const prompt = [5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61];
     const n = prompt.length;
-    const entries = [{ tokens: prompt, startPos: 0, blockTable: [0, 1, 2] }];
+    const entries = [{ tokens: prompt, startPos: 0, blockTable: [0, 1, 2], stateSlot: 0 }];
     const target = forwardWithHidden(backend, device, kv, { entries, allHidden: true });
     backend.free(target.logits);
     const hidden = (await backend.download(target.allHidden!)) as Float32Array;
@@ -95,7 +106,8 @@ for (const [name, loaded] of [["GLM-4.5", model], ["DeepSeek V3", deepseek]] as 
     }
     const one: LoadedModel = {
       ...model,
-      config: { ...c, numLayers: 1, moe: { ...c.moe!, denseLayers: 0 }, mtp: undefined, nextnLayers: undefined },
+      // Its layer alone: attention (Qwen3.5's Gated DeltaNet layers gone), experts from the first layer.
+      config: { ...c, numLayers: 1, ...(c.moe ? { moe: { ...c.moe, denseLayers: 0 } } : {}), deltaNet: undefined, mtp: undefined, nextnLayers: undefined },
       weights: { tokenEmbedding: tensor("table", [c.vocabSize, 32], table), layers: [m.layer], outputNorm: m.headNorm!, output: model.weights.output },
     };
     const oneKv = allocatePagedKv(backend, one.config, 8, 4);
@@ -126,9 +138,9 @@ async function outputs(m: LoadedModel, o: CreateEngineOptions, maxTokens = 20): 
   }
 }
 
-test("Engine with speculative method mtp gives the tokens it gives without drafts (GLM-4.5, DeepSeek V3)", async () => {
+test("Engine with speculative method mtp gives the tokens it gives without drafts (GLM-4.5, DeepSeek V3, Qwen3.5)", async () => {
   const base = { numBlocks: 40, blockSize: 4, scheduler: { maxRunning: 3, maxBatchTokens: 9 } };
-  for (const m of [model, deepseek]) {
+  for (const m of [model, deepseek, qwen35]) {
     const plain = await outputs(m, base);
     for (const numTokens of [1, 3]) {
       const spec = await outputs(m, { ...base, speculative: { method: "mtp", numTokens } });

@@ -17,7 +17,7 @@ import { encodeSafetensors, type SafetensorsEntry } from "../../src/model/safete
 import { gptOssHfConfig, gptOssHfTensors } from "./gpt-oss-files.ts";
 import { fusePhi3Gguf, fusePhi3Hf, phi3GgufMetadata, phi3HfConfig, phi3Vocab, TEST_CONTEXT } from "./phi3-files.ts";
 import { randomIqTensor } from "./iq-blocks.ts";
-import { qwen35GgufMetadata, qwen35GgufPart, qwen35HfCheckpoint, qwen35HfConfig, qwen35HfLayer } from "./qwen35-files.ts";
+import { qwen35GgufMetadata, qwen35GgufPart, qwen35HfCheckpoint, qwen35HfConfig, qwen35HfLayer, qwen35MtpAsLayer } from "./qwen35-files.ts";
 import { qwen3nextGgufParts } from "./qwen3next-files.ts";
 import { lfm2GgufMetadata, lfm2GgufPart, lfm2HfConfig, lfm2HfLayer } from "./lfm2-files.ts";
 import { gemma4GgufMetadata, gemma4GgufPart, gemma4HfLayer, gemma4PerLayerWeights, gemma4RopeFreqs, type Gemma4Spec } from "./gemma4-files.ts";
@@ -217,17 +217,25 @@ export function randomHfWeights(spec: ModelFileSpec): HfWeights {
       continue;
     }
     if (spec.deltaNet) {
-      qwen35HfLayer(spec, i, put);
+      // Past the layers, Qwen3.5's multi-token-prediction block (`mtp.`): an attention layer, its input projection and norms.
+      const q = i >= spec.layers ? "mtp.layers.0." : p;
+      qwen35HfLayer(spec, i, put, q);
+      if (i >= spec.layers) {
+        put("mtp.fc.weight", [hidden, 2 * hidden], 1 / Math.sqrt(hidden));
+        put("mtp.pre_fc_norm_embedding.weight", [hidden], 0.2);
+        put("mtp.pre_fc_norm_hidden.weight", [hidden], 0.2);
+        put("mtp.norm.weight", [hidden], 0.2);
+      }
       const moe = spec.experts;
       if (!moe) {
-        swiglu(p + "mlp.", ffn);
+        swiglu(q + "mlp.", ffn);
         continue;
       }
       // Qwen3.5-MoE: Qwen2-MoE's experts and sigmoid-gated shared expert.
-      put(p + "mlp.gate.weight", [moe.count, hidden], 4 / Math.sqrt(hidden));
-      for (let e = 0; e < moe.count; e++) swiglu(`${p}mlp.experts.${e}.`, ffn);
-      swiglu(p + "mlp.shared_expert.", moe.sharedFfn ?? ffn);
-      put(p + "mlp.shared_expert_gate.weight", [1, hidden], 4 / Math.sqrt(hidden));
+      put(q + "mlp.gate.weight", [moe.count, hidden], 4 / Math.sqrt(hidden));
+      for (let e = 0; e < moe.count; e++) swiglu(`${q}mlp.experts.${e}.`, ffn);
+      swiglu(q + "mlp.shared_expert.", moe.sharedFfn ?? ffn);
+      put(q + "mlp.shared_expert_gate.weight", [1, hidden], 4 / Math.sqrt(hidden));
       continue;
     }
     if (i >= spec.layers) {
@@ -364,7 +372,9 @@ function ggufTensors(
 ): { name: string; shape: number[]; values: Float32Array; hf: string }[] {
   const out: { name: string; shape: number[]; values: Float32Array; hf: string }[] = [];
   const stacks = new Map<string, { shape: number[]; parts: Float32Array[]; hf: string }>();
-  for (const [hf, { shape, values }] of weights) {
+  for (const [stored, { shape, values }] of weights) {
+    // Qwen3.5's multi-token-prediction block, as convert_hf_to_gguf.py numbers it: the layer after the last.
+    const hf = spec.deltaNet && stored.startsWith("mtp.") ? qwen35MtpAsLayer(spec, stored) : stored;
     const next = spec.architecture === "qwen3next" ? qwen3nextGgufParts(spec, hf, shape, values) : spec.shortConv ? lfm2GgufPart(hf, shape, values) : spec.nemotronH ? nemotronHGgufPart(spec, hf, shape, values) : spec.falconH1 ? falconH1GgufPart(spec, hf, shape, values) : spec.gemma4 ? gemma4GgufPart(hf, shape, values) : undefined;
     const own = next ?? (spec.deltaNet ? qwen35GgufPart(spec, hf, shape, values) : spec.mamba2 ? mamba2GgufPart(hf, shape, values) : undefined);
     if (own) {

@@ -26,14 +26,14 @@ export function isLinearLayer(spec: ModelFileSpec, i: number): boolean {
 }
 
 /** Draws a Qwen3.5's weights in HF naming with `put` (name, shape, scale, offset). */
-export function qwen35HfLayer(spec: ModelFileSpec, i: number, put: (name: string, shape: number[], scale: number, offset?: number) => void): void {
+export function qwen35HfLayer(spec: ModelFileSpec, i: number, put: (name: string, shape: number[], scale: number, offset?: number) => void, p = `model.layers.${i}.`): void {
   const d = spec.deltaNet!;
   const { hidden, heads, kvHeads, headDim: hd } = spec;
-  const p = `model.layers.${i}.`;
   // Zero-centred norms: the checkpoint's w, weighing by 1 + w.
   put(p + "input_layernorm.weight", [hidden], 0.2);
   put(p + "post_attention_layernorm.weight", [hidden], 0.2);
-  if (isLinearLayer(spec, i)) {
+  // The multi-token-prediction block's layer (past the layers) attends.
+  if (i < spec.layers && isLinearLayer(spec, i)) {
     const keys = d.kHeads * d.dim;
     const values = d.vHeads * d.dim;
     const a = p + "linear_attn.";
@@ -101,6 +101,8 @@ const GGUF_LINEAR: Record<string, string> = {
  */
 export function qwen35GgufPart(spec: ModelFileSpec, hf: string, shape: number[], values: Float32Array): GgufPart | undefined {
   const d = spec.deltaNet!;
+  const nextn = /^model\.layers\.(\d+)\.(enorm|hnorm|shared_head\.norm)\.weight$/.exec(hf);
+  if (nextn) return { name: `blk.${nextn[1]}.nextn.${nextn[2] === "shared_head.norm" ? "shared_head_norm" : nextn[2]}.weight`, shape, values: values.map((v) => v + 1), hf };
   const m = /^model\.layers\.(\d+)\.linear_attn\.(.+)$/.exec(hf);
   if (!m) {
     if (!/(layernorm|_norm|model\.norm)\.weight$/.test(hf)) return undefined;
@@ -133,6 +135,18 @@ export function qwen35GgufPart(spec: ModelFileSpec, hf: string, shape: number[],
   }
 }
 
+/**
+ * A Qwen3.5 checkpoint's multi-token-prediction tensor (`mtp.*`) under the name of the layer after the
+ * last (`model.layers.N.`, its own tensors as GLM-4.5's NextN names them), as the converter numbers it.
+ */
+export function qwen35MtpAsLayer(spec: ModelFileSpec, hf: string): string {
+  const at = `model.layers.${spec.layers}.`;
+  const own: Record<string, string> = {
+    "mtp.fc.weight": "eh_proj.weight", "mtp.pre_fc_norm_embedding.weight": "enorm.weight", "mtp.pre_fc_norm_hidden.weight": "hnorm.weight", "mtp.norm.weight": "shared_head.norm.weight",
+  };
+  return own[hf] !== undefined ? at + own[hf] : hf.replace(/^mtp\.layers\.0\./, at);
+}
+
 /** A qwen35 (or qwen3next) GGUF's own metadata: the DeltaNet sizes and the RoPE sections (text turns every section by its position; Qwen3-Next has none). */
 export function qwen35GgufMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
   const d = spec.deltaNet!;
@@ -147,6 +161,7 @@ export function qwen35GgufMetadata(spec: ModelFileSpec): [string, GgufEntry][] {
     [`${a}.ssm.time_step_rank`, gguf.u32(d.vHeads)],
     [`${a}.ssm.group_count`, gguf.u32(d.kHeads)],
     [`${a}.full_attention_interval`, gguf.u32(d.interval)],
+    ...(spec.nextn ? [[`${a}.nextn_predict_layers`, gguf.u32(spec.nextn)] as [string, GgufEntry]] : []),
     // Qwen3-Next turns by plain NeoX RoPE: no sections.
     ...(a === "qwen3next" ? [] : [[`${a}.rope.dimension_sections`, gguf.arr(GgufType.INT32, sections)] as [string, GgufEntry]]),
   ];
@@ -165,6 +180,7 @@ export function qwen35HfConfig(spec: ModelFileSpec): Record<string, unknown> {
     ...(spec.architecture === "qwen3next"
       ? { full_attention_interval: d.interval }
       : { layer_types: Array.from({ length: spec.layers }, (_, i) => (isLinearLayer(spec, i) ? "linear_attention" : "full_attention")), attn_output_gate: true }),
+    ...(spec.nextn ? { mtp_num_hidden_layers: spec.nextn } : {}),
   };
 }
 
