@@ -69,6 +69,11 @@ test("loadModel() loads the multi-token-prediction block only when asked, and re
     assert.ok(x.every((v, i) => Math.abs(v - y[i]) < 1e-6), a.name);
   }
   assert.ok(values(q.enorm).every((v) => v > 0.5), "the norms weigh by 1 + w");
+  // Qwen3.5-MoE's, its experts fused per layer as transformers 5 saves them (`mtp.layers.0.mlp.experts.gate_up_proj`).
+  const moeSpec = { ...QWEN35_MTP_SPEC, architecture: "qwen35moe" as const, seed: 621, experts: { count: 4, used: 2, sharedFfn: 64 }, deltaNet: { ...QWEN35_MTP_SPEC.deltaNet!, fusedExperts: true } };
+  const moeGguf = (await loadModel(await writeTestGguf(dir, "qwen35moe", moeSpec), { mtp: true })).weights.mtp!.layer;
+  const moeHf = (await loadModel(await writeTestHfDirectory(dir, "qwen35moe-hf", moeSpec), { mtp: true })).weights.mtp!.layer;
+  for (const r of ["wGate", "wUp", "wDown", "router", "wGateShared", "sharedGate"] as const) assert.deepEqual(values(moeHf[r]!), values(moeGguf[r]!), r);
   // Another architecture's block is refused by name.
   const qwen = await writeTestGguf(dir, "qwen3", { ...MTP_SPEC, architecture: "qwen3", experts: undefined, nextn: undefined, seed: 604 }, { metadata: [["qwen3.nextn_predict_layers", gguf.u32(1)], ["qwen3.block_count", gguf.u32(3)]] });
   await assert.rejects(loadModel(qwen, { mtp: true }), (e: unknown) => e instanceof ModelLoadError && /those of the "qwen3" architecture are not run; glm4moe, deepseek2, qwen35 and qwen35moe ones are/.test(e.message));
