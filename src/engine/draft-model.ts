@@ -18,6 +18,7 @@ import type { LoadOptions } from "../model/weights.ts";
 import { GREEDY_ROW, type StepRunner } from "./engine-runner.ts";
 import type { StepEntry } from "./scheduler-types.ts";
 import { type AcceptanceCounts, DraftLengthTuner } from "./draft-schedule.ts";
+import { HeuristicDraftLength } from "./draft-heuristic.ts";
 
 /** Draft-model speculation (the engine's `speculative` option; vLLM's `--speculative-config` names in comments). */
 export interface DraftModelSpeculation {
@@ -90,11 +91,8 @@ interface DraftState {
   fed: number[];
   /** The proposal round that last used it (eviction takes the oldest first). */
   used: number;
-  /** Draft length the schedule allows next. */
-  k: number;
-  /** Proposals to skip before drafting again, and drafts of one token rejected in a row (the schedule's pause). */
-  pause: number;
-  misses: number;
+  /** Draft length the heuristic schedule allows next, and its pause (the other schedules: its length is the most). */
+  length: HeuristicDraftLength;
   /** Its recent acceptance (the "cost" schedule). */
   acceptance?: AcceptanceCounts;
 }
@@ -105,9 +103,6 @@ interface LiveDraft {
   st: DraftState;
   draft: number[];
 }
-
-/** The longest pause, in steps, after drafts of one token keep being rejected. */
-const MAX_PAUSE = 16;
 
 /** Proposes drafts with a draft model's step runner (see the module comment). */
 export class DraftModelProposer {
@@ -163,12 +158,9 @@ export class DraftModelProposer {
     const roundLength = tuner ? tuner.length(eligible.map(({ st }) => tuner.acceptance(st.acceptance))) : Infinity;
     for (const { w, st } of eligible) {
       st.used = round;
-      if (st.pause > 0) {
-        st.pause--;
-        continue;
-      }
+      if (!st.length.drafts()) continue;
       // Positions past the draft model's context are not drafted: its last fed one is tokens + limit - 2.
-      const want = { ...w, limit: Math.min(w.limit, st.k, roundLength, this.contextLength + 1 - w.tokens.length) };
+      const want = { ...w, limit: Math.min(w.limit, st.length.k, roundLength, this.contextLength + 1 - w.tokens.length) };
       if (want.limit <= 0) continue;
       // Kept: the fed tokens that still agree, short of the last (its row samples the first draft token).
       st.fed.length = Math.min(commonPrefix(st.fed, want.tokens), want.tokens.length - 1);
@@ -219,14 +211,7 @@ export class DraftModelProposer {
       st.acceptance = this.tuner.observeAcceptance(st.acceptance, drafted, accepted);
       return;
     }
-    if (accepted === drafted) {
-      st.k = Math.min(this.schedule.numTokens, st.k + 2);
-      st.misses = 0;
-      return;
-    }
-    st.k = Math.max(1, st.k - 1);
-    if (drafted === 1 && accepted === 0) st.pause = Math.min(MAX_PAUSE, 2 ** st.misses++);
-    else st.misses = 0;
+    st.length.observe(drafted, accepted);
   }
 
   /** All draft tokens on the device, read once (StepRunner.draftGreedy); every sequence feeds `steps - 1` of them. */
@@ -292,7 +277,7 @@ export class DraftModelProposer {
       if (n > bestLen) [best, bestLen] = [s, n];
     }
     if (best) this.idle.delete(best);
-    st = best ?? { blocks: [], fed: [], used: 0, k: this.schedule.numTokens, pause: 0, misses: 0 };
+    st = best ?? { blocks: [], fed: [], used: 0, length: new HeuristicDraftLength(this.schedule.numTokens) };
     this.states.set(seqId, st);
     return st;
   }
