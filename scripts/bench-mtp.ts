@@ -1,7 +1,8 @@
 /**
  * Speculative decoding with the model's own multi-token-prediction block (`{"method": "mtp"}`), on and
  * off, for a random GLM-4.5-like GGUF (8 MoE layers and a NextN block, f16, written here): decode
- * steps, draft tokens verified and taken, wall time, medians of `--rounds` runs alternating.
+ * steps, draft tokens verified and taken, wall time, medians of `--rounds` runs alternating; drafts
+ * of a constant length (vLLM's way) and under the default "heuristic" schedule.
  *
  * Two versions of the model: "random block", as written, whose block rarely guesses the model's
  * token (what the block's pass after every step costs when its drafts are lost); and "exact block",
@@ -79,9 +80,12 @@ const MODELS: Record<string, LoadedModel> = { "random block": model, "exact bloc
 const SETTINGS: Record<string, Speculation | "one step" | undefined> = {
   off: undefined,
   "off, 1 step": "one step",
-  "mtp 1": { method: "mtp", numTokens: 1 },
-  "mtp 2": { method: "mtp", numTokens: 2 },
-  "mtp 3": { method: "mtp", numTokens: 3 },
+  "mtp 1": { method: "mtp", numTokens: 1, schedule: "constant" },
+  "mtp 2": { method: "mtp", numTokens: 2, schedule: "constant" },
+  "mtp 3": { method: "mtp", numTokens: 3, schedule: "constant" },
+  // The default schedule: shorter drafts after misses, pauses after one-token drafts rejected outright.
+  "mtp 1 heuristic": { method: "mtp", numTokens: 1 },
+  "mtp 3 heuristic": { method: "mtp", numTokens: 3 },
 };
 
 interface Run {

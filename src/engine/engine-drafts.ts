@@ -8,6 +8,7 @@ import type { EngineOptions } from "./engine-options.ts";
 import { type Active, jumpsForward, speculates } from "./engine-request.ts";
 import { verifiableDraftLength } from "./draft-extras.ts";
 import { DraftModelProposer } from "./draft-model.ts";
+import { HeuristicDraftLength } from "./draft-heuristic.ts";
 import { checkSpeculation, ngramDraft } from "./ngram-draft.ts";
 import type { Scheduler } from "./scheduler.ts";
 import type { StepEntry } from "./scheduler-types.ts";
@@ -19,6 +20,8 @@ export class EngineDrafts {
   private readonly suffixes: SuffixCache | undefined;
   /** The draft model's proposer (`speculative.method` "draft_model"; undefined otherwise). */
   private readonly drafter: DraftModelProposer | undefined;
+  /** Each sequence's draft length under the "heuristic" schedule of the multi-token-prediction block's drafts. */
+  private readonly mtpLengths = new Map<number, HeuristicDraftLength>();
 
   /**
    * Throws a RangeError for a speculation the options cannot serve.
@@ -101,13 +104,24 @@ export class EngineDrafts {
    */
   wantsMtp(a: Active): boolean {
     const spec = this.opts.speculative;
-    return spec?.method === "mtp" && speculates(a) && this.scheduler.numRunning <= (spec.disableByBatchSize ?? Infinity) && this.draftRoom(a) > 0;
+    if (spec?.method !== "mtp" || !speculates(a) || this.scheduler.numRunning > (spec.disableByBatchSize ?? Infinity) || this.draftRoom(a) <= 0) return false;
+    return this.mtpLength(a.seq.id)?.drafts() ?? true;
   }
 
   /** Offers the multi-token-prediction block's draft (StepOutput.mtpDrafts) to a request still decoding, cut as any draft is. */
   offerMtp(a: Active, draft: Int32Array): void {
     if (a.done || a.seq.status !== "running") return;
-    this.offerDraft(a, Array.from(draft.subarray(0, Math.max(0, this.draftRoom(a)))));
+    const k = Math.min(this.draftRoom(a), this.mtpLength(a.seq.id)?.k ?? Infinity);
+    this.offerDraft(a, Array.from(draft.subarray(0, Math.max(0, k))));
+  }
+
+  /** The sequence's heuristic draft length (undefined under the "constant" schedule). */
+  private mtpLength(seqId: number): HeuristicDraftLength | undefined {
+    const spec = this.opts.speculative;
+    if (spec?.method !== "mtp" || spec.schedule === "constant") return undefined;
+    let length = this.mtpLengths.get(seqId);
+    if (!length) this.mtpLengths.set(seqId, length = new HeuristicDraftLength(spec.numTokens));
+    return length;
   }
 
   /**
@@ -121,6 +135,7 @@ export class EngineDrafts {
     while (kept < draft.length && samples[kept] === draft[kept]) kept++;
     accepted.set(seqId, draft.slice(0, kept));
     this.drafter?.observe(seqId, draft.length, kept);
+    this.mtpLengths.get(seqId)?.observe(draft.length, kept);
     this.active.get(seqId)!.rng.rewind(draft.length - kept);
     this.metrics.specDrafts++;
     this.metrics.specDraftTokens += draft.length;
@@ -140,9 +155,10 @@ export class EngineDrafts {
     if (this.suffixes && !a.req.embed && a.req.cacheSalt === undefined) this.suffixes.add(a.seq.outputTokens);
   }
 
-  /** Forgets a finished sequence's draft KV. */
+  /** Forgets a finished sequence's draft KV and draft length. */
   release(seqId: number): void {
     this.drafter?.release(seqId);
+    this.mtpLengths.delete(seqId);
   }
 
   /** Releases the draft model's device memory. */

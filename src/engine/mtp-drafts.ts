@@ -29,6 +29,12 @@ export interface MtpSpeculation {
   numTokens: number;
   /** No drafts while more than this many sequences run (`disable_by_batch_size`). Absent: drafts at any batch. */
   disableByBatchSize?: number;
+  /**
+   * How many tokens each sequence drafts (`num_speculative_tokens_schedule`): "heuristic" (default)
+   * as a draft model's (draft-heuristic.ts: shorter after a draft not all taken, a pause after drafts
+   * of one token rejected outright); "constant" always `numTokens`, as vLLM does.
+   */
+  schedule?: "heuristic" | "constant";
 }
 
 /** What the step sampled: each entry's token, and at its draft rows (StepOutput.ids, draftIds). */

@@ -43,7 +43,7 @@ const CONFIG_KEYS: Record<Speculation["method"], readonly string[]> = {
     "suffix_decoding_min_token_prob", "disable_by_batch_size",
   ],
   draft_model: ["method", "model", "num_speculative_tokens", "num_speculative_tokens_schedule", "disable_by_batch_size"],
-  mtp: ["method", "num_speculative_tokens", "disable_by_batch_size"],
+  mtp: ["method", "num_speculative_tokens", "num_speculative_tokens_schedule", "disable_by_batch_size"],
 };
 
 /** vLLM's older per-model names of the multi-token-prediction method, all read as "mtp". */
@@ -86,6 +86,9 @@ export function checkSpeculation<S extends Speculation>(s: S): S {
   if (s.method === "mtp") {
     whole("num_speculative_tokens", s.numTokens, 1, 32);
     if (s.disableByBatchSize !== undefined) whole("disable_by_batch_size", s.disableByBatchSize, 1, 1 << 20);
+    if (s.schedule !== undefined && s.schedule !== "heuristic" && s.schedule !== "constant") {
+      throw new SpeculationConfigError(`The speculative num_speculative_tokens_schedule must be "heuristic" or "constant" for method "mtp", got ${JSON.stringify(s.schedule)}`);
+    }
     return s;
   }
   if (s.method !== "ngram") throw new SpeculationConfigError(`Speculative method must be "ngram", "suffix", "draft_model" or "mtp", got ${JSON.stringify((s as { method: unknown }).method)}`);
@@ -166,7 +169,10 @@ export function parseSpeculativeConfig(text: string): Speculation {
     return checkSpeculation({ method, model: o.model, numTokens, ...(batch !== undefined ? { disableByBatchSize: batch } : {}), ...(schedule !== undefined ? { schedule } : {}) });
   }
   // As vLLM: one draft token by default, the block's own prediction (DeepSeek V3 and GLM-4.5 train one).
-  if (method === "mtp") return checkSpeculation({ method, numTokens: numTokens ?? 1, ...(batch !== undefined ? { disableByBatchSize: batch } : {}) });
+  if (method === "mtp") {
+    const schedule = o.num_speculative_tokens_schedule as MtpSpeculation["schedule"];
+    return checkSpeculation({ method, numTokens: numTokens ?? 1, ...(batch !== undefined ? { disableByBatchSize: batch } : {}), ...(schedule !== undefined ? { schedule } : {}) });
+  }
   if (method === "suffix") {
     // vLLM's defaults; the draft length defaults to the depth (within this engine's longest draft,
     // so a deep tree alone is not refused for a num_speculative_tokens nobody gave).

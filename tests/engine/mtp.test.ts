@@ -154,6 +154,11 @@ test("Engine with speculative method mtp gives the tokens it gives without draft
       assert.ok(spec.accepted <= spec.drafted);
     }
   }
+  // The heuristic schedule (the default) pauses a sequence whose one-token drafts are rejected; constant drafts every step.
+  const constant = await outputs(model, { ...base, speculative: { method: "mtp", numTokens: 1, schedule: "constant" } });
+  const heuristic = await outputs(model, { ...base, speculative: { method: "mtp", numTokens: 1 } });
+  assert.deepEqual(constant.tokens, heuristic.tokens);
+  assert.ok(heuristic.drafted < constant.drafted && constant.accepted < constant.drafted, `drafted ${heuristic.drafted} against ${constant.drafted} (${constant.accepted} taken)`);
   // A model loaded without its block is refused by name.
   const without = await loadModel(path);
   assert.throws(() => createEngine(backend, without, { ...base, speculative: { method: "mtp", numTokens: 1 } }), /block was not loaded/);
@@ -173,6 +178,8 @@ test("parseSpeculativeConfig() reads the mtp method and vLLM's older names of it
   assert.deepEqual(parseSpeculativeConfig('{"method": "mtp"}'), { method: "mtp", numTokens: 1 });
   assert.deepEqual(parseSpeculativeConfig('{"method": "deepseek_mtp", "num_speculative_tokens": 3, "disable_by_batch_size": 8}'), { method: "mtp", numTokens: 3, disableByBatchSize: 8 });
   assert.deepEqual(parseSpeculativeConfig('{"method": "glm4_moe_mtp", "num_speculative_tokens": 2}'), { method: "mtp", numTokens: 2 });
+  assert.deepEqual(parseSpeculativeConfig('{"method": "mtp", "num_speculative_tokens_schedule": "constant"}'), { method: "mtp", numTokens: 1, schedule: "constant" });
+  assert.throws(() => parseSpeculativeConfig('{"method": "mtp", "num_speculative_tokens_schedule": "cost"}'), /must be "heuristic" or "constant" for method "mtp", got "cost"/);
   assert.throws(() => parseSpeculativeConfig('{"method": "mtp", "model": "x.gguf"}'), /Unknown speculative config key "model" for method "mtp"/);
   assert.throws(() => parseSpeculativeConfig('{"method": "mtp", "num_speculative_tokens": 0}'), /num_speculative_tokens must be an integer from 1 to 32, got 0/);
 });
