@@ -1,9 +1,9 @@
 /**
  * An engine serving a model with Gated DeltaNet layers (a random Qwen3.5): each sequence keeps its
  * recurrent state in its own slot through chunked prefills, concurrent decodes, multi-step decoding,
- * preemption and speculative decoding (the state put back where a draft is not all taken), so every
- * output is the one a lone forward gives; slots go back when sequences end; what cannot carry the state
- * is refused.
+ * preemption and speculative decoding (n-gram, suffix and draft-model drafts; the state put back where
+ * a draft is not all taken), so every output is the one a lone forward gives; slots go back when
+ * sequences end; what cannot carry the state is refused.
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -88,8 +88,8 @@ test("Engine with Gated DeltaNet layers: swap preemption takes each sequence's s
 const SUFFIX = { method: "suffix", numTokens: 4, maxDepth: 24, maxCachedRequests: 100, maxSpecFactor: 4, minTokenProb: 0.1 } as const;
 
 /** Each prompt twice, the second round after the first, on an engine with `speculative`; its outputs and stats. */
-async function twoRounds(m: LoadedModel, o: CreateEngineOptions): Promise<{ outputs: number[][]; stats: ReturnType<ReturnType<typeof createEngine>["stats"]> }> {
-  const e = createEngine(backend, m, o);
+async function twoRounds(m: LoadedModel, o: CreateEngineOptions, draft?: LoadedModel): Promise<{ outputs: number[][]; stats: ReturnType<ReturnType<typeof createEngine>["stats"]> }> {
+  const e = createEngine(backend, m, o, draft);
   try {
     const ask = (prompt: number[]) => e.submit({ prompt, maxTokens: MAX_TOKENS, temperature: 0, ignoreEos: true }).result;
     const first = await Promise.all(PROMPTS.map(ask));
@@ -111,6 +111,16 @@ test("Engine with Gated DeltaNet layers and speculative decoding: a draft not al
     // Each put back feeds its step's token and the drafts taken again: one token at least.
     assert.ok(stats.specStateRollbacks > 0 && stats.specRefedTokens >= stats.specStateRollbacks, JSON.stringify([stats.specStateRollbacks, stats.specRefedTokens]));
   }
+});
+
+test("Engine with Gated DeltaNet layers drafting with a draft model (attention only, the same vocabulary) gives the lone greedy tokens", async () => {
+  const draft = await loadModel(await writeTestGguf(dir, "qwen3-draft", { architecture: "qwen3", hidden: 32, layers: 1, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", seed: 305 }));
+  const speculative = { method: "draft_model", model: "qwen3-draft.gguf", numTokens: 3, schedule: "constant" } as const;
+  const { outputs, stats } = await twoRounds(model, { numBlocks: 64, blockSize: 4, speculative, scheduler: { maxBatchTokens: 6, maxRunning: 3 } }, draft);
+  assert.deepEqual(outputs, [...alone, ...alone]);
+  assert.ok(stats.specDraftTokens > 0, "the draft model drafted");
+  // A random draft is seldom right: its drafts not all taken put the state back.
+  assert.ok(stats.specStateRollbacks > 0 && stats.specAcceptedTokens < stats.specDraftTokens, JSON.stringify([stats.specStateRollbacks, stats.specAcceptedTokens, stats.specDraftTokens]));
 });
 
 test("scratchSlotsOf() keeps a state from before a draft for every sequence that may verify one, and createEngine() refuses a draft model with recurrent layers", () => {
