@@ -38,7 +38,8 @@ async function answers(o: Options) {
     for await (const c of await client.completions.create({ model: "glm", prompt: PROMPT, max_tokens: 24, temperature: 0, stream: true })) streamed += c.choices[0]?.text ?? "";
     const metrics = await (await fetch(`${s.url}/metrics`)).text();
     const count = (name: string) => Number(new RegExp(`vllm:spec_decode_${name}_total\\{[^}]*\\} (\\d+)`).exec(metrics)?.[1]);
-    return { texts, streamed, drafted: count("num_draft_tokens"), accepted: count("num_accepted_tokens") };
+    const handoffs = Number(/^evolving:prefill_handoffs_total\{[^}]*\} (\d+)$/m.exec(metrics)?.[1] ?? 0);
+    return { texts, streamed, drafted: count("num_draft_tokens"), accepted: count("num_accepted_tokens"), handoffs };
   } finally {
     await s.shutdown();
   }
@@ -47,6 +48,8 @@ async function answers(o: Options) {
 const cases: { name: string; o: Options; ignore?: boolean }[] = [
   { name: "one engine", o: {} },
   { name: "--workers 2 as worker threads", o: { workers: 2, planner: "none", transport: "threads" } },
+  // Every prompt handed off: the block's cache moves with the model's to the decode worker.
+  { name: "--roles prefill,decode (every prompt handed off)", o: { workers: 2, roles: ["prefill", "decode"], planner: "none", router: "kv-aware", localPrefillTokens: 0 } },
   { name: "one engine on WebGPU", o: { backend: "webgpu" }, ignore: probe.skip },
 ];
 
@@ -58,6 +61,7 @@ for (const c of cases) {
     assert.equal(on.streamed, off.texts[0]);
     assert.equal(off.drafted, 0);
     assert.ok(on.drafted > 0 && on.accepted <= on.drafted, `draft tokens ${on.drafted}, accepted ${on.accepted}`);
+    if (c.o.roles) assert.ok(on.handoffs >= 3, `${on.handoffs} prompts handed off`);
   }, { ignore: c.ignore === true });
 }
 
