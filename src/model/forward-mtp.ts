@@ -1,5 +1,6 @@
 /**
- * A multi-token-prediction block's forward (DeepSeek V3's MTP module, GLM-4.5's NextN; ModelConfig.mtp):
+ * A multi-token-prediction block's forward (DeepSeek V3's MTP module, GLM-4.5's NextN, Qwen3.5's MTP
+ * layer; ModelConfig.mtp):
  * at each row, from the model's hidden state after its output norm at that position and the embedding
  * of the token after it, the logits of the token after that. The block's input is
  * eh_proj([enorm(embedding); hnorm(hidden)]), then one whole layer of the model's kind, then its head's
