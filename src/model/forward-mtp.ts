@@ -1,10 +1,9 @@
 /**
  * A multi-token-prediction block's forward (DeepSeek V3's MTP module, GLM-4.5's NextN, Qwen3.5's MTP
- * layer; ModelConfig.mtp):
- * at each row, from the model's hidden state after its output norm at that position and the embedding
- * of the token after it, the logits of the token after that. The block's input is
- * eh_proj([enorm(embedding); hnorm(hidden)]), then one whole layer of the model's kind, then its head's
- * norm and head (the model's where it has none of its own).
+ * layer; ModelConfig.mtp): at each row, from the model's hidden state after its output norm at that
+ * position and the embedding of the token after it, the logits of the token after that. The block's
+ * input is eh_proj([enorm(embedding); hnorm(hidden)]), then one whole layer of the model's kind, then
+ * its head's norm and head (the model's where it has none of its own).
  *
  * Its KV cache is the last of PagedKv's (kv-cache.ts `cachedLayers`) and shares the model's block
  * tables: row p writes the block's K/V at position p, as the model's row p does, so prefix hits, swaps
