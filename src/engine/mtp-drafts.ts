@@ -18,7 +18,6 @@ import type { Backend, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import type { ForwardEntry, PagedKv } from "../model/forward.ts";
 import { mtpForward } from "../model/forward-mtp.ts";
-import { scaled } from "../model/forward-layers.ts";
 import type { MtpAsk } from "./engine-runner-types.ts";
 import type { StepEntry } from "./scheduler-types.ts";
 
@@ -110,27 +109,23 @@ export function queueMtpPass(
 
 /**
  * The rows' token embeddings: the entries' tokens, and at the `patched` rows the tokens the step
- * sampled (rows of `sampled`), written over the rows' placeholders on the device.
+ * sampled (rows of `sampled`), on the device: each row takes one of two embeddings, weighted 1 and 0
+ * (exact), so nothing larger than a row count crosses to the device.
  */
 function embedRows(backend: Backend, model: DeviceModel, rows: readonly ForwardEntry[], patched: readonly { row: number; from: number }[], sampled: Tensor): Tensor {
   const table = model.weights.mtp?.embedding ?? model.weights.tokenEmbedding;
-  const h = model.config.hiddenSize;
+  const n = rows.reduce((a, r) => a + r.tokens.length, 0);
+  const from = new Int32Array(n);
+  const known = new Float32Array(n).fill(1);
+  for (const p of patched) [from[p.row], known[p.row]] = [p.from, 0];
   const temps: Tensor[] = [];
   const keep = (t: Tensor) => (temps.push(t), t);
-  const ids = keep(backend.upload(Int32Array.from(rows.flatMap((r) => r.tokens)), [rows.reduce((a, r) => a + r.tokens.length, 0)]));
-  const out = backend.embedding(table, ids);
   try {
-    const from = keep(backend.upload(Int32Array.from(patched, (p) => p.from), [patched.length]));
-    const to = keep(backend.upload(Int32Array.from(patched, (p) => p.row), [patched.length]));
-    const wanted = keep(backend.gatherRows(keep(backend.embedding(table, sampled)), from));
-    // out[row] += wanted − out[row]: the placeholder's embedding replaced by the sampled token's.
-    const delta = keep(backend.add(wanted, keep(scaled(backend, keep(backend.gatherRows(out, to)), -1))));
-    const offsets = keep(backend.upload(Int32Array.from(patched.flatMap((p) => Array.from({ length: h }, (_, c) => p.row * h + c))), [patched.length * h]));
-    backend.scatterAdd(out, offsets, backend.reshape(delta, [patched.length * h]));
-    return out;
-  } catch (e) {
-    backend.free(out);
-    throw e;
+    const own = keep(backend.embedding(table, keep(backend.upload(Int32Array.from(rows.flatMap((r) => r.tokens)), [n]))));
+    const drawn = keep(backend.gatherRows(keep(backend.embedding(table, sampled)), keep(backend.upload(from, [n]))));
+    const ownPart = keep(backend.moeCombine(own, keep(backend.upload(known, [n, 1]))));
+    const drawnPart = keep(backend.moeCombine(drawn, keep(backend.upload(known.map((k) => 1 - k), [n, 1]))));
+    return backend.add(ownPart, drawnPart);
   } finally {
     for (const t of temps) backend.free(t);
   }
