@@ -330,8 +330,9 @@ export interface ModelConfig {
   /** Present for multi-head latent attention; `numKvHeads` is then 1 and `headDim` the cached latent + RoPE width. */
   mla?: MlaConfig;
   /**
-   * Multi-token-prediction blocks the file holds after its layers (GGUF `nextn_predict_layers`:
-   * GLM-4.5's and DeepSeek V3's NextN), loaded or not; absent for none.
+   * Multi-token-prediction blocks the file holds after its layers (GGUF `nextn_predict_layers`,
+   * config.json `num_nextn_predict_layers` or Qwen3.5's `mtp_num_hidden_layers`), loaded or not;
+   * absent for none.
    */
   nextnLayers?: number;
   /**
