@@ -50,6 +50,8 @@ export interface SideFiles {
   lora?: readonly { name: string; path: string }[];
   /** A `--speculative-config` draft model's path. */
   draftModel?: string;
+  /** A `--speculative-config` EAGLE head's directory. */
+  eagleHead?: string;
 }
 
 /**
@@ -63,4 +65,5 @@ export async function checkSideFiles(files: SideFiles): Promise<void> {
   if (files.draftModel !== undefined && !(await pathExists(files.draftModel))) {
     throw new ModelLoadError(`The speculative draft model cannot be loaded: Model file not found: "${files.draftModel}"`);
   }
+  if (files.eagleHead !== undefined && !(await pathExists(files.eagleHead))) throw new ModelLoadError(`EAGLE head not found: "${files.eagleHead}"`);
 }

@@ -53,6 +53,7 @@ function parseSpeculation(text: string): Speculation {
 function speculationLabel(s: Speculation): string {
   if (s.method === "ngram") return `ngram speculation (${s.numTokens} tokens, n ${s.maxN}..${s.minN})`;
   if (s.method === "suffix") return `suffix speculation (${s.numTokens} tokens, depth ${s.maxDepth}, ${s.maxCachedRequests} outputs kept)`;
+  if (s.method === "eagle" || s.method === "eagle3") return `${s.method === "eagle3" ? "EAGLE-3" : "EAGLE"} speculation (${s.numTokens} token${s.numTokens === 1 ? "" : "s"} from the head "${s.model}")`;
   if (s.method === "mtp") return `multi-token-prediction speculation (${s.numTokens} token${s.numTokens === 1 ? "" : "s"} from the model's own block)`;
   return `draft model speculation (${s.numTokens} tokens from "${s.model}")`;
 }
@@ -182,7 +183,9 @@ async function main(): Promise<void> {
   if (f["kv-memory-fraction"] !== undefined && f["kv-blocks"] !== undefined) throw new ArgsError(`Flags --kv-blocks ${f["kv-blocks"]} and --kv-memory-fraction ${f["kv-memory-fraction"]} both size the KV cache; give one`);
   // Before the model loads, which may take minutes.
   await probeListen(host, f.port ?? 8000);
-  await checkSideFiles({ lora: loraModules, ...(speculative?.method === "draft_model" ? { draftModel: speculative.model } : {}) });
+  await checkSideFiles({ lora: loraModules, ...(speculative?.method === "draft_model" ? { draftModel: speculative.model } : {}),
+    ...((speculative?.method === "eagle" || speculative?.method === "eagle3") && speculative.model ? { eagleHead: speculative.model } : {}),
+  });
   const s = await startServer({
     modelPath: f.model ?? DEFAULT_MODEL,
     ...(quantize ? { quantize } : {}),

@@ -13,6 +13,7 @@ import type { RequestHandle } from "../engine/engine-types.ts";
 import { modelFingerprint } from "../model/fingerprint.ts";
 import { loadModel, type LoadProgress } from "../model/load.ts";
 import { loadDraftModel } from "../engine/draft-model.ts";
+import { blockLoadOptions } from "../engine/mtp-drafts.ts";
 import type { ModelConfig } from "../model/config.ts";
 import { loadLoraAdapter } from "../model/lora-load.ts";
 import type { ThreadPort } from "../runtime/threads.ts";
@@ -90,7 +91,7 @@ export function serveWorker(port: ThreadPort): Promise<void> {
     try {
       const quantize = m.quantize ? { quantize: m.quantize } : {};
       const spec = m.engine.speculative;
-      const model = await loadModel(m.modelPath, { ...quantize, ...(spec?.method === "mtp" ? { mtp: true } : {}), onProgress: stage("model") });
+      const model = await loadModel(m.modelPath, { ...quantize, ...blockLoadOptions(spec), onProgress: stage("model") });
       const draft = spec?.method === "draft_model" ? await loadDraftModel(spec, model, { ...quantize, onProgress: stage("draft") }) : undefined;
       base = { config: model.config, hasOutput: model.weights.output !== undefined };
       stage("backend");

@@ -9,6 +9,7 @@ import { type Active, jumpsForward, speculates } from "./engine-request.ts";
 import { verifiableDraftLength } from "./draft-extras.ts";
 import { DraftModelProposer } from "./draft-model.ts";
 import { HeuristicDraftLength } from "./draft-heuristic.ts";
+import { draftsFromBlock } from "./mtp-drafts.ts";
 import { checkSpeculation, ngramDraft } from "./ngram-draft.ts";
 import type { Scheduler } from "./scheduler.ts";
 import type { StepEntry } from "./scheduler-types.ts";
@@ -64,8 +65,8 @@ export class EngineDrafts {
       this.wanted.add(seq.id);
       return;
     }
-    // The model's multi-token-prediction block drafts in the step itself (offerMtp).
-    if (spec.method === "mtp") return;
+    // The model's multi-token-prediction block (or an EAGLE head) drafts in the step itself (offerMtp).
+    if (draftsFromBlock(spec)) return;
     const room = this.draftRoom(a);
     // A salted request neither drafts from other requests' outputs nor leaves its own for them: how
     // often drafts are accepted would tell one tenant about another's text, as cache hits would.
@@ -104,7 +105,7 @@ export class EngineDrafts {
    */
   wantsMtp(a: Active): boolean {
     const spec = this.opts.speculative;
-    if (spec?.method !== "mtp" || !speculates(a) || this.scheduler.numRunning > (spec.disableByBatchSize ?? Infinity) || this.draftRoom(a) <= 0) return false;
+    if (!draftsFromBlock(spec) || !speculates(a) || this.scheduler.numRunning > (spec.disableByBatchSize ?? Infinity) || this.draftRoom(a) <= 0) return false;
     return this.mtpLength(a.seq.id)?.drafts() ?? true;
   }
 
@@ -118,7 +119,7 @@ export class EngineDrafts {
   /** The sequence's heuristic draft length (undefined under the "constant" schedule). */
   private mtpLength(seqId: number): HeuristicDraftLength | undefined {
     const spec = this.opts.speculative;
-    if (spec?.method !== "mtp" || spec.schedule === "constant") return undefined;
+    if (!draftsFromBlock(spec) || spec.schedule === "constant") return undefined;
     let length = this.mtpLengths.get(seqId);
     if (!length) this.mtpLengths.set(seqId, length = new HeuristicDraftLength(spec.numTokens));
     return length;

@@ -9,7 +9,8 @@ import { freeDeviceModel, uploadModel } from "../model/device-weights.ts";
 import { Engine, type EngineOptions } from "./engine.ts";
 import { modelStepRunner, type StepRunner } from "./engine-runner.ts";
 import { withMixedStepOverhead } from "./mixed-step-overhead.ts";
-import { mtpBlocksPerSequence } from "./mtp-drafts.ts";
+import { draftsFromBlock, mtpBlocksPerSequence } from "./mtp-drafts.ts";
+import type { Speculation } from "./ngram-draft.ts";
 import {
   allocatePagedKv, DEFAULT_BLOCK_SIZE, freePagedKv, kvBytesPerBlock, type KvDTypeChoice, KvDTypeError, resolveKvDtype, stateBytesPerSlot, windowBlocksFor, windowBytesPerSlot,
   windowCheckpointBlocks,
@@ -160,9 +161,24 @@ export function scratchSlotsOf(config: ModelConfig, o: CreateEngineOptions): num
  */
 export function mtpReservedBlocksOf(o: CreateEngineOptions): number {
   const s = o.speculative;
-  if (s?.method !== "mtp") return 0;
+  if (!draftsFromBlock(s)) return 0;
   const seqs = Math.min(o.scheduler?.maxRunning ?? DEFAULT_SCHEDULER_CONFIG.maxRunning, s.disableByBatchSize ?? Infinity);
   return seqs * mtpBlocksPerSequence(s.numTokens, o.blockSize ?? DEFAULT_BLOCK_SIZE);
+}
+
+/** Refuses a block method (mtp-drafts.ts) whose block the model lacks, or has of the other kind. */
+function checkDraftBlock(config: ModelConfig, s: Speculation | undefined): void {
+  if (!draftsFromBlock(s)) return;
+  const eagle = config.mtp?.eagle;
+  if (s.method === "mtp" && !config.mtp) {
+    const has = config.nextnLayers ? "its multi-token-prediction block was not loaded (load the model with the mtp option)" : "the model has no multi-token-prediction block";
+    throw new RangeError(`Speculative method "mtp" drafts with the model's own multi-token-prediction block, but ${has}`);
+  }
+  if (s.method === "mtp" && eagle) throw new RangeError(`Speculative method "mtp" drafts with the model's own block, but the one loaded is EAGLE head "${eagle.source}"`);
+  if (s.method !== "mtp" && eagle?.method !== s.method) {
+    const has = eagle ? `the head loaded ("${eagle.source}") is run as "${eagle.method}"` : config.mtp ? "the block loaded is the model's own" : "no head was loaded (load the model with the eagle option)";
+    throw new RangeError(`Speculative method "${s.method}" drafts with an EAGLE head, but ${has}`);
+  }
 }
 
 /**
@@ -209,10 +225,7 @@ export function createEngines(backend: Backend, loaded: LoadedModel, opts: reado
   const config = longRopeFor(loaded.config, served);
   const model = config === loaded.config ? loaded : { ...loaded, config };
   for (const o of opts) checkRecurrentOptions(model.config, o);
-  if (opts.some((o) => o.speculative?.method === "mtp") && !model.config.mtp) {
-    const has = model.config.nextnLayers ? "its multi-token-prediction block was not loaded (load the model with the mtp option)" : "the model has no multi-token-prediction block";
-    throw new RangeError(`Speculative method "mtp" drafts with the model's own multi-token-prediction block, but ${has}`);
-  }
+  for (const o of opts) checkDraftBlock(model.config, o.speculative);
   // The draft model's own cache follows its drafts by position: a recurrent state there would keep its rejected tokens.
   if (draft && hasRecurrentState(draft.config)) {
     throw new RangeError(`A draft model with ${recurrentKind(draft.config)} (${draft.config.architecture}) is not supported: its state cannot follow its rejected tokens back; use one with attention only, or the ngram or suffix method`);

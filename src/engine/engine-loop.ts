@@ -14,6 +14,7 @@ import type { MtpAsk, StepExtras, StepOutput } from "./engine-runner-types.ts";
 import { stepLogprobs } from "./draft-extras.ts";
 import type { HandoffTails } from "./handoff-tails.ts";
 import type { HostKvOffload } from "./kv-offload.ts";
+import { draftsFromBlock } from "./mtp-drafts.ts";
 import type { Scheduler } from "./scheduler.ts";
 import type { StepPlan } from "./scheduler-types.ts";
 import type { AutoStepMixing } from "./step-mixing-auto.ts";
@@ -257,7 +258,7 @@ export class StepLoop {
     // With speculation too: a step of plain decodes has no draft to verify (e.draft below), and drafts
     // are proposed again after the group from all its tokens.
     // The multi-token-prediction block runs after every step: none runs ahead of it.
-    if (steps <= 1 || !opts.runner.runsAhead || opts.speculative?.method === "mtp") return 0;
+    if (steps <= 1 || !opts.runner.runsAhead || draftsFromBlock(opts.speculative)) return 0;
     if ((scheduler.waitingSequences.length > 0 && !scheduler.admitsNone) || plan.swapIn.length + plan.swapOut.length > 0) return 0;
     const windowS = (opts.multiStepWindowMs ?? DEFAULT_MULTI_STEP_WINDOW_MS) / 1000;
     const fit = this.decodeStepS === undefined ? steps : Math.floor(windowS / this.decodeStepS);
@@ -280,7 +281,7 @@ export class StepLoop {
   private mtpAsk(plan: StepPlan): MtpAsk | undefined {
     const { opts, active, drafts } = this.parts;
     const spec = opts.speculative;
-    if (spec?.method !== "mtp") return undefined;
+    if (!draftsFromBlock(spec)) return undefined;
     return {
       tokens: spec.numTokens,
       draft: plan.entries.map((e) => {

@@ -55,22 +55,27 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     // A multi-token-prediction block runs after every step, over every row's hidden state (mtp-drafts.ts).
     const mtp = extras?.mtp;
     if (mtp && !model.config.mtp) throw new RangeError("A step asks for multi-token-prediction drafts but the model has no such block loaded");
+    // What the block reads: every row's normed state, or (an EAGLE-3 head) the states entering three layers.
+    const aux = mtp ? model.config.mtp?.eagle?.auxLayers : undefined;
+    const blockInput = { allHidden: mtp !== undefined && !aux, ...(aux ? { auxLayers: aux } : {}) };
     if (extras?.unread) {
       if (entries.some((e) => e.sample) || extraRows.length + hiddenRows.length > 0) throw new RangeError("A step nobody reads cannot sample, score prompt tokens or return hidden states");
-      const out = forwardWithHidden(backend, model, kv, { entries, allHidden: mtp !== undefined, ...(lora ? { lora } : {}) });
+      const out = forwardWithHidden(backend, model, kv, { entries, ...blockInput, ...(lora ? { lora } : {}) });
       backend.free(out.logits);
       afterForward?.(entries);
-      if (out.allHidden) {
+      const input = out.auxHidden ?? out.allHidden;
+      if (input) {
         try {
           // No entry samples, so none drafts: the pass only writes the block's cache.
-          queueMtpPass(backend, model, kv, entries, out.allHidden, mtp!);
+          queueMtpPass(backend, model, kv, entries, input, mtp!);
         } finally {
-          backend.free(out.allHidden);
+          backend.free(input);
         }
       }
       return { ids: new Int32Array(entries.length) };
     }
-    const out = forwardWithHidden(backend, model, kv, { entries, extraRows, hiddenRows, allHidden: mtp !== undefined, ...(lora ? { lora } : {}) });
+    const out = forwardWithHidden(backend, model, kv, { entries, extraRows, hiddenRows, ...blockInput, ...(lora ? { lora } : {}) });
+    const input = out.auxHidden ?? out.allHidden;
     afterForward?.(entries);
     let logits = out.logits;
     let raw: Tensor | undefined;
@@ -111,7 +116,7 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       let queued: QueuedMtp | undefined;
       let picks: Int32Array | undefined;
       try {
-        queued = out.allHidden ? queueMtpPass(backend, model, kv, entries, out.allHidden, mtp!, idsT) : undefined;
+        queued = input ? queueMtpPass(backend, model, kv, entries, input, mtp!, idsT) : undefined;
         [all, picks] = await Promise.all([backend.download(idsT) as Promise<Int32Array>, queued && (backend.download(queued.picks) as Promise<Int32Array>)]);
       } catch (e) {
         if (queued) backend.free(queued.hidden);
@@ -137,7 +142,7 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       backend.free(logits);
       if (raw) backend.free(raw);
       if (out.hidden) backend.free(out.hidden);
-      if (out.allHidden) backend.free(out.allHidden);
+      if (input) backend.free(input);
     }
   };
   return {

@@ -35,6 +35,7 @@ import type { StateRestore } from "./scheduler-queue.ts";
 import type { StepMixing } from "./scheduler-types.ts";
 import type { KvDType } from "../backend/types.ts";
 import { AutoStepMixing } from "./step-mixing-auto.ts";
+import { draftsFromBlock } from "./mtp-drafts.ts";
 
 export type { EngineOptions } from "./engine-options.ts";
 // Imported from here by a cluster's remote engine and by tests (engine-admission.ts defines them).
@@ -362,7 +363,7 @@ export class Engine implements ServingEngine {
     if (this.nextId > 0 || this.pool.numUsedBlocks() > 0) throw new Error("An engine warms up only before its first request");
     const t0 = performance.now();
     const spec = this.opts.speculative;
-    await warmUpRunner(this.opts.runner, this.opts.config.vocabSize, this.maxModelLen, this.schedulerSteps, spec?.method === "mtp" ? spec.numTokens : 0);
+    await warmUpRunner(this.opts.runner, this.opts.config.vocabSize, this.maxModelLen, this.schedulerSteps, draftsFromBlock(spec) ? spec.numTokens : 0);
     return performance.now() - t0;
   }
 

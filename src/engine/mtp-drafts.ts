@@ -1,5 +1,6 @@
 /**
- * Drafts from the model's own multi-token-prediction block (speculative method "mtp"; model/forward-mtp.ts).
+ * Drafts from the model's own multi-token-prediction block (speculative method "mtp"; model/forward-mtp.ts),
+ * or from an EAGLE head run as one (methods "eagle" and "eagle3"; model/forward-eagle.ts).
  * After every step the block runs over the step's rows, each fed the model's hidden state at its
  * position and the token after it, so its KV cache follows the model's. That token is the next one the
  * row's entry fed, or the one sampled at the row: at a draft row it is what the model sampled there,
@@ -18,12 +19,19 @@ import type { Backend, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
 import type { ForwardEntry, PagedKv } from "../model/forward.ts";
 import { mtpForward } from "../model/forward-mtp.ts";
+import type { LoadOptions } from "../model/weights.ts";
 import type { MtpAsk } from "./engine-runner-types.ts";
 import type { StepEntry } from "./scheduler-types.ts";
 
-/** Drafts from the model's multi-token-prediction block (the engine's `speculative` option; vLLM's `--speculative-config` names in comments). */
+/**
+ * Drafts from the model's multi-token-prediction block, or from an EAGLE head loaded beside it (the
+ * engine's `speculative` option; vLLM's `--speculative-config` names in comments).
+ */
 export interface MtpSpeculation {
-  method: "mtp";
+  /** "mtp": the model's own block; "eagle3" and "eagle": the head in `model` (model/eagle-head.ts). */
+  method: "mtp" | "eagle" | "eagle3";
+  /** The EAGLE head's directory (`model`; the loader attaches it, LoadOptions.eagle); absent for "mtp". */
+  model?: string;
   /** Draft tokens per step at most (`num_speculative_tokens`): the block's prediction, then its own chained after it. */
   numTokens: number;
   /** No drafts while more than this many sequences run (`disable_by_batch_size`). Absent: drafts at any batch. */
@@ -34,6 +42,20 @@ export interface MtpSpeculation {
    * of one token rejected outright); "constant" always `numTokens`, as vLLM does.
    */
   schedule?: "heuristic" | "constant";
+}
+
+/** The methods whose drafts come from a block run after every step (this file), not from the host or a draft model. */
+export const BLOCK_METHODS: readonly MtpSpeculation["method"][] = ["mtp", "eagle", "eagle3"];
+
+/** True for a speculation setting whose drafts come from a block ({@link BLOCK_METHODS}). */
+export function draftsFromBlock(s: { method: string } | undefined): s is MtpSpeculation {
+  return s !== undefined && (BLOCK_METHODS as readonly string[]).includes(s.method);
+}
+
+/** What loading the model takes for a speculation setting's block: the model's own (LoadOptions.mtp) or an EAGLE head (LoadOptions.eagle). */
+export function blockLoadOptions(s: { method: string; model?: string } | undefined): Pick<LoadOptions, "mtp" | "eagle"> {
+  if (!draftsFromBlock(s)) return {};
+  return s.method === "mtp" ? { mtp: true } : { eagle: { method: s.method, path: s.model! } };
 }
 
 /** What the step sampled: each entry's token, and at its draft rows (StepOutput.ids, draftIds). */
@@ -140,6 +162,9 @@ export async function finishMtpPass(
   backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly StepEntry[], queued: QueuedMtp, picks: Int32Array, ask: MtpAsk, samples: StepSamples,
 ): Promise<(Int32Array | undefined)[]> {
   const out: (Int32Array | undefined)[] = new Array(entries.length);
+  // An EAGLE-3 head with a vocabulary of its own picks its ids: the model's are looked up.
+  const toModel = model.config.mtp?.eagle?.draftToTarget;
+  const modelId = (id: number) => (toModel ? toModel[id] : id);
   const sources = queued.drafting.map(({ entry, first }) => {
     const e = entries[entry];
     const n = e.tokens.length, k = e.draft ?? 0;
@@ -147,7 +172,7 @@ export async function finishMtpPass(
     // The draft's kept tokens: the model's samples at its rows, up to the first that differs.
     let kept = 0;
     while (drafted && kept < k && drafted[kept] === e.tokens[n - k + kept]) kept++;
-    return { entry, candidate: first + kept, pos: e.startPos + n - 1 - k + kept, pick: picks[first + kept] };
+    return { entry, candidate: first + kept, pos: e.startPos + n - 1 - k + kept, pick: modelId(picks[first + kept]) };
   });
   if (ask.tokens <= 1 || sources.length === 0) {
     backend.free(queued.hidden);
@@ -183,7 +208,7 @@ export async function finishMtpPass(
       chainedPicks.push(ids);
     }
     const read = await Promise.all(chainedPicks.map((t) => backend.download(t) as Promise<Int32Array>));
-    sources.forEach((s, k) => (out[s.entry] = Int32Array.from([s.pick, ...read.map((r) => r[k])])));
+    sources.forEach((s, k) => (out[s.entry] = Int32Array.from([s.pick, ...read.map((r) => modelId(r[k]))])));
     return out;
   } finally {
     if (hidden !== queued.hidden) backend.free(hidden);

@@ -28,7 +28,7 @@ export interface NgramSpeculation {
 
 /**
  * A speculation setting: n-gram (prompt lookup), suffix drafts (suffix-draft.ts), a draft model
- * (draft-model.ts) or the model's own multi-token-prediction block (mtp-drafts.ts).
+ * (draft-model.ts), the model's own multi-token-prediction block or an EAGLE head (mtp-drafts.ts).
  */
 export type Speculation = NgramSpeculation | SuffixSpeculation | DraftModelSpeculation | MtpSpeculation;
 
@@ -44,6 +44,8 @@ const CONFIG_KEYS: Record<Speculation["method"], readonly string[]> = {
   ],
   draft_model: ["method", "model", "num_speculative_tokens", "num_speculative_tokens_schedule", "disable_by_batch_size"],
   mtp: ["method", "num_speculative_tokens", "num_speculative_tokens_schedule", "disable_by_batch_size"],
+  eagle: ["method", "model", "num_speculative_tokens", "num_speculative_tokens_schedule", "disable_by_batch_size"],
+  eagle3: ["method", "model", "num_speculative_tokens", "num_speculative_tokens_schedule", "disable_by_batch_size"],
 };
 
 /** vLLM's older per-model names of the multi-token-prediction method, all read as "mtp". */
@@ -83,15 +85,18 @@ export function checkSpeculation<S extends Speculation>(s: S): S {
     }
     return s;
   }
-  if (s.method === "mtp") {
+  if (s.method === "mtp" || s.method === "eagle" || s.method === "eagle3") {
     whole("num_speculative_tokens", s.numTokens, 1, 32);
+    if (s.method !== "mtp" && (typeof s.model !== "string" || s.model === "")) {
+      throw new SpeculationConfigError(`The speculative model must be the directory of an EAGLE head for method "${s.method}", got ${JSON.stringify(s.model ?? null)}`);
+    }
     if (s.disableByBatchSize !== undefined) whole("disable_by_batch_size", s.disableByBatchSize, 1, 1 << 20);
     if (s.schedule !== undefined && s.schedule !== "heuristic" && s.schedule !== "constant") {
-      throw new SpeculationConfigError(`The speculative num_speculative_tokens_schedule must be "heuristic" or "constant" for method "mtp", got ${JSON.stringify(s.schedule)}`);
+      throw new SpeculationConfigError(`The speculative num_speculative_tokens_schedule must be "heuristic" or "constant" for method "${s.method}", got ${JSON.stringify(s.schedule)}`);
     }
     return s;
   }
-  if (s.method !== "ngram") throw new SpeculationConfigError(`Speculative method must be "ngram", "suffix", "draft_model" or "mtp", got ${JSON.stringify((s as { method: unknown }).method)}`);
+  if (s.method !== "ngram") throw new SpeculationConfigError(`Speculative method must be "ngram", "suffix", "draft_model", "mtp", "eagle3" or "eagle", got ${JSON.stringify((s as { method: unknown }).method)}`);
   whole("num_speculative_tokens", s.numTokens, 1, 32);
   whole("prompt_lookup_max", s.maxN, 1, 64);
   whole("prompt_lookup_min", s.minN, 1, 64);
@@ -132,8 +137,9 @@ export function ngramDraft(tokens: readonly number[], s: Pick<NgramSpeculation, 
  * "model": "draft.gguf", "num_speculative_tokens": 4}` (as in vLLM, a `model` without a `method` means
  * one, unless it is `"ngram"` or `"[ngram]"`, vLLM's older spelling of the n-gram method); or for the
  * model's own multi-token-prediction block, `{"method": "mtp", "num_speculative_tokens": 2}` (one token
- * by default; vLLM's older "deepseek_mtp", "glm4_moe_mtp" and "qwen3_next_mtp" are read as "mtp"). EAGLE
- * methods are refused: they need trained draft heads this engine does not run.
+ * by default; vLLM's older "deepseek_mtp", "glm4_moe_mtp" and "qwen3_next_mtp" are read as "mtp"); or
+ * for an EAGLE head, `{"method": "eagle3", "model": "head-dir", "num_speculative_tokens": 3}` ("eagle"
+ * likewise; `model` and `num_speculative_tokens` required, as vLLM requires them).
  */
 export function parseSpeculativeConfig(text: string): Speculation {
   let v: unknown;
@@ -147,8 +153,10 @@ export function parseSpeculativeConfig(text: string): Speculation {
   // As vLLM: a `model` without a `method` is a draft model, unless it names the n-gram method.
   const named = NGRAM_NAMES.includes(o.method ?? o.model) ? "ngram" : o.method ?? (o.model !== undefined ? "draft_model" : undefined);
   const method = MTP_NAMES.includes(named) ? "mtp" : named;
-  if (method !== "ngram" && method !== "suffix" && method !== "draft_model" && method !== "mtp") {
-    throw new SpeculationConfigError(`Speculative method ${JSON.stringify(method ?? null)} is not supported; "ngram" (prompt lookup), "suffix" (suffix decoding), "draft_model" and "mtp" (the model's own multi-token-prediction block) are`);
+  if (method !== "ngram" && method !== "suffix" && method !== "draft_model" && method !== "mtp" && method !== "eagle" && method !== "eagle3") {
+    throw new SpeculationConfigError(
+      `Speculative method ${JSON.stringify(method ?? null)} is not supported; "ngram" (prompt lookup), "suffix" (suffix decoding), "draft_model", "mtp" (the model's own multi-token-prediction block), "eagle3" and "eagle" (an EAGLE head) are`,
+    );
   }
   const keys = CONFIG_KEYS[method];
   // A `model` naming the n-gram method is that method's spelling, not a key of its own.
@@ -172,6 +180,12 @@ export function parseSpeculativeConfig(text: string): Speculation {
   if (method === "mtp") {
     const schedule = o.num_speculative_tokens_schedule as MtpSpeculation["schedule"];
     return checkSpeculation({ method, numTokens: numTokens ?? 1, ...(batch !== undefined ? { disableByBatchSize: batch } : {}), ...(schedule !== undefined ? { schedule } : {}) });
+  }
+  if (method === "eagle" || method === "eagle3") {
+    if (typeof o.model !== "string" || o.model === "") throw new SpeculationConfigError(`The speculative model must be the directory of an EAGLE head for method "${method}", got ${JSON.stringify(o.model ?? null)}`);
+    if (numTokens === undefined) throw new SpeculationConfigError("The speculative config needs num_speculative_tokens");
+    const schedule = o.num_speculative_tokens_schedule as MtpSpeculation["schedule"];
+    return checkSpeculation({ method, model: o.model, numTokens, ...(batch !== undefined ? { disableByBatchSize: batch } : {}), ...(schedule !== undefined ? { schedule } : {}) });
   }
   if (method === "suffix") {
     // vLLM's defaults; the draft length defaults to the depth (within this engine's longest draft,

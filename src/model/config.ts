@@ -339,7 +339,7 @@ export interface ModelConfig {
    * Present when the first of them is loaded (LoadOptions.mtp, ModelWeights.mtp): its layer is layer
    * `numLayers`, with a KV cache of its own beside the others' (forward-mtp.ts).
    */
-  mtp?: { layer: number };
+  mtp?: { layer: number; eagle?: EagleHeadConfig };
   /** The attention scores' scale; absent for 1/√headDim (MLA: 1/√(nope + rope), times YaRN's mscale²). */
   attentionScale?: number;
   rmsNormEps: number;
@@ -630,12 +630,45 @@ export interface ModelWeights<T> {
  */
 export interface MtpWeights<T> {
   layer: LayerWeights<T>;
+  /** An EAGLE head's `fc`: [hidden, 3·hidden] over the fused layers' states (EAGLE-3), [hidden, 2·hidden] over [embedding; hidden] (EAGLE). */
   ehProj: T;
-  enorm: T;
-  hnorm: T;
+  /** Absent for an EAGLE head, which norms neither (EAGLE-3's are its layer's input_layernorm and hidden_norm). */
+  enorm?: T;
+  hnorm?: T;
   headNorm?: T;
   head?: T;
   embedding?: T;
+  /** An EAGLE head's `fc.bias` [hidden], where it has one. */
+  ehBias?: T;
+  /**
+   * [draft vocabulary, hidden]: the embedding of each token an EAGLE-3 head with its own vocabulary
+   * names (EagleHeadConfig.draftToTarget), which its chained drafts are fed on the device.
+   */
+  draftEmbedding?: T;
+  /** f32 [rotary pairs]: an EAGLE head's RoPE divisors (its config's rope_scaling), where it has them. */
+  ropeFreqFactors?: T;
+}
+
+/**
+ * An EAGLE draft head attached to a model (model/eagle-head.ts; vLLM's speculative methods "eagle"
+ * and "eagle3"): one Llama decoder layer of its own geometry, run as ModelConfig.mtp's block
+ * (forward-eagle.ts).
+ */
+export interface EagleHeadConfig {
+  /** "eagle3": fc over the states entering `auxLayers`, then [input_layernorm(embedding); hidden_norm(fused)] into the attention; "eagle": fc over [embedding; the model's normed hidden state]. */
+  method: "eagle" | "eagle3";
+  numHeads: number;
+  headDim: number;
+  rmsNormEps: number;
+  ropeTheta: number;
+  /** EAGLE-3: the model's layers whose input states (the residual stream entering them) are fused, in order. */
+  auxLayers?: number[];
+  /** EAGLE-3's `norm_before_residual`: the residual is the fused state after hidden_norm, not before. */
+  normBeforeResidual?: boolean;
+  /** The target id of each id of a head with its own (smaller) vocabulary (its d2t offsets added); absent: the model's ids. */
+  draftToTarget?: Int32Array;
+  /** Where the head was read from. */
+  source: string;
 }
 
 /** The tokenizer contract the engine and server use. */

@@ -122,16 +122,19 @@ export function uploadModel(backend: Backend, model: Pick<LoadedModel, "config" 
   };
 }
 
-/** Uploads a multi-token-prediction block. */
+/** Uploads a multi-token-prediction block (or an EAGLE head run as one). */
 function uploadMtp(backend: Backend, m: MtpWeights<HostTensor>): MtpWeights<Tensor> {
   return {
     layer: uploadLayer(backend, m.layer),
     ehProj: uploadMatrix(backend, m.ehProj),
-    enorm: uploadVector(backend, m.enorm),
-    hnorm: uploadVector(backend, m.hnorm),
+    ...(m.enorm ? { enorm: uploadVector(backend, m.enorm) } : {}),
+    ...(m.hnorm ? { hnorm: uploadVector(backend, m.hnorm) } : {}),
     ...(m.headNorm ? { headNorm: uploadVector(backend, m.headNorm) } : {}),
     ...(m.head ? { head: uploadMatrix(backend, m.head) } : {}),
     ...(m.embedding ? { embedding: uploadMatrix(backend, m.embedding) } : {}),
+    ...(m.ehBias ? { ehBias: uploadVector(backend, m.ehBias) } : {}),
+    ...(m.draftEmbedding ? { draftEmbedding: uploadMatrix(backend, m.draftEmbedding) } : {}),
+    ...(m.ropeFreqFactors ? { ropeFreqFactors: uploadVector(backend, m.ropeFreqFactors) } : {}),
   };
 }
 
@@ -152,6 +155,9 @@ export function freeDeviceModel(backend: Backend, model: DeviceModel): void {
   const w = model.weights;
   const all: (Tensor | undefined)[] = [w.tokenEmbedding, w.outputNorm, w.output, w.perLayerEmbedding, w.perLayerModelProj, w.perLayerProjNorm, model.ropeFreqFactors, ...(model.unitNorms?.values() ?? [])];
   for (const l of w.layers) all.push(...Object.values(l));
-  if (w.mtp) all.push(...Object.values(w.mtp.layer), w.mtp.ehProj, w.mtp.enorm, w.mtp.hnorm, w.mtp.headNorm, w.mtp.head, w.mtp.embedding);
+  if (w.mtp) {
+    const { layer, ...rest } = w.mtp;
+    all.push(...Object.values(layer), ...Object.values(rest));
+  }
   for (const t of all) if (t !== undefined) backend.free(t);
 }

@@ -17,6 +17,7 @@ import { headIndices, mlaAttentionBlock } from "./attention-mla.ts";
 import { type ForwardEntry, ForwardInputError, uploadBatch } from "./forward-batch.ts";
 import { attentionBlock, mlpBlock, moeBlock, projector, Scratch } from "./forward-layers.ts";
 import { layerCaches, type PagedKv, planStep } from "./forward.ts";
+import { eagleForward } from "./forward-eagle.ts";
 
 /** One pass of the block over a step's rows. */
 export interface MtpStep {
@@ -32,7 +33,11 @@ export interface MtpStep {
   hidden: Tensor;
   /** Flat rows (in entry order) whose logits and hidden states are returned. */
   rows: readonly number[];
-  /** The rows' token ids already on the device, i32 [rows] (the entries' own `tokens` are then placeholders). */
+  /**
+   * The rows' token ids already on the device, i32 [rows] (the entries' own `tokens` are then
+   * placeholders): the block's own picks, so an EAGLE-3 head with a vocabulary of its own
+   * (EagleHeadConfig.draftToTarget) reads them as its ids.
+   */
   tokenIds?: Tensor;
   /** The rows' token embeddings already on the device, f32 [rows, hidden] (instead of `tokenIds` or the entries' `tokens`). */
   embedded?: Tensor;
@@ -49,6 +54,8 @@ export function mtpForward(backend: Backend, model: DeviceModel, kv: PagedKv, st
   const w = model.weights;
   const m = w.mtp;
   if (!c.mtp || !m) throw new ForwardInputError("The model has no multi-token-prediction block loaded (load it with the mtp option)");
+  if (c.mtp.eagle) return eagleForward(backend, model, kv, step, c.mtp.eagle);
+  if (!m.enorm || !m.hnorm) throw new ForwardInputError("The multi-token-prediction block lacks its enorm or hnorm weight");
   const at = c.mtp.layer;
   const cache = layerCaches(c, kv).get(at)!;
   const flat = planStep(model, kv, { entries: step.entries });
@@ -67,7 +74,7 @@ export function mtpForward(backend: Backend, model: DeviceModel, kv: PagedKv, st
   try {
     const eps = c.rmsNormEps;
     const embedded = step.embedded ?? s.keep(backend.embedding(m.embedding ?? w.tokenEmbedding, step.tokenIds ?? tensors.ids));
-    const joined = s.keep(backend.concatColumns(s.keep(backend.rmsnorm(embedded, m.enorm, eps)), s.keep(backend.rmsnorm(step.hidden, m.hnorm, eps))));
+    const joined = s.keep(backend.concatColumns(s.keep(backend.rmsnorm(embedded, m.enorm, eps)), s.keep(backend.rmsnorm(step.hidden, m.hnorm!, eps))));
     const x = s.keep(backend.matmul(joined, m.ehProj));
     const l = m.layer;
     const project = projector(backend, undefined, undefined, at, s);

@@ -121,6 +121,11 @@ export interface ForwardStep {
    * order (`allHidden`): a multi-token-prediction block reads them (forward-mtp.ts).
    */
   allHidden?: boolean;
+  /**
+   * Layers whose entering state (the residual stream before them) is returned for every row, side by
+   * side in this order, [rows, layers · hidden] (`auxHidden`): an EAGLE-3 head fuses them (forward-eagle.ts).
+   */
+  auxLayers?: readonly number[];
   /** LoRA adapters: the device set and each entry's slot in it (0: the base model). Absent: none. */
   lora?: StepLora;
   /**
@@ -179,7 +184,9 @@ export function forward(backend: Backend, model: DeviceModel, kv: PagedKv, step:
  * {@link forward}, and the rows `step.hiddenRows` of the hidden state after the output norm,
  * [hiddenRows.length, hidden] (undefined without them). The caller owns (and frees) both.
  */
-export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: PagedKv, step: ForwardStep): { logits: Tensor; hidden: Tensor | undefined; allHidden?: Tensor } {
+export function forwardWithHidden(
+  backend: Backend, model: DeviceModel, kv: PagedKv, step: ForwardStep,
+): { logits: Tensor; hidden: Tensor | undefined; allHidden?: Tensor; auxHidden?: Tensor } {
   const c = model.config;
   const w = model.weights;
   const caches = layerCaches(c, kv);
@@ -197,7 +204,13 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
   const slotIds = rowSlots && uploadSlots(backend, rowSlots);
   const recurrent = recurrentPlan && { ...recurrentPlan, batch: { seqs: backend.upload(recurrentPlan.table, [step.entries.length, 4]), numSeqs: step.entries.length } };
   let perLayer: Tensor | undefined;
+  // The states entering step.auxLayers, held past their layer (not freed with it).
+  const aux = new Map<number, Tensor>();
+  const free = (t: Tensor) => [...aux.values()].includes(t) || backend.free(t);
   try {
+    const badLayer = step.auxLayers?.find((i) => !Number.isInteger(i) || i < 0 || i >= c.numLayers);
+    if (badLayer !== undefined) throw new ForwardInputError(`Layer ${badLayer} is not one of the model's ${c.numLayers}`);
+    if (step.auxLayers && step.auxLayers.length < 2) throw new ForwardInputError(`A step returns the states entering two or more layers, not ${step.auxLayers.length}`);
     if (step.tokenIds && step.tokenIds.shape[0] !== flat.ids.length) {
       throw new ForwardInputError(`The step's device token ids hold ${step.tokenIds.shape[0]} rows, its entries ${flat.ids.length}`);
     }
@@ -216,6 +229,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
     let ssm = 0;
     for (let i = 0; i < c.numLayers; i++) {
       const l = w.layers[i];
+      if (step.auxLayers?.includes(i)) aux.set(i, x);
       const project = projector(backend, lora?.set, slotIds, i, s);
       // Nemotron-H's layers have one block each: a mixer (attention or Mamba-2) or a feed-forward normed by attnNorm.
       const blocks = c.layerBlocks?.[i];
@@ -238,7 +252,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
           : read
           ? sharedKvAttention(backend, model, l, x, stepOf(read), read.k, read.v, layerWindow(c, i), s, project, i)
           : attentionBlock(backend, model, l, x, stepOf(own!), own!.k, own!.v, layerWindow(c, i), !c.nopeLayers?.[i], s, project, i);
-        backend.free(x);
+        free(x);
       }
       if (blocks === "mixer") {
         x = afterAttn;
@@ -249,7 +263,7 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
           : c.moe?.gemma4
           ? gemma4MoeBlock(backend, model, l, afterAttn, s)
           : moeBlock(backend, model, l, afterAttn, s, norm);
-        backend.free(afterAttn);
+        free(afterAttn);
       }
       if (perLayer) {
         const raw = x;
@@ -306,8 +320,9 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
       logits = backend.softcap(raw, c.finalSoftcap);
       backend.free(raw);
     }
-    return { logits, hidden, ...(allHidden ? { allHidden } : {}) };
+    return { logits, hidden, ...(allHidden ? { allHidden } : {}), ...(step.auxLayers ? { auxHidden: sideBySide(backend, step.auxLayers.map((i) => aux.get(i)!)) } : {}) };
   } finally {
+    for (const t of new Set(aux.values())) backend.free(t);
     s.release();
     tensors.free();
     if (heads) backend.free(heads);
@@ -315,6 +330,17 @@ export function forwardWithHidden(backend: Backend, model: DeviceModel, kv: Page
     if (recurrent) backend.free(recurrent.batch.seqs);
     if (perLayer) backend.free(perLayer);
   }
+}
+
+/** Two or more tensors [rows, a], [rows, b], … joined column-wise into a new [rows, a + b + …]. */
+function sideBySide(backend: Backend, parts: readonly Tensor[]): Tensor {
+  let out = backend.concatColumns(parts[0], parts[1]);
+  for (const p of parts.slice(2)) {
+    const joined = backend.concatColumns(out, p);
+    backend.free(out);
+    out = joined;
+  }
+  return out;
 }
 
 /** One attention layer's K and V caches; `windowed`: a sliding layer's ring (RecurrentState.window). */

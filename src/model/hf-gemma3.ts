@@ -112,7 +112,7 @@ export function gemmaNormsPlusOne(weights: ModelWeights<HostTensor>): ModelWeigh
   };
   // Qwen3.5's multi-token-prediction block weighs its norms by 1 + w too.
   const m = weights.mtp;
-  const mtp = m && { ...m, layer: layerPlusOne(m.layer), enorm: plusOne(m.enorm), hnorm: plusOne(m.hnorm), ...(m.headNorm ? { headNorm: plusOne(m.headNorm) } : {}) };
+  const mtp = m && { ...m, layer: layerPlusOne(m.layer), ...(m.enorm ? { enorm: plusOne(m.enorm) } : {}), ...(m.hnorm ? { hnorm: plusOne(m.hnorm) } : {}), ...(m.headNorm ? { headNorm: plusOne(m.headNorm) } : {}) };
   return { ...weights, layers: weights.layers.map(layerPlusOne), outputNorm: plusOne(weights.outputNorm), ...(mtp ? { mtp } : {}) };
 }
 

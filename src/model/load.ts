@@ -7,6 +7,7 @@ import { pathExists } from "../runtime/fs.ts";
 import { type LoadedModel, ModelLoadError } from "./config.ts";
 import { loadGguf } from "./gguf-loader.ts";
 import { loadHfDirectory } from "./hf-loader.ts";
+import { attachEagleHead } from "./eagle-head.ts";
 import type { LoadOptions } from "./weights.ts";
 
 export type { LoadOptions, LoadProgress } from "./weights.ts";
@@ -21,7 +22,9 @@ export async function loadModel(path: string, options: LoadOptions = {}): Promis
   }
   try {
     if (isDir) await checkNotGgufDirectory(path);
-    return isDir ? await loadHfDirectory(path, options) : await loadGguf(path, options);
+    const model = isDir ? await loadHfDirectory(path, options) : await loadGguf(path, options);
+    if (options.eagle) await attachEagleHead(model, options.eagle.method, options.eagle.path);
+    return model;
   } catch (e) {
     if (e instanceof ModelLoadError) throw e;
     // I/O failures (permissions, a file shrinking mid-read) still get one clear line.

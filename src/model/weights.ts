@@ -46,6 +46,8 @@ export interface LoadOptions {
    * decoding's "mtp" method; a model without one is refused.
    */
   mtp?: boolean;
+  /** Attaches the EAGLE head in directory `path` (model/eagle-head.ts), for speculative decoding's "eagle3" or "eagle" method. */
+  eagle?: { method: "eagle" | "eagle3"; path: string };
 }
 
 /**

@@ -19,6 +19,7 @@ import { kvBytesPerBlock } from "../engine/kv-cache.ts";
 import type { StepRecord } from "../engine/step-record.ts";
 import { loadModel } from "../model/load.ts";
 import { loadDraftModel } from "../engine/draft-model.ts";
+import { blockLoadOptions } from "../engine/mtp-drafts.ts";
 import type { LoadProgress } from "../model/weights.ts";
 import { createApp, samplingDefaultsOf } from "./app.ts";
 import { listen, type Listening } from "./listen.ts";
@@ -42,8 +43,8 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const onLoadNote = o.onLoadNote;
   const model = o.model ?? (await loadModel(o.modelPath, {
     ...(o.quantize ? { quantize: o.quantize } : {}),
-    // Speculative method "mtp" drafts with the model's own multi-token-prediction block.
-    ...(o.speculative?.method === "mtp" ? { mtp: true } : {}),
+    // Speculative method "mtp" drafts with the model's own multi-token-prediction block, "eagle3" and "eagle" with a head beside it.
+    ...blockLoadOptions(o.speculative),
     ...(onLoadNote ? { onProgress: (p: LoadProgress) => p.note !== undefined && onLoadNote(p.note) } : {}),
   }));
   // As vLLM: a limit past the model's context is refused, not quietly lowered to it.

@@ -50,7 +50,7 @@ test("loadModel() loads the multi-token-prediction block only when asked, and re
   assert.deepEqual(hf.config.mtp, { layer: 2 });
   const same = (a: HostTensor, b: HostTensor) => assert.deepEqual(values(a), values(b));
   same(hf.weights.mtp!.ehProj, m.ehProj);
-  same(hf.weights.mtp!.hnorm, m.hnorm);
+  same(hf.weights.mtp!.hnorm!, m.hnorm!);
   same(hf.weights.mtp!.headNorm!, m.headNorm!);
   same(hf.weights.mtp!.layer.wq!, m.layer.wq!);
   same(hf.weights.mtp!.layer.wGate!, m.layer.wGate!);
@@ -64,11 +64,11 @@ test("loadModel() loads the multi-token-prediction block only when asked, and re
   const q = qwen35.weights.mtp!;
   const qhf = (await loadModel(await writeTestHfDirectory(dir, "qwen35-hf", QWEN35_MTP_SPEC), { mtp: true })).weights.mtp!;
   assert.deepEqual(qwen35.config.mtp, { layer: 4 });
-  for (const [a, b] of [[qhf.ehProj, q.ehProj], [qhf.enorm, q.enorm], [qhf.hnorm, q.hnorm], [qhf.headNorm!, q.headNorm!], [qhf.layer.wq!, q.layer.wq!], [qhf.layer.attnNorm!, q.layer.attnNorm!], [qhf.layer.qNorm!, q.layer.qNorm!]] as const) {
+  for (const [a, b] of [[qhf.ehProj, q.ehProj], [qhf.enorm!, q.enorm!], [qhf.hnorm!, q.hnorm!], [qhf.headNorm!, q.headNorm!], [qhf.layer.wq!, q.layer.wq!], [qhf.layer.attnNorm!, q.layer.attnNorm!], [qhf.layer.qNorm!, q.layer.qNorm!]] as const) {
     const [x, y] = [values(a), values(b)];
     assert.ok(x.every((v, i) => Math.abs(v - y[i]) < 1e-6), a.name);
   }
-  assert.ok(values(q.enorm).every((v) => v > 0.5), "the norms weigh by 1 + w");
+  assert.ok(values(q.enorm!).every((v) => v > 0.5), "the norms weigh by 1 + w");
   // Qwen3.5-MoE's, its experts fused per layer as transformers 5 saves them (`mtp.layers.0.mlp.experts.gate_up_proj`).
   const moeSpec = { ...QWEN35_MTP_SPEC, architecture: "qwen35moe" as const, seed: 621, experts: { count: 4, used: 2, sharedFfn: 64 }, deltaNet: { ...QWEN35_MTP_SPEC.deltaNet!, fusedExperts: true } };
   const moeGguf = (await loadModel(await writeTestGguf(dir, "qwen35moe", moeSpec), { mtp: true })).weights.mtp!.layer;
@@ -103,7 +103,7 @@ for (const [name, loaded] of [["GLM-4.5", model], ["DeepSeek V3", deepseek], ["Q
     const got = [...(await backend.download(a.logits)), ...(await backend.download(b.logits))];
     // The same computation as a one-layer model: its "token" j embeds as the block's input at row j.
     const m = model.weights.mtp!;
-    const emb = values(model.weights.tokenEmbedding), eh = values(m.ehProj), en = values(m.enorm), hn = values(m.hnorm);
+    const emb = values(model.weights.tokenEmbedding), eh = values(m.ehProj), en = values(m.enorm!), hn = values(m.hnorm!);
     const table = new Float32Array(c.vocabSize * 32);
     for (let j = 0; j < n; j++) {
       const joined = [...rmsnorm(emb.subarray(next[j] * 32, next[j] * 32 + 32), en, c.rmsNormEps), ...rmsnorm(hidden.subarray(j * 32, j * 32 + 32), hn, c.rmsNormEps)];

@@ -48,7 +48,8 @@ test("parseSpeculativeConfig() reads vLLM's ngram keys and refuses the rest by n
   assert.deepEqual(parseSpeculativeConfig('{"method": "ngram", "num_speculative_tokens": 3}'), { method: "ngram", numTokens: 3, maxN: 5, minN: 5 });
   assert.deepEqual(parseSpeculativeConfig('{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":6,"prompt_lookup_min":2}'), { method: "ngram", numTokens: 2, maxN: 6, minN: 2 });
   const refuses = (text: string, re: RegExp) => assert.throws(() => parseSpeculativeConfig(text), (e: Error) => e instanceof SpeculationConfigError && re.test(e.message));
-  refuses('{"method": "eagle", "num_speculative_tokens": 3}', /"eagle" is not supported/);
+  refuses('{"method": "medusa", "num_speculative_tokens": 3}', /"medusa" is not supported/);
+  refuses('{"method": "eagle", "num_speculative_tokens": 3}', /must be the directory of an EAGLE head for method "eagle", got null/);
   refuses('{"method": "ngram"}', /needs num_speculative_tokens/);
   refuses('{"method": "ngram", "num_speculative_tokens": 0}', /num_speculative_tokens must be an integer from 1 to 32, got 0/);
   refuses('{"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 5, "prompt_lookup_max": 3}', /prompt_lookup_min \(5\) exceeds prompt_lookup_max \(3\)/);

@@ -61,7 +61,7 @@ test("parseSpeculativeConfig() reads vLLM's suffix keys with its defaults and re
   refuses('{"method": "suffix", "prompt_lookup_max": 3}', /Unknown speculative config key "prompt_lookup_max" for method "suffix"/);
   refuses('{"method": "suffix", "suffix_decoding_min_token_prob": 2}', /min_token_prob must be a number from 0 to 1, got 2/);
   refuses('{"method": "suffix", "suffix_decoding_max_tree_depth": 1}', /max_tree_depth must be an integer from 2 to 256, got 1/);
-  refuses('{"method": "eagle3"}', /"eagle3" is not supported; "ngram" \(prompt lookup\), "suffix" \(suffix decoding\), "draft_model" and "mtp" \(the model.s own multi-token-prediction block\) are/);
+  refuses('{"method": "medusa"}', /"medusa" is not supported; "ngram" \(prompt lookup\), "suffix" \(suffix decoding\), "draft_model", "mtp" \(the model.s own multi-token-prediction block\), "eagle3" and "eagle" \(an EAGLE head\) are/);
 });
 
 const model = await loadModel(`${projectRoot}/models/stories260K.gguf`);
