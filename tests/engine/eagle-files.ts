@@ -16,6 +16,7 @@ export interface EagleHeadSpec {
   /** The head's own query heads (its key/value heads are the target's unless `kvHeads`). */
   heads?: number;
   kvHeads?: number;
+  headDim?: number;
   layers?: number;
   ffn?: number;
   vocab?: number;
@@ -42,7 +43,7 @@ export interface EagleHeadSpec {
 
 /** Writes a head into `dir` (made) and returns its tensors' values by name. */
 export function writeEagleHead(dir: string, s: EagleHeadSpec): Map<string, { shape: number[]; values: Float32Array }> {
-  const h = s.hidden ?? 32, heads = s.heads ?? 4, kv = s.kvHeads ?? 2, hd = 8, ff = s.ffn ?? 48, vocab = s.vocab ?? 300;
+  const h = s.hidden ?? 32, heads = s.heads ?? 4, kv = s.kvHeads ?? 2, hd = s.headDim ?? 8, ff = s.ffn ?? 48, vocab = s.vocab ?? 300;
   const draftVocab = s.draftVocab ?? vocab;
   const rand = seededRandom(s.seed);
   const t = new Map<string, { shape: number[]; values: Float32Array }>();
