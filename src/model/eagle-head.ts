@@ -55,6 +55,13 @@ export async function attachEagleHead(model: LoadedModel, method: EagleMethod, d
   }
   const eagleCfg = isJsonObject(top.eagle_config) ? top.eagle_config : {};
   if (method === "eagle3" && eagleCfg.use_aux_hidden_state === false) throw new ModelLoadError(`EAGLE-3 head "${dir}" does not fuse the model's layers (use_aux_hidden_state false); such heads are not run`);
+  // Variants whose extra norms or windows this forward does not apply: refused, not drafted from wrongly.
+  const variant = ["norm_before_fc", "fc_norm", "norm_output"].find((k) => top[k] === true || layerCfg[k] === true || eagleCfg[k] === true);
+  if (variant) throw new ModelLoadError(`EAGLE head "${dir}" sets ${variant}; heads with that extra norm are not run`);
+  const types = layerCfg.layer_types;
+  if (layerCfg.use_sliding_window === true || (Array.isArray(types) && types.some((t) => t !== "full_attention"))) {
+    throw new ModelLoadError(`EAGLE head "${dir}" attends through a sliding window (use_sliding_window, layer_types); heads with full attention are run`);
+  }
   const auxLayers = method === "eagle3" ? auxLayersOf(top.eagle_aux_hidden_state_layer_ids ?? eagleCfg.eagle_aux_hidden_state_layer_ids, c.numLayers, path) : undefined;
   const ropeTheta = num(layerCfg, "rope_theta", path, 10000);
   const factors = hfRopeFreqFactors(layerCfg, ropeTheta, headDim, path);

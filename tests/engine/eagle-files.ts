@@ -37,6 +37,8 @@ export interface EagleHeadSpec {
   seed: number;
   /** Tensors left out, by name. */
   omit?: string[];
+  /** More config.json keys (the layer's config too, for the speculators format). */
+  extraConfig?: Record<string, unknown>;
   /** Tensors replaced, by name. */
   replace?: Record<string, Float32Array>;
 }
@@ -73,9 +75,10 @@ export function writeEagleHead(dir: string, s: EagleHeadSpec): Map<string, { sha
   for (const name of s.omit ?? []) t.delete(name);
   const layer = { hidden_size: h, num_attention_heads: heads, num_key_value_heads: kv, head_dim: hd, intermediate_size: ff, num_hidden_layers: s.layers ?? 1, rms_norm_eps: 1e-5, rope_theta: s.ropeTheta ?? 10000, vocab_size: vocab, hidden_act: "silu" };
   const head = { ...(s.method === "eagle3" ? { draft_vocab_size: draftVocab } : {}), ...(s.normBeforeResidual ? { norm_before_residual: true } : {}), ...(s.auxLayerIds ? { eagle_aux_hidden_state_layer_ids: s.auxLayerIds } : {}) };
+  const extra = s.extraConfig ?? {};
   const config = s.speculators
-    ? { architectures: ["Eagle3Speculator"], speculators_model_type: "eagle3", transformer_layer_config: layer, ...head }
-    : { architectures: [s.method === "eagle3" ? "LlamaForCausalLMEagle3" : "LlamaForCausalLM"], ...layer, ...head };
+    ? { architectures: ["Eagle3Speculator"], speculators_model_type: "eagle3", transformer_layer_config: { ...layer, ...extra }, ...head, ...extra }
+    : { architectures: [s.method === "eagle3" ? "LlamaForCausalLMEagle3" : "LlamaForCausalLM"], ...layer, ...head, ...extra };
   mkdirSync(dir, { recursive: true });
   writeFileSync(`${dir}/config.json`, JSON.stringify(config));
   writeFileSync(`${dir}/model.safetensors`, safetensors(t, s.d2t));

@@ -75,6 +75,11 @@ test("attachEagleHead() refuses a head that cannot draft for the model, naming t
   await refuses({ method: "eagle3", seed: 4, draftVocab: 200 }, /drafts over 200 ids of the model's 300 but lacks the tensor "d2t"/);
   await refuses({ method: "eagle3", seed: 4, draftVocab: 200, d2t: D2T.map((v, d) => (d === 150 ? 200 : v)) }, /maps its id 150 to 350 \(d2t\), outside the model's 300 ids/);
   await refuses({ method: "eagle3", seed: 4, auxLayerIds: [1, 2, 9] }, /eagle_aux_hidden_state_layer_ids \[1,2,9\].* are not three of them/);
+  for (const key of ["norm_before_fc", "fc_norm", "norm_output", "use_sliding_window"]) {
+    const path = `${dir}/bad${heads++}`;
+    writeEagleHead(path, { method: "eagle3", seed: 4, speculators: true, extraConfig: { [key]: true } });
+    await expectLoadError(loadModel(targetPath, { eagle: { method: "eagle3", path } }), key === "use_sliding_window" ? /attends through a sliding window/ : new RegExp(`sets ${key}; heads with that extra norm are not run`));
+  }
   // Written as EAGLE-3, read as EAGLE: the fc's width gives it away.
   const path = `${dir}/bad${heads++}`;
   writeEagleHead(path, { method: "eagle3", seed: 4 });
