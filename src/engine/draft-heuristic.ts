@@ -29,6 +29,11 @@ export class HeuristicDraftLength {
     return false;
   }
 
+  /** `n` more drafts skipped (steps run in a group, where nothing drafts): the pause shortens by them. */
+  skip(n: number): void {
+    this.pause = Math.max(0, this.pause - n);
+  }
+
   /** How the model verified its last draft: `accepted` of `drafted` tokens. */
   observe(drafted: number, accepted: number): void {
     if (drafted === 0) return;

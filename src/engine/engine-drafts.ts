@@ -109,6 +109,11 @@ export class EngineDrafts {
     return this.mtpLength(a.seq.id)?.drafts() ?? true;
   }
 
+  /** A sequence not drafting from the block through `steps` steps of a group counts them against its pause (heuristic schedule). */
+  skippedMtp(a: Active, steps: number): void {
+    this.mtpLength(a.seq.id)?.skip(steps);
+  }
+
   /** Offers the multi-token-prediction block's draft (StepOutput.mtpDrafts) to a request still decoding, cut as any draft is. */
   offerMtp(a: Active, draft: Int32Array): void {
     if (a.done || a.seq.status !== "running") return;

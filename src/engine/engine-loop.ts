@@ -128,8 +128,11 @@ export class StepLoop {
         const a = active.get(e.seqId);
         if (a && a.tScheduled === undefined) a.tScheduled = tPlanned;
       }
-      const ahead = this.lookahead(plan);
+      // The draft block's ask first: a step any sequence takes a block draft from runs alone.
+      const mtp = this.mtpAsk(plan);
+      const ahead = this.lookahead(plan, mtp);
       metrics.stepsRunAhead += ahead;
+      if (ahead > 0 && mtp) for (const e of plan.entries) drafts.skippedMtp(active.get(e.seqId)!, ahead);
       for (let j = 0; j <= ahead; j++) metrics.iterationTokens.observe(stepTokens);
       // A draft's rows draw their uniforms before the entry's own row, in the order of the positions they sample.
       const draftRows = plan.entries.map((e) => (e.draft ? Array.from({ length: e.draft }, () => samplingRow(active.get(e.seqId)!, true)) : undefined));
@@ -137,9 +140,8 @@ export class StepLoop {
       const asked = stepExtras(plan.entries.map((e) => active.get(e.seqId)!), plan.entries, (i, err) => this.parts.fail(plan.entries[i].seqId, err));
       // Each further step's rows, drawn after the first's: a request's uniforms come in the order of its tokens.
       const aheadRows = Array.from({ length: ahead }, () => plan.entries.map((e) => samplingRow(active.get(e.seqId)!, true)));
-      const mtp = this.mtpAsk(plan);
       const withMtp = mtp ? { ...asked, mtp } : asked;
-      const extras = draftRows.some((d) => d) ? { ...withMtp, drafts: draftRows } : ahead > 0 ? { ...asked, lookahead: aheadRows, ...aheadExtras(plan.entries.map((e) => active.get(e.seqId)!), ahead) } : this.unread(plan, asked) ? { ...withMtp, unread: true } : withMtp;
+      const extras = draftRows.some((d) => d) ? { ...withMtp, drafts: draftRows } : ahead > 0 ? { ...withMtp, lookahead: aheadRows, ...aheadExtras(plan.entries.map((e) => active.get(e.seqId)!), ahead) } : this.unread(plan, asked) ? { ...withMtp, unread: true } : withMtp;
       let sampled: StepOutput | undefined;
       let error: string | undefined;
       const records: StepRecord[] = [];
@@ -252,13 +254,13 @@ export class StepLoop {
    * running slot taken, or too few KV blocks: Scheduler.admitsNone), the steps look ahead (one that
    * ends mid-group frees its slot and blocks at the group's end, within the window). Never past a request's token budget or the context.
    */
-  private lookahead(plan: StepPlan): number {
+  private lookahead(plan: StepPlan, mtp: MtpAsk | undefined): number {
     const { opts, scheduler, active, maxModelLen } = this.parts;
     const steps = opts.schedulerSteps ?? 1;
     // With speculation too: a step of plain decodes has no draft to verify (e.draft below), and drafts
-    // are proposed again after the group from all its tokens.
-    // The multi-token-prediction block runs after every step: none runs ahead of it.
-    if (steps <= 1 || !opts.runner.runsAhead || draftsFromBlock(opts.speculative)) return 0;
+    // are proposed again after the group from all its tokens. A draft block (mtp, EAGLE) runs after
+    // each of the group's steps, writing its cache; a step a sequence takes a draft from runs alone.
+    if (steps <= 1 || !opts.runner.runsAhead || mtp?.draft.some((d) => d)) return 0;
     if ((scheduler.waitingSequences.length > 0 && !scheduler.admitsNone) || plan.swapIn.length + plan.swapOut.length > 0) return 0;
     const windowS = (opts.multiStepWindowMs ?? DEFAULT_MULTI_STEP_WINDOW_MS) / 1000;
     const fit = this.decodeStepS === undefined ? steps : Math.floor(windowS / this.decodeStepS);

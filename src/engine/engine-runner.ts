@@ -46,18 +46,21 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     freeRetired();
     const lora = stepLora(loras, extras?.adapters);
     const ahead = lookaheadOf(entries, extras);
-    if (ahead > 0 && extras?.mtp) throw new RangeError("A step that runs ahead cannot take multi-token-prediction drafts");
-    if (ahead > 0) return runAhead(backend, model, kv, entries, rows, extras!.lookahead!, lora, extras!, afterForward);
-    const scored = promptRows(entries, extras?.promptLogprobs);
-    const drafts = draftRows(entries, extras?.drafts);
-    const extraRows = [...scored, ...drafts.rows];
-    const hiddenRows = extras?.hidden ? entries.flatMap((_, i) => (extras.hidden![i] ? [i] : [])) : [];
     // A multi-token-prediction block runs after every step, over every row's hidden state (mtp-drafts.ts).
     const mtp = extras?.mtp;
     if (mtp && !model.config.mtp) throw new RangeError("A step asks for multi-token-prediction drafts but the model has no such block loaded");
     // What the block reads: every row's normed state, or (an EAGLE-3 head) the states entering three layers.
     const aux = mtp ? model.config.mtp?.eagle?.auxLayers : undefined;
     const blockInput = { allHidden: mtp !== undefined && !aux, ...(aux ? { auxLayers: aux } : {}) };
+    if (ahead > 0) {
+      // In a group the pass after each step only writes the block's cache (lookaheadOf refuses drafts there).
+      const block = mtp && { input: blockInput, run: (step: readonly E[], input: Tensor, sampled: Tensor) => void queueMtpPass(backend, model, kv, step, input, mtp, sampled) };
+      return runAhead(backend, model, kv, entries, rows, extras!.lookahead!, lora, extras!, afterForward, block || undefined);
+    }
+    const scored = promptRows(entries, extras?.promptLogprobs);
+    const drafts = draftRows(entries, extras?.drafts);
+    const extraRows = [...scored, ...drafts.rows];
+    const hiddenRows = extras?.hidden ? entries.flatMap((_, i) => (extras.hidden![i] ? [i] : [])) : [];
     if (extras?.unread) {
       if (entries.some((e) => e.sample) || extraRows.length + hiddenRows.length > 0) throw new RangeError("A step nobody reads cannot sample, score prompt tokens or return hidden states");
       const out = forwardWithHidden(backend, model, kv, { entries, ...blockInput, ...(lora ? { lora } : {}) });

@@ -7,7 +7,7 @@
  */
 import type { Backend, SamplingRow, Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
-import { forward, type ForwardEntry, type PagedKv, type StepLora } from "../model/forward.ts";
+import { type ForwardEntry, forwardWithHidden, type PagedKv, type StepLora } from "../model/forward.ts";
 import type { StepExtras, StepOutput } from "./engine-runner-types.ts";
 import { AheadPenalties, type OutputPenalty } from "./ahead-penalties.ts";
 import type { LogitAdditions } from "./logit-adjust.ts";
@@ -24,6 +24,9 @@ export function lookaheadOf(entries: readonly StepEntry[], extras: StepExtras | 
   if (k === 0) return 0;
   if (extras?.lookahead?.length !== k) throw new RangeError(`A step that looks ahead ${k} steps has ${extras?.lookahead?.length ?? 0} steps of sampling rows`);
   const allowed = new Set(["lookahead", "adapters", "logprobs", "additions", "repeats", "outputPenalties", "masks", "aheadMasks"]);
+  // A draft block's pass runs after each of the group's steps, writing its cache; none of them drafts.
+  if (extras.mtp?.draft.some((d) => d)) throw new RangeError("A step that looks ahead cannot take multi-token-prediction drafts");
+  allowed.add("mtp");
   const asks = Object.entries(extras).filter(([key, v]) => !allowed.has(key) && v !== undefined && (!Array.isArray(v) || v.some((x) => x !== undefined)));
   if (asks.length > 0) throw new RangeError(`A step that looks ahead cannot also ask for ${asks.map(([key]) => key).join(", ")}`);
   return k;
@@ -45,6 +48,17 @@ export interface AheadAsks {
 }
 
 /**
+ * A draft block's pass after each step of a group (mtp-drafts.ts): what the forward returns for it
+ * (every row's normed state, or the states entering an EAGLE-3 head's layers), and the pass itself,
+ * given the step's entries, that input and the step's sampled tokens on the device. Nothing drafts
+ * in a group; the pass keeps the block's cache following the model's.
+ */
+export interface AheadBlockPass<E> {
+  readonly input: { allHidden?: boolean; auxLayers?: readonly number[] };
+  run(step: readonly E[], input: Tensor, sampled: Tensor): void;
+}
+
+/**
  * Runs `entries` (each sampling its last row with `rows`: plain decodes, or a draft model's catch-up
  * chunks), then `ahead.length` one-token steps per entry fed the tokens sampled before them, and
  * reads all of them back in one go (`afterForward` sees each step's entries once its forward is
@@ -56,7 +70,7 @@ export interface AheadAsks {
  */
 export async function runAhead<E extends ForwardEntry>(
   backend: Backend, model: DeviceModel, kv: PagedKv, entries: readonly E[], rows: readonly SamplingRow[],
-  ahead: readonly (readonly SamplingRow[])[], lora: StepLora | undefined, asks: AheadAsks = {}, afterForward?: (step: readonly E[]) => void,
+  ahead: readonly (readonly SamplingRow[])[], lora: StepLora | undefined, asks: AheadAsks = {}, afterForward?: (step: readonly E[]) => void, block?: AheadBlockPass<E>,
 ): Promise<StepOutput> {
   const { logprobs, additions } = asks;
   const asking = entries.flatMap((_, i) => (logprobs?.[i] === undefined ? [] : [i]));
@@ -67,7 +81,9 @@ export async function runAhead<E extends ForwardEntry>(
   try {
     let step = entries;
     for (let k = 0; k <= ahead.length; k++) {
-      const logits = forward(backend, model, kv, { entries: step, ...(k > 0 ? { tokenIds: sampled[k - 1] } : {}), ...(lora ? { lora } : {}) });
+      const out = forwardWithHidden(backend, model, kv, { entries: step, ...(k > 0 ? { tokenIds: sampled[k - 1] } : {}), ...(lora ? { lora } : {}), ...block?.input });
+      const logits = out.logits;
+      const input = out.auxHidden ?? out.allHidden;
       afterForward?.(step);
       try {
         vocab = logits.shape[1];
@@ -78,8 +94,10 @@ export async function runAhead<E extends ForwardEntry>(
         const masks = k === 0 ? asks.masks : asks.aheadMasks?.[k - 1];
         if (masks) maskLogitRows(backend, logits, masks);
         sampled.push(backend.sample(logits, k === 0 ? rows : ahead[k - 1]));
+        if (input) block!.run(step, input, sampled[k]);
       } finally {
         backend.free(logits);
+        if (input) backend.free(input);
       }
       // The placeholder token is never read: the forward takes the ids from the device.
       step = step.map((e) => ({ ...e, tokens: [0], startPos: e.startPos + e.tokens.length }));

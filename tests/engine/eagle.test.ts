@@ -286,3 +286,49 @@ test("parseSpeculativeConfig() reads the eagle3 and eagle methods as vLLM does: 
   assert.throws(() => parseSpeculativeConfig('{"method": "eagle3", "model": "h"}'), /needs num_speculative_tokens/);
   assert.throws(() => parseSpeculativeConfig('{"method": "eagle", "model": "h", "num_speculative_tokens": 1, "prompt_lookup_max": 3}'), /Unknown speculative config key "prompt_lookup_max" for method "eagle"/);
 });
+
+test("modelStepRunner() runs a draft block's pass after each step of a group run ahead: its cache is the one-token steps' (an EAGLE-3 head)", async () => {
+  const { model } = await withHead({ method: "eagle3", seed: 13, draftVocab: 200, d2t: D2T });
+  const device = uploadModel(backend, model);
+  const prompt = [5, 9, 44, 120, 7, 3, 88];
+  const ask = { tokens: 1, draft: [false], next: [undefined] };
+  const entry = (tokens: number[], startPos: number, lookahead?: number) => ({ seqId: 1, tokens, startPos, blockTable: [0, 1, 2], sample: true, prefill: startPos === 0, ...(lookahead ? { lookahead } : {}) });
+  const caches = [];
+  for (const grouped of [false, true]) {
+    const kv = allocatePagedKv(backend, model.config, 3, 4);
+    const runner = modelStepRunner(backend, device, kv);
+    const first = await runner.run([entry(prompt, 0)], [GREEDY_ROW], { mtp: ask });
+    let ids = [first.ids[0]];
+    if (grouped) {
+      const out = await runner.run([entry([ids[0]], prompt.length, 3)], [GREEDY_ROW], { mtp: ask, lookahead: [[GREEDY_ROW], [GREEDY_ROW], [GREEDY_ROW]] });
+      ids = [...ids, out.ids[0], ...out.lookaheadIds![0]];
+    } else {
+      for (let j = 0; j < 4; j++) ids.push((await runner.run([entry([ids[j]], prompt.length + j)], [GREEDY_ROW], { mtp: ask })).ids[0]);
+    }
+    const last = kv.k.length - 1;
+    caches.push({ ids, k: (await backend.download(kv.k[last])) as Float32Array, v: (await backend.download(kv.v[last])) as Float32Array });
+  }
+  assert.deepEqual(caches[1].ids, caches[0].ids);
+  // Positions 0..10 (the prompt and four decodes) of the head's layer: 2 heads of 8 each.
+  const used = (prompt.length + 4) * 2 * 8;
+  for (const key of ["k", "v"] as const) close(caches[1][key].subarray(0, used), caches[0][key].subarray(0, used), `the head's ${key} cache`);
+  // A group's steps never draft.
+  const kv = allocatePagedKv(backend, model.config, 3, 4);
+  await assert.rejects(modelStepRunner(backend, device, kv).run([entry([5], 0, 1)], [GREEDY_ROW], { mtp: { ...ask, draft: [true] }, lookahead: [[GREEDY_ROW]] }), /cannot take multi-token-prediction drafts/);
+});
+
+test("Engine with an EAGLE head runs steps ahead while no sequence drafts (multi-step decoding), with the tokens it gives without drafts", async () => {
+  const { model, path } = await withHead({ method: "eagle3", seed: 14, draftVocab: 200, d2t: D2T });
+  const base = { numBlocks: 40, blockSize: 4, schedulerSteps: 4, scheduler: { maxRunning: 3, maxBatchTokens: 9 } };
+  const plain = await outputs(await loadModel(targetPath), base, 40);
+  const e = createEngine(backend, model, { ...base, speculative: { method: "eagle3", model: path, numTokens: 1 } });
+  try {
+    const rs = await Promise.all(PROMPTS.map((prompt) => e.submit({ prompt, maxTokens: 40, temperature: 0, ignoreEos: true }).result));
+    assert.deepEqual(rs.map((r) => r.tokenIds), plain.tokens);
+    const s = e.stats();
+    // The random head's one-token drafts are rejected, its sequences pause, and their steps run ahead.
+    assert.ok(s.specDraftTokens > 0 && s.stepsRunAhead > 0, `${s.specDraftTokens} draft tokens, ${s.stepsRunAhead} steps run ahead`);
+  } finally {
+    await e.stop();
+  }
+});
