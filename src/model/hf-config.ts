@@ -283,9 +283,19 @@ function ropeParametersTheta(cfg: Json, path: string): number | undefined {
   throw new ModelLoadError(`"rope_parameters.rope_theta" in "${path}" should be a number, got ${JSON.stringify(theta)}`);
 }
 
-/** ModelConfig.nextnLayers from config.json's `num_nextn_predict_layers` (DeepSeek V3, GLM-4.5) or `mtp_num_hidden_layers` (Qwen3.5). */
+/**
+ * ModelConfig.nextnLayers from config.json's `num_nextn_predict_layers` (DeepSeek V3, GLM-4.5) or
+ * `mtp_num_hidden_layers` (Qwen3.5); Qwen3-Next's, either (its released config names neither: the
+ * loader then counts the checkpoint's `mtp.` block, as vLLM takes one).
+ */
 function hfNextn(cfg: Record<string, unknown>, architecture: Architecture, path: string): Partial<ModelConfig> {
-  const key = architecture === "deepseek2" || architecture === "glm4moe" ? "num_nextn_predict_layers" : architecture === "qwen35" || architecture === "qwen35moe" ? "mtp_num_hidden_layers" : undefined;
+  const key = architecture === "deepseek2" || architecture === "glm4moe"
+    ? "num_nextn_predict_layers"
+    : architecture === "qwen35" || architecture === "qwen35moe"
+    ? "mtp_num_hidden_layers"
+    : architecture === "qwen3next"
+    ? (cfg.num_nextn_predict_layers !== undefined ? "num_nextn_predict_layers" : "mtp_num_hidden_layers")
+    : undefined;
   if (!key) return {};
   const n = num(cfg, key, path, 0);
   if (!Number.isInteger(n) || n < 0) throw new ModelLoadError(`config.json "${key}" in "${path}" should be a whole number from 0, got ${n}`);

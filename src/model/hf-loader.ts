@@ -48,6 +48,8 @@ export async function loadHfDirectory(dir: string, options: LoadOptions = {}): P
     const embd = index.get(tokenEmbedding);
     if (!embd) throw new ModelLoadError(`Model "${dir}" lacks the tensor "${tokenEmbedding}"`);
     const config = hfConfig(cfg, tokCfg, embd[1].shape[0], dir);
+    // Qwen3-Next's released config.json names no block its checkpoint holds: one, as vLLM reads it.
+    if (config.architecture === "qwen3next" && config.nextnLayers === undefined && index.has("mtp.fc.weight")) config.nextnLayers = 1;
     const tokenizer = new HfTokenizer(tokenizerJson, tokCfg, config.bosTokenId ?? tokenString(tokCfg.bos_token), dir, config.vocabSize);
     config.bosTokenId = tokenizer.bosId;
     if (config.addBos && config.bosTokenId === undefined) config.addBos = false;

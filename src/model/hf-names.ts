@@ -181,7 +181,8 @@ function withQwen35Mtp(names: TensorNames, config: ModelConfig): TensorNames {
 /** The names a checkpoint's weights are read under: Gemma 3's, a model with experts', or the plain ones. */
 export function hfTensorNames(config: ModelConfig): TensorNames {
   const names = hfArchitectureNames(config);
-  return config.architecture === "qwen35" || config.architecture === "qwen35moe" ? withQwen35Mtp(names, config) : names;
+  // Qwen3-Next's block is named as Qwen3.5's (which took it from Qwen3-Next).
+  return config.architecture === "qwen35" || config.architecture === "qwen35moe" || config.architecture === "qwen3next" ? withQwen35Mtp(names, config) : names;
 }
 
 function hfArchitectureNames(config: ModelConfig): TensorNames {

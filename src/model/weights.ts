@@ -107,7 +107,7 @@ export interface TensorNames {
 export type NextnPart = "ehProj" | "enorm" | "hnorm" | "headNorm" | "head" | "embedding";
 
 /** Architectures whose multi-token-prediction block the engine runs (LoadOptions.mtp). */
-export const MTP_ARCHITECTURES: readonly string[] = ["glm4moe", "deepseek2", "qwen35", "qwen35moe"];
+export const MTP_ARCHITECTURES: readonly string[] = ["glm4moe", "deepseek2", "qwen35", "qwen35moe", "qwen3next"];
 
 const NORM_OR_BIAS: ReadonlySet<LayerRole> = new Set<LayerRole>([
   "ssmConv", "ssmDtBias", "ssmDecay", "ssmNorm", "ssmConvBias", "ssmD", "attnNorm", "ffnNorm", "attnPostNorm", "ffnPostNorm", "qNorm", "kNorm", "qANorm", "kvANorm", "bq", "bk", "bv", "routerBias",

@@ -24,6 +24,12 @@ export const QWEN35_MTP_SPEC: ModelFileSpec = {
   deltaNet: { kHeads: 2, vHeads: 4, dim: 8, conv: 4, interval: 4 }, nextn: 1,
 };
 
+/** Qwen3-Next (Gated DeltaNet layers, gated attention, sparse experts with a gated shared one) with its MTP block. */
+export const QWEN3NEXT_MTP_SPEC: ModelFileSpec = {
+  architecture: "qwen3next", hidden: 32, layers: 4, heads: 4, kvHeads: 2, headDim: 16, rotaryDim: 4, ffn: 32, vocab: 300, tied: false, dtype: "f32", seed: 630,
+  deltaNet: { kHeads: 2, vHeads: 4, dim: 8, conv: 4, interval: 2 }, experts: { count: 4, used: 2, sharedFfn: 32 }, nextn: 1,
+};
+
 /** A host tensor's values as f32. */
 export const values = (t: HostTensor) => new Float32Array(toF32(t).data.buffer.slice(0));
 /** An f32 host tensor of `v`. */

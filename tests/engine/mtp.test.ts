@@ -6,7 +6,7 @@
  * has every draft token taken, chained ones included.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import { test } from "../harness.ts";
@@ -21,7 +21,7 @@ import { forward, forwardWithHidden } from "../../src/model/forward.ts";
 import { mtpForward } from "../../src/model/forward-mtp.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { writeTestGguf, writeTestHfDirectory } from "../model/model-files.ts";
-import { DEEPSEEK_MTP_SPEC, exactMtpModel, MTP_SPEC, QWEN35_MTP_SPEC, rmsnorm, tensor, values } from "./mtp-fixtures.ts";
+import { DEEPSEEK_MTP_SPEC, exactMtpModel, MTP_SPEC, QWEN35_MTP_SPEC, QWEN3NEXT_MTP_SPEC, rmsnorm, tensor, values } from "./mtp-fixtures.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/mtp-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -31,6 +31,8 @@ const model = await loadModel(path, { mtp: true });
 const deepseek = await loadModel(await writeTestGguf(dir, "deepseek", DEEPSEEK_MTP_SPEC), { mtp: true });
 // Qwen3.5's: gated attention after Gated DeltaNet layers.
 const qwen35 = await loadModel(await writeTestGguf(dir, "qwen35", QWEN35_MTP_SPEC), { mtp: true });
+// Qwen3-Next's: Qwen3.5's names, its layer's experts per expert with a gated shared one.
+const qwen3next = await loadModel(await writeTestGguf(dir, "qwen3next", QWEN3NEXT_MTP_SPEC), { mtp: true });
 const backend = createReferenceBackend();
 
 test("loadModel() loads the multi-token-prediction block only when asked, and refuses files without one", async () => {
@@ -74,12 +76,23 @@ test("loadModel() loads the multi-token-prediction block only when asked, and re
   const moeGguf = (await loadModel(await writeTestGguf(dir, "qwen35moe", moeSpec), { mtp: true })).weights.mtp!.layer;
   const moeHf = (await loadModel(await writeTestHfDirectory(dir, "qwen35moe-hf", moeSpec), { mtp: true })).weights.mtp!.layer;
   for (const r of ["wGate", "wUp", "wDown", "router", "wGateShared", "sharedGate"] as const) assert.deepEqual(values(moeHf[r]!), values(moeGguf[r]!), r);
+  // Qwen3-Next's, from a checkpoint whose config.json names no block (as released): the `mtp.` tensors count one.
+  const nextDir = await writeTestHfDirectory(dir, "qwen3next-hf", QWEN3NEXT_MTP_SPEC);
+  const nextCfg = JSON.parse(readFileSync(`${nextDir}/config.json`, "utf8"));
+  delete nextCfg.mtp_num_hidden_layers;
+  writeFileSync(`${nextDir}/config.json`, JSON.stringify(nextCfg));
+  const nextHf = await loadModel(nextDir, { mtp: true });
+  assert.deepEqual([nextHf.config.nextnLayers, nextHf.config.mtp], [1, { layer: 4 }]);
+  const [nh, ng] = [nextHf.weights.mtp!, qwen3next.weights.mtp!];
+  for (const [a, b] of [[nh.ehProj, ng.ehProj], [nh.enorm!, ng.enorm!], [nh.headNorm!, ng.headNorm!], [nh.layer.wq!, ng.layer.wq!], [nh.layer.router!, ng.layer.router!], [nh.layer.wGate!, ng.layer.wGate!], [nh.layer.sharedGate!, ng.layer.sharedGate!]] as const) {
+    assert.deepEqual(values(a), values(b), a.name);
+  }
   // Another architecture's block is refused by name.
   const qwen = await writeTestGguf(dir, "qwen3", { ...MTP_SPEC, architecture: "qwen3", experts: undefined, nextn: undefined, seed: 604 }, { metadata: [["qwen3.nextn_predict_layers", gguf.u32(1)], ["qwen3.block_count", gguf.u32(3)]] });
-  await assert.rejects(loadModel(qwen, { mtp: true }), (e: unknown) => e instanceof ModelLoadError && /those of the "qwen3" architecture are not run; glm4moe, deepseek2, qwen35 and qwen35moe ones are/.test(e.message));
+  await assert.rejects(loadModel(qwen, { mtp: true }), (e: unknown) => e instanceof ModelLoadError && /those of the "qwen3" architecture are not run; glm4moe, deepseek2, qwen35, qwen35moe and qwen3next ones are/.test(e.message));
 });
 
-for (const [name, loaded] of [["GLM-4.5", model], ["DeepSeek V3", deepseek], ["Qwen3.5", qwen35]] as const) {
+for (const [name, loaded] of [["GLM-4.5", model], ["DeepSeek V3", deepseek], ["Qwen3.5", qwen35], ["Qwen3-Next", qwen3next]] as const) {
   test(`mtpForward() on a ${name} is eh_proj([enorm(embedding); hnorm(hidden)]), then its layer and head, over a paged cache`, async () => {
     const model = loaded;
     const c = model.config;
@@ -143,9 +156,9 @@ async function outputs(m: LoadedModel, o: CreateEngineOptions, maxTokens = 20): 
   }
 }
 
-test("Engine with speculative method mtp gives the tokens it gives without drafts (GLM-4.5, DeepSeek V3, Qwen3.5)", async () => {
+test("Engine with speculative method mtp gives the tokens it gives without drafts (GLM-4.5, DeepSeek V3, Qwen3.5, Qwen3-Next)", async () => {
   const base = { numBlocks: 40, blockSize: 4, scheduler: { maxRunning: 3, maxBatchTokens: 9 } };
-  for (const m of [model, deepseek, qwen35]) {
+  for (const m of [model, deepseek, qwen35, qwen3next]) {
     const plain = await outputs(m, base);
     for (const numTokens of [1, 3]) {
       const spec = await outputs(m, { ...base, speculative: { method: "mtp", numTokens } });
