@@ -24,7 +24,7 @@ import { mtpForward } from "../../src/model/forward-mtp.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { expectLoadError, firstLayers, writeTestGguf } from "../model/model-files.ts";
 import { EAGLE_TARGET_SPEC, type EagleHeadSpec, writeEagleHead } from "./eagle-files.ts";
-import { rmsnorm, tensor, values } from "./mtp-fixtures.ts";
+import { QWEN35_MTP_SPEC, rmsnorm, tensor, values } from "./mtp-fixtures.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/eagle-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -331,4 +331,18 @@ test("Engine with an EAGLE head runs steps ahead while no sequence drafts (multi
   } finally {
     await e.stop();
   }
+});
+
+test("Engine with an EAGLE-3 head on Qwen3.5 (Gated DeltaNet layers) gives the tokens it gives without drafts, its states put back", async () => {
+  const spec = { ...QWEN35_MTP_SPEC, nextn: undefined, seed: 631 };
+  const target = await writeTestGguf(dir, "qwen35-target", spec);
+  const path = `${dir}/qwen35-head`;
+  writeEagleHead(path, { method: "eagle3", seed: 15, headDim: 16, draftVocab: 200, d2t: D2T });
+  const model = await loadModel(target, { eagle: { method: "eagle3", path } });
+  assert.deepEqual(model.config.mtp!.eagle!.auxLayers, [2, 2, 1]);
+  const base = { numBlocks: 40, blockSize: 4, scheduler: { maxRunning: 3, maxBatchTokens: 9 } };
+  const plain = await outputs(await loadModel(target), base);
+  const got = await outputs(model, { ...base, speculative: { method: "eagle3", model: path, numTokens: 3, schedule: "constant" } });
+  assert.deepEqual(got.tokens, plain.tokens);
+  assert.ok(got.drafted > 0 && got.accepted < got.drafted, `${got.drafted} drafted, ${got.accepted} taken: rejected drafts' states were put back`);
 });
