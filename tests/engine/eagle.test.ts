@@ -24,7 +24,7 @@ import { mtpForward } from "../../src/model/forward-mtp.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { expectLoadError, firstLayers, writeTestGguf } from "../model/model-files.ts";
 import { EAGLE_TARGET_SPEC, type EagleHeadSpec, writeEagleHead } from "./eagle-files.ts";
-import { QWEN35_MTP_SPEC, rmsnorm, tensor, values } from "./mtp-fixtures.ts";
+import { DRAFT_PROMPTS, draftedOutputs, QWEN35_MTP_SPEC, rmsnorm, tensor, values } from "./mtp-fixtures.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/eagle-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -199,19 +199,7 @@ test("forwardWithHidden() auxLayers returns the states entering those layers, si
   }
 });
 
-const PROMPTS = [[5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61, 2, 17, 33], [7, 7, 1, 254], [13, 42, 2, 5, 77, 160, 31, 9, 12, 290, 6, 48, 3, 8, 8, 100, 21, 4]];
-
-async function outputs(m: LoadedModel, o: CreateEngineOptions, maxTokens = 20): Promise<{ tokens: number[][]; drafted: number; accepted: number }> {
-  const e = createEngine(backend, m, o);
-  try {
-    const rs = await Promise.all(PROMPTS.map((prompt) => e.submit({ prompt, maxTokens, temperature: 0, ignoreEos: true }).result));
-    for (const r of rs) assert.equal(r.finishReason, "length", r.error);
-    const s = e.stats();
-    return { tokens: rs.map((r) => r.tokenIds), drafted: s.specDraftTokens, accepted: s.specAcceptedTokens };
-  } finally {
-    await e.stop();
-  }
-}
+const outputs = (m: LoadedModel, o: CreateEngineOptions, maxTokens = 20) => draftedOutputs(backend, m, o, maxTokens);
 
 test("Engine with speculative method eagle3 or eagle gives the tokens it gives without drafts", async () => {
   const base = { numBlocks: 40, blockSize: 4, scheduler: { maxRunning: 3, maxBatchTokens: 9 } };
@@ -323,7 +311,7 @@ test("Engine with an EAGLE head runs steps ahead while no sequence drafts (multi
   const plain = await outputs(await loadModel(targetPath), base, 40);
   const e = createEngine(backend, model, { ...base, speculative: { method: "eagle3", model: path, numTokens: 1 } });
   try {
-    const rs = await Promise.all(PROMPTS.map((prompt) => e.submit({ prompt, maxTokens: 40, temperature: 0, ignoreEos: true }).result));
+    const rs = await Promise.all(DRAFT_PROMPTS.map((prompt) => e.submit({ prompt, maxTokens: 40, temperature: 0, ignoreEos: true }).result));
     assert.deepEqual(rs.map((r) => r.tokenIds), plain.tokens);
     const s = e.stats();
     // The random head's one-token drafts are rejected, its sequences pause, and their steps run ahead.

@@ -2,6 +2,9 @@
  * A random GLM-4.5 GGUF with a multi-token-prediction block (NextN) for the mtp tests, and models
  * built from its weights.
  */
+import assert from "node:assert/strict";
+import type { Backend } from "../../src/backend/types.ts";
+import { createEngine, type CreateEngineOptions } from "../../src/engine/engine-factory.ts";
 import type { HostTensor, LoadedModel } from "../../src/model/config.ts";
 import { toF32 } from "../../src/model/weights.ts";
 import type { ModelFileSpec } from "../model/model-files.ts";
@@ -69,4 +72,20 @@ export function exactMtpModel(model: LoadedModel): LoadedModel {
       mtp: { ...model.weights.mtp!, layer, ehProj: tensor("eh", [32, 64], eh), enorm: tensor("en", [32], new Float32Array(32).fill(1)), headNorm: model.weights.outputNorm },
     },
   };
+}
+
+/** Prompts of the draft-block tests: several lengths, batched together. */
+export const DRAFT_PROMPTS = [[5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61, 2, 17, 33], [7, 7, 1, 254], [13, 42, 2, 5, 77, 160, 31, 9, 12, 290, 6, 48, 3, 8, 8, 100, 21, 4]];
+
+/** An engine's greedy tokens for {@link DRAFT_PROMPTS} at once (each must run to `maxTokens`), and its draft tokens verified and taken. */
+export async function draftedOutputs(backend: Backend, m: LoadedModel, o: CreateEngineOptions, maxTokens = 20): Promise<{ tokens: number[][]; drafted: number; accepted: number }> {
+  const e = createEngine(backend, m, o);
+  try {
+    const rs = await Promise.all(DRAFT_PROMPTS.map((prompt) => e.submit({ prompt, maxTokens, temperature: 0, ignoreEos: true }).result));
+    for (const r of rs) assert.equal(r.finishReason, "length", r.error);
+    const s = e.stats();
+    return { tokens: rs.map((r) => r.tokenIds), drafted: s.specDraftTokens, accepted: s.specAcceptedTokens };
+  } finally {
+    await e.stop();
+  }
 }

@@ -21,7 +21,7 @@ import { forward, forwardWithHidden } from "../../src/model/forward.ts";
 import { mtpForward } from "../../src/model/forward-mtp.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { writeTestGguf, writeTestHfDirectory } from "../model/model-files.ts";
-import { DEEPSEEK_MTP_SPEC, exactMtpModel, MTP_SPEC, QWEN35_MTP_SPEC, QWEN3NEXT_MTP_SPEC, rmsnorm, tensor, values } from "./mtp-fixtures.ts";
+import { draftedOutputs, DEEPSEEK_MTP_SPEC, exactMtpModel, MTP_SPEC, QWEN35_MTP_SPEC, QWEN3NEXT_MTP_SPEC, rmsnorm, tensor, values } from "./mtp-fixtures.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/mtp-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -142,19 +142,7 @@ for (const [name, loaded] of [["GLM-4.5", model], ["DeepSeek V3", deepseek], ["Q
   });
 }
 
-const PROMPTS = [[5, 9, 44, 120, 7, 3, 88, 19, 250, 6, 61, 2, 17, 33], [7, 7, 1, 254], [13, 42, 2, 5, 77, 160, 31, 9, 12, 290, 6, 48, 3, 8, 8, 100, 21, 4]];
-
-async function outputs(m: LoadedModel, o: CreateEngineOptions, maxTokens = 20): Promise<{ tokens: number[][]; drafted: number; accepted: number }> {
-  const e = createEngine(backend, m, o);
-  try {
-    const rs = await Promise.all(PROMPTS.map((prompt) => e.submit({ prompt, maxTokens, temperature: 0, ignoreEos: true }).result));
-    for (const r of rs) assert.equal(r.finishReason, "length", r.error);
-    const s = e.stats();
-    return { tokens: rs.map((r) => r.tokenIds), drafted: s.specDraftTokens, accepted: s.specAcceptedTokens };
-  } finally {
-    await e.stop();
-  }
-}
+const outputs = (m: LoadedModel, o: CreateEngineOptions, maxTokens = 20) => draftedOutputs(backend, m, o, maxTokens);
 
 test("Engine with speculative method mtp gives the tokens it gives without drafts (GLM-4.5, DeepSeek V3, Qwen3.5, Qwen3-Next)", async () => {
   const base = { numBlocks: 40, blockSize: 4, scheduler: { maxRunning: 3, maxBatchTokens: 9 } };

@@ -8,7 +8,6 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
-import OpenAI from "openai";
 import { test } from "../harness.ts";
 import type { Speculation } from "../../src/engine/ngram-draft.ts";
 import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
@@ -18,32 +17,19 @@ import { startServer } from "../../src/serve/server.ts";
 import { writeTestGguf } from "../model/model-files.ts";
 import { MTP_SPEC } from "../engine/mtp-fixtures.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
+import { SERVED_PROMPT, servedAnswers, type ServerOptions } from "./draft-server-fixtures.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/mtp-serve-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 const modelPath = await writeTestGguf(dir, "glm", MTP_SPEC);
 const probe = await poisonedWebGpu("the multi-token-prediction serving test");
 probe.gpu?.destroy();
-const PROMPT = "the agent reads the file, then it calls a tool and waits";
+const PROMPT = SERVED_PROMPT;
 const MTP: Speculation = { method: "mtp", numTokens: 2 };
 
-type Options = Partial<Parameters<typeof startServer>[0]>;
+type Options = Partial<ServerOptions>;
 
-async function answers(o: Options) {
-  const s = await startServer({ modelPath, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, maxNumSeqs: 4, ...o });
-  try {
-    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "unused", maxRetries: 0 });
-    const texts = await Promise.all([PROMPT, `${PROMPT} for the result`].map(async (prompt) => (await client.completions.create({ model: "glm", prompt, max_tokens: 24, temperature: 0 })).choices[0].text));
-    let streamed = "";
-    for await (const c of await client.completions.create({ model: "glm", prompt: PROMPT, max_tokens: 24, temperature: 0, stream: true })) streamed += c.choices[0]?.text ?? "";
-    const metrics = await (await fetch(`${s.url}/metrics`)).text();
-    const count = (name: string) => Number(new RegExp(`vllm:spec_decode_${name}_total\\{[^}]*\\} (\\d+)`).exec(metrics)?.[1]);
-    const handoffs = Number(/^evolving:prefill_handoffs_total\{[^}]*\} (\d+)$/m.exec(metrics)?.[1] ?? 0);
-    return { texts, streamed, drafted: count("num_draft_tokens"), accepted: count("num_accepted_tokens"), handoffs };
-  } finally {
-    await s.shutdown();
-  }
-}
+const answers = (o: Options) => servedAnswers({ modelPath, ...o }, "glm");
 
 const cases: { name: string; o: Options; ignore?: boolean }[] = [
   { name: "one engine", o: {} },
