@@ -3,7 +3,12 @@
  * completions at once and one streamed, through the real openai client, and the speculation and
  * hand-off counters in /metrics.
  */
+import assert from "node:assert/strict";
 import OpenAI from "openai";
+import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
+import { createEngine } from "../../src/engine/engine-factory.ts";
+import type { Speculation } from "../../src/engine/ngram-draft.ts";
+import type { LoadedModel } from "../../src/model/config.ts";
 import { startServer } from "../../src/serve/server.ts";
 
 /** startServer's options as a test gives them: the model's path, and any of the rest. */
@@ -26,5 +31,25 @@ export async function servedAnswers(o: ServerOptions, model: string) {
     return { texts, streamed, drafted: count("num_draft_tokens"), accepted: count("num_accepted_tokens"), handoffs };
   } finally {
     await s.shutdown();
+  }
+}
+
+/**
+ * Checks that an engine drafting with `spec` on WebGPU compiles every kernel in its warm-up: serving
+ * greedy and sampled requests after it (drafts verified) compiles none.
+ */
+export async function assertWarmUpCompilesDrafting(model: LoadedModel, spec: Speculation): Promise<void> {
+  const backend = await createWebGpuBackend({ poison: true });
+  const engine = createEngine(backend, model, { numBlocks: 64, speculative: spec });
+  try {
+    await engine.warmUp();
+    const compiled = backend.stats().recorder.pipelines;
+    const ids = model.tokenizer.encode(SERVED_PROMPT, { addBos: false });
+    await Promise.all([0, 1, 2].map((i) => engine.submit({ prompt: ids.slice(i), maxTokens: 12, temperature: i === 0 ? 0 : 0.8, seed: i }).result));
+    assert.ok(engine.stats().specDraftTokens > 0);
+    assert.equal(backend.stats().recorder.pipelines, compiled, "no kernel was compiled after the warm-up");
+  } finally {
+    await engine.stop();
+    backend.destroy();
   }
 }

@@ -10,14 +10,12 @@ import { tmpdir } from "node:os";
 import process from "node:process";
 import { test } from "../harness.ts";
 import type { Speculation } from "../../src/engine/ngram-draft.ts";
-import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
-import { createEngine } from "../../src/engine/engine-factory.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
 import { writeTestGguf } from "../model/model-files.ts";
 import { EAGLE_TARGET_SPEC, writeEagleHead } from "../engine/eagle-files.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
-import { SERVED_PROMPT, servedAnswers, type ServerOptions } from "./draft-server-fixtures.ts";
+import { assertWarmUpCompilesDrafting, servedAnswers, type ServerOptions } from "./draft-server-fixtures.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/eagle-serve-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -26,7 +24,6 @@ writeEagleHead(`${dir}/eagle3`, { method: "eagle3", seed: 21, draftVocab: 200, d
 writeEagleHead(`${dir}/eagle`, { method: "eagle", seed: 22 });
 const probe = await poisonedWebGpu("the EAGLE serving test");
 probe.gpu?.destroy();
-const PROMPT = SERVED_PROMPT;
 const EAGLE3: Speculation = { method: "eagle3", model: `${dir}/eagle3`, numTokens: 2, schedule: "constant" };
 const EAGLE: Speculation = { method: "eagle", model: `${dir}/eagle`, numTokens: 2, schedule: "constant" };
 
@@ -67,18 +64,5 @@ test("startServer({ speculative: eagle3 }) refuses a missing head and one the mo
 });
 
 test("Engine.warmUp() with speculative method eagle3 compiles the head's WebGPU kernels", async () => {
-  const backend = await createWebGpuBackend({ poison: true });
-  const model = await loadModel(modelPath, { eagle: { method: "eagle3", path: EAGLE3.model! } });
-  const engine = createEngine(backend, model, { numBlocks: 64, speculative: EAGLE3 });
-  try {
-    await engine.warmUp();
-    const compiled = backend.stats().recorder.pipelines;
-    const ids = model.tokenizer.encode(PROMPT, { addBos: false });
-    await Promise.all([0, 1, 2].map((i) => engine.submit({ prompt: ids.slice(i), maxTokens: 12, temperature: i === 0 ? 0 : 0.8, seed: i }).result));
-    assert.ok(engine.stats().specDraftTokens > 0);
-    assert.equal(backend.stats().recorder.pipelines, compiled, "no kernel was compiled after the warm-up");
-  } finally {
-    await engine.stop();
-    backend.destroy();
-  }
+  await assertWarmUpCompilesDrafting(await loadModel(modelPath, { eagle: { method: "eagle3", path: EAGLE3.model! } }), EAGLE3);
 }, { ignore: probe.skip });

@@ -10,21 +10,18 @@ import { tmpdir } from "node:os";
 import process from "node:process";
 import { test } from "../harness.ts";
 import type { Speculation } from "../../src/engine/ngram-draft.ts";
-import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
-import { createEngine } from "../../src/engine/engine-factory.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { startServer } from "../../src/serve/server.ts";
 import { writeTestGguf } from "../model/model-files.ts";
 import { MTP_SPEC } from "../engine/mtp-fixtures.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
-import { SERVED_PROMPT, servedAnswers, type ServerOptions } from "./draft-server-fixtures.ts";
+import { assertWarmUpCompilesDrafting, servedAnswers, type ServerOptions } from "./draft-server-fixtures.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/mtp-serve-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 const modelPath = await writeTestGguf(dir, "glm", MTP_SPEC);
 const probe = await poisonedWebGpu("the multi-token-prediction serving test");
 probe.gpu?.destroy();
-const PROMPT = SERVED_PROMPT;
 const MTP: Speculation = { method: "mtp", numTokens: 2 };
 
 type Options = Partial<ServerOptions>;
@@ -57,18 +54,5 @@ test("startServer({ speculative: mtp }) refuses a model without a multi-token-pr
 });
 
 test("Engine.warmUp() with speculative method mtp compiles the block's WebGPU kernels", async () => {
-  const backend = await createWebGpuBackend({ poison: true });
-  const model = await loadModel(modelPath, { mtp: true });
-  const engine = createEngine(backend, model, { numBlocks: 64, speculative: MTP });
-  try {
-    await engine.warmUp();
-    const compiled = backend.stats().recorder.pipelines;
-    const ids = model.tokenizer.encode(PROMPT, { addBos: false });
-    await Promise.all([0, 1, 2].map((i) => engine.submit({ prompt: ids.slice(i), maxTokens: 12, temperature: i === 0 ? 0 : 0.8, seed: i }).result));
-    assert.ok(engine.stats().specDraftTokens > 0);
-    assert.equal(backend.stats().recorder.pipelines, compiled, "no kernel was compiled after the warm-up");
-  } finally {
-    await engine.stop();
-    backend.destroy();
-  }
+  await assertWarmUpCompilesDrafting(await loadModel(modelPath, { mtp: true }), MTP);
 }, { ignore: probe.skip });
