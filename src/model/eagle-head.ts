@@ -121,7 +121,7 @@ export async function attachEagleHead(model: LoadedModel, method: EagleMethod, d
     const eagle: EagleHeadConfig = {
       method, numHeads, headDim, rmsNormEps: num(layerCfg, "rms_norm_eps", path, 1e-6), ropeTheta, source: dir,
       ...(auxLayers ? { auxLayers } : {}),
-      ...(top.norm_before_residual === true || layerCfg.norm_before_residual === true ? { normBeforeResidual: true } : {}),
+      ...(normBeforeResidual(top, eagleCfg) ? { normBeforeResidual: true } : {}),
       ...(draftToTarget ? { draftToTarget } : {}),
     };
     c.mtp = { layer: c.numLayers, eagle };
@@ -129,6 +129,16 @@ export async function attachEagleHead(model: LoadedModel, method: EagleMethod, d
   } finally {
     await Promise.all(files.map((f) => f.close()));
   }
+}
+
+/**
+ * EAGLE-3's `norm_before_residual`: the config's (NVIDIA's nest it in `eagle_config`), else the
+ * speculators format's default, true, as vLLM converts that format; false for the others.
+ */
+function normBeforeResidual(top: Json, eagleCfg: Json): boolean {
+  const given = eagleCfg.norm_before_residual ?? top.norm_before_residual;
+  if (typeof given === "boolean") return given;
+  return top.speculators_model_type !== undefined;
 }
 
 /** `{[key]: value}` where value is present, `{}` where not. */

@@ -56,6 +56,12 @@ test("attachEagleHead() reads EAGLE-3 and EAGLE checkpoints in vLLM's layouts, m
   // The speculators format, its own aux layers; EAGLE with fc.bias and no head of its own.
   const spec = (await withHead({ method: "eagle3", seed: 2, speculators: true, auxLayerIds: [1, 3, 4], normBeforeResidual: true })).model.config.mtp!.eagle!;
   assert.deepEqual([spec.auxLayers, spec.normBeforeResidual, spec.draftToTarget], [[1, 3, 4], true, undefined]);
+  // norm_before_residual: absent, the speculators format's default is true (as vLLM converts it), the others' false; NVIDIA's nest it.
+  assert.equal(e.normBeforeResidual, undefined);
+  const implied = (await withHead({ method: "eagle3", seed: 2, speculators: true })).model.config.mtp!.eagle!;
+  const off = (await withHead({ method: "eagle3", seed: 2, speculators: true, extraConfig: { norm_before_residual: false } })).model.config.mtp!.eagle!;
+  const nested = (await withHead({ method: "eagle3", seed: 2, extraConfig: { eagle_config: { norm_before_residual: true } } })).model.config.mtp!.eagle!;
+  assert.deepEqual([implied.normBeforeResidual, off.normBeforeResidual, nested.normBeforeResidual], [true, undefined, true]);
   const eagle = (await withHead({ method: "eagle", seed: 3, fcBias: true })).model;
   assert.deepEqual([eagle.weights.mtp!.ehProj.shape, eagle.weights.mtp!.ehBias!.shape, eagle.weights.mtp!.head], [[32, 64], [32], undefined]);
   // Without the option the model has no head.
