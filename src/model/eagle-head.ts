@@ -43,6 +43,11 @@ export async function attachEagleHead(model: LoadedModel, method: EagleMethod, d
   if (hidden !== c.hiddenSize) throw new ModelLoadError(`EAGLE head "${dir}" has hidden_size ${hidden}; the model's is ${c.hiddenSize}`);
   const target = top.target_hidden_size ?? layerCfg.target_hidden_size;
   if (target !== undefined && target !== null && target !== c.hiddenSize) throw new ModelLoadError(`EAGLE head "${dir}" was trained on states of target_hidden_size ${JSON.stringify(target)}; the model's hidden size is ${c.hiddenSize}`);
+  // The layer's family: Llama's, or Qwen3's (q/k norms), as vLLM maps a speculators head's model_type.
+  const family = layerCfg.model_type;
+  if (family !== undefined && !["llama", "qwen2", "qwen3", "mistral"].includes(String(family))) {
+    throw new ModelLoadError(`EAGLE head "${dir}" has a layer of model_type ${JSON.stringify(family)}; llama, qwen2, qwen3 and mistral ones are run`);
+  }
   const layers = positiveInt(layerCfg, "num_hidden_layers", path, 1);
   if (layers !== 1) throw new ModelLoadError(`EAGLE head "${dir}" has ${layers} layers; heads of one layer are run`);
   const numHeads = positiveInt(layerCfg, "num_attention_heads", path);
@@ -103,6 +108,11 @@ export async function attachEagleHead(model: LoadedModel, method: EagleMethod, d
     }
     const bo = await read(`${p}self_attn.o_proj.bias`, [hidden], true);
     if (bo) layer.bo = bo;
+    // Qwen3's layer norms each head's query and key.
+    const qNorm = await read(`${p}self_attn.q_norm.weight`, [headDim], family !== "qwen3");
+    const kNorm = await read(`${p}self_attn.k_norm.weight`, [headDim], family !== "qwen3");
+    if (qNorm && kNorm) [layer.qNorm, layer.kNorm] = [qNorm, kNorm];
+    else if (qNorm || kNorm) throw new ModelLoadError(`EAGLE head "${dir}" has ${qNorm ? "q_norm" : "k_norm"} without ${qNorm ? "k_norm" : "q_norm"}`);
     const embedding = await read("embed_tokens.weight", [vocab, hidden], true);
     const head = await read("lm_head.weight", [draftVocab, hidden], draftVocab === vocab);
     const draftToTarget = method === "eagle3" ? await draftIds(byName.get("d2t"), draftVocab, vocab, dir) : undefined;

@@ -7,7 +7,7 @@
  * EAGLE-3: `fc` fuses the states entering three of the model's layers ([rows, 3·hidden]; a chained
  * pass takes the head's own state instead, [rows, hidden], and skips it); the layer's attention reads
  * [input_layernorm(embedding); hidden_norm(fused)] (2·hidden wide) and adds to the fused state; its
- * feed-forward is a Llama one; `norm` and `lm_head` (over the head's own vocabulary, mapped to the
+ * feed-forward is a Llama one (a Qwen3-style head norms its queries and keys per head); `norm` and `lm_head` (over the head's own vocabulary, mapped to the
  * model's ids by the caller) give the logits; the state before `norm` is what chains. EAGLE:
  * fc([embedding; the model's normed state]) into a Llama layer without an input norm, whose output
  * goes to the head without a norm, and chains.
@@ -62,8 +62,10 @@ export function eagleForward(backend: Backend, model: DeviceModel, kv: PagedKv, 
     } else {
       attnIn = residual = s.keep(backend.matmul(s.keep(backend.concatColumns(embedded, step.hidden)), m.ehProj, m.ehBias));
     }
-    const q = backend.reshape(s.keep(backend.matmul(attnIn, l.wq, l.bq)), [n, e.numHeads, e.headDim]);
-    const k = backend.reshape(s.keep(backend.matmul(attnIn, l.wk, l.bk)), [n, c.numKvHeads, e.headDim]);
+    let q = backend.reshape(s.keep(backend.matmul(attnIn, l.wq, l.bq)), [n, e.numHeads, e.headDim]);
+    let k = backend.reshape(s.keep(backend.matmul(attnIn, l.wk, l.bk)), [n, c.numKvHeads, e.headDim]);
+    // A Qwen3-style head norms each head's query and key before turning them.
+    if (l.qNorm && l.kNorm) [q, k] = [s.keep(backend.rmsnorm(q, l.qNorm, eps)), s.keep(backend.rmsnorm(k, l.kNorm, eps))];
     const v = backend.reshape(s.keep(backend.matmul(attnIn, l.wv, l.bv)), [n, c.numKvHeads, e.headDim]);
     const qr = s.keep(backend.rope(q, tensors.positions, e.ropeTheta, "neox", undefined, m.ropeFreqFactors));
     const kr = s.keep(backend.rope(k, tensors.positions, e.ropeTheta, "neox", undefined, m.ropeFreqFactors));

@@ -77,6 +77,8 @@ test("attachEagleHead() refuses a head that cannot draft for the model, naming t
   await refuses({ method: "eagle3", seed: 4, hidden: 16 }, /has hidden_size 16; the model's is 32/);
   await refuses({ method: "eagle3", seed: 4, kvHeads: 4 }, /has 4 key\/value heads of 8; its cache is the model's, of 2 heads of 8/);
   await refuses({ method: "eagle3", seed: 4, layers: 2 }, /has 2 layers; heads of one layer are run/);
+  await refuses({ method: "eagle3", seed: 4, speculators: true, extraConfig: { model_type: "gemma3" } }, /model_type "gemma3"; llama, qwen2, qwen3 and mistral ones are run/);
+  await refuses({ method: "eagle3", seed: 4, qkNorm: true, omit: ["layers.0.self_attn.k_norm.weight"] }, /lacks the tensor "layers.0.self_attn.k_norm.weight"/);
   await refuses({ method: "eagle3", seed: 4, omit: ["layers.0.hidden_norm.weight"] }, /lacks the tensor "layers.0.hidden_norm.weight"/);
   await refuses({ method: "eagle3", seed: 4, draftVocab: 200 }, /drafts over 200 ids of the model's 300 but lacks the tensor "d2t"/);
   await refuses({ method: "eagle3", seed: 4, draftVocab: 200, d2t: D2T.map((v, d) => (d === 150 ? 200 : v)) }, /maps its id 150 to 350 \(d2t\), outside the model's 300 ids/);
@@ -131,13 +133,15 @@ function hostHead(method: "eagle" | "eagle3", t: ReturnType<typeof writeEagleHea
     const normed = rmsnorm(fused, w(`${p}hidden_norm.weight`), eps);
     return { attnIn: cat(rmsnorm(e, w(`${p}input_layernorm.weight`), eps), normed), residual: normBeforeResidual ? normed : fused };
   });
-  const ks = inputs.map(({ attnIn }, r) => Array.from({ length: kv }, (_, j) => rope(mv(w(`${p}self_attn.k_proj.weight`), attnIn).subarray(j * hd, j * hd + hd), r)));
+  // A Qwen3-style head norms each head's query and key before turning them.
+  const qk = (x: Float32Array, which: "q" | "k") => (t.has(`${p}self_attn.${which}_norm.weight`) || t.has(`midlayer.self_attn.${which}_norm.weight`) ? rmsnorm(x, w(`${p}self_attn.${which}_norm.weight`), eps) : x);
+  const ks = inputs.map(({ attnIn }, r) => Array.from({ length: kv }, (_, j) => rope(qk(mv(w(`${p}self_attn.k_proj.weight`), attnIn).subarray(j * hd, j * hd + hd), "k"), r)));
   const vs = inputs.map(({ attnIn }) => Array.from({ length: kv }, (_, j) => mv(w(`${p}self_attn.v_proj.weight`), attnIn).subarray(j * hd, j * hd + hd)));
   return inputs.map(({ attnIn, residual }, r) => {
     const q = mv(w(`${p}self_attn.q_proj.weight`), attnIn);
     const att = new Float32Array(heads * hd);
     for (let hh = 0; hh < heads; hh++) {
-      const qh = rope(q.subarray(hh * hd, hh * hd + hd), r), g = Math.floor(hh / (heads / kv));
+      const qh = rope(qk(q.subarray(hh * hd, hh * hd + hd), "q"), r), g = Math.floor(hh / (heads / kv));
       const scores = Array.from({ length: r + 1 }, (_, j) => ks[j][g].reduce((a, v, i) => a + v * qh[i], 0) / Math.sqrt(hd));
       const top = Math.max(...scores), ex = scores.map((s) => Math.exp(s - top)), sum = ex.reduce((a, b) => a + b, 0);
       for (let j = 0; j <= r; j++) for (let i = 0; i < hd; i++) att[hh * hd + i] += (ex[j] / sum) * vs[j][g][i];
@@ -161,6 +165,7 @@ for (const [name, spec] of [
   ["EAGLE-3 head (vocabulary of its own)", { method: "eagle3", seed: 6, draftVocab: 200, d2t: D2T }],
   ["EAGLE-3 head (norm_before_residual)", { method: "eagle3", seed: 7, normBeforeResidual: true, midlayer: true }],
   ["EAGLE head (fc.bias, the model's head)", { method: "eagle", seed: 8, fcBias: true }],
+  ["EAGLE-3 head of Qwen3's layer (q/k norms)", { method: "eagle3", seed: 16, qkNorm: true, speculators: true, extraConfig: { norm_before_residual: false } }],
 ] as [string, EagleHeadSpec][]) {
   test(`mtpForward() runs an ${name} as its checkpoint defines it, fused states or chained`, async () => {
     const { model, tensors } = await withHead(spec);
