@@ -645,6 +645,8 @@ export interface MtpWeights<T> {
    * names (EagleHeadConfig.draftToTarget), which its chained drafts are fed on the device.
    */
   draftEmbedding?: T;
+  /** The weight of an EAGLE-3 head's norm before `fc` (EagleHeadConfig.fcInputNorm): [3·hidden], or ones [hidden] for "each". */
+  fcInNorm?: T;
   /** f32 [rotary pairs]: an EAGLE head's RoPE divisors (its config's rope_scaling), where it has them. */
   ropeFreqFactors?: T;
 }
@@ -665,6 +667,14 @@ export interface EagleHeadConfig {
   auxLayers?: number[];
   /** EAGLE-3's `norm_before_residual`: the residual is the fused state after hidden_norm, not before. */
   normBeforeResidual?: boolean;
+  /**
+   * EAGLE-3's norm of the states before `fc`: "whole" (`norm_before_fc`, one RMS norm over the three
+   * side by side, `MtpWeights.fcInNorm`) or "each" (`fc_norm`, each state its own, their weights folded
+   * into `fc`'s columns at load, `fcInNorm` then ones). Absent: none.
+   */
+  fcInputNorm?: "whole" | "each";
+  /** EAGLE-3's `norm_output`: a chained pass takes the head's state after `norm`, not before. */
+  normOutput?: boolean;
   /** The target id of each id of a head with its own (smaller) vocabulary (its d2t offsets added); absent: the model's ids. */
   draftToTarget?: Int32Array;
   /** Where the head was read from. */

@@ -133,6 +133,7 @@ function uploadMtp(backend: Backend, m: MtpWeights<HostTensor>): MtpWeights<Tens
     ...(m.head ? { head: uploadMatrix(backend, m.head) } : {}),
     ...(m.embedding ? { embedding: uploadMatrix(backend, m.embedding) } : {}),
     ...(m.ehBias ? { ehBias: uploadVector(backend, m.ehBias) } : {}),
+    ...(m.fcInNorm ? { fcInNorm: uploadVector(backend, m.fcInNorm) } : {}),
     ...(m.draftEmbedding ? { draftEmbedding: uploadMatrix(backend, m.draftEmbedding) } : {}),
     ...(m.ropeFreqFactors ? { ropeFreqFactors: uploadVector(backend, m.ropeFreqFactors) } : {}),
   };

@@ -12,6 +12,7 @@ import { type EagleHeadConfig, type HostTensor, type LayerWeights, layerAttentio
 import { openShards, readJson } from "./hf-files.ts";
 import { hfHeadDim, isJsonObject, type Json, num, positiveInt } from "./hf-json.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
+import { decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
 import type { RandomAccessFile } from "../runtime/fs.ts";
 import { readSafetensor, type SafetensorsInfo } from "./safetensors.ts";
 
@@ -60,9 +61,10 @@ export async function attachEagleHead(model: LoadedModel, method: EagleMethod, d
   }
   const eagleCfg = isJsonObject(top.eagle_config) ? top.eagle_config : {};
   if (method === "eagle3" && eagleCfg.use_aux_hidden_state === false) throw new ModelLoadError(`EAGLE-3 head "${dir}" does not fuse the model's layers (use_aux_hidden_state false); such heads are not run`);
-  // Variants whose extra norms or windows this forward does not apply: refused, not drafted from wrongly.
-  const variant = ["norm_before_fc", "fc_norm", "norm_output"].find((k) => top[k] === true || layerCfg[k] === true || eagleCfg[k] === true);
-  if (variant) throw new ModelLoadError(`EAGLE head "${dir}" sets ${variant}; heads with that extra norm are not run`);
+  // The newer EAGLE-3 norms (speculators' "Eagle 3.1", gpt-oss heads), wherever the config keeps them (NVIDIA's: eagle_config).
+  const flag = (k: string) => [eagleCfg[k], top[k], layerCfg[k]].find((v) => typeof v === "boolean") === true;
+  if (flag("norm_before_fc") && flag("fc_norm")) throw new ModelLoadError(`EAGLE head "${dir}" sets both norm_before_fc and fc_norm, which exclude each other`);
+  const fcInputNorm = method !== "eagle3" ? undefined : flag("norm_before_fc") ? "whole" : flag("fc_norm") ? "each" : undefined;
   const types = layerCfg.layer_types;
   if (layerCfg.use_sliding_window === true || (Array.isArray(types) && types.some((t) => t !== "full_attention"))) {
     throw new ModelLoadError(`EAGLE head "${dir}" attends through a sliding window (use_sliding_window, layer_types); heads with full attention are run`);
@@ -116,9 +118,16 @@ export async function attachEagleHead(model: LoadedModel, method: EagleMethod, d
     const embedding = await read("embed_tokens.weight", [vocab, hidden], true);
     const head = await read("lm_head.weight", [draftVocab, hidden], draftVocab === vocab);
     const draftToTarget = method === "eagle3" ? await draftIds(byName.get("d2t"), draftVocab, vocab, dir) : undefined;
+    const fc = await need("fc.weight", [hidden, method === "eagle3" ? 3 * hidden : 2 * hidden]);
+    // norm_before_fc: one weight over the three states; fc_norm: one each, folded into fc's columns (a ones weight left).
+    const fcIn = fcInputNorm === "whole"
+      ? { ehProj: fc, fcInNorm: await need("input_norm.weight", [3 * hidden]) }
+      : fcInputNorm === "each"
+      ? { ehProj: foldColumnScales(fc, await Promise.all([0, 1, 2].map((j) => need(`fc_norm.${j}.weight`, [hidden])))), fcInNorm: ones(hidden) }
+      : { ehProj: fc };
     const weights: MtpWeights<HostTensor> = {
       layer,
-      ehProj: await need("fc.weight", [hidden, method === "eagle3" ? 3 * hidden : 2 * hidden]),
+      ...fcIn,
       ...(method === "eagle3"
         ? { enorm: await need(`${p}input_layernorm.weight`, [hidden]), hnorm: await need(`${p}hidden_norm.weight`, [hidden]), headNorm: await need("norm.weight", [hidden]) }
         : {}),
@@ -133,6 +142,8 @@ export async function attachEagleHead(model: LoadedModel, method: EagleMethod, d
       ...(auxLayers ? { auxLayers } : {}),
       ...(normBeforeResidual(top, eagleCfg) ? { normBeforeResidual: true } : {}),
       ...(draftToTarget ? { draftToTarget } : {}),
+      ...(fcInputNorm ? { fcInputNorm } : {}),
+      ...(method === "eagle3" && flag("norm_output") ? { normOutput: true } : {}),
     };
     c.mtp = { layer: c.numLayers, eagle };
     model.weights.mtp = weights;
@@ -149,6 +160,21 @@ function normBeforeResidual(top: Json, eagleCfg: Json): boolean {
   const given = eagleCfg.norm_before_residual ?? top.norm_before_residual;
   if (typeof given === "boolean") return given;
   return top.speculators_model_type !== undefined;
+}
+
+/** f32 ones [n]: the weight of a norm whose own weights were folded elsewhere. */
+function ones(n: number): HostTensor {
+  return { name: "eagle.fc_norm_unit", shape: [n], dtype: "f32", data: new Uint8Array(new Float32Array(n).fill(1).buffer) };
+}
+
+/** `fc` [out, k·n] with column block j scaled by `scales[j]` [n] (an RMS norm's weight moved past it), in fc's own dtype. */
+function foldColumnScales(fc: HostTensor, scales: readonly HostTensor[]): HostTensor {
+  const [rows, cols] = fc.shape;
+  const w = decodeToF32(fc.data, fc.dtype, rows * cols);
+  const per = cols / scales.length;
+  const s = scales.map((t) => decodeToF32(t.data, t.dtype, per));
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) w[r * cols + c] *= s[Math.floor(c / per)][c % per];
+  return { ...fc, data: encodeFromF32(w, fc.dtype) };
 }
 
 /** `{[key]: value}` where value is present, `{}` where not. */

@@ -24,6 +24,16 @@ import { Scratch, swiglu } from "./forward-layers.ts";
 import { layerCaches, type PagedKv, planStep } from "./forward.ts";
 import type { MtpStep } from "./forward-mtp.ts";
 
+/** An EAGLE-3 head's fused input [rows, 3·hidden] as fc takes it: RMS-normed whole or each third (EagleHeadConfig.fcInputNorm), or as it is. */
+function fcInput(backend: Backend, x: Tensor, e: EagleHeadConfig, weight: Tensor | undefined, s: Scratch): Tensor {
+  if (!e.fcInputNorm) return x;
+  if (!weight) throw new ForwardInputError("The EAGLE-3 head lacks the weight of its norm before fc");
+  if (e.fcInputNorm === "whole") return s.keep(backend.rmsnorm(x, weight, e.rmsNormEps));
+  const [n, width] = x.shape;
+  const thirds = s.keep(backend.rmsnorm(backend.reshape(x, [3 * n, width / 3]), weight, e.rmsNormEps));
+  return backend.reshape(thirds, [n, width]);
+}
+
 /** Runs the head over `step`'s rows (see forward-mtp.ts `mtpForward`, whose contract it keeps). */
 export function eagleForward(backend: Backend, model: DeviceModel, kv: PagedKv, step: MtpStep, e: EagleHeadConfig): { logits: Tensor; hidden: Tensor } | undefined {
   const c = model.config;
@@ -55,7 +65,7 @@ export function eagleForward(backend: Backend, model: DeviceModel, kv: PagedKv, 
     let attnIn: Tensor, residual: Tensor;
     if (e.method === "eagle3") {
       if (!m.enorm || !m.hnorm) throw new ForwardInputError("The EAGLE-3 head lacks its input_layernorm or hidden_norm weight");
-      const fused = step.hidden.shape[1] === h ? step.hidden : s.keep(backend.matmul(step.hidden, m.ehProj));
+      const fused = step.hidden.shape[1] === h ? step.hidden : s.keep(backend.matmul(fcInput(backend, step.hidden, e, m.fcInNorm, s), m.ehProj));
       const normed = s.keep(backend.rmsnorm(fused, m.hnorm, eps));
       residual = e.normBeforeResidual ? normed : fused;
       attnIn = s.keep(backend.concatColumns(s.keep(backend.rmsnorm(embedded, m.enorm, eps)), normed));
@@ -75,10 +85,13 @@ export function eagleForward(backend: Backend, model: DeviceModel, kv: PagedKv, 
     const out = s.keep(swiglu(backend, s.keep(backend.rmsnorm(afterAttn, l.ffnNorm, eps)), l.wGate, l.wUp, l.wDown, s, undefined, false, afterAttn));
     if (step.rows.length === 0) return undefined;
     const idx = s.keep(backend.upload(Int32Array.from(step.rows), [step.rows.length]));
-    const hidden = backend.gatherRows(out, idx);
+    const rows = s.keep(backend.gatherRows(out, idx));
+    // EAGLE-3's `norm` before its head; a chained pass takes the state before it, or after (`norm_output`).
+    const normed = e.method === "eagle3" && m.headNorm ? backend.rmsnorm(rows, m.headNorm, eps) : undefined;
+    const hidden = e.normOutput && normed ? normed : backend.gatherRows(out, idx);
+    if (normed && normed !== hidden) s.keep(normed);
     try {
-      const headIn = e.method === "eagle3" && m.headNorm ? s.keep(backend.rmsnorm(hidden, m.headNorm, eps)) : hidden;
-      return { logits: backend.matmul(headIn, m.head ?? w.output ?? w.tokenEmbedding), hidden };
+      return { logits: backend.matmul(normed ?? hidden, m.head ?? w.output ?? w.tokenEmbedding), hidden };
     } catch (err) {
       backend.free(hidden);
       throw err;

@@ -37,6 +37,10 @@ export interface EagleHeadSpec {
   seed: number;
   /** Tensors left out, by name. */
   omit?: string[];
+  /** EAGLE-3's norm before fc: `norm_before_fc` ("whole": `input_norm.weight`) or `fc_norm` ("each": `fc_norm.{0,1,2}.weight`). */
+  fcNorm?: "whole" | "each";
+  /** EAGLE-3's `norm_output`. */
+  normOutput?: boolean;
   /** Qwen3's layer: q/k norms per head, `model_type` "qwen3". */
   qkNorm?: boolean;
   /** More config.json keys (the layer's config too, for the speculators format). */
@@ -74,13 +78,18 @@ export function writeEagleHead(dir: string, s: EagleHeadSpec): Map<string, { sha
     add("lm_head.weight", [draftVocab, h], 0.5);
   }
   if (s.embedding) add("embed_tokens.weight", [vocab, h], 1);
+  if (s.fcNorm === "whole") add("input_norm.weight", [3 * h], 0.2, 1);
+  if (s.fcNorm === "each") for (const j of [0, 1, 2]) add(`fc_norm.${j}.weight`, [h], 0.2, 1);
   if (s.qkNorm) {
     add(`${p}self_attn.q_norm.weight`, [hd], 0.2, 1);
     add(`${p}self_attn.k_norm.weight`, [hd], 0.2, 1);
   }
   for (const name of s.omit ?? []) t.delete(name);
   const layer = { hidden_size: h, num_attention_heads: heads, num_key_value_heads: kv, head_dim: hd, intermediate_size: ff, num_hidden_layers: s.layers ?? 1, rms_norm_eps: 1e-5, rope_theta: s.ropeTheta ?? 10000, vocab_size: vocab, hidden_act: "silu", model_type: s.qkNorm ? "qwen3" : "llama" };
-  const head = { ...(s.method === "eagle3" ? { draft_vocab_size: draftVocab } : {}), ...(s.normBeforeResidual ? { norm_before_residual: true } : {}), ...(s.auxLayerIds ? { eagle_aux_hidden_state_layer_ids: s.auxLayerIds } : {}) };
+  const head = {
+    ...(s.fcNorm === "whole" ? { norm_before_fc: true } : s.fcNorm === "each" ? { fc_norm: true } : {}),
+    ...(s.normOutput ? { norm_output: true } : {}),
+    ...(s.method === "eagle3" ? { draft_vocab_size: draftVocab } : {}), ...(s.normBeforeResidual ? { norm_before_residual: true } : {}), ...(s.auxLayerIds ? { eagle_aux_hidden_state_layer_ids: s.auxLayerIds } : {}) };
   const extra = s.extraConfig ?? {};
   const config = s.speculators
     ? { architectures: ["Eagle3Speculator"], speculators_model_type: "eagle3", transformer_layer_config: { ...layer, ...extra }, ...head, ...extra }

@@ -83,11 +83,9 @@ test("attachEagleHead() refuses a head that cannot draft for the model, naming t
   await refuses({ method: "eagle3", seed: 4, draftVocab: 200 }, /drafts over 200 ids of the model's 300 but lacks the tensor "d2t"/);
   await refuses({ method: "eagle3", seed: 4, draftVocab: 200, d2t: D2T.map((v, d) => (d === 150 ? 200 : v)) }, /maps its id 150 to 350 \(d2t\), outside the model's 300 ids/);
   await refuses({ method: "eagle3", seed: 4, auxLayerIds: [1, 2, 9] }, /eagle_aux_hidden_state_layer_ids \[1,2,9\].* are not three of them/);
-  for (const key of ["norm_before_fc", "fc_norm", "norm_output", "use_sliding_window"]) {
-    const path = `${dir}/bad${heads++}`;
-    writeEagleHead(path, { method: "eagle3", seed: 4, speculators: true, extraConfig: { [key]: true } });
-    await expectLoadError(loadModel(targetPath, { eagle: { method: "eagle3", path } }), key === "use_sliding_window" ? /attends through a sliding window/ : new RegExp(`sets ${key}; heads with that extra norm are not run`));
-  }
+  await refuses({ method: "eagle3", seed: 4, speculators: true, extraConfig: { use_sliding_window: true } }, /attends through a sliding window/);
+  await refuses({ method: "eagle3", seed: 4, fcNorm: "whole", extraConfig: { fc_norm: true } }, /sets both norm_before_fc and fc_norm, which exclude each other/);
+  await refuses({ method: "eagle3", seed: 4, fcNorm: "whole", omit: ["input_norm.weight"] }, /lacks the tensor "input_norm.weight"/);
   // Written as EAGLE-3, read as EAGLE: the fc's width gives it away.
   const path = `${dir}/bad${heads++}`;
   writeEagleHead(path, { method: "eagle3", seed: 4 });
@@ -104,7 +102,7 @@ test("attachEagleHead() refuses a head that cannot draft for the model, naming t
 });
 
 /** Host arithmetic of one head pass over one sequence's rows at positions 0.. (a fresh cache), per vLLM's Llama EAGLE and EAGLE-3. */
-function hostHead(method: "eagle" | "eagle3", t: ReturnType<typeof writeEagleHead>, embeds: Float32Array[], states: Float32Array[], head: Float32Array, normBeforeResidual = false) {
+function hostHead(method: "eagle" | "eagle3", t: ReturnType<typeof writeEagleHead>, embeds: Float32Array[], states: Float32Array[], head: Float32Array, normBeforeResidual = false, normOutput = false) {
   const h = 32, heads = 4, kv = 2, hd = 8, eps = 1e-5;
   const w = (name: string) => (t.get(name) ?? t.get(name.replace("layers.0.", "midlayer."))!).values;
   const mv = (m: Float32Array, x: Float32Array, bias?: Float32Array) => {
@@ -129,7 +127,9 @@ function hostHead(method: "eagle" | "eagle3", t: ReturnType<typeof writeEagleHea
       const x = mv(w("fc.weight"), cat(e, states[r]), t.get("fc.bias")?.values);
       return { attnIn: x, residual: x };
     }
-    const fused = states[r].length === h ? states[r] : mv(w("fc.weight"), states[r]);
+    // norm_before_fc: one norm over the three states; fc_norm: each its own.
+    const normedIn = (x: Float32Array) => t.has("input_norm.weight") ? rmsnorm(x, w("input_norm.weight"), eps) : t.has("fc_norm.0.weight") ? Float32Array.from([0, 1, 2].flatMap((j) => [...rmsnorm(x.subarray(j * h, j * h + h), w(`fc_norm.${j}.weight`), eps)])) : x;
+    const fused = states[r].length === h ? states[r] : mv(w("fc.weight"), normedIn(states[r]));
     const normed = rmsnorm(fused, w(`${p}hidden_norm.weight`), eps);
     return { attnIn: cat(rmsnorm(e, w(`${p}input_layernorm.weight`), eps), normed), residual: normBeforeResidual ? normed : fused };
   });
@@ -151,7 +151,7 @@ function hostHead(method: "eagle" | "eagle3", t: ReturnType<typeof writeEagleHea
     const gate = mv(w(`${p}mlp.gate_proj.weight`), f), up = mv(w(`${p}mlp.up_proj.weight`), f);
     const out = add(mv(w(`${p}mlp.down_proj.weight`), gate.map((g, i) => (g / (1 + Math.exp(-g))) * up[i])), afterAttn);
     const headIn = method === "eagle3" ? rmsnorm(out, w("norm.weight"), eps) : out;
-    return { logits: mv(head, headIn), hidden: out };
+    return { logits: mv(head, headIn), hidden: normOutput ? headIn : out };
   });
 }
 
@@ -166,6 +166,8 @@ for (const [name, spec] of [
   ["EAGLE-3 head (norm_before_residual)", { method: "eagle3", seed: 7, normBeforeResidual: true, midlayer: true }],
   ["EAGLE head (fc.bias, the model's head)", { method: "eagle", seed: 8, fcBias: true }],
   ["EAGLE-3 head of Qwen3's layer (q/k norms)", { method: "eagle3", seed: 16, qkNorm: true, speculators: true, extraConfig: { norm_before_residual: false } }],
+  ["EAGLE-3 head with norm_before_fc and norm_output", { method: "eagle3", seed: 17, fcNorm: "whole", normOutput: true }],
+  ["EAGLE-3 head with fc_norm", { method: "eagle3", seed: 18, fcNorm: "each", draftVocab: 200, d2t: D2T }],
 ] as [string, EagleHeadSpec][]) {
   test(`mtpForward() runs an ${name} as its checkpoint defines it, fused states or chained`, async () => {
     const { model, tensors } = await withHead(spec);
@@ -175,7 +177,7 @@ for (const [name, spec] of [
     const width = spec.method === "eagle3" ? 96 : 32;
     const states = Array.from({ length: n }, (_, r) => Float32Array.from({ length: width }, (_, i) => Math.sin(r * 7 + i * 0.37)));
     const emb = values(model.weights.tokenEmbedding);
-    const want = hostHead(spec.method, tensors, tokens.map((t) => emb.slice(t * 32, t * 32 + 32)), states, values(model.weights.mtp!.head ?? model.weights.output!), spec.normBeforeResidual);
+    const want = hostHead(spec.method, tensors, tokens.map((t) => emb.slice(t * 32, t * 32 + 32)), states, values(model.weights.mtp!.head ?? model.weights.output!), spec.normBeforeResidual, spec.normOutput);
     const hidden = backend.upload(Float32Array.from(states.flatMap((s) => [...s])), [n, width]);
     const out = mtpForward(backend, device, kv, { entries: [{ tokens, startPos: 0, blockTable: [0] }], hidden, rows: [0, 1, 2] })!;
     const logits = (await backend.download(out.logits)) as Float32Array, got = (await backend.download(out.hidden)) as Float32Array;
@@ -189,7 +191,7 @@ for (const [name, spec] of [
     const chained = mtpForward(backend, device, kv, { entries: [{ tokens: [pick], startPos: 3, blockTable: [0] }], hidden: backend.upload(chainedState, [1, 32]), rows: [0], tokenIds: backend.upload(Int32Array.of(pick), [1]) })!;
     const map = model.config.mtp!.eagle!.draftToTarget;
     const modelId = map ? map[pick] : pick;
-    const all = hostHead(spec.method, tensors, [...tokens, modelId].map((t) => emb.slice(t * 32, t * 32 + 32)), [...states, chainedState], values(model.weights.mtp!.head ?? model.weights.output!), spec.normBeforeResidual);
+    const all = hostHead(spec.method, tensors, [...tokens, modelId].map((t) => emb.slice(t * 32, t * 32 + 32)), [...states, chainedState], values(model.weights.mtp!.head ?? model.weights.output!), spec.normBeforeResidual, spec.normOutput);
     close((await backend.download(chained.logits)) as Float32Array, all[3].logits, "the chained pass's logits");
   });
 }
