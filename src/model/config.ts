@@ -673,6 +673,10 @@ export interface EagleHeadConfig {
    * into `fc`'s columns at load, `fcInNorm` then ones). Absent: none.
    */
   fcInputNorm?: "whole" | "each";
+  /** A sliding-window head's window (`sliding_window`, positions seen including its own); absent: the whole context. */
+  window?: number;
+  /** The attention scores' scale where YaRN sets it (the attention factor squared over √headDim); absent: 1/√headDim. */
+  attentionScale?: number;
   /** EAGLE-3's `norm_output`: a chained pass takes the head's state after `norm`, not before. */
   normOutput?: boolean;
   /** The target id of each id of a head with its own (smaller) vocabulary (its d2t offsets added); absent: the model's ids. */

@@ -12,6 +12,7 @@ import { type EagleHeadConfig, type HostTensor, type LayerWeights, layerAttentio
 import { openShards, readJson } from "./hf-files.ts";
 import { hfHeadDim, isJsonObject, type Json, num, positiveInt } from "./hf-json.ts";
 import { hfRopeFreqFactors } from "./rope-scaling.ts";
+import { hfGptOssYarn } from "./hf-gpt-oss.ts";
 import { decodeToF32, encodeFromF32 } from "../backend/dtype-codec.ts";
 import type { RandomAccessFile } from "../runtime/fs.ts";
 import { readSafetensor, type SafetensorsInfo } from "./safetensors.ts";
@@ -65,13 +66,19 @@ export async function attachEagleHead(model: LoadedModel, method: EagleMethod, d
   const flag = (k: string) => [eagleCfg[k], top[k], layerCfg[k]].find((v) => typeof v === "boolean") === true;
   if (flag("norm_before_fc") && flag("fc_norm")) throw new ModelLoadError(`EAGLE head "${dir}" sets both norm_before_fc and fc_norm, which exclude each other`);
   const fcInputNorm = method !== "eagle3" ? undefined : flag("norm_before_fc") ? "whole" : flag("fc_norm") ? "each" : undefined;
+  // A sliding-window head (gpt-oss heads' layer_types) sees its window of the cache it shares in full.
   const types = layerCfg.layer_types;
-  if (layerCfg.use_sliding_window === true || (Array.isArray(types) && types.some((t) => t !== "full_attention"))) {
-    throw new ModelLoadError(`EAGLE head "${dir}" attends through a sliding window (use_sliding_window, layer_types); heads with full attention are run`);
+  if (types !== undefined && (!Array.isArray(types) || !types.every((t) => t === "sliding_attention" || t === "full_attention"))) {
+    throw new ModelLoadError(`"layer_types" of EAGLE head "${dir}" should list "sliding_attention" or "full_attention", got ${JSON.stringify(types)}`);
   }
+  const slides = Array.isArray(types) ? types.includes("sliding_attention") : layerCfg.use_sliding_window === true;
+  const window = slides ? positiveInt(layerCfg, "sliding_window", path) : undefined;
   const auxLayers = method === "eagle3" ? auxLayersOf(top.eagle_aux_hidden_state_layer_ids ?? eagleCfg.eagle_aux_hidden_state_layer_ids, c.numLayers, path) : undefined;
   const ropeTheta = num(layerCfg, "rope_theta", path, 10000);
-  const factors = hfRopeFreqFactors(layerCfg, ropeTheta, headDim, path);
+  // llama3 divisors, or YaRN's with its scale of the scores (gpt-oss heads'), as the models' own are read.
+  const scaling = layerCfg.rope_scaling ?? layerCfg.rope_parameters;
+  const yarn = isJsonObject(scaling) && (scaling.rope_type ?? scaling.type) === "yarn" ? hfGptOssYarn(layerCfg, ropeTheta, headDim, path) : undefined;
+  const factors = yarn ? yarn.ropeFreqFactors : hfRopeFreqFactors(layerCfg, ropeTheta, headDim, path);
   const vocab = c.vocabSize;
   const draftVocab = method === "eagle3" ? positiveInt(top, "draft_vocab_size", path, positiveInt(layerCfg, "vocab_size", path, vocab)) : vocab;
   const { files, index } = await openShards(dir);
@@ -143,6 +150,8 @@ export async function attachEagleHead(model: LoadedModel, method: EagleMethod, d
       ...(normBeforeResidual(top, eagleCfg) ? { normBeforeResidual: true } : {}),
       ...(draftToTarget ? { draftToTarget } : {}),
       ...(fcInputNorm ? { fcInputNorm } : {}),
+      ...(window !== undefined ? { window } : {}),
+      ...(yarn?.attentionScale !== undefined ? { attentionScale: yarn.attentionScale } : {}),
       ...(method === "eagle3" && flag("norm_output") ? { normOutput: true } : {}),
     };
     c.mtp = { layer: c.numLayers, eagle };

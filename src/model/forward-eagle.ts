@@ -80,7 +80,7 @@ export function eagleForward(backend: Backend, model: DeviceModel, kv: PagedKv, 
     const qr = s.keep(backend.rope(q, tensors.positions, e.ropeTheta, "neox", undefined, m.ropeFreqFactors));
     const kr = s.keep(backend.rope(k, tensors.positions, e.ropeTheta, "neox", undefined, m.ropeFreqFactors));
     backend.kvWrite(kr, v, cache.k, cache.v, tensors.slots);
-    const att = s.keep(backend.pagedAttention(qr, cache.k, cache.v, tensors.attention, 1 / Math.sqrt(e.headDim)));
+    const att = s.keep(backend.pagedAttention(qr, cache.k, cache.v, tensors.attention, e.attentionScale ?? 1 / Math.sqrt(e.headDim), e.window !== undefined ? { window: e.window } : {}));
     const afterAttn = s.keep(backend.add(s.keep(backend.matmul(backend.reshape(att, [n, e.numHeads * e.headDim]), l.wo, l.bo)), residual));
     const out = s.keep(swiglu(backend, s.keep(backend.rmsnorm(afterAttn, l.ffnNorm, eps)), l.wGate, l.wUp, l.wDown, s, undefined, false, afterAttn));
     if (step.rows.length === 0) return undefined;

@@ -60,7 +60,8 @@ export function hfSlidingWindow(cfg: Json, numLayers: number, path: string, slid
   return { slidingWindow: { size, layers: types.map((t) => t === "sliding_attention") } };
 }
 
-function hfGptOssYarn(cfg: Json, theta: number, headDim: number, path: string): { ropeFreqFactors?: number[]; attentionScale?: number } {
+/** YaRN RoPE from a config's `rope_scaling` as transformers computes it: divisors, and the scores' scale (the attention factor squared over √headDim). */
+export function hfGptOssYarn(cfg: Json, theta: number, headDim: number, path: string): { ropeFreqFactors?: number[]; attentionScale?: number } {
   const raw = cfg.rope_scaling ?? cfg.rope_parameters;
   const scaling = raw && typeof raw === "object" && !Array.isArray(raw) ? raw as Json : undefined;
   const type = scaling?.rope_type ?? scaling?.type ?? "default";

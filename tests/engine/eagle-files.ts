@@ -85,7 +85,7 @@ export function writeEagleHead(dir: string, s: EagleHeadSpec): Map<string, { sha
     add(`${p}self_attn.k_norm.weight`, [hd], 0.2, 1);
   }
   for (const name of s.omit ?? []) t.delete(name);
-  const layer = { hidden_size: h, num_attention_heads: heads, num_key_value_heads: kv, head_dim: hd, intermediate_size: ff, num_hidden_layers: s.layers ?? 1, rms_norm_eps: 1e-5, rope_theta: s.ropeTheta ?? 10000, vocab_size: vocab, hidden_act: "silu", model_type: s.qkNorm ? "qwen3" : "llama" };
+  const layer = { hidden_size: h, num_attention_heads: heads, num_key_value_heads: kv, head_dim: hd, intermediate_size: ff, num_hidden_layers: s.layers ?? 1, rms_norm_eps: 1e-5, rope_theta: s.ropeTheta ?? 10000, max_position_embeddings: 4096, vocab_size: vocab, hidden_act: "silu", model_type: s.qkNorm ? "qwen3" : "llama" };
   const head = {
     ...(s.fcNorm === "whole" ? { norm_before_fc: true } : s.fcNorm === "each" ? { fc_norm: true } : {}),
     ...(s.normOutput ? { norm_output: true } : {}),

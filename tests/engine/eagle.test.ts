@@ -12,6 +12,8 @@ import { tmpdir } from "node:os";
 import process from "node:process";
 import { test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
+import { poisonedWebGpu } from "../webgpu-fixture.ts";
 import { createEngine, type CreateEngineOptions } from "../../src/engine/engine-factory.ts";
 import { GREEDY_ROW, modelStepRunner } from "../../src/engine/engine-runner.ts";
 import { allocatePagedKv } from "../../src/engine/kv-cache.ts";
@@ -83,7 +85,8 @@ test("attachEagleHead() refuses a head that cannot draft for the model, naming t
   await refuses({ method: "eagle3", seed: 4, draftVocab: 200 }, /drafts over 200 ids of the model's 300 but lacks the tensor "d2t"/);
   await refuses({ method: "eagle3", seed: 4, draftVocab: 200, d2t: D2T.map((v, d) => (d === 150 ? 200 : v)) }, /maps its id 150 to 350 \(d2t\), outside the model's 300 ids/);
   await refuses({ method: "eagle3", seed: 4, auxLayerIds: [1, 2, 9] }, /eagle_aux_hidden_state_layer_ids \[1,2,9\].* are not three of them/);
-  await refuses({ method: "eagle3", seed: 4, speculators: true, extraConfig: { use_sliding_window: true } }, /attends through a sliding window/);
+  await refuses({ method: "eagle3", seed: 4, speculators: true, extraConfig: { layer_types: ["chunked_attention"] } }, /"layer_types" of EAGLE head .* should list "sliding_attention" or "full_attention", got \["chunked_attention"\]/);
+  await refuses({ method: "eagle3", seed: 4, speculators: true, extraConfig: { use_sliding_window: true } }, /lacks "sliding_window"/);
   await refuses({ method: "eagle3", seed: 4, fcNorm: "whole", extraConfig: { fc_norm: true } }, /sets both norm_before_fc and fc_norm, which exclude each other/);
   await refuses({ method: "eagle3", seed: 4, fcNorm: "whole", omit: ["input_norm.weight"] }, /lacks the tensor "input_norm.weight"/);
   // Written as EAGLE-3, read as EAGLE: the fc's width gives it away.
@@ -102,7 +105,10 @@ test("attachEagleHead() refuses a head that cannot draft for the model, naming t
 });
 
 /** Host arithmetic of one head pass over one sequence's rows at positions 0.. (a fresh cache), per vLLM's Llama EAGLE and EAGLE-3. */
-function hostHead(method: "eagle" | "eagle3", t: ReturnType<typeof writeEagleHead>, embeds: Float32Array[], states: Float32Array[], head: Float32Array, normBeforeResidual = false, normOutput = false) {
+function hostHead(
+  method: "eagle" | "eagle3", t: ReturnType<typeof writeEagleHead>, embeds: Float32Array[], states: Float32Array[], head: Float32Array, normBeforeResidual = false, normOutput = false,
+  attention: { window?: number; divisors?: Float32Array; scale?: number } = {},
+) {
   const h = 32, heads = 4, kv = 2, hd = 8, eps = 1e-5;
   const w = (name: string) => (t.get(name) ?? t.get(name.replace("layers.0.", "midlayer."))!).values;
   const mv = (m: Float32Array, x: Float32Array, bias?: Float32Array) => {
@@ -115,7 +121,7 @@ function hostHead(method: "eagle" | "eagle3", t: ReturnType<typeof writeEagleHea
   const rope = (x: Float32Array, pos: number) => {
     const y = x.slice();
     for (let i = 0; i < hd / 2; i++) {
-      const a = pos * Math.pow(10000, (-2 * i) / hd), [c, s] = [Math.cos(a), Math.sin(a)];
+      const a = (pos * Math.pow(10000, (-2 * i) / hd)) / (attention.divisors?.[i] ?? 1), [c, s] = [Math.cos(a), Math.sin(a)];
       y[i] = x[i] * c - x[i + hd / 2] * s;
       y[i + hd / 2] = x[i] * s + x[i + hd / 2] * c;
     }
@@ -142,9 +148,11 @@ function hostHead(method: "eagle" | "eagle3", t: ReturnType<typeof writeEagleHea
     const att = new Float32Array(heads * hd);
     for (let hh = 0; hh < heads; hh++) {
       const qh = rope(qk(q.subarray(hh * hd, hh * hd + hd), "q"), r), g = Math.floor(hh / (heads / kv));
-      const scores = Array.from({ length: r + 1 }, (_, j) => ks[j][g].reduce((a, v, i) => a + v * qh[i], 0) / Math.sqrt(hd));
+      // A window of W sees positions r − W + 1 .. r.
+      const from = attention.window ? Math.max(0, r - attention.window + 1) : 0;
+      const scores = Array.from({ length: r + 1 - from }, (_, j) => ks[from + j][g].reduce((a, v, i) => a + v * qh[i], 0) * (attention.scale ?? 1 / Math.sqrt(hd)));
       const top = Math.max(...scores), ex = scores.map((s) => Math.exp(s - top)), sum = ex.reduce((a, b) => a + b, 0);
-      for (let j = 0; j <= r; j++) for (let i = 0; i < hd; i++) att[hh * hd + i] += (ex[j] / sum) * vs[j][g][i];
+      for (let j = from; j <= r; j++) for (let i = 0; i < hd; i++) att[hh * hd + i] += (ex[j - from] / sum) * vs[j][g][i];
     }
     const afterAttn = add(mv(w(`${p}self_attn.o_proj.weight`), att), residual);
     const f = rmsnorm(afterAttn, w(`${p}post_attention_layernorm.weight`), eps);
@@ -168,6 +176,10 @@ for (const [name, spec] of [
   ["EAGLE-3 head of Qwen3's layer (q/k norms)", { method: "eagle3", seed: 16, qkNorm: true, speculators: true, extraConfig: { norm_before_residual: false } }],
   ["EAGLE-3 head with norm_before_fc and norm_output", { method: "eagle3", seed: 17, fcNorm: "whole", normOutput: true }],
   ["EAGLE-3 head with fc_norm", { method: "eagle3", seed: 18, fcNorm: "each", draftVocab: 200, d2t: D2T }],
+  ["EAGLE-3 head with a sliding window and YaRN RoPE", {
+    method: "eagle3", seed: 19, speculators: true,
+    extraConfig: { layer_types: ["sliding_attention"], sliding_window: 2, rope_scaling: { rope_type: "yarn", factor: 4, original_max_position_embeddings: 2, beta_fast: 32, beta_slow: 1 } },
+  }],
 ] as [string, EagleHeadSpec][]) {
   test(`mtpForward() runs an ${name} as its checkpoint defines it, fused states or chained`, async () => {
     const { model, tensors } = await withHead(spec);
@@ -177,7 +189,9 @@ for (const [name, spec] of [
     const width = spec.method === "eagle3" ? 96 : 32;
     const states = Array.from({ length: n }, (_, r) => Float32Array.from({ length: width }, (_, i) => Math.sin(r * 7 + i * 0.37)));
     const emb = values(model.weights.tokenEmbedding);
-    const want = hostHead(spec.method, tensors, tokens.map((t) => emb.slice(t * 32, t * 32 + 32)), states, values(model.weights.mtp!.head ?? model.weights.output!), spec.normBeforeResidual, spec.normOutput);
+    const e = model.config.mtp!.eagle!, divisors = model.weights.mtp!.ropeFreqFactors;
+    const attention = { ...(e.window ? { window: e.window } : {}), ...(divisors ? { divisors: values(divisors) } : {}), ...(e.attentionScale ? { scale: e.attentionScale } : {}) };
+    const want = hostHead(spec.method, tensors, tokens.map((t) => emb.slice(t * 32, t * 32 + 32)), states, values(model.weights.mtp!.head ?? model.weights.output!), e.normBeforeResidual, spec.normOutput, attention);
     const hidden = backend.upload(Float32Array.from(states.flatMap((s) => [...s])), [n, width]);
     const out = mtpForward(backend, device, kv, { entries: [{ tokens, startPos: 0, blockTable: [0] }], hidden, rows: [0, 1, 2] })!;
     const logits = (await backend.download(out.logits)) as Float32Array, got = (await backend.download(out.hidden)) as Float32Array;
@@ -191,7 +205,7 @@ for (const [name, spec] of [
     const chained = mtpForward(backend, device, kv, { entries: [{ tokens: [pick], startPos: 3, blockTable: [0] }], hidden: backend.upload(chainedState, [1, 32]), rows: [0], tokenIds: backend.upload(Int32Array.of(pick), [1]) })!;
     const map = model.config.mtp!.eagle!.draftToTarget;
     const modelId = map ? map[pick] : pick;
-    const all = hostHead(spec.method, tensors, [...tokens, modelId].map((t) => emb.slice(t * 32, t * 32 + 32)), [...states, chainedState], values(model.weights.mtp!.head ?? model.weights.output!), spec.normBeforeResidual, spec.normOutput);
+    const all = hostHead(spec.method, tensors, [...tokens, modelId].map((t) => emb.slice(t * 32, t * 32 + 32)), [...states, chainedState], values(model.weights.mtp!.head ?? model.weights.output!), e.normBeforeResidual, spec.normOutput, attention);
     close((await backend.download(chained.logits)) as Float32Array, all[3].logits, "the chained pass's logits");
   });
 }
@@ -347,3 +361,36 @@ test("Engine with an EAGLE-3 head on Qwen3.5 (Gated DeltaNet layers) gives the t
   assert.deepEqual(got.tokens, plain.tokens);
   assert.ok(got.drafted > 0 && got.accepted < got.drafted, `${got.drafted} drafted, ${got.accepted} taken: rejected drafts' states were put back`);
 });
+
+const gpu = await poisonedWebGpu("the EAGLE forward test");
+gpu.gpu?.destroy();
+
+test("mtpForward() on WebGPU gives the reference backend's logits and states for EAGLE-3 and EAGLE heads of every layout", async () => {
+  const webgpu = await createWebGpuBackend({ poison: true });
+  try {
+    for (const spec of [
+      { method: "eagle3", seed: 25, draftVocab: 200, d2t: D2T },
+      {
+        method: "eagle3", seed: 26, speculators: true, qkNorm: true, fcNorm: "each", normOutput: true,
+        extraConfig: { layer_types: ["sliding_attention"], sliding_window: 2, rope_scaling: { rope_type: "yarn", factor: 4, original_max_position_embeddings: 2 } },
+      },
+      { method: "eagle3", seed: 27, fcNorm: "whole" },
+      { method: "eagle", seed: 28, fcBias: true },
+    ] as EagleHeadSpec[]) {
+      const { model } = await withHead(spec);
+      const width = spec.method === "eagle3" ? 96 : 32;
+      const states = Float32Array.from({ length: 4 * width }, (_, i) => Math.sin(i * 0.37));
+      const run = async (b: typeof backend) => {
+        const out = mtpForward(b, uploadModel(b, model), allocatePagedKv(b, model.config, 8, 4), {
+          entries: [{ tokens: [17, 250, 4, 9], startPos: 0, blockTable: [0, 1] }], hidden: b.upload(states, [4, width]), rows: [1, 3],
+        })!;
+        return [(await b.download(out.logits)) as Float32Array, (await b.download(out.hidden)) as Float32Array];
+      };
+      const [want, got] = [await run(backend), await run(webgpu)];
+      close(got[0], want[0], `${JSON.stringify(spec).slice(0, 60)}: logits`);
+      close(got[1], want[1], `${JSON.stringify(spec).slice(0, 60)}: states`);
+    }
+  } finally {
+    webgpu.destroy();
+  }
+}, { ignore: gpu.skip });

@@ -22,6 +22,11 @@ process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 const modelPath = await writeTestGguf(dir, "llama", EAGLE_TARGET_SPEC);
 writeEagleHead(`${dir}/eagle3`, { method: "eagle3", seed: 21, draftVocab: 200, d2t: Array.from({ length: 200 }, (_, d) => (d * 3) % 100) });
 writeEagleHead(`${dir}/eagle`, { method: "eagle", seed: 22 });
+// The newer EAGLE-3 layouts at once: a Qwen3-style layer, fc_norm, norm_output, a sliding window, YaRN.
+writeEagleHead(`${dir}/eagle3-variants`, {
+  method: "eagle3", seed: 24, speculators: true, qkNorm: true, fcNorm: "each", normOutput: true,
+  extraConfig: { layer_types: ["sliding_attention"], sliding_window: 4, rope_scaling: { rope_type: "yarn", factor: 4, original_max_position_embeddings: 8 } },
+});
 const probe = await poisonedWebGpu("the EAGLE serving test");
 probe.gpu?.destroy();
 const EAGLE3: Speculation = { method: "eagle3", model: `${dir}/eagle3`, numTokens: 2, schedule: "constant" };
@@ -38,6 +43,7 @@ const cases: { name: string; o: Options; spec: Speculation; ignore?: boolean }[]
   // Every prompt handed off: the head's cache moves with the model's to the decode worker.
   { name: "eagle3, --roles prefill,decode (every prompt handed off)", o: { workers: 2, roles: ["prefill", "decode"], planner: "none", router: "kv-aware", localPrefillTokens: 0 }, spec: EAGLE3 },
   { name: "eagle3, one engine on WebGPU", o: { backend: "webgpu" }, spec: EAGLE3, ignore: probe.skip },
+  { name: "eagle3 (q/k norms, fc_norm, norm_output, a window, YaRN), one engine on WebGPU", o: { backend: "webgpu" }, spec: { ...EAGLE3, model: `${dir}/eagle3-variants` }, ignore: probe.skip },
 ];
 
 const plain = new Map<string, Awaited<ReturnType<typeof answers>>>();
