@@ -103,7 +103,7 @@ export function queueMtpPass(
     const len = e.tokens.length;
     const k = e.draft ?? 0;
     // Row j is fed token j + 1, the last row what comes after the entry's tokens: known, or sampled.
-    rows.push({ tokens: e.tokens.map((_, j) => (j === len - 1 ? (e.sample ? 0 : ask.next[i] ?? e.tokens[j]) : e.tokens[j + 1])), startPos: e.startPos, blockTable: e.blockTable });
+    rows.push({ tokens: e.tokens.map((_, j) => (j === len - 1 ? (e.sample ? 0 : ask.next[i] ?? e.tokens[j]) : e.tokens[j + 1])), startPos: e.startPos, blockTable: e.blockTable, ...slotOf(e) });
     if (sampled && e.sample) {
       for (let m = 0; m < k; m++) patched.push({ row: offset + len - 1 - k + m, from: draftRow + m });
       patched.push({ row: offset + len - 1, from: i });
@@ -199,7 +199,9 @@ export async function finishMtpPass(
     let ids: Tensor | undefined;
     for (let j = 1; j < ask.tokens; j++) {
       // One row a sequence, at the position after the last: the token just drafted, the block's own hidden state.
-      const chained = sources.map((s, k) => ({ tokens: [s.pick], startPos: s.pos + j, blockTable: tableFor(entries[s.entry].blockTable, s.pos + j, bs, kv.numBlocks - reserved + k * perSequence) }));
+      const chained = sources.map((s, k) => ({
+        tokens: [s.pick], startPos: s.pos + j, blockTable: tableFor(entries[s.entry].blockTable, s.pos + j, bs, kv.numBlocks - reserved + k * perSequence), ...slotOf(entries[s.entry]),
+      }));
       const next = mtpForward(backend, model, kv, { entries: chained, hidden, rows: sources.map((_, k) => k), ...(ids ? { tokenIds: ids } : {}) })!;
       backend.free(hidden);
       hidden = next.hidden;
@@ -214,6 +216,14 @@ export async function finishMtpPass(
     if (hidden !== queued.hidden) backend.free(hidden);
     for (const t of chainedPicks) backend.free(t);
   }
+}
+
+/**
+ * The entry's state slot, which the step's plan checks where the model has windowed sliding layers
+ * (the block's own layer is not one: the rings it plans are never read by the pass).
+ */
+function slotOf(e: ForwardEntry): Pick<ForwardEntry, "stateSlot"> {
+  return e.stateSlot === undefined ? {} : { stateSlot: e.stateSlot };
 }
 
 /** `table`, with reserved blocks from `firstReserved` on for the positions up to `pos` it does not cover. */

@@ -394,3 +394,25 @@ test("mtpForward() on WebGPU gives the reference backend's logits and states for
     webgpu.destroy();
   }
 }, { ignore: gpu.skip });
+
+test("Engine with an EAGLE-3 head on gpt-oss (sliding layers, sinks) gives the tokens it gives without drafts, its sliding layers paged or in rings", async () => {
+  const spec = {
+    hidden: 32, layers: 3, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: false, dtype: "f32", architecture: "gpt-oss",
+    ropeTheta: 10000, seed: 632, slidingWindow: 5, experts: { count: 4, used: 2 },
+  } as const;
+  const target = await writeTestGguf(dir, "gpt-oss-target", spec);
+  const path = `${dir}/gpt-oss-head`;
+  writeEagleHead(path, {
+    method: "eagle3", seed: 29, speculators: true, fcNorm: "whole", draftVocab: 200, d2t: D2T,
+    extraConfig: { layer_types: ["sliding_attention"], sliding_window: 4, rope_scaling: { rope_type: "yarn", factor: 4, original_max_position_embeddings: 8 } },
+  });
+  const model = await loadModel(target, { eagle: { method: "eagle3", path } });
+  assert.deepEqual(model.config.mtp!.eagle!.auxLayers, [2, 1, 0]);
+  for (const slidingWindowKv of ["paged", "window"] as const) {
+    const base = { numBlocks: 40, blockSize: 4, slidingWindowKv, scheduler: { maxRunning: 3, maxBatchTokens: 9 } };
+    const plain = await outputs(await loadModel(target), base);
+    const got = await outputs(model, { ...base, speculative: { method: "eagle3", model: path, numTokens: 2, schedule: "constant" } });
+    assert.deepEqual(got.tokens, plain.tokens, slidingWindowKv);
+    assert.ok(got.drafted > 0, `${slidingWindowKv}: ${got.drafted} drafted`);
+  }
+});
