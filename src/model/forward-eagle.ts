@@ -85,10 +85,12 @@ export function eagleForward(backend: Backend, model: DeviceModel, kv: PagedKv, 
     const out = s.keep(swiglu(backend, s.keep(backend.rmsnorm(afterAttn, l.ffnNorm, eps)), l.wGate, l.wUp, l.wDown, s, undefined, false, afterAttn));
     if (step.rows.length === 0) return undefined;
     const idx = s.keep(backend.upload(Int32Array.from(step.rows), [step.rows.length]));
-    const rows = s.keep(backend.gatherRows(out, idx));
+    const rows = backend.gatherRows(out, idx);
     // EAGLE-3's `norm` before its head; a chained pass takes the state before it, or after (`norm_output`).
     const normed = e.method === "eagle3" && m.headNorm ? backend.rmsnorm(rows, m.headNorm, eps) : undefined;
-    const hidden = e.normOutput && normed ? normed : backend.gatherRows(out, idx);
+    const hidden = e.normOutput && normed ? normed : rows;
+    // The one not returned is scratch.
+    if (hidden !== rows) s.keep(rows);
     if (normed && normed !== hidden) s.keep(normed);
     try {
       return { logits: backend.matmul(normed ?? hidden, m.head ?? w.output ?? w.tokenEmbedding), hidden };

@@ -206,7 +206,8 @@ export function forwardWithHidden(
   let perLayer: Tensor | undefined;
   // The states entering step.auxLayers, held past their layer (not freed with it).
   const aux = new Map<number, Tensor>();
-  const free = (t: Tensor) => [...aux.values()].includes(t) || backend.free(t);
+  const held = new Set<Tensor>();
+  const free = (t: Tensor) => held.has(t) || backend.free(t);
   try {
     const badLayer = step.auxLayers?.find((i) => !Number.isInteger(i) || i < 0 || i >= c.numLayers);
     if (badLayer !== undefined) throw new ForwardInputError(`Layer ${badLayer} is not one of the model's ${c.numLayers}`);
@@ -229,7 +230,10 @@ export function forwardWithHidden(
     let ssm = 0;
     for (let i = 0; i < c.numLayers; i++) {
       const l = w.layers[i];
-      if (step.auxLayers?.includes(i)) aux.set(i, x);
+      if (step.auxLayers?.includes(i)) {
+        aux.set(i, x);
+        held.add(x);
+      }
       const project = projector(backend, lora?.set, slotIds, i, s);
       // Nemotron-H's layers have one block each: a mixer (attention or Mamba-2) or a feed-forward normed by attnNorm.
       const blocks = c.layerBlocks?.[i];
@@ -322,7 +326,7 @@ export function forwardWithHidden(
     }
     return { logits, hidden, ...(allHidden ? { allHidden } : {}), ...(step.auxLayers ? { auxHidden: sideBySide(backend, step.auxLayers.map((i) => aux.get(i)!)) } : {}) };
   } finally {
-    for (const t of new Set(aux.values())) backend.free(t);
+    for (const t of held) backend.free(t);
     s.release();
     tensors.free();
     if (heads) backend.free(heads);
