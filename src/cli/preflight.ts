@@ -52,6 +52,8 @@ export interface SideFiles {
   draftModel?: string;
   /** A `--speculative-config` EAGLE head's directory. */
   eagleHead?: string;
+  /** `--mmproj`: the vision projector file. */
+  mmproj?: string;
 }
 
 /**
@@ -66,4 +68,5 @@ export async function checkSideFiles(files: SideFiles): Promise<void> {
     throw new ModelLoadError(`The speculative draft model cannot be loaded: Model file not found: "${files.draftModel}"`);
   }
   if (files.eagleHead !== undefined && !(await pathExists(files.eagleHead))) throw new ModelLoadError(`EAGLE head not found: "${files.eagleHead}"`);
+  if (files.mmproj !== undefined && !(await pathExists(files.mmproj))) throw new ModelLoadError(`Projector file not found: "${files.mmproj}"`);
 }

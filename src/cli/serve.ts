@@ -185,9 +185,11 @@ async function main(): Promise<void> {
   await probeListen(host, f.port ?? 8000);
   await checkSideFiles({ lora: loraModules, ...(speculative?.method === "draft_model" ? { draftModel: speculative.model } : {}),
     ...((speculative?.method === "eagle" || speculative?.method === "eagle3") && speculative.model ? { eagleHead: speculative.model } : {}),
+    ...(f.mmproj !== undefined ? { mmproj: f.mmproj } : {}),
   });
   const s = await startServer({
     modelPath: f.model ?? DEFAULT_MODEL,
+    ...(f.mmproj !== undefined ? { mmproj: f.mmproj } : {}),
     ...(quantize ? { quantize } : {}),
     onLoadNote: (note) => console.error(`serve: loading: ${note}`),
     servedModelName: f["served-model-name"],

@@ -3,6 +3,7 @@
  * (prompt tokens, sampling, output grammar, reasoning budget, LoRA adapter), each a typed client
  * error thrown before anything is queued, and the per-request state a checked request starts with.
  */
+import { checkImages } from "./image-inputs.ts";
 import type { ModelConfig, Tokenizer } from "../model/config.ts";
 import { tokenTextOf } from "../model/config.ts";
 import type { AdapterSlot, EngineAdapters } from "./engine-adapters.ts";
@@ -77,6 +78,7 @@ export class RequestChecks {
   check(req: GenerateRequest): CheckedRequest {
     const maxTokens = outputBudget(req, this.maxModelLen);
     checkPromptTokens(req.prompt, this.config.vocabSize);
+    checkImages(req.images, req.prompt.length, this.config);
     checkSamplingRequest(req, this.config.vocabSize);
     const constraint = this.outputConstraint(req);
     const budget = this.reasoningBudget(req);

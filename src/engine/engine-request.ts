@@ -2,6 +2,7 @@
  * One request inside the engine, from submission to its result: what the worker loop keeps per
  * request, the sampling row a step draws its token with, and the result the request resolves to.
  */
+import { imagesIn } from "./image-inputs.ts";
 import type { SamplingRow } from "../backend/types.ts";
 import type { GenerateRequest, GenerateResult, StreamDelta } from "./engine-types.ts";
 import type { OutputText } from "./engine-text.ts";
@@ -170,10 +171,11 @@ export function stepExtras(
   const promptLogprobs = active.map((a, i) => promptAsk(a, entries[i]));
   const hidden = active.map((a, i) => (entries[i].sample && a.req.embed ? true : undefined));
   const adapters = active.map((a) => a.seq.hints.adapterSlot || undefined);
+  const images = active.map((a, i) => imagesIn(a.req.images, entries[i]));
   const any = (xs: readonly unknown[]) => xs.some((x) => x !== undefined);
-  if (![additions, masks, draftAdditions, draftMasks, repeats, logprobs, promptLogprobs, hidden, adapters].some(any)) return undefined;
+  if (![additions, masks, draftAdditions, draftMasks, repeats, logprobs, promptLogprobs, hidden, adapters, images].some(any)) return undefined;
   return {
-    ...(any(hidden) ? { hidden } : {}), ...(any(adapters) ? { adapters } : {}),
+    ...(any(hidden) ? { hidden } : {}), ...(any(adapters) ? { adapters } : {}), ...(any(images) ? { images } : {}),
     additions, logprobs, ...(any(masks) ? { masks } : {}), ...(any(promptLogprobs) ? { promptLogprobs } : {}),
     ...(any(draftAdditions) ? { draftAdditions } : {}), ...(any(draftMasks) ? { draftMasks } : {}),
     ...(any(repeats) ? { repeats } : {}), ...(any(draftRepeats) ? { draftRepeats } : {}),

@@ -3,6 +3,7 @@
  * a runner beyond its sampling rows (`StepExtras`), what it answers (`StepOutput`), and the runner's
  * optional KV moves, LoRA slots and greedy drafting.
  */
+import type { PromptImage } from "./engine-types.ts";
 import type { KvDType, SamplingRow } from "../backend/types.ts";
 import type { LoraAdapter } from "../model/lora.ts";
 import type { HostKv } from "./kv-copy.ts";
@@ -51,6 +52,8 @@ export interface StepExtras {
   hidden?: readonly (boolean | undefined)[];
   /** A model with a multi-token-prediction block: what its pass after the step does (mtp-drafts.ts). */
   mtp?: MtpAsk;
+  /** Each prompt chunk's images (image-inputs.ts `imagesIn`): their positions take the vision tower's embeddings. */
+  images?: readonly (readonly PromptImage[] | undefined)[];
   /** Each entry's LoRA adapter slot ({@link StepRunner.setAdapters}; 0 or undefined: the base model). */
   adapters?: readonly (number | undefined)[];
   /**

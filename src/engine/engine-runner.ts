@@ -8,7 +8,7 @@
  */
 import { type Backend, numel, type SamplingRow, type Tensor } from "../backend/types.ts";
 import type { DeviceModel } from "../model/device-weights.ts";
-import { forwardWithHidden, type PagedKv, type RecurrentState, type StepLora } from "../model/forward.ts";
+import { forwardWithHidden, type InputRows, type PagedKv, type RecurrentState, type StepLora } from "../model/forward.ts";
 import { type DeviceLoraSet, freeLoraSet, uploadLoraSet } from "../model/lora-set.ts";
 import { readSlots, slotsOf, writeSlots } from "./kv-copy.ts";
 import { HostKvSwap, KvSwapError } from "./kv-swap.ts";
@@ -18,6 +18,7 @@ import type { StepEntry } from "./scheduler-types.ts";
 import { addToLogits, gatherLogitRows, maskLogitRows, penalizeRepeatRows } from "./logit-rows.ts";
 import { lookaheadOf, runAhead } from "./run-ahead.ts";
 import { StateSlots } from "./state-slots.ts";
+import { ImageEmbeddings } from "./image-inputs.ts";
 import { copyRecurrentSlot, copyStateSlot, type HostState, readStateSlot, writeStateSlot } from "./state-copy.ts";
 import { finishMtpPass, queueMtpPass, type QueuedMtp } from "./mtp-drafts.ts";
 import { draftRows, promptRows, readPromptLogprobs, splitDraftRows } from "./step-rows.ts";
@@ -35,6 +36,8 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
   const beforeDrafts = new Map<number, number>();
   // Swapped-out sequences' states on their way to (then in) host memory, by sequence.
   const swappedStates = new Map<number, Promise<HostState>>();
+  // Images' embeddings, kept by key while their prompts may need them again (image-inputs.ts).
+  const images = new ImageEmbeddings(backend, model.vision);
   let loras: DeviceLoraSet | undefined;
   // A replaced set is freed when the next step starts: the step in flight may still be using it.
   const retired: DeviceLoraSet[] = [];
@@ -52,6 +55,20 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     // What the block reads: every row's normed state, or (an EAGLE-3 head) the states entering three layers.
     const aux = mtp ? model.config.mtp?.eagle?.auxLayers : undefined;
     const blockInput = { allHidden: mtp !== undefined && !aux, ...(aux ? { auxLayers: aux } : {}) };
+    if (ahead > 0 && extras?.images?.some((x) => x)) throw new RangeError("A step whose entries look ahead cannot hold images");
+    // The rows images take, made for this step and freed when it is done.
+    const given = extras?.images ? images.stepRows(entries, extras.images) : undefined;
+    const inputRows = given ? { inputRows: given.rows } : {};
+    try {
+      return await runForward(entries, rows, extras, afterForward, lora, ahead, mtp, blockInput, inputRows);
+    } finally {
+      given?.free();
+    }
+  };
+  const runForward = async <E extends StepEntry>(
+    entries: readonly E[], rows: readonly SamplingRow[], extras: StepExtras | undefined, afterForward: ((step: readonly E[]) => void) | undefined,
+    lora: StepLora | undefined, ahead: number, mtp: StepExtras["mtp"], blockInput: { allHidden: boolean; auxLayers?: readonly number[] }, inputRows: { inputRows?: InputRows[] },
+  ): Promise<StepOutput> => {
     if (ahead > 0) {
       // In a group the pass after each step only writes the block's cache (lookaheadOf refuses drafts there).
       const block = mtp && { input: blockInput, run: (step: readonly E[], input: Tensor, sampled: Tensor) => void queueMtpPass(backend, model, kv, step, input, mtp, sampled) };
@@ -63,7 +80,7 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     const hiddenRows = extras?.hidden ? entries.flatMap((_, i) => (extras.hidden![i] ? [i] : [])) : [];
     if (extras?.unread) {
       if (entries.some((e) => e.sample) || extraRows.length + hiddenRows.length > 0) throw new RangeError("A step nobody reads cannot sample, score prompt tokens or return hidden states");
-      const out = forwardWithHidden(backend, model, kv, { entries, ...blockInput, ...(lora ? { lora } : {}) });
+      const out = forwardWithHidden(backend, model, kv, { entries, ...blockInput, ...inputRows, ...(lora ? { lora } : {}) });
       backend.free(out.logits);
       afterForward?.(entries);
       const input = out.auxHidden ?? out.allHidden;
@@ -77,7 +94,7 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
       }
       return { ids: new Int32Array(entries.length) };
     }
-    const out = forwardWithHidden(backend, model, kv, { entries, extraRows, hiddenRows, ...blockInput, ...(lora ? { lora } : {}) });
+    const out = forwardWithHidden(backend, model, kv, { entries, extraRows, hiddenRows, ...blockInput, ...inputRows, ...(lora ? { lora } : {}) });
     const input = out.auxHidden ?? out.allHidden;
     afterForward?.(entries);
     let logits = out.logits;
@@ -237,6 +254,7 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     },
     close() {
       freeRetired();
+      images.close();
       if (loras) freeLoraSet(backend, loras);
       loras = undefined;
       release();

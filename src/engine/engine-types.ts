@@ -10,9 +10,28 @@ import type { FinishReason } from "./sequence.ts";
 import type { FreePrefix, OutputGrammar } from "./grammar.ts";
 import type { LoraAdapter } from "../model/lora.ts";
 
+/**
+ * An image in a prompt (GenerateRequest.images): its `length` positions take the vision tower's
+ * embeddings of `pixels` instead of their tokens' (model/vision/). The prompt's tokens there are
+ * drawn from `key` (model/vision/image-tokens.ts), so prefix caching, routing and KV hand-offs,
+ * which compare tokens, tell one image from another.
+ */
+export interface PromptImage {
+  /** The prompt position of its first token. */
+  start: number;
+  /** Positions it takes: the vision tower's tokens per image. */
+  length: number;
+  /** Preprocessed pixels, channels-first [3, size, size] (model/vision/image-preprocess.ts). */
+  pixels: Float32Array;
+  /** A digest of the pixels: its embeddings are kept under it. */
+  key: string;
+}
+
 /** One generation request, already tokenized. */
 export interface GenerateRequest {
   prompt: number[];
+  /** Images in the prompt, in position order, not overlapping (a model with a vision tower only). */
+  images?: readonly PromptImage[];
   /** Output tokens at most; undefined means "until the context is full". */
   maxTokens?: number;
   /** 0 = greedy. */

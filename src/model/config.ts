@@ -2,6 +2,7 @@
  * Model description shared by the loaders (GGUF, safetensors) and the forward pass.
  * Loaders translate their file's names into these; the forward knows nothing of file formats.
  */
+import type { VisionConfig, VisionModel } from "./vision/mmproj.ts";
 import { type ExpertGroups, MAX_EXPERT_GROUPS, type MoeGating, type RopeLayout, type WeightDType } from "../backend/types.ts";
 
 /**
@@ -340,6 +341,8 @@ export interface ModelConfig {
    * `numLayers`, with a KV cache of its own beside the others' (forward-mtp.ts).
    */
   mtp?: { layer: number; eagle?: EagleHeadConfig };
+  /** A vision tower is loaded (LoadOptions.mmproj, LoadedModel.vision): prompts may hold images (model/vision/). */
+  vision?: VisionConfig;
   /** The attention scores' scale; absent for 1/√headDim (MLA: 1/√(nope + rope), times YaRN's mscale²). */
   attentionScale?: number;
   rmsNormEps: number;
@@ -737,6 +740,8 @@ export interface LoadedModel {
   chatTemplate?: string;
   /** Where it came from (path), for logs. */
   source: string;
+  /** The vision tower (LoadOptions.mmproj); its config is `config.vision`. */
+  vision?: VisionModel;
 }
 
 /** A clear, one-line error about a model file: missing, truncated, corrupt or unsupported. */

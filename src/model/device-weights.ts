@@ -2,6 +2,7 @@
  * Moves a loaded model's host weights onto a backend. Matrices keep their storage dtype
  * (f32/f16/bf16/q8_0); norm weights and biases become f32 because the ops take them as f32.
  */
+import { type DeviceVision, freeVision, uploadVision } from "./vision/vision-encoder.ts";
 import { decodeToF32 } from "../backend/dtype-codec.ts";
 import { type Backend, numel, type Tensor } from "../backend/types.ts";
 import { attentionGeometries, type HostTensor, type LayerWeights, type LoadedModel, type ModelConfig, type ModelWeights, type MtpWeights } from "./config.ts";
@@ -14,6 +15,8 @@ export interface DeviceModel {
   ropeFreqFactors?: Tensor;
   /** Weights of ones [headDim] for each head size, where values are normed without a weight (ModelConfig.valueNorm: Gemma 4). */
   unitNorms?: ReadonlyMap<number, Tensor>;
+  /** The vision tower (LoadedModel.vision), uploaded: it gives images' rows (model/vision/vision-encoder.ts). */
+  vision?: DeviceVision;
 }
 
 /** Uploads a matrix in its own dtype. */
@@ -103,7 +106,7 @@ function uploadLayer(backend: Backend, l: LayerWeights<HostTensor>): LayerWeight
 }
 
 /** Uploads every weight of `model` to `backend`. */
-export function uploadModel(backend: Backend, model: Pick<LoadedModel, "config" | "weights">): DeviceModel {
+export function uploadModel(backend: Backend, model: Pick<LoadedModel, "config" | "weights" | "vision">): DeviceModel {
   const w = model.weights;
   return {
     config: model.config,
@@ -119,6 +122,7 @@ export function uploadModel(backend: Backend, model: Pick<LoadedModel, "config" 
     },
     ropeFreqFactors: uploadFreqFactors(backend, model.config),
     ...(model.config.valueNorm ? { unitNorms: uploadUnitNorms(backend, model.config) } : {}),
+    ...(model.vision ? { vision: uploadVision(backend, model.vision) } : {}),
   };
 }
 
@@ -161,4 +165,5 @@ export function freeDeviceModel(backend: Backend, model: DeviceModel): void {
     all.push(...Object.values(layer), ...Object.values(rest));
   }
   for (const t of all) if (t !== undefined) backend.free(t);
+  if (model.vision) freeVision(backend, model.vision);
 }

@@ -17,6 +17,7 @@ import type { DeviceModel } from "./device-weights.ts";
 import type { DeviceLoraSet } from "./lora-set.ts";
 import { loraKey } from "./lora.ts";
 import { type FlatBatch, flattenBatch, type ForwardEntry, ForwardInputError, uploadBatch } from "./forward-batch.ts";
+import { writeRows } from "./vision/vision-encoder.ts";
 import { attentionBlock, mlpBlock, moeBlock, projector, scaled, Scratch } from "./forward-layers.ts";
 import { gemma4MoeBlock, perLayerBlock, perLayerInputs, sharedKvAttention } from "./forward-gemma4.ts";
 
@@ -134,6 +135,18 @@ export interface ForwardStep {
    * without reading it back (greedy drafting).
    */
   tokenIds?: Tensor;
+  /**
+   * Rows whose input is given instead of their token's embedding (an image's positions: the vision
+   * tower's embeddings, model/vision/vision-encoder.ts), after any embedding scale, which they do not
+   * take (llama.cpp and transformers scale only token embeddings).
+   */
+  inputRows?: readonly InputRows[];
+}
+
+/** {@link ForwardStep.inputRows}: rows of the flat batch (i32 [m], distinct) and their inputs, f32 [m, hidden]. */
+export interface InputRows {
+  rows: Tensor;
+  values: Tensor;
 }
 
 /** {@link ForwardStep.lora}. */
@@ -220,6 +233,12 @@ export function forwardWithHidden(
       const raw = x;
       x = scaled(backend, raw, c.embeddingScale);
       backend.free(raw);
+    }
+    for (const given of step.inputRows ?? []) {
+      if (given.values.shape[1] !== c.hiddenSize || given.values.shape[0] !== given.rows.shape[0]) {
+        throw new ForwardInputError(`Given input rows [${given.values.shape}] do not fit ${given.rows.shape[0]} rows of the model's width ${c.hiddenSize}`);
+      }
+      writeRows(backend, x, given.rows, given.values);
     }
     // Gemma 4 E2B/E4B: each token's per-layer inputs, from the scaled embedding.
     perLayer = c.perLayerInput ? perLayerInputs(backend, model, x, step.tokenIds ?? tensors.ids, s) : undefined;

@@ -8,6 +8,7 @@ import { type LoadedModel, ModelLoadError } from "./config.ts";
 import { loadGguf } from "./gguf-loader.ts";
 import { loadHfDirectory } from "./hf-loader.ts";
 import { attachEagleHead } from "./eagle-head.ts";
+import { loadVisionModel } from "./vision/mmproj.ts";
 import type { LoadOptions } from "./weights.ts";
 
 export type { LoadOptions, LoadProgress } from "./weights.ts";
@@ -24,6 +25,10 @@ export async function loadModel(path: string, options: LoadOptions = {}): Promis
     if (isDir) await checkNotGgufDirectory(path);
     const model = isDir ? await loadHfDirectory(path, options) : await loadGguf(path, options);
     if (options.eagle) await attachEagleHead(model, options.eagle.method, options.eagle.path);
+    if (options.mmproj !== undefined) {
+      const vision = await loadVisionModel(options.mmproj, model.config.hiddenSize);
+      return { ...model, config: { ...model.config, vision: vision.config }, vision };
+    }
     return model;
   } catch (e) {
     if (e instanceof ModelLoadError) throw e;

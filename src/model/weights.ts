@@ -48,6 +48,8 @@ export interface LoadOptions {
   mtp?: boolean;
   /** Attaches the EAGLE head in directory `path` (model/eagle-head.ts), for speculative decoding's "eagle3" or "eagle" method. */
   eagle?: { method: "eagle" | "eagle3"; path: string };
+  /** Loads the vision tower in llama.cpp projector file `path` (`--mmproj`, model/vision/mmproj.ts): prompts may then hold images. */
+  mmproj?: string;
 }
 
 /**

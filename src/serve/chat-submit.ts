@@ -5,6 +5,9 @@
  */
 import { type TurnOptions } from "./chat-template.ts";
 import { ApiError } from "./errors.ts";
+import type { PromptImage } from "../engine/engine-types.ts";
+import type { DecodedImage } from "../model/vision/png.ts";
+import { encodeWithImages, imageFromUrl } from "./prompt-images.ts";
 import { MAY_THINK } from "../engine/grammar.ts";
 import { chatEcho } from "./request-checks.ts";
 import { chatGrammar } from "./output-grammar.ts";
@@ -28,7 +31,7 @@ function toolSpecs(tools: readonly ToolDef[] | undefined): ToolSpec[] {
  * A chat body's prompt: its messages rendered by the chat template, with the tools it may call, and
  * tokenized (what {@link submitChat} submits; the Responses API's `truncation` measures with it).
  */
-export function chatPrompt(ctx: ServeContext, body: ChatRequest): { text: string; prompt: number[]; tools: ToolDef[] | undefined } {
+export function chatPrompt(ctx: ServeContext, body: ChatRequest): { text: string; prompt: number[]; tools: ToolDef[] | undefined; images?: PromptImage[] } {
   // tool_choice "none" reads no calls, but the template still lists the tools (vLLM's default,
   // exclude_tools_when_tool_choice_none false): an agent's last turn without tools keeps the prefix
   // its earlier turns cached.
@@ -42,9 +45,28 @@ export function chatPrompt(ctx: ServeContext, body: ChatRequest): { text: string
   // The rendered text holds every message (templates add text, never remove it). Truncated, it may be longer.
   if (body.truncate_prompt_tokens === undefined || body.truncate_prompt_tokens === null) checkTextLength(ctx, text, "messages");
   const room = body.max_completion_tokens ?? body.max_tokens ?? 1;
+  const images = chatImages(body.messages);
+  if (images.length > 0) {
+    if (body.truncate_prompt_tokens !== undefined && body.truncate_prompt_tokens !== null) {
+      throw new ApiError(400, "truncate_prompt_tokens cannot be used with images: a cut could fall inside one", "truncate_prompt_tokens", "unsupported_parameter");
+    }
+    return { text, tools, ...encodeWithImages(ctx, text, images, ctx.config.addBos && !startsWithBos, "messages") };
+  }
   const prompt = encodeToTruncate(ctx, text, body.truncate_prompt_tokens, room, ctx.config.addBos && !startsWithBos);
   if (prompt.length === 0) throw new ApiError(400, "The messages render to an empty prompt", "messages", "invalid_value");
   return { text, prompt, tools };
+}
+
+/** The images of a chat's messages, decoded, in the order their parts come. */
+function chatImages(messages: ChatRequest["messages"]): DecodedImage[] {
+  const images: DecodedImage[] = [];
+  messages.forEach((m, i) => {
+    if (!Array.isArray(m.content)) return;
+    m.content.forEach((part, j) => {
+      if (part.type === "image_url") images.push(imageFromUrl(part.image_url.url, `messages[${i}].content[${j}].image_url.url`));
+    });
+  });
+  return images;
 }
 
 /** How a chat request's prompt ends (vLLM's add_generation_prompt, continue_final_message); their conflicts are 400s. */
@@ -109,6 +131,7 @@ export function submitChat(ctx: ServeContext, body: ChatRequest): Submitted {
   const openingTurn = body.messages.every((m) => m.role !== "assistant" && m.role !== "tool");
   const request = {
     openingTurn,
+    ...(rendered.images ? { images: rendered.images } : {}),
     ...engineRequest(harmony || toolCalls ? { ...body, skip_special_tokens: false } : body, ctx, prompt, body.max_completion_tokens ?? body.max_tokens, startsInReasoning, grammar, skipSpecial),
     ...(grammarAfter ? { grammarAfter } : {}),
     ...(budget !== undefined ? { reasoningBudget: budget } : {}),

@@ -10,14 +10,15 @@ import { Template } from "@huggingface/jinja";
 import type { LoadedModel } from "../model/config.ts";
 import type { ChatMessageIn, ToolDef } from "./schemas.ts";
 import { ApiError } from "./errors.ts";
+import { IMAGE_MARKER } from "./prompt-images.ts";
 import { NumberLiterals } from "./exact-arguments.ts";
 
 /** The text of a message content (string, text parts, or nothing). */
 export function messageText(content: ChatMessageIn["content"]): string {
   if (content === null || content === undefined) return "";
   if (typeof content === "string") return content;
-  // Parts apart by a newline, as vLLM joins them for templates that take text.
-  return content.map((p) => p.text).join("\n");
+  // Parts apart by a newline, as vLLM joins them for templates that take text; an image as its marker (prompt-images.ts).
+  return content.map((p) => (p.type === "text" ? p.text : IMAGE_MARKER)).join("\n");
 }
 
 /** A chat renderer for one model. */

@@ -175,7 +175,8 @@ export function submitEmbeddings(ctx: ServeContext, body: EmbeddingsRequest): Re
     // vLLM's chat embeddings: the template's text as the model reads it, without a generation
     // prompt unless asked (the template writes the special tokens; none are added after it).
     const turn = body.continue_final_message ? {} : { add_generation_prompt: body.add_generation_prompt ?? false };
-    const { prompt } = chatPrompt(ctx, { ...body, ...turn });
+    const { prompt, images } = chatPrompt(ctx, { ...body, ...turn });
+    if (images) throw new ApiError(400, "Embeddings of messages with images are not supported: send text only", "messages", "unsupported_parameter");
     return submitInputs(ctx, [prompt], { ...o, param: "messages", indexed: false });
   }
   const input = body.input;

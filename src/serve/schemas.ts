@@ -39,13 +39,21 @@ export const sessionKey = z.string().max(MAX_SESSION_KEY_CHARS, {
 /** A text part of a multi-part message content. */
 const TextPart = z.object({ type: z.literal("text"), text: z.string() });
 
-/** A message's content: text, or text parts (no images, audio or files: the models read text). */
-const Content = explained(z.union([z.string(), z.array(TextPart)]), (v) => {
+/** An image part: its URL (a base64 data URL: serve/prompt-images.ts) and OpenAI's detail, which does not change what is read. */
+const ImagePart = z.object({ type: z.literal("image_url"), image_url: z.object({ url: z.string(), detail: z.string().optional() }) });
+
+/** A message's content: text, or text and image parts (images need a vision projector: --mmproj). */
+const Content = explained(z.union([z.string(), z.array(z.union([TextPart, ImagePart]))]), (v) => {
   if (typeof v === "string" || v === null || v === undefined) return null;
-  if (!Array.isArray(v)) return { message: "content must be a string or an array of text parts" };
+  if (!Array.isArray(v)) return { message: "content must be a string or an array of text and image parts" };
   for (const [i, part] of v.entries()) {
     if (!isObject(part)) return { message: 'content parts must be objects like {"type": "text", "text": "..."}', path: [i] };
-    if (part.type !== "text") return { message: `only text parts are supported, got a part of type ${JSON.stringify(part.type)}`, path: [i] };
+    if (part.type === "image_url") {
+      const image = part.image_url;
+      if (!isObject(image) || typeof image.url !== "string") return { message: 'an image part is {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}', path: [i, "image_url"] };
+      continue;
+    }
+    if (part.type !== "text") return { message: `only text and image_url parts are supported, got a part of type ${JSON.stringify(part.type)}`, path: [i] };
     if (typeof part.text !== "string") return { message: "a text part's text must be a string", path: [i, "text"] };
   }
   return null;

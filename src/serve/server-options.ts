@@ -201,6 +201,8 @@ export interface ServerOptions {
   drainMs?: number;
   /** Shared secret of the TCP workers (`worker --worker-token`): each side proves it knows it. */
   workerToken?: string;
+  /** A llama.cpp projector file (`--mmproj`): the model reads images in its prompts (model/vision/); one engine only. */
+  mmproj?: string;
   /** Quantize the model's f32/f16/bf16 matrices into this block format at load (`--quantize`); workers do the same. */
   quantize?: QuantizeDType;
   /** Told what the model's load has to say (i-quant tensors converted on the host, gguf-loader.ts); `serve` prints it. */

@@ -40,11 +40,15 @@ export function modelNameOf(path: string): string {
 /** Starts a server and resolves once it listens. */
 export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const { workers, transport } = checkClusterOptions(o);
+  if (o.mmproj !== undefined && (workers !== 1 || o.workerAddrs !== undefined)) {
+    throw new RangeError("--mmproj runs on one engine: images are not yet carried to workers (leave out --workers, --worker-addrs and --nats)");
+  }
   const onLoadNote = o.onLoadNote;
   const model = o.model ?? (await loadModel(o.modelPath, {
     ...(o.quantize ? { quantize: o.quantize } : {}),
     // Speculative method "mtp" drafts with the model's own multi-token-prediction block, "eagle3" and "eagle" with a head beside it.
     ...blockLoadOptions(o.speculative),
+    ...(o.mmproj !== undefined ? { mmproj: o.mmproj } : {}),
     ...(onLoadNote ? { onProgress: (p: LoadProgress) => p.note !== undefined && onLoadNote(p.note) } : {}),
   }));
   // As vLLM: a limit past the model's context is refused, not quietly lowered to it.

@@ -1,0 +1,65 @@
+/**
+ * Images in requests, server side: an image part's data URL decoded, and a rendered prompt whose
+ * image markers become each image's positions (the vision tower's tokens per image), with its
+ * preprocessed pixels and key for the engine (GenerateRequest.images). Chat templates see an image
+ * as the marker text, where its part was among the message's parts, as llama.cpp's server renders
+ * them for models whose template takes text.
+ */
+import type { PromptImage } from "../engine/engine-types.ts";
+import { ApiError } from "./errors.ts";
+import type { ServeContext } from "./serve-context.ts";
+import { preprocessImage } from "../model/vision/image-preprocess.ts";
+import { imageKey, imageTokenIds } from "../model/vision/image-tokens.ts";
+import { type DecodedImage, decodePng, ImageDecodeError, sniffImageType } from "../model/vision/png.ts";
+
+/** What a chat template sees where an image part was (llama.cpp's media marker). */
+export const IMAGE_MARKER = "<__media__>";
+
+/** The largest image accepted, in pixels (before it is resized to the tower's side). */
+export const MAX_IMAGE_PIXELS = 32 * 1024 * 1024;
+
+/** An image's pixels from an image part's URL: a base64 `data:` URL of a PNG. `param` names the part in errors. */
+export function imageFromUrl(url: string, param: string): DecodedImage {
+  const bad = (message: string) => new ApiError(400, message, param, "invalid_value");
+  if (/^https?:\/\//i.test(url)) throw bad(`Image URLs are not fetched: send the image inline as a base64 data URL (data:image/png;base64,...), got ${JSON.stringify(url.slice(0, 80))}`);
+  const m = /^data:([^;,]*)((?:;[^;,]*)*),/i.exec(url);
+  if (!m) throw bad(`An image URL should be a base64 data URL (data:image/png;base64,...), got ${JSON.stringify(url.slice(0, 40))}`);
+  if (!m[2].toLowerCase().split(";").includes("base64")) throw bad(`An image data URL should be base64-encoded, got ${JSON.stringify(url.slice(0, m[0].length))}`);
+  const payload = url.slice(m[0].length);
+  if (!/^[A-Za-z0-9+/=\s_-]*$/.test(payload)) throw bad("An image data URL's payload is not base64");
+  const bytes = Uint8Array.from(atob(payload.replace(/\s/g, "").replace(/-/g, "+").replace(/_/g, "/")), (c) => c.charCodeAt(0));
+  const kind = sniffImageType(bytes);
+  if (kind !== "png") {
+    throw bad(kind === undefined ? `An image's data is not an image this server reads (${bytes.length} bytes; PNG only)` : `${kind.toUpperCase()} images are not read yet; send PNG`);
+  }
+  try {
+    return decodePng(bytes, { maxPixels: MAX_IMAGE_PIXELS });
+  } catch (e) {
+    if (e instanceof ImageDecodeError) throw bad(`The image is not a readable PNG: ${e.message}`);
+    throw e;
+  }
+}
+
+/**
+ * A rendered prompt with `images` where its markers are, in order: each text piece tokenized (the
+ * first with BOS where `addBos`), each image its tower's positions, their ids drawn from its pixels'
+ * key. The markers must match the images one for one.
+ */
+export function encodeWithImages(ctx: Pick<ServeContext, "config" | "tokenizer">, text: string, images: readonly DecodedImage[], addBos: boolean, param: string): { prompt: number[]; images: PromptImage[] } {
+  const vision = ctx.config.vision;
+  if (!vision) throw new ApiError(400, "This model reads text only: image parts need a vision projector, loaded with --mmproj", param, "invalid_value");
+  const pieces = text.split(IMAGE_MARKER);
+  if (pieces.length - 1 !== images.length) {
+    throw new ApiError(400, `The prompt holds ${pieces.length - 1} image markers (${JSON.stringify(IMAGE_MARKER)}) for ${images.length} images: the text may not contain the marker itself`, param, "invalid_value");
+  }
+  const prompt = ctx.tokenizer.encode(pieces[0], { addBos });
+  const placed: PromptImage[] = [];
+  images.forEach((image, i) => {
+    const pixels = preprocessImage(image, vision.preprocess);
+    const key = imageKey(pixels);
+    placed.push({ start: prompt.length, length: vision.tokensPerImage, pixels, key });
+    prompt.push(...imageTokenIds(key, vision.tokensPerImage, ctx.config.vocabSize));
+    prompt.push(...ctx.tokenizer.encode(pieces[i + 1], { addBos: false }));
+  });
+  return { prompt, images: placed };
+}
