@@ -1,0 +1,145 @@
+/**
+ * Images in the engine: a prompt's image positions take the vision tower's embeddings, through
+ * chunked prefill, the prefix cache (an image's tokens are drawn from its pixels, so the same image
+ * hits and another misses), preemption and WebGPU; requests whose images do not fit are refused.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import { projectRoot, test } from "../harness.ts";
+import { createReferenceBackend } from "../../src/backend/reference/index.ts";
+import type { Backend } from "../../src/backend/types.ts";
+import { createEngine, type CreateEngineOptions } from "../../src/engine/engine-factory.ts";
+import { type GenerateRequest, type PromptImage, RequestParamError } from "../../src/engine/engine-types.ts";
+import type { LoadedModel } from "../../src/model/config.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { imageKey, imageTokenIds } from "../../src/model/vision/image-tokens.ts";
+import { poisonedWebGpu } from "../webgpu-fixture.ts";
+import { writeMmproj } from "../model/vision-files.ts";
+
+const dir = mkdtempSync(`${tmpdir()}/vision-engine-`);
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+const stories = `${projectRoot}/models/stories260K.gguf`;
+writeMmproj(`${dir}/mmproj.gguf`, { lmHidden: 64, seed: 31, imageSize: 42, patchSize: 14 });
+const model = await loadModel(stories, { mmproj: `${dir}/mmproj.gguf` });
+const textOnly = await loadModel(stories);
+const backend = createReferenceBackend();
+const SIZE = 42;
+const TOKENS = 9;
+
+/** An image's preprocessed pixels (deterministic), its key and its prompt span from `start`. */
+function image(seed: number, start: number): PromptImage {
+  const pixels = Float32Array.from({ length: 3 * SIZE * SIZE }, (_, i) => 1.5 * Math.sin(i * 0.173 + seed * 1.7));
+  return { start, length: TOKENS, pixels, key: imageKey(pixels) };
+}
+
+/**
+ * A prompt: text and an image (then text and a second image where asked). It ends with the image, so
+ * the answer follows its rows directly (after text, this tiny model's next words barely depend on them).
+ */
+function request(seeds: number[], m: LoadedModel = model): GenerateRequest {
+  const prompt = m.tokenizer.encode("Once upon a time", { addBos: true });
+  const images: PromptImage[] = [];
+  for (const [i, seed] of seeds.entries()) {
+    if (i > 0) prompt.push(...m.tokenizer.encode(" there was", { addBos: false }));
+    const im = image(seed, prompt.length);
+    images.push(im);
+    prompt.push(...imageTokenIds(im.key, TOKENS, m.config.vocabSize));
+  }
+  return { prompt, images, maxTokens: 8, temperature: 0, ignoreEos: true };
+}
+
+async function answers(reqs: GenerateRequest[], o: CreateEngineOptions = {}, b: Backend = backend): Promise<{ tokens: number[][]; cached: number[] }> {
+  const e = createEngine(b, model, { numBlocks: 64, blockSize: 4, ...o });
+  try {
+    const tokens: number[][] = [];
+    const cached: number[] = [];
+    // One after another: the later ones may hit what the earlier ones cached.
+    for (const r of reqs) {
+      const out = await e.submit(r).result;
+      assert.equal(out.error, undefined);
+      tokens.push(out.tokenIds);
+      cached.push(out.cachedTokens);
+    }
+    return { tokens, cached };
+  } finally {
+    await e.stop();
+  }
+}
+
+test("Engine with a vision tower: the image decides the answer, the same image hits the prefix cache into it and gives the same answer", async () => {
+  const a = request([1]);
+  const { tokens, cached } = await answers([a, request([2]), a]);
+  assert.notDeepEqual(tokens[0], tokens[1], "another image, another answer");
+  assert.deepEqual(tokens[2], tokens[0]);
+  // The repeat's cached prefix runs into its image (the prompt's whole blocks); the other image's stopped before its own.
+  assert.ok(cached[2] > a.images![0].start + TOKENS / 2, `the same image hits inside it (${cached[2]} cached, the image starts at ${a.images![0].start})`);
+  assert.ok(cached[1] <= a.images![0].start, `another image misses from its start (${cached[1]} cached)`);
+  // The image's tokens fed as text give another answer: its rows took the tower's embeddings.
+  const { images: _, ...asText } = a;
+  const text = await createEngine(backend, textOnly, { numBlocks: 64, blockSize: 4 }).submit(asText).result;
+  assert.notDeepEqual(text.tokenIds, tokens[0]);
+});
+
+test("Engine with a vision tower gives the same answer with the image cut across prefill chunks, two images, and a cache hit inside the image", async () => {
+  const two = request([3, 4]);
+  const whole = await answers([two]);
+  const chunked = await answers([two], { scheduler: { maxBatchTokens: 5 } });
+  assert.deepEqual(chunked.tokens[0], whole.tokens[0]);
+  // A first prompt that ends with the first image caches its whole blocks, the last of them inside
+  // the image (its end is not a block's); the full prompt then starts mid-image and takes the rest of its rows.
+  const first = two.images![0];
+  assert.ok((first.start + TOKENS) % 4 !== 0, "the first image does not end a block");
+  const partial: GenerateRequest = { ...two, prompt: two.prompt.slice(0, first.start + TOKENS), images: [first], maxTokens: 1 };
+  const { tokens, cached } = await answers([partial, two]);
+  assert.ok(cached[1] > two.images![0].start && cached[1] < two.images![0].start + TOKENS, `the hit ends inside the image (${cached[1]})`);
+  assert.deepEqual(tokens[1], whole.tokens[0]);
+});
+
+test("Engine.submit() refuses images a text-only model, the wrong span or pixels, or overlapping spans, naming the problem", async () => {
+  const e = createEngine(backend, textOnly, { numBlocks: 16 });
+  const v = createEngine(backend, model, { numBlocks: 16 });
+  try {
+    const r = request([5]);
+    const im = r.images![0];
+    assert.throws(() => e.submit(request([5], textOnly)), (err: unknown) => err instanceof RequestParamError && /reads text only: images need a vision projector loaded \(--mmproj\)/.test(err.message));
+    const refuse = (images: PromptImage[], pattern: RegExp) => assert.throws(() => v.submit({ ...r, images }), (err: unknown) => err instanceof RequestParamError && pattern.test(err.message));
+    refuse([{ ...im, length: 4 }], /Image 0 takes 4 positions; this vision tower gives 9/);
+    refuse([{ ...im, pixels: new Float32Array(12) }], /Image 0 holds 12 pixel values; this vision tower takes 5292/);
+    refuse([{ ...im, start: r.prompt.length - 3 }], /ends at position \d+, past the prompt's \d+ tokens/);
+    refuse([im, { ...im, start: im.start + 3 }], /Image 1 starts at position \d+, before the end of the one before/);
+  } finally {
+    await e.stop();
+    await v.stop();
+  }
+});
+
+test("Engine with a vision tower gives the same answer after its image's prompt is preempted and computed again", async () => {
+  const reqs = [request([6]), request([7]), request([8])].map((r) => ({ ...r, maxTokens: 24 }));
+  const roomy = await answers(reqs);
+  // Three answers at once in a cache that holds fewer: some are preempted and recompute their images.
+  const e = createEngine(backend, model, { numBlocks: 14, blockSize: 4, scheduler: { maxBatchTokens: 64 } });
+  try {
+    const outs = await Promise.all(reqs.map((r) => e.submit(r).result));
+    assert.deepEqual(outs.map((o) => o.tokenIds), roomy.tokens);
+    assert.ok(e.stats().preemptions > 0, "something was preempted");
+  } finally {
+    await e.stop();
+  }
+});
+
+const gpu = await poisonedWebGpu("the vision engine's WebGPU test");
+gpu.gpu?.destroy();
+
+test("Engine with a vision tower on WebGPU gives the reference backend's answer", async () => {
+  const webgpu = (await poisonedWebGpu("the vision engine's WebGPU test")).gpu!;
+  try {
+    const r = request([9, 10]);
+    const want = await answers([r]);
+    const got = await answers([r], { kvCacheDtype: "f32" }, webgpu);
+    assert.deepEqual(got.tokens, want.tokens);
+  } finally {
+    webgpu.destroy();
+  }
+}, { ignore: gpu.skip });
