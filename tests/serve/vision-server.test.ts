@@ -1,0 +1,108 @@
+/**
+ * `serve --mmproj` through the real openai client: chat messages with image_url parts (base64 PNG
+ * data URLs) are answered from the image (another image, another answer; the same image, the same
+ * answer with its prefix cached), streamed too; what cannot be read is a 400 naming it, and a
+ * text-only server refuses images by name.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import process from "node:process";
+import OpenAI from "openai";
+import { projectRoot, test } from "../harness.ts";
+import { startServer } from "../../src/serve/server.ts";
+import { encodePng } from "../../src/model/vision/png.ts";
+import { writeMmproj } from "../model/vision-files.ts";
+
+const dir = mkdtempSync(`${tmpdir()}/vision-serve-`);
+process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+const mmproj = `${dir}/mmproj.gguf`;
+// 16 positions an image: with the text, more than one 16-token block, so a repeat's prefix is cached.
+writeMmproj(mmproj, { lmHidden: 64, seed: 41, imageSize: 56, patchSize: 14 });
+const modelPath = `${projectRoot}/models/stories260K.gguf`;
+
+/** A base64 PNG data URL of a w × h image whose colours follow `seed`. */
+function pngUrl(seed: number, w = 20, h = 12): string {
+  const rgb = Uint8Array.from({ length: w * h * 3 }, (_, i) => Math.floor(127.5 + 127.5 * Math.sin(i * 0.37 + seed)));
+  return `data:image/png;base64,${btoa(String.fromCharCode(...encodePng({ width: w, height: h, rgb })))}`;
+}
+
+type Part = OpenAI.Chat.Completions.ChatCompletionContentPart;
+const ask = (parts: Part[]): OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming => ({
+  model: "stories260K", messages: [{ role: "user", content: parts }], max_tokens: 10, temperature: 0,
+});
+const image = (url: string): Part => ({ type: "image_url", image_url: { url } });
+
+/** Starts a server (with the projector unless told), runs `fn` with a client, and shuts it down. */
+async function withServer(fn: (client: OpenAI) => Promise<void>, vision = true): Promise<void> {
+  const s = await startServer({ modelPath, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, ...(vision ? { mmproj } : {}) });
+  try {
+    await fn(new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "unused", maxRetries: 0 }));
+  } finally {
+    await s.shutdown();
+  }
+}
+
+/** The status and message of a request the server should refuse. */
+async function refusal(p: Promise<unknown>): Promise<{ status: number; message: string }> {
+  try {
+    await p;
+  } catch (e) {
+    if (e instanceof OpenAI.APIError) return { status: e.status ?? 0, message: e.message };
+    throw e;
+  }
+  throw new Error("the request was answered");
+}
+
+test("startServer({ mmproj }) answers chat messages with images from the images, the same image from its cache", async () => {
+  await withServer(async (client) => {
+    const a = await client.chat.completions.create(ask([{ type: "text", text: "Once upon a time" }, image(pngUrl(1))]));
+    const b = await client.chat.completions.create(ask([{ type: "text", text: "Once upon a time" }, image(pngUrl(2))]));
+    const again = await client.chat.completions.create(ask([{ type: "text", text: "Once upon a time" }, image(pngUrl(1))]));
+    const text = (r: typeof a) => r.choices[0].message.content;
+    assert.notEqual(text(a), text(b), "another image, another answer");
+    assert.equal(text(again), text(a));
+    // The image's 16 positions count as prompt tokens, as vLLM counts them.
+    const textOnly = (await client.chat.completions.create(ask([{ type: "text", text: "Once upon a time" }]))).usage!.prompt_tokens;
+    assert.ok(a.usage!.prompt_tokens >= textOnly + 16, `${a.usage!.prompt_tokens} prompt tokens with the image, ${textOnly} without`);
+    assert.ok((again.usage!.prompt_tokens_details?.cached_tokens ?? 0) > textOnly, `the repeat's prefix is cached through the image (${again.usage!.prompt_tokens_details?.cached_tokens})`);
+    // Streamed, the same answer; two images in one message are read too.
+    let streamed = "";
+    for await (const c of await client.chat.completions.create({ ...ask([{ type: "text", text: "Once upon a time" }, image(pngUrl(1))]), stream: true })) streamed += c.choices[0]?.delta?.content ?? "";
+    assert.equal(streamed, text(a));
+    const two = await client.chat.completions.create(ask([image(pngUrl(3, 9, 30)), { type: "text", text: "and" }, image(pngUrl(1))]));
+    assert.equal(two.choices[0].finish_reason, "length");
+  });
+});
+
+test("startServer({ mmproj }) answers 400 naming what it cannot read: remote URLs, JPEG, broken PNG, the marker in text", async () => {
+  await withServer(async (client) => {
+    const cases: [Part[], RegExp][] = [
+      [[image("https://example.com/cat.png")], /Image URLs are not fetched: send the image inline as a base64 data URL/],
+      [[image("data:image/jpeg;base64,/9j/4AAQSkZJRgABAQ==")], /JPEG images are not read yet; send PNG/],
+      [[image("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAA")], /The image is not a readable PNG: /],
+      [[image("data:image/png,rawbytes")], /should be base64-encoded/],
+      [[image("not a url")], /should be a base64 data URL/],
+      [[{ type: "text", text: "see <__media__>" }, image(pngUrl(1))], /2 image markers \("<__media__>"\) for 1 images/],
+    ];
+    for (const [parts, pattern] of cases) {
+      const r = await refusal(client.chat.completions.create(ask(parts)));
+      assert.equal(r.status, 400, `${pattern}: ${r.message}`);
+      assert.match(r.message, pattern);
+    }
+    const bad = await refusal(client.chat.completions.create({ ...ask([{ type: "text", text: "x" }, image(pngUrl(1))]), truncate_prompt_tokens: 5 } as OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming));
+    assert.equal(bad.status, 400);
+    assert.match(bad.message, /truncate_prompt_tokens cannot be used with images/);
+    // The server still answers.
+    assert.equal((await client.chat.completions.create(ask([image(pngUrl(4))]))).choices.length, 1);
+  });
+});
+
+test("startServer() without a projector refuses images by name, and refuses --mmproj with workers", async () => {
+  await withServer(async (client) => {
+    const r = await refusal(client.chat.completions.create(ask([{ type: "text", text: "Once" }, image(pngUrl(1))])));
+    assert.equal(r.status, 400);
+    assert.match(r.message, /This model reads text only: image parts need a vision projector, loaded with --mmproj/);
+  }, false);
+  await assert.rejects(startServer({ modelPath, host: "127.0.0.1", port: 0, backend: "reference", mmproj, workers: 2 }), /--mmproj runs on one engine/);
+});
