@@ -142,7 +142,7 @@ export function hostVision(model: VisionModel, pixels: Float32Array): Float32Arr
   const cls = w.classEmbedding !== undefined;
   const n = patches + (cls ? 1 : 0), d = c.hidden;
   const emb = linear(imagePatches(pixels, c.imageSize, c.patchSize), patches, w.patchEmbedding, w.patchBias);
-  let x = new Float32Array(n * d);
+  let x: Float32Array = new Float32Array(n * d);
   // The class token first, then the patches; each with its learned position.
   if (cls) x.set(hostValues(w.classEmbedding!), 0);
   x.set(emb, cls ? d : 0);
