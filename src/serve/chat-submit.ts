@@ -45,7 +45,7 @@ export function chatPrompt(ctx: ServeContext, body: ChatRequest): { text: string
   // The rendered text holds every message (templates add text, never remove it). Truncated, it may be longer.
   if (body.truncate_prompt_tokens === undefined || body.truncate_prompt_tokens === null) checkTextLength(ctx, text, "messages");
   const room = body.max_completion_tokens ?? body.max_tokens ?? 1;
-  const images = chatImages(body.messages);
+  const images = chatImages(ctx, body.messages);
   if (images.length > 0) {
     if (body.truncate_prompt_tokens !== undefined && body.truncate_prompt_tokens !== null) {
       throw new ApiError(400, "truncate_prompt_tokens cannot be used with images: a cut could fall inside one", "truncate_prompt_tokens", "unsupported_parameter");
@@ -57,9 +57,12 @@ export function chatPrompt(ctx: ServeContext, body: ChatRequest): { text: string
   return { text, prompt, tools };
 }
 
-/** The images of a chat's messages, decoded, in the order their parts come. */
-function chatImages(messages: ChatRequest["messages"]): DecodedImage[] {
+/** The images of a chat's messages, decoded, in the order their parts come (a 400 where the model reads text only). */
+function chatImages(ctx: ServeContext, messages: ChatRequest["messages"]): DecodedImage[] {
   const images: DecodedImage[] = [];
+  if (!ctx.config.vision && messages.some((m) => Array.isArray(m.content) && m.content.some((p) => p.type === "image_url"))) {
+    throw new ApiError(400, "This model reads text only: image parts need a vision projector, loaded with --mmproj", "messages", "invalid_value");
+  }
   messages.forEach((m, i) => {
     if (!Array.isArray(m.content)) return;
     m.content.forEach((part, j) => {

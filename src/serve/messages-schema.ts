@@ -3,15 +3,28 @@
  * the `@anthropic-ai/sdk` client send) that this server answers: text, tool use and tool results,
  * thinking blocks sent back. Unknown fields are ignored, as Anthropic's API does with new ones; known
  * fields are checked so a bad value gets a 400 that names it, and content the models here cannot read
- * (images, documents) or tools they cannot run (Anthropic's server and built-in tools) is refused by
- * name rather than dropped.
+ * (documents; images where no vision projector is loaded, serve/prompt-images.ts) or tools they cannot
+ * run (Anthropic's server and built-in tools) is refused by name rather than dropped.
  */
 import { z } from "zod";
 import { describe } from "./errors.ts";
 import { explained, type Flaw, isObject, sessionKey } from "./schemas.ts";
 
 /** Content block types a message may carry here. */
-const BLOCK_TYPES = ["text", "tool_use", "tool_result", "thinking", "redacted_thinking"];
+const BLOCK_TYPES = ["text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking"];
+
+/** What is wrong with an image block (null: nothing): its source base64 data with a media type, or a URL. */
+function imageFlaw(b: Record<string, unknown>, path: (string | number)[]): Flaw | null {
+  const src = b.source;
+  const shape = 'an image block is {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "..."}}';
+  if (!isObject(src)) return { message: shape, path: [...path, "source"] };
+  if (src.type === "base64") {
+    if (typeof src.media_type !== "string" || typeof src.data !== "string") return { message: shape, path: [...path, "source"] };
+    return null;
+  }
+  if (src.type === "url") return typeof src.url === "string" ? null : { message: "an image block's url source needs a string url", path: [...path, "source", "url"] };
+  return { message: `image sources of type ${JSON.stringify(src.type)} are not supported (base64 or url)`, path: [...path, "source", "type"] };
+}
 
 /** What is wrong with one content block (null: nothing), `path` inside the content array. */
 function blockFlaw(b: unknown, role: string, path: (string | number)[]): Flaw | null {
@@ -24,9 +37,12 @@ function blockFlaw(b: unknown, role: string, path: (string | number)[]): Flaw | 
   if (fromAssistant && role !== "assistant") return { message: `a ${b.type} block belongs in an assistant message, got one in a ${role} message`, path: [...path, "type"] };
   if (b.type !== "text" && role === "system") return { message: `a system message holds only text blocks, got a ${b.type} block`, path: [...path, "type"] };
   if (b.type === "tool_result" && role !== "user") return { message: `a tool_result block belongs in a user message, got one in a ${role} message`, path: [...path, "type"] };
+  if (b.type === "image" && role !== "user") return { message: `an image block belongs in a user message, got one in a ${role} message`, path: [...path, "type"] };
   switch (b.type) {
     case "text":
       return str("text", "a text block's text");
+    case "image":
+      return imageFlaw(b, path);
     case "thinking":
       return str("thinking", "a thinking block's thinking");
     case "tool_use":
@@ -37,10 +53,15 @@ function blockFlaw(b: unknown, role: string, path: (string | number)[]): Flaw | 
       if (bad) return bad;
       const c = b.content;
       if (c === undefined || typeof c === "string") return null;
-      if (!Array.isArray(c)) return { message: "a tool_result block's content must be a string or an array of text blocks", path: [...path, "content"] };
+      if (!Array.isArray(c)) return { message: "a tool_result block's content must be a string or an array of text and image blocks", path: [...path, "content"] };
       for (const [i, part] of c.entries()) {
+        if (isObject(part) && part.type === "image") {
+          const flaw = imageFlaw(part, [...path, "content", i]);
+          if (flaw) return flaw;
+          continue;
+        }
         if (!isObject(part) || part.type !== "text" || typeof part.text !== "string") {
-          return { message: `a tool_result block's content may hold only text blocks, got ${isObject(part) ? `type ${JSON.stringify(part.type)}` : JSON.stringify(part)}`, path: [...path, "content", i] };
+          return { message: `a tool_result block's content may hold only text and image blocks, got ${isObject(part) ? `type ${JSON.stringify(part.type)}` : JSON.stringify(part)}`, path: [...path, "content", i] };
         }
       }
       return null;
@@ -66,16 +87,21 @@ function messageFlaw(m: unknown): Flaw | null {
 
 const TextBlock = z.looseObject({ type: z.literal("text"), text: z.string() });
 
+/** An image's source: base64 data with its media type, or a URL. */
+const ImageSource = z.looseObject({ type: z.enum(["base64", "url"]), media_type: z.string().optional(), data: z.string().optional(), url: z.string().optional() });
+const ImageBlock = z.looseObject({ type: z.literal("image"), source: ImageSource });
+
 /** One content block, after the checks above. */
 export const ContentBlockSchema = z.looseObject({
-  type: z.enum(["text", "tool_use", "tool_result", "thinking", "redacted_thinking"]),
+  type: z.enum(["text", "image", "tool_use", "tool_result", "thinking", "redacted_thinking"]),
+  source: ImageSource.optional(),
   text: z.string().optional(),
   thinking: z.string().optional(),
   id: z.string().optional(),
   name: z.string().optional(),
   input: z.record(z.string(), z.unknown()).optional(),
   tool_use_id: z.string().optional(),
-  content: z.union([z.string(), z.array(TextBlock)]).optional(),
+  content: z.union([z.string(), z.array(z.union([TextBlock, ImageBlock]))]).optional(),
   is_error: z.boolean().optional(),
 });
 

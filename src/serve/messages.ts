@@ -85,19 +85,42 @@ function chatMessages(body: MessagesPrompt): ChatMessageIn[] {
       } as ChatMessageIn);
       continue;
     }
-    // A user turn: its tool results (Anthropic puts them first) as tool messages, then its text.
-    const texts: string[] = [];
+    // A user turn: its tool results (Anthropic puts them first) as tool messages, then its text and images.
+    const parts: ChatPart[] = [];
     for (const b of blocks) {
       if (b.type === "tool_result") {
         const name = names.get(b.tool_use_id!);
-        const content = textOf(b.content, "\n");
-        out.push({ role: "tool", tool_call_id: b.tool_use_id!, content: b.is_error ? `Error: ${content}` : content, ...(name ? { name } : {}) } as ChatMessageIn);
-      } else if (b.type === "text" && b.text) texts.push(b.text);
+        out.push({ role: "tool", tool_call_id: b.tool_use_id!, content: toolResultContent(b), ...(name ? { name } : {}) } as ChatMessageIn);
+      } else if (b.type === "text" && b.text) parts.push({ type: "text", text: b.text });
+      else if (b.type === "image") parts.push(imagePart(b.source!));
     }
-    const text = texts.join("\n");
-    if (text !== "" || !blocks.some((b) => b.type === "tool_result")) out.push({ role: "user", content: text });
+    if (parts.length > 0 || !blocks.some((b) => b.type === "tool_result")) out.push({ role: "user", content: joinedParts(parts) });
   }
   return out;
+}
+
+type ChatPart = { type: "text"; text: string } | { type: "image_url"; image_url: { url: string } };
+
+/** An image block's source as a chat image part: base64 data as a data URL, a URL as it is (serve/prompt-images.ts reads or refuses it). */
+function imagePart(source: NonNullable<ContentBlockIn["source"]>): ChatPart {
+  const url = source.type === "base64" ? `data:${source.media_type};base64,${source.data}` : source.url!;
+  return { type: "image_url", image_url: { url } };
+}
+
+/** Parts as a chat message's content: text joined by newlines where there are no images, else the parts. */
+function joinedParts(parts: readonly ChatPart[]): ChatMessageIn["content"] {
+  if (parts.every((p) => p.type === "text")) return parts.map((p) => (p as { text: string }).text).join("\n");
+  return [...parts];
+}
+
+/** A tool_result's content for its tool message: its text (an error's marked), and its images (a computer-use agent's screenshots). */
+function toolResultContent(b: ContentBlockIn): ChatMessageIn["content"] {
+  const blocks = typeof b.content === "string" || b.content === undefined ? [{ type: "text" as const, text: b.content ?? "" }] : b.content;
+  const parts: ChatPart[] = blocks.map((c) => (c.type === "image" ? imagePart(c.source) : { type: "text", text: c.text }));
+  if (b.is_error) parts.unshift({ type: "text", text: "Error: " });
+  const joined = joinedParts(parts);
+  // An error's text reads as before: "Error: " and the text in one piece.
+  return b.is_error && typeof joined === "string" ? joined.replace(/^Error: \n/, "Error: ") : joined;
 }
 
 /**

@@ -20,6 +20,15 @@ function textOf(content: string | TextPartIn[]): string {
   return typeof content === "string" ? content : content.map((p) => (p.type === "refusal" ? p.refusal ?? "" : p.text ?? "")).join("");
 }
 
+/**
+ * A content field as a chat message's content: its text, or where it holds images, its parts in
+ * order (images as chat image parts: a tool's screenshot reaches the model as a user's image does).
+ */
+function contentOf(content: string | TextPartIn[]): ChatMessageIn["content"] {
+  if (typeof content === "string" || !content.some((p) => p.type === "input_image")) return textOf(content);
+  return content.map((p) => (p.type === "input_image" ? { type: "image_url" as const, image_url: { url: p.image_url! } } : { type: "text" as const, text: textOf([p]) }));
+}
+
 interface AssistantDraft {
   role: "assistant";
   content: string | null;
@@ -74,17 +83,20 @@ export function itemsToMessages(items: readonly InputItem[], before: readonly Ch
         const o = item as Extract<InputItem, { type: "function_call_output" }>;
         flush();
         const name = names.get(o.call_id);
-        out.push({ role: "tool", tool_call_id: o.call_id, content: textOf(o.output), ...(name ? { name } : {}) } as ChatMessageIn);
+        out.push({ role: "tool", tool_call_id: o.call_id, content: contentOf(o.output), ...(name ? { name } : {}) } as ChatMessageIn);
         break;
       }
       default: {
         const m = item as Extract<InputItem, { role: string }>;
         if (m.role === "assistant") {
+          if (typeof m.content !== "string" && m.content.some((p) => p.type === "input_image")) {
+            throw new ApiError(400, "An assistant message cannot hold an input_image part: images go in user messages and function_call_output items", "input", "invalid_value");
+          }
           const a = assistant(true);
           a.content = (a.content ?? "") + textOf(m.content);
         } else {
           flush();
-          out.push({ role: m.role, content: textOf(m.content) });
+          out.push({ role: m.role, content: contentOf(m.content) });
         }
       }
     }

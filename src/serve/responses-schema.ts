@@ -11,11 +11,13 @@ import { cacheSaltField, explained, type Flaw, isObject, priorityField, SERVICE_
 const maybe = <T extends z.ZodType>(t: T) => t.nullable().optional();
 const positiveInt = z.number().int().min(1);
 
-/** A text part of an input or output message. */
+/** A text part of an input or output message, or an input image (its `image_url`, a base64 data URL: serve/prompt-images.ts). */
 export interface TextPartIn {
-  type: "input_text" | "output_text" | "refusal";
+  type: "input_text" | "output_text" | "refusal" | "input_image";
   text?: string;
   refusal?: string;
+  image_url?: string;
+  detail?: string;
 }
 /** A message item (`type` may be left out). */
 export interface MessageItemIn {
@@ -54,7 +56,7 @@ export interface ReasoningItemIn {
 export type InputItem = MessageItemIn | FunctionCallItemIn | FunctionCallOutputItemIn | ReasoningItemIn;
 
 const ROLES = ["user", "assistant", "system", "developer"];
-const TEXT_PARTS = ["input_text", "output_text", "refusal"];
+const TEXT_PARTS = ["input_text", "output_text", "refusal", "input_image"];
 
 /** What is wrong with a message's (or a tool output's) content, if anything. */
 function contentFlaw(v: unknown, at: (string | number)[]): Flaw | null {
@@ -63,7 +65,12 @@ function contentFlaw(v: unknown, at: (string | number)[]): Flaw | null {
   for (const [i, part] of v.entries()) {
     if (!isObject(part)) return { message: 'content parts must be objects like {"type": "input_text", "text": "..."}', path: [...at, i] };
     if (!TEXT_PARTS.includes(part.type as string)) {
-      return { message: `only text parts (input_text, output_text, refusal) are supported, got a part of type ${JSON.stringify(part.type)}`, path: [...at, i, "type"] };
+      return { message: `only text and image parts (input_text, output_text, refusal, input_image) are supported, got a part of type ${JSON.stringify(part.type)}`, path: [...at, i, "type"] };
+    }
+    if (part.type === "input_image") {
+      if (typeof part.image_url === "string") continue;
+      const why = part.file_id !== undefined ? "images by file_id are not supported (this server stores no files): send image_url" : "an input_image part needs its image_url (a base64 data URL)";
+      return { message: why, path: [...at, i, "image_url"] };
     }
     const key = part.type === "refusal" ? "refusal" : "text";
     if (typeof part[key] !== "string") return { message: `a ${part.type} part's ${key} must be a string`, path: [...at, i, key] };

@@ -95,7 +95,7 @@ test("POST /v1/messages answers a client's mistakes with Anthropic's error shape
     const image = { type: "image" as const, source: { type: "base64" as const, media_type: "image/png" as const, data: "AAAA" } };
     await assert.rejects(client.messages.create({ model: "scripted", max_tokens: 8, messages: [{ role: "user", content: [image] }] }), (e: unknown) => {
       assert.ok(e instanceof Anthropic.BadRequestError, String(e));
-      assert.match((e.error as { error: { message: string } }).error.message, /'messages\[0\]\.content\[0\]\.type'.*"image" are not supported/);
+      assert.match((e.error as { error: { message: string } }).error.message, /This model reads text only: image parts need a vision projector, loaded with --mmproj/);
       return true;
     });
     const noMax = await fetch(`${url}/v1/messages`, { method: "POST", headers: { "content-type": "application/json", "x-api-key": "k" }, body: JSON.stringify({ model: "scripted", messages: [ASK] }) });

@@ -194,9 +194,11 @@ test("ChatMessageSchema needs content, except on an assistant message with tool_
 });
 
 test("schemaError() explains union fields: content, stop, tool_choice and prompt", async () => {
-  assert400(await chat({ messages: [{ role: "user", content: 5 }] }), "messages[0].content", "invalid_value", /content must be a string or an array of text parts \(got 5\)/);
+  assert400(await chat({ messages: [{ role: "user", content: 5 }] }), "messages[0].content", "invalid_value", /content must be a string or an array of text and image parts \(got 5\)/);
   const image = [{ type: "image_url", image_url: { url: "https://x/y.png" } }];
-  assert400(await chat({ messages: [{ role: "user", content: image }] }), "messages[0].content[0]", "invalid_value", /only text parts are supported, got a part of type "image_url"/);
+  // An image part is well formed; this model has no vision projector to read it (tests/serve/vision-server.test.ts).
+  assert400(await chat({ messages: [{ role: "user", content: image }] }), "messages", "invalid_value", /This model reads text only: image parts need a vision projector/);
+  assert400(await chat({ messages: [{ role: "user", content: [{ type: "input_audio", input_audio: {} }] }] }), "messages[0].content[0]", "invalid_value", /only text and image_url parts are supported, got a part of type "input_audio"/);
   assert400(await chat({ stop: Array.from({ length: 65 }, (_, i) => `s${i}`) }), "stop", "invalid_value", /at most 64 stop sequences are allowed, got 65/);
   assert400(await chat({ stop: ["a", 7] }), "stop[1]", "invalid_value", /stop sequences must be strings/);
   assert400(await chat({ tool_choice: "bogus" }), "tool_choice", "invalid_value", /must be "none", "auto", "required", \{"type": "function", "function": \{"name": "..."\}\} or \{"type": "allowed_tools"/);

@@ -259,7 +259,7 @@ test("POST /v1/responses refuses what it cannot honour with a 400 naming the fie
       assert.equal(json.error.param, param, json.error.message);
       assert.match(json.error.message, re);
     };
-    await bad({ input: [{ role: "user", content: [{ type: "input_image", image_url: "http://x/y.png" }] }] }, "input[0].content[0].type", /only text parts.*input_image/);
+    await bad({ input: [{ role: "user", content: [{ type: "input_image", image_url: "http://x/y.png" }] }] }, "input", /This model reads text only: image parts need a vision projector, loaded with --mmproj/);
     await bad({ input: [{ type: "item_reference", id: "msg_1" }] }, "input[0].id", /input\[0\] references item .msg_1., which no stored response or conversation holds/);
     await bad({ input: [{ type: "item_reference" }] }, "input[0].id", /an item_reference item needs a non-empty string id/);
     await bad({ input: [{ type: "function_call", call_id: "c1", name: "f" }] }, "input[0].arguments", /JSON string/);

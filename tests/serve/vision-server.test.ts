@@ -9,6 +9,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
 import OpenAI from "openai";
+import Anthropic from "@anthropic-ai/sdk";
 import { projectRoot, test } from "../harness.ts";
 import { startServer } from "../../src/serve/server.ts";
 import { encodePng } from "../../src/model/vision/png.ts";
@@ -34,10 +35,10 @@ const ask = (parts: Part[]): OpenAI.Chat.Completions.ChatCompletionCreateParamsN
 const image = (url: string): Part => ({ type: "image_url", image_url: { url } });
 
 /** Starts a server (with the projector unless told), runs `fn` with a client, and shuts it down. */
-async function withServer(fn: (client: OpenAI) => Promise<void>, vision = true): Promise<void> {
+async function withServer(fn: (client: OpenAI, url: string) => Promise<void>, vision = true): Promise<void> {
   const s = await startServer({ modelPath, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, ...(vision ? { mmproj } : {}) });
   try {
-    await fn(new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "unused", maxRetries: 0 }));
+    await fn(new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "unused", maxRetries: 0 }), s.url);
   } finally {
     await s.shutdown();
   }
@@ -105,4 +106,56 @@ test("startServer() without a projector refuses images by name, and refuses --mm
     assert.match(r.message, /This model reads text only: image parts need a vision projector, loaded with --mmproj/);
   }, false);
   await assert.rejects(startServer({ modelPath, host: "127.0.0.1", port: 0, backend: "reference", mmproj, workers: 2 }), /--mmproj runs on one engine/);
+});
+
+test("startServer({ mmproj }) reads images in the Responses API (input_image, a function call's output) and in Messages (image blocks, a tool_result's)", async () => {
+  await withServer(async (client, url) => {
+    const chat = async (parts: Part[]) => (await client.chat.completions.create(ask(parts))).choices[0].message.content;
+    const want = await chat([{ type: "text", text: "Once upon a time" }, image(pngUrl(5))]);
+    const response = await client.responses.create({
+      model: "stories260K", max_output_tokens: 10, temperature: 0, store: false,
+      input: [{ role: "user", content: [{ type: "input_text", text: "Once upon a time" }, { type: "input_image", image_url: pngUrl(5), detail: "auto" }] }],
+    });
+    assert.equal(response.output_text, want, "the same parts, the same prompt, the same answer as chat");
+    // A tool's screenshot: the function call's output holds the image (no tools offered: this model has no chat template to show them).
+    const screenshot = (seed: number) => client.responses.create({
+      model: "stories260K", max_output_tokens: 10, temperature: 0, store: false,
+      input: [
+        { role: "user", content: "Take a screenshot" },
+        { type: "function_call", call_id: "call_1", name: "screenshot", arguments: "{}" },
+        { type: "function_call_output", call_id: "call_1", output: [{ type: "input_image", image_url: pngUrl(seed) }] },
+      ],
+    });
+    const [shotA, shotB] = [await screenshot(6), await screenshot(7)];
+    assert.notEqual(shotA.output_text, shotB.output_text, "the screenshot decides the answer");
+    assert.ok((shotA.usage?.input_tokens ?? 0) >= 16);
+    const bad = await refusal(client.responses.create({ model: "stories260K", input: [{ role: "user", content: [{ type: "input_image", file_id: "file-1" } as never] }] }));
+    assert.equal(bad.status, 400);
+    assert.match(bad.message, /images by file_id are not supported/);
+
+    const anthropic = new Anthropic({ baseURL: url, apiKey: "none", maxRetries: 0 });
+    const base64 = (seed: number) => pngUrl(seed).slice("data:image/png;base64,".length);
+    // Greedy: top_k 1 (this SDK's types no longer list the sampling fields; the API still takes them).
+    const greedy = (p: Anthropic.MessageCreateParamsNonStreaming) => anthropic.messages.create({ ...p, top_k: 1 } as Anthropic.MessageCreateParamsNonStreaming);
+    const msg = await greedy({
+      model: "stories260K", max_tokens: 10,
+      messages: [{ role: "user", content: [{ type: "text", text: "Once upon a time" }, { type: "image", source: { type: "base64", media_type: "image/png", data: base64(5) } }] }],
+    });
+    assert.equal(msg.content[0].type === "text" ? msg.content[0].text : undefined, want);
+    const toolShot = (seed: number) => greedy({
+      model: "stories260K", max_tokens: 10,
+      messages: [
+        { role: "user", content: "Take a screenshot" },
+        { role: "assistant", content: [{ type: "tool_use", id: "toolu_1", name: "screenshot", input: {} }] },
+        { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_1", content: [{ type: "image", source: { type: "base64", media_type: "image/png", data: base64(seed) } }] }] },
+      ],
+    });
+    const text = (m: Anthropic.Message) => m.content.map((b) => (b.type === "text" ? b.text : "")).join("");
+    assert.notEqual(text(await toolShot(6)), text(await toolShot(7)), "the tool result's image decides the answer");
+    const remote = await anthropic.messages.create({
+      model: "stories260K", max_tokens: 4,
+      messages: [{ role: "user", content: [{ type: "image", source: { type: "url", url: "https://example.com/a.png" } }] }],
+    }).then(() => undefined, (e: unknown) => e);
+    assert.ok(remote instanceof Anthropic.APIError && remote.status === 400 && /Image URLs are not fetched/.test(remote.message), String(remote));
+  });
 });
