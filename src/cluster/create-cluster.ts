@@ -45,6 +45,8 @@ export interface CreateClusterOptions extends Omit<ClusterOptions, "bytesPerBloc
   workerToken?: string;
   /** Each worker quantizes the model's f32/f16/bf16 matrices into this block format as it loads them (`--quantize`). */
   quantize?: QuantizeDType;
+  /** Each worker loads this vision projector beside the model (`--mmproj`; a path on its own machine). */
+  mmproj?: string;
   /**
    * The draft model of `engine.speculative` "draft_model", for engines in this thread (worker threads
    * and processes load it themselves from the speculation's path).
@@ -78,7 +80,7 @@ export function createCluster(backend: Backend, model: LoadedModel, o: CreateClu
  */
 export async function startThreadCluster(model: LoadedModel, modelPath: string, backend: BackendChoice, o: CreateClusterOptions): Promise<Cluster> {
   if (!Number.isInteger(o.workers) || o.workers < 1) throw new RangeError(`The worker count must be a positive integer, got ${o.workers}`);
-  return await startRemoteCluster(model, o, (id, engine, onStep) => RemoteEngine.start(id, { path: modelPath, quantize: o.quantize }, backend, engine, onStep), backend);
+  return await startRemoteCluster(model, o, (id, engine, onStep) => RemoteEngine.start(id, { path: modelPath, quantize: o.quantize, mmproj: o.mmproj }, backend, engine, onStep), backend);
 }
 
 /**
@@ -91,7 +93,7 @@ export async function startTcpCluster(
   if (addresses.length === 0) throw new RangeError("A TCP cluster needs at least one worker address");
   for (const a of addresses) parseAddress(a);
   return await startRemoteCluster(model, { ...o, workers: addresses.length }, (id, engine, onStep) => {
-    return connectTcpWorker(id, addresses[Number(id.slice("worker-".length))], modelPath, backend, engine, onStep, o.workerToken, o.quantize);
+    return connectTcpWorker(id, addresses[Number(id.slice("worker-".length))], modelPath, backend, engine, onStep, o.workerToken, o.quantize, o.mmproj);
   }, backend);
 }
 
@@ -103,7 +105,7 @@ export async function startTcpCluster(
  */
 export async function connectTcpWorker(
   id: string, addr: string, modelPath: string, backend: BackendChoice, engine: PortableEngineOptions, onStep: (id: string, r: StepRecord) => void,
-  token?: string, quantize?: QuantizeDType,
+  token?: string, quantize?: QuantizeDType, mmproj?: string,
 ): Promise<RemoteEngine> {
   const { host, port } = parseAddress(addr);
   const p = await connectPort(host, port).catch((e: Error) => {
@@ -115,7 +117,7 @@ export async function connectTcpWorker(
     await p.close();
     throw e;
   }
-  return RemoteEngine.over(p, id, { path: modelPath, quantize }, backend, engine, onStep);
+  return RemoteEngine.over(p, id, { path: modelPath, quantize, mmproj }, backend, engine, onStep);
 }
 
 /**

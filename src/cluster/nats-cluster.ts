@@ -40,7 +40,7 @@ export async function startNatsCluster(
   const watch = watchWorkers(nc, c, {
     clusterName, drainMs: o.drainMs, log: o.log,
     connect: async (id, addr) => {
-      const engine = await connectTcpWorker(id, addr, modelPath, backend, portable, onStep, o.workerToken, o.quantize);
+      const engine = await connectTcpWorker(id, addr, modelPath, backend, portable, onStep, o.workerToken, o.quantize, o.mmproj);
       if (engine.modelFingerprint === fingerprint) return engine;
       await engine.stop();
       throw otherModelError(engine, fingerprint);

@@ -86,7 +86,7 @@ export class RemoteEngine implements WorkerEngine {
       throw e;
     }
     const ready = watchWorkerStart(port, id, load.path, timeoutS, { receive: (m) => t.receive(m), fail: (e) => t.fail(e) });
-    t.send({ op: "init", modelPath: load.path, ...(load.quantize ? { quantize: load.quantize } : {}), backend, workerId: id, engine });
+    t.send({ op: "init", modelPath: load.path, ...(load.quantize ? { quantize: load.quantize } : {}), ...(load.mmproj !== undefined ? { mmproj: load.mmproj } : {}), backend, workerId: id, engine });
     try {
       const msg = await ready;
       [t.maxModelLen, t.blockSize, t.vocabSize, t.backendReason, t.modelFingerprint] = [msg.maxModelLen, msg.blockSize, msg.vocabSize, msg.backend, msg.fingerprint];

@@ -91,7 +91,7 @@ export function serveWorker(port: ThreadPort): Promise<void> {
     try {
       const quantize = m.quantize ? { quantize: m.quantize } : {};
       const spec = m.engine.speculative;
-      const model = await loadModel(m.modelPath, { ...quantize, ...blockLoadOptions(spec), onProgress: stage("model") });
+      const model = await loadModel(m.modelPath, { ...quantize, ...blockLoadOptions(spec), ...(m.mmproj !== undefined ? { mmproj: m.mmproj } : {}), onProgress: stage("model") });
       const draft = spec?.method === "draft_model" ? await loadDraftModel(spec, model, { ...quantize, onProgress: stage("draft") }) : undefined;
       base = { config: model.config, hasOutput: model.weights.output !== undefined };
       stage("backend");

@@ -21,15 +21,16 @@ export type PortableEngineOptions = Omit<CreateEngineOptions, "onStep" | "now" |
   warmUp?: boolean;
 };
 
-/** Where a worker loads its model from, and how (`--quantize`). */
+/** Where a worker loads its model from, and how (`--quantize`), with its vision projector (`--mmproj`). */
 export interface ModelLoad {
   path: string;
   quantize?: QuantizeDType;
+  mmproj?: string;
 }
 
 /** From the cluster to a worker. */
 export type ToWorker =
-  | { op: "init"; modelPath: string; quantize?: QuantizeDType; backend: BackendChoice; workerId: string; engine: PortableEngineOptions }
+  | { op: "init"; modelPath: string; quantize?: QuantizeDType; mmproj?: string; backend: BackendChoice; workerId: string; engine: PortableEngineOptions }
   | { op: "submit"; rid: number; req: GenerateRequest }
   | { op: "cancel"; rid: number }
   | { op: "tool"; sessionId: string; tool: string }

@@ -40,9 +40,6 @@ export function modelNameOf(path: string): string {
 /** Starts a server and resolves once it listens. */
 export async function startServer(o: ServerOptions): Promise<RunningServer> {
   const { workers, transport } = checkClusterOptions(o);
-  if (o.mmproj !== undefined && (workers !== 1 || o.workerAddrs !== undefined)) {
-    throw new RangeError("--mmproj runs on one engine: images are not yet carried to workers (leave out --workers, --worker-addrs and --nats)");
-  }
   const onLoadNote = o.onLoadNote;
   const model = o.model ?? (await loadModel(o.modelPath, {
     ...(o.quantize ? { quantize: o.quantize } : {}),
@@ -120,7 +117,7 @@ export async function startServer(o: ServerOptions): Promise<RunningServer> {
       ...(o.itlAdmissionTargetS !== undefined ? { plannerOptions: { itlTargetS: o.itlAdmissionTargetS, itlAdmission: true } } : {}),
       transport: transport ?? "in-process", workerAddrs: o.workerAddrs, engine: engineOptions, warmUp: o.warmUp !== false,
       ...(o.nats !== undefined ? { nats: { url: o.nats, clusterName: o.clusterName, drainMs: o.drainMs } } : {}),
-      ...(o.quantize ? { quantize: o.quantize } : {}), ...(draft ? { draft } : {}),
+      ...(o.quantize ? { quantize: o.quantize } : {}), ...(o.mmproj !== undefined ? { mmproj: o.mmproj } : {}), ...(draft ? { draft } : {}),
       ...(o.workerToken !== undefined ? { workerToken: o.workerToken } : {}), ...(stepLog ? { onStep: (id: string, r: StepRecord) => stepLog.record({ ...r, worker: id }) } : {}),
       ...(plannerLog ? { onDecision: (d: ClusterDecision) => plannerLog.record(plannerLogRecord(d, unixS())) } : {}),
       ...(routeLog ? { onRoute: (d: RouteDecision) => routeLog.record(routeLogRecord(d, unixS())) } : {}),

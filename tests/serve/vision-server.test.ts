@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import process from "node:process";
+import { type ChildProcess, spawn } from "node:child_process";
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
 import { projectRoot, test } from "../harness.ts";
@@ -99,13 +100,64 @@ test("startServer({ mmproj }) answers 400 naming what it cannot read: remote URL
   });
 });
 
-test("startServer() without a projector refuses images by name, and refuses --mmproj with workers", async () => {
+test("startServer() without a projector refuses images by name", async () => {
   await withServer(async (client) => {
     const r = await refusal(client.chat.completions.create(ask([{ type: "text", text: "Once" }, image(pngUrl(1))])));
     assert.equal(r.status, 400);
     assert.match(r.message, /This model reads text only: image parts need a vision projector, loaded with --mmproj/);
   }, false);
-  await assert.rejects(startServer({ modelPath, host: "127.0.0.1", port: 0, backend: "reference", mmproj, workers: 2 }), /--mmproj runs on one engine/);
+});
+
+/** Starts `worker --listen 127.0.0.1:0` under Node; resolves with its address once it listens. */
+function startWorker(): Promise<{ addr: string; child: ChildProcess }> {
+  const child = spawn("node", ["--import", `${projectRoot}/node_modules/tsx/dist/loader.mjs`, `${projectRoot}/src/cli/worker.ts`, "--listen", "127.0.0.1:0"], {
+    cwd: projectRoot, stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, NODE_OPTIONS: "", EVOLVING_WORKER_TOKEN: "" },
+  });
+  let log = "";
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return new Promise<{ addr: string; child: ChildProcess }>((resolve, reject) => {
+    child.stderr!.on("data", (d: Uint8Array) => {
+      log += new TextDecoder().decode(d);
+      const m = /listening on (\S+)/.exec(log);
+      if (m) resolve({ addr: m[1], child });
+    });
+    child.on("exit", (code) => reject(new Error(`worker exited with ${code}: ${log}`)));
+    // Only turns a start that hangs into a failure: generous, as a loaded CI machine is slow.
+    timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`worker did not listen within 120 s: ${log}`));
+    }, 120_000);
+  }).finally(() => clearTimeout(timer));
+}
+
+/** Greedy answers to image prompts (one repeated) from a server started with `o` and the projector. */
+async function clusterAnswers(o: Partial<Parameters<typeof startServer>[0]>): Promise<string[]> {
+  const s = await startServer({ modelPath, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64, mmproj, ...o });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    const out: string[] = [];
+    for (const seed of [1, 2, 1]) out.push((await client.chat.completions.create(ask([{ type: "text", text: "Once upon a time" }, image(pngUrl(seed))]))).choices[0].message.content ?? "");
+    return out;
+  } finally {
+    await s.shutdown();
+  }
+}
+
+test("startServer({ mmproj }) with workers (in-process, threads, a prefill/decode hand-off, a worker process over TCP) answers images as one engine does", async () => {
+  const want = await clusterAnswers({});
+  assert.notEqual(want[0], want[1]);
+  const cases: [string, Partial<Parameters<typeof startServer>[0]>][] = [
+    ["in-process", { workers: 2, transport: "in-process", planner: "none" }],
+    ["threads", { workers: 2, transport: "threads", planner: "none" }],
+    ["prefill/decode", { workers: 2, transport: "threads", roles: ["prefill", "decode"], planner: "none", router: "kv-aware", localPrefillTokens: 0 }],
+  ];
+  for (const [what, o] of cases) assert.deepEqual(await clusterAnswers(o), want, what);
+  const worker = await startWorker();
+  try {
+    assert.deepEqual(await clusterAnswers({ workerAddrs: [worker.addr], transport: "tcp" }), want, "a worker process over TCP");
+  } finally {
+    worker.child.kill();
+  }
 });
 
 test("startServer({ mmproj }) reads images in the Responses API (input_image, a function call's output) and in Messages (image blocks, a tool_result's)", async () => {
