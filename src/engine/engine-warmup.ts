@@ -10,6 +10,7 @@
 import type { SamplingRow } from "../backend/types.ts";
 import type { StepExtras, StepRunner } from "./engine-runner-types.ts";
 import { TokenMask } from "./output-constraint.ts";
+import type { VisionConfig } from "../model/vision/mmproj.ts";
 import type { StepEntry } from "./scheduler-types.ts";
 
 /** Decodes a warm-up step batches: one row count for each of WebGPU's tiled matmul widths past one (2, 4 and 8 row threads), the output matmul's included. */
@@ -22,11 +23,12 @@ const SPLIT_CONTEXT = 512;
  * for everything a row can ask (a bias, a mask, a repetition penalty, log probabilities), with
  * `schedulerSteps` > 1 a decode run ahead (with penalties where the runner takes them), with
  * `mtpTokens` a verify step and the multi-token-prediction block's drafts after it; where the
- * backend readies kernels at first use, also decodes of each batch in {@link DECODE_BATCHES} and a
- * decode at the end of a long context (on the reference backend, with nothing to ready, those would
- * only cost time: a 1B model's batch of 24 takes it many seconds).
+ * backend readies kernels at first use, also decodes of each batch in {@link DECODE_BATCHES}, a
+ * decode at the end of a long context and, with a vision tower, a prompt that is one image (its
+ * encoder's kernels, and the step's given rows) (on the reference backend, with nothing to ready,
+ * those would only cost time: a 1B model's batch of 24 takes it many seconds).
  */
-export async function warmUpRunner(runner: StepRunner, vocabSize: number, maxModelLen: number, schedulerSteps: number, mtpTokens = 0): Promise<void> {
+export async function warmUpRunner(runner: StepRunner, vocabSize: number, maxModelLen: number, schedulerSteps: number, mtpTokens = 0, vision?: VisionConfig): Promise<void> {
   const bs = runner.blockSize;
   if (bs < 4) return;
   const tok = Math.min(1, vocabSize - 1);
@@ -53,4 +55,10 @@ export async function warmUpRunner(runner: StepRunner, vocabSize: number, maxMod
   // The multi-token-prediction block's pass after a verify step, its chained drafts included (mtp-drafts.ts).
   if (mtpTokens > 0) await runner.run([{ ...entry([tok, tok], 2), draft: 1 }], [row], { drafts: [[row]], mtp: { tokens: mtpTokens, draft: [true], next: [undefined] } });
   if (shapes && maxModelLen >= SPLIT_CONTEXT) await runner.run([entry([tok], SPLIT_CONTEXT - 1)], [row]);
+  if (shapes && vision && vision.tokensPerImage < maxModelLen) {
+    const n = vision.tokensPerImage;
+    // A key no image's digest is (not hex): the warm-up's embeddings are never found for a request's image.
+    const image = { start: 0, length: n, pixels: new Float32Array(3 * vision.imageSize * vision.imageSize), key: "warm-up" };
+    await runner.run([entry(new Array<number>(n).fill(tok), 0)], [row], { images: [[image]] });
+  }
 }

@@ -363,7 +363,7 @@ export class Engine implements ServingEngine {
     if (this.nextId > 0 || this.pool.numUsedBlocks() > 0) throw new Error("An engine warms up only before its first request");
     const t0 = performance.now();
     const spec = this.opts.speculative;
-    await warmUpRunner(this.opts.runner, this.opts.config.vocabSize, this.maxModelLen, this.schedulerSteps, draftsFromBlock(spec) ? spec.numTokens : 0);
+    await warmUpRunner(this.opts.runner, this.opts.config.vocabSize, this.maxModelLen, this.schedulerSteps, draftsFromBlock(spec) ? spec.numTokens : 0, this.opts.config.vision);
     return performance.now() - t0;
   }
 

@@ -16,6 +16,7 @@ import type { LoadedModel } from "../../src/model/config.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { imageKey, imageTokenIds } from "../../src/model/vision/image-tokens.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
+import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
 import { writeMmproj } from "../model/vision-files.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/vision-engine-`);
@@ -131,6 +132,21 @@ test("Engine with a vision tower gives the same answer after its image's prompt 
 
 const gpu = await poisonedWebGpu("the vision engine's WebGPU test");
 gpu.gpu?.destroy();
+
+test("Engine.warmUp() with a vision tower on WebGPU compiles the tower's kernels: an image request after it compiles none", async () => {
+  const webgpu = await createWebGpuBackend({ poison: true });
+  const e = createEngine(webgpu, model, { numBlocks: 64, blockSize: 4 });
+  try {
+    await e.warmUp();
+    const compiled = webgpu.stats().recorder.pipelines;
+    const out = await e.submit(request([11, 12])).result;
+    assert.equal(out.error, undefined);
+    assert.equal(webgpu.stats().recorder.pipelines, compiled, "no kernel was compiled after the warm-up");
+  } finally {
+    await e.stop();
+    webgpu.destroy();
+  }
+}, { ignore: gpu.skip });
 
 test("Engine with a vision tower on WebGPU gives the reference backend's answer", async () => {
   const webgpu = (await poisonedWebGpu("the vision engine's WebGPU test")).gpu!;
