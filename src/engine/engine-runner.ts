@@ -59,8 +59,10 @@ export function modelStepRunner(backend: Backend, model: DeviceModel, kv: PagedK
     // The rows images take, made for this step and freed when it is done.
     const given = extras?.images ? images.stepRows(entries, extras.images) : undefined;
     const inputRows = given ? { inputRows: given.rows } : {};
+    // Gemma 3's images attend to themselves both ways: their rows see the whole image.
+    const seen = model.config.vision?.bidirectional && extras?.images ? entries.map((e, i) => (extras.images![i] ? { ...e, bidirectional: extras.images![i]!.map((im): [number, number] => [im.start, im.start + im.length]) } : e)) : entries;
     try {
-      return await runForward(entries, rows, extras, afterForward, lora, ahead, mtp, blockInput, inputRows);
+      return await runForward(seen, rows, extras, afterForward, lora, ahead, mtp, blockInput, inputRows);
     } finally {
       given?.free();
     }

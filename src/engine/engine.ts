@@ -186,6 +186,7 @@ export class Engine implements ServingEngine {
       sessionId, startsInReasoning: req.startsInReasoning, prefillOnly: req.prefillOnly, ...(wholePrompt ? { wholePrompt } : {}), ...(req.priority ? { priority: req.priority } : {}),
       ...(req.embed === true && !req.prefillOnly ? { promptOnly: true } : {}),
       ...(lora ? { adapterSlot: lora.slot } : {}), ...(cacheRoot === undefined ? {} : { cacheRoot }),
+      ...(this.opts.config.vision?.bidirectional && req.images?.length ? { atomicSpans: req.images.map((im): [number, number] => [im.start, im.start + im.length]) } : {}),
     });
     let resolve!: (r: GenerateResult) => void;
     const result = new Promise<GenerateResult>((r) => (resolve = r));

@@ -14,6 +14,7 @@
  * anyway); the calls after it, until the next change, cost nothing. A KV layer without
  * `cacheVersion` is probed on every call.
  */
+import { spanChunk } from "./atomic-spans.ts";
 import { prefillOrder } from "../../planner/prefill-order.ts";
 import { tailBlockIndex } from "./handoff-tails.ts";
 import type { KvBlockManager } from "./scheduler-kv.ts";
@@ -197,7 +198,9 @@ export class WaitingQueue {
       // Cached blocks past the checkpoint resumed from: a prefix computed before without a checkpoint
       // at its end (a prompt others share). This prompt keeps one there on its way.
       seq.branchCheckpoint = this.checkpoints && swapped === 0 && tail === null && hit.length * bs > cached ? hit.length * bs : undefined;
-      const n = this.checkpoints ? checkpointChunk(checkpointLimit(seq), cached, most, bs, seq.branchCheckpoint).n : most;
+      const chunk = this.checkpoints ? checkpointChunk(checkpointLimit(seq), cached, most, bs, seq.branchCheckpoint).n : most;
+      // A chunk never cuts an image whose rows attend both ways (atomic-spans.ts); its blocks are found below like any chunk's.
+      const n = spanChunk(seq.hints.atomicSpans, cached, chunk, seq.tokens.length - cached);
       const got = n > 0 ? this.kv.allocate(Math.max(0, Math.ceil((cached + n) / bs) - held.length)) : null;
       if (got === null) {
         this.kv.release(hit);

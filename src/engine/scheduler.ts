@@ -20,6 +20,7 @@ import { StepMixer, type StepWork } from "./scheduler-mixing.ts";
 import { type StateRestore, WaitingQueue } from "./scheduler-queue.ts";
 import { SwapSpace } from "./scheduler-swap.ts";
 import { checkpointChunk, checkpointLimit, type StateCheckpoints } from "./state-checkpoints.ts";
+import { spanChunk } from "./atomic-spans.ts";
 import { TableViews } from "./scheduler-tables.ts";
 import { lookAheadBlocks, queueStateOf } from "./scheduler-state.ts";
 import { type FinishReason, Sequence, type SequenceHints } from "./sequence.ts";
@@ -191,7 +192,9 @@ export class Scheduler {
       if (work !== "all" && seq.inPrefill !== (work === "prefill")) continue;
       const most = Math.min(seq.numPending, room(seq));
       // A Gated DeltaNet model's prefill chunk stops where its prompt's last whole block ends (a checkpoint).
-      const n = this.checkpoints && seq.inPrefill ? checkpointChunk(checkpointLimit(seq), seq.numComputed, most, bs, seq.branchCheckpoint).n : most;
+      const chunk = this.checkpoints && seq.inPrefill ? checkpointChunk(checkpointLimit(seq), seq.numComputed, most, bs, seq.branchCheckpoint).n : most;
+      // A chunk never cuts an image whose rows attend both ways (atomic-spans.ts).
+      const n = seq.inPrefill ? spanChunk(seq.hints.atomicSpans, seq.numComputed, chunk, seq.numPending) : chunk;
       if (n === 0) continue;
       // A decode verifies its draft in the same step while the budget lasts; a draft never preempts.
       // It follows every pending token (one, or forced tokens, or a draft's taken tokens fed again).

@@ -2,6 +2,7 @@
  * A sequence: one request's tokens and its place in the KV cache, as the scheduler sees it.
  * Plain data plus a few derived numbers; the scheduler owns every transition.
  */
+import type { AtomicSpan } from "./atomic-spans.ts";
 import { type ReasoningTokens, ReasoningSpans } from "./reasoning-spans.ts";
 
 /** Lifecycle of a sequence inside one worker. */
@@ -43,6 +44,8 @@ export interface SequenceHints {
   cacheRoot?: number;
   /** The LoRA adapter slot the sequence runs with (StepLora.slots); absent or 0: the base model. */
   adapterSlot?: number;
+  /** Prompt spans a prefill chunk may not cut (atomic-spans.ts: Gemma 3's images), in position order. */
+  atomicSpans?: readonly AtomicSpan[];
 }
 
 /** Scheduler-side state of one request. */

@@ -18,6 +18,12 @@ export interface ForwardEntry {
    * is started afresh where startPos is 0.
    */
   stateSlot?: number;
+  /**
+   * Spans of positions [start, end) whose rows attend to each other both ways (an image's, in Gemma
+   * 3): a row there sees the keys up to end − 1. A span the entry's rows reach must end within them:
+   * its later rows' keys are written in the same step (or were cached whole before it).
+   */
+  bidirectional?: readonly (readonly [number, number])[];
 }
 
 /** Thrown when a forward step's entries do not fit the model or the KV cache. */
@@ -37,6 +43,8 @@ export interface FlatBatch {
   maxContext: number;
   /** Row of each entry's last token in the flat batch. */
   lastRows: Int32Array;
+  /** The position each row's attention takes as its own (its keys up to it): its position, or its bidirectional span's last (ForwardEntry.bidirectional); absent when every row's is its position. */
+  attnPositions?: Int32Array;
   /** Where the windowed sliding layers (RecurrentState.window) write and read: each row's cache slot, each entry's ring of blocks [entries, maxBlocks]. */
   window?: { slots: Int32Array; blockTables: Int32Array };
 }
@@ -79,6 +87,10 @@ export function flattenBatch(
       }
     }
     if (window) checkWindowEntry(e, i, blockSize, window);
+    for (const [s, t] of e.bidirectional ?? []) {
+      if (!(Number.isInteger(s) && Number.isInteger(t) && 0 <= s && s < t)) throw new ForwardInputError(`Entry ${i} has an invalid bidirectional span [${s}, ${t})`);
+      if (s < end && t > e.startPos && t > end) throw new ForwardInputError(`Entry ${i}'s rows end at position ${end - 1}, inside its bidirectional span [${s}, ${t}): the span's later keys would be missing`);
+    }
     total += e.tokens.length;
     maxBlocks = Math.max(maxBlocks, needed);
     maxContext = Math.max(maxContext, end);
@@ -93,6 +105,7 @@ export function flattenBatch(
     maxContext,
     lastRows: new Int32Array(entries.length),
     ...(window ? { window: { slots: new Int32Array(total), blockTables: new Int32Array(entries.length * maxBlocks) } } : {}),
+    ...(entries.some((e) => e.bidirectional?.length) ? { attnPositions: new Int32Array(total) } : {}),
   };
   let row = 0;
   entries.forEach((e, i) => {
@@ -108,6 +121,7 @@ export function flattenBatch(
       const pos = e.startPos + j;
       flat.ids[row] = id;
       flat.positions[row] = pos;
+      if (flat.attnPositions) flat.attnPositions[row] = (e.bidirectional?.find(([s, t]) => s <= pos && pos < t)?.[1] ?? pos + 1) - 1;
       flat.tokenSeq[row] = i;
       flat.slots[row] = e.blockTable[Math.floor(pos / blockSize)] * blockSize + (pos % blockSize);
       if (ring) flat.window!.slots[row] = ring(Math.floor(pos / blockSize)) * blockSize + (pos % blockSize);
@@ -158,6 +172,7 @@ export function uploadBatch(backend: Backend, flat: FlatBatch, temperature?: { b
     ...(scales ? { attnTemperature: backend.upload(scales, [n, 1]) } : {}),
     ids: backend.upload(flat.ids, [n]),
     positions: backend.upload(flat.positions, [n]),
+    ...(flat.attnPositions ? { attnPositions: backend.upload(flat.attnPositions, [n]) } : {}),
     slots: backend.upload(flat.slots, [n]),
     lastRows: backend.upload(flat.lastRows, [flat.lastRows.length]),
     tokenSeq: backend.upload(flat.tokenSeq, [n]),
@@ -177,7 +192,7 @@ export function uploadBatch(backend: Backend, flat: FlatBatch, temperature?: { b
     ...(tensors.attnTemperature ? { attnTemperature: tensors.attnTemperature } : {}),
     attention: {
       tokenSeq: tensors.tokenSeq,
-      tokenPos: tensors.positions,
+      tokenPos: tensors.attnPositions ?? tensors.positions,
       blockTables: tensors.blockTables,
       maxContext: flat.maxContext,
     },

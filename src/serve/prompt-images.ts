@@ -57,9 +57,11 @@ export function encodeWithImages(ctx: Pick<ServeContext, "config" | "tokenizer">
   images.forEach((image, i) => {
     const pixels = preprocessImage(image, vision.preprocess);
     const key = imageKey(pixels);
+    // Gemma 3's image sits between its start and end tokens, as its processor writes it.
+    if (vision.wrap) prompt.push(...ctx.tokenizer.encode(vision.wrap.before, { addBos: false }));
     placed.push({ start: prompt.length, length: vision.tokensPerImage, pixels, key });
     prompt.push(...imageTokenIds(key, vision.tokensPerImage, ctx.config.vocabSize));
-    prompt.push(...ctx.tokenizer.encode(pieces[i + 1], { addBos: false }));
+    prompt.push(...ctx.tokenizer.encode((vision.wrap?.after ?? "") + pieces[i + 1], { addBos: false }));
   });
   return { prompt, images: placed };
 }

@@ -18,6 +18,7 @@ import { imageKey, imageTokenIds } from "../../src/model/vision/image-tokens.ts"
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
 import { createWebGpuBackend } from "../../src/backend/webgpu/index.ts";
 import { writeMmproj } from "../model/vision-files.ts";
+import { writeTestGguf } from "../model/model-files.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/vision-engine-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -154,6 +155,70 @@ test("Engine with a vision tower on WebGPU gives the reference backend's answer"
     const r = request([9, 10]);
     const want = await answers([r]);
     const got = await answers([r], { kvCacheDtype: "f32" }, webgpu);
+    assert.deepEqual(got.tokens, want.tokens);
+  } finally {
+    webgpu.destroy();
+  }
+}, { ignore: gpu.skip });
+
+// Gemma 3: its projector pools the patches, and its images attend to themselves both ways.
+writeMmproj(`${dir}/mmproj-gemma3.gguf`, { lmHidden: 32, seed: 33, projectorType: "gemma3", clip: false, postNorm: true, gelu: true, imageSize: 56, patchSize: 7, pooling: 2 });
+const gemmaPath = await writeTestGguf(dir, "gemma3.gguf", { architecture: "gemma3", hidden: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: true, dtype: "f32", seed: 34 });
+const gemma = await loadModel(gemmaPath, { mmproj: `${dir}/mmproj-gemma3.gguf` });
+const GEMMA_TOKENS = 16;
+
+/** A Gemma 3 prompt: `lead` tokens and an image (then 3 tokens and another image where asked); it ends with its last image. */
+function gemmaRequest(seeds: number[], lead = 5): GenerateRequest {
+  const prompt = Array.from({ length: lead }, (_, i) => 2 + i * 7);
+  const images: PromptImage[] = [];
+  for (const [i, seed] of seeds.entries()) {
+    if (i > 0) prompt.push(40, 41, 42);
+    const pixels = Float32Array.from({ length: 3 * 56 * 56 }, (_, i) => Math.sin(i * 0.291 + seed));
+    const key = imageKey(pixels);
+    images.push({ start: prompt.length, length: GEMMA_TOKENS, pixels, key });
+    prompt.push(...imageTokenIds(key, GEMMA_TOKENS, 300));
+  }
+  return { prompt, images, maxTokens: 6, temperature: 0, ignoreEos: true };
+}
+
+async function gemmaAnswers(reqs: GenerateRequest[], o: CreateEngineOptions = {}, b: Backend = backend, m: LoadedModel = gemma) {
+  const e = createEngine(b, m, { numBlocks: 64, blockSize: 4, ...o });
+  try {
+    const out = [];
+    for (const r of reqs) out.push(await e.submit(r).result);
+    for (const r of out) assert.equal(r.error, undefined);
+    return out.map((r) => ({ tokens: r.tokenIds, cached: r.cachedTokens }));
+  } finally {
+    await e.stop();
+  }
+}
+
+test("Engine with Gemma 3's tower: chunks never cut an image (its rows attend both ways), a hit inside one resumes it, the image decides the answer", async () => {
+  const two = gemmaRequest([1, 2]);
+  const [whole] = await gemmaAnswers([two]);
+  // A budget of 5 tokens a step: each image (16 positions) still runs in one step, past the budget.
+  const [chunked] = await gemmaAnswers([two], { scheduler: { maxBatchTokens: 5 } });
+  assert.deepEqual(chunked.tokens, whole.tokens);
+  const [other] = await gemmaAnswers([gemmaRequest([1, 3])]);
+  assert.notDeepEqual(other.tokens, whole.tokens, "another second image, another answer");
+  // The same tower with causal images answers otherwise: the engine ran the images both ways.
+  const causal = { ...gemma, config: { ...gemma.config, vision: { ...gemma.config.vision!, bidirectional: false } } };
+  const [oneWay] = await gemmaAnswers([two], {}, backend, causal);
+  assert.notDeepEqual(oneWay.tokens, whole.tokens, "causal images give another answer");
+  // The first request ends just after its first image: its whole cached blocks end inside the image.
+  const first = two.images![0];
+  assert.ok((first.start + GEMMA_TOKENS) % 4 !== 0);
+  const [, resumed] = await gemmaAnswers([{ ...two, prompt: two.prompt.slice(0, first.start + GEMMA_TOKENS + 1), images: [first], maxTokens: 1 }, two], { scheduler: { maxBatchTokens: 5 } });
+  assert.ok(resumed.cached > first.start && resumed.cached < first.start + GEMMA_TOKENS, `the hit ends inside the image (${resumed.cached})`);
+  assert.deepEqual(resumed.tokens, whole.tokens);
+});
+
+test("Engine with Gemma 3's tower on WebGPU gives the reference backend's answer", async () => {
+  const webgpu = (await poisonedWebGpu("the vision engine's WebGPU test")).gpu!;
+  try {
+    const r = gemmaRequest([4, 5]);
+    const [want] = await gemmaAnswers([r]);
+    const [got] = await gemmaAnswers([r], { kvCacheDtype: "f32" }, webgpu);
     assert.deepEqual(got.tokens, want.tokens);
   } finally {
     webgpu.destroy();

@@ -32,6 +32,8 @@ export interface MmprojSpec {
   legacyFfnNames?: boolean;
   featureLayers?: number[];
   projectorType?: string;
+  /** Gemma 3's pooling square's side (clip.vision.projector.scale_factor; absent: the default, 4). */
+  pooling?: number;
   /** The patch convolution in f16, as converters store it (default true). */
   f16Patch?: boolean;
   seed: number;
@@ -40,16 +42,19 @@ export interface MmprojSpec {
   extraMeta?: [string, GgufEntry][];
 }
 
-/** Writes a random projector file to `path`. */
-export function writeMmproj(path: string, spec: MmprojSpec): void {
+/** Writes a random projector file to `path`; returns the values of every tensor written, by name (as written: Gemma 3's projection [hidden, lmHidden]). */
+export function writeMmproj(path: string, spec: MmprojSpec): Map<string, Float32Array> {
   const hidden = spec.hidden ?? 32, ffn = spec.ffn ?? 48, heads = spec.heads ?? 4, layers = spec.layers ?? 3;
   const imageSize = spec.imageSize ?? 28, patch = spec.patchSize ?? 14, clip = spec.clip ?? true;
   const rand = seededRandom(spec.seed);
   const tensors: HostTensor[] = [];
+  const written = new Map<string, Float32Array>();
   const add = (name: string, shape: number[], scale: number, offset = 0, dtype: "f32" | "f16" = "f32") => {
     if (spec.omit?.includes(name)) return;
     const n = shape.reduce((a, b) => a * b, 1);
-    tensors.push(hostTensorFromF32(name, shape, Float32Array.from({ length: n }, () => offset + (rand() * 2 - 1) * scale), dtype));
+    const values = Float32Array.from({ length: n }, () => offset + (rand() * 2 - 1) * scale);
+    written.set(name, values);
+    tensors.push(hostTensorFromF32(name, shape, values, dtype));
   };
   const grid = imageSize / patch;
   add("v.patch_embd.weight", [hidden, 3, patch, patch], 0.1, 0, spec.f16Patch === false ? "f32" : "f16");
@@ -76,10 +81,16 @@ export function writeMmproj(path: string, spec: MmprojSpec): void {
     add(`${p}.${down}.bias`, [hidden], 0.1);
   }
   if (spec.postNorm) norm("v.post_ln");
-  add("mm.0.weight", [spec.lmHidden, hidden], 0.3);
-  add("mm.0.bias", [spec.lmHidden], 0.1);
-  add("mm.2.weight", [spec.lmHidden, spec.lmHidden], 0.3);
-  add("mm.2.bias", [spec.lmHidden], 0.1);
+  if (spec.projectorType === "gemma3") {
+    add("mm.soft_emb_norm.weight", [hidden], 0.2, 1);
+    // Stored for x · W, as Gemma 3's checkpoint and llama.cpp's converter keep it.
+    add("mm.input_projection.weight", [hidden, spec.lmHidden], 0.3);
+  } else {
+    add("mm.0.weight", [spec.lmHidden, hidden], 0.3);
+    add("mm.0.bias", [spec.lmHidden], 0.1);
+    add("mm.2.weight", [spec.lmHidden, spec.lmHidden], 0.3);
+    add("mm.2.bias", [spec.lmHidden], 0.1);
+  }
   const f32s = (xs: number[]) => gguf.arr(GgufType.FLOAT32, xs);
   const meta = new Map<string, GgufEntry>([
     ["general.architecture", gguf.str("clip")],
@@ -100,8 +111,10 @@ export function writeMmproj(path: string, spec: MmprojSpec): void {
     ["clip.use_gelu", gguf.bool(spec.gelu ?? false)],
   ]);
   if (spec.featureLayers) meta.set("clip.vision.feature_layer", gguf.arr(GgufType.INT32, spec.featureLayers));
+  if (spec.pooling !== undefined) meta.set("clip.vision.projector.scale_factor", gguf.u32(spec.pooling));
   for (const [k, v] of spec.extraMeta ?? []) meta.set(k, v);
   writeFileSync(path, encodeGguf({ metadata: meta, tensors }));
+  return written;
 }
 
 /** x [rows, d] · Wᵀ + b, W [out, d]. */
@@ -135,8 +148,12 @@ function layerNorm(x: Float32Array, rows: number, n: { weight: HostTensor; bias:
 const gelu = (v: number) => 0.5 * v * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (v + 0.044715 * v ** 3)));
 const quickGelu = (v: number) => v / (1 + Math.exp(-1.702 * v));
 
-/** The tower's embeddings of preprocessed pixels, [tokensPerImage, lmHidden], computed on the host in f64 steps. */
-export function hostVision(model: VisionModel, pixels: Float32Array): Float32Array {
+/**
+ * The tower's embeddings of preprocessed pixels, [tokensPerImage, lmHidden], computed on the host in
+ * f64 steps. Gemma 3's projection is taken as written (`written`, from {@link writeMmproj}: [hidden,
+ * lmHidden] for x · W), not as the loader turned it.
+ */
+export function hostVision(model: VisionModel, pixels: Float32Array, written?: Map<string, Float32Array>): Float32Array {
   const c = model.config, w = model.weights;
   const grid = c.imageSize / c.patchSize, patches = grid * grid;
   const cls = w.classEmbedding !== undefined;
@@ -176,6 +193,32 @@ export function hostVision(model: VisionModel, pixels: Float32Array): Float32Arr
   }
   if (w.postNorm) x = layerNorm(x, n, w.postNorm, c.eps);
   const features = cls ? x.slice(d) : x;
-  const hidden = linear(features, patches, w.projector.w0, w.projector.b0).map(gelu);
-  return linear(hidden, patches, w.projector.w2, w.projector.b2);
+  const p = w.projector;
+  if (p.kind === "gemma3") {
+    // Average each k × k square of the g × g patch grid, RMS-norm with the weight, then x · W.
+    const k = c.pooling!, side = grid / k, cells = side * side, lm = c.projectionDim;
+    const pooled = new Float32Array(cells * d);
+    for (let r = 0; r < cells; r++) {
+      const [Y, X] = [Math.floor(r / side), r % side];
+      for (let dy = 0; dy < k; dy++) for (let dx = 0; dx < k; dx++) {
+        const patch = (Y * k + dy) * grid + X * k + dx;
+        for (let i = 0; i < d; i++) pooled[r * d + i] += features[patch * d + i] / (k * k);
+      }
+    }
+    const nw = hostValues(p.norm);
+    const proj = written!.get("mm.input_projection.weight")!;
+    const out = new Float32Array(cells * lm);
+    for (let r = 0; r < cells; r++) {
+      const row = pooled.subarray(r * d, (r + 1) * d);
+      const rms = Math.sqrt(row.reduce((a, v) => a + v * v, 0) / d + c.eps);
+      for (let o = 0; o < lm; o++) {
+        let sum = 0;
+        for (let i = 0; i < d; i++) sum += (row[i] / rms) * nw[i] * proj[i * lm + o];
+        out[r * lm + o] = sum;
+      }
+    }
+    return out;
+  }
+  const hidden = linear(features, patches, p.w0, p.b0).map(gelu);
+  return linear(hidden, patches, p.w2, p.b2);
 }

@@ -11,7 +11,7 @@ import { test } from "../harness.ts";
 import { createReferenceBackend } from "../../src/backend/reference/index.ts";
 import type { Backend } from "../../src/backend/types.ts";
 import { poisonedWebGpu } from "../webgpu-fixture.ts";
-import { loadVisionModel } from "../../src/model/vision/mmproj.ts";
+import { hostValues, loadVisionModel } from "../../src/model/vision/mmproj.ts";
 import { encodeImage, freeVision, uploadVision, writeRows } from "../../src/model/vision/vision-encoder.ts";
 import { gguf } from "../../src/model/gguf-writer.ts";
 import { expectLoadError, writeTestGguf } from "./model-files.ts";
@@ -26,10 +26,12 @@ const dir = mkdtempSync(`${tmpdir()}/vision-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
 
 let files = 0;
+/** The values each projector file written holds, by path. */
+const writtenOf = new Map<string, Map<string, Float32Array>>();
 /** Writes a projector file and returns its path. */
 function mmproj(spec: MmprojSpec): string {
   const path = `${dir}/mmproj-${files++}.gguf`;
-  writeMmproj(path, spec);
+  writtenOf.set(path, writeMmproj(path, spec));
   return path;
 }
 
@@ -63,6 +65,23 @@ test("loadVisionModel() reads a LLaVA projector file: sizes, the layers LLaVA ta
   assert.equal(featured.config.tokensPerImage, 4);
 });
 
+test("loadVisionModel() reads a Gemma 3 projector file: all layers, pooled positions, the projection turned for x · Wᵀ, images both ways, no padding", async () => {
+  const path = mmproj({ lmHidden: 64, seed: 5, projectorType: "gemma3", clip: false, postNorm: true, gelu: true, imageSize: 56, patchSize: 7, layers: 2 });
+  const m = await loadVisionModel(path, 64);
+  const c = m.config;
+  assert.deepEqual([c.projector, c.layers, c.pooling, c.tokensPerImage, c.bidirectional, c.preprocess.padToSquare], ["gemma3", 2, 4, 4, true, false]);
+  assert.deepEqual(c.wrap, { before: "\n\n<start_of_image>", after: "<end_of_image>\n\n" });
+  assert.ok(m.weights.projector.kind === "gemma3");
+  const w = m.weights.projector.w;
+  assert.deepEqual(w.shape, [64, 32]);
+  // Row o of the loaded matrix is column o of the file's [hidden, lmHidden].
+  const raw = writtenOf.get(path)!.get("mm.input_projection.weight")!;
+  const loaded = hostValues(w);
+  for (const [o, i] of [[0, 0], [5, 3], [63, 31]]) assert.equal(loaded[o * 32 + i], raw[i * 64 + o]);
+  await expectLoadError(loadVisionModel(mmproj({ lmHidden: 64, seed: 5, projectorType: "gemma3", clip: false, imageSize: 56, patchSize: 7, pooling: 3 }), 64), /pools 3 × 3 patches, which do not divide its 8 × 8 grid/);
+  await expectLoadError(loadVisionModel(mmproj({ lmHidden: 48, seed: 5, projectorType: "gemma3", clip: false, imageSize: 56, patchSize: 7 }), 64), /embeddings 48 wide; the language model's are 64/);
+});
+
 test("loadVisionModel() takes the legacy converter's swapped ffn_up/ffn_down names by their shapes", async () => {
   const plain = await loadVisionModel(mmproj({ lmHidden: 64, seed: 3 }), 64);
   const legacy = await loadVisionModel(mmproj({ lmHidden: 64, seed: 3, legacyFfnNames: true }), 64);
@@ -72,7 +91,7 @@ test("loadVisionModel() takes the legacy converter's swapped ffn_up/ffn_down nam
 });
 
 test("loadVisionModel() refuses other projectors, another model's width, missing tensors, stacked feature layers and language-model files by name", async () => {
-  await expectLoadError(loadVisionModel(mmproj({ lmHidden: 64, seed: 4, projectorType: "gemma3" }), 64), /projector type "gemma3"; this engine runs "mlp"/);
+  await expectLoadError(loadVisionModel(mmproj({ lmHidden: 64, seed: 4, projectorType: "qwen2vl" }), 64), /projector type "qwen2vl"; this engine runs "mlp", "gemma3"/);
   await expectLoadError(loadVisionModel(mmproj({ lmHidden: 48, seed: 4 }), 64), /embeddings 48 wide; the language model's are 64/);
   await expectLoadError(loadVisionModel(mmproj({ lmHidden: 64, seed: 4, omit: ["v.blk.1.attn_k.bias"] }), 64), /lacks the tensor "v\.blk\.1\.attn_k\.bias"/);
   await expectLoadError(loadVisionModel(mmproj({ lmHidden: 64, seed: 4, featureLayers: [1, 3] }), 64), /stacks the states of layers \[1, 3\]/);
@@ -100,14 +119,16 @@ const TOWERS: [string, MmprojSpec][] = [
   ["CLIP (class token, pre-norm, quick GELU)", { lmHidden: 64, seed: 11 }],
   ["SigLIP (no class token, post-norm, GELU, a feature layer)", { lmHidden: 64, seed: 12, clip: false, postNorm: true, gelu: true, featureLayers: [2], heads: 2 }],
   ["a 3 × 3 grid of 8-pixel patches, legacy names, f32 patches", { lmHidden: 64, seed: 13, imageSize: 24, patchSize: 8, legacyFfnNames: true, f16Patch: false }],
+  ["Gemma 3 (SigLIP, 8 × 8 patches pooled 4 × 4, RMS norm, x · W)", { lmHidden: 64, seed: 16, projectorType: "gemma3", clip: false, postNorm: true, gelu: true, imageSize: 56, patchSize: 7 }],
+  ["Gemma 3 pooled 2 × 2 (clip.vision.projector.scale_factor)", { lmHidden: 64, seed: 17, projectorType: "gemma3", clip: false, postNorm: true, gelu: true, imageSize: 56, patchSize: 7, pooling: 2 }],
 ];
 
-test("encodeImage() on the reference backend gives the tower's arithmetic written out on the host, for CLIP and SigLIP towers", async () => {
+test("encodeImage() on the reference backend gives the tower's arithmetic written out on the host, for CLIP, SigLIP and Gemma 3 towers", async () => {
   for (const [what, spec] of TOWERS) {
     const path = mmproj(spec);
     const model = await loadVisionModel(path, 64);
     const pixels = pixelsOf(model.config.imageSize, spec.seed);
-    const want = hostVision(model, pixels);
+    const want = hostVision(model, pixels, writtenOf.get(path));
     const got = await encoded(backend, path, pixels);
     close(got, want, what);
     // Not a tower that ignores its image.
@@ -176,3 +197,39 @@ test("encodeImage() on WebGPU gives the reference backend's embeddings, for ever
     webgpu?.destroy();
   }
 }, { ignore: gpu.skip });
+
+test("forward() with bidirectional spans: a span's rows see its later rows, the rest stay causal, and a step resuming inside a span gives the same logits", async () => {
+  const path = await writeTestGguf(dir, "gemma3-bidi.gguf", { architecture: "gemma3", hidden: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: true, dtype: "f32", seed: 18 });
+  const model = await loadModel(path);
+  const device = uploadModel(backend, model);
+  const tokens = [5, 77, 0, 0, 0, 0, 33, 250];
+  const rows = (seed: number) => Float32Array.from({ length: 4 * 32 }, (_, i) => Math.sin(i * 0.61 + seed));
+  const run = async (image: Float32Array, spans?: [number, number][]) => {
+    const kv = allocatePagedKv(backend, model.config, 4, 4);
+    const out = forward(backend, device, kv, {
+      entries: [{ tokens, startPos: 0, blockTable: [0, 1], ...(spans ? { bidirectional: spans } : {}) }], allPositions: true,
+      inputRows: [{ rows: backend.upload(Int32Array.from([2, 3, 4, 5]), [4]), values: backend.upload(image, [4, 32]) }],
+    });
+    return { logits: (await backend.download(out)) as Float32Array, kv };
+  };
+  const vocab = 300;
+  const row = (x: Float32Array, r: number) => x.subarray(r * vocab, (r + 1) * vocab);
+  const differs = (a: Float32Array, b: Float32Array) => a.some((v, i) => Math.abs(v - b[i]) > 1e-4);
+  // The image's last row changed: with the span, its first row's logits change; causal, they do not.
+  const a = rows(1), b = rows(1).map((v, i) => (i >= 3 * 32 ? v + 1 : v));
+  const [bi, biOther, causal, causalOther] = [await run(a, [[2, 6]]), await run(b, [[2, 6]]), await run(a), await run(b)];
+  assert.ok(differs(row(bi.logits, 2), row(biOther.logits, 2)), "a span row sees the span's later rows");
+  assert.ok(!differs(row(causal.logits, 2), row(causalOther.logits, 2)), "causal: it does not");
+  assert.ok(!differs(row(bi.logits, 1), row(biOther.logits, 1)), "rows before the span stay causal");
+  assert.ok(differs(row(bi.logits, 2), row(causal.logits, 2)));
+  // Resuming at position 4 (inside the span) over block 0 as the first step wrote it (a cache hit
+  // there), the span's later rows and what follows give the whole step's logits.
+  const out = forward(backend, device, bi.kv, {
+    entries: [{ tokens: tokens.slice(4), startPos: 4, blockTable: [0, 2], bidirectional: [[2, 6]] }], allPositions: true,
+    inputRows: [{ rows: backend.upload(Int32Array.from([0, 1]), [2]), values: backend.upload(a.slice(2 * 32), [2, 32]) }],
+  });
+  const resumed = (await backend.download(out)) as Float32Array;
+  close(resumed, bi.logits.slice(4 * vocab), "resumed inside the span", 1e-5);
+  // A step whose rows end inside a span it reaches is refused: the span's later keys would be missing.
+  assert.throws(() => forward(backend, device, allocatePagedKv(backend, model.config, 4, 4), { entries: [{ tokens: tokens.slice(0, 4), startPos: 0, blockTable: [0], bidirectional: [[2, 6]] }] }), /rows end at position 3, inside its bidirectional span \[2, 6\)/);
+});

@@ -15,6 +15,10 @@ import { projectRoot, test } from "../harness.ts";
 import { startServer } from "../../src/serve/server.ts";
 import { encodePng } from "../../src/model/vision/png.ts";
 import { writeMmproj } from "../model/vision-files.ts";
+import { writeTestGguf } from "../model/model-files.ts";
+import { loadModel } from "../../src/model/load.ts";
+import { encodeWithImages, IMAGE_MARKER } from "../../src/serve/prompt-images.ts";
+import { imageTokenIds } from "../../src/model/vision/image-tokens.ts";
 
 const dir = mkdtempSync(`${tmpdir()}/vision-serve-`);
 process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
@@ -210,4 +214,30 @@ test("startServer({ mmproj }) reads images in the Responses API (input_image, a 
     }).then(() => undefined, (e: unknown) => e);
     assert.ok(remote instanceof Anthropic.APIError && remote.status === 400 && /Image URLs are not fetched/.test(remote.message), String(remote));
   });
+});
+
+test("encodeWithImages() places each image's positions at its marker, Gemma 3's between its start and end text; startServer serves Gemma 3's tower", async () => {
+  const gemmaPath = await writeTestGguf(dir, "gemma3", { architecture: "gemma3", hidden: 32, layers: 2, heads: 4, kvHeads: 2, headDim: 8, ffn: 64, vocab: 300, tied: true, dtype: "f32", seed: 44 });
+  const gemmaProj = `${dir}/mmproj-gemma3.gguf`;
+  writeMmproj(gemmaProj, { lmHidden: 32, seed: 45, projectorType: "gemma3", clip: false, postNorm: true, gelu: true, imageSize: 56, patchSize: 7, pooling: 2 });
+  const model = await loadModel(gemmaPath, { mmproj: gemmaProj });
+  const enc = (t: string) => model.tokenizer.encode(t, { addBos: false });
+  const picture = { width: 3, height: 2, rgb: Uint8Array.from({ length: 18 }, (_, i) => i * 13) };
+  const { prompt, images } = encodeWithImages(model, `look${IMAGE_MARKER}then`, [picture], false, "messages");
+  const before = [...enc("look"), ...enc("\n\n<start_of_image>")];
+  assert.equal(images.length, 1);
+  assert.equal(images[0].start, before.length);
+  assert.equal(images[0].length, 16);
+  assert.deepEqual(prompt.slice(0, before.length), before);
+  assert.deepEqual(prompt.slice(before.length + 16), enc("<end_of_image>\n\nthen"));
+  assert.deepEqual(prompt.slice(before.length, before.length + 16), imageTokenIds(images[0].key, 16, 300));
+  const s = await startServer({ modelPath: gemmaPath, mmproj: gemmaProj, host: "127.0.0.1", port: 0, backend: "reference", kvBlocks: 64 });
+  try {
+    const client = new OpenAI({ baseURL: `${s.url}/v1`, apiKey: "unused", maxRetries: 0 });
+    const answer = async (seed: number) => (await client.chat.completions.create({ ...ask([{ type: "text", text: "look" }, image(pngUrl(seed))]), model: "gemma3" })).choices[0].message.content;
+    const [a, again] = [await answer(1), await answer(1)];
+    assert.equal(again, a);
+  } finally {
+    await s.shutdown();
+  }
 });

@@ -2,9 +2,12 @@
  * A vision tower for image input: llama.cpp's multimodal projector files (`mmproj-*.gguf`, general
  * architecture "clip"), as `llama-server --mmproj` reads them. A ViT (CLIP's or SigLIP's: patch
  * embedding, learned positions, an optional class token and pre-norm, pre-norm encoder layers with
- * LayerNorm, biased projections and GELU) and LLaVA's projector (`mlp`: linear, GELU, linear) into the
- * language model's embedding width. Other projector types are refused by name.
+ * LayerNorm, biased projections and GELU) and a projector into the language model's embedding width:
+ * LLaVA's (`mlp`: linear, GELU, linear) or Gemma 3's (`gemma3`: the patch grid average-pooled 4 × 4,
+ * an RMS norm, one matrix; its images attend to themselves both ways in the language model). Other
+ * projector types are refused by name.
  */
+import { encodeFromF32 } from "../../backend/dtype-codec.ts";
 import { decodeToF32 } from "../../backend/dtype-codec.ts";
 import { openRandomAccess, type RandomAccessFile } from "../../runtime/fs.ts";
 import { type HostTensor, ModelLoadError } from "../config.ts";
@@ -13,7 +16,7 @@ import { type GgufTensorInfo, readGgufHeader, readGgufTensor } from "../gguf-rea
 import type { PreprocessSpec } from "./image-preprocess.ts";
 
 /** The projector types this engine runs (llama.cpp's `clip.projector_type`). */
-export const VISION_PROJECTORS = ["mlp"] as const;
+export const VISION_PROJECTORS = ["mlp", "gemma3"] as const;
 /** {@link VISION_PROJECTORS}. */
 export type VisionProjector = typeof VISION_PROJECTORS[number];
 
@@ -37,8 +40,18 @@ export interface VisionConfig {
   projectionDim: number;
   /** How an image's pixels are prepared (mean, std; LLaVA pads to a square first). */
   preprocess: PreprocessSpec;
-  /** Language-model positions one image takes: its patches ((imageSize / patchSize)²). */
+  /** Language-model positions one image takes: its patches ((imageSize / patchSize)²), or Gemma 3's pooled cells. */
   tokensPerImage: number;
+  /** Gemma 3: the side of the square of patches averaged into one position (4: 64 × 64 patches → 256). */
+  pooling?: number;
+  /**
+   * The image's positions attend to each other both ways in the language model (Gemma 3, as
+   * llama.cpp's non-causal image batches): an image is computed in one step (the scheduler does not
+   * cut one), and each of its rows sees the whole image.
+   */
+  bidirectional: boolean;
+  /** Text around each image in the prompt (Gemma 3: "\n\n<start_of_image>" before, "<end_of_image>\n\n" after, as its processor writes it). */
+  wrap?: { before: string; after: string };
 }
 
 /** A LayerNorm's weight and bias. */
@@ -77,8 +90,24 @@ export interface VisionWeights<T> {
   preNorm?: VisionNorm<T>;
   layers: VisionLayer<T>[];
   postNorm?: VisionNorm<T>;
-  /** LLaVA's projector: mm.0 (hidden → projectionDim), GELU, mm.2 (projectionDim → projectionDim). */
-  projector: { w0: T; b0: T; w2: T; b2: T };
+  /** The projector ({@link VisionProjector}). */
+  projector: MlpProjector<T> | Gemma3Projector<T>;
+}
+
+/** LLaVA's projector: mm.0 (hidden → projectionDim), GELU, mm.2 (projectionDim → projectionDim). */
+export interface MlpProjector<T> {
+  kind: "mlp";
+  w0: T;
+  b0: T;
+  w2: T;
+  b2: T;
+}
+
+/** Gemma 3's: after pooling, an RMS norm (its weight with Gemma's +1 already in, as the converter writes it) and one matrix [projectionDim, hidden]. */
+export interface Gemma3Projector<T> {
+  kind: "gemma3";
+  norm: T;
+  w: T;
 }
 
 /** A loaded vision tower. */
@@ -110,15 +139,15 @@ function projectorOf(meta: GgufMetadata, path: string): VisionProjector {
   const named = meta.has("clip.vision.projector_type") ? meta.string("clip.vision.projector_type") : meta.has("clip.projector_type") ? meta.string("clip.projector_type") : meta.bool("clip.has_llava_projector", false) ? "mlp" : undefined;
   if (named === undefined) throw new ModelLoadError(`Projector file "${path}" names no projector type (clip.projector_type)`);
   if (!(VISION_PROJECTORS as readonly string[]).includes(named)) {
-    throw new ModelLoadError(`Projector file "${path}" has projector type "${named}"; this engine runs ${VISION_PROJECTORS.map((p) => `"${p}"`).join(", ")} (LLaVA's)`);
+    throw new ModelLoadError(`Projector file "${path}" has projector type "${named}"; this engine runs ${VISION_PROJECTORS.map((p) => `"${p}"`).join(", ")} (LLaVA's and Gemma 3's)`);
   }
   return named as VisionProjector;
 }
 
-/** The encoder layers LLaVA's features need: up to the file's one feature layer, else all but the last stored (llama.cpp's rule). */
-function layersRun(meta: GgufMetadata, stored: number, path: string): number {
+/** The encoder layers run: up to the file's one feature layer, else for LLaVA all but the last stored, for Gemma 3 all (llama.cpp's rule). */
+function layersRun(meta: GgufMetadata, stored: number, projector: VisionProjector, path: string): number {
   const features = numbers(meta, "clip.vision.feature_layer", path);
-  if (features === undefined || features.length === 0) return stored - 1;
+  if (features === undefined || features.length === 0) return projector === "mlp" ? stored - 1 : stored;
   const distinct = [...new Set(features)];
   if (distinct.length > 1) throw new ModelLoadError(`Projector file "${path}" stacks the states of layers ${showGgufValue(features)} (clip.vision.feature_layer); only one feature layer is supported`);
   const layer = distinct[0];
@@ -145,7 +174,7 @@ export async function loadVisionModel(path: string, lmHidden: number): Promise<V
     if (arch !== "clip") throw new ModelLoadError(`"${path}" is a "${arch}" GGUF file, not a projector file (general.architecture "clip"); pass the language model with --model and its mmproj file with --mmproj`);
     if (!meta.bool("clip.has_vision_encoder", true)) throw new ModelLoadError(`Projector file "${path}" has no vision encoder (clip.has_vision_encoder false)`);
     const projector = projectorOf(meta, path);
-    const int = (key: string) => positiveInteger(meta.number(key), key, path);
+    const int = (key: string, fallback?: number) => positiveInteger(meta.number(key, fallback), key, path);
     const imageSize = int("clip.vision.image_size");
     const patchSize = int("clip.vision.patch_size");
     const hidden = int("clip.vision.embedding_length");
@@ -174,7 +203,7 @@ export async function loadVisionModel(path: string, lmHidden: number): Promise<V
     const positions = grid * grid + (classEmbedding ? 1 : 0);
     const conv = await read("v.patch_embd.weight", [hidden, 3, patchSize, patchSize]);
     const layers: VisionLayer<HostTensor>[] = [];
-    const run = layersRun(meta, stored, path);
+    const run = layersRun(meta, stored, projector, path);
     for (let i = 0; i < run; i++) {
       const p = `v.blk.${i}`;
       const square = async (name: string) => ({ w: await read(`${p}.${name}.weight`, [hidden, hidden]), b: await read(`${p}.${name}.bias`, [hidden]) });
@@ -182,15 +211,20 @@ export async function loadVisionModel(path: string, lmHidden: number): Promise<V
       const ffnPair = await feedForward(tensors, p, hidden, ffn, path, read);
       layers.push({ norm1: await norm(`${p}.ln1`), wq: q.w, bq: q.b, wk: k.w, bk: k.b, wv: v.w, bv: v.b, wo: o.w, bo: o.b, norm2: await norm(`${p}.ln2`), ...ffnPair });
     }
-    const mm0 = tensors.get("mm.0.weight");
-    if (mm0 && mm0.shape[0] !== lmHidden) {
-      throw new ModelLoadError(`Projector file "${path}" gives embeddings ${mm0.shape[0]} wide; the language model's are ${lmHidden} (is it this model's mmproj file?)`);
+    const out = projector === "mlp" ? tensors.get("mm.0.weight")?.shape[0] : tensors.get("mm.input_projection.weight")?.shape[1];
+    if (out !== undefined && out !== lmHidden) {
+      throw new ModelLoadError(`Projector file "${path}" gives embeddings ${out} wide; the language model's are ${lmHidden} (is it this model's mmproj file?)`);
     }
+    // Gemma 3 averages each 4 × 4 square of patches into one position (clip.vision.projector.scale_factor where a file sets another).
+    const pooling = projector === "gemma3" ? int("clip.vision.projector.scale_factor", 4) : undefined;
+    if (pooling !== undefined && grid % pooling !== 0) throw new ModelLoadError(`Projector file "${path}" pools ${pooling} × ${pooling} patches, which do not divide its ${grid} × ${grid} grid`);
     const weights: VisionWeights<HostTensor> = {
       patchEmbedding: { ...conv, shape: [hidden, 3 * patchSize * patchSize] },
       positionEmbedding: await read("v.position_embd.weight", [positions, hidden]),
       layers,
-      projector: { w0: await read("mm.0.weight", [lmHidden, hidden]), b0: await read("mm.0.bias", [lmHidden]), w2: await read("mm.2.weight", [lmHidden, lmHidden]), b2: await read("mm.2.bias", [lmHidden]) },
+      projector: projector === "mlp"
+        ? { kind: "mlp", w0: await read("mm.0.weight", [lmHidden, hidden]), b0: await read("mm.0.bias", [lmHidden]), w2: await read("mm.2.weight", [lmHidden, lmHidden]), b2: await read("mm.2.bias", [lmHidden]) }
+        : { kind: "gemma3", norm: await read("mm.soft_emb_norm.weight", [hidden]), w: transposed(await read("mm.input_projection.weight", [hidden, lmHidden])) },
     };
     const patchBias = await optional("v.patch_embd.bias", [hidden]);
     if (patchBias) weights.patchBias = patchBias;
@@ -207,9 +241,12 @@ export async function loadVisionModel(path: string, lmHidden: number): Promise<V
         size: imageSize,
         mean: channels(meta, "clip.vision.image_mean", path, [0.48145466, 0.4578275, 0.40821073]),
         std: channels(meta, "clip.vision.image_std", path, [0.26862954, 0.26130258, 0.27577711]),
-        padToSquare: true,
+        // LLaVA pads to a square (expand2square); Gemma 3's processor resizes the whole image to the square.
+        padToSquare: projector === "mlp",
       },
-      tokensPerImage: grid * grid,
+      tokensPerImage: pooling ? (grid / pooling) ** 2 : grid * grid,
+      bidirectional: projector === "gemma3",
+      ...(pooling ? { pooling, wrap: { before: "\n\n<start_of_image>", after: "<end_of_image>\n\n" } } : {}),
     };
     if (config.preprocess.std.some((s) => s === 0)) throw new ModelLoadError(`GGUF metadata "clip.vision.image_std" in "${path}" holds a zero`);
     return { config, weights, source: path };
@@ -236,6 +273,16 @@ async function feedForward(
     wDown: await read(`${p}.${dn}.weight`, [hidden, ffn]),
     bDown: await read(`${p}.${dn}.bias`, [hidden]),
   };
+}
+
+/** A matrix [rows, cols] as [cols, rows], in its dtype where that encodes from f32 (else f32): Gemma 3's projection is stored for x · W. */
+function transposed(t: HostTensor): HostTensor {
+  const [rows, cols] = t.shape;
+  const v = hostValues(t);
+  const out = new Float32Array(rows * cols);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) out[c * rows + r] = v[r * cols + c];
+  const dtype = t.dtype === "f16" || t.dtype === "bf16" ? t.dtype : "f32";
+  return { name: t.name, shape: [cols, rows], dtype, data: encodeFromF32(out, dtype) };
 }
 
 /** A host tensor's values as f32. */

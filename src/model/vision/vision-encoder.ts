@@ -11,7 +11,7 @@ import type { AttentionBatch, Backend, Tensor } from "../../backend/types.ts";
 import { Scratch, scaled } from "../forward-layers.ts";
 import type { HostTensor } from "../config.ts";
 import { imagePatches } from "./image-preprocess.ts";
-import { hostValues, type VisionConfig, type VisionModel, type VisionNorm } from "./mmproj.ts";
+import { type Gemma3Projector, hostValues, type MlpProjector, type VisionConfig, type VisionModel, type VisionNorm } from "./mmproj.ts";
 
 /** A LayerNorm on the device: the weight, and its bias as rows to add (absent where a projection took it). */
 interface DeviceNorm {
@@ -52,10 +52,12 @@ export interface DeviceVision {
   preNorm?: DeviceNorm;
   layers: DeviceVisionLayer[];
   postNorm?: DeviceNorm;
-  projector: { w0: Tensor; b0: Tensor; w2: Tensor; b2: Tensor };
-  /** Ones [positions, ffn] and [tokens, projectionDim]: GELU is geluMul(x, 1). */
+  projector: MlpProjector<Tensor> | Gemma3Projector<Tensor>;
+  /** Ones [positions, ffn] (and for LLaVA's projector [tokens, projectionDim]): GELU is geluMul(x, 1). */
   onesFfn: Tensor;
-  onesOut: Tensor;
+  onesOut?: Tensor;
+  /** Gemma 3's pooling: for each cell of the pooling square, the patch row each output position takes there. */
+  poolRows?: Tensor[];
 }
 
 /** b + W · β: a projection's bias once the norm before it adds β (W [out, in]). */
@@ -78,7 +80,7 @@ export function uploadVision(backend: Backend, model: VisionModel): DeviceVision
   const c = model.config;
   const w = model.weights;
   const hasClass = w.classEmbedding !== undefined;
-  const positions = c.tokensPerImage + (hasClass ? 1 : 0);
+  const positions = (c.imageSize / c.patchSize) ** 2 + (hasClass ? 1 : 0);
   const vector = (t: HostTensor) => backend.upload(hostValues(t), [t.shape[0]]);
   const values = (v: Float32Array) => backend.upload(v, [v.length]);
   const matrix = (t: HostTensor) => backend.uploadWeight(t.data, t.shape, t.dtype);
@@ -113,10 +115,26 @@ export function uploadVision(backend: Backend, model: VisionModel): DeviceVision
       wUp: matrix(l.wUp), bUp: values(foldedBias(l.wUp, l.bUp, l.norm2.bias)),
       wDown: matrix(l.wDown), bDown: vector(l.bDown),
     })),
-    projector: { w0: matrix(w.projector.w0), b0: vector(w.projector.b0), w2: matrix(w.projector.w2), b2: vector(w.projector.b2) },
+    projector: w.projector.kind === "mlp"
+      ? { kind: "mlp", w0: matrix(w.projector.w0), b0: vector(w.projector.b0), w2: matrix(w.projector.w2), b2: vector(w.projector.b2) }
+      : { kind: "gemma3", norm: vector(w.projector.norm), w: matrix(w.projector.w) },
     onesFfn: backend.upload(new Float32Array(positions * c.ffn).fill(1), [positions, c.ffn]),
-    onesOut: backend.upload(new Float32Array(c.tokensPerImage * c.projectionDim).fill(1), [c.tokensPerImage, c.projectionDim]),
+    ...(w.projector.kind === "mlp" ? { onesOut: backend.upload(new Float32Array(c.tokensPerImage * c.projectionDim).fill(1), [c.tokensPerImage, c.projectionDim]) } : {}),
+    ...(c.pooling ? { poolRows: poolRows(backend, c.imageSize / c.patchSize, c.pooling) } : {}),
   };
+}
+
+/** For each (dy, dx) of a k × k pooling square, the patch of each pooled cell there (raster order both): g × g patches → (g / k)² cells. */
+function poolRows(backend: Backend, grid: number, k: number): Tensor[] {
+  const side = grid / k;
+  const out: Tensor[] = [];
+  for (let dy = 0; dy < k; dy++) {
+    for (let dx = 0; dx < k; dx++) {
+      const rows = Int32Array.from({ length: side * side }, (_, r) => (Math.floor(r / side) * k + dy) * grid + (r % side) * k + dx);
+      out.push(backend.upload(rows, [rows.length]));
+    }
+  }
+  return out;
 }
 
 /** Frees every tensor {@link uploadVision} made. */
@@ -125,7 +143,8 @@ export function freeVision(backend: Backend, v: DeviceVision): void {
   const all = [
     v.patchEmbedding, v.patchBias, v.classRow, v.positionEmbedding, v.centring, ...norms(v.preNorm), ...norms(v.postNorm),
     ...v.layers.flatMap((l) => [...norms(l.norm1), l.wq, l.bq, l.wk, l.bk, l.wv, l.bv, l.wo, l.bo, ...norms(l.norm2), l.wUp, l.bUp, l.wDown, l.bDown]),
-    v.projector.w0, v.projector.b0, v.projector.w2, v.projector.b2, v.onesFfn, v.onesOut,
+    ...(v.projector.kind === "mlp" ? [v.projector.w0, v.projector.b0, v.projector.w2, v.projector.b2] : [v.projector.norm, v.projector.w]),
+    v.onesFfn, v.onesOut, ...(v.poolRows ?? []),
   ];
   for (const t of all) if (t) backend.free(t);
 }
@@ -216,10 +235,22 @@ export function encodeImage(backend: Backend, v: DeviceVision, pixels: Float32Ar
     }
     if (v.postNorm) x = layerNorm(backend, v, s.keep(x), v.postNorm, s);
     s.keep(x);
-    const features = v.hasClass ? s.keep(backend.gatherRows(x, s.keep(backend.upload(Int32Array.from({ length: c.tokensPerImage }, (_, i) => i + 1), [c.tokensPerImage])))) : x;
-    const hidden = s.keep(backend.matmul(features, v.projector.w0, v.projector.b0));
-    const act = s.keep(backend.geluMul(hidden, v.onesOut));
-    return backend.matmul(act, v.projector.w2, v.projector.b2);
+    const numPatches = (c.imageSize / c.patchSize) ** 2;
+    const features = v.hasClass ? s.keep(backend.gatherRows(x, s.keep(backend.upload(Int32Array.from({ length: numPatches }, (_, i) => i + 1), [numPatches])))) : x;
+    const p = v.projector;
+    if (p.kind === "gemma3") {
+      // The average of each pooling square: its cells' rows gathered and summed, then scaled.
+      let sum: Tensor | undefined;
+      for (const rows of v.poolRows!) {
+        const cell = s.keep(backend.gatherRows(features, rows));
+        sum = sum ? s.keep(backend.add(sum, cell)) : cell;
+      }
+      const pooled = s.keep(scaled(backend, sum!, 1 / v.poolRows!.length));
+      return backend.matmul(s.keep(backend.rmsnorm(pooled, p.norm, c.eps)), p.w);
+    }
+    const hidden = s.keep(backend.matmul(features, p.w0, p.b0));
+    const act = s.keep(backend.geluMul(hidden, v.onesOut!));
+    return backend.matmul(act, p.w2, p.b2);
   } finally {
     s.release();
   }
