@@ -153,7 +153,7 @@ export function newActive(req: GenerateRequest, seq: Sequence, checked: CheckedR
     text: new OutputText(start.tokenizer, req.stop ?? [], req.skipSpecialTokens === false, req.minTokens ?? 0, req.includeStopString === true),
     rng: seededUniforms(req.seed ?? Math.floor(Math.random() * 2 ** 31), 0),
     adjust: LogitAdjuster.of(req),
-    ...(req.repetitionPenalty !== undefined && req.repetitionPenalty !== 1 ? { repeats: new RepeatTracker(req.repetitionPenalty, vocabSize) } : {}),
+    ...(req.repetitionPenalty !== undefined && req.repetitionPenalty !== 1 ? { repeats: new RepeatTracker(req.repetitionPenalty, vocabSize, req.images?.map((im): [number, number] => [im.start, im.start + im.length])) } : {}),
     constraint,
     ...(budget === undefined ? {} : { budget }),
     ends,

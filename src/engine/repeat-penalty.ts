@@ -18,14 +18,20 @@ export class RepeatTracker {
   #seen: TokenMask;
   #counted = 0;
 
-  constructor(readonly factor: number, vocabSize: number) {
+  /**
+   * `unseen`: spans of positions [start, end) whose tokens are not the request's text (an image's
+   * positions, their ids drawn from its pixels: model/vision/image-tokens.ts), so never penalized.
+   */
+  constructor(readonly factor: number, vocabSize: number, private readonly unseen: readonly (readonly [number, number])[] = []) {
     this.#seen = new TokenMask(vocabSize);
   }
 
   /** The penalty of the row after `tokens` (the request's prompt and output so far). */
   next(tokens: readonly number[]): RepeatPenalty {
     if (tokens.length < this.#counted) throw new RangeError(`RepeatTracker counted ${this.#counted} tokens, got ${tokens.length}`);
-    const fresh = tokens.slice(this.#counted).filter((t) => !this.#seen.allows(t));
+    const from = this.#counted;
+    const text = (_: number, k: number) => !this.unseen.some(([s, e]) => s <= from + k && from + k < e);
+    const fresh = tokens.slice(from).filter((t, k) => !this.#seen.allows(t) && text(t, k));
     if (fresh.length > 0) {
       // A mask handed out for an earlier step is never changed: the step may still hold it.
       const seen = new TokenMask(this.#seen.vocabSize);

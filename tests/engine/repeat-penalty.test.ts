@@ -30,6 +30,14 @@ test("RepeatTracker.next() marks the prompt's and output's tokens, new ones only
   assert.throws(() => r.next([3]), /counted 5 tokens, got 1/);
 });
 
+test("RepeatTracker.next() leaves an image's positions unpenalized: their ids are drawn from its pixels, not text", () => {
+  const r = new RepeatTracker(1.2, 40, [[2, 5]]);
+  const first = r.next([3, 5, 7, 8, 9, 11]);
+  assert.deepEqual(seenOf(first, [3, 5, 7, 8, 9, 11]), [3, 5, 11]);
+  // An output token that happens to be one of the image's ids is penalized once the model writes it.
+  assert.deepEqual(seenOf(r.next([3, 5, 7, 8, 9, 11, 8]), [7, 8, 9]), [8]);
+});
+
 test("RepeatTracker.continuation() gives draft row j the tokens before it, draft tokens included, and counts the committed ones only", () => {
   const r = new RepeatTracker(1.5, 40);
   const rows = r.continuation([1, 2], [7, 2, 9]);
