@@ -11,6 +11,7 @@ import type { ServeContext } from "./serve-context.ts";
 import { preprocessImage } from "../model/vision/image-preprocess.ts";
 import { imageKey, imageTokenIds } from "../model/vision/image-tokens.ts";
 import { type DecodedImage, decodePng, ImageDecodeError, sniffImageType } from "../model/vision/png.ts";
+import { decodeJpeg } from "../model/vision/jpeg.ts";
 
 /** What a chat template sees where an image part was (llama.cpp's media marker). */
 export const IMAGE_MARKER = "<__media__>";
@@ -18,7 +19,7 @@ export const IMAGE_MARKER = "<__media__>";
 /** The largest image accepted, in pixels (before it is resized to the tower's side). */
 export const MAX_IMAGE_PIXELS = 32 * 1024 * 1024;
 
-/** An image's pixels from an image part's URL: a base64 `data:` URL of a PNG. `param` names the part in errors. */
+/** An image's pixels from an image part's URL: a base64 `data:` URL of a PNG or a JPEG. `param` names the part in errors. */
 export function imageFromUrl(url: string, param: string): DecodedImage {
   const bad = (message: string) => new ApiError(400, message, param, "invalid_value");
   if (/^https?:\/\//i.test(url)) throw bad(`Image URLs are not fetched: send the image inline as a base64 data URL (data:image/png;base64,...), got ${JSON.stringify(url.slice(0, 80))}`);
@@ -29,13 +30,13 @@ export function imageFromUrl(url: string, param: string): DecodedImage {
   if (!/^[A-Za-z0-9+/=\s_-]*$/.test(payload)) throw bad("An image data URL's payload is not base64");
   const bytes = Uint8Array.from(atob(payload.replace(/\s/g, "").replace(/-/g, "+").replace(/_/g, "/")), (c) => c.charCodeAt(0));
   const kind = sniffImageType(bytes);
-  if (kind !== "png") {
-    throw bad(kind === undefined ? `An image's data is not an image this server reads (${bytes.length} bytes; PNG only)` : `${kind.toUpperCase()} images are not read yet; send PNG`);
+  if (kind !== "png" && kind !== "jpeg") {
+    throw bad(kind === undefined ? `An image's data is not an image this server reads (${bytes.length} bytes; PNG and JPEG)` : `${kind.toUpperCase()} images are not read yet; send PNG or JPEG`);
   }
   try {
-    return decodePng(bytes, { maxPixels: MAX_IMAGE_PIXELS });
+    return kind === "png" ? decodePng(bytes, { maxPixels: MAX_IMAGE_PIXELS }) : decodeJpeg(bytes, { maxPixels: MAX_IMAGE_PIXELS });
   } catch (e) {
-    if (e instanceof ImageDecodeError) throw bad(`The image is not a readable PNG: ${e.message}`);
+    if (e instanceof ImageDecodeError) throw bad(`The image is not a readable ${kind.toUpperCase()}: ${e.message}`);
     throw e;
   }
 }

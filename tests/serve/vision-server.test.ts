@@ -15,6 +15,7 @@ import { projectRoot, test } from "../harness.ts";
 import { startServer } from "../../src/serve/server.ts";
 import { encodePng } from "../../src/model/vision/png.ts";
 import { writeMmproj } from "../model/vision-files.ts";
+import { encodeJpeg } from "../model/jpeg-encoder.ts";
 import { writeTestGguf } from "../model/model-files.ts";
 import { loadModel } from "../../src/model/load.ts";
 import { encodeWithImages, IMAGE_MARKER } from "../../src/serve/prompt-images.ts";
@@ -78,6 +79,12 @@ test("startServer({ mmproj }) answers chat messages with images from the images,
     assert.equal(streamed, text(a));
     const two = await client.chat.completions.create(ask([image(pngUrl(3, 9, 30)), { type: "text", text: "and" }, image(pngUrl(1))]));
     assert.equal(two.choices[0].finish_reason, "length");
+    // A JPEG of the same picture (all-ones quantization tables: within a few levels of it) answers as the PNG does.
+    const w = 20, h = 12;
+    const rgb = Uint8Array.from({ length: w * h * 3 }, (_, i) => Math.floor(127.5 + 127.5 * Math.sin(i * 0.37 + 1)));
+    const jpeg = encodeJpeg({ width: w, height: h, rgb }, { quality: "ones" }).bytes;
+    const viaJpeg = await client.chat.completions.create(ask([{ type: "text", text: "Once upon a time" }, image(`data:image/jpeg;base64,${btoa(String.fromCharCode(...jpeg))}`)]));
+    assert.equal(viaJpeg.usage!.prompt_tokens, a.usage!.prompt_tokens);
   });
 });
 
@@ -85,7 +92,8 @@ test("startServer({ mmproj }) answers 400 naming what it cannot read: remote URL
   await withServer(async (client) => {
     const cases: [Part[], RegExp][] = [
       [[image("https://example.com/cat.png")], /Image URLs are not fetched: send the image inline as a base64 data URL/],
-      [[image("data:image/jpeg;base64,/9j/4AAQSkZJRgABAQ==")], /JPEG images are not read yet; send PNG/],
+      [[image("data:image/jpeg;base64,/9j/4AAQSkZJRgABAQ==")], /The image is not a readable JPEG: /],
+      [[image("data:image/gif;base64,R0lGODlhAQABAAAAACw=")], /GIF images are not read yet; send PNG or JPEG/],
       [[image("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAA")], /The image is not a readable PNG: /],
       [[image("data:image/png,rawbytes")], /should be base64-encoded/],
       [[image("not a url")], /should be a base64 data URL/],
