@@ -16,6 +16,9 @@ import { decodeJpeg } from "../model/vision/jpeg.ts";
 /** What a chat template sees where an image part was (llama.cpp's media marker). */
 export const IMAGE_MARKER = "<__media__>";
 
+/** The most images one request may hold: each is decoded and resized on the server's thread before the request queues. */
+export const MAX_IMAGES = 32;
+
 /** The largest image accepted, in pixels (before it is resized to the tower's side). */
 export const MAX_IMAGE_PIXELS = 32 * 1024 * 1024;
 

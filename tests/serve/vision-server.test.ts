@@ -104,6 +104,9 @@ test("startServer({ mmproj }) answers 400 naming what it cannot read: remote URL
       assert.equal(r.status, 400, `${pattern}: ${r.message}`);
       assert.match(r.message, pattern);
     }
+    const many = await refusal(client.chat.completions.create(ask(Array.from({ length: 33 }, () => image(pngUrl(1, 2, 2))))));
+    assert.equal(many.status, 400);
+    assert.match(many.message, /at most 32 images; image 33 is at messages\[0\]\.content\[32\]/);
     const bad = await refusal(client.chat.completions.create({ ...ask([{ type: "text", text: "x" }, image(pngUrl(1))]), truncate_prompt_tokens: 5 } as OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming));
     assert.equal(bad.status, 400);
     assert.match(bad.message, /truncate_prompt_tokens cannot be used with images/);
