@@ -63,7 +63,9 @@ export function windowBlocksOf(config: ModelConfig, o: CreateEngineOptions): num
   if (mode === "paged") return 0;
   if (windowedLayers(config).length === 0) throw new RangeError(`Sliding window KV "window" needs sliding-window layers; model ${config.architecture} has none`);
   const batch = o.scheduler?.maxBatchTokens ?? DEFAULT_SCHEDULER_CONFIG.maxBatchTokens;
-  return windowBlocksFor(config, o.blockSize ?? DEFAULT_BLOCK_SIZE, Math.min(batch, o.scheduler?.longPrefillTokenThreshold ?? batch));
+  // An image whose rows attend both ways runs in one step, past the budget if it must (atomic-spans.ts).
+  const chunk = Math.max(Math.min(batch, o.scheduler?.longPrefillTokenThreshold ?? batch), config.vision?.bidirectional ? config.vision.tokensPerImage : 0);
+  return windowBlocksFor(config, o.blockSize ?? DEFAULT_BLOCK_SIZE, chunk);
 }
 
 /**
